@@ -1,0 +1,418 @@
+package engine
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/cairnflow/cairn/history"
+	"github.com/cockroachdb/errors"
+	"github.com/google/uuid"
+)
+
+var (
+	// ErrReleased is returned by a [Handler] that gave its attempt up
+	// because the worker is stopping; the processor appends task_released so
+	// another worker takes the task at once.
+	ErrReleased = errors.New("attempt released: worker stopping")
+	// ErrLeaseLost is the cancellation cause of an attempt's context when
+	// its lease could not be renewed or passed to another epoch.
+	ErrLeaseLost = errors.New("lease lost")
+)
+
+// Handler runs attempts of claimed tasks. Package sdk implements it; the
+// engine knows nothing of workflows.
+//
+// HandleAttempt is called on its own goroutine for each claimed attempt,
+// with a context cancelled when the lease is lost or a hard stop is
+// requested. It may append events for the attempt (step_completed) through
+// [Attempt.Append] while it runs, and returns the events that end the attempt
+// (task_completed; attempt_failed with a next run time; attempt_failed and
+// then task_failed or task_dead_lettered), which the processor appends fenced
+// by the lease epoch. It returns [ErrReleased] to hand the task back; any
+// other error appends nothing, and the task is rescued when its lease
+// expires.
+type Handler interface {
+	HandleAttempt(ctx context.Context, a *Attempt) ([]history.Payload, error)
+}
+
+// Attempt is one claimed attempt of a task, handed to a [Handler]. Its
+// methods are for the handler's goroutine only.
+type Attempt struct {
+	// Task is the projection row as claimed.
+	Task *Task
+
+	proc  *Processor
+	state history.State // replay up to now; written by Append on the handler goroutine
+}
+
+// State returns the task's state as replayed from its history, including
+// what this attempt has appended so far.
+func (a *Attempt) State() history.State { return a.state }
+
+// WorkerID returns the id of the worker holding the lease.
+func (a *Attempt) WorkerID() string { return a.proc.cfg.WorkerID }
+
+// Stopping is closed when the worker begins a graceful stop: a handler
+// should give the task back (return [ErrReleased]) at its next checkpoint
+// instead of starting more work.
+func (a *Attempt) Stopping() <-chan struct{} { return a.proc.stopping }
+
+// Append appends events for this attempt, fenced by its lease epoch. It
+// returns an error marked [ErrFenced] once the attempt's lease has passed to
+// another epoch.
+func (a *Attempt) Append(ctx context.Context, payloads ...history.Payload) error {
+	next, err := a.proc.cfg.Store.EventAppend(ctx, &EventAppendParams{
+		TaskID: a.Task.ID, State: a.state, Epoch: a.state.Lease.Epoch,
+		Attempt: a.state.Attempt, Payloads: payloads,
+	})
+	if err != nil {
+		return err
+	}
+	a.state = next
+	return nil
+}
+
+// ProcessorConfig configures a [Processor]. Zero values take the defaults
+// named on each field.
+type ProcessorConfig struct {
+	Store *Store // required
+	// Notifier wakes the processor when work is ready. Optional: without it
+	// the processor relies on polling.
+	Notifier  *Notifier
+	Namespace string   // default [DefaultNamespace]
+	Queues    []string // default ["default"]
+	Types     []TypeKey
+	Handler   Handler // required
+	// Concurrency is the number of attempts run at once. Default 10.
+	Concurrency int
+	// LeaseTTL is how long a lease lasts without a heartbeat. Default 30s.
+	LeaseTTL time.Duration
+	// HeartbeatInterval between lease renewals. Default LeaseTTL/3.
+	HeartbeatInterval time.Duration
+	// PollInterval between claims when nothing wakes the processor.
+	// Default 1s.
+	PollInterval time.Duration
+	// WorkerID names this worker in leases and history. Default
+	// host-pid-random.
+	WorkerID string
+	Logger   *slog.Logger
+}
+
+// Processor claims tasks under leases and runs them through a [Handler]:
+// a claim loop woken by notifications and polling, bounded executors, and a
+// heartbeater that renews leases in one statement per tick.
+type Processor struct {
+	cfg      ProcessorConfig
+	stopping chan struct{} // closed by Stop; read by the claim loop and handlers
+
+	startOnce, stopOnce sync.Once
+	baseCtx             context.Context // Start's context: cancelled only when the caller abandons the worker
+	cancelWork          context.CancelCauseFunc
+	loopDone            chan struct{}
+	heartbeatDone       chan struct{}
+	stopHeartbeat       context.CancelFunc
+	executors           sync.WaitGroup
+	slotFreed           chan struct{} // size 1: wake-ups coalesce
+
+	mu       sync.Mutex
+	inflight map[uuid.UUID]*inflightAttempt // written by the claim loop and executors; read by the heartbeater
+}
+
+type inflightAttempt struct {
+	epoch       int64
+	lastRenewed time.Time
+	cancel      context.CancelCauseFunc
+}
+
+// NewProcessor validates cfg, fills in defaults, and returns a processor.
+func NewProcessor(cfg ProcessorConfig) (*Processor, error) {
+	if cfg.Store == nil || cfg.Handler == nil {
+		return nil, errors.New("engine: ProcessorConfig needs Store and Handler")
+	}
+	if len(cfg.Types) == 0 {
+		return nil, errors.New("engine: ProcessorConfig.Types is empty: register at least one task type")
+	}
+	if cfg.Namespace == "" {
+		cfg.Namespace = DefaultNamespace
+	}
+	if len(cfg.Queues) == 0 {
+		cfg.Queues = []string{"default"}
+	}
+	if cfg.Concurrency <= 0 {
+		cfg.Concurrency = 10
+	}
+	if cfg.LeaseTTL <= 0 {
+		cfg.LeaseTTL = 30 * time.Second
+	}
+	if cfg.HeartbeatInterval <= 0 {
+		cfg.HeartbeatInterval = cfg.LeaseTTL / 3
+	}
+	if cfg.HeartbeatInterval >= cfg.LeaseTTL {
+		return nil, errors.Newf("engine: HeartbeatInterval %s must be shorter than LeaseTTL %s", cfg.HeartbeatInterval, cfg.LeaseTTL)
+	}
+	if cfg.PollInterval <= 0 {
+		cfg.PollInterval = time.Second
+	}
+	if cfg.WorkerID == "" {
+		cfg.WorkerID = NewWorkerID()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Processor{
+		cfg:       cfg,
+		stopping:  make(chan struct{}),
+		slotFreed: make(chan struct{}, 1),
+		inflight:  map[uuid.UUID]*inflightAttempt{},
+	}, nil
+}
+
+// NewWorkerID returns an id naming this process: host, pid and a random
+// suffix, so two workers in one process differ.
+func NewWorkerID() string {
+	host, _ := os.Hostname()
+	var b [3]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+}
+
+// WorkerID returns the id this processor records as lease owner.
+func (p *Processor) WorkerID() string { return p.cfg.WorkerID }
+
+// Start begins claiming and running tasks. It returns at once.
+//
+// Cancelling ctx abandons all work as a crash would: attempts are cancelled
+// and nothing more is written, so their tasks are rescued once their leases
+// expire. Use [Processor.Stop] to shut down gracefully.
+func (p *Processor) Start(ctx context.Context) error {
+	started := false
+	p.startOnce.Do(func() {
+		started = true
+		p.baseCtx = ctx
+		var workCtx context.Context
+		workCtx, p.cancelWork = context.WithCancelCause(ctx)
+		var hbCtx context.Context
+		hbCtx, p.stopHeartbeat = context.WithCancel(ctx)
+		p.loopDone, p.heartbeatDone = make(chan struct{}), make(chan struct{})
+		go p.claimLoop(workCtx)
+		go p.heartbeatLoop(hbCtx)
+	})
+	if !started {
+		return errors.New("engine: processor already started")
+	}
+	return nil
+}
+
+// Stop shuts down gracefully: it stops claiming, lets in-flight attempts
+// reach their next checkpoint (a handler releases its task there), and waits
+// for them until ctx is done. Then it cancels what still runs, waits a short
+// grace period for those attempts to release their tasks, and returns
+// ctx.Err(). Stop is idempotent and safe before Start.
+func (p *Processor) Stop(ctx context.Context) error {
+	return p.stop(ctx, false)
+}
+
+// StopAndCancel shuts down at once: it stops claiming and cancels in-flight
+// attempts, which release their tasks, and waits for them until ctx is done.
+func (p *Processor) StopAndCancel(ctx context.Context) error {
+	return p.stop(ctx, true)
+}
+
+func (p *Processor) stop(ctx context.Context, cancelNow bool) error {
+	var err error
+	p.stopOnce.Do(func() {
+		close(p.stopping)
+		if p.loopDone == nil { // never started
+			return
+		}
+		if cancelNow {
+			p.cancelWork(ErrStopped)
+		}
+		<-p.loopDone
+		drained := make(chan struct{})
+		go func() { p.executors.Wait(); close(drained) }()
+		select {
+		case <-drained:
+		case <-ctx.Done():
+			err = ctx.Err()
+			p.cancelWork(ErrStopped)
+			select {
+			case <-drained:
+			case <-time.After(5 * time.Second):
+				p.cfg.Logger.Warn("processor: attempts still running after cancellation; leaving them to lease expiry")
+			}
+		}
+		p.cancelWork(ErrStopped)
+		p.stopHeartbeat()
+		<-p.heartbeatDone
+	})
+	return err
+}
+
+func (p *Processor) claimLoop(ctx context.Context) {
+	defer close(p.loopDone)
+	var wake <-chan struct{}
+	if p.cfg.Notifier != nil {
+		ch, unsubscribe := p.cfg.Notifier.Subscribe()
+		defer unsubscribe()
+		wake = ch
+	}
+	poll := time.NewTicker(p.cfg.PollInterval)
+	defer poll.Stop()
+	for {
+		select {
+		case <-p.stopping:
+			return
+		case <-ctx.Done():
+			return
+		default:
+		}
+		free := p.cfg.Concurrency - p.inflightCount()
+		full := false
+		if free > 0 {
+			n, err := p.claim(ctx, free)
+			if err != nil && ctx.Err() == nil {
+				p.cfg.Logger.Warn("processor: claim", "err", err)
+			}
+			full = n == free
+		}
+		if full {
+			continue // there may be more due work: claim again once a slot frees
+		}
+		select {
+		case <-p.stopping:
+			return
+		case <-ctx.Done():
+			return
+		case <-wake:
+		case <-poll.C:
+		case <-p.slotFreed:
+		}
+	}
+}
+
+func (p *Processor) claim(ctx context.Context, max int) (int, error) {
+	claimed, err := p.cfg.Store.TaskClaimMany(ctx, &TaskClaimManyParams{
+		Namespace: p.cfg.Namespace, Queues: p.cfg.Queues, Types: p.cfg.Types,
+		Owner: p.cfg.WorkerID, Max: max, LeaseTTL: p.cfg.LeaseTTL,
+	})
+	if err != nil {
+		return 0, err
+	}
+	now := time.Now()
+	for _, ct := range claimed {
+		attemptCtx, cancel := context.WithCancelCause(ctx)
+		p.mu.Lock()
+		p.inflight[ct.Task.ID] = &inflightAttempt{epoch: ct.State.Lease.Epoch, lastRenewed: now, cancel: cancel}
+		p.mu.Unlock()
+		p.executors.Add(1)
+		go p.execute(attemptCtx, &Attempt{Task: ct.Task, proc: p, state: ct.State})
+	}
+	return len(claimed), nil
+}
+
+func (p *Processor) inflightCount() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.inflight)
+}
+
+func (p *Processor) execute(ctx context.Context, a *Attempt) {
+	defer func() {
+		p.mu.Lock()
+		if in := p.inflight[a.Task.ID]; in != nil {
+			in.cancel(nil)
+			delete(p.inflight, a.Task.ID)
+		}
+		p.mu.Unlock()
+		select {
+		case p.slotFreed <- struct{}{}:
+		default:
+		}
+		p.executors.Done()
+	}()
+	payloads, err := p.handle(ctx, a)
+	switch {
+	case errors.Is(err, ErrReleased):
+		payloads = []history.Payload{history.TaskReleasedData{
+			WorkerID: p.cfg.WorkerID, LeaseEpoch: a.state.Lease.Epoch, Reason: "worker shutting down",
+		}}
+	case err != nil:
+		if p.baseCtx.Err() == nil {
+			p.cfg.Logger.Warn("processor: attempt abandoned; the task is rescued when its lease expires",
+				"task_id", a.Task.ID, "attempt", a.state.Attempt, "err", err)
+		}
+		return
+	}
+	// Record the outcome even when the attempt context was cancelled by a
+	// stop: only abandoning the whole worker (baseCtx) drops it.
+	if err := a.Append(p.baseCtx, payloads...); err != nil && p.baseCtx.Err() == nil {
+		p.cfg.Logger.Warn("processor: record attempt outcome", "task_id", a.Task.ID, "attempt", a.state.Attempt, "err", err)
+	}
+}
+
+// handle runs the handler, turning a panic into an error so one bad task
+// cannot take the worker down.
+func (p *Processor) handle(ctx context.Context, a *Attempt) (payloads []history.Payload, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = errors.Newf("handler panicked: %v", r)
+		}
+	}()
+	return p.cfg.Handler.HandleAttempt(ctx, a)
+}
+
+func (p *Processor) heartbeatLoop(ctx context.Context) {
+	defer close(p.heartbeatDone)
+	ticker := time.NewTicker(p.cfg.HeartbeatInterval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+			p.heartbeat(ctx)
+		}
+	}
+}
+
+// heartbeat renews every in-flight lease in one statement and cancels the
+// attempts whose lease is gone, or could not be renewed for a whole TTL.
+func (p *Processor) heartbeat(ctx context.Context) {
+	p.mu.Lock()
+	leases := make([]LeaseRef, 0, len(p.inflight))
+	for id, in := range p.inflight {
+		leases = append(leases, LeaseRef{TaskID: id, Epoch: in.epoch})
+	}
+	p.mu.Unlock()
+	if len(leases) == 0 {
+		return
+	}
+	held, err := p.cfg.Store.LeaseExtendMany(ctx, leases, p.cfg.LeaseTTL)
+	now := time.Now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, l := range leases {
+		in := p.inflight[l.TaskID]
+		if in == nil || in.epoch != l.Epoch {
+			continue
+		}
+		switch {
+		case err == nil && held[l.TaskID]:
+			in.lastRenewed = now
+		case err == nil:
+			in.cancel(ErrLeaseLost)
+		case now.Sub(in.lastRenewed) > p.cfg.LeaseTTL:
+			in.cancel(ErrLeaseLost)
+		}
+	}
+	if err != nil && ctx.Err() == nil {
+		p.cfg.Logger.Warn("processor: renew leases", "err", err)
+	}
+}

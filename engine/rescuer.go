@@ -1,0 +1,191 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/cairnflow/cairn/history"
+	"github.com/cockroachdb/errors"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// RescueExpired turns up to max expired leases into lease_expired and a
+// reschedule: the task is due again at once, and another worker resumes it
+// after its last recorded step. A task whose expired attempt was its last
+// allowed one is dead-lettered instead, so a task that crashes every worker
+// that takes it cannot loop forever. It returns how many tasks it rescued.
+//
+// It is safe to run concurrently with workers and other rescuers: each
+// append is fenced by the expired epoch and re-checks expiry by the database
+// clock, so a lease extended meanwhile is left alone.
+func (s *Store) RescueExpired(ctx context.Context, max int) (int, error) {
+	rows, err := s.pool.Query(ctx, s.sql("TaskListExpired"), pgx.NamedArgs{"max": max})
+	if err != nil {
+		return 0, errors.Wrap(interpretError(err), "list expired leases")
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	if err != nil || len(ids) == 0 {
+		return 0, errors.Wrap(interpretError(err), "list expired leases")
+	}
+	byTask, err := s.EventListByTasks(ctx, ids)
+	if err != nil {
+		return 0, err
+	}
+	rescued := 0
+	for _, id := range ids {
+		state, err := history.Replay(byTask[id])
+		if err != nil {
+			return rescued, errors.Wrapf(err, "replay task %s", id)
+		}
+		if state.Status != history.StatusRunning || state.Lease.Owner == "" {
+			continue // finished between the two reads
+		}
+		_, err = s.EventAppend(ctx, &EventAppendParams{
+			TaskID: id, State: state, Epoch: state.Lease.Epoch, ExpiredOnly: true,
+			Attempt: state.Attempt, Payloads: rescuePayloads(state, Now()),
+		})
+		switch {
+		case errors.IsAny(err, ErrConflict, ErrFenced, ErrNotFound):
+			continue // the worker came back, finished, or someone else rescued it
+		case err != nil:
+			return rescued, err
+		}
+		rescued++
+	}
+	return rescued, nil
+}
+
+func rescuePayloads(state history.State, now time.Time) []history.Payload {
+	out := []history.Payload{history.LeaseExpiredData{
+		WorkerID: state.Lease.Owner, LeaseEpoch: state.Lease.Epoch, NextRunAt: now,
+	}}
+	if max := state.Scheduled.MaxAttempts; max > 0 && state.Attempt >= max {
+		out = append(out, history.TaskDeadLetteredData{
+			Reason: fmt.Sprintf("lease expired on attempt %d of %d", state.Attempt, max),
+			Error: history.ErrorInfo{
+				Class:   history.Transient,
+				Kind:    "lease_expired",
+				Message: fmt.Sprintf("worker %s stopped renewing its lease", state.Lease.Owner),
+			},
+		})
+	}
+	return out
+}
+
+// LeaderAttempt takes or renews the leader lease for the role name on behalf
+// of owner, for ttl by the database clock. It reports whether owner is the
+// leader afterwards.
+func (s *Store) LeaderAttempt(ctx context.Context, name, owner string, ttl time.Duration) (bool, error) {
+	var got string
+	err := s.pool.QueryRow(ctx, s.sql("LeaderAttempt"), pgx.NamedArgs{
+		"name": name, "owner": owner, "ttl_seconds": ttl.Seconds(),
+	}).Scan(&got)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, errors.Wrapf(interpretError(err), "attempt leadership of %s", name)
+	}
+	return got == owner, nil
+}
+
+// LeaderResign gives up owner's leader lease for name, if it holds it, so
+// another process can take over without waiting for expiry.
+func (s *Store) LeaderResign(ctx context.Context, name, owner string) error {
+	_, err := s.pool.Exec(ctx, s.sql("LeaderResign"), pgx.NamedArgs{"name": name, "owner": owner})
+	return errors.Wrapf(interpretError(err), "resign leadership of %s", name)
+}
+
+// RescuerConfig configures a [Rescuer].
+type RescuerConfig struct {
+	Store *Store
+	// Owner identifies this process in the leader lease. Required.
+	Owner string
+	// Interval between passes. Default 5s.
+	Interval time.Duration
+	// Logger. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Rescuer is the leader-only service that runs [Store.RescueExpired]
+// periodically. Every process may run one; only the holder of the "rescuer"
+// leader lease does the work.
+type Rescuer struct {
+	cfg RescuerConfig
+	svc service
+}
+
+// NewRescuer returns a rescuer; it does nothing until started.
+func NewRescuer(cfg RescuerConfig) (*Rescuer, error) {
+	if cfg.Store == nil || cfg.Owner == "" {
+		return nil, errors.New("engine: RescuerConfig needs Store and Owner")
+	}
+	if cfg.Interval <= 0 {
+		cfg.Interval = 5 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Rescuer{cfg: cfg}, nil
+}
+
+const rescuerLeaderName = "rescuer"
+
+// Start runs the rescuer until Stop or until ctx is done.
+func (r *Rescuer) Start(ctx context.Context) error {
+	return r.svc.start(ctx, func(ctx context.Context) {
+		ticker := time.NewTicker(r.cfg.Interval)
+		defer ticker.Stop()
+		leader := false
+		for {
+			leader = r.pass(ctx, leader)
+			select {
+			case <-ctx.Done():
+				if leader {
+					_ = r.cfg.Store.LeaderResign(context.WithoutCancel(ctx), rescuerLeaderName, r.cfg.Owner)
+				}
+				return
+			case <-ticker.C:
+			}
+		}
+	})
+}
+
+func (r *Rescuer) pass(ctx context.Context, wasLeader bool) bool {
+	// The lease outlives a few missed passes, so one slow pass does not
+	// hand leadership over.
+	leader, err := r.cfg.Store.LeaderAttempt(ctx, rescuerLeaderName, r.cfg.Owner, 3*r.cfg.Interval)
+	if err != nil {
+		if ctx.Err() == nil {
+			r.cfg.Logger.Warn("rescuer: leader election", "err", err)
+		}
+		return false
+	}
+	if leader != wasLeader {
+		r.cfg.Logger.Debug("rescuer: leadership changed", "leader", leader, "owner", r.cfg.Owner)
+	}
+	if !leader {
+		return false
+	}
+	for {
+		n, err := r.cfg.Store.RescueExpired(ctx, 100)
+		if err != nil {
+			if ctx.Err() == nil {
+				r.cfg.Logger.Warn("rescuer: rescue expired leases", "err", err)
+			}
+			return true
+		}
+		if n > 0 {
+			r.cfg.Logger.Info("rescuer: rescued tasks with expired leases", "count", n)
+		}
+		if n < 100 {
+			return true
+		}
+	}
+}
+
+// Stop stops the rescuer and waits for it. It is idempotent.
+func (r *Rescuer) Stop() { r.svc.stop() }

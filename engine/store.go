@@ -1,0 +1,162 @@
+package engine
+
+import (
+	"context"
+	_ "embed"
+	"strings"
+
+	"github.com/cairnflow/cairn/migrations"
+	"github.com/cockroachdb/errors"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// DefaultSchema is the PostgreSQL schema cairn's tables live in unless
+// configured otherwise.
+const DefaultSchema = "cairn"
+
+// DefaultNamespace is the namespace tasks belong to unless a caller names
+// another.
+const DefaultNamespace = "default"
+
+// Sentinel errors the store returns, marked so they survive wrapping.
+var (
+	// ErrNotFound: no task with that id in that namespace.
+	ErrNotFound = errors.New("not found")
+	// ErrConflict: the task moved on since the caller read it (another
+	// writer appended first), or a unique key is taken.
+	ErrConflict = errors.New("conflict")
+	// ErrFenced: the caller's lease epoch is no longer the task's; the
+	// attempt it acts for is over and its writes are refused.
+	ErrFenced = errors.New("fenced: lease epoch is stale")
+)
+
+//go:embed queries.sql
+var queriesSQL string
+
+// Querier is what the store needs of a connection: a pool, a connection or a
+// transaction. *pgxpool.Pool and pgx.Tx satisfy it.
+type Querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// StoreConfig configures a [Store].
+type StoreConfig struct {
+	// Pool is the connection pool. Required.
+	Pool *pgxpool.Pool
+	// Schema is the schema holding cairn's tables. Default [DefaultSchema].
+	Schema string
+}
+
+// Store is cairn's PostgreSQL store. It is safe for concurrent use.
+type Store struct {
+	pool    *pgxpool.Pool
+	schema  string
+	channel string // NOTIFY channel for work becoming ready
+	q       map[string]string
+}
+
+// NewStore returns a store over cfg.Pool. It does not touch the database.
+func NewStore(cfg StoreConfig) (*Store, error) {
+	if cfg.Pool == nil {
+		return nil, errors.New("engine: StoreConfig.Pool is required")
+	}
+	schema := cfg.Schema
+	if schema == "" {
+		schema = DefaultSchema
+	}
+	if err := ValidateSchemaName(schema); err != nil {
+		return nil, err
+	}
+	q, err := parseQueries(queriesSQL, schema)
+	if err != nil {
+		return nil, err
+	}
+	return &Store{pool: cfg.Pool, schema: schema, channel: schema + ".ready", q: q}, nil
+}
+
+// Pool returns the store's connection pool.
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// Schema returns the schema the store works in.
+func (s *Store) Schema() string { return s.schema }
+
+// ValidateSchemaName checks that name can serve as cairn's schema: a plain
+// identifier of at most 48 characters, so the names derived from it fit
+// PostgreSQL's 63-byte limit.
+func ValidateSchemaName(name string) error {
+	if name == "" || len(name) > 48 {
+		return errors.Newf("schema name %q: must be 1 to 48 characters", name)
+	}
+	for i, r := range name {
+		ok := r == '_' || (r >= 'a' && r <= 'z') || (i > 0 && r >= '0' && r <= '9')
+		if !ok {
+			return errors.Newf("schema name %q: use lowercase letters, digits and underscores, starting with a letter or underscore", name)
+		}
+	}
+	return nil
+}
+
+// parseQueries splits the embedded query file at its "-- name:" lines and
+// fills in the schema marker.
+func parseQueries(src, schema string) (map[string]string, error) {
+	prefix := pgx.Identifier{schema}.Sanitize() + "."
+	out := map[string]string{}
+	var name string
+	var body strings.Builder
+	flush := func() {
+		if name != "" {
+			out[name] = strings.TrimSpace(strings.ReplaceAll(body.String(), migrations.SchemaMarker, prefix))
+		}
+		body.Reset()
+	}
+	for _, line := range strings.Split(src, "\n") {
+		trimmed := strings.TrimSpace(line)
+		if rest, ok := strings.CutPrefix(trimmed, "-- name:"); ok {
+			flush()
+			name = strings.TrimSpace(rest)
+			if _, dup := out[name]; dup {
+				return nil, errors.AssertionFailedf("query %s defined twice", name)
+			}
+			continue
+		}
+		if strings.HasPrefix(trimmed, "--") {
+			continue // comments never reach the server, so no "@" in them is taken for a parameter
+		}
+		body.WriteString(line)
+		body.WriteByte('\n')
+	}
+	flush()
+	return out, nil
+}
+
+// sql returns the named query; a missing name is a programming error.
+func (s *Store) sql(name string) string {
+	q, ok := s.q[name]
+	if !ok {
+		panic("engine: unknown query " + name)
+	}
+	return q
+}
+
+// interpretError translates pgx errors once, at the store boundary, so that
+// nothing above it sees pgx types.
+func interpretError(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
+		return errors.Mark(err, ErrNotFound)
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case "23505": // unique_violation
+			return errors.Mark(err, ErrConflict)
+		}
+	}
+	return err
+}

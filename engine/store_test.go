@@ -1,0 +1,48 @@
+package engine_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/engine/enginetest"
+	"github.com/cairnflow/cairn/history"
+	"github.com/cockroachdb/errors"
+	"github.com/stretchr/testify/require"
+)
+
+func TestStartClaimComplete(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := enginetest.Store(t)
+	res, err := s.TaskStart(ctx, &engine.TaskStartParams{Namespace: "default", Scheduled: history.Scheduled{
+		TaskType: "doc", TypeVersion: 1, Queue: "default", Input: json.RawMessage(`{"a": 1}`), MaxAttempts: 3,
+	}})
+	require.NoError(t, err)
+	claimed, err := s.TaskClaimMany(ctx, &engine.TaskClaimManyParams{
+		Namespace: "default", Queues: []string{"default"}, Types: []engine.TypeKey{{Type: "doc", Version: 1}},
+		Owner: "w1", Max: 10, LeaseTTL: time.Minute,
+	})
+	require.NoError(t, err)
+	require.Len(t, claimed, 1)
+	ct := claimed[0]
+	require.Equal(t, res.ID, ct.Task.ID)
+	require.Equal(t, history.StatusRunning, ct.State.Status)
+	enginetest.RequireProjectionsMatch(t, s)
+
+	st, err := s.EventAppend(ctx, &engine.EventAppendParams{TaskID: ct.Task.ID, State: ct.State, Epoch: ct.State.Lease.Epoch,
+		Attempt: 1, Payloads: []history.Payload{history.StepCompletedData{Position: 0, Name: "ocr", Output: json.RawMessage(`"x"`)}}})
+	require.NoError(t, err)
+	_, err = s.EventAppend(ctx, &engine.EventAppendParams{TaskID: ct.Task.ID, State: st, Epoch: st.Lease.Epoch + 1,
+		Attempt: 1, Payloads: []history.Payload{history.TaskCompletedData{}}})
+	require.True(t, errors.Is(err, engine.ErrFenced), "got %v", err)
+	_, err = s.EventAppend(ctx, &engine.EventAppendParams{TaskID: ct.Task.ID, State: st, Epoch: st.Lease.Epoch,
+		Attempt: 1, Payloads: []history.Payload{history.TaskCompletedData{Output: json.RawMessage(`{"ok":true}`)}}})
+	require.NoError(t, err)
+	task, err := s.TaskGetByID(ctx, "default", ct.Task.ID)
+	require.NoError(t, err)
+	require.Equal(t, history.StatusCompleted, task.Status)
+	require.Equal(t, 1, enginetest.RequireProjectionsMatch(t, s))
+}

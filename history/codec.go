@@ -1,0 +1,85 @@
+package history
+
+import (
+	"bytes"
+	"encoding/json"
+
+	"github.com/cockroachdb/errors"
+)
+
+// SchemaVersion is the version written into every encoded payload, in the
+// JSON field "v". A decoder refuses versions it does not know rather than
+// guessing at their meaning.
+const SchemaVersion = 1
+
+// Encode returns the versioned JSON encoding of p: a JSON object whose first
+// field is "v".
+func Encode(p Payload) ([]byte, error) {
+	if p == nil {
+		return nil, errors.AssertionFailedf("encode nil payload")
+	}
+	body, err := json.Marshal(p)
+	if err != nil {
+		return nil, errors.Wrapf(err, "encode %s payload", p.EventType())
+	}
+	// body is a JSON object: splice the version in as its first field.
+	out := make([]byte, 0, len(body)+8)
+	out = append(out, `{"v":1`...)
+	if len(body) > 2 {
+		out = append(out, ',')
+	}
+	out = append(out, body[1:]...)
+	return out, nil
+}
+
+// Decode parses the versioned JSON encoding of a payload of type typ. It
+// returns an error marked [ErrInvalidHistory] for an unknown type, an unknown
+// or missing version, or a body that does not parse; it never panics.
+func Decode(typ Type, data []byte) (Payload, error) {
+	var head struct {
+		V *int `json:"v"`
+	}
+	if err := json.Unmarshal(data, &head); err != nil {
+		return nil, invalidf(err, "decode %s payload", typ)
+	}
+	if head.V == nil {
+		return nil, invalidf(nil, "decode %s payload: no schema version", typ)
+	}
+	if *head.V != SchemaVersion {
+		return nil, invalidf(nil, "decode %s payload: unknown schema version %d", typ, *head.V)
+	}
+	switch typ {
+	case TaskScheduled:
+		return decodeAs[Scheduled](typ, data)
+	case AttemptStarted:
+		return decodeAs[AttemptStartedData](typ, data)
+	case StepCompleted:
+		return decodeAs[StepCompletedData](typ, data)
+	case AttemptFailed:
+		return decodeAs[AttemptFailedData](typ, data)
+	case LeaseExpired:
+		return decodeAs[LeaseExpiredData](typ, data)
+	case TaskReleased:
+		return decodeAs[TaskReleasedData](typ, data)
+	case TaskCompleted:
+		return decodeAs[TaskCompletedData](typ, data)
+	case TaskFailed:
+		return decodeAs[TaskFailedData](typ, data)
+	case TaskDeadLettered:
+		return decodeAs[TaskDeadLetteredData](typ, data)
+	default:
+		return nil, invalidf(nil, "decode payload: unknown event type %q", string(typ))
+	}
+}
+
+func decodeAs[T Payload](typ Type, data []byte) (Payload, error) {
+	var p T
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&p); err != nil {
+		return nil, invalidf(err, "decode %s payload", typ)
+	}
+	if dec.More() {
+		return nil, invalidf(nil, "decode %s payload: trailing data", typ)
+	}
+	return p, nil
+}

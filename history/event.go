@@ -1,0 +1,185 @@
+package history
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Type names an event. The string values are stored in the database and
+// never change; Go constants are the CamelCase forms of the same facts.
+type Type string
+
+// The event types. Each is a past-tense fact about one task.
+const (
+	TaskScheduled    Type = "task_scheduled"
+	AttemptStarted   Type = "attempt_started"
+	StepCompleted    Type = "step_completed"
+	AttemptFailed    Type = "attempt_failed"
+	LeaseExpired     Type = "lease_expired"
+	TaskReleased     Type = "task_released"
+	TaskCompleted    Type = "task_completed"
+	TaskFailed       Type = "task_failed"
+	TaskDeadLettered Type = "task_dead_lettered"
+)
+
+// Types lists every event type this version of the package understands, in
+// the order of the constants above.
+var Types = []Type{
+	TaskScheduled, AttemptStarted, StepCompleted, AttemptFailed, LeaseExpired,
+	TaskReleased, TaskCompleted, TaskFailed, TaskDeadLettered,
+}
+
+// Event is one entry of a task's append-only log.
+//
+// Seq numbers a task's events 1..n without gaps. At is supplied by the writer
+// (history reads no clock). Attempt is the attempt an event belongs to, or 0
+// for events that belong to none (task_scheduled, task_failed from pending).
+type Event struct {
+	Seq     int64
+	At      time.Time
+	Attempt int
+	Data    Payload
+}
+
+// Type returns the event's type, taken from its payload.
+func (e Event) Type() Type {
+	if e.Data == nil {
+		return ""
+	}
+	return e.Data.EventType()
+}
+
+// Payload is the type-specific body of an [Event]. Implementations are the
+// structs of this package; each encodes as a JSON object carrying its schema
+// version in the field "v".
+type Payload interface {
+	EventType() Type
+}
+
+// Scheduled is the payload of task_scheduled: everything needed to run the
+// task, including the retry limits so the engine can enforce them without
+// importing user code.
+type Scheduled struct {
+	Namespace      string            `json:"namespace"`
+	TaskType       string            `json:"task_type"`
+	TypeVersion    int               `json:"type_version"`
+	Queue          string            `json:"queue"`
+	Priority       int               `json:"priority"`
+	Input          json.RawMessage   `json:"input,omitempty"`
+	RunAt          time.Time         `json:"run_at"`
+	IdempotencyKey string            `json:"idempotency_key,omitempty"`
+	TraceID        string            `json:"trace_id,omitempty"`
+	Labels         map[string]string `json:"labels,omitempty"`
+	MaxAttempts    int               `json:"max_attempts"`
+}
+
+// AttemptStartedData is the payload of attempt_started: a worker claimed the
+// task under a lease.
+type AttemptStartedData struct {
+	WorkerID       string    `json:"worker_id"`
+	LeaseEpoch     int64     `json:"lease_epoch"`
+	LeaseExpiresAt time.Time `json:"lease_expires_at"`
+}
+
+// StepCompletedData is the payload of step_completed: the step at Position
+// ran to completion and returned Output.
+type StepCompletedData struct {
+	Position int             `json:"position"`
+	Name     string          `json:"name"`
+	Output   json.RawMessage `json:"output,omitempty"`
+}
+
+// Class says whether a failure is worth retrying.
+type Class string
+
+// The error classes.
+const (
+	Transient Class = "transient"
+	Permanent Class = "permanent"
+)
+
+// ErrorInfo is failure evidence as plain data: it survives a database round
+// trip where a Go error chain would not.
+type ErrorInfo struct {
+	Class   Class             `json:"class"`
+	Message string            `json:"message"`
+	Kind    string            `json:"kind,omitempty"`
+	Status  int               `json:"status,omitempty"`
+	Attrs   map[string]string `json:"attrs,omitempty"`
+	// Step and Position name the step that failed, if a step failed.
+	Step     string `json:"step,omitempty"`
+	Position int    `json:"position,omitempty"`
+	// RetryAfter is a hint from the failing code, in milliseconds.
+	RetryAfterMillis int64 `json:"retry_after_ms,omitempty"`
+}
+
+// AttemptFailedData is the payload of attempt_failed. NextRunAt is set when
+// the task will be retried; when it is nil the event is followed by a terminal
+// event in the same append.
+type AttemptFailedData struct {
+	Error     ErrorInfo  `json:"error"`
+	NextRunAt *time.Time `json:"next_run_at,omitempty"`
+}
+
+// LeaseExpiredData is the payload of lease_expired: the rescuer found the
+// attempt's lease past its expiry and rescheduled the task at NextRunAt.
+type LeaseExpiredData struct {
+	WorkerID   string    `json:"worker_id"`
+	LeaseEpoch int64     `json:"lease_epoch"`
+	NextRunAt  time.Time `json:"next_run_at"`
+}
+
+// TaskReleasedData is the payload of task_released: a worker shutting down
+// gave the task back before finishing the attempt, so another worker can take
+// it at once instead of after the lease expires.
+type TaskReleasedData struct {
+	WorkerID   string `json:"worker_id"`
+	LeaseEpoch int64  `json:"lease_epoch"`
+	Reason     string `json:"reason,omitempty"`
+}
+
+// TaskCompletedData is the payload of task_completed.
+type TaskCompletedData struct {
+	Output json.RawMessage `json:"output,omitempty"`
+}
+
+// TaskFailedData is the payload of task_failed: a permanent error ended the
+// task.
+type TaskFailedData struct {
+	Error ErrorInfo `json:"error"`
+}
+
+// TaskDeadLetteredData is the payload of task_dead_lettered: the task used up
+// its retry budget (or otherwise needs an operator) and waits for manual
+// review.
+type TaskDeadLetteredData struct {
+	Reason string    `json:"reason"`
+	Error  ErrorInfo `json:"error"`
+}
+
+// EventType implements [Payload].
+func (Scheduled) EventType() Type { return TaskScheduled }
+
+// EventType implements [Payload].
+func (AttemptStartedData) EventType() Type { return AttemptStarted }
+
+// EventType implements [Payload].
+func (StepCompletedData) EventType() Type { return StepCompleted }
+
+// EventType implements [Payload].
+func (AttemptFailedData) EventType() Type { return AttemptFailed }
+
+// EventType implements [Payload].
+func (LeaseExpiredData) EventType() Type { return LeaseExpired }
+
+// EventType implements [Payload].
+func (TaskReleasedData) EventType() Type { return TaskReleased }
+
+// EventType implements [Payload].
+func (TaskCompletedData) EventType() Type { return TaskCompleted }
+
+// EventType implements [Payload].
+func (TaskFailedData) EventType() Type { return TaskFailed }
+
+// EventType implements [Payload].
+func (TaskDeadLetteredData) EventType() Type { return TaskDeadLettered }

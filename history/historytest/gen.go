@@ -1,0 +1,334 @@
+package historytest
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"pgregory.net/rapid"
+
+	"github.com/cairnflow/cairn/history"
+)
+
+// Opts bounds generated histories. The zero value is usable.
+type Opts struct {
+	// MaxAttempts is the largest max_attempts a generated task is scheduled
+	// with (at least 1); 0 means 4.
+	MaxAttempts int
+	// MaxSteps is the largest number of steps a generated task's workflow
+	// has; 0 means 4.
+	MaxSteps int
+	// Complete, when set, keeps every history to its terminal event. By
+	// default about a third of the histories stop part-way, at a point where
+	// the log can rest between appends.
+	Complete bool
+}
+
+func (o Opts) withDefaults() Opts {
+	if o.MaxAttempts <= 0 {
+		o.MaxAttempts = 4
+	}
+	if o.MaxSteps <= 0 {
+		o.MaxSteps = 4
+	}
+	return o
+}
+
+// Events returns a rapid generator of valid task histories: task_scheduled,
+// then attempts (each attempt_started under a higher lease epoch, some
+// step_completed continuing from the steps already completed, then a retry,
+// a lease expiry, a release, completion, or a final failure followed by
+// task_failed or task_dead_lettered), possibly stopping part-way. Seq runs
+// 1..n, times are UTC, microsecond-precise and non-decreasing.
+func Events(opts Opts) *rapid.Generator[[]history.Event] {
+	return rapid.Custom(func(t *rapid.T) []history.Event { return Draw(t, opts) })
+}
+
+// Draw draws one history as [Events] does, from t.
+func Draw(t *rapid.T, opts Opts) []history.Event {
+	return generate(rapidSource{t}, opts.withDefaults())
+}
+
+// FromSeed returns the history [Events] describes, drawn from a PCG seeded
+// with seed: the same seed always gives the same history.
+func FromSeed(seed uint64, opts Opts) []history.Event {
+	return generate(randSource{rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}, opts.withDefaults())
+}
+
+// Long returns a valid, non-terminal history of exactly n events (n >= 1),
+// drawn from a PCG seeded with seed: many attempts, each completing some
+// steps and ending in a retry, a lease expiry or a release. It is meant for
+// benchmarks and for tests that need a big history.
+func Long(n int, seed uint64) []history.Event {
+	g := &gen{
+		src:         randSource{rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))},
+		at:          Base,
+		limit:       n,
+		maxAttempts: n, // never reached: every attempt takes at least two events
+		totalSteps:  n,
+		perAttempt:  8,
+		endless:     true,
+	}
+	g.run()
+	return g.events[:n]
+}
+
+// source is where the generator's choices come from.
+type source interface {
+	// intRange returns a value in [lo, hi].
+	intRange(label string, lo, hi int) int
+}
+
+type rapidSource struct{ t *rapid.T }
+
+func (s rapidSource) intRange(label string, lo, hi int) int {
+	return rapid.IntRange(lo, hi).Draw(s.t, label)
+}
+
+type randSource struct{ r *rand.Rand }
+
+func (s randSource) intRange(_ string, lo, hi int) int {
+	return lo + s.r.IntN(hi-lo+1)
+}
+
+type gen struct {
+	src source
+
+	events []history.Event
+	at     time.Time
+	// rest lists the lengths at which the log may rest between appends:
+	// everywhere but between a final attempt_failed and its terminal event.
+	rest []int
+
+	limit       int // stop once this many events exist; 0 for no limit
+	perAttempt  int // most steps one attempt completes; 0 for no bound
+	endless     bool
+	maxAttempts int
+	totalSteps  int
+	steps       int
+	epoch       int64
+	runAt       time.Time
+}
+
+func generate(src source, opts Opts) []history.Event {
+	g := &gen{src: src, at: Base}
+	g.maxAttempts = src.intRange("max_attempts", 1, opts.MaxAttempts)
+	g.totalSteps = src.intRange("steps", 0, opts.MaxSteps)
+	g.run()
+	if !opts.Complete && g.src.intRange("stop_early", 0, 2) == 0 {
+		n := g.rest[g.src.intRange("stop_at", 0, len(g.rest)-1)]
+		return g.events[:n]
+	}
+	return g.events
+}
+
+func (g *gen) full() bool { return g.limit > 0 && len(g.events) >= g.limit }
+
+// delay returns a pause of up to max, in whole microseconds.
+func (g *gen) delay(label string, max time.Duration) time.Duration {
+	return time.Duration(g.src.intRange(label, 0, int(max/time.Microsecond))) * time.Microsecond
+}
+
+func (g *gen) emit(attempt int, p history.Payload, rest bool) {
+	g.events = append(g.events, history.Event{
+		Seq:     int64(len(g.events) + 1),
+		At:      g.at,
+		Attempt: attempt,
+		Data:    p,
+	})
+	if rest {
+		g.rest = append(g.rest, len(g.events))
+	}
+}
+
+func (g *gen) pick(label string, pool []string) string {
+	return pool[g.src.intRange(label, 0, len(pool)-1)]
+}
+
+var (
+	namespaces = []string{"default", "billing"}
+	taskTypes  = []string{"send_invoice", "sync_inventory", "résumé_render"}
+	queues     = []string{"default", "critical", "bulk"}
+	workers    = []string{"worker-1", "worker-2", "host-b/pid-77"}
+	stepNames  = []string{"reserve", "charge", "ship", "notify", "archive"}
+	inputs     = []string{"", `{"invoice":42,"lines":[1,2,3]}`, `"plain"`, `[]`, `{"note":"\u003chi\u003e \"q\" ü"}`}
+	outputs    = []string{"", `{"id":"x-1"}`, `123`, `"ok"`, `null`, `{"nested":{"a":[true,false]}}`}
+	messages   = []string{"connection reset", "upstream returned 503", `bad "input" <field>`, "tiempo agotado ⏱", "line1\nline2"}
+	kinds      = []string{"", "net", "http", "validation"}
+)
+
+func (g *gen) rawOrNil(label string, pool []string) json.RawMessage {
+	s := g.pick(label, pool)
+	if s == "" {
+		return nil
+	}
+	return json.RawMessage(s)
+}
+
+func (g *gen) errorInfo(class history.Class) history.ErrorInfo {
+	info := history.ErrorInfo{
+		Class:   class,
+		Message: g.pick("message", messages),
+		Kind:    g.pick("kind", kinds),
+	}
+	if g.src.intRange("has_status", 0, 1) == 1 {
+		info.Status = 500 + g.src.intRange("status", 0, 4)
+	}
+	if g.src.intRange("has_attrs", 0, 2) == 0 {
+		info.Attrs = map[string]string{"host": "api.example.com", "try": fmt.Sprint(len(g.events))}
+	}
+	if g.steps < g.totalSteps && g.src.intRange("in_step", 0, 1) == 1 {
+		info.Step, info.Position = stepName(g.steps), g.steps
+	}
+	if class == history.Transient && g.src.intRange("has_retry_after", 0, 3) == 0 {
+		info.RetryAfterMillis = int64(g.src.intRange("retry_after", 1, 60_000))
+	}
+	return info
+}
+
+func stepName(position int) string {
+	if position < len(stepNames) {
+		return stepNames[position]
+	}
+	return fmt.Sprintf("step-%d", position)
+}
+
+// The ways an attempt can end.
+const (
+	endComplete  = iota // task_completed
+	endRetry            // attempt_failed with next_run_at
+	endExpire           // lease_expired
+	endRelease          // task_released
+	endPermanent        // attempt_failed, task_failed
+)
+
+func (g *gen) run() {
+	g.scheduled()
+	if g.full() {
+		return
+	}
+	if !g.endless && g.src.intRange("fail_pending", 0, 19) == 0 {
+		// Refused or expired before any attempt started.
+		g.at = g.at.Add(g.delay("delay", time.Minute))
+		g.emit(0, history.TaskFailedData{Error: g.errorInfo(history.Permanent)}, true)
+		return
+	}
+	for attempt := 1; !g.full(); attempt++ {
+		if g.attempt(attempt) {
+			return
+		}
+	}
+}
+
+func (g *gen) scheduled() {
+	p := history.Scheduled{
+		Namespace:   g.pick("namespace", namespaces),
+		TaskType:    g.pick("task_type", taskTypes),
+		TypeVersion: g.src.intRange("type_version", 1, 3),
+		Queue:       g.pick("queue", queues),
+		Priority:    g.src.intRange("priority", -2, 2),
+		Input:       g.rawOrNil("input", inputs),
+		RunAt:       g.at.Add(g.delay("run_at", 10*time.Second)),
+		MaxAttempts: g.maxAttempts,
+	}
+	if g.src.intRange("has_key", 0, 1) == 1 {
+		p.IdempotencyKey = fmt.Sprintf("order-%d", g.src.intRange("key", 1, 999))
+	}
+	if g.src.intRange("has_trace", 0, 1) == 1 {
+		p.TraceID = "4bf92f3577b34da6a3ce929d0e0e4736"
+	}
+	if g.src.intRange("has_labels", 0, 1) == 1 {
+		p.Labels = map[string]string{"team": "payments", "tier": g.pick("tier", []string{"gold", "free"})}
+	}
+	g.runAt = p.RunAt
+	g.emit(0, p, true)
+}
+
+// attempt appends one attempt and reports whether the task reached a
+// terminal status (or the limit).
+func (g *gen) attempt(attempt int) bool {
+	g.at = g.at.Add(g.delay("delay", 2*time.Second))
+	if g.at.Before(g.runAt) {
+		g.at = g.runAt.Add(g.delay("claim_lag", 500*time.Millisecond))
+	}
+	g.epoch += int64(g.src.intRange("epoch_step", 1, 3))
+	worker := g.pick("worker", workers)
+	leaseExpiresAt := g.at.Add(LeaseTTL)
+	g.emit(attempt, history.AttemptStartedData{WorkerID: worker, LeaseEpoch: g.epoch, LeaseExpiresAt: leaseExpiresAt}, true)
+	if g.full() {
+		return true
+	}
+
+	most := g.totalSteps - g.steps
+	if g.perAttempt > 0 {
+		most = min(most, g.perAttempt)
+	}
+	for n := g.src.intRange("steps_now", 0, most); n > 0; n-- {
+		g.at = g.at.Add(g.delay("delay", 5*time.Second))
+		g.emit(attempt, history.StepCompletedData{
+			Position: g.steps,
+			Name:     stepName(g.steps),
+			Output:   g.rawOrNil("output", outputs),
+		}, true)
+		g.steps++
+		if g.full() {
+			return true
+		}
+	}
+
+	var end int
+	if g.steps == g.totalSteps {
+		// Mostly done by now; the last step's side effects can still fail.
+		end = []int{endComplete, endComplete, endComplete, endRetry, endExpire, endRelease, endPermanent}[g.src.intRange("end", 0, 6)]
+	} else {
+		end = []int{endRetry, endRetry, endExpire, endRelease, endPermanent}[g.src.intRange("end", 0, 4)]
+	}
+	if g.endless && (end == endComplete || end == endPermanent) {
+		end = endRetry
+	}
+	last := !g.endless && attempt >= g.maxAttempts
+	if last && end == endRelease {
+		end = endExpire
+	}
+
+	g.at = g.at.Add(g.delay("delay", 5*time.Second))
+	switch end {
+	case endComplete:
+		g.emit(attempt, history.TaskCompletedData{Output: g.rawOrNil("output", outputs)}, true)
+		return true
+	case endRetry:
+		info := g.errorInfo(history.Transient)
+		if last {
+			g.emit(attempt, history.AttemptFailedData{Error: info}, false)
+			g.emit(attempt, history.TaskDeadLetteredData{Reason: "attempts exhausted", Error: info}, true)
+			return true
+		}
+		next := g.at.Add(time.Millisecond + g.delay("backoff", time.Minute))
+		g.emit(attempt, history.AttemptFailedData{Error: info, NextRunAt: &next}, true)
+		g.runAt = next
+	case endExpire:
+		// The rescuer notices some time after the lease ran out.
+		if g.at.Before(leaseExpiresAt) {
+			g.at = leaseExpiresAt.Add(g.delay("rescue_lag", 5*time.Second))
+		}
+		if last {
+			g.emit(attempt, history.TaskDeadLetteredData{
+				Reason: "lease expired on the last attempt",
+				Error:  history.ErrorInfo{Class: history.Transient, Message: "lease expired", Kind: "lease"},
+			}, true)
+			return true
+		}
+		g.runAt = g.at.Add(g.delay("backoff", time.Minute))
+		g.emit(attempt, history.LeaseExpiredData{WorkerID: worker, LeaseEpoch: g.epoch, NextRunAt: g.runAt}, true)
+	case endRelease:
+		g.emit(attempt, history.TaskReleasedData{WorkerID: worker, LeaseEpoch: g.epoch, Reason: g.pick("reason", []string{"", "shutdown", "drain"})}, true)
+		g.runAt = g.at
+	case endPermanent:
+		info := g.errorInfo(history.Permanent)
+		g.emit(attempt, history.AttemptFailedData{Error: info}, false)
+		g.emit(attempt, history.TaskFailedData{Error: info}, true)
+		return true
+	}
+	return g.full()
+}

@@ -1,0 +1,275 @@
+package history
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/cockroachdb/errors"
+)
+
+// ErrInvalidHistory marks every error that reports an event sequence (or an
+// encoded event) that cannot be a task's history.
+var ErrInvalidHistory = errors.New("invalid history")
+
+func invalidf(cause error, format string, args ...any) error {
+	var err error
+	if cause != nil {
+		err = errors.Wrapf(cause, format, args...)
+	} else {
+		err = errors.Newf(format, args...)
+	}
+	return errors.Mark(err, ErrInvalidHistory)
+}
+
+// Status is where a task stands. The strings are stored and shown to users.
+type Status string
+
+// The task statuses.
+const (
+	StatusPending      Status = "pending"
+	StatusRunning      Status = "running"
+	StatusRetrying     Status = "retrying"
+	StatusCompleted    Status = "completed"
+	StatusFailed       Status = "failed"
+	StatusCancelled    Status = "cancelled"
+	StatusDeadLettered Status = "dead_lettered"
+)
+
+// Terminal reports whether no further event but an explicit requeue can
+// follow a task in status s.
+func (s Status) Terminal() bool {
+	switch s {
+	case StatusCompleted, StatusFailed, StatusCancelled, StatusDeadLettered:
+		return true
+	}
+	return false
+}
+
+// Lease is the claim a worker holds on a running task. Epoch grows with every
+// attempt and is kept after the lease ends, so a stale worker's writes can be
+// fenced off by comparing epochs.
+type Lease struct {
+	Owner     string
+	Epoch     int64
+	ExpiresAt time.Time // as granted when the attempt started; heartbeats extend it outside the log
+}
+
+// Step is a completed step as the history records it.
+type Step struct {
+	Position int
+	Name     string
+	Output   json.RawMessage
+}
+
+// State is what replaying a task's history yields. The engine's tasks
+// projection row holds the same values; see docs/architecture.md.
+type State struct {
+	Scheduled Scheduled // the task_scheduled payload
+
+	Status    Status
+	Attempt   int       // the latest attempt number, 0 before the first
+	RunAt     time.Time // when the task is next due (or was, once running)
+	Lease     Lease
+	Steps     []Step // completed steps, by position
+	LastError *ErrorInfo
+	Output    json.RawMessage
+
+	CancelRequested bool
+	LastSeq         int64
+
+	CreatedAt  time.Time // at of task_scheduled
+	UpdatedAt  time.Time // at of the latest event
+	StartedAt  time.Time // at of the first attempt_started, zero before
+	FinishedAt time.Time // at of the terminal event, zero before
+}
+
+// Replay folds events into the state they describe. It is total: any
+// sequence that is not a valid history gives an error marked
+// [ErrInvalidHistory] naming the offending event, never a panic.
+func Replay(events []Event) (State, error) {
+	var s State
+	for _, e := range events {
+		next, err := Apply(s, e)
+		if err != nil {
+			return s, err
+		}
+		s = next
+	}
+	if s.LastSeq == 0 {
+		return s, invalidf(nil, "replay: empty history")
+	}
+	return s, nil
+}
+
+// Apply returns the state after e, or an error marked [ErrInvalidHistory] if
+// e cannot follow s. s is not modified; the returned state may share the Steps
+// backing array with s, so callers treat states as values to replace, not to
+// mutate.
+func Apply(s State, e Event) (State, error) {
+	orig := s
+	if e.Data == nil {
+		return s, invalidf(nil, "event %d: no payload", e.Seq)
+	}
+	typ := e.Data.EventType()
+	if e.Seq != s.LastSeq+1 {
+		return s, invalidf(nil, "event %d (%s): expected seq %d", e.Seq, typ, s.LastSeq+1)
+	}
+	if s.LastSeq == 0 && typ != TaskScheduled {
+		return s, invalidf(nil, "event %d (%s): a history starts with %s", e.Seq, typ, TaskScheduled)
+	}
+	if s.Status.Terminal() {
+		return s, invalidf(nil, "event %d (%s): task is already %s", e.Seq, typ, s.Status)
+	}
+	var err error
+	switch p := e.Data.(type) {
+	case Scheduled:
+		err = s.applyScheduled(e, p)
+	case AttemptStartedData:
+		err = s.applyAttemptStarted(e, p)
+	case StepCompletedData:
+		err = s.applyStepCompleted(e, p)
+	case AttemptFailedData:
+		err = s.applyAttemptFailed(e, p)
+	case LeaseExpiredData:
+		err = s.applyLeaseEnded(e, p.LeaseEpoch, StatusRetrying, p.NextRunAt)
+	case TaskReleasedData:
+		err = s.applyLeaseEnded(e, p.LeaseEpoch, StatusPending, e.At)
+	case TaskCompletedData:
+		err = s.applyCompleted(e, p)
+	case TaskFailedData:
+		s.finish(e, StatusFailed)
+		info := p.Error
+		s.LastError = &info
+	case TaskDeadLetteredData:
+		s.finish(e, StatusDeadLettered)
+		info := p.Error
+		s.LastError = &info
+	default:
+		err = invalidf(nil, "event %d: unknown payload %T", e.Seq, e.Data)
+	}
+	if err != nil {
+		return orig, err
+	}
+	s.LastSeq = e.Seq
+	s.UpdatedAt = e.At
+	return s, nil
+}
+
+func (s *State) applyScheduled(e Event, p Scheduled) error {
+	if s.LastSeq != 0 {
+		return invalidf(nil, "event %d (%s): task already scheduled", e.Seq, TaskScheduled)
+	}
+	if p.TaskType == "" {
+		return invalidf(nil, "event %d (%s): no task type", e.Seq, TaskScheduled)
+	}
+	s.Scheduled = p
+	s.Status = StatusPending
+	s.RunAt = p.RunAt
+	s.CreatedAt = e.At
+	return nil
+}
+
+func (s *State) applyAttemptStarted(e Event, p AttemptStartedData) error {
+	if s.Status != StatusPending && s.Status != StatusRetrying {
+		return invalidf(nil, "event %d (%s): task is %s", e.Seq, AttemptStarted, s.Status)
+	}
+	if e.Attempt != s.Attempt+1 {
+		return invalidf(nil, "event %d (%s): attempt %d follows attempt %d", e.Seq, AttemptStarted, e.Attempt, s.Attempt)
+	}
+	if p.LeaseEpoch <= s.Lease.Epoch {
+		return invalidf(nil, "event %d (%s): lease epoch %d does not exceed %d", e.Seq, AttemptStarted, p.LeaseEpoch, s.Lease.Epoch)
+	}
+	s.Status = StatusRunning
+	s.Attempt = e.Attempt
+	s.Lease = Lease{Owner: p.WorkerID, Epoch: p.LeaseEpoch, ExpiresAt: p.LeaseExpiresAt}
+	if s.StartedAt.IsZero() {
+		s.StartedAt = e.At
+	}
+	return nil
+}
+
+func (s *State) requireCurrentAttempt(e Event) error {
+	if s.Status != StatusRunning {
+		return invalidf(nil, "event %d (%s): task is %s, not running", e.Seq, e.Data.EventType(), s.Status)
+	}
+	if e.Attempt != s.Attempt {
+		return invalidf(nil, "event %d (%s): belongs to attempt %d, current is %d", e.Seq, e.Data.EventType(), e.Attempt, s.Attempt)
+	}
+	return nil
+}
+
+func (s *State) applyStepCompleted(e Event, p StepCompletedData) error {
+	if err := s.requireCurrentAttempt(e); err != nil {
+		return err
+	}
+	if s.Lease.Owner == "" {
+		return invalidf(nil, "event %d (%s): attempt %d already ended", e.Seq, StepCompleted, e.Attempt)
+	}
+	if p.Position != len(s.Steps) {
+		return invalidf(nil, "event %d (%s): position %d, expected %d", e.Seq, StepCompleted, p.Position, len(s.Steps))
+	}
+	if p.Name == "" {
+		return invalidf(nil, "event %d (%s): no step name", e.Seq, StepCompleted)
+	}
+	// Copy on append so an earlier State never sees a later step.
+	steps := make([]Step, len(s.Steps), len(s.Steps)+1)
+	copy(steps, s.Steps)
+	s.Steps = append(steps, Step{Position: p.Position, Name: p.Name, Output: p.Output})
+	return nil
+}
+
+func (s *State) applyAttemptFailed(e Event, p AttemptFailedData) error {
+	if err := s.requireCurrentAttempt(e); err != nil {
+		return err
+	}
+	if s.Lease.Owner == "" {
+		return invalidf(nil, "event %d (%s): attempt %d already ended", e.Seq, AttemptFailed, e.Attempt)
+	}
+	info := p.Error
+	s.LastError = &info
+	s.Lease.Owner, s.Lease.ExpiresAt = "", time.Time{}
+	if p.NextRunAt != nil {
+		s.Status = StatusRetrying
+		s.RunAt = *p.NextRunAt
+	}
+	// Without a next run time the task stays running, leaseless, until the
+	// terminal event that must follow in the same append.
+	return nil
+}
+
+func (s *State) applyLeaseEnded(e Event, epoch int64, status Status, runAt time.Time) error {
+	if err := s.requireCurrentAttempt(e); err != nil {
+		return err
+	}
+	if s.Lease.Owner == "" {
+		return invalidf(nil, "event %d (%s): attempt %d already ended", e.Seq, e.Data.EventType(), e.Attempt)
+	}
+	if epoch != s.Lease.Epoch {
+		return invalidf(nil, "event %d (%s): lease epoch %d, current is %d", e.Seq, e.Data.EventType(), epoch, s.Lease.Epoch)
+	}
+	s.Status = status
+	s.RunAt = runAt
+	s.Lease.Owner, s.Lease.ExpiresAt = "", time.Time{}
+	return nil
+}
+
+func (s *State) applyCompleted(e Event, p TaskCompletedData) error {
+	if err := s.requireCurrentAttempt(e); err != nil {
+		return err
+	}
+	if s.Lease.Owner == "" {
+		return invalidf(nil, "event %d (%s): attempt %d already ended", e.Seq, TaskCompleted, e.Attempt)
+	}
+	s.finish(e, StatusCompleted)
+	s.Output = p.Output
+	return nil
+}
+
+// finish moves the task to a terminal status. Terminal events may follow any
+// non-terminal state: a pending task can fail (it expired, or its input was
+// refused), a running one can be dead-lettered by the rescuer.
+func (s *State) finish(e Event, status Status) {
+	s.Status = status
+	s.FinishedAt = e.At
+	s.Lease.Owner, s.Lease.ExpiresAt = "", time.Time{}
+}
