@@ -80,6 +80,7 @@ func (s *Store) appendArgs(p *EventAppendParams) (pgx.NamedArgs, history.State, 
 	)
 	next := p.State
 	for i, payload := range p.Payloads {
+		payload = normalizePayload(payload)
 		ev := history.Event{Seq: p.State.LastSeq + int64(i) + 1, At: at, Attempt: p.Attempt, Data: payload}
 		var err error
 		if next, err = history.Apply(next, ev); err != nil {
@@ -134,4 +135,28 @@ func nullTime(t time.Time) *time.Time {
 		return nil
 	}
 	return &t
+}
+
+// normalizePayload rounds the times in a payload to what PostgreSQL stores
+// (UTC microseconds), so the projection written from it equals its replay
+// from the database.
+func normalizePayload(p history.Payload) history.Payload {
+	switch v := p.(type) {
+	case history.Scheduled:
+		v.RunAt = normalizeTime(v.RunAt)
+		return v
+	case history.AttemptStartedData:
+		v.LeaseExpiresAt = normalizeTime(v.LeaseExpiresAt)
+		return v
+	case history.AttemptFailedData:
+		if v.NextRunAt != nil {
+			t := normalizeTime(*v.NextRunAt)
+			v.NextRunAt = &t
+		}
+		return v
+	case history.LeaseExpiredData:
+		v.NextRunAt = normalizeTime(v.NextRunAt)
+		return v
+	}
+	return p
 }

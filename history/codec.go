@@ -22,6 +22,11 @@ func Encode(p Payload) ([]byte, error) {
 	if err != nil {
 		return nil, errors.Wrapf(err, "encode %s payload", p.EventType())
 	}
+	// A nil pointer to a payload struct marshals as null, a foreign payload
+	// as anything: splicing into those would return malformed JSON.
+	if len(body) < 2 || body[0] != '{' {
+		return nil, errors.AssertionFailedf("encode %T payload: not a JSON object", p)
+	}
 	// body is a JSON object: splice the version in as its first field.
 	out := make([]byte, 0, len(body)+8)
 	out = append(out, `{"v":1`...)

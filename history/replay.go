@@ -110,7 +110,10 @@ func Apply(s State, e Event) (State, error) {
 	if e.Data == nil {
 		return s, invalidf(nil, "event %d: no payload", e.Seq)
 	}
-	typ := e.Data.EventType()
+	typ, ok := typeOf(e.Data)
+	if !ok {
+		return s, invalidf(nil, "event %d: unknown payload %T", e.Seq, e.Data)
+	}
 	if e.Seq != s.LastSeq+1 {
 		return s, invalidf(nil, "event %d (%s): expected seq %d", e.Seq, typ, s.LastSeq+1)
 	}
@@ -155,6 +158,33 @@ func Apply(s State, e Event) (State, error) {
 	return s, nil
 }
 
+// typeOf returns the type of p if it is one of this package's payloads. It
+// calls no method of p: a foreign implementation, or a nil pointer to one of
+// ours (whose value-receiver EventType panics), is reported, not run.
+func typeOf(p Payload) (Type, bool) {
+	switch p.(type) {
+	case Scheduled:
+		return TaskScheduled, true
+	case AttemptStartedData:
+		return AttemptStarted, true
+	case StepCompletedData:
+		return StepCompleted, true
+	case AttemptFailedData:
+		return AttemptFailed, true
+	case LeaseExpiredData:
+		return LeaseExpired, true
+	case TaskReleasedData:
+		return TaskReleased, true
+	case TaskCompletedData:
+		return TaskCompleted, true
+	case TaskFailedData:
+		return TaskFailed, true
+	case TaskDeadLetteredData:
+		return TaskDeadLettered, true
+	}
+	return "", false
+}
+
 func (s *State) applyScheduled(e Event, p Scheduled) error {
 	if s.LastSeq != 0 {
 		return invalidf(nil, "event %d (%s): task already scheduled", e.Seq, TaskScheduled)
@@ -178,6 +208,11 @@ func (s *State) applyAttemptStarted(e Event, p AttemptStartedData) error {
 	}
 	if p.LeaseEpoch <= s.Lease.Epoch {
 		return invalidf(nil, "event %d (%s): lease epoch %d does not exceed %d", e.Seq, AttemptStarted, p.LeaseEpoch, s.Lease.Epoch)
+	}
+	// An empty owner is how the state says the attempt has ended; a lease
+	// without one would leave the attempt unable to do anything but fail.
+	if p.WorkerID == "" {
+		return invalidf(nil, "event %d (%s): no worker id", e.Seq, AttemptStarted)
 	}
 	s.Status = StatusRunning
 	s.Attempt = e.Attempt

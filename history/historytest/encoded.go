@@ -24,19 +24,29 @@ type EncodedEvent struct {
 	Data    json.RawMessage `json:"data"`
 }
 
-// EncodeEvents returns events as a JSON array of [EncodedEvent], one event
-// per line so that golden files diff well.
+// EncodeEvents returns events as a JSON array of [EncodedEvent] in the form
+// [FormatEncoded] writes.
 func EncodeEvents(events []history.Event) ([]byte, error) {
-	var buf bytes.Buffer
-	buf.WriteString("[")
+	encoded := make([]EncodedEvent, len(events))
 	for i, e := range events {
 		data, err := history.Encode(e.Data)
 		if err != nil {
 			return nil, errors.Wrapf(err, "event %d", e.Seq)
 		}
-		line, err := json.Marshal(EncodedEvent{Seq: e.Seq, Type: e.Type(), At: e.At, Attempt: e.Attempt, Data: data})
+		encoded[i] = EncodedEvent{Seq: e.Seq, Type: e.Type(), At: e.At, Attempt: e.Attempt, Data: data}
+	}
+	return FormatEncoded(encoded)
+}
+
+// FormatEncoded returns encoded as a JSON array, one event per line so that
+// golden files diff well. Tests use it to write events no valid writer would.
+func FormatEncoded(encoded []EncodedEvent) ([]byte, error) {
+	var buf bytes.Buffer
+	buf.WriteString("[")
+	for i, ee := range encoded {
+		line, err := json.Marshal(ee)
 		if err != nil {
-			return nil, errors.Wrapf(err, "event %d", e.Seq)
+			return nil, errors.Wrapf(err, "event %d", ee.Seq)
 		}
 		if i > 0 {
 			buf.WriteString(",")

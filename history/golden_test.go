@@ -1,0 +1,389 @@
+package history_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/history/historytest"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden histories in testdata/ from the definitions in golden_test.go")
+
+// Golden histories are stored as the events table holds them (see
+// historytest.EncodedEvent): testdata/NAME.json must replay to the summary in
+// testdata/NAME.want; testdata/bad/NAME.json must be refused with an error
+// marked ErrInvalidHistory containing the text in testdata/bad/NAME.want.
+// The files, not the definitions below, are what the test replays: they pin
+// the encoding as well as the fold. Regenerate them with
+//
+//	go test ./history -run TestGoldenHistories -update
+//
+// and review the diff.
+
+// goldenSummary is the part of a replayed State a .want file pins.
+type goldenSummary struct {
+	Status     history.Status `json:"status"`
+	Attempt    int            `json:"attempt"`
+	LeaseEpoch int64          `json:"lease_epoch"`
+	LastSeq    int64          `json:"last_seq"`
+	Steps      []string       `json:"steps"`
+	LastError  string         `json:"last_error,omitempty"`
+	Output     string         `json:"output,omitempty"`
+}
+
+func summarize(s history.State) goldenSummary {
+	sum := goldenSummary{
+		Status:     s.Status,
+		Attempt:    s.Attempt,
+		LeaseEpoch: s.Lease.Epoch,
+		LastSeq:    s.LastSeq,
+		Steps:      stepNames(s),
+		Output:     string(s.Output),
+	}
+	if s.LastError != nil {
+		sum.LastError = s.LastError.Message
+	}
+	return sum
+}
+
+// badWant is the content of a bad history's .want file.
+type badWant struct {
+	Error string `json:"error"`
+}
+
+// after returns e at Base+d.
+func after(d time.Duration, e historytest.E) historytest.E {
+	e.At = historytest.Base.Add(d)
+	return e
+}
+
+// by sets the worker id of e's payload, for events that name one.
+func by(worker string, e historytest.E) historytest.E {
+	switch p := e.Data.(type) {
+	case history.AttemptStartedData:
+		p.WorkerID = worker
+		e.Data = p
+	case history.LeaseExpiredData:
+		p.WorkerID = worker
+		e.Data = p
+	case history.TaskReleasedData:
+		p.WorkerID = worker
+		e.Data = p
+	}
+	return e
+}
+
+func goldenGood() map[string]struct {
+	events []history.Event
+	status history.Status
+} {
+	sec := time.Second
+	return map[string]struct {
+		events []history.Event
+		status history.Status
+	}{
+		// A three-step workflow: the first attempt fails transiently after
+		// its first step, the second loses its lease after the second step,
+		// the third finishes.
+		"completed_after_retry_and_lease_expiry": {status: history.StatusCompleted, events: build(
+			after(0, scheduled()),
+			after(1*sec, started(1, 1)),
+			after(2*sec, step(1, 0, "reserve")),
+			after(3*sec, retry(1, "upstream returned 503")),
+			after(13*sec, by("worker-2", started(2, 2))),
+			after(15*sec, step(2, 1, "charge")),
+			after(50*sec, by("worker-2", expired(2, 2))),
+			after(61*sec, by("worker-3", started(3, 3))),
+			after(62*sec, step(3, 2, "ship")),
+			after(63*sec, completed(3)),
+		)},
+		// Two attempts allowed, both fail: the second is final and the task
+		// waits for an operator.
+		"dead_lettered": {status: history.StatusDeadLettered, events: build(
+			after(0, historytest.E{Data: func() history.Scheduled {
+				p := scheduled().Data.(history.Scheduled)
+				p.MaxAttempts = 2
+				p.Labels = map[string]string{"team": "payments"}
+				return p
+			}()}),
+			after(1*sec, started(1, 1)),
+			after(2*sec, step(1, 0, "reserve")),
+			after(3*sec, retry(1, "connection reset")),
+			after(13*sec, started(2, 2)),
+			after(14*sec, failAttempt(2, history.Transient, "connection reset")),
+			after(14*sec, deadLettered(2, "attempts exhausted")),
+		)},
+		// A worker shutting down gives the task back after two steps; another
+		// worker resumes at the third.
+		"released_and_resumed": {status: history.StatusCompleted, events: build(
+			after(0, scheduled()),
+			after(1*sec, started(1, 1)),
+			after(2*sec, step(1, 0, "reserve")),
+			after(3*sec, step(1, 1, "charge")),
+			after(4*sec, released(1, 1)),
+			after(5*sec, by("worker-2", started(2, 2))),
+			after(6*sec, step(2, 2, "ship")),
+			after(7*sec, completed(2)),
+		)},
+		// A permanent error ends the task at once.
+		"failed_permanently": {status: history.StatusFailed, events: build(
+			after(0, scheduled()),
+			after(1*sec, started(1, 1)),
+			after(2*sec, step(1, 0, "reserve")),
+			after(3*sec, failAttempt(1, history.Permanent, "card declined")),
+			after(3*sec, failed(1, "card declined")),
+		)},
+		// Refused before any attempt.
+		"failed_from_pending": {status: history.StatusFailed, events: build(
+			after(0, scheduled()),
+			after(1*sec, failed(0, "input refused")),
+		)},
+		// Still running: the second attempt holds the lease.
+		"in_flight": {status: history.StatusRunning, events: build(
+			after(0, scheduled()),
+			after(1*sec, started(1, 1)),
+			after(2*sec, retry(1, "timeout")),
+			after(12*sec, by("worker-2", started(2, 2))),
+			after(13*sec, step(2, 0, "reserve")),
+		)},
+	}
+}
+
+// goldenBad returns the known-bad histories, encoded, with the text their
+// error must contain.
+func goldenBad(t *testing.T) map[string]struct {
+	data  []byte
+	error string
+} {
+	t.Helper()
+	good := goldenGood()
+	encode := func(events []history.Event) []byte {
+		t.Helper()
+		data, err := historytest.EncodeEvents(events)
+		require.NoError(t, err)
+		return data
+	}
+	edit := func(name string, fn func(events []history.Event) []history.Event) []byte {
+		t.Helper()
+		events := append([]history.Event(nil), good[name].events...)
+		return encode(fn(events))
+	}
+	renumber := func(events []history.Event) []history.Event {
+		for i := range events {
+			events[i].Seq = int64(i + 1)
+		}
+		return events
+	}
+	// Events whose data is written by hand, as it would be by a buggy or
+	// future writer.
+	raw := func(name string, seq int64, typ history.Type, data string) []byte {
+		t.Helper()
+		var encoded []historytest.EncodedEvent
+		require.NoError(t, json.Unmarshal(encode(good[name].events), &encoded))
+		encoded[seq-1].Type = history.Type(typ)
+		encoded[seq-1].Data = json.RawMessage(data)
+		out, err := historytest.FormatEncoded(encoded)
+		require.NoError(t, err)
+		return out
+	}
+
+	const flow = "completed_after_retry_and_lease_expiry"
+	type bad = struct {
+		data  []byte
+		error string
+	}
+	return map[string]bad{
+		"seq_gap": {
+			data: edit(flow, func(ev []history.Event) []history.Event {
+				return append(ev[:4], ev[5:]...) // drop seq 5
+			}),
+			error: "event 6 (step_completed): expected seq 5",
+		},
+		"seq_repeated": {
+			data: edit(flow, func(ev []history.Event) []history.Event {
+				ev[3].Seq = 3
+				return ev
+			}),
+			error: "event 3 (attempt_failed): expected seq 4",
+		},
+		"starts_without_scheduled": {
+			data:  edit(flow, func(ev []history.Event) []history.Event { return renumber(ev[1:]) }),
+			error: "event 1 (attempt_started): a history starts with task_scheduled",
+		},
+		"event_after_completed": {
+			data: edit(flow, func(ev []history.Event) []history.Event {
+				return append(ev, history.Event{Seq: 11, At: ev[9].At, Attempt: 4, Data: history.AttemptStartedData{WorkerID: "worker-4", LeaseEpoch: 4}})
+			}),
+			error: "event 11 (attempt_started): task is already completed",
+		},
+		"attempt_not_incremented": {
+			data: edit(flow, func(ev []history.Event) []history.Event {
+				ev[4].Attempt = 1
+				return ev
+			}),
+			error: "event 5 (attempt_started): attempt 1 follows attempt 1",
+		},
+		"epoch_not_raised": {
+			data: edit(flow, func(ev []history.Event) []history.Event {
+				p := ev[4].Data.(history.AttemptStartedData)
+				p.LeaseEpoch = 1
+				ev[4].Data = p
+				return ev
+			}),
+			error: "event 5 (attempt_started): lease epoch 1 does not exceed 1",
+		},
+		"stale_lease_expiry": {
+			data: edit(flow, func(ev []history.Event) []history.Event {
+				p := ev[6].Data.(history.LeaseExpiredData)
+				p.LeaseEpoch = 1
+				ev[6].Data = p
+				return ev
+			}),
+			error: "event 7 (lease_expired): lease epoch 1, current is 2",
+		},
+		"step_position_skipped": {
+			data: edit(flow, func(ev []history.Event) []history.Event {
+				p := ev[5].Data.(history.StepCompletedData)
+				p.Position = 2
+				ev[5].Data = p
+				return ev
+			}),
+			error: "event 6 (step_completed): position 2, expected 1",
+		},
+		"step_while_retrying": {
+			data: edit(flow, func(ev []history.Event) []history.Event {
+				return append(ev[:4], history.Event{Seq: 5, At: ev[3].At, Attempt: 1, Data: history.StepCompletedData{Position: 1, Name: "charge"}})
+			}),
+			error: "event 5 (step_completed): task is retrying, not running",
+		},
+		"completed_after_final_failure": {
+			data: edit("failed_permanently", func(ev []history.Event) []history.Event {
+				ev[4].Data = history.TaskCompletedData{}
+				return ev
+			}),
+			error: "event 5 (task_completed): attempt 1 already ended",
+		},
+		"unknown_schema_version": {
+			data:  raw("released_and_resumed", 3, history.StepCompleted, `{"v":2,"position":0,"name":"reserve"}`),
+			error: "unknown schema version 2",
+		},
+		"unknown_event_type": {
+			data:  raw("released_and_resumed", 5, "task_paused", `{"v":1}`),
+			error: `unknown event type "task_paused"`,
+		},
+		"no_data": {
+			data:  raw("released_and_resumed", 2, history.AttemptStarted, `null`),
+			error: "no schema version",
+		},
+		"empty": {
+			data:  []byte("[]\n"),
+			error: "empty history",
+		},
+	}
+}
+
+func writeGolden(t *testing.T) {
+	t.Helper()
+	require.NoError(t, os.MkdirAll(filepath.Join("testdata", "bad"), 0o755))
+	for name, g := range goldenGood() {
+		s := mustReplay(t, g.events)
+		require.Equal(t, g.status, s.Status, "%s replays to the wrong status; fix its definition", name)
+		data, err := historytest.EncodeEvents(g.events)
+		require.NoError(t, err)
+		writeFile(t, filepath.Join("testdata", name+".json"), data)
+		writeJSON(t, filepath.Join("testdata", name+".want"), summarize(s))
+	}
+	for name, b := range goldenBad(t) {
+		writeFile(t, filepath.Join("testdata", "bad", name+".json"), b.data)
+		writeJSON(t, filepath.Join("testdata", "bad", name+".want"), badWant{Error: b.error})
+	}
+}
+
+func writeJSON(t *testing.T, path string, v any) {
+	t.Helper()
+	data, err := json.MarshalIndent(v, "", "  ")
+	require.NoError(t, err)
+	writeFile(t, path, append(data, '\n'))
+}
+
+func writeFile(t *testing.T, path string, data []byte) {
+	t.Helper()
+	require.NoError(t, os.WriteFile(path, data, 0o644))
+	t.Logf("wrote %s", path)
+}
+
+func readJSON(t *testing.T, path string, v any) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	require.NoError(t, err, "every golden history needs a .want file next to it")
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	require.NoError(t, dec.Decode(v), path)
+}
+
+func TestGoldenHistories(t *testing.T) {
+	t.Parallel()
+
+	if *update {
+		writeGolden(t)
+	}
+
+	good, err := filepath.Glob(filepath.Join("testdata", "*.json"))
+	require.NoError(t, err)
+	require.NotEmpty(t, good)
+	for _, path := range good {
+		name := strings.TrimSuffix(filepath.Base(path), ".json")
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+
+			data, err := os.ReadFile(path)
+			require.NoError(t, err)
+			events, err := historytest.DecodeEvents(data)
+			require.NoError(t, err)
+			var want goldenSummary
+			readJSON(t, strings.TrimSuffix(path, ".json")+".want", &want)
+
+			s := mustReplay(t, events)
+			require.Equal(t, want, summarize(s))
+			checkProperties(t, events)
+
+			// The file is in the form EncodeEvents writes.
+			again, err := historytest.EncodeEvents(events)
+			require.NoError(t, err)
+			require.Equal(t, string(data), string(again), "re-encoding changed the file; run with -update and review")
+		})
+	}
+
+	bad, err := filepath.Glob(filepath.Join("testdata", "bad", "*.json"))
+	require.NoError(t, err)
+	require.NotEmpty(t, bad)
+	for _, path := range bad {
+		name := "bad/" + strings.TrimSuffix(filepath.Base(path), ".json")
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+
+			data, err := os.ReadFile(path)
+			require.NoError(t, err)
+			var want badWant
+			readJSON(t, strings.TrimSuffix(path, ".json")+".want", &want)
+			require.NotEmpty(t, want.Error)
+
+			var events []history.Event
+			require.NotPanics(t, func() { events, err = historytest.DecodeEvents(data) })
+			if err == nil {
+				require.NotPanics(t, func() { _, err = history.Replay(events) })
+			}
+			requireMarked(t, err)
+			require.Contains(t, err.Error(), want.Error)
+		})
+	}
+}

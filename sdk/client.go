@@ -1,0 +1,263 @@
+package sdk
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/cairnflow/cairn/activities"
+	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/history"
+	"github.com/cockroachdb/errors"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// ErrNotFound is returned (marked) for a task id that does not exist in the
+// client's namespace.
+var ErrNotFound = engine.ErrNotFound
+
+// ClientConfig configures a [Client].
+type ClientConfig struct {
+	// Pool is the connection pool. Required.
+	Pool *pgxpool.Pool
+	// Schema holding cairn's tables. Default "cairn".
+	Schema string
+	// Namespace tasks are started in and looked up in. Default "default".
+	Namespace string
+}
+
+// Client starts tasks and asks about them. It is safe for concurrent use.
+type Client struct {
+	store     *engine.Store
+	namespace string
+}
+
+// NewClient returns a client. It does not touch the database.
+func NewClient(cfg ClientConfig) (*Client, error) {
+	store, err := engine.NewStore(engine.StoreConfig{Pool: cfg.Pool, Schema: cfg.Schema})
+	if err != nil {
+		return nil, err
+	}
+	ns := cfg.Namespace
+	if ns == "" {
+		ns = engine.DefaultNamespace
+	}
+	return &Client{store: store, namespace: ns}, nil
+}
+
+// Store returns the client's engine store, for tools that need the lower
+// level (the CLI, tests). Most callers never need it.
+func (c *Client) Store() *engine.Store { return c.store }
+
+// StartOpts are per-start options. A nil *StartOpts takes every default.
+type StartOpts struct {
+	// IdempotencyKey makes the start happen once per namespace: a second
+	// start with the same key returns the first task's id and creates
+	// nothing.
+	IdempotencyKey string
+	// Queue overrides the workflow's queue.
+	Queue string
+	// Priority: higher runs first. Default 0.
+	Priority int
+	// RunAt delays the task until then. Default now.
+	RunAt time.Time
+	// Delay delays the task by this long. Ignored when RunAt is set.
+	Delay time.Duration
+	// MaxAttempts overrides the workflow's retry policy's limit.
+	MaxAttempts int
+	// TraceID links the task to the caller's trace.
+	TraceID string
+}
+
+// StartResult identifies the task a start refers to.
+type StartResult struct {
+	ID uuid.UUID
+	// Existing is true when the idempotency key was already used: ID is the
+	// task that used it, and nothing was created.
+	Existing bool
+}
+
+// Start persists a task of workflow type wf with input, and returns its id
+// once it is committed. input is encoded as JSON.
+func (c *Client) Start(ctx context.Context, wf WorkflowRef, input any, opts *StartOpts) (StartResult, error) {
+	p, err := c.startParams(wf, input, opts)
+	if err != nil {
+		return StartResult{}, err
+	}
+	res, err := c.store.TaskStart(ctx, p)
+	return StartResult(res), err
+}
+
+// StartTx is [Client.Start] inside the caller's transaction (the outbox
+// pattern): the task exists, and workers hear of it, only if tx commits.
+func (c *Client) StartTx(ctx context.Context, tx pgx.Tx, wf WorkflowRef, input any, opts *StartOpts) (StartResult, error) {
+	p, err := c.startParams(wf, input, opts)
+	if err != nil {
+		return StartResult{}, err
+	}
+	res, err := c.store.TaskStartTx(ctx, tx, p)
+	return StartResult(res), err
+}
+
+func (c *Client) startParams(wf WorkflowRef, input any, opts *StartOpts) (*engine.TaskStartParams, error) {
+	if opts == nil {
+		opts = &StartOpts{}
+	}
+	if wf == nil {
+		return nil, errors.New("start: workflow is nil")
+	}
+	if err := validateTypeName(wf.TypeName()); err != nil {
+		return nil, err
+	}
+	if wf.TypeVersion() < 1 {
+		return nil, errors.Newf("start %s: version %d must be at least 1", wf.TypeName(), wf.TypeVersion())
+	}
+	queue, retry := "default", activities.DefaultRetryPolicy
+	if d, ok := wf.(hasDefaults); ok {
+		queue, retry = d.defaults()
+	}
+	if opts.Queue != "" {
+		queue = opts.Queue
+	}
+	maxAttempts := retry.MaxAttempts
+	if opts.MaxAttempts < 0 {
+		return nil, errors.Newf("start %s: MaxAttempts %d is negative", wf.TypeName(), opts.MaxAttempts)
+	}
+	if opts.MaxAttempts > 0 {
+		maxAttempts = opts.MaxAttempts
+	}
+	var raw json.RawMessage
+	if r, ok := input.(json.RawMessage); ok {
+		if !json.Valid(r) {
+			return nil, errors.Newf("start %s: input is not valid JSON", wf.TypeName())
+		}
+		raw = r
+	} else {
+		var err error
+		if raw, err = json.Marshal(input); err != nil {
+			return nil, errors.Wrapf(err, "start %s: encode input", wf.TypeName())
+		}
+	}
+	runAt := opts.RunAt
+	if runAt.IsZero() && opts.Delay > 0 {
+		runAt = time.Now().Add(opts.Delay)
+	}
+	return &engine.TaskStartParams{Namespace: c.namespace, Scheduled: history.Scheduled{
+		TaskType: wf.TypeName(), TypeVersion: wf.TypeVersion(), Queue: queue, Priority: opts.Priority,
+		Input: raw, RunAt: runAt, IdempotencyKey: opts.IdempotencyKey, TraceID: opts.TraceID,
+		MaxAttempts: maxAttempts,
+	}}, nil
+}
+
+// TaskInfo is what a client can learn about a task.
+type TaskInfo struct {
+	ID             uuid.UUID          `json:"id"`
+	Namespace      string             `json:"namespace"`
+	Type           string             `json:"type"`
+	TypeVersion    int                `json:"type_version"`
+	Queue          string             `json:"queue"`
+	Status         history.Status     `json:"status"`
+	Priority       int                `json:"priority"`
+	Attempt        int                `json:"attempt"`
+	MaxAttempts    int                `json:"max_attempts"`
+	IdempotencyKey string             `json:"idempotency_key,omitempty"`
+	TraceID        string             `json:"trace_id,omitempty"`
+	Input          json.RawMessage    `json:"input,omitempty"`
+	Output         json.RawMessage    `json:"output"`
+	LastError      *history.ErrorInfo `json:"last_error"`
+	LeaseOwner     string             `json:"lease_owner,omitempty"`
+	RunAt          time.Time          `json:"run_at"`
+	CreatedAt      time.Time          `json:"created_at"`
+	UpdatedAt      time.Time          `json:"updated_at"`
+	StartedAt      *time.Time         `json:"started_at"`
+	FinishedAt     *time.Time         `json:"finished_at"`
+}
+
+func taskInfo(t *engine.Task) *TaskInfo {
+	return &TaskInfo{
+		ID: t.ID, Namespace: t.Namespace, Type: t.Type, TypeVersion: t.TypeVersion, Queue: t.Queue,
+		Status: t.Status, Priority: t.Priority, Attempt: t.Attempt, MaxAttempts: t.MaxAttempts,
+		IdempotencyKey: t.IdempotencyKey, TraceID: t.TraceID, Input: t.Input, Output: t.Output,
+		LastError: t.LastError, LeaseOwner: t.LeaseOwner, RunAt: t.RunAt, CreatedAt: t.CreatedAt,
+		UpdatedAt: t.UpdatedAt, StartedAt: t.StartedAt, FinishedAt: t.FinishedAt,
+	}
+}
+
+// Get returns a task's current state. A task id not in the client's
+// namespace is [ErrNotFound].
+func (c *Client) Get(ctx context.Context, id uuid.UUID) (*TaskInfo, error) {
+	t, err := c.store.TaskGetByID(ctx, c.namespace, id)
+	if err != nil {
+		return nil, err
+	}
+	return taskInfo(t), nil
+}
+
+// Wait returns the task once it is finished (completed, failed, cancelled
+// or dead-lettered), or ctx's error when ctx is done first.
+func (c *Client) Wait(ctx context.Context, id uuid.UUID) (*TaskInfo, error) {
+	interval := 5 * time.Millisecond
+	for {
+		info, err := c.Get(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		if info.Status.Terminal() {
+			return info, nil
+		}
+		select {
+		case <-ctx.Done():
+			return info, ctx.Err()
+		case <-time.After(interval):
+		}
+		interval = min(2*interval, 250*time.Millisecond)
+	}
+}
+
+// History returns every event of a task, in order.
+func (c *Client) History(ctx context.Context, id uuid.UUID) ([]history.Event, error) {
+	if _, err := c.store.TaskGetByID(ctx, c.namespace, id); err != nil {
+		return nil, err
+	}
+	return c.store.EventListByTask(ctx, id)
+}
+
+// ListOpts filter [Client.List]. A nil *ListOpts lists the newest 100.
+type ListOpts struct {
+	Status history.Status
+	Type   string
+	Limit  int
+}
+
+// List returns tasks of the client's namespace, newest first.
+func (c *Client) List(ctx context.Context, opts *ListOpts) ([]*TaskInfo, error) {
+	if opts == nil {
+		opts = &ListOpts{}
+	}
+	tasks, err := c.store.TaskList(ctx, &engine.TaskListParams{
+		Namespace: c.namespace, Status: opts.Status, Type: opts.Type, Limit: opts.Limit,
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*TaskInfo, len(tasks))
+	for i, t := range tasks {
+		out[i] = taskInfo(t)
+	}
+	return out, nil
+}
+
+// Output decodes a finished task's output into Out.
+func Output[Out any](info *TaskInfo) (Out, error) {
+	var out Out
+	if info.Status != history.StatusCompleted {
+		return out, errors.Newf("task %s is %s, not completed", info.ID, info.Status)
+	}
+	if len(info.Output) == 0 {
+		return out, nil
+	}
+	err := json.Unmarshal(info.Output, &out)
+	return out, errors.Wrapf(err, "decode output of task %s", info.ID)
+}

@@ -1,0 +1,24 @@
+// Package sdk is cairn's public face for Go services: a [Client] that
+// starts tasks and asks about them, a [Worker] that runs them, and typed
+// workflow registration with generics.
+//
+//	process := sdk.NewWorkflow("document.process", 1,
+//		func(ctx workflow.Context, doc Document) (Result, error) {
+//			text, err := workflow.Step(ctx, "ocr", func(ctx context.Context) (string, error) {
+//				return ocr(ctx, doc)
+//			}, nil)
+//			...
+//		}, nil)
+//
+//	worker, _ := sdk.NewWorker(sdk.WorkerConfig{Pool: pool})
+//	sdk.Register(worker, process)
+//	_ = worker.Start(ctx)
+//
+//	client, _ := sdk.NewClient(sdk.ClientConfig{Pool: pool})
+//	res, _ := client.Start(ctx, process, Document{...}, nil)
+//	info, _ := client.Wait(ctx, res.ID)
+//
+// The package is thin: it wires engine (storage, leases), workflow (the
+// programming model) and activities (step runtime, retries). It may import
+// all of them.
+package sdk

@@ -1,0 +1,285 @@
+package sdk
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/cairnflow/cairn/activities"
+	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/workflow"
+	"github.com/cockroachdb/errors"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// WorkerConfig configures a [Worker]. Zero values take the defaults named
+// on each field.
+type WorkerConfig struct {
+	// Pool is the connection pool. Required.
+	Pool *pgxpool.Pool
+	// Schema holding cairn's tables. Default "cairn".
+	Schema string
+	// Namespace whose tasks this worker runs. Default "default".
+	Namespace string
+	// Queues this worker serves. Default ["default"].
+	Queues []string
+	// Concurrency is how many tasks run at once. Default 10.
+	Concurrency int
+	// LeaseTTL is how long a claimed task stays leased without a
+	// heartbeat; a crashed worker's tasks are picked up again after it.
+	// Default 30s.
+	LeaseTTL time.Duration
+	// HeartbeatInterval between lease renewals. Default LeaseTTL/3.
+	HeartbeatInterval time.Duration
+	// PollInterval between claims when no notification arrives. Default 1s.
+	PollInterval time.Duration
+	// RescueInterval between passes of the rescuer, which reschedules
+	// tasks whose lease expired. Default 5s. Negative disables this
+	// worker's rescuer (another process must run one).
+	RescueInterval time.Duration
+	// WorkerID names this worker in leases and history. Default
+	// host-pid-random.
+	WorkerID string
+	// Logger. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Worker runs registered workflow types. Register workflows, then Start;
+// Stop shuts down gracefully.
+type Worker struct {
+	cfg   WorkerConfig
+	store *engine.Store
+
+	mu        sync.Mutex
+	types     map[engine.TypeKey]registered // written by Register before Start; read by attempts
+	processor *engine.Processor
+	notifier  *engine.Notifier
+	rescuer   *engine.Rescuer
+}
+
+type registered struct {
+	fn    workflow.Func
+	retry activities.RetryPolicy
+}
+
+// NewWorker returns a worker; it does nothing until started.
+func NewWorker(cfg WorkerConfig) (*Worker, error) {
+	store, err := engine.NewStore(engine.StoreConfig{Pool: cfg.Pool, Schema: cfg.Schema})
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.WorkerID == "" {
+		cfg.WorkerID = engine.NewWorkerID()
+	}
+	if cfg.Namespace == "" {
+		cfg.Namespace = engine.DefaultNamespace
+	}
+	return &Worker{cfg: cfg, store: store, types: map[engine.TypeKey]registered{}}, nil
+}
+
+// Register adds a workflow type to w. It panics if the type and version are
+// already registered or w has started; see [RegisterSafely].
+func Register[In, Out any](w *Worker, wf *Workflow[In, Out]) {
+	if err := RegisterSafely(w, wf); err != nil {
+		panic(err)
+	}
+}
+
+// RegisterSafely is [Register] returning an error instead of panicking.
+// A worker claims only the types and versions registered with it, so a new
+// version can roll out while old tasks finish on workers running old code.
+func RegisterSafely[In, Out any](w *Worker, wf *Workflow[In, Out]) error {
+	if wf == nil {
+		return errors.New("register: workflow is nil")
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.processor != nil {
+		return errors.Newf("register %s@%d: worker already started", wf.name, wf.version)
+	}
+	key := engine.TypeKey{Type: wf.name, Version: wf.version}
+	if _, dup := w.types[key]; dup {
+		return errors.Newf("register %s: already registered", key)
+	}
+	w.types[key] = registered{fn: workflow.Typed(wf.fn), retry: wf.retry}
+	return nil
+}
+
+// Start begins running tasks. It returns at once.
+//
+// Cancelling ctx abandons in-flight work as a crash would (their tasks are
+// picked up elsewhere once their leases expire); use [Worker.Stop] to shut
+// down gracefully.
+func (w *Worker) Start(ctx context.Context) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.processor != nil {
+		return errors.New("worker already started")
+	}
+	keys := make([]engine.TypeKey, 0, len(w.types))
+	for k := range w.types {
+		keys = append(keys, k)
+	}
+	w.notifier = engine.NewNotifier(w.store, w.cfg.Logger)
+	processor, err := engine.NewProcessor(engine.ProcessorConfig{
+		Store: w.store, Notifier: w.notifier, Namespace: w.cfg.Namespace, Queues: w.cfg.Queues,
+		Types: keys, Handler: w, Concurrency: w.cfg.Concurrency, LeaseTTL: w.cfg.LeaseTTL,
+		HeartbeatInterval: w.cfg.HeartbeatInterval, PollInterval: w.cfg.PollInterval,
+		WorkerID: w.cfg.WorkerID, Logger: w.cfg.Logger,
+	})
+	if err != nil {
+		return err
+	}
+	if w.cfg.RescueInterval >= 0 {
+		w.rescuer, err = engine.NewRescuer(engine.RescuerConfig{
+			Store: w.store, Owner: w.cfg.WorkerID, Interval: w.cfg.RescueInterval, Logger: w.cfg.Logger,
+		})
+		if err != nil {
+			return err
+		}
+		if err := w.rescuer.Start(ctx); err != nil {
+			return err
+		}
+	}
+	if err := w.notifier.Start(ctx); err != nil {
+		return err
+	}
+	w.processor = processor
+	return processor.Start(ctx)
+}
+
+// Stop shuts the worker down gracefully: it stops claiming, lets running
+// steps finish, and hands back tasks at their next step boundary
+// (task_released) so another worker resumes them at once. When ctx is done
+// first, it cancels running steps, releases their tasks, and returns
+// ctx.Err().
+func (w *Worker) Stop(ctx context.Context) error { return w.stop(ctx, false) }
+
+// StopAndCancel shuts down at once: running steps are cancelled and their
+// tasks released.
+func (w *Worker) StopAndCancel(ctx context.Context) error { return w.stop(ctx, true) }
+
+func (w *Worker) stop(ctx context.Context, cancel bool) error {
+	w.mu.Lock()
+	processor, notifier, rescuer := w.processor, w.notifier, w.rescuer
+	w.mu.Unlock()
+	if processor == nil {
+		return nil
+	}
+	var err error
+	if cancel {
+		err = processor.StopAndCancel(ctx)
+	} else {
+		err = processor.Stop(ctx)
+	}
+	notifier.Stop()
+	if rescuer != nil {
+		rescuer.Stop()
+	}
+	return err
+}
+
+// WorkerID returns the id this worker records as lease owner.
+func (w *Worker) WorkerID() string { return w.cfg.WorkerID }
+
+// HandleAttempt implements engine.Handler: it runs the workflow against the
+// task's history and turns the run's result into the events that end the
+// attempt. It is called by the engine, not by users.
+func (w *Worker) HandleAttempt(ctx context.Context, a *engine.Attempt) ([]history.Payload, error) {
+	key := engine.TypeKey{Type: a.Task.Type, Version: a.Task.TypeVersion}
+	w.mu.Lock()
+	reg, ok := w.types[key]
+	w.mu.Unlock()
+	state := a.State()
+	if !ok {
+		// Claims filter by registered types, so this is a wiring bug.
+		return nil, errors.AssertionFailedf("claimed task %s of unregistered type %s", a.Task.ID, key)
+	}
+	taskID := a.Task.ID.String()
+	res := workflow.Run(workflow.RunParams{
+		TaskID: taskID, Attempt: state.Attempt, Steps: state.Steps,
+		Context: ctx, Stopping: a.Stopping(),
+		StepContext: func(s workflow.StepInfo) context.Context {
+			return activities.WithInfo(ctx, activities.Info{
+				TaskID: taskID, TaskType: a.Task.Type, Attempt: state.Attempt, WorkerID: a.WorkerID(),
+				Step: s.Name, Position: s.Position,
+				IdempotencyKey: activities.IdempotencyKey(taskID, s.Position, s.Name),
+			})
+		},
+		Record: func(step history.StepCompletedData) error {
+			// Record even if the attempt context was cancelled by a stop
+			// while the step ran: the step did finish. The lease fence
+			// still refuses a stale attempt.
+			return a.Append(context.WithoutCancel(ctx), step)
+		},
+	}, reg.fn, a.Task.Input)
+	return w.outcome(ctx, a, reg, res)
+}
+
+// outcome maps a run's result to the events that end the attempt.
+func (w *Worker) outcome(ctx context.Context, a *engine.Attempt, reg registered, res workflow.Result) ([]history.Payload, error) {
+	if res.Err == nil {
+		return []history.Payload{history.TaskCompletedData{Output: res.Output}}, nil
+	}
+	if errors.Is(res.Err, workflow.ErrStopping) {
+		return nil, engine.ErrReleased
+	}
+	if ctx.Err() != nil {
+		// The attempt was interrupted, not failed: by a stop (hand the task
+		// back) or by a lost lease (another worker owns it; write nothing).
+		select {
+		case <-a.Stopping():
+			if !errors.Is(context.Cause(ctx), engine.ErrLeaseLost) {
+				return nil, engine.ErrReleased
+			}
+		default:
+		}
+		return nil, errors.Wrapf(context.Cause(ctx), "attempt of task %s interrupted", a.Task.ID)
+	}
+	info := w.describe(res)
+	failed := history.AttemptFailedData{Error: info}
+	state := a.State()
+	if info.Class == history.Permanent {
+		return []history.Payload{failed, history.TaskFailedData{Error: info}}, nil
+	}
+	if max := state.Scheduled.MaxAttempts; max > 0 && state.Attempt >= max {
+		return []history.Payload{failed, history.TaskDeadLetteredData{
+			Reason: fmt.Sprintf("retries exhausted: attempt %d of %d failed", state.Attempt, max),
+			Error:  info,
+		}}, nil
+	}
+	next := engine.Now().Add(reg.retry.Backoff(state.Attempt, rand.Float64))
+	failed.NextRunAt = &next
+	return []history.Payload{failed}, nil
+}
+
+// describe turns a run's error into evidence. Errors from steps are
+// transient unless marked; errors of the workflow body itself are permanent
+// unless marked, since re-running the same code on the same history gives
+// the same error. Non-determinism and bad input are always permanent.
+func (w *Worker) describe(res workflow.Result) history.ErrorInfo {
+	defaultClass := history.Permanent
+	if res.Step != nil {
+		defaultClass = history.Transient
+	}
+	info := activities.Describe(res.Err, defaultClass)
+	switch {
+	case errors.Is(res.Err, workflow.ErrNondeterministic):
+		info.Class, info.Kind = history.Permanent, "nondeterminism"
+	case errors.Is(res.Err, workflow.ErrBadInput):
+		info.Class, info.Kind = history.Permanent, "bad_input"
+	}
+	if res.Step != nil {
+		info.Step, info.Position = res.Step.Name, res.Step.Position
+	}
+	return info
+}
+
+var _ engine.Handler = (*Worker)(nil)

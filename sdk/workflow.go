@@ -1,0 +1,113 @@
+package sdk
+
+import (
+	"github.com/cairnflow/cairn/activities"
+	"github.com/cairnflow/cairn/workflow"
+	"github.com/cockroachdb/errors"
+)
+
+// WorkflowRef names a workflow type at a version: what [Client.Start]
+// needs. *[Workflow] implements it, and so does [TypeRef] for callers that
+// know only the name.
+type WorkflowRef interface {
+	TypeName() string
+	TypeVersion() int
+}
+
+// TypeRef is a [WorkflowRef] by name and version, for starting a workflow
+// the caller has no Go value of (the CLI, another service).
+type TypeRef struct {
+	Name    string
+	Version int
+}
+
+// TypeName implements [WorkflowRef].
+func (r TypeRef) TypeName() string { return r.Name }
+
+// TypeVersion implements [WorkflowRef].
+func (r TypeRef) TypeVersion() int { return r.Version }
+
+// WorkflowOpts are a workflow type's defaults. A nil *WorkflowOpts takes
+// every default.
+type WorkflowOpts struct {
+	// Queue tasks of this type go to unless started with another. Default
+	// "default".
+	Queue string
+	// Retry is the retry policy. Default activities.DefaultRetryPolicy.
+	Retry *activities.RetryPolicy
+}
+
+// Workflow is a registered-able workflow type: a name and version that are
+// stored with every task (so never derive them from Go identifiers), and a
+// typed function.
+type Workflow[In, Out any] struct {
+	name    string
+	version int
+	fn      func(workflow.Context, In) (Out, error)
+	queue   string
+	retry   activities.RetryPolicy
+}
+
+// NewWorkflow defines a workflow type. It panics on an invalid definition,
+// as it runs at start-up; see [NewWorkflowSafely].
+func NewWorkflow[In, Out any](name string, version int, fn func(workflow.Context, In) (Out, error), opts *WorkflowOpts) *Workflow[In, Out] {
+	wf, err := NewWorkflowSafely(name, version, fn, opts)
+	if err != nil {
+		panic(err)
+	}
+	return wf
+}
+
+// NewWorkflowSafely is [NewWorkflow] returning an error instead of
+// panicking.
+func NewWorkflowSafely[In, Out any](name string, version int, fn func(workflow.Context, In) (Out, error), opts *WorkflowOpts) (*Workflow[In, Out], error) {
+	if err := validateTypeName(name); err != nil {
+		return nil, err
+	}
+	if version < 1 {
+		return nil, errors.Newf("workflow %s: version %d must be at least 1", name, version)
+	}
+	if fn == nil {
+		return nil, errors.Newf("workflow %s: function is nil", name)
+	}
+	wf := &Workflow[In, Out]{name: name, version: version, fn: fn, queue: "default", retry: activities.DefaultRetryPolicy}
+	if opts != nil {
+		if opts.Queue != "" {
+			wf.queue = opts.Queue
+		}
+		if opts.Retry != nil {
+			if err := opts.Retry.Validate(); err != nil {
+				return nil, errors.Wrapf(err, "workflow %s", name)
+			}
+			wf.retry = *opts.Retry
+		}
+	}
+	return wf, nil
+}
+
+// TypeName implements [WorkflowRef].
+func (w *Workflow[In, Out]) TypeName() string { return w.name }
+
+// TypeVersion implements [WorkflowRef].
+func (w *Workflow[In, Out]) TypeVersion() int { return w.version }
+
+func (w *Workflow[In, Out]) defaults() (queue string, retry activities.RetryPolicy) {
+	return w.queue, w.retry
+}
+
+// hasDefaults is implemented by *Workflow, whose defaults a start uses.
+type hasDefaults interface {
+	defaults() (queue string, retry activities.RetryPolicy)
+}
+
+func validateTypeName(name string) error {
+	if name == "" || len(name) > 200 {
+		return errors.Newf("workflow type name %q: must be 1 to 200 characters", name)
+	}
+	for _, r := range name {
+		if r <= ' ' || r == '@' || r == 0x7f {
+			return errors.Newf("workflow type name %q: no spaces, control characters or '@'", name)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,242 @@
+package workflow
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/cairnflow/cairn/history"
+	"github.com/cockroachdb/errors"
+)
+
+var (
+	// ErrNondeterministic marks a run whose steps differ from the ones its
+	// history recorded.
+	ErrNondeterministic = errors.New("nondeterministic workflow")
+	// ErrStopping is returned by a run that stopped at a checkpoint because
+	// the worker is shutting down; the task is handed back, not failed.
+	ErrStopping = errors.New("stopped at checkpoint: worker shutting down")
+	// ErrBadInput marks a task input that cannot be decoded into the
+	// workflow's input type. It is permanent: no retry will fix it.
+	ErrBadInput = errors.New("bad input")
+)
+
+// Context is what a workflow body receives. It deliberately does not
+// implement context.Context, so a workflow body cannot hand it to I/O: I/O
+// belongs in steps, which receive a real context.
+type Context interface {
+	// TaskID is the id of the task this run belongs to.
+	TaskID() string
+	// Attempt is the current attempt number, starting at 1.
+	Attempt() int
+
+	run() *runState
+}
+
+// StepInfo identifies a step about to run.
+type StepInfo struct {
+	Position int
+	Name     string
+}
+
+// RunParams is everything [Run] needs from its caller.
+type RunParams struct {
+	TaskID  string
+	Attempt int
+	// Steps are the steps recorded so far, by position.
+	Steps []history.Step
+	// Context is the attempt's context. A run stops at its next checkpoint
+	// once it is done.
+	Context context.Context
+	// Stopping, when closed, makes the run stop at its next checkpoint
+	// with [ErrStopping].
+	Stopping <-chan struct{}
+	// StepContext returns the context a new step runs with. Optional:
+	// default Context.
+	StepContext func(StepInfo) context.Context
+	// Record persists a completed step; the run goes on only once it
+	// returns nil. Required.
+	Record func(history.StepCompletedData) error
+}
+
+// Func is a workflow with its input and output in their JSON encodings:
+// what [Run] runs. The sdk builds one from a typed function.
+type Func func(ctx Context, input json.RawMessage) (json.RawMessage, error)
+
+// Result is how a run ended.
+type Result struct {
+	// Output is the workflow's encoded result when Err is nil.
+	Output json.RawMessage
+	// Err ends the attempt: a step's error, the body's own error, a
+	// non-determinism error, [ErrStopping], or the attempt context's error.
+	Err error
+	// Step is the step whose error ended the run, if a step's did.
+	Step *StepInfo
+	// Executed counts the steps this run executed (not replayed).
+	Executed int
+}
+
+type runState struct {
+	p        RunParams
+	next     int   // position of the next Step call
+	aborted  error // set once: every later Step returns it
+	failed   *StepInfo
+	executed int
+}
+
+type runContext struct{ s *runState }
+
+func (c runContext) TaskID() string { return c.s.p.TaskID }
+func (c runContext) Attempt() int   { return c.s.p.Attempt }
+func (c runContext) run() *runState { return c.s }
+
+// Run runs fn against the recorded steps in p. It never panics on a
+// workflow's panic: a panic in the body or a step ends the run with an
+// error.
+func Run(p RunParams, fn Func, input json.RawMessage) (res Result) {
+	if p.Context == nil {
+		p.Context = context.Background()
+	}
+	s := &runState{p: p}
+	defer func() {
+		if r := recover(); r != nil {
+			res = Result{Err: errors.Newf("workflow panicked: %v", r), Step: s.failed, Executed: s.executed}
+		}
+	}()
+	out, err := fn(runContext{s}, input)
+	res = Result{Step: s.failed, Executed: s.executed}
+	switch {
+	case s.aborted != nil:
+		// A step's failure or a checkpoint stop ends the attempt, whatever
+		// the body did with the error.
+		res.Err = s.aborted
+	case err != nil:
+		res.Err = err
+	case s.next < len(p.Steps):
+		res.Err = nondeterministic(s.next, p.Steps[s.next].Name, "(workflow returned)")
+	default:
+		res.Output = out
+	}
+	return res
+}
+
+func nondeterministic(position int, recorded, called string) error {
+	err := errors.Newf("step %d: history recorded %q, workflow called %q", position, recorded, called)
+	err = errors.WithHint(err, "a workflow must call the same steps in the same order on every run; "+
+		"keep side effects and anything that varies (time, randomness, I/O) inside steps, "+
+		"and register a new workflow version to change the step sequence")
+	return errors.Mark(err, ErrNondeterministic)
+}
+
+// StepOpts are per-step options. A nil *StepOpts takes every default.
+type StepOpts struct{}
+
+// Step runs fn as the step called name at the current position, or, if the
+// history already recorded that step, returns its recorded output without
+// running fn. fn receives the activity context (see package activities for
+// the task id, attempt and idempotency key it carries).
+//
+// A step's error ends the attempt: Step returns it, and every later Step
+// call in the run returns it too without running anything. The task is then
+// retried from this step or fails, as the error's class decides.
+func Step[Out any](ctx Context, name string, fn func(context.Context) (Out, error), _ *StepOpts) (Out, error) {
+	var zero Out
+	s := ctx.run()
+	if s.aborted != nil {
+		return zero, s.aborted
+	}
+	pos := s.next
+	if pos < len(s.p.Steps) {
+		rec := s.p.Steps[pos]
+		if rec.Name != name {
+			return zero, s.abort(nondeterministic(pos, rec.Name, name), nil)
+		}
+		var out Out
+		if len(rec.Output) > 0 {
+			if err := json.Unmarshal(rec.Output, &out); err != nil {
+				err = errors.Wrapf(err, "step %d (%s): decode recorded output", pos, name)
+				return zero, s.abort(errors.Mark(err, ErrNondeterministic), nil)
+			}
+		}
+		s.next++
+		return out, nil
+	}
+	if err := s.checkpoint(); err != nil {
+		return zero, err
+	}
+	info := StepInfo{Position: pos, Name: name}
+	stepCtx := s.p.Context
+	if s.p.StepContext != nil {
+		stepCtx = s.p.StepContext(info)
+	}
+	out, err := callStep(stepCtx, fn)
+	s.executed++
+	if err != nil {
+		return zero, s.abort(err, &info)
+	}
+	encoded, err := json.Marshal(out)
+	if err != nil {
+		err = errors.Wrapf(err, "step %d (%s): encode output", pos, name)
+		return zero, s.abort(err, &info)
+	}
+	if err := s.p.Record(history.StepCompletedData{Position: pos, Name: name, Output: encoded}); err != nil {
+		return zero, s.abort(errors.Wrapf(err, "record step %d (%s)", pos, name), nil)
+	}
+	s.next++
+	return out, nil
+}
+
+// checkpoint stops the run before a new step when the worker is stopping or
+// the attempt is over.
+func (s *runState) checkpoint() error {
+	select {
+	case <-s.p.Stopping:
+		return s.abort(ErrStopping, nil)
+	default:
+	}
+	if err := context.Cause(s.p.Context); err != nil {
+		return s.abort(err, nil)
+	}
+	return nil
+}
+
+func (s *runState) abort(err error, step *StepInfo) error {
+	if s.aborted == nil {
+		s.aborted, s.failed = err, step
+	}
+	return s.aborted
+}
+
+func callStep[Out any](ctx context.Context, fn func(context.Context) (Out, error)) (out Out, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = errors.Newf("step panicked: %v", r)
+		}
+	}()
+	return fn(ctx)
+}
+
+// Typed adapts a typed workflow function to a [Func]: it decodes the input
+// (an undecodable input is marked [ErrBadInput]) and encodes the output.
+func Typed[In, Out any](fn func(Context, In) (Out, error)) Func {
+	return func(ctx Context, raw json.RawMessage) (json.RawMessage, error) {
+		var in In
+		if len(raw) > 0 {
+			if err := json.Unmarshal(raw, &in); err != nil {
+				return nil, errors.Mark(errors.Wrap(err, "decode workflow input"), ErrBadInput)
+			}
+		}
+		out, err := fn(ctx, in)
+		if err != nil {
+			return nil, err
+		}
+		encoded, err := json.Marshal(out)
+		if err != nil {
+			return nil, errors.Wrap(err, "encode workflow output")
+		}
+		return encoded, nil
+	}
+}
+
+// String describes a step for logs.
+func (i StepInfo) String() string { return fmt.Sprintf("step %d (%s)", i.Position, i.Name) }
