@@ -3,6 +3,8 @@ package activities
 import (
 	"context"
 	"fmt"
+	"reflect"
+	"strings"
 	"time"
 
 	"github.com/cairnflow/cairn/history"
@@ -72,8 +74,17 @@ func kindOf(err error) string {
 	if errors.As(err, &ke) {
 		return ke.ErrorKind()
 	}
-	// The innermost cause names what actually went wrong.
-	return fmt.Sprintf("%T", errors.UnwrapAll(err))
+	// The innermost cause names what actually went wrong, unless it is a
+	// plain message from the errors packages, whose type says nothing.
+	leaf := errors.UnwrapAll(err)
+	t := reflect.TypeOf(leaf)
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if pkg := t.PkgPath(); pkg == "errors" || strings.HasPrefix(pkg, "github.com/cockroachdb/errors") {
+		return ""
+	}
+	return fmt.Sprintf("%T", leaf)
 }
 
 // RetryPolicy says how often and how soon a failed step is tried again.

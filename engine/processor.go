@@ -63,6 +63,13 @@ func (a *Attempt) WorkerID() string { return a.proc.cfg.WorkerID }
 // instead of starting more work.
 func (a *Attempt) Stopping() <-chan struct{} { return a.proc.stopping }
 
+// DurableContext returns a context for recording what the attempt has
+// done: it outlives a stop, so a step that finished during a graceful stop
+// is still recorded, and ends only when the whole worker is abandoned (the
+// context given to Start is cancelled), as nothing more is written after a
+// crash.
+func (a *Attempt) DurableContext() context.Context { return a.proc.baseCtx }
+
 // Append appends events for this attempt, fenced by its lease epoch. It
 // returns an error marked [ErrFenced] once the attempt's lease has passed to
 // another epoch.

@@ -217,7 +217,7 @@ func (w *Worker) HandleAttempt(ctx context.Context, a *engine.Attempt) ([]histor
 			// Record even if the attempt context was cancelled by a stop
 			// while the step ran: the step did finish. The lease fence
 			// still refuses a stale attempt.
-			return a.Append(context.WithoutCancel(ctx), step)
+			return a.Append(a.DurableContext(), step)
 		},
 	}, reg.fn, a.Task.Input)
 	return w.outcome(ctx, a, reg, res)

@@ -1,0 +1,69 @@
+package main
+
+import (
+	"context"
+	"time"
+
+	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/sdk"
+	"github.com/cockroachdb/errors"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+const databaseHint = "set --database-url or CAIRN_DATABASE_URL to a reachable PostgreSQL, e.g. postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+
+// connect opens a pool and checks the database answers. Every failure is a
+// configError with one line saying what to set.
+func (g *globals) connect(ctx context.Context, maxConns int32) (*pgxpool.Pool, error) {
+	if g.databaseURL == "" {
+		return nil, errors.Mark(errors.New("no database configured: "+databaseHint), configError)
+	}
+	if err := engine.ValidateSchemaName(g.schema); err != nil {
+		return nil, errors.Mark(err, configError)
+	}
+	cfg, err := pgxpool.ParseConfig(g.databaseURL)
+	if err != nil {
+		return nil, errors.Mark(errors.Newf("database URL does not parse (%s): %s", redactedCause(err), databaseHint), configError)
+	}
+	if maxConns > 0 {
+		cfg.MaxConns = maxConns
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, errors.Mark(errors.Newf("cannot open database: %s", databaseHint), configError)
+	}
+	pingCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := pool.Ping(pingCtx); err != nil {
+		pool.Close()
+		return nil, errors.Mark(errors.Newf("cannot reach the database at %s:%d (%s): %s",
+			cfg.ConnConfig.Host, cfg.ConnConfig.Port, redactedCause(err), databaseHint), configError)
+	}
+	return pool, nil
+}
+
+// redactedCause shortens a connection error to its last part, which names
+// the cause without repeating the URL (and its password).
+func redactedCause(err error) string {
+	msg := err.Error()
+	for i := len(msg) - 2; i > 0; i-- {
+		if msg[i] == ':' && msg[i+1] == ' ' {
+			return msg[i+2:]
+		}
+	}
+	return msg
+}
+
+// client connects and returns an sdk client.
+func (g *globals) client(ctx context.Context) (*sdk.Client, func(), error) {
+	pool, err := g.connect(ctx, 4)
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := sdk.NewClient(sdk.ClientConfig{Pool: pool, Schema: g.schema, Namespace: g.namespace})
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	return c, pool.Close, nil
+}

@@ -1,0 +1,84 @@
+// Command cairn is the command line for cairn: migrations, the document
+// pipeline demo, and questions about tasks.
+//
+// It imports sdk and engine, and exports nothing.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/cockroachdb/errors"
+	"github.com/spf13/cobra"
+)
+
+// Exit codes.
+const (
+	exitError  = 1 // the command failed
+	exitConfig = 2 // the command could not start: bad flags, no database
+)
+
+// configError marks errors the user fixes by configuring something; they
+// exit with exitConfig and print one line.
+var configError = errors.New("configuration error")
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err := newRootCmd().ExecuteContext(ctx)
+	if err == nil {
+		return
+	}
+	fmt.Fprintln(os.Stderr, "cairn: "+err.Error())
+	if errors.Is(err, configError) {
+		os.Exit(exitConfig)
+	}
+	os.Exit(exitError)
+}
+
+// globals are the flags every command shares.
+type globals struct {
+	databaseURL string
+	schema      string
+	namespace   string
+	output      string
+}
+
+func newRootCmd() *cobra.Command {
+	g := &globals{}
+	root := &cobra.Command{
+		Use:   "cairn",
+		Short: "cairn: a durable workflow engine and task queue on PostgreSQL",
+		Long: `cairn runs slow, flaky work (OCR, extraction, LLM calls, webhooks) off the
+request path: tasks are persisted as append-only event logs in PostgreSQL,
+claimed by workers under leases, retried, and always answerable.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			if g.output != "text" && g.output != "json" {
+				return errors.Mark(errors.Newf("--output %q: use text or json", g.output), configError)
+			}
+			return nil
+		},
+	}
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
+		return errors.Mark(err, configError)
+	})
+	pf := root.PersistentFlags()
+	pf.StringVar(&g.databaseURL, "database-url", os.Getenv("CAIRN_DATABASE_URL"), "PostgreSQL URL (env CAIRN_DATABASE_URL)")
+	pf.StringVar(&g.schema, "schema", envOr("CAIRN_SCHEMA", "cairn"), "schema holding cairn's tables (env CAIRN_SCHEMA)")
+	pf.StringVar(&g.namespace, "namespace", envOr("CAIRN_NAMESPACE", "default"), "namespace of tasks (env CAIRN_NAMESPACE)")
+	pf.StringVarP(&g.output, "output", "o", "text", "output format: text or json")
+	root.AddCommand(newMigrateCmd(g), newTaskCmd(g), newDemoCmd(g))
+	return root
+}
+
+func envOr(key, fallback string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return fallback
+}

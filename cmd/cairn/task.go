@@ -1,0 +1,257 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/sdk"
+	"github.com/cockroachdb/errors"
+	"github.com/google/uuid"
+	"github.com/spf13/cobra"
+)
+
+var statuses = []history.Status{
+	history.StatusPending, history.StatusRunning, history.StatusRetrying, history.StatusCompleted,
+	history.StatusFailed, history.StatusCancelled, history.StatusDeadLettered,
+}
+
+func newTaskCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "task", Short: "Ask about tasks: their state, their history"}
+	cmd.AddCommand(newTaskShowCmd(g), newTaskHistoryCmd(g), newTaskListCmd(g))
+	return cmd
+}
+
+func parseTaskID(arg string) (uuid.UUID, error) {
+	id, err := uuid.Parse(arg)
+	if err != nil {
+		return uuid.UUID{}, errors.Mark(errors.Newf("task id %q is not a UUID", arg), configError)
+	}
+	return id, nil
+}
+
+func newTaskShowCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "show ID",
+		Short: "Show a task: status, attempt, output, last error, timestamps",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := parseTaskID(args[0])
+			if err != nil {
+				return err
+			}
+			c, closeDB, err := g.client(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer closeDB()
+			info, err := c.Get(cmd.Context(), id)
+			if err != nil {
+				return notFoundAs(err, id, g.namespace)
+			}
+			if g.output == "json" {
+				return printJSON(cmd, info)
+			}
+			w := newTable(cmd)
+			row := func(k, v string) { fmt.Fprintf(w, "%s:\t%s\n", k, v) }
+			row("id", info.ID.String())
+			row("type", fmt.Sprintf("%s@%d", info.Type, info.TypeVersion))
+			row("queue", info.Queue)
+			row("status", string(info.Status))
+			row("attempt", fmt.Sprintf("%d of %d", info.Attempt, info.MaxAttempts))
+			if info.IdempotencyKey != "" {
+				row("idempotency key", info.IdempotencyKey)
+			}
+			row("created", formatTime(&info.CreatedAt))
+			row("started", formatTime(info.StartedAt))
+			row("finished", formatTime(info.FinishedAt))
+			if !info.Status.Terminal() {
+				row("run at", formatTime(&info.RunAt))
+			}
+			if info.LeaseOwner != "" {
+				row("lease owner", info.LeaseOwner)
+			}
+			if len(info.Output) > 0 {
+				row("output", string(info.Output))
+			}
+			if e := info.LastError; e != nil {
+				row("last error", describeError(*e))
+			}
+			return w.Flush()
+		},
+	}
+}
+
+// eventJSON is one event as `task history -o json` prints it.
+type eventJSON struct {
+	Seq     int64           `json:"seq"`
+	Type    history.Type    `json:"type"`
+	At      time.Time       `json:"at"`
+	Attempt int             `json:"attempt,omitempty"`
+	Data    json.RawMessage `json:"data"`
+}
+
+func newTaskHistoryCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "history ID",
+		Short: "Show every event of a task, in order",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := parseTaskID(args[0])
+			if err != nil {
+				return err
+			}
+			c, closeDB, err := g.client(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer closeDB()
+			events, err := c.History(cmd.Context(), id)
+			if err != nil {
+				return notFoundAs(err, id, g.namespace)
+			}
+			if g.output == "json" {
+				out := make([]eventJSON, 0, len(events))
+				for _, e := range events {
+					data, err := history.Encode(e.Data)
+					if err != nil {
+						return err
+					}
+					out = append(out, eventJSON{Seq: e.Seq, Type: e.Type(), At: e.At, Attempt: e.Attempt, Data: data})
+				}
+				return printJSON(cmd, out)
+			}
+			w := newTable(cmd)
+			fmt.Fprintln(w, "SEQ\tAT\tATTEMPT\tEVENT\tDETAILS")
+			for _, e := range events {
+				attempt := ""
+				if e.Attempt > 0 {
+					attempt = fmt.Sprint(e.Attempt)
+				}
+				fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\n", e.Seq, e.At.Format("15:04:05.000000"), attempt, e.Type(), eventDetails(e.Data))
+			}
+			return w.Flush()
+		},
+	}
+}
+
+func eventDetails(p history.Payload) string {
+	switch v := p.(type) {
+	case history.Scheduled:
+		return fmt.Sprintf("%s@%d on queue %s, max %d attempts", v.TaskType, v.TypeVersion, v.Queue, v.MaxAttempts)
+	case history.AttemptStartedData:
+		return fmt.Sprintf("worker %s, lease epoch %d", v.WorkerID, v.LeaseEpoch)
+	case history.StepCompletedData:
+		return fmt.Sprintf("step %d %s", v.Position, v.Name)
+	case history.AttemptFailedData:
+		s := describeError(v.Error)
+		if v.NextRunAt != nil {
+			s += ", retry at " + v.NextRunAt.Format("15:04:05.000")
+		}
+		return s
+	case history.LeaseExpiredData:
+		return fmt.Sprintf("worker %s, lease epoch %d", v.WorkerID, v.LeaseEpoch)
+	case history.TaskReleasedData:
+		return fmt.Sprintf("worker %s: %s", v.WorkerID, v.Reason)
+	case history.TaskCompletedData:
+		return truncate(string(v.Output), 80)
+	case history.TaskFailedData:
+		return describeError(v.Error)
+	case history.TaskDeadLetteredData:
+		return v.Reason + ": " + describeError(v.Error)
+	}
+	return ""
+}
+
+func describeError(e history.ErrorInfo) string {
+	var b strings.Builder
+	b.WriteString(string(e.Class))
+	if e.Kind != "" {
+		fmt.Fprintf(&b, " %s", e.Kind)
+	}
+	if e.Step != "" {
+		fmt.Fprintf(&b, " in step %d %s", e.Position, e.Step)
+	}
+	fmt.Fprintf(&b, ": %s", truncate(e.Message, 120))
+	return b.String()
+}
+
+func newTaskListCmd(g *globals) *cobra.Command {
+	var status, typ string
+	var limit int
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List tasks, newest first",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if status != "" && !knownStatus(status) {
+				return errors.Mark(errors.Newf("--status %q: use one of %s", status, statusList()), configError)
+			}
+			if limit < 1 || limit > 10000 {
+				return errors.Mark(errors.Newf("--limit %d: use 1 to 10000", limit), configError)
+			}
+			c, closeDB, err := g.client(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer closeDB()
+			tasks, err := c.List(cmd.Context(), &sdk.ListOpts{Status: history.Status(status), Type: typ, Limit: limit})
+			if err != nil {
+				return err
+			}
+			if g.output == "json" {
+				return printJSON(cmd, tasks)
+			}
+			w := newTable(cmd)
+			fmt.Fprintln(w, "ID\tTYPE\tSTATUS\tATTEMPT\tCREATED")
+			for _, t := range tasks {
+				fmt.Fprintf(w, "%s\t%s@%d\t%s\t%d\t%s\n", t.ID, t.Type, t.TypeVersion, t.Status, t.Attempt, formatTime(&t.CreatedAt))
+			}
+			return w.Flush()
+		},
+	}
+	cmd.Flags().StringVar(&status, "status", "", "only tasks in this status ("+statusList()+")")
+	cmd.Flags().StringVar(&typ, "type", "", "only tasks of this type")
+	cmd.Flags().IntVar(&limit, "limit", 50, "at most this many tasks")
+	return cmd
+}
+
+func knownStatus(s string) bool {
+	for _, st := range statuses {
+		if string(st) == s {
+			return true
+		}
+	}
+	return false
+}
+
+func statusList() string {
+	names := make([]string, len(statuses))
+	for i, s := range statuses {
+		names[i] = string(s)
+	}
+	return strings.Join(names, ", ")
+}
+
+func notFoundAs(err error, id uuid.UUID, namespace string) error {
+	if errors.Is(err, sdk.ErrNotFound) {
+		return errors.Newf("task %s not found in namespace %s", id, namespace)
+	}
+	return err
+}
+
+func formatTime(t *time.Time) string {
+	if t == nil || t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format("2006-01-02 15:04:05.000 MST")
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
