@@ -1,0 +1,209 @@
+package integration_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cairnflow/cairn/engine/enginetest"
+	"github.com/cairnflow/cairn/history"
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+)
+
+// cli runs the cairn binary against the test database and schema.
+type cli struct {
+	t      *testing.T
+	bin    string
+	url    string
+	schema string
+}
+
+func newCLI(t *testing.T) *cli {
+	t.Helper()
+	return &cli{t: t, bin: cairnBinary(t), url: enginetest.DatabaseURL(t), schema: enginetest.Schema(t)}
+}
+
+func (c *cli) command(args ...string) *exec.Cmd {
+	cmd := exec.Command(c.bin, append(args, "--schema", c.schema)...)
+	cmd.Env = append(os.Environ(), "CAIRN_DATABASE_URL="+c.url)
+	return cmd
+}
+
+// run runs a command to completion and returns its stdout; it fails the
+// test on a non-zero exit.
+func (c *cli) run(args ...string) []byte {
+	c.t.Helper()
+	cmd := c.command(args...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	require.NoError(c.t, err, "cairn %s\nstderr: %s", strings.Join(args, " "), stderr.String())
+	return out
+}
+
+type taskJSON struct {
+	ID        uuid.UUID          `json:"id"`
+	Type      string             `json:"type"`
+	Status    history.Status     `json:"status"`
+	Attempt   int                `json:"attempt"`
+	CreatedAt time.Time          `json:"created_at"`
+	Output    json.RawMessage    `json:"output"`
+	LastError *history.ErrorInfo `json:"last_error"`
+}
+
+type eventJSON struct {
+	Seq     int64           `json:"seq"`
+	Type    history.Type    `json:"type"`
+	At      time.Time       `json:"at"`
+	Attempt int             `json:"attempt"`
+	Data    json.RawMessage `json:"data"`
+}
+
+func TestCLIDemoRunFinishesEveryTask(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	var summary struct {
+		Documents, Completed, Failed, Unfinished, Retried int
+		DeadLettered                                      int     `json:"dead_lettered"`
+		P50                                               float64 `json:"p50_ms"`
+		P99                                               float64 `json:"p99_ms"`
+		Example                                           string  `json:"example_task_id"`
+	}
+	out := c.run("demo", "run", "--documents", "200", "--latency", "5ms", "--seed", "42", "-o", "json")
+	require.NoError(t, json.Unmarshal(out, &summary), "%s", out)
+	require.Equal(t, 200, summary.Documents)
+	require.Zero(t, summary.Unfinished)
+	require.Equal(t, 200, summary.Completed+summary.Failed+summary.DeadLettered)
+	require.Positive(t, summary.Completed)
+	require.Positive(t, summary.Retried, "a 10%% failure rate retries some tasks")
+	require.LessOrEqual(t, summary.P50, summary.P99)
+
+	var tasks []taskJSON
+	require.NoError(t, json.Unmarshal(c.run("task", "list", "--limit", "500", "-o", "json"), &tasks))
+	require.Len(t, tasks, 200)
+	for _, task := range tasks {
+		require.Equal(t, "document.process", task.Type)
+		require.True(t, task.Status.Terminal(), "task %s is %s", task.ID, task.Status)
+		require.False(t, task.CreatedAt.IsZero())
+	}
+	var failed []taskJSON
+	require.NoError(t, json.Unmarshal(c.run("task", "list", "--status", "failed", "-o", "json"), &failed))
+	require.Len(t, failed, summary.Failed)
+
+	var shown taskJSON
+	require.NoError(t, json.Unmarshal(c.run("task", "show", summary.Example, "-o", "json"), &shown))
+	require.Equal(t, summary.Example, shown.ID.String())
+	require.Greater(t, shown.Attempt, 1)
+
+	var events []eventJSON
+	require.NoError(t, json.Unmarshal(c.run("task", "history", summary.Example, "-o", "json"), &events))
+	require.NotEmpty(t, events)
+	for i, e := range events {
+		require.Equal(t, int64(i+1), e.Seq, "events in order")
+		if i > 0 {
+			require.False(t, e.At.Before(events[i-1].At), "event times never go back")
+		}
+	}
+	require.Equal(t, history.TaskScheduled, events[0].Type)
+	require.Contains(t, []history.Type{history.TaskCompleted, history.TaskFailed, history.TaskDeadLettered}, events[len(events)-1].Type)
+	require.Contains(t, typesOf(events), history.AttemptFailed, "a retried task's history shows the failed attempt")
+
+	enginetest.RequireProjectionsMatch(t, newClient(t, c.schema).Store())
+}
+
+func typesOf(events []eventJSON) []history.Type {
+	out := make([]history.Type, len(events))
+	for i, e := range events {
+		out[i] = e.Type
+	}
+	return out
+}
+
+func TestCLIDemoWorkersFinishEverythingWhenOneIsKilled(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	var ids []uuid.UUID
+	require.NoError(t, json.Unmarshal(c.run("demo", "submit", "--documents", "150", "-o", "json"), &ids))
+	require.Len(t, ids, 150)
+
+	workerArgs := []string{"demo", "worker", "--concurrency", "8", "--latency", "30ms",
+		"--lease-ttl", "2s", "--rescue-interval", "300ms", "--shutdown-timeout", "20s"}
+	var workers []*exec.Cmd
+	for range 2 {
+		w := c.command(workerArgs...)
+		w.Stderr = os.Stderr
+		require.NoError(t, w.Start())
+		t.Cleanup(func() { _ = w.Process.Kill(); _ = w.Wait() })
+		workers = append(workers, w)
+	}
+
+	client := newClient(t, c.schema)
+	finished := func() int {
+		n := 0
+		for _, id := range ids {
+			if mustGet(t, client, id).Status.Terminal() {
+				n++
+			}
+		}
+		return n
+	}
+	waitFor(t, time.Minute, "some tasks finished", func() bool { return finished() >= 30 })
+	require.NoError(t, workers[0].Process.Signal(syscall.SIGKILL))
+	_ = workers[0].Wait()
+
+	waitFor(t, 2*time.Minute, "every task finished by the surviving worker", func() bool { return finished() == len(ids) })
+	require.NoError(t, workers[1].Process.Signal(syscall.SIGTERM))
+	require.NoError(t, workers[1].Wait(), "the surviving worker shuts down cleanly on SIGTERM")
+
+	byTask, err := client.Store().EventListByTasks(context.Background(), ids)
+	require.NoError(t, err)
+	rescued := 0
+	for _, id := range ids {
+		steps := map[int]int{}
+		terminal := 0
+		for _, e := range byTask[id] {
+			if p, ok := e.Data.(history.StepCompletedData); ok {
+				steps[p.Position]++
+			}
+			if e.Type() == history.LeaseExpired {
+				rescued++
+			}
+			switch e.Type() {
+			case history.TaskCompleted, history.TaskFailed, history.TaskDeadLettered:
+				terminal++
+			}
+		}
+		for pos, n := range steps {
+			require.Equal(t, 1, n, "task %s: step %d recorded once", id, pos)
+		}
+		require.Equal(t, 1, terminal, "task %s finished exactly once", id)
+	}
+	require.Positive(t, rescued, "the killed worker's tasks were rescued after their leases expired")
+	require.Equal(t, len(ids), enginetest.RequireProjectionsMatch(t, client.Store()))
+}
+
+func TestCLIWithoutDatabaseSaysWhatToSet(t *testing.T) {
+	t.Parallel()
+	bin := cairnBinary(t)
+	for _, url := range []string{"", "postgres://nobody@127.0.0.1:1/none?sslmode=disable&connect_timeout=2"} {
+		cmd := exec.Command(bin, "task", "list")
+		cmd.Env = append(os.Environ(), "CAIRN_DATABASE_URL="+url)
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		var exit *exec.ExitError
+		require.ErrorAs(t, err, &exit, "url %q", url)
+		require.Equal(t, 2, exit.ExitCode(), "url %q", url)
+		lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
+		require.Len(t, lines, 1, "one line, no stack trace: %q", stderr.String())
+		require.Contains(t, lines[0], "CAIRN_DATABASE_URL")
+		require.Empty(t, stdout.String())
+	}
+}

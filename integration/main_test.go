@@ -1,0 +1,129 @@
+package integration_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cairnflow/cairn/engine/enginetest"
+	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/sdk"
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+)
+
+// TestMain doubles as the entry point of helper worker processes: when
+// CAIRN_HELPER is set, this binary runs that helper instead of the tests,
+// so a test can start a worker in another process and kill it.
+func TestMain(m *testing.M) {
+	if helper := os.Getenv("CAIRN_HELPER"); helper != "" {
+		os.Exit(runHelper(helper))
+	}
+	os.Exit(m.Run())
+}
+
+func runHelper(name string) int {
+	switch name {
+	case "crash-worker":
+		if err := runCrashWorker(); err != nil {
+			fmt.Fprintln(os.Stderr, "crash-worker:", err)
+			return 1
+		}
+		return 0
+	}
+	fmt.Fprintln(os.Stderr, "unknown helper", name)
+	return 2
+}
+
+// startHelper starts this test binary as the named helper process.
+func startHelper(t *testing.T, name string, env ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), append([]string{"CAIRN_HELPER=" + name}, env...)...)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	return cmd
+}
+
+var (
+	buildOnce sync.Once
+	cairnBin  string
+	buildErr  error
+)
+
+// cairnBinary builds cmd/cairn once per test binary and returns its path.
+func cairnBinary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "cairn-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		cairnBin = filepath.Join(dir, "cairn")
+		_, file, _, _ := runtime.Caller(0)
+		root := filepath.Dir(filepath.Dir(file))
+		cmd := exec.Command("go", "build", "-o", cairnBin, "./cmd/cairn")
+		cmd.Dir = root
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build ./cmd/cairn: %v\n%s", err, out)
+		}
+	})
+	require.NoError(t, buildErr)
+	return cairnBin
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// countEvents returns how many events of typ a task has.
+func countEvents(t *testing.T, c *sdk.Client, id uuid.UUID, typ history.Type) int {
+	t.Helper()
+	events, err := c.History(context.Background(), id)
+	require.NoError(t, err)
+	n := 0
+	for _, e := range events {
+		if e.Type() == typ {
+			n++
+		}
+	}
+	return n
+}
+
+func eventTypes(t *testing.T, c *sdk.Client, id uuid.UUID) []history.Type {
+	t.Helper()
+	events, err := c.History(context.Background(), id)
+	require.NoError(t, err)
+	out := make([]history.Type, len(events))
+	for i, e := range events {
+		out[i] = e.Type()
+	}
+	return out
+}
+
+func newClient(t *testing.T, schema string) *sdk.Client {
+	t.Helper()
+	c, err := sdk.NewClient(sdk.ClientConfig{Pool: enginetest.Pool(t), Schema: schema})
+	require.NoError(t, err)
+	return c
+}
