@@ -121,6 +121,12 @@ func (c *Client) startParams(wf WorkflowRef, input any, opts *StartOpts) (*engin
 	if opts.Queue != "" {
 		queue = opts.Queue
 	}
+	if err := validateName("queue", queue); err != nil {
+		return nil, errors.Wrapf(err, "start %s", wf.TypeName())
+	}
+	if len(opts.IdempotencyKey) > maxKeyLen {
+		return nil, errors.Newf("start %s: idempotency key is %d bytes, at most %d allowed", wf.TypeName(), len(opts.IdempotencyKey), maxKeyLen)
+	}
 	maxAttempts := retry.MaxAttempts
 	if opts.MaxAttempts < 0 {
 		return nil, errors.Newf("start %s: MaxAttempts %d is negative", wf.TypeName(), opts.MaxAttempts)
@@ -150,6 +156,9 @@ func (c *Client) startParams(wf WorkflowRef, input any, opts *StartOpts) (*engin
 		MaxAttempts: maxAttempts,
 	}}, nil
 }
+
+// maxKeyLen bounds idempotency keys and trace ids, which are indexed.
+const maxKeyLen = 512
 
 // TaskInfo is what a client can learn about a task.
 type TaskInfo struct {

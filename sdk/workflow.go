@@ -100,13 +100,18 @@ type hasDefaults interface {
 	defaults() (queue string, retry activities.RetryPolicy)
 }
 
-func validateTypeName(name string) error {
+func validateTypeName(name string) error { return validateName("workflow type name", name) }
+
+// validateName checks a durable name (type, queue): 1 to 200 characters,
+// none of them spaces, control characters or '@' (which separates a type
+// from its version in claim keys).
+func validateName(what, name string) error {
 	if name == "" || len(name) > 200 {
-		return errors.Newf("workflow type name %q: must be 1 to 200 characters", name)
+		return errors.Newf("%s %q: must be 1 to 200 characters", what, name)
 	}
 	for _, r := range name {
 		if r <= ' ' || r == '@' || r == 0x7f {
-			return errors.Newf("workflow type name %q: no spaces, control characters or '@'", name)
+			return errors.Newf("%s %q: no spaces, control characters or '@'", what, name)
 		}
 	}
 	return nil
