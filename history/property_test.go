@@ -16,7 +16,7 @@ import (
 
 var (
 	seedFlag  = flag.Uint64("history.seed", 1, "first seed of TestReplayPropertiesSeeded")
-	seedsFlag = flag.Int("history.seeds", 300, "how many seeds TestReplayPropertiesSeeded runs")
+	seedsFlag = flag.Int("history.seeds", 200, "how many seeds TestReplayPropertiesSeeded runs")
 )
 
 // Properties of every valid history, on histories drawn by rapid. On failure

@@ -89,7 +89,9 @@ type State struct {
 func Replay(events []Event) (State, error) {
 	var s State
 	for _, e := range events {
-		next, err := Apply(s, e)
+		// The fold's intermediate states are Replay's alone, so steps can be
+		// appended in place: replay stays linear in the number of steps.
+		next, err := apply(s, e, true)
 		if err != nil {
 			return s, err
 		}
@@ -106,6 +108,12 @@ func Replay(events []Event) (State, error) {
 // backing array with s, so callers treat states as values to replace, not to
 // mutate.
 func Apply(s State, e Event) (State, error) {
+	return apply(s, e, false)
+}
+
+// apply is [Apply]. owned says the caller holds the only copy of s and will
+// never apply another event to it, so s's Steps may be appended to in place.
+func apply(s State, e Event, owned bool) (State, error) {
 	orig := s
 	if e.Data == nil {
 		return s, invalidf(nil, "event %d: no payload", e.Seq)
@@ -130,7 +138,7 @@ func Apply(s State, e Event) (State, error) {
 	case AttemptStartedData:
 		err = s.applyAttemptStarted(e, p)
 	case StepCompletedData:
-		err = s.applyStepCompleted(e, p)
+		err = s.applyStepCompleted(e, p, owned)
 	case AttemptFailedData:
 		err = s.applyAttemptFailed(e, p)
 	case LeaseExpiredData:
@@ -233,7 +241,7 @@ func (s *State) requireCurrentAttempt(e Event) error {
 	return nil
 }
 
-func (s *State) applyStepCompleted(e Event, p StepCompletedData) error {
+func (s *State) applyStepCompleted(e Event, p StepCompletedData, owned bool) error {
 	if err := s.requireCurrentAttempt(e); err != nil {
 		return err
 	}
@@ -246,10 +254,17 @@ func (s *State) applyStepCompleted(e Event, p StepCompletedData) error {
 	if p.Name == "" {
 		return invalidf(nil, "event %d (%s): no step name", e.Seq, StepCompleted)
 	}
-	// Copy on append so an earlier State never sees a later step.
+	step := Step{Position: p.Position, Name: p.Name, Output: p.Output}
+	if owned {
+		s.Steps = append(s.Steps, step)
+		return nil
+	}
+	// Copy on append so that no other State derived from s sees this step:
+	// appending in place would write into spare capacity s may share with
+	// them.
 	steps := make([]Step, len(s.Steps), len(s.Steps)+1)
 	copy(steps, s.Steps)
-	s.Steps = append(steps, Step{Position: p.Position, Name: p.Name, Output: p.Output})
+	s.Steps = append(steps, step)
 	return nil
 }
 
