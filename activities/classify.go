@@ -15,8 +15,11 @@ import (
 // survive wrapping with errors.Wrap and friends, and a mark set in Go wins
 // over any policy.
 var (
-	ErrPermanent = errors.New("permanent error")
-	ErrTransient = errors.New("transient error")
+	// The messages are unusual on purpose: cockroachdb/errors matches marks
+	// by type and message, so an unrelated errors.New("permanent error")
+	// must not count as one.
+	ErrPermanent = errors.New("cairn/activities: permanent")
+	ErrTransient = errors.New("cairn/activities: transient")
 )
 
 // Permanent marks err as not worth retrying: the task fails at once.
@@ -115,7 +118,7 @@ func (p RetryPolicy) Validate() error {
 		return errors.Newf("retry policy: MaxAttempts %d must be at least 1", p.MaxAttempts)
 	case p.InitialInterval < 0 || p.MaxInterval < 0:
 		return errors.New("retry policy: intervals must not be negative")
-	case p.Multiplier < 1:
+	case !(p.Multiplier >= 1): // also refuses NaN
 		return errors.Newf("retry policy: Multiplier %g must be at least 1", p.Multiplier)
 	case p.MaxInterval < p.InitialInterval:
 		return errors.Newf("retry policy: MaxInterval %s is below InitialInterval %s", p.MaxInterval, p.InitialInterval)
@@ -131,7 +134,10 @@ func (p RetryPolicy) Ceiling(attempt int) time.Duration {
 	for i := 1; i < attempt && d < float64(p.MaxInterval); i++ {
 		d *= p.Multiplier
 	}
-	return time.Duration(min(d, float64(p.MaxInterval)))
+	if !(d < float64(p.MaxInterval)) {
+		return p.MaxInterval
+	}
+	return time.Duration(d)
 }
 
 // Backoff returns the delay before the attempt after failed attempt number

@@ -35,6 +35,10 @@ const (
 	StatusDeadLettered Status = "dead_lettered"
 )
 
+// AttemptsUsed is the number of attempts that count against max_attempts:
+// every attempt started except those handed back by a stopping worker.
+func (s State) AttemptsUsed() int { return s.Attempt - s.Released }
+
 // Terminal reports whether no further event but an explicit requeue can
 // follow a task in status s.
 func (s Status) Terminal() bool {
@@ -68,6 +72,9 @@ type State struct {
 
 	Status    Status
 	Attempt   int       // the latest attempt number, 0 before the first
+	// Released counts attempts handed back by task_released (a worker
+	// shutting down). They are not failures and do not use up max_attempts.
+	Released int
 	RunAt     time.Time // when the task is next due (or was, once running)
 	Lease     Lease
 	Steps     []Step // completed steps, by position
@@ -144,7 +151,9 @@ func apply(s State, e Event, owned bool) (State, error) {
 	case LeaseExpiredData:
 		err = s.applyLeaseEnded(e, p.LeaseEpoch, StatusRetrying, p.NextRunAt)
 	case TaskReleasedData:
-		err = s.applyLeaseEnded(e, p.LeaseEpoch, StatusPending, e.At)
+		if err = s.applyLeaseEnded(e, p.LeaseEpoch, StatusPending, e.At); err == nil {
+			s.Released++
+		}
 	case TaskCompletedData:
 		err = s.applyCompleted(e, p)
 	case TaskFailedData:

@@ -483,3 +483,18 @@ func TestEventType(t *testing.T) {
 		require.Equal(t, history.Types[i], history.Event{Data: p}.Type())
 	}
 }
+
+func TestReleasedAttemptsDoNotCountAgainstMaxAttempts(t *testing.T) {
+	t.Parallel()
+	state, err := history.Replay(historytest.Build(
+		historytest.Scheduled(),
+		historytest.Started(1, 1), historytest.Released(1, 1),
+		historytest.Started(2, 2), historytest.Retry(2, "503"),
+		historytest.Started(3, 3), historytest.Released(3, 3),
+		historytest.Started(4, 4),
+	))
+	require.NoError(t, err)
+	require.Equal(t, 4, state.Attempt)
+	require.Equal(t, 2, state.Released)
+	require.Equal(t, 2, state.AttemptsUsed())
+}

@@ -12,12 +12,15 @@ import (
 	"github.com/cairnflow/cairn/sdk"
 	"github.com/cairnflow/cairn/workflow"
 	"github.com/cockroachdb/errors"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 )
 
 type testBundle struct {
 	client *sdk.Client
 	worker *sdk.Worker
+	pool   *pgxpool.Pool
+	schema string
 }
 
 func setup(t *testing.T, cfg sdk.WorkerConfig) *testBundle {
@@ -32,7 +35,7 @@ func setup(t *testing.T, cfg sdk.WorkerConfig) *testBundle {
 	}
 	worker, err := sdk.NewWorker(cfg)
 	require.NoError(t, err)
-	return &testBundle{client: client, worker: worker}
+	return &testBundle{client: client, worker: worker, pool: pool, schema: schema}
 }
 
 func TestWorkflowRetriesFailedStepWithoutRerunningEarlierSteps(t *testing.T) {

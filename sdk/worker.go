@@ -72,6 +72,9 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := validateWorkerConfig(&cfg); err != nil {
+		return nil, err
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -82,6 +85,30 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 		cfg.Namespace = engine.DefaultNamespace
 	}
 	return &Worker{cfg: cfg, store: store, types: map[engine.TypeKey]registered{}}, nil
+}
+
+// validateWorkerConfig reports a bad setting when the worker is made, not
+// when it starts.
+func validateWorkerConfig(cfg *WorkerConfig) error {
+	if cfg.Concurrency < 0 {
+		return errors.Newf("worker: Concurrency %d is negative", cfg.Concurrency)
+	}
+	if cfg.LeaseTTL < 0 || cfg.HeartbeatInterval < 0 || cfg.PollInterval < 0 {
+		return errors.New("worker: LeaseTTL, HeartbeatInterval and PollInterval must not be negative")
+	}
+	ttl := cfg.LeaseTTL
+	if ttl == 0 {
+		ttl = 30 * time.Second
+	}
+	if cfg.HeartbeatInterval >= ttl {
+		return errors.Newf("worker: HeartbeatInterval %s must be shorter than LeaseTTL %s", cfg.HeartbeatInterval, ttl)
+	}
+	for _, q := range cfg.Queues {
+		if err := validateName("queue", q); err != nil {
+			return errors.Wrap(err, "worker")
+		}
+	}
+	return nil
 }
 
 // Register adds a workflow type to w. It panics if the type and version are
@@ -249,9 +276,9 @@ func (w *Worker) outcome(ctx context.Context, a *engine.Attempt, reg registered,
 	if info.Class == history.Permanent {
 		return []history.Payload{failed, history.TaskFailedData{Error: info}}, nil
 	}
-	if max := state.Scheduled.MaxAttempts; max > 0 && state.Attempt >= max {
+	if max := state.Scheduled.MaxAttempts; max > 0 && state.AttemptsUsed() >= max {
 		return []history.Payload{failed, history.TaskDeadLetteredData{
-			Reason: fmt.Sprintf("retries exhausted: attempt %d of %d failed", state.Attempt, max),
+			Reason: fmt.Sprintf("retries exhausted: attempt %d of %d failed", state.AttemptsUsed(), max),
 			Error:  info,
 		}}, nil
 	}
@@ -275,6 +302,9 @@ func (w *Worker) describe(res workflow.Result) history.ErrorInfo {
 		info.Class, info.Kind = history.Permanent, "nondeterminism"
 	case errors.Is(res.Err, workflow.ErrBadInput):
 		info.Class, info.Kind = history.Permanent, "bad_input"
+	case errors.Is(res.Err, workflow.ErrRecordFailed):
+		// The step finished but its result was not saved: run it again.
+		info.Class, info.Kind = history.Transient, "record_failed"
 	}
 	if res.Step != nil {
 		info.Step, info.Position = res.Step.Name, res.Step.Position

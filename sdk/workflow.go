@@ -73,6 +73,9 @@ func NewWorkflowSafely[In, Out any](name string, version int, fn func(workflow.C
 	wf := &Workflow[In, Out]{name: name, version: version, fn: fn, queue: "default", retry: activities.DefaultRetryPolicy}
 	if opts != nil {
 		if opts.Queue != "" {
+			if err := validateName("queue", opts.Queue); err != nil {
+				return nil, errors.Wrapf(err, "workflow %s", name)
+			}
 			wf.queue = opts.Queue
 		}
 		if opts.Retry != nil {

@@ -16,6 +16,10 @@ var (
 	// ErrStopping is returned by a run that stopped at a checkpoint because
 	// the worker is shutting down; the task is handed back, not failed.
 	ErrStopping = errors.New("stopped at checkpoint: worker shutting down")
+	// ErrRecordFailed marks a run that stopped because a completed step
+	// could not be recorded (the database was unreachable, or the lease was
+	// lost). The step will run again on a later attempt.
+	ErrRecordFailed = errors.New("cairn/workflow: recording a step failed")
 	// ErrBadInput marks a task input that cannot be decoded into the
 	// workflow's input type. It is permanent: no retry will fix it.
 	ErrBadInput = errors.New("bad input")
@@ -100,7 +104,13 @@ func Run(p RunParams, fn Func, input json.RawMessage) (res Result) {
 	s := &runState{p: p}
 	defer func() {
 		if r := recover(); r != nil {
-			res = Result{Err: errors.Newf("workflow panicked: %v", r), Step: s.failed, Executed: s.executed}
+			err := errors.Newf("workflow panicked: %v", r)
+			if s.aborted != nil {
+				// The body panicked after a step failed or a stop began
+				// (e.g. using a zero result): the abort is what ended it.
+				err = errors.WithSecondaryError(s.aborted, err)
+			}
+			res = Result{Err: err, Step: s.failed, Executed: s.executed}
 		}
 	}()
 	out, err := fn(runContext{s}, input)
@@ -180,7 +190,7 @@ func Step[Out any](ctx Context, name string, fn func(context.Context) (Out, erro
 		return zero, s.abort(err, &info)
 	}
 	if err := s.p.Record(history.StepCompletedData{Position: pos, Name: name, Output: encoded}); err != nil {
-		return zero, s.abort(errors.Wrapf(err, "record step %d (%s)", pos, name), nil)
+		return zero, s.abort(errors.Mark(errors.Wrapf(err, "record step %d (%s)", pos, name), ErrRecordFailed), nil)
 	}
 	s.next++
 	return out, nil
