@@ -38,16 +38,28 @@ type ClaimedTask struct {
 
 // TaskClaimMany claims up to p.Max due tasks in one statement (FOR UPDATE
 // SKIP LOCKED, new lease epoch, attempt_started appended), then loads their
-// histories in a second round trip.
+// histories in a second statement of the same transaction, so a claim whose
+// histories cannot be loaded is rolled back instead of leaving its tasks
+// leased by nobody.
 func (s *Store) TaskClaimMany(ctx context.Context, p *TaskClaimManyParams) ([]*ClaimedTask, error) {
 	if p.Max <= 0 {
 		return nil, nil
 	}
+	var out []*ClaimedTask
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var err error
+		out, err = s.taskClaimMany(ctx, tx, p)
+		return err
+	})
+	return out, err
+}
+
+func (s *Store) taskClaimMany(ctx context.Context, q Querier, p *TaskClaimManyParams) ([]*ClaimedTask, error) {
 	keys := make([]string, len(p.Types))
 	for i, k := range p.Types {
 		keys[i] = k.String()
 	}
-	rows, err := s.pool.Query(ctx, s.sql("TaskClaimMany"), pgx.NamedArgs{
+	rows, err := q.Query(ctx, s.sql("TaskClaimMany"), pgx.NamedArgs{
 		"namespace": p.Namespace, "queues": p.Queues, "type_keys": keys, "max": p.Max,
 		"owner": p.Owner, "lease_seconds": p.LeaseTTL.Seconds(),
 	})
@@ -65,9 +77,9 @@ func (s *Store) TaskClaimMany(ctx context.Context, p *TaskClaimManyParams) ([]*C
 	for i, t := range tasks {
 		ids[i] = t.ID
 	}
-	byTask, err := s.EventListByTasks(ctx, ids)
+	byTask, err := s.eventsQuery(ctx, q, s.sql("EventListByTasks"), pgx.NamedArgs{"ids": ids})
 	if err != nil {
-		return nil, err
+		return nil, errors.Wrap(err, "load claimed histories")
 	}
 	out := make([]*ClaimedTask, 0, len(tasks))
 	for _, t := range tasks {

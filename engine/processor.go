@@ -198,6 +198,11 @@ func (p *Processor) WorkerID() string { return p.cfg.WorkerID }
 // and nothing more is written, so their tasks are rescued once their leases
 // expire. Use [Processor.Stop] to shut down gracefully.
 func (p *Processor) Start(ctx context.Context) error {
+	select {
+	case <-p.stopping:
+		return errors.New("engine: processor already stopped")
+	default:
+	}
 	started := false
 	p.startOnce.Do(func() {
 		started = true
@@ -305,7 +310,11 @@ func (p *Processor) claimLoop(ctx context.Context) {
 }
 
 func (p *Processor) claim(ctx context.Context, max int) (int, error) {
-	claimed, err := p.cfg.Store.TaskClaimMany(ctx, &TaskClaimManyParams{
+	// The claim runs under baseCtx, not the work context a stop cancels: a
+	// claim cut off mid-flight may still commit, and its tasks would sit
+	// leased by nobody until expiry. Tasks claimed as a stop begins start
+	// with a cancelled context and are released at once.
+	claimed, err := p.cfg.Store.TaskClaimMany(p.baseCtx, &TaskClaimManyParams{
 		Namespace: p.cfg.Namespace, Queues: p.cfg.Queues, Types: p.cfg.Types,
 		Owner: p.cfg.WorkerID, Max: max, LeaseTTL: p.cfg.LeaseTTL,
 	})

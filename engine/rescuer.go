@@ -62,9 +62,9 @@ func rescuePayloads(state history.State, now time.Time) []history.Payload {
 	out := []history.Payload{history.LeaseExpiredData{
 		WorkerID: state.Lease.Owner, LeaseEpoch: state.Lease.Epoch, NextRunAt: now,
 	}}
-	if max := state.Scheduled.MaxAttempts; max > 0 && state.Attempt >= max {
+	if max := state.Scheduled.MaxAttempts; max > 0 && state.AttemptsUsed() >= max {
 		out = append(out, history.TaskDeadLetteredData{
-			Reason: fmt.Sprintf("lease expired on attempt %d of %d", state.Attempt, max),
+			Reason: fmt.Sprintf("lease expired on attempt %d of %d", state.AttemptsUsed(), max),
 			Error: history.ErrorInfo{
 				Class:   history.Transient,
 				Kind:    "lease_expired",
@@ -144,9 +144,11 @@ func (r *Rescuer) Start(ctx context.Context) error {
 			leader = r.pass(ctx, leader)
 			select {
 			case <-ctx.Done():
-				if leader {
-					_ = r.cfg.Store.LeaderResign(context.WithoutCancel(ctx), rescuerLeaderName, r.cfg.Owner)
-				}
+				// Resign whatever the last pass saw: an election cut off by
+				// the stop may still have committed.
+				resignCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+				_ = r.cfg.Store.LeaderResign(resignCtx, rescuerLeaderName, r.cfg.Owner)
+				cancel()
 				return
 			case <-ticker.C:
 			}
@@ -157,7 +159,9 @@ func (r *Rescuer) Start(ctx context.Context) error {
 func (r *Rescuer) pass(ctx context.Context, wasLeader bool) bool {
 	// The lease outlives a few missed passes, so one slow pass does not
 	// hand leadership over.
-	leader, err := r.cfg.Store.LeaderAttempt(ctx, rescuerLeaderName, r.cfg.Owner, 3*r.cfg.Interval)
+	electCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(3*r.cfg.Interval, 5*time.Second))
+	leader, err := r.cfg.Store.LeaderAttempt(electCtx, rescuerLeaderName, r.cfg.Owner, 3*r.cfg.Interval)
+	cancel()
 	if err != nil {
 		if ctx.Err() == nil {
 			r.cfg.Logger.Warn("rescuer: leader election", "err", err)

@@ -82,6 +82,10 @@ func (s *Store) taskStart(ctx context.Context, q Querier, p *TaskStartParams) (T
 		sched.RunAt = now
 	}
 	sched.RunAt = normalizeTime(sched.RunAt)
+	// Refuse what could never be replayed, before anything is written.
+	if _, err := history.Apply(history.State{}, history.Event{Seq: 1, At: now, Data: sched}); err != nil {
+		return TaskStartResult{}, errors.Wrap(err, "start task")
+	}
 	data, err := history.Encode(sched)
 	if err != nil {
 		return TaskStartResult{}, err

@@ -1,0 +1,314 @@
+package engine_test
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/engine/enginetest"
+	"github.com/cairnflow/cairn/history"
+	"github.com/cockroachdb/errors"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/stretchr/testify/require"
+)
+
+func TestEventAppend(t *testing.T) {
+	t.Parallel()
+
+	type testBundle struct {
+		store *engine.Store
+		ct    *engine.ClaimedTask
+	}
+	setup := func(t *testing.T) *testBundle {
+		t.Helper()
+		s := enginetest.Store(t)
+		enginetest.StartTask(t, s, &enginetest.TaskOpts{MaxAttempts: 3})
+		return &testBundle{store: s, ct: claimOne(t, s, "w", time.Minute)}
+	}
+	step := func(pos int) history.Payload {
+		return history.StepCompletedData{Position: pos, Name: "step", Output: json.RawMessage(`{"pos":1}`)}
+	}
+	// requireUnchanged checks that a refused append wrote nothing.
+	requireUnchanged := func(t *testing.T, bundle *testBundle, lastSeq int64) {
+		t.Helper()
+		task := getTask(t, bundle.store, bundle.ct.Task.ID)
+		require.Equal(t, lastSeq, task.LastSeq)
+		require.Len(t, events(t, bundle.store, bundle.ct.Task.ID), int(lastSeq))
+		enginetest.RequireProjectionsMatch(t, bundle.store)
+	}
+
+	t.Run("AppendsAndReturnsNextState", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+		at := time.Date(2030, 1, 2, 3, 4, 5, 6000, time.UTC)
+		st, err := bundle.store.EventAppend(context.Background(), &engine.EventAppendParams{
+			TaskID: bundle.ct.Task.ID, State: bundle.ct.State, Epoch: bundle.ct.State.Lease.Epoch,
+			Attempt: 1, At: at, Payloads: []history.Payload{step(0), step(1)},
+		})
+		require.NoError(t, err)
+		require.Equal(t, int64(4), st.LastSeq)
+		require.Len(t, st.Steps, 2)
+		require.True(t, st.UpdatedAt.Equal(at))
+		evs := events(t, bundle.store, bundle.ct.Task.ID)
+		require.Len(t, evs, 4)
+		for _, ev := range evs[2:] {
+			require.True(t, ev.At.Equal(at))
+			require.Equal(t, 1, ev.Attempt)
+			require.Equal(t, history.StepCompleted, ev.Type())
+		}
+		replayed, err := history.Replay(evs)
+		require.NoError(t, err)
+		// The returned state is the replay of the stored log; outputs are
+		// equal as JSON (jsonb normalizes their spacing).
+		require.Len(t, replayed.Steps, len(st.Steps))
+		for i := range st.Steps {
+			require.Equal(t, st.Steps[i].Name, replayed.Steps[i].Name)
+			require.Equal(t, st.Steps[i].Position, replayed.Steps[i].Position)
+			require.JSONEq(t, string(st.Steps[i].Output), string(replayed.Steps[i].Output))
+		}
+		st.Steps, replayed.Steps = nil, nil
+		require.Equal(t, st, replayed)
+		require.Equal(t, 1, enginetest.RequireProjectionsMatch(t, bundle.store))
+	})
+
+	t.Run("StaleEpochIsFenced", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+		_, err := bundle.store.EventAppend(context.Background(), &engine.EventAppendParams{
+			TaskID: bundle.ct.Task.ID, State: bundle.ct.State, Epoch: bundle.ct.State.Lease.Epoch + 1,
+			Attempt: 1, Payloads: []history.Payload{step(0)},
+		})
+		require.True(t, errors.Is(err, engine.ErrFenced), "got %v", err)
+		require.False(t, errors.Is(err, engine.ErrConflict))
+		requireUnchanged(t, bundle, 2)
+	})
+
+	t.Run("OldAttemptIsFencedAfterReclaim", func(t *testing.T) {
+		t.Parallel()
+		ctx := context.Background()
+		bundle := setup(t)
+		s, old := bundle.store, bundle.ct
+		_, err := appendFenced(ctx, s, old, history.TaskReleasedData{WorkerID: "w", LeaseEpoch: old.State.Lease.Epoch})
+		require.NoError(t, err)
+		current := claimOne(t, s, "w2", time.Minute)
+		// The old attempt's worker, unaware, tries to finish the task.
+		_, err = appendFenced(ctx, s, old, history.TaskCompletedData{Output: json.RawMessage(`"stale"`)})
+		require.True(t, errors.Is(err, engine.ErrFenced), "got %v", err)
+		complete(t, s, current)
+		task := getTask(t, s, old.Task.ID)
+		require.Equal(t, history.StatusCompleted, task.Status)
+		require.JSONEq(t, `{"ok":true}`, string(task.Output), "the stale write never becomes the outcome")
+		require.Equal(t, 1, enginetest.RequireProjectionsMatch(t, s))
+	})
+
+	t.Run("StaleSeqConflicts", func(t *testing.T) {
+		t.Parallel()
+		ctx := context.Background()
+		bundle := setup(t)
+		_, err := appendFenced(ctx, bundle.store, bundle.ct, step(0))
+		require.NoError(t, err)
+		// Same epoch, but the log moved on.
+		_, err = appendFenced(ctx, bundle.store, bundle.ct, step(0))
+		require.True(t, errors.Is(err, engine.ErrConflict), "got %v", err)
+		require.False(t, errors.Is(err, engine.ErrFenced))
+		// Unfenced (API) appends are checked by seq alone.
+		_, err = bundle.store.EventAppend(ctx, &engine.EventAppendParams{
+			TaskID: bundle.ct.Task.ID, State: bundle.ct.State, Attempt: 1, Payloads: []history.Payload{step(0)},
+		})
+		require.True(t, errors.Is(err, engine.ErrConflict), "got %v", err)
+		requireUnchanged(t, bundle, 3)
+	})
+
+	t.Run("UnknownTaskNotFound", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+		for _, epoch := range []int64{0, bundle.ct.State.Lease.Epoch} {
+			_, err := bundle.store.EventAppend(context.Background(), &engine.EventAppendParams{
+				TaskID: uuid.New(), State: bundle.ct.State, Epoch: epoch, Attempt: 1, Payloads: []history.Payload{step(0)},
+			})
+			require.True(t, errors.Is(err, engine.ErrNotFound), "epoch %d: got %v", epoch, err)
+		}
+		requireUnchanged(t, bundle, 2)
+	})
+
+	t.Run("InvalidTransitionWritesNothing", func(t *testing.T) {
+		t.Parallel()
+		ctx := context.Background()
+		bundle := setup(t)
+		for name, payloads := range map[string][]history.Payload{
+			"position skipped":    {step(1)},
+			"second start":        {history.AttemptStartedData{WorkerID: "x", LeaseEpoch: 9}},
+			"valid then invalid":  {step(0), step(0)},
+			"wrong release epoch": {history.TaskReleasedData{WorkerID: "w", LeaseEpoch: 99}},
+			"after terminal":      {history.TaskCompletedData{}, step(0)},
+			"nil payload":         {nil},
+		} {
+			_, err := appendFenced(ctx, bundle.store, bundle.ct, payloads...)
+			require.True(t, errors.Is(err, history.ErrInvalidHistory), "%s: got %v", name, err)
+		}
+		_, err := bundle.store.EventAppend(ctx, &engine.EventAppendParams{
+			TaskID: bundle.ct.Task.ID, State: bundle.ct.State, Epoch: bundle.ct.State.Lease.Epoch,
+			Attempt: 2, Payloads: []history.Payload{step(0)},
+		})
+		require.True(t, errors.Is(err, history.ErrInvalidHistory), "wrong attempt: got %v", err)
+		_, err = appendFenced(ctx, bundle.store, bundle.ct)
+		require.Error(t, err, "no events")
+		requireUnchanged(t, bundle, 2)
+	})
+
+	t.Run("FailureThenTerminalInOneAppend", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+		info := history.ErrorInfo{Class: history.Permanent, Message: "bad input", Kind: "validation", Status: 422,
+			Attrs: map[string]string{"field": "x"}, Step: "parse", Position: 0}
+		st, err := appendFenced(context.Background(), bundle.store, bundle.ct,
+			history.AttemptFailedData{Error: info}, history.TaskFailedData{Error: info})
+		require.NoError(t, err)
+		require.Equal(t, history.StatusFailed, st.Status)
+		task := getTask(t, bundle.store, bundle.ct.Task.ID)
+		require.Equal(t, history.StatusFailed, task.Status)
+		require.Equal(t, &info, task.LastError)
+		require.NotNil(t, task.FinishedAt)
+		require.Nil(t, task.LeaseExpiresAt)
+		require.Empty(t, task.LeaseOwner)
+		require.Equal(t, 1, enginetest.RequireProjectionsMatch(t, bundle.store))
+	})
+
+	t.Run("RetryKeepsProjectionExact", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+		// A backoff computed from the wall clock carries nanoseconds, which
+		// PostgreSQL cannot store. The projection row must still equal the
+		// replay of the log.
+		next := time.Now().Add(time.Hour).Truncate(time.Second).Add(123456789 * time.Nanosecond)
+		_, err := appendFenced(context.Background(), bundle.store, bundle.ct, history.AttemptFailedData{
+			Error: history.ErrorInfo{Class: history.Transient, Message: "timeout"}, NextRunAt: &next,
+		})
+		require.NoError(t, err)
+		task := getTask(t, bundle.store, bundle.ct.Task.ID)
+		require.Equal(t, history.StatusRetrying, task.Status)
+		require.WithinDuration(t, next, task.RunAt, time.Microsecond)
+		require.Empty(t, claim(t, bundle.store, claimOpts("w", 1, time.Minute)), "not due before its next run time")
+		require.Equal(t, 1, enginetest.RequireProjectionsMatch(t, bundle.store))
+	})
+
+	t.Run("ConcurrentAppendsOneWins", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+		const n = 10
+		var (
+			wg    sync.WaitGroup
+			start = make(chan struct{})
+			errs  = make([]error, n)
+		)
+		for i := range n {
+			wg.Go(func() {
+				<-start
+				_, errs[i] = appendFenced(context.Background(), bundle.store, bundle.ct, step(0))
+			})
+		}
+		close(start)
+		wg.Wait()
+		won := 0
+		for _, err := range errs {
+			if err == nil {
+				won++
+				continue
+			}
+			require.True(t, errors.Is(err, engine.ErrConflict), "got %v", err)
+		}
+		require.Equal(t, 1, won)
+		requireUnchanged(t, bundle, 3)
+	})
+
+	t.Run("ExpiredOnlyRefusesLiveLease", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+		st := bundle.ct.State
+		_, err := bundle.store.EventAppend(context.Background(), &engine.EventAppendParams{
+			TaskID: bundle.ct.Task.ID, State: st, Epoch: st.Lease.Epoch, ExpiredOnly: true, Attempt: 1,
+			Payloads: []history.Payload{history.LeaseExpiredData{WorkerID: "w", LeaseEpoch: st.Lease.Epoch, NextRunAt: engine.Now()}},
+		})
+		require.True(t, errors.Is(err, engine.ErrConflict), "got %v", err)
+		requireUnchanged(t, bundle, 2)
+	})
+}
+
+// requireAppendOnly checks that err is the append-only trigger's refusal.
+func requireAppendOnly(t *testing.T, err error) {
+	t.Helper()
+	var pgErr *pgconn.PgError
+	require.True(t, errors.As(err, &pgErr), "want the trigger's error, got %v", err)
+	require.Equal(t, "23001", pgErr.Code, "restrict_violation; got %v", err)
+}
+
+func TestEventsAppendOnly(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := enginetest.Store(t)
+	ids := enginetest.StartTasks(t, s, 2, nil)
+	eventsTable := tableName(s, "events")
+
+	_, err := s.Pool().Exec(ctx, "UPDATE "+eventsTable+" SET type = 'task_completed'")
+	requireAppendOnly(t, err)
+	_, err = s.Pool().Exec(ctx, "UPDATE "+eventsTable+" SET data = data || '{\"x\":1}' WHERE task_id = $1", ids[0])
+	requireAppendOnly(t, err)
+	_, err = s.Pool().Exec(ctx, "DELETE FROM "+eventsTable+" WHERE task_id = $1", ids[0])
+	requireAppendOnly(t, err)
+	_, err = s.Pool().Exec(ctx, "TRUNCATE "+eventsTable)
+	requireAppendOnly(t, err)
+	require.Equal(t, 2, countRows(t, s, "events"))
+
+	// Retention says so for its own transaction only.
+	conn, err := s.Pool().Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SET LOCAL cairn.retention = 'on'"); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, "UPDATE "+eventsTable+" SET type = 'task_completed' WHERE task_id = $1", ids[0])
+		return err
+	})
+	requireAppendOnly(t, err) // retention may delete, never update
+
+	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SET LOCAL cairn.retention = 'on'"); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, "TRUNCATE "+eventsTable)
+		return err
+	})
+	requireAppendOnly(t, err) // nor truncate
+	require.Equal(t, 2, countRows(t, s, "events"))
+
+	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SET LOCAL cairn.retention = 'on'"); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, "DELETE FROM "+eventsTable+" WHERE task_id = $1", ids[0]); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, "DELETE FROM "+tableName(s, "tasks")+" WHERE id = $1", ids[0])
+		return err
+	})
+	require.NoError(t, err)
+	require.Equal(t, 1, countRows(t, s, "events"))
+
+	// The same connection, after that transaction: refused again.
+	_, err = conn.Exec(ctx, "DELETE FROM "+eventsTable+" WHERE task_id = $1", ids[1])
+	requireAppendOnly(t, err)
+	_, err = conn.Exec(ctx, "SET cairn.retention = 'off'")
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, "DELETE FROM "+eventsTable+" WHERE task_id = $1", ids[1])
+	requireAppendOnly(t, err)
+	_, err = conn.Exec(ctx, "RESET cairn.retention")
+	require.NoError(t, err)
+
+	require.Equal(t, 1, enginetest.RequireProjectionsMatch(t, s))
+}

@@ -1,0 +1,86 @@
+package engine_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/engine/enginetest"
+	"github.com/cairnflow/cairn/history"
+)
+
+func BenchmarkTaskStart(b *testing.B) {
+	ctx := context.Background()
+	s := enginetest.Store(b)
+	params := (*enginetest.TaskOpts)(nil).Params()
+	for b.Loop() {
+		if _, err := s.TaskStart(ctx, params); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	enginetest.RequireProjectionsMatch(b, s)
+}
+
+// BenchmarkTaskClaimMany measures claiming a batch of 100 due tasks: one
+// claim statement and one history load. Each op's tasks are started
+// beforehand, outside the timer.
+func BenchmarkTaskClaimMany(b *testing.B) {
+	const batch = 100
+	ctx := context.Background()
+	s := enginetest.Store(b)
+	p := claimOpts("bench", batch, time.Hour)
+	claimed := 0
+	for b.Loop() {
+		b.StopTimer()
+		enginetest.StartTasks(b, s, batch, nil)
+		b.StartTimer()
+		got, err := s.TaskClaimMany(ctx, p)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(got) != batch {
+			b.Fatalf("claimed %d of %d", len(got), batch)
+		}
+		claimed += len(got)
+	}
+	b.ReportMetric(float64(claimed)/b.Elapsed().Seconds(), "tasks/s")
+	b.StopTimer()
+	enginetest.RequireProjectionsMatch(b, s)
+}
+
+// BenchmarkEventAppend measures one fenced step_completed append. Tasks
+// are rotated every 100 steps so the history stays short.
+func BenchmarkEventAppend(b *testing.B) {
+	const stepsPerTask = 100
+	ctx := context.Background()
+	s := enginetest.Store(b)
+	var (
+		ct *engine.ClaimedTask
+		st history.State
+	)
+	next := func() {
+		enginetest.StartTask(b, s, nil)
+		ct = claimOne(b, s, "bench", time.Hour)
+		st = ct.State
+	}
+	next()
+	for b.Loop() {
+		if len(st.Steps) == stepsPerTask {
+			b.StopTimer()
+			next()
+			b.StartTimer()
+		}
+		var err error
+		st, err = s.EventAppend(ctx, &engine.EventAppendParams{
+			TaskID: ct.Task.ID, State: st, Epoch: st.Lease.Epoch, Attempt: st.Attempt,
+			Payloads: []history.Payload{history.StepCompletedData{Position: len(st.Steps), Name: "step"}},
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	enginetest.RequireProjectionsMatch(b, s)
+}

@@ -1,0 +1,270 @@
+package engine_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/engine/enginetest"
+	"github.com/cairnflow/cairn/history"
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+)
+
+func TestTaskClaimMany(t *testing.T) {
+	t.Parallel()
+
+	t.Run("ClaimsAtMostMax", func(t *testing.T) {
+		t.Parallel()
+		s := enginetest.Store(t)
+		enginetest.StartTasks(t, s, 5, nil)
+		first := claim(t, s, claimOpts("w", 3, time.Minute))
+		require.Len(t, first, 3)
+		second := claim(t, s, claimOpts("w", 3, time.Minute))
+		require.Len(t, second, 2)
+		require.Empty(t, claim(t, s, claimOpts("w", 3, time.Minute)))
+		require.Empty(t, claim(t, s, claimOpts("w", 0, time.Minute)))
+		require.Equal(t, 5, enginetest.RequireProjectionsMatch(t, s))
+	})
+
+	t.Run("MaxZeroClaimsNothing", func(t *testing.T) {
+		t.Parallel()
+		s := enginetest.Store(t)
+		enginetest.StartTask(t, s, nil)
+		require.Empty(t, claim(t, s, claimOpts("w", 0, time.Minute)))
+		require.Empty(t, claim(t, s, claimOpts("w", -1, time.Minute)))
+		require.Equal(t, history.StatusPending, getTask(t, s, enginetest.StartTask(t, s, nil)).Status)
+		require.Len(t, claim(t, s, claimOpts("w", 10, time.Minute)), 2)
+		require.Equal(t, 2, enginetest.RequireProjectionsMatch(t, s))
+	})
+
+	t.Run("OnlyMatchingQueueTypeVersionNamespace", func(t *testing.T) {
+		t.Parallel()
+		s := enginetest.Store(t)
+		want := enginetest.StartTask(t, s, &enginetest.TaskOpts{Queue: "q1", Type: "doc", Version: 1})
+		enginetest.StartTask(t, s, &enginetest.TaskOpts{Queue: "q2", Type: "doc", Version: 1})
+		v2 := enginetest.StartTask(t, s, &enginetest.TaskOpts{Queue: "q1", Type: "doc", Version: 2})
+		enginetest.StartTask(t, s, &enginetest.TaskOpts{Queue: "q1", Type: "mail", Version: 1})
+		enginetest.StartTask(t, s, &enginetest.TaskOpts{Queue: "q1", Type: "doc", Version: 1, Namespace: "other"})
+		// "doc@1" must not match a type named "doc@" at version 1 or similar.
+		enginetest.StartTask(t, s, &enginetest.TaskOpts{Queue: "q1", Type: "do", Version: 11})
+
+		p := &engine.TaskClaimManyParams{Namespace: engine.DefaultNamespace, Queues: []string{"q1"},
+			Types: []engine.TypeKey{{Type: "doc", Version: 1}}, Owner: "w", Max: 10, LeaseTTL: time.Minute}
+		claimed := claim(t, s, p)
+		require.Len(t, claimed, 1)
+		require.Equal(t, want, claimed[0].Task.ID)
+		require.Empty(t, claim(t, s, p))
+
+		require.Equal(t, history.StatusPending, getTask(t, s, v2).Status, "a v2 task is left to v2 workers")
+		p.Types = []engine.TypeKey{{Type: "doc", Version: 2}}
+		claimed = claim(t, s, p)
+		require.Len(t, claimed, 1)
+		require.Equal(t, v2, claimed[0].Task.ID)
+
+		p.Types, p.Queues = nil, []string{"q1", "q2"}
+		require.Empty(t, claim(t, s, p), "no types, no claims")
+		p.Types, p.Queues = []engine.TypeKey{{Type: "doc", Version: 1}}, nil
+		require.Empty(t, claim(t, s, p), "no queues, no claims")
+		require.Equal(t, 6, enginetest.RequireProjectionsMatch(t, s))
+	})
+
+	t.Run("NotBeforeRunAt", func(t *testing.T) {
+		t.Parallel()
+		s := enginetest.Store(t)
+		later := enginetest.StartTask(t, s, &enginetest.TaskOpts{RunAt: time.Now().Add(time.Hour)})
+		now := enginetest.StartTask(t, s, nil)
+		past := enginetest.StartTask(t, s, &enginetest.TaskOpts{RunAt: time.Now().Add(-time.Hour)})
+		claimed := claim(t, s, claimOpts("w", 10, time.Minute))
+		got := map[uuid.UUID]bool{}
+		for _, ct := range claimed {
+			got[ct.Task.ID] = true
+		}
+		require.Equal(t, map[uuid.UUID]bool{now: true, past: true}, got)
+		require.Equal(t, history.StatusPending, getTask(t, s, later).Status)
+		require.Equal(t, 3, enginetest.RequireProjectionsMatch(t, s))
+	})
+
+	t.Run("PriorityThenRunAtOrder", func(t *testing.T) {
+		t.Parallel()
+		s := enginetest.Store(t)
+		base := time.Now().Add(-time.Hour)
+		low := enginetest.StartTask(t, s, &enginetest.TaskOpts{Priority: 1, RunAt: base})
+		highLate := enginetest.StartTask(t, s, &enginetest.TaskOpts{Priority: 5, RunAt: base.Add(2 * time.Minute)})
+		mid := enginetest.StartTask(t, s, &enginetest.TaskOpts{Priority: 3, RunAt: base})
+		highEarly := enginetest.StartTask(t, s, &enginetest.TaskOpts{Priority: 5, RunAt: base.Add(time.Minute)})
+		negative := enginetest.StartTask(t, s, &enginetest.TaskOpts{Priority: -2, RunAt: base.Add(-time.Hour)})
+		var order []uuid.UUID
+		for range 5 {
+			order = append(order, claimOne(t, s, "w", time.Minute).Task.ID)
+		}
+		require.Equal(t, []uuid.UUID{highEarly, highLate, mid, low, negative}, order)
+
+		// A batch takes the best tasks first too.
+		s2 := enginetest.Store(t)
+		for i := range 6 {
+			enginetest.StartTask(t, s2, &enginetest.TaskOpts{Priority: i})
+		}
+		batch := claim(t, s2, claimOpts("w", 3, time.Minute))
+		prios := map[int]bool{}
+		for _, ct := range batch {
+			prios[ct.Task.Priority] = true
+		}
+		require.Equal(t, map[int]bool{5: true, 4: true, 3: true}, prios)
+		require.Equal(t, 5, enginetest.RequireProjectionsMatch(t, s))
+		require.Equal(t, 6, enginetest.RequireProjectionsMatch(t, s2))
+	})
+
+	t.Run("RecordsAttemptStarted", func(t *testing.T) {
+		t.Parallel()
+		ctx := context.Background()
+		s := enginetest.Store(t)
+		id := enginetest.StartTask(t, s, nil)
+		before := getTask(t, s, id)
+		require.Zero(t, before.LeaseEpoch)
+
+		ct := claimOne(t, s, "worker-7", time.Minute)
+		task := ct.Task
+		require.Equal(t, history.StatusRunning, task.Status)
+		require.Equal(t, 1, task.Attempt)
+		require.Equal(t, "worker-7", task.LeaseOwner)
+		require.Equal(t, before.LeaseEpoch+1, task.LeaseEpoch)
+		require.Equal(t, int64(2), task.LastSeq)
+		require.NotNil(t, task.LeaseExpiresAt)
+		require.NotNil(t, task.StartedAt)
+		require.WithinDuration(t, task.StartedAt.Add(time.Minute), *task.LeaseExpiresAt, time.Millisecond,
+			"lease expires LeaseTTL after the claim, by the database clock")
+
+		require.Len(t, ct.Events, 2)
+		ev := ct.Events[1]
+		require.Equal(t, int64(2), ev.Seq)
+		require.Equal(t, 1, ev.Attempt)
+		started, ok := ev.Data.(history.AttemptStartedData)
+		require.True(t, ok, "second event is %T", ev.Data)
+		require.Equal(t, "worker-7", started.WorkerID)
+		require.Equal(t, task.LeaseEpoch, started.LeaseEpoch)
+		require.True(t, started.LeaseExpiresAt.Equal(*task.LeaseExpiresAt), "event lease expiry %s, row %s", started.LeaseExpiresAt, task.LeaseExpiresAt)
+		require.True(t, ev.At.Equal(*task.StartedAt))
+
+		require.Equal(t, history.StatusRunning, ct.State.Status)
+		require.Equal(t, engine.ProjectionDiff(task, ct.State), []string(nil))
+		require.Equal(t, events(t, s, id), ct.Events)
+
+		// Release it, claim again: a new attempt under a higher epoch, and
+		// started_at keeps the first attempt's time.
+		_, err := appendFenced(ctx, s, ct, history.TaskReleasedData{WorkerID: "worker-7", LeaseEpoch: task.LeaseEpoch})
+		require.NoError(t, err)
+		again := claimOne(t, s, "worker-8", time.Minute)
+		require.Equal(t, id, again.Task.ID)
+		require.Equal(t, 2, again.Task.Attempt)
+		require.Equal(t, task.LeaseEpoch+1, again.Task.LeaseEpoch)
+		require.Equal(t, "worker-8", again.Task.LeaseOwner)
+		require.True(t, again.Task.StartedAt.Equal(*task.StartedAt))
+		last := again.Events[len(again.Events)-1]
+		require.Equal(t, 2, last.Attempt)
+		lastStarted, ok := last.Data.(history.AttemptStartedData)
+		require.True(t, ok, "last event is %T", last.Data)
+		require.Equal(t, "worker-8", lastStarted.WorkerID)
+		require.Equal(t, task.LeaseEpoch+1, lastStarted.LeaseEpoch)
+		require.Equal(t, 1, enginetest.RequireProjectionsMatch(t, s))
+	})
+
+	t.Run("RunningAndFinishedAreNotClaimed", func(t *testing.T) {
+		t.Parallel()
+		s := enginetest.Store(t)
+		enginetest.StartTasks(t, s, 2, nil)
+		a := claimOne(t, s, "w", time.Minute)
+		b := claimOne(t, s, "w", time.Minute)
+		complete(t, s, b)
+		require.Empty(t, claim(t, s, claimOpts("w2", 10, time.Minute)))
+		require.Equal(t, history.StatusRunning, getTask(t, s, a.Task.ID).Status)
+		require.Equal(t, 2, enginetest.RequireProjectionsMatch(t, s))
+	})
+
+	t.Run("ConcurrentClaimersNeverShareATask", func(t *testing.T) {
+		t.Parallel()
+		s := enginetest.Store(t)
+		const tasks, claimers = 200, 4
+		ids := enginetest.StartTasks(t, s, tasks, nil)
+		var (
+			wg      sync.WaitGroup
+			mu      sync.Mutex
+			byOwner = map[uuid.UUID]string{}
+			dups    []string
+			errs    []error
+			start   = make(chan struct{})
+		)
+		for c := range claimers {
+			owner := fmt.Sprintf("claimer-%d", c)
+			wg.Go(func() {
+				<-start
+				for {
+					claimed, err := s.TaskClaimMany(context.Background(), claimOpts(owner, 7, time.Minute))
+					mu.Lock()
+					if err != nil {
+						errs = append(errs, err)
+					}
+					for _, ct := range claimed {
+						if prev, ok := byOwner[ct.Task.ID]; ok {
+							dups = append(dups, fmt.Sprintf("%s claimed by %s and %s", ct.Task.ID, prev, owner))
+						}
+						byOwner[ct.Task.ID] = owner
+					}
+					mu.Unlock()
+					if err != nil || len(claimed) == 0 {
+						return
+					}
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		require.Empty(t, errs)
+		require.Empty(t, dups)
+		require.Len(t, byOwner, tasks)
+		for _, id := range ids {
+			require.Contains(t, byOwner, id)
+			task := getTask(t, s, id)
+			require.Equal(t, 1, task.Attempt)
+			require.Equal(t, int64(1), task.LeaseEpoch)
+			require.Equal(t, byOwner[id], task.LeaseOwner)
+		}
+		require.Equal(t, 2*tasks, countRows(t, s, "events"), "one attempt_started per task")
+		require.Equal(t, tasks, enginetest.RequireProjectionsMatch(t, s))
+	})
+}
+
+func TestLeaseExtendMany(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := enginetest.Store(t)
+	enginetest.StartTasks(t, s, 3, nil)
+	a := claimOne(t, s, "w", time.Minute)
+	b := claimOne(t, s, "w", time.Minute)
+	c := claimOne(t, s, "w", time.Minute)
+	complete(t, s, c)
+
+	held, err := s.LeaseExtendMany(ctx, []engine.LeaseRef{
+		{TaskID: a.Task.ID, Epoch: a.State.Lease.Epoch},
+		{TaskID: b.Task.ID, Epoch: b.State.Lease.Epoch + 1}, // not the task's epoch
+		{TaskID: c.Task.ID, Epoch: c.State.Lease.Epoch},     // finished
+		{TaskID: uuid.New(), Epoch: 1},                      // no such task
+	}, time.Hour)
+	require.NoError(t, err)
+	require.Equal(t, map[uuid.UUID]bool{a.Task.ID: true}, held)
+
+	aNow, bNow, cNow := getTask(t, s, a.Task.ID), getTask(t, s, b.Task.ID), getTask(t, s, c.Task.ID)
+	require.True(t, aNow.LeaseExpiresAt.After(a.Task.LeaseExpiresAt.Add(30*time.Minute)),
+		"extended to an hour from now: %s, claimed with %s", aNow.LeaseExpiresAt, a.Task.LeaseExpiresAt)
+	require.True(t, bNow.LeaseExpiresAt.Equal(*b.Task.LeaseExpiresAt), "a stale epoch must not extend the lease")
+	require.Nil(t, cNow.LeaseExpiresAt)
+	require.Equal(t, a.Task.LastSeq, aNow.LastSeq, "a heartbeat appends no event")
+
+	held, err = s.LeaseExtendMany(ctx, nil, time.Hour)
+	require.NoError(t, err)
+	require.Empty(t, held)
+	require.Equal(t, 3, enginetest.RequireProjectionsMatch(t, s))
+}

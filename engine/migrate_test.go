@@ -1,0 +1,162 @@
+package engine_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+
+	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/engine/enginetest"
+	"github.com/cairnflow/cairn/migrations"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+)
+
+func allMigrations(t *testing.T) []migrations.Migration {
+	t.Helper()
+	all, err := migrations.All()
+	require.NoError(t, err)
+	require.NotEmpty(t, all)
+	return all
+}
+
+// requireMigrated checks that schema has every migration recorded exactly
+// once and its tables in place.
+func requireMigrated(t *testing.T, pool *pgxpool.Pool, schema string) {
+	t.Helper()
+	ctx := context.Background()
+	all := allMigrations(t)
+	rows, err := pool.Query(ctx, "SELECT version, name FROM "+pgx.Identifier{schema, "schema_migrations"}.Sanitize()+" ORDER BY version")
+	require.NoError(t, err)
+	type rec struct {
+		Version int
+		Name    string
+	}
+	got, err := pgx.CollectRows(rows, pgx.RowToStructByPos[rec])
+	require.NoError(t, err)
+	want := make([]rec, len(all))
+	for i, m := range all {
+		want[i] = rec{m.Version, m.Name}
+	}
+	require.Equal(t, want, got)
+	for _, table := range []string{"tasks", "events", "leaders"} {
+		var exists bool
+		err := pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", pgx.Identifier{schema, table}.Sanitize()).Scan(&exists)
+		require.NoError(t, err)
+		require.True(t, exists, "table %s", table)
+	}
+}
+
+func TestMigrate(t *testing.T) {
+	t.Parallel()
+
+	t.Run("SecondRunIsNoOp", func(t *testing.T) {
+		t.Parallel()
+		ctx := context.Background()
+		pool := enginetest.Pool(t)
+		schema := enginetest.UnmigratedSchema(t)
+		all := allMigrations(t)
+
+		applied, err := engine.Migrate(ctx, pool, schema)
+		require.NoError(t, err)
+		require.Len(t, applied, len(all))
+		for i, m := range applied {
+			require.Equal(t, all[i].Version, m.Version)
+			require.Equal(t, all[i].Name, m.Name)
+			require.NotNil(t, m.AppliedAt)
+		}
+		requireMigrated(t, pool, schema)
+
+		applied, err = engine.Migrate(ctx, pool, schema)
+		require.NoError(t, err)
+		require.Empty(t, applied)
+		requireMigrated(t, pool, schema)
+
+		// The migrated schema works.
+		s, err := engine.NewStore(engine.StoreConfig{Pool: pool, Schema: schema})
+		require.NoError(t, err)
+		enginetest.StartTask(t, s, nil)
+		require.Equal(t, 1, enginetest.RequireProjectionsMatch(t, s))
+	})
+
+	t.Run("ConcurrentMigratorsTakeTurns", func(t *testing.T) {
+		t.Parallel()
+		ctx := context.Background()
+		schema := enginetest.UnmigratedSchema(t)
+		const n = 5
+		pools := make([]*pgxpool.Pool, n)
+		for i := range pools {
+			pools[i] = enginetest.NewPool(t, 2) // one process each
+		}
+		var (
+			wg      sync.WaitGroup
+			start   = make(chan struct{})
+			applied = make([][]engine.MigrationState, n)
+			errs    = make([]error, n)
+		)
+		for i := range n {
+			wg.Go(func() {
+				<-start
+				applied[i], errs[i] = engine.Migrate(ctx, pools[i], schema)
+			})
+		}
+		close(start)
+		wg.Wait()
+		total := 0
+		for i := range n {
+			require.NoError(t, errs[i], "migrator %d", i)
+			total += len(applied[i])
+		}
+		require.Equal(t, len(allMigrations(t)), total, "each migration applied by exactly one migrator")
+		requireMigrated(t, pools[0], schema)
+	})
+
+	t.Run("Status", func(t *testing.T) {
+		t.Parallel()
+		ctx := context.Background()
+		pool := enginetest.Pool(t)
+		schema := enginetest.UnmigratedSchema(t)
+		all := allMigrations(t)
+
+		status, err := engine.MigrationStatus(ctx, pool, schema)
+		require.NoError(t, err)
+		require.Len(t, status, len(all))
+		for i, st := range status {
+			require.Equal(t, all[i].Version, st.Version)
+			require.Equal(t, all[i].Name, st.Name)
+			require.Nil(t, st.AppliedAt, "pending in a schema never migrated")
+		}
+		var exists bool
+		require.NoError(t, pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)", schema).Scan(&exists))
+		require.False(t, exists, "a status check creates nothing")
+
+		_, err = engine.Migrate(ctx, pool, schema)
+		require.NoError(t, err)
+		status, err = engine.MigrationStatus(ctx, pool, schema)
+		require.NoError(t, err)
+		require.Len(t, status, len(all))
+		for _, st := range status {
+			require.NotNil(t, st.AppliedAt, "migration %04d applied", st.Version)
+		}
+
+		// A migration recorded as not applied shows as pending again.
+		_, err = pool.Exec(ctx, "DELETE FROM "+pgx.Identifier{schema, "schema_migrations"}.Sanitize()+" WHERE version = $1", all[len(all)-1].Version)
+		require.NoError(t, err)
+		status, err = engine.MigrationStatus(ctx, pool, schema)
+		require.NoError(t, err)
+		require.Nil(t, status[len(status)-1].AppliedAt)
+	})
+
+	t.Run("RejectsBadSchemaNames", func(t *testing.T) {
+		t.Parallel()
+		ctx := context.Background()
+		pool := enginetest.Pool(t)
+		for _, name := range []string{"", "Bad", `x"; DROP SCHEMA public; --`} {
+			_, err := engine.Migrate(ctx, pool, name)
+			require.Error(t, err, "%q", name)
+			_, err = engine.MigrationStatus(ctx, pool, name)
+			require.Error(t, err, "%q", name)
+		}
+	})
+}

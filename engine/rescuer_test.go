@@ -1,0 +1,395 @@
+package engine_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/engine/enginetest"
+	"github.com/cairnflow/cairn/history"
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+)
+
+// tinyTTL is a lease that has expired by the time anything reads it.
+const tinyTTL = time.Millisecond
+
+// waitLeaseExpired waits until task id's lease has expired by the database
+// clock.
+func waitLeaseExpired(t *testing.T, s *engine.Store, id uuid.UUID) {
+	t.Helper()
+	waitFor(t, "the lease of "+id.String()+" to expire", func() bool {
+		var expired bool
+		err := s.Pool().QueryRow(context.Background(),
+			"SELECT lease_expires_at < now() FROM "+tableName(s, "tasks")+" WHERE id = $1", id).Scan(&expired)
+		require.NoError(t, err)
+		return expired
+	})
+}
+
+func TestRescueExpired(t *testing.T) {
+	t.Parallel()
+
+	t.Run("ReschedulesAndReclaims", func(t *testing.T) {
+		t.Parallel()
+		s := enginetest.Store(t)
+		id := enginetest.StartTask(t, s, &enginetest.TaskOpts{MaxAttempts: 3})
+		first := claimOne(t, s, "crashed", tinyTTL)
+		before := time.Now()
+		rescueOne(t, s)
+
+		task := getTask(t, s, id)
+		require.Equal(t, history.StatusRetrying, task.Status)
+		require.Empty(t, task.LeaseOwner)
+		require.Nil(t, task.LeaseExpiresAt)
+		require.Equal(t, first.Task.LeaseEpoch, task.LeaseEpoch, "the epoch stays until the next claim")
+		require.WithinDuration(t, before, task.RunAt, 5*time.Second, "due again at once")
+		require.Equal(t, []history.Type{history.TaskScheduled, history.AttemptStarted, history.LeaseExpired},
+			enginetest.EventTypes(t, s, id))
+		evs := events(t, s, id)
+		expired, ok := evs[2].Data.(history.LeaseExpiredData)
+		require.True(t, ok)
+		require.Equal(t, "crashed", expired.WorkerID)
+		require.Equal(t, first.Task.LeaseEpoch, expired.LeaseEpoch)
+		require.Equal(t, 1, evs[2].Attempt)
+
+		second := claimOne(t, s, "rescuer-of-work", time.Minute)
+		require.Equal(t, id, second.Task.ID)
+		require.Equal(t, 2, second.Task.Attempt)
+		require.Greater(t, second.Task.LeaseEpoch, first.Task.LeaseEpoch)
+
+		// The crashed worker comes back: its writes are fenced off.
+		_, err := appendFenced(context.Background(), s, first, history.TaskCompletedData{})
+		require.Error(t, err)
+		complete(t, s, second)
+		require.Equal(t, 1, enginetest.RequireProjectionsMatch(t, s))
+	})
+
+	t.Run("LastAttemptDeadLetters", func(t *testing.T) {
+		t.Parallel()
+		s := enginetest.Store(t)
+		id := enginetest.StartTask(t, s, &enginetest.TaskOpts{MaxAttempts: 2})
+		claimOne(t, s, "w1", tinyTTL)
+		rescueOne(t, s)
+		require.Equal(t, history.StatusRetrying, getTask(t, s, id).Status)
+		claimOne(t, s, "w2", tinyTTL)
+		rescueOne(t, s)
+
+		task := getTask(t, s, id)
+		require.Equal(t, history.StatusDeadLettered, task.Status)
+		require.NotNil(t, task.FinishedAt)
+		require.NotNil(t, task.LastError)
+		require.Equal(t, "lease_expired", task.LastError.Kind)
+		require.Equal(t, []history.Type{history.TaskScheduled,
+			history.AttemptStarted, history.LeaseExpired,
+			history.AttemptStarted, history.LeaseExpired, history.TaskDeadLettered,
+		}, enginetest.EventTypes(t, s, id))
+		require.Empty(t, claim(t, s, claimOpts("w3", 10, time.Minute)), "a dead-lettered task is not claimed")
+		n, err := s.RescueExpired(context.Background(), 100)
+		require.NoError(t, err)
+		require.Zero(t, n)
+		require.Equal(t, 1, enginetest.RequireProjectionsMatch(t, s))
+	})
+
+	t.Run("ReleasedAttemptsDoNotCount", func(t *testing.T) {
+		t.Parallel()
+		ctx := context.Background()
+		s := enginetest.Store(t)
+		id := enginetest.StartTask(t, s, &enginetest.TaskOpts{MaxAttempts: 2})
+		// A graceful shutdown hands attempt 1 back: it used none of the
+		// task's budget.
+		first := claimOne(t, s, "w1", time.Hour)
+		_, err := appendFenced(ctx, s, first, history.TaskReleasedData{WorkerID: "w1", LeaseEpoch: first.State.Lease.Epoch})
+		require.NoError(t, err)
+		claimOne(t, s, "w2", tinyTTL)
+		rescueOne(t, s)
+		require.Equal(t, history.StatusRetrying, getTask(t, s, id).Status, "one of two attempts used")
+		claimOne(t, s, "w3", tinyTTL)
+		rescueOne(t, s)
+		require.Equal(t, history.StatusDeadLettered, getTask(t, s, id).Status, "two of two attempts used")
+		require.Equal(t, 1, enginetest.RequireProjectionsMatch(t, s))
+	})
+
+	t.Run("SingleAttemptDeadLettersAtOnce", func(t *testing.T) {
+		t.Parallel()
+		s := enginetest.Store(t)
+		id := enginetest.StartTask(t, s, &enginetest.TaskOpts{MaxAttempts: 1})
+		claimOne(t, s, "w1", tinyTTL)
+		rescueOne(t, s)
+		require.Equal(t, history.StatusDeadLettered, getTask(t, s, id).Status)
+		require.Equal(t, 1, enginetest.RequireProjectionsMatch(t, s))
+	})
+
+	t.Run("NoLimitRetriesForever", func(t *testing.T) {
+		t.Parallel()
+		s := enginetest.Store(t)
+		id := enginetest.StartTask(t, s, &enginetest.TaskOpts{MaxAttempts: 0})
+		for attempt := 1; attempt <= 3; attempt++ {
+			ct := claimOne(t, s, fmt.Sprintf("w%d", attempt), tinyTTL)
+			require.Equal(t, attempt, ct.Task.Attempt)
+			rescueOne(t, s)
+			require.Equal(t, history.StatusRetrying, getTask(t, s, id).Status)
+		}
+		require.Equal(t, 1, enginetest.RequireProjectionsMatch(t, s))
+	})
+
+	t.Run("HeartbeatProtectsLease", func(t *testing.T) {
+		t.Parallel()
+		ctx := context.Background()
+		s := enginetest.Store(t)
+		id := enginetest.StartTask(t, s, &enginetest.TaskOpts{MaxAttempts: 3})
+		ct := claimOne(t, s, "slow", tinyTTL)
+		waitLeaseExpired(t, s, id)
+		// The worker's heartbeat arrives before the rescuer looks.
+		held, err := s.LeaseExtendMany(ctx, []engine.LeaseRef{{TaskID: id, Epoch: ct.State.Lease.Epoch}}, time.Hour)
+		require.NoError(t, err)
+		require.True(t, held[id])
+		n, err := s.RescueExpired(ctx, 100)
+		require.NoError(t, err)
+		require.Zero(t, n)
+		task := getTask(t, s, id)
+		require.Equal(t, history.StatusRunning, task.Status)
+		require.Equal(t, "slow", task.LeaseOwner)
+		complete(t, s, ct)
+		require.Equal(t, 1, enginetest.RequireProjectionsMatch(t, s))
+	})
+
+	t.Run("LiveLeasesAndOtherStatesUntouched", func(t *testing.T) {
+		t.Parallel()
+		ctx := context.Background()
+		s := enginetest.Store(t)
+		enginetest.StartTasks(t, s, 3, nil)
+		live := claimOne(t, s, "w", time.Hour)
+		done := claimOne(t, s, "w", tinyTTL)
+		complete(t, s, done)
+		n, err := s.RescueExpired(ctx, 100)
+		require.NoError(t, err)
+		require.Zero(t, n)
+		require.Equal(t, history.StatusRunning, getTask(t, s, live.Task.ID).Status)
+		require.Equal(t, history.StatusCompleted, getTask(t, s, done.Task.ID).Status)
+		require.Equal(t, 3, enginetest.RequireProjectionsMatch(t, s))
+	})
+
+	t.Run("RespectsMax", func(t *testing.T) {
+		t.Parallel()
+		ctx := context.Background()
+		s := enginetest.Store(t)
+		ids := enginetest.StartTasks(t, s, 5, nil)
+		require.Len(t, claim(t, s, claimOpts("w", 5, tinyTTL)), 5)
+		for _, id := range ids {
+			waitLeaseExpired(t, s, id)
+		}
+		n, err := s.RescueExpired(ctx, 2)
+		require.NoError(t, err)
+		require.Equal(t, 2, n)
+		n, err = s.RescueExpired(ctx, 100)
+		require.NoError(t, err)
+		require.Equal(t, 3, n)
+		require.Equal(t, 5, enginetest.RequireProjectionsMatch(t, s))
+	})
+}
+
+func TestRescueExpiredConcurrentRescuers(t *testing.T) {
+	t.Parallel()
+	s := enginetest.Store(t)
+	const tasks = 30
+	ids := enginetest.StartTasks(t, s, tasks, &enginetest.TaskOpts{MaxAttempts: 3})
+	require.Len(t, claim(t, s, claimOpts("w", tasks, tinyTTL)), tasks)
+	for _, id := range ids {
+		waitLeaseExpired(t, s, id)
+	}
+	const rescuers = 3
+	var (
+		counts = make([]int, rescuers)
+		errs   = make([]error, rescuers)
+		start  = make(chan struct{})
+		done   = make(chan struct{}, rescuers)
+	)
+	for i := range rescuers {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			<-start
+			counts[i], errs[i] = s.RescueExpired(context.Background(), 100)
+		}()
+	}
+	close(start)
+	for range rescuers {
+		<-done
+	}
+	total := 0
+	for i := range rescuers {
+		require.NoError(t, errs[i])
+		total += counts[i]
+	}
+	require.Equal(t, tasks, total, "each expired lease rescued once in all")
+	for _, id := range ids {
+		require.Equal(t, []history.Type{history.TaskScheduled, history.AttemptStarted, history.LeaseExpired},
+			enginetest.EventTypes(t, s, id))
+	}
+	require.Equal(t, tasks, enginetest.RequireProjectionsMatch(t, s))
+}
+
+func TestLeader(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := enginetest.Store(t)
+	attempt := func(name, owner string, ttl time.Duration) bool {
+		t.Helper()
+		ok, err := s.LeaderAttempt(ctx, name, owner, ttl)
+		require.NoError(t, err)
+		return ok
+	}
+
+	require.True(t, attempt("rescuer", "a", time.Hour))
+	require.False(t, attempt("rescuer", "b", time.Hour), "one owner at a time")
+	require.True(t, attempt("rescuer", "a", time.Hour), "the owner renews")
+	require.True(t, attempt("cron", "b", time.Hour), "roles are independent")
+
+	t.Log("resign hands over at once; resigning a lease one does not hold does nothing")
+	require.NoError(t, s.LeaderResign(ctx, "rescuer", "b"))
+	require.False(t, attempt("rescuer", "b", time.Hour))
+	require.NoError(t, s.LeaderResign(ctx, "rescuer", "a"))
+	require.True(t, attempt("rescuer", "b", time.Hour))
+	require.False(t, attempt("rescuer", "a", time.Hour))
+
+	t.Log("an expired lease passes to the next taker")
+	require.True(t, attempt("retention", "a", tinyTTL))
+	waitFor(t, "b to take over the expired lease", func() bool { return attempt("retention", "b", time.Hour) })
+	require.False(t, attempt("retention", "a", time.Hour))
+
+	t.Log("a renewal extends the lease: it does not expire at the first term's end")
+	require.True(t, attempt("timers", "a", tinyTTL))
+	require.True(t, attempt("timers", "a", time.Hour)) // may run after the tiny term ran out: then it re-takes it
+	require.False(t, attempt("timers", "b", time.Hour))
+}
+
+func TestLeaderConcurrentAttempts(t *testing.T) {
+	t.Parallel()
+	s := enginetest.Store(t)
+	const n = 20
+	results := make(chan bool, n)
+	errs := make(chan error, n)
+	start := make(chan struct{})
+	done := make(chan struct{})
+	for i := range n {
+		go func() {
+			<-start
+			ok, err := s.LeaderAttempt(context.Background(), "rescuer", fmt.Sprintf("owner-%d", i), time.Hour)
+			results <- ok
+			errs <- err
+			done <- struct{}{}
+		}()
+	}
+	close(start)
+	for range n {
+		<-done
+	}
+	leaders := 0
+	for range n {
+		require.NoError(t, <-errs)
+		if <-results {
+			leaders++
+		}
+	}
+	require.Equal(t, 1, leaders)
+}
+
+func TestRescuerService(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := enginetest.Store(t)
+	_, err := engine.NewRescuer(engine.RescuerConfig{Store: s})
+	require.Error(t, err, "Owner is required")
+
+	id := enginetest.StartTask(t, s, &enginetest.TaskOpts{MaxAttempts: 3})
+	claimOne(t, s, "crashed", tinyTTL)
+
+	r1, err := engine.NewRescuer(engine.RescuerConfig{Store: s, Owner: "r1", Interval: 20 * time.Millisecond, Logger: testLogger(t)})
+	require.NoError(t, err)
+	r2, err := engine.NewRescuer(engine.RescuerConfig{Store: s, Owner: "r2", Interval: 20 * time.Millisecond, Logger: testLogger(t)})
+	require.NoError(t, err)
+	require.NoError(t, r1.Start(ctx))
+	t.Cleanup(r1.Stop)
+	require.NoError(t, r2.Start(ctx))
+	t.Cleanup(r2.Stop)
+	require.Error(t, r1.Start(ctx), "a second Start is refused")
+
+	waitStatus(t, s, id, history.StatusRetrying)
+	require.Equal(t, 3, len(enginetest.EventTypes(t, s, id)), "rescued once")
+	resumed := claimOne(t, s, "w", time.Minute)
+	require.Equal(t, id, resumed.Task.ID)
+	complete(t, s, resumed)
+
+	// Stopping the leader resigns, so the other takes over without
+	// waiting for the lease to run out (3 intervals).
+	var leader string
+	err = s.Pool().QueryRow(ctx, "SELECT owner FROM "+tableName(s, "leaders")+" WHERE name = 'rescuer'").Scan(&leader)
+	require.NoError(t, err)
+	require.Contains(t, []string{"r1", "r2"}, leader)
+	stopped, other := r1, "r2"
+	if leader == "r2" {
+		stopped, other = r2, "r1"
+	}
+	stopped.Stop()
+	stopped.Stop() // idempotent
+
+	// The other rescuer keeps rescuing.
+	id2 := enginetest.StartTask(t, s, &enginetest.TaskOpts{MaxAttempts: 3})
+	ct := claimOne(t, s, "crashed-again", tinyTTL)
+	require.Equal(t, id2, ct.Task.ID)
+	waitStatus(t, s, id2, history.StatusRetrying)
+	waitFor(t, other+" to lead", func() bool {
+		var owner string
+		err := s.Pool().QueryRow(ctx, "SELECT owner FROM "+tableName(s, "leaders")+" WHERE name = 'rescuer'").Scan(&owner)
+		require.NoError(t, err)
+		return owner == other
+	})
+	r1.Stop()
+	r2.Stop()
+	require.Equal(t, 2, enginetest.RequireProjectionsMatch(t, s))
+}
+
+func TestRescuerStopBeforeStart(t *testing.T) {
+	t.Parallel()
+	s := enginetest.Store(t)
+	r, err := engine.NewRescuer(engine.RescuerConfig{Store: s, Owner: "r"})
+	require.NoError(t, err)
+	r.Stop() // safe before Start
+	r.Stop()
+}
+
+// TestRescuerResignsOnShutdown checks that a leading rescuer gives its lease
+// up when it stops or its context ends, wherever in its loop that finds it,
+// so another process takes over at once. Several rounds, since where the
+// loop is when it is stopped is up to the scheduler.
+func TestRescuerResignsOnShutdown(t *testing.T) {
+	t.Parallel()
+	s := enginetest.Store(t)
+	leaders := func() int {
+		var n int
+		err := s.Pool().QueryRow(context.Background(), "SELECT count(*) FROM "+tableName(s, "leaders")).Scan(&n)
+		require.NoError(t, err)
+		return n
+	}
+	for round := range 6 {
+		owner := fmt.Sprintf("r%d", round)
+		r, err := engine.NewRescuer(engine.RescuerConfig{Store: s, Owner: owner, Interval: time.Millisecond, Logger: testLogger(t)})
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(context.Background())
+		require.NoError(t, r.Start(ctx))
+		waitFor(t, owner+" to lead", func() bool {
+			var n int
+			err := s.Pool().QueryRow(context.Background(), "SELECT count(*) FROM "+tableName(s, "leaders")+" WHERE owner = $1", owner).Scan(&n)
+			require.NoError(t, err)
+			return n == 1
+		})
+		if round%2 == 0 {
+			cancel() // the process is shutting down
+		}
+		r.Stop() // waits for the loop, which resigns on the way out
+		cancel()
+		require.Zero(t, leaders(), "round %d (%s): the stopped leader still holds the lease", round, map[bool]string{true: "context cancelled", false: "Stop"}[round%2 == 0])
+	}
+}

@@ -1,0 +1,483 @@
+package engine_test
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/engine/enginetest"
+	"github.com/cairnflow/cairn/history"
+	"github.com/cockroachdb/errors"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+)
+
+func TestTaskStart(t *testing.T) {
+	t.Parallel()
+
+	t.Run("WritesRowAndScheduledEvent", func(t *testing.T) {
+		t.Parallel()
+		ctx := context.Background()
+		s := enginetest.Store(t)
+		runAt := time.Now().Add(time.Hour)
+		res, err := s.TaskStart(ctx, &engine.TaskStartParams{Namespace: "ns1", Scheduled: history.Scheduled{
+			Namespace: "ignored", TaskType: "doc", TypeVersion: 2, Queue: "q", Priority: 7,
+			Input: json.RawMessage(`{"b": [1, 2], "a": "x"}`), RunAt: runAt, IdempotencyKey: "k",
+			TraceID: "trace-1", Labels: map[string]string{"team": "x"}, MaxAttempts: 4,
+		}})
+		require.NoError(t, err)
+		require.False(t, res.Existing)
+		require.Equal(t, uuid.Version(7), res.ID.Version())
+
+		task, err := s.TaskGetByID(ctx, "ns1", res.ID)
+		require.NoError(t, err)
+		require.Equal(t, "ns1", task.Namespace, "the params' namespace wins over the payload's")
+		require.Equal(t, history.StatusPending, task.Status)
+		require.Equal(t, "q", task.Queue)
+		require.Equal(t, "doc", task.Type)
+		require.Equal(t, 2, task.TypeVersion)
+		require.Equal(t, 7, task.Priority)
+		require.Equal(t, 4, task.MaxAttempts)
+		require.Equal(t, "k", task.IdempotencyKey)
+		require.Equal(t, "trace-1", task.TraceID)
+		require.Equal(t, int64(1), task.LastSeq)
+		require.Zero(t, task.Attempt)
+		require.Nil(t, task.LeaseExpiresAt)
+		require.True(t, task.RunAt.Equal(runAt.Truncate(time.Microsecond)), "run_at %s, want %s", task.RunAt, runAt)
+		require.JSONEq(t, `{"a": "x", "b": [1, 2]}`, string(task.Input))
+
+		evs := events(t, s, res.ID)
+		require.Len(t, evs, 1)
+		require.Equal(t, int64(1), evs[0].Seq)
+		sc, ok := evs[0].Data.(history.Scheduled)
+		require.True(t, ok, "first event is %T", evs[0].Data)
+		require.Equal(t, "ns1", sc.Namespace)
+		require.Equal(t, map[string]string{"team": "x"}, sc.Labels)
+
+		_, err = s.TaskGetByID(ctx, engine.DefaultNamespace, res.ID)
+		require.True(t, errors.Is(err, engine.ErrNotFound), "a task is found only in its namespace; got %v", err)
+		enginetest.RequireProjectionsMatch(t, s)
+	})
+
+	t.Run("RefusesEmptyNamespace", func(t *testing.T) {
+		t.Parallel()
+		s := enginetest.Store(t)
+		_, err := s.TaskStart(context.Background(), &engine.TaskStartParams{Scheduled: history.Scheduled{TaskType: "x", Queue: "default"}})
+		require.Error(t, err)
+		require.Zero(t, countRows(t, s, "tasks"))
+		require.Zero(t, countRows(t, s, "events"))
+	})
+
+	t.Run("RefusesScheduledWithoutType", func(t *testing.T) {
+		t.Parallel()
+		s := enginetest.Store(t)
+		// A row without a task type would never replay; TaskStart must not
+		// write what history refuses.
+		_, err := s.TaskStart(context.Background(), &engine.TaskStartParams{Namespace: "default", Scheduled: history.Scheduled{Queue: "default"}})
+		require.Error(t, err)
+		require.Zero(t, countRows(t, s, "tasks"))
+		enginetest.RequireProjectionsMatch(t, s)
+	})
+}
+
+func TestTaskStartIdempotency(t *testing.T) {
+	t.Parallel()
+
+	t.Run("SecondStartReturnsExisting", func(t *testing.T) {
+		t.Parallel()
+		ctx := context.Background()
+		s := enginetest.Store(t)
+		opts := &enginetest.TaskOpts{IdempotencyKey: "order-42", Input: json.RawMessage(`1`)}
+		first, err := s.TaskStart(ctx, opts.Params())
+		require.NoError(t, err)
+		require.False(t, first.Existing)
+
+		// Different input, same key: still the first task.
+		opts.Input = json.RawMessage(`2`)
+		second, err := s.TaskStart(ctx, opts.Params())
+		require.NoError(t, err)
+		require.True(t, second.Existing)
+		require.Equal(t, first.ID, second.ID)
+
+		require.Equal(t, 1, countRows(t, s, "tasks"))
+		require.Equal(t, 1, countRows(t, s, "events"))
+		require.JSONEq(t, `1`, string(getTask(t, s, first.ID).Input))
+		require.Equal(t, 1, enginetest.RequireProjectionsMatch(t, s))
+	})
+
+	t.Run("KeyIsPerNamespace", func(t *testing.T) {
+		t.Parallel()
+		ctx := context.Background()
+		s := enginetest.Store(t)
+		a, err := s.TaskStart(ctx, (&enginetest.TaskOpts{Namespace: "a", IdempotencyKey: "k"}).Params())
+		require.NoError(t, err)
+		b, err := s.TaskStart(ctx, (&enginetest.TaskOpts{Namespace: "b", IdempotencyKey: "k"}).Params())
+		require.NoError(t, err)
+		require.False(t, b.Existing)
+		require.NotEqual(t, a.ID, b.ID)
+		again, err := s.TaskStart(ctx, (&enginetest.TaskOpts{Namespace: "b", IdempotencyKey: "k"}).Params())
+		require.NoError(t, err)
+		require.True(t, again.Existing)
+		require.Equal(t, b.ID, again.ID)
+		require.Equal(t, 2, enginetest.RequireProjectionsMatch(t, s))
+	})
+
+	t.Run("NoKeyNoDedup", func(t *testing.T) {
+		t.Parallel()
+		s := enginetest.Store(t)
+		a := enginetest.StartTask(t, s, nil)
+		b := enginetest.StartTask(t, s, nil)
+		require.NotEqual(t, a, b)
+		require.Equal(t, 2, enginetest.RequireProjectionsMatch(t, s))
+	})
+
+	t.Run("ConcurrentStartsCreateOneTask", func(t *testing.T) {
+		t.Parallel()
+		s := enginetest.Store(t)
+		const n = 50
+		var (
+			wg      sync.WaitGroup
+			start   = make(chan struct{})
+			results = make([]engine.TaskStartResult, n)
+			errs    = make([]error, n)
+		)
+		for i := range n {
+			wg.Go(func() {
+				<-start
+				results[i], errs[i] = s.TaskStart(context.Background(), (&enginetest.TaskOpts{IdempotencyKey: "race"}).Params())
+			})
+		}
+		close(start)
+		wg.Wait()
+		created := 0
+		for i := range n {
+			require.NoError(t, errs[i])
+			require.Equal(t, results[0].ID, results[i].ID)
+			if !results[i].Existing {
+				created++
+			}
+		}
+		require.Equal(t, 1, created, "exactly one start creates the task")
+		require.Equal(t, 1, countRows(t, s, "tasks"))
+		require.Equal(t, 1, countRows(t, s, "events"))
+		require.Equal(t, 1, enginetest.RequireProjectionsMatch(t, s))
+	})
+}
+
+// TestTaskStartTxOutbox checks the outbox: a task started in the caller's
+// transaction exists, and wakes workers, if and only if that transaction
+// commits.
+func TestTaskStartTxOutbox(t *testing.T) {
+	t.Parallel()
+
+	t.Run("RollbackLeavesNothing", func(t *testing.T) {
+		t.Parallel()
+		ctx := context.Background()
+		s := enginetest.Store(t)
+		tx, err := s.Pool().Begin(ctx)
+		require.NoError(t, err)
+		res, err := s.TaskStartTx(ctx, tx, (&enginetest.TaskOpts{IdempotencyKey: "k"}).Params())
+		require.NoError(t, err)
+		require.False(t, res.Existing)
+		require.Zero(t, countRows(t, s, "tasks"), "an uncommitted task is invisible")
+		require.NoError(t, tx.Rollback(ctx))
+
+		_, err = s.TaskGetByID(ctx, engine.DefaultNamespace, res.ID)
+		require.True(t, errors.Is(err, engine.ErrNotFound), "got %v", err)
+		require.Empty(t, events(t, s, res.ID))
+		require.Zero(t, countRows(t, s, "tasks"))
+		require.Zero(t, countRows(t, s, "events"))
+		require.Empty(t, claim(t, s, claimOpts("w", 10, time.Minute)))
+
+		// The rolled back key is free again.
+		again, err := s.TaskStart(ctx, (&enginetest.TaskOpts{IdempotencyKey: "k"}).Params())
+		require.NoError(t, err)
+		require.False(t, again.Existing)
+		require.Equal(t, 1, enginetest.RequireProjectionsMatch(t, s))
+	})
+
+	t.Run("CommitMakesTaskClaimable", func(t *testing.T) {
+		t.Parallel()
+		ctx := context.Background()
+		s := enginetest.Store(t)
+		tx, err := s.Pool().Begin(ctx)
+		require.NoError(t, err)
+		defer func() { _ = tx.Rollback(ctx) }()
+		// The service's own write, in the same transaction.
+		_, err = tx.Exec(ctx, "CREATE TABLE "+tableName(s, "orders")+" (id int)")
+		require.NoError(t, err)
+		res, err := s.TaskStartTx(ctx, tx, defaultParams())
+		require.NoError(t, err)
+		require.Empty(t, claim(t, s, claimOpts("w", 10, time.Minute)), "claimable before commit")
+		require.NoError(t, tx.Commit(ctx))
+
+		ct := claimOne(t, s, "w", time.Minute)
+		require.Equal(t, res.ID, ct.Task.ID)
+		complete(t, s, ct)
+		require.Equal(t, 1, enginetest.RequireProjectionsMatch(t, s))
+	})
+
+	t.Run("IdempotencyInsideTx", func(t *testing.T) {
+		t.Parallel()
+		ctx := context.Background()
+		s := enginetest.Store(t)
+		tx, err := s.Pool().Begin(ctx)
+		require.NoError(t, err)
+		defer func() { _ = tx.Rollback(ctx) }()
+		opts := &enginetest.TaskOpts{IdempotencyKey: "k"}
+		a, err := s.TaskStartTx(ctx, tx, opts.Params())
+		require.NoError(t, err)
+		b, err := s.TaskStartTx(ctx, tx, opts.Params())
+		require.NoError(t, err)
+		require.True(t, b.Existing)
+		require.Equal(t, a.ID, b.ID)
+		require.NoError(t, tx.Commit(ctx))
+		require.Equal(t, 1, enginetest.RequireProjectionsMatch(t, s))
+	})
+}
+
+func defaultParams() *engine.TaskStartParams { return (*enginetest.TaskOpts)(nil).Params() }
+
+// listener is a raw LISTEN connection on the store's channel, which sees
+// notification payloads (the queue of the task that became ready).
+func listener(t *testing.T, s *engine.Store) *pgx.Conn {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, enginetest.DatabaseURL(t))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	_, err = conn.Exec(ctx, "LISTEN "+pgx.Identifier{s.NotifyChannel()}.Sanitize())
+	require.NoError(t, err)
+	return conn
+}
+
+func nextNotification(t *testing.T, conn *pgx.Conn) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	n, err := conn.WaitForNotification(ctx)
+	require.NoError(t, err)
+	return n.Payload
+}
+
+// notifyMarker sends a notification on the store's channel in a transaction
+// of its own. PostgreSQL delivers notifications in commit order, so a
+// listener that sees the marker first has not been sent anything committed
+// before it.
+func notifyMarker(t *testing.T, s *engine.Store, payload string) {
+	t.Helper()
+	_, err := s.Pool().Exec(context.Background(), "SELECT pg_notify($1, $2)", s.NotifyChannel(), payload)
+	require.NoError(t, err)
+}
+
+func TestTaskStartNotifiesOnCommit(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := enginetest.Store(t)
+	conn := listener(t, s)
+
+	t.Log("a start in a transaction notifies when it commits, not before")
+	tx, err := s.Pool().Begin(ctx)
+	require.NoError(t, err)
+	_, err = s.TaskStartTx(ctx, tx, (&enginetest.TaskOpts{Queue: "mail"}).Params())
+	require.NoError(t, err)
+	notifyMarker(t, s, "marker-1")
+	require.Equal(t, "marker-1", nextNotification(t, conn), "notified before commit")
+	require.NoError(t, tx.Commit(ctx))
+	require.Equal(t, "mail", nextNotification(t, conn))
+
+	t.Log("a rolled back start never notifies")
+	tx, err = s.Pool().Begin(ctx)
+	require.NoError(t, err)
+	_, err = s.TaskStartTx(ctx, tx, (&enginetest.TaskOpts{Queue: "mail"}).Params())
+	require.NoError(t, err)
+	require.NoError(t, tx.Rollback(ctx))
+	notifyMarker(t, s, "marker-2")
+	require.Equal(t, "marker-2", nextNotification(t, conn), "a rolled back start notified")
+
+	t.Log("a plain start notifies; an idempotent repeat does not")
+	_, err = s.TaskStart(ctx, (&enginetest.TaskOpts{Queue: "q2", IdempotencyKey: "k"}).Params())
+	require.NoError(t, err)
+	require.Equal(t, "q2", nextNotification(t, conn))
+	res, err := s.TaskStart(ctx, (&enginetest.TaskOpts{Queue: "q2", IdempotencyKey: "k"}).Params())
+	require.NoError(t, err)
+	require.True(t, res.Existing)
+	notifyMarker(t, s, "marker-3")
+	require.Equal(t, "marker-3", nextNotification(t, conn), "an existing task notified again")
+
+	require.Equal(t, 2, enginetest.RequireProjectionsMatch(t, s))
+}
+
+func TestNotifier(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := enginetest.Store(t)
+	n := engine.NewNotifier(s, nil)
+	wake, unsubscribe := n.Subscribe()
+	defer unsubscribe()
+	require.NoError(t, n.Start(ctx))
+	defer n.Stop()
+	require.Error(t, n.Start(ctx), "a second Start is refused")
+
+	// The notifier wakes its subscribers once it listens, since anything
+	// may have become ready before.
+	select {
+	case <-wake:
+	case <-time.After(waitTimeout):
+		t.Fatal("no wake-up once listening")
+	}
+
+	tx, err := s.Pool().Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = s.TaskStartTx(ctx, tx, defaultParams())
+	require.NoError(t, err)
+	select {
+	case <-wake:
+		t.Fatal("woken before commit")
+	default:
+	}
+	require.NoError(t, tx.Commit(ctx))
+	select {
+	case <-wake:
+	case <-time.After(waitTimeout):
+		t.Fatal("no wake-up after commit")
+	}
+
+	// A subscriber that unsubscribed is not woken; another one is.
+	other, unsubscribeOther := n.Subscribe()
+	unsubscribeOther()
+	wake2, unsubscribe2 := n.Subscribe()
+	defer unsubscribe2()
+	enginetest.StartTask(t, s, nil)
+	select {
+	case <-wake2:
+	case <-time.After(waitTimeout):
+		t.Fatal("no wake-up for a second subscriber")
+	}
+	select {
+	case <-other:
+		t.Fatal("an unsubscribed channel was woken")
+	default:
+	}
+
+	n.Stop()
+	n.Stop() // idempotent
+	require.Equal(t, 2, enginetest.RequireProjectionsMatch(t, s))
+}
+
+func TestNotifierReconnects(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := enginetest.Store(t)
+	n := engine.NewNotifier(s, testLogger(t))
+	wake, unsubscribe := n.Subscribe()
+	defer unsubscribe()
+	require.NoError(t, n.Start(ctx))
+	defer n.Stop()
+	recv(t, wake, "a wake-up once listening")
+
+	// Kill the listening connection from the server side.
+	listen := "LISTEN " + pgx.Identifier{s.NotifyChannel()}.Sanitize()
+	var killed bool
+	err := s.Pool().QueryRow(ctx, "SELECT coalesce(bool_and(pg_terminate_backend(pid)), false) FROM pg_stat_activity WHERE query = $1", listen).Scan(&killed)
+	require.NoError(t, err)
+	require.True(t, killed, "found the notifier's connection")
+
+	// It listens again, and says so, since notifications were lost
+	// meanwhile; then it relays new ones.
+	recv(t, wake, "a wake-up after reconnecting")
+	waitFor(t, "the notifier to listen again", func() bool {
+		var listening bool
+		err := s.Pool().QueryRow(ctx, "SELECT count(*) = 1 FROM pg_stat_activity WHERE query = $1", listen).Scan(&listening)
+		require.NoError(t, err)
+		return listening
+	})
+	enginetest.StartTask(t, s, nil)
+	recv(t, wake, "a wake-up for a new task after reconnecting")
+	n.Stop()
+	require.Equal(t, 1, enginetest.RequireProjectionsMatch(t, s))
+}
+
+func TestNotifierStopBeforeStart(t *testing.T) {
+	t.Parallel()
+	s := enginetest.Store(t)
+	n := engine.NewNotifier(s, nil)
+	n.Stop()
+	n.Stop()
+}
+
+func TestTaskList(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := enginetest.Store(t)
+	a := enginetest.StartTask(t, s, &enginetest.TaskOpts{Type: "a"})
+	b := enginetest.StartTask(t, s, &enginetest.TaskOpts{Type: "b"})
+	c := enginetest.StartTask(t, s, &enginetest.TaskOpts{Type: "a"})
+	enginetest.StartTask(t, s, &enginetest.TaskOpts{Type: "a", Namespace: "other"})
+
+	ids := func(tasks []*engine.Task) []uuid.UUID {
+		out := make([]uuid.UUID, len(tasks))
+		for i, task := range tasks {
+			out[i] = task.ID
+		}
+		return out
+	}
+	all, err := s.TaskList(ctx, &engine.TaskListParams{Namespace: engine.DefaultNamespace})
+	require.NoError(t, err)
+	require.Equal(t, []uuid.UUID{c, b, a}, ids(all), "newest first, this namespace only")
+
+	typeA, err := s.TaskList(ctx, &engine.TaskListParams{Namespace: engine.DefaultNamespace, Type: "a"})
+	require.NoError(t, err)
+	require.Equal(t, []uuid.UUID{c, a}, ids(typeA))
+
+	limited, err := s.TaskList(ctx, &engine.TaskListParams{Namespace: engine.DefaultNamespace, Limit: 1})
+	require.NoError(t, err)
+	require.Equal(t, []uuid.UUID{c}, ids(limited))
+
+	ct := claim(t, s, &engine.TaskClaimManyParams{Namespace: engine.DefaultNamespace, Queues: []string{"default"},
+		Types: []engine.TypeKey{{Type: "b", Version: 1}}, Owner: "w", Max: 1, LeaseTTL: time.Minute})
+	require.Len(t, ct, 1)
+	running, err := s.TaskList(ctx, &engine.TaskListParams{Namespace: engine.DefaultNamespace, Status: history.StatusRunning})
+	require.NoError(t, err)
+	require.Equal(t, []uuid.UUID{b}, ids(running))
+
+	many, err := s.TaskGetManyByID(ctx, []uuid.UUID{a, c, uuid.New()})
+	require.NoError(t, err)
+	require.ElementsMatch(t, []uuid.UUID{a, c}, ids(many))
+	require.Equal(t, 4, enginetest.RequireProjectionsMatch(t, s))
+}
+
+func TestValidateSchemaName(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name string
+		ok   bool
+	}{
+		{"cairn", true},
+		{"_cairn", true},
+		{"cairn_2", true},
+		{"a23456789012345678901234567890123456789012345678", true}, // 48
+		{"", false},
+		{"a234567890123456789012345678901234567890123456789", false}, // 49
+		{"2cairn", false},
+		{"Cairn", false},
+		{"cairn-x", false},
+		{"cairn.x", false},
+		{`cairn"; DROP TABLE x; --`, false},
+		{"cairné", false},
+	} {
+		err := engine.ValidateSchemaName(tt.name)
+		if tt.ok {
+			require.NoError(t, err, "%q", tt.name)
+		} else {
+			require.Error(t, err, "%q", tt.name)
+		}
+	}
+	_, err := engine.NewStore(engine.StoreConfig{Pool: nil})
+	require.Error(t, err)
+}
