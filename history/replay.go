@@ -70,11 +70,11 @@ type Step struct {
 type State struct {
 	Scheduled Scheduled // the task_scheduled payload
 
-	Status    Status
-	Attempt   int       // the latest attempt number, 0 before the first
+	Status  Status
+	Attempt int // the latest attempt number, 0 before the first
 	// Released counts attempts handed back by task_released (a worker
 	// shutting down). They are not failures and do not use up max_attempts.
-	Released int
+	Released  int
 	RunAt     time.Time // when the task is next due (or was, once running)
 	Lease     Lease
 	Steps     []Step // completed steps, by position
