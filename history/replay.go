@@ -263,7 +263,7 @@ func (s *State) applyStepCompleted(e Event, p StepCompletedData, owned bool) err
 	if p.Name == "" {
 		return invalidf(nil, "event %d (%s): no step name", e.Seq, StepCompleted)
 	}
-	step := Step{Position: p.Position, Name: p.Name, Output: p.Output}
+	step := Step(p)
 	if owned {
 		s.Steps = append(s.Steps, step)
 		return nil
