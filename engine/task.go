@@ -291,3 +291,20 @@ func deref(s *string) string {
 	}
 	return *s
 }
+
+// TaskStartMany is [Store.TaskStart] for many tasks in one statement.
+// Results are in the order of ps.
+func (s *Store) TaskStartMany(ctx context.Context, ps []*TaskStartParams) ([]TaskStartResult, error) {
+	out := make([]TaskStartResult, len(ps))
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		for i, p := range ps {
+			r, err := s.taskStart(ctx, tx, p)
+			if err != nil {
+				return err
+			}
+			out[i] = r
+		}
+		return nil
+	})
+	return out, err
+}

@@ -270,3 +270,34 @@ func Output[Out any](info *TaskInfo) (Out, error) {
 	err := json.Unmarshal(info.Output, &out)
 	return out, errors.Wrapf(err, "decode output of task %s", info.ID)
 }
+
+// StartParams is one task of a [Client.StartMany].
+type StartParams struct {
+	Workflow WorkflowRef
+	Input    any
+	Opts     *StartOpts
+}
+
+// StartMany starts many tasks in one round trip (a batched insert) and
+// returns their results in the order given. Either all are persisted or, on
+// error, none. Idempotency keys work as in [Client.Start], also between
+// tasks of the same batch.
+func (c *Client) StartMany(ctx context.Context, starts []StartParams) ([]StartResult, error) {
+	params := make([]*engine.TaskStartParams, len(starts))
+	for i, s := range starts {
+		p, err := c.startParams(s.Workflow, s.Input, s.Opts)
+		if err != nil {
+			return nil, errors.Wrapf(err, "start %d of %d", i+1, len(starts))
+		}
+		params[i] = p
+	}
+	res, err := c.store.TaskStartMany(ctx, params)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]StartResult, len(res))
+	for i, r := range res {
+		out[i] = StartResult(r)
+	}
+	return out, nil
+}
