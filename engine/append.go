@@ -40,81 +40,176 @@ type EventAppendParams struct {
 // past State.LastSeq; an error marked history.ErrInvalidHistory if the events
 // cannot follow State (nothing is written).
 func (s *Store) EventAppend(ctx context.Context, p *EventAppendParams) (history.State, error) {
-	return s.eventAppend(ctx, s.pool, p)
-}
-
-func (s *Store) eventAppend(ctx context.Context, q Querier, p *EventAppendParams) (history.State, error) {
-	args, next, err := s.appendArgs(p)
+	res, err := s.EventAppendMany(ctx, []*EventAppendParams{p})
 	if err != nil {
 		return p.State, err
 	}
-	tag, err := q.Exec(ctx, s.sql("EventAppend"), args)
-	if err != nil {
-		return p.State, errors.Wrapf(interpretError(err), "append events to task %s", p.TaskID)
-	}
-	if tag.RowsAffected() == 0 {
-		return p.State, s.explainRefusal(ctx, q, p)
-	}
-	return next, nil
+	return res[0].State, res[0].Err
 }
 
-// appendArgs replays the new events onto p.State and returns the statement's
-// arguments: the projection columns come from the replayed state, so the row
-// equals the replay by construction.
-func (s *Store) appendArgs(p *EventAppendParams) (pgx.NamedArgs, history.State, error) {
+// AppendResult is the outcome of one append of an [Store.EventAppendMany].
+type AppendResult struct {
+	State history.State // the new state; the old one when Err is set
+	Err   error         // as for [Store.EventAppend]
+}
+
+// EventAppendMany appends to many tasks' logs in one statement: the group
+// commit behind worker outcomes. Each append succeeds or is refused on its
+// own (see [Store.EventAppend]); the returned error is for the statement as
+// a whole, and then nothing was written. ps must not name a task twice.
+func (s *Store) EventAppendMany(ctx context.Context, ps []*EventAppendParams) ([]AppendResult, error) {
+	batch := newAppendBatch(len(ps))
+	out := make([]AppendResult, len(ps))
+	valid := 0
+	for i, p := range ps {
+		out[i].State = p.State
+		next, err := batch.add(p)
+		if err != nil {
+			out[i].Err = err
+			continue
+		}
+		out[i].State = next
+		valid++
+	}
+	if valid == 0 {
+		return out, nil
+	}
+	rows, err := s.pool.Query(ctx, s.sql("EventAppendMany"), batch.args(s.doneChannel, s.channel))
+	if err != nil {
+		return nil, errors.Wrap(interpretError(err), "append events")
+	}
+	written, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	if err != nil {
+		return nil, errors.Wrap(interpretError(err), "append events")
+	}
+	ok := make(map[uuid.UUID]bool, len(written))
+	for _, id := range written {
+		ok[id] = true
+	}
+	for i, p := range ps {
+		if out[i].Err != nil || ok[p.TaskID] {
+			continue
+		}
+		out[i].State = p.State
+		out[i].Err = s.explainRefusal(ctx, s.pool, p)
+	}
+	return out, nil
+}
+
+// appendBatch gathers the columns of an EventAppendMany statement.
+type appendBatch struct {
+	ids, evTaskIDs                                      []uuid.UUID
+	expectedSeqs, epochs, leaseEpochs, lastSeqs, evSeqs []int64
+	expiredOnly, cancelRequesteds                       []bool
+	statuses, evTypes, evDatas                          []string
+	runAts, updatedAts, evAts                           []time.Time
+	startedAts, finishedAts                             []*time.Time
+	attempts, evAttempts                                []int32
+	leaseOwners, outputs, lastErrors                    []*string
+}
+
+func newAppendBatch(n int) *appendBatch {
+	return &appendBatch{
+		ids: make([]uuid.UUID, 0, n), expectedSeqs: make([]int64, 0, n), epochs: make([]int64, 0, n),
+		expiredOnly: make([]bool, 0, n), statuses: make([]string, 0, n), runAts: make([]time.Time, 0, n),
+		attempts: make([]int32, 0, n), leaseOwners: make([]*string, 0, n), leaseEpochs: make([]int64, 0, n),
+		outputs: make([]*string, 0, n), lastErrors: make([]*string, 0, n), cancelRequesteds: make([]bool, 0, n),
+		lastSeqs: make([]int64, 0, n), updatedAts: make([]time.Time, 0, n), startedAts: make([]*time.Time, 0, n),
+		finishedAts: make([]*time.Time, 0, n),
+	}
+}
+
+// add replays p's events onto p.State and adds the resulting projection row
+// and the encoded events to the batch: the row comes from the replayed
+// state, so it equals the replay by construction.
+func (b *appendBatch) add(p *EventAppendParams) (history.State, error) {
 	at := p.At
 	if at.IsZero() {
 		at = Now()
 	}
 	at = normalizeTime(at)
-	n := len(p.Payloads)
-	if n == 0 {
-		return nil, p.State, errors.AssertionFailedf("append to task %s: no events", p.TaskID)
+	if len(p.Payloads) == 0 {
+		return p.State, errors.AssertionFailedf("append to task %s: no events", p.TaskID)
 	}
-	var (
-		seqs     = make([]int64, n)
-		types    = make([]string, n)
-		ats      = make([]time.Time, n)
-		attempts = make([]int32, n)
-		datas    = make([]string, n)
-	)
 	next := p.State
+	firstEvent := len(b.evSeqs)
 	for i, payload := range p.Payloads {
 		payload = normalizePayload(payload)
 		ev := history.Event{Seq: p.State.LastSeq + int64(i) + 1, At: at, Attempt: p.Attempt, Data: payload}
 		var err error
 		if next, err = history.Apply(next, ev); err != nil {
-			return nil, p.State, errors.Wrapf(err, "append to task %s", p.TaskID)
+			b.truncateEvents(firstEvent)
+			return p.State, errors.Wrapf(err, "append to task %s", p.TaskID)
 		}
 		data, err := history.Encode(payload)
 		if err != nil {
-			return nil, p.State, err
+			b.truncateEvents(firstEvent)
+			return p.State, err
 		}
-		seqs[i], types[i], ats[i], attempts[i], datas[i] = ev.Seq, string(ev.Type()), at, int32(p.Attempt), string(data)
+		b.evTaskIDs = append(b.evTaskIDs, p.TaskID)
+		b.evSeqs = append(b.evSeqs, ev.Seq)
+		b.evTypes = append(b.evTypes, string(ev.Type()))
+		b.evAts = append(b.evAts, at)
+		b.evAttempts = append(b.evAttempts, int32(p.Attempt))
+		b.evDatas = append(b.evDatas, string(data))
 	}
-	var lastError []byte
+	if next.Status == history.StatusRunning && next.Lease.Owner == "" {
+		// attempt_failed without a next run time must be followed by a
+		// terminal event in the same append; alone it would leave the task
+		// running with no lease, where nothing would ever pick it up.
+		b.truncateEvents(firstEvent)
+		return p.State, errors.AssertionFailedf("append to task %s: attempt ended without a retry or a terminal event", p.TaskID)
+	}
+	var lastError *string
 	if next.LastError != nil {
-		var err error
-		if lastError, err = json.Marshal(next.LastError); err != nil {
-			return nil, p.State, errors.Wrap(err, "encode last error")
+		encoded, err := json.Marshal(next.LastError)
+		if err != nil {
+			b.truncateEvents(firstEvent)
+			return p.State, errors.Wrap(err, "encode last error")
 		}
+		lastError = ptr(string(encoded))
 	}
-	args := pgx.NamedArgs{
-		"id": p.TaskID, "expected_seq": p.State.LastSeq, "epoch": p.Epoch, "expired_only": p.ExpiredOnly,
-		"status": string(next.Status), "run_at": next.RunAt, "attempt": next.Attempt,
-		"lease_owner": nullString(next.Lease.Owner), "lease_epoch": next.Lease.Epoch,
-		"output": nullJSON(next.Output), "last_error": lastError,
-		"cancel_requested": next.CancelRequested, "last_seq": next.LastSeq,
-		"updated_at": next.UpdatedAt, "started_at": nullTime(next.StartedAt), "finished_at": nullTime(next.FinishedAt),
-		"seqs": seqs, "types": types, "ats": ats, "attempts": attempts, "datas": datas,
+	b.ids = append(b.ids, p.TaskID)
+	b.expectedSeqs = append(b.expectedSeqs, p.State.LastSeq)
+	b.epochs = append(b.epochs, p.Epoch)
+	b.expiredOnly = append(b.expiredOnly, p.ExpiredOnly)
+	b.statuses = append(b.statuses, string(next.Status))
+	b.runAts = append(b.runAts, next.RunAt)
+	b.attempts = append(b.attempts, int32(next.Attempt))
+	b.leaseOwners = append(b.leaseOwners, nullString(next.Lease.Owner))
+	b.leaseEpochs = append(b.leaseEpochs, next.Lease.Epoch)
+	b.outputs = append(b.outputs, nullJSONString(next.Output))
+	b.lastErrors = append(b.lastErrors, lastError)
+	b.cancelRequesteds = append(b.cancelRequesteds, next.CancelRequested)
+	b.lastSeqs = append(b.lastSeqs, next.LastSeq)
+	b.updatedAts = append(b.updatedAts, next.UpdatedAt)
+	b.startedAts = append(b.startedAts, nullTime(next.StartedAt))
+	b.finishedAts = append(b.finishedAts, nullTime(next.FinishedAt))
+	return next, nil
+}
+
+func (b *appendBatch) truncateEvents(n int) {
+	b.evTaskIDs, b.evSeqs, b.evTypes = b.evTaskIDs[:n], b.evSeqs[:n], b.evTypes[:n]
+	b.evAts, b.evAttempts, b.evDatas = b.evAts[:n], b.evAttempts[:n], b.evDatas[:n]
+}
+
+func (b *appendBatch) args(doneChannel, readyChannel string) pgx.NamedArgs {
+	return pgx.NamedArgs{
+		"ids": b.ids, "expected_seqs": b.expectedSeqs, "epochs": b.epochs, "expired_only": b.expiredOnly,
+		"statuses": b.statuses, "run_ats": b.runAts, "attempts": b.attempts, "lease_owners": b.leaseOwners,
+		"lease_epochs": b.leaseEpochs, "outputs": b.outputs, "last_errors": b.lastErrors,
+		"cancel_requesteds": b.cancelRequesteds, "last_seqs": b.lastSeqs, "updated_ats": b.updatedAts,
+		"started_ats": b.startedAts, "finished_ats": b.finishedAts,
+		"ev_task_ids": b.evTaskIDs, "ev_seqs": b.evSeqs, "ev_types": b.evTypes, "ev_ats": b.evAts,
+		"ev_attempts": b.evAttempts, "ev_datas": b.evDatas, "done_channel": doneChannel, "ready_channel": readyChannel,
 	}
-	return args, next, nil
 }
 
 // explainRefusal finds out why an append wrote nothing.
 func (s *Store) explainRefusal(ctx context.Context, q Querier, p *EventAppendParams) error {
 	var lastSeq, epoch int64
-	err := q.QueryRow(ctx, s.sql("TaskFenceByID"), pgx.NamedArgs{"id": p.TaskID}).Scan(&lastSeq, &epoch)
+	var leased bool
+	err := q.QueryRow(ctx, s.sql("TaskFenceByID"), pgx.NamedArgs{"id": p.TaskID}).Scan(&lastSeq, &epoch, &leased)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return errors.Mark(errors.Newf("append to task %s: no such task", p.TaskID), ErrNotFound)
@@ -122,12 +217,25 @@ func (s *Store) explainRefusal(ctx context.Context, q Querier, p *EventAppendPar
 		return errors.Wrapf(err, "append to task %s", p.TaskID)
 	case p.Epoch != 0 && epoch != p.Epoch:
 		return errors.Mark(errors.Newf("append to task %s: lease epoch %d, task is at %d", p.TaskID, p.Epoch, epoch), ErrFenced)
+	case p.Epoch != 0 && !leased && !p.ExpiredOnly:
+		// Same epoch, but its lease ended (expired and rescued, released):
+		// the attempt is over even before anyone claims the task again.
+		return errors.Mark(errors.Newf("append to task %s: lease epoch %d has ended", p.TaskID, p.Epoch), ErrFenced)
 	case lastSeq != p.State.LastSeq:
 		return errors.Mark(errors.Newf("append to task %s: expected seq %d, log is at %d", p.TaskID, p.State.LastSeq, lastSeq), ErrConflict)
 	default:
 		// Same seq and epoch: only ExpiredOnly can have refused it.
 		return errors.Mark(errors.Newf("append to task %s: lease has not expired", p.TaskID), ErrConflict)
 	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func nullJSONString(b []byte) *string {
+	if len(b) == 0 {
+		return nil
+	}
+	return ptr(string(b))
 }
 
 func nullTime(t time.Time) *time.Time {
@@ -139,7 +247,8 @@ func nullTime(t time.Time) *time.Time {
 
 // normalizePayload rounds the times in a payload to what PostgreSQL stores
 // (UTC microseconds), so the projection written from it equals its replay
-// from the database.
+// from the database; applied to decoded payloads, it puts their times in
+// UTC whatever offset the JSON carried.
 func normalizePayload(p history.Payload) history.Payload {
 	switch v := p.(type) {
 	case history.Scheduled:

@@ -34,63 +34,74 @@ type ClaimedTask struct {
 	Task   *Task
 	Events []history.Event
 	State  history.State // Replay(Events); Status is running
+	// Err is set, and Events and State are not, when the task's history
+	// could not be decoded or replayed (for instance events written by a
+	// newer cairn). One such task does not fail the others of the claim.
+	Err error
 }
 
-// TaskClaimMany claims up to p.Max due tasks in one statement (FOR UPDATE
-// SKIP LOCKED, new lease epoch, attempt_started appended), then loads their
-// histories in a second statement of the same transaction, so a claim whose
-// histories cannot be loaded is rolled back instead of leaving its tasks
-// leased by nobody.
+// TaskClaimMany claims up to p.Max due tasks in one statement, one round
+// trip: FOR UPDATE SKIP LOCKED, a new lease epoch, attempt_started appended,
+// and each task returned with its history.
 func (s *Store) TaskClaimMany(ctx context.Context, p *TaskClaimManyParams) ([]*ClaimedTask, error) {
 	if p.Max <= 0 {
 		return nil, nil
 	}
-	var out []*ClaimedTask
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		var err error
-		out, err = s.taskClaimMany(ctx, tx, p)
-		return err
-	})
-	return out, err
-}
-
-func (s *Store) taskClaimMany(ctx context.Context, q Querier, p *TaskClaimManyParams) ([]*ClaimedTask, error) {
 	keys := make([]string, len(p.Types))
 	for i, k := range p.Types {
 		keys[i] = k.String()
 	}
-	rows, err := q.Query(ctx, s.sql("TaskClaimMany"), pgx.NamedArgs{
+	rows, err := s.pool.Query(ctx, s.sql("TaskClaimMany"), pgx.NamedArgs{
 		"namespace": p.Namespace, "queues": p.Queues, "type_keys": keys, "max": p.Max,
 		"owner": p.Owner, "lease_seconds": p.LeaseTTL.Seconds(),
 	})
 	if err != nil {
 		return nil, errors.Wrap(interpretError(err), "claim tasks")
 	}
-	tasks, err := pgx.CollectRows(rows, scanTask)
+	claimed, err := pgx.CollectRows(rows, scanClaimed)
 	if err != nil {
 		return nil, errors.Wrap(interpretError(err), "claim tasks")
 	}
-	if len(tasks) == 0 {
-		return nil, nil
-	}
-	ids := make([]uuid.UUID, len(tasks))
-	for i, t := range tasks {
-		ids[i] = t.ID
-	}
-	byTask, err := s.eventsQuery(ctx, q, s.sql("EventListByTasks"), pgx.NamedArgs{"ids": ids})
+	return claimed, nil
+}
+
+// scanClaimed reads a claimed task's row and earlier events, adds the
+// attempt_started the claim appended (rebuilt from the row, as the
+// statement's snapshot cannot see it), and replays them.
+func scanClaimed(row pgx.CollectableRow) (*ClaimedTask, error) {
+	var (
+		seqs     []int64
+		types    []string
+		ats      []time.Time
+		attempts []int32
+		datas    []string
+	)
+	t, err := scanTaskWith(row, &seqs, &types, &ats, &attempts, &datas)
 	if err != nil {
-		return nil, errors.Wrap(err, "load claimed histories")
+		return nil, err
 	}
-	out := make([]*ClaimedTask, 0, len(tasks))
-	for _, t := range tasks {
-		events := byTask[t.ID]
-		state, err := history.Replay(events)
+	if len(seqs) != len(types) || len(seqs) != len(ats) || len(seqs) != len(attempts) || len(seqs) != len(datas) {
+		return nil, errors.AssertionFailedf("claimed task %s: event columns of different lengths", t.ID)
+	}
+	events := make([]history.Event, 0, len(seqs)+1)
+	for i := range seqs {
+		data, err := history.Decode(history.Type(types[i]), []byte(datas[i]))
 		if err != nil {
-			return nil, errors.Wrapf(err, "replay claimed task %s", t.ID)
+			return &ClaimedTask{Task: t, Err: errors.Wrapf(err, "task %s event %d", t.ID, seqs[i])}, nil
 		}
-		out = append(out, &ClaimedTask{Task: t, Events: events, State: state})
+		events = append(events, history.Event{Seq: seqs[i], At: ats[i].UTC(), Attempt: int(attempts[i]), Data: normalizePayload(data)})
 	}
-	return out, nil
+	if t.LeaseExpiresAt == nil {
+		return nil, errors.AssertionFailedf("claimed task %s has no lease expiry", t.ID)
+	}
+	events = append(events, history.Event{Seq: t.LastSeq, At: t.UpdatedAt, Attempt: t.Attempt, Data: history.AttemptStartedData{
+		WorkerID: t.LeaseOwner, LeaseEpoch: t.LeaseEpoch, LeaseExpiresAt: *t.LeaseExpiresAt,
+	}})
+	state, err := history.Replay(events)
+	if err != nil {
+		return &ClaimedTask{Task: t, Err: errors.Wrapf(err, "replay claimed task %s", t.ID)}, nil
+	}
+	return &ClaimedTask{Task: t, Events: events, State: state}, nil
 }
 
 // LeaseRef names a lease a worker believes it holds.

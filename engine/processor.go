@@ -12,7 +12,6 @@ import (
 
 	"github.com/cairnflow/cairn/history"
 	"github.com/cockroachdb/errors"
-	"github.com/google/uuid"
 )
 
 var (
@@ -48,7 +47,8 @@ type Attempt struct {
 	Task *Task
 
 	proc  *Processor
-	state history.State // replay up to now; written by Append on the handler goroutine
+	state history.State   // replay up to now; written by Append on the handler goroutine
+	ctx   context.Context // the attempt's context, handed to the handler
 }
 
 // State returns the task's state as replayed from its history, including
@@ -74,7 +74,7 @@ func (a *Attempt) DurableContext() context.Context { return a.proc.baseCtx }
 // returns an error marked [ErrFenced] once the attempt's lease has passed to
 // another epoch.
 func (a *Attempt) Append(ctx context.Context, payloads ...history.Payload) error {
-	next, err := a.proc.cfg.Store.EventAppend(ctx, &EventAppendParams{
+	next, err := a.proc.appender.append(ctx, &EventAppendParams{
 		TaskID: a.Task.ID, State: a.state, Epoch: a.state.Lease.Epoch,
 		Attempt: a.state.Attempt, Payloads: payloads,
 	})
@@ -126,14 +126,17 @@ type Processor struct {
 	stopHeartbeat       context.CancelFunc
 	executors           sync.WaitGroup
 	slotFreed           chan struct{} // size 1: wake-ups coalesce
+	work                chan *Attempt // claimed attempts; written by the claim loop, read by executors; closed when the loop ends
+	appender            *appender     // group commit of every append an attempt makes
 
 	mu       sync.Mutex
-	inflight map[uuid.UUID]*inflightAttempt // written by the claim loop and executors; read by the heartbeater
+	// inflight is keyed by lease, not task: a task can come back to this
+	// worker under a new epoch while its old attempt is still winding down.
+	inflight map[LeaseRef]*inflightAttempt // written by the claim loop and executors; read by the heartbeater
 }
 
 type inflightAttempt struct {
-	epoch       int64
-	lastRenewed time.Time
+	lastRenewed time.Time // when the last successful renewal was sent
 	cancel      context.CancelCauseFunc
 }
 
@@ -176,7 +179,11 @@ func NewProcessor(cfg ProcessorConfig) (*Processor, error) {
 		cfg:       cfg,
 		stopping:  make(chan struct{}),
 		slotFreed: make(chan struct{}, 1),
-		inflight:  map[uuid.UUID]*inflightAttempt{},
+		// The claim loop claims no more than the free slots, so the work
+		// channel never holds more than Concurrency attempts.
+		work:     make(chan *Attempt, cfg.Concurrency),
+		appender: newAppender(cfg.Store, cfg.Concurrency),
+		inflight: map[LeaseRef]*inflightAttempt{},
 	}, nil
 }
 
@@ -212,6 +219,12 @@ func (p *Processor) Start(ctx context.Context) error {
 		var hbCtx context.Context
 		hbCtx, p.stopHeartbeat = context.WithCancel(ctx)
 		p.loopDone, p.heartbeatDone = make(chan struct{}), make(chan struct{})
+		p.appender.start(ctx)
+		// A fixed pool of executors, not a goroutine per task.
+		for range p.cfg.Concurrency {
+			p.executors.Add(1)
+			go p.executeLoop(ctx)
+		}
 		go p.claimLoop(workCtx)
 		go p.heartbeatLoop(hbCtx)
 	})
@@ -246,7 +259,15 @@ func (p *Processor) stop(ctx context.Context, cancelNow bool) error {
 		if cancelNow {
 			p.cancelWork(ErrStopped)
 		}
-		<-p.loopDone
+		select {
+		case <-p.loopDone:
+		case <-ctx.Done():
+			// A claim is stuck on the database; it gives up after its
+			// timeout, and the loop ends then.
+			err = ctx.Err()
+			p.cancelWork(ErrStopped)
+			<-p.loopDone
+		}
 		drained := make(chan struct{})
 		go func() { p.executors.Wait(); close(drained) }()
 		select {
@@ -261,6 +282,7 @@ func (p *Processor) stop(ctx context.Context, cancelNow bool) error {
 			}
 		}
 		p.cancelWork(ErrStopped)
+		p.appender.stop()
 		p.stopHeartbeat()
 		<-p.heartbeatDone
 	})
@@ -269,6 +291,7 @@ func (p *Processor) stop(ctx context.Context, cancelNow bool) error {
 
 func (p *Processor) claimLoop(ctx context.Context) {
 	defer close(p.loopDone)
+	defer close(p.work) // executors finish what was claimed, then exit
 	var wake <-chan struct{}
 	if p.cfg.Notifier != nil {
 		ch, unsubscribe := p.cfg.Notifier.Subscribe()
@@ -314,21 +337,32 @@ func (p *Processor) claim(ctx context.Context, max int) (int, error) {
 	// claim cut off mid-flight may still commit, and its tasks would sit
 	// leased by nobody until expiry. Tasks claimed as a stop begins start
 	// with a cancelled context and are released at once.
-	claimed, err := p.cfg.Store.TaskClaimMany(p.baseCtx, &TaskClaimManyParams{
+	// A database that hangs must not hold the claim loop (and Stop) for
+	// longer than a lease.
+	claimCtx, cancel := context.WithTimeout(p.baseCtx, p.cfg.LeaseTTL)
+	defer cancel()
+	sent := time.Now()
+	claimed, err := p.cfg.Store.TaskClaimMany(claimCtx, &TaskClaimManyParams{
 		Namespace: p.cfg.Namespace, Queues: p.cfg.Queues, Types: p.cfg.Types,
 		Owner: p.cfg.WorkerID, Max: max, LeaseTTL: p.cfg.LeaseTTL,
 	})
 	if err != nil {
 		return 0, err
 	}
-	now := time.Now()
 	for _, ct := range claimed {
+		if ct.Err != nil {
+			// Left to lease expiry (a rescuer that can read it reschedules
+			// it); the others in the batch run.
+			p.cfg.Logger.Error("processor: claimed task has a history this worker cannot read; not running it",
+				"task_id", ct.Task.ID, "err", ct.Err)
+			continue
+		}
 		attemptCtx, cancel := context.WithCancelCause(ctx)
+		ref := LeaseRef{TaskID: ct.Task.ID, Epoch: ct.State.Lease.Epoch}
 		p.mu.Lock()
-		p.inflight[ct.Task.ID] = &inflightAttempt{epoch: ct.State.Lease.Epoch, lastRenewed: now, cancel: cancel}
+		p.inflight[ref] = &inflightAttempt{lastRenewed: sent, cancel: cancel}
 		p.mu.Unlock()
-		p.executors.Add(1)
-		go p.execute(attemptCtx, &Attempt{Task: ct.Task, proc: p, state: ct.State})
+		p.work <- &Attempt{Task: ct.Task, proc: p, state: ct.State, ctx: attemptCtx}
 	}
 	return len(claimed), nil
 }
@@ -339,19 +373,36 @@ func (p *Processor) inflightCount() int {
 	return len(p.inflight)
 }
 
+// executeLoop runs claimed attempts until the claim loop ends, or until the
+// worker is abandoned (baseCtx), whose attempts are left to lease expiry.
+func (p *Processor) executeLoop(baseCtx context.Context) {
+	defer p.executors.Done()
+	for {
+		select {
+		case a, ok := <-p.work:
+			if !ok {
+				return
+			}
+			p.execute(a.ctx, a)
+		case <-baseCtx.Done():
+			return
+		}
+	}
+}
+
 func (p *Processor) execute(ctx context.Context, a *Attempt) {
+	ref := LeaseRef{TaskID: a.Task.ID, Epoch: a.state.Lease.Epoch}
 	defer func() {
 		p.mu.Lock()
-		if in := p.inflight[a.Task.ID]; in != nil {
+		if in := p.inflight[ref]; in != nil {
 			in.cancel(nil)
-			delete(p.inflight, a.Task.ID)
+			delete(p.inflight, ref)
 		}
 		p.mu.Unlock()
 		select {
 		case p.slotFreed <- struct{}{}:
 		default:
 		}
-		p.executors.Done()
 	}()
 	payloads, err := p.handle(ctx, a)
 	switch {
@@ -399,32 +450,39 @@ func (p *Processor) heartbeatLoop(ctx context.Context) {
 }
 
 // heartbeat renews every in-flight lease in one statement and cancels the
-// attempts whose lease is gone, or could not be renewed for a whole TTL.
+// attempts whose lease is gone. An attempt whose lease could not be renewed
+// is cancelled one heartbeat before the database would let it expire, so it
+// stops before a rescuer can hand the task to someone else.
 func (p *Processor) heartbeat(ctx context.Context) {
 	p.mu.Lock()
 	leases := make([]LeaseRef, 0, len(p.inflight))
-	for id, in := range p.inflight {
-		leases = append(leases, LeaseRef{TaskID: id, Epoch: in.epoch})
+	for ref := range p.inflight {
+		leases = append(leases, ref)
 	}
 	p.mu.Unlock()
 	if len(leases) == 0 {
 		return
 	}
-	held, err := p.cfg.Store.LeaseExtendMany(ctx, leases, p.cfg.LeaseTTL)
+	// The database measures the new expiry from when the statement runs,
+	// which is after sent: sent is the safe renewal time to remember.
+	sent := time.Now()
+	hbCtx, cancel := context.WithTimeout(ctx, p.cfg.HeartbeatInterval)
+	held, err := p.cfg.Store.LeaseExtendMany(hbCtx, leases, p.cfg.LeaseTTL)
+	cancel()
 	now := time.Now()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for _, l := range leases {
-		in := p.inflight[l.TaskID]
-		if in == nil || in.epoch != l.Epoch {
+	for _, ref := range leases {
+		in := p.inflight[ref]
+		if in == nil {
 			continue
 		}
 		switch {
-		case err == nil && held[l.TaskID]:
-			in.lastRenewed = now
+		case err == nil && held[ref.TaskID]:
+			in.lastRenewed = sent
 		case err == nil:
 			in.cancel(ErrLeaseLost)
-		case now.Sub(in.lastRenewed) > p.cfg.LeaseTTL:
+		case now.Sub(in.lastRenewed) > p.cfg.LeaseTTL-p.cfg.HeartbeatInterval:
 			in.cancel(ErrLeaseLost)
 		}
 	}

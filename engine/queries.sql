@@ -29,9 +29,11 @@ WHERE namespace = @namespace AND idempotency_key = @idempotency_key;
 -- name: TaskClaimMany
 -- Claims up to @max due tasks of the given queues and type keys in one round
 -- trip: locks them with SKIP LOCKED so concurrent claimers never block each
--- other, starts a new attempt under a new lease epoch, and appends
--- attempt_started. The event payload is the versioned encoding of
--- history.AttemptStartedData.
+-- other, starts a new attempt under a new lease epoch, appends
+-- attempt_started (the versioned encoding of history.AttemptStartedData),
+-- and returns each task's row with its earlier events. The statement's
+-- snapshot does not see the attempt_started it inserts; the caller rebuilds
+-- that event from the returned row.
 WITH due AS (
     SELECT id FROM /* TEMPLATE: schema */tasks
     WHERE namespace = @namespace
@@ -61,43 +63,82 @@ WITH due AS (
             'lease_expires_at', lease_expires_at)
     FROM claimed
 )
-SELECT * FROM claimed;
+SELECT c.id, c.namespace, c.queue, c.type, c.type_version, c.status, c.priority, c.run_at,
+    c.attempt, c.max_attempts, c.lease_owner, c.lease_epoch, c.lease_expires_at,
+    c.idempotency_key, c.trace_id, c.input, c.output, c.last_error, c.cancel_requested,
+    c.last_seq, c.created_at, c.updated_at, c.started_at, c.finished_at,
+    h.seqs, h.types, h.ats, h.attempts, h.datas
+FROM claimed AS c CROSS JOIN LATERAL (
+    SELECT array_agg(e.seq ORDER BY e.seq) AS seqs, array_agg(e.type ORDER BY e.seq) AS types,
+        array_agg(e.at ORDER BY e.seq) AS ats, array_agg(e.attempt ORDER BY e.seq) AS attempts,
+        array_agg(e.data::text ORDER BY e.seq) AS datas
+    FROM /* TEMPLATE: schema */events AS e WHERE e.task_id = c.id
+) AS h;
 
--- name: EventAppend
--- Appends events and writes the projection row computed by replaying them,
--- in one statement. Optimistic concurrency: nothing is written unless the
--- task is still at @expected_seq and, when @epoch is not 0, still under that
--- lease epoch. lease_expires_at is owned by claims and heartbeats: it is kept
--- while the lease goes on and cleared when it ends.
-WITH upd AS (
-    UPDATE /* TEMPLATE: schema */tasks SET
-        status = @status,
-        run_at = @run_at,
-        attempt = @attempt,
-        lease_owner = @lease_owner,
-        lease_epoch = @lease_epoch,
-        lease_expires_at = CASE WHEN @lease_owner::text IS NULL THEN NULL ELSE lease_expires_at END,
-        output = @output,
-        last_error = @last_error,
-        cancel_requested = @cancel_requested,
-        last_seq = @last_seq,
-        updated_at = @updated_at,
-        started_at = @started_at,
-        finished_at = @finished_at
-    WHERE id = @id
-      AND last_seq = @expected_seq
-      AND (@epoch::bigint = 0 OR lease_epoch = @epoch)
-      AND (NOT @expired_only::boolean OR lease_expires_at < now())
-    RETURNING id
+-- name: EventAppendMany
+-- Appends events to many tasks and writes each task's projection row,
+-- computed by replaying its new events, in one statement (group commit).
+-- Optimistic concurrency per task: nothing is written for a task unless it
+-- is still at its expected seq and, when its epoch is not 0, still under that
+-- lease epoch (and, for the rescuer, its lease has expired by the database
+-- clock). A batch holds at most one entry per task. lease_expires_at is owned
+-- by claims and heartbeats: kept while the lease goes on, cleared when it
+-- ends. Finished tasks are announced on the done channel, at most 200 ids
+-- per notification to stay under PostgreSQL's payload limit; tasks due again
+-- at once wake workers on the ready channel.
+WITH input AS (
+    SELECT * FROM unnest(
+        @ids::uuid[], @expected_seqs::bigint[], @epochs::bigint[], @expired_only::boolean[],
+        @statuses::text[], @run_ats::timestamptz[], @attempts::integer[], @lease_owners::text[],
+        @lease_epochs::bigint[], @outputs::jsonb[], @last_errors::jsonb[], @cancel_requesteds::boolean[],
+        @last_seqs::bigint[], @updated_ats::timestamptz[], @started_ats::timestamptz[], @finished_ats::timestamptz[])
+        AS i(id, expected_seq, epoch, expired_only, status, run_at, attempt, lease_owner,
+             lease_epoch, output, last_error, cancel_requested, last_seq, updated_at, started_at, finished_at)
+), upd AS (
+    UPDATE /* TEMPLATE: schema */tasks AS t SET
+        status = i.status,
+        run_at = i.run_at,
+        attempt = i.attempt,
+        lease_owner = i.lease_owner,
+        lease_epoch = i.lease_epoch,
+        lease_expires_at = CASE WHEN i.lease_owner IS NULL THEN NULL ELSE t.lease_expires_at END,
+        output = i.output,
+        last_error = i.last_error,
+        cancel_requested = i.cancel_requested,
+        last_seq = i.last_seq,
+        updated_at = i.updated_at,
+        started_at = i.started_at,
+        finished_at = i.finished_at
+    FROM input AS i
+    WHERE t.id = i.id
+      AND t.last_seq = i.expected_seq
+      AND (i.epoch = 0 OR t.lease_epoch = i.epoch)
+      AND (NOT i.expired_only OR t.lease_expires_at < now())
+    RETURNING t.id, t.status, t.queue, t.run_at
+), ev AS (
+    INSERT INTO /* TEMPLATE: schema */events (task_id, seq, type, at, attempt, data)
+    SELECT e.task_id, e.seq, e.type, e.at, e.attempt, e.data
+    FROM unnest(@ev_task_ids::uuid[], @ev_seqs::bigint[], @ev_types::text[], @ev_ats::timestamptz[],
+                @ev_attempts::integer[], @ev_datas::jsonb[]) AS e(task_id, seq, type, at, attempt, data)
+    WHERE e.task_id IN (SELECT id FROM upd)
+), done AS (
+    SELECT pg_notify(@done_channel, string_agg(id::text, ','))
+    FROM (SELECT id, (row_number() OVER ()) / 200 AS chunk FROM upd
+          WHERE status IN ('completed', 'failed', 'cancelled', 'dead_lettered')) AS finished
+    GROUP BY chunk
+), ready AS (
+    -- Released and rescued tasks are due at once: wake workers now rather
+    -- than at their next poll.
+    SELECT pg_notify(@ready_channel, queue)
+    FROM (SELECT DISTINCT queue FROM upd WHERE status IN ('pending', 'retrying') AND run_at <= now()) AS due
 )
-INSERT INTO /* TEMPLATE: schema */events (task_id, seq, type, at, attempt, data)
-SELECT upd.id, e.seq, e.type, e.at, e.attempt, e.data
-FROM upd, unnest(@seqs::bigint[], @types::text[], @ats::timestamptz[], @attempts::integer[], @datas::jsonb[])
-    AS e(seq, type, at, attempt, data);
+SELECT upd.id FROM upd
+    LEFT JOIN (SELECT count(*) FROM done) AS notified_done ON true
+    LEFT JOIN (SELECT count(*) FROM ready) AS notified_ready ON true;
 
 -- name: TaskFenceByID
 -- Tells a refused append apart: not found, moved on, or fenced.
-SELECT last_seq, lease_epoch FROM /* TEMPLATE: schema */tasks WHERE id = @id;
+SELECT last_seq, lease_epoch, lease_owner IS NOT NULL FROM /* TEMPLATE: schema */tasks WHERE id = @id;
 
 -- name: LeaseExtendMany
 -- Extends the leases still held under the given epochs; a lease not returned
@@ -116,13 +157,25 @@ ORDER BY lease_expires_at
 LIMIT @max;
 
 -- name: TaskGetByID
-SELECT * FROM /* TEMPLATE: schema */tasks WHERE id = @id AND namespace = @namespace;
+SELECT id, namespace, queue, type, type_version, status, priority, run_at,
+    attempt, max_attempts, lease_owner, lease_epoch, lease_expires_at,
+    idempotency_key, trace_id, input, output, last_error, cancel_requested,
+    last_seq, created_at, updated_at, started_at, finished_at
+FROM /* TEMPLATE: schema */tasks WHERE id = @id AND namespace = @namespace;
 
 -- name: TaskGetManyByID
-SELECT * FROM /* TEMPLATE: schema */tasks WHERE id = ANY(@ids::uuid[]);
+SELECT id, namespace, queue, type, type_version, status, priority, run_at,
+    attempt, max_attempts, lease_owner, lease_epoch, lease_expires_at,
+    idempotency_key, trace_id, input, output, last_error, cancel_requested,
+    last_seq, created_at, updated_at, started_at, finished_at
+FROM /* TEMPLATE: schema */tasks WHERE id = ANY(@ids::uuid[]);
 
 -- name: TaskList
-SELECT * FROM /* TEMPLATE: schema */tasks
+SELECT id, namespace, queue, type, type_version, status, priority, run_at,
+    attempt, max_attempts, lease_owner, lease_epoch, lease_expires_at,
+    idempotency_key, trace_id, input, output, last_error, cancel_requested,
+    last_seq, created_at, updated_at, started_at, finished_at
+FROM /* TEMPLATE: schema */tasks
 WHERE namespace = @namespace
   AND (@status::text = '' OR status = @status)
   AND (@type::text = '' OR type = @type)

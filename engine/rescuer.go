@@ -30,15 +30,29 @@ func (s *Store) RescueExpired(ctx context.Context, max int) (int, error) {
 	if err != nil || len(ids) == 0 {
 		return 0, errors.Wrap(interpretError(err), "list expired leases")
 	}
-	byTask, err := s.EventListByTasks(ctx, ids)
-	if err != nil {
-		return 0, err
-	}
 	rescued := 0
+	var unreadable []uuid.UUID
+	defer func() {
+		if len(unreadable) > 0 {
+			slog.Default().Error("rescuer: expired tasks with histories this process cannot read", "task_ids", unreadable)
+		}
+	}()
 	for _, id := range ids {
-		state, err := history.Replay(byTask[id])
+		// One task at a time: rescue is rare, and one unreadable history
+		// must not hold back the rest.
+		events, err := s.EventListByTask(ctx, id)
+		if err != nil && !errors.Is(err, history.ErrInvalidHistory) {
+			return rescued, err
+		}
+		var state history.State
+		if err == nil {
+			state, err = history.Replay(events)
+		}
 		if err != nil {
-			return rescued, errors.Wrapf(err, "replay task %s", id)
+			// Not this process's to judge (a newer cairn may read it); the
+			// other expired tasks must not wait behind it.
+			unreadable = append(unreadable, id)
+			continue
 		}
 		if state.Status != history.StatusRunning || state.Lease.Owner == "" {
 			continue // finished between the two reads

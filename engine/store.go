@@ -53,10 +53,11 @@ type StoreConfig struct {
 
 // Store is cairn's PostgreSQL store. It is safe for concurrent use.
 type Store struct {
-	pool    *pgxpool.Pool
-	schema  string
-	channel string // NOTIFY channel for work becoming ready
-	q       map[string]string
+	pool        *pgxpool.Pool
+	schema      string
+	channel     string // NOTIFY channel: work became ready; payload is the queue
+	doneChannel string // NOTIFY channel: tasks finished; payload is their ids, comma-separated
+	q           map[string]string
 }
 
 // NewStore returns a store over cfg.Pool. It does not touch the database.
@@ -75,7 +76,7 @@ func NewStore(cfg StoreConfig) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{pool: cfg.Pool, schema: schema, channel: schema + ".ready", q: q}, nil
+	return &Store{pool: cfg.Pool, schema: schema, channel: schema + ".ready", doneChannel: schema + ".done", q: q}, nil
 }
 
 // Pool returns the store's connection pool.

@@ -186,17 +186,22 @@ func (s *Store) TaskGetManyByID(ctx context.Context, ids []uuid.UUID) ([]*Task, 
 	return tasks, errors.Wrap(err, "get tasks")
 }
 
-func scanTask(row pgx.CollectableRow) (*Task, error) {
+func scanTask(row pgx.CollectableRow) (*Task, error) { return scanTaskWith(row) }
+
+// scanTaskWith scans the task columns, in the order the queries list them,
+// followed by extra columns into extra.
+func scanTaskWith(row pgx.CollectableRow, extra ...any) (*Task, error) {
 	var (
 		t                            Task
 		leaseOwner, idemKey, traceID *string
 		input, output, lastError     []byte
 		status                       string
 	)
-	err := row.Scan(&t.ID, &t.Namespace, &t.Queue, &t.Type, &t.TypeVersion, &status, &t.Priority,
+	dest := []any{&t.ID, &t.Namespace, &t.Queue, &t.Type, &t.TypeVersion, &status, &t.Priority,
 		&t.RunAt, &t.Attempt, &t.MaxAttempts, &leaseOwner, &t.LeaseEpoch, &t.LeaseExpiresAt,
 		&idemKey, &traceID, &input, &output, &lastError, &t.CancelRequest, &t.LastSeq,
-		&t.CreatedAt, &t.UpdatedAt, &t.StartedAt, &t.FinishedAt)
+		&t.CreatedAt, &t.UpdatedAt, &t.StartedAt, &t.FinishedAt}
+	err := row.Scan(append(dest, extra...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -259,6 +264,7 @@ func (s *Store) eventsQuery(ctx context.Context, q Querier, sql string, args pgx
 		if ev.Data, err = history.Decode(history.Type(typ), data); err != nil {
 			return nil, errors.Wrapf(err, "task %s event %d", taskID, ev.Seq)
 		}
+		ev.Data = normalizePayload(ev.Data)
 		out[taskID] = append(out[taskID], ev)
 	}
 	return out, rows.Err()

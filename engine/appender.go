@@ -1,0 +1,143 @@
+package engine
+
+import (
+	"context"
+	"sync"
+
+	"github.com/cairnflow/cairn/history"
+)
+
+// appender group-commits a processor's appends: attempts hand it their
+// events and wait; a few flusher goroutines each take everything queued (up
+// to maxAppendBatch) and write it in one EventAppendMany statement. Under
+// load, batches grow by themselves while a flush is in flight; when idle, a
+// lone append is written at once, with no timer to wait for. So an outcome is
+// durable and visible within one round trip plus whatever flush is ahead of
+// it, not after a fixed interval.
+type appender struct {
+	store *Store
+	ctx   context.Context // the worker's base context, set by start: ends every write and wait
+	reqs  chan *appendReq // written by attempts; read by flushers; never closed
+	quit  chan struct{}   // closed by stop: flushers write what is queued, then exit
+	done  chan struct{}   // closed when every flusher has exited
+	wg    sync.WaitGroup
+}
+
+type appendReq struct {
+	params *EventAppendParams
+	done   chan AppendResult // size 1: the flusher never blocks on it
+}
+
+const (
+	// maxAppendBatch bounds one statement: large enough to amortize the
+	// round trip and commit, small enough to keep its latency low.
+	maxAppendBatch = 1000
+	// appendFlushers write batches concurrently, so one slow commit does not
+	// hold every outcome back.
+	appendFlushers = 2
+)
+
+func newAppender(store *Store, queue int) *appender {
+	return &appender{store: store, reqs: make(chan *appendReq, queue), quit: make(chan struct{}), done: make(chan struct{})}
+}
+
+// start runs the flushers until stop. ctx bounds every write: cancelling it
+// is abandoning the worker, after which nothing more is written.
+func (a *appender) start(ctx context.Context) {
+	a.ctx = ctx
+	for range appendFlushers {
+		a.wg.Add(1)
+		go func() {
+			defer a.wg.Done()
+			a.flushLoop(ctx)
+		}()
+	}
+	go func() {
+		a.wg.Wait()
+		close(a.done)
+	}()
+}
+
+// stop waits for the flushers to write what was queued. An append made
+// after stop fails with [ErrStopped] instead of being written.
+func (a *appender) stop() {
+	close(a.quit)
+	<-a.done
+}
+
+// append queues p and waits for its result. A task has at most one append in
+// flight: its attempt waits for each before making the next.
+func (a *appender) append(ctx context.Context, p *EventAppendParams) (history.State, error) {
+	req := &appendReq{params: p, done: make(chan AppendResult, 1)}
+	select {
+	case <-a.quit:
+		return p.State, ErrStopped
+	default:
+	}
+	select {
+	case a.reqs <- req:
+	case <-ctx.Done():
+		return p.State, ctx.Err()
+	case <-a.done:
+		return p.State, ErrStopped
+	}
+	// Once queued, the write happens (or fails) regardless of ctx: waiting
+	// for it keeps the attempt's view of its state exact. Only abandoning
+	// the worker ends the wait.
+	select {
+	case res := <-req.done:
+		return res.State, res.Err
+	case <-a.ctx.Done():
+		return p.State, a.ctx.Err()
+	case <-a.done:
+		// Queued too late for the last flush.
+		select {
+		case res := <-req.done:
+			return res.State, res.Err
+		default:
+			return p.State, ErrStopped
+		}
+	}
+}
+
+func (a *appender) flushLoop(ctx context.Context) {
+	batch := make([]*appendReq, 0, maxAppendBatch)
+	params := make([]*EventAppendParams, 0, maxAppendBatch)
+	for {
+		var first *appendReq
+		select {
+		case first = <-a.reqs:
+		case <-ctx.Done():
+			return
+		case <-a.quit:
+			// Write what is still queued, then exit.
+			select {
+			case first = <-a.reqs:
+			default:
+				return
+			}
+		}
+		batch = append(batch[:0], first)
+	fill:
+		for len(batch) < maxAppendBatch {
+			select {
+			case req := <-a.reqs:
+				batch = append(batch, req)
+			default:
+				break fill
+			}
+		}
+		params = params[:0]
+		for _, req := range batch {
+			params = append(params, req.params)
+		}
+		results, err := a.store.EventAppendMany(ctx, params)
+		for i, req := range batch {
+			if err != nil {
+				req.done <- AppendResult{State: req.params.State, Err: err}
+				continue
+			}
+			req.done <- results[i]
+		}
+	}
+}
