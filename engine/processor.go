@@ -129,7 +129,7 @@ type Processor struct {
 	work                chan *Attempt // claimed attempts; written by the claim loop, read by executors; closed when the loop ends
 	appender            *appender     // group commit of every append an attempt makes
 
-	mu       sync.Mutex
+	mu sync.Mutex
 	// inflight is keyed by lease, not task: a task can come back to this
 	// worker under a new epoch while its old attempt is still winding down.
 	inflight map[LeaseRef]*inflightAttempt // written by the claim loop and executors; read by the heartbeater
