@@ -1,8 +1,12 @@
 package engine
 
 import (
+	"bytes"
 	"context"
+	"slices"
 	"sync"
+
+	"github.com/cockroachdb/errors"
 
 	"github.com/cairnflow/cairn/history"
 )
@@ -127,11 +131,22 @@ func (a *appender) flushLoop(ctx context.Context) {
 				break fill
 			}
 		}
+		// In task id order, as heartbeats lock rows, so the two rarely
+		// deadlock.
+		slices.SortFunc(batch, func(x, y *appendReq) int {
+			return bytes.Compare(x.params.TaskID[:], y.params.TaskID[:])
+		})
 		params = params[:0]
 		for _, req := range batch {
 			params = append(params, req.params)
 		}
+		// Heartbeats lock the same rows in another order and can deadlock
+		// with a batch; PostgreSQL aborts one of the two, and running the
+		// batch again is all it takes.
 		results, err := a.store.EventAppendMany(ctx, params)
+		for try := 1; try < 5 && errors.Is(err, ErrRetryable); try++ {
+			results, err = a.store.EventAppendMany(ctx, params)
+		}
 		for i, req := range batch {
 			if err != nil {
 				req.done <- AppendResult{State: req.params.State, Err: err}

@@ -1,7 +1,9 @@
 package engine
 
 import (
+	"bytes"
 	"context"
+	"slices"
 	"strconv"
 	"time"
 
@@ -114,9 +116,12 @@ type LeaseRef struct {
 // clock and returns the ids whose lease was extended; the others are lost
 // (the task moved to another epoch or finished).
 func (s *Store) LeaseExtendMany(ctx context.Context, leases []LeaseRef, ttl time.Duration) (map[uuid.UUID]bool, error) {
-	ids := make([]uuid.UUID, len(leases))
-	epochs := make([]int64, len(leases))
-	for i, l := range leases {
+	// Lock in id order, as appends do, so the two rarely deadlock.
+	sorted := slices.Clone(leases)
+	slices.SortFunc(sorted, func(a, b LeaseRef) int { return bytes.Compare(a.TaskID[:], b.TaskID[:]) })
+	ids := make([]uuid.UUID, len(sorted))
+	epochs := make([]int64, len(sorted))
+	for i, l := range sorted {
 		ids[i], epochs[i] = l.TaskID, l.Epoch
 	}
 	rows, err := s.pool.Query(ctx, s.sql("LeaseExtendMany"), pgx.NamedArgs{

@@ -2,25 +2,37 @@
 -- a "-- name: X" line; "/* TEMPLATE: schema */" becomes the configured schema
 -- when the store is created. Values are always bind parameters.
 
--- name: TaskInsert
--- Inserts the projection row and task_scheduled in one statement, and
--- notifies workers on commit. With an idempotency key already taken in the
--- namespace it inserts nothing and returns no row.
-WITH ins AS (
+-- name: TaskInsertMany
+-- Inserts many tasks, each as its projection row plus task_scheduled, in one
+-- statement, and notifies workers on commit, once per queue. A task whose
+-- idempotency key is already taken in its namespace (also by an earlier task
+-- of the same batch) is not inserted and its id is not returned.
+WITH input AS (
+    SELECT * FROM unnest(
+        @ids::uuid[], @namespaces::text[], @queues::text[], @types::text[], @type_versions::integer[],
+        @priorities::integer[], @run_ats::timestamptz[], @max_attempts::integer[],
+        @idempotency_keys::text[], @trace_ids::text[], @inputs::jsonb[], @datas::jsonb[])
+        WITH ORDINALITY AS i(id, namespace, queue, type, type_version, priority, run_at, max_attempts,
+                             idempotency_key, trace_id, input, data, ord)
+), ins AS (
     INSERT INTO /* TEMPLATE: schema */tasks (
         id, namespace, queue, type, type_version, status, priority, run_at,
         attempt, max_attempts, idempotency_key, trace_id, input,
         last_seq, created_at, updated_at)
-    VALUES (@id, @namespace, @queue, @type, @type_version, 'pending', @priority, @run_at,
-        0, @max_attempts, @idempotency_key, @trace_id, @input,
-        1, @at, @at)
+    SELECT id, namespace, queue, type, type_version, 'pending', priority, run_at,
+        0, max_attempts, idempotency_key, trace_id, input, 1, @at, @at
+    FROM input ORDER BY ord
     ON CONFLICT (namespace, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id, queue
 ), ev AS (
     INSERT INTO /* TEMPLATE: schema */events (task_id, seq, type, at, attempt, data)
-    SELECT id, 1, 'task_scheduled', @at, 0, @data FROM ins
+    SELECT i.id, 1, 'task_scheduled', @at, 0, i.data FROM input AS i WHERE i.id IN (SELECT id FROM ins)
+), ready AS (
+    SELECT pg_notify(@channel, queue) FROM (SELECT DISTINCT queue FROM ins) AS q
 )
-SELECT ins.id FROM ins CROSS JOIN LATERAL (SELECT pg_notify(@channel, ins.queue)) AS n;
+-- The notifications run only if the statement reads them: a LEFT JOIN to
+-- them would be optimized away, a condition is evaluated once.
+SELECT ins.id FROM ins WHERE (SELECT count(*) FROM ready) >= 0;
 
 -- name: TaskIDByIdempotencyKey
 SELECT id FROM /* TEMPLATE: schema */tasks
@@ -132,9 +144,7 @@ WITH input AS (
     SELECT pg_notify(@ready_channel, queue)
     FROM (SELECT DISTINCT queue FROM upd WHERE status IN ('pending', 'retrying') AND run_at <= now()) AS due
 )
-SELECT upd.id FROM upd
-    LEFT JOIN (SELECT count(*) FROM done) AS notified_done ON true
-    LEFT JOIN (SELECT count(*) FROM ready) AS notified_ready ON true;
+SELECT upd.id FROM upd WHERE (SELECT count(*) FROM done) >= 0 AND (SELECT count(*) FROM ready) >= 0;
 
 -- name: TaskFenceByID
 -- Tells a refused append apart: not found, moved on, or fenced.

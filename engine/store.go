@@ -30,6 +30,9 @@ var (
 	// ErrFenced: the caller's lease epoch is no longer the task's; the
 	// attempt it acts for is over and its writes are refused.
 	ErrFenced = errors.New("fenced: lease epoch is stale")
+	// ErrRetryable marks a statement PostgreSQL aborted for a reason that
+	// goes away when it runs again: a deadlock or a serialization failure.
+	ErrRetryable = errors.New("retryable database error")
 )
 
 //go:embed queries.sql
@@ -157,6 +160,8 @@ func interpretError(err error) error {
 		switch pgErr.Code {
 		case "23505": // unique_violation
 			return errors.Mark(err, ErrConflict)
+		case "40P01", "40001": // deadlock_detected, serialization_failure
+			return errors.Mark(err, ErrRetryable)
 		}
 	}
 	return err

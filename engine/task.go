@@ -61,70 +61,111 @@ type TaskStartResult struct {
 // second start with an idempotency key already used in the namespace creates
 // nothing and returns the existing task's id.
 func (s *Store) TaskStart(ctx context.Context, p *TaskStartParams) (TaskStartResult, error) {
-	return s.taskStart(ctx, s.pool, p)
+	res, err := s.taskStartMany(ctx, s.pool, []*TaskStartParams{p})
+	if err != nil {
+		return TaskStartResult{}, err
+	}
+	return res[0], nil
 }
 
 // TaskStartTx is [Store.TaskStart] inside the caller's transaction (the
 // outbox): the task exists if and only if tx commits, and workers are
 // notified on commit.
 func (s *Store) TaskStartTx(ctx context.Context, tx pgx.Tx, p *TaskStartParams) (TaskStartResult, error) {
-	return s.taskStart(ctx, tx, p)
-}
-
-func (s *Store) taskStart(ctx context.Context, q Querier, p *TaskStartParams) (TaskStartResult, error) {
-	sched := p.Scheduled
-	sched.Namespace = p.Namespace
-	if sched.Namespace == "" {
-		return TaskStartResult{}, errors.New("start task: namespace is empty")
-	}
-	now := Now()
-	if sched.RunAt.IsZero() {
-		sched.RunAt = now
-	}
-	sched.RunAt = normalizeTime(sched.RunAt)
-	// Refuse what could never be replayed, before anything is written.
-	if _, err := history.Apply(history.State{}, history.Event{Seq: 1, At: now, Data: sched}); err != nil {
-		return TaskStartResult{}, errors.Wrap(err, "start task")
-	}
-	data, err := history.Encode(sched)
+	res, err := s.taskStartMany(ctx, tx, []*TaskStartParams{p})
 	if err != nil {
 		return TaskStartResult{}, err
 	}
-	id, err := uuid.NewV7()
+	return res[0], nil
+}
+
+// TaskStartMany is [Store.TaskStart] for many tasks in one statement (plus
+// one lookup per idempotency key found taken). Results are in the order of
+// ps.
+func (s *Store) TaskStartMany(ctx context.Context, ps []*TaskStartParams) ([]TaskStartResult, error) {
+	return s.taskStartMany(ctx, s.pool, ps)
+}
+
+// TaskStartManyTx is [Store.TaskStartMany] inside the caller's transaction.
+func (s *Store) TaskStartManyTx(ctx context.Context, tx pgx.Tx, ps []*TaskStartParams) ([]TaskStartResult, error) {
+	return s.taskStartMany(ctx, tx, ps)
+}
+
+func (s *Store) taskStartMany(ctx context.Context, q Querier, ps []*TaskStartParams) ([]TaskStartResult, error) {
+	if len(ps) == 0 {
+		return nil, nil
+	}
+	now := Now()
+	n := len(ps)
+	var (
+		ids                            = make([]uuid.UUID, n)
+		namespaces, queues, types      = make([]string, n), make([]string, n), make([]string, n)
+		versions, priorities, attempts = make([]int32, n), make([]int32, n), make([]int32, n)
+		runAts                         = make([]time.Time, n)
+		idemKeys, traceIDs, inputs     = make([]*string, n), make([]*string, n), make([]*string, n)
+		datas                          = make([]string, n)
+	)
+	for i, p := range ps {
+		sched := p.Scheduled
+		sched.Namespace = p.Namespace
+		if sched.Namespace == "" {
+			return nil, errors.Newf("start task %d: namespace is empty", i)
+		}
+		if sched.RunAt.IsZero() {
+			sched.RunAt = now
+		}
+		sched.RunAt = normalizeTime(sched.RunAt)
+		// Refuse what could never be replayed, before anything is written.
+		if _, err := history.Apply(history.State{}, history.Event{Seq: 1, At: now, Data: sched}); err != nil {
+			return nil, errors.Wrap(err, "start task")
+		}
+		data, err := history.Encode(sched)
+		if err != nil {
+			return nil, err
+		}
+		if ids[i], err = uuid.NewV7(); err != nil {
+			return nil, errors.Wrap(err, "new task id")
+		}
+		namespaces[i], queues[i], types[i] = sched.Namespace, sched.Queue, sched.TaskType
+		versions[i], priorities[i], attempts[i] = int32(sched.TypeVersion), int32(sched.Priority), int32(sched.MaxAttempts)
+		runAts[i] = sched.RunAt
+		idemKeys[i], traceIDs[i], inputs[i] = nullString(sched.IdempotencyKey), nullString(sched.TraceID), nullJSONString(sched.Input)
+		datas[i] = string(data)
+	}
+	rows, err := q.Query(ctx, s.sql("TaskInsertMany"), pgx.NamedArgs{
+		"ids": ids, "namespaces": namespaces, "queues": queues, "types": types, "type_versions": versions,
+		"priorities": priorities, "run_ats": runAts, "max_attempts": attempts, "idempotency_keys": idemKeys,
+		"trace_ids": traceIDs, "inputs": inputs, "datas": datas, "at": now, "channel": s.channel,
+	})
 	if err != nil {
-		return TaskStartResult{}, errors.Wrap(err, "new task id")
+		return nil, errors.Wrap(interpretError(err), "start tasks")
 	}
-	args := pgx.NamedArgs{
-		"id": id, "namespace": sched.Namespace, "queue": sched.Queue, "type": sched.TaskType,
-		"type_version": sched.TypeVersion, "priority": sched.Priority, "run_at": sched.RunAt,
-		"max_attempts": sched.MaxAttempts, "idempotency_key": nullString(sched.IdempotencyKey),
-		"trace_id": nullString(sched.TraceID), "input": nullJSON(sched.Input), "at": now,
-		"data": data, "channel": s.channel,
+	inserted, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	if err != nil {
+		return nil, errors.Wrap(interpretError(err), "start tasks")
 	}
-	for {
-		var got uuid.UUID
-		err = q.QueryRow(ctx, s.sql("TaskInsert"), args).Scan(&got)
-		if err == nil {
-			return TaskStartResult{ID: got}, nil
-		}
-		if !errors.Is(err, pgx.ErrNoRows) {
-			return TaskStartResult{}, errors.Wrapf(interpretError(err), "start task of type %s", sched.TaskType)
-		}
-		// The key is taken. The row that took it is visible to a new
-		// statement unless it was deleted since, in which case try again.
-		err = q.QueryRow(ctx, s.sql("TaskIDByIdempotencyKey"), pgx.NamedArgs{
-			"namespace": sched.Namespace, "idempotency_key": sched.IdempotencyKey,
-		}).Scan(&got)
-		if err == nil {
-			return TaskStartResult{ID: got, Existing: true}, nil
-		}
-		if !errors.Is(err, pgx.ErrNoRows) {
-			return TaskStartResult{}, errors.Wrap(interpretError(err), "look up idempotency key")
-		}
-		if err := ctx.Err(); err != nil {
-			return TaskStartResult{}, err
-		}
+	created := make(map[uuid.UUID]bool, len(inserted))
+	for _, id := range inserted {
+		created[id] = true
 	}
+	out := make([]TaskStartResult, n)
+	for i := range ps {
+		if created[ids[i]] {
+			out[i] = TaskStartResult{ID: ids[i]}
+			continue
+		}
+		// The key was taken, by an earlier task or one of this batch; this
+		// statement runs after ours, so it sees the winner.
+		var existing uuid.UUID
+		err := q.QueryRow(ctx, s.sql("TaskIDByIdempotencyKey"), pgx.NamedArgs{
+			"namespace": namespaces[i], "idempotency_key": deref(idemKeys[i]),
+		}).Scan(&existing)
+		if err != nil {
+			return nil, errors.Wrapf(interpretError(err), "look up the task holding idempotency key of start %d", i)
+		}
+		out[i] = TaskStartResult{ID: existing, Existing: true}
+	}
+	return out, nil
 }
 
 // TaskGetByID returns the task with id in namespace, or an error marked
@@ -296,21 +337,4 @@ func deref(s *string) string {
 		return ""
 	}
 	return *s
-}
-
-// TaskStartMany is [Store.TaskStart] for many tasks in one statement.
-// Results are in the order of ps.
-func (s *Store) TaskStartMany(ctx context.Context, ps []*TaskStartParams) ([]TaskStartResult, error) {
-	out := make([]TaskStartResult, len(ps))
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		for i, p := range ps {
-			r, err := s.taskStart(ctx, tx, p)
-			if err != nil {
-				return err
-			}
-			out[i] = r
-		}
-		return nil
-	})
-	return out, err
 }

@@ -3,6 +3,7 @@ package integration_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -109,10 +110,19 @@ func TestTwoWorkersRaceOverThousandTasks(t *testing.T) {
 		require.Equal(t, map[int]int{0: 1, 1: 1}, steps, "task %s: one step_completed per step", id)
 		require.Equal(t, 1, completed, "task %s: completed exactly once", id)
 		key := id.String()
-		require.Equal(t, 1, log.runs[key+"/first"], "task %s: first step executed once", id)
-		require.Equal(t, 1, log.runs[key+"/second"], "task %s: second step executed once", id)
+		require.Equal(t, 1, log.runs[key+"/first"], "task %s: first step executed once; history:\n%s", id, describeHistory(byTask[id]))
+		require.Equal(t, 1, log.runs[key+"/second"], "task %s: second step executed once; history:\n%s", id, describeHistory(byTask[id]))
 	}
 	t.Logf("attempts started by worker: %v", claimedBy)
 	require.Len(t, claimedBy, 2, "both workers took part")
 	require.Equal(t, tasks, enginetest.RequireProjectionsMatch(t, client.Store()))
+}
+
+func describeHistory(events []history.Event) string {
+	var b strings.Builder
+	for _, e := range events {
+		data, _ := history.Encode(e.Data)
+		fmt.Fprintf(&b, "%d %s attempt=%d %s\n", e.Seq, e.Type(), e.Attempt, data)
+	}
+	return b.String()
 }
