@@ -3,14 +3,17 @@ package engine
 import (
 	"context"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 )
 
-// Notifier listens on the store's NOTIFY channel over one dedicated
-// connection and wakes its subscribers when new work is ready. It only makes
+// Notifier listens on the store's NOTIFY channels over one dedicated
+// connection: it wakes its subscribers when new work is ready, and waiters
+// when the task they wait for finishes. It only makes
 // workers react sooner: notifications can be lost (a dropped connection, a
 // database without LISTEN), so workers poll as well and stay correct without
 // it.
@@ -19,8 +22,9 @@ type Notifier struct {
 	logger *slog.Logger
 	svc    service
 
-	mu   sync.Mutex
-	subs map[chan struct{}]struct{} // written under mu by Subscribe and its cancel; read by the run loop
+	mu      sync.Mutex
+	subs    map[chan struct{}]struct{}               // ready subscribers; written under mu by Subscribe and its cancel; read by the run loop
+	waiters map[uuid.UUID]map[chan struct{}]struct{} // per-task finish waiters; same discipline
 }
 
 // NewNotifier returns a notifier for store; it listens once started.
@@ -28,7 +32,8 @@ func NewNotifier(store *Store, logger *slog.Logger) *Notifier {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	return &Notifier{store: store, logger: logger, subs: map[chan struct{}]struct{}{}}
+	return &Notifier{store: store, logger: logger, subs: map[chan struct{}]struct{}{},
+		waiters: map[uuid.UUID]map[chan struct{}]struct{}{}}
 }
 
 // Subscribe returns a channel that receives a value after work becomes
@@ -46,13 +51,61 @@ func (n *Notifier) Subscribe() (<-chan struct{}, func()) {
 	}
 }
 
+// WaitFor returns a channel that receives a value when task id may have
+// finished (it is announced on the done channel, or the listener
+// reconnected and may have missed it), and a function to stop waiting. The
+// receiver re-reads the task to know.
+func (n *Notifier) WaitFor(id uuid.UUID) (<-chan struct{}, func()) {
+	ch := make(chan struct{}, 1)
+	n.mu.Lock()
+	if n.waiters[id] == nil {
+		n.waiters[id] = map[chan struct{}]struct{}{}
+	}
+	n.waiters[id][ch] = struct{}{}
+	n.mu.Unlock()
+	return ch, func() {
+		n.mu.Lock()
+		delete(n.waiters[id], ch)
+		if len(n.waiters[id]) == 0 {
+			delete(n.waiters, id)
+		}
+		n.mu.Unlock()
+	}
+}
+
+func (n *Notifier) finished(payload string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if len(n.waiters) == 0 {
+		return
+	}
+	for _, s := range strings.Split(payload, ",") {
+		id, err := uuid.Parse(s)
+		if err != nil {
+			continue
+		}
+		for ch := range n.waiters[id] {
+			wake(ch)
+		}
+	}
+}
+
+func wake(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
 func (n *Notifier) broadcast() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for ch := range n.subs {
-		select {
-		case ch <- struct{}{}:
-		default:
+		wake(ch)
+	}
+	for _, chans := range n.waiters {
+		for ch := range chans {
+			wake(ch)
 		}
 	}
 }
@@ -60,9 +113,9 @@ func (n *Notifier) broadcast() {
 // Start listens until Stop or until ctx is done, reconnecting after errors.
 func (n *Notifier) Start(ctx context.Context) error {
 	return n.svc.start(ctx, func(ctx context.Context) {
-		backoff := 100 * time.Millisecond
+		backoff := initialBackoff
 		for ctx.Err() == nil {
-			err := n.listen(ctx)
+			err := n.listen(ctx, &backoff)
 			if ctx.Err() != nil {
 				return
 			}
@@ -77,22 +130,38 @@ func (n *Notifier) Start(ctx context.Context) error {
 	})
 }
 
-func (n *Notifier) listen(ctx context.Context) error {
+const initialBackoff = 100 * time.Millisecond
+
+// listen listens until the connection fails; once listening, it resets
+// the caller's reconnect backoff.
+func (n *Notifier) listen(ctx context.Context, backoff *time.Duration) error {
 	conn, err := pgx.ConnectConfig(ctx, n.store.pool.Config().ConnConfig.Copy())
 	if err != nil {
 		return err
 	}
 	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{n.store.channel}.Sanitize()); err != nil {
-		return err
-	}
-	// Anything may have become ready while not listening.
-	n.broadcast()
-	for {
-		if _, err := conn.WaitForNotification(ctx); err != nil {
+	for _, channel := range []string{n.store.channel, n.store.doneChannel} {
+		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
 			return err
 		}
-		n.broadcast()
+	}
+	*backoff = initialBackoff
+	// Anything may have become ready, or finished, while not listening.
+	n.broadcast()
+	for {
+		note, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return err
+		}
+		if note.Channel == n.store.doneChannel {
+			n.finished(note.Payload)
+			continue
+		}
+		n.mu.Lock()
+		for ch := range n.subs {
+			wake(ch)
+		}
+		n.mu.Unlock()
 	}
 }
 

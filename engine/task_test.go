@@ -382,9 +382,10 @@ func TestNotifierReconnects(t *testing.T) {
 	recv(t, wake, "a wake-up once listening")
 
 	// Kill the listening connection from the server side.
-	listen := "LISTEN " + pgx.Identifier{s.NotifyChannel()}.Sanitize()
+	// Its last statement is the LISTEN on the schema's last channel.
+	listen := `LISTEN "` + s.Schema() + `.%`
 	var killed bool
-	err := s.Pool().QueryRow(ctx, "SELECT coalesce(bool_and(pg_terminate_backend(pid)), false) FROM pg_stat_activity WHERE query = $1", listen).Scan(&killed)
+	err := s.Pool().QueryRow(ctx, "SELECT coalesce(bool_and(pg_terminate_backend(pid)), false) FROM pg_stat_activity WHERE query LIKE $1", listen).Scan(&killed)
 	require.NoError(t, err)
 	require.True(t, killed, "found the notifier's connection")
 
@@ -393,7 +394,7 @@ func TestNotifierReconnects(t *testing.T) {
 	recv(t, wake, "a wake-up after reconnecting")
 	waitFor(t, "the notifier to listen again", func() bool {
 		var listening bool
-		err := s.Pool().QueryRow(ctx, "SELECT count(*) = 1 FROM pg_stat_activity WHERE query = $1", listen).Scan(&listening)
+		err := s.Pool().QueryRow(ctx, "SELECT count(*) = 1 FROM pg_stat_activity WHERE query LIKE $1", listen).Scan(&listening)
 		require.NoError(t, err)
 		return listening
 	})
@@ -480,4 +481,48 @@ func TestValidateSchemaName(t *testing.T) {
 	}
 	_, err := engine.NewStore(engine.StoreConfig{Pool: nil})
 	require.Error(t, err)
+}
+
+func TestNotifierAnnouncesFinishedTasksAndRequeues(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := enginetest.Store(t)
+	n := engine.NewNotifier(s, testLogger(t))
+	wake, unsubscribe := n.Subscribe()
+	defer unsubscribe()
+	doneID := enginetest.StartTask(t, s, nil)
+	otherID := enginetest.StartTask(t, s, nil)
+	finished, stopWaiting := n.WaitFor(doneID)
+	defer stopWaiting()
+	other, stopOther := n.WaitFor(otherID)
+	defer stopOther()
+	require.NoError(t, n.Start(ctx))
+	defer n.Stop()
+	recv(t, wake, "the wake-up on listening")
+	recv(t, finished, "the wake-up on listening")
+	recv(t, other, "the wake-up on listening")
+
+	// A released task is due at once: workers hear of it.
+	first := claimOne(t, s, "w1", time.Minute)
+	_, err := appendFenced(ctx, s, first, history.TaskReleasedData{WorkerID: "w1", LeaseEpoch: first.State.Lease.Epoch})
+	require.NoError(t, err)
+	recv(t, wake, "a wake-up for the released task")
+
+	// Completing a task tells its waiters, and only them.
+	for {
+		ct := claimOne(t, s, "w2", time.Minute)
+		if ct.Task.ID == doneID {
+			complete(t, s, ct)
+			break
+		}
+		_, err := appendFenced(ctx, s, ct, history.TaskReleasedData{WorkerID: "w2", LeaseEpoch: ct.State.Lease.Epoch})
+		require.NoError(t, err)
+	}
+	recv(t, finished, "the finish of the awaited task")
+	select {
+	case <-other:
+		t.Fatal("a waiter for another task was woken")
+	default:
+	}
+	enginetest.RequireProjectionsMatch(t, s)
 }

@@ -3,6 +3,7 @@ package sdk
 import (
 	"context"
 	"encoding/json"
+	"sync"
 	"time"
 
 	"github.com/cairnflow/cairn/activities"
@@ -29,9 +30,35 @@ type ClientConfig struct {
 }
 
 // Client starts tasks and asks about them. It is safe for concurrent use.
+// A client that has waited for a task holds a listening connection until
+// [Client.Close].
 type Client struct {
 	store     *engine.Store
 	namespace string
+
+	listenOnce sync.Once
+	listener   *engine.Notifier // started by the first Wait; stopped by Close
+}
+
+// Close stops the client's listener, if a Wait started one. The pool is the
+// caller's and stays open. A closed client's Wait falls back to polling.
+func (c *Client) Close() {
+	c.listenOnce.Do(func() {}) // a Wait after Close starts no listener
+	if c.listener != nil {
+		c.listener.Stop()
+	}
+}
+
+// waitListener returns the shared listener for finished tasks, starting it
+// on first use.
+func (c *Client) waitListener() *engine.Notifier {
+	c.listenOnce.Do(func() {
+		n := engine.NewNotifier(c.store, nil)
+		if err := n.Start(context.Background()); err == nil {
+			c.listener = n
+		}
+	})
+	return c.listener
 }
 
 // NewClient returns a client. It does not touch the database.
@@ -205,9 +232,20 @@ func (c *Client) Get(ctx context.Context, id uuid.UUID) (*TaskInfo, error) {
 }
 
 // Wait returns the task once it is finished (completed, failed, cancelled
-// or dead-lettered), or ctx's error when ctx is done first.
+// or dead-lettered), or ctx's error when ctx is done first. It learns of
+// the finish from a notification, so it returns within milliseconds of the
+// outcome being committed; it also re-reads the task now and then, since
+// notifications can be lost.
 func (c *Client) Wait(ctx context.Context, id uuid.UUID) (*TaskInfo, error) {
+	var finished <-chan struct{}
+	if l := c.waitListener(); l != nil {
+		ch, stop := l.WaitFor(id)
+		defer stop()
+		finished = ch
+	}
 	interval := 5 * time.Millisecond
+	timer := time.NewTimer(interval)
+	defer timer.Stop()
 	for {
 		info, err := c.Get(ctx, id)
 		if err != nil {
@@ -219,9 +257,11 @@ func (c *Client) Wait(ctx context.Context, id uuid.UUID) (*TaskInfo, error) {
 		select {
 		case <-ctx.Done():
 			return info, ctx.Err()
-		case <-time.After(interval):
+		case <-finished:
+		case <-timer.C:
+			interval = min(2*interval, time.Second)
 		}
-		interval = min(2*interval, 250*time.Millisecond)
+		timer.Reset(interval)
 	}
 }
 
