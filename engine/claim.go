@@ -49,12 +49,13 @@ func (s *Store) TaskClaimMany(ctx context.Context, p *TaskClaimManyParams) ([]*C
 	if p.Max <= 0 {
 		return nil, nil
 	}
-	keys := make([]string, len(p.Types))
+	types := make([]string, len(p.Types))
+	versions := make([]int32, len(p.Types))
 	for i, k := range p.Types {
-		keys[i] = k.String()
+		types[i], versions[i] = k.Type, int32(k.Version)
 	}
 	rows, err := s.pool.Query(ctx, s.sql("TaskClaimMany"), pgx.NamedArgs{
-		"namespace": p.Namespace, "queues": p.Queues, "type_keys": keys, "max": p.Max,
+		"namespace": p.Namespace, "queues": p.Queues, "types": types, "versions": versions, "max": p.Max,
 		"owner": p.Owner, "lease_seconds": p.LeaseTTL.Seconds(),
 	})
 	if err != nil {

@@ -47,15 +47,23 @@ WHERE namespace = @namespace AND idempotency_key = @idempotency_key;
 -- snapshot does not see the attempt_started it inserts; the caller rebuilds
 -- that event from the returned row.
 WITH due AS (
-    SELECT id FROM /* TEMPLATE: schema */tasks
-    WHERE namespace = @namespace
-      AND queue = ANY(@queues::text[])
-      AND status IN ('pending', 'retrying')
-      AND run_at <= now()
-      AND (type || '@' || type_version) = ANY(@type_keys::text[])
-    ORDER BY priority DESC, run_at, id
+    -- One ordered index walk per queue and type key (tasks_claim_idx), so
+    -- the cost stays flat however large the backlog; then the best @max
+    -- overall. Rows a walk locks beyond those are unlocked at commit.
+    SELECT c.id
+    FROM unnest(@queues::text[]) AS q(queue)
+    CROSS JOIN unnest(@types::text[], @versions::integer[]) AS k(type, version)
+    CROSS JOIN LATERAL (
+        SELECT t.id, t.priority, t.run_at FROM /* TEMPLATE: schema */tasks AS t
+        WHERE t.namespace = @namespace AND t.queue = q.queue
+          AND t.type = k.type AND t.type_version = k.version
+          AND t.status IN ('pending', 'retrying') AND t.run_at <= now()
+        ORDER BY t.priority DESC, t.run_at, t.id
+        LIMIT @max
+        FOR UPDATE SKIP LOCKED
+    ) AS c
+    ORDER BY c.priority DESC, c.run_at, c.id
     LIMIT @max
-    FOR UPDATE SKIP LOCKED
 ), claimed AS (
     UPDATE /* TEMPLATE: schema */tasks AS t SET
         status = 'running',

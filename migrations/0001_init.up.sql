@@ -35,10 +35,12 @@ CREATE UNIQUE INDEX tasks_idempotency_key_idx
     ON /* TEMPLATE: schema */tasks (namespace, idempotency_key)
     WHERE idempotency_key IS NOT NULL;
 
--- Serves the claim query: due work by queue, priority and run time. Only
--- claimable rows are in it, so it stays small as finished tasks pile up.
+-- Serves the claim query: due work by queue, type and version, then
+-- priority and run time. Only claimable rows are in it, so it stays small as
+-- finished tasks pile up, and a backlog of types a worker does not run (or
+-- of other queues) costs its claims nothing.
 CREATE INDEX tasks_claim_idx
-    ON /* TEMPLATE: schema */tasks (namespace, queue, priority DESC, run_at, id)
+    ON /* TEMPLATE: schema */tasks (namespace, queue, type, type_version, priority DESC, run_at, id)
     WHERE status IN ('pending', 'retrying');
 
 -- Serves the rescuer: running tasks by lease expiry.
