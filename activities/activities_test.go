@@ -307,3 +307,9 @@ func TestWithInfoGetInfo(t *testing.T) {
 	require.True(t, ok, "derived contexts keep the info")
 	require.Equal(t, next, got)
 }
+
+func TestDescribeReplacesNUL(t *testing.T) {
+	t.Parallel()
+	info := activities.Describe(errors.New("bad byte \x00 in page"), history.Transient)
+	require.Equal(t, "bad byte \uFFFD in page", info.Message)
+}

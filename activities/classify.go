@@ -56,7 +56,7 @@ type StatusError interface {
 // status. A cancelled context is transient unless marked otherwise: the
 // attempt was interrupted, not refused.
 func Describe(err error, defaultClass history.Class) history.ErrorInfo {
-	info := history.ErrorInfo{Class: defaultClass, Message: err.Error(), Kind: kindOf(err)}
+	info := history.ErrorInfo{Class: defaultClass, Message: storable(err.Error()), Kind: storable(kindOf(err))}
 	var se StatusError
 	if errors.As(err, &se) {
 		info.Status = se.ErrorStatus()
@@ -147,3 +147,7 @@ func (p RetryPolicy) Ceiling(attempt int) time.Duration {
 func (p RetryPolicy) Backoff(attempt int, random func() float64) time.Duration {
 	return time.Duration(random() * float64(p.Ceiling(attempt)))
 }
+
+// storable replaces U+0000, which PostgreSQL cannot store in text or JSON,
+// so evidence of a failure is never lost to the character that caused it.
+func storable(s string) string { return strings.ReplaceAll(s, "\x00", "\uFFFD") }

@@ -302,6 +302,8 @@ func (w *Worker) describe(res workflow.Result) history.ErrorInfo {
 		info.Class, info.Kind = history.Permanent, "nondeterminism"
 	case errors.Is(res.Err, workflow.ErrBadInput):
 		info.Class, info.Kind = history.Permanent, "bad_input"
+	case errors.Is(res.Err, workflow.ErrUnstorable):
+		info.Class, info.Kind = history.Permanent, "unstorable_output"
 	case errors.Is(res.Err, workflow.ErrRecordFailed):
 		// The step finished but its result was not saved: run it again.
 		info.Class, info.Kind = history.Transient, "record_failed"

@@ -20,6 +20,10 @@ var (
 	// could not be recorded (the database was unreachable, or the lease was
 	// lost). The step will run again on a later attempt.
 	ErrRecordFailed = errors.New("cairn/workflow: recording a step failed")
+	// ErrUnstorable marks an output that can be encoded but not stored
+	// (PostgreSQL's jsonb refuses U+0000). It is permanent: running the step
+	// again would produce it again.
+	ErrUnstorable = errors.New("cairn/workflow: output cannot be stored")
 	// ErrBadInput marks a task input that cannot be decoded into the
 	// workflow's input type. It is permanent: no retry will fix it.
 	ErrBadInput = errors.New("bad input")
@@ -185,6 +189,9 @@ func Step[Out any](ctx Context, name string, fn func(context.Context) (Out, erro
 		return zero, s.abort(err, &info)
 	}
 	encoded, err := json.Marshal(out)
+	if err == nil && HasNULEscape(encoded) {
+		err = errors.Mark(errors.New("output contains the character U+0000, which PostgreSQL cannot store in JSON"), ErrUnstorable)
+	}
 	if err != nil {
 		err = errors.Wrapf(err, "step %d (%s): encode output", pos, name)
 		return zero, s.abort(err, &info)
@@ -241,6 +248,9 @@ func Typed[In, Out any](fn func(Context, In) (Out, error)) Func {
 			return nil, err
 		}
 		encoded, err := json.Marshal(out)
+		if err == nil && HasNULEscape(encoded) {
+			err = errors.Mark(errors.New("output contains the character U+0000, which PostgreSQL cannot store in JSON"), ErrUnstorable)
+		}
 		if err != nil {
 			return nil, errors.Wrap(err, "encode workflow output")
 		}
@@ -250,3 +260,19 @@ func Typed[In, Out any](fn func(Context, In) (Out, error)) Func {
 
 // String describes a step for logs.
 func (i StepInfo) String() string { return fmt.Sprintf("step %d (%s)", i.Position, i.Name) }
+
+// HasNULEscape reports whether JSON text contains the escape \u0000, which
+// PostgreSQL's jsonb refuses. (A literal backslash followed by "u0000" is
+// encoded with an escaped backslash and does not count.)
+func HasNULEscape(b []byte) bool {
+	for i := 0; i+6 <= len(b); i++ {
+		if b[i] != '\\' {
+			continue
+		}
+		if string(b[i:i+6]) == `\u0000` {
+			return true
+		}
+		i++ // skip the escaped character, e.g. the second of "\\"
+	}
+	return false
+}

@@ -573,3 +573,40 @@ func TestTypedBodyErrorPassesThrough(t *testing.T) {
 	require.True(t, errors.Is(res.Err, errRefused), "got %v", res.Err)
 	require.Nil(t, res.Output)
 }
+
+func TestHasNULEscape(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		json string
+		want bool
+	}{
+		{`"plain"`, false},
+		{`"a\u0000b"`, true},
+		{`{"k":"\u0000"}`, true},
+		{`"\\u0000"`, false}, // a backslash, then the text u0000
+		{`"\\\u0000"`, true}, // a backslash, then NUL
+		{`"\u00001"`, true},
+		{`"\u0001"`, false},
+		{`"\\"`, false},
+	} {
+		require.Equal(t, tc.want, workflow.HasNULEscape([]byte(tc.json)), tc.json)
+	}
+	encoded, err := json.Marshal("ocr text with a \x00 byte")
+	require.NoError(t, err)
+	require.True(t, workflow.HasNULEscape(encoded), "json.Marshal writes NUL as \\u0000")
+}
+
+func TestStepOutputWithNULIsUnstorable(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	res := workflow.Run(b.params, func(ctx workflow.Context, _ json.RawMessage) (json.RawMessage, error) {
+		_, err := workflow.Step(ctx, "ocr", func(context.Context) (string, error) {
+			return "page\x00two", nil
+		}, nil)
+		return nil, err
+	}, nil)
+	require.True(t, errors.Is(res.Err, workflow.ErrUnstorable), "got %v", res.Err)
+	require.NotNil(t, res.Step)
+	require.Equal(t, "ocr", res.Step.Name)
+	require.Empty(t, b.rec.recorded(), "nothing recorded")
+}
