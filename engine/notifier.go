@@ -119,7 +119,7 @@ func (n *Notifier) Start(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return
 			}
-			n.logger.Warn("notifier: listen connection lost; polling continues", "err", err, "retry_in", backoff)
+			n.logger.Warn("notifier: listen connection lost; polling continues", errAttr(err), "retry_in", backoff)
 			select {
 			case <-ctx.Done():
 				return

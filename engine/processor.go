@@ -313,7 +313,7 @@ func (p *Processor) claimLoop(ctx context.Context) {
 		if free > 0 {
 			n, err := p.claim(ctx, free)
 			if err != nil && ctx.Err() == nil {
-				p.cfg.Logger.Warn("processor: claim", "err", err)
+				p.cfg.Logger.Warn("processor: claim", errAttr(err))
 			}
 			full = n == free
 		}
@@ -354,7 +354,7 @@ func (p *Processor) claim(ctx context.Context, max int) (int, error) {
 			// Left to lease expiry (a rescuer that can read it reschedules
 			// it); the others in the batch run.
 			p.cfg.Logger.Error("processor: claimed task has a history this worker cannot read; not running it",
-				"task_id", ct.Task.ID, "err", ct.Err)
+				"task_id", ct.Task.ID, errAttr(ct.Err))
 			continue
 		}
 		attemptCtx, cancel := context.WithCancelCause(ctx)
@@ -413,14 +413,14 @@ func (p *Processor) execute(ctx context.Context, a *Attempt) {
 	case err != nil:
 		if p.baseCtx.Err() == nil {
 			p.cfg.Logger.Warn("processor: attempt abandoned; the task is rescued when its lease expires",
-				"task_id", a.Task.ID, "attempt", a.state.Attempt, "err", err)
+				"task_id", a.Task.ID, "attempt", a.state.Attempt, errAttr(err))
 		}
 		return
 	}
 	// Record the outcome even when the attempt context was cancelled by a
 	// stop: only abandoning the whole worker (baseCtx) drops it.
 	if err := a.Append(p.baseCtx, payloads...); err != nil && p.baseCtx.Err() == nil {
-		p.cfg.Logger.Warn("processor: record attempt outcome", "task_id", a.Task.ID, "attempt", a.state.Attempt, "err", err)
+		p.cfg.Logger.Warn("processor: record attempt outcome", "task_id", a.Task.ID, "attempt", a.state.Attempt, errAttr(err))
 	}
 }
 
@@ -487,6 +487,6 @@ func (p *Processor) heartbeat(ctx context.Context) {
 		}
 	}
 	if err != nil && ctx.Err() == nil {
-		p.cfg.Logger.Warn("processor: renew leases", "err", err)
+		p.cfg.Logger.Warn("processor: renew leases", errAttr(err))
 	}
 }

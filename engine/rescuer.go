@@ -178,7 +178,7 @@ func (r *Rescuer) pass(ctx context.Context, wasLeader bool) bool {
 	cancel()
 	if err != nil {
 		if ctx.Err() == nil {
-			r.cfg.Logger.Warn("rescuer: leader election", "err", err)
+			r.cfg.Logger.Warn("rescuer: leader election", errAttr(err))
 		}
 		return false
 	}
@@ -192,7 +192,7 @@ func (r *Rescuer) pass(ctx context.Context, wasLeader bool) bool {
 		n, err := r.cfg.Store.RescueExpired(ctx, 100)
 		if err != nil {
 			if ctx.Err() == nil {
-				r.cfg.Logger.Warn("rescuer: rescue expired leases", "err", err)
+				r.cfg.Logger.Warn("rescuer: rescue expired leases", errAttr(err))
 			}
 			return true
 		}

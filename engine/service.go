@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"log/slog"
 	"sync"
 
 	"github.com/cockroachdb/errors"
@@ -46,3 +47,7 @@ func (s *service) stop() {
 	cancel(ErrStopped)
 	<-done
 }
+
+// errAttr logs an error by its message. slog would print a cockroachdb
+// error with %+v, stack trace and all, on every line.
+func errAttr(err error) slog.Attr { return slog.String("err", err.Error()) }
