@@ -1,0 +1,366 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"runtime/pprof"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cairnflow/cairn/sdk"
+	"github.com/cockroachdb/errors"
+	"github.com/spf13/cobra"
+)
+
+// Drain modes: throughput and workflow (in-process workers) and scale
+// (worker processes). Each run resets the schema, inserts the backlog with
+// Client.StartMany, then starts the workers and polls the database until
+// every task is finished.
+
+// drainParams are the settings of a drain run, as reported.
+type drainParams struct {
+	Tasks        int     `json:"tasks"`
+	StepsPerTask int     `json:"steps_per_task"`
+	Workers      int     `json:"workers,omitempty"`
+	Processes    []int   `json:"processes,omitempty"`
+	Concurrency  int     `json:"concurrency"`
+	MaxConns     int     `json:"max_conns"`
+	InsertBatch  int     `json:"insert_batch"`
+	WorkerPollMs float64 `json:"worker_poll_interval_ms"`
+	DrainPollMs  float64 `json:"drain_poll_interval_ms"`
+}
+
+func (f *benchFlags) drainParams(steps int) drainParams {
+	return drainParams{
+		Tasks: f.tasks, StepsPerTask: steps, Workers: f.workers, Processes: f.processes,
+		Concurrency: f.concurrency, MaxConns: f.maxConns, InsertBatch: f.batch,
+		WorkerPollMs: ms(benchWorkerPollInterval), DrainPollMs: ms(f.drainPoll),
+	}
+}
+
+// drainResult is one drain's figures.
+type drainResult struct {
+	InsertSeconds   float64 `json:"insert_seconds"`
+	InsertPerSecond float64 `json:"insert_per_second"`
+	// DrainSeconds runs from the workers' start to the poll that saw every
+	// task finished; it is known to the poll interval.
+	DrainSeconds   float64 `json:"drain_seconds"`
+	DrainPerSecond float64 `json:"drain_per_second"`
+	StepsPerSecond float64 `json:"steps_per_second"`
+	// LastCompletionSeconds runs from the workers' start to the latest
+	// finished_at recorded (the writer's clock, same host): the drain time
+	// without poll granularity.
+	LastCompletionSeconds float64 `json:"last_completion_seconds"`
+	Completed             int64   `json:"completed"`
+	NotCompleted          int64   `json:"not_completed"`
+	// EventsWritten counts every event in the schema, task_scheduled
+	// included; DrainEventsPerSecond counts those the drain wrote.
+	EventsWritten        int64   `json:"events_written"`
+	EventsPerTask        float64 `json:"events_per_task"`
+	DrainEventsPerSecond float64 `json:"drain_events_per_second"`
+	Polls                int     `json:"polls"`
+	PollQueryMsAvg       float64 `json:"poll_query_ms_avg"`
+}
+
+// drainReport is the JSON of throughput and workflow.
+type drainReport struct {
+	benchHeader
+	Params drainParams `json:"params"`
+	drainResult
+}
+
+// insertBacklog inserts tasks workflows of steps steps in batches.
+func (e *benchEnv) insertBacklog(ctx context.Context, tasks, steps, batch int) (time.Duration, error) {
+	c, err := sdk.NewClient(sdk.ClientConfig{Pool: e.obs.pool, Schema: e.g.schema, Namespace: e.g.namespace})
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	input, err := json.Marshal(benchInput{Steps: steps})
+	if err != nil {
+		return 0, errors.Wrap(err, "encode bench input")
+	}
+	wf := sdk.TypeRef{Name: benchNoopType, Version: 1}
+	params := make([]sdk.StartParams, 0, batch)
+	started := time.Now()
+	for done := 0; done < tasks; {
+		k := min(batch, tasks-done)
+		params = params[:0]
+		for range k {
+			params = append(params, sdk.StartParams{Workflow: wf, Input: json.RawMessage(input)})
+		}
+		if _, err := c.StartMany(ctx, params); err != nil {
+			return 0, errors.Wrapf(err, "insert tasks %d to %d", done+1, done+k)
+		}
+		done += k
+	}
+	return time.Since(started), nil
+}
+
+// drainTiming is what awaitDrain observed.
+type drainTiming struct {
+	start    time.Time
+	drain    time.Duration
+	polls    int
+	pollTime time.Duration
+}
+
+// awaitDrain calls start (which starts the workers) and polls every every
+// until no task is unfinished, or timeout passes.
+func (e *benchEnv) awaitDrain(ctx context.Context, start func() error, every, timeout time.Duration) (drainTiming, error) {
+	conn, err := e.obs.pollConn(ctx)
+	if err != nil {
+		return drainTiming{}, err
+	}
+	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	t := drainTiming{start: time.Now()}
+	if err := start(); err != nil {
+		return t, err
+	}
+	ticker := time.NewTicker(every)
+	defer ticker.Stop()
+	lastReport := t.start
+	for {
+		select {
+		case <-ctx.Done():
+			return t, errors.Wrapf(ctx.Err(), "drain not finished after %s", time.Since(t.start).Round(time.Millisecond))
+		case <-ticker.C:
+		}
+		q := time.Now()
+		busy, err := e.obs.anyUnfinished(ctx, conn)
+		now := time.Now()
+		if err != nil {
+			return t, err
+		}
+		t.polls++
+		t.pollTime += now.Sub(q)
+		if !busy {
+			t.drain = now.Sub(t.start)
+			return t, nil
+		}
+		if now.Sub(lastReport) >= time.Second {
+			left, err := e.obs.unfinished(ctx, conn)
+			if err != nil {
+				return t, err
+			}
+			e.logf("  %d tasks left after %s", left, now.Sub(t.start).Round(time.Millisecond))
+			lastReport = time.Now()
+		}
+	}
+}
+
+// result reads the database's account of the drain and computes the
+// figures.
+func (e *benchEnv) result(ctx context.Context, tasks, steps int, insert time.Duration, t drainTiming) (drainResult, error) {
+	s, err := e.obs.drainSummary(ctx)
+	if err != nil {
+		return drainResult{}, err
+	}
+	n := int64(tasks)
+	r := drainResult{
+		InsertSeconds: insert.Seconds(), InsertPerSecond: perSecond(n, insert),
+		DrainSeconds: t.drain.Seconds(), DrainPerSecond: perSecond(n, t.drain),
+		StepsPerSecond: perSecond(n*int64(steps), t.drain),
+		Completed:      s.completed, NotCompleted: n - s.completed,
+		EventsWritten: s.events, DrainEventsPerSecond: perSecond(s.events-n, t.drain),
+		Polls: t.polls,
+	}
+	if tasks > 0 {
+		r.EventsPerTask = float64(s.events) / float64(tasks)
+	}
+	if t.polls > 0 {
+		r.PollQueryMsAvg = ms(t.pollTime / time.Duration(t.polls))
+	}
+	if s.lastFinished != nil {
+		r.LastCompletionSeconds = s.lastFinished.Sub(t.start).Seconds()
+	}
+	if s.completed != n {
+		return r, errors.Newf("%d of %d tasks completed (%d failed, cancelled or dead-lettered): the figures are not valid",
+			s.completed, n, s.otherTerminal)
+	}
+	return r, nil
+}
+
+// runInProcessDrain is throughput and workflow: reset, insert, then drain
+// with f.workers in-process workers sharing one pool.
+func runInProcessDrain(cmd *cobra.Command, g *globals, f *benchFlags, mode string, steps int) error {
+	if err := f.validate(); err != nil {
+		return err
+	}
+	if err := f.validateDrain(); err != nil {
+		return err
+	}
+	if err := positive(
+		intFlag{"steps", steps},
+		intFlag{"workers", f.workers},
+		intFlag{"concurrency", f.concurrency},
+		intFlag{"max-conns", f.maxConns},
+	); err != nil {
+		return err
+	}
+	ctx := cmd.Context()
+	env, closeEnv, err := openBench(cmd, g, mode)
+	if err != nil {
+		return err
+	}
+	defer closeEnv()
+	if err := env.reset(ctx); err != nil {
+		return err
+	}
+	insert, err := env.insertBacklog(ctx, f.tasks, steps, f.batch)
+	if err != nil {
+		return err
+	}
+	env.logf("inserted %d tasks of %d step(s) in %s (%.0f/s)", f.tasks, steps, insert.Round(time.Millisecond), perSecond(int64(f.tasks), insert))
+	if err := env.obs.analyze(ctx); err != nil {
+		return err
+	}
+	pool, err := env.workerPool(ctx, f.maxConns)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	workers := make([]*sdk.Worker, 0, f.workers)
+	for range f.workers {
+		w, err := newBenchWorker(pool, env.g, f.concurrency, nil)
+		if err != nil {
+			return err
+		}
+		workers = append(workers, w)
+	}
+	env.logf("draining with %d worker(s) × %d slots, pool of %d connections", f.workers, f.concurrency, f.maxConns)
+	// The workers outlive a signal: it ends the run, and the deferred stop
+	// shuts them down gracefully.
+	defer func() { _ = stopWorkers(workers) }()
+	stopProfile, err := startCPUProfile(f.cpuProfile)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = stopProfile() }()
+	timing, err := env.awaitDrain(ctx, func() error {
+		for _, w := range workers {
+			if err := w.Start(context.WithoutCancel(ctx)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}, f.drainPoll, f.timeout)
+	if err != nil {
+		return err
+	}
+	if err := stopProfile(); err != nil {
+		return err
+	}
+	if err := stopWorkers(workers); err != nil {
+		return errors.Wrap(err, "stop workers")
+	}
+	res, err := env.result(ctx, f.tasks, steps, insert, timing)
+	if err != nil {
+		return err
+	}
+	params := f.drainParams(steps)
+	if g.output == "json" {
+		return printJSON(cmd, drainReport{benchHeader: env.header, Params: params, drainResult: res})
+	}
+	w := newTable(cmd)
+	unit := "tasks"
+	if mode == "workflow" {
+		unit = "workflows"
+	}
+	fmt.Fprintf(w, "mode:\t%s: %d %s of %d no-op step(s); %d worker(s) × %d slots, pool of %d\n",
+		mode, f.tasks, unit, steps, f.workers, f.concurrency, f.maxConns)
+	printDrain(w, unit, params, res)
+	printBenchEnv(w, env.header)
+	return w.Flush()
+}
+
+// startCPUProfile starts a Go CPU profile into path, if path is set, and
+// returns the function that ends it; that function is idempotent.
+func startCPUProfile(path string) (func() error, error) {
+	if path == "" {
+		return func() error { return nil }, nil
+	}
+	file, err := os.Create(path)
+	if err != nil {
+		return nil, errors.Mark(errors.Wrap(err, "--cpuprofile"), configError)
+	}
+	if err := pprof.StartCPUProfile(file); err != nil {
+		_ = file.Close()
+		return nil, errors.Wrap(err, "start CPU profile")
+	}
+	var once sync.Once
+	var closeErr error
+	return func() error {
+		once.Do(func() {
+			pprof.StopCPUProfile()
+			closeErr = errors.Wrap(file.Close(), "write CPU profile")
+		})
+		return closeErr
+	}, nil
+}
+
+// printDrain writes one drain's figures as table rows.
+func printDrain(w io.Writer, unit string, p drainParams, r drainResult) {
+	fmt.Fprintf(w, "insert:\t%.0f %s/s\t%d in %.2f s (Client.StartMany, batches of %d)\n",
+		r.InsertPerSecond, unit, p.Tasks, r.InsertSeconds, p.InsertBatch)
+	fmt.Fprintf(w, "drain:\t%.0f %s/s\t%d in %.3f s (worker start → poll saw all completed; poll every %.0f ms, %.1f ms per poll)\n",
+		r.DrainPerSecond, unit, p.Tasks, r.DrainSeconds, p.DrainPollMs, r.PollQueryMsAvg)
+	if p.StepsPerTask > 1 {
+		fmt.Fprintf(w, "steps:\t%.0f steps/s\t%d steps\n", r.StepsPerSecond, p.Tasks*p.StepsPerTask)
+	}
+	fmt.Fprintf(w, "last completion:\t%.3f s\tafter worker start (finished_at; no poll granularity)\n", r.LastCompletionSeconds)
+	fmt.Fprintf(w, "events:\t%.0f events/s\t%d written, %.1f per %s\n", r.DrainEventsPerSecond, r.EventsWritten, r.EventsPerTask, strings.TrimSuffix(unit, "s"))
+}
+
+func newBenchThroughputCmd(g *globals) *cobra.Command {
+	f := &benchFlags{}
+	cmd := &cobra.Command{
+		Use:   "throughput",
+		Short: "Insert --tasks single-step no-op tasks, then drain them: insert rate and drain rate",
+		Long: benchLong + `
+
+throughput inserts --tasks tasks of one no-op step (Client.StartMany in
+batches of --batch), then starts --workers in-process workers and measures
+the drain: from the workers' start until a poll of the database (every
+--poll-interval) finds every task completed, with its full history written.
+Workers claim with a 20ms poll interval (as River's bench) besides
+LISTEN/NOTIFY, keep the default rescuer, and log warnings only.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runInProcessDrain(cmd, g, f, "throughput", 1)
+		},
+	}
+	f.addTasks(cmd, 100_000)
+	f.addWorkerFlags(cmd, true)
+	f.addDrainFlags(cmd)
+	f.addProfileFlag(cmd)
+	return cmd
+}
+
+func newBenchWorkflowCmd(g *globals) *cobra.Command {
+	f := &benchFlags{}
+	cmd := &cobra.Command{
+		Use:   "workflow",
+		Short: "Insert --tasks workflows of --steps no-op steps, then drain them: workflows/s and steps/s",
+		Long: benchLong + `
+
+workflow is throughput with --steps no-op steps per workflow, each recorded
+(step_completed) before the next runs.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runInProcessDrain(cmd, g, f, "workflow", f.steps)
+		},
+	}
+	f.addTasks(cmd, 20_000)
+	cmd.Flags().IntVar(&f.steps, "steps", 3, "no-op steps per workflow")
+	f.addWorkerFlags(cmd, true)
+	f.addDrainFlags(cmd)
+	f.addProfileFlag(cmd)
+	return cmd
+}

@@ -1,0 +1,223 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"runtime"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/sdk"
+	"github.com/cockroachdb/errors"
+	"github.com/google/uuid"
+	"github.com/spf13/cobra"
+)
+
+// replay: the cost of loading and replaying a history, by length. Each
+// history is built through the engine as a worker would write it (a claim,
+// then step_completed appends fenced by the lease epoch, then
+// task_completed), in chunks so that building a long one takes few round
+// trips.
+
+const (
+	// replayChunk is the number of events per append while building.
+	replayChunk = 2000
+	// replayOwner is the lease owner the bench claims its tasks as.
+	replayOwner = "cairn-bench-replay"
+	// replayEventBudget sets the repetitions per size: about this many
+	// events are loaded in all, within [replayMinReps, replayMaxReps].
+	replayEventBudget = 1_000_000
+	replayMinReps     = 5
+	replayMaxReps     = 200
+)
+
+type replayRow struct {
+	Events       int     `json:"events"`
+	BuildSeconds float64 `json:"build_seconds"`
+	Reps         int     `json:"reps"`
+	// Medians over the repetitions: EventListByTask, history.Replay, both.
+	LoadMs          float64 `json:"load_ms"`
+	ReplayMs        float64 `json:"replay_ms"`
+	TotalMs         float64 `json:"load_and_replay_ms"`
+	EventsPerSecond float64 `json:"events_per_second"`
+	// BytesPerEvent and AllocsPerEvent are runtime.MemStats TotalAlloc and
+	// Mallocs over all repetitions, per event loaded and replayed.
+	BytesPerEvent  float64 `json:"bytes_per_event"`
+	AllocsPerEvent float64 `json:"allocs_per_event"`
+}
+
+type replayReport struct {
+	benchHeader
+	Params struct {
+		Sizes []int `json:"sizes"`
+		Chunk int   `json:"append_chunk"`
+	} `json:"params"`
+	Rows []replayRow `json:"rows"`
+}
+
+func newBenchReplayCmd(g *globals) *cobra.Command {
+	f := &benchFlags{}
+	cmd := &cobra.Command{
+		Use:   "replay",
+		Short: "Load-and-replay time, events/s and memory per event for histories of 10 to 100,000 events",
+		Long: benchLong + `
+
+replay builds one task per entry of --sizes whose history has exactly that
+many events (task_scheduled, attempt_started, step_completed × (size-3),
+task_completed), written through the engine as a worker writes them: a
+claim, then appends fenced by the lease epoch, in chunks of 2,000 events.
+It then loads each history (Store.EventListByTask) and replays it
+(history.Replay) repeatedly and reports the median times, events/s, and
+bytes and allocations per event (runtime.MemStats).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runReplay(cmd, g, f)
+		},
+	}
+	cmd.Flags().IntSliceVar(&f.sizes, "sizes", []int{10, 100, 1_000, 10_000, 100_000}, "history lengths in events")
+	return cmd
+}
+
+func runReplay(cmd *cobra.Command, g *globals, f *benchFlags) error {
+	if err := f.validate(); err != nil {
+		return err
+	}
+	if err := positive(intFlag{"sizes", len(f.sizes)}); err != nil {
+		return err
+	}
+	ctx := cmd.Context()
+	env, closeEnv, err := openBench(cmd, g, "replay")
+	if err != nil {
+		return err
+	}
+	defer closeEnv()
+	if err := env.reset(ctx); err != nil {
+		return err
+	}
+	client, err := sdk.NewClient(sdk.ClientConfig{Pool: env.obs.pool, Schema: env.g.schema, Namespace: env.g.namespace})
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+	var rows []replayRow
+	for _, size := range f.sizes {
+		built := time.Now()
+		id, err := buildHistory(ctx, client, env.g.namespace, size)
+		if err != nil {
+			return errors.Wrapf(err, "build a history of %d events", size)
+		}
+		buildTime := time.Since(built)
+		row, err := measureReplay(ctx, client.Store(), id, size)
+		if err != nil {
+			return errors.Wrapf(err, "replay a history of %d events", size)
+		}
+		row.BuildSeconds = buildTime.Seconds()
+		env.logf("replay: %d events: built in %.2f s, load+replay %.3f ms", size, row.BuildSeconds, row.TotalMs)
+		rows = append(rows, row)
+	}
+	if g.output == "json" {
+		r := replayReport{benchHeader: env.header, Rows: rows}
+		r.Params.Sizes, r.Params.Chunk = f.sizes, replayChunk
+		return printJSON(cmd, r)
+	}
+	w := newTable(cmd)
+	fmt.Fprintf(w, "mode:\treplay: load (Store.EventListByTask) and replay (history.Replay) one task's history; medians\n")
+	printBenchEnv(w, env.header)
+	fmt.Fprintf(w, "\nEVENTS\tBUILD S\tREPS\tLOAD MS\tREPLAY MS\tTOTAL MS\tEVENTS/S\tBYTES/EVENT\tALLOCS/EVENT\n")
+	for _, r := range rows {
+		fmt.Fprintf(w, "%d\t%.2f\t%d\t%.3f\t%.3f\t%.3f\t%.0f\t%.0f\t%.1f\n", r.Events, r.BuildSeconds, r.Reps,
+			r.LoadMs, r.ReplayMs, r.TotalMs, r.EventsPerSecond, r.BytesPerEvent, r.AllocsPerEvent)
+	}
+	return w.Flush()
+}
+
+// buildHistory makes a completed task with exactly events events.
+func buildHistory(ctx context.Context, client *sdk.Client, namespace string, events int) (uuid.UUID, error) {
+	store := client.Store()
+	res, err := client.Start(ctx, sdk.TypeRef{Name: benchReplayType, Version: 1}, json.RawMessage(`{}`), nil)
+	if err != nil {
+		return uuid.Nil, err
+	}
+	claimed, err := store.TaskClaimMany(ctx, &engine.TaskClaimManyParams{
+		Namespace: namespace, Queues: []string{"default"},
+		Types: []engine.TypeKey{{Type: benchReplayType, Version: 1}},
+		Owner: replayOwner, Max: 1, LeaseTTL: time.Hour,
+	})
+	if err != nil {
+		return uuid.Nil, err
+	}
+	if len(claimed) != 1 || claimed[0].Task.ID != res.ID {
+		return uuid.Nil, errors.AssertionFailedf("claimed %d tasks, expected task %s", len(claimed), res.ID)
+	}
+	state := claimed[0].State
+	appendEvents := func(payloads []history.Payload) error {
+		state, err = store.EventAppend(ctx, &engine.EventAppendParams{
+			TaskID: res.ID, State: state, Epoch: state.Lease.Epoch, Attempt: state.Attempt, Payloads: payloads,
+		})
+		return err
+	}
+	steps := events - 3
+	payloads := make([]history.Payload, 0, replayChunk)
+	for pos := 0; pos < steps; {
+		payloads = payloads[:0]
+		for k := min(replayChunk, steps-pos); k > 0; k-- {
+			payloads = append(payloads, history.StepCompletedData{
+				Position: pos, Name: "s" + strconv.Itoa(pos+1), Output: json.RawMessage(`{}`),
+			})
+			pos++
+		}
+		if err := appendEvents(payloads); err != nil {
+			return uuid.Nil, err
+		}
+	}
+	if err := appendEvents([]history.Payload{history.TaskCompletedData{Output: json.RawMessage(strconv.Itoa(steps))}}); err != nil {
+		return uuid.Nil, err
+	}
+	return res.ID, nil
+}
+
+// measureReplay loads and replays the task's history repeatedly.
+func measureReplay(ctx context.Context, store *engine.Store, id uuid.UUID, events int) (replayRow, error) {
+	reps := min(max(replayEventBudget/events, replayMinReps), replayMaxReps)
+	loads := make([]time.Duration, reps)
+	replays := make([]time.Duration, reps)
+	totals := make([]time.Duration, reps)
+	runtime.GC()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for i := range reps {
+		t0 := time.Now()
+		evs, err := store.EventListByTask(ctx, id)
+		if err != nil {
+			return replayRow{}, err
+		}
+		t1 := time.Now()
+		state, err := history.Replay(evs)
+		if err != nil {
+			return replayRow{}, err
+		}
+		t2 := time.Now()
+		if len(evs) != events || state.Status != history.StatusCompleted {
+			return replayRow{}, errors.AssertionFailedf("loaded %d events replaying to %s, built %d completed", len(evs), state.Status, events)
+		}
+		loads[i], replays[i], totals[i] = t1.Sub(t0), t2.Sub(t1), t2.Sub(t0)
+	}
+	runtime.ReadMemStats(&after)
+	median := func(ds []time.Duration) time.Duration {
+		slices.Sort(ds)
+		return ds[len(ds)/2]
+	}
+	total := median(totals)
+	loaded := float64(reps) * float64(events)
+	return replayRow{
+		Events: events, Reps: reps,
+		LoadMs: ms(median(loads)), ReplayMs: ms(median(replays)), TotalMs: ms(total),
+		EventsPerSecond: perSecond(int64(events), total),
+		BytesPerEvent:   float64(after.TotalAlloc-before.TotalAlloc) / loaded,
+		AllocsPerEvent:  float64(after.Mallocs-before.Mallocs) / loaded,
+	}, nil
+}

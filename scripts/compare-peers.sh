@@ -1,0 +1,255 @@
+#!/usr/bin/env bash
+# compare-peers.sh: cairn against River and DBOS Transact on one PostgreSQL,
+# one system after the other, then a table of the figures and their ratios.
+#
+# Runs, in order:
+#   riverbench -mode burndown -n $RIVER_N            (drain a pre-inserted backlog)
+#   riverbench -mode latency -n $LATENCY_RUNS        (one job at a time)
+#   dbosbench  -mode queue -n $WORKFLOW_N -steps 3   (and -steps 1)
+#   cairn bench throughput -n $CAIRN_N
+#   cairn bench workflow -n $WORKFLOW_N --steps 3    (and --steps 1, to set beside DBOS)
+#   cairn bench latency --rate $LATENCY_RATE --duration $LATENCY_DURATION
+#
+# Each system works in a database of its own (created if missing):
+# $RIVER_DB, $DBOS_DB and $CAIRN_DB on the server of $CAIRN_DATABASE_URL
+# (default postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable).
+# cairn bench drops and recreates its schema (cairn_bench) in $CAIRN_DB;
+# riverbench truncates river_job in $RIVER_DB; this script drops DBOS's
+# schema (dbos) in $DBOS_DB before each dbosbench run, since dbosbench
+# counts every successful workflow in the database, earlier runs' included.
+#
+# The peers are in $PEERS_DIR (default ../shared/peers from the repository
+# root); they and cairn are built into a temporary directory first, so no
+# compile time is measured. Logs and JSON stay in $LOG_DIR (default: a new
+# temporary directory, printed at the end).
+#
+# Needs go, psql, awk, and jq or python3. Takes several minutes.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+PEERS_DIR=${PEERS_DIR:-$ROOT/../shared/peers}
+BASE_URL=${CAIRN_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable}
+RIVER_DB=${RIVER_DB:-river}
+DBOS_DB=${DBOS_DB:-dbos}
+CAIRN_DB=${CAIRN_DB:-cairn_bench}
+RIVER_N=${RIVER_N:-100000}
+CAIRN_N=${CAIRN_N:-100000}
+WORKFLOW_N=${WORKFLOW_N:-20000}
+LATENCY_RUNS=${LATENCY_RUNS:-200} # River's latency mode: sequential jobs, ~250 ms each
+LATENCY_RATE=${LATENCY_RATE:-100}
+LATENCY_DURATION=${LATENCY_DURATION:-10s}
+
+log() { printf '==> %s\n' "$*" >&2; }
+die() { printf 'compare-peers: %s\n' "$*" >&2; exit 1; }
+
+for tool in go psql awk; do
+  command -v "$tool" >/dev/null || die "needs $tool on PATH"
+done
+if command -v jq >/dev/null; then
+  JSON=jq
+elif command -v python3 >/dev/null; then
+  JSON=python3
+else
+  die "needs jq or python3 to read cairn's JSON"
+fi
+[ -d "$PEERS_DIR/riverbench" ] && [ -d "$PEERS_DIR/dbosbench" ] ||
+  die "peers not found in $PEERS_DIR (set PEERS_DIR)"
+
+# with_db URL DB prints URL with its database replaced by DB.
+with_db() {
+  local url=$1 db=$2 query="" base authority
+  base=${url%%\?*}
+  [[ $url == *\?* ]] && query="?${url#*\?}"
+  authority=${base#*://}
+  printf '%s://%s/%s%s\n' "${base%%://*}" "${authority%%/*}" "$db" "$query"
+}
+
+# jget FILE PATH prints a field of a JSON file. PATH is dotted; a part
+# name[key=value] picks the element of array name whose key is value.
+jget() {
+  local file=$1 path=$2
+  if [ "$JSON" = jq ]; then
+    local filter="" part parts
+    IFS=. read -ra parts <<<"$path"
+    for part in "${parts[@]}"; do
+      if [[ $part =~ ^([a-z_0-9]+)\[([a-z_0-9]+)=([^]]+)\]$ ]]; then
+        filter+=".${BASH_REMATCH[1]}[] | select(.${BASH_REMATCH[2]} == ${BASH_REMATCH[3]}) | "
+      else
+        filter+=".$part | "
+      fi
+    done
+    jq -r "${filter% | }" "$file"
+  else
+    python3 - "$file" "$path" <<'PY'
+import json, re, sys
+d = json.load(open(sys.argv[1]))
+for part in sys.argv[2].split("."):
+    m = re.fullmatch(r"([a-z_0-9]+)\[([a-z_0-9]+)=([^]]+)\]", part)
+    d = next(x for x in d[m[1]] if str(x[m[2]]) == m[3]) if m else d[part]
+print(d)
+PY
+  fi
+}
+
+# field LINE KEY prints the value after "KEY=" in a RESULT line.
+field() {
+  awk -v key="$2" '{
+    for (i = 1; i <= NF; i++) if (index($i, key "=") == 1) { print substr($i, length(key) + 2); exit }
+  }' <<<"$1"
+}
+
+# ms DURATION converts a Go duration (1.5ms, 850µs, 1m2.5s) to milliseconds.
+ms() {
+  LC_ALL=C awk -v d="$1" 'BEGIN {
+    total = 0
+    while (match(d, /^[0-9.]+/)) {
+      num = substr(d, 1, RLENGTH); d = substr(d, RLENGTH + 1)
+      if (sub(/^ns/, "", d)) f = 1e-6
+      else if (sub(/^(us|\302\265s|\316\274s)/, "", d)) f = 1e-3
+      else if (sub(/^ms/, "", d)) f = 1
+      else if (sub(/^s/, "", d)) f = 1e3
+      else if (sub(/^m/, "", d)) f = 6e4
+      else if (sub(/^h/, "", d)) f = 3.6e6
+      else { print "-"; exit }
+      total += num * f
+    }
+    printf "%.2f\n", total
+  }'
+}
+
+# ratio A B prints A/B, or "-" when either is missing.
+ratio() {
+  awk -v a="$1" -v b="$2" 'BEGIN {
+    if (a == "" || b == "" || a == "-" || b == "-" || b + 0 == 0) print "-"; else printf "%.2f\n", a / b
+  }'
+}
+
+# result LOG prints the log's RESULT line, or dies.
+result() {
+  grep -m1 '^RESULT' "$1" || die "no RESULT line in $1"
+}
+
+LOG_DIR=${LOG_DIR:-$(mktemp -d -t compare-peers.XXXXXX)}
+mkdir -p "$LOG_DIR"
+BIN=$(mktemp -d -t compare-peers-bin.XXXXXX)
+trap 'rm -rf "$BIN"' EXIT
+
+log "creating databases $RIVER_DB, $DBOS_DB, $CAIRN_DB if missing"
+for db in "$RIVER_DB" "$DBOS_DB" "$CAIRN_DB"; do
+  exists=$(psql "$BASE_URL" -tAc "SELECT 1 FROM pg_database WHERE datname = '$db'")
+  [ "$exists" = 1 ] || psql "$BASE_URL" -qc "CREATE DATABASE \"$db\""
+done
+RIVER_URL=$(with_db "$BASE_URL" "$RIVER_DB")
+DBOS_URL=$(with_db "$BASE_URL" "$DBOS_DB")
+CAIRN_URL=$(with_db "$BASE_URL" "$CAIRN_DB")
+
+log "building cairn, riverbench and dbosbench into $BIN"
+(cd "$ROOT" && go build -o "$BIN/cairn" ./cmd/cairn)
+(cd "$PEERS_DIR/riverbench" && go build -o "$BIN/riverbench" .)
+(cd "$PEERS_DIR/dbosbench" && go build -o "$BIN/dbosbench" .)
+
+# run NAME CMD... runs a benchmark, its output to $LOG_DIR/NAME.log.
+run() {
+  local name=$1
+  shift
+  log "$name: $*"
+  "$@" >"$LOG_DIR/$name.log" 2>"$LOG_DIR/$name.err" || {
+    tail -n 20 "$LOG_DIR/$name.err" >&2
+    die "$name failed (logs in $LOG_DIR)"
+  }
+}
+
+run river-burndown "$BIN/riverbench" -db "$RIVER_URL" -mode burndown -n "$RIVER_N"
+run river-latency "$BIN/riverbench" -db "$RIVER_URL" -mode latency -n "$LATENCY_RUNS"
+reset_dbos() { PGOPTIONS='-c client_min_messages=warning' psql "$DBOS_URL" -qc 'DROP SCHEMA IF EXISTS dbos CASCADE'; }
+reset_dbos
+run dbos-queue-3 "$BIN/dbosbench" -db "$DBOS_URL" -mode queue -n "$WORKFLOW_N" -steps 3
+reset_dbos
+run dbos-queue-1 "$BIN/dbosbench" -db "$DBOS_URL" -mode queue -n "$WORKFLOW_N" -steps 1
+cairn() { "$BIN/cairn" --database-url "$CAIRN_URL" -o json bench "$@"; }
+run cairn-throughput cairn throughput -n "$CAIRN_N"
+run cairn-workflow-3 cairn workflow -n "$WORKFLOW_N" --steps 3
+run cairn-workflow-1 cairn workflow -n "$WORKFLOW_N" --steps 1
+run cairn-latency cairn latency --rate "$LATENCY_RATE" --duration "$LATENCY_DURATION"
+
+# River.
+line=$(result "$LOG_DIR/river-burndown.log")
+river_drain=$(field "$line" jobs/sec)
+line=$(result "$LOG_DIR/river-latency.log")
+river_start=${line%%|*}
+river_done=${line#*|}
+river_start_p50=$(ms "$(field "$river_start" p50)")
+river_start_p99=$(ms "$(field "$river_start" p99)")
+river_done_p50=$(ms "$(field "$river_done" p50)")
+river_done_p99=$(ms "$(field "$river_done" p99)")
+# DBOS: its wall time runs from the first enqueue, with workers running.
+dbos_wf3=$(field "$(result "$LOG_DIR/dbos-queue-3.log")" workflows/sec)
+dbos_wf1=$(field "$(result "$LOG_DIR/dbos-queue-1.log")" workflows/sec)
+# cairn.
+j=$LOG_DIR/cairn-throughput.log
+cairn_insert=$(jget "$j" insert_per_second)
+cairn_drain=$(jget "$j" drain_per_second)
+endtoend() { awk -v n="$(jget "$1" params.tasks)" -v a="$(jget "$1" insert_seconds)" -v b="$(jget "$1" drain_seconds)" 'BEGIN { printf "%.1f\n", n / (a + b) }'; }
+j=$LOG_DIR/cairn-workflow-3.log
+cairn_wf3=$(jget "$j" drain_per_second)
+cairn_wf3_e2e=$(endtoend "$j")
+cairn_steps3=$(jget "$j" steps_per_second)
+j=$LOG_DIR/cairn-workflow-1.log
+cairn_wf1=$(jget "$j" drain_per_second)
+cairn_wf1_e2e=$(endtoend "$j")
+j=$LOG_DIR/cairn-latency.log
+lat() { jget "$j" "runs[steps=$1].$2"; }
+cairn_start_p50=$(lat 1 schedule_to_start.p50_ms)
+cairn_start_p99=$(lat 1 schedule_to_start.p99_ms)
+cairn_done_p50=$(lat 1 schedule_to_completed.p50_ms)
+cairn_done_p99=$(lat 1 schedule_to_completed.p99_ms)
+cairn_rec_p50=$(lat 1 schedule_to_recorded.p50_ms)
+cairn_rec_p99=$(lat 1 schedule_to_recorded.p99_ms)
+cairn_wf3_done_p50=$(lat 3 schedule_to_completed.p50_ms)
+cairn_wf3_done_p99=$(lat 3 schedule_to_completed.p99_ms)
+
+num() { awk -v x="$1" -v f="$2" 'BEGIN { if (x == "" || x == "-") print "-"; else printf f "\n", x }'; }
+row() { printf '%-44s %12s %12s %12s   %s\n' "$@"; }
+
+echo
+echo "cairn vs peers on $(psql "$BASE_URL" -tAc 'SHOW server_version' | cut -d' ' -f1), $(nproc) CPUs, $(go env GOVERSION), $(date -u +%Y-%m-%dT%H:%MZ)"
+echo
+row "" River DBOS cairn ratio
+row "drain, 1-step (tasks/s)" "$(num "$river_drain" %.0f)" - "$(num "$cairn_drain" %.0f)" \
+  "cairn/River $(ratio "$cairn_drain" "$river_drain")"
+row "insert (tasks/s)" - - "$(num "$cairn_insert" %.0f)" ""
+row "workflows/s, 3 steps (cairn: drain)" - "$(num "$dbos_wf3" %.0f)" "$(num "$cairn_wf3" %.0f)" \
+  "cairn/DBOS $(ratio "$cairn_wf3" "$dbos_wf3")"
+row "workflows/s, 3 steps (cairn: insert+drain)" - "$(num "$dbos_wf3" %.0f)" "$(num "$cairn_wf3_e2e" %.0f)" \
+  "cairn/DBOS $(ratio "$cairn_wf3_e2e" "$dbos_wf3")"
+row "steps/s, 3-step workflows" - - "$(num "$cairn_steps3" %.0f)" ""
+row "workflows/s, 1 step (cairn: drain)" - "$(num "$dbos_wf1" %.0f)" "$(num "$cairn_wf1" %.0f)" \
+  "cairn/DBOS $(ratio "$cairn_wf1" "$dbos_wf1")"
+row "workflows/s, 1 step (cairn: insert+drain)" - "$(num "$dbos_wf1" %.0f)" "$(num "$cairn_wf1_e2e" %.0f)" \
+  "cairn/DBOS $(ratio "$cairn_wf1_e2e" "$dbos_wf1")"
+row "latency to start p50 (ms)" "$(num "$river_start_p50" %.2f)" - "$(num "$cairn_start_p50" %.2f)" \
+  "cairn/River $(ratio "$cairn_start_p50" "$river_start_p50")"
+row "latency to start p99 (ms)" "$(num "$river_start_p99" %.2f)" - "$(num "$cairn_start_p99" %.2f)" \
+  "cairn/River $(ratio "$cairn_start_p99" "$river_start_p99")"
+row "latency to completed p50 (ms)" "$(num "$river_done_p50" %.2f)" - "$(num "$cairn_done_p50" %.2f)" \
+  "cairn/River $(ratio "$cairn_done_p50" "$river_done_p50")"
+row "latency to completed p99 (ms)" "$(num "$river_done_p99" %.2f)" - "$(num "$cairn_done_p99" %.2f)" \
+  "cairn/River $(ratio "$cairn_done_p99" "$river_done_p99")"
+row "latency to completion recorded p50/p99 (ms)" - - "$(num "$cairn_rec_p50" %.2f)/$(num "$cairn_rec_p99" %.2f)" ""
+row "3-step workflow to completed p50/p99 (ms)" - - "$(num "$cairn_wf3_done_p50" %.2f)/$(num "$cairn_wf3_done_p99" %.2f)" ""
+cat <<EOF
+
+Rates: higher is better; latencies: lower is better (a ratio under 1 favours cairn).
+Method notes:
+- drain: River $RIVER_N jobs, cairn $CAIRN_N tasks, both inserted first; River counts its
+  completed events, cairn polls the database every 10 ms for the last completion.
+- DBOS queue: $WORKFLOW_N workflows enqueued by 8 goroutines while its workers run; its
+  time runs from the first enqueue, so compare it with cairn's insert+drain row.
+- latency: River runs $LATENCY_RUNS jobs one at a time; cairn starts $LATENCY_RATE tasks/s
+  for $LATENCY_DURATION (open loop). "to completed" is River's completed event
+  (its completer batches) and the return of cairn's Client.Wait;
+  "completion recorded" is cairn's created_at -> finished_at.
+- The machine and the database may be shared: compare ratios from one run.
+
+Logs: $LOG_DIR
+EOF
