@@ -158,3 +158,14 @@ type signal struct {
 func newSignal() *signal { return &signal{ch: make(chan struct{})} }
 
 func (s *signal) fire() { s.once.Do(func() { close(s.ch) }) }
+
+func eventTypesOf(t *testing.T, c *sdk.Client, id uuid.UUID) []history.Type {
+	t.Helper()
+	events, err := c.History(context.Background(), id)
+	require.NoError(t, err)
+	out := make([]history.Type, len(events))
+	for i, e := range events {
+		out[i] = e.Type()
+	}
+	return out
+}

@@ -214,7 +214,7 @@ func TestNondeterministicWorkflowFailsTask(t *testing.T) {
 	info := waitTask(t, b.client, res.ID)
 
 	require.Equal(t, history.StatusFailed, info.Status)
-	require.Equal(t, 2, info.Attempt, "non-determinism is not retried")
+	require.Equal(t, 2, info.Attempt, "non-determinism is not retried: %v", eventTypesOf(t, b.client, res.ID))
 	require.Zero(t, classifyRuns.Load(), "the mismatched step must not run")
 	require.Equal(t, history.Permanent, info.LastError.Class)
 	require.Equal(t, "nondeterminism", info.LastError.Kind)

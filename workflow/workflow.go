@@ -62,8 +62,11 @@ type RunParams struct {
 	// StepContext returns the context a new step runs with. Optional:
 	// default Context.
 	StepContext func(StepInfo) context.Context
-	// Record persists a completed step; the run goes on only once it
-	// returns nil. Required.
+	// Record persists a completed step. Run calls it before the next step
+	// begins (and before stopping at a checkpoint), so a step is always on
+	// record before anything after it runs. The last step a run executes is
+	// not recorded by Run: it comes back in [Result.Pending], for the caller
+	// to write together with the attempt's outcome in one append. Required.
 	Record func(history.StepCompletedData) error
 }
 
@@ -82,6 +85,10 @@ type Result struct {
 	Step *StepInfo
 	// Executed counts the steps this run executed (not replayed).
 	Executed int
+	// Pending is the completion of the last executed step when Run did not
+	// record it (see [RunParams.Record]): the caller must write it before,
+	// or with, the attempt's outcome.
+	Pending *history.StepCompletedData
 }
 
 type runState struct {
@@ -90,6 +97,7 @@ type runState struct {
 	aborted  error // set once: every later Step returns it
 	failed   *StepInfo
 	executed int
+	pending  *history.StepCompletedData // executed, not yet recorded
 }
 
 type runContext struct{ s *runState }
@@ -114,11 +122,11 @@ func Run(p RunParams, fn Func, input json.RawMessage) (res Result) {
 				// (e.g. using a zero result): the abort is what ended it.
 				err = errors.WithSecondaryError(s.aborted, err)
 			}
-			res = Result{Err: err, Step: s.failed, Executed: s.executed}
+			res = Result{Err: err, Step: s.failed, Executed: s.executed, Pending: s.pending}
 		}
 	}()
 	out, err := fn(runContext{s}, input)
-	res = Result{Step: s.failed, Executed: s.executed}
+	res = Result{Step: s.failed, Executed: s.executed, Pending: s.pending}
 	switch {
 	case s.aborted != nil:
 		// A step's failure or a checkpoint stop ends the attempt, whatever
@@ -175,6 +183,9 @@ func Step[Out any](ctx Context, name string, fn func(context.Context) (Out, erro
 		s.next++
 		return out, nil
 	}
+	if err := s.flush(); err != nil {
+		return zero, err
+	}
 	if err := s.checkpoint(); err != nil {
 		return zero, err
 	}
@@ -196,11 +207,22 @@ func Step[Out any](ctx Context, name string, fn func(context.Context) (Out, erro
 		err = errors.Wrapf(err, "step %d (%s): encode output", pos, name)
 		return zero, s.abort(err, &info)
 	}
-	if err := s.p.Record(history.StepCompletedData{Position: pos, Name: name, Output: encoded}); err != nil {
-		return zero, s.abort(errors.Mark(errors.Wrapf(err, "record step %d (%s)", pos, name), ErrRecordFailed), nil)
-	}
+	s.pending = &history.StepCompletedData{Position: pos, Name: name, Output: encoded}
 	s.next++
 	return out, nil
+}
+
+// flush records the step executed last, if it is not on record yet.
+func (s *runState) flush() error {
+	if s.pending == nil {
+		return nil
+	}
+	step := *s.pending
+	if err := s.p.Record(step); err != nil {
+		return s.abort(errors.Mark(errors.Wrapf(err, "record step %d (%s)", step.Position, step.Name), ErrRecordFailed), nil)
+	}
+	s.pending = nil
+	return nil
 }
 
 // checkpoint stops the run before a new step when the worker is stopping or

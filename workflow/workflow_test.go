@@ -106,7 +106,7 @@ func TestRunReplaysRecordedStepsWithoutRunningThem(t *testing.T) {
 	require.JSONEq(t, `"valid"`, string(res.Output))
 	require.Equal(t, 1, res.Executed, "only the new step executes")
 	require.Nil(t, res.Step)
-	rec := b.rec.recorded()
+	rec := written(b.rec, res)
 	require.Len(t, rec, 1, "replayed steps are not recorded again")
 	require.Equal(t, 2, rec[0].Position)
 	require.Equal(t, "validate", rec[0].Name)
@@ -155,7 +155,7 @@ func TestRunRecordsNewStepsAtIncreasingPositions(t *testing.T) {
 		{Position: 0, Name: "a", Output: json.RawMessage(`0`)},
 		{Position: 1, Name: "b", Output: json.RawMessage(`10`)},
 		{Position: 2, Name: "c", Output: json.RawMessage(`20`)},
-	}, b.rec.recorded())
+	}, written(b.rec, res))
 }
 
 func TestRunStepContextDefaultsToRunContext(t *testing.T) {
@@ -273,7 +273,7 @@ func TestRunStepErrorEndsRun(t *testing.T) {
 	require.Equal(t, "step 1 (extract)", res.Step.String())
 	require.Nil(t, res.Output)
 	require.Equal(t, 2, res.Executed, "ocr and extract executed; validate did not")
-	rec := b.rec.recorded()
+	rec := written(b.rec, res)
 	require.Len(t, rec, 1, "a failed step is not recorded")
 	require.Equal(t, "ocr", rec[0].Name)
 }
@@ -367,7 +367,7 @@ func TestRunCancelledContextStopsBeforeNextNewStep(t *testing.T) {
 	require.True(t, errors.Is(res.Err, errLeaseLost), "the run ends with the context's cause, got %v", res.Err)
 	require.Nil(t, res.Step)
 	require.Equal(t, 1, res.Executed)
-	rec := b.rec.recorded()
+	rec := written(b.rec, res)
 	require.Len(t, rec, 1)
 	require.Equal(t, "extract", rec[0].Name)
 }
@@ -410,7 +410,7 @@ func TestRunBodyPanicBecomesError(t *testing.T) {
 	require.Nil(t, res.Step)
 	require.Nil(t, res.Output)
 	require.Equal(t, 1, res.Executed)
-	require.Len(t, b.rec.recorded(), 1)
+	require.Len(t, written(b.rec, res), 1)
 }
 
 func TestRunStepPanicBecomesStepError(t *testing.T) {
@@ -471,14 +471,16 @@ func TestRunRecordFailureAbortsRun(t *testing.T) {
 	b := setup(t)
 	errDB := errors.New("connection reset")
 	b.rec.err = errDB
-	var ocrErr error
+	var extractErr error
 	res := workflow.Run(b.params, func(ctx workflow.Context, _ json.RawMessage) (json.RawMessage, error) {
-		_, ocrErr = workflow.Step(ctx, "ocr", constStep("text"), nil)
-		_, _ = workflow.Step(ctx, "extract", mustNotRun[string](t, "extract"), nil)
+		_, err := workflow.Step(ctx, "ocr", constStep("text"), nil)
+		require.NoError(t, err, "ocr is recorded when the next step begins")
+		_, extractErr = workflow.Step(ctx, "extract", mustNotRun[string](t, "extract"), nil)
 		return json.RawMessage(`"ignored"`), nil
 	}, nil)
 	require.True(t, errors.Is(res.Err, errDB), "got %v", res.Err)
-	require.Same(t, ocrErr, res.Err, "the step whose record failed returns the error")
+	require.True(t, errors.Is(res.Err, workflow.ErrRecordFailed))
+	require.Same(t, extractErr, res.Err, "the step that could not begin returns the error")
 	require.Contains(t, res.Err.Error(), "ocr")
 	require.Nil(t, res.Output)
 	require.Equal(t, 1, res.Executed)
@@ -609,4 +611,33 @@ func TestStepOutputWithNULIsUnstorable(t *testing.T) {
 	require.NotNil(t, res.Step)
 	require.Equal(t, "ocr", res.Step.Name)
 	require.Empty(t, b.rec.recorded(), "nothing recorded")
+}
+
+// written is what a run put on record: the steps it recorded, then the one
+// it left pending for the caller to write with the outcome.
+func written(rec *recorder, res workflow.Result) []history.StepCompletedData {
+	out := rec.recorded()
+	if res.Pending != nil {
+		out = append(out, *res.Pending)
+	}
+	return out
+}
+
+func TestRunRecordsEachStepBeforeTheNextBegins(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	res := workflow.Run(b.params, func(ctx workflow.Context, _ json.RawMessage) (json.RawMessage, error) {
+		if _, err := workflow.Step(ctx, "a", constStep(1), nil); err != nil {
+			return nil, err
+		}
+		require.Empty(t, b.rec.recorded(), "the last step waits to be written with what follows")
+		_, err := workflow.Step(ctx, "b", func(context.Context) (int, error) {
+			require.Len(t, b.rec.recorded(), 1, "step a is on record before step b begins")
+			return 2, nil
+		}, nil)
+		return nil, err
+	}, nil)
+	require.NoError(t, res.Err)
+	require.Len(t, b.rec.recorded(), 1)
+	require.Equal(t, &history.StepCompletedData{Position: 1, Name: "b", Output: json.RawMessage("2")}, res.Pending)
 }
