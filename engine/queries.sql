@@ -197,7 +197,7 @@ FROM /* TEMPLATE: schema */tasks
 WHERE namespace = @namespace
   AND (@status::text = '' OR status = @status)
   AND (@type::text = '' OR type = @type)
-ORDER BY created_at DESC, id DESC
+ORDER BY id DESC -- UUIDv7: newest first
 LIMIT @max;
 
 -- name: TaskIDListAll

@@ -48,9 +48,10 @@ CREATE INDEX tasks_lease_idx
     ON /* TEMPLATE: schema */tasks (lease_expires_at)
     WHERE status = 'running';
 
--- Serves task listings, newest first.
-CREATE INDEX tasks_list_idx
-    ON /* TEMPLATE: schema */tasks (namespace, created_at DESC, id DESC);
+-- Task listings need no index of their own: ids are UUIDv7, ordered by
+-- creation time, so newest first is the primary key read backwards. Every
+-- index here costs a write on every task update, as status changes keep
+-- updates from being HOT.
 
 -- The event log: append-only, seq = 1..n per task.
 CREATE TABLE /* TEMPLATE: schema */events (
