@@ -78,11 +78,11 @@ func (s *Store) EventAppendMany(ctx context.Context, ps []*EventAppendParams) ([
 	if err != nil {
 		return nil, errors.Wrap(interpretError(err), "append events")
 	}
-	written, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	written, err := pgx.CollectRows(rows, pgx.RowTo[[16]byte])
 	if err != nil {
 		return nil, errors.Wrap(interpretError(err), "append events")
 	}
-	ok := make(map[uuid.UUID]bool, len(written))
+	ok := make(map[[16]byte]bool, len(written))
 	for _, id := range written {
 		ok[id] = true
 	}
@@ -98,7 +98,7 @@ func (s *Store) EventAppendMany(ctx context.Context, ps []*EventAppendParams) ([
 
 // appendBatch gathers the columns of an EventAppendMany statement.
 type appendBatch struct {
-	ids, evTaskIDs                                      []uuid.UUID
+	ids, evTaskIDs                                      [][16]byte // uuid.UUID would go through its driver.Valuer, as text
 	expectedSeqs, epochs, leaseEpochs, lastSeqs, evSeqs []int64
 	expiredOnly, cancelRequesteds                       []bool
 	statuses, evTypes, evDatas                          []string
@@ -110,7 +110,7 @@ type appendBatch struct {
 
 func newAppendBatch(n int) *appendBatch {
 	return &appendBatch{
-		ids: make([]uuid.UUID, 0, n), expectedSeqs: make([]int64, 0, n), epochs: make([]int64, 0, n),
+		ids: make([][16]byte, 0, n), expectedSeqs: make([]int64, 0, n), epochs: make([]int64, 0, n),
 		expiredOnly: make([]bool, 0, n), statuses: make([]string, 0, n), runAts: make([]time.Time, 0, n),
 		attempts: make([]int32, 0, n), leaseOwners: make([]*string, 0, n), leaseEpochs: make([]int64, 0, n),
 		outputs: make([]*string, 0, n), lastErrors: make([]*string, 0, n), cancelRequesteds: make([]bool, 0, n),

@@ -120,7 +120,7 @@ func (s *Store) LeaseExtendMany(ctx context.Context, leases []LeaseRef, ttl time
 	// Lock in id order, as appends do, so the two rarely deadlock.
 	sorted := slices.Clone(leases)
 	slices.SortFunc(sorted, func(a, b LeaseRef) int { return bytes.Compare(a.TaskID[:], b.TaskID[:]) })
-	ids := make([]uuid.UUID, len(sorted))
+	ids := make([][16]byte, len(sorted))
 	epochs := make([]int64, len(sorted))
 	for i, l := range sorted {
 		ids[i], epochs[i] = l.TaskID, l.Epoch

@@ -98,7 +98,7 @@ func (s *Store) taskStartMany(ctx context.Context, q Querier, ps []*TaskStartPar
 	now := Now()
 	n := len(ps)
 	var (
-		ids                            = make([]uuid.UUID, n)
+		ids                            = make([][16]byte, n)
 		namespaces, queues, types      = make([]string, n), make([]string, n), make([]string, n)
 		versions, priorities, attempts = make([]int32, n), make([]int32, n), make([]int32, n)
 		runAts                         = make([]time.Time, n)
@@ -123,9 +123,11 @@ func (s *Store) taskStartMany(ctx context.Context, q Querier, ps []*TaskStartPar
 		if err != nil {
 			return nil, err
 		}
-		if ids[i], err = uuid.NewV7(); err != nil {
+		id, err := uuid.NewV7()
+		if err != nil {
 			return nil, errors.Wrap(err, "new task id")
 		}
+		ids[i] = id
 		namespaces[i], queues[i], types[i] = sched.Namespace, sched.Queue, sched.TaskType
 		versions[i], priorities[i], attempts[i] = int32(sched.TypeVersion), int32(sched.Priority), int32(sched.MaxAttempts)
 		runAts[i] = sched.RunAt
@@ -140,18 +142,18 @@ func (s *Store) taskStartMany(ctx context.Context, q Querier, ps []*TaskStartPar
 	if err != nil {
 		return nil, errors.Wrap(interpretError(err), "start tasks")
 	}
-	inserted, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	inserted, err := pgx.CollectRows(rows, pgx.RowTo[[16]byte])
 	if err != nil {
 		return nil, errors.Wrap(interpretError(err), "start tasks")
 	}
-	created := make(map[uuid.UUID]bool, len(inserted))
+	created := make(map[[16]byte]bool, len(inserted))
 	for _, id := range inserted {
 		created[id] = true
 	}
 	out := make([]TaskStartResult, n)
 	for i := range ps {
 		if created[ids[i]] {
-			out[i] = TaskStartResult{ID: ids[i]}
+			out[i] = TaskStartResult{ID: uuid.UUID(ids[i])}
 			continue
 		}
 		// The key was taken, by an earlier task or one of this batch; this
@@ -238,7 +240,7 @@ func scanTaskWith(row pgx.CollectableRow, extra ...any) (*Task, error) {
 		input, output, lastError     []byte
 		status                       string
 	)
-	dest := []any{&t.ID, &t.Namespace, &t.Queue, &t.Type, &t.TypeVersion, &status, &t.Priority,
+	dest := []any{(*[16]byte)(&t.ID), &t.Namespace, &t.Queue, &t.Type, &t.TypeVersion, &status, &t.Priority,
 		&t.RunAt, &t.Attempt, &t.MaxAttempts, &leaseOwner, &t.LeaseEpoch, &t.LeaseExpiresAt,
 		&idemKey, &traceID, &input, &output, &lastError, &t.CancelRequest, &t.LastSeq,
 		&t.CreatedAt, &t.UpdatedAt, &t.StartedAt, &t.FinishedAt}

@@ -41,17 +41,21 @@ func Encode(p Payload) ([]byte, error) {
 // returns an error marked [ErrInvalidHistory] for an unknown type, an unknown
 // or missing version, or a body that does not parse; it never panics.
 func Decode(typ Type, data []byte) (Payload, error) {
-	var head struct {
-		V *int `json:"v"`
-	}
-	if err := json.Unmarshal(data, &head); err != nil {
-		return nil, invalidf(err, "decode %s payload", typ)
-	}
-	if head.V == nil {
-		return nil, invalidf(nil, "decode %s payload: no schema version", typ)
-	}
-	if *head.V != SchemaVersion {
-		return nil, invalidf(nil, "decode %s payload: unknown schema version %d", typ, *head.V)
+	if !versionOneFirst(data) {
+		// Not the shape Encode (or PostgreSQL's jsonb output) writes: read
+		// the version the slow way, to say what is wrong with it.
+		var head struct {
+			V *int `json:"v"`
+		}
+		if err := json.Unmarshal(data, &head); err != nil {
+			return nil, invalidf(err, "decode %s payload", typ)
+		}
+		if head.V == nil {
+			return nil, invalidf(nil, "decode %s payload: no schema version", typ)
+		}
+		if *head.V != SchemaVersion {
+			return nil, invalidf(nil, "decode %s payload: unknown schema version %d", typ, *head.V)
+		}
 	}
 	switch typ {
 	case TaskScheduled:
@@ -79,12 +83,21 @@ func Decode(typ Type, data []byte) (Payload, error) {
 
 func decodeAs[T Payload](typ Type, data []byte) (Payload, error) {
 	var p T
-	dec := json.NewDecoder(bytes.NewReader(data))
-	if err := dec.Decode(&p); err != nil {
+	if err := json.Unmarshal(data, &p); err != nil {
 		return nil, invalidf(err, "decode %s payload", typ)
 	}
-	if dec.More() {
-		return nil, invalidf(nil, "decode %s payload: trailing data", typ)
-	}
 	return p, nil
+}
+
+// versionOneFirst reports whether data opens with the version field set to
+// 1, as Encode writes it ({"v":1) and as PostgreSQL's jsonb prints it
+// ({"v": 1, shortest key first). Decoding then needs one pass, not two.
+// A later duplicate "v" key is not looked for: Encode never writes one.
+func versionOneFirst(data []byte) bool {
+	for _, prefix := range [][]byte{[]byte(`{"v":1,`), []byte(`{"v": 1,`), []byte(`{"v":1}`), []byte(`{"v": 1}`)} {
+		if bytes.HasPrefix(data, prefix) {
+			return true
+		}
+	}
+	return false
 }

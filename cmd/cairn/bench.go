@@ -90,7 +90,7 @@ func (f *benchFlags) addWorkerFlags(cmd *cobra.Command, workers bool) {
 	if workers {
 		cmd.Flags().IntVar(&f.workers, "workers", 1, "in-process workers (each with --concurrency slots) sharing one pool")
 	}
-	cmd.Flags().IntVar(&f.concurrency, "concurrency", 1000, "tasks one worker runs at once")
+	cmd.Flags().IntVar(&f.concurrency, "concurrency", 2000, "tasks one worker runs at once (River's bench uses MaxWorkers 2000)")
 	cmd.Flags().IntVar(&f.maxConns, "max-conns", 16, "connections in a worker process's pool")
 }
 
