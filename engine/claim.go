@@ -86,7 +86,12 @@ func scanClaimed(row pgx.CollectableRow) (*ClaimedTask, error) {
 	if len(seqs) != len(types) || len(seqs) != len(ats) || len(seqs) != len(attempts) || len(seqs) != len(datas) {
 		return nil, errors.AssertionFailedf("claimed task %s: event columns of different lengths", t.ID)
 	}
-	events := make([]history.Event, 0, len(seqs)+1)
+	events := make([]history.Event, 0, len(seqs)+2)
+	if len(seqs) == 0 && t.LastSeq == 2 {
+		// A fresh task: its history before this claim is task_scheduled
+		// alone, and the row holds everything in it.
+		events = append(events, history.Event{Seq: 1, At: t.CreatedAt, Data: scheduledFromRow(t)})
+	}
 	for i := range seqs {
 		data, err := history.Decode(history.Type(types[i]), []byte(datas[i]))
 		if err != nil {
@@ -140,4 +145,14 @@ func (s *Store) LeaseExtendMany(ctx context.Context, leases []LeaseRef, ttl time
 		held[id] = true
 	}
 	return held, nil
+}
+
+// scheduledFromRow rebuilds a task's task_scheduled payload from its row,
+// which the projection invariant makes equal to it.
+func scheduledFromRow(t *Task) history.Scheduled {
+	return history.Scheduled{
+		Namespace: t.Namespace, TaskType: t.Type, TypeVersion: t.TypeVersion, Queue: t.Queue,
+		Priority: t.Priority, Input: t.Input, RunAt: t.RunAt, IdempotencyKey: t.IdempotencyKey,
+		TraceID: t.TraceID, Labels: t.Labels, MaxAttempts: t.MaxAttempts,
+	}
 }

@@ -44,6 +44,9 @@ func ProjectionDiff(t *Task, s history.State) []string {
 	check("idempotency_key", t.IdempotencyKey, sc.IdempotencyKey)
 	check("trace_id", t.TraceID, sc.TraceID)
 	checkJSON("input", t.Input, sc.Input)
+	if len(t.Labels) > 0 || len(sc.Labels) > 0 {
+		check("labels", t.Labels, sc.Labels)
+	}
 	check("status", t.Status, s.Status)
 	checkTime("run_at", &t.RunAt, s.RunAt)
 	check("attempt", t.Attempt, s.Attempt)

@@ -11,16 +11,16 @@ WITH input AS (
     SELECT * FROM unnest(
         @ids::uuid[], @namespaces::text[], @queues::text[], @types::text[], @type_versions::integer[],
         @priorities::integer[], @run_ats::timestamptz[], @max_attempts::integer[],
-        @idempotency_keys::text[], @trace_ids::text[], @inputs::jsonb[], @datas::jsonb[])
+        @idempotency_keys::text[], @trace_ids::text[], @inputs::jsonb[], @labels::jsonb[], @datas::jsonb[])
         WITH ORDINALITY AS i(id, namespace, queue, type, type_version, priority, run_at, max_attempts,
-                             idempotency_key, trace_id, input, data, ord)
+                             idempotency_key, trace_id, input, labels, data, ord)
 ), ins AS (
     INSERT INTO /* TEMPLATE: schema */tasks (
         id, namespace, queue, type, type_version, status, priority, run_at,
-        attempt, max_attempts, idempotency_key, trace_id, input,
+        attempt, max_attempts, idempotency_key, trace_id, input, labels,
         last_seq, created_at, updated_at)
     SELECT id, namespace, queue, type, type_version, 'pending', priority, run_at,
-        0, max_attempts, idempotency_key, trace_id, input, 1, @at, @at
+        0, max_attempts, idempotency_key, trace_id, input, labels, 1, @at, @at
     FROM input ORDER BY ord
     ON CONFLICT (namespace, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id, queue
@@ -86,14 +86,16 @@ WITH due AS (
 SELECT c.id, c.namespace, c.queue, c.type, c.type_version, c.status, c.priority, c.run_at,
     c.attempt, c.max_attempts, c.lease_owner, c.lease_epoch, c.lease_expires_at,
     c.idempotency_key, c.trace_id, c.input, c.output, c.last_error, c.cancel_requested,
-    c.last_seq, c.created_at, c.updated_at, c.started_at, c.finished_at,
+    c.last_seq, c.created_at, c.updated_at, c.started_at, c.finished_at, c.labels,
     h.seqs, h.types, h.ats, h.attempts, h.datas
-FROM claimed AS c CROSS JOIN LATERAL (
+FROM claimed AS c LEFT JOIN LATERAL (
+    -- A fresh task's history is task_scheduled alone, which its row holds
+    -- (the projection equals the replay): read events only for the others.
     SELECT array_agg(e.seq ORDER BY e.seq) AS seqs, array_agg(e.type ORDER BY e.seq) AS types,
         array_agg(e.at ORDER BY e.seq) AS ats, array_agg(e.attempt ORDER BY e.seq) AS attempts,
         array_agg(e.data::text ORDER BY e.seq) AS datas
     FROM /* TEMPLATE: schema */events AS e WHERE e.task_id = c.id
-) AS h;
+) AS h ON c.last_seq > 2;
 
 -- name: EventAppendMany
 -- Appends events to many tasks and writes each task's projection row,
@@ -178,21 +180,21 @@ LIMIT @max;
 SELECT id, namespace, queue, type, type_version, status, priority, run_at,
     attempt, max_attempts, lease_owner, lease_epoch, lease_expires_at,
     idempotency_key, trace_id, input, output, last_error, cancel_requested,
-    last_seq, created_at, updated_at, started_at, finished_at
+    last_seq, created_at, updated_at, started_at, finished_at, labels
 FROM /* TEMPLATE: schema */tasks WHERE id = @id AND namespace = @namespace;
 
 -- name: TaskGetManyByID
 SELECT id, namespace, queue, type, type_version, status, priority, run_at,
     attempt, max_attempts, lease_owner, lease_epoch, lease_expires_at,
     idempotency_key, trace_id, input, output, last_error, cancel_requested,
-    last_seq, created_at, updated_at, started_at, finished_at
+    last_seq, created_at, updated_at, started_at, finished_at, labels
 FROM /* TEMPLATE: schema */tasks WHERE id = ANY(@ids::uuid[]);
 
 -- name: TaskList
 SELECT id, namespace, queue, type, type_version, status, priority, run_at,
     attempt, max_attempts, lease_owner, lease_epoch, lease_expires_at,
     idempotency_key, trace_id, input, output, last_error, cancel_requested,
-    last_seq, created_at, updated_at, started_at, finished_at
+    last_seq, created_at, updated_at, started_at, finished_at, labels
 FROM /* TEMPLATE: schema */tasks
 WHERE namespace = @namespace
   AND (@status::text = '' OR status = @status)

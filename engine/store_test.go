@@ -46,3 +46,32 @@ func TestStartClaimComplete(t *testing.T) {
 	require.Equal(t, history.StatusCompleted, task.Status)
 	require.Equal(t, 1, enginetest.RequireProjectionsMatch(t, s))
 }
+
+// A fresh task's claim rebuilds task_scheduled from the row instead of
+// reading it: the state must be exactly the replay of the stored events.
+func TestClaimOfFreshTaskEqualsReplayOfItsEvents(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := enginetest.Store(t)
+	_, err := s.TaskStart(ctx, &engine.TaskStartParams{Namespace: "default", Scheduled: history.Scheduled{
+		TaskType: "doc", TypeVersion: 1, Queue: "default", Input: json.RawMessage(`{"b": [1, 2], "a": "x"}`),
+		MaxAttempts: 3, Priority: 4, IdempotencyKey: "k-1", TraceID: "trace-9",
+		Labels: map[string]string{"tenant": "acme", "tier": "gold"},
+	}})
+	require.NoError(t, err)
+	claimed, err := s.TaskClaimMany(ctx, &engine.TaskClaimManyParams{
+		Namespace: "default", Queues: []string{"default"}, Types: []engine.TypeKey{{Type: "doc", Version: 1}},
+		Owner: "w1", Max: 10, LeaseTTL: time.Minute,
+	})
+	require.NoError(t, err)
+	require.Len(t, claimed, 1)
+	require.NoError(t, claimed[0].Err)
+	stored, err := s.EventListByTask(ctx, claimed[0].Task.ID)
+	require.NoError(t, err)
+	replayed, err := history.Replay(stored)
+	require.NoError(t, err)
+	require.Equal(t, replayed, claimed[0].State)
+	require.Equal(t, stored, claimed[0].Events)
+	require.Equal(t, map[string]string{"tenant": "acme", "tier": "gold"}, claimed[0].State.Scheduled.Labels)
+	enginetest.RequireProjectionsMatch(t, s)
+}

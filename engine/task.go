@@ -38,6 +38,7 @@ type Task struct {
 	UpdatedAt      time.Time
 	StartedAt      *time.Time
 	FinishedAt     *time.Time
+	Labels         map[string]string
 }
 
 // TaskStartParams describes a task to start.
@@ -103,6 +104,7 @@ func (s *Store) taskStartMany(ctx context.Context, q Querier, ps []*TaskStartPar
 		versions, priorities, attempts = make([]int32, n), make([]int32, n), make([]int32, n)
 		runAts                         = make([]time.Time, n)
 		idemKeys, traceIDs, inputs     = make([]*string, n), make([]*string, n), make([]*string, n)
+		labels                         = make([]*string, n)
 		datas                          = make([]string, n)
 	)
 	for i, p := range ps {
@@ -133,11 +135,18 @@ func (s *Store) taskStartMany(ctx context.Context, q Querier, ps []*TaskStartPar
 		runAts[i] = sched.RunAt
 		idemKeys[i], traceIDs[i], inputs[i] = nullString(sched.IdempotencyKey), nullString(sched.TraceID), nullJSONString(sched.Input)
 		datas[i] = string(data)
+		if len(sched.Labels) > 0 {
+			encoded, err := json.Marshal(sched.Labels)
+			if err != nil {
+				return nil, errors.Wrap(err, "encode labels")
+			}
+			labels[i] = ptr(string(encoded))
+		}
 	}
 	rows, err := q.Query(ctx, s.sql("TaskInsertMany"), pgx.NamedArgs{
 		"ids": ids, "namespaces": namespaces, "queues": queues, "types": types, "type_versions": versions,
 		"priorities": priorities, "run_ats": runAts, "max_attempts": attempts, "idempotency_keys": idemKeys,
-		"trace_ids": traceIDs, "inputs": inputs, "datas": datas, "at": now, "channel": s.channel,
+		"trace_ids": traceIDs, "inputs": inputs, "labels": labels, "datas": datas, "at": now, "channel": s.channel,
 	})
 	if err != nil {
 		return nil, errors.Wrap(interpretError(err), "start tasks")
@@ -238,12 +247,13 @@ func scanTaskWith(row pgx.CollectableRow, extra ...any) (*Task, error) {
 		t                            Task
 		leaseOwner, idemKey, traceID *string
 		input, output, lastError     []byte
+		labels                       []byte
 		status                       string
 	)
 	dest := []any{(*[16]byte)(&t.ID), &t.Namespace, &t.Queue, &t.Type, &t.TypeVersion, &status, &t.Priority,
 		&t.RunAt, &t.Attempt, &t.MaxAttempts, &leaseOwner, &t.LeaseEpoch, &t.LeaseExpiresAt,
 		&idemKey, &traceID, &input, &output, &lastError, &t.CancelRequest, &t.LastSeq,
-		&t.CreatedAt, &t.UpdatedAt, &t.StartedAt, &t.FinishedAt}
+		&t.CreatedAt, &t.UpdatedAt, &t.StartedAt, &t.FinishedAt, &labels}
 	err := row.Scan(append(dest, extra...)...)
 	if err != nil {
 		return nil, err
@@ -255,6 +265,11 @@ func scanTaskWith(row pgx.CollectableRow, extra ...any) (*Task, error) {
 		t.LastError = new(history.ErrorInfo)
 		if err := json.Unmarshal(lastError, t.LastError); err != nil {
 			return nil, errors.Wrapf(err, "decode last_error of task %s", t.ID)
+		}
+	}
+	if labels != nil {
+		if err := json.Unmarshal(labels, &t.Labels); err != nil {
+			return nil, errors.Wrapf(err, "decode labels of task %s", t.ID)
 		}
 	}
 	t.normalize()

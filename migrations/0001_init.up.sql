@@ -26,6 +26,7 @@ CREATE TABLE /* TEMPLATE: schema */tasks (
     updated_at       timestamptz NOT NULL,
     started_at       timestamptz,
     finished_at      timestamptz,
+    labels           jsonb,
     CONSTRAINT tasks_status_check CHECK (status IN
         ('pending', 'running', 'retrying', 'completed', 'failed', 'cancelled', 'dead_lettered'))
 );
