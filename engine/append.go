@@ -131,17 +131,19 @@ func (b *appendBatch) add(p *EventAppendParams) (history.State, error) {
 	if len(p.Payloads) == 0 {
 		return p.State, errors.AssertionFailedf("append to task %s: no events", p.TaskID)
 	}
-	next := p.State
 	firstEvent := len(b.evSeqs)
+	events := make([]history.Event, len(p.Payloads))
 	for i, payload := range p.Payloads {
-		payload = normalizePayload(payload)
-		ev := history.Event{Seq: p.State.LastSeq + int64(i) + 1, At: at, Attempt: p.Attempt, Data: payload}
-		var err error
-		if next, err = history.Apply(next, ev); err != nil {
-			b.truncateEvents(firstEvent)
-			return p.State, errors.Wrapf(err, "append to task %s", p.TaskID)
-		}
-		data, err := history.Encode(payload)
+		events[i] = history.Event{Seq: p.State.LastSeq + int64(i) + 1, At: at, Attempt: p.Attempt, Data: normalizePayload(payload)}
+	}
+	// Replay first: what cannot follow the state is refused before
+	// anything is encoded.
+	next, err := history.ApplyAll(p.State, events)
+	if err != nil {
+		return p.State, errors.Wrapf(err, "append to task %s", p.TaskID)
+	}
+	for _, ev := range events {
+		data, err := history.Encode(ev.Data)
 		if err != nil {
 			b.truncateEvents(firstEvent)
 			return p.State, err

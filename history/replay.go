@@ -118,6 +118,25 @@ func Apply(s State, e Event) (State, error) {
 	return apply(s, e, false)
 }
 
+// ApplyAll applies events to s in order, as repeated [Apply] would, but
+// copies s's steps only once: appending many steps stays linear. On error it
+// returns s unchanged and the error naming the offending event.
+func ApplyAll(s State, events []Event) (State, error) {
+	steps := make([]Step, len(s.Steps), len(s.Steps)+len(events))
+	copy(steps, s.Steps)
+	next := s
+	next.Steps = steps
+	for _, e := range events {
+		var err error
+		// next is ours alone (its steps were just copied), so steps are
+		// appended in place.
+		if next, err = apply(next, e, true); err != nil {
+			return s, err
+		}
+	}
+	return next, nil
+}
+
 // apply is [Apply]. owned says the caller holds the only copy of s and will
 // never apply another event to it, so s's Steps may be appended to in place.
 func apply(s State, e Event, owned bool) (State, error) {

@@ -498,3 +498,30 @@ func TestReleasedAttemptsDoNotCountAgainstMaxAttempts(t *testing.T) {
 	require.Equal(t, 2, state.Released)
 	require.Equal(t, 2, state.AttemptsUsed())
 }
+
+func TestApplyAllEqualsRepeatedApplyAndDoesNotAlias(t *testing.T) {
+	t.Parallel()
+	events := historytest.Build(
+		historytest.Scheduled(), historytest.Started(1, 1),
+		historytest.Step(1, 0, "a"), historytest.Step(1, 1, "b"), historytest.Step(1, 2, "c"),
+		historytest.Completed(1),
+	)
+	base, err := history.Replay(events[:3])
+	require.NoError(t, err)
+	want := base
+	for _, e := range events[3:] {
+		want, err = history.Apply(want, e)
+		require.NoError(t, err)
+	}
+	got, err := history.ApplyAll(base, events[3:])
+	require.NoError(t, err)
+	require.Equal(t, want, got)
+	require.Len(t, base.Steps, 1, "the state applied to is unchanged")
+
+	// A bad event leaves the state as it was.
+	bad := append([]history.Event{}, events[3:]...)
+	bad[1].Seq = 99
+	same, err := history.ApplyAll(base, bad)
+	require.True(t, errors.Is(err, history.ErrInvalidHistory))
+	require.Equal(t, base, same)
+}
