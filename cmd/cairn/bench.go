@@ -80,6 +80,7 @@ type benchFlags struct {
 	timeout     time.Duration
 	drainPoll   time.Duration
 	cpuProfile  string
+	finished    int
 }
 
 func (f *benchFlags) addTasks(cmd *cobra.Command, def int) {
@@ -98,6 +99,7 @@ func (f *benchFlags) addDrainFlags(cmd *cobra.Command) {
 	cmd.Flags().IntVar(&f.batch, "batch", 5000, "tasks per Client.StartMany call when inserting")
 	cmd.Flags().DurationVar(&f.timeout, "timeout", 10*time.Minute, "give up on a drain after this long")
 	cmd.Flags().DurationVar(&f.drainPoll, "poll-interval", defaultDrainPoll, "how often the drain asks the database whether all tasks are done")
+	cmd.Flags().IntVar(&f.finished, "finished", 0, "finished tasks (4 events each) put in the tables before the run, to measure the drain with history piled up")
 }
 
 func (f *benchFlags) addProfileFlag(cmd *cobra.Command) {
@@ -204,6 +206,9 @@ type benchEnv struct {
 	header benchHeader
 	// progress receives progress lines; io.Discard with -o json.
 	progress io.Writer
+	// prefilled is the number of finished ballast tasks put in before
+	// the run (--finished).
+	prefilled int
 }
 
 // benchHeader is the part of every JSON report that describes the run's

@@ -32,6 +32,8 @@ type drainParams struct {
 	InsertBatch  int     `json:"insert_batch"`
 	WorkerPollMs float64 `json:"worker_poll_interval_ms"`
 	DrainPollMs  float64 `json:"drain_poll_interval_ms"`
+	// FinishedBefore is --finished: ballast tasks already finished.
+	FinishedBefore int `json:"finished_before"`
 }
 
 func (f *benchFlags) drainParams(steps int) drainParams {
@@ -39,6 +41,7 @@ func (f *benchFlags) drainParams(steps int) drainParams {
 		Tasks: f.tasks, StepsPerTask: steps, Workers: f.workers, Processes: f.processes,
 		Concurrency: f.concurrency, MaxConns: f.maxConns, InsertBatch: f.batch,
 		WorkerPollMs: ms(benchWorkerPollInterval), DrainPollMs: ms(f.drainPoll),
+		FinishedBefore: f.finished,
 	}
 }
 
@@ -162,6 +165,7 @@ func (e *benchEnv) result(ctx context.Context, tasks, steps int, insert time.Dur
 	if err != nil {
 		return drainResult{}, err
 	}
+	s.events -= 4 * int64(e.prefilled)
 	n := int64(tasks)
 	r := drainResult{
 		InsertSeconds: insert.Seconds(), InsertPerSecond: perSecond(n, insert),
@@ -212,6 +216,14 @@ func runInProcessDrain(cmd *cobra.Command, g *globals, f *benchFlags, mode strin
 	defer closeEnv()
 	if err := env.reset(ctx); err != nil {
 		return err
+	}
+	if f.finished > 0 {
+		started := time.Now()
+		if err := env.obs.prefillFinished(ctx, f.finished); err != nil {
+			return err
+		}
+		env.prefilled = f.finished
+		env.logf("prefilled %d finished tasks (%d events) in %s", f.finished, 4*f.finished, time.Since(started).Round(time.Millisecond))
 	}
 	insert, err := env.insertBacklog(ctx, f.tasks, steps, f.batch)
 	if err != nil {

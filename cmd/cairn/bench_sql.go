@@ -66,13 +66,34 @@ OR EXISTS (SELECT 1 FROM /* TEMPLATE: schema */tasks WHERE status = 'running')`
   (SELECT count(*) FROM /* TEMPLATE: schema */tasks WHERE status IN ('pending', 'retrying'))
 + (SELECT count(*) FROM /* TEMPLATE: schema */tasks WHERE status = 'running')`
 
-	// sqlDrainSummary is read once after a drain.
+	// sqlDrainSummary is read once after a drain. Prefilled tasks (see
+	// sqlPrefillFinished) are not the drain's, nor are their four events
+	// each, which the caller subtracts.
 	sqlDrainSummary = `SELECT
-  count(*) FILTER (WHERE status = 'completed'),
-  count(*) FILTER (WHERE status IN ('failed', 'cancelled', 'dead_lettered')),
-  max(finished_at),
+  count(*) FILTER (WHERE status = 'completed' AND type <> 'bench.prefill'),
+  count(*) FILTER (WHERE status IN ('failed', 'cancelled', 'dead_lettered') AND type <> 'bench.prefill'),
+  max(finished_at) FILTER (WHERE type <> 'bench.prefill'),
   (SELECT count(*) FROM /* TEMPLATE: schema */events)
 FROM /* TEMPLATE: schema */tasks`
+
+	// sqlPrefillFinished inserts $1 tasks that finished long ago, each with
+	// the four events a one-step task leaves, so a drain can be measured
+	// with history piled up in both tables. They are written directly, not
+	// through the engine: this is ballast, not a workload.
+	sqlPrefillFinished = `WITH t AS (
+    INSERT INTO /* TEMPLATE: schema */tasks (id, namespace, queue, type, type_version, status, priority, run_at,
+        attempt, max_attempts, lease_epoch, output, last_seq, created_at, updated_at, started_at, finished_at)
+    SELECT gen_random_uuid(), 'default', 'default', 'bench.prefill', 1, 'completed', 0, now(),
+        1, 1, 1, '1', 4, now(), now(), now(), now()
+    FROM generate_series(1, $1)
+    RETURNING id
+)
+INSERT INTO /* TEMPLATE: schema */events (task_id, seq, type, at, attempt, data)
+SELECT t.id, e.seq, e.type, now(), e.attempt, e.data::jsonb FROM t CROSS JOIN (VALUES
+    (1, 'task_scheduled', 0, '{"v":1,"namespace":"default","task_type":"bench.prefill","type_version":1,"queue":"default","priority":0,"run_at":"2026-01-01T00:00:00Z","max_attempts":1}'),
+    (2, 'attempt_started', 1, '{"v":1,"worker_id":"prefill","lease_epoch":1,"lease_expires_at":"2026-01-01T00:00:00Z"}'),
+    (3, 'step_completed', 1, '{"v":1,"position":0,"name":"noop","output":1}'),
+    (4, 'task_completed', 1, '{"v":1,"output":1}')) AS e(seq, type, attempt, data)`
 )
 
 // pollParams are the session settings of the drain poll's connection.
@@ -183,6 +204,18 @@ func (b *benchSQL) unfinished(ctx context.Context, conn *pgx.Conn) (int, error) 
 type drainSummary struct {
 	completed, otherTerminal, events int64
 	lastFinished                     *time.Time
+}
+
+// prefillFinished inserts n finished ballast tasks, 100,000 per statement.
+func (b *benchSQL) prefillFinished(ctx context.Context, n int) error {
+	for done := 0; done < n; {
+		chunk := min(100_000, n-done)
+		if _, err := b.pool.Exec(ctx, b.q(sqlPrefillFinished), chunk); err != nil {
+			return errors.Wrap(err, "prefill finished tasks")
+		}
+		done += chunk
+	}
+	return nil
 }
 
 func (b *benchSQL) drainSummary(ctx context.Context) (drainSummary, error) {
