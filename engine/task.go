@@ -342,13 +342,6 @@ func nullString(s string) *string {
 	return &s
 }
 
-func nullJSON(b json.RawMessage) []byte {
-	if len(b) == 0 {
-		return nil
-	}
-	return b
-}
-
 func deref(s *string) string {
 	if s == nil {
 		return ""
