@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -21,6 +22,8 @@ type Notifier struct {
 	store  *Store
 	logger *slog.Logger
 	svc    service
+
+	listening atomic.Bool // true while the LISTEN connection is up
 
 	mu      sync.Mutex
 	subs    map[chan struct{}]struct{}               // ready subscribers; written under mu by Subscribe and its cancel; read by the run loop
@@ -50,6 +53,10 @@ func (n *Notifier) Subscribe() (<-chan struct{}, func()) {
 		n.mu.Unlock()
 	}
 }
+
+// Listening reports whether the notifier's connection is listening now, so
+// notifications are being relayed.
+func (n *Notifier) Listening() bool { return n.listening.Load() }
 
 // WaitFor returns a channel that receives a value when task id may have
 // finished (it is announced on the done channel, or the listener
@@ -146,6 +153,8 @@ func (n *Notifier) listen(ctx context.Context, backoff *time.Duration) error {
 		}
 	}
 	*backoff = initialBackoff
+	n.listening.Store(true)
+	defer n.listening.Store(false)
 	// Anything may have become ready, or finished, while not listening.
 	n.broadcast()
 	for {

@@ -238,12 +238,17 @@ func (c *Client) Get(ctx context.Context, id uuid.UUID) (*TaskInfo, error) {
 // notifications can be lost.
 func (c *Client) Wait(ctx context.Context, id uuid.UUID) (*TaskInfo, error) {
 	var finished <-chan struct{}
+	interval := 5 * time.Millisecond
 	if l := c.waitListener(); l != nil {
 		ch, stop := l.WaitFor(id)
 		defer stop()
 		finished = ch
+		if l.Listening() {
+			// The notification will come; re-reading is only the fallback
+			// for one lost, and needs not load the database.
+			interval = 100 * time.Millisecond
+		}
 	}
-	interval := 5 * time.Millisecond
 	timer := time.NewTimer(interval)
 	defer timer.Stop()
 	for {
