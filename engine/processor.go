@@ -300,6 +300,9 @@ func (p *Processor) claimLoop(ctx context.Context) {
 	}
 	poll := time.NewTicker(p.cfg.PollInterval)
 	defer poll.Stop()
+	// backlog is whether the last claim filled every free slot, so more due
+	// work probably waits; only then is a freed slot worth a claim.
+	backlog := false
 	for {
 		select {
 		case <-p.stopping:
@@ -308,17 +311,16 @@ func (p *Processor) claimLoop(ctx context.Context) {
 			return
 		default:
 		}
-		free := p.cfg.Concurrency - p.inflightCount()
-		full := false
-		if free > 0 {
+		if free := p.cfg.Concurrency - p.inflightCount(); free > 0 {
 			n, err := p.claim(ctx, free)
 			if err != nil && ctx.Err() == nil {
 				p.cfg.Logger.Warn("processor: claim", errAttr(err))
 			}
-			full = n == free
+			backlog = err == nil && n == free
 		}
-		if full {
-			continue // there may be more due work: claim again once a slot frees
+		var freed <-chan struct{}
+		if backlog {
+			freed = p.slotFreed
 		}
 		select {
 		case <-p.stopping:
@@ -327,10 +329,24 @@ func (p *Processor) claimLoop(ctx context.Context) {
 			return
 		case <-wake:
 		case <-poll.C:
-		case <-p.slotFreed:
+		case <-freed:
+			// Let a few more slots free up, so a busy worker claims in
+			// batches rather than a statement per finished task.
+			cooldown := time.NewTimer(fetchCooldown)
+			select {
+			case <-cooldown.C:
+			case <-p.stopping:
+			case <-ctx.Done():
+			}
+			cooldown.Stop()
 		}
 	}
 }
+
+// fetchCooldown is how long a worker with a backlog waits after a slot
+// frees before claiming again. New work announced by NOTIFY, and polls, are
+// claimed without it.
+const fetchCooldown = 10 * time.Millisecond
 
 func (p *Processor) claim(ctx context.Context, max int) (int, error) {
 	// The claim runs under baseCtx, not the work context a stop cancels: a
