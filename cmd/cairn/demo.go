@@ -109,12 +109,23 @@ func submitDocuments(ctx context.Context, c *sdk.Client, f *demoFlags) ([]uuid.U
 	docs := generateDocuments(f.documents, f.seed, batch)
 	wf := sdk.TypeRef{Name: demoTypeName, Version: 1}
 	ids := make([]uuid.UUID, 0, len(docs))
-	for _, doc := range docs {
-		res, err := c.Start(ctx, wf, doc, &sdk.StartOpts{IdempotencyKey: "demo/" + doc.ID, MaxAttempts: demoRetry.MaxAttempts})
+	// Batches of 1,000 in one statement each, as an API taking an upload
+	// of many documents would.
+	for start := 0; start < len(docs); start += 1000 {
+		batch := docs[start:min(start+1000, len(docs))]
+		starts := make([]sdk.StartParams, len(batch))
+		for i, doc := range batch {
+			starts[i] = sdk.StartParams{Workflow: wf, Input: doc, Opts: &sdk.StartOpts{
+				IdempotencyKey: "demo/" + doc.ID, MaxAttempts: demoRetry.MaxAttempts,
+			}}
+		}
+		res, err := c.StartMany(ctx, starts)
 		if err != nil {
 			return ids, err
 		}
-		ids = append(ids, res.ID)
+		for _, r := range res {
+			ids = append(ids, r.ID)
+		}
 	}
 	return ids, nil
 }
