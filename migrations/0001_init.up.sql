@@ -74,6 +74,9 @@ BEGIN
     IF TG_OP = 'DELETE' AND current_setting('cairn.retention', true) = 'on' THEN
         RETURN OLD;
     END IF;
+    IF TG_OP = 'TRUNCATE' THEN
+        RAISE EXCEPTION 'cairn: events are append-only (TRUNCATE)' USING ERRCODE = 'restrict_violation';
+    END IF;
     RAISE EXCEPTION 'cairn: events are append-only (% on task %, seq %)', TG_OP, OLD.task_id, OLD.seq
         USING ERRCODE = 'restrict_violation';
 END

@@ -249,9 +249,11 @@ func formatTime(t *time.Time) string {
 	return t.UTC().Format("2006-01-02 15:04:05.000 MST")
 }
 
+// truncate shortens s to at most n runes, never cutting one in half.
 func truncate(s string, n int) string {
-	if len(s) <= n {
+	runes := []rune(s)
+	if len(runes) <= n {
 		return s
 	}
-	return s[:n] + "…"
+	return string(runes[:n]) + "…"
 }
