@@ -290,3 +290,45 @@ func TestOutputOfUnfinishedTask(t *testing.T) {
 	_, err = sdk.Output[int](&sdk.TaskInfo{Status: history.StatusCompleted, Output: json.RawMessage(`"text"`)})
 	require.Error(t, err)
 }
+
+func TestStartManyInsertsInOrderAndHonoursIdempotencyKeys(t *testing.T) {
+	t.Parallel()
+	b := setup(t, sdk.WorkerConfig{})
+	ctx := context.Background()
+	wf := sdk.TypeRef{Name: "doc.batch", Version: 1}
+	first, err := b.client.Start(ctx, wf, "earlier", &sdk.StartOpts{IdempotencyKey: "taken"})
+	require.NoError(t, err)
+
+	res, err := b.client.StartMany(ctx, []sdk.StartParams{
+		{Workflow: wf, Input: "a"},
+		{Workflow: wf, Input: "b", Opts: &sdk.StartOpts{IdempotencyKey: "taken"}},
+		{Workflow: wf, Input: "c", Opts: &sdk.StartOpts{IdempotencyKey: "twice"}},
+		{Workflow: wf, Input: "d", Opts: &sdk.StartOpts{IdempotencyKey: "twice"}},
+		{Workflow: wf, Input: "e", Opts: &sdk.StartOpts{Queue: "other", Priority: 3}},
+	})
+	require.NoError(t, err)
+	require.Len(t, res, 5)
+	require.False(t, res[0].Existing)
+	require.Equal(t, sdk.StartResult{ID: first.ID, Existing: true}, res[1], "a key taken before the batch")
+	require.False(t, res[2].Existing)
+	require.Equal(t, sdk.StartResult{ID: res[2].ID, Existing: true}, res[3], "a key taken earlier in the same batch")
+	require.False(t, res[4].Existing)
+
+	for i, want := range map[int]string{0: `"a"`, 2: `"c"`, 4: `"e"`} {
+		info, err := b.client.Get(ctx, res[i].ID)
+		require.NoError(t, err)
+		require.JSONEq(t, want, string(info.Input), "start %d", i)
+	}
+	info, err := b.client.Get(ctx, res[4].ID)
+	require.NoError(t, err)
+	require.Equal(t, "other", info.Queue)
+	require.Equal(t, 3, info.Priority)
+
+	// A bad start anywhere refuses the whole batch before anything is written.
+	_, err = b.client.StartMany(ctx, []sdk.StartParams{{Workflow: wf, Input: "f"}, {Workflow: sdk.TypeRef{Name: "bad name", Version: 1}}})
+	require.Error(t, err)
+	tasks, err := b.client.List(ctx, &sdk.ListOpts{Type: "doc.batch", Limit: 100})
+	require.NoError(t, err)
+	require.Len(t, tasks, 4, "earlier + a + c + e")
+	require.Equal(t, 4, enginetest.RequireProjectionsMatch(t, b.client.Store()))
+}
