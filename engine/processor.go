@@ -300,8 +300,9 @@ func (p *Processor) claimLoop(ctx context.Context) {
 	}
 	poll := time.NewTicker(p.cfg.PollInterval)
 	defer poll.Stop()
-	// backlog is whether the last claim filled every free slot, so more due
-	// work probably waits; only then is a freed slot worth a claim.
+	// backlog is whether more due work may be waiting for a slot: the last
+	// claim filled every free slot, or there was no free slot to claim
+	// with when woken. Only then is a freed slot worth a claim.
 	backlog := false
 	for {
 		select {
@@ -317,6 +318,8 @@ func (p *Processor) claimLoop(ctx context.Context) {
 				p.cfg.Logger.Warn("processor: claim", errAttr(err))
 			}
 			backlog = err == nil && n == free
+		} else {
+			backlog = true
 		}
 		var freed <-chan struct{}
 		if backlog {

@@ -555,3 +555,34 @@ func TestProcessorStartStopStress(t *testing.T) {
 	}
 	require.Equal(t, 40, enginetest.RequireProjectionsMatch(t, s))
 }
+
+// Work announced while every slot is busy is claimed as soon as a slot
+// frees, not at the next poll.
+func TestProcessorClaimsWorkThatArrivedWhileFullWhenASlotFrees(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := enginetest.Store(t)
+	n := engine.NewNotifier(s, testLogger(t))
+	require.NoError(t, n.Start(ctx))
+	defer n.Stop()
+
+	started := make(chan uuid.UUID, 2)
+	release := make(chan struct{})
+	h := &testHandler{fn: func(_ context.Context, a *engine.Attempt) ([]history.Payload, error) {
+		started <- a.Task.ID
+		<-release
+		return []history.Payload{history.TaskCompletedData{}}, nil
+	}}
+	// An hour between polls: only a notification or a freed slot can
+	// trigger a claim in this test.
+	p := newProcessor(t, s, h, engine.ProcessorConfig{Notifier: n, Concurrency: 1, PollInterval: time.Hour})
+	require.NoError(t, p.Start(ctx))
+
+	first := enginetest.StartTask(t, s, nil)
+	require.Equal(t, first, recv(t, started, "the first task to start"))
+	second := enginetest.StartTask(t, s, nil) // announced while the only slot is busy
+	close(release)
+	require.Equal(t, second, recv(t, started, "the second task to start once the slot frees"))
+	stopProcessor(t, p)
+	enginetest.RequireProjectionsMatch(t, s)
+}
