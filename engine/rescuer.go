@@ -30,19 +30,20 @@ func (s *Store) RescueExpired(ctx context.Context, max int) (int, error) {
 	if err != nil || len(ids) == 0 {
 		return 0, errors.Wrap(interpretError(err), "list expired leases")
 	}
-	rescued := 0
 	var unreadable []uuid.UUID
 	defer func() {
 		if len(unreadable) > 0 {
 			slog.Default().Error("rescuer: expired tasks with histories this process cannot read", "task_ids", unreadable)
 		}
 	}()
+	now := Now()
+	appends := make([]*EventAppendParams, 0, len(ids))
 	for _, id := range ids {
-		// One task at a time: rescue is rare, and one unreadable history
-		// must not hold back the rest.
+		// Histories load one task at a time: rescue is rare, and one
+		// unreadable history must not hold back the rest.
 		events, err := s.EventListByTask(ctx, id)
 		if err != nil && !errors.Is(err, history.ErrInvalidHistory) {
-			return rescued, err
+			return 0, err
 		}
 		var state history.State
 		if err == nil {
@@ -57,17 +58,29 @@ func (s *Store) RescueExpired(ctx context.Context, max int) (int, error) {
 		if state.Status != history.StatusRunning || state.Lease.Owner == "" {
 			continue // finished between the two reads
 		}
-		_, err = s.EventAppend(ctx, &EventAppendParams{
+		appends = append(appends, &EventAppendParams{
 			TaskID: id, State: state, Epoch: state.Lease.Epoch, ExpiredOnly: true,
-			Attempt: state.Attempt, Payloads: rescuePayloads(state, Now()),
+			Attempt: state.Attempt, Payloads: rescuePayloads(state, now),
 		})
+	}
+	if len(appends) == 0 {
+		return 0, nil
+	}
+	// The appends go in one statement; each is fenced on its own.
+	results, err := s.EventAppendMany(ctx, appends)
+	if err != nil {
+		return 0, err
+	}
+	rescued := 0
+	for _, res := range results {
 		switch {
-		case errors.IsAny(err, ErrConflict, ErrFenced, ErrNotFound):
-			continue // the worker came back, finished, or someone else rescued it
-		case err != nil:
-			return rescued, err
+		case errors.IsAny(res.Err, ErrConflict, ErrFenced, ErrNotFound):
+			// the worker came back, finished, or someone else rescued it
+		case res.Err != nil:
+			return rescued, res.Err
+		default:
+			rescued++
 		}
-		rescued++
 	}
 	return rescued, nil
 }
