@@ -29,7 +29,18 @@ type appender struct {
 
 type appendReq struct {
 	params *EventAppendParams
-	done   chan AppendResult // size 1: the flusher never blocks on it
+	// Either done or then is set. done has size 1, so the flusher never
+	// blocks on it; then runs on the flusher and must not block.
+	done chan AppendResult
+	then func(AppendResult)
+}
+
+func (r *appendReq) finish(res AppendResult) {
+	if r.then != nil {
+		r.then(res)
+		return
+	}
+	r.done <- res
 }
 
 const (
@@ -104,6 +115,26 @@ func (a *appender) append(ctx context.Context, p *EventAppendParams) (history.St
 	}
 }
 
+// appendAsync queues p and returns; then gets the result once p is written
+// or has failed. then runs on a flusher goroutine, or on the caller's when p
+// cannot be queued (stopped, or ctx done), and must return quickly.
+func (a *appender) appendAsync(ctx context.Context, p *EventAppendParams, then func(AppendResult)) {
+	req := &appendReq{params: p, then: then}
+	select {
+	case <-a.quit:
+		then(AppendResult{State: p.State, Err: ErrStopped})
+		return
+	default:
+	}
+	select {
+	case a.reqs <- req:
+	case <-ctx.Done():
+		then(AppendResult{State: p.State, Err: ctx.Err()})
+	case <-a.done:
+		then(AppendResult{State: p.State, Err: ErrStopped})
+	}
+}
+
 func (a *appender) flushLoop(ctx context.Context) {
 	batch := make([]*appendReq, 0, maxAppendBatch)
 	params := make([]*EventAppendParams, 0, maxAppendBatch)
@@ -149,10 +180,10 @@ func (a *appender) flushLoop(ctx context.Context) {
 		}
 		for i, req := range batch {
 			if err != nil {
-				req.done <- AppendResult{State: req.params.State, Err: err}
+				req.finish(AppendResult{State: req.params.State, Err: err})
 				continue
 			}
-			req.done <- results[i]
+			req.finish(results[i])
 		}
 	}
 }

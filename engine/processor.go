@@ -74,15 +74,21 @@ func (a *Attempt) DurableContext() context.Context { return a.proc.baseCtx }
 // returns an error marked [ErrFenced] once the attempt's lease has passed to
 // another epoch.
 func (a *Attempt) Append(ctx context.Context, payloads ...history.Payload) error {
-	next, err := a.proc.appender.append(ctx, &EventAppendParams{
-		TaskID: a.Task.ID, State: a.state, Epoch: a.state.Lease.Epoch,
-		Attempt: a.state.Attempt, Payloads: payloads,
-	})
+	next, err := a.proc.appender.append(ctx, a.appendParams(payloads))
 	if err != nil {
 		return err
 	}
 	a.state = next
 	return nil
+}
+
+// appendParams fences payloads by the attempt's lease epoch, after what it
+// has appended so far.
+func (a *Attempt) appendParams(payloads []history.Payload) *EventAppendParams {
+	return &EventAppendParams{
+		TaskID: a.Task.ID, State: a.state, Epoch: a.state.Lease.Epoch,
+		Attempt: a.state.Attempt, Payloads: payloads,
+	}
 }
 
 // ProcessorConfig configures a [Processor]. Zero values take the defaults
@@ -124,10 +130,9 @@ type Processor struct {
 	loopDone            chan struct{}
 	heartbeatDone       chan struct{}
 	stopHeartbeat       context.CancelFunc
-	executors           sync.WaitGroup
-	slotFreed           chan struct{} // size 1: wake-ups coalesce
-	work                chan *Attempt // claimed attempts; written by the claim loop, read by executors; closed when the loop ends
-	appender            *appender     // group commit of every append an attempt makes
+	executors           sync.WaitGroup // one per running attempt, added by the claim loop
+	slotFreed           chan struct{}  // size 1: wake-ups coalesce
+	appender            *appender      // group commit of every append an attempt makes
 
 	mu sync.Mutex
 	// inflight is keyed by lease, not task: a task can come back to this
@@ -179,9 +184,9 @@ func NewProcessor(cfg ProcessorConfig) (*Processor, error) {
 		cfg:       cfg,
 		stopping:  make(chan struct{}),
 		slotFreed: make(chan struct{}, 1),
-		// The claim loop claims no more than the free slots, so the work
-		// channel never holds more than Concurrency attempts.
-		work:     make(chan *Attempt, cfg.Concurrency),
+		// An attempt holds its slot until its outcome is written, and has
+		// at most one append queued: the queue never holds more than
+		// Concurrency appends.
 		appender: newAppender(cfg.Store, cfg.Concurrency),
 		inflight: map[LeaseRef]*inflightAttempt{},
 	}, nil
@@ -220,11 +225,6 @@ func (p *Processor) Start(ctx context.Context) error {
 		hbCtx, p.stopHeartbeat = context.WithCancel(ctx)
 		p.loopDone, p.heartbeatDone = make(chan struct{}), make(chan struct{})
 		p.appender.start(ctx)
-		// A fixed pool of executors, not a goroutine per task.
-		for range p.cfg.Concurrency {
-			p.executors.Add(1)
-			go p.executeLoop(ctx)
-		}
 		go p.claimLoop(workCtx)
 		go p.heartbeatLoop(hbCtx)
 	})
@@ -291,7 +291,6 @@ func (p *Processor) stop(ctx context.Context, cancelNow bool) error {
 
 func (p *Processor) claimLoop(ctx context.Context) {
 	defer close(p.loopDone)
-	defer close(p.work) // executors finish what was claimed, then exit
 	var wake <-chan struct{}
 	if p.cfg.Notifier != nil {
 		ch, unsubscribe := p.cfg.Notifier.Subscribe()
@@ -381,7 +380,8 @@ func (p *Processor) claim(ctx context.Context, max int) (int, error) {
 		p.mu.Lock()
 		p.inflight[ref] = &inflightAttempt{lastRenewed: sent, cancel: cancel}
 		p.mu.Unlock()
-		p.work <- &Attempt{Task: ct.Task, proc: p, state: ct.State, ctx: attemptCtx}
+		p.executors.Add(1)
+		go p.execute(&Attempt{Task: ct.Task, proc: p, state: ct.State, ctx: attemptCtx})
 	}
 	return len(claimed), nil
 }
@@ -392,38 +392,18 @@ func (p *Processor) inflightCount() int {
 	return len(p.inflight)
 }
 
-// executeLoop runs claimed attempts until the claim loop ends, or until the
-// worker is abandoned (baseCtx), whose attempts are left to lease expiry.
-func (p *Processor) executeLoop(baseCtx context.Context) {
+// execute runs one attempt on a goroutine of its own and queues its outcome
+// for the next group commit. The attempt keeps its slot, and its lease is
+// renewed, until the outcome is written; the goroutine does not wait for
+// that. A goroutine per attempt, rather than a fixed pool, starts with a
+// stack the size attempts need (the runtime's adaptive initial stacks), where
+// pooled goroutines parked between attempts would have their stacks shrunk
+// by every GC and grown again by the next attempt; and an idle worker holds
+// no goroutines for the GC to scan.
+func (p *Processor) execute(a *Attempt) {
 	defer p.executors.Done()
-	for {
-		select {
-		case a, ok := <-p.work:
-			if !ok {
-				return
-			}
-			p.execute(a.ctx, a)
-		case <-baseCtx.Done():
-			return
-		}
-	}
-}
-
-func (p *Processor) execute(ctx context.Context, a *Attempt) {
 	ref := LeaseRef{TaskID: a.Task.ID, Epoch: a.state.Lease.Epoch}
-	defer func() {
-		p.mu.Lock()
-		if in := p.inflight[ref]; in != nil {
-			in.cancel(nil)
-			delete(p.inflight, ref)
-		}
-		p.mu.Unlock()
-		select {
-		case p.slotFreed <- struct{}{}:
-		default:
-		}
-	}()
-	payloads, err := p.handle(ctx, a)
+	payloads, err := p.handle(a.ctx, a)
 	switch {
 	case errors.Is(err, ErrReleased):
 		payloads = []history.Payload{history.TaskReleasedData{
@@ -434,12 +414,31 @@ func (p *Processor) execute(ctx context.Context, a *Attempt) {
 			p.cfg.Logger.Warn("processor: attempt abandoned; the task is rescued when its lease expires",
 				"task_id", a.Task.ID, "attempt", a.state.Attempt, errAttr(err))
 		}
+		p.release(ref)
 		return
 	}
 	// Record the outcome even when the attempt context was cancelled by a
 	// stop: only abandoning the whole worker (baseCtx) drops it.
-	if err := a.Append(p.baseCtx, payloads...); err != nil && p.baseCtx.Err() == nil {
-		p.cfg.Logger.Warn("processor: record attempt outcome", "task_id", a.Task.ID, "attempt", a.state.Attempt, errAttr(err))
+	p.appender.appendAsync(p.baseCtx, a.appendParams(payloads), func(res AppendResult) {
+		if res.Err != nil && p.baseCtx.Err() == nil {
+			p.cfg.Logger.Warn("processor: record attempt outcome", "task_id", a.Task.ID, "attempt", a.state.Attempt, errAttr(res.Err))
+		}
+		p.release(ref)
+	})
+}
+
+// release ends an attempt's hold on its slot and lease renewal, and wakes a
+// claim loop waiting for a free slot.
+func (p *Processor) release(ref LeaseRef) {
+	p.mu.Lock()
+	if in := p.inflight[ref]; in != nil {
+		in.cancel(nil)
+		delete(p.inflight, ref)
+	}
+	p.mu.Unlock()
+	select {
+	case p.slotFreed <- struct{}{}:
+	default:
 	}
 }
 

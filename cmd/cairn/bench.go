@@ -79,6 +79,7 @@ type benchFlags struct {
 	sizes       []int
 	timeout     time.Duration
 	drainPoll   time.Duration
+	memProfile  string
 	cpuProfile  string
 	finished    int
 }
@@ -104,6 +105,7 @@ func (f *benchFlags) addDrainFlags(cmd *cobra.Command) {
 
 func (f *benchFlags) addProfileFlag(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.cpuProfile, "cpuprofile", "", "write a Go CPU profile of the drain (workers and bench) to this file")
+	cmd.Flags().StringVar(&f.memProfile, "memprofile", "", "write a Go allocation profile of the run (insert and drain) to this file")
 }
 
 func (f *benchFlags) validate() error {

@@ -269,6 +269,9 @@ func runInProcessDrain(cmd *cobra.Command, g *globals, f *benchFlags, mode strin
 	if err := stopProfile(); err != nil {
 		return err
 	}
+	if err := writeAllocProfile(f.memProfile); err != nil {
+		return err
+	}
 	if err := stopWorkers(workers); err != nil {
 		return errors.Wrap(err, "stop workers")
 	}
@@ -315,6 +318,23 @@ func startCPUProfile(path string) (func() error, error) {
 		})
 		return closeErr
 	}, nil
+}
+
+// writeAllocProfile writes the allocations of the whole run so far (insert
+// and drain; pprof tells them apart by stack) to path, if path is set.
+func writeAllocProfile(path string) error {
+	if path == "" {
+		return nil
+	}
+	file, err := os.Create(path)
+	if err != nil {
+		return errors.Mark(errors.Wrap(err, "--memprofile"), configError)
+	}
+	if err := pprof.Lookup("allocs").WriteTo(file, 0); err != nil {
+		_ = file.Close()
+		return errors.Wrap(err, "write allocation profile")
+	}
+	return errors.Wrap(file.Close(), "write allocation profile")
 }
 
 // printDrain writes one drain's figures as table rows.
