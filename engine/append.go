@@ -255,6 +255,10 @@ func normalizePayload(p history.Payload) history.Payload {
 	switch v := p.(type) {
 	case history.Scheduled:
 		v.RunAt = normalizeTime(v.RunAt)
+		if v.Deadline != nil {
+			d := normalizeTime(*v.Deadline)
+			v.Deadline = &d
+		}
 		return v
 	case history.AttemptStartedData:
 		v.LeaseExpiresAt = normalizeTime(v.LeaseExpiresAt)

@@ -47,6 +47,9 @@ func ProjectionDiff(t *Task, s history.State) []string {
 	if len(t.Labels) > 0 || len(sc.Labels) > 0 {
 		check("labels", t.Labels, sc.Labels)
 	}
+	if t.Deadline != nil || sc.Deadline != nil {
+		check("deadline", t.Deadline, sc.Deadline)
+	}
 	check("status", t.Status, s.Status)
 	checkTime("run_at", &t.RunAt, s.RunAt)
 	check("attempt", t.Attempt, s.Attempt)

@@ -11,16 +11,17 @@ WITH input AS (
     SELECT * FROM unnest(
         @ids::uuid[], @namespaces::text[], @queues::text[], @types::text[], @type_versions::integer[],
         @priorities::integer[], @run_ats::timestamptz[], @max_attempts::integer[],
-        @idempotency_keys::text[], @trace_ids::text[], @inputs::jsonb[], @labels::jsonb[], @datas::jsonb[])
+        @idempotency_keys::text[], @trace_ids::text[], @inputs::jsonb[], @labels::jsonb[], @deadlines::timestamptz[],
+        @datas::jsonb[])
         WITH ORDINALITY AS i(id, namespace, queue, type, type_version, priority, run_at, max_attempts,
-                             idempotency_key, trace_id, input, labels, data, ord)
+                             idempotency_key, trace_id, input, labels, deadline, data, ord)
 ), ins AS (
     INSERT INTO /* TEMPLATE: schema */tasks (
         id, namespace, queue, type, type_version, status, priority, run_at,
-        attempt, max_attempts, idempotency_key, trace_id, input, labels,
+        attempt, max_attempts, idempotency_key, trace_id, input, labels, deadline,
         last_seq, created_at, updated_at)
     SELECT id, namespace, queue, type, type_version, 'pending', priority, run_at,
-        0, max_attempts, idempotency_key, trace_id, input, labels, 1, @at, @at
+        0, max_attempts, idempotency_key, trace_id, input, labels, deadline, 1, @at, @at
     FROM input ORDER BY ord
     ON CONFLICT (namespace, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id, queue
@@ -86,7 +87,7 @@ WITH due AS (
 SELECT c.id, c.namespace, c.queue, c.type, c.type_version, c.status, c.priority, c.run_at,
     c.attempt, c.max_attempts, c.lease_owner, c.lease_epoch, c.lease_expires_at,
     c.idempotency_key, c.trace_id, c.input, c.output, c.last_error, c.cancel_requested,
-    c.last_seq, c.created_at, c.updated_at, c.started_at, c.finished_at, c.labels,
+    c.last_seq, c.created_at, c.updated_at, c.started_at, c.finished_at, c.labels, c.deadline,
     h.seqs, h.types, h.ats, h.attempts, h.datas
 FROM claimed AS c LEFT JOIN LATERAL (
     -- A fresh task's history is task_scheduled alone, which its row holds
@@ -180,21 +181,21 @@ LIMIT @max;
 SELECT id, namespace, queue, type, type_version, status, priority, run_at,
     attempt, max_attempts, lease_owner, lease_epoch, lease_expires_at,
     idempotency_key, trace_id, input, output, last_error, cancel_requested,
-    last_seq, created_at, updated_at, started_at, finished_at, labels
+    last_seq, created_at, updated_at, started_at, finished_at, labels, deadline
 FROM /* TEMPLATE: schema */tasks WHERE id = @id AND namespace = @namespace;
 
 -- name: TaskGetManyByID
 SELECT id, namespace, queue, type, type_version, status, priority, run_at,
     attempt, max_attempts, lease_owner, lease_epoch, lease_expires_at,
     idempotency_key, trace_id, input, output, last_error, cancel_requested,
-    last_seq, created_at, updated_at, started_at, finished_at, labels
+    last_seq, created_at, updated_at, started_at, finished_at, labels, deadline
 FROM /* TEMPLATE: schema */tasks WHERE id = ANY(@ids::uuid[]);
 
 -- name: TaskList
 SELECT id, namespace, queue, type, type_version, status, priority, run_at,
     attempt, max_attempts, lease_owner, lease_epoch, lease_expires_at,
     idempotency_key, trace_id, input, output, last_error, cancel_requested,
-    last_seq, created_at, updated_at, started_at, finished_at, labels
+    last_seq, created_at, updated_at, started_at, finished_at, labels, deadline
 FROM /* TEMPLATE: schema */tasks
 WHERE namespace = @namespace
   AND (@status::text = '' OR status = @status)
@@ -227,3 +228,18 @@ RETURNING owner;
 
 -- name: LeaderResign
 DELETE FROM /* TEMPLATE: schema */leaders WHERE name = @name AND owner = @owner;
+
+-- name: DeadLetterList
+-- A page of a namespace's dead letters, newest first, from
+-- tasks_dead_letter_idx; the cursor is the (finished_at, id) of the last
+-- row of the previous page.
+SELECT id, namespace, queue, type, type_version, status, priority, run_at,
+    attempt, max_attempts, lease_owner, lease_epoch, lease_expires_at,
+    idempotency_key, trace_id, input, output, last_error, cancel_requested,
+    last_seq, created_at, updated_at, started_at, finished_at, labels, deadline
+FROM /* TEMPLATE: schema */tasks
+WHERE namespace = @namespace AND status = 'dead_lettered'
+  AND (@type::text = '' OR type = @type)
+  AND (NOT @paged::boolean OR (finished_at, id) < (@before_at::timestamptz, @before_id::uuid))
+ORDER BY finished_at DESC, id DESC
+LIMIT @max;

@@ -89,14 +89,22 @@ func rescuePayloads(state history.State, now time.Time) []history.Payload {
 	out := []history.Payload{history.LeaseExpiredData{
 		WorkerID: state.Lease.Owner, LeaseEpoch: state.Lease.Epoch, NextRunAt: now,
 	}}
-	if max := state.Scheduled.MaxAttempts; max > 0 && state.AttemptsUsed() >= max {
+	evidence := history.ErrorInfo{
+		Class:        history.Transient,
+		Kind:         "lease_expired",
+		Message:      fmt.Sprintf("worker %s stopped renewing its lease", state.Lease.Owner),
+		ClassifiedBy: "rule:lease_expired",
+	}
+	switch max := state.Scheduled.MaxAttempts; {
+	case max > 0 && state.Budget.Attempts >= max:
 		out = append(out, history.TaskDeadLetteredData{
-			Reason: fmt.Sprintf("lease expired on attempt %d of %d", state.AttemptsUsed(), max),
-			Error: history.ErrorInfo{
-				Class:   history.Transient,
-				Kind:    "lease_expired",
-				Message: fmt.Sprintf("worker %s stopped renewing its lease", state.Lease.Owner),
-			},
+			Reason: fmt.Sprintf("lease expired on attempt %d of %d", state.Budget.Attempts, max),
+			Error:  evidence,
+		})
+	case state.Scheduled.Deadline != nil && !now.Before(*state.Scheduled.Deadline):
+		out = append(out, history.TaskDeadLetteredData{
+			Reason: fmt.Sprintf("lease expired after the deadline %s", state.Scheduled.Deadline.Format(time.RFC3339)),
+			Error:  evidence,
 		})
 	}
 	return out

@@ -67,6 +67,28 @@ func TestRescueExpired(t *testing.T) {
 		require.Equal(t, 1, enginetest.RequireProjectionsMatch(t, s))
 	})
 
+	t.Run("PastItsDeadlineDeadLetters", func(t *testing.T) {
+		t.Parallel()
+		s := enginetest.Store(t)
+		p := (&enginetest.TaskOpts{MaxAttempts: 5}).Params()
+		deadline := time.Now().Add(50 * time.Millisecond)
+		p.Scheduled.Deadline = &deadline
+		res, err := s.TaskStart(context.Background(), p)
+		require.NoError(t, err)
+		claimOne(t, s, "w1", tinyTTL)
+		time.Sleep(time.Until(deadline) + 10*time.Millisecond)
+		rescueOne(t, s)
+
+		task := getTask(t, s, res.ID)
+		require.Equal(t, history.StatusDeadLettered, task.Status, "no attempt starts after the deadline")
+		evs := events(t, s, res.ID)
+		dead, ok := evs[len(evs)-1].Data.(history.TaskDeadLetteredData)
+		require.True(t, ok)
+		require.Contains(t, dead.Reason, "after the deadline")
+		require.Equal(t, "lease_expired", dead.Error.Kind)
+		enginetest.RequireProjectionsMatch(t, s)
+	})
+
 	t.Run("LastAttemptDeadLetters", func(t *testing.T) {
 		t.Parallel()
 		s := enginetest.Store(t)

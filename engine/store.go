@@ -30,6 +30,10 @@ var (
 	// ErrFenced: the caller's lease epoch is no longer the task's; the
 	// attempt it acts for is over and its writes are refused.
 	ErrFenced = errors.New("fenced: lease epoch is stale")
+	// ErrTaskState: the task's status does not allow the request (retrying
+	// a task that is not dead-lettered, for instance). The message names
+	// the status.
+	ErrTaskState = errors.New("task state does not allow this")
 	// ErrRetryable marks a statement PostgreSQL aborted for a reason that
 	// goes away when it runs again: a deadlock or a serialization failure.
 	ErrRetryable = errors.New("retryable database error")

@@ -53,10 +53,11 @@ func TestClaimOfFreshTaskEqualsReplayOfItsEvents(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := enginetest.Store(t)
+	deadline := time.Now().Add(time.Hour)
 	_, err := s.TaskStart(ctx, &engine.TaskStartParams{Namespace: "default", Scheduled: history.Scheduled{
 		TaskType: "doc", TypeVersion: 1, Queue: "default", Input: json.RawMessage(`{"b": [1, 2], "a": "x"}`),
 		MaxAttempts: 3, Priority: 4, IdempotencyKey: "k-1", TraceID: "trace-9",
-		Labels: map[string]string{"tenant": "acme", "tier": "gold"},
+		Labels: map[string]string{"tenant": "acme", "tier": "gold"}, Deadline: &deadline,
 	}})
 	require.NoError(t, err)
 	claimed, err := s.TaskClaimMany(ctx, &engine.TaskClaimManyParams{
@@ -73,5 +74,7 @@ func TestClaimOfFreshTaskEqualsReplayOfItsEvents(t *testing.T) {
 	require.Equal(t, replayed, claimed[0].State)
 	require.Equal(t, stored, claimed[0].Events)
 	require.Equal(t, map[string]string{"tenant": "acme", "tier": "gold"}, claimed[0].State.Scheduled.Labels)
+	require.NotNil(t, claimed[0].State.Scheduled.Deadline, "the deadline is rebuilt from the row")
+	require.WithinDuration(t, deadline, *claimed[0].State.Scheduled.Deadline, time.Millisecond)
 	enginetest.RequireProjectionsMatch(t, s)
 }

@@ -39,6 +39,7 @@ type Task struct {
 	StartedAt      *time.Time
 	FinishedAt     *time.Time
 	Labels         map[string]string
+	Deadline       *time.Time // the schedule-to-close deadline, if any
 }
 
 // TaskStartParams describes a task to start.
@@ -105,6 +106,7 @@ func (s *Store) taskStartMany(ctx context.Context, q Querier, ps []*TaskStartPar
 		runAts                         = make([]time.Time, n)
 		idemKeys, traceIDs, inputs     = make([]*string, n), make([]*string, n), make([]*string, n)
 		labels                         = make([]*string, n)
+		deadlines                      = make([]*time.Time, n)
 		datas                          = make([]string, n)
 	)
 	for i, p := range ps {
@@ -117,6 +119,10 @@ func (s *Store) taskStartMany(ctx context.Context, q Querier, ps []*TaskStartPar
 			sched.RunAt = now
 		}
 		sched.RunAt = normalizeTime(sched.RunAt)
+		if sched.Deadline != nil {
+			d := normalizeTime(*sched.Deadline)
+			sched.Deadline, deadlines[i] = &d, &d
+		}
 		// Refuse what could never be replayed, before anything is written.
 		if _, err := history.Apply(history.State{}, history.Event{Seq: 1, At: now, Data: sched}); err != nil {
 			return nil, errors.Wrap(err, "start task")
@@ -146,7 +152,7 @@ func (s *Store) taskStartMany(ctx context.Context, q Querier, ps []*TaskStartPar
 	rows, err := q.Query(ctx, s.sql("TaskInsertMany"), pgx.NamedArgs{
 		"ids": ids, "namespaces": namespaces, "queues": queues, "types": types, "type_versions": versions,
 		"priorities": priorities, "run_ats": runAts, "max_attempts": attempts, "idempotency_keys": idemKeys,
-		"trace_ids": traceIDs, "inputs": inputs, "labels": labels, "datas": datas, "at": now, "channel": s.channel,
+		"trace_ids": traceIDs, "inputs": inputs, "labels": labels, "deadlines": deadlines, "datas": datas, "at": now, "channel": s.channel,
 	})
 	if err != nil {
 		return nil, errors.Wrap(interpretError(err), "start tasks")
@@ -253,7 +259,7 @@ func scanTaskWith(row pgx.CollectableRow, extra ...any) (*Task, error) {
 	dest := []any{(*[16]byte)(&t.ID), &t.Namespace, &t.Queue, &t.Type, &t.TypeVersion, &status, &t.Priority,
 		&t.RunAt, &t.Attempt, &t.MaxAttempts, &leaseOwner, &t.LeaseEpoch, &t.LeaseExpiresAt,
 		&idemKey, &traceID, &input, &output, &lastError, &t.CancelRequest, &t.LastSeq,
-		&t.CreatedAt, &t.UpdatedAt, &t.StartedAt, &t.FinishedAt, &labels}
+		&t.CreatedAt, &t.UpdatedAt, &t.StartedAt, &t.FinishedAt, &labels, &t.Deadline}
 	err := row.Scan(append(dest, extra...)...)
 	if err != nil {
 		return nil, err
@@ -278,7 +284,7 @@ func scanTaskWith(row pgx.CollectableRow, extra ...any) (*Task, error) {
 
 func (t *Task) normalize() {
 	t.RunAt, t.CreatedAt, t.UpdatedAt = t.RunAt.UTC(), t.CreatedAt.UTC(), t.UpdatedAt.UTC()
-	for _, p := range []**time.Time{&t.LeaseExpiresAt, &t.StartedAt, &t.FinishedAt} {
+	for _, p := range []**time.Time{&t.LeaseExpiresAt, &t.StartedAt, &t.FinishedAt, &t.Deadline} {
 		if *p != nil {
 			u := (*p).UTC()
 			*p = &u

@@ -76,6 +76,8 @@ func Decode(typ Type, data []byte) (Payload, error) {
 		return decodeAs[TaskFailedData](typ, data)
 	case TaskDeadLettered:
 		return decodeAs[TaskDeadLetteredData](typ, data)
+	case TaskRequeued:
+		return decodeAs[TaskRequeuedData](typ, data)
 	default:
 		return nil, invalidf(nil, "decode payload: unknown event type %q", string(typ))
 	}

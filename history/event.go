@@ -20,13 +20,14 @@ const (
 	TaskCompleted    Type = "task_completed"
 	TaskFailed       Type = "task_failed"
 	TaskDeadLettered Type = "task_dead_lettered"
+	TaskRequeued     Type = "task_requeued"
 )
 
 // Types lists every event type this version of the package understands, in
 // the order of the constants above.
 var Types = []Type{
 	TaskScheduled, AttemptStarted, StepCompleted, AttemptFailed, LeaseExpired,
-	TaskReleased, TaskCompleted, TaskFailed, TaskDeadLettered,
+	TaskReleased, TaskCompleted, TaskFailed, TaskDeadLettered, TaskRequeued,
 }
 
 // Event is one entry of a task's append-only log.
@@ -71,6 +72,9 @@ type Scheduled struct {
 	TraceID        string            `json:"trace_id,omitempty"`
 	Labels         map[string]string `json:"labels,omitempty"`
 	MaxAttempts    int               `json:"max_attempts"`
+	// Deadline, when set, is the schedule-to-close deadline: the task is
+	// given up (dead-lettered) rather than started or retried after it.
+	Deadline *time.Time `json:"deadline,omitempty"`
 }
 
 // AttemptStartedData is the payload of attempt_started: a worker claimed the
@@ -111,6 +115,16 @@ type ErrorInfo struct {
 	Position int    `json:"position,omitempty"`
 	// RetryAfter is a hint from the failing code, in milliseconds.
 	RetryAfterMillis int64 `json:"retry_after_ms,omitempty"`
+	// ClassifiedBy says what decided Class: "mark:permanent",
+	// "mark:transient", "mark:retry_after", "rule:<kind>" for errors that
+	// are always permanent, "policy:<name>" for a CEL policy (its
+	// expression in Policy), or "default:step" / "default:workflow".
+	ClassifiedBy string `json:"classified_by,omitempty"`
+	// Policy is the expression of the CEL policy that classified the
+	// error, and PolicyError the error it gave, if its evaluation failed
+	// (which counts as permanent).
+	Policy      string `json:"policy,omitempty"`
+	PolicyError string `json:"policy_error,omitempty"`
 }
 
 // AttemptFailedData is the payload of attempt_failed. NextRunAt is set when
@@ -157,6 +171,14 @@ type TaskDeadLetteredData struct {
 	Error  ErrorInfo `json:"error"`
 }
 
+// TaskRequeuedData is the payload of task_requeued: an operator (By) sent a
+// dead-lettered task back to the queue, for Reason. The attempt count goes
+// on; the retry budget starts afresh.
+type TaskRequeuedData struct {
+	By     string `json:"by"`
+	Reason string `json:"reason,omitempty"`
+}
+
 // EventType implements [Payload].
 func (Scheduled) EventType() Type { return TaskScheduled }
 
@@ -183,3 +205,6 @@ func (TaskFailedData) EventType() Type { return TaskFailed }
 
 // EventType implements [Payload].
 func (TaskDeadLetteredData) EventType() Type { return TaskDeadLettered }
+
+// EventType implements [Payload].
+func (TaskRequeuedData) EventType() Type { return TaskRequeued }

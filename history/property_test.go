@@ -138,11 +138,17 @@ func checkProperties(t require.TestingT, events []history.Event) {
 		require.GreaterOrEqual(t, next.Attempt, inc.Attempt, "attempt went down at event %d", e.Seq)
 		require.GreaterOrEqual(t, next.Lease.Epoch, inc.Lease.Epoch, "lease epoch went down at event %d", e.Seq)
 		require.GreaterOrEqual(t, len(next.Steps), len(inc.Steps), "steps were lost at event %d", e.Seq)
+		require.GreaterOrEqual(t, next.Budget.Attempts, 0, "budget attempts below zero at event %d", e.Seq)
+		require.LessOrEqual(t, next.Budget.Attempts, next.AttemptsUsed(), "budget counts more attempts than were made at event %d", e.Seq)
 		for pos, st := range next.Steps {
 			require.Equal(t, pos, st.Position)
 		}
 		if next.Status.Terminal() {
-			require.Equal(t, n-1, i, "a terminal event must be the last")
+			// Only an operator's requeue may follow a terminal event.
+			if i < n-1 {
+				require.Equal(t, history.StatusDeadLettered, next.Status, "a terminal event must be the last")
+				require.Equal(t, history.TaskRequeued, events[i+1].Type(), "only task_requeued follows a dead letter")
+			}
 			require.Equal(t, e.At, next.FinishedAt)
 		} else {
 			require.True(t, next.FinishedAt.IsZero())

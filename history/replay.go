@@ -49,6 +49,16 @@ func (s Status) Terminal() bool {
 	return false
 }
 
+// Budget is the retry budget in use: attempts and time spent on the step
+// the task is at. It is per step, as in Temporal's per-activity retries:
+// completing a step starts the next one's budget afresh (with the running
+// attempt as its first), and so does a requeue. Attempts handed back by a
+// stopping worker do not count.
+type Budget struct {
+	Attempts int       // attempts begun on this step, released ones excluded
+	Since    time.Time // at of the first of them; zero before it
+}
+
 // Lease is the claim a worker holds on a running task. Epoch grows with every
 // attempt and is kept after the lease ends, so a stale worker's writes can be
 // fenced off by comparing epochs.
@@ -74,7 +84,9 @@ type State struct {
 	Attempt int // the latest attempt number, 0 before the first
 	// Released counts attempts handed back by task_released (a worker
 	// shutting down). They are not failures and do not use up max_attempts.
-	Released  int
+	Released int
+	// Budget is what the failing step has used of its retry budget.
+	Budget    Budget
 	RunAt     time.Time // when the task is next due (or was, once running)
 	Lease     Lease
 	Steps     []Step // completed steps, by position
@@ -154,7 +166,7 @@ func apply(s State, e Event, owned bool) (State, error) {
 	if s.LastSeq == 0 && typ != TaskScheduled {
 		return s, invalidf(nil, "event %d (%s): a history starts with %s", e.Seq, typ, TaskScheduled)
 	}
-	if s.Status.Terminal() {
+	if s.Status.Terminal() && !(typ == TaskRequeued && s.Status == StatusDeadLettered) {
 		return s, invalidf(nil, "event %d (%s): task is already %s", e.Seq, typ, s.Status)
 	}
 	var err error
@@ -172,6 +184,7 @@ func apply(s State, e Event, owned bool) (State, error) {
 	case TaskReleasedData:
 		if err = s.applyLeaseEnded(e, p.LeaseEpoch, StatusPending, e.At); err == nil {
 			s.Released++
+			s.Budget.Attempts--
 		}
 	case TaskCompletedData:
 		err = s.applyCompleted(e, p)
@@ -183,6 +196,8 @@ func apply(s State, e Event, owned bool) (State, error) {
 		s.finish(e, StatusDeadLettered)
 		info := p.Error
 		s.LastError = &info
+	case TaskRequeuedData:
+		err = s.applyRequeued(e, p)
 	default:
 		err = invalidf(nil, "event %d: unknown payload %T", e.Seq, e.Data)
 	}
@@ -217,6 +232,8 @@ func typeOf(p Payload) (Type, bool) {
 		return TaskFailed, true
 	case TaskDeadLetteredData:
 		return TaskDeadLettered, true
+	case TaskRequeuedData:
+		return TaskRequeued, true
 	}
 	return "", false
 }
@@ -256,6 +273,10 @@ func (s *State) applyAttemptStarted(e Event, p AttemptStartedData) error {
 	if s.StartedAt.IsZero() {
 		s.StartedAt = e.At
 	}
+	s.Budget.Attempts++
+	if s.Budget.Since.IsZero() {
+		s.Budget.Since = e.At
+	}
 	return nil
 }
 
@@ -283,6 +304,8 @@ func (s *State) applyStepCompleted(e Event, p StepCompletedData, owned bool) err
 		return invalidf(nil, "event %d (%s): no step name", e.Seq, StepCompleted)
 	}
 	step := Step(p)
+	// The next step's budget starts now, with this attempt as its first.
+	s.Budget = Budget{Attempts: 1, Since: e.At}
 	if owned {
 		s.Steps = append(s.Steps, step)
 		return nil
@@ -340,6 +363,20 @@ func (s *State) applyCompleted(e Event, p TaskCompletedData) error {
 	}
 	s.finish(e, StatusCompleted)
 	s.Output = p.Output
+	return nil
+}
+
+func (s *State) applyRequeued(e Event, p TaskRequeuedData) error {
+	if s.Status != StatusDeadLettered {
+		return invalidf(nil, "event %d (%s): task is %s, only a dead-lettered task is requeued", e.Seq, TaskRequeued, s.Status)
+	}
+	if p.By == "" {
+		return invalidf(nil, "event %d (%s): no requester (by)", e.Seq, TaskRequeued)
+	}
+	s.Status = StatusPending
+	s.RunAt = e.At
+	s.FinishedAt = time.Time{}
+	s.Budget = Budget{}
 	return nil
 }
 

@@ -26,6 +26,7 @@ var (
 	completed    = historytest.Completed
 	failed       = historytest.Failed
 	deadLettered = historytest.DeadLettered
+	requeued     = historytest.Requeued
 )
 
 // at returns the time Build gives the event with seq.
@@ -232,6 +233,44 @@ func TestApplyTransitions(t *testing.T) {
 			},
 		},
 		{
+			name:   "task_requeued from dead_lettered restarts the budget, not the attempt count",
+			events: append(retrying[:4:4], started(2, 2), deadLettered(2, "exhausted"), requeued("provider back")),
+			check: func(t *testing.T, s history.State) {
+				t.Helper()
+				require.Equal(t, history.StatusPending, s.Status)
+				require.Equal(t, at(7), s.RunAt, "due at once")
+				require.Equal(t, 2, s.Attempt)
+				require.Equal(t, history.Budget{}, s.Budget)
+				require.True(t, s.FinishedAt.IsZero())
+				require.NotNil(t, s.LastError, "the last error stays as evidence")
+			},
+		},
+		{
+			name:   "an attempt after a requeue starts a new budget",
+			events: append(retrying[:4:4], started(2, 2), deadLettered(2, "exhausted"), requeued(""), started(3, 3)),
+			check: func(t *testing.T, s history.State) {
+				t.Helper()
+				require.Equal(t, 3, s.Attempt)
+				require.Equal(t, history.Budget{Attempts: 1, Since: at(8)}, s.Budget)
+			},
+		},
+		{
+			name:   "a completed step starts the next step's budget",
+			events: append(retrying[:4:4], started(2, 2), step(2, 1, "charge")),
+			check: func(t *testing.T, s history.State) {
+				t.Helper()
+				require.Equal(t, history.Budget{Attempts: 1, Since: at(6)}, s.Budget)
+			},
+		},
+		{
+			name:   "a released attempt does not count against the budget",
+			events: append(running[:2:2], released(1, 1), started(2, 2)),
+			check: func(t *testing.T, s history.State) {
+				t.Helper()
+				require.Equal(t, history.Budget{Attempts: 1, Since: at(2)}, s.Budget)
+			},
+		},
+		{
 			name:   "task_dead_lettered by the rescuer while running",
 			events: append(withStep[:3:3], deadLettered(1, "lease expired on the last attempt")),
 			check: func(t *testing.T, s history.State) {
@@ -295,6 +334,18 @@ func TestApplyInvalid(t *testing.T) {
 			events:   []historytest.E{{Data: history.Scheduled{Namespace: "default", Queue: "default", MaxAttempts: 1}}},
 			contains: "no task type",
 		},
+
+		// Requeues.
+		{name: "requeue pending", events: with(pending, requeued("")), contains: "task is pending, only a dead-lettered task is requeued"},
+		{name: "requeue retrying", events: with(retrying, requeued("")), contains: "task is retrying"},
+		{name: "requeue failed", events: with(ended, failed(1, "declined"), requeued("")), contains: "task is already failed"},
+		{name: "requeue completed", events: with(running, completed(1), requeued("")), contains: "task is already completed"},
+		{
+			name:     "requeue without requester",
+			events:   with(retrying, deadLettered(1, "x"), historytest.E{Data: history.TaskRequeuedData{}}),
+			contains: "no requester",
+		},
+		{name: "requeued twice", events: with(retrying, deadLettered(1, "x"), requeued(""), requeued("")), contains: "task is pending"},
 
 		// Payloads.
 		{name: "nil payload", events: with(pending, historytest.E{Attempt: 1}), contains: "event 2: no payload"},
@@ -477,6 +528,7 @@ func TestEventType(t *testing.T) {
 		history.Scheduled{}, history.AttemptStartedData{}, history.StepCompletedData{},
 		history.AttemptFailedData{}, history.LeaseExpiredData{}, history.TaskReleasedData{},
 		history.TaskCompletedData{}, history.TaskFailedData{}, history.TaskDeadLetteredData{},
+		history.TaskRequeuedData{},
 	}
 	require.Len(t, payloads, len(history.Types))
 	for i, p := range payloads {

@@ -16,7 +16,7 @@ import (
 var allowedImports = map[string][]string{
 	"history":             {},
 	"migrations":          {},
-	"workflow":            {"history"},
+	"workflow":            {"history", "activities"},
 	"activities":          {"history"},
 	"engine":              {"history", "migrations"},
 	"engine/enginetest":   {"engine", "history"},

@@ -3,6 +3,7 @@ package sdk
 import (
 	"context"
 	"encoding/json"
+	"os"
 	"sync"
 	"time"
 
@@ -27,6 +28,9 @@ type ClientConfig struct {
 	Schema string
 	// Namespace tasks are started in and looked up in. Default "default".
 	Namespace string
+	// Identity names who acts through this client in the history of the
+	// tasks it retries (task_requeued's "by"). Default "sdk@<hostname>".
+	Identity string
 }
 
 // Client starts tasks and asks about them. It is safe for concurrent use.
@@ -35,6 +39,7 @@ type ClientConfig struct {
 type Client struct {
 	store     *engine.Store
 	namespace string
+	identity  string
 
 	listenOnce sync.Once
 	listener   *engine.Notifier // started by the first Wait; stopped by Close
@@ -71,7 +76,12 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	if ns == "" {
 		ns = engine.DefaultNamespace
 	}
-	return &Client{store: store, namespace: ns}, nil
+	identity := cfg.Identity
+	if identity == "" {
+		host, _ := os.Hostname()
+		identity = "sdk@" + host
+	}
+	return &Client{store: store, namespace: ns, identity: identity}, nil
 }
 
 // Store returns the client's engine store, for tools that need the lower
@@ -96,6 +106,9 @@ type StartOpts struct {
 	MaxAttempts int
 	// TraceID links the task to the caller's trace.
 	TraceID string
+	// Deadline overrides the workflow's ScheduleToClose: the task is
+	// dead-lettered rather than started or retried after it.
+	Deadline time.Time
 }
 
 // StartResult identifies the task a start refers to.
@@ -141,10 +154,11 @@ func (c *Client) startParams(wf WorkflowRef, input any, opts *StartOpts) (*engin
 	if wf.TypeVersion() < 1 {
 		return nil, errors.Newf("start %s: version %d must be at least 1", wf.TypeName(), wf.TypeVersion())
 	}
-	queue, retry := "default", activities.DefaultRetryPolicy
+	defaults := workflowDefaults{queue: "default", retry: activities.DefaultRetryPolicy}
 	if d, ok := wf.(hasDefaults); ok {
-		queue, retry = d.defaults()
+		defaults = d.typeDefaults()
 	}
+	queue, retry := defaults.queue, defaults.retry
 	if opts.Queue != "" {
 		queue = opts.Queue
 	}
@@ -177,10 +191,22 @@ func (c *Client) startParams(wf WorkflowRef, input any, opts *StartOpts) (*engin
 	if runAt.IsZero() && opts.Delay > 0 {
 		runAt = time.Now().Add(opts.Delay)
 	}
+	var deadline *time.Time
+	switch {
+	case !opts.Deadline.IsZero():
+		deadline = &opts.Deadline
+	case defaults.scheduleToClose > 0:
+		d := time.Now().Add(defaults.scheduleToClose)
+		deadline = &d
+	}
+	if deadline != nil && !runAt.IsZero() && !deadline.After(runAt) {
+		return nil, errors.Newf("start %s: deadline %s is not after the run time %s", wf.TypeName(),
+			deadline.Format(time.RFC3339Nano), runAt.Format(time.RFC3339Nano))
+	}
 	return &engine.TaskStartParams{Namespace: c.namespace, Scheduled: history.Scheduled{
 		TaskType: wf.TypeName(), TypeVersion: wf.TypeVersion(), Queue: queue, Priority: opts.Priority,
 		Input: raw, RunAt: runAt, IdempotencyKey: opts.IdempotencyKey, TraceID: opts.TraceID,
-		MaxAttempts: maxAttempts,
+		MaxAttempts: maxAttempts, Deadline: deadline,
 	}}, nil
 }
 
@@ -209,6 +235,8 @@ type TaskInfo struct {
 	UpdatedAt      time.Time          `json:"updated_at"`
 	StartedAt      *time.Time         `json:"started_at"`
 	FinishedAt     *time.Time         `json:"finished_at"`
+	Deadline       *time.Time         `json:"deadline,omitempty"`
+	Labels         map[string]string  `json:"labels,omitempty"`
 }
 
 func taskInfo(t *engine.Task) *TaskInfo {
@@ -217,7 +245,8 @@ func taskInfo(t *engine.Task) *TaskInfo {
 		Status: t.Status, Priority: t.Priority, Attempt: t.Attempt, MaxAttempts: t.MaxAttempts,
 		IdempotencyKey: t.IdempotencyKey, TraceID: t.TraceID, Input: t.Input, Output: t.Output,
 		LastError: t.LastError, LeaseOwner: t.LeaseOwner, RunAt: t.RunAt, CreatedAt: t.CreatedAt,
-		UpdatedAt: t.UpdatedAt, StartedAt: t.StartedAt, FinishedAt: t.FinishedAt,
+		UpdatedAt: t.UpdatedAt, StartedAt: t.StartedAt, FinishedAt: t.FinishedAt, Deadline: t.Deadline,
+		Labels: t.Labels,
 	}
 }
 

@@ -168,7 +168,7 @@ func Example_permanentError() {
 	fmt.Println(info.Status, "after", info.Attempt, "attempt")
 	fmt.Println(info.LastError.Class, "error in step", info.LastError.Step+":", info.LastError.Message)
 	// Prints:
-	// failed after 1 attempt
+	// dead_lettered after 1 attempt
 	// permanent error in step charge: amount -5 is not positive
 }
 

@@ -62,8 +62,8 @@ type Worker struct {
 }
 
 type registered struct {
-	fn    workflow.Func
-	retry activities.RetryPolicy
+	fn       workflow.Func
+	defaults workflowDefaults
 }
 
 // NewWorker returns a worker; it does nothing until started.
@@ -135,7 +135,7 @@ func RegisterSafely[In, Out any](w *Worker, wf *Workflow[In, Out]) error {
 	if _, dup := w.types[key]; dup {
 		return errors.Newf("register %s: already registered", key)
 	}
-	w.types[key] = registered{fn: workflow.Typed(wf.fn), retry: wf.retry}
+	w.types[key] = registered{fn: workflow.Typed(wf.fn), defaults: wf.defaults}
 	return nil
 }
 
@@ -230,11 +230,23 @@ func (w *Worker) HandleAttempt(ctx context.Context, a *engine.Attempt) ([]histor
 		return nil, errors.AssertionFailedf("claimed task %s of unregistered type %s", a.Task.ID, key)
 	}
 	taskID := a.Task.ID.String()
+	runCtx := ctx
+	if dl := state.Scheduled.Deadline; dl != nil {
+		if !engine.Now().Before(*dl) {
+			return w.giveUp(reg, state, history.ErrorInfo{
+				Class: history.Permanent, Kind: kindDeadline, ClassifiedBy: "rule:" + kindDeadline,
+				Message: fmt.Sprintf("deadline %s passed before attempt %d began", dl.Format(time.RFC3339), state.Attempt),
+			}, "deadline passed"), nil
+		}
+		var cancel context.CancelFunc
+		runCtx, cancel = context.WithDeadlineCause(ctx, *dl, errDeadline)
+		defer cancel()
+	}
 	res := workflow.Run(workflow.RunParams{
 		TaskID: taskID, Attempt: state.Attempt, Steps: state.Steps,
-		Context: ctx, Stopping: a.Stopping(),
+		Context: runCtx, Stopping: a.Stopping(),
 		StepContext: func(s workflow.StepInfo) context.Context {
-			return activities.WithInfo(ctx, activities.Info{
+			return activities.WithInfo(runCtx, activities.Info{
 				TaskID: taskID, TaskType: a.Task.Type, Attempt: state.Attempt, WorkerID: a.WorkerID(),
 				Step: s.Name, Position: s.Position,
 				IdempotencyKey: activities.IdempotencyKey(taskID, s.Position, s.Name),
@@ -247,6 +259,9 @@ func (w *Worker) HandleAttempt(ctx context.Context, a *engine.Attempt) ([]histor
 			return a.Append(a.DurableContext(), step)
 		},
 	}, reg.fn, a.Task.Input)
+	if res.Err != nil && errors.Is(context.Cause(runCtx), errDeadline) {
+		res.Err = errors.Mark(res.Err, errDeadline)
+	}
 	payloads, err := w.outcome(ctx, a, reg, res)
 	if res.Pending == nil {
 		return payloads, err
@@ -264,6 +279,12 @@ func (w *Worker) HandleAttempt(ctx context.Context, a *engine.Attempt) ([]histor
 	// one round trip and one row update fewer per task.
 	return append([]history.Payload{*res.Pending}, payloads...), nil
 }
+
+// kindDeadline is the error kind of an attempt cut off by its task's
+// schedule-to-close deadline. It is always permanent.
+const kindDeadline = "schedule_to_close_timeout"
+
+var errDeadline = errors.New("task deadline passed")
 
 // outcome maps a run's result to the events that end the attempt.
 func (w *Worker) outcome(ctx context.Context, a *engine.Attempt, reg registered, res workflow.Result) ([]history.Payload, error) {
@@ -285,48 +306,92 @@ func (w *Worker) outcome(ctx context.Context, a *engine.Attempt, reg registered,
 		}
 		return nil, errors.Wrapf(context.Cause(ctx), "attempt of task %s interrupted", a.Task.ID)
 	}
-	info := w.describe(res)
-	failed := history.AttemptFailedData{Error: info}
 	state := a.State()
-	if info.Class == history.Permanent {
-		return []history.Payload{failed, history.TaskFailedData{Error: info}}, nil
+	now := engine.Now()
+	elapsed := now.Sub(state.Budget.Since)
+	info := w.classify(a, reg, res, elapsed)
+	policy := reg.defaults.retry
+	if max := state.Scheduled.MaxAttempts; max > 0 {
+		policy.MaxAttempts = max // as started: StartOpts.MaxAttempts may override the type's
 	}
-	if max := state.Scheduled.MaxAttempts; max > 0 && state.AttemptsUsed() >= max {
-		return []history.Payload{failed, history.TaskDeadLetteredData{
-			Reason: fmt.Sprintf("retries exhausted: attempt %d of %d failed", state.AttemptsUsed(), max),
-			Error:  info,
-		}}, nil
+	if res.StepOpts != nil && res.StepOpts.Retry != nil {
+		policy = *res.StepOpts.Retry
 	}
-	next := engine.Now().Add(reg.retry.Backoff(state.Attempt, rand.Float64))
-	failed.NextRunAt = &next
-	return []history.Payload{failed}, nil
+	decision := policy.Decide(info, state.Budget.Attempts, elapsed, rand.Float64)
+	if dl := state.Scheduled.Deadline; decision.Retry && dl != nil && now.Add(decision.Delay).After(*dl) {
+		decision = activities.Decision{Reason: fmt.Sprintf("deadline %s comes before the next attempt would", dl.Format(time.RFC3339))}
+	}
+	if !decision.Retry {
+		return w.giveUp(reg, state, info, decision.Reason), nil
+	}
+	next := now.Add(decision.Delay)
+	return []history.Payload{history.AttemptFailedData{Error: info, NextRunAt: &next}}, nil
 }
 
-// describe turns a run's error into evidence. Errors from steps are
-// transient unless marked; errors of the workflow body itself are permanent
-// unless marked, since re-running the same code on the same history gives
-// the same error. Non-determinism and bad input are always permanent.
-func (w *Worker) describe(res workflow.Result) history.ErrorInfo {
-	defaultClass := history.Permanent
-	if res.Step != nil {
-		defaultClass = history.Transient
+// giveUp ends the task after a failed attempt: dead-lettered for an
+// operator, or failed where the type says so.
+func (w *Worker) giveUp(reg registered, state history.State, info history.ErrorInfo, reason string) []history.Payload {
+	failed := history.AttemptFailedData{Error: info}
+	if reg.defaults.skipDeadLetter {
+		return []history.Payload{failed, history.TaskFailedData{Error: info}}
 	}
-	info := activities.Describe(res.Err, defaultClass)
-	switch {
-	case errors.Is(res.Err, workflow.ErrNondeterministic):
-		info.Class, info.Kind = history.Permanent, "nondeterminism"
-	case errors.Is(res.Err, workflow.ErrBadInput):
-		info.Class, info.Kind = history.Permanent, "bad_input"
-	case errors.Is(res.Err, workflow.ErrUnstorable):
-		info.Class, info.Kind = history.Permanent, "unstorable_output"
-	case errors.Is(res.Err, workflow.ErrRecordFailed):
+	return []history.Payload{failed, history.TaskDeadLetteredData{
+		Reason: fmt.Sprintf("%s (attempt %d)", reason, state.Attempt), Error: info,
+	}}
+}
+
+// classify turns a run's error into evidence, in this order: errors that
+// are always permanent (non-determinism, bad input or step options, an
+// unstorable output, the task's deadline); marks set in Go code; the CEL
+// policy of the failed step, else of the workflow type; the default, which
+// is transient for a step's errors and permanent for the workflow body's
+// own (re-running the same code on the same history gives the same error).
+func (w *Worker) classify(a *engine.Attempt, reg registered, res workflow.Result, elapsed time.Duration) history.ErrorInfo {
+	f := activities.Failure{
+		Err: res.Err, Default: history.Permanent, DefaultBy: "default:workflow",
+		Attempt: a.State().Attempt, Elapsed: elapsed,
+		Task: activities.PolicyTask{Type: a.Task.Type, Queue: a.Task.Queue},
+	}
+	if res.Step != nil {
+		f.Default, f.DefaultBy, f.Step.Name = history.Transient, "default:step", res.Step.Name
+	}
+	policy := reg.defaults.retry.Classifier
+	if res.StepOpts != nil && res.StepOpts.Retry != nil {
+		policy = res.StepOpts.Retry.Classifier
+	}
+	var info history.ErrorInfo
+	if kind := alwaysPermanent(res.Err); kind != "" {
+		info = activities.Describe(res.Err, history.Permanent)
+		info.Class, info.Kind, info.ClassifiedBy = history.Permanent, kind, "rule:"+kind
+	} else {
+		info = activities.Classify(f, policy)
+	}
+	if errors.Is(res.Err, workflow.ErrRecordFailed) && !activities.Marked(info) {
 		// The step finished but its result was not saved: run it again.
-		info.Class, info.Kind = history.Transient, "record_failed"
+		info.Class, info.Kind, info.ClassifiedBy = history.Transient, "record_failed", "rule:record_failed"
 	}
 	if res.Step != nil {
 		info.Step, info.Position = res.Step.Name, res.Step.Position
 	}
 	return info
+}
+
+// alwaysPermanent returns the kind of an error no mark or policy may
+// retry, or "".
+func alwaysPermanent(err error) string {
+	switch {
+	case errors.Is(err, workflow.ErrNondeterministic):
+		return "nondeterminism"
+	case errors.Is(err, workflow.ErrBadInput):
+		return "bad_input"
+	case errors.Is(err, workflow.ErrBadStepOpts):
+		return "bad_step_options"
+	case errors.Is(err, workflow.ErrUnstorable):
+		return "unstorable_output"
+	case errors.Is(err, errDeadline):
+		return kindDeadline
+	}
+	return ""
 }
 
 var _ engine.Handler = (*Worker)(nil)

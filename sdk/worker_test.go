@@ -18,7 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func TestPermanentStepErrorFailsTaskAfterOneAttempt(t *testing.T) {
+func TestPermanentStepErrorDeadLettersAfterOneAttempt(t *testing.T) {
 	t.Parallel()
 	b := setup(t, sdk.WorkerConfig{})
 	var validateRuns atomic.Int32
@@ -40,7 +40,7 @@ func TestPermanentStepErrorFailsTaskAfterOneAttempt(t *testing.T) {
 	require.NoError(t, err)
 	info := waitTask(t, b.client, res.ID)
 
-	require.Equal(t, history.StatusFailed, info.Status)
+	require.Equal(t, history.StatusDeadLettered, info.Status, "a permanent error waits for an operator")
 	require.Equal(t, 1, info.Attempt)
 	require.Equal(t, int32(1), validateRuns.Load(), "a permanent error is not retried")
 	require.NotNil(t, info.FinishedAt)
@@ -50,15 +50,18 @@ func TestPermanentStepErrorFailsTaskAfterOneAttempt(t *testing.T) {
 	require.Equal(t, 1, info.LastError.Position)
 	require.Contains(t, info.LastError.Message, "total does not match line items")
 	_, err = sdk.Output[string](info)
-	require.Error(t, err, "a failed task has no output")
+	require.Error(t, err, "a dead-lettered task has no output")
 
 	events := taskHistory(t, b.client, res.ID)
 	require.Equal(t, []history.Type{history.TaskScheduled, history.AttemptStarted, history.StepCompleted,
-		history.AttemptFailed, history.TaskFailed}, eventTypes(events))
+		history.AttemptFailed, history.TaskDeadLettered}, eventTypes(events))
 	failed := eventsOf[history.AttemptFailedData](events)
 	require.Nil(t, failed[0].NextRunAt, "no retry is scheduled")
 	require.Equal(t, *info.LastError, failed[0].Error)
-	require.Equal(t, *info.LastError, eventsOf[history.TaskFailedData](events)[0].Error)
+	dead := eventsOf[history.TaskDeadLetteredData](events)[0]
+	require.Equal(t, *info.LastError, dead.Error)
+	require.Contains(t, dead.Reason, "permanent error (mark:permanent)")
+	require.Equal(t, "mark:permanent", info.LastError.ClassifiedBy)
 
 	stopWorker(t, b.worker)
 	enginetest.RequireProjectionsMatch(t, b.client.Store())
@@ -153,7 +156,8 @@ func TestBodyErrorIsPermanentUnlessMarked(t *testing.T) {
 	require.NoError(t, err)
 
 	info := waitTask(t, b.client, plain.ID)
-	require.Equal(t, history.StatusFailed, info.Status, "the body's own error is permanent")
+	require.Equal(t, history.StatusDeadLettered, info.Status, "the body's own error is permanent")
+	require.Equal(t, "default:workflow", info.LastError.ClassifiedBy)
 	require.Equal(t, 1, info.Attempt)
 	require.Equal(t, history.Permanent, info.LastError.Class)
 	require.Empty(t, info.LastError.Step)
@@ -207,7 +211,7 @@ func TestNondeterministicWorkflowFailsTask(t *testing.T) {
 			classifyRuns.Add(1)
 			return "invoice", nil
 		}, nil)
-	}, &sdk.WorkflowOpts{Retry: fastRetry(5)})
+	}, &sdk.WorkflowOpts{Retry: fastRetry(5), SkipDeadLetter: true})
 	second := b.newWorker(t, sdk.WorkerConfig{})
 	sdk.Register(second, changed)
 	startWorker(t, second)
@@ -231,7 +235,7 @@ func TestNondeterministicWorkflowFailsTask(t *testing.T) {
 	enginetest.RequireProjectionsMatch(t, b.client.Store())
 }
 
-func TestBadInputFailsTask(t *testing.T) {
+func TestBadInputDeadLettersOnFirstAttempt(t *testing.T) {
 	t.Parallel()
 	b := setup(t, sdk.WorkerConfig{})
 	type document struct {
@@ -254,13 +258,14 @@ func TestBadInputFailsTask(t *testing.T) {
 	require.NoError(t, err)
 
 	info := waitTask(t, b.client, bad.ID)
-	require.Equal(t, history.StatusFailed, info.Status)
+	require.Equal(t, history.StatusDeadLettered, info.Status)
 	require.Equal(t, 1, info.Attempt, "bad input is not retried")
 	require.Equal(t, history.Permanent, info.LastError.Class)
 	require.Equal(t, "bad_input", info.LastError.Kind)
 	require.JSONEq(t, `{"pages": "three"}`, string(info.Input))
+	require.Equal(t, "rule:bad_input", info.LastError.ClassifiedBy)
 	require.Equal(t, []history.Type{history.TaskScheduled, history.AttemptStarted, history.AttemptFailed,
-		history.TaskFailed}, eventTypes(taskHistory(t, b.client, bad.ID)))
+		history.TaskDeadLettered}, eventTypes(taskHistory(t, b.client, bad.ID)))
 
 	info = waitTask(t, b.client, good.ID)
 	require.Equal(t, history.StatusCompleted, info.Status)

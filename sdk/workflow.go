@@ -1,6 +1,8 @@
 package sdk
 
 import (
+	"time"
+
 	"github.com/cairnflow/cairn/activities"
 	"github.com/cairnflow/cairn/workflow"
 	"github.com/cockroachdb/errors"
@@ -33,19 +35,37 @@ type WorkflowOpts struct {
 	// Queue tasks of this type go to unless started with another. Default
 	// "default".
 	Queue string
-	// Retry is the retry policy. Default activities.DefaultRetryPolicy.
+	// Retry is the retry policy: budget, backoff, and the CEL policy that
+	// classifies errors (see activities.NewPolicy). Steps may override it
+	// (workflow.StepOpts.Retry). Default activities.DefaultRetryPolicy.
 	Retry *activities.RetryPolicy
+	// ScheduleToClose, when set, is a deadline for each task of this type,
+	// counted from its start: a task not finished by then is not started
+	// or retried again but dead-lettered, and a running attempt's context
+	// ends at it. StartOpts.Deadline overrides it per task.
+	ScheduleToClose time.Duration
+	// SkipDeadLetter ends tasks that fail permanently or use up their
+	// retry budget as failed (task_failed) instead of dead-lettered
+	// (task_dead_lettered): for work nobody would retry by hand.
+	SkipDeadLetter bool
 }
 
 // Workflow is a registered-able workflow type: a name and version that are
 // stored with every task (so never derive them from Go identifiers), and a
 // typed function.
 type Workflow[In, Out any] struct {
-	name    string
-	version int
-	fn      func(workflow.Context, In) (Out, error)
-	queue   string
-	retry   activities.RetryPolicy
+	name     string
+	version  int
+	fn       func(workflow.Context, In) (Out, error)
+	defaults workflowDefaults
+}
+
+// workflowDefaults are what a start and a worker take from a workflow type.
+type workflowDefaults struct {
+	queue           string
+	retry           activities.RetryPolicy
+	scheduleToClose time.Duration
+	skipDeadLetter  bool
 }
 
 // NewWorkflow defines a workflow type. It panics on an invalid definition,
@@ -70,20 +90,26 @@ func NewWorkflowSafely[In, Out any](name string, version int, fn func(workflow.C
 	if fn == nil {
 		return nil, errors.Newf("workflow %s: function is nil", name)
 	}
-	wf := &Workflow[In, Out]{name: name, version: version, fn: fn, queue: "default", retry: activities.DefaultRetryPolicy}
+	wf := &Workflow[In, Out]{name: name, version: version, fn: fn,
+		defaults: workflowDefaults{queue: "default", retry: activities.DefaultRetryPolicy}}
 	if opts != nil {
 		if opts.Queue != "" {
 			if err := validateName("queue", opts.Queue); err != nil {
 				return nil, errors.Wrapf(err, "workflow %s", name)
 			}
-			wf.queue = opts.Queue
+			wf.defaults.queue = opts.Queue
 		}
 		if opts.Retry != nil {
 			if err := opts.Retry.Validate(); err != nil {
 				return nil, errors.Wrapf(err, "workflow %s", name)
 			}
-			wf.retry = *opts.Retry
+			wf.defaults.retry = *opts.Retry
 		}
+		if opts.ScheduleToClose < 0 {
+			return nil, errors.Newf("workflow %s: ScheduleToClose %s is negative", name, opts.ScheduleToClose)
+		}
+		wf.defaults.scheduleToClose = opts.ScheduleToClose
+		wf.defaults.skipDeadLetter = opts.SkipDeadLetter
 	}
 	return wf, nil
 }
@@ -94,13 +120,11 @@ func (w *Workflow[In, Out]) TypeName() string { return w.name }
 // TypeVersion implements [WorkflowRef].
 func (w *Workflow[In, Out]) TypeVersion() int { return w.version }
 
-func (w *Workflow[In, Out]) defaults() (queue string, retry activities.RetryPolicy) {
-	return w.queue, w.retry
-}
+func (w *Workflow[In, Out]) typeDefaults() workflowDefaults { return w.defaults }
 
 // hasDefaults is implemented by *Workflow, whose defaults a start uses.
 type hasDefaults interface {
-	defaults() (queue string, retry activities.RetryPolicy)
+	typeDefaults() workflowDefaults
 }
 
 func validateTypeName(name string) error { return validateName("workflow type name", name) }

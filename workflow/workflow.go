@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
+	"github.com/cairnflow/cairn/activities"
 	"github.com/cairnflow/cairn/history"
 	"github.com/cockroachdb/errors"
 )
@@ -27,6 +29,9 @@ var (
 	// ErrBadInput marks a task input that cannot be decoded into the
 	// workflow's input type. It is permanent: no retry will fix it.
 	ErrBadInput = errors.New("bad input")
+	// ErrBadStepOpts marks a step called with invalid options. It is
+	// permanent: the code would call it the same way again.
+	ErrBadStepOpts = errors.New("cairn/workflow: bad step options")
 )
 
 // Context is what a workflow body receives. It deliberately does not
@@ -81,8 +86,10 @@ type Result struct {
 	// Err ends the attempt: a step's error, the body's own error, a
 	// non-determinism error, [ErrStopping], or the attempt context's error.
 	Err error
-	// Step is the step whose error ended the run, if a step's did.
-	Step *StepInfo
+	// Step is the step whose error ended the run, if a step's did, and
+	// StepOpts the options it was called with (nil for the defaults).
+	Step     *StepInfo
+	StepOpts *StepOpts
 	// Executed counts the steps this run executed (not replayed).
 	Executed int
 	// Pending is the completion of the last executed step when Run did not
@@ -96,6 +103,7 @@ type runState struct {
 	next     int   // position of the next Step call
 	aborted  error // set once: every later Step returns it
 	failed   *StepInfo
+	failedOp *StepOpts
 	executed int
 	pending  *history.StepCompletedData // executed, not yet recorded
 }
@@ -122,11 +130,11 @@ func Run(p RunParams, fn Func, input json.RawMessage) (res Result) {
 				// (e.g. using a zero result): the abort is what ended it.
 				err = errors.WithSecondaryError(s.aborted, err)
 			}
-			res = Result{Err: err, Step: s.failed, Executed: s.executed, Pending: s.pending}
+			res = Result{Err: err, Step: s.failed, StepOpts: s.failedOp, Executed: s.executed, Pending: s.pending}
 		}
 	}()
 	out, err := fn(runContext{s}, input)
-	res = Result{Step: s.failed, Executed: s.executed, Pending: s.pending}
+	res = Result{Step: s.failed, StepOpts: s.failedOp, Executed: s.executed, Pending: s.pending}
 	switch {
 	case s.aborted != nil:
 		// A step's failure or a checkpoint stop ends the attempt, whatever
@@ -151,7 +159,34 @@ func nondeterministic(position int, recorded, called string) error {
 }
 
 // StepOpts are per-step options. A nil *StepOpts takes every default.
-type StepOpts struct{}
+type StepOpts struct {
+	// Retry overrides the workflow type's retry policy for this step's
+	// failures: its budget, backoff and classification policy.
+	Retry *activities.RetryPolicy
+	// StartToClose and HeartbeatTimeout bound one run of the step (see
+	// [activities.Timeouts]); hitting either is a transient failure.
+	StartToClose     time.Duration
+	HeartbeatTimeout time.Duration
+}
+
+func (o *StepOpts) validate() error {
+	if o == nil {
+		return nil
+	}
+	if o.Retry != nil {
+		if err := o.Retry.Validate(); err != nil {
+			return err
+		}
+	}
+	return o.timeouts().Validate()
+}
+
+func (o *StepOpts) timeouts() activities.Timeouts {
+	if o == nil {
+		return activities.Timeouts{}
+	}
+	return activities.Timeouts{StartToClose: o.StartToClose, Heartbeat: o.HeartbeatTimeout}
+}
 
 // Step runs fn as the step called name at the current position, or, if the
 // history already recorded that step, returns its recorded output without
@@ -161,7 +196,7 @@ type StepOpts struct{}
 // A step's error ends the attempt: Step returns it, and every later Step
 // call in the run returns it too without running anything. The task is then
 // retried from this step or fails, as the error's class decides.
-func Step[Out any](ctx Context, name string, fn func(context.Context) (Out, error), _ *StepOpts) (Out, error) {
+func Step[Out any](ctx Context, name string, fn func(context.Context) (Out, error), opts *StepOpts) (Out, error) {
 	var zero Out
 	s := ctx.run()
 	if s.aborted != nil {
@@ -190,13 +225,20 @@ func Step[Out any](ctx Context, name string, fn func(context.Context) (Out, erro
 		return zero, err
 	}
 	info := StepInfo{Position: pos, Name: name}
+	if err := opts.validate(); err != nil {
+		err = errors.Mark(errors.Wrapf(err, "%s", info), ErrBadStepOpts)
+		return zero, s.abort(err, &info)
+	}
 	stepCtx := s.p.Context
 	if s.p.StepContext != nil {
 		stepCtx = s.p.StepContext(info)
 	}
-	out, err := callStep(stepCtx, fn)
+	out, err := activities.RunStep(stepCtx, opts.timeouts(), func(ctx context.Context) (Out, error) {
+		return callStep(ctx, fn)
+	})
 	s.executed++
 	if err != nil {
+		s.failedOp = opts
 		return zero, s.abort(err, &info)
 	}
 	encoded, err := json.Marshal(out)

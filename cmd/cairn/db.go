@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"os"
+	"os/user"
 	"time"
 
 	"github.com/cairnflow/cairn/engine"
@@ -60,10 +62,21 @@ func (g *globals) client(ctx context.Context) (*sdk.Client, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	c, err := sdk.NewClient(sdk.ClientConfig{Pool: pool, Schema: g.schema, Namespace: g.namespace})
+	c, err := sdk.NewClient(sdk.ClientConfig{Pool: pool, Schema: g.schema, Namespace: g.namespace, Identity: cliIdentity()})
 	if err != nil {
 		pool.Close()
 		return nil, nil, err
 	}
 	return c, pool.Close, nil
+}
+
+// cliIdentity names the person at the terminal in the histories of tasks
+// the CLI acts on: "cli:<user>@<host>".
+func cliIdentity() string {
+	who := os.Getenv("USER")
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		who = u.Username
+	}
+	host, _ := os.Hostname()
+	return "cli:" + who + "@" + host
 }

@@ -39,11 +39,14 @@ type pipelineConfig struct {
 	latency     time.Duration // typical step latency
 }
 
+// demoRetry retries what an HTTP service says is worth retrying: 429 and
+// 5xx. Corrupt documents are marked permanent in Go and never retried.
 var demoRetry = activities.RetryPolicy{
 	MaxAttempts:     6,
 	InitialInterval: 50 * time.Millisecond,
 	Multiplier:      2,
 	MaxInterval:     time.Second,
+	Classifier:      activities.MustPolicy("demo-http", "error.status == 429 || error.status >= 500"),
 }
 
 const demoTypeName = "document.process"

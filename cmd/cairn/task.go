@@ -20,7 +20,7 @@ var statuses = []history.Status{
 
 func newTaskCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "task", Short: "Ask about tasks: their state, their history"}
-	cmd.AddCommand(newTaskShowCmd(g), newTaskHistoryCmd(g), newTaskListCmd(g))
+	cmd.AddCommand(newTaskShowCmd(g), newTaskHistoryCmd(g), newTaskListCmd(g), newTaskRetryCmd(g))
 	return cmd
 }
 
@@ -161,6 +161,11 @@ func eventDetails(p history.Payload) string {
 		return describeError(v.Error)
 	case history.TaskDeadLetteredData:
 		return v.Reason + ": " + describeError(v.Error)
+	case history.TaskRequeuedData:
+		if v.Reason == "" {
+			return "by " + v.By
+		}
+		return fmt.Sprintf("by %s: %s", v.By, v.Reason)
 	}
 	return ""
 }
@@ -175,6 +180,9 @@ func describeError(e history.ErrorInfo) string {
 		fmt.Fprintf(&b, " in step %d %s", e.Position, e.Step)
 	}
 	fmt.Fprintf(&b, ": %s", truncate(e.Message, 120))
+	if e.ClassifiedBy != "" {
+		fmt.Fprintf(&b, " [%s]", e.ClassifiedBy)
+	}
 	return b.String()
 }
 

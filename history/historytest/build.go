@@ -162,3 +162,8 @@ func DeadLettered(attempt int, reason string) E {
 		Error:  history.ErrorInfo{Class: history.Transient, Message: reason},
 	}}
 }
+
+// Requeued returns task_requeued by an operator.
+func Requeued(reason string) E {
+	return E{Data: history.TaskRequeuedData{By: "alice@example.com", Reason: reason}}
+}

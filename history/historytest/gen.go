@@ -109,6 +109,7 @@ type gen struct {
 	steps       int
 	epoch       int64
 	runAt       time.Time
+	budgetFrom  int // attempts before the last requeue: the budget counts from there
 }
 
 func generate(src source, opts Opts) []history.Event {
@@ -287,7 +288,7 @@ func (g *gen) attempt(attempt int) bool {
 	if g.endless && (end == endComplete || end == endPermanent) {
 		end = endRetry
 	}
-	last := !g.endless && attempt >= g.maxAttempts
+	last := !g.endless && attempt-g.budgetFrom >= g.maxAttempts
 	if last && end == endRelease {
 		end = endExpire
 	}
@@ -302,7 +303,7 @@ func (g *gen) attempt(attempt int) bool {
 		if last {
 			g.emit(attempt, history.AttemptFailedData{Error: info}, false)
 			g.emit(attempt, history.TaskDeadLetteredData{Reason: "attempts exhausted", Error: info}, true)
-			return true
+			return !g.requeue(attempt)
 		}
 		next := g.at.Add(time.Millisecond + g.delay("backoff", time.Minute))
 		g.emit(attempt, history.AttemptFailedData{Error: info, NextRunAt: &next}, true)
@@ -317,7 +318,7 @@ func (g *gen) attempt(attempt int) bool {
 				Reason: "lease expired on the last attempt",
 				Error:  history.ErrorInfo{Class: history.Transient, Message: "lease expired", Kind: "lease"},
 			}, true)
-			return true
+			return !g.requeue(attempt)
 		}
 		g.runAt = g.at.Add(g.delay("backoff", time.Minute))
 		g.emit(attempt, history.LeaseExpiredData{WorkerID: worker, LeaseEpoch: g.epoch, NextRunAt: g.runAt}, true)
@@ -331,4 +332,20 @@ func (g *gen) attempt(attempt int) bool {
 		return true
 	}
 	return g.full()
+}
+
+// requeue sends a dead-lettered task back to the queue, as an operator
+// would, in about one history of three, and reports whether it did.
+func (g *gen) requeue(attempt int) bool {
+	if g.full() || g.src.intRange("requeue", 0, 2) != 0 {
+		return false
+	}
+	g.at = g.at.Add(g.delay("requeue_lag", time.Hour))
+	g.emit(0, history.TaskRequeuedData{
+		By:     g.pick("operator", []string{"alice@example.com", "ops-bot"}),
+		Reason: g.pick("requeue_reason", []string{"", "provider back up", "fixed the parser"}),
+	}, true)
+	g.runAt = g.at
+	g.budgetFrom = attempt
+	return true
 }

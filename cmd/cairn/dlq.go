@@ -1,0 +1,175 @@
+package main
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/cairnflow/cairn/sdk"
+	"github.com/cockroachdb/errors"
+	"github.com/google/uuid"
+	"github.com/spf13/cobra"
+)
+
+func newTaskRetryCmd(g *globals) *cobra.Command {
+	var reason string
+	cmd := &cobra.Command{
+		Use:   "retry ID",
+		Short: "Send a dead-lettered task back to its queue",
+		Long: `Sends a dead-lettered task back to its queue. Its history records
+task_requeued with who asked (cli:<user>@<host>) and --reason; the task is
+due at once, keeps its attempt count, and gets a fresh retry budget.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := parseTaskID(args[0])
+			if err != nil {
+				return err
+			}
+			c, closeDB, err := g.client(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer closeDB()
+			if err := c.Retry(cmd.Context(), id, reason); err != nil {
+				return notFoundAs(err, id, g.namespace)
+			}
+			if g.output == "json" {
+				return printJSON(cmd, map[string]any{"id": id, "requeued": true})
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "task %s requeued\n", id)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&reason, "reason", "", "why the task is retried (recorded in its history)")
+	return cmd
+}
+
+func newDLQCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "dlq",
+		Short: "Dead letters: tasks that failed permanently or used up their retries",
+	}
+	cmd.AddCommand(newDLQListCmd(g), newDLQRetryCmd(g))
+	return cmd
+}
+
+// dlqFlags select dead letters.
+type dlqFlags struct {
+	typ, filter string
+	limit       int
+}
+
+func (f *dlqFlags) register(cmd *cobra.Command, limitHelp string) {
+	cmd.Flags().StringVar(&f.typ, "type", "", "only tasks of this type")
+	cmd.Flags().StringVar(&f.filter, "filter", "", `CEL filter over task and error, e.g. 'error.status == 503 && task.type == "crm.sync"'`)
+	cmd.Flags().IntVar(&f.limit, "limit", 50, limitHelp)
+}
+
+func (f *dlqFlags) opts() (*sdk.DeadLetterOpts, error) {
+	opts := &sdk.DeadLetterOpts{Type: f.typ, Limit: f.limit}
+	if f.limit == 0 || f.limit < -1 {
+		return nil, errors.Mark(errors.Newf("--limit %d: use a positive number, or -1 for no limit", f.limit), configError)
+	}
+	if f.filter != "" {
+		filter, err := sdk.CompileTaskFilter(f.filter)
+		if err != nil {
+			return nil, errors.Mark(errors.Wrap(err, "--filter"), configError)
+		}
+		opts.Filter = filter
+	}
+	return opts, nil
+}
+
+func newDLQListCmd(g *globals) *cobra.Command {
+	var f dlqFlags
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List dead-lettered tasks, newest first, with their last error",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			opts, err := f.opts()
+			if err != nil {
+				return err
+			}
+			c, closeDB, err := g.client(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer closeDB()
+			tasks, err := c.DeadLetters(cmd.Context(), opts)
+			if err != nil && len(tasks) == 0 {
+				return err
+			}
+			if g.output == "json" {
+				return printJSON(cmd, tasks)
+			}
+			w := newTable(cmd)
+			fmt.Fprintln(w, "ID\tTYPE\tATTEMPT\tDEAD SINCE\tLAST ERROR")
+			for _, t := range tasks {
+				last := "-"
+				if t.LastError != nil {
+					last = describeError(*t.LastError)
+				}
+				fmt.Fprintf(w, "%s\t%s@%d\t%d\t%s\t%s\n", t.ID, t.Type, t.TypeVersion, t.Attempt, formatTime(t.FinishedAt), last)
+			}
+			if err := w.Flush(); err != nil {
+				return err
+			}
+			return err
+		},
+	}
+	f.register(cmd, "at most this many tasks (-1: all)")
+	return cmd
+}
+
+func newDLQRetryCmd(g *globals) *cobra.Command {
+	var f dlqFlags
+	var reason string
+	var all bool
+	cmd := &cobra.Command{
+		Use:   "retry",
+		Short: "Send matching dead letters back to their queues",
+		Long: `Requeues every dead letter that matches --type and --filter (at most
+--limit of them), as 'cairn task retry' does for one. Say --all to requeue
+every dead letter of the namespace without a filter.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if f.filter == "" && f.typ == "" && !all {
+				return errors.Mark(errors.New("give --filter or --type to choose dead letters, or --all for every one"), configError)
+			}
+			opts, err := f.opts()
+			if err != nil {
+				return err
+			}
+			c, closeDB, err := g.client(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer closeDB()
+			report, err := c.RetryDeadLetters(cmd.Context(), opts, reason)
+			failed := make([]uuid.UUID, 0, len(report.Failed))
+			for id := range report.Failed {
+				failed = append(failed, id)
+			}
+			slices.SortFunc(failed, func(a, b uuid.UUID) int { return slices.Compare(a[:], b[:]) })
+			if g.output == "json" {
+				out := map[string]any{"requeued": report.Retried, "failed": map[string]string{}}
+				for _, id := range failed {
+					out["failed"].(map[string]string)[id.String()] = report.Failed[id].Error()
+				}
+				if perr := printJSON(cmd, out); perr != nil {
+					return perr
+				}
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "requeued %d task(s)\n", len(report.Retried))
+			for _, id := range failed {
+				fmt.Fprintf(cmd.OutOrStdout(), "not requeued %s: %v\n", id, report.Failed[id])
+			}
+			return err
+		},
+	}
+	f.register(cmd, "requeue at most this many tasks (-1: all)")
+	cmd.Flags().StringVar(&reason, "reason", "", "why the tasks are retried (recorded in each history)")
+	cmd.Flags().BoolVar(&all, "all", false, "allow requeueing without --filter or --type")
+	return cmd
+}

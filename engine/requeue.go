@@ -1,0 +1,153 @@
+package engine
+
+import (
+	"context"
+	"time"
+
+	"github.com/cairnflow/cairn/history"
+	"github.com/cockroachdb/errors"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// TaskRequeueParams describes a requeue of dead-lettered tasks.
+type TaskRequeueParams struct {
+	Namespace string
+	IDs       []uuid.UUID // at most one entry per task
+	// By names who asks (an operator, a service): it is recorded.
+	By     string
+	Reason string
+}
+
+// RequeueResult is the outcome of one task's requeue.
+type RequeueResult struct {
+	ID  uuid.UUID
+	Err error // nil: requeued; else marked ErrNotFound, ErrTaskState or ErrConflict
+}
+
+// maxRequeueTries bounds the retries of a requeue that raced another
+// writer; a dead-lettered task has no worker, so a race is rare.
+const maxRequeueTries = 3
+
+// TaskRequeue sends dead-lettered tasks back to their queue: task_requeued
+// (who, why) is appended and the task is due at once. Its attempt count
+// goes on, and its retry budget starts afresh. Each task succeeds or fails
+// on its own; the returned error is for the batch as a whole. A task of
+// another namespace is reported not found.
+func (s *Store) TaskRequeue(ctx context.Context, p *TaskRequeueParams) ([]RequeueResult, error) {
+	if p.By == "" {
+		return nil, errors.New("requeue: By (who asks) is empty")
+	}
+	out := make([]RequeueResult, len(p.IDs))
+	pending := make(map[uuid.UUID]int, len(p.IDs)) // id → index in out, still to do
+	for i, id := range p.IDs {
+		out[i].ID = id
+		if _, dup := pending[id]; dup {
+			return nil, errors.Newf("requeue: task %s named twice", id)
+		}
+		pending[id] = i
+	}
+	for try := 0; try < maxRequeueTries && len(pending) > 0; try++ {
+		if err := s.requeueOnce(ctx, p, pending, out); err != nil {
+			return nil, err
+		}
+	}
+	for _, i := range pending {
+		out[i].Err = errors.Mark(errors.Newf("requeue task %s: it kept changing; try again", out[i].ID), ErrConflict)
+	}
+	return out, nil
+}
+
+// requeueOnce tries every pending task once and removes from pending those
+// settled (requeued or refused); conflicts stay for another try.
+func (s *Store) requeueOnce(ctx context.Context, p *TaskRequeueParams, pending map[uuid.UUID]int, out []RequeueResult) error {
+	ids := make([]uuid.UUID, 0, len(pending))
+	for id := range pending {
+		ids = append(ids, id)
+	}
+	tasks, err := s.TaskGetManyByID(ctx, ids)
+	if err != nil {
+		return err
+	}
+	inNamespace := make(map[uuid.UUID]bool, len(tasks))
+	for _, t := range tasks {
+		inNamespace[t.ID] = t.Namespace == p.Namespace
+	}
+	events, err := s.EventListByTasks(ctx, ids)
+	if err != nil {
+		return err
+	}
+	now := Now()
+	var appends []*EventAppendParams
+	for _, id := range ids {
+		i := pending[id]
+		state, err := history.Replay(events[id])
+		switch {
+		case !inNamespace[id]:
+			out[i].Err = errors.Mark(errors.Newf("requeue task %s: no such task", id), ErrNotFound)
+		case err != nil:
+			out[i].Err = errors.Wrapf(err, "requeue task %s", id)
+		case state.Status != history.StatusDeadLettered:
+			out[i].Err = errors.Mark(errors.Newf("requeue task %s: it is %s; only a dead-lettered task can be retried", id, state.Status), ErrTaskState)
+		default:
+			appends = append(appends, &EventAppendParams{
+				TaskID: id, State: state, At: now,
+				Payloads: []history.Payload{history.TaskRequeuedData{By: p.By, Reason: p.Reason}},
+			})
+			continue
+		}
+		delete(pending, id)
+	}
+	if len(appends) == 0 {
+		return nil
+	}
+	results, err := s.EventAppendMany(ctx, appends)
+	if err != nil {
+		return err
+	}
+	for k, res := range results {
+		id := appends[k].TaskID
+		if errors.Is(res.Err, ErrConflict) {
+			continue // someone else appended first: read again
+		}
+		out[pending[id]].Err = res.Err
+		delete(pending, id)
+	}
+	return nil
+}
+
+// DeadLetterListParams pages through a namespace's dead letters, newest
+// first.
+type DeadLetterListParams struct {
+	Namespace string
+	Type      string // "" for every type
+	// Before continues a listing: only tasks that were dead-lettered
+	// before this one (by finished_at, then id) are returned.
+	Before *DeadLetterCursor
+	Limit  int // default 100
+}
+
+// DeadLetterCursor is where a page of dead letters ended.
+type DeadLetterCursor struct {
+	FinishedAt time.Time
+	ID         uuid.UUID
+}
+
+// DeadLetterList returns a page of dead-lettered tasks, newest first.
+func (s *Store) DeadLetterList(ctx context.Context, p *DeadLetterListParams) ([]*Task, error) {
+	limit := p.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	args := pgx.NamedArgs{"namespace": p.Namespace, "type": p.Type, "max": limit,
+		"paged": p.Before != nil, "before_at": time.Time{}, "before_id": uuid.UUID{}}
+	if p.Before != nil {
+		args["before_at"], args["before_id"] = p.Before.FinishedAt, p.Before.ID
+	}
+	rows, err := s.pool.Query(ctx, s.sql("DeadLetterList"), args)
+	if err != nil {
+		return nil, errors.Wrap(interpretError(err), "list dead letters")
+	}
+	tasks, err := pgx.CollectRows(rows, scanTask)
+	return tasks, errors.Wrap(interpretError(err), "list dead letters")
+}

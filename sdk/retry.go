@@ -1,0 +1,140 @@
+package sdk
+
+import (
+	"context"
+
+	"github.com/cairnflow/cairn/engine"
+	"github.com/cockroachdb/errors"
+	"github.com/google/uuid"
+)
+
+// ErrTaskState is returned (marked) when a task's status does not allow
+// the request, such as retrying a task that is not dead-lettered.
+var ErrTaskState = engine.ErrTaskState
+
+// Retry sends a dead-lettered task back to its queue for reason: the
+// history records task_requeued with the client's Identity and reason; the
+// task is due at once, keeps its attempt count and gets a fresh retry
+// budget. A task in any other status is [ErrTaskState]; one not in the
+// client's namespace is [ErrNotFound].
+func (c *Client) Retry(ctx context.Context, id uuid.UUID, reason string) error {
+	res, err := c.store.TaskRequeue(ctx, &engine.TaskRequeueParams{
+		Namespace: c.namespace, IDs: []uuid.UUID{id}, By: c.identity, Reason: reason,
+	})
+	if err != nil {
+		return err
+	}
+	return res[0].Err
+}
+
+// DeadLetterOpts select dead letters for [Client.DeadLetters] and
+// [Client.RetryDeadLetters].
+type DeadLetterOpts struct {
+	Type   string      // only tasks of this type; "" for all
+	Filter *TaskFilter // only tasks it matches; nil for all
+	// Limit is the most tasks returned or retried. Default 100; negative
+	// for no limit.
+	Limit int
+}
+
+// deadLetterPage is how many dead letters are read per query.
+const deadLetterPage = 500
+
+// DeadLetters returns dead-lettered tasks of the client's namespace that
+// match opts, newest first. A task the filter cannot be evaluated on (a
+// missing label, say) is skipped and its error returned with the others.
+func (c *Client) DeadLetters(ctx context.Context, opts *DeadLetterOpts) ([]*TaskInfo, error) {
+	var out []*TaskInfo
+	err := c.eachDeadLetter(ctx, opts, func(page []*TaskInfo) error {
+		out = append(out, page...)
+		return nil
+	})
+	return out, err
+}
+
+// RetryReport says what [Client.RetryDeadLetters] did.
+type RetryReport struct {
+	Retried []uuid.UUID
+	// Failed holds the tasks that matched but were not requeued, with why
+	// (another writer raced, a history this cairn cannot read).
+	Failed map[uuid.UUID]error
+}
+
+// RetryDeadLetters requeues, as [Client.Retry] does, every dead letter that
+// matches opts, in batches. It returns what it did even when it stops on an
+// error.
+func (c *Client) RetryDeadLetters(ctx context.Context, opts *DeadLetterOpts, reason string) (RetryReport, error) {
+	report := RetryReport{Failed: map[uuid.UUID]error{}}
+	err := c.eachDeadLetter(ctx, opts, func(page []*TaskInfo) error {
+		ids := make([]uuid.UUID, len(page))
+		for i, t := range page {
+			ids[i] = t.ID
+		}
+		res, err := c.store.TaskRequeue(ctx, &engine.TaskRequeueParams{
+			Namespace: c.namespace, IDs: ids, By: c.identity, Reason: reason,
+		})
+		if err != nil {
+			return err
+		}
+		for _, r := range res {
+			if r.Err != nil {
+				report.Failed[r.ID] = r.Err
+				continue
+			}
+			report.Retried = append(report.Retried, r.ID)
+		}
+		return nil
+	})
+	return report, err
+}
+
+// eachDeadLetter pages through the matching dead letters, handing each
+// page of matches to fn. Requeued tasks leave the dead letters, so paging
+// by cursor is not disturbed by fn requeueing what it is handed.
+func (c *Client) eachDeadLetter(ctx context.Context, opts *DeadLetterOpts, fn func([]*TaskInfo) error) error {
+	if opts == nil {
+		opts = &DeadLetterOpts{}
+	}
+	limit := opts.Limit
+	if limit == 0 {
+		limit = 100
+	}
+	var evalErrs error
+	params := &engine.DeadLetterListParams{Namespace: c.namespace, Type: opts.Type, Limit: deadLetterPage}
+	for taken := 0; limit < 0 || taken < limit; {
+		tasks, err := c.store.DeadLetterList(ctx, params)
+		if err != nil {
+			return err
+		}
+		var page []*TaskInfo
+		for _, t := range tasks {
+			if limit >= 0 && taken+len(page) >= limit {
+				break
+			}
+			info := taskInfo(t)
+			if opts.Filter != nil {
+				ok, err := opts.Filter.Match(info)
+				if err != nil {
+					evalErrs = errors.CombineErrors(evalErrs, err)
+					continue
+				}
+				if !ok {
+					continue
+				}
+			}
+			page = append(page, info)
+		}
+		if len(page) > 0 {
+			if err := fn(page); err != nil {
+				return err
+			}
+			taken += len(page)
+		}
+		if len(tasks) < deadLetterPage {
+			break
+		}
+		last := tasks[len(tasks)-1]
+		params.Before = &engine.DeadLetterCursor{FinishedAt: *last.FinishedAt, ID: last.ID}
+	}
+	return evalErrs
+}
