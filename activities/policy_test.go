@@ -352,3 +352,17 @@ func TestRunStepTimeouts(t *testing.T) {
 		require.ErrorContains(t, err, "step panicked: kaboom")
 	})
 }
+
+// The policies the README shows compile.
+func TestREADMEPoliciesCompile(t *testing.T) {
+	t.Parallel()
+	for name, expr := range map[string]string{
+		"llm":       `error.status == 429 || error.status == 529 || error.status >= 500 || error.kind == "timeout"`,
+		"crm":       `error.status >= 500 && elapsed < duration("1h")`,
+		"documents": `error.kind == "bad_document" ? "permanent" : (error.message.contains("connection reset") ? "transient" : "permanent")`,
+		"demo-http": "error.status == 429 || error.status >= 500",
+	} {
+		_, err := activities.NewPolicy(name, expr)
+		require.NoError(t, err, name)
+	}
+}

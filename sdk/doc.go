@@ -18,6 +18,11 @@
 //	res, _ := client.Start(ctx, process, Document{...}, nil)
 //	info, _ := client.Wait(ctx, res.ID)
 //
+// The worker classifies each failed attempt (rules, marks, CEL policy,
+// default), decides on a retry from the retry budget, and dead-letters what
+// it gives up on; [Client.Retry] and [Client.RetryDeadLetters] bring dead
+// letters back.
+//
 // The package is thin: it wires engine (storage, leases), workflow (the
 // programming model) and activities (step runtime, retries). It may import
 // all of them.

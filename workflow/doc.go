@@ -7,9 +7,12 @@
 // A workflow re-runs from the top on every attempt, so its body must be
 // deterministic: the same steps, in the same order, with the same names.
 // A different sequence is a non-determinism error ([ErrNondeterministic]),
-// which fails the task permanently. Side effects belong in steps.
+// which ends the task permanently. Side effects belong in steps.
 //
-// The package imports history and nothing else of cairn. It does no I/O of
-// its own: the caller supplies how a step's context is made and how a
-// completed step is recorded.
+// [StepOpts] bound one run of a step (start-to-close, heartbeat timeout)
+// and override the workflow type's retry policy for its failures.
+//
+// The package imports history and activities (the step runtime) and nothing
+// else of cairn. It does no I/O of its own: the caller supplies how a step's
+// context is made and how a completed step is recorded.
 package workflow
