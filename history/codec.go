@@ -78,6 +78,18 @@ func Decode(typ Type, data []byte) (Payload, error) {
 		return decodeAs[TaskDeadLetteredData](typ, data)
 	case TaskRequeued:
 		return decodeAs[TaskRequeuedData](typ, data)
+	case CancelRequested:
+		return decodeAs[CancelRequestedData](typ, data)
+	case CompensationRequested:
+		return decodeAs[CompensationRequestedData](typ, data)
+	case CompensationStarted:
+		return decodeAs[CompensationStartedData](typ, data)
+	case StepCompensated:
+		return decodeAs[StepCompensatedData](typ, data)
+	case CompensationFailed:
+		return decodeAs[CompensationFailedData](typ, data)
+	case TaskCancelled:
+		return decodeAs[TaskCancelledData](typ, data)
 	default:
 		return nil, invalidf(nil, "decode payload: unknown event type %q", string(typ))
 	}

@@ -21,6 +21,13 @@ const (
 	TaskFailed       Type = "task_failed"
 	TaskDeadLettered Type = "task_dead_lettered"
 	TaskRequeued     Type = "task_requeued"
+
+	CancelRequested       Type = "cancel_requested"
+	CompensationRequested Type = "compensation_requested"
+	CompensationStarted   Type = "compensation_started"
+	StepCompensated       Type = "step_compensated"
+	CompensationFailed    Type = "compensation_failed"
+	TaskCancelled         Type = "task_cancelled"
 )
 
 // Types lists every event type this version of the package understands, in
@@ -28,6 +35,7 @@ const (
 var Types = []Type{
 	TaskScheduled, AttemptStarted, StepCompleted, AttemptFailed, LeaseExpired,
 	TaskReleased, TaskCompleted, TaskFailed, TaskDeadLettered, TaskRequeued,
+	CancelRequested, CompensationRequested, CompensationStarted, StepCompensated, CompensationFailed, TaskCancelled,
 }
 
 // Event is one entry of a task's append-only log.
@@ -91,6 +99,9 @@ type StepCompletedData struct {
 	Position int             `json:"position"`
 	Name     string          `json:"name"`
 	Output   json.RawMessage `json:"output,omitempty"`
+	// Compensable says the step registered a compensator: cancelling the
+	// task, or its permanent failure, undoes it.
+	Compensable bool `json:"compensable,omitempty"`
 }
 
 // Class says whether a failure is worth retrying.
@@ -161,6 +172,9 @@ type TaskCompletedData struct {
 // task.
 type TaskFailedData struct {
 	Error ErrorInfo `json:"error"`
+	// Compensated lists the positions of the steps compensated before the
+	// task failed, in the order they were compensated.
+	Compensated []int `json:"compensated,omitempty"`
 }
 
 // TaskDeadLetteredData is the payload of task_dead_lettered: the task used up
@@ -177,6 +191,63 @@ type TaskDeadLetteredData struct {
 type TaskRequeuedData struct {
 	By     string `json:"by"`
 	Reason string `json:"reason,omitempty"`
+}
+
+// CancelRequestedData is the payload of cancel_requested: By asked for the
+// task to stop, for Reason. A task that has not started is cancelled in the
+// same append; a running one stops at its next checkpoint.
+type CancelRequestedData struct {
+	By     string `json:"by"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// CompensationRequestedData is the payload of compensation_requested: By
+// asked for a completed task's steps to be undone.
+type CompensationRequestedData struct {
+	By     string `json:"by"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// Why compensation runs.
+const (
+	CompensateCancelled = "cancelled" // the task was cancelled
+	CompensateFailed    = "failed"    // the task failed permanently
+	CompensateRequested = "requested" // compensation of a completed task was requested
+)
+
+// CompensationStartedData is the payload of compensation_started: the
+// attempt undoes the completed compensable steps at Steps (positions, in
+// the order they will be compensated: the reverse of completion). Reason is
+// one of the Compensate* constants; Error is the failure that led to it,
+// when Reason is "failed".
+type CompensationStartedData struct {
+	Reason string     `json:"reason"`
+	Steps  []int      `json:"steps"`
+	Error  *ErrorInfo `json:"error,omitempty"`
+}
+
+// StepCompensatedData is the payload of step_compensated: the compensator
+// of the step at Position ran to completion.
+type StepCompensatedData struct {
+	Position int    `json:"position"`
+	Name     string `json:"name"`
+}
+
+// CompensationFailedData is the payload of compensation_failed: the
+// compensator of the step at Position failed permanently (or used up its
+// retries). The task is dead-lettered for a person to look at; a requeue
+// resumes compensation with this step.
+type CompensationFailedData struct {
+	Position int       `json:"position"`
+	Name     string    `json:"name"`
+	Error    ErrorInfo `json:"error"`
+}
+
+// TaskCancelledData is the payload of task_cancelled. Compensated lists the
+// positions of the steps compensated, in order.
+type TaskCancelledData struct {
+	Reason      string `json:"reason,omitempty"`
+	Compensated []int  `json:"compensated,omitempty"`
 }
 
 // EventType implements [Payload].
@@ -208,3 +279,21 @@ func (TaskDeadLetteredData) EventType() Type { return TaskDeadLettered }
 
 // EventType implements [Payload].
 func (TaskRequeuedData) EventType() Type { return TaskRequeued }
+
+// EventType implements [Payload].
+func (CancelRequestedData) EventType() Type { return CancelRequested }
+
+// EventType implements [Payload].
+func (CompensationRequestedData) EventType() Type { return CompensationRequested }
+
+// EventType implements [Payload].
+func (CompensationStartedData) EventType() Type { return CompensationStarted }
+
+// EventType implements [Payload].
+func (StepCompensatedData) EventType() Type { return StepCompensated }
+
+// EventType implements [Payload].
+func (CompensationFailedData) EventType() Type { return CompensationFailed }
+
+// EventType implements [Payload].
+func (TaskCancelledData) EventType() Type { return TaskCancelled }

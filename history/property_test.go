@@ -73,7 +73,7 @@ func TestGenerator(t *testing.T) {
 	}
 	for _, st := range []history.Status{
 		history.StatusPending, history.StatusRunning, history.StatusRetrying,
-		history.StatusCompleted, history.StatusFailed, history.StatusDeadLettered,
+		history.StatusCompleted, history.StatusFailed, history.StatusDeadLettered, history.StatusCancelled,
 	} {
 		require.Positive(t, statuses[st], "no history ends %s", st)
 	}
@@ -144,10 +144,15 @@ func checkProperties(t require.TestingT, events []history.Event) {
 			require.Equal(t, pos, st.Position)
 		}
 		if next.Status.Terminal() {
-			// Only an operator's requeue may follow a terminal event.
+			// Only an operator's requeue (of a dead letter) or a request
+			// to compensate (a completed task) may follow a terminal event.
 			if i < n-1 {
-				require.Equal(t, history.StatusDeadLettered, next.Status, "a terminal event must be the last")
-				require.Equal(t, history.TaskRequeued, events[i+1].Type(), "only task_requeued follows a dead letter")
+				reopen := map[history.Status]history.Type{
+					history.StatusDeadLettered: history.TaskRequeued,
+					history.StatusCompleted:    history.CompensationRequested,
+				}[next.Status]
+				require.NotEmpty(t, reopen, "a terminal event must be the last")
+				require.Equal(t, reopen, events[i+1].Type(), "only %s follows a %s task", reopen, next.Status)
 			}
 			require.Equal(t, e.At, next.FinishedAt)
 		} else {
@@ -224,7 +229,11 @@ func checkProperties(t require.TestingT, events []history.Event) {
 
 	// Any task not yet terminal can still be ended, and the lifecycle can
 	// always go on.
-	for _, p := range []history.Payload{history.TaskFailedData{}, history.TaskDeadLetteredData{}} {
+	var compensated []int
+	if s.Compensation != nil {
+		compensated = s.Compensation.Done
+	}
+	for _, p := range []history.Payload{history.TaskFailedData{Compensated: compensated}, history.TaskDeadLetteredData{}} {
 		got, err := history.Apply(s, history.Event{Seq: last.Seq + 1, At: last.At, Attempt: s.Attempt, Data: p})
 		require.NoError(t, err)
 		require.True(t, got.Status.Terminal())
@@ -233,6 +242,14 @@ func checkProperties(t require.TestingT, events []history.Event) {
 	switch {
 	case s.Status == history.StatusPending || s.Status == history.StatusRetrying:
 		next = history.Event{Attempt: s.Attempt + 1, Data: history.AttemptStartedData{WorkerID: "w", LeaseEpoch: s.Lease.Epoch + 1}}
+	case s.Status == history.StatusRunning && s.Lease.Owner != "" && s.Compensation != nil && s.Compensation.Started:
+		if pending := s.Compensation.Pending; len(pending) > 0 {
+			next = history.Event{Attempt: s.Attempt, Data: history.StepCompensatedData{Position: pending[0], Name: s.Steps[pending[0]].Name}}
+		} else {
+			next = history.Event{Attempt: s.Attempt, Data: history.TaskCancelledData{Compensated: compensated}}
+		}
+	case s.Status == history.StatusRunning && s.Lease.Owner != "" && (s.CancelRequested || s.Compensation != nil):
+		next = history.Event{Attempt: s.Attempt, Data: history.CompensationStartedData{Reason: history.CompensateCancelled}}
 	case s.Status == history.StatusRunning && s.Lease.Owner != "":
 		next = history.Event{Attempt: s.Attempt, Data: history.StepCompletedData{Position: len(s.Steps), Name: "next"}}
 	}
@@ -266,7 +283,10 @@ func candidates(s history.State, at time.Time) []history.Event {
 		add(attempt, history.TaskCompletedData{})
 		add(attempt, history.TaskFailedData{})
 		add(attempt, history.TaskDeadLetteredData{})
+		add(attempt, history.CompensationStartedData{Reason: history.CompensateCancelled})
+		add(attempt, history.TaskCancelledData{})
 	}
+	add(0, history.CancelRequestedData{By: "api"})
 	return out
 }
 

@@ -2,6 +2,7 @@ package history
 
 import (
 	"encoding/json"
+	"slices"
 	"time"
 
 	"github.com/cockroachdb/errors"
@@ -59,6 +60,19 @@ type Budget struct {
 	Since    time.Time // at of the first of them; zero before it
 }
 
+// Compensation is the undoing of a task's completed steps.
+type Compensation struct {
+	// Reason is one of the Compensate* constants.
+	Reason string
+	// Started is set by compensation_started; before it, compensation has
+	// only been requested (compensation_requested).
+	Started bool
+	Pending []int // positions still to compensate, in order
+	Done    []int // positions compensated, in order
+}
+
+func (c *Compensation) started() bool { return c != nil && c.Started }
+
 // Lease is the claim a worker holds on a running task. Epoch grows with every
 // attempt and is kept after the lease ends, so a stale worker's writes can be
 // fenced off by comparing epochs.
@@ -70,9 +84,10 @@ type Lease struct {
 
 // Step is a completed step as the history records it.
 type Step struct {
-	Position int
-	Name     string
-	Output   json.RawMessage
+	Position    int
+	Name        string
+	Output      json.RawMessage
+	Compensable bool // the step registered a compensator
 }
 
 // State is what replaying a task's history yields. The engine's tasks
@@ -94,7 +109,10 @@ type State struct {
 	Output    json.RawMessage
 
 	CancelRequested bool
-	LastSeq         int64
+	// Compensation is set once compensation of the task's steps has been
+	// requested or has started.
+	Compensation *Compensation
+	LastSeq      int64
 
 	CreatedAt  time.Time // at of task_scheduled
 	UpdatedAt  time.Time // at of the latest event
@@ -166,7 +184,9 @@ func apply(s State, e Event, owned bool) (State, error) {
 	if s.LastSeq == 0 && typ != TaskScheduled {
 		return s, invalidf(nil, "event %d (%s): a history starts with %s", e.Seq, typ, TaskScheduled)
 	}
-	if s.Status.Terminal() && !(typ == TaskRequeued && s.Status == StatusDeadLettered) {
+	reopens := (typ == TaskRequeued && s.Status == StatusDeadLettered) ||
+		(typ == CompensationRequested && s.Status == StatusCompleted)
+	if s.Status.Terminal() && !reopens {
 		return s, invalidf(nil, "event %d (%s): task is already %s", e.Seq, typ, s.Status)
 	}
 	var err error
@@ -189,15 +209,29 @@ func apply(s State, e Event, owned bool) (State, error) {
 	case TaskCompletedData:
 		err = s.applyCompleted(e, p)
 	case TaskFailedData:
-		s.finish(e, StatusFailed)
-		info := p.Error
-		s.LastError = &info
+		if err = s.checkCompensated(e, p.Compensated); err == nil {
+			s.finish(e, StatusFailed)
+			info := p.Error
+			s.LastError = &info
+		}
 	case TaskDeadLetteredData:
 		s.finish(e, StatusDeadLettered)
 		info := p.Error
 		s.LastError = &info
 	case TaskRequeuedData:
 		err = s.applyRequeued(e, p)
+	case CancelRequestedData:
+		err = s.applyCancelRequested(e, p)
+	case CompensationRequestedData:
+		err = s.applyCompensationRequested(e, p)
+	case CompensationStartedData:
+		err = s.applyCompensationStarted(e, p)
+	case StepCompensatedData:
+		err = s.applyStepCompensated(e, p)
+	case CompensationFailedData:
+		err = s.applyCompensationFailed(e, p)
+	case TaskCancelledData:
+		err = s.applyCancelled(e, p)
 	default:
 		err = invalidf(nil, "event %d: unknown payload %T", e.Seq, e.Data)
 	}
@@ -234,6 +268,18 @@ func typeOf(p Payload) (Type, bool) {
 		return TaskDeadLettered, true
 	case TaskRequeuedData:
 		return TaskRequeued, true
+	case CancelRequestedData:
+		return CancelRequested, true
+	case CompensationRequestedData:
+		return CompensationRequested, true
+	case CompensationStartedData:
+		return CompensationStarted, true
+	case StepCompensatedData:
+		return StepCompensated, true
+	case CompensationFailedData:
+		return CompensationFailed, true
+	case TaskCancelledData:
+		return TaskCancelled, true
 	}
 	return "", false
 }
@@ -296,6 +342,9 @@ func (s *State) applyStepCompleted(e Event, p StepCompletedData, owned bool) err
 	}
 	if s.Lease.Owner == "" {
 		return invalidf(nil, "event %d (%s): attempt %d already ended", e.Seq, StepCompleted, e.Attempt)
+	}
+	if s.Compensation.started() {
+		return invalidf(nil, "event %d (%s): task is compensating", e.Seq, StepCompleted)
 	}
 	if p.Position != len(s.Steps) {
 		return invalidf(nil, "event %d (%s): position %d, expected %d", e.Seq, StepCompleted, p.Position, len(s.Steps))
@@ -361,6 +410,9 @@ func (s *State) applyCompleted(e Event, p TaskCompletedData) error {
 	if s.Lease.Owner == "" {
 		return invalidf(nil, "event %d (%s): attempt %d already ended", e.Seq, TaskCompleted, e.Attempt)
 	}
+	if s.Compensation != nil {
+		return invalidf(nil, "event %d (%s): task is compensating", e.Seq, TaskCompleted)
+	}
 	s.finish(e, StatusCompleted)
 	s.Output = p.Output
 	return nil
@@ -387,4 +439,147 @@ func (s *State) finish(e Event, status Status) {
 	s.Status = status
 	s.FinishedAt = e.At
 	s.Lease.Owner, s.Lease.ExpiresAt = "", time.Time{}
+}
+
+// requireLeasedAttempt checks that e belongs to the running attempt and
+// that attempt still holds its lease.
+func (s *State) requireLeasedAttempt(e Event) error {
+	if err := s.requireCurrentAttempt(e); err != nil {
+		return err
+	}
+	if s.Lease.Owner == "" {
+		return invalidf(nil, "event %d (%s): attempt %d already ended", e.Seq, e.Data.EventType(), e.Attempt)
+	}
+	return nil
+}
+
+func (s *State) applyCancelRequested(e Event, p CancelRequestedData) error {
+	switch {
+	case p.By == "":
+		return invalidf(nil, "event %d (%s): no requester (by)", e.Seq, CancelRequested)
+	case s.CancelRequested:
+		return invalidf(nil, "event %d (%s): cancel already requested", e.Seq, CancelRequested)
+	case s.Status == StatusRunning && s.Lease.Owner == "":
+		return invalidf(nil, "event %d (%s): attempt %d is ending", e.Seq, CancelRequested, s.Attempt)
+	}
+	s.CancelRequested = true
+	if s.Status != StatusRunning {
+		// Due at once: the next attempt goes straight to compensation.
+		s.RunAt = e.At
+	}
+	return nil
+}
+
+func (s *State) applyCompensationRequested(e Event, p CompensationRequestedData) error {
+	if s.Status != StatusCompleted {
+		return invalidf(nil, "event %d (%s): task is %s, only a completed task is compensated on request", e.Seq, CompensationRequested, s.Status)
+	}
+	if p.By == "" {
+		return invalidf(nil, "event %d (%s): no requester (by)", e.Seq, CompensationRequested)
+	}
+	s.Status = StatusPending
+	s.RunAt = e.At
+	s.FinishedAt = time.Time{}
+	s.Budget = Budget{}
+	s.Compensation = &Compensation{Reason: CompensateRequested}
+	return nil
+}
+
+func (s *State) applyCompensationStarted(e Event, p CompensationStartedData) error {
+	if err := s.requireLeasedAttempt(e); err != nil {
+		return err
+	}
+	if s.Compensation.started() {
+		return invalidf(nil, "event %d (%s): compensation already started", e.Seq, CompensationStarted)
+	}
+	switch p.Reason {
+	case CompensateCancelled, CompensateFailed, CompensateRequested:
+	default:
+		return invalidf(nil, "event %d (%s): unknown reason %q", e.Seq, CompensationStarted, p.Reason)
+	}
+	seen := make(map[int]bool, len(p.Steps))
+	for _, pos := range p.Steps {
+		if pos < 0 || pos >= len(s.Steps) || !s.Steps[pos].Compensable || seen[pos] {
+			return invalidf(nil, "event %d (%s): step %d is not a completed compensable step", e.Seq, CompensationStarted, pos)
+		}
+		seen[pos] = true
+	}
+	s.Compensation = &Compensation{Reason: p.Reason, Started: true, Pending: slices.Clone(p.Steps)}
+	if p.Error != nil {
+		info := *p.Error
+		s.LastError = &info
+	}
+	s.Budget = Budget{Attempts: 1, Since: e.At}
+	return nil
+}
+
+// requireNextCompensation checks that position is the step compensation is
+// at.
+func (s *State) requireNextCompensation(e Event, position int, name string) error {
+	if err := s.requireLeasedAttempt(e); err != nil {
+		return err
+	}
+	if !s.Compensation.started() {
+		return invalidf(nil, "event %d (%s): compensation has not started", e.Seq, e.Data.EventType())
+	}
+	if len(s.Compensation.Pending) == 0 || s.Compensation.Pending[0] != position {
+		return invalidf(nil, "event %d (%s): step %d is not the next to compensate (pending %v)", e.Seq, e.Data.EventType(), position, s.Compensation.Pending)
+	}
+	if s.Steps[position].Name != name {
+		return invalidf(nil, "event %d (%s): step %d is %q, not %q", e.Seq, e.Data.EventType(), position, s.Steps[position].Name, name)
+	}
+	return nil
+}
+
+func (s *State) applyStepCompensated(e Event, p StepCompensatedData) error {
+	if err := s.requireNextCompensation(e, p.Position, p.Name); err != nil {
+		return err
+	}
+	c := *s.Compensation
+	c.Pending = slices.Clone(c.Pending[1:])
+	c.Done = append(slices.Clone(c.Done), p.Position)
+	s.Compensation = &c
+	s.Budget = Budget{Attempts: 1, Since: e.At}
+	return nil
+}
+
+func (s *State) applyCompensationFailed(e Event, p CompensationFailedData) error {
+	if err := s.requireNextCompensation(e, p.Position, p.Name); err != nil {
+		return err
+	}
+	info := p.Error
+	s.LastError = &info
+	return nil
+}
+
+func (s *State) applyCancelled(e Event, p TaskCancelledData) error {
+	if !s.CancelRequested && s.Compensation == nil {
+		return invalidf(nil, "event %d (%s): no cancel or compensation was requested", e.Seq, TaskCancelled)
+	}
+	if s.Status == StatusRunning {
+		if err := s.requireLeasedAttempt(e); err != nil {
+			return err
+		}
+	}
+	if s.Compensation != nil && len(s.Compensation.Pending) > 0 {
+		return invalidf(nil, "event %d (%s): steps %v are not compensated yet", e.Seq, TaskCancelled, s.Compensation.Pending)
+	}
+	if err := s.checkCompensated(e, p.Compensated); err != nil {
+		return err
+	}
+	s.finish(e, StatusCancelled)
+	return nil
+}
+
+// checkCompensated checks that a terminal event lists exactly the steps
+// compensated so far.
+func (s *State) checkCompensated(e Event, listed []int) error {
+	var done []int
+	if s.Compensation != nil {
+		done = s.Compensation.Done
+	}
+	if !slices.Equal(listed, done) {
+		return invalidf(nil, "event %d (%s): lists compensated steps %v, the history has %v", e.Seq, e.Data.EventType(), listed, done)
+	}
+	return nil
 }

@@ -528,7 +528,9 @@ func TestEventType(t *testing.T) {
 		history.Scheduled{}, history.AttemptStartedData{}, history.StepCompletedData{},
 		history.AttemptFailedData{}, history.LeaseExpiredData{}, history.TaskReleasedData{},
 		history.TaskCompletedData{}, history.TaskFailedData{}, history.TaskDeadLetteredData{},
-		history.TaskRequeuedData{},
+		history.TaskRequeuedData{}, history.CancelRequestedData{}, history.CompensationRequestedData{},
+		history.CompensationStartedData{}, history.StepCompensatedData{}, history.CompensationFailedData{},
+		history.TaskCancelledData{},
 	}
 	require.Len(t, payloads, len(history.Types))
 	for i, p := range payloads {

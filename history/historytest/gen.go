@@ -110,6 +110,19 @@ type gen struct {
 	epoch       int64
 	runAt       time.Time
 	budgetFrom  int // attempts before the last requeue: the budget counts from there
+
+	compensable   []bool     // by position of each completed step
+	cancelled     bool       // cancel_requested was appended
+	compRequested bool       // compensation_requested was appended
+	comp          *compState // compensation in progress
+}
+
+// compState is a compensation under way.
+type compState struct {
+	reason  string
+	pending []int
+	done    []int
+	err     *history.ErrorInfo // the failure that led to it
 }
 
 func generate(src source, opts Opts) []history.Event {
@@ -216,10 +229,93 @@ func (g *gen) run() {
 		return
 	}
 	for attempt := 1; !g.full(); attempt++ {
+		if !g.endless && !g.cancelled && g.comp == nil && g.src.intRange("cancel_waiting", 0, 11) == 0 {
+			// Cancelled while waiting for its next attempt.
+			g.at = g.at.Add(g.delay("delay", time.Second))
+			if g.requestCancel() {
+				return
+			}
+		}
 		if g.attempt(attempt) {
 			return
 		}
 	}
+}
+
+// requestCancel appends cancel_requested and, when no completed step needs
+// compensating, task_cancelled in the same append (a task that is not
+// running). It reports whether the task ended.
+func (g *gen) requestCancel() bool {
+	g.cancelled = true
+	g.emit(0, history.CancelRequestedData{By: g.pick("requester", []string{"api", "alice@example.com"}), Reason: "user clicked cancel"},
+		len(g.compensablePositions()) > 0)
+	g.runAt = g.at
+	if len(g.compensablePositions()) > 0 {
+		return g.full()
+	}
+	g.emit(0, history.TaskCancelledData{Reason: "cancelled before it ran"}, true)
+	return true
+}
+
+// compensablePositions returns the completed compensable steps, latest
+// first: the order they are compensated in.
+func (g *gen) compensablePositions() []int {
+	var out []int
+	for pos := len(g.compensable) - 1; pos >= 0; pos-- {
+		if g.compensable[pos] {
+			out = append(out, pos)
+		}
+	}
+	return out
+}
+
+// compensate runs (or resumes) compensation in attempt and reports whether
+// the task reached a terminal status (or the limit).
+func (g *gen) compensate(attempt int, reason string, cause *history.ErrorInfo) bool {
+	if g.comp == nil {
+		steps := g.compensablePositions()
+		g.comp = &compState{reason: reason, pending: steps, err: cause}
+		g.at = g.at.Add(g.delay("delay", time.Second))
+		g.emit(attempt, history.CompensationStartedData{Reason: reason, Steps: steps, Error: cause}, true)
+		if g.full() {
+			return true
+		}
+	}
+	for len(g.comp.pending) > 0 {
+		pos := g.comp.pending[0]
+		g.at = g.at.Add(g.delay("delay", 2*time.Second))
+		switch g.src.intRange("compensation", 0, 9) {
+		case 0: // the compensator fails transiently: retried in a later attempt
+			info := g.errorInfo(history.Transient)
+			if !g.endless && attempt-g.budgetFrom >= g.maxAttempts {
+				g.emit(attempt, history.AttemptFailedData{Error: info}, false)
+				g.emit(attempt, history.TaskDeadLetteredData{Reason: "compensation retries exhausted", Error: info}, true)
+				return !g.requeue(attempt)
+			}
+			next := g.at.Add(time.Millisecond + g.delay("backoff", time.Minute))
+			g.emit(attempt, history.AttemptFailedData{Error: info, NextRunAt: &next}, true)
+			g.runAt = next
+			return g.full()
+		case 1: // it fails permanently: a person must look
+			info := g.errorInfo(history.Permanent)
+			g.emit(attempt, history.CompensationFailedData{Position: pos, Name: stepName(pos), Error: info}, false)
+			g.emit(attempt, history.TaskDeadLetteredData{Reason: "compensation failed", Error: info}, true)
+			return !g.requeue(attempt)
+		}
+		g.emit(attempt, history.StepCompensatedData{Position: pos, Name: stepName(pos)}, true)
+		g.comp.done = append(g.comp.done, pos)
+		g.comp.pending = g.comp.pending[1:]
+		if g.full() {
+			return true
+		}
+	}
+	g.at = g.at.Add(g.delay("delay", time.Second))
+	if g.comp.reason == history.CompensateFailed {
+		g.emit(attempt, history.TaskFailedData{Error: *g.comp.err, Compensated: g.comp.done}, true)
+	} else {
+		g.emit(attempt, history.TaskCancelledData{Reason: g.comp.reason, Compensated: g.comp.done}, true)
+	}
+	return true
 }
 
 func (g *gen) scheduled() {
@@ -260,6 +356,15 @@ func (g *gen) attempt(attempt int) bool {
 	if g.full() {
 		return true
 	}
+	if g.comp != nil {
+		return g.compensate(attempt, g.comp.reason, g.comp.err)
+	}
+	if g.cancelled {
+		return g.compensate(attempt, history.CompensateCancelled, nil)
+	}
+	if g.compRequested {
+		return g.compensate(attempt, history.CompensateRequested, nil)
+	}
 
 	most := g.totalSteps - g.steps
 	if g.perAttempt > 0 {
@@ -267,14 +372,33 @@ func (g *gen) attempt(attempt int) bool {
 	}
 	for n := g.src.intRange("steps_now", 0, most); n > 0; n-- {
 		g.at = g.at.Add(g.delay("delay", 5*time.Second))
+		compensable := g.src.intRange("compensable", 0, 1) == 1
 		g.emit(attempt, history.StepCompletedData{
-			Position: g.steps,
-			Name:     stepName(g.steps),
-			Output:   g.rawOrNil("output", outputs),
+			Position:    g.steps,
+			Name:        stepName(g.steps),
+			Output:      g.rawOrNil("output", outputs),
+			Compensable: compensable,
 		}, true)
 		g.steps++
+		g.compensable = append(g.compensable, compensable)
 		if g.full() {
 			return true
+		}
+		if !g.endless && g.src.intRange("cancel_running", 0, 9) == 0 {
+			// Cancelled while running: the attempt stops at its next
+			// checkpoint and compensates what it did.
+			g.at = g.at.Add(g.delay("delay", time.Second))
+			g.cancelled = true
+			g.emit(0, history.CancelRequestedData{By: "api", Reason: "user clicked cancel"}, true)
+			if g.full() {
+				return true
+			}
+			if len(g.compensablePositions()) == 0 {
+				g.at = g.at.Add(g.delay("delay", time.Second))
+				g.emit(attempt, history.TaskCancelledData{Reason: history.CompensateCancelled}, true)
+				return true
+			}
+			return g.compensate(attempt, history.CompensateCancelled, nil)
 		}
 	}
 
@@ -297,6 +421,14 @@ func (g *gen) attempt(attempt int) bool {
 	switch end {
 	case endComplete:
 		g.emit(attempt, history.TaskCompletedData{Output: g.rawOrNil("output", outputs)}, true)
+		if len(g.compensablePositions()) > 0 && g.src.intRange("compensate_completed", 0, 4) == 0 && !g.full() {
+			// Someone asks for the completed task's effects to be undone.
+			g.at = g.at.Add(g.delay("delay", time.Hour))
+			g.emit(0, history.CompensationRequestedData{By: "alice@example.com", Reason: "order refunded"}, true)
+			g.runAt = g.at
+			g.compRequested = true
+			return g.full()
+		}
 		return true
 	case endRetry:
 		info := g.errorInfo(history.Transient)
@@ -327,6 +459,9 @@ func (g *gen) attempt(attempt int) bool {
 		g.runAt = g.at
 	case endPermanent:
 		info := g.errorInfo(history.Permanent)
+		if len(g.compensablePositions()) > 0 {
+			return g.compensate(attempt, history.CompensateFailed, &info)
+		}
 		g.emit(attempt, history.AttemptFailedData{Error: info}, false)
 		g.emit(attempt, history.TaskFailedData{Error: info}, true)
 		return true
