@@ -258,8 +258,9 @@ type RetryPolicy struct {
 	// Jitter draws each delay below its ceiling. Default FullJitter.
 	Jitter Jitter
 	// Classifier decides the class of errors no mark in Go code decided.
-	// Optional: without it, a step's errors are transient and the
-	// workflow body's permanent.
+	// Optional: a step's policy without one uses the workflow type's;
+	// with none at all, a step's errors are transient and the workflow
+	// body's permanent.
 	Classifier *Policy
 }
 

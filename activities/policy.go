@@ -62,7 +62,7 @@ type PolicyStep struct {
 // PolicyInput is everything a policy is evaluated over.
 type PolicyInput struct {
 	Error   PolicyError
-	Attempt int           // the attempt that failed, 1 for the first
+	Attempt int           // attempts of the failing step so far, this one included: 1 for its first
 	Elapsed time.Duration // since the step's first attempt
 	Task    PolicyTask
 	Step    PolicyStep
@@ -75,7 +75,7 @@ type PolicyInput struct {
 //	error.kind     string   the kind the code set (see [KindError]), else the Go type
 //	error.status   int      a status code (see [StatusError]), 0 if none
 //	error.attrs    map(string, string)  attributes (see [WithAttrs])
-//	attempt        int      the attempt that failed, from 1
+//	attempt        int      the failing step's attempts so far, from 1 (per step, like elapsed)
 //	elapsed        duration since the step's first attempt
 //	task.type, task.queue, step.name   strings
 //

@@ -44,14 +44,19 @@ var (
 
 type heartbeatKey struct{}
 
-type heartbeatState struct{ last atomic.Int64 } // unix nanoseconds of the last beat
+// heartbeatState is when a step last beat, as time since start, so the
+// monotonic clock measures it and a wall-clock step cannot fake a timeout.
+type heartbeatState struct {
+	start time.Time
+	last  atomic.Int64 // nanoseconds since start
+}
 
 // Heartbeat tells the step runtime that the step running under ctx is
 // alive. Call it from long-running steps at least once per heartbeat
 // timeout. It does nothing outside a step with a heartbeat timeout.
 func Heartbeat(ctx context.Context) {
 	if hb, ok := ctx.Value(heartbeatKey{}).(*heartbeatState); ok {
-		hb.last.Store(time.Now().UnixNano())
+		hb.last.Store(int64(time.Since(hb.start)))
 	}
 }
 
@@ -71,8 +76,7 @@ func RunStep[Out any](ctx context.Context, t Timeouts, fn func(context.Context) 
 		defer timer.Stop()
 	}
 	if t.Heartbeat > 0 {
-		hb := &heartbeatState{}
-		hb.last.Store(time.Now().UnixNano())
+		hb := &heartbeatState{start: time.Now()}
 		ctx = context.WithValue(ctx, heartbeatKey{}, hb)
 		stop := watchHeartbeat(hb, t.Heartbeat, func() { cancel(errNoHeartbeat) })
 		defer stop()
@@ -102,11 +106,16 @@ func RunStep[Out any](ctx context.Context, t Timeouts, fn func(context.Context) 
 			r.err = errors.Wrap(context.Cause(ctx), "step abandoned: it did not return after its context was cancelled")
 		}
 	}
+	if r.err == nil {
+		// It finished, even if a limit fired as it returned: keep the
+		// result rather than run the step again.
+		return r.out, nil
+	}
 	return r.out, timeoutError(ctx, t, r.err)
 }
 
-// timeoutError turns err into a timeout error if one of RunStep's limits
-// cancelled ctx; otherwise it returns err unchanged.
+// timeoutError turns a step's error into a timeout error if one of
+// RunStep's limits cancelled ctx; otherwise it returns err unchanged.
 func timeoutError(ctx context.Context, t Timeouts, err error) error {
 	cause := context.Cause(ctx)
 	var kind string
@@ -119,10 +128,7 @@ func timeoutError(ctx context.Context, t Timeouts, err error) error {
 	default:
 		return err
 	}
-	if err != nil {
-		msg = errors.WithSecondaryError(msg, err)
-	}
-	return Transient(WithKind(msg, kind))
+	return Transient(WithKind(errors.WithSecondaryError(msg, err), kind))
 }
 
 // watchHeartbeat calls expire once hb has gone quiet for timeout, checking
@@ -140,7 +146,7 @@ func watchHeartbeat(hb *heartbeatState, timeout time.Duration, expire func()) (s
 		if stopped {
 			return
 		}
-		left := timeout - time.Since(time.Unix(0, hb.last.Load()))
+		left := timeout - (time.Since(hb.start) - time.Duration(hb.last.Load()))
 		if left <= 0 {
 			expire()
 			return

@@ -78,6 +78,16 @@ func (a *appender) start(ctx context.Context) {
 func (a *appender) stop() {
 	close(a.quit)
 	<-a.done
+	// An asynchronous append queued as the last flusher left is not
+	// written; its callback still hears so.
+	for {
+		select {
+		case req := <-a.reqs:
+			req.finish(AppendResult{State: req.params.State, Err: ErrStopped})
+		default:
+			return
+		}
+	}
 }
 
 // append queues p and waits for its result. A task has at most one append in
@@ -122,6 +132,9 @@ func (a *appender) appendAsync(ctx context.Context, p *EventAppendParams, then f
 	req := &appendReq{params: p, then: then}
 	select {
 	case <-a.quit:
+		then(AppendResult{State: p.State, Err: ErrStopped})
+		return
+	case <-a.done:
 		then(AppendResult{State: p.State, Err: ErrStopped})
 		return
 	default:

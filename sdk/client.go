@@ -191,17 +191,27 @@ func (c *Client) startParams(wf WorkflowRef, input any, opts *StartOpts) (*engin
 	if runAt.IsZero() && opts.Delay > 0 {
 		runAt = time.Now().Add(opts.Delay)
 	}
+	// The deadline must leave the task a chance to run: it must come after
+	// its run time, and after now.
+	earliest := time.Now()
+	if runAt.After(earliest) {
+		earliest = runAt
+	}
 	var deadline *time.Time
 	switch {
 	case !opts.Deadline.IsZero():
+		if !opts.Deadline.After(earliest) {
+			return nil, errors.Newf("start %s: Deadline %s is not after the task's run time %s", wf.TypeName(),
+				opts.Deadline.Format(time.RFC3339Nano), earliest.Format(time.RFC3339Nano))
+		}
 		deadline = &opts.Deadline
 	case defaults.scheduleToClose > 0:
 		d := time.Now().Add(defaults.scheduleToClose)
+		if !d.After(earliest) {
+			return nil, errors.Newf("start %s: the workflow's ScheduleToClose of %s ends before the task's run time %s; set StartOpts.Deadline",
+				wf.TypeName(), defaults.scheduleToClose, earliest.Format(time.RFC3339Nano))
+		}
 		deadline = &d
-	}
-	if deadline != nil && !runAt.IsZero() && !deadline.After(runAt) {
-		return nil, errors.Newf("start %s: deadline %s is not after the run time %s", wf.TypeName(),
-			deadline.Format(time.RFC3339Nano), runAt.Format(time.RFC3339Nano))
 	}
 	return &engine.TaskStartParams{Namespace: c.namespace, Scheduled: history.Scheduled{
 		TaskType: wf.TypeName(), TypeVersion: wf.TypeVersion(), Queue: queue, Priority: opts.Priority,

@@ -334,7 +334,8 @@ func TestScheduleToCloseDeadline(t *testing.T) {
 			return "", errors.New("smtp 451")
 		}, nil)
 	}, &sdk.WorkflowOpts{
-		Retry:           &activities.RetryPolicy{MaxAttempts: 10, InitialInterval: time.Minute, Multiplier: 2, MaxInterval: time.Hour},
+		Retry: &activities.RetryPolicy{MaxAttempts: 10, InitialInterval: time.Minute, Multiplier: 2, MaxInterval: time.Hour,
+			Jitter: activities.NoJitter}, // the first retry is a minute away, past the 2s deadline
 		ScheduleToClose: time.Hour,
 	})
 	sdk.Register(b.worker, wf)
@@ -352,7 +353,7 @@ func TestScheduleToCloseDeadline(t *testing.T) {
 	require.NotNil(t, typed.Deadline)
 
 	_, err = b.client.Start(ctx, wf, "bad", &sdk.StartOpts{Delay: time.Hour, Deadline: time.Now().Add(time.Minute)})
-	require.ErrorContains(t, err, "is not after the run time")
+	require.ErrorContains(t, err, "is not after the task's run time")
 
 	time.Sleep(100 * time.Millisecond) // let late's deadline pass before any worker claims it
 	startWorker(t, b.worker)
@@ -363,6 +364,12 @@ func TestScheduleToCloseDeadline(t *testing.T) {
 	require.Equal(t, history.Permanent, info.LastError.Class)
 	require.Equal(t, []history.Type{history.TaskScheduled, history.AttemptStarted, history.AttemptFailed,
 		history.TaskDeadLettered}, eventTypes(taskHistory(t, b.client, late.ID)))
+
+	err = b.client.Retry(ctx, late.ID, "try anyway")
+	require.True(t, errors.Is(err, sdk.ErrTaskState), "%v", err)
+	require.ErrorContains(t, err, "deadline")
+	_, err = b.client.Start(ctx, wf, "past", &sdk.StartOpts{Deadline: time.Now().Add(-time.Hour)})
+	require.ErrorContains(t, err, "is not after the task's run time")
 
 	info = waitTask(t, b.client, soon.ID)
 	require.Equal(t, history.StatusDeadLettered, info.Status)
@@ -406,4 +413,59 @@ func TestBadStepOptionsArePermanent(t *testing.T) {
 	require.Equal(t, "bad_step_options", info.LastError.Kind)
 	require.Zero(t, runs.Load(), "a step with bad options never runs")
 	stopWorker(t, b.worker)
+}
+
+func TestStepRetryWithoutClassifierKeepsTheTypesPolicy(t *testing.T) {
+	t.Parallel()
+	b := setup(t, sdk.WorkerConfig{})
+	typeRetry := fastRetry(5)
+	typeRetry.Classifier = activities.MustPolicy("never", "false")
+	var runs atomic.Int32
+	wf := sdk.NewWorkflow("llm.classify", 1, func(ctx workflow.Context, _ string) (string, error) {
+		return workflow.Step(ctx, "call_model", func(context.Context) (string, error) {
+			runs.Add(1)
+			return "", errors.New("model error")
+		}, &workflow.StepOpts{Retry: fastRetry(3)}) // a budget of its own, no policy
+	}, &sdk.WorkflowOpts{Retry: typeRetry})
+	sdk.Register(b.worker, wf)
+	startWorker(t, b.worker)
+	res, err := b.client.Start(context.Background(), wf, "doc", nil)
+	require.NoError(t, err)
+	info := waitTask(t, b.client, res.ID)
+	require.Equal(t, history.StatusDeadLettered, info.Status)
+	require.Equal(t, int32(1), runs.Load(), "the type's policy says permanent")
+	require.Equal(t, "policy:never", info.LastError.ClassifiedBy)
+	stopWorker(t, b.worker)
+}
+
+// The body failing after its last step counts against the budget of what
+// follows that step, not the step's own (used-up) budget.
+func TestBodyErrorAfterARetriedStepGetsAFreshBudget(t *testing.T) {
+	t.Parallel()
+	b := setup(t, sdk.WorkerConfig{})
+	var stepRuns, bodyRuns atomic.Int32
+	wf := sdk.NewWorkflow("doc.finish", 1, func(ctx workflow.Context, _ string) (string, error) {
+		out, err := workflow.Step(ctx, "fetch", func(context.Context) (string, error) {
+			if stepRuns.Add(1) < 3 {
+				return "", errors.New("fetch failed")
+			}
+			return "data", nil
+		}, nil)
+		if err != nil {
+			return "", err
+		}
+		bodyRuns.Add(1)
+		return "", activities.Transient(errors.Newf("index not ready for %s", out))
+	}, &sdk.WorkflowOpts{Retry: fastRetry(3)})
+	sdk.Register(b.worker, wf)
+	startWorker(t, b.worker)
+	res, err := b.client.Start(context.Background(), wf, "doc", nil)
+	require.NoError(t, err)
+	info := waitTask(t, b.client, res.ID)
+	require.Equal(t, history.StatusDeadLettered, info.Status)
+	require.Equal(t, int32(3), stepRuns.Load(), "fetch succeeded on its third attempt and was not run again")
+	require.Equal(t, int32(3), bodyRuns.Load(), "what follows fetch had a budget of three attempts of its own")
+	require.Equal(t, 5, info.Attempt)
+	stopWorker(t, b.worker)
+	enginetest.RequireProjectionsMatch(t, b.client.Store())
 }

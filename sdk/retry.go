@@ -61,8 +61,8 @@ type RetryReport struct {
 }
 
 // RetryDeadLetters requeues, as [Client.Retry] does, every dead letter that
-// matches opts, in batches. It returns what it did even when it stops on an
-// error.
+// matches opts, in batches, up to opts.Limit (100 by default; negative for
+// no limit). It returns what it did even when it stops on an error.
 func (c *Client) RetryDeadLetters(ctx context.Context, opts *DeadLetterOpts, reason string) (RetryReport, error) {
 	report := RetryReport{Failed: map[uuid.UUID]error{}}
 	err := c.eachDeadLetter(ctx, opts, func(page []*TaskInfo) error {
@@ -100,6 +100,7 @@ func (c *Client) eachDeadLetter(ctx context.Context, opts *DeadLetterOpts, fn fu
 		limit = 100
 	}
 	var evalErrs error
+	failedEvals := 0
 	params := &engine.DeadLetterListParams{Namespace: c.namespace, Type: opts.Type, Limit: deadLetterPage}
 	for taken := 0; limit < 0 || taken < limit; {
 		tasks, err := c.store.DeadLetterList(ctx, params)
@@ -115,7 +116,10 @@ func (c *Client) eachDeadLetter(ctx context.Context, opts *DeadLetterOpts, fn fu
 			if opts.Filter != nil {
 				ok, err := opts.Filter.Match(info)
 				if err != nil {
-					evalErrs = errors.CombineErrors(evalErrs, err)
+					// A few examples say what is wrong; a count, how often.
+					if failedEvals++; failedEvals <= maxFilterErrors {
+						evalErrs = errors.CombineErrors(evalErrs, err)
+					}
 					continue
 				}
 				if !ok {
@@ -136,5 +140,12 @@ func (c *Client) eachDeadLetter(ctx context.Context, opts *DeadLetterOpts, fn fu
 		last := tasks[len(tasks)-1]
 		params.Before = &engine.DeadLetterCursor{FinishedAt: *last.FinishedAt, ID: last.ID}
 	}
-	return evalErrs
+	if failedEvals > 0 {
+		return errors.WithHint(errors.Wrapf(evalErrs, "the filter failed on %d task(s), which were skipped; the first", failedEvals),
+			`test for a label or attribute before reading it: "team" in task.labels && task.labels["team"] == "x"`)
+	}
+	return nil
 }
+
+// maxFilterErrors is how many filter errors a listing keeps as examples.
+const maxFilterErrors = 3

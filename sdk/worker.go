@@ -308,8 +308,15 @@ func (w *Worker) outcome(ctx context.Context, a *engine.Attempt, reg registered,
 	}
 	state := a.State()
 	now := engine.Now()
+	if res.Pending != nil {
+		// The last step finished in this attempt but is not on record
+		// yet; the budget in use is the one after it.
+		if next, err := history.Apply(state, history.Event{Seq: state.LastSeq + 1, At: now, Attempt: state.Attempt, Data: *res.Pending}); err == nil {
+			state = next
+		}
+	}
 	elapsed := now.Sub(state.Budget.Since)
-	info := w.classify(a, reg, res, elapsed)
+	info := w.classify(a, reg, res, state.Budget.Attempts, elapsed)
 	policy := reg.defaults.retry
 	if max := state.Scheduled.MaxAttempts; max > 0 {
 		policy.MaxAttempts = max // as started: StartOpts.MaxAttempts may override the type's
@@ -346,17 +353,17 @@ func (w *Worker) giveUp(reg registered, state history.State, info history.ErrorI
 // policy of the failed step, else of the workflow type; the default, which
 // is transient for a step's errors and permanent for the workflow body's
 // own (re-running the same code on the same history gives the same error).
-func (w *Worker) classify(a *engine.Attempt, reg registered, res workflow.Result, elapsed time.Duration) history.ErrorInfo {
+func (w *Worker) classify(a *engine.Attempt, reg registered, res workflow.Result, attempts int, elapsed time.Duration) history.ErrorInfo {
 	f := activities.Failure{
 		Err: res.Err, Default: history.Permanent, DefaultBy: "default:workflow",
-		Attempt: a.State().Attempt, Elapsed: elapsed,
+		Attempt: attempts, Elapsed: elapsed,
 		Task: activities.PolicyTask{Type: a.Task.Type, Queue: a.Task.Queue},
 	}
 	if res.Step != nil {
 		f.Default, f.DefaultBy, f.Step.Name = history.Transient, "default:step", res.Step.Name
 	}
 	policy := reg.defaults.retry.Classifier
-	if res.StepOpts != nil && res.StepOpts.Retry != nil {
+	if res.StepOpts != nil && res.StepOpts.Retry != nil && res.StepOpts.Retry.Classifier != nil {
 		policy = res.StepOpts.Retry.Classifier
 	}
 	var info history.ErrorInfo

@@ -162,6 +162,9 @@ every dead letter of the namespace without a filter.`,
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "requeued %d task(s)\n", len(report.Retried))
+			if f.limit > 0 && len(report.Retried)+len(report.Failed) >= f.limit {
+				fmt.Fprintf(cmd.OutOrStdout(), "stopped at --limit %d: more dead letters may match (run again, or --limit -1 for all)\n", f.limit)
+			}
 			for _, id := range failed {
 				fmt.Fprintf(cmd.OutOrStdout(), "not requeued %s: %v\n", id, report.Failed[id])
 			}
