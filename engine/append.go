@@ -74,7 +74,7 @@ func (s *Store) EventAppendMany(ctx context.Context, ps []*EventAppendParams) ([
 	if valid == 0 {
 		return out, nil
 	}
-	rows, err := s.pool.Query(ctx, s.sql("EventAppendMany"), batch.args(s.doneChannel, s.channel))
+	rows, err := s.pool.Query(ctx, s.sql("EventAppendMany"), batch.args(s.doneChannel, s.channel, s.cancelChannel))
 	if err != nil {
 		return nil, errors.Wrap(interpretError(err), "append events")
 	}
@@ -195,7 +195,7 @@ func (b *appendBatch) truncateEvents(n int) {
 	b.evAts, b.evAttempts, b.evDatas = b.evAts[:n], b.evAttempts[:n], b.evDatas[:n]
 }
 
-func (b *appendBatch) args(doneChannel, readyChannel string) pgx.NamedArgs {
+func (b *appendBatch) args(doneChannel, readyChannel, cancelChannel string) pgx.NamedArgs {
 	return pgx.NamedArgs{
 		"ids": b.ids, "expected_seqs": b.expectedSeqs, "epochs": b.epochs, "expired_only": b.expiredOnly,
 		"statuses": b.statuses, "run_ats": b.runAts, "attempts": b.attempts, "lease_owners": b.leaseOwners,
@@ -204,7 +204,30 @@ func (b *appendBatch) args(doneChannel, readyChannel string) pgx.NamedArgs {
 		"started_ats": b.startedAts, "finished_ats": b.finishedAts,
 		"ev_task_ids": b.evTaskIDs, "ev_seqs": b.evSeqs, "ev_types": b.evTypes, "ev_ats": b.evAts,
 		"ev_attempts": b.evAttempts, "ev_datas": b.evDatas, "done_channel": doneChannel, "ready_channel": readyChannel,
+		"cancel_channel": cancelChannel,
 	}
+}
+
+// rebaseOntoCancel returns p moved onto the events appended to its task
+// since p.State, if those are only a cancel request (the one append other
+// writers make to a running task), and false otherwise.
+func (s *Store) rebaseOntoCancel(ctx context.Context, p *EventAppendParams) (*EventAppendParams, bool) {
+	events, err := s.EventListByTask(ctx, p.TaskID)
+	if err != nil || int64(len(events)) <= p.State.LastSeq {
+		return nil, false
+	}
+	state := p.State
+	for _, e := range events[p.State.LastSeq:] {
+		if e.Type() != history.CancelRequested {
+			return nil, false
+		}
+		if state, err = history.Apply(state, e); err != nil {
+			return nil, false
+		}
+	}
+	rebased := *p
+	rebased.State = state
+	return &rebased, true
 }
 
 // explainRefusal finds out why an append wrote nothing.

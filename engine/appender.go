@@ -187,9 +187,9 @@ func (a *appender) flushLoop(ctx context.Context) {
 		// Heartbeats lock the same rows in another order and can deadlock
 		// with a batch; PostgreSQL aborts one of the two, and running the
 		// batch again is all it takes.
-		results, err := a.store.EventAppendMany(ctx, params)
-		for try := 1; try < 5 && errors.Is(err, ErrRetryable); try++ {
-			results, err = a.store.EventAppendMany(ctx, params)
+		results, err := a.write(ctx, params)
+		if err == nil {
+			a.rebaseConflicts(ctx, params, results)
 		}
 		for i, req := range batch {
 			if err != nil {
@@ -198,5 +198,47 @@ func (a *appender) flushLoop(ctx context.Context) {
 			}
 			req.finish(results[i])
 		}
+	}
+}
+
+// write runs one EventAppendMany. Heartbeats lock the same rows in another
+// order and can deadlock with a batch; PostgreSQL aborts one of the two,
+// and running the batch again is all it takes.
+func (a *appender) write(ctx context.Context, params []*EventAppendParams) ([]AppendResult, error) {
+	results, err := a.store.EventAppendMany(ctx, params)
+	for try := 1; try < 5 && errors.Is(err, ErrRetryable); try++ {
+		results, err = a.store.EventAppendMany(ctx, params)
+	}
+	return results, err
+}
+
+// rebaseConflicts retries the attempt appends of a batch that lost a race
+// to a cancel request: a client appends cancel_requested to a running task
+// without its lease, which moves the log past the attempt's expected seq.
+// Such an append is replayed onto the new events and written again, so
+// the attempt's work is kept and it learns of the cancel from the state it
+// gets back. results are updated in place.
+func (a *appender) rebaseConflicts(ctx context.Context, params []*EventAppendParams, results []AppendResult) {
+	var retry []*EventAppendParams
+	var at []int
+	for i, res := range results {
+		if !errors.Is(res.Err, ErrConflict) || params[i].Epoch == 0 {
+			continue
+		}
+		rebased, ok := a.store.rebaseOntoCancel(ctx, params[i])
+		if !ok {
+			continue
+		}
+		retry, at = append(retry, rebased), append(at, i)
+	}
+	if len(retry) == 0 {
+		return
+	}
+	again, err := a.write(ctx, retry)
+	for k, i := range at {
+		if err != nil {
+			continue // the original conflict stands
+		}
+		results[i] = again[k]
 	}
 }

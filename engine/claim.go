@@ -127,10 +127,18 @@ type LeaseRef struct {
 	Epoch  int64
 }
 
+// LeaseRenewal is the reply of [Store.LeaseExtendMany] for one lease still
+// held.
+type LeaseRenewal struct {
+	// CancelRequested says the task's cancel was requested: its attempt
+	// should stop at its next checkpoint.
+	CancelRequested bool
+}
+
 // LeaseExtendMany extends the given leases to ttl from now by the database
-// clock and returns the ids whose lease was extended; the others are lost
+// clock and returns the leases it extended, by task id; the others are lost
 // (the task moved to another epoch or finished).
-func (s *Store) LeaseExtendMany(ctx context.Context, leases []LeaseRef, ttl time.Duration) (map[uuid.UUID]bool, error) {
+func (s *Store) LeaseExtendMany(ctx context.Context, leases []LeaseRef, ttl time.Duration) (map[uuid.UUID]LeaseRenewal, error) {
 	// Lock in id order, as appends do, so the two rarely deadlock.
 	sorted := slices.Clone(leases)
 	slices.SortFunc(sorted, func(a, b LeaseRef) int { return bytes.Compare(a.TaskID[:], b.TaskID[:]) })
@@ -145,13 +153,15 @@ func (s *Store) LeaseExtendMany(ctx context.Context, leases []LeaseRef, ttl time
 	if err != nil {
 		return nil, errors.Wrap(interpretError(err), "extend leases")
 	}
-	got, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	held := make(map[uuid.UUID]LeaseRenewal, len(leases))
+	var id uuid.UUID
+	var cancel bool
+	_, err = pgx.ForEachRow(rows, []any{&id, &cancel}, func() error {
+		held[id] = LeaseRenewal{CancelRequested: cancel}
+		return nil
+	})
 	if err != nil {
 		return nil, errors.Wrap(interpretError(err), "extend leases")
-	}
-	held := make(map[uuid.UUID]bool, len(got))
-	for _, id := range got {
-		held[id] = true
 	}
 	return held, nil
 }

@@ -254,7 +254,7 @@ func TestLeaseExtendMany(t *testing.T) {
 		{TaskID: uuid.New(), Epoch: 1},                      // no such task
 	}, time.Hour)
 	require.NoError(t, err)
-	require.Equal(t, map[uuid.UUID]bool{a.Task.ID: true}, held)
+	require.Equal(t, map[uuid.UUID]engine.LeaseRenewal{a.Task.ID: {}}, held)
 
 	aNow, bNow, cNow := getTask(t, s, a.Task.ID), getTask(t, s, b.Task.ID), getTask(t, s, c.Task.ID)
 	require.True(t, aNow.LeaseExpiresAt.After(a.Task.LeaseExpiresAt.Add(30*time.Minute)),
@@ -266,5 +266,13 @@ func TestLeaseExtendMany(t *testing.T) {
 	held, err = s.LeaseExtendMany(ctx, nil, time.Hour)
 	require.NoError(t, err)
 	require.Empty(t, held)
+
+	// The reply carries a cancel request.
+	_, err = s.TaskCancel(ctx, &engine.TaskRequestParams{Namespace: "default", ID: a.Task.ID, By: "api"})
+	require.NoError(t, err)
+	held, err = s.LeaseExtendMany(ctx, []engine.LeaseRef{{TaskID: a.Task.ID, Epoch: a.State.Lease.Epoch}}, time.Hour)
+	require.NoError(t, err)
+	require.Equal(t, map[uuid.UUID]engine.LeaseRenewal{a.Task.ID: {CancelRequested: true}}, held)
+
 	require.Equal(t, 3, enginetest.RequireProjectionsMatch(t, s))
 }

@@ -27,6 +27,7 @@ type Notifier struct {
 
 	mu      sync.Mutex
 	subs    map[chan struct{}]struct{}               // ready subscribers; written under mu by Subscribe and its cancel; read by the run loop
+	cancels map[*func(uuid.UUID)]struct{}            // cancel-request listeners; same discipline
 	waiters map[uuid.UUID]map[chan struct{}]struct{} // per-task finish waiters; same discipline
 }
 
@@ -36,7 +37,7 @@ func NewNotifier(store *Store, logger *slog.Logger) *Notifier {
 		logger = slog.Default()
 	}
 	return &Notifier{store: store, logger: logger, subs: map[chan struct{}]struct{}{},
-		waiters: map[uuid.UUID]map[chan struct{}]struct{}{}}
+		waiters: map[uuid.UUID]map[chan struct{}]struct{}{}, cancels: map[*func(uuid.UUID)]struct{}{}}
 }
 
 // Subscribe returns a channel that receives a value after work becomes
@@ -51,6 +52,35 @@ func (n *Notifier) Subscribe() (<-chan struct{}, func()) {
 		n.mu.Lock()
 		delete(n.subs, ch)
 		n.mu.Unlock()
+	}
+}
+
+// OnCancel calls fn with the id of every running task whose cancel is
+// requested, as announced, until the returned function is called. fn runs on
+// the notifier's goroutine and must return quickly.
+func (n *Notifier) OnCancel(fn func(id uuid.UUID)) (stop func()) {
+	key := &fn
+	n.mu.Lock()
+	n.cancels[key] = struct{}{}
+	n.mu.Unlock()
+	return func() {
+		n.mu.Lock()
+		delete(n.cancels, key)
+		n.mu.Unlock()
+	}
+}
+
+func (n *Notifier) cancelled(payload string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, s := range strings.Split(payload, ",") {
+		id, err := uuid.Parse(s)
+		if err != nil {
+			continue
+		}
+		for fn := range n.cancels {
+			(*fn)(id)
+		}
 	}
 }
 
@@ -147,7 +177,7 @@ func (n *Notifier) listen(ctx context.Context, backoff *time.Duration) error {
 		return err
 	}
 	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
-	for _, channel := range []string{n.store.channel, n.store.doneChannel} {
+	for _, channel := range []string{n.store.channel, n.store.doneChannel, n.store.cancelChannel} {
 		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
 			return err
 		}
@@ -162,8 +192,12 @@ func (n *Notifier) listen(ctx context.Context, backoff *time.Duration) error {
 		if err != nil {
 			return err
 		}
-		if note.Channel == n.store.doneChannel {
+		switch note.Channel {
+		case n.store.doneChannel:
 			n.finished(note.Payload)
+			continue
+		case n.store.cancelChannel:
+			n.cancelled(note.Payload)
 			continue
 		}
 		n.mu.Lock()

@@ -12,6 +12,7 @@ import (
 
 	"github.com/cairnflow/cairn/history"
 	"github.com/cockroachdb/errors"
+	"github.com/google/uuid"
 )
 
 var (
@@ -46,9 +47,23 @@ type Attempt struct {
 	// Task is the projection row as claimed.
 	Task *Task
 
-	proc  *Processor
-	state history.State   // replay up to now; written by Append on the handler goroutine
-	ctx   context.Context // the attempt's context, handed to the handler
+	proc     *Processor
+	state    history.State   // replay up to now; written by Append on the handler goroutine
+	ctx      context.Context // the attempt's context, handed to the handler: ends on a cancel request too
+	leaseCtx context.Context // ends only when the lease is lost or the worker stops hard
+}
+
+// LeaseContext returns a context that, unlike the handler's, is not
+// cancelled when the task's cancel is requested: for work that must run to
+// completion once started (irreversible steps, compensators). It ends when
+// the lease is lost or the worker stops hard.
+func (a *Attempt) LeaseContext() context.Context { return a.leaseCtx }
+
+// CancelRequested reports whether the task's cancel has been requested, as
+// far as this attempt knows (its history, a notification, a heartbeat
+// reply).
+func (a *Attempt) CancelRequested() bool {
+	return a.state.CancelRequested || errors.Is(context.Cause(a.ctx), ErrCancelRequested)
 }
 
 // State returns the task's state as replayed from its history, including
@@ -79,6 +94,11 @@ func (a *Attempt) Append(ctx context.Context, payloads ...history.Payload) error
 		return err
 	}
 	a.state = next
+	if next.CancelRequested {
+		// A cancel arrived since the attempt began (the append was
+		// rebased onto it): stop at the next checkpoint.
+		a.proc.requestCancel(a.Task.ID)
+	}
 	return nil
 }
 
@@ -141,8 +161,11 @@ type Processor struct {
 }
 
 type inflightAttempt struct {
-	lastRenewed time.Time // when the last successful renewal was sent
-	cancel      context.CancelCauseFunc
+	lastRenewed time.Time               // when the last successful renewal was sent
+	cancel      context.CancelCauseFunc // ends the attempt: lease lost, hard stop, done
+	// requestCancel cancels the handler's context with ErrCancelRequested,
+	// leaving the lease context (for irreversible steps) running.
+	requestCancel context.CancelCauseFunc
 }
 
 // NewProcessor validates cfg, fills in defaults, and returns a processor.
@@ -296,6 +319,7 @@ func (p *Processor) claimLoop(ctx context.Context) {
 		ch, unsubscribe := p.cfg.Notifier.Subscribe()
 		defer unsubscribe()
 		wake = ch
+		defer p.cfg.Notifier.OnCancel(p.requestCancel)()
 	}
 	poll := time.NewTicker(p.cfg.PollInterval)
 	defer poll.Stop()
@@ -375,13 +399,17 @@ func (p *Processor) claim(ctx context.Context, max int) (int, error) {
 				"task_id", ct.Task.ID, errAttr(ct.Err))
 			continue
 		}
-		attemptCtx, cancel := context.WithCancelCause(ctx)
+		leaseCtx, cancel := context.WithCancelCause(ctx)
+		attemptCtx, requestCancel := context.WithCancelCause(leaseCtx)
+		if ct.State.CancelRequested {
+			requestCancel(ErrCancelRequested)
+		}
 		ref := LeaseRef{TaskID: ct.Task.ID, Epoch: ct.State.Lease.Epoch}
 		p.mu.Lock()
-		p.inflight[ref] = &inflightAttempt{lastRenewed: sent, cancel: cancel}
+		p.inflight[ref] = &inflightAttempt{lastRenewed: sent, cancel: cancel, requestCancel: requestCancel}
 		p.mu.Unlock()
 		p.executors.Add(1)
-		go p.execute(&Attempt{Task: ct.Task, proc: p, state: ct.State, ctx: attemptCtx})
+		go p.execute(&Attempt{Task: ct.Task, proc: p, state: ct.State, ctx: attemptCtx, leaseCtx: leaseCtx})
 	}
 	return len(claimed), nil
 }
@@ -427,11 +455,24 @@ func (p *Processor) execute(a *Attempt) {
 	})
 }
 
+// requestCancel cancels the handler context of the attempts of task id
+// this worker runs, with cause ErrCancelRequested.
+func (p *Processor) requestCancel(id uuid.UUID) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for ref, in := range p.inflight {
+		if ref.TaskID == id {
+			in.requestCancel(ErrCancelRequested)
+		}
+	}
+}
+
 // release ends an attempt's hold on its slot and lease renewal, and wakes a
 // claim loop waiting for a free slot.
 func (p *Processor) release(ref LeaseRef) {
 	p.mu.Lock()
 	if in := p.inflight[ref]; in != nil {
+		in.requestCancel(nil)
 		in.cancel(nil)
 		delete(p.inflight, ref)
 	}
@@ -495,9 +536,13 @@ func (p *Processor) heartbeat(ctx context.Context) {
 		if in == nil {
 			continue
 		}
+		renewal, ok := held[ref.TaskID]
 		switch {
-		case err == nil && held[ref.TaskID]:
+		case err == nil && ok:
 			in.lastRenewed = sent
+			if renewal.CancelRequested {
+				in.requestCancel(ErrCancelRequested)
+			}
 		case err == nil:
 			in.cancel(ErrLeaseLost)
 		case now.Sub(in.lastRenewed) > p.cfg.LeaseTTL-p.cfg.HeartbeatInterval:

@@ -139,7 +139,7 @@ WITH input AS (
       AND t.last_seq = i.expected_seq
       AND (i.epoch = 0 OR t.lease_epoch = i.epoch)
       AND (NOT i.expired_only OR t.lease_expires_at < now())
-    RETURNING t.id, t.status, t.queue, t.run_at
+    RETURNING t.id, t.status, t.queue, t.run_at, t.cancel_requested
 ), ev AS (
     INSERT INTO /* TEMPLATE: schema */events (task_id, seq, type, at, attempt, data)
     SELECT e.task_id, e.seq, e.type, e.at, e.attempt, e.data
@@ -156,8 +156,15 @@ WITH input AS (
     -- than at their next poll.
     SELECT pg_notify(@ready_channel, queue)
     FROM (SELECT DISTINCT queue FROM upd WHERE status IN ('pending', 'retrying') AND run_at <= now()) AS due
+), cancel AS (
+    -- Running tasks whose cancel is requested: their workers stop them.
+    SELECT pg_notify(@cancel_channel, string_agg(id::text, ','))
+    FROM (SELECT id, (row_number() OVER ()) / 200 AS chunk FROM upd
+          WHERE cancel_requested AND status = 'running') AS cancelling
+    GROUP BY chunk
 )
-SELECT upd.id FROM upd WHERE (SELECT count(*) FROM done) >= 0 AND (SELECT count(*) FROM ready) >= 0;
+SELECT upd.id FROM upd
+WHERE (SELECT count(*) FROM done) >= 0 AND (SELECT count(*) FROM ready) >= 0 AND (SELECT count(*) FROM cancel) >= 0;
 
 -- name: TaskFenceByID
 -- Tells a refused append apart: not found, moved on, or fenced.
@@ -165,12 +172,12 @@ SELECT last_seq, lease_epoch, lease_owner IS NOT NULL FROM /* TEMPLATE: schema *
 
 -- name: LeaseExtendMany
 -- Extends the leases still held under the given epochs; a lease not returned
--- is lost.
+-- is lost. The reply says which of the tasks have a cancel request.
 UPDATE /* TEMPLATE: schema */tasks AS t
 SET lease_expires_at = now() + make_interval(secs => @lease_seconds)
 FROM unnest(@ids::uuid[], @epochs::bigint[]) AS l(id, epoch)
 WHERE t.id = l.id AND t.lease_epoch = l.epoch AND t.status = 'running'
-RETURNING t.id;
+RETURNING t.id, t.cancel_requested;
 
 -- name: TaskListExpired
 -- Running tasks whose lease is past its expiry, oldest first.

@@ -167,7 +167,7 @@ func TestRescueExpired(t *testing.T) {
 		// The worker's heartbeat arrives before the rescuer looks.
 		held, err := s.LeaseExtendMany(ctx, []engine.LeaseRef{{TaskID: id, Epoch: ct.State.Lease.Epoch}}, time.Hour)
 		require.NoError(t, err)
-		require.True(t, held[id])
+		require.Contains(t, held, id)
 		n, err := s.RescueExpired(ctx, 100)
 		require.NoError(t, err)
 		require.Zero(t, n)

@@ -30,6 +30,9 @@ var (
 	// ErrFenced: the caller's lease epoch is no longer the task's; the
 	// attempt it acts for is over and its writes are refused.
 	ErrFenced = errors.New("fenced: lease epoch is stale")
+	// ErrCancelRequested is the cancellation cause of an attempt's context
+	// when the task's cancel was requested.
+	ErrCancelRequested = errors.New("task cancel requested")
 	// ErrTaskState: the task's status does not allow the request (retrying
 	// a task that is not dead-lettered, for instance). The message names
 	// the status.
@@ -64,6 +67,9 @@ type Store struct {
 	schema      string
 	channel     string // NOTIFY channel: work became ready; payload is the queue
 	doneChannel string // NOTIFY channel: tasks finished; payload is their ids, comma-separated
+	// cancelChannel: running tasks whose cancel was requested; payload is
+	// their ids, comma-separated.
+	cancelChannel string
 	q           map[string]string
 }
 
@@ -83,7 +89,7 @@ func NewStore(cfg StoreConfig) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{pool: cfg.Pool, schema: schema, channel: schema + ".ready", doneChannel: schema + ".done", q: q}, nil
+	return &Store{pool: cfg.Pool, schema: schema, channel: schema + ".ready", doneChannel: schema + ".done", cancelChannel: schema + ".cancel", q: q}, nil
 }
 
 // Pool returns the store's connection pool.

@@ -1,0 +1,117 @@
+package engine
+
+import (
+	"context"
+
+	"github.com/cairnflow/cairn/history"
+	"github.com/cockroachdb/errors"
+	"github.com/google/uuid"
+)
+
+// TaskRequestParams names a task and who asks something of it, and why.
+type TaskRequestParams struct {
+	Namespace string
+	ID        uuid.UUID
+	By        string // recorded in the history; required
+	Reason    string
+}
+
+// TaskCancelResult says what a cancel did.
+type TaskCancelResult struct {
+	// State is the task's state after the request.
+	State history.State
+	// AlreadyRequested is set when an earlier cancel request stands;
+	// nothing was appended.
+	AlreadyRequested bool
+}
+
+// TaskCancel requests the task's cancellation (cancel_requested). A task
+// that is not running and has no completed step to compensate is cancelled
+// in the same statement (task_cancelled) and never runs again. A running
+// task's worker is told (NOTIFY on the cancel channel, and its next
+// heartbeat or append) and stops at its next checkpoint; a task with
+// completed compensable steps is due at once, so a worker compensates them.
+// Cancelling a finished task is an error marked [ErrTaskState] naming its
+// status; cancelling twice is not an error.
+func (s *Store) TaskCancel(ctx context.Context, p *TaskRequestParams) (TaskCancelResult, error) {
+	var res TaskCancelResult
+	state, err := s.requestOnTask(ctx, p, func(state history.State) ([]history.Payload, error) {
+		if state.Status.Terminal() {
+			return nil, errors.Mark(errors.Newf("cancel task %s: it is %s; only a pending, retrying or running task can be cancelled",
+				p.ID, state.Status), ErrTaskState)
+		}
+		if state.CancelRequested {
+			res.AlreadyRequested = true
+			return nil, nil
+		}
+		payloads := []history.Payload{history.CancelRequestedData{By: p.By, Reason: p.Reason}}
+		if state.Status != history.StatusRunning && state.Compensation == nil && !hasCompensable(state) {
+			payloads = append(payloads, history.TaskCancelledData{Reason: p.Reason})
+		}
+		return payloads, nil
+	})
+	res.State = state
+	return res, err
+}
+
+// TaskCompensate asks for the compensators of a completed task's steps to
+// run (compensation_requested): the task is due at once, a worker undoes
+// its compensable steps in reverse order, and it ends cancelled. A task
+// that is not completed, or has no compensable step, is an error marked
+// [ErrTaskState].
+func (s *Store) TaskCompensate(ctx context.Context, p *TaskRequestParams) (history.State, error) {
+	return s.requestOnTask(ctx, p, func(state history.State) ([]history.Payload, error) {
+		if state.Status != history.StatusCompleted {
+			return nil, errors.Mark(errors.Newf("compensate task %s: it is %s; only a completed task is compensated on request",
+				p.ID, state.Status), ErrTaskState)
+		}
+		if !hasCompensable(state) {
+			return nil, errors.Mark(errors.Newf("compensate task %s: none of its steps has a compensator", p.ID), ErrTaskState)
+		}
+		return []history.Payload{history.CompensationRequestedData{By: p.By, Reason: p.Reason}}, nil
+	})
+}
+
+func hasCompensable(state history.State) bool {
+	for _, st := range state.Steps {
+		if st.Compensable {
+			return true
+		}
+	}
+	return false
+}
+
+// maxRequestTries bounds the retries of a request that raced a worker's
+// append.
+const maxRequestTries = 5
+
+// requestOnTask appends what decide returns for the task's current state,
+// unfenced (a request is no attempt's), retrying when a worker appended
+// first. decide returning no payloads appends nothing.
+func (s *Store) requestOnTask(ctx context.Context, p *TaskRequestParams, decide func(history.State) ([]history.Payload, error)) (history.State, error) {
+	if p.By == "" {
+		return history.State{}, errors.New("request on task: By (who asks) is empty")
+	}
+	for try := 0; ; try++ {
+		if _, err := s.TaskGetByID(ctx, p.Namespace, p.ID); err != nil {
+			return history.State{}, err
+		}
+		events, err := s.EventListByTask(ctx, p.ID)
+		if err != nil {
+			return history.State{}, err
+		}
+		state, err := history.Replay(events)
+		if err != nil {
+			return history.State{}, errors.Wrapf(err, "task %s", p.ID)
+		}
+		payloads, err := decide(state)
+		if err != nil || len(payloads) == 0 {
+			return state, err
+		}
+		next, err := s.EventAppend(ctx, &EventAppendParams{TaskID: p.ID, State: state, Payloads: payloads})
+		if errors.Is(err, ErrConflict) && try+1 < maxRequestTries {
+			continue
+		}
+		return next, err
+	}
+}
