@@ -69,9 +69,13 @@ type Compensation struct {
 	Started bool
 	Pending []int // positions still to compensate, in order
 	Done    []int // positions compensated, in order
+	// Cause is the failure that led to compensation, when Reason is
+	// "failed".
+	Cause *ErrorInfo
 }
 
-func (c *Compensation) started() bool { return c != nil && c.Started }
+// IsStarted reports whether compensation has started (c may be nil).
+func (c *Compensation) IsStarted() bool { return c != nil && c.Started }
 
 // Lease is the claim a worker holds on a running task. Epoch grows with every
 // attempt and is kept after the lease ends, so a stale worker's writes can be
@@ -343,7 +347,7 @@ func (s *State) applyStepCompleted(e Event, p StepCompletedData, owned bool) err
 	if s.Lease.Owner == "" {
 		return invalidf(nil, "event %d (%s): attempt %d already ended", e.Seq, StepCompleted, e.Attempt)
 	}
-	if s.Compensation.started() {
+	if s.Compensation.IsStarted() {
 		return invalidf(nil, "event %d (%s): task is compensating", e.Seq, StepCompleted)
 	}
 	if p.Position != len(s.Steps) {
@@ -489,7 +493,7 @@ func (s *State) applyCompensationStarted(e Event, p CompensationStartedData) err
 	if err := s.requireLeasedAttempt(e); err != nil {
 		return err
 	}
-	if s.Compensation.started() {
+	if s.Compensation.IsStarted() {
 		return invalidf(nil, "event %d (%s): compensation already started", e.Seq, CompensationStarted)
 	}
 	switch p.Reason {
@@ -507,7 +511,7 @@ func (s *State) applyCompensationStarted(e Event, p CompensationStartedData) err
 	s.Compensation = &Compensation{Reason: p.Reason, Started: true, Pending: slices.Clone(p.Steps)}
 	if p.Error != nil {
 		info := *p.Error
-		s.LastError = &info
+		s.LastError, s.Compensation.Cause = &info, &info
 	}
 	s.Budget = Budget{Attempts: 1, Since: e.At}
 	return nil
@@ -519,7 +523,7 @@ func (s *State) requireNextCompensation(e Event, position int, name string) erro
 	if err := s.requireLeasedAttempt(e); err != nil {
 		return err
 	}
-	if !s.Compensation.started() {
+	if !s.Compensation.IsStarted() {
 		return invalidf(nil, "event %d (%s): compensation has not started", e.Seq, e.Data.EventType())
 	}
 	if len(s.Compensation.Pending) == 0 || s.Compensation.Pending[0] != position {

@@ -229,8 +229,17 @@ func (w *Worker) HandleAttempt(ctx context.Context, a *engine.Attempt) ([]histor
 		// Claims filter by registered types, so this is a wiring bug.
 		return nil, errors.AssertionFailedf("claimed task %s of unregistered type %s", a.Task.ID, key)
 	}
+	if state.Compensation != nil || state.CancelRequested {
+		// A cancel or compensation request, or compensation cut short by
+		// a failed attempt: this attempt goes straight to compensation.
+		var cause *history.ErrorInfo
+		if state.Compensation != nil {
+			cause = state.Compensation.Cause
+		}
+		return w.compensate(a, reg, compensationReason(state), cause, nil)
+	}
 	taskID := a.Task.ID.String()
-	runCtx := ctx
+	runCtx, irreversibleCtx := ctx, a.LeaseContext()
 	if dl := state.Scheduled.Deadline; dl != nil {
 		if !engine.Now().Before(*dl) {
 			return w.giveUp(reg, state, history.ErrorInfo{
@@ -238,15 +247,21 @@ func (w *Worker) HandleAttempt(ctx context.Context, a *engine.Attempt) ([]histor
 				Message: fmt.Sprintf("deadline %s passed before attempt %d began", dl.Format(time.RFC3339), state.Attempt),
 			}, "deadline passed"), nil
 		}
-		var cancel context.CancelFunc
+		var cancel, cancelIrreversible context.CancelFunc
 		runCtx, cancel = context.WithDeadlineCause(ctx, *dl, errDeadline)
 		defer cancel()
+		irreversibleCtx, cancelIrreversible = context.WithDeadlineCause(irreversibleCtx, *dl, errDeadline)
+		defer cancelIrreversible()
 	}
 	res := workflow.Run(workflow.RunParams{
 		TaskID: taskID, Attempt: state.Attempt, Steps: state.Steps,
 		Context: runCtx, Stopping: a.Stopping(),
 		StepContext: func(s workflow.StepInfo) context.Context {
-			return activities.WithInfo(runCtx, activities.Info{
+			base := runCtx
+			if s.Irreversible {
+				base = irreversibleCtx // a cancel request does not stop it
+			}
+			return activities.WithInfo(base, activities.Info{
 				TaskID: taskID, TaskType: a.Task.Type, Attempt: state.Attempt, WorkerID: a.WorkerID(),
 				Step: s.Name, Position: s.Position,
 				IdempotencyKey: activities.IdempotencyKey(taskID, s.Position, s.Name),
@@ -262,7 +277,17 @@ func (w *Worker) HandleAttempt(ctx context.Context, a *engine.Attempt) ([]histor
 	if res.Err != nil && errors.Is(context.Cause(runCtx), errDeadline) {
 		res.Err = errors.Mark(res.Err, errDeadline)
 	}
+	if res.Err != nil && !errors.Is(res.Err, workflow.ErrStopping) &&
+		errors.Is(context.Cause(ctx), engine.ErrCancelRequested) && a.LeaseContext().Err() == nil {
+		// Cancelled while running: it stopped at a checkpoint (or its step
+		// was cancelled); undo what it completed.
+		return w.compensate(a, reg, history.CompensateCancelled, nil, res.Pending)
+	}
 	payloads, err := w.outcome(ctx, a, reg, res)
+	var ec *errCompensate
+	if errors.As(err, &ec) {
+		return w.compensate(a, reg, history.CompensateFailed, &ec.cause, res.Pending)
+	}
 	if res.Pending == nil {
 		return payloads, err
 	}
@@ -329,6 +354,9 @@ func (w *Worker) outcome(ctx context.Context, a *engine.Attempt, reg registered,
 		decision = activities.Decision{Reason: fmt.Sprintf("deadline %s comes before the next attempt would", dl.Format(time.RFC3339))}
 	}
 	if !decision.Retry {
+		if info.Class == history.Permanent && len(compensablePositions(state)) > 0 {
+			return nil, &errCompensate{cause: info}
+		}
 		return w.giveUp(reg, state, info, decision.Reason), nil
 	}
 	next := now.Add(decision.Delay)

@@ -50,6 +50,9 @@ type Context interface {
 type StepInfo struct {
 	Position int
 	Name     string
+	// Irreversible is set for a step that must run to completion once
+	// started: its context should not end when the task's cancel arrives.
+	Irreversible bool
 }
 
 // RunParams is everything [Run] needs from its caller.
@@ -73,6 +76,10 @@ type RunParams struct {
 	// not recorded by Run: it comes back in [Result.Pending], for the caller
 	// to write together with the attempt's outcome in one append. Required.
 	Record func(history.StepCompletedData) error
+	// CollectOnly runs the workflow over its recorded steps only, to learn
+	// their options (compensators): the first step not on record ends the
+	// run with [ErrCollected] instead of running.
+	CollectOnly bool
 }
 
 // Func is a workflow with its input and output in their JSON encodings:
@@ -96,7 +103,15 @@ type Result struct {
 	// record it (see [RunParams.Record]): the caller must write it before,
 	// or with, the attempt's outcome.
 	Pending *history.StepCompletedData
+	// Visited are the options of the recorded steps the run passed, by
+	// position (nil where a step had none): where compensation finds a
+	// step's compensator.
+	Visited map[int]*StepOpts
 }
+
+// ErrCollected ends a run made with [RunParams.CollectOnly] at the first
+// step the history has not recorded.
+var ErrCollected = errors.New("cairn/workflow: recorded steps collected")
 
 type runState struct {
 	p        RunParams
@@ -106,6 +121,7 @@ type runState struct {
 	failedOp *StepOpts
 	executed int
 	pending  *history.StepCompletedData // executed, not yet recorded
+	visited  map[int]*StepOpts
 }
 
 type runContext struct{ s *runState }
@@ -121,7 +137,7 @@ func Run(p RunParams, fn Func, input json.RawMessage) (res Result) {
 	if p.Context == nil {
 		p.Context = context.Background()
 	}
-	s := &runState{p: p}
+	s := &runState{p: p, visited: map[int]*StepOpts{}}
 	defer func() {
 		if r := recover(); r != nil {
 			err := errors.Newf("workflow panicked: %v", r)
@@ -130,11 +146,11 @@ func Run(p RunParams, fn Func, input json.RawMessage) (res Result) {
 				// (e.g. using a zero result): the abort is what ended it.
 				err = errors.WithSecondaryError(s.aborted, err)
 			}
-			res = Result{Err: err, Step: s.failed, StepOpts: s.failedOp, Executed: s.executed, Pending: s.pending}
+			res = Result{Err: err, Step: s.failed, StepOpts: s.failedOp, Executed: s.executed, Pending: s.pending, Visited: s.visited}
 		}
 	}()
 	out, err := fn(runContext{s}, input)
-	res = Result{Step: s.failed, StepOpts: s.failedOp, Executed: s.executed, Pending: s.pending}
+	res = Result{Step: s.failed, StepOpts: s.failedOp, Executed: s.executed, Pending: s.pending, Visited: s.visited}
 	switch {
 	case s.aborted != nil:
 		// A step's failure or a checkpoint stop ends the attempt, whatever
@@ -167,16 +183,53 @@ type StepOpts struct {
 	// [activities.Timeouts]); hitting either is a transient failure.
 	StartToClose     time.Duration
 	HeartbeatTimeout time.Duration
+	// Irreversible: once started, the step runs to completion even when
+	// the task's cancel arrives (its context ends only if the lease is lost
+	// or the worker stops hard). The cancel takes effect after it.
+	Irreversible bool
+	// Compensate undoes the step: it runs, with the step's recorded output,
+	// when the task is cancelled or fails permanently after the step
+	// completed, or when compensation of the completed task is requested.
+	// Compensators run in reverse order of completion, each recorded
+	// (step_compensated). Build one with [Compensate].
+	Compensate Compensator
+	// CompensationRetry is the retry policy of the compensator. Default:
+	// Retry, else the workflow type's.
+	CompensationRetry *activities.RetryPolicy
+}
+
+// Compensator undoes a completed step, given its recorded output (JSON).
+// It should be idempotent: a compensator interrupted by a crash runs again.
+type Compensator func(ctx context.Context, output json.RawMessage) error
+
+// Compensate adapts a typed compensator: fn receives the step's output
+// decoded as Out.
+func Compensate[Out any](fn func(ctx context.Context, out Out) error) Compensator {
+	return func(ctx context.Context, raw json.RawMessage) error {
+		var out Out
+		if len(raw) > 0 {
+			if err := json.Unmarshal(raw, &out); err != nil {
+				return activities.Permanent(errors.Wrap(err, "decode the step's output for its compensator"))
+			}
+		}
+		return fn(ctx, out)
+	}
 }
 
 func (o *StepOpts) validate() error {
 	if o == nil {
 		return nil
 	}
-	if o.Retry != nil {
-		if err := o.Retry.Validate(); err != nil {
+	for _, r := range []*activities.RetryPolicy{o.Retry, o.CompensationRetry} {
+		if r == nil {
+			continue
+		}
+		if err := r.Validate(); err != nil {
 			return err
 		}
+	}
+	if o.Irreversible && o.timeouts() != (activities.Timeouts{}) {
+		return errors.New("an irreversible step runs to completion: it takes no StartToClose or HeartbeatTimeout")
 	}
 	return o.timeouts().Validate()
 }
@@ -208,6 +261,7 @@ func Step[Out any](ctx Context, name string, fn func(context.Context) (Out, erro
 		if rec.Name != name {
 			return zero, s.abort(nondeterministic(pos, rec.Name, name), nil)
 		}
+		s.visited[pos] = opts
 		var out Out
 		if len(rec.Output) > 0 {
 			if err := json.Unmarshal(rec.Output, &out); err != nil {
@@ -218,13 +272,16 @@ func Step[Out any](ctx Context, name string, fn func(context.Context) (Out, erro
 		s.next++
 		return out, nil
 	}
+	if s.p.CollectOnly {
+		return zero, s.abort(ErrCollected, nil)
+	}
 	if err := s.flush(); err != nil {
 		return zero, err
 	}
 	if err := s.checkpoint(); err != nil {
 		return zero, err
 	}
-	info := StepInfo{Position: pos, Name: name}
+	info := StepInfo{Position: pos, Name: name, Irreversible: opts != nil && opts.Irreversible}
 	if err := opts.validate(); err != nil {
 		err = errors.Mark(errors.Wrapf(err, "%s", info), ErrBadStepOpts)
 		return zero, s.abort(err, &info)
@@ -249,7 +306,8 @@ func Step[Out any](ctx Context, name string, fn func(context.Context) (Out, erro
 		err = errors.Wrapf(err, "step %d (%s): encode output", pos, name)
 		return zero, s.abort(err, &info)
 	}
-	s.pending = &history.StepCompletedData{Position: pos, Name: name, Output: encoded}
+	s.pending = &history.StepCompletedData{Position: pos, Name: name, Output: encoded, Compensable: opts != nil && opts.Compensate != nil}
+	s.visited[pos] = opts
 	s.next++
 	return out, nil
 }

@@ -1,0 +1,177 @@
+package sdk
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+
+	"github.com/cairnflow/cairn/activities"
+	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/workflow"
+	"github.com/cockroachdb/errors"
+	"github.com/google/uuid"
+)
+
+// Cancel asks for the task to stop, for reason. A pending or retry-waiting
+// task with nothing to compensate is cancelled at once and never runs; a
+// running one stops at its next checkpoint (before its next step; an
+// irreversible step in progress finishes first), and its completed
+// compensable steps are compensated in reverse order before it ends
+// cancelled. Cancelling a finished task is an error marked [ErrTaskState]
+// naming its status; cancelling twice is not an error.
+func (c *Client) Cancel(ctx context.Context, id uuid.UUID, reason string) error {
+	_, err := c.store.TaskCancel(ctx, &engine.TaskRequestParams{Namespace: c.namespace, ID: id, By: c.identity, Reason: reason})
+	return err
+}
+
+// Compensate asks for a completed task's compensable steps to be undone,
+// for reason: a worker runs their compensators in reverse order, each
+// recorded, and the task ends cancelled. A task that is not completed, or
+// has no step with a compensator, is an error marked [ErrTaskState].
+func (c *Client) Compensate(ctx context.Context, id uuid.UUID, reason string) error {
+	_, err := c.store.TaskCompensate(ctx, &engine.TaskRequestParams{Namespace: c.namespace, ID: id, By: c.identity, Reason: reason})
+	return err
+}
+
+// errCompensate tells HandleAttempt that a permanent failure is to be
+// followed by compensation.
+type errCompensate struct{ cause history.ErrorInfo }
+
+func (e *errCompensate) Error() string { return "compensate after: " + e.cause.Message }
+
+// compensationReason says why an attempt that begins with a cancel or
+// compensation request compensates.
+func compensationReason(state history.State) string {
+	if state.Compensation != nil {
+		return state.Compensation.Reason
+	}
+	return history.CompensateCancelled
+}
+
+// compensate undoes the task's completed compensable steps in reverse order
+// of completion, recording each (step_compensated), and returns the events
+// that end the attempt: task_cancelled or task_failed when all are undone;
+// attempt_failed with a retry when a compensator failed transiently;
+// compensation_failed and task_dead_lettered when one failed for good.
+// pending is a step the attempt completed but has not recorded yet.
+func (w *Worker) compensate(a *engine.Attempt, reg registered, reason string, cause *history.ErrorInfo, pending *history.StepCompletedData) ([]history.Payload, error) {
+	durable := a.DurableContext()
+	if pending != nil {
+		if err := a.Append(durable, *pending); err != nil {
+			return nil, errors.Wrap(err, "record the last step before compensating")
+		}
+	}
+	ctx := a.LeaseContext() // a cancel request must not stop compensation
+	state := a.State()
+	if !state.Compensation.IsStarted() {
+		steps := compensablePositions(state)
+		if len(steps) == 0 && reason != history.CompensateFailed {
+			return []history.Payload{history.TaskCancelledData{Reason: reason}}, nil
+		}
+		if err := a.Append(durable, history.CompensationStartedData{Reason: reason, Steps: steps, Error: cause}); err != nil {
+			return nil, errors.Wrap(err, "record compensation_started")
+		}
+		state = a.State()
+	}
+	// The compensators are Go code: run the workflow over its recorded
+	// steps, without running any, to learn each step's options.
+	taskID := a.Task.ID.String()
+	collected := workflow.Run(workflow.RunParams{
+		TaskID: taskID, Attempt: state.Attempt, Steps: state.Steps, Context: ctx, CollectOnly: true,
+		Record: func(history.StepCompletedData) error { return errors.New("a collect-only run records nothing") },
+	}, reg.fn, a.Task.Input)
+	for len(state.Compensation.Pending) > 0 {
+		pos := state.Compensation.Pending[0]
+		step := state.Steps[pos]
+		opts := collected.Visited[pos]
+		if opts == nil || opts.Compensate == nil {
+			info := history.ErrorInfo{Class: history.Permanent, Kind: "no_compensator", ClassifiedBy: "rule:no_compensator",
+				Step: step.Name, Position: pos,
+				Message: fmt.Sprintf("step %d (%s) was recorded as compensable, but the workflow no longer gives it a compensator", pos, step.Name)}
+			return compensationFailed(pos, step.Name, info), nil
+		}
+		err := runCompensator(ctx, a, taskID, step, opts.Compensate)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, errors.Wrapf(context.Cause(ctx), "compensation of task %s interrupted", a.Task.ID)
+			}
+			return w.compensatorFailed(a, reg, state, step, opts, err), nil
+		}
+		if err := a.Append(durable, history.StepCompensatedData{Position: pos, Name: step.Name}); err != nil {
+			return nil, errors.Wrap(err, "record step_compensated")
+		}
+		state = a.State()
+	}
+	done := state.Compensation.Done
+	if state.Compensation.Reason == history.CompensateFailed && state.Compensation.Cause != nil {
+		return []history.Payload{history.TaskFailedData{Error: *state.Compensation.Cause, Compensated: done}}, nil
+	}
+	return []history.Payload{history.TaskCancelledData{Reason: state.Compensation.Reason, Compensated: done}}, nil
+}
+
+// runCompensator runs one compensator with an activity context of its own:
+// the idempotency key is the step's with "/compensate" appended.
+func runCompensator(ctx context.Context, a *engine.Attempt, taskID string, step history.Step, fn workflow.Compensator) error {
+	ctx = activities.WithInfo(ctx, activities.Info{
+		TaskID: taskID, TaskType: a.Task.Type, Attempt: a.State().Attempt, WorkerID: a.WorkerID(),
+		Step: step.Name, Position: step.Position,
+		IdempotencyKey: activities.IdempotencyKey(taskID, step.Position, step.Name) + "/compensate",
+	})
+	_, err := activities.RunStep(ctx, activities.Timeouts{}, func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, fn(ctx, step.Output)
+	})
+	return err
+}
+
+// compensatorFailed classifies a compensator's error under its retry
+// policy: retry later, or give the task to a person.
+func (w *Worker) compensatorFailed(a *engine.Attempt, reg registered, state history.State, step history.Step, opts *workflow.StepOpts, err error) []history.Payload {
+	policy := reg.defaults.retry
+	switch {
+	case opts.CompensationRetry != nil:
+		policy = *opts.CompensationRetry
+	case opts.Retry != nil:
+		policy = *opts.Retry
+	}
+	classifier := policy.Classifier
+	if classifier == nil {
+		classifier = reg.defaults.retry.Classifier
+	}
+	now := engine.Now()
+	elapsed := now.Sub(state.Budget.Since)
+	info := activities.Classify(activities.Failure{
+		Err: err, Default: history.Transient, DefaultBy: "default:compensation",
+		Attempt: state.Budget.Attempts, Elapsed: elapsed,
+		Task: activities.PolicyTask{Type: a.Task.Type, Queue: a.Task.Queue}, Step: activities.PolicyStep{Name: step.Name},
+	}, classifier)
+	info.Step, info.Position = step.Name, step.Position
+	d := policy.Decide(info, state.Budget.Attempts, elapsed, rand.Float64)
+	if d.Retry {
+		next := now.Add(d.Delay)
+		return []history.Payload{history.AttemptFailedData{Error: info, NextRunAt: &next}}
+	}
+	return compensationFailed(step.Position, step.Name, info)
+}
+
+// compensationFailed ends the task for a person to look at: a compensator
+// that cannot succeed is never silently dropped. A requeue resumes
+// compensation with this step.
+func compensationFailed(pos int, name string, info history.ErrorInfo) []history.Payload {
+	return []history.Payload{
+		history.CompensationFailedData{Position: pos, Name: name, Error: info},
+		history.TaskDeadLetteredData{Reason: fmt.Sprintf("compensation of step %d (%s) failed", pos, name), Error: info},
+	}
+}
+
+// compensablePositions returns the completed compensable steps, latest
+// first: the order they are compensated in.
+func compensablePositions(state history.State) []int {
+	var out []int
+	for pos := len(state.Steps) - 1; pos >= 0; pos-- {
+		if state.Steps[pos].Compensable {
+			out = append(out, pos)
+		}
+	}
+	return out
+}
