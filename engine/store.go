@@ -70,7 +70,7 @@ type Store struct {
 	// cancelChannel: running tasks whose cancel was requested; payload is
 	// their ids, comma-separated.
 	cancelChannel string
-	q           map[string]string
+	q             map[string]string
 }
 
 // NewStore returns a store over cfg.Pool. It does not touch the database.
