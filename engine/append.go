@@ -213,7 +213,7 @@ func (b *appendBatch) args(doneChannel, readyChannel, cancelChannel string) pgx.
 // writers make to a running task), and false otherwise.
 func (s *Store) rebaseOntoCancel(ctx context.Context, p *EventAppendParams) (*EventAppendParams, bool) {
 	events, err := s.EventListByTask(ctx, p.TaskID)
-	if err != nil || int64(len(events)) <= p.State.LastSeq {
+	if err != nil || int64(len(events)) < p.State.LastSeq {
 		return nil, false
 	}
 	state := p.State

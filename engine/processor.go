@@ -59,6 +59,23 @@ type Attempt struct {
 // the lease is lost or the worker stops hard.
 func (a *Attempt) LeaseContext() context.Context { return a.leaseCtx }
 
+// SyncCancel brings the attempt's state up to date with a cancel request
+// appended since the attempt began (it may have learned of it from a
+// notification or a heartbeat reply, before its own history showed it).
+// Only cancel_requested may have been appended meanwhile; anything else is
+// an error marked ErrConflict.
+func (a *Attempt) SyncCancel(ctx context.Context) error {
+	if a.state.CancelRequested {
+		return nil
+	}
+	rebased, ok := a.proc.cfg.Store.rebaseOntoCancel(ctx, &EventAppendParams{TaskID: a.Task.ID, State: a.state})
+	if !ok {
+		return errors.Mark(errors.Newf("task %s: its history moved on other than by a cancel request", a.Task.ID), ErrConflict)
+	}
+	a.state = rebased.State
+	return nil
+}
+
 // CancelRequested reports whether the task's cancel has been requested, as
 // far as this attempt knows (its history, a notification, a heartbeat
 // reply).

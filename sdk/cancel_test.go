@@ -327,3 +327,50 @@ func TestPermanentFailureCompensatesAndFails(t *testing.T) {
 	stopWorker(t, b.worker)
 	enginetest.RequireProjectionsMatch(t, b.client.Store())
 }
+
+// A worker that dies after the cancel was requested loses nothing: the
+// next attempt goes straight to compensation.
+func TestCancelSurvivesAWorkerCrash(t *testing.T) {
+	t.Parallel()
+	cfg := sdk.WorkerConfig{LeaseTTL: time.Second, HeartbeatInterval: 200 * time.Millisecond, RescueInterval: 100 * time.Millisecond}
+	b := setup(t, cfg)
+	var e effects
+	hung := make(chan struct{})
+	var hungOnce sync.Once
+	wf := sdk.NewWorkflow("sync.crm", 1, func(ctx workflow.Context, _ string) (string, error) {
+		if _, err := workflow.Step(ctx, "create", func(context.Context) (string, error) {
+			e.add("create")
+			return "c-1", nil
+		}, &workflow.StepOpts{Compensate: undo(&e, "create")}); err != nil {
+			return "", err
+		}
+		return workflow.Step(ctx, "push", func(ctx context.Context) (string, error) {
+			e.add("push")
+			hungOnce.Do(func() { close(hung) })
+			<-ctx.Done() // the lease context: ends when the worker is abandoned
+			return "", ctx.Err()
+		}, &workflow.StepOpts{Irreversible: true})
+	}, nil)
+	sdk.Register(b.worker, wf)
+	crashCtx, crash := context.WithCancel(context.Background())
+	require.NoError(t, b.worker.Start(crashCtx))
+	ctx := context.Background()
+	res, err := b.client.Start(ctx, wf, "", nil)
+	require.NoError(t, err)
+	waitSignal(t, hung, "the step the worker dies in")
+	require.NoError(t, b.client.Cancel(ctx, res.ID, "user left"))
+	crash() // the worker dies: nothing more is written for its attempt
+
+	second := b.newWorker(t, cfg)
+	sdk.Register(second, wf)
+	startWorker(t, second)
+	info := waitTask(t, b.client, res.ID)
+	require.Equal(t, history.StatusCancelled, info.Status)
+	require.Equal(t, []string{"create", "push", "undo create"}, e.all(), "the second attempt runs no step, only the compensator")
+	require.Equal(t, []history.Type{history.TaskScheduled, history.AttemptStarted, history.StepCompleted,
+		history.CancelRequested, history.LeaseExpired, history.AttemptStarted, history.CompensationStarted,
+		history.StepCompensated, history.TaskCancelled}, eventTypes(taskHistory(t, b.client, res.ID)))
+	stopWorker(t, second)
+	_ = b.worker.Stop(ctx)
+	enginetest.RequireProjectionsMatch(t, b.client.Store())
+}

@@ -57,6 +57,13 @@ func compensationReason(state history.State) string {
 // pending is a step the attempt completed but has not recorded yet.
 func (w *Worker) compensate(a *engine.Attempt, reg registered, reason string, cause *history.ErrorInfo, pending *history.StepCompletedData) ([]history.Payload, error) {
 	durable := a.DurableContext()
+	if reason == history.CompensateCancelled {
+		// The cancel may have reached this attempt (notification,
+		// heartbeat) before its history showed it.
+		if err := a.SyncCancel(durable); err != nil {
+			return nil, err
+		}
+	}
 	if pending != nil {
 		if err := a.Append(durable, *pending); err != nil {
 			return nil, errors.Wrap(err, "record the last step before compensating")

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"slices"
 
@@ -11,14 +12,41 @@ import (
 )
 
 func newTaskRetryCmd(g *globals) *cobra.Command {
-	var reason string
-	cmd := &cobra.Command{
-		Use:   "retry ID",
-		Short: "Send a dead-lettered task back to its queue",
-		Long: `Sends a dead-lettered task back to its queue. Its history records
+	return newTaskRequestCmd(g, "retry", "requeued", "Send a dead-lettered task back to its queue",
+		`Sends a dead-lettered task back to its queue. Its history records
 task_requeued with who asked (cli:<user>@<host>) and --reason; the task is
 due at once, keeps its attempt count, and gets a fresh retry budget.`,
-		Args: cobra.ExactArgs(1),
+		(*sdk.Client).Retry)
+}
+
+func newTaskCancelCmd(g *globals) *cobra.Command {
+	return newTaskRequestCmd(g, "cancel", "cancel requested", "Cancel a task",
+		`Cancels a task. A pending or retry-waiting task with nothing to
+compensate is cancelled at once and never runs. A running task stops at its
+next checkpoint (an irreversible step in progress finishes first); its
+completed steps that have compensators are undone in reverse order, and it
+ends cancelled. The history records cancel_requested with who asked and
+--reason. A finished task cannot be cancelled.`,
+		(*sdk.Client).Cancel)
+}
+
+func newTaskCompensateCmd(g *globals) *cobra.Command {
+	return newTaskRequestCmd(g, "compensate", "compensation requested", "Undo a completed task's steps",
+		`Runs the compensators of a completed task's steps, in reverse order of
+completion, each recorded in its history (step_compensated); the task then
+ends cancelled. Only a completed task with compensable steps qualifies.`,
+		(*sdk.Client).Compensate)
+}
+
+// newTaskRequestCmd is a command that asks something of one task, with a
+// reason recorded in its history.
+func newTaskRequestCmd(g *globals, verb, done, short, long string, request func(*sdk.Client, context.Context, uuid.UUID, string) error) *cobra.Command {
+	var reason string
+	cmd := &cobra.Command{
+		Use:   verb + " ID",
+		Short: short,
+		Long:  long,
+		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id, err := parseTaskID(args[0])
 			if err != nil {
@@ -29,17 +57,17 @@ due at once, keeps its attempt count, and gets a fresh retry budget.`,
 				return err
 			}
 			defer closeDB()
-			if err := c.Retry(cmd.Context(), id, reason); err != nil {
+			if err := request(c, cmd.Context(), id, reason); err != nil {
 				return notFoundAs(err, id, g.namespace)
 			}
 			if g.output == "json" {
-				return printJSON(cmd, map[string]any{"id": id, "requeued": true})
+				return printJSON(cmd, map[string]any{"id": id, "result": done})
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "task %s requeued\n", id)
+			fmt.Fprintf(cmd.OutOrStdout(), "task %s: %s\n", id, done)
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&reason, "reason", "", "why the task is retried (recorded in its history)")
+	cmd.Flags().StringVar(&reason, "reason", "", "why (recorded in the task's history)")
 	return cmd
 }
 

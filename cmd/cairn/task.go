@@ -20,7 +20,8 @@ var statuses = []history.Status{
 
 func newTaskCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "task", Short: "Ask about tasks: their state, their history"}
-	cmd.AddCommand(newTaskShowCmd(g), newTaskHistoryCmd(g), newTaskListCmd(g), newTaskRetryCmd(g))
+	cmd.AddCommand(newTaskShowCmd(g), newTaskHistoryCmd(g), newTaskListCmd(g), newTaskRetryCmd(g),
+		newTaskCancelCmd(g), newTaskCompensateCmd(g))
 	return cmd
 }
 
@@ -162,12 +163,28 @@ func eventDetails(p history.Payload) string {
 	case history.TaskDeadLetteredData:
 		return v.Reason + ": " + describeError(v.Error)
 	case history.TaskRequeuedData:
-		if v.Reason == "" {
-			return "by " + v.By
-		}
-		return fmt.Sprintf("by %s: %s", v.By, v.Reason)
+		return byWhom(v.By, v.Reason)
+	case history.CancelRequestedData:
+		return byWhom(v.By, v.Reason)
+	case history.CompensationRequestedData:
+		return byWhom(v.By, v.Reason)
+	case history.CompensationStartedData:
+		return fmt.Sprintf("%s: steps %v", v.Reason, v.Steps)
+	case history.StepCompensatedData:
+		return fmt.Sprintf("step %d %s", v.Position, v.Name)
+	case history.CompensationFailedData:
+		return fmt.Sprintf("step %d %s: %s", v.Position, v.Name, describeError(v.Error))
+	case history.TaskCancelledData:
+		return fmt.Sprintf("%s; compensated %v", v.Reason, v.Compensated)
 	}
 	return ""
+}
+
+func byWhom(by, reason string) string {
+	if reason == "" {
+		return "by " + by
+	}
+	return fmt.Sprintf("by %s: %s", by, reason)
 }
 
 func describeError(e history.ErrorInfo) string {
