@@ -245,3 +245,31 @@ func eventsOfType[P history.Payload](events []history.Event) []P {
 	}
 	return out
 }
+
+func TestCLICancel(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	client := newClient(t, c.schema)
+	ctx := context.Background()
+	res, err := client.Start(ctx, sdk.TypeRef{Name: "report.build", Version: 1}, "q3", &sdk.StartOpts{Delay: time.Hour})
+	require.NoError(t, err)
+
+	out := string(c.run("task", "cancel", res.ID.String(), "--reason", "not needed"))
+	require.Contains(t, out, "cancel requested")
+	info, err := client.Get(ctx, res.ID)
+	require.NoError(t, err)
+	require.Equal(t, history.StatusCancelled, info.Status)
+	text := string(c.run("task", "history", res.ID.String()))
+	require.Contains(t, text, "cancel_requested")
+	require.Contains(t, text, "by cli:")
+	require.Contains(t, text, "not needed")
+
+	for _, verb := range []string{"cancel", "compensate"} {
+		out, err := c.command("task", verb, res.ID.String()).CombinedOutput()
+		require.Error(t, err, verb)
+		require.Contains(t, string(out), "it is cancelled", verb)
+	}
+	out2, err := c.command("task", "cancel", uuid.Must(uuid.NewV7()).String()).CombinedOutput()
+	require.Error(t, err)
+	require.Contains(t, string(out2), "not found in namespace default")
+}
