@@ -21,7 +21,9 @@
 // The worker classifies each failed attempt (rules, marks, CEL policy,
 // default), decides on a retry from the retry budget, and dead-letters what
 // it gives up on; [Client.Retry] and [Client.RetryDeadLetters] bring dead
-// letters back.
+// letters back. [Client.Cancel] stops a task (its worker stops at the next
+// checkpoint and compensates what it completed); [Client.Compensate] undoes
+// a completed task's steps.
 //
 // The package is thin: it wires engine (storage, leases), workflow (the
 // programming model) and activities (step runtime, retries). It may import

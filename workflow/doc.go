@@ -9,8 +9,11 @@
 // A different sequence is a non-determinism error ([ErrNondeterministic]),
 // which ends the task permanently. Side effects belong in steps.
 //
-// [StepOpts] bound one run of a step (start-to-close, heartbeat timeout)
-// and override the workflow type's retry policy for its failures.
+// [StepOpts] bound one run of a step (start-to-close, heartbeat timeout),
+// override the workflow type's retry policy for its failures, mark it
+// irreversible (a cancel does not interrupt it), and give it a compensator
+// ([Compensate]) that undoes it after a cancel or a permanent failure. A
+// cancelled task stops at its next checkpoint: before each step.
 //
 // The package imports history and activities (the step runtime) and nothing
 // else of cairn. It does no I/O of its own: the caller supplies how a step's
