@@ -134,7 +134,7 @@ func (b *appendBatch) add(p *EventAppendParams) (history.State, error) {
 	firstEvent := len(b.evSeqs)
 	events := make([]history.Event, len(p.Payloads))
 	for i, payload := range p.Payloads {
-		events[i] = history.Event{Seq: p.State.LastSeq + int64(i) + 1, At: at, Attempt: p.Attempt, Data: normalizePayload(payload)}
+		events[i] = history.Event{Seq: p.State.LastSeq + int64(i) + 1, At: at, Attempt: p.Attempt, Data: notBefore(normalizePayload(payload), at)}
 	}
 	// Replay first: what cannot follow the state is refused before
 	// anything is encoded.
@@ -154,6 +154,10 @@ func (b *appendBatch) add(p *EventAppendParams) (history.State, error) {
 		b.evAts = append(b.evAts, at)
 		b.evAttempts = append(b.evAttempts, int32(p.Attempt))
 		b.evDatas = append(b.evDatas, string(data))
+	}
+	if _, ok := p.Payloads[len(p.Payloads)-1].(history.CompensationFailedData); ok {
+		b.truncateEvents(firstEvent)
+		return p.State, errors.AssertionFailedf("append to task %s: compensation_failed without the terminal event that must follow it", p.TaskID)
 	}
 	if next.Status == history.StatusRunning && next.Lease.Owner == "" {
 		// attempt_failed without a next run time must be followed by a
@@ -208,12 +212,11 @@ func (b *appendBatch) args(doneChannel, readyChannel, cancelChannel string) pgx.
 	}
 }
 
-// rebaseOntoCancel returns p moved onto the events appended to its task
-// since p.State, if those are only a cancel request (the one append other
-// writers make to a running task), and false otherwise.
-func (s *Store) rebaseOntoCancel(ctx context.Context, p *EventAppendParams) (*EventAppendParams, bool) {
-	events, err := s.EventListByTask(ctx, p.TaskID)
-	if err != nil || int64(len(events)) < p.State.LastSeq {
+// rebaseOntoCancel returns p moved onto the task's events after p.State
+// (events is the task's whole log), if those are only a cancel request (the
+// one append other writers make to a running task), and false otherwise.
+func rebaseOntoCancel(p *EventAppendParams, events []history.Event) (*EventAppendParams, bool) {
+	if int64(len(events)) < p.State.LastSeq {
 		return nil, false
 	}
 	state := p.State
@@ -221,6 +224,7 @@ func (s *Store) rebaseOntoCancel(ctx context.Context, p *EventAppendParams) (*Ev
 		if e.Type() != history.CancelRequested {
 			return nil, false
 		}
+		var err error
 		if state, err = history.Apply(state, e); err != nil {
 			return nil, false
 		}
@@ -268,6 +272,17 @@ func nullTime(t time.Time) *time.Time {
 		return nil
 	}
 	return &t
+}
+
+// notBefore moves a retry scheduled before at, the time the failure is
+// recorded (the worker decided a moment earlier), to at: a next run time
+// never precedes the event that sets it.
+func notBefore(p history.Payload, at time.Time) history.Payload {
+	if v, ok := p.(history.AttemptFailedData); ok && v.NextRunAt != nil && v.NextRunAt.Before(at) {
+		v.NextRunAt = &at
+		return v
+	}
+	return p
 }
 
 // normalizePayload rounds the times in a payload to what PostgreSQL stores

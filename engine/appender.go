@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/cockroachdb/errors"
+	"github.com/google/uuid"
 
 	"github.com/cairnflow/cairn/history"
 )
@@ -188,15 +189,27 @@ func (a *appender) flushLoop(ctx context.Context) {
 		// with a batch; PostgreSQL aborts one of the two, and running the
 		// batch again is all it takes.
 		results, err := a.write(ctx, params)
-		if err == nil {
-			a.rebaseConflicts(ctx, params, results)
-		}
-		for i, req := range batch {
-			if err != nil {
+		if err != nil {
+			for _, req := range batch {
 				req.finish(AppendResult{State: req.params.State, Err: err})
+			}
+			continue
+		}
+		// Answer what was written at once; appends that lost a race to a
+		// cancel request wait for one more round.
+		var conflicted []int
+		for i, req := range batch {
+			if errors.Is(results[i].Err, ErrConflict) && params[i].Epoch != 0 {
+				conflicted = append(conflicted, i)
 				continue
 			}
 			req.finish(results[i])
+		}
+		if len(conflicted) > 0 {
+			a.rebaseConflicts(ctx, params, results, conflicted)
+			for _, i := range conflicted {
+				batch[i].finish(results[i])
+			}
 		}
 	}
 }
@@ -212,20 +225,26 @@ func (a *appender) write(ctx context.Context, params []*EventAppendParams) ([]Ap
 	return results, err
 }
 
-// rebaseConflicts retries the attempt appends of a batch that lost a race
-// to a cancel request: a client appends cancel_requested to a running task
-// without its lease, which moves the log past the attempt's expected seq.
-// Such an append is replayed onto the new events and written again, so
-// the attempt's work is kept and it learns of the cancel from the state it
-// gets back. results are updated in place.
-func (a *appender) rebaseConflicts(ctx context.Context, params []*EventAppendParams, results []AppendResult) {
+// rebaseConflicts retries the attempt appends at the conflicted indexes,
+// which lost a race to a cancel request: a client appends cancel_requested
+// to a running task without its lease, which moves the log past the
+// attempt's expected seq. Such an append is replayed onto the new events
+// (one query for all of them) and written again, so the attempt's work is
+// kept and it learns of the cancel from the state it gets back. results are
+// updated in place; an append that cannot be rebased keeps its conflict.
+func (a *appender) rebaseConflicts(ctx context.Context, params []*EventAppendParams, results []AppendResult, conflicted []int) {
+	ids := make([]uuid.UUID, len(conflicted))
+	for k, i := range conflicted {
+		ids[k] = params[i].TaskID
+	}
+	events, err := a.store.EventListByTasks(ctx, ids)
+	if err != nil {
+		return
+	}
 	var retry []*EventAppendParams
 	var at []int
-	for i, res := range results {
-		if !errors.Is(res.Err, ErrConflict) || params[i].Epoch == 0 {
-			continue
-		}
-		rebased, ok := a.store.rebaseOntoCancel(ctx, params[i])
+	for _, i := range conflicted {
+		rebased, ok := rebaseOntoCancel(params[i], events[params[i].TaskID])
 		if !ok {
 			continue
 		}
@@ -235,10 +254,10 @@ func (a *appender) rebaseConflicts(ctx context.Context, params []*EventAppendPar
 		return
 	}
 	again, err := a.write(ctx, retry)
+	if err != nil {
+		return // the original conflicts stand
+	}
 	for k, i := range at {
-		if err != nil {
-			continue // the original conflict stands
-		}
 		results[i] = again[k]
 	}
 }

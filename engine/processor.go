@@ -68,7 +68,11 @@ func (a *Attempt) SyncCancel(ctx context.Context) error {
 	if a.state.CancelRequested {
 		return nil
 	}
-	rebased, ok := a.proc.cfg.Store.rebaseOntoCancel(ctx, &EventAppendParams{TaskID: a.Task.ID, State: a.state})
+	events, err := a.proc.cfg.Store.EventListByTask(ctx, a.Task.ID)
+	if err != nil {
+		return err
+	}
+	rebased, ok := rebaseOntoCancel(&EventAppendParams{TaskID: a.Task.ID, State: a.state}, events)
 	if !ok {
 		return errors.Mark(errors.Newf("task %s: its history moved on other than by a cancel request", a.Task.ID), ErrConflict)
 	}
@@ -170,6 +174,7 @@ type Processor struct {
 	executors           sync.WaitGroup // one per running attempt, added by the claim loop
 	slotFreed           chan struct{}  // size 1: wake-ups coalesce
 	appender            *appender      // group commit of every append an attempt makes
+	stopCancels         func()         // ends the notifier's cancel callbacks; set by Start
 
 	mu sync.Mutex
 	// inflight is keyed by lease, not task: a task can come back to this
@@ -265,6 +270,11 @@ func (p *Processor) Start(ctx context.Context) error {
 		hbCtx, p.stopHeartbeat = context.WithCancel(ctx)
 		p.loopDone, p.heartbeatDone = make(chan struct{}), make(chan struct{})
 		p.appender.start(ctx)
+		if p.cfg.Notifier != nil {
+			// Until every attempt has ended, not just until claiming stops:
+			// attempts finishing during a graceful stop still hear of cancels.
+			p.stopCancels = p.cfg.Notifier.OnCancel(p.requestCancel)
+		}
 		go p.claimLoop(workCtx)
 		go p.heartbeatLoop(hbCtx)
 	})
@@ -322,6 +332,9 @@ func (p *Processor) stop(ctx context.Context, cancelNow bool) error {
 			}
 		}
 		p.cancelWork(ErrStopped)
+		if p.stopCancels != nil {
+			p.stopCancels()
+		}
 		p.appender.stop()
 		p.stopHeartbeat()
 		<-p.heartbeatDone
@@ -336,7 +349,6 @@ func (p *Processor) claimLoop(ctx context.Context) {
 		ch, unsubscribe := p.cfg.Notifier.Subscribe()
 		defer unsubscribe()
 		wake = ch
-		defer p.cfg.Notifier.OnCancel(p.requestCancel)()
 	}
 	poll := time.NewTicker(p.cfg.PollInterval)
 	defer poll.Stop()

@@ -89,7 +89,8 @@ func (s *Store) requeueOnce(ctx context.Context, p *TaskRequeueParams, pending m
 			out[i].Err = errors.Wrapf(err, "requeue task %s", id)
 		case state.Status != history.StatusDeadLettered:
 			out[i].Err = errors.Mark(errors.Newf("requeue task %s: it is %s; only a dead-lettered task can be retried", id, state.Status), ErrTaskState)
-		case state.Scheduled.Deadline != nil && !now.Before(*state.Scheduled.Deadline):
+		case state.Scheduled.Deadline != nil && !now.Before(*state.Scheduled.Deadline) &&
+			state.Compensation == nil && !state.CancelRequested: // compensation may resume after the deadline
 			out[i].Err = errors.Mark(errors.Newf("requeue task %s: its deadline %s has passed; a retry would end at once (start a new task instead)",
 				id, state.Scheduled.Deadline.Format(time.RFC3339)), ErrTaskState)
 		default:

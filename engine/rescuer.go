@@ -101,7 +101,8 @@ func rescuePayloads(state history.State, now time.Time) []history.Payload {
 			Reason: fmt.Sprintf("lease expired on attempt %d of %d", state.Budget.Attempts, max),
 			Error:  evidence,
 		})
-	case state.Scheduled.Deadline != nil && !now.Before(*state.Scheduled.Deadline):
+	case state.Scheduled.Deadline != nil && !now.Before(*state.Scheduled.Deadline) &&
+		state.Compensation == nil && !state.CancelRequested: // undoing work is not bound by the deadline
 		out = append(out, history.TaskDeadLetteredData{
 			Reason: fmt.Sprintf("lease expired after the deadline %s", state.Scheduled.Deadline.Format(time.RFC3339)),
 			Error:  evidence,

@@ -385,6 +385,11 @@ func (s *State) applyAttemptFailed(e Event, p AttemptFailedData) error {
 	if p.NextRunAt != nil {
 		s.Status = StatusRetrying
 		s.RunAt = *p.NextRunAt
+		if s.CancelRequested {
+			// A cancel is waiting: the next attempt compensates, at once
+			// rather than after the backoff.
+			s.RunAt = e.At
+		}
 	}
 	// Without a next run time the task stays running, leaseless, until the
 	// terminal event that must follow in the same append.

@@ -271,6 +271,17 @@ func TestApplyTransitions(t *testing.T) {
 			},
 		},
 		{
+			name: "a retry scheduled after a cancel request is due at once",
+			events: append(running[:2:2], historytest.E{Data: history.CancelRequestedData{By: "api"}},
+				retry(1, "flaky")),
+			check: func(t *testing.T, s history.State) {
+				t.Helper()
+				require.Equal(t, history.StatusRetrying, s.Status)
+				require.True(t, s.CancelRequested)
+				require.Equal(t, at(4), s.RunAt, "not after the backoff: the next attempt compensates")
+			},
+		},
+		{
 			name:   "task_dead_lettered by the rescuer while running",
 			events: append(withStep[:3:3], deadLettered(1, "lease expired on the last attempt")),
 			check: func(t *testing.T, s history.State) {

@@ -374,3 +374,34 @@ func TestCancelSurvivesAWorkerCrash(t *testing.T) {
 	_ = b.worker.Stop(ctx)
 	enginetest.RequireProjectionsMatch(t, b.client.Store())
 }
+
+// A task that gives up because its next retry would come after its
+// deadline still undoes what it completed.
+func TestDeadlineGiveUpCompensates(t *testing.T) {
+	t.Parallel()
+	b := setup(t, sdk.WorkerConfig{})
+	var e effects
+	wf := sdk.NewWorkflow("quote.prepare", 1, func(ctx workflow.Context, _ string) (string, error) {
+		if _, err := workflow.Step(ctx, "hold", func(context.Context) (string, error) {
+			e.add("hold")
+			return "h-1", nil
+		}, &workflow.StepOpts{Compensate: undo(&e, "hold")}); err != nil {
+			return "", err
+		}
+		return workflow.Step(ctx, "price", func(context.Context) (string, error) {
+			return "", errors.New("pricing service unavailable")
+		}, nil)
+	}, &sdk.WorkflowOpts{Retry: &activities.RetryPolicy{MaxAttempts: 5, InitialInterval: time.Minute, Multiplier: 2,
+		MaxInterval: time.Hour, Jitter: activities.NoJitter}})
+	sdk.Register(b.worker, wf)
+	startWorker(t, b.worker)
+	res, err := b.client.Start(context.Background(), wf, "", &sdk.StartOpts{Deadline: time.Now().Add(5 * time.Second)})
+	require.NoError(t, err)
+	info := waitTask(t, b.client, res.ID)
+	require.Equal(t, history.StatusFailed, info.Status)
+	require.Equal(t, []string{"hold", "undo hold"}, e.all())
+	require.Equal(t, []history.Type{history.TaskScheduled, history.AttemptStarted, history.StepCompleted,
+		history.CompensationStarted, history.StepCompensated, history.TaskFailed}, eventTypes(taskHistory(t, b.client, res.ID)))
+	stopWorker(t, b.worker)
+	enginetest.RequireProjectionsMatch(t, b.client.Store())
+}

@@ -19,7 +19,10 @@ import (
 // irreversible step in progress finishes first), and its completed
 // compensable steps are compensated in reverse order before it ends
 // cancelled. Cancelling a finished task is an error marked [ErrTaskState]
-// naming its status; cancelling twice is not an error.
+// naming its status; cancelling twice is not an error. A cancel that arrives
+// as the last step finishes can lose the race: the task then ends
+// completed, with the cancel request in its history; [Client.Compensate]
+// undoes it.
 func (c *Client) Cancel(ctx context.Context, id uuid.UUID, reason string) error {
 	_, err := c.store.TaskCancel(ctx, &engine.TaskRequestParams{Namespace: c.namespace, ID: id, By: c.identity, Reason: reason})
 	return err
@@ -89,6 +92,13 @@ func (w *Worker) compensate(a *engine.Attempt, reg registered, reason string, ca
 		Record: func(history.StepCompletedData) error { return errors.New("a collect-only run records nothing") },
 	}, reg.fn, a.Task.Input)
 	for len(state.Compensation.Pending) > 0 {
+		select {
+		case <-a.Stopping():
+			// Hand the task back between compensators: the next attempt
+			// resumes with the next one.
+			return nil, engine.ErrReleased
+		default:
+		}
 		pos := state.Compensation.Pending[0]
 		step := state.Steps[pos]
 		opts := collected.Visited[pos]
@@ -98,10 +108,10 @@ func (w *Worker) compensate(a *engine.Attempt, reg registered, reason string, ca
 				Message: fmt.Sprintf("step %d (%s) was recorded as compensable, but the workflow no longer gives it a compensator", pos, step.Name)}
 			return compensationFailed(pos, step.Name, info), nil
 		}
-		err := runCompensator(ctx, a, taskID, step, opts.Compensate)
+		err := runCompensator(ctx, a, taskID, step, opts)
 		if err != nil {
 			if ctx.Err() != nil {
-				return nil, errors.Wrapf(context.Cause(ctx), "compensation of task %s interrupted", a.Task.ID)
+				return nil, interrupted(a, ctx)
 			}
 			return w.compensatorFailed(a, reg, state, step, opts, err), nil
 		}
@@ -117,16 +127,33 @@ func (w *Worker) compensate(a *engine.Attempt, reg registered, reason string, ca
 	return []history.Payload{history.TaskCancelledData{Reason: state.Compensation.Reason, Compensated: done}}, nil
 }
 
-// runCompensator runs one compensator with an activity context of its own:
-// the idempotency key is the step's with "/compensate" appended.
-func runCompensator(ctx context.Context, a *engine.Attempt, taskID string, step history.Step, fn workflow.Compensator) error {
+// interrupted says what to do when the lease context ended mid-compensation:
+// hand the task back if the worker is stopping (unless the lease was lost),
+// else write nothing (the lease is gone).
+func interrupted(a *engine.Attempt, ctx context.Context) error {
+	select {
+	case <-a.Stopping():
+		if !errors.Is(context.Cause(ctx), engine.ErrLeaseLost) {
+			return engine.ErrReleased
+		}
+	default:
+	}
+	return errors.Wrapf(context.Cause(ctx), "compensation of task %s interrupted", a.Task.ID)
+}
+
+// runCompensator runs one compensator with an activity context of its own
+// (the idempotency key is the step's with "/compensate" appended), under
+// the step's StartToClose and HeartbeatTimeout, so a hung compensator
+// cannot hold the task forever.
+func runCompensator(ctx context.Context, a *engine.Attempt, taskID string, step history.Step, opts *workflow.StepOpts) error {
 	ctx = activities.WithInfo(ctx, activities.Info{
 		TaskID: taskID, TaskType: a.Task.Type, Attempt: a.State().Attempt, WorkerID: a.WorkerID(),
 		Step: step.Name, Position: step.Position,
 		IdempotencyKey: activities.IdempotencyKey(taskID, step.Position, step.Name) + "/compensate",
 	})
-	_, err := activities.RunStep(ctx, activities.Timeouts{}, func(ctx context.Context) (struct{}, error) {
-		return struct{}{}, fn(ctx, step.Output)
+	timeouts := activities.Timeouts{StartToClose: opts.StartToClose, Heartbeat: opts.HeartbeatTimeout}
+	_, err := activities.RunStep(ctx, timeouts, func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, opts.Compensate(ctx, step.Output)
 	})
 	return err
 }

@@ -242,10 +242,14 @@ func (w *Worker) HandleAttempt(ctx context.Context, a *engine.Attempt) ([]histor
 	runCtx, irreversibleCtx := ctx, a.LeaseContext()
 	if dl := state.Scheduled.Deadline; dl != nil {
 		if !engine.Now().Before(*dl) {
-			return w.giveUp(reg, state, history.ErrorInfo{
+			info := history.ErrorInfo{
 				Class: history.Permanent, Kind: kindDeadline, ClassifiedBy: "rule:" + kindDeadline,
 				Message: fmt.Sprintf("deadline %s passed before attempt %d began", dl.Format(time.RFC3339), state.Attempt),
-			}, "deadline passed"), nil
+			}
+			if len(compensablePositions(state)) > 0 {
+				return w.compensate(a, reg, history.CompensateFailed, &info, nil)
+			}
+			return w.giveUp(reg, state, info, "deadline passed"), nil
 		}
 		var cancel, cancelIrreversible context.CancelFunc
 		runCtx, cancel = context.WithDeadlineCause(ctx, *dl, errDeadline)
@@ -350,11 +354,13 @@ func (w *Worker) outcome(ctx context.Context, a *engine.Attempt, reg registered,
 		policy = *res.StepOpts.Retry
 	}
 	decision := policy.Decide(info, state.Budget.Attempts, elapsed, rand.Float64)
+	final := info.Class == history.Permanent // no requeue can help either
 	if dl := state.Scheduled.Deadline; decision.Retry && dl != nil && now.Add(decision.Delay).After(*dl) {
 		decision = activities.Decision{Reason: fmt.Sprintf("deadline %s comes before the next attempt would", dl.Format(time.RFC3339))}
+		final = true
 	}
 	if !decision.Retry {
-		if info.Class == history.Permanent && len(compensablePositions(state)) > 0 {
+		if final && len(compensablePositions(state)) > 0 {
 			return nil, &errCompensate{cause: info}
 		}
 		return w.giveUp(reg, state, info, decision.Reason), nil

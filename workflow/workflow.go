@@ -184,8 +184,9 @@ type StepOpts struct {
 	StartToClose     time.Duration
 	HeartbeatTimeout time.Duration
 	// Irreversible: once started, the step runs to completion even when
-	// the task's cancel arrives (its context ends only if the lease is lost
-	// or the worker stops hard). The cancel takes effect after it.
+	// the task's cancel arrives (its context ends only if the lease is lost,
+	// the worker stops hard, or the task's deadline passes). The cancel
+	// takes effect after it.
 	Irreversible bool
 	// Compensate undoes the step: it runs, with the step's recorded output,
 	// when the task is cancelled or fails permanently after the step
@@ -194,7 +195,8 @@ type StepOpts struct {
 	// (step_compensated). Build one with [Compensate].
 	Compensate Compensator
 	// CompensationRetry is the retry policy of the compensator. Default:
-	// Retry, else the workflow type's.
+	// Retry, else the workflow type's. The compensator runs under the
+	// step's StartToClose and HeartbeatTimeout.
 	CompensationRetry *activities.RetryPolicy
 }
 
