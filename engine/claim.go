@@ -62,6 +62,10 @@ func (s *Store) TaskClaimMany(ctx context.Context, p *TaskClaimManyParams) ([]*C
 	// setting (is_local) ends with it.
 	batch := &pgx.Batch{}
 	batch.Queue("SELECT set_config('synchronous_commit', 'off', true)")
+	// Concurrency-limited queues: lock their rows first (a separate
+	// statement, so the claim's snapshot is taken after the lock and sees
+	// every claim committed before it).
+	batch.Queue(s.sql("QueueConcurrencyLock"), pgx.NamedArgs{"namespace": p.Namespace, "queues": p.Queues})
 	var claimed []*ClaimedTask
 	batch.Queue(s.sql("TaskClaimMany"), pgx.NamedArgs{
 		"namespace": p.Namespace, "queues": p.Queues, "types": types, "versions": versions, "max": p.Max,

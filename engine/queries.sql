@@ -47,12 +47,23 @@ WHERE namespace = @namespace AND idempotency_key = @idempotency_key;
 -- and returns each task's row with its earlier events. The statement's
 -- snapshot does not see the attempt_started it inserts; the caller rebuilds
 -- that event from the returned row.
-WITH due AS (
+WITH caps AS (
+    -- Free slots of the queues with a concurrency limit (their rows were
+    -- locked by QueueConcurrencyLock earlier in this transaction, so this
+    -- count sees every claim committed before ours).
+    SELECT q.name AS queue, greatest(0, q.concurrency - (
+        SELECT count(*) FROM /* TEMPLATE: schema */tasks AS t
+        WHERE t.namespace = q.namespace AND t.queue = q.name AND t.status = 'running'))::integer AS free
+    FROM /* TEMPLATE: schema */queues AS q
+    WHERE q.namespace = @namespace AND q.name = ANY(@queues::text[]) AND q.concurrency IS NOT NULL
+), walked AS (
     -- One ordered index walk per queue and type key (tasks_claim_idx), so
-    -- the cost stays flat however large the backlog; then the best @max
-    -- overall. Rows a walk locks beyond those are unlocked at commit.
-    SELECT c.id
+    -- the cost stays flat however large the backlog; a limited queue's walk
+    -- takes no more than its free slots. Rows locked beyond what is
+    -- claimed are unlocked at commit.
+    SELECT c.id, c.priority, c.run_at, q.queue, caps.free
     FROM unnest(@queues::text[]) AS q(queue)
+    LEFT JOIN caps ON caps.queue = q.queue
     CROSS JOIN unnest(@types::text[], @versions::integer[]) AS k(type, version)
     CROSS JOIN LATERAL (
         SELECT t.id, t.priority, t.run_at FROM /* TEMPLATE: schema */tasks AS t
@@ -60,10 +71,19 @@ WITH due AS (
           AND t.type = k.type AND t.type_version = k.version
           AND t.status IN ('pending', 'retrying') AND t.run_at <= now()
         ORDER BY t.priority DESC, t.run_at, t.id
-        LIMIT @max
+        LIMIT least(@max, coalesce(caps.free, @max))
         FOR UPDATE SKIP LOCKED
     ) AS c
-    ORDER BY c.priority DESC, c.run_at, c.id
+), due AS (
+    -- The best @max overall, and no more of a limited queue than it has
+    -- free slots (its walks per type share them).
+    SELECT id FROM (
+        SELECT id, priority, run_at, free,
+            row_number() OVER (PARTITION BY queue ORDER BY priority DESC, run_at, id) AS rank
+        FROM walked
+    ) AS r
+    WHERE free IS NULL OR rank <= free
+    ORDER BY priority DESC, run_at, id
     LIMIT @max
 ), claimed AS (
     UPDATE /* TEMPLATE: schema */tasks AS t SET
@@ -252,3 +272,48 @@ WHERE namespace = @namespace AND status = 'dead_lettered'
   AND (NOT @paged::boolean OR (finished_at, id) < (@before_at::timestamptz, @before_id::uuid))
 ORDER BY finished_at DESC, id DESC
 LIMIT @max;
+
+-- name: QueueUpsert
+INSERT INTO /* TEMPLATE: schema */queues (namespace, name, max_waiting, concurrency, updated_at)
+VALUES (@namespace, @name, @max_waiting, @concurrency, now())
+ON CONFLICT (namespace, name) DO UPDATE
+SET max_waiting = excluded.max_waiting, concurrency = excluded.concurrency, updated_at = now();
+
+-- name: QueueList
+SELECT q.name, q.max_waiting, q.concurrency,
+    (SELECT count(*) FROM /* TEMPLATE: schema */tasks AS t
+     WHERE t.namespace = q.namespace AND t.queue = q.name AND t.status IN ('pending', 'retrying')) AS waiting,
+    (SELECT count(*) FROM /* TEMPLATE: schema */tasks AS t
+     WHERE t.namespace = q.namespace AND t.queue = q.name AND t.status = 'running') AS running
+FROM /* TEMPLATE: schema */queues AS q
+WHERE q.namespace = @namespace
+ORDER BY q.name;
+
+-- name: QueueConcurrencyLock
+-- Locks the rows of the concurrency-limited queues among those a claim
+-- serves, in name order: claims of a limited queue then count its running
+-- tasks and claim one after the other, so the limit holds across workers.
+SELECT name FROM /* TEMPLATE: schema */queues
+WHERE namespace = @namespace AND name = ANY(@queues::text[]) AND concurrency IS NOT NULL
+ORDER BY name
+FOR UPDATE;
+
+-- name: QueueBounded
+-- The bounded queues among those a start writes to.
+SELECT namespace, name, max_waiting FROM /* TEMPLATE: schema */queues
+WHERE (namespace, name) IN (SELECT * FROM unnest(@namespaces::text[], @names::text[]))
+  AND max_waiting IS NOT NULL;
+
+-- name: QueueBoundedLock
+-- Locks the rows of the bounded queues among those a start writes to, in
+-- name order: concurrent starts to a bounded queue then count and insert
+-- one after the other.
+SELECT namespace, name, max_waiting FROM /* TEMPLATE: schema */queues
+WHERE (namespace, name) IN (SELECT * FROM unnest(@namespaces::text[], @names::text[]))
+  AND max_waiting IS NOT NULL
+ORDER BY namespace, name
+FOR UPDATE;
+
+-- name: QueueWaitingCount
+SELECT count(*) FROM /* TEMPLATE: schema */tasks
+WHERE namespace = @namespace AND queue = @queue AND status IN ('pending', 'retrying');

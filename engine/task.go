@@ -149,11 +149,40 @@ func (s *Store) taskStartMany(ctx context.Context, q Querier, ps []*TaskStartPar
 			labels[i] = ptr(string(encoded))
 		}
 	}
-	rows, err := q.Query(ctx, s.sql("TaskInsertMany"), pgx.NamedArgs{
+	args := pgx.NamedArgs{
 		"ids": ids, "namespaces": namespaces, "queues": queues, "types": types, "type_versions": versions,
 		"priorities": priorities, "run_ats": runAts, "max_attempts": attempts, "idempotency_keys": idemKeys,
 		"trace_ids": traceIDs, "inputs": inputs, "labels": labels, "deadlines": deadlines, "datas": datas, "at": now, "channel": s.channel,
-	})
+	}
+	bounded, err := s.boundedQueues(ctx, q, "QueueBounded", namespaces, queues)
+	if err != nil {
+		return nil, err
+	}
+	if len(bounded) == 0 {
+		return s.insertTasks(ctx, q, args, ids, namespaces, idemKeys)
+	}
+	// A bounded queue: lock its row, count what waits, and insert, in one
+	// transaction (the caller's, or one of our own).
+	var out []TaskStartResult
+	insert := func(tx pgx.Tx) error {
+		var err error
+		if err = s.checkCapacity(ctx, tx, namespaces, queues); err != nil {
+			return err
+		}
+		out, err = s.insertTasks(ctx, tx, args, ids, namespaces, idemKeys)
+		return err
+	}
+	if tx, ok := q.(pgx.Tx); ok {
+		return out, insert(tx)
+	}
+	return out, pgx.BeginFunc(ctx, s.pool, insert)
+}
+
+// insertTasks runs TaskInsertMany with args and looks up the tasks holding
+// the idempotency keys that were taken.
+func (s *Store) insertTasks(ctx context.Context, q Querier, args pgx.NamedArgs, ids [][16]byte, namespaces []string, idemKeys []*string) ([]TaskStartResult, error) {
+	n := len(ids)
+	rows, err := q.Query(ctx, s.sql("TaskInsertMany"), args)
 	if err != nil {
 		return nil, errors.Wrap(interpretError(err), "start tasks")
 	}
@@ -166,7 +195,7 @@ func (s *Store) taskStartMany(ctx context.Context, q Querier, ps []*TaskStartPar
 		created[id] = true
 	}
 	out := make([]TaskStartResult, n)
-	for i := range ps {
+	for i := range ids {
 		if created[ids[i]] {
 			out[i] = TaskStartResult{ID: uuid.UUID(ids[i])}
 			continue

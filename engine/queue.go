@@ -1,0 +1,157 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/cockroachdb/errors"
+	"github.com/jackc/pgx/v5"
+)
+
+// ErrQueueFull marks a start refused because a bounded queue holds its
+// maximum of waiting tasks. The error is a [*QueueFullError]; nothing of the
+// start was written.
+var ErrQueueFull = errors.New("queue full")
+
+// QueueFullError says which queue refused a start, and when to try again.
+type QueueFullError struct {
+	Namespace, Queue string
+	Waiting          int // tasks waiting when the start was refused
+	MaxWaiting       int
+	Adding           int // tasks the start would have added to the queue
+	// RetryAfter is a hint: how long the queue's workers might take to make
+	// room.
+	RetryAfter time.Duration
+}
+
+func (e *QueueFullError) Error() string {
+	return fmt.Sprintf("queue %s/%s is full: %d waiting, %d more would pass its maximum of %d; retry after %s",
+		e.Namespace, e.Queue, e.Waiting, e.Adding, e.MaxWaiting, e.RetryAfter)
+}
+
+// Is makes errors.Is(err, ErrQueueFull) hold.
+func (e *QueueFullError) Is(target error) bool { return target == ErrQueueFull }
+
+// queueFullRetryAfter is the hint a full queue gives. Workers claim in
+// batches as slots free up, so a second is the scale on which room appears;
+// callers add their own backoff.
+const queueFullRetryAfter = time.Second
+
+// QueueConfig is a queue's settings. Zero values mean no limit.
+type QueueConfig struct {
+	Namespace string
+	Name      string
+	// MaxWaiting bounds the tasks waiting (pending or retrying) in the
+	// queue: a start beyond it fails with ErrQueueFull.
+	MaxWaiting int
+	// Concurrency bounds the queue's tasks running at once, across every
+	// worker (enforced in the claim).
+	Concurrency int
+}
+
+// QueueInfo is a queue's settings and its current load.
+type QueueInfo struct {
+	QueueConfig
+	Waiting, Running int
+}
+
+// QueueSet creates or replaces a queue's settings.
+func (s *Store) QueueSet(ctx context.Context, c QueueConfig) error {
+	if c.Namespace == "" || c.Name == "" {
+		return errors.New("queue settings: namespace and name are required")
+	}
+	if c.MaxWaiting < 0 || c.Concurrency < 0 {
+		return errors.Newf("queue %s: MaxWaiting and Concurrency must not be negative", c.Name)
+	}
+	_, err := s.pool.Exec(ctx, s.sql("QueueUpsert"), pgx.NamedArgs{
+		"namespace": c.Namespace, "name": c.Name, "max_waiting": nullPositive(c.MaxWaiting), "concurrency": nullPositive(c.Concurrency),
+	})
+	return errors.Wrapf(interpretError(err), "set queue %s", c.Name)
+}
+
+// QueueList returns the configured queues of namespace with their load.
+func (s *Store) QueueList(ctx context.Context, namespace string) ([]QueueInfo, error) {
+	rows, err := s.pool.Query(ctx, s.sql("QueueList"), pgx.NamedArgs{"namespace": namespace})
+	if err != nil {
+		return nil, errors.Wrap(interpretError(err), "list queues")
+	}
+	var out []QueueInfo
+	var name string
+	var maxWaiting, concurrency *int32
+	var waiting, running int64
+	_, err = pgx.ForEachRow(rows, []any{&name, &maxWaiting, &concurrency, &waiting, &running}, func() error {
+		out = append(out, QueueInfo{
+			QueueConfig: QueueConfig{Namespace: namespace, Name: name, MaxWaiting: int(deref32(maxWaiting)), Concurrency: int(deref32(concurrency))},
+			Waiting:     int(waiting), Running: int(running),
+		})
+		return nil
+	})
+	return out, errors.Wrap(interpretError(err), "list queues")
+}
+
+type boundedQueue struct {
+	namespace, name string
+	maxWaiting      int
+}
+
+// boundedQueues returns the bounded queues among those of a start, by the
+// named query (QueueBounded, or QueueBoundedLock to lock their rows).
+func (s *Store) boundedQueues(ctx context.Context, q Querier, query string, namespaces, queues []string) ([]boundedQueue, error) {
+	rows, err := q.Query(ctx, s.sql(query), pgx.NamedArgs{"namespaces": namespaces, "names": queues})
+	if err != nil {
+		return nil, errors.Wrap(interpretError(err), "read queue settings")
+	}
+	var out []boundedQueue
+	var b boundedQueue
+	var maxWaiting int32
+	_, err = pgx.ForEachRow(rows, []any{&b.namespace, &b.name, &maxWaiting}, func() error {
+		b.maxWaiting = int(maxWaiting)
+		out = append(out, b)
+		return nil
+	})
+	return out, errors.Wrap(interpretError(err), "read queue settings")
+}
+
+// checkCapacity locks the bounded queues of a start and refuses it if it
+// would take one past its maximum. Under the lock, the count sees every
+// start committed before: two starts cannot both squeeze past the bound.
+func (s *Store) checkCapacity(ctx context.Context, tx pgx.Tx, namespaces, queues []string) error {
+	bounded, err := s.boundedQueues(ctx, tx, "QueueBoundedLock", namespaces, queues)
+	if err != nil {
+		return err
+	}
+	for _, b := range bounded {
+		adding := 0
+		for i := range queues {
+			if namespaces[i] == b.namespace && queues[i] == b.name {
+				adding++
+			}
+		}
+		var waiting int64
+		err := tx.QueryRow(ctx, s.sql("QueueWaitingCount"), pgx.NamedArgs{"namespace": b.namespace, "queue": b.name}).Scan(&waiting)
+		if err != nil {
+			return errors.Wrapf(interpretError(err), "count waiting tasks of queue %s", b.name)
+		}
+		if int(waiting)+adding > b.maxWaiting {
+			return &QueueFullError{Namespace: b.namespace, Queue: b.name, Waiting: int(waiting), MaxWaiting: b.maxWaiting,
+				Adding: adding, RetryAfter: queueFullRetryAfter}
+		}
+	}
+	return nil
+}
+
+func nullPositive(n int) *int32 {
+	if n <= 0 {
+		return nil
+	}
+	v := int32(n)
+	return &v
+}
+
+func deref32(p *int32) int32 {
+	if p == nil {
+		return 0
+	}
+	return *p
+}

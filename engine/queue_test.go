@@ -1,0 +1,107 @@
+package engine_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/engine/enginetest"
+	"github.com/cockroachdb/errors"
+	"github.com/stretchr/testify/require"
+)
+
+func taskCount(t *testing.T, s *engine.Store) int {
+	t.Helper()
+	ids, err := s.TaskIDListAll(context.Background())
+	require.NoError(t, err)
+	return len(ids)
+}
+
+func TestBoundedQueue(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := enginetest.Store(t)
+	require.NoError(t, s.QueueSet(ctx, engine.QueueConfig{Namespace: "default", Name: "llm", MaxWaiting: 3}))
+	llm := &enginetest.TaskOpts{Queue: "llm"}
+	enginetest.StartTasks(t, s, 2, llm)
+
+	// Two more would pass the bound: the batch is refused whole.
+	_, err := s.TaskStartMany(ctx, []*engine.TaskStartParams{llm.Params(), llm.Params()})
+	require.True(t, errors.Is(err, engine.ErrQueueFull), "%v", err)
+	var full *engine.QueueFullError
+	require.True(t, errors.As(err, &full))
+	require.Equal(t, engine.QueueFullError{Namespace: "default", Queue: "llm", Waiting: 2, MaxWaiting: 3, Adding: 2,
+		RetryAfter: time.Second}, *full)
+	require.Contains(t, err.Error(), "queue default/llm is full: 2 waiting")
+	require.Equal(t, 2, taskCount(t, s), "nothing of a refused start is written")
+
+	enginetest.StartTask(t, s, llm)
+	_, err = s.TaskStart(ctx, llm.Params())
+	require.True(t, errors.Is(err, engine.ErrQueueFull), "%v", err)
+	// Other queues, and other namespaces' queue of the same name, are not bounded.
+	enginetest.StartTask(t, s, nil)
+	enginetest.StartTask(t, s, &enginetest.TaskOpts{Queue: "llm", Namespace: "tenant-b"})
+	require.Equal(t, 5, taskCount(t, s))
+
+	// A claimed task no longer waits: there is room again.
+	claimed, err := s.TaskClaimMany(ctx, &engine.TaskClaimManyParams{Namespace: "default", Queues: []string{"llm"},
+		Types: []engine.TypeKey{llm.TypeKey()}, Owner: "w", Max: 1, LeaseTTL: time.Minute})
+	require.NoError(t, err)
+	require.Len(t, claimed, 1)
+	enginetest.StartTask(t, s, llm)
+
+	queues, err := s.QueueList(ctx, "default")
+	require.NoError(t, err)
+	require.Equal(t, []engine.QueueInfo{{QueueConfig: engine.QueueConfig{Namespace: "default", Name: "llm", MaxWaiting: 3},
+		Waiting: 3, Running: 1}}, queues)
+	enginetest.RequireProjectionsMatch(t, s)
+}
+
+// Concurrent starts cannot squeeze past the bound together.
+func TestBoundedQueueUnderConcurrentStarts(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := enginetest.Store(t)
+	require.NoError(t, s.QueueSet(ctx, engine.QueueConfig{Namespace: "default", Name: "q", MaxWaiting: 5}))
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	accepted, refused := 0, 0
+	for range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := s.TaskStart(ctx, (&enginetest.TaskOpts{Queue: "q"}).Params())
+			mu.Lock()
+			defer mu.Unlock()
+			if errors.Is(err, engine.ErrQueueFull) {
+				refused++
+				return
+			}
+			require.NoError(t, err)
+			accepted++
+		}()
+	}
+	wg.Wait()
+	require.Equal(t, 5, accepted)
+	require.Equal(t, 15, refused)
+	require.Equal(t, 5, taskCount(t, s))
+}
+
+func TestStartTxIntoBoundedQueue(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := enginetest.Store(t)
+	require.NoError(t, s.QueueSet(ctx, engine.QueueConfig{Namespace: "default", Name: "q", MaxWaiting: 1}))
+	tx, err := s.Pool().Begin(ctx)
+	require.NoError(t, err)
+	_, err = s.TaskStartTx(ctx, tx, (&enginetest.TaskOpts{Queue: "q"}).Params())
+	require.NoError(t, err)
+	_, err = s.TaskStartTx(ctx, tx, (&enginetest.TaskOpts{Queue: "q"}).Params())
+	require.True(t, errors.Is(err, engine.ErrQueueFull), "%v", err)
+	require.NoError(t, tx.Rollback(ctx))
+	require.Zero(t, taskCount(t, s))
+
+	require.Error(t, s.QueueSet(ctx, engine.QueueConfig{Namespace: "default", Name: "q", MaxWaiting: -1}))
+}

@@ -1,0 +1,38 @@
+package sdk
+
+import (
+	"context"
+
+	"github.com/cairnflow/cairn/engine"
+)
+
+// ErrQueueFull is returned (marked) by a start refused because a bounded
+// queue holds its maximum of waiting tasks; errors.As finds an
+// [*engine.QueueFullError] with the queue and a retry-after hint. Nothing of
+// the start was written.
+var ErrQueueFull = engine.ErrQueueFull
+
+// QueueSettings are a queue's limits. Zero values mean no limit.
+type QueueSettings struct {
+	// MaxWaiting bounds the tasks waiting (pending or retrying) in the
+	// queue; a start beyond it fails with ErrQueueFull.
+	MaxWaiting int
+	// Concurrency bounds the queue's tasks running at once, across all
+	// workers.
+	Concurrency int
+}
+
+// SetQueue sets the limits of queue in the client's namespace. They take
+// effect for starts and claims from then on.
+func (c *Client) SetQueue(ctx context.Context, queue string, s QueueSettings) error {
+	if err := validateName("queue", queue); err != nil {
+		return err
+	}
+	return c.store.QueueSet(ctx, engine.QueueConfig{Namespace: c.namespace, Name: queue, MaxWaiting: s.MaxWaiting, Concurrency: s.Concurrency})
+}
+
+// Queues returns the queues with settings in the client's namespace, with
+// how many tasks wait and run in each.
+func (c *Client) Queues(ctx context.Context) ([]engine.QueueInfo, error) {
+	return c.store.QueueList(ctx, c.namespace)
+}

@@ -1,0 +1,85 @@
+package sdk_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/engine/enginetest"
+	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/sdk"
+	"github.com/cairnflow/cairn/workflow"
+	"github.com/cockroachdb/errors"
+	"github.com/stretchr/testify/require"
+)
+
+// A per-queue limit of 3 holds across three workers of five slots each:
+// the steps count the concurrency they see.
+func TestQueueConcurrencyLimitAcrossWorkers(t *testing.T) {
+	t.Parallel()
+	b := setup(t, sdk.WorkerConfig{Queues: []string{"gpu"}, Concurrency: 5})
+	require.NoError(t, b.client.SetQueue(context.Background(), "gpu", sdk.QueueSettings{Concurrency: 3}))
+	var running, most atomic.Int32
+	wf := sdk.NewWorkflow("ocr.gpu", 1, func(ctx workflow.Context, _ int) (string, error) {
+		return workflow.Step(ctx, "ocr", func(context.Context) (string, error) {
+			now := running.Add(1)
+			defer running.Add(-1)
+			for {
+				seen := most.Load()
+				if now <= seen || most.CompareAndSwap(seen, now) {
+					break
+				}
+			}
+			time.Sleep(30 * time.Millisecond)
+			return "text", nil
+		}, nil)
+	}, &sdk.WorkflowOpts{Queue: "gpu"})
+	workers := []*sdk.Worker{b.worker,
+		b.newWorker(t, sdk.WorkerConfig{Queues: []string{"gpu"}, Concurrency: 5}),
+		b.newWorker(t, sdk.WorkerConfig{Queues: []string{"gpu"}, Concurrency: 5})}
+	for _, w := range workers {
+		sdk.Register(w, wf)
+		startWorker(t, w)
+	}
+	starts := make([]sdk.StartParams, 30)
+	for i := range starts {
+		starts[i] = sdk.StartParams{Workflow: wf, Input: i}
+	}
+	res, err := b.client.StartMany(context.Background(), starts)
+	require.NoError(t, err)
+	for _, r := range res {
+		require.Equal(t, history.StatusCompleted, waitTask(t, b.client, r.ID).Status)
+	}
+	require.LessOrEqual(t, most.Load(), int32(3), "the limit holds across workers")
+	require.GreaterOrEqual(t, most.Load(), int32(2), "the queue did run tasks side by side")
+	for _, w := range workers {
+		stopWorker(t, w)
+	}
+	enginetest.RequireProjectionsMatch(t, b.client.Store())
+}
+
+func TestFullQueueRefusesStart(t *testing.T) {
+	t.Parallel()
+	b := setup(t, sdk.WorkerConfig{})
+	ctx := context.Background()
+	wf := sdk.NewWorkflow("mail.send", 1, func(workflow.Context, string) (string, error) { return "", nil },
+		&sdk.WorkflowOpts{Queue: "mail"})
+	require.NoError(t, b.client.SetQueue(ctx, "mail", sdk.QueueSettings{MaxWaiting: 2}))
+	for range 2 {
+		_, err := b.client.Start(ctx, wf, "x", nil)
+		require.NoError(t, err)
+	}
+	_, err := b.client.Start(ctx, wf, "x", nil)
+	require.True(t, errors.Is(err, sdk.ErrQueueFull), "%v", err)
+	var full *engine.QueueFullError
+	require.True(t, errors.As(err, &full))
+	require.Equal(t, "mail", full.Queue)
+	require.Positive(t, full.RetryAfter)
+	queues, err := b.client.Queues(ctx)
+	require.NoError(t, err)
+	require.Len(t, queues, 1)
+	require.Equal(t, 2, queues[0].Waiting, "the refused start wrote nothing")
+	require.Error(t, b.client.SetQueue(ctx, "bad queue", sdk.QueueSettings{}))
+}
