@@ -297,6 +297,10 @@ func normalizePayload(p history.Payload) history.Payload {
 			d := normalizeTime(*v.Deadline)
 			v.Deadline = &d
 		}
+		if v.StartDeadline != nil {
+			d := normalizeTime(*v.StartDeadline)
+			v.StartDeadline = &d
+		}
 		return v
 	case history.AttemptStartedData:
 		v.LeaseExpiresAt = normalizeTime(v.LeaseExpiresAt)

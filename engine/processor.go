@@ -306,9 +306,9 @@ func (p *Processor) stop(ctx context.Context, cancelNow bool) error {
 		if p.loopDone == nil { // never started
 			return
 		}
-		if cancelNow {
-			p.cancelWork(ErrStopped)
-		}
+		// Claiming stops first: a claim in flight when the stop began
+		// finishes before attempts are cancelled, so it cannot take back a
+		// task an attempt is just handing back.
 		select {
 		case <-p.loopDone:
 		case <-ctx.Done():
@@ -317,6 +317,9 @@ func (p *Processor) stop(ctx context.Context, cancelNow bool) error {
 			err = ctx.Err()
 			p.cancelWork(ErrStopped)
 			<-p.loopDone
+		}
+		if cancelNow {
+			p.cancelWork(ErrStopped)
 		}
 		drained := make(chan struct{})
 		go func() { p.executors.Wait(); close(drained) }()

@@ -50,6 +50,9 @@ func ProjectionDiff(t *Task, s history.State) []string {
 	if t.Deadline != nil || sc.Deadline != nil {
 		check("deadline", t.Deadline, sc.Deadline)
 	}
+	if t.StartDeadline != nil || sc.StartDeadline != nil {
+		check("start_deadline", t.StartDeadline, sc.StartDeadline)
+	}
 	check("status", t.Status, s.Status)
 	checkTime("run_at", &t.RunAt, s.RunAt)
 	check("attempt", t.Attempt, s.Attempt)

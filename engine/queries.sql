@@ -12,16 +12,16 @@ WITH input AS (
         @ids::uuid[], @namespaces::text[], @queues::text[], @types::text[], @type_versions::integer[],
         @priorities::integer[], @run_ats::timestamptz[], @max_attempts::integer[],
         @idempotency_keys::text[], @trace_ids::text[], @inputs::jsonb[], @labels::jsonb[], @deadlines::timestamptz[],
-        @datas::jsonb[])
+        @start_deadlines::timestamptz[], @datas::jsonb[])
         WITH ORDINALITY AS i(id, namespace, queue, type, type_version, priority, run_at, max_attempts,
-                             idempotency_key, trace_id, input, labels, deadline, data, ord)
+                             idempotency_key, trace_id, input, labels, deadline, start_deadline, data, ord)
 ), ins AS (
     INSERT INTO /* TEMPLATE: schema */tasks (
         id, namespace, queue, type, type_version, status, priority, run_at,
-        attempt, max_attempts, idempotency_key, trace_id, input, labels, deadline,
+        attempt, max_attempts, idempotency_key, trace_id, input, labels, deadline, start_deadline,
         last_seq, created_at, updated_at)
     SELECT id, namespace, queue, type, type_version, 'pending', priority, run_at,
-        0, max_attempts, idempotency_key, trace_id, input, labels, deadline, 1, @at, @at
+        0, max_attempts, idempotency_key, trace_id, input, labels, deadline, start_deadline, 1, @at, @at
     FROM input ORDER BY ord
     ON CONFLICT (namespace, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id, queue
@@ -70,6 +70,9 @@ WITH caps AS (
         WHERE t.namespace = @namespace AND t.queue = q.queue
           AND t.type = k.type AND t.type_version = k.version
           AND t.status IN ('pending', 'retrying') AND t.run_at <= now()
+          -- Never a first start past the start deadline: the sweep
+          -- expires such a task instead.
+          AND (t.start_deadline IS NULL OR t.attempt > 0 OR t.start_deadline > now())
         ORDER BY t.priority DESC, t.run_at, t.id
         LIMIT least(@max, coalesce(caps.free, @max))
         FOR UPDATE SKIP LOCKED
@@ -107,7 +110,7 @@ WITH caps AS (
 SELECT c.id, c.namespace, c.queue, c.type, c.type_version, c.status, c.priority, c.run_at,
     c.attempt, c.max_attempts, c.lease_owner, c.lease_epoch, c.lease_expires_at,
     c.idempotency_key, c.trace_id, c.input, c.output, c.last_error, c.cancel_requested,
-    c.last_seq, c.created_at, c.updated_at, c.started_at, c.finished_at, c.labels, c.deadline,
+    c.last_seq, c.created_at, c.updated_at, c.started_at, c.finished_at, c.labels, c.deadline, c.start_deadline,
     h.seqs, h.types, h.ats, h.attempts, h.datas
 FROM claimed AS c LEFT JOIN LATERAL (
     -- A fresh task's history is task_scheduled alone, which its row holds
@@ -169,7 +172,7 @@ WITH input AS (
 ), done AS (
     SELECT pg_notify(@done_channel, string_agg(id::text, ','))
     FROM (SELECT id, (row_number() OVER ()) / 200 AS chunk FROM upd
-          WHERE status IN ('completed', 'failed', 'cancelled', 'dead_lettered')) AS finished
+          WHERE status IN ('completed', 'failed', 'cancelled', 'dead_lettered', 'expired')) AS finished
     GROUP BY chunk
 ), ready AS (
     -- Released and rescued tasks are due at once: wake workers now rather
@@ -210,21 +213,21 @@ LIMIT @max;
 SELECT id, namespace, queue, type, type_version, status, priority, run_at,
     attempt, max_attempts, lease_owner, lease_epoch, lease_expires_at,
     idempotency_key, trace_id, input, output, last_error, cancel_requested,
-    last_seq, created_at, updated_at, started_at, finished_at, labels, deadline
+    last_seq, created_at, updated_at, started_at, finished_at, labels, deadline, start_deadline
 FROM /* TEMPLATE: schema */tasks WHERE id = @id AND namespace = @namespace;
 
 -- name: TaskGetManyByID
 SELECT id, namespace, queue, type, type_version, status, priority, run_at,
     attempt, max_attempts, lease_owner, lease_epoch, lease_expires_at,
     idempotency_key, trace_id, input, output, last_error, cancel_requested,
-    last_seq, created_at, updated_at, started_at, finished_at, labels, deadline
+    last_seq, created_at, updated_at, started_at, finished_at, labels, deadline, start_deadline
 FROM /* TEMPLATE: schema */tasks WHERE id = ANY(@ids::uuid[]);
 
 -- name: TaskList
 SELECT id, namespace, queue, type, type_version, status, priority, run_at,
     attempt, max_attempts, lease_owner, lease_epoch, lease_expires_at,
     idempotency_key, trace_id, input, output, last_error, cancel_requested,
-    last_seq, created_at, updated_at, started_at, finished_at, labels, deadline
+    last_seq, created_at, updated_at, started_at, finished_at, labels, deadline, start_deadline
 FROM /* TEMPLATE: schema */tasks
 WHERE namespace = @namespace
   AND (@status::text = '' OR status = @status)
@@ -265,7 +268,7 @@ DELETE FROM /* TEMPLATE: schema */leaders WHERE name = @name AND owner = @owner;
 SELECT id, namespace, queue, type, type_version, status, priority, run_at,
     attempt, max_attempts, lease_owner, lease_epoch, lease_expires_at,
     idempotency_key, trace_id, input, output, last_error, cancel_requested,
-    last_seq, created_at, updated_at, started_at, finished_at, labels, deadline
+    last_seq, created_at, updated_at, started_at, finished_at, labels, deadline, start_deadline
 FROM /* TEMPLATE: schema */tasks
 WHERE namespace = @namespace AND status = 'dead_lettered'
   AND (@type::text = '' OR type = @type)
@@ -317,3 +320,11 @@ FOR UPDATE;
 -- name: QueueWaitingCount
 SELECT count(*) FROM /* TEMPLATE: schema */tasks
 WHERE namespace = @namespace AND queue = @queue AND status IN ('pending', 'retrying');
+
+-- name: TaskListStartExpired
+-- Tasks never started whose start deadline has passed, oldest deadline
+-- first, for the sweep that expires them.
+SELECT id FROM /* TEMPLATE: schema */tasks
+WHERE status = 'pending' AND attempt = 0 AND start_deadline IS NOT NULL AND start_deadline <= now()
+ORDER BY start_deadline
+LIMIT @max;

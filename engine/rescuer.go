@@ -111,6 +111,49 @@ func rescuePayloads(state history.State, now time.Time) []history.Payload {
 	return out
 }
 
+// ExpireStartDeadlines ends up to max tasks that were not started by their
+// start deadline with task_expired, and returns how many it ended. The
+// claim never starts such a task, so it cannot race a worker; each append
+// is still fenced by the task's seq.
+func (s *Store) ExpireStartDeadlines(ctx context.Context, max int) (int, error) {
+	rows, err := s.pool.Query(ctx, s.sql("TaskListStartExpired"), pgx.NamedArgs{"max": max})
+	if err != nil {
+		return 0, errors.Wrap(interpretError(err), "list tasks past their start deadline")
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	if err != nil || len(ids) == 0 {
+		return 0, errors.Wrap(interpretError(err), "list tasks past their start deadline")
+	}
+	events, err := s.EventListByTasks(ctx, ids)
+	if err != nil {
+		return 0, err
+	}
+	appends := make([]*EventAppendParams, 0, len(ids))
+	for _, id := range ids {
+		state, err := history.Replay(events[id])
+		if err != nil || state.Status != history.StatusPending || state.Attempt != 0 || state.Scheduled.StartDeadline == nil {
+			continue // unreadable here, or it moved on
+		}
+		appends = append(appends, &EventAppendParams{TaskID: id, State: state, Payloads: []history.Payload{history.TaskExpiredData{
+			Reason: fmt.Sprintf("not started by its start deadline %s", state.Scheduled.StartDeadline.Format(time.RFC3339Nano)),
+		}}})
+	}
+	if len(appends) == 0 {
+		return 0, nil
+	}
+	results, err := s.EventAppendMany(ctx, appends)
+	if err != nil {
+		return 0, err
+	}
+	expired := 0
+	for _, res := range results {
+		if res.Err == nil {
+			expired++
+		}
+	}
+	return expired, nil
+}
+
 // LeaderAttempt takes or renews the leader lease for the role name on behalf
 // of owner, for ttl by the database clock. It reports whether owner is the
 // leader afterwards.
@@ -210,6 +253,7 @@ func (r *Rescuer) pass(ctx context.Context, wasLeader bool) bool {
 	if !leader {
 		return false
 	}
+	r.expireStartDeadlines(ctx)
 	for {
 		n, err := r.cfg.Store.RescueExpired(ctx, 100)
 		if err != nil {
@@ -223,6 +267,26 @@ func (r *Rescuer) pass(ctx context.Context, wasLeader bool) bool {
 		}
 		if n < 100 {
 			return true
+		}
+	}
+}
+
+// expireStartDeadlines ends, in batches, the tasks not started by their
+// start deadline.
+func (r *Rescuer) expireStartDeadlines(ctx context.Context) {
+	for {
+		n, err := r.cfg.Store.ExpireStartDeadlines(ctx, 100)
+		if err != nil {
+			if ctx.Err() == nil {
+				r.cfg.Logger.Warn("rescuer: expire tasks past their start deadline", errAttr(err))
+			}
+			return
+		}
+		if n > 0 {
+			r.cfg.Logger.Info("rescuer: expired tasks not started by their start deadline", "count", n)
+		}
+		if n < 100 {
+			return
 		}
 	}
 }

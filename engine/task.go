@@ -40,6 +40,7 @@ type Task struct {
 	FinishedAt     *time.Time
 	Labels         map[string]string
 	Deadline       *time.Time // the schedule-to-close deadline, if any
+	StartDeadline  *time.Time // the latest first start, if any
 }
 
 // TaskStartParams describes a task to start.
@@ -106,7 +107,7 @@ func (s *Store) taskStartMany(ctx context.Context, q Querier, ps []*TaskStartPar
 		runAts                         = make([]time.Time, n)
 		idemKeys, traceIDs, inputs     = make([]*string, n), make([]*string, n), make([]*string, n)
 		labels                         = make([]*string, n)
-		deadlines                      = make([]*time.Time, n)
+		deadlines, startDeadlines      = make([]*time.Time, n), make([]*time.Time, n)
 		datas                          = make([]string, n)
 	)
 	for i, p := range ps {
@@ -122,6 +123,10 @@ func (s *Store) taskStartMany(ctx context.Context, q Querier, ps []*TaskStartPar
 		if sched.Deadline != nil {
 			d := normalizeTime(*sched.Deadline)
 			sched.Deadline, deadlines[i] = &d, &d
+		}
+		if sched.StartDeadline != nil {
+			d := normalizeTime(*sched.StartDeadline)
+			sched.StartDeadline, startDeadlines[i] = &d, &d
 		}
 		// Refuse what could never be replayed, before anything is written.
 		if _, err := history.Apply(history.State{}, history.Event{Seq: 1, At: now, Data: sched}); err != nil {
@@ -152,7 +157,7 @@ func (s *Store) taskStartMany(ctx context.Context, q Querier, ps []*TaskStartPar
 	args := pgx.NamedArgs{
 		"ids": ids, "namespaces": namespaces, "queues": queues, "types": types, "type_versions": versions,
 		"priorities": priorities, "run_ats": runAts, "max_attempts": attempts, "idempotency_keys": idemKeys,
-		"trace_ids": traceIDs, "inputs": inputs, "labels": labels, "deadlines": deadlines, "datas": datas, "at": now, "channel": s.channel,
+		"trace_ids": traceIDs, "inputs": inputs, "labels": labels, "deadlines": deadlines, "start_deadlines": startDeadlines, "datas": datas, "at": now, "channel": s.channel,
 	}
 	bounded, err := s.boundedQueues(ctx, q, "QueueBounded", namespaces, queues)
 	if err != nil {
@@ -288,7 +293,7 @@ func scanTaskWith(row pgx.CollectableRow, extra ...any) (*Task, error) {
 	dest := []any{(*[16]byte)(&t.ID), &t.Namespace, &t.Queue, &t.Type, &t.TypeVersion, &status, &t.Priority,
 		&t.RunAt, &t.Attempt, &t.MaxAttempts, &leaseOwner, &t.LeaseEpoch, &t.LeaseExpiresAt,
 		&idemKey, &traceID, &input, &output, &lastError, &t.CancelRequest, &t.LastSeq,
-		&t.CreatedAt, &t.UpdatedAt, &t.StartedAt, &t.FinishedAt, &labels, &t.Deadline}
+		&t.CreatedAt, &t.UpdatedAt, &t.StartedAt, &t.FinishedAt, &labels, &t.Deadline, &t.StartDeadline}
 	err := row.Scan(append(dest, extra...)...)
 	if err != nil {
 		return nil, err
@@ -313,7 +318,7 @@ func scanTaskWith(row pgx.CollectableRow, extra ...any) (*Task, error) {
 
 func (t *Task) normalize() {
 	t.RunAt, t.CreatedAt, t.UpdatedAt = t.RunAt.UTC(), t.CreatedAt.UTC(), t.UpdatedAt.UTC()
-	for _, p := range []**time.Time{&t.LeaseExpiresAt, &t.StartedAt, &t.FinishedAt, &t.Deadline} {
+	for _, p := range []**time.Time{&t.LeaseExpiresAt, &t.StartedAt, &t.FinishedAt, &t.Deadline, &t.StartDeadline} {
 		if *p != nil {
 			u := (*p).UTC()
 			*p = &u

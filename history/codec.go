@@ -90,6 +90,8 @@ func Decode(typ Type, data []byte) (Payload, error) {
 		return decodeAs[CompensationFailedData](typ, data)
 	case TaskCancelled:
 		return decodeAs[TaskCancelledData](typ, data)
+	case TaskExpired:
+		return decodeAs[TaskExpiredData](typ, data)
 	default:
 		return nil, invalidf(nil, "decode payload: unknown event type %q", string(typ))
 	}

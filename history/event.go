@@ -28,6 +28,7 @@ const (
 	StepCompensated       Type = "step_compensated"
 	CompensationFailed    Type = "compensation_failed"
 	TaskCancelled         Type = "task_cancelled"
+	TaskExpired           Type = "task_expired"
 )
 
 // Types lists every event type this version of the package understands, in
@@ -36,6 +37,7 @@ var Types = []Type{
 	TaskScheduled, AttemptStarted, StepCompleted, AttemptFailed, LeaseExpired,
 	TaskReleased, TaskCompleted, TaskFailed, TaskDeadLettered, TaskRequeued,
 	CancelRequested, CompensationRequested, CompensationStarted, StepCompensated, CompensationFailed, TaskCancelled,
+	TaskExpired,
 }
 
 // Event is one entry of a task's append-only log.
@@ -83,6 +85,10 @@ type Scheduled struct {
 	// Deadline, when set, is the schedule-to-close deadline: the task is
 	// given up (dead-lettered) rather than started or retried after it.
 	Deadline *time.Time `json:"deadline,omitempty"`
+	// StartDeadline, when set, is the latest time the task may first
+	// start: a task not started by then ends task_expired and never runs
+	// (load shedding of work that is useless late).
+	StartDeadline *time.Time `json:"start_deadline,omitempty"`
 }
 
 // AttemptStartedData is the payload of attempt_started: a worker claimed the
@@ -250,6 +256,12 @@ type TaskCancelledData struct {
 	Compensated []int  `json:"compensated,omitempty"`
 }
 
+// TaskExpiredData is the payload of task_expired: the task was not started
+// by its start deadline and never will be.
+type TaskExpiredData struct {
+	Reason string `json:"reason"`
+}
+
 // EventType implements [Payload].
 func (Scheduled) EventType() Type { return TaskScheduled }
 
@@ -297,3 +309,6 @@ func (CompensationFailedData) EventType() Type { return CompensationFailed }
 
 // EventType implements [Payload].
 func (TaskCancelledData) EventType() Type { return TaskCancelled }
+
+// EventType implements [Payload].
+func (TaskExpiredData) EventType() Type { return TaskExpired }

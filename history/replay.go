@@ -34,6 +34,7 @@ const (
 	StatusFailed       Status = "failed"
 	StatusCancelled    Status = "cancelled"
 	StatusDeadLettered Status = "dead_lettered"
+	StatusExpired      Status = "expired" // not started by its start deadline
 )
 
 // AttemptsUsed is the number of attempts that count against max_attempts:
@@ -44,7 +45,7 @@ func (s State) AttemptsUsed() int { return s.Attempt - s.Released }
 // follow a task in status s.
 func (s Status) Terminal() bool {
 	switch s {
-	case StatusCompleted, StatusFailed, StatusCancelled, StatusDeadLettered:
+	case StatusCompleted, StatusFailed, StatusCancelled, StatusDeadLettered, StatusExpired:
 		return true
 	}
 	return false
@@ -236,6 +237,12 @@ func apply(s State, e Event, owned bool) (State, error) {
 		err = s.applyCompensationFailed(e, p)
 	case TaskCancelledData:
 		err = s.applyCancelled(e, p)
+	case TaskExpiredData:
+		if s.Status != StatusPending || s.Attempt != 0 {
+			err = invalidf(nil, "event %d (%s): task is %s after %d attempts; only a task never started expires", e.Seq, TaskExpired, s.Status, s.Attempt)
+			break
+		}
+		s.finish(e, StatusExpired)
 	default:
 		err = invalidf(nil, "event %d: unknown payload %T", e.Seq, e.Data)
 	}
@@ -284,6 +291,8 @@ func typeOf(p Payload) (Type, bool) {
 		return CompensationFailed, true
 	case TaskCancelledData:
 		return TaskCancelled, true
+	case TaskExpiredData:
+		return TaskExpired, true
 	}
 	return "", false
 }

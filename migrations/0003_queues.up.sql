@@ -1,5 +1,6 @@
--- Queue settings: bounded capacity and a global concurrency limit, per
--- namespace and queue. A queue without a row has neither.
+-- Flow control. Queue settings: bounded capacity and a global concurrency
+-- limit, per namespace and queue (a queue without a row has neither). A
+-- task's start deadline, and the expired status of tasks not started by it.
 CREATE TABLE /* TEMPLATE: schema */queues (
     namespace   text        NOT NULL,
     name        text        NOT NULL,
@@ -17,3 +18,13 @@ CREATE TABLE /* TEMPLATE: schema */queues (
 CREATE INDEX tasks_running_idx
     ON /* TEMPLATE: schema */tasks (namespace, queue)
     WHERE status = 'running';
+
+ALTER TABLE /* TEMPLATE: schema */tasks ADD COLUMN start_deadline timestamptz;
+ALTER TABLE /* TEMPLATE: schema */tasks DROP CONSTRAINT tasks_status_check;
+ALTER TABLE /* TEMPLATE: schema */tasks ADD CONSTRAINT tasks_status_check CHECK (status IN
+    ('pending', 'running', 'retrying', 'completed', 'failed', 'cancelled', 'dead_lettered', 'expired'));
+
+-- Serves the sweep that expires tasks not started by their start deadline.
+CREATE INDEX tasks_start_deadline_idx
+    ON /* TEMPLATE: schema */tasks (start_deadline)
+    WHERE status = 'pending' AND attempt = 0 AND start_deadline IS NOT NULL;

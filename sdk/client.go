@@ -109,6 +109,9 @@ type StartOpts struct {
 	// Deadline overrides the workflow's ScheduleToClose: the task is
 	// dead-lettered rather than started or retried after it.
 	Deadline time.Time
+	// StartDeadline sheds load: a task not started by then ends expired
+	// (task_expired) and never runs. Zero: none.
+	StartDeadline time.Time
 }
 
 // StartResult identifies the task a start refers to.
@@ -213,10 +216,18 @@ func (c *Client) startParams(wf WorkflowRef, input any, opts *StartOpts) (*engin
 		}
 		deadline = &d
 	}
+	var startDeadline *time.Time
+	if !opts.StartDeadline.IsZero() {
+		if !opts.StartDeadline.After(earliest) {
+			return nil, errors.Newf("start %s: StartDeadline %s is not after the task's run time %s", wf.TypeName(),
+				opts.StartDeadline.Format(time.RFC3339Nano), earliest.Format(time.RFC3339Nano))
+		}
+		startDeadline = &opts.StartDeadline
+	}
 	return &engine.TaskStartParams{Namespace: c.namespace, Scheduled: history.Scheduled{
 		TaskType: wf.TypeName(), TypeVersion: wf.TypeVersion(), Queue: queue, Priority: opts.Priority,
 		Input: raw, RunAt: runAt, IdempotencyKey: opts.IdempotencyKey, TraceID: opts.TraceID,
-		MaxAttempts: maxAttempts, Deadline: deadline,
+		MaxAttempts: maxAttempts, Deadline: deadline, StartDeadline: startDeadline,
 	}}, nil
 }
 
@@ -246,6 +257,7 @@ type TaskInfo struct {
 	StartedAt      *time.Time         `json:"started_at"`
 	FinishedAt     *time.Time         `json:"finished_at"`
 	Deadline       *time.Time         `json:"deadline,omitempty"`
+	StartDeadline  *time.Time         `json:"start_deadline,omitempty"`
 	Labels         map[string]string  `json:"labels,omitempty"`
 }
 
@@ -256,7 +268,8 @@ func taskInfo(t *engine.Task) *TaskInfo {
 		IdempotencyKey: t.IdempotencyKey, TraceID: t.TraceID, Input: t.Input, Output: t.Output,
 		LastError: t.LastError, LeaseOwner: t.LeaseOwner, RunAt: t.RunAt, CreatedAt: t.CreatedAt,
 		UpdatedAt: t.UpdatedAt, StartedAt: t.StartedAt, FinishedAt: t.FinishedAt, Deadline: t.Deadline,
-		Labels: t.Labels,
+		StartDeadline: t.StartDeadline,
+		Labels:        t.Labels,
 	}
 }
 

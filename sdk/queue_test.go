@@ -83,3 +83,33 @@ func TestFullQueueRefusesStart(t *testing.T) {
 	require.Equal(t, 2, queues[0].Waiting, "the refused start wrote nothing")
 	require.Error(t, b.client.SetQueue(ctx, "bad queue", sdk.QueueSettings{}))
 }
+
+func TestTaskPastItsStartDeadlineExpires(t *testing.T) {
+	t.Parallel()
+	b := setup(t, sdk.WorkerConfig{RescueInterval: 50 * time.Millisecond})
+	var runs atomic.Int32
+	wf := sdk.NewWorkflow("reply.typing", 1, func(ctx workflow.Context, _ string) (string, error) {
+		runs.Add(1)
+		return "", nil
+	}, nil)
+	sdk.Register(b.worker, wf)
+	ctx := context.Background()
+	res, err := b.client.Start(ctx, wf, "", &sdk.StartOpts{StartDeadline: time.Now().Add(50 * time.Millisecond)})
+	require.NoError(t, err)
+	fresh, err := b.client.Start(ctx, wf, "", &sdk.StartOpts{StartDeadline: time.Now().Add(time.Hour)})
+	require.NoError(t, err)
+	_, err = b.client.Start(ctx, wf, "", &sdk.StartOpts{StartDeadline: time.Now().Add(-time.Second)})
+	require.ErrorContains(t, err, "StartDeadline")
+	time.Sleep(100 * time.Millisecond) // the first one's start deadline passes with no worker running
+	startWorker(t, b.worker)
+
+	info := waitTask(t, b.client, res.ID)
+	require.Equal(t, history.StatusExpired, info.Status)
+	events := taskHistory(t, b.client, res.ID)
+	require.Equal(t, []history.Type{history.TaskScheduled, history.TaskExpired}, eventTypes(events))
+	require.Contains(t, eventsOf[history.TaskExpiredData](events)[0].Reason, "not started by its start deadline")
+	require.Equal(t, history.StatusCompleted, waitTask(t, b.client, fresh.ID).Status)
+	require.Equal(t, int32(1), runs.Load(), "only the task within its start deadline ran")
+	stopWorker(t, b.worker)
+	enginetest.RequireProjectionsMatch(t, b.client.Store())
+}

@@ -15,7 +15,7 @@ import (
 
 var statuses = []history.Status{
 	history.StatusPending, history.StatusRunning, history.StatusRetrying, history.StatusCompleted,
-	history.StatusFailed, history.StatusCancelled, history.StatusDeadLettered,
+	history.StatusFailed, history.StatusCancelled, history.StatusDeadLettered, history.StatusExpired,
 }
 
 func newTaskCmd(g *globals) *cobra.Command {
@@ -164,6 +164,8 @@ func eventDetails(p history.Payload) string {
 		return v.Reason + ": " + describeError(v.Error)
 	case history.TaskRequeuedData:
 		return byWhom(v.By, v.Reason)
+	case history.TaskExpiredData:
+		return v.Reason
 	case history.CancelRequestedData:
 		return byWhom(v.By, v.Reason)
 	case history.CompensationRequestedData:

@@ -222,6 +222,12 @@ func (g *gen) run() {
 	if g.full() {
 		return
 	}
+	if !g.endless && g.src.intRange("expire_pending", 0, 19) == 0 {
+		// Not started by its start deadline.
+		g.at = g.at.Add(g.delay("delay", time.Minute))
+		g.emit(0, history.TaskExpiredData{Reason: "not started by its start deadline"}, true)
+		return
+	}
 	if !g.endless && g.src.intRange("fail_pending", 0, 19) == 0 {
 		// Refused or expired before any attempt started.
 		g.at = g.at.Add(g.delay("delay", time.Minute))
