@@ -92,6 +92,10 @@ func Decode(typ Type, data []byte) (Payload, error) {
 		return decodeAs[TaskCancelledData](typ, data)
 	case TaskExpired:
 		return decodeAs[TaskExpiredData](typ, data)
+	case TimerStarted:
+		return decodeAs[TimerStartedData](typ, data)
+	case TimerFired:
+		return decodeAs[TimerFiredData](typ, data)
 	default:
 		return nil, invalidf(nil, "decode payload: unknown event type %q", string(typ))
 	}

@@ -29,6 +29,8 @@ const (
 	CompensationFailed    Type = "compensation_failed"
 	TaskCancelled         Type = "task_cancelled"
 	TaskExpired           Type = "task_expired"
+	TimerStarted          Type = "timer_started"
+	TimerFired            Type = "timer_fired"
 )
 
 // Types lists every event type this version of the package understands, in
@@ -37,7 +39,7 @@ var Types = []Type{
 	TaskScheduled, AttemptStarted, StepCompleted, AttemptFailed, LeaseExpired,
 	TaskReleased, TaskCompleted, TaskFailed, TaskDeadLettered, TaskRequeued,
 	CancelRequested, CompensationRequested, CompensationStarted, StepCompensated, CompensationFailed, TaskCancelled,
-	TaskExpired,
+	TaskExpired, TimerStarted, TimerFired,
 }
 
 // Event is one entry of a task's append-only log.
@@ -256,6 +258,24 @@ type TaskCancelledData struct {
 	Compensated []int  `json:"compensated,omitempty"`
 }
 
+// TimerStartedData is the payload of timer_started: the workflow sleeps at
+// step Position until FireAt. It ends the attempt, so no worker slot is
+// held while the timer runs; the task is due again at FireAt.
+type TimerStartedData struct {
+	Position int       `json:"position"`
+	FireAt   time.Time `json:"fire_at"`
+}
+
+// TimerFiredData is the payload of timer_fired: the timer at Position
+// fired, and the workflow goes on past it. It records the sleep as a
+// completed step named "sleep".
+type TimerFiredData struct {
+	Position int `json:"position"`
+}
+
+// SleepStepName is the name a fired timer has among a task's steps.
+const SleepStepName = "sleep"
+
 // TaskExpiredData is the payload of task_expired: the task was not started
 // by its start deadline and never will be.
 type TaskExpiredData struct {
@@ -312,3 +332,9 @@ func (TaskCancelledData) EventType() Type { return TaskCancelled }
 
 // EventType implements [Payload].
 func (TaskExpiredData) EventType() Type { return TaskExpired }
+
+// EventType implements [Payload].
+func (TimerStartedData) EventType() Type { return TimerStarted }
+
+// EventType implements [Payload].
+func (TimerFiredData) EventType() Type { return TimerFired }

@@ -61,6 +61,13 @@ type Budget struct {
 	Since    time.Time // at of the first of them; zero before it
 }
 
+// Timer is a durable timer: the workflow's step Position sleeps until
+// FireAt.
+type Timer struct {
+	Position int
+	FireAt   time.Time
+}
+
 // Compensation is the undoing of a task's completed steps.
 type Compensation struct {
 	// Reason is one of the Compensate* constants.
@@ -117,7 +124,10 @@ type State struct {
 	// Compensation is set once compensation of the task's steps has been
 	// requested or has started.
 	Compensation *Compensation
-	LastSeq      int64
+	// Timer is the durable timer the workflow sleeps on, from
+	// timer_started until timer_fired.
+	Timer   *Timer
+	LastSeq int64
 
 	CreatedAt  time.Time // at of task_scheduled
 	UpdatedAt  time.Time // at of the latest event
@@ -237,6 +247,10 @@ func apply(s State, e Event, owned bool) (State, error) {
 		err = s.applyCompensationFailed(e, p)
 	case TaskCancelledData:
 		err = s.applyCancelled(e, p)
+	case TimerStartedData:
+		err = s.applyTimerStarted(e, p)
+	case TimerFiredData:
+		err = s.applyTimerFired(e, p, owned)
 	case TaskExpiredData:
 		if s.Status != StatusPending || s.Attempt != 0 {
 			err = invalidf(nil, "event %d (%s): task is %s after %d attempts; only a task never started expires", e.Seq, TaskExpired, s.Status, s.Attempt)
@@ -293,6 +307,10 @@ func typeOf(p Payload) (Type, bool) {
 		return TaskCancelled, true
 	case TaskExpiredData:
 		return TaskExpired, true
+	case TimerStartedData:
+		return TimerStarted, true
+	case TimerFiredData:
+		return TimerFired, true
 	}
 	return "", false
 }
@@ -599,5 +617,46 @@ func (s *State) checkCompensated(e Event, listed []int) error {
 	if !slices.Equal(listed, done) {
 		return invalidf(nil, "event %d (%s): lists compensated steps %v, the history has %v", e.Seq, e.Data.EventType(), listed, done)
 	}
+	return nil
+}
+
+func (s *State) applyTimerStarted(e Event, p TimerStartedData) error {
+	if err := s.requireLeasedAttempt(e); err != nil {
+		return err
+	}
+	switch {
+	case s.Timer != nil:
+		return invalidf(nil, "event %d (%s): a timer is already running", e.Seq, TimerStarted)
+	case s.Compensation.IsStarted():
+		return invalidf(nil, "event %d (%s): task is compensating", e.Seq, TimerStarted)
+	case p.Position != len(s.Steps):
+		return invalidf(nil, "event %d (%s): position %d, expected %d", e.Seq, TimerStarted, p.Position, len(s.Steps))
+	}
+	// The attempt ends: the task waits, holding no lease, until the timer
+	// is due.
+	s.Timer = &Timer{Position: p.Position, FireAt: p.FireAt}
+	s.Status = StatusPending
+	s.RunAt = p.FireAt
+	s.Lease.Owner, s.Lease.ExpiresAt = "", time.Time{}
+	return nil
+}
+
+func (s *State) applyTimerFired(e Event, p TimerFiredData, owned bool) error {
+	if err := s.requireLeasedAttempt(e); err != nil {
+		return err
+	}
+	if s.Timer == nil || s.Timer.Position != p.Position {
+		return invalidf(nil, "event %d (%s): no timer at position %d", e.Seq, TimerFired, p.Position)
+	}
+	s.Timer = nil
+	s.Budget = Budget{Attempts: 1, Since: e.At}
+	step := Step{Position: p.Position, Name: SleepStepName}
+	if owned {
+		s.Steps = append(s.Steps, step)
+		return nil
+	}
+	steps := make([]Step, len(s.Steps), len(s.Steps)+1)
+	copy(steps, s.Steps)
+	s.Steps = append(steps, step)
 	return nil
 }

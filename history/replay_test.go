@@ -541,7 +541,7 @@ func TestEventType(t *testing.T) {
 		history.TaskCompletedData{}, history.TaskFailedData{}, history.TaskDeadLetteredData{},
 		history.TaskRequeuedData{}, history.CancelRequestedData{}, history.CompensationRequestedData{},
 		history.CompensationStartedData{}, history.StepCompensatedData{}, history.CompensationFailedData{},
-		history.TaskCancelledData{}, history.TaskExpiredData{},
+		history.TaskCancelledData{}, history.TaskExpiredData{}, history.TimerStartedData{}, history.TimerFiredData{},
 	}
 	require.Len(t, payloads, len(history.Types))
 	for i, p := range payloads {

@@ -58,7 +58,7 @@ func compensationReason(state history.State) string {
 // attempt_failed with a retry when a compensator failed transiently;
 // compensation_failed and task_dead_lettered when one failed for good.
 // pending is a step the attempt completed but has not recorded yet.
-func (w *Worker) compensate(a *engine.Attempt, reg registered, reason string, cause *history.ErrorInfo, pending *history.StepCompletedData) ([]history.Payload, error) {
+func (w *Worker) compensate(a *engine.Attempt, reg registered, reason string, cause *history.ErrorInfo, pending history.Payload) ([]history.Payload, error) {
 	durable := a.DurableContext()
 	if reason == history.CompensateCancelled {
 		// The cancel may have reached this attempt (notification,
@@ -68,7 +68,7 @@ func (w *Worker) compensate(a *engine.Attempt, reg registered, reason string, ca
 		}
 	}
 	if pending != nil {
-		if err := a.Append(durable, *pending); err != nil {
+		if err := a.Append(durable, pending); err != nil {
 			return nil, errors.Wrap(err, "record the last step before compensating")
 		}
 	}
@@ -89,7 +89,7 @@ func (w *Worker) compensate(a *engine.Attempt, reg registered, reason string, ca
 	taskID := a.Task.ID.String()
 	collected := workflow.Run(workflow.RunParams{
 		TaskID: taskID, Attempt: state.Attempt, Steps: state.Steps, Context: ctx, CollectOnly: true,
-		Record: func(history.StepCompletedData) error { return errors.New("a collect-only run records nothing") },
+		Record: func(history.Payload) error { return errors.New("a collect-only run records nothing") },
 	}, reg.fn, a.Task.Input)
 	for len(state.Compensation.Pending) > 0 {
 		select {

@@ -113,3 +113,87 @@ func TestTaskPastItsStartDeadlineExpires(t *testing.T) {
 	stopWorker(t, b.worker)
 	enginetest.RequireProjectionsMatch(t, b.client.Store())
 }
+
+// One worker slot, ten sleeping workflows and one other task: the other
+// task runs while they sleep (no slot is held by a sleeper), and each
+// sleeper wakes no earlier than its timer.
+func TestDurableSleepHoldsNoSlot(t *testing.T) {
+	t.Parallel()
+	b := setup(t, sdk.WorkerConfig{Concurrency: 1})
+	const nap = time.Second
+	var otherDone atomic.Int64
+	sleeper := sdk.NewWorkflow("reminder.send", 1, func(ctx workflow.Context, _ int) (string, error) {
+		if _, err := workflow.Step(ctx, "schedule", func(context.Context) (string, error) { return "ok", nil }, nil); err != nil {
+			return "", err
+		}
+		if err := workflow.Sleep(ctx, nap); err != nil {
+			return "", err
+		}
+		return workflow.Step(ctx, "send", func(context.Context) (string, error) { return "sent", nil }, nil)
+	}, nil)
+	other := sdk.NewWorkflow("reply.now", 1, func(ctx workflow.Context, _ string) (string, error) {
+		return workflow.Step(ctx, "reply", func(context.Context) (string, error) {
+			otherDone.Store(time.Now().UnixNano())
+			return "replied", nil
+		}, nil)
+	}, nil)
+	sdk.Register(b.worker, sleeper)
+	sdk.Register(b.worker, other)
+	startWorker(t, b.worker)
+	ctx := context.Background()
+	var sleepers []sdk.StartResult
+	for i := range 10 {
+		res, err := b.client.Start(ctx, sleeper, i, nil)
+		require.NoError(t, err)
+		sleepers = append(sleepers, res)
+	}
+	// Once all ten sleep, the other task gets the only slot.
+	require.Eventually(t, func() bool {
+		for _, s := range sleepers {
+			if len(eventsOf[history.TimerStartedData](taskHistory(t, b.client, s.ID))) == 0 {
+				return false
+			}
+		}
+		return true
+	}, testTimeout, 10*time.Millisecond)
+	res, err := b.client.Start(ctx, other, "hi", nil)
+	require.NoError(t, err)
+	require.Equal(t, history.StatusCompleted, waitTask(t, b.client, res.ID).Status)
+
+	for _, s := range sleepers {
+		info := waitTask(t, b.client, s.ID)
+		require.Equal(t, history.StatusCompleted, info.Status)
+		events := taskHistory(t, b.client, s.ID)
+		require.Equal(t, []history.Type{history.TaskScheduled, history.AttemptStarted, history.StepCompleted,
+			history.TimerStarted, history.AttemptStarted, history.TimerFired, history.StepCompleted, history.TaskCompleted},
+			eventTypes(events))
+		var fireAt, firedAt time.Time
+		for _, e := range events {
+			switch p := e.Data.(type) {
+			case history.TimerStartedData:
+				fireAt = p.FireAt
+				require.Equal(t, 1, p.Position)
+			case history.TimerFiredData:
+				firedAt = e.At
+			}
+		}
+		require.False(t, firedAt.Before(fireAt), "woke at %s, before its timer at %s", firedAt, fireAt)
+		require.Less(t, otherDone.Load(), fireAt.UnixNano(), "the other task ran while the sleepers slept")
+		require.Equal(t, []string{"schedule", "sleep", "send"}, stepNames(events))
+	}
+	stopWorker(t, b.worker)
+	enginetest.RequireProjectionsMatch(t, b.client.Store())
+}
+
+func stepNames(events []history.Event) []string {
+	var names []string
+	for _, e := range events {
+		switch p := e.Data.(type) {
+		case history.StepCompletedData:
+			names = append(names, p.Name)
+		case history.TimerFiredData:
+			names = append(names, history.SleepStepName)
+		}
+	}
+	return names
+}

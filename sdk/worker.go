@@ -271,7 +271,8 @@ func (w *Worker) HandleAttempt(ctx context.Context, a *engine.Attempt) ([]histor
 				IdempotencyKey: activities.IdempotencyKey(taskID, s.Position, s.Name),
 			})
 		},
-		Record: func(step history.StepCompletedData) error {
+		Timer: state.Timer, Now: engine.Now,
+		Record: func(step history.Payload) error {
 			// Record even if the attempt context was cancelled by a stop
 			// while the step ran: the step did finish. The lease fence
 			// still refuses a stale attempt.
@@ -299,14 +300,14 @@ func (w *Worker) HandleAttempt(ctx context.Context, a *engine.Attempt) ([]histor
 		// No outcome to write it with (the task is released, or the
 		// attempt interrupted): record the finished step on its own, so it
 		// does not run again.
-		if recErr := a.Append(a.DurableContext(), *res.Pending); recErr != nil {
+		if recErr := a.Append(a.DurableContext(), res.Pending); recErr != nil {
 			w.cfg.Logger.Warn("worker: record last step", "task_id", a.Task.ID, "err", recErr.Error())
 		}
 		return payloads, err
 	}
 	// The last step's completion goes in the same append as the outcome:
 	// one round trip and one row update fewer per task.
-	return append([]history.Payload{*res.Pending}, payloads...), nil
+	return append([]history.Payload{res.Pending}, payloads...), nil
 }
 
 // kindDeadline is the error kind of an attempt cut off by its task's
@@ -319,6 +320,11 @@ var errDeadline = errors.New("task deadline passed")
 func (w *Worker) outcome(ctx context.Context, a *engine.Attempt, reg registered, res workflow.Result) ([]history.Payload, error) {
 	if res.Err == nil {
 		return []history.Payload{history.TaskCompletedData{Output: res.Output}}, nil
+	}
+	var sleep *workflow.SleepRequest
+	if errors.As(res.Err, &sleep) {
+		// The attempt ends here; the task is due again when the timer fires.
+		return []history.Payload{history.TimerStartedData{Position: sleep.Position, FireAt: sleep.FireAt}}, nil
 	}
 	if errors.Is(res.Err, workflow.ErrStopping) {
 		return nil, engine.ErrReleased
@@ -340,7 +346,7 @@ func (w *Worker) outcome(ctx context.Context, a *engine.Attempt, reg registered,
 	if res.Pending != nil {
 		// The last step finished in this attempt but is not on record
 		// yet; the budget in use is the one after it.
-		if next, err := history.Apply(state, history.Event{Seq: state.LastSeq + 1, At: now, Attempt: state.Attempt, Data: *res.Pending}); err == nil {
+		if next, err := history.Apply(state, history.Event{Seq: state.LastSeq + 1, At: now, Attempt: state.Attempt, Data: res.Pending}); err == nil {
 			state = next
 		}
 	}

@@ -75,7 +75,12 @@ type RunParams struct {
 	// record before anything after it runs. The last step a run executes is
 	// not recorded by Run: it comes back in [Result.Pending], for the caller
 	// to write together with the attempt's outcome in one append. Required.
-	Record func(history.StepCompletedData) error
+	Record func(history.Payload) error
+	// Timer is the durable timer the task sleeps on, if any (from its
+	// state): the Sleep at its position fires it once it is due.
+	Timer *history.Timer
+	// Now is the clock Sleep reads. Default time.Now.
+	Now func() time.Time
 	// CollectOnly runs the workflow over its recorded steps only, to learn
 	// their options (compensators): the first step not on record ends the
 	// run with [ErrCollected] instead of running.
@@ -102,7 +107,7 @@ type Result struct {
 	// Pending is the completion of the last executed step when Run did not
 	// record it (see [RunParams.Record]): the caller must write it before,
 	// or with, the attempt's outcome.
-	Pending *history.StepCompletedData
+	Pending history.Payload // step_completed or timer_fired
 	// Visited are the options of the recorded steps the run passed, by
 	// position (nil where a step had none): where compensation finds a
 	// step's compensator.
@@ -120,7 +125,7 @@ type runState struct {
 	failed   *StepInfo
 	failedOp *StepOpts
 	executed int
-	pending  *history.StepCompletedData // executed, not yet recorded
+	pending  history.Payload // executed (a step) or fired (a timer), not yet recorded
 	visited  map[int]*StepOpts
 }
 
@@ -308,7 +313,7 @@ func Step[Out any](ctx Context, name string, fn func(context.Context) (Out, erro
 		err = errors.Wrapf(err, "step %d (%s): encode output", pos, name)
 		return zero, s.abort(err, &info)
 	}
-	s.pending = &history.StepCompletedData{Position: pos, Name: name, Output: encoded, Compensable: opts != nil && opts.Compensate != nil}
+	s.pending = history.StepCompletedData{Position: pos, Name: name, Output: encoded, Compensable: opts != nil && opts.Compensate != nil}
 	s.visited[pos] = opts
 	s.next++
 	return out, nil
@@ -319,9 +324,12 @@ func (s *runState) flush() error {
 	if s.pending == nil {
 		return nil
 	}
-	step := *s.pending
-	if err := s.p.Record(step); err != nil {
-		return s.abort(errors.Mark(errors.Wrapf(err, "record step %d (%s)", step.Position, step.Name), ErrRecordFailed), nil)
+	if err := s.p.Record(s.pending); err != nil {
+		what := string(s.pending.EventType())
+		if step, ok := s.pending.(history.StepCompletedData); ok {
+			what = fmt.Sprintf("step %d (%s)", step.Position, step.Name)
+		}
+		return s.abort(errors.Mark(errors.Wrapf(err, "record %s", what), ErrRecordFailed), nil)
 	}
 	s.pending = nil
 	return nil
@@ -380,6 +388,70 @@ func Typed[In, Out any](fn func(Context, In) (Out, error)) Func {
 		}
 		return encoded, nil
 	}
+}
+
+// SleepRequest is the error a run ends with when the workflow sleeps on a
+// new durable timer: the caller records timer_started, which ends the
+// attempt; the task is due again at FireAt.
+type SleepRequest struct {
+	Position int
+	FireAt   time.Time
+}
+
+func (r *SleepRequest) Error() string {
+	return fmt.Sprintf("sleeping at step %d until %s", r.Position, r.FireAt.Format(time.RFC3339Nano))
+}
+
+// Sleep pauses the workflow for d, durably: the first time it is reached,
+// the attempt ends (timer_started) and no worker slot is held while the
+// timer runs; the task is due again when it fires, and the next attempt
+// replays to here, records timer_fired and goes on. A sleep takes a step
+// position, named "sleep", like a step. It returns an error only when the
+// run must stop (the worker is stopping, the task was cancelled, a step
+// failed before).
+func Sleep(ctx Context, d time.Duration) error {
+	s := ctx.run()
+	if s.aborted != nil {
+		return s.aborted
+	}
+	pos := s.next
+	if pos < len(s.p.Steps) {
+		if rec := s.p.Steps[pos]; rec.Name != history.SleepStepName {
+			return s.abort(nondeterministic(pos, rec.Name, history.SleepStepName), nil)
+		}
+		s.next++
+		return nil
+	}
+	if s.p.CollectOnly {
+		return s.abort(ErrCollected, nil)
+	}
+	if err := s.flush(); err != nil {
+		return err
+	}
+	if err := s.checkpoint(); err != nil {
+		return err
+	}
+	now := time.Now
+	if s.p.Now != nil {
+		now = s.p.Now
+	}
+	if t := s.p.Timer; t != nil && t.Position == pos {
+		// Woken by the timer. The claim went by the database clock; if
+		// this worker's clock is behind, wait out the difference.
+		if wait := t.FireAt.Sub(now()); wait > 0 {
+			select {
+			case <-time.After(wait):
+			case <-s.p.Stopping:
+				return s.abort(ErrStopping, nil)
+			case <-s.p.Context.Done():
+				return s.abort(context.Cause(s.p.Context), nil)
+			}
+		}
+		s.pending = history.TimerFiredData{Position: pos}
+		s.next++
+		return nil
+	}
+	return s.abort(&SleepRequest{Position: pos, FireAt: now().Add(max(d, 0))}, nil)
 }
 
 // String describes a step for logs.

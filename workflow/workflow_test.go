@@ -22,13 +22,13 @@ type recorder struct {
 	err    error
 }
 
-func (r *recorder) record(d history.StepCompletedData) error {
+func (r *recorder) record(p history.Payload) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.err != nil {
 		return r.err
 	}
-	r.events = append(r.events, d)
+	r.events = append(r.events, p.(history.StepCompletedData))
 	return nil
 }
 
@@ -618,7 +618,7 @@ func TestStepOutputWithNULIsUnstorable(t *testing.T) {
 func written(rec *recorder, res workflow.Result) []history.StepCompletedData {
 	out := rec.recorded()
 	if res.Pending != nil {
-		out = append(out, *res.Pending)
+		out = append(out, res.Pending.(history.StepCompletedData))
 	}
 	return out
 }
@@ -639,5 +639,5 @@ func TestRunRecordsEachStepBeforeTheNextBegins(t *testing.T) {
 	}, nil)
 	require.NoError(t, res.Err)
 	require.Len(t, b.rec.recorded(), 1)
-	require.Equal(t, &history.StepCompletedData{Position: 1, Name: "b", Output: json.RawMessage("2")}, res.Pending)
+	require.Equal(t, history.StepCompletedData{Position: 1, Name: "b", Output: json.RawMessage("2")}, res.Pending)
 }

@@ -114,6 +114,7 @@ type gen struct {
 	compensable   []bool     // by position of each completed step
 	cancelled     bool       // cancel_requested was appended
 	compRequested bool       // compensation_requested was appended
+	sleeping      bool       // a timer runs: the next attempt fires it
 	comp          *compState // compensation in progress
 }
 
@@ -371,6 +372,16 @@ func (g *gen) attempt(attempt int) bool {
 	if g.compRequested {
 		return g.compensate(attempt, history.CompensateRequested, nil)
 	}
+	if g.sleeping {
+		g.at = g.at.Add(g.delay("delay", time.Second))
+		g.emit(attempt, history.TimerFiredData{Position: g.steps}, true)
+		g.steps++
+		g.compensable = append(g.compensable, false)
+		g.sleeping = false
+		if g.full() {
+			return true
+		}
+	}
 
 	most := g.totalSteps - g.steps
 	if g.perAttempt > 0 {
@@ -378,6 +389,15 @@ func (g *gen) attempt(attempt int) bool {
 	}
 	for n := g.src.intRange("steps_now", 0, most); n > 0; n-- {
 		g.at = g.at.Add(g.delay("delay", 5*time.Second))
+		if !g.endless && g.src.intRange("sleep", 0, 7) == 0 {
+			// The workflow sleeps: the attempt ends, and the next one fires
+			// the timer before going on.
+			fireAt := g.at.Add(g.delay("sleep_for", time.Hour))
+			g.emit(attempt, history.TimerStartedData{Position: g.steps, FireAt: fireAt}, true)
+			g.runAt = fireAt
+			g.sleeping = true
+			return g.full()
+		}
 		compensable := g.src.intRange("compensable", 0, 1) == 1
 		g.emit(attempt, history.StepCompletedData{
 			Position:    g.steps,
