@@ -328,3 +328,41 @@ SELECT id FROM /* TEMPLATE: schema */tasks
 WHERE status = 'pending' AND attempt = 0 AND start_deadline IS NOT NULL AND start_deadline <= now()
 ORDER BY start_deadline
 LIMIT @max;
+
+-- name: ScheduleInsert
+INSERT INTO /* TEMPLATE: schema */schedules
+    (namespace, name, cron, timezone, task_type, type_version, queue, input, max_attempts, next_run_at, created_at, updated_at)
+VALUES (@namespace, @name, @cron, @timezone, @task_type, @type_version, @queue, @input, @max_attempts, @next_run_at, now(), now())
+ON CONFLICT (namespace, name) DO NOTHING;
+
+-- name: ScheduleList
+SELECT namespace, name, cron, timezone, task_type, type_version, queue, input, max_attempts, paused, next_run_at, last_tick
+FROM /* TEMPLATE: schema */schedules
+WHERE namespace = @namespace
+ORDER BY name;
+
+-- name: ScheduleGetForUpdate
+SELECT namespace, name, cron, timezone, task_type, type_version, queue, input, max_attempts, paused, next_run_at, last_tick
+FROM /* TEMPLATE: schema */schedules
+WHERE namespace = @namespace AND name = @name
+FOR UPDATE;
+
+-- name: ScheduleSetPaused
+UPDATE /* TEMPLATE: schema */schedules SET paused = @paused, next_run_at = @next_run_at, updated_at = now()
+WHERE namespace = @namespace AND name = @name;
+
+-- name: ScheduleDelete
+DELETE FROM /* TEMPLATE: schema */schedules WHERE namespace = @namespace AND name = @name;
+
+-- name: ScheduleListDue
+-- Due schedules, locked for firing; another firer skips them.
+SELECT namespace, name, cron, timezone, task_type, type_version, queue, input, max_attempts, paused, next_run_at, last_tick
+FROM /* TEMPLATE: schema */schedules
+WHERE NOT paused AND next_run_at <= now()
+ORDER BY next_run_at
+LIMIT @max
+FOR UPDATE SKIP LOCKED;
+
+-- name: ScheduleFired
+UPDATE /* TEMPLATE: schema */schedules SET next_run_at = @next_run_at, last_tick = @last_tick, updated_at = now()
+WHERE namespace = @namespace AND name = @name;

@@ -254,6 +254,7 @@ func (r *Rescuer) pass(ctx context.Context, wasLeader bool) bool {
 		return false
 	}
 	r.expireStartDeadlines(ctx)
+	r.fireSchedules(ctx)
 	for {
 		n, err := r.cfg.Store.RescueExpired(ctx, 100)
 		if err != nil {
@@ -267,6 +268,22 @@ func (r *Rescuer) pass(ctx context.Context, wasLeader bool) bool {
 		}
 		if n < 100 {
 			return true
+		}
+	}
+}
+
+// fireSchedules starts the tasks of due cron schedules, in batches.
+func (r *Rescuer) fireSchedules(ctx context.Context) {
+	for {
+		n, err := r.cfg.Store.ScheduleFireDue(ctx, 100)
+		if err != nil {
+			if ctx.Err() == nil {
+				r.cfg.Logger.Warn("rescuer: fire cron schedules", errAttr(err))
+			}
+			return
+		}
+		if n < 100 {
+			return
 		}
 	}
 }

@@ -2,6 +2,8 @@ package sdk_test
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -196,4 +198,68 @@ func stepNames(events []history.Event) []string {
 		}
 	}
 	return names
+}
+
+// Three engine processes (workers, each with a rescuer that may lead) over
+// several ticks of a per-second schedule: each tick makes exactly one task.
+func TestScheduleFiresOncePerTickAcrossProcesses(t *testing.T) {
+	t.Parallel()
+	cfg := sdk.WorkerConfig{RescueInterval: 50 * time.Millisecond}
+	b := setup(t, cfg)
+	var runs atomic.Int32
+	wf := sdk.NewWorkflow("report.tick", 1, func(ctx workflow.Context, in map[string]string) (string, error) {
+		runs.Add(1)
+		return in["report"], nil
+	}, nil)
+	ctx := context.Background()
+	require.NoError(t, b.client.CreateSchedule(ctx, sdk.ScheduleParams{Name: "every-second", Cron: "* * * * * *",
+		Timezone: "Europe/Berlin", Workflow: wf, Input: map[string]string{"report": "weekly"}}))
+	err := b.client.CreateSchedule(ctx, sdk.ScheduleParams{Name: "every-second", Cron: "* * * * * *", Workflow: wf})
+	require.True(t, errors.Is(err, engine.ErrConflict), "%v", err)
+	err = b.client.CreateSchedule(ctx, sdk.ScheduleParams{Name: "bad", Cron: "61 * * * *", Workflow: wf})
+	require.ErrorContains(t, err, `cron expression "61 * * * *"`)
+	err = b.client.CreateSchedule(ctx, sdk.ScheduleParams{Name: "bad", Cron: "@daily", Timezone: "Mars/Olympus", Workflow: wf})
+	require.ErrorContains(t, err, `time zone "Mars/Olympus"`)
+
+	workers := []*sdk.Worker{b.worker, b.newWorker(t, cfg), b.newWorker(t, cfg)}
+	for _, w := range workers {
+		sdk.Register(w, wf)
+		startWorker(t, w)
+	}
+	time.Sleep(3500 * time.Millisecond) // three or four ticks
+	require.NoError(t, b.client.PauseSchedule(ctx, "every-second"))
+	for _, w := range workers {
+		stopWorker(t, w)
+	}
+
+	tasks, err := b.client.List(ctx, &sdk.ListOpts{Type: "report.tick", Limit: 100})
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, len(tasks), 2)
+	seen := map[string]bool{}
+	for _, task := range tasks {
+		require.True(t, strings.HasPrefix(task.IdempotencyKey, "schedule:every-second:"), task.IdempotencyKey)
+		require.False(t, seen[task.IdempotencyKey], "tick %s fired twice", task.IdempotencyKey)
+		seen[task.IdempotencyKey] = true
+		require.Equal(t, "every-second", task.Labels["schedule"])
+		require.JSONEq(t, `{"report":"weekly"}`, string(task.Input))
+	}
+	// One task per tick, none skipped: the ticks are consecutive seconds.
+	var ticks []time.Time
+	for key := range seen {
+		tick, err := time.Parse(time.RFC3339Nano, strings.TrimPrefix(key, "schedule:every-second:"))
+		require.NoError(t, err)
+		ticks = append(ticks, tick)
+	}
+	slices.SortFunc(ticks, func(a, b time.Time) int { return a.Compare(b) })
+	for i := 1; i < len(ticks); i++ {
+		require.Equal(t, time.Second, ticks[i].Sub(ticks[i-1]), "ticks %v", ticks)
+	}
+	schedules, err := b.client.Schedules(ctx)
+	require.NoError(t, err)
+	require.Len(t, schedules, 1)
+	require.True(t, schedules[0].Paused)
+	require.NotNil(t, schedules[0].LastTick)
+	require.NoError(t, b.client.DeleteSchedule(ctx, "every-second"))
+	require.True(t, errors.Is(b.client.DeleteSchedule(ctx, "every-second"), sdk.ErrNotFound))
+	enginetest.RequireProjectionsMatch(t, b.client.Store())
 }

@@ -72,7 +72,7 @@ claimed by workers under leases, retried, and always answerable.`,
 	pf.StringVar(&g.schema, "schema", envOr("CAIRN_SCHEMA", "cairn"), "schema holding cairn's tables (env CAIRN_SCHEMA)")
 	pf.StringVar(&g.namespace, "namespace", envOr("CAIRN_NAMESPACE", "default"), "namespace of tasks (env CAIRN_NAMESPACE)")
 	pf.StringVarP(&g.output, "output", "o", "text", "output format: text or json")
-	root.AddCommand(newMigrateCmd(g), newTaskCmd(g), newDLQCmd(g), newQueueCmd(g), newDemoCmd(g))
+	root.AddCommand(newMigrateCmd(g), newTaskCmd(g), newDLQCmd(g), newQueueCmd(g), newScheduleCmd(g), newDemoCmd(g))
 	root.AddCommand(newBenchCmd(g))
 	return root
 }
