@@ -3,6 +3,7 @@ package engine
 import (
 	"bytes"
 	"context"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 	"time"
@@ -29,6 +30,10 @@ type TaskClaimManyParams struct {
 	Owner     string    // the worker id recorded as lease owner
 	Max       int       // claim at most this many
 	LeaseTTL  time.Duration
+	// StrictPriority turns aging off: the claim takes the due tasks in
+	// priority order only, and a flood of high-priority work can starve the
+	// rest. By default one slot in eight goes to the longest-waiting task.
+	StrictPriority bool
 }
 
 // ClaimedTask is a task a worker now holds under a lease, with its history.
@@ -68,7 +73,7 @@ func (s *Store) TaskClaimMany(ctx context.Context, p *TaskClaimManyParams) ([]*C
 	batch.Queue(s.sql("QueueConcurrencyLock"), pgx.NamedArgs{"namespace": p.Namespace, "queues": p.Queues})
 	var claimed []*ClaimedTask
 	batch.Queue(s.sql("TaskClaimMany"), pgx.NamedArgs{
-		"namespace": p.Namespace, "queues": p.Queues, "types": types, "versions": versions, "max": p.Max,
+		"namespace": p.Namespace, "queues": p.Queues, "types": types, "versions": versions, "max": p.Max, "aging": agingSlots(p.Max, p.StrictPriority),
 		"owner": p.Owner, "lease_seconds": p.LeaseTTL.Seconds(),
 	}).Query(func(rows pgx.Rows) error {
 		var err error
@@ -79,6 +84,25 @@ func (s *Store) TaskClaimMany(ctx context.Context, p *TaskClaimManyParams) ([]*C
 		return nil, errors.Wrap(interpretError(err), "claim tasks")
 	}
 	return claimed, nil
+}
+
+// agingShare: one slot in this many of every claim goes to the
+// longest-waiting due task, whatever its priority.
+const agingShare = 8
+
+// agingSlots returns how many of a claim's max slots are reserved for the
+// longest-waiting tasks: max/agingShare, plus one more with probability
+// (max mod agingShare)/agingShare, so a worker that claims one task at a
+// time still gives one claim in eight to the oldest.
+func agingSlots(max int, strict bool) int {
+	if strict {
+		return 0
+	}
+	n := max / agingShare
+	if rand.IntN(agingShare) < max%agingShare {
+		n++
+	}
+	return n
 }
 
 // scanClaimed reads a claimed task's row and earlier events, adds the

@@ -88,6 +88,25 @@ func TestTaskClaimMany(t *testing.T) {
 		require.Equal(t, 3, enginetest.RequireProjectionsMatch(t, s))
 	})
 
+	t.Run("AgingGivesTheOldestAShareOfEachBatch", func(t *testing.T) {
+		t.Parallel()
+		s := enginetest.Store(t)
+		base := time.Now().Add(-time.Hour)
+		old := enginetest.StartTask(t, s, &enginetest.TaskOpts{Priority: -5, RunAt: base})
+		for range 20 {
+			enginetest.StartTask(t, s, &enginetest.TaskOpts{Priority: 10})
+		}
+		// A batch of 8 reserves one slot for the longest-waiting task.
+		batch := claim(t, s, claimOpts("w", 8, time.Minute))
+		require.Len(t, batch, 8)
+		var ids []uuid.UUID
+		for _, ct := range batch {
+			ids = append(ids, ct.Task.ID)
+		}
+		require.Contains(t, ids, old, "the low-priority task waiting longest gets the aging slot")
+		require.Equal(t, 21, enginetest.RequireProjectionsMatch(t, s))
+	})
+
 	t.Run("PriorityThenRunAtOrder", func(t *testing.T) {
 		t.Parallel()
 		s := enginetest.Store(t)
@@ -98,8 +117,10 @@ func TestTaskClaimMany(t *testing.T) {
 		highEarly := enginetest.StartTask(t, s, &enginetest.TaskOpts{Priority: 5, RunAt: base.Add(time.Minute)})
 		negative := enginetest.StartTask(t, s, &enginetest.TaskOpts{Priority: -2, RunAt: base.Add(-time.Hour)})
 		var order []uuid.UUID
+		strict := claimOpts("w", 1, time.Minute)
+		strict.StrictPriority = true
 		for range 5 {
-			order = append(order, claimOne(t, s, "w", time.Minute).Task.ID)
+			order = append(order, claim(t, s, strict)[0].Task.ID)
 		}
 		require.Equal(t, []uuid.UUID{highEarly, highLate, mid, low, negative}, order)
 
@@ -108,7 +129,9 @@ func TestTaskClaimMany(t *testing.T) {
 		for i := range 6 {
 			enginetest.StartTask(t, s2, &enginetest.TaskOpts{Priority: i})
 		}
-		batch := claim(t, s2, claimOpts("w", 3, time.Minute))
+		strict = claimOpts("w", 3, time.Minute)
+		strict.StrictPriority = true
+		batch := claim(t, s2, strict)
 		prios := map[int]bool{}
 		for _, ct := range batch {
 			prios[ct.Task.Priority] = true

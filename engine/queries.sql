@@ -77,16 +77,45 @@ WITH caps AS (
         LIMIT least(@max, coalesce(caps.free, @max))
         FOR UPDATE SKIP LOCKED
     ) AS c
+), aged AS (
+    -- Aging: @aging slots of the batch (one in eight on average) go to the
+    -- longest-waiting due tasks whatever their priority, so a flood of
+    -- high-priority work cannot starve the rest (tasks_age_idx).
+    SELECT c.id, c.priority, c.run_at, q.queue, caps.free
+    FROM unnest(@queues::text[]) AS q(queue)
+    LEFT JOIN caps ON caps.queue = q.queue
+    CROSS JOIN unnest(@types::text[], @versions::integer[]) AS k(type, version)
+    CROSS JOIN LATERAL (
+        SELECT t.id, t.priority, t.run_at FROM /* TEMPLATE: schema */tasks AS t
+        WHERE t.namespace = @namespace AND t.queue = q.queue
+          AND t.type = k.type AND t.type_version = k.version
+          AND t.status IN ('pending', 'retrying') AND t.run_at <= now()
+          AND (t.start_deadline IS NULL OR t.attempt > 0 OR t.start_deadline > now())
+        ORDER BY t.run_at, t.id
+        LIMIT least(@aging::integer, coalesce(caps.free, @aging::integer))
+        FOR UPDATE SKIP LOCKED
+    ) AS c
+), candidates AS (
+    -- A task both walks found counts as aged if it is among the @aging
+    -- oldest.
+    SELECT DISTINCT ON (id) id, priority, run_at, queue, free, coalesce(aged_rank <= @aging::integer, false) AS reserved
+    FROM (
+        SELECT id, priority, run_at, queue, free, row_number() OVER (ORDER BY run_at, id) AS aged_rank FROM aged
+        UNION ALL
+        SELECT id, priority, run_at, queue, free, NULL FROM walked
+    ) AS u
+    ORDER BY id, aged_rank NULLS LAST
 ), due AS (
-    -- The best @max overall, and no more of a limited queue than it has
-    -- free slots (its walks per type share them).
+    -- The reserved oldest first, then the best by priority, @max in all,
+    -- and no more of a limited queue than it has free slots (its walks per
+    -- type share them).
     SELECT id FROM (
-        SELECT id, priority, run_at, free,
-            row_number() OVER (PARTITION BY queue ORDER BY priority DESC, run_at, id) AS rank
-        FROM walked
+        SELECT id, priority, run_at, free, reserved,
+            row_number() OVER (PARTITION BY queue ORDER BY reserved DESC, priority DESC, run_at, id) AS rank
+        FROM candidates
     ) AS r
     WHERE free IS NULL OR rank <= free
-    ORDER BY priority DESC, run_at, id
+    ORDER BY reserved DESC, priority DESC, run_at, id
     LIMIT @max
 ), claimed AS (
     UPDATE /* TEMPLATE: schema */tasks AS t SET

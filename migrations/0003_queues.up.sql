@@ -28,3 +28,9 @@ ALTER TABLE /* TEMPLATE: schema */tasks ADD CONSTRAINT tasks_status_check CHECK 
 CREATE INDEX tasks_start_deadline_idx
     ON /* TEMPLATE: schema */tasks (start_deadline)
     WHERE status = 'pending' AND attempt = 0 AND start_deadline IS NOT NULL;
+
+-- Serves the claim's aging share: due tasks by how long they have waited,
+-- whatever their priority.
+CREATE INDEX tasks_age_idx
+    ON /* TEMPLATE: schema */tasks (namespace, queue, type, type_version, run_at, id)
+    WHERE status IN ('pending', 'retrying');

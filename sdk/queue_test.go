@@ -263,3 +263,45 @@ func TestScheduleFiresOncePerTickAcrossProcesses(t *testing.T) {
 	require.True(t, errors.Is(b.client.DeleteSchedule(ctx, "every-second"), sdk.ErrNotFound))
 	enginetest.RequireProjectionsMatch(t, b.client.Store())
 }
+
+// Under a flood of high-priority work, low-priority tasks still start soon:
+// one claim slot in eight goes to the longest-waiting task.
+func TestLowPriorityIsNotStarved(t *testing.T) {
+	t.Parallel()
+	b := setup(t, sdk.WorkerConfig{Concurrency: 10})
+	wf := sdk.NewWorkflow("work.any", 1, func(ctx workflow.Context, _ int) (int, error) { return 0, nil }, nil)
+	sdk.Register(b.worker, wf)
+	ctx := context.Background()
+	var low []sdk.StartParams
+	for i := range 5 {
+		low = append(low, sdk.StartParams{Workflow: wf, Input: i, Opts: &sdk.StartOpts{Priority: -10}})
+	}
+	lowRes, err := b.client.StartMany(ctx, low)
+	require.NoError(t, err)
+	const flood = 1500
+	high := make([]sdk.StartParams, flood)
+	for i := range high {
+		high[i] = sdk.StartParams{Workflow: wf, Input: i, Opts: &sdk.StartOpts{Priority: 10}}
+	}
+	highRes, err := b.client.StartMany(ctx, high)
+	require.NoError(t, err)
+	startWorker(t, b.worker)
+
+	var highStarts []time.Time
+	for _, r := range highRes {
+		highStarts = append(highStarts, *waitTask(t, b.client, r.ID).StartedAt)
+	}
+	for _, r := range lowRes {
+		started := *waitTask(t, b.client, r.ID).StartedAt
+		before := 0
+		for _, h := range highStarts {
+			if h.Before(started) {
+				before++
+			}
+		}
+		// Without aging all 1,500 would go first; with it, the five oldest
+		// tasks take the reserved slot of the first claims.
+		require.Less(t, before, 300, "a low-priority task waited for %d of %d high-priority ones", before, flood)
+	}
+	stopWorker(t, b.worker)
+}
