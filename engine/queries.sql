@@ -395,3 +395,12 @@ FOR UPDATE SKIP LOCKED;
 -- name: ScheduleFired
 UPDATE /* TEMPLATE: schema */schedules SET next_run_at = @next_run_at, last_tick = @last_tick, updated_at = now()
 WHERE namespace = @namespace AND name = @name;
+
+-- name: QueueWaits
+-- Due waiting tasks per queue and priority, with the oldest's run time:
+-- how long the longest-waiting task of each priority has waited.
+SELECT queue, priority, count(*), min(run_at)
+FROM /* TEMPLATE: schema */tasks
+WHERE namespace = @namespace AND status IN ('pending', 'retrying') AND run_at <= now()
+GROUP BY queue, priority
+ORDER BY queue, priority DESC;

@@ -155,3 +155,30 @@ func deref32(p *int32) int32 {
 	}
 	return *p
 }
+
+// QueueWait is how long due tasks of one queue and priority have waited.
+type QueueWait struct {
+	Queue    string
+	Priority int
+	Waiting  int       // due tasks waiting (pending or retrying, run time passed)
+	Oldest   time.Time // run time of the longest-waiting one
+}
+
+// QueueWaits returns, per queue and priority of namespace, the due tasks
+// waiting and the run time of the oldest: what starvation would look like.
+func (s *Store) QueueWaits(ctx context.Context, namespace string) ([]QueueWait, error) {
+	rows, err := s.pool.Query(ctx, s.sql("QueueWaits"), pgx.NamedArgs{"namespace": namespace})
+	if err != nil {
+		return nil, errors.Wrap(interpretError(err), "queue waits")
+	}
+	var out []QueueWait
+	var w QueueWait
+	var count int64
+	_, err = pgx.ForEachRow(rows, []any{&w.Queue, &w.Priority, &count, &w.Oldest}, func() error {
+		w.Waiting = int(count)
+		w.Oldest = w.Oldest.UTC()
+		out = append(out, w)
+		return nil
+	})
+	return out, errors.Wrap(interpretError(err), "queue waits")
+}

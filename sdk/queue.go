@@ -36,3 +36,9 @@ func (c *Client) SetQueue(ctx context.Context, queue string, s QueueSettings) er
 func (c *Client) Queues(ctx context.Context) ([]engine.QueueInfo, error) {
 	return c.store.QueueList(ctx, c.namespace)
 }
+
+// QueueWaits returns, per queue and priority, how many due tasks wait and
+// the run time of the one waiting longest.
+func (c *Client) QueueWaits(ctx context.Context) ([]engine.QueueWait, error) {
+	return c.store.QueueWaits(ctx, c.namespace)
+}

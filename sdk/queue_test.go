@@ -285,6 +285,13 @@ func TestLowPriorityIsNotStarved(t *testing.T) {
 	}
 	highRes, err := b.client.StartMany(ctx, high)
 	require.NoError(t, err)
+	waits, err := b.client.QueueWaits(ctx)
+	require.NoError(t, err)
+	require.Len(t, waits, 2, "the wait is visible per queue and priority")
+	require.Equal(t, engine.QueueWait{Queue: "default", Priority: 10, Waiting: flood, Oldest: waits[0].Oldest}, waits[0])
+	require.Equal(t, -10, waits[1].Priority)
+	require.Equal(t, 5, waits[1].Waiting)
+	require.False(t, waits[1].Oldest.After(waits[0].Oldest), "the low-priority tasks have waited longest")
 	startWorker(t, b.worker)
 
 	var highStarts []time.Time

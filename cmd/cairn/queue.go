@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/cairnflow/cairn/sdk"
 	"github.com/cockroachdb/errors"
@@ -10,7 +11,7 @@ import (
 
 func newQueueCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "queue", Short: "Queue limits: bounded capacity and global concurrency"}
-	cmd.AddCommand(newQueueSetCmd(g), newQueueListCmd(g))
+	cmd.AddCommand(newQueueSetCmd(g), newQueueListCmd(g), newQueueWaitsCmd(g))
 	return cmd
 }
 
@@ -78,4 +79,32 @@ func limit(n int) string {
 		return "-"
 	}
 	return fmt.Sprint(n)
+}
+
+func newQueueWaitsCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "waits",
+		Short: "Due tasks waiting per queue and priority, and how long the oldest has waited",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, closeDB, err := g.client(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer closeDB()
+			waits, err := c.QueueWaits(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if g.output == "json" {
+				return printJSON(cmd, waits)
+			}
+			w := newTable(cmd)
+			fmt.Fprintln(w, "QUEUE\tPRIORITY\tWAITING\tOLDEST WAITING")
+			for _, q := range waits {
+				fmt.Fprintf(w, "%s\t%d\t%d\t%s\n", q.Queue, q.Priority, q.Waiting, time.Since(q.Oldest).Round(time.Millisecond))
+			}
+			return w.Flush()
+		},
+	}
 }
