@@ -14,6 +14,7 @@ import (
 	"github.com/cairnflow/cairn/sdk"
 	"github.com/cairnflow/cairn/workflow"
 	"github.com/cockroachdb/errors"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 )
 
@@ -311,4 +312,64 @@ func TestLowPriorityIsNotStarved(t *testing.T) {
 		require.Less(t, before, 300, "a low-priority task waited for %d of %d high-priority ones", before, flood)
 	}
 	stopWorker(t, b.worker)
+}
+
+// Killing the leader: another worker takes the leader lease over within
+// its lifetime, and the schedule goes on with no tick doubled or lost.
+func TestLeaderCrashHandsOverSchedules(t *testing.T) {
+	t.Parallel()
+	cfg := sdk.WorkerConfig{RescueInterval: 50 * time.Millisecond}
+	b := setup(t, cfg)
+	wf := sdk.NewWorkflow("report.tick", 1, func(workflow.Context, string) (string, error) { return "", nil }, nil)
+	ctx := context.Background()
+	require.NoError(t, b.client.CreateSchedule(ctx, sdk.ScheduleParams{Name: "tick", Cron: "* * * * * *", Workflow: wf}))
+	crashCtx := map[string]context.CancelFunc{}
+	workers := map[string]*sdk.Worker{}
+	for _, id := range []string{"worker-a", "worker-b"} {
+		c := cfg
+		c.WorkerID = id
+		w := b.newWorker(t, c)
+		sdk.Register(w, wf)
+		wctx, cancel := context.WithCancel(context.Background())
+		require.NoError(t, w.Start(wctx))
+		crashCtx[id], workers[id] = cancel, w
+	}
+	leader := func() string {
+		var owner string
+		err := b.pool.QueryRow(ctx, "SELECT owner FROM "+pgx.Identifier{b.schema, "leaders"}.Sanitize()+
+			" WHERE name = 'rescuer' AND expires_at > now()").Scan(&owner)
+		if err != nil {
+			return ""
+		}
+		return owner
+	}
+	require.Eventually(t, func() bool { return leader() != "" }, testTimeout, 10*time.Millisecond)
+	time.Sleep(1500 * time.Millisecond)
+	first := leader()
+	crashCtx[first]() // the leader dies without resigning
+	survivor := "worker-a"
+	if first == survivor {
+		survivor = "worker-b"
+	}
+	require.Eventually(t, func() bool { return leader() == survivor }, 2*time.Second, 10*time.Millisecond,
+		"the survivor takes over once the dead leader's lease (three rescue intervals) expires")
+	time.Sleep(1500 * time.Millisecond)
+	require.NoError(t, b.client.PauseSchedule(ctx, "tick"))
+	_ = workers[survivor].Stop(ctx)
+	_ = workers[first].Stop(ctx)
+	crashCtx[survivor]()
+
+	tasks, err := b.client.List(ctx, &sdk.ListOpts{Type: "report.tick", Limit: 100})
+	require.NoError(t, err)
+	var ticks []time.Time
+	for _, task := range tasks {
+		tick, err := time.Parse(time.RFC3339Nano, strings.TrimPrefix(task.IdempotencyKey, "schedule:tick:"))
+		require.NoError(t, err)
+		ticks = append(ticks, tick)
+	}
+	slices.SortFunc(ticks, func(a, b time.Time) int { return a.Compare(b) })
+	require.GreaterOrEqual(t, len(ticks), 3)
+	for i := 1; i < len(ticks); i++ {
+		require.Equal(t, time.Second, ticks[i].Sub(ticks[i-1]), "no tick lost or doubled across the hand-over: %v", ticks)
+	}
 }
