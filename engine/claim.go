@@ -71,6 +71,7 @@ func (s *Store) TaskClaimMany(ctx context.Context, p *TaskClaimManyParams) ([]*C
 	// statement, so the claim's snapshot is taken after the lock and sees
 	// every claim committed before it).
 	batch.Queue(s.sql("QueueConcurrencyLock"), pgx.NamedArgs{"namespace": p.Namespace, "queues": p.Queues})
+	batch.Queue(s.sql("RateLimitLock"), pgx.NamedArgs{"namespace": p.Namespace, "types": types})
 	var claimed []*ClaimedTask
 	batch.Queue(s.sql("TaskClaimMany"), pgx.NamedArgs{
 		"namespace": p.Namespace, "queues": p.Queues, "types": types, "versions": versions, "max": p.Max, "aging": agingSlots(p.Max, p.StrictPriority),

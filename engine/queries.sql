@@ -56,15 +56,23 @@ WITH caps AS (
         WHERE t.namespace = q.namespace AND t.queue = q.name AND t.status = 'running'))::integer AS free
     FROM /* TEMPLATE: schema */queues AS q
     WHERE q.namespace = @namespace AND q.name = ANY(@queues::text[]) AND q.concurrency IS NOT NULL
+), rates AS (
+    -- Starts left in the token bucket of each rate-limited type (rows
+    -- locked by RateLimitLock earlier in this transaction).
+    SELECT r.task_type, floor(least(r.max_starts::double precision,
+        r.tokens + extract(epoch FROM now() - r.refilled_at) * 1000 / r.per_ms * r.max_starts))::integer AS free
+    FROM /* TEMPLATE: schema */rate_limits AS r
+    WHERE r.namespace = @namespace AND r.task_type = ANY(@types::text[])
 ), walked AS (
     -- One ordered index walk per queue and type key (tasks_claim_idx), so
     -- the cost stays flat however large the backlog; a limited queue's walk
     -- takes no more than its free slots. Rows locked beyond what is
     -- claimed are unlocked at commit.
-    SELECT c.id, c.priority, c.run_at, q.queue, caps.free
+    SELECT c.id, c.priority, c.run_at, q.queue, caps.free, k.type, rates.free AS rfree
     FROM unnest(@queues::text[]) AS q(queue)
     LEFT JOIN caps ON caps.queue = q.queue
     CROSS JOIN unnest(@types::text[], @versions::integer[]) AS k(type, version)
+    LEFT JOIN rates ON rates.task_type = k.type
     CROSS JOIN LATERAL (
         SELECT t.id, t.priority, t.run_at FROM /* TEMPLATE: schema */tasks AS t
         WHERE t.namespace = @namespace AND t.queue = q.queue
@@ -74,17 +82,18 @@ WITH caps AS (
           -- expires such a task instead.
           AND (t.start_deadline IS NULL OR t.attempt > 0 OR t.start_deadline > now())
         ORDER BY t.priority DESC, t.run_at, t.id
-        LIMIT least(@max, coalesce(caps.free, @max))
+        LIMIT least(@max, coalesce(caps.free, @max), coalesce(rates.free, @max))
         FOR UPDATE SKIP LOCKED
     ) AS c
 ), aged AS (
     -- Aging: @aging slots of the batch (one in eight on average) go to the
     -- longest-waiting due tasks whatever their priority, so a flood of
     -- high-priority work cannot starve the rest (tasks_age_idx).
-    SELECT c.id, c.priority, c.run_at, q.queue, caps.free
+    SELECT c.id, c.priority, c.run_at, q.queue, caps.free, k.type, rates.free AS rfree
     FROM unnest(@queues::text[]) AS q(queue)
     LEFT JOIN caps ON caps.queue = q.queue
     CROSS JOIN unnest(@types::text[], @versions::integer[]) AS k(type, version)
+    LEFT JOIN rates ON rates.task_type = k.type
     CROSS JOIN LATERAL (
         SELECT t.id, t.priority, t.run_at FROM /* TEMPLATE: schema */tasks AS t
         WHERE t.namespace = @namespace AND t.queue = q.queue
@@ -92,17 +101,18 @@ WITH caps AS (
           AND t.status IN ('pending', 'retrying') AND t.run_at <= now()
           AND (t.start_deadline IS NULL OR t.attempt > 0 OR t.start_deadline > now())
         ORDER BY t.run_at, t.id
-        LIMIT least(@aging::integer, coalesce(caps.free, @aging::integer))
+        LIMIT least(@aging::integer, coalesce(caps.free, @aging::integer), coalesce(rates.free, @aging::integer))
         FOR UPDATE SKIP LOCKED
     ) AS c
 ), candidates AS (
     -- A task both walks found counts as aged if it is among the @aging
     -- oldest.
-    SELECT DISTINCT ON (id) id, priority, run_at, queue, free, coalesce(aged_rank <= @aging::integer, false) AS reserved
+    SELECT DISTINCT ON (id) id, priority, run_at, queue, free, type, rfree,
+        coalesce(aged_rank <= @aging::integer, false) AS reserved
     FROM (
-        SELECT id, priority, run_at, queue, free, row_number() OVER (ORDER BY run_at, id) AS aged_rank FROM aged
+        SELECT id, priority, run_at, queue, free, type, rfree, row_number() OVER (ORDER BY run_at, id) AS aged_rank FROM aged
         UNION ALL
-        SELECT id, priority, run_at, queue, free, NULL FROM walked
+        SELECT id, priority, run_at, queue, free, type, rfree, NULL FROM walked
     ) AS u
     ORDER BY id, aged_rank NULLS LAST
 ), due AS (
@@ -110,11 +120,12 @@ WITH caps AS (
     -- and no more of a limited queue than it has free slots (its walks per
     -- type share them).
     SELECT id FROM (
-        SELECT id, priority, run_at, free, reserved,
-            row_number() OVER (PARTITION BY queue ORDER BY reserved DESC, priority DESC, run_at, id) AS rank
+        SELECT id, priority, run_at, free, rfree, reserved,
+            row_number() OVER (PARTITION BY queue ORDER BY reserved DESC, priority DESC, run_at, id) AS rank,
+            row_number() OVER (PARTITION BY type ORDER BY reserved DESC, priority DESC, run_at, id) AS type_rank
         FROM candidates
     ) AS r
-    WHERE free IS NULL OR rank <= free
+    WHERE (free IS NULL OR rank <= free) AND (rfree IS NULL OR type_rank <= rfree)
     ORDER BY reserved DESC, priority DESC, run_at, id
     LIMIT @max
 ), claimed AS (
@@ -135,6 +146,15 @@ WITH caps AS (
         jsonb_build_object('v', 1, 'worker_id', lease_owner, 'lease_epoch', lease_epoch,
             'lease_expires_at', lease_expires_at)
     FROM claimed
+), spent AS (
+    -- Take the starts from the rate-limited types' buckets (refilled to
+    -- now first). A data-modifying CTE runs whether or not it is read.
+    UPDATE /* TEMPLATE: schema */rate_limits AS r SET
+        tokens = least(r.max_starts::double precision,
+            r.tokens + extract(epoch FROM now() - r.refilled_at) * 1000 / r.per_ms * r.max_starts) - n.started,
+        refilled_at = now()
+    FROM (SELECT type, count(*) AS started FROM claimed GROUP BY type) AS n
+    WHERE r.namespace = @namespace AND r.task_type = n.type
 )
 SELECT c.id, c.namespace, c.queue, c.type, c.type_version, c.status, c.priority, c.run_at,
     c.attempt, c.max_attempts, c.lease_owner, c.lease_epoch, c.lease_expires_at,
@@ -329,6 +349,24 @@ SELECT name FROM /* TEMPLATE: schema */queues
 WHERE namespace = @namespace AND name = ANY(@queues::text[]) AND concurrency IS NOT NULL
 ORDER BY name
 FOR UPDATE;
+
+-- name: RateLimitLock
+-- Locks the rate limits of the types a claim serves, in type order, so
+-- claims of a rate-limited type spend its bucket one after the other.
+SELECT task_type FROM /* TEMPLATE: schema */rate_limits
+WHERE namespace = @namespace AND task_type = ANY(@types::text[])
+ORDER BY task_type
+FOR UPDATE;
+
+-- name: RateLimitUpsert
+INSERT INTO /* TEMPLATE: schema */rate_limits (namespace, task_type, max_starts, per_ms, tokens, refilled_at)
+VALUES (@namespace, @task_type, @max_starts::integer, @per_ms::bigint, @max_starts::integer, now())
+ON CONFLICT (namespace, task_type) DO UPDATE
+SET max_starts = excluded.max_starts, per_ms = excluded.per_ms,
+    tokens = least(rate_limits.tokens, excluded.max_starts), refilled_at = now();
+
+-- name: RateLimitDelete
+DELETE FROM /* TEMPLATE: schema */rate_limits WHERE namespace = @namespace AND task_type = @task_type;
 
 -- name: QueueBounded
 -- The bounded queues among those a start writes to.

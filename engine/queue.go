@@ -182,3 +182,22 @@ func (s *Store) QueueWaits(ctx context.Context, namespace string) ([]QueueWait, 
 	})
 	return out, errors.Wrap(interpretError(err), "queue waits")
 }
+
+// RateLimitSet limits the attempts of taskType (every version) that start
+// in namespace to maxStarts per interval, across all workers: a token
+// bucket of maxStarts, refilled continuously, which claims spend.
+func (s *Store) RateLimitSet(ctx context.Context, namespace, taskType string, maxStarts int, per time.Duration) error {
+	if maxStarts < 1 || per < time.Millisecond {
+		return errors.Newf("rate limit of %s: at least 1 start per at least 1ms (got %d per %s)", taskType, maxStarts, per)
+	}
+	_, err := s.pool.Exec(ctx, s.sql("RateLimitUpsert"), pgx.NamedArgs{
+		"namespace": namespace, "task_type": taskType, "max_starts": maxStarts, "per_ms": per.Milliseconds(),
+	})
+	return errors.Wrapf(interpretError(err), "set rate limit of %s", taskType)
+}
+
+// RateLimitDelete removes taskType's rate limit.
+func (s *Store) RateLimitDelete(ctx context.Context, namespace, taskType string) error {
+	_, err := s.pool.Exec(ctx, s.sql("RateLimitDelete"), pgx.NamedArgs{"namespace": namespace, "task_type": taskType})
+	return errors.Wrapf(interpretError(err), "delete rate limit of %s", taskType)
+}

@@ -2,6 +2,7 @@ package sdk
 
 import (
 	"context"
+	"time"
 
 	"github.com/cairnflow/cairn/engine"
 )
@@ -41,4 +42,20 @@ func (c *Client) Queues(ctx context.Context) ([]engine.QueueInfo, error) {
 // the run time of the one waiting longest.
 func (c *Client) QueueWaits(ctx context.Context) ([]engine.QueueWait, error) {
 	return c.store.QueueWaits(ctx, c.namespace)
+}
+
+// SetRateLimit limits how many attempts of the workflow type (every
+// version) start per interval in the client's namespace, across all
+// workers: a token bucket of maxStarts, refilled continuously. Claims take
+// no more than it holds; the rest wait.
+func (c *Client) SetRateLimit(ctx context.Context, typeName string, maxStarts int, per time.Duration) error {
+	if err := validateTypeName(typeName); err != nil {
+		return err
+	}
+	return c.store.RateLimitSet(ctx, c.namespace, typeName, maxStarts, per)
+}
+
+// RemoveRateLimit removes the workflow type's rate limit.
+func (c *Client) RemoveRateLimit(ctx context.Context, typeName string) error {
+	return c.store.RateLimitDelete(ctx, c.namespace, typeName)
 }

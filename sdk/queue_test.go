@@ -373,3 +373,47 @@ func TestLeaderCrashHandsOverSchedules(t *testing.T) {
 		require.Equal(t, time.Second, ticks[i].Sub(ticks[i-1]), "no tick lost or doubled across the hand-over: %v", ticks)
 	}
 }
+
+// A rate limit of 10 starts per second holds across two workers: the
+// starts fit a token bucket of 10, refilled at 10 a second.
+func TestRateLimitAcrossWorkers(t *testing.T) {
+	t.Parallel()
+	b := setup(t, sdk.WorkerConfig{Concurrency: 8, PollInterval: 20 * time.Millisecond})
+	wf := sdk.NewWorkflow("llm.call", 1, func(ctx workflow.Context, _ int) (int, error) { return 0, nil }, nil)
+	ctx := context.Background()
+	const perSecond = 10
+	require.NoError(t, b.client.SetRateLimit(ctx, "llm.call", perSecond, time.Second))
+	require.Error(t, b.client.SetRateLimit(ctx, "llm.call", 0, time.Second))
+	starts := make([]sdk.StartParams, 30)
+	for i := range starts {
+		starts[i] = sdk.StartParams{Workflow: wf, Input: i}
+	}
+	res, err := b.client.StartMany(ctx, starts)
+	require.NoError(t, err)
+	second := b.newWorker(t, sdk.WorkerConfig{Concurrency: 8, PollInterval: 20 * time.Millisecond})
+	for _, w := range []*sdk.Worker{b.worker, second} {
+		sdk.Register(w, wf)
+		startWorker(t, w)
+	}
+	var at []time.Time
+	for _, r := range res {
+		info := waitTask(t, b.client, r.ID)
+		require.Equal(t, history.StatusCompleted, info.Status)
+		at = append(at, *info.StartedAt)
+	}
+	slices.SortFunc(at, func(a, b time.Time) int { return a.Compare(b) })
+	// A bucket of N refilled at N/s allows at most N + N*d starts in any
+	// stretch of d seconds (with a little slack for clock rounding).
+	for i := range at {
+		for j := i; j < len(at); j++ {
+			d := at[j].Sub(at[i]).Seconds()
+			require.LessOrEqual(t, float64(j-i+1), perSecond+perSecond*d+1,
+				"%d starts within %.3fs", j-i+1, d)
+		}
+	}
+	require.Greater(t, at[len(at)-1].Sub(at[0]), time.Second, "30 starts at 10/s take at least two seconds after the first ten")
+	for _, w := range []*sdk.Worker{b.worker, second} {
+		stopWorker(t, w)
+	}
+	require.NoError(t, b.client.RemoveRateLimit(ctx, "llm.call"))
+}
