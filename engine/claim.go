@@ -67,11 +67,10 @@ func (s *Store) TaskClaimMany(ctx context.Context, p *TaskClaimManyParams) ([]*C
 	// setting (is_local) ends with it.
 	batch := &pgx.Batch{}
 	batch.Queue("SELECT set_config('synchronous_commit', 'off', true)")
-	// Concurrency-limited queues: lock their rows first (a separate
-	// statement, so the claim's snapshot is taken after the lock and sees
-	// every claim committed before it).
-	batch.Queue(s.sql("QueueConcurrencyLock"), pgx.NamedArgs{"namespace": p.Namespace, "queues": p.Queues})
-	batch.Queue(s.sql("RateLimitLock"), pgx.NamedArgs{"namespace": p.Namespace, "types": types})
+	// Concurrency-limited queues and rate-limited types: lock their rows
+	// first (a separate statement, so the claim's snapshot is taken after
+	// the lock and sees every claim committed before it).
+	batch.Queue(s.sql("ClaimLocks"), pgx.NamedArgs{"namespace": p.Namespace, "queues": p.Queues, "types": types})
 	var claimed []*ClaimedTask
 	batch.Queue(s.sql("TaskClaimMany"), pgx.NamedArgs{
 		"namespace": p.Namespace, "queues": p.Queues, "types": types, "versions": versions, "max": p.Max, "aging": agingSlots(p.Max, p.StrictPriority),

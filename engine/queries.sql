@@ -49,7 +49,7 @@ WHERE namespace = @namespace AND idempotency_key = @idempotency_key;
 -- that event from the returned row.
 WITH caps AS (
     -- Free slots of the queues with a concurrency limit (their rows were
-    -- locked by QueueConcurrencyLock earlier in this transaction, so this
+    -- locked by ClaimLocks earlier in this transaction, so this
     -- count sees every claim committed before ours).
     SELECT q.name AS queue, greatest(0, q.concurrency - (
         SELECT count(*) FROM /* TEMPLATE: schema */tasks AS t
@@ -58,7 +58,7 @@ WITH caps AS (
     WHERE q.namespace = @namespace AND q.name = ANY(@queues::text[]) AND q.concurrency IS NOT NULL
 ), rates AS (
     -- Starts left in the token bucket of each rate-limited type (rows
-    -- locked by RateLimitLock earlier in this transaction).
+    -- locked by ClaimLocks earlier in this transaction).
     SELECT r.task_type, floor(least(r.max_starts::double precision,
         r.tokens + extract(epoch FROM now() - r.refilled_at) * 1000 / r.per_ms * r.max_starts))::integer AS free
     FROM /* TEMPLATE: schema */rate_limits AS r
@@ -341,22 +341,23 @@ FROM /* TEMPLATE: schema */queues AS q
 WHERE q.namespace = @namespace
 ORDER BY q.name;
 
--- name: QueueConcurrencyLock
--- Locks the rows of the concurrency-limited queues among those a claim
--- serves, in name order: claims of a limited queue then count its running
--- tasks and claim one after the other, so the limit holds across workers.
-SELECT name FROM /* TEMPLATE: schema */queues
-WHERE namespace = @namespace AND name = ANY(@queues::text[]) AND concurrency IS NOT NULL
-ORDER BY name
-FOR UPDATE;
-
--- name: RateLimitLock
--- Locks the rate limits of the types a claim serves, in type order, so
--- claims of a rate-limited type spend its bucket one after the other.
-SELECT task_type FROM /* TEMPLATE: schema */rate_limits
-WHERE namespace = @namespace AND task_type = ANY(@types::text[])
-ORDER BY task_type
-FOR UPDATE;
+-- name: ClaimLocks
+-- Locks, before a claim, the rows of the concurrency-limited queues and the
+-- rate-limited types it serves, in key order: claims of a limited queue or
+-- type then count and spend one after the other, so the limits hold across
+-- workers. Nothing is locked when no limit is set.
+WITH limited_queues AS (
+    SELECT name FROM /* TEMPLATE: schema */queues
+    WHERE namespace = @namespace AND name = ANY(@queues::text[]) AND concurrency IS NOT NULL
+    ORDER BY name
+    FOR UPDATE
+), limited_types AS (
+    SELECT task_type FROM /* TEMPLATE: schema */rate_limits
+    WHERE namespace = @namespace AND task_type = ANY(@types::text[])
+    ORDER BY task_type
+    FOR UPDATE
+)
+SELECT (SELECT count(*) FROM limited_queues), (SELECT count(*) FROM limited_types);
 
 -- name: RateLimitUpsert
 INSERT INTO /* TEMPLATE: schema */rate_limits (namespace, task_type, max_starts, per_ms, tokens, refilled_at)

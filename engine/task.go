@@ -98,6 +98,16 @@ func (s *Store) taskStartMany(ctx context.Context, q Querier, ps []*TaskStartPar
 	if len(ps) == 0 {
 		return nil, nil
 	}
+	// Which queues are bounded, asked before the clock is read: created_at
+	// should be as close to the commit as it can be.
+	lookupNS, lookupQueues := make([]string, len(ps)), make([]string, len(ps))
+	for i, p := range ps {
+		lookupNS[i], lookupQueues[i] = p.Namespace, p.Scheduled.Queue
+	}
+	bounded, err := s.boundedQueues(ctx, q, "QueueBounded", lookupNS, lookupQueues)
+	if err != nil {
+		return nil, err
+	}
 	now := Now()
 	n := len(ps)
 	var (
@@ -158,10 +168,6 @@ func (s *Store) taskStartMany(ctx context.Context, q Querier, ps []*TaskStartPar
 		"ids": ids, "namespaces": namespaces, "queues": queues, "types": types, "type_versions": versions,
 		"priorities": priorities, "run_ats": runAts, "max_attempts": attempts, "idempotency_keys": idemKeys,
 		"trace_ids": traceIDs, "inputs": inputs, "labels": labels, "deadlines": deadlines, "start_deadlines": startDeadlines, "datas": datas, "at": now, "channel": s.channel,
-	}
-	bounded, err := s.boundedQueues(ctx, q, "QueueBounded", namespaces, queues)
-	if err != nil {
-		return nil, err
 	}
 	if len(bounded) == 0 {
 		return s.insertTasks(ctx, q, args, ids, namespaces, idemKeys)
