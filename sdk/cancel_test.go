@@ -405,3 +405,59 @@ func TestDeadlineGiveUpCompensates(t *testing.T) {
 	stopWorker(t, b.worker)
 	enginetest.RequireProjectionsMatch(t, b.client.Store())
 }
+
+// A worker stopping gracefully in the middle of compensation finishes the
+// compensator that runs, hands the task back, and another worker resumes
+// with the next one.
+func TestGracefulStopDuringCompensationHandsTheTaskBack(t *testing.T) {
+	t.Parallel()
+	b := setup(t, sdk.WorkerConfig{})
+	var e effects
+	compensating, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	started := make(chan struct{})
+	wf := sdk.NewWorkflow("order.place", 1, func(ctx workflow.Context, _ string) (string, error) {
+		if _, err := workflow.Step(ctx, "reserve", func(context.Context) (string, error) {
+			e.add("reserve")
+			return "r", nil
+		}, &workflow.StepOpts{Compensate: undo(&e, "reserve")}); err != nil {
+			return "", err
+		}
+		if _, err := workflow.Step(ctx, "charge", func(context.Context) (string, error) {
+			e.add("charge")
+			return "c", nil
+		}, &workflow.StepOpts{Compensate: workflow.Compensate(func(context.Context, string) error {
+			once.Do(func() { close(compensating) })
+			<-release
+			e.add("undo charge")
+			return nil
+		})}); err != nil {
+			return "", err
+		}
+		return workflow.Step(ctx, "ship", func(ctx context.Context) (string, error) {
+			close(started)
+			<-ctx.Done()
+			return "", ctx.Err()
+		}, nil)
+	}, nil)
+	sdk.Register(b.worker, wf)
+	startWorker(t, b.worker)
+	ctx := context.Background()
+	res, err := b.client.Start(ctx, wf, "", nil)
+	require.NoError(t, err)
+	waitSignal(t, started, "the last step")
+	require.NoError(t, b.client.Cancel(ctx, res.ID, "out of stock"))
+	stopWhileStepBlocked(t, b.worker, compensating, release)
+
+	second := b.newWorker(t, sdk.WorkerConfig{})
+	sdk.Register(second, wf)
+	startWorker(t, second)
+	info := waitTask(t, b.client, res.ID)
+	require.Equal(t, history.StatusCancelled, info.Status)
+	require.Equal(t, []string{"reserve", "charge", "undo charge", "undo reserve"}, e.all(), "each compensator ran once, in reverse order")
+	require.Equal(t, []history.Type{history.TaskScheduled, history.AttemptStarted, history.StepCompleted, history.StepCompleted,
+		history.CancelRequested, history.CompensationStarted, history.StepCompensated, history.TaskReleased,
+		history.AttemptStarted, history.StepCompensated, history.TaskCancelled}, eventTypes(taskHistory(t, b.client, res.ID)))
+	stopWorker(t, second)
+	enginetest.RequireProjectionsMatch(t, b.client.Store())
+}
