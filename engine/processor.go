@@ -80,13 +80,6 @@ func (a *Attempt) SyncCancel(ctx context.Context) error {
 	return nil
 }
 
-// CancelRequested reports whether the task's cancel has been requested, as
-// far as this attempt knows (its history, a notification, a heartbeat
-// reply).
-func (a *Attempt) CancelRequested() bool {
-	return a.state.CancelRequested || errors.Is(context.Cause(a.ctx), ErrCancelRequested)
-}
-
 // State returns the task's state as replayed from its history, including
 // what this attempt has appended so far.
 func (a *Attempt) State() history.State { return a.state }

@@ -368,11 +368,8 @@ func (s *State) requireCurrentAttempt(e Event) error {
 }
 
 func (s *State) applyStepCompleted(e Event, p StepCompletedData, owned bool) error {
-	if err := s.requireCurrentAttempt(e); err != nil {
+	if err := s.requireLeasedAttempt(e); err != nil {
 		return err
-	}
-	if s.Lease.Owner == "" {
-		return invalidf(nil, "event %d (%s): attempt %d already ended", e.Seq, StepCompleted, e.Attempt)
 	}
 	if s.Compensation.IsStarted() {
 		return invalidf(nil, "event %d (%s): task is compensating", e.Seq, StepCompleted)
@@ -383,28 +380,28 @@ func (s *State) applyStepCompleted(e Event, p StepCompletedData, owned bool) err
 	if p.Name == "" {
 		return invalidf(nil, "event %d (%s): no step name", e.Seq, StepCompleted)
 	}
-	step := Step(p)
 	// The next step's budget starts now, with this attempt as its first.
 	s.Budget = Budget{Attempts: 1, Since: e.At}
-	if owned {
-		s.Steps = append(s.Steps, step)
-		return nil
-	}
-	// Copy on append so that no other State derived from s sees this step:
-	// appending in place would write into spare capacity s may share with
-	// them.
-	steps := make([]Step, len(s.Steps), len(s.Steps)+1)
-	copy(steps, s.Steps)
-	s.Steps = append(steps, step)
+	s.addStep(Step(p), owned)
 	return nil
 }
 
-func (s *State) applyAttemptFailed(e Event, p AttemptFailedData) error {
-	if err := s.requireCurrentAttempt(e); err != nil {
-		return err
+// addStep appends a completed step. owned says no other State shares s's
+// Steps; otherwise they are copied on append, as appending in place would
+// write into spare capacity another State derived from s may share.
+func (s *State) addStep(step Step, owned bool) {
+	if owned {
+		s.Steps = append(s.Steps, step)
+		return
 	}
-	if s.Lease.Owner == "" {
-		return invalidf(nil, "event %d (%s): attempt %d already ended", e.Seq, AttemptFailed, e.Attempt)
+	steps := make([]Step, len(s.Steps), len(s.Steps)+1)
+	copy(steps, s.Steps)
+	s.Steps = append(steps, step)
+}
+
+func (s *State) applyAttemptFailed(e Event, p AttemptFailedData) error {
+	if err := s.requireLeasedAttempt(e); err != nil {
+		return err
 	}
 	info := p.Error
 	s.LastError = &info
@@ -424,11 +421,8 @@ func (s *State) applyAttemptFailed(e Event, p AttemptFailedData) error {
 }
 
 func (s *State) applyLeaseEnded(e Event, epoch int64, status Status, runAt time.Time) error {
-	if err := s.requireCurrentAttempt(e); err != nil {
+	if err := s.requireLeasedAttempt(e); err != nil {
 		return err
-	}
-	if s.Lease.Owner == "" {
-		return invalidf(nil, "event %d (%s): attempt %d already ended", e.Seq, e.Data.EventType(), e.Attempt)
 	}
 	if epoch != s.Lease.Epoch {
 		return invalidf(nil, "event %d (%s): lease epoch %d, current is %d", e.Seq, e.Data.EventType(), epoch, s.Lease.Epoch)
@@ -440,11 +434,8 @@ func (s *State) applyLeaseEnded(e Event, epoch int64, status Status, runAt time.
 }
 
 func (s *State) applyCompleted(e Event, p TaskCompletedData) error {
-	if err := s.requireCurrentAttempt(e); err != nil {
+	if err := s.requireLeasedAttempt(e); err != nil {
 		return err
-	}
-	if s.Lease.Owner == "" {
-		return invalidf(nil, "event %d (%s): attempt %d already ended", e.Seq, TaskCompleted, e.Attempt)
 	}
 	if s.Compensation != nil {
 		return invalidf(nil, "event %d (%s): task is compensating", e.Seq, TaskCompleted)
@@ -650,13 +641,6 @@ func (s *State) applyTimerFired(e Event, p TimerFiredData, owned bool) error {
 	}
 	s.Timer = nil
 	s.Budget = Budget{Attempts: 1, Since: e.At}
-	step := Step{Position: p.Position, Name: SleepStepName}
-	if owned {
-		s.Steps = append(s.Steps, step)
-		return nil
-	}
-	steps := make([]Step, len(s.Steps), len(s.Steps)+1)
-	copy(steps, s.Steps)
-	s.Steps = append(steps, step)
+	s.addStep(Step{Position: p.Position, Name: SleepStepName}, owned)
 	return nil
 }

@@ -161,24 +161,18 @@ func runCompensator(ctx context.Context, a *engine.Attempt, taskID string, step 
 // compensatorFailed classifies a compensator's error under its retry
 // policy: retry later, or give the task to a person.
 func (w *Worker) compensatorFailed(a *engine.Attempt, reg registered, state history.State, step history.Step, opts *workflow.StepOpts, err error) []history.Payload {
-	policy := reg.defaults.retry
-	switch {
-	case opts.CompensationRetry != nil:
-		policy = *opts.CompensationRetry
-	case opts.Retry != nil:
-		policy = *opts.Retry
+	override := opts.CompensationRetry
+	if override == nil {
+		override = opts.Retry
 	}
-	classifier := policy.Classifier
-	if classifier == nil {
-		classifier = reg.defaults.retry.Classifier
-	}
+	policy := reg.retryFor(override)
 	now := engine.Now()
 	elapsed := now.Sub(state.Budget.Since)
 	info := activities.Classify(activities.Failure{
 		Err: err, Default: history.Transient, DefaultBy: "default:compensation",
 		Attempt: state.Budget.Attempts, Elapsed: elapsed,
 		Task: activities.PolicyTask{Type: a.Task.Type, Queue: a.Task.Queue}, Step: activities.PolicyStep{Name: step.Name},
-	}, classifier)
+	}, policy.Classifier)
 	info.Step, info.Position = step.Name, step.Position
 	d := policy.Decide(info, state.Budget.Attempts, elapsed, rand.Float64)
 	if d.Retry {

@@ -66,6 +66,20 @@ type registered struct {
 	defaults workflowDefaults
 }
 
+// retryFor returns the retry policy for a failure under override (a step's
+// policy), else the type's. An override without a classifier keeps the
+// type's.
+func (r registered) retryFor(override *activities.RetryPolicy) activities.RetryPolicy {
+	if override == nil {
+		return r.defaults.retry
+	}
+	policy := *override
+	if policy.Classifier == nil {
+		policy.Classifier = r.defaults.retry.Classifier
+	}
+	return policy
+}
+
 // NewWorker returns a worker; it does nothing until started.
 func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	store, err := engine.NewStore(engine.StoreConfig{Pool: cfg.Pool, Schema: cfg.Schema})
@@ -402,10 +416,11 @@ func (w *Worker) classify(a *engine.Attempt, reg registered, res workflow.Result
 	if res.Step != nil {
 		f.Default, f.DefaultBy, f.Step.Name = history.Transient, "default:step", res.Step.Name
 	}
-	policy := reg.defaults.retry.Classifier
-	if res.StepOpts != nil && res.StepOpts.Retry != nil && res.StepOpts.Retry.Classifier != nil {
-		policy = res.StepOpts.Retry.Classifier
+	var override *activities.RetryPolicy
+	if res.StepOpts != nil {
+		override = res.StepOpts.Retry
 	}
+	policy := reg.retryFor(override).Classifier
 	var info history.ErrorInfo
 	if kind := alwaysPermanent(res.Err); kind != "" {
 		info = activities.Describe(res.Err, history.Permanent)
