@@ -459,6 +459,13 @@ func (p *Processor) execute(a *Attempt) {
 	payloads, err := p.handle(a.ctx, a)
 	switch {
 	case errors.Is(err, ErrReleased):
+		// A stopping worker hands the task back only once it claims no
+		// more: a claim still in flight could otherwise take it right back.
+		select {
+		case <-p.stopping:
+			<-p.loopDone
+		default:
+		}
 		payloads = []history.Payload{history.TaskReleasedData{
 			WorkerID: p.cfg.WorkerID, LeaseEpoch: a.state.Lease.Epoch, Reason: "worker shutting down",
 		}}
