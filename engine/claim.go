@@ -201,5 +201,6 @@ func scheduledFromRow(t *Task) history.Scheduled {
 		Namespace: t.Namespace, TaskType: t.Type, TypeVersion: t.TypeVersion, Queue: t.Queue,
 		Priority: t.Priority, Input: t.Input, RunAt: t.RunAt, IdempotencyKey: t.IdempotencyKey,
 		TraceID: t.TraceID, Labels: t.Labels, MaxAttempts: t.MaxAttempts, Deadline: t.Deadline, StartDeadline: t.StartDeadline,
+		FairnessKey: t.FairnessKey, FairnessWeight: t.FairnessWeight,
 	}
 }

@@ -72,6 +72,83 @@ func TestTaskClaimMany(t *testing.T) {
 		require.Equal(t, 6, enginetest.RequireProjectionsMatch(t, s))
 	})
 
+	t.Run("FairnessKeysRoundRobin", func(t *testing.T) {
+		t.Parallel()
+		s := enginetest.Store(t)
+		startBatch := func(n int, opts *enginetest.TaskOpts) {
+			ps := make([]*engine.TaskStartParams, n)
+			for i := range ps {
+				ps[i] = opts.Params()
+			}
+			_, err := s.TaskStartMany(context.Background(), ps)
+			require.NoError(t, err)
+		}
+		// Tenant a floods first, then b sends a few, then a task without a
+		// key arrives.
+		startBatch(40, &enginetest.TaskOpts{FairnessKey: "a"})
+		startBatch(10, &enginetest.TaskOpts{FairnessKey: "b"})
+		plain := enginetest.StartTask(t, s, nil)
+		p := claimOpts("w", 1, time.Minute)
+		p.StrictPriority = true // no aging slot: the order is the fair order alone
+		var order []string
+		for range 25 {
+			ct := claim(t, s, p)
+			require.Len(t, ct, 1)
+			key := ct[0].Task.FairnessKey
+			if ct[0].Task.ID == plain {
+				key = "-"
+			}
+			order = append(order, key)
+		}
+		t.Logf("claim order: %v", order)
+		require.Equal(t, []string{"a", "b", "-", "a", "b", "a", "b"}, order[:7],
+			"the keys take turns; the task without a key goes by its run time")
+		count := map[string]int{}
+		for _, k := range order[:21] {
+			count[k]++
+		}
+		require.Equal(t, map[string]int{"a": 10, "b": 10, "-": 1}, count, "all of b's tasks within the first 21 claims")
+		require.Equal(t, 51, enginetest.RequireProjectionsMatch(t, s))
+	})
+
+	t.Run("FairnessWeights", func(t *testing.T) {
+		t.Parallel()
+		s := enginetest.Store(t)
+		for _, o := range []*enginetest.TaskOpts{{FairnessKey: "gold", FairnessWeight: 3}, {FairnessKey: "free"}} {
+			ps := make([]*engine.TaskStartParams, 30)
+			for i := range ps {
+				ps[i] = o.Params()
+			}
+			_, err := s.TaskStartMany(context.Background(), ps)
+			require.NoError(t, err)
+		}
+		p := claimOpts("w", 1, time.Minute)
+		p.StrictPriority = true
+		count := map[string]int{}
+		for range 20 {
+			ct := claim(t, s, p)
+			require.Len(t, ct, 1)
+			require.Empty(t, ct[0].Err)
+			count[ct[0].Task.FairnessKey]++
+			require.Equal(t, ct[0].Task.FairnessKey, ct[0].State.Scheduled.FairnessKey)
+		}
+		// gold's tasks are a third of a quantum apart, free's a whole one:
+		// three turns to one.
+		require.InDelta(t, 15, count["gold"], 1, "%v", count)
+		require.InDelta(t, 5, count["free"], 1, "%v", count)
+		require.Equal(t, 60, enginetest.RequireProjectionsMatch(t, s))
+	})
+
+	t.Run("FairnessWeightNeedsKey", func(t *testing.T) {
+		t.Parallel()
+		s := enginetest.Store(t)
+		_, err := s.TaskStart(context.Background(), (&enginetest.TaskOpts{FairnessWeight: 2}).Params())
+		require.ErrorContains(t, err, "fairness weight 2 without a fairness key")
+		_, err = s.TaskStart(context.Background(), (&enginetest.TaskOpts{FairnessKey: "a", FairnessWeight: 5000}).Params())
+		require.ErrorContains(t, err, "outside 0..1000")
+		require.Zero(t, countRows(t, s, "tasks"))
+	})
+
 	t.Run("NotBeforeRunAt", func(t *testing.T) {
 		t.Parallel()
 		s := enginetest.Store(t)

@@ -3,3 +3,6 @@ package engine
 // NotifyChannel returns the channel the store notifies on when work becomes
 // ready, for tests that listen to it directly.
 func (s *Store) NotifyChannel() string { return s.channel }
+
+// QueueFullRetryAfter is queueFullRetryAfter, for a table test.
+var QueueFullRetryAfter = queueFullRetryAfter

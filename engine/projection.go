@@ -53,6 +53,8 @@ func ProjectionDiff(t *Task, s history.State) []string {
 	if t.StartDeadline != nil || sc.StartDeadline != nil {
 		check("start_deadline", t.StartDeadline, sc.StartDeadline)
 	}
+	check("fairness_key", t.FairnessKey, sc.FairnessKey)
+	check("fairness_weight", t.FairnessWeight, sc.FairnessWeight)
 	check("status", t.Status, s.Status)
 	checkTime("run_at", &t.RunAt, s.RunAt)
 	check("attempt", t.Attempt, s.Attempt)

@@ -67,6 +67,8 @@ func TestProjectionDiffDetectsTampering(t *testing.T) {
 		"updated_at":       "updated_at = now() + interval '1 hour'",
 		"started_at":       "started_at = NULL",
 		"finished_at":      "finished_at = now()",
+		"fairness_key":     "fairness_key = 'tenant'",
+		"fairness_weight":  "fairness_weight = 2",
 	} {
 		_, err := s.Pool().Exec(ctx, "UPDATE "+tasks+" SET "+set+" WHERE id = $1", id)
 		require.NoError(t, err, column)
@@ -139,7 +141,7 @@ func TestRequireProjectionsMatchFails(t *testing.T) {
 	_, err = s.Pool().Exec(ctx, "UPDATE "+tasks+" SET status = 'pending' WHERE id = $1", ids[1])
 	require.NoError(t, err)
 	orphan := uuid.New()
-	_, err = s.Pool().Exec(ctx, "INSERT INTO "+tasks+" SELECT $1, namespace, queue, type, type_version, status, priority, run_at, attempt, max_attempts, lease_owner, lease_epoch, lease_expires_at, idempotency_key, trace_id, input, output, last_error, cancel_requested, last_seq, created_at, updated_at, started_at, finished_at FROM "+tasks+" WHERE id = $2", orphan, ids[0])
+	_, err = s.Pool().Exec(ctx, "INSERT INTO "+tasks+" (id, namespace, queue, type, type_version, status, priority, run_at, attempt, max_attempts, lease_owner, lease_epoch, lease_expires_at, idempotency_key, trace_id, input, output, last_error, cancel_requested, last_seq, created_at, updated_at, started_at, finished_at, fair_at) SELECT $1, namespace, queue, type, type_version, status, priority, run_at, attempt, max_attempts, lease_owner, lease_epoch, lease_expires_at, idempotency_key, trace_id, input, output, last_error, cancel_requested, last_seq, created_at, updated_at, started_at, finished_at, fair_at FROM "+tasks+" WHERE id = $2", orphan, ids[0])
 	require.NoError(t, err)
 	got = failures(t, func(tb testing.TB) { enginetest.RequireProjectionsMatch(tb, s) })
 	require.Len(t, got, 1)

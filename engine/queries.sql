@@ -12,17 +12,35 @@ WITH input AS (
         @ids::uuid[], @namespaces::text[], @queues::text[], @types::text[], @type_versions::integer[],
         @priorities::integer[], @run_ats::timestamptz[], @max_attempts::integer[],
         @idempotency_keys::text[], @trace_ids::text[], @inputs::jsonb[], @labels::jsonb[], @deadlines::timestamptz[],
-        @start_deadlines::timestamptz[], @datas::jsonb[])
+        @start_deadlines::timestamptz[], @fairness_keys::text[], @fairness_weights::integer[], @datas::jsonb[])
         WITH ORDINALITY AS i(id, namespace, queue, type, type_version, priority, run_at, max_attempts,
-                             idempotency_key, trace_id, input, labels, deadline, start_deadline, data, ord)
+                             idempotency_key, trace_id, input, labels, deadline, start_deadline,
+                             fairness_key, fairness_weight, data, ord)
+), placed AS (
+    -- A task's virtual start time (fair_at): its run time without a
+    -- fairness key; with one, a quantum (over its weight) after the last
+    -- waiting task of its key, counting those before it in this batch.
+    SELECT i.*, CASE WHEN i.fairness_key IS NULL THEN i.run_at ELSE greatest(
+            i.run_at + (i.lane_pos - 1) * i.step,
+            (SELECT max(t.fair_at) FROM /* TEMPLATE: schema */tasks AS t
+             WHERE t.namespace = i.namespace AND t.queue = i.queue AND t.fairness_key = i.fairness_key
+               AND t.status IN ('pending', 'retrying')) + i.lane_pos * i.step)
+        END AS fair_at
+    FROM (
+        SELECT input.*,
+            row_number() OVER (PARTITION BY namespace, queue, fairness_key ORDER BY ord) AS lane_pos,
+            make_interval(secs => @fairness_quantum::double precision / coalesce(fairness_weight, 1)) AS step
+        FROM input
+    ) AS i
 ), ins AS (
     INSERT INTO /* TEMPLATE: schema */tasks (
         id, namespace, queue, type, type_version, status, priority, run_at,
         attempt, max_attempts, idempotency_key, trace_id, input, labels, deadline, start_deadline,
-        last_seq, created_at, updated_at)
+        fairness_key, fairness_weight, fair_at, last_seq, created_at, updated_at)
     SELECT id, namespace, queue, type, type_version, 'pending', priority, run_at,
-        0, max_attempts, idempotency_key, trace_id, input, labels, deadline, start_deadline, 1, @at, @at
-    FROM input ORDER BY ord
+        0, max_attempts, idempotency_key, trace_id, input, labels, deadline, start_deadline,
+        fairness_key, fairness_weight, fair_at, 1, @at, @at
+    FROM placed ORDER BY ord
     ON CONFLICT (namespace, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id, queue
 ), ev AS (
@@ -68,20 +86,22 @@ WITH caps AS (
     -- the cost stays flat however large the backlog; a limited queue's walk
     -- takes no more than its free slots. Rows locked beyond what is
     -- claimed are unlocked at commit.
-    SELECT c.id, c.priority, c.run_at, q.queue, caps.free, k.type, rates.free AS rfree
+    SELECT c.id, c.priority, c.fair_at, c.run_at, q.queue, caps.free, k.type, rates.free AS rfree
     FROM unnest(@queues::text[]) AS q(queue)
     LEFT JOIN caps ON caps.queue = q.queue
     CROSS JOIN unnest(@types::text[], @versions::integer[]) AS k(type, version)
     LEFT JOIN rates ON rates.task_type = k.type
     CROSS JOIN LATERAL (
-        SELECT t.id, t.priority, t.run_at FROM /* TEMPLATE: schema */tasks AS t
+        SELECT t.id, t.priority, t.fair_at, t.run_at FROM /* TEMPLATE: schema */tasks AS t
         WHERE t.namespace = @namespace AND t.queue = q.queue
           AND t.type = k.type AND t.type_version = k.version
           AND t.status IN ('pending', 'retrying') AND t.run_at <= now()
           -- Never a first start past the start deadline: the sweep
           -- expires such a task instead.
           AND (t.start_deadline IS NULL OR t.attempt > 0 OR t.start_deadline > now())
-        ORDER BY t.priority DESC, t.run_at, t.id
+        -- By priority, then virtual start time: round robin across
+        -- fairness keys, run time order for tasks without one.
+        ORDER BY t.priority DESC, t.fair_at, t.run_at, t.id
         LIMIT least(@max, coalesce(caps.free, @max), coalesce(rates.free, @max))
         FOR UPDATE SKIP LOCKED
     ) AS c
@@ -89,13 +109,13 @@ WITH caps AS (
     -- Aging: @aging slots of the batch (one in eight on average) go to the
     -- longest-waiting due tasks whatever their priority, so a flood of
     -- high-priority work cannot starve the rest (tasks_age_idx).
-    SELECT c.id, c.priority, c.run_at, q.queue, caps.free, k.type, rates.free AS rfree
+    SELECT c.id, c.priority, c.fair_at, c.run_at, q.queue, caps.free, k.type, rates.free AS rfree
     FROM unnest(@queues::text[]) AS q(queue)
     LEFT JOIN caps ON caps.queue = q.queue
     CROSS JOIN unnest(@types::text[], @versions::integer[]) AS k(type, version)
     LEFT JOIN rates ON rates.task_type = k.type
     CROSS JOIN LATERAL (
-        SELECT t.id, t.priority, t.run_at FROM /* TEMPLATE: schema */tasks AS t
+        SELECT t.id, t.priority, t.fair_at, t.run_at FROM /* TEMPLATE: schema */tasks AS t
         WHERE t.namespace = @namespace AND t.queue = q.queue
           AND t.type = k.type AND t.type_version = k.version
           AND t.status IN ('pending', 'retrying') AND t.run_at <= now()
@@ -107,12 +127,12 @@ WITH caps AS (
 ), candidates AS (
     -- A task both walks found counts as aged if it is among the @aging
     -- oldest.
-    SELECT DISTINCT ON (id) id, priority, run_at, queue, free, type, rfree,
+    SELECT DISTINCT ON (id) id, priority, fair_at, run_at, queue, free, type, rfree,
         coalesce(aged_rank <= @aging::integer, false) AS reserved
     FROM (
-        SELECT id, priority, run_at, queue, free, type, rfree, row_number() OVER (ORDER BY run_at, id) AS aged_rank FROM aged
+        SELECT id, priority, fair_at, run_at, queue, free, type, rfree, row_number() OVER (ORDER BY run_at, id) AS aged_rank FROM aged
         UNION ALL
-        SELECT id, priority, run_at, queue, free, type, rfree, NULL FROM walked
+        SELECT id, priority, fair_at, run_at, queue, free, type, rfree, NULL FROM walked
     ) AS u
     ORDER BY id, aged_rank NULLS LAST
 ), due AS (
@@ -120,13 +140,13 @@ WITH caps AS (
     -- and no more of a limited queue than it has free slots (its walks per
     -- type share them).
     SELECT id FROM (
-        SELECT id, priority, run_at, free, rfree, reserved,
-            row_number() OVER (PARTITION BY queue ORDER BY reserved DESC, priority DESC, run_at, id) AS rank,
-            row_number() OVER (PARTITION BY type ORDER BY reserved DESC, priority DESC, run_at, id) AS type_rank
+        SELECT id, priority, fair_at, run_at, free, rfree, reserved,
+            row_number() OVER (PARTITION BY queue ORDER BY reserved DESC, priority DESC, fair_at, run_at, id) AS rank,
+            row_number() OVER (PARTITION BY type ORDER BY reserved DESC, priority DESC, fair_at, run_at, id) AS type_rank
         FROM candidates
     ) AS r
     WHERE (free IS NULL OR rank <= free) AND (rfree IS NULL OR type_rank <= rfree)
-    ORDER BY reserved DESC, priority DESC, run_at, id
+    ORDER BY reserved DESC, priority DESC, fair_at, run_at, id
     LIMIT @max
 ), claimed AS (
     UPDATE /* TEMPLATE: schema */tasks AS t SET
@@ -160,6 +180,7 @@ SELECT c.id, c.namespace, c.queue, c.type, c.type_version, c.status, c.priority,
     c.attempt, c.max_attempts, c.lease_owner, c.lease_epoch, c.lease_expires_at,
     c.idempotency_key, c.trace_id, c.input, c.output, c.last_error, c.cancel_requested,
     c.last_seq, c.created_at, c.updated_at, c.started_at, c.finished_at, c.labels, c.deadline, c.start_deadline,
+    c.fairness_key, c.fairness_weight,
     h.seqs, h.types, h.ats, h.attempts, h.datas
 FROM claimed AS c LEFT JOIN LATERAL (
     -- A fresh task's history is task_scheduled alone, which its row holds
@@ -195,6 +216,9 @@ WITH input AS (
     UPDATE /* TEMPLATE: schema */tasks AS t SET
         status = i.status,
         run_at = i.run_at,
+        -- A keyed task due again keeps its place among its key's tasks
+        -- (a retry does not jump its key's backlog); others go by run time.
+        fair_at = CASE WHEN t.fairness_key IS NULL THEN i.run_at ELSE greatest(i.run_at, t.fair_at) END,
         attempt = i.attempt,
         lease_owner = i.lease_owner,
         lease_epoch = i.lease_epoch,
@@ -262,21 +286,24 @@ LIMIT @max;
 SELECT id, namespace, queue, type, type_version, status, priority, run_at,
     attempt, max_attempts, lease_owner, lease_epoch, lease_expires_at,
     idempotency_key, trace_id, input, output, last_error, cancel_requested,
-    last_seq, created_at, updated_at, started_at, finished_at, labels, deadline, start_deadline
+    last_seq, created_at, updated_at, started_at, finished_at, labels, deadline, start_deadline,
+    fairness_key, fairness_weight
 FROM /* TEMPLATE: schema */tasks WHERE id = @id AND namespace = @namespace;
 
 -- name: TaskGetManyByID
 SELECT id, namespace, queue, type, type_version, status, priority, run_at,
     attempt, max_attempts, lease_owner, lease_epoch, lease_expires_at,
     idempotency_key, trace_id, input, output, last_error, cancel_requested,
-    last_seq, created_at, updated_at, started_at, finished_at, labels, deadline, start_deadline
+    last_seq, created_at, updated_at, started_at, finished_at, labels, deadline, start_deadline,
+    fairness_key, fairness_weight
 FROM /* TEMPLATE: schema */tasks WHERE id = ANY(@ids::uuid[]);
 
 -- name: TaskList
 SELECT id, namespace, queue, type, type_version, status, priority, run_at,
     attempt, max_attempts, lease_owner, lease_epoch, lease_expires_at,
     idempotency_key, trace_id, input, output, last_error, cancel_requested,
-    last_seq, created_at, updated_at, started_at, finished_at, labels, deadline, start_deadline
+    last_seq, created_at, updated_at, started_at, finished_at, labels, deadline, start_deadline,
+    fairness_key, fairness_weight
 FROM /* TEMPLATE: schema */tasks
 WHERE namespace = @namespace
   AND (@status::text = '' OR status = @status)
@@ -317,7 +344,8 @@ DELETE FROM /* TEMPLATE: schema */leaders WHERE name = @name AND owner = @owner;
 SELECT id, namespace, queue, type, type_version, status, priority, run_at,
     attempt, max_attempts, lease_owner, lease_epoch, lease_expires_at,
     idempotency_key, trace_id, input, output, last_error, cancel_requested,
-    last_seq, created_at, updated_at, started_at, finished_at, labels, deadline, start_deadline
+    last_seq, created_at, updated_at, started_at, finished_at, labels, deadline, start_deadline,
+    fairness_key, fairness_weight
 FROM /* TEMPLATE: schema */tasks
 WHERE namespace = @namespace AND status = 'dead_lettered'
   AND (@type::text = '' OR type = @type)
@@ -389,6 +417,14 @@ FOR UPDATE;
 SELECT count(*) FROM /* TEMPLATE: schema */tasks
 WHERE namespace = @namespace AND queue = @queue AND status IN ('pending', 'retrying');
 
+-- name: QueueRunning
+-- A queue's running tasks and the mean age of their attempts (since the
+-- task's first start: an overestimate for retries), from tasks_running_idx:
+-- the rate the queue drains at, for a full queue's retry-after hint.
+SELECT count(*)::integer, coalesce(extract(epoch FROM avg(now() - started_at)), 0)::double precision
+FROM /* TEMPLATE: schema */tasks
+WHERE namespace = @namespace AND queue = @queue AND status = 'running';
+
 -- name: TaskListStartExpired
 -- Tasks never started whose start deadline has passed, oldest deadline
 -- first, for the sweep that expires them.
@@ -430,6 +466,10 @@ WHERE NOT paused AND next_run_at <= now()
 ORDER BY next_run_at
 LIMIT @max
 FOR UPDATE SKIP LOCKED;
+
+-- name: ScheduleNextDue
+-- When the next active schedule is due (schedules_due_idx).
+SELECT min(next_run_at) FROM /* TEMPLATE: schema */schedules WHERE NOT paused;
 
 -- name: ScheduleFired
 UPDATE /* TEMPLATE: schema */schedules SET next_run_at = @next_run_at, last_tick = @last_tick, updated_at = now()

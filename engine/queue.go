@@ -33,10 +33,26 @@ func (e *QueueFullError) Error() string {
 // Is makes errors.Is(err, ErrQueueFull) hold.
 func (e *QueueFullError) Is(target error) bool { return target == ErrQueueFull }
 
-// queueFullRetryAfter is the hint a full queue gives. Workers claim in
-// batches as slots free up, so a second is the scale on which room appears;
-// callers add their own backoff.
-const queueFullRetryAfter = time.Second
+// The retry-after hint of a full queue is how long its workers should take
+// to start enough of its waiting tasks to make room, estimated from what
+// runs now (Little's law): L tasks running whose attempts are on average A
+// old take about 2A each, so the queue starts L/2A tasks a second. With
+// nothing running, no worker is serving the queue and room is not near.
+const (
+	minQueueFullRetryAfter  = 100 * time.Millisecond
+	maxQueueFullRetryAfter  = 5 * time.Minute
+	idleQueueFullRetryAfter = 30 * time.Second
+)
+
+// queueFullRetryAfter estimates how long until need waiting tasks of a
+// queue have started, given running tasks of mean age meanAge.
+func queueFullRetryAfter(need, running int, meanAge time.Duration) time.Duration {
+	if running == 0 {
+		return idleQueueFullRetryAfter
+	}
+	d := time.Duration(float64(need) * 2 * float64(meanAge) / float64(running))
+	return min(max(d, minQueueFullRetryAfter), maxQueueFullRetryAfter)
+}
 
 // QueueConfig is a queue's settings. Zero values mean no limit.
 type QueueConfig struct {
@@ -82,7 +98,7 @@ func (s *Store) QueueList(ctx context.Context, namespace string) ([]QueueInfo, e
 	var waiting, running int64
 	_, err = pgx.ForEachRow(rows, []any{&name, &maxWaiting, &concurrency, &waiting, &running}, func() error {
 		out = append(out, QueueInfo{
-			QueueConfig: QueueConfig{Namespace: namespace, Name: name, MaxWaiting: int(deref32(maxWaiting)), Concurrency: int(deref32(concurrency))},
+			QueueConfig: QueueConfig{Namespace: namespace, Name: name, MaxWaiting: int(deref(maxWaiting)), Concurrency: int(deref(concurrency))},
 			Waiting:     int(waiting), Running: int(running),
 		})
 		return nil
@@ -134,8 +150,15 @@ func (s *Store) checkCapacity(ctx context.Context, tx pgx.Tx, namespaces, queues
 			return errors.Wrapf(interpretError(err), "count waiting tasks of queue %s", b.name)
 		}
 		if int(waiting)+adding > b.maxWaiting {
+			var running int
+			var meanAge float64
+			err := tx.QueryRow(ctx, s.sql("QueueRunning"), pgx.NamedArgs{"namespace": b.namespace, "queue": b.name}).Scan(&running, &meanAge)
+			if err != nil {
+				return errors.Wrapf(interpretError(err), "read running tasks of queue %s", b.name)
+			}
+			need := int(waiting) + adding - b.maxWaiting
 			return &QueueFullError{Namespace: b.namespace, Queue: b.name, Waiting: int(waiting), MaxWaiting: b.maxWaiting,
-				Adding: adding, RetryAfter: queueFullRetryAfter}
+				Adding: adding, RetryAfter: queueFullRetryAfter(need, running, time.Duration(meanAge*float64(time.Second)))}
 		}
 	}
 	return nil
@@ -147,13 +170,6 @@ func nullPositive(n int) *int32 {
 	}
 	v := int32(n)
 	return &v
-}
-
-func deref32(p *int32) int32 {
-	if p == nil {
-		return 0
-	}
-	return *p
 }
 
 // QueueWait is how long due tasks of one queue and priority have waited.

@@ -33,7 +33,7 @@ func TestBoundedQueue(t *testing.T) {
 	var full *engine.QueueFullError
 	require.True(t, errors.As(err, &full))
 	require.Equal(t, engine.QueueFullError{Namespace: "default", Queue: "llm", Waiting: 2, MaxWaiting: 3, Adding: 2,
-		RetryAfter: time.Second}, *full)
+		RetryAfter: 30 * time.Second}, *full, "no task of the queue runs: room is not near")
 	require.Contains(t, err.Error(), "queue default/llm is full: 2 waiting")
 	require.Equal(t, 2, taskCount(t, s), "nothing of a refused start is written")
 
@@ -51,6 +51,9 @@ func TestBoundedQueue(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, claimed, 1)
 	enginetest.StartTask(t, s, llm)
+	_, err = s.TaskStart(ctx, llm.Params())
+	require.True(t, errors.As(err, &full))
+	require.Equal(t, 100*time.Millisecond, full.RetryAfter, "one task running a moment: room soon (the hint's floor)")
 
 	queues, err := s.QueueList(ctx, "default")
 	require.NoError(t, err)
@@ -104,4 +107,21 @@ func TestStartTxIntoBoundedQueue(t *testing.T) {
 	require.Zero(t, taskCount(t, s))
 
 	require.Error(t, s.QueueSet(ctx, engine.QueueConfig{Namespace: "default", Name: "q", MaxWaiting: -1}))
+}
+
+func TestQueueFullRetryAfter(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		need, running int
+		meanAge       time.Duration
+		want          time.Duration
+	}{
+		{need: 1, running: 0, meanAge: 0, want: 30 * time.Second},                        // nobody serves the queue
+		{need: 1, running: 10, meanAge: 5 * time.Second, want: time.Second},              // 10 per 10 s: one a second
+		{need: 20, running: 10, meanAge: 5 * time.Second, want: 20 * time.Second},        // twenty of them
+		{need: 1, running: 100, meanAge: time.Millisecond, want: 100 * time.Millisecond}, // floor
+		{need: 1000, running: 1, meanAge: time.Hour, want: 5 * time.Minute},              // ceiling
+	} {
+		require.Equal(t, c.want, engine.QueueFullRetryAfter(c.need, c.running, c.meanAge), "%+v", c)
+	}
 }

@@ -221,18 +221,57 @@ func (r *Rescuer) Start(ctx context.Context) error {
 		leader := false
 		for {
 			leader = r.pass(ctx, leader)
-			select {
-			case <-ctx.Done():
+			if !r.waitForPass(ctx, ticker, leader) {
 				// Resign whatever the last pass saw: an election cut off by
 				// the stop may still have committed.
 				resignCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 				_ = r.cfg.Store.LeaderResign(resignCtx, rescuerLeaderName, r.cfg.Owner)
 				cancel()
 				return
-			case <-ticker.C:
 			}
 		}
 	})
+}
+
+// minScheduleWait keeps the wait for a schedule's tick from spinning when
+// the database's clock is a little behind this process's.
+const minScheduleWait = 10 * time.Millisecond
+
+// waitForPass waits for the next pass, and reports false when ctx ends
+// first. Meanwhile the leader fires each cron schedule at its tick rather
+// than at the next pass, so a schedule fires within milliseconds of its tick
+// (one created or resumed since the last pass is seen at the next one).
+func (r *Rescuer) waitForPass(ctx context.Context, ticker *time.Ticker, leader bool) bool {
+	for {
+		var wake <-chan time.Time
+		if leader {
+			if at, ok := r.nextScheduleTick(ctx); ok {
+				timer := time.NewTimer(max(time.Until(at), minScheduleWait))
+				defer timer.Stop() // at most one pending: a fired timer needs no stop
+				wake = timer.C
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-ticker.C:
+			return true
+		case <-wake:
+			r.fireSchedules(ctx)
+		}
+	}
+}
+
+// nextScheduleTick returns when the next active schedule is due, if one is.
+func (r *Rescuer) nextScheduleTick(ctx context.Context) (time.Time, bool) {
+	at, ok, err := r.cfg.Store.ScheduleNextDue(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			r.cfg.Logger.Warn("rescuer: read the next schedule tick", errAttr(err))
+		}
+		return time.Time{}, false
+	}
+	return at, ok
 }
 
 func (r *Rescuer) pass(ctx context.Context, wasLeader bool) bool {

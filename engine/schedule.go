@@ -193,3 +193,16 @@ func (s *Store) ScheduleFireDue(ctx context.Context, max int) (int, error) {
 	})
 	return fired, err
 }
+
+// ScheduleNextDue returns when the next active (not paused) schedule of any
+// namespace is due; ok is false when there is none.
+func (s *Store) ScheduleNextDue(ctx context.Context) (at time.Time, ok bool, err error) {
+	var next *time.Time
+	if err := s.pool.QueryRow(ctx, s.sql("ScheduleNextDue")).Scan(&next); err != nil {
+		return time.Time{}, false, errors.Wrap(interpretError(err), "read the next schedule tick")
+	}
+	if next == nil {
+		return time.Time{}, false, nil
+	}
+	return *next, true, nil
+}

@@ -41,7 +41,17 @@ type Task struct {
 	Labels         map[string]string
 	Deadline       *time.Time // the schedule-to-close deadline, if any
 	StartDeadline  *time.Time // the latest first start, if any
+	FairnessKey    string     // who the task is for, shared round robin
+	FairnessWeight int        // the key's turns against weight 1; 0 when none
 }
+
+// fairnessQuantum is how far a keyed task's virtual start time (fair_at)
+// is placed after the last waiting task of its key, over its weight. A key
+// with n tasks waiting has its next one n quanta out, so a fresh key's task,
+// placed at its run time, goes ahead of all but the first of another key's
+// backlog started a quantum or more before. Large against the time between
+// claims, so order among keys is round robin rather than arrival order.
+const fairnessQuantum = time.Second
 
 // TaskStartParams describes a task to start.
 type TaskStartParams struct {
@@ -118,6 +128,8 @@ func (s *Store) taskStartMany(ctx context.Context, q Querier, ps []*TaskStartPar
 		idemKeys, traceIDs, inputs     = make([]*string, n), make([]*string, n), make([]*string, n)
 		labels                         = make([]*string, n)
 		deadlines, startDeadlines      = make([]*time.Time, n), make([]*time.Time, n)
+		fairnessKeys                   = make([]*string, n)
+		fairnessWeights                = make([]*int32, n)
 		datas                          = make([]string, n)
 	)
 	for i, p := range ps {
@@ -156,6 +168,10 @@ func (s *Store) taskStartMany(ctx context.Context, q Querier, ps []*TaskStartPar
 		runAts[i] = sched.RunAt
 		idemKeys[i], traceIDs[i], inputs[i] = nullString(sched.IdempotencyKey), nullString(sched.TraceID), nullJSONString(sched.Input)
 		datas[i] = string(data)
+		fairnessKeys[i] = nullString(sched.FairnessKey)
+		if sched.FairnessWeight > 0 {
+			fairnessWeights[i] = ptr(int32(sched.FairnessWeight))
+		}
 		if len(sched.Labels) > 0 {
 			encoded, err := json.Marshal(sched.Labels)
 			if err != nil {
@@ -167,7 +183,8 @@ func (s *Store) taskStartMany(ctx context.Context, q Querier, ps []*TaskStartPar
 	args := pgx.NamedArgs{
 		"ids": ids, "namespaces": namespaces, "queues": queues, "types": types, "type_versions": versions,
 		"priorities": priorities, "run_ats": runAts, "max_attempts": attempts, "idempotency_keys": idemKeys,
-		"trace_ids": traceIDs, "inputs": inputs, "labels": labels, "deadlines": deadlines, "start_deadlines": startDeadlines, "datas": datas, "at": now, "channel": s.channel,
+		"trace_ids": traceIDs, "inputs": inputs, "labels": labels, "deadlines": deadlines, "start_deadlines": startDeadlines,
+		"fairness_keys": fairnessKeys, "fairness_weights": fairnessWeights, "fairness_quantum": fairnessQuantum.Seconds(), "datas": datas, "at": now, "channel": s.channel,
 	}
 	if len(bounded) == 0 {
 		return s.insertTasks(ctx, q, args, ids, namespaces, idemKeys)
@@ -292,6 +309,8 @@ func scanTaskWith(row pgx.CollectableRow, extra ...any) (*Task, error) {
 	var (
 		t                            Task
 		leaseOwner, idemKey, traceID *string
+		fairnessKey                  *string
+		fairnessWeight               *int
 		input, output, lastError     []byte
 		labels                       []byte
 		status                       string
@@ -299,13 +318,15 @@ func scanTaskWith(row pgx.CollectableRow, extra ...any) (*Task, error) {
 	dest := []any{(*[16]byte)(&t.ID), &t.Namespace, &t.Queue, &t.Type, &t.TypeVersion, &status, &t.Priority,
 		&t.RunAt, &t.Attempt, &t.MaxAttempts, &leaseOwner, &t.LeaseEpoch, &t.LeaseExpiresAt,
 		&idemKey, &traceID, &input, &output, &lastError, &t.CancelRequest, &t.LastSeq,
-		&t.CreatedAt, &t.UpdatedAt, &t.StartedAt, &t.FinishedAt, &labels, &t.Deadline, &t.StartDeadline}
+		&t.CreatedAt, &t.UpdatedAt, &t.StartedAt, &t.FinishedAt, &labels, &t.Deadline, &t.StartDeadline,
+		&fairnessKey, &fairnessWeight}
 	err := row.Scan(append(dest, extra...)...)
 	if err != nil {
 		return nil, err
 	}
 	t.Status = history.Status(status)
 	t.LeaseOwner, t.IdempotencyKey, t.TraceID = deref(leaseOwner), deref(idemKey), deref(traceID)
+	t.FairnessKey, t.FairnessWeight = deref(fairnessKey), deref(fairnessWeight)
 	t.Input, t.Output = input, output
 	if lastError != nil {
 		t.LastError = new(history.ErrorInfo)
@@ -388,9 +409,11 @@ func nullString(s string) *string {
 	return &s
 }
 
-func deref(s *string) string {
-	if s == nil {
-		return ""
+// deref returns *p, or the zero value when p is nil (a NULL column).
+func deref[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
 	}
-	return *s
+	return *p
 }

@@ -91,7 +91,17 @@ type Scheduled struct {
 	// start: a task not started by then ends task_expired and never runs
 	// (load shedding of work that is useless late).
 	StartDeadline *time.Time `json:"start_deadline,omitempty"`
+	// FairnessKey, when set, names who the task is for (a tenant, a user, a
+	// chat): within a queue, due tasks of one priority are served round
+	// robin across keys, so one key's flood does not delay another's task.
+	FairnessKey string `json:"fairness_key,omitempty"`
+	// FairnessWeight gives the key this many turns for one of a key of
+	// weight 1. Zero means 1.
+	FairnessWeight int `json:"fairness_weight,omitempty"`
 }
+
+// MaxFairnessWeight bounds [Scheduled.FairnessWeight].
+const MaxFairnessWeight = 1000
 
 // AttemptStartedData is the payload of attempt_started: a worker claimed the
 // task under a lease.

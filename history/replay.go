@@ -322,6 +322,12 @@ func (s *State) applyScheduled(e Event, p Scheduled) error {
 	if p.TaskType == "" {
 		return invalidf(nil, "event %d (%s): no task type", e.Seq, TaskScheduled)
 	}
+	if p.FairnessWeight < 0 || p.FairnessWeight > MaxFairnessWeight {
+		return invalidf(nil, "event %d (%s): fairness weight %d is outside 0..%d", e.Seq, TaskScheduled, p.FairnessWeight, MaxFairnessWeight)
+	}
+	if p.FairnessWeight != 0 && p.FairnessKey == "" {
+		return invalidf(nil, "event %d (%s): fairness weight %d without a fairness key", e.Seq, TaskScheduled, p.FairnessWeight)
+	}
 	s.Scheduled = p
 	s.Status = StatusPending
 	s.RunAt = p.RunAt

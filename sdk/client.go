@@ -112,6 +112,14 @@ type StartOpts struct {
 	// StartDeadline sheds load: a task not started by then ends expired
 	// (task_expired) and never runs. Zero: none.
 	StartDeadline time.Time
+	// FairnessKey names who the task is for (a tenant, a user, a chat).
+	// Within a queue, due tasks of one priority are served round robin
+	// across keys: one key's flood does not hold back another key's task.
+	// Tasks without a key go by run time.
+	FairnessKey string
+	// FairnessWeight gives the key this many turns for each turn of a key
+	// of weight 1 (1 to 1000). Zero means 1.
+	FairnessWeight int
 }
 
 // StartResult identifies the task a start refers to.
@@ -224,10 +232,20 @@ func (c *Client) startParams(wf WorkflowRef, input any, opts *StartOpts) (*engin
 		}
 		startDeadline = &opts.StartDeadline
 	}
+	if len(opts.FairnessKey) > maxKeyLen {
+		return nil, errors.Newf("start %s: fairness key is %d bytes, at most %d allowed", wf.TypeName(), len(opts.FairnessKey), maxKeyLen)
+	}
+	if opts.FairnessWeight < 0 || opts.FairnessWeight > history.MaxFairnessWeight {
+		return nil, errors.Newf("start %s: FairnessWeight %d is outside 0..%d", wf.TypeName(), opts.FairnessWeight, history.MaxFairnessWeight)
+	}
+	if opts.FairnessWeight != 0 && opts.FairnessKey == "" {
+		return nil, errors.Newf("start %s: FairnessWeight %d needs a FairnessKey", wf.TypeName(), opts.FairnessWeight)
+	}
 	return &engine.TaskStartParams{Namespace: c.namespace, Scheduled: history.Scheduled{
 		TaskType: wf.TypeName(), TypeVersion: wf.TypeVersion(), Queue: queue, Priority: opts.Priority,
 		Input: raw, RunAt: runAt, IdempotencyKey: opts.IdempotencyKey, TraceID: opts.TraceID,
 		MaxAttempts: maxAttempts, Deadline: deadline, StartDeadline: startDeadline,
+		FairnessKey: opts.FairnessKey, FairnessWeight: opts.FairnessWeight,
 	}}, nil
 }
 
@@ -259,6 +277,8 @@ type TaskInfo struct {
 	Deadline       *time.Time         `json:"deadline,omitempty"`
 	StartDeadline  *time.Time         `json:"start_deadline,omitempty"`
 	Labels         map[string]string  `json:"labels,omitempty"`
+	FairnessKey    string             `json:"fairness_key,omitempty"`
+	FairnessWeight int                `json:"fairness_weight,omitempty"`
 }
 
 func taskInfo(t *engine.Task) *TaskInfo {
@@ -269,7 +289,7 @@ func taskInfo(t *engine.Task) *TaskInfo {
 		LastError: t.LastError, LeaseOwner: t.LeaseOwner, RunAt: t.RunAt, CreatedAt: t.CreatedAt,
 		UpdatedAt: t.UpdatedAt, StartedAt: t.StartedAt, FinishedAt: t.FinishedAt, Deadline: t.Deadline,
 		StartDeadline: t.StartDeadline,
-		Labels:        t.Labels,
+		Labels:        t.Labels, FairnessKey: t.FairnessKey, FairnessWeight: t.FairnessWeight,
 	}
 }
 

@@ -265,6 +265,33 @@ func TestScheduleFiresOncePerTickAcrossProcesses(t *testing.T) {
 	enginetest.RequireProjectionsMatch(t, b.client.Store())
 }
 
+// The leader fires a schedule at its tick, not at its next rescue pass: with
+// a pass every ten seconds, a per-second schedule still makes a task each
+// second, each within a second of its tick.
+func TestScheduleFiresAtItsTick(t *testing.T) {
+	t.Parallel()
+	b := setup(t, sdk.WorkerConfig{RescueInterval: 10 * time.Second})
+	wf := sdk.NewWorkflow("report.precise", 1, func(ctx workflow.Context, _ string) (string, error) { return "", nil }, nil)
+	sdk.Register(b.worker, wf)
+	ctx := context.Background()
+	require.NoError(t, b.client.CreateSchedule(ctx, sdk.ScheduleParams{Name: "precise", Cron: "* * * * * *", Workflow: wf}))
+	startWorker(t, b.worker)
+	time.Sleep(3500 * time.Millisecond)
+	require.NoError(t, b.client.PauseSchedule(ctx, "precise"))
+	stopWorker(t, b.worker)
+	tasks, err := b.client.List(ctx, &sdk.ListOpts{Type: "report.precise", Limit: 100})
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, len(tasks), 2, "ticks fired between rescue passes")
+	for _, task := range tasks {
+		tick, err := time.Parse(time.RFC3339Nano, strings.TrimPrefix(task.IdempotencyKey, "schedule:precise:"))
+		require.NoError(t, err)
+		late := task.CreatedAt.Sub(tick)
+		require.GreaterOrEqual(t, late, time.Duration(0), "tick %s fired early", tick)
+		require.Less(t, late, time.Second, "tick %s fired %s late", tick, late)
+	}
+	enginetest.RequireProjectionsMatch(t, b.client.Store())
+}
+
 // Under a flood of high-priority work, low-priority tasks still start soon:
 // one claim slot in eight goes to the longest-waiting task.
 func TestLowPriorityIsNotStarved(t *testing.T) {
@@ -312,6 +339,56 @@ func TestLowPriorityIsNotStarved(t *testing.T) {
 		require.Less(t, before, 300, "a low-priority task waited for %d of %d high-priority ones", before, flood)
 	}
 	stopWorker(t, b.worker)
+	enginetest.RequireProjectionsMatch(t, b.client.Store())
+}
+
+// Tenant a floods the queue with 5,000 tasks, then tenant b sends 10: b's
+// tasks all start before a's backlog is a tenth drained, since due tasks are
+// served round robin across fairness keys.
+func TestFairnessKeysServeTenantsRoundRobin(t *testing.T) {
+	t.Parallel()
+	b := setup(t, sdk.WorkerConfig{Concurrency: 10})
+	wf := sdk.NewWorkflow("chat.reply", 1, func(ctx workflow.Context, _ int) (int, error) {
+		return workflow.Step(ctx, "reply", func(context.Context) (int, error) {
+			return 0, nil
+		}, nil)
+	}, nil)
+	sdk.Register(b.worker, wf)
+	startWorker(t, b.worker)
+	ctx := context.Background()
+	const flood = 5000
+	starts := make([]sdk.StartParams, flood)
+	for i := range starts {
+		starts[i] = sdk.StartParams{Workflow: wf, Input: i, Opts: &sdk.StartOpts{FairnessKey: "tenant-a"}}
+	}
+	aRes, err := b.client.StartMany(ctx, starts)
+	require.NoError(t, err)
+	var bIDs []sdk.StartResult
+	for i := range 10 {
+		r, err := b.client.Start(ctx, wf, i, &sdk.StartOpts{FairnessKey: "tenant-b"})
+		require.NoError(t, err)
+		bIDs = append(bIDs, r)
+	}
+	var lastB time.Time
+	for _, r := range bIDs {
+		info := waitTask(t, b.client, r.ID)
+		require.Equal(t, "tenant-b", info.FairnessKey)
+		if info.StartedAt.After(lastB) {
+			lastB = *info.StartedAt
+		}
+	}
+	aBefore := 0
+	for _, r := range aRes {
+		info := waitTask(t, b.client, r.ID)
+		require.Equal(t, history.StatusCompleted, info.Status)
+		if info.StartedAt.Before(lastB) {
+			aBefore++
+		}
+	}
+	t.Logf("tenant a's tasks started before tenant b's last: %d of %d", aBefore, flood)
+	require.Less(t, aBefore, flood/10, "tenant b waited behind %d of tenant a's %d tasks", aBefore, flood)
+	stopWorker(t, b.worker)
+	enginetest.RequireProjectionsMatch(t, b.client.Store())
 }
 
 // Killing the leader: another worker takes the leader lease over within

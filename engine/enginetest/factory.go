@@ -29,6 +29,8 @@ type TaskOpts struct {
 	MaxAttempts    int       // 0: no limit
 	IdempotencyKey string
 	Input          json.RawMessage
+	FairnessKey    string
+	FairnessWeight int
 }
 
 // Params returns the start parameters opts describe, defaults filled in.
@@ -52,6 +54,7 @@ func (o *TaskOpts) Params() *engine.TaskStartParams {
 	return &engine.TaskStartParams{Namespace: opts.Namespace, Scheduled: history.Scheduled{
 		TaskType: opts.Type, TypeVersion: opts.Version, Queue: opts.Queue, Priority: opts.Priority,
 		RunAt: opts.RunAt, MaxAttempts: opts.MaxAttempts, IdempotencyKey: opts.IdempotencyKey, Input: opts.Input,
+		FairnessKey: opts.FairnessKey, FairnessWeight: opts.FairnessWeight,
 	}}
 }
 
