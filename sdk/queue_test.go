@@ -85,6 +85,34 @@ func TestFullQueueRefusesStart(t *testing.T) {
 	require.Len(t, queues, 1)
 	require.Equal(t, 2, queues[0].Waiting, "the refused start wrote nothing")
 	require.Error(t, b.client.SetQueue(ctx, "bad queue", sdk.QueueSettings{}))
+	enginetest.RequireProjectionsMatch(t, b.client.Store())
+}
+
+// Delayed tasks, with a worker running all along, start no earlier than
+// their run time.
+func TestDelayedTaskNeverStartsEarly(t *testing.T) {
+	t.Parallel()
+	b := setup(t, sdk.WorkerConfig{})
+	wf := sdk.NewWorkflow("followup.send", 1, func(workflow.Context, int) (int, error) { return 0, nil }, nil)
+	sdk.Register(b.worker, wf)
+	startWorker(t, b.worker)
+	ctx := context.Background()
+	var ids []sdk.StartResult
+	for i := range 5 {
+		r, err := b.client.Start(ctx, wf, i, &sdk.StartOpts{Delay: time.Duration(i+1) * 150 * time.Millisecond})
+		require.NoError(t, err)
+		ids = append(ids, r)
+	}
+	r, err := b.client.Start(ctx, wf, 9, &sdk.StartOpts{RunAt: time.Now().Add(400 * time.Millisecond)})
+	require.NoError(t, err)
+	ids = append(ids, r)
+	for _, r := range ids {
+		info := waitTask(t, b.client, r.ID)
+		require.Equal(t, history.StatusCompleted, info.Status)
+		require.False(t, info.StartedAt.Before(info.RunAt), "started %s, due %s", info.StartedAt, info.RunAt)
+	}
+	stopWorker(t, b.worker)
+	enginetest.RequireProjectionsMatch(t, b.client.Store())
 }
 
 func TestTaskPastItsStartDeadlineExpires(t *testing.T) {
@@ -449,6 +477,7 @@ func TestLeaderCrashHandsOverSchedules(t *testing.T) {
 	for i := 1; i < len(ticks); i++ {
 		require.Equal(t, time.Second, ticks[i].Sub(ticks[i-1]), "no tick lost or doubled across the hand-over: %v", ticks)
 	}
+	enginetest.RequireProjectionsMatch(t, b.client.Store())
 }
 
 // A rate limit of 10 starts per second holds across two workers: the
@@ -493,4 +522,5 @@ func TestRateLimitAcrossWorkers(t *testing.T) {
 		stopWorker(t, w)
 	}
 	require.NoError(t, b.client.RemoveRateLimit(ctx, "llm.call"))
+	enginetest.RequireProjectionsMatch(t, b.client.Store())
 }
