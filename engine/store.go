@@ -2,7 +2,8 @@ package engine
 
 import (
 	"context"
-	_ "embed"
+	"embed"
+	"io/fs"
 	"strings"
 
 	"github.com/cairnflow/cairn/migrations"
@@ -42,8 +43,12 @@ var (
 	ErrRetryable = errors.New("retryable database error")
 )
 
-//go:embed queries.sql
-var queriesSQL string
+// queryFiles holds every SQL statement the engine runs: queries.sql and,
+// for larger features, a file of their own (audit.sql, ...), all in the
+// same "-- name:" format. A name defined twice is an error.
+//
+//go:embed *.sql
+var queryFiles embed.FS
 
 // Querier is what the store needs of a connection: a pool, a connection or a
 // transaction. *pgxpool.Pool and pgx.Tx satisfy it.
@@ -85,7 +90,7 @@ func NewStore(cfg StoreConfig) (*Store, error) {
 	if err := ValidateSchemaName(schema); err != nil {
 		return nil, err
 	}
-	q, err := parseQueries(queriesSQL, schema)
+	q, err := loadQueries(schema)
 	if err != nil {
 		return nil, err
 	}
@@ -112,6 +117,24 @@ func ValidateSchemaName(name string) error {
 		}
 	}
 	return nil
+}
+
+// loadQueries parses every embedded query file, in name order.
+func loadQueries(schema string) (map[string]string, error) {
+	names, err := fs.Glob(queryFiles, "*.sql")
+	if err != nil {
+		return nil, errors.Wrap(err, "list query files")
+	}
+	var all strings.Builder
+	for _, name := range names {
+		src, err := queryFiles.ReadFile(name)
+		if err != nil {
+			return nil, errors.Wrapf(err, "read query file %s", name)
+		}
+		all.Write(src)
+		all.WriteByte('\n')
+	}
+	return parseQueries(all.String(), schema)
 }
 
 // parseQueries splits the embedded query file at its "-- name:" lines and
