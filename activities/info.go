@@ -16,6 +16,9 @@ type Info struct {
 	// IdempotencyKey is the same on every attempt of this step of this
 	// task: hand it to external APIs so a retried step has its effect once.
 	IdempotencyKey string
+	// TraceID is the trace the task was started under, as given at
+	// submission (a W3C traceparent or a trace id); empty when none.
+	TraceID string
 }
 
 // IdempotencyKey returns the key of the step at position with name in a

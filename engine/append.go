@@ -30,6 +30,11 @@ type EventAppendParams struct {
 	Attempt int
 	// Payloads are the new events' bodies, in order.
 	Payloads []history.Payload
+
+	// attemptStartedAt is when the attempt these events belong to began,
+	// where the writer knows it (the processor, the rescuer): an append
+	// that ends the attempt observes its duration.
+	attemptStartedAt time.Time
 }
 
 // EventAppend appends events to a task's log and updates its projection row
@@ -87,6 +92,10 @@ func (s *Store) EventAppendMany(ctx context.Context, ps []*EventAppendParams) ([
 		ok[id] = true
 	}
 	for i, p := range ps {
+		if out[i].Err == nil && ok[p.TaskID] {
+			// Committed: the rows are all read, so the statement is over.
+			s.metrics.observeAppended(p, out[i].State)
+		}
 		if out[i].Err != nil || ok[p.TaskID] {
 			continue
 		}

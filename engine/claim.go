@@ -83,6 +83,7 @@ func (s *Store) TaskClaimMany(ctx context.Context, p *TaskClaimManyParams) ([]*C
 	if err := s.pool.SendBatch(ctx, batch).Close(); err != nil {
 		return nil, errors.Wrap(interpretError(err), "claim tasks")
 	}
+	s.metrics.observeClaimed(claimed)
 	return claimed, nil
 }
 

@@ -308,6 +308,8 @@ FROM /* TEMPLATE: schema */tasks
 WHERE namespace = @namespace
   AND (@status::text = '' OR status = @status)
   AND (@type::text = '' OR type = @type)
+  AND (@queue::text = '' OR queue = @queue)
+  AND (NOT @paged::boolean OR id < @before::uuid)
 ORDER BY id DESC -- UUIDv7: newest first
 LIMIT @max;
 

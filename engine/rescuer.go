@@ -61,6 +61,7 @@ func (s *Store) RescueExpired(ctx context.Context, max int) (int, error) {
 		appends = append(appends, &EventAppendParams{
 			TaskID: id, State: state, Epoch: state.Lease.Epoch, ExpiredOnly: true,
 			Attempt: state.Attempt, Payloads: rescuePayloads(state, now),
+			attemptStartedAt: attemptStart(events),
 		})
 	}
 	if len(appends) == 0 {

@@ -64,6 +64,9 @@ type StoreConfig struct {
 	Pool *pgxpool.Pool
 	// Schema is the schema holding cairn's tables. Default [DefaultSchema].
 	Schema string
+	// Metrics, when set, counts the events the store writes (see
+	// [NewMetrics]). Nil costs nothing.
+	Metrics *Metrics
 }
 
 // Store is cairn's PostgreSQL store. It is safe for concurrent use.
@@ -76,6 +79,7 @@ type Store struct {
 	// their ids, comma-separated.
 	cancelChannel string
 	q             map[string]string
+	metrics       *Metrics // nil: none
 }
 
 // NewStore returns a store over cfg.Pool. It does not touch the database.
@@ -94,7 +98,8 @@ func NewStore(cfg StoreConfig) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{pool: cfg.Pool, schema: schema, channel: schema + ".ready", doneChannel: schema + ".done", cancelChannel: schema + ".cancel", q: q}, nil
+	return &Store{pool: cfg.Pool, schema: schema, channel: schema + ".ready", doneChannel: schema + ".done", cancelChannel: schema + ".cancel", q: q,
+		metrics: cfg.Metrics}, nil
 }
 
 // Pool returns the store's connection pool.

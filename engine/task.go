@@ -261,7 +261,9 @@ type TaskListParams struct {
 	Namespace string
 	Status    history.Status
 	Type      string
-	Limit     int // default 100
+	Queue     string
+	Before    uuid.UUID // only tasks older than this one (ids are UUIDv7); zero: from the newest
+	Limit     int       // default 100
 }
 
 // TaskList returns tasks newest first.
@@ -271,7 +273,8 @@ func (s *Store) TaskList(ctx context.Context, p *TaskListParams) ([]*Task, error
 		limit = 100
 	}
 	rows, err := s.pool.Query(ctx, s.sql("TaskList"), pgx.NamedArgs{
-		"namespace": p.Namespace, "status": string(p.Status), "type": p.Type, "max": limit,
+		"namespace": p.Namespace, "status": string(p.Status), "type": p.Type, "queue": p.Queue,
+		"paged": p.Before != uuid.Nil, "before": p.Before, "max": limit,
 	})
 	if err != nil {
 		return nil, errors.Wrap(interpretError(err), "list tasks")

@@ -246,3 +246,18 @@ func TestDecodeLenient(t *testing.T) {
 		})
 	}
 }
+
+func TestEventJSONRoundTrip(t *testing.T) {
+	at := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	e := history.Event{Seq: 3, At: at, Attempt: 2, Data: history.StepCompletedData{Position: 1, Name: "ocr", Output: json.RawMessage(`"text"`)}}
+	b, err := json.Marshal(e)
+	require.NoError(t, err)
+	require.JSONEq(t, `{"seq":3,"type":"step_completed","at":"2026-11-29T12:00:00Z","attempt":2,
+		"data":{"v":1,"position":1,"name":"ocr","output":"text"}}`, string(b))
+	var back history.Event
+	require.NoError(t, json.Unmarshal(b, &back))
+	require.Equal(t, e, back)
+	require.True(t, errors.Is(json.Unmarshal([]byte(`{"seq":1,"type":"nope","data":{"v":1}}`), &back), history.ErrInvalidHistory))
+	_, err = json.Marshal(history.Event{Seq: 1})
+	require.ErrorContains(t, err, "no payload")
+}

@@ -120,6 +120,22 @@ type StepCompletedData struct {
 	// Compensable says the step registered a compensator: cancelling the
 	// task, or its permanent failure, undoes it.
 	Compensable bool `json:"compensable,omitempty"`
+	// DurationMillis is how long the step's function ran, in
+	// milliseconds. Zero in events written before it was recorded (and
+	// for a step that took under a millisecond).
+	DurationMillis int64 `json:"duration_ms,omitempty"`
+	// Usage is what the step reported spending on AI models, one entry
+	// per model, in model order.
+	Usage []Usage `json:"usage,omitempty"`
+}
+
+// Usage is what a step spent on one AI model: the tokens sent and
+// received, and their cost in US dollars, as the step reported them.
+type Usage struct {
+	Model        string  `json:"model"`
+	InputTokens  int64   `json:"input_tokens"`
+	OutputTokens int64   `json:"output_tokens"`
+	CostUSD      float64 `json:"cost_usd"`
 }
 
 // Class says whether a failure is worth retrying.
@@ -162,6 +178,9 @@ type ErrorInfo struct {
 type AttemptFailedData struct {
 	Error     ErrorInfo  `json:"error"`
 	NextRunAt *time.Time `json:"next_run_at,omitempty"`
+	// Usage is what the failed step reported spending on AI models
+	// before it failed: a failed call is paid for too.
+	Usage []Usage `json:"usage,omitempty"`
 }
 
 // LeaseExpiredData is the payload of lease_expired: the rescuer found the

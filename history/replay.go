@@ -388,7 +388,7 @@ func (s *State) applyStepCompleted(e Event, p StepCompletedData, owned bool) err
 	}
 	// The next step's budget starts now, with this attempt as its first.
 	s.Budget = Budget{Attempts: 1, Since: e.At}
-	s.addStep(Step(p), owned)
+	s.addStep(Step{Position: p.Position, Name: p.Name, Output: p.Output, Compensable: p.Compensable}, owned)
 	return nil
 }
 

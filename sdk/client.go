@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/cairnflow/cairn/activities"
 	"github.com/cairnflow/cairn/engine"
@@ -31,6 +33,10 @@ type ClientConfig struct {
 	// Identity names who acts through this client in the history of the
 	// tasks it retries (task_requeued's "by"). Default "sdk@<hostname>".
 	Identity string
+	// Metrics counts the events this client's requests write (a cancel,
+	// a task cancelled before it ran; see [engine.NewMetrics]). Default
+	// nil: no metrics.
+	Metrics *engine.Metrics
 }
 
 // Client starts tasks and asks about them. It is safe for concurrent use.
@@ -68,7 +74,7 @@ func (c *Client) waitListener() *engine.Notifier {
 
 // NewClient returns a client. It does not touch the database.
 func NewClient(cfg ClientConfig) (*Client, error) {
-	store, err := engine.NewStore(engine.StoreConfig{Pool: cfg.Pool, Schema: cfg.Schema})
+	store, err := engine.NewStore(engine.StoreConfig{Pool: cfg.Pool, Schema: cfg.Schema, Metrics: cfg.Metrics})
 	if err != nil {
 		return nil, err
 	}
@@ -120,6 +126,11 @@ type StartOpts struct {
 	// FairnessWeight gives the key this many turns for each turn of a key
 	// of weight 1 (1 to 1000). Zero means 1.
 	FairnessWeight int
+	// Labels are string key/values stored with the task (in
+	// task_scheduled): a scenario, a model, a tenant. Task filters and
+	// audit queries see them. At most 32; keys are 1 to 64 letters, digits,
+	// '_', '.', '-' or '/'; values at most 256 bytes.
+	Labels map[string]string
 }
 
 // StartResult identifies the task a start refers to.
@@ -152,7 +163,20 @@ func (c *Client) StartTx(ctx context.Context, tx pgx.Tx, wf WorkflowRef, input a
 	return StartResult(res), err
 }
 
+// ErrInvalid is returned (marked) for a request whose arguments are
+// invalid (a start's workflow reference, input or options; a diagnosis
+// window); the message says what was wrong. Nothing was written.
+var ErrInvalid = errors.New("invalid request")
+
 func (c *Client) startParams(wf WorkflowRef, input any, opts *StartOpts) (*engine.TaskStartParams, error) {
+	p, err := c.checkedStartParams(wf, input, opts)
+	if err != nil {
+		return nil, errors.Mark(err, ErrInvalid)
+	}
+	return p, nil
+}
+
+func (c *Client) checkedStartParams(wf WorkflowRef, input any, opts *StartOpts) (*engine.TaskStartParams, error) {
 	if opts == nil {
 		opts = &StartOpts{}
 	}
@@ -241,16 +265,48 @@ func (c *Client) startParams(wf WorkflowRef, input any, opts *StartOpts) (*engin
 	if opts.FairnessWeight != 0 && opts.FairnessKey == "" {
 		return nil, errors.Newf("start %s: FairnessWeight %d needs a FairnessKey", wf.TypeName(), opts.FairnessWeight)
 	}
+	if err := validateLabels(opts.Labels); err != nil {
+		return nil, errors.Wrapf(err, "start %s", wf.TypeName())
+	}
 	return &engine.TaskStartParams{Namespace: c.namespace, Scheduled: history.Scheduled{
 		TaskType: wf.TypeName(), TypeVersion: wf.TypeVersion(), Queue: queue, Priority: opts.Priority,
 		Input: raw, RunAt: runAt, IdempotencyKey: opts.IdempotencyKey, TraceID: opts.TraceID,
 		MaxAttempts: maxAttempts, Deadline: deadline, StartDeadline: startDeadline,
-		FairnessKey: opts.FairnessKey, FairnessWeight: opts.FairnessWeight,
+		FairnessKey: opts.FairnessKey, FairnessWeight: opts.FairnessWeight, Labels: opts.Labels,
 	}}, nil
 }
 
 // maxKeyLen bounds idempotency keys and trace ids, which are indexed.
 const maxKeyLen = 512
+
+// Label limits: labels ride in every task_scheduled and in filters.
+const (
+	maxLabels        = 32
+	maxLabelKeyLen   = 64
+	maxLabelValueLen = 256
+)
+
+func validateLabels(labels map[string]string) error {
+	if len(labels) > maxLabels {
+		return errors.Newf("%d labels, at most %d allowed", len(labels), maxLabels)
+	}
+	for k, v := range labels {
+		if k == "" || len(k) > maxLabelKeyLen || strings.IndexFunc(k, notLabelKeyRune) >= 0 {
+			return errors.Newf("label key %q: use 1 to %d letters, digits, '_', '.', '-' or '/'", k, maxLabelKeyLen)
+		}
+		if len(v) > maxLabelValueLen {
+			return errors.Newf("label %s: value is %d bytes, at most %d allowed", k, len(v), maxLabelValueLen)
+		}
+		if !utf8.ValidString(v) || strings.ContainsRune(v, 0) {
+			return errors.Newf("label %s: value is not valid UTF-8 text", k)
+		}
+	}
+	return nil
+}
+
+func notLabelKeyRune(r rune) bool {
+	return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("_.-/", r))
+}
 
 // TaskInfo is what a client can learn about a task.
 type TaskInfo struct {
@@ -354,25 +410,93 @@ func (c *Client) History(ctx context.Context, id uuid.UUID) ([]history.Event, er
 type ListOpts struct {
 	Status history.Status
 	Type   string
-	Limit  int
+	Queue  string
+	// Filter, when set, keeps only the tasks it matches (see
+	// [CompileTaskFilter]); it runs on the tasks the other fields select.
+	Filter *TaskFilter
+	// Before lists tasks older than this one (a cursor: the Next of the
+	// previous page).
+	Before uuid.UUID
+	Limit  int // default 100, at most 1000
 }
+
+// ListPage is a page of [Client.ListPage].
+type ListPage struct {
+	Tasks []*TaskInfo
+	// Next is the cursor of the next page (ListOpts.Before); zero when
+	// this page is the last.
+	Next uuid.UUID
+}
+
+// maxListLimit bounds a page; maxFilterScan bounds the tasks one page
+// reads to find its matches when a filter is set.
+const (
+	maxListLimit  = 1000
+	maxFilterScan = 10_000
+)
 
 // List returns tasks of the client's namespace, newest first.
 func (c *Client) List(ctx context.Context, opts *ListOpts) ([]*TaskInfo, error) {
-	if opts == nil {
-		opts = &ListOpts{}
-	}
-	tasks, err := c.store.TaskList(ctx, &engine.TaskListParams{
-		Namespace: c.namespace, Status: opts.Status, Type: opts.Type, Limit: opts.Limit,
-	})
+	page, err := c.ListPage(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]*TaskInfo, len(tasks))
-	for i, t := range tasks {
-		out[i] = taskInfo(t)
+	return page.Tasks, nil
+}
+
+// ListPage returns a page of tasks of the client's namespace, newest
+// first, and the cursor of the next. With a filter, a page reads at most
+// 10,000 tasks to find its matches: it may hold fewer than Limit while
+// Next is set.
+func (c *Client) ListPage(ctx context.Context, opts *ListOpts) (ListPage, error) {
+	if opts == nil {
+		opts = &ListOpts{}
 	}
-	return out, nil
+	limit := opts.Limit
+	switch {
+	case limit < 0 || limit > maxListLimit:
+		return ListPage{}, errors.Newf("list: limit %d is outside 1..%d", limit, maxListLimit)
+	case limit == 0:
+		limit = 100
+	}
+	p := &engine.TaskListParams{Namespace: c.namespace, Status: opts.Status, Type: opts.Type, Queue: opts.Queue,
+		Before: opts.Before, Limit: limit}
+	if opts.Filter != nil {
+		p.Limit = max(limit, 500) // read in larger pages: most may not match
+	}
+	var page ListPage
+	for scanned := 0; ; {
+		tasks, err := c.store.TaskList(ctx, p)
+		if err != nil {
+			return ListPage{}, err
+		}
+		for _, t := range tasks {
+			scanned++
+			p.Before = t.ID
+			info := taskInfo(t)
+			if opts.Filter != nil {
+				ok, err := opts.Filter.Match(info)
+				if err != nil {
+					return ListPage{}, err
+				}
+				if !ok {
+					continue
+				}
+			}
+			page.Tasks = append(page.Tasks, info)
+			if len(page.Tasks) == limit {
+				page.Next = t.ID
+				return page, nil
+			}
+		}
+		if len(tasks) < p.Limit {
+			return page, nil // no more tasks
+		}
+		if scanned >= maxFilterScan {
+			page.Next = p.Before
+			return page, nil
+		}
+	}
 }
 
 // Output decodes a finished task's output into Out.

@@ -1,6 +1,7 @@
 package sdk
 
 import (
+	"fmt"
 	"reflect"
 	"strings"
 	"sync"
@@ -14,8 +15,56 @@ import (
 	"github.com/cairnflow/cairn/history"
 )
 
-// ErrBadFilter marks an error from [CompileTaskFilter].
+// ErrBadFilter marks an error from [CompileTaskFilter] and
+// [CompileEventFilter].
 var ErrBadFilter = errors.New("bad task filter")
+
+// FilterSyntaxError is a filter expression that does not compile: a syntax
+// error, an unknown name, an operator applied to the wrong types, a result
+// that is not a bool. [CompileTaskFilter] and [CompileEventFilter] return
+// it marked [ErrBadFilter]; errors.As finds it.
+type FilterSyntaxError struct {
+	Expr    string // the expression as given
+	Message string // the first problem, e.g. "Syntax error: mismatched input '=' ..."
+	// Line and Column locate the first problem, from 1 (Column counts
+	// characters); 0 when CEL gave no position.
+	Line, Column int
+	// detail is CEL's report of every problem: "line:column: message",
+	// the source line and a caret under the spot.
+	detail string
+}
+
+func (e *FilterSyntaxError) Error() string {
+	if e.detail != "" {
+		return "filter: " + e.detail
+	}
+	return fmt.Sprintf("filter: %d:%d: %s", e.Line, e.Column, e.Message)
+}
+
+// filterSyntaxError describes the issues CEL found compiling expr.
+func filterSyntaxError(expr string, iss *cel.Issues) error {
+	first := iss.Errors()[0]
+	e := &FilterSyntaxError{Expr: expr, Message: first.Message, detail: celIssues(iss.Err())}
+	if loc := first.Location; loc != nil && loc.Line() > 0 {
+		e.Line, e.Column = loc.Line(), loc.Column()+1 // CEL counts columns from 0
+	}
+	return errors.Mark(e, ErrBadFilter)
+}
+
+// checkFilterResult refuses an expression whose type is known not to be a
+// bool (dyn is decided when it runs), locating it at its start.
+func checkFilterResult(expr string, ast *cel.Ast) error {
+	out := ast.OutputType()
+	if out.IsExactType(cel.BoolType) || out.IsExactType(cel.DynType) {
+		return nil
+	}
+	loc := ast.NativeRep().SourceInfo().GetStartLocation(ast.NativeRep().Expr().ID())
+	e := &FilterSyntaxError{Expr: expr, Message: fmt.Sprintf("the filter returns %s; it must return a bool", out), Line: 1, Column: 1}
+	if loc.Line() > 0 {
+		e.Line, e.Column = loc.Line(), loc.Column()+1
+	}
+	return errors.Mark(e, ErrBadFilter)
+}
 
 // filterCostLimit bounds one evaluation of a task filter.
 const filterCostLimit = 1_000_000
@@ -78,8 +127,9 @@ func taskFilterEnv() (*cel.Env, error) {
 	return filterEnv, filterEnvErr
 }
 
-// CompileTaskFilter compiles expr. The error, marked [ErrBadFilter], says
-// what is wrong and where (line:column).
+// CompileTaskFilter compiles expr. A compile error is a
+// [*FilterSyntaxError], marked [ErrBadFilter], saying what is wrong and
+// where (line:column).
 func CompileTaskFilter(expr string) (*TaskFilter, error) {
 	env, err := taskFilterEnv()
 	if err != nil {
@@ -87,10 +137,10 @@ func CompileTaskFilter(expr string) (*TaskFilter, error) {
 	}
 	ast, iss := env.Compile(expr)
 	if iss.Err() != nil {
-		return nil, errors.Mark(errors.Newf("filter: %s", celIssues(iss.Err())), ErrBadFilter)
+		return nil, filterSyntaxError(expr, iss)
 	}
-	if out := ast.OutputType(); !out.IsExactType(cel.BoolType) && !out.IsExactType(cel.DynType) {
-		return nil, errors.Mark(errors.Newf("filter returns %s; it must return a bool", out), ErrBadFilter)
+	if err := checkFilterResult(expr, ast); err != nil {
+		return nil, err
 	}
 	prg, err := env.Program(ast, cel.CostLimit(filterCostLimit), cel.EvalOptions(cel.OptOptimize))
 	if err != nil {

@@ -59,3 +59,10 @@ func (c *Client) SetRateLimit(ctx context.Context, typeName string, maxStarts in
 func (c *Client) RemoveRateLimit(ctx context.Context, typeName string) error {
 	return c.store.RateLimitDelete(ctx, c.namespace, typeName)
 }
+
+// QueueStats returns every queue of the client's namespace that has
+// unfinished tasks, settings, or tasks finished within window: load now,
+// throughput and failures over the window.
+func (c *Client) QueueStats(ctx context.Context, window time.Duration) ([]engine.QueueStats, error) {
+	return c.store.QueueStatsList(ctx, c.namespace, window)
+}

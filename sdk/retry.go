@@ -19,7 +19,7 @@ var ErrTaskState = engine.ErrTaskState
 // client's namespace is [ErrNotFound].
 func (c *Client) Retry(ctx context.Context, id uuid.UUID, reason string) error {
 	res, err := c.store.TaskRequeue(ctx, &engine.TaskRequeueParams{
-		Namespace: c.namespace, IDs: []uuid.UUID{id}, By: c.identity, Reason: reason,
+		Namespace: c.namespace, IDs: []uuid.UUID{id}, By: c.requester(ctx), Reason: reason,
 	})
 	if err != nil {
 		return err
@@ -71,7 +71,7 @@ func (c *Client) RetryDeadLetters(ctx context.Context, opts *DeadLetterOpts, rea
 			ids[i] = t.ID
 		}
 		res, err := c.store.TaskRequeue(ctx, &engine.TaskRequeueParams{
-			Namespace: c.namespace, IDs: ids, By: c.identity, Reason: reason,
+			Namespace: c.namespace, IDs: ids, By: c.requester(ctx), Reason: reason,
 		})
 		if err != nil {
 			return err

@@ -14,6 +14,7 @@ import (
 	"github.com/cairnflow/cairn/workflow"
 	"github.com/cockroachdb/errors"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // WorkerConfig configures a [Worker]. Zero values take the defaults named
@@ -46,6 +47,14 @@ type WorkerConfig struct {
 	WorkerID string
 	// Logger. Default slog.Default().
 	Logger *slog.Logger
+	// Metrics counts what this worker records (see [engine.NewMetrics]).
+	// Default nil: no metrics.
+	Metrics *engine.Metrics
+	// TracerProvider, when set, makes each attempt an OpenTelemetry span
+	// (and each step a child span) under the trace the task was started
+	// with (StartOpts.TraceID: a W3C traceparent or a trace id). Default
+	// nil: no spans.
+	TracerProvider trace.TracerProvider
 }
 
 // Worker runs registered workflow types. Register workflows, then Start;
@@ -82,7 +91,7 @@ func (r registered) retryFor(override *activities.RetryPolicy) activities.RetryP
 
 // NewWorker returns a worker; it does nothing until started.
 func NewWorker(cfg WorkerConfig) (*Worker, error) {
-	store, err := engine.NewStore(engine.StoreConfig{Pool: cfg.Pool, Schema: cfg.Schema})
+	store, err := engine.NewStore(engine.StoreConfig{Pool: cfg.Pool, Schema: cfg.Schema, Metrics: cfg.Metrics})
 	if err != nil {
 		return nil, err
 	}
@@ -168,6 +177,11 @@ func (w *Worker) Start(ctx context.Context) error {
 	for k := range w.types {
 		keys = append(keys, k)
 	}
+	// Record the types so producers without this code (the HTTP API) can
+	// start them with the definition's defaults.
+	if err := w.registerTypes(ctx); err != nil {
+		return err
+	}
 	w.notifier = engine.NewNotifier(w.store, w.cfg.Logger)
 	processor, err := engine.NewProcessor(engine.ProcessorConfig{
 		Store: w.store, Notifier: w.notifier, Namespace: w.cfg.Namespace, Queues: w.cfg.Queues,
@@ -233,7 +247,13 @@ func (w *Worker) WorkerID() string { return w.cfg.WorkerID }
 // HandleAttempt implements engine.Handler: it runs the workflow against the
 // task's history and turns the run's result into the events that end the
 // attempt. It is called by the engine, not by users.
-func (w *Worker) HandleAttempt(ctx context.Context, a *engine.Attempt) ([]history.Payload, error) {
+func (w *Worker) HandleAttempt(ctx context.Context, a *engine.Attempt) (payloads []history.Payload, err error) {
+	ctx, tr := w.startAttemptTrace(ctx, a, a.State().Attempt)
+	defer func() { tr.end(err) }()
+	return w.handleAttempt(ctx, a, tr)
+}
+
+func (w *Worker) handleAttempt(ctx context.Context, a *engine.Attempt, tr *attemptTrace) ([]history.Payload, error) {
 	key := engine.TypeKey{Type: a.Task.Type, Version: a.Task.TypeVersion}
 	w.mu.Lock()
 	reg, ok := w.types[key]
@@ -279,13 +299,15 @@ func (w *Worker) HandleAttempt(ctx context.Context, a *engine.Attempt) ([]histor
 			if s.Irreversible {
 				base = irreversibleCtx // a cancel request does not stop it
 			}
-			return activities.WithInfo(base, activities.Info{
+			return activities.WithInfo(tr.stepContext(base, s), activities.Info{
 				TaskID: taskID, TaskType: a.Task.Type, Attempt: state.Attempt, WorkerID: a.WorkerID(),
 				Step: s.Name, Position: s.Position,
 				IdempotencyKey: activities.IdempotencyKey(taskID, s.Position, s.Name),
+				TraceID:        a.Task.TraceID,
 			})
 		},
-		Timer: state.Timer, Now: engine.Now,
+		StepDone: tr.stepDone,
+		Timer:    state.Timer, Now: engine.Now,
 		Record: func(step history.Payload) error {
 			// Record even if the attempt context was cancelled by a stop
 			// while the step ran: the step did finish. The lease fence
@@ -303,6 +325,7 @@ func (w *Worker) HandleAttempt(ctx context.Context, a *engine.Attempt) ([]histor
 		return w.compensate(a, reg, history.CompensateCancelled, nil, res.Pending)
 	}
 	payloads, err := w.outcome(ctx, a, reg, res)
+	payloads = withStepUsage(payloads, res.StepUsage)
 	var ec *errCompensate
 	if errors.As(err, &ec) {
 		return w.compensate(a, reg, history.CompensateFailed, &ec.cause, res.Pending)

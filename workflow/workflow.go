@@ -67,6 +67,10 @@ type RunParams struct {
 	// Stopping, when closed, makes the run stop at its next checkpoint
 	// with [ErrStopping].
 	Stopping <-chan struct{}
+	// StepDone, when set, is called after each step this run executes,
+	// with the step's error (nil when it completed): the end of what
+	// StepContext began (a tracing span, say).
+	StepDone func(StepInfo, error)
 	// StepContext returns the context a new step runs with. Optional:
 	// default Context.
 	StepContext func(StepInfo) context.Context
@@ -102,6 +106,9 @@ type Result struct {
 	// StepOpts the options it was called with (nil for the defaults).
 	Step     *StepInfo
 	StepOpts *StepOpts
+	// StepUsage is the AI usage that step reported before it failed
+	// (see [activities.RecordUsage]), for the caller's attempt_failed.
+	StepUsage []history.Usage
 	// Executed counts the steps this run executed (not replayed).
 	Executed int
 	// Pending is the completion of the last executed step when Run did not
@@ -127,6 +134,8 @@ type runState struct {
 	executed int
 	pending  history.Payload // executed (a step) or fired (a timer), not yet recorded
 	visited  map[int]*StepOpts
+
+	failedUsage []history.Usage // the AI usage the failed step reported
 }
 
 type runContext struct{ s *runState }
@@ -151,11 +160,11 @@ func Run(p RunParams, fn Func, input json.RawMessage) (res Result) {
 				// (e.g. using a zero result): the abort is what ended it.
 				err = errors.WithSecondaryError(s.aborted, err)
 			}
-			res = Result{Err: err, Step: s.failed, StepOpts: s.failedOp, Executed: s.executed, Pending: s.pending, Visited: s.visited}
+			res = Result{Err: err, Step: s.failed, StepOpts: s.failedOp, StepUsage: s.failedUsage, Executed: s.executed, Pending: s.pending, Visited: s.visited}
 		}
 	}()
 	out, err := fn(runContext{s}, input)
-	res = Result{Step: s.failed, StepOpts: s.failedOp, Executed: s.executed, Pending: s.pending, Visited: s.visited}
+	res = Result{Step: s.failed, StepOpts: s.failedOp, StepUsage: s.failedUsage, Executed: s.executed, Pending: s.pending, Visited: s.visited}
 	switch {
 	case s.aborted != nil:
 		// A step's failure or a checkpoint stop ends the attempt, whatever
@@ -251,7 +260,9 @@ func (o *StepOpts) timeouts() activities.Timeouts {
 // Step runs fn as the step called name at the current position, or, if the
 // history already recorded that step, returns its recorded output without
 // running fn. fn receives the activity context (see package activities for
-// the task id, attempt and idempotency key it carries).
+// the task id, attempt and idempotency key it carries). How long fn ran, and
+// the AI usage it reports with [activities.RecordUsage], are recorded with
+// the step.
 //
 // A step's error ends the attempt: Step returns it, and every later Step
 // call in the run returns it too without running anything. The task is then
@@ -297,12 +308,19 @@ func Step[Out any](ctx Context, name string, fn func(context.Context) (Out, erro
 	if s.p.StepContext != nil {
 		stepCtx = s.p.StepContext(info)
 	}
+	usage := activities.NewUsageRecorder()
+	stepCtx = activities.WithUsageRecorder(stepCtx, usage)
+	started := time.Now()
 	out, err := activities.RunStep(stepCtx, opts.timeouts(), func(ctx context.Context) (Out, error) {
 		return callStep(ctx, fn)
 	})
+	ran := time.Since(started)
 	s.executed++
+	if s.p.StepDone != nil {
+		s.p.StepDone(info, err)
+	}
 	if err != nil {
-		s.failedOp = opts
+		s.failedOp, s.failedUsage = opts, usage.Usage()
 		return zero, s.abort(err, &info)
 	}
 	encoded, err := json.Marshal(out)
@@ -310,10 +328,14 @@ func Step[Out any](ctx Context, name string, fn func(context.Context) (Out, erro
 		err = errors.Mark(errors.New("output contains the character U+0000, which PostgreSQL cannot store in JSON"), ErrUnstorable)
 	}
 	if err != nil {
+		s.failedUsage = usage.Usage() // spent even though the output cannot be kept
 		err = errors.Wrapf(err, "step %d (%s): encode output", pos, name)
 		return zero, s.abort(err, &info)
 	}
-	s.pending = history.StepCompletedData{Position: pos, Name: name, Output: encoded, Compensable: opts != nil && opts.Compensate != nil}
+	s.pending = history.StepCompletedData{
+		Position: pos, Name: name, Output: encoded, Compensable: opts != nil && opts.Compensate != nil,
+		DurationMillis: ran.Milliseconds(), Usage: usage.Usage(),
+	}
 	s.visited[pos] = opts
 	s.next++
 	return out, nil

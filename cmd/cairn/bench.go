@@ -82,6 +82,7 @@ type benchFlags struct {
 	memProfile  string
 	cpuProfile  string
 	finished    int
+	metrics     bool // --metrics: workers count Prometheus metrics
 }
 
 func (f *benchFlags) addTasks(cmd *cobra.Command, def int) {
@@ -273,10 +274,17 @@ func (e *benchEnv) workerPool(ctx context.Context, maxConns int) (*pgxpool.Pool,
 // newBenchWorker returns a worker with the settings that make sense for
 // throughput: short claim poll, default rescuer, warnings only.
 func newBenchWorker(pool *pgxpool.Pool, g *globals, concurrency int, onStep func(context.Context)) (*sdk.Worker, error) {
+	return newBenchWorkerWithMetrics(pool, g, concurrency, onStep, nil)
+}
+
+// newBenchWorkerWithMetrics is newBenchWorker counting into metrics (nil:
+// none), to measure what metrics cost.
+func newBenchWorkerWithMetrics(pool *pgxpool.Pool, g *globals, concurrency int, onStep func(context.Context), metrics *engine.Metrics) (*sdk.Worker, error) {
 	w, err := sdk.NewWorker(sdk.WorkerConfig{
 		Pool: pool, Schema: g.schema, Namespace: g.namespace, Concurrency: concurrency,
 		PollInterval: benchWorkerPollInterval,
 		Logger:       slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Metrics:      metrics,
 	})
 	if err != nil {
 		return nil, err

@@ -34,6 +34,8 @@ type drainParams struct {
 	DrainPollMs  float64 `json:"drain_poll_interval_ms"`
 	// FinishedBefore is --finished: ballast tasks already finished.
 	FinishedBefore int `json:"finished_before"`
+	// Metrics is --metrics: the workers counted Prometheus metrics.
+	Metrics bool `json:"metrics"`
 }
 
 func (f *benchFlags) drainParams(steps int) drainParams {
@@ -41,7 +43,7 @@ func (f *benchFlags) drainParams(steps int) drainParams {
 		Tasks: f.tasks, StepsPerTask: steps, Workers: f.workers, Processes: f.processes,
 		Concurrency: f.concurrency, MaxConns: f.maxConns, InsertBatch: f.batch,
 		WorkerPollMs: ms(benchWorkerPollInterval), DrainPollMs: ms(f.drainPoll),
-		FinishedBefore: f.finished,
+		FinishedBefore: f.finished, Metrics: f.metrics,
 	}
 }
 
@@ -238,9 +240,13 @@ func runInProcessDrain(cmd *cobra.Command, g *globals, f *benchFlags, mode strin
 		return err
 	}
 	defer pool.Close()
+	metrics, reg, err := f.newMetrics()
+	if err != nil {
+		return err
+	}
 	workers := make([]*sdk.Worker, 0, f.workers)
 	for range f.workers {
-		w, err := newBenchWorker(pool, env.g, f.concurrency, nil)
+		w, err := newBenchWorkerWithMetrics(pool, env.g, f.concurrency, nil, metrics)
 		if err != nil {
 			return err
 		}
@@ -274,6 +280,9 @@ func runInProcessDrain(cmd *cobra.Command, g *globals, f *benchFlags, mode strin
 	}
 	if err := stopWorkers(workers); err != nil {
 		return errors.Wrap(err, "stop workers")
+	}
+	if err := env.logMetrics(reg); err != nil {
+		return err
 	}
 	res, err := env.result(ctx, f.tasks, steps, insert, timing)
 	if err != nil {
@@ -372,6 +381,7 @@ LISTEN/NOTIFY, keep the default rescuer, and log warnings only.`,
 	f.addWorkerFlags(cmd, true)
 	f.addDrainFlags(cmd)
 	f.addProfileFlag(cmd)
+	f.addMetricsFlag(cmd)
 	return cmd
 }
 
@@ -394,5 +404,6 @@ workflow is throughput with --steps no-op steps per workflow, each recorded
 	f.addWorkerFlags(cmd, true)
 	f.addDrainFlags(cmd)
 	f.addProfileFlag(cmd)
+	f.addMetricsFlag(cmd)
 	return cmd
 }

@@ -73,7 +73,9 @@ claimed by workers under leases, retried, and always answerable.`,
 	pf.StringVar(&g.namespace, "namespace", envOr("CAIRN_NAMESPACE", "default"), "namespace of tasks (env CAIRN_NAMESPACE)")
 	pf.StringVarP(&g.output, "output", "o", "text", "output format: text or json")
 	root.AddCommand(newMigrateCmd(g), newTaskCmd(g), newDLQCmd(g), newQueueCmd(g), newScheduleCmd(g), newDemoCmd(g))
+	root.AddCommand(newServerCmd(g), newTokenCmd())
 	root.AddCommand(newBenchCmd(g))
+	registerAudit(root, g) // `cairn audit` and `cairn bench audit`
 	return root
 }
 

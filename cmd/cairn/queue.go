@@ -2,8 +2,13 @@ package main
 
 import (
 	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
 	"time"
 
+	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/sdk"
 	"github.com/cockroachdb/errors"
 	"github.com/spf13/cobra"
@@ -11,7 +16,7 @@ import (
 
 func newQueueCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "queue", Short: "Queue limits: bounded capacity and global concurrency"}
-	cmd.AddCommand(newQueueSetCmd(g), newQueueListCmd(g), newQueueWaitsCmd(g))
+	cmd.AddCommand(newQueueSetCmd(g), newQueueListCmd(g), newQueueWaitsCmd(g), newQueueDiagnoseCmd(g))
 	return cmd
 }
 
@@ -106,5 +111,174 @@ func newQueueWaitsCmd(g *globals) *cobra.Command {
 			}
 			return w.Flush()
 		},
+	}
+}
+
+func newQueueDiagnoseCmd(g *globals) *cobra.Command {
+	var window time.Duration
+	cmd := &cobra.Command{
+		Use:   "diagnose QUEUE",
+		Short: "Why is this queue growing? Compare the two halves of a recent window and rank the likely causes",
+		Long: `Reads the queue's history over the window ending now and compares its first
+half ("then") with its second ("now"): tasks created and finished, attempts
+started, retried and failed, live workers, attempt and step durations. Adds
+the queue's depth, limits and waiting tasks by type and fairness key, and
+ranks the likely causes of growth (lost_consumers, poison_retries,
+slower_attempts, inflow_spike, hot_key, concurrency_capped, rate_limited,
+unserved_type), each with the numbers behind it. --window is between 2s and
+24h.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if window < sdk.MinDiagnoseWindow || window > sdk.MaxDiagnoseWindow {
+				return errors.Mark(errors.Newf("--window %s: use %s to %s", window, sdk.MinDiagnoseWindow, sdk.MaxDiagnoseWindow), configError)
+			}
+			c, closeDB, err := g.client(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer closeDB()
+			d, err := c.DiagnoseQueue(cmd.Context(), args[0], window)
+			if err != nil {
+				return err
+			}
+			if g.output == "json" {
+				return printJSON(cmd, d)
+			}
+			return printDiagnosis(cmd.OutOrStdout(), d)
+		},
+	}
+	cmd.Flags().DurationVar(&window, "window", 15*time.Minute, "how far back to look; its two halves are compared")
+	return cmd
+}
+
+// printDiagnosis writes a diagnosis for people: the halves side by side,
+// the queue now, then the causes with their evidence.
+func printDiagnosis(out io.Writer, d *engine.QueueDiagnosis) error {
+	half := (d.Window / 2).String()
+	fmt.Fprintf(out, "queue %s (namespace %s), window %s ending %s\n\n", d.Queue, d.Namespace, d.Window, d.At.Format(time.RFC3339))
+	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(w, "\tTHEN (first %s)\tNOW (last %s)\n", half, half)
+	printHalves(w, d.Then, d.Now)
+	printTypeDurations(w, d.Then, d.Now)
+	printStepDurations(w, d.Then, d.Now)
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	printQueueState(out, d)
+	printCauses(out, d)
+	return nil
+}
+
+func printHalves(w io.Writer, then, now engine.DiagnosisHalf) {
+	row := func(label string, f func(h engine.DiagnosisHalf) string) {
+		fmt.Fprintf(w, "%s\t%s\t%s\n", label, f(then), f(now))
+	}
+	row("inflow", func(h engine.DiagnosisHalf) string { return fmt.Sprint(h.Inflow) })
+	row("outflow (completed)", func(h engine.DiagnosisHalf) string { return fmt.Sprintf("%d (%d)", h.Outflow, h.Completed) })
+	row("attempts started", func(h engine.DiagnosisHalf) string { return fmt.Sprint(h.AttemptsStarted) })
+	row("retries (share)", func(h engine.DiagnosisHalf) string { return fmt.Sprintf("%d (%.0f%%)", h.Retries, 100*h.RetryShare) })
+	row("attempts failed", func(h engine.DiagnosisHalf) string { return fmt.Sprint(h.AttemptsFailed) })
+	row("leases expired", func(h engine.DiagnosisHalf) string { return fmt.Sprint(h.LeasesExpired) })
+	row("live workers", func(h engine.DiagnosisHalf) string { return fmt.Sprint(h.Workers) })
+	row("attempt p50 / p95", func(h engine.DiagnosisHalf) string { return durations(h.Attempts) })
+}
+
+// durations formats a median and 95th percentile, or "-" without samples.
+func durations(s engine.DurationStats) string {
+	if s.Count == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%s / %s (%d)", s.P50, s.P95, s.Count)
+}
+
+func printTypeDurations(w io.Writer, then, now engine.DiagnosisHalf) {
+	for _, name := range typesOf(then, now) {
+		var a, b engine.DurationStats
+		for _, t := range then.Types {
+			if t.Type == name {
+				a = t.Attempts
+			}
+		}
+		for _, t := range now.Types {
+			if t.Type == name {
+				b = t.Attempts
+			}
+		}
+		fmt.Fprintf(w, "  %s attempts\t%s\t%s\n", name, durations(a), durations(b))
+	}
+}
+
+func printStepDurations(w io.Writer, then, now engine.DiagnosisHalf) {
+	type key struct{ typ, step string }
+	var keys []key
+	stats := map[key][2]engine.DurationStats{}
+	for i, h := range []engine.DiagnosisHalf{then, now} {
+		for _, s := range h.Steps {
+			k := key{s.Type, s.Step}
+			v, seen := stats[k]
+			if !seen {
+				keys = append(keys, k)
+			}
+			v[i] = s.Duration
+			stats[k] = v
+		}
+	}
+	for _, k := range keys {
+		fmt.Fprintf(w, "  %s step %s\t%s\t%s\n", k.typ, k.step, durations(stats[k][0]), durations(stats[k][1]))
+	}
+}
+
+// typesOf lists the task types of both halves, each once, in order of
+// appearance.
+func typesOf(halves ...engine.DiagnosisHalf) []string {
+	var names []string
+	for _, h := range halves {
+		for _, t := range h.Types {
+			if !slices.Contains(names, t.Type) {
+				names = append(names, t.Type)
+			}
+		}
+	}
+	return names
+}
+
+func printQueueState(out io.Writer, d *engine.QueueDiagnosis) {
+	dp := d.Depth
+	fmt.Fprintf(out, "\nnow: %d pending, %d retrying, %d running; %d due, the oldest waiting %s", dp.Pending, dp.Retrying, dp.Running, dp.Due, dp.OldestWait)
+	if dp.ExpiredLeases > 0 {
+		fmt.Fprintf(out, "; %d running with expired leases", dp.ExpiredLeases)
+	}
+	fmt.Fprintf(out, "\nlimits: concurrency %s, max waiting %s", limit(d.Limits.Concurrency), limit(d.Limits.MaxWaiting))
+	for _, rl := range d.Limits.RateLimits {
+		fmt.Fprintf(out, ", %s at most %d per %s", rl.Type, rl.MaxStarts, rl.Per)
+	}
+	fmt.Fprintln(out)
+	if len(d.WaitingByType) > 0 {
+		var parts []string
+		for _, t := range d.WaitingByType {
+			parts = append(parts, fmt.Sprintf("%s v%d %d (%.0f%%)", t.Type, t.Version, t.Waiting, 100*t.Share))
+		}
+		fmt.Fprintf(out, "waiting by type: %s\n", strings.Join(parts, ", "))
+	}
+	if len(d.WaitingByKey) > 0 {
+		var parts []string
+		for _, k := range d.WaitingByKey {
+			parts = append(parts, fmt.Sprintf("%s %d (%.0f%%)", k.Key, k.Waiting, 100*k.Share))
+		}
+		fmt.Fprintf(out, "waiting by fairness key (%d keys): %s\n", d.FairnessKeys, strings.Join(parts, ", "))
+	}
+}
+
+func printCauses(out io.Writer, d *engine.QueueDiagnosis) {
+	if len(d.Causes) == 0 {
+		fmt.Fprintf(out, "\nno cause found: %s\n", d.Summary)
+		return
+	}
+	fmt.Fprintln(out, "\ncauses, most likely first:")
+	for i, c := range d.Causes {
+		fmt.Fprintf(out, "%d. %s (score %.2f): %s\n", i+1, c.Code, c.Score, c.Summary)
+		for _, e := range c.Evidence {
+			fmt.Fprintf(out, "   - %s\n", e)
+		}
 	}
 }

@@ -1,0 +1,49 @@
+package main
+
+import (
+	"github.com/cairnflow/cairn/engine"
+	"github.com/cockroachdb/errors"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/cobra"
+)
+
+// --metrics: the drain's workers count Prometheus metrics, as a deployed
+// worker would, so alternating runs with and without show their cost.
+
+func (f *benchFlags) addMetricsFlag(cmd *cobra.Command) {
+	cmd.Flags().BoolVar(&f.metrics, "metrics", false, "workers count Prometheus metrics (engine.NewMetrics, a registry of the run's own), to measure their cost")
+}
+
+// newMetrics returns the metrics the workers count into and their
+// registry, or nils without --metrics.
+func (f *benchFlags) newMetrics() (*engine.Metrics, *prometheus.Registry, error) {
+	if !f.metrics {
+		return nil, nil, nil
+	}
+	reg := prometheus.NewRegistry()
+	m, err := engine.NewMetrics(reg)
+	return m, reg, err
+}
+
+// logMetrics reports what the metrics counted (a scrape, after the drain),
+// so a run shows they saw every task finish.
+func (e *benchEnv) logMetrics(reg *prometheus.Registry) error {
+	if reg == nil {
+		return nil
+	}
+	families, err := reg.Gather()
+	if err != nil {
+		return errors.Wrap(err, "gather metrics")
+	}
+	for _, f := range families {
+		if f.GetName() != "cairn_tasks_finished_total" {
+			continue
+		}
+		var finished float64
+		for _, m := range f.GetMetric() {
+			finished += m.GetCounter().GetValue()
+		}
+		e.logf("metrics: cairn_tasks_finished_total %.0f", finished)
+	}
+	return nil
+}

@@ -1,0 +1,119 @@
+package server
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cairnflow/cairn/sdk"
+)
+
+// Audit defaults: the last day, the first thousand matches; at most a
+// million records per request (page through with since).
+const (
+	defaultAuditRange = 24 * time.Hour
+	defaultAuditLimit = 1000
+	maxAuditLimit     = 1_000_000
+)
+
+// auditEvents streams the events of the namespace that the CEL filter
+// matches, in time order, as JSON lines (application/x-ndjson): one
+// {"event": …, "task": …} per line. A failure after the first line is
+// reported as a last line {"error": {...problem}}, the status being sent.
+func (s *Server) auditEvents(w http.ResponseWriter, r *http.Request, c *call) {
+	q := r.URL.Query()
+	now := time.Now()
+	p := sdk.AuditParams{Since: now.Add(-defaultAuditRange), Limit: defaultAuditLimit}
+	var err error
+	if v := q.Get("since"); v != "" {
+		if p.Since, err = parseAuditTime(v, now); err != nil {
+			writeProblem(w, r, problem(http.StatusBadRequest, codeInvalidRequest, "since: "+err.Error()))
+			return
+		}
+	}
+	if v := q.Get("until"); v != "" {
+		if p.Until, err = parseAuditTime(v, now); err != nil {
+			writeProblem(w, r, problem(http.StatusBadRequest, codeInvalidRequest, "until: "+err.Error()))
+			return
+		}
+	}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > maxAuditLimit {
+			writeProblem(w, r, problem(http.StatusBadRequest, codeInvalidRequest, "limit "+strconv.Quote(v)+" is not a number from 1 to 1000000"))
+			return
+		}
+		p.Limit = n
+	}
+	if v := q.Get("filter"); v != "" {
+		if p.Filter, err = sdk.CompileEventFilter(v); err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+	}
+	until := p.Until
+	if until.IsZero() {
+		until = now
+	}
+	if !p.Since.Before(until) {
+		writeProblem(w, r, problem(http.StatusBadRequest, codeInvalidRequest, "since is not before until"))
+		return
+	}
+	flusher, _ := w.(http.Flusher)
+	enc := json.NewEncoder(w)
+	started, written := false, 0
+	err = c.client.Audit(r.Context(), p, func(rec sdk.AuditRecord) error {
+		if !started {
+			w.Header().Set("Content-Type", "application/x-ndjson")
+			w.Header().Set("Cache-Control", "no-store")
+			w.WriteHeader(http.StatusOK)
+			started = true
+		}
+		if err := enc.Encode(rec); err != nil {
+			return err
+		}
+		if written++; written%500 == 0 && flusher != nil {
+			flusher.Flush()
+		}
+		return nil
+	})
+	switch {
+	case err != nil && !started:
+		s.writeError(w, r, err)
+	case err != nil:
+		pr := problemFor(err)
+		if pr == nil {
+			s.log.Error("audit failed mid-stream", "path", r.URL.Path, "error", err.Error())
+			pr = problem(http.StatusInternalServerError, codeInternal, "")
+		}
+		_ = enc.Encode(map[string]*Problem{"error": pr})
+	case !started:
+		w.Header().Set("Content-Type", "application/x-ndjson")
+		w.WriteHeader(http.StatusOK) // no match: an empty stream
+	}
+}
+
+// parseAuditTime reads an RFC 3339 time, or a duration before now (24h,
+// 90m, 7d).
+func parseAuditTime(v string, now time.Time) (time.Time, error) {
+	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+		return t, nil
+	}
+	if days, ok := strings.CutSuffix(v, "d"); ok {
+		if n, err := strconv.Atoi(days); err == nil && n >= 0 {
+			return now.Add(-time.Duration(n) * 24 * time.Hour), nil
+		}
+	}
+	if d, err := time.ParseDuration(v); err == nil && d >= 0 {
+		return now.Add(-d), nil
+	}
+	return time.Time{}, errBadTime(v)
+}
+
+type errBadTime string
+
+func (e errBadTime) Error() string {
+	return strconv.Quote(string(e)) + " is neither an RFC 3339 time (2026-11-01T00:00:00Z) nor a duration before now (24h, 90m, 7d)"
+}

@@ -1,0 +1,145 @@
+package server
+
+import (
+	"encoding/json"
+	"log/slog"
+	"math"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/sdk"
+	"github.com/cockroachdb/errors"
+)
+
+// Problem is an RFC 9457 problem detail, the body of every error response
+// (Content-Type application/problem+json). Code is stable: clients switch
+// on it, never on Title or Detail.
+type Problem struct {
+	Type     string `json:"type"`
+	Title    string `json:"title"`
+	Status   int    `json:"status"`
+	Detail   string `json:"detail,omitempty"`
+	Instance string `json:"instance,omitempty"`
+	Code     string `json:"code"`
+	// Line and Column locate the error in a CEL expression (code
+	// bad_filter), 1-based, when known.
+	Line   int `json:"line,omitempty"`
+	Column int `json:"column,omitempty"`
+	// RetryAfterSeconds repeats the Retry-After header (code queue_full).
+	RetryAfterSeconds int `json:"retry_after_seconds,omitempty"`
+
+	retryAfter time.Duration
+}
+
+// The problem codes.
+const (
+	codeMalformedJSON   = "malformed_json"
+	codeUnknownField    = "unknown_field"
+	codeInvalidRequest  = "invalid_request"
+	codeUnknownTaskType = "unknown_task_type"
+	codeBadFilter       = "bad_filter"
+	codeNotFound        = "not_found"
+	codeTaskState       = "task_state"
+	codeConflict        = "conflict"
+	codeInputTooLarge   = "input_too_large"
+	codeQueueFull       = "queue_full"
+	codeUnauthorized    = "unauthorized"
+	codeForbidden       = "forbidden"
+	codeNotReady        = "not_ready"
+	codeInternal        = "internal"
+)
+
+var titles = map[string]string{
+	codeMalformedJSON:   "The request body is not valid JSON",
+	codeUnknownField:    "The request body has a field the API does not know",
+	codeInvalidRequest:  "The request is invalid",
+	codeUnknownTaskType: "No worker has registered this task type",
+	codeBadFilter:       "The CEL expression does not compile",
+	codeNotFound:        "Not found",
+	codeTaskState:       "The task's state does not allow this",
+	codeConflict:        "The task changed concurrently; try again",
+	codeInputTooLarge:   "The task input is larger than the server accepts",
+	codeQueueFull:       "The queue is full",
+	codeUnauthorized:    "Authentication required",
+	codeForbidden:       "The token does not allow this",
+	codeNotReady:        "The server is not ready",
+	codeInternal:        "Internal server error",
+}
+
+func problem(status int, code, detail string) *Problem {
+	return &Problem{Type: "urn:cairn:problem:" + code, Title: titles[code], Status: status, Detail: detail, Code: code}
+}
+
+// problemFor maps an error from the sdk or engine to its problem. Errors
+// it does not recognize are internal: logged in full, answered without
+// detail.
+func problemFor(err error) *Problem {
+	var full *engine.QueueFullError
+	var syntax *sdk.FilterSyntaxError
+	switch {
+	case errors.As(err, &full):
+		p := problem(http.StatusTooManyRequests, codeQueueFull, full.Error())
+		p.retryAfter = full.RetryAfter
+		p.RetryAfterSeconds = retryAfterSeconds(full.RetryAfter)
+		return p
+	case errors.As(err, &syntax):
+		p := problem(http.StatusBadRequest, codeBadFilter, syntax.Error())
+		p.Line, p.Column = syntax.Line, syntax.Column
+		return p
+	case errors.Is(err, sdk.ErrBadFilter):
+		return problem(http.StatusBadRequest, codeBadFilter, err.Error())
+	case errors.Is(err, sdk.ErrUnknownType):
+		return problem(http.StatusBadRequest, codeUnknownTaskType, err.Error())
+	case errors.Is(err, sdk.ErrInvalid):
+		return problem(http.StatusBadRequest, codeInvalidRequest, err.Error())
+	case errors.Is(err, sdk.ErrNotFound):
+		return problem(http.StatusNotFound, codeNotFound, "no such task")
+	case errors.Is(err, sdk.ErrTaskState):
+		return problem(http.StatusConflict, codeTaskState, err.Error())
+	case errors.Is(err, engine.ErrConflict), errors.Is(err, engine.ErrRetryable):
+		return problem(http.StatusConflict, codeConflict, err.Error())
+	}
+	return nil
+}
+
+// retryAfterSeconds rounds a hint up to whole seconds, as Retry-After
+// carries them, and at least one.
+func retryAfterSeconds(d time.Duration) int {
+	return max(1, int(math.Ceil(d.Seconds())))
+}
+
+// writeProblem sends p.
+func writeProblem(w http.ResponseWriter, r *http.Request, p *Problem) {
+	p.Instance = r.URL.Path
+	if p.retryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(p.RetryAfterSeconds))
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(p.Status)
+	_ = json.NewEncoder(w).Encode(p)
+}
+
+// writeError answers err: as its problem if it has one, else as an internal
+// error, logged with the request.
+func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	if p := problemFor(err); p != nil {
+		writeProblem(w, r, p)
+		return
+	}
+	if r.Context().Err() != nil {
+		return // the client went away: nobody to answer
+	}
+	s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, slog.String("error", err.Error()))
+	writeProblem(w, r, problem(http.StatusInternalServerError, codeInternal, ""))
+}
+
+// writeJSON sends v with status.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}

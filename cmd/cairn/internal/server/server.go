@@ -1,0 +1,213 @@
+// Package server is cairn's HTTP API, served by `cairn server`: tasks
+// (start, get, history, wait, cancel, retry, compensate, list), queues,
+// audit events, health and Prometheus metrics, with API tokens scoped to
+// namespaces and roles. Errors are RFC 9457 problem details with a stable
+// code.
+//
+// It imports sdk, engine and history; cmd/cairn wires it.
+package server
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/sdk"
+	"github.com/cockroachdb/errors"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// DefaultMaxInputBytes bounds a task's input: large or sensitive data goes
+// by reference (a URL, an object key), not through the queue.
+const DefaultMaxInputBytes = 1 << 20
+
+// Config configures a [Server].
+type Config struct {
+	Pool   *pgxpool.Pool // required
+	Schema string        // default "cairn"
+	// Tokens, when any, are required on every /v1 request. None: no
+	// authentication, for a server on localhost.
+	Tokens []Token
+	// MaxInputBytes bounds a task's input. Default DefaultMaxInputBytes.
+	MaxInputBytes int
+	// Gatherer serves /metrics. Nil: /metrics answers 404.
+	Gatherer prometheus.Gatherer
+	// Metrics counts the events the API's requests write (cancels, tasks
+	// cancelled before they ran). Nil: none.
+	Metrics *engine.Metrics
+	Logger  *slog.Logger // default slog.Default()
+}
+
+// Server is the HTTP API. Its handler is safe for concurrent use.
+type Server struct {
+	cfg      Config
+	tokens   []Token
+	log      *slog.Logger
+	handler  http.Handler
+	draining atomic.Bool
+
+	mu      sync.Mutex
+	clients map[string]*sdk.Client // by namespace
+}
+
+// New returns a server; it does not listen (see [Server.Handler]).
+func New(cfg Config) (*Server, error) {
+	if cfg.Pool == nil {
+		return nil, errors.New("server: Config.Pool is required")
+	}
+	if err := ValidateTokens(cfg.Tokens); err != nil {
+		return nil, err
+	}
+	if cfg.MaxInputBytes <= 0 {
+		cfg.MaxInputBytes = DefaultMaxInputBytes
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	s := &Server{cfg: cfg, tokens: cfg.Tokens, log: cfg.Logger, clients: map[string]*sdk.Client{}}
+	s.handler = s.routes()
+	return s, nil
+}
+
+// Handler returns the server's HTTP handler.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Drain makes /readyz answer not ready, so a load balancer stops sending
+// requests before the server shuts down.
+func (s *Server) Drain() { s.draining.Store(true) }
+
+// Close releases the server's clients (their wait listeners).
+func (s *Server) Close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, c := range s.clients {
+		c.Close()
+	}
+	s.clients = map[string]*sdk.Client{}
+}
+
+func (s *Server) routes() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("POST /v1/tasks", s.api(RoleSubmit, s.startTask))
+	mux.Handle("GET /v1/tasks", s.api(RoleRead, s.listTasks))
+	mux.Handle("GET /v1/tasks/{id}", s.api(RoleRead, s.getTask))
+	mux.Handle("GET /v1/tasks/{id}/history", s.api(RoleRead, s.taskHistory))
+	mux.Handle("GET /v1/tasks/{id}/wait", s.api(RoleRead, s.waitTask))
+	mux.Handle("POST /v1/tasks/{id}/cancel", s.api(RoleOperate, s.cancelTask))
+	mux.Handle("POST /v1/tasks/{id}/retry", s.api(RoleOperate, s.retryTask))
+	mux.Handle("POST /v1/tasks/{id}/compensate", s.api(RoleOperate, s.compensateTask))
+	mux.Handle("GET /v1/queues", s.api(RoleRead, s.listQueues))
+	mux.Handle("GET /v1/queues/{queue}/diagnosis", s.api(RoleRead, s.diagnoseQueue))
+	mux.Handle("GET /v1/task-types", s.api(RoleRead, s.listTaskTypes))
+	mux.Handle("GET /v1/events", s.api(RoleRead, s.auditEvents))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	mux.HandleFunc("GET /readyz", s.ready)
+	if s.cfg.Gatherer != nil {
+		mux.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}))
+	}
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeProblem(w, r, problem(http.StatusNotFound, codeNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path))
+	})
+	return s.recoverer(mux)
+}
+
+// call is what an API handler acts with: who asks, in which namespace,
+// through which client.
+type call struct {
+	who       *principal
+	namespace string
+	client    *sdk.Client
+}
+
+// api wraps an API handler: authenticate, check the role, resolve the
+// namespace (the "namespace" query parameter or Cairn-Namespace header,
+// else the token's first), and record the requester for the histories.
+func (s *Server) api(role Role, h func(http.ResponseWriter, *http.Request, *call)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		who, p := s.authenticate(r)
+		if p != nil {
+			writeProblem(w, r, p)
+			return
+		}
+		if !who.can(role) {
+			writeProblem(w, r, problem(http.StatusForbidden, codeForbidden, "the token's roles do not include "+string(role)))
+			return
+		}
+		ns := r.URL.Query().Get("namespace")
+		if ns == "" {
+			ns = r.Header.Get("Cairn-Namespace")
+		}
+		if ns == "" {
+			ns = who.defaultNamespace()
+		}
+		if !who.inNamespace(ns) {
+			writeProblem(w, r, problem(http.StatusForbidden, codeForbidden, "the token may not act in namespace "+ns))
+			return
+		}
+		c, err := s.client(ns)
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		ctx := sdk.WithRequester(context.WithValue(r.Context(), principalKey{}, who), who.requester())
+		h(w, r.WithContext(ctx), &call{who: who, namespace: ns, client: c})
+	})
+}
+
+// client returns the namespace's client, made on first use.
+func (s *Server) client(namespace string) (*sdk.Client, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c, ok := s.clients[namespace]; ok {
+		return c, nil
+	}
+	c, err := sdk.NewClient(sdk.ClientConfig{Pool: s.cfg.Pool, Schema: s.cfg.Schema, Namespace: namespace, Identity: "api",
+		Metrics: s.cfg.Metrics})
+	if err != nil {
+		return nil, errors.Mark(err, sdk.ErrInvalid)
+	}
+	s.clients[namespace] = c
+	return c, nil
+}
+
+// ready answers 200 when the database answers within two seconds and the
+// server is not draining, else 503.
+func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
+	if s.draining.Load() {
+		writeProblem(w, r, problem(http.StatusServiceUnavailable, codeNotReady, "the server is shutting down"))
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	if err := s.cfg.Pool.Ping(ctx); err != nil {
+		writeProblem(w, r, problem(http.StatusServiceUnavailable, codeNotReady, "the database does not answer"))
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+}
+
+// recoverer turns a handler's panic into a logged 500 rather than a
+// dropped connection.
+func (s *Server) recoverer(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if v := recover(); v != nil {
+				if v == http.ErrAbortHandler {
+					panic(v)
+				}
+				s.log.Error("handler panicked", "method", r.Method, "path", r.URL.Path, "panic", v, "stack", string(debug.Stack()))
+				writeProblem(w, r, problem(http.StatusInternalServerError, codeInternal, ""))
+			}
+		}()
+		next.ServeHTTP(w, r)
+	})
+}

@@ -1,0 +1,373 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"regexp"
+	"strconv"
+	"time"
+
+	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/sdk"
+	"github.com/cockroachdb/errors"
+	"github.com/google/uuid"
+)
+
+// startRequest is the body of POST /v1/tasks.
+type startRequest struct {
+	Type           string            `json:"type"`
+	Version        int               `json:"version,omitempty"` // 0: the highest registered
+	Input          json.RawMessage   `json:"input,omitempty"`
+	IdempotencyKey string            `json:"idempotency_key,omitempty"`
+	Queue          string            `json:"queue,omitempty"`
+	Priority       int               `json:"priority,omitempty"`
+	RunAt          *time.Time        `json:"run_at,omitempty"`
+	Delay          string            `json:"delay,omitempty"` // a Go duration: "90s", "15m"
+	TraceID        string            `json:"trace_id,omitempty"`
+	Labels         map[string]string `json:"labels,omitempty"`
+	FairnessKey    string            `json:"fairness_key,omitempty"`
+	FairnessWeight int               `json:"fairness_weight,omitempty"`
+	MaxAttempts    int               `json:"max_attempts,omitempty"`
+	Deadline       *time.Time        `json:"deadline,omitempty"`
+	StartDeadline  *time.Time        `json:"start_deadline,omitempty"`
+}
+
+// startResponse answers a start: 202 for a new task, 200 for the task an
+// idempotency key already named.
+type startResponse struct {
+	ID       uuid.UUID      `json:"id"`
+	Status   history.Status `json:"status"`
+	Existing bool           `json:"existing"`
+}
+
+// envelopeBytes is what a start body may hold besides its input.
+const envelopeBytes = 64 << 10
+
+func (s *Server) startTask(w http.ResponseWriter, r *http.Request, c *call) {
+	var req startRequest
+	if p := decodeBody(w, r, int64(s.cfg.MaxInputBytes)+envelopeBytes, &req, false); p != nil {
+		writeProblem(w, r, p)
+		return
+	}
+	if len(req.Input) > s.cfg.MaxInputBytes {
+		writeProblem(w, r, problem(http.StatusRequestEntityTooLarge, codeInputTooLarge, inputTooLarge(len(req.Input), s.cfg.MaxInputBytes)))
+		return
+	}
+	opts, p := req.startOpts(r.Header.Get("traceparent"))
+	if p != nil {
+		writeProblem(w, r, p)
+		return
+	}
+	if req.Type == "" {
+		writeProblem(w, r, problem(http.StatusBadRequest, codeInvalidRequest, "type is required"))
+		return
+	}
+	ref, err := c.client.RegisteredType(r.Context(), req.Type, req.Version)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	input := req.Input
+	if len(input) == 0 {
+		input = json.RawMessage("null")
+	}
+	res, err := c.client.Start(r.Context(), ref, input, opts)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	w.Header().Set("Location", "/v1/tasks/"+res.ID.String())
+	if !res.Existing {
+		writeJSON(w, http.StatusAccepted, startResponse{ID: res.ID, Status: history.StatusPending})
+		return
+	}
+	info, err := c.client.Get(r.Context(), res.ID)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, startResponse{ID: res.ID, Status: info.Status, Existing: true})
+}
+
+func inputTooLarge(n, limit int) string {
+	return "the input is " + strconv.Itoa(n) + " bytes, at most " + strconv.Itoa(limit) +
+		" accepted: pass large or sensitive data by reference (a URL or an object key)"
+}
+
+// traceparentRE is a W3C trace context traceparent header.
+var traceparentRE = regexp.MustCompile(`^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$`)
+
+// startOpts checks what the sdk does not (delay, run time and the trace
+// header) and builds the start options.
+func (req *startRequest) startOpts(traceparent string) (*sdk.StartOpts, *Problem) {
+	invalid := func(detail string) (*sdk.StartOpts, *Problem) {
+		return nil, problem(http.StatusBadRequest, codeInvalidRequest, detail)
+	}
+	opts := &sdk.StartOpts{
+		IdempotencyKey: req.IdempotencyKey, Queue: req.Queue, Priority: req.Priority, TraceID: req.TraceID,
+		Labels: req.Labels, FairnessKey: req.FairnessKey, FairnessWeight: req.FairnessWeight, MaxAttempts: req.MaxAttempts,
+	}
+	if req.Delay != "" {
+		if req.RunAt != nil {
+			return invalid("give run_at or delay, not both")
+		}
+		d, err := time.ParseDuration(req.Delay)
+		if err != nil || d < 0 {
+			return invalid("delay " + strconv.Quote(req.Delay) + " is not a non-negative duration such as \"90s\" or \"15m\"")
+		}
+		opts.Delay = d
+	}
+	if req.RunAt != nil {
+		opts.RunAt = *req.RunAt
+	}
+	if req.Deadline != nil {
+		opts.Deadline = *req.Deadline
+	}
+	if req.StartDeadline != nil {
+		opts.StartDeadline = *req.StartDeadline
+	}
+	if traceparent != "" && opts.TraceID == "" {
+		if !traceparentRE.MatchString(traceparent) {
+			return invalid("the traceparent header " + strconv.Quote(traceparent) + " is not a W3C trace context traceparent")
+		}
+		opts.TraceID = traceparent
+	}
+	return opts, nil
+}
+
+// decodeBody decodes r's JSON body into v: at most limit bytes, no unknown
+// fields, nothing after the value. An empty body is allowed when
+// emptyOK.
+func decodeBody(w http.ResponseWriter, r *http.Request, limit int64, v any, emptyOK bool) *Problem {
+	body := http.MaxBytesReader(w, r.Body, limit)
+	raw, err := io.ReadAll(body)
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return problem(http.StatusRequestEntityTooLarge, codeInputTooLarge,
+				"the request body is over "+strconv.FormatInt(limit, 10)+" bytes: pass large data by reference")
+		}
+		return problem(http.StatusBadRequest, codeMalformedJSON, "the request body could not be read")
+	}
+	if len(raw) == 0 && emptyOK {
+		return nil
+	}
+	return decodeJSON(raw, v)
+}
+
+// decodeJSON decodes raw into v strictly and says what was wrong.
+func decodeJSON(raw []byte, v any) *Problem {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	err := dec.Decode(v)
+	if err == nil {
+		if dec.More() {
+			return problem(http.StatusBadRequest, codeMalformedJSON, "the request body holds more than one JSON value")
+		}
+		return nil
+	}
+	var syntax *json.SyntaxError
+	var typeErr *json.UnmarshalTypeError
+	var timeErr *time.ParseError
+	switch {
+	case errors.As(err, &syntax):
+		return problem(http.StatusBadRequest, codeMalformedJSON, "invalid JSON at byte "+strconv.FormatInt(syntax.Offset, 10)+": "+syntax.Error())
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return problem(http.StatusBadRequest, codeMalformedJSON, "the request body is empty or cut short")
+	case errors.As(err, &typeErr):
+		return problem(http.StatusBadRequest, codeInvalidRequest, "field "+typeErr.Field+": expected "+typeErr.Type.String()+", got JSON "+typeErr.Value)
+	case errors.As(err, &timeErr):
+		return problem(http.StatusBadRequest, codeInvalidRequest, "a time is not RFC 3339 (2026-11-29T12:00:00Z): "+timeErr.Error())
+	}
+	if field, ok := unknownField(err); ok {
+		return problem(http.StatusBadRequest, codeUnknownField, "unknown field "+field)
+	}
+	return problem(http.StatusBadRequest, codeMalformedJSON, err.Error())
+}
+
+// unknownField recognizes encoding/json's error for a field
+// DisallowUnknownFields refused (it has no type of its own).
+func unknownField(err error) (string, bool) {
+	const prefix = "json: unknown field "
+	msg := err.Error()
+	if len(msg) > len(prefix) && msg[:len(prefix)] == prefix {
+		return msg[len(prefix):], true
+	}
+	return "", false
+}
+
+func (s *Server) taskID(w http.ResponseWriter, r *http.Request) (uuid.UUID, bool) {
+	id, err := uuid.Parse(r.PathValue("id"))
+	if err != nil {
+		writeProblem(w, r, problem(http.StatusBadRequest, codeInvalidRequest, "task id "+strconv.Quote(r.PathValue("id"))+" is not a UUID"))
+		return uuid.Nil, false
+	}
+	return id, true
+}
+
+func (s *Server) getTask(w http.ResponseWriter, r *http.Request, c *call) {
+	id, ok := s.taskID(w, r)
+	if !ok {
+		return
+	}
+	info, err := c.client.Get(r.Context(), id)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, info)
+}
+
+func (s *Server) taskHistory(w http.ResponseWriter, r *http.Request, c *call) {
+	id, ok := s.taskID(w, r)
+	if !ok {
+		return
+	}
+	events, err := c.client.History(r.Context(), id)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"id": id, "events": events})
+}
+
+// Long polls wait 30 s unless told otherwise, and never more than 5 min.
+const (
+	defaultWait = 30 * time.Second
+	maxWait     = 5 * time.Minute
+)
+
+// waitTask answers once the task is finished, or when the timeout passes
+// with the task as it is then (200 either way: the status says which).
+func (s *Server) waitTask(w http.ResponseWriter, r *http.Request, c *call) {
+	id, ok := s.taskID(w, r)
+	if !ok {
+		return
+	}
+	timeout := defaultWait
+	if v := r.URL.Query().Get("timeout"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 || d > maxWait {
+			writeProblem(w, r, problem(http.StatusBadRequest, codeInvalidRequest, "timeout "+strconv.Quote(v)+" is not a duration between 0s and 5m"))
+			return
+		}
+		timeout = d
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), timeout)
+	defer cancel()
+	info, err := c.client.Wait(ctx, id)
+	if err != nil && ctx.Err() != nil && r.Context().Err() == nil {
+		info, err = c.client.Get(r.Context(), id) // timed out: the task as it is
+	}
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, info)
+}
+
+// actionRequest is the optional body of cancel, retry and compensate.
+type actionRequest struct {
+	Reason string `json:"reason,omitempty"`
+}
+
+func (s *Server) cancelTask(w http.ResponseWriter, r *http.Request, c *call) {
+	s.act(w, r, c, c.client.Cancel)
+}
+
+func (s *Server) retryTask(w http.ResponseWriter, r *http.Request, c *call) {
+	s.act(w, r, c, c.client.Retry)
+}
+
+func (s *Server) compensateTask(w http.ResponseWriter, r *http.Request, c *call) {
+	s.act(w, r, c, c.client.Compensate)
+}
+
+// act runs a request on a task (cancel, retry, compensate) and answers 202
+// with the task as it is after.
+func (s *Server) act(w http.ResponseWriter, r *http.Request, c *call, do func(context.Context, uuid.UUID, string) error) {
+	id, ok := s.taskID(w, r)
+	if !ok {
+		return
+	}
+	var req actionRequest
+	if p := decodeBody(w, r, envelopeBytes, &req, true); p != nil {
+		writeProblem(w, r, p)
+		return
+	}
+	if err := do(r.Context(), id, req.Reason); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	info, err := c.client.Get(r.Context(), id)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusAccepted, info)
+}
+
+// listResponse is a page of GET /v1/tasks.
+type listResponse struct {
+	Tasks []*sdk.TaskInfo `json:"tasks"`
+	// NextCursor fetches the next page (?cursor=); empty on the last.
+	NextCursor string `json:"next_cursor,omitempty"`
+}
+
+func (s *Server) listTasks(w http.ResponseWriter, r *http.Request, c *call) {
+	q := r.URL.Query()
+	opts := &sdk.ListOpts{Status: history.Status(q.Get("status")), Type: q.Get("type"), Queue: q.Get("queue")}
+	if opts.Status != "" && !knownStatus(opts.Status) {
+		writeProblem(w, r, problem(http.StatusBadRequest, codeInvalidRequest, "status "+strconv.Quote(string(opts.Status))+" is not a task status"))
+		return
+	}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 1000 {
+			writeProblem(w, r, problem(http.StatusBadRequest, codeInvalidRequest, "limit "+strconv.Quote(v)+" is not a number from 1 to 1000"))
+			return
+		}
+		opts.Limit = n
+	}
+	if v := q.Get("cursor"); v != "" {
+		id, err := uuid.Parse(v)
+		if err != nil {
+			writeProblem(w, r, problem(http.StatusBadRequest, codeInvalidRequest, "cursor "+strconv.Quote(v)+" is not one this API gave"))
+			return
+		}
+		opts.Before = id
+	}
+	if v := q.Get("filter"); v != "" {
+		f, err := sdk.CompileTaskFilter(v)
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		opts.Filter = f
+	}
+	page, err := c.client.ListPage(r.Context(), opts)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	resp := listResponse{Tasks: page.Tasks}
+	if resp.Tasks == nil {
+		resp.Tasks = []*sdk.TaskInfo{}
+	}
+	if page.Next != uuid.Nil {
+		resp.NextCursor = page.Next.String()
+	}
+	writeJSON(w, http.StatusOK, resp)
+}
+
+func knownStatus(s history.Status) bool {
+	switch s {
+	case history.StatusPending, history.StatusRunning, history.StatusRetrying, history.StatusCompleted,
+		history.StatusFailed, history.StatusCancelled, history.StatusDeadLettered, history.StatusExpired:
+		return true
+	}
+	return false
+}

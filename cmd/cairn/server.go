@@ -1,0 +1,205 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/cairnflow/cairn/cmd/cairn/internal/server"
+	"github.com/cairnflow/cairn/engine"
+	"github.com/cockroachdb/errors"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/spf13/cobra"
+)
+
+type serverFlags struct {
+	listen          string
+	tokensFile      string
+	maxInputBytes   int
+	rescueInterval  time.Duration
+	shutdownTimeout time.Duration
+	migrate         bool
+	logLevel        string
+}
+
+func newServerCmd(g *globals) *cobra.Command {
+	f := &serverFlags{}
+	cmd := &cobra.Command{
+		Use:   "server",
+		Short: "Serve the HTTP API and run the engine's singleton work (rescuer, cron) under the leader lease",
+		Long: `cairn server serves the HTTP API under /v1 (tasks, queues, audit events),
+/healthz, /readyz and /metrics, and runs the engine's singleton work (rescue
+of expired leases, start-deadline expiry, cron schedules) whenever it holds
+the leader lease. Run as many as you like: one leads at a time.
+
+With --tokens, every /v1 request needs "Authorization: Bearer <token>"; the
+file lists token hashes (cairn token new prints a token and its entry).
+Without it the API is open: keep the listen address on localhost.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runServer(cmd, g, f) },
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.listen, "listen", envOr("CAIRN_LISTEN", "127.0.0.1:7233"), "address to serve on (env CAIRN_LISTEN)")
+	fl.StringVar(&f.tokensFile, "tokens", os.Getenv("CAIRN_TOKENS_FILE"), "JSON file of API token hashes, namespaces and roles (env CAIRN_TOKENS_FILE); none: no authentication")
+	fl.IntVar(&f.maxInputBytes, "max-input-bytes", server.DefaultMaxInputBytes, "largest task input accepted, in bytes")
+	fl.DurationVar(&f.rescueInterval, "rescue-interval", 5*time.Second, "how often the leader looks for expired leases; the leader lease lasts three")
+	fl.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a stopping server lets requests (long polls) finish")
+	fl.BoolVar(&f.migrate, "migrate", true, "apply cairn's migrations at start")
+	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+	return cmd
+}
+
+func runServer(cmd *cobra.Command, g *globals, f *serverFlags) error {
+	ctx := cmd.Context()
+	logger, err := newLogger(cmd.ErrOrStderr(), f.logLevel)
+	if err != nil {
+		return err
+	}
+	var tokens []server.Token
+	if f.tokensFile != "" {
+		if tokens, err = server.LoadTokens(f.tokensFile); err != nil {
+			return errors.Mark(err, configError)
+		}
+	}
+	if f.maxInputBytes < 1 {
+		return errors.Mark(errors.Newf("--max-input-bytes %d: must be positive", f.maxInputBytes), configError)
+	}
+	pool, err := g.connect(ctx, 20)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if f.migrate {
+		if _, err := engine.Migrate(ctx, pool, g.schema); err != nil {
+			return err
+		}
+	}
+	// Metrics: what this process writes (cancels through the API, the
+	// rescuer's lease expirations), and queue depths read from the
+	// database at each scrape, right whichever process changed them.
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics, err := engine.NewMetrics(reg)
+	if err != nil {
+		return err
+	}
+	store, err := engine.NewStore(engine.StoreConfig{Pool: pool, Schema: g.schema, Metrics: metrics})
+	if err != nil {
+		return err
+	}
+	reg.MustRegister(engine.NewQueueCollector(store))
+	srv, err := server.New(server.Config{Pool: pool, Schema: g.schema, Tokens: tokens, MaxInputBytes: f.maxInputBytes,
+		Gatherer: reg, Metrics: metrics, Logger: logger})
+	if err != nil {
+		return errors.Mark(err, configError)
+	}
+	defer srv.Close()
+	rescuer, err := engine.NewRescuer(engine.RescuerConfig{Store: store, Owner: serverID(), Interval: f.rescueInterval, Logger: logger})
+	if err != nil {
+		return err
+	}
+	// The rescuer outlives the signal context, so its stop resigns the
+	// leader lease and another process takes over at once.
+	if err := rescuer.Start(context.WithoutCancel(ctx)); err != nil {
+		return err
+	}
+	defer rescuer.Stop()
+	return serve(ctx, cmd.ErrOrStderr(), srv, f, logger)
+}
+
+// serve listens until ctx ends, then drains: /readyz turns not ready, and
+// requests in flight get up to the shutdown timeout.
+func serve(ctx context.Context, stderr io.Writer, srv *server.Server, f *serverFlags, logger *slog.Logger) error {
+	ln, err := net.Listen("tcp", f.listen)
+	if err != nil {
+		return errors.Mark(errors.Wrapf(err, "--listen %s", f.listen), configError)
+	}
+	httpServer := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
+	fmt.Fprintf(stderr, "cairn server listening on http://%s\n", ln.Addr())
+	errc := make(chan error, 1)
+	go func() { errc <- httpServer.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return errors.Wrap(err, "serve")
+	case <-ctx.Done():
+	}
+	srv.Drain()
+	fmt.Fprintln(stderr, "cairn server stopping")
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), f.shutdownTimeout)
+	defer cancel()
+	if err := httpServer.Shutdown(shutdownCtx); err != nil {
+		return errors.Wrap(err, "shut down the HTTP server")
+	}
+	return nil
+}
+
+func newLogger(w io.Writer, level string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, errors.Mark(errors.Newf("--log-level %q: use debug, info, warn or error", level), configError)
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
+}
+
+// serverID names this server in the leader lease.
+func serverID() string {
+	host, _ := os.Hostname()
+	return fmt.Sprintf("server-%s-%d", host, os.Getpid())
+}
+
+func newTokenCmd() *cobra.Command {
+	cmd := &cobra.Command{Use: "token", Short: "Make API tokens and their hashes for the tokens file"}
+	var namespaces, roles []string
+	newCmd := &cobra.Command{
+		Use:   "new NAME",
+		Short: "Print a new random token, and the entry for the tokens file that holds its hash",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			raw := make([]byte, 32)
+			if _, err := rand.Read(raw); err != nil {
+				return err
+			}
+			token := "cairn_" + base64.RawURLEncoding.EncodeToString(raw)
+			entry := server.Token{Name: args[0], SHA256: server.HashToken(token), Namespaces: namespaces}
+			for _, r := range roles {
+				entry.Roles = append(entry.Roles, server.Role(r))
+			}
+			if err := server.ValidateTokens([]server.Token{entry}); err != nil {
+				return errors.Mark(err, configError)
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "token (shown once; give it to the client): %s\nentry for the tokens file:\n", token)
+			return printJSON(cmd, entry)
+		},
+	}
+	newCmd.Flags().StringSliceVar(&namespaces, "namespace", []string{"default"}, `namespaces the token may act in ("*" for all)`)
+	newCmd.Flags().StringSliceVar(&roles, "role", []string{"submit", "read"}, "roles: submit, read, operate, admin")
+	hashCmd := &cobra.Command{
+		Use:   "hash",
+		Short: "Read a token on stdin and print its SHA-256, as the tokens file holds it",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			raw, err := io.ReadAll(io.LimitReader(cmd.InOrStdin(), 4096))
+			if err != nil {
+				return err
+			}
+			token := strings.TrimSpace(string(raw))
+			if token == "" {
+				return errors.Mark(errors.New("no token on stdin"), configError)
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), server.HashToken(token))
+			return nil
+		},
+	}
+	cmd.AddCommand(newCmd, hashCmd)
+	return cmd
+}

@@ -1,0 +1,350 @@
+package engine
+
+import (
+	"context"
+	"math"
+	"time"
+
+	"github.com/cairnflow/cairn/history"
+	"github.com/cockroachdb/errors"
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics counts what a store writes, for Prometheus. Pass one to
+// [StoreConfig] (or sdk.WorkerConfig / sdk.ClientConfig); a nil *Metrics
+// counts nothing and costs nothing.
+//
+// Every figure is taken from events as they are committed, in the process
+// that commits them: an append the database refused counts nothing, and a
+// task's outcome is counted once, by the worker (or client, or rescuer)
+// that wrote it. Summing over processes gives the cluster's totals. What
+// the database holds now (queue depths) comes from [NewQueueCollector]
+// instead, which reads it at scrape time.
+type Metrics struct {
+	tasksFinished    *prometheus.CounterVec
+	retries          *prometheus.CounterVec
+	deadLetters      *prometheus.CounterVec
+	leaseExpirations *prometheus.CounterVec
+	cancellations    *prometheus.CounterVec
+	compensations    *prometheus.CounterVec
+	attemptDuration  *prometheus.HistogramVec
+	stepDuration     *prometheus.HistogramVec
+	scheduleToStart  *prometheus.HistogramVec
+	aiTokens         *prometheus.CounterVec
+	aiCost           *prometheus.CounterVec
+}
+
+// The outcome label of cairn_tasks_finished_total: the terminal status.
+const (
+	outcomeCompleted    = "completed"
+	outcomeFailed       = "failed"
+	outcomeCancelled    = "cancelled"
+	outcomeDeadLettered = "dead_lettered"
+	outcomeExpired      = "expired"
+)
+
+// The outcome label of cairn_compensations_total.
+const (
+	compensationOK     = "ok"
+	compensationFailed = "failed"
+)
+
+// durationBuckets (seconds) span a no-op step to an hour-long attempt: AI
+// steps commonly take seconds to minutes.
+var durationBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600}
+
+// waitBuckets (seconds) span a claim within a millisecond of a task being
+// due to a backlog an hour deep.
+var waitBuckets = []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600}
+
+// NewMetrics makes cairn's metrics and registers them with reg (a
+// prometheus.NewRegistry(), or prometheus.DefaultRegisterer). Registering
+// a second Metrics with the same registerer is an error: make one per
+// process and share it among its workers and clients.
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	if reg == nil {
+		return nil, errors.New("engine: NewMetrics needs a registerer (prometheus.NewRegistry() or prometheus.DefaultRegisterer)")
+	}
+	m := newMetrics()
+	var done []prometheus.Collector
+	for _, c := range m.collectors() {
+		if err := reg.Register(c); err != nil {
+			// Leave reg as it was, so the caller can try again.
+			for _, r := range done {
+				reg.Unregister(r)
+			}
+			return nil, errors.Wrap(err, "engine: register metrics")
+		}
+		done = append(done, c)
+	}
+	return m, nil
+}
+
+func newMetrics() *Metrics {
+	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "cairn", Name: name, Help: help}, labels)
+	}
+	histogram := func(name, help string, buckets []float64, labels ...string) *prometheus.HistogramVec {
+		return prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "cairn", Name: name, Help: help, Buckets: buckets}, labels)
+	}
+	return &Metrics{
+		tasksFinished: counter("tasks_finished_total",
+			"Tasks that reached a terminal status, by type and outcome (completed, failed, cancelled, dead_lettered, expired).",
+			"type", "outcome"),
+		retries: counter("retries_total",
+			"Failed attempts that were scheduled to run again, by type and error class (transient, permanent).",
+			"type", "class"),
+		deadLetters: counter("dead_letters_total",
+			"Tasks dead-lettered for an operator to look at, by type.",
+			"type"),
+		leaseExpirations: counter("lease_expirations_total",
+			"Attempts whose worker stopped renewing its lease, found by the rescuer, by type.",
+			"type"),
+		cancellations: counter("cancellations_total",
+			"Cancel requests recorded (cancel_requested), by type.",
+			"type"),
+		compensations: counter("compensations_total",
+			"Compensators run to an end, by type and outcome (ok, failed).",
+			"type", "outcome"),
+		attemptDuration: histogram("attempt_duration_seconds",
+			"Time from an attempt's start (its claim) to the event that ended it, by type.",
+			durationBuckets, "type"),
+		stepDuration: histogram("step_duration_seconds",
+			"Time a completed step's function ran, by type and step name.",
+			durationBuckets, "type", "step"),
+		scheduleToStart: histogram("schedule_to_start_seconds",
+			"Time from when a task was due to its claim by a worker, by queue.",
+			waitBuckets, "queue"),
+		aiTokens: counter("ai_tokens_total",
+			"AI model tokens steps reported (activities.RecordUsage), by type, model and direction (input, output).",
+			"type", "model", "direction"),
+		aiCost: counter("ai_cost_usd_total",
+			"Cost in US dollars of the AI model calls steps reported (activities.RecordUsage), by type and model.",
+			"type", "model"),
+	}
+}
+
+func (m *Metrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{
+		m.tasksFinished, m.retries, m.deadLetters, m.leaseExpirations, m.cancellations, m.compensations,
+		m.attemptDuration, m.stepDuration, m.scheduleToStart, m.aiTokens, m.aiCost,
+	}
+}
+
+// observeAppended counts the events of an append that was committed; next
+// is the task's state after it.
+func (m *Metrics) observeAppended(p *EventAppendParams, next history.State) {
+	if m == nil {
+		return
+	}
+	taskType := next.Scheduled.TaskType
+	for _, payload := range p.Payloads {
+		m.observeEvent(taskType, payload)
+	}
+	if !p.attemptStartedAt.IsZero() && attemptEnded(p.State, next) {
+		m.attemptDuration.WithLabelValues(taskType).Observe(seconds(next.UpdatedAt.Sub(p.attemptStartedAt)))
+	}
+}
+
+// attemptStart returns when the latest attempt in events began (zero if
+// none did), for the attempt duration of an append made without the
+// attempt's own record of it (the rescuer's).
+func attemptStart(events []history.Event) time.Time {
+	for i := len(events) - 1; i >= 0; i-- {
+		if events[i].Type() == history.AttemptStarted {
+			return events[i].At
+		}
+	}
+	return time.Time{}
+}
+
+// attemptEnded reports whether the append that took before to after ended
+// the running attempt: its lease is given up by every event that ends one
+// (a retry, an outcome, a release, a timer, a lease expiry).
+func attemptEnded(before, after history.State) bool {
+	return before.Lease.Owner != "" && after.Lease.Owner == ""
+}
+
+func (m *Metrics) observeEvent(taskType string, payload history.Payload) {
+	switch p := payload.(type) {
+	case history.StepCompletedData:
+		m.stepDuration.WithLabelValues(taskType, p.Name).Observe(float64(p.DurationMillis) / 1000)
+		m.observeUsage(taskType, p.Usage)
+	case history.AttemptFailedData:
+		if p.NextRunAt != nil {
+			m.retries.WithLabelValues(taskType, string(p.Error.Class)).Inc()
+		}
+		m.observeUsage(taskType, p.Usage)
+	case history.TaskCompletedData:
+		m.finished(taskType, outcomeCompleted)
+	case history.TaskFailedData:
+		m.finished(taskType, outcomeFailed)
+	case history.TaskDeadLetteredData:
+		m.finished(taskType, outcomeDeadLettered)
+		m.deadLetters.WithLabelValues(taskType).Inc()
+	case history.TaskCancelledData:
+		m.finished(taskType, outcomeCancelled)
+	case history.TaskExpiredData:
+		m.finished(taskType, outcomeExpired)
+	case history.LeaseExpiredData:
+		m.leaseExpirations.WithLabelValues(taskType).Inc()
+	case history.CancelRequestedData:
+		m.cancellations.WithLabelValues(taskType).Inc()
+	case history.StepCompensatedData:
+		m.compensations.WithLabelValues(taskType, compensationOK).Inc()
+	case history.CompensationFailedData:
+		m.compensations.WithLabelValues(taskType, compensationFailed).Inc()
+	}
+}
+
+func (m *Metrics) finished(taskType, outcome string) {
+	m.tasksFinished.WithLabelValues(taskType, outcome).Inc()
+}
+
+// observeUsage adds a step's AI usage. Figures that a counter cannot take
+// (negative, not finite) are skipped rather than panicking the writer:
+// events may come from code other than activities.RecordUsage.
+func (m *Metrics) observeUsage(taskType string, usage []history.Usage) {
+	for _, u := range usage {
+		if u.InputTokens > 0 {
+			m.aiTokens.WithLabelValues(taskType, u.Model, "input").Add(float64(u.InputTokens))
+		}
+		if u.OutputTokens > 0 {
+			m.aiTokens.WithLabelValues(taskType, u.Model, "output").Add(float64(u.OutputTokens))
+		}
+		if u.CostUSD > 0 && !math.IsInf(u.CostUSD, 0) {
+			m.aiCost.WithLabelValues(taskType, u.Model).Add(u.CostUSD)
+		}
+	}
+}
+
+// observeClaimed records how long each claimed task waited: from its run
+// time (when it became due) to its claim, both on the database's clock
+// except a run time a client chose.
+func (m *Metrics) observeClaimed(claimed []*ClaimedTask) {
+	if m == nil {
+		return
+	}
+	for _, ct := range claimed {
+		t := ct.Task
+		m.scheduleToStart.WithLabelValues(t.Queue).Observe(seconds(t.UpdatedAt.Sub(t.RunAt)))
+	}
+}
+
+// seconds converts d for a histogram; a negative d (clocks apart) counts as
+// zero.
+func seconds(d time.Duration) float64 {
+	return max(d, 0).Seconds()
+}
+
+// queueScrapeTimeout bounds the query behind a scrape of the queue
+// collector: a slow database makes the scrape fail, not hang.
+const queueScrapeTimeout = 5 * time.Second
+
+// The statuses cairn_queue_tasks reports: the unfinished ones, and dead
+// letters, which wait for a person.
+var queueGaugeStatuses = []history.Status{
+	history.StatusPending, history.StatusRetrying, history.StatusRunning, history.StatusDeadLettered,
+}
+
+// queueCollector reports queue depths read from the database at scrape
+// time, so every process reports the same, right figures however many
+// workers and clients change them.
+type queueCollector struct {
+	store  *Store
+	tasks  *prometheus.Desc
+	oldest *prometheus.Desc
+}
+
+// NewQueueCollector returns a collector of gauges read from store's
+// database at each scrape, over every namespace and queue with tasks in
+// them:
+//
+//   - cairn_queue_tasks{namespace, queue, status}: tasks pending (due or
+//     not), retrying, running and dead-lettered;
+//   - cairn_queue_oldest_waiting_seconds{namespace, queue}: how long the
+//     longest-waiting due task (pending or retrying) has been due; 0 when
+//     none is.
+//
+// A queue with none of those tasks is not reported. A scrape that cannot
+// read the database reports the error to the registry (the scrape fails)
+// rather than stale or zero figures. Register it with one process's
+// registry only: every process would report the same figures.
+func NewQueueCollector(store *Store) prometheus.Collector {
+	return &queueCollector{
+		store: store,
+		tasks: prometheus.NewDesc("cairn_queue_tasks",
+			"Tasks in a queue by status (pending, retrying, running, dead_lettered), read from the database at scrape time.",
+			[]string{"namespace", "queue", "status"}, nil),
+		oldest: prometheus.NewDesc("cairn_queue_oldest_waiting_seconds",
+			"How long the longest-waiting due task of a queue has been due, read from the database at scrape time; 0 when none is.",
+			[]string{"namespace", "queue"}, nil),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (c *queueCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.tasks
+	ch <- c.oldest
+}
+
+// Collect implements prometheus.Collector.
+func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
+	if c.store == nil {
+		ch <- prometheus.NewInvalidMetric(c.tasks, errors.New("engine: queue collector has no store"))
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), queueScrapeTimeout)
+	defer cancel()
+	depths, err := c.store.queueDepths(ctx)
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(c.tasks, err)
+		return
+	}
+	for _, q := range depths {
+		for _, status := range queueGaugeStatuses {
+			ch <- prometheus.MustNewConstMetric(c.tasks, prometheus.GaugeValue, float64(q.tasks[status]), q.namespace, q.queue, string(status))
+		}
+		ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, q.oldestDue.Seconds(), q.namespace, q.queue)
+	}
+}
+
+// queueDepth is one queue's row of the collector.
+type queueDepth struct {
+	namespace, queue string
+	tasks            map[history.Status]int64
+	oldestDue        time.Duration
+}
+
+// queueDepths reads the task counts of every queue by status, in one
+// grouped query.
+func (s *Store) queueDepths(ctx context.Context) ([]*queueDepth, error) {
+	rows, err := s.pool.Query(ctx, s.sql("MetricsQueueDepths"))
+	if err != nil {
+		return nil, errors.Wrap(interpretError(err), "read queue depths")
+	}
+	var out []*queueDepth
+	byQueue := map[[2]string]*queueDepth{}
+	var namespace, queue, status string
+	var count int64
+	var oldestSeconds *float64
+	_, err = pgx.ForEachRow(rows, []any{&namespace, &queue, &status, &count, &oldestSeconds}, func() error {
+		key := [2]string{namespace, queue}
+		q := byQueue[key]
+		if q == nil {
+			q = &queueDepth{namespace: namespace, queue: queue, tasks: map[history.Status]int64{}}
+			byQueue[key] = q
+			out = append(out, q)
+		}
+		q.tasks[history.Status(status)] = count
+		if oldestSeconds != nil {
+			q.oldestDue = max(q.oldestDue, time.Duration(*oldestSeconds*float64(time.Second)))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, errors.Wrap(interpretError(err), "read queue depths")
+	}
+	return out, nil
+}

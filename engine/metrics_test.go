@@ -1,0 +1,169 @@
+package engine_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/engine/enginetest"
+	"github.com/cairnflow/cairn/history"
+	"github.com/cockroachdb/errors"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+)
+
+// metricsStore returns a store over a fresh schema that counts into a
+// fresh registry.
+func metricsStore(t *testing.T) (*engine.Store, *prometheus.Registry) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	m, err := engine.NewMetrics(reg)
+	require.NoError(t, err)
+	s, err := engine.NewStore(engine.StoreConfig{Pool: enginetest.Pool(t), Schema: enginetest.Schema(t), Metrics: m})
+	require.NoError(t, err)
+	return s, reg
+}
+
+func TestNewMetricsRegistersOnce(t *testing.T) {
+	t.Parallel()
+	_, err := engine.NewMetrics(nil)
+	require.Error(t, err)
+
+	reg := prometheus.NewRegistry()
+	_, err = engine.NewMetrics(reg)
+	require.NoError(t, err)
+	_, err = engine.NewMetrics(reg)
+	require.Error(t, err, "the same names twice in one registry")
+	var already prometheus.AlreadyRegisteredError
+	require.True(t, errors.As(err, &already), "the registry's own error, wrapped: %v", err)
+}
+
+// Each event is counted once it is committed, and a refused append
+// counts nothing.
+func TestMetricsCountCommittedEvents(t *testing.T) {
+	t.Parallel()
+	s, reg := metricsStore(t)
+	ctx := context.Background()
+	id := enginetest.StartTask(t, s, nil)
+	ct := claimOne(t, s, "w1", time.Minute)
+	require.Equal(t, id, ct.Task.ID)
+
+	usage := []history.Usage{{Model: "m", InputTokens: 100, OutputTokens: 50, CostUSD: 0.01}}
+	afterStep, err := appendFenced(ctx, s, ct, history.StepCompletedData{Name: "extract", DurationMillis: 1500, Usage: usage})
+	require.NoError(t, err)
+	_, err = appendFenced(ctx, s, ct, history.TaskCompletedData{}) // ct.State is behind the step: refused
+	require.True(t, errors.Is(err, engine.ErrConflict), "%v", err)
+
+	g := enginetest.Gather(t, reg)
+	require.Zero(t, g.Value("cairn_tasks_finished_total"), "a refused append counts nothing")
+	require.Equal(t, uint64(1), g.SampleCount("cairn_schedule_to_start_seconds", "queue", "default"))
+	require.Equal(t, uint64(1), g.SampleCount("cairn_step_duration_seconds", "type", "test", "step", "extract"))
+	require.InDelta(t, 1.5, g["cairn_step_duration_seconds"].GetMetric()[0].GetHistogram().GetSampleSum(), 1e-9)
+	require.Equal(t, 100.0, g.Value("cairn_ai_tokens_total", "type", "test", "model", "m", "direction", "input"))
+	require.Equal(t, 50.0, g.Value("cairn_ai_tokens_total", "type", "test", "model", "m", "direction", "output"))
+	require.InDelta(t, 0.01, g.Value("cairn_ai_cost_usd_total", "type", "test", "model", "m"), 1e-12)
+
+	ct.State = afterStep
+	complete(t, s, ct)
+	g = enginetest.Gather(t, reg)
+	require.Equal(t, 1.0, g.Value("cairn_tasks_finished_total", "type", "test", "outcome", "completed"))
+	require.Zero(t, g.SampleCount("cairn_attempt_duration_seconds"),
+		"the attempt's start is known to the processor and the rescuer, not to a bare append")
+	enginetest.RequireProjectionsMatch(t, s)
+}
+
+func TestMetricsCountRetriesDeadLettersAndCancels(t *testing.T) {
+	t.Parallel()
+	s, reg := metricsStore(t)
+	ctx := context.Background()
+	enginetest.StartTask(t, s, nil)
+	ct := claimOne(t, s, "w1", time.Minute)
+	next := engine.Now()
+	_, err := appendFenced(ctx, s, ct, history.AttemptFailedData{
+		Error: history.ErrorInfo{Class: history.Transient, Message: "503"}, NextRunAt: &next,
+		Usage: []history.Usage{{Model: "m", InputTokens: 10, CostUSD: 0.5}},
+	})
+	require.NoError(t, err)
+	ct = claimOne(t, s, "w1", time.Minute)
+	info := history.ErrorInfo{Class: history.Permanent, Message: "bad"}
+	_, err = appendFenced(ctx, s, ct, history.AttemptFailedData{Error: info}, history.TaskDeadLetteredData{Reason: "permanent", Error: info})
+	require.NoError(t, err)
+
+	pending := enginetest.StartTask(t, s, &enginetest.TaskOpts{RunAt: time.Now().Add(time.Hour)})
+	_, err = s.TaskCancel(ctx, &engine.TaskRequestParams{Namespace: engine.DefaultNamespace, ID: pending, By: "test"})
+	require.NoError(t, err)
+
+	g := enginetest.Gather(t, reg)
+	require.Equal(t, 1.0, g.Value("cairn_retries_total", "type", "test", "class", "transient"))
+	require.Equal(t, 1.0, g.Value("cairn_retries_total"), "the final failure is no retry")
+	require.Equal(t, 1.0, g.Value("cairn_dead_letters_total", "type", "test"))
+	require.Equal(t, 1.0, g.Value("cairn_tasks_finished_total", "type", "test", "outcome", "dead_lettered"))
+	require.Equal(t, 1.0, g.Value("cairn_cancellations_total", "type", "test"))
+	require.Equal(t, 1.0, g.Value("cairn_tasks_finished_total", "type", "test", "outcome", "cancelled"))
+	require.Equal(t, 2.0, g.Value("cairn_tasks_finished_total"))
+	require.Equal(t, 10.0, g.Value("cairn_ai_tokens_total", "direction", "input"), "a failed step's usage counts")
+	require.Zero(t, g.Value("cairn_ai_tokens_total", "direction", "output"))
+	require.Equal(t, uint64(2), g.SampleCount("cairn_schedule_to_start_seconds"))
+	enginetest.RequireProjectionsMatch(t, s)
+}
+
+// The rescuer knows when the expired attempt began: its lease_expired
+// observes the attempt's duration.
+func TestMetricsCountLeaseExpiry(t *testing.T) {
+	t.Parallel()
+	s, reg := metricsStore(t)
+	enginetest.StartTask(t, s, nil)
+	claimOne(t, s, "crashed", 200*time.Millisecond)
+	rescueOne(t, s)
+
+	g := enginetest.Gather(t, reg)
+	require.Equal(t, 1.0, g.Value("cairn_lease_expirations_total", "type", "test"))
+	require.Equal(t, uint64(1), g.SampleCount("cairn_attempt_duration_seconds", "type", "test"))
+	require.Zero(t, g.Value("cairn_tasks_finished_total"))
+}
+
+func TestQueueCollectorReadsTheDatabase(t *testing.T) {
+	t.Parallel()
+	s := enginetest.Store(t)
+	enginetest.StartTasks(t, s, 3, &enginetest.TaskOpts{Queue: "a"})
+	enginetest.StartTask(t, s, &enginetest.TaskOpts{Queue: "b", RunAt: time.Now().Add(time.Hour)})
+	enginetest.StartTask(t, s, &enginetest.TaskOpts{Queue: "c", RunAt: time.Now().Add(-10 * time.Minute)})
+	enginetest.StartTask(t, s, &enginetest.TaskOpts{Namespace: "other", Queue: "a"})
+	p := claimOpts("w1", 1, time.Minute)
+	p.Queues = []string{"a"}
+	require.Len(t, claim(t, s, p), 1)
+
+	reg := prometheus.NewRegistry()
+	require.NoError(t, reg.Register(engine.NewQueueCollector(s)))
+	g := enginetest.Gather(t, reg)
+
+	const tasks, oldest = "cairn_queue_tasks", "cairn_queue_oldest_waiting_seconds"
+	require.Equal(t, 4*4, g.Series(tasks), "four statuses of each namespace's queue with tasks")
+	require.Equal(t, 2.0, g.Value(tasks, "namespace", "default", "queue", "a", "status", "pending"))
+	require.Equal(t, 1.0, g.Value(tasks, "namespace", "default", "queue", "a", "status", "running"))
+	require.Equal(t, 1, g.Series(tasks, "namespace", "default", "queue", "a", "status", "retrying"), "reported as 0, not left out")
+	require.Zero(t, g.Value(tasks, "namespace", "default", "queue", "a", "status", "retrying"))
+	require.Zero(t, g.Value(tasks, "namespace", "default", "queue", "a", "status", "dead_lettered"))
+	require.Equal(t, 1.0, g.Value(tasks, "namespace", "default", "queue", "b", "status", "pending"))
+	require.Equal(t, 1.0, g.Value(tasks, "namespace", "other", "queue", "a", "status", "pending"))
+
+	require.Zero(t, g.Value(oldest, "namespace", "default", "queue", "b"), "a task not yet due is not waiting")
+	age := g.Value(oldest, "namespace", "default", "queue", "c")
+	require.GreaterOrEqual(t, age, 600.0)
+	require.Less(t, age, 660.0)
+	require.Positive(t, g.Value(oldest, "namespace", "default", "queue", "a"))
+}
+
+// A scrape that cannot read the database fails with the error; it neither
+// panics nor reports zeros.
+func TestQueueCollectorReportsScrapeErrors(t *testing.T) {
+	t.Parallel()
+	s, err := engine.NewStore(engine.StoreConfig{Pool: enginetest.Pool(t), Schema: enginetest.UnmigratedSchema(t)})
+	require.NoError(t, err)
+	reg := prometheus.NewRegistry()
+	require.NoError(t, reg.Register(engine.NewQueueCollector(s)))
+	var gatherErr error
+	require.NotPanics(t, func() { _, gatherErr = reg.Gather() })
+	require.ErrorContains(t, gatherErr, "read queue depths")
+}

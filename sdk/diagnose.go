@@ -1,0 +1,39 @@
+package sdk
+
+import (
+	"context"
+	"time"
+
+	"github.com/cairnflow/cairn/engine"
+	"github.com/cockroachdb/errors"
+)
+
+// The windows [Client.DiagnoseQueue] accepts: 2s to 24h. Two seconds is the
+// shortest window whose halves still hold a claim or two of a worker that
+// polls every second; a day is as far back as a diagnosis reads events, so
+// its cost stays a bounded range scan. A quarter of an hour (the CLI's
+// default) suits most questions; a few seconds suits tests.
+const (
+	MinDiagnoseWindow = engine.MinDiagnoseWindow
+	MaxDiagnoseWindow = engine.MaxDiagnoseWindow
+)
+
+// DiagnoseQueue answers "why is this queue growing?" from its history over
+// the window ending now: it compares the window's first half ("then") with
+// its second ("now") — inflow, outflow, attempts, retries, failures, live
+// workers, attempt and step durations — reads the queue's depth, limits and
+// waiting tasks by type and fairness key, and ranks the likely causes
+// (lost_consumers, poison_retries, slower_attempts, inflow_spike, hot_key,
+// concurrency_capped, rate_limited, unserved_type), each with the numbers
+// that point at it. A queue where nothing looks wrong has no causes and is
+// Healthy. The queue is in the client's namespace.
+func (c *Client) DiagnoseQueue(ctx context.Context, queue string, window time.Duration) (*engine.QueueDiagnosis, error) {
+	if err := validateName("queue", queue); err != nil {
+		return nil, errors.Mark(errors.Wrap(err, "diagnose queue"), ErrInvalid)
+	}
+	if window < MinDiagnoseWindow || window > MaxDiagnoseWindow {
+		return nil, errors.Mark(errors.Newf("diagnose queue %s: window %s must be between %s and %s",
+			queue, window, MinDiagnoseWindow, MaxDiagnoseWindow), ErrInvalid)
+	}
+	return c.store.QueueDiagnose(ctx, &engine.QueueDiagnoseParams{Namespace: c.namespace, Queue: queue, Window: window})
+}

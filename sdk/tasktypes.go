@@ -1,0 +1,76 @@
+package sdk
+
+import (
+	"context"
+	"strconv"
+	"strings"
+
+	"github.com/cairnflow/cairn/activities"
+	"github.com/cairnflow/cairn/engine"
+	"github.com/cockroachdb/errors"
+)
+
+// ErrUnknownType is returned (marked) by [Client.RegisteredType] for a
+// workflow type no worker of the namespace has registered.
+var ErrUnknownType = errors.New("unknown task type")
+
+// TaskTypes returns the workflow types workers of the client's namespace
+// have registered (each worker records its types when it starts), with the
+// defaults their definitions give.
+func (c *Client) TaskTypes(ctx context.Context) ([]engine.TaskType, error) {
+	return c.store.TaskTypeList(ctx, c.namespace)
+}
+
+// RegisteredType returns a [WorkflowRef] for a type a worker registered,
+// carrying the definition's defaults (queue, attempts, schedule-to-close),
+// so a producer without the workflow's Go code starts it as the code
+// would. version 0 takes the highest registered version. A type nobody
+// registered is [ErrUnknownType], with the registered ones in the message.
+func (c *Client) RegisteredType(ctx context.Context, name string, version int) (WorkflowRef, error) {
+	types, err := c.TaskTypes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var found *engine.TaskType
+	var known []string
+	for i, t := range types {
+		known = append(known, t.Type+"@"+strconv.Itoa(t.Version))
+		if t.Type == name && (version == 0 || t.Version == version) && (found == nil || t.Version > found.Version) {
+			found = &types[i]
+		}
+	}
+	if found == nil {
+		what := name
+		if version != 0 {
+			what += "@" + strconv.Itoa(version)
+		}
+		registered := "none"
+		if len(known) > 0 {
+			registered = strings.Join(known[:min(len(known), 20)], ", ")
+		}
+		return nil, errors.Mark(errors.Newf("task type %s is not registered by any worker of namespace %s (registered: %s)",
+			what, c.namespace, registered), ErrUnknownType)
+	}
+	return registeredRef{*found}, nil
+}
+
+// registeredRef is a type as a worker registered it.
+type registeredRef struct{ t engine.TaskType }
+
+func (r registeredRef) TypeName() string { return r.t.Type }
+func (r registeredRef) TypeVersion() int { return r.t.Version }
+func (r registeredRef) typeDefaults() workflowDefaults {
+	retry := activities.DefaultRetryPolicy
+	retry.MaxAttempts = r.t.MaxAttempts
+	return workflowDefaults{queue: r.t.Queue, retry: retry, scheduleToClose: r.t.ScheduleToClose}
+}
+
+// registerTypes records the worker's types in the registry.
+func (w *Worker) registerTypes(ctx context.Context) error {
+	types := make([]engine.TaskType, 0, len(w.types))
+	for k, reg := range w.types {
+		types = append(types, engine.TaskType{Type: k.Type, Version: k.Version, Queue: reg.defaults.queue,
+			MaxAttempts: reg.defaults.retry.MaxAttempts, ScheduleToClose: reg.defaults.scheduleToClose})
+	}
+	return w.store.TaskTypeRegister(ctx, w.cfg.Namespace, w.cfg.WorkerID, types)
+}
