@@ -3,8 +3,10 @@ package engine
 import (
 	"bytes"
 	"context"
+	"log/slog"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/cockroachdb/errors"
 	"github.com/google/uuid"
@@ -20,12 +22,13 @@ import (
 // durable and visible within one round trip plus whatever flush is ahead of
 // it, not after a fixed interval.
 type appender struct {
-	store *Store
-	ctx   context.Context // the worker's base context, set by start: ends every write and wait
-	reqs  chan *appendReq // written by attempts; read by flushers; never closed
-	quit  chan struct{}   // closed by stop: flushers write what is queued, then exit
-	done  chan struct{}   // closed when every flusher has exited
-	wg    sync.WaitGroup
+	store  *Store
+	outage *outage         // database trouble, logged once per change of state
+	ctx    context.Context // the worker's base context, set by start: ends every write and wait
+	reqs   chan *appendReq // written by attempts; read by flushers; never closed
+	quit   chan struct{}   // closed by stop: flushers write what is queued, then exit
+	done   chan struct{}   // closed when every flusher has exited
+	wg     sync.WaitGroup
 }
 
 type appendReq struct {
@@ -53,8 +56,9 @@ const (
 	appendFlushers = 2
 )
 
-func newAppender(store *Store, queue int) *appender {
-	return &appender{store: store, reqs: make(chan *appendReq, queue), quit: make(chan struct{}), done: make(chan struct{})}
+func newAppender(store *Store, queue int, logger *slog.Logger) *appender {
+	return &appender{store: store, outage: newOutage(logger, "appender"),
+		reqs: make(chan *appendReq, queue), quit: make(chan struct{}), done: make(chan struct{})}
 }
 
 // start runs the flushers until stop. ctx bounds every write: cancelling it
@@ -216,14 +220,37 @@ func (a *appender) flushLoop(ctx context.Context) {
 
 // write runs one EventAppendMany. Heartbeats lock the same rows in another
 // order and can deadlock with a batch; PostgreSQL aborts one of the two,
-// and running the batch again is all it takes.
+// and running the batch again is all it takes. While the database is out
+// of reach (restarting, a network blip), the batch is tried again with
+// backoff for up to maxOutageRetry, so outcomes finished meanwhile are
+// kept rather than redone after their leases expire. Trying again is safe
+// even if a try committed before its connection dropped: the appends are
+// fenced by sequence and epoch, so a second write of the same events is
+// refused, never doubled.
 func (a *appender) write(ctx context.Context, params []*EventAppendParams) ([]AppendResult, error) {
 	results, err := a.store.EventAppendMany(ctx, params)
 	for try := 1; try < 5 && errors.Is(err, ErrRetryable); try++ {
 		results, err = a.store.EventAppendMany(ctx, params)
 	}
+	deadline := time.Now().Add(maxOutageRetry)
+	for wait := time.Duration(0); isConnectionError(err) && time.Now().Before(deadline); {
+		a.outage.failed(err)
+		wait = nextBackoff(wait, workBackoff)
+		if !sleepCtx(ctx, wait) {
+			return results, err
+		}
+		results, err = a.store.EventAppendMany(ctx, params)
+	}
+	if err == nil {
+		a.outage.ok()
+	}
 	return results, err
 }
+
+// maxOutageRetry bounds how long an outcome waits for the database to come
+// back: about a lease, after which the task is rescued and runs again
+// anyway.
+const maxOutageRetry = 30 * time.Second
 
 // rebaseConflicts retries the attempt appends at the conflicted indexes,
 // which lost a race to a cancel request: a client appends cancel_requested

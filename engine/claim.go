@@ -61,7 +61,9 @@ func (s *Store) TaskClaimMany(ctx context.Context, p *TaskClaimManyParams) ([]*C
 	}
 	// A claim need not wait for its commit to reach disk: if the database
 	// crashes and loses it, the task is simply pending again, and the
-	// worker's own appends (which do wait) are refused as stale. One fsync
+	// worker's own appends (which do wait) are refused as stale: the next
+	// claim's epoch comes from the clock, so it never equals the lost
+	// claim's (see the statement). One fsync
 	// fewer on the way from a new task to its first step. Both statements
 	// go in one pipeline, so they run as one implicit transaction and the
 	// setting (is_local) ends with it.

@@ -149,6 +149,40 @@ func TestTaskClaimMany(t *testing.T) {
 		require.Zero(t, countRows(t, s, "tasks"))
 	})
 
+	// A claim commits without waiting for disk, so a database crash can
+	// lose it while its worker already runs the task. The next claim must
+	// not reuse the lost claim's epoch: the first worker's writes are then
+	// refused.
+	t.Run("LostClaimEpochIsNotReused", func(t *testing.T) {
+		t.Parallel()
+		s := enginetest.Store(t)
+		ctx := context.Background()
+		id := enginetest.StartTask(t, s, nil)
+		lost := claimOne(t, s, "worker-a", time.Minute)
+		// The crash: the row and the log go back to before the claim.
+		tx, err := s.Pool().Begin(ctx)
+		require.NoError(t, err)
+		_, err = tx.Exec(ctx, "SET LOCAL cairn.retention = 'on'")
+		require.NoError(t, err)
+		_, err = tx.Exec(ctx, "DELETE FROM "+tableName(s, "events")+" WHERE task_id = $1 AND seq = 2", id)
+		require.NoError(t, err)
+		_, err = tx.Exec(ctx, "UPDATE "+tableName(s, "tasks")+` SET status = 'pending', attempt = 0, lease_owner = NULL,
+			lease_epoch = 0, lease_expires_at = NULL, last_seq = 1, updated_at = created_at, started_at = NULL WHERE id = $1`, id)
+		require.NoError(t, err)
+		require.NoError(t, tx.Commit(ctx))
+
+		again := claimOne(t, s, "worker-b", time.Minute)
+		require.Equal(t, id, again.Task.ID)
+		require.NotEqual(t, lost.Task.LeaseEpoch, again.Task.LeaseEpoch, "the lost claim's epoch is not handed out again")
+		_, err = appendFenced(ctx, s, lost, history.TaskCompletedData{})
+		require.Error(t, err, "the first worker's write is refused")
+		held, err := s.LeaseExtendMany(ctx, []engine.LeaseRef{{TaskID: id, Epoch: lost.Task.LeaseEpoch}}, time.Minute)
+		require.NoError(t, err)
+		require.Empty(t, held, "and its heartbeat learns the lease is gone")
+		complete(t, s, again)
+		require.Equal(t, 1, enginetest.RequireProjectionsMatch(t, s))
+	})
+
 	t.Run("NotBeforeRunAt", func(t *testing.T) {
 		t.Parallel()
 		s := enginetest.Store(t)
@@ -231,7 +265,7 @@ func TestTaskClaimMany(t *testing.T) {
 		require.Equal(t, history.StatusRunning, task.Status)
 		require.Equal(t, 1, task.Attempt)
 		require.Equal(t, "worker-7", task.LeaseOwner)
-		require.Equal(t, before.LeaseEpoch+1, task.LeaseEpoch)
+		require.Greater(t, task.LeaseEpoch, before.LeaseEpoch, "a new epoch")
 		require.Equal(t, int64(2), task.LastSeq)
 		require.NotNil(t, task.LeaseExpiresAt)
 		require.NotNil(t, task.StartedAt)
@@ -260,7 +294,7 @@ func TestTaskClaimMany(t *testing.T) {
 		again := claimOne(t, s, "worker-8", time.Minute)
 		require.Equal(t, id, again.Task.ID)
 		require.Equal(t, 2, again.Task.Attempt)
-		require.Equal(t, task.LeaseEpoch+1, again.Task.LeaseEpoch)
+		require.Greater(t, again.Task.LeaseEpoch, task.LeaseEpoch, "each claim a greater epoch")
 		require.Equal(t, "worker-8", again.Task.LeaseOwner)
 		require.True(t, again.Task.StartedAt.Equal(*task.StartedAt))
 		last := again.Events[len(again.Events)-1]
@@ -268,7 +302,7 @@ func TestTaskClaimMany(t *testing.T) {
 		lastStarted, ok := last.Data.(history.AttemptStartedData)
 		require.True(t, ok, "last event is %T", last.Data)
 		require.Equal(t, "worker-8", lastStarted.WorkerID)
-		require.Equal(t, task.LeaseEpoch+1, lastStarted.LeaseEpoch)
+		require.Equal(t, again.Task.LeaseEpoch, lastStarted.LeaseEpoch)
 		require.Equal(t, 1, enginetest.RequireProjectionsMatch(t, s))
 	})
 
@@ -329,7 +363,7 @@ func TestTaskClaimMany(t *testing.T) {
 			require.Contains(t, byOwner, id)
 			task := getTask(t, s, id)
 			require.Equal(t, 1, task.Attempt)
-			require.Equal(t, int64(1), task.LeaseEpoch)
+			require.Positive(t, task.LeaseEpoch)
 			require.Equal(t, byOwner[id], task.LeaseOwner)
 		}
 		require.Equal(t, 2*tasks, countRows(t, s, "events"), "one attempt_started per task")

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/cairnflow/cairn/history"
@@ -33,6 +34,20 @@ type Metrics struct {
 	scheduleToStart  *prometheus.HistogramVec
 	aiTokens         *prometheus.CounterVec
 	aiCost           *prometheus.CounterVec
+
+	labelKeys []string // task label keys that are metric labels too (MetricsOpts.TaskLabels)
+}
+
+// MetricsOpts configure [NewMetricsWithOpts].
+type MetricsOpts struct {
+	// TaskLabels are task label keys (StartOpts.Labels) to break
+	// cairn_tasks_finished_total, cairn_ai_tokens_total and
+	// cairn_ai_cost_usd_total down by, each as a metric label
+	// "label_<key>" ('.', '-' and '/' become '_'); a task without the
+	// label has "". Name only labels with a bounded set of values (a
+	// tenant tier, a scenario, a model family; never an id): each value is
+	// a time series.
+	TaskLabels []string
 }
 
 // The outcome label of cairn_tasks_finished_total: the terminal status.
@@ -63,10 +78,28 @@ var waitBuckets = []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 
 // a second Metrics with the same registerer is an error: make one per
 // process and share it among its workers and clients.
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	return NewMetricsWithOpts(reg, MetricsOpts{})
+}
+
+// NewMetricsWithOpts is [NewMetrics] with options.
+func NewMetricsWithOpts(reg prometheus.Registerer, opts MetricsOpts) (*Metrics, error) {
 	if reg == nil {
 		return nil, errors.New("engine: NewMetrics needs a registerer (prometheus.NewRegistry() or prometheus.DefaultRegisterer)")
 	}
-	m := newMetrics()
+	extra := make([]string, len(opts.TaskLabels))
+	seen := map[string]bool{}
+	for i, key := range opts.TaskLabels {
+		extra[i] = metricLabelName(key)
+		if key == "" || len(key) > 64 || strings.IndexFunc(key, notLabelKeyRune) >= 0 {
+			return nil, errors.Newf("engine: metrics task label %q: a label key is 1 to 64 letters, digits, '_', '.', '-' or '/'", key)
+		}
+		if seen[extra[i]] {
+			return nil, errors.Newf("engine: metrics task label %q repeats another", key)
+		}
+		seen[extra[i]] = true
+	}
+	m := newMetrics(extra)
+	m.labelKeys = opts.TaskLabels
 	var done []prometheus.Collector
 	for _, c := range m.collectors() {
 		if err := reg.Register(c); err != nil {
@@ -81,7 +114,23 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	return m, nil
 }
 
-func newMetrics() *Metrics {
+// notLabelKeyRune is the task label key rule of the sdk (StartOpts.Labels).
+func notLabelKeyRune(r rune) bool {
+	return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("_.-/", r))
+}
+
+// metricLabelName is the metric label a task label key becomes.
+func metricLabelName(key string) string {
+	return "label_" + strings.Map(func(r rune) rune {
+		if r == '.' || r == '-' || r == '/' {
+			return '_'
+		}
+		return r
+	}, key)
+}
+
+// newMetrics makes the metrics; extra are the task-label metric labels.
+func newMetrics(extra []string) *Metrics {
 	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "cairn", Name: name, Help: help}, labels)
 	}
@@ -91,7 +140,7 @@ func newMetrics() *Metrics {
 	return &Metrics{
 		tasksFinished: counter("tasks_finished_total",
 			"Tasks that reached a terminal status, by type and outcome (completed, failed, cancelled, dead_lettered, expired).",
-			"type", "outcome"),
+			append([]string{"type", "outcome"}, extra...)...),
 		retries: counter("retries_total",
 			"Failed attempts that were scheduled to run again, by type and error class (transient, permanent).",
 			"type", "class"),
@@ -118,10 +167,10 @@ func newMetrics() *Metrics {
 			waitBuckets, "queue"),
 		aiTokens: counter("ai_tokens_total",
 			"AI model tokens steps reported (activities.RecordUsage), by type, model and direction (input, output).",
-			"type", "model", "direction"),
+			append([]string{"type", "model", "direction"}, extra...)...),
 		aiCost: counter("ai_cost_usd_total",
 			"Cost in US dollars of the AI model calls steps reported (activities.RecordUsage), by type and model.",
-			"type", "model"),
+			append([]string{"type", "model"}, extra...)...),
 	}
 }
 
@@ -138,9 +187,9 @@ func (m *Metrics) observeAppended(p *EventAppendParams, next history.State) {
 	if m == nil {
 		return
 	}
-	taskType := next.Scheduled.TaskType
+	taskType, labels := next.Scheduled.TaskType, m.taskLabelValues(next.Scheduled.Labels)
 	for _, payload := range p.Payloads {
-		m.observeEvent(taskType, payload)
+		m.observeEvent(taskType, labels, payload)
 	}
 	if !p.attemptStartedAt.IsZero() && attemptEnded(p.State, next) {
 		m.attemptDuration.WithLabelValues(taskType).Observe(seconds(next.UpdatedAt.Sub(p.attemptStartedAt)))
@@ -166,27 +215,39 @@ func attemptEnded(before, after history.State) bool {
 	return before.Lease.Owner != "" && after.Lease.Owner == ""
 }
 
-func (m *Metrics) observeEvent(taskType string, payload history.Payload) {
+// taskLabelValues returns the values of the configured task labels.
+func (m *Metrics) taskLabelValues(labels map[string]string) []string {
+	if len(m.labelKeys) == 0 {
+		return nil
+	}
+	out := make([]string, len(m.labelKeys))
+	for i, k := range m.labelKeys {
+		out[i] = labels[k]
+	}
+	return out
+}
+
+func (m *Metrics) observeEvent(taskType string, labels []string, payload history.Payload) {
 	switch p := payload.(type) {
 	case history.StepCompletedData:
 		m.stepDuration.WithLabelValues(taskType, p.Name).Observe(float64(p.DurationMillis) / 1000)
-		m.observeUsage(taskType, p.Usage)
+		m.observeUsage(taskType, labels, p.Usage)
 	case history.AttemptFailedData:
 		if p.NextRunAt != nil {
 			m.retries.WithLabelValues(taskType, string(p.Error.Class)).Inc()
 		}
-		m.observeUsage(taskType, p.Usage)
+		m.observeUsage(taskType, labels, p.Usage)
 	case history.TaskCompletedData:
-		m.finished(taskType, outcomeCompleted)
+		m.finished(taskType, outcomeCompleted, labels)
 	case history.TaskFailedData:
-		m.finished(taskType, outcomeFailed)
+		m.finished(taskType, outcomeFailed, labels)
 	case history.TaskDeadLetteredData:
-		m.finished(taskType, outcomeDeadLettered)
+		m.finished(taskType, outcomeDeadLettered, labels)
 		m.deadLetters.WithLabelValues(taskType).Inc()
 	case history.TaskCancelledData:
-		m.finished(taskType, outcomeCancelled)
+		m.finished(taskType, outcomeCancelled, labels)
 	case history.TaskExpiredData:
-		m.finished(taskType, outcomeExpired)
+		m.finished(taskType, outcomeExpired, labels)
 	case history.LeaseExpiredData:
 		m.leaseExpirations.WithLabelValues(taskType).Inc()
 	case history.CancelRequestedData:
@@ -198,23 +259,23 @@ func (m *Metrics) observeEvent(taskType string, payload history.Payload) {
 	}
 }
 
-func (m *Metrics) finished(taskType, outcome string) {
-	m.tasksFinished.WithLabelValues(taskType, outcome).Inc()
+func (m *Metrics) finished(taskType, outcome string, labels []string) {
+	m.tasksFinished.WithLabelValues(append([]string{taskType, outcome}, labels...)...).Inc()
 }
 
 // observeUsage adds a step's AI usage. Figures that a counter cannot take
 // (negative, not finite) are skipped rather than panicking the writer:
 // events may come from code other than activities.RecordUsage.
-func (m *Metrics) observeUsage(taskType string, usage []history.Usage) {
+func (m *Metrics) observeUsage(taskType string, labels []string, usage []history.Usage) {
 	for _, u := range usage {
 		if u.InputTokens > 0 {
-			m.aiTokens.WithLabelValues(taskType, u.Model, "input").Add(float64(u.InputTokens))
+			m.aiTokens.WithLabelValues(append([]string{taskType, u.Model, "input"}, labels...)...).Add(float64(u.InputTokens))
 		}
 		if u.OutputTokens > 0 {
-			m.aiTokens.WithLabelValues(taskType, u.Model, "output").Add(float64(u.OutputTokens))
+			m.aiTokens.WithLabelValues(append([]string{taskType, u.Model, "output"}, labels...)...).Add(float64(u.OutputTokens))
 		}
 		if u.CostUSD > 0 && !math.IsInf(u.CostUSD, 0) {
-			m.aiCost.WithLabelValues(taskType, u.Model).Add(u.CostUSD)
+			m.aiCost.WithLabelValues(append([]string{taskType, u.Model}, labels...)...).Add(u.CostUSD)
 		}
 	}
 }

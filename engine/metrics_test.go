@@ -167,3 +167,29 @@ func TestQueueCollectorReportsScrapeErrors(t *testing.T) {
 	require.NotPanics(t, func() { _, gatherErr = reg.Gather() })
 	require.ErrorContains(t, gatherErr, "read queue depths")
 }
+
+// Configured task labels break the outcome and AI usage counters down.
+func TestMetricsBreakDownByTaskLabels(t *testing.T) {
+	t.Parallel()
+	_, err := engine.NewMetricsWithOpts(prometheus.NewRegistry(), engine.MetricsOpts{TaskLabels: []string{"tier", "tier"}})
+	require.ErrorContains(t, err, "repeats")
+	reg := prometheus.NewRegistry()
+	m, err := engine.NewMetricsWithOpts(reg, engine.MetricsOpts{TaskLabels: []string{"tier", "model.family"}})
+	require.NoError(t, err)
+	s, err := engine.NewStore(engine.StoreConfig{Pool: enginetest.Pool(t), Schema: enginetest.Schema(t), Metrics: m})
+	require.NoError(t, err)
+	ctx := context.Background()
+	p := (&enginetest.TaskOpts{}).Params()
+	p.Scheduled.Labels = map[string]string{"tier": "gold", "tenant": "acme"}
+	_, err = s.TaskStart(ctx, p)
+	require.NoError(t, err)
+	ct := claimOne(t, s, "w1", time.Minute)
+	usage := []history.Usage{{Model: "m", InputTokens: 10, CostUSD: 0.5}}
+	_, err = appendFenced(ctx, s, ct, history.StepCompletedData{Name: "llm", Usage: usage}, history.TaskCompletedData{})
+	require.NoError(t, err)
+	g := enginetest.Gather(t, reg)
+	require.Equal(t, 1.0, g.Value("cairn_tasks_finished_total", "type", "test", "outcome", "completed",
+		"label_tier", "gold", "label_model_family", ""))
+	require.Equal(t, 0.5, g.Value("cairn_ai_cost_usd_total", "model", "m", "label_tier", "gold"))
+	require.Equal(t, 10.0, g.Value("cairn_ai_tokens_total", "direction", "input", "label_tier", "gold"))
+}

@@ -24,6 +24,7 @@ type Notifier struct {
 	svc    service
 
 	listening atomic.Bool // true while the LISTEN connection is up
+	onListen  func()      // called each time LISTEN is up again; used by the run loop's goroutine only
 
 	mu      sync.Mutex
 	subs    map[chan struct{}]struct{}               // ready subscribers; written under mu by Subscribe and its cancel; read by the run loop
@@ -151,18 +152,20 @@ func (n *Notifier) broadcast() {
 func (n *Notifier) Start(ctx context.Context) error {
 	return n.svc.start(ctx, func(ctx context.Context) {
 		backoff := initialBackoff
+		down := newOutage(n.logger, "notifier (polling continues)")
+		n.onListen = down.ok
 		for ctx.Err() == nil {
 			err := n.listen(ctx, &backoff)
 			if ctx.Err() != nil {
 				return
 			}
-			n.logger.Warn("notifier: listen connection lost; polling continues", errAttr(err), "retry_in", backoff)
+			down.failed(err)
 			select {
 			case <-ctx.Done():
 				return
 			case <-time.After(backoff):
 			}
-			backoff = min(2*backoff, 5*time.Second)
+			backoff = nextBackoff(backoff, maxBackoff)
 		}
 	})
 }
@@ -184,6 +187,9 @@ func (n *Notifier) listen(ctx context.Context, backoff *time.Duration) error {
 	}
 	*backoff = initialBackoff
 	n.listening.Store(true)
+	if n.onListen != nil {
+		n.onListen()
+	}
 	defer n.listening.Store(false)
 	// Anything may have become ready, or finished, while not listening.
 	n.broadcast()

@@ -170,6 +170,8 @@ type Processor struct {
 	appender            *appender      // group commit of every append an attempt makes
 	stopCancels         func()         // ends the notifier's cancel callbacks; set by Start
 
+	claimOutage, renewOutage *outage // log database trouble once per change of state
+
 	mu sync.Mutex
 	// inflight is keyed by lease, not task: a task can come back to this
 	// worker under a new epoch while its old attempt is still winding down.
@@ -226,8 +228,10 @@ func NewProcessor(cfg ProcessorConfig) (*Processor, error) {
 		// An attempt holds its slot until its outcome is written, and has
 		// at most one append queued: the queue never holds more than
 		// Concurrency appends.
-		appender: newAppender(cfg.Store, cfg.Concurrency),
-		inflight: map[LeaseRef]*inflightAttempt{},
+		appender:    newAppender(cfg.Store, cfg.Concurrency, cfg.Logger),
+		inflight:    map[LeaseRef]*inflightAttempt{},
+		claimOutage: newOutage(cfg.Logger, "processor: claim"),
+		renewOutage: newOutage(cfg.Logger, "processor: renew leases"),
 	}, nil
 }
 
@@ -353,6 +357,7 @@ func (p *Processor) claimLoop(ctx context.Context) {
 	// claim filled every free slot, or there was no free slot to claim
 	// with when woken. Only then is a freed slot worth a claim.
 	backlog := false
+	var retry time.Duration // the claim's backoff while the database is out of reach
 	for {
 		select {
 		case <-p.stopping:
@@ -363,7 +368,21 @@ func (p *Processor) claimLoop(ctx context.Context) {
 		}
 		if free := p.cfg.Concurrency - p.inflightCount(); free > 0 {
 			n, err := p.claim(ctx, free)
-			if err != nil && ctx.Err() == nil {
+			switch {
+			case err == nil:
+				p.claimOutage.ok()
+				retry = 0
+			case ctx.Err() != nil:
+			case isConnectionError(err):
+				// Back off while the database is out of reach, and say so
+				// once, not at every try.
+				p.claimOutage.failed(err)
+				retry = nextBackoff(retry, workBackoff)
+				if !p.sleepUnlessStopped(ctx, retry) {
+					return
+				}
+				continue
+			default:
 				p.cfg.Logger.Warn("processor: claim", errAttr(err))
 			}
 			backlog = err == nil && n == free
@@ -582,7 +601,28 @@ func (p *Processor) heartbeat(ctx context.Context) {
 			in.cancel(ErrLeaseLost)
 		}
 	}
-	if err != nil && ctx.Err() == nil {
+	switch {
+	case err == nil:
+		p.renewOutage.ok()
+	case ctx.Err() != nil:
+	case isConnectionError(err):
+		p.renewOutage.failed(err)
+	default:
 		p.cfg.Logger.Warn("processor: renew leases", errAttr(err))
+	}
+}
+
+// sleepUnlessStopped waits d; it reports false when the processor stops or
+// ctx ends first.
+func (p *Processor) sleepUnlessStopped(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-p.stopping:
+		return false
+	case <-ctx.Done():
+		return false
 	}
 }

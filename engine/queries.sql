@@ -77,8 +77,11 @@ WITH caps AS (
 ), rates AS (
     -- Starts left in the token bucket of each rate-limited type (rows
     -- locked by ClaimLocks earlier in this transaction).
-    SELECT r.task_type, floor(least(r.max_starts::double precision,
-        r.tokens + extract(epoch FROM now() - r.refilled_at) * 1000 / r.per_ms * r.max_starts))::integer AS free
+    -- The clock is read now, not at the transaction's start (now()): a
+    -- claim that began before another but locked the row after it would
+    -- otherwise see time run backwards since that one's refill.
+    SELECT r.task_type, greatest(0, floor(least(r.max_starts::double precision,
+        r.tokens + greatest(0, extract(epoch FROM clock_timestamp() - r.refilled_at)) * 1000 / r.per_ms * r.max_starts)))::integer AS free
     FROM /* TEMPLATE: schema */rate_limits AS r
     WHERE r.namespace = @namespace AND r.task_type = ANY(@types::text[])
 ), walked AS (
@@ -153,7 +156,13 @@ WITH caps AS (
         status = 'running',
         attempt = t.attempt + 1,
         lease_owner = @owner,
-        lease_epoch = t.lease_epoch + 1,
+        -- A new epoch, greater than the last and unique even across a
+        -- database crash: a claim commits without waiting for disk, so a
+        -- crash can lose one whose worker already runs the task; the next
+        -- claim must not hand out the lost claim's epoch again, or the
+        -- fence could not tell the two workers apart. The clock (in
+        -- microseconds) has moved on since the lost claim.
+        lease_epoch = greatest(t.lease_epoch + 1, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint),
         lease_expires_at = now() + make_interval(secs => @lease_seconds),
         last_seq = t.last_seq + 1,
         updated_at = now(),
@@ -171,8 +180,8 @@ WITH caps AS (
     -- now first). A data-modifying CTE runs whether or not it is read.
     UPDATE /* TEMPLATE: schema */rate_limits AS r SET
         tokens = least(r.max_starts::double precision,
-            r.tokens + extract(epoch FROM now() - r.refilled_at) * 1000 / r.per_ms * r.max_starts) - n.started,
-        refilled_at = now()
+            r.tokens + greatest(0, extract(epoch FROM clock_timestamp() - r.refilled_at)) * 1000 / r.per_ms * r.max_starts) - n.started,
+        refilled_at = greatest(r.refilled_at, clock_timestamp())
     FROM (SELECT type, count(*) AS started FROM claimed GROUP BY type) AS n
     WHERE r.namespace = @namespace AND r.task_type = n.type
 )

@@ -127,3 +127,25 @@ func TestQueueFullRetryAfter(t *testing.T) {
 		require.Equal(t, c.want, engine.QueueFullRetryAfter(c.need, c.running, c.meanAge), "%+v", c)
 	}
 }
+
+// A claim that started before another but locked the rate-limit row after
+// it sees that one's refill time ahead of its own transaction's start: the
+// bucket must not go negative (it once made the claim's LIMIT negative).
+func TestRateLimitRefillTimeAheadOfTheClaim(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := enginetest.Store(t)
+	require.NoError(t, s.RateLimitSet(ctx, "default", "test", 5, time.Second))
+	enginetest.StartTasks(t, s, 3, nil)
+	_, err := s.Pool().Exec(ctx, "UPDATE "+tableName(s, "rate_limits")+" SET tokens = 0, refilled_at = now() + interval '1 second'")
+	require.NoError(t, err)
+	claimed, err := s.TaskClaimMany(ctx, claimOpts("w", 3, time.Minute))
+	require.NoError(t, err, "an empty bucket claims nothing, without error")
+	require.Empty(t, claimed)
+	require.Eventually(t, func() bool {
+		claimed, err := s.TaskClaimMany(ctx, claimOpts("w", 3, time.Minute))
+		require.NoError(t, err)
+		return len(claimed) > 0
+	}, 10*time.Second, 50*time.Millisecond, "the bucket refills once its clock is passed")
+	enginetest.RequireProjectionsMatch(t, s)
+}

@@ -194,8 +194,9 @@ type RescuerConfig struct {
 // periodically. Every process may run one; only the holder of the "rescuer"
 // leader lease does the work.
 type Rescuer struct {
-	cfg RescuerConfig
-	svc service
+	cfg    RescuerConfig
+	svc    service
+	outage *outage // the database out of reach, logged once per change of state
 }
 
 // NewRescuer returns a rescuer; it does nothing until started.
@@ -209,7 +210,7 @@ func NewRescuer(cfg RescuerConfig) (*Rescuer, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Rescuer{cfg: cfg}, nil
+	return &Rescuer{cfg: cfg, outage: newOutage(cfg.Logger, "rescuer")}, nil
 }
 
 const rescuerLeaderName = "rescuer"
@@ -281,10 +282,16 @@ func (r *Rescuer) pass(ctx context.Context, wasLeader bool) bool {
 	electCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(3*r.cfg.Interval, 5*time.Second))
 	leader, err := r.cfg.Store.LeaderAttempt(electCtx, rescuerLeaderName, r.cfg.Owner, 3*r.cfg.Interval)
 	cancel()
-	if err != nil {
-		if ctx.Err() == nil {
-			r.cfg.Logger.Warn("rescuer: leader election", errAttr(err))
-		}
+	switch {
+	case err == nil:
+		r.outage.ok()
+	case ctx.Err() != nil:
+		return false
+	case isConnectionError(err):
+		r.outage.failed(err)
+		return false
+	default:
+		r.cfg.Logger.Warn("rescuer: leader election", errAttr(err))
 		return false
 	}
 	if leader != wasLeader {

@@ -30,6 +30,12 @@ func TestMain(m *testing.M) {
 
 func runHelper(name string) int {
 	switch name {
+	case "chaos-worker":
+		if err := runChaosWorker(); err != nil {
+			fmt.Fprintln(os.Stderr, "chaos-worker:", err)
+			return 1
+		}
+		return 0
 	case "crash-worker":
 		if err := runCrashWorker(); err != nil {
 			fmt.Fprintln(os.Stderr, "crash-worker:", err)

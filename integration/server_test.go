@@ -32,16 +32,23 @@ import (
 type apiServer struct {
 	t     *testing.T
 	url   string
-	token string // sent as the bearer token when set
+	token string    // sent as the bearer token when set
+	cmd   *exec.Cmd // the server process
 }
 
 // startServer runs `cairn server` against schema and returns once it
 // listens. It is stopped with SIGTERM when the test ends.
 func startServer(t *testing.T, schema string, args ...string) *apiServer {
 	t.Helper()
+	return startServerAt(t, enginetest.DatabaseURL(t), schema, args...)
+}
+
+// startServerAt is startServer against the database at url.
+func startServerAt(t *testing.T, url, schema string, args ...string) *apiServer {
+	t.Helper()
 	cmd := exec.Command(cairnBinary(t), append([]string{"server", "--listen", "127.0.0.1:0", "--schema", schema,
 		"--rescue-interval", "200ms", "--log-level", "warn"}, args...)...)
-	cmd.Env = append(os.Environ(), "CAIRN_DATABASE_URL="+enginetest.DatabaseURL(t))
+	cmd.Env = append(os.Environ(), "CAIRN_DATABASE_URL="+url)
 	stderr, err := cmd.StderrPipe()
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
@@ -69,7 +76,7 @@ func startServer(t *testing.T, schema string, args ...string) *apiServer {
 	}()
 	select {
 	case url := <-addr:
-		return &apiServer{t: t, url: url}
+		return &apiServer{t: t, url: url, cmd: cmd}
 	case <-time.After(30 * time.Second):
 		t.Fatal("cairn server did not start listening")
 	}
@@ -109,7 +116,9 @@ func (s *apiServer) call(method, path string, body any, header ...string) (int, 
 }
 
 // as returns a view of the server that sends token.
-func (s *apiServer) as(token string) *apiServer { return &apiServer{t: s.t, url: s.url, token: token} }
+func (s *apiServer) as(token string) *apiServer {
+	return &apiServer{t: s.t, url: s.url, token: token, cmd: s.cmd}
+}
 
 // expect calls and requires status, decoding the body into out if given.
 func (s *apiServer) expect(status int, out any, method, path string, body any, header ...string) {
@@ -310,8 +319,9 @@ func TestServerEndToEnd(t *testing.T) {
 	require.Equal(t, int32(1), wfs.released.Load())
 
 	// List with filters, a page at a time.
+	var globex []uuid.UUID
 	for i := range 5 {
-		srv.start(map[string]any{"type": "e2e.echo", "input": i, "labels": map[string]string{"tenant": "globex"}})
+		globex = append(globex, srv.start(map[string]any{"type": "e2e.echo", "input": i, "labels": map[string]string{"tenant": "globex"}}))
 	}
 	var seen []uuid.UUID
 	cursor := ""
@@ -332,12 +342,30 @@ func TestServerEndToEnd(t *testing.T) {
 		}
 		cursor = page.NextCursor
 	}
-	require.Len(t, seen, 5, "every matching task once, across pages")
+	require.ElementsMatch(t, globex, seen, "every matching task once, across pages")
+	// Tasks without the label cannot be filtered on it: left out, counted.
+	var labelled struct {
+		Tasks        []apiTask `json:"tasks"`
+		FilterErrors int       `json:"filter_errors"`
+		FilterError  string    `json:"filter_error"`
+	}
+	srv.expect(http.StatusOK, &labelled, "GET", "/v1/tasks?filter="+urlQuery(`task.labels["tenant"] == "globex"`), nil)
+	require.Len(t, labelled.Tasks, 5)
+	require.Equal(t, 3, labelled.FilterErrors, "the slow, fragile and booking tasks have no labels")
+	require.Contains(t, labelled.FilterError, "tenant")
+
+	// A long poll on a task that does not finish answers at its timeout
+	// with the task as it is.
+	later := srv.start(map[string]any{"type": "e2e.echo", "input": "later", "delay": "1h"})
+	var pending apiTask
+	srv.expect(http.StatusOK, &pending, "GET", "/v1/tasks/"+later.String()+"/wait?timeout=200ms", nil)
+	require.Equal(t, history.StatusPending, pending.Status)
+	srv.expect(http.StatusAccepted, nil, "POST", "/v1/tasks/"+later.String()+"/cancel", nil)
 	var cancelled struct {
 		Tasks []apiTask `json:"tasks"`
 	}
 	srv.expect(http.StatusOK, &cancelled, "GET", "/v1/tasks?status=cancelled", nil)
-	require.Len(t, cancelled.Tasks, 2)
+	require.Len(t, cancelled.Tasks, 3, "the slow task, the compensated booking, the delayed one")
 
 	var queues struct {
 		Queues []struct {
@@ -449,6 +477,8 @@ func TestServerErrors(t *testing.T) {
 		{"name": "admin", "sha256": hashOf("admin-token"), "namespaces": []string{"*"}, "roles": []string{"admin"}},
 		{"name": "reader", "sha256": hashOf("read-token"), "namespaces": []string{"default"}, "roles": []string{"read"}},
 		{"name": "tenant-a", "sha256": hashOf("a-token"), "namespaces": []string{"tenant-a"}, "roles": []string{"submit", "read"}},
+		{"name": "submitter", "sha256": hashOf("submit-token"), "namespaces": []string{"default"}, "roles": []string{"submit"}},
+		{"name": "operator-b", "sha256": hashOf("op-b-token"), "namespaces": []string{"tenant-b"}, "roles": []string{"operate"}},
 	})
 	base := startServer(t, schema, "--tokens", tokens, "--max-input-bytes", "1024")
 	admin := base.as("admin-token")
@@ -469,10 +499,12 @@ func TestServerErrors(t *testing.T) {
 	require.NoError(t, client.SetQueue(ctx, "tiny", sdk.QueueSettings{MaxWaiting: 1}))
 	admin.start(map[string]any{"type": "e2e.echo", "queue": "tiny", "input": "fills it", "delay": "1h"})
 
-	count := func() int {
-		ids, err := client.Store().TaskIDListAll(ctx)
-		require.NoError(t, err)
-		return len(ids)
+	// What a rejected request must leave alone: every task and every event.
+	count := func() [2]int {
+		var n [2]int
+		require.NoError(t, client.Store().Pool().QueryRow(ctx, "SELECT (SELECT count(*) FROM "+schema+".tasks), (SELECT count(*) FROM "+schema+".events)").
+			Scan(&n[0], &n[1]))
+		return n
 	}
 	before := count()
 	big := `{"type":"e2e.echo","input":"` + strings.Repeat("x", 2000) + `"}`
@@ -508,6 +540,16 @@ func TestServerErrors(t *testing.T) {
 		{"no token", base, "GET", "/v1/tasks", nil, 401, "unauthorized"},
 		{"unknown token", base.as("guess"), "GET", "/v1/tasks", nil, 401, "unauthorized"},
 		{"read-only token submits", base.as("read-token"), "POST", "/v1/tasks", `{"type":"e2e.echo"}`, 403, "forbidden"},
+		{"read-only token cancels", base.as("read-token"), "POST", "/v1/tasks/" + done.String() + "/cancel", nil, 403, "forbidden"},
+		{"submit-only token reads", base.as("submit-token"), "GET", "/v1/tasks/" + done.String(), nil, 403, "forbidden"},
+		{"submit-only token retries", base.as("submit-token"), "POST", "/v1/tasks/" + done.String() + "/retry", nil, 403, "forbidden"},
+		{"operator of another namespace cancels", base.as("op-b-token"), "POST", "/v1/tasks/" + done.String() + "/cancel", nil, 404, "not_found"},
+		{"priority out of range", admin, "POST", "/v1/tasks", `{"type":"e2e.echo","priority":99999999999}`, 400, "invalid_request"},
+		{"NUL in the input", admin, "POST", "/v1/tasks", `{"type":"e2e.echo","input":"a\u0000b"}`, 400, "invalid_request"},
+		{"NUL in the key", admin, "POST", "/v1/tasks", `{"type":"e2e.echo","idempotency_key":"a\u0000b"}`, 400, "invalid_request"},
+		{"trace id too long", admin, "POST", "/v1/tasks", `{"type":"e2e.echo","trace_id":"` + strings.Repeat("f", 600) + `"}`, 400, "invalid_request"},
+		{"trailing garbage", admin, "POST", "/v1/tasks", `{"type":"e2e.echo"}]`, 400, "malformed_json"},
+		{"bad namespace", admin, "GET", "/v1/tasks?namespace=" + urlQuery("a b"), nil, 400, "invalid_request"},
 		{"token of another namespace", base.as("a-token"), "GET", "/v1/tasks/" + inB.ID.String(), nil, 404, "not_found"},
 		{"namespace not in the token", base.as("a-token"), "GET", "/v1/tasks?namespace=tenant-b", nil, 403, "forbidden"},
 	} {
@@ -528,6 +570,8 @@ func TestServerErrors(t *testing.T) {
 		case "queue_full":
 			require.NotEmpty(t, h.Get("Retry-After"), c.name)
 			require.Positive(t, p.RetryAfter, c.name)
+		case "unauthorized":
+			require.Equal(t, `Bearer realm="cairn"`, h.Get("WWW-Authenticate"), c.name)
 		case "bad_filter":
 			require.Equal(t, 1, p.Line, "%s: %s", c.name, raw)
 			require.Positive(t, p.Column, "%s: %s", c.name, raw)
@@ -540,6 +584,10 @@ func TestServerErrors(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, 1.0, pending)
 
+	// The scheme is case-insensitive.
+	status, _, _ := base.call("GET", "/v1/tasks/"+done.String(), nil, "Authorization", "bearer read-token")
+	require.Equal(t, http.StatusOK, status)
+
 	// The reader reads; a tenant's token works in its namespace.
 	var task apiTask
 	base.as("read-token").expect(http.StatusOK, &task, "GET", "/v1/tasks/"+done.String(), nil)
@@ -550,4 +598,33 @@ func TestServerErrors(t *testing.T) {
 	base.as("read-token").expect(http.StatusOK, &types, "GET", "/v1/task-types", nil)
 	require.Len(t, types.TaskTypes, 4)
 	enginetest.RequireProjectionsMatch(t, client.Store())
+}
+
+// A server told to stop answers its open long polls with the task as it
+// is and exits cleanly, rather than cutting them off at the shutdown
+// timeout.
+func TestServerShutdownAnswersLongPolls(t *testing.T) {
+	t.Parallel()
+	schema := enginetest.Schema(t)
+	srv := startServer(t, schema, "--shutdown-timeout", "20s")
+	startE2EWorker(t, schema, "default")
+	later := srv.start(map[string]any{"type": "e2e.echo", "input": "x", "delay": "1h"})
+	answered := make(chan apiTask, 1)
+	go func() {
+		var task apiTask
+		status, _, raw := srv.call("GET", "/v1/tasks/"+later.String()+"/wait?timeout=5m", nil)
+		if status == http.StatusOK {
+			_ = json.Unmarshal(raw, &task)
+		}
+		answered <- task
+	}()
+	time.Sleep(300 * time.Millisecond) // the poll is waiting
+	require.NoError(t, srv.cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case task := <-answered:
+		require.Equal(t, history.StatusPending, task.Status, "the poll got the task as it is")
+	case <-time.After(15 * time.Second):
+		t.Fatal("the long poll was not answered at shutdown")
+	}
+	require.NoError(t, srv.cmd.Wait(), "the server exits cleanly")
 }

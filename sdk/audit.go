@@ -415,8 +415,9 @@ scan:
 		}
 	}
 	if failedEvals > 0 {
-		return errors.WithHint(errors.Wrapf(evalErrs, "the filter failed on %d event(s), which were skipped; the first", failedEvals),
-			`test the event type before reading its payload: event.type == "attempt_failed" && event.data.error.status == 429, or has(event.data.error) && ...`)
+		return errors.Mark(errors.WithHint(errors.Wrapf(evalErrs, "the filter failed on %d event(s), which were skipped; the first", failedEvals),
+			`test the event type before reading its payload: event.type == "attempt_failed" && event.data.error.status == 429, or has(event.data.error) && ...`),
+			ErrFilterEvaluation)
 	}
 	return nil
 }

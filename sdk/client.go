@@ -3,6 +3,7 @@ package sdk
 import (
 	"context"
 	"encoding/json"
+	"math"
 	"os"
 	"strings"
 	"sync"
@@ -12,6 +13,7 @@ import (
 	"github.com/cairnflow/cairn/activities"
 	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/workflow"
 	"github.com/cockroachdb/errors"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -37,6 +39,12 @@ type ClientConfig struct {
 	// a task cancelled before it ran; see [engine.NewMetrics]). Default
 	// nil: no metrics.
 	Metrics *engine.Metrics
+	// Notifier, when set, is a started notifier on the same schema that
+	// Wait listens with, shared with other clients (a server with a client
+	// per namespace holds one listening connection, not one each). The
+	// client does not stop it. Default: the client starts its own on its
+	// first Wait and stops it on Close.
+	Notifier *engine.Notifier
 }
 
 // Client starts tasks and asks about them. It is safe for concurrent use.
@@ -49,13 +57,14 @@ type Client struct {
 
 	listenOnce sync.Once
 	listener   *engine.Notifier // started by the first Wait; stopped by Close
+	shared     bool             // listener is ClientConfig.Notifier: not ours to stop
 }
 
 // Close stops the client's listener, if a Wait started one. The pool is the
 // caller's and stays open. A closed client's Wait falls back to polling.
 func (c *Client) Close() {
 	c.listenOnce.Do(func() {}) // a Wait after Close starts no listener
-	if c.listener != nil {
+	if c.listener != nil && !c.shared {
 		c.listener.Stop()
 	}
 }
@@ -87,7 +96,11 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 		host, _ := os.Hostname()
 		identity = "sdk@" + host
 	}
-	return &Client{store: store, namespace: ns, identity: identity}, nil
+	c := &Client{store: store, namespace: ns, identity: identity}
+	if cfg.Notifier != nil {
+		c.listenOnce.Do(func() { c.listener, c.shared = cfg.Notifier, true })
+	}
+	return c, nil
 }
 
 // Store returns the client's engine store, for tools that need the lower
@@ -200,12 +213,21 @@ func (c *Client) checkedStartParams(wf WorkflowRef, input any, opts *StartOpts) 
 	if err := validateName("queue", queue); err != nil {
 		return nil, errors.Wrapf(err, "start %s", wf.TypeName())
 	}
-	if len(opts.IdempotencyKey) > maxKeyLen {
-		return nil, errors.Newf("start %s: idempotency key is %d bytes, at most %d allowed", wf.TypeName(), len(opts.IdempotencyKey), maxKeyLen)
+	for _, k := range []struct{ what, value string }{
+		{"idempotency key", opts.IdempotencyKey}, {"trace id", opts.TraceID}, {"fairness key", opts.FairnessKey},
+	} {
+		if err := checkKey(k.what, k.value); err != nil {
+			return nil, errors.Wrapf(err, "start %s", wf.TypeName())
+		}
+	}
+	// Stored as PostgreSQL integers: a larger value would wrap, and the
+	// row would no longer equal the history.
+	if opts.Priority < math.MinInt32 || opts.Priority > math.MaxInt32 {
+		return nil, errors.Newf("start %s: Priority %d is outside the 32-bit range", wf.TypeName(), opts.Priority)
 	}
 	maxAttempts := retry.MaxAttempts
-	if opts.MaxAttempts < 0 {
-		return nil, errors.Newf("start %s: MaxAttempts %d is negative", wf.TypeName(), opts.MaxAttempts)
+	if opts.MaxAttempts < 0 || opts.MaxAttempts > math.MaxInt32 {
+		return nil, errors.Newf("start %s: MaxAttempts %d is outside 0..%d", wf.TypeName(), opts.MaxAttempts, math.MaxInt32)
 	}
 	if opts.MaxAttempts > 0 {
 		maxAttempts = opts.MaxAttempts
@@ -221,6 +243,9 @@ func (c *Client) checkedStartParams(wf WorkflowRef, input any, opts *StartOpts) 
 		if raw, err = json.Marshal(input); err != nil {
 			return nil, errors.Wrapf(err, "start %s: encode input", wf.TypeName())
 		}
+	}
+	if workflow.HasNULEscape(raw) {
+		return nil, errors.Newf("start %s: input contains the character U+0000, which PostgreSQL cannot store in JSON", wf.TypeName())
 	}
 	runAt := opts.RunAt
 	if runAt.IsZero() && opts.Delay > 0 {
@@ -256,9 +281,6 @@ func (c *Client) checkedStartParams(wf WorkflowRef, input any, opts *StartOpts) 
 		}
 		startDeadline = &opts.StartDeadline
 	}
-	if len(opts.FairnessKey) > maxKeyLen {
-		return nil, errors.Newf("start %s: fairness key is %d bytes, at most %d allowed", wf.TypeName(), len(opts.FairnessKey), maxKeyLen)
-	}
 	if opts.FairnessWeight < 0 || opts.FairnessWeight > history.MaxFairnessWeight {
 		return nil, errors.Newf("start %s: FairnessWeight %d is outside 0..%d", wf.TypeName(), opts.FairnessWeight, history.MaxFairnessWeight)
 	}
@@ -276,8 +298,21 @@ func (c *Client) checkedStartParams(wf WorkflowRef, input any, opts *StartOpts) 
 	}}, nil
 }
 
-// maxKeyLen bounds idempotency keys and trace ids, which are indexed.
+// maxKeyLen bounds idempotency keys, trace ids and fairness keys, which
+// are indexed or stored on every row.
 const maxKeyLen = 512
+
+// checkKey refuses a key PostgreSQL could not store (a NUL, invalid
+// UTF-8) or that is too long.
+func checkKey(what, key string) error {
+	switch {
+	case len(key) > maxKeyLen:
+		return errors.Newf("%s is %d bytes, at most %d allowed", what, len(key), maxKeyLen)
+	case !utf8.ValidString(key) || strings.ContainsRune(key, 0):
+		return errors.Newf("%s is not valid UTF-8 text without NUL characters", what)
+	}
+	return nil
+}
 
 // Label limits: labels ride in every task_scheduled and in filters.
 const (
@@ -423,9 +458,17 @@ type ListOpts struct {
 // ListPage is a page of [Client.ListPage].
 type ListPage struct {
 	Tasks []*TaskInfo
-	// Next is the cursor of the next page (ListOpts.Before); zero when
-	// this page is the last.
+	// Next is the cursor of the next page (ListOpts.Before); zero when no
+	// more tasks were found (a full page may still be followed by an
+	// empty one).
 	Next uuid.UUID
+	// FilterErrors counts the tasks the filter could not be evaluated on
+	// (it read a label or error field they lack), which do not match;
+	// FirstFilterError is the first such error. Write
+	// `"tenant" in task.labels && task.labels["tenant"] == "acme"` to test
+	// before reading.
+	FilterErrors     int
+	FirstFilterError error
 }
 
 // maxListLimit bounds a page; maxFilterScan bounds the tasks one page
@@ -477,7 +520,13 @@ func (c *Client) ListPage(ctx context.Context, opts *ListOpts) (ListPage, error)
 			if opts.Filter != nil {
 				ok, err := opts.Filter.Match(info)
 				if err != nil {
-					return ListPage{}, err
+					// A task the filter cannot be evaluated on (a label it
+					// lacks) does not match; the page counts it.
+					page.FilterErrors++
+					if page.FirstFilterError == nil {
+						page.FirstFilterError = err
+					}
+					continue
 				}
 				if !ok {
 					continue

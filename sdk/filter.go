@@ -19,6 +19,12 @@ import (
 // [CompileEventFilter].
 var ErrBadFilter = errors.New("bad task filter")
 
+// ErrFilterEvaluation marks an error from [Client.Audit] when the filter
+// could not be evaluated on some events (it read a field their payload
+// lacks): those were skipped, the others handed out. The error's hint
+// says how to write the filter.
+var ErrFilterEvaluation = errors.New("filter failed on some events")
+
 // FilterSyntaxError is a filter expression that does not compile: a syntax
 // error, an unknown name, an operator applied to the wrong types, a result
 // that is not a bool. [CompileTaskFilter] and [CompileEventFilter] return

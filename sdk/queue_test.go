@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -151,7 +152,9 @@ func TestTaskPastItsStartDeadlineExpires(t *testing.T) {
 func TestDurableSleepHoldsNoSlot(t *testing.T) {
 	t.Parallel()
 	b := setup(t, sdk.WorkerConfig{Concurrency: 1})
-	const nap = time.Second
+	// Long enough that, even on a loaded machine, all ten are asleep and
+	// the other task has run before the first wakes.
+	const nap = 3 * time.Second
 	var otherDone atomic.Int64
 	sleeper := sdk.NewWorkflow("reminder.send", 1, func(ctx workflow.Context, _ int) (string, error) {
 		if _, err := workflow.Step(ctx, "schedule", func(context.Context) (string, error) { return "ok", nil }, nil); err != nil {
@@ -522,5 +525,70 @@ func TestRateLimitAcrossWorkers(t *testing.T) {
 		stopWorker(t, w)
 	}
 	require.NoError(t, b.client.RemoveRateLimit(ctx, "llm.call"))
+	enginetest.RequireProjectionsMatch(t, b.client.Store())
+}
+
+// A producer much faster than the queue's workers is refused with
+// ErrQueueFull once the queue holds its maximum, and every start it was
+// told was accepted runs to completion: nothing accepted is lost, nothing
+// refused is written.
+func TestOverloadedProducerLosesNothingAccepted(t *testing.T) {
+	t.Parallel()
+	b := setup(t, sdk.WorkerConfig{Queues: []string{"ocr"}, Concurrency: 2})
+	ctx := context.Background()
+	require.NoError(t, b.client.SetQueue(ctx, "ocr", sdk.QueueSettings{MaxWaiting: 50}))
+	wf := sdk.NewWorkflow("ocr.page", 1, func(ctx workflow.Context, _ int) (int, error) {
+		return workflow.Step(ctx, "ocr", func(context.Context) (int, error) {
+			time.Sleep(5 * time.Millisecond)
+			return 1, nil
+		}, nil)
+	}, &sdk.WorkflowOpts{Queue: "ocr"})
+	sdk.Register(b.worker, wf)
+	var (
+		mu       sync.Mutex
+		accepted []sdk.StartResult
+		refused  int
+		full     = make(chan struct{}) // closed at the first refusal
+	)
+	produce, stop := context.WithTimeout(ctx, 2*time.Second)
+	defer stop()
+	var wg sync.WaitGroup
+	for p := range 6 {
+		wg.Go(func() {
+			for i := 0; produce.Err() == nil; i++ {
+				res, err := b.client.Start(ctx, wf, p*100000+i, nil)
+				mu.Lock()
+				switch {
+				case err == nil:
+					accepted = append(accepted, res)
+				case errors.Is(err, sdk.ErrQueueFull):
+					if refused++; refused == 1 {
+						close(full)
+					}
+				default:
+					t.Errorf("start: %v", err)
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	// The workers start once the producers have filled the queue: from
+	// then on the queue drains while the producers push.
+	select {
+	case <-full:
+	case <-produce.Done():
+	}
+	startWorker(t, b.worker)
+	wg.Wait()
+	require.Positive(t, refused, "the producer was pushed back")
+	require.Greater(t, len(accepted), 50, "the queue kept accepting as it drained")
+	for _, r := range accepted {
+		require.Equal(t, history.StatusCompleted, waitTask(t, b.client, r.ID).Status)
+	}
+	ids, err := b.client.Store().TaskIDListAll(ctx)
+	require.NoError(t, err)
+	require.Len(t, ids, len(accepted), "a refused start wrote nothing")
+	t.Logf("accepted %d, refused %d", len(accepted), refused)
+	stopWorker(t, b.worker)
 	enginetest.RequireProjectionsMatch(t, b.client.Store())
 }

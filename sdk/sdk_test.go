@@ -29,6 +29,7 @@ func setup(t *testing.T, cfg sdk.WorkerConfig) *testBundle {
 	schema := enginetest.Schema(t)
 	client, err := sdk.NewClient(sdk.ClientConfig{Pool: pool, Schema: schema})
 	require.NoError(t, err)
+	t.Cleanup(client.Close) // its wait listener
 	cfg.Pool, cfg.Schema = pool, schema
 	if cfg.PollInterval == 0 {
 		cfg.PollInterval = 50 * time.Millisecond

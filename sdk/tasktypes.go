@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/cairnflow/cairn/activities"
 	"github.com/cairnflow/cairn/engine"
@@ -65,12 +66,30 @@ func (r registeredRef) typeDefaults() workflowDefaults {
 	return workflowDefaults{queue: r.t.Queue, retry: retry, scheduleToClose: r.t.ScheduleToClose}
 }
 
-// registerTypes records the worker's types in the registry.
+// registerTypes records the worker's types in the registry. A worker that
+// starts while the database is out of reach waits for it (with backoff,
+// until ctx ends) rather than failing: it is the same wait its claims
+// would make.
 func (w *Worker) registerTypes(ctx context.Context) error {
 	types := make([]engine.TaskType, 0, len(w.types))
 	for k, reg := range w.types {
 		types = append(types, engine.TaskType{Type: k.Type, Version: k.Version, Queue: reg.defaults.queue,
 			MaxAttempts: reg.defaults.retry.MaxAttempts, ScheduleToClose: reg.defaults.scheduleToClose})
 	}
-	return w.store.TaskTypeRegister(ctx, w.cfg.Namespace, w.cfg.WorkerID, types)
+	warned := false
+	for backoff := 100 * time.Millisecond; ; backoff = min(2*backoff, 5*time.Second) {
+		err := w.store.TaskTypeRegister(ctx, w.cfg.Namespace, w.cfg.WorkerID, types)
+		if err == nil || !engine.IsConnectionError(err) {
+			return err
+		}
+		if !warned {
+			w.cfg.Logger.Warn("worker: database unavailable at start; waiting for it", "err", err.Error())
+			warned = true
+		}
+		select {
+		case <-ctx.Done():
+			return errors.Wrap(err, "worker start: the database stayed out of reach")
+		case <-time.After(backoff):
+		}
+	}
 }

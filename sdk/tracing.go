@@ -5,7 +5,9 @@ import (
 	"strconv"
 
 	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/workflow"
+	"github.com/cockroachdb/errors"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
@@ -68,14 +70,34 @@ func (t *attemptTrace) stepDone(_ workflow.StepInfo, err error) {
 	t.step = nil
 }
 
-// end ends the attempt's span with the attempt's error, if any.
-func (t *attemptTrace) end(err error) {
+// end ends the attempt's span with the attempt's error, if any, or the
+// failure its outcome records (a retry, a failure, a dead letter).
+func (t *attemptTrace) end(err error, outcome []history.Payload) {
 	if t.step != nil { // a step cut short without a StepDone
 		endSpan(t.step, err)
 	}
-	if t.attempt != nil {
-		endSpan(t.attempt, err)
+	if t.attempt == nil {
+		return
 	}
+	if err == nil {
+		err = outcomeError(outcome)
+	}
+	endSpan(t.attempt, err)
+}
+
+// outcomeError is the failure an attempt's outcome records, if any.
+func outcomeError(outcome []history.Payload) error {
+	for _, p := range outcome {
+		switch p := p.(type) {
+		case history.AttemptFailedData:
+			return errors.Newf("attempt failed (%s): %s", p.Error.Class, p.Error.Message)
+		case history.TaskFailedData:
+			return errors.Newf("task failed: %s", p.Error.Message)
+		case history.TaskDeadLetteredData:
+			return errors.Newf("task dead-lettered: %s", p.Reason)
+		}
+	}
+	return nil
 }
 
 func endSpan(span trace.Span, err error) {

@@ -65,6 +65,14 @@ func TestAttemptsAndStepsAreSpansUnderTheTasksTrace(t *testing.T) {
 		}
 	}
 	require.Len(t, attempts, 2, "one span per attempt")
+	failedAttempts := 0
+	for _, a := range attempts {
+		if a.Status().Code == codes.Error {
+			failedAttempts++
+			require.Contains(t, a.Status().Description, "model overloaded")
+		}
+	}
+	require.Equal(t, 1, failedAttempts, "the attempt that ended in a retry says so")
 	var names []string
 	failed := 0
 	for _, s := range steps {

@@ -249,7 +249,7 @@ func (w *Worker) WorkerID() string { return w.cfg.WorkerID }
 // attempt. It is called by the engine, not by users.
 func (w *Worker) HandleAttempt(ctx context.Context, a *engine.Attempt) (payloads []history.Payload, err error) {
 	ctx, tr := w.startAttemptTrace(ctx, a, a.State().Attempt)
-	defer func() { tr.end(err) }()
+	defer func() { tr.end(err, payloads) }()
 	return w.handleAttempt(ctx, a, tr)
 }
 

@@ -29,6 +29,7 @@ type serverFlags struct {
 	shutdownTimeout time.Duration
 	migrate         bool
 	logLevel        string
+	metricLabels    []string
 }
 
 func newServerCmd(g *globals) *cobra.Command {
@@ -55,6 +56,7 @@ Without it the API is open: keep the listen address on localhost.`,
 	fl.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a stopping server lets requests (long polls) finish")
 	fl.BoolVar(&f.migrate, "migrate", true, "apply cairn's migrations at start")
 	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+	fl.StringSliceVar(&f.metricLabels, "metric-labels", nil, "task label keys to break finished-task and AI usage metrics down by (bounded values only, e.g. tier)")
 	return cmd
 }
 
@@ -88,9 +90,9 @@ func runServer(cmd *cobra.Command, g *globals, f *serverFlags) error {
 	// database at each scrape, right whichever process changed them.
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	metrics, err := engine.NewMetrics(reg)
+	metrics, err := engine.NewMetricsWithOpts(reg, engine.MetricsOpts{TaskLabels: f.metricLabels})
 	if err != nil {
-		return err
+		return errors.Mark(err, configError)
 	}
 	store, err := engine.NewStore(engine.StoreConfig{Pool: pool, Schema: g.schema, Metrics: metrics})
 	if err != nil {
@@ -123,8 +125,10 @@ func serve(ctx context.Context, stderr io.Writer, srv *server.Server, f *serverF
 	if err != nil {
 		return errors.Mark(errors.Wrapf(err, "--listen %s", f.listen), configError)
 	}
-	httpServer := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
+	// No write timeout: a long poll answers after up to five minutes. The
+	// read timeout bounds a body trickled in slowly.
+	httpServer := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute,
+		IdleTimeout: 2 * time.Minute, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
 	fmt.Fprintf(stderr, "cairn server listening on http://%s\n", ln.Addr())
 	errc := make(chan error, 1)
 	go func() { errc <- httpServer.Serve(ln) }()

@@ -15,6 +15,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"go.uber.org/goleak"
 	"os"
 	"sync"
 	"testing"
@@ -147,4 +148,17 @@ func RequireProjectionsMatch(tb testing.TB, s *engine.Store) int {
 		}
 	}
 	return len(ids)
+}
+
+// LeakOptions are the goroutines goleak should not count as leaks in a
+// test binary that uses this package: the shared test pool lives as long
+// as the binary, and testcontainers (used when no CAIRN_TEST_DATABASE_URL
+// is set) keeps its reaper and Docker client connections open.
+func LeakOptions() []goleak.Option {
+	return []goleak.Option{
+		goleak.IgnoreAnyFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
+		goleak.IgnoreAnyFunction("github.com/testcontainers/testcontainers-go.(*Reaper).connect.func1"),
+		goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
+		goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"),
+	}
 }

@@ -62,7 +62,7 @@ func LoadTokens(path string) ([]Token, error) {
 // ValidateTokens checks names are unique, hashes well formed, and every
 // token has a namespace and a known role.
 func ValidateTokens(tokens []Token) error {
-	seen := map[string]bool{}
+	seen, hashes := map[string]bool{}, map[string]string{}
 	for i, t := range tokens {
 		what := "token " + t.Name
 		if t.Name == "" {
@@ -75,6 +75,10 @@ func ValidateTokens(tokens []Token) error {
 		if b, err := hex.DecodeString(t.SHA256); err != nil || len(b) != sha256.Size {
 			return errors.Newf("%s: sha256 must be 64 hex digits (cairn token hash prints it)", what)
 		}
+		if other, dup := hashes[strings.ToLower(t.SHA256)]; dup {
+			return errors.Newf("%s: same token hash as token %s", what, other)
+		}
+		hashes[strings.ToLower(t.SHA256)] = t.Name
 		if len(t.Namespaces) == 0 {
 			return errors.Newf("%s: no namespaces (use %q for all)", what, AllNamespaces)
 		}
@@ -143,9 +147,9 @@ func (s *Server) authenticate(r *http.Request) (*principal, *Problem) {
 	if len(s.tokens) == 0 {
 		return anonymous, nil
 	}
-	header := r.Header.Get("Authorization")
-	raw, ok := strings.CutPrefix(header, "Bearer ")
-	if !ok || raw == "" {
+	scheme, raw, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+	raw = strings.TrimSpace(raw)
+	if !strings.EqualFold(scheme, "Bearer") || raw == "" {
 		return nil, problem(http.StatusUnauthorized, codeUnauthorized, "send an API token as Authorization: Bearer <token>")
 	}
 	sum := sha256.Sum256([]byte(raw))

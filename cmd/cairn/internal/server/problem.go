@@ -40,6 +40,7 @@ const (
 	codeInvalidRequest  = "invalid_request"
 	codeUnknownTaskType = "unknown_task_type"
 	codeBadFilter       = "bad_filter"
+	codeFilterFailed    = "filter_failed"
 	codeNotFound        = "not_found"
 	codeTaskState       = "task_state"
 	codeConflict        = "conflict"
@@ -57,6 +58,7 @@ var titles = map[string]string{
 	codeInvalidRequest:  "The request is invalid",
 	codeUnknownTaskType: "No worker has registered this task type",
 	codeBadFilter:       "The CEL expression does not compile",
+	codeFilterFailed:    "The CEL expression failed on some events",
 	codeNotFound:        "Not found",
 	codeTaskState:       "The task's state does not allow this",
 	codeConflict:        "The task changed concurrently; try again",
@@ -90,6 +92,12 @@ func problemFor(err error) *Problem {
 		return p
 	case errors.Is(err, sdk.ErrBadFilter):
 		return problem(http.StatusBadRequest, codeBadFilter, err.Error())
+	case errors.Is(err, sdk.ErrFilterEvaluation):
+		detail := err.Error()
+		if hint := errors.FlattenHints(err); hint != "" {
+			detail += " (hint: " + hint + ")"
+		}
+		return problem(http.StatusBadRequest, codeFilterFailed, detail)
 	case errors.Is(err, sdk.ErrUnknownType):
 		return problem(http.StatusBadRequest, codeUnknownTaskType, err.Error())
 	case errors.Is(err, sdk.ErrInvalid):
@@ -115,6 +123,9 @@ func writeProblem(w http.ResponseWriter, r *http.Request, p *Problem) {
 	p.Instance = r.URL.Path
 	if p.retryAfter > 0 {
 		w.Header().Set("Retry-After", strconv.Itoa(p.RetryAfterSeconds))
+	}
+	if p.Status == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="cairn"`)
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.Header().Set("Cache-Control", "no-store")

@@ -12,9 +12,11 @@ import (
 	"log/slog"
 	"net/http"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/sdk"
@@ -53,9 +55,17 @@ type Server struct {
 	handler  http.Handler
 	draining atomic.Bool
 
+	notifier *engine.Notifier // one listening connection for every namespace's waits
+	drained  chan struct{}    // closed by Drain: long polls answer at once
+
 	mu      sync.Mutex
-	clients map[string]*sdk.Client // by namespace
+	clients map[string]*sdk.Client // by namespace, at most maxClients
 }
+
+// maxClients bounds the cached per-namespace clients; a request for a
+// namespace beyond them gets a client of its own (a few microseconds), so
+// namespace names sent by callers cannot grow the server without bound.
+const maxClients = 10_000
 
 // New returns a server; it does not listen (see [Server.Handler]).
 func New(cfg Config) (*Server, error) {
@@ -71,7 +81,15 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	s := &Server{cfg: cfg, tokens: cfg.Tokens, log: cfg.Logger, clients: map[string]*sdk.Client{}}
+	store, err := engine.NewStore(engine.StoreConfig{Pool: cfg.Pool, Schema: cfg.Schema})
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, tokens: cfg.Tokens, log: cfg.Logger, clients: map[string]*sdk.Client{},
+		notifier: engine.NewNotifier(store, cfg.Logger), drained: make(chan struct{})}
+	if err := s.notifier.Start(context.Background()); err != nil {
+		return nil, err
+	}
 	s.handler = s.routes()
 	return s, nil
 }
@@ -80,10 +98,16 @@ func New(cfg Config) (*Server, error) {
 func (s *Server) Handler() http.Handler { return s.handler }
 
 // Drain makes /readyz answer not ready, so a load balancer stops sending
-// requests before the server shuts down.
-func (s *Server) Drain() { s.draining.Store(true) }
+// requests before the server shuts down, and answers open long polls at
+// once with the task as it is, so a graceful shutdown does not wait for
+// them.
+func (s *Server) Drain() {
+	if s.draining.CompareAndSwap(false, true) {
+		close(s.drained)
+	}
+}
 
-// Close releases the server's clients (their wait listeners).
+// Close stops the server's listener and releases its clients.
 func (s *Server) Close() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -91,6 +115,7 @@ func (s *Server) Close() {
 		c.Close()
 	}
 	s.clients = map[string]*sdk.Client{}
+	s.notifier.Stop()
 }
 
 func (s *Server) routes() http.Handler {
@@ -149,6 +174,10 @@ func (s *Server) api(role Role, h func(http.ResponseWriter, *http.Request, *call
 		if ns == "" {
 			ns = who.defaultNamespace()
 		}
+		if err := validNamespace(ns); err != nil {
+			writeProblem(w, r, problem(http.StatusBadRequest, codeInvalidRequest, err.Error()))
+			return
+		}
 		if !who.inNamespace(ns) {
 			writeProblem(w, r, problem(http.StatusForbidden, codeForbidden, "the token may not act in namespace "+ns))
 			return
@@ -171,12 +200,23 @@ func (s *Server) client(namespace string) (*sdk.Client, error) {
 		return c, nil
 	}
 	c, err := sdk.NewClient(sdk.ClientConfig{Pool: s.cfg.Pool, Schema: s.cfg.Schema, Namespace: namespace, Identity: "api",
-		Metrics: s.cfg.Metrics})
+		Metrics: s.cfg.Metrics, Notifier: s.notifier})
 	if err != nil {
 		return nil, errors.Mark(err, sdk.ErrInvalid)
 	}
-	s.clients[namespace] = c
+	if len(s.clients) < maxClients {
+		s.clients[namespace] = c
+	}
 	return c, nil
+}
+
+// validNamespace checks a namespace a request names: 1 to 200 characters,
+// no spaces or control characters.
+func validNamespace(ns string) error {
+	if len(ns) > 200 || !utf8.ValidString(ns) || strings.IndexFunc(ns, func(r rune) bool { return r <= ' ' || r == 0x7f }) >= 0 {
+		return errors.Newf("namespace %q: use 1 to 200 characters, no spaces or control characters", ns)
+	}
+	return nil
 }
 
 // ready answers 200 when the database answers within two seconds and the

@@ -164,7 +164,9 @@ func decodeJSON(raw []byte, v any) *Problem {
 	dec.DisallowUnknownFields()
 	err := dec.Decode(v)
 	if err == nil {
-		if dec.More() {
+		// Anything but white space after the value is refused (More does
+		// not see a stray ']' or '}').
+		if len(bytes.TrimSpace(raw[dec.InputOffset():])) > 0 {
 			return problem(http.StatusBadRequest, codeMalformedJSON, "the request body holds more than one JSON value")
 		}
 		return nil
@@ -258,6 +260,13 @@ func (s *Server) waitTask(w http.ResponseWriter, r *http.Request, c *call) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), timeout)
 	defer cancel()
+	go func() {
+		select {
+		case <-s.drained: // shutting down: answer now
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	info, err := c.client.Wait(ctx, id)
 	if err != nil && ctx.Err() != nil && r.Context().Err() == nil {
 		info, err = c.client.Get(r.Context(), id) // timed out: the task as it is
@@ -313,8 +322,13 @@ func (s *Server) act(w http.ResponseWriter, r *http.Request, c *call, do func(co
 // listResponse is a page of GET /v1/tasks.
 type listResponse struct {
 	Tasks []*sdk.TaskInfo `json:"tasks"`
-	// NextCursor fetches the next page (?cursor=); empty on the last.
+	// NextCursor fetches the next page (?cursor=); empty when no more
+	// tasks were found.
 	NextCursor string `json:"next_cursor,omitempty"`
+	// FilterErrors counts the tasks the filter could not be evaluated on
+	// (left out); FilterError says why, for the first.
+	FilterErrors int    `json:"filter_errors,omitempty"`
+	FilterError  string `json:"filter_error,omitempty"`
 }
 
 func (s *Server) listTasks(w http.ResponseWriter, r *http.Request, c *call) {
@@ -353,7 +367,10 @@ func (s *Server) listTasks(w http.ResponseWriter, r *http.Request, c *call) {
 		s.writeError(w, r, err)
 		return
 	}
-	resp := listResponse{Tasks: page.Tasks}
+	resp := listResponse{Tasks: page.Tasks, FilterErrors: page.FilterErrors}
+	if page.FirstFilterError != nil {
+		resp.FilterError = page.FirstFilterError.Error()
+	}
 	if resp.Tasks == nil {
 		resp.Tasks = []*sdk.TaskInfo{}
 	}

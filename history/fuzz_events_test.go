@@ -1,0 +1,550 @@
+package history_test
+
+import (
+	"encoding/json"
+	"reflect"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/history/historytest"
+)
+
+// FuzzEventJSON: Event.UnmarshalJSON never panics; what it refuses is
+// marked ErrInvalidHistory and leaves the event alone; it agrees with
+// json.Unmarshal; what it accepts marshals (MarshalJSON) to JSON that
+// unmarshals again, and from then on the round trip is exact.
+func FuzzEventJSON(f *testing.F) {
+	for _, data := range corpus(f) {
+		var lines []json.RawMessage
+		if json.Unmarshal(data, &lines) != nil {
+			continue
+		}
+		for _, line := range lines {
+			f.Add([]byte(line))
+		}
+	}
+	for seed := range uint64(4) {
+		for _, e := range historytest.FromSeed(seed, historytest.Opts{Complete: true}) {
+			b, err := json.Marshal(e)
+			require.NoError(f, err)
+			f.Add(b)
+		}
+	}
+	for _, s := range []string{
+		`null`, `{}`, `[]`, `"x"`, `{"seq":1}`,
+		`{"seq":1,"type":"task_completed","at":"2026-01-02T03:04:05+01:00","data":{"v":1}}`,
+		`{"seq":1,"type":"task_completed","at":"2026-01-02T03:04:05Z","data":{"v":2}}`,
+		`{"seq":1,"type":"task_completed","at":"2026-01-02T03:04:05Z","data":null}`,
+		`{"SEQ":-1,"Type":"task_completed","AT":"0000-01-01T00:00:00+23:59","data":{"V":1,"OUTPUT":{ "a" : [1, 2] }}}`,
+		`{"seq":1,"type":"task_completed","at":"2026-01-02T03:04:05Z","data":{"v":1}} `,
+		`{"seq":1,"type":"task_completed","at":"2026-01-02T03:04:05Z","data":{"v":1},"extra":true}`,
+		`{"seq":9223372036854775807,"type":"attempt_started","at":"9999-12-31T23:59:59.999999999-23:59","attempt":-3,"data":{"v":1,"lease_expires_at":"0001-01-01T00:00:00Z"}}`,
+		`{"seq":1,"type":"task_scheduled","at":"2026-01-02T03:04:05Z","data":{"v":1,"task_type":"t","labels":{"a":"\ud800"},"input":[]}}`,
+	} {
+		f.Add([]byte(s))
+	}
+
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var e history.Event
+		err := e.UnmarshalJSON(data)
+
+		// json.Unmarshal checks the syntax first and then calls
+		// UnmarshalJSON: the two agree on every valid document.
+		var viaStd history.Event
+		stdErr := json.Unmarshal(data, &viaStd)
+		if err != nil {
+			requireMarked(t, err)
+			require.Equal(t, history.Event{}, e, "a refused event was written to")
+			require.Error(t, stdErr)
+			return
+		}
+		require.True(t, json.Valid(data), "accepted invalid JSON")
+		require.NoError(t, stdErr)
+		require.Equal(t, e, viaStd)
+		require.NotNil(t, e.Data)
+		require.Contains(t, history.Types, e.Type())
+
+		b1, err := json.Marshal(e)
+		require.NoError(t, err, "accepted event does not marshal: %#v", e)
+		require.True(t, json.Valid(b1), "%s", b1)
+
+		var e2 history.Event
+		require.NoError(t, json.Unmarshal(b1, &e2), "%s", b1)
+		require.Equal(t, e.Seq, e2.Seq)
+		require.Equal(t, e.Attempt, e2.Attempt)
+		require.True(t, e.At.Equal(e2.At), "at %s became %s", e.At, e2.At)
+		require.Equal(t, e.Type(), e2.Type())
+
+		b2, err := json.Marshal(e2)
+		require.NoError(t, err)
+		require.Equal(t, string(b1), string(b2))
+		var e3 history.Event
+		require.NoError(t, json.Unmarshal(b2, &e3))
+		require.Equal(t, e2, e3)
+	})
+}
+
+// FuzzReplayEvents: event sequences built from the fuzzer's bytes, from
+// scratch or by damaging a generated valid history (dropping, repeating,
+// moving, renumbering and rewriting events, appending events chosen to be
+// nearly valid after the state so far). Replay never panics and returns a
+// state or an error marked ErrInvalidHistory; it agrees with folding Apply
+// one event at a time, and with ApplyAll; the replay of every valid prefix
+// equals the fold's state at that point, and the fold keeps the state's
+// invariants; the input is left alone; and an encode→decode round trip
+// replays the same.
+func FuzzReplayEvents(f *testing.F) {
+	for seed := range uint64(12) {
+		f.Add(seed, []byte{byte(seed)})
+		f.Add(seed, []byte{byte(seed) | 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1})
+	}
+	// From scratch: appends of nearly valid events only.
+	f.Add(uint64(0), []byte{0, 0, 0, 0, 0, 0, 1, 0, 0, 2, 0, 0, 0, 3, 0, 0, 0, 6, 0, 0})
+	f.Add(uint64(7), []byte{0, 0, 0, 0, 0, 0, 1, 0, 0, 2, 0, 0, 0, 2, 0, 0, 0, 12, 0, 0, 0, 12})
+	// Generated histories, damaged.
+	f.Add(uint64(3), []byte{3, 3, 2, 4, 5, 1, 7, 6, 2, 9})
+	f.Add(uint64(5), []byte{1, 5, 4, 3, 6, 0, 2, 0, 1, 8, 2})
+	f.Add(uint64(9), []byte{2, 6, 1, 3, 6, 2, 5, 6, 3, 1, 7})
+
+	f.Fuzz(func(t *testing.T, seed uint64, ops []byte) {
+		events := buildEvents(seed, &fuzzBytes{b: ops})
+		before := historytest.Dump(events)
+		defer func() {
+			if t.Failed() {
+				t.Logf("events:\n%s", before)
+			}
+		}()
+
+		s, replayErr := history.Replay(events)
+
+		// The fold, one event at a time; states[k] is the state after the
+		// first k events, for every valid prefix.
+		states := []history.State{{}}
+		var incErr error
+		for _, e := range events {
+			cur := states[len(states)-1]
+			next, err := history.Apply(cur, e)
+			if err != nil {
+				requireMarked(t, err)
+				require.Equal(t, cur, next, "a refused event changed the state")
+				incErr = err
+				break
+			}
+			requireStep(t, cur, next, e)
+			states = append(states, next)
+		}
+		valid := len(states) - 1
+		require.Equal(t, states[valid], s)
+		if len(events) == 0 {
+			requireMarked(t, replayErr)
+		} else if replayErr != nil {
+			requireMarked(t, replayErr)
+			require.Error(t, incErr)
+			require.Equal(t, incErr.Error(), replayErr.Error())
+		} else {
+			require.NoError(t, incErr)
+			require.Equal(t, len(events), valid)
+			require.Equal(t, int64(len(events)), s.LastSeq)
+		}
+
+		all, allErr := history.ApplyAll(history.State{}, events)
+		if incErr != nil {
+			require.Error(t, allErr)
+			require.Equal(t, incErr.Error(), allErr.Error())
+			require.Equal(t, history.State{}, all)
+		} else {
+			require.NoError(t, allErr)
+			require.Equal(t, s, nilSteps(all))
+		}
+
+		// Every valid prefix replays to the fold's state at that point (so
+		// no later Apply wrote into a state handed out before), and
+		// applying the rest of the valid events to it gives the whole.
+		for k := 1; k <= valid; k++ {
+			prefix, err := history.Replay(events[:k])
+			require.NoError(t, err, "valid prefix of %d", k)
+			require.Equal(t, states[k], prefix, "prefix of %d", k)
+			rest, err := history.ApplyAll(prefix, events[k:valid])
+			require.NoError(t, err, "prefix of %d", k)
+			require.Equal(t, states[valid], nilSteps(rest), "prefix of %d", k)
+			require.Equal(t, states[k], prefix, "ApplyAll changed its input state (prefix of %d)", k)
+		}
+
+		require.Equal(t, before, historytest.Dump(events), "replay modified its input")
+
+		// Encoding and decoding the events changes nothing a replay sees.
+		if !allOurPayloads(events) {
+			return
+		}
+		enc, err := historytest.EncodeEvents(events)
+		require.NoError(t, err)
+		decoded, err := historytest.DecodeEvents(enc)
+		require.NoError(t, err, "%s", enc)
+		s2, err2 := history.Replay(decoded)
+		if replayErr != nil {
+			require.Error(t, err2, "%s", enc)
+			require.Equal(t, replayErr.Error(), err2.Error())
+		} else {
+			require.NoError(t, err2, "%s", enc)
+		}
+		require.Equal(t, s, s2)
+	})
+}
+
+// requireStep checks what holds of every transition Apply accepts.
+func requireStep(t *testing.T, prev, next history.State, e history.Event) {
+	t.Helper()
+	require.Equal(t, e.Seq, next.LastSeq)
+	require.Equal(t, e.At, next.UpdatedAt)
+	require.GreaterOrEqual(t, next.Attempt, prev.Attempt, "attempt went down at event %d", e.Seq)
+	require.GreaterOrEqual(t, next.Lease.Epoch, prev.Lease.Epoch, "lease epoch went down at event %d", e.Seq)
+	require.GreaterOrEqual(t, len(next.Steps), len(prev.Steps), "steps were lost at event %d", e.Seq)
+	for i := range prev.Steps {
+		require.Equal(t, prev.Steps[i], next.Steps[i], "steps were rewritten at event %d", e.Seq)
+	}
+	for pos, st := range next.Steps {
+		require.Equal(t, pos, st.Position)
+	}
+	require.GreaterOrEqual(t, next.Released, 0)
+	require.LessOrEqual(t, next.Released, next.Attempt)
+	require.GreaterOrEqual(t, next.Budget.Attempts, 0, "budget attempts below zero at event %d", e.Seq)
+	require.LessOrEqual(t, next.Budget.Attempts, next.AttemptsUsed(), "budget counts more attempts than were made at event %d", e.Seq)
+	require.NotEmpty(t, next.Status)
+	if next.Status.Terminal() {
+		require.Equal(t, e.At, next.FinishedAt)
+		require.Empty(t, next.Lease.Owner)
+	} else {
+		require.True(t, next.FinishedAt.IsZero())
+	}
+	if next.Lease.Owner != "" {
+		require.Equal(t, history.StatusRunning, next.Status, "only a running task holds a lease")
+	}
+	if prev.Status.Terminal() {
+		require.Contains(t, []history.Type{history.TaskRequeued, history.CompensationRequested}, e.Type(),
+			"only a requeue or a compensation request follows a %s task", prev.Status)
+	}
+	if c := next.Compensation; c != nil && c.Started {
+		for _, pos := range append(slices.Clone(c.Pending), c.Done...) {
+			require.True(t, pos >= 0 && pos < len(next.Steps) && next.Steps[pos].Compensable,
+				"compensation lists step %d, not a completed compensable step", pos)
+		}
+	}
+}
+
+// nilSteps returns s with no steps as nil: ApplyAll hands back an empty
+// slice where a fold from nothing has none, which means the same.
+func nilSteps(s history.State) history.State {
+	if len(s.Steps) == 0 {
+		s.Steps = nil
+	}
+	return s
+}
+
+// allOurPayloads reports whether every event has a payload of this
+// package's own (value) types, the only ones that encode and decode.
+func allOurPayloads(events []history.Event) bool {
+	for _, e := range events {
+		if e.Data == nil {
+			return false
+		}
+		if tp := reflect.TypeOf(e.Data); tp.Kind() != reflect.Struct || tp.PkgPath() != reflect.TypeFor[history.Event]().PkgPath() {
+			return false
+		}
+	}
+	return true
+}
+
+// fuzzBytes hands out the fuzzer's bytes as choices; once they run out,
+// every choice is the first.
+type fuzzBytes struct{ b []byte }
+
+func (r *fuzzBytes) next() byte {
+	if len(r.b) == 0 {
+		return 0
+	}
+	c := r.b[0]
+	r.b = r.b[1:]
+	return c
+}
+
+func (r *fuzzBytes) intn(n int) int { return int(r.next()) % n }
+
+// pickOf returns one of pool: the first (the choice most likely to be
+// right) for most byte values, any for the others.
+func pickOf[T any](r *fuzzBytes, pool ...T) T {
+	b := int(r.next())
+	if b < 192 {
+		return pool[0]
+	}
+	return pool[b%len(pool)]
+}
+
+// plausible lists the event types that may follow a task in state s.
+func plausible(s history.State) []history.Type {
+	switch {
+	case s.LastSeq == 0:
+		return []history.Type{history.TaskScheduled}
+	case s.Status == history.StatusDeadLettered:
+		return []history.Type{history.TaskRequeued}
+	case s.Status == history.StatusCompleted:
+		return []history.Type{history.CompensationRequested}
+	case s.Status == history.StatusPending || s.Status == history.StatusRetrying:
+		return []history.Type{history.AttemptStarted, history.AttemptStarted, history.AttemptStarted, history.CancelRequested,
+			history.TaskFailed, history.TaskDeadLettered, history.TaskExpired, history.TaskCancelled}
+	case s.Status == history.StatusRunning && s.Lease.Owner == "":
+		return []history.Type{history.TaskFailed, history.TaskDeadLettered, history.TaskCancelled}
+	case s.Status == history.StatusRunning && s.Compensation.IsStarted():
+		return []history.Type{history.StepCompensated, history.StepCompensated, history.CompensationFailed, history.TaskCancelled,
+			history.TaskFailed, history.AttemptFailed, history.LeaseExpired, history.TaskReleased, history.TaskDeadLettered}
+	case s.Status == history.StatusRunning:
+		return []history.Type{history.StepCompleted, history.StepCompleted, history.AttemptFailed, history.LeaseExpired,
+			history.TaskReleased, history.TaskCompleted, history.CancelRequested, history.CompensationStarted,
+			history.TimerStarted, history.TimerFired, history.TaskFailed, history.TaskDeadLettered, history.TaskCancelled}
+	}
+	return history.Types
+}
+
+// maxFuzzEvents bounds a built history: the checks are quadratic in it.
+const maxFuzzEvents = 64
+
+// buildEvents builds an event sequence: the first choice says whether to
+// start from the generated history of seed (and how it is generated) or
+// from nothing; each further group of choices edits the sequence.
+func buildEvents(seed uint64, r *fuzzBytes) []history.Event {
+	var events []history.Event
+	if mode := r.next(); mode != 0 {
+		events = historytest.FromSeed(seed, historytest.Opts{
+			Complete:    mode&0x80 != 0,
+			MaxSteps:    1 + int(mode&0x3),
+			MaxAttempts: 1 + int(mode>>2&0x7),
+		})
+	}
+	// folded is the state events fold to as far as they are valid, and
+	// whole whether that is all of them; stale says it is to be
+	// recomputed.
+	var (
+		folded history.State
+		whole  bool
+		stale  = true
+	)
+	fold := func(events []history.Event) (history.State, bool) {
+		var s history.State
+		for _, e := range events {
+			next, err := history.Apply(s, e)
+			if err != nil {
+				return s, false
+			}
+			s = next
+		}
+		return s, true
+	}
+	for len(r.b) > 0 && len(events) < maxFuzzEvents {
+		n := len(events)
+		op := 0 // mostly an append
+		if b := int(r.next()); b >= 176 {
+			op = 5 + b%7
+		}
+		switch {
+		case op == 0 || n == 0: // append a nearly valid event
+			if stale {
+				folded, whole = fold(events)
+				stale = false
+			}
+			e := nextEvent(r, events, folded)
+			events = append(events, e)
+			if whole {
+				next, err := history.Apply(folded, e)
+				if whole = err == nil; whole {
+					folded = next
+				}
+			}
+			continue
+		case op == 5: // drop an event
+			i := r.intn(n)
+			events = slices.Delete(events, i, i+1)
+		case op == 6: // repeat an event
+			i := r.intn(n)
+			events = slices.Insert(events, i, events[i])
+		case op == 7: // move an event
+			i, j := r.intn(n), r.intn(n)
+			e := events[i]
+			events = slices.Insert(slices.Delete(events, i, i+1), j, e)
+		case op == 8: // renumber 1..n
+			for k := range events {
+				events[k].Seq = int64(k + 1)
+			}
+		case op == 9: // cut the history short
+			events = events[:r.intn(n+1)]
+		case op == 10: // change an event's seq, attempt or time
+			i := r.intn(n)
+			delta := int64(r.intn(5)) - 2
+			switch r.intn(3) {
+			case 0:
+				events[i].Seq += delta
+			case 1:
+				events[i].Attempt += int(delta)
+			case 2:
+				events[i].At = events[i].At.Add(time.Duration(delta) * time.Hour)
+			}
+		case op == 11: // give an event another payload
+			i := r.intn(n)
+			s, _ := fold(events[:i])
+			e := nextEvent(r, events[:i], s)
+			events[i].Data = e.Data
+		}
+		stale = true
+	}
+	return events
+}
+
+// foreignPayload is a Payload that is none of the package's.
+type foreignPayload struct{ X int }
+
+func (foreignPayload) EventType() history.Type { return history.TaskCompleted }
+
+// nextEvent returns an event to follow events, built from r's choices with
+// the state events fold to (as far as they are valid) in view, so most
+// events are nearly right: the expected seq, attempt, epoch and position,
+// or one off.
+func nextEvent(r *fuzzBytes, events []history.Event, s history.State) history.Event {
+	at := historytest.Base
+	var seq int64 = 1
+	if n := len(events); n > 0 {
+		at, seq = events[n-1].At, events[n-1].Seq+1
+	}
+	at = at.Add(time.Duration(r.intn(4)) * time.Second)
+	switch pickOf(r, 0, 1, 2) {
+	case 1:
+		seq--
+	case 2:
+		seq = int64(r.intn(8)) - 1
+	}
+	epoch := pickOf(r, s.Lease.Epoch, s.Lease.Epoch+1, s.Lease.Epoch-1, 0)
+	position := pickOf(r, len(s.Steps), len(s.Steps)-1, len(s.Steps)+1, 0, -1)
+	worker := pickOf(r, s.Lease.Owner, historytest.Worker, "", "w-2")
+	by := pickOf(r, "alice@example.com", "")
+	later := at.Add(time.Duration(r.intn(3)) * time.Minute)
+	output := pickOf(r, json.RawMessage(nil), json.RawMessage(`{"ok":true}`), json.RawMessage(`null`), json.RawMessage(`[1,"ü"]`))
+	info := history.ErrorInfo{
+		Class:   pickOf(r, history.Transient, history.Permanent, ""),
+		Message: pickOf(r, "boom", "", "line1\nline2 ⏱"),
+		Status:  pickOf(r, 0, 429, 503),
+		Attrs:   pickOf(r, map[string]string(nil), map[string]string{"host": "a"}),
+	}
+	var done, pending, compensable []int
+	if c := s.Compensation; c != nil {
+		done, pending = c.Done, c.Pending
+	}
+	for pos := len(s.Steps) - 1; pos >= 0; pos-- {
+		if s.Steps[pos].Compensable {
+			compensable = append(compensable, pos)
+		}
+	}
+	positions := func() []int {
+		return pickOf(r, slices.Clone(compensable), nil, []int{}, []int{0}, []int{len(s.Steps)}, []int{0, 0}, slices.Clone(done), []int{-1})
+	}
+	next := pickOf(r, position, -1)
+	if len(pending) > 0 {
+		next = pickOf(r, pending[0], position, pending[len(pending)-1])
+	}
+	name := pickOf(r, "reserve", "", history.SleepStepName)
+	if next >= 0 && next < len(s.Steps) && r.intn(4) != 0 {
+		name = s.Steps[next].Name
+	}
+	timerPos := position
+	if s.Timer != nil && r.intn(4) != 0 {
+		timerPos = s.Timer.Position
+	}
+
+	var p history.Payload
+	types := len(history.Types)
+	k := r.intn(types + 3)
+	if b := r.next(); b < 224 {
+		// Mostly an event type that may follow.
+		next := plausible(s)
+		k = slices.Index(history.Types, next[r.intn(len(next))])
+	}
+	switch {
+	case k == types:
+		p = nil
+	case k == types+1:
+		p = foreignPayload{X: 1}
+	case k == types+2:
+		p = pickOf[history.Payload](r, &history.TaskCompletedData{}, (*history.TaskCompletedData)(nil), &history.Scheduled{TaskType: "t"})
+	default:
+		switch history.Types[k] {
+		case history.TaskScheduled:
+			sched := history.Scheduled{
+				Namespace: "default", TaskType: pickOf(r, "send_invoice", ""), TypeVersion: 1, Queue: "default",
+				Input: output, RunAt: later, MaxAttempts: pickOf(r, 3, 0, 1),
+				Labels:      pickOf(r, map[string]string(nil), map[string]string{"team": "ap"}),
+				FairnessKey: pickOf(r, "", "tenant-1"), FairnessWeight: pickOf(r, 0, 1, history.MaxFairnessWeight, -1, history.MaxFairnessWeight+1),
+			}
+			if r.intn(2) == 1 {
+				sched.Deadline = &later
+			}
+			p = sched
+		case history.AttemptStarted:
+			p = history.AttemptStartedData{WorkerID: pickOf(r, historytest.Worker, "", "w-2"),
+				LeaseEpoch: pickOf(r, s.Lease.Epoch+1, s.Lease.Epoch+2, s.Lease.Epoch, 0, -1), LeaseExpiresAt: later}
+		case history.StepCompleted:
+			p = history.StepCompletedData{Position: position, Name: name, Output: output, Compensable: r.intn(2) == 1,
+				DurationMillis: int64(r.intn(3)), Usage: pickOf(r, []history.Usage(nil), []history.Usage{{Model: "m", InputTokens: 3, CostUSD: 0.5}})}
+		case history.AttemptFailed:
+			failed := history.AttemptFailedData{Error: info}
+			if r.intn(2) == 1 {
+				failed.NextRunAt = &later
+			}
+			p = failed
+		case history.LeaseExpired:
+			p = history.LeaseExpiredData{WorkerID: worker, LeaseEpoch: epoch, NextRunAt: later}
+		case history.TaskReleased:
+			p = history.TaskReleasedData{WorkerID: worker, LeaseEpoch: epoch, Reason: "shutdown"}
+		case history.TaskCompleted:
+			p = history.TaskCompletedData{Output: output}
+		case history.TaskFailed:
+			p = history.TaskFailedData{Error: info, Compensated: positions()}
+		case history.TaskDeadLettered:
+			p = history.TaskDeadLetteredData{Reason: "budget", Error: info}
+		case history.TaskRequeued:
+			p = history.TaskRequeuedData{By: by, Reason: "fixed"}
+		case history.CancelRequested:
+			p = history.CancelRequestedData{By: by}
+		case history.CompensationRequested:
+			p = history.CompensationRequestedData{By: by}
+		case history.CompensationStarted:
+			started := history.CompensationStartedData{
+				Reason: pickOf(r, history.CompensateCancelled, history.CompensateFailed, history.CompensateRequested, "", "bored"),
+				Steps:  positions(),
+			}
+			if r.intn(2) == 1 {
+				started.Error = &info
+			}
+			p = started
+		case history.StepCompensated:
+			p = history.StepCompensatedData{Position: next, Name: name}
+		case history.CompensationFailed:
+			p = history.CompensationFailedData{Position: next, Name: name, Error: info}
+		case history.TaskCancelled:
+			p = history.TaskCancelledData{Reason: "asked", Compensated: positions()}
+		case history.TaskExpired:
+			p = history.TaskExpiredData{Reason: "late"}
+		case history.TimerStarted:
+			p = history.TimerStartedData{Position: timerPos, FireAt: later}
+		case history.TimerFired:
+			p = history.TimerFiredData{Position: timerPos}
+		default:
+			panic("no case for event type " + string(history.Types[k]))
+		}
+	}
+	attempt := s.Attempt
+	if _, ok := p.(history.AttemptStartedData); ok {
+		attempt++
+	}
+	attempt = pickOf(r, attempt, attempt-1, attempt+1, 0)
+	return history.Event{Seq: seq, At: at, Attempt: attempt, Data: p}
+}

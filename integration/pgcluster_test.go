@@ -1,0 +1,82 @@
+package integration_test
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// pgCluster is a PostgreSQL server of the test's own, in a temporary data
+// directory, so a test can crash and restart it without disturbing the
+// shared test database.
+type pgCluster struct {
+	bin, dir string
+	port     int
+}
+
+// startCluster initializes and starts a private cluster on a free port.
+// It needs the PostgreSQL server binaries (Debian's postgresql package);
+// as root it runs them as the postgres user, as initdb requires.
+func startCluster(t *testing.T) *pgCluster {
+	t.Helper()
+	bins, _ := filepath.Glob("/usr/lib/postgresql/*/bin/pg_ctl")
+	require.NotEmpty(t, bins, "the chaos test runs its own PostgreSQL: install the postgresql server package")
+	sort.Strings(bins)
+	c := &pgCluster{bin: filepath.Dir(bins[len(bins)-1]), port: freePort(t)}
+	dir, err := os.MkdirTemp("", "cairn-chaos-pg-")
+	require.NoError(t, err)
+	c.dir = dir
+	t.Cleanup(func() {
+		_ = c.run("pg_ctl", "-D", c.dir, "-m", "immediate", "stop")
+		_ = os.RemoveAll(dir)
+	})
+	if os.Geteuid() == 0 {
+		require.NoError(t, exec.Command("chown", "postgres:postgres", dir).Run())
+	}
+	require.NoError(t, c.run("initdb", "-D", dir, "-A", "trust", "-U", "postgres", "--no-sync", "-E", "UTF8"))
+	require.NoError(t, c.start())
+	return c
+}
+
+func (c *pgCluster) start() error {
+	opts := fmt.Sprintf("-p %d -c listen_addresses=127.0.0.1 -c unix_socket_directories=%s -c max_connections=200", c.port, c.dir)
+	return c.run("pg_ctl", "-D", c.dir, "-l", filepath.Join(c.dir, "server.log"), "-o", opts, "-w", "start")
+}
+
+// crash stops the server the way a power cut would (immediate: no
+// checkpoint; the restart replays the WAL).
+func (c *pgCluster) crash() error {
+	return c.run("pg_ctl", "-D", c.dir, "-m", "immediate", "-w", "stop")
+}
+
+func (c *pgCluster) url() string {
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", c.port)
+}
+
+// run runs a server binary, as the postgres user when we are root.
+func (c *pgCluster) run(name string, args ...string) error {
+	path := filepath.Join(c.bin, name)
+	cmd := exec.Command(path, args...)
+	if os.Geteuid() == 0 {
+		cmd = exec.Command("runuser", append([]string{"-u", "postgres", "--", path}, args...)...)
+	}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s %v: %v\n%s", name, args, err, out)
+	}
+	return nil
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}

@@ -1,0 +1,15 @@
+package sdk_test
+
+import (
+	"testing"
+
+	"github.com/cairnflow/cairn/engine/enginetest"
+	"go.uber.org/goleak"
+)
+
+// TestMain fails the test binary if any test leaves a goroutine running:
+// workers, their notifiers, rescuers and clients' wait listeners must all
+// have stopped by the end.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, enginetest.LeakOptions()...)
+}
