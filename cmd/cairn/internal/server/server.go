@@ -139,6 +139,7 @@ func (s *Server) routes() http.Handler {
 	if s.cfg.Gatherer != nil {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}))
 	}
+	s.consoleRoutes(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, r, problem(http.StatusNotFound, codeNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path))
 	})

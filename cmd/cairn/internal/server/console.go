@@ -1,0 +1,407 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"embed"
+	"encoding/json"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/sdk"
+	"github.com/cockroachdb/errors"
+	"github.com/google/uuid"
+)
+
+// The console: server-rendered pages over the same sdk calls the API
+// makes, with the same tokens and roles. A few htmx attributes refresh a
+// page in place; everything works without them (forms post and redirect).
+//
+//go:embed console/templates/*.html console/static/*
+var consoleFiles embed.FS
+
+// consolePages are the templates, each page parsed with the layout.
+var consolePages = func() map[string]*template.Template {
+	pages := map[string]*template.Template{}
+	for _, page := range []string{"login", "overview", "tasks", "task", "schedules"} {
+		pages[page] = template.Must(template.New(page).Funcs(consoleFuncs).ParseFS(consoleFiles,
+			"console/templates/layout.html", "console/templates/"+page+".html"))
+	}
+	return pages
+}()
+
+var consoleFuncs = template.FuncMap{
+	"age": func(d time.Duration) string {
+		if d <= 0 {
+			return "—"
+		}
+		return roundDuration(d).String()
+	},
+	"dur": func(d time.Duration) string { return roundDuration(d).String() },
+	"rate": func(perSecond float64) string {
+		if perSecond*60 >= 1 {
+			return fmt.Sprintf("%.1f/min", perSecond*60)
+		}
+		return fmt.Sprintf("%.1f/h", perSecond*3600)
+	},
+	"span": func(d time.Duration) string {
+		switch {
+		case d%time.Hour == 0:
+			return fmt.Sprintf("%d h", d/time.Hour)
+		case d%time.Minute == 0:
+			return fmt.Sprintf("%d min", d/time.Minute)
+		}
+		return d.String()
+	},
+	"percent": func(f float64) string { return fmt.Sprintf("%.1f%%", f*100) },
+	"short":   func(id uuid.UUID) string { return id.String()[:8] + "…" + id.String()[32:] },
+	"when":    func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05.000Z") },
+	"truncate": func(s string, n int) string {
+		if len(s) <= n {
+			return s
+		}
+		return s[:n] + "…"
+	},
+}
+
+// roundDuration keeps a duration readable: milliseconds below a second,
+// tenths of a second below a minute, seconds above.
+func roundDuration(d time.Duration) time.Duration {
+	switch {
+	case d < time.Second:
+		return d.Round(time.Millisecond)
+	case d < time.Minute:
+		return d.Round(100 * time.Millisecond)
+	}
+	return d.Round(time.Second)
+}
+
+// consolePage is what every page's template gets.
+type consolePage struct {
+	Title, Page   string
+	Namespace     string
+	Who           string // the token's name; empty without tokens
+	Notice, Error string
+	CanOperate    bool
+	Data          any
+}
+
+// consoleRoutes adds the console to mux.
+func (s *Server) consoleRoutes(mux *http.ServeMux) {
+	static, _ := fs.Sub(consoleFiles, "console/static")
+	mux.Handle("GET /console/static/", http.StripPrefix("/console/static/", http.FileServerFS(static)))
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "/console/", http.StatusFound)
+	})
+	mux.HandleFunc("GET /console/login", s.consoleLogin)
+	mux.HandleFunc("POST /console/login", s.consoleLogin)
+	mux.HandleFunc("POST /console/logout", func(w http.ResponseWriter, r *http.Request) {
+		http.SetCookie(w, &http.Cookie{Name: consoleCookie, Value: "", Path: "/console", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode})
+		http.Redirect(w, r, "/console/login", http.StatusSeeOther)
+	})
+	mux.Handle("GET /console/{$}", s.console(RoleRead, s.consoleOverview))
+	mux.Handle("GET /console/tasks", s.console(RoleRead, s.consoleTasks))
+	mux.Handle("GET /console/tasks/{id}", s.console(RoleRead, s.consoleTask))
+	mux.Handle("POST /console/tasks/{id}/{action}", s.console(RoleOperate, s.consoleTaskAction))
+	mux.Handle("GET /console/dead-letters", s.console(RoleRead, s.consoleDeadLetters))
+	mux.Handle("POST /console/dead-letters/retry", s.console(RoleOperate, s.consoleRetryDeadLetters))
+	mux.Handle("GET /console/schedules", s.console(RoleRead, s.consoleSchedules))
+	mux.Handle("POST /console/schedules/{name}/{action}", s.console(RoleOperate, s.consoleScheduleAction))
+}
+
+// consoleCookie holds the console's API token: HttpOnly (no script reads
+// it) and SameSite=Strict (no other site's form can post with it).
+const consoleCookie = "cairn_token"
+
+// console wraps a console handler: the token comes from the cookie (a
+// sign-in page asks for it when tokens are configured), the role and
+// namespace are checked as for the API.
+func (s *Server) console(role Role, h func(http.ResponseWriter, *http.Request, *call, *consolePage)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if c, err := r.Cookie(consoleCookie); err == nil && c.Value != "" {
+			r.Header.Set("Authorization", "Bearer "+c.Value)
+		}
+		who, p := s.authenticate(r)
+		if p != nil {
+			http.Redirect(w, r, "/console/login", http.StatusSeeOther)
+			return
+		}
+		ns := r.URL.Query().Get("namespace")
+		if ns == "" {
+			ns = who.defaultNamespace()
+		}
+		page := &consolePage{Namespace: ns, Who: who.name, CanOperate: who.can(RoleOperate),
+			Notice: r.URL.Query().Get("notice"), Error: r.URL.Query().Get("error")}
+		if err := validNamespace(ns); err != nil {
+			s.consoleFail(w, r, page, http.StatusBadRequest, err.Error())
+			return
+		}
+		if !who.can(role) || !who.inNamespace(ns) {
+			s.consoleFail(w, r, page, http.StatusForbidden, "your token does not allow this here")
+			return
+		}
+		c, err := s.client(ns)
+		if err != nil {
+			s.consoleFail(w, r, page, http.StatusInternalServerError, "internal error")
+			return
+		}
+		h(w, r.WithContext(sdk.WithRequester(r.Context(), "console:"+strings.TrimPrefix(who.requester(), "api:"))), &call{who: who, namespace: ns, client: c}, page)
+	})
+}
+
+func (s *Server) render(w http.ResponseWriter, status int, name string, page *consolePage) {
+	var buf bytes.Buffer
+	if err := consolePages[name].ExecuteTemplate(&buf, "layout", page); err != nil {
+		s.log.Error("console: render", "page", name, "error", err.Error())
+		http.Error(w, "internal error", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write(buf.Bytes())
+}
+
+// consoleFail shows an error on an empty page.
+func (s *Server) consoleFail(w http.ResponseWriter, r *http.Request, page *consolePage, status int, msg string) {
+	page.Title, page.Page, page.Error = "Error", "", msg
+	page.Data = overviewData{}
+	s.render(w, status, "overview", page)
+}
+
+// consoleError turns an sdk error into what the page says: the problem's
+// detail for what the user got wrong, "internal error" for the rest.
+func (s *Server) consoleError(r *http.Request, err error) string {
+	if p := problemFor(err); p != nil {
+		if p.Detail != "" {
+			return p.Detail
+		}
+		return p.Title
+	}
+	s.log.Error("console request failed", "path", r.URL.Path, "error", err.Error())
+	return "internal error"
+}
+
+func (s *Server) consoleLogin(w http.ResponseWriter, r *http.Request) {
+	page := &consolePage{Title: "Sign in", Page: "login", Namespace: "default"}
+	if len(s.tokens) == 0 {
+		http.Redirect(w, r, "/console/", http.StatusSeeOther)
+		return
+	}
+	if r.Method == http.MethodPost {
+		token := strings.TrimSpace(r.FormValue("token"))
+		check := &http.Request{Header: http.Header{"Authorization": {"Bearer " + token}}}
+		if _, p := s.authenticate(check); p == nil {
+			http.SetCookie(w, &http.Cookie{Name: consoleCookie, Value: token, Path: "/console", HttpOnly: true,
+				SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+			http.Redirect(w, r, "/console/", http.StatusSeeOther)
+			return
+		}
+		page.Error = "That token is not known."
+	}
+	s.render(w, http.StatusOK, "login", page)
+}
+
+type overviewData struct {
+	Window time.Duration
+	Queues []engine.QueueStats
+}
+
+func (s *Server) consoleOverview(w http.ResponseWriter, r *http.Request, c *call, page *consolePage) {
+	const window = time.Hour
+	stats, err := c.client.QueueStats(r.Context(), window)
+	if err != nil {
+		page.Error = s.consoleError(r, err)
+	}
+	page.Title, page.Page, page.Data = "Queues", "overview", overviewData{Window: window, Queues: stats}
+	s.render(w, http.StatusOK, "overview", page)
+}
+
+type tasksData struct {
+	DeadLetters                 bool
+	Statuses                    []history.Status
+	Status, Type, Queue, Filter string
+	Tasks                       []*sdk.TaskInfo
+	FilterErrors                int
+	FilterError                 string
+	Next                        string // the next page's URL
+}
+
+var consoleStatuses = []history.Status{history.StatusPending, history.StatusRunning, history.StatusRetrying,
+	history.StatusCompleted, history.StatusFailed, history.StatusCancelled, history.StatusDeadLettered, history.StatusExpired}
+
+func (s *Server) consoleTasks(w http.ResponseWriter, r *http.Request, c *call, page *consolePage) {
+	q := r.URL.Query()
+	data := tasksData{Statuses: consoleStatuses, Status: q.Get("status"), Type: q.Get("type"), Queue: q.Get("queue"), Filter: q.Get("filter")}
+	page.Title, page.Page, page.Data = "Tasks", "tasks", &data
+	opts := &sdk.ListOpts{Status: history.Status(data.Status), Type: data.Type, Queue: data.Queue, Limit: 50}
+	if data.Status != "" && !knownStatus(opts.Status) {
+		page.Error = "status " + data.Status + " is not a task status"
+		s.render(w, http.StatusBadRequest, "tasks", page)
+		return
+	}
+	if v := q.Get("cursor"); v != "" {
+		opts.Before, _ = uuid.Parse(v)
+	}
+	if data.Filter != "" {
+		f, err := sdk.CompileTaskFilter(data.Filter)
+		if err != nil {
+			page.Error = s.consoleError(r, err)
+			s.render(w, http.StatusBadRequest, "tasks", page)
+			return
+		}
+		opts.Filter = f
+	}
+	list, err := c.client.ListPage(r.Context(), opts)
+	if err != nil {
+		page.Error = s.consoleError(r, err)
+	}
+	data.Tasks, data.FilterErrors = list.Tasks, list.FilterErrors
+	if list.FirstFilterError != nil {
+		data.FilterError = list.FirstFilterError.Error()
+	}
+	if list.Next != uuid.Nil {
+		next := r.URL.Query()
+		next.Set("cursor", list.Next.String())
+		data.Next = "/console/tasks?" + next.Encode()
+	}
+	s.render(w, http.StatusOK, "tasks", page)
+}
+
+func (s *Server) consoleDeadLetters(w http.ResponseWriter, r *http.Request, c *call, page *consolePage) {
+	q := r.URL.Query()
+	data := tasksData{DeadLetters: true, Type: q.Get("type"), Filter: q.Get("filter")}
+	page.Title, page.Page, page.Data = "Dead letters", "dead-letters", &data
+	opts, errMsg := s.deadLetterOpts(r, data.Type, data.Filter)
+	if errMsg != "" {
+		page.Error = errMsg
+		s.render(w, http.StatusBadRequest, "tasks", page)
+		return
+	}
+	opts.Limit = 100
+	tasks, err := c.client.DeadLetters(r.Context(), opts)
+	if err != nil {
+		page.Error = s.consoleError(r, err)
+	}
+	data.Tasks = tasks
+	s.render(w, http.StatusOK, "tasks", page)
+}
+
+func (s *Server) deadLetterOpts(r *http.Request, typ, filter string) (*sdk.DeadLetterOpts, string) {
+	opts := &sdk.DeadLetterOpts{Type: typ}
+	if filter != "" {
+		f, err := sdk.CompileTaskFilter(filter)
+		if err != nil {
+			return nil, s.consoleError(r, err)
+		}
+		opts.Filter = f
+	}
+	return opts, ""
+}
+
+func (s *Server) consoleRetryDeadLetters(w http.ResponseWriter, r *http.Request, c *call, page *consolePage) {
+	back := url.Values{"namespace": {c.namespace}, "type": {r.FormValue("type")}, "filter": {r.FormValue("filter")}}
+	opts, errMsg := s.deadLetterOpts(r, r.FormValue("type"), r.FormValue("filter"))
+	if errMsg == "" {
+		opts.Limit = -1
+		report, err := c.client.RetryDeadLetters(r.Context(), opts, consoleReason(r, "requeued from the console"))
+		switch {
+		case err != nil:
+			errMsg = s.consoleError(r, err)
+		default:
+			back.Set("notice", fmt.Sprintf("Requeued %d dead letter(s); %d could not be.", len(report.Retried), len(report.Failed)))
+		}
+	}
+	if errMsg != "" {
+		back.Set("error", errMsg)
+	}
+	http.Redirect(w, r, "/console/dead-letters?"+back.Encode(), http.StatusSeeOther)
+}
+
+func consoleReason(r *http.Request, fallback string) string {
+	if reason := strings.TrimSpace(r.FormValue("reason")); reason != "" {
+		return reason
+	}
+	return fallback
+}
+
+func (s *Server) consoleTaskAction(w http.ResponseWriter, r *http.Request, c *call, page *consolePage) {
+	id, err := uuid.Parse(r.PathValue("id"))
+	if err != nil {
+		s.consoleFail(w, r, page, http.StatusBadRequest, "not a task id")
+		return
+	}
+	do := map[string]func(context.Context, uuid.UUID, string) error{
+		"cancel": c.client.Cancel, "retry": c.client.Retry, "compensate": c.client.Compensate,
+	}[r.PathValue("action")]
+	back := url.Values{"namespace": {c.namespace}}
+	switch {
+	case do == nil:
+		back.Set("error", "unknown action "+r.PathValue("action"))
+	default:
+		if err := do(r.Context(), id, consoleReason(r, r.PathValue("action")+" from the console")); err != nil {
+			back.Set("error", s.consoleError(r, err))
+		} else {
+			back.Set("notice", actionNotice[r.PathValue("action")])
+		}
+	}
+	http.Redirect(w, r, "/console/tasks/"+id.String()+"?"+back.Encode(), http.StatusSeeOther)
+}
+
+var actionNotice = map[string]string{
+	"cancel":     "Cancel requested.",
+	"retry":      "Sent back to its queue.",
+	"compensate": "Compensation requested.",
+}
+
+func (s *Server) consoleSchedules(w http.ResponseWriter, r *http.Request, c *call, page *consolePage) {
+	schedules, err := c.client.Schedules(r.Context())
+	if err != nil {
+		page.Error = s.consoleError(r, err)
+	}
+	page.Title, page.Page, page.Data = "Schedules", "schedules", struct{ Schedules []engine.Schedule }{schedules}
+	s.render(w, http.StatusOK, "schedules", page)
+}
+
+func (s *Server) consoleScheduleAction(w http.ResponseWriter, r *http.Request, c *call, page *consolePage) {
+	name := r.PathValue("name")
+	var err error
+	switch r.PathValue("action") {
+	case "pause":
+		err = c.client.PauseSchedule(r.Context(), name)
+	case "resume":
+		err = c.client.ResumeSchedule(r.Context(), name)
+	default:
+		err = errors.Mark(errors.Newf("unknown action %q", r.PathValue("action")), sdk.ErrInvalid)
+	}
+	back := url.Values{"namespace": {c.namespace}}
+	if err != nil {
+		back.Set("error", s.consoleError(r, err))
+	} else {
+		back.Set("notice", "Schedule "+name+" "+r.PathValue("action")+"d.")
+	}
+	http.Redirect(w, r, "/console/schedules?"+back.Encode(), http.StatusSeeOther)
+}
+
+// prettyJSON indents a JSON value for the page and cuts it at limit bytes.
+func prettyJSON(raw json.RawMessage, limit int) string {
+	if len(raw) == 0 {
+		return "—"
+	}
+	var buf bytes.Buffer
+	if json.Indent(&buf, raw, "", "  ") != nil {
+		buf.Reset()
+		buf.Write(raw)
+	}
+	if buf.Len() > limit {
+		return buf.String()[:limit] + fmt.Sprintf("\n… (%d bytes more)", buf.Len()-limit)
+	}
+	return buf.String()
+}

@@ -1,0 +1,206 @@
+package server
+
+import (
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/sdk"
+	"github.com/google/uuid"
+)
+
+// taskData is the task page.
+type taskData struct {
+	Task                               *sdk.TaskInfo
+	Finished                           bool
+	CanCancel, CanRetry, CanCompensate bool
+	Input, Output                      string
+	Timeline                           []*timelineBlock
+	Events                             []history.Event
+	Cost                               string
+}
+
+// The task page shows at most this much of an input or output.
+const consoleJSONLimit = 4 << 10
+
+func (s *Server) consoleTask(w http.ResponseWriter, r *http.Request, c *call, page *consolePage) {
+	page.Title, page.Page = "Task", "tasks"
+	id, err := uuid.Parse(r.PathValue("id"))
+	if err != nil {
+		s.consoleFail(w, r, page, http.StatusBadRequest, "not a task id")
+		return
+	}
+	info, err := c.client.Get(r.Context(), id)
+	if err != nil {
+		status := http.StatusInternalServerError
+		if p := problemFor(err); p != nil {
+			status = p.Status
+		}
+		s.consoleFail(w, r, page, status, s.consoleError(r, err))
+		return
+	}
+	events, err := c.client.History(r.Context(), id)
+	if err != nil {
+		s.consoleFail(w, r, page, http.StatusInternalServerError, s.consoleError(r, err))
+		return
+	}
+	finished := info.Status.Terminal()
+	page.Data = &taskData{
+		Task: info, Finished: finished, Events: events,
+		CanCancel: !finished, CanRetry: info.Status == history.StatusDeadLettered, CanCompensate: info.Status == history.StatusCompleted,
+		Input: prettyJSON(info.Input, consoleJSONLimit), Output: prettyJSON(info.Output, consoleJSONLimit),
+		Timeline: buildTimeline(events), Cost: usageSummary(events),
+	}
+	s.render(w, http.StatusOK, "task", page)
+}
+
+// timelineBlock is one attempt, or one thing that happened between
+// attempts, on the task page.
+type timelineBlock struct {
+	Title, Class, Worker string
+	Start                time.Time
+	Duration             time.Duration
+	Steps                []timelineStep
+	Notes                []string
+	Error                *history.ErrorInfo
+	last                 time.Time // the block's latest event, for step durations without their own
+}
+
+type timelineStep struct {
+	Name     string
+	Duration time.Duration
+	Width    float64 // share of the attempt, in percent
+}
+
+// buildTimeline reads a history into blocks: each attempt with its steps
+// (how long each ran), what ended it and its error evidence; and the
+// events between attempts (scheduled, cancel requests, requeues).
+func buildTimeline(events []history.Event) []*timelineBlock {
+	var blocks []*timelineBlock
+	var open *timelineBlock // the attempt running, if any
+	note := func(at time.Time, title, text string) {
+		if open != nil {
+			open.Notes = append(open.Notes, text)
+			return
+		}
+		blocks = append(blocks, &timelineBlock{Title: title, Start: at, Notes: []string{text}, last: at})
+	}
+	end := func(at time.Time, class string) {
+		if open == nil {
+			return
+		}
+		open.Duration, open.Class = at.Sub(open.Start), class
+		open = nil
+	}
+	for _, e := range events {
+		switch p := e.Data.(type) {
+		case history.Scheduled:
+			blocks = append(blocks, &timelineBlock{Title: "Scheduled", Start: e.At, last: e.At,
+				Notes: []string{fmt.Sprintf("queue %s, due %s", p.Queue, p.RunAt.UTC().Format(time.RFC3339))}})
+		case history.AttemptStartedData:
+			open = &timelineBlock{Title: fmt.Sprintf("Attempt %d", e.Attempt), Class: "open", Worker: p.WorkerID, Start: e.At, last: e.At}
+			blocks = append(blocks, open)
+		case history.StepCompletedData:
+			if open == nil {
+				continue
+			}
+			d := time.Duration(p.DurationMillis) * time.Millisecond
+			if d == 0 {
+				d = e.At.Sub(open.last)
+			}
+			open.Steps = append(open.Steps, timelineStep{Name: p.Name, Duration: d})
+		case history.TimerStartedData:
+			note(e.At, "Sleep", "sleeping until "+p.FireAt.UTC().Format(time.RFC3339))
+			end(e.At, "ok")
+		case history.TimerFiredData:
+			note(e.At, "Woke", "woke from its sleep")
+		case history.AttemptFailedData:
+			if open != nil {
+				open.Error = &p.Error
+			}
+			if p.NextRunAt != nil {
+				note(e.At, "Failed", "retry at "+p.NextRunAt.UTC().Format(time.RFC3339))
+			}
+			end(e.At, "failed")
+		case history.LeaseExpiredData:
+			note(e.At, "Lease expired", "lease expired: worker "+p.WorkerID+" stopped renewing it")
+			end(e.At, "failed")
+		case history.TaskReleasedData:
+			note(e.At, "Released", "released by its worker: "+p.Reason)
+			end(e.At, "ok")
+		case history.CancelRequestedData:
+			note(e.At, "Cancel requested", "cancel requested by "+p.By+": "+p.Reason)
+		case history.CompensationRequestedData:
+			note(e.At, "Compensation requested", "compensation requested by "+p.By+": "+p.Reason)
+		case history.CompensationStartedData:
+			note(e.At, "Compensation", "compensating: "+p.Reason)
+		case history.StepCompensatedData:
+			note(e.At, "Compensated", fmt.Sprintf("undone: step %d (%s)", p.Position, p.Name))
+		case history.CompensationFailedData:
+			if open != nil {
+				open.Error = &p.Error
+			}
+			note(e.At, "Compensation failed", fmt.Sprintf("compensation of step %d (%s) failed", p.Position, p.Name))
+		case history.TaskRequeuedData:
+			note(e.At, "Requeued", "requeued by "+p.By+": "+p.Reason)
+		case history.TaskCompletedData:
+			note(e.At, "Completed", "completed")
+			end(e.At, "ok")
+		case history.TaskFailedData:
+			if open != nil {
+				open.Error = &p.Error
+			} else {
+				blocks = append(blocks, &timelineBlock{Title: "Failed", Start: e.At, Class: "failed", Error: &p.Error})
+			}
+			note(e.At, "Failed", "failed")
+			end(e.At, "failed")
+		case history.TaskDeadLetteredData:
+			if open != nil && open.Error == nil {
+				open.Error = &p.Error
+			}
+			note(e.At, "Dead-lettered", "dead-lettered: "+p.Reason)
+			end(e.At, "failed")
+		case history.TaskCancelledData:
+			note(e.At, "Cancelled", "cancelled")
+			end(e.At, "ok")
+		case history.TaskExpiredData:
+			note(e.At, "Expired", "expired: "+p.Reason)
+		}
+		if open != nil {
+			open.last = e.At
+		}
+	}
+	for _, b := range blocks {
+		for i := range b.Steps {
+			if b.Duration > 0 {
+				b.Steps[i].Width = min(100, max(1, 100*float64(b.Steps[i].Duration)/float64(b.Duration)))
+			}
+		}
+	}
+	return blocks
+}
+
+// usageSummary totals the AI usage the task's steps reported.
+func usageSummary(events []history.Event) string {
+	var tokens int64
+	var cost float64
+	add := func(us []history.Usage) {
+		for _, u := range us {
+			tokens += u.InputTokens + u.OutputTokens
+			cost += u.CostUSD
+		}
+	}
+	for _, e := range events {
+		switch p := e.Data.(type) {
+		case history.StepCompletedData:
+			add(p.Usage)
+		case history.AttemptFailedData:
+			add(p.Usage)
+		}
+	}
+	if tokens == 0 && cost == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%d tokens · $%.4f", tokens, cost)
+}
