@@ -172,6 +172,12 @@ func TestWorkerRidesOutADatabaseOutage(t *testing.T) {
 	for _, r := range ids {
 		require.Equal(t, history.StatusCompleted, waitTask(t, b.client, r.ID).Status)
 	}
+	// Every component that reported the outage reports its end (the
+	// notifier reconnects after its backoff, up to 5 s).
+	require.Eventually(t, func() bool {
+		out := logs.String()
+		return strings.Count(out, "database unavailable") == strings.Count(out, "database available again")
+	}, testTimeout, 50*time.Millisecond, "every outage reported ends")
 	stopWorker(t, w)
 
 	out := logs.String()

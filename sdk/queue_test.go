@@ -548,9 +548,18 @@ func TestOverloadedProducerLosesNothingAccepted(t *testing.T) {
 		mu       sync.Mutex
 		accepted []sdk.StartResult
 		refused  int
-		full     = make(chan struct{}) // closed at the first refusal
 	)
-	produce, stop := context.WithTimeout(ctx, 2*time.Second)
+	// The queue is full before the producers start; the workers start with
+	// them and drain it while they push.
+	fill := make([]sdk.StartParams, 50)
+	for i := range fill {
+		fill[i] = sdk.StartParams{Workflow: wf, Input: -i}
+	}
+	filled, err := b.client.StartMany(ctx, fill)
+	require.NoError(t, err)
+	accepted = append(accepted, filled...)
+	startWorker(t, b.worker)
+	produce, stop := context.WithTimeout(ctx, 1500*time.Millisecond)
 	defer stop()
 	var wg sync.WaitGroup
 	for p := range 6 {
@@ -562,9 +571,7 @@ func TestOverloadedProducerLosesNothingAccepted(t *testing.T) {
 				case err == nil:
 					accepted = append(accepted, res)
 				case errors.Is(err, sdk.ErrQueueFull):
-					if refused++; refused == 1 {
-						close(full)
-					}
+					refused++
 				default:
 					t.Errorf("start: %v", err)
 				}
@@ -572,16 +579,9 @@ func TestOverloadedProducerLosesNothingAccepted(t *testing.T) {
 			}
 		})
 	}
-	// The workers start once the producers have filled the queue: from
-	// then on the queue drains while the producers push.
-	select {
-	case <-full:
-	case <-produce.Done():
-	}
-	startWorker(t, b.worker)
 	wg.Wait()
 	require.Positive(t, refused, "the producer was pushed back")
-	require.Greater(t, len(accepted), 50, "the queue kept accepting as it drained")
+	require.Greater(t, len(accepted), len(fill), "the queue kept accepting as it drained")
 	for _, r := range accepted {
 		require.Equal(t, history.StatusCompleted, waitTask(t, b.client, r.ID).Status)
 	}

@@ -151,12 +151,16 @@ func RequireProjectionsMatch(tb testing.TB, s *engine.Store) int {
 }
 
 // LeakOptions are the goroutines goleak should not count as leaks in a
-// test binary that uses this package: the shared test pool lives as long
-// as the binary, and testcontainers (used when no CAIRN_TEST_DATABASE_URL
+// test binary that uses this package: the shared test pool (and its
+// connections) lives as long as the binary, and testcontainers (used when no CAIRN_TEST_DATABASE_URL
 // is set) keeps its reaper and Docker client connections open.
 func LeakOptions() []goleak.Option {
 	return []goleak.Option{
 		goleak.IgnoreAnyFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
+		// A pooled connection that once read in the background (a large
+		// write) keeps that reader parked until its next message: it ends
+		// with the connection, which the shared pool keeps.
+		goleak.IgnoreAnyFunction("github.com/jackc/pgx/v5/pgconn/internal/bgreader.(*BGReader).bgRead"),
 		goleak.IgnoreAnyFunction("github.com/testcontainers/testcontainers-go.(*Reaper).connect.func1"),
 		goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
 		goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"),
