@@ -130,6 +130,8 @@ func (r *chaosRun) startWorker() {
 	cmd.Env = append(os.Environ(), "CAIRN_HELPER=chaos-worker", "CAIRN_HELPER_DATABASE_URL="+r.cluster.url(),
 		"CAIRN_HELPER_WORKER_ID="+id)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	// A worker dies with the test binary, even one killed by a timeout.
+	dieWithParent(cmd)
 	require.NoError(r.t, cmd.Start())
 	r.mu.Lock()
 	r.workers[id] = cmd

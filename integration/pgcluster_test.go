@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sort"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -29,6 +30,7 @@ func startCluster(t *testing.T) *pgCluster {
 	require.NotEmpty(t, bins, "the chaos test runs its own PostgreSQL: install the postgresql server package")
 	sort.Strings(bins)
 	c := &pgCluster{bin: filepath.Dir(bins[len(bins)-1]), port: freePort(t)}
+	c.removeStale()
 	dir, err := os.MkdirTemp("", "cairn-chaos-pg-")
 	require.NoError(t, err)
 	c.dir = dir
@@ -42,6 +44,19 @@ func startCluster(t *testing.T) *pgCluster {
 	require.NoError(t, c.run("initdb", "-D", dir, "-A", "trust", "-U", "postgres", "--no-sync", "-E", "UTF8"))
 	require.NoError(t, c.start())
 	return c
+}
+
+// removeStale stops and removes clusters left by a test binary that was
+// killed before its cleanup ran (a timeout): older than an hour, no test
+// still uses them.
+func (c *pgCluster) removeStale() {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), "cairn-chaos-pg-*"))
+	for _, dir := range dirs {
+		if info, err := os.Stat(dir); err == nil && time.Since(info.ModTime()) > time.Hour {
+			_ = c.run("pg_ctl", "-D", dir, "-m", "immediate", "stop")
+			_ = os.RemoveAll(dir)
+		}
+	}
 }
 
 func (c *pgCluster) start() error {

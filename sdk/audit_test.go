@@ -95,6 +95,7 @@ func newAuditWorld(t *testing.T) *auditWorld {
 	pool, schema := enginetest.Pool(t), enginetest.Schema(t)
 	client, err := sdk.NewClient(sdk.ClientConfig{Pool: pool, Schema: schema})
 	require.NoError(t, err)
+	t.Cleanup(client.Close)
 	return &auditWorld{store: client.Store(), client: client, base: time.Now().UTC().Add(-2 * time.Hour).Truncate(time.Second), ids: map[string]uuid.UUID{}}
 }
 
@@ -348,6 +349,7 @@ func TestAuditTimeRangeLimitAndStop(t *testing.T) {
 
 	other, err := sdk.NewClient(sdk.ClientConfig{Pool: w.store.Pool(), Schema: w.store.Schema(), Namespace: "other"})
 	require.NoError(t, err)
+	defer other.Close()
 	var theirs []sdk.AuditRecord
 	require.NoError(t, other.Audit(ctx, sdk.AuditParams{Filter: failures}, func(r sdk.AuditRecord) error {
 		theirs = append(theirs, r)

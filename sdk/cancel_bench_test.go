@@ -22,6 +22,7 @@ func BenchmarkCancelToContextCancelled(b *testing.B) {
 	schema := enginetest.Schema(b)
 	client, err := sdk.NewClient(sdk.ClientConfig{Pool: pool, Schema: schema})
 	require.NoError(b, err)
+	b.Cleanup(client.Close)
 	worker, err := sdk.NewWorker(sdk.WorkerConfig{Pool: pool, Schema: schema, Concurrency: 4, PollInterval: 50 * time.Millisecond})
 	require.NoError(b, err)
 	started := make(chan struct{})

@@ -23,6 +23,7 @@ func (b *testBundle) newClient(t *testing.T, namespace string) *sdk.Client {
 	t.Helper()
 	c, err := sdk.NewClient(sdk.ClientConfig{Pool: b.pool, Schema: b.schema, Namespace: namespace})
 	require.NoError(t, err)
+	t.Cleanup(c.Close)
 	return c
 }
 

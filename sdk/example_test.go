@@ -101,6 +101,7 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
+	defer client.Close()
 	res, err := client.Start(ctx, process, Document{ID: "doc-1", Body: "invoice total 42 EUR"}, nil)
 	if err != nil {
 		panic(err)
@@ -155,6 +156,7 @@ func Example_permanentError() {
 	if err != nil {
 		panic(err)
 	}
+	defer client.Close()
 	res, err := client.Start(ctx, charge, -5, nil)
 	if err != nil {
 		panic(err)
@@ -186,6 +188,7 @@ func ExampleClient_StartTx() {
 	if err != nil {
 		panic(err)
 	}
+	defer client.Close()
 
 	tx, err := pool.Begin(ctx)
 	if err != nil {
@@ -236,6 +239,7 @@ func ExampleStartOpts_idempotencyKey() {
 	if err != nil {
 		panic(err)
 	}
+	defer client.Close()
 	opts := &sdk.StartOpts{IdempotencyKey: "webhook-delivery-123"}
 	first, err := client.Start(ctx, reply, "hello", opts)
 	if err != nil {
@@ -264,6 +268,7 @@ func ExampleTypeRef() {
 	if err != nil {
 		panic(err)
 	}
+	defer client.Close()
 	ref := sdk.TypeRef{Name: "document.process", Version: 1}
 	for _, input := range []string{`{"id": "a"}`, `{"id": "b"}`} {
 		if _, err := client.Start(ctx, ref, json.RawMessage(input), nil); err != nil {

@@ -187,7 +187,10 @@ func TestWorkerRidesOutADatabaseOutage(t *testing.T) {
 	for _, component := range []string{"processor: claim", "processor: renew leases", "notifier (polling continues)", "rescuer", "appender"} {
 		down := strings.Count(out, component+": database unavailable")
 		back := strings.Count(out, component+": database available again")
-		require.LessOrEqual(t, down, 1, "%s reports the outage once, not every try", component)
+		// Once per change of state: a connection that works for a moment
+		// as the outage begins (the proxy cuts connections one by one) is
+		// a change of state too, so allow one flap.
+		require.LessOrEqual(t, down, 2, "%s reports the outage once per change of state, not every try", component)
 		require.Equal(t, down, back, "%s reports the end of the outage it reported", component)
 	}
 	require.Contains(t, out, "processor: claim: database unavailable", "the claim loop went on trying")
