@@ -177,8 +177,11 @@ func (p *Policy) Classify(in PolicyInput) (history.Class, error) {
 		"error":   boundedPolicyError(in.Error),
 		"attempt": in.Attempt,
 		"elapsed": in.Elapsed,
-		"task":    in.Task,
-		"step":    in.Step,
+		// Cut to the sizes the cost estimate assumed (policySizes), like
+		// the error: a longer step name would let a policy accepted as
+		// cheap run over the cost limit.
+		"task": PolicyTask{Type: truncate(in.Task.Type, policyAttrMax), Queue: truncate(in.Task.Queue, policyAttrMax)},
+		"step": PolicyStep{Name: truncate(in.Step.Name, policyAttrMax)},
 	})
 	if err != nil {
 		return history.Permanent, errors.Wrapf(err, "policy %q", p.name)

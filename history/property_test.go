@@ -250,6 +250,9 @@ func checkProperties(t require.TestingT, events []history.Event) {
 		}
 	case s.Status == history.StatusRunning && s.Lease.Owner != "" && (s.CancelRequested || s.Compensation != nil):
 		next = history.Event{Attempt: s.Attempt, Data: history.CompensationStartedData{Reason: history.CompensateCancelled}}
+	case s.Status == history.StatusRunning && s.Lease.Owner != "" && s.Timer != nil:
+		// The workflow sleeps at the next position: the timer fires there.
+		next = history.Event{Attempt: s.Attempt, Data: history.TimerFiredData{Position: s.Timer.Position}}
 	case s.Status == history.StatusRunning && s.Lease.Owner != "":
 		next = history.Event{Attempt: s.Attempt, Data: history.StepCompletedData{Position: len(s.Steps), Name: "next"}}
 	}

@@ -380,6 +380,11 @@ func (s *State) applyStepCompleted(e Event, p StepCompletedData, owned bool) err
 	if s.Compensation.IsStarted() {
 		return invalidf(nil, "event %d (%s): task is compensating", e.Seq, StepCompleted)
 	}
+	// The workflow sleeps at the timer's position (the next): only
+	// timer_fired may take it.
+	if s.Timer != nil {
+		return invalidf(nil, "event %d (%s): a timer runs at position %d", e.Seq, StepCompleted, s.Timer.Position)
+	}
 	if p.Position != len(s.Steps) {
 		return invalidf(nil, "event %d (%s): position %d, expected %d", e.Seq, StepCompleted, p.Position, len(s.Steps))
 	}

@@ -3,11 +3,13 @@ package sdk
 import (
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"cel.dev/cel-go/cel"
+	"cel.dev/cel-go/common"
 	"cel.dev/cel-go/common/types"
 	"cel.dev/cel-go/ext"
 	"github.com/cockroachdb/errors"
@@ -49,9 +51,17 @@ func (e *FilterSyntaxError) Error() string {
 
 // filterSyntaxError describes the issues CEL found compiling expr.
 func filterSyntaxError(expr string, iss *cel.Issues) error {
-	first := iss.Errors()[0]
+	// The first problem CEL locates, if any: it sorts the ones it cannot
+	// place (column -1, such as a macro's "argument is not an identifier")
+	// first, on line 1.
+	errs := iss.Errors()
+	first := errs[0]
+	located := func(loc common.Location) bool { return loc != nil && loc.Line() > 0 && loc.Column() >= 0 }
+	if i := slices.IndexFunc(errs, func(e *cel.Error) bool { return located(e.Location) }); i >= 0 {
+		first = errs[i]
+	}
 	e := &FilterSyntaxError{Expr: expr, Message: first.Message, detail: celIssues(iss.Err())}
-	if loc := first.Location; loc != nil && loc.Line() > 0 {
+	if loc := first.Location; located(loc) {
 		e.Line, e.Column = loc.Line(), loc.Column()+1 // CEL counts columns from 0
 	}
 	return errors.Mark(e, ErrBadFilter)

@@ -290,6 +290,11 @@ func Step[Out any](ctx Context, name string, fn func(context.Context) (Out, erro
 		s.next++
 		return out, nil
 	}
+	if t := s.p.Timer; t != nil && t.Position == pos {
+		// The history has the workflow asleep here: a step in its place
+		// is a different sequence, not a step to run.
+		return zero, s.abort(nondeterministic(pos, "sleep", name), nil)
+	}
 	if s.p.CollectOnly {
 		return zero, s.abort(ErrCollected, nil)
 	}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/workflow"
@@ -640,4 +641,24 @@ func TestRunRecordsEachStepBeforeTheNextBegins(t *testing.T) {
 	require.NoError(t, res.Err)
 	require.Len(t, b.rec.recorded(), 1)
 	require.Equal(t, history.StepCompletedData{Position: 1, Name: "b", Output: json.RawMessage("2")}, res.Pending)
+}
+
+// A history asleep at a position, run by code that calls a step there
+// instead, is non-deterministic (not a step to run and fail to record).
+func TestStepWhereTheHistorySleepsIsNondeterministic(t *testing.T) {
+	res := workflow.Run(workflow.RunParams{
+		TaskID: "t", Attempt: 2, Context: context.Background(),
+		Steps:  []history.Step{{Position: 0, Name: "schedule", Output: json.RawMessage(`"ok"`)}},
+		Timer:  &history.Timer{Position: 1, FireAt: time.Now().Add(time.Hour)},
+		Now:    time.Now,
+		Record: func(history.Payload) error { return nil },
+	}, workflow.Typed(func(ctx workflow.Context, _ string) (string, error) {
+		if _, err := workflow.Step(ctx, "schedule", func(context.Context) (string, error) { return "ok", nil }, nil); err != nil {
+			return "", err
+		}
+		return workflow.Step(ctx, "send", func(context.Context) (string, error) { return "sent", nil }, nil)
+	}), json.RawMessage(`"in"`))
+	require.True(t, errors.Is(res.Err, workflow.ErrNondeterministic), "%v", res.Err)
+	require.Contains(t, res.Err.Error(), `history recorded "sleep", workflow called "send"`)
+	require.Zero(t, res.Executed)
 }
