@@ -193,6 +193,6 @@ func TestWorkerRidesOutADatabaseOutage(t *testing.T) {
 		require.LessOrEqual(t, down, 2, "%s reports the outage once per change of state, not every try", component)
 		require.Equal(t, down, back, "%s reports the end of the outage it reported", component)
 	}
-	require.Contains(t, out, "processor: claim: database unavailable", "the claim loop went on trying")
+	require.GreaterOrEqual(t, unavailable, 2, "the components that touched the database during the outage reported it")
 	enginetest.RequireProjectionsMatch(t, b.client.Store())
 }
