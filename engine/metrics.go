@@ -90,7 +90,7 @@ func NewMetricsWithOpts(reg prometheus.Registerer, opts MetricsOpts) (*Metrics, 
 	seen := map[string]bool{}
 	for i, key := range opts.TaskLabels {
 		extra[i] = metricLabelName(key)
-		if key == "" || len(key) > 64 || strings.IndexFunc(key, notLabelKeyRune) >= 0 {
+		if !history.IsLabelKey(key) {
 			return nil, errors.Newf("engine: metrics task label %q: a label key is 1 to 64 letters, digits, '_', '.', '-' or '/'", key)
 		}
 		if seen[extra[i]] {
@@ -112,11 +112,6 @@ func NewMetricsWithOpts(reg prometheus.Registerer, opts MetricsOpts) (*Metrics, 
 		done = append(done, c)
 	}
 	return m, nil
-}
-
-// notLabelKeyRune is the task label key rule of the sdk (StartOpts.Labels).
-func notLabelKeyRune(r rune) bool {
-	return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("_.-/", r))
 }
 
 // metricLabelName is the metric label a task label key becomes.

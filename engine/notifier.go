@@ -151,7 +151,7 @@ func (n *Notifier) broadcast() {
 // Start listens until Stop or until ctx is done, reconnecting after errors.
 func (n *Notifier) Start(ctx context.Context) error {
 	return n.svc.start(ctx, func(ctx context.Context) {
-		backoff := initialBackoff
+		backoff := minBackoff
 		down := newOutage(n.logger, "notifier (polling continues)")
 		n.onListen = down.ok
 		for ctx.Err() == nil {
@@ -170,8 +170,6 @@ func (n *Notifier) Start(ctx context.Context) error {
 	})
 }
 
-const initialBackoff = 100 * time.Millisecond
-
 // listen listens until the connection fails; once listening, it resets
 // the caller's reconnect backoff.
 func (n *Notifier) listen(ctx context.Context, backoff *time.Duration) error {
@@ -185,7 +183,7 @@ func (n *Notifier) listen(ctx context.Context, backoff *time.Duration) error {
 			return err
 		}
 	}
-	*backoff = initialBackoff
+	*backoff = minBackoff
 	n.listening.Store(true)
 	if n.onListen != nil {
 		n.onListen()

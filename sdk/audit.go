@@ -83,42 +83,23 @@ type EventPrefilter struct {
 	MatchesNothing bool
 }
 
-var (
-	eventFilterEnvOnce sync.Once
-	eventFilterEnv     *cel.Env
-	eventFilterEnvErr  error
-)
-
-func eventFilterCELEnv() (*cel.Env, error) {
-	eventFilterEnvOnce.Do(func() {
-		eventFilterEnv, eventFilterEnvErr = cel.NewEnv(
-			ext.NativeTypes(reflect.TypeFor[FilterEvent](), reflect.TypeFor[FilterEventTask](), ext.ParseStructTags(true)),
-			ext.Strings(),
-			cel.Variable("event", cel.ObjectType("sdk.FilterEvent")),
-			cel.Variable("task", cel.ObjectType("sdk.FilterEventTask")),
-		)
-	})
-	return eventFilterEnv, eventFilterEnvErr
-}
+// eventFilterEnv is the CEL environment of event filters, made once.
+var eventFilterEnv = sync.OnceValues(func() (*cel.Env, error) {
+	return cel.NewEnv(
+		ext.NativeTypes(reflect.TypeFor[FilterEvent](), reflect.TypeFor[FilterEventTask](), ext.ParseStructTags(true)),
+		ext.Strings(),
+		cel.Variable("event", cel.ObjectType("sdk.FilterEvent")),
+		cel.Variable("task", cel.ObjectType("sdk.FilterEventTask")),
+	)
+})
 
 // CompileEventFilter compiles expr. A compile error is a
 // [*FilterSyntaxError], marked [ErrBadFilter], saying what is wrong and
 // where (line:column).
 func CompileEventFilter(expr string) (*EventFilter, error) {
-	env, err := eventFilterCELEnv()
+	ast, prg, err := compileFilter(eventFilterEnv, "event filter", expr)
 	if err != nil {
-		return nil, errors.Wrap(err, "event filter environment")
-	}
-	ast, iss := env.Compile(expr)
-	if iss.Err() != nil {
-		return nil, filterSyntaxError(expr, iss)
-	}
-	if err := checkFilterResult(expr, ast); err != nil {
 		return nil, err
-	}
-	prg, err := env.Program(ast, cel.CostLimit(filterCostLimit), cel.EvalOptions(cel.OptOptimize))
-	if err != nil {
-		return nil, errors.Mark(errors.Wrap(err, "event filter"), ErrBadFilter)
 	}
 	root := ast.NativeRep().Expr()
 	return &EventFilter{expr: expr, prg: prg, prefilter: prefilterOf(root), usesData: readsEventData(root)}, nil

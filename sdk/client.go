@@ -317,7 +317,6 @@ func checkKey(what, key string) error {
 // Label limits: labels ride in every task_scheduled and in filters.
 const (
 	maxLabels        = 32
-	maxLabelKeyLen   = 64
 	maxLabelValueLen = 256
 )
 
@@ -326,8 +325,8 @@ func validateLabels(labels map[string]string) error {
 		return errors.Newf("%d labels, at most %d allowed", len(labels), maxLabels)
 	}
 	for k, v := range labels {
-		if k == "" || len(k) > maxLabelKeyLen || strings.IndexFunc(k, notLabelKeyRune) >= 0 {
-			return errors.Newf("label key %q: use 1 to %d letters, digits, '_', '.', '-' or '/'", k, maxLabelKeyLen)
+		if !history.IsLabelKey(k) {
+			return errors.Newf("label key %q: use 1 to %d letters, digits, '_', '.', '-' or '/'", k, history.MaxLabelKeyLen)
 		}
 		if len(v) > maxLabelValueLen {
 			return errors.Newf("label %s: value is %d bytes, at most %d allowed", k, len(v), maxLabelValueLen)
@@ -337,10 +336,6 @@ func validateLabels(labels map[string]string) error {
 		}
 	}
 	return nil
-}
-
-func notLabelKeyRune(r rune) bool {
-	return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("_.-/", r))
 }
 
 // TaskInfo is what a client can learn about a task.

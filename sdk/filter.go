@@ -125,44 +125,47 @@ type TaskFilter struct {
 	prg  cel.Program
 }
 
-var (
-	filterEnvOnce sync.Once
-	filterEnv     *cel.Env
-	filterEnvErr  error
-)
-
-func taskFilterEnv() (*cel.Env, error) {
-	filterEnvOnce.Do(func() {
-		filterEnv, filterEnvErr = cel.NewEnv(
-			ext.NativeTypes(reflect.TypeFor[FilterTask](), reflect.TypeFor[FilterError](), ext.ParseStructTags(true)),
-			ext.Strings(),
-			cel.Variable("task", cel.ObjectType("sdk.FilterTask")),
-			cel.Variable("error", cel.ObjectType("sdk.FilterError")),
-		)
-	})
-	return filterEnv, filterEnvErr
-}
+// taskFilterEnv is the CEL environment of task filters, made once.
+var taskFilterEnv = sync.OnceValues(func() (*cel.Env, error) {
+	return cel.NewEnv(
+		ext.NativeTypes(reflect.TypeFor[FilterTask](), reflect.TypeFor[FilterError](), ext.ParseStructTags(true)),
+		ext.Strings(),
+		cel.Variable("task", cel.ObjectType("sdk.FilterTask")),
+		cel.Variable("error", cel.ObjectType("sdk.FilterError")),
+	)
+})
 
 // CompileTaskFilter compiles expr. A compile error is a
 // [*FilterSyntaxError], marked [ErrBadFilter], saying what is wrong and
 // where (line:column).
 func CompileTaskFilter(expr string) (*TaskFilter, error) {
-	env, err := taskFilterEnv()
+	_, prg, err := compileFilter(taskFilterEnv, "filter", expr)
 	if err != nil {
-		return nil, errors.Wrap(err, "filter environment")
-	}
-	ast, iss := env.Compile(expr)
-	if iss.Err() != nil {
-		return nil, filterSyntaxError(expr, iss)
-	}
-	if err := checkFilterResult(expr, ast); err != nil {
 		return nil, err
 	}
-	prg, err := env.Program(ast, cel.CostLimit(filterCostLimit), cel.EvalOptions(cel.OptOptimize))
-	if err != nil {
-		return nil, errors.Mark(errors.Wrap(err, "filter"), ErrBadFilter)
-	}
 	return &TaskFilter{expr: expr, prg: prg}, nil
+}
+
+// compileFilter compiles expr, a bool expression, in the environment env
+// makes, into a program bounded by the filter cost limit. what names the
+// filter in errors.
+func compileFilter(env func() (*cel.Env, error), what, expr string) (*cel.Ast, cel.Program, error) {
+	e, err := env()
+	if err != nil {
+		return nil, nil, errors.Wrapf(err, "%s environment", what)
+	}
+	ast, iss := e.Compile(expr)
+	if iss.Err() != nil {
+		return nil, nil, filterSyntaxError(expr, iss)
+	}
+	if err := checkFilterResult(expr, ast); err != nil {
+		return nil, nil, err
+	}
+	prg, err := e.Program(ast, cel.CostLimit(filterCostLimit), cel.EvalOptions(cel.OptOptimize))
+	if err != nil {
+		return nil, nil, errors.Mark(errors.Wrap(err, what), ErrBadFilter)
+	}
+	return ast, prg, nil
 }
 
 // String returns the filter's expression.

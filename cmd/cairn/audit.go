@@ -10,6 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/cairnflow/cairn/cmd/cairn/internal/server"
 	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/sdk"
 	"github.com/cockroachdb/errors"
@@ -145,22 +146,13 @@ func (f *auditFlags) params(now time.Time) (sdk.AuditParams, error) {
 	return p, nil
 }
 
-// parseAuditTime reads a time flag: an RFC 3339 time, or a duration before
-// now (Go's syntax, plus whole days: 7d).
+// parseAuditTime reads a time flag (see server.ParseAuditTime).
 func parseAuditTime(flag, value string, now time.Time) (time.Time, error) {
-	if t, err := time.Parse(time.RFC3339Nano, value); err == nil {
-		return t, nil
-	}
-	d, err := time.ParseDuration(value)
-	if days, ok := strings.CutSuffix(value, "d"); ok {
-		var n int
-		n, err = strconv.Atoi(days)
-		d = time.Duration(n) * 24 * time.Hour
-	}
-	if err != nil || d < 0 {
+	t, err := server.ParseAuditTime(value, now)
+	if err != nil {
 		return time.Time{}, errors.Mark(errors.Newf("--%s %q: give a duration before now (24h, 90m, 7d) or an RFC 3339 time (2026-11-01T00:00:00Z)", flag, value), configError)
 	}
-	return now.Add(-d), nil
+	return t, nil
 }
 
 // withHint puts an error's hints into its message: main prints the message

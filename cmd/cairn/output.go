@@ -1,9 +1,12 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"text/tabwriter"
 
+	"github.com/cairnflow/cairn/sdk"
 	"github.com/spf13/cobra"
 )
 
@@ -15,4 +18,35 @@ func printJSON(cmd *cobra.Command, v any) error {
 
 func newTable(cmd *cobra.Command) *tabwriter.Writer {
 	return tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
+}
+
+// listCmd is a command that reads a list through a client and prints it:
+// as JSON with -o json, else as a table of header (tab-separated) and one
+// row per item (row's tab-separated cells).
+func listCmd[T any](g *globals, use, short, header string, read func(*sdk.Client, context.Context) ([]T, error), row func(T) string) *cobra.Command {
+	return &cobra.Command{
+		Use:   use,
+		Short: short,
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, closeDB, err := g.client(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer closeDB()
+			items, err := read(c, cmd.Context())
+			if err != nil {
+				return err
+			}
+			if g.output == "json" {
+				return printJSON(cmd, items)
+			}
+			w := newTable(cmd)
+			fmt.Fprintln(w, header)
+			for _, item := range items {
+				fmt.Fprintln(w, row(item))
+			}
+			return w.Flush()
+		},
+	}
 }

@@ -52,31 +52,11 @@ every worker; claims enforce it. 0 removes a limit.`,
 }
 
 func newQueueListCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
-		Use:   "list",
-		Short: "List the queues with limits, and how many tasks wait and run in each",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, closeDB, err := g.client(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer closeDB()
-			queues, err := c.Queues(cmd.Context())
-			if err != nil {
-				return err
-			}
-			if g.output == "json" {
-				return printJSON(cmd, queues)
-			}
-			w := newTable(cmd)
-			fmt.Fprintln(w, "QUEUE\tWAITING\tMAX WAITING\tRUNNING\tCONCURRENCY")
-			for _, q := range queues {
-				fmt.Fprintf(w, "%s\t%d\t%s\t%d\t%s\n", q.Name, q.Waiting, limit(q.MaxWaiting), q.Running, limit(q.Concurrency))
-			}
-			return w.Flush()
-		},
-	}
+	return listCmd(g, "list", "List the queues with limits, and how many tasks wait and run in each",
+		"QUEUE\tWAITING\tMAX WAITING\tRUNNING\tCONCURRENCY", (*sdk.Client).Queues,
+		func(q engine.QueueInfo) string {
+			return fmt.Sprintf("%s\t%d\t%s\t%d\t%s", q.Name, q.Waiting, limit(q.MaxWaiting), q.Running, limit(q.Concurrency))
+		})
 }
 
 func limit(n int) string {
@@ -87,31 +67,11 @@ func limit(n int) string {
 }
 
 func newQueueWaitsCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
-		Use:   "waits",
-		Short: "Due tasks waiting per queue and priority, and how long the oldest has waited",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, closeDB, err := g.client(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer closeDB()
-			waits, err := c.QueueWaits(cmd.Context())
-			if err != nil {
-				return err
-			}
-			if g.output == "json" {
-				return printJSON(cmd, waits)
-			}
-			w := newTable(cmd)
-			fmt.Fprintln(w, "QUEUE\tPRIORITY\tWAITING\tOLDEST WAITING")
-			for _, q := range waits {
-				fmt.Fprintf(w, "%s\t%d\t%d\t%s\n", q.Queue, q.Priority, q.Waiting, time.Since(q.Oldest).Round(time.Millisecond))
-			}
-			return w.Flush()
-		},
-	}
+	return listCmd(g, "waits", "Due tasks waiting per queue and priority, and how long the oldest has waited",
+		"QUEUE\tPRIORITY\tWAITING\tOLDEST WAITING", (*sdk.Client).QueueWaits,
+		func(q engine.QueueWait) string {
+			return fmt.Sprintf("%s\t%d\t%d\t%s", q.Queue, q.Priority, q.Waiting, time.Since(q.Oldest).Round(time.Millisecond))
+		})
 }
 
 func newQueueDiagnoseCmd(g *globals) *cobra.Command {

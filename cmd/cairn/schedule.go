@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/sdk"
 	"github.com/cockroachdb/errors"
 	"github.com/spf13/cobra"
@@ -66,36 +67,16 @@ no worker ran fire once, for the latest of them.
 }
 
 func newScheduleListCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
-		Use:   "list",
-		Short: "List schedules with their next and last tick",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, closeDB, err := g.client(cmd.Context())
-			if err != nil {
-				return err
+	return listCmd(g, "list", "List schedules with their next and last tick",
+		"NAME\tCRON\tTZ\tTYPE\tSTATE\tNEXT\tLAST", (*sdk.Client).Schedules,
+		func(s engine.Schedule) string {
+			state := "active"
+			if s.Paused {
+				state = "paused"
 			}
-			defer closeDB()
-			schedules, err := c.Schedules(cmd.Context())
-			if err != nil {
-				return err
-			}
-			if g.output == "json" {
-				return printJSON(cmd, schedules)
-			}
-			w := newTable(cmd)
-			fmt.Fprintln(w, "NAME\tCRON\tTZ\tTYPE\tSTATE\tNEXT\tLAST")
-			for _, s := range schedules {
-				state := "active"
-				if s.Paused {
-					state = "paused"
-				}
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s@%d\t%s\t%s\t%s\n", s.Name, s.Cron, s.Timezone, s.TaskType, s.TypeVersion,
-					state, formatTime(&s.NextRunAt), formatTime(s.LastTick))
-			}
-			return w.Flush()
-		},
-	}
+			return fmt.Sprintf("%s\t%s\t%s\t%s@%d\t%s\t%s\t%s", s.Name, s.Cron, s.Timezone, s.TaskType, s.TypeVersion,
+				state, formatTime(&s.NextRunAt), formatTime(s.LastTick))
+		})
 }
 
 func newScheduleActionCmd(g *globals, verb, short string, act func(*sdk.Client, context.Context, string) error) *cobra.Command {

@@ -28,13 +28,13 @@ func (s *Server) auditEvents(w http.ResponseWriter, r *http.Request, c *call) {
 	p := sdk.AuditParams{Since: now.Add(-defaultAuditRange), Limit: defaultAuditLimit}
 	var err error
 	if v := q.Get("since"); v != "" {
-		if p.Since, err = parseAuditTime(v, now); err != nil {
+		if p.Since, err = ParseAuditTime(v, now); err != nil {
 			writeProblem(w, r, problem(http.StatusBadRequest, codeInvalidRequest, "since: "+err.Error()))
 			return
 		}
 	}
 	if v := q.Get("until"); v != "" {
-		if p.Until, err = parseAuditTime(v, now); err != nil {
+		if p.Until, err = ParseAuditTime(v, now); err != nil {
 			writeProblem(w, r, problem(http.StatusBadRequest, codeInvalidRequest, "until: "+err.Error()))
 			return
 		}
@@ -95,9 +95,10 @@ func (s *Server) auditEvents(w http.ResponseWriter, r *http.Request, c *call) {
 	}
 }
 
-// parseAuditTime reads an RFC 3339 time, or a duration before now (24h,
-// 90m, 7d).
-func parseAuditTime(v string, now time.Time) (time.Time, error) {
+// ParseAuditTime reads an RFC 3339 time, or a duration before now (Go's
+// syntax, plus whole days: 7d): the since and until of an audit, for the
+// API and the CLI alike.
+func ParseAuditTime(v string, now time.Time) (time.Time, error) {
 	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
 		return t, nil
 	}
