@@ -15,6 +15,7 @@ import (
 	"github.com/cockroachdb/errors"
 
 	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/internal/celenv"
 )
 
 // ErrBadPolicy marks an error from [NewPolicy]: the expression does not
@@ -106,7 +107,7 @@ var (
 
 func newPolicyEnv() (*cel.Env, error) {
 	policyEnvOnce.Do(func() {
-		policyEnv, policyEnvErr = cel.NewEnv(
+		policyEnv, policyEnvErr = celenv.New(
 			ext.NativeTypes(reflect.TypeFor[PolicyError](), reflect.TypeFor[PolicyTask](), reflect.TypeFor[PolicyStep](),
 				ext.ParseStructTags(true)),
 			ext.Strings(),

@@ -20,6 +20,7 @@ import (
 
 	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/internal/celenv"
 )
 
 // FilterEvent is an event as an event filter sees it, as `event`.
@@ -85,7 +86,7 @@ type EventPrefilter struct {
 
 // eventFilterEnv is the CEL environment of event filters, made once.
 var eventFilterEnv = sync.OnceValues(func() (*cel.Env, error) {
-	return cel.NewEnv(
+	return celenv.New(
 		ext.NativeTypes(reflect.TypeFor[FilterEvent](), reflect.TypeFor[FilterEventTask](), ext.ParseStructTags(true)),
 		ext.Strings(),
 		cel.Variable("event", cel.ObjectType("sdk.FilterEvent")),

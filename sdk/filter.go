@@ -15,6 +15,7 @@ import (
 	"github.com/cockroachdb/errors"
 
 	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/internal/celenv"
 )
 
 // ErrBadFilter marks an error from [CompileTaskFilter] and
@@ -127,7 +128,7 @@ type TaskFilter struct {
 
 // taskFilterEnv is the CEL environment of task filters, made once.
 var taskFilterEnv = sync.OnceValues(func() (*cel.Env, error) {
-	return cel.NewEnv(
+	return celenv.New(
 		ext.NativeTypes(reflect.TypeFor[FilterTask](), reflect.TypeFor[FilterError](), ext.ParseStructTags(true)),
 		ext.Strings(),
 		cel.Variable("task", cel.ObjectType("sdk.FilterTask")),
