@@ -44,7 +44,7 @@ type EventAppendParams struct {
 // set and the task has moved to another epoch; [ErrConflict] if the log grew
 // past State.LastSeq; an error marked history.ErrInvalidHistory if the events
 // cannot follow State (nothing is written).
-func (s *Store) EventAppend(ctx context.Context, p *EventAppendParams) (history.State, error) {
+func (s *PGStore) EventAppend(ctx context.Context, p *EventAppendParams) (history.State, error) {
 	res, err := s.EventAppendMany(ctx, []*EventAppendParams{p})
 	if err != nil {
 		return p.State, err
@@ -62,7 +62,7 @@ type AppendResult struct {
 // commit behind worker outcomes. Each append succeeds or is refused on its
 // own (see [Store.EventAppend]); the returned error is for the statement as
 // a whole, and then nothing was written. ps must not name a task twice.
-func (s *Store) EventAppendMany(ctx context.Context, ps []*EventAppendParams) ([]AppendResult, error) {
+func (s *PGStore) EventAppendMany(ctx context.Context, ps []*EventAppendParams) ([]AppendResult, error) {
 	batch := newAppendBatch(len(ps))
 	out := make([]AppendResult, len(ps))
 	valid := 0
@@ -128,19 +128,38 @@ func newAppendBatch(n int) *appendBatch {
 	}
 }
 
-// add replays p's events onto p.State and adds the resulting projection row
-// and the encoded events to the batch: the row comes from the replayed
-// state, so it equals the replay by construction.
-func (b *appendBatch) add(p *EventAppendParams) (history.State, error) {
+// EncodedEvent is an event ready to be written: its columns in the events
+// table.
+type EncodedEvent struct {
+	Seq     int64
+	Type    history.Type
+	At      time.Time
+	Attempt int
+	Data    []byte // history.Encode of the payload
+}
+
+// AppendPlan is an append worked out before anything is written: the
+// events, encoded, and the state they replay to, from which the projection
+// row is written (so the row equals the replay by construction).
+type AppendPlan struct {
+	Next      history.State
+	Events    []EncodedEvent
+	LastError []byte // Next.LastError as JSON; nil when none
+}
+
+// PlanAppend replays p's events onto p.State and encodes them: what every
+// store does before its fenced write. An append that cannot follow the
+// state, or that would leave the task stuck, is refused here, before
+// anything is written.
+func PlanAppend(p *EventAppendParams) (AppendPlan, error) {
 	at := p.At
 	if at.IsZero() {
 		at = Now()
 	}
 	at = normalizeTime(at)
 	if len(p.Payloads) == 0 {
-		return p.State, errors.AssertionFailedf("append to task %s: no events", p.TaskID)
+		return AppendPlan{}, errors.AssertionFailedf("append to task %s: no events", p.TaskID)
 	}
-	firstEvent := len(b.evSeqs)
 	events := make([]history.Event, len(p.Payloads))
 	for i, payload := range p.Payloads {
 		events[i] = history.Event{Seq: p.State.LastSeq + int64(i) + 1, At: at, Attempt: p.Attempt, Data: notBefore(normalizePayload(payload), at)}
@@ -149,40 +168,52 @@ func (b *appendBatch) add(p *EventAppendParams) (history.State, error) {
 	// anything is encoded.
 	next, err := history.ApplyAll(p.State, events)
 	if err != nil {
-		return p.State, errors.Wrapf(err, "append to task %s", p.TaskID)
-	}
-	for _, ev := range events {
-		data, err := history.Encode(ev.Data)
-		if err != nil {
-			b.truncateEvents(firstEvent)
-			return p.State, err
-		}
-		b.evTaskIDs = append(b.evTaskIDs, p.TaskID)
-		b.evSeqs = append(b.evSeqs, ev.Seq)
-		b.evTypes = append(b.evTypes, string(ev.Type()))
-		b.evAts = append(b.evAts, at)
-		b.evAttempts = append(b.evAttempts, int32(p.Attempt))
-		b.evDatas = append(b.evDatas, string(data))
+		return AppendPlan{}, errors.Wrapf(err, "append to task %s", p.TaskID)
 	}
 	if _, ok := p.Payloads[len(p.Payloads)-1].(history.CompensationFailedData); ok {
-		b.truncateEvents(firstEvent)
-		return p.State, errors.AssertionFailedf("append to task %s: compensation_failed without the terminal event that must follow it", p.TaskID)
+		return AppendPlan{}, errors.AssertionFailedf("append to task %s: compensation_failed without the terminal event that must follow it", p.TaskID)
 	}
 	if next.Status == history.StatusRunning && next.Lease.Owner == "" {
 		// attempt_failed without a next run time must be followed by a
 		// terminal event in the same append; alone it would leave the task
 		// running with no lease, where nothing would ever pick it up.
-		b.truncateEvents(firstEvent)
-		return p.State, errors.AssertionFailedf("append to task %s: attempt ended without a retry or a terminal event", p.TaskID)
+		return AppendPlan{}, errors.AssertionFailedf("append to task %s: attempt ended without a retry or a terminal event", p.TaskID)
 	}
-	var lastError *string
-	if next.LastError != nil {
-		encoded, err := json.Marshal(next.LastError)
+	plan := AppendPlan{Next: next, Events: make([]EncodedEvent, len(events))}
+	for i, ev := range events {
+		data, err := history.Encode(ev.Data)
 		if err != nil {
-			b.truncateEvents(firstEvent)
-			return p.State, errors.Wrap(err, "encode last error")
+			return AppendPlan{}, err
 		}
-		lastError = ptr(string(encoded))
+		plan.Events[i] = EncodedEvent{Seq: ev.Seq, Type: ev.Type(), At: at, Attempt: p.Attempt, Data: data}
+	}
+	if next.LastError != nil {
+		if plan.LastError, err = json.Marshal(next.LastError); err != nil {
+			return AppendPlan{}, errors.Wrap(err, "encode last error")
+		}
+	}
+	return plan, nil
+}
+
+// add plans p (see [PlanAppend]) and adds its projection row and events to
+// the batch.
+func (b *appendBatch) add(p *EventAppendParams) (history.State, error) {
+	plan, err := PlanAppend(p)
+	if err != nil {
+		return p.State, err
+	}
+	for _, ev := range plan.Events {
+		b.evTaskIDs = append(b.evTaskIDs, p.TaskID)
+		b.evSeqs = append(b.evSeqs, ev.Seq)
+		b.evTypes = append(b.evTypes, string(ev.Type))
+		b.evAts = append(b.evAts, ev.At)
+		b.evAttempts = append(b.evAttempts, int32(ev.Attempt))
+		b.evDatas = append(b.evDatas, string(ev.Data))
+	}
+	next := plan.Next
+	var lastError *string
+	if plan.LastError != nil {
+		lastError = ptr(string(plan.LastError))
 	}
 	b.ids = append(b.ids, p.TaskID)
 	b.expectedSeqs = append(b.expectedSeqs, p.State.LastSeq)
@@ -201,11 +232,6 @@ func (b *appendBatch) add(p *EventAppendParams) (history.State, error) {
 	b.startedAts = append(b.startedAts, nullTime(next.StartedAt))
 	b.finishedAts = append(b.finishedAts, nullTime(next.FinishedAt))
 	return next, nil
-}
-
-func (b *appendBatch) truncateEvents(n int) {
-	b.evTaskIDs, b.evSeqs, b.evTypes = b.evTaskIDs[:n], b.evSeqs[:n], b.evTypes[:n]
-	b.evAts, b.evAttempts, b.evDatas = b.evAts[:n], b.evAttempts[:n], b.evDatas[:n]
 }
 
 func (b *appendBatch) args(doneChannel, readyChannel, cancelChannel string) pgx.NamedArgs {
@@ -244,7 +270,7 @@ func rebaseOntoCancel(p *EventAppendParams, events []history.Event) (*EventAppen
 }
 
 // explainRefusal finds out why an append wrote nothing.
-func (s *Store) explainRefusal(ctx context.Context, q Querier, p *EventAppendParams) error {
+func (s *PGStore) explainRefusal(ctx context.Context, q Querier, p *EventAppendParams) error {
 	var lastSeq, epoch int64
 	var leased bool
 	err := q.QueryRow(ctx, s.sql("TaskFenceByID"), pgx.NamedArgs{"id": p.TaskID}).Scan(&lastSeq, &epoch, &leased)

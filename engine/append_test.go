@@ -21,7 +21,7 @@ func TestEventAppend(t *testing.T) {
 	t.Parallel()
 
 	type testBundle struct {
-		store *engine.Store
+		store *engine.PGStore
 		ct    *engine.ClaimedTask
 	}
 	setup := func(t *testing.T) *testBundle {

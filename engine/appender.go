@@ -22,7 +22,7 @@ import (
 // durable and visible within one round trip plus whatever flush is ahead of
 // it, not after a fixed interval.
 type appender struct {
-	store  *Store
+	store  Store
 	outage *outage         // database trouble, logged once per change of state
 	ctx    context.Context // the worker's base context, set by start: ends every write and wait
 	reqs   chan *appendReq // written by attempts; read by flushers; never closed
@@ -56,7 +56,7 @@ const (
 	appendFlushers = 2
 )
 
-func newAppender(store *Store, queue int, logger *slog.Logger) *appender {
+func newAppender(store Store, queue int, logger *slog.Logger) *appender {
 	return &appender{store: store, outage: newOutage(logger, "appender"),
 		reqs: make(chan *appendReq, queue), quit: make(chan struct{}), done: make(chan struct{})}
 }

@@ -79,7 +79,7 @@ func (e *AuditEvent) Cursor() EventCursor {
 // and sorts every event of [max(Since, After.At), Until) that passes the
 // filters, however small the page. To page through a wide range cheaply,
 // narrow Until to a window holding a few pages (sdk.Client.Audit does).
-func (s *Store) EventScan(ctx context.Context, p *EventScanParams) ([]AuditEvent, error) {
+func (s *PGStore) EventScan(ctx context.Context, p *EventScanParams) ([]AuditEvent, error) {
 	args, limit, err := eventScanArgs(p)
 	if err != nil {
 		return nil, err

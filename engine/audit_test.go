@@ -20,7 +20,7 @@ import (
 // own minute after base (an hour from now, so every task_scheduled and
 // attempt_started comes before base).
 type auditTimeline struct {
-	s    *engine.Store
+	s    *engine.PGStore
 	base time.Time
 }
 
@@ -51,7 +51,7 @@ func (tl *auditTimeline) task(t *testing.T, opts *enginetest.TaskOpts, m int) uu
 	return id
 }
 
-func scan(t *testing.T, s *engine.Store, p engine.EventScanParams) []engine.AuditEvent {
+func scan(t *testing.T, s *engine.PGStore, p engine.EventScanParams) []engine.AuditEvent {
 	t.Helper()
 	if p.Namespace == "" {
 		p.Namespace = engine.DefaultNamespace

@@ -33,9 +33,15 @@ type TaskCancelResult struct {
 // completed compensable steps is due at once, so a worker compensates them.
 // Cancelling a finished task is an error marked [ErrTaskState] naming its
 // status; cancelling twice is not an error.
-func (s *Store) TaskCancel(ctx context.Context, p *TaskRequestParams) (TaskCancelResult, error) {
+func (s *PGStore) TaskCancel(ctx context.Context, p *TaskRequestParams) (TaskCancelResult, error) {
+	return CancelTask(ctx, s, p)
+}
+
+// CancelTask is [PGStore.TaskCancel] over any store's reads and fenced
+// appends: what a store shares with the others rather than writes again.
+func CancelTask(ctx context.Context, s Store, p *TaskRequestParams) (TaskCancelResult, error) {
 	var res TaskCancelResult
-	state, err := s.requestOnTask(ctx, p, func(state history.State) ([]history.Payload, error) {
+	state, err := requestOnTask(ctx, s, p, func(state history.State) ([]history.Payload, error) {
 		if state.Status.Terminal() {
 			return nil, errors.Mark(errors.Newf("cancel task %s: it is %s; only a pending, retrying or running task can be cancelled",
 				p.ID, state.Status), ErrTaskState)
@@ -59,8 +65,14 @@ func (s *Store) TaskCancel(ctx context.Context, p *TaskRequestParams) (TaskCance
 // its compensable steps in reverse order, and it ends cancelled. A task
 // that is not completed, or has no compensable step, is an error marked
 // [ErrTaskState].
-func (s *Store) TaskCompensate(ctx context.Context, p *TaskRequestParams) (history.State, error) {
-	return s.requestOnTask(ctx, p, func(state history.State) ([]history.Payload, error) {
+func (s *PGStore) TaskCompensate(ctx context.Context, p *TaskRequestParams) (history.State, error) {
+	return CompensateTask(ctx, s, p)
+}
+
+// CompensateTask is [PGStore.TaskCompensate] over any store (see
+// [CancelTask]).
+func CompensateTask(ctx context.Context, s Store, p *TaskRequestParams) (history.State, error) {
+	return requestOnTask(ctx, s, p, func(state history.State) ([]history.Payload, error) {
 		if state.Status != history.StatusCompleted {
 			return nil, errors.Mark(errors.Newf("compensate task %s: it is %s; only a completed task is compensated on request",
 				p.ID, state.Status), ErrTaskState)
@@ -88,7 +100,7 @@ const maxRequestTries = 5
 // requestOnTask appends what decide returns for the task's current state,
 // unfenced (a request is no attempt's), retrying when a worker appended
 // first. decide returning no payloads appends nothing.
-func (s *Store) requestOnTask(ctx context.Context, p *TaskRequestParams, decide func(history.State) ([]history.Payload, error)) (history.State, error) {
+func requestOnTask(ctx context.Context, s Store, p *TaskRequestParams, decide func(history.State) ([]history.Payload, error)) (history.State, error) {
 	if p.By == "" {
 		return history.State{}, errors.New("request on task: By (who asks) is empty")
 	}

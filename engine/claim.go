@@ -50,7 +50,7 @@ type ClaimedTask struct {
 // TaskClaimMany claims up to p.Max due tasks in one statement, one round
 // trip: FOR UPDATE SKIP LOCKED, a new lease epoch, attempt_started appended,
 // and each task returned with its history.
-func (s *Store) TaskClaimMany(ctx context.Context, p *TaskClaimManyParams) ([]*ClaimedTask, error) {
+func (s *PGStore) TaskClaimMany(ctx context.Context, p *TaskClaimManyParams) ([]*ClaimedTask, error) {
 	if p.Max <= 0 {
 		return nil, nil
 	}
@@ -169,7 +169,7 @@ type LeaseRenewal struct {
 // LeaseExtendMany extends the given leases to ttl from now by the database
 // clock and returns the leases it extended, by task id; the others are lost
 // (the task moved to another epoch or finished).
-func (s *Store) LeaseExtendMany(ctx context.Context, leases []LeaseRef, ttl time.Duration) (map[uuid.UUID]LeaseRenewal, error) {
+func (s *PGStore) LeaseExtendMany(ctx context.Context, leases []LeaseRef, ttl time.Duration) (map[uuid.UUID]LeaseRenewal, error) {
 	// Lock in id order, as appends do, so the two rarely deadlock.
 	sorted := slices.Clone(leases)
 	slices.SortFunc(sorted, func(a, b LeaseRef) int { return bytes.Compare(a.TaskID[:], b.TaskID[:]) })

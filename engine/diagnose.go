@@ -277,7 +277,7 @@ const (
 // QueueDiagnose measures the queue over the window ending now and ranks the
 // likely causes of its growth (see [QueueDiagnosis]). It reads in one
 // read-only snapshot, each statement bounded by a timeout.
-func (s *Store) QueueDiagnose(ctx context.Context, p *QueueDiagnoseParams) (*QueueDiagnosis, error) {
+func (s *PGStore) QueueDiagnose(ctx context.Context, p *QueueDiagnoseParams) (*QueueDiagnosis, error) {
 	if err := p.validate(); err != nil {
 		return nil, err
 	}
@@ -303,7 +303,7 @@ func isStatementTimeout(err error) bool {
 }
 
 // measureQueue fills in everything but the causes.
-func (s *Store) measureQueue(ctx context.Context, tx pgx.Tx, window time.Duration, d *QueueDiagnosis) error {
+func (s *PGStore) measureQueue(ctx context.Context, tx pgx.Tx, window time.Duration, d *QueueDiagnosis) error {
 	err := tx.QueryRow(ctx, s.sql("DiagnoseBegin"), pgx.NamedArgs{
 		"statement_timeout": fmt.Sprint(diagnoseStatementTimeout.Milliseconds()),
 	}).Scan(new(string), &d.At)
@@ -342,7 +342,7 @@ func (d *QueueDiagnosis) half(isNow bool) *DiagnosisHalf {
 	return &d.Then
 }
 
-func (s *Store) measureFlow(ctx context.Context, tx pgx.Tx, args pgx.NamedArgs, d *QueueDiagnosis) error {
+func (s *PGStore) measureFlow(ctx context.Context, tx pgx.Tx, args pgx.NamedArgs, d *QueueDiagnosis) error {
 	rows, err := tx.Query(ctx, s.sql("DiagnoseFlow"), args)
 	if err != nil {
 		return errors.Wrap(err, "measure inflow, outflow and attempts")
@@ -376,7 +376,7 @@ func (s *Store) measureFlow(ctx context.Context, tx pgx.Tx, args pgx.NamedArgs, 
 	return errors.Wrap(err, "measure inflow, outflow and attempts")
 }
 
-func (s *Store) measureSteps(ctx context.Context, tx pgx.Tx, args pgx.NamedArgs, d *QueueDiagnosis) error {
+func (s *PGStore) measureSteps(ctx context.Context, tx pgx.Tx, args pgx.NamedArgs, d *QueueDiagnosis) error {
 	rows, err := tx.Query(ctx, s.sql("DiagnoseSteps"), args)
 	if err != nil {
 		return errors.Wrap(err, "measure step durations")
@@ -393,7 +393,7 @@ func (s *Store) measureSteps(ctx context.Context, tx pgx.Tx, args pgx.NamedArgs,
 	return errors.Wrap(err, "measure step durations")
 }
 
-func (s *Store) measureErrors(ctx context.Context, tx pgx.Tx, args pgx.NamedArgs, d *QueueDiagnosis) error {
+func (s *PGStore) measureErrors(ctx context.Context, tx pgx.Tx, args pgx.NamedArgs, d *QueueDiagnosis) error {
 	rows, err := tx.Query(ctx, s.sql("DiagnoseErrors"), args)
 	if err != nil {
 		return errors.Wrap(err, "count failures")
@@ -411,7 +411,7 @@ func (s *Store) measureErrors(ctx context.Context, tx pgx.Tx, args pgx.NamedArgs
 	return errors.Wrap(err, "count failures")
 }
 
-func (s *Store) measureDepth(ctx context.Context, tx pgx.Tx, args pgx.NamedArgs, d *QueueDiagnosis) error {
+func (s *PGStore) measureDepth(ctx context.Context, tx pgx.Tx, args pgx.NamedArgs, d *QueueDiagnosis) error {
 	var pending, retrying, due int64
 	var concurrency, maxWaiting *int32
 	err := tx.QueryRow(ctx, s.sql("DiagnoseDepth"), args).Scan(&pending, &retrying, &due, &d.Depth.OldestWait, &concurrency, &maxWaiting)
@@ -426,7 +426,7 @@ func (s *Store) measureDepth(ctx context.Context, tx pgx.Tx, args pgx.NamedArgs,
 // measureRunning counts the running tasks, and adds the workers holding
 // their leases to the second half's workers: a worker busy with long
 // attempts started before the half is alive too.
-func (s *Store) measureRunning(ctx context.Context, tx pgx.Tx, args pgx.NamedArgs, d *QueueDiagnosis) error {
+func (s *PGStore) measureRunning(ctx context.Context, tx pgx.Tx, args pgx.NamedArgs, d *QueueDiagnosis) error {
 	rows, err := tx.Query(ctx, s.sql("DiagnoseRunning"), args)
 	if err != nil {
 		return errors.Wrap(err, "read running tasks")
@@ -444,7 +444,7 @@ func (s *Store) measureRunning(ctx context.Context, tx pgx.Tx, args pgx.NamedArg
 	return errors.Wrap(err, "read running tasks")
 }
 
-func (s *Store) measureWaitingTypes(ctx context.Context, tx pgx.Tx, args pgx.NamedArgs, d *QueueDiagnosis) error {
+func (s *PGStore) measureWaitingTypes(ctx context.Context, tx pgx.Tx, args pgx.NamedArgs, d *QueueDiagnosis) error {
 	rows, err := tx.Query(ctx, s.sql("DiagnoseWaitingTypes"), args)
 	if err != nil {
 		return errors.Wrap(err, "group waiting tasks by type")
@@ -460,7 +460,7 @@ func (s *Store) measureWaitingTypes(ctx context.Context, tx pgx.Tx, args pgx.Nam
 	return errors.Wrap(err, "group waiting tasks by type")
 }
 
-func (s *Store) measureWaitingKeys(ctx context.Context, tx pgx.Tx, args pgx.NamedArgs, d *QueueDiagnosis) error {
+func (s *PGStore) measureWaitingKeys(ctx context.Context, tx pgx.Tx, args pgx.NamedArgs, d *QueueDiagnosis) error {
 	rows, err := tx.Query(ctx, s.sql("DiagnoseWaitingKeys"), args)
 	if err != nil {
 		return errors.Wrap(err, "group waiting tasks by fairness key")
@@ -477,7 +477,7 @@ func (s *Store) measureWaitingKeys(ctx context.Context, tx pgx.Tx, args pgx.Name
 
 // measureRateLimits reads the rate limits of the types the queue holds or
 // ran in the window.
-func (s *Store) measureRateLimits(ctx context.Context, tx pgx.Tx, args pgx.NamedArgs, d *QueueDiagnosis) error {
+func (s *PGStore) measureRateLimits(ctx context.Context, tx pgx.Tx, args pgx.NamedArgs, d *QueueDiagnosis) error {
 	types := d.typeNames()
 	if len(types) == 0 {
 		return nil

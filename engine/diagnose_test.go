@@ -37,7 +37,7 @@ type builtTask struct {
 // insertHistory writes tasks straight into the tables, in one transaction
 // (one now()), so a test knows every time exactly. The projections are not
 // meant to match a replay: the diagnosis reads events and a few columns.
-func insertHistory(t *testing.T, s *engine.Store, tasks ...builtTask) {
+func insertHistory(t *testing.T, s *engine.PGStore, tasks ...builtTask) {
 	t.Helper()
 	ctx := context.Background()
 	err := pgx.BeginFunc(ctx, s.Pool(), func(tx pgx.Tx) error {
@@ -51,7 +51,7 @@ func insertHistory(t *testing.T, s *engine.Store, tasks ...builtTask) {
 	require.NoError(t, err)
 }
 
-func insertBuiltTask(ctx context.Context, tx pgx.Tx, s *engine.Store, task builtTask) error {
+func insertBuiltTask(ctx context.Context, tx pgx.Tx, s *engine.PGStore, task builtTask) error {
 	id := uuid.Must(uuid.NewV7())
 	var lease any
 	if task.owner != "" {

@@ -2,7 +2,7 @@ package engine
 
 // NotifyChannel returns the channel the store notifies on when work becomes
 // ready, for tests that listen to it directly.
-func (s *Store) NotifyChannel() string { return s.channel }
+func (s *PGStore) NotifyChannel() string { return s.channel }
 
 // QueueFullRetryAfter is queueFullRetryAfter, for a table test.
 var QueueFullRetryAfter = queueFullRetryAfter

@@ -32,7 +32,7 @@ func claimOpts(owner string, max int, ttl time.Duration) *engine.TaskClaimManyPa
 	}
 }
 
-func claim(t testing.TB, s *engine.Store, p *engine.TaskClaimManyParams) []*engine.ClaimedTask {
+func claim(t testing.TB, s *engine.PGStore, p *engine.TaskClaimManyParams) []*engine.ClaimedTask {
 	t.Helper()
 	claimed, err := s.TaskClaimMany(context.Background(), p)
 	require.NoError(t, err)
@@ -40,7 +40,7 @@ func claim(t testing.TB, s *engine.Store, p *engine.TaskClaimManyParams) []*engi
 }
 
 // claimOne claims exactly one default test task for owner.
-func claimOne(t testing.TB, s *engine.Store, owner string, ttl time.Duration) *engine.ClaimedTask {
+func claimOne(t testing.TB, s *engine.PGStore, owner string, ttl time.Duration) *engine.ClaimedTask {
 	t.Helper()
 	claimed := claim(t, s, claimOpts(owner, 1, ttl))
 	require.Len(t, claimed, 1)
@@ -48,27 +48,27 @@ func claimOne(t testing.TB, s *engine.Store, owner string, ttl time.Duration) *e
 }
 
 // appendFenced appends payloads for ct's attempt, fenced by its epoch.
-func appendFenced(ctx context.Context, s *engine.Store, ct *engine.ClaimedTask, payloads ...history.Payload) (history.State, error) {
+func appendFenced(ctx context.Context, s *engine.PGStore, ct *engine.ClaimedTask, payloads ...history.Payload) (history.State, error) {
 	return s.EventAppend(ctx, &engine.EventAppendParams{
 		TaskID: ct.Task.ID, State: ct.State, Epoch: ct.State.Lease.Epoch,
 		Attempt: ct.State.Attempt, Payloads: payloads,
 	})
 }
 
-func complete(t testing.TB, s *engine.Store, ct *engine.ClaimedTask) {
+func complete(t testing.TB, s *engine.PGStore, ct *engine.ClaimedTask) {
 	t.Helper()
 	_, err := appendFenced(context.Background(), s, ct, history.TaskCompletedData{Output: json.RawMessage(`{"ok":true}`)})
 	require.NoError(t, err)
 }
 
-func getTask(t testing.TB, s *engine.Store, id uuid.UUID) *engine.Task {
+func getTask(t testing.TB, s *engine.PGStore, id uuid.UUID) *engine.Task {
 	t.Helper()
 	task, err := s.TaskGetByID(context.Background(), engine.DefaultNamespace, id)
 	require.NoError(t, err)
 	return task
 }
 
-func events(t testing.TB, s *engine.Store, id uuid.UUID) []history.Event {
+func events(t testing.TB, s *engine.PGStore, id uuid.UUID) []history.Event {
 	t.Helper()
 	evs, err := s.EventListByTask(context.Background(), id)
 	require.NoError(t, err)
@@ -76,7 +76,7 @@ func events(t testing.TB, s *engine.Store, id uuid.UUID) []history.Event {
 }
 
 // countRows counts the rows of one of the store's tables.
-func countRows(t testing.TB, s *engine.Store, table string) int {
+func countRows(t testing.TB, s *engine.PGStore, table string) int {
 	t.Helper()
 	var n int
 	err := s.Pool().QueryRow(context.Background(), "SELECT count(*) FROM "+pgx.Identifier{s.Schema(), table}.Sanitize()).Scan(&n)
@@ -86,7 +86,7 @@ func countRows(t testing.TB, s *engine.Store, table string) int {
 
 // tableName is the quoted, schema-qualified name of one of the store's
 // tables.
-func tableName(s *engine.Store, table string) string {
+func tableName(s *engine.PGStore, table string) string {
 	return pgx.Identifier{s.Schema(), table}.Sanitize()
 }
 
@@ -106,7 +106,7 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 }
 
 // waitStatus waits until task id has status want.
-func waitStatus(t testing.TB, s *engine.Store, id uuid.UUID, want history.Status) *engine.Task {
+func waitStatus(t testing.TB, s *engine.PGStore, id uuid.UUID, want history.Status) *engine.Task {
 	t.Helper()
 	var task *engine.Task
 	waitFor(t, "task "+id.String()+" to be "+string(want), func() bool {
@@ -122,7 +122,7 @@ func waitStatus(t testing.TB, s *engine.Store, id uuid.UUID, want history.Status
 
 // rescueOne runs the rescuer until it has rescued exactly one task: the
 // lease it waits for expires by the database clock.
-func rescueOne(t testing.TB, s *engine.Store) {
+func rescueOne(t testing.TB, s *engine.PGStore) {
 	t.Helper()
 	total := 0
 	waitFor(t, "an expired lease to be rescued", func() bool {

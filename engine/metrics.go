@@ -13,7 +13,7 @@ import (
 )
 
 // Metrics counts what a store writes, for Prometheus. Pass one to
-// [StoreConfig] (or sdk.WorkerConfig / sdk.ClientConfig); a nil *Metrics
+// [PGStoreConfig] (or sdk.WorkerConfig / sdk.ClientConfig); a nil *Metrics
 // counts nothing and costs nothing.
 //
 // Every figure is taken from events as they are committed, in the process
@@ -308,7 +308,7 @@ var queueGaugeStatuses = []history.Status{
 // time, so every process reports the same, right figures however many
 // workers and clients change them.
 type queueCollector struct {
-	store  *Store
+	store  Store
 	tasks  *prometheus.Desc
 	oldest *prometheus.Desc
 }
@@ -327,7 +327,7 @@ type queueCollector struct {
 // read the database reports the error to the registry (the scrape fails)
 // rather than stale or zero figures. Register it with one process's
 // registry only: every process would report the same figures.
-func NewQueueCollector(store *Store) prometheus.Collector {
+func NewQueueCollector(store Store) prometheus.Collector {
 	return &queueCollector{
 		store: store,
 		tasks: prometheus.NewDesc("cairn_queue_tasks",
@@ -353,35 +353,37 @@ func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), queueScrapeTimeout)
 	defer cancel()
-	depths, err := c.store.queueDepths(ctx)
+	depths, err := c.store.QueueGaugeList(ctx)
 	if err != nil {
 		ch <- prometheus.NewInvalidMetric(c.tasks, err)
 		return
 	}
 	for _, q := range depths {
 		for _, status := range queueGaugeStatuses {
-			ch <- prometheus.MustNewConstMetric(c.tasks, prometheus.GaugeValue, float64(q.tasks[status]), q.namespace, q.queue, string(status))
+			ch <- prometheus.MustNewConstMetric(c.tasks, prometheus.GaugeValue, float64(q.Tasks[status]), q.Namespace, q.Queue, string(status))
 		}
-		ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, q.oldestDue.Seconds(), q.namespace, q.queue)
+		ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, q.OldestDue.Seconds(), q.Namespace, q.Queue)
 	}
 }
 
-// queueDepth is one queue's row of the collector.
-type queueDepth struct {
-	namespace, queue string
-	tasks            map[history.Status]int64
-	oldestDue        time.Duration
+// QueueGauge is one queue's row of the queue collector: its unfinished
+// tasks and dead letters by status, and how long its oldest due task has
+// waited.
+type QueueGauge struct {
+	Namespace, Queue string
+	Tasks            map[history.Status]int64
+	OldestDue        time.Duration
 }
 
-// queueDepths reads the task counts of every queue by status, in one
+// QueueGaugeList reads the task counts of every queue by status, in one
 // grouped query.
-func (s *Store) queueDepths(ctx context.Context) ([]*queueDepth, error) {
+func (s *PGStore) QueueGaugeList(ctx context.Context) ([]*QueueGauge, error) {
 	rows, err := s.pool.Query(ctx, s.sql("MetricsQueueDepths"))
 	if err != nil {
 		return nil, errors.Wrap(interpretError(err), "read queue depths")
 	}
-	var out []*queueDepth
-	byQueue := map[[2]string]*queueDepth{}
+	var out []*QueueGauge
+	byQueue := map[[2]string]*QueueGauge{}
 	var namespace, queue, status string
 	var count int64
 	var oldestSeconds *float64
@@ -389,13 +391,13 @@ func (s *Store) queueDepths(ctx context.Context) ([]*queueDepth, error) {
 		key := [2]string{namespace, queue}
 		q := byQueue[key]
 		if q == nil {
-			q = &queueDepth{namespace: namespace, queue: queue, tasks: map[history.Status]int64{}}
+			q = &QueueGauge{Namespace: namespace, Queue: queue, Tasks: map[history.Status]int64{}}
 			byQueue[key] = q
 			out = append(out, q)
 		}
-		q.tasks[history.Status(status)] = count
+		q.Tasks[history.Status(status)] = count
 		if oldestSeconds != nil {
-			q.oldestDue = max(q.oldestDue, time.Duration(*oldestSeconds*float64(time.Second)))
+			q.OldestDue = max(q.OldestDue, time.Duration(*oldestSeconds*float64(time.Second)))
 		}
 		return nil
 	})

@@ -15,12 +15,12 @@ import (
 
 // metricsStore returns a store over a fresh schema that counts into a
 // fresh registry.
-func metricsStore(t *testing.T) (*engine.Store, *prometheus.Registry) {
+func metricsStore(t *testing.T) (*engine.PGStore, *prometheus.Registry) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	m, err := engine.NewMetrics(reg)
 	require.NoError(t, err)
-	s, err := engine.NewStore(engine.StoreConfig{Pool: enginetest.Pool(t), Schema: enginetest.Schema(t), Metrics: m})
+	s, err := engine.NewPGStore(engine.PGStoreConfig{Pool: enginetest.Pool(t), Schema: enginetest.Schema(t), Metrics: m})
 	require.NoError(t, err)
 	return s, reg
 }
@@ -159,7 +159,7 @@ func TestQueueCollectorReadsTheDatabase(t *testing.T) {
 // panics nor reports zeros.
 func TestQueueCollectorReportsScrapeErrors(t *testing.T) {
 	t.Parallel()
-	s, err := engine.NewStore(engine.StoreConfig{Pool: enginetest.Pool(t), Schema: enginetest.UnmigratedSchema(t)})
+	s, err := engine.NewPGStore(engine.PGStoreConfig{Pool: enginetest.Pool(t), Schema: enginetest.UnmigratedSchema(t)})
 	require.NoError(t, err)
 	reg := prometheus.NewRegistry()
 	require.NoError(t, reg.Register(engine.NewQueueCollector(s)))
@@ -176,7 +176,7 @@ func TestMetricsBreakDownByTaskLabels(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m, err := engine.NewMetricsWithOpts(reg, engine.MetricsOpts{TaskLabels: []string{"tier", "model.family"}})
 	require.NoError(t, err)
-	s, err := engine.NewStore(engine.StoreConfig{Pool: enginetest.Pool(t), Schema: enginetest.Schema(t), Metrics: m})
+	s, err := engine.NewPGStore(engine.PGStoreConfig{Pool: enginetest.Pool(t), Schema: enginetest.Schema(t), Metrics: m})
 	require.NoError(t, err)
 	ctx := context.Background()
 	p := (&enginetest.TaskOpts{}).Params()

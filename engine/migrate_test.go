@@ -74,7 +74,7 @@ func TestMigrate(t *testing.T) {
 		requireMigrated(t, pool, schema)
 
 		// The migrated schema works.
-		s, err := engine.NewStore(engine.StoreConfig{Pool: pool, Schema: schema})
+		s, err := engine.NewPGStore(engine.PGStoreConfig{Pool: pool, Schema: schema})
 		require.NoError(t, err)
 		enginetest.StartTask(t, s, nil)
 		require.Equal(t, 1, enginetest.RequireProjectionsMatch(t, s))

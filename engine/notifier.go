@@ -8,18 +8,20 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cockroachdb/errors"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 )
 
 // Notifier listens on the store's NOTIFY channels over one dedicated
-// connection: it wakes its subscribers when new work is ready, and waiters
-// when the task they wait for finishes. It only makes
+// connection (a [PGStore]), or to the store's in-process announcements (an
+// [Announcer], the embedded store): it wakes its subscribers when new work
+// is ready, and waiters when the task they wait for finishes. It only makes
 // workers react sooner: notifications can be lost (a dropped connection, a
 // database without LISTEN), so workers poll as well and stay correct without
 // it.
 type Notifier struct {
-	store  *Store
+	store  Store
 	logger *slog.Logger
 	svc    service
 
@@ -33,7 +35,7 @@ type Notifier struct {
 }
 
 // NewNotifier returns a notifier for store; it listens once started.
-func NewNotifier(store *Store, logger *slog.Logger) *Notifier {
+func NewNotifier(store Store, logger *slog.Logger) *Notifier {
 	if logger == nil {
 		logger = slog.Default()
 	}
@@ -71,14 +73,10 @@ func (n *Notifier) OnCancel(fn func(id uuid.UUID)) (stop func()) {
 	}
 }
 
-func (n *Notifier) cancelled(payload string) {
+func (n *Notifier) cancelled(ids []uuid.UUID) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	for _, s := range strings.Split(payload, ",") {
-		id, err := uuid.Parse(s)
-		if err != nil {
-			continue
-		}
+	for _, id := range ids {
 		for fn := range n.cancels {
 			(*fn)(id)
 		}
@@ -111,17 +109,13 @@ func (n *Notifier) WaitFor(id uuid.UUID) (<-chan struct{}, func()) {
 	}
 }
 
-func (n *Notifier) finished(payload string) {
+func (n *Notifier) finished(ids []uuid.UUID) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if len(n.waiters) == 0 {
 		return
 	}
-	for _, s := range strings.Split(payload, ",") {
-		id, err := uuid.Parse(s)
-		if err != nil {
-			continue
-		}
+	for _, id := range ids {
 		for ch := range n.waiters[id] {
 			wake(ch)
 		}
@@ -148,14 +142,76 @@ func (n *Notifier) broadcast() {
 	}
 }
 
+// parseIDs reads a NOTIFY payload of comma-separated task ids, skipping
+// what is not one.
+func parseIDs(payload string) []uuid.UUID {
+	var ids []uuid.UUID
+	for _, s := range strings.Split(payload, ",") {
+		if id, err := uuid.Parse(s); err == nil {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+func (n *Notifier) wakeSubscribers() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for ch := range n.subs {
+		wake(ch)
+	}
+}
+
+// Announcement is what a store announces after a commit: work became ready,
+// tasks finished, cancels of running tasks were requested.
+type Announcement struct {
+	Ready  bool
+	Done   []uuid.UUID
+	Cancel []uuid.UUID
+}
+
+// Announcer is a store that announces its commits in process, in place of
+// PostgreSQL's NOTIFY: the notifier subscribes to it. fn is called after
+// each commit that announces something, on the committing goroutine, and
+// must return quickly.
+type Announcer interface {
+	Announce(fn func(Announcement)) (stop func())
+}
+
+func (n *Notifier) relay(a Announcement) {
+	if len(a.Done) > 0 {
+		n.finished(a.Done)
+	}
+	if len(a.Cancel) > 0 {
+		n.cancelled(a.Cancel)
+	}
+	if a.Ready {
+		n.wakeSubscribers()
+	}
+}
+
 // Start listens until Stop or until ctx is done, reconnecting after errors.
 func (n *Notifier) Start(ctx context.Context) error {
+	pg, isPG := n.store.(*PGStore)
+	if a, ok := n.store.(Announcer); ok && !isPG {
+		return n.svc.start(ctx, func(ctx context.Context) {
+			stop := a.Announce(n.relay)
+			n.listening.Store(true)
+			n.broadcast()
+			<-ctx.Done()
+			stop()
+			n.listening.Store(false)
+		})
+	}
+	if !isPG {
+		return errors.Newf("engine: a notifier needs a *PGStore or an Announcer, not %T", n.store)
+	}
 	return n.svc.start(ctx, func(ctx context.Context) {
 		backoff := minBackoff
 		down := newOutage(n.logger, "notifier (polling continues)")
 		n.onListen = down.ok
 		for ctx.Err() == nil {
-			err := n.listen(ctx, &backoff)
+			err := n.listen(ctx, pg, &backoff)
 			if ctx.Err() != nil {
 				return
 			}
@@ -172,13 +228,13 @@ func (n *Notifier) Start(ctx context.Context) error {
 
 // listen listens until the connection fails; once listening, it resets
 // the caller's reconnect backoff.
-func (n *Notifier) listen(ctx context.Context, backoff *time.Duration) error {
-	conn, err := pgx.ConnectConfig(ctx, n.store.pool.Config().ConnConfig.Copy())
+func (n *Notifier) listen(ctx context.Context, store *PGStore, backoff *time.Duration) error {
+	conn, err := pgx.ConnectConfig(ctx, store.pool.Config().ConnConfig.Copy())
 	if err != nil {
 		return err
 	}
 	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
-	for _, channel := range []string{n.store.channel, n.store.doneChannel, n.store.cancelChannel} {
+	for _, channel := range []string{store.channel, store.doneChannel, store.cancelChannel} {
 		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
 			return err
 		}
@@ -197,18 +253,14 @@ func (n *Notifier) listen(ctx context.Context, backoff *time.Duration) error {
 			return err
 		}
 		switch note.Channel {
-		case n.store.doneChannel:
-			n.finished(note.Payload)
+		case store.doneChannel:
+			n.finished(parseIDs(note.Payload))
 			continue
-		case n.store.cancelChannel:
-			n.cancelled(note.Payload)
+		case store.cancelChannel:
+			n.cancelled(parseIDs(note.Payload))
 			continue
 		}
-		n.mu.Lock()
-		for ch := range n.subs {
-			wake(ch)
-		}
-		n.mu.Unlock()
+		n.wakeSubscribers()
 	}
 }
 

@@ -129,7 +129,7 @@ func (a *Attempt) appendParams(payloads []history.Payload) *EventAppendParams {
 // ProcessorConfig configures a [Processor]. Zero values take the defaults
 // named on each field.
 type ProcessorConfig struct {
-	Store *Store // required
+	Store Store // required
 	// Notifier wakes the processor when work is ready. Optional: without it
 	// the processor relies on polling.
 	Notifier  *Notifier

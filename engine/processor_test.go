@@ -35,7 +35,7 @@ func completeHandler() *testHandler {
 // newProcessor returns a processor of default test tasks over s, with
 // short intervals; cfg's zero fields take those. It is stopped when the test
 // ends, if the test did not stop it.
-func newProcessor(t *testing.T, s *engine.Store, h engine.Handler, cfg engine.ProcessorConfig) *engine.Processor {
+func newProcessor(t *testing.T, s *engine.PGStore, h engine.Handler, cfg engine.ProcessorConfig) *engine.Processor {
 	t.Helper()
 	cfg.Store, cfg.Handler = s, h
 	if cfg.Types == nil {
@@ -308,7 +308,7 @@ func TestProcessorCrashAppendsNothing(t *testing.T) {
 // renewing it: it backdates the lease (lease_expires_at is outside the log,
 // so the projection invariant is untouched) and rescues it, retrying if a
 // heartbeat renewed the lease in between.
-func expireAndRescue(t *testing.T, s *engine.Store, id uuid.UUID) {
+func expireAndRescue(t *testing.T, s *engine.PGStore, id uuid.UUID) {
 	t.Helper()
 	ctx := context.Background()
 	waitFor(t, "the lease of "+id.String()+" to be taken away", func() bool {

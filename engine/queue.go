@@ -73,7 +73,7 @@ type QueueInfo struct {
 }
 
 // QueueSet creates or replaces a queue's settings.
-func (s *Store) QueueSet(ctx context.Context, c QueueConfig) error {
+func (s *PGStore) QueueSet(ctx context.Context, c QueueConfig) error {
 	if c.Namespace == "" || c.Name == "" {
 		return errors.New("queue settings: namespace and name are required")
 	}
@@ -87,7 +87,7 @@ func (s *Store) QueueSet(ctx context.Context, c QueueConfig) error {
 }
 
 // QueueList returns the configured queues of namespace with their load.
-func (s *Store) QueueList(ctx context.Context, namespace string) ([]QueueInfo, error) {
+func (s *PGStore) QueueList(ctx context.Context, namespace string) ([]QueueInfo, error) {
 	rows, err := s.pool.Query(ctx, s.sql("QueueList"), pgx.NamedArgs{"namespace": namespace})
 	if err != nil {
 		return nil, errors.Wrap(interpretError(err), "list queues")
@@ -113,7 +113,7 @@ type boundedQueue struct {
 
 // boundedQueues returns the bounded queues among those of a start, by the
 // named query (QueueBounded, or QueueBoundedLock to lock their rows).
-func (s *Store) boundedQueues(ctx context.Context, q Querier, query string, namespaces, queues []string) ([]boundedQueue, error) {
+func (s *PGStore) boundedQueues(ctx context.Context, q Querier, query string, namespaces, queues []string) ([]boundedQueue, error) {
 	rows, err := q.Query(ctx, s.sql(query), pgx.NamedArgs{"namespaces": namespaces, "names": queues})
 	if err != nil {
 		return nil, errors.Wrap(interpretError(err), "read queue settings")
@@ -132,7 +132,7 @@ func (s *Store) boundedQueues(ctx context.Context, q Querier, query string, name
 // checkCapacity locks the bounded queues of a start and refuses it if it
 // would take one past its maximum. Under the lock, the count sees every
 // start committed before: two starts cannot both squeeze past the bound.
-func (s *Store) checkCapacity(ctx context.Context, tx pgx.Tx, namespaces, queues []string) error {
+func (s *PGStore) checkCapacity(ctx context.Context, tx pgx.Tx, namespaces, queues []string) error {
 	bounded, err := s.boundedQueues(ctx, tx, "QueueBoundedLock", namespaces, queues)
 	if err != nil {
 		return err
@@ -182,7 +182,7 @@ type QueueWait struct {
 
 // QueueWaits returns, per queue and priority of namespace, the due tasks
 // waiting and the run time of the oldest: what starvation would look like.
-func (s *Store) QueueWaits(ctx context.Context, namespace string) ([]QueueWait, error) {
+func (s *PGStore) QueueWaits(ctx context.Context, namespace string) ([]QueueWait, error) {
 	rows, err := s.pool.Query(ctx, s.sql("QueueWaits"), pgx.NamedArgs{"namespace": namespace})
 	if err != nil {
 		return nil, errors.Wrap(interpretError(err), "queue waits")
@@ -202,7 +202,7 @@ func (s *Store) QueueWaits(ctx context.Context, namespace string) ([]QueueWait, 
 // RateLimitSet limits the attempts of taskType (every version) that start
 // in namespace to maxStarts per interval, across all workers: a token
 // bucket of maxStarts, refilled continuously, which claims spend.
-func (s *Store) RateLimitSet(ctx context.Context, namespace, taskType string, maxStarts int, per time.Duration) error {
+func (s *PGStore) RateLimitSet(ctx context.Context, namespace, taskType string, maxStarts int, per time.Duration) error {
 	if maxStarts < 1 || per < time.Millisecond {
 		return errors.Newf("rate limit of %s: at least 1 start per at least 1ms (got %d per %s)", taskType, maxStarts, per)
 	}
@@ -213,7 +213,7 @@ func (s *Store) RateLimitSet(ctx context.Context, namespace, taskType string, ma
 }
 
 // RateLimitDelete removes taskType's rate limit.
-func (s *Store) RateLimitDelete(ctx context.Context, namespace, taskType string) error {
+func (s *PGStore) RateLimitDelete(ctx context.Context, namespace, taskType string) error {
 	_, err := s.pool.Exec(ctx, s.sql("RateLimitDelete"), pgx.NamedArgs{"namespace": namespace, "task_type": taskType})
 	return errors.Wrapf(interpretError(err), "delete rate limit of %s", taskType)
 }

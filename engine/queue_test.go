@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func taskCount(t *testing.T, s *engine.Store) int {
+func taskCount(t *testing.T, s *engine.PGStore) int {
 	t.Helper()
 	ids, err := s.TaskIDListAll(context.Background())
 	require.NoError(t, err)

@@ -46,7 +46,7 @@ func (q QueueStats) ErrorRate() float64 {
 
 // QueueStatsList returns every queue of namespace that has unfinished
 // tasks, settings, or tasks finished within window, by name.
-func (s *Store) QueueStatsList(ctx context.Context, namespace string, window time.Duration) ([]QueueStats, error) {
+func (s *PGStore) QueueStatsList(ctx context.Context, namespace string, window time.Duration) ([]QueueStats, error) {
 	if window <= 0 {
 		return nil, errors.Newf("queue stats: window %s is not positive", window)
 	}

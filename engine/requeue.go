@@ -34,7 +34,12 @@ const maxRequeueTries = 3
 // goes on, and its retry budget starts afresh. Each task succeeds or fails
 // on its own; the returned error is for the batch as a whole. A task of
 // another namespace is reported not found.
-func (s *Store) TaskRequeue(ctx context.Context, p *TaskRequeueParams) ([]RequeueResult, error) {
+func (s *PGStore) TaskRequeue(ctx context.Context, p *TaskRequeueParams) ([]RequeueResult, error) {
+	return RequeueTasks(ctx, s, p)
+}
+
+// RequeueTasks is [PGStore.TaskRequeue] over any store (see [CancelTask]).
+func RequeueTasks(ctx context.Context, s Store, p *TaskRequeueParams) ([]RequeueResult, error) {
 	if p.By == "" {
 		return nil, errors.New("requeue: By (who asks) is empty")
 	}
@@ -48,7 +53,7 @@ func (s *Store) TaskRequeue(ctx context.Context, p *TaskRequeueParams) ([]Requeu
 		pending[id] = i
 	}
 	for try := 0; try < maxRequeueTries && len(pending) > 0; try++ {
-		if err := s.requeueOnce(ctx, p, pending, out); err != nil {
+		if err := requeueOnce(ctx, s, p, pending, out); err != nil {
 			return nil, err
 		}
 	}
@@ -60,7 +65,7 @@ func (s *Store) TaskRequeue(ctx context.Context, p *TaskRequeueParams) ([]Requeu
 
 // requeueOnce tries every pending task once and removes from pending those
 // settled (requeued or refused); conflicts stay for another try.
-func (s *Store) requeueOnce(ctx context.Context, p *TaskRequeueParams, pending map[uuid.UUID]int, out []RequeueResult) error {
+func requeueOnce(ctx context.Context, s Store, p *TaskRequeueParams, pending map[uuid.UUID]int, out []RequeueResult) error {
 	ids := make([]uuid.UUID, 0, len(pending))
 	for id := range pending {
 		ids = append(ids, id)
@@ -138,7 +143,7 @@ type DeadLetterCursor struct {
 }
 
 // DeadLetterList returns a page of dead-lettered tasks, newest first.
-func (s *Store) DeadLetterList(ctx context.Context, p *DeadLetterListParams) ([]*Task, error) {
+func (s *PGStore) DeadLetterList(ctx context.Context, p *DeadLetterListParams) ([]*Task, error) {
 	limit := p.Limit
 	if limit <= 0 {
 		limit = 100

@@ -14,7 +14,7 @@ import (
 )
 
 // deadLetter claims a task and dead-letters its attempt.
-func deadLetter(t *testing.T, s *engine.Store, id uuid.UUID) {
+func deadLetter(t *testing.T, s *engine.PGStore, id uuid.UUID) {
 	t.Helper()
 	ct := claimOne(t, s, "w1", time.Minute)
 	require.Equal(t, id, ct.Task.ID)

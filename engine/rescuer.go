@@ -21,7 +21,7 @@ import (
 // It is safe to run concurrently with workers and other rescuers: each
 // append is fenced by the expired epoch and re-checks expiry by the database
 // clock, so a lease extended meanwhile is left alone.
-func (s *Store) RescueExpired(ctx context.Context, max int) (int, error) {
+func (s *PGStore) RescueExpired(ctx context.Context, max int) (int, error) {
 	rows, err := s.pool.Query(ctx, s.sql("TaskListExpired"), pgx.NamedArgs{"max": max})
 	if err != nil {
 		return 0, errors.Wrap(interpretError(err), "list expired leases")
@@ -30,6 +30,14 @@ func (s *Store) RescueExpired(ctx context.Context, max int) (int, error) {
 	if err != nil || len(ids) == 0 {
 		return 0, errors.Wrap(interpretError(err), "list expired leases")
 	}
+	return RescueTasks(ctx, s, ids)
+}
+
+// RescueTasks is the rest of [PGStore.RescueExpired] once the store has
+// listed the tasks whose leases expired, over any store (see
+// [CancelTask]): each is appended lease_expired, fenced by its epoch and
+// re-checked for expiry by the append.
+func RescueTasks(ctx context.Context, s Store, ids []uuid.UUID) (int, error) {
 	var unreadable []uuid.UUID
 	defer func() {
 		if len(unreadable) > 0 {
@@ -116,7 +124,7 @@ func rescuePayloads(state history.State, now time.Time) []history.Payload {
 // start deadline with task_expired, and returns how many it ended. The
 // claim never starts such a task, so it cannot race a worker; each append
 // is still fenced by the task's seq.
-func (s *Store) ExpireStartDeadlines(ctx context.Context, max int) (int, error) {
+func (s *PGStore) ExpireStartDeadlines(ctx context.Context, max int) (int, error) {
 	rows, err := s.pool.Query(ctx, s.sql("TaskListStartExpired"), pgx.NamedArgs{"max": max})
 	if err != nil {
 		return 0, errors.Wrap(interpretError(err), "list tasks past their start deadline")
@@ -125,6 +133,13 @@ func (s *Store) ExpireStartDeadlines(ctx context.Context, max int) (int, error) 
 	if err != nil || len(ids) == 0 {
 		return 0, errors.Wrap(interpretError(err), "list tasks past their start deadline")
 	}
+	return ExpireTasks(ctx, s, ids)
+}
+
+// ExpireTasks is the rest of [PGStore.ExpireStartDeadlines] once the store
+// has listed the tasks past their start deadline, over any store (see
+// [CancelTask]).
+func ExpireTasks(ctx context.Context, s Store, ids []uuid.UUID) (int, error) {
 	events, err := s.EventListByTasks(ctx, ids)
 	if err != nil {
 		return 0, err
@@ -158,7 +173,7 @@ func (s *Store) ExpireStartDeadlines(ctx context.Context, max int) (int, error) 
 // LeaderAttempt takes or renews the leader lease for the role name on behalf
 // of owner, for ttl by the database clock. It reports whether owner is the
 // leader afterwards.
-func (s *Store) LeaderAttempt(ctx context.Context, name, owner string, ttl time.Duration) (bool, error) {
+func (s *PGStore) LeaderAttempt(ctx context.Context, name, owner string, ttl time.Duration) (bool, error) {
 	var got string
 	err := s.pool.QueryRow(ctx, s.sql("LeaderAttempt"), pgx.NamedArgs{
 		"name": name, "owner": owner, "ttl_seconds": ttl.Seconds(),
@@ -174,14 +189,14 @@ func (s *Store) LeaderAttempt(ctx context.Context, name, owner string, ttl time.
 
 // LeaderResign gives up owner's leader lease for name, if it holds it, so
 // another process can take over without waiting for expiry.
-func (s *Store) LeaderResign(ctx context.Context, name, owner string) error {
+func (s *PGStore) LeaderResign(ctx context.Context, name, owner string) error {
 	_, err := s.pool.Exec(ctx, s.sql("LeaderResign"), pgx.NamedArgs{"name": name, "owner": owner})
 	return errors.Wrapf(interpretError(err), "resign leadership of %s", name)
 }
 
 // RescuerConfig configures a [Rescuer].
 type RescuerConfig struct {
-	Store *Store
+	Store Store
 	// Owner identifies this process in the leader lease. Required.
 	Owner string
 	// Interval between passes. Default 5s.

@@ -18,7 +18,7 @@ const tinyTTL = time.Millisecond
 
 // waitLeaseExpired waits until task id's lease has expired by the database
 // clock.
-func waitLeaseExpired(t *testing.T, s *engine.Store, id uuid.UUID) {
+func waitLeaseExpired(t *testing.T, s *engine.PGStore, id uuid.UUID) {
 	t.Helper()
 	waitFor(t, "the lease of "+id.String()+" to expire", func() bool {
 		var expired bool

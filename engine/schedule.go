@@ -53,7 +53,7 @@ func ParseCron(spec, tz string) (cron.Schedule, *time.Location, error) {
 
 // ScheduleCreate stores a new schedule; its first tick is the first after
 // now. A name already used in the namespace is an error marked ErrConflict.
-func (s *Store) ScheduleCreate(ctx context.Context, sc Schedule) error {
+func (s *PGStore) ScheduleCreate(ctx context.Context, sc Schedule) error {
 	if sc.Namespace == "" || sc.Name == "" || sc.TaskType == "" || sc.Queue == "" || sc.TypeVersion < 1 {
 		return errors.New("schedule: namespace, name, task type, version and queue are required")
 	}
@@ -79,7 +79,7 @@ func (s *Store) ScheduleCreate(ctx context.Context, sc Schedule) error {
 }
 
 // ScheduleList returns a namespace's schedules by name.
-func (s *Store) ScheduleList(ctx context.Context, namespace string) ([]Schedule, error) {
+func (s *PGStore) ScheduleList(ctx context.Context, namespace string) ([]Schedule, error) {
 	rows, err := s.pool.Query(ctx, s.sql("ScheduleList"), pgx.NamedArgs{"namespace": namespace})
 	if err != nil {
 		return nil, errors.Wrap(interpretError(err), "list schedules")
@@ -101,7 +101,7 @@ func scanSchedule(row pgx.CollectableRow) (Schedule, error) {
 // SchedulePause pauses (paused true) or resumes a schedule. A resumed
 // schedule fires from its next tick after now: ticks while paused are not
 // made up.
-func (s *Store) SchedulePause(ctx context.Context, namespace, name string, paused bool) error {
+func (s *PGStore) SchedulePause(ctx context.Context, namespace, name string, paused bool) error {
 	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, s.sql("ScheduleGetForUpdate"), pgx.NamedArgs{"namespace": namespace, "name": name})
 		if err != nil {
@@ -126,7 +126,7 @@ func (s *Store) SchedulePause(ctx context.Context, namespace, name string, pause
 }
 
 // ScheduleDelete removes a schedule; tasks it started are not touched.
-func (s *Store) ScheduleDelete(ctx context.Context, namespace, name string) error {
+func (s *PGStore) ScheduleDelete(ctx context.Context, namespace, name string) error {
 	tag, err := s.pool.Exec(ctx, s.sql("ScheduleDelete"), pgx.NamedArgs{"namespace": namespace, "name": name})
 	if err != nil {
 		return errors.Wrapf(interpretError(err), "delete schedule %s", name)
@@ -146,7 +146,7 @@ const maxMissedTicks = 100_000
 // idempotency key is "schedule:<name>:<tick>", so no tick ever makes two
 // tasks (not even from two firers), and the schedule moves to its next tick
 // after now. It is the leader's work (the rescuer's pass calls it).
-func (s *Store) ScheduleFireDue(ctx context.Context, max int) (int, error) {
+func (s *PGStore) ScheduleFireDue(ctx context.Context, max int) (int, error) {
 	fired := 0
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, s.sql("ScheduleListDue"), pgx.NamedArgs{"max": max})
@@ -196,7 +196,7 @@ func (s *Store) ScheduleFireDue(ctx context.Context, max int) (int, error) {
 
 // ScheduleNextDue returns when the next active (not paused) schedule of any
 // namespace is due; ok is false when there is none.
-func (s *Store) ScheduleNextDue(ctx context.Context) (at time.Time, ok bool, err error) {
+func (s *PGStore) ScheduleNextDue(ctx context.Context) (at time.Time, ok bool, err error) {
 	var next *time.Time
 	if err := s.pool.QueryRow(ctx, s.sql("ScheduleNextDue")).Scan(&next); err != nil {
 		return time.Time{}, false, errors.Wrap(interpretError(err), "read the next schedule tick")

@@ -41,6 +41,10 @@ var (
 	// ErrRetryable marks a statement PostgreSQL aborted for a reason that
 	// goes away when it runs again: a deadlock or a serialization failure.
 	ErrRetryable = errors.New("retryable database error")
+	// ErrUnsupported: the store does not implement the request (the
+	// embedded store, for a feature it does not have yet). The message names
+	// it.
+	ErrUnsupported = errors.New("not supported by this store")
 )
 
 // queryFiles holds every SQL statement the engine runs: queries.sql and,
@@ -58,8 +62,8 @@ type Querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// StoreConfig configures a [Store].
-type StoreConfig struct {
+// PGStoreConfig configures a [Store].
+type PGStoreConfig struct {
 	// Pool is the connection pool. Required.
 	Pool *pgxpool.Pool
 	// Schema is the schema holding cairn's tables. Default [DefaultSchema].
@@ -70,7 +74,7 @@ type StoreConfig struct {
 }
 
 // Store is cairn's PostgreSQL store. It is safe for concurrent use.
-type Store struct {
+type PGStore struct {
 	pool        *pgxpool.Pool
 	schema      string
 	channel     string // NOTIFY channel: work became ready; payload is the queue
@@ -83,9 +87,9 @@ type Store struct {
 }
 
 // NewStore returns a store over cfg.Pool. It does not touch the database.
-func NewStore(cfg StoreConfig) (*Store, error) {
+func NewPGStore(cfg PGStoreConfig) (*PGStore, error) {
 	if cfg.Pool == nil {
-		return nil, errors.New("engine: StoreConfig.Pool is required")
+		return nil, errors.New("engine: PGStoreConfig.Pool is required")
 	}
 	schema := cfg.Schema
 	if schema == "" {
@@ -98,15 +102,15 @@ func NewStore(cfg StoreConfig) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{pool: cfg.Pool, schema: schema, channel: schema + ".ready", doneChannel: schema + ".done", cancelChannel: schema + ".cancel", q: q,
+	return &PGStore{pool: cfg.Pool, schema: schema, channel: schema + ".ready", doneChannel: schema + ".done", cancelChannel: schema + ".cancel", q: q,
 		metrics: cfg.Metrics}, nil
 }
 
 // Pool returns the store's connection pool.
-func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+func (s *PGStore) Pool() *pgxpool.Pool { return s.pool }
 
 // Schema returns the schema the store works in.
-func (s *Store) Schema() string { return s.schema }
+func (s *PGStore) Schema() string { return s.schema }
 
 // ValidateSchemaName checks that name can serve as cairn's schema: a plain
 // identifier of at most 48 characters, so the names derived from it fit
@@ -176,7 +180,7 @@ func parseQueries(src, schema string) (map[string]string, error) {
 }
 
 // sql returns the named query; a missing name is a programming error.
-func (s *Store) sql(name string) string {
+func (s *PGStore) sql(name string) string {
 	q, ok := s.q[name]
 	if !ok {
 		panic("engine: unknown query " + name)
@@ -203,4 +207,9 @@ func interpretError(err error) error {
 		}
 	}
 	return err
+}
+
+// Ping checks that the database answers.
+func (s *PGStore) Ping(ctx context.Context) error {
+	return errors.Wrap(s.pool.Ping(ctx), "ping PostgreSQL")
 }

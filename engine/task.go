@@ -45,13 +45,13 @@ type Task struct {
 	FairnessWeight int        // the key's turns against weight 1; 0 when none
 }
 
-// fairnessQuantum is how far a keyed task's virtual start time (fair_at)
+// FairnessQuantum is how far a keyed task's virtual start time (fair_at)
 // is placed after the last waiting task of its key, over its weight. A key
 // with n tasks waiting has its next one n quanta out, so a fresh key's task,
 // placed at its run time, goes ahead of all but the first of another key's
 // backlog started a quantum or more before. Large against the time between
 // claims, so order among keys is round robin rather than arrival order.
-const fairnessQuantum = time.Second
+const FairnessQuantum = time.Second
 
 // TaskStartParams describes a task to start.
 type TaskStartParams struct {
@@ -73,7 +73,7 @@ type TaskStartResult struct {
 // statement, committed before it returns, with a notification to workers. A
 // second start with an idempotency key already used in the namespace creates
 // nothing and returns the existing task's id.
-func (s *Store) TaskStart(ctx context.Context, p *TaskStartParams) (TaskStartResult, error) {
+func (s *PGStore) TaskStart(ctx context.Context, p *TaskStartParams) (TaskStartResult, error) {
 	res, err := s.taskStartMany(ctx, s.pool, []*TaskStartParams{p})
 	if err != nil {
 		return TaskStartResult{}, err
@@ -84,7 +84,7 @@ func (s *Store) TaskStart(ctx context.Context, p *TaskStartParams) (TaskStartRes
 // TaskStartTx is [Store.TaskStart] inside the caller's transaction (the
 // outbox): the task exists if and only if tx commits, and workers are
 // notified on commit.
-func (s *Store) TaskStartTx(ctx context.Context, tx pgx.Tx, p *TaskStartParams) (TaskStartResult, error) {
+func (s *PGStore) TaskStartTx(ctx context.Context, tx pgx.Tx, p *TaskStartParams) (TaskStartResult, error) {
 	res, err := s.taskStartMany(ctx, tx, []*TaskStartParams{p})
 	if err != nil {
 		return TaskStartResult{}, err
@@ -95,16 +95,16 @@ func (s *Store) TaskStartTx(ctx context.Context, tx pgx.Tx, p *TaskStartParams) 
 // TaskStartMany is [Store.TaskStart] for many tasks in one statement (plus
 // one lookup per idempotency key found taken). Results are in the order of
 // ps.
-func (s *Store) TaskStartMany(ctx context.Context, ps []*TaskStartParams) ([]TaskStartResult, error) {
+func (s *PGStore) TaskStartMany(ctx context.Context, ps []*TaskStartParams) ([]TaskStartResult, error) {
 	return s.taskStartMany(ctx, s.pool, ps)
 }
 
 // TaskStartManyTx is [Store.TaskStartMany] inside the caller's transaction.
-func (s *Store) TaskStartManyTx(ctx context.Context, tx pgx.Tx, ps []*TaskStartParams) ([]TaskStartResult, error) {
+func (s *PGStore) TaskStartManyTx(ctx context.Context, tx pgx.Tx, ps []*TaskStartParams) ([]TaskStartResult, error) {
 	return s.taskStartMany(ctx, tx, ps)
 }
 
-func (s *Store) taskStartMany(ctx context.Context, q Querier, ps []*TaskStartParams) ([]TaskStartResult, error) {
+func (s *PGStore) taskStartMany(ctx context.Context, q Querier, ps []*TaskStartParams) ([]TaskStartResult, error) {
 	if len(ps) == 0 {
 		return nil, nil
 	}
@@ -133,58 +133,29 @@ func (s *Store) taskStartMany(ctx context.Context, q Querier, ps []*TaskStartPar
 		datas                          = make([]string, n)
 	)
 	for i, p := range ps {
-		sched := p.Scheduled
-		sched.Namespace = p.Namespace
-		if sched.Namespace == "" {
-			return nil, errors.Newf("start task %d: namespace is empty", i)
-		}
-		if sched.RunAt.IsZero() {
-			sched.RunAt = now
-		}
-		sched.RunAt = normalizeTime(sched.RunAt)
-		if sched.Deadline != nil {
-			d := normalizeTime(*sched.Deadline)
-			sched.Deadline, deadlines[i] = &d, &d
-		}
-		if sched.StartDeadline != nil {
-			d := normalizeTime(*sched.StartDeadline)
-			sched.StartDeadline, startDeadlines[i] = &d, &d
-		}
-		// Refuse what could never be replayed, before anything is written.
-		if _, err := history.Apply(history.State{}, history.Event{Seq: 1, At: now, Data: sched}); err != nil {
-			return nil, errors.Wrap(err, "start task")
-		}
-		data, err := history.Encode(sched)
+		planned, err := PlanStart(p, now)
 		if err != nil {
-			return nil, err
+			return nil, errors.Wrapf(err, "start task %d", i)
 		}
-		id, err := uuid.NewV7()
-		if err != nil {
-			return nil, errors.Wrap(err, "new task id")
-		}
-		ids[i] = id
+		sched := planned.Scheduled
+		ids[i] = planned.ID
+		deadlines[i], startDeadlines[i] = sched.Deadline, sched.StartDeadline
 		namespaces[i], queues[i], types[i] = sched.Namespace, sched.Queue, sched.TaskType
 		versions[i], priorities[i], attempts[i] = int32(sched.TypeVersion), int32(sched.Priority), int32(sched.MaxAttempts)
 		runAts[i] = sched.RunAt
 		idemKeys[i], traceIDs[i], inputs[i] = nullString(sched.IdempotencyKey), nullString(sched.TraceID), nullJSONString(sched.Input)
-		datas[i] = string(data)
+		datas[i] = string(planned.Data)
 		fairnessKeys[i] = nullString(sched.FairnessKey)
 		if sched.FairnessWeight > 0 {
 			fairnessWeights[i] = ptr(int32(sched.FairnessWeight))
 		}
-		if len(sched.Labels) > 0 {
-			encoded, err := json.Marshal(sched.Labels)
-			if err != nil {
-				return nil, errors.Wrap(err, "encode labels")
-			}
-			labels[i] = ptr(string(encoded))
-		}
+		labels[i] = nullJSONString(planned.Labels)
 	}
 	args := pgx.NamedArgs{
 		"ids": ids, "namespaces": namespaces, "queues": queues, "types": types, "type_versions": versions,
 		"priorities": priorities, "run_ats": runAts, "max_attempts": attempts, "idempotency_keys": idemKeys,
 		"trace_ids": traceIDs, "inputs": inputs, "labels": labels, "deadlines": deadlines, "start_deadlines": startDeadlines,
-		"fairness_keys": fairnessKeys, "fairness_weights": fairnessWeights, "fairness_quantum": fairnessQuantum.Seconds(), "datas": datas, "at": now, "channel": s.channel,
+		"fairness_keys": fairnessKeys, "fairness_weights": fairnessWeights, "fairness_quantum": FairnessQuantum.Seconds(), "datas": datas, "at": now, "channel": s.channel,
 	}
 	if len(bounded) == 0 {
 		return s.insertTasks(ctx, q, args, ids, namespaces, idemKeys)
@@ -206,9 +177,58 @@ func (s *Store) taskStartMany(ctx context.Context, q Querier, ps []*TaskStartPar
 	return out, pgx.BeginFunc(ctx, s.pool, insert)
 }
 
+// PlannedStart is a task start worked out before anything is written.
+type PlannedStart struct {
+	ID        uuid.UUID         // a new UUIDv7
+	Scheduled history.Scheduled // the task_scheduled payload: namespace set, times normalized, run time defaulted to now
+	Data      []byte            // Scheduled, encoded
+	Labels    []byte            // Scheduled.Labels as JSON; nil when none
+}
+
+// PlanStart checks and encodes a start at now: what every store does
+// before it writes a task. A payload that could never be replayed is
+// refused here, before anything is written.
+func PlanStart(p *TaskStartParams, now time.Time) (PlannedStart, error) {
+	sched := p.Scheduled
+	sched.Namespace = p.Namespace
+	if sched.Namespace == "" {
+		return PlannedStart{}, errors.New("namespace is empty")
+	}
+	if sched.RunAt.IsZero() {
+		sched.RunAt = now
+	}
+	sched.RunAt = normalizeTime(sched.RunAt)
+	if sched.Deadline != nil {
+		d := normalizeTime(*sched.Deadline)
+		sched.Deadline = &d
+	}
+	if sched.StartDeadline != nil {
+		d := normalizeTime(*sched.StartDeadline)
+		sched.StartDeadline = &d
+	}
+	if _, err := history.Apply(history.State{}, history.Event{Seq: 1, At: now, Data: sched}); err != nil {
+		return PlannedStart{}, err
+	}
+	data, err := history.Encode(sched)
+	if err != nil {
+		return PlannedStart{}, err
+	}
+	id, err := uuid.NewV7()
+	if err != nil {
+		return PlannedStart{}, errors.Wrap(err, "new task id")
+	}
+	out := PlannedStart{ID: id, Scheduled: sched, Data: data}
+	if len(sched.Labels) > 0 {
+		if out.Labels, err = json.Marshal(sched.Labels); err != nil {
+			return PlannedStart{}, errors.Wrap(err, "encode labels")
+		}
+	}
+	return out, nil
+}
+
 // insertTasks runs TaskInsertMany with args and looks up the tasks holding
 // the idempotency keys that were taken.
-func (s *Store) insertTasks(ctx context.Context, q Querier, args pgx.NamedArgs, ids [][16]byte, namespaces []string, idemKeys []*string) ([]TaskStartResult, error) {
+func (s *PGStore) insertTasks(ctx context.Context, q Querier, args pgx.NamedArgs, ids [][16]byte, namespaces []string, idemKeys []*string) ([]TaskStartResult, error) {
 	n := len(ids)
 	rows, err := q.Query(ctx, s.sql("TaskInsertMany"), args)
 	if err != nil {
@@ -244,7 +264,7 @@ func (s *Store) insertTasks(ctx context.Context, q Querier, args pgx.NamedArgs, 
 
 // TaskGetByID returns the task with id in namespace, or an error marked
 // [ErrNotFound].
-func (s *Store) TaskGetByID(ctx context.Context, namespace string, id uuid.UUID) (*Task, error) {
+func (s *PGStore) TaskGetByID(ctx context.Context, namespace string, id uuid.UUID) (*Task, error) {
 	rows, err := s.pool.Query(ctx, s.sql("TaskGetByID"), pgx.NamedArgs{"id": id, "namespace": namespace})
 	if err != nil {
 		return nil, errors.Wrapf(interpretError(err), "get task %s", id)
@@ -267,7 +287,7 @@ type TaskListParams struct {
 }
 
 // TaskList returns tasks newest first.
-func (s *Store) TaskList(ctx context.Context, p *TaskListParams) ([]*Task, error) {
+func (s *PGStore) TaskList(ctx context.Context, p *TaskListParams) ([]*Task, error) {
 	limit := p.Limit
 	if limit <= 0 {
 		limit = 100
@@ -285,7 +305,7 @@ func (s *Store) TaskList(ctx context.Context, p *TaskListParams) ([]*Task, error
 
 // TaskIDListAll returns the id of every task in the schema, in every
 // namespace. It exists for checks over a whole (test) database.
-func (s *Store) TaskIDListAll(ctx context.Context) ([]uuid.UUID, error) {
+func (s *PGStore) TaskIDListAll(ctx context.Context) ([]uuid.UUID, error) {
 	rows, err := s.pool.Query(ctx, s.sql("TaskIDListAll"))
 	if err != nil {
 		return nil, errors.Wrap(err, "list task ids")
@@ -295,7 +315,7 @@ func (s *Store) TaskIDListAll(ctx context.Context) ([]uuid.UUID, error) {
 }
 
 // TaskGetManyByID returns the tasks with the given ids, in any namespace.
-func (s *Store) TaskGetManyByID(ctx context.Context, ids []uuid.UUID) ([]*Task, error) {
+func (s *PGStore) TaskGetManyByID(ctx context.Context, ids []uuid.UUID) ([]*Task, error) {
 	rows, err := s.pool.Query(ctx, s.sql("TaskGetManyByID"), pgx.NamedArgs{"ids": ids})
 	if err != nil {
 		return nil, errors.Wrap(err, "get tasks")
@@ -357,7 +377,7 @@ func (t *Task) normalize() {
 }
 
 // EventListByTask returns a task's events in order, decoded.
-func (s *Store) EventListByTask(ctx context.Context, id uuid.UUID) ([]history.Event, error) {
+func (s *PGStore) EventListByTask(ctx context.Context, id uuid.UUID) ([]history.Event, error) {
 	byTask, err := s.eventsQuery(ctx, s.pool, s.sql("EventListByTask"), pgx.NamedArgs{"task_id": id})
 	if err != nil {
 		return nil, errors.Wrapf(err, "list events of task %s", id)
@@ -366,12 +386,12 @@ func (s *Store) EventListByTask(ctx context.Context, id uuid.UUID) ([]history.Ev
 }
 
 // EventListByTasks returns the events of several tasks, by task id.
-func (s *Store) EventListByTasks(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID][]history.Event, error) {
+func (s *PGStore) EventListByTasks(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID][]history.Event, error) {
 	byTask, err := s.eventsQuery(ctx, s.pool, s.sql("EventListByTasks"), pgx.NamedArgs{"ids": ids})
 	return byTask, errors.Wrap(err, "list events")
 }
 
-func (s *Store) eventsQuery(ctx context.Context, q Querier, sql string, args pgx.NamedArgs) (map[uuid.UUID][]history.Event, error) {
+func (s *PGStore) eventsQuery(ctx context.Context, q Querier, sql string, args pgx.NamedArgs) (map[uuid.UUID][]history.Event, error) {
 	rows, err := q.Query(ctx, sql, args)
 	if err != nil {
 		return nil, interpretError(err)

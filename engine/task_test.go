@@ -244,7 +244,7 @@ func defaultParams() *engine.TaskStartParams { return (*enginetest.TaskOpts)(nil
 
 // listener is a raw LISTEN connection on the store's channel, which sees
 // notification payloads (the queue of the task that became ready).
-func listener(t *testing.T, s *engine.Store) *pgx.Conn {
+func listener(t *testing.T, s *engine.PGStore) *pgx.Conn {
 	t.Helper()
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, enginetest.DatabaseURL(t))
@@ -268,7 +268,7 @@ func nextNotification(t *testing.T, conn *pgx.Conn) string {
 // of its own. PostgreSQL delivers notifications in commit order, so a
 // listener that sees the marker first has not been sent anything committed
 // before it.
-func notifyMarker(t *testing.T, s *engine.Store, payload string) {
+func notifyMarker(t *testing.T, s *engine.PGStore, payload string) {
 	t.Helper()
 	_, err := s.Pool().Exec(context.Background(), "SELECT pg_notify($1, $2)", s.NotifyChannel(), payload)
 	require.NoError(t, err)
@@ -479,7 +479,7 @@ func TestValidateSchemaName(t *testing.T) {
 			require.Error(t, err, "%q", tt.name)
 		}
 	}
-	_, err := engine.NewStore(engine.StoreConfig{Pool: nil})
+	_, err := engine.NewPGStore(engine.PGStoreConfig{Pool: nil})
 	require.Error(t, err)
 }
 

@@ -24,7 +24,7 @@ type TaskType struct {
 
 // TaskTypeRegister records types (all of namespace) as registered by
 // worker. A type already registered takes these defaults.
-func (s *Store) TaskTypeRegister(ctx context.Context, namespace, worker string, types []TaskType) error {
+func (s *PGStore) TaskTypeRegister(ctx context.Context, namespace, worker string, types []TaskType) error {
 	n := len(types)
 	if n == 0 {
 		return nil
@@ -47,7 +47,7 @@ func (s *Store) TaskTypeRegister(ctx context.Context, namespace, worker string, 
 
 // TaskTypeList returns the task types registered in namespace, by name and
 // version.
-func (s *Store) TaskTypeList(ctx context.Context, namespace string) ([]TaskType, error) {
+func (s *PGStore) TaskTypeList(ctx context.Context, namespace string) ([]TaskType, error) {
 	rows, err := s.pool.Query(ctx, s.sql("TaskTypeList"), pgx.NamedArgs{"namespace": namespace})
 	if err != nil {
 		return nil, errors.Wrap(interpretError(err), "list task types")

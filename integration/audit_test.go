@@ -19,7 +19,7 @@ import (
 
 // failWith starts a task of type typ and fails its attempts with the given
 // HTTP statuses in turn (each retried at once), then completes it.
-func failWith(t *testing.T, s *engine.Store, typ string, statuses ...int) uuid.UUID {
+func failWith(t *testing.T, s engine.Store, typ string, statuses ...int) uuid.UUID {
 	t.Helper()
 	ctx := context.Background()
 	opts := &enginetest.TaskOpts{Type: typ}

@@ -502,7 +502,7 @@ func TestServerErrors(t *testing.T) {
 	// What a rejected request must leave alone: every task and every event.
 	count := func() [2]int {
 		var n [2]int
-		require.NoError(t, client.Store().Pool().QueryRow(ctx, "SELECT (SELECT count(*) FROM "+schema+".tasks), (SELECT count(*) FROM "+schema+".events)").
+		require.NoError(t, enginetest.Pool(t).QueryRow(ctx, "SELECT (SELECT count(*) FROM "+schema+".tasks), (SELECT count(*) FROM "+schema+".events)").
 			Scan(&n[0], &n[1]))
 		return n
 	}

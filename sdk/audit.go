@@ -428,7 +428,7 @@ type auditWalk struct {
 func (w *auditWalk) done() bool { return !w.lo.Before(w.until) }
 
 // next reads the next page of the current window and moves the window on.
-func (w *auditWalk) next(ctx context.Context, store *engine.Store) ([]engine.AuditEvent, error) {
+func (w *auditWalk) next(ctx context.Context, store engine.Store) ([]engine.AuditEvent, error) {
 	hi := w.until
 	if w.until.Sub(w.lo) > w.window {
 		hi = w.lo.Add(w.window)

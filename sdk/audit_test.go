@@ -84,7 +84,7 @@ func TestEventFilterPrefilter(t *testing.T) {
 // built through the engine with event times in the past (base is two hours
 // ago), a minute apart.
 type auditWorld struct {
-	store  *engine.Store
+	store  engine.Store
 	client *sdk.Client
 	base   time.Time
 	ids    map[string]uuid.UUID
@@ -347,7 +347,7 @@ func TestAuditTimeRangeLimitAndStop(t *testing.T) {
 	err = w.client.Audit(ctx, sdk.AuditParams{Since: w.minute(2), Until: w.minute(1)}, func(sdk.AuditRecord) error { return nil })
 	require.ErrorContains(t, err, "is not before until")
 
-	other, err := sdk.NewClient(sdk.ClientConfig{Pool: w.store.Pool(), Schema: w.store.Schema(), Namespace: "other"})
+	other, err := sdk.NewClient(sdk.ClientConfig{Store: w.store, Namespace: "other"})
 	require.NoError(t, err)
 	defer other.Close()
 	var theirs []sdk.AuditRecord

@@ -26,8 +26,13 @@ var ErrNotFound = engine.ErrNotFound
 
 // ClientConfig configures a [Client].
 type ClientConfig struct {
-	// Pool is the connection pool. Required.
+	// Pool is the PostgreSQL connection pool. Required unless Store is
+	// set.
 	Pool *pgxpool.Pool
+	// Store, when set, is the store to use in place of a PostgreSQL store
+	// over Pool (the embedded store of engine/sqlitestore, say). Schema
+	// and Metrics are then the store's own business.
+	Store engine.Store
 	// Schema holding cairn's tables. Default "cairn".
 	Schema string
 	// Namespace tasks are started in and looked up in. Default "default".
@@ -51,7 +56,7 @@ type ClientConfig struct {
 // A client that has waited for a task holds a listening connection until
 // [Client.Close].
 type Client struct {
-	store     *engine.Store
+	store     engine.Store
 	namespace string
 	identity  string
 
@@ -81,9 +86,17 @@ func (c *Client) waitListener() *engine.Notifier {
 	return c.listener
 }
 
+// configuredStore is store when set, else a PostgreSQL store over pool.
+func configuredStore(store engine.Store, pool *pgxpool.Pool, schema string, metrics *engine.Metrics) (engine.Store, error) {
+	if store != nil {
+		return store, nil
+	}
+	return engine.NewPGStore(engine.PGStoreConfig{Pool: pool, Schema: schema, Metrics: metrics})
+}
+
 // NewClient returns a client. It does not touch the database.
 func NewClient(cfg ClientConfig) (*Client, error) {
-	store, err := engine.NewStore(engine.StoreConfig{Pool: cfg.Pool, Schema: cfg.Schema, Metrics: cfg.Metrics})
+	store, err := configuredStore(cfg.Store, cfg.Pool, cfg.Schema, cfg.Metrics)
 	if err != nil {
 		return nil, err
 	}
@@ -105,7 +118,7 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 
 // Store returns the client's engine store, for tools that need the lower
 // level (the CLI, tests). Most callers never need it.
-func (c *Client) Store() *engine.Store { return c.store }
+func (c *Client) Store() engine.Store { return c.store }
 
 // StartOpts are per-start options. A nil *StartOpts takes every default.
 type StartOpts struct {
@@ -167,12 +180,18 @@ func (c *Client) Start(ctx context.Context, wf WorkflowRef, input any, opts *Sta
 
 // StartTx is [Client.Start] inside the caller's transaction (the outbox
 // pattern): the task exists, and workers hear of it, only if tx commits.
+// It needs the PostgreSQL store; on another it fails with an error marked
+// [engine.ErrUnsupported].
 func (c *Client) StartTx(ctx context.Context, tx pgx.Tx, wf WorkflowRef, input any, opts *StartOpts) (StartResult, error) {
+	pg, ok := c.store.(*engine.PGStore)
+	if !ok {
+		return StartResult{}, errors.Mark(errors.Newf("StartTx: a pgx transaction needs the PostgreSQL store, not %T", c.store), engine.ErrUnsupported)
+	}
 	p, err := c.startParams(wf, input, opts)
 	if err != nil {
 		return StartResult{}, err
 	}
-	res, err := c.store.TaskStartTx(ctx, tx, p)
+	res, err := pg.TaskStartTx(ctx, tx, p)
 	return StartResult(res), err
 }
 

@@ -69,7 +69,7 @@ func TestExamples(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			checked := false
 			exampleBeforeDrop = func(pool *pgxpool.Pool, schema string) {
-				store, err := engine.NewStore(engine.StoreConfig{Pool: pool, Schema: schema})
+				store, err := engine.NewPGStore(engine.PGStoreConfig{Pool: pool, Schema: schema})
 				require.NoError(t, err)
 				require.Positive(t, enginetest.RequireProjectionsMatch(t, store))
 				checked = true

@@ -20,8 +20,13 @@ import (
 // WorkerConfig configures a [Worker]. Zero values take the defaults named
 // on each field.
 type WorkerConfig struct {
-	// Pool is the connection pool. Required.
+	// Pool is the PostgreSQL connection pool. Required unless Store is
+	// set.
 	Pool *pgxpool.Pool
+	// Store, when set, is the store to use in place of a PostgreSQL store
+	// over Pool (the embedded store of engine/sqlitestore, say). Schema
+	// and Metrics are then the store's own business.
+	Store engine.Store
 	// Schema holding cairn's tables. Default "cairn".
 	Schema string
 	// Namespace whose tasks this worker runs. Default "default".
@@ -61,7 +66,7 @@ type WorkerConfig struct {
 // Stop shuts down gracefully.
 type Worker struct {
 	cfg   WorkerConfig
-	store *engine.Store
+	store engine.Store
 
 	mu        sync.Mutex
 	types     map[engine.TypeKey]registered // written by Register before Start; read by attempts
@@ -91,7 +96,7 @@ func (r registered) retryFor(override *activities.RetryPolicy) activities.RetryP
 
 // NewWorker returns a worker; it does nothing until started.
 func NewWorker(cfg WorkerConfig) (*Worker, error) {
-	store, err := engine.NewStore(engine.StoreConfig{Pool: cfg.Pool, Schema: cfg.Schema, Metrics: cfg.Metrics})
+	store, err := configuredStore(cfg.Store, cfg.Pool, cfg.Schema, cfg.Metrics)
 	if err != nil {
 		return nil, err
 	}

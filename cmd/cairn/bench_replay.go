@@ -181,7 +181,7 @@ func buildHistory(ctx context.Context, client *sdk.Client, namespace string, eve
 }
 
 // measureReplay loads and replays the task's history repeatedly.
-func measureReplay(ctx context.Context, store *engine.Store, id uuid.UUID, events int) (replayRow, error) {
+func measureReplay(ctx context.Context, store engine.Store, id uuid.UUID, events int) (replayRow, error) {
 	reps := min(max(replayEventBudget/events, replayMinReps), replayMaxReps)
 	loads := make([]time.Duration, reps)
 	replays := make([]time.Duration, reps)

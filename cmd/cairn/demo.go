@@ -94,7 +94,7 @@ func demoSetup(ctx context.Context, g *globals, f *demoFlags) (*sdk.Client, func
 
 func newDemoWorker(c *sdk.Client, g *globals, f *demoFlags) (*sdk.Worker, error) {
 	w, err := sdk.NewWorker(sdk.WorkerConfig{
-		Pool: c.Store().Pool(), Schema: g.schema, Namespace: g.namespace, Concurrency: f.concurrency,
+		Store: c.Store(), Namespace: g.namespace, Concurrency: f.concurrency,
 		LeaseTTL: f.leaseTTL, RescueInterval: f.rescueInterval, PollInterval: 500 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})

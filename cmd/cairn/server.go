@@ -94,13 +94,13 @@ func runServer(cmd *cobra.Command, g *globals, f *serverFlags) error {
 	if err != nil {
 		return errors.Mark(err, configError)
 	}
-	store, err := engine.NewStore(engine.StoreConfig{Pool: pool, Schema: g.schema, Metrics: metrics})
+	store, err := engine.NewPGStore(engine.PGStoreConfig{Pool: pool, Schema: g.schema, Metrics: metrics})
 	if err != nil {
 		return err
 	}
 	reg.MustRegister(engine.NewQueueCollector(store))
-	srv, err := server.New(server.Config{Pool: pool, Schema: g.schema, Tokens: tokens, MaxInputBytes: f.maxInputBytes,
-		Gatherer: reg, Metrics: metrics, Logger: logger})
+	srv, err := server.New(server.Config{Store: store, Tokens: tokens, MaxInputBytes: f.maxInputBytes,
+		Gatherer: reg, Logger: logger})
 	if err != nil {
 		return errors.Mark(err, configError)
 	}

@@ -119,9 +119,9 @@ func Schema(tb testing.TB) string {
 }
 
 // Store returns a store over a fresh schema (see [Schema]).
-func Store(tb testing.TB) *engine.Store {
+func Store(tb testing.TB) *engine.PGStore {
 	tb.Helper()
-	s, err := engine.NewStore(engine.StoreConfig{Pool: Pool(tb), Schema: Schema(tb)})
+	s, err := engine.NewPGStore(engine.PGStoreConfig{Pool: Pool(tb), Schema: Schema(tb)})
 	require.NoError(tb, err)
 	return s
 }
@@ -129,7 +129,7 @@ func Store(tb testing.TB) *engine.Store {
 // RequireProjectionsMatch checks the invariant of DESIGN.md for every task
 // in the store's schema: Replay(events) equals the projection row. It
 // returns the number of tasks checked.
-func RequireProjectionsMatch(tb testing.TB, s *engine.Store) int {
+func RequireProjectionsMatch(tb testing.TB, s engine.Store) int {
 	tb.Helper()
 	ctx := context.Background()
 	ids, err := s.TaskIDListAll(ctx)

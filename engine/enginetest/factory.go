@@ -66,7 +66,7 @@ func (o *TaskOpts) TypeKey() engine.TypeKey {
 
 // StartTask starts one task described by opts (nil for defaults) and
 // returns its id.
-func StartTask(tb testing.TB, s *engine.Store, opts *TaskOpts) uuid.UUID {
+func StartTask(tb testing.TB, s engine.Store, opts *TaskOpts) uuid.UUID {
 	tb.Helper()
 	res, err := s.TaskStart(context.Background(), opts.Params())
 	require.NoError(tb, err)
@@ -76,7 +76,7 @@ func StartTask(tb testing.TB, s *engine.Store, opts *TaskOpts) uuid.UUID {
 // StartTasks starts n tasks described by opts (which must not carry an
 // idempotency key), a few at a time, and returns their ids in no particular
 // order.
-func StartTasks(tb testing.TB, s *engine.Store, n int, opts *TaskOpts) []uuid.UUID {
+func StartTasks(tb testing.TB, s engine.Store, n int, opts *TaskOpts) []uuid.UUID {
 	tb.Helper()
 	if opts != nil {
 		require.Empty(tb, opts.IdempotencyKey, "StartTasks: an idempotency key would make the tasks one")
@@ -113,7 +113,7 @@ func StartTasks(tb testing.TB, s *engine.Store, n int, opts *TaskOpts) []uuid.UU
 }
 
 // EventTypes returns the types of a task's events, in order.
-func EventTypes(tb testing.TB, s *engine.Store, id uuid.UUID) []history.Type {
+func EventTypes(tb testing.TB, s engine.Store, id uuid.UUID) []history.Type {
 	tb.Helper()
 	events, err := s.EventListByTask(context.Background(), id)
 	require.NoError(tb, err)

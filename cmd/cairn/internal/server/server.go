@@ -21,7 +21,6 @@ import (
 	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/sdk"
 	"github.com/cockroachdb/errors"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
@@ -32,8 +31,10 @@ const DefaultMaxInputBytes = 1 << 20
 
 // Config configures a [Server].
 type Config struct {
-	Pool   *pgxpool.Pool // required
-	Schema string        // default "cairn"
+	// Store is the database: a PostgreSQL store or the embedded one.
+	// Required. The events the API's requests write are counted by the
+	// store's own metrics, if it has any.
+	Store engine.Store
 	// Tokens, when any, are required on every /v1 request. None: no
 	// authentication, for a server on localhost.
 	Tokens []Token
@@ -41,10 +42,7 @@ type Config struct {
 	MaxInputBytes int
 	// Gatherer serves /metrics. Nil: /metrics answers 404.
 	Gatherer prometheus.Gatherer
-	// Metrics counts the events the API's requests write (cancels, tasks
-	// cancelled before they ran). Nil: none.
-	Metrics *engine.Metrics
-	Logger  *slog.Logger // default slog.Default()
+	Logger   *slog.Logger // default slog.Default()
 }
 
 // Server is the HTTP API. Its handler is safe for concurrent use.
@@ -69,8 +67,8 @@ const maxClients = 10_000
 
 // New returns a server; it does not listen (see [Server.Handler]).
 func New(cfg Config) (*Server, error) {
-	if cfg.Pool == nil {
-		return nil, errors.New("server: Config.Pool is required")
+	if cfg.Store == nil {
+		return nil, errors.New("server: Config.Store is required")
 	}
 	if err := ValidateTokens(cfg.Tokens); err != nil {
 		return nil, err
@@ -81,12 +79,8 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	store, err := engine.NewStore(engine.StoreConfig{Pool: cfg.Pool, Schema: cfg.Schema})
-	if err != nil {
-		return nil, err
-	}
 	s := &Server{cfg: cfg, tokens: cfg.Tokens, log: cfg.Logger, clients: map[string]*sdk.Client{},
-		notifier: engine.NewNotifier(store, cfg.Logger), drained: make(chan struct{})}
+		notifier: engine.NewNotifier(cfg.Store, cfg.Logger), drained: make(chan struct{})}
 	if err := s.notifier.Start(context.Background()); err != nil {
 		return nil, err
 	}
@@ -200,8 +194,8 @@ func (s *Server) client(namespace string) (*sdk.Client, error) {
 	if c, ok := s.clients[namespace]; ok {
 		return c, nil
 	}
-	c, err := sdk.NewClient(sdk.ClientConfig{Pool: s.cfg.Pool, Schema: s.cfg.Schema, Namespace: namespace, Identity: "api",
-		Metrics: s.cfg.Metrics, Notifier: s.notifier})
+	c, err := sdk.NewClient(sdk.ClientConfig{Store: s.cfg.Store, Namespace: namespace, Identity: "api",
+		Notifier: s.notifier})
 	if err != nil {
 		return nil, errors.Mark(err, sdk.ErrInvalid)
 	}
@@ -229,7 +223,7 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
-	if err := s.cfg.Pool.Ping(ctx); err != nil {
+	if err := s.cfg.Store.Ping(ctx); err != nil {
 		writeProblem(w, r, problem(http.StatusServiceUnavailable, codeNotReady, "the database does not answer"))
 		return
 	}
