@@ -75,7 +75,7 @@ func (s *PGStore) TaskClaimMany(ctx context.Context, p *TaskClaimManyParams) ([]
 	batch.Queue(s.sql("ClaimLocks"), pgx.NamedArgs{"namespace": p.Namespace, "queues": p.Queues, "types": types})
 	var claimed []*ClaimedTask
 	batch.Queue(s.sql("TaskClaimMany"), pgx.NamedArgs{
-		"namespace": p.Namespace, "queues": p.Queues, "types": types, "versions": versions, "max": p.Max, "aging": agingSlots(p.Max, p.StrictPriority),
+		"namespace": p.Namespace, "queues": p.Queues, "types": types, "versions": versions, "max": p.Max, "aging": AgingSlots(p.Max, p.StrictPriority),
 		"owner": p.Owner, "lease_seconds": p.LeaseTTL.Seconds(),
 	}).Query(func(rows pgx.Rows) error {
 		var err error
@@ -93,11 +93,11 @@ func (s *PGStore) TaskClaimMany(ctx context.Context, p *TaskClaimManyParams) ([]
 // longest-waiting due task, whatever its priority.
 const agingShare = 8
 
-// agingSlots returns how many of a claim's max slots are reserved for the
+// AgingSlots returns how many of a claim's max slots are reserved for the
 // longest-waiting tasks: max/agingShare, plus one more with probability
 // (max mod agingShare)/agingShare, so a worker that claims one task at a
 // time still gives one claim in eight to the oldest.
-func agingSlots(max int, strict bool) int {
+func AgingSlots(max int, strict bool) int {
 	if strict {
 		return 0
 	}

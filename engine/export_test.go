@@ -4,5 +4,5 @@ package engine
 // ready, for tests that listen to it directly.
 func (s *PGStore) NotifyChannel() string { return s.channel }
 
-// QueueFullRetryAfter is queueFullRetryAfter, for a table test.
-var QueueFullRetryAfter = queueFullRetryAfter
+// QueueFullRetryAfter is QueueFullRetryAfter, for a table test.
+var QueueFullRetryAfter = QueueFullRetryAfter

@@ -44,9 +44,9 @@ const (
 	idleQueueFullRetryAfter = 30 * time.Second
 )
 
-// queueFullRetryAfter estimates how long until need waiting tasks of a
+// QueueFullRetryAfter estimates how long until need waiting tasks of a
 // queue have started, given running tasks of mean age meanAge.
-func queueFullRetryAfter(need, running int, meanAge time.Duration) time.Duration {
+func QueueFullRetryAfter(need, running int, meanAge time.Duration) time.Duration {
 	if running == 0 {
 		return idleQueueFullRetryAfter
 	}
@@ -158,7 +158,7 @@ func (s *PGStore) checkCapacity(ctx context.Context, tx pgx.Tx, namespaces, queu
 			}
 			need := int(waiting) + adding - b.maxWaiting
 			return &QueueFullError{Namespace: b.namespace, Queue: b.name, Waiting: int(waiting), MaxWaiting: b.maxWaiting,
-				Adding: adding, RetryAfter: queueFullRetryAfter(need, running, time.Duration(meanAge*float64(time.Second)))}
+				Adding: adding, RetryAfter: QueueFullRetryAfter(need, running, time.Duration(meanAge*float64(time.Second)))}
 		}
 	}
 	return nil

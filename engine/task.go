@@ -418,6 +418,17 @@ func (s *PGStore) eventsQuery(ctx context.Context, q Querier, sql string, args p
 	return out, rows.Err()
 }
 
+// DecodeEvent decodes a stored event: its payload from the versioned JSON,
+// its times in UTC at the stored precision. What every store does with the
+// rows of its event log.
+func DecodeEvent(seq int64, typ string, at time.Time, attempt int, data []byte) (history.Event, error) {
+	payload, err := history.Decode(history.Type(typ), data)
+	if err != nil {
+		return history.Event{}, errors.Wrapf(err, "event %d", seq)
+	}
+	return history.Event{Seq: seq, At: normalizeTime(at), Attempt: attempt, Data: normalizePayload(payload)}, nil
+}
+
 // Now is the engine's clock for event times: UTC, truncated to the
 // microsecond PostgreSQL stores, so a time read back equals the one written.
 // Leases do not use it; they use the database clock.

@@ -1,5 +1,7 @@
 // Package migrations holds cairn's database schema as embedded, versioned SQL
-// files named NNNN_snake_name.up.sql, and parses them into an ordered list.
+// files named NNNN_snake_name.up.sql, and parses them into an ordered list:
+// PostgreSQL's in this directory ([All]), the embedded SQLite store's in
+// sqlite/ ([SQLite]), kept in step version for version.
 //
 // The files refer to tables through the marker "/* TEMPLATE: schema */",
 // which the migration runner in package engine replaces with the quoted name
@@ -20,6 +22,9 @@ import (
 //go:embed *.sql
 var files embed.FS
 
+//go:embed sqlite/*.sql
+var sqliteFiles embed.FS
+
 // SchemaMarker is the placeholder for the schema in every migration file.
 const SchemaMarker = "/* TEMPLATE: schema */"
 
@@ -35,6 +40,18 @@ var nameRE = regexp.MustCompile(`^(\d{4})_([a-z0-9_]+)\.up\.sql$`)
 // All returns the embedded migrations in version order.
 func All() ([]Migration, error) {
 	return FromFS(files)
+}
+
+// SQLite returns the embedded store's migrations (directory sqlite/) in
+// version order. Each has a PostgreSQL twin of the same version and name,
+// written for SQLite's types; they use no schema marker (a SQLite file
+// holds one cairn).
+func SQLite() ([]Migration, error) {
+	sub, err := fs.Sub(sqliteFiles, "sqlite")
+	if err != nil {
+		return nil, errors.Wrap(err, "read SQLite migrations")
+	}
+	return FromFS(sub)
 }
 
 // FromFS parses the migrations in the root of fsys. It rejects a file whose

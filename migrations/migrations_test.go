@@ -116,3 +116,24 @@ func FuzzParseName(f *testing.F) {
 		}
 	})
 }
+
+// TestSQLiteMigrationsKeepStepWithPostgreSQL: every schema change is made
+// for both stores, under the same version and name.
+func TestSQLiteMigrationsKeepStepWithPostgreSQL(t *testing.T) {
+	t.Parallel()
+	pg, err := migrations.All()
+	require.NoError(t, err)
+	lite, err := migrations.SQLite()
+	require.NoError(t, err)
+	names := func(ms []migrations.Migration) []string {
+		out := make([]string, len(ms))
+		for i, m := range ms {
+			out[i] = fmt.Sprintf("%04d_%s", m.Version, m.Name)
+		}
+		return out
+	}
+	require.Equal(t, names(pg), names(lite), "migrations/sqlite must have a file for each PostgreSQL migration, and no other")
+	for _, m := range lite {
+		require.NotContains(t, m.SQL, migrations.SchemaMarker, "SQLite migration %04d: a SQLite file holds one cairn; no schema marker", m.Version)
+	}
+}

@@ -1,0 +1,425 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/history"
+	"github.com/cockroachdb/errors"
+	"github.com/google/uuid"
+)
+
+// TaskClaimMany implements [engine.Store]: in one write transaction, the
+// due tasks of the queues and type keys, by priority then virtual start
+// time (aging reserves one slot in eight for the longest-waiting), within
+// the queues' concurrency limits and the types' rate limits; each gets a
+// new lease epoch and attempt_started.
+func (s *Store) TaskClaimMany(ctx context.Context, p *engine.TaskClaimManyParams) ([]*engine.ClaimedTask, error) {
+	if p.Max <= 0 || len(p.Queues) == 0 || len(p.Types) == 0 {
+		return nil, nil
+	}
+	var claimed []*engine.ClaimedTask
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		now := engine.Now()
+		free, err := queueSlots(ctx, tx, p.Namespace, p.Queues)
+		if err != nil {
+			return err
+		}
+		tokens, err := rateTokens(ctx, tx, p.Namespace, p.Types, now)
+		if err != nil {
+			return err
+		}
+		picked, err := pickDue(ctx, tx, p, now, free, tokens)
+		if err != nil {
+			return err
+		}
+		for _, id := range picked {
+			c, err := claimOne(ctx, tx, id, p.Owner, p.LeaseTTL, now)
+			if err != nil {
+				return err
+			}
+			claimed = append(claimed, c)
+		}
+		return spendTokens(ctx, tx, p.Namespace, claimed, now)
+	})
+	if err != nil {
+		return nil, errors.Wrap(err, "claim tasks")
+	}
+	return claimed, nil
+}
+
+// queueSlots returns the free slots of the limited queues among queues.
+func queueSlots(ctx context.Context, tx *sql.Tx, namespace string, queues []string) (map[string]int, error) {
+	args := append([]any{namespace}, stringArgs(queues)...)
+	rows, err := tx.QueryContext(ctx, `SELECT q.name, q.concurrency - (SELECT count(*) FROM tasks AS t
+		WHERE t.namespace = q.namespace AND t.queue = q.name AND t.status = 'running')
+		FROM queues AS q WHERE q.namespace = ? AND q.concurrency IS NOT NULL AND q.name IN (`+placeholders(len(queues))+`)`, args...)
+	if err != nil {
+		return nil, interpret(err)
+	}
+	defer rows.Close()
+	out := map[string]int{}
+	for rows.Next() {
+		var name string
+		var n int
+		if err := rows.Scan(&name, &n); err != nil {
+			return nil, err
+		}
+		out[name] = max(0, n)
+	}
+	return out, interpret(rows.Err())
+}
+
+// rateTokens returns the starts left in the token bucket of each
+// rate-limited type among types, refilled to now.
+func rateTokens(ctx context.Context, tx *sql.Tx, namespace string, types []engine.TypeKey, now time.Time) (map[string]int, error) {
+	names := make([]string, len(types))
+	for i, k := range types {
+		names[i] = k.Type
+	}
+	rows, err := tx.QueryContext(ctx, `SELECT task_type, max_starts, per_ms, tokens, refilled_at FROM rate_limits
+		WHERE namespace = ? AND task_type IN (`+placeholders(len(names))+`)`, append([]any{namespace}, stringArgs(names)...)...)
+	if err != nil {
+		return nil, interpret(err)
+	}
+	defer rows.Close()
+	out := map[string]int{}
+	for rows.Next() {
+		var b bucket
+		var typ string
+		if err := rows.Scan(&typ, &b.maxStarts, &b.perMS, &b.tokens, &b.refilledAt); err != nil {
+			return nil, err
+		}
+		out[typ] = max(0, int(math.Floor(b.refill(now))))
+	}
+	return out, interpret(rows.Err())
+}
+
+type bucket struct {
+	maxStarts, perMS, refilledAt int64
+	tokens                       float64
+}
+
+// refill is the bucket's tokens at now: refilled continuously at maxStarts
+// per perMS, up to maxStarts.
+func (b bucket) refill(now time.Time) float64 {
+	elapsedMS := max(0, float64(us(now)-b.refilledAt)/1000)
+	return math.Min(float64(b.maxStarts), b.tokens+elapsedMS/float64(b.perMS)*float64(b.maxStarts))
+}
+
+// pickDue chooses the tasks to claim: the aging share first (the
+// longest-waiting due tasks whatever their priority), then by priority and
+// virtual start time, within the free slots and tokens.
+func pickDue(ctx context.Context, tx *sql.Tx, p *engine.TaskClaimManyParams, now time.Time, free, tokens map[string]int) ([]uuid.UUID, error) {
+	var keys []string
+	args := []any{p.Namespace, us(now), us(now)}
+	for _, q := range p.Queues {
+		if n, limited := free[q]; !limited || n > 0 {
+			args = append(args, q)
+		}
+	}
+	queues := len(args) - 3
+	if queues == 0 {
+		return nil, nil
+	}
+	for _, k := range p.Types {
+		if n, limited := tokens[k.Type]; limited && n == 0 {
+			continue
+		}
+		keys = append(keys, "(type = ? AND type_version = ?)")
+		args = append(args, k.Type, k.Version)
+	}
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	base := `SELECT id, queue, type FROM tasks WHERE namespace = ? AND status IN ('pending', 'retrying') AND run_at <= ?
+		AND (start_deadline IS NULL OR attempt > 0 OR start_deadline > ?)
+		AND queue IN (` + placeholders(queues) + `) AND (` + strings.Join(keys, " OR ") + `)`
+	var picked []uuid.UUID
+	seen := map[string]bool{}
+	take := func(query string, limit int) error {
+		if limit <= 0 {
+			return nil
+		}
+		rows, err := tx.QueryContext(ctx, query, args...)
+		if err != nil {
+			return interpret(err)
+		}
+		defer rows.Close()
+		taken := 0
+		for rows.Next() && taken < limit && len(picked) < p.Max {
+			var id, queue, typ string
+			if err := rows.Scan(&id, &queue, &typ); err != nil {
+				return err
+			}
+			if seen[id] || !spend(free, queue) || !spend(tokens, typ) {
+				continue
+			}
+			uid, err := uuid.Parse(id)
+			if err != nil {
+				return err
+			}
+			seen[id] = true
+			picked = append(picked, uid)
+			taken++
+		}
+		return interpret(rows.Err())
+	}
+	if err := take(base+" ORDER BY run_at, id", engine.AgingSlots(p.Max, p.StrictPriority)); err != nil {
+		return nil, err
+	}
+	if err := take(base+" ORDER BY priority DESC, fair_at, run_at, id", p.Max); err != nil {
+		return nil, err
+	}
+	return picked, nil
+}
+
+// spend takes one from budget[key] if key is limited; false when none is
+// left.
+func spend(budget map[string]int, key string) bool {
+	n, limited := budget[key]
+	if !limited {
+		return true
+	}
+	if n <= 0 {
+		return false
+	}
+	budget[key] = n - 1
+	return true
+}
+
+// claimOne starts a new attempt of task id under a new lease: its history
+// replayed, attempt_started planned by the engine's fold, the row written
+// from the new state.
+func claimOne(ctx context.Context, tx *sql.Tx, id uuid.UUID, owner string, ttl time.Duration, now time.Time) (*engine.ClaimedTask, error) {
+	t, err := scanTask(tx.QueryRowContext(ctx, "SELECT "+taskColumns+" FROM tasks WHERE id = ?", id.String()))
+	if err != nil {
+		return nil, interpret(err)
+	}
+	events, err := listEvents(ctx, tx, id)
+	if err != nil {
+		return &engine.ClaimedTask{Task: t, Err: err}, nil
+	}
+	state, err := history.Replay(events)
+	if err != nil {
+		return &engine.ClaimedTask{Task: t, Err: errors.Wrapf(err, "replay claimed task %s", id)}, nil
+	}
+	// A new epoch, greater than the last and than the clock in
+	// microseconds, as PostgreSQL's claim makes it.
+	epoch := max(t.LeaseEpoch+1, us(time.Now()))
+	expires := now.Add(ttl).Truncate(time.Microsecond)
+	plan, err := engine.PlanAppend(&engine.EventAppendParams{TaskID: id, State: state, At: now, Attempt: state.Attempt + 1,
+		Payloads: []history.Payload{history.AttemptStartedData{WorkerID: owner, LeaseEpoch: epoch, LeaseExpiresAt: expires}}})
+	if err != nil {
+		return &engine.ClaimedTask{Task: t, Err: err}, nil
+	}
+	if err := insertEvents(ctx, tx, id, plan.Events); err != nil {
+		return nil, err
+	}
+	expiresUS := us(expires)
+	if err := writeRow(ctx, tx, id, plan, &expiresUS); err != nil {
+		return nil, err
+	}
+	t, err = scanTask(tx.QueryRowContext(ctx, "SELECT "+taskColumns+" FROM tasks WHERE id = ?", id.String()))
+	if err != nil {
+		return nil, interpret(err)
+	}
+	all, err := listEvents(ctx, tx, id)
+	if err != nil {
+		return nil, err
+	}
+	return &engine.ClaimedTask{Task: t, Events: all, State: plan.Next}, nil
+}
+
+// spendTokens takes the claimed tasks' starts from their types' buckets.
+func spendTokens(ctx context.Context, tx *sql.Tx, namespace string, claimed []*engine.ClaimedTask, now time.Time) error {
+	started := map[string]int{}
+	for _, c := range claimed {
+		if c.Err == nil {
+			started[c.Task.Type]++
+		}
+	}
+	for typ, n := range started {
+		var b bucket
+		err := tx.QueryRowContext(ctx, "SELECT max_starts, per_ms, tokens, refilled_at FROM rate_limits WHERE namespace = ? AND task_type = ?",
+			namespace, typ).Scan(&b.maxStarts, &b.perMS, &b.tokens, &b.refilledAt)
+		if errors.Is(err, sql.ErrNoRows) {
+			continue
+		}
+		if err != nil {
+			return interpret(err)
+		}
+		if _, err := tx.ExecContext(ctx, "UPDATE rate_limits SET tokens = ?, refilled_at = ? WHERE namespace = ? AND task_type = ?",
+			b.refill(now)-float64(n), max(b.refilledAt, us(now)), namespace, typ); err != nil {
+			return interpret(err)
+		}
+	}
+	return nil
+}
+
+func insertEvents(ctx context.Context, tx *sql.Tx, id uuid.UUID, events []engine.EncodedEvent) error {
+	for _, ev := range events {
+		if _, err := tx.ExecContext(ctx, "INSERT INTO events (task_id, seq, type, at, attempt, data) VALUES (?, ?, ?, ?, ?, ?)",
+			id.String(), ev.Seq, string(ev.Type), us(ev.At), ev.Attempt, string(ev.Data)); err != nil {
+			return interpret(err)
+		}
+	}
+	return nil
+}
+
+// writeRow writes the projection row of task id from the planned state.
+// leaseExpires, when set, is the new lease's expiry (a claim); otherwise
+// the expiry is kept while the lease goes on and cleared when it ends. A
+// keyed task due again keeps its place among its key's tasks.
+func writeRow(ctx context.Context, tx *sql.Tx, id uuid.UUID, plan engine.AppendPlan, leaseExpires *int64) error {
+	next := plan.Next
+	expires := "CASE WHEN ? IS NULL THEN NULL ELSE lease_expires_at END"
+	var expiresArg any = nullString(next.Lease.Owner)
+	if leaseExpires != nil {
+		expires, expiresArg = "?", *leaseExpires
+	}
+	_, err := tx.ExecContext(ctx, `UPDATE tasks SET status = ?, run_at = ?,
+		fair_at = CASE WHEN fairness_key IS NULL THEN ? ELSE max(?, fair_at) END,
+		attempt = ?, lease_owner = ?, lease_epoch = ?, lease_expires_at = `+expires+`,
+		output = ?, last_error = ?, cancel_requested = ?, last_seq = ?, updated_at = ?, started_at = ?, finished_at = ?
+		WHERE id = ?`,
+		string(next.Status), us(next.RunAt), us(next.RunAt), us(next.RunAt),
+		next.Attempt, nullString(next.Lease.Owner), next.Lease.Epoch, expiresArg,
+		nullBytes(next.Output), nullBytes(plan.LastError), next.CancelRequested, next.LastSeq, us(next.UpdatedAt),
+		nullTimeUS(next.StartedAt), nullTimeUS(next.FinishedAt), id.String())
+	return interpret(err)
+}
+
+// EventAppend implements [engine.Store].
+func (s *Store) EventAppend(ctx context.Context, p *engine.EventAppendParams) (history.State, error) {
+	res, err := s.EventAppendMany(ctx, []*engine.EventAppendParams{p})
+	if err != nil {
+		return p.State, err
+	}
+	return res[0].State, res[0].Err
+}
+
+// EventAppendMany implements [engine.Store]: every append in one write
+// transaction, each fenced on its own by the task's seq, its lease epoch
+// and, for the rescuer, its lease's expiry.
+func (s *Store) EventAppendMany(ctx context.Context, ps []*engine.EventAppendParams) ([]engine.AppendResult, error) {
+	out := make([]engine.AppendResult, len(ps))
+	plans := make([]*engine.AppendPlan, len(ps))
+	for i, p := range ps {
+		out[i].State = p.State
+		plan, err := engine.PlanAppend(p)
+		if err != nil {
+			out[i].Err = err
+			continue
+		}
+		plans[i] = &plan
+	}
+	var note engine.Announcement
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		note = engine.Announcement{}
+		now := engine.Now()
+		for i, p := range ps {
+			if plans[i] == nil {
+				continue
+			}
+			if err := fence(ctx, tx, p, now); err != nil {
+				out[i].Err = err
+				continue
+			}
+			if err := insertEvents(ctx, tx, p.TaskID, plans[i].Events); err != nil {
+				return err
+			}
+			if err := writeRow(ctx, tx, p.TaskID, *plans[i], nil); err != nil {
+				return err
+			}
+			out[i].State = plans[i].Next
+			next := plans[i].Next
+			switch {
+			case next.Status.Terminal():
+				note.Done = append(note.Done, p.TaskID)
+			case (next.Status == history.StatusPending || next.Status == history.StatusRetrying) && !next.RunAt.After(now):
+				note.Ready = true
+			case next.Status == history.StatusRunning && next.CancelRequested:
+				note.Cancel = append(note.Cancel, p.TaskID)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, errors.Wrap(err, "append events")
+	}
+	for i := range out {
+		if out[i].Err != nil {
+			out[i].State = ps[i].State
+		}
+	}
+	s.announce(note)
+	return out, nil
+}
+
+// fence checks that p may write: the task is at p's seq, under p's epoch
+// (when set) and, for ExpiredOnly, past its lease. The error says which
+// not, marked as PGStore's are.
+func fence(ctx context.Context, tx *sql.Tx, p *engine.EventAppendParams, now time.Time) error {
+	var lastSeq, epoch int64
+	var owner sql.NullString
+	var expires sql.NullInt64
+	err := tx.QueryRowContext(ctx, "SELECT last_seq, lease_epoch, lease_owner, lease_expires_at FROM tasks WHERE id = ?",
+		p.TaskID.String()).Scan(&lastSeq, &epoch, &owner, &expires)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return errors.Mark(errors.Newf("append to task %s: no such task", p.TaskID), engine.ErrNotFound)
+	case err != nil:
+		return errors.Wrapf(interpret(err), "append to task %s", p.TaskID)
+	case p.Epoch != 0 && epoch != p.Epoch:
+		return errors.Mark(errors.Newf("append to task %s: lease epoch %d, task is at %d", p.TaskID, p.Epoch, epoch), engine.ErrFenced)
+	case lastSeq != p.State.LastSeq:
+		if p.Epoch != 0 && !owner.Valid && !p.ExpiredOnly {
+			return errors.Mark(errors.Newf("append to task %s: lease epoch %d has ended", p.TaskID, p.Epoch), engine.ErrFenced)
+		}
+		return errors.Mark(errors.Newf("append to task %s: expected seq %d, log is at %d", p.TaskID, p.State.LastSeq, lastSeq), engine.ErrConflict)
+	case p.ExpiredOnly && (!expires.Valid || expires.Int64 >= us(now)):
+		return errors.Mark(errors.Newf("append to task %s: lease has not expired", p.TaskID), engine.ErrConflict)
+	}
+	return nil
+}
+
+// LeaseExtendMany implements [engine.Store].
+func (s *Store) LeaseExtendMany(ctx context.Context, leases []engine.LeaseRef, ttl time.Duration) (map[uuid.UUID]engine.LeaseRenewal, error) {
+	out := make(map[uuid.UUID]engine.LeaseRenewal, len(leases))
+	if len(leases) == 0 {
+		return out, nil
+	}
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		expires := us(engine.Now().Add(ttl))
+		for _, l := range leases {
+			var cancel bool
+			err := tx.QueryRowContext(ctx, `UPDATE tasks SET lease_expires_at = ? WHERE id = ? AND lease_epoch = ? AND status = 'running'
+				RETURNING cancel_requested`, expires, l.TaskID.String(), l.Epoch).Scan(&cancel)
+			if errors.Is(err, sql.ErrNoRows) {
+				continue
+			}
+			if err != nil {
+				return interpret(err)
+			}
+			out[l.TaskID] = engine.LeaseRenewal{CancelRequested: cancel}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, errors.Wrap(err, "extend leases")
+	}
+	return out, nil
+}
+
+func stringArgs(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, s := range ss {
+		out[i] = s
+	}
+	return out
+}

@@ -1,0 +1,320 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"time"
+
+	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/history"
+	"github.com/cockroachdb/errors"
+)
+
+// TaskCancel implements [engine.Store] (engine.CancelTask over this store).
+func (s *Store) TaskCancel(ctx context.Context, p *engine.TaskRequestParams) (engine.TaskCancelResult, error) {
+	return engine.CancelTask(ctx, s, p)
+}
+
+// TaskCompensate implements [engine.Store].
+func (s *Store) TaskCompensate(ctx context.Context, p *engine.TaskRequestParams) (history.State, error) {
+	return engine.CompensateTask(ctx, s, p)
+}
+
+// TaskRequeue implements [engine.Store].
+func (s *Store) TaskRequeue(ctx context.Context, p *engine.TaskRequeueParams) ([]engine.RequeueResult, error) {
+	return engine.RequeueTasks(ctx, s, p)
+}
+
+// DeadLetterList implements [engine.Store]: newest first.
+func (s *Store) DeadLetterList(ctx context.Context, p *engine.DeadLetterListParams) ([]*engine.Task, error) {
+	limit := p.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	query := "SELECT " + taskColumns + " FROM tasks WHERE status = 'dead_lettered' AND namespace = ? AND (? = '' OR type = ?)"
+	args := []any{p.Namespace, p.Type, p.Type}
+	if p.Before != nil {
+		query += " AND (finished_at < ? OR (finished_at = ? AND id < ?))"
+		args = append(args, us(p.Before.FinishedAt), us(p.Before.FinishedAt), p.Before.ID.String())
+	}
+	tasks, err := queryTasks(ctx, s.db, query+" ORDER BY finished_at DESC, id DESC LIMIT ?", append(args, limit)...)
+	return tasks, errors.Wrap(err, "list dead letters")
+}
+
+// RescueExpired implements [engine.Store].
+func (s *Store) RescueExpired(ctx context.Context, max int) (int, error) {
+	ids, err := queryIDs(ctx, s.db, "SELECT id FROM tasks WHERE status = 'running' AND lease_expires_at < ? ORDER BY lease_expires_at LIMIT ?",
+		us(engine.Now()), max)
+	if err != nil || len(ids) == 0 {
+		return 0, errors.Wrap(err, "list expired leases")
+	}
+	return engine.RescueTasks(ctx, s, ids)
+}
+
+// ExpireStartDeadlines implements [engine.Store].
+func (s *Store) ExpireStartDeadlines(ctx context.Context, max int) (int, error) {
+	ids, err := queryIDs(ctx, s.db, `SELECT id FROM tasks WHERE status = 'pending' AND attempt = 0 AND start_deadline IS NOT NULL
+		AND start_deadline <= ? ORDER BY start_deadline LIMIT ?`, us(engine.Now()), max)
+	if err != nil || len(ids) == 0 {
+		return 0, errors.Wrap(err, "list tasks past their start deadline")
+	}
+	return engine.ExpireTasks(ctx, s, ids)
+}
+
+// LeaderAttempt implements [engine.Store].
+func (s *Store) LeaderAttempt(ctx context.Context, name, owner string, ttl time.Duration) (bool, error) {
+	var got string
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		now := us(engine.Now())
+		err := tx.QueryRowContext(ctx, `INSERT INTO leaders (name, owner, elected_at, expires_at) VALUES (?, ?, ?, ?)
+			ON CONFLICT (name) DO UPDATE SET owner = excluded.owner,
+				elected_at = CASE WHEN leaders.owner = excluded.owner THEN leaders.elected_at ELSE excluded.elected_at END,
+				expires_at = excluded.expires_at
+			WHERE leaders.owner = excluded.owner OR leaders.expires_at < ?
+			RETURNING owner`, name, owner, now, now+ttl.Microseconds(), now).Scan(&got)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil
+		}
+		return interpret(err)
+	})
+	if err != nil {
+		return false, errors.Wrapf(err, "attempt leadership of %s", name)
+	}
+	return got == owner, nil
+}
+
+// LeaderResign implements [engine.Store].
+func (s *Store) LeaderResign(ctx context.Context, name, owner string) error {
+	_, err := s.db.ExecContext(ctx, "DELETE FROM leaders WHERE name = ? AND owner = ?", name, owner)
+	return errors.Wrapf(interpret(err), "resign leadership of %s", name)
+}
+
+// QueueSet implements [engine.Store].
+func (s *Store) QueueSet(ctx context.Context, c engine.QueueConfig) error {
+	if c.Namespace == "" || c.Name == "" {
+		return errors.New("queue settings: namespace and name are required")
+	}
+	if c.MaxWaiting < 0 || c.Concurrency < 0 {
+		return errors.Newf("queue %s: MaxWaiting and Concurrency must not be negative", c.Name)
+	}
+	_, err := s.db.ExecContext(ctx, `INSERT INTO queues (namespace, name, max_waiting, concurrency, updated_at) VALUES (?, ?, ?, ?, ?)
+		ON CONFLICT (namespace, name) DO UPDATE SET max_waiting = excluded.max_waiting, concurrency = excluded.concurrency,
+			updated_at = excluded.updated_at`,
+		c.Namespace, c.Name, nullPositive(c.MaxWaiting), nullPositive(c.Concurrency), us(engine.Now()))
+	if err == nil && c.Concurrency == 0 {
+		// A limit lifted may free a queue's waiting tasks.
+		s.announce(engine.Announcement{Ready: true})
+	}
+	return errors.Wrapf(interpret(err), "set queue %s", c.Name)
+}
+
+func nullPositive(n int) sql.NullInt64 { return sql.NullInt64{Int64: int64(n), Valid: n > 0} }
+
+// QueueList implements [engine.Store].
+func (s *Store) QueueList(ctx context.Context, namespace string) ([]engine.QueueInfo, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT q.name, coalesce(q.max_waiting, 0), coalesce(q.concurrency, 0),
+		(SELECT count(*) FROM tasks AS t WHERE t.namespace = q.namespace AND t.queue = q.name AND t.status IN ('pending', 'retrying')),
+		(SELECT count(*) FROM tasks AS t WHERE t.namespace = q.namespace AND t.queue = q.name AND t.status = 'running')
+		FROM queues AS q WHERE q.namespace = ? ORDER BY q.name`, namespace)
+	if err != nil {
+		return nil, errors.Wrap(interpret(err), "list queues")
+	}
+	defer rows.Close()
+	var out []engine.QueueInfo
+	for rows.Next() {
+		qi := engine.QueueInfo{QueueConfig: engine.QueueConfig{Namespace: namespace}}
+		if err := rows.Scan(&qi.Name, &qi.MaxWaiting, &qi.Concurrency, &qi.Waiting, &qi.Running); err != nil {
+			return nil, err
+		}
+		out = append(out, qi)
+	}
+	return out, errors.Wrap(interpret(rows.Err()), "list queues")
+}
+
+// QueueWaits implements [engine.Store].
+func (s *Store) QueueWaits(ctx context.Context, namespace string) ([]engine.QueueWait, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT queue, priority, count(*), min(run_at) FROM tasks
+		WHERE namespace = ? AND status IN ('pending', 'retrying') AND run_at <= ?
+		GROUP BY queue, priority ORDER BY queue, priority DESC`, namespace, us(engine.Now()))
+	if err != nil {
+		return nil, errors.Wrap(interpret(err), "queue waits")
+	}
+	defer rows.Close()
+	var out []engine.QueueWait
+	for rows.Next() {
+		var w engine.QueueWait
+		var oldest int64
+		if err := rows.Scan(&w.Queue, &w.Priority, &w.Waiting, &oldest); err != nil {
+			return nil, err
+		}
+		w.Oldest = fromUS(oldest)
+		out = append(out, w)
+	}
+	return out, errors.Wrap(interpret(rows.Err()), "queue waits")
+}
+
+// RateLimitSet implements [engine.Store]: the bucket starts full.
+func (s *Store) RateLimitSet(ctx context.Context, namespace, taskType string, maxStarts int, per time.Duration) error {
+	if maxStarts < 1 || per < time.Millisecond {
+		return errors.Newf("rate limit of %s: need at least 1 start per at least 1ms", taskType)
+	}
+	_, err := s.db.ExecContext(ctx, `INSERT INTO rate_limits (namespace, task_type, max_starts, per_ms, tokens, refilled_at)
+		VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (namespace, task_type) DO UPDATE SET max_starts = excluded.max_starts,
+			per_ms = excluded.per_ms, tokens = min(rate_limits.tokens, excluded.max_starts)`,
+		namespace, taskType, maxStarts, per.Milliseconds(), float64(maxStarts), us(engine.Now()))
+	return errors.Wrapf(interpret(err), "set rate limit of %s", taskType)
+}
+
+// RateLimitDelete implements [engine.Store].
+func (s *Store) RateLimitDelete(ctx context.Context, namespace, taskType string) error {
+	_, err := s.db.ExecContext(ctx, "DELETE FROM rate_limits WHERE namespace = ? AND task_type = ?", namespace, taskType)
+	if err == nil {
+		s.announce(engine.Announcement{Ready: true})
+	}
+	return errors.Wrapf(interpret(err), "delete rate limit of %s", taskType)
+}
+
+// TaskTypeRegister implements [engine.Store].
+func (s *Store) TaskTypeRegister(ctx context.Context, namespace, worker string, types []engine.TaskType) error {
+	if len(types) == 0 {
+		return nil
+	}
+	return errors.Wrap(s.tx(ctx, func(tx *sql.Tx) error {
+		now := us(engine.Now())
+		for _, t := range types {
+			var stc sql.NullInt64
+			if t.ScheduleToClose > 0 {
+				stc = sql.NullInt64{Int64: t.ScheduleToClose.Milliseconds(), Valid: true}
+			}
+			if _, err := tx.ExecContext(ctx, `INSERT INTO task_types (namespace, type, version, queue, max_attempts, schedule_to_close_ms,
+				registered_by, registered_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+				ON CONFLICT (namespace, type, version) DO UPDATE SET queue = excluded.queue, max_attempts = excluded.max_attempts,
+					schedule_to_close_ms = excluded.schedule_to_close_ms, registered_by = excluded.registered_by,
+					registered_at = excluded.registered_at`,
+				namespace, t.Type, t.Version, t.Queue, t.MaxAttempts, stc, worker, now); err != nil {
+				return interpret(err)
+			}
+		}
+		return nil
+	}), "register task types")
+}
+
+// TaskTypeList implements [engine.Store].
+func (s *Store) TaskTypeList(ctx context.Context, namespace string) ([]engine.TaskType, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT namespace, type, version, queue, max_attempts, schedule_to_close_ms, registered_by, registered_at
+		FROM task_types WHERE namespace = ? ORDER BY type, version`, namespace)
+	if err != nil {
+		return nil, errors.Wrap(interpret(err), "list task types")
+	}
+	defer rows.Close()
+	var out []engine.TaskType
+	for rows.Next() {
+		var t engine.TaskType
+		var stc sql.NullInt64
+		var at int64
+		if err := rows.Scan(&t.Namespace, &t.Type, &t.Version, &t.Queue, &t.MaxAttempts, &stc, &t.RegisteredBy, &at); err != nil {
+			return nil, err
+		}
+		t.ScheduleToClose = time.Duration(stc.Int64) * time.Millisecond
+		t.RegisteredAt = fromUS(at)
+		out = append(out, t)
+	}
+	return out, errors.Wrap(interpret(rows.Err()), "list task types")
+}
+
+// QueueGaugeList implements [engine.Store].
+func (s *Store) QueueGaugeList(ctx context.Context) ([]*engine.QueueGauge, error) {
+	now := us(engine.Now())
+	rows, err := s.db.QueryContext(ctx, `SELECT namespace, queue, status, count(*),
+		min(CASE WHEN run_at <= ? AND status IN ('pending', 'retrying') THEN run_at END)
+		FROM tasks WHERE status IN ('pending', 'retrying', 'running', 'dead_lettered')
+		GROUP BY namespace, queue, status ORDER BY namespace, queue, status`, now)
+	if err != nil {
+		return nil, errors.Wrap(interpret(err), "read queue depths")
+	}
+	defer rows.Close()
+	var out []*engine.QueueGauge
+	byQueue := map[[2]string]*engine.QueueGauge{}
+	for rows.Next() {
+		var ns, queue, status string
+		var count int64
+		var oldest sql.NullInt64
+		if err := rows.Scan(&ns, &queue, &status, &count, &oldest); err != nil {
+			return nil, err
+		}
+		g := byQueue[[2]string{ns, queue}]
+		if g == nil {
+			g = &engine.QueueGauge{Namespace: ns, Queue: queue, Tasks: map[history.Status]int64{}}
+			byQueue[[2]string{ns, queue}] = g
+			out = append(out, g)
+		}
+		g.Tasks[history.Status(status)] = count
+		if oldest.Valid {
+			g.OldestDue = max(g.OldestDue, time.Duration(now-oldest.Int64)*time.Microsecond)
+		}
+	}
+	return out, errors.Wrap(interpret(rows.Err()), "read queue depths")
+}
+
+// QueueStatsList implements [engine.Store]: every queue of namespace with
+// unfinished tasks, settings, or finishes in the window.
+func (s *Store) QueueStatsList(ctx context.Context, namespace string, window time.Duration) ([]engine.QueueStats, error) {
+	now := us(engine.Now())
+	rows, err := s.db.QueryContext(ctx, `WITH live AS (
+			SELECT queue,
+				sum(status IN ('pending', 'retrying')) AS waiting,
+				sum(status IN ('pending', 'retrying') AND run_at <= ?2) AS due,
+				sum(status = 'running') AS running,
+				min(CASE WHEN status IN ('pending', 'retrying') AND run_at <= ?2 THEN run_at END) AS oldest_due
+			FROM tasks WHERE namespace = ?1 AND status IN ('pending', 'retrying', 'running') GROUP BY queue
+		), recent AS (
+			SELECT t.queue,
+				sum(e.type = 'task_completed') AS completed,
+				sum(e.type IN ('task_failed', 'task_dead_lettered', 'task_expired')) AS failed,
+				sum(e.type = 'attempt_failed') AS attempts_failed
+			FROM events AS e JOIN tasks AS t ON t.id = e.task_id
+			WHERE e.at > ?3 AND t.namespace = ?1
+				AND e.type IN ('task_completed', 'task_failed', 'task_dead_lettered', 'task_expired', 'attempt_failed')
+			GROUP BY t.queue
+		), names AS (
+			SELECT queue FROM live UNION SELECT queue FROM recent UNION SELECT name FROM queues WHERE namespace = ?1
+		)
+		SELECT n.queue, coalesce(l.waiting, 0), coalesce(l.due, 0), coalesce(l.running, 0), l.oldest_due,
+			coalesce(r.completed, 0), coalesce(r.failed, 0), coalesce(r.attempts_failed, 0),
+			coalesce(q.max_waiting, 0), coalesce(q.concurrency, 0)
+		FROM names AS n
+		LEFT JOIN live AS l ON l.queue = n.queue
+		LEFT JOIN recent AS r ON r.queue = n.queue
+		LEFT JOIN queues AS q ON q.namespace = ?1 AND q.name = n.queue
+		ORDER BY n.queue`, namespace, now, now-window.Microseconds())
+	if err != nil {
+		return nil, errors.Wrap(interpret(err), "queue stats")
+	}
+	defer rows.Close()
+	var out []engine.QueueStats
+	for rows.Next() {
+		q := engine.QueueStats{Window: window}
+		var oldest sql.NullInt64
+		if err := rows.Scan(&q.Queue, &q.Waiting, &q.Due, &q.Running, &oldest, &q.Completed, &q.Failed, &q.AttemptsFailed,
+			&q.MaxWaiting, &q.Concurrency); err != nil {
+			return nil, err
+		}
+		if oldest.Valid {
+			q.OldestDueAge = time.Duration(now-oldest.Int64) * time.Microsecond
+		}
+		out = append(out, q)
+	}
+	return out, errors.Wrap(interpret(rows.Err()), "queue stats")
+}
+
+// EventScan implements [engine.Store]: audit queries need PostgreSQL for
+// now.
+func (s *Store) EventScan(ctx context.Context, p *engine.EventScanParams) ([]engine.AuditEvent, error) {
+	return nil, unsupported("audit queries")
+}
+
+// QueueDiagnose implements [engine.Store]: queue diagnosis needs
+// PostgreSQL for now.
+func (s *Store) QueueDiagnose(ctx context.Context, p *engine.QueueDiagnoseParams) (*engine.QueueDiagnosis, error) {
+	return nil, unsupported("queue diagnosis")
+}

@@ -1,0 +1,179 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"time"
+
+	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/history"
+	"github.com/cockroachdb/errors"
+)
+
+const scheduleColumns = "namespace, name, cron, timezone, task_type, type_version, queue, input, max_attempts, paused, next_run_at, last_tick"
+
+func scanSchedule(row scanner) (engine.Schedule, error) {
+	var sc engine.Schedule
+	var input sql.NullString
+	var next int64
+	var last sql.NullInt64
+	err := row.Scan(&sc.Namespace, &sc.Name, &sc.Cron, &sc.Timezone, &sc.TaskType, &sc.TypeVersion, &sc.Queue, &input,
+		&sc.MaxAttempts, &sc.Paused, &next, &last)
+	if input.Valid {
+		sc.Input = []byte(input.String)
+	}
+	sc.NextRunAt, sc.LastTick = fromUS(next), timePtr(last)
+	return sc, err
+}
+
+func querySchedules(ctx context.Context, q querier, query string, args ...any) ([]engine.Schedule, error) {
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, interpret(err)
+	}
+	defer rows.Close()
+	var out []engine.Schedule
+	for rows.Next() {
+		sc, err := scanSchedule(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, sc)
+	}
+	return out, interpret(rows.Err())
+}
+
+// ScheduleCreate implements [engine.Store]: the first tick is the first
+// after now; a name taken in the namespace is an error marked
+// engine.ErrConflict.
+func (s *Store) ScheduleCreate(ctx context.Context, sc engine.Schedule) error {
+	if sc.Namespace == "" || sc.Name == "" || sc.TaskType == "" || sc.Queue == "" || sc.TypeVersion < 1 {
+		return errors.New("schedule: namespace, name, task type, version and queue are required")
+	}
+	if sc.Timezone == "" {
+		sc.Timezone = "UTC"
+	}
+	sched, loc, err := engine.ParseCron(sc.Cron, sc.Timezone)
+	if err != nil {
+		return errors.Wrapf(err, "schedule %s", sc.Name)
+	}
+	now := engine.Now()
+	res, err := s.db.ExecContext(ctx, `INSERT INTO schedules (namespace, name, cron, timezone, task_type, type_version, queue, input,
+		max_attempts, next_run_at, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (namespace, name) DO NOTHING`,
+		sc.Namespace, sc.Name, sc.Cron, sc.Timezone, sc.TaskType, sc.TypeVersion, sc.Queue, nullBytes(sc.Input),
+		sc.MaxAttempts, us(sched.Next(now.In(loc))), us(now), us(now))
+	if err != nil {
+		return errors.Wrapf(interpret(err), "create schedule %s", sc.Name)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return errors.Mark(errors.Newf("schedule %s already exists in namespace %s", sc.Name, sc.Namespace), engine.ErrConflict)
+	}
+	s.announce(engine.Announcement{Ready: true})
+	return nil
+}
+
+// ScheduleList implements [engine.Store].
+func (s *Store) ScheduleList(ctx context.Context, namespace string) ([]engine.Schedule, error) {
+	out, err := querySchedules(ctx, s.db, "SELECT "+scheduleColumns+" FROM schedules WHERE namespace = ? ORDER BY name", namespace)
+	return out, errors.Wrap(err, "list schedules")
+}
+
+// SchedulePause implements [engine.Store]: a resumed schedule fires from
+// its next tick after now.
+func (s *Store) SchedulePause(ctx context.Context, namespace, name string, paused bool) error {
+	return s.tx(ctx, func(tx *sql.Tx) error {
+		sc, err := scanSchedule(tx.QueryRowContext(ctx, "SELECT "+scheduleColumns+" FROM schedules WHERE namespace = ? AND name = ?", namespace, name))
+		if errors.Is(err, sql.ErrNoRows) {
+			return errors.Mark(errors.Newf("schedule %s not found in namespace %s", name, namespace), engine.ErrNotFound)
+		}
+		if err != nil {
+			return errors.Wrap(interpret(err), "read schedule")
+		}
+		sched, loc, err := engine.ParseCron(sc.Cron, sc.Timezone)
+		if err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, "UPDATE schedules SET paused = ?, next_run_at = ?, updated_at = ? WHERE namespace = ? AND name = ?",
+			paused, us(sched.Next(engine.Now().In(loc))), us(engine.Now()), namespace, name)
+		return errors.Wrapf(interpret(err), "pause schedule %s", name)
+	})
+}
+
+// ScheduleDelete implements [engine.Store].
+func (s *Store) ScheduleDelete(ctx context.Context, namespace, name string) error {
+	res, err := s.db.ExecContext(ctx, "DELETE FROM schedules WHERE namespace = ? AND name = ?", namespace, name)
+	if err != nil {
+		return errors.Wrapf(interpret(err), "delete schedule %s", name)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return errors.Mark(errors.Newf("schedule %s not found in namespace %s", name, namespace), engine.ErrNotFound)
+	}
+	return nil
+}
+
+// maxMissedTicks bounds the walk to the latest missed tick.
+const maxMissedTicks = 100_000
+
+// ScheduleFireDue implements [engine.Store]: each due schedule's latest
+// tick not after now starts a task whose idempotency key is
+// "schedule:<name>:<tick>", and the schedule moves to its next tick, in
+// one transaction.
+func (s *Store) ScheduleFireDue(ctx context.Context, max int) (int, error) {
+	fired := 0
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		now := engine.Now()
+		due, err := querySchedules(ctx, tx, "SELECT "+scheduleColumns+" FROM schedules WHERE NOT paused AND next_run_at <= ? ORDER BY next_run_at LIMIT ?",
+			us(now), max)
+		if err != nil {
+			return errors.Wrap(err, "list due schedules")
+		}
+		for _, sc := range due {
+			sched, loc, err := engine.ParseCron(sc.Cron, sc.Timezone)
+			if err != nil {
+				return errors.Wrapf(err, "schedule %s", sc.Name)
+			}
+			tick := sc.NextRunAt
+			for range maxMissedTicks {
+				next := sched.Next(tick.In(loc))
+				if next.After(now) {
+					break
+				}
+				tick = next
+			}
+			tick = tick.UTC().Truncate(time.Microsecond)
+			res, err := startTaskTx(ctx, tx, &engine.TaskStartParams{Namespace: sc.Namespace, Scheduled: history.Scheduled{
+				TaskType: sc.TaskType, TypeVersion: sc.TypeVersion, Queue: sc.Queue, Input: sc.Input,
+				IdempotencyKey: "schedule:" + sc.Name + ":" + tick.Format(time.RFC3339Nano), MaxAttempts: sc.MaxAttempts,
+				Labels: map[string]string{"schedule": sc.Name},
+			}})
+			if err != nil {
+				return errors.Wrapf(err, "fire schedule %s", sc.Name)
+			}
+			if !res.Existing {
+				fired++
+			}
+			if _, err := tx.ExecContext(ctx, "UPDATE schedules SET next_run_at = ?, last_tick = ?, updated_at = ? WHERE namespace = ? AND name = ?",
+				us(sched.Next(now.In(loc))), us(tick), us(now), sc.Namespace, sc.Name); err != nil {
+				return errors.Wrapf(interpret(err), "advance schedule %s", sc.Name)
+			}
+		}
+		return nil
+	})
+	if err == nil && fired > 0 {
+		s.announce(engine.Announcement{Ready: true})
+	}
+	return fired, err
+}
+
+// ScheduleNextDue implements [engine.Store].
+func (s *Store) ScheduleNextDue(ctx context.Context) (time.Time, bool, error) {
+	var next sql.NullInt64
+	if err := s.db.QueryRowContext(ctx, "SELECT min(next_run_at) FROM schedules WHERE NOT paused").Scan(&next); err != nil {
+		return time.Time{}, false, errors.Wrap(interpret(err), "read the next schedule tick")
+	}
+	if !next.Valid {
+		return time.Time{}, false, nil
+	}
+	return fromUS(next.Int64), true, nil
+}

@@ -1,0 +1,239 @@
+// Package sqlitestore is cairn's embedded store: the event log, projection,
+// idempotency keys, leases and fencing, timers and cron of [engine.Store] in
+// one SQLite file, through modernc.org/sqlite (pure Go, no cgo). It serves
+// `cairn dev`, single-node deployments and tests of user workflows, with no
+// database server.
+//
+// Limits: one process, one writer. Every write is a BEGIN IMMEDIATE
+// transaction on the store's single connection, so writes are serialized
+// and a claim never races another; wake-ups (work ready, task finished,
+// cancel requested) are announced in process ([engine.Announcer]) in place
+// of PostgreSQL's NOTIFY. A second process on the same file would see the
+// data but not the wake-ups, and would contend for the lock: run one. To
+// grow beyond one node, move to PostgreSQL (see docs/architecture.md,
+// "Embedded store").
+//
+// The same conformance suite (engine/storetest) runs against this store and
+// [engine.PGStore].
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/migrations"
+	"github.com/cockroachdb/errors"
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+)
+
+// Store is the embedded store. It is safe for concurrent use by the
+// goroutines of one process.
+type Store struct {
+	db   *sql.DB
+	path string
+
+	mu        sync.Mutex
+	listeners map[*func(engine.Announcement)]struct{}
+}
+
+var (
+	_ engine.Store     = (*Store)(nil)
+	_ engine.Announcer = (*Store)(nil)
+)
+
+// Open opens (creating it if missing) the store in the SQLite file at path
+// and applies its migrations. ":memory:" is a store that lives as long as
+// the Store.
+func Open(ctx context.Context, path string) (*Store, error) {
+	if path == "" {
+		return nil, errors.New("sqlitestore: a file path is required")
+	}
+	q := url.Values{}
+	for _, p := range []string{
+		"busy_timeout(10000)",
+		// WAL: readers do not block the writer. synchronous FULL: a commit
+		// (a task accepted, an outcome recorded) survives a power loss,
+		// as PostgreSQL's commits do.
+		"journal_mode(WAL)", "synchronous(FULL)", "foreign_keys(1)",
+	} {
+		q.Add("_pragma", p)
+	}
+	q.Set("_txlock", "immediate")
+	db, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode())
+	if err != nil {
+		return nil, errors.Wrapf(err, "open SQLite store %s", path)
+	}
+	// One connection: SQLite has one writer, and a single connection
+	// serializes this process's transactions without SQLITE_BUSY.
+	db.SetMaxOpenConns(1)
+	db.SetConnMaxIdleTime(0)
+	db.SetConnMaxLifetime(0)
+	s := &Store{db: db, path: path, listeners: map[*func(engine.Announcement)]struct{}{}}
+	if err := s.migrate(ctx); err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Close closes the database file.
+func (s *Store) Close() error { return s.db.Close() }
+
+// Path is the store's file.
+func (s *Store) Path() string { return s.path }
+
+// Ping checks that the database answers.
+func (s *Store) Ping(ctx context.Context) error {
+	return errors.Wrap(s.db.PingContext(ctx), "ping SQLite store")
+}
+
+// migrate applies the pending migrations of migrations.SQLite, each in a
+// transaction with its record.
+func (s *Store) migrate(ctx context.Context) error {
+	all, err := migrations.SQLite()
+	if err != nil {
+		return err
+	}
+	if _, err := s.db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+		version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)`); err != nil {
+		return errors.Wrap(err, "create schema_migrations")
+	}
+	for _, m := range all {
+		err := s.tx(ctx, func(tx *sql.Tx) error {
+			var n int
+			if err := tx.QueryRowContext(ctx, "SELECT count(*) FROM schema_migrations WHERE version = ?", m.Version).Scan(&n); err != nil || n > 0 {
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
+				return err
+			}
+			_, err := tx.ExecContext(ctx, "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)",
+				m.Version, m.Name, us(engine.Now()))
+			return err
+		})
+		if err != nil {
+			return errors.Wrapf(err, "apply SQLite migration %04d_%s", m.Version, m.Name)
+		}
+	}
+	return nil
+}
+
+// tx runs fn in a write transaction (BEGIN IMMEDIATE: the write lock is
+// taken at the start, so what fn reads stays true until it commits).
+func (s *Store) tx(ctx context.Context, fn func(*sql.Tx) error) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return interpret(err)
+	}
+	if err := fn(tx); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	return interpret(tx.Commit())
+}
+
+// Announce implements [engine.Announcer]: fn hears of every commit that
+// makes work ready, finishes tasks or requests cancels.
+func (s *Store) Announce(fn func(engine.Announcement)) (stop func()) {
+	key := &fn
+	s.mu.Lock()
+	s.listeners[key] = struct{}{}
+	s.mu.Unlock()
+	return func() {
+		s.mu.Lock()
+		delete(s.listeners, key)
+		s.mu.Unlock()
+	}
+}
+
+func (s *Store) announce(a engine.Announcement) {
+	if !a.Ready && len(a.Done) == 0 && len(a.Cancel) == 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for fn := range s.listeners {
+		(*fn)(a)
+	}
+}
+
+// interpret marks SQLite's errors the way the engine's callers expect.
+func interpret(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, sql.ErrNoRows) {
+		return errors.Mark(err, engine.ErrNotFound)
+	}
+	var se *sqlite.Error
+	if errors.As(err, &se) {
+		switch se.Code() {
+		case sqlite3.SQLITE_CONSTRAINT_UNIQUE, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY:
+			return errors.Mark(err, engine.ErrConflict)
+		case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED:
+			return errors.Mark(err, engine.ErrRetryable)
+		}
+	}
+	return err
+}
+
+func unsupported(what string) error {
+	return errors.Mark(errors.Newf("%s: not supported by the embedded SQLite store yet; use PostgreSQL", what), engine.ErrUnsupported)
+}
+
+// Times are stored as microseconds since the Unix epoch, UTC.
+func us(t time.Time) int64 { return t.UTC().UnixMicro() }
+
+func fromUS(v int64) time.Time { return time.UnixMicro(v).UTC() }
+
+func nullUS(t *time.Time) sql.NullInt64 {
+	if t == nil || t.IsZero() {
+		return sql.NullInt64{}
+	}
+	return sql.NullInt64{Int64: us(*t), Valid: true}
+}
+
+func nullTimeUS(t time.Time) sql.NullInt64 {
+	if t.IsZero() {
+		return sql.NullInt64{}
+	}
+	return sql.NullInt64{Int64: us(t), Valid: true}
+}
+
+func timePtr(v sql.NullInt64) *time.Time {
+	if !v.Valid {
+		return nil
+	}
+	t := fromUS(v.Int64)
+	return &t
+}
+
+func nullString(s string) sql.NullString { return sql.NullString{String: s, Valid: s != ""} }
+
+func nullBytes(b []byte) any {
+	if len(b) == 0 {
+		return nil
+	}
+	return string(b)
+}
+
+// placeholders returns "?, ?, …" for n values.
+func placeholders(n int) string {
+	if n == 0 {
+		return ""
+	}
+	b := make([]byte, 0, 3*n)
+	for i := range n {
+		if i > 0 {
+			b = append(b, ", "...)
+		}
+		b = append(b, '?')
+	}
+	return string(b)
+}
+
