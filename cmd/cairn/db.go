@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/engine/sqlitestore"
 	"github.com/cairnflow/cairn/sdk"
 	"github.com/cockroachdb/errors"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -56,18 +57,61 @@ func redactedCause(err error) string {
 	return msg
 }
 
-// client connects and returns an sdk client.
-func (g *globals) client(ctx context.Context) (*sdk.Client, func(), error) {
-	pool, err := g.connect(ctx, 4)
+// storeOpts says how a command wants its store.
+type storeOpts struct {
+	maxConns int32           // PostgreSQL pool size
+	migrate  bool            // apply PostgreSQL migrations (the embedded store always migrates)
+	metrics  *engine.Metrics // counts the events the store writes; nil: none
+}
+
+// embedded reports whether commands use the embedded store: no PostgreSQL
+// URL is configured.
+func (g *globals) embedded() bool { return g.databaseURL == "" }
+
+// store opens the configured store: PostgreSQL when a database URL is set,
+// else the embedded SQLite store in --db (created if missing).
+func (g *globals) store(ctx context.Context, o storeOpts) (engine.Store, func(), error) {
+	if g.embedded() {
+		s, err := sqlitestore.Open(ctx, g.dbPath)
+		if err != nil {
+			return nil, nil, errors.Mark(errors.Wrapf(err, "--db %s (or set --database-url to use PostgreSQL)", g.dbPath), configError)
+		}
+		return s, func() { _ = s.Close() }, nil
+	}
+	pool, err := g.connect(ctx, o.maxConns)
 	if err != nil {
 		return nil, nil, err
 	}
-	c, err := sdk.NewClient(sdk.ClientConfig{Pool: pool, Schema: g.schema, Namespace: g.namespace, Identity: cliIdentity()})
+	if o.migrate {
+		if _, err := engine.Migrate(ctx, pool, g.schema); err != nil {
+			pool.Close()
+			return nil, nil, err
+		}
+	}
+	s, err := engine.NewPGStore(engine.PGStoreConfig{Pool: pool, Schema: g.schema, Metrics: o.metrics})
 	if err != nil {
 		pool.Close()
 		return nil, nil, err
 	}
-	return c, pool.Close, nil
+	return s, pool.Close, nil
+}
+
+// client opens the configured store and returns an sdk client over it.
+func (g *globals) client(ctx context.Context) (*sdk.Client, func(), error) {
+	return g.clientWith(ctx, storeOpts{maxConns: 4})
+}
+
+func (g *globals) clientWith(ctx context.Context, o storeOpts) (*sdk.Client, func(), error) {
+	store, closeStore, err := g.store(ctx, o)
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := sdk.NewClient(sdk.ClientConfig{Store: store, Namespace: g.namespace, Identity: cliIdentity()})
+	if err != nil {
+		closeStore()
+		return nil, nil, err
+	}
+	return c, func() { c.Close(); closeStore() }, nil
 }
 
 // cliIdentity names the person at the terminal in the histories of tasks

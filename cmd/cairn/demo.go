@@ -8,7 +8,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/sdk"
 	"github.com/cockroachdb/errors"
@@ -71,25 +70,12 @@ permanently. It applies cairn's migrations first.`,
 	return cmd
 }
 
-// demoSetup connects and migrates.
+// demoSetup opens the configured store (migrated) and a client over it.
 func demoSetup(ctx context.Context, g *globals, f *demoFlags) (*sdk.Client, func(), error) {
 	if err := f.validate(); err != nil {
 		return nil, nil, err
 	}
-	pool, err := g.connect(ctx, int32(min(f.concurrency+8, 64)))
-	if err != nil {
-		return nil, nil, err
-	}
-	if _, err := engine.Migrate(ctx, pool, g.schema); err != nil {
-		pool.Close()
-		return nil, nil, err
-	}
-	c, err := sdk.NewClient(sdk.ClientConfig{Pool: pool, Schema: g.schema, Namespace: g.namespace})
-	if err != nil {
-		pool.Close()
-		return nil, nil, err
-	}
-	return c, pool.Close, nil
+	return g.clientWith(ctx, storeOpts{maxConns: int32(min(f.concurrency+8, 64)), migrate: true})
 }
 
 func newDemoWorker(c *sdk.Client, g *globals, f *demoFlags) (*sdk.Worker, error) {

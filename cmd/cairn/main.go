@@ -42,6 +42,7 @@ func main() {
 // globals are the flags every command shares.
 type globals struct {
 	databaseURL string
+	dbPath      string // the embedded store's file, used when databaseURL is empty
 	schema      string
 	namespace   string
 	output      string
@@ -54,7 +55,10 @@ func newRootCmd() *cobra.Command {
 		Short: "cairn: a durable workflow engine and task queue on PostgreSQL",
 		Long: `cairn runs slow, flaky work (OCR, extraction, LLM calls, webhooks) off the
 request path: tasks are persisted as append-only event logs in PostgreSQL,
-claimed by workers under leases, retried, and always answerable.`,
+claimed by workers under leases, retried, and always answerable.
+
+Without --database-url (or CAIRN_DATABASE_URL), commands use the embedded
+store: one SQLite file (--db, default ./cairn-dev.db), for one process.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
@@ -68,12 +72,13 @@ claimed by workers under leases, retried, and always answerable.`,
 		return errors.Mark(err, configError)
 	})
 	pf := root.PersistentFlags()
-	pf.StringVar(&g.databaseURL, "database-url", os.Getenv("CAIRN_DATABASE_URL"), "PostgreSQL URL (env CAIRN_DATABASE_URL)")
+	pf.StringVar(&g.databaseURL, "database-url", os.Getenv("CAIRN_DATABASE_URL"), "PostgreSQL URL (env CAIRN_DATABASE_URL); unset: the embedded store in --db")
+	pf.StringVar(&g.dbPath, "db", envOr("CAIRN_DB", "cairn-dev.db"), "the embedded SQLite store's file, used when no --database-url is set (env CAIRN_DB)")
 	pf.StringVar(&g.schema, "schema", envOr("CAIRN_SCHEMA", "cairn"), "schema holding cairn's tables (env CAIRN_SCHEMA)")
 	pf.StringVar(&g.namespace, "namespace", envOr("CAIRN_NAMESPACE", "default"), "namespace of tasks (env CAIRN_NAMESPACE)")
 	pf.StringVarP(&g.output, "output", "o", "text", "output format: text or json")
 	root.AddCommand(newMigrateCmd(g), newTaskCmd(g), newDLQCmd(g), newQueueCmd(g), newScheduleCmd(g), newDemoCmd(g))
-	root.AddCommand(newServerCmd(g), newTokenCmd())
+	root.AddCommand(newServerCmd(g), newDevCmd(g), newTokenCmd())
 	root.AddCommand(newBenchCmd(g))
 	registerAudit(root, g) // `cairn audit` and `cairn bench audit`
 	return root

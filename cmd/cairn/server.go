@@ -61,6 +61,14 @@ Without it the API is open: keep the listen address on localhost.`,
 }
 
 func runServer(cmd *cobra.Command, g *globals, f *serverFlags) error {
+	return runServerWith(cmd, g, f, nil)
+}
+
+// alongside is work a process runs beside the server over the same store
+// (cairn dev's demo worker); stop ends it before the server closes.
+type alongside func(ctx context.Context, store engine.Store, logger *slog.Logger) (stop func(), err error)
+
+func runServerWith(cmd *cobra.Command, g *globals, f *serverFlags, also alongside) error {
 	ctx := cmd.Context()
 	logger, err := newLogger(cmd.ErrOrStderr(), f.logLevel)
 	if err != nil {
@@ -75,16 +83,6 @@ func runServer(cmd *cobra.Command, g *globals, f *serverFlags) error {
 	if f.maxInputBytes < 1 {
 		return errors.Mark(errors.Newf("--max-input-bytes %d: must be positive", f.maxInputBytes), configError)
 	}
-	pool, err := g.connect(ctx, 20)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	if f.migrate {
-		if _, err := engine.Migrate(ctx, pool, g.schema); err != nil {
-			return err
-		}
-	}
 	// Metrics: what this process writes (cancels through the API, the
 	// rescuer's lease expirations), and queue depths read from the
 	// database at each scrape, right whichever process changed them.
@@ -94,10 +92,11 @@ func runServer(cmd *cobra.Command, g *globals, f *serverFlags) error {
 	if err != nil {
 		return errors.Mark(err, configError)
 	}
-	store, err := engine.NewPGStore(engine.PGStoreConfig{Pool: pool, Schema: g.schema, Metrics: metrics})
+	store, closeStore, err := g.store(ctx, storeOpts{maxConns: 20, migrate: f.migrate, metrics: metrics})
 	if err != nil {
 		return err
 	}
+	defer closeStore()
 	reg.MustRegister(engine.NewQueueCollector(store))
 	srv, err := server.New(server.Config{Store: store, Tokens: tokens, MaxInputBytes: f.maxInputBytes,
 		Gatherer: reg, Logger: logger})
@@ -115,6 +114,13 @@ func runServer(cmd *cobra.Command, g *globals, f *serverFlags) error {
 		return err
 	}
 	defer rescuer.Stop()
+	if also != nil {
+		stop, err := also(ctx, store, logger)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	return serve(ctx, cmd.ErrOrStderr(), srv, f, logger)
 }
 

@@ -1,0 +1,85 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/sdk"
+	"github.com/spf13/cobra"
+)
+
+func newDevCmd(g *globals) *cobra.Command {
+	sf := &serverFlags{migrate: true, maxInputBytes: 1 << 20, rescueInterval: time.Second, shutdownTimeout: 5 * time.Second}
+	df := &demoFlags{leaseTTL: 30 * time.Second, rescueInterval: time.Second, shutdownTimeout: 5 * time.Second}
+	cmd := &cobra.Command{
+		Use:   "dev",
+		Short: "Server, console and the demo worker in one process, on the embedded store: no PostgreSQL needed",
+		Long: `cairn dev runs, in one process, what cairn server runs (the HTTP API, the
+web console at /console/, the rescuer and cron) and a worker for the demo
+workflow document.process, and submits --documents sample documents to watch.
+
+Without --database-url it keeps everything in the embedded SQLite store
+(--db, default ./cairn-dev.db): stop it and start it again, and the tasks are
+where they were. With --database-url it does the same on PostgreSQL.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := df.validate(); err != nil {
+				return err
+			}
+			where := "PostgreSQL"
+			if g.embedded() {
+				where = "the embedded store " + g.dbPath
+			}
+			return runServerWith(cmd, g, sf, func(ctx context.Context, store engine.Store, _ *slog.Logger) (func(), error) {
+				return startDevWorker(ctx, cmd, g, df, sf, store, where)
+			})
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&sf.listen, "listen", envOr("CAIRN_LISTEN", "127.0.0.1:7233"), "address to serve on (env CAIRN_LISTEN)")
+	fl.StringVar(&sf.logLevel, "log-level", "warn", "debug, info, warn or error")
+	fl.IntVar(&df.documents, "documents", 20, "sample documents to submit at start (0: none)")
+	fl.IntVar(&df.concurrency, "concurrency", 8, "tasks the demo worker runs at once")
+	fl.Float64Var(&df.failureRate, "failure-rate", 0.1, "chance a simulated OCR or LLM call fails transiently")
+	fl.DurationVar(&df.latency, "latency", 200*time.Millisecond, "typical simulated step latency (slow enough to watch)")
+	fl.Uint64Var(&df.seed, "seed", uint64(time.Now().UnixNano()), "seed for generated documents")
+	return cmd
+}
+
+// startDevWorker starts the demo worker over the server's store and
+// submits the sample documents.
+func startDevWorker(ctx context.Context, cmd *cobra.Command, g *globals, df *demoFlags, sf *serverFlags, store engine.Store, where string) (func(), error) {
+	c, err := sdk.NewClient(sdk.ClientConfig{Store: store, Namespace: g.namespace, Identity: cliIdentity()})
+	if err != nil {
+		return nil, err
+	}
+	w, err := newDemoWorker(c, g, df)
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	if err := w.Start(context.WithoutCancel(ctx)); err != nil {
+		c.Close()
+		return nil, err
+	}
+	stop := func() {
+		stopCtx, cancel := context.WithTimeout(context.Background(), df.shutdownTimeout)
+		defer cancel()
+		_ = w.Stop(stopCtx)
+		c.Close()
+	}
+	out := cmd.ErrOrStderr()
+	if df.documents > 0 {
+		ids, err := submitDocuments(ctx, c, df)
+		if err != nil {
+			stop()
+			return nil, err
+		}
+		fmt.Fprintf(out, "submitted %d sample documents (example task %s)\n", len(ids), ids[0])
+	}
+	fmt.Fprintf(out, "cairn dev on %s: console http://%s/console/ , API http://%s/v1 ; Ctrl-C stops\n", where, sf.listen, sf.listen)
+	return stop, nil
+}
