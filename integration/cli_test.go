@@ -6,23 +6,30 @@ import (
 	"encoding/json"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/cairnflow/cairn/engine/enginetest"
+	"github.com/cairnflow/cairn/engine/sqlitestore"
 	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/sdk"
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 )
 
-// cli runs the cairn binary against the test database and schema.
+// cli runs the cairn binary against the test database and schema, or,
+// when dbPath is set, against the embedded store in that file with no
+// database URL.
 type cli struct {
 	t      *testing.T
 	bin    string
 	url    string
 	schema string
+	dbPath string
 }
 
 func newCLI(t *testing.T) *cli {
@@ -30,10 +37,43 @@ func newCLI(t *testing.T) *cli {
 	return &cli{t: t, bin: cairnBinary(t), url: enginetest.DatabaseURL(t), schema: enginetest.Schema(t)}
 }
 
+// newEmbeddedCLI runs the binary on a fresh embedded store of the test's
+// own, with CAIRN_DATABASE_URL empty.
+func newEmbeddedCLI(t *testing.T) *cli {
+	t.Helper()
+	return &cli{t: t, bin: cairnBinary(t), dbPath: filepath.Join(t.TempDir(), "cairn.db")}
+}
+
+// cliStores are the stores the CLI's end-to-end tests run on.
+var cliStores = []struct {
+	name string
+	new  func(*testing.T) *cli
+}{{"PostgreSQL", newCLI}, {"SQLite", newEmbeddedCLI}}
+
 func (c *cli) command(args ...string) *exec.Cmd {
+	if c.dbPath != "" {
+		cmd := exec.Command(c.bin, args...)
+		cmd.Env = append(os.Environ(), "CAIRN_DATABASE_URL=", "CAIRN_DB="+c.dbPath)
+		return cmd
+	}
 	cmd := exec.Command(c.bin, append(args, "--schema", c.schema)...)
 	cmd.Env = append(os.Environ(), "CAIRN_DATABASE_URL="+c.url)
 	return cmd
+}
+
+// client is an sdk client on the CLI's store.
+func (c *cli) client(t *testing.T) *sdk.Client {
+	t.Helper()
+	if c.dbPath == "" {
+		return newClient(t, c.schema)
+	}
+	store, err := sqlitestore.Open(context.Background(), c.dbPath)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = store.Close() })
+	client, err := sdk.NewClient(sdk.ClientConfig{Store: store})
+	require.NoError(t, err)
+	t.Cleanup(client.Close)
+	return client
 }
 
 // run runs a command to completion and returns its stdout; it fails the
@@ -68,7 +108,15 @@ type eventJSON struct {
 
 func TestCLIDemoRunFinishesEveryTask(t *testing.T) {
 	t.Parallel()
-	c := newCLI(t)
+	for _, store := range cliStores {
+		t.Run(store.name, func(t *testing.T) {
+			t.Parallel()
+			testDemoRunFinishesEveryTask(t, store.new(t))
+		})
+	}
+}
+
+func testDemoRunFinishesEveryTask(t *testing.T, c *cli) {
 	var summary struct {
 		Documents, Completed, Failed, Unfinished, Retried int
 		DeadLettered                                      int     `json:"dead_lettered"`
@@ -115,7 +163,7 @@ func TestCLIDemoRunFinishesEveryTask(t *testing.T) {
 	require.Contains(t, []history.Type{history.TaskCompleted, history.TaskFailed, history.TaskDeadLettered}, events[len(events)-1].Type)
 	require.Contains(t, typesOf(events), history.AttemptFailed, "a retried task's history shows the failed attempt")
 
-	enginetest.RequireProjectionsMatch(t, newClient(t, c.schema).Store())
+	enginetest.RequireProjectionsMatch(t, c.client(t).Store())
 }
 
 func typesOf(events []eventJSON) []history.Type {
@@ -126,9 +174,22 @@ func typesOf(events []eventJSON) []history.Type {
 	return out
 }
 
+// TestCLIDemoWorkersFinishEverythingWhenOneIsKilled is the crash and
+// resume test: two worker processes, one killed with SIGKILL mid-run; its
+// tasks are rescued when their leases expire and finish exactly once. On
+// SQLite the two processes share the file (its lock serializes their
+// writes).
 func TestCLIDemoWorkersFinishEverythingWhenOneIsKilled(t *testing.T) {
 	t.Parallel()
-	c := newCLI(t)
+	for _, store := range cliStores {
+		t.Run(store.name, func(t *testing.T) {
+			t.Parallel()
+			testDemoWorkersFinishEverythingWhenOneIsKilled(t, store.new(t))
+		})
+	}
+}
+
+func testDemoWorkersFinishEverythingWhenOneIsKilled(t *testing.T, c *cli) {
 	var ids []uuid.UUID
 	require.NoError(t, json.Unmarshal(c.run("demo", "submit", "--documents", "150", "-o", "json"), &ids))
 	require.Len(t, ids, 150)
@@ -144,7 +205,7 @@ func TestCLIDemoWorkersFinishEverythingWhenOneIsKilled(t *testing.T) {
 		workers = append(workers, w)
 	}
 
-	client := newClient(t, c.schema)
+	client := c.client(t)
 	finished := func() int {
 		n := 0
 		for _, id := range ids {
@@ -189,10 +250,10 @@ func TestCLIDemoWorkersFinishEverythingWhenOneIsKilled(t *testing.T) {
 	require.Equal(t, len(ids), enginetest.RequireProjectionsMatch(t, client.Store()))
 }
 
-func TestCLIWithoutDatabaseSaysWhatToSet(t *testing.T) {
+func TestCLIWithUnreachableDatabaseSaysWhatToSet(t *testing.T) {
 	t.Parallel()
 	bin := cairnBinary(t)
-	for _, url := range []string{"", "postgres://nobody@127.0.0.1:1/none?sslmode=disable&connect_timeout=2"} {
+	for _, url := range []string{"postgres://nobody@127.0.0.1:1/none?sslmode=disable&connect_timeout=2"} {
 		cmd := exec.Command(bin, "task", "list")
 		cmd.Env = append(os.Environ(), "CAIRN_DATABASE_URL="+url)
 		var stdout, stderr bytes.Buffer
@@ -206,4 +267,42 @@ func TestCLIWithoutDatabaseSaysWhatToSet(t *testing.T) {
 		require.Contains(t, lines[0], "CAIRN_DATABASE_URL")
 		require.Empty(t, stdout.String())
 	}
+}
+
+// TestReadmeFirstCommandNeedsNoDatabase runs the README quick start's first
+// command, `go run ./cmd/cairn demo run --documents 200`, as a new user
+// would on a machine without PostgreSQL: no database URL in the
+// environment, in a fresh directory. It runs the demo to the end on the
+// embedded store, which it leaves in ./cairn-dev.db.
+func TestReadmeFirstCommandNeedsNoDatabase(t *testing.T) {
+	t.Parallel()
+	_, file, _, _ := runtime.Caller(0)
+	readme, err := os.ReadFile(filepath.Join(filepath.Dir(filepath.Dir(file)), "README.md"))
+	require.NoError(t, err)
+	require.Contains(t, string(readme), "go run ./cmd/cairn demo run --documents 200\n", "the README's first command")
+
+	dir := t.TempDir()
+	cmd := exec.Command(cairnBinary(t), "demo", "run", "--documents", "200", "-o", "json")
+	cmd.Dir = dir
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "CAIRN_") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	require.NoError(t, err, "stderr: %s", stderr.String())
+	var summary struct {
+		Documents, Completed, Failed, Unfinished int
+		DeadLettered                             int `json:"dead_lettered"`
+	}
+	require.NoError(t, json.Unmarshal(out, &summary), "%s", out)
+	require.Equal(t, 200, summary.Documents)
+	require.Zero(t, summary.Unfinished)
+	require.Equal(t, 200, summary.Completed+summary.Failed+summary.DeadLettered)
+	require.FileExists(t, filepath.Join(dir, "cairn-dev.db"))
+
+	c := &cli{t: t, dbPath: filepath.Join(dir, "cairn-dev.db")}
+	require.Equal(t, 200, enginetest.RequireProjectionsMatch(t, c.client(t).Store()))
 }

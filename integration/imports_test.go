@@ -20,10 +20,12 @@ var allowedImports = map[string][]string{
 	"activities":                {"history", "internal/celenv"},
 	"engine":                    {"history", "migrations"},
 	"engine/enginetest":         {"engine", "history"},
+	"engine/storetest":          {"engine", "history"},
+	"engine/sqlitestore":        {"engine", "history", "migrations"},
 	"history/historytest":       {"history"},
 	"sdk":                       {"history", "workflow", "activities", "engine", "internal/celenv"},
 	"internal/celenv":           {},
-	"cmd/cairn":                 {"sdk", "engine", "history", "activities", "workflow", "cmd/cairn/internal/server"},
+	"cmd/cairn":                 {"sdk", "engine", "engine/sqlitestore", "history", "activities", "workflow", "cmd/cairn/internal/server"},
 	"cmd/cairn/internal/server": {"sdk", "engine", "history"},
 	"integration":               {},
 }

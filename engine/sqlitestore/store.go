@@ -236,4 +236,3 @@ func placeholders(n int) string {
 	}
 	return string(b)
 }
-
