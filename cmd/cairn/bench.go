@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/engine/sqlitestore"
 	"github.com/cairnflow/cairn/sdk"
 	"github.com/cairnflow/cairn/workflow"
 	"github.com/cockroachdb/errors"
@@ -206,6 +207,9 @@ func newBenchCmd(g *globals) *cobra.Command {
 type benchEnv struct {
 	g      *globals // with schema set to the bench schema
 	obs    *benchSQL
+	// lite is the embedded store the run works on, when no database URL is
+	// set (throughput and workflow modes only); obs is nil then.
+	lite   *sqlitestore.Store
 	header benchHeader
 	// progress receives progress lines; io.Discard with -o json.
 	progress io.Writer
@@ -221,7 +225,10 @@ type benchHeader struct {
 	GoVersion       string    `json:"go_version"`
 	GOMAXPROCS      int       `json:"gomaxprocs"`
 	NumCPU          int       `json:"num_cpu"`
-	PostgresVersion string    `json:"postgres_version"`
+	PostgresVersion string    `json:"postgres_version,omitempty"`
+	// SQLiteVersion and SQLiteFile are set on the embedded store.
+	SQLiteVersion string `json:"sqlite_version,omitempty"`
+	SQLiteFile    string `json:"sqlite_file,omitempty"`
 	Schema          string    `json:"schema"`
 	Namespace       string    `json:"namespace"`
 	StartedAt       time.Time `json:"started_at"`
@@ -230,6 +237,9 @@ type benchHeader struct {
 // openBench connects the bench's observation pool and reads the server
 // version. It does not reset the schema: each run does that itself.
 func openBench(cmd *cobra.Command, g *globals, mode string) (*benchEnv, func(), error) {
+	if g.embedded() {
+		return openEmbeddedBench(cmd, g, mode)
+	}
 	bg := *g
 	if !cmd.Flags().Changed("schema") {
 		bg.schema = defaultBenchSchema
@@ -254,8 +264,12 @@ func openBench(cmd *cobra.Command, g *globals, mode string) (*benchEnv, func(), 
 	return env, pool.Close, nil
 }
 
-// reset drops and re-migrates the bench schema.
+// reset drops and re-migrates the bench schema. The embedded store's file
+// is new with each run already.
 func (e *benchEnv) reset(ctx context.Context) error {
+	if e.lite != nil {
+		return nil
+	}
 	return e.obs.reset(ctx, func(ctx context.Context) error {
 		_, err := engine.Migrate(ctx, e.obs.pool, e.g.schema)
 		return err
@@ -274,14 +288,28 @@ func (e *benchEnv) workerPool(ctx context.Context, maxConns int) (*pgxpool.Pool,
 // newBenchWorker returns a worker with the settings that make sense for
 // throughput: short claim poll, default rescuer, warnings only.
 func newBenchWorker(pool *pgxpool.Pool, g *globals, concurrency int, onStep func(context.Context)) (*sdk.Worker, error) {
-	return newBenchWorkerWithMetrics(pool, g, concurrency, onStep, nil)
+	return newBenchWorkerWithMetrics(benchTarget{pool: pool}, g, concurrency, onStep, nil)
+}
+
+// benchTarget is the database bench workers and clients use: a pool on
+// PostgreSQL, or the embedded store.
+type benchTarget struct {
+	pool *pgxpool.Pool
+	lite *sqlitestore.Store
+}
+
+func (t benchTarget) store() engine.Store {
+	if t.lite != nil {
+		return t.lite
+	}
+	return nil
 }
 
 // newBenchWorkerWithMetrics is newBenchWorker counting into metrics (nil:
 // none), to measure what metrics cost.
-func newBenchWorkerWithMetrics(pool *pgxpool.Pool, g *globals, concurrency int, onStep func(context.Context), metrics *engine.Metrics) (*sdk.Worker, error) {
+func newBenchWorkerWithMetrics(t benchTarget, g *globals, concurrency int, onStep func(context.Context), metrics *engine.Metrics) (*sdk.Worker, error) {
 	w, err := sdk.NewWorker(sdk.WorkerConfig{
-		Pool: pool, Schema: g.schema, Namespace: g.namespace, Concurrency: concurrency,
+		Pool: t.pool, Store: t.store(), Schema: g.schema, Namespace: g.namespace, Concurrency: concurrency,
 		PollInterval: benchWorkerPollInterval,
 		Logger:       slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		Metrics:      metrics,
@@ -316,6 +344,11 @@ func perSecond(n int64, d time.Duration) float64 {
 
 // printBenchEnv writes the run's circumstances under a text report.
 func printBenchEnv(w io.Writer, h benchHeader) {
+	if h.SQLiteVersion != "" {
+		fmt.Fprintf(w, "env:\t%s, GOMAXPROCS %d (%d CPUs), embedded store: SQLite %s, file %s\n",
+			h.GoVersion, h.GOMAXPROCS, h.NumCPU, h.SQLiteVersion, h.SQLiteFile)
+		return
+	}
 	fmt.Fprintf(w, "env:\t%s, GOMAXPROCS %d (%d CPUs), PostgreSQL %s, schema %s\n",
 		h.GoVersion, h.GOMAXPROCS, h.NumCPU, h.PostgresVersion, h.Schema)
 }

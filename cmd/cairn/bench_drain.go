@@ -80,7 +80,7 @@ type drainReport struct {
 
 // insertBacklog inserts tasks workflows of steps steps in batches.
 func (e *benchEnv) insertBacklog(ctx context.Context, tasks, steps, batch int) (time.Duration, error) {
-	c, err := sdk.NewClient(sdk.ClientConfig{Pool: e.obs.pool, Schema: e.g.schema, Namespace: e.g.namespace})
+	c, err := sdk.NewClient(e.clientConfig())
 	if err != nil {
 		return 0, err
 	}
@@ -117,11 +117,11 @@ type drainTiming struct {
 // awaitDrain calls start (which starts the workers) and polls every every
 // until no task is unfinished, or timeout passes.
 func (e *benchEnv) awaitDrain(ctx context.Context, start func() error, every, timeout time.Duration) (drainTiming, error) {
-	conn, err := e.obs.pollConn(ctx)
+	poll, closePoll, err := e.openPoll(ctx)
 	if err != nil {
 		return drainTiming{}, err
 	}
-	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
+	defer closePoll()
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	t := drainTiming{start: time.Now()}
@@ -138,7 +138,7 @@ func (e *benchEnv) awaitDrain(ctx context.Context, start func() error, every, ti
 		case <-ticker.C:
 		}
 		q := time.Now()
-		busy, err := e.obs.anyUnfinished(ctx, conn)
+		busy, err := poll.anyUnfinished(ctx)
 		now := time.Now()
 		if err != nil {
 			return t, err
@@ -150,7 +150,7 @@ func (e *benchEnv) awaitDrain(ctx context.Context, start func() error, every, ti
 			return t, nil
 		}
 		if now.Sub(lastReport) >= time.Second {
-			left, err := e.obs.unfinished(ctx, conn)
+			left, err := poll.unfinished(ctx)
 			if err != nil {
 				return t, err
 			}
@@ -163,7 +163,7 @@ func (e *benchEnv) awaitDrain(ctx context.Context, start func() error, every, ti
 // result reads the database's account of the drain and computes the
 // figures.
 func (e *benchEnv) result(ctx context.Context, tasks, steps int, insert time.Duration, t drainTiming) (drainResult, error) {
-	s, err := e.obs.drainSummary(ctx)
+	s, err := e.summary(ctx)
 	if err != nil {
 		return drainResult{}, err
 	}
@@ -221,7 +221,7 @@ func runInProcessDrain(cmd *cobra.Command, g *globals, f *benchFlags, mode strin
 	}
 	if f.finished > 0 {
 		started := time.Now()
-		if err := env.obs.prefillFinished(ctx, f.finished); err != nil {
+		if err := env.prefillFinished(ctx, f.finished); err != nil {
 			return err
 		}
 		env.prefilled = f.finished
@@ -232,21 +232,21 @@ func runInProcessDrain(cmd *cobra.Command, g *globals, f *benchFlags, mode strin
 		return err
 	}
 	env.logf("inserted %d tasks of %d step(s) in %s (%.0f/s)", f.tasks, steps, insert.Round(time.Millisecond), perSecond(int64(f.tasks), insert))
-	if err := env.obs.analyze(ctx); err != nil {
+	if err := env.analyze(ctx); err != nil {
 		return err
 	}
-	pool, err := env.workerPool(ctx, f.maxConns)
+	target, closeTarget, err := env.target(ctx, f.maxConns)
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
+	defer closeTarget()
 	metrics, reg, err := f.newMetrics()
 	if err != nil {
 		return err
 	}
 	workers := make([]*sdk.Worker, 0, f.workers)
 	for range f.workers {
-		w, err := newBenchWorkerWithMetrics(pool, env.g, f.concurrency, nil, metrics)
+		w, err := newBenchWorkerWithMetrics(target, env.g, f.concurrency, nil, metrics)
 		if err != nil {
 			return err
 		}

@@ -236,3 +236,15 @@ func placeholders(n int) string {
 	}
 	return string(b)
 }
+
+// DB returns the store's database handle, for tools that read the tables
+// directly (the bench's observer). Its one connection is the store's:
+// keep what is done with it short.
+func (s *Store) DB() *sql.DB { return s.db }
+
+// Version returns SQLite's version.
+func (s *Store) Version(ctx context.Context) (string, error) {
+	var v string
+	err := s.db.QueryRowContext(ctx, "SELECT sqlite_version()").Scan(&v)
+	return v, errors.Wrap(err, "read sqlite_version()")
+}

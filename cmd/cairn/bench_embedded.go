@@ -1,0 +1,151 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"time"
+
+	"github.com/cairnflow/cairn/engine/sqlitestore"
+	"github.com/cairnflow/cairn/sdk"
+	"github.com/cockroachdb/errors"
+	"github.com/jackc/pgx/v5"
+	"github.com/spf13/cobra"
+)
+
+// Without a database URL, `cairn bench throughput` and `cairn bench
+// workflow` run on the embedded store: a new SQLite file in the temporary
+// directory for each run, removed after it. The other modes measure
+// PostgreSQL things (latency under NOTIFY, worker processes, the audit
+// index) and need it.
+
+// openEmbeddedBench opens a fresh embedded store for a drain mode.
+func openEmbeddedBench(cmd *cobra.Command, g *globals, mode string) (*benchEnv, func(), error) {
+	if mode != "throughput" && mode != "workflow" {
+		return nil, nil, errors.Mark(errors.Newf("bench %s needs PostgreSQL: set --database-url (throughput and workflow also run on the embedded store)", mode), configError)
+	}
+	dir, err := os.MkdirTemp("", "cairn-bench-")
+	if err != nil {
+		return nil, nil, errors.Wrap(err, "make the bench's directory")
+	}
+	path := filepath.Join(dir, "cairn-bench.db")
+	store, err := sqlitestore.Open(cmd.Context(), path)
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, nil, err
+	}
+	closeAll := func() { _ = store.Close(); _ = os.RemoveAll(dir) }
+	version, err := store.Version(cmd.Context())
+	if err != nil {
+		closeAll()
+		return nil, nil, err
+	}
+	bg := *g
+	env := &benchEnv{g: &bg, lite: store, progress: cmd.ErrOrStderr(), header: benchHeader{
+		Mode: mode, GoVersion: runtime.Version(), GOMAXPROCS: runtime.GOMAXPROCS(0), NumCPU: runtime.NumCPU(),
+		SQLiteVersion: version, SQLiteFile: path, Namespace: bg.namespace, StartedAt: time.Now().UTC(),
+	}}
+	if g.output == "json" {
+		env.progress = io.Discard
+	}
+	return env, closeAll, nil
+}
+
+// clientConfig is the configuration of a client on the bench's database.
+func (e *benchEnv) clientConfig() sdk.ClientConfig {
+	if e.lite != nil {
+		return sdk.ClientConfig{Store: e.lite, Namespace: e.g.namespace}
+	}
+	return sdk.ClientConfig{Pool: e.obs.pool, Schema: e.g.schema, Namespace: e.g.namespace}
+}
+
+// target opens what the workers use: a pool of maxConns on PostgreSQL, the
+// store itself on SQLite.
+func (e *benchEnv) target(ctx context.Context, maxConns int) (benchTarget, func(), error) {
+	if e.lite != nil {
+		return benchTarget{lite: e.lite}, func() {}, nil
+	}
+	pool, err := e.workerPool(ctx, maxConns)
+	if err != nil {
+		return benchTarget{}, nil, err
+	}
+	return benchTarget{pool: pool}, pool.Close, nil
+}
+
+// analyze refreshes the planner's statistics after the insert.
+func (e *benchEnv) analyze(ctx context.Context) error {
+	if e.lite != nil {
+		_, err := e.lite.DB().ExecContext(ctx, "ANALYZE")
+		return errors.Wrap(err, "analyze bench tables")
+	}
+	return e.obs.analyze(ctx)
+}
+
+// prefillFinished puts n finished ballast tasks in (PostgreSQL only).
+func (e *benchEnv) prefillFinished(ctx context.Context, n int) error {
+	if e.lite != nil {
+		return errors.Mark(errors.New("--finished needs PostgreSQL"), configError)
+	}
+	return e.obs.prefillFinished(ctx, n)
+}
+
+// drainPoll is how a drain asks whether work is left.
+type drainPoll interface {
+	anyUnfinished(ctx context.Context) (bool, error)
+	unfinished(ctx context.Context) (int, error)
+}
+
+// openPoll opens the drain's poll: its own connection on PostgreSQL.
+func (e *benchEnv) openPoll(ctx context.Context) (drainPoll, func(), error) {
+	if e.lite != nil {
+		return litePoll{e.lite.DB()}, func() {}, nil
+	}
+	conn, err := e.obs.pollConn(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	return pgPoll{e.obs, conn}, func() { _ = conn.Close(context.WithoutCancel(ctx)) }, nil
+}
+
+type pgPoll struct {
+	obs  *benchSQL
+	conn *pgx.Conn
+}
+
+func (p pgPoll) anyUnfinished(ctx context.Context) (bool, error) { return p.obs.anyUnfinished(ctx, p.conn) }
+func (p pgPoll) unfinished(ctx context.Context) (int, error)     { return p.obs.unfinished(ctx, p.conn) }
+
+type litePoll struct{ db *sql.DB }
+
+func (p litePoll) anyUnfinished(ctx context.Context) (bool, error) {
+	var found bool
+	err := p.db.QueryRowContext(ctx, "SELECT EXISTS (SELECT 1 FROM tasks WHERE status IN ('pending', 'retrying', 'running'))").Scan(&found)
+	return found, errors.Wrap(err, "look for unfinished tasks")
+}
+
+func (p litePoll) unfinished(ctx context.Context) (int, error) {
+	var n int
+	err := p.db.QueryRowContext(ctx, "SELECT count(*) FROM tasks WHERE status IN ('pending', 'retrying', 'running')").Scan(&n)
+	return n, errors.Wrap(err, "count unfinished tasks")
+}
+
+// summary is the database's account of a drain.
+func (e *benchEnv) summary(ctx context.Context) (drainSummary, error) {
+	if e.lite == nil {
+		return e.obs.drainSummary(ctx)
+	}
+	var s drainSummary
+	var last sql.NullInt64
+	err := e.lite.DB().QueryRowContext(ctx, `SELECT
+		count(*) FILTER (WHERE status = 'completed'),
+		count(*) FILTER (WHERE status IN ('failed', 'cancelled', 'dead_lettered')),
+		max(finished_at), (SELECT count(*) FROM events) FROM tasks`).Scan(&s.completed, &s.otherTerminal, &last, &s.events)
+	if last.Valid {
+		t := time.UnixMicro(last.Int64).UTC()
+		s.lastFinished = &t
+	}
+	return s, errors.Wrap(err, "summarize drain")
+}

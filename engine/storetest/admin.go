@@ -1,0 +1,346 @@
+package storetest
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/history"
+	"github.com/cockroachdb/errors"
+	"github.com/stretchr/testify/require"
+)
+
+// queueTests: queue capacity, queue concurrency, rate limits.
+var queueTests = []conformanceTest{
+	{"BoundedQueueRefusesStartsWhenFull", testBoundedQueue},
+	{"QueueConcurrencyLimitsClaims", testQueueConcurrency},
+	{"QueueSetRefusesInvalidSettings", testQueueSetRefusals},
+	{"RateLimitBoundsStarts", testRateLimit},
+}
+
+// leaderTests: the leader lease.
+var leaderTests = []conformanceTest{
+	{"LeaderLeaseHasOneOwner", testLeader},
+}
+
+// scheduleTests: cron schedules.
+var scheduleTests = []conformanceTest{
+	{"ScheduleCreateListPauseDelete", testScheduleRoundTrip},
+	{"ScheduleCreateRefusesInvalid", testScheduleRefusals},
+	{"ScheduleFiresDueTick", testScheduleFires},
+}
+
+// taskTypeTests: registered task types.
+var taskTypeTests = []conformanceTest{
+	{"TaskTypeRegisterThenList", testTaskTypes},
+}
+
+func testBoundedQueue(t *testing.T, s engine.Store) {
+	ctx := testContext(t)
+	require.NoError(t, s.QueueSet(ctx, engine.QueueConfig{Namespace: engine.DefaultNamespace, Name: "llm", MaxWaiting: 2}))
+	llm := spec{Queue: "llm"}
+	start(t, s, llm)
+	start(t, s, llm)
+
+	_, err := s.TaskStart(ctx, llm.params())
+	requireIs(t, err, engine.ErrQueueFull)
+	var full *engine.QueueFullError
+	require.True(t, errors.As(err, &full), "the error is a *QueueFullError: %v", err)
+	require.Equal(t, engine.DefaultNamespace, full.Namespace)
+	require.Equal(t, "llm", full.Queue)
+	require.Equal(t, 2, full.Waiting)
+	require.Equal(t, 2, full.MaxWaiting)
+	require.Equal(t, 1, full.Adding)
+	require.Equal(t, 2, taskCount(t, s), "nothing of a refused start is written")
+
+	// A batch that would pass the bound is refused whole, even the start
+	// into another queue.
+	_, err = s.TaskStartMany(ctx, []*engine.TaskStartParams{spec{}.params(), llm.params()})
+	requireIs(t, err, engine.ErrQueueFull)
+	require.Equal(t, 2, taskCount(t, s))
+
+	// Other queues, and another namespace's queue of the same name, are
+	// not bounded.
+	start(t, s, spec{})
+	start(t, s, spec{Queue: "llm", Namespace: "tenant-b"})
+	require.Equal(t, 4, taskCount(t, s))
+
+	queues, err := s.QueueList(ctx, engine.DefaultNamespace)
+	require.NoError(t, err)
+	require.Equal(t, []engine.QueueInfo{{QueueConfig: engine.QueueConfig{Namespace: engine.DefaultNamespace, Name: "llm", MaxWaiting: 2},
+		Waiting: 2, Running: 0}}, queues)
+
+	// A claimed task no longer waits: there is room for one more.
+	claimed := claim(t, s, &engine.TaskClaimManyParams{Namespace: engine.DefaultNamespace, Queues: []string{"llm"},
+		Types: []engine.TypeKey{defaultKey}, Owner: "w", Max: 1, LeaseTTL: time.Minute})
+	require.Len(t, claimed, 1)
+	start(t, s, llm)
+	_, err = s.TaskStart(ctx, llm.params())
+	requireIs(t, err, engine.ErrQueueFull)
+	require.Equal(t, 5, taskCount(t, s))
+}
+
+func testQueueConcurrency(t *testing.T, s engine.Store) {
+	ctx := testContext(t)
+	require.NoError(t, s.QueueSet(ctx, engine.QueueConfig{Namespace: engine.DefaultNamespace, Name: "gpu", Concurrency: 1}))
+	for range 3 {
+		start(t, s, spec{Queue: "gpu"})
+	}
+	p := &engine.TaskClaimManyParams{Namespace: engine.DefaultNamespace, Queues: []string{"gpu"},
+		Types: []engine.TypeKey{defaultKey}, Owner: "w", Max: 5, LeaseTTL: time.Minute}
+	first := claim(t, s, p)
+	require.Len(t, first, 1, "one may run at once")
+	require.Empty(t, claim(t, s, p), "none while one runs")
+
+	queues, err := s.QueueList(ctx, engine.DefaultNamespace)
+	require.NoError(t, err)
+	require.Equal(t, []engine.QueueInfo{{QueueConfig: engine.QueueConfig{Namespace: engine.DefaultNamespace, Name: "gpu", Concurrency: 1},
+		Waiting: 2, Running: 1}}, queues)
+
+	complete(t, s, first[0])
+	second := claim(t, s, p)
+	require.Len(t, second, 1, "the next once the first finished")
+	require.NotEqual(t, first[0].Task.ID, second[0].Task.ID)
+
+	// Raising the limit lets more run.
+	require.NoError(t, s.QueueSet(ctx, engine.QueueConfig{Namespace: engine.DefaultNamespace, Name: "gpu", Concurrency: 3}))
+	require.Len(t, claim(t, s, p), 1, "the last waiting task")
+}
+
+func testQueueSetRefusals(t *testing.T, s engine.Store) {
+	ctx := testContext(t)
+	require.Error(t, s.QueueSet(ctx, engine.QueueConfig{Namespace: engine.DefaultNamespace, Name: "q", MaxWaiting: -1}))
+	require.Error(t, s.QueueSet(ctx, engine.QueueConfig{Namespace: engine.DefaultNamespace, Name: "q", Concurrency: -1}))
+	require.Error(t, s.QueueSet(ctx, engine.QueueConfig{Namespace: engine.DefaultNamespace, MaxWaiting: 1}), "no name")
+	queues, err := s.QueueList(ctx, engine.DefaultNamespace)
+	require.NoError(t, err)
+	require.Empty(t, queues)
+}
+
+func testRateLimit(t *testing.T, s engine.Store) {
+	ctx := testContext(t)
+	require.NoError(t, s.RateLimitSet(ctx, engine.DefaultNamespace, defaultType, 2, time.Hour))
+	for range 4 {
+		start(t, s, spec{})
+	}
+	require.Len(t, claim(t, s, claimParams("w", 5, time.Minute)), 2, "two starts per hour")
+	require.Empty(t, claim(t, s, claimParams("w", 5, time.Minute)), "the bucket is empty")
+	require.NoError(t, s.RateLimitDelete(ctx, engine.DefaultNamespace, defaultType))
+	require.Len(t, claim(t, s, claimParams("w", 5, time.Minute)), 2, "no limit once deleted")
+}
+
+func testLeader(t *testing.T, s engine.Store) {
+	ctx := testContext(t)
+	attempt := func(name, owner string) bool {
+		t.Helper()
+		ok, err := s.LeaderAttempt(ctx, name, owner, time.Hour)
+		require.NoError(t, err)
+		return ok
+	}
+	require.True(t, attempt("rescuer", "a"))
+	require.False(t, attempt("rescuer", "b"), "one owner at a time")
+	require.True(t, attempt("rescuer", "a"), "the owner renews")
+	require.True(t, attempt("cron", "b"), "roles are independent")
+
+	require.NoError(t, s.LeaderResign(ctx, "rescuer", "b"), "resigning a lease one does not hold does nothing")
+	require.False(t, attempt("rescuer", "b"))
+	require.NoError(t, s.LeaderResign(ctx, "rescuer", "a"))
+	require.True(t, attempt("rescuer", "b"), "resigning hands over at once")
+	require.False(t, attempt("rescuer", "a"))
+
+	// An expired lease passes to the next taker.
+	ok, err := s.LeaderAttempt(ctx, "retention", "a", shortTTL)
+	require.NoError(t, err)
+	require.True(t, ok)
+	waitFor(t, "b to take over the expired lease", func() bool { return attempt("retention", "b") })
+	require.False(t, attempt("retention", "a"))
+}
+
+// schedule is a valid schedule of namespace ns.
+func schedule(ns, name string) engine.Schedule {
+	return engine.Schedule{Namespace: ns, Name: name, Cron: "*/5 * * * *", TaskType: "report", TypeVersion: 1,
+		Queue: "reports", Input: json.RawMessage(`{"kind": "daily"}`), MaxAttempts: 3}
+}
+
+func testScheduleRoundTrip(t *testing.T, s engine.Store) {
+	ctx := testContext(t)
+	before := time.Now()
+	require.NoError(t, s.ScheduleCreate(ctx, schedule(engine.DefaultNamespace, "nightly")))
+	require.NoError(t, s.ScheduleCreate(ctx, schedule(engine.DefaultNamespace, "audit")))
+	require.NoError(t, s.ScheduleCreate(ctx, schedule("tenant-b", "nightly")))
+
+	list, err := s.ScheduleList(ctx, engine.DefaultNamespace)
+	require.NoError(t, err)
+	require.Len(t, list, 2)
+	require.Equal(t, "audit", list[0].Name, "by name")
+	sc := list[1]
+	require.Equal(t, "nightly", sc.Name)
+	require.Equal(t, engine.DefaultNamespace, sc.Namespace)
+	require.Equal(t, "*/5 * * * *", sc.Cron)
+	require.Equal(t, "UTC", sc.Timezone, "the default time zone")
+	require.Equal(t, "report", sc.TaskType)
+	require.Equal(t, 1, sc.TypeVersion)
+	require.Equal(t, "reports", sc.Queue)
+	require.JSONEq(t, `{"kind": "daily"}`, string(sc.Input))
+	require.Equal(t, 3, sc.MaxAttempts)
+	require.False(t, sc.Paused)
+	require.Nil(t, sc.LastTick, "never fired")
+	require.True(t, sc.NextRunAt.After(before), "the first tick is after now: %s", sc.NextRunAt)
+	require.False(t, sc.NextRunAt.After(before.Add(5*time.Minute+time.Second)), "within one period: %s", sc.NextRunAt)
+	require.Zero(t, sc.NextRunAt.Minute()%5)
+
+	// The next due tick is the earliest of every namespace's schedules.
+	other, err := s.ScheduleList(ctx, "tenant-b")
+	require.NoError(t, err)
+	require.Len(t, other, 1, "another namespace's schedule of the same name is its own")
+	earliest := other[0].NextRunAt
+	for _, sc := range list {
+		if sc.NextRunAt.Before(earliest) {
+			earliest = sc.NextRunAt
+		}
+	}
+	next, ok, err := s.ScheduleNextDue(ctx)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.True(t, next.Equal(earliest), "the next due tick %s, the earliest schedule's %s", next, earliest)
+
+	require.NoError(t, s.SchedulePause(ctx, engine.DefaultNamespace, "nightly", true))
+	list, err = s.ScheduleList(ctx, engine.DefaultNamespace)
+	require.NoError(t, err)
+	require.Len(t, list, 2)
+	require.True(t, list[1].Paused)
+	require.False(t, list[0].Paused, "only the named schedule")
+	require.NoError(t, s.SchedulePause(ctx, engine.DefaultNamespace, "nightly", false))
+	list, err = s.ScheduleList(ctx, engine.DefaultNamespace)
+	require.NoError(t, err)
+	require.Len(t, list, 2)
+	require.False(t, list[1].Paused, "resumed")
+	requireIs(t, s.SchedulePause(ctx, engine.DefaultNamespace, "nope", true), engine.ErrNotFound)
+
+	require.NoError(t, s.ScheduleDelete(ctx, engine.DefaultNamespace, "nightly"))
+	list, err = s.ScheduleList(ctx, engine.DefaultNamespace)
+	require.NoError(t, err)
+	require.Len(t, list, 1)
+	require.Equal(t, "audit", list[0].Name)
+	requireIs(t, s.ScheduleDelete(ctx, engine.DefaultNamespace, "nightly"), engine.ErrNotFound, "deleted already")
+
+	other, err = s.ScheduleList(ctx, "tenant-b")
+	require.NoError(t, err)
+	require.Len(t, other, 1, "deleting one namespace's schedule leaves another's of the same name")
+	require.Equal(t, "nightly", other[0].Name)
+
+	// With every schedule paused, none is due.
+	require.NoError(t, s.SchedulePause(ctx, engine.DefaultNamespace, "audit", true))
+	require.NoError(t, s.SchedulePause(ctx, "tenant-b", "nightly", true))
+	_, ok, err = s.ScheduleNextDue(ctx)
+	require.NoError(t, err)
+	require.False(t, ok)
+}
+
+func testScheduleRefusals(t *testing.T, s engine.Store) {
+	ctx := testContext(t)
+	require.NoError(t, s.ScheduleCreate(ctx, schedule(engine.DefaultNamespace, "nightly")))
+	requireIs(t, s.ScheduleCreate(ctx, schedule(engine.DefaultNamespace, "nightly")), engine.ErrConflict, "a name is used once per namespace")
+
+	bad := schedule(engine.DefaultNamespace, "bad")
+	bad.Cron = "not a cron"
+	require.Error(t, s.ScheduleCreate(ctx, bad))
+	bad = schedule(engine.DefaultNamespace, "bad")
+	bad.Timezone = "Mars/Olympus"
+	require.Error(t, s.ScheduleCreate(ctx, bad))
+	bad = schedule(engine.DefaultNamespace, "bad")
+	bad.TaskType = ""
+	require.Error(t, s.ScheduleCreate(ctx, bad))
+
+	list, err := s.ScheduleList(ctx, engine.DefaultNamespace)
+	require.NoError(t, err)
+	require.Len(t, list, 1, "nothing of a refused schedule is stored")
+}
+
+func testScheduleFires(t *testing.T, s engine.Store) {
+	ctx := testContext(t)
+	sc := schedule(engine.DefaultNamespace, "often")
+	sc.Cron = "@every 1s"
+	require.NoError(t, s.ScheduleCreate(ctx, sc))
+	waitFor(t, "the schedule's first tick", func() bool {
+		n, err := s.ScheduleFireDue(ctx, 100)
+		require.NoError(t, err)
+		require.LessOrEqual(t, n, 1)
+		return n == 1
+	})
+	tasks, err := s.TaskList(ctx, &engine.TaskListParams{Namespace: engine.DefaultNamespace})
+	require.NoError(t, err)
+	require.Len(t, tasks, 1)
+	task := tasks[0]
+	require.Equal(t, "report", task.Type)
+	require.Equal(t, "reports", task.Queue)
+	require.Equal(t, 3, task.MaxAttempts)
+	require.Equal(t, history.StatusPending, task.Status)
+	require.JSONEq(t, `{"kind": "daily"}`, string(task.Input))
+	require.Equal(t, "often", task.Labels["schedule"])
+	require.True(t, strings.HasPrefix(task.IdempotencyKey, "schedule:often:"), "key %q", task.IdempotencyKey)
+
+	list, err := s.ScheduleList(ctx, engine.DefaultNamespace)
+	require.NoError(t, err)
+	require.Len(t, list, 1)
+	require.NotNil(t, list[0].LastTick)
+	require.True(t, list[0].NextRunAt.After(*list[0].LastTick), "moved to the next tick")
+
+	// A paused schedule does not fire.
+	require.NoError(t, s.SchedulePause(ctx, engine.DefaultNamespace, "often", true))
+	time.Sleep(1100 * time.Millisecond)
+	n, err := s.ScheduleFireDue(ctx, 100)
+	require.NoError(t, err)
+	require.Zero(t, n)
+	require.Equal(t, 1, taskCount(t, s))
+}
+
+func testTaskTypes(t *testing.T, s engine.Store) {
+	ctx := testContext(t)
+	before := time.Now().Add(-time.Minute)
+	require.NoError(t, s.TaskTypeRegister(ctx, engine.DefaultNamespace, "worker-1", []engine.TaskType{
+		{Type: "mail", Version: 2, Queue: "default"},
+		{Type: "doc", Version: 1, Queue: "docs", MaxAttempts: 3, ScheduleToClose: time.Minute},
+	}))
+	require.NoError(t, s.TaskTypeRegister(ctx, "tenant-b", "worker-9", []engine.TaskType{{Type: "other", Version: 1, Queue: "q"}}))
+	require.NoError(t, s.TaskTypeRegister(ctx, engine.DefaultNamespace, "worker-1", nil))
+
+	types, err := s.TaskTypeList(ctx, engine.DefaultNamespace)
+	require.NoError(t, err)
+	require.Len(t, types, 2)
+	require.Equal(t, "doc", types[0].Type, "by name")
+	require.Equal(t, "mail", types[1].Type)
+	doc := types[0]
+	require.Equal(t, engine.DefaultNamespace, doc.Namespace)
+	require.Equal(t, 1, doc.Version)
+	require.Equal(t, "docs", doc.Queue)
+	require.Equal(t, 3, doc.MaxAttempts)
+	require.Equal(t, time.Minute, doc.ScheduleToClose)
+	require.Equal(t, "worker-1", doc.RegisteredBy)
+	require.True(t, doc.RegisteredAt.After(before), "registered at %s", doc.RegisteredAt)
+	require.Equal(t, 2, types[1].Version)
+	require.Zero(t, types[1].MaxAttempts)
+	require.Zero(t, types[1].ScheduleToClose)
+
+	// Registered again: the latest worker's defaults.
+	require.NoError(t, s.TaskTypeRegister(ctx, engine.DefaultNamespace, "worker-2", []engine.TaskType{
+		{Type: "doc", Version: 1, Queue: "docs-v2", MaxAttempts: 5},
+	}))
+	types, err = s.TaskTypeList(ctx, engine.DefaultNamespace)
+	require.NoError(t, err)
+	require.Len(t, types, 2)
+	require.Equal(t, "docs-v2", types[0].Queue)
+	require.Equal(t, 5, types[0].MaxAttempts)
+	require.Zero(t, types[0].ScheduleToClose)
+	require.Equal(t, "worker-2", types[0].RegisteredBy)
+
+	other, err := s.TaskTypeList(ctx, "tenant-b")
+	require.NoError(t, err)
+	require.Len(t, other, 1)
+	require.Equal(t, "other", other[0].Type)
+	none, err := s.TaskTypeList(ctx, "nobody")
+	require.NoError(t, err)
+	require.Empty(t, none)
+}

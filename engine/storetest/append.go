@@ -1,0 +1,235 @@
+package storetest
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/history"
+	"github.com/cockroachdb/errors"
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+)
+
+// appendTests: appends fenced by lease epoch and log position.
+var appendTests = []conformanceTest{
+	{"FencedAppendCompletesTheTask", testFencedAppendCompletes},
+	{"AppendWithStaleEpochIsFenced", testAppendStaleEpochIsFenced},
+	{"AppendWithStaleSeqConflicts", testAppendStaleSeqConflicts},
+	{"AppendOfInvalidSequenceWritesNothing", testAppendInvalidWritesNothing},
+	{"AppendToUnknownTaskIsNotFound", testAppendUnknownTaskNotFound},
+	{"AppendFailureThenTerminalFailsTheTask", testAppendFailureThenTerminal},
+	{"AppendRetryReschedules", testAppendRetryReschedules},
+	{"EventAppendManyJudgesEachAppendAlone", testEventAppendManyEachAlone},
+}
+
+func stepPayload(pos int) history.StepCompletedData {
+	return history.StepCompletedData{Position: pos, Name: "step", Output: json.RawMessage(`{"pos": 1}`)}
+}
+
+// requireUnchanged checks that a refused append wrote nothing: the task's
+// log and row are still at lastSeq.
+func requireUnchanged(t *testing.T, s engine.Store, id uuid.UUID, lastSeq int64) {
+	t.Helper()
+	require.Equal(t, lastSeq, getTask(t, s, id).LastSeq, "the row did not move")
+	require.Len(t, events(t, s, id), int(lastSeq), "nothing was appended")
+}
+
+func testFencedAppendCompletes(t *testing.T, s engine.Store) {
+	id := start(t, s, spec{MaxAttempts: 3})
+	ct := claimOne(t, s, "w", time.Minute)
+	at := time.Now().UTC().Truncate(time.Microsecond)
+	st, err := s.EventAppend(testContext(t), &engine.EventAppendParams{
+		TaskID: id, State: ct.State, Epoch: ct.State.Lease.Epoch, Attempt: 1, At: at,
+		Payloads: []history.Payload{stepPayload(0), stepPayload(1)},
+	})
+	require.NoError(t, err)
+	require.Equal(t, int64(4), st.LastSeq, "the new state is returned")
+	require.Len(t, st.Steps, 2)
+	require.Equal(t, history.StatusRunning, st.Status)
+
+	evs := events(t, s, id)
+	require.Len(t, evs, 4)
+	for _, ev := range evs[2:] {
+		require.Equal(t, history.StepCompleted, ev.Type())
+		require.Equal(t, 1, ev.Attempt)
+		require.WithinDuration(t, at, ev.At, time.Microsecond, "the events carry At")
+	}
+	replayed := stateOf(t, s, id)
+	require.Len(t, replayed.Steps, 2)
+	require.JSONEq(t, `{"pos": 1}`, string(replayed.Steps[1].Output))
+
+	next := *ct
+	next.State = st
+	done, err := appendFenced(t, s, &next, history.TaskCompletedData{Output: json.RawMessage(`{"answer": 42}`)})
+	require.NoError(t, err)
+	require.Equal(t, history.StatusCompleted, done.Status)
+
+	task := getTask(t, s, id)
+	require.Equal(t, history.StatusCompleted, task.Status)
+	require.JSONEq(t, `{"answer": 42}`, string(task.Output))
+	require.Equal(t, int64(5), task.LastSeq)
+	require.NotNil(t, task.FinishedAt)
+	require.Empty(t, task.LeaseOwner, "a finished task holds no lease")
+	require.Nil(t, task.LeaseExpiresAt)
+	require.Equal(t, []history.Type{history.TaskScheduled, history.AttemptStarted, history.StepCompleted,
+		history.StepCompleted, history.TaskCompleted}, eventTypes(t, s, id))
+	require.Equal(t, 1, requireReplayMatches(t, s))
+}
+
+func testAppendStaleEpochIsFenced(t *testing.T, s engine.Store) {
+	id := start(t, s, spec{})
+	ct := claimOne(t, s, "w", time.Minute)
+	for _, epoch := range []int64{ct.State.Lease.Epoch - 1, ct.State.Lease.Epoch + 1} {
+		_, err := s.EventAppend(testContext(t), &engine.EventAppendParams{
+			TaskID: id, State: ct.State, Epoch: epoch, Attempt: 1, Payloads: []history.Payload{stepPayload(0)},
+		})
+		requireIs(t, err, engine.ErrFenced, "epoch %d, the task is at %d", epoch, ct.State.Lease.Epoch)
+		require.False(t, errors.Is(err, engine.ErrConflict), "fenced, not a conflict: %v", err)
+	}
+	requireUnchanged(t, s, id, 2)
+	// The lease holder is not disturbed by the refused writes.
+	complete(t, s, ct)
+}
+
+func testAppendStaleSeqConflicts(t *testing.T, s engine.Store) {
+	id := start(t, s, spec{})
+	ct := claimOne(t, s, "w", time.Minute)
+	_, err := appendFenced(t, s, ct, stepPayload(0))
+	require.NoError(t, err)
+	// Same epoch, but the log moved on past ct.State.
+	_, err = appendFenced(t, s, ct, stepPayload(0))
+	requireIs(t, err, engine.ErrConflict)
+	require.False(t, errors.Is(err, engine.ErrFenced), "a conflict, not fenced: %v", err)
+	// Unfenced appends are checked by seq alone.
+	_, err = s.EventAppend(testContext(t), &engine.EventAppendParams{
+		TaskID: id, State: ct.State, Attempt: 1, Payloads: []history.Payload{stepPayload(0)},
+	})
+	requireIs(t, err, engine.ErrConflict)
+	requireUnchanged(t, s, id, 3)
+}
+
+func testAppendInvalidWritesNothing(t *testing.T, s engine.Store) {
+	id := start(t, s, spec{})
+	ct := claimOne(t, s, "w", time.Minute)
+	before := events(t, s, id)
+	for name, payloads := range map[string][]history.Payload{
+		"position skipped":    {stepPayload(1)},
+		"second start":        {history.AttemptStartedData{WorkerID: "x", LeaseEpoch: ct.State.Lease.Epoch + 1}},
+		"valid then invalid":  {stepPayload(0), stepPayload(0)},
+		"wrong release epoch": {history.TaskReleasedData{WorkerID: "w", LeaseEpoch: ct.State.Lease.Epoch + 99}},
+		"after terminal":      {history.TaskCompletedData{}, stepPayload(0)},
+		"requeue of running":  {history.TaskRequeuedData{By: "ops"}},
+	} {
+		_, err := appendFenced(t, s, ct, payloads...)
+		requireIs(t, err, history.ErrInvalidHistory, name)
+	}
+	_, err := s.EventAppend(testContext(t), &engine.EventAppendParams{
+		TaskID: id, State: ct.State, Epoch: ct.State.Lease.Epoch, Attempt: 2, Payloads: []history.Payload{stepPayload(0)},
+	})
+	requireIs(t, err, history.ErrInvalidHistory, "events of another attempt")
+	_, err = appendFenced(t, s, ct)
+	require.Error(t, err, "no events")
+	_, err = appendFenced(t, s, ct, history.AttemptFailedData{Error: history.ErrorInfo{Class: history.Permanent, Message: "x"}})
+	require.Error(t, err, "an attempt that ends with neither a retry nor a terminal event")
+
+	requireUnchanged(t, s, id, 2)
+	require.Equal(t, before, events(t, s, id), "the history is as it was")
+	require.Equal(t, history.StatusRunning, getTask(t, s, id).Status)
+	complete(t, s, ct) // the state the refused appends started from is still current
+}
+
+func testAppendUnknownTaskNotFound(t *testing.T, s engine.Store) {
+	id := start(t, s, spec{})
+	ct := claimOne(t, s, "w", time.Minute)
+	for _, epoch := range []int64{0, ct.State.Lease.Epoch} {
+		_, err := s.EventAppend(testContext(t), &engine.EventAppendParams{
+			TaskID: uuid.New(), State: ct.State, Epoch: epoch, Attempt: 1, Payloads: []history.Payload{stepPayload(0)},
+		})
+		requireIs(t, err, engine.ErrNotFound, "epoch %d", epoch)
+	}
+	requireUnchanged(t, s, id, 2)
+}
+
+func testAppendFailureThenTerminal(t *testing.T, s engine.Store) {
+	id := start(t, s, spec{MaxAttempts: 3})
+	ct := claimOne(t, s, "w", time.Minute)
+	info := history.ErrorInfo{Class: history.Permanent, Message: "bad input", Kind: "validation", Status: 422,
+		Attrs: map[string]string{"field": "x"}, Step: "parse", Position: 0}
+	st, err := appendFenced(t, s, ct, history.AttemptFailedData{Error: info}, history.TaskFailedData{Error: info})
+	require.NoError(t, err)
+	require.Equal(t, history.StatusFailed, st.Status)
+	task := getTask(t, s, id)
+	require.Equal(t, history.StatusFailed, task.Status)
+	require.Equal(t, &info, task.LastError, "the evidence is kept")
+	require.NotNil(t, task.FinishedAt)
+	require.Nil(t, task.LeaseExpiresAt)
+	require.Empty(t, task.LeaseOwner)
+	require.Empty(t, claim(t, s, claimParams("w", 10, time.Minute)), "a failed task is not claimed")
+}
+
+func testAppendRetryReschedules(t *testing.T, s engine.Store) {
+	id := start(t, s, spec{MaxAttempts: 3})
+	ct := claimOne(t, s, "w", time.Minute)
+	// A backoff from the wall clock carries nanoseconds; the row must still
+	// agree with the replay of the log.
+	next := time.Now().Add(time.Hour).Truncate(time.Second).Add(123456789 * time.Nanosecond)
+	_, err := appendFenced(t, s, ct, history.AttemptFailedData{
+		Error: history.ErrorInfo{Class: history.Transient, Message: "timeout"}, NextRunAt: &next,
+	})
+	require.NoError(t, err)
+	task := getTask(t, s, id)
+	require.Equal(t, history.StatusRetrying, task.Status)
+	require.WithinDuration(t, next, task.RunAt, time.Microsecond)
+	require.Empty(t, task.LeaseOwner)
+	require.Nil(t, task.LeaseExpiresAt)
+	require.Empty(t, claim(t, s, claimParams("w", 1, time.Minute)), "not due before its next run time")
+
+	// A retry due now is claimed as the next attempt.
+	id2 := start(t, s, spec{MaxAttempts: 3})
+	ct2 := claimOne(t, s, "w", time.Minute)
+	require.Equal(t, id2, ct2.Task.ID)
+	now := time.Now()
+	_, err = appendFenced(t, s, ct2, history.AttemptFailedData{
+		Error: history.ErrorInfo{Class: history.Transient, Message: "blip"}, NextRunAt: &now,
+	})
+	require.NoError(t, err)
+	again := claimWhenDue(t, s, claimParams("w2", 1, time.Minute))
+	require.Equal(t, id2, again.Task.ID)
+	require.Equal(t, 2, again.Task.Attempt)
+	require.Greater(t, again.Task.LeaseEpoch, ct2.Task.LeaseEpoch)
+	complete(t, s, again)
+}
+
+func testEventAppendManyEachAlone(t *testing.T, s engine.Store) {
+	a := start(t, s, spec{})
+	b := start(t, s, spec{})
+	claimed := claim(t, s, claimParams("w", 2, time.Minute))
+	require.Len(t, claimed, 2)
+	byID := map[uuid.UUID]*engine.ClaimedTask{}
+	for _, ct := range claimed {
+		byID[ct.Task.ID] = ct
+	}
+	ca, cb := byID[a], byID[b]
+	require.NotNil(t, ca)
+	require.NotNil(t, cb)
+
+	res, err := s.EventAppendMany(testContext(t), []*engine.EventAppendParams{
+		{TaskID: a, State: ca.State, Epoch: ca.State.Lease.Epoch, Attempt: 1,
+			Payloads: []history.Payload{history.TaskCompletedData{Output: json.RawMessage(`"a"`)}}},
+		{TaskID: b, State: cb.State, Epoch: cb.State.Lease.Epoch + 1, Attempt: 1,
+			Payloads: []history.Payload{history.TaskCompletedData{Output: json.RawMessage(`"b"`)}}},
+	})
+	require.NoError(t, err)
+	require.Len(t, res, 2, "one result per append, in order")
+	require.NoError(t, res[0].Err)
+	require.Equal(t, history.StatusCompleted, res[0].State.Status)
+	requireIs(t, res[1].Err, engine.ErrFenced)
+	require.Equal(t, cb.State.LastSeq, res[1].State.LastSeq, "a refused append returns the old state")
+
+	require.Equal(t, history.StatusCompleted, getTask(t, s, a).Status)
+	require.JSONEq(t, `"a"`, string(getTask(t, s, a).Output))
+	requireUnchanged(t, s, b, 2)
+	require.Equal(t, history.StatusRunning, getTask(t, s, b).Status)
+}

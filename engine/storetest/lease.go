@@ -1,0 +1,132 @@
+package storetest
+
+import (
+	"testing"
+	"time"
+
+	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/history"
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+)
+
+// leaseTests: leases expire, are rescued, and are extended by heartbeats.
+var leaseTests = []conformanceTest{
+	{"ExpiredLeaseIsRescuedAndReclaimed", testExpiredLeaseRescued},
+	{"ExpiredLeaseOnLastAttemptDeadLetters", testExpiredLeaseLastAttemptDeadLetters},
+	{"LiveLeaseIsNotRescued", testLiveLeaseNotRescued},
+	{"LeaseExtendManyExtendsHeldLeasesOnly", testLeaseExtendMany},
+}
+
+// shortTTL is a lease that expires while the test waits for it.
+const shortTTL = 50 * time.Millisecond
+
+func testExpiredLeaseRescued(t *testing.T, s engine.Store) {
+	id := start(t, s, spec{MaxAttempts: 3})
+	first := claimOne(t, s, "crashed", shortTTL)
+	time.Sleep(shortTTL)
+	rescueOne(t, s)
+
+	task := getTask(t, s, id)
+	require.Equal(t, history.StatusRetrying, task.Status, "claimable again")
+	require.Empty(t, task.LeaseOwner)
+	require.Nil(t, task.LeaseExpiresAt)
+	require.Equal(t, first.Task.LeaseEpoch, task.LeaseEpoch, "the epoch stays until the next claim")
+	require.WithinDuration(t, time.Now(), task.RunAt, 10*time.Second, "due again at once")
+	require.Equal(t, []history.Type{history.TaskScheduled, history.AttemptStarted, history.LeaseExpired}, eventTypes(t, s, id))
+	evs := events(t, s, id)
+	expired, ok := evs[2].Data.(history.LeaseExpiredData)
+	require.True(t, ok)
+	require.Equal(t, "crashed", expired.WorkerID)
+	require.Equal(t, first.Task.LeaseEpoch, expired.LeaseEpoch)
+	require.Equal(t, 1, evs[2].Attempt)
+
+	// The lost lease is not extended.
+	held, err := s.LeaseExtendMany(testContext(t), []engine.LeaseRef{{TaskID: id, Epoch: first.Task.LeaseEpoch}}, time.Minute)
+	require.NoError(t, err)
+	require.Empty(t, held, "a rescued lease is lost")
+
+	second := claimWhenDue(t, s, claimParams("w2", 1, time.Minute))
+	require.Equal(t, id, second.Task.ID)
+	require.Equal(t, 2, second.Task.Attempt)
+	require.Greater(t, second.Task.LeaseEpoch, first.Task.LeaseEpoch)
+
+	// The crashed worker comes back: its writes are fenced off.
+	_, err = appendFenced(t, s, first, history.TaskCompletedData{})
+	requireIs(t, err, engine.ErrFenced)
+	n, err := s.RescueExpired(testContext(t), 100)
+	require.NoError(t, err)
+	require.Zero(t, n, "the new lease is live")
+	complete(t, s, second)
+	require.Equal(t, 1, requireReplayMatches(t, s))
+}
+
+func testExpiredLeaseLastAttemptDeadLetters(t *testing.T, s engine.Store) {
+	id := start(t, s, spec{MaxAttempts: 1})
+	claimOne(t, s, "w1", shortTTL)
+	time.Sleep(shortTTL)
+	rescueOne(t, s)
+	task := getTask(t, s, id)
+	require.Equal(t, history.StatusDeadLettered, task.Status, "its only attempt is used up")
+	require.NotNil(t, task.LastError)
+	require.NotNil(t, task.FinishedAt)
+	require.Equal(t, []history.Type{history.TaskScheduled, history.AttemptStarted, history.LeaseExpired, history.TaskDeadLettered},
+		eventTypes(t, s, id))
+	require.Empty(t, claim(t, s, claimParams("w2", 10, time.Minute)), "a dead-lettered task is not claimed")
+}
+
+func testLiveLeaseNotRescued(t *testing.T, s engine.Store) {
+	live := start(t, s, spec{})
+	claimOne(t, s, "w", time.Hour)
+	start(t, s, spec{}) // pending
+	n, err := s.RescueExpired(testContext(t), 100)
+	require.NoError(t, err)
+	require.Zero(t, n)
+	require.Equal(t, history.StatusRunning, getTask(t, s, live).Status)
+	require.Equal(t, int64(2), getTask(t, s, live).LastSeq)
+}
+
+func testLeaseExtendMany(t *testing.T, s engine.Store) {
+	ctx := testContext(t)
+	for range 3 {
+		start(t, s, spec{})
+	}
+	a := claimOne(t, s, "w", time.Minute)
+	b := claimOne(t, s, "w", time.Minute)
+	c := claimOne(t, s, "w", time.Minute)
+	complete(t, s, c)
+
+	held, err := s.LeaseExtendMany(ctx, []engine.LeaseRef{
+		{TaskID: a.Task.ID, Epoch: a.State.Lease.Epoch},
+		{TaskID: b.Task.ID, Epoch: b.State.Lease.Epoch + 1}, // not the task's epoch
+		{TaskID: c.Task.ID, Epoch: c.State.Lease.Epoch},     // finished
+		{TaskID: uuid.New(), Epoch: 1},                      // no such task
+	}, time.Hour)
+	require.NoError(t, err)
+	require.Equal(t, map[uuid.UUID]engine.LeaseRenewal{a.Task.ID: {}}, held, "only the held lease is extended")
+
+	aNow, bNow, cNow := getTask(t, s, a.Task.ID), getTask(t, s, b.Task.ID), getTask(t, s, c.Task.ID)
+	require.True(t, aNow.LeaseExpiresAt.After(a.Task.LeaseExpiresAt.Add(30*time.Minute)),
+		"extended to an hour from now: %s, claimed with %s", aNow.LeaseExpiresAt, a.Task.LeaseExpiresAt)
+	require.True(t, bNow.LeaseExpiresAt.Equal(*b.Task.LeaseExpiresAt), "a stale epoch must not extend the lease")
+	require.Nil(t, cNow.LeaseExpiresAt)
+	require.Equal(t, a.Task.LastSeq, aNow.LastSeq, "a heartbeat appends no event")
+
+	held, err = s.LeaseExtendMany(ctx, nil, time.Hour)
+	require.NoError(t, err)
+	require.Empty(t, held)
+
+	// An extended lease outlives its first term: a short lease extended is
+	// not rescued.
+	d := start(t, s, spec{})
+	cd := claimOne(t, s, "w", 300*time.Millisecond)
+	require.Equal(t, d, cd.Task.ID)
+	held, err = s.LeaseExtendMany(ctx, []engine.LeaseRef{{TaskID: d, Epoch: cd.State.Lease.Epoch}}, time.Hour)
+	require.NoError(t, err)
+	require.Contains(t, held, d)
+	time.Sleep(time.Until(*cd.Task.LeaseExpiresAt) + 100*time.Millisecond) // past the first term
+	n, err := s.RescueExpired(ctx, 100)
+	require.NoError(t, err)
+	require.Zero(t, n, "the heartbeat kept the lease")
+	require.Equal(t, history.StatusRunning, getTask(t, s, d).Status)
+}
