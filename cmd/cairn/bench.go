@@ -205,8 +205,8 @@ func newBenchCmd(g *globals) *cobra.Command {
 // benchEnv is one run's connection, schema and the context its figures
 // are reported with.
 type benchEnv struct {
-	g      *globals // with schema set to the bench schema
-	obs    *benchSQL
+	g   *globals // with schema set to the bench schema
+	obs *benchSQL
 	// lite is the embedded store the run works on, when no database URL is
 	// set (throughput and workflow modes only); obs is nil then.
 	lite   *sqlitestore.Store
@@ -221,17 +221,17 @@ type benchEnv struct {
 // benchHeader is the part of every JSON report that describes the run's
 // circumstances.
 type benchHeader struct {
-	Mode            string    `json:"mode"`
-	GoVersion       string    `json:"go_version"`
-	GOMAXPROCS      int       `json:"gomaxprocs"`
-	NumCPU          int       `json:"num_cpu"`
-	PostgresVersion string    `json:"postgres_version,omitempty"`
+	Mode            string `json:"mode"`
+	GoVersion       string `json:"go_version"`
+	GOMAXPROCS      int    `json:"gomaxprocs"`
+	NumCPU          int    `json:"num_cpu"`
+	PostgresVersion string `json:"postgres_version,omitempty"`
 	// SQLiteVersion and SQLiteFile are set on the embedded store.
-	SQLiteVersion string `json:"sqlite_version,omitempty"`
-	SQLiteFile    string `json:"sqlite_file,omitempty"`
-	Schema          string    `json:"schema"`
-	Namespace       string    `json:"namespace"`
-	StartedAt       time.Time `json:"started_at"`
+	SQLiteVersion string    `json:"sqlite_version,omitempty"`
+	SQLiteFile    string    `json:"sqlite_file,omitempty"`
+	Schema        string    `json:"schema"`
+	Namespace     string    `json:"namespace"`
+	StartedAt     time.Time `json:"started_at"`
 }
 
 // openBench connects the bench's observation pool and reads the server

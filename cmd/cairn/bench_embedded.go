@@ -115,8 +115,10 @@ type pgPoll struct {
 	conn *pgx.Conn
 }
 
-func (p pgPoll) anyUnfinished(ctx context.Context) (bool, error) { return p.obs.anyUnfinished(ctx, p.conn) }
-func (p pgPoll) unfinished(ctx context.Context) (int, error)     { return p.obs.unfinished(ctx, p.conn) }
+func (p pgPoll) anyUnfinished(ctx context.Context) (bool, error) {
+	return p.obs.anyUnfinished(ctx, p.conn)
+}
+func (p pgPoll) unfinished(ctx context.Context) (int, error) { return p.obs.unfinished(ctx, p.conn) }
 
 type litePoll struct{ db *sql.DB }
 
