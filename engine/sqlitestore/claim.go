@@ -23,7 +23,7 @@ func (s *Store) TaskClaimMany(ctx context.Context, p *engine.TaskClaimManyParams
 		return nil, nil
 	}
 	var claimed []*engine.ClaimedTask
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	err := s.tx(ctx, func(tx *txn) error {
 		now := engine.Now()
 		free, err := queueSlots(ctx, tx, p.Namespace, p.Queues)
 		if err != nil {
@@ -53,7 +53,7 @@ func (s *Store) TaskClaimMany(ctx context.Context, p *engine.TaskClaimManyParams
 }
 
 // queueSlots returns the free slots of the limited queues among queues.
-func queueSlots(ctx context.Context, tx *sql.Tx, namespace string, queues []string) (map[string]int, error) {
+func queueSlots(ctx context.Context, tx *txn, namespace string, queues []string) (map[string]int, error) {
 	args := append([]any{namespace}, stringArgs(queues)...)
 	rows, err := tx.QueryContext(ctx, `SELECT q.name, q.concurrency - (SELECT count(*) FROM tasks AS t
 		WHERE t.namespace = q.namespace AND t.queue = q.name AND t.status = 'running')
@@ -76,7 +76,7 @@ func queueSlots(ctx context.Context, tx *sql.Tx, namespace string, queues []stri
 
 // rateTokens returns the starts left in the token bucket of each
 // rate-limited type among types, refilled to now.
-func rateTokens(ctx context.Context, tx *sql.Tx, namespace string, types []engine.TypeKey, now time.Time) (map[string]int, error) {
+func rateTokens(ctx context.Context, tx *txn, namespace string, types []engine.TypeKey, now time.Time) (map[string]int, error) {
 	names := make([]string, len(types))
 	for i, k := range types {
 		names[i] = k.Type
@@ -114,7 +114,7 @@ func (b bucket) refill(now time.Time) float64 {
 // pickDue chooses the tasks to claim: the aging share first (the
 // longest-waiting due tasks whatever their priority), then by priority and
 // virtual start time, within the free slots and tokens.
-func pickDue(ctx context.Context, tx *sql.Tx, p *engine.TaskClaimManyParams, now time.Time, free, tokens map[string]int) ([]uuid.UUID, error) {
+func pickDue(ctx context.Context, tx *txn, p *engine.TaskClaimManyParams, now time.Time, free, tokens map[string]int) ([]uuid.UUID, error) {
 	var keys []string
 	args := []any{p.Namespace, us(now), us(now)}
 	for _, q := range p.Queues {
@@ -195,7 +195,7 @@ func spend(budget map[string]int, key string) bool {
 // claimOne starts a new attempt of task id under a new lease: its history
 // replayed, attempt_started planned by the engine's fold, the row written
 // from the new state.
-func claimOne(ctx context.Context, tx *sql.Tx, id uuid.UUID, owner string, ttl time.Duration, now time.Time) (*engine.ClaimedTask, error) {
+func claimOne(ctx context.Context, tx *txn, id uuid.UUID, owner string, ttl time.Duration, now time.Time) (*engine.ClaimedTask, error) {
 	t, err := scanTask(tx.QueryRowContext(ctx, "SELECT "+taskColumns+" FROM tasks WHERE id = ?", id.String()))
 	if err != nil {
 		return nil, interpret(err)
@@ -236,7 +236,7 @@ func claimOne(ctx context.Context, tx *sql.Tx, id uuid.UUID, owner string, ttl t
 }
 
 // spendTokens takes the claimed tasks' starts from their types' buckets.
-func spendTokens(ctx context.Context, tx *sql.Tx, namespace string, claimed []*engine.ClaimedTask, now time.Time) error {
+func spendTokens(ctx context.Context, tx *txn, namespace string, claimed []*engine.ClaimedTask, now time.Time) error {
 	started := map[string]int{}
 	for _, c := range claimed {
 		if c.Err == nil {
@@ -261,7 +261,7 @@ func spendTokens(ctx context.Context, tx *sql.Tx, namespace string, claimed []*e
 	return nil
 }
 
-func insertEvents(ctx context.Context, tx *sql.Tx, id uuid.UUID, events []engine.EncodedEvent) error {
+func insertEvents(ctx context.Context, tx *txn, id uuid.UUID, events []engine.EncodedEvent) error {
 	for _, ev := range events {
 		if _, err := tx.ExecContext(ctx, "INSERT INTO events (task_id, seq, type, at, attempt, data) VALUES (?, ?, ?, ?, ?, ?)",
 			id.String(), ev.Seq, string(ev.Type), us(ev.At), ev.Attempt, string(ev.Data)); err != nil {
@@ -275,7 +275,7 @@ func insertEvents(ctx context.Context, tx *sql.Tx, id uuid.UUID, events []engine
 // leaseExpires, when set, is the new lease's expiry (a claim); otherwise
 // the expiry is kept while the lease goes on and cleared when it ends. A
 // keyed task due again keeps its place among its key's tasks.
-func writeRow(ctx context.Context, tx *sql.Tx, id uuid.UUID, plan engine.AppendPlan, leaseExpires *int64) error {
+func writeRow(ctx context.Context, tx *txn, id uuid.UUID, plan engine.AppendPlan, leaseExpires *int64) error {
 	next := plan.Next
 	expires := "CASE WHEN ? IS NULL THEN NULL ELSE lease_expires_at END"
 	var expiresArg any = nullString(next.Lease.Owner)
@@ -319,7 +319,7 @@ func (s *Store) EventAppendMany(ctx context.Context, ps []*engine.EventAppendPar
 		plans[i] = &plan
 	}
 	var note engine.Announcement
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	err := s.tx(ctx, func(tx *txn) error {
 		note = engine.Announcement{}
 		now := engine.Now()
 		for i, p := range ps {
@@ -364,7 +364,7 @@ func (s *Store) EventAppendMany(ctx context.Context, ps []*engine.EventAppendPar
 // fence checks that p may write: the task is at p's seq, under p's epoch
 // (when set) and, for ExpiredOnly, past its lease. The error says which
 // not, marked as PGStore's are.
-func fence(ctx context.Context, tx *sql.Tx, p *engine.EventAppendParams, now time.Time) error {
+func fence(ctx context.Context, tx *txn, p *engine.EventAppendParams, now time.Time) error {
 	var lastSeq, epoch int64
 	var owner sql.NullString
 	var expires sql.NullInt64
@@ -394,7 +394,7 @@ func (s *Store) LeaseExtendMany(ctx context.Context, leases []engine.LeaseRef, t
 	if len(leases) == 0 {
 		return out, nil
 	}
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	err := s.tx(ctx, func(tx *txn) error {
 		expires := us(engine.Now().Add(ttl))
 		for _, l := range leases {
 			var cancel bool

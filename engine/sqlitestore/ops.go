@@ -64,7 +64,7 @@ func (s *Store) ExpireStartDeadlines(ctx context.Context, max int) (int, error) 
 // LeaderAttempt implements [engine.Store].
 func (s *Store) LeaderAttempt(ctx context.Context, name, owner string, ttl time.Duration) (bool, error) {
 	var got string
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	err := s.tx(ctx, func(tx *txn) error {
 		now := us(engine.Now())
 		err := tx.QueryRowContext(ctx, `INSERT INTO leaders (name, owner, elected_at, expires_at) VALUES (?, ?, ?, ?)
 			ON CONFLICT (name) DO UPDATE SET owner = excluded.owner,
@@ -85,7 +85,7 @@ func (s *Store) LeaderAttempt(ctx context.Context, name, owner string, ttl time.
 
 // LeaderResign implements [engine.Store].
 func (s *Store) LeaderResign(ctx context.Context, name, owner string) error {
-	_, err := s.db.ExecContext(ctx, "DELETE FROM leaders WHERE name = ? AND owner = ?", name, owner)
+	_, err := s.q.ExecContext(ctx, "DELETE FROM leaders WHERE name = ? AND owner = ?", name, owner)
 	return errors.Wrapf(interpret(err), "resign leadership of %s", name)
 }
 
@@ -97,7 +97,7 @@ func (s *Store) QueueSet(ctx context.Context, c engine.QueueConfig) error {
 	if c.MaxWaiting < 0 || c.Concurrency < 0 {
 		return errors.Newf("queue %s: MaxWaiting and Concurrency must not be negative", c.Name)
 	}
-	_, err := s.db.ExecContext(ctx, `INSERT INTO queues (namespace, name, max_waiting, concurrency, updated_at) VALUES (?, ?, ?, ?, ?)
+	_, err := s.q.ExecContext(ctx, `INSERT INTO queues (namespace, name, max_waiting, concurrency, updated_at) VALUES (?, ?, ?, ?, ?)
 		ON CONFLICT (namespace, name) DO UPDATE SET max_waiting = excluded.max_waiting, concurrency = excluded.concurrency,
 			updated_at = excluded.updated_at`,
 		c.Namespace, c.Name, nullPositive(c.MaxWaiting), nullPositive(c.Concurrency), us(engine.Now()))
@@ -112,7 +112,7 @@ func nullPositive(n int) sql.NullInt64 { return sql.NullInt64{Int64: int64(n), V
 
 // QueueList implements [engine.Store].
 func (s *Store) QueueList(ctx context.Context, namespace string) ([]engine.QueueInfo, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT q.name, coalesce(q.max_waiting, 0), coalesce(q.concurrency, 0),
+	rows, err := s.q.QueryContext(ctx, `SELECT q.name, coalesce(q.max_waiting, 0), coalesce(q.concurrency, 0),
 		(SELECT count(*) FROM tasks AS t WHERE t.namespace = q.namespace AND t.queue = q.name AND t.status IN ('pending', 'retrying')),
 		(SELECT count(*) FROM tasks AS t WHERE t.namespace = q.namespace AND t.queue = q.name AND t.status = 'running')
 		FROM queues AS q WHERE q.namespace = ? ORDER BY q.name`, namespace)
@@ -133,7 +133,7 @@ func (s *Store) QueueList(ctx context.Context, namespace string) ([]engine.Queue
 
 // QueueWaits implements [engine.Store].
 func (s *Store) QueueWaits(ctx context.Context, namespace string) ([]engine.QueueWait, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT queue, priority, count(*), min(run_at) FROM tasks
+	rows, err := s.q.QueryContext(ctx, `SELECT queue, priority, count(*), min(run_at) FROM tasks
 		WHERE namespace = ? AND status IN ('pending', 'retrying') AND run_at <= ?
 		GROUP BY queue, priority ORDER BY queue, priority DESC`, namespace, us(engine.Now()))
 	if err != nil {
@@ -158,7 +158,7 @@ func (s *Store) RateLimitSet(ctx context.Context, namespace, taskType string, ma
 	if maxStarts < 1 || per < time.Millisecond {
 		return errors.Newf("rate limit of %s: need at least 1 start per at least 1ms", taskType)
 	}
-	_, err := s.db.ExecContext(ctx, `INSERT INTO rate_limits (namespace, task_type, max_starts, per_ms, tokens, refilled_at)
+	_, err := s.q.ExecContext(ctx, `INSERT INTO rate_limits (namespace, task_type, max_starts, per_ms, tokens, refilled_at)
 		VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (namespace, task_type) DO UPDATE SET max_starts = excluded.max_starts,
 			per_ms = excluded.per_ms, tokens = min(rate_limits.tokens, excluded.max_starts)`,
 		namespace, taskType, maxStarts, per.Milliseconds(), float64(maxStarts), us(engine.Now()))
@@ -167,7 +167,7 @@ func (s *Store) RateLimitSet(ctx context.Context, namespace, taskType string, ma
 
 // RateLimitDelete implements [engine.Store].
 func (s *Store) RateLimitDelete(ctx context.Context, namespace, taskType string) error {
-	_, err := s.db.ExecContext(ctx, "DELETE FROM rate_limits WHERE namespace = ? AND task_type = ?", namespace, taskType)
+	_, err := s.q.ExecContext(ctx, "DELETE FROM rate_limits WHERE namespace = ? AND task_type = ?", namespace, taskType)
 	if err == nil {
 		s.announce(engine.Announcement{Ready: true})
 	}
@@ -179,7 +179,7 @@ func (s *Store) TaskTypeRegister(ctx context.Context, namespace, worker string, 
 	if len(types) == 0 {
 		return nil
 	}
-	return errors.Wrap(s.tx(ctx, func(tx *sql.Tx) error {
+	return errors.Wrap(s.tx(ctx, func(tx *txn) error {
 		now := us(engine.Now())
 		for _, t := range types {
 			var stc sql.NullInt64
@@ -201,7 +201,7 @@ func (s *Store) TaskTypeRegister(ctx context.Context, namespace, worker string, 
 
 // TaskTypeList implements [engine.Store].
 func (s *Store) TaskTypeList(ctx context.Context, namespace string) ([]engine.TaskType, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT namespace, type, version, queue, max_attempts, schedule_to_close_ms, registered_by, registered_at
+	rows, err := s.q.QueryContext(ctx, `SELECT namespace, type, version, queue, max_attempts, schedule_to_close_ms, registered_by, registered_at
 		FROM task_types WHERE namespace = ? ORDER BY type, version`, namespace)
 	if err != nil {
 		return nil, errors.Wrap(interpret(err), "list task types")
@@ -225,7 +225,7 @@ func (s *Store) TaskTypeList(ctx context.Context, namespace string) ([]engine.Ta
 // QueueGaugeList implements [engine.Store].
 func (s *Store) QueueGaugeList(ctx context.Context) ([]*engine.QueueGauge, error) {
 	now := us(engine.Now())
-	rows, err := s.db.QueryContext(ctx, `SELECT namespace, queue, status, count(*),
+	rows, err := s.q.QueryContext(ctx, `SELECT namespace, queue, status, count(*),
 		min(CASE WHEN run_at <= ? AND status IN ('pending', 'retrying') THEN run_at END)
 		FROM tasks WHERE status IN ('pending', 'retrying', 'running', 'dead_lettered')
 		GROUP BY namespace, queue, status ORDER BY namespace, queue, status`, now)
@@ -260,7 +260,7 @@ func (s *Store) QueueGaugeList(ctx context.Context) ([]*engine.QueueGauge, error
 // unfinished tasks, settings, or finishes in the window.
 func (s *Store) QueueStatsList(ctx context.Context, namespace string, window time.Duration) ([]engine.QueueStats, error) {
 	now := us(engine.Now())
-	rows, err := s.db.QueryContext(ctx, `WITH live AS (
+	rows, err := s.q.QueryContext(ctx, `WITH live AS (
 			SELECT queue,
 				sum(status IN ('pending', 'retrying')) AS waiting,
 				sum(status IN ('pending', 'retrying') AND run_at <= ?2) AS due,

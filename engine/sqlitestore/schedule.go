@@ -58,7 +58,7 @@ func (s *Store) ScheduleCreate(ctx context.Context, sc engine.Schedule) error {
 		return errors.Wrapf(err, "schedule %s", sc.Name)
 	}
 	now := engine.Now()
-	res, err := s.db.ExecContext(ctx, `INSERT INTO schedules (namespace, name, cron, timezone, task_type, type_version, queue, input,
+	res, err := s.q.ExecContext(ctx, `INSERT INTO schedules (namespace, name, cron, timezone, task_type, type_version, queue, input,
 		max_attempts, next_run_at, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (namespace, name) DO NOTHING`,
 		sc.Namespace, sc.Name, sc.Cron, sc.Timezone, sc.TaskType, sc.TypeVersion, sc.Queue, nullBytes(sc.Input),
@@ -82,7 +82,7 @@ func (s *Store) ScheduleList(ctx context.Context, namespace string) ([]engine.Sc
 // SchedulePause implements [engine.Store]: a resumed schedule fires from
 // its next tick after now.
 func (s *Store) SchedulePause(ctx context.Context, namespace, name string, paused bool) error {
-	return s.tx(ctx, func(tx *sql.Tx) error {
+	return s.tx(ctx, func(tx *txn) error {
 		sc, err := scanSchedule(tx.QueryRowContext(ctx, "SELECT "+scheduleColumns+" FROM schedules WHERE namespace = ? AND name = ?", namespace, name))
 		if errors.Is(err, sql.ErrNoRows) {
 			return errors.Mark(errors.Newf("schedule %s not found in namespace %s", name, namespace), engine.ErrNotFound)
@@ -102,7 +102,7 @@ func (s *Store) SchedulePause(ctx context.Context, namespace, name string, pause
 
 // ScheduleDelete implements [engine.Store].
 func (s *Store) ScheduleDelete(ctx context.Context, namespace, name string) error {
-	res, err := s.db.ExecContext(ctx, "DELETE FROM schedules WHERE namespace = ? AND name = ?", namespace, name)
+	res, err := s.q.ExecContext(ctx, "DELETE FROM schedules WHERE namespace = ? AND name = ?", namespace, name)
 	if err != nil {
 		return errors.Wrapf(interpret(err), "delete schedule %s", name)
 	}
@@ -121,7 +121,7 @@ const maxMissedTicks = 100_000
 // one transaction.
 func (s *Store) ScheduleFireDue(ctx context.Context, max int) (int, error) {
 	fired := 0
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	err := s.tx(ctx, func(tx *txn) error {
 		now := engine.Now()
 		due, err := querySchedules(ctx, tx, "SELECT "+scheduleColumns+" FROM schedules WHERE NOT paused AND next_run_at <= ? ORDER BY next_run_at LIMIT ?",
 			us(now), max)
@@ -169,7 +169,7 @@ func (s *Store) ScheduleFireDue(ctx context.Context, max int) (int, error) {
 // ScheduleNextDue implements [engine.Store].
 func (s *Store) ScheduleNextDue(ctx context.Context) (time.Time, bool, error) {
 	var next sql.NullInt64
-	if err := s.db.QueryRowContext(ctx, "SELECT min(next_run_at) FROM schedules WHERE NOT paused").Scan(&next); err != nil {
+	if err := s.q.QueryRowContext(ctx, "SELECT min(next_run_at) FROM schedules WHERE NOT paused").Scan(&next); err != nil {
 		return time.Time{}, false, errors.Wrap(interpret(err), "read the next schedule tick")
 	}
 	if !next.Valid {

@@ -36,6 +36,7 @@ import (
 type Store struct {
 	db   *sql.DB
 	path string
+	q    *stmtCache // prepared statements of db's one connection
 
 	mu        sync.Mutex
 	listeners map[*func(engine.Announcement)]struct{}
@@ -73,7 +74,8 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	db.SetMaxOpenConns(1)
 	db.SetConnMaxIdleTime(0)
 	db.SetConnMaxLifetime(0)
-	s := &Store{db: db, path: path, listeners: map[*func(engine.Announcement)]struct{}{}}
+	s := &Store{db: db, path: path, q: &stmtCache{db: db, stmts: map[string]*sql.Stmt{}},
+		listeners: map[*func(engine.Announcement)]struct{}{}}
 	if err := s.migrate(ctx); err != nil {
 		_ = db.Close()
 		return nil, err
@@ -104,12 +106,12 @@ func (s *Store) migrate(ctx context.Context) error {
 		return errors.Wrap(err, "create schema_migrations")
 	}
 	for _, m := range all {
-		err := s.tx(ctx, func(tx *sql.Tx) error {
+		err := s.tx(ctx, func(tx *txn) error {
 			var n int
 			if err := tx.QueryRowContext(ctx, "SELECT count(*) FROM schema_migrations WHERE version = ?", m.Version).Scan(&n); err != nil || n > 0 {
 				return err
 			}
-			if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
+			if _, err := tx.tx.ExecContext(ctx, m.SQL); err != nil { // a script: not for the cache
 				return err
 			}
 			_, err := tx.ExecContext(ctx, "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)",
@@ -125,16 +127,135 @@ func (s *Store) migrate(ctx context.Context) error {
 
 // tx runs fn in a write transaction (BEGIN IMMEDIATE: the write lock is
 // taken at the start, so what fn reads stays true until it commits).
-func (s *Store) tx(ctx context.Context, fn func(*sql.Tx) error) error {
+func (s *Store) tx(ctx context.Context, fn func(*txn) error) error {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return interpret(err)
 	}
-	if err := fn(tx); err != nil {
+	t := &txn{tx: tx, cache: s.q}
+	if err := fn(t); err != nil {
 		_ = tx.Rollback()
 		return err
 	}
-	return interpret(tx.Commit())
+	if err := tx.Commit(); err != nil {
+		return interpret(err)
+	}
+	// The connection is free again: prepare what the transaction ran
+	// unprepared, for the next one.
+	for _, q := range t.missed {
+		s.q.prepare(ctx, q)
+	}
+	return nil
+}
+
+// maxCachedStatements bounds the statement cache; statements built for a
+// number of ids (IN (?, ?, …)) beyond it are prepared each time.
+const maxCachedStatements = 256
+
+// stmtCache prepares each statement once. Parsing SQL was most of the
+// embedded store's CPU before it: database/sql over modernc.org/sqlite
+// prepares on every call otherwise.
+//
+// The store has one connection, so a statement is never prepared while a
+// transaction holds it (that would wait for the connection forever):
+// transactions use what is prepared, and note what is not, which the
+// store prepares after the commit.
+type stmtCache struct {
+	db    *sql.DB
+	mu    sync.Mutex // guards stmts only; never held while waiting for the connection
+	stmts map[string]*sql.Stmt
+}
+
+func (c *stmtCache) lookup(query string) *sql.Stmt {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stmts[query]
+}
+
+// prepare prepares query on the connection and caches it, unless it is
+// cached already or the cache is full. It must not be called while this
+// goroutine holds the connection in a transaction.
+func (c *stmtCache) prepare(ctx context.Context, query string) *sql.Stmt {
+	if st := c.lookup(query); st != nil {
+		return st
+	}
+	c.mu.Lock()
+	full := len(c.stmts) >= maxCachedStatements
+	c.mu.Unlock()
+	if full {
+		return nil
+	}
+	st, err := c.db.PrepareContext(ctx, query)
+	if err != nil {
+		return nil // the caller runs it unprepared and reports the error
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if prev, ok := c.stmts[query]; ok {
+		_ = st.Close()
+		return prev
+	}
+	c.stmts[query] = st
+	return st
+}
+
+func (c *stmtCache) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	if st := c.prepare(ctx, query); st != nil {
+		return st.QueryContext(ctx, args...)
+	}
+	return c.db.QueryContext(ctx, query, args...)
+}
+
+func (c *stmtCache) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
+	if st := c.prepare(ctx, query); st != nil {
+		return st.QueryRowContext(ctx, args...)
+	}
+	return c.db.QueryRowContext(ctx, query, args...)
+}
+
+func (c *stmtCache) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	if st := c.prepare(ctx, query); st != nil {
+		return st.ExecContext(ctx, args...)
+	}
+	return c.db.ExecContext(ctx, query, args...)
+}
+
+// txn is a write transaction that runs the statements the cache holds
+// prepared, and notes the others.
+type txn struct {
+	tx     *sql.Tx
+	cache  *stmtCache
+	missed []string
+}
+
+func (t *txn) stmt(ctx context.Context, query string) *sql.Stmt {
+	st := t.cache.lookup(query)
+	if st == nil {
+		t.missed = append(t.missed, query)
+		return nil
+	}
+	return t.tx.StmtContext(ctx, st)
+}
+
+func (t *txn) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	if st := t.stmt(ctx, query); st != nil {
+		return st.QueryContext(ctx, args...)
+	}
+	return t.tx.QueryContext(ctx, query, args...)
+}
+
+func (t *txn) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
+	if st := t.stmt(ctx, query); st != nil {
+		return st.QueryRowContext(ctx, args...)
+	}
+	return t.tx.QueryRowContext(ctx, query, args...)
+}
+
+func (t *txn) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	if st := t.stmt(ctx, query); st != nil {
+		return st.ExecContext(ctx, args...)
+	}
+	return t.tx.ExecContext(ctx, query, args...)
 }
 
 // Announce implements [engine.Announcer]: fn hears of every commit that

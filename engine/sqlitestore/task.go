@@ -111,7 +111,7 @@ func (s *Store) TaskStartMany(ctx context.Context, ps []*engine.TaskStartParams)
 		return nil, nil
 	}
 	out := make([]engine.TaskStartResult, len(ps))
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	err := s.tx(ctx, func(tx *txn) error {
 		now := engine.Now()
 		planned := make([]engine.PlannedStart, len(ps))
 		for i, p := range ps {
@@ -140,7 +140,7 @@ func (s *Store) TaskStartMany(ctx context.Context, ps []*engine.TaskStartParams)
 }
 
 // startTaskTx starts one task inside tx (the cron firer's).
-func startTaskTx(ctx context.Context, tx *sql.Tx, p *engine.TaskStartParams) (engine.TaskStartResult, error) {
+func startTaskTx(ctx context.Context, tx *txn, p *engine.TaskStartParams) (engine.TaskStartResult, error) {
 	now := engine.Now()
 	pl, err := engine.PlanStart(p, now)
 	if err != nil {
@@ -152,7 +152,7 @@ func startTaskTx(ctx context.Context, tx *sql.Tx, p *engine.TaskStartParams) (en
 	return insertTask(ctx, tx, pl, now)
 }
 
-func insertTask(ctx context.Context, tx *sql.Tx, pl engine.PlannedStart, now time.Time) (engine.TaskStartResult, error) {
+func insertTask(ctx context.Context, tx *txn, pl engine.PlannedStart, now time.Time) (engine.TaskStartResult, error) {
 	sc := pl.Scheduled
 	if sc.IdempotencyKey != "" {
 		var existing string
@@ -195,7 +195,7 @@ func insertTask(ctx context.Context, tx *sql.Tx, pl engine.PlannedStart, now tim
 // placeFair is the task's virtual start time: its run time without a
 // fairness key; with one, a quantum (over its weight) after the last
 // waiting task of its key (see docs/architecture.md, "Fairness keys").
-func placeFair(ctx context.Context, tx *sql.Tx, sc history.Scheduled) (time.Time, error) {
+func placeFair(ctx context.Context, tx *txn, sc history.Scheduled) (time.Time, error) {
 	if sc.FairnessKey == "" {
 		return sc.RunAt, nil
 	}
@@ -219,7 +219,7 @@ func later(a, b time.Time) time.Time {
 // checkCapacity refuses a start that would take a bounded queue past its
 // maximum of waiting tasks. The write lock is held, so no other start can
 // slip in between the count and the insert.
-func checkCapacity(ctx context.Context, tx *sql.Tx, planned []engine.PlannedStart, now time.Time) error {
+func checkCapacity(ctx context.Context, tx *txn, planned []engine.PlannedStart, now time.Time) error {
 	adding := map[[2]string]int{}
 	for _, pl := range planned {
 		adding[[2]string{pl.Scheduled.Namespace, pl.Scheduled.Queue}]++
@@ -260,7 +260,7 @@ func checkCapacity(ctx context.Context, tx *sql.Tx, planned []engine.PlannedStar
 
 // TaskGetByID implements [engine.Store].
 func (s *Store) TaskGetByID(ctx context.Context, namespace string, id uuid.UUID) (*engine.Task, error) {
-	t, err := scanTask(s.db.QueryRowContext(ctx, "SELECT "+taskColumns+" FROM tasks WHERE id = ? AND namespace = ?", id.String(), namespace))
+	t, err := scanTask(s.q.QueryRowContext(ctx, "SELECT "+taskColumns+" FROM tasks WHERE id = ? AND namespace = ?", id.String(), namespace))
 	if err != nil {
 		return nil, errors.Wrapf(interpret(err), "get task %s", id)
 	}
