@@ -212,8 +212,9 @@ func claimOne(ctx context.Context, tx *txn, id uuid.UUID, owner string, ttl time
 	// microseconds, as PostgreSQL's claim makes it.
 	epoch := max(t.LeaseEpoch+1, us(time.Now()))
 	expires := now.Add(ttl).Truncate(time.Microsecond)
+	started := history.AttemptStartedData{WorkerID: owner, LeaseEpoch: epoch, LeaseExpiresAt: expires}
 	plan, err := engine.PlanAppend(&engine.EventAppendParams{TaskID: id, State: state, At: now, Attempt: state.Attempt + 1,
-		Payloads: []history.Payload{history.AttemptStartedData{WorkerID: owner, LeaseEpoch: epoch, LeaseExpiresAt: expires}}})
+		Payloads: []history.Payload{started}})
 	if err != nil {
 		return &engine.ClaimedTask{Task: t, Err: err}, nil
 	}
@@ -228,11 +229,9 @@ func claimOne(ctx context.Context, tx *txn, id uuid.UUID, owner string, ttl time
 	if err != nil {
 		return nil, interpret(err)
 	}
-	all, err := listEvents(ctx, tx, id)
-	if err != nil {
-		return nil, err
-	}
-	return &engine.ClaimedTask{Task: t, Events: all, State: plan.Next}, nil
+	ev := plan.Events[0]
+	events = append(events, history.Event{Seq: ev.Seq, At: ev.At, Attempt: ev.Attempt, Data: started})
+	return &engine.ClaimedTask{Task: t, Events: events, State: plan.Next}, nil
 }
 
 // spendTokens takes the claimed tasks' starts from their types' buckets.
