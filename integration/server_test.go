@@ -49,6 +49,13 @@ func startServerAt(t *testing.T, url, schema string, args ...string) *apiServer 
 	cmd := exec.Command(cairnBinary(t), append([]string{"server", "--listen", "127.0.0.1:0", "--schema", schema,
 		"--rescue-interval", "200ms", "--log-level", "warn"}, args...)...)
 	cmd.Env = append(os.Environ(), "CAIRN_DATABASE_URL="+url)
+	return startListening(t, cmd)
+}
+
+// startListening starts cmd, a command that serves the API, and returns
+// once it listens. It is stopped with SIGTERM when the test ends.
+func startListening(t *testing.T, cmd *exec.Cmd) *apiServer {
+	t.Helper()
 	stderr, err := cmd.StderrPipe()
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())

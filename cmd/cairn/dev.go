@@ -8,11 +8,12 @@ import (
 
 	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/sdk"
+	"github.com/cockroachdb/errors"
 	"github.com/spf13/cobra"
 )
 
 func newDevCmd(g *globals) *cobra.Command {
-	sf := &serverFlags{migrate: true, maxInputBytes: 1 << 20, rescueInterval: time.Second, shutdownTimeout: 5 * time.Second}
+	sf := &serverFlags{migrate: true, maxInputBytes: 1 << 20, rescueInterval: time.Second, shutdownTimeout: 5 * time.Second, consoleHint: true}
 	df := &demoFlags{leaseTTL: 30 * time.Second, rescueInterval: time.Second, shutdownTimeout: 5 * time.Second}
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -26,7 +27,12 @@ Without --database-url it keeps everything in the embedded SQLite store
 where they were. With --database-url it does the same on PostgreSQL.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := df.validate(); err != nil {
+			if df.documents < 0 || df.documents > 100_000 {
+				return errors.Mark(errors.Newf("--documents %d: use 0 to 100000", df.documents), configError)
+			}
+			check := *df
+			check.documents = max(1, check.documents) // 0 is fine here: submit none
+			if err := check.validate(); err != nil {
 				return err
 			}
 			where := "PostgreSQL"
@@ -80,6 +86,6 @@ func startDevWorker(ctx context.Context, cmd *cobra.Command, g *globals, df *dem
 		}
 		fmt.Fprintf(out, "submitted %d sample documents (example task %s)\n", len(ids), ids[0])
 	}
-	fmt.Fprintf(out, "cairn dev on %s: console http://%s/console/ , API http://%s/v1 ; Ctrl-C stops\n", where, sf.listen, sf.listen)
+	fmt.Fprintf(out, "cairn dev on %s, with a worker for %s@1\n", where, demoTypeName)
 	return stop, nil
 }

@@ -30,6 +30,7 @@ type serverFlags struct {
 	migrate         bool
 	logLevel        string
 	metricLabels    []string
+	consoleHint     bool // print the console's address once listening (cairn dev)
 }
 
 func newServerCmd(g *globals) *cobra.Command {
@@ -136,6 +137,9 @@ func serve(ctx context.Context, stderr io.Writer, srv *server.Server, f *serverF
 	httpServer := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute,
 		IdleTimeout: 2 * time.Minute, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
 	fmt.Fprintf(stderr, "cairn server listening on http://%s\n", ln.Addr())
+	if f.consoleHint {
+		fmt.Fprintf(stderr, "web console: http://%s/console/ ; Ctrl-C stops\n", ln.Addr())
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- httpServer.Serve(ln) }()
 	select {
