@@ -92,29 +92,40 @@ func (s *PGStore) EventScan(ctx context.Context, p *EventScanParams) ([]AuditEve
 	return page, errors.Wrap(interpretError(err), "scan events")
 }
 
-// eventScanArgs checks p and turns it into the statement's arguments and
-// the page size.
-func eventScanArgs(p *EventScanParams) (pgx.NamedArgs, int, error) {
-	limit := p.Limit
+// EventScanBounds checks p and returns its page size and the lower bound
+// of its time range with the cursor's time folded in: what every store's
+// scan starts from.
+func EventScanBounds(p *EventScanParams) (limit int, since time.Time, err error) {
+	limit = p.Limit
 	switch {
 	case p.Namespace == "":
-		return nil, 0, errors.New("scan events: namespace is empty")
+		return 0, time.Time{}, errors.New("scan events: namespace is empty")
 	case p.Until.IsZero():
-		return nil, 0, errors.New("scan events: Until is required (the end of the time range, exclusive)")
+		return 0, time.Time{}, errors.New("scan events: Until is required (the end of the time range, exclusive)")
 	case limit < 0 || limit > MaxEventScanLimit:
-		return nil, 0, errors.Newf("scan events: limit %d: use 1 to %d (0 for %d)", limit, MaxEventScanLimit, DefaultEventScanLimit)
+		return 0, time.Time{}, errors.Newf("scan events: limit %d: use 1 to %d (0 for %d)", limit, MaxEventScanLimit, DefaultEventScanLimit)
 	case limit == 0:
 		limit = DefaultEventScanLimit
 	}
 	// The cursor's time is a lower bound too, given to the index as one:
 	// the row comparison itself is no index condition.
-	since := p.Since
+	since = p.Since
+	if p.After != nil && p.After.At.After(since) {
+		since = p.After.At
+	}
+	return limit, since, nil
+}
+
+// eventScanArgs checks p and turns it into the statement's arguments and
+// the page size.
+func eventScanArgs(p *EventScanParams) (pgx.NamedArgs, int, error) {
+	limit, since, err := EventScanBounds(p)
+	if err != nil {
+		return nil, 0, err
+	}
 	var after EventCursor
 	if p.After != nil {
 		after = *p.After
-		if after.At.After(since) {
-			since = after.At
-		}
 	}
 	types := make([]string, len(p.EventTypes))
 	for i, t := range p.EventTypes {

@@ -47,6 +47,14 @@ func (o *outage) failed(err error) {
 	o.logger.Debug(o.what+": database still unavailable", errAttr(err))
 }
 
+// down reports whether an outage is being reported: a try failed and none
+// has worked since.
+func (o *outage) down() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return !o.since.IsZero()
+}
+
 // ok records a try that worked.
 func (o *outage) ok() {
 	o.mu.Lock()

@@ -572,6 +572,12 @@ func (p *Processor) heartbeat(ctx context.Context) {
 	}
 	p.mu.Unlock()
 	if len(leases) == 0 {
+		// Nothing to renew is no news of the database: an outage the
+		// heartbeat reported ends only when the database answers, or its
+		// report would stay open while the worker idles.
+		if p.renewOutage.down() {
+			p.checkRenewOutage(ctx)
+		}
 		return
 	}
 	// The database measures the new expiry from when the statement runs,
@@ -609,6 +615,19 @@ func (p *Processor) heartbeat(ctx context.Context) {
 		p.renewOutage.failed(err)
 	default:
 		p.cfg.Logger.Warn("processor: renew leases", errAttr(err))
+	}
+}
+
+// checkRenewOutage asks the database whether it answers again, for an
+// outage the heartbeat reported when it has no lease left to renew.
+func (p *Processor) checkRenewOutage(ctx context.Context) {
+	pingCtx, cancel := context.WithTimeout(ctx, p.cfg.HeartbeatInterval)
+	defer cancel()
+	switch err := p.cfg.Store.Ping(pingCtx); {
+	case err == nil:
+		p.renewOutage.ok()
+	case ctx.Err() == nil:
+		p.renewOutage.failed(err)
 	}
 }
 

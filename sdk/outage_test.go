@@ -174,10 +174,15 @@ func TestWorkerRidesOutADatabaseOutage(t *testing.T) {
 	}
 	// Every component that reported the outage reports its end (the
 	// notifier reconnects after its backoff, up to 5 s).
-	require.Eventually(t, func() bool {
+	balanced := func() bool {
 		out := logs.String()
 		return strings.Count(out, "database unavailable") == strings.Count(out, "database available again")
-	}, testTimeout, 50*time.Millisecond, "every outage reported ends")
+	}
+	for deadline := time.Now().Add(testTimeout); !balanced(); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("every outage reported ends; worker log:\n%s", logs.String())
+		}
+	}
 	stopWorker(t, w)
 
 	out := logs.String()

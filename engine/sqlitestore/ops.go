@@ -3,11 +3,14 @@ package sqlitestore
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
+	"strings"
 	"time"
 
 	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/history"
 	"github.com/cockroachdb/errors"
+	"github.com/google/uuid"
 )
 
 // TaskCancel implements [engine.Store] (engine.CancelTask over this store).
@@ -307,10 +310,78 @@ func (s *Store) QueueStatsList(ctx context.Context, namespace string, window tim
 	return out, errors.Wrap(interpret(rows.Err()), "queue stats")
 }
 
-// EventScan implements [engine.Store]: audit queries need PostgreSQL for
-// now.
+// EventScan implements [engine.Store]: one page of a namespace's events
+// in [Since, Until), by (at, task id, seq), with their tasks' rows
+// (events_at_idx serves the time range).
 func (s *Store) EventScan(ctx context.Context, p *engine.EventScanParams) ([]engine.AuditEvent, error) {
-	return nil, unsupported("audit queries")
+	limit, since, err := engine.EventScanBounds(p)
+	if err != nil {
+		return nil, err
+	}
+	where := []string{"e.at >= ?", "e.at < ?", "t.namespace = ?"}
+	args := []any{us(since), us(p.Until), p.Namespace}
+	if p.After != nil {
+		where = append(where, "(e.at, e.task_id, e.seq) > (?, ?, ?)")
+		args = append(args, us(p.After.At), p.After.TaskID.String(), p.After.Seq)
+	}
+	if len(p.EventTypes) > 0 {
+		where = append(where, "e.type IN ("+placeholders(len(p.EventTypes))+")")
+		for _, t := range p.EventTypes {
+			args = append(args, string(t))
+		}
+	}
+	if p.TaskType != "" {
+		where, args = append(where, "t.type = ?"), append(args, p.TaskType)
+	}
+	if p.Queue != "" {
+		where, args = append(where, "t.queue = ?"), append(args, p.Queue)
+	}
+	rows, err := s.q.QueryContext(ctx, `SELECT e.task_id, e.seq, e.type, e.at, e.attempt, e.data,
+		t.namespace, t.type, t.type_version, t.queue, t.status, t.trace_id, t.labels, t.fairness_key
+		FROM events AS e JOIN tasks AS t ON t.id = e.task_id
+		WHERE `+strings.Join(where, " AND ")+` ORDER BY e.at, e.task_id, e.seq LIMIT ?`, append(args, limit)...)
+	if err != nil {
+		return nil, errors.Wrap(interpret(err), "scan events")
+	}
+	defer rows.Close()
+	page := make([]engine.AuditEvent, 0, limit)
+	for rows.Next() {
+		e, err := scanAuditEvent(rows)
+		if err != nil {
+			return nil, err
+		}
+		page = append(page, e)
+	}
+	return page, errors.Wrap(interpret(rows.Err()), "scan events")
+}
+
+func scanAuditEvent(row scanner) (engine.AuditEvent, error) {
+	var (
+		e                            engine.AuditEvent
+		taskID, typ, data, status    string
+		at                           int64
+		traceID, labels, fairnessKey sql.NullString
+	)
+	err := row.Scan(&taskID, &e.Event.Seq, &typ, &at, &e.Event.Attempt, &data,
+		&e.Namespace, &e.TaskType, &e.TypeVersion, &e.Queue, &status, &traceID, &labels, &fairnessKey)
+	if err != nil {
+		return engine.AuditEvent{}, err
+	}
+	if e.TaskID, err = uuid.Parse(taskID); err != nil {
+		return engine.AuditEvent{}, err
+	}
+	ev, err := engine.DecodeEvent(e.Event.Seq, typ, fromUS(at), e.Event.Attempt, []byte(data))
+	if err != nil {
+		return engine.AuditEvent{}, errors.Wrapf(err, "task %s", e.TaskID)
+	}
+	e.Event, e.Data = ev, json.RawMessage(data)
+	e.Status, e.TraceID, e.FairnessKey = history.Status(status), traceID.String, fairnessKey.String
+	if labels.Valid {
+		if err := json.Unmarshal([]byte(labels.String), &e.Labels); err != nil {
+			return engine.AuditEvent{}, errors.Wrapf(err, "decode labels of task %s", e.TaskID)
+		}
+	}
+	return e, nil
 }
 
 // QueueDiagnose implements [engine.Store]: queue diagnosis needs

@@ -47,7 +47,7 @@ type conformanceTest struct {
 func tests() []conformanceTest {
 	var all []conformanceTest
 	for _, group := range [][]conformanceTest{
-		taskTests, claimTests, appendTests, leaseTests, requestTests, queueTests, leaderTests, scheduleTests, taskTypeTests,
+		taskTests, claimTests, appendTests, leaseTests, requestTests, queueTests, leaderTests, scheduleTests, taskTypeTests, readTests,
 	} {
 		all = append(all, group...)
 	}
