@@ -176,6 +176,15 @@ func (m *Metrics) collectors() []prometheus.Collector {
 	}
 }
 
+// ObserveAppended counts the events of an append a store committed; next
+// is the task's state after it. Stores call it; a nil *Metrics counts
+// nothing.
+func (m *Metrics) ObserveAppended(p *EventAppendParams, next history.State) { m.observeAppended(p, next) }
+
+// ObserveClaimed records how long each task a store claimed waited. A nil
+// *Metrics records nothing.
+func (m *Metrics) ObserveClaimed(claimed []*ClaimedTask) { m.observeClaimed(claimed) }
+
 // observeAppended counts the events of an append that was committed; next
 // is the task's state after it.
 func (m *Metrics) observeAppended(p *EventAppendParams, next history.State) {

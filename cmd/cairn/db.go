@@ -72,7 +72,7 @@ func (g *globals) embedded() bool { return g.databaseURL == "" }
 // else the embedded SQLite store in --db (created if missing).
 func (g *globals) store(ctx context.Context, o storeOpts) (engine.Store, func(), error) {
 	if g.embedded() {
-		s, err := sqlitestore.Open(ctx, g.dbPath)
+		s, err := sqlitestore.New(ctx, sqlitestore.Config{Path: g.dbPath, Metrics: o.metrics})
 		if err != nil {
 			return nil, nil, errors.Mark(errors.Wrapf(err, "--db %s (or set --database-url to use PostgreSQL)", g.dbPath), configError)
 		}

@@ -49,6 +49,7 @@ func (s *Store) TaskClaimMany(ctx context.Context, p *engine.TaskClaimManyParams
 	if err != nil {
 		return nil, errors.Wrap(err, "claim tasks")
 	}
+	s.metrics.ObserveClaimed(claimed)
 	return claimed, nil
 }
 
@@ -354,7 +355,9 @@ func (s *Store) EventAppendMany(ctx context.Context, ps []*engine.EventAppendPar
 	for i := range out {
 		if out[i].Err != nil {
 			out[i].State = ps[i].State
+			continue
 		}
+		s.metrics.ObserveAppended(ps[i], out[i].State)
 	}
 	s.announce(note)
 	return out, nil

@@ -34,8 +34,9 @@ import (
 // Store is the embedded store. It is safe for concurrent use by the
 // goroutines of one process.
 type Store struct {
-	db   *sql.DB
-	path string
+	db      *sql.DB
+	path    string
+	metrics *engine.Metrics // nil: none
 	q    *stmtCache // prepared statements of db's one connection
 
 	mu        sync.Mutex
@@ -47,10 +48,25 @@ var (
 	_ engine.Announcer = (*Store)(nil)
 )
 
+// Config configures [New].
+type Config struct {
+	// Path is the SQLite file, created if missing. Required. ":memory:"
+	// is a store that lives as long as the Store.
+	Path string
+	// Metrics, when set, counts the events the store writes (see
+	// engine.NewMetrics). Nil costs nothing.
+	Metrics *engine.Metrics
+}
+
 // Open opens (creating it if missing) the store in the SQLite file at path
-// and applies its migrations. ":memory:" is a store that lives as long as
-// the Store.
+// and applies its migrations: New with only a path.
 func Open(ctx context.Context, path string) (*Store, error) {
+	return New(ctx, Config{Path: path})
+}
+
+// New opens the store cfg describes and applies its migrations.
+func New(ctx context.Context, cfg Config) (*Store, error) {
+	path := cfg.Path
 	if path == "" {
 		return nil, errors.New("sqlitestore: a file path is required")
 	}
@@ -74,7 +90,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	db.SetMaxOpenConns(1)
 	db.SetConnMaxIdleTime(0)
 	db.SetConnMaxLifetime(0)
-	s := &Store{db: db, path: path, q: &stmtCache{db: db, stmts: map[string]*sql.Stmt{}},
+	s := &Store{db: db, path: path, metrics: cfg.Metrics, q: &stmtCache{db: db, stmts: map[string]*sql.Stmt{}},
 		listeners: map[*func(engine.Announcement)]struct{}{}}
 	if err := s.migrate(ctx); err != nil {
 		_ = db.Close()
