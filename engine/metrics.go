@@ -179,7 +179,9 @@ func (m *Metrics) collectors() []prometheus.Collector {
 // ObserveAppended counts the events of an append a store committed; next
 // is the task's state after it. Stores call it; a nil *Metrics counts
 // nothing.
-func (m *Metrics) ObserveAppended(p *EventAppendParams, next history.State) { m.observeAppended(p, next) }
+func (m *Metrics) ObserveAppended(p *EventAppendParams, next history.State) {
+	m.observeAppended(p, next)
+}
 
 // ObserveClaimed records how long each task a store claimed waited. A nil
 // *Metrics records nothing.

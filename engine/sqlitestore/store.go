@@ -37,7 +37,7 @@ type Store struct {
 	db      *sql.DB
 	path    string
 	metrics *engine.Metrics // nil: none
-	q    *stmtCache // prepared statements of db's one connection
+	q       *stmtCache      // prepared statements of db's one connection
 
 	mu        sync.Mutex
 	listeners map[*func(engine.Announcement)]struct{}
