@@ -33,9 +33,9 @@ const (
 // operator's question must not hold the database for minutes.
 const diagnoseStatementTimeout = 30 * time.Second
 
-// diagnoseTop is how many entries the diagnosis keeps of each ranking
+// DiagnoseTop is how many entries the diagnosis keeps of each ranking
 // (errors per half, waiting types, fairness keys).
-const diagnoseTop = 5
+const DiagnoseTop = 5
 
 // QueueDiagnoseParams says which queue to diagnose over which window.
 type QueueDiagnoseParams struct {
@@ -45,7 +45,8 @@ type QueueDiagnoseParams struct {
 	Window time.Duration
 }
 
-func (p *QueueDiagnoseParams) validate() error {
+// Validate checks the parameters: what every store does first.
+func (p *QueueDiagnoseParams) Validate() error {
 	if p == nil || p.Namespace == "" || p.Queue == "" {
 		return errors.New("diagnose queue: namespace and queue are required")
 	}
@@ -278,7 +279,7 @@ const (
 // likely causes of its growth (see [QueueDiagnosis]). It reads in one
 // read-only snapshot, each statement bounded by a timeout.
 func (s *PGStore) QueueDiagnose(ctx context.Context, p *QueueDiagnoseParams) (*QueueDiagnosis, error) {
-	if err := p.validate(); err != nil {
+	if err := p.Validate(); err != nil {
 		return nil, err
 	}
 	d := &QueueDiagnosis{Namespace: p.Namespace, Queue: p.Queue, Window: MillisOf(p.Window)}
@@ -314,7 +315,7 @@ func (s *PGStore) measureQueue(ctx context.Context, tx pgx.Tx, window time.Durat
 	from, mid := d.At.Add(-window), d.At.Add(-window/2)
 	d.Then = DiagnosisHalf{From: from, To: mid}
 	d.Now = DiagnosisHalf{From: mid, To: d.At}
-	args := pgx.NamedArgs{"namespace": d.Namespace, "queue": d.Queue, "from": from, "mid": mid, "max": diagnoseTop}
+	args := pgx.NamedArgs{"namespace": d.Namespace, "queue": d.Queue, "from": from, "mid": mid, "max": DiagnoseTop}
 	steps := []func() error{
 		func() error { return s.measureFlow(ctx, tx, args, d) },
 		func() error { return s.measureSteps(ctx, tx, args, d) },
@@ -330,7 +331,7 @@ func (s *PGStore) measureQueue(ctx context.Context, tx pgx.Tx, window time.Durat
 			return err
 		}
 	}
-	d.normalize()
+	d.Normalize()
 	return nil
 }
 
@@ -478,7 +479,7 @@ func (s *PGStore) measureWaitingKeys(ctx context.Context, tx pgx.Tx, args pgx.Na
 // measureRateLimits reads the rate limits of the types the queue holds or
 // ran in the window.
 func (s *PGStore) measureRateLimits(ctx context.Context, tx pgx.Tx, args pgx.NamedArgs, d *QueueDiagnosis) error {
-	types := d.typeNames()
+	types := d.TypeNames()
 	if len(types) == 0 {
 		return nil
 	}
@@ -497,8 +498,8 @@ func (s *PGStore) measureRateLimits(ctx context.Context, tx pgx.Tx, args pgx.Nam
 	return errors.Wrap(err, "read rate limits")
 }
 
-// typeNames returns the task types the queue holds or ran in the window.
-func (d *QueueDiagnosis) typeNames() []string {
+// TypeNames returns the task types the queue holds or ran in the window.
+func (d *QueueDiagnosis) TypeNames() []string {
 	var names []string
 	for _, w := range d.WaitingByType {
 		names = append(names, w.Type)
@@ -512,9 +513,9 @@ func (d *QueueDiagnosis) typeNames() []string {
 	return slices.Compact(names)
 }
 
-// normalize derives the shares and counts, and makes every list non-nil
+// Normalize derives the shares and counts, and makes every list non-nil
 // (JSON [] rather than null).
-func (d *QueueDiagnosis) normalize() {
+func (d *QueueDiagnosis) Normalize() {
 	for _, h := range []*DiagnosisHalf{&d.Then, &d.Now} {
 		slices.Sort(h.WorkerIDs)
 		h.Workers = len(h.WorkerIDs)
@@ -657,7 +658,7 @@ func (d *QueueDiagnosis) lostConsumers(p pace) (DiagnosisCause, bool) {
 		d.dueEvidence(),
 	}}
 	if gone := missing(d.Then.WorkerIDs, d.Now.WorkerIDs); len(gone) > 0 {
-		c.Evidence = append(c.Evidence, "workers seen then but not now: "+listSome(gone, diagnoseTop))
+		c.Evidence = append(c.Evidence, "workers seen then but not now: "+listSome(gone, DiagnoseTop))
 	}
 	if d.Depth.ExpiredLeases > 0 {
 		c.Evidence = append(c.Evidence, fmt.Sprintf("%d running tasks hold expired leases: their worker stopped renewing them (crashed or stalled)", d.Depth.ExpiredLeases))
@@ -960,7 +961,7 @@ func (d *QueueDiagnosis) hotKey(p pace) (DiagnosisCause, bool) {
 		k := d.WaitingByKey[0]
 		name, share, count = "fairness key "+k.Key, k.Share, k.Waiting
 	}
-	if len(d.typeNames()) > 1 && len(d.WaitingByType) > 0 && d.WaitingByType[0].Share > max(hotShare, share) {
+	if len(d.TypeNames()) > 1 && len(d.WaitingByType) > 0 && d.WaitingByType[0].Share > max(hotShare, share) {
 		t := d.WaitingByType[0]
 		name, share, count = fmt.Sprintf("type %s v%d", t.Type, t.Version), t.Share, t.Waiting
 	}

@@ -383,9 +383,3 @@ func scanAuditEvent(row scanner) (engine.AuditEvent, error) {
 	}
 	return e, nil
 }
-
-// QueueDiagnose implements [engine.Store]: queue diagnosis needs
-// PostgreSQL for now.
-func (s *Store) QueueDiagnose(ctx context.Context, p *engine.QueueDiagnoseParams) (*engine.QueueDiagnosis, error) {
-	return nil, unsupported("queue diagnosis")
-}

@@ -8,7 +8,9 @@ import (
 
 	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/engine/sqlitestore"
+	"github.com/cairnflow/cairn/engine/storetest"
 	"github.com/cairnflow/cairn/history"
+	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 )
@@ -57,4 +59,47 @@ func total(t *testing.T, reg *prometheus.Registry, name string) float64 {
 		}
 	}
 	return sum
+}
+
+// The diagnosis of the hand-built history of storetest, on this store:
+// the same figures as PostgreSQL's.
+func TestQueueDiagnoseMeasuresHandBuiltHistory(t *testing.T) {
+	t.Parallel()
+	s := newStore(t)
+	storetest.DiagnoseHandBuiltHistory(t, s, func(tasks []storetest.BuiltTask) { insertHistory(t, s, tasks) })
+}
+
+// insertHistory writes tasks straight into the tables, in one transaction,
+// with times relative to one now.
+func insertHistory(t *testing.T, s *sqlitestore.Store, tasks []storetest.BuiltTask) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := s.DB().BeginTx(ctx, nil)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback() }()
+	now := time.Now().UTC()
+	ago := func(seconds float64) int64 { return now.Add(-time.Duration(seconds * float64(time.Second))).UnixMicro() }
+	for _, task := range tasks {
+		id := uuid.Must(uuid.NewV7()).String()
+		var owner, lease any
+		if task.Owner != "" {
+			owner, lease = task.Owner, ago(-30)
+		}
+		var key any
+		if task.Key != "" {
+			key = task.Key
+		}
+		_, err := tx.ExecContext(ctx, `INSERT INTO tasks (id, namespace, queue, type, type_version, status, run_at, attempt,
+			max_attempts, lease_owner, lease_epoch, lease_expires_at, last_seq, created_at, updated_at, fair_at, fairness_key)
+			VALUES (?, 'default', ?, ?, 1, ?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			id, task.Queue, task.Type, task.Status, ago(task.RunAgo), task.Attempt, owner, task.Attempt, lease,
+			len(task.Events), ago(task.Events[0].Ago), now.UnixMicro(), ago(task.RunAgo), key)
+		require.NoError(t, err)
+		for i, e := range task.Events {
+			_, err := tx.ExecContext(ctx, "INSERT INTO events (task_id, seq, type, at, attempt, data) VALUES (?, ?, ?, ?, ?, ?)",
+				id, i+1, e.Type, ago(e.Ago), e.Attempt, e.JSON())
+			require.NoError(t, err)
+		}
+	}
+	require.NoError(t, tx.Commit())
 }

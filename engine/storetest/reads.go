@@ -1,6 +1,8 @@
 package storetest
 
 import (
+	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,6 +16,9 @@ var readTests = []conformanceTest{
 	{"EventScanRefusesBadParams", testEventScanRefusals},
 	{"QueueStatsCountWaitingRunningAndFinished", testQueueStats},
 	{"QueueGaugesCountByStatus", testQueueGauges},
+	{"DiagnosisOfAnEmptyQueue", testDiagnoseEmptyQueue},
+	{"DiagnosisRefusesBadParams", testDiagnoseRefusals},
+	{"DiagnosisCountsWhatHappened", testDiagnoseCounts},
 }
 
 // testEventScan: the audit scan returns a namespace's events in (at, task,
@@ -143,3 +148,69 @@ func testQueueGauges(t *testing.T, s engine.Store) {
 	require.Equal(t, int64(1), got[engine.DefaultNamespace+"/"+defaultQueue][history.StatusRunning])
 	require.Equal(t, int64(1), got["elsewhere/"+defaultQueue][history.StatusPending])
 }
+
+// A queue with no history at all: a healthy diagnosis whose lists are
+// empty, never null, in JSON.
+func testDiagnoseEmptyQueue(t *testing.T, s engine.Store) {
+	d, err := s.QueueDiagnose(testContext(t), &engine.QueueDiagnoseParams{Namespace: "default", Queue: "idle", Window: time.Minute})
+	require.NoError(t, err)
+	require.True(t, d.Healthy)
+	require.Empty(t, d.Causes)
+	require.True(t, strings.HasPrefix(d.Summary, "healthy"), d.Summary)
+	raw, err := json.Marshal(d)
+	require.NoError(t, err)
+	for _, key := range []string{`"causes":[]`, `"worker_ids":[]`, `"waiting_by_type":[]`, `"waiting_by_fairness_key":[]`,
+		`"rate_limits":[]`, `"window_ms":60000`, `"oldest_wait_ms":0`, `"retry_share":0`, `"since_last_start_ms":60000`} {
+		require.Contains(t, string(raw), key)
+	}
+	require.NotContains(t, string(raw), "null")
+}
+
+func testDiagnoseRefusals(t *testing.T, s engine.Store) {
+	ctx := testContext(t)
+	for _, p := range []*engine.QueueDiagnoseParams{
+		nil,
+		{Namespace: "default", Window: time.Minute},
+		{Namespace: "default", Queue: "q", Window: time.Second},
+		{Namespace: "default", Queue: "q", Window: 25 * time.Hour},
+	} {
+		_, err := s.QueueDiagnose(ctx, p)
+		require.Error(t, err, "%+v", p)
+	}
+	_, err := s.QueueDiagnose(ctx, &engine.QueueDiagnoseParams{Namespace: "default", Queue: "q", Window: time.Second})
+	require.ErrorContains(t, err, "window 1s must be between 2s and 24h0m0s")
+}
+
+// testDiagnoseCounts: a diagnosis through the store's own writes (no hand
+// built rows): what started, failed, finished and waits in the last
+// minute is counted in the window's second half.
+func testDiagnoseCounts(t *testing.T, s engine.Store) {
+	ctx := testContext(t)
+	for range 4 {
+		start(t, s, spec{})
+	}
+	complete(t, s, claimOne(t, s, "w1", time.Minute))
+	failed := claimOne(t, s, "w2", time.Minute)
+	_, err := appendFenced(t, s, failed, history.AttemptFailedData{
+		Error:     history.ErrorInfo{Class: history.Transient, Kind: "unavailable", Status: 503, Message: "try later"},
+		NextRunAt: ptrTime(engine.Now().Add(time.Hour)),
+	})
+	require.NoError(t, err)
+	claimOne(t, s, "w3", time.Minute)
+
+	d, err := s.QueueDiagnose(ctx, &engine.QueueDiagnoseParams{Namespace: engine.DefaultNamespace, Queue: defaultQueue, Window: 2 * time.Minute})
+	require.NoError(t, err)
+	now := d.Now
+	require.Equal(t, []int{4, 1, 1, 3, 0, 1}, []int{now.Inflow, now.Outflow, now.Completed, now.AttemptsStarted, now.Retries, now.AttemptsFailed},
+		"inflow, outflow, completed, started, retries, failed")
+	require.Equal(t, []string{"w1", "w2", "w3"}, now.WorkerIDs)
+	require.Equal(t, 2, now.Attempts.Count, "two attempts ended")
+	require.Equal(t, []engine.ErrorStats{{Type: defaultType, Class: "transient", Kind: "unavailable", Status: 503, Count: 1, Message: "try later"}}, now.Errors)
+	require.Equal(t, 1, d.Depth.Pending)
+	require.Equal(t, 1, d.Depth.Retrying)
+	require.Equal(t, 1, d.Depth.Running)
+	require.Equal(t, 1, d.Depth.Due)
+	require.Zero(t, d.Then.Inflow)
+}
+
+func ptrTime(t time.Time) *time.Time { return &t }

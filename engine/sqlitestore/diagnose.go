@@ -1,0 +1,458 @@
+package sqlitestore
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/history"
+	"github.com/cockroachdb/errors"
+	"github.com/google/uuid"
+)
+
+// QueueDiagnose implements [engine.Store]: the figures PGStore computes in
+// SQL (engine/diagnose.sql), computed here in Go over the events of the
+// queue's tasks active in the window, read in one transaction. The
+// definitions are the same; the conformance suite holds both to them.
+func (s *Store) QueueDiagnose(ctx context.Context, p *engine.QueueDiagnoseParams) (*engine.QueueDiagnosis, error) {
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	d := &engine.QueueDiagnosis{Namespace: p.Namespace, Queue: p.Queue, Window: engine.MillisOf(p.Window)}
+	// A write transaction for its snapshot: the store's writes wait the
+	// few milliseconds the reads take.
+	err := s.tx(ctx, func(tx *txn) error {
+		d.At = engine.Now()
+		from, mid := d.At.Add(-p.Window), d.At.Add(-p.Window/2)
+		d.Then = engine.DiagnosisHalf{From: from, To: mid}
+		d.Now = engine.DiagnosisHalf{From: mid, To: d.At}
+		d.Depth.SinceLastStart = d.Window
+		tasks, err := windowHistories(ctx, tx, p.Namespace, p.Queue, from)
+		if err != nil {
+			return err
+		}
+		w := &window{from: from, mid: mid, at: d.At}
+		w.measure(d, tasks)
+		return measureNow(ctx, tx, d, from)
+	})
+	if err != nil {
+		return nil, errors.Wrapf(err, "diagnose queue %s/%s", p.Namespace, p.Queue)
+	}
+	d.Normalize()
+	d.FindCauses()
+	return d, nil
+}
+
+// taskHistory is a task of the queue with an event in the window: its type
+// and whole history.
+type taskHistory struct {
+	taskType string
+	events   []history.Event
+}
+
+// windowHistories reads the histories of the queue's tasks that have an
+// event at or after from.
+func windowHistories(ctx context.Context, tx *txn, namespace, queue string, from time.Time) ([]taskHistory, error) {
+	rows, err := tx.QueryContext(ctx, `SELECT DISTINCT t.id, t.type FROM events AS e JOIN tasks AS t ON t.id = e.task_id
+		WHERE e.at >= ? AND t.namespace = ? AND t.queue = ?`, us(from), namespace, queue)
+	if err != nil {
+		return nil, interpret(err)
+	}
+	var ids []uuid.UUID
+	types := map[uuid.UUID]string{}
+	for rows.Next() {
+		var id, typ string
+		if err := rows.Scan(&id, &typ); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		uid, err := uuid.Parse(id)
+		if err != nil {
+			rows.Close()
+			return nil, err
+		}
+		ids = append(ids, uid)
+		types[uid] = typ
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, interpret(err)
+	}
+	out := make([]taskHistory, 0, len(ids))
+	for _, id := range ids {
+		events, err := listEvents(ctx, tx, id)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, taskHistory{taskType: types[id], events: events})
+	}
+	return out, nil
+}
+
+// attemptEnds are the events that end an attempt (the first of them after
+// attempt_started).
+var attemptEnds = map[history.Type]bool{
+	history.AttemptFailed: true, history.LeaseExpired: true, history.TaskReleased: true, history.TimerStarted: true,
+	history.TaskCompleted: true, history.TaskFailed: true, history.TaskDeadLettered: true, history.TaskCancelled: true,
+}
+
+// outflows are the events that finish a task.
+var outflows = map[history.Type]bool{
+	history.TaskCompleted: true, history.TaskFailed: true, history.TaskDeadLettered: true, history.TaskCancelled: true,
+	history.TaskExpired: true,
+}
+
+type window struct{ from, mid, at time.Time }
+
+// flow is what DiagnoseFlow counts, for one half and one type (or all).
+type flow struct {
+	stats     engine.TypeStats
+	completed int
+	attempts  []float64
+	workers   map[string]bool
+	lastStart time.Time
+}
+
+type errorKey struct {
+	isNow                       bool
+	taskType, class, kind, step string
+	status                      int
+}
+
+type errorCount struct {
+	n       int
+	message string // the greatest, as PostgreSQL's max()
+}
+
+func (w *window) measure(d *engine.QueueDiagnosis, tasks []taskHistory) {
+	flows := map[[2]any]*flow{} // (is now, type); type "" with total
+	get := func(isNow bool, typ string) *flow {
+		f := flows[[2]any{isNow, typ}]
+		if f == nil {
+			f = &flow{stats: engine.TypeStats{Type: typ}, workers: map[string]bool{}}
+			flows[[2]any{isNow, typ}] = f
+		}
+		return f
+	}
+	steps := map[[3]any][]float64{} // (is now, type, step)
+	errs := map[errorKey]*errorCount{}
+	for _, th := range tasks {
+		for i, e := range th.events {
+			if e.At.Before(w.from) {
+				continue
+			}
+			isNow := !e.At.Before(w.mid)
+			for _, f := range []*flow{get(isNow, ""), get(isNow, th.taskType)} {
+				f.count(th.events, i)
+			}
+			switch data := e.Data.(type) {
+			case history.StepCompletedData:
+				if ms, ok := stepMillis(th.events, i); ok {
+					key := [3]any{isNow, th.taskType, data.Name}
+					steps[key] = append(steps[key], ms)
+				}
+			case history.AttemptFailedData:
+				w.countError(errs, errorKey{isNow: isNow, taskType: th.taskType, class: string(data.Error.Class), kind: data.Error.Kind,
+					status: data.Error.Status, step: data.Error.Step}, data.Error.Message)
+			case history.LeaseExpiredData:
+				w.countError(errs, errorKey{isNow: isNow, taskType: th.taskType, class: string(history.Transient), kind: "lease_expired"}, "")
+			}
+		}
+	}
+	for key, f := range flows {
+		isNow, typ := key[0].(bool), key[1].(string)
+		h := half(d, isNow)
+		f.stats.Attempts = durationStats(f.attempts)
+		if typ != "" {
+			h.Types = append(h.Types, f.stats)
+			continue
+		}
+		h.Inflow, h.Outflow, h.Completed = f.stats.Inflow, f.stats.Outflow, f.completed
+		h.AttemptsStarted, h.Retries, h.AttemptsFailed, h.LeasesExpired = f.stats.AttemptsStarted, f.stats.Retries, f.stats.AttemptsFailed, f.stats.LeasesExpired
+		h.Attempts = f.stats.Attempts
+		for id := range f.workers {
+			h.WorkerIDs = append(h.WorkerIDs, id)
+		}
+		if !f.lastStart.IsZero() {
+			d.Depth.SinceLastStart = min(d.Depth.SinceLastStart, max(0, engine.MillisOf(w.at.Sub(f.lastStart))))
+		}
+	}
+	for _, h := range []*engine.DiagnosisHalf{&d.Then, &d.Now} {
+		slices.SortFunc(h.Types, func(a, b engine.TypeStats) int { return cmp.Compare(a.Type, b.Type) })
+	}
+	for key, ms := range steps {
+		h := half(d, key[0].(bool))
+		h.Steps = append(h.Steps, engine.StepStats{Type: key[1].(string), Step: key[2].(string), Duration: durationStats(ms)})
+	}
+	for _, h := range []*engine.DiagnosisHalf{&d.Then, &d.Now} {
+		slices.SortFunc(h.Steps, func(a, b engine.StepStats) int {
+			return cmp.Or(cmp.Compare(a.Type, b.Type), cmp.Compare(a.Step, b.Step))
+		})
+	}
+	w.topErrors(d, errs)
+}
+
+// count adds the event events[i] to the flow.
+func (f *flow) count(events []history.Event, i int) {
+	e := events[i]
+	switch t := e.Type(); {
+	case t == history.TaskScheduled:
+		f.stats.Inflow++
+	case t == history.AttemptStarted:
+		f.stats.AttemptsStarted++
+		if e.Attempt > 1 && i > 0 && events[i-1].Seq == e.Seq-1 &&
+			(events[i-1].Type() == history.AttemptFailed || events[i-1].Type() == history.LeaseExpired) {
+			f.stats.Retries++
+		}
+		f.workers[e.Data.(history.AttemptStartedData).WorkerID] = true
+		if e.At.After(f.lastStart) {
+			f.lastStart = e.At
+		}
+	case t == history.AttemptFailed:
+		f.stats.AttemptsFailed++
+	case t == history.LeaseExpired:
+		f.stats.LeasesExpired++
+	}
+	if outflows[e.Type()] {
+		f.stats.Outflow++
+		if e.Type() == history.TaskCompleted {
+			f.completed++
+		}
+	}
+	if attemptEnds[e.Type()] {
+		if ms, ok := attemptMillis(events, i); ok {
+			f.attempts = append(f.attempts, ms)
+			f.stats.Attempts.Count++
+		}
+	}
+}
+
+// attemptMillis is how long the attempt events[i] ends took: from the
+// last attempt_started before it, if no other end lies between them.
+func attemptMillis(events []history.Event, i int) (float64, bool) {
+	for j := i - 1; j >= 0; j-- {
+		switch t := events[j].Type(); {
+		case t == history.AttemptStarted:
+			return millis(events[i].At.Sub(events[j].At)), true
+		case attemptEnds[t]:
+			return 0, false
+		}
+	}
+	return 0, false
+}
+
+// stepMillis is how long the step events[i] completes took: its recorded
+// duration, else the time since the attempt's previous event (its start,
+// the previous step, a fired timer).
+func stepMillis(events []history.Event, i int) (float64, bool) {
+	data := events[i].Data.(history.StepCompletedData)
+	if data.DurationMillis > 0 {
+		return float64(data.DurationMillis), true
+	}
+	if i == 0 {
+		return 0, false
+	}
+	prev := events[i-1]
+	switch prev.Type() {
+	case history.AttemptStarted, history.StepCompleted, history.TimerFired:
+		if prev.Attempt == events[i].Attempt {
+			return millis(events[i].At.Sub(prev.At)), true
+		}
+	}
+	return 0, false
+}
+
+func millis(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func (w *window) countError(errs map[errorKey]*errorCount, key errorKey, message string) {
+	c := errs[key]
+	if c == nil {
+		c = &errorCount{}
+		errs[key] = c
+	}
+	c.n++
+	c.message = max(c.message, message)
+}
+
+// topErrors keeps the most common failures of each half, at most
+// engine.DiagnoseTop.
+func (w *window) topErrors(d *engine.QueueDiagnosis, errs map[errorKey]*errorCount) {
+	keys := make([]errorKey, 0, len(errs))
+	for k := range errs {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b errorKey) int {
+		return cmp.Or(-cmp.Compare(errs[a].n, errs[b].n), cmp.Compare(a.taskType, b.taskType), cmp.Compare(a.kind, b.kind),
+			cmp.Compare(a.status, b.status), cmp.Compare(a.step, b.step))
+	})
+	for _, k := range keys {
+		h := half(d, k.isNow)
+		if len(h.Errors) == engine.DiagnoseTop {
+			continue
+		}
+		msg := errs[k].message
+		if r := []rune(msg); len(r) > 300 {
+			msg = string(r[:300])
+		}
+		h.Errors = append(h.Errors, engine.ErrorStats{Type: k.taskType, Class: k.class, Kind: k.kind, Status: k.status,
+			Step: k.step, Count: errs[k].n, Message: msg})
+	}
+}
+
+func half(d *engine.QueueDiagnosis, isNow bool) *engine.DiagnosisHalf {
+	if isNow {
+		return &d.Now
+	}
+	return &d.Then
+}
+
+// durationStats is the count, mean and continuous percentiles (as
+// PostgreSQL's percentile_cont) of ms.
+func durationStats(ms []float64) engine.DurationStats {
+	if len(ms) == 0 {
+		return engine.DurationStats{}
+	}
+	sorted := slices.Clone(ms)
+	slices.Sort(sorted)
+	sum := 0.0
+	for _, v := range sorted {
+		sum += v
+	}
+	return engine.DurationStats{Count: len(sorted), Mean: engine.Millis(sum / float64(len(sorted))),
+		P50: engine.Millis(percentile(sorted, 0.5)), P95: engine.Millis(percentile(sorted, 0.95))}
+}
+
+func percentile(sorted []float64, p float64) float64 {
+	pos := p * float64(len(sorted)-1)
+	lo := int(math.Floor(pos))
+	hi := min(lo+1, len(sorted)-1)
+	return sorted[lo] + (pos-float64(lo))*(sorted[hi]-sorted[lo])
+}
+
+// measureNow reads the queue as it is: depth and settings, running tasks
+// by lease owner, waiting tasks by type and by fairness key, rate limits.
+func measureNow(ctx context.Context, tx *txn, d *engine.QueueDiagnosis, from time.Time) error {
+	now := us(d.At)
+	var oldest sql.NullInt64
+	var concurrency, maxWaiting sql.NullInt64
+	err := tx.QueryRowContext(ctx, `SELECT
+		count(*) FILTER (WHERE status = 'pending'), count(*) FILTER (WHERE status = 'retrying'),
+		count(*) FILTER (WHERE run_at <= ?1), min(run_at) FILTER (WHERE run_at <= ?1),
+		(SELECT concurrency FROM queues WHERE namespace = ?2 AND name = ?3),
+		(SELECT max_waiting FROM queues WHERE namespace = ?2 AND name = ?3)
+		FROM tasks WHERE namespace = ?2 AND queue = ?3 AND status IN ('pending', 'retrying')`,
+		now, d.Namespace, d.Queue).Scan(&d.Depth.Pending, &d.Depth.Retrying, &d.Depth.Due, &oldest, &concurrency, &maxWaiting)
+	if err != nil {
+		return errors.Wrap(interpret(err), "read the queue's depth and settings")
+	}
+	if oldest.Valid {
+		d.Depth.OldestWait = engine.MillisOf(time.Duration(now-oldest.Int64) * time.Microsecond)
+	}
+	d.Limits.Concurrency, d.Limits.MaxWaiting = int(concurrency.Int64), int(maxWaiting.Int64)
+	if err := measureRunning(ctx, tx, d, now); err != nil {
+		return err
+	}
+	if err := measureWaiting(ctx, tx, d, now, from); err != nil {
+		return err
+	}
+	return measureRateLimits(ctx, tx, d)
+}
+
+func measureRunning(ctx context.Context, tx *txn, d *engine.QueueDiagnosis, now int64) error {
+	rows, err := tx.QueryContext(ctx, `SELECT lease_owner, count(*), count(*) FILTER (WHERE lease_expires_at < ?)
+		FROM tasks WHERE namespace = ? AND queue = ? AND status = 'running' GROUP BY lease_owner ORDER BY lease_owner`,
+		now, d.Namespace, d.Queue)
+	if err != nil {
+		return errors.Wrap(interpret(err), "read running tasks")
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var owner sql.NullString
+		var running, expired int
+		if err := rows.Scan(&owner, &running, &expired); err != nil {
+			return err
+		}
+		d.Depth.Running += running
+		d.Depth.ExpiredLeases += expired
+		if owner.Valid && running > expired && !slices.Contains(d.Now.WorkerIDs, owner.String) {
+			d.Now.WorkerIDs = append(d.Now.WorkerIDs, owner.String)
+		}
+	}
+	return errors.Wrap(interpret(rows.Err()), "read running tasks")
+}
+
+func measureWaiting(ctx context.Context, tx *txn, d *engine.QueueDiagnosis, now int64, from time.Time) error {
+	rows, err := tx.QueryContext(ctx, `WITH waiting AS (
+			SELECT type, type_version, count(*) AS waiting, count(*) FILTER (WHERE run_at <= ?1) AS due,
+				min(run_at) FILTER (WHERE run_at <= ?1) AS oldest_due
+			FROM tasks WHERE namespace = ?2 AND queue = ?3 AND status IN ('pending', 'retrying')
+			GROUP BY type, type_version
+		), served AS (
+			SELECT DISTINCT t.type, t.type_version FROM events AS e JOIN tasks AS t ON t.id = e.task_id
+			WHERE e.at >= ?4 AND e.type = 'attempt_started' AND t.namespace = ?2 AND t.queue = ?3
+		)
+		SELECT w.type, w.type_version, w.waiting, w.due, w.oldest_due, s.type IS NOT NULL
+		FROM waiting AS w LEFT JOIN served AS s ON s.type = w.type AND s.type_version = w.type_version
+		ORDER BY w.waiting DESC, w.type, w.type_version`, now, d.Namespace, d.Queue, us(from))
+	if err != nil {
+		return errors.Wrap(interpret(err), "group waiting tasks by type")
+	}
+	for rows.Next() {
+		var wt engine.WaitingType
+		var oldest sql.NullInt64
+		if err := rows.Scan(&wt.Type, &wt.Version, &wt.Waiting, &wt.Due, &oldest, &wt.Served); err != nil {
+			rows.Close()
+			return err
+		}
+		if oldest.Valid {
+			wt.OldestWait = engine.MillisOf(time.Duration(now-oldest.Int64) * time.Microsecond)
+		}
+		d.WaitingByType = append(d.WaitingByType, wt)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return errors.Wrap(interpret(err), "group waiting tasks by type")
+	}
+	rows, err = tx.QueryContext(ctx, `SELECT fairness_key, count(*) AS waiting, count(*) OVER () FROM tasks
+		WHERE namespace = ? AND queue = ? AND status IN ('pending', 'retrying') AND fairness_key IS NOT NULL
+		GROUP BY fairness_key ORDER BY waiting DESC, fairness_key LIMIT ?`, d.Namespace, d.Queue, engine.DiagnoseTop)
+	if err != nil {
+		return errors.Wrap(interpret(err), "group waiting tasks by fairness key")
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var wk engine.WaitingKey
+		if err := rows.Scan(&wk.Key, &wk.Waiting, &d.FairnessKeys); err != nil {
+			return err
+		}
+		d.WaitingByKey = append(d.WaitingByKey, wk)
+	}
+	return errors.Wrap(interpret(rows.Err()), "group waiting tasks by fairness key")
+}
+
+func measureRateLimits(ctx context.Context, tx *txn, d *engine.QueueDiagnosis) error {
+	types := d.TypeNames()
+	if len(types) == 0 {
+		return nil
+	}
+	rows, err := tx.QueryContext(ctx, "SELECT task_type, max_starts, per_ms FROM rate_limits WHERE namespace = ? AND task_type IN ("+
+		placeholders(len(types))+") ORDER BY task_type", append([]any{d.Namespace}, stringArgs(types)...)...)
+	if err != nil {
+		return errors.Wrap(interpret(err), "read rate limits")
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var rl engine.RateLimit
+		var perMS int64
+		if err := rows.Scan(&rl.Type, &rl.MaxStarts, &perMS); err != nil {
+			return err
+		}
+		rl.Per = engine.Millis(perMS)
+		d.Limits.RateLimits = append(d.Limits.RateLimits, rl)
+	}
+	return errors.Wrap(interpret(rows.Err()), "read rate limits")
+}
