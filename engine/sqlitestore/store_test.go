@@ -78,7 +78,9 @@ func insertHistory(t *testing.T, s *sqlitestore.Store, tasks []storetest.BuiltTa
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback() }()
 	now := time.Now().UTC()
-	ago := func(seconds float64) int64 { return now.Add(-time.Duration(seconds * float64(time.Second))).UnixMicro() }
+	ago := func(seconds float64) int64 {
+		return now.Add(-time.Duration(seconds * float64(time.Second))).UnixMicro()
+	}
 	for _, task := range tasks {
 		id := uuid.Must(uuid.NewV7()).String()
 		var owner, lease any
