@@ -319,10 +319,6 @@ func interpret(err error) error {
 	return err
 }
 
-func unsupported(what string) error {
-	return errors.Mark(errors.Newf("%s: not supported by the embedded SQLite store yet; use PostgreSQL", what), engine.ErrUnsupported)
-}
-
 // Times are stored as microseconds since the Unix epoch, UTC.
 func us(t time.Time) int64 { return t.UTC().UnixMicro() }
 
