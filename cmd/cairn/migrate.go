@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/engine/sqlitestore"
+	"github.com/cockroachdb/errors"
 	"github.com/spf13/cobra"
 )
 
@@ -15,6 +17,18 @@ func newMigrateCmd(g *globals) *cobra.Command {
 		Short: "Apply pending migrations (safe to run from several processes at once)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if g.embedded() {
+				// The embedded store applies its migrations when it opens.
+				states, err := embeddedMigrations(cmd, g)
+				if err != nil {
+					return err
+				}
+				if g.output == "json" {
+					return printJSON(cmd, migrationRows(states))
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "embedded store %s is up to date (%d migrations)\n", g.dbPath, len(states))
+				return nil
+			}
 			pool, err := g.connect(cmd.Context(), 2)
 			if err != nil {
 				return err
@@ -40,12 +54,13 @@ func newMigrateCmd(g *globals) *cobra.Command {
 		Short: "List migrations and whether each is applied",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			pool, err := g.connect(cmd.Context(), 2)
-			if err != nil {
-				return err
+			var states []engine.MigrationState
+			var err error
+			if g.embedded() {
+				states, err = embeddedMigrations(cmd, g)
+			} else {
+				states, err = pgMigrationStatus(cmd, g)
 			}
-			defer pool.Close()
-			states, err := engine.MigrationStatus(cmd.Context(), pool, g.schema)
 			if err != nil {
 				return err
 			}
@@ -80,4 +95,26 @@ func migrationRows(states []engine.MigrationState) []migrationRow {
 		out = append(out, migrationRow{Version: m.Version, Name: m.Name, Applied: m.AppliedAt != nil, AppliedAt: m.AppliedAt})
 	}
 	return out
+}
+
+// pgMigrationStatus lists PostgreSQL's migrations and which are applied to
+// the schema.
+func pgMigrationStatus(cmd *cobra.Command, g *globals) ([]engine.MigrationState, error) {
+	pool, err := g.connect(cmd.Context(), 2)
+	if err != nil {
+		return nil, err
+	}
+	defer pool.Close()
+	return engine.MigrationStatus(cmd.Context(), pool, g.schema)
+}
+
+// embeddedMigrations opens the embedded store (which migrates it) and lists
+// its migrations.
+func embeddedMigrations(cmd *cobra.Command, g *globals) ([]engine.MigrationState, error) {
+	store, err := sqlitestore.Open(cmd.Context(), g.dbPath)
+	if err != nil {
+		return nil, errors.Mark(errors.Wrapf(err, "--db %s", g.dbPath), configError)
+	}
+	defer func() { _ = store.Close() }()
+	return store.MigrationStatus(cmd.Context())
 }

@@ -381,3 +381,27 @@ func (s *Store) Version(ctx context.Context) (string, error) {
 	err := s.db.QueryRowContext(ctx, "SELECT sqlite_version()").Scan(&v)
 	return v, errors.Wrap(err, "read sqlite_version()")
 }
+
+// MigrationStatus lists every migration of migrations.SQLite with when it
+// was applied to this file (all of them: Open applies what is pending).
+func (s *Store) MigrationStatus(ctx context.Context) ([]engine.MigrationState, error) {
+	all, err := migrations.SQLite()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]engine.MigrationState, 0, len(all))
+	for _, m := range all {
+		st := engine.MigrationState{Version: m.Version, Name: m.Name}
+		var at int64
+		err := s.q.QueryRowContext(ctx, "SELECT applied_at FROM schema_migrations WHERE version = ?", m.Version).Scan(&at)
+		switch {
+		case err == nil:
+			t := fromUS(at)
+			st.AppliedAt = &t
+		case !errors.Is(err, sql.ErrNoRows):
+			return nil, errors.Wrap(interpret(err), "read schema_migrations")
+		}
+		out = append(out, st)
+	}
+	return out, nil
+}

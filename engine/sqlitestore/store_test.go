@@ -105,3 +105,63 @@ func insertHistory(t *testing.T, s *sqlitestore.Store, tasks []storetest.BuiltTa
 	}
 	require.NoError(t, tx.Commit())
 }
+
+// The store announces in process what PostgreSQL announces with NOTIFY:
+// work ready on a start, a task finished on its terminal event, a cancel
+// requested on a running task.
+func TestStoreAnnouncesItsCommits(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStore(t)
+	got := make(chan engine.Announcement, 16)
+	stop := s.Announce(func(a engine.Announcement) { got <- a })
+	defer stop()
+	next := func() engine.Announcement {
+		t.Helper()
+		select {
+		case a := <-got:
+			return a
+		case <-time.After(5 * time.Second):
+			t.Fatal("no announcement")
+			return engine.Announcement{}
+		}
+	}
+	params := func() *engine.TaskStartParams {
+		return &engine.TaskStartParams{Namespace: "default", Scheduled: history.Scheduled{TaskType: "a", TypeVersion: 1, Queue: "q"}}
+	}
+	claim := func() *engine.ClaimedTask {
+		t.Helper()
+		claimed, err := s.TaskClaimMany(ctx, &engine.TaskClaimManyParams{Namespace: "default", Queues: []string{"q"},
+			Types: []engine.TypeKey{{Type: "a", Version: 1}}, Owner: "w", Max: 1, LeaseTTL: time.Minute})
+		require.NoError(t, err)
+		require.Len(t, claimed, 1)
+		return claimed[0]
+	}
+
+	_, err := s.TaskStart(ctx, params())
+	require.NoError(t, err)
+	require.True(t, next().Ready, "a start makes work ready")
+
+	c := claim()
+	_, err = s.EventAppend(ctx, &engine.EventAppendParams{TaskID: c.Task.ID, State: c.State, Epoch: c.State.Lease.Epoch,
+		Attempt: c.State.Attempt, Payloads: []history.Payload{history.TaskCompletedData{Output: []byte(`1`)}}})
+	require.NoError(t, err)
+	require.Equal(t, engine.Announcement{Done: []uuid.UUID{c.Task.ID}}, next(), "a terminal event finishes the task")
+
+	_, err = s.TaskStart(ctx, params())
+	require.NoError(t, err)
+	next()
+	c = claim()
+	_, err = s.TaskCancel(ctx, &engine.TaskRequestParams{Namespace: "default", ID: c.Task.ID, By: "test"})
+	require.NoError(t, err)
+	require.Equal(t, engine.Announcement{Cancel: []uuid.UUID{c.Task.ID}}, next(), "a running task's cancel is announced")
+
+	stop()
+	_, err = s.TaskStart(ctx, params())
+	require.NoError(t, err)
+	select {
+	case a := <-got:
+		t.Fatalf("announced after stop: %+v", a)
+	case <-time.After(50 * time.Millisecond):
+	}
+}
