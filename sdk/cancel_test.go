@@ -55,355 +55,373 @@ func waitSignal(t *testing.T, ch <-chan struct{}, what string) {
 
 func TestCancelPendingTaskNeverRuns(t *testing.T) {
 	t.Parallel()
-	b := setup(t, sdk.WorkerConfig{})
-	var runs atomic.Int32
-	wf := sdk.NewWorkflow("report.build", 1, func(ctx workflow.Context, _ string) (string, error) {
-		return workflow.Step(ctx, "build", func(context.Context) (string, error) {
-			runs.Add(1)
-			return "report", nil
+	onEachStore(t, func(t *testing.T, setup setupFunc) {
+		b := setup(t, sdk.WorkerConfig{})
+		var runs atomic.Int32
+		wf := sdk.NewWorkflow("report.build", 1, func(ctx workflow.Context, _ string) (string, error) {
+			return workflow.Step(ctx, "build", func(context.Context) (string, error) {
+				runs.Add(1)
+				return "report", nil
+			}, nil)
 		}, nil)
-	}, nil)
-	sdk.Register(b.worker, wf)
-	ctx := context.Background()
-	res, err := b.client.Start(ctx, wf, "q3", &sdk.StartOpts{Delay: time.Hour})
-	require.NoError(t, err)
+		sdk.Register(b.worker, wf)
+		ctx := context.Background()
+		res, err := b.client.Start(ctx, wf, "q3", &sdk.StartOpts{Delay: time.Hour})
+		require.NoError(t, err)
 
-	require.NoError(t, b.client.Cancel(ctx, res.ID, "no longer needed"))
-	info, err := b.client.Get(ctx, res.ID)
-	require.NoError(t, err)
-	require.Equal(t, history.StatusCancelled, info.Status, "cancelled at once, in the same statement")
-	err = b.client.Cancel(ctx, res.ID, "again")
-	require.True(t, errors.Is(err, sdk.ErrTaskState), "a cancelled task is finished: %v", err)
-	startWorker(t, b.worker)
-	stopWorker(t, b.worker)
-	require.Zero(t, runs.Load())
-	events := taskHistory(t, b.client, res.ID)
-	require.Equal(t, []history.Type{history.TaskScheduled, history.CancelRequested, history.TaskCancelled}, eventTypes(events))
-	require.Equal(t, "no longer needed", eventsOf[history.CancelRequestedData](events)[0].Reason)
-	enginetest.RequireProjectionsMatch(t, b.client.Store())
+		require.NoError(t, b.client.Cancel(ctx, res.ID, "no longer needed"))
+		info, err := b.client.Get(ctx, res.ID)
+		require.NoError(t, err)
+		require.Equal(t, history.StatusCancelled, info.Status, "cancelled at once, in the same statement")
+		err = b.client.Cancel(ctx, res.ID, "again")
+		require.True(t, errors.Is(err, sdk.ErrTaskState), "a cancelled task is finished: %v", err)
+		startWorker(t, b.worker)
+		stopWorker(t, b.worker)
+		require.Zero(t, runs.Load())
+		events := taskHistory(t, b.client, res.ID)
+		require.Equal(t, []history.Type{history.TaskScheduled, history.CancelRequested, history.TaskCancelled}, eventTypes(events))
+		require.Equal(t, "no longer needed", eventsOf[history.CancelRequestedData](events)[0].Reason)
+		enginetest.RequireProjectionsMatch(t, b.client.Store())
+	})
 }
 
 func TestCancelFinishedTaskSaysItsState(t *testing.T) {
 	t.Parallel()
-	b := setup(t, sdk.WorkerConfig{})
-	wf := sdk.NewWorkflow("x.done", 1, func(ctx workflow.Context, _ string) (string, error) { return "ok", nil }, nil)
-	sdk.Register(b.worker, wf)
-	startWorker(t, b.worker)
-	ctx := context.Background()
-	res, err := b.client.Start(ctx, wf, "", nil)
-	require.NoError(t, err)
-	waitTask(t, b.client, res.ID)
-	err = b.client.Cancel(ctx, res.ID, "too late")
-	require.True(t, errors.Is(err, sdk.ErrTaskState), "%v", err)
-	require.ErrorContains(t, err, "it is completed; only a pending, retrying or running task can be cancelled")
-	err = b.client.Compensate(ctx, res.ID, "undo")
-	require.True(t, errors.Is(err, sdk.ErrTaskState), "%v", err)
-	require.ErrorContains(t, err, "none of its steps has a compensator")
-	stopWorker(t, b.worker)
+	onEachStore(t, func(t *testing.T, setup setupFunc) {
+		b := setup(t, sdk.WorkerConfig{})
+		wf := sdk.NewWorkflow("x.done", 1, func(ctx workflow.Context, _ string) (string, error) { return "ok", nil }, nil)
+		sdk.Register(b.worker, wf)
+		startWorker(t, b.worker)
+		ctx := context.Background()
+		res, err := b.client.Start(ctx, wf, "", nil)
+		require.NoError(t, err)
+		waitTask(t, b.client, res.ID)
+		err = b.client.Cancel(ctx, res.ID, "too late")
+		require.True(t, errors.Is(err, sdk.ErrTaskState), "%v", err)
+		require.ErrorContains(t, err, "it is completed; only a pending, retrying or running task can be cancelled")
+		err = b.client.Compensate(ctx, res.ID, "undo")
+		require.True(t, errors.Is(err, sdk.ErrTaskState), "%v", err)
+		require.ErrorContains(t, err, "none of its steps has a compensator")
+		stopWorker(t, b.worker)
+	})
 }
 
 // Cancel during step 2 of 4: step 2's context is cancelled, steps 3 and 4
 // never run, step 1 is compensated, and the task ends cancelled.
 func TestCancelDuringStepTwoOfFour(t *testing.T) {
 	t.Parallel()
-	b := setup(t, sdk.WorkerConfig{})
-	var e effects
-	started2 := make(chan struct{})
-	var cause2 atomic.Value
-	wf := sdk.NewWorkflow("order.fulfil", 1, func(ctx workflow.Context, _ string) (string, error) {
-		if _, err := workflow.Step(ctx, "reserve", func(context.Context) (string, error) {
-			e.add("reserve")
-			return "r-1", nil
-		}, &workflow.StepOpts{Compensate: undo(&e, "reserve")}); err != nil {
-			return "", err
-		}
-		if _, err := workflow.Step(ctx, "charge", func(ctx context.Context) (string, error) {
-			e.add("charge")
-			close(started2)
-			<-ctx.Done()
-			cause2.Store(context.Cause(ctx))
-			return "", ctx.Err()
-		}, &workflow.StepOpts{Compensate: undo(&e, "charge")}); err != nil {
-			return "", err
-		}
-		for _, name := range []string{"ship", "notify"} {
-			if _, err := workflow.Step(ctx, name, func(context.Context) (string, error) {
-				e.add(name)
-				return name, nil
-			}, nil); err != nil {
+	onEachStore(t, func(t *testing.T, setup setupFunc) {
+		b := setup(t, sdk.WorkerConfig{})
+		var e effects
+		started2 := make(chan struct{})
+		var cause2 atomic.Value
+		wf := sdk.NewWorkflow("order.fulfil", 1, func(ctx workflow.Context, _ string) (string, error) {
+			if _, err := workflow.Step(ctx, "reserve", func(context.Context) (string, error) {
+				e.add("reserve")
+				return "r-1", nil
+			}, &workflow.StepOpts{Compensate: undo(&e, "reserve")}); err != nil {
 				return "", err
 			}
-		}
-		return "done", nil
-	}, &sdk.WorkflowOpts{Retry: fastRetry(3)})
-	sdk.Register(b.worker, wf)
-	startWorker(t, b.worker)
-	ctx := context.Background()
-	res, err := b.client.Start(ctx, wf, "order-7", nil)
-	require.NoError(t, err)
-	waitSignal(t, started2, "step 2")
-	require.NoError(t, b.client.Cancel(ctx, res.ID, "customer changed their mind"))
-	info := waitTask(t, b.client, res.ID)
+			if _, err := workflow.Step(ctx, "charge", func(ctx context.Context) (string, error) {
+				e.add("charge")
+				close(started2)
+				<-ctx.Done()
+				cause2.Store(context.Cause(ctx))
+				return "", ctx.Err()
+			}, &workflow.StepOpts{Compensate: undo(&e, "charge")}); err != nil {
+				return "", err
+			}
+			for _, name := range []string{"ship", "notify"} {
+				if _, err := workflow.Step(ctx, name, func(context.Context) (string, error) {
+					e.add(name)
+					return name, nil
+				}, nil); err != nil {
+					return "", err
+				}
+			}
+			return "done", nil
+		}, &sdk.WorkflowOpts{Retry: fastRetry(3)})
+		sdk.Register(b.worker, wf)
+		startWorker(t, b.worker)
+		ctx := context.Background()
+		res, err := b.client.Start(ctx, wf, "order-7", nil)
+		require.NoError(t, err)
+		waitSignal(t, started2, "step 2")
+		require.NoError(t, b.client.Cancel(ctx, res.ID, "customer changed their mind"))
+		info := waitTask(t, b.client, res.ID)
 
-	require.Equal(t, history.StatusCancelled, info.Status)
-	require.True(t, errors.Is(cause2.Load().(error), engine.ErrCancelRequested), "step 2's context ends with the cancel: %v", cause2.Load())
-	require.Equal(t, []string{"reserve", "charge", "undo reserve"}, e.all(), "steps 3 and 4 never run; only the completed step is undone")
-	events := taskHistory(t, b.client, res.ID)
-	require.Equal(t, []history.Type{history.TaskScheduled, history.AttemptStarted, history.StepCompleted,
-		history.CancelRequested, history.CompensationStarted, history.StepCompensated, history.TaskCancelled}, eventTypes(events))
-	require.Equal(t, []int{0}, eventsOf[history.CompensationStartedData](events)[0].Steps)
-	require.Equal(t, []int{0}, eventsOf[history.TaskCancelledData](events)[0].Compensated)
-	stopWorker(t, b.worker)
-	enginetest.RequireProjectionsMatch(t, b.client.Store())
+		require.Equal(t, history.StatusCancelled, info.Status)
+		require.True(t, errors.Is(cause2.Load().(error), engine.ErrCancelRequested), "step 2's context ends with the cancel: %v", cause2.Load())
+		require.Equal(t, []string{"reserve", "charge", "undo reserve"}, e.all(), "steps 3 and 4 never run; only the completed step is undone")
+		events := taskHistory(t, b.client, res.ID)
+		require.Equal(t, []history.Type{history.TaskScheduled, history.AttemptStarted, history.StepCompleted,
+			history.CancelRequested, history.CompensationStarted, history.StepCompensated, history.TaskCancelled}, eventTypes(events))
+		require.Equal(t, []int{0}, eventsOf[history.CompensationStartedData](events)[0].Steps)
+		require.Equal(t, []int{0}, eventsOf[history.TaskCancelledData](events)[0].Compensated)
+		stopWorker(t, b.worker)
+		enginetest.RequireProjectionsMatch(t, b.client.Store())
+	})
 }
 
 func TestCancelWhileIrreversibleStepRuns(t *testing.T) {
 	t.Parallel()
-	b := setup(t, sdk.WorkerConfig{})
-	var e effects
-	started, release := make(chan struct{}), make(chan struct{})
-	var ctxErr atomic.Value
-	wf := sdk.NewWorkflow("payment.wire", 1, func(ctx workflow.Context, _ string) (string, error) {
-		if _, err := workflow.Step(ctx, "wire", func(ctx context.Context) (string, error) {
-			close(started)
-			<-release
-			ctxErr.Store(fmt.Sprint(ctx.Err()))
-			e.add("wire")
-			return "w-1", nil
-		}, &workflow.StepOpts{Irreversible: true, Compensate: undo(&e, "wire")}); err != nil {
-			return "", err
-		}
-		return workflow.Step(ctx, "receipt", func(context.Context) (string, error) {
-			e.add("receipt")
-			return "sent", nil
+	onEachStore(t, func(t *testing.T, setup setupFunc) {
+		b := setup(t, sdk.WorkerConfig{})
+		var e effects
+		started, release := make(chan struct{}), make(chan struct{})
+		var ctxErr atomic.Value
+		wf := sdk.NewWorkflow("payment.wire", 1, func(ctx workflow.Context, _ string) (string, error) {
+			if _, err := workflow.Step(ctx, "wire", func(ctx context.Context) (string, error) {
+				close(started)
+				<-release
+				ctxErr.Store(fmt.Sprint(ctx.Err()))
+				e.add("wire")
+				return "w-1", nil
+			}, &workflow.StepOpts{Irreversible: true, Compensate: undo(&e, "wire")}); err != nil {
+				return "", err
+			}
+			return workflow.Step(ctx, "receipt", func(context.Context) (string, error) {
+				e.add("receipt")
+				return "sent", nil
+			}, nil)
 		}, nil)
-	}, nil)
-	sdk.Register(b.worker, wf)
-	startWorker(t, b.worker)
-	ctx := context.Background()
-	res, err := b.client.Start(ctx, wf, "", nil)
-	require.NoError(t, err)
-	waitSignal(t, started, "the irreversible step")
-	require.NoError(t, b.client.Cancel(ctx, res.ID, "fraud check"))
-	// The cancel reaches the worker (NOTIFY) while the step runs; the step
-	// is not interrupted.
-	time.Sleep(100 * time.Millisecond)
-	close(release)
-	info := waitTask(t, b.client, res.ID)
+		sdk.Register(b.worker, wf)
+		startWorker(t, b.worker)
+		ctx := context.Background()
+		res, err := b.client.Start(ctx, wf, "", nil)
+		require.NoError(t, err)
+		waitSignal(t, started, "the irreversible step")
+		require.NoError(t, b.client.Cancel(ctx, res.ID, "fraud check"))
+		// The cancel reaches the worker (NOTIFY) while the step runs; the step
+		// is not interrupted.
+		time.Sleep(100 * time.Millisecond)
+		close(release)
+		info := waitTask(t, b.client, res.ID)
 
-	require.Equal(t, history.StatusCancelled, info.Status)
-	require.Equal(t, "<nil>", ctxErr.Load(), "the irreversible step's context was not cancelled")
-	require.Equal(t, []string{"wire", "undo wire"}, e.all(), "the irreversible step completes, is compensated, and nothing after it runs")
-	require.Equal(t, []history.Type{history.TaskScheduled, history.AttemptStarted, history.CancelRequested,
-		history.StepCompleted, history.CompensationStarted, history.StepCompensated, history.TaskCancelled},
-		eventTypes(taskHistory(t, b.client, res.ID)))
-	stopWorker(t, b.worker)
-	enginetest.RequireProjectionsMatch(t, b.client.Store())
+		require.Equal(t, history.StatusCancelled, info.Status)
+		require.Equal(t, "<nil>", ctxErr.Load(), "the irreversible step's context was not cancelled")
+		require.Equal(t, []string{"wire", "undo wire"}, e.all(), "the irreversible step completes, is compensated, and nothing after it runs")
+		require.Equal(t, []history.Type{history.TaskScheduled, history.AttemptStarted, history.CancelRequested,
+			history.StepCompleted, history.CompensationStarted, history.StepCompensated, history.TaskCancelled},
+			eventTypes(taskHistory(t, b.client, res.ID)))
+		stopWorker(t, b.worker)
+		enginetest.RequireProjectionsMatch(t, b.client.Store())
+	})
 }
 
 func TestCompensatorFailingPermanentlyDeadLettersUntilRequeued(t *testing.T) {
 	t.Parallel()
-	b := setup(t, sdk.WorkerConfig{})
-	var e effects
-	var refundWorks atomic.Bool
-	started := make(chan struct{})
-	wf := sdk.NewWorkflow("trip.book", 1, func(ctx workflow.Context, _ string) (string, error) {
-		if _, err := workflow.Step(ctx, "hotel", func(context.Context) (string, error) {
-			e.add("hotel")
-			return "h-1", nil
-		}, &workflow.StepOpts{Compensate: undo(&e, "hotel")}); err != nil {
-			return "", err
-		}
-		if _, err := workflow.Step(ctx, "flight", func(context.Context) (string, error) {
-			e.add("flight")
-			return "f-1", nil
-		}, &workflow.StepOpts{Compensate: workflow.Compensate(func(_ context.Context, booking string) error {
-			if !refundWorks.Load() {
-				return activities.Permanent(activities.WithStatus(errors.Newf("refund of %s refused", booking), 409))
+	onEachStore(t, func(t *testing.T, setup setupFunc) {
+		b := setup(t, sdk.WorkerConfig{})
+		var e effects
+		var refundWorks atomic.Bool
+		started := make(chan struct{})
+		wf := sdk.NewWorkflow("trip.book", 1, func(ctx workflow.Context, _ string) (string, error) {
+			if _, err := workflow.Step(ctx, "hotel", func(context.Context) (string, error) {
+				e.add("hotel")
+				return "h-1", nil
+			}, &workflow.StepOpts{Compensate: undo(&e, "hotel")}); err != nil {
+				return "", err
 			}
-			e.add("undo flight")
-			return nil
-		})}); err != nil {
-			return "", err
-		}
-		return workflow.Step(ctx, "wait", func(ctx context.Context) (string, error) {
-			close(started)
-			<-ctx.Done()
-			return "", ctx.Err()
-		}, nil)
-	}, &sdk.WorkflowOpts{Retry: fastRetry(3)})
-	sdk.Register(b.worker, wf)
-	startWorker(t, b.worker)
-	ctx := context.Background()
-	res, err := b.client.Start(ctx, wf, "", nil)
-	require.NoError(t, err)
-	waitSignal(t, started, "the last step")
-	require.NoError(t, b.client.Cancel(ctx, res.ID, "trip called off"))
-	info := waitTask(t, b.client, res.ID)
+			if _, err := workflow.Step(ctx, "flight", func(context.Context) (string, error) {
+				e.add("flight")
+				return "f-1", nil
+			}, &workflow.StepOpts{Compensate: workflow.Compensate(func(_ context.Context, booking string) error {
+				if !refundWorks.Load() {
+					return activities.Permanent(activities.WithStatus(errors.Newf("refund of %s refused", booking), 409))
+				}
+				e.add("undo flight")
+				return nil
+			})}); err != nil {
+				return "", err
+			}
+			return workflow.Step(ctx, "wait", func(ctx context.Context) (string, error) {
+				close(started)
+				<-ctx.Done()
+				return "", ctx.Err()
+			}, nil)
+		}, &sdk.WorkflowOpts{Retry: fastRetry(3)})
+		sdk.Register(b.worker, wf)
+		startWorker(t, b.worker)
+		ctx := context.Background()
+		res, err := b.client.Start(ctx, wf, "", nil)
+		require.NoError(t, err)
+		waitSignal(t, started, "the last step")
+		require.NoError(t, b.client.Cancel(ctx, res.ID, "trip called off"))
+		info := waitTask(t, b.client, res.ID)
 
-	require.Equal(t, history.StatusDeadLettered, info.Status, "a compensator that cannot succeed needs a person")
-	require.Equal(t, 409, info.LastError.Status)
-	require.Equal(t, "flight", info.LastError.Step)
-	events := taskHistory(t, b.client, res.ID)
-	failed := eventsOf[history.CompensationFailedData](events)
-	require.Len(t, failed, 1)
-	require.Equal(t, 1, failed[0].Position)
-	require.Contains(t, failed[0].Error.Message, "refund of f-1 refused")
-	require.Equal(t, []string{"hotel", "flight"}, e.all(), "the hotel is not undone before the flight")
+		require.Equal(t, history.StatusDeadLettered, info.Status, "a compensator that cannot succeed needs a person")
+		require.Equal(t, 409, info.LastError.Status)
+		require.Equal(t, "flight", info.LastError.Step)
+		events := taskHistory(t, b.client, res.ID)
+		failed := eventsOf[history.CompensationFailedData](events)
+		require.Len(t, failed, 1)
+		require.Equal(t, 1, failed[0].Position)
+		require.Contains(t, failed[0].Error.Message, "refund of f-1 refused")
+		require.Equal(t, []string{"hotel", "flight"}, e.all(), "the hotel is not undone before the flight")
 
-	refundWorks.Store(true)
-	require.NoError(t, b.client.Retry(ctx, res.ID, "airline fixed refunds"))
-	info = waitTask(t, b.client, res.ID)
-	require.Equal(t, history.StatusCancelled, info.Status)
-	require.Equal(t, []string{"hotel", "flight", "undo flight", "undo hotel"}, e.all(), "reverse order of completion")
-	events = taskHistory(t, b.client, res.ID)
-	require.Equal(t, []int{1, 0}, eventsOf[history.TaskCancelledData](events)[0].Compensated)
-	stopWorker(t, b.worker)
-	enginetest.RequireProjectionsMatch(t, b.client.Store())
+		refundWorks.Store(true)
+		require.NoError(t, b.client.Retry(ctx, res.ID, "airline fixed refunds"))
+		info = waitTask(t, b.client, res.ID)
+		require.Equal(t, history.StatusCancelled, info.Status)
+		require.Equal(t, []string{"hotel", "flight", "undo flight", "undo hotel"}, e.all(), "reverse order of completion")
+		events = taskHistory(t, b.client, res.ID)
+		require.Equal(t, []int{1, 0}, eventsOf[history.TaskCancelledData](events)[0].Compensated)
+		stopWorker(t, b.worker)
+		enginetest.RequireProjectionsMatch(t, b.client.Store())
+	})
 }
 
 func TestCompensateCompletedTask(t *testing.T) {
 	t.Parallel()
-	b := setup(t, sdk.WorkerConfig{})
-	var e effects
-	wf := sdk.NewWorkflow("invoice.send", 1, func(ctx workflow.Context, _ string) (string, error) {
-		for _, name := range []string{"create", "email"} {
-			if _, err := workflow.Step(ctx, name, func(context.Context) (string, error) {
-				e.add(name)
-				return name, nil
-			}, &workflow.StepOpts{Compensate: undo(&e, name)}); err != nil {
-				return "", err
+	onEachStore(t, func(t *testing.T, setup setupFunc) {
+		b := setup(t, sdk.WorkerConfig{})
+		var e effects
+		wf := sdk.NewWorkflow("invoice.send", 1, func(ctx workflow.Context, _ string) (string, error) {
+			for _, name := range []string{"create", "email"} {
+				if _, err := workflow.Step(ctx, name, func(context.Context) (string, error) {
+					e.add(name)
+					return name, nil
+				}, &workflow.StepOpts{Compensate: undo(&e, name)}); err != nil {
+					return "", err
+				}
 			}
-		}
-		return "sent", nil
-	}, nil)
-	sdk.Register(b.worker, wf)
-	startWorker(t, b.worker)
-	ctx := context.Background()
-	res, err := b.client.Start(ctx, wf, "", nil)
-	require.NoError(t, err)
-	require.Equal(t, history.StatusCompleted, waitTask(t, b.client, res.ID).Status)
+			return "sent", nil
+		}, nil)
+		sdk.Register(b.worker, wf)
+		startWorker(t, b.worker)
+		ctx := context.Background()
+		res, err := b.client.Start(ctx, wf, "", nil)
+		require.NoError(t, err)
+		require.Equal(t, history.StatusCompleted, waitTask(t, b.client, res.ID).Status)
 
-	require.NoError(t, b.client.Compensate(ctx, res.ID, "sent to the wrong customer"))
-	info := waitTask(t, b.client, res.ID)
-	require.Equal(t, history.StatusCancelled, info.Status)
-	require.Equal(t, []string{"create", "email", "undo email", "undo create"}, e.all())
-	events := taskHistory(t, b.client, res.ID)
-	require.Equal(t, []history.Type{history.TaskScheduled, history.AttemptStarted, history.StepCompleted,
-		history.StepCompleted, history.TaskCompleted, history.CompensationRequested, history.AttemptStarted,
-		history.CompensationStarted, history.StepCompensated, history.StepCompensated, history.TaskCancelled}, eventTypes(events))
-	require.Equal(t, "requested", eventsOf[history.CompensationStartedData](events)[0].Reason)
-	stopWorker(t, b.worker)
-	enginetest.RequireProjectionsMatch(t, b.client.Store())
+		require.NoError(t, b.client.Compensate(ctx, res.ID, "sent to the wrong customer"))
+		info := waitTask(t, b.client, res.ID)
+		require.Equal(t, history.StatusCancelled, info.Status)
+		require.Equal(t, []string{"create", "email", "undo email", "undo create"}, e.all())
+		events := taskHistory(t, b.client, res.ID)
+		require.Equal(t, []history.Type{history.TaskScheduled, history.AttemptStarted, history.StepCompleted,
+			history.StepCompleted, history.TaskCompleted, history.CompensationRequested, history.AttemptStarted,
+			history.CompensationStarted, history.StepCompensated, history.StepCompensated, history.TaskCancelled}, eventTypes(events))
+		require.Equal(t, "requested", eventsOf[history.CompensationStartedData](events)[0].Reason)
+		stopWorker(t, b.worker)
+		enginetest.RequireProjectionsMatch(t, b.client.Store())
+	})
 }
 
 func TestPermanentFailureCompensatesAndFails(t *testing.T) {
 	t.Parallel()
-	b := setup(t, sdk.WorkerConfig{})
-	var e effects
-	wf := sdk.NewWorkflow("account.open", 1, func(ctx workflow.Context, _ string) (string, error) {
-		if _, err := workflow.Step(ctx, "create", func(context.Context) (string, error) {
-			e.add("create")
-			return "acct-1", nil
-		}, &workflow.StepOpts{Compensate: undo(&e, "create")}); err != nil {
-			return "", err
-		}
-		return workflow.Step(ctx, "verify", func(context.Context) (string, error) {
-			return "", activities.Permanent(errors.New("identity check refused"))
-		}, nil)
-	}, &sdk.WorkflowOpts{Retry: fastRetry(3)})
-	sdk.Register(b.worker, wf)
-	startWorker(t, b.worker)
-	res, err := b.client.Start(context.Background(), wf, "", nil)
-	require.NoError(t, err)
-	info := waitTask(t, b.client, res.ID)
-	require.Equal(t, history.StatusFailed, info.Status)
-	require.Contains(t, info.LastError.Message, "identity check refused")
-	require.Equal(t, []string{"create", "undo create"}, e.all())
-	events := taskHistory(t, b.client, res.ID)
-	require.Equal(t, []history.Type{history.TaskScheduled, history.AttemptStarted, history.StepCompleted,
-		history.CompensationStarted, history.StepCompensated, history.TaskFailed}, eventTypes(events))
-	require.Equal(t, []int{0}, eventsOf[history.TaskFailedData](events)[0].Compensated)
-	stopWorker(t, b.worker)
-	enginetest.RequireProjectionsMatch(t, b.client.Store())
+	onEachStore(t, func(t *testing.T, setup setupFunc) {
+		b := setup(t, sdk.WorkerConfig{})
+		var e effects
+		wf := sdk.NewWorkflow("account.open", 1, func(ctx workflow.Context, _ string) (string, error) {
+			if _, err := workflow.Step(ctx, "create", func(context.Context) (string, error) {
+				e.add("create")
+				return "acct-1", nil
+			}, &workflow.StepOpts{Compensate: undo(&e, "create")}); err != nil {
+				return "", err
+			}
+			return workflow.Step(ctx, "verify", func(context.Context) (string, error) {
+				return "", activities.Permanent(errors.New("identity check refused"))
+			}, nil)
+		}, &sdk.WorkflowOpts{Retry: fastRetry(3)})
+		sdk.Register(b.worker, wf)
+		startWorker(t, b.worker)
+		res, err := b.client.Start(context.Background(), wf, "", nil)
+		require.NoError(t, err)
+		info := waitTask(t, b.client, res.ID)
+		require.Equal(t, history.StatusFailed, info.Status)
+		require.Contains(t, info.LastError.Message, "identity check refused")
+		require.Equal(t, []string{"create", "undo create"}, e.all())
+		events := taskHistory(t, b.client, res.ID)
+		require.Equal(t, []history.Type{history.TaskScheduled, history.AttemptStarted, history.StepCompleted,
+			history.CompensationStarted, history.StepCompensated, history.TaskFailed}, eventTypes(events))
+		require.Equal(t, []int{0}, eventsOf[history.TaskFailedData](events)[0].Compensated)
+		stopWorker(t, b.worker)
+		enginetest.RequireProjectionsMatch(t, b.client.Store())
+	})
 }
 
 // A worker that dies after the cancel was requested loses nothing: the
 // next attempt goes straight to compensation.
 func TestCancelSurvivesAWorkerCrash(t *testing.T) {
 	t.Parallel()
-	cfg := sdk.WorkerConfig{LeaseTTL: time.Second, HeartbeatInterval: 200 * time.Millisecond, RescueInterval: 100 * time.Millisecond}
-	b := setup(t, cfg)
-	var e effects
-	hung := make(chan struct{})
-	var hungOnce sync.Once
-	wf := sdk.NewWorkflow("sync.crm", 1, func(ctx workflow.Context, _ string) (string, error) {
-		if _, err := workflow.Step(ctx, "create", func(context.Context) (string, error) {
-			e.add("create")
-			return "c-1", nil
-		}, &workflow.StepOpts{Compensate: undo(&e, "create")}); err != nil {
-			return "", err
-		}
-		return workflow.Step(ctx, "push", func(ctx context.Context) (string, error) {
-			e.add("push")
-			hungOnce.Do(func() { close(hung) })
-			<-ctx.Done() // the lease context: ends when the worker is abandoned
-			return "", ctx.Err()
-		}, &workflow.StepOpts{Irreversible: true})
-	}, nil)
-	sdk.Register(b.worker, wf)
-	crashCtx, crash := context.WithCancel(context.Background())
-	require.NoError(t, b.worker.Start(crashCtx))
-	ctx := context.Background()
-	res, err := b.client.Start(ctx, wf, "", nil)
-	require.NoError(t, err)
-	waitSignal(t, hung, "the step the worker dies in")
-	require.NoError(t, b.client.Cancel(ctx, res.ID, "user left"))
-	crash() // the worker dies: nothing more is written for its attempt
+	onEachStore(t, func(t *testing.T, setup setupFunc) {
+		cfg := sdk.WorkerConfig{LeaseTTL: time.Second, HeartbeatInterval: 200 * time.Millisecond, RescueInterval: 100 * time.Millisecond}
+		b := setup(t, cfg)
+		var e effects
+		hung := make(chan struct{})
+		var hungOnce sync.Once
+		wf := sdk.NewWorkflow("sync.crm", 1, func(ctx workflow.Context, _ string) (string, error) {
+			if _, err := workflow.Step(ctx, "create", func(context.Context) (string, error) {
+				e.add("create")
+				return "c-1", nil
+			}, &workflow.StepOpts{Compensate: undo(&e, "create")}); err != nil {
+				return "", err
+			}
+			return workflow.Step(ctx, "push", func(ctx context.Context) (string, error) {
+				e.add("push")
+				hungOnce.Do(func() { close(hung) })
+				<-ctx.Done() // the lease context: ends when the worker is abandoned
+				return "", ctx.Err()
+			}, &workflow.StepOpts{Irreversible: true})
+		}, nil)
+		sdk.Register(b.worker, wf)
+		crashCtx, crash := context.WithCancel(context.Background())
+		require.NoError(t, b.worker.Start(crashCtx))
+		ctx := context.Background()
+		res, err := b.client.Start(ctx, wf, "", nil)
+		require.NoError(t, err)
+		waitSignal(t, hung, "the step the worker dies in")
+		require.NoError(t, b.client.Cancel(ctx, res.ID, "user left"))
+		crash() // the worker dies: nothing more is written for its attempt
 
-	second := b.newWorker(t, cfg)
-	sdk.Register(second, wf)
-	startWorker(t, second)
-	info := waitTask(t, b.client, res.ID)
-	require.Equal(t, history.StatusCancelled, info.Status)
-	require.Equal(t, []string{"create", "push", "undo create"}, e.all(), "the second attempt runs no step, only the compensator")
-	require.Equal(t, []history.Type{history.TaskScheduled, history.AttemptStarted, history.StepCompleted,
-		history.CancelRequested, history.LeaseExpired, history.AttemptStarted, history.CompensationStarted,
-		history.StepCompensated, history.TaskCancelled}, eventTypes(taskHistory(t, b.client, res.ID)))
-	stopWorker(t, second)
-	_ = b.worker.Stop(ctx)
-	enginetest.RequireProjectionsMatch(t, b.client.Store())
+		second := b.newWorker(t, cfg)
+		sdk.Register(second, wf)
+		startWorker(t, second)
+		info := waitTask(t, b.client, res.ID)
+		require.Equal(t, history.StatusCancelled, info.Status)
+		require.Equal(t, []string{"create", "push", "undo create"}, e.all(), "the second attempt runs no step, only the compensator")
+		require.Equal(t, []history.Type{history.TaskScheduled, history.AttemptStarted, history.StepCompleted,
+			history.CancelRequested, history.LeaseExpired, history.AttemptStarted, history.CompensationStarted,
+			history.StepCompensated, history.TaskCancelled}, eventTypes(taskHistory(t, b.client, res.ID)))
+		stopWorker(t, second)
+		_ = b.worker.Stop(ctx)
+		enginetest.RequireProjectionsMatch(t, b.client.Store())
+	})
 }
 
 // A task that gives up because its next retry would come after its
 // deadline still undoes what it completed.
 func TestDeadlineGiveUpCompensates(t *testing.T) {
 	t.Parallel()
-	b := setup(t, sdk.WorkerConfig{})
-	var e effects
-	wf := sdk.NewWorkflow("quote.prepare", 1, func(ctx workflow.Context, _ string) (string, error) {
-		if _, err := workflow.Step(ctx, "hold", func(context.Context) (string, error) {
-			e.add("hold")
-			return "h-1", nil
-		}, &workflow.StepOpts{Compensate: undo(&e, "hold")}); err != nil {
-			return "", err
-		}
-		return workflow.Step(ctx, "price", func(context.Context) (string, error) {
-			return "", errors.New("pricing service unavailable")
-		}, nil)
-	}, &sdk.WorkflowOpts{Retry: &activities.RetryPolicy{MaxAttempts: 5, InitialInterval: time.Minute, Multiplier: 2,
-		MaxInterval: time.Hour, Jitter: activities.NoJitter}})
-	sdk.Register(b.worker, wf)
-	startWorker(t, b.worker)
-	res, err := b.client.Start(context.Background(), wf, "", &sdk.StartOpts{Deadline: time.Now().Add(5 * time.Second)})
-	require.NoError(t, err)
-	info := waitTask(t, b.client, res.ID)
-	require.Equal(t, history.StatusFailed, info.Status)
-	require.Equal(t, []string{"hold", "undo hold"}, e.all())
-	require.Equal(t, []history.Type{history.TaskScheduled, history.AttemptStarted, history.StepCompleted,
-		history.CompensationStarted, history.StepCompensated, history.TaskFailed}, eventTypes(taskHistory(t, b.client, res.ID)))
-	stopWorker(t, b.worker)
-	enginetest.RequireProjectionsMatch(t, b.client.Store())
+	onEachStore(t, func(t *testing.T, setup setupFunc) {
+		b := setup(t, sdk.WorkerConfig{})
+		var e effects
+		wf := sdk.NewWorkflow("quote.prepare", 1, func(ctx workflow.Context, _ string) (string, error) {
+			if _, err := workflow.Step(ctx, "hold", func(context.Context) (string, error) {
+				e.add("hold")
+				return "h-1", nil
+			}, &workflow.StepOpts{Compensate: undo(&e, "hold")}); err != nil {
+				return "", err
+			}
+			return workflow.Step(ctx, "price", func(context.Context) (string, error) {
+				return "", errors.New("pricing service unavailable")
+			}, nil)
+		}, &sdk.WorkflowOpts{Retry: &activities.RetryPolicy{MaxAttempts: 5, InitialInterval: time.Minute, Multiplier: 2,
+			MaxInterval: time.Hour, Jitter: activities.NoJitter}})
+		sdk.Register(b.worker, wf)
+		startWorker(t, b.worker)
+		res, err := b.client.Start(context.Background(), wf, "", &sdk.StartOpts{Deadline: time.Now().Add(5 * time.Second)})
+		require.NoError(t, err)
+		info := waitTask(t, b.client, res.ID)
+		require.Equal(t, history.StatusFailed, info.Status)
+		require.Equal(t, []string{"hold", "undo hold"}, e.all())
+		require.Equal(t, []history.Type{history.TaskScheduled, history.AttemptStarted, history.StepCompleted,
+			history.CompensationStarted, history.StepCompensated, history.TaskFailed}, eventTypes(taskHistory(t, b.client, res.ID)))
+		stopWorker(t, b.worker)
+		enginetest.RequireProjectionsMatch(t, b.client.Store())
+	})
 }
 
 // A worker stopping gracefully in the middle of compensation finishes the
@@ -411,53 +429,55 @@ func TestDeadlineGiveUpCompensates(t *testing.T) {
 // with the next one.
 func TestGracefulStopDuringCompensationHandsTheTaskBack(t *testing.T) {
 	t.Parallel()
-	b := setup(t, sdk.WorkerConfig{})
-	var e effects
-	compensating, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	started := make(chan struct{})
-	wf := sdk.NewWorkflow("order.place", 1, func(ctx workflow.Context, _ string) (string, error) {
-		if _, err := workflow.Step(ctx, "reserve", func(context.Context) (string, error) {
-			e.add("reserve")
-			return "r", nil
-		}, &workflow.StepOpts{Compensate: undo(&e, "reserve")}); err != nil {
-			return "", err
-		}
-		if _, err := workflow.Step(ctx, "charge", func(context.Context) (string, error) {
-			e.add("charge")
-			return "c", nil
-		}, &workflow.StepOpts{Compensate: workflow.Compensate(func(context.Context, string) error {
-			once.Do(func() { close(compensating) })
-			<-release
-			e.add("undo charge")
-			return nil
-		})}); err != nil {
-			return "", err
-		}
-		return workflow.Step(ctx, "ship", func(ctx context.Context) (string, error) {
-			close(started)
-			<-ctx.Done()
-			return "", ctx.Err()
+	onEachStore(t, func(t *testing.T, setup setupFunc) {
+		b := setup(t, sdk.WorkerConfig{})
+		var e effects
+		compensating, release := make(chan struct{}), make(chan struct{})
+		var once sync.Once
+		started := make(chan struct{})
+		wf := sdk.NewWorkflow("order.place", 1, func(ctx workflow.Context, _ string) (string, error) {
+			if _, err := workflow.Step(ctx, "reserve", func(context.Context) (string, error) {
+				e.add("reserve")
+				return "r", nil
+			}, &workflow.StepOpts{Compensate: undo(&e, "reserve")}); err != nil {
+				return "", err
+			}
+			if _, err := workflow.Step(ctx, "charge", func(context.Context) (string, error) {
+				e.add("charge")
+				return "c", nil
+			}, &workflow.StepOpts{Compensate: workflow.Compensate(func(context.Context, string) error {
+				once.Do(func() { close(compensating) })
+				<-release
+				e.add("undo charge")
+				return nil
+			})}); err != nil {
+				return "", err
+			}
+			return workflow.Step(ctx, "ship", func(ctx context.Context) (string, error) {
+				close(started)
+				<-ctx.Done()
+				return "", ctx.Err()
+			}, nil)
 		}, nil)
-	}, nil)
-	sdk.Register(b.worker, wf)
-	startWorker(t, b.worker)
-	ctx := context.Background()
-	res, err := b.client.Start(ctx, wf, "", nil)
-	require.NoError(t, err)
-	waitSignal(t, started, "the last step")
-	require.NoError(t, b.client.Cancel(ctx, res.ID, "out of stock"))
-	stopWhileStepBlocked(t, b.worker, compensating, release)
+		sdk.Register(b.worker, wf)
+		startWorker(t, b.worker)
+		ctx := context.Background()
+		res, err := b.client.Start(ctx, wf, "", nil)
+		require.NoError(t, err)
+		waitSignal(t, started, "the last step")
+		require.NoError(t, b.client.Cancel(ctx, res.ID, "out of stock"))
+		stopWhileStepBlocked(t, b.worker, compensating, release)
 
-	second := b.newWorker(t, sdk.WorkerConfig{})
-	sdk.Register(second, wf)
-	startWorker(t, second)
-	info := waitTask(t, b.client, res.ID)
-	require.Equal(t, history.StatusCancelled, info.Status)
-	require.Equal(t, []string{"reserve", "charge", "undo charge", "undo reserve"}, e.all(), "each compensator ran once, in reverse order")
-	require.Equal(t, []history.Type{history.TaskScheduled, history.AttemptStarted, history.StepCompleted, history.StepCompleted,
-		history.CancelRequested, history.CompensationStarted, history.StepCompensated, history.TaskReleased,
-		history.AttemptStarted, history.StepCompensated, history.TaskCancelled}, eventTypes(taskHistory(t, b.client, res.ID)))
-	stopWorker(t, second)
-	enginetest.RequireProjectionsMatch(t, b.client.Store())
+		second := b.newWorker(t, sdk.WorkerConfig{})
+		sdk.Register(second, wf)
+		startWorker(t, second)
+		info := waitTask(t, b.client, res.ID)
+		require.Equal(t, history.StatusCancelled, info.Status)
+		require.Equal(t, []string{"reserve", "charge", "undo charge", "undo reserve"}, e.all(), "each compensator ran once, in reverse order")
+		require.Equal(t, []history.Type{history.TaskScheduled, history.AttemptStarted, history.StepCompleted, history.StepCompleted,
+			history.CancelRequested, history.CompensationStarted, history.StepCompensated, history.TaskReleased,
+			history.AttemptStarted, history.StepCompensated, history.TaskCancelled}, eventTypes(taskHistory(t, b.client, res.ID)))
+		stopWorker(t, second)
+		enginetest.RequireProjectionsMatch(t, b.client.Store())
+	})
 }

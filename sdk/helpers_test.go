@@ -28,7 +28,11 @@ func fastRetry(maxAttempts int) *activities.RetryPolicy {
 // need workers with different registrations.
 func (b *testBundle) newWorker(t *testing.T, cfg sdk.WorkerConfig) *sdk.Worker {
 	t.Helper()
-	cfg.Pool, cfg.Schema = b.pool, b.schema
+	if b.store != nil {
+		cfg.Store = b.store
+	} else {
+		cfg.Pool, cfg.Schema = b.pool, b.schema
+	}
 	if cfg.PollInterval == 0 {
 		cfg.PollInterval = 50 * time.Millisecond
 	}

@@ -19,6 +19,26 @@ var claimTests = []conformanceTest{
 	{"ClaimRespectsMax", testClaimRespectsMax},
 	{"ClaimSkipsTasksWhileTheirLeaseIsHeld", testClaimSkipsHeldLeases},
 	{"ReclaimGetsAGreaterEpoch", testReclaimGetsGreaterEpoch},
+	{"ClaimServesFairnessKeysRoundRobin", testClaimFairnessKeys},
+}
+
+// testClaimFairnessKeys: key a floods the queue, then key b sends two
+// tasks; claims take turns between the keys instead of draining a's
+// backlog first.
+func testClaimFairnessKeys(t *testing.T, s engine.Store) {
+	var a []uuid.UUID
+	for range 30 {
+		a = append(a, start(t, s, spec{FairnessKey: "a"}))
+	}
+	b1 := start(t, s, spec{FairnessKey: "b"})
+	b2 := start(t, s, spec{FairnessKey: "b"})
+	var order []uuid.UUID
+	for range 6 {
+		order = append(order, claimOne(t, s, "w", time.Minute).Task.ID)
+	}
+	require.Contains(t, order[:4], b1, "b's first task starts within the first turns, not after a's 30")
+	require.Contains(t, order, b2, "b's second task too")
+	require.Equal(t, a[0], order[0], "a's first task, placed first, starts first")
 }
 
 func testClaimStartsAttempt(t *testing.T, s engine.Store) {

@@ -105,6 +105,8 @@ type spec struct {
 	Input          json.RawMessage
 	Labels         map[string]string
 	StartDeadline  *time.Time
+	FairnessKey    string
+	FairnessWeight int
 }
 
 // params returns the start parameters the spec describes.
@@ -124,7 +126,7 @@ func (sp spec) params() *engine.TaskStartParams {
 	return &engine.TaskStartParams{Namespace: sp.Namespace, Scheduled: history.Scheduled{
 		TaskType: sp.Type, TypeVersion: sp.Version, Queue: sp.Queue, Priority: sp.Priority, RunAt: sp.RunAt,
 		MaxAttempts: sp.MaxAttempts, IdempotencyKey: sp.IdempotencyKey, Input: sp.Input, Labels: sp.Labels,
-		StartDeadline: sp.StartDeadline,
+		StartDeadline: sp.StartDeadline, FairnessKey: sp.FairnessKey, FairnessWeight: sp.FairnessWeight,
 	}}
 }
 
