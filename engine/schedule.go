@@ -163,20 +163,8 @@ func (s *PGStore) ScheduleFireDue(ctx context.Context, max int) (int, error) {
 			if err != nil {
 				return errors.Wrapf(err, "schedule %s", sc.Name)
 			}
-			tick := sc.NextRunAt
-			for i := 0; i < maxMissedTicks; i++ {
-				next := sched.Next(tick.In(loc))
-				if next.After(now) {
-					break
-				}
-				tick = next
-			}
-			tick = normalizeTime(tick)
-			res, err := s.TaskStartTx(ctx, tx, &TaskStartParams{Namespace: sc.Namespace, Scheduled: history.Scheduled{
-				TaskType: sc.TaskType, TypeVersion: sc.TypeVersion, Queue: sc.Queue, Input: sc.Input,
-				IdempotencyKey: "schedule:" + sc.Name + ":" + tick.Format(time.RFC3339Nano), MaxAttempts: sc.MaxAttempts,
-				Labels: map[string]string{"schedule": sc.Name},
-			}})
+			tick := LatestTick(sched, loc, sc.NextRunAt, now)
+			res, err := s.TaskStartTx(ctx, tx, sc.TaskAt(tick))
 			if err != nil {
 				return errors.Wrapf(err, "fire schedule %s", sc.Name)
 			}
@@ -192,6 +180,31 @@ func (s *PGStore) ScheduleFireDue(ctx context.Context, max int) (int, error) {
 		return nil
 	})
 	return fired, err
+}
+
+// LatestTick is the latest tick of sched (in loc) not after now, walking
+// from next, the schedule's next tick, which is due: under the policy "run
+// the latest once", the one missed tick that fires.
+func LatestTick(sched cron.Schedule, loc *time.Location, next, now time.Time) time.Time {
+	tick := next
+	for i := 0; i < maxMissedTicks; i++ {
+		n := sched.Next(tick.In(loc))
+		if n.After(now) {
+			break
+		}
+		tick = n
+	}
+	return normalizeTime(tick)
+}
+
+// TaskAt is the start of the schedule's task for tick: its idempotency key
+// "schedule:<name>:<tick>" makes one task per tick, whoever fires it.
+func (sc Schedule) TaskAt(tick time.Time) *TaskStartParams {
+	return &TaskStartParams{Namespace: sc.Namespace, Scheduled: history.Scheduled{
+		TaskType: sc.TaskType, TypeVersion: sc.TypeVersion, Queue: sc.Queue, Input: sc.Input,
+		IdempotencyKey: "schedule:" + sc.Name + ":" + tick.Format(time.RFC3339Nano), MaxAttempts: sc.MaxAttempts,
+		Labels: map[string]string{"schedule": sc.Name},
+	}}
 }
 
 // ScheduleNextDue returns when the next active (not paused) schedule of any

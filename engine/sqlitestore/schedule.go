@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/cairnflow/cairn/engine"
-	"github.com/cairnflow/cairn/history"
 	"github.com/cockroachdb/errors"
 )
 
@@ -112,9 +111,6 @@ func (s *Store) ScheduleDelete(ctx context.Context, namespace, name string) erro
 	return nil
 }
 
-// maxMissedTicks bounds the walk to the latest missed tick.
-const maxMissedTicks = 100_000
-
 // ScheduleFireDue implements [engine.Store]: each due schedule's latest
 // tick not after now starts a task whose idempotency key is
 // "schedule:<name>:<tick>", and the schedule moves to its next tick, in
@@ -133,20 +129,8 @@ func (s *Store) ScheduleFireDue(ctx context.Context, max int) (int, error) {
 			if err != nil {
 				return errors.Wrapf(err, "schedule %s", sc.Name)
 			}
-			tick := sc.NextRunAt
-			for range maxMissedTicks {
-				next := sched.Next(tick.In(loc))
-				if next.After(now) {
-					break
-				}
-				tick = next
-			}
-			tick = tick.UTC().Truncate(time.Microsecond)
-			res, err := startTaskTx(ctx, tx, &engine.TaskStartParams{Namespace: sc.Namespace, Scheduled: history.Scheduled{
-				TaskType: sc.TaskType, TypeVersion: sc.TypeVersion, Queue: sc.Queue, Input: sc.Input,
-				IdempotencyKey: "schedule:" + sc.Name + ":" + tick.Format(time.RFC3339Nano), MaxAttempts: sc.MaxAttempts,
-				Labels: map[string]string{"schedule": sc.Name},
-			}})
+			tick := engine.LatestTick(sched, loc, sc.NextRunAt, now)
+			res, err := startTaskTx(ctx, tx, sc.TaskAt(tick))
 			if err != nil {
 				return errors.Wrapf(err, "fire schedule %s", sc.Name)
 			}
