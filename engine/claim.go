@@ -130,7 +130,7 @@ func scanClaimed(row pgx.CollectableRow) (*ClaimedTask, error) {
 	if len(seqs) == 0 && t.LastSeq == 2 {
 		// A fresh task: its history before this claim is task_scheduled
 		// alone, and the row holds everything in it.
-		events = append(events, history.Event{Seq: 1, At: t.CreatedAt, Data: scheduledFromRow(t)})
+		events = append(events, history.Event{Seq: 1, At: t.CreatedAt, Data: ScheduledFromRow(t)})
 	}
 	for i := range seqs {
 		data, err := history.Decode(history.Type(types[i]), []byte(datas[i]))
@@ -197,9 +197,9 @@ func (s *PGStore) LeaseExtendMany(ctx context.Context, leases []LeaseRef, ttl ti
 	return held, nil
 }
 
-// scheduledFromRow rebuilds a task's task_scheduled payload from its row,
+// ScheduledFromRow rebuilds a task's task_scheduled payload from its row,
 // which the projection invariant makes equal to it.
-func scheduledFromRow(t *Task) history.Scheduled {
+func ScheduledFromRow(t *Task) history.Scheduled {
 	return history.Scheduled{
 		Namespace: t.Namespace, TaskType: t.Type, TypeVersion: t.TypeVersion, Queue: t.Queue,
 		Priority: t.Priority, Input: t.Input, RunAt: t.RunAt, IdempotencyKey: t.IdempotencyKey,

@@ -37,8 +37,8 @@ func (s *Store) TaskClaimMany(ctx context.Context, p *engine.TaskClaimManyParams
 		if err != nil {
 			return err
 		}
-		for _, id := range picked {
-			c, err := claimOne(ctx, tx, id, p.Owner, p.LeaseTTL, now)
+		for _, t := range picked {
+			c, err := claimOne(ctx, tx, t, p.Owner, p.LeaseTTL, now)
 			if err != nil {
 				return err
 			}
@@ -115,7 +115,7 @@ func (b bucket) refill(now time.Time) float64 {
 // pickDue chooses the tasks to claim: the aging share first (the
 // longest-waiting due tasks whatever their priority), then by priority and
 // virtual start time, within the free slots and tokens.
-func pickDue(ctx context.Context, tx *txn, p *engine.TaskClaimManyParams, now time.Time, free, tokens map[string]int) ([]uuid.UUID, error) {
+func pickDue(ctx context.Context, tx *txn, p *engine.TaskClaimManyParams, now time.Time, free, tokens map[string]int) ([]*engine.Task, error) {
 	var keys []string
 	args := []any{p.Namespace, us(now), us(now)}
 	for _, q := range p.Queues {
@@ -137,11 +137,11 @@ func pickDue(ctx context.Context, tx *txn, p *engine.TaskClaimManyParams, now ti
 	if len(keys) == 0 {
 		return nil, nil
 	}
-	base := `SELECT id, queue, type FROM tasks WHERE namespace = ? AND status IN ('pending', 'retrying') AND run_at <= ?
+	base := `SELECT ` + taskColumns + ` FROM tasks WHERE namespace = ? AND status IN ('pending', 'retrying') AND run_at <= ?
 		AND (start_deadline IS NULL OR attempt > 0 OR start_deadline > ?)
 		AND queue IN (` + placeholders(queues) + `) AND (` + strings.Join(keys, " OR ") + `)`
-	var picked []uuid.UUID
-	seen := map[string]bool{}
+	var picked []*engine.Task
+	seen := map[uuid.UUID]bool{}
 	take := func(query string, limit int) error {
 		if limit <= 0 {
 			return nil
@@ -153,19 +153,15 @@ func pickDue(ctx context.Context, tx *txn, p *engine.TaskClaimManyParams, now ti
 		defer rows.Close()
 		taken := 0
 		for rows.Next() && taken < limit && len(picked) < p.Max {
-			var id, queue, typ string
-			if err := rows.Scan(&id, &queue, &typ); err != nil {
-				return err
-			}
-			if seen[id] || !spend(free, queue) || !spend(tokens, typ) {
-				continue
-			}
-			uid, err := uuid.Parse(id)
+			t, err := scanTask(rows)
 			if err != nil {
 				return err
 			}
-			seen[id] = true
-			picked = append(picked, uid)
+			if seen[t.ID] || !spend(free, t.Queue) || !spend(tokens, t.Type) {
+				continue
+			}
+			seen[t.ID] = true
+			picked = append(picked, t)
 			taken++
 		}
 		return interpret(rows.Err())
@@ -193,46 +189,43 @@ func spend(budget map[string]int, key string) bool {
 	return true
 }
 
-// claimOne starts a new attempt of task id under a new lease: its history
-// replayed, attempt_started planned by the engine's fold, the row written
-// from the new state.
-func claimOne(ctx context.Context, tx *txn, id uuid.UUID, owner string, ttl time.Duration, now time.Time) (*engine.ClaimedTask, error) {
-	t, err := scanTask(tx.QueryRowContext(ctx, "SELECT "+taskColumns+" FROM tasks WHERE id = ?", id.String()))
-	if err != nil {
-		return nil, interpret(err)
-	}
-	events, err := listEvents(ctx, tx, id)
-	if err != nil {
-		return &engine.ClaimedTask{Task: t, Err: err}, nil
+// claimOne starts a new attempt of task t (its row as read) under a new
+// lease: its history replayed (a fresh task's is task_scheduled alone,
+// which its row holds), attempt_started planned by the engine's fold, the
+// row written from the new state.
+func claimOne(ctx context.Context, tx *txn, t *engine.Task, owner string, ttl time.Duration, now time.Time) (*engine.ClaimedTask, error) {
+	events := []history.Event{{Seq: 1, At: t.CreatedAt, Data: engine.ScheduledFromRow(t)}}
+	if t.LastSeq != 1 {
+		var err error
+		if events, err = listEvents(ctx, tx, t.ID); err != nil {
+			return &engine.ClaimedTask{Task: t, Err: err}, nil
+		}
 	}
 	state, err := history.Replay(events)
 	if err != nil {
-		return &engine.ClaimedTask{Task: t, Err: errors.Wrapf(err, "replay claimed task %s", id)}, nil
+		return &engine.ClaimedTask{Task: t, Err: errors.Wrapf(err, "replay claimed task %s", t.ID)}, nil
 	}
 	// A new epoch, greater than the last and than the clock in
 	// microseconds, as PostgreSQL's claim makes it.
 	epoch := max(t.LeaseEpoch+1, us(time.Now()))
 	expires := now.Add(ttl).Truncate(time.Microsecond)
 	started := history.AttemptStartedData{WorkerID: owner, LeaseEpoch: epoch, LeaseExpiresAt: expires}
-	plan, err := engine.PlanAppend(&engine.EventAppendParams{TaskID: id, State: state, At: now, Attempt: state.Attempt + 1,
+	plan, err := engine.PlanAppend(&engine.EventAppendParams{TaskID: t.ID, State: state, At: now, Attempt: state.Attempt + 1,
 		Payloads: []history.Payload{started}})
 	if err != nil {
 		return &engine.ClaimedTask{Task: t, Err: err}, nil
 	}
-	if err := insertEvents(ctx, tx, id, plan.Events); err != nil {
+	if err := insertEvents(ctx, tx, t.ID, plan.Events); err != nil {
 		return nil, err
 	}
 	expiresUS := us(expires)
-	if err := writeRow(ctx, tx, id, plan, &expiresUS); err != nil {
-		return nil, err
-	}
-	t, err = scanTask(tx.QueryRowContext(ctx, "SELECT "+taskColumns+" FROM tasks WHERE id = ?", id.String()))
+	row, err := writeRow(ctx, tx, t.ID, plan, &expiresUS)
 	if err != nil {
-		return nil, interpret(err)
+		return nil, err
 	}
 	ev := plan.Events[0]
 	events = append(events, history.Event{Seq: ev.Seq, At: ev.At, Attempt: ev.Attempt, Data: started})
-	return &engine.ClaimedTask{Task: t, Events: events, State: plan.Next}, nil
+	return &engine.ClaimedTask{Task: row, Events: events, State: plan.Next}, nil
 }
 
 // spendTokens takes the claimed tasks' starts from their types' buckets.
@@ -272,26 +265,32 @@ func insertEvents(ctx context.Context, tx *txn, id uuid.UUID, events []engine.En
 }
 
 // writeRow writes the projection row of task id from the planned state.
-// leaseExpires, when set, is the new lease's expiry (a claim); otherwise
-// the expiry is kept while the lease goes on and cleared when it ends. A
-// keyed task due again keeps its place among its key's tasks.
-func writeRow(ctx context.Context, tx *txn, id uuid.UUID, plan engine.AppendPlan, leaseExpires *int64) error {
+// leaseExpires, when set, is the new lease's expiry (a claim), and the row
+// written is returned; otherwise the expiry is kept while the lease goes
+// on and cleared when it ends, and nil is returned. A keyed task due again
+// keeps its place among its key's tasks.
+func writeRow(ctx context.Context, tx *txn, id uuid.UUID, plan engine.AppendPlan, leaseExpires *int64) (*engine.Task, error) {
 	next := plan.Next
 	expires := "CASE WHEN ? IS NULL THEN NULL ELSE lease_expires_at END"
 	var expiresArg any = nullString(next.Lease.Owner)
 	if leaseExpires != nil {
 		expires, expiresArg = "?", *leaseExpires
 	}
-	_, err := tx.ExecContext(ctx, `UPDATE tasks SET status = ?, run_at = ?,
+	query := `UPDATE tasks SET status = ?, run_at = ?,
 		fair_at = CASE WHEN fairness_key IS NULL THEN ? ELSE max(?, fair_at) END,
-		attempt = ?, lease_owner = ?, lease_epoch = ?, lease_expires_at = `+expires+`,
+		attempt = ?, lease_owner = ?, lease_epoch = ?, lease_expires_at = ` + expires + `,
 		output = ?, last_error = ?, cancel_requested = ?, last_seq = ?, updated_at = ?, started_at = ?, finished_at = ?
-		WHERE id = ?`,
-		string(next.Status), us(next.RunAt), us(next.RunAt), us(next.RunAt),
+		WHERE id = ?`
+	args := []any{string(next.Status), us(next.RunAt), us(next.RunAt), us(next.RunAt),
 		next.Attempt, nullString(next.Lease.Owner), next.Lease.Epoch, expiresArg,
 		nullBytes(next.Output), nullBytes(plan.LastError), next.CancelRequested, next.LastSeq, us(next.UpdatedAt),
-		nullTimeUS(next.StartedAt), nullTimeUS(next.FinishedAt), id.String())
-	return interpret(err)
+		nullTimeUS(next.StartedAt), nullTimeUS(next.FinishedAt), id.String()}
+	if leaseExpires == nil {
+		_, err := tx.ExecContext(ctx, query, args...)
+		return nil, interpret(err)
+	}
+	t, err := scanTask(tx.QueryRowContext(ctx, query+" RETURNING "+taskColumns, args...))
+	return t, interpret(err)
 }
 
 // EventAppend implements [engine.Store].
@@ -333,7 +332,7 @@ func (s *Store) EventAppendMany(ctx context.Context, ps []*engine.EventAppendPar
 			if err := insertEvents(ctx, tx, p.TaskID, plans[i].Events); err != nil {
 				return err
 			}
-			if err := writeRow(ctx, tx, p.TaskID, *plans[i], nil); err != nil {
+			if _, err := writeRow(ctx, tx, p.TaskID, *plans[i], nil); err != nil {
 				return err
 			}
 			out[i].State = plans[i].Next
