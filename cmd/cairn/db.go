@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/user"
 	"time"
@@ -72,9 +73,15 @@ func (g *globals) embedded() bool { return g.databaseURL == "" }
 // else the embedded SQLite store in --db (created if missing).
 func (g *globals) store(ctx context.Context, o storeOpts) (engine.Store, func(), error) {
 	if g.embedded() {
+		_, statErr := os.Stat(g.dbPath)
 		s, err := sqlitestore.New(ctx, sqlitestore.Config{Path: g.dbPath, Metrics: o.metrics})
 		if err != nil {
 			return nil, nil, errors.Mark(errors.Wrapf(err, "--db %s (or set --database-url to use PostgreSQL)", g.dbPath), configError)
+		}
+		if errors.Is(statErr, os.ErrNotExist) {
+			// Not quietly: a user who meant PostgreSQL and forgot the URL
+			// sees where the work went.
+			fmt.Fprintf(os.Stderr, "cairn: no database URL set (--database-url, CAIRN_DATABASE_URL): created the embedded store %s\n", g.dbPath)
 		}
 		return s, func() { _ = s.Close() }, nil
 	}

@@ -1,9 +1,11 @@
 package sqlitestore
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -112,81 +114,107 @@ func (b bucket) refill(now time.Time) float64 {
 	return math.Min(float64(b.maxStarts), b.tokens+elapsedMS/float64(b.perMS)*float64(b.maxStarts))
 }
 
-// pickDue chooses the tasks to claim: the aging share first (the
-// longest-waiting due tasks whatever their priority), then by priority and
-// virtual start time, within the free slots and tokens.
+// pickDue chooses the tasks to claim, as PostgreSQL's claim does: one
+// ordered, limited walk of the claim index per queue and type key (so a
+// claim's cost does not grow with the backlog), merged; the aging share
+// first (the longest-waiting due tasks whatever their priority), then by
+// priority and virtual start time, within the queues' free slots and the
+// types' tokens.
 func pickDue(ctx context.Context, tx *txn, p *engine.TaskClaimManyParams, now time.Time, free, tokens map[string]int) ([]*engine.Task, error) {
-	var keys []string
-	args := []any{p.Namespace, us(now), us(now)}
+	aging := engine.AgingSlots(p.Max, p.StrictPriority)
+	var aged, ranked []candidate
 	for _, q := range p.Queues {
-		if n, limited := free[q]; !limited || n > 0 {
-			args = append(args, q)
-		}
-	}
-	queues := len(args) - 3
-	if queues == 0 {
-		return nil, nil
-	}
-	for _, k := range p.Types {
-		if n, limited := tokens[k.Type]; limited && n == 0 {
-			continue
-		}
-		keys = append(keys, "(type = ? AND type_version = ?)")
-		args = append(args, k.Type, k.Version)
-	}
-	if len(keys) == 0 {
-		return nil, nil
-	}
-	base := `SELECT ` + taskColumns + ` FROM tasks WHERE namespace = ? AND status IN ('pending', 'retrying') AND run_at <= ?
-		AND (start_deadline IS NULL OR attempt > 0 OR start_deadline > ?)
-		AND queue IN (` + placeholders(queues) + `) AND (` + strings.Join(keys, " OR ") + `)`
-	var picked []*engine.Task
-	seen := map[uuid.UUID]bool{}
-	take := func(query string, limit int) error {
-		if limit <= 0 {
-			return nil
-		}
-		rows, err := tx.QueryContext(ctx, query, args...)
-		if err != nil {
-			return interpret(err)
-		}
-		defer rows.Close()
-		taken := 0
-		for rows.Next() && taken < limit && len(picked) < p.Max {
-			t, err := scanTask(rows)
-			if err != nil {
-				return err
-			}
-			if seen[t.ID] || !spend(free, t.Queue) || !spend(tokens, t.Type) {
+		for _, k := range p.Types {
+			limit := min(p.Max, budget(free, q), budget(tokens, k.Type))
+			if limit <= 0 {
 				continue
 			}
-			seen[t.ID] = true
-			picked = append(picked, t)
+			a, err := walkDue(ctx, tx, p.Namespace, q, k, now, "run_at, id", min(aging, limit))
+			if err != nil {
+				return nil, err
+			}
+			r, err := walkDue(ctx, tx, p.Namespace, q, k, now, "priority DESC, fair_at, run_at, id", limit)
+			if err != nil {
+				return nil, err
+			}
+			aged, ranked = append(aged, a...), append(ranked, r...)
+		}
+	}
+	slices.SortFunc(aged, func(a, b candidate) int {
+		return cmp.Or(a.t.RunAt.Compare(b.t.RunAt), strings.Compare(a.t.ID.String(), b.t.ID.String()))
+	})
+	slices.SortFunc(ranked, func(a, b candidate) int {
+		return cmp.Or(-cmp.Compare(a.t.Priority, b.t.Priority), cmp.Compare(a.fairAt, b.fairAt),
+			a.t.RunAt.Compare(b.t.RunAt), strings.Compare(a.t.ID.String(), b.t.ID.String()))
+	})
+	var picked []*engine.Task
+	seen := map[uuid.UUID]bool{}
+	take := func(from []candidate, limit int) {
+		taken := 0
+		for _, c := range from {
+			if taken == limit || len(picked) == p.Max {
+				return
+			}
+			if seen[c.t.ID] || budget(free, c.t.Queue) == 0 || budget(tokens, c.t.Type) == 0 {
+				continue
+			}
+			spend(free, c.t.Queue)
+			spend(tokens, c.t.Type)
+			seen[c.t.ID] = true
+			picked = append(picked, c.t)
 			taken++
 		}
-		return interpret(rows.Err())
 	}
-	if err := take(base+" ORDER BY run_at, id", engine.AgingSlots(p.Max, p.StrictPriority)); err != nil {
-		return nil, err
-	}
-	if err := take(base+" ORDER BY priority DESC, fair_at, run_at, id", p.Max); err != nil {
-		return nil, err
-	}
+	take(aged, aging)
+	take(ranked, p.Max)
 	return picked, nil
 }
 
-// spend takes one from budget[key] if key is limited; false when none is
-// left.
-func spend(budget map[string]int, key string) bool {
-	n, limited := budget[key]
-	if !limited {
-		return true
+// candidate is a due task a walk found, with its virtual start time.
+type candidate struct {
+	t      *engine.Task
+	fairAt int64
+}
+
+// walkDue returns up to limit due tasks of one queue and type key in order
+// (tasks_claim_idx for priority order, tasks_age_idx for run time order).
+func walkDue(ctx context.Context, tx *txn, namespace, queue string, k engine.TypeKey, now time.Time, order string, limit int) ([]candidate, error) {
+	if limit <= 0 {
+		return nil, nil
 	}
-	if n <= 0 {
-		return false
+	rows, err := tx.QueryContext(ctx, `SELECT `+taskColumns+`, fair_at FROM tasks
+		WHERE namespace = ? AND queue = ? AND type = ? AND type_version = ? AND status IN ('pending', 'retrying') AND run_at <= ?
+		AND (start_deadline IS NULL OR attempt > 0 OR start_deadline > ?)
+		ORDER BY `+order+` LIMIT ?`, namespace, queue, k.Type, k.Version, us(now), us(now), limit)
+	if err != nil {
+		return nil, interpret(err)
 	}
-	budget[key] = n - 1
-	return true
+	defer rows.Close()
+	var out []candidate
+	for rows.Next() {
+		var c candidate
+		if c.t, err = scanTask(rows, &c.fairAt); err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	return out, interpret(rows.Err())
+}
+
+// budget is what is left of budget[key]: a large number when key is not
+// limited.
+func budget(budget map[string]int, key string) int {
+	if n, limited := budget[key]; limited {
+		return n
+	}
+	return math.MaxInt
+}
+
+// spend takes one from budget[key] if key is limited.
+func spend(budget map[string]int, key string) {
+	if n, limited := budget[key]; limited {
+		budget[key] = n - 1
+	}
 }
 
 // claimOne starts a new attempt of task t (its row as read) under a new
@@ -194,26 +222,26 @@ func spend(budget map[string]int, key string) bool {
 // which its row holds), attempt_started planned by the engine's fold, the
 // row written from the new state.
 func claimOne(ctx context.Context, tx *txn, t *engine.Task, owner string, ttl time.Duration, now time.Time) (*engine.ClaimedTask, error) {
-	events := []history.Event{{Seq: 1, At: t.CreatedAt, Data: engine.ScheduledFromRow(t)}}
-	if t.LastSeq != 1 {
-		var err error
-		if events, err = listEvents(ctx, tx, t.ID); err != nil {
-			return &engine.ClaimedTask{Task: t, Err: err}, nil
-		}
-	}
-	state, err := history.Replay(events)
-	if err != nil {
-		return &engine.ClaimedTask{Task: t, Err: errors.Wrapf(err, "replay claimed task %s", t.ID)}, nil
-	}
 	// A new epoch, greater than the last and than the clock in
 	// microseconds, as PostgreSQL's claim makes it.
 	epoch := max(t.LeaseEpoch+1, us(time.Now()))
 	expires := now.Add(ttl).Truncate(time.Microsecond)
 	started := history.AttemptStartedData{WorkerID: owner, LeaseEpoch: epoch, LeaseExpiresAt: expires}
+	events := []history.Event{{Seq: 1, At: t.CreatedAt, Data: engine.ScheduledFromRow(t)}}
+	if t.LastSeq != 1 {
+		var err error
+		if events, err = listEvents(ctx, tx, t.ID); err != nil {
+			return leaseUnreadable(ctx, tx, t, started, now, err)
+		}
+	}
+	state, err := history.Replay(events)
+	if err != nil {
+		return leaseUnreadable(ctx, tx, t, started, now, errors.Wrapf(err, "replay claimed task %s", t.ID))
+	}
 	plan, err := engine.PlanAppend(&engine.EventAppendParams{TaskID: t.ID, State: state, At: now, Attempt: state.Attempt + 1,
 		Payloads: []history.Payload{started}})
 	if err != nil {
-		return &engine.ClaimedTask{Task: t, Err: err}, nil
+		return leaseUnreadable(ctx, tx, t, started, now, err)
 	}
 	if err := insertEvents(ctx, tx, t.ID, plan.Events); err != nil {
 		return nil, err
@@ -228,13 +256,35 @@ func claimOne(ctx context.Context, tx *txn, t *engine.Task, owner string, ttl ti
 	return &engine.ClaimedTask{Task: row, Events: events, State: plan.Next}, nil
 }
 
+// leaseUnreadable claims a task whose history this process cannot read
+// (events of a newer cairn, say) as PostgreSQL's claim does, from its row
+// alone: attempt_started and the lease, so the claim's slot goes to it
+// once and it waits for its lease to expire, instead of heading every
+// claim. The worker gets cause, not the task to run.
+func leaseUnreadable(ctx context.Context, tx *txn, t *engine.Task, started history.AttemptStartedData, now time.Time, cause error) (*engine.ClaimedTask, error) {
+	data, err := history.Encode(started)
+	if err != nil {
+		return nil, err
+	}
+	if err := insertEvents(ctx, tx, t.ID, []engine.EncodedEvent{{Seq: t.LastSeq + 1, Type: history.AttemptStarted, At: now,
+		Attempt: t.Attempt + 1, Data: data}}); err != nil {
+		return nil, err
+	}
+	row, err := scanTask(tx.QueryRowContext(ctx, `UPDATE tasks SET status = 'running', attempt = attempt + 1, lease_owner = ?,
+		lease_epoch = ?, lease_expires_at = ?, last_seq = last_seq + 1, updated_at = ?, started_at = coalesce(started_at, ?)
+		WHERE id = ? RETURNING `+taskColumns, started.WorkerID, started.LeaseEpoch, us(started.LeaseExpiresAt), us(now), us(now),
+		t.ID.String()))
+	if err != nil {
+		return nil, interpret(err)
+	}
+	return &engine.ClaimedTask{Task: row, Err: cause}, nil
+}
+
 // spendTokens takes the claimed tasks' starts from their types' buckets.
 func spendTokens(ctx context.Context, tx *txn, namespace string, claimed []*engine.ClaimedTask, now time.Time) error {
 	started := map[string]int{}
 	for _, c := range claimed {
-		if c.Err == nil {
-			started[c.Task.Type]++
-		}
+		started[c.Task.Type]++ // an unreadable task was leased too
 	}
 	for typ, n := range started {
 		var b bucket
@@ -325,8 +375,12 @@ func (s *Store) EventAppendMany(ctx context.Context, ps []*engine.EventAppendPar
 			if plans[i] == nil {
 				continue
 			}
-			if err := fence(ctx, tx, p, now); err != nil {
-				out[i].Err = err
+			refused, err := fence(ctx, tx, p, now)
+			if err != nil {
+				return err
+			}
+			if refused != nil {
+				out[i].Err = refused
 				continue
 			}
 			if err := insertEvents(ctx, tx, p.TaskID, plans[i].Events); err != nil {
@@ -363,30 +417,31 @@ func (s *Store) EventAppendMany(ctx context.Context, ps []*engine.EventAppendPar
 }
 
 // fence checks that p may write: the task is at p's seq, under p's epoch
-// (when set) and, for ExpiredOnly, past its lease. The error says which
-// not, marked as PGStore's are.
-func fence(ctx context.Context, tx *txn, p *engine.EventAppendParams, now time.Time) error {
+// (when set) and, for ExpiredOnly, past its lease. refused says why not,
+// marked as PGStore's refusals are; err is the database failing, which
+// fails the whole batch.
+func fence(ctx context.Context, tx *txn, p *engine.EventAppendParams, now time.Time) (refused, err error) {
 	var lastSeq, epoch int64
 	var owner sql.NullString
 	var expires sql.NullInt64
-	err := tx.QueryRowContext(ctx, "SELECT last_seq, lease_epoch, lease_owner, lease_expires_at FROM tasks WHERE id = ?",
+	err = tx.QueryRowContext(ctx, "SELECT last_seq, lease_epoch, lease_owner, lease_expires_at FROM tasks WHERE id = ?",
 		p.TaskID.String()).Scan(&lastSeq, &epoch, &owner, &expires)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
-		return errors.Mark(errors.Newf("append to task %s: no such task", p.TaskID), engine.ErrNotFound)
+		return errors.Mark(errors.Newf("append to task %s: no such task", p.TaskID), engine.ErrNotFound), nil
 	case err != nil:
-		return errors.Wrapf(interpret(err), "append to task %s", p.TaskID)
+		return nil, errors.Wrapf(interpret(err), "append to task %s", p.TaskID)
 	case p.Epoch != 0 && epoch != p.Epoch:
-		return errors.Mark(errors.Newf("append to task %s: lease epoch %d, task is at %d", p.TaskID, p.Epoch, epoch), engine.ErrFenced)
+		return errors.Mark(errors.Newf("append to task %s: lease epoch %d, task is at %d", p.TaskID, p.Epoch, epoch), engine.ErrFenced), nil
 	case lastSeq != p.State.LastSeq:
 		if p.Epoch != 0 && !owner.Valid && !p.ExpiredOnly {
-			return errors.Mark(errors.Newf("append to task %s: lease epoch %d has ended", p.TaskID, p.Epoch), engine.ErrFenced)
+			return errors.Mark(errors.Newf("append to task %s: lease epoch %d has ended", p.TaskID, p.Epoch), engine.ErrFenced), nil
 		}
-		return errors.Mark(errors.Newf("append to task %s: expected seq %d, log is at %d", p.TaskID, p.State.LastSeq, lastSeq), engine.ErrConflict)
+		return errors.Mark(errors.Newf("append to task %s: expected seq %d, log is at %d", p.TaskID, p.State.LastSeq, lastSeq), engine.ErrConflict), nil
 	case p.ExpiredOnly && (!expires.Valid || expires.Int64 >= us(now)):
-		return errors.Mark(errors.Newf("append to task %s: lease has not expired", p.TaskID), engine.ErrConflict)
+		return errors.Mark(errors.Newf("append to task %s: lease has not expired", p.TaskID), engine.ErrConflict), nil
 	}
-	return nil
+	return nil, nil
 }
 
 // LeaseExtendMany implements [engine.Store].

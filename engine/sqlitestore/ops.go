@@ -40,13 +40,13 @@ func (s *Store) DeadLetterList(ctx context.Context, p *engine.DeadLetterListPara
 		query += " AND (finished_at < ? OR (finished_at = ? AND id < ?))"
 		args = append(args, us(p.Before.FinishedAt), us(p.Before.FinishedAt), p.Before.ID.String())
 	}
-	tasks, err := queryTasks(ctx, s.db, query+" ORDER BY finished_at DESC, id DESC LIMIT ?", append(args, limit)...)
+	tasks, err := queryTasks(ctx, s.q, query+" ORDER BY finished_at DESC, id DESC LIMIT ?", append(args, limit)...)
 	return tasks, errors.Wrap(err, "list dead letters")
 }
 
 // RescueExpired implements [engine.Store].
 func (s *Store) RescueExpired(ctx context.Context, max int) (int, error) {
-	ids, err := queryIDs(ctx, s.db, "SELECT id FROM tasks WHERE status = 'running' AND lease_expires_at < ? ORDER BY lease_expires_at LIMIT ?",
+	ids, err := queryIDs(ctx, s.q, "SELECT id FROM tasks WHERE status = 'running' AND lease_expires_at < ? ORDER BY lease_expires_at LIMIT ?",
 		us(engine.Now()), max)
 	if err != nil || len(ids) == 0 {
 		return 0, errors.Wrap(err, "list expired leases")
@@ -56,7 +56,7 @@ func (s *Store) RescueExpired(ctx context.Context, max int) (int, error) {
 
 // ExpireStartDeadlines implements [engine.Store].
 func (s *Store) ExpireStartDeadlines(ctx context.Context, max int) (int, error) {
-	ids, err := queryIDs(ctx, s.db, `SELECT id FROM tasks WHERE status = 'pending' AND attempt = 0 AND start_deadline IS NOT NULL
+	ids, err := queryIDs(ctx, s.q, `SELECT id FROM tasks WHERE status = 'pending' AND attempt = 0 AND start_deadline IS NOT NULL
 		AND start_deadline <= ? ORDER BY start_deadline LIMIT ?`, us(engine.Now()), max)
 	if err != nil || len(ids) == 0 {
 		return 0, errors.Wrap(err, "list tasks past their start deadline")
@@ -163,7 +163,7 @@ func (s *Store) RateLimitSet(ctx context.Context, namespace, taskType string, ma
 	}
 	_, err := s.q.ExecContext(ctx, `INSERT INTO rate_limits (namespace, task_type, max_starts, per_ms, tokens, refilled_at)
 		VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (namespace, task_type) DO UPDATE SET max_starts = excluded.max_starts,
-			per_ms = excluded.per_ms, tokens = min(rate_limits.tokens, excluded.max_starts)`,
+			per_ms = excluded.per_ms, tokens = min(rate_limits.tokens, excluded.max_starts), refilled_at = excluded.refilled_at`,
 		namespace, taskType, maxStarts, per.Milliseconds(), float64(maxStarts), us(engine.Now()))
 	return errors.Wrapf(interpret(err), "set rate limit of %s", taskType)
 }

@@ -74,7 +74,7 @@ func (s *Store) ScheduleCreate(ctx context.Context, sc engine.Schedule) error {
 
 // ScheduleList implements [engine.Store].
 func (s *Store) ScheduleList(ctx context.Context, namespace string) ([]engine.Schedule, error) {
-	out, err := querySchedules(ctx, s.db, "SELECT "+scheduleColumns+" FROM schedules WHERE namespace = ? ORDER BY name", namespace)
+	out, err := querySchedules(ctx, s.q, "SELECT "+scheduleColumns+" FROM schedules WHERE namespace = ? ORDER BY name", namespace)
 	return out, errors.Wrap(err, "list schedules")
 }
 

@@ -165,3 +165,39 @@ func TestStoreAnnouncesItsCommits(t *testing.T) {
 	case <-time.After(50 * time.Millisecond):
 	}
 }
+
+// A task whose history this process cannot read (an event of a newer
+// cairn) is leased as PostgreSQL leases it, with the error for the worker,
+// so it does not head every claim after it.
+func TestClaimLeasesATaskItCannotRead(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStore(t)
+	start := func() uuid.UUID {
+		res, err := s.TaskStart(ctx, &engine.TaskStartParams{Namespace: "default", Scheduled: history.Scheduled{
+			TaskType: "u", TypeVersion: 1, Queue: "q"}})
+		require.NoError(t, err)
+		return res.ID
+	}
+	unreadable := start()
+	_, err := s.DB().ExecContext(ctx, `INSERT INTO events (task_id, seq, type, at, attempt, data) VALUES (?, 2, 'from_the_future', 0, 0, '{"v":9}');
+		UPDATE tasks SET last_seq = 2 WHERE id = ?`, unreadable.String(), unreadable.String())
+	require.NoError(t, err)
+	other := start()
+	claim := func() *engine.ClaimedTask {
+		t.Helper()
+		claimed, err := s.TaskClaimMany(ctx, &engine.TaskClaimManyParams{Namespace: "default", Queues: []string{"q"},
+			Types: []engine.TypeKey{{Type: "u", Version: 1}}, Owner: "w", Max: 1, LeaseTTL: time.Minute})
+		require.NoError(t, err)
+		require.Len(t, claimed, 1)
+		return claimed[0]
+	}
+	first := claim()
+	require.Equal(t, unreadable, first.Task.ID)
+	require.Error(t, first.Err, "the worker is told it cannot run it")
+	require.Equal(t, history.StatusRunning, first.Task.Status, "leased, so it waits for its lease to expire")
+	require.Equal(t, int64(3), first.Task.LastSeq, "attempt_started appended")
+	second := claim()
+	require.Equal(t, other, second.Task.ID, "the next claim takes the next task")
+	require.NoError(t, second.Err)
+}

@@ -22,7 +22,9 @@ const taskColumns = `id, namespace, queue, type, type_version, status, priority,
 
 type scanner interface{ Scan(dest ...any) error }
 
-func scanTask(row scanner) (*engine.Task, error) {
+// scanTask reads a row of taskColumns, then into extra the columns
+// selected after them.
+func scanTask(row scanner, extra ...any) (*engine.Task, error) {
 	var (
 		t                                         engine.Task
 		id, status                                string
@@ -33,11 +35,11 @@ func scanTask(row scanner) (*engine.Task, error) {
 		deadline, startDeadline, fairnessWeight   sql.NullInt64
 		cancelRequested                           bool
 	)
-	err := row.Scan(&id, &t.Namespace, &t.Queue, &t.Type, &t.TypeVersion, &status, &t.Priority, &runAt,
+	err := row.Scan(append([]any{&id, &t.Namespace, &t.Queue, &t.Type, &t.TypeVersion, &status, &t.Priority, &runAt,
 		&t.Attempt, &t.MaxAttempts, &leaseOwner, &t.LeaseEpoch, &leaseExpires,
 		&idemKey, &traceID, &input, &output, &lastError, &cancelRequested,
 		&t.LastSeq, &createdAt, &updatedAt, &startedAt, &finishedAt, &labels, &deadline, &startDeadline,
-		&fairnessKey, &fairnessWeight)
+		&fairnessKey, &fairnessWeight}, extra...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -243,7 +245,7 @@ func checkCapacity(ctx context.Context, tx *txn, planned []engine.PlannedStart, 
 		}
 		var running int
 		var meanStartedAt sql.NullFloat64
-		if err := tx.QueryRowContext(ctx, "SELECT count(*), avg(updated_at) FROM tasks WHERE namespace = ? AND queue = ? AND status = 'running'",
+		if err := tx.QueryRowContext(ctx, "SELECT count(*), avg(started_at) FROM tasks WHERE namespace = ? AND queue = ? AND status = 'running'",
 			key[0], key[1]).Scan(&running, &meanStartedAt); err != nil {
 			return interpret(err)
 		}
@@ -272,7 +274,7 @@ func (s *Store) TaskGetManyByID(ctx context.Context, ids []uuid.UUID) ([]*engine
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	return queryTasks(ctx, s.db, "SELECT "+taskColumns+" FROM tasks WHERE id IN ("+placeholders(len(ids))+") ORDER BY id", idArgs(ids)...)
+	return queryTasks(ctx, s.q, "SELECT "+taskColumns+" FROM tasks WHERE id IN ("+placeholders(len(ids))+") ORDER BY id", idArgs(ids)...)
 }
 
 func idArgs(ids []uuid.UUID) []any {
@@ -298,14 +300,14 @@ func (s *Store) TaskList(ctx context.Context, p *engine.TaskListParams) ([]*engi
 	if p.Before != uuid.Nil {
 		where, args = append(where, "id < ?"), append(args, p.Before.String())
 	}
-	tasks, err := queryTasks(ctx, s.db, "SELECT "+taskColumns+" FROM tasks WHERE "+strings.Join(where, " AND ")+
+	tasks, err := queryTasks(ctx, s.q, "SELECT "+taskColumns+" FROM tasks WHERE "+strings.Join(where, " AND ")+
 		" ORDER BY id DESC LIMIT ?", append(args, limit)...)
 	return tasks, errors.Wrap(err, "list tasks")
 }
 
 // TaskIDListAll implements [engine.Store].
 func (s *Store) TaskIDListAll(ctx context.Context) ([]uuid.UUID, error) {
-	return queryIDs(ctx, s.db, "SELECT id FROM tasks ORDER BY id")
+	return queryIDs(ctx, s.q, "SELECT id FROM tasks ORDER BY id")
 }
 
 func queryIDs(ctx context.Context, q querier, query string, args ...any) ([]uuid.UUID, error) {
@@ -331,7 +333,7 @@ func queryIDs(ctx context.Context, q querier, query string, args ...any) ([]uuid
 
 // EventListByTask implements [engine.Store].
 func (s *Store) EventListByTask(ctx context.Context, id uuid.UUID) ([]history.Event, error) {
-	return listEvents(ctx, s.db, id)
+	return listEvents(ctx, s.q, id)
 }
 
 func listEvents(ctx context.Context, q querier, id uuid.UUID) ([]history.Event, error) {
@@ -344,7 +346,7 @@ func (s *Store) EventListByTasks(ctx context.Context, ids []uuid.UUID) (map[uuid
 	if len(ids) == 0 {
 		return map[uuid.UUID][]history.Event{}, nil
 	}
-	return queryEvents(ctx, s.db, "SELECT task_id, seq, type, at, attempt, data FROM events WHERE task_id IN ("+
+	return queryEvents(ctx, s.q, "SELECT task_id, seq, type, at, attempt, data FROM events WHERE task_id IN ("+
 		placeholders(len(ids))+") ORDER BY task_id, seq", idArgs(ids)...)
 }
 

@@ -18,6 +18,29 @@ var queueTests = []conformanceTest{
 	{"QueueConcurrencyLimitsClaims", testQueueConcurrency},
 	{"QueueSetRefusesInvalidSettings", testQueueSetRefusals},
 	{"RateLimitBoundsStarts", testRateLimit},
+	{"RateLimitedTypeLeavesQueueSlotsToOthers", testRateLimitAndConcurrency},
+}
+
+// testRateLimitAndConcurrency: a queue of two slots holds tasks of a type
+// with one start left and of an unlimited type; the claim fills both
+// slots, one of each, rather than losing a slot to the limited type.
+func testRateLimitAndConcurrency(t *testing.T, s engine.Store) {
+	ctx := testContext(t)
+	require.NoError(t, s.QueueSet(ctx, engine.QueueConfig{Namespace: engine.DefaultNamespace, Name: defaultQueue, Concurrency: 2}))
+	require.NoError(t, s.RateLimitSet(ctx, engine.DefaultNamespace, "limited", 1, time.Hour))
+	start(t, s, spec{Type: "limited"})
+	start(t, s, spec{Type: "limited"})
+	free := start(t, s, spec{Type: "free"})
+	p := claimParams("w", 5, time.Minute)
+	p.Types = []engine.TypeKey{{Type: "limited", Version: 1}, {Type: "free", Version: 1}}
+	got := claim(t, s, p)
+	require.Len(t, got, 2, "both slots used")
+	types := map[string]int{}
+	for _, c := range got {
+		types[c.Task.Type]++
+	}
+	require.Equal(t, map[string]int{"limited": 1, "free": 1}, types)
+	require.True(t, claimedIDs(got)[free])
 }
 
 // leaderTests: the leader lease.
