@@ -37,6 +37,10 @@ const diagnoseStatementTimeout = 30 * time.Second
 // (errors per half, waiting types, fairness keys).
 const DiagnoseTop = 5
 
+// ErrDiagnosisTooSlow marks a diagnosis that gave up reading its window's
+// history (a statement timeout): a shorter window may do.
+var ErrDiagnosisTooSlow = errors.New("diagnosis took too long")
+
 // QueueDiagnoseParams says which queue to diagnose over which window.
 type QueueDiagnoseParams struct {
 	Namespace, Queue string
@@ -288,8 +292,8 @@ func (s *PGStore) QueueDiagnose(ctx context.Context, p *QueueDiagnoseParams) (*Q
 		return s.measureQueue(ctx, tx, p.Window, d)
 	})
 	if isStatementTimeout(err) && ctx.Err() == nil { // a cancelled context is cancelled the same way
-		return nil, errors.Wrapf(err, "diagnose queue %s/%s: reading %s of history took over %s; try a shorter window",
-			p.Namespace, p.Queue, p.Window, diagnoseStatementTimeout)
+		return nil, errors.Mark(errors.Wrapf(err, "diagnose queue %s/%s: reading %s of history took over %s; try a shorter window",
+			p.Namespace, p.Queue, p.Window, diagnoseStatementTimeout), ErrDiagnosisTooSlow)
 	}
 	if err != nil {
 		return nil, errors.Wrapf(interpretError(err), "diagnose queue %s/%s", p.Namespace, p.Queue)

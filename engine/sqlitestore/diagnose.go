@@ -23,22 +23,30 @@ func (s *Store) QueueDiagnose(ctx context.Context, p *engine.QueueDiagnoseParams
 		return nil, err
 	}
 	d := &engine.QueueDiagnosis{Namespace: p.Namespace, Queue: p.Queue, Window: engine.MillisOf(p.Window)}
+	// The reads hold the store's one connection: bounded as PostgreSQL's
+	// statements are.
+	readCtx, cancel := context.WithTimeout(ctx, diagnoseTimeout)
+	defer cancel()
 	// A write transaction for its snapshot: the store's writes wait the
 	// few milliseconds the reads take.
-	err := s.tx(ctx, func(tx *txn) error {
+	err := s.tx(readCtx, func(tx *txn) error {
 		d.At = engine.Now()
 		from, mid := d.At.Add(-p.Window), d.At.Add(-p.Window/2)
 		d.Then = engine.DiagnosisHalf{From: from, To: mid}
 		d.Now = engine.DiagnosisHalf{From: mid, To: d.At}
 		d.Depth.SinceLastStart = d.Window
-		tasks, err := windowHistories(ctx, tx, p.Namespace, p.Queue, from)
+		tasks, err := windowHistories(readCtx, tx, p.Namespace, p.Queue, from)
 		if err != nil {
 			return err
 		}
 		w := &window{from: from, mid: mid, at: d.At}
 		w.measure(d, tasks)
-		return measureNow(ctx, tx, d, from)
+		return measureNow(readCtx, tx, d, from)
 	})
+	if readCtx.Err() == context.DeadlineExceeded && ctx.Err() == nil {
+		return nil, errors.Mark(errors.Wrapf(err, "diagnose queue %s/%s: reading %s of history took over %s; try a shorter window",
+			p.Namespace, p.Queue, p.Window, diagnoseTimeout), engine.ErrDiagnosisTooSlow)
+	}
 	if err != nil {
 		return nil, errors.Wrapf(err, "diagnose queue %s/%s", p.Namespace, p.Queue)
 	}
@@ -46,6 +54,9 @@ func (s *Store) QueueDiagnose(ctx context.Context, p *engine.QueueDiagnoseParams
 	d.FindCauses()
 	return d, nil
 }
+
+// diagnoseTimeout bounds a diagnosis's reads.
+const diagnoseTimeout = 30 * time.Second
 
 // taskHistory is a task of the queue with an event in the window: its type
 // and whole history.
@@ -85,6 +96,9 @@ func windowHistories(ctx context.Context, tx *txn, namespace, queue string, from
 	out := make([]taskHistory, 0, len(ids))
 	for _, id := range ids {
 		events, err := listEvents(ctx, tx, id)
+		if errors.Is(err, history.ErrInvalidHistory) {
+			continue // written by a newer cairn, say: not this diagnosis's to count
+		}
 		if err != nil {
 			return nil, err
 		}

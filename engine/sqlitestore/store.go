@@ -148,9 +148,11 @@ func (s *Store) tx(ctx context.Context, fn func(*txn) error) error {
 	if err != nil {
 		return interpret(err)
 	}
+	// Rolled back on every way out but a commit, a panic included: the
+	// store's one connection must not stay in a transaction.
+	defer func() { _ = tx.Rollback() }()
 	t := &txn{tx: tx, cache: s.q}
 	if err := fn(t); err != nil {
-		_ = tx.Rollback()
 		return err
 	}
 	if err := tx.Commit(); err != nil {
@@ -309,10 +311,10 @@ func interpret(err error) error {
 	}
 	var se *sqlite.Error
 	if errors.As(err, &se) {
-		switch se.Code() {
-		case sqlite3.SQLITE_CONSTRAINT_UNIQUE, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY:
+		switch code := se.Code(); {
+		case code == sqlite3.SQLITE_CONSTRAINT_UNIQUE, code == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY:
 			return errors.Mark(err, engine.ErrConflict)
-		case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED:
+		case code&0xff == sqlite3.SQLITE_BUSY, code&0xff == sqlite3.SQLITE_LOCKED: // and their extended codes
 			return errors.Mark(err, engine.ErrRetryable)
 		}
 	}

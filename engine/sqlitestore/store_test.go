@@ -200,4 +200,8 @@ func TestClaimLeasesATaskItCannotRead(t *testing.T) {
 	second := claim()
 	require.Equal(t, other, second.Task.ID, "the next claim takes the next task")
 	require.NoError(t, second.Err)
+
+	d, err := s.QueueDiagnose(ctx, &engine.QueueDiagnoseParams{Namespace: "default", Queue: "q", Window: time.Minute})
+	require.NoError(t, err, "a diagnosis leaves out what it cannot read")
+	require.Equal(t, 1, d.Now.Inflow, "the readable task's task_scheduled")
 }

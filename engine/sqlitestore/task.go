@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"maps"
 	"strings"
 	"time"
 
@@ -243,6 +244,8 @@ func checkCapacity(ctx context.Context, tx *txn, planned []engine.PlannedStart, 
 		if waiting+n <= int(maxWaiting.Int64) {
 			continue
 		}
+		// The mean age of the running attempts, since the tasks' first
+		// starts (an overestimate for retries), as PostgreSQL's hint.
 		var running int
 		var meanStartedAt sql.NullFloat64
 		if err := tx.QueryRowContext(ctx, "SELECT count(*), avg(started_at) FROM tasks WHERE namespace = ? AND queue = ? AND status = 'running'",
@@ -269,12 +272,22 @@ func (s *Store) TaskGetByID(ctx context.Context, namespace string, id uuid.UUID)
 	return t, nil
 }
 
+// idChunk bounds the ids of one IN (…) list, far below SQLite's limit of
+// bound parameters.
+const idChunk = 500
+
 // TaskGetManyByID implements [engine.Store].
 func (s *Store) TaskGetManyByID(ctx context.Context, ids []uuid.UUID) ([]*engine.Task, error) {
-	if len(ids) == 0 {
-		return nil, nil
+	var out []*engine.Task
+	for start := 0; start < len(ids); start += idChunk {
+		part := ids[start:min(start+idChunk, len(ids))]
+		tasks, err := queryTasks(ctx, s.q, "SELECT "+taskColumns+" FROM tasks WHERE id IN ("+placeholders(len(part))+") ORDER BY id", idArgs(part)...)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, tasks...)
 	}
-	return queryTasks(ctx, s.q, "SELECT "+taskColumns+" FROM tasks WHERE id IN ("+placeholders(len(ids))+") ORDER BY id", idArgs(ids)...)
+	return out, nil
 }
 
 func idArgs(ids []uuid.UUID) []any {
@@ -343,11 +356,17 @@ func listEvents(ctx context.Context, q querier, id uuid.UUID) ([]history.Event, 
 
 // EventListByTasks implements [engine.Store].
 func (s *Store) EventListByTasks(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID][]history.Event, error) {
-	if len(ids) == 0 {
-		return map[uuid.UUID][]history.Event{}, nil
+	out := map[uuid.UUID][]history.Event{}
+	for start := 0; start < len(ids); start += idChunk {
+		part := ids[start:min(start+idChunk, len(ids))]
+		events, err := queryEvents(ctx, s.q, "SELECT task_id, seq, type, at, attempt, data FROM events WHERE task_id IN ("+
+			placeholders(len(part))+") ORDER BY task_id, seq", idArgs(part)...)
+		if err != nil {
+			return nil, err
+		}
+		maps.Copy(out, events)
 	}
-	return queryEvents(ctx, s.q, "SELECT task_id, seq, type, at, attempt, data FROM events WHERE task_id IN ("+
-		placeholders(len(ids))+") ORDER BY task_id, seq", idArgs(ids)...)
+	return out, nil
 }
 
 func queryEvents(ctx context.Context, q querier, query string, args ...any) (map[uuid.UUID][]history.Event, error) {

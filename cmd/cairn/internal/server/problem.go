@@ -50,6 +50,8 @@ const (
 	codeForbidden       = "forbidden"
 	codeNotReady        = "not_ready"
 	codeInternal        = "internal"
+	codeTooSlow         = "diagnosis_too_slow"
+	codeUnsupported     = "unsupported"
 )
 
 var titles = map[string]string{
@@ -68,6 +70,8 @@ var titles = map[string]string{
 	codeForbidden:       "The token does not allow this",
 	codeNotReady:        "The server is not ready",
 	codeInternal:        "Internal server error",
+	codeTooSlow:         "The diagnosis took too long; try a shorter window",
+	codeUnsupported:     "The server's store does not support this",
 }
 
 func problem(status int, code, detail string) *Problem {
@@ -108,6 +112,10 @@ func problemFor(err error) *Problem {
 		return problem(http.StatusConflict, codeTaskState, err.Error())
 	case errors.Is(err, engine.ErrConflict), errors.Is(err, engine.ErrRetryable):
 		return problem(http.StatusConflict, codeConflict, err.Error())
+	case errors.Is(err, engine.ErrDiagnosisTooSlow):
+		return problem(http.StatusServiceUnavailable, codeTooSlow, err.Error())
+	case errors.Is(err, engine.ErrUnsupported):
+		return problem(http.StatusNotImplemented, codeUnsupported, err.Error())
 	}
 	return nil
 }
