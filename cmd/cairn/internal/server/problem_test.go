@@ -1,0 +1,31 @@
+package server
+
+import (
+	"net/http"
+	"testing"
+
+	"github.com/cairnflow/cairn/engine"
+	"github.com/cockroachdb/errors"
+	"github.com/stretchr/testify/require"
+)
+
+// Store errors a request can meet map to their statuses and codes, not to
+// a 500.
+func TestProblemForStoreErrors(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		mark   error
+		status int
+		code   string
+	}{
+		{engine.ErrDiagnosisTooSlow, http.StatusServiceUnavailable, codeTooSlow},
+		{engine.ErrUnsupported, http.StatusNotImplemented, codeUnsupported},
+		{engine.ErrConflict, http.StatusConflict, codeConflict},
+	} {
+		p := problemFor(errors.Wrap(errors.Mark(errors.New("cause"), c.mark), "context"))
+		require.NotNil(t, p, "%v", c.mark)
+		require.Equal(t, c.status, p.Status, "%v", c.mark)
+		require.Equal(t, c.code, p.Code, "%v", c.mark)
+	}
+	require.Nil(t, problemFor(errors.New("anything else")), "other errors are 500s, decided by the caller")
+}
