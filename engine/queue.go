@@ -66,6 +66,17 @@ type QueueConfig struct {
 	Concurrency int
 }
 
+// Validate checks the settings before a store writes them.
+func (c QueueConfig) Validate() error {
+	if c.Namespace == "" || c.Name == "" {
+		return errors.New("queue settings: namespace and name are required")
+	}
+	if c.MaxWaiting < 0 || c.Concurrency < 0 {
+		return errors.Newf("queue %s: MaxWaiting and Concurrency must not be negative", c.Name)
+	}
+	return nil
+}
+
 // QueueInfo is a queue's settings and its current load.
 type QueueInfo struct {
 	QueueConfig
@@ -74,11 +85,8 @@ type QueueInfo struct {
 
 // QueueSet creates or replaces a queue's settings.
 func (s *PGStore) QueueSet(ctx context.Context, c QueueConfig) error {
-	if c.Namespace == "" || c.Name == "" {
-		return errors.New("queue settings: namespace and name are required")
-	}
-	if c.MaxWaiting < 0 || c.Concurrency < 0 {
-		return errors.Newf("queue %s: MaxWaiting and Concurrency must not be negative", c.Name)
+	if err := c.Validate(); err != nil {
+		return err
 	}
 	_, err := s.pool.Exec(ctx, s.sql("QueueUpsert"), pgx.NamedArgs{
 		"namespace": c.Namespace, "name": c.Name, "max_waiting": nullPositive(c.MaxWaiting), "concurrency": nullPositive(c.Concurrency),
@@ -203,13 +211,21 @@ func (s *PGStore) QueueWaits(ctx context.Context, namespace string) ([]QueueWait
 // in namespace to maxStarts per interval, across all workers: a token
 // bucket of maxStarts, refilled continuously, which claims spend.
 func (s *PGStore) RateLimitSet(ctx context.Context, namespace, taskType string, maxStarts int, per time.Duration) error {
-	if maxStarts < 1 || per < time.Millisecond {
-		return errors.Newf("rate limit of %s: at least 1 start per at least 1ms (got %d per %s)", taskType, maxStarts, per)
+	if err := CheckRateLimit(taskType, maxStarts, per); err != nil {
+		return err
 	}
 	_, err := s.pool.Exec(ctx, s.sql("RateLimitUpsert"), pgx.NamedArgs{
 		"namespace": namespace, "task_type": taskType, "max_starts": maxStarts, "per_ms": per.Milliseconds(),
 	})
 	return errors.Wrapf(interpretError(err), "set rate limit of %s", taskType)
+}
+
+// CheckRateLimit checks a rate limit before a store writes it.
+func CheckRateLimit(taskType string, maxStarts int, per time.Duration) error {
+	if maxStarts < 1 || per < time.Millisecond {
+		return errors.Newf("rate limit of %s: at least 1 start per at least 1ms (got %d per %s)", taskType, maxStarts, per)
+	}
+	return nil
 }
 
 // RateLimitDelete removes taskType's rate limit.

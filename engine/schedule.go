@@ -51,18 +51,28 @@ func ParseCron(spec, tz string) (cron.Schedule, *time.Location, error) {
 	return sched, loc, nil
 }
 
-// ScheduleCreate stores a new schedule; its first tick is the first after
-// now. A name already used in the namespace is an error marked ErrConflict.
-func (s *PGStore) ScheduleCreate(ctx context.Context, sc Schedule) error {
+// Check checks a new schedule before a store writes it, setting the
+// default time zone, and returns its parsed cron expression and zone.
+func (sc *Schedule) Check() (cron.Schedule, *time.Location, error) {
 	if sc.Namespace == "" || sc.Name == "" || sc.TaskType == "" || sc.Queue == "" || sc.TypeVersion < 1 {
-		return errors.New("schedule: namespace, name, task type, version and queue are required")
+		return nil, nil, errors.New("schedule: namespace, name, task type, version and queue are required")
 	}
 	if sc.Timezone == "" {
 		sc.Timezone = "UTC"
 	}
 	sched, loc, err := ParseCron(sc.Cron, sc.Timezone)
 	if err != nil {
-		return errors.Wrapf(err, "schedule %s", sc.Name)
+		return nil, nil, errors.Wrapf(err, "schedule %s", sc.Name)
+	}
+	return sched, loc, nil
+}
+
+// ScheduleCreate stores a new schedule; its first tick is the first after
+// now. A name already used in the namespace is an error marked ErrConflict.
+func (s *PGStore) ScheduleCreate(ctx context.Context, sc Schedule) error {
+	sched, loc, err := sc.Check()
+	if err != nil {
+		return err
 	}
 	tag, err := s.pool.Exec(ctx, s.sql("ScheduleInsert"), pgx.NamedArgs{
 		"namespace": sc.Namespace, "name": sc.Name, "cron": sc.Cron, "timezone": sc.Timezone,

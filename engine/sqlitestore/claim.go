@@ -246,8 +246,7 @@ func claimOne(ctx context.Context, tx *txn, t *engine.Task, owner string, ttl ti
 	if err := insertEvents(ctx, tx, t.ID, plan.Events); err != nil {
 		return nil, err
 	}
-	expiresUS := us(expires)
-	row, err := writeRow(ctx, tx, t.ID, plan, &expiresUS)
+	row, err := writeClaimedRow(ctx, tx, t.ID, plan, us(expires))
 	if err != nil {
 		return nil, err
 	}
@@ -314,12 +313,12 @@ func insertEvents(ctx context.Context, tx *txn, id uuid.UUID, events []engine.En
 	return nil
 }
 
-// writeRow writes the projection row of task id from the planned state.
-// leaseExpires, when set, is the new lease's expiry (a claim), and the row
-// written is returned; otherwise the expiry is kept while the lease goes
-// on and cleared when it ends, and nil is returned. A keyed task due again
-// keeps its place among its key's tasks.
-func writeRow(ctx context.Context, tx *txn, id uuid.UUID, plan engine.AppendPlan, leaseExpires *int64) (*engine.Task, error) {
+// rowUpdate is the UPDATE of a task's projection row to plan.Next, and
+// its arguments. leaseExpires, when set, is a new lease's expiry (a
+// claim); otherwise the expiry is kept while the lease goes on and cleared
+// when it ends. A keyed task due again keeps its place among its key's
+// tasks.
+func rowUpdate(id uuid.UUID, plan engine.AppendPlan, leaseExpires *int64) (string, []any) {
 	next := plan.Next
 	expires := "CASE WHEN ? IS NULL THEN NULL ELSE lease_expires_at END"
 	var expiresArg any = nullString(next.Lease.Owner)
@@ -331,16 +330,33 @@ func writeRow(ctx context.Context, tx *txn, id uuid.UUID, plan engine.AppendPlan
 		attempt = ?, lease_owner = ?, lease_epoch = ?, lease_expires_at = ` + expires + `,
 		output = ?, last_error = ?, cancel_requested = ?, last_seq = ?, updated_at = ?, started_at = ?, finished_at = ?
 		WHERE id = ?`
-	args := []any{string(next.Status), us(next.RunAt), us(next.RunAt), us(next.RunAt),
+	return query, []any{string(next.Status), us(next.RunAt), us(next.RunAt), us(next.RunAt),
 		next.Attempt, nullString(next.Lease.Owner), next.Lease.Epoch, expiresArg,
 		nullBytes(next.Output), nullBytes(plan.LastError), next.CancelRequested, next.LastSeq, us(next.UpdatedAt),
 		nullTimeUS(next.StartedAt), nullTimeUS(next.FinishedAt), id.String()}
-	if leaseExpires == nil {
-		_, err := tx.ExecContext(ctx, query, args...)
-		return nil, interpret(err)
-	}
+}
+
+// writeClaimedRow writes a claimed task's row under its new lease and
+// returns it.
+func writeClaimedRow(ctx context.Context, tx *txn, id uuid.UUID, plan engine.AppendPlan, leaseExpires int64) (*engine.Task, error) {
+	query, args := rowUpdate(id, plan, &leaseExpires)
 	t, err := scanTask(tx.QueryRowContext(ctx, query+" RETURNING "+taskColumns, args...))
 	return t, interpret(err)
+}
+
+// writeFencedRow writes the row of p's task if the fence lets p write,
+// checked in the UPDATE itself (the seq; the epoch when set; for the
+// rescuer, the lease's expiry), as PostgreSQL's append does. It reports
+// whether it wrote.
+func writeFencedRow(ctx context.Context, tx *txn, p *engine.EventAppendParams, plan engine.AppendPlan, now time.Time) (bool, error) {
+	query, args := rowUpdate(p.TaskID, plan, nil)
+	res, err := tx.ExecContext(ctx, query+` AND last_seq = ? AND (? = 0 OR lease_epoch = ?)
+		AND (NOT ? OR lease_expires_at < ?)`, append(args, p.State.LastSeq, p.Epoch, p.Epoch, p.ExpiredOnly, us(now))...)
+	if err != nil {
+		return false, interpret(err)
+	}
+	n, err := res.RowsAffected()
+	return n == 1, interpret(err)
 }
 
 // EventAppend implements [engine.Store].
@@ -375,18 +391,23 @@ func (s *Store) EventAppendMany(ctx context.Context, ps []*engine.EventAppendPar
 			if plans[i] == nil {
 				continue
 			}
-			refused, err := fence(ctx, tx, p, now)
+			written, err := writeFencedRow(ctx, tx, p, *plans[i], now)
 			if err != nil {
 				return err
 			}
-			if refused != nil {
+			if !written {
+				// Refused: find out why, as PostgreSQL's explainRefusal.
+				refused, err := fence(ctx, tx, p, now)
+				if err != nil {
+					return err
+				}
+				if refused == nil {
+					refused = errors.AssertionFailedf("append to task %s: refused, and the fence finds no reason", p.TaskID)
+				}
 				out[i].Err = refused
 				continue
 			}
 			if err := insertEvents(ctx, tx, p.TaskID, plans[i].Events); err != nil {
-				return err
-			}
-			if _, err := writeRow(ctx, tx, p.TaskID, *plans[i], nil); err != nil {
 				return err
 			}
 			out[i].State = plans[i].Next
@@ -416,10 +437,10 @@ func (s *Store) EventAppendMany(ctx context.Context, ps []*engine.EventAppendPar
 	return out, nil
 }
 
-// fence checks that p may write: the task is at p's seq, under p's epoch
-// (when set) and, for ExpiredOnly, past its lease. refused says why not,
-// marked as PGStore's refusals are; err is the database failing, which
-// fails the whole batch.
+// fence says why p may not write, after writeFencedRow wrote nothing: the
+// task is not at p's seq, not under p's epoch (when set) or, for
+// ExpiredOnly, not past its lease. refused is marked as PGStore's
+// refusals are; err is the database failing, which fails the whole batch.
 func fence(ctx context.Context, tx *txn, p *engine.EventAppendParams, now time.Time) (refused, err error) {
 	var lastSeq, epoch int64
 	var owner sql.NullString

@@ -94,11 +94,8 @@ func (s *Store) LeaderResign(ctx context.Context, name, owner string) error {
 
 // QueueSet implements [engine.Store].
 func (s *Store) QueueSet(ctx context.Context, c engine.QueueConfig) error {
-	if c.Namespace == "" || c.Name == "" {
-		return errors.New("queue settings: namespace and name are required")
-	}
-	if c.MaxWaiting < 0 || c.Concurrency < 0 {
-		return errors.Newf("queue %s: MaxWaiting and Concurrency must not be negative", c.Name)
+	if err := c.Validate(); err != nil {
+		return err
 	}
 	_, err := s.q.ExecContext(ctx, `INSERT INTO queues (namespace, name, max_waiting, concurrency, updated_at) VALUES (?, ?, ?, ?, ?)
 		ON CONFLICT (namespace, name) DO UPDATE SET max_waiting = excluded.max_waiting, concurrency = excluded.concurrency,
@@ -158,8 +155,8 @@ func (s *Store) QueueWaits(ctx context.Context, namespace string) ([]engine.Queu
 
 // RateLimitSet implements [engine.Store]: the bucket starts full.
 func (s *Store) RateLimitSet(ctx context.Context, namespace, taskType string, maxStarts int, per time.Duration) error {
-	if maxStarts < 1 || per < time.Millisecond {
-		return errors.Newf("rate limit of %s: need at least 1 start per at least 1ms", taskType)
+	if err := engine.CheckRateLimit(taskType, maxStarts, per); err != nil {
+		return err
 	}
 	_, err := s.q.ExecContext(ctx, `INSERT INTO rate_limits (namespace, task_type, max_starts, per_ms, tokens, refilled_at)
 		VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (namespace, task_type) DO UPDATE SET max_starts = excluded.max_starts,

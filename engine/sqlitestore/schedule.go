@@ -46,15 +46,9 @@ func querySchedules(ctx context.Context, q querier, query string, args ...any) (
 // after now; a name taken in the namespace is an error marked
 // engine.ErrConflict.
 func (s *Store) ScheduleCreate(ctx context.Context, sc engine.Schedule) error {
-	if sc.Namespace == "" || sc.Name == "" || sc.TaskType == "" || sc.Queue == "" || sc.TypeVersion < 1 {
-		return errors.New("schedule: namespace, name, task type, version and queue are required")
-	}
-	if sc.Timezone == "" {
-		sc.Timezone = "UTC"
-	}
-	sched, loc, err := engine.ParseCron(sc.Cron, sc.Timezone)
+	sched, loc, err := sc.Check()
 	if err != nil {
-		return errors.Wrapf(err, "schedule %s", sc.Name)
+		return err
 	}
 	now := engine.Now()
 	res, err := s.q.ExecContext(ctx, `INSERT INTO schedules (namespace, name, cron, timezone, task_type, type_version, queue, input,
