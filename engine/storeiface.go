@@ -16,8 +16,9 @@ import (
 // engine/sqlitestore (one process, one file). The conformance suite in
 // engine/storetest runs against both.
 //
-// A store that cannot do something yet returns an error marked
-// [ErrUnsupported] naming it.
+// What only one store can do is outside the interface (PGStore's
+// TaskStartTx takes a pgx transaction); a caller that needs it and has the
+// other store returns an error marked [ErrUnsupported].
 type Store interface {
 	// Tasks: start, read, list.
 	TaskStart(ctx context.Context, p *TaskStartParams) (TaskStartResult, error)

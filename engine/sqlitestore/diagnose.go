@@ -170,10 +170,10 @@ func (w *window) measure(d *engine.QueueDiagnosis, tasks []taskHistory) {
 					steps[key] = append(steps[key], ms)
 				}
 			case history.AttemptFailedData:
-				w.countError(errs, errorKey{isNow: isNow, taskType: th.taskType, class: string(data.Error.Class), kind: data.Error.Kind,
+				countError(errs, errorKey{isNow: isNow, taskType: th.taskType, class: string(data.Error.Class), kind: data.Error.Kind,
 					status: data.Error.Status, step: data.Error.Step}, data.Error.Message)
 			case history.LeaseExpiredData:
-				w.countError(errs, errorKey{isNow: isNow, taskType: th.taskType, class: string(history.Transient), kind: "lease_expired"}, "")
+				countError(errs, errorKey{isNow: isNow, taskType: th.taskType, class: string(history.Transient), kind: "lease_expired"}, "")
 			}
 		}
 	}
@@ -207,7 +207,7 @@ func (w *window) measure(d *engine.QueueDiagnosis, tasks []taskHistory) {
 			return cmp.Or(cmp.Compare(a.Type, b.Type), cmp.Compare(a.Step, b.Step))
 		})
 	}
-	w.topErrors(d, errs)
+	topErrors(d, errs)
 }
 
 // count adds the event events[i] to the flow.
@@ -282,7 +282,7 @@ func stepMillis(events []history.Event, i int) (float64, bool) {
 
 func millis(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
-func (w *window) countError(errs map[errorKey]*errorCount, key errorKey, message string) {
+func countError(errs map[errorKey]*errorCount, key errorKey, message string) {
 	c := errs[key]
 	if c == nil {
 		c = &errorCount{}
@@ -294,7 +294,7 @@ func (w *window) countError(errs map[errorKey]*errorCount, key errorKey, message
 
 // topErrors keeps the most common failures of each half, at most
 // engine.DiagnoseTop.
-func (w *window) topErrors(d *engine.QueueDiagnosis, errs map[errorKey]*errorCount) {
+func topErrors(d *engine.QueueDiagnosis, errs map[errorKey]*errorCount) {
 	keys := make([]errorKey, 0, len(errs))
 	for k := range errs {
 		keys = append(keys, k)
