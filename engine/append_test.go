@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairnflow/cairn/engine/pgstore"
+
 	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/engine/enginetest"
 	"github.com/cairnflow/cairn/history"
@@ -21,7 +23,7 @@ func TestEventAppend(t *testing.T) {
 	t.Parallel()
 
 	type testBundle struct {
-		store *engine.PGStore
+		store *pgstore.Store
 		ct    *engine.ClaimedTask
 	}
 	setup := func(t *testing.T) *testBundle {

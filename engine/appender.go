@@ -288,3 +288,25 @@ func (a *appender) rebaseConflicts(ctx context.Context, params []*EventAppendPar
 		results[i] = again[k]
 	}
 }
+
+// rebaseOntoCancel returns p moved onto the task's events after p.State
+// (events is the task's whole log), if those are only a cancel request (the
+// one append other writers make to a running task), and false otherwise.
+func rebaseOntoCancel(p *EventAppendParams, events []history.Event) (*EventAppendParams, bool) {
+	if int64(len(events)) < p.State.LastSeq {
+		return nil, false
+	}
+	state := p.State
+	for _, e := range events[p.State.LastSeq:] {
+		if e.Type() != history.CancelRequested {
+			return nil, false
+		}
+		var err error
+		if state, err = history.Apply(state, e); err != nil {
+			return nil, false
+		}
+	}
+	rebased := *p
+	rebased.State = state
+	return &rebased, true
+}

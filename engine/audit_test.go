@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairnflow/cairn/engine/pgstore"
+
 	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/engine/enginetest"
 	"github.com/cairnflow/cairn/history"
@@ -20,7 +22,7 @@ import (
 // own minute after base (an hour from now, so every task_scheduled and
 // attempt_started comes before base).
 type auditTimeline struct {
-	s    *engine.PGStore
+	s    *pgstore.Store
 	base time.Time
 }
 
@@ -51,7 +53,7 @@ func (tl *auditTimeline) task(t *testing.T, opts *enginetest.TaskOpts, m int) uu
 	return id
 }
 
-func scan(t *testing.T, s *engine.PGStore, p engine.EventScanParams) []engine.AuditEvent {
+func scan(t *testing.T, s *pgstore.Store, p engine.EventScanParams) []engine.AuditEvent {
 	t.Helper()
 	if p.Namespace == "" {
 		p.Namespace = engine.DefaultNamespace

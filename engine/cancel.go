@@ -25,20 +25,14 @@ type TaskCancelResult struct {
 	AlreadyRequested bool
 }
 
-// TaskCancel requests the task's cancellation (cancel_requested). A task
+// CancelTask requests the task's cancellation (cancel_requested). A task
 // that is not running and has no completed step to compensate is cancelled
-// in the same statement (task_cancelled) and never runs again. A running
-// task's worker is told (NOTIFY on the cancel channel, and its next
-// heartbeat or append) and stops at its next checkpoint; a task with
-// completed compensable steps is due at once, so a worker compensates them.
-// Cancelling a finished task is an error marked [ErrTaskState] naming its
-// status; cancelling twice is not an error.
-func (s *PGStore) TaskCancel(ctx context.Context, p *TaskRequestParams) (TaskCancelResult, error) {
-	return CancelTask(ctx, s, p)
-}
-
-// CancelTask is [PGStore.TaskCancel] over any store's reads and fenced
-// appends: what a store shares with the others rather than writes again.
+// in the same append (task_cancelled) and never runs again. A running
+// task's worker is told (a notification, and its next heartbeat or append)
+// and stops at its next checkpoint; a task with completed compensable steps
+// is due at once, so a worker compensates them. Cancelling a finished task
+// is an error marked [store.ErrTaskState] naming its status; cancelling
+// twice is not an error.
 func CancelTask(ctx context.Context, s Store, p *TaskRequestParams) (TaskCancelResult, error) {
 	var res TaskCancelResult
 	state, err := requestOnTask(ctx, s, p, func(state history.State) ([]history.Payload, error) {
@@ -60,17 +54,11 @@ func CancelTask(ctx context.Context, s Store, p *TaskRequestParams) (TaskCancelR
 	return res, err
 }
 
-// TaskCompensate asks for the compensators of a completed task's steps to
+// CompensateTask asks for the compensators of a completed task's steps to
 // run (compensation_requested): the task is due at once, a worker undoes
 // its compensable steps in reverse order, and it ends cancelled. A task
 // that is not completed, or has no compensable step, is an error marked
-// [ErrTaskState].
-func (s *PGStore) TaskCompensate(ctx context.Context, p *TaskRequestParams) (history.State, error) {
-	return CompensateTask(ctx, s, p)
-}
-
-// CompensateTask is [PGStore.TaskCompensate] over any store (see
-// [CancelTask]).
+// [store.ErrTaskState].
 func CompensateTask(ctx context.Context, s Store, p *TaskRequestParams) (history.State, error) {
 	return requestOnTask(ctx, s, p, func(state history.State) ([]history.Payload, error) {
 		if state.Status != history.StatusCompleted {

@@ -402,7 +402,7 @@ func TestLeaseExtendMany(t *testing.T) {
 	require.Empty(t, held)
 
 	// The reply carries a cancel request.
-	_, err = s.TaskCancel(ctx, &engine.TaskRequestParams{Namespace: "default", ID: a.Task.ID, By: "api"})
+	_, err = engine.CancelTask(ctx, s, &engine.TaskRequestParams{Namespace: "default", ID: a.Task.ID, By: "api"})
 	require.NoError(t, err)
 	held, err = s.LeaseExtendMany(ctx, []engine.LeaseRef{{TaskID: a.Task.ID, Epoch: a.State.Lease.Epoch}}, time.Hour)
 	require.NoError(t, err)

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cairnflow/cairn/engine/pgstore"
+
 	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/engine/enginetest"
 	"github.com/cairnflow/cairn/engine/storetest"
@@ -24,7 +26,7 @@ func TestQueueDiagnoseMeasuresHandBuiltHistory(t *testing.T) {
 // insertHistory writes tasks straight into the tables, in one transaction
 // (one now()), so a test knows every time exactly. The projections are not
 // meant to match a replay: the diagnosis reads events and a few columns.
-func insertHistory(t *testing.T, s *engine.PGStore, tasks ...storetest.BuiltTask) {
+func insertHistory(t *testing.T, s *pgstore.Store, tasks ...storetest.BuiltTask) {
 	t.Helper()
 	ctx := context.Background()
 	err := pgx.BeginFunc(ctx, s.Pool(), func(tx pgx.Tx) error {
@@ -38,7 +40,7 @@ func insertHistory(t *testing.T, s *engine.PGStore, tasks ...storetest.BuiltTask
 	require.NoError(t, err)
 }
 
-func insertBuiltTask(ctx context.Context, tx pgx.Tx, s *engine.PGStore, task storetest.BuiltTask) error {
+func insertBuiltTask(ctx context.Context, tx pgx.Tx, s *pgstore.Store, task storetest.BuiltTask) error {
 	id := uuid.Must(uuid.NewV7())
 	var lease any
 	if task.Owner != "" {
@@ -155,7 +157,7 @@ func TestFindCausesRanksTheLikelyCause(t *testing.T) {
 		}), engine.CauseUnservedType, "attempts of ocr v2 started in the window: 0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			tc.d.FindCauses()
+			engine.FindCauses(tc.d)
 			require.NotEmpty(t, tc.d.Causes, tc.d.Summary)
 			top := tc.d.Causes[0]
 			require.Equal(t, tc.code, top.Code, "causes: %+v", tc.d.Causes)
@@ -178,14 +180,14 @@ func TestFindCausesOfASteadyQueue(t *testing.T) {
 		d.Now.Inflow, d.Now.Outflow = 102, 100 // in flight
 		d.Depth = engine.QueueDepth{Pending: 2, Running: 3, Due: 1, OldestWait: 5}
 	})
-	steady.FindCauses()
+	engine.FindCauses(steady)
 	require.Empty(t, steady.Causes)
 	// Nothing claimed for a while, but nothing due: idle, not lost.
 	idle := measured(func(d *engine.QueueDiagnosis) {
 		d.Then, d.Now = steadyHalf("w1"), engine.DiagnosisHalf{}
 		d.Depth = engine.QueueDepth{Pending: 5, SinceLastStart: 60_000}
 	})
-	idle.FindCauses()
+	engine.FindCauses(idle)
 	require.Empty(t, idle.Causes)
 	require.True(t, idle.Healthy)
 	require.True(t, steady.Healthy)
@@ -195,7 +197,7 @@ func TestFindCausesOfASteadyQueue(t *testing.T) {
 		d.Then, d.Now = steadyHalf("w1"), steadyHalf("w1")
 		d.Now.Types[0].Attempts = engine.DurationStats{Count: 100, P50: 300}
 	})
-	keepingUp.FindCauses()
+	engine.FindCauses(keepingUp)
 	require.Len(t, keepingUp.Causes, 1)
 	require.Equal(t, engine.CauseSlowerAttempts, keepingUp.Causes[0].Code)
 	require.Less(t, keepingUp.Causes[0].Score, 0.5, "slower but keeping up is not serious")

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairnflow/cairn/engine/pgstore"
+
 	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/history"
 	"github.com/google/uuid"
@@ -32,7 +34,7 @@ func claimOpts(owner string, max int, ttl time.Duration) *engine.TaskClaimManyPa
 	}
 }
 
-func claim(t testing.TB, s *engine.PGStore, p *engine.TaskClaimManyParams) []*engine.ClaimedTask {
+func claim(t testing.TB, s *pgstore.Store, p *engine.TaskClaimManyParams) []*engine.ClaimedTask {
 	t.Helper()
 	claimed, err := s.TaskClaimMany(context.Background(), p)
 	require.NoError(t, err)
@@ -40,7 +42,7 @@ func claim(t testing.TB, s *engine.PGStore, p *engine.TaskClaimManyParams) []*en
 }
 
 // claimOne claims exactly one default test task for owner.
-func claimOne(t testing.TB, s *engine.PGStore, owner string, ttl time.Duration) *engine.ClaimedTask {
+func claimOne(t testing.TB, s *pgstore.Store, owner string, ttl time.Duration) *engine.ClaimedTask {
 	t.Helper()
 	claimed := claim(t, s, claimOpts(owner, 1, ttl))
 	require.Len(t, claimed, 1)
@@ -48,27 +50,27 @@ func claimOne(t testing.TB, s *engine.PGStore, owner string, ttl time.Duration) 
 }
 
 // appendFenced appends payloads for ct's attempt, fenced by its epoch.
-func appendFenced(ctx context.Context, s *engine.PGStore, ct *engine.ClaimedTask, payloads ...history.Payload) (history.State, error) {
+func appendFenced(ctx context.Context, s *pgstore.Store, ct *engine.ClaimedTask, payloads ...history.Payload) (history.State, error) {
 	return s.EventAppend(ctx, &engine.EventAppendParams{
 		TaskID: ct.Task.ID, State: ct.State, Epoch: ct.State.Lease.Epoch,
 		Attempt: ct.State.Attempt, Payloads: payloads,
 	})
 }
 
-func complete(t testing.TB, s *engine.PGStore, ct *engine.ClaimedTask) {
+func complete(t testing.TB, s *pgstore.Store, ct *engine.ClaimedTask) {
 	t.Helper()
 	_, err := appendFenced(context.Background(), s, ct, history.TaskCompletedData{Output: json.RawMessage(`{"ok":true}`)})
 	require.NoError(t, err)
 }
 
-func getTask(t testing.TB, s *engine.PGStore, id uuid.UUID) *engine.Task {
+func getTask(t testing.TB, s *pgstore.Store, id uuid.UUID) *engine.Task {
 	t.Helper()
 	task, err := s.TaskGetByID(context.Background(), engine.DefaultNamespace, id)
 	require.NoError(t, err)
 	return task
 }
 
-func events(t testing.TB, s *engine.PGStore, id uuid.UUID) []history.Event {
+func events(t testing.TB, s *pgstore.Store, id uuid.UUID) []history.Event {
 	t.Helper()
 	evs, err := s.EventListByTask(context.Background(), id)
 	require.NoError(t, err)
@@ -76,7 +78,7 @@ func events(t testing.TB, s *engine.PGStore, id uuid.UUID) []history.Event {
 }
 
 // countRows counts the rows of one of the store's tables.
-func countRows(t testing.TB, s *engine.PGStore, table string) int {
+func countRows(t testing.TB, s *pgstore.Store, table string) int {
 	t.Helper()
 	var n int
 	err := s.Pool().QueryRow(context.Background(), "SELECT count(*) FROM "+pgx.Identifier{s.Schema(), table}.Sanitize()).Scan(&n)
@@ -86,7 +88,7 @@ func countRows(t testing.TB, s *engine.PGStore, table string) int {
 
 // tableName is the quoted, schema-qualified name of one of the store's
 // tables.
-func tableName(s *engine.PGStore, table string) string {
+func tableName(s *pgstore.Store, table string) string {
 	return pgx.Identifier{s.Schema(), table}.Sanitize()
 }
 
@@ -106,7 +108,7 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 }
 
 // waitStatus waits until task id has status want.
-func waitStatus(t testing.TB, s *engine.PGStore, id uuid.UUID, want history.Status) *engine.Task {
+func waitStatus(t testing.TB, s *pgstore.Store, id uuid.UUID, want history.Status) *engine.Task {
 	t.Helper()
 	var task *engine.Task
 	waitFor(t, "task "+id.String()+" to be "+string(want), func() bool {
@@ -122,11 +124,11 @@ func waitStatus(t testing.TB, s *engine.PGStore, id uuid.UUID, want history.Stat
 
 // rescueOne runs the rescuer until it has rescued exactly one task: the
 // lease it waits for expires by the database clock.
-func rescueOne(t testing.TB, s *engine.PGStore) {
+func rescueOne(t testing.TB, s *pgstore.Store) {
 	t.Helper()
 	total := 0
 	waitFor(t, "an expired lease to be rescued", func() bool {
-		n, err := s.RescueExpired(context.Background(), 100)
+		n, err := engine.RescueExpired(context.Background(), s, 100)
 		require.NoError(t, err)
 		total += n
 		return total > 0

@@ -8,7 +8,6 @@ import (
 
 	"github.com/cairnflow/cairn/history"
 	"github.com/cockroachdb/errors"
-	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -197,8 +196,8 @@ func (m *Metrics) observeAppended(p *EventAppendParams, next history.State) {
 	for _, payload := range p.Payloads {
 		m.observeEvent(taskType, labels, payload)
 	}
-	if !p.attemptStartedAt.IsZero() && attemptEnded(p.State, next) {
-		m.attemptDuration.WithLabelValues(taskType).Observe(seconds(next.UpdatedAt.Sub(p.attemptStartedAt)))
+	if !p.AttemptStartedAt.IsZero() && attemptEnded(p.State, next) {
+		m.attemptDuration.WithLabelValues(taskType).Observe(seconds(next.UpdatedAt.Sub(p.AttemptStartedAt)))
 	}
 }
 
@@ -375,45 +374,4 @@ func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, q.OldestDue.Seconds(), q.Namespace, q.Queue)
 	}
-}
-
-// QueueGauge is one queue's row of the queue collector: its unfinished
-// tasks and dead letters by status, and how long its oldest due task has
-// waited.
-type QueueGauge struct {
-	Namespace, Queue string
-	Tasks            map[history.Status]int64
-	OldestDue        time.Duration
-}
-
-// QueueGaugeList reads the task counts of every queue by status, in one
-// grouped query.
-func (s *PGStore) QueueGaugeList(ctx context.Context) ([]*QueueGauge, error) {
-	rows, err := s.pool.Query(ctx, s.sql("MetricsQueueDepths"))
-	if err != nil {
-		return nil, errors.Wrap(interpretError(err), "read queue depths")
-	}
-	var out []*QueueGauge
-	byQueue := map[[2]string]*QueueGauge{}
-	var namespace, queue, status string
-	var count int64
-	var oldestSeconds *float64
-	_, err = pgx.ForEachRow(rows, []any{&namespace, &queue, &status, &count, &oldestSeconds}, func() error {
-		key := [2]string{namespace, queue}
-		q := byQueue[key]
-		if q == nil {
-			q = &QueueGauge{Namespace: namespace, Queue: queue, Tasks: map[history.Status]int64{}}
-			byQueue[key] = q
-			out = append(out, q)
-		}
-		q.Tasks[history.Status(status)] = count
-		if oldestSeconds != nil {
-			q.OldestDue = max(q.OldestDue, time.Duration(*oldestSeconds*float64(time.Second)))
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, errors.Wrap(interpretError(err), "read queue depths")
-	}
-	return out, nil
 }

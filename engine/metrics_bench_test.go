@@ -34,7 +34,7 @@ func benchmarkTaskObservations(b *testing.B, m *Metrics) {
 	done.Status, done.Lease.Owner, done.UpdatedAt = history.StatusCompleted, "", start.Add(3*time.Millisecond)
 	claimed := []*ClaimedTask{{Task: &Task{Queue: "default", RunAt: start.Add(-time.Millisecond), UpdatedAt: start}}}
 	outcome := &EventAppendParams{
-		State: running, attemptStartedAt: start,
+		State: running, AttemptStartedAt: start,
 		Payloads: []history.Payload{history.StepCompletedData{Name: "noop", DurationMillis: 1}, history.TaskCompletedData{}},
 	}
 	b.ReportAllocs()

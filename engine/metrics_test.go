@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairnflow/cairn/engine/pgstore"
+
 	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/engine/enginetest"
 	"github.com/cairnflow/cairn/history"
@@ -15,12 +17,12 @@ import (
 
 // metricsStore returns a store over a fresh schema that counts into a
 // fresh registry.
-func metricsStore(t *testing.T) (*engine.PGStore, *prometheus.Registry) {
+func metricsStore(t *testing.T) (*pgstore.Store, *prometheus.Registry) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	m, err := engine.NewMetrics(reg)
 	require.NoError(t, err)
-	s, err := engine.NewPGStore(engine.PGStoreConfig{Pool: enginetest.Pool(t), Schema: enginetest.Schema(t), Metrics: m})
+	s, err := pgstore.New(pgstore.Config{Pool: enginetest.Pool(t), Schema: enginetest.Schema(t), Metrics: m})
 	require.NoError(t, err)
 	return s, reg
 }
@@ -91,7 +93,7 @@ func TestMetricsCountRetriesDeadLettersAndCancels(t *testing.T) {
 	require.NoError(t, err)
 
 	pending := enginetest.StartTask(t, s, &enginetest.TaskOpts{RunAt: time.Now().Add(time.Hour)})
-	_, err = s.TaskCancel(ctx, &engine.TaskRequestParams{Namespace: engine.DefaultNamespace, ID: pending, By: "test"})
+	_, err = engine.CancelTask(ctx, s, &engine.TaskRequestParams{Namespace: engine.DefaultNamespace, ID: pending, By: "test"})
 	require.NoError(t, err)
 
 	g := enginetest.Gather(t, reg)
@@ -159,7 +161,7 @@ func TestQueueCollectorReadsTheDatabase(t *testing.T) {
 // panics nor reports zeros.
 func TestQueueCollectorReportsScrapeErrors(t *testing.T) {
 	t.Parallel()
-	s, err := engine.NewPGStore(engine.PGStoreConfig{Pool: enginetest.Pool(t), Schema: enginetest.UnmigratedSchema(t)})
+	s, err := pgstore.New(pgstore.Config{Pool: enginetest.Pool(t), Schema: enginetest.UnmigratedSchema(t)})
 	require.NoError(t, err)
 	reg := prometheus.NewRegistry()
 	require.NoError(t, reg.Register(engine.NewQueueCollector(s)))
@@ -176,7 +178,7 @@ func TestMetricsBreakDownByTaskLabels(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m, err := engine.NewMetricsWithOpts(reg, engine.MetricsOpts{TaskLabels: []string{"tier", "model.family"}})
 	require.NoError(t, err)
-	s, err := engine.NewPGStore(engine.PGStoreConfig{Pool: enginetest.Pool(t), Schema: enginetest.Schema(t), Metrics: m})
+	s, err := pgstore.New(pgstore.Config{Pool: enginetest.Pool(t), Schema: enginetest.Schema(t), Metrics: m})
 	require.NoError(t, err)
 	ctx := context.Background()
 	p := (&enginetest.TaskOpts{}).Params()

@@ -3,20 +3,18 @@ package engine
 import (
 	"context"
 	"log/slog"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/cockroachdb/errors"
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 )
 
-// Notifier listens on the store's NOTIFY channels over one dedicated
-// connection (a [PGStore]), or to the store's in-process announcements (an
-// [Announcer], the embedded store): it wakes its subscribers when new work
-// is ready, and waiters when the task they wait for finishes. It only makes
+// Notifier relays the notifications of the store's [Listener] (PostgreSQL:
+// LISTEN on a connection of its own; SQLite: in-process announcements): it
+// wakes its subscribers when new work is ready, waiters when the task they
+// wait for finishes, and cancel listeners when a running task's cancel is
+// requested. It only makes
 // workers react sooner: notifications can be lost (a dropped connection, a
 // database without LISTEN), so workers poll as well and stay correct without
 // it.
@@ -25,8 +23,7 @@ type Notifier struct {
 	logger *slog.Logger
 	svc    service
 
-	listening atomic.Bool // true while the LISTEN connection is up
-	onListen  func()      // called each time LISTEN is up again; used by the run loop's goroutine only
+	listening atomic.Bool // true while the listener is connected
 
 	mu      sync.Mutex
 	subs    map[chan struct{}]struct{}               // ready subscribers; written under mu by Subscribe and its cancel; read by the run loop
@@ -142,18 +139,6 @@ func (n *Notifier) broadcast() {
 	}
 }
 
-// parseIDs reads a NOTIFY payload of comma-separated task ids, skipping
-// what is not one.
-func parseIDs(payload string) []uuid.UUID {
-	var ids []uuid.UUID
-	for _, s := range strings.Split(payload, ",") {
-		if id, err := uuid.Parse(s); err == nil {
-			ids = append(ids, id)
-		}
-	}
-	return ids
-}
-
 func (n *Notifier) wakeSubscribers() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -162,56 +147,27 @@ func (n *Notifier) wakeSubscribers() {
 	}
 }
 
-// Announcement is what a store announces after a commit: work became ready,
-// tasks finished, cancels of running tasks were requested.
-type Announcement struct {
-	Ready  bool
-	Done   []uuid.UUID
-	Cancel []uuid.UUID
-}
-
-// Announcer is a store that announces its commits in process, in place of
-// PostgreSQL's NOTIFY: the notifier subscribes to it. fn is called after
-// each commit that announces something, on the committing goroutine, and
-// must return quickly.
-type Announcer interface {
-	Announce(fn func(Announcement)) (stop func())
-}
-
-func (n *Notifier) relay(a Announcement) {
-	if len(a.Done) > 0 {
-		n.finished(a.Done)
+func (n *Notifier) relay(note Notification) {
+	if len(note.Done) > 0 {
+		n.finished(note.Done)
 	}
-	if len(a.Cancel) > 0 {
-		n.cancelled(a.Cancel)
+	if len(note.Cancel) > 0 {
+		n.cancelled(note.Cancel)
 	}
-	if a.Ready {
+	if note.Ready {
 		n.wakeSubscribers()
 	}
 }
 
 // Start listens until Stop or until ctx is done, reconnecting after errors.
 func (n *Notifier) Start(ctx context.Context) error {
-	pg, isPG := n.store.(*PGStore)
-	if a, ok := n.store.(Announcer); ok && !isPG {
-		return n.svc.start(ctx, func(ctx context.Context) {
-			stop := a.Announce(n.relay)
-			n.listening.Store(true)
-			n.broadcast()
-			<-ctx.Done()
-			stop()
-			n.listening.Store(false)
-		})
-	}
-	if !isPG {
-		return errors.Newf("engine: a notifier needs a *PGStore or an Announcer, not %T", n.store)
-	}
 	return n.svc.start(ctx, func(ctx context.Context) {
+		l := n.store.NewListener()
+		defer func() { _ = l.Close(context.WithoutCancel(ctx)) }()
 		backoff := minBackoff
 		down := newOutage(n.logger, "notifier (polling continues)")
-		n.onListen = down.ok
 		for ctx.Err() == nil {
-			err := n.listen(ctx, pg, &backoff)
+			err := n.listen(ctx, l, func() { backoff = minBackoff; down.ok() })
 			if ctx.Err() != nil {
 				return
 			}
@@ -226,41 +182,24 @@ func (n *Notifier) Start(ctx context.Context) error {
 	})
 }
 
-// listen listens until the connection fails; once listening, it resets
-// the caller's reconnect backoff.
-func (n *Notifier) listen(ctx context.Context, store *PGStore, backoff *time.Duration) error {
-	conn, err := pgx.ConnectConfig(ctx, store.pool.Config().ConnConfig.Copy())
-	if err != nil {
+// listen connects l and relays its notifications until it fails; up is
+// called once it is listening.
+func (n *Notifier) listen(ctx context.Context, l Listener, up func()) error {
+	if err := l.Connect(ctx); err != nil {
 		return err
 	}
-	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
-	for _, channel := range []string{store.channel, store.doneChannel, store.cancelChannel} {
-		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
-			return err
-		}
-	}
-	*backoff = minBackoff
+	defer func() { _ = l.Close(context.WithoutCancel(ctx)) }()
 	n.listening.Store(true)
-	if n.onListen != nil {
-		n.onListen()
-	}
 	defer n.listening.Store(false)
+	up()
 	// Anything may have become ready, or finished, while not listening.
 	n.broadcast()
 	for {
-		note, err := conn.WaitForNotification(ctx)
+		note, err := l.WaitForNotification(ctx)
 		if err != nil {
 			return err
 		}
-		switch note.Channel {
-		case store.doneChannel:
-			n.finished(parseIDs(note.Payload))
-			continue
-		case store.cancelChannel:
-			n.cancelled(parseIDs(note.Payload))
-			continue
-		}
-		n.wakeSubscribers()
+		n.relay(note)
 	}
 }
 

@@ -2,15 +2,12 @@ package engine
 
 import (
 	"context"
-	"github.com/cockroachdb/errors"
-	"io"
 	"log/slog"
-	"net"
 	"sync"
-	"syscall"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cockroachdb/errors"
 )
 
 // outage logs a component's trouble reaching the database once per change
@@ -82,44 +79,6 @@ func nextBackoff(d, ceiling time.Duration) time.Duration {
 	return min(2*d, ceiling)
 }
 
-// IsConnectionError reports whether err is the database being out of
-// reach (refused or dropped connections, a server shutting down or
-// starting up) rather than a refusal of the statement itself: worth trying
-// again after a pause.
-func IsConnectionError(err error) bool { return isConnectionError(err) }
-
-// isConnectionError reports whether err is the database being out of
-// reach (refused or dropped connections, a server shutting down or
-// starting up) rather than a refusal of the statement itself.
-func isConnectionError(err error) bool {
-	if err == nil {
-		return false
-	}
-	if pgconn.SafeToRetry(err) || pgconn.Timeout(err) {
-		return true
-	}
-	var connectErr *pgconn.ConnectError
-	var netErr net.Error
-	if errors.As(err, &connectErr) || errors.As(err, &netErr) {
-		return true
-	}
-	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) ||
-		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EPIPE) {
-		return true
-	}
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		switch pgErr.Code[:2] {
-		case "08": // connection exception
-			return true
-		case "57": // operator intervention: admin_shutdown, crash_shutdown, cannot_connect_now
-			return pgErr.Code != "57014" // query_canceled is a statement's own timeout
-		}
-	}
-	var closed interface{ SafeToRetry() bool }
-	return errors.As(err, &closed) && closed.SafeToRetry()
-}
-
 // sleepCtx waits d or until ctx is done; it reports whether d passed.
 func sleepCtx(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
@@ -131,3 +90,8 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 		return false
 	}
 }
+
+// isConnectionError reports whether err is the database being out of
+// reach (the driver marked it [store.ErrUnavailable]) rather than a refusal
+// of the statement itself: worth trying again after a pause.
+func isConnectionError(err error) bool { return errors.Is(err, store.ErrUnavailable) }

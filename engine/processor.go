@@ -122,7 +122,7 @@ func (a *Attempt) appendParams(payloads []history.Payload) *EventAppendParams {
 	return &EventAppendParams{
 		TaskID: a.Task.ID, State: a.state, Epoch: a.state.Lease.Epoch,
 		Attempt: a.state.Attempt, Payloads: payloads,
-		attemptStartedAt: a.Task.UpdatedAt, // the claim's time, which attempt_started records
+		AttemptStartedAt: a.Task.UpdatedAt, // the claim's time, which attempt_started records
 	}
 }
 

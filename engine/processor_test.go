@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairnflow/cairn/engine/pgstore"
+
 	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/engine/enginetest"
 	"github.com/cairnflow/cairn/history"
@@ -35,7 +37,7 @@ func completeHandler() *testHandler {
 // newProcessor returns a processor of default test tasks over s, with
 // short intervals; cfg's zero fields take those. It is stopped when the test
 // ends, if the test did not stop it.
-func newProcessor(t *testing.T, s *engine.PGStore, h engine.Handler, cfg engine.ProcessorConfig) *engine.Processor {
+func newProcessor(t *testing.T, s *pgstore.Store, h engine.Handler, cfg engine.ProcessorConfig) *engine.Processor {
 	t.Helper()
 	cfg.Store, cfg.Handler = s, h
 	if cfg.Types == nil {
@@ -308,13 +310,13 @@ func TestProcessorCrashAppendsNothing(t *testing.T) {
 // renewing it: it backdates the lease (lease_expires_at is outside the log,
 // so the projection invariant is untouched) and rescues it, retrying if a
 // heartbeat renewed the lease in between.
-func expireAndRescue(t *testing.T, s *engine.PGStore, id uuid.UUID) {
+func expireAndRescue(t *testing.T, s *pgstore.Store, id uuid.UUID) {
 	t.Helper()
 	ctx := context.Background()
 	waitFor(t, "the lease of "+id.String()+" to be taken away", func() bool {
 		_, err := s.Pool().Exec(ctx, "UPDATE "+tableName(s, "tasks")+" SET lease_expires_at = now() - interval '1 minute' WHERE id = $1 AND status = 'running'", id)
 		require.NoError(t, err)
-		n, err := s.RescueExpired(ctx, 100)
+		n, err := engine.RescueExpired(ctx, s, 100)
 		require.NoError(t, err)
 		return n == 1
 	})

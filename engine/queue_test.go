@@ -6,13 +6,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairnflow/cairn/engine/pgstore"
+
 	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/engine/enginetest"
 	"github.com/cockroachdb/errors"
 	"github.com/stretchr/testify/require"
 )
 
-func taskCount(t *testing.T, s *engine.PGStore) int {
+func taskCount(t *testing.T, s *pgstore.Store) int {
 	t.Helper()
 	ids, err := s.TaskIDListAll(context.Background())
 	require.NoError(t, err)
@@ -109,23 +111,6 @@ func TestStartTxIntoBoundedQueue(t *testing.T) {
 	require.Zero(t, taskCount(t, s))
 
 	require.Error(t, s.QueueSet(ctx, engine.QueueConfig{Namespace: "default", Name: "q", MaxWaiting: -1}))
-}
-
-func TestQueueFullRetryAfter(t *testing.T) {
-	t.Parallel()
-	for _, c := range []struct {
-		need, running int
-		meanAge       time.Duration
-		want          time.Duration
-	}{
-		{need: 1, running: 0, meanAge: 0, want: 30 * time.Second},                        // nobody serves the queue
-		{need: 1, running: 10, meanAge: 5 * time.Second, want: time.Second},              // 10 per 10 s: one a second
-		{need: 20, running: 10, meanAge: 5 * time.Second, want: 20 * time.Second},        // twenty of them
-		{need: 1, running: 100, meanAge: time.Millisecond, want: 100 * time.Millisecond}, // floor
-		{need: 1000, running: 1, meanAge: time.Hour, want: 5 * time.Minute},              // ceiling
-	} {
-		require.Equal(t, c.want, engine.QueueFullRetryAfter(c.need, c.running, c.meanAge), "%+v", c)
-	}
 }
 
 // A claim that started before another but locked the rate-limit row after

@@ -7,7 +7,6 @@ import (
 	"github.com/cairnflow/cairn/history"
 	"github.com/cockroachdb/errors"
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 )
 
 // TaskRequeueParams describes a requeue of dead-lettered tasks.
@@ -29,16 +28,11 @@ type RequeueResult struct {
 // writer; a dead-lettered task has no worker, so a race is rare.
 const maxRequeueTries = 3
 
-// TaskRequeue sends dead-lettered tasks back to their queue: task_requeued
+// RequeueTasks sends dead-lettered tasks back to their queue: task_requeued
 // (who, why) is appended and the task is due at once. Its attempt count
 // goes on, and its retry budget starts afresh. Each task succeeds or fails
 // on its own; the returned error is for the batch as a whole. A task of
 // another namespace is reported not found.
-func (s *PGStore) TaskRequeue(ctx context.Context, p *TaskRequeueParams) ([]RequeueResult, error) {
-	return RequeueTasks(ctx, s, p)
-}
-
-// RequeueTasks is [PGStore.TaskRequeue] over any store (see [CancelTask]).
 func RequeueTasks(ctx context.Context, s Store, p *TaskRequeueParams) ([]RequeueResult, error) {
 	if p.By == "" {
 		return nil, errors.New("requeue: By (who asks) is empty")
@@ -123,40 +117,4 @@ func requeueOnce(ctx context.Context, s Store, p *TaskRequeueParams, pending map
 		delete(pending, id)
 	}
 	return nil
-}
-
-// DeadLetterListParams pages through a namespace's dead letters, newest
-// first.
-type DeadLetterListParams struct {
-	Namespace string
-	Type      string // "" for every type
-	// Before continues a listing: only tasks that were dead-lettered
-	// before this one (by finished_at, then id) are returned.
-	Before *DeadLetterCursor
-	Limit  int // default 100
-}
-
-// DeadLetterCursor is where a page of dead letters ended.
-type DeadLetterCursor struct {
-	FinishedAt time.Time
-	ID         uuid.UUID
-}
-
-// DeadLetterList returns a page of dead-lettered tasks, newest first.
-func (s *PGStore) DeadLetterList(ctx context.Context, p *DeadLetterListParams) ([]*Task, error) {
-	limit := p.Limit
-	if limit <= 0 {
-		limit = 100
-	}
-	args := pgx.NamedArgs{"namespace": p.Namespace, "type": p.Type, "max": limit,
-		"paged": p.Before != nil, "before_at": time.Time{}, "before_id": uuid.UUID{}}
-	if p.Before != nil {
-		args["before_at"], args["before_id"] = p.Before.FinishedAt, p.Before.ID
-	}
-	rows, err := s.pool.Query(ctx, s.sql("DeadLetterList"), args)
-	if err != nil {
-		return nil, errors.Wrap(interpretError(err), "list dead letters")
-	}
-	tasks, err := pgx.CollectRows(rows, scanTask)
-	return tasks, errors.Wrap(interpretError(err), "list dead letters")
 }

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairnflow/cairn/engine/pgstore"
+
 	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/engine/enginetest"
 	"github.com/cairnflow/cairn/history"
@@ -14,7 +16,7 @@ import (
 )
 
 // deadLetter claims a task and dead-letters its attempt.
-func deadLetter(t *testing.T, s *engine.PGStore, id uuid.UUID) {
+func deadLetter(t *testing.T, s *pgstore.Store, id uuid.UUID) {
 	t.Helper()
 	ct := claimOne(t, s, "w1", time.Minute)
 	require.Equal(t, id, ct.Task.ID)
@@ -34,13 +36,13 @@ func TestTaskRequeue(t *testing.T) {
 	other := enginetest.StartTask(t, s, &enginetest.TaskOpts{Namespace: "tenant-b", RunAt: time.Now().Add(time.Hour)})
 	missing := uuid.Must(uuid.NewV7())
 
-	_, err := s.TaskRequeue(ctx, &engine.TaskRequeueParams{Namespace: "default", IDs: []uuid.UUID{dead}})
+	_, err := engine.RequeueTasks(ctx, s, &engine.TaskRequeueParams{Namespace: "default", IDs: []uuid.UUID{dead}})
 	require.ErrorContains(t, err, "By (who asks) is empty")
-	_, err = s.TaskRequeue(ctx, &engine.TaskRequeueParams{Namespace: "default", IDs: []uuid.UUID{dead, dead}, By: "ops"})
+	_, err = engine.RequeueTasks(ctx, s, &engine.TaskRequeueParams{Namespace: "default", IDs: []uuid.UUID{dead, dead}, By: "ops"})
 	require.ErrorContains(t, err, "named twice")
 
 	before := time.Now()
-	res, err := s.TaskRequeue(ctx, &engine.TaskRequeueParams{
+	res, err := engine.RequeueTasks(ctx, s, &engine.TaskRequeueParams{
 		Namespace: "default", IDs: []uuid.UUID{dead, pending, other, missing}, By: "ops@example.com", Reason: "fixed",
 	})
 	require.NoError(t, err)

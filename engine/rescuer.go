@@ -9,7 +9,6 @@ import (
 	"github.com/cairnflow/cairn/history"
 	"github.com/cockroachdb/errors"
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 )
 
 // RescueExpired turns up to max expired leases into lease_expired and a
@@ -21,23 +20,17 @@ import (
 // It is safe to run concurrently with workers and other rescuers: each
 // append is fenced by the expired epoch and re-checks expiry by the database
 // clock, so a lease extended meanwhile is left alone.
-func (s *PGStore) RescueExpired(ctx context.Context, max int) (int, error) {
-	rows, err := s.pool.Query(ctx, s.sql("TaskListExpired"), pgx.NamedArgs{"max": max})
-	if err != nil {
-		return 0, errors.Wrap(interpretError(err), "list expired leases")
-	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+func RescueExpired(ctx context.Context, s Store, max int) (int, error) {
+	ids, err := s.TaskListLeaseExpired(ctx, max)
 	if err != nil || len(ids) == 0 {
-		return 0, errors.Wrap(interpretError(err), "list expired leases")
+		return 0, err
 	}
-	return RescueTasks(ctx, s, ids)
+	return rescueTasks(ctx, s, ids)
 }
 
-// RescueTasks is the rest of [PGStore.RescueExpired] once the store has
-// listed the tasks whose leases expired, over any store (see
-// [CancelTask]): each is appended lease_expired, fenced by its epoch and
-// re-checked for expiry by the append.
-func RescueTasks(ctx context.Context, s Store, ids []uuid.UUID) (int, error) {
+// rescueTasks appends lease_expired to each of the listed tasks, fenced by
+// its epoch and re-checked for expiry by the append.
+func rescueTasks(ctx context.Context, s Store, ids []uuid.UUID) (int, error) {
 	var unreadable []uuid.UUID
 	defer func() {
 		if len(unreadable) > 0 {
@@ -69,7 +62,7 @@ func RescueTasks(ctx context.Context, s Store, ids []uuid.UUID) (int, error) {
 		appends = append(appends, &EventAppendParams{
 			TaskID: id, State: state, Epoch: state.Lease.Epoch, ExpiredOnly: true,
 			Attempt: state.Attempt, Payloads: rescuePayloads(state, now),
-			attemptStartedAt: attemptStart(events),
+			AttemptStartedAt: attemptStart(events),
 		})
 	}
 	if len(appends) == 0 {
@@ -124,22 +117,17 @@ func rescuePayloads(state history.State, now time.Time) []history.Payload {
 // start deadline with task_expired, and returns how many it ended. The
 // claim never starts such a task, so it cannot race a worker; each append
 // is still fenced by the task's seq.
-func (s *PGStore) ExpireStartDeadlines(ctx context.Context, max int) (int, error) {
-	rows, err := s.pool.Query(ctx, s.sql("TaskListStartExpired"), pgx.NamedArgs{"max": max})
-	if err != nil {
-		return 0, errors.Wrap(interpretError(err), "list tasks past their start deadline")
-	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+func ExpireStartDeadlines(ctx context.Context, s Store, max int) (int, error) {
+	ids, err := s.TaskListStartExpired(ctx, max)
 	if err != nil || len(ids) == 0 {
-		return 0, errors.Wrap(interpretError(err), "list tasks past their start deadline")
+		return 0, err
 	}
-	return ExpireTasks(ctx, s, ids)
+	return expireTasks(ctx, s, ids)
 }
 
-// ExpireTasks is the rest of [PGStore.ExpireStartDeadlines] once the store
-// has listed the tasks past their start deadline, over any store (see
-// [CancelTask]).
-func ExpireTasks(ctx context.Context, s Store, ids []uuid.UUID) (int, error) {
+// expireTasks appends task_expired to each of the listed tasks still
+// pending, unstarted, with a start deadline.
+func expireTasks(ctx context.Context, s Store, ids []uuid.UUID) (int, error) {
 	events, err := s.EventListByTasks(ctx, ids)
 	if err != nil {
 		return 0, err
@@ -168,30 +156,6 @@ func ExpireTasks(ctx context.Context, s Store, ids []uuid.UUID) (int, error) {
 		}
 	}
 	return expired, nil
-}
-
-// LeaderAttempt takes or renews the leader lease for the role name on behalf
-// of owner, for ttl by the database clock. It reports whether owner is the
-// leader afterwards.
-func (s *PGStore) LeaderAttempt(ctx context.Context, name, owner string, ttl time.Duration) (bool, error) {
-	var got string
-	err := s.pool.QueryRow(ctx, s.sql("LeaderAttempt"), pgx.NamedArgs{
-		"name": name, "owner": owner, "ttl_seconds": ttl.Seconds(),
-	}).Scan(&got)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return false, nil
-	}
-	if err != nil {
-		return false, errors.Wrapf(interpretError(err), "attempt leadership of %s", name)
-	}
-	return got == owner, nil
-}
-
-// LeaderResign gives up owner's leader lease for name, if it holds it, so
-// another process can take over without waiting for expiry.
-func (s *PGStore) LeaderResign(ctx context.Context, name, owner string) error {
-	_, err := s.pool.Exec(ctx, s.sql("LeaderResign"), pgx.NamedArgs{"name": name, "owner": owner})
-	return errors.Wrapf(interpretError(err), "resign leadership of %s", name)
 }
 
 // RescuerConfig configures a [Rescuer].
@@ -318,7 +282,7 @@ func (r *Rescuer) pass(ctx context.Context, wasLeader bool) bool {
 	r.expireStartDeadlines(ctx)
 	r.fireSchedules(ctx)
 	for {
-		n, err := r.cfg.Store.RescueExpired(ctx, 100)
+		n, err := RescueExpired(ctx, r.cfg.Store, 100)
 		if err != nil {
 			if ctx.Err() == nil {
 				r.cfg.Logger.Warn("rescuer: rescue expired leases", errAttr(err))
@@ -354,7 +318,7 @@ func (r *Rescuer) fireSchedules(ctx context.Context) {
 // start deadline.
 func (r *Rescuer) expireStartDeadlines(ctx context.Context) {
 	for {
-		n, err := r.cfg.Store.ExpireStartDeadlines(ctx, 100)
+		n, err := ExpireStartDeadlines(ctx, r.cfg.Store, 100)
 		if err != nil {
 			if ctx.Err() == nil {
 				r.cfg.Logger.Warn("rescuer: expire tasks past their start deadline", errAttr(err))

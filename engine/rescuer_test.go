@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairnflow/cairn/engine/pgstore"
+
 	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/engine/enginetest"
 	"github.com/cairnflow/cairn/history"
@@ -18,7 +20,7 @@ const tinyTTL = time.Millisecond
 
 // waitLeaseExpired waits until task id's lease has expired by the database
 // clock.
-func waitLeaseExpired(t *testing.T, s *engine.PGStore, id uuid.UUID) {
+func waitLeaseExpired(t *testing.T, s *pgstore.Store, id uuid.UUID) {
 	t.Helper()
 	waitFor(t, "the lease of "+id.String()+" to expire", func() bool {
 		var expired bool
@@ -109,7 +111,7 @@ func TestRescueExpired(t *testing.T) {
 			history.AttemptStarted, history.LeaseExpired, history.TaskDeadLettered,
 		}, enginetest.EventTypes(t, s, id))
 		require.Empty(t, claim(t, s, claimOpts("w3", 10, time.Minute)), "a dead-lettered task is not claimed")
-		n, err := s.RescueExpired(context.Background(), 100)
+		n, err := engine.RescueExpired(context.Background(), s, 100)
 		require.NoError(t, err)
 		require.Zero(t, n)
 		require.Equal(t, 1, enginetest.RequireProjectionsMatch(t, s))
@@ -168,7 +170,7 @@ func TestRescueExpired(t *testing.T) {
 		held, err := s.LeaseExtendMany(ctx, []engine.LeaseRef{{TaskID: id, Epoch: ct.State.Lease.Epoch}}, time.Hour)
 		require.NoError(t, err)
 		require.Contains(t, held, id)
-		n, err := s.RescueExpired(ctx, 100)
+		n, err := engine.RescueExpired(ctx, s, 100)
 		require.NoError(t, err)
 		require.Zero(t, n)
 		task := getTask(t, s, id)
@@ -186,7 +188,7 @@ func TestRescueExpired(t *testing.T) {
 		live := claimOne(t, s, "w", time.Hour)
 		done := claimOne(t, s, "w", tinyTTL)
 		complete(t, s, done)
-		n, err := s.RescueExpired(ctx, 100)
+		n, err := engine.RescueExpired(ctx, s, 100)
 		require.NoError(t, err)
 		require.Zero(t, n)
 		require.Equal(t, history.StatusRunning, getTask(t, s, live.Task.ID).Status)
@@ -203,10 +205,10 @@ func TestRescueExpired(t *testing.T) {
 		for _, id := range ids {
 			waitLeaseExpired(t, s, id)
 		}
-		n, err := s.RescueExpired(ctx, 2)
+		n, err := engine.RescueExpired(ctx, s, 2)
 		require.NoError(t, err)
 		require.Equal(t, 2, n)
-		n, err = s.RescueExpired(ctx, 100)
+		n, err = engine.RescueExpired(ctx, s, 100)
 		require.NoError(t, err)
 		require.Equal(t, 3, n)
 		require.Equal(t, 5, enginetest.RequireProjectionsMatch(t, s))
@@ -233,7 +235,7 @@ func TestRescueExpiredConcurrentRescuers(t *testing.T) {
 		go func() {
 			defer func() { done <- struct{}{} }()
 			<-start
-			counts[i], errs[i] = s.RescueExpired(context.Background(), 100)
+			counts[i], errs[i] = engine.RescueExpired(context.Background(), s, 100)
 		}()
 	}
 	close(start)

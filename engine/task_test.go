@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairnflow/cairn/engine/pgstore"
+
 	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/engine/enginetest"
 	"github.com/cairnflow/cairn/history"
@@ -244,13 +246,13 @@ func defaultParams() *engine.TaskStartParams { return (*enginetest.TaskOpts)(nil
 
 // listener is a raw LISTEN connection on the store's channel, which sees
 // notification payloads (the queue of the task that became ready).
-func listener(t *testing.T, s *engine.PGStore) *pgx.Conn {
+func listener(t *testing.T, s *pgstore.Store) *pgx.Conn {
 	t.Helper()
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, enginetest.DatabaseURL(t))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close(context.Background()) })
-	_, err = conn.Exec(ctx, "LISTEN "+pgx.Identifier{s.NotifyChannel()}.Sanitize())
+	_, err = conn.Exec(ctx, "LISTEN "+pgx.Identifier{s.Schema() + ".ready"}.Sanitize())
 	require.NoError(t, err)
 	return conn
 }
@@ -268,9 +270,9 @@ func nextNotification(t *testing.T, conn *pgx.Conn) string {
 // of its own. PostgreSQL delivers notifications in commit order, so a
 // listener that sees the marker first has not been sent anything committed
 // before it.
-func notifyMarker(t *testing.T, s *engine.PGStore, payload string) {
+func notifyMarker(t *testing.T, s *pgstore.Store, payload string) {
 	t.Helper()
-	_, err := s.Pool().Exec(context.Background(), "SELECT pg_notify($1, $2)", s.NotifyChannel(), payload)
+	_, err := s.Pool().Exec(context.Background(), "SELECT pg_notify($1, $2)", s.Schema()+".ready", payload)
 	require.NoError(t, err)
 }
 
@@ -472,14 +474,14 @@ func TestValidateSchemaName(t *testing.T) {
 		{`cairn"; DROP TABLE x; --`, false},
 		{"cairné", false},
 	} {
-		err := engine.ValidateSchemaName(tt.name)
+		err := pgstore.ValidateSchemaName(tt.name)
 		if tt.ok {
 			require.NoError(t, err, "%q", tt.name)
 		} else {
 			require.Error(t, err, "%q", tt.name)
 		}
 	}
-	_, err := engine.NewPGStore(engine.PGStoreConfig{Pool: nil})
+	_, err := pgstore.New(pgstore.Config{Pool: nil})
 	require.Error(t, err)
 }
 

@@ -14,8 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairnflow/cairn/engine/pgstore"
+
 	"github.com/cairnflow/cairn/activities"
-	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/engine/enginetest"
 	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/sdk"
@@ -195,7 +196,7 @@ func TestChaos(t *testing.T) {
 	pool, err := pgxpool.New(ctx, cluster.url())
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
-	_, err = engine.Migrate(ctx, pool, chaosSchema)
+	_, err = pgstore.Migrate(ctx, pool, chaosSchema)
 	require.NoError(t, err)
 	_, err = pool.Exec(ctx, `CREATE TABLE `+chaosSchema+`.chaos_effects (key text PRIMARY KEY, count integer NOT NULL)`)
 	require.NoError(t, err)

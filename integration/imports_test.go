@@ -18,17 +18,24 @@ var allowedImports = map[string][]string{
 	"migrations":                {},
 	"workflow":                  {"history", "activities"},
 	"activities":                {"history", "internal/celenv"},
-	"engine":                    {"history", "migrations"},
-	"engine/enginetest":         {"engine", "history"},
-	"engine/storetest":          {"engine", "history"},
-	"engine/sqlitestore":        {"engine", "history", "migrations"},
+	"engine/store":              {"history"},
+	"engine/internal/plan":      {"engine/store", "history"},
+	"engine/pgstore":            {"engine/store", "engine/internal/plan", "history", "migrations"},
+	"engine/sqlitestore":        {"engine/store", "engine/internal/plan", "history", "migrations"},
+	"engine":                    {"engine/store", "engine/internal/plan", "history"},
+	"engine/enginetest":         {"engine", "engine/store", "engine/pgstore", "history"},
+	"engine/storetest":          {"engine", "engine/store", "history"},
 	"history/historytest":       {"history"},
-	"sdk":                       {"history", "workflow", "activities", "engine", "internal/celenv"},
+	"sdk":                       {"history", "workflow", "activities", "engine", "engine/store", "engine/pgstore", "internal/celenv"},
 	"internal/celenv":           {},
-	"cmd/cairn":                 {"sdk", "engine", "engine/sqlitestore", "history", "activities", "workflow", "cmd/cairn/internal/server"},
-	"cmd/cairn/internal/server": {"sdk", "engine", "history"},
+	"cmd/cairn":                 {"sdk", "engine", "engine/store", "engine/pgstore", "engine/sqlitestore", "history", "activities", "workflow", "cmd/cairn/internal/server"},
+	"cmd/cairn/internal/server": {"sdk", "engine", "engine/store", "history"},
 	"integration":               {},
 }
+
+// testOnly are the packages of test helpers: imported from _test.go files
+// only, never by code that ships.
+var testOnly = []string{"engine/storetest", "engine/enginetest", "history/historytest"}
 
 func TestPackageImportsFollowTheArchitecture(t *testing.T) {
 	t.Parallel()
@@ -51,6 +58,7 @@ func TestPackageImportsFollowTheArchitecture(t *testing.T) {
 			if !ours {
 				continue
 			}
+			require.NotContains(t, testOnly, dep, "%s must not import the test helpers of %s outside its _test.go files", pkg, dep)
 			require.Contains(t, allowed, dep, "%s must not import %s (docs/architecture.md)", pkg, dep)
 		}
 	}

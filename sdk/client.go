@@ -10,6 +10,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/cairnflow/cairn/engine/pgstore"
+
 	"github.com/cairnflow/cairn/activities"
 	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/history"
@@ -91,7 +93,7 @@ func configuredStore(store engine.Store, pool *pgxpool.Pool, schema string, metr
 	if store != nil {
 		return store, nil
 	}
-	return engine.NewPGStore(engine.PGStoreConfig{Pool: pool, Schema: schema, Metrics: metrics})
+	return pgstore.New(pgstore.Config{Pool: pool, Schema: schema, Metrics: metrics})
 }
 
 // NewClient returns a client. It does not touch the database.
@@ -183,7 +185,7 @@ func (c *Client) Start(ctx context.Context, wf WorkflowRef, input any, opts *Sta
 // It needs the PostgreSQL store; on another it fails with an error marked
 // [engine.ErrUnsupported].
 func (c *Client) StartTx(ctx context.Context, tx pgx.Tx, wf WorkflowRef, input any, opts *StartOpts) (StartResult, error) {
-	pg, ok := c.store.(*engine.PGStore)
+	pg, ok := c.store.(*pgstore.Store)
 	if !ok {
 		return StartResult{}, errors.Mark(errors.Newf("StartTx: a pgx transaction needs the PostgreSQL store, not %T", c.store), engine.ErrUnsupported)
 	}

@@ -24,7 +24,7 @@ import (
 // completed, with the cancel request in its history; [Client.Compensate]
 // undoes it.
 func (c *Client) Cancel(ctx context.Context, id uuid.UUID, reason string) error {
-	_, err := c.store.TaskCancel(ctx, &engine.TaskRequestParams{Namespace: c.namespace, ID: id, By: c.requester(ctx), Reason: reason})
+	_, err := engine.CancelTask(ctx, c.store, &engine.TaskRequestParams{Namespace: c.namespace, ID: id, By: c.requester(ctx), Reason: reason})
 	return err
 }
 
@@ -33,7 +33,7 @@ func (c *Client) Cancel(ctx context.Context, id uuid.UUID, reason string) error 
 // recorded, and the task ends cancelled. A task that is not completed, or
 // has no step with a compensator, is an error marked [ErrTaskState].
 func (c *Client) Compensate(ctx context.Context, id uuid.UUID, reason string) error {
-	_, err := c.store.TaskCompensate(ctx, &engine.TaskRequestParams{Namespace: c.namespace, ID: id, By: c.requester(ctx), Reason: reason})
+	_, err := engine.CompensateTask(ctx, c.store, &engine.TaskRequestParams{Namespace: c.namespace, ID: id, By: c.requester(ctx), Reason: reason})
 	return err
 }
 

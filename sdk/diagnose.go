@@ -35,5 +35,5 @@ func (c *Client) DiagnoseQueue(ctx context.Context, queue string, window time.Du
 		return nil, errors.Mark(errors.Newf("diagnose queue %s: window %s must be between %s and %s",
 			queue, window, MinDiagnoseWindow, MaxDiagnoseWindow), ErrInvalid)
 	}
-	return c.store.QueueDiagnose(ctx, &engine.QueueDiagnoseParams{Namespace: c.namespace, Queue: queue, Window: window})
+	return engine.DiagnoseQueue(ctx, c.store, &engine.QueueDiagnoseParams{Namespace: c.namespace, Queue: queue, Window: window})
 }

@@ -10,7 +10,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/engine/pgstore"
+
 	"github.com/cairnflow/cairn/engine/enginetest"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
@@ -69,7 +70,7 @@ func TestExamples(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			checked := false
 			exampleBeforeDrop = func(pool *pgxpool.Pool, schema string) {
-				store, err := engine.NewPGStore(engine.PGStoreConfig{Pool: pool, Schema: schema})
+				store, err := pgstore.New(pgstore.Config{Pool: pool, Schema: schema})
 				require.NoError(t, err)
 				require.Positive(t, enginetest.RequireProjectionsMatch(t, store))
 				checked = true

@@ -16,8 +16,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cairnflow/cairn/engine/pgstore"
+
 	"github.com/cairnflow/cairn/activities"
-	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/sdk"
 	"github.com/cairnflow/cairn/workflow"
@@ -41,7 +42,7 @@ func exampleDatabase(ctx context.Context) (*pgxpool.Pool, string, func()) {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	schema := "cairn_example_" + hex.EncodeToString(b[:])
-	if _, err := engine.Migrate(ctx, pool, schema); err != nil {
+	if _, err := pgstore.Migrate(ctx, pool, schema); err != nil {
 		panic(err)
 	}
 	return pool, schema, func() {

@@ -18,7 +18,7 @@ var ErrTaskState = engine.ErrTaskState
 // budget. A task in any other status is [ErrTaskState]; one not in the
 // client's namespace is [ErrNotFound].
 func (c *Client) Retry(ctx context.Context, id uuid.UUID, reason string) error {
-	res, err := c.store.TaskRequeue(ctx, &engine.TaskRequeueParams{
+	res, err := engine.RequeueTasks(ctx, c.store, &engine.TaskRequeueParams{
 		Namespace: c.namespace, IDs: []uuid.UUID{id}, By: c.requester(ctx), Reason: reason,
 	})
 	if err != nil {
@@ -70,7 +70,7 @@ func (c *Client) RetryDeadLetters(ctx context.Context, opts *DeadLetterOpts, rea
 		for i, t := range page {
 			ids[i] = t.ID
 		}
-		res, err := c.store.TaskRequeue(ctx, &engine.TaskRequeueParams{
+		res, err := engine.RequeueTasks(ctx, c.store, &engine.TaskRequeueParams{
 			Namespace: c.namespace, IDs: ids, By: c.requester(ctx), Reason: reason,
 		})
 		if err != nil {

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cairnflow/cairn/engine/store"
+
 	"github.com/cairnflow/cairn/activities"
 	"github.com/cairnflow/cairn/engine"
 	"github.com/cockroachdb/errors"
@@ -79,7 +81,7 @@ func (w *Worker) registerTypes(ctx context.Context) error {
 	warned := false
 	for backoff := 100 * time.Millisecond; ; backoff = min(2*backoff, 5*time.Second) {
 		err := w.store.TaskTypeRegister(ctx, w.cfg.Namespace, w.cfg.WorkerID, types)
-		if err == nil || !engine.IsConnectionError(err) {
+		if err == nil || !errors.Is(err, store.ErrUnavailable) {
 			return err
 		}
 		if !warned {

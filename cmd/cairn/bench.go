@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/cairnflow/cairn/engine/pgstore"
+
 	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/engine/sqlitestore"
 	"github.com/cairnflow/cairn/sdk"
@@ -271,7 +273,7 @@ func (e *benchEnv) reset(ctx context.Context) error {
 		return nil
 	}
 	return e.obs.reset(ctx, func(ctx context.Context) error {
-		_, err := engine.Migrate(ctx, e.obs.pool, e.g.schema)
+		_, err := pgstore.Migrate(ctx, e.obs.pool, e.g.schema)
 		return err
 	})
 }

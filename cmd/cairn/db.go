@@ -7,6 +7,8 @@ import (
 	"os/user"
 	"time"
 
+	"github.com/cairnflow/cairn/engine/pgstore"
+
 	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/engine/sqlitestore"
 	"github.com/cairnflow/cairn/sdk"
@@ -22,7 +24,7 @@ func (g *globals) connect(ctx context.Context, maxConns int32) (*pgxpool.Pool, e
 	if g.databaseURL == "" {
 		return nil, errors.Mark(errors.New("no database configured: "+databaseHint), configError)
 	}
-	if err := engine.ValidateSchemaName(g.schema); err != nil {
+	if err := pgstore.ValidateSchemaName(g.schema); err != nil {
 		return nil, errors.Mark(err, configError)
 	}
 	cfg, err := pgxpool.ParseConfig(g.databaseURL)
@@ -90,12 +92,12 @@ func (g *globals) store(ctx context.Context, o storeOpts) (engine.Store, func(),
 		return nil, nil, err
 	}
 	if o.migrate {
-		if _, err := engine.Migrate(ctx, pool, g.schema); err != nil {
+		if _, err := pgstore.Migrate(ctx, pool, g.schema); err != nil {
 			pool.Close()
 			return nil, nil, err
 		}
 	}
-	s, err := engine.NewPGStore(engine.PGStoreConfig{Pool: pool, Schema: g.schema, Metrics: o.metrics})
+	s, err := pgstore.New(pgstore.Config{Pool: pool, Schema: g.schema, Metrics: o.metrics})
 	if err != nil {
 		pool.Close()
 		return nil, nil, err

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/cairnflow/cairn/engine/pgstore"
+
 	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/engine/sqlitestore"
 	"github.com/cockroachdb/errors"
@@ -34,7 +36,7 @@ func newMigrateCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer pool.Close()
-			applied, err := engine.Migrate(cmd.Context(), pool, g.schema)
+			applied, err := pgstore.Migrate(cmd.Context(), pool, g.schema)
 			if err != nil {
 				return err
 			}
@@ -105,7 +107,7 @@ func pgMigrationStatus(cmd *cobra.Command, g *globals) ([]engine.MigrationState,
 		return nil, err
 	}
 	defer pool.Close()
-	return engine.MigrationStatus(cmd.Context(), pool, g.schema)
+	return pgstore.MigrationStatus(cmd.Context(), pool, g.schema)
 }
 
 // embeddedMigrations opens the embedded store (which migrates it) and lists

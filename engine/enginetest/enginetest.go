@@ -15,11 +15,13 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"go.uber.org/goleak"
 	"os"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/cairnflow/cairn/engine/pgstore"
+	"go.uber.org/goleak"
 
 	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/history"
@@ -107,7 +109,7 @@ func Schema(tb testing.TB) string {
 	_, _ = rand.Read(b[:])
 	name := "cairn_test_" + hex.EncodeToString(b[:])
 	ctx := context.Background()
-	_, err := engine.Migrate(ctx, p, name)
+	_, err := pgstore.Migrate(ctx, p, name)
 	require.NoError(tb, err)
 	tb.Cleanup(func() {
 		_, err := p.Exec(context.Background(), "DROP SCHEMA "+pgx.Identifier{name}.Sanitize()+" CASCADE")
@@ -119,9 +121,9 @@ func Schema(tb testing.TB) string {
 }
 
 // Store returns a store over a fresh schema (see [Schema]).
-func Store(tb testing.TB) *engine.PGStore {
+func Store(tb testing.TB) *pgstore.Store {
 	tb.Helper()
-	s, err := engine.NewPGStore(engine.PGStoreConfig{Pool: Pool(tb), Schema: Schema(tb)})
+	s, err := pgstore.New(pgstore.Config{Pool: Pool(tb), Schema: Schema(tb)})
 	require.NoError(tb, err)
 	return s
 }

@@ -9,24 +9,26 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/engine/internal/plan"
+	"github.com/cairnflow/cairn/engine/store"
+
 	"github.com/cairnflow/cairn/history"
 	"github.com/cockroachdb/errors"
 	"github.com/google/uuid"
 )
 
-// TaskClaimMany implements [engine.Store]: in one write transaction, the
+// TaskClaimMany implements [store.Store]: in one write transaction, the
 // due tasks of the queues and type keys, by priority then virtual start
 // time (aging reserves one slot in eight for the longest-waiting), within
 // the queues' concurrency limits and the types' rate limits; each gets a
 // new lease epoch and attempt_started.
-func (s *Store) TaskClaimMany(ctx context.Context, p *engine.TaskClaimManyParams) ([]*engine.ClaimedTask, error) {
+func (s *Store) TaskClaimMany(ctx context.Context, p *store.TaskClaimManyParams) ([]*store.ClaimedTask, error) {
 	if p.Max <= 0 || len(p.Queues) == 0 || len(p.Types) == 0 {
 		return nil, nil
 	}
-	var claimed []*engine.ClaimedTask
+	var claimed []*store.ClaimedTask
 	err := s.tx(ctx, func(tx *txn) error {
-		now := engine.Now()
+		now := s.now()
 		free, err := queueSlots(ctx, tx, p.Namespace, p.Queues)
 		if err != nil {
 			return err
@@ -51,7 +53,9 @@ func (s *Store) TaskClaimMany(ctx context.Context, p *engine.TaskClaimManyParams
 	if err != nil {
 		return nil, errors.Wrap(err, "claim tasks")
 	}
-	s.metrics.ObserveClaimed(claimed)
+	if s.metrics != nil {
+		s.metrics.ObserveClaimed(claimed)
+	}
 	return claimed, nil
 }
 
@@ -79,7 +83,7 @@ func queueSlots(ctx context.Context, tx *txn, namespace string, queues []string)
 
 // rateTokens returns the starts left in the token bucket of each
 // rate-limited type among types, refilled to now.
-func rateTokens(ctx context.Context, tx *txn, namespace string, types []engine.TypeKey, now time.Time) (map[string]int, error) {
+func rateTokens(ctx context.Context, tx *txn, namespace string, types []store.TypeKey, now time.Time) (map[string]int, error) {
 	names := make([]string, len(types))
 	for i, k := range types {
 		names[i] = k.Type
@@ -120,8 +124,8 @@ func (b bucket) refill(now time.Time) float64 {
 // first (the longest-waiting due tasks whatever their priority), then by
 // priority and virtual start time, within the queues' free slots and the
 // types' tokens.
-func pickDue(ctx context.Context, tx *txn, p *engine.TaskClaimManyParams, now time.Time, free, tokens map[string]int) ([]*engine.Task, error) {
-	aging := engine.AgingSlots(p.Max, p.StrictPriority)
+func pickDue(ctx context.Context, tx *txn, p *store.TaskClaimManyParams, now time.Time, free, tokens map[string]int) ([]*store.Task, error) {
+	aging := plan.AgingSlots(p.Max, p.StrictPriority)
 	var aged, ranked []candidate
 	for _, q := range p.Queues {
 		for _, k := range p.Types {
@@ -147,7 +151,7 @@ func pickDue(ctx context.Context, tx *txn, p *engine.TaskClaimManyParams, now ti
 		return cmp.Or(-cmp.Compare(a.t.Priority, b.t.Priority), cmp.Compare(a.fairAt, b.fairAt),
 			a.t.RunAt.Compare(b.t.RunAt), strings.Compare(a.t.ID.String(), b.t.ID.String()))
 	})
-	var picked []*engine.Task
+	var picked []*store.Task
 	seen := map[uuid.UUID]bool{}
 	take := func(from []candidate, limit int) {
 		taken := 0
@@ -172,13 +176,13 @@ func pickDue(ctx context.Context, tx *txn, p *engine.TaskClaimManyParams, now ti
 
 // candidate is a due task a walk found, with its virtual start time.
 type candidate struct {
-	t      *engine.Task
+	t      *store.Task
 	fairAt int64
 }
 
 // walkDue returns up to limit due tasks of one queue and type key in order
 // (tasks_claim_idx for priority order, tasks_age_idx for run time order).
-func walkDue(ctx context.Context, tx *txn, namespace, queue string, k engine.TypeKey, now time.Time, order string, limit int) ([]candidate, error) {
+func walkDue(ctx context.Context, tx *txn, namespace, queue string, k store.TypeKey, now time.Time, order string, limit int) ([]candidate, error) {
 	if limit <= 0 {
 		return nil, nil
 	}
@@ -221,13 +225,13 @@ func spend(budget map[string]int, key string) {
 // lease: its history replayed (a fresh task's is task_scheduled alone,
 // which its row holds), attempt_started planned by the engine's fold, the
 // row written from the new state.
-func claimOne(ctx context.Context, tx *txn, t *engine.Task, owner string, ttl time.Duration, now time.Time) (*engine.ClaimedTask, error) {
+func claimOne(ctx context.Context, tx *txn, t *store.Task, owner string, ttl time.Duration, now time.Time) (*store.ClaimedTask, error) {
 	// A new epoch, greater than the last and than the clock in
 	// microseconds, as PostgreSQL's claim makes it.
 	epoch := max(t.LeaseEpoch+1, us(time.Now()))
 	expires := now.Add(ttl).Truncate(time.Microsecond)
 	started := history.AttemptStartedData{WorkerID: owner, LeaseEpoch: epoch, LeaseExpiresAt: expires}
-	events := []history.Event{{Seq: 1, At: t.CreatedAt, Data: engine.ScheduledFromRow(t)}}
+	events := []history.Event{{Seq: 1, At: t.CreatedAt, Data: plan.ScheduledFromRow(t)}}
 	if t.LastSeq != 1 {
 		var err error
 		if events, err = listEvents(ctx, tx, t.ID); err != nil {
@@ -238,21 +242,21 @@ func claimOne(ctx context.Context, tx *txn, t *engine.Task, owner string, ttl ti
 	if err != nil {
 		return leaseUnreadable(ctx, tx, t, started, now, errors.Wrapf(err, "replay claimed task %s", t.ID))
 	}
-	plan, err := engine.PlanAppend(&engine.EventAppendParams{TaskID: t.ID, State: state, At: now, Attempt: state.Attempt + 1,
-		Payloads: []history.Payload{started}})
+	ap, err := plan.Append(&store.EventAppendParams{TaskID: t.ID, State: state, At: now, Attempt: state.Attempt + 1,
+		Payloads: []history.Payload{started}}, now)
 	if err != nil {
 		return leaseUnreadable(ctx, tx, t, started, now, err)
 	}
-	if err := insertEvents(ctx, tx, t.ID, plan.Events); err != nil {
+	if err := insertEvents(ctx, tx, t.ID, ap.Events); err != nil {
 		return nil, err
 	}
-	row, err := writeClaimedRow(ctx, tx, t.ID, plan, us(expires))
+	row, err := writeClaimedRow(ctx, tx, t.ID, ap, us(expires))
 	if err != nil {
 		return nil, err
 	}
-	ev := plan.Events[0]
+	ev := ap.Events[0]
 	events = append(events, history.Event{Seq: ev.Seq, At: ev.At, Attempt: ev.Attempt, Data: started})
-	return &engine.ClaimedTask{Task: row, Events: events, State: plan.Next}, nil
+	return &store.ClaimedTask{Task: row, Events: events, State: ap.Next}, nil
 }
 
 // leaseUnreadable claims a task whose history this process cannot read
@@ -260,12 +264,12 @@ func claimOne(ctx context.Context, tx *txn, t *engine.Task, owner string, ttl ti
 // alone: attempt_started and the lease, so the claim's slot goes to it
 // once and it waits for its lease to expire, instead of heading every
 // claim. The worker gets cause, not the task to run.
-func leaseUnreadable(ctx context.Context, tx *txn, t *engine.Task, started history.AttemptStartedData, now time.Time, cause error) (*engine.ClaimedTask, error) {
+func leaseUnreadable(ctx context.Context, tx *txn, t *store.Task, started history.AttemptStartedData, now time.Time, cause error) (*store.ClaimedTask, error) {
 	data, err := history.Encode(started)
 	if err != nil {
 		return nil, err
 	}
-	if err := insertEvents(ctx, tx, t.ID, []engine.EncodedEvent{{Seq: t.LastSeq + 1, Type: history.AttemptStarted, At: now,
+	if err := insertEvents(ctx, tx, t.ID, []plan.EncodedEvent{{Seq: t.LastSeq + 1, Type: history.AttemptStarted, At: now,
 		Attempt: t.Attempt + 1, Data: data}}); err != nil {
 		return nil, err
 	}
@@ -276,11 +280,11 @@ func leaseUnreadable(ctx context.Context, tx *txn, t *engine.Task, started histo
 	if err != nil {
 		return nil, interpret(err)
 	}
-	return &engine.ClaimedTask{Task: row, Err: cause}, nil
+	return &store.ClaimedTask{Task: row, Err: cause}, nil
 }
 
 // spendTokens takes the claimed tasks' starts from their types' buckets.
-func spendTokens(ctx context.Context, tx *txn, namespace string, claimed []*engine.ClaimedTask, now time.Time) error {
+func spendTokens(ctx context.Context, tx *txn, namespace string, claimed []*store.ClaimedTask, now time.Time) error {
 	started := map[string]int{}
 	for _, c := range claimed {
 		started[c.Task.Type]++ // an unreadable task was leased too
@@ -303,7 +307,7 @@ func spendTokens(ctx context.Context, tx *txn, namespace string, claimed []*engi
 	return nil
 }
 
-func insertEvents(ctx context.Context, tx *txn, id uuid.UUID, events []engine.EncodedEvent) error {
+func insertEvents(ctx context.Context, tx *txn, id uuid.UUID, events []plan.EncodedEvent) error {
 	for _, ev := range events {
 		if _, err := tx.ExecContext(ctx, "INSERT INTO events (task_id, seq, type, at, attempt, data) VALUES (?, ?, ?, ?, ?, ?)",
 			id.String(), ev.Seq, string(ev.Type), us(ev.At), ev.Attempt, string(ev.Data)); err != nil {
@@ -318,7 +322,7 @@ func insertEvents(ctx context.Context, tx *txn, id uuid.UUID, events []engine.En
 // claim); otherwise the expiry is kept while the lease goes on and cleared
 // when it ends. A keyed task due again keeps its place among its key's
 // tasks.
-func rowUpdate(id uuid.UUID, plan engine.AppendPlan, leaseExpires *int64) (string, []any) {
+func rowUpdate(id uuid.UUID, plan plan.AppendPlan, leaseExpires *int64) (string, []any) {
 	next := plan.Next
 	expires := "CASE WHEN ? IS NULL THEN NULL ELSE lease_expires_at END"
 	var expiresArg any = nullString(next.Lease.Owner)
@@ -338,7 +342,7 @@ func rowUpdate(id uuid.UUID, plan engine.AppendPlan, leaseExpires *int64) (strin
 
 // writeClaimedRow writes a claimed task's row under its new lease and
 // returns it.
-func writeClaimedRow(ctx context.Context, tx *txn, id uuid.UUID, plan engine.AppendPlan, leaseExpires int64) (*engine.Task, error) {
+func writeClaimedRow(ctx context.Context, tx *txn, id uuid.UUID, plan plan.AppendPlan, leaseExpires int64) (*store.Task, error) {
 	query, args := rowUpdate(id, plan, &leaseExpires)
 	t, err := scanTask(tx.QueryRowContext(ctx, query+" RETURNING "+taskColumns, args...))
 	return t, interpret(err)
@@ -348,7 +352,7 @@ func writeClaimedRow(ctx context.Context, tx *txn, id uuid.UUID, plan engine.App
 // checked in the UPDATE itself (the seq; the epoch when set; for the
 // rescuer, the lease's expiry), as PostgreSQL's append does. It reports
 // whether it wrote.
-func writeFencedRow(ctx context.Context, tx *txn, p *engine.EventAppendParams, plan engine.AppendPlan, now time.Time) (bool, error) {
+func writeFencedRow(ctx context.Context, tx *txn, p *store.EventAppendParams, plan plan.AppendPlan, now time.Time) (bool, error) {
 	query, args := rowUpdate(p.TaskID, plan, nil)
 	res, err := tx.ExecContext(ctx, query+` AND last_seq = ? AND (? = 0 OR lease_epoch = ?)
 		AND (NOT ? OR lease_expires_at < ?)`, append(args, p.State.LastSeq, p.Epoch, p.Epoch, p.ExpiredOnly, us(now))...)
@@ -359,34 +363,35 @@ func writeFencedRow(ctx context.Context, tx *txn, p *engine.EventAppendParams, p
 	return n == 1, interpret(err)
 }
 
-// EventAppend implements [engine.Store].
-func (s *Store) EventAppend(ctx context.Context, p *engine.EventAppendParams) (history.State, error) {
-	res, err := s.EventAppendMany(ctx, []*engine.EventAppendParams{p})
+// EventAppend implements [store.Store].
+func (s *Store) EventAppend(ctx context.Context, p *store.EventAppendParams) (history.State, error) {
+	res, err := s.EventAppendMany(ctx, []*store.EventAppendParams{p})
 	if err != nil {
 		return p.State, err
 	}
 	return res[0].State, res[0].Err
 }
 
-// EventAppendMany implements [engine.Store]: every append in one write
+// EventAppendMany implements [store.Store]: every append in one write
 // transaction, each fenced on its own by the task's seq, its lease epoch
 // and, for the rescuer, its lease's expiry.
-func (s *Store) EventAppendMany(ctx context.Context, ps []*engine.EventAppendParams) ([]engine.AppendResult, error) {
-	out := make([]engine.AppendResult, len(ps))
-	plans := make([]*engine.AppendPlan, len(ps))
+func (s *Store) EventAppendMany(ctx context.Context, ps []*store.EventAppendParams) ([]store.AppendResult, error) {
+	out := make([]store.AppendResult, len(ps))
+	plans := make([]*plan.AppendPlan, len(ps))
+	now := s.now()
 	for i, p := range ps {
 		out[i].State = p.State
-		plan, err := engine.PlanAppend(p)
+		ap, err := plan.Append(p, now)
 		if err != nil {
 			out[i].Err = err
 			continue
 		}
-		plans[i] = &plan
+		plans[i] = &ap
 	}
-	var note engine.Announcement
+	var note store.Notification
 	err := s.tx(ctx, func(tx *txn) error {
-		note = engine.Announcement{}
-		now := engine.Now()
+		note = store.Notification{}
+		now := s.now()
 		for i, p := range ps {
 			if plans[i] == nil {
 				continue
@@ -431,7 +436,9 @@ func (s *Store) EventAppendMany(ctx context.Context, ps []*engine.EventAppendPar
 			out[i].State = ps[i].State
 			continue
 		}
-		s.metrics.ObserveAppended(ps[i], out[i].State)
+		if s.metrics != nil {
+			s.metrics.ObserveAppended(ps[i], out[i].State)
+		}
 	}
 	s.announce(note)
 	return out, nil
@@ -441,7 +448,7 @@ func (s *Store) EventAppendMany(ctx context.Context, ps []*engine.EventAppendPar
 // task is not at p's seq, not under p's epoch (when set) or, for
 // ExpiredOnly, not past its lease. refused is marked as PGStore's
 // refusals are; err is the database failing, which fails the whole batch.
-func fence(ctx context.Context, tx *txn, p *engine.EventAppendParams, now time.Time) (refused, err error) {
+func fence(ctx context.Context, tx *txn, p *store.EventAppendParams, now time.Time) (refused, err error) {
 	var lastSeq, epoch int64
 	var owner sql.NullString
 	var expires sql.NullInt64
@@ -449,30 +456,30 @@ func fence(ctx context.Context, tx *txn, p *engine.EventAppendParams, now time.T
 		p.TaskID.String()).Scan(&lastSeq, &epoch, &owner, &expires)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
-		return errors.Mark(errors.Newf("append to task %s: no such task", p.TaskID), engine.ErrNotFound), nil
+		return errors.Mark(errors.Newf("append to task %s: no such task", p.TaskID), store.ErrNotFound), nil
 	case err != nil:
 		return nil, errors.Wrapf(interpret(err), "append to task %s", p.TaskID)
 	case p.Epoch != 0 && epoch != p.Epoch:
-		return errors.Mark(errors.Newf("append to task %s: lease epoch %d, task is at %d", p.TaskID, p.Epoch, epoch), engine.ErrFenced), nil
+		return errors.Mark(errors.Newf("append to task %s: lease epoch %d, task is at %d", p.TaskID, p.Epoch, epoch), store.ErrFenced), nil
 	case lastSeq != p.State.LastSeq:
 		if p.Epoch != 0 && !owner.Valid && !p.ExpiredOnly {
-			return errors.Mark(errors.Newf("append to task %s: lease epoch %d has ended", p.TaskID, p.Epoch), engine.ErrFenced), nil
+			return errors.Mark(errors.Newf("append to task %s: lease epoch %d has ended", p.TaskID, p.Epoch), store.ErrFenced), nil
 		}
-		return errors.Mark(errors.Newf("append to task %s: expected seq %d, log is at %d", p.TaskID, p.State.LastSeq, lastSeq), engine.ErrConflict), nil
+		return errors.Mark(errors.Newf("append to task %s: expected seq %d, log is at %d", p.TaskID, p.State.LastSeq, lastSeq), store.ErrConflict), nil
 	case p.ExpiredOnly && (!expires.Valid || expires.Int64 >= us(now)):
-		return errors.Mark(errors.Newf("append to task %s: lease has not expired", p.TaskID), engine.ErrConflict), nil
+		return errors.Mark(errors.Newf("append to task %s: lease has not expired", p.TaskID), store.ErrConflict), nil
 	}
 	return nil, nil
 }
 
-// LeaseExtendMany implements [engine.Store].
-func (s *Store) LeaseExtendMany(ctx context.Context, leases []engine.LeaseRef, ttl time.Duration) (map[uuid.UUID]engine.LeaseRenewal, error) {
-	out := make(map[uuid.UUID]engine.LeaseRenewal, len(leases))
+// LeaseExtendMany implements [store.Store].
+func (s *Store) LeaseExtendMany(ctx context.Context, leases []store.LeaseRef, ttl time.Duration) (map[uuid.UUID]store.LeaseRenewal, error) {
+	out := make(map[uuid.UUID]store.LeaseRenewal, len(leases))
 	if len(leases) == 0 {
 		return out, nil
 	}
 	err := s.tx(ctx, func(tx *txn) error {
-		expires := us(engine.Now().Add(ttl))
+		expires := us(s.now().Add(ttl))
 		for _, l := range leases {
 			var cancel bool
 			err := tx.QueryRowContext(ctx, `UPDATE tasks SET lease_expires_at = ? WHERE id = ? AND lease_epoch = ? AND status = 'running'
@@ -483,7 +490,7 @@ func (s *Store) LeaseExtendMany(ctx context.Context, leases []engine.LeaseRef, t
 			if err != nil {
 				return interpret(err)
 			}
-			out[l.TaskID] = engine.LeaseRenewal{CancelRequested: cancel}
+			out[l.TaskID] = store.LeaseRenewal{CancelRequested: cancel}
 		}
 		return nil
 	})

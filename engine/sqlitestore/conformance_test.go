@@ -5,7 +5,8 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/engine/store"
+
 	"github.com/cairnflow/cairn/engine/sqlitestore"
 	"github.com/cairnflow/cairn/engine/storetest"
 )
@@ -22,5 +23,5 @@ func newStore(t *testing.T) *sqlitestore.Store {
 }
 
 func TestStoreConformance(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) engine.Store { return newStore(t) })
+	storetest.Run(t, func(t *testing.T) store.Store { return newStore(t) })
 }

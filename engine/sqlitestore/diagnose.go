@@ -8,21 +8,22 @@ import (
 	"slices"
 	"time"
 
-	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/engine/store"
+
 	"github.com/cairnflow/cairn/history"
 	"github.com/cockroachdb/errors"
 	"github.com/google/uuid"
 )
 
-// QueueDiagnose implements [engine.Store]: the figures PGStore computes in
-// SQL (engine/diagnose.sql), computed here in Go over the events of the
+// QueueMeasure implements [store.Store]: the figures engine/pgstore computes
+// in SQL (its diagnose.sql), computed here in Go over the events of the
 // queue's tasks active in the window, read in one transaction. The
 // definitions are the same; the conformance suite holds both to them.
-func (s *Store) QueueDiagnose(ctx context.Context, p *engine.QueueDiagnoseParams) (*engine.QueueDiagnosis, error) {
+func (s *Store) QueueMeasure(ctx context.Context, p *store.QueueDiagnoseParams) (*store.QueueDiagnosis, error) {
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
-	d := &engine.QueueDiagnosis{Namespace: p.Namespace, Queue: p.Queue, Window: engine.MillisOf(p.Window)}
+	d := &store.QueueDiagnosis{Namespace: p.Namespace, Queue: p.Queue, Window: store.MillisOf(p.Window)}
 	// The reads hold the store's one connection: bounded as PostgreSQL's
 	// statements are.
 	readCtx, cancel := context.WithTimeout(ctx, diagnoseTimeout)
@@ -30,10 +31,10 @@ func (s *Store) QueueDiagnose(ctx context.Context, p *engine.QueueDiagnoseParams
 	// A write transaction for its snapshot: the store's writes wait the
 	// few milliseconds the reads take.
 	err := s.tx(readCtx, func(tx *txn) error {
-		d.At = engine.Now()
+		d.At = s.now()
 		from, mid := d.At.Add(-p.Window), d.At.Add(-p.Window/2)
-		d.Then = engine.DiagnosisHalf{From: from, To: mid}
-		d.Now = engine.DiagnosisHalf{From: mid, To: d.At}
+		d.Then = store.DiagnosisHalf{From: from, To: mid}
+		d.Now = store.DiagnosisHalf{From: mid, To: d.At}
 		d.Depth.SinceLastStart = d.Window
 		tasks, err := windowHistories(readCtx, tx, p.Namespace, p.Queue, from)
 		if err != nil {
@@ -45,13 +46,12 @@ func (s *Store) QueueDiagnose(ctx context.Context, p *engine.QueueDiagnoseParams
 	})
 	if readCtx.Err() == context.DeadlineExceeded && ctx.Err() == nil {
 		return nil, errors.Mark(errors.Wrapf(err, "diagnose queue %s/%s: reading %s of history took over %s; try a shorter window",
-			p.Namespace, p.Queue, p.Window, diagnoseTimeout), engine.ErrDiagnosisTooSlow)
+			p.Namespace, p.Queue, p.Window, diagnoseTimeout), store.ErrDiagnosisTooSlow)
 	}
 	if err != nil {
 		return nil, errors.Wrapf(err, "diagnose queue %s/%s", p.Namespace, p.Queue)
 	}
 	d.Normalize()
-	d.FindCauses()
 	return d, nil
 }
 
@@ -124,7 +124,7 @@ type window struct{ from, mid, at time.Time }
 
 // flow is what DiagnoseFlow counts, for one half and one type (or all).
 type flow struct {
-	stats     engine.TypeStats
+	stats     store.TypeStats
 	completed int
 	attempts  []float64
 	workers   map[string]bool
@@ -142,12 +142,12 @@ type errorCount struct {
 	message string // the greatest, as PostgreSQL's max()
 }
 
-func (w *window) measure(d *engine.QueueDiagnosis, tasks []taskHistory) {
+func (w *window) measure(d *store.QueueDiagnosis, tasks []taskHistory) {
 	flows := map[[2]any]*flow{} // (is now, type); type "" with total
 	get := func(isNow bool, typ string) *flow {
 		f := flows[[2]any{isNow, typ}]
 		if f == nil {
-			f = &flow{stats: engine.TypeStats{Type: typ}, workers: map[string]bool{}}
+			f = &flow{stats: store.TypeStats{Type: typ}, workers: map[string]bool{}}
 			flows[[2]any{isNow, typ}] = f
 		}
 		return f
@@ -192,18 +192,18 @@ func (w *window) measure(d *engine.QueueDiagnosis, tasks []taskHistory) {
 			h.WorkerIDs = append(h.WorkerIDs, id)
 		}
 		if !f.lastStart.IsZero() {
-			d.Depth.SinceLastStart = min(d.Depth.SinceLastStart, max(0, engine.MillisOf(w.at.Sub(f.lastStart))))
+			d.Depth.SinceLastStart = min(d.Depth.SinceLastStart, max(0, store.MillisOf(w.at.Sub(f.lastStart))))
 		}
 	}
-	for _, h := range []*engine.DiagnosisHalf{&d.Then, &d.Now} {
-		slices.SortFunc(h.Types, func(a, b engine.TypeStats) int { return cmp.Compare(a.Type, b.Type) })
+	for _, h := range []*store.DiagnosisHalf{&d.Then, &d.Now} {
+		slices.SortFunc(h.Types, func(a, b store.TypeStats) int { return cmp.Compare(a.Type, b.Type) })
 	}
 	for key, ms := range steps {
 		h := half(d, key[0].(bool))
-		h.Steps = append(h.Steps, engine.StepStats{Type: key[1].(string), Step: key[2].(string), Duration: durationStats(ms)})
+		h.Steps = append(h.Steps, store.StepStats{Type: key[1].(string), Step: key[2].(string), Duration: durationStats(ms)})
 	}
-	for _, h := range []*engine.DiagnosisHalf{&d.Then, &d.Now} {
-		slices.SortFunc(h.Steps, func(a, b engine.StepStats) int {
+	for _, h := range []*store.DiagnosisHalf{&d.Then, &d.Now} {
+		slices.SortFunc(h.Steps, func(a, b store.StepStats) int {
 			return cmp.Or(cmp.Compare(a.Type, b.Type), cmp.Compare(a.Step, b.Step))
 		})
 	}
@@ -293,8 +293,8 @@ func countError(errs map[errorKey]*errorCount, key errorKey, message string) {
 }
 
 // topErrors keeps the most common failures of each half, at most
-// engine.DiagnoseTop.
-func topErrors(d *engine.QueueDiagnosis, errs map[errorKey]*errorCount) {
+// store.DiagnoseTop.
+func topErrors(d *store.QueueDiagnosis, errs map[errorKey]*errorCount) {
 	keys := make([]errorKey, 0, len(errs))
 	for k := range errs {
 		keys = append(keys, k)
@@ -305,19 +305,19 @@ func topErrors(d *engine.QueueDiagnosis, errs map[errorKey]*errorCount) {
 	})
 	for _, k := range keys {
 		h := half(d, k.isNow)
-		if len(h.Errors) == engine.DiagnoseTop {
+		if len(h.Errors) == store.DiagnoseTop {
 			continue
 		}
 		msg := errs[k].message
 		if r := []rune(msg); len(r) > 300 {
 			msg = string(r[:300])
 		}
-		h.Errors = append(h.Errors, engine.ErrorStats{Type: k.taskType, Class: k.class, Kind: k.kind, Status: k.status,
+		h.Errors = append(h.Errors, store.ErrorStats{Type: k.taskType, Class: k.class, Kind: k.kind, Status: k.status,
 			Step: k.step, Count: errs[k].n, Message: msg})
 	}
 }
 
-func half(d *engine.QueueDiagnosis, isNow bool) *engine.DiagnosisHalf {
+func half(d *store.QueueDiagnosis, isNow bool) *store.DiagnosisHalf {
 	if isNow {
 		return &d.Now
 	}
@@ -326,9 +326,9 @@ func half(d *engine.QueueDiagnosis, isNow bool) *engine.DiagnosisHalf {
 
 // durationStats is the count, mean and continuous percentiles (as
 // PostgreSQL's percentile_cont) of ms.
-func durationStats(ms []float64) engine.DurationStats {
+func durationStats(ms []float64) store.DurationStats {
 	if len(ms) == 0 {
-		return engine.DurationStats{}
+		return store.DurationStats{}
 	}
 	sorted := slices.Clone(ms)
 	slices.Sort(sorted)
@@ -336,8 +336,8 @@ func durationStats(ms []float64) engine.DurationStats {
 	for _, v := range sorted {
 		sum += v
 	}
-	return engine.DurationStats{Count: len(sorted), Mean: engine.Millis(sum / float64(len(sorted))),
-		P50: engine.Millis(percentile(sorted, 0.5)), P95: engine.Millis(percentile(sorted, 0.95))}
+	return store.DurationStats{Count: len(sorted), Mean: store.Millis(sum / float64(len(sorted))),
+		P50: store.Millis(percentile(sorted, 0.5)), P95: store.Millis(percentile(sorted, 0.95))}
 }
 
 func percentile(sorted []float64, p float64) float64 {
@@ -349,7 +349,7 @@ func percentile(sorted []float64, p float64) float64 {
 
 // measureNow reads the queue as it is: depth and settings, running tasks
 // by lease owner, waiting tasks by type and by fairness key, rate limits.
-func measureNow(ctx context.Context, tx *txn, d *engine.QueueDiagnosis, from time.Time) error {
+func measureNow(ctx context.Context, tx *txn, d *store.QueueDiagnosis, from time.Time) error {
 	now := us(d.At)
 	var oldest sql.NullInt64
 	var concurrency, maxWaiting sql.NullInt64
@@ -364,7 +364,7 @@ func measureNow(ctx context.Context, tx *txn, d *engine.QueueDiagnosis, from tim
 		return errors.Wrap(interpret(err), "read the queue's depth and settings")
 	}
 	if oldest.Valid {
-		d.Depth.OldestWait = engine.MillisOf(time.Duration(now-oldest.Int64) * time.Microsecond)
+		d.Depth.OldestWait = store.MillisOf(time.Duration(now-oldest.Int64) * time.Microsecond)
 	}
 	d.Limits.Concurrency, d.Limits.MaxWaiting = int(concurrency.Int64), int(maxWaiting.Int64)
 	if err := measureRunning(ctx, tx, d, now); err != nil {
@@ -376,7 +376,7 @@ func measureNow(ctx context.Context, tx *txn, d *engine.QueueDiagnosis, from tim
 	return measureRateLimits(ctx, tx, d)
 }
 
-func measureRunning(ctx context.Context, tx *txn, d *engine.QueueDiagnosis, now int64) error {
+func measureRunning(ctx context.Context, tx *txn, d *store.QueueDiagnosis, now int64) error {
 	rows, err := tx.QueryContext(ctx, `SELECT lease_owner, count(*), count(*) FILTER (WHERE lease_expires_at < ?)
 		FROM tasks WHERE namespace = ? AND queue = ? AND status = 'running' GROUP BY lease_owner ORDER BY lease_owner`,
 		now, d.Namespace, d.Queue)
@@ -399,7 +399,7 @@ func measureRunning(ctx context.Context, tx *txn, d *engine.QueueDiagnosis, now 
 	return errors.Wrap(interpret(rows.Err()), "read running tasks")
 }
 
-func measureWaiting(ctx context.Context, tx *txn, d *engine.QueueDiagnosis, now int64, from time.Time) error {
+func measureWaiting(ctx context.Context, tx *txn, d *store.QueueDiagnosis, now int64, from time.Time) error {
 	rows, err := tx.QueryContext(ctx, `WITH waiting AS (
 			SELECT type, type_version, count(*) AS waiting, count(*) FILTER (WHERE run_at <= ?1) AS due,
 				min(run_at) FILTER (WHERE run_at <= ?1) AS oldest_due
@@ -416,14 +416,14 @@ func measureWaiting(ctx context.Context, tx *txn, d *engine.QueueDiagnosis, now 
 		return errors.Wrap(interpret(err), "group waiting tasks by type")
 	}
 	for rows.Next() {
-		var wt engine.WaitingType
+		var wt store.WaitingType
 		var oldest sql.NullInt64
 		if err := rows.Scan(&wt.Type, &wt.Version, &wt.Waiting, &wt.Due, &oldest, &wt.Served); err != nil {
 			rows.Close()
 			return err
 		}
 		if oldest.Valid {
-			wt.OldestWait = engine.MillisOf(time.Duration(now-oldest.Int64) * time.Microsecond)
+			wt.OldestWait = store.MillisOf(time.Duration(now-oldest.Int64) * time.Microsecond)
 		}
 		d.WaitingByType = append(d.WaitingByType, wt)
 	}
@@ -433,13 +433,13 @@ func measureWaiting(ctx context.Context, tx *txn, d *engine.QueueDiagnosis, now 
 	}
 	rows, err = tx.QueryContext(ctx, `SELECT fairness_key, count(*) AS waiting, count(*) OVER () FROM tasks
 		WHERE namespace = ? AND queue = ? AND status IN ('pending', 'retrying') AND fairness_key IS NOT NULL
-		GROUP BY fairness_key ORDER BY waiting DESC, fairness_key LIMIT ?`, d.Namespace, d.Queue, engine.DiagnoseTop)
+		GROUP BY fairness_key ORDER BY waiting DESC, fairness_key LIMIT ?`, d.Namespace, d.Queue, store.DiagnoseTop)
 	if err != nil {
 		return errors.Wrap(interpret(err), "group waiting tasks by fairness key")
 	}
 	defer rows.Close()
 	for rows.Next() {
-		var wk engine.WaitingKey
+		var wk store.WaitingKey
 		if err := rows.Scan(&wk.Key, &wk.Waiting, &d.FairnessKeys); err != nil {
 			return err
 		}
@@ -448,7 +448,7 @@ func measureWaiting(ctx context.Context, tx *txn, d *engine.QueueDiagnosis, now 
 	return errors.Wrap(interpret(rows.Err()), "group waiting tasks by fairness key")
 }
 
-func measureRateLimits(ctx context.Context, tx *txn, d *engine.QueueDiagnosis) error {
+func measureRateLimits(ctx context.Context, tx *txn, d *store.QueueDiagnosis) error {
 	types := d.TypeNames()
 	if len(types) == 0 {
 		return nil
@@ -460,12 +460,12 @@ func measureRateLimits(ctx context.Context, tx *txn, d *engine.QueueDiagnosis) e
 	}
 	defer rows.Close()
 	for rows.Next() {
-		var rl engine.RateLimit
+		var rl store.RateLimit
 		var perMS int64
 		if err := rows.Scan(&rl.Type, &rl.MaxStarts, &perMS); err != nil {
 			return err
 		}
-		rl.Per = engine.Millis(perMS)
+		rl.Per = store.Millis(perMS)
 		d.Limits.RateLimits = append(d.Limits.RateLimits, rl)
 	}
 	return errors.Wrap(interpret(rows.Err()), "read rate limits")

@@ -7,29 +7,16 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/engine/internal/plan"
+	"github.com/cairnflow/cairn/engine/store"
+
 	"github.com/cairnflow/cairn/history"
 	"github.com/cockroachdb/errors"
 	"github.com/google/uuid"
 )
 
-// TaskCancel implements [engine.Store] (engine.CancelTask over this store).
-func (s *Store) TaskCancel(ctx context.Context, p *engine.TaskRequestParams) (engine.TaskCancelResult, error) {
-	return engine.CancelTask(ctx, s, p)
-}
-
-// TaskCompensate implements [engine.Store].
-func (s *Store) TaskCompensate(ctx context.Context, p *engine.TaskRequestParams) (history.State, error) {
-	return engine.CompensateTask(ctx, s, p)
-}
-
-// TaskRequeue implements [engine.Store].
-func (s *Store) TaskRequeue(ctx context.Context, p *engine.TaskRequeueParams) ([]engine.RequeueResult, error) {
-	return engine.RequeueTasks(ctx, s, p)
-}
-
-// DeadLetterList implements [engine.Store]: newest first.
-func (s *Store) DeadLetterList(ctx context.Context, p *engine.DeadLetterListParams) ([]*engine.Task, error) {
+// DeadLetterList implements [store.Store]: newest first.
+func (s *Store) DeadLetterList(ctx context.Context, p *store.DeadLetterListParams) ([]*store.Task, error) {
 	limit := p.Limit
 	if limit <= 0 {
 		limit = 100
@@ -44,31 +31,25 @@ func (s *Store) DeadLetterList(ctx context.Context, p *engine.DeadLetterListPara
 	return tasks, errors.Wrap(err, "list dead letters")
 }
 
-// RescueExpired implements [engine.Store].
-func (s *Store) RescueExpired(ctx context.Context, max int) (int, error) {
+// TaskListLeaseExpired implements [store.Store].
+func (s *Store) TaskListLeaseExpired(ctx context.Context, max int) ([]uuid.UUID, error) {
 	ids, err := queryIDs(ctx, s.q, "SELECT id FROM tasks WHERE status = 'running' AND lease_expires_at < ? ORDER BY lease_expires_at LIMIT ?",
-		us(engine.Now()), max)
-	if err != nil || len(ids) == 0 {
-		return 0, errors.Wrap(err, "list expired leases")
-	}
-	return engine.RescueTasks(ctx, s, ids)
+		us(s.now()), max)
+	return ids, errors.Wrap(err, "list expired leases")
 }
 
-// ExpireStartDeadlines implements [engine.Store].
-func (s *Store) ExpireStartDeadlines(ctx context.Context, max int) (int, error) {
+// TaskListStartExpired implements [store.Store].
+func (s *Store) TaskListStartExpired(ctx context.Context, max int) ([]uuid.UUID, error) {
 	ids, err := queryIDs(ctx, s.q, `SELECT id FROM tasks WHERE status = 'pending' AND attempt = 0 AND start_deadline IS NOT NULL
-		AND start_deadline <= ? ORDER BY start_deadline LIMIT ?`, us(engine.Now()), max)
-	if err != nil || len(ids) == 0 {
-		return 0, errors.Wrap(err, "list tasks past their start deadline")
-	}
-	return engine.ExpireTasks(ctx, s, ids)
+		AND start_deadline <= ? ORDER BY start_deadline LIMIT ?`, us(s.now()), max)
+	return ids, errors.Wrap(err, "list tasks past their start deadline")
 }
 
-// LeaderAttempt implements [engine.Store].
+// LeaderAttempt implements [store.Store].
 func (s *Store) LeaderAttempt(ctx context.Context, name, owner string, ttl time.Duration) (bool, error) {
 	var got string
 	err := s.tx(ctx, func(tx *txn) error {
-		now := us(engine.Now())
+		now := us(s.now())
 		err := tx.QueryRowContext(ctx, `INSERT INTO leaders (name, owner, elected_at, expires_at) VALUES (?, ?, ?, ?)
 			ON CONFLICT (name) DO UPDATE SET owner = excluded.owner,
 				elected_at = CASE WHEN leaders.owner = excluded.owner THEN leaders.elected_at ELSE excluded.elected_at END,
@@ -86,32 +67,32 @@ func (s *Store) LeaderAttempt(ctx context.Context, name, owner string, ttl time.
 	return got == owner, nil
 }
 
-// LeaderResign implements [engine.Store].
+// LeaderResign implements [store.Store].
 func (s *Store) LeaderResign(ctx context.Context, name, owner string) error {
 	_, err := s.q.ExecContext(ctx, "DELETE FROM leaders WHERE name = ? AND owner = ?", name, owner)
 	return errors.Wrapf(interpret(err), "resign leadership of %s", name)
 }
 
-// QueueSet implements [engine.Store].
-func (s *Store) QueueSet(ctx context.Context, c engine.QueueConfig) error {
+// QueueSet implements [store.Store].
+func (s *Store) QueueSet(ctx context.Context, c store.QueueConfig) error {
 	if err := c.Validate(); err != nil {
 		return err
 	}
 	_, err := s.q.ExecContext(ctx, `INSERT INTO queues (namespace, name, max_waiting, concurrency, updated_at) VALUES (?, ?, ?, ?, ?)
 		ON CONFLICT (namespace, name) DO UPDATE SET max_waiting = excluded.max_waiting, concurrency = excluded.concurrency,
 			updated_at = excluded.updated_at`,
-		c.Namespace, c.Name, nullPositive(c.MaxWaiting), nullPositive(c.Concurrency), us(engine.Now()))
+		c.Namespace, c.Name, nullPositive(c.MaxWaiting), nullPositive(c.Concurrency), us(s.now()))
 	if err == nil && c.Concurrency == 0 {
 		// A limit lifted may free a queue's waiting tasks.
-		s.announce(engine.Announcement{Ready: true})
+		s.announce(store.Notification{Ready: true})
 	}
 	return errors.Wrapf(interpret(err), "set queue %s", c.Name)
 }
 
 func nullPositive(n int) sql.NullInt64 { return sql.NullInt64{Int64: int64(n), Valid: n > 0} }
 
-// QueueList implements [engine.Store].
-func (s *Store) QueueList(ctx context.Context, namespace string) ([]engine.QueueInfo, error) {
+// QueueList implements [store.Store].
+func (s *Store) QueueList(ctx context.Context, namespace string) ([]store.QueueInfo, error) {
 	rows, err := s.q.QueryContext(ctx, `SELECT q.name, coalesce(q.max_waiting, 0), coalesce(q.concurrency, 0),
 		(SELECT count(*) FROM tasks AS t WHERE t.namespace = q.namespace AND t.queue = q.name AND t.status IN ('pending', 'retrying')),
 		(SELECT count(*) FROM tasks AS t WHERE t.namespace = q.namespace AND t.queue = q.name AND t.status = 'running')
@@ -120,9 +101,9 @@ func (s *Store) QueueList(ctx context.Context, namespace string) ([]engine.Queue
 		return nil, errors.Wrap(interpret(err), "list queues")
 	}
 	defer rows.Close()
-	var out []engine.QueueInfo
+	var out []store.QueueInfo
 	for rows.Next() {
-		qi := engine.QueueInfo{QueueConfig: engine.QueueConfig{Namespace: namespace}}
+		qi := store.QueueInfo{QueueConfig: store.QueueConfig{Namespace: namespace}}
 		if err := rows.Scan(&qi.Name, &qi.MaxWaiting, &qi.Concurrency, &qi.Waiting, &qi.Running); err != nil {
 			return nil, err
 		}
@@ -131,18 +112,18 @@ func (s *Store) QueueList(ctx context.Context, namespace string) ([]engine.Queue
 	return out, errors.Wrap(interpret(rows.Err()), "list queues")
 }
 
-// QueueWaits implements [engine.Store].
-func (s *Store) QueueWaits(ctx context.Context, namespace string) ([]engine.QueueWait, error) {
+// QueueWaits implements [store.Store].
+func (s *Store) QueueWaits(ctx context.Context, namespace string) ([]store.QueueWait, error) {
 	rows, err := s.q.QueryContext(ctx, `SELECT queue, priority, count(*), min(run_at) FROM tasks
 		WHERE namespace = ? AND status IN ('pending', 'retrying') AND run_at <= ?
-		GROUP BY queue, priority ORDER BY queue, priority DESC`, namespace, us(engine.Now()))
+		GROUP BY queue, priority ORDER BY queue, priority DESC`, namespace, us(s.now()))
 	if err != nil {
 		return nil, errors.Wrap(interpret(err), "queue waits")
 	}
 	defer rows.Close()
-	var out []engine.QueueWait
+	var out []store.QueueWait
 	for rows.Next() {
-		var w engine.QueueWait
+		var w store.QueueWait
 		var oldest int64
 		if err := rows.Scan(&w.Queue, &w.Priority, &w.Waiting, &oldest); err != nil {
 			return nil, err
@@ -153,34 +134,34 @@ func (s *Store) QueueWaits(ctx context.Context, namespace string) ([]engine.Queu
 	return out, errors.Wrap(interpret(rows.Err()), "queue waits")
 }
 
-// RateLimitSet implements [engine.Store]: the bucket starts full.
+// RateLimitSet implements [store.Store]: the bucket starts full.
 func (s *Store) RateLimitSet(ctx context.Context, namespace, taskType string, maxStarts int, per time.Duration) error {
-	if err := engine.CheckRateLimit(taskType, maxStarts, per); err != nil {
+	if err := store.CheckRateLimit(taskType, maxStarts, per); err != nil {
 		return err
 	}
 	_, err := s.q.ExecContext(ctx, `INSERT INTO rate_limits (namespace, task_type, max_starts, per_ms, tokens, refilled_at)
 		VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (namespace, task_type) DO UPDATE SET max_starts = excluded.max_starts,
 			per_ms = excluded.per_ms, tokens = min(rate_limits.tokens, excluded.max_starts), refilled_at = excluded.refilled_at`,
-		namespace, taskType, maxStarts, per.Milliseconds(), float64(maxStarts), us(engine.Now()))
+		namespace, taskType, maxStarts, per.Milliseconds(), float64(maxStarts), us(s.now()))
 	return errors.Wrapf(interpret(err), "set rate limit of %s", taskType)
 }
 
-// RateLimitDelete implements [engine.Store].
+// RateLimitDelete implements [store.Store].
 func (s *Store) RateLimitDelete(ctx context.Context, namespace, taskType string) error {
 	_, err := s.q.ExecContext(ctx, "DELETE FROM rate_limits WHERE namespace = ? AND task_type = ?", namespace, taskType)
 	if err == nil {
-		s.announce(engine.Announcement{Ready: true})
+		s.announce(store.Notification{Ready: true})
 	}
 	return errors.Wrapf(interpret(err), "delete rate limit of %s", taskType)
 }
 
-// TaskTypeRegister implements [engine.Store].
-func (s *Store) TaskTypeRegister(ctx context.Context, namespace, worker string, types []engine.TaskType) error {
+// TaskTypeRegister implements [store.Store].
+func (s *Store) TaskTypeRegister(ctx context.Context, namespace, worker string, types []store.TaskType) error {
 	if len(types) == 0 {
 		return nil
 	}
 	return errors.Wrap(s.tx(ctx, func(tx *txn) error {
-		now := us(engine.Now())
+		now := us(s.now())
 		for _, t := range types {
 			var stc sql.NullInt64
 			if t.ScheduleToClose > 0 {
@@ -199,17 +180,17 @@ func (s *Store) TaskTypeRegister(ctx context.Context, namespace, worker string, 
 	}), "register task types")
 }
 
-// TaskTypeList implements [engine.Store].
-func (s *Store) TaskTypeList(ctx context.Context, namespace string) ([]engine.TaskType, error) {
+// TaskTypeList implements [store.Store].
+func (s *Store) TaskTypeList(ctx context.Context, namespace string) ([]store.TaskType, error) {
 	rows, err := s.q.QueryContext(ctx, `SELECT namespace, type, version, queue, max_attempts, schedule_to_close_ms, registered_by, registered_at
 		FROM task_types WHERE namespace = ? ORDER BY type, version`, namespace)
 	if err != nil {
 		return nil, errors.Wrap(interpret(err), "list task types")
 	}
 	defer rows.Close()
-	var out []engine.TaskType
+	var out []store.TaskType
 	for rows.Next() {
-		var t engine.TaskType
+		var t store.TaskType
 		var stc sql.NullInt64
 		var at int64
 		if err := rows.Scan(&t.Namespace, &t.Type, &t.Version, &t.Queue, &t.MaxAttempts, &stc, &t.RegisteredBy, &at); err != nil {
@@ -222,9 +203,9 @@ func (s *Store) TaskTypeList(ctx context.Context, namespace string) ([]engine.Ta
 	return out, errors.Wrap(interpret(rows.Err()), "list task types")
 }
 
-// QueueGaugeList implements [engine.Store].
-func (s *Store) QueueGaugeList(ctx context.Context) ([]*engine.QueueGauge, error) {
-	now := us(engine.Now())
+// QueueGaugeList implements [store.Store].
+func (s *Store) QueueGaugeList(ctx context.Context) ([]*store.QueueGauge, error) {
+	now := us(s.now())
 	rows, err := s.q.QueryContext(ctx, `SELECT namespace, queue, status, count(*),
 		min(CASE WHEN run_at <= ? AND status IN ('pending', 'retrying') THEN run_at END)
 		FROM tasks WHERE status IN ('pending', 'retrying', 'running', 'dead_lettered')
@@ -233,8 +214,8 @@ func (s *Store) QueueGaugeList(ctx context.Context) ([]*engine.QueueGauge, error
 		return nil, errors.Wrap(interpret(err), "read queue depths")
 	}
 	defer rows.Close()
-	var out []*engine.QueueGauge
-	byQueue := map[[2]string]*engine.QueueGauge{}
+	var out []*store.QueueGauge
+	byQueue := map[[2]string]*store.QueueGauge{}
 	for rows.Next() {
 		var ns, queue, status string
 		var count int64
@@ -244,7 +225,7 @@ func (s *Store) QueueGaugeList(ctx context.Context) ([]*engine.QueueGauge, error
 		}
 		g := byQueue[[2]string{ns, queue}]
 		if g == nil {
-			g = &engine.QueueGauge{Namespace: ns, Queue: queue, Tasks: map[history.Status]int64{}}
+			g = &store.QueueGauge{Namespace: ns, Queue: queue, Tasks: map[history.Status]int64{}}
 			byQueue[[2]string{ns, queue}] = g
 			out = append(out, g)
 		}
@@ -256,10 +237,10 @@ func (s *Store) QueueGaugeList(ctx context.Context) ([]*engine.QueueGauge, error
 	return out, errors.Wrap(interpret(rows.Err()), "read queue depths")
 }
 
-// QueueStatsList implements [engine.Store]: every queue of namespace with
+// QueueStatsList implements [store.Store]: every queue of namespace with
 // unfinished tasks, settings, or finishes in the window.
-func (s *Store) QueueStatsList(ctx context.Context, namespace string, window time.Duration) ([]engine.QueueStats, error) {
-	now := us(engine.Now())
+func (s *Store) QueueStatsList(ctx context.Context, namespace string, window time.Duration) ([]store.QueueStats, error) {
+	now := us(s.now())
 	rows, err := s.q.QueryContext(ctx, `WITH live AS (
 			SELECT queue,
 				sum(status IN ('pending', 'retrying')) AS waiting,
@@ -291,9 +272,9 @@ func (s *Store) QueueStatsList(ctx context.Context, namespace string, window tim
 		return nil, errors.Wrap(interpret(err), "queue stats")
 	}
 	defer rows.Close()
-	var out []engine.QueueStats
+	var out []store.QueueStats
 	for rows.Next() {
-		q := engine.QueueStats{Window: window}
+		q := store.QueueStats{Window: window}
 		var oldest sql.NullInt64
 		if err := rows.Scan(&q.Queue, &q.Waiting, &q.Due, &q.Running, &oldest, &q.Completed, &q.Failed, &q.AttemptsFailed,
 			&q.MaxWaiting, &q.Concurrency); err != nil {
@@ -307,11 +288,11 @@ func (s *Store) QueueStatsList(ctx context.Context, namespace string, window tim
 	return out, errors.Wrap(interpret(rows.Err()), "queue stats")
 }
 
-// EventScan implements [engine.Store]: one page of a namespace's events
+// EventScan implements [store.Store]: one page of a namespace's events
 // in [Since, Until), by (at, task id, seq), with their tasks' rows
 // (events_at_idx serves the time range).
-func (s *Store) EventScan(ctx context.Context, p *engine.EventScanParams) ([]engine.AuditEvent, error) {
-	limit, since, err := engine.EventScanBounds(p)
+func (s *Store) EventScan(ctx context.Context, p *store.EventScanParams) ([]store.AuditEvent, error) {
+	limit, since, err := plan.EventScanBounds(p)
 	if err != nil {
 		return nil, err
 	}
@@ -341,7 +322,7 @@ func (s *Store) EventScan(ctx context.Context, p *engine.EventScanParams) ([]eng
 		return nil, errors.Wrap(interpret(err), "scan events")
 	}
 	defer rows.Close()
-	page := make([]engine.AuditEvent, 0, limit)
+	page := make([]store.AuditEvent, 0, limit)
 	for rows.Next() {
 		e, err := scanAuditEvent(rows)
 		if err != nil {
@@ -352,9 +333,9 @@ func (s *Store) EventScan(ctx context.Context, p *engine.EventScanParams) ([]eng
 	return page, errors.Wrap(interpret(rows.Err()), "scan events")
 }
 
-func scanAuditEvent(row scanner) (engine.AuditEvent, error) {
+func scanAuditEvent(row scanner) (store.AuditEvent, error) {
 	var (
-		e                            engine.AuditEvent
+		e                            store.AuditEvent
 		taskID, typ, data, status    string
 		at                           int64
 		traceID, labels, fairnessKey sql.NullString
@@ -362,20 +343,20 @@ func scanAuditEvent(row scanner) (engine.AuditEvent, error) {
 	err := row.Scan(&taskID, &e.Event.Seq, &typ, &at, &e.Event.Attempt, &data,
 		&e.Namespace, &e.TaskType, &e.TypeVersion, &e.Queue, &status, &traceID, &labels, &fairnessKey)
 	if err != nil {
-		return engine.AuditEvent{}, err
+		return store.AuditEvent{}, err
 	}
 	if e.TaskID, err = uuid.Parse(taskID); err != nil {
-		return engine.AuditEvent{}, err
+		return store.AuditEvent{}, err
 	}
-	ev, err := engine.DecodeEvent(e.Event.Seq, typ, fromUS(at), e.Event.Attempt, []byte(data))
+	ev, err := plan.DecodeEvent(e.Event.Seq, typ, fromUS(at), e.Event.Attempt, []byte(data))
 	if err != nil {
-		return engine.AuditEvent{}, errors.Wrapf(err, "task %s", e.TaskID)
+		return store.AuditEvent{}, errors.Wrapf(err, "task %s", e.TaskID)
 	}
 	e.Event, e.Data = ev, json.RawMessage(data)
 	e.Status, e.TraceID, e.FairnessKey = history.Status(status), traceID.String, fairnessKey.String
 	if labels.Valid {
 		if err := json.Unmarshal([]byte(labels.String), &e.Labels); err != nil {
-			return engine.AuditEvent{}, errors.Wrapf(err, "decode labels of task %s", e.TaskID)
+			return store.AuditEvent{}, errors.Wrapf(err, "decode labels of task %s", e.TaskID)
 		}
 	}
 	return e, nil

@@ -5,14 +5,16 @@ import (
 	"database/sql"
 	"time"
 
-	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/engine/internal/plan"
+	"github.com/cairnflow/cairn/engine/store"
+
 	"github.com/cockroachdb/errors"
 )
 
 const scheduleColumns = "namespace, name, cron, timezone, task_type, type_version, queue, input, max_attempts, paused, next_run_at, last_tick"
 
-func scanSchedule(row scanner) (engine.Schedule, error) {
-	var sc engine.Schedule
+func scanSchedule(row scanner) (store.Schedule, error) {
+	var sc store.Schedule
 	var input sql.NullString
 	var next int64
 	var last sql.NullInt64
@@ -25,13 +27,13 @@ func scanSchedule(row scanner) (engine.Schedule, error) {
 	return sc, err
 }
 
-func querySchedules(ctx context.Context, q querier, query string, args ...any) ([]engine.Schedule, error) {
+func querySchedules(ctx context.Context, q querier, query string, args ...any) ([]store.Schedule, error) {
 	rows, err := q.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, interpret(err)
 	}
 	defer rows.Close()
-	var out []engine.Schedule
+	var out []store.Schedule
 	for rows.Next() {
 		sc, err := scanSchedule(rows)
 		if err != nil {
@@ -42,15 +44,15 @@ func querySchedules(ctx context.Context, q querier, query string, args ...any) (
 	return out, interpret(rows.Err())
 }
 
-// ScheduleCreate implements [engine.Store]: the first tick is the first
+// ScheduleCreate implements [store.Store]: the first tick is the first
 // after now; a name taken in the namespace is an error marked
-// engine.ErrConflict.
-func (s *Store) ScheduleCreate(ctx context.Context, sc engine.Schedule) error {
+// store.ErrConflict.
+func (s *Store) ScheduleCreate(ctx context.Context, sc store.Schedule) error {
 	sched, loc, err := sc.Check()
 	if err != nil {
 		return err
 	}
-	now := engine.Now()
+	now := s.now()
 	res, err := s.q.ExecContext(ctx, `INSERT INTO schedules (namespace, name, cron, timezone, task_type, type_version, queue, input,
 		max_attempts, next_run_at, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (namespace, name) DO NOTHING`,
@@ -60,71 +62,71 @@ func (s *Store) ScheduleCreate(ctx context.Context, sc engine.Schedule) error {
 		return errors.Wrapf(interpret(err), "create schedule %s", sc.Name)
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
-		return errors.Mark(errors.Newf("schedule %s already exists in namespace %s", sc.Name, sc.Namespace), engine.ErrConflict)
+		return errors.Mark(errors.Newf("schedule %s already exists in namespace %s", sc.Name, sc.Namespace), store.ErrConflict)
 	}
-	s.announce(engine.Announcement{Ready: true})
+	s.announce(store.Notification{Ready: true})
 	return nil
 }
 
-// ScheduleList implements [engine.Store].
-func (s *Store) ScheduleList(ctx context.Context, namespace string) ([]engine.Schedule, error) {
+// ScheduleList implements [store.Store].
+func (s *Store) ScheduleList(ctx context.Context, namespace string) ([]store.Schedule, error) {
 	out, err := querySchedules(ctx, s.q, "SELECT "+scheduleColumns+" FROM schedules WHERE namespace = ? ORDER BY name", namespace)
 	return out, errors.Wrap(err, "list schedules")
 }
 
-// SchedulePause implements [engine.Store]: a resumed schedule fires from
+// SchedulePause implements [store.Store]: a resumed schedule fires from
 // its next tick after now.
 func (s *Store) SchedulePause(ctx context.Context, namespace, name string, paused bool) error {
 	return s.tx(ctx, func(tx *txn) error {
 		sc, err := scanSchedule(tx.QueryRowContext(ctx, "SELECT "+scheduleColumns+" FROM schedules WHERE namespace = ? AND name = ?", namespace, name))
 		if errors.Is(err, sql.ErrNoRows) {
-			return errors.Mark(errors.Newf("schedule %s not found in namespace %s", name, namespace), engine.ErrNotFound)
+			return errors.Mark(errors.Newf("schedule %s not found in namespace %s", name, namespace), store.ErrNotFound)
 		}
 		if err != nil {
 			return errors.Wrap(interpret(err), "read schedule")
 		}
-		sched, loc, err := engine.ParseCron(sc.Cron, sc.Timezone)
+		sched, loc, err := store.ParseCron(sc.Cron, sc.Timezone)
 		if err != nil {
 			return err
 		}
 		_, err = tx.ExecContext(ctx, "UPDATE schedules SET paused = ?, next_run_at = ?, updated_at = ? WHERE namespace = ? AND name = ?",
-			paused, us(sched.Next(engine.Now().In(loc))), us(engine.Now()), namespace, name)
+			paused, us(sched.Next(s.now().In(loc))), us(s.now()), namespace, name)
 		return errors.Wrapf(interpret(err), "pause schedule %s", name)
 	})
 }
 
-// ScheduleDelete implements [engine.Store].
+// ScheduleDelete implements [store.Store].
 func (s *Store) ScheduleDelete(ctx context.Context, namespace, name string) error {
 	res, err := s.q.ExecContext(ctx, "DELETE FROM schedules WHERE namespace = ? AND name = ?", namespace, name)
 	if err != nil {
 		return errors.Wrapf(interpret(err), "delete schedule %s", name)
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
-		return errors.Mark(errors.Newf("schedule %s not found in namespace %s", name, namespace), engine.ErrNotFound)
+		return errors.Mark(errors.Newf("schedule %s not found in namespace %s", name, namespace), store.ErrNotFound)
 	}
 	return nil
 }
 
-// ScheduleFireDue implements [engine.Store]: each due schedule's latest
+// ScheduleFireDue implements [store.Store]: each due schedule's latest
 // tick not after now starts a task whose idempotency key is
 // "schedule:<name>:<tick>", and the schedule moves to its next tick, in
 // one transaction.
 func (s *Store) ScheduleFireDue(ctx context.Context, max int) (int, error) {
 	fired := 0
 	err := s.tx(ctx, func(tx *txn) error {
-		now := engine.Now()
+		now := s.now()
 		due, err := querySchedules(ctx, tx, "SELECT "+scheduleColumns+" FROM schedules WHERE NOT paused AND next_run_at <= ? ORDER BY next_run_at LIMIT ?",
 			us(now), max)
 		if err != nil {
 			return errors.Wrap(err, "list due schedules")
 		}
 		for _, sc := range due {
-			sched, loc, err := engine.ParseCron(sc.Cron, sc.Timezone)
+			sched, loc, err := store.ParseCron(sc.Cron, sc.Timezone)
 			if err != nil {
 				return errors.Wrapf(err, "schedule %s", sc.Name)
 			}
-			tick := engine.LatestTick(sched, loc, sc.NextRunAt, now)
-			res, err := startTaskTx(ctx, tx, sc.TaskAt(tick))
+			tick := plan.LatestTick(sched, loc, sc.NextRunAt, now)
+			res, err := startTaskTx(ctx, tx, sc.TaskAt(tick), now)
 			if err != nil {
 				return errors.Wrapf(err, "fire schedule %s", sc.Name)
 			}
@@ -139,12 +141,12 @@ func (s *Store) ScheduleFireDue(ctx context.Context, max int) (int, error) {
 		return nil
 	})
 	if err == nil && fired > 0 {
-		s.announce(engine.Announcement{Ready: true})
+		s.announce(store.Notification{Ready: true})
 	}
 	return fired, err
 }
 
-// ScheduleNextDue implements [engine.Store].
+// ScheduleNextDue implements [store.Store].
 func (s *Store) ScheduleNextDue(ctx context.Context) (time.Time, bool, error) {
 	var next sql.NullInt64
 	if err := s.q.QueryRowContext(ctx, "SELECT min(next_run_at) FROM schedules WHERE NOT paused").Scan(&next); err != nil {

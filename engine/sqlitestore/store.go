@@ -1,5 +1,5 @@
 // Package sqlitestore is cairn's embedded store: the event log, projection,
-// idempotency keys, leases and fencing, timers and cron of [engine.Store] in
+// idempotency keys, leases and fencing, timers and cron of [store.Store] in
 // one SQLite file, through modernc.org/sqlite (pure Go, no cgo). It serves
 // `cairn dev`, single-node deployments and tests of user workflows, with no
 // database server.
@@ -7,14 +7,16 @@
 // Limits: one process, one writer. Every write is a BEGIN IMMEDIATE
 // transaction on the store's single connection, so writes are serialized
 // and a claim never races another; wake-ups (work ready, task finished,
-// cancel requested) are announced in process ([engine.Announcer]) in place
-// of PostgreSQL's NOTIFY. A second process on the same file would see the
+// cancel requested) are announced in process (the store's [store.Listener])
+// in place of PostgreSQL's NOTIFY. A second process on the same file would see the
 // data but not the wake-ups, and would contend for the lock: run one. To
 // grow beyond one node, move to PostgreSQL (see docs/architecture.md,
 // "Embedded store").
 //
 // The same conformance suite (engine/storetest) runs against this store and
-// [engine.PGStore].
+// engine/pgstore, and both are held to it. The store imports engine/store,
+// engine/internal/plan (what both drivers do alike before they write),
+// history and migrations, and never the engine root.
 package sqlitestore
 
 import (
@@ -24,7 +26,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/engine/internal/plan"
+	"github.com/cairnflow/cairn/engine/store"
+
 	"github.com/cairnflow/cairn/migrations"
 	"github.com/cockroachdb/errors"
 	"modernc.org/sqlite"
@@ -36,26 +40,27 @@ import (
 type Store struct {
 	db      *sql.DB
 	path    string
-	metrics *engine.Metrics // nil: none
-	q       *stmtCache      // prepared statements of db's one connection
+	metrics store.Observer // nil: none
+	clock   store.Clock
+	q       *stmtCache // prepared statements of db's one connection
 
 	mu        sync.Mutex
-	listeners map[*func(engine.Announcement)]struct{}
+	listeners map[*func(store.Notification)]struct{}
 }
 
-var (
-	_ engine.Store     = (*Store)(nil)
-	_ engine.Announcer = (*Store)(nil)
-)
+var _ store.Store = (*Store)(nil)
 
 // Config configures [New].
 type Config struct {
 	// Path is the SQLite file, created if missing. Required. ":memory:"
 	// is a store that lives as long as the Store.
 	Path string
-	// Metrics, when set, counts the events the store writes (see
-	// engine.NewMetrics). Nil costs nothing.
-	Metrics *engine.Metrics
+	// Metrics, when set, counts the events the store writes
+	// (engine.Metrics). Nil costs nothing.
+	Metrics store.Observer
+	// Clock tells the time of the events the store writes. Default
+	// [store.WallClock].
+	Clock store.Clock
 }
 
 // Open opens (creating it if missing) the store in the SQLite file at path
@@ -90,8 +95,8 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	db.SetMaxOpenConns(1)
 	db.SetConnMaxIdleTime(0)
 	db.SetConnMaxLifetime(0)
-	s := &Store{db: db, path: path, metrics: cfg.Metrics, q: &stmtCache{db: db, stmts: map[string]*sql.Stmt{}},
-		listeners: map[*func(engine.Announcement)]struct{}{}}
+	s := &Store{db: db, path: path, metrics: cfg.Metrics, clock: cfg.Clock, q: &stmtCache{db: db, stmts: map[string]*sql.Stmt{}},
+		listeners: map[*func(store.Notification)]struct{}{}}
 	if err := s.migrate(ctx); err != nil {
 		_ = db.Close()
 		return nil, err
@@ -131,7 +136,7 @@ func (s *Store) migrate(ctx context.Context) error {
 				return err
 			}
 			_, err := tx.ExecContext(ctx, "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)",
-				m.Version, m.Name, us(engine.Now()))
+				m.Version, m.Name, us(s.now()))
 			return err
 		})
 		if err != nil {
@@ -276,9 +281,10 @@ func (t *txn) ExecContext(ctx context.Context, query string, args ...any) (sql.R
 	return t.tx.ExecContext(ctx, query, args...)
 }
 
-// Announce implements [engine.Announcer]: fn hears of every commit that
-// makes work ready, finishes tasks or requests cancels.
-func (s *Store) Announce(fn func(engine.Announcement)) (stop func()) {
+// subscribe has fn hear of every commit that makes work ready, finishes
+// tasks or requests cancels, until stop is called. fn runs on the
+// committing goroutine and must return quickly.
+func (s *Store) subscribe(fn func(store.Notification)) (stop func()) {
 	key := &fn
 	s.mu.Lock()
 	s.listeners[key] = struct{}{}
@@ -290,7 +296,7 @@ func (s *Store) Announce(fn func(engine.Announcement)) (stop func()) {
 	}
 }
 
-func (s *Store) announce(a engine.Announcement) {
+func (s *Store) announce(a store.Notification) {
 	if !a.Ready && len(a.Done) == 0 && len(a.Cancel) == 0 {
 		return
 	}
@@ -307,15 +313,15 @@ func interpret(err error) error {
 		return nil
 	}
 	if errors.Is(err, sql.ErrNoRows) {
-		return errors.Mark(err, engine.ErrNotFound)
+		return errors.Mark(err, store.ErrNotFound)
 	}
 	var se *sqlite.Error
 	if errors.As(err, &se) {
 		switch code := se.Code(); {
 		case code == sqlite3.SQLITE_CONSTRAINT_UNIQUE, code == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY:
-			return errors.Mark(err, engine.ErrConflict)
+			return errors.Mark(err, store.ErrConflict)
 		case code&0xff == sqlite3.SQLITE_BUSY, code&0xff == sqlite3.SQLITE_LOCKED: // and their extended codes
-			return errors.Mark(err, engine.ErrRetryable)
+			return errors.Mark(err, store.ErrRetryable)
 		}
 	}
 	return err
@@ -386,14 +392,14 @@ func (s *Store) Version(ctx context.Context) (string, error) {
 
 // MigrationStatus lists every migration of migrations.SQLite with when it
 // was applied to this file (all of them: Open applies what is pending).
-func (s *Store) MigrationStatus(ctx context.Context) ([]engine.MigrationState, error) {
+func (s *Store) MigrationStatus(ctx context.Context) ([]store.MigrationState, error) {
 	all, err := migrations.SQLite()
 	if err != nil {
 		return nil, err
 	}
-	out := make([]engine.MigrationState, 0, len(all))
+	out := make([]store.MigrationState, 0, len(all))
 	for _, m := range all {
-		st := engine.MigrationState{Version: m.Version, Name: m.Name}
+		st := store.MigrationState{Version: m.Version, Name: m.Name}
 		var at int64
 		err := s.q.QueryRowContext(ctx, "SELECT applied_at FROM schema_migrations WHERE version = ?", m.Version).Scan(&at)
 		switch {
@@ -407,3 +413,6 @@ func (s *Store) MigrationStatus(ctx context.Context) ([]engine.MigrationState, e
 	}
 	return out, nil
 }
+
+// now reads the store's clock at the precision it stores.
+func (s *Store) now() time.Time { return plan.Now(s.clock) }

@@ -2,6 +2,7 @@ package sqlitestore_test
 
 import (
 	"context"
+	"github.com/cairnflow/cairn/engine/store"
 	"path/filepath"
 	"testing"
 	"time"
@@ -27,17 +28,17 @@ func TestStoreCountsItsWritesInMetrics(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close() })
 
-	_, err = s.TaskStart(ctx, &engine.TaskStartParams{Namespace: "default", Scheduled: history.Scheduled{
+	_, err = s.TaskStart(ctx, &store.TaskStartParams{Namespace: "default", Scheduled: history.Scheduled{
 		TaskType: "m", TypeVersion: 1, Queue: "q"}})
 	require.NoError(t, err)
-	claimed, err := s.TaskClaimMany(ctx, &engine.TaskClaimManyParams{Namespace: "default", Queues: []string{"q"},
-		Types: []engine.TypeKey{{Type: "m", Version: 1}}, Owner: "w", Max: 1, LeaseTTL: time.Minute})
+	claimed, err := s.TaskClaimMany(ctx, &store.TaskClaimManyParams{Namespace: "default", Queues: []string{"q"},
+		Types: []store.TypeKey{{Type: "m", Version: 1}}, Owner: "w", Max: 1, LeaseTTL: time.Minute})
 	require.NoError(t, err)
 	require.Len(t, claimed, 1)
 	require.Equal(t, 1.0, total(t, reg, "cairn_schedule_to_start_seconds"), "the claim's wait observed")
 
 	c := claimed[0]
-	_, err = s.EventAppend(ctx, &engine.EventAppendParams{TaskID: c.Task.ID, State: c.State, Epoch: c.State.Lease.Epoch,
+	_, err = s.EventAppend(ctx, &store.EventAppendParams{TaskID: c.Task.ID, State: c.State, Epoch: c.State.Lease.Epoch,
 		Attempt: c.State.Attempt, Payloads: []history.Payload{history.TaskCompletedData{Output: []byte(`1`)}}})
 	require.NoError(t, err)
 	require.Equal(t, 1.0, total(t, reg, "cairn_tasks_finished_total"), "one task completed")
@@ -106,33 +107,30 @@ func insertHistory(t *testing.T, s *sqlitestore.Store, tasks []storetest.BuiltTa
 	require.NoError(t, tx.Commit())
 }
 
-// The store announces in process what PostgreSQL announces with NOTIFY:
-// work ready on a start, a task finished on its terminal event, a cancel
-// requested on a running task.
-func TestStoreAnnouncesItsCommits(t *testing.T) {
+// The store's listener hears in process what PostgreSQL's hears through
+// NOTIFY: work ready on a start, a task finished on its terminal event, a
+// cancel requested on a running task; once closed, nothing.
+func TestListenerHearsTheStoresCommits(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := newStore(t)
-	got := make(chan engine.Announcement, 16)
-	stop := s.Announce(func(a engine.Announcement) { got <- a })
-	defer stop()
-	next := func() engine.Announcement {
+	l := s.NewListener()
+	require.NoError(t, l.Connect(ctx))
+	next := func() store.Notification {
 		t.Helper()
-		select {
-		case a := <-got:
-			return a
-		case <-time.After(5 * time.Second):
-			t.Fatal("no announcement")
-			return engine.Announcement{}
-		}
+		waitCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		n, err := l.WaitForNotification(waitCtx)
+		require.NoError(t, err, "no notification")
+		return n
 	}
-	params := func() *engine.TaskStartParams {
-		return &engine.TaskStartParams{Namespace: "default", Scheduled: history.Scheduled{TaskType: "a", TypeVersion: 1, Queue: "q"}}
+	params := func() *store.TaskStartParams {
+		return &store.TaskStartParams{Namespace: "default", Scheduled: history.Scheduled{TaskType: "a", TypeVersion: 1, Queue: "q"}}
 	}
-	claim := func() *engine.ClaimedTask {
+	claim := func() *store.ClaimedTask {
 		t.Helper()
-		claimed, err := s.TaskClaimMany(ctx, &engine.TaskClaimManyParams{Namespace: "default", Queues: []string{"q"},
-			Types: []engine.TypeKey{{Type: "a", Version: 1}}, Owner: "w", Max: 1, LeaseTTL: time.Minute})
+		claimed, err := s.TaskClaimMany(ctx, &store.TaskClaimManyParams{Namespace: "default", Queues: []string{"q"},
+			Types: []store.TypeKey{{Type: "a", Version: 1}}, Owner: "w", Max: 1, LeaseTTL: time.Minute})
 		require.NoError(t, err)
 		require.Len(t, claimed, 1)
 		return claimed[0]
@@ -143,27 +141,27 @@ func TestStoreAnnouncesItsCommits(t *testing.T) {
 	require.True(t, next().Ready, "a start makes work ready")
 
 	c := claim()
-	_, err = s.EventAppend(ctx, &engine.EventAppendParams{TaskID: c.Task.ID, State: c.State, Epoch: c.State.Lease.Epoch,
+	_, err = s.EventAppend(ctx, &store.EventAppendParams{TaskID: c.Task.ID, State: c.State, Epoch: c.State.Lease.Epoch,
 		Attempt: c.State.Attempt, Payloads: []history.Payload{history.TaskCompletedData{Output: []byte(`1`)}}})
 	require.NoError(t, err)
-	require.Equal(t, engine.Announcement{Done: []uuid.UUID{c.Task.ID}}, next(), "a terminal event finishes the task")
+	require.Equal(t, store.Notification{Done: []uuid.UUID{c.Task.ID}}, next(), "a terminal event finishes the task")
 
 	_, err = s.TaskStart(ctx, params())
 	require.NoError(t, err)
 	next()
 	c = claim()
-	_, err = s.TaskCancel(ctx, &engine.TaskRequestParams{Namespace: "default", ID: c.Task.ID, By: "test"})
+	_, err = engine.CancelTask(ctx, s, &engine.TaskRequestParams{Namespace: "default", ID: c.Task.ID, By: "test"})
 	require.NoError(t, err)
-	require.Equal(t, engine.Announcement{Cancel: []uuid.UUID{c.Task.ID}}, next(), "a running task's cancel is announced")
+	require.Equal(t, store.Notification{Cancel: []uuid.UUID{c.Task.ID}}, next(), "a running task's cancel is announced")
 
-	stop()
+	require.NoError(t, l.Close(ctx))
 	_, err = s.TaskStart(ctx, params())
 	require.NoError(t, err)
-	select {
-	case a := <-got:
-		t.Fatalf("announced after stop: %+v", a)
-	case <-time.After(50 * time.Millisecond):
-	}
+	waitCtx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	n, err := l.WaitForNotification(waitCtx)
+	require.Error(t, err, "a closed listener hears nothing, got %+v", n)
+	require.NoError(t, waitCtx.Err(), "a closed listener says so at once")
 }
 
 // A task whose history this process cannot read (an event of a newer
@@ -174,7 +172,7 @@ func TestClaimLeasesATaskItCannotRead(t *testing.T) {
 	ctx := context.Background()
 	s := newStore(t)
 	start := func() uuid.UUID {
-		res, err := s.TaskStart(ctx, &engine.TaskStartParams{Namespace: "default", Scheduled: history.Scheduled{
+		res, err := s.TaskStart(ctx, &store.TaskStartParams{Namespace: "default", Scheduled: history.Scheduled{
 			TaskType: "u", TypeVersion: 1, Queue: "q"}})
 		require.NoError(t, err)
 		return res.ID
@@ -184,10 +182,10 @@ func TestClaimLeasesATaskItCannotRead(t *testing.T) {
 		UPDATE tasks SET last_seq = 2 WHERE id = ?`, unreadable.String(), unreadable.String())
 	require.NoError(t, err)
 	other := start()
-	claim := func() *engine.ClaimedTask {
+	claim := func() *store.ClaimedTask {
 		t.Helper()
-		claimed, err := s.TaskClaimMany(ctx, &engine.TaskClaimManyParams{Namespace: "default", Queues: []string{"q"},
-			Types: []engine.TypeKey{{Type: "u", Version: 1}}, Owner: "w", Max: 1, LeaseTTL: time.Minute})
+		claimed, err := s.TaskClaimMany(ctx, &store.TaskClaimManyParams{Namespace: "default", Queues: []string{"q"},
+			Types: []store.TypeKey{{Type: "u", Version: 1}}, Owner: "w", Max: 1, LeaseTTL: time.Minute})
 		require.NoError(t, err)
 		require.Len(t, claimed, 1)
 		return claimed[0]
@@ -201,7 +199,7 @@ func TestClaimLeasesATaskItCannotRead(t *testing.T) {
 	require.Equal(t, other, second.Task.ID, "the next claim takes the next task")
 	require.NoError(t, second.Err)
 
-	d, err := s.QueueDiagnose(ctx, &engine.QueueDiagnoseParams{Namespace: "default", Queue: "q", Window: time.Minute})
+	d, err := engine.DiagnoseQueue(ctx, s, &store.QueueDiagnoseParams{Namespace: "default", Queue: "q", Window: time.Minute})
 	require.NoError(t, err, "a diagnosis leaves out what it cannot read")
 	require.Equal(t, 1, d.Now.Inflow, "the readable task's task_scheduled")
 }

@@ -8,7 +8,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/engine/internal/plan"
+	"github.com/cairnflow/cairn/engine/store"
+
 	"github.com/cairnflow/cairn/history"
 	"github.com/cockroachdb/errors"
 	"github.com/google/uuid"
@@ -25,9 +27,9 @@ type scanner interface{ Scan(dest ...any) error }
 
 // scanTask reads a row of taskColumns, then into extra the columns
 // selected after them.
-func scanTask(row scanner, extra ...any) (*engine.Task, error) {
+func scanTask(row scanner, extra ...any) (*store.Task, error) {
 	var (
-		t                                         engine.Task
+		t                                         store.Task
 		id, status                                string
 		leaseOwner, idemKey, traceID, fairnessKey sql.NullString
 		input, output, lastError, labels          sql.NullString
@@ -80,13 +82,13 @@ type querier interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 }
 
-func queryTasks(ctx context.Context, q querier, query string, args ...any) ([]*engine.Task, error) {
+func queryTasks(ctx context.Context, q querier, query string, args ...any) ([]*store.Task, error) {
 	rows, err := q.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, interpret(err)
 	}
 	defer rows.Close()
-	var out []*engine.Task
+	var out []*store.Task
 	for rows.Next() {
 		t, err := scanTask(rows)
 		if err != nil {
@@ -97,29 +99,29 @@ func queryTasks(ctx context.Context, q querier, query string, args ...any) ([]*e
 	return out, interpret(rows.Err())
 }
 
-// TaskStart implements [engine.Store].
-func (s *Store) TaskStart(ctx context.Context, p *engine.TaskStartParams) (engine.TaskStartResult, error) {
-	res, err := s.TaskStartMany(ctx, []*engine.TaskStartParams{p})
+// TaskStart implements [store.Store].
+func (s *Store) TaskStart(ctx context.Context, p *store.TaskStartParams) (store.TaskStartResult, error) {
+	res, err := s.TaskStartMany(ctx, []*store.TaskStartParams{p})
 	if err != nil {
-		return engine.TaskStartResult{}, err
+		return store.TaskStartResult{}, err
 	}
 	return res[0], nil
 }
 
-// TaskStartMany implements [engine.Store]: the tasks and their
+// TaskStartMany implements [store.Store]: the tasks and their
 // task_scheduled events in one transaction; a start whose idempotency key
 // is taken returns the task that took it.
-func (s *Store) TaskStartMany(ctx context.Context, ps []*engine.TaskStartParams) ([]engine.TaskStartResult, error) {
+func (s *Store) TaskStartMany(ctx context.Context, ps []*store.TaskStartParams) ([]store.TaskStartResult, error) {
 	if len(ps) == 0 {
 		return nil, nil
 	}
-	out := make([]engine.TaskStartResult, len(ps))
+	out := make([]store.TaskStartResult, len(ps))
 	err := s.tx(ctx, func(tx *txn) error {
-		now := engine.Now()
-		planned := make([]engine.PlannedStart, len(ps))
+		now := s.now()
+		planned := make([]plan.StartPlan, len(ps))
 		for i, p := range ps {
 			var err error
-			if planned[i], err = engine.PlanStart(p, now); err != nil {
+			if planned[i], err = plan.Start(p, now); err != nil {
 				return errors.Wrapf(err, "start task %d", i)
 			}
 		}
@@ -138,24 +140,23 @@ func (s *Store) TaskStartMany(ctx context.Context, ps []*engine.TaskStartParams)
 	if err != nil {
 		return nil, err
 	}
-	s.announce(engine.Announcement{Ready: true})
+	s.announce(store.Notification{Ready: true})
 	return out, nil
 }
 
-// startTaskTx starts one task inside tx (the cron firer's).
-func startTaskTx(ctx context.Context, tx *txn, p *engine.TaskStartParams) (engine.TaskStartResult, error) {
-	now := engine.Now()
-	pl, err := engine.PlanStart(p, now)
+// startTaskTx starts one task at now inside tx (the cron firer's).
+func startTaskTx(ctx context.Context, tx *txn, p *store.TaskStartParams, now time.Time) (store.TaskStartResult, error) {
+	pl, err := plan.Start(p, now)
 	if err != nil {
-		return engine.TaskStartResult{}, err
+		return store.TaskStartResult{}, err
 	}
-	if err := checkCapacity(ctx, tx, []engine.PlannedStart{pl}, now); err != nil {
-		return engine.TaskStartResult{}, err
+	if err := checkCapacity(ctx, tx, []plan.StartPlan{pl}, now); err != nil {
+		return store.TaskStartResult{}, err
 	}
 	return insertTask(ctx, tx, pl, now)
 }
 
-func insertTask(ctx context.Context, tx *txn, pl engine.PlannedStart, now time.Time) (engine.TaskStartResult, error) {
+func insertTask(ctx context.Context, tx *txn, pl plan.StartPlan, now time.Time) (store.TaskStartResult, error) {
 	sc := pl.Scheduled
 	if sc.IdempotencyKey != "" {
 		var existing string
@@ -164,14 +165,14 @@ func insertTask(ctx context.Context, tx *txn, pl engine.PlannedStart, now time.T
 		switch {
 		case err == nil:
 			id, err := uuid.Parse(existing)
-			return engine.TaskStartResult{ID: id, Existing: true}, err
+			return store.TaskStartResult{ID: id, Existing: true}, err
 		case !errors.Is(err, sql.ErrNoRows):
-			return engine.TaskStartResult{}, interpret(err)
+			return store.TaskStartResult{}, interpret(err)
 		}
 	}
 	fairAt, err := placeFair(ctx, tx, sc)
 	if err != nil {
-		return engine.TaskStartResult{}, err
+		return store.TaskStartResult{}, err
 	}
 	var weight sql.NullInt64
 	if sc.FairnessWeight > 0 {
@@ -185,14 +186,14 @@ func insertTask(ctx context.Context, tx *txn, pl engine.PlannedStart, now time.T
 		sc.MaxAttempts, nullString(sc.IdempotencyKey), nullString(sc.TraceID), nullBytes(sc.Input), nullBytes(pl.Labels),
 		nullUS(sc.Deadline), nullUS(sc.StartDeadline), nullString(sc.FairnessKey), weight, us(fairAt), us(now), us(now))
 	if err != nil {
-		return engine.TaskStartResult{}, interpret(err)
+		return store.TaskStartResult{}, interpret(err)
 	}
 	_, err = tx.ExecContext(ctx, "INSERT INTO events (task_id, seq, type, at, attempt, data) VALUES (?, 1, ?, ?, 0, ?)",
 		pl.ID.String(), string(history.TaskScheduled), us(now), string(pl.Data))
 	if err != nil {
-		return engine.TaskStartResult{}, interpret(err)
+		return store.TaskStartResult{}, interpret(err)
 	}
-	return engine.TaskStartResult{ID: pl.ID}, nil
+	return store.TaskStartResult{ID: pl.ID}, nil
 }
 
 // placeFair is the task's virtual start time: its run time without a
@@ -208,7 +209,7 @@ func placeFair(ctx context.Context, tx *txn, sc history.Scheduled) (time.Time, e
 	if err != nil || !last.Valid {
 		return sc.RunAt, interpret(err)
 	}
-	step := engine.FairnessQuantum / time.Duration(max(sc.FairnessWeight, 1))
+	step := store.FairnessQuantum / time.Duration(max(sc.FairnessWeight, 1))
 	return later(sc.RunAt, fromUS(last.Int64).Add(step)), nil
 }
 
@@ -222,7 +223,7 @@ func later(a, b time.Time) time.Time {
 // checkCapacity refuses a start that would take a bounded queue past its
 // maximum of waiting tasks. The write lock is held, so no other start can
 // slip in between the count and the insert.
-func checkCapacity(ctx context.Context, tx *txn, planned []engine.PlannedStart, now time.Time) error {
+func checkCapacity(ctx context.Context, tx *txn, planned []plan.StartPlan, now time.Time) error {
 	adding := map[[2]string]int{}
 	for _, pl := range planned {
 		adding[[2]string{pl.Scheduled.Namespace, pl.Scheduled.Queue}]++
@@ -257,14 +258,14 @@ func checkCapacity(ctx context.Context, tx *txn, planned []engine.PlannedStart, 
 			meanAge = time.Duration(float64(us(now))-meanStartedAt.Float64) * time.Microsecond
 		}
 		need := waiting + n - int(maxWaiting.Int64)
-		return &engine.QueueFullError{Namespace: key[0], Queue: key[1], Waiting: waiting, MaxWaiting: int(maxWaiting.Int64),
-			Adding: n, RetryAfter: engine.QueueFullRetryAfter(need, running, meanAge)}
+		return &store.QueueFullError{Namespace: key[0], Queue: key[1], Waiting: waiting, MaxWaiting: int(maxWaiting.Int64),
+			Adding: n, RetryAfter: plan.QueueFullRetryAfter(need, running, meanAge)}
 	}
 	return nil
 }
 
-// TaskGetByID implements [engine.Store].
-func (s *Store) TaskGetByID(ctx context.Context, namespace string, id uuid.UUID) (*engine.Task, error) {
+// TaskGetByID implements [store.Store].
+func (s *Store) TaskGetByID(ctx context.Context, namespace string, id uuid.UUID) (*store.Task, error) {
 	t, err := scanTask(s.q.QueryRowContext(ctx, "SELECT "+taskColumns+" FROM tasks WHERE id = ? AND namespace = ?", id.String(), namespace))
 	if err != nil {
 		return nil, errors.Wrapf(interpret(err), "get task %s", id)
@@ -276,9 +277,9 @@ func (s *Store) TaskGetByID(ctx context.Context, namespace string, id uuid.UUID)
 // bound parameters.
 const idChunk = 500
 
-// TaskGetManyByID implements [engine.Store].
-func (s *Store) TaskGetManyByID(ctx context.Context, ids []uuid.UUID) ([]*engine.Task, error) {
-	var out []*engine.Task
+// TaskGetManyByID implements [store.Store].
+func (s *Store) TaskGetManyByID(ctx context.Context, ids []uuid.UUID) ([]*store.Task, error) {
+	var out []*store.Task
 	for start := 0; start < len(ids); start += idChunk {
 		part := ids[start:min(start+idChunk, len(ids))]
 		tasks, err := queryTasks(ctx, s.q, "SELECT "+taskColumns+" FROM tasks WHERE id IN ("+placeholders(len(part))+") ORDER BY id", idArgs(part)...)
@@ -298,8 +299,8 @@ func idArgs(ids []uuid.UUID) []any {
 	return out
 }
 
-// TaskList implements [engine.Store]: newest first.
-func (s *Store) TaskList(ctx context.Context, p *engine.TaskListParams) ([]*engine.Task, error) {
+// TaskList implements [store.Store]: newest first.
+func (s *Store) TaskList(ctx context.Context, p *store.TaskListParams) ([]*store.Task, error) {
 	limit := p.Limit
 	if limit <= 0 {
 		limit = 100
@@ -318,7 +319,7 @@ func (s *Store) TaskList(ctx context.Context, p *engine.TaskListParams) ([]*engi
 	return tasks, errors.Wrap(err, "list tasks")
 }
 
-// TaskIDListAll implements [engine.Store].
+// TaskIDListAll implements [store.Store].
 func (s *Store) TaskIDListAll(ctx context.Context) ([]uuid.UUID, error) {
 	return queryIDs(ctx, s.q, "SELECT id FROM tasks ORDER BY id")
 }
@@ -344,7 +345,7 @@ func queryIDs(ctx context.Context, q querier, query string, args ...any) ([]uuid
 	return out, interpret(rows.Err())
 }
 
-// EventListByTask implements [engine.Store].
+// EventListByTask implements [store.Store].
 func (s *Store) EventListByTask(ctx context.Context, id uuid.UUID) ([]history.Event, error) {
 	return listEvents(ctx, s.q, id)
 }
@@ -354,7 +355,7 @@ func listEvents(ctx context.Context, q querier, id uuid.UUID) ([]history.Event, 
 	return all[id], err
 }
 
-// EventListByTasks implements [engine.Store].
+// EventListByTasks implements [store.Store].
 func (s *Store) EventListByTasks(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID][]history.Event, error) {
 	out := map[uuid.UUID][]history.Event{}
 	for start := 0; start < len(ids); start += idChunk {
@@ -389,7 +390,7 @@ func queryEvents(ctx context.Context, q querier, query string, args ...any) (map
 		if err != nil {
 			return nil, err
 		}
-		ev, err := engine.DecodeEvent(seq, typ, fromUS(at), attempt, []byte(data))
+		ev, err := plan.DecodeEvent(seq, typ, fromUS(at), attempt, []byte(data))
 		if err != nil {
 			return nil, errors.Wrapf(err, "task %s", id)
 		}

@@ -89,7 +89,7 @@ func DiagnoseHandBuiltHistory(t *testing.T, s engine.Store, insert func([]BuiltT
 			scheduled(5), started(5, 1, "w8"), {"task_completed", 4, 1, ""}}},
 	})
 
-	d, err := s.QueueDiagnose(ctx, &engine.QueueDiagnoseParams{Namespace: "default", Queue: "docs", Window: 20 * time.Second})
+	d, err := engine.DiagnoseQueue(ctx, s, &engine.QueueDiagnoseParams{Namespace: "default", Queue: "docs", Window: 20 * time.Second})
 	require.NoError(t, err)
 	require.Equal(t, engine.Millis(20000), d.Window)
 	require.Equal(t, 10*time.Second, d.Now.To.Sub(d.Now.From))

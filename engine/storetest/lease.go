@@ -54,7 +54,7 @@ func testExpiredLeaseRescued(t *testing.T, s engine.Store) {
 	// The crashed worker comes back: its writes are fenced off.
 	_, err = appendFenced(t, s, first, history.TaskCompletedData{})
 	requireIs(t, err, engine.ErrFenced)
-	n, err := s.RescueExpired(testContext(t), 100)
+	n, err := engine.RescueExpired(testContext(t), s, 100)
 	require.NoError(t, err)
 	require.Zero(t, n, "the new lease is live")
 	complete(t, s, second)
@@ -79,7 +79,7 @@ func testLiveLeaseNotRescued(t *testing.T, s engine.Store) {
 	live := start(t, s, spec{})
 	claimOne(t, s, "w", time.Hour)
 	start(t, s, spec{}) // pending
-	n, err := s.RescueExpired(testContext(t), 100)
+	n, err := engine.RescueExpired(testContext(t), s, 100)
 	require.NoError(t, err)
 	require.Zero(t, n)
 	require.Equal(t, history.StatusRunning, getTask(t, s, live).Status)
@@ -125,7 +125,7 @@ func testLeaseExtendMany(t *testing.T, s engine.Store) {
 	require.NoError(t, err)
 	require.Contains(t, held, d)
 	time.Sleep(time.Until(*cd.Task.LeaseExpiresAt) + 100*time.Millisecond) // past the first term
-	n, err := s.RescueExpired(ctx, 100)
+	n, err := engine.RescueExpired(ctx, s, 100)
 	require.NoError(t, err)
 	require.Zero(t, n, "the heartbeat kept the lease")
 	require.Equal(t, history.StatusRunning, getTask(t, s, d).Status)

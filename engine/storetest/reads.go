@@ -152,7 +152,7 @@ func testQueueGauges(t *testing.T, s engine.Store) {
 // A queue with no history at all: a healthy diagnosis whose lists are
 // empty, never null, in JSON.
 func testDiagnoseEmptyQueue(t *testing.T, s engine.Store) {
-	d, err := s.QueueDiagnose(testContext(t), &engine.QueueDiagnoseParams{Namespace: "default", Queue: "idle", Window: time.Minute})
+	d, err := engine.DiagnoseQueue(testContext(t), s, &engine.QueueDiagnoseParams{Namespace: "default", Queue: "idle", Window: time.Minute})
 	require.NoError(t, err)
 	require.True(t, d.Healthy)
 	require.Empty(t, d.Causes)
@@ -174,10 +174,10 @@ func testDiagnoseRefusals(t *testing.T, s engine.Store) {
 		{Namespace: "default", Queue: "q", Window: time.Second},
 		{Namespace: "default", Queue: "q", Window: 25 * time.Hour},
 	} {
-		_, err := s.QueueDiagnose(ctx, p)
+		_, err := engine.DiagnoseQueue(ctx, s, p)
 		require.Error(t, err, "%+v", p)
 	}
-	_, err := s.QueueDiagnose(ctx, &engine.QueueDiagnoseParams{Namespace: "default", Queue: "q", Window: time.Second})
+	_, err := engine.DiagnoseQueue(ctx, s, &engine.QueueDiagnoseParams{Namespace: "default", Queue: "q", Window: time.Second})
 	require.ErrorContains(t, err, "window 1s must be between 2s and 24h0m0s")
 }
 
@@ -198,7 +198,7 @@ func testDiagnoseCounts(t *testing.T, s engine.Store) {
 	require.NoError(t, err)
 	claimOne(t, s, "w3", time.Minute)
 
-	d, err := s.QueueDiagnose(ctx, &engine.QueueDiagnoseParams{Namespace: engine.DefaultNamespace, Queue: defaultQueue, Window: 2 * time.Minute})
+	d, err := engine.DiagnoseQueue(ctx, s, &engine.QueueDiagnoseParams{Namespace: engine.DefaultNamespace, Queue: defaultQueue, Window: 2 * time.Minute})
 	require.NoError(t, err)
 	now := d.Now
 	require.Equal(t, []int{4, 1, 1, 3, 0, 1}, []int{now.Inflow, now.Outflow, now.Completed, now.AttemptsStarted, now.Retries, now.AttemptsFailed},

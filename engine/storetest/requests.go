@@ -25,7 +25,7 @@ var requestTests = []conformanceTest{
 
 func testCancelPending(t *testing.T, s engine.Store) {
 	id := start(t, s, spec{})
-	res, err := s.TaskCancel(testContext(t), &engine.TaskRequestParams{
+	res, err := engine.CancelTask(testContext(t), s, &engine.TaskRequestParams{
 		Namespace: engine.DefaultNamespace, ID: id, By: "ops", Reason: "not needed",
 	})
 	require.NoError(t, err)
@@ -47,7 +47,7 @@ func testCancelRunning(t *testing.T, s engine.Store) {
 	id := start(t, s, spec{})
 	ct := claimOne(t, s, "w", time.Minute)
 	req := &engine.TaskRequestParams{Namespace: engine.DefaultNamespace, ID: id, By: "ops"}
-	res, err := s.TaskCancel(ctx, req)
+	res, err := engine.CancelTask(ctx, s, req)
 	require.NoError(t, err)
 	require.False(t, res.AlreadyRequested)
 	require.Equal(t, history.StatusRunning, res.State.Status, "a running task stops at its next checkpoint")
@@ -59,7 +59,7 @@ func testCancelRunning(t *testing.T, s engine.Store) {
 	require.Equal(t, "w", task.LeaseOwner, "the worker keeps its lease")
 	require.Equal(t, []history.Type{history.TaskScheduled, history.AttemptStarted, history.CancelRequested}, eventTypes(t, s, id))
 
-	again, err := s.TaskCancel(ctx, req)
+	again, err := engine.CancelTask(ctx, s, req)
 	require.NoError(t, err, "cancelling twice is not an error")
 	require.True(t, again.AlreadyRequested)
 	require.Equal(t, int64(3), getTask(t, s, id).LastSeq, "nothing appended the second time")
@@ -88,11 +88,11 @@ func testCancelRunning(t *testing.T, s engine.Store) {
 func testCancelRefusals(t *testing.T, s engine.Store) {
 	ctx := testContext(t)
 	id := start(t, s, spec{Namespace: "tenant-a"})
-	_, err := s.TaskCancel(ctx, &engine.TaskRequestParams{Namespace: "tenant-a", ID: id})
+	_, err := engine.CancelTask(ctx, s, &engine.TaskRequestParams{Namespace: "tenant-a", ID: id})
 	require.Error(t, err, "By is required")
-	_, err = s.TaskCancel(ctx, &engine.TaskRequestParams{Namespace: "tenant-b", ID: id, By: "ops"})
+	_, err = engine.CancelTask(ctx, s, &engine.TaskRequestParams{Namespace: "tenant-b", ID: id, By: "ops"})
 	requireIs(t, err, engine.ErrNotFound, "another namespace's task")
-	_, err = s.TaskCancel(ctx, &engine.TaskRequestParams{Namespace: "tenant-a", ID: uuid.New(), By: "ops"})
+	_, err = engine.CancelTask(ctx, s, &engine.TaskRequestParams{Namespace: "tenant-a", ID: uuid.New(), By: "ops"})
 	requireIs(t, err, engine.ErrNotFound)
 	task, err := s.TaskGetByID(ctx, "tenant-a", id)
 	require.NoError(t, err)
@@ -101,7 +101,7 @@ func testCancelRefusals(t *testing.T, s engine.Store) {
 
 	done := start(t, s, spec{})
 	complete(t, s, claimOne(t, s, "w", time.Minute))
-	_, err = s.TaskCancel(ctx, &engine.TaskRequestParams{Namespace: engine.DefaultNamespace, ID: done, By: "ops"})
+	_, err = engine.CancelTask(ctx, s, &engine.TaskRequestParams{Namespace: engine.DefaultNamespace, ID: done, By: "ops"})
 	requireIs(t, err, engine.ErrTaskState, "a finished task is not cancelled")
 	require.Equal(t, history.StatusCompleted, getTask(t, s, done).Status)
 }
@@ -115,7 +115,7 @@ func testCompensateCompleted(t *testing.T, s engine.Store) {
 		history.TaskCompletedData{Output: json.RawMessage(`"done"`)})
 	require.NoError(t, err)
 
-	st, err := s.TaskCompensate(ctx, &engine.TaskRequestParams{Namespace: engine.DefaultNamespace, ID: id, By: "ops", Reason: "refund"})
+	st, err := engine.CompensateTask(ctx, s, &engine.TaskRequestParams{Namespace: engine.DefaultNamespace, ID: id, By: "ops", Reason: "refund"})
 	require.NoError(t, err)
 	require.Equal(t, history.StatusPending, st.Status, "due again, to undo its steps")
 	require.NotNil(t, st.Compensation)
@@ -132,10 +132,10 @@ func testCompensateCompleted(t *testing.T, s engine.Store) {
 	// A task without compensable steps, and one not completed, are refused.
 	plain := start(t, s, spec{})
 	complete(t, s, claimOne(t, s, "w", time.Minute))
-	_, err = s.TaskCompensate(ctx, &engine.TaskRequestParams{Namespace: engine.DefaultNamespace, ID: plain, By: "ops"})
+	_, err = engine.CompensateTask(ctx, s, &engine.TaskRequestParams{Namespace: engine.DefaultNamespace, ID: plain, By: "ops"})
 	requireIs(t, err, engine.ErrTaskState)
 	pending := start(t, s, spec{RunAt: time.Now().Add(time.Hour)})
-	_, err = s.TaskCompensate(ctx, &engine.TaskRequestParams{Namespace: engine.DefaultNamespace, ID: pending, By: "ops"})
+	_, err = engine.CompensateTask(ctx, s, &engine.TaskRequestParams{Namespace: engine.DefaultNamespace, ID: pending, By: "ops"})
 	requireIs(t, err, engine.ErrTaskState)
 }
 
@@ -178,7 +178,7 @@ func testDeadLetterListAndRequeue(t *testing.T, s engine.Store) {
 	require.NoError(t, err)
 	require.Empty(t, typed, "filtered by type")
 
-	res, err := s.TaskRequeue(ctx, &engine.TaskRequeueParams{
+	res, err := engine.RequeueTasks(ctx, s, &engine.TaskRequeueParams{
 		Namespace: engine.DefaultNamespace, IDs: []uuid.UUID{dead}, By: "ops@example.com", Reason: "fixed",
 	})
 	require.NoError(t, err)
@@ -212,9 +212,9 @@ func testRequeueRefusals(t *testing.T, s engine.Store) {
 	other := start(t, s, spec{Namespace: "tenant-b", RunAt: time.Now().Add(time.Hour)})
 	missing := uuid.New()
 
-	_, err := s.TaskRequeue(ctx, &engine.TaskRequeueParams{Namespace: engine.DefaultNamespace, IDs: []uuid.UUID{dead}})
+	_, err := engine.RequeueTasks(ctx, s, &engine.TaskRequeueParams{Namespace: engine.DefaultNamespace, IDs: []uuid.UUID{dead}})
 	require.Error(t, err, "By is required")
-	res, err := s.TaskRequeue(ctx, &engine.TaskRequeueParams{
+	res, err := engine.RequeueTasks(ctx, s, &engine.TaskRequeueParams{
 		Namespace: engine.DefaultNamespace, IDs: []uuid.UUID{pending, other, missing}, By: "ops",
 	})
 	require.NoError(t, err, "each task succeeds or fails on its own")
@@ -234,7 +234,7 @@ func testStartDeadlineExpires(t *testing.T, s engine.Store) {
 	inTime := start(t, s, spec{StartDeadline: &future, RunAt: time.Now().Add(time.Hour)})
 
 	require.Empty(t, claim(t, s, claimParams("w", 10, time.Minute)), "never a first start past the start deadline")
-	n, err := s.ExpireStartDeadlines(ctx, 100)
+	n, err := engine.ExpireStartDeadlines(ctx, s, 100)
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
 
@@ -246,7 +246,7 @@ func testStartDeadlineExpires(t *testing.T, s engine.Store) {
 	require.Equal(t, history.StatusPending, getTask(t, s, inTime).Status, "a task within its start deadline is left alone")
 
 	require.Empty(t, claim(t, s, claimParams("w", 10, time.Minute)))
-	n, err = s.ExpireStartDeadlines(ctx, 100)
+	n, err = engine.ExpireStartDeadlines(ctx, s, 100)
 	require.NoError(t, err)
 	require.Zero(t, n, "expired once")
 }

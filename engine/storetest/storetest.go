@@ -1,7 +1,7 @@
 // Package storetest is the conformance suite of [engine.Store]: the
 // behaviours every store must share, whatever database is under it. Each
 // test uses only the Store interface and the exported types of engine and
-// history, so the same suite runs against PostgreSQL ([engine.PGStore]) and
+// history, so the same suite runs against PostgreSQL ([pgstore.Store]) and
 // the embedded store of package engine/sqlitestore.
 //
 // A store's test hooks it up in one line:
@@ -280,7 +280,7 @@ func rescueOne(t *testing.T, s engine.Store) {
 	t.Helper()
 	total := 0
 	waitFor(t, "an expired lease to be rescued", func() bool {
-		n, err := s.RescueExpired(testContext(t), 100)
+		n, err := engine.RescueExpired(testContext(t), s, 100)
 		require.NoError(t, err)
 		total += n
 		return total > 0

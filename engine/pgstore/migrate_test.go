@@ -1,9 +1,11 @@
-package engine_test
+package pgstore_test
 
 import (
 	"context"
 	"sync"
 	"testing"
+
+	"github.com/cairnflow/cairn/engine/pgstore"
 
 	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/engine/enginetest"
@@ -58,7 +60,7 @@ func TestMigrate(t *testing.T) {
 		schema := enginetest.UnmigratedSchema(t)
 		all := allMigrations(t)
 
-		applied, err := engine.Migrate(ctx, pool, schema)
+		applied, err := pgstore.Migrate(ctx, pool, schema)
 		require.NoError(t, err)
 		require.Len(t, applied, len(all))
 		for i, m := range applied {
@@ -68,13 +70,13 @@ func TestMigrate(t *testing.T) {
 		}
 		requireMigrated(t, pool, schema)
 
-		applied, err = engine.Migrate(ctx, pool, schema)
+		applied, err = pgstore.Migrate(ctx, pool, schema)
 		require.NoError(t, err)
 		require.Empty(t, applied)
 		requireMigrated(t, pool, schema)
 
 		// The migrated schema works.
-		s, err := engine.NewPGStore(engine.PGStoreConfig{Pool: pool, Schema: schema})
+		s, err := pgstore.New(pgstore.Config{Pool: pool, Schema: schema})
 		require.NoError(t, err)
 		enginetest.StartTask(t, s, nil)
 		require.Equal(t, 1, enginetest.RequireProjectionsMatch(t, s))
@@ -98,7 +100,7 @@ func TestMigrate(t *testing.T) {
 		for i := range n {
 			wg.Go(func() {
 				<-start
-				applied[i], errs[i] = engine.Migrate(ctx, pools[i], schema)
+				applied[i], errs[i] = pgstore.Migrate(ctx, pools[i], schema)
 			})
 		}
 		close(start)
@@ -119,7 +121,7 @@ func TestMigrate(t *testing.T) {
 		schema := enginetest.UnmigratedSchema(t)
 		all := allMigrations(t)
 
-		status, err := engine.MigrationStatus(ctx, pool, schema)
+		status, err := pgstore.MigrationStatus(ctx, pool, schema)
 		require.NoError(t, err)
 		require.Len(t, status, len(all))
 		for i, st := range status {
@@ -131,9 +133,9 @@ func TestMigrate(t *testing.T) {
 		require.NoError(t, pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)", schema).Scan(&exists))
 		require.False(t, exists, "a status check creates nothing")
 
-		_, err = engine.Migrate(ctx, pool, schema)
+		_, err = pgstore.Migrate(ctx, pool, schema)
 		require.NoError(t, err)
-		status, err = engine.MigrationStatus(ctx, pool, schema)
+		status, err = pgstore.MigrationStatus(ctx, pool, schema)
 		require.NoError(t, err)
 		require.Len(t, status, len(all))
 		for _, st := range status {
@@ -143,7 +145,7 @@ func TestMigrate(t *testing.T) {
 		// A migration recorded as not applied shows as pending again.
 		_, err = pool.Exec(ctx, "DELETE FROM "+pgx.Identifier{schema, "schema_migrations"}.Sanitize()+" WHERE version = $1", all[len(all)-1].Version)
 		require.NoError(t, err)
-		status, err = engine.MigrationStatus(ctx, pool, schema)
+		status, err = pgstore.MigrationStatus(ctx, pool, schema)
 		require.NoError(t, err)
 		require.Nil(t, status[len(status)-1].AppliedAt)
 	})
@@ -153,9 +155,9 @@ func TestMigrate(t *testing.T) {
 		ctx := context.Background()
 		pool := enginetest.Pool(t)
 		for _, name := range []string{"", "Bad", `x"; DROP SCHEMA public; --`} {
-			_, err := engine.Migrate(ctx, pool, name)
+			_, err := pgstore.Migrate(ctx, pool, name)
 			require.Error(t, err, "%q", name)
-			_, err = engine.MigrationStatus(ctx, pool, name)
+			_, err = pgstore.MigrationStatus(ctx, pool, name)
 			require.Error(t, err, "%q", name)
 		}
 	})

@@ -1,4 +1,4 @@
-package engine
+package pgstore
 
 import (
 	"context"
@@ -6,30 +6,25 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cairnflow/cairn/engine/store"
+
 	"github.com/cairnflow/cairn/migrations"
 	"github.com/cockroachdb/errors"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// MigrationState is one migration and whether it has been applied.
-type MigrationState struct {
-	Version   int
-	Name      string
-	AppliedAt *time.Time // nil while pending
-}
-
 // Migrate applies every pending migration to schema (created if missing) and
 // returns the ones it applied. It holds a PostgreSQL advisory lock for the
 // schema throughout, so processes migrating at once take turns and each
 // migration is applied exactly once. Each migration runs in its own
 // transaction together with its record in schema_migrations.
-func Migrate(ctx context.Context, pool *pgxpool.Pool, schema string) ([]MigrationState, error) {
+func Migrate(ctx context.Context, pool *pgxpool.Pool, schema string) ([]store.MigrationState, error) {
 	all, err := migrations.All()
 	if err != nil {
 		return nil, err
 	}
-	var applied []MigrationState
+	var applied []store.MigrationState
 	err = withMigrationLock(ctx, pool, schema, func(conn *pgxpool.Conn) error {
 		done, err := appliedVersions(ctx, conn, schema)
 		if err != nil {
@@ -52,7 +47,7 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, schema string) ([]Migratio
 				return errors.Wrapf(err, "apply migration %04d_%s to schema %s", m.Version, m.Name, schema)
 			}
 			now := time.Now()
-			applied = append(applied, MigrationState{Version: m.Version, Name: m.Name, AppliedAt: &now})
+			applied = append(applied, store.MigrationState{Version: m.Version, Name: m.Name, AppliedAt: &now})
 		}
 		return nil
 	})
@@ -61,7 +56,7 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, schema string) ([]Migratio
 
 // MigrationStatus lists every known migration with the time it was applied
 // to schema, if it was.
-func MigrationStatus(ctx context.Context, pool *pgxpool.Pool, schema string) ([]MigrationState, error) {
+func MigrationStatus(ctx context.Context, pool *pgxpool.Pool, schema string) ([]store.MigrationState, error) {
 	if err := ValidateSchemaName(schema); err != nil {
 		return nil, err
 	}
@@ -84,9 +79,9 @@ func MigrationStatus(ctx context.Context, pool *pgxpool.Pool, schema string) ([]
 			return nil, err
 		}
 	}
-	out := make([]MigrationState, 0, len(all))
+	out := make([]store.MigrationState, 0, len(all))
 	for _, m := range all {
-		st := MigrationState{Version: m.Version, Name: m.Name}
+		st := store.MigrationState{Version: m.Version, Name: m.Name}
 		if at, ok := done[m.Version]; ok {
 			st.AppliedAt = &at
 		}

@@ -1,10 +1,27 @@
-package engine
+// Package pgstore is cairn's PostgreSQL driver: the [store.Store] over a
+// pgx v5 pool, its SQL (named queries in the embedded *.sql files), the
+// translation of PostgreSQL's errors into the store's marks, LISTEN/NOTIFY
+// as its [store.Listener], the migration runner, and [Store.TaskStartTx],
+// which joins a caller's transaction (the outbox).
+//
+// It imports engine/store, engine/internal/plan (what both drivers do
+// alike before they write), history and migrations, and never the engine
+// root.
+package pgstore
 
 import (
 	"context"
 	"embed"
+	"io"
 	"io/fs"
+	"net"
 	"strings"
+	"syscall"
+	"time"
+
+	"github.com/cairnflow/cairn/engine/internal/plan"
+
+	"github.com/cairnflow/cairn/engine/store"
 
 	"github.com/cairnflow/cairn/migrations"
 	"github.com/cockroachdb/errors"
@@ -16,36 +33,6 @@ import (
 // DefaultSchema is the PostgreSQL schema cairn's tables live in unless
 // configured otherwise.
 const DefaultSchema = "cairn"
-
-// DefaultNamespace is the namespace tasks belong to unless a caller names
-// another.
-const DefaultNamespace = "default"
-
-// Sentinel errors the store returns, marked so they survive wrapping.
-var (
-	// ErrNotFound: no task with that id in that namespace.
-	ErrNotFound = errors.New("not found")
-	// ErrConflict: the task moved on since the caller read it (another
-	// writer appended first), or a unique key is taken.
-	ErrConflict = errors.New("conflict")
-	// ErrFenced: the caller's lease epoch is no longer the task's; the
-	// attempt it acts for is over and its writes are refused.
-	ErrFenced = errors.New("fenced: lease epoch is stale")
-	// ErrCancelRequested is the cancellation cause of an attempt's context
-	// when the task's cancel was requested.
-	ErrCancelRequested = errors.New("task cancel requested")
-	// ErrTaskState: the task's status does not allow the request (retrying
-	// a task that is not dead-lettered, for instance). The message names
-	// the status.
-	ErrTaskState = errors.New("task state does not allow this")
-	// ErrRetryable marks a statement PostgreSQL aborted for a reason that
-	// goes away when it runs again: a deadlock or a serialization failure.
-	ErrRetryable = errors.New("retryable database error")
-	// ErrUnsupported: the store does not implement the request (the
-	// embedded store, for a feature it does not have yet). The message names
-	// it.
-	ErrUnsupported = errors.New("not supported by this store")
-)
 
 // queryFiles holds every SQL statement the engine runs: queries.sql and,
 // for larger features, a file of their own (audit.sql, ...), all in the
@@ -62,19 +49,22 @@ type Querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// PGStoreConfig configures a [Store].
-type PGStoreConfig struct {
+// Config configures a [Store].
+type Config struct {
 	// Pool is the connection pool. Required.
 	Pool *pgxpool.Pool
 	// Schema is the schema holding cairn's tables. Default [DefaultSchema].
 	Schema string
-	// Metrics, when set, counts the events the store writes (see
-	// [NewMetrics]). Nil costs nothing.
-	Metrics *Metrics
+	// Metrics, when set, counts the events the store writes
+	// (engine.Metrics). Nil costs nothing.
+	Metrics store.Observer
+	// Clock tells the time of the events the store writes. Default
+	// [store.WallClock].
+	Clock store.Clock
 }
 
 // Store is cairn's PostgreSQL store. It is safe for concurrent use.
-type PGStore struct {
+type Store struct {
 	pool        *pgxpool.Pool
 	schema      string
 	channel     string // NOTIFY channel: work became ready; payload is the queue
@@ -83,13 +73,14 @@ type PGStore struct {
 	// their ids, comma-separated.
 	cancelChannel string
 	q             map[string]string
-	metrics       *Metrics // nil: none
+	metrics       store.Observer // nil: none
+	clock         store.Clock
 }
 
-// NewStore returns a store over cfg.Pool. It does not touch the database.
-func NewPGStore(cfg PGStoreConfig) (*PGStore, error) {
+// New returns a store over cfg.Pool. It does not touch the database.
+func New(cfg Config) (*Store, error) {
 	if cfg.Pool == nil {
-		return nil, errors.New("engine: PGStoreConfig.Pool is required")
+		return nil, errors.New("pgstore: Config.Pool is required")
 	}
 	schema := cfg.Schema
 	if schema == "" {
@@ -102,15 +93,15 @@ func NewPGStore(cfg PGStoreConfig) (*PGStore, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &PGStore{pool: cfg.Pool, schema: schema, channel: schema + ".ready", doneChannel: schema + ".done", cancelChannel: schema + ".cancel", q: q,
-		metrics: cfg.Metrics}, nil
+	return &Store{pool: cfg.Pool, schema: schema, channel: schema + ".ready", doneChannel: schema + ".done", cancelChannel: schema + ".cancel", q: q,
+		metrics: cfg.Metrics, clock: cfg.Clock}, nil
 }
 
 // Pool returns the store's connection pool.
-func (s *PGStore) Pool() *pgxpool.Pool { return s.pool }
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 
 // Schema returns the schema the store works in.
-func (s *PGStore) Schema() string { return s.schema }
+func (s *Store) Schema() string { return s.schema }
 
 // ValidateSchemaName checks that name can serve as cairn's schema: a plain
 // identifier of at most 48 characters, so the names derived from it fit
@@ -180,7 +171,7 @@ func parseQueries(src, schema string) (map[string]string, error) {
 }
 
 // sql returns the named query; a missing name is a programming error.
-func (s *PGStore) sql(name string) string {
+func (s *Store) sql(name string) string {
 	q, ok := s.q[name]
 	if !ok {
 		panic("engine: unknown query " + name)
@@ -195,21 +186,59 @@ func interpretError(err error) error {
 		return nil
 	}
 	if errors.Is(err, pgx.ErrNoRows) {
-		return errors.Mark(err, ErrNotFound)
+		return errors.Mark(err, store.ErrNotFound)
+	}
+	if isConnectionError(err) {
+		return errors.Mark(err, store.ErrUnavailable)
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		switch pgErr.Code {
 		case "23505": // unique_violation
-			return errors.Mark(err, ErrConflict)
+			return errors.Mark(err, store.ErrConflict)
 		case "40P01", "40001": // deadlock_detected, serialization_failure
-			return errors.Mark(err, ErrRetryable)
+			return errors.Mark(err, store.ErrRetryable)
 		}
 	}
 	return err
 }
 
 // Ping checks that the database answers.
-func (s *PGStore) Ping(ctx context.Context) error {
-	return errors.Wrap(s.pool.Ping(ctx), "ping PostgreSQL")
+func (s *Store) Ping(ctx context.Context) error {
+	return errors.Wrap(interpretError(s.pool.Ping(ctx)), "ping PostgreSQL")
 }
+
+// isConnectionError reports whether err is the database being out of
+// reach (refused or dropped connections, a server shutting down or
+// starting up) rather than a refusal of the statement itself.
+func isConnectionError(err error) bool {
+	if err == nil {
+		return false
+	}
+	if pgconn.SafeToRetry(err) || pgconn.Timeout(err) {
+		return true
+	}
+	var connectErr *pgconn.ConnectError
+	var netErr net.Error
+	if errors.As(err, &connectErr) || errors.As(err, &netErr) {
+		return true
+	}
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EPIPE) {
+		return true
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code[:2] {
+		case "08": // connection exception
+			return true
+		case "57": // operator intervention: admin_shutdown, crash_shutdown, cannot_connect_now
+			return pgErr.Code != "57014" // query_canceled is a statement's own timeout
+		}
+	}
+	var closed interface{ SafeToRetry() bool }
+	return errors.As(err, &closed) && closed.SafeToRetry()
+}
+
+// now reads the store's clock at the precision it stores.
+func (s *Store) now() time.Time { return plan.Now(s.clock) }

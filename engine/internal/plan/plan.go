@@ -1,0 +1,297 @@
+// Package plan is what both store drivers do alike before they write:
+// checking and encoding a start, replaying an append onto the caller's
+// state (so the projection row is written from the replay), decoding
+// stored events, rebuilding a fresh task's task_scheduled from its row, and
+// the small rules of claims, schedules and scans they share. It is
+// internal to engine: the drivers import it, nothing else should.
+//
+// It imports engine/store and history.
+package plan
+
+import (
+	"encoding/json"
+	"math/rand/v2"
+	"time"
+
+	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/history"
+	"github.com/cockroachdb/errors"
+	"github.com/google/uuid"
+	"github.com/robfig/cron/v3"
+)
+
+// EncodedEvent is an event ready to be written: its columns in the events
+// table.
+type EncodedEvent struct {
+	Seq     int64
+	Type    history.Type
+	At      time.Time
+	Attempt int
+	Data    []byte // history.Encode of the payload
+}
+
+// AppendPlan is an append worked out before anything is written: the
+// events, encoded, and the state they replay to, from which the projection
+// row is written (so the row equals the replay by construction).
+type AppendPlan struct {
+	Next      history.State
+	Events    []EncodedEvent
+	LastError []byte // Next.LastError as JSON; nil when none
+}
+
+// Append replays p's events onto p.State and encodes them: what every
+// store does before its fenced write. An append that cannot follow the
+// state, or that would leave the task stuck, is refused here, before
+// anything is written. The new events are at p.At, or now when it is zero.
+func Append(p *store.EventAppendParams, now time.Time) (AppendPlan, error) {
+	at := p.At
+	if at.IsZero() {
+		at = now
+	}
+	at = NormalizeTime(at)
+	if len(p.Payloads) == 0 {
+		return AppendPlan{}, errors.AssertionFailedf("append to task %s: no events", p.TaskID)
+	}
+	events := make([]history.Event, len(p.Payloads))
+	for i, payload := range p.Payloads {
+		events[i] = history.Event{Seq: p.State.LastSeq + int64(i) + 1, At: at, Attempt: p.Attempt, Data: notBefore(NormalizePayload(payload), at)}
+	}
+	// Replay first: what cannot follow the state is refused before
+	// anything is encoded.
+	next, err := history.ApplyAll(p.State, events)
+	if err != nil {
+		return AppendPlan{}, errors.Wrapf(err, "append to task %s", p.TaskID)
+	}
+	if _, ok := p.Payloads[len(p.Payloads)-1].(history.CompensationFailedData); ok {
+		return AppendPlan{}, errors.AssertionFailedf("append to task %s: compensation_failed without the terminal event that must follow it", p.TaskID)
+	}
+	if next.Status == history.StatusRunning && next.Lease.Owner == "" {
+		// attempt_failed without a next run time must be followed by a
+		// terminal event in the same append; alone it would leave the task
+		// running with no lease, where nothing would ever pick it up.
+		return AppendPlan{}, errors.AssertionFailedf("append to task %s: attempt ended without a retry or a terminal event", p.TaskID)
+	}
+	plan := AppendPlan{Next: next, Events: make([]EncodedEvent, len(events))}
+	for i, ev := range events {
+		data, err := history.Encode(ev.Data)
+		if err != nil {
+			return AppendPlan{}, err
+		}
+		plan.Events[i] = EncodedEvent{Seq: ev.Seq, Type: ev.Type(), At: at, Attempt: p.Attempt, Data: data}
+	}
+	if next.LastError != nil {
+		if plan.LastError, err = json.Marshal(next.LastError); err != nil {
+			return AppendPlan{}, errors.Wrap(err, "encode last error")
+		}
+	}
+	return plan, nil
+}
+
+// notBefore moves a retry scheduled before at, the time the failure is
+// recorded (the worker decided a moment earlier), to at: a next run time
+// never precedes the event that sets it.
+func notBefore(p history.Payload, at time.Time) history.Payload {
+	if v, ok := p.(history.AttemptFailedData); ok && v.NextRunAt != nil && v.NextRunAt.Before(at) {
+		v.NextRunAt = &at
+		return v
+	}
+	return p
+}
+
+// NormalizePayload rounds the times in a payload to what PostgreSQL stores
+// (UTC microseconds), so the projection written from it equals its replay
+// from the database; applied to decoded payloads, it puts their times in
+// UTC whatever offset the JSON carried.
+func NormalizePayload(p history.Payload) history.Payload {
+	switch v := p.(type) {
+	case history.Scheduled:
+		v.RunAt = NormalizeTime(v.RunAt)
+		if v.Deadline != nil {
+			d := NormalizeTime(*v.Deadline)
+			v.Deadline = &d
+		}
+		if v.StartDeadline != nil {
+			d := NormalizeTime(*v.StartDeadline)
+			v.StartDeadline = &d
+		}
+		return v
+	case history.AttemptStartedData:
+		v.LeaseExpiresAt = NormalizeTime(v.LeaseExpiresAt)
+		return v
+	case history.AttemptFailedData:
+		if v.NextRunAt != nil {
+			t := NormalizeTime(*v.NextRunAt)
+			v.NextRunAt = &t
+		}
+		return v
+	case history.LeaseExpiredData:
+		v.NextRunAt = NormalizeTime(v.NextRunAt)
+		return v
+	}
+	return p
+}
+
+// EventScanBounds checks p and returns its page size and the lower bound
+// of its time range with the cursor's time folded in: what every store's
+// scan starts from.
+func EventScanBounds(p *store.EventScanParams) (limit int, since time.Time, err error) {
+	limit = p.Limit
+	switch {
+	case p.Namespace == "":
+		return 0, time.Time{}, errors.New("scan events: namespace is empty")
+	case p.Until.IsZero():
+		return 0, time.Time{}, errors.New("scan events: Until is required (the end of the time range, exclusive)")
+	case limit < 0 || limit > store.MaxEventScanLimit:
+		return 0, time.Time{}, errors.Newf("scan events: limit %d: use 1 to %d (0 for %d)", limit, store.MaxEventScanLimit, store.DefaultEventScanLimit)
+	case limit == 0:
+		limit = store.DefaultEventScanLimit
+	}
+	// The cursor's time is a lower bound too, given to the index as one:
+	// the row comparison itself is no index condition.
+	since = p.Since
+	if p.After != nil && p.After.At.After(since) {
+		since = p.After.At
+	}
+	return limit, since, nil
+}
+
+// agingShare: one slot in this many of every claim goes to the
+// longest-waiting due task, whatever its priority.
+const agingShare = 8
+
+// AgingSlots returns how many of a claim's max slots are reserved for the
+// longest-waiting tasks: max/agingShare, plus one more with probability
+// (max mod agingShare)/agingShare, so a worker that claims one task at a
+// time still gives one claim in eight to the oldest.
+func AgingSlots(max int, strict bool) int {
+	if strict {
+		return 0
+	}
+	n := max / agingShare
+	if rand.IntN(agingShare) < max%agingShare {
+		n++
+	}
+	return n
+}
+
+// ScheduledFromRow rebuilds a task's task_scheduled payload from its row,
+// which the projection invariant makes equal to it.
+func ScheduledFromRow(t *store.Task) history.Scheduled {
+	return history.Scheduled{
+		Namespace: t.Namespace, TaskType: t.Type, TypeVersion: t.TypeVersion, Queue: t.Queue,
+		Priority: t.Priority, Input: t.Input, RunAt: t.RunAt, IdempotencyKey: t.IdempotencyKey,
+		TraceID: t.TraceID, Labels: t.Labels, MaxAttempts: t.MaxAttempts, Deadline: t.Deadline, StartDeadline: t.StartDeadline,
+		FairnessKey: t.FairnessKey, FairnessWeight: t.FairnessWeight,
+	}
+}
+
+// The retry-after hint of a full queue is how long its workers should take
+// to start enough of its waiting tasks to make room, estimated from what
+// runs now (Little's law): L tasks running whose attempts are on average A
+// old take about 2A each, so the queue starts L/2A tasks a second. With
+// nothing running, no worker is serving the queue and room is not near.
+const (
+	minQueueFullRetryAfter  = 100 * time.Millisecond
+	maxQueueFullRetryAfter  = 5 * time.Minute
+	idleQueueFullRetryAfter = 30 * time.Second
+)
+
+// QueueFullRetryAfter estimates how long until need waiting tasks of a
+// queue have started, given running tasks of mean age meanAge.
+func QueueFullRetryAfter(need, running int, meanAge time.Duration) time.Duration {
+	if running == 0 {
+		return idleQueueFullRetryAfter
+	}
+	d := time.Duration(float64(need) * 2 * float64(meanAge) / float64(running))
+	return min(max(d, minQueueFullRetryAfter), maxQueueFullRetryAfter)
+}
+
+// LatestTick is the latest tick of sched (in loc) not after now, walking
+// from next, the schedule's next tick, which is due: under the policy "run
+// the latest once", the one missed tick that fires.
+func LatestTick(sched cron.Schedule, loc *time.Location, next, now time.Time) time.Time {
+	tick := next
+	for i := 0; i < maxMissedTicks; i++ {
+		n := sched.Next(tick.In(loc))
+		if n.After(now) {
+			break
+		}
+		tick = n
+	}
+	return NormalizeTime(tick)
+}
+
+// StartPlan is a task start worked out before anything is written.
+type StartPlan struct {
+	ID        uuid.UUID         // a new UUIDv7
+	Scheduled history.Scheduled // the task_scheduled payload: namespace set, times normalized, run time defaulted to now
+	Data      []byte            // Scheduled, encoded
+	Labels    []byte            // Scheduled.Labels as JSON; nil when none
+}
+
+// Start checks and encodes a start at now: what every store does
+// before it writes a task. A payload that could never be replayed is
+// refused here, before anything is written.
+func Start(p *store.TaskStartParams, now time.Time) (StartPlan, error) {
+	sched := p.Scheduled
+	sched.Namespace = p.Namespace
+	if sched.Namespace == "" {
+		return StartPlan{}, errors.New("namespace is empty")
+	}
+	if sched.RunAt.IsZero() {
+		sched.RunAt = now
+	}
+	sched.RunAt = NormalizeTime(sched.RunAt)
+	if sched.Deadline != nil {
+		d := NormalizeTime(*sched.Deadline)
+		sched.Deadline = &d
+	}
+	if sched.StartDeadline != nil {
+		d := NormalizeTime(*sched.StartDeadline)
+		sched.StartDeadline = &d
+	}
+	if _, err := history.Apply(history.State{}, history.Event{Seq: 1, At: now, Data: sched}); err != nil {
+		return StartPlan{}, err
+	}
+	data, err := history.Encode(sched)
+	if err != nil {
+		return StartPlan{}, err
+	}
+	id, err := uuid.NewV7()
+	if err != nil {
+		return StartPlan{}, errors.Wrap(err, "new task id")
+	}
+	out := StartPlan{ID: id, Scheduled: sched, Data: data}
+	if len(sched.Labels) > 0 {
+		if out.Labels, err = json.Marshal(sched.Labels); err != nil {
+			return StartPlan{}, errors.Wrap(err, "encode labels")
+		}
+	}
+	return out, nil
+}
+
+// DecodeEvent decodes a stored event: its payload from the versioned JSON,
+// its times in UTC at the stored precision. What every store does with the
+// rows of its event log.
+func DecodeEvent(seq int64, typ string, at time.Time, attempt int, data []byte) (history.Event, error) {
+	payload, err := history.Decode(history.Type(typ), data)
+	if err != nil {
+		return history.Event{}, errors.Wrapf(err, "event %d", seq)
+	}
+	return history.Event{Seq: seq, At: NormalizeTime(at), Attempt: attempt, Data: NormalizePayload(payload)}, nil
+}
+
+// Now reads c (the wall clock when nil) for event times: UTC, truncated to
+// the microsecond PostgreSQL stores, so a time read back equals the one
+// written.
+func Now(c store.Clock) time.Time {
+	if c == nil {
+		c = store.WallClock
+	}
+	return NormalizeTime(c.Now())
+}
+
+func NormalizeTime(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }
+
+// maxMissedTicks bounds the walk to the latest missed tick.
+const maxMissedTicks = 100_000

@@ -1,0 +1,192 @@
+package pgstore
+
+import (
+	"context"
+	"time"
+
+	"github.com/cairnflow/cairn/engine/store"
+
+	"github.com/cairnflow/cairn/engine/internal/plan"
+	"github.com/cairnflow/cairn/history"
+	"github.com/cockroachdb/errors"
+	"github.com/jackc/pgx/v5"
+)
+
+// appendBatch gathers the columns of an EventAppendMany statement.
+type appendBatch struct {
+	ids, evTaskIDs                                      [][16]byte // uuid.UUID would go through its driver.Valuer, as text
+	expectedSeqs, epochs, leaseEpochs, lastSeqs, evSeqs []int64
+	expiredOnly, cancelRequesteds                       []bool
+	statuses, evTypes, evDatas                          []string
+	runAts, updatedAts, evAts                           []time.Time
+	startedAts, finishedAts                             []*time.Time
+	attempts, evAttempts                                []int32
+	leaseOwners, outputs, lastErrors                    []*string
+}
+
+func newAppendBatch(n int) *appendBatch {
+	return &appendBatch{
+		ids: make([][16]byte, 0, n), expectedSeqs: make([]int64, 0, n), epochs: make([]int64, 0, n),
+		expiredOnly: make([]bool, 0, n), statuses: make([]string, 0, n), runAts: make([]time.Time, 0, n),
+		attempts: make([]int32, 0, n), leaseOwners: make([]*string, 0, n), leaseEpochs: make([]int64, 0, n),
+		outputs: make([]*string, 0, n), lastErrors: make([]*string, 0, n), cancelRequesteds: make([]bool, 0, n),
+		lastSeqs: make([]int64, 0, n), updatedAts: make([]time.Time, 0, n), startedAts: make([]*time.Time, 0, n),
+		finishedAts: make([]*time.Time, 0, n),
+	}
+}
+
+// add plans p at now (see [plan.Append]) and adds its projection row and
+// events to the batch.
+func (b *appendBatch) add(p *store.EventAppendParams, now time.Time) (history.State, error) {
+	ap, err := plan.Append(p, now)
+	if err != nil {
+		return p.State, err
+	}
+	for _, ev := range ap.Events {
+		b.evTaskIDs = append(b.evTaskIDs, p.TaskID)
+		b.evSeqs = append(b.evSeqs, ev.Seq)
+		b.evTypes = append(b.evTypes, string(ev.Type))
+		b.evAts = append(b.evAts, ev.At)
+		b.evAttempts = append(b.evAttempts, int32(ev.Attempt))
+		b.evDatas = append(b.evDatas, string(ev.Data))
+	}
+	next := ap.Next
+	var lastError *string
+	if ap.LastError != nil {
+		lastError = ptr(string(ap.LastError))
+	}
+	b.ids = append(b.ids, p.TaskID)
+	b.expectedSeqs = append(b.expectedSeqs, p.State.LastSeq)
+	b.epochs = append(b.epochs, p.Epoch)
+	b.expiredOnly = append(b.expiredOnly, p.ExpiredOnly)
+	b.statuses = append(b.statuses, string(next.Status))
+	b.runAts = append(b.runAts, next.RunAt)
+	b.attempts = append(b.attempts, int32(next.Attempt))
+	b.leaseOwners = append(b.leaseOwners, nullString(next.Lease.Owner))
+	b.leaseEpochs = append(b.leaseEpochs, next.Lease.Epoch)
+	b.outputs = append(b.outputs, nullJSONString(next.Output))
+	b.lastErrors = append(b.lastErrors, lastError)
+	b.cancelRequesteds = append(b.cancelRequesteds, next.CancelRequested)
+	b.lastSeqs = append(b.lastSeqs, next.LastSeq)
+	b.updatedAts = append(b.updatedAts, next.UpdatedAt)
+	b.startedAts = append(b.startedAts, nullTime(next.StartedAt))
+	b.finishedAts = append(b.finishedAts, nullTime(next.FinishedAt))
+	return next, nil
+}
+
+func (b *appendBatch) args(doneChannel, readyChannel, cancelChannel string) pgx.NamedArgs {
+	return pgx.NamedArgs{
+		"ids": b.ids, "expected_seqs": b.expectedSeqs, "epochs": b.epochs, "expired_only": b.expiredOnly,
+		"statuses": b.statuses, "run_ats": b.runAts, "attempts": b.attempts, "lease_owners": b.leaseOwners,
+		"lease_epochs": b.leaseEpochs, "outputs": b.outputs, "last_errors": b.lastErrors,
+		"cancel_requesteds": b.cancelRequesteds, "last_seqs": b.lastSeqs, "updated_ats": b.updatedAts,
+		"started_ats": b.startedAts, "finished_ats": b.finishedAts,
+		"ev_task_ids": b.evTaskIDs, "ev_seqs": b.evSeqs, "ev_types": b.evTypes, "ev_ats": b.evAts,
+		"ev_attempts": b.evAttempts, "ev_datas": b.evDatas, "done_channel": doneChannel, "ready_channel": readyChannel,
+		"cancel_channel": cancelChannel,
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func nullJSONString(b []byte) *string {
+	if len(b) == 0 {
+		return nil
+	}
+	return ptr(string(b))
+}
+
+func nullTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
+// EventAppend appends events to a task's log and updates its projection row
+// to their replay, in one statement. It returns the new state.
+//
+// Errors: [ErrNotFound] if the task does not exist; [ErrFenced] if Epoch is
+// set and the task has moved to another epoch; [ErrConflict] if the log grew
+// past State.LastSeq; an error marked history.ErrInvalidHistory if the events
+// cannot follow State (nothing is written).
+func (s *Store) EventAppend(ctx context.Context, p *store.EventAppendParams) (history.State, error) {
+	res, err := s.EventAppendMany(ctx, []*store.EventAppendParams{p})
+	if err != nil {
+		return p.State, err
+	}
+	return res[0].State, res[0].Err
+}
+
+// EventAppendMany appends to many tasks' logs in one statement: the group
+// commit behind worker outcomes. Each append succeeds or is refused on its
+// own (see [Store.EventAppend]); the returned error is for the statement as
+// a whole, and then nothing was written. ps must not name a task twice.
+func (s *Store) EventAppendMany(ctx context.Context, ps []*store.EventAppendParams) ([]store.AppendResult, error) {
+	batch, now := newAppendBatch(len(ps)), s.now()
+	out := make([]store.AppendResult, len(ps))
+	valid := 0
+	for i, p := range ps {
+		out[i].State = p.State
+		next, err := batch.add(p, now)
+		if err != nil {
+			out[i].Err = err
+			continue
+		}
+		out[i].State = next
+		valid++
+	}
+	if valid == 0 {
+		return out, nil
+	}
+	rows, err := s.pool.Query(ctx, s.sql("EventAppendMany"), batch.args(s.doneChannel, s.channel, s.cancelChannel))
+	if err != nil {
+		return nil, errors.Wrap(interpretError(err), "append events")
+	}
+	written, err := pgx.CollectRows(rows, pgx.RowTo[[16]byte])
+	if err != nil {
+		return nil, errors.Wrap(interpretError(err), "append events")
+	}
+	ok := make(map[[16]byte]bool, len(written))
+	for _, id := range written {
+		ok[id] = true
+	}
+	for i, p := range ps {
+		if out[i].Err == nil && ok[p.TaskID] {
+			// Committed: the rows are all read, so the statement is over.
+			if s.metrics != nil {
+				s.metrics.ObserveAppended(p, out[i].State)
+			}
+		}
+		if out[i].Err != nil || ok[p.TaskID] {
+			continue
+		}
+		out[i].State = p.State
+		out[i].Err = s.explainRefusal(ctx, s.pool, p)
+	}
+	return out, nil
+}
+
+// explainRefusal finds out why an append wrote nothing.
+func (s *Store) explainRefusal(ctx context.Context, q Querier, p *store.EventAppendParams) error {
+	var lastSeq, epoch int64
+	var leased bool
+	err := q.QueryRow(ctx, s.sql("TaskFenceByID"), pgx.NamedArgs{"id": p.TaskID}).Scan(&lastSeq, &epoch, &leased)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return errors.Mark(errors.Newf("append to task %s: no such task", p.TaskID), store.ErrNotFound)
+	case err != nil:
+		return errors.Wrapf(interpretError(err), "append to task %s", p.TaskID)
+	case p.Epoch != 0 && epoch != p.Epoch:
+		return errors.Mark(errors.Newf("append to task %s: lease epoch %d, task is at %d", p.TaskID, p.Epoch, epoch), store.ErrFenced)
+	case p.Epoch != 0 && !leased && !p.ExpiredOnly:
+		// Same epoch, but its lease ended (expired and rescued, released):
+		// the attempt is over even before anyone claims the task again.
+		return errors.Mark(errors.Newf("append to task %s: lease epoch %d has ended", p.TaskID, p.Epoch), store.ErrFenced)
+	case lastSeq != p.State.LastSeq:
+		return errors.Mark(errors.Newf("append to task %s: expected seq %d, log is at %d", p.TaskID, p.State.LastSeq, lastSeq), store.ErrConflict)
+	default:
+		// Same seq and epoch: only ExpiredOnly can have refused it.
+		return errors.Mark(errors.Newf("append to task %s: lease has not expired", p.TaskID), store.ErrConflict)
+	}
+}

@@ -1,0 +1,90 @@
+package pgstore
+
+import (
+	"bytes"
+	"context"
+	"slices"
+	"time"
+
+	"github.com/cairnflow/cairn/engine/internal/plan"
+	"github.com/cairnflow/cairn/engine/store"
+
+	"github.com/cockroachdb/errors"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// TaskClaimMany claims up to p.Max due tasks in one statement, one round
+// trip: FOR UPDATE SKIP LOCKED, a new lease epoch, attempt_started appended,
+// and each task returned with its history.
+func (s *Store) TaskClaimMany(ctx context.Context, p *store.TaskClaimManyParams) ([]*store.ClaimedTask, error) {
+	if p.Max <= 0 {
+		return nil, nil
+	}
+	types := make([]string, len(p.Types))
+	versions := make([]int32, len(p.Types))
+	for i, k := range p.Types {
+		types[i], versions[i] = k.Type, int32(k.Version)
+	}
+	// A claim need not wait for its commit to reach disk: if the database
+	// crashes and loses it, the task is simply pending again, and the
+	// worker's own appends (which do wait) are refused as stale: the next
+	// claim's epoch comes from the clock, so it never equals the lost
+	// claim's (see the statement). One fsync
+	// fewer on the way from a new task to its first step. Both statements
+	// go in one pipeline, so they run as one implicit transaction and the
+	// setting (is_local) ends with it.
+	batch := &pgx.Batch{}
+	batch.Queue("SELECT set_config('synchronous_commit', 'off', true)")
+	// Concurrency-limited queues and rate-limited types: lock their rows
+	// first (a separate statement, so the claim's snapshot is taken after
+	// the lock and sees every claim committed before it).
+	batch.Queue(s.sql("ClaimLocks"), pgx.NamedArgs{"namespace": p.Namespace, "queues": p.Queues, "types": types})
+	var claimed []*store.ClaimedTask
+	batch.Queue(s.sql("TaskClaimMany"), pgx.NamedArgs{
+		"namespace": p.Namespace, "queues": p.Queues, "types": types, "versions": versions, "max": p.Max, "aging": plan.AgingSlots(p.Max, p.StrictPriority),
+		"owner": p.Owner, "lease_seconds": p.LeaseTTL.Seconds(),
+	}).Query(func(rows pgx.Rows) error {
+		var err error
+		claimed, err = pgx.CollectRows(rows, scanClaimed)
+		return err
+	})
+	if err := s.pool.SendBatch(ctx, batch).Close(); err != nil {
+		return nil, errors.Wrap(interpretError(err), "claim tasks")
+	}
+	if s.metrics != nil {
+		s.metrics.ObserveClaimed(claimed)
+	}
+	return claimed, nil
+}
+
+// LeaseExtendMany extends the given leases to ttl from now by the database
+// clock and returns the leases it extended, by task id; the others are lost
+// (the task moved to another epoch or finished).
+func (s *Store) LeaseExtendMany(ctx context.Context, leases []store.LeaseRef, ttl time.Duration) (map[uuid.UUID]store.LeaseRenewal, error) {
+	// Lock in id order, as appends do, so the two rarely deadlock.
+	sorted := slices.Clone(leases)
+	slices.SortFunc(sorted, func(a, b store.LeaseRef) int { return bytes.Compare(a.TaskID[:], b.TaskID[:]) })
+	ids := make([][16]byte, len(sorted))
+	epochs := make([]int64, len(sorted))
+	for i, l := range sorted {
+		ids[i], epochs[i] = l.TaskID, l.Epoch
+	}
+	rows, err := s.pool.Query(ctx, s.sql("LeaseExtendMany"), pgx.NamedArgs{
+		"ids": ids, "epochs": epochs, "lease_seconds": ttl.Seconds(),
+	})
+	if err != nil {
+		return nil, errors.Wrap(interpretError(err), "extend leases")
+	}
+	held := make(map[uuid.UUID]store.LeaseRenewal, len(leases))
+	var id uuid.UUID
+	var cancel bool
+	_, err = pgx.ForEachRow(rows, []any{&id, &cancel}, func() error {
+		held[id] = store.LeaseRenewal{CancelRequested: cancel}
+		return nil
+	})
+	if err != nil {
+		return nil, errors.Wrap(interpretError(err), "extend leases")
+	}
+	return held, nil
+}

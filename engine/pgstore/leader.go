@@ -1,0 +1,76 @@
+package pgstore
+
+import (
+	"context"
+	"time"
+
+	"github.com/cairnflow/cairn/engine/store"
+
+	"github.com/cockroachdb/errors"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// TaskListLeaseExpired returns up to max running tasks whose lease has
+// expired by the database clock.
+func (s *Store) TaskListLeaseExpired(ctx context.Context, max int) ([]uuid.UUID, error) {
+	return s.listIDs(ctx, "TaskListExpired", max, "list expired leases")
+}
+
+// TaskListStartExpired returns up to max pending tasks never started whose
+// start deadline has passed.
+func (s *Store) TaskListStartExpired(ctx context.Context, max int) ([]uuid.UUID, error) {
+	return s.listIDs(ctx, "TaskListStartExpired", max, "list tasks past their start deadline")
+}
+
+func (s *Store) listIDs(ctx context.Context, query string, max int, what string) ([]uuid.UUID, error) {
+	rows, err := s.pool.Query(ctx, s.sql(query), pgx.NamedArgs{"max": max})
+	if err != nil {
+		return nil, errors.Wrap(interpretError(err), what)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	return ids, errors.Wrap(interpretError(err), what)
+}
+
+// DeadLetterList returns a page of dead-lettered tasks, newest first.
+func (s *Store) DeadLetterList(ctx context.Context, p *store.DeadLetterListParams) ([]*store.Task, error) {
+	limit := p.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	args := pgx.NamedArgs{"namespace": p.Namespace, "type": p.Type, "max": limit,
+		"paged": p.Before != nil, "before_at": time.Time{}, "before_id": uuid.UUID{}}
+	if p.Before != nil {
+		args["before_at"], args["before_id"] = p.Before.FinishedAt, p.Before.ID
+	}
+	rows, err := s.pool.Query(ctx, s.sql("DeadLetterList"), args)
+	if err != nil {
+		return nil, errors.Wrap(interpretError(err), "list dead letters")
+	}
+	tasks, err := pgx.CollectRows(rows, scanTask)
+	return tasks, errors.Wrap(interpretError(err), "list dead letters")
+}
+
+// LeaderAttempt takes or renews the leader lease for the role name on behalf
+// of owner, for ttl by the database clock. It reports whether owner is the
+// leader afterwards.
+func (s *Store) LeaderAttempt(ctx context.Context, name, owner string, ttl time.Duration) (bool, error) {
+	var got string
+	err := s.pool.QueryRow(ctx, s.sql("LeaderAttempt"), pgx.NamedArgs{
+		"name": name, "owner": owner, "ttl_seconds": ttl.Seconds(),
+	}).Scan(&got)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, errors.Wrapf(interpretError(err), "attempt leadership of %s", name)
+	}
+	return got == owner, nil
+}
+
+// LeaderResign gives up owner's leader lease for name, if it holds it, so
+// another process can take over without waiting for expiry.
+func (s *Store) LeaderResign(ctx context.Context, name, owner string) error {
+	_, err := s.pool.Exec(ctx, s.sql("LeaderResign"), pgx.NamedArgs{"name": name, "owner": owner})
+	return errors.Wrapf(interpretError(err), "resign leadership of %s", name)
+}

@@ -1,0 +1,83 @@
+package pgstore
+
+import (
+	"context"
+	"strings"
+
+	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cockroachdb/errors"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// listener is the store's [store.Listener]: a connection of its own, outside
+// the pool (a pooled connection would be handed to other work between
+// notifications), that runs LISTEN on the store's three channels.
+type listener struct {
+	s    *Store
+	conn *pgx.Conn // nil while not connected; used by the notifier's goroutine only
+}
+
+// NewListener returns a listener on the store's NOTIFY channels, not yet
+// connected.
+func (s *Store) NewListener() store.Listener { return &listener{s: s} }
+
+func (l *listener) Connect(ctx context.Context) error {
+	if l.conn != nil {
+		return errors.AssertionFailedf("pgstore: listener connected twice")
+	}
+	conn, err := pgx.ConnectConfig(ctx, l.s.pool.Config().ConnConfig.Copy())
+	if err != nil {
+		return errors.Wrap(interpretError(err), "connect the listener")
+	}
+	for _, channel := range []string{l.s.channel, l.s.doneChannel, l.s.cancelChannel} {
+		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
+			_ = conn.Close(context.WithoutCancel(ctx))
+			return errors.Wrapf(interpretError(err), "listen on %s", channel)
+		}
+	}
+	l.conn = conn
+	return nil
+}
+
+func (l *listener) WaitForNotification(ctx context.Context) (store.Notification, error) {
+	if l.conn == nil {
+		return store.Notification{}, errors.AssertionFailedf("pgstore: listener not connected")
+	}
+	note, err := l.conn.WaitForNotification(ctx)
+	if err != nil {
+		_ = l.Close(context.WithoutCancel(ctx))
+		return store.Notification{}, errors.Wrap(interpretError(err), "wait for a notification")
+	}
+	switch note.Channel {
+	case l.s.doneChannel:
+		return store.Notification{Done: parseIDs(note.Payload)}, nil
+	case l.s.cancelChannel:
+		return store.Notification{Cancel: parseIDs(note.Payload)}, nil
+	default:
+		return store.Notification{Ready: true}, nil
+	}
+}
+
+func (l *listener) Close(ctx context.Context) error {
+	if l.conn == nil {
+		return nil
+	}
+	conn := l.conn
+	l.conn = nil
+	return errors.Wrap(conn.Close(ctx), "close the listener")
+}
+
+// parseIDs reads a NOTIFY payload of comma-separated task ids, skipping
+// what is not one.
+func parseIDs(payload string) []uuid.UUID {
+	var ids []uuid.UUID
+	for _, s := range strings.Split(payload, ",") {
+		if id, err := uuid.Parse(s); err == nil {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+var _ store.Store = (*Store)(nil)

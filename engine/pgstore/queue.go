@@ -1,0 +1,193 @@
+package pgstore
+
+import (
+	"context"
+	"time"
+
+	"github.com/cairnflow/cairn/engine/internal/plan"
+	"github.com/cairnflow/cairn/engine/store"
+
+	"github.com/cairnflow/cairn/history"
+	"github.com/cockroachdb/errors"
+	"github.com/jackc/pgx/v5"
+)
+
+// QueueGaugeList reads the task counts of every queue by status, in one
+// grouped query.
+func (s *Store) QueueGaugeList(ctx context.Context) ([]*store.QueueGauge, error) {
+	rows, err := s.pool.Query(ctx, s.sql("MetricsQueueDepths"))
+	if err != nil {
+		return nil, errors.Wrap(interpretError(err), "read queue depths")
+	}
+	var out []*store.QueueGauge
+	byQueue := map[[2]string]*store.QueueGauge{}
+	var namespace, queue, status string
+	var count int64
+	var oldestSeconds *float64
+	_, err = pgx.ForEachRow(rows, []any{&namespace, &queue, &status, &count, &oldestSeconds}, func() error {
+		key := [2]string{namespace, queue}
+		q := byQueue[key]
+		if q == nil {
+			q = &store.QueueGauge{Namespace: namespace, Queue: queue, Tasks: map[history.Status]int64{}}
+			byQueue[key] = q
+			out = append(out, q)
+		}
+		q.Tasks[history.Status(status)] = count
+		if oldestSeconds != nil {
+			q.OldestDue = max(q.OldestDue, time.Duration(*oldestSeconds*float64(time.Second)))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, errors.Wrap(interpretError(err), "read queue depths")
+	}
+	return out, nil
+}
+
+// QueueSet creates or replaces a queue's settings.
+func (s *Store) QueueSet(ctx context.Context, c store.QueueConfig) error {
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	_, err := s.pool.Exec(ctx, s.sql("QueueUpsert"), pgx.NamedArgs{
+		"namespace": c.Namespace, "name": c.Name, "max_waiting": nullPositive(c.MaxWaiting), "concurrency": nullPositive(c.Concurrency),
+	})
+	return errors.Wrapf(interpretError(err), "set queue %s", c.Name)
+}
+
+// QueueList returns the configured queues of namespace with their load.
+func (s *Store) QueueList(ctx context.Context, namespace string) ([]store.QueueInfo, error) {
+	rows, err := s.pool.Query(ctx, s.sql("QueueList"), pgx.NamedArgs{"namespace": namespace})
+	if err != nil {
+		return nil, errors.Wrap(interpretError(err), "list queues")
+	}
+	var out []store.QueueInfo
+	var name string
+	var maxWaiting, concurrency *int32
+	var waiting, running int64
+	_, err = pgx.ForEachRow(rows, []any{&name, &maxWaiting, &concurrency, &waiting, &running}, func() error {
+		out = append(out, store.QueueInfo{
+			QueueConfig: store.QueueConfig{Namespace: namespace, Name: name, MaxWaiting: int(deref(maxWaiting)), Concurrency: int(deref(concurrency))},
+			Waiting:     int(waiting), Running: int(running),
+		})
+		return nil
+	})
+	return out, errors.Wrap(interpretError(err), "list queues")
+}
+
+// boundedQueues returns the bounded queues among those of a start, by the
+// named query (QueueBounded, or QueueBoundedLock to lock their rows).
+func (s *Store) boundedQueues(ctx context.Context, q Querier, query string, namespaces, queues []string) ([]boundedQueue, error) {
+	rows, err := q.Query(ctx, s.sql(query), pgx.NamedArgs{"namespaces": namespaces, "names": queues})
+	if err != nil {
+		return nil, errors.Wrap(interpretError(err), "read queue settings")
+	}
+	var out []boundedQueue
+	var b boundedQueue
+	var maxWaiting int32
+	_, err = pgx.ForEachRow(rows, []any{&b.namespace, &b.name, &maxWaiting}, func() error {
+		b.maxWaiting = int(maxWaiting)
+		out = append(out, b)
+		return nil
+	})
+	return out, errors.Wrap(interpretError(err), "read queue settings")
+}
+
+// checkCapacity locks the bounded queues of a start and refuses it if it
+// would take one past its maximum. Under the lock, the count sees every
+// start committed before: two starts cannot both squeeze past the bound.
+func (s *Store) checkCapacity(ctx context.Context, tx pgx.Tx, namespaces, queues []string) error {
+	bounded, err := s.boundedQueues(ctx, tx, "QueueBoundedLock", namespaces, queues)
+	if err != nil {
+		return err
+	}
+	for _, b := range bounded {
+		adding := 0
+		for i := range queues {
+			if namespaces[i] == b.namespace && queues[i] == b.name {
+				adding++
+			}
+		}
+		var waiting int64
+		err := tx.QueryRow(ctx, s.sql("QueueWaitingCount"), pgx.NamedArgs{"namespace": b.namespace, "queue": b.name}).Scan(&waiting)
+		if err != nil {
+			return errors.Wrapf(interpretError(err), "count waiting tasks of queue %s", b.name)
+		}
+		if int(waiting)+adding > b.maxWaiting {
+			var running int
+			var meanAge float64
+			err := tx.QueryRow(ctx, s.sql("QueueRunning"), pgx.NamedArgs{"namespace": b.namespace, "queue": b.name}).Scan(&running, &meanAge)
+			if err != nil {
+				return errors.Wrapf(interpretError(err), "read running tasks of queue %s", b.name)
+			}
+			need := int(waiting) + adding - b.maxWaiting
+			return &store.QueueFullError{Namespace: b.namespace, Queue: b.name, Waiting: int(waiting), MaxWaiting: b.maxWaiting,
+				Adding: adding, RetryAfter: plan.QueueFullRetryAfter(need, running, time.Duration(meanAge*float64(time.Second)))}
+		}
+	}
+	return nil
+}
+
+// QueueWaits returns, per queue and priority of namespace, the due tasks
+// waiting and the run time of the oldest: what starvation would look like.
+func (s *Store) QueueWaits(ctx context.Context, namespace string) ([]store.QueueWait, error) {
+	rows, err := s.pool.Query(ctx, s.sql("QueueWaits"), pgx.NamedArgs{"namespace": namespace})
+	if err != nil {
+		return nil, errors.Wrap(interpretError(err), "queue waits")
+	}
+	var out []store.QueueWait
+	var w store.QueueWait
+	var count int64
+	_, err = pgx.ForEachRow(rows, []any{&w.Queue, &w.Priority, &count, &w.Oldest}, func() error {
+		w.Waiting = int(count)
+		w.Oldest = w.Oldest.UTC()
+		out = append(out, w)
+		return nil
+	})
+	return out, errors.Wrap(interpretError(err), "queue waits")
+}
+
+// RateLimitSet limits the attempts of taskType (every version) that start
+// in namespace to maxStarts per interval, across all workers: a token
+// bucket of maxStarts, refilled continuously, which claims spend.
+func (s *Store) RateLimitSet(ctx context.Context, namespace, taskType string, maxStarts int, per time.Duration) error {
+	if err := store.CheckRateLimit(taskType, maxStarts, per); err != nil {
+		return err
+	}
+	_, err := s.pool.Exec(ctx, s.sql("RateLimitUpsert"), pgx.NamedArgs{
+		"namespace": namespace, "task_type": taskType, "max_starts": maxStarts, "per_ms": per.Milliseconds(),
+	})
+	return errors.Wrapf(interpretError(err), "set rate limit of %s", taskType)
+}
+
+// RateLimitDelete removes taskType's rate limit.
+func (s *Store) RateLimitDelete(ctx context.Context, namespace, taskType string) error {
+	_, err := s.pool.Exec(ctx, s.sql("RateLimitDelete"), pgx.NamedArgs{"namespace": namespace, "task_type": taskType})
+	return errors.Wrapf(interpretError(err), "delete rate limit of %s", taskType)
+}
+
+// QueueStatsList returns every queue of namespace that has unfinished
+// tasks, settings, or tasks finished within window, by name.
+func (s *Store) QueueStatsList(ctx context.Context, namespace string, window time.Duration) ([]store.QueueStats, error) {
+	if window <= 0 {
+		return nil, errors.Newf("queue stats: window %s is not positive", window)
+	}
+	rows, err := s.pool.Query(ctx, s.sql("QueueStats"), pgx.NamedArgs{"namespace": namespace, "window_seconds": window.Seconds()})
+	if err != nil {
+		return nil, errors.Wrap(interpretError(err), "queue stats")
+	}
+	stats, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.QueueStats, error) {
+		q := store.QueueStats{Window: window}
+		var oldest *time.Time
+		var maxWaiting, concurrency *int32
+		var now time.Time
+		err := row.Scan(&q.Queue, &q.Waiting, &q.Due, &q.Running, &oldest, &q.Completed, &q.Failed, &q.AttemptsFailed,
+			&maxWaiting, &concurrency, &now)
+		if oldest != nil {
+			q.OldestDueAge = max(0, now.Sub(*oldest))
+		}
+		q.MaxWaiting, q.Concurrency = int(deref(maxWaiting)), int(deref(concurrency))
+		return q, err
+	})
+	return stats, errors.Wrap(interpretError(err), "queue stats")
+}

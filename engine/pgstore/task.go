@@ -1,0 +1,479 @@
+package pgstore
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/cairnflow/cairn/engine/store"
+
+	"github.com/cairnflow/cairn/engine/internal/plan"
+	"github.com/cairnflow/cairn/history"
+	"github.com/cockroachdb/errors"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// eventScanArgs checks p and turns it into the statement's arguments and
+// the page size.
+func eventScanArgs(p *store.EventScanParams) (pgx.NamedArgs, int, error) {
+	limit, since, err := plan.EventScanBounds(p)
+	if err != nil {
+		return nil, 0, err
+	}
+	var after store.EventCursor
+	if p.After != nil {
+		after = *p.After
+	}
+	types := make([]string, len(p.EventTypes))
+	for i, t := range p.EventTypes {
+		types[i] = string(t)
+	}
+	return pgx.NamedArgs{
+		"namespace": p.Namespace, "since": since, "until": p.Until,
+		"paged": p.After != nil, "after_at": after.At, "after_task_id": after.TaskID, "after_seq": after.Seq,
+		"event_types": types, "task_type": p.TaskType, "queue": p.Queue, "max": limit,
+	}, limit, nil
+}
+
+func scanAuditEvent(row pgx.CollectableRow) (store.AuditEvent, error) {
+	var (
+		e                    store.AuditEvent
+		typ, status          string
+		traceID, fairnessKey *string
+		data, labels         []byte // into json.RawMessage, pgx would check the JSON again
+	)
+	err := row.Scan(&e.TaskID, &e.Event.Seq, &typ, &e.Event.At, &e.Event.Attempt, &data,
+		&e.Namespace, &e.TaskType, &e.TypeVersion, &e.Queue, &status, &traceID, &labels, &fairnessKey)
+	if err != nil {
+		return store.AuditEvent{}, err
+	}
+	e.Event.At, e.Data = e.Event.At.UTC(), data
+	payload, err := history.Decode(history.Type(typ), data)
+	if err != nil {
+		return store.AuditEvent{}, errors.Wrapf(interpretError(err), "task %s event %d", e.TaskID, e.Event.Seq)
+	}
+	e.Event.Data = plan.NormalizePayload(payload)
+	e.Status, e.TraceID, e.FairnessKey = history.Status(status), deref(traceID), deref(fairnessKey)
+	if labels != nil {
+		if err := json.Unmarshal(labels, &e.Labels); err != nil {
+			return store.AuditEvent{}, errors.Wrapf(interpretError(err), "decode labels of task %s", e.TaskID)
+		}
+	}
+	return e, nil
+}
+
+// scanClaimed reads a claimed task's row and earlier events, adds the
+// attempt_started the claim appended (rebuilt from the row, as the
+// statement's snapshot cannot see it), and replays them.
+func scanClaimed(row pgx.CollectableRow) (*store.ClaimedTask, error) {
+	var (
+		seqs     []int64
+		types    []string
+		ats      []time.Time
+		attempts []int32
+		datas    []string
+	)
+	t, err := scanTaskWith(row, &seqs, &types, &ats, &attempts, &datas)
+	if err != nil {
+		return nil, err
+	}
+	if len(seqs) != len(types) || len(seqs) != len(ats) || len(seqs) != len(attempts) || len(seqs) != len(datas) {
+		return nil, errors.AssertionFailedf("claimed task %s: event columns of different lengths", t.ID)
+	}
+	events := make([]history.Event, 0, len(seqs)+2)
+	if len(seqs) == 0 && t.LastSeq == 2 {
+		// A fresh task: its history before this claim is task_scheduled
+		// alone, and the row holds everything in it.
+		events = append(events, history.Event{Seq: 1, At: t.CreatedAt, Data: plan.ScheduledFromRow(t)})
+	}
+	for i := range seqs {
+		data, err := history.Decode(history.Type(types[i]), []byte(datas[i]))
+		if err != nil {
+			return &store.ClaimedTask{Task: t, Err: errors.Wrapf(interpretError(err), "task %s event %d", t.ID, seqs[i])}, nil
+		}
+		events = append(events, history.Event{Seq: seqs[i], At: ats[i].UTC(), Attempt: int(attempts[i]), Data: plan.NormalizePayload(data)})
+	}
+	if t.LeaseExpiresAt == nil {
+		return nil, errors.AssertionFailedf("claimed task %s has no lease expiry", t.ID)
+	}
+	events = append(events, history.Event{Seq: t.LastSeq, At: t.UpdatedAt, Attempt: t.Attempt, Data: history.AttemptStartedData{
+		WorkerID: t.LeaseOwner, LeaseEpoch: t.LeaseEpoch, LeaseExpiresAt: *t.LeaseExpiresAt,
+	}})
+	state, err := history.Replay(events)
+	if err != nil {
+		return &store.ClaimedTask{Task: t, Err: errors.Wrapf(interpretError(err), "replay claimed task %s", t.ID)}, nil
+	}
+	return &store.ClaimedTask{Task: t, Events: events, State: state}, nil
+}
+
+type boundedQueue struct {
+	namespace, name string
+	maxWaiting      int
+}
+
+func nullPositive(n int) *int32 {
+	if n <= 0 {
+		return nil
+	}
+	v := int32(n)
+	return &v
+}
+
+func scanSchedule(row pgx.CollectableRow) (store.Schedule, error) {
+	var sc store.Schedule
+	var input []byte
+	err := row.Scan(&sc.Namespace, &sc.Name, &sc.Cron, &sc.Timezone, &sc.TaskType, &sc.TypeVersion, &sc.Queue, &input,
+		&sc.MaxAttempts, &sc.Paused, &sc.NextRunAt, &sc.LastTick)
+	sc.Input = input
+	sc.NextRunAt = sc.NextRunAt.UTC()
+	return sc, err
+}
+
+func scanTask(row pgx.CollectableRow) (*store.Task, error) { return scanTaskWith(row) }
+
+// scanTaskWith scans the task columns, in the order the queries list them,
+// followed by extra columns into extra.
+func scanTaskWith(row pgx.CollectableRow, extra ...any) (*store.Task, error) {
+	var (
+		t                            store.Task
+		leaseOwner, idemKey, traceID *string
+		fairnessKey                  *string
+		fairnessWeight               *int
+		input, output, lastError     []byte
+		labels                       []byte
+		status                       string
+	)
+	dest := []any{(*[16]byte)(&t.ID), &t.Namespace, &t.Queue, &t.Type, &t.TypeVersion, &status, &t.Priority,
+		&t.RunAt, &t.Attempt, &t.MaxAttempts, &leaseOwner, &t.LeaseEpoch, &t.LeaseExpiresAt,
+		&idemKey, &traceID, &input, &output, &lastError, &t.CancelRequest, &t.LastSeq,
+		&t.CreatedAt, &t.UpdatedAt, &t.StartedAt, &t.FinishedAt, &labels, &t.Deadline, &t.StartDeadline,
+		&fairnessKey, &fairnessWeight}
+	err := row.Scan(append(dest, extra...)...)
+	if err != nil {
+		return nil, err
+	}
+	t.Status = history.Status(status)
+	t.LeaseOwner, t.IdempotencyKey, t.TraceID = deref(leaseOwner), deref(idemKey), deref(traceID)
+	t.FairnessKey, t.FairnessWeight = deref(fairnessKey), deref(fairnessWeight)
+	t.Input, t.Output = input, output
+	if lastError != nil {
+		t.LastError = new(history.ErrorInfo)
+		if err := json.Unmarshal(lastError, t.LastError); err != nil {
+			return nil, errors.Wrapf(interpretError(err), "decode last_error of task %s", t.ID)
+		}
+	}
+	if labels != nil {
+		if err := json.Unmarshal(labels, &t.Labels); err != nil {
+			return nil, errors.Wrapf(interpretError(err), "decode labels of task %s", t.ID)
+		}
+	}
+	normalizeTask(&t)
+	return &t, nil
+}
+
+func nullString(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+// deref returns *p, or the zero value when p is nil (a NULL column).
+func deref[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
+}
+
+// TaskStart persists a new task: the projection row and task_scheduled in one
+// statement, committed before it returns, with a notification to workers. A
+// second start with an idempotency key already used in the namespace creates
+// nothing and returns the existing task's id.
+func (s *Store) TaskStart(ctx context.Context, p *store.TaskStartParams) (store.TaskStartResult, error) {
+	res, err := s.taskStartMany(ctx, s.pool, []*store.TaskStartParams{p})
+	if err != nil {
+		return store.TaskStartResult{}, err
+	}
+	return res[0], nil
+}
+
+// TaskStartTx is [Store.TaskStart] inside the caller's transaction (the
+// outbox): the task exists if and only if tx commits, and workers are
+// notified on commit.
+func (s *Store) TaskStartTx(ctx context.Context, tx pgx.Tx, p *store.TaskStartParams) (store.TaskStartResult, error) {
+	res, err := s.taskStartMany(ctx, tx, []*store.TaskStartParams{p})
+	if err != nil {
+		return store.TaskStartResult{}, err
+	}
+	return res[0], nil
+}
+
+// TaskStartMany is [Store.TaskStart] for many tasks in one statement (plus
+// one lookup per idempotency key found taken). Results are in the order of
+// ps.
+func (s *Store) TaskStartMany(ctx context.Context, ps []*store.TaskStartParams) ([]store.TaskStartResult, error) {
+	return s.taskStartMany(ctx, s.pool, ps)
+}
+
+// TaskStartManyTx is [Store.TaskStartMany] inside the caller's transaction.
+func (s *Store) TaskStartManyTx(ctx context.Context, tx pgx.Tx, ps []*store.TaskStartParams) ([]store.TaskStartResult, error) {
+	return s.taskStartMany(ctx, tx, ps)
+}
+
+func (s *Store) taskStartMany(ctx context.Context, q Querier, ps []*store.TaskStartParams) ([]store.TaskStartResult, error) {
+	if len(ps) == 0 {
+		return nil, nil
+	}
+	// Which queues are bounded, asked before the clock is read: created_at
+	// should be as close to the commit as it can be.
+	lookupNS, lookupQueues := make([]string, len(ps)), make([]string, len(ps))
+	for i, p := range ps {
+		lookupNS[i], lookupQueues[i] = p.Namespace, p.Scheduled.Queue
+	}
+	bounded, err := s.boundedQueues(ctx, q, "QueueBounded", lookupNS, lookupQueues)
+	if err != nil {
+		return nil, err
+	}
+	now := s.now()
+	n := len(ps)
+	var (
+		ids                            = make([][16]byte, n)
+		namespaces, queues, types      = make([]string, n), make([]string, n), make([]string, n)
+		versions, priorities, attempts = make([]int32, n), make([]int32, n), make([]int32, n)
+		runAts                         = make([]time.Time, n)
+		idemKeys, traceIDs, inputs     = make([]*string, n), make([]*string, n), make([]*string, n)
+		labels                         = make([]*string, n)
+		deadlines, startDeadlines      = make([]*time.Time, n), make([]*time.Time, n)
+		fairnessKeys                   = make([]*string, n)
+		fairnessWeights                = make([]*int32, n)
+		datas                          = make([]string, n)
+	)
+	for i, p := range ps {
+		planned, err := plan.Start(p, now)
+		if err != nil {
+			return nil, errors.Wrapf(interpretError(err), "start task %d", i)
+		}
+		sched := planned.Scheduled
+		ids[i] = planned.ID
+		deadlines[i], startDeadlines[i] = sched.Deadline, sched.StartDeadline
+		namespaces[i], queues[i], types[i] = sched.Namespace, sched.Queue, sched.TaskType
+		versions[i], priorities[i], attempts[i] = int32(sched.TypeVersion), int32(sched.Priority), int32(sched.MaxAttempts)
+		runAts[i] = sched.RunAt
+		idemKeys[i], traceIDs[i], inputs[i] = nullString(sched.IdempotencyKey), nullString(sched.TraceID), nullJSONString(sched.Input)
+		datas[i] = string(planned.Data)
+		fairnessKeys[i] = nullString(sched.FairnessKey)
+		if sched.FairnessWeight > 0 {
+			fairnessWeights[i] = ptr(int32(sched.FairnessWeight))
+		}
+		labels[i] = nullJSONString(planned.Labels)
+	}
+	args := pgx.NamedArgs{
+		"ids": ids, "namespaces": namespaces, "queues": queues, "types": types, "type_versions": versions,
+		"priorities": priorities, "run_ats": runAts, "max_attempts": attempts, "idempotency_keys": idemKeys,
+		"trace_ids": traceIDs, "inputs": inputs, "labels": labels, "deadlines": deadlines, "start_deadlines": startDeadlines,
+		"fairness_keys": fairnessKeys, "fairness_weights": fairnessWeights, "fairness_quantum": store.FairnessQuantum.Seconds(), "datas": datas, "at": now, "channel": s.channel,
+	}
+	if len(bounded) == 0 {
+		return s.insertTasks(ctx, q, args, ids, namespaces, idemKeys)
+	}
+	// A bounded queue: lock its row, count what waits, and insert, in one
+	// transaction (the caller's, or one of our own).
+	var out []store.TaskStartResult
+	insert := func(tx pgx.Tx) error {
+		var err error
+		if err = s.checkCapacity(ctx, tx, namespaces, queues); err != nil {
+			return err
+		}
+		out, err = s.insertTasks(ctx, tx, args, ids, namespaces, idemKeys)
+		return err
+	}
+	if tx, ok := q.(pgx.Tx); ok {
+		return out, insert(tx)
+	}
+	return out, pgx.BeginFunc(ctx, s.pool, insert)
+}
+
+// insertTasks runs TaskInsertMany with args and looks up the tasks holding
+// the idempotency keys that were taken.
+func (s *Store) insertTasks(ctx context.Context, q Querier, args pgx.NamedArgs, ids [][16]byte, namespaces []string, idemKeys []*string) ([]store.TaskStartResult, error) {
+	n := len(ids)
+	rows, err := q.Query(ctx, s.sql("TaskInsertMany"), args)
+	if err != nil {
+		return nil, errors.Wrap(interpretError(err), "start tasks")
+	}
+	inserted, err := pgx.CollectRows(rows, pgx.RowTo[[16]byte])
+	if err != nil {
+		return nil, errors.Wrap(interpretError(err), "start tasks")
+	}
+	created := make(map[[16]byte]bool, len(inserted))
+	for _, id := range inserted {
+		created[id] = true
+	}
+	out := make([]store.TaskStartResult, n)
+	for i := range ids {
+		if created[ids[i]] {
+			out[i] = store.TaskStartResult{ID: uuid.UUID(ids[i])}
+			continue
+		}
+		// The key was taken, by an earlier task or one of this batch; this
+		// statement runs after ours, so it sees the winner.
+		var existing uuid.UUID
+		err := q.QueryRow(ctx, s.sql("TaskIDByIdempotencyKey"), pgx.NamedArgs{
+			"namespace": namespaces[i], "idempotency_key": deref(idemKeys[i]),
+		}).Scan(&existing)
+		if err != nil {
+			return nil, errors.Wrapf(interpretError(err), "look up the task holding idempotency key of start %d", i)
+		}
+		out[i] = store.TaskStartResult{ID: existing, Existing: true}
+	}
+	return out, nil
+}
+
+// TaskGetByID returns the task with id in namespace, or an error marked
+// [ErrNotFound].
+func (s *Store) TaskGetByID(ctx context.Context, namespace string, id uuid.UUID) (*store.Task, error) {
+	rows, err := s.pool.Query(ctx, s.sql("TaskGetByID"), pgx.NamedArgs{"id": id, "namespace": namespace})
+	if err != nil {
+		return nil, errors.Wrapf(interpretError(err), "get task %s", id)
+	}
+	t, err := pgx.CollectExactlyOneRow(rows, scanTask)
+	if err != nil {
+		return nil, errors.Wrapf(interpretError(err), "get task %s", id)
+	}
+	return t, nil
+}
+
+// TaskList returns tasks newest first.
+func (s *Store) TaskList(ctx context.Context, p *store.TaskListParams) ([]*store.Task, error) {
+	limit := p.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	rows, err := s.pool.Query(ctx, s.sql("TaskList"), pgx.NamedArgs{
+		"namespace": p.Namespace, "status": string(p.Status), "type": p.Type, "queue": p.Queue,
+		"paged": p.Before != uuid.Nil, "before": p.Before, "max": limit,
+	})
+	if err != nil {
+		return nil, errors.Wrap(interpretError(err), "list tasks")
+	}
+	tasks, err := pgx.CollectRows(rows, scanTask)
+	return tasks, errors.Wrap(interpretError(err), "list tasks")
+}
+
+// TaskIDListAll returns the id of every task in the schema, in every
+// namespace. It exists for checks over a whole (test) database.
+func (s *Store) TaskIDListAll(ctx context.Context) ([]uuid.UUID, error) {
+	rows, err := s.pool.Query(ctx, s.sql("TaskIDListAll"))
+	if err != nil {
+		return nil, errors.Wrap(interpretError(err), "list task ids")
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	return ids, errors.Wrap(interpretError(err), "list task ids")
+}
+
+// TaskGetManyByID returns the tasks with the given ids, in any namespace.
+func (s *Store) TaskGetManyByID(ctx context.Context, ids []uuid.UUID) ([]*store.Task, error) {
+	rows, err := s.pool.Query(ctx, s.sql("TaskGetManyByID"), pgx.NamedArgs{"ids": ids})
+	if err != nil {
+		return nil, errors.Wrap(interpretError(err), "get tasks")
+	}
+	tasks, err := pgx.CollectRows(rows, scanTask)
+	return tasks, errors.Wrap(interpretError(err), "get tasks")
+}
+
+// EventListByTask returns a task's events in order, decoded.
+func (s *Store) EventListByTask(ctx context.Context, id uuid.UUID) ([]history.Event, error) {
+	byTask, err := s.eventsQuery(ctx, s.pool, s.sql("EventListByTask"), pgx.NamedArgs{"task_id": id})
+	if err != nil {
+		return nil, errors.Wrapf(interpretError(err), "list events of task %s", id)
+	}
+	return byTask[id], nil
+}
+
+// EventListByTasks returns the events of several tasks, by task id.
+func (s *Store) EventListByTasks(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID][]history.Event, error) {
+	byTask, err := s.eventsQuery(ctx, s.pool, s.sql("EventListByTasks"), pgx.NamedArgs{"ids": ids})
+	return byTask, errors.Wrap(interpretError(err), "list events")
+}
+
+func (s *Store) eventsQuery(ctx context.Context, q Querier, sql string, args pgx.NamedArgs) (map[uuid.UUID][]history.Event, error) {
+	rows, err := q.Query(ctx, sql, args)
+	if err != nil {
+		return nil, interpretError(err)
+	}
+	defer rows.Close()
+	out := map[uuid.UUID][]history.Event{}
+	for rows.Next() {
+		var (
+			taskID uuid.UUID
+			ev     history.Event
+			typ    string
+			data   []byte
+		)
+		if err := rows.Scan(&taskID, &ev.Seq, &typ, &ev.At, &ev.Attempt, &data); err != nil {
+			return nil, err
+		}
+		ev.At = ev.At.UTC()
+		if ev.Data, err = history.Decode(history.Type(typ), data); err != nil {
+			return nil, errors.Wrapf(interpretError(err), "task %s event %d", taskID, ev.Seq)
+		}
+		ev.Data = plan.NormalizePayload(ev.Data)
+		out[taskID] = append(out[taskID], ev)
+	}
+	return out, rows.Err()
+}
+
+// TaskTypeRegister records types (all of namespace) as registered by
+// worker. A type already registered takes these defaults.
+func (s *Store) TaskTypeRegister(ctx context.Context, namespace, worker string, types []store.TaskType) error {
+	n := len(types)
+	if n == 0 {
+		return nil
+	}
+	names, queues := make([]string, n), make([]string, n)
+	versions, attempts := make([]int32, n), make([]int32, n)
+	scheduleToClose := make([]*int64, n)
+	for i, t := range types {
+		names[i], queues[i], versions[i], attempts[i] = t.Type, t.Queue, int32(t.Version), int32(t.MaxAttempts)
+		if t.ScheduleToClose > 0 {
+			scheduleToClose[i] = ptr(t.ScheduleToClose.Milliseconds())
+		}
+	}
+	_, err := s.pool.Exec(ctx, s.sql("TaskTypeRegister"), pgx.NamedArgs{
+		"namespace": namespace, "registered_by": worker, "types": names, "versions": versions,
+		"queues": queues, "max_attempts": attempts, "schedule_to_close_ms": scheduleToClose,
+	})
+	return errors.Wrap(interpretError(err), "register task types")
+}
+
+// TaskTypeList returns the task types registered in namespace, by name and
+// version.
+func (s *Store) TaskTypeList(ctx context.Context, namespace string) ([]store.TaskType, error) {
+	rows, err := s.pool.Query(ctx, s.sql("TaskTypeList"), pgx.NamedArgs{"namespace": namespace})
+	if err != nil {
+		return nil, errors.Wrap(interpretError(err), "list task types")
+	}
+	types, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.TaskType, error) {
+		var t store.TaskType
+		var scheduleToCloseMS *int64
+		err := row.Scan(&t.Namespace, &t.Type, &t.Version, &t.Queue, &t.MaxAttempts, &scheduleToCloseMS, &t.RegisteredBy, &t.RegisteredAt)
+		t.ScheduleToClose = time.Duration(deref(scheduleToCloseMS)) * time.Millisecond
+		t.RegisteredAt = t.RegisteredAt.UTC()
+		return t, err
+	})
+	return types, errors.Wrap(interpretError(err), "list task types")
+}
+
+// normalizeTask puts a scanned row's times in UTC.
+func normalizeTask(t *store.Task) {
+	t.RunAt, t.CreatedAt, t.UpdatedAt = t.RunAt.UTC(), t.CreatedAt.UTC(), t.UpdatedAt.UTC()
+	for _, p := range []**time.Time{&t.LeaseExpiresAt, &t.StartedAt, &t.FinishedAt, &t.Deadline, &t.StartDeadline} {
+		if *p != nil {
+			u := (*p).UTC()
+			*p = &u
+		}
+	}
+}

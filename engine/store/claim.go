@@ -1,0 +1,56 @@
+package store
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/cairnflow/cairn/history"
+	"github.com/google/uuid"
+)
+
+// TypeKey names a task type at one version: what a worker can run.
+type TypeKey struct {
+	Type    string
+	Version int
+}
+
+func (k TypeKey) String() string { return k.Type + "@" + strconv.Itoa(k.Version) }
+
+// TaskClaimManyParams describes a claim.
+type TaskClaimManyParams struct {
+	Namespace string
+	Queues    []string
+	Types     []TypeKey // only tasks of these types and versions are claimed
+	Owner     string    // the worker id recorded as lease owner
+	Max       int       // claim at most this many
+	LeaseTTL  time.Duration
+	// StrictPriority turns aging off: the claim takes the due tasks in
+	// priority order only, and a flood of high-priority work can starve the
+	// rest. By default one slot in eight goes to the longest-waiting task.
+	StrictPriority bool
+}
+
+// ClaimedTask is a task a worker now holds under a lease, with its history.
+type ClaimedTask struct {
+	Task   *Task
+	Events []history.Event
+	State  history.State // Replay(Events); Status is running
+	// Err is set, and Events and State are not, when the task's history
+	// could not be decoded or replayed (for instance events written by a
+	// newer cairn). One such task does not fail the others of the claim.
+	Err error
+}
+
+// LeaseRef names a lease a worker believes it holds.
+type LeaseRef struct {
+	TaskID uuid.UUID
+	Epoch  int64
+}
+
+// LeaseRenewal is the reply of [Store.LeaseExtendMany] for one lease still
+// held.
+type LeaseRenewal struct {
+	// CancelRequested says the task's cancel was requested: its attempt
+	// should stop at its next checkpoint.
+	CancelRequested bool
+}

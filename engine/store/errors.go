@@ -1,0 +1,68 @@
+package store
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/cockroachdb/errors"
+)
+
+// ErrDiagnosisTooSlow marks a diagnosis that gave up reading its window's
+// history (a statement timeout): a shorter window may do.
+var ErrDiagnosisTooSlow = errors.New("diagnosis took too long")
+
+// ErrQueueFull marks a start refused because a bounded queue holds its
+// maximum of waiting tasks. The error is a [*QueueFullError]; nothing of the
+// start was written.
+var ErrQueueFull = errors.New("queue full")
+
+// QueueFullError says which queue refused a start, and when to try again.
+type QueueFullError struct {
+	Namespace, Queue string
+	Waiting          int // tasks waiting when the start was refused
+	MaxWaiting       int
+	Adding           int // tasks the start would have added to the queue
+	// RetryAfter is a hint: how long the queue's workers might take to make
+	// room.
+	RetryAfter time.Duration
+}
+
+func (e *QueueFullError) Error() string {
+	return fmt.Sprintf("queue %s/%s is full: %d waiting, %d more would pass its maximum of %d; retry after %s",
+		e.Namespace, e.Queue, e.Waiting, e.Adding, e.MaxWaiting, e.RetryAfter)
+}
+
+// Is makes errors.Is(err, ErrQueueFull) hold.
+func (e *QueueFullError) Is(target error) bool { return target == ErrQueueFull }
+
+// Sentinel errors the store returns, marked so they survive wrapping.
+var (
+	// ErrNotFound: no task with that id in that namespace.
+	ErrNotFound = errors.New("not found")
+	// ErrConflict: the task moved on since the caller read it (another
+	// writer appended first), or a unique key is taken.
+	ErrConflict = errors.New("conflict")
+	// ErrFenced: the caller's lease epoch is no longer the task's; the
+	// attempt it acts for is over and its writes are refused.
+	ErrFenced = errors.New("fenced: lease epoch is stale")
+	// ErrCancelRequested is the cancellation cause of an attempt's context
+	// when the task's cancel was requested.
+	ErrCancelRequested = errors.New("task cancel requested")
+	// ErrTaskState: the task's status does not allow the request (retrying
+	// a task that is not dead-lettered, for instance). The message names
+	// the status.
+	ErrTaskState = errors.New("task state does not allow this")
+	// ErrRetryable marks a statement PostgreSQL aborted for a reason that
+	// goes away when it runs again: a deadlock or a serialization failure.
+	ErrRetryable = errors.New("retryable database error")
+	// ErrUnsupported: the store does not implement the request (the
+	// embedded store, for a feature it does not have yet). The message names
+	// it.
+	ErrUnsupported = errors.New("not supported by this store")
+)
+
+// ErrUnavailable marks an error of the database being out of reach (a
+// refused, reset or dropped connection, a server shutting down or starting
+// up) rather than a refusal of the statement itself: worth trying again
+// after a pause. Drivers mark it where they interpret their errors.
+var ErrUnavailable = errors.New("database unavailable")

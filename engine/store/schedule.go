@@ -1,0 +1,76 @@
+package store
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/cairnflow/cairn/history"
+	"github.com/cockroachdb/errors"
+	"github.com/robfig/cron/v3"
+)
+
+// Schedule is a cron schedule: at each tick, the leader starts a task of
+// TaskType with Input. Ticks missed while no leader ran (or while paused)
+// are not made up: the policy is "run the latest once" — one task for the
+// latest missed tick, then on schedule again.
+type Schedule struct {
+	Namespace   string
+	Name        string
+	Cron        string // five fields (minute first), an optional leading seconds field, or a descriptor (@hourly)
+	Timezone    string // IANA name; default UTC
+	TaskType    string
+	TypeVersion int
+	Queue       string
+	Input       json.RawMessage
+	MaxAttempts int
+	Paused      bool
+	NextRunAt   time.Time  // the next tick that will fire
+	LastTick    *time.Time // the last tick fired
+}
+
+// cronParser accepts standard five-field expressions, an optional leading
+// seconds field, and descriptors such as @daily and @every 1h.
+var cronParser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
+
+// ParseCron parses spec in the time zone tz (IANA name; "" is UTC). The
+// error says which of the two is wrong.
+func ParseCron(spec, tz string) (cron.Schedule, *time.Location, error) {
+	if tz == "" {
+		tz = "UTC"
+	}
+	loc, err := time.LoadLocation(tz)
+	if err != nil {
+		return nil, nil, errors.Newf("time zone %q: %v", tz, err)
+	}
+	sched, err := cronParser.Parse(spec)
+	if err != nil {
+		return nil, nil, errors.Newf("cron expression %q: %v", spec, err)
+	}
+	return sched, loc, nil
+}
+
+// Check checks a new schedule before a store writes it, setting the
+// default time zone, and returns its parsed cron expression and zone.
+func (sc *Schedule) Check() (cron.Schedule, *time.Location, error) {
+	if sc.Namespace == "" || sc.Name == "" || sc.TaskType == "" || sc.Queue == "" || sc.TypeVersion < 1 {
+		return nil, nil, errors.New("schedule: namespace, name, task type, version and queue are required")
+	}
+	if sc.Timezone == "" {
+		sc.Timezone = "UTC"
+	}
+	sched, loc, err := ParseCron(sc.Cron, sc.Timezone)
+	if err != nil {
+		return nil, nil, errors.Wrapf(err, "schedule %s", sc.Name)
+	}
+	return sched, loc, nil
+}
+
+// TaskAt is the start of the schedule's task for tick: its idempotency key
+// "schedule:<name>:<tick>" makes one task per tick, whoever fires it.
+func (sc Schedule) TaskAt(tick time.Time) *TaskStartParams {
+	return &TaskStartParams{Namespace: sc.Namespace, Scheduled: history.Scheduled{
+		TaskType: sc.TaskType, TypeVersion: sc.TypeVersion, Queue: sc.Queue, Input: sc.Input,
+		IdempotencyKey: "schedule:" + sc.Name + ":" + tick.Format(time.RFC3339Nano), MaxAttempts: sc.MaxAttempts,
+		Labels: map[string]string{"schedule": sc.Name},
+	}}
+}

@@ -1,0 +1,125 @@
+package store
+
+import (
+	"context"
+	"time"
+
+	"github.com/cairnflow/cairn/history"
+	"github.com/google/uuid"
+)
+
+// Store is the seam between cairn's runtime and a database: statement-level
+// operations on the event log and its projection, claims under leases with
+// fencing, timers, schedules, queue settings and the reads operators make,
+// each taking its parameters and returning values of this package. What a
+// request means (cancel, compensate, requeue, rescue, expiry, a diagnosis's
+// causes) is decided once, above the seam, in package engine.
+//
+// Two drivers implement it with the same semantics: engine/pgstore
+// (PostgreSQL, any number of processes) and engine/sqlitestore (one SQLite
+// file, one process). The conformance suite in engine/storetest runs
+// against both. A driver may offer more outside the interface (pgstore's
+// TaskStartTx joins a caller's pgx transaction); a caller that needs it and
+// has another store returns an error marked [ErrUnsupported].
+//
+// The interface is for drivers and for decorators of them (tracing, fault
+// injection); it grows as the engine needs, so implementing it outside
+// cairn means following its changes.
+type Store interface {
+	// Tasks: start, read, list.
+	TaskStart(ctx context.Context, p *TaskStartParams) (TaskStartResult, error)
+	TaskStartMany(ctx context.Context, ps []*TaskStartParams) ([]TaskStartResult, error)
+	TaskGetByID(ctx context.Context, namespace string, id uuid.UUID) (*Task, error)
+	TaskGetManyByID(ctx context.Context, ids []uuid.UUID) ([]*Task, error)
+	TaskList(ctx context.Context, p *TaskListParams) ([]*Task, error)
+	TaskIDListAll(ctx context.Context) ([]uuid.UUID, error)
+	EventListByTask(ctx context.Context, id uuid.UUID) ([]history.Event, error)
+	EventListByTasks(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID][]history.Event, error)
+
+	// The execution path: claims, fenced appends, leases.
+	TaskClaimMany(ctx context.Context, p *TaskClaimManyParams) ([]*ClaimedTask, error)
+	EventAppend(ctx context.Context, p *EventAppendParams) (history.State, error)
+	EventAppendMany(ctx context.Context, ps []*EventAppendParams) ([]AppendResult, error)
+	LeaseExtendMany(ctx context.Context, leases []LeaseRef, ttl time.Duration) (map[uuid.UUID]LeaseRenewal, error)
+
+	// Dead letters.
+	DeadLetterList(ctx context.Context, p *DeadLetterListParams) ([]*Task, error)
+
+	// What the leader's singleton work reads and writes: tasks whose lease
+	// expired (by the database clock), tasks past their start deadline,
+	// the leader lease, due schedules.
+	TaskListLeaseExpired(ctx context.Context, max int) ([]uuid.UUID, error)
+	TaskListStartExpired(ctx context.Context, max int) ([]uuid.UUID, error)
+	LeaderAttempt(ctx context.Context, name, owner string, ttl time.Duration) (bool, error)
+	LeaderResign(ctx context.Context, name, owner string) error
+	ScheduleFireDue(ctx context.Context, max int) (int, error)
+	ScheduleNextDue(ctx context.Context) (at time.Time, ok bool, err error)
+
+	// Schedules.
+	ScheduleCreate(ctx context.Context, sc Schedule) error
+	ScheduleList(ctx context.Context, namespace string) ([]Schedule, error)
+	SchedulePause(ctx context.Context, namespace, name string, paused bool) error
+	ScheduleDelete(ctx context.Context, namespace, name string) error
+
+	// Queue settings, rate limits, registered types.
+	QueueSet(ctx context.Context, c QueueConfig) error
+	QueueList(ctx context.Context, namespace string) ([]QueueInfo, error)
+	QueueWaits(ctx context.Context, namespace string) ([]QueueWait, error)
+	RateLimitSet(ctx context.Context, namespace, taskType string, maxStarts int, per time.Duration) error
+	RateLimitDelete(ctx context.Context, namespace, taskType string) error
+	TaskTypeRegister(ctx context.Context, namespace, worker string, types []TaskType) error
+	TaskTypeList(ctx context.Context, namespace string) ([]TaskType, error)
+
+	// Operators' reads. QueueMeasure measures a queue over a window; the
+	// causes are judged above the seam (engine.DiagnoseQueue).
+	QueueStatsList(ctx context.Context, namespace string, window time.Duration) ([]QueueStats, error)
+	QueueGaugeList(ctx context.Context) ([]*QueueGauge, error)
+	QueueMeasure(ctx context.Context, p *QueueDiagnoseParams) (*QueueDiagnosis, error)
+	EventScan(ctx context.Context, p *EventScanParams) ([]AuditEvent, error)
+
+	// NewListener returns a listener for the store's notifications, not yet
+	// connected. Each call returns a new one.
+	NewListener() Listener
+
+	// Ping checks that the database answers.
+	Ping(ctx context.Context) error
+}
+
+// Listener receives a store's notifications after its commits: work became
+// ready, tasks finished, cancels of running tasks were requested. On
+// PostgreSQL it is a dedicated connection that runs LISTEN; on SQLite, a
+// subscription to the store's in-process announcements.
+//
+// Notifications only make the runtime react sooner. They can be lost (a
+// dropped connection), so the runtime polls as well and is correct without
+// them.
+type Listener interface {
+	// Connect starts listening. After an error from WaitForNotification
+	// the listener is closed; Connect may be called again.
+	Connect(ctx context.Context) error
+	// WaitForNotification blocks until the next notification, ctx is
+	// done, or the listener fails.
+	WaitForNotification(ctx context.Context) (Notification, error)
+	// Close stops listening. It is safe to call on a listener that is not
+	// connected.
+	Close(ctx context.Context) error
+}
+
+// Notification is what a store announces after a commit. A driver may
+// merge several commits' announcements into one.
+type Notification struct {
+	Ready  bool        // work became ready in some queue
+	Done   []uuid.UUID // tasks that finished
+	Cancel []uuid.UUID // running tasks whose cancel was requested
+}
+
+// Observer counts what a store writes, after the write has committed:
+// engine.Metrics implements it. Drivers call it; nil is allowed and costs a
+// nil check.
+type Observer interface {
+	// ObserveAppended is called for each append that was written, with the
+	// state it replayed to.
+	ObserveAppended(p *EventAppendParams, next history.State)
+	// ObserveClaimed is called with each batch of claimed tasks.
+	ObserveClaimed(claimed []*ClaimedTask)
+}

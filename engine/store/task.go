@@ -1,0 +1,151 @@
+package store
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/cairnflow/cairn/history"
+	"github.com/google/uuid"
+)
+
+// EventAppendParams describes an append to one task's log.
+type EventAppendParams struct {
+	TaskID uuid.UUID
+	// State is the task's state as the caller knows it: the replay of its
+	// log up to State.LastSeq. The append succeeds only if the log is still
+	// there.
+	State history.State
+	// Epoch, when not 0, fences the append: it succeeds only while the task
+	// is under this lease epoch. Appends made for an attempt set it.
+	Epoch int64
+	// ExpiredOnly restricts the append to a task whose lease has expired by
+	// the database clock (the rescuer's append).
+	ExpiredOnly bool
+	// At is the time of the new events. Default [Now].
+	At time.Time
+	// Attempt is the attempt the new events belong to.
+	Attempt int
+	// Payloads are the new events' bodies, in order.
+	Payloads []history.Payload
+
+	// AttemptStartedAt is when the attempt these events belong to began,
+	// where the writer knows it (the processor, the rescuer): an append
+	// that ends the attempt observes its duration. It is not written.
+	AttemptStartedAt time.Time
+}
+
+// AppendResult is the outcome of one append of an [Store.EventAppendMany].
+type AppendResult struct {
+	State history.State // the new state; the old one when Err is set
+	Err   error         // as for [Store.EventAppend]
+}
+
+// MigrationState is one migration and whether it has been applied.
+type MigrationState struct {
+	Version   int
+	Name      string
+	AppliedAt *time.Time // nil while pending
+}
+
+// DeadLetterListParams pages through a namespace's dead letters, newest
+// first.
+type DeadLetterListParams struct {
+	Namespace string
+	Type      string // "" for every type
+	// Before continues a listing: only tasks that were dead-lettered
+	// before this one (by finished_at, then id) are returned.
+	Before *DeadLetterCursor
+	Limit  int // default 100
+}
+
+// DeadLetterCursor is where a page of dead letters ended.
+type DeadLetterCursor struct {
+	FinishedAt time.Time
+	ID         uuid.UUID
+}
+
+// DefaultNamespace is the namespace tasks belong to unless a caller names
+// another.
+const DefaultNamespace = "default"
+
+// Task is a task's projection row: the state its event log replays to, plus
+// its identity and the live lease expiry.
+type Task struct {
+	ID             uuid.UUID
+	Namespace      string
+	Queue          string
+	Type           string
+	TypeVersion    int
+	Status         history.Status
+	Priority       int
+	RunAt          time.Time
+	Attempt        int
+	MaxAttempts    int
+	LeaseOwner     string
+	LeaseEpoch     int64
+	LeaseExpiresAt *time.Time // extended by heartbeats; nil when not running
+	IdempotencyKey string
+	TraceID        string
+	Input          json.RawMessage
+	Output         json.RawMessage
+	LastError      *history.ErrorInfo
+	CancelRequest  bool
+	LastSeq        int64
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
+	StartedAt      *time.Time
+	FinishedAt     *time.Time
+	Labels         map[string]string
+	Deadline       *time.Time // the schedule-to-close deadline, if any
+	StartDeadline  *time.Time // the latest first start, if any
+	FairnessKey    string     // who the task is for, shared round robin
+	FairnessWeight int        // the key's turns against weight 1; 0 when none
+}
+
+// FairnessQuantum is how far a keyed task's virtual start time (fair_at)
+// is placed after the last waiting task of its key, over its weight. A key
+// with n tasks waiting has its next one n quanta out, so a fresh key's task,
+// placed at its run time, goes ahead of all but the first of another key's
+// backlog started a quantum or more before. Large against the time between
+// claims, so order among keys is round robin rather than arrival order.
+const FairnessQuantum = time.Second
+
+// TaskStartParams describes a task to start.
+type TaskStartParams struct {
+	Namespace string
+	// Scheduled is the task_scheduled payload. Its Namespace is overwritten
+	// with the Namespace above.
+	Scheduled history.Scheduled
+}
+
+// TaskStartResult says which task a start refers to.
+type TaskStartResult struct {
+	ID uuid.UUID
+	// Existing is true when the idempotency key was already taken and ID is
+	// the task that took it; nothing was created.
+	Existing bool
+}
+
+// TaskListParams filters [Store.TaskList]. Empty strings match everything.
+type TaskListParams struct {
+	Namespace string
+	Status    history.Status
+	Type      string
+	Queue     string
+	Before    uuid.UUID // only tasks older than this one (ids are UUIDv7); zero: from the newest
+	Limit     int       // default 100
+}
+
+// TaskType is a task type at one version that a worker has registered in a
+// namespace, with the defaults its definition gives: what a producer that
+// does not link the workflow code (the HTTP API) may start, and how.
+type TaskType struct {
+	Namespace       string        `json:"namespace"`
+	Type            string        `json:"type"`
+	Version         int           `json:"version"`
+	Queue           string        `json:"queue"`
+	MaxAttempts     int           `json:"max_attempts"`                // 0: no limit
+	ScheduleToClose time.Duration `json:"schedule_to_close,omitempty"` // 0: none
+	RegisteredBy    string        `json:"registered_by"`
+	RegisteredAt    time.Time     `json:"registered_at"`
+}
