@@ -8,7 +8,7 @@ import (
 	"github.com/cairnflow/cairn/activities"
 	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/history"
-	"github.com/cairnflow/cairn/workflow"
+	"github.com/cairnflow/cairn/internal/interpreter"
 	"github.com/cockroachdb/errors"
 	"github.com/google/uuid"
 )
@@ -87,7 +87,7 @@ func (w *Worker) compensate(a *engine.Attempt, reg registered, reason string, ca
 	// The compensators are Go code: run the workflow over its recorded
 	// steps, without running any, to learn each step's options.
 	taskID := a.Task.ID.String()
-	collected := workflow.Run(workflow.RunParams{
+	collected := interpreter.Run(interpreter.RunParams{
 		TaskID: taskID, Attempt: state.Attempt, Steps: state.Steps, Context: ctx, CollectOnly: true,
 		Record: func(history.Payload) error { return errors.New("a collect-only run records nothing") },
 	}, reg.fn, a.Task.Input)
@@ -145,14 +145,13 @@ func interrupted(a *engine.Attempt, ctx context.Context) error {
 // (the idempotency key is the step's with "/compensate" appended), under
 // the step's StartToClose and HeartbeatTimeout, so a hung compensator
 // cannot hold the task forever.
-func runCompensator(ctx context.Context, a *engine.Attempt, taskID string, step history.Step, opts *workflow.StepOpts) error {
+func runCompensator(ctx context.Context, a *engine.Attempt, taskID string, step history.Step, opts *interpreter.StepOptions) error {
 	ctx = activities.WithInfo(ctx, activities.Info{
 		TaskID: taskID, TaskType: a.Task.Type, Attempt: a.State().Attempt, WorkerID: a.WorkerID(),
 		Step: step.Name, Position: step.Position,
 		IdempotencyKey: activities.IdempotencyKey(taskID, step.Position, step.Name) + "/compensate",
 	})
-	timeouts := activities.Timeouts{StartToClose: opts.StartToClose, Heartbeat: opts.HeartbeatTimeout}
-	_, err := activities.RunStep(ctx, timeouts, func(ctx context.Context) (struct{}, error) {
+	_, err := activities.RunStep(ctx, opts.Timeouts, func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, opts.Compensate(ctx, step.Output)
 	})
 	return err
@@ -160,7 +159,7 @@ func runCompensator(ctx context.Context, a *engine.Attempt, taskID string, step 
 
 // compensatorFailed classifies a compensator's error under its retry
 // policy: retry later, or give the task to a person.
-func (w *Worker) compensatorFailed(a *engine.Attempt, reg registered, state history.State, step history.Step, opts *workflow.StepOpts, err error) []history.Payload {
+func (w *Worker) compensatorFailed(a *engine.Attempt, reg registered, state history.State, step history.Step, opts *interpreter.StepOptions, err error) []history.Payload {
 	override := opts.CompensationRetry
 	if override == nil {
 		override = opts.Retry

@@ -6,7 +6,7 @@ import (
 
 	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/history"
-	"github.com/cairnflow/cairn/workflow"
+	"github.com/cairnflow/cairn/internal/interpreter"
 	"github.com/cockroachdb/errors"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -50,7 +50,7 @@ func (w *Worker) startAttemptTrace(ctx context.Context, a *engine.Attempt, attem
 
 // stepContext begins a step's span under the attempt's; base is the
 // context the step would run with.
-func (t *attemptTrace) stepContext(base context.Context, s workflow.StepInfo) context.Context {
+func (t *attemptTrace) stepContext(base context.Context, s interpreter.StepInfo) context.Context {
 	if t.tracer == nil {
 		return base
 	}
@@ -62,7 +62,7 @@ func (t *attemptTrace) stepContext(base context.Context, s workflow.StepInfo) co
 }
 
 // stepDone ends the running step's span.
-func (t *attemptTrace) stepDone(_ workflow.StepInfo, err error) {
+func (t *attemptTrace) stepDone(_ interpreter.StepInfo, err error) {
 	if t.step == nil {
 		return
 	}

@@ -11,7 +11,7 @@ import (
 	"github.com/cairnflow/cairn/activities"
 	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/history"
-	"github.com/cairnflow/cairn/workflow"
+	"github.com/cairnflow/cairn/internal/interpreter"
 	"github.com/cockroachdb/errors"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/trace"
@@ -76,7 +76,7 @@ type Worker struct {
 }
 
 type registered struct {
-	fn       workflow.Func
+	fn       interpreter.Func
 	defaults workflowDefaults
 }
 
@@ -163,7 +163,7 @@ func RegisterSafely[In, Out any](w *Worker, wf *Workflow[In, Out]) error {
 	if _, dup := w.types[key]; dup {
 		return errors.Newf("register %s: already registered", key)
 	}
-	w.types[key] = registered{fn: workflow.Typed(wf.fn), defaults: wf.defaults}
+	w.types[key] = registered{fn: interpreter.Typed(wf.fn), defaults: wf.defaults}
 	return nil
 }
 
@@ -296,10 +296,10 @@ func (w *Worker) handleAttempt(ctx context.Context, a *engine.Attempt, tr *attem
 		irreversibleCtx, cancelIrreversible = context.WithDeadlineCause(irreversibleCtx, *dl, errDeadline)
 		defer cancelIrreversible()
 	}
-	res := workflow.Run(workflow.RunParams{
+	res := interpreter.Run(interpreter.RunParams{
 		TaskID: taskID, Attempt: state.Attempt, Steps: state.Steps,
 		Context: runCtx, Stopping: a.Stopping(),
-		StepContext: func(s workflow.StepInfo) context.Context {
+		StepContext: func(s interpreter.StepInfo) context.Context {
 			base := runCtx
 			if s.Irreversible {
 				base = irreversibleCtx // a cancel request does not stop it
@@ -323,7 +323,7 @@ func (w *Worker) handleAttempt(ctx context.Context, a *engine.Attempt, tr *attem
 	if res.Err != nil && errors.Is(context.Cause(runCtx), errDeadline) {
 		res.Err = errors.Mark(res.Err, errDeadline)
 	}
-	if res.Err != nil && !errors.Is(res.Err, workflow.ErrStopping) &&
+	if res.Err != nil && !errors.Is(res.Err, interpreter.ErrStopping) &&
 		errors.Is(context.Cause(ctx), engine.ErrCancelRequested) && a.LeaseContext().Err() == nil {
 		// Cancelled while running: it stopped at a checkpoint (or its step
 		// was cancelled); undo what it completed.
@@ -359,16 +359,16 @@ const kindDeadline = "schedule_to_close_timeout"
 var errDeadline = errors.New("task deadline passed")
 
 // outcome maps a run's result to the events that end the attempt.
-func (w *Worker) outcome(ctx context.Context, a *engine.Attempt, reg registered, res workflow.Result) ([]history.Payload, error) {
+func (w *Worker) outcome(ctx context.Context, a *engine.Attempt, reg registered, res interpreter.Result) ([]history.Payload, error) {
 	if res.Err == nil {
 		return []history.Payload{history.TaskCompletedData{Output: res.Output}}, nil
 	}
-	var sleep *workflow.SleepRequest
+	var sleep *interpreter.SleepRequest
 	if errors.As(res.Err, &sleep) {
 		// The attempt ends here; the task is due again when the timer fires.
 		return []history.Payload{history.TimerStartedData{Position: sleep.Position, FireAt: sleep.FireAt}}, nil
 	}
-	if errors.Is(res.Err, workflow.ErrStopping) {
+	if errors.Is(res.Err, interpreter.ErrStopping) {
 		return nil, engine.ErrReleased
 	}
 	if ctx.Err() != nil {
@@ -398,8 +398,8 @@ func (w *Worker) outcome(ctx context.Context, a *engine.Attempt, reg registered,
 	if max := state.Scheduled.MaxAttempts; max > 0 {
 		policy.MaxAttempts = max // as started: StartOpts.MaxAttempts may override the type's
 	}
-	if res.StepOpts != nil && res.StepOpts.Retry != nil {
-		policy = *res.StepOpts.Retry
+	if res.StepOptions != nil && res.StepOptions.Retry != nil {
+		policy = *res.StepOptions.Retry
 	}
 	decision := policy.Decide(info, state.Budget.Attempts, elapsed, rand.Float64)
 	final := info.Class == history.Permanent // no requeue can help either
@@ -435,7 +435,7 @@ func (w *Worker) giveUp(reg registered, state history.State, info history.ErrorI
 // policy of the failed step, else of the workflow type; the default, which
 // is transient for a step's errors and permanent for the workflow body's
 // own (re-running the same code on the same history gives the same error).
-func (w *Worker) classify(a *engine.Attempt, reg registered, res workflow.Result, attempts int, elapsed time.Duration) history.ErrorInfo {
+func (w *Worker) classify(a *engine.Attempt, reg registered, res interpreter.Result, attempts int, elapsed time.Duration) history.ErrorInfo {
 	f := activities.Failure{
 		Err: res.Err, Default: history.Permanent, DefaultBy: "default:workflow",
 		Attempt: attempts, Elapsed: elapsed,
@@ -445,8 +445,8 @@ func (w *Worker) classify(a *engine.Attempt, reg registered, res workflow.Result
 		f.Default, f.DefaultBy, f.Step.Name = history.Transient, "default:step", res.Step.Name
 	}
 	var override *activities.RetryPolicy
-	if res.StepOpts != nil {
-		override = res.StepOpts.Retry
+	if res.StepOptions != nil {
+		override = res.StepOptions.Retry
 	}
 	policy := reg.retryFor(override).Classifier
 	var info history.ErrorInfo
@@ -456,7 +456,7 @@ func (w *Worker) classify(a *engine.Attempt, reg registered, res workflow.Result
 	} else {
 		info = activities.Classify(f, policy)
 	}
-	if errors.Is(res.Err, workflow.ErrRecordFailed) && !activities.Marked(info) {
+	if errors.Is(res.Err, interpreter.ErrRecordFailed) && !activities.Marked(info) {
 		// The step finished but its result was not saved: run it again.
 		info.Class, info.Kind, info.ClassifiedBy = history.Transient, "record_failed", "rule:record_failed"
 	}
@@ -470,13 +470,13 @@ func (w *Worker) classify(a *engine.Attempt, reg registered, res workflow.Result
 // retry, or "".
 func alwaysPermanent(err error) string {
 	switch {
-	case errors.Is(err, workflow.ErrNondeterministic):
+	case errors.Is(err, interpreter.ErrNondeterministic):
 		return "nondeterminism"
-	case errors.Is(err, workflow.ErrBadInput):
+	case errors.Is(err, interpreter.ErrBadInput):
 		return "bad_input"
-	case errors.Is(err, workflow.ErrBadStepOpts):
+	case errors.Is(err, interpreter.ErrBadStepOpts):
 		return "bad_step_options"
-	case errors.Is(err, workflow.ErrUnstorable):
+	case errors.Is(err, interpreter.ErrUnstorable):
 		return "unstorable_output"
 	case errors.Is(err, errDeadline):
 		return kindDeadline
