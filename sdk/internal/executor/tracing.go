@@ -1,4 +1,4 @@
-package sdk
+package executor
 
 import (
 	"context"
@@ -13,7 +13,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// tracerName names cairn's instrumentation in the spans it makes.
+// tracerName names cairn's instrumentation in the spans it makes. It is
+// the sdk's import path, as before the executor moved out of the sdk:
+// samplers and dashboards may select spans by it.
 const tracerName = "github.com/cairnflow/cairn/sdk"
 
 // attemptTrace makes an attempt's span and its steps' spans, under the
@@ -28,11 +30,11 @@ type attemptTrace struct {
 // startAttemptTrace begins the attempt's span: a child of the task's
 // trace context (its trace id, a W3C traceparent or 32 hex digits), or a
 // new trace when it has none.
-func (w *Worker) startAttemptTrace(ctx context.Context, a *engine.Attempt, attempt int) (context.Context, *attemptTrace) {
-	if w.cfg.TracerProvider == nil {
+func (h *Handler) startAttemptTrace(ctx context.Context, a *engine.Attempt, attempt int) (context.Context, *attemptTrace) {
+	if h.tracerProvider == nil {
 		return ctx, &attemptTrace{}
 	}
-	tracer := w.cfg.TracerProvider.Tracer(tracerName)
+	tracer := h.tracerProvider.Tracer(tracerName)
 	if parent, ok := remoteParent(a.Task.TraceID, a.Task.ID); ok {
 		ctx = trace.ContextWithRemoteSpanContext(ctx, parent)
 	}
@@ -43,7 +45,7 @@ func (w *Worker) startAttemptTrace(ctx context.Context, a *engine.Attempt, attem
 			attribute.Int("cairn.task.version", a.Task.TypeVersion),
 			attribute.String("cairn.queue", a.Task.Queue),
 			attribute.Int("cairn.attempt", attempt),
-			attribute.String("cairn.worker.id", w.cfg.WorkerID),
+			attribute.String("cairn.worker.id", h.workerID),
 		))
 	return ctx, &attemptTrace{tracer: tracer, attempt: span}
 }
