@@ -141,3 +141,23 @@ func TestErrNondeterministicIsTheInterpretersMark(t *testing.T) {
 	})
 	require.True(t, errors.Is(res.Err, workflow.ErrNondeterministic), "got %v", res.Err)
 }
+
+// A workflow body cannot hand its Context to I/O: it is not a
+// context.Context. Its own methods say which task and attempt it runs.
+func TestContextIsNotAContextContext(t *testing.T) {
+	t.Parallel()
+	var isStdContext bool
+	var taskID string
+	var attempt int
+	res := interpreter.Run(interpreter.RunParams{
+		TaskID: "task-7", Attempt: 3, Record: func(history.Payload) error { return nil },
+	}, func(ctx workflow.Context, _ json.RawMessage) (json.RawMessage, error) {
+		_, isStdContext = any(ctx).(context.Context)
+		taskID, attempt = ctx.TaskID(), ctx.Attempt()
+		return nil, nil
+	}, nil)
+	require.NoError(t, res.Err)
+	require.False(t, isStdContext, "workflow.Context must not satisfy context.Context")
+	require.Equal(t, "task-7", taskID)
+	require.Equal(t, 3, attempt)
+}
