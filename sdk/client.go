@@ -15,7 +15,7 @@ import (
 	"github.com/cairnflow/cairn/activities"
 	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/history"
-	"github.com/cairnflow/cairn/workflow"
+	"github.com/cairnflow/cairn/internal/interpreter"
 	"github.com/cockroachdb/errors"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -265,7 +265,7 @@ func (c *Client) checkedStartParams(wf WorkflowRef, input any, opts *StartOpts) 
 			return nil, errors.Wrapf(err, "start %s: encode input", wf.TypeName())
 		}
 	}
-	if workflow.HasNULEscape(raw) {
+	if interpreter.HasNULEscape(raw) {
 		return nil, errors.Newf("start %s: input contains the character U+0000, which PostgreSQL cannot store in JSON", wf.TypeName())
 	}
 	runAt := opts.RunAt

@@ -26,6 +26,10 @@
 // a completed task's steps.
 //
 // The package is thin: it wires engine (storage, leases), workflow (the
-// programming model) and activities (step runtime, retries). It may import
-// all of them.
+// programming model) and activities (step runtime, retries). What happens
+// to an attempt (running the workflow, classifying a failure, deciding on
+// a retry, compensating) is the attempt executor's, in sdk/internal/executor,
+// which the Worker hands to the engine; the interpreter that runs a
+// workflow against its history is internal/interpreter. The package may
+// import all of them.
 package sdk

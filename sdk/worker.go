@@ -2,16 +2,13 @@ package sdk
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"time"
 
-	"github.com/cairnflow/cairn/activities"
 	"github.com/cairnflow/cairn/engine"
-	"github.com/cairnflow/cairn/history"
-	"github.com/cairnflow/cairn/workflow"
+	"github.com/cairnflow/cairn/internal/interpreter"
+	"github.com/cairnflow/cairn/sdk/internal/executor"
 	"github.com/cockroachdb/errors"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/trace"
@@ -69,29 +66,16 @@ type Worker struct {
 	store engine.Store
 
 	mu        sync.Mutex
-	types     map[engine.TypeKey]registered // written by Register before Start; read by attempts
+	types     map[engine.TypeKey]registered // written by Register before Start; read by Start
 	processor *engine.Processor
 	notifier  *engine.Notifier
 	rescuer   *engine.Rescuer
 }
 
+// registered is a workflow type as Register recorded it.
 type registered struct {
-	fn       workflow.Func
+	fn       interpreter.Func
 	defaults workflowDefaults
-}
-
-// retryFor returns the retry policy for a failure under override (a step's
-// policy), else the type's. An override without a classifier keeps the
-// type's.
-func (r registered) retryFor(override *activities.RetryPolicy) activities.RetryPolicy {
-	if override == nil {
-		return r.defaults.retry
-	}
-	policy := *override
-	if policy.Classifier == nil {
-		policy.Classifier = r.defaults.retry.Classifier
-	}
-	return policy
 }
 
 // NewWorker returns a worker; it does nothing until started.
@@ -163,7 +147,7 @@ func RegisterSafely[In, Out any](w *Worker, wf *Workflow[In, Out]) error {
 	if _, dup := w.types[key]; dup {
 		return errors.Newf("register %s: already registered", key)
 	}
-	w.types[key] = registered{fn: workflow.Typed(wf.fn), defaults: wf.defaults}
+	w.types[key] = registered{fn: interpreter.Typed(wf.fn), defaults: wf.defaults}
 	return nil
 }
 
@@ -179,9 +163,14 @@ func (w *Worker) Start(ctx context.Context) error {
 		return errors.New("worker already started")
 	}
 	keys := make([]engine.TypeKey, 0, len(w.types))
-	for k := range w.types {
+	types := make(map[engine.TypeKey]executor.Type, len(w.types))
+	for k, reg := range w.types {
 		keys = append(keys, k)
+		types[k] = executor.Type{Func: reg.fn, Retry: reg.defaults.retry, SkipDeadLetter: reg.defaults.skipDeadLetter}
 	}
+	handler := executor.NewHandler(executor.HandlerConfig{
+		Types: types, WorkerID: w.cfg.WorkerID, Logger: w.cfg.Logger, TracerProvider: w.cfg.TracerProvider,
+	})
 	// Record the types so producers without this code (the HTTP API) can
 	// start them with the definition's defaults.
 	if err := w.registerTypes(ctx); err != nil {
@@ -190,7 +179,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	w.notifier = engine.NewNotifier(w.store, w.cfg.Logger)
 	processor, err := engine.NewProcessor(engine.ProcessorConfig{
 		Store: w.store, Notifier: w.notifier, Namespace: w.cfg.Namespace, Queues: w.cfg.Queues,
-		Types: keys, Handler: w, Concurrency: w.cfg.Concurrency, LeaseTTL: w.cfg.LeaseTTL,
+		Types: keys, Handler: handler, Concurrency: w.cfg.Concurrency, LeaseTTL: w.cfg.LeaseTTL,
 		HeartbeatInterval: w.cfg.HeartbeatInterval, PollInterval: w.cfg.PollInterval,
 		WorkerID: w.cfg.WorkerID, Logger: w.cfg.Logger,
 	})
@@ -248,240 +237,3 @@ func (w *Worker) stop(ctx context.Context, cancel bool) error {
 
 // WorkerID returns the id this worker records as lease owner.
 func (w *Worker) WorkerID() string { return w.cfg.WorkerID }
-
-// HandleAttempt implements engine.Handler: it runs the workflow against the
-// task's history and turns the run's result into the events that end the
-// attempt. It is called by the engine, not by users.
-func (w *Worker) HandleAttempt(ctx context.Context, a *engine.Attempt) (payloads []history.Payload, err error) {
-	ctx, tr := w.startAttemptTrace(ctx, a, a.State().Attempt)
-	defer func() { tr.end(err, payloads) }()
-	return w.handleAttempt(ctx, a, tr)
-}
-
-func (w *Worker) handleAttempt(ctx context.Context, a *engine.Attempt, tr *attemptTrace) ([]history.Payload, error) {
-	key := engine.TypeKey{Type: a.Task.Type, Version: a.Task.TypeVersion}
-	w.mu.Lock()
-	reg, ok := w.types[key]
-	w.mu.Unlock()
-	state := a.State()
-	if !ok {
-		// Claims filter by registered types, so this is a wiring bug.
-		return nil, errors.AssertionFailedf("claimed task %s of unregistered type %s", a.Task.ID, key)
-	}
-	if state.Compensation != nil || state.CancelRequested {
-		// A cancel or compensation request, or compensation cut short by
-		// a failed attempt: this attempt goes straight to compensation.
-		var cause *history.ErrorInfo
-		if state.Compensation != nil {
-			cause = state.Compensation.Cause
-		}
-		return w.compensate(a, reg, compensationReason(state), cause, nil)
-	}
-	taskID := a.Task.ID.String()
-	runCtx, irreversibleCtx := ctx, a.LeaseContext()
-	if dl := state.Scheduled.Deadline; dl != nil {
-		if !engine.Now().Before(*dl) {
-			info := history.ErrorInfo{
-				Class: history.Permanent, Kind: kindDeadline, ClassifiedBy: "rule:" + kindDeadline,
-				Message: fmt.Sprintf("deadline %s passed before attempt %d began", dl.Format(time.RFC3339), state.Attempt),
-			}
-			if len(compensablePositions(state)) > 0 {
-				return w.compensate(a, reg, history.CompensateFailed, &info, nil)
-			}
-			return w.giveUp(reg, state, info, "deadline passed"), nil
-		}
-		var cancel, cancelIrreversible context.CancelFunc
-		runCtx, cancel = context.WithDeadlineCause(ctx, *dl, errDeadline)
-		defer cancel()
-		irreversibleCtx, cancelIrreversible = context.WithDeadlineCause(irreversibleCtx, *dl, errDeadline)
-		defer cancelIrreversible()
-	}
-	res := workflow.Run(workflow.RunParams{
-		TaskID: taskID, Attempt: state.Attempt, Steps: state.Steps,
-		Context: runCtx, Stopping: a.Stopping(),
-		StepContext: func(s workflow.StepInfo) context.Context {
-			base := runCtx
-			if s.Irreversible {
-				base = irreversibleCtx // a cancel request does not stop it
-			}
-			return activities.WithInfo(tr.stepContext(base, s), activities.Info{
-				TaskID: taskID, TaskType: a.Task.Type, Attempt: state.Attempt, WorkerID: a.WorkerID(),
-				Step: s.Name, Position: s.Position,
-				IdempotencyKey: activities.IdempotencyKey(taskID, s.Position, s.Name),
-				TraceID:        a.Task.TraceID,
-			})
-		},
-		StepDone: tr.stepDone,
-		Timer:    state.Timer, Now: engine.Now,
-		Record: func(step history.Payload) error {
-			// Record even if the attempt context was cancelled by a stop
-			// while the step ran: the step did finish. The lease fence
-			// still refuses a stale attempt.
-			return a.Append(a.DurableContext(), step)
-		},
-	}, reg.fn, a.Task.Input)
-	if res.Err != nil && errors.Is(context.Cause(runCtx), errDeadline) {
-		res.Err = errors.Mark(res.Err, errDeadline)
-	}
-	if res.Err != nil && !errors.Is(res.Err, workflow.ErrStopping) &&
-		errors.Is(context.Cause(ctx), engine.ErrCancelRequested) && a.LeaseContext().Err() == nil {
-		// Cancelled while running: it stopped at a checkpoint (or its step
-		// was cancelled); undo what it completed.
-		return w.compensate(a, reg, history.CompensateCancelled, nil, res.Pending)
-	}
-	payloads, err := w.outcome(ctx, a, reg, res)
-	payloads = withStepUsage(payloads, res.StepUsage)
-	var ec *errCompensate
-	if errors.As(err, &ec) {
-		return w.compensate(a, reg, history.CompensateFailed, &ec.cause, res.Pending)
-	}
-	if res.Pending == nil {
-		return payloads, err
-	}
-	if err != nil {
-		// No outcome to write it with (the task is released, or the
-		// attempt interrupted): record the finished step on its own, so it
-		// does not run again.
-		if recErr := a.Append(a.DurableContext(), res.Pending); recErr != nil {
-			w.cfg.Logger.Warn("worker: record last step", "task_id", a.Task.ID, "err", recErr.Error())
-		}
-		return payloads, err
-	}
-	// The last step's completion goes in the same append as the outcome:
-	// one round trip and one row update fewer per task.
-	return append([]history.Payload{res.Pending}, payloads...), nil
-}
-
-// kindDeadline is the error kind of an attempt cut off by its task's
-// schedule-to-close deadline. It is always permanent.
-const kindDeadline = "schedule_to_close_timeout"
-
-var errDeadline = errors.New("task deadline passed")
-
-// outcome maps a run's result to the events that end the attempt.
-func (w *Worker) outcome(ctx context.Context, a *engine.Attempt, reg registered, res workflow.Result) ([]history.Payload, error) {
-	if res.Err == nil {
-		return []history.Payload{history.TaskCompletedData{Output: res.Output}}, nil
-	}
-	var sleep *workflow.SleepRequest
-	if errors.As(res.Err, &sleep) {
-		// The attempt ends here; the task is due again when the timer fires.
-		return []history.Payload{history.TimerStartedData{Position: sleep.Position, FireAt: sleep.FireAt}}, nil
-	}
-	if errors.Is(res.Err, workflow.ErrStopping) {
-		return nil, engine.ErrReleased
-	}
-	if ctx.Err() != nil {
-		// The attempt was interrupted, not failed: by a stop (hand the task
-		// back) or by a lost lease (another worker owns it; write nothing).
-		select {
-		case <-a.Stopping():
-			if !errors.Is(context.Cause(ctx), engine.ErrLeaseLost) {
-				return nil, engine.ErrReleased
-			}
-		default:
-		}
-		return nil, errors.Wrapf(context.Cause(ctx), "attempt of task %s interrupted", a.Task.ID)
-	}
-	state := a.State()
-	now := engine.Now()
-	if res.Pending != nil {
-		// The last step finished in this attempt but is not on record
-		// yet; the budget in use is the one after it.
-		if next, err := history.Apply(state, history.Event{Seq: state.LastSeq + 1, At: now, Attempt: state.Attempt, Data: res.Pending}); err == nil {
-			state = next
-		}
-	}
-	elapsed := now.Sub(state.Budget.Since)
-	info := w.classify(a, reg, res, state.Budget.Attempts, elapsed)
-	policy := reg.defaults.retry
-	if max := state.Scheduled.MaxAttempts; max > 0 {
-		policy.MaxAttempts = max // as started: StartOpts.MaxAttempts may override the type's
-	}
-	if res.StepOpts != nil && res.StepOpts.Retry != nil {
-		policy = *res.StepOpts.Retry
-	}
-	decision := policy.Decide(info, state.Budget.Attempts, elapsed, rand.Float64)
-	final := info.Class == history.Permanent // no requeue can help either
-	if dl := state.Scheduled.Deadline; decision.Retry && dl != nil && now.Add(decision.Delay).After(*dl) {
-		decision = activities.Decision{Reason: fmt.Sprintf("deadline %s comes before the next attempt would", dl.Format(time.RFC3339))}
-		final = true
-	}
-	if !decision.Retry {
-		if final && len(compensablePositions(state)) > 0 {
-			return nil, &errCompensate{cause: info}
-		}
-		return w.giveUp(reg, state, info, decision.Reason), nil
-	}
-	next := now.Add(decision.Delay)
-	return []history.Payload{history.AttemptFailedData{Error: info, NextRunAt: &next}}, nil
-}
-
-// giveUp ends the task after a failed attempt: dead-lettered for an
-// operator, or failed where the type says so.
-func (w *Worker) giveUp(reg registered, state history.State, info history.ErrorInfo, reason string) []history.Payload {
-	failed := history.AttemptFailedData{Error: info}
-	if reg.defaults.skipDeadLetter {
-		return []history.Payload{failed, history.TaskFailedData{Error: info}}
-	}
-	return []history.Payload{failed, history.TaskDeadLetteredData{
-		Reason: fmt.Sprintf("%s (attempt %d)", reason, state.Attempt), Error: info,
-	}}
-}
-
-// classify turns a run's error into evidence, in this order: errors that
-// are always permanent (non-determinism, bad input or step options, an
-// unstorable output, the task's deadline); marks set in Go code; the CEL
-// policy of the failed step, else of the workflow type; the default, which
-// is transient for a step's errors and permanent for the workflow body's
-// own (re-running the same code on the same history gives the same error).
-func (w *Worker) classify(a *engine.Attempt, reg registered, res workflow.Result, attempts int, elapsed time.Duration) history.ErrorInfo {
-	f := activities.Failure{
-		Err: res.Err, Default: history.Permanent, DefaultBy: "default:workflow",
-		Attempt: attempts, Elapsed: elapsed,
-		Task: activities.PolicyTask{Type: a.Task.Type, Queue: a.Task.Queue},
-	}
-	if res.Step != nil {
-		f.Default, f.DefaultBy, f.Step.Name = history.Transient, "default:step", res.Step.Name
-	}
-	var override *activities.RetryPolicy
-	if res.StepOpts != nil {
-		override = res.StepOpts.Retry
-	}
-	policy := reg.retryFor(override).Classifier
-	var info history.ErrorInfo
-	if kind := alwaysPermanent(res.Err); kind != "" {
-		info = activities.Describe(res.Err, history.Permanent)
-		info.Class, info.Kind, info.ClassifiedBy = history.Permanent, kind, "rule:"+kind
-	} else {
-		info = activities.Classify(f, policy)
-	}
-	if errors.Is(res.Err, workflow.ErrRecordFailed) && !activities.Marked(info) {
-		// The step finished but its result was not saved: run it again.
-		info.Class, info.Kind, info.ClassifiedBy = history.Transient, "record_failed", "rule:record_failed"
-	}
-	if res.Step != nil {
-		info.Step, info.Position = res.Step.Name, res.Step.Position
-	}
-	return info
-}
-
-// alwaysPermanent returns the kind of an error no mark or policy may
-// retry, or "".
-func alwaysPermanent(err error) string {
-	switch {
-	case errors.Is(err, workflow.ErrNondeterministic):
-		return "nondeterminism"
-	case errors.Is(err, workflow.ErrBadInput):
-		return "bad_input"
-	case errors.Is(err, workflow.ErrBadStepOpts):
-		return "bad_step_options"
-	case errors.Is(err, workflow.ErrUnstorable):
-		return "unstorable_output"
-	case errors.Is(err, errDeadline):
-		return kindDeadline
-	}
-	return ""
-}
-
-var _ engine.Handler = (*Worker)(nil)

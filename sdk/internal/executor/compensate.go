@@ -1,4 +1,4 @@
-package sdk
+package executor
 
 import (
 	"context"
@@ -8,34 +8,9 @@ import (
 	"github.com/cairnflow/cairn/activities"
 	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/history"
-	"github.com/cairnflow/cairn/workflow"
+	"github.com/cairnflow/cairn/internal/interpreter"
 	"github.com/cockroachdb/errors"
-	"github.com/google/uuid"
 )
-
-// Cancel asks for the task to stop, for reason. A pending or retry-waiting
-// task with nothing to compensate is cancelled at once and never runs; a
-// running one stops at its next checkpoint (before its next step; an
-// irreversible step in progress finishes first), and its completed
-// compensable steps are compensated in reverse order before it ends
-// cancelled. Cancelling a finished task is an error marked [ErrTaskState]
-// naming its status; cancelling twice is not an error. A cancel that arrives
-// as the last step finishes can lose the race: the task then ends
-// completed, with the cancel request in its history; [Client.Compensate]
-// undoes it.
-func (c *Client) Cancel(ctx context.Context, id uuid.UUID, reason string) error {
-	_, err := engine.CancelTask(ctx, c.store, &engine.TaskRequestParams{Namespace: c.namespace, ID: id, By: c.requester(ctx), Reason: reason})
-	return err
-}
-
-// Compensate asks for a completed task's compensable steps to be undone,
-// for reason: a worker runs their compensators in reverse order, each
-// recorded, and the task ends cancelled. A task that is not completed, or
-// has no step with a compensator, is an error marked [ErrTaskState].
-func (c *Client) Compensate(ctx context.Context, id uuid.UUID, reason string) error {
-	_, err := engine.CompensateTask(ctx, c.store, &engine.TaskRequestParams{Namespace: c.namespace, ID: id, By: c.requester(ctx), Reason: reason})
-	return err
-}
 
 // errCompensate tells HandleAttempt that a permanent failure is to be
 // followed by compensation.
@@ -58,7 +33,7 @@ func compensationReason(state history.State) string {
 // attempt_failed with a retry when a compensator failed transiently;
 // compensation_failed and task_dead_lettered when one failed for good.
 // pending is a step the attempt completed but has not recorded yet.
-func (w *Worker) compensate(a *engine.Attempt, reg registered, reason string, cause *history.ErrorInfo, pending history.Payload) ([]history.Payload, error) {
+func (h *Handler) compensate(a *engine.Attempt, typ Type, reason string, cause *history.ErrorInfo, pending history.Payload) ([]history.Payload, error) {
 	durable := a.DurableContext()
 	if reason == history.CompensateCancelled {
 		// The cancel may have reached this attempt (notification,
@@ -87,10 +62,10 @@ func (w *Worker) compensate(a *engine.Attempt, reg registered, reason string, ca
 	// The compensators are Go code: run the workflow over its recorded
 	// steps, without running any, to learn each step's options.
 	taskID := a.Task.ID.String()
-	collected := workflow.Run(workflow.RunParams{
+	collected := interpreter.Run(interpreter.RunParams{
 		TaskID: taskID, Attempt: state.Attempt, Steps: state.Steps, Context: ctx, CollectOnly: true,
 		Record: func(history.Payload) error { return errors.New("a collect-only run records nothing") },
-	}, reg.fn, a.Task.Input)
+	}, typ.Func, a.Task.Input)
 	for len(state.Compensation.Pending) > 0 {
 		select {
 		case <-a.Stopping():
@@ -113,7 +88,7 @@ func (w *Worker) compensate(a *engine.Attempt, reg registered, reason string, ca
 			if ctx.Err() != nil {
 				return nil, interrupted(a, ctx)
 			}
-			return w.compensatorFailed(a, reg, state, step, opts, err), nil
+			return h.compensatorFailed(a, typ, state, step, opts, err), nil
 		}
 		if err := a.Append(durable, history.StepCompensatedData{Position: pos, Name: step.Name}); err != nil {
 			return nil, errors.Wrap(err, "record step_compensated")
@@ -145,14 +120,13 @@ func interrupted(a *engine.Attempt, ctx context.Context) error {
 // (the idempotency key is the step's with "/compensate" appended), under
 // the step's StartToClose and HeartbeatTimeout, so a hung compensator
 // cannot hold the task forever.
-func runCompensator(ctx context.Context, a *engine.Attempt, taskID string, step history.Step, opts *workflow.StepOpts) error {
+func runCompensator(ctx context.Context, a *engine.Attempt, taskID string, step history.Step, opts *interpreter.StepOptions) error {
 	ctx = activities.WithInfo(ctx, activities.Info{
 		TaskID: taskID, TaskType: a.Task.Type, Attempt: a.State().Attempt, WorkerID: a.WorkerID(),
 		Step: step.Name, Position: step.Position,
 		IdempotencyKey: activities.IdempotencyKey(taskID, step.Position, step.Name) + "/compensate",
 	})
-	timeouts := activities.Timeouts{StartToClose: opts.StartToClose, Heartbeat: opts.HeartbeatTimeout}
-	_, err := activities.RunStep(ctx, timeouts, func(ctx context.Context) (struct{}, error) {
+	_, err := activities.RunStep(ctx, opts.Timeouts, func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, opts.Compensate(ctx, step.Output)
 	})
 	return err
@@ -160,12 +134,12 @@ func runCompensator(ctx context.Context, a *engine.Attempt, taskID string, step 
 
 // compensatorFailed classifies a compensator's error under its retry
 // policy: retry later, or give the task to a person.
-func (w *Worker) compensatorFailed(a *engine.Attempt, reg registered, state history.State, step history.Step, opts *workflow.StepOpts, err error) []history.Payload {
+func (h *Handler) compensatorFailed(a *engine.Attempt, typ Type, state history.State, step history.Step, opts *interpreter.StepOptions, err error) []history.Payload {
 	override := opts.CompensationRetry
 	if override == nil {
 		override = opts.Retry
 	}
-	policy := reg.retryFor(override)
+	policy := typ.retryFor(override)
 	now := engine.Now()
 	elapsed := now.Sub(state.Budget.Since)
 	info := activities.Classify(activities.Failure{

@@ -1,4 +1,4 @@
-package workflow_test
+package interpreter_test
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/cairnflow/cairn/activities"
 	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/internal/interpreter"
 	"github.com/cairnflow/cairn/workflow"
 	"github.com/cockroachdb/errors"
 	"github.com/stretchr/testify/require"
@@ -28,7 +29,7 @@ func TestStepRecordsDurationAndUsage(t *testing.T) {
 		}, &workflow.StepOpts{StartToClose: time.Minute})
 		return nil, err
 	}
-	res := workflow.Run(b.params, fn, nil)
+	res := interpreter.Run(b.params, fn, nil)
 	require.NoError(t, res.Err)
 
 	recorded := b.rec.recorded()
@@ -54,7 +55,7 @@ func TestFailedStepReturnsItsUsage(t *testing.T) {
 		}, nil)
 		return nil, err
 	}
-	res := workflow.Run(b.params, fn, nil)
+	res := interpreter.Run(b.params, fn, nil)
 	require.Error(t, res.Err)
 	require.Equal(t, []history.Usage{{Model: "m", InputTokens: 7, CostUSD: 0.5}}, res.StepUsage)
 }

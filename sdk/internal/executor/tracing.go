@@ -1,4 +1,4 @@
-package sdk
+package executor
 
 import (
 	"context"
@@ -6,14 +6,16 @@ import (
 
 	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/history"
-	"github.com/cairnflow/cairn/workflow"
+	"github.com/cairnflow/cairn/internal/interpreter"
 	"github.com/cockroachdb/errors"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 )
 
-// tracerName names cairn's instrumentation in the spans it makes.
+// tracerName names cairn's instrumentation in the spans it makes. It is
+// the sdk's import path, as before the executor moved out of the sdk:
+// samplers and dashboards may select spans by it.
 const tracerName = "github.com/cairnflow/cairn/sdk"
 
 // attemptTrace makes an attempt's span and its steps' spans, under the
@@ -28,11 +30,11 @@ type attemptTrace struct {
 // startAttemptTrace begins the attempt's span: a child of the task's
 // trace context (its trace id, a W3C traceparent or 32 hex digits), or a
 // new trace when it has none.
-func (w *Worker) startAttemptTrace(ctx context.Context, a *engine.Attempt, attempt int) (context.Context, *attemptTrace) {
-	if w.cfg.TracerProvider == nil {
+func (h *Handler) startAttemptTrace(ctx context.Context, a *engine.Attempt, attempt int) (context.Context, *attemptTrace) {
+	if h.tracerProvider == nil {
 		return ctx, &attemptTrace{}
 	}
-	tracer := w.cfg.TracerProvider.Tracer(tracerName)
+	tracer := h.tracerProvider.Tracer(tracerName)
 	if parent, ok := remoteParent(a.Task.TraceID, a.Task.ID); ok {
 		ctx = trace.ContextWithRemoteSpanContext(ctx, parent)
 	}
@@ -43,14 +45,14 @@ func (w *Worker) startAttemptTrace(ctx context.Context, a *engine.Attempt, attem
 			attribute.Int("cairn.task.version", a.Task.TypeVersion),
 			attribute.String("cairn.queue", a.Task.Queue),
 			attribute.Int("cairn.attempt", attempt),
-			attribute.String("cairn.worker.id", w.cfg.WorkerID),
+			attribute.String("cairn.worker.id", h.workerID),
 		))
 	return ctx, &attemptTrace{tracer: tracer, attempt: span}
 }
 
 // stepContext begins a step's span under the attempt's; base is the
 // context the step would run with.
-func (t *attemptTrace) stepContext(base context.Context, s workflow.StepInfo) context.Context {
+func (t *attemptTrace) stepContext(base context.Context, s interpreter.StepInfo) context.Context {
 	if t.tracer == nil {
 		return base
 	}
@@ -62,7 +64,7 @@ func (t *attemptTrace) stepContext(base context.Context, s workflow.StepInfo) co
 }
 
 // stepDone ends the running step's span.
-func (t *attemptTrace) stepDone(_ workflow.StepInfo, err error) {
+func (t *attemptTrace) stepDone(_ interpreter.StepInfo, err error) {
 	if t.step == nil {
 		return
 	}

@@ -1,0 +1,237 @@
+package interpreter
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/cairnflow/cairn/history"
+	"github.com/cockroachdb/errors"
+)
+
+var (
+	// ErrNondeterministic marks a run whose steps differ from the ones its
+	// history recorded. Package workflow re-exports it.
+	ErrNondeterministic = errors.New("nondeterministic workflow")
+	// ErrStopping is returned by a run that stopped at a checkpoint because
+	// the worker is shutting down; the task is handed back, not failed.
+	ErrStopping = errors.New("stopped at checkpoint: worker shutting down")
+	// ErrRecordFailed marks a run that stopped because a completed step
+	// could not be recorded (the database was unreachable, or the lease was
+	// lost). The step will run again on a later attempt.
+	ErrRecordFailed = errors.New("cairn/workflow: recording a step failed")
+	// ErrUnstorable marks an output that can be encoded but not stored
+	// (PostgreSQL's jsonb refuses U+0000). It is permanent: running the step
+	// again would produce it again.
+	ErrUnstorable = errors.New("cairn/workflow: output cannot be stored")
+	// ErrBadInput marks a task input that cannot be decoded into the
+	// workflow's input type. It is permanent: no retry will fix it.
+	ErrBadInput = errors.New("bad input")
+	// ErrBadStepOpts marks a step called with invalid options. It is
+	// permanent: the code would call it the same way again.
+	ErrBadStepOpts = errors.New("cairn/workflow: bad step options")
+	// ErrCollected ends a run made with [RunParams.CollectOnly] at the first
+	// step the history has not recorded.
+	ErrCollected = errors.New("cairn/workflow: recorded steps collected")
+)
+
+// Context is what a workflow body receives; package workflow re-exports it
+// as workflow.Context, where its documentation for authors lives. It
+// deliberately does not implement context.Context, so a workflow body
+// cannot hand it to I/O: I/O belongs in steps, which receive a real
+// context. Only this package implements it (the unexported method), so
+// [Step] and [Sleep] always find the run they belong to.
+type Context interface {
+	// TaskID is the id of the task this run belongs to.
+	TaskID() string
+	// Attempt is the current attempt number, starting at 1.
+	Attempt() int
+
+	run() *runState
+}
+
+// StepInfo identifies a step about to run.
+type StepInfo struct {
+	Position int
+	Name     string
+	// Irreversible is set for a step that must run to completion once
+	// started: its context should not end when the task's cancel arrives.
+	Irreversible bool
+}
+
+// String describes a step for logs.
+func (i StepInfo) String() string { return fmt.Sprintf("step %d (%s)", i.Position, i.Name) }
+
+// RunParams is everything [Run] needs from its caller.
+type RunParams struct {
+	TaskID  string
+	Attempt int
+	// Steps are the steps recorded so far, by position.
+	Steps []history.Step
+	// Context is the attempt's context. A run stops at its next checkpoint
+	// once it is done.
+	Context context.Context
+	// Stopping, when closed, makes the run stop at its next checkpoint
+	// with [ErrStopping].
+	Stopping <-chan struct{}
+	// StepDone, when set, is called after each step this run executes,
+	// with the step's error (nil when it completed): the end of what
+	// StepContext began (a tracing span, say).
+	StepDone func(StepInfo, error)
+	// StepContext returns the context a new step runs with. Optional:
+	// default Context.
+	StepContext func(StepInfo) context.Context
+	// Record persists a completed step. Run calls it before the next step
+	// begins (and before stopping at a checkpoint), so a step is always on
+	// record before anything after it runs. The last step a run executes is
+	// not recorded by Run: it comes back in [Result.Pending], for the caller
+	// to write together with the attempt's outcome in one append. Required.
+	Record func(history.Payload) error
+	// Timer is the durable timer the task sleeps on, if any (from its
+	// state): the Sleep at its position fires it once it is due.
+	Timer *history.Timer
+	// Now is the clock Sleep reads. Default time.Now.
+	Now func() time.Time
+	// CollectOnly runs the workflow over its recorded steps only, to learn
+	// their options (compensators): the first step not on record ends the
+	// run with [ErrCollected] instead of running.
+	CollectOnly bool
+}
+
+// Func is a workflow with its input and output in their JSON encodings:
+// what [Run] runs. [Typed] builds one from a typed function.
+type Func func(ctx Context, input json.RawMessage) (json.RawMessage, error)
+
+// Result is how a run ended.
+type Result struct {
+	// Output is the workflow's encoded result when Err is nil.
+	Output json.RawMessage
+	// Err ends the attempt: a step's error, the body's own error, a
+	// non-determinism error, [ErrStopping], a [*SleepRequest], or the
+	// attempt context's error.
+	Err error
+	// Step is the step whose error ended the run, if a step's did, and
+	// StepOptions the options it was called with (nil for the defaults).
+	Step        *StepInfo
+	StepOptions *StepOptions
+	// StepUsage is the AI usage that step reported before it failed
+	// (see activities.RecordUsage), for the caller's attempt_failed.
+	StepUsage []history.Usage
+	// Executed counts the steps this run executed (not replayed).
+	Executed int
+	// Pending is the completion of the last executed step when Run did not
+	// record it (see [RunParams.Record]): the caller must write it before,
+	// or with, the attempt's outcome.
+	Pending history.Payload // step_completed or timer_fired
+	// Visited are the options of the recorded steps the run passed, by
+	// position (nil where a step had none): where compensation finds a
+	// step's compensator.
+	Visited map[int]*StepOptions
+}
+
+// runState is one run's progress. It is used by the goroutine running the
+// workflow body only.
+type runState struct {
+	p        RunParams
+	next     int   // position of the next Step call
+	aborted  error // set once: every later Step returns it
+	failed   *StepInfo
+	failedOp *StepOptions
+	executed int
+	pending  history.Payload // executed (a step) or fired (a timer), not yet recorded
+	visited  map[int]*StepOptions
+
+	failedUsage []history.Usage // the AI usage the failed step reported
+}
+
+type runContext struct{ s *runState }
+
+func (c runContext) TaskID() string { return c.s.p.TaskID }
+func (c runContext) Attempt() int   { return c.s.p.Attempt }
+func (c runContext) run() *runState { return c.s }
+
+// Run runs fn against the recorded steps in p. It never panics on a
+// workflow's panic: a panic in the body or a step ends the run with an
+// error.
+func Run(p RunParams, fn Func, input json.RawMessage) (res Result) {
+	if p.Context == nil {
+		p.Context = context.Background()
+	}
+	s := &runState{p: p, visited: map[int]*StepOptions{}}
+	defer func() {
+		if r := recover(); r != nil {
+			err := errors.Newf("workflow panicked: %v", r)
+			if s.aborted != nil {
+				// The body panicked after a step failed or a stop began
+				// (e.g. using a zero result): the abort is what ended it.
+				err = errors.WithSecondaryError(s.aborted, err)
+			}
+			res = Result{Err: err, Step: s.failed, StepOptions: s.failedOp, StepUsage: s.failedUsage, Executed: s.executed, Pending: s.pending, Visited: s.visited}
+		}
+	}()
+	out, err := fn(runContext{s}, input)
+	res = Result{Step: s.failed, StepOptions: s.failedOp, StepUsage: s.failedUsage, Executed: s.executed, Pending: s.pending, Visited: s.visited}
+	switch {
+	case s.aborted != nil:
+		// A step's failure or a checkpoint stop ends the attempt, whatever
+		// the body did with the error.
+		res.Err = s.aborted
+	case err != nil:
+		res.Err = err
+	case s.next < len(p.Steps):
+		res.Err = nondeterministic(s.next, p.Steps[s.next].Name, "(workflow returned)")
+	default:
+		res.Output = out
+	}
+	return res
+}
+
+func nondeterministic(position int, recorded, called string) error {
+	err := errors.Newf("step %d: history recorded %q, workflow called %q", position, recorded, called)
+	err = errors.WithHint(err, "a workflow must call the same steps in the same order on every run; "+
+		"keep side effects and anything that varies (time, randomness, I/O) inside steps, "+
+		"and register a new workflow version to change the step sequence")
+	return errors.Mark(err, ErrNondeterministic)
+}
+
+// Typed adapts a typed workflow function to a [Func]: it decodes the input
+// (an undecodable input is marked [ErrBadInput]) and encodes the output.
+func Typed[In, Out any](fn func(Context, In) (Out, error)) Func {
+	return func(ctx Context, raw json.RawMessage) (json.RawMessage, error) {
+		var in In
+		if len(raw) > 0 {
+			if err := json.Unmarshal(raw, &in); err != nil {
+				return nil, errors.Mark(errors.Wrap(err, "decode workflow input"), ErrBadInput)
+			}
+		}
+		out, err := fn(ctx, in)
+		if err != nil {
+			return nil, err
+		}
+		encoded, err := json.Marshal(out)
+		if err == nil && HasNULEscape(encoded) {
+			err = errors.Mark(errors.New("output contains the character U+0000, which PostgreSQL cannot store in JSON"), ErrUnstorable)
+		}
+		if err != nil {
+			return nil, errors.Wrap(err, "encode workflow output")
+		}
+		return encoded, nil
+	}
+}
+
+// HasNULEscape reports whether JSON text contains the escape \u0000, which
+// PostgreSQL's jsonb refuses. (A literal backslash followed by "u0000" is
+// encoded with an escaped backslash and does not count.)
+func HasNULEscape(b []byte) bool {
+	for i := 0; i+6 <= len(b); i++ {
+		if b[i] != '\\' {
+			continue
+		}
+		if string(b[i:i+6]) == `\u0000` {
+			return true
+		}
+		i++ // skip the escaped character, e.g. the second of "\\"
+	}
+	return false
+}

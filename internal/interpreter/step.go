@@ -1,0 +1,251 @@
+package interpreter
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/cairnflow/cairn/activities"
+	"github.com/cairnflow/cairn/history"
+	"github.com/cockroachdb/errors"
+)
+
+// StepOptions are a step's options as the interpreter and the attempt
+// executor use them: workflow.StepOpts (whose fields document them for
+// authors), translated by workflow.Step. A nil *StepOptions takes every
+// default.
+type StepOptions struct {
+	// Retry overrides the workflow type's retry policy for this step's
+	// failures.
+	Retry *activities.RetryPolicy
+	// Timeouts bound one run of the step (and of its compensator).
+	Timeouts activities.Timeouts
+	// Irreversible: once started, the step runs to completion even when
+	// the task's cancel arrives.
+	Irreversible bool
+	// Compensate undoes the step, given its recorded output.
+	Compensate func(ctx context.Context, output json.RawMessage) error
+	// CompensationRetry is the retry policy of the compensator. Default:
+	// Retry, else the workflow type's.
+	CompensationRetry *activities.RetryPolicy
+}
+
+func (o *StepOptions) validate() error {
+	if o == nil {
+		return nil
+	}
+	for _, r := range []*activities.RetryPolicy{o.Retry, o.CompensationRetry} {
+		if r == nil {
+			continue
+		}
+		if err := r.Validate(); err != nil {
+			return err
+		}
+	}
+	if o.Irreversible && o.Timeouts != (activities.Timeouts{}) {
+		return errors.New("an irreversible step runs to completion: it takes no StartToClose or HeartbeatTimeout")
+	}
+	return o.Timeouts.Validate()
+}
+
+func (o *StepOptions) timeouts() activities.Timeouts {
+	if o == nil {
+		return activities.Timeouts{}
+	}
+	return o.Timeouts
+}
+
+// Step runs fn as the step called name at the current position of ctx's
+// run, or, if the history already recorded that step, returns its recorded
+// output without running fn: what workflow.Step does (its documentation
+// holds the contract for authors).
+//
+// A step's error ends the run: Step returns it, and every later Step or
+// [Sleep] call in the run returns it too without running anything.
+func Step[Out any](ctx Context, name string, fn func(context.Context) (Out, error), opts *StepOptions) (Out, error) {
+	var zero Out
+	s := ctx.run()
+	if s.aborted != nil {
+		return zero, s.aborted
+	}
+	pos := s.next
+	if pos < len(s.p.Steps) {
+		rec := s.p.Steps[pos]
+		if rec.Name != name {
+			return zero, s.abort(nondeterministic(pos, rec.Name, name), nil)
+		}
+		s.visited[pos] = opts
+		var out Out
+		if len(rec.Output) > 0 {
+			if err := json.Unmarshal(rec.Output, &out); err != nil {
+				err = errors.Wrapf(err, "step %d (%s): decode recorded output", pos, name)
+				return zero, s.abort(errors.Mark(err, ErrNondeterministic), nil)
+			}
+		}
+		s.next++
+		return out, nil
+	}
+	if t := s.p.Timer; t != nil && t.Position == pos {
+		// The history has the workflow asleep here: a step in its place
+		// is a different sequence, not a step to run.
+		return zero, s.abort(nondeterministic(pos, "sleep", name), nil)
+	}
+	if s.p.CollectOnly {
+		return zero, s.abort(ErrCollected, nil)
+	}
+	if err := s.flush(); err != nil {
+		return zero, err
+	}
+	if err := s.checkpoint(); err != nil {
+		return zero, err
+	}
+	info := StepInfo{Position: pos, Name: name, Irreversible: opts != nil && opts.Irreversible}
+	if err := opts.validate(); err != nil {
+		err = errors.Mark(errors.Wrapf(err, "%s", info), ErrBadStepOpts)
+		return zero, s.abort(err, &info)
+	}
+	stepCtx := s.p.Context
+	if s.p.StepContext != nil {
+		stepCtx = s.p.StepContext(info)
+	}
+	usage := activities.NewUsageRecorder()
+	stepCtx = activities.WithUsageRecorder(stepCtx, usage)
+	started := time.Now()
+	out, err := activities.RunStep(stepCtx, opts.timeouts(), func(ctx context.Context) (Out, error) {
+		return callStep(ctx, fn)
+	})
+	ran := time.Since(started)
+	s.executed++
+	if s.p.StepDone != nil {
+		s.p.StepDone(info, err)
+	}
+	if err != nil {
+		s.failedOp, s.failedUsage = opts, usage.Usage()
+		return zero, s.abort(err, &info)
+	}
+	encoded, err := json.Marshal(out)
+	if err == nil && HasNULEscape(encoded) {
+		err = errors.Mark(errors.New("output contains the character U+0000, which PostgreSQL cannot store in JSON"), ErrUnstorable)
+	}
+	if err != nil {
+		s.failedUsage = usage.Usage() // spent even though the output cannot be kept
+		err = errors.Wrapf(err, "step %d (%s): encode output", pos, name)
+		return zero, s.abort(err, &info)
+	}
+	s.pending = history.StepCompletedData{
+		Position: pos, Name: name, Output: encoded, Compensable: opts != nil && opts.Compensate != nil,
+		DurationMillis: ran.Milliseconds(), Usage: usage.Usage(),
+	}
+	s.visited[pos] = opts
+	s.next++
+	return out, nil
+}
+
+// flush records the step executed last, if it is not on record yet.
+func (s *runState) flush() error {
+	if s.pending == nil {
+		return nil
+	}
+	if err := s.p.Record(s.pending); err != nil {
+		what := string(s.pending.EventType())
+		if step, ok := s.pending.(history.StepCompletedData); ok {
+			what = fmt.Sprintf("step %d (%s)", step.Position, step.Name)
+		}
+		return s.abort(errors.Mark(errors.Wrapf(err, "record %s", what), ErrRecordFailed), nil)
+	}
+	s.pending = nil
+	return nil
+}
+
+// checkpoint stops the run before a new step when the worker is stopping or
+// the attempt is over.
+func (s *runState) checkpoint() error {
+	select {
+	case <-s.p.Stopping:
+		return s.abort(ErrStopping, nil)
+	default:
+	}
+	if err := context.Cause(s.p.Context); err != nil {
+		return s.abort(err, nil)
+	}
+	return nil
+}
+
+func (s *runState) abort(err error, step *StepInfo) error {
+	if s.aborted == nil {
+		s.aborted, s.failed = err, step
+	}
+	return s.aborted
+}
+
+func callStep[Out any](ctx context.Context, fn func(context.Context) (Out, error)) (out Out, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = errors.Newf("step panicked: %v", r)
+		}
+	}()
+	return fn(ctx)
+}
+
+// SleepRequest is the error a run ends with when the workflow sleeps on a
+// new durable timer: the caller records timer_started, which ends the
+// attempt; the task is due again at FireAt.
+type SleepRequest struct {
+	Position int
+	FireAt   time.Time
+}
+
+func (r *SleepRequest) Error() string {
+	return fmt.Sprintf("sleeping at step %d until %s", r.Position, r.FireAt.Format(time.RFC3339Nano))
+}
+
+// Sleep pauses ctx's run for d, durably: what workflow.Sleep does (its
+// documentation holds the contract for authors). The first time it is
+// reached, the run ends with a [*SleepRequest]; run again with the task's
+// [RunParams.Timer] at this position, it fires the timer (Result.Pending is
+// then timer_fired) and goes on.
+func Sleep(ctx Context, d time.Duration) error {
+	s := ctx.run()
+	if s.aborted != nil {
+		return s.aborted
+	}
+	pos := s.next
+	if pos < len(s.p.Steps) {
+		if rec := s.p.Steps[pos]; rec.Name != history.SleepStepName {
+			return s.abort(nondeterministic(pos, rec.Name, history.SleepStepName), nil)
+		}
+		s.next++
+		return nil
+	}
+	if s.p.CollectOnly {
+		return s.abort(ErrCollected, nil)
+	}
+	if err := s.flush(); err != nil {
+		return err
+	}
+	if err := s.checkpoint(); err != nil {
+		return err
+	}
+	now := time.Now
+	if s.p.Now != nil {
+		now = s.p.Now
+	}
+	if t := s.p.Timer; t != nil && t.Position == pos {
+		// Woken by the timer. The claim went by the database clock; if
+		// this worker's clock is behind, wait out the difference.
+		if wait := t.FireAt.Sub(now()); wait > 0 {
+			select {
+			case <-time.After(wait):
+			case <-s.p.Stopping:
+				return s.abort(ErrStopping, nil)
+			case <-s.p.Context.Done():
+				return s.abort(context.Cause(s.p.Context), nil)
+			}
+		}
+		s.pending = history.TimerFiredData{Position: pos}
+		s.next++
+		return nil
+	}
+	return s.abort(&SleepRequest{Position: pos, FireAt: now().Add(max(d, 0))}, nil)
+}

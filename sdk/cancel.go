@@ -1,0 +1,32 @@
+package sdk
+
+import (
+	"context"
+
+	"github.com/cairnflow/cairn/engine"
+	"github.com/google/uuid"
+)
+
+// Cancel asks for the task to stop, for reason. A pending or retry-waiting
+// task with nothing to compensate is cancelled at once and never runs; a
+// running one stops at its next checkpoint (before its next step; an
+// irreversible step in progress finishes first), and its completed
+// compensable steps are compensated in reverse order before it ends
+// cancelled. Cancelling a finished task is an error marked [ErrTaskState]
+// naming its status; cancelling twice is not an error. A cancel that arrives
+// as the last step finishes can lose the race: the task then ends
+// completed, with the cancel request in its history; [Client.Compensate]
+// undoes it.
+func (c *Client) Cancel(ctx context.Context, id uuid.UUID, reason string) error {
+	_, err := engine.CancelTask(ctx, c.store, &engine.TaskRequestParams{Namespace: c.namespace, ID: id, By: c.requester(ctx), Reason: reason})
+	return err
+}
+
+// Compensate asks for a completed task's compensable steps to be undone,
+// for reason: a worker runs their compensators in reverse order, each
+// recorded, and the task ends cancelled. A task that is not completed, or
+// has no step with a compensator, is an error marked [ErrTaskState].
+func (c *Client) Compensate(ctx context.Context, id uuid.UUID, reason string) error {
+	_, err := engine.CompensateTask(ctx, c.store, &engine.TaskRequestParams{Namespace: c.namespace, ID: id, By: c.requester(ctx), Reason: reason})
+	return err
+}

@@ -1,0 +1,80 @@
+package executor
+
+import (
+	"time"
+
+	"github.com/cairnflow/cairn/activities"
+	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/internal/interpreter"
+	"github.com/cockroachdb/errors"
+)
+
+// retryFor returns the retry policy for a failure under override (a step's
+// policy), else the type's. An override without a classifier keeps the
+// type's.
+func (t Type) retryFor(override *activities.RetryPolicy) activities.RetryPolicy {
+	if override == nil {
+		return t.Retry
+	}
+	policy := *override
+	if policy.Classifier == nil {
+		policy.Classifier = t.Retry.Classifier
+	}
+	return policy
+}
+
+// classify turns a run's error into evidence, in this order: errors that
+// are always permanent (non-determinism, bad input or step options, an
+// unstorable output, the task's deadline); marks set in Go code; the CEL
+// policy of the failed step, else of the workflow type; the default, which
+// is transient for a step's errors and permanent for the workflow body's
+// own (re-running the same code on the same history gives the same error).
+func (h *Handler) classify(a *engine.Attempt, typ Type, res interpreter.Result, attempts int, elapsed time.Duration) history.ErrorInfo {
+	f := activities.Failure{
+		Err: res.Err, Default: history.Permanent, DefaultBy: "default:workflow",
+		Attempt: attempts, Elapsed: elapsed,
+		Task: activities.PolicyTask{Type: a.Task.Type, Queue: a.Task.Queue},
+	}
+	if res.Step != nil {
+		f.Default, f.DefaultBy, f.Step.Name = history.Transient, "default:step", res.Step.Name
+	}
+	var override *activities.RetryPolicy
+	if res.StepOptions != nil {
+		override = res.StepOptions.Retry
+	}
+	policy := typ.retryFor(override).Classifier
+	var info history.ErrorInfo
+	if kind := alwaysPermanent(res.Err); kind != "" {
+		info = activities.Describe(res.Err, history.Permanent)
+		info.Class, info.Kind, info.ClassifiedBy = history.Permanent, kind, "rule:"+kind
+	} else {
+		info = activities.Classify(f, policy)
+	}
+	if errors.Is(res.Err, interpreter.ErrRecordFailed) && !activities.Marked(info) {
+		// The step finished but its result was not saved: run it again.
+		info.Class, info.Kind, info.ClassifiedBy = history.Transient, "record_failed", "rule:record_failed"
+	}
+	if res.Step != nil {
+		info.Step, info.Position = res.Step.Name, res.Step.Position
+	}
+	return info
+}
+
+// alwaysPermanent returns the kind of an error no mark or policy may
+// retry, or "".
+func alwaysPermanent(err error) string {
+	switch {
+	case errors.Is(err, interpreter.ErrNondeterministic):
+		return "nondeterminism"
+	case errors.Is(err, interpreter.ErrBadInput):
+		return "bad_input"
+	case errors.Is(err, interpreter.ErrBadStepOpts):
+		return "bad_step_options"
+	case errors.Is(err, interpreter.ErrUnstorable):
+		return "unstorable_output"
+	case errors.Is(err, errDeadline):
+		return kindDeadline
+	}
+	return ""
+}

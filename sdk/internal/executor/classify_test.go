@@ -1,0 +1,91 @@
+package executor
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/cairnflow/cairn/activities"
+	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/internal/interpreter"
+	"github.com/cockroachdb/errors"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// The classification order: rules that are always permanent, then marks in
+// Go code, then the failed step's CEL policy, else the type's, then the
+// default (transient for a step's error, permanent for the body's).
+func TestClassifyOrder(t *testing.T) {
+	t.Parallel()
+	typePolicy := activities.MustPolicy("type", `error.message.contains("flaky")`)
+	stepPolicy := activities.MustPolicy("step", `error.message.contains("busy")`)
+	typ := Type{Retry: activities.DefaultRetryPolicy}
+	typ.Retry.Classifier = typePolicy
+	stepRetry := activities.DefaultRetryPolicy
+	stepRetry.Classifier = stepPolicy
+	step := &interpreter.StepInfo{Position: 2, Name: "extract"}
+	tests := []struct {
+		name     string
+		err      error
+		step     *interpreter.StepInfo
+		opts     *interpreter.StepOptions
+		class    history.Class
+		by, kind string
+	}{
+		{name: "RuleBeatsMark", err: activities.Transient(errors.Mark(errors.New("x"), interpreter.ErrNondeterministic)),
+			class: history.Permanent, by: "rule:nondeterminism", kind: "nondeterminism"},
+		{name: "BadInput", err: errors.Mark(errors.New("x"), interpreter.ErrBadInput),
+			class: history.Permanent, by: "rule:bad_input", kind: "bad_input"},
+		{name: "BadStepOpts", err: errors.Mark(errors.New("x"), interpreter.ErrBadStepOpts), step: step,
+			class: history.Permanent, by: "rule:bad_step_options", kind: "bad_step_options"},
+		{name: "Unstorable", err: errors.Mark(errors.New("x"), interpreter.ErrUnstorable), step: step,
+			class: history.Permanent, by: "rule:unstorable_output", kind: "unstorable_output"},
+		{name: "Deadline", err: errors.Mark(context.Canceled, errDeadline), step: step,
+			class: history.Permanent, by: "rule:" + kindDeadline, kind: kindDeadline},
+		{name: "MarkBeatsPolicy", err: activities.Permanent(errors.New("flaky")), step: step,
+			class: history.Permanent, by: "mark:permanent"},
+		{name: "TypePolicy", err: errors.New("flaky"), step: step, class: history.Transient, by: "policy:type"},
+		{name: "StepPolicyReplacesTypes", err: errors.New("flaky"), step: step, opts: &interpreter.StepOptions{Retry: &stepRetry},
+			class: history.Permanent, by: "policy:step"},
+		{name: "StepOverrideWithoutClassifierKeepsTypes", err: errors.New("flaky"), step: step,
+			opts: &interpreter.StepOptions{Retry: &activities.RetryPolicy{MaxAttempts: 2}}, class: history.Transient, by: "policy:type"},
+		{name: "RecordFailedIsTransient", err: errors.Mark(errors.New("x"), interpreter.ErrRecordFailed),
+			class: history.Transient, by: "rule:record_failed", kind: "record_failed"},
+		{name: "RecordFailedKeepsAMark", err: activities.Permanent(errors.Mark(errors.New("x"), interpreter.ErrRecordFailed)),
+			class: history.Permanent, by: "mark:permanent"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			a := &engine.Attempt{Task: &engine.Task{Type: "doc", Queue: "default"}}
+			h := NewHandler(HandlerConfig{})
+			res := interpreter.Result{Err: tt.err, Step: tt.step, StepOptions: tt.opts}
+			info := h.classify(a, typ, res, 1, time.Second)
+			require.Equal(t, tt.class, info.Class)
+			require.Equal(t, tt.by, info.ClassifiedBy)
+			if tt.kind != "" {
+				require.Equal(t, tt.kind, info.Kind)
+			}
+			if tt.step != nil {
+				require.Equal(t, tt.step.Name, info.Step)
+				require.Equal(t, tt.step.Position, info.Position)
+			}
+		})
+	}
+	t.Run("Defaults", func(t *testing.T) {
+		t.Parallel()
+		a := &engine.Attempt{Task: &engine.Task{Type: "doc", Queue: "default"}}
+		h := NewHandler(HandlerConfig{})
+		plain := Type{Retry: activities.DefaultRetryPolicy}
+		info := h.classify(a, plain, interpreter.Result{Err: errors.New("boom"), Step: step}, 1, time.Second)
+		require.Equal(t, history.Transient, info.Class, "a step's error is transient by default")
+		require.Equal(t, "default:step", info.ClassifiedBy)
+		info = h.classify(a, plain, interpreter.Result{Err: errors.New("refused")}, 1, time.Second)
+		require.Equal(t, history.Permanent, info.Class, "the body's own error is permanent by default")
+		require.Equal(t, "default:workflow", info.ClassifiedBy)
+	})
+}

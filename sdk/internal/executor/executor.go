@@ -1,0 +1,259 @@
+package executor
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"github.com/cairnflow/cairn/activities"
+	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/internal/interpreter"
+	"github.com/cockroachdb/errors"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Type is a registered workflow type as the executor runs it.
+type Type struct {
+	// Func is the workflow (see [interpreter.Typed]). Required.
+	Func interpreter.Func
+	// Retry is the type's retry policy: budget, backoff and classifier.
+	// Steps may override it (their StepOptions.Retry).
+	Retry activities.RetryPolicy
+	// SkipDeadLetter ends tasks that give up as failed (task_failed)
+	// instead of dead-lettered.
+	SkipDeadLetter bool
+}
+
+// HandlerConfig configures a [Handler].
+type HandlerConfig struct {
+	// Types are the workflow types the handler runs, by type and version:
+	// the ones the processor claims. The handler keeps the map and never
+	// writes it; the caller must not write it either once it is handed over.
+	Types map[engine.TypeKey]Type
+	// WorkerID names the worker in the attempt spans.
+	WorkerID string
+	// Logger. Default slog.Default().
+	Logger *slog.Logger
+	// TracerProvider, when set, makes each attempt a span (and each step a
+	// child span) under the trace the task was started with. Default nil:
+	// no spans.
+	TracerProvider trace.TracerProvider
+}
+
+// Handler runs the attempts the engine's processor claims: it is the
+// [engine.Handler] a worker hands to [engine.NewProcessor]. It holds no
+// mutable state: each call works on its own attempt, so calls may run
+// concurrently.
+type Handler struct {
+	types          map[engine.TypeKey]Type // read-only after NewHandler
+	workerID       string
+	logger         *slog.Logger
+	tracerProvider trace.TracerProvider // nil: no spans
+}
+
+// NewHandler returns a handler for cfg.
+func NewHandler(cfg HandlerConfig) *Handler {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Handler{types: cfg.Types, workerID: cfg.WorkerID, logger: cfg.Logger, tracerProvider: cfg.TracerProvider}
+}
+
+// HandleAttempt implements [engine.Handler]: it runs the workflow against
+// the task's history and turns the run's result into the events that end
+// the attempt. The engine's processor calls it, on the attempt's goroutine.
+func (h *Handler) HandleAttempt(ctx context.Context, a *engine.Attempt) (payloads []history.Payload, err error) {
+	ctx, tr := h.startAttemptTrace(ctx, a, a.State().Attempt)
+	defer func() { tr.end(err, payloads) }()
+	return h.handleAttempt(ctx, a, tr)
+}
+
+func (h *Handler) handleAttempt(ctx context.Context, a *engine.Attempt, tr *attemptTrace) ([]history.Payload, error) {
+	key := engine.TypeKey{Type: a.Task.Type, Version: a.Task.TypeVersion}
+	typ, ok := h.types[key]
+	state := a.State()
+	if !ok {
+		// Claims filter by registered types, so this is a wiring bug.
+		return nil, errors.AssertionFailedf("claimed task %s of unregistered type %s", a.Task.ID, key)
+	}
+	if state.Compensation != nil || state.CancelRequested {
+		// A cancel or compensation request, or compensation cut short by
+		// a failed attempt: this attempt goes straight to compensation.
+		var cause *history.ErrorInfo
+		if state.Compensation != nil {
+			cause = state.Compensation.Cause
+		}
+		return h.compensate(a, typ, compensationReason(state), cause, nil)
+	}
+	taskID := a.Task.ID.String()
+	runCtx, irreversibleCtx := ctx, a.LeaseContext()
+	if dl := state.Scheduled.Deadline; dl != nil {
+		if !engine.Now().Before(*dl) {
+			info := history.ErrorInfo{
+				Class: history.Permanent, Kind: kindDeadline, ClassifiedBy: "rule:" + kindDeadline,
+				Message: fmt.Sprintf("deadline %s passed before attempt %d began", dl.Format(time.RFC3339), state.Attempt),
+			}
+			if len(compensablePositions(state)) > 0 {
+				return h.compensate(a, typ, history.CompensateFailed, &info, nil)
+			}
+			return h.giveUp(typ, state, info, "deadline passed"), nil
+		}
+		var cancel, cancelIrreversible context.CancelFunc
+		runCtx, cancel = context.WithDeadlineCause(ctx, *dl, errDeadline)
+		defer cancel()
+		irreversibleCtx, cancelIrreversible = context.WithDeadlineCause(irreversibleCtx, *dl, errDeadline)
+		defer cancelIrreversible()
+	}
+	res := interpreter.Run(interpreter.RunParams{
+		TaskID: taskID, Attempt: state.Attempt, Steps: state.Steps,
+		Context: runCtx, Stopping: a.Stopping(),
+		StepContext: func(s interpreter.StepInfo) context.Context {
+			base := runCtx
+			if s.Irreversible {
+				base = irreversibleCtx // a cancel request does not stop it
+			}
+			return activities.WithInfo(tr.stepContext(base, s), activities.Info{
+				TaskID: taskID, TaskType: a.Task.Type, Attempt: state.Attempt, WorkerID: a.WorkerID(),
+				Step: s.Name, Position: s.Position,
+				IdempotencyKey: activities.IdempotencyKey(taskID, s.Position, s.Name),
+				TraceID:        a.Task.TraceID,
+			})
+		},
+		StepDone: tr.stepDone,
+		Timer:    state.Timer, Now: engine.Now,
+		Record: func(step history.Payload) error {
+			// Record even if the attempt context was cancelled by a stop
+			// while the step ran: the step did finish. The lease fence
+			// still refuses a stale attempt.
+			return a.Append(a.DurableContext(), step)
+		},
+	}, typ.Func, a.Task.Input)
+	if res.Err != nil && errors.Is(context.Cause(runCtx), errDeadline) {
+		res.Err = errors.Mark(res.Err, errDeadline)
+	}
+	if res.Err != nil && !errors.Is(res.Err, interpreter.ErrStopping) &&
+		errors.Is(context.Cause(ctx), engine.ErrCancelRequested) && a.LeaseContext().Err() == nil {
+		// Cancelled while running: it stopped at a checkpoint (or its step
+		// was cancelled); undo what it completed.
+		return h.compensate(a, typ, history.CompensateCancelled, nil, res.Pending)
+	}
+	payloads, err := h.outcome(ctx, a, typ, res)
+	payloads = withStepUsage(payloads, res.StepUsage)
+	var ec *errCompensate
+	if errors.As(err, &ec) {
+		return h.compensate(a, typ, history.CompensateFailed, &ec.cause, res.Pending)
+	}
+	if res.Pending == nil {
+		return payloads, err
+	}
+	if err != nil {
+		// No outcome to write it with (the task is released, or the
+		// attempt interrupted): record the finished step on its own, so it
+		// does not run again.
+		if recErr := a.Append(a.DurableContext(), res.Pending); recErr != nil {
+			h.logger.Warn("worker: record last step", "task_id", a.Task.ID, "err", recErr.Error())
+		}
+		return payloads, err
+	}
+	// The last step's completion goes in the same append as the outcome:
+	// one round trip and one row update fewer per task.
+	return append([]history.Payload{res.Pending}, payloads...), nil
+}
+
+// kindDeadline is the error kind of an attempt cut off by its task's
+// schedule-to-close deadline. It is always permanent.
+const kindDeadline = "schedule_to_close_timeout"
+
+var errDeadline = errors.New("task deadline passed")
+
+// outcome maps a run's result to the events that end the attempt.
+func (h *Handler) outcome(ctx context.Context, a *engine.Attempt, typ Type, res interpreter.Result) ([]history.Payload, error) {
+	if res.Err == nil {
+		return []history.Payload{history.TaskCompletedData{Output: res.Output}}, nil
+	}
+	var sleep *interpreter.SleepRequest
+	if errors.As(res.Err, &sleep) {
+		// The attempt ends here; the task is due again when the timer fires.
+		return []history.Payload{history.TimerStartedData{Position: sleep.Position, FireAt: sleep.FireAt}}, nil
+	}
+	if errors.Is(res.Err, interpreter.ErrStopping) {
+		return nil, engine.ErrReleased
+	}
+	if ctx.Err() != nil {
+		// The attempt was interrupted, not failed: by a stop (hand the task
+		// back) or by a lost lease (another worker owns it; write nothing).
+		select {
+		case <-a.Stopping():
+			if !errors.Is(context.Cause(ctx), engine.ErrLeaseLost) {
+				return nil, engine.ErrReleased
+			}
+		default:
+		}
+		return nil, errors.Wrapf(context.Cause(ctx), "attempt of task %s interrupted", a.Task.ID)
+	}
+	state := a.State()
+	now := engine.Now()
+	if res.Pending != nil {
+		// The last step finished in this attempt but is not on record
+		// yet; the budget in use is the one after it.
+		if next, err := history.Apply(state, history.Event{Seq: state.LastSeq + 1, At: now, Attempt: state.Attempt, Data: res.Pending}); err == nil {
+			state = next
+		}
+	}
+	elapsed := now.Sub(state.Budget.Since)
+	info := h.classify(a, typ, res, state.Budget.Attempts, elapsed)
+	policy := typ.Retry
+	if max := state.Scheduled.MaxAttempts; max > 0 {
+		policy.MaxAttempts = max // as started: StartOpts.MaxAttempts may override the type's
+	}
+	if res.StepOptions != nil && res.StepOptions.Retry != nil {
+		policy = *res.StepOptions.Retry
+	}
+	decision := policy.Decide(info, state.Budget.Attempts, elapsed, rand.Float64)
+	final := info.Class == history.Permanent // no requeue can help either
+	if dl := state.Scheduled.Deadline; decision.Retry && dl != nil && now.Add(decision.Delay).After(*dl) {
+		decision = activities.Decision{Reason: fmt.Sprintf("deadline %s comes before the next attempt would", dl.Format(time.RFC3339))}
+		final = true
+	}
+	if !decision.Retry {
+		if final && len(compensablePositions(state)) > 0 {
+			return nil, &errCompensate{cause: info}
+		}
+		return h.giveUp(typ, state, info, decision.Reason), nil
+	}
+	next := now.Add(decision.Delay)
+	return []history.Payload{history.AttemptFailedData{Error: info, NextRunAt: &next}}, nil
+}
+
+// giveUp ends the task after a failed attempt: dead-lettered for an
+// operator, or failed where the type says so.
+func (h *Handler) giveUp(typ Type, state history.State, info history.ErrorInfo, reason string) []history.Payload {
+	failed := history.AttemptFailedData{Error: info}
+	if typ.SkipDeadLetter {
+		return []history.Payload{failed, history.TaskFailedData{Error: info}}
+	}
+	return []history.Payload{failed, history.TaskDeadLetteredData{
+		Reason: fmt.Sprintf("%s (attempt %d)", reason, state.Attempt), Error: info,
+	}}
+}
+
+// withStepUsage puts the AI usage of the step whose failure ended the run
+// on the attempt_failed among payloads: a failed model call is paid for
+// too, and the history and metrics should say so.
+func withStepUsage(payloads []history.Payload, usage []history.Usage) []history.Payload {
+	if len(usage) == 0 {
+		return payloads
+	}
+	for i, p := range payloads {
+		if failed, ok := p.(history.AttemptFailedData); ok {
+			failed.Usage = usage
+			payloads[i] = failed
+		}
+	}
+	return payloads
+}
+
+var _ engine.Handler = (*Handler)(nil)
