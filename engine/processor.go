@@ -126,6 +126,11 @@ func (a *Attempt) appendParams(payloads []history.Payload) *EventAppendParams {
 	}
 }
 
+// DefaultLeaseTTL is how long a lease lasts without a heartbeat unless
+// configured otherwise: a crashed worker's tasks are picked up again about
+// this long after it stopped renewing them.
+const DefaultLeaseTTL = 30 * time.Second
+
 // ProcessorConfig configures a [Processor]. Zero values take the defaults
 // named on each field.
 type ProcessorConfig struct {
@@ -139,7 +144,8 @@ type ProcessorConfig struct {
 	Handler   Handler // required
 	// Concurrency is the number of attempts run at once. Default 10.
 	Concurrency int
-	// LeaseTTL is how long a lease lasts without a heartbeat. Default 30s.
+	// LeaseTTL is how long a lease lasts without a heartbeat. Default
+	// [DefaultLeaseTTL].
 	LeaseTTL time.Duration
 	// HeartbeatInterval between lease renewals. Default LeaseTTL/3.
 	HeartbeatInterval time.Duration
@@ -204,7 +210,7 @@ func NewProcessor(cfg ProcessorConfig) (*Processor, error) {
 		cfg.Concurrency = 10
 	}
 	if cfg.LeaseTTL <= 0 {
-		cfg.LeaseTTL = 30 * time.Second
+		cfg.LeaseTTL = DefaultLeaseTTL
 	}
 	if cfg.HeartbeatInterval <= 0 {
 		cfg.HeartbeatInterval = cfg.LeaseTTL / 3
@@ -343,128 +349,6 @@ func (p *Processor) stop(ctx context.Context, cancelNow bool) error {
 	return err
 }
 
-func (p *Processor) claimLoop(ctx context.Context) {
-	defer close(p.loopDone)
-	var wake <-chan struct{}
-	if p.cfg.Notifier != nil {
-		ch, unsubscribe := p.cfg.Notifier.Subscribe()
-		defer unsubscribe()
-		wake = ch
-	}
-	poll := time.NewTicker(p.cfg.PollInterval)
-	defer poll.Stop()
-	// backlog is whether more due work may be waiting for a slot: the last
-	// claim filled every free slot, or there was no free slot to claim
-	// with when woken. Only then is a freed slot worth a claim.
-	backlog := false
-	var retry time.Duration // the claim's backoff while the database is out of reach
-	for {
-		select {
-		case <-p.stopping:
-			return
-		case <-ctx.Done():
-			return
-		default:
-		}
-		if free := p.cfg.Concurrency - p.inflightCount(); free > 0 {
-			n, err := p.claim(ctx, free)
-			switch {
-			case err == nil:
-				p.claimOutage.ok()
-				retry = 0
-			case ctx.Err() != nil:
-			case isConnectionError(err):
-				// Back off while the database is out of reach, and say so
-				// once, not at every try.
-				p.claimOutage.failed(err)
-				retry = nextBackoff(retry, workBackoff)
-				if !p.sleepUnlessStopped(ctx, retry) {
-					return
-				}
-				continue
-			default:
-				p.cfg.Logger.Warn("processor: claim", errAttr(err))
-			}
-			backlog = err == nil && n == free
-		} else {
-			backlog = true
-		}
-		var freed <-chan struct{}
-		if backlog {
-			freed = p.slotFreed
-		}
-		select {
-		case <-p.stopping:
-			return
-		case <-ctx.Done():
-			return
-		case <-wake:
-		case <-poll.C:
-		case <-freed:
-			// Let a few more slots free up, so a busy worker claims in
-			// batches rather than a statement per finished task.
-			cooldown := time.NewTimer(fetchCooldown)
-			select {
-			case <-cooldown.C:
-			case <-p.stopping:
-			case <-ctx.Done():
-			}
-			cooldown.Stop()
-		}
-	}
-}
-
-// fetchCooldown is how long a worker with a backlog waits after a slot
-// frees before claiming again. New work announced by NOTIFY, and polls, are
-// claimed without it.
-const fetchCooldown = 10 * time.Millisecond
-
-func (p *Processor) claim(ctx context.Context, max int) (int, error) {
-	// The claim runs under baseCtx, not the work context a stop cancels: a
-	// claim cut off mid-flight may still commit, and its tasks would sit
-	// leased by nobody until expiry. Tasks claimed as a stop begins start
-	// with a cancelled context and are released at once.
-	// A database that hangs must not hold the claim loop (and Stop) for
-	// longer than a lease.
-	claimCtx, cancel := context.WithTimeout(p.baseCtx, p.cfg.LeaseTTL)
-	defer cancel()
-	sent := time.Now()
-	claimed, err := p.cfg.Store.TaskClaimMany(claimCtx, &TaskClaimManyParams{
-		Namespace: p.cfg.Namespace, Queues: p.cfg.Queues, Types: p.cfg.Types,
-		Owner: p.cfg.WorkerID, Max: max, LeaseTTL: p.cfg.LeaseTTL,
-	})
-	if err != nil {
-		return 0, err
-	}
-	for _, ct := range claimed {
-		if ct.Err != nil {
-			// Left to lease expiry (a rescuer that can read it reschedules
-			// it); the others in the batch run.
-			p.cfg.Logger.Error("processor: claimed task has a history this worker cannot read; not running it",
-				"task_id", ct.Task.ID, errAttr(ct.Err))
-			continue
-		}
-		leaseCtx, cancel := context.WithCancelCause(ctx)
-		attemptCtx, requestCancel := context.WithCancelCause(leaseCtx)
-		if ct.State.CancelRequested {
-			requestCancel(ErrCancelRequested)
-		}
-		ref := LeaseRef{TaskID: ct.Task.ID, Epoch: ct.State.Lease.Epoch}
-		p.mu.Lock()
-		p.inflight[ref] = &inflightAttempt{lastRenewed: sent, cancel: cancel, requestCancel: requestCancel}
-		p.mu.Unlock()
-		p.executors.Add(1)
-		go p.execute(&Attempt{Task: ct.Task, proc: p, state: ct.State, ctx: attemptCtx, leaseCtx: leaseCtx})
-	}
-	return len(claimed), nil
-}
-
-func (p *Processor) inflightCount() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return len(p.inflight)
-}
-
 // execute runs one attempt on a goroutine of its own and queues its outcome
 // for the next group commit. The attempt keeps its slot, and its lease is
 // renewed, until the outcome is written; the goroutine does not wait for
@@ -544,91 +428,6 @@ func (p *Processor) handle(ctx context.Context, a *Attempt) (payloads []history.
 		}
 	}()
 	return p.cfg.Handler.HandleAttempt(ctx, a)
-}
-
-func (p *Processor) heartbeatLoop(ctx context.Context) {
-	defer close(p.heartbeatDone)
-	ticker := time.NewTicker(p.cfg.HeartbeatInterval)
-	defer ticker.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-ticker.C:
-			p.heartbeat(ctx)
-		}
-	}
-}
-
-// heartbeat renews every in-flight lease in one statement and cancels the
-// attempts whose lease is gone. An attempt whose lease could not be renewed
-// is cancelled one heartbeat before the database would let it expire, so it
-// stops before a rescuer can hand the task to someone else.
-func (p *Processor) heartbeat(ctx context.Context) {
-	p.mu.Lock()
-	leases := make([]LeaseRef, 0, len(p.inflight))
-	for ref := range p.inflight {
-		leases = append(leases, ref)
-	}
-	p.mu.Unlock()
-	if len(leases) == 0 {
-		// Nothing to renew is no news of the database: an outage the
-		// heartbeat reported ends only when the database answers, or its
-		// report would stay open while the worker idles.
-		if p.renewOutage.down() {
-			p.checkRenewOutage(ctx)
-		}
-		return
-	}
-	// The database measures the new expiry from when the statement runs,
-	// which is after sent: sent is the safe renewal time to remember.
-	sent := time.Now()
-	hbCtx, cancel := context.WithTimeout(ctx, p.cfg.HeartbeatInterval)
-	held, err := p.cfg.Store.LeaseExtendMany(hbCtx, leases, p.cfg.LeaseTTL)
-	cancel()
-	now := time.Now()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, ref := range leases {
-		in := p.inflight[ref]
-		if in == nil {
-			continue
-		}
-		renewal, ok := held[ref.TaskID]
-		switch {
-		case err == nil && ok:
-			in.lastRenewed = sent
-			if renewal.CancelRequested {
-				in.requestCancel(ErrCancelRequested)
-			}
-		case err == nil:
-			in.cancel(ErrLeaseLost)
-		case now.Sub(in.lastRenewed) > p.cfg.LeaseTTL-p.cfg.HeartbeatInterval:
-			in.cancel(ErrLeaseLost)
-		}
-	}
-	switch {
-	case err == nil:
-		p.renewOutage.ok()
-	case ctx.Err() != nil:
-	case isConnectionError(err):
-		p.renewOutage.failed(err)
-	default:
-		p.cfg.Logger.Warn("processor: renew leases", errAttr(err))
-	}
-}
-
-// checkRenewOutage asks the database whether it answers again, for an
-// outage the heartbeat reported when it has no lease left to renew.
-func (p *Processor) checkRenewOutage(ctx context.Context) {
-	pingCtx, cancel := context.WithTimeout(ctx, p.cfg.HeartbeatInterval)
-	defer cancel()
-	switch err := p.cfg.Store.Ping(pingCtx); {
-	case err == nil:
-		p.renewOutage.ok()
-	case ctx.Err() == nil:
-		p.renewOutage.failed(err)
-	}
 }
 
 // sleepUnlessStopped waits d; it reports false when the processor stops or

@@ -34,7 +34,7 @@ type WorkerConfig struct {
 	Concurrency int
 	// LeaseTTL is how long a claimed task stays leased without a
 	// heartbeat; a crashed worker's tasks are picked up again after it.
-	// Default 30s.
+	// Default engine.DefaultLeaseTTL (30s).
 	LeaseTTL time.Duration
 	// HeartbeatInterval between lease renewals. Default LeaseTTL/3.
 	HeartbeatInterval time.Duration
@@ -110,7 +110,7 @@ func validateWorkerConfig(cfg *WorkerConfig) error {
 	}
 	ttl := cfg.LeaseTTL
 	if ttl == 0 {
-		ttl = 30 * time.Second
+		ttl = engine.DefaultLeaseTTL
 	}
 	if cfg.HeartbeatInterval >= ttl {
 		return errors.Newf("worker: HeartbeatInterval %s must be shorter than LeaseTTL %s", cfg.HeartbeatInterval, ttl)

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/cairnflow/cairn/engine"
+
 	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/sdk"
 	"github.com/cockroachdb/errors"
@@ -63,7 +65,7 @@ permanently. It applies cairn's migrations first.`,
 	pf.Float64Var(&f.failureRate, "failure-rate", 0.1, "chance a simulated OCR or LLM call fails transiently")
 	pf.DurationVar(&f.latency, "latency", 20*time.Millisecond, "typical simulated step latency")
 	pf.Uint64Var(&f.seed, "seed", uint64(time.Now().UnixNano()), "seed for generated documents")
-	pf.DurationVar(&f.leaseTTL, "lease-ttl", 30*time.Second, "worker lease TTL: a crashed worker's tasks resume after it")
+	pf.DurationVar(&f.leaseTTL, "lease-ttl", engine.DefaultLeaseTTL, "worker lease TTL: a crashed worker's tasks resume after it")
 	pf.DurationVar(&f.rescueInterval, "rescue-interval", 5*time.Second, "how often the rescuer looks for expired leases")
 	pf.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a stopping worker lets running steps finish")
 	cmd.AddCommand(newDemoRunCmd(g, f), newDemoSubmitCmd(g, f), newDemoWorkerCmd(g, f))

@@ -14,7 +14,7 @@ import (
 
 func newDevCmd(g *globals) *cobra.Command {
 	sf := &serverFlags{migrate: true, maxInputBytes: 1 << 20, rescueInterval: time.Second, shutdownTimeout: 5 * time.Second, consoleHint: true}
-	df := &demoFlags{leaseTTL: 30 * time.Second, rescueInterval: time.Second, shutdownTimeout: 5 * time.Second}
+	df := &demoFlags{leaseTTL: engine.DefaultLeaseTTL, rescueInterval: time.Second, shutdownTimeout: 5 * time.Second}
 	cmd := &cobra.Command{
 		Use:   "dev",
 		Short: "Server, console and the demo worker in one process, on the embedded store: no PostgreSQL needed",

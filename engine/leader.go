@@ -1,0 +1,188 @@
+package engine
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/cockroachdb/errors"
+)
+
+// RescuerConfig configures a [Rescuer].
+type RescuerConfig struct {
+	Store Store
+	// Owner identifies this process in the leader lease. Required.
+	Owner string
+	// Interval between passes. Default 5s.
+	Interval time.Duration
+	// Logger. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Rescuer is the leader-only service that runs [Store.RescueExpired]
+// periodically. Every process may run one; only the holder of the "rescuer"
+// leader lease does the work.
+type Rescuer struct {
+	cfg    RescuerConfig
+	svc    service
+	outage *outage // the database out of reach, logged once per change of state
+}
+
+// NewRescuer returns a rescuer; it does nothing until started.
+func NewRescuer(cfg RescuerConfig) (*Rescuer, error) {
+	if cfg.Store == nil || cfg.Owner == "" {
+		return nil, errors.New("engine: RescuerConfig needs Store and Owner")
+	}
+	if cfg.Interval <= 0 {
+		cfg.Interval = 5 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Rescuer{cfg: cfg, outage: newOutage(cfg.Logger, "rescuer")}, nil
+}
+
+const rescuerLeaderName = "rescuer"
+
+// Start runs the rescuer until Stop or until ctx is done.
+func (r *Rescuer) Start(ctx context.Context) error {
+	return r.svc.start(ctx, func(ctx context.Context) {
+		ticker := time.NewTicker(r.cfg.Interval)
+		defer ticker.Stop()
+		leader := false
+		for {
+			leader = r.pass(ctx, leader)
+			if !r.waitForPass(ctx, ticker, leader) {
+				// Resign whatever the last pass saw: an election cut off by
+				// the stop may still have committed.
+				resignCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+				_ = r.cfg.Store.LeaderResign(resignCtx, rescuerLeaderName, r.cfg.Owner)
+				cancel()
+				return
+			}
+		}
+	})
+}
+
+// minScheduleWait keeps the wait for a schedule's tick from spinning when
+// the database's clock is a little behind this process's.
+const minScheduleWait = 10 * time.Millisecond
+
+// waitForPass waits for the next pass, and reports false when ctx ends
+// first. Meanwhile the leader fires each cron schedule at its tick rather
+// than at the next pass, so a schedule fires within milliseconds of its tick
+// (one created or resumed since the last pass is seen at the next one).
+func (r *Rescuer) waitForPass(ctx context.Context, ticker *time.Ticker, leader bool) bool {
+	for {
+		var wake <-chan time.Time
+		if leader {
+			if at, ok := r.nextScheduleTick(ctx); ok {
+				timer := time.NewTimer(max(time.Until(at), minScheduleWait))
+				defer timer.Stop() // at most one pending: a fired timer needs no stop
+				wake = timer.C
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-ticker.C:
+			return true
+		case <-wake:
+			r.fireSchedules(ctx)
+		}
+	}
+}
+
+// nextScheduleTick returns when the next active schedule is due, if one is.
+func (r *Rescuer) nextScheduleTick(ctx context.Context) (time.Time, bool) {
+	at, ok, err := r.cfg.Store.ScheduleNextDue(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			r.cfg.Logger.Warn("rescuer: read the next schedule tick", errAttr(err))
+		}
+		return time.Time{}, false
+	}
+	return at, ok
+}
+
+func (r *Rescuer) pass(ctx context.Context, wasLeader bool) bool {
+	// The lease outlives a few missed passes, so one slow pass does not
+	// hand leadership over.
+	electCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(3*r.cfg.Interval, 5*time.Second))
+	leader, err := r.cfg.Store.LeaderAttempt(electCtx, rescuerLeaderName, r.cfg.Owner, 3*r.cfg.Interval)
+	cancel()
+	switch {
+	case err == nil:
+		r.outage.ok()
+	case ctx.Err() != nil:
+		return false
+	case isConnectionError(err):
+		r.outage.failed(err)
+		return false
+	default:
+		r.cfg.Logger.Warn("rescuer: leader election", errAttr(err))
+		return false
+	}
+	if leader != wasLeader {
+		r.cfg.Logger.Debug("rescuer: leadership changed", "leader", leader, "owner", r.cfg.Owner)
+	}
+	if !leader {
+		return false
+	}
+	r.expireStartDeadlines(ctx)
+	r.fireSchedules(ctx)
+	for {
+		n, err := RescueExpired(ctx, r.cfg.Store, 100)
+		if err != nil {
+			if ctx.Err() == nil {
+				r.cfg.Logger.Warn("rescuer: rescue expired leases", errAttr(err))
+			}
+			return true
+		}
+		if n > 0 {
+			r.cfg.Logger.Info("rescuer: rescued tasks with expired leases", "count", n)
+		}
+		if n < 100 {
+			return true
+		}
+	}
+}
+
+// fireSchedules starts the tasks of due cron schedules, in batches.
+func (r *Rescuer) fireSchedules(ctx context.Context) {
+	for {
+		n, err := r.cfg.Store.ScheduleFireDue(ctx, 100)
+		if err != nil {
+			if ctx.Err() == nil {
+				r.cfg.Logger.Warn("rescuer: fire cron schedules", errAttr(err))
+			}
+			return
+		}
+		if n < 100 {
+			return
+		}
+	}
+}
+
+// expireStartDeadlines ends, in batches, the tasks not started by their
+// start deadline.
+func (r *Rescuer) expireStartDeadlines(ctx context.Context) {
+	for {
+		n, err := ExpireStartDeadlines(ctx, r.cfg.Store, 100)
+		if err != nil {
+			if ctx.Err() == nil {
+				r.cfg.Logger.Warn("rescuer: expire tasks past their start deadline", errAttr(err))
+			}
+			return
+		}
+		if n > 0 {
+			r.cfg.Logger.Info("rescuer: expired tasks not started by their start deadline", "count", n)
+		}
+		if n < 100 {
+			return
+		}
+	}
+}
+
+// Stop stops the rescuer and waits for it. It is idempotent.
+func (r *Rescuer) Stop() { r.svc.stop() }
