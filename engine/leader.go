@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/cairnflow/cairn/engine/store"
+
 	"github.com/cockroachdb/errors"
 )
 
@@ -15,6 +17,9 @@ type RescuerConfig struct {
 	Owner string
 	// Interval between passes. Default 5s.
 	Interval time.Duration
+	// Clock tells the time of the rescues it writes; give the store the
+	// same one. Default [store.WallClock].
+	Clock Clock
 	// Logger. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -38,6 +43,9 @@ func NewRescuer(cfg RescuerConfig) (*Rescuer, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = store.WallClock
 	}
 	return &Rescuer{cfg: cfg, outage: newOutage(cfg.Logger, "rescuer")}, nil
 }
@@ -132,7 +140,7 @@ func (r *Rescuer) pass(ctx context.Context, wasLeader bool) bool {
 	r.expireStartDeadlines(ctx)
 	r.fireSchedules(ctx)
 	for {
-		n, err := RescueExpired(ctx, r.cfg.Store, 100)
+		n, err := rescueExpired(ctx, r.cfg.Store, r.cfg.Clock, 100)
 		if err != nil {
 			if ctx.Err() == nil {
 				r.cfg.Logger.Warn("rescuer: rescue expired leases", errAttr(err))

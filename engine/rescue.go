@@ -6,6 +6,9 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/cairnflow/cairn/engine/internal/plan"
+	"github.com/cairnflow/cairn/engine/store"
+
 	"github.com/cairnflow/cairn/history"
 	"github.com/cockroachdb/errors"
 	"github.com/google/uuid"
@@ -21,23 +24,27 @@ import (
 // append is fenced by the expired epoch and re-checks expiry by the database
 // clock, so a lease extended meanwhile is left alone.
 func RescueExpired(ctx context.Context, s Store, max int) (int, error) {
+	return rescueExpired(ctx, s, store.WallClock, max)
+}
+
+// rescueExpired is [RescueExpired] with the time of the rescue from clock.
+func rescueExpired(ctx context.Context, s Store, clock Clock, max int) (int, error) {
 	ids, err := s.TaskListLeaseExpired(ctx, max)
 	if err != nil || len(ids) == 0 {
 		return 0, err
 	}
-	return rescueTasks(ctx, s, ids)
+	return rescueTasks(ctx, s, plan.Now(clock), ids)
 }
 
 // rescueTasks appends lease_expired to each of the listed tasks, fenced by
 // its epoch and re-checked for expiry by the append.
-func rescueTasks(ctx context.Context, s Store, ids []uuid.UUID) (int, error) {
+func rescueTasks(ctx context.Context, s Store, now time.Time, ids []uuid.UUID) (int, error) {
 	var unreadable []uuid.UUID
 	defer func() {
 		if len(unreadable) > 0 {
 			slog.Default().Error("rescuer: expired tasks with histories this process cannot read", "task_ids", unreadable)
 		}
 	}()
-	now := Now()
 	appends := make([]*EventAppendParams, 0, len(ids))
 	for _, id := range ids {
 		// Histories load one task at a time: rescue is rare, and one
