@@ -6,14 +6,17 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cairnflow/cairn/engine/store"
+
 	"github.com/cairnflow/cairn/history"
 	"github.com/cockroachdb/errors"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Metrics counts what a store writes, for Prometheus. Pass one to
-// [PGStoreConfig] (or sdk.WorkerConfig / sdk.ClientConfig); a nil *Metrics
-// counts nothing and costs nothing.
+// Metrics counts what a store writes, for Prometheus: it is the
+// [store.Observer] a driver's Config takes (pgstore.Config.Metrics,
+// sqlitestore.Config.Metrics; or sdk.WorkerConfig / sdk.ClientConfig). A nil
+// *Metrics counts nothing and costs nothing.
 //
 // Every figure is taken from events as they are committed, in the process
 // that commits them: an append the database refused counts nothing, and a
@@ -176,8 +179,8 @@ func (m *Metrics) collectors() []prometheus.Collector {
 }
 
 // ObserveAppended counts the events of an append a store committed; next
-// is the task's state after it. Stores call it; a nil *Metrics counts
-// nothing.
+// is the task's state after it. Drivers call it ([store.Observer]); a nil
+// *Metrics counts nothing.
 func (m *Metrics) ObserveAppended(p *EventAppendParams, next history.State) {
 	m.observeAppended(p, next)
 }
@@ -375,3 +378,5 @@ func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, q.OldestDue.Seconds(), q.Namespace, q.Queue)
 	}
 }
+
+var _ store.Observer = (*Metrics)(nil)
