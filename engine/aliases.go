@@ -66,7 +66,6 @@ var (
 	ErrNotFound         = store.ErrNotFound
 	ErrConflict         = store.ErrConflict
 	ErrFenced           = store.ErrFenced
-	ErrCancelRequested  = store.ErrCancelRequested
 	ErrTaskState        = store.ErrTaskState
 	ErrRetryable        = store.ErrRetryable
 	ErrUnsupported      = store.ErrUnsupported

@@ -23,6 +23,9 @@ var (
 	// ErrLeaseLost is the cancellation cause of an attempt's context when
 	// its lease could not be renewed or passed to another epoch.
 	ErrLeaseLost = errors.New("lease lost")
+	// ErrCancelRequested is the cancellation cause of an attempt's context
+	// when the task's cancel was requested.
+	ErrCancelRequested = errors.New("task cancel requested")
 )
 
 // Handler runs attempts of claimed tasks. Package sdk implements it; the

@@ -45,9 +45,6 @@ var (
 	// ErrFenced: the caller's lease epoch is no longer the task's; the
 	// attempt it acts for is over and its writes are refused.
 	ErrFenced = errors.New("fenced: lease epoch is stale")
-	// ErrCancelRequested is the cancellation cause of an attempt's context
-	// when the task's cancel was requested.
-	ErrCancelRequested = errors.New("task cancel requested")
 	// ErrTaskState: the task's status does not allow the request (retrying
 	// a task that is not dead-lettered, for instance). The message names
 	// the status.
