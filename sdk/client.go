@@ -35,7 +35,7 @@ type ClientConfig struct {
 	// over Pool (the embedded store of engine/sqlitestore, say). Schema
 	// and Metrics are then the store's own business.
 	Store engine.Store
-	// Schema holding cairn's tables. Default "cairn".
+	// Schema holding cairn's tables. Default pgstore.DefaultSchema ("cairn").
 	Schema string
 	// Namespace tasks are started in and looked up in. Default "default".
 	Namespace string

@@ -24,7 +24,7 @@ type WorkerConfig struct {
 	// over Pool (the embedded store of engine/sqlitestore, say). Schema
 	// and Metrics are then the store's own business.
 	Store engine.Store
-	// Schema holding cairn's tables. Default "cairn".
+	// Schema holding cairn's tables. Default pgstore.DefaultSchema ("cairn").
 	Schema string
 	// Namespace whose tasks this worker runs. Default "default".
 	Namespace string

@@ -11,6 +11,8 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/cairnflow/cairn/engine/pgstore"
+
 	"github.com/cockroachdb/errors"
 	"github.com/spf13/cobra"
 )
@@ -74,7 +76,7 @@ store: one SQLite file (--db, default ./cairn-dev.db), for one process.`,
 	pf := root.PersistentFlags()
 	pf.StringVar(&g.databaseURL, "database-url", os.Getenv("CAIRN_DATABASE_URL"), "PostgreSQL URL (env CAIRN_DATABASE_URL); unset: the embedded store in --db")
 	pf.StringVar(&g.dbPath, "db", envOr("CAIRN_DB", "cairn-dev.db"), "the embedded SQLite store's file, used when no --database-url is set (env CAIRN_DB)")
-	pf.StringVar(&g.schema, "schema", envOr("CAIRN_SCHEMA", "cairn"), "schema holding cairn's tables (env CAIRN_SCHEMA)")
+	pf.StringVar(&g.schema, "schema", envOr("CAIRN_SCHEMA", pgstore.DefaultSchema), "schema holding cairn's tables (env CAIRN_SCHEMA)")
 	pf.StringVar(&g.namespace, "namespace", envOr("CAIRN_NAMESPACE", "default"), "namespace of tasks (env CAIRN_NAMESPACE)")
 	pf.StringVarP(&g.output, "output", "o", "text", "output format: text or json")
 	root.AddCommand(newMigrateCmd(g), newTaskCmd(g), newDLQCmd(g), newQueueCmd(g), newScheduleCmd(g), newDemoCmd(g))
