@@ -25,8 +25,9 @@ var allowedImports = map[string][]string{
 	"history/historytest":       {"history"},
 	"sdk":                       {"history", "workflow", "activities", "engine", "internal/celenv"},
 	"internal/celenv":           {},
-	"cmd/cairn":                 {"sdk", "engine", "engine/sqlitestore", "history", "activities", "workflow", "cmd/cairn/internal/server"},
+	"cmd/cairn":                 {"sdk", "engine", "engine/sqlitestore", "history", "activities", "workflow", "cmd/cairn/internal/server", "cmd/cairn/internal/bench"},
 	"cmd/cairn/internal/server": {"sdk", "engine", "history"},
+	"cmd/cairn/internal/bench":  {"sdk", "engine", "engine/sqlitestore", "history", "activities", "workflow"},
 	"integration":               {},
 }
 

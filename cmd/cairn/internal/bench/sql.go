@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -134,7 +134,7 @@ func (b *benchSQL) serverVersion(ctx context.Context) (string, error) {
 // drops public, whose ownership and grants a re-creation would not restore.
 func (b *benchSQL) reset(ctx context.Context, migrate func(context.Context) error) error {
 	refuse := func(why string) error {
-		return errors.Mark(errors.Newf("schema %s %s; the bench drops and recreates its schema, so name another with --schema (or drop it yourself)", b.schema, why), configError)
+		return errors.Mark(errors.Newf("schema %s %s; the bench drops and recreates its schema, so name another with --schema (or drop it yourself)", b.schema, why), ErrConfig)
 	}
 	if b.schema == "public" {
 		return refuse("is the standard public schema")

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -13,7 +13,6 @@ import (
 	"github.com/cairnflow/cairn/sdk"
 	"github.com/cockroachdb/errors"
 	"github.com/jackc/pgx/v5"
-	"github.com/spf13/cobra"
 )
 
 // Without a database URL, `cairn bench throughput` and `cairn bench
@@ -23,32 +22,31 @@ import (
 // index) and need it.
 
 // openEmbeddedBench opens a fresh embedded store for a drain mode.
-func openEmbeddedBench(cmd *cobra.Command, g *globals, mode string) (*benchEnv, func(), error) {
+func openEmbeddedBench(ctx context.Context, cfg Config, mode string) (*benchEnv, func(), error) {
 	if mode != "throughput" && mode != "workflow" {
-		return nil, nil, errors.Mark(errors.Newf("bench %s needs PostgreSQL: set --database-url (throughput and workflow also run on the embedded store)", mode), configError)
+		return nil, nil, errors.Mark(errors.Newf("bench %s needs PostgreSQL: set --database-url (throughput and workflow also run on the embedded store)", mode), ErrConfig)
 	}
 	dir, err := os.MkdirTemp("", "cairn-bench-")
 	if err != nil {
 		return nil, nil, errors.Wrap(err, "make the bench's directory")
 	}
 	path := filepath.Join(dir, "cairn-bench.db")
-	store, err := sqlitestore.Open(cmd.Context(), path)
+	store, err := sqlitestore.Open(ctx, path)
 	if err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, nil, err
 	}
 	closeAll := func() { _ = store.Close(); _ = os.RemoveAll(dir) }
-	version, err := store.Version(cmd.Context())
+	version, err := store.Version(ctx)
 	if err != nil {
 		closeAll()
 		return nil, nil, err
 	}
-	bg := *g
-	env := &benchEnv{g: &bg, lite: store, progress: cmd.ErrOrStderr(), header: benchHeader{
+	env := &benchEnv{cfg: cfg, lite: store, progress: cfg.Stderr, header: benchHeader{
 		Mode: mode, GoVersion: runtime.Version(), GOMAXPROCS: runtime.GOMAXPROCS(0), NumCPU: runtime.NumCPU(),
-		SQLiteVersion: version, SQLiteFile: path, Namespace: bg.namespace, StartedAt: time.Now().UTC(),
+		SQLiteVersion: version, SQLiteFile: path, Namespace: cfg.Namespace, StartedAt: time.Now().UTC(),
 	}}
-	if g.output == "json" {
+	if cfg.JSON {
 		env.progress = io.Discard
 	}
 	return env, closeAll, nil
@@ -57,9 +55,9 @@ func openEmbeddedBench(cmd *cobra.Command, g *globals, mode string) (*benchEnv, 
 // clientConfig is the configuration of a client on the bench's database.
 func (e *benchEnv) clientConfig() sdk.ClientConfig {
 	if e.lite != nil {
-		return sdk.ClientConfig{Store: e.lite, Namespace: e.g.namespace}
+		return sdk.ClientConfig{Store: e.lite, Namespace: e.cfg.Namespace}
 	}
-	return sdk.ClientConfig{Pool: e.obs.pool, Schema: e.g.schema, Namespace: e.g.namespace}
+	return sdk.ClientConfig{Pool: e.obs.pool, Schema: e.cfg.Schema, Namespace: e.cfg.Namespace}
 }
 
 // target opens what the workers use: a pool of maxConns on PostgreSQL, the
@@ -87,7 +85,7 @@ func (e *benchEnv) analyze(ctx context.Context) error {
 // prefillFinished puts n finished ballast tasks in (PostgreSQL only).
 func (e *benchEnv) prefillFinished(ctx context.Context, n int) error {
 	if e.lite != nil {
-		return errors.Mark(errors.New("--finished needs PostgreSQL"), configError)
+		return errors.Mark(errors.New("--finished needs PostgreSQL"), ErrConfig)
 	}
 	return e.obs.prefillFinished(ctx, n)
 }

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -9,7 +9,6 @@ import (
 	"github.com/cairnflow/cairn/sdk"
 	"github.com/cockroachdb/errors"
 	"github.com/jackc/pgx/v5"
-	"github.com/spf13/cobra"
 )
 
 // audit: the time of Client.Audit over a range of about a million events,
@@ -18,7 +17,7 @@ import (
 //
 // The histories are written by SQL in bulk (generate_series), not through
 // the engine: this measures reading them. The statements are here rather
-// than in bench_sql.go because only this mode runs them.
+// than in sql.go because only this mode runs them.
 
 const (
 	// auditBenchTaskChunk tasks are written per statement.
@@ -119,44 +118,24 @@ type auditBenchReport struct {
 	Rows        []auditBenchRow `json:"rows"`
 }
 
-type auditBenchFlags struct {
-	events, reps int
+// AuditParams are the parameters of [Audit].
+type AuditParams struct {
+	Events int // --events: events to write (about; tasks have 10 or 12)
+	Reps   int // --reps: times each audit runs
 }
 
-func newBenchAuditCmd(g *globals) *cobra.Command {
-	f := &auditBenchFlags{}
-	cmd := &cobra.Command{
-		Use:   "audit",
-		Short: "Time Client.Audit over a million events: a selective filter, the same without SQL narrowing, everything",
-		Long: benchLong + `
-
-audit writes about --events events in bulk SQL (tasks of 10 events: a
-scheduled task, an attempt, seven steps, completion; one task in five fails
-its first attempt with HTTP 429, 503 or 500 and succeeds on the second, 12
-events), about a thousand a second, in the past. It then times
-Client.Audit over their whole time range: with a selective filter the
-database narrows by event type, with an equivalent filter it cannot narrow
-(CEL decides on every event), and with no filter. Each runs --reps times;
-the median is reported.`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runAuditBench(cmd, g, f)
-		},
+// Audit writes about p.Events events in bulk SQL, then times Client.Audit
+// over their whole time range with a selective filter the database
+// narrows, an equivalent one it cannot narrow, and none; each p.Reps times,
+// reporting the median. PostgreSQL only.
+func Audit(ctx context.Context, cfg Config, p AuditParams) error {
+	if p.Events < 12 || p.Events > 100_000_000 {
+		return errors.Mark(errors.Newf("--events %d: use 12 to 100000000", p.Events), ErrConfig)
 	}
-	cmd.Flags().IntVar(&f.events, "events", 1_000_000, "events to write (about; tasks have 10 or 12)")
-	cmd.Flags().IntVar(&f.reps, "reps", 3, "times each audit runs")
-	return cmd
-}
-
-func runAuditBench(cmd *cobra.Command, g *globals, f *auditBenchFlags) error {
-	if f.events < 12 || f.events > 100_000_000 {
-		return errors.Mark(errors.Newf("--events %d: use 12 to 100000000", f.events), configError)
+	if p.Reps < 1 || p.Reps > 100 {
+		return errors.Mark(errors.Newf("--reps %d: use 1 to 100", p.Reps), ErrConfig)
 	}
-	if f.reps < 1 || f.reps > 100 {
-		return errors.Mark(errors.Newf("--reps %d: use 1 to 100", f.reps), configError)
-	}
-	ctx := cmd.Context()
-	env, closeEnv, err := openBench(cmd, g, "audit")
+	env, closeEnv, err := openBench(ctx, cfg, "audit")
 	if err != nil {
 		return err
 	}
@@ -165,17 +144,17 @@ func runAuditBench(cmd *cobra.Command, g *globals, f *auditBenchFlags) error {
 		return err
 	}
 	report := auditBenchReport{benchHeader: env.header}
-	since, until, err := fillAuditBench(ctx, env, f.events, &report)
+	since, until, err := fillAuditBench(ctx, env, p.Events, &report)
 	if err != nil {
 		return err
 	}
-	client, err := sdk.NewClient(sdk.ClientConfig{Pool: env.obs.pool, Schema: env.g.schema, Namespace: env.g.namespace})
+	client, err := sdk.NewClient(sdk.ClientConfig{Pool: env.obs.pool, Schema: env.cfg.Schema, Namespace: env.cfg.Namespace})
 	if err != nil {
 		return err
 	}
 	defer client.Close()
 	for _, c := range auditBenchCases {
-		row, err := timeAudit(ctx, client, c, since, until, f.reps)
+		row, err := timeAudit(ctx, client, c, since, until, p.Reps)
 		if err != nil {
 			return errors.Wrapf(err, "audit %q", c.Name)
 		}
@@ -183,7 +162,7 @@ func runAuditBench(cmd *cobra.Command, g *globals, f *auditBenchFlags) error {
 		env.logf("audit: %s: %d matched in %.2f s (median of %d)", c.Name, row.Matched, row.Seconds, row.Reps)
 		report.Rows = append(report.Rows, row)
 	}
-	return printAuditBench(cmd, g, report)
+	return printAuditBench(&env.cfg, report)
 }
 
 // fillAuditBench writes the histories and returns their time range.
@@ -197,7 +176,7 @@ func fillAuditBench(ctx context.Context, env *benchEnv, events int, report *audi
 	for first := 1; first <= tasks; first += auditBenchTaskChunk {
 		last := min(first+auditBenchTaskChunk-1, tasks)
 		_, err := env.obs.pool.Exec(ctx, env.obs.q(sqlAuditBenchFill), pgx.NamedArgs{
-			"first": first, "last": last, "base": base, "namespace": env.g.namespace,
+			"first": first, "last": last, "base": base, "namespace": env.cfg.Namespace,
 			"task_spacing": auditBenchTaskSpacing, "event_spacing": auditBenchEventSpacing,
 		})
 		if err != nil {
@@ -252,11 +231,11 @@ func timeAudit(ctx context.Context, client *sdk.Client, c auditBenchCase, since,
 	return row, nil
 }
 
-func printAuditBench(cmd *cobra.Command, g *globals, r auditBenchReport) error {
-	if g.output == "json" {
-		return printJSON(cmd, r)
+func printAuditBench(cfg *Config, r auditBenchReport) error {
+	if cfg.JSON {
+		return printJSON(cfg.Stdout, r)
 	}
-	w := newTable(cmd)
+	w := newTable(cfg.Stdout)
 	fmt.Fprintf(w, "mode:\taudit: Client.Audit over %d events (%d tasks, written in %.1f s); median of %d runs\n",
 		r.Events, r.Tasks, r.FillSeconds, r.Rows[0].Reps)
 	printBenchEnv(w, r.benchHeader)
