@@ -9,7 +9,8 @@
 // [Worker] in the processes [Scale] spawns) with a [Config] and the mode's
 // parameters. Reports are printed as tables, or as one JSON object that
 // scripts/compare-peers.sh reads. The statements the bench runs itself (to
-// reset its schema and to observe it) are in sql.go; the engine's own
+// reset its schema and to observe it) are in bench.sql and audit.sql
+// (PostgreSQL) and sqlite.sql (the embedded store); the engine's own
 // statements stay in the engine.
 //
 // It imports sdk, engine, engine/sqlitestore, history, activities and
@@ -234,8 +235,10 @@ type benchEnv struct {
 	obs *benchSQL
 	// lite is the embedded store the run works on, when no database URL is
 	// set (throughput and workflow modes only); obs is nil then.
-	lite   *sqlitestore.Store
-	header benchHeader
+	lite *sqlitestore.Store
+	// liteQueries are the statements of sqlite.sql, with lite.
+	liteQueries map[string]string
+	header      benchHeader
 	// progress receives progress lines; io.Discard with JSON.
 	progress io.Writer
 	// prefilled is the number of finished ballast tasks put in before
@@ -270,7 +273,11 @@ func openBench(ctx context.Context, cfg Config, mode string) (*benchEnv, func(),
 	if err != nil {
 		return nil, nil, err
 	}
-	obs := newBenchSQL(pool, cfg.Schema)
+	obs, err := newBenchSQL(pool, cfg.Schema)
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
 	version, err := obs.serverVersion(ctx)
 	if err != nil {
 		pool.Close()

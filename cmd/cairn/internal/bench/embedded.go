@@ -26,6 +26,10 @@ func openEmbeddedBench(ctx context.Context, cfg Config, mode string) (*benchEnv,
 	if mode != "throughput" && mode != "workflow" {
 		return nil, nil, errors.Mark(errors.Newf("bench %s needs PostgreSQL: set --database-url (throughput and workflow also run on the embedded store)", mode), ErrConfig)
 	}
+	queries, err := liteQueries()
+	if err != nil {
+		return nil, nil, err
+	}
 	dir, err := os.MkdirTemp("", "cairn-bench-")
 	if err != nil {
 		return nil, nil, errors.Wrap(err, "make the bench's directory")
@@ -42,7 +46,7 @@ func openEmbeddedBench(ctx context.Context, cfg Config, mode string) (*benchEnv,
 		closeAll()
 		return nil, nil, err
 	}
-	env := &benchEnv{cfg: cfg, lite: store, progress: cfg.Stderr, header: benchHeader{
+	env := &benchEnv{cfg: cfg, lite: store, liteQueries: queries, progress: cfg.Stderr, header: benchHeader{
 		Mode: mode, GoVersion: runtime.Version(), GOMAXPROCS: runtime.GOMAXPROCS(0), NumCPU: runtime.NumCPU(),
 		SQLiteVersion: version, SQLiteFile: path, Namespace: cfg.Namespace, StartedAt: time.Now().UTC(),
 	}}
@@ -76,7 +80,7 @@ func (e *benchEnv) target(ctx context.Context, maxConns int) (benchTarget, func(
 // analyze refreshes the planner's statistics after the insert.
 func (e *benchEnv) analyze(ctx context.Context) error {
 	if e.lite != nil {
-		_, err := e.lite.DB().ExecContext(ctx, "ANALYZE")
+		_, err := e.lite.DB().ExecContext(ctx, query(e.liteQueries, "TablesAnalyze"))
 		return errors.Wrap(err, "analyze bench tables")
 	}
 	return e.obs.analyze(ctx)
@@ -99,7 +103,7 @@ type drainPoll interface {
 // openPoll opens the drain's poll: its own connection on PostgreSQL.
 func (e *benchEnv) openPoll(ctx context.Context) (drainPoll, func(), error) {
 	if e.lite != nil {
-		return litePoll{e.lite.DB()}, func() {}, nil
+		return litePoll{e.lite.DB(), e.liteQueries}, func() {}, nil
 	}
 	conn, err := e.obs.pollConn(ctx)
 	if err != nil {
@@ -118,17 +122,20 @@ func (p pgPoll) anyUnfinished(ctx context.Context) (bool, error) {
 }
 func (p pgPoll) unfinished(ctx context.Context) (int, error) { return p.obs.unfinished(ctx, p.conn) }
 
-type litePoll struct{ db *sql.DB }
+type litePoll struct {
+	db      *sql.DB
+	queries map[string]string // of sqlite.sql
+}
 
 func (p litePoll) anyUnfinished(ctx context.Context) (bool, error) {
 	var found bool
-	err := p.db.QueryRowContext(ctx, "SELECT EXISTS (SELECT 1 FROM tasks WHERE status IN ('pending', 'retrying', 'running'))").Scan(&found)
+	err := p.db.QueryRowContext(ctx, query(p.queries, "TaskUnfinishedExists")).Scan(&found)
 	return found, errors.Wrap(err, "look for unfinished tasks")
 }
 
 func (p litePoll) unfinished(ctx context.Context) (int, error) {
 	var n int
-	err := p.db.QueryRowContext(ctx, "SELECT count(*) FROM tasks WHERE status IN ('pending', 'retrying', 'running')").Scan(&n)
+	err := p.db.QueryRowContext(ctx, query(p.queries, "TaskUnfinishedCount")).Scan(&n)
 	return n, errors.Wrap(err, "count unfinished tasks")
 }
 
@@ -139,10 +146,7 @@ func (e *benchEnv) summary(ctx context.Context) (drainSummary, error) {
 	}
 	var s drainSummary
 	var last sql.NullInt64
-	err := e.lite.DB().QueryRowContext(ctx, `SELECT
-		count(*) FILTER (WHERE status = 'completed'),
-		count(*) FILTER (WHERE status IN ('failed', 'cancelled', 'dead_lettered')),
-		max(finished_at), (SELECT count(*) FROM events) FROM tasks`).Scan(&s.completed, &s.otherTerminal, &last, &s.events)
+	err := e.lite.DB().QueryRowContext(ctx, query(e.liteQueries, "DrainSummary")).Scan(&s.completed, &s.otherTerminal, &last, &s.events)
 	if last.Valid {
 		t := time.UnixMicro(last.Int64).UTC()
 		s.lastFinished = &t
