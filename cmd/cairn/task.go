@@ -216,8 +216,8 @@ func newTaskListCmd(g *globals) *cobra.Command {
 			if status != "" && !knownStatus(status) {
 				return errors.Mark(errors.Newf("--status %q: use one of %s", status, statusList()), configError)
 			}
-			if limit < 1 || limit > 10000 {
-				return errors.Mark(errors.Newf("--limit %d: use 1 to 10000", limit), configError)
+			if limit < 1 || limit > sdk.MaxListLimit {
+				return errors.Mark(errors.Newf("--limit %d: use 1 to %d", limit, sdk.MaxListLimit), configError)
 			}
 			c, closeDB, err := g.client(cmd.Context())
 			if err != nil {
@@ -241,7 +241,7 @@ func newTaskListCmd(g *globals) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&status, "status", "", "only tasks in this status ("+statusList()+")")
 	cmd.Flags().StringVar(&typ, "type", "", "only tasks of this type")
-	cmd.Flags().IntVar(&limit, "limit", 50, "at most this many tasks")
+	cmd.Flags().IntVar(&limit, "limit", 50, fmt.Sprintf("at most this many tasks, 1 to %d", sdk.MaxListLimit))
 	return cmd
 }
 

@@ -340,8 +340,8 @@ func (s *Server) listTasks(w http.ResponseWriter, r *http.Request, c *call) {
 	}
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 1000 {
-			writeProblem(w, r, problem(http.StatusBadRequest, codeInvalidRequest, "limit "+strconv.Quote(v)+" is not a number from 1 to 1000"))
+		if err != nil || n < 1 || n > sdk.MaxListLimit {
+			writeProblem(w, r, problem(http.StatusBadRequest, codeInvalidRequest, "limit "+strconv.Quote(v)+" is not a number from 1 to "+strconv.Itoa(sdk.MaxListLimit)))
 			return
 		}
 		opts.Limit = n
