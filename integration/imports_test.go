@@ -30,8 +30,9 @@ var allowedImports = map[string][]string{
 	"sdk/internal/executor":     {"engine", "engine/store", "history", "activities", "internal/interpreter"},
 	"internal/celenv":           {},
 	"internal/interpreter":      {"history", "activities"},
-	"cmd/cairn":                 {"sdk", "engine", "engine/store", "engine/pgstore", "engine/sqlitestore", "history", "activities", "workflow", "cmd/cairn/internal/server"},
+	"cmd/cairn":                 {"sdk", "engine", "engine/store", "engine/pgstore", "engine/sqlitestore", "history", "activities", "workflow", "cmd/cairn/internal/server", "cmd/cairn/internal/bench"},
 	"cmd/cairn/internal/server": {"sdk", "engine", "engine/store", "history"},
+	"cmd/cairn/internal/bench":  {"sdk", "engine", "engine/store", "engine/pgstore", "engine/sqlitestore", "history", "activities", "workflow"},
 	"integration":               {},
 }
 

@@ -468,7 +468,7 @@ type ListOpts struct {
 	// Before lists tasks older than this one (a cursor: the Next of the
 	// previous page).
 	Before uuid.UUID
-	Limit  int // default 100, at most 1000
+	Limit  int // default 100, at most [MaxListLimit]
 }
 
 // ListPage is a page of [Client.ListPage].
@@ -487,12 +487,14 @@ type ListPage struct {
 	FirstFilterError error
 }
 
-// maxListLimit bounds a page; maxFilterScan bounds the tasks one page
-// reads to find its matches when a filter is set.
-const (
-	maxListLimit  = 1000
-	maxFilterScan = 10_000
-)
+// MaxListLimit is the most tasks one page of [Client.ListPage] holds: the
+// bound of [ListOpts.Limit]. The CLI's `task list --limit` and the HTTP
+// API's limit state the same bound.
+const MaxListLimit = 1000
+
+// maxFilterScan bounds the tasks one page reads to find its matches when a
+// filter is set.
+const maxFilterScan = 10_000
 
 // List returns tasks of the client's namespace, newest first.
 func (c *Client) List(ctx context.Context, opts *ListOpts) ([]*TaskInfo, error) {
@@ -513,8 +515,8 @@ func (c *Client) ListPage(ctx context.Context, opts *ListOpts) (ListPage, error)
 	}
 	limit := opts.Limit
 	switch {
-	case limit < 0 || limit > maxListLimit:
-		return ListPage{}, errors.Newf("list: limit %d is outside 1..%d", limit, maxListLimit)
+	case limit < 0 || limit > MaxListLimit:
+		return ListPage{}, errors.Newf("list: limit %d is outside 1..%d", limit, MaxListLimit)
 	case limit == 0:
 		limit = 100
 	}

@@ -17,17 +17,6 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// registerAudit adds `cairn audit` to root and `cairn bench audit` to its
-// bench command, so that main.go registers both in one line.
-func registerAudit(root *cobra.Command, g *globals) {
-	root.AddCommand(newAuditCmd(g))
-	for _, c := range root.Commands() {
-		if c.Name() == "bench" {
-			c.AddCommand(newBenchAuditCmd(g))
-		}
-	}
-}
-
 const auditLong = `Prints the events of the namespace's task histories in a time range, in
 order of time, that a CEL expression selects. The expression sees:
 

@@ -118,6 +118,9 @@ func newDLQListCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if opts.Limit > 0 {
+				opts.Limit++ // one more says whether the limit cut the list short
+			}
 			c, closeDB, err := g.client(cmd.Context())
 			if err != nil {
 				return err
@@ -127,26 +130,43 @@ func newDLQListCmd(g *globals) *cobra.Command {
 			if err != nil && len(tasks) == 0 {
 				return err
 			}
+			more := f.limit > 0 && len(tasks) > f.limit
+			if more {
+				tasks = tasks[:f.limit]
+			}
+			if perr := printDeadLetters(cmd, tasks, g.output == "json"); perr != nil {
+				return perr
+			}
+			if more {
+				// On stderr, after the list, so -o json stays one JSON value.
+				fmt.Fprintf(cmd.ErrOrStderr(), "stopped at --limit %d: more dead letters match (--limit -1 for all)\n", f.limit)
+			}
 			if g.output == "json" {
-				return printJSON(cmd, tasks)
-			}
-			w := newTable(cmd)
-			fmt.Fprintln(w, "ID\tTYPE\tATTEMPT\tDEAD SINCE\tLAST ERROR")
-			for _, t := range tasks {
-				last := "-"
-				if t.LastError != nil {
-					last = describeError(*t.LastError)
-				}
-				fmt.Fprintf(w, "%s\t%s@%d\t%d\t%s\t%s\n", t.ID, t.Type, t.TypeVersion, t.Attempt, formatTime(t.FinishedAt), last)
-			}
-			if err := w.Flush(); err != nil {
-				return err
+				return nil // as before: filter errors are reported with the table only
 			}
 			return err
 		},
 	}
 	f.register(cmd, "at most this many tasks (-1: all)")
 	return cmd
+}
+
+// printDeadLetters prints dead letters as JSON or as a table with their
+// last error.
+func printDeadLetters(cmd *cobra.Command, tasks []*sdk.TaskInfo, asJSON bool) error {
+	if asJSON {
+		return printJSON(cmd, tasks)
+	}
+	w := newTable(cmd)
+	fmt.Fprintln(w, "ID\tTYPE\tATTEMPT\tDEAD SINCE\tLAST ERROR")
+	for _, t := range tasks {
+		last := "-"
+		if t.LastError != nil {
+			last = describeError(*t.LastError)
+		}
+		fmt.Fprintf(w, "%s\t%s@%d\t%d\t%s\t%s\n", t.ID, t.Type, t.TypeVersion, t.Attempt, formatTime(t.FinishedAt), last)
+	}
+	return w.Flush()
 }
 
 func newDLQRetryCmd(g *globals) *cobra.Command {

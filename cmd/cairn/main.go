@@ -81,8 +81,7 @@ store: one SQLite file (--db, default ./cairn-dev.db), for one process.`,
 	pf.StringVarP(&g.output, "output", "o", "text", "output format: text or json")
 	root.AddCommand(newMigrateCmd(g), newTaskCmd(g), newDLQCmd(g), newQueueCmd(g), newScheduleCmd(g), newDemoCmd(g))
 	root.AddCommand(newServerCmd(g), newDevCmd(g), newTokenCmd())
-	root.AddCommand(newBenchCmd(g))
-	registerAudit(root, g) // `cairn audit` and `cairn bench audit`
+	root.AddCommand(newAuditCmd(g), newBenchCmd(g))
 	return root
 }
 

@@ -1,11 +1,15 @@
 package main
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
+	"io"
 	"strings"
+	"text/tabwriter"
 	"time"
 
+	"github.com/cairnflow/cairn/cmd/cairn/internal/server"
 	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/sdk"
 	"github.com/cockroachdb/errors"
@@ -205,44 +209,166 @@ func describeError(e history.ErrorInfo) string {
 	return b.String()
 }
 
+// taskListFlags are the flags of `cairn task list`.
+type taskListFlags struct {
+	status, typ string
+	limit       int
+	cursor      string // start after this task (a cursor: server.TaskCursor)
+	all         bool   // follow the cursor to the last task
+}
+
+var taskListLong = fmt.Sprintf(`Lists the namespace's tasks, newest first: at most --limit of them (1 to
+%d). When more remain, the cursor of the next page is printed on stderr
+("more tasks: --cursor C"); --cursor C lists the page after it, and --all
+follows the cursors to the last task (--limit is then the page size,
+default %d), printing each page as it arrives. A cursor is the HTTP API's
+next_cursor (GET /v1/tasks?cursor=C), so either works in the other.`, sdk.MaxListLimit, sdk.MaxListLimit)
+
 func newTaskListCmd(g *globals) *cobra.Command {
-	var status, typ string
-	var limit int
+	var f taskListFlags
 	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "List tasks, newest first",
+		Long:  taskListLong,
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if status != "" && !knownStatus(status) {
-				return errors.Mark(errors.Newf("--status %q: use one of %s", status, statusList()), configError)
-			}
-			if limit < 1 || limit > 10000 {
-				return errors.Mark(errors.Newf("--limit %d: use 1 to 10000", limit), configError)
+			opts, err := f.opts(cmd.Flags().Changed("limit"))
+			if err != nil {
+				return err
 			}
 			c, closeDB, err := g.client(cmd.Context())
 			if err != nil {
 				return err
 			}
 			defer closeDB()
-			tasks, err := c.List(cmd.Context(), &sdk.ListOpts{Status: history.Status(status), Type: typ, Limit: limit})
-			if err != nil {
-				return err
-			}
-			if g.output == "json" {
-				return printJSON(cmd, tasks)
-			}
-			w := newTable(cmd)
-			fmt.Fprintln(w, "ID\tTYPE\tSTATUS\tATTEMPT\tCREATED")
-			for _, t := range tasks {
-				fmt.Fprintf(w, "%s\t%s@%d\t%s\t%d\t%s\n", t.ID, t.Type, t.TypeVersion, t.Status, t.Attempt, formatTime(&t.CreatedAt))
-			}
-			return w.Flush()
+			return listTasks(cmd, c, opts, f.all, g.output == "json")
 		},
 	}
-	cmd.Flags().StringVar(&status, "status", "", "only tasks in this status ("+statusList()+")")
-	cmd.Flags().StringVar(&typ, "type", "", "only tasks of this type")
-	cmd.Flags().IntVar(&limit, "limit", 50, "at most this many tasks")
+	cmd.Flags().StringVar(&f.status, "status", "", "only tasks in this status ("+statusList()+")")
+	cmd.Flags().StringVar(&f.typ, "type", "", "only tasks of this type")
+	cmd.Flags().IntVar(&f.limit, "limit", 50, fmt.Sprintf("at most this many tasks, 1 to %d (with --all: per page)", sdk.MaxListLimit))
+	cmd.Flags().StringVar(&f.cursor, "cursor", "", "list the tasks after this cursor (printed when more remain; the API's next_cursor)")
+	cmd.Flags().BoolVar(&f.all, "all", false, "list every task, following the cursor page by page")
 	return cmd
+}
+
+// opts checks the flags; limitSet says whether --limit was given.
+func (f *taskListFlags) opts(limitSet bool) (*sdk.ListOpts, error) {
+	if f.status != "" && !knownStatus(f.status) {
+		return nil, errors.Mark(errors.Newf("--status %q: use one of %s", f.status, statusList()), configError)
+	}
+	if f.limit < 1 || f.limit > sdk.MaxListLimit {
+		return nil, errors.Mark(errors.Newf("--limit %d: use 1 to %d (--all lists every task, page by page)", f.limit, sdk.MaxListLimit), configError)
+	}
+	opts := &sdk.ListOpts{Status: history.Status(f.status), Type: f.typ, Limit: f.limit}
+	if f.all && !limitSet {
+		opts.Limit = sdk.MaxListLimit
+	}
+	if f.cursor != "" {
+		before, err := server.ParseTaskCursor(f.cursor)
+		if err != nil {
+			return nil, errors.Mark(errors.Newf("--cursor %q: not a cursor of a task listing (the one printed after \"more tasks:\", or the API's next_cursor)", f.cursor), configError)
+		}
+		opts.Before = before
+	}
+	return opts, nil
+}
+
+// listTasks prints the page opts selects, or with all every page from
+// there on, each as it arrives. When a page is followed by more tasks
+// than it shows, the cursor of the next one goes to stderr, so stdout stays
+// a table or one JSON array.
+func listTasks(cmd *cobra.Command, c *sdk.Client, opts *sdk.ListOpts, all, asJSON bool) error {
+	ctx := cmd.Context()
+	out := newTaskListPrinter(cmd.OutOrStdout(), asJSON)
+	for {
+		page, err := c.ListPage(ctx, opts)
+		if err != nil {
+			return err
+		}
+		if err := out.page(page.Tasks); err != nil {
+			return err
+		}
+		if page.Next == uuid.Nil {
+			break
+		}
+		opts.Before = page.Next
+		if all {
+			continue
+		}
+		// A full page may be the last: look one task further before
+		// saying more remain.
+		more, err := c.ListPage(ctx, &sdk.ListOpts{Status: opts.Status, Type: opts.Type, Before: page.Next, Limit: 1})
+		if err != nil {
+			return err
+		}
+		if len(more.Tasks) > 0 {
+			if err := out.end(); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "more tasks: --cursor %s (or --all)\n", server.TaskCursor(page.Next))
+			return nil
+		}
+		break
+	}
+	return out.end()
+}
+
+// taskListPrinter prints pages of tasks as they come: a table with one
+// header, or one JSON array laid out as printJSON lays out a slice.
+type taskListPrinter struct {
+	out   *bufio.Writer
+	json  bool
+	table *tabwriter.Writer // text only
+	n     int               // tasks printed
+}
+
+func newTaskListPrinter(w io.Writer, asJSON bool) *taskListPrinter {
+	p := &taskListPrinter{out: bufio.NewWriter(w), json: asJSON}
+	if !asJSON {
+		p.table = tabwriter.NewWriter(p.out, 0, 0, 2, ' ', 0) // as newTable
+		fmt.Fprintln(p.table, "ID\tTYPE\tSTATUS\tATTEMPT\tCREATED")
+	}
+	return p
+}
+
+// page prints tasks and flushes them to the output.
+func (p *taskListPrinter) page(tasks []*sdk.TaskInfo) error {
+	for _, t := range tasks {
+		if !p.json {
+			fmt.Fprintf(p.table, "%s\t%s@%d\t%s\t%d\t%s\n", t.ID, t.Type, t.TypeVersion, t.Status, t.Attempt, formatTime(&t.CreatedAt))
+			continue
+		}
+		b, err := json.MarshalIndent(t, "  ", "  ")
+		if err != nil {
+			return errors.Wrapf(err, "encode task %s", t.ID)
+		}
+		sep := ",\n  "
+		if p.n == 0 {
+			sep = "[\n  "
+		}
+		_, _ = p.out.WriteString(sep)
+		_, _ = p.out.Write(b)
+		p.n++
+	}
+	if p.table != nil {
+		if err := p.table.Flush(); err != nil {
+			return err
+		}
+	}
+	return p.out.Flush()
+}
+
+// end closes the JSON array and flushes.
+func (p *taskListPrinter) end() error {
+	if p.json {
+		if p.n == 0 {
+			_, _ = p.out.WriteString("[]\n")
+		} else {
+			_, _ = p.out.WriteString("\n]\n")
+		}
+	}
+	return p.out.Flush()
 }
 
 func knownStatus(s string) bool {

@@ -340,14 +340,14 @@ func (s *Server) listTasks(w http.ResponseWriter, r *http.Request, c *call) {
 	}
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 1000 {
-			writeProblem(w, r, problem(http.StatusBadRequest, codeInvalidRequest, "limit "+strconv.Quote(v)+" is not a number from 1 to 1000"))
+		if err != nil || n < 1 || n > sdk.MaxListLimit {
+			writeProblem(w, r, problem(http.StatusBadRequest, codeInvalidRequest, "limit "+strconv.Quote(v)+" is not a number from 1 to "+strconv.Itoa(sdk.MaxListLimit)))
 			return
 		}
 		opts.Limit = n
 	}
 	if v := q.Get("cursor"); v != "" {
-		id, err := uuid.Parse(v)
+		id, err := ParseTaskCursor(v)
 		if err != nil {
 			writeProblem(w, r, problem(http.StatusBadRequest, codeInvalidRequest, "cursor "+strconv.Quote(v)+" is not one this API gave"))
 			return
@@ -375,9 +375,21 @@ func (s *Server) listTasks(w http.ResponseWriter, r *http.Request, c *call) {
 		resp.Tasks = []*sdk.TaskInfo{}
 	}
 	if page.Next != uuid.Nil {
-		resp.NextCursor = page.Next.String()
+		resp.NextCursor = TaskCursor(page.Next)
 	}
 	writeJSON(w, http.StatusOK, resp)
+}
+
+// TaskCursor is the next_cursor of a task listing whose next page starts
+// after task next ([sdk.ListPage]'s Next); `cairn task list` prints the
+// same string, so a cursor from either works in the other.
+func TaskCursor(next uuid.UUID) string { return next.String() }
+
+// ParseTaskCursor reads a cursor [TaskCursor] made, for
+// [sdk.ListOpts.Before].
+func ParseTaskCursor(cursor string) (uuid.UUID, error) {
+	id, err := uuid.Parse(cursor)
+	return id, errors.Wrap(err, "parse task cursor")
 }
 
 func knownStatus(s history.Status) bool {

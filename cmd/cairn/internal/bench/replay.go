@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -14,7 +14,6 @@ import (
 	"github.com/cairnflow/cairn/sdk"
 	"github.com/cockroachdb/errors"
 	"github.com/google/uuid"
-	"github.com/spf13/cobra"
 )
 
 // replay: the cost of loading and replaying a history, by length. Each
@@ -59,38 +58,19 @@ type replayReport struct {
 	Rows []replayRow `json:"rows"`
 }
 
-func newBenchReplayCmd(g *globals) *cobra.Command {
-	f := &benchFlags{}
-	cmd := &cobra.Command{
-		Use:   "replay",
-		Short: "Load-and-replay time, events/s and memory per event for histories of 10 to 100,000 events",
-		Long: benchLong + `
-
-replay builds one task per entry of --sizes whose history has exactly that
-many events (task_scheduled, attempt_started, step_completed × (size-3),
-task_completed), written through the engine as a worker writes them: a
-claim, then appends fenced by the lease epoch, in chunks of 2,000 events.
-It then loads each history (Store.EventListByTask) and replays it
-(history.Replay) repeatedly and reports the median times, events/s, and
-bytes and allocations per event (runtime.MemStats).`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runReplay(cmd, g, f)
-		},
-	}
-	cmd.Flags().IntSliceVar(&f.sizes, "sizes", []int{10, 100, 1_000, 10_000, 100_000}, "history lengths in events")
-	return cmd
-}
-
-func runReplay(cmd *cobra.Command, g *globals, f *benchFlags) error {
+// Replay builds one task per entry of p.Sizes whose history has exactly
+// that many events, written through the engine as a worker writes them,
+// then loads and replays each repeatedly: median times, events/s, and
+// bytes and allocations per event. PostgreSQL only.
+func Replay(ctx context.Context, cfg Config, p Params) error {
+	f := &p
 	if err := f.validate(); err != nil {
 		return err
 	}
-	if err := positive(intFlag{"sizes", len(f.sizes)}); err != nil {
+	if err := positive(intFlag{"sizes", len(f.Sizes)}); err != nil {
 		return err
 	}
-	ctx := cmd.Context()
-	env, closeEnv, err := openBench(cmd, g, "replay")
+	env, closeEnv, err := openBench(ctx, cfg, "replay")
 	if err != nil {
 		return err
 	}
@@ -98,15 +78,15 @@ func runReplay(cmd *cobra.Command, g *globals, f *benchFlags) error {
 	if err := env.reset(ctx); err != nil {
 		return err
 	}
-	client, err := sdk.NewClient(sdk.ClientConfig{Pool: env.obs.pool, Schema: env.g.schema, Namespace: env.g.namespace})
+	client, err := sdk.NewClient(sdk.ClientConfig{Pool: env.obs.pool, Schema: env.cfg.Schema, Namespace: env.cfg.Namespace})
 	if err != nil {
 		return err
 	}
 	defer client.Close()
 	var rows []replayRow
-	for _, size := range f.sizes {
+	for _, size := range f.Sizes {
 		built := time.Now()
-		id, err := buildHistory(ctx, client, env.g.namespace, size)
+		id, err := buildHistory(ctx, client, env.cfg.Namespace, size)
 		if err != nil {
 			return errors.Wrapf(err, "build a history of %d events", size)
 		}
@@ -119,12 +99,12 @@ func runReplay(cmd *cobra.Command, g *globals, f *benchFlags) error {
 		env.logf("replay: %d events: built in %.2f s, load+replay %.3f ms", size, row.BuildSeconds, row.TotalMs)
 		rows = append(rows, row)
 	}
-	if g.output == "json" {
+	if env.cfg.JSON {
 		r := replayReport{benchHeader: env.header, Rows: rows}
-		r.Params.Sizes, r.Params.Chunk = f.sizes, replayChunk
-		return printJSON(cmd, r)
+		r.Params.Sizes, r.Params.Chunk = f.Sizes, replayChunk
+		return printJSON(env.cfg.Stdout, r)
 	}
-	w := newTable(cmd)
+	w := newTable(env.cfg.Stdout)
 	fmt.Fprintf(w, "mode:\treplay: load (Store.EventListByTask) and replay (history.Replay) one task's history; medians\n")
 	printBenchEnv(w, env.header)
 	fmt.Fprintf(w, "\nEVENTS\tBUILD S\tREPS\tLOAD MS\tREPLAY MS\tTOTAL MS\tEVENTS/S\tBYTES/EVENT\tALLOCS/EVENT\n")

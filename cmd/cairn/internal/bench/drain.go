@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -13,7 +13,6 @@ import (
 
 	"github.com/cairnflow/cairn/sdk"
 	"github.com/cockroachdb/errors"
-	"github.com/spf13/cobra"
 )
 
 // Drain modes: throughput and workflow (in-process workers) and scale
@@ -38,12 +37,12 @@ type drainParams struct {
 	Metrics bool `json:"metrics"`
 }
 
-func (f *benchFlags) drainParams(steps int) drainParams {
+func (f *Params) drainParams(steps int) drainParams {
 	return drainParams{
-		Tasks: f.tasks, StepsPerTask: steps, Workers: f.workers, Processes: f.processes,
-		Concurrency: f.concurrency, MaxConns: f.maxConns, InsertBatch: f.batch,
-		WorkerPollMs: ms(benchWorkerPollInterval), DrainPollMs: ms(f.drainPoll),
-		FinishedBefore: f.finished, Metrics: f.metrics,
+		Tasks: f.Tasks, StepsPerTask: steps, Workers: f.Workers, Processes: f.Processes,
+		Concurrency: f.Concurrency, MaxConns: f.MaxConns, InsertBatch: f.Batch,
+		WorkerPollMs: ms(benchWorkerPollInterval), DrainPollMs: ms(f.DrainPoll),
+		FinishedBefore: f.Finished, Metrics: f.Metrics,
 	}
 }
 
@@ -193,9 +192,22 @@ func (e *benchEnv) result(ctx context.Context, tasks, steps int, insert time.Dur
 	return r, nil
 }
 
+// Throughput inserts p.Tasks single-step no-op tasks (Client.StartMany in
+// batches of p.Batch), then drains them with p.Workers in-process workers
+// and reports the insert and drain rates.
+func Throughput(ctx context.Context, cfg Config, p Params) error {
+	return runInProcessDrain(ctx, cfg, &p, "throughput", 1)
+}
+
+// Workflow is [Throughput] with p.Steps no-op steps per workflow, each
+// recorded before the next runs: workflows/s and steps/s.
+func Workflow(ctx context.Context, cfg Config, p Params) error {
+	return runInProcessDrain(ctx, cfg, &p, "workflow", p.Steps)
+}
+
 // runInProcessDrain is throughput and workflow: reset, insert, then drain
-// with f.workers in-process workers sharing one pool.
-func runInProcessDrain(cmd *cobra.Command, g *globals, f *benchFlags, mode string, steps int) error {
+// with f.Workers in-process workers sharing one pool.
+func runInProcessDrain(ctx context.Context, cfg Config, f *Params, mode string, steps int) error {
 	if err := f.validate(); err != nil {
 		return err
 	}
@@ -204,14 +216,13 @@ func runInProcessDrain(cmd *cobra.Command, g *globals, f *benchFlags, mode strin
 	}
 	if err := positive(
 		intFlag{"steps", steps},
-		intFlag{"workers", f.workers},
-		intFlag{"concurrency", f.concurrency},
-		intFlag{"max-conns", f.maxConns},
+		intFlag{"workers", f.Workers},
+		intFlag{"concurrency", f.Concurrency},
+		intFlag{"max-conns", f.MaxConns},
 	); err != nil {
 		return err
 	}
-	ctx := cmd.Context()
-	env, closeEnv, err := openBench(cmd, g, mode)
+	env, closeEnv, err := openBench(ctx, cfg, mode)
 	if err != nil {
 		return err
 	}
@@ -219,23 +230,23 @@ func runInProcessDrain(cmd *cobra.Command, g *globals, f *benchFlags, mode strin
 	if err := env.reset(ctx); err != nil {
 		return err
 	}
-	if f.finished > 0 {
+	if f.Finished > 0 {
 		started := time.Now()
-		if err := env.prefillFinished(ctx, f.finished); err != nil {
+		if err := env.prefillFinished(ctx, f.Finished); err != nil {
 			return err
 		}
-		env.prefilled = f.finished
-		env.logf("prefilled %d finished tasks (%d events) in %s", f.finished, 4*f.finished, time.Since(started).Round(time.Millisecond))
+		env.prefilled = f.Finished
+		env.logf("prefilled %d finished tasks (%d events) in %s", f.Finished, 4*f.Finished, time.Since(started).Round(time.Millisecond))
 	}
-	insert, err := env.insertBacklog(ctx, f.tasks, steps, f.batch)
+	insert, err := env.insertBacklog(ctx, f.Tasks, steps, f.Batch)
 	if err != nil {
 		return err
 	}
-	env.logf("inserted %d tasks of %d step(s) in %s (%.0f/s)", f.tasks, steps, insert.Round(time.Millisecond), perSecond(int64(f.tasks), insert))
+	env.logf("inserted %d tasks of %d step(s) in %s (%.0f/s)", f.Tasks, steps, insert.Round(time.Millisecond), perSecond(int64(f.Tasks), insert))
 	if err := env.analyze(ctx); err != nil {
 		return err
 	}
-	target, closeTarget, err := env.target(ctx, f.maxConns)
+	target, closeTarget, err := env.target(ctx, f.MaxConns)
 	if err != nil {
 		return err
 	}
@@ -244,19 +255,19 @@ func runInProcessDrain(cmd *cobra.Command, g *globals, f *benchFlags, mode strin
 	if err != nil {
 		return err
 	}
-	workers := make([]*sdk.Worker, 0, f.workers)
-	for range f.workers {
-		w, err := newBenchWorkerWithMetrics(target, env.g, f.concurrency, nil, metrics)
+	workers := make([]*sdk.Worker, 0, f.Workers)
+	for range f.Workers {
+		w, err := newBenchWorkerWithMetrics(target, &env.cfg, f.Concurrency, nil, metrics)
 		if err != nil {
 			return err
 		}
 		workers = append(workers, w)
 	}
-	env.logf("draining with %d worker(s) × %d slots, pool of %d connections", f.workers, f.concurrency, f.maxConns)
+	env.logf("draining with %d worker(s) × %d slots, pool of %d connections", f.Workers, f.Concurrency, f.MaxConns)
 	// The workers outlive a signal: it ends the run, and the deferred stop
 	// shuts them down gracefully.
 	defer func() { _ = stopWorkers(workers) }()
-	stopProfile, err := startCPUProfile(f.cpuProfile)
+	stopProfile, err := startCPUProfile(f.CPUProfile)
 	if err != nil {
 		return err
 	}
@@ -268,14 +279,14 @@ func runInProcessDrain(cmd *cobra.Command, g *globals, f *benchFlags, mode strin
 			}
 		}
 		return nil
-	}, f.drainPoll, f.timeout)
+	}, f.DrainPoll, f.Timeout)
 	if err != nil {
 		return err
 	}
 	if err := stopProfile(); err != nil {
 		return err
 	}
-	if err := writeAllocProfile(f.memProfile); err != nil {
+	if err := writeAllocProfile(f.MemProfile); err != nil {
 		return err
 	}
 	if err := stopWorkers(workers); err != nil {
@@ -284,21 +295,21 @@ func runInProcessDrain(cmd *cobra.Command, g *globals, f *benchFlags, mode strin
 	if err := env.logMetrics(reg); err != nil {
 		return err
 	}
-	res, err := env.result(ctx, f.tasks, steps, insert, timing)
+	res, err := env.result(ctx, f.Tasks, steps, insert, timing)
 	if err != nil {
 		return err
 	}
 	params := f.drainParams(steps)
-	if g.output == "json" {
-		return printJSON(cmd, drainReport{benchHeader: env.header, Params: params, drainResult: res})
+	if env.cfg.JSON {
+		return printJSON(env.cfg.Stdout, drainReport{benchHeader: env.header, Params: params, drainResult: res})
 	}
-	w := newTable(cmd)
+	w := newTable(env.cfg.Stdout)
 	unit := "tasks"
 	if mode == "workflow" {
 		unit = "workflows"
 	}
 	fmt.Fprintf(w, "mode:\t%s: %d %s of %d no-op step(s); %d worker(s) × %d slots, pool of %d\n",
-		mode, f.tasks, unit, steps, f.workers, f.concurrency, f.maxConns)
+		mode, f.Tasks, unit, steps, f.Workers, f.Concurrency, f.MaxConns)
 	printDrain(w, unit, params, res)
 	printBenchEnv(w, env.header)
 	return w.Flush()
@@ -312,7 +323,7 @@ func startCPUProfile(path string) (func() error, error) {
 	}
 	file, err := os.Create(path)
 	if err != nil {
-		return nil, errors.Mark(errors.Wrap(err, "--cpuprofile"), configError)
+		return nil, errors.Mark(errors.Wrap(err, "--cpuprofile"), ErrConfig)
 	}
 	if err := pprof.StartCPUProfile(file); err != nil {
 		_ = file.Close()
@@ -337,7 +348,7 @@ func writeAllocProfile(path string) error {
 	}
 	file, err := os.Create(path)
 	if err != nil {
-		return errors.Mark(errors.Wrap(err, "--memprofile"), configError)
+		return errors.Mark(errors.Wrap(err, "--memprofile"), ErrConfig)
 	}
 	if err := pprof.Lookup("allocs").WriteTo(file, 0); err != nil {
 		_ = file.Close()
@@ -357,53 +368,4 @@ func printDrain(w io.Writer, unit string, p drainParams, r drainResult) {
 	}
 	fmt.Fprintf(w, "last completion:\t%.3f s\tafter worker start (finished_at; no poll granularity)\n", r.LastCompletionSeconds)
 	fmt.Fprintf(w, "events:\t%.0f events/s\t%d written, %.1f per %s\n", r.DrainEventsPerSecond, r.EventsWritten, r.EventsPerTask, strings.TrimSuffix(unit, "s"))
-}
-
-func newBenchThroughputCmd(g *globals) *cobra.Command {
-	f := &benchFlags{}
-	cmd := &cobra.Command{
-		Use:   "throughput",
-		Short: "Insert --tasks single-step no-op tasks, then drain them: insert rate and drain rate",
-		Long: benchLong + `
-
-throughput inserts --tasks tasks of one no-op step (Client.StartMany in
-batches of --batch), then starts --workers in-process workers and measures
-the drain: from the workers' start until a poll of the database (every
---poll-interval) finds every task completed, with its full history written.
-Workers claim with a 20ms poll interval (as River's bench) besides
-LISTEN/NOTIFY, keep the default rescuer, and log warnings only.`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runInProcessDrain(cmd, g, f, "throughput", 1)
-		},
-	}
-	f.addTasks(cmd, 100_000)
-	f.addWorkerFlags(cmd, true)
-	f.addDrainFlags(cmd)
-	f.addProfileFlag(cmd)
-	f.addMetricsFlag(cmd)
-	return cmd
-}
-
-func newBenchWorkflowCmd(g *globals) *cobra.Command {
-	f := &benchFlags{}
-	cmd := &cobra.Command{
-		Use:   "workflow",
-		Short: "Insert --tasks workflows of --steps no-op steps, then drain them: workflows/s and steps/s",
-		Long: benchLong + `
-
-workflow is throughput with --steps no-op steps per workflow, each recorded
-(step_completed) before the next runs.`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runInProcessDrain(cmd, g, f, "workflow", f.steps)
-		},
-	}
-	f.addTasks(cmd, 20_000)
-	cmd.Flags().IntVar(&f.steps, "steps", 3, "no-op steps per workflow")
-	f.addWorkerFlags(cmd, true)
-	f.addDrainFlags(cmd)
-	f.addProfileFlag(cmd)
-	f.addMetricsFlag(cmd)
-	return cmd
 }

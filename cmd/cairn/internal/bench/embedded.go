@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -13,7 +13,6 @@ import (
 	"github.com/cairnflow/cairn/sdk"
 	"github.com/cockroachdb/errors"
 	"github.com/jackc/pgx/v5"
-	"github.com/spf13/cobra"
 )
 
 // Without a database URL, `cairn bench throughput` and `cairn bench
@@ -23,32 +22,35 @@ import (
 // index) and need it.
 
 // openEmbeddedBench opens a fresh embedded store for a drain mode.
-func openEmbeddedBench(cmd *cobra.Command, g *globals, mode string) (*benchEnv, func(), error) {
+func openEmbeddedBench(ctx context.Context, cfg Config, mode string) (*benchEnv, func(), error) {
 	if mode != "throughput" && mode != "workflow" {
-		return nil, nil, errors.Mark(errors.Newf("bench %s needs PostgreSQL: set --database-url (throughput and workflow also run on the embedded store)", mode), configError)
+		return nil, nil, errors.Mark(errors.Newf("bench %s needs PostgreSQL: set --database-url (throughput and workflow also run on the embedded store)", mode), ErrConfig)
+	}
+	queries, err := liteQueries()
+	if err != nil {
+		return nil, nil, err
 	}
 	dir, err := os.MkdirTemp("", "cairn-bench-")
 	if err != nil {
 		return nil, nil, errors.Wrap(err, "make the bench's directory")
 	}
 	path := filepath.Join(dir, "cairn-bench.db")
-	store, err := sqlitestore.Open(cmd.Context(), path)
+	store, err := sqlitestore.Open(ctx, path)
 	if err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, nil, err
 	}
 	closeAll := func() { _ = store.Close(); _ = os.RemoveAll(dir) }
-	version, err := store.Version(cmd.Context())
+	version, err := store.Version(ctx)
 	if err != nil {
 		closeAll()
 		return nil, nil, err
 	}
-	bg := *g
-	env := &benchEnv{g: &bg, lite: store, progress: cmd.ErrOrStderr(), header: benchHeader{
+	env := &benchEnv{cfg: cfg, lite: store, liteQueries: queries, progress: cfg.Stderr, header: benchHeader{
 		Mode: mode, GoVersion: runtime.Version(), GOMAXPROCS: runtime.GOMAXPROCS(0), NumCPU: runtime.NumCPU(),
-		SQLiteVersion: version, SQLiteFile: path, Namespace: bg.namespace, StartedAt: time.Now().UTC(),
+		SQLiteVersion: version, SQLiteFile: path, Namespace: cfg.Namespace, StartedAt: time.Now().UTC(),
 	}}
-	if g.output == "json" {
+	if cfg.JSON {
 		env.progress = io.Discard
 	}
 	return env, closeAll, nil
@@ -57,9 +59,9 @@ func openEmbeddedBench(cmd *cobra.Command, g *globals, mode string) (*benchEnv, 
 // clientConfig is the configuration of a client on the bench's database.
 func (e *benchEnv) clientConfig() sdk.ClientConfig {
 	if e.lite != nil {
-		return sdk.ClientConfig{Store: e.lite, Namespace: e.g.namespace}
+		return sdk.ClientConfig{Store: e.lite, Namespace: e.cfg.Namespace}
 	}
-	return sdk.ClientConfig{Pool: e.obs.pool, Schema: e.g.schema, Namespace: e.g.namespace}
+	return sdk.ClientConfig{Pool: e.obs.pool, Schema: e.cfg.Schema, Namespace: e.cfg.Namespace}
 }
 
 // target opens what the workers use: a pool of maxConns on PostgreSQL, the
@@ -78,7 +80,7 @@ func (e *benchEnv) target(ctx context.Context, maxConns int) (benchTarget, func(
 // analyze refreshes the planner's statistics after the insert.
 func (e *benchEnv) analyze(ctx context.Context) error {
 	if e.lite != nil {
-		_, err := e.lite.DB().ExecContext(ctx, "ANALYZE")
+		_, err := e.lite.DB().ExecContext(ctx, query(e.liteQueries, "TablesAnalyze"))
 		return errors.Wrap(err, "analyze bench tables")
 	}
 	return e.obs.analyze(ctx)
@@ -87,7 +89,7 @@ func (e *benchEnv) analyze(ctx context.Context) error {
 // prefillFinished puts n finished ballast tasks in (PostgreSQL only).
 func (e *benchEnv) prefillFinished(ctx context.Context, n int) error {
 	if e.lite != nil {
-		return errors.Mark(errors.New("--finished needs PostgreSQL"), configError)
+		return errors.Mark(errors.New("--finished needs PostgreSQL"), ErrConfig)
 	}
 	return e.obs.prefillFinished(ctx, n)
 }
@@ -101,7 +103,7 @@ type drainPoll interface {
 // openPoll opens the drain's poll: its own connection on PostgreSQL.
 func (e *benchEnv) openPoll(ctx context.Context) (drainPoll, func(), error) {
 	if e.lite != nil {
-		return litePoll{e.lite.DB()}, func() {}, nil
+		return litePoll{e.lite.DB(), e.liteQueries}, func() {}, nil
 	}
 	conn, err := e.obs.pollConn(ctx)
 	if err != nil {
@@ -120,17 +122,20 @@ func (p pgPoll) anyUnfinished(ctx context.Context) (bool, error) {
 }
 func (p pgPoll) unfinished(ctx context.Context) (int, error) { return p.obs.unfinished(ctx, p.conn) }
 
-type litePoll struct{ db *sql.DB }
+type litePoll struct {
+	db      *sql.DB
+	queries map[string]string // of sqlite.sql
+}
 
 func (p litePoll) anyUnfinished(ctx context.Context) (bool, error) {
 	var found bool
-	err := p.db.QueryRowContext(ctx, "SELECT EXISTS (SELECT 1 FROM tasks WHERE status IN ('pending', 'retrying', 'running'))").Scan(&found)
+	err := p.db.QueryRowContext(ctx, query(p.queries, "TaskUnfinishedExists")).Scan(&found)
 	return found, errors.Wrap(err, "look for unfinished tasks")
 }
 
 func (p litePoll) unfinished(ctx context.Context) (int, error) {
 	var n int
-	err := p.db.QueryRowContext(ctx, "SELECT count(*) FROM tasks WHERE status IN ('pending', 'retrying', 'running')").Scan(&n)
+	err := p.db.QueryRowContext(ctx, query(p.queries, "TaskUnfinishedCount")).Scan(&n)
 	return n, errors.Wrap(err, "count unfinished tasks")
 }
 
@@ -141,10 +146,7 @@ func (e *benchEnv) summary(ctx context.Context) (drainSummary, error) {
 	}
 	var s drainSummary
 	var last sql.NullInt64
-	err := e.lite.DB().QueryRowContext(ctx, `SELECT
-		count(*) FILTER (WHERE status = 'completed'),
-		count(*) FILTER (WHERE status IN ('failed', 'cancelled', 'dead_lettered')),
-		max(finished_at), (SELECT count(*) FROM events) FROM tasks`).Scan(&s.completed, &s.otherTerminal, &last, &s.events)
+	err := e.lite.DB().QueryRowContext(ctx, query(e.liteQueries, "DrainSummary")).Scan(&s.completed, &s.otherTerminal, &last, &s.events)
 	if last.Valid {
 		t := time.UnixMicro(last.Int64).UTC()
 		s.lastFinished = &t

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"bufio"
@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/cockroachdb/errors"
-	"github.com/spf13/cobra"
 )
 
 // scale: drains with several worker processes. The parent spawns this
@@ -41,32 +40,12 @@ type scaleReport struct {
 	Runs   []scaleRun  `json:"runs"`
 }
 
-func newBenchScaleCmd(g *globals) *cobra.Command {
-	f := &benchFlags{}
-	cmd := &cobra.Command{
-		Use:   "scale",
-		Short: "Drain rate with 1, 2 and 4 worker processes against one database",
-		Long: benchLong + `
-
-scale runs one drain per entry of --processes: it resets the schema, inserts
---tasks tasks, spawns that many worker processes (this binary, as the hidden
-"cairn bench worker"), each with --concurrency slots and a pool of
---max-conns, waits until they are connected, starts them all at once, and
-measures the drain as throughput does.`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runScale(cmd, g, f)
-		},
-	}
-	f.addTasks(cmd, 50_000)
-	cmd.Flags().IntVar(&f.steps, "steps", 1, "no-op steps per task")
-	cmd.Flags().IntSliceVar(&f.processes, "processes", []int{1, 2, 4}, "worker process counts, one drain each")
-	f.addWorkerFlags(cmd, false)
-	f.addDrainFlags(cmd)
-	return cmd
-}
-
-func runScale(cmd *cobra.Command, g *globals, f *benchFlags) error {
+// Scale runs one drain per entry of p.Processes: it resets the schema,
+// inserts p.Tasks tasks, spawns that many worker processes (this binary, as
+// `cairn bench worker`, running [Worker]), starts them all at once and
+// measures the drain as [Throughput] does. PostgreSQL only.
+func Scale(ctx context.Context, cfg Config, p Params) error {
+	f := &p
 	if err := f.validate(); err != nil {
 		return err
 	}
@@ -74,22 +53,21 @@ func runScale(cmd *cobra.Command, g *globals, f *benchFlags) error {
 		return err
 	}
 	if err := positive(
-		intFlag{"steps", f.steps},
-		intFlag{"concurrency", f.concurrency},
-		intFlag{"max-conns", f.maxConns},
-		intFlag{"processes", len(f.processes)},
+		intFlag{"steps", f.Steps},
+		intFlag{"concurrency", f.Concurrency},
+		intFlag{"max-conns", f.MaxConns},
+		intFlag{"processes", len(f.Processes)},
 	); err != nil {
 		return err
 	}
-	ctx := cmd.Context()
-	env, closeEnv, err := openBench(cmd, g, "scale")
+	env, closeEnv, err := openBench(ctx, cfg, "scale")
 	if err != nil {
 		return err
 	}
 	defer closeEnv()
 	var runs []scaleRun
-	for _, procs := range f.processes {
-		r, err := runScaleOnce(ctx, cmd, env, f, procs)
+	for _, procs := range f.Processes {
+		r, err := runScaleOnce(ctx, env, f, procs)
 		if err != nil {
 			return errors.Wrapf(err, "scale run with %d processes", procs)
 		}
@@ -99,15 +77,14 @@ func runScale(cmd *cobra.Command, g *globals, f *benchFlags) error {
 		}
 		runs = append(runs, r)
 	}
-	params := f.drainParams(f.steps)
-	if g.output == "json" {
-		return printJSON(cmd, scaleReport{benchHeader: env.header, Params: params, Runs: runs})
+	params := f.drainParams(f.Steps)
+	if env.cfg.JSON {
+		return printJSON(env.cfg.Stdout, scaleReport{benchHeader: env.header, Params: params, Runs: runs})
 	}
-	w := newTable(cmd)
-	p := params
+	w := newTable(env.cfg.Stdout)
 	fmt.Fprintf(w, "mode:\tscale: %d tasks of %d no-op step(s) per run; each process %d slots, pool of %d\n",
-		f.tasks, f.steps, f.concurrency, f.maxConns)
-	fmt.Fprintf(w, "drain:\tworker start → poll saw all completed (poll every %.0f ms)\n", p.DrainPollMs)
+		f.Tasks, f.Steps, f.Concurrency, f.MaxConns)
+	fmt.Fprintf(w, "drain:\tworker start → poll saw all completed (poll every %.0f ms)\n", params.DrainPollMs)
 	printBenchEnv(w, env.header)
 	fmt.Fprintf(w, "\nPROCESSES\tINSERT/S\tDRAIN S\tDRAIN TASKS/S\tSTEPS/S\tLAST COMPLETION S\tSPEEDUP\n")
 	for _, r := range runs {
@@ -117,32 +94,32 @@ func runScale(cmd *cobra.Command, g *globals, f *benchFlags) error {
 	return w.Flush()
 }
 
-func runScaleOnce(ctx context.Context, cmd *cobra.Command, env *benchEnv, f *benchFlags, procs int) (scaleRun, error) {
+func runScaleOnce(ctx context.Context, env *benchEnv, f *Params, procs int) (scaleRun, error) {
 	if err := env.reset(ctx); err != nil {
 		return scaleRun{}, err
 	}
-	insert, err := env.insertBacklog(ctx, f.tasks, f.steps, f.batch)
+	insert, err := env.insertBacklog(ctx, f.Tasks, f.Steps, f.Batch)
 	if err != nil {
 		return scaleRun{}, err
 	}
 	if err := env.obs.analyze(ctx); err != nil {
 		return scaleRun{}, err
 	}
-	env.logf("%d process(es): inserted %d tasks in %s; spawning workers", procs, f.tasks, insert.Round(time.Millisecond))
-	children, err := spawnBenchWorkers(ctx, cmd, env.g, procs, f.concurrency, f.maxConns)
+	env.logf("%d process(es): inserted %d tasks in %s; spawning workers", procs, f.Tasks, insert.Round(time.Millisecond))
+	children, err := spawnBenchWorkers(ctx, &env.cfg, procs, f.Concurrency, f.MaxConns)
 	// Stop (or kill) every child spawned, whatever happens next.
 	defer func() { _ = children.stop() }()
 	if err != nil {
 		return scaleRun{}, err
 	}
-	timing, err := env.awaitDrain(ctx, children.start, f.drainPoll, f.timeout)
+	timing, err := env.awaitDrain(ctx, children.start, f.DrainPoll, f.Timeout)
 	if err != nil {
 		return scaleRun{}, err
 	}
 	if err := children.stop(); err != nil {
 		return scaleRun{}, err
 	}
-	res, err := env.result(ctx, f.tasks, f.steps, insert, timing)
+	res, err := env.result(ctx, f.Tasks, f.Steps, insert, timing)
 	if err != nil {
 		return scaleRun{}, err
 	}
@@ -168,20 +145,21 @@ type benchChild struct {
 
 // spawnBenchWorkers starts n worker processes and waits until each is
 // connected and ready. It returns the children spawned even on error, for
-// the caller to stop.
-func spawnBenchWorkers(ctx context.Context, cmd *cobra.Command, g *globals, n, concurrency, maxConns int) (*benchChildren, error) {
+// the caller to stop. A child is this binary run as `cairn bench worker`
+// with the flags cmd/cairn gives that command.
+func spawnBenchWorkers(ctx context.Context, cfg *Config, n, concurrency, maxConns int) (*benchChildren, error) {
 	cs := &benchChildren{}
 	exe, err := os.Executable()
 	if err != nil {
 		return cs, errors.Wrap(err, "find the cairn binary")
 	}
 	for range n {
-		c := exec.Command(exe, "bench", "worker", "--schema", g.schema, "--namespace", g.namespace,
+		c := exec.Command(exe, "bench", "worker", "--schema", cfg.Schema, "--namespace", cfg.Namespace,
 			"--concurrency", strconv.Itoa(concurrency), "--max-conns", strconv.Itoa(maxConns))
 		// The URL goes by environment, not argument, so no password shows
 		// in the process list.
-		c.Env = append(os.Environ(), "CAIRN_DATABASE_URL="+g.databaseURL)
-		c.Stderr = cmd.ErrOrStderr()
+		c.Env = append(os.Environ(), "CAIRN_DATABASE_URL="+cfg.DatabaseURL)
+		c.Stderr = cfg.Stderr
 		stdin, err := c.StdinPipe()
 		if err != nil {
 			return cs, errors.Wrap(err, "spawn bench worker")
@@ -266,42 +244,24 @@ func (cs *benchChildren) stop() error {
 	return cs.stopErr
 }
 
-func newBenchWorkerCmd(g *globals) *cobra.Command {
-	f := &benchFlags{}
-	cmd := &cobra.Command{
-		Use:    "worker",
-		Short:  "A bench worker process, spawned by `cairn bench scale`",
-		Hidden: true,
-		Long: `A worker process for "cairn bench scale": it connects, prints "ready",
-starts working when a line "start" arrives on stdin, and shuts down
-gracefully when stdin closes or on SIGINT/SIGTERM.`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runBenchWorker(cmd, g, f)
-		},
-	}
-	f.addWorkerFlags(cmd, false)
-	return cmd
-}
-
-func runBenchWorker(cmd *cobra.Command, g *globals, f *benchFlags) error {
+// Worker is a worker process of [Scale]: it connects, prints "ready" on
+// cfg.Stdout, starts working when a line "start" arrives on cfg.Stdin, and
+// shuts down gracefully when cfg.Stdin closes or ctx is cancelled.
+func Worker(ctx context.Context, cfg Config, p Params) error {
+	cfg = cfg.withDefaults()
+	f := &p
 	if err := f.validate(); err != nil {
 		return err
 	}
-	if err := positive(intFlag{"concurrency", f.concurrency}, intFlag{"max-conns", f.maxConns}); err != nil {
+	if err := positive(intFlag{"concurrency", f.Concurrency}, intFlag{"max-conns", f.MaxConns}); err != nil {
 		return err
 	}
-	ctx := cmd.Context()
-	wg := *g
-	if !cmd.Flags().Changed("schema") {
-		wg.schema = defaultBenchSchema
-	}
-	pool, err := wg.connect(ctx, int32(f.maxConns))
+	pool, err := cfg.connect(ctx, int32(f.MaxConns))
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	w, err := newBenchWorker(pool, &wg, f.concurrency, nil)
+	w, err := newBenchWorker(pool, &cfg, f.Concurrency, nil)
 	if err != nil {
 		return err
 	}
@@ -309,8 +269,8 @@ func runBenchWorker(cmd *cobra.Command, g *globals, f *benchFlags) error {
 	// The reader ends at EOF, which comes at the latest when the parent
 	// exits.
 	lines := make(chan string, 1) // at most one line is sent: the reader never blocks
-	go readFirstLine(cmd.InOrStdin(), lines)
-	fmt.Fprintln(cmd.OutOrStdout(), benchWorkerReady)
+	go readFirstLine(cfg.Stdin, lines)
+	fmt.Fprintln(cfg.Stdout, benchWorkerReady)
 	select {
 	case <-ctx.Done():
 		return nil

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -13,7 +13,6 @@ import (
 	"github.com/cairnflow/cairn/sdk"
 	"github.com/cockroachdb/errors"
 	"github.com/google/uuid"
-	"github.com/spf13/cobra"
 )
 
 // latency: an open-loop producer starts tasks at a fixed rate against idle
@@ -52,6 +51,17 @@ func newLatencyPercentiles(ds []time.Duration) latencyPercentiles {
 	p.P50, p.P90, p.P99 = percentileMillis(ds, 0.50), percentileMillis(ds, 0.90), percentileMillis(ds, 0.99)
 	p.Max = ms(ds[len(ds)-1])
 	return p
+}
+
+// percentileMillis is the p-th percentile of sorted in milliseconds, by
+// the nearest-rank method (as the demo's summary).
+func percentileMillis(sorted []time.Duration, p float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(p*float64(len(sorted))+0.5) - 1
+	i = max(0, min(i, len(sorted)-1))
+	return float64(sorted[i].Microseconds()) / 1000
 }
 
 func (p latencyPercentiles) String() string {
@@ -94,49 +104,28 @@ type latencyReport struct {
 	Runs   []latencyRun  `json:"runs"`
 }
 
-func newBenchLatencyCmd(g *globals) *cobra.Command {
-	f := &benchFlags{}
-	cmd := &cobra.Command{
-		Use:   "latency",
-		Short: "Open-loop producer at --rate tasks/s for --duration against idle workers: p50/p90/p99/max",
-		Long: benchLong + `
-
-latency starts --workers in-process workers, then runs two sub-runs, 1-step
-tasks and 3-step workflows: a producer calls Client.Start --rate times a
-second for --duration, on schedule whatever earlier tasks do (open loop),
-and each task is timed from its Start call to its first step's start
-(schedule→start, in-process) and to the return of Client.Wait
-(schedule→completed). schedule→recorded is created_at → finished_at from
-the task row: completion as recorded, without the time Wait takes to learn
-of it.`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runLatency(cmd, g, f)
-		},
-	}
-	cmd.Flags().IntVar(&f.rate, "rate", 100, "tasks started per second")
-	cmd.Flags().DurationVar(&f.duration, "duration", 10*time.Second, "how long each sub-run produces")
-	f.addWorkerFlags(cmd, true)
-	return cmd
-}
-
-func runLatency(cmd *cobra.Command, g *globals, f *benchFlags) error {
+// Latency starts p.Workers in-process workers, then runs two sub-runs,
+// 1-step tasks and 3-step workflows: an open-loop producer calls
+// Client.Start p.Rate times a second for p.Duration, and each task is timed
+// from its Start call to its first step's start and to the return of
+// Client.Wait. PostgreSQL only.
+func Latency(ctx context.Context, cfg Config, p Params) error {
+	f := &p
 	if err := f.validate(); err != nil {
 		return err
 	}
-	if f.duration < time.Second {
-		return errors.Mark(errors.Newf("--duration %s: use 1s to 1h", f.duration), configError)
+	if f.Duration < time.Second {
+		return errors.Mark(errors.Newf("--duration %s: use 1s to 1h", f.Duration), ErrConfig)
 	}
 	if err := positive(
-		intFlag{"rate", f.rate},
-		intFlag{"workers", f.workers},
-		intFlag{"concurrency", f.concurrency},
-		intFlag{"max-conns", f.maxConns},
+		intFlag{"rate", f.Rate},
+		intFlag{"workers", f.Workers},
+		intFlag{"concurrency", f.Concurrency},
+		intFlag{"max-conns", f.MaxConns},
 	); err != nil {
 		return err
 	}
-	ctx := cmd.Context()
-	env, closeEnv, err := openBench(cmd, g, "latency")
+	env, closeEnv, err := openBench(ctx, cfg, "latency")
 	if err != nil {
 		return err
 	}
@@ -144,27 +133,27 @@ func runLatency(cmd *cobra.Command, g *globals, f *benchFlags) error {
 	if err := env.reset(ctx); err != nil {
 		return err
 	}
-	workerPool, err := env.workerPool(ctx, f.maxConns)
+	workerPool, err := env.workerPool(ctx, f.MaxConns)
 	if err != nil {
 		return err
 	}
 	defer workerPool.Close()
 	// The producer and its waiters get their own pool, so their polling
 	// does not queue behind the workers' connections.
-	clientPool, err := env.workerPool(ctx, f.maxConns)
+	clientPool, err := env.workerPool(ctx, f.MaxConns)
 	if err != nil {
 		return err
 	}
 	defer clientPool.Close()
-	client, err := sdk.NewClient(sdk.ClientConfig{Pool: clientPool, Schema: env.g.schema, Namespace: env.g.namespace})
+	client, err := sdk.NewClient(sdk.ClientConfig{Pool: clientPool, Schema: env.cfg.Schema, Namespace: env.cfg.Namespace})
 	if err != nil {
 		return err
 	}
 	defer client.Close()
 	starts := &stepStarts{first: map[string]time.Time{}}
-	workers := make([]*sdk.Worker, 0, f.workers)
-	for range f.workers {
-		w, err := newBenchWorker(workerPool, env.g, f.concurrency, starts.record)
+	workers := make([]*sdk.Worker, 0, f.Workers)
+	for range f.Workers {
+		w, err := newBenchWorker(workerPool, &env.cfg, f.Concurrency, starts.record)
 		if err != nil {
 			return err
 		}
@@ -178,8 +167,8 @@ func runLatency(cmd *cobra.Command, g *globals, f *benchFlags) error {
 	}
 	var runs []latencyRun
 	for _, steps := range latencySteps {
-		env.logf("latency: %d-step tasks at %d/s for %s", steps, f.rate, f.duration)
-		run, err := latencySubRun(ctx, client, starts, steps, f.rate, f.duration)
+		env.logf("latency: %d-step tasks at %d/s for %s", steps, f.Rate, f.Duration)
+		run, err := latencySubRun(ctx, client, starts, steps, f.Rate, f.Duration)
 		if err != nil {
 			return err
 		}
@@ -188,14 +177,14 @@ func runLatency(cmd *cobra.Command, g *globals, f *benchFlags) error {
 	if err := stopWorkers(workers); err != nil {
 		return errors.Wrap(err, "stop workers")
 	}
-	params := latencyParams{Rate: f.rate, DurationSeconds: f.duration.Seconds(), Workers: f.workers,
-		Concurrency: f.concurrency, MaxConns: f.maxConns, WarmupTasks: latencyWarmup, WorkerPollMs: ms(benchWorkerPollInterval)}
-	if g.output == "json" {
-		return printJSON(cmd, latencyReport{benchHeader: env.header, Params: params, Runs: runs})
+	params := latencyParams{Rate: f.Rate, DurationSeconds: f.Duration.Seconds(), Workers: f.Workers,
+		Concurrency: f.Concurrency, MaxConns: f.MaxConns, WarmupTasks: latencyWarmup, WorkerPollMs: ms(benchWorkerPollInterval)}
+	if env.cfg.JSON {
+		return printJSON(env.cfg.Stdout, latencyReport{benchHeader: env.header, Params: params, Runs: runs})
 	}
-	w := newTable(cmd)
+	w := newTable(env.cfg.Stdout)
 	fmt.Fprintf(w, "mode:\tlatency: open-loop producer at %d tasks/s for %s per sub-run; %d worker(s) × %d slots, pools of %d\n",
-		f.rate, f.duration, f.workers, f.concurrency, f.maxConns)
+		f.Rate, f.Duration, f.Workers, f.Concurrency, f.MaxConns)
 	fmt.Fprintf(w, "figures:\tp50 / p90 / p99 / max in ms; completed = until Client.Wait returns; recorded = created_at → finished_at in the task row\n")
 	printBenchEnv(w, env.header)
 	fmt.Fprintf(w, "\nRUN\tTASKS\tACHIEVED/S\tSCHEDULE→START\tSCHEDULE→COMPLETED\tSCHEDULE→RECORDED\n")
@@ -209,7 +198,7 @@ func runLatency(cmd *cobra.Command, g *globals, f *benchFlags) error {
 	}
 	for _, r := range runs {
 		if r.Dropped > 0 || r.Finished < r.Tasks {
-			fmt.Fprintf(cmd.OutOrStdout(), "\n%d-step: %d tasks dropped (too many in flight), %d of %d finished\n",
+			fmt.Fprintf(env.cfg.Stdout, "\n%d-step: %d tasks dropped (too many in flight), %d of %d finished\n",
 				r.Steps, r.Dropped, r.Finished, r.Tasks)
 		}
 	}

@@ -1,23 +1,18 @@
-package main
+package bench
 
 import (
 	"github.com/cairnflow/cairn/engine"
 	"github.com/cockroachdb/errors"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/spf13/cobra"
 )
 
 // --metrics: the drain's workers count Prometheus metrics, as a deployed
 // worker would, so alternating runs with and without show their cost.
 
-func (f *benchFlags) addMetricsFlag(cmd *cobra.Command) {
-	cmd.Flags().BoolVar(&f.metrics, "metrics", false, "workers count Prometheus metrics (engine.NewMetrics, a registry of the run's own), to measure their cost")
-}
-
 // newMetrics returns the metrics the workers count into and their
 // registry, or nils without --metrics.
-func (f *benchFlags) newMetrics() (*engine.Metrics, *prometheus.Registry, error) {
-	if !f.metrics {
+func (f *Params) newMetrics() (*engine.Metrics, *prometheus.Registry, error) {
+	if !f.Metrics {
 		return nil, nil, nil
 	}
 	reg := prometheus.NewRegistry()

@@ -1,0 +1,261 @@
+package main
+
+import (
+	"time"
+
+	"github.com/cairnflow/cairn/cmd/cairn/internal/bench"
+	"github.com/cockroachdb/errors"
+	"github.com/spf13/cobra"
+)
+
+// `cairn bench`: the flags and help of the benchmark suite, which lives in
+// cmd/cairn/internal/bench.
+
+const benchLong = `Benchmarks cairn against the PostgreSQL of --database-url (env
+CAIRN_DATABASE_URL), with the method of the peer benchmarks: tasks are
+inserted first (Client.StartMany), then workers drain them, writing every
+event of every task.
+
+The bench works in its own schema, cairn_bench unless --schema is given on
+the command line (CAIRN_SCHEMA is ignored). That schema is DROPPED and
+migrated afresh before each run, so runs are comparable; the bench refuses
+a schema holding tables or tasks it did not create.
+
+Results print as a table, or with -o json as one JSON object with every
+figure, the Go version, GOMAXPROCS and the PostgreSQL version.`
+
+func newBenchCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Measure throughput, latency, replay cost and scaling (drops and recreates its own schema)",
+		Long:  benchLong,
+	}
+	cmd.AddCommand(newBenchThroughputCmd(g), newBenchWorkflowCmd(g), newBenchLatencyCmd(g),
+		newBenchReplayCmd(g), newBenchScaleCmd(g), newBenchAuditCmd(g), newBenchWorkerCmd(g))
+	return cmd
+}
+
+// benchConfig is what every bench mode gets from the global flags. The
+// bench works in bench.DefaultSchema unless --schema is given on the
+// command line: CAIRN_SCHEMA names the schema of real work, and the bench
+// drops its own.
+func benchConfig(cmd *cobra.Command, g *globals) bench.Config {
+	bg := *g
+	if !cmd.Flags().Changed("schema") {
+		bg.schema = bench.DefaultSchema
+	}
+	return bench.Config{
+		DatabaseURL: bg.databaseURL, Schema: bg.schema, Namespace: bg.namespace, JSON: g.output == "json",
+		ConnectFunc: bg.connect,
+		Stdout:      cmd.OutOrStdout(), Stderr: cmd.ErrOrStderr(), Stdin: cmd.InOrStdin(),
+	}
+}
+
+// benchRunE is the RunE of a bench mode: run calls the mode's entry point,
+// whose configuration errors exit as the CLI's do.
+func benchRunE(g *globals, run func(*cobra.Command, bench.Config) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, _ []string) error {
+		err := run(cmd, benchConfig(cmd, g))
+		if errors.Is(err, bench.ErrConfig) {
+			return errors.Mark(err, configError)
+		}
+		return err
+	}
+}
+
+func addBenchTasksFlag(cmd *cobra.Command, p *bench.Params, def int) {
+	cmd.Flags().IntVarP(&p.Tasks, "tasks", "n", def, "tasks (or workflows) to insert before the workers start")
+}
+
+func addBenchWorkerFlags(cmd *cobra.Command, p *bench.Params, workers bool) {
+	if workers {
+		cmd.Flags().IntVar(&p.Workers, "workers", 1, "in-process workers (each with --concurrency slots) sharing one pool")
+	}
+	cmd.Flags().IntVar(&p.Concurrency, "concurrency", 2000, "tasks one worker runs at once (River's bench uses MaxWorkers 2000)")
+	cmd.Flags().IntVar(&p.MaxConns, "max-conns", 16, "connections in a worker process's pool")
+}
+
+func addBenchDrainFlags(cmd *cobra.Command, p *bench.Params) {
+	cmd.Flags().IntVar(&p.Batch, "batch", 5000, "tasks per Client.StartMany call when inserting")
+	cmd.Flags().DurationVar(&p.Timeout, "timeout", 10*time.Minute, "give up on a drain after this long")
+	cmd.Flags().DurationVar(&p.DrainPoll, "poll-interval", bench.DefaultDrainPoll, "how often the drain asks the database whether all tasks are done")
+	cmd.Flags().IntVar(&p.Finished, "finished", 0, "finished tasks (4 events each) put in the tables before the run, to measure the drain with history piled up")
+}
+
+func addBenchProfileFlags(cmd *cobra.Command, p *bench.Params) {
+	cmd.Flags().StringVar(&p.CPUProfile, "cpuprofile", "", "write a Go CPU profile of the drain (workers and bench) to this file")
+	cmd.Flags().StringVar(&p.MemProfile, "memprofile", "", "write a Go allocation profile of the run (insert and drain) to this file")
+}
+
+func addBenchMetricsFlag(cmd *cobra.Command, p *bench.Params) {
+	cmd.Flags().BoolVar(&p.Metrics, "metrics", false, "workers count Prometheus metrics (engine.NewMetrics, a registry of the run's own), to measure their cost")
+}
+
+func newBenchThroughputCmd(g *globals) *cobra.Command {
+	p := &bench.Params{}
+	cmd := &cobra.Command{
+		Use:   "throughput",
+		Short: "Insert --tasks single-step no-op tasks, then drain them: insert rate and drain rate",
+		Long: benchLong + `
+
+throughput inserts --tasks tasks of one no-op step (Client.StartMany in
+batches of --batch), then starts --workers in-process workers and measures
+the drain: from the workers' start until a poll of the database (every
+--poll-interval) finds every task completed, with its full history written.
+Workers claim with a 20ms poll interval (as River's bench) besides
+LISTEN/NOTIFY, keep the default rescuer, and log warnings only.`,
+		Args: cobra.NoArgs,
+		RunE: benchRunE(g, func(cmd *cobra.Command, cfg bench.Config) error {
+			return bench.Throughput(cmd.Context(), cfg, *p)
+		}),
+	}
+	addBenchTasksFlag(cmd, p, 100_000)
+	addBenchWorkerFlags(cmd, p, true)
+	addBenchDrainFlags(cmd, p)
+	addBenchProfileFlags(cmd, p)
+	addBenchMetricsFlag(cmd, p)
+	return cmd
+}
+
+func newBenchWorkflowCmd(g *globals) *cobra.Command {
+	p := &bench.Params{}
+	cmd := &cobra.Command{
+		Use:   "workflow",
+		Short: "Insert --tasks workflows of --steps no-op steps, then drain them: workflows/s and steps/s",
+		Long: benchLong + `
+
+workflow is throughput with --steps no-op steps per workflow, each recorded
+(step_completed) before the next runs.`,
+		Args: cobra.NoArgs,
+		RunE: benchRunE(g, func(cmd *cobra.Command, cfg bench.Config) error {
+			return bench.Workflow(cmd.Context(), cfg, *p)
+		}),
+	}
+	addBenchTasksFlag(cmd, p, 20_000)
+	cmd.Flags().IntVar(&p.Steps, "steps", 3, "no-op steps per workflow")
+	addBenchWorkerFlags(cmd, p, true)
+	addBenchDrainFlags(cmd, p)
+	addBenchProfileFlags(cmd, p)
+	addBenchMetricsFlag(cmd, p)
+	return cmd
+}
+
+func newBenchLatencyCmd(g *globals) *cobra.Command {
+	p := &bench.Params{}
+	cmd := &cobra.Command{
+		Use:   "latency",
+		Short: "Open-loop producer at --rate tasks/s for --duration against idle workers: p50/p90/p99/max",
+		Long: benchLong + `
+
+latency starts --workers in-process workers, then runs two sub-runs, 1-step
+tasks and 3-step workflows: a producer calls Client.Start --rate times a
+second for --duration, on schedule whatever earlier tasks do (open loop),
+and each task is timed from its Start call to its first step's start
+(schedule→start, in-process) and to the return of Client.Wait
+(schedule→completed). schedule→recorded is created_at → finished_at from
+the task row: completion as recorded, without the time Wait takes to learn
+of it.`,
+		Args: cobra.NoArgs,
+		RunE: benchRunE(g, func(cmd *cobra.Command, cfg bench.Config) error {
+			return bench.Latency(cmd.Context(), cfg, *p)
+		}),
+	}
+	cmd.Flags().IntVar(&p.Rate, "rate", 100, "tasks started per second")
+	cmd.Flags().DurationVar(&p.Duration, "duration", 10*time.Second, "how long each sub-run produces")
+	addBenchWorkerFlags(cmd, p, true)
+	return cmd
+}
+
+func newBenchReplayCmd(g *globals) *cobra.Command {
+	p := &bench.Params{}
+	cmd := &cobra.Command{
+		Use:   "replay",
+		Short: "Load-and-replay time, events/s and memory per event for histories of 10 to 100,000 events",
+		Long: benchLong + `
+
+replay builds one task per entry of --sizes whose history has exactly that
+many events (task_scheduled, attempt_started, step_completed × (size-3),
+task_completed), written through the engine as a worker writes them: a
+claim, then appends fenced by the lease epoch, in chunks of 2,000 events.
+It then loads each history (Store.EventListByTask) and replays it
+(history.Replay) repeatedly and reports the median times, events/s, and
+bytes and allocations per event (runtime.MemStats).`,
+		Args: cobra.NoArgs,
+		RunE: benchRunE(g, func(cmd *cobra.Command, cfg bench.Config) error {
+			return bench.Replay(cmd.Context(), cfg, *p)
+		}),
+	}
+	cmd.Flags().IntSliceVar(&p.Sizes, "sizes", []int{10, 100, 1_000, 10_000, 100_000}, "history lengths in events")
+	return cmd
+}
+
+func newBenchScaleCmd(g *globals) *cobra.Command {
+	p := &bench.Params{}
+	cmd := &cobra.Command{
+		Use:   "scale",
+		Short: "Drain rate with 1, 2 and 4 worker processes against one database",
+		Long: benchLong + `
+
+scale runs one drain per entry of --processes: it resets the schema, inserts
+--tasks tasks, spawns that many worker processes (this binary, as the hidden
+"cairn bench worker"), each with --concurrency slots and a pool of
+--max-conns, waits until they are connected, starts them all at once, and
+measures the drain as throughput does.`,
+		Args: cobra.NoArgs,
+		RunE: benchRunE(g, func(cmd *cobra.Command, cfg bench.Config) error {
+			return bench.Scale(cmd.Context(), cfg, *p)
+		}),
+	}
+	addBenchTasksFlag(cmd, p, 50_000)
+	cmd.Flags().IntVar(&p.Steps, "steps", 1, "no-op steps per task")
+	cmd.Flags().IntSliceVar(&p.Processes, "processes", []int{1, 2, 4}, "worker process counts, one drain each")
+	addBenchWorkerFlags(cmd, p, false)
+	addBenchDrainFlags(cmd, p)
+	return cmd
+}
+
+// newBenchWorkerCmd is the process `cairn bench scale` spawns; the bench
+// package starts it with --schema, --namespace, --concurrency and
+// --max-conns, and the database URL in CAIRN_DATABASE_URL.
+func newBenchWorkerCmd(g *globals) *cobra.Command {
+	p := &bench.Params{}
+	cmd := &cobra.Command{
+		Use:    "worker",
+		Short:  "A bench worker process, spawned by `cairn bench scale`",
+		Hidden: true,
+		Long: `A worker process for "cairn bench scale": it connects, prints "ready",
+starts working when a line "start" arrives on stdin, and shuts down
+gracefully when stdin closes or on SIGINT/SIGTERM.`,
+		Args: cobra.NoArgs,
+		RunE: benchRunE(g, func(cmd *cobra.Command, cfg bench.Config) error {
+			return bench.Worker(cmd.Context(), cfg, *p)
+		}),
+	}
+	addBenchWorkerFlags(cmd, p, false)
+	return cmd
+}
+
+func newBenchAuditCmd(g *globals) *cobra.Command {
+	p := &bench.AuditParams{}
+	cmd := &cobra.Command{
+		Use:   "audit",
+		Short: "Time Client.Audit over a million events: a selective filter, the same without SQL narrowing, everything",
+		Long: benchLong + `
+
+audit writes about --events events in bulk SQL (tasks of 10 events: a
+scheduled task, an attempt, seven steps, completion; one task in five fails
+its first attempt with HTTP 429, 503 or 500 and succeeds on the second, 12
+events), about a thousand a second, in the past. It then times
+Client.Audit over their whole time range: with a selective filter the
+database narrows by event type, with an equivalent filter it cannot narrow
+(CEL decides on every event), and with no filter. Each runs --reps times;
+the median is reported.`,
+		Args: cobra.NoArgs,
+		RunE: benchRunE(g, func(cmd *cobra.Command, cfg bench.Config) error {
+			return bench.Audit(cmd.Context(), cfg, *p)
+		}),
+	}
+	cmd.Flags().IntVar(&p.Events, "events", 1_000_000, "events to write (about; tasks have 10 or 12)")
+	cmd.Flags().IntVar(&p.Reps, "reps", 3, "times each audit runs")
+	return cmd
+}

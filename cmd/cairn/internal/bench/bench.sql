@@ -1,0 +1,85 @@
+-- The statements `cairn bench` runs itself on PostgreSQL to reset its
+-- schema and observe it; the engine's own statements stay in the engine,
+-- and audit.sql holds those of the audit mode. Each "-- name:" line starts
+-- a statement. /* TEMPLATE: schema */ becomes the quoted schema followed by
+-- a dot, as in the migrations, and /* TEMPLATE: schema name */ the quoted
+-- schema alone; values are bind parameters. Comment lines are dropped, so
+-- they never reach the server.
+
+-- name: ServerVersion
+-- Reported with every result.
+SHOW server_version;
+
+-- name: SchemaContents
+-- Whether the schema exists, how many of cairn's two essential tables it
+-- has, and how many relations (tables, views, sequences) cairn did not
+-- create: only a schema with both and none of the others is ever dropped.
+SELECT
+  EXISTS (SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = @schema),
+  count(*) FILTER (WHERE c.relkind = 'r' AND c.relname IN ('tasks', 'schema_migrations')),
+  count(*) FILTER (WHERE c.relname NOT IN ('tasks', 'events', 'leaders', 'queues', 'schedules', 'rate_limits', 'task_types', 'schema_migrations'))
+FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = @schema AND c.relkind IN ('r', 'p', 'v', 'm', 'S', 'f');
+
+-- name: SchemaDrop
+-- Drops the bench schema, once reset has made sure it is the bench's.
+DROP SCHEMA /* TEMPLATE: schema name */ CASCADE;
+
+-- name: TaskForeignExists
+-- Whether the schema holds tasks the bench did not create (every bench
+-- type name starts with "bench.").
+SELECT EXISTS (SELECT 1 FROM /* TEMPLATE: schema */tasks WHERE type NOT LIKE 'bench.%');
+
+-- name: TablesAnalyze
+-- Refreshes planner statistics after the bulk insert, so every drain
+-- starts with the statistics of its backlog, whatever autovacuum managed to
+-- do during the insert.
+ANALYZE /* TEMPLATE: schema */tasks, /* TEMPLATE: schema */events;
+
+-- name: TaskUnfinishedExists
+-- The drain poll: is any task not terminal yet? Both halves match partial
+-- indexes (tasks_claim_idx, tasks_lease_idx) and stop at the first entry,
+-- so a poll costs little however many tasks remain; counting them on every
+-- poll slowed a 2-core machine's drain by a fifth. It runs on a connection
+-- that steers the planner to those indexes; see pollParams.
+SELECT
+   EXISTS (SELECT 1 FROM /* TEMPLATE: schema */tasks WHERE status IN ('pending', 'retrying'))
+OR EXISTS (SELECT 1 FROM /* TEMPLATE: schema */tasks WHERE status = 'running');
+
+-- name: TaskUnfinishedCount
+-- Counts the tasks not terminal yet, for progress reports about once a
+-- second.
+SELECT
+  (SELECT count(*) FROM /* TEMPLATE: schema */tasks WHERE status IN ('pending', 'retrying'))
++ (SELECT count(*) FROM /* TEMPLATE: schema */tasks WHERE status = 'running');
+
+-- name: DrainSummary
+-- Read once after a drain. Prefilled tasks (see TaskPrefillFinished) are
+-- not the drain's, nor are their four events each, which the caller
+-- subtracts.
+SELECT
+  count(*) FILTER (WHERE status = 'completed' AND type <> 'bench.prefill'),
+  count(*) FILTER (WHERE status IN ('failed', 'cancelled', 'dead_lettered') AND type <> 'bench.prefill'),
+  max(finished_at) FILTER (WHERE type <> 'bench.prefill'),
+  (SELECT count(*) FROM /* TEMPLATE: schema */events)
+FROM /* TEMPLATE: schema */tasks;
+
+-- name: TaskPrefillFinished
+-- Inserts $1 tasks that finished long ago, each with the four events a
+-- one-step task leaves, so a drain can be measured with history piled up
+-- in both tables. They are written directly, not through the engine: this
+-- is ballast, not a workload.
+WITH t AS (
+    INSERT INTO /* TEMPLATE: schema */tasks (id, namespace, queue, type, type_version, status, priority, run_at,
+        attempt, max_attempts, lease_epoch, output, last_seq, created_at, updated_at, started_at, finished_at)
+    SELECT gen_random_uuid(), 'default', 'default', 'bench.prefill', 1, 'completed', 0, now(),
+        1, 1, 1, '1', 4, now(), now(), now(), now()
+    FROM generate_series(1, $1)
+    RETURNING id
+)
+INSERT INTO /* TEMPLATE: schema */events (task_id, seq, type, at, attempt, data)
+SELECT t.id, e.seq, e.type, now(), e.attempt, e.data::jsonb FROM t CROSS JOIN (VALUES
+    (1, 'task_scheduled', 0, '{"v":1,"namespace":"default","task_type":"bench.prefill","type_version":1,"queue":"default","priority":0,"run_at":"2026-01-01T00:00:00Z","max_attempts":1}'),
+    (2, 'attempt_started', 1, '{"v":1,"worker_id":"prefill","lease_epoch":1,"lease_expires_at":"2026-01-01T00:00:00Z"}'),
+    (3, 'step_completed', 1, '{"v":1,"position":0,"name":"noop","output":1}'),
+    (4, 'task_completed', 1, '{"v":1,"output":1}')) AS e(seq, type, attempt, data);
