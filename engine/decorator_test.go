@@ -49,19 +49,19 @@ func TestDecoratedStoreStillWakesWorkers(t *testing.T) {
 	ctx := context.Background()
 	pg := enginetest.Store(t)
 	s := &countingStore{Store: pg}
-	n := engine.NewNotifier(s, testLogger(t))
+	n := engine.NewNotifier(s, enginetest.Logger(t))
 	require.NoError(t, n.Start(ctx))
 	t.Cleanup(n.Stop)
 	p, err := engine.NewProcessor(engine.ProcessorConfig{Store: s, Notifier: n, Handler: completeHandler(),
-		Types: []engine.TypeKey{testKey}, PollInterval: time.Hour, Logger: testLogger(t)})
+		Types: []engine.TypeKey{enginetest.TestKey}, PollInterval: time.Hour, Logger: enginetest.Logger(t)})
 	require.NoError(t, err)
 	probe := enginetest.StartTask(t, pg, nil)
 	require.NoError(t, p.Start(ctx))
-	waitStatus(t, pg, probe, history.StatusCompleted) // the first claim, at start
-	require.Eventually(t, n.Listening, waitTimeout, pollInterval, "the notifier listens through the decorator")
+	enginetest.WaitStatus(t, pg, probe, history.StatusCompleted) // the first claim, at start
+	require.Eventually(t, n.Listening, enginetest.WaitTimeout, enginetest.PollInterval, "the notifier listens through the decorator")
 
 	id := enginetest.StartTask(t, pg, nil)
-	waitStatus(t, pg, id, history.StatusCompleted)
+	enginetest.WaitStatus(t, pg, id, history.StatusCompleted)
 	stopProcessor(t, p)
 	n.Stop()
 	require.EqualValues(t, 1, s.listeners.Load(), "the notifier asked the decorator for its listener")

@@ -46,7 +46,7 @@ func insertBuiltTask(ctx context.Context, tx pgx.Tx, s *pgstore.Store, task stor
 	if task.Owner != "" {
 		lease = 30.0 // seconds from now
 	}
-	_, err := tx.Exec(ctx, `INSERT INTO `+tableName(s, "tasks")+` (id, namespace, queue, type, type_version, status,
+	_, err := tx.Exec(ctx, `INSERT INTO `+enginetest.TableName(s, "tasks")+` (id, namespace, queue, type, type_version, status,
 		    run_at, attempt, max_attempts, lease_owner, lease_epoch, lease_expires_at, last_seq, created_at, updated_at,
 		    fair_at, fairness_key)
 		VALUES (@id, 'default', @queue, @type, 1, @status, now() - make_interval(secs => @run_ago), @attempt, 0,
@@ -59,7 +59,7 @@ func insertBuiltTask(ctx context.Context, tx pgx.Tx, s *pgstore.Store, task stor
 		return err
 	}
 	for i, e := range task.Events {
-		_, err := tx.Exec(ctx, `INSERT INTO `+tableName(s, "events")+` (task_id, seq, type, at, attempt, data)
+		_, err := tx.Exec(ctx, `INSERT INTO `+enginetest.TableName(s, "events")+` (task_id, seq, type, at, attempt, data)
 			VALUES (@id, @seq, @type, now() - make_interval(secs => @ago), @attempt, @data::jsonb)`,
 			pgx.NamedArgs{"id": id, "seq": i + 1, "type": e.Type, "ago": e.Ago, "attempt": e.Attempt, "data": e.JSON()})
 		if err != nil {

@@ -22,10 +22,10 @@ const tinyTTL = time.Millisecond
 // clock.
 func waitLeaseExpired(t *testing.T, s *pgstore.Store, id uuid.UUID) {
 	t.Helper()
-	waitFor(t, "the lease of "+id.String()+" to expire", func() bool {
+	enginetest.WaitFor(t, "the lease of "+id.String()+" to expire", func() bool {
 		var expired bool
 		err := s.Pool().QueryRow(context.Background(),
-			"SELECT lease_expires_at < now() FROM "+tableName(s, "tasks")+" WHERE id = $1", id).Scan(&expired)
+			"SELECT lease_expires_at < now() FROM "+enginetest.TableName(s, "tasks")+" WHERE id = $1", id).Scan(&expired)
 		require.NoError(t, err)
 		return expired
 	})
@@ -38,11 +38,11 @@ func TestRescueExpired(t *testing.T) {
 		t.Parallel()
 		s := enginetest.Store(t)
 		id := enginetest.StartTask(t, s, &enginetest.TaskOpts{MaxAttempts: 3})
-		first := claimOne(t, s, "crashed", tinyTTL)
+		first := enginetest.ClaimOne(t, s, "crashed", tinyTTL)
 		before := time.Now()
-		rescueOne(t, s)
+		enginetest.RescueOne(t, s)
 
-		task := getTask(t, s, id)
+		task := enginetest.GetTask(t, s, id)
 		require.Equal(t, history.StatusRetrying, task.Status)
 		require.Empty(t, task.LeaseOwner)
 		require.Nil(t, task.LeaseExpiresAt)
@@ -50,22 +50,22 @@ func TestRescueExpired(t *testing.T) {
 		require.WithinDuration(t, before, task.RunAt, 5*time.Second, "due again at once")
 		require.Equal(t, []history.Type{history.TaskScheduled, history.AttemptStarted, history.LeaseExpired},
 			enginetest.EventTypes(t, s, id))
-		evs := events(t, s, id)
+		evs := enginetest.Events(t, s, id)
 		expired, ok := evs[2].Data.(history.LeaseExpiredData)
 		require.True(t, ok)
 		require.Equal(t, "crashed", expired.WorkerID)
 		require.Equal(t, first.Task.LeaseEpoch, expired.LeaseEpoch)
 		require.Equal(t, 1, evs[2].Attempt)
 
-		second := claimOne(t, s, "rescuer-of-work", time.Minute)
+		second := enginetest.ClaimOne(t, s, "rescuer-of-work", time.Minute)
 		require.Equal(t, id, second.Task.ID)
 		require.Equal(t, 2, second.Task.Attempt)
 		require.Greater(t, second.Task.LeaseEpoch, first.Task.LeaseEpoch)
 
 		// The crashed worker comes back: its writes are fenced off.
-		_, err := appendFenced(context.Background(), s, first, history.TaskCompletedData{})
+		_, err := enginetest.AppendFenced(context.Background(), s, first, history.TaskCompletedData{})
 		require.Error(t, err)
-		complete(t, s, second)
+		enginetest.Complete(t, s, second)
 		require.Equal(t, 1, enginetest.RequireProjectionsMatch(t, s))
 	})
 
@@ -77,13 +77,13 @@ func TestRescueExpired(t *testing.T) {
 		p.Scheduled.Deadline = &deadline
 		res, err := s.TaskStart(context.Background(), p)
 		require.NoError(t, err)
-		claimOne(t, s, "w1", tinyTTL)
+		enginetest.ClaimOne(t, s, "w1", tinyTTL)
 		time.Sleep(time.Until(deadline) + 10*time.Millisecond)
-		rescueOne(t, s)
+		enginetest.RescueOne(t, s)
 
-		task := getTask(t, s, res.ID)
+		task := enginetest.GetTask(t, s, res.ID)
 		require.Equal(t, history.StatusDeadLettered, task.Status, "no attempt starts after the deadline")
-		evs := events(t, s, res.ID)
+		evs := enginetest.Events(t, s, res.ID)
 		dead, ok := evs[len(evs)-1].Data.(history.TaskDeadLetteredData)
 		require.True(t, ok)
 		require.Contains(t, dead.Reason, "after the deadline")
@@ -95,13 +95,13 @@ func TestRescueExpired(t *testing.T) {
 		t.Parallel()
 		s := enginetest.Store(t)
 		id := enginetest.StartTask(t, s, &enginetest.TaskOpts{MaxAttempts: 2})
-		claimOne(t, s, "w1", tinyTTL)
-		rescueOne(t, s)
-		require.Equal(t, history.StatusRetrying, getTask(t, s, id).Status)
-		claimOne(t, s, "w2", tinyTTL)
-		rescueOne(t, s)
+		enginetest.ClaimOne(t, s, "w1", tinyTTL)
+		enginetest.RescueOne(t, s)
+		require.Equal(t, history.StatusRetrying, enginetest.GetTask(t, s, id).Status)
+		enginetest.ClaimOne(t, s, "w2", tinyTTL)
+		enginetest.RescueOne(t, s)
 
-		task := getTask(t, s, id)
+		task := enginetest.GetTask(t, s, id)
 		require.Equal(t, history.StatusDeadLettered, task.Status)
 		require.NotNil(t, task.FinishedAt)
 		require.NotNil(t, task.LastError)
@@ -110,7 +110,7 @@ func TestRescueExpired(t *testing.T) {
 			history.AttemptStarted, history.LeaseExpired,
 			history.AttemptStarted, history.LeaseExpired, history.TaskDeadLettered,
 		}, enginetest.EventTypes(t, s, id))
-		require.Empty(t, claim(t, s, claimOpts("w3", 10, time.Minute)), "a dead-lettered task is not claimed")
+		require.Empty(t, enginetest.Claim(t, s, enginetest.ClaimParams("w3", 10, time.Minute)), "a dead-lettered task is not claimed")
 		n, err := engine.RescueExpired(context.Background(), s, 100)
 		require.NoError(t, err)
 		require.Zero(t, n)
@@ -124,15 +124,15 @@ func TestRescueExpired(t *testing.T) {
 		id := enginetest.StartTask(t, s, &enginetest.TaskOpts{MaxAttempts: 2})
 		// A graceful shutdown hands attempt 1 back: it used none of the
 		// task's budget.
-		first := claimOne(t, s, "w1", time.Hour)
-		_, err := appendFenced(ctx, s, first, history.TaskReleasedData{WorkerID: "w1", LeaseEpoch: first.State.Lease.Epoch})
+		first := enginetest.ClaimOne(t, s, "w1", time.Hour)
+		_, err := enginetest.AppendFenced(ctx, s, first, history.TaskReleasedData{WorkerID: "w1", LeaseEpoch: first.State.Lease.Epoch})
 		require.NoError(t, err)
-		claimOne(t, s, "w2", tinyTTL)
-		rescueOne(t, s)
-		require.Equal(t, history.StatusRetrying, getTask(t, s, id).Status, "one of two attempts used")
-		claimOne(t, s, "w3", tinyTTL)
-		rescueOne(t, s)
-		require.Equal(t, history.StatusDeadLettered, getTask(t, s, id).Status, "two of two attempts used")
+		enginetest.ClaimOne(t, s, "w2", tinyTTL)
+		enginetest.RescueOne(t, s)
+		require.Equal(t, history.StatusRetrying, enginetest.GetTask(t, s, id).Status, "one of two attempts used")
+		enginetest.ClaimOne(t, s, "w3", tinyTTL)
+		enginetest.RescueOne(t, s)
+		require.Equal(t, history.StatusDeadLettered, enginetest.GetTask(t, s, id).Status, "two of two attempts used")
 		require.Equal(t, 1, enginetest.RequireProjectionsMatch(t, s))
 	})
 
@@ -140,9 +140,9 @@ func TestRescueExpired(t *testing.T) {
 		t.Parallel()
 		s := enginetest.Store(t)
 		id := enginetest.StartTask(t, s, &enginetest.TaskOpts{MaxAttempts: 1})
-		claimOne(t, s, "w1", tinyTTL)
-		rescueOne(t, s)
-		require.Equal(t, history.StatusDeadLettered, getTask(t, s, id).Status)
+		enginetest.ClaimOne(t, s, "w1", tinyTTL)
+		enginetest.RescueOne(t, s)
+		require.Equal(t, history.StatusDeadLettered, enginetest.GetTask(t, s, id).Status)
 		require.Equal(t, 1, enginetest.RequireProjectionsMatch(t, s))
 	})
 
@@ -151,10 +151,10 @@ func TestRescueExpired(t *testing.T) {
 		s := enginetest.Store(t)
 		id := enginetest.StartTask(t, s, &enginetest.TaskOpts{MaxAttempts: 0})
 		for attempt := 1; attempt <= 3; attempt++ {
-			ct := claimOne(t, s, fmt.Sprintf("w%d", attempt), tinyTTL)
+			ct := enginetest.ClaimOne(t, s, fmt.Sprintf("w%d", attempt), tinyTTL)
 			require.Equal(t, attempt, ct.Task.Attempt)
-			rescueOne(t, s)
-			require.Equal(t, history.StatusRetrying, getTask(t, s, id).Status)
+			enginetest.RescueOne(t, s)
+			require.Equal(t, history.StatusRetrying, enginetest.GetTask(t, s, id).Status)
 		}
 		require.Equal(t, 1, enginetest.RequireProjectionsMatch(t, s))
 	})
@@ -164,7 +164,7 @@ func TestRescueExpired(t *testing.T) {
 		ctx := context.Background()
 		s := enginetest.Store(t)
 		id := enginetest.StartTask(t, s, &enginetest.TaskOpts{MaxAttempts: 3})
-		ct := claimOne(t, s, "slow", tinyTTL)
+		ct := enginetest.ClaimOne(t, s, "slow", tinyTTL)
 		waitLeaseExpired(t, s, id)
 		// The worker's heartbeat arrives before the rescuer looks.
 		held, err := s.LeaseExtendMany(ctx, []engine.LeaseRef{{TaskID: id, Epoch: ct.State.Lease.Epoch}}, time.Hour)
@@ -173,10 +173,10 @@ func TestRescueExpired(t *testing.T) {
 		n, err := engine.RescueExpired(ctx, s, 100)
 		require.NoError(t, err)
 		require.Zero(t, n)
-		task := getTask(t, s, id)
+		task := enginetest.GetTask(t, s, id)
 		require.Equal(t, history.StatusRunning, task.Status)
 		require.Equal(t, "slow", task.LeaseOwner)
-		complete(t, s, ct)
+		enginetest.Complete(t, s, ct)
 		require.Equal(t, 1, enginetest.RequireProjectionsMatch(t, s))
 	})
 
@@ -185,14 +185,14 @@ func TestRescueExpired(t *testing.T) {
 		ctx := context.Background()
 		s := enginetest.Store(t)
 		enginetest.StartTasks(t, s, 3, nil)
-		live := claimOne(t, s, "w", time.Hour)
-		done := claimOne(t, s, "w", tinyTTL)
-		complete(t, s, done)
+		live := enginetest.ClaimOne(t, s, "w", time.Hour)
+		done := enginetest.ClaimOne(t, s, "w", tinyTTL)
+		enginetest.Complete(t, s, done)
 		n, err := engine.RescueExpired(ctx, s, 100)
 		require.NoError(t, err)
 		require.Zero(t, n)
-		require.Equal(t, history.StatusRunning, getTask(t, s, live.Task.ID).Status)
-		require.Equal(t, history.StatusCompleted, getTask(t, s, done.Task.ID).Status)
+		require.Equal(t, history.StatusRunning, enginetest.GetTask(t, s, live.Task.ID).Status)
+		require.Equal(t, history.StatusCompleted, enginetest.GetTask(t, s, done.Task.ID).Status)
 		require.Equal(t, 3, enginetest.RequireProjectionsMatch(t, s))
 	})
 
@@ -201,7 +201,7 @@ func TestRescueExpired(t *testing.T) {
 		ctx := context.Background()
 		s := enginetest.Store(t)
 		ids := enginetest.StartTasks(t, s, 5, nil)
-		require.Len(t, claim(t, s, claimOpts("w", 5, tinyTTL)), 5)
+		require.Len(t, enginetest.Claim(t, s, enginetest.ClaimParams("w", 5, tinyTTL)), 5)
 		for _, id := range ids {
 			waitLeaseExpired(t, s, id)
 		}
@@ -220,7 +220,7 @@ func TestRescueExpiredConcurrentRescuers(t *testing.T) {
 	s := enginetest.Store(t)
 	const tasks = 30
 	ids := enginetest.StartTasks(t, s, tasks, &enginetest.TaskOpts{MaxAttempts: 3})
-	require.Len(t, claim(t, s, claimOpts("w", tasks, tinyTTL)), tasks)
+	require.Len(t, enginetest.Claim(t, s, enginetest.ClaimParams("w", tasks, tinyTTL)), tasks)
 	for _, id := range ids {
 		waitLeaseExpired(t, s, id)
 	}
@@ -280,7 +280,7 @@ func TestLeader(t *testing.T) {
 
 	t.Log("an expired lease passes to the next taker")
 	require.True(t, attempt("retention", "a", tinyTTL))
-	waitFor(t, "b to take over the expired lease", func() bool { return attempt("retention", "b", time.Hour) })
+	enginetest.WaitFor(t, "b to take over the expired lease", func() bool { return attempt("retention", "b", time.Hour) })
 	require.False(t, attempt("retention", "a", time.Hour))
 
 	t.Log("a renewal extends the lease: it does not expire at the first term's end")
@@ -328,11 +328,11 @@ func TestRescuerService(t *testing.T) {
 	require.Error(t, err, "Owner is required")
 
 	id := enginetest.StartTask(t, s, &enginetest.TaskOpts{MaxAttempts: 3})
-	claimOne(t, s, "crashed", tinyTTL)
+	enginetest.ClaimOne(t, s, "crashed", tinyTTL)
 
-	r1, err := engine.NewRescuer(engine.RescuerConfig{Store: s, Owner: "r1", Interval: 20 * time.Millisecond, Logger: testLogger(t)})
+	r1, err := engine.NewRescuer(engine.RescuerConfig{Store: s, Owner: "r1", Interval: 20 * time.Millisecond, Logger: enginetest.Logger(t)})
 	require.NoError(t, err)
-	r2, err := engine.NewRescuer(engine.RescuerConfig{Store: s, Owner: "r2", Interval: 20 * time.Millisecond, Logger: testLogger(t)})
+	r2, err := engine.NewRescuer(engine.RescuerConfig{Store: s, Owner: "r2", Interval: 20 * time.Millisecond, Logger: enginetest.Logger(t)})
 	require.NoError(t, err)
 	require.NoError(t, r1.Start(ctx))
 	t.Cleanup(r1.Stop)
@@ -340,16 +340,16 @@ func TestRescuerService(t *testing.T) {
 	t.Cleanup(r2.Stop)
 	require.Error(t, r1.Start(ctx), "a second Start is refused")
 
-	waitStatus(t, s, id, history.StatusRetrying)
+	enginetest.WaitStatus(t, s, id, history.StatusRetrying)
 	require.Equal(t, 3, len(enginetest.EventTypes(t, s, id)), "rescued once")
-	resumed := claimOne(t, s, "w", time.Minute)
+	resumed := enginetest.ClaimOne(t, s, "w", time.Minute)
 	require.Equal(t, id, resumed.Task.ID)
-	complete(t, s, resumed)
+	enginetest.Complete(t, s, resumed)
 
 	// Stopping the leader resigns, so the other takes over without
 	// waiting for the lease to run out (3 intervals).
 	var leader string
-	err = s.Pool().QueryRow(ctx, "SELECT owner FROM "+tableName(s, "leaders")+" WHERE name = 'rescuer'").Scan(&leader)
+	err = s.Pool().QueryRow(ctx, "SELECT owner FROM "+enginetest.TableName(s, "leaders")+" WHERE name = 'rescuer'").Scan(&leader)
 	require.NoError(t, err)
 	require.Contains(t, []string{"r1", "r2"}, leader)
 	stopped, other := r1, "r2"
@@ -361,12 +361,12 @@ func TestRescuerService(t *testing.T) {
 
 	// The other rescuer keeps rescuing.
 	id2 := enginetest.StartTask(t, s, &enginetest.TaskOpts{MaxAttempts: 3})
-	ct := claimOne(t, s, "crashed-again", tinyTTL)
+	ct := enginetest.ClaimOne(t, s, "crashed-again", tinyTTL)
 	require.Equal(t, id2, ct.Task.ID)
-	waitStatus(t, s, id2, history.StatusRetrying)
-	waitFor(t, other+" to lead", func() bool {
+	enginetest.WaitStatus(t, s, id2, history.StatusRetrying)
+	enginetest.WaitFor(t, other+" to lead", func() bool {
 		var owner string
-		err := s.Pool().QueryRow(ctx, "SELECT owner FROM "+tableName(s, "leaders")+" WHERE name = 'rescuer'").Scan(&owner)
+		err := s.Pool().QueryRow(ctx, "SELECT owner FROM "+enginetest.TableName(s, "leaders")+" WHERE name = 'rescuer'").Scan(&owner)
 		require.NoError(t, err)
 		return owner == other
 	})
@@ -393,19 +393,19 @@ func TestRescuerResignsOnShutdown(t *testing.T) {
 	s := enginetest.Store(t)
 	leaders := func() int {
 		var n int
-		err := s.Pool().QueryRow(context.Background(), "SELECT count(*) FROM "+tableName(s, "leaders")).Scan(&n)
+		err := s.Pool().QueryRow(context.Background(), "SELECT count(*) FROM "+enginetest.TableName(s, "leaders")).Scan(&n)
 		require.NoError(t, err)
 		return n
 	}
 	for round := range 6 {
 		owner := fmt.Sprintf("r%d", round)
-		r, err := engine.NewRescuer(engine.RescuerConfig{Store: s, Owner: owner, Interval: time.Millisecond, Logger: testLogger(t)})
+		r, err := engine.NewRescuer(engine.RescuerConfig{Store: s, Owner: owner, Interval: time.Millisecond, Logger: enginetest.Logger(t)})
 		require.NoError(t, err)
 		ctx, cancel := context.WithCancel(context.Background())
 		require.NoError(t, r.Start(ctx))
-		waitFor(t, owner+" to lead", func() bool {
+		enginetest.WaitFor(t, owner+" to lead", func() bool {
 			var n int
-			err := s.Pool().QueryRow(context.Background(), "SELECT count(*) FROM "+tableName(s, "leaders")+" WHERE owner = $1", owner).Scan(&n)
+			err := s.Pool().QueryRow(context.Background(), "SELECT count(*) FROM "+enginetest.TableName(s, "leaders")+" WHERE owner = $1", owner).Scan(&n)
 			require.NoError(t, err)
 			return n == 1
 		})

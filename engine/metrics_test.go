@@ -48,13 +48,13 @@ func TestMetricsCountCommittedEvents(t *testing.T) {
 	s, reg := metricsStore(t)
 	ctx := context.Background()
 	id := enginetest.StartTask(t, s, nil)
-	ct := claimOne(t, s, "w1", time.Minute)
+	ct := enginetest.ClaimOne(t, s, "w1", time.Minute)
 	require.Equal(t, id, ct.Task.ID)
 
 	usage := []history.Usage{{Model: "m", InputTokens: 100, OutputTokens: 50, CostUSD: 0.01}}
-	afterStep, err := appendFenced(ctx, s, ct, history.StepCompletedData{Name: "extract", DurationMillis: 1500, Usage: usage})
+	afterStep, err := enginetest.AppendFenced(ctx, s, ct, history.StepCompletedData{Name: "extract", DurationMillis: 1500, Usage: usage})
 	require.NoError(t, err)
-	_, err = appendFenced(ctx, s, ct, history.TaskCompletedData{}) // ct.State is behind the step: refused
+	_, err = enginetest.AppendFenced(ctx, s, ct, history.TaskCompletedData{}) // ct.State is behind the step: refused
 	require.True(t, errors.Is(err, engine.ErrConflict), "%v", err)
 
 	g := enginetest.Gather(t, reg)
@@ -67,7 +67,7 @@ func TestMetricsCountCommittedEvents(t *testing.T) {
 	require.InDelta(t, 0.01, g.Value("cairn_ai_cost_usd_total", "type", "test", "model", "m"), 1e-12)
 
 	ct.State = afterStep
-	complete(t, s, ct)
+	enginetest.Complete(t, s, ct)
 	g = enginetest.Gather(t, reg)
 	require.Equal(t, 1.0, g.Value("cairn_tasks_finished_total", "type", "test", "outcome", "completed"))
 	require.Zero(t, g.SampleCount("cairn_attempt_duration_seconds"),
@@ -80,16 +80,16 @@ func TestMetricsCountRetriesDeadLettersAndCancels(t *testing.T) {
 	s, reg := metricsStore(t)
 	ctx := context.Background()
 	enginetest.StartTask(t, s, nil)
-	ct := claimOne(t, s, "w1", time.Minute)
+	ct := enginetest.ClaimOne(t, s, "w1", time.Minute)
 	next := engine.Now()
-	_, err := appendFenced(ctx, s, ct, history.AttemptFailedData{
+	_, err := enginetest.AppendFenced(ctx, s, ct, history.AttemptFailedData{
 		Error: history.ErrorInfo{Class: history.Transient, Message: "503"}, NextRunAt: &next,
 		Usage: []history.Usage{{Model: "m", InputTokens: 10, CostUSD: 0.5}},
 	})
 	require.NoError(t, err)
-	ct = claimOne(t, s, "w1", time.Minute)
+	ct = enginetest.ClaimOne(t, s, "w1", time.Minute)
 	info := history.ErrorInfo{Class: history.Permanent, Message: "bad"}
-	_, err = appendFenced(ctx, s, ct, history.AttemptFailedData{Error: info}, history.TaskDeadLetteredData{Reason: "permanent", Error: info})
+	_, err = enginetest.AppendFenced(ctx, s, ct, history.AttemptFailedData{Error: info}, history.TaskDeadLetteredData{Reason: "permanent", Error: info})
 	require.NoError(t, err)
 
 	pending := enginetest.StartTask(t, s, &enginetest.TaskOpts{RunAt: time.Now().Add(time.Hour)})
@@ -116,8 +116,8 @@ func TestMetricsCountLeaseExpiry(t *testing.T) {
 	t.Parallel()
 	s, reg := metricsStore(t)
 	enginetest.StartTask(t, s, nil)
-	claimOne(t, s, "crashed", 200*time.Millisecond)
-	rescueOne(t, s)
+	enginetest.ClaimOne(t, s, "crashed", 200*time.Millisecond)
+	enginetest.RescueOne(t, s)
 
 	g := enginetest.Gather(t, reg)
 	require.Equal(t, 1.0, g.Value("cairn_lease_expirations_total", "type", "test"))
@@ -132,9 +132,9 @@ func TestQueueCollectorReadsTheDatabase(t *testing.T) {
 	enginetest.StartTask(t, s, &enginetest.TaskOpts{Queue: "b", RunAt: time.Now().Add(time.Hour)})
 	enginetest.StartTask(t, s, &enginetest.TaskOpts{Queue: "c", RunAt: time.Now().Add(-10 * time.Minute)})
 	enginetest.StartTask(t, s, &enginetest.TaskOpts{Namespace: "other", Queue: "a"})
-	p := claimOpts("w1", 1, time.Minute)
+	p := enginetest.ClaimParams("w1", 1, time.Minute)
 	p.Queues = []string{"a"}
-	require.Len(t, claim(t, s, p), 1)
+	require.Len(t, enginetest.Claim(t, s, p), 1)
 
 	reg := prometheus.NewRegistry()
 	require.NoError(t, reg.Register(engine.NewQueueCollector(s)))
@@ -185,9 +185,9 @@ func TestMetricsBreakDownByTaskLabels(t *testing.T) {
 	p.Scheduled.Labels = map[string]string{"tier": "gold", "tenant": "acme"}
 	_, err = s.TaskStart(ctx, p)
 	require.NoError(t, err)
-	ct := claimOne(t, s, "w1", time.Minute)
+	ct := enginetest.ClaimOne(t, s, "w1", time.Minute)
 	usage := []history.Usage{{Model: "m", InputTokens: 10, CostUSD: 0.5}}
-	_, err = appendFenced(ctx, s, ct, history.StepCompletedData{Name: "llm", Usage: usage}, history.TaskCompletedData{})
+	_, err = enginetest.AppendFenced(ctx, s, ct, history.StepCompletedData{Name: "llm", Usage: usage}, history.TaskCompletedData{})
 	require.NoError(t, err)
 	g := enginetest.Gather(t, reg)
 	require.Equal(t, 1.0, g.Value("cairn_tasks_finished_total", "type", "test", "outcome", "completed",

@@ -41,18 +41,18 @@ func newProcessor(t *testing.T, s *pgstore.Store, h engine.Handler, cfg engine.P
 	t.Helper()
 	cfg.Store, cfg.Handler = s, h
 	if cfg.Types == nil {
-		cfg.Types = []engine.TypeKey{testKey}
+		cfg.Types = []engine.TypeKey{enginetest.TestKey}
 	}
 	if cfg.PollInterval == 0 {
 		cfg.PollInterval = 20 * time.Millisecond
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = testLogger(t)
+		cfg.Logger = enginetest.Logger(t)
 	}
 	p, err := engine.NewProcessor(cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), enginetest.WaitTimeout)
 		defer cancel()
 		_ = p.StopAndCancel(ctx)
 	})
@@ -61,7 +61,7 @@ func newProcessor(t *testing.T, s *pgstore.Store, h engine.Handler, cfg engine.P
 
 func stopProcessor(t *testing.T, p *engine.Processor) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), enginetest.WaitTimeout)
 	defer cancel()
 	require.NoError(t, p.Stop(ctx))
 }
@@ -72,8 +72,8 @@ func recv[T any](t *testing.T, ch <-chan T, what string) T {
 	select {
 	case v := <-ch:
 		return v
-	case <-time.After(waitTimeout):
-		t.Fatalf("timed out after %s waiting for %s", waitTimeout, what)
+	case <-time.After(enginetest.WaitTimeout):
+		t.Fatalf("timed out after %s waiting for %s", enginetest.WaitTimeout, what)
 		panic("unreachable")
 	}
 }
@@ -104,16 +104,16 @@ func TestProcessorRunsTasks(t *testing.T) {
 	require.Error(t, p.Start(ctx), "a second Start is refused")
 
 	for _, id := range ids {
-		task := waitStatus(t, s, id, history.StatusCompleted)
+		task := enginetest.WaitStatus(t, s, id, history.StatusCompleted)
 		require.JSONEq(t, fmt.Sprintf("%q", id), string(task.Output))
 		require.Equal(t, []history.Type{history.TaskScheduled, history.AttemptStarted, history.StepCompleted, history.TaskCompleted},
 			enginetest.EventTypes(t, s, id))
-		started := events(t, s, id)[1].Data.(history.AttemptStartedData)
+		started := enginetest.Events(t, s, id)[1].Data.(history.AttemptStartedData)
 		require.Equal(t, "proc-1", started.WorkerID)
 	}
 	stopProcessor(t, p)
 	require.NoError(t, p.Stop(ctx), "Stop is idempotent")
-	require.Equal(t, history.StatusPending, getTask(t, s, other).Status, "a type the processor does not run is left alone")
+	require.Equal(t, history.StatusPending, enginetest.GetTask(t, s, other).Status, "a type the processor does not run is left alone")
 	require.Equal(t, 21, enginetest.RequireProjectionsMatch(t, s))
 }
 
@@ -143,7 +143,7 @@ func TestProcessorConcurrencyBound(t *testing.T) {
 	p := newProcessor(t, s, h, engine.ProcessorConfig{Concurrency: limit})
 	require.NoError(t, p.Start(context.Background()))
 
-	waitFor(t, "the processor to fill its slots", func() bool { return inflight.Load() == limit })
+	enginetest.WaitFor(t, "the processor to fill its slots", func() bool { return inflight.Load() == limit })
 	running, err := s.TaskList(context.Background(), &engine.TaskListParams{Namespace: engine.DefaultNamespace, Status: history.StatusRunning})
 	require.NoError(t, err)
 	require.Len(t, running, limit, "claimed no more than it runs")
@@ -151,7 +151,7 @@ func TestProcessorConcurrencyBound(t *testing.T) {
 		recv(t, chanSend(release), fmt.Sprintf("attempt %d to take a release", i))
 	}
 	for _, id := range ids {
-		waitStatus(t, s, id, history.StatusCompleted)
+		enginetest.WaitStatus(t, s, id, history.StatusCompleted)
 	}
 	stopProcessor(t, p)
 	require.Equal(t, int32(limit), peak.Load(), "at most Concurrency attempts at once, and that many used")
@@ -166,7 +166,7 @@ func chanSend(ch chan<- struct{}) <-chan struct{} {
 		select {
 		case ch <- struct{}{}:
 			close(done)
-		case <-time.After(waitTimeout):
+		case <-time.After(enginetest.WaitTimeout):
 		}
 	}()
 	return done
@@ -195,11 +195,11 @@ func TestProcessorGracefulStopReleases(t *testing.T) {
 	recv(t, entered, "the first attempt to start")
 	stopProcessor(t, p1)
 
-	task := getTask(t, s, id)
+	task := enginetest.GetTask(t, s, id)
 	require.Equal(t, history.StatusPending, task.Status)
 	require.Empty(t, task.LeaseOwner)
 	require.Nil(t, task.LeaseExpiresAt)
-	evs := events(t, s, id)
+	evs := enginetest.Events(t, s, id)
 	require.Equal(t, []history.Type{history.TaskScheduled, history.AttemptStarted, history.TaskReleased}, enginetest.EventTypes(t, s, id))
 	released := evs[2].Data.(history.TaskReleasedData)
 	require.Equal(t, "p1", released.WorkerID)
@@ -207,7 +207,7 @@ func TestProcessorGracefulStopReleases(t *testing.T) {
 
 	p2 := newProcessor(t, s, completeHandler(), engine.ProcessorConfig{LeaseTTL: time.Hour, WorkerID: "p2"})
 	require.NoError(t, p2.Start(ctx))
-	task = waitStatus(t, s, id, history.StatusCompleted)
+	task = enginetest.WaitStatus(t, s, id, history.StatusCompleted)
 	require.Equal(t, 2, task.Attempt)
 	require.Greater(t, task.LeaseEpoch, released.LeaseEpoch, "the second claim's epoch is greater")
 	stopProcessor(t, p2)
@@ -230,11 +230,11 @@ func TestProcessorStopAndCancelReleases(t *testing.T) {
 	p := newProcessor(t, s, h, engine.ProcessorConfig{LeaseTTL: time.Hour})
 	require.NoError(t, p.Start(ctx))
 	recv(t, entered, "the attempt to start")
-	stopCtx, cancel := context.WithTimeout(ctx, waitTimeout)
+	stopCtx, cancel := context.WithTimeout(ctx, enginetest.WaitTimeout)
 	defer cancel()
 	require.NoError(t, p.StopAndCancel(stopCtx))
 	require.True(t, errors.Is(recv(t, causes, "the attempt's end"), engine.ErrStopped))
-	require.Equal(t, history.StatusPending, getTask(t, s, id).Status)
+	require.Equal(t, history.StatusPending, enginetest.GetTask(t, s, id).Status)
 	require.Equal(t, []history.Type{history.TaskScheduled, history.AttemptStarted, history.TaskReleased}, enginetest.EventTypes(t, s, id))
 	require.Equal(t, 1, enginetest.RequireProjectionsMatch(t, s))
 }
@@ -262,7 +262,7 @@ func TestProcessorStopDeadlineCancelsAttempts(t *testing.T) {
 	err := p.Stop(expired)
 	require.True(t, errors.Is(err, context.Canceled), "got %v", err)
 	require.True(t, errors.Is(recv(t, causes, "the attempt's end"), engine.ErrStopped))
-	require.Equal(t, history.StatusPending, getTask(t, s, id).Status)
+	require.Equal(t, history.StatusPending, enginetest.GetTask(t, s, id).Status)
 	require.Equal(t, 1, enginetest.RequireProjectionsMatch(t, s))
 }
 
@@ -290,15 +290,15 @@ func TestProcessorCrashAppendsNothing(t *testing.T) {
 	stopProcessor(t, p) // waits for the executor to finish with the outcome
 
 	require.Equal(t, []history.Type{history.TaskScheduled, history.AttemptStarted}, enginetest.EventTypes(t, s, id))
-	require.Equal(t, history.StatusRunning, getTask(t, s, id).Status)
+	require.Equal(t, history.StatusRunning, enginetest.GetTask(t, s, id).Status)
 
 	// Nobody renews the lease now: the rescuer reschedules the task and
 	// another worker finishes it.
-	rescueOne(t, s)
-	require.Equal(t, history.StatusRetrying, getTask(t, s, id).Status)
+	enginetest.RescueOne(t, s)
+	require.Equal(t, history.StatusRetrying, enginetest.GetTask(t, s, id).Status)
 	p2 := newProcessor(t, s, completeHandler(), engine.ProcessorConfig{})
 	require.NoError(t, p2.Start(context.Background()))
-	task := waitStatus(t, s, id, history.StatusCompleted)
+	task := enginetest.WaitStatus(t, s, id, history.StatusCompleted)
 	require.Equal(t, 2, task.Attempt)
 	stopProcessor(t, p2)
 	require.Equal(t, []history.Type{history.TaskScheduled, history.AttemptStarted, history.LeaseExpired,
@@ -313,8 +313,8 @@ func TestProcessorCrashAppendsNothing(t *testing.T) {
 func expireAndRescue(t *testing.T, s *pgstore.Store, id uuid.UUID) {
 	t.Helper()
 	ctx := context.Background()
-	waitFor(t, "the lease of "+id.String()+" to be taken away", func() bool {
-		_, err := s.Pool().Exec(ctx, "UPDATE "+tableName(s, "tasks")+" SET lease_expires_at = now() - interval '1 minute' WHERE id = $1 AND status = 'running'", id)
+	enginetest.WaitFor(t, "the lease of "+id.String()+" to be taken away", func() bool {
+		_, err := s.Pool().Exec(ctx, "UPDATE "+enginetest.TableName(s, "tasks")+" SET lease_expires_at = now() - interval '1 minute' WHERE id = $1 AND status = 'running'", id)
 		require.NoError(t, err)
 		n, err := engine.RescueExpired(ctx, s, 100)
 		require.NoError(t, err)
@@ -348,14 +348,14 @@ func TestProcessorLeaseLostCancelsAttempt(t *testing.T) {
 	recv(t, entered, "the attempt to start")
 
 	// The heartbeat keeps the lease alive.
-	staleEpoch := getTask(t, s, id).LeaseEpoch
-	first := getTask(t, s, id).LeaseExpiresAt
-	waitFor(t, "a heartbeat to extend the lease", func() bool {
-		return getTask(t, s, id).LeaseExpiresAt.After(*first)
+	staleEpoch := enginetest.GetTask(t, s, id).LeaseEpoch
+	first := enginetest.GetTask(t, s, id).LeaseExpiresAt
+	enginetest.WaitFor(t, "a heartbeat to extend the lease", func() bool {
+		return enginetest.GetTask(t, s, id).LeaseExpiresAt.After(*first)
 	})
 
 	expireAndRescue(t, s, id)
-	thief := claimOne(t, s, "thief", time.Hour)
+	thief := enginetest.ClaimOne(t, s, "thief", time.Hour)
 	require.Equal(t, id, thief.Task.ID)
 	require.Greater(t, thief.Task.LeaseEpoch, staleEpoch, "a new epoch for the new claim")
 
@@ -366,12 +366,12 @@ func TestProcessorLeaseLostCancelsAttempt(t *testing.T) {
 	require.True(t, errors.Is(err, engine.ErrFenced), "got %v", err)
 	stopProcessor(t, p)
 
-	task := getTask(t, s, id)
+	task := enginetest.GetTask(t, s, id)
 	require.Equal(t, history.StatusRunning, task.Status)
 	require.Equal(t, "thief", task.LeaseOwner)
 	require.Equal(t, []history.Type{history.TaskScheduled, history.AttemptStarted, history.LeaseExpired, history.AttemptStarted},
 		enginetest.EventTypes(t, s, id), "the stale outcome was fenced off")
-	complete(t, s, thief)
+	enginetest.Complete(t, s, thief)
 	require.Equal(t, 1, enginetest.RequireProjectionsMatch(t, s))
 }
 
@@ -388,11 +388,11 @@ func TestProcessorSurvivesHandlerPanic(t *testing.T) {
 	}}
 	p := newProcessor(t, s, h, engine.ProcessorConfig{LeaseTTL: 300 * time.Millisecond, HeartbeatInterval: 50 * time.Millisecond})
 	require.NoError(t, p.Start(context.Background()))
-	waitFor(t, "the first attempt", func() bool { return calls.Load() >= 1 })
+	enginetest.WaitFor(t, "the first attempt", func() bool { return calls.Load() >= 1 })
 	// The panicking attempt is abandoned like a crash: its lease runs out
 	// and the same processor, still running, takes the task again.
-	rescueOne(t, s)
-	task := waitStatus(t, s, id, history.StatusCompleted)
+	enginetest.RescueOne(t, s)
+	task := enginetest.WaitStatus(t, s, id, history.StatusCompleted)
 	require.Equal(t, 2, task.Attempt)
 	require.Equal(t, int32(2), calls.Load())
 	stopProcessor(t, p)
@@ -420,10 +420,10 @@ func TestProcessorRetryAndFailure(t *testing.T) {
 	}}
 	p := newProcessor(t, s, h, engine.ProcessorConfig{})
 	require.NoError(t, p.Start(context.Background()))
-	task := waitStatus(t, s, retry, history.StatusCompleted)
+	task := enginetest.WaitStatus(t, s, retry, history.StatusCompleted)
 	require.Equal(t, 3, task.Attempt)
 	require.NotNil(t, task.LastError, "the last failure is kept")
-	task = waitStatus(t, s, fail, history.StatusFailed)
+	task = enginetest.WaitStatus(t, s, fail, history.StatusFailed)
 	require.Equal(t, 1, task.Attempt)
 	require.Equal(t, history.Permanent, task.LastError.Class)
 	stopProcessor(t, p)
@@ -434,7 +434,7 @@ func TestProcessorWokenByNotifier(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := enginetest.Store(t)
-	n := engine.NewNotifier(s, testLogger(t))
+	n := engine.NewNotifier(s, enginetest.Logger(t))
 	require.NoError(t, n.Start(ctx))
 	t.Cleanup(n.Stop)
 	// Polling once an hour: only a notification brings the second task in
@@ -442,10 +442,10 @@ func TestProcessorWokenByNotifier(t *testing.T) {
 	p := newProcessor(t, s, completeHandler(), engine.ProcessorConfig{Notifier: n, PollInterval: time.Hour})
 	probe := enginetest.StartTask(t, s, nil)
 	require.NoError(t, p.Start(ctx))
-	waitStatus(t, s, probe, history.StatusCompleted)
+	enginetest.WaitStatus(t, s, probe, history.StatusCompleted)
 
 	id := enginetest.StartTask(t, s, nil)
-	waitStatus(t, s, id, history.StatusCompleted)
+	enginetest.WaitStatus(t, s, id, history.StatusCompleted)
 	stopProcessor(t, p)
 	n.Stop()
 	require.Equal(t, 2, enginetest.RequireProjectionsMatch(t, s))
@@ -456,18 +456,18 @@ func TestProcessorConfig(t *testing.T) {
 	s := enginetest.Store(t)
 	h := completeHandler()
 	for name, cfg := range map[string]engine.ProcessorConfig{
-		"no store":              {Handler: h, Types: []engine.TypeKey{testKey}},
-		"no handler":            {Store: s, Types: []engine.TypeKey{testKey}},
+		"no store":              {Handler: h, Types: []engine.TypeKey{enginetest.TestKey}},
+		"no handler":            {Store: s, Types: []engine.TypeKey{enginetest.TestKey}},
 		"no types":              {Store: s, Handler: h},
-		"heartbeat not shorter": {Store: s, Handler: h, Types: []engine.TypeKey{testKey}, LeaseTTL: time.Second, HeartbeatInterval: time.Second},
+		"heartbeat not shorter": {Store: s, Handler: h, Types: []engine.TypeKey{enginetest.TestKey}, LeaseTTL: time.Second, HeartbeatInterval: time.Second},
 	} {
 		_, err := engine.NewProcessor(cfg)
 		require.Error(t, err, name)
 	}
-	p, err := engine.NewProcessor(engine.ProcessorConfig{Store: s, Handler: h, Types: []engine.TypeKey{testKey}})
+	p, err := engine.NewProcessor(engine.ProcessorConfig{Store: s, Handler: h, Types: []engine.TypeKey{enginetest.TestKey}})
 	require.NoError(t, err)
 	require.NotEmpty(t, p.WorkerID())
-	other, err := engine.NewProcessor(engine.ProcessorConfig{Store: s, Handler: h, Types: []engine.TypeKey{testKey}})
+	other, err := engine.NewProcessor(engine.ProcessorConfig{Store: s, Handler: h, Types: []engine.TypeKey{enginetest.TestKey}})
 	require.NoError(t, err)
 	require.NotEqual(t, p.WorkerID(), other.WorkerID(), "two workers in one process differ")
 }
@@ -500,10 +500,10 @@ func TestProcessorStopAndCancelStrandsNothing(t *testing.T) {
 	}}
 	for i := range 25 {
 		p := newProcessor(t, s, h, engine.ProcessorConfig{Concurrency: 3, LeaseTTL: time.Hour})
-		before := countRows(t, s, "events")
+		before := enginetest.CountRows(t, s, "events")
 		require.NoError(t, p.Start(context.Background()))
-		waitFor(t, "the processor to churn", func() bool { return countRows(t, s, "events") > before+20 })
-		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+		enginetest.WaitFor(t, "the processor to churn", func() bool { return enginetest.CountRows(t, s, "events") > before+20 })
+		ctx, cancel := context.WithTimeout(context.Background(), enginetest.WaitTimeout)
 		require.NoError(t, p.StopAndCancel(ctx))
 		cancel()
 		running, err := s.TaskList(context.Background(), &engine.TaskListParams{
@@ -536,7 +536,7 @@ func TestProcessorStartStopStress(t *testing.T) {
 		if i%2 == 0 {
 			stopProcessor(t, p)
 		} else {
-			ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+			ctx, cancel := context.WithTimeout(context.Background(), enginetest.WaitTimeout)
 			require.NoError(t, p.StopAndCancel(ctx))
 			cancel()
 		}
@@ -544,7 +544,7 @@ func TestProcessorStartStopStress(t *testing.T) {
 	final := newProcessor(t, s, h, engine.ProcessorConfig{Concurrency: 5})
 	require.NoError(t, final.Start(context.Background()))
 	for _, id := range ids {
-		waitStatus(t, s, id, history.StatusCompleted)
+		enginetest.WaitStatus(t, s, id, history.StatusCompleted)
 	}
 	stopProcessor(t, final)
 	for _, id := range ids {
@@ -565,7 +565,7 @@ func TestProcessorClaimsWorkThatArrivedWhileFullWhenASlotFrees(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := enginetest.Store(t)
-	n := engine.NewNotifier(s, testLogger(t))
+	n := engine.NewNotifier(s, enginetest.Logger(t))
 	require.NoError(t, n.Start(ctx))
 	defer n.Stop()
 

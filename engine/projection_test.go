@@ -23,24 +23,24 @@ func TestProjectionDiffDetectsTampering(t *testing.T) {
 	ctx := context.Background()
 	s := enginetest.Store(t)
 	id := enginetest.StartTask(t, s, &enginetest.TaskOpts{MaxAttempts: 3, IdempotencyKey: "k", Input: []byte(`{"a":1}`)})
-	ct := claimOne(t, s, "w", time.Hour)
+	ct := enginetest.ClaimOne(t, s, "w", time.Hour)
 	require.Equal(t, id, ct.Task.ID)
-	tasks := tableName(s, "tasks")
-	_, err := s.Pool().Exec(ctx, "CREATE TABLE "+tableName(s, "tasks_backup")+" AS SELECT * FROM "+tasks)
+	tasks := enginetest.TableName(s, "tasks")
+	_, err := s.Pool().Exec(ctx, "CREATE TABLE "+enginetest.TableName(s, "tasks_backup")+" AS SELECT * FROM "+tasks)
 	require.NoError(t, err)
 	restore := func() {
 		t.Helper()
 		_, err := s.Pool().Exec(ctx, "DELETE FROM "+tasks)
 		require.NoError(t, err)
-		_, err = s.Pool().Exec(ctx, "INSERT INTO "+tasks+" SELECT * FROM "+tableName(s, "tasks_backup"))
+		_, err = s.Pool().Exec(ctx, "INSERT INTO "+tasks+" SELECT * FROM "+enginetest.TableName(s, "tasks_backup"))
 		require.NoError(t, err)
 	}
 	diff := func() []string {
 		t.Helper()
-		evs := events(t, s, id)
+		evs := enginetest.Events(t, s, id)
 		st, err := history.Replay(evs)
 		require.NoError(t, err)
-		return engine.ProjectionDiff(getTask(t, s, id), st)
+		return engine.ProjectionDiff(enginetest.GetTask(t, s, id), st)
 	}
 	require.Empty(t, diff(), "untampered")
 
@@ -80,7 +80,7 @@ func TestProjectionDiffDetectsTampering(t *testing.T) {
 	require.Empty(t, diff())
 
 	// A row whose lease extends without an owner is caught as well.
-	complete(t, s, ct)
+	enginetest.Complete(t, s, ct)
 	_, err = s.Pool().Exec(ctx, "UPDATE "+tasks+" SET lease_expires_at = now() WHERE id = $1", id)
 	require.NoError(t, err)
 	require.NotEmpty(t, diff())
@@ -129,7 +129,7 @@ func TestRequireProjectionsMatchFails(t *testing.T) {
 	ids := enginetest.StartTasks(t, s, 3, nil)
 	require.Empty(t, failures(t, func(tb testing.TB) { enginetest.RequireProjectionsMatch(tb, s) }))
 
-	tasks := tableName(s, "tasks")
+	tasks := enginetest.TableName(s, "tasks")
 	_, err := s.Pool().Exec(ctx, "UPDATE "+tasks+" SET status = 'failed' WHERE id = $1", ids[1])
 	require.NoError(t, err)
 	got := failures(t, func(tb testing.TB) { enginetest.RequireProjectionsMatch(tb, s) })

@@ -18,10 +18,10 @@ import (
 // deadLetter claims a task and dead-letters its attempt.
 func deadLetter(t *testing.T, s *pgstore.Store, id uuid.UUID) {
 	t.Helper()
-	ct := claimOne(t, s, "w1", time.Minute)
+	ct := enginetest.ClaimOne(t, s, "w1", time.Minute)
 	require.Equal(t, id, ct.Task.ID)
 	info := history.ErrorInfo{Class: history.Permanent, Message: "bad document", Status: 422}
-	_, err := appendFenced(context.Background(), s, ct, history.AttemptFailedData{Error: info},
+	_, err := enginetest.AppendFenced(context.Background(), s, ct, history.AttemptFailedData{Error: info},
 		history.TaskDeadLetteredData{Reason: "permanent error", Error: info})
 	require.NoError(t, err)
 }
@@ -53,19 +53,19 @@ func TestTaskRequeue(t *testing.T) {
 	require.True(t, errors.Is(res[2].Err, engine.ErrNotFound), "another namespace's task is not found: %v", res[2].Err)
 	require.True(t, errors.Is(res[3].Err, engine.ErrNotFound), "%v", res[3].Err)
 
-	task := getTask(t, s, dead)
+	task := enginetest.GetTask(t, s, dead)
 	require.Equal(t, history.StatusPending, task.Status)
 	require.Nil(t, task.FinishedAt)
 	require.WithinDuration(t, before, task.RunAt, 5*time.Second, "due at once")
 	require.NotNil(t, task.LastError, "the evidence stays")
-	evs := events(t, s, dead)
+	evs := enginetest.Events(t, s, dead)
 	require.Equal(t, history.TaskRequeuedData{By: "ops@example.com", Reason: "fixed"}, evs[len(evs)-1].Data)
 
-	again := claimOne(t, s, "w2", time.Minute)
+	again := enginetest.ClaimOne(t, s, "w2", time.Minute)
 	require.Equal(t, dead, again.Task.ID)
 	require.Equal(t, 2, again.Task.Attempt, "the attempt count goes on")
 	require.Equal(t, 1, again.State.Budget.Attempts, "the budget starts afresh")
-	complete(t, s, again)
+	enginetest.Complete(t, s, again)
 	require.Equal(t, 3, enginetest.RequireProjectionsMatch(t, s))
 }
 

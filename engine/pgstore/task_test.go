@@ -1,4 +1,4 @@
-package engine_test
+package pgstore_test
 
 import (
 	"context"
@@ -52,7 +52,7 @@ func TestTaskStart(t *testing.T) {
 		require.True(t, task.RunAt.Equal(runAt.Truncate(time.Microsecond)), "run_at %s, want %s", task.RunAt, runAt)
 		require.JSONEq(t, `{"a": "x", "b": [1, 2]}`, string(task.Input))
 
-		evs := events(t, s, res.ID)
+		evs := enginetest.Events(t, s, res.ID)
 		require.Len(t, evs, 1)
 		require.Equal(t, int64(1), evs[0].Seq)
 		sc, ok := evs[0].Data.(history.Scheduled)
@@ -70,8 +70,8 @@ func TestTaskStart(t *testing.T) {
 		s := enginetest.Store(t)
 		_, err := s.TaskStart(context.Background(), &engine.TaskStartParams{Scheduled: history.Scheduled{TaskType: "x", Queue: "default"}})
 		require.Error(t, err)
-		require.Zero(t, countRows(t, s, "tasks"))
-		require.Zero(t, countRows(t, s, "events"))
+		require.Zero(t, enginetest.CountRows(t, s, "tasks"))
+		require.Zero(t, enginetest.CountRows(t, s, "events"))
 	})
 
 	t.Run("RefusesScheduledWithoutType", func(t *testing.T) {
@@ -81,7 +81,7 @@ func TestTaskStart(t *testing.T) {
 		// write what history refuses.
 		_, err := s.TaskStart(context.Background(), &engine.TaskStartParams{Namespace: "default", Scheduled: history.Scheduled{Queue: "default"}})
 		require.Error(t, err)
-		require.Zero(t, countRows(t, s, "tasks"))
+		require.Zero(t, enginetest.CountRows(t, s, "tasks"))
 		enginetest.RequireProjectionsMatch(t, s)
 	})
 }
@@ -105,9 +105,9 @@ func TestTaskStartIdempotency(t *testing.T) {
 		require.True(t, second.Existing)
 		require.Equal(t, first.ID, second.ID)
 
-		require.Equal(t, 1, countRows(t, s, "tasks"))
-		require.Equal(t, 1, countRows(t, s, "events"))
-		require.JSONEq(t, `1`, string(getTask(t, s, first.ID).Input))
+		require.Equal(t, 1, enginetest.CountRows(t, s, "tasks"))
+		require.Equal(t, 1, enginetest.CountRows(t, s, "events"))
+		require.JSONEq(t, `1`, string(enginetest.GetTask(t, s, first.ID).Input))
 		require.Equal(t, 1, enginetest.RequireProjectionsMatch(t, s))
 	})
 
@@ -164,8 +164,8 @@ func TestTaskStartIdempotency(t *testing.T) {
 			}
 		}
 		require.Equal(t, 1, created, "exactly one start creates the task")
-		require.Equal(t, 1, countRows(t, s, "tasks"))
-		require.Equal(t, 1, countRows(t, s, "events"))
+		require.Equal(t, 1, enginetest.CountRows(t, s, "tasks"))
+		require.Equal(t, 1, enginetest.CountRows(t, s, "events"))
 		require.Equal(t, 1, enginetest.RequireProjectionsMatch(t, s))
 	})
 }
@@ -185,15 +185,15 @@ func TestTaskStartTxOutbox(t *testing.T) {
 		res, err := s.TaskStartTx(ctx, tx, (&enginetest.TaskOpts{IdempotencyKey: "k"}).Params())
 		require.NoError(t, err)
 		require.False(t, res.Existing)
-		require.Zero(t, countRows(t, s, "tasks"), "an uncommitted task is invisible")
+		require.Zero(t, enginetest.CountRows(t, s, "tasks"), "an uncommitted task is invisible")
 		require.NoError(t, tx.Rollback(ctx))
 
 		_, err = s.TaskGetByID(ctx, engine.DefaultNamespace, res.ID)
 		require.True(t, errors.Is(err, engine.ErrNotFound), "got %v", err)
-		require.Empty(t, events(t, s, res.ID))
-		require.Zero(t, countRows(t, s, "tasks"))
-		require.Zero(t, countRows(t, s, "events"))
-		require.Empty(t, claim(t, s, claimOpts("w", 10, time.Minute)))
+		require.Empty(t, enginetest.Events(t, s, res.ID))
+		require.Zero(t, enginetest.CountRows(t, s, "tasks"))
+		require.Zero(t, enginetest.CountRows(t, s, "events"))
+		require.Empty(t, enginetest.Claim(t, s, enginetest.ClaimParams("w", 10, time.Minute)))
 
 		// The rolled back key is free again.
 		again, err := s.TaskStart(ctx, (&enginetest.TaskOpts{IdempotencyKey: "k"}).Params())
@@ -210,16 +210,16 @@ func TestTaskStartTxOutbox(t *testing.T) {
 		require.NoError(t, err)
 		defer func() { _ = tx.Rollback(ctx) }()
 		// The service's own write, in the same transaction.
-		_, err = tx.Exec(ctx, "CREATE TABLE "+tableName(s, "orders")+" (id int)")
+		_, err = tx.Exec(ctx, "CREATE TABLE "+enginetest.TableName(s, "orders")+" (id int)")
 		require.NoError(t, err)
 		res, err := s.TaskStartTx(ctx, tx, defaultParams())
 		require.NoError(t, err)
-		require.Empty(t, claim(t, s, claimOpts("w", 10, time.Minute)), "claimable before commit")
+		require.Empty(t, enginetest.Claim(t, s, enginetest.ClaimParams("w", 10, time.Minute)), "claimable before commit")
 		require.NoError(t, tx.Commit(ctx))
 
-		ct := claimOne(t, s, "w", time.Minute)
+		ct := enginetest.ClaimOne(t, s, "w", time.Minute)
 		require.Equal(t, res.ID, ct.Task.ID)
-		complete(t, s, ct)
+		enginetest.Complete(t, s, ct)
 		require.Equal(t, 1, enginetest.RequireProjectionsMatch(t, s))
 	})
 
@@ -259,7 +259,7 @@ func listener(t *testing.T, s *pgstore.Store) *pgx.Conn {
 
 func nextNotification(t *testing.T, conn *pgx.Conn) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), enginetest.WaitTimeout)
 	defer cancel()
 	n, err := conn.WaitForNotification(ctx)
 	require.NoError(t, err)
@@ -314,106 +314,6 @@ func TestTaskStartNotifiesOnCommit(t *testing.T) {
 	require.Equal(t, 2, enginetest.RequireProjectionsMatch(t, s))
 }
 
-func TestNotifier(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	s := enginetest.Store(t)
-	n := engine.NewNotifier(s, nil)
-	wake, unsubscribe := n.Subscribe()
-	defer unsubscribe()
-	require.NoError(t, n.Start(ctx))
-	defer n.Stop()
-	require.Error(t, n.Start(ctx), "a second Start is refused")
-
-	// The notifier wakes its subscribers once it listens, since anything
-	// may have become ready before.
-	select {
-	case <-wake:
-	case <-time.After(waitTimeout):
-		t.Fatal("no wake-up once listening")
-	}
-
-	tx, err := s.Pool().Begin(ctx)
-	require.NoError(t, err)
-	defer func() { _ = tx.Rollback(ctx) }()
-	_, err = s.TaskStartTx(ctx, tx, defaultParams())
-	require.NoError(t, err)
-	select {
-	case <-wake:
-		t.Fatal("woken before commit")
-	default:
-	}
-	require.NoError(t, tx.Commit(ctx))
-	select {
-	case <-wake:
-	case <-time.After(waitTimeout):
-		t.Fatal("no wake-up after commit")
-	}
-
-	// A subscriber that unsubscribed is not woken; another one is.
-	other, unsubscribeOther := n.Subscribe()
-	unsubscribeOther()
-	wake2, unsubscribe2 := n.Subscribe()
-	defer unsubscribe2()
-	enginetest.StartTask(t, s, nil)
-	select {
-	case <-wake2:
-	case <-time.After(waitTimeout):
-		t.Fatal("no wake-up for a second subscriber")
-	}
-	select {
-	case <-other:
-		t.Fatal("an unsubscribed channel was woken")
-	default:
-	}
-
-	n.Stop()
-	n.Stop() // idempotent
-	require.Equal(t, 2, enginetest.RequireProjectionsMatch(t, s))
-}
-
-func TestNotifierReconnects(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	s := enginetest.Store(t)
-	n := engine.NewNotifier(s, testLogger(t))
-	wake, unsubscribe := n.Subscribe()
-	defer unsubscribe()
-	require.NoError(t, n.Start(ctx))
-	defer n.Stop()
-	recv(t, wake, "a wake-up once listening")
-
-	// Kill the listening connection from the server side.
-	// Its last statement is the LISTEN on the schema's last channel.
-	listen := `LISTEN "` + s.Schema() + `.%`
-	var killed bool
-	err := s.Pool().QueryRow(ctx, "SELECT coalesce(bool_and(pg_terminate_backend(pid)), false) FROM pg_stat_activity WHERE query LIKE $1", listen).Scan(&killed)
-	require.NoError(t, err)
-	require.True(t, killed, "found the notifier's connection")
-
-	// It listens again, and says so, since notifications were lost
-	// meanwhile; then it relays new ones.
-	recv(t, wake, "a wake-up after reconnecting")
-	waitFor(t, "the notifier to listen again", func() bool {
-		var listening bool
-		err := s.Pool().QueryRow(ctx, "SELECT count(*) = 1 FROM pg_stat_activity WHERE query LIKE $1", listen).Scan(&listening)
-		require.NoError(t, err)
-		return listening
-	})
-	enginetest.StartTask(t, s, nil)
-	recv(t, wake, "a wake-up for a new task after reconnecting")
-	n.Stop()
-	require.Equal(t, 1, enginetest.RequireProjectionsMatch(t, s))
-}
-
-func TestNotifierStopBeforeStart(t *testing.T) {
-	t.Parallel()
-	s := enginetest.Store(t)
-	n := engine.NewNotifier(s, nil)
-	n.Stop()
-	n.Stop()
-}
-
 func TestTaskList(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -442,7 +342,7 @@ func TestTaskList(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []uuid.UUID{c}, ids(limited))
 
-	ct := claim(t, s, &engine.TaskClaimManyParams{Namespace: engine.DefaultNamespace, Queues: []string{"default"},
+	ct := enginetest.Claim(t, s, &engine.TaskClaimManyParams{Namespace: engine.DefaultNamespace, Queues: []string{"default"},
 		Types: []engine.TypeKey{{Type: "b", Version: 1}}, Owner: "w", Max: 1, LeaseTTL: time.Minute})
 	require.Len(t, ct, 1)
 	running, err := s.TaskList(ctx, &engine.TaskListParams{Namespace: engine.DefaultNamespace, Status: history.StatusRunning})
@@ -483,48 +383,4 @@ func TestValidateSchemaName(t *testing.T) {
 	}
 	_, err := pgstore.New(pgstore.Config{Pool: nil})
 	require.Error(t, err)
-}
-
-func TestNotifierAnnouncesFinishedTasksAndRequeues(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	s := enginetest.Store(t)
-	n := engine.NewNotifier(s, testLogger(t))
-	wake, unsubscribe := n.Subscribe()
-	defer unsubscribe()
-	doneID := enginetest.StartTask(t, s, nil)
-	otherID := enginetest.StartTask(t, s, nil)
-	finished, stopWaiting := n.WaitFor(doneID)
-	defer stopWaiting()
-	other, stopOther := n.WaitFor(otherID)
-	defer stopOther()
-	require.NoError(t, n.Start(ctx))
-	defer n.Stop()
-	recv(t, wake, "the wake-up on listening")
-	recv(t, finished, "the wake-up on listening")
-	recv(t, other, "the wake-up on listening")
-
-	// A released task is due at once: workers hear of it.
-	first := claimOne(t, s, "w1", time.Minute)
-	_, err := appendFenced(ctx, s, first, history.TaskReleasedData{WorkerID: "w1", LeaseEpoch: first.State.Lease.Epoch})
-	require.NoError(t, err)
-	recv(t, wake, "a wake-up for the released task")
-
-	// Completing a task tells its waiters, and only them.
-	for {
-		ct := claimOne(t, s, "w2", time.Minute)
-		if ct.Task.ID == doneID {
-			complete(t, s, ct)
-			break
-		}
-		_, err := appendFenced(ctx, s, ct, history.TaskReleasedData{WorkerID: "w2", LeaseEpoch: ct.State.Lease.Epoch})
-		require.NoError(t, err)
-	}
-	recv(t, finished, "the finish of the awaited task")
-	select {
-	case <-other:
-		t.Fatal("a waiter for another task was woken")
-	default:
-	}
-	enginetest.RequireProjectionsMatch(t, s)
 }

@@ -1,4 +1,4 @@
-package engine_test
+package pgstore_test
 
 import (
 	"bytes"
@@ -38,7 +38,7 @@ func (tl *auditTimeline) task(t *testing.T, opts *enginetest.TaskOpts, m int) uu
 	t.Helper()
 	id := enginetest.StartTask(t, tl.s, opts)
 	p := opts.Params()
-	claimed := claim(t, tl.s, &engine.TaskClaimManyParams{
+	claimed := enginetest.Claim(t, tl.s, &engine.TaskClaimManyParams{
 		Namespace: p.Namespace, Queues: []string{p.Scheduled.Queue}, Types: []engine.TypeKey{opts.TypeKey()},
 		Owner: "auditor", Max: 1, LeaseTTL: time.Hour,
 	})
@@ -137,7 +137,7 @@ func TestEventScan(t *testing.T) {
 		require.Equal(t, history.TaskScheduled, e.Event.Type())
 		require.Equal(t, "invoice.extract", e.Event.Data.(history.Scheduled).TaskType)
 		require.Equal(t, time.UTC, e.Event.At.Location())
-		stored := events(t, s, res.ID)[0]
+		stored := enginetest.Events(t, s, res.ID)[0]
 		require.True(t, stored.At.Equal(e.Event.At))
 		var data map[string]any
 		require.NoError(t, json.Unmarshal(e.Data, &data), "%s", e.Data)

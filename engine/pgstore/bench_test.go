@@ -1,4 +1,4 @@
-package engine_test
+package pgstore_test
 
 import (
 	"context"
@@ -30,7 +30,7 @@ func BenchmarkTaskClaimMany(b *testing.B) {
 	const batch = 100
 	ctx := context.Background()
 	s := enginetest.Store(b)
-	p := claimOpts("bench", batch, time.Hour)
+	p := enginetest.ClaimParams("bench", batch, time.Hour)
 	claimed := 0
 	for b.Loop() {
 		b.StopTimer()
@@ -62,7 +62,7 @@ func BenchmarkEventAppend(b *testing.B) {
 	)
 	next := func() {
 		enginetest.StartTask(b, s, nil)
-		ct = claimOne(b, s, "bench", time.Hour)
+		ct = enginetest.ClaimOne(b, s, "bench", time.Hour)
 		st = ct.State
 	}
 	next()

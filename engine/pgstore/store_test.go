@@ -1,4 +1,4 @@
-package engine_test
+package pgstore_test
 
 import (
 	"context"

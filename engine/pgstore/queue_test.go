@@ -1,4 +1,4 @@
-package engine_test
+package pgstore_test
 
 import (
 	"context"
@@ -122,13 +122,13 @@ func TestRateLimitRefillTimeAheadOfTheClaim(t *testing.T) {
 	s := enginetest.Store(t)
 	require.NoError(t, s.RateLimitSet(ctx, "default", "test", 5, time.Second))
 	enginetest.StartTasks(t, s, 3, nil)
-	_, err := s.Pool().Exec(ctx, "UPDATE "+tableName(s, "rate_limits")+" SET tokens = 0, refilled_at = now() + interval '1 second'")
+	_, err := s.Pool().Exec(ctx, "UPDATE "+enginetest.TableName(s, "rate_limits")+" SET tokens = 0, refilled_at = now() + interval '1 second'")
 	require.NoError(t, err)
-	claimed, err := s.TaskClaimMany(ctx, claimOpts("w", 3, time.Minute))
+	claimed, err := s.TaskClaimMany(ctx, enginetest.ClaimParams("w", 3, time.Minute))
 	require.NoError(t, err, "an empty bucket claims nothing, without error")
 	require.Empty(t, claimed)
 	require.Eventually(t, func() bool {
-		claimed, err := s.TaskClaimMany(ctx, claimOpts("w", 3, time.Minute))
+		claimed, err := s.TaskClaimMany(ctx, enginetest.ClaimParams("w", 3, time.Minute))
 		require.NoError(t, err)
 		return len(claimed) > 0
 	}, 10*time.Second, 50*time.Millisecond, "the bucket refills once its clock is passed")

@@ -1,4 +1,4 @@
-package engine_test
+package pgstore_test
 
 import (
 	"context"
@@ -21,12 +21,12 @@ func TestTaskClaimMany(t *testing.T) {
 		t.Parallel()
 		s := enginetest.Store(t)
 		enginetest.StartTasks(t, s, 5, nil)
-		first := claim(t, s, claimOpts("w", 3, time.Minute))
+		first := enginetest.Claim(t, s, enginetest.ClaimParams("w", 3, time.Minute))
 		require.Len(t, first, 3)
-		second := claim(t, s, claimOpts("w", 3, time.Minute))
+		second := enginetest.Claim(t, s, enginetest.ClaimParams("w", 3, time.Minute))
 		require.Len(t, second, 2)
-		require.Empty(t, claim(t, s, claimOpts("w", 3, time.Minute)))
-		require.Empty(t, claim(t, s, claimOpts("w", 0, time.Minute)))
+		require.Empty(t, enginetest.Claim(t, s, enginetest.ClaimParams("w", 3, time.Minute)))
+		require.Empty(t, enginetest.Claim(t, s, enginetest.ClaimParams("w", 0, time.Minute)))
 		require.Equal(t, 5, enginetest.RequireProjectionsMatch(t, s))
 	})
 
@@ -34,10 +34,10 @@ func TestTaskClaimMany(t *testing.T) {
 		t.Parallel()
 		s := enginetest.Store(t)
 		enginetest.StartTask(t, s, nil)
-		require.Empty(t, claim(t, s, claimOpts("w", 0, time.Minute)))
-		require.Empty(t, claim(t, s, claimOpts("w", -1, time.Minute)))
-		require.Equal(t, history.StatusPending, getTask(t, s, enginetest.StartTask(t, s, nil)).Status)
-		require.Len(t, claim(t, s, claimOpts("w", 10, time.Minute)), 2)
+		require.Empty(t, enginetest.Claim(t, s, enginetest.ClaimParams("w", 0, time.Minute)))
+		require.Empty(t, enginetest.Claim(t, s, enginetest.ClaimParams("w", -1, time.Minute)))
+		require.Equal(t, history.StatusPending, enginetest.GetTask(t, s, enginetest.StartTask(t, s, nil)).Status)
+		require.Len(t, enginetest.Claim(t, s, enginetest.ClaimParams("w", 10, time.Minute)), 2)
 		require.Equal(t, 2, enginetest.RequireProjectionsMatch(t, s))
 	})
 
@@ -54,21 +54,21 @@ func TestTaskClaimMany(t *testing.T) {
 
 		p := &engine.TaskClaimManyParams{Namespace: engine.DefaultNamespace, Queues: []string{"q1"},
 			Types: []engine.TypeKey{{Type: "doc", Version: 1}}, Owner: "w", Max: 10, LeaseTTL: time.Minute}
-		claimed := claim(t, s, p)
+		claimed := enginetest.Claim(t, s, p)
 		require.Len(t, claimed, 1)
 		require.Equal(t, want, claimed[0].Task.ID)
-		require.Empty(t, claim(t, s, p))
+		require.Empty(t, enginetest.Claim(t, s, p))
 
-		require.Equal(t, history.StatusPending, getTask(t, s, v2).Status, "a v2 task is left to v2 workers")
+		require.Equal(t, history.StatusPending, enginetest.GetTask(t, s, v2).Status, "a v2 task is left to v2 workers")
 		p.Types = []engine.TypeKey{{Type: "doc", Version: 2}}
-		claimed = claim(t, s, p)
+		claimed = enginetest.Claim(t, s, p)
 		require.Len(t, claimed, 1)
 		require.Equal(t, v2, claimed[0].Task.ID)
 
 		p.Types, p.Queues = nil, []string{"q1", "q2"}
-		require.Empty(t, claim(t, s, p), "no types, no claims")
+		require.Empty(t, enginetest.Claim(t, s, p), "no types, no claims")
 		p.Types, p.Queues = []engine.TypeKey{{Type: "doc", Version: 1}}, nil
-		require.Empty(t, claim(t, s, p), "no queues, no claims")
+		require.Empty(t, enginetest.Claim(t, s, p), "no queues, no claims")
 		require.Equal(t, 6, enginetest.RequireProjectionsMatch(t, s))
 	})
 
@@ -88,11 +88,11 @@ func TestTaskClaimMany(t *testing.T) {
 		startBatch(40, &enginetest.TaskOpts{FairnessKey: "a"})
 		startBatch(10, &enginetest.TaskOpts{FairnessKey: "b"})
 		plain := enginetest.StartTask(t, s, nil)
-		p := claimOpts("w", 1, time.Minute)
+		p := enginetest.ClaimParams("w", 1, time.Minute)
 		p.StrictPriority = true // no aging slot: the order is the fair order alone
 		var order []string
 		for range 25 {
-			ct := claim(t, s, p)
+			ct := enginetest.Claim(t, s, p)
 			require.Len(t, ct, 1)
 			key := ct[0].Task.FairnessKey
 			if ct[0].Task.ID == plain {
@@ -122,11 +122,11 @@ func TestTaskClaimMany(t *testing.T) {
 			_, err := s.TaskStartMany(context.Background(), ps)
 			require.NoError(t, err)
 		}
-		p := claimOpts("w", 1, time.Minute)
+		p := enginetest.ClaimParams("w", 1, time.Minute)
 		p.StrictPriority = true
 		count := map[string]int{}
 		for range 20 {
-			ct := claim(t, s, p)
+			ct := enginetest.Claim(t, s, p)
 			require.Len(t, ct, 1)
 			require.Empty(t, ct[0].Err)
 			count[ct[0].Task.FairnessKey]++
@@ -146,7 +146,7 @@ func TestTaskClaimMany(t *testing.T) {
 		require.ErrorContains(t, err, "fairness weight 2 without a fairness key")
 		_, err = s.TaskStart(context.Background(), (&enginetest.TaskOpts{FairnessKey: "a", FairnessWeight: 5000}).Params())
 		require.ErrorContains(t, err, "outside 0..1000")
-		require.Zero(t, countRows(t, s, "tasks"))
+		require.Zero(t, enginetest.CountRows(t, s, "tasks"))
 	})
 
 	// A claim commits without waiting for disk, so a database crash can
@@ -158,28 +158,28 @@ func TestTaskClaimMany(t *testing.T) {
 		s := enginetest.Store(t)
 		ctx := context.Background()
 		id := enginetest.StartTask(t, s, nil)
-		lost := claimOne(t, s, "worker-a", time.Minute)
+		lost := enginetest.ClaimOne(t, s, "worker-a", time.Minute)
 		// The crash: the row and the log go back to before the claim.
 		tx, err := s.Pool().Begin(ctx)
 		require.NoError(t, err)
 		_, err = tx.Exec(ctx, "SET LOCAL cairn.retention = 'on'")
 		require.NoError(t, err)
-		_, err = tx.Exec(ctx, "DELETE FROM "+tableName(s, "events")+" WHERE task_id = $1 AND seq = 2", id)
+		_, err = tx.Exec(ctx, "DELETE FROM "+enginetest.TableName(s, "events")+" WHERE task_id = $1 AND seq = 2", id)
 		require.NoError(t, err)
-		_, err = tx.Exec(ctx, "UPDATE "+tableName(s, "tasks")+` SET status = 'pending', attempt = 0, lease_owner = NULL,
+		_, err = tx.Exec(ctx, "UPDATE "+enginetest.TableName(s, "tasks")+` SET status = 'pending', attempt = 0, lease_owner = NULL,
 			lease_epoch = 0, lease_expires_at = NULL, last_seq = 1, updated_at = created_at, started_at = NULL WHERE id = $1`, id)
 		require.NoError(t, err)
 		require.NoError(t, tx.Commit(ctx))
 
-		again := claimOne(t, s, "worker-b", time.Minute)
+		again := enginetest.ClaimOne(t, s, "worker-b", time.Minute)
 		require.Equal(t, id, again.Task.ID)
 		require.NotEqual(t, lost.Task.LeaseEpoch, again.Task.LeaseEpoch, "the lost claim's epoch is not handed out again")
-		_, err = appendFenced(ctx, s, lost, history.TaskCompletedData{})
+		_, err = enginetest.AppendFenced(ctx, s, lost, history.TaskCompletedData{})
 		require.Error(t, err, "the first worker's write is refused")
 		held, err := s.LeaseExtendMany(ctx, []engine.LeaseRef{{TaskID: id, Epoch: lost.Task.LeaseEpoch}}, time.Minute)
 		require.NoError(t, err)
 		require.Empty(t, held, "and its heartbeat learns the lease is gone")
-		complete(t, s, again)
+		enginetest.Complete(t, s, again)
 		require.Equal(t, 1, enginetest.RequireProjectionsMatch(t, s))
 	})
 
@@ -189,13 +189,13 @@ func TestTaskClaimMany(t *testing.T) {
 		later := enginetest.StartTask(t, s, &enginetest.TaskOpts{RunAt: time.Now().Add(time.Hour)})
 		now := enginetest.StartTask(t, s, nil)
 		past := enginetest.StartTask(t, s, &enginetest.TaskOpts{RunAt: time.Now().Add(-time.Hour)})
-		claimed := claim(t, s, claimOpts("w", 10, time.Minute))
+		claimed := enginetest.Claim(t, s, enginetest.ClaimParams("w", 10, time.Minute))
 		got := map[uuid.UUID]bool{}
 		for _, ct := range claimed {
 			got[ct.Task.ID] = true
 		}
 		require.Equal(t, map[uuid.UUID]bool{now: true, past: true}, got)
-		require.Equal(t, history.StatusPending, getTask(t, s, later).Status)
+		require.Equal(t, history.StatusPending, enginetest.GetTask(t, s, later).Status)
 		require.Equal(t, 3, enginetest.RequireProjectionsMatch(t, s))
 	})
 
@@ -208,7 +208,7 @@ func TestTaskClaimMany(t *testing.T) {
 			enginetest.StartTask(t, s, &enginetest.TaskOpts{Priority: 10})
 		}
 		// A batch of 8 reserves one slot for the longest-waiting task.
-		batch := claim(t, s, claimOpts("w", 8, time.Minute))
+		batch := enginetest.Claim(t, s, enginetest.ClaimParams("w", 8, time.Minute))
 		require.Len(t, batch, 8)
 		var ids []uuid.UUID
 		for _, ct := range batch {
@@ -228,10 +228,10 @@ func TestTaskClaimMany(t *testing.T) {
 		highEarly := enginetest.StartTask(t, s, &enginetest.TaskOpts{Priority: 5, RunAt: base.Add(time.Minute)})
 		negative := enginetest.StartTask(t, s, &enginetest.TaskOpts{Priority: -2, RunAt: base.Add(-time.Hour)})
 		var order []uuid.UUID
-		strict := claimOpts("w", 1, time.Minute)
+		strict := enginetest.ClaimParams("w", 1, time.Minute)
 		strict.StrictPriority = true
 		for range 5 {
-			order = append(order, claim(t, s, strict)[0].Task.ID)
+			order = append(order, enginetest.Claim(t, s, strict)[0].Task.ID)
 		}
 		require.Equal(t, []uuid.UUID{highEarly, highLate, mid, low, negative}, order)
 
@@ -240,9 +240,9 @@ func TestTaskClaimMany(t *testing.T) {
 		for i := range 6 {
 			enginetest.StartTask(t, s2, &enginetest.TaskOpts{Priority: i})
 		}
-		strict = claimOpts("w", 3, time.Minute)
+		strict = enginetest.ClaimParams("w", 3, time.Minute)
 		strict.StrictPriority = true
-		batch := claim(t, s2, strict)
+		batch := enginetest.Claim(t, s2, strict)
 		prios := map[int]bool{}
 		for _, ct := range batch {
 			prios[ct.Task.Priority] = true
@@ -257,10 +257,10 @@ func TestTaskClaimMany(t *testing.T) {
 		ctx := context.Background()
 		s := enginetest.Store(t)
 		id := enginetest.StartTask(t, s, nil)
-		before := getTask(t, s, id)
+		before := enginetest.GetTask(t, s, id)
 		require.Zero(t, before.LeaseEpoch)
 
-		ct := claimOne(t, s, "worker-7", time.Minute)
+		ct := enginetest.ClaimOne(t, s, "worker-7", time.Minute)
 		task := ct.Task
 		require.Equal(t, history.StatusRunning, task.Status)
 		require.Equal(t, 1, task.Attempt)
@@ -285,13 +285,13 @@ func TestTaskClaimMany(t *testing.T) {
 
 		require.Equal(t, history.StatusRunning, ct.State.Status)
 		require.Equal(t, engine.ProjectionDiff(task, ct.State), []string(nil))
-		require.Equal(t, events(t, s, id), ct.Events)
+		require.Equal(t, enginetest.Events(t, s, id), ct.Events)
 
 		// Release it, claim again: a new attempt under a higher epoch, and
 		// started_at keeps the first attempt's time.
-		_, err := appendFenced(ctx, s, ct, history.TaskReleasedData{WorkerID: "worker-7", LeaseEpoch: task.LeaseEpoch})
+		_, err := enginetest.AppendFenced(ctx, s, ct, history.TaskReleasedData{WorkerID: "worker-7", LeaseEpoch: task.LeaseEpoch})
 		require.NoError(t, err)
-		again := claimOne(t, s, "worker-8", time.Minute)
+		again := enginetest.ClaimOne(t, s, "worker-8", time.Minute)
 		require.Equal(t, id, again.Task.ID)
 		require.Equal(t, 2, again.Task.Attempt)
 		require.Greater(t, again.Task.LeaseEpoch, task.LeaseEpoch, "each claim a greater epoch")
@@ -310,11 +310,11 @@ func TestTaskClaimMany(t *testing.T) {
 		t.Parallel()
 		s := enginetest.Store(t)
 		enginetest.StartTasks(t, s, 2, nil)
-		a := claimOne(t, s, "w", time.Minute)
-		b := claimOne(t, s, "w", time.Minute)
-		complete(t, s, b)
-		require.Empty(t, claim(t, s, claimOpts("w2", 10, time.Minute)))
-		require.Equal(t, history.StatusRunning, getTask(t, s, a.Task.ID).Status)
+		a := enginetest.ClaimOne(t, s, "w", time.Minute)
+		b := enginetest.ClaimOne(t, s, "w", time.Minute)
+		enginetest.Complete(t, s, b)
+		require.Empty(t, enginetest.Claim(t, s, enginetest.ClaimParams("w2", 10, time.Minute)))
+		require.Equal(t, history.StatusRunning, enginetest.GetTask(t, s, a.Task.ID).Status)
 		require.Equal(t, 2, enginetest.RequireProjectionsMatch(t, s))
 	})
 
@@ -336,7 +336,7 @@ func TestTaskClaimMany(t *testing.T) {
 			wg.Go(func() {
 				<-start
 				for {
-					claimed, err := s.TaskClaimMany(context.Background(), claimOpts(owner, 7, time.Minute))
+					claimed, err := s.TaskClaimMany(context.Background(), enginetest.ClaimParams(owner, 7, time.Minute))
 					mu.Lock()
 					if err != nil {
 						errs = append(errs, err)
@@ -361,12 +361,12 @@ func TestTaskClaimMany(t *testing.T) {
 		require.Len(t, byOwner, tasks)
 		for _, id := range ids {
 			require.Contains(t, byOwner, id)
-			task := getTask(t, s, id)
+			task := enginetest.GetTask(t, s, id)
 			require.Equal(t, 1, task.Attempt)
 			require.Positive(t, task.LeaseEpoch)
 			require.Equal(t, byOwner[id], task.LeaseOwner)
 		}
-		require.Equal(t, 2*tasks, countRows(t, s, "events"), "one attempt_started per task")
+		require.Equal(t, 2*tasks, enginetest.CountRows(t, s, "events"), "one attempt_started per task")
 		require.Equal(t, tasks, enginetest.RequireProjectionsMatch(t, s))
 	})
 }
@@ -376,10 +376,10 @@ func TestLeaseExtendMany(t *testing.T) {
 	ctx := context.Background()
 	s := enginetest.Store(t)
 	enginetest.StartTasks(t, s, 3, nil)
-	a := claimOne(t, s, "w", time.Minute)
-	b := claimOne(t, s, "w", time.Minute)
-	c := claimOne(t, s, "w", time.Minute)
-	complete(t, s, c)
+	a := enginetest.ClaimOne(t, s, "w", time.Minute)
+	b := enginetest.ClaimOne(t, s, "w", time.Minute)
+	c := enginetest.ClaimOne(t, s, "w", time.Minute)
+	enginetest.Complete(t, s, c)
 
 	held, err := s.LeaseExtendMany(ctx, []engine.LeaseRef{
 		{TaskID: a.Task.ID, Epoch: a.State.Lease.Epoch},
@@ -390,7 +390,7 @@ func TestLeaseExtendMany(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, map[uuid.UUID]engine.LeaseRenewal{a.Task.ID: {}}, held)
 
-	aNow, bNow, cNow := getTask(t, s, a.Task.ID), getTask(t, s, b.Task.ID), getTask(t, s, c.Task.ID)
+	aNow, bNow, cNow := enginetest.GetTask(t, s, a.Task.ID), enginetest.GetTask(t, s, b.Task.ID), enginetest.GetTask(t, s, c.Task.ID)
 	require.True(t, aNow.LeaseExpiresAt.After(a.Task.LeaseExpiresAt.Add(30*time.Minute)),
 		"extended to an hour from now: %s, claimed with %s", aNow.LeaseExpiresAt, a.Task.LeaseExpiresAt)
 	require.True(t, bNow.LeaseExpiresAt.Equal(*b.Task.LeaseExpiresAt), "a stale epoch must not extend the lease")

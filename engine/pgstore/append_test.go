@@ -1,4 +1,4 @@
-package engine_test
+package pgstore_test
 
 import (
 	"context"
@@ -30,7 +30,7 @@ func TestEventAppend(t *testing.T) {
 		t.Helper()
 		s := enginetest.Store(t)
 		enginetest.StartTask(t, s, &enginetest.TaskOpts{MaxAttempts: 3})
-		return &testBundle{store: s, ct: claimOne(t, s, "w", time.Minute)}
+		return &testBundle{store: s, ct: enginetest.ClaimOne(t, s, "w", time.Minute)}
 	}
 	step := func(pos int) history.Payload {
 		return history.StepCompletedData{Position: pos, Name: "step", Output: json.RawMessage(`{"pos":1}`)}
@@ -38,9 +38,9 @@ func TestEventAppend(t *testing.T) {
 	// requireUnchanged checks that a refused append wrote nothing.
 	requireUnchanged := func(t *testing.T, bundle *testBundle, lastSeq int64) {
 		t.Helper()
-		task := getTask(t, bundle.store, bundle.ct.Task.ID)
+		task := enginetest.GetTask(t, bundle.store, bundle.ct.Task.ID)
 		require.Equal(t, lastSeq, task.LastSeq)
-		require.Len(t, events(t, bundle.store, bundle.ct.Task.ID), int(lastSeq))
+		require.Len(t, enginetest.Events(t, bundle.store, bundle.ct.Task.ID), int(lastSeq))
 		enginetest.RequireProjectionsMatch(t, bundle.store)
 	}
 
@@ -56,7 +56,7 @@ func TestEventAppend(t *testing.T) {
 		require.Equal(t, int64(4), st.LastSeq)
 		require.Len(t, st.Steps, 2)
 		require.True(t, st.UpdatedAt.Equal(at))
-		evs := events(t, bundle.store, bundle.ct.Task.ID)
+		evs := enginetest.Events(t, bundle.store, bundle.ct.Task.ID)
 		require.Len(t, evs, 4)
 		for _, ev := range evs[2:] {
 			require.True(t, ev.At.Equal(at))
@@ -95,14 +95,14 @@ func TestEventAppend(t *testing.T) {
 		ctx := context.Background()
 		bundle := setup(t)
 		s, old := bundle.store, bundle.ct
-		_, err := appendFenced(ctx, s, old, history.TaskReleasedData{WorkerID: "w", LeaseEpoch: old.State.Lease.Epoch})
+		_, err := enginetest.AppendFenced(ctx, s, old, history.TaskReleasedData{WorkerID: "w", LeaseEpoch: old.State.Lease.Epoch})
 		require.NoError(t, err)
-		current := claimOne(t, s, "w2", time.Minute)
+		current := enginetest.ClaimOne(t, s, "w2", time.Minute)
 		// The old attempt's worker, unaware, tries to finish the task.
-		_, err = appendFenced(ctx, s, old, history.TaskCompletedData{Output: json.RawMessage(`"stale"`)})
+		_, err = enginetest.AppendFenced(ctx, s, old, history.TaskCompletedData{Output: json.RawMessage(`"stale"`)})
 		require.True(t, errors.Is(err, engine.ErrFenced), "got %v", err)
-		complete(t, s, current)
-		task := getTask(t, s, old.Task.ID)
+		enginetest.Complete(t, s, current)
+		task := enginetest.GetTask(t, s, old.Task.ID)
 		require.Equal(t, history.StatusCompleted, task.Status)
 		require.JSONEq(t, `{"ok":true}`, string(task.Output), "the stale write never becomes the outcome")
 		require.Equal(t, 1, enginetest.RequireProjectionsMatch(t, s))
@@ -112,10 +112,10 @@ func TestEventAppend(t *testing.T) {
 		t.Parallel()
 		ctx := context.Background()
 		bundle := setup(t)
-		_, err := appendFenced(ctx, bundle.store, bundle.ct, step(0))
+		_, err := enginetest.AppendFenced(ctx, bundle.store, bundle.ct, step(0))
 		require.NoError(t, err)
 		// Same epoch, but the log moved on.
-		_, err = appendFenced(ctx, bundle.store, bundle.ct, step(0))
+		_, err = enginetest.AppendFenced(ctx, bundle.store, bundle.ct, step(0))
 		require.True(t, errors.Is(err, engine.ErrConflict), "got %v", err)
 		require.False(t, errors.Is(err, engine.ErrFenced))
 		// Unfenced (API) appends are checked by seq alone.
@@ -150,7 +150,7 @@ func TestEventAppend(t *testing.T) {
 			"after terminal":      {history.TaskCompletedData{}, step(0)},
 			"nil payload":         {nil},
 		} {
-			_, err := appendFenced(ctx, bundle.store, bundle.ct, payloads...)
+			_, err := enginetest.AppendFenced(ctx, bundle.store, bundle.ct, payloads...)
 			require.True(t, errors.Is(err, history.ErrInvalidHistory), "%s: got %v", name, err)
 		}
 		_, err := bundle.store.EventAppend(ctx, &engine.EventAppendParams{
@@ -158,7 +158,7 @@ func TestEventAppend(t *testing.T) {
 			Attempt: 2, Payloads: []history.Payload{step(0)},
 		})
 		require.True(t, errors.Is(err, history.ErrInvalidHistory), "wrong attempt: got %v", err)
-		_, err = appendFenced(ctx, bundle.store, bundle.ct)
+		_, err = enginetest.AppendFenced(ctx, bundle.store, bundle.ct)
 		require.Error(t, err, "no events")
 		requireUnchanged(t, bundle, 2)
 	})
@@ -168,11 +168,11 @@ func TestEventAppend(t *testing.T) {
 		bundle := setup(t)
 		info := history.ErrorInfo{Class: history.Permanent, Message: "bad input", Kind: "validation", Status: 422,
 			Attrs: map[string]string{"field": "x"}, Step: "parse", Position: 0}
-		st, err := appendFenced(context.Background(), bundle.store, bundle.ct,
+		st, err := enginetest.AppendFenced(context.Background(), bundle.store, bundle.ct,
 			history.AttemptFailedData{Error: info}, history.TaskFailedData{Error: info})
 		require.NoError(t, err)
 		require.Equal(t, history.StatusFailed, st.Status)
-		task := getTask(t, bundle.store, bundle.ct.Task.ID)
+		task := enginetest.GetTask(t, bundle.store, bundle.ct.Task.ID)
 		require.Equal(t, history.StatusFailed, task.Status)
 		require.Equal(t, &info, task.LastError)
 		require.NotNil(t, task.FinishedAt)
@@ -188,14 +188,14 @@ func TestEventAppend(t *testing.T) {
 		// PostgreSQL cannot store. The projection row must still equal the
 		// replay of the log.
 		next := time.Now().Add(time.Hour).Truncate(time.Second).Add(123456789 * time.Nanosecond)
-		_, err := appendFenced(context.Background(), bundle.store, bundle.ct, history.AttemptFailedData{
+		_, err := enginetest.AppendFenced(context.Background(), bundle.store, bundle.ct, history.AttemptFailedData{
 			Error: history.ErrorInfo{Class: history.Transient, Message: "timeout"}, NextRunAt: &next,
 		})
 		require.NoError(t, err)
-		task := getTask(t, bundle.store, bundle.ct.Task.ID)
+		task := enginetest.GetTask(t, bundle.store, bundle.ct.Task.ID)
 		require.Equal(t, history.StatusRetrying, task.Status)
 		require.WithinDuration(t, next, task.RunAt, time.Microsecond)
-		require.Empty(t, claim(t, bundle.store, claimOpts("w", 1, time.Minute)), "not due before its next run time")
+		require.Empty(t, enginetest.Claim(t, bundle.store, enginetest.ClaimParams("w", 1, time.Minute)), "not due before its next run time")
 		require.Equal(t, 1, enginetest.RequireProjectionsMatch(t, bundle.store))
 	})
 
@@ -211,7 +211,7 @@ func TestEventAppend(t *testing.T) {
 		for i := range n {
 			wg.Go(func() {
 				<-start
-				_, errs[i] = appendFenced(context.Background(), bundle.store, bundle.ct, step(0))
+				_, errs[i] = enginetest.AppendFenced(context.Background(), bundle.store, bundle.ct, step(0))
 			})
 		}
 		close(start)
@@ -254,7 +254,7 @@ func TestEventsAppendOnly(t *testing.T) {
 	ctx := context.Background()
 	s := enginetest.Store(t)
 	ids := enginetest.StartTasks(t, s, 2, nil)
-	eventsTable := tableName(s, "events")
+	eventsTable := enginetest.TableName(s, "events")
 
 	_, err := s.Pool().Exec(ctx, "UPDATE "+eventsTable+" SET type = 'task_completed'")
 	requireAppendOnly(t, err)
@@ -264,7 +264,7 @@ func TestEventsAppendOnly(t *testing.T) {
 	requireAppendOnly(t, err)
 	_, err = s.Pool().Exec(ctx, "TRUNCATE "+eventsTable)
 	requireAppendOnly(t, err)
-	require.Equal(t, 2, countRows(t, s, "events"))
+	require.Equal(t, 2, enginetest.CountRows(t, s, "events"))
 
 	// Retention says so for its own transaction only.
 	conn, err := s.Pool().Acquire(ctx)
@@ -287,7 +287,7 @@ func TestEventsAppendOnly(t *testing.T) {
 		return err
 	})
 	requireAppendOnly(t, err) // nor truncate
-	require.Equal(t, 2, countRows(t, s, "events"))
+	require.Equal(t, 2, enginetest.CountRows(t, s, "events"))
 
 	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "SET LOCAL cairn.retention = 'on'"); err != nil {
@@ -296,11 +296,11 @@ func TestEventsAppendOnly(t *testing.T) {
 		if _, err := tx.Exec(ctx, "DELETE FROM "+eventsTable+" WHERE task_id = $1", ids[0]); err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, "DELETE FROM "+tableName(s, "tasks")+" WHERE id = $1", ids[0])
+		_, err := tx.Exec(ctx, "DELETE FROM "+enginetest.TableName(s, "tasks")+" WHERE id = $1", ids[0])
 		return err
 	})
 	require.NoError(t, err)
-	require.Equal(t, 1, countRows(t, s, "events"))
+	require.Equal(t, 1, enginetest.CountRows(t, s, "events"))
 
 	// The same connection, after that transaction: refused again.
 	_, err = conn.Exec(ctx, "DELETE FROM "+eventsTable+" WHERE task_id = $1", ids[1])
