@@ -1,0 +1,15 @@
+// Package store is the seam between cairn's runtime and a database: the
+// [Store] interface of statement-level operations, the values they take
+// and return ([Task], [ClaimedTask], [Schedule], [QueueInfo],
+// [QueueDiagnosis], [AuditEvent], ...), the sentinel errors drivers mark
+// their errors with, the [Listener] each driver implements for wake-ups,
+// the [Observer] a driver counts its writes into, and the [Clock].
+//
+// Two drivers implement it: engine/pgstore (PostgreSQL) and
+// engine/sqlitestore (one SQLite file). engine/storetest holds both to the
+// same behaviour. What a request on a task means (cancel, compensate,
+// requeue, rescue, expiry, a diagnosis's causes) is decided above the seam,
+// in package engine, written once over any Store.
+//
+// The package imports history and nothing else of cairn.
+package store
