@@ -4,7 +4,8 @@
 // namespaces and roles. Errors are RFC 9457 problem details with a stable
 // code.
 //
-// It imports sdk, engine and history; cmd/cairn wires it.
+// It imports sdk, engine and history; cmd/cairn (cairn server, cairn dev)
+// serves it.
 package server
 
 import (
