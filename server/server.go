@@ -46,7 +46,9 @@ type Config struct {
 	Logger   *slog.Logger // default slog.Default()
 }
 
-// Server is the HTTP API. Its handler is safe for concurrent use.
+// Server is the HTTP API and the console. Its handler is safe for
+// concurrent use, and serves from [New] on; [Server.Start] adds the
+// background work that makes long polls answer as soon as a task finishes.
 type Server struct {
 	cfg      Config
 	tokens   []Token
@@ -54,8 +56,12 @@ type Server struct {
 	handler  http.Handler
 	draining atomic.Bool
 
-	notifier *engine.Notifier // one listening connection for every namespace's waits
+	notifier *engine.Notifier // one listening connection for every namespace's waits; runs from Start to Stop
 	drained  chan struct{}    // closed by Drain: long polls answer at once
+
+	life    sync.Mutex // guards started and stopped; held by Start and Stop
+	started bool       // Start succeeded
+	stopped bool       // Stop was called: the server does not start again
 
 	mu      sync.Mutex
 	clients map[string]*sdk.Client // by namespace, at most maxClients
@@ -66,7 +72,8 @@ type Server struct {
 // namespace names sent by callers cannot grow the server without bound.
 const maxClients = 10_000
 
-// New returns a server; it does not listen (see [Server.Handler]).
+// New checks cfg, fills its defaults and returns a server. It is pure: it
+// opens no connection and starts no goroutine; [Server.Start] does.
 func New(cfg Config) (*Server, error) {
 	if cfg.Store == nil {
 		return nil, errors.New("server: Config.Store is required")
@@ -82,35 +89,75 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, tokens: cfg.Tokens, log: cfg.Logger, clients: map[string]*sdk.Client{},
 		notifier: engine.NewNotifier(cfg.Store, cfg.Logger), drained: make(chan struct{})}
-	if err := s.notifier.Start(context.Background()); err != nil {
-		return nil, err
-	}
 	s.handler = s.routes()
 	return s, nil
 }
 
-// Handler returns the server's HTTP handler.
+// Handler returns the server's HTTP handler: the API under /v1, /healthz,
+// /readyz, /metrics and the console under /console/. It serves before
+// [Server.Start] too; long polls then notice a finished task by reading
+// it again, up to a second late.
 func (s *Server) Handler() http.Handler { return s.handler }
 
-// Drain makes /readyz answer not ready, so a load balancer stops sending
-// requests before the server shuts down, and answers open long polls at
-// once with the task as it is, so a graceful shutdown does not wait for
-// them.
-func (s *Server) Drain() {
-	if s.draining.CompareAndSwap(false, true) {
-		close(s.drained)
+// Start starts the server's background work, the notifier that wakes long
+// polls (GET /v1/tasks/{id}/wait) when their task finishes, over one
+// listening connection for every namespace, and returns once it runs. It
+// runs until [Server.Stop] or until ctx ends. A server starts once: Start
+// after Start or after Stop is an error.
+func (s *Server) Start(ctx context.Context) error {
+	s.life.Lock()
+	defer s.life.Unlock()
+	switch {
+	case s.stopped:
+		return errors.New("server: stopped; a server starts once")
+	case s.started:
+		return errors.New("server: already started")
 	}
+	if err := s.notifier.Start(ctx); err != nil {
+		return errors.Wrap(err, "server: start the notifier")
+	}
+	s.started = true
+	return nil
 }
 
-// Close stops the server's listener and releases its clients.
-func (s *Server) Close() {
+// Stop drains the server (see [Server.Drain]), stops its background work
+// and waits for it to end, or for ctx, whose error it then returns. Stop is
+// idempotent and safe before Start. Call it after the http.Server serving
+// [Server.Handler] has shut down: requests served after Stop still work,
+// but long polls answer at once.
+func (s *Server) Stop(ctx context.Context) error {
+	s.Drain()
+	s.life.Lock()
+	s.stopped = true
+	s.life.Unlock()
+	done := make(chan struct{})
+	go func() { // bounded: the notifier's loop ends once cancelled
+		defer close(done)
+		s.notifier.Stop()
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return errors.Wrap(ctx.Err(), "server: stop")
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, c := range s.clients {
 		c.Close()
 	}
 	s.clients = map[string]*sdk.Client{}
-	s.notifier.Stop()
+	return nil
+}
+
+// Drain makes /readyz answer not ready, so a load balancer stops sending
+// requests before the server shuts down, and answers open long polls at
+// once with the task as it is, so a graceful shutdown of the http.Server
+// serving [Server.Handler] does not wait for them. Call it before that
+// shutdown; [Server.Stop] drains too. Drain is idempotent.
+func (s *Server) Drain() {
+	if s.draining.CompareAndSwap(false, true) {
+		close(s.drained)
+	}
 }
 
 func (s *Server) routes() http.Handler {
