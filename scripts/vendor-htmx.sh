@@ -5,7 +5,7 @@
 set -euo pipefail
 version="${1:-2.0.11}"
 here="$(cd "$(dirname "$0")/.." && pwd)"
-dest="$here/cmd/cairn/internal/server/console/static"
+dest="$here/server/console/static"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 (cd "$work" && npm pack --silent "htmx.org@$version" >/dev/null && tar xzf "htmx.org-$version.tgz")

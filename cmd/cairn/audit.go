@@ -10,9 +10,9 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/cairnflow/cairn/cmd/cairn/internal/server"
 	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/sdk"
+	"github.com/cairnflow/cairn/server"
 	"github.com/cockroachdb/errors"
 	"github.com/spf13/cobra"
 )

@@ -13,8 +13,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cairnflow/cairn/cmd/cairn/internal/server"
 	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/server"
 	"github.com/cockroachdb/errors"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -104,7 +104,12 @@ func runServerWith(cmd *cobra.Command, g *globals, f *serverFlags, also alongsid
 	if err != nil {
 		return errors.Mark(err, configError)
 	}
-	defer srv.Close()
+	if err := srv.Start(context.WithoutCancel(ctx)); err != nil {
+		return err
+	}
+	// serve stops the server in order (drain, HTTP shutdown, Stop); this
+	// one is for the returns before it, and finds nothing left to do after.
+	defer func() { _ = srv.Stop(context.Background()) }()
 	rescuer, err := engine.NewRescuer(engine.RescuerConfig{Store: store, Owner: serverID(), Interval: f.rescueInterval, Logger: logger})
 	if err != nil {
 		return err
@@ -126,7 +131,8 @@ func runServerWith(cmd *cobra.Command, g *globals, f *serverFlags, also alongsid
 }
 
 // serve listens until ctx ends, then drains: /readyz turns not ready, and
-// requests in flight get up to the shutdown timeout.
+// requests in flight get up to the shutdown timeout, which bounds stopping
+// the server's background work too.
 func serve(ctx context.Context, stderr io.Writer, srv *server.Server, f *serverFlags, logger *slog.Logger) error {
 	ln, err := net.Listen("tcp", f.listen)
 	if err != nil {
@@ -154,7 +160,7 @@ func serve(ctx context.Context, stderr io.Writer, srv *server.Server, f *serverF
 	if err := httpServer.Shutdown(shutdownCtx); err != nil {
 		return errors.Wrap(err, "shut down the HTTP server")
 	}
-	return nil
+	return srv.Stop(shutdownCtx)
 }
 
 func newLogger(w io.Writer, level string) (*slog.Logger, error) {

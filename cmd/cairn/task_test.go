@@ -12,9 +12,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cairnflow/cairn/cmd/cairn/internal/server"
 	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/sdk"
+	"github.com/cairnflow/cairn/server"
 	"github.com/cockroachdb/errors"
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
@@ -160,7 +160,7 @@ func TestCLITaskListCursorIsTheAPIs(t *testing.T) {
 			get := func(s engine.Store, query string) apiPage {
 				srv, err := server.New(server.Config{Store: s})
 				require.NoError(t, err)
-				defer srv.Close()
+				defer func() { _ = srv.Stop(context.Background()) }()
 				rec := httptest.NewRecorder()
 				srv.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/v1/tasks?namespace=clitest&"+query, nil))
 				require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())

@@ -129,7 +129,7 @@ func requireProblem(t *testing.T, p *Problem, status int) {
 	require.NotEmpty(t, p.Detail)
 
 	w := httptest.NewRecorder()
-	writeProblem(w, httptest.NewRequest(http.MethodPost, "/v1/tasks", nil), p)
+	(&Server{}).writeProblem(w, httptest.NewRequest(http.MethodPost, "/v1/tasks", nil), p)
 	require.Equal(t, status, w.Code)
 	require.Equal(t, "application/problem+json", w.Header().Get("Content-Type"))
 	var back Problem

@@ -1,16 +1,11 @@
-// Package server is cairn's HTTP API, served by `cairn server`: tasks
-// (start, get, history, wait, cancel, retry, compensate, list), queues,
-// audit events, health and Prometheus metrics, with API tokens scoped to
-// namespaces and roles. Errors are RFC 9457 problem details with a stable
-// code.
-//
-// It imports sdk, engine and history; cmd/cairn wires it.
 package server
 
 import (
 	"context"
+	"html/template"
 	"log/slog"
 	"net/http"
+	"path"
 	"runtime/debug"
 	"strings"
 	"sync"
@@ -43,18 +38,39 @@ type Config struct {
 	// Gatherer serves /metrics. Nil: /metrics answers 404.
 	Gatherer prometheus.Gatherer
 	Logger   *slog.Logger // default slog.Default()
+	// Prefix is the path the handler is mounted under, as clients see it:
+	// "/cairn" for
+	//
+	//	mux.Handle("/cairn/", http.StripPrefix("/cairn", srv.Handler()))
+	//
+	// The handler routes the request's path with the prefix already
+	// stripped (by http.StripPrefix, or by a proxy in front), and puts the
+	// prefix in every URL it sends back: the console's links, form
+	// actions, htmx requests, static assets and redirects, its cookie's
+	// path, and the API's Location headers and problem instances. Empty
+	// (or "/"): mounted at the root. Otherwise it starts with "/", does not
+	// end with one, and is a clean path of letters, digits and "-._~"
+	// (New refuses anything else).
+	Prefix string
 }
 
-// Server is the HTTP API. Its handler is safe for concurrent use.
+// Server is the HTTP API and the console. Its handler is safe for
+// concurrent use, and serves from [New] on; [Server.Start] adds the
+// background work that makes long polls answer as soon as a task finishes.
 type Server struct {
 	cfg      Config
 	tokens   []Token
 	log      *slog.Logger
 	handler  http.Handler
+	pages    map[string]*template.Template // the console's pages, their URLs under cfg.Prefix
 	draining atomic.Bool
 
-	notifier *engine.Notifier // one listening connection for every namespace's waits
+	notifier *engine.Notifier // one listening connection for every namespace's waits; runs from Start to Stop
 	drained  chan struct{}    // closed by Drain: long polls answer at once
+
+	life    sync.Mutex // guards started and stopped; held by Start and Stop
+	started bool       // Start succeeded
+	stopped bool       // Stop was called: the server does not start again
 
 	mu      sync.Mutex
 	clients map[string]*sdk.Client // by namespace, at most maxClients
@@ -65,7 +81,8 @@ type Server struct {
 // namespace names sent by callers cannot grow the server without bound.
 const maxClients = 10_000
 
-// New returns a server; it does not listen (see [Server.Handler]).
+// New checks cfg, fills its defaults and returns a server. It is pure: it
+// opens no connection and starts no goroutine; [Server.Start] does.
 func New(cfg Config) (*Server, error) {
 	if cfg.Store == nil {
 		return nil, errors.New("server: Config.Store is required")
@@ -79,37 +96,104 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	s := &Server{cfg: cfg, tokens: cfg.Tokens, log: cfg.Logger, clients: map[string]*sdk.Client{},
-		notifier: engine.NewNotifier(cfg.Store, cfg.Logger), drained: make(chan struct{})}
-	if err := s.notifier.Start(context.Background()); err != nil {
+	if cfg.Prefix == "/" {
+		cfg.Prefix = ""
+	}
+	if err := validPrefix(cfg.Prefix); err != nil {
 		return nil, err
 	}
+	s := &Server{cfg: cfg, tokens: cfg.Tokens, log: cfg.Logger, clients: map[string]*sdk.Client{},
+		notifier: engine.NewNotifier(cfg.Store, cfg.Logger), drained: make(chan struct{})}
+	s.pages = consoleTemplates(cfg.Prefix)
 	s.handler = s.routes()
 	return s, nil
 }
 
-// Handler returns the server's HTTP handler.
-func (s *Server) Handler() http.Handler { return s.handler }
-
-// Drain makes /readyz answer not ready, so a load balancer stops sending
-// requests before the server shuts down, and answers open long polls at
-// once with the task as it is, so a graceful shutdown does not wait for
-// them.
-func (s *Server) Drain() {
-	if s.draining.CompareAndSwap(false, true) {
-		close(s.drained)
+// validPrefix checks a Config.Prefix other than the root.
+func validPrefix(prefix string) error {
+	if prefix == "" {
+		return nil
 	}
+	bad := strings.IndexFunc(prefix, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("/-._~", r))
+	}) >= 0
+	if bad || prefix[0] != '/' || strings.HasSuffix(prefix, "/") || path.Clean(prefix) != prefix {
+		return errors.WithHint(errors.Newf("server: Config.Prefix %q is not a mount path", prefix),
+			`use a clean path such as "/cairn": a leading "/", no trailing "/", letters, digits and "-._~"`)
+	}
+	return nil
 }
 
-// Close stops the server's listener and releases its clients.
-func (s *Server) Close() {
+// path returns the URL of p, a path of the handler's such as
+// "/console/tasks", as clients see it: under Config.Prefix.
+func (s *Server) path(p string) string { return s.cfg.Prefix + p }
+
+// Handler returns the server's HTTP handler: the API under /v1, /healthz,
+// /readyz, /metrics and the console under /console/ (where / redirects),
+// all relative to [Config.Prefix]. It serves before [Server.Start] too;
+// long polls then notice a finished task by reading it again, up to a
+// second late.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Start starts the server's background work, the notifier that wakes long
+// polls (GET /v1/tasks/{id}/wait) when their task finishes, over one
+// listening connection for every namespace, and returns once it runs. It
+// runs until [Server.Stop] or until ctx ends. A server starts once: Start
+// after Start or after Stop is an error.
+func (s *Server) Start(ctx context.Context) error {
+	s.life.Lock()
+	defer s.life.Unlock()
+	switch {
+	case s.stopped:
+		return errors.New("server: stopped; a server starts once")
+	case s.started:
+		return errors.New("server: already started")
+	}
+	if err := s.notifier.Start(ctx); err != nil {
+		return errors.Wrap(err, "server: start the notifier")
+	}
+	s.started = true
+	return nil
+}
+
+// Stop drains the server (see [Server.Drain]), stops its background work
+// and waits for it to end, or for ctx, whose error it then returns. Stop is
+// idempotent and safe before Start. Call it after the http.Server serving
+// [Server.Handler] has shut down: requests served after Stop still work,
+// but long polls answer at once.
+func (s *Server) Stop(ctx context.Context) error {
+	s.Drain()
+	s.life.Lock()
+	s.stopped = true
+	s.life.Unlock()
+	done := make(chan struct{})
+	go func() { // bounded: the notifier's loop ends once cancelled
+		defer close(done)
+		s.notifier.Stop()
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return errors.Wrap(ctx.Err(), "server: stop")
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, c := range s.clients {
 		c.Close()
 	}
 	s.clients = map[string]*sdk.Client{}
-	s.notifier.Stop()
+	return nil
+}
+
+// Drain makes /readyz answer not ready, so a load balancer stops sending
+// requests before the server shuts down, and answers open long polls at
+// once with the task as it is, so a graceful shutdown of the http.Server
+// serving [Server.Handler] does not wait for them. Call it before that
+// shutdown; [Server.Stop] drains too. Drain is idempotent.
+func (s *Server) Drain() {
+	if s.draining.CompareAndSwap(false, true) {
+		close(s.drained)
+	}
 }
 
 func (s *Server) routes() http.Handler {
@@ -135,7 +219,7 @@ func (s *Server) routes() http.Handler {
 	}
 	s.consoleRoutes(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeProblem(w, r, problem(http.StatusNotFound, codeNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path))
+		s.writeProblem(w, r, problem(http.StatusNotFound, codeNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path))
 	})
 	return s.recoverer(mux)
 }
@@ -155,11 +239,11 @@ func (s *Server) api(role Role, h func(http.ResponseWriter, *http.Request, *call
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		who, p := s.authenticate(r)
 		if p != nil {
-			writeProblem(w, r, p)
+			s.writeProblem(w, r, p)
 			return
 		}
 		if !who.can(role) {
-			writeProblem(w, r, problem(http.StatusForbidden, codeForbidden, "the token's roles do not include "+string(role)))
+			s.writeProblem(w, r, problem(http.StatusForbidden, codeForbidden, "the token's roles do not include "+string(role)))
 			return
 		}
 		ns := r.URL.Query().Get("namespace")
@@ -170,11 +254,11 @@ func (s *Server) api(role Role, h func(http.ResponseWriter, *http.Request, *call
 			ns = who.defaultNamespace()
 		}
 		if err := validNamespace(ns); err != nil {
-			writeProblem(w, r, problem(http.StatusBadRequest, codeInvalidRequest, err.Error()))
+			s.writeProblem(w, r, problem(http.StatusBadRequest, codeInvalidRequest, err.Error()))
 			return
 		}
 		if !who.inNamespace(ns) {
-			writeProblem(w, r, problem(http.StatusForbidden, codeForbidden, "the token may not act in namespace "+ns))
+			s.writeProblem(w, r, problem(http.StatusForbidden, codeForbidden, "the token may not act in namespace "+ns))
 			return
 		}
 		c, err := s.client(ns)
@@ -218,13 +302,13 @@ func validNamespace(ns string) error {
 // server is not draining, else 503.
 func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 	if s.draining.Load() {
-		writeProblem(w, r, problem(http.StatusServiceUnavailable, codeNotReady, "the server is shutting down"))
+		s.writeProblem(w, r, problem(http.StatusServiceUnavailable, codeNotReady, "the server is shutting down"))
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
 	if err := s.cfg.Store.Ping(ctx); err != nil {
-		writeProblem(w, r, problem(http.StatusServiceUnavailable, codeNotReady, "the database does not answer"))
+		s.writeProblem(w, r, problem(http.StatusServiceUnavailable, codeNotReady, "the database does not answer"))
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
@@ -240,7 +324,7 @@ func (s *Server) recoverer(next http.Handler) http.Handler {
 					panic(v)
 				}
 				s.log.Error("handler panicked", "method", r.Method, "path", r.URL.Path, "panic", v, "stack", string(debug.Stack()))
-				writeProblem(w, r, problem(http.StatusInternalServerError, codeInternal, ""))
+				s.writeProblem(w, r, problem(http.StatusInternalServerError, codeInternal, ""))
 			}
 		}()
 		next.ServeHTTP(w, r)

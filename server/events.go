@@ -29,20 +29,20 @@ func (s *Server) auditEvents(w http.ResponseWriter, r *http.Request, c *call) {
 	var err error
 	if v := q.Get("since"); v != "" {
 		if p.Since, err = ParseAuditTime(v, now); err != nil {
-			writeProblem(w, r, problem(http.StatusBadRequest, codeInvalidRequest, "since: "+err.Error()))
+			s.writeProblem(w, r, problem(http.StatusBadRequest, codeInvalidRequest, "since: "+err.Error()))
 			return
 		}
 	}
 	if v := q.Get("until"); v != "" {
 		if p.Until, err = ParseAuditTime(v, now); err != nil {
-			writeProblem(w, r, problem(http.StatusBadRequest, codeInvalidRequest, "until: "+err.Error()))
+			s.writeProblem(w, r, problem(http.StatusBadRequest, codeInvalidRequest, "until: "+err.Error()))
 			return
 		}
 	}
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > maxAuditLimit {
-			writeProblem(w, r, problem(http.StatusBadRequest, codeInvalidRequest, "limit "+strconv.Quote(v)+" is not a number from 1 to 1000000"))
+			s.writeProblem(w, r, problem(http.StatusBadRequest, codeInvalidRequest, "limit "+strconv.Quote(v)+" is not a number from 1 to 1000000"))
 			return
 		}
 		p.Limit = n
@@ -58,7 +58,7 @@ func (s *Server) auditEvents(w http.ResponseWriter, r *http.Request, c *call) {
 		until = now
 	}
 	if !p.Since.Before(until) {
-		writeProblem(w, r, problem(http.StatusBadRequest, codeInvalidRequest, "since is not before until"))
+		s.writeProblem(w, r, problem(http.StatusBadRequest, codeInvalidRequest, "since is not before until"))
 		return
 	}
 	flusher, _ := w.(http.Flusher)

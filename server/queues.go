@@ -44,7 +44,7 @@ func (s *Server) listQueues(w http.ResponseWriter, r *http.Request, c *call) {
 	if v := r.URL.Query().Get("window"); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil || d <= 0 || d > maxQueueWindow {
-			writeProblem(w, r, problem(http.StatusBadRequest, codeInvalidRequest, "window "+strconv.Quote(v)+" is not a duration between 1s and 24h"))
+			s.writeProblem(w, r, problem(http.StatusBadRequest, codeInvalidRequest, "window "+strconv.Quote(v)+" is not a duration between 1s and 24h"))
 			return
 		}
 		window = d
@@ -70,7 +70,7 @@ func (s *Server) diagnoseQueue(w http.ResponseWriter, r *http.Request, c *call) 
 	if v := r.URL.Query().Get("window"); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil {
-			writeProblem(w, r, problem(http.StatusBadRequest, codeInvalidRequest, "window "+strconv.Quote(v)+" is not a duration such as \"15m\""))
+			s.writeProblem(w, r, problem(http.StatusBadRequest, codeInvalidRequest, "window "+strconv.Quote(v)+" is not a duration such as \"15m\""))
 			return
 		}
 		window = d

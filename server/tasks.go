@@ -49,20 +49,20 @@ const envelopeBytes = 64 << 10
 func (s *Server) startTask(w http.ResponseWriter, r *http.Request, c *call) {
 	var req startRequest
 	if p := decodeBody(w, r, int64(s.cfg.MaxInputBytes)+envelopeBytes, &req, false); p != nil {
-		writeProblem(w, r, p)
+		s.writeProblem(w, r, p)
 		return
 	}
 	if len(req.Input) > s.cfg.MaxInputBytes {
-		writeProblem(w, r, problem(http.StatusRequestEntityTooLarge, codeInputTooLarge, inputTooLarge(len(req.Input), s.cfg.MaxInputBytes)))
+		s.writeProblem(w, r, problem(http.StatusRequestEntityTooLarge, codeInputTooLarge, inputTooLarge(len(req.Input), s.cfg.MaxInputBytes)))
 		return
 	}
 	opts, p := req.startOpts(r.Header.Get("traceparent"))
 	if p != nil {
-		writeProblem(w, r, p)
+		s.writeProblem(w, r, p)
 		return
 	}
 	if req.Type == "" {
-		writeProblem(w, r, problem(http.StatusBadRequest, codeInvalidRequest, "type is required"))
+		s.writeProblem(w, r, problem(http.StatusBadRequest, codeInvalidRequest, "type is required"))
 		return
 	}
 	ref, err := c.client.RegisteredType(r.Context(), req.Type, req.Version)
@@ -79,7 +79,7 @@ func (s *Server) startTask(w http.ResponseWriter, r *http.Request, c *call) {
 		s.writeError(w, r, err)
 		return
 	}
-	w.Header().Set("Location", "/v1/tasks/"+res.ID.String())
+	w.Header().Set("Location", s.path("/v1/tasks/"+res.ID.String()))
 	if !res.Existing {
 		writeJSON(w, http.StatusAccepted, startResponse{ID: res.ID, Status: history.StatusPending})
 		return
@@ -204,7 +204,7 @@ func unknownField(err error) (string, bool) {
 func (s *Server) taskID(w http.ResponseWriter, r *http.Request) (uuid.UUID, bool) {
 	id, err := uuid.Parse(r.PathValue("id"))
 	if err != nil {
-		writeProblem(w, r, problem(http.StatusBadRequest, codeInvalidRequest, "task id "+strconv.Quote(r.PathValue("id"))+" is not a UUID"))
+		s.writeProblem(w, r, problem(http.StatusBadRequest, codeInvalidRequest, "task id "+strconv.Quote(r.PathValue("id"))+" is not a UUID"))
 		return uuid.Nil, false
 	}
 	return id, true
@@ -253,7 +253,7 @@ func (s *Server) waitTask(w http.ResponseWriter, r *http.Request, c *call) {
 	if v := r.URL.Query().Get("timeout"); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil || d < 0 || d > maxWait {
-			writeProblem(w, r, problem(http.StatusBadRequest, codeInvalidRequest, "timeout "+strconv.Quote(v)+" is not a duration between 0s and 5m"))
+			s.writeProblem(w, r, problem(http.StatusBadRequest, codeInvalidRequest, "timeout "+strconv.Quote(v)+" is not a duration between 0s and 5m"))
 			return
 		}
 		timeout = d
@@ -304,7 +304,7 @@ func (s *Server) act(w http.ResponseWriter, r *http.Request, c *call, do func(co
 	}
 	var req actionRequest
 	if p := decodeBody(w, r, envelopeBytes, &req, true); p != nil {
-		writeProblem(w, r, p)
+		s.writeProblem(w, r, p)
 		return
 	}
 	if err := do(r.Context(), id, req.Reason); err != nil {
@@ -335,13 +335,13 @@ func (s *Server) listTasks(w http.ResponseWriter, r *http.Request, c *call) {
 	q := r.URL.Query()
 	opts := &sdk.ListOpts{Status: history.Status(q.Get("status")), Type: q.Get("type"), Queue: q.Get("queue")}
 	if opts.Status != "" && !knownStatus(opts.Status) {
-		writeProblem(w, r, problem(http.StatusBadRequest, codeInvalidRequest, "status "+strconv.Quote(string(opts.Status))+" is not a task status"))
+		s.writeProblem(w, r, problem(http.StatusBadRequest, codeInvalidRequest, "status "+strconv.Quote(string(opts.Status))+" is not a task status"))
 		return
 	}
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > sdk.MaxListLimit {
-			writeProblem(w, r, problem(http.StatusBadRequest, codeInvalidRequest, "limit "+strconv.Quote(v)+" is not a number from 1 to "+strconv.Itoa(sdk.MaxListLimit)))
+			s.writeProblem(w, r, problem(http.StatusBadRequest, codeInvalidRequest, "limit "+strconv.Quote(v)+" is not a number from 1 to "+strconv.Itoa(sdk.MaxListLimit)))
 			return
 		}
 		opts.Limit = n
@@ -349,7 +349,7 @@ func (s *Server) listTasks(w http.ResponseWriter, r *http.Request, c *call) {
 	if v := q.Get("cursor"); v != "" {
 		id, err := ParseTaskCursor(v)
 		if err != nil {
-			writeProblem(w, r, problem(http.StatusBadRequest, codeInvalidRequest, "cursor "+strconv.Quote(v)+" is not one this API gave"))
+			s.writeProblem(w, r, problem(http.StatusBadRequest, codeInvalidRequest, "cursor "+strconv.Quote(v)+" is not one this API gave"))
 			return
 		}
 		opts.Before = id

@@ -126,9 +126,10 @@ func retryAfterSeconds(d time.Duration) int {
 	return max(1, int(math.Ceil(d.Seconds())))
 }
 
-// writeProblem sends p.
-func writeProblem(w http.ResponseWriter, r *http.Request, p *Problem) {
-	p.Instance = r.URL.Path
+// writeProblem sends p, its instance the request's path as the client sent
+// it (under Config.Prefix).
+func (s *Server) writeProblem(w http.ResponseWriter, r *http.Request, p *Problem) {
+	p.Instance = s.path(r.URL.Path)
 	if p.retryAfter > 0 {
 		w.Header().Set("Retry-After", strconv.Itoa(p.RetryAfterSeconds))
 	}
@@ -145,14 +146,14 @@ func writeProblem(w http.ResponseWriter, r *http.Request, p *Problem) {
 // error, logged with the request.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	if p := problemFor(err); p != nil {
-		writeProblem(w, r, p)
+		s.writeProblem(w, r, p)
 		return
 	}
 	if r.Context().Err() != nil {
 		return // the client went away: nobody to answer
 	}
 	s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, slog.String("error", err.Error()))
-	writeProblem(w, r, problem(http.StatusInternalServerError, codeInternal, ""))
+	s.writeProblem(w, r, problem(http.StatusInternalServerError, codeInternal, ""))
 }
 
 // writeJSON sends v with status.

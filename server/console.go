@@ -27,15 +27,32 @@ import (
 //go:embed console/templates/*.html console/static/*
 var consoleFiles embed.FS
 
-// consolePages are the templates, each page parsed with the layout.
+// consolePages are the templates, each page parsed with the layout. Their
+// "prefix" function is a placeholder: [consoleTemplates] gives each server
+// copies whose prefix is its Config.Prefix.
 var consolePages = func() map[string]*template.Template {
 	pages := map[string]*template.Template{}
 	for _, page := range []string{"login", "overview", "tasks", "task", "schedules"} {
-		pages[page] = template.Must(template.New(page).Funcs(consoleFuncs).ParseFS(consoleFiles,
-			"console/templates/layout.html", "console/templates/"+page+".html"))
+		pages[page] = template.Must(template.New(page).Funcs(consoleFuncs).Funcs(consolePrefix("")).
+			ParseFS(consoleFiles, "console/templates/layout.html", "console/templates/"+page+".html"))
 	}
 	return pages
 }()
+
+// consoleTemplates returns copies of the console's pages for a server
+// mounted at prefix: every URL a page holds starts with {{prefix}}.
+func consoleTemplates(prefix string) map[string]*template.Template {
+	pages := make(map[string]*template.Template, len(consolePages))
+	for name, t := range consolePages {
+		pages[name] = template.Must(t.Clone()).Funcs(consolePrefix(prefix))
+	}
+	return pages
+}
+
+// consolePrefix is the templates' prefix function: Config.Prefix.
+func consolePrefix(prefix string) template.FuncMap {
+	return template.FuncMap{"prefix": func() string { return prefix }}
+}
 
 var consoleFuncs = template.FuncMap{
 	"age": func(d time.Duration) string {
@@ -98,13 +115,13 @@ func (s *Server) consoleRoutes(mux *http.ServeMux) {
 	static, _ := fs.Sub(consoleFiles, "console/static")
 	mux.Handle("GET /console/static/", http.StripPrefix("/console/static/", http.FileServerFS(static)))
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
-		http.Redirect(w, r, "/console/", http.StatusFound)
+		http.Redirect(w, r, s.path("/console/"), http.StatusFound)
 	})
 	mux.HandleFunc("GET /console/login", s.consoleLogin)
 	mux.HandleFunc("POST /console/login", s.consoleLogin)
 	mux.HandleFunc("POST /console/logout", func(w http.ResponseWriter, r *http.Request) {
-		http.SetCookie(w, &http.Cookie{Name: consoleCookie, Value: "", Path: "/console", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode})
-		http.Redirect(w, r, "/console/login", http.StatusSeeOther)
+		http.SetCookie(w, &http.Cookie{Name: consoleCookie, Value: "", Path: s.path("/console"), MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode})
+		http.Redirect(w, r, s.path("/console/login"), http.StatusSeeOther)
 	})
 	mux.Handle("GET /console/{$}", s.console(RoleRead, s.consoleOverview))
 	mux.Handle("GET /console/tasks", s.console(RoleRead, s.consoleTasks))
@@ -130,7 +147,7 @@ func (s *Server) console(role Role, h func(http.ResponseWriter, *http.Request, *
 		}
 		who, p := s.authenticate(r)
 		if p != nil {
-			http.Redirect(w, r, "/console/login", http.StatusSeeOther)
+			http.Redirect(w, r, s.path("/console/login"), http.StatusSeeOther)
 			return
 		}
 		ns := r.URL.Query().Get("namespace")
@@ -158,7 +175,7 @@ func (s *Server) console(role Role, h func(http.ResponseWriter, *http.Request, *
 
 func (s *Server) render(w http.ResponseWriter, status int, name string, page *consolePage) {
 	var buf bytes.Buffer
-	if err := consolePages[name].ExecuteTemplate(&buf, "layout", page); err != nil {
+	if err := s.pages[name].ExecuteTemplate(&buf, "layout", page); err != nil {
 		s.log.Error("console: render", "page", name, "error", err.Error())
 		http.Error(w, "internal error", http.StatusInternalServerError)
 		return
@@ -192,16 +209,16 @@ func (s *Server) consoleError(r *http.Request, err error) string {
 func (s *Server) consoleLogin(w http.ResponseWriter, r *http.Request) {
 	page := &consolePage{Title: "Sign in", Page: "login", Namespace: "default"}
 	if len(s.tokens) == 0 {
-		http.Redirect(w, r, "/console/", http.StatusSeeOther)
+		http.Redirect(w, r, s.path("/console/"), http.StatusSeeOther)
 		return
 	}
 	if r.Method == http.MethodPost {
 		token := strings.TrimSpace(r.FormValue("token"))
 		check := &http.Request{Header: http.Header{"Authorization": {"Bearer " + token}}}
 		if _, p := s.authenticate(check); p == nil {
-			http.SetCookie(w, &http.Cookie{Name: consoleCookie, Value: token, Path: "/console", HttpOnly: true,
+			http.SetCookie(w, &http.Cookie{Name: consoleCookie, Value: token, Path: s.path("/console"), HttpOnly: true,
 				SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
-			http.Redirect(w, r, "/console/", http.StatusSeeOther)
+			http.Redirect(w, r, s.path("/console/"), http.StatusSeeOther)
 			return
 		}
 		page.Error = "That token is not known."
@@ -270,7 +287,7 @@ func (s *Server) consoleTasks(w http.ResponseWriter, r *http.Request, c *call, p
 	if list.Next != uuid.Nil {
 		next := r.URL.Query()
 		next.Set("cursor", list.Next.String())
-		data.Next = "/console/tasks?" + next.Encode()
+		data.Next = s.path("/console/tasks?" + next.Encode())
 	}
 	s.render(w, http.StatusOK, "tasks", page)
 }
@@ -322,7 +339,7 @@ func (s *Server) consoleRetryDeadLetters(w http.ResponseWriter, r *http.Request,
 	if errMsg != "" {
 		back.Set("error", errMsg)
 	}
-	http.Redirect(w, r, "/console/dead-letters?"+back.Encode(), http.StatusSeeOther)
+	http.Redirect(w, r, s.path("/console/dead-letters?"+back.Encode()), http.StatusSeeOther)
 }
 
 func consoleReason(r *http.Request, fallback string) string {
@@ -352,7 +369,7 @@ func (s *Server) consoleTaskAction(w http.ResponseWriter, r *http.Request, c *ca
 			back.Set("notice", actionNotice[r.PathValue("action")])
 		}
 	}
-	http.Redirect(w, r, "/console/tasks/"+id.String()+"?"+back.Encode(), http.StatusSeeOther)
+	http.Redirect(w, r, s.path("/console/tasks/"+id.String()+"?"+back.Encode()), http.StatusSeeOther)
 }
 
 var actionNotice = map[string]string{
@@ -387,7 +404,7 @@ func (s *Server) consoleScheduleAction(w http.ResponseWriter, r *http.Request, c
 	} else {
 		back.Set("notice", "Schedule "+name+" "+r.PathValue("action")+"d.")
 	}
-	http.Redirect(w, r, "/console/schedules?"+back.Encode(), http.StatusSeeOther)
+	http.Redirect(w, r, s.path("/console/schedules?"+back.Encode()), http.StatusSeeOther)
 }
 
 // prettyJSON indents a JSON value for the page and cuts it at limit bytes.
