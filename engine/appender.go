@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cairnflow/cairn/engine/store"
+
 	"github.com/cockroachdb/errors"
 	"github.com/google/uuid"
 
@@ -22,7 +24,7 @@ import (
 // durable and visible within one round trip plus whatever flush is ahead of
 // it, not after a fixed interval.
 type appender struct {
-	store  Store
+	store  store.Store
 	outage *outage         // database trouble, logged once per change of state
 	ctx    context.Context // the worker's base context, set by start: ends every write and wait
 	reqs   chan *appendReq // written by attempts; read by flushers; never closed
@@ -32,14 +34,14 @@ type appender struct {
 }
 
 type appendReq struct {
-	params *EventAppendParams
+	params *store.EventAppendParams
 	// Either done or then is set. done has size 1, so the flusher never
 	// blocks on it; then runs on the flusher and must not block.
-	done chan AppendResult
-	then func(AppendResult)
+	done chan store.AppendResult
+	then func(store.AppendResult)
 }
 
-func (r *appendReq) finish(res AppendResult) {
+func (r *appendReq) finish(res store.AppendResult) {
 	if r.then != nil {
 		r.then(res)
 		return
@@ -56,8 +58,8 @@ const (
 	appendFlushers = 2
 )
 
-func newAppender(store Store, queue int, logger *slog.Logger) *appender {
-	return &appender{store: store, outage: newOutage(logger, "appender"),
+func newAppender(s store.Store, queue int, logger *slog.Logger) *appender {
+	return &appender{store: s, outage: newOutage(logger, "appender"),
 		reqs: make(chan *appendReq, queue), quit: make(chan struct{}), done: make(chan struct{})}
 }
 
@@ -88,7 +90,7 @@ func (a *appender) stop() {
 	for {
 		select {
 		case req := <-a.reqs:
-			req.finish(AppendResult{State: req.params.State, Err: ErrStopped})
+			req.finish(store.AppendResult{State: req.params.State, Err: ErrStopped})
 		default:
 			return
 		}
@@ -97,8 +99,8 @@ func (a *appender) stop() {
 
 // append queues p and waits for its result. A task has at most one append in
 // flight: its attempt waits for each before making the next.
-func (a *appender) append(ctx context.Context, p *EventAppendParams) (history.State, error) {
-	req := &appendReq{params: p, done: make(chan AppendResult, 1)}
+func (a *appender) append(ctx context.Context, p *store.EventAppendParams) (history.State, error) {
+	req := &appendReq{params: p, done: make(chan store.AppendResult, 1)}
 	select {
 	case <-a.quit:
 		return p.State, ErrStopped
@@ -133,29 +135,29 @@ func (a *appender) append(ctx context.Context, p *EventAppendParams) (history.St
 // appendAsync queues p and returns; then gets the result once p is written
 // or has failed. then runs on a flusher goroutine, or on the caller's when p
 // cannot be queued (stopped, or ctx done), and must return quickly.
-func (a *appender) appendAsync(ctx context.Context, p *EventAppendParams, then func(AppendResult)) {
+func (a *appender) appendAsync(ctx context.Context, p *store.EventAppendParams, then func(store.AppendResult)) {
 	req := &appendReq{params: p, then: then}
 	select {
 	case <-a.quit:
-		then(AppendResult{State: p.State, Err: ErrStopped})
+		then(store.AppendResult{State: p.State, Err: ErrStopped})
 		return
 	case <-a.done:
-		then(AppendResult{State: p.State, Err: ErrStopped})
+		then(store.AppendResult{State: p.State, Err: ErrStopped})
 		return
 	default:
 	}
 	select {
 	case a.reqs <- req:
 	case <-ctx.Done():
-		then(AppendResult{State: p.State, Err: ctx.Err()})
+		then(store.AppendResult{State: p.State, Err: ctx.Err()})
 	case <-a.done:
-		then(AppendResult{State: p.State, Err: ErrStopped})
+		then(store.AppendResult{State: p.State, Err: ErrStopped})
 	}
 }
 
 func (a *appender) flushLoop(ctx context.Context) {
 	batch := make([]*appendReq, 0, maxAppendBatch)
-	params := make([]*EventAppendParams, 0, maxAppendBatch)
+	params := make([]*store.EventAppendParams, 0, maxAppendBatch)
 	for {
 		var first *appendReq
 		select {
@@ -195,7 +197,7 @@ func (a *appender) flushLoop(ctx context.Context) {
 		results, err := a.write(ctx, params)
 		if err != nil {
 			for _, req := range batch {
-				req.finish(AppendResult{State: req.params.State, Err: err})
+				req.finish(store.AppendResult{State: req.params.State, Err: err})
 			}
 			continue
 		}
@@ -203,7 +205,7 @@ func (a *appender) flushLoop(ctx context.Context) {
 		// cancel request wait for one more round.
 		var conflicted []int
 		for i, req := range batch {
-			if errors.Is(results[i].Err, ErrConflict) && params[i].Epoch != 0 {
+			if errors.Is(results[i].Err, store.ErrConflict) && params[i].Epoch != 0 {
 				conflicted = append(conflicted, i)
 				continue
 			}
@@ -227,9 +229,9 @@ func (a *appender) flushLoop(ctx context.Context) {
 // even if a try committed before its connection dropped: the appends are
 // fenced by sequence and epoch, so a second write of the same events is
 // refused, never doubled.
-func (a *appender) write(ctx context.Context, params []*EventAppendParams) ([]AppendResult, error) {
+func (a *appender) write(ctx context.Context, params []*store.EventAppendParams) ([]store.AppendResult, error) {
 	results, err := a.store.EventAppendMany(ctx, params)
-	for try := 1; try < 5 && errors.Is(err, ErrRetryable); try++ {
+	for try := 1; try < 5 && errors.Is(err, store.ErrRetryable); try++ {
 		results, err = a.store.EventAppendMany(ctx, params)
 	}
 	deadline := time.Now().Add(maxOutageRetry)
@@ -259,7 +261,7 @@ const maxOutageRetry = 30 * time.Second
 // (one query for all of them) and written again, so the attempt's work is
 // kept and it learns of the cancel from the state it gets back. results are
 // updated in place; an append that cannot be rebased keeps its conflict.
-func (a *appender) rebaseConflicts(ctx context.Context, params []*EventAppendParams, results []AppendResult, conflicted []int) {
+func (a *appender) rebaseConflicts(ctx context.Context, params []*store.EventAppendParams, results []store.AppendResult, conflicted []int) {
 	ids := make([]uuid.UUID, len(conflicted))
 	for k, i := range conflicted {
 		ids[k] = params[i].TaskID
@@ -268,7 +270,7 @@ func (a *appender) rebaseConflicts(ctx context.Context, params []*EventAppendPar
 	if err != nil {
 		return
 	}
-	var retry []*EventAppendParams
+	var retry []*store.EventAppendParams
 	var at []int
 	for _, i := range conflicted {
 		rebased, ok := rebaseOntoCancel(params[i], events[params[i].TaskID])
@@ -292,7 +294,7 @@ func (a *appender) rebaseConflicts(ctx context.Context, params []*EventAppendPar
 // rebaseOntoCancel returns p moved onto the task's events after p.State
 // (events is the task's whole log), if those are only a cancel request (the
 // one append other writers make to a running task), and false otherwise.
-func rebaseOntoCancel(p *EventAppendParams, events []history.Event) (*EventAppendParams, bool) {
+func rebaseOntoCancel(p *store.EventAppendParams, events []history.Event) (*store.EventAppendParams, bool) {
 	if int64(len(events)) < p.State.LastSeq {
 		return nil, false
 	}

@@ -3,6 +3,8 @@ package engine
 import (
 	"context"
 
+	"github.com/cairnflow/cairn/engine/store"
+
 	"github.com/cairnflow/cairn/history"
 	"github.com/cockroachdb/errors"
 	"github.com/google/uuid"
@@ -33,12 +35,12 @@ type TaskCancelResult struct {
 // is due at once, so a worker compensates them. Cancelling a finished task
 // is an error marked [store.ErrTaskState] naming its status; cancelling
 // twice is not an error.
-func CancelTask(ctx context.Context, s Store, p *TaskRequestParams) (TaskCancelResult, error) {
+func CancelTask(ctx context.Context, s store.Store, p *TaskRequestParams) (TaskCancelResult, error) {
 	var res TaskCancelResult
 	state, err := requestOnTask(ctx, s, p, func(state history.State) ([]history.Payload, error) {
 		if state.Status.Terminal() {
 			return nil, errors.Mark(errors.Newf("cancel task %s: it is %s; only a pending, retrying or running task can be cancelled",
-				p.ID, state.Status), ErrTaskState)
+				p.ID, state.Status), store.ErrTaskState)
 		}
 		if state.CancelRequested {
 			res.AlreadyRequested = true
@@ -59,14 +61,14 @@ func CancelTask(ctx context.Context, s Store, p *TaskRequestParams) (TaskCancelR
 // its compensable steps in reverse order, and it ends cancelled. A task
 // that is not completed, or has no compensable step, is an error marked
 // [store.ErrTaskState].
-func CompensateTask(ctx context.Context, s Store, p *TaskRequestParams) (history.State, error) {
+func CompensateTask(ctx context.Context, s store.Store, p *TaskRequestParams) (history.State, error) {
 	return requestOnTask(ctx, s, p, func(state history.State) ([]history.Payload, error) {
 		if state.Status != history.StatusCompleted {
 			return nil, errors.Mark(errors.Newf("compensate task %s: it is %s; only a completed task is compensated on request",
-				p.ID, state.Status), ErrTaskState)
+				p.ID, state.Status), store.ErrTaskState)
 		}
 		if !hasCompensable(state) {
-			return nil, errors.Mark(errors.Newf("compensate task %s: none of its steps has a compensator", p.ID), ErrTaskState)
+			return nil, errors.Mark(errors.Newf("compensate task %s: none of its steps has a compensator", p.ID), store.ErrTaskState)
 		}
 		return []history.Payload{history.CompensationRequestedData{By: p.By, Reason: p.Reason}}, nil
 	})
@@ -88,7 +90,7 @@ const maxRequestTries = 5
 // requestOnTask appends what decide returns for the task's current state,
 // unfenced (a request is no attempt's), retrying when a worker appended
 // first. decide returning no payloads appends nothing.
-func requestOnTask(ctx context.Context, s Store, p *TaskRequestParams, decide func(history.State) ([]history.Payload, error)) (history.State, error) {
+func requestOnTask(ctx context.Context, s store.Store, p *TaskRequestParams, decide func(history.State) ([]history.Payload, error)) (history.State, error) {
 	if p.By == "" {
 		return history.State{}, errors.New("request on task: By (who asks) is empty")
 	}
@@ -108,8 +110,8 @@ func requestOnTask(ctx context.Context, s Store, p *TaskRequestParams, decide fu
 		if err != nil || len(payloads) == 0 {
 			return state, err
 		}
-		next, err := s.EventAppend(ctx, &EventAppendParams{TaskID: p.ID, State: state, Payloads: payloads})
-		if errors.Is(err, ErrConflict) && try+1 < maxRequestTries {
+		next, err := s.EventAppend(ctx, &store.EventAppendParams{TaskID: p.ID, State: state, Payloads: payloads})
+		if errors.Is(err, store.ErrConflict) && try+1 < maxRequestTries {
 			continue
 		}
 		return next, err

@@ -3,6 +3,8 @@ package engine
 import (
 	"context"
 	"time"
+
+	"github.com/cairnflow/cairn/engine/store"
 )
 
 func (p *Processor) claimLoop(ctx context.Context) {
@@ -91,7 +93,7 @@ func (p *Processor) claim(ctx context.Context, max int) (int, error) {
 	claimCtx, cancel := context.WithTimeout(p.baseCtx, p.cfg.LeaseTTL)
 	defer cancel()
 	sent := time.Now()
-	claimed, err := p.cfg.Store.TaskClaimMany(claimCtx, &TaskClaimManyParams{
+	claimed, err := p.cfg.Store.TaskClaimMany(claimCtx, &store.TaskClaimManyParams{
 		Namespace: p.cfg.Namespace, Queues: p.cfg.Queues, Types: p.cfg.Types,
 		Owner: p.cfg.WorkerID, Max: max, LeaseTTL: p.cfg.LeaseTTL,
 	})
@@ -111,7 +113,7 @@ func (p *Processor) claim(ctx context.Context, max int) (int, error) {
 		if ct.State.CancelRequested {
 			requestCancel(ErrCancelRequested)
 		}
-		ref := LeaseRef{TaskID: ct.Task.ID, Epoch: ct.State.Lease.Epoch}
+		ref := store.LeaseRef{TaskID: ct.Task.ID, Epoch: ct.State.Lease.Epoch}
 		p.mu.Lock()
 		p.inflight[ref] = &inflightAttempt{lastRenewed: sent, cancel: cancel, requestCancel: requestCancel}
 		p.mu.Unlock()

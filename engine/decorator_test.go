@@ -53,7 +53,7 @@ func TestDecoratedStoreStillWakesWorkers(t *testing.T) {
 	require.NoError(t, n.Start(ctx))
 	t.Cleanup(n.Stop)
 	p, err := engine.NewProcessor(engine.ProcessorConfig{Store: s, Notifier: n, Handler: completeHandler(),
-		Types: []engine.TypeKey{enginetest.TestKey}, PollInterval: time.Hour, Logger: enginetest.Logger(t)})
+		Types: []store.TypeKey{enginetest.TestKey}, PollInterval: time.Hour, Logger: enginetest.Logger(t)})
 	require.NoError(t, err)
 	probe := enginetest.StartTask(t, pg, nil)
 	require.NoError(t, p.Start(ctx))

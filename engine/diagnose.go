@@ -70,19 +70,19 @@ type pace struct {
 
 // topError returns the most common failure of taskType (errors come most
 // common first).
-func topError(errs []ErrorStats, taskType string) (ErrorStats, bool) {
+func topError(errs []store.ErrorStats, taskType string) (store.ErrorStats, bool) {
 	for _, e := range errs {
 		if e.Type == taskType {
 			return e, true
 		}
 	}
-	return ErrorStats{}, false
+	return store.ErrorStats{}, false
 }
 
 // slowdown is one type's or step's median duration in both halves.
 type slowdown struct {
 	what      string
-	then, now DurationStats
+	then, now store.DurationStats
 }
 
 func (s slowdown) factor() float64 { return float64(s.now.P50) / float64(s.then.P50) }
@@ -115,13 +115,13 @@ func listSome(names []string, n int) string {
 	return fmt.Sprintf("%s and %d more", strings.Join(names[:n], ", "), len(names)-n)
 }
 
-func roundDuration(d time.Duration) string { return MillisOf(d).String() }
+func roundDuration(d time.Duration) string { return store.MillisOf(d).String() }
 
 // DiagnoseQueue measures the queue over p.Window ending now (the store's
 // [store.Store.QueueMeasure]) and ranks the likely causes of its growth
 // (see [store.QueueDiagnosis]). A store that gives up reading the window
 // returns an error marked [store.ErrDiagnosisTooSlow].
-func DiagnoseQueue(ctx context.Context, s Store, p *store.QueueDiagnoseParams) (*store.QueueDiagnosis, error) {
+func DiagnoseQueue(ctx context.Context, s store.Store, p *store.QueueDiagnoseParams) (*store.QueueDiagnosis, error) {
 	d, err := s.QueueMeasure(ctx, p)
 	if err != nil {
 		return nil, err
@@ -146,11 +146,11 @@ func (d diagnosis) pace() pace {
 // findCauses judges the measurements (see [FindCauses]).
 func (d diagnosis) findCauses() {
 	p := d.pace()
-	finders := []func(pace) (DiagnosisCause, bool){
+	finders := []func(pace) (store.DiagnosisCause, bool){
 		d.lostConsumers, d.unservedType, d.poisonRetries, d.slowerAttempts, d.inflowSpike,
 		d.concurrencyCapped, d.rateLimited, d.hotKey,
 	}
-	d.Causes = []DiagnosisCause{}
+	d.Causes = []store.DiagnosisCause{}
 	for _, find := range finders {
 		if c, ok := find(p); ok {
 			c.Score = math.Round(min(max(c.Score, 0), 1)*100) / 100
@@ -158,7 +158,7 @@ func (d diagnosis) findCauses() {
 		}
 	}
 	// Stable: on a tie the finder listed first (the more direct cause) wins.
-	slices.SortStableFunc(d.Causes, func(a, b DiagnosisCause) int { return cmp.Compare(b.Score, a.Score) })
+	slices.SortStableFunc(d.Causes, func(a, b store.DiagnosisCause) int { return cmp.Compare(b.Score, a.Score) })
 	d.Healthy = len(d.Causes) == 0 && !p.backingUp
 	d.Summary = d.summary(p)
 }
@@ -180,20 +180,20 @@ func (d diagnosis) summary(p pace) string {
 // than in the first half, or while no worker has claimed for a while with
 // nothing running (a worker that stopped late in the second half still
 // counts among its workers).
-func (d diagnosis) lostConsumers(p pace) (DiagnosisCause, bool) {
+func (d diagnosis) lostConsumers(p pace) (store.DiagnosisCause, bool) {
 	then, now := d.Then.Workers, d.Now.Workers
 	quiet := d.quietNow()
 	if d.Depth.Due == 0 || (now >= then && now > 0 && !quiet) {
-		return DiagnosisCause{}, false
+		return store.DiagnosisCause{}, false
 	}
-	c := DiagnosisCause{Code: CauseLostConsumers, Evidence: []string{
+	c := store.DiagnosisCause{Code: store.CauseLostConsumers, Evidence: []string{
 		fmt.Sprintf("live workers: %d then, %d now", then, now),
 		fmt.Sprintf("attempts started: %d then, %d now", d.Then.AttemptsStarted, d.Now.AttemptsStarted),
 		fmt.Sprintf("outflow: %d then, %d now; inflow: %d then, %d now", d.Then.Outflow, d.Now.Outflow, d.Then.Inflow, d.Now.Inflow),
 		d.dueEvidence(),
 	}}
 	if gone := missing(d.Then.WorkerIDs, d.Now.WorkerIDs); len(gone) > 0 {
-		c.Evidence = append(c.Evidence, "workers seen then but not now: "+listSome(gone, DiagnoseTop))
+		c.Evidence = append(c.Evidence, "workers seen then but not now: "+listSome(gone, store.DiagnoseTop))
 	}
 	if d.Depth.ExpiredLeases > 0 {
 		c.Evidence = append(c.Evidence, fmt.Sprintf("%d running tasks hold expired leases: their worker stopped renewing them (crashed or stalled)", d.Depth.ExpiredLeases))
@@ -214,7 +214,7 @@ func (d diagnosis) lostConsumers(p pace) (DiagnosisCause, bool) {
 		c.Score = 0.4 + 0.5*float64(then-now)/float64(then)
 		c.Summary = fmt.Sprintf("fewer workers take tasks: %d now, %d before, and the queue backs up", now, then)
 	default:
-		return DiagnosisCause{}, false
+		return store.DiagnosisCause{}, false
 	}
 	return c, true
 }
@@ -227,7 +227,7 @@ func (d diagnosis) quietNow() bool {
 		return false
 	}
 	for _, w := range d.WaitingByType {
-		if w.Served && w.Due > 0 && !slices.ContainsFunc(d.Limits.RateLimits, func(r RateLimit) bool { return r.Type == w.Type }) {
+		if w.Served && w.Due > 0 && !slices.ContainsFunc(d.Limits.RateLimits, func(r store.RateLimit) bool { return r.Type == w.Type }) {
 			return true
 		}
 	}
@@ -237,17 +237,17 @@ func (d diagnosis) quietNow() bool {
 // unservedType: due tasks of a type and version no attempt started of in
 // the whole window, while workers did run other types of the queue: no
 // running worker has that type (or that version) registered.
-func (d diagnosis) unservedType(p pace) (DiagnosisCause, bool) {
+func (d diagnosis) unservedType(p pace) (store.DiagnosisCause, bool) {
 	started := d.Then.AttemptsStarted + d.Now.AttemptsStarted
 	if started == 0 {
-		return DiagnosisCause{}, false // nothing was served at all: lost_consumers says it
+		return store.DiagnosisCause{}, false // nothing was served at all: lost_consumers says it
 	}
 	for _, w := range d.WaitingByType {
 		if w.Served || w.Due == 0 || w.OldestWait.Duration() < p.half {
 			continue
 		}
-		return DiagnosisCause{
-			Code:    CauseUnservedType,
+		return store.DiagnosisCause{
+			Code:    store.CauseUnservedType,
 			Summary: fmt.Sprintf("no worker runs %s version %d: %d of its tasks wait, none started in the last %s", w.Type, w.Version, w.Due, roundDuration(2*p.half)),
 			Evidence: []string{
 				fmt.Sprintf("%s v%d: %d waiting, %d due, the oldest for %s", w.Type, w.Version, w.Waiting, w.Due, w.OldestWait),
@@ -257,19 +257,19 @@ func (d diagnosis) unservedType(p pace) (DiagnosisCause, bool) {
 			Score: 0.85,
 		}, true
 	}
-	return DiagnosisCause{}, false
+	return store.DiagnosisCause{}, false
 }
 
 // poisonRetries: a high share of the attempts started in the second half
 // are retries, taking worker capacity from new tasks.
-func (d diagnosis) poisonRetries(pace) (DiagnosisCause, bool) {
+func (d diagnosis) poisonRetries(pace) (store.DiagnosisCause, bool) {
 	h := d.Now
 	if h.AttemptsStarted < minAttemptsForShares || h.RetryShare < poisonRetryShare || len(h.Types) == 0 {
-		return DiagnosisCause{}, false
+		return store.DiagnosisCause{}, false
 	}
-	worst := slices.MaxFunc(h.Types, func(a, b TypeStats) int { return cmp.Compare(a.Retries, b.Retries) })
-	c := DiagnosisCause{
-		Code:    CausePoisonRetries,
+	worst := slices.MaxFunc(h.Types, func(a, b store.TypeStats) int { return cmp.Compare(a.Retries, b.Retries) })
+	c := store.DiagnosisCause{
+		Code:    store.CausePoisonRetries,
 		Summary: fmt.Sprintf("%s keeps failing and retrying: %.0f%% of attempts are retries", worst.Type, 100*h.RetryShare),
 		Evidence: []string{
 			fmt.Sprintf("retries: %d of %d attempts started now (%.0f%%), %d of %d then (%.0f%%)",
@@ -302,15 +302,15 @@ func describeError(e store.ErrorStats) string {
 
 // slowerAttempts: a type's attempts (or one of its steps) take well longer
 // now than then, so the same workers finish fewer tasks.
-func (d diagnosis) slowerAttempts(p pace) (DiagnosisCause, bool) {
+func (d diagnosis) slowerAttempts(p pace) (store.DiagnosisCause, bool) {
 	slower := append(d.slowerTypes(), d.slowerSteps()...)
 	if len(slower) == 0 {
-		return DiagnosisCause{}, false
+		return store.DiagnosisCause{}, false
 	}
 	slices.SortStableFunc(slower, func(a, b slowdown) int { return cmp.Compare(b.factor(), a.factor()) })
 	worst := slower[0]
-	c := DiagnosisCause{
-		Code:    CauseSlowerAttempts,
+	c := store.DiagnosisCause{
+		Code:    store.CauseSlowerAttempts,
 		Summary: fmt.Sprintf("%s take %.1f× as long as before (median %s, was %s)", worst.what, worst.factor(), worst.now.P50, worst.then.P50),
 		Score:   min(0.85, 0.5+0.1*math.Log2(worst.factor())),
 	}
@@ -327,7 +327,7 @@ func (d diagnosis) slowerAttempts(p pace) (DiagnosisCause, bool) {
 func (d diagnosis) slowerTypes() []slowdown {
 	var out []slowdown
 	for _, now := range d.Now.Types {
-		i := slices.IndexFunc(d.Then.Types, func(t TypeStats) bool { return t.Type == now.Type })
+		i := slices.IndexFunc(d.Then.Types, func(t store.TypeStats) bool { return t.Type == now.Type })
 		if i < 0 {
 			continue
 		}
@@ -341,7 +341,7 @@ func (d diagnosis) slowerTypes() []slowdown {
 func (d diagnosis) slowerSteps() []slowdown {
 	var out []slowdown
 	for _, now := range d.Now.Steps {
-		i := slices.IndexFunc(d.Then.Steps, func(t StepStats) bool { return t.Type == now.Type && t.Step == now.Step })
+		i := slices.IndexFunc(d.Then.Steps, func(t store.StepStats) bool { return t.Type == now.Type && t.Step == now.Step })
 		if i < 0 {
 			continue
 		}
@@ -354,19 +354,19 @@ func (d diagnosis) slowerSteps() []slowdown {
 
 // inflowSpike: many more tasks arrive now than then, and the workers finish
 // them at the pace they had.
-func (d diagnosis) inflowSpike(p pace) (DiagnosisCause, bool) {
+func (d diagnosis) inflowSpike(p pace) (store.DiagnosisCause, bool) {
 	in, was := d.Now.Inflow, d.Then.Inflow
 	if in < minSpikeInflow || float64(in) < spikeFactor*float64(was) || !p.growing ||
 		float64(d.Now.Outflow) < steadyOutflow*float64(d.Then.Outflow) {
-		return DiagnosisCause{}, false
+		return store.DiagnosisCause{}, false
 	}
 	factor := float64(in) / float64(max(was, 1))
 	rise := fmt.Sprintf("%.1f×", factor)
 	if was == 0 {
 		rise = "from none"
 	}
-	c := DiagnosisCause{
-		Code:    CauseInflowSpike,
+	c := store.DiagnosisCause{
+		Code:    store.CauseInflowSpike,
 		Summary: fmt.Sprintf("inflow jumped to %d tasks in the last %s from %d; workers finish %d", in, roundDuration(p.half), was, d.Now.Outflow),
 		Evidence: []string{
 			fmt.Sprintf("inflow: %d then, %d now (%s)", was, in, rise),
@@ -386,7 +386,7 @@ func (d diagnosis) spikingType() string {
 	best, bestGrowth := "", 0
 	for _, now := range d.Now.Types {
 		was := 0
-		if i := slices.IndexFunc(d.Then.Types, func(t TypeStats) bool { return t.Type == now.Type }); i >= 0 {
+		if i := slices.IndexFunc(d.Then.Types, func(t store.TypeStats) bool { return t.Type == now.Type }); i >= 0 {
 			was = d.Then.Types[i].Inflow
 		}
 		if g := now.Inflow - was; g > bestGrowth {
@@ -398,13 +398,13 @@ func (d diagnosis) spikingType() string {
 
 // concurrencyCapped: the queue runs as many tasks as its limit allows while
 // due tasks wait; more workers would not help.
-func (d diagnosis) concurrencyCapped(p pace) (DiagnosisCause, bool) {
+func (d diagnosis) concurrencyCapped(p pace) (store.DiagnosisCause, bool) {
 	limit := d.Limits.Concurrency
 	if limit == 0 || d.Depth.Running < limit || d.Depth.Due == 0 {
-		return DiagnosisCause{}, false
+		return store.DiagnosisCause{}, false
 	}
-	c := DiagnosisCause{
-		Code:    CauseConcurrencyCapped,
+	c := store.DiagnosisCause{
+		Code:    store.CauseConcurrencyCapped,
 		Summary: fmt.Sprintf("the queue runs %d tasks, its concurrency limit, while %d due tasks wait", d.Depth.Running, d.Depth.Due),
 		Evidence: []string{
 			fmt.Sprintf("running: %d, concurrency limit: %d", d.Depth.Running, limit),
@@ -421,7 +421,7 @@ func (d diagnosis) concurrencyCapped(p pace) (DiagnosisCause, bool) {
 
 // rateLimited: a type with due tasks starts attempts at (nearly) the pace
 // its rate limit allows.
-func (d diagnosis) rateLimited(p pace) (DiagnosisCause, bool) {
+func (d diagnosis) rateLimited(p pace) (store.DiagnosisCause, bool) {
 	for _, rl := range d.Limits.RateLimits {
 		due := 0
 		for _, w := range d.WaitingByType {
@@ -430,15 +430,15 @@ func (d diagnosis) rateLimited(p pace) (DiagnosisCause, bool) {
 			}
 		}
 		started := 0
-		if i := slices.IndexFunc(d.Now.Types, func(t TypeStats) bool { return t.Type == rl.Type }); i >= 0 {
+		if i := slices.IndexFunc(d.Now.Types, func(t store.TypeStats) bool { return t.Type == rl.Type }); i >= 0 {
 			started = d.Now.Types[i].AttemptsStarted
 		}
 		allowed := float64(rl.MaxStarts) * float64(p.half) / float64(rl.Per.Duration())
 		if due == 0 || rl.Per <= 0 || float64(started) < rateBound*allowed {
 			continue
 		}
-		c := DiagnosisCause{
-			Code:    CauseRateLimited,
+		c := store.DiagnosisCause{
+			Code:    store.CauseRateLimited,
 			Summary: fmt.Sprintf("%s starts at its rate limit (%d per %s) while %d of its tasks are due", rl.Type, rl.MaxStarts, rl.Per, due),
 			Evidence: []string{
 				fmt.Sprintf("rate limit of %s: %d starts per %s, about %.0f in %s", rl.Type, rl.MaxStarts, rl.Per, allowed, roundDuration(p.half)),
@@ -452,15 +452,15 @@ func (d diagnosis) rateLimited(p pace) (DiagnosisCause, bool) {
 		}
 		return c, true
 	}
-	return DiagnosisCause{}, false
+	return store.DiagnosisCause{}, false
 }
 
 // hotKey: one fairness key, or one of several types, holds most of the
 // waiting tasks: the growth is theirs.
-func (d diagnosis) hotKey(p pace) (DiagnosisCause, bool) {
+func (d diagnosis) hotKey(p pace) (store.DiagnosisCause, bool) {
 	waiting := d.Depth.Waiting()
 	if waiting < minHotWaiting {
-		return DiagnosisCause{}, false
+		return store.DiagnosisCause{}, false
 	}
 	name, share, count := "", 0.0, 0
 	if len(d.WaitingByKey) > 0 && d.WaitingByKey[0].Share > hotShare && d.WaitingByKey[0].Waiting < waiting {
@@ -472,10 +472,10 @@ func (d diagnosis) hotKey(p pace) (DiagnosisCause, bool) {
 		name, share, count = fmt.Sprintf("type %s v%d", t.Type, t.Version), t.Share, t.Waiting
 	}
 	if name == "" {
-		return DiagnosisCause{}, false
+		return store.DiagnosisCause{}, false
 	}
-	c := DiagnosisCause{
-		Code:    CauseHotKey,
+	c := store.DiagnosisCause{
+		Code:    store.CauseHotKey,
 		Summary: fmt.Sprintf("%s holds %.0f%% of the waiting tasks (%d of %d)", name, 100*share, count, waiting),
 		Evidence: []string{
 			fmt.Sprintf("%s: %d of %d waiting tasks (%.0f%%)", name, count, waiting, 100*share),

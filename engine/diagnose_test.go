@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cairnflow/cairn/engine/store"
+
 	"github.com/cairnflow/cairn/engine/pgstore"
 
 	"github.com/cairnflow/cairn/engine"
@@ -71,10 +73,10 @@ func insertBuiltTask(ctx context.Context, tx pgx.Tx, s *pgstore.Store, task stor
 
 // measured returns a diagnosis of a 2-minute window whose halves and depth
 // are set by the caller, as if read from the database.
-func measured(edit func(d *engine.QueueDiagnosis)) *engine.QueueDiagnosis {
-	d := &engine.QueueDiagnosis{Namespace: "default", Queue: "q", Window: 120_000}
+func measured(edit func(d *store.QueueDiagnosis)) *store.QueueDiagnosis {
+	d := &store.QueueDiagnosis{Namespace: "default", Queue: "q", Window: 120_000}
 	edit(d)
-	for _, h := range []*engine.DiagnosisHalf{&d.Then, &d.Now} {
+	for _, h := range []*store.DiagnosisHalf{&d.Then, &d.Now} {
 		h.Workers = len(h.WorkerIDs)
 		if h.AttemptsStarted > 0 {
 			h.RetryShare = float64(h.Retries) / float64(h.AttemptsStarted)
@@ -83,10 +85,10 @@ func measured(edit func(d *engine.QueueDiagnosis)) *engine.QueueDiagnosis {
 	return d
 }
 
-func steadyHalf(workers ...string) engine.DiagnosisHalf {
-	return engine.DiagnosisHalf{Inflow: 100, Outflow: 100, Completed: 100, AttemptsStarted: 100, WorkerIDs: workers,
-		Types: []engine.TypeStats{{Type: "ocr", Inflow: 100, Outflow: 100, AttemptsStarted: 100,
-			Attempts: engine.DurationStats{Count: 100, Mean: 100, P50: 100, P95: 150}}}}
+func steadyHalf(workers ...string) store.DiagnosisHalf {
+	return store.DiagnosisHalf{Inflow: 100, Outflow: 100, Completed: 100, AttemptsStarted: 100, WorkerIDs: workers,
+		Types: []store.TypeStats{{Type: "ocr", Inflow: 100, Outflow: 100, AttemptsStarted: 100,
+			Attempts: store.DurationStats{Count: 100, Mean: 100, P50: 100, P95: 150}}}}
 }
 
 // The heuristics on made-up measurements: each picture names its cause
@@ -95,66 +97,66 @@ func TestFindCausesRanksTheLikelyCause(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name     string
-		d        *engine.QueueDiagnosis
+		d        *store.QueueDiagnosis
 		code     string
 		evidence string // a line of the top cause's evidence contains it
 	}{
-		{"every worker gone", measured(func(d *engine.QueueDiagnosis) {
-			d.Then, d.Now = steadyHalf("w1", "w2", "w3"), engine.DiagnosisHalf{Inflow: 100}
-			d.Depth = engine.QueueDepth{Pending: 100, Due: 100, OldestWait: 60_000}
-		}), engine.CauseLostConsumers, "live workers: 3 then, 0 now"},
-		{"the last worker stopped late in the window", measured(func(d *engine.QueueDiagnosis) {
+		{"every worker gone", measured(func(d *store.QueueDiagnosis) {
+			d.Then, d.Now = steadyHalf("w1", "w2", "w3"), store.DiagnosisHalf{Inflow: 100}
+			d.Depth = store.QueueDepth{Pending: 100, Due: 100, OldestWait: 60_000}
+		}), store.CauseLostConsumers, "live workers: 3 then, 0 now"},
+		{"the last worker stopped late in the window", measured(func(d *store.QueueDiagnosis) {
 			d.Then, d.Now = steadyHalf("w1"), steadyHalf("w1")
-			d.WaitingByType = []engine.WaitingType{{Type: "ocr", Version: 1, Waiting: 30, Due: 30, OldestWait: 9_000, Served: true}}
-			d.Depth = engine.QueueDepth{Pending: 30, Due: 30, OldestWait: 9_000, SinceLastStart: 10_000}
-		}), engine.CauseLostConsumers, "last attempt started 10s ago; running now: 0"},
-		{"some workers gone", measured(func(d *engine.QueueDiagnosis) {
+			d.WaitingByType = []store.WaitingType{{Type: "ocr", Version: 1, Waiting: 30, Due: 30, OldestWait: 9_000, Served: true}}
+			d.Depth = store.QueueDepth{Pending: 30, Due: 30, OldestWait: 9_000, SinceLastStart: 10_000}
+		}), store.CauseLostConsumers, "last attempt started 10s ago; running now: 0"},
+		{"some workers gone", measured(func(d *store.QueueDiagnosis) {
 			d.Then, d.Now = steadyHalf("w1", "w2", "w3"), steadyHalf("w1")
 			d.Now.Outflow = 40
-			d.Depth = engine.QueueDepth{Pending: 60, Due: 60, OldestWait: 20_000}
-		}), engine.CauseLostConsumers, "workers seen then but not now: w2, w3"},
-		{"a poison type", measured(func(d *engine.QueueDiagnosis) {
+			d.Depth = store.QueueDepth{Pending: 60, Due: 60, OldestWait: 20_000}
+		}), store.CauseLostConsumers, "workers seen then but not now: w2, w3"},
+		{"a poison type", measured(func(d *store.QueueDiagnosis) {
 			d.Then, d.Now = steadyHalf("w1"), steadyHalf("w1")
 			d.Now.AttemptsStarted, d.Now.Retries = 300, 200
-			d.Now.Types = append(d.Now.Types, engine.TypeStats{Type: "pdf.parse", AttemptsStarted: 200, Retries: 200, AttemptsFailed: 200})
-			d.Now.Errors = []engine.ErrorStats{{Type: "pdf.parse", Class: "transient", Kind: "upstream", Status: 503, Count: 200, Message: "503"}}
-		}), engine.CausePoisonRetries, "most common failure of pdf.parse: transient kind upstream status 503, 200 times"},
-		{"slower attempts", measured(func(d *engine.QueueDiagnosis) {
+			d.Now.Types = append(d.Now.Types, store.TypeStats{Type: "pdf.parse", AttemptsStarted: 200, Retries: 200, AttemptsFailed: 200})
+			d.Now.Errors = []store.ErrorStats{{Type: "pdf.parse", Class: "transient", Kind: "upstream", Status: 503, Count: 200, Message: "503"}}
+		}), store.CausePoisonRetries, "most common failure of pdf.parse: transient kind upstream status 503, 200 times"},
+		{"slower attempts", measured(func(d *store.QueueDiagnosis) {
 			d.Then, d.Now = steadyHalf("w1"), steadyHalf("w1")
-			d.Now.Outflow, d.Now.Types[0].Attempts = 30, engine.DurationStats{Count: 30, Mean: 900, P50: 900, P95: 1200}
-			d.Then.Steps = []engine.StepStats{{Type: "ocr", Step: "read", Duration: engine.DurationStats{Count: 100, P50: 80}}}
-			d.Now.Steps = []engine.StepStats{{Type: "ocr", Step: "read", Duration: engine.DurationStats{Count: 30, P50: 850}}}
-			d.Depth = engine.QueueDepth{Pending: 70, Due: 70, OldestWait: 40_000}
-		}), engine.CauseSlowerAttempts, "step read of ocr: median 80ms then, 850ms now"},
-		{"an inflow spike", measured(func(d *engine.QueueDiagnosis) {
+			d.Now.Outflow, d.Now.Types[0].Attempts = 30, store.DurationStats{Count: 30, Mean: 900, P50: 900, P95: 1200}
+			d.Then.Steps = []store.StepStats{{Type: "ocr", Step: "read", Duration: store.DurationStats{Count: 100, P50: 80}}}
+			d.Now.Steps = []store.StepStats{{Type: "ocr", Step: "read", Duration: store.DurationStats{Count: 30, P50: 850}}}
+			d.Depth = store.QueueDepth{Pending: 70, Due: 70, OldestWait: 40_000}
+		}), store.CauseSlowerAttempts, "step read of ocr: median 80ms then, 850ms now"},
+		{"an inflow spike", measured(func(d *store.QueueDiagnosis) {
 			d.Then, d.Now = steadyHalf("w1"), steadyHalf("w1")
 			d.Now.Inflow, d.Now.Types[0].Inflow = 400, 400
-			d.Depth = engine.QueueDepth{Pending: 300, Due: 300, OldestWait: 30_000}
-		}), engine.CauseInflowSpike, "inflow: 100 then, 400 now (4.0×)"},
-		{"the concurrency limit", measured(func(d *engine.QueueDiagnosis) {
+			d.Depth = store.QueueDepth{Pending: 300, Due: 300, OldestWait: 30_000}
+		}), store.CauseInflowSpike, "inflow: 100 then, 400 now (4.0×)"},
+		{"the concurrency limit", measured(func(d *store.QueueDiagnosis) {
 			d.Then, d.Now = steadyHalf("w1", "w2"), steadyHalf("w1", "w2")
 			d.Now.Outflow = 60
 			d.Limits.Concurrency = 4
-			d.Depth = engine.QueueDepth{Pending: 40, Running: 4, Due: 40, OldestWait: 50_000}
-		}), engine.CauseConcurrencyCapped, "running: 4, concurrency limit: 4"},
-		{"a rate limit", measured(func(d *engine.QueueDiagnosis) {
+			d.Depth = store.QueueDepth{Pending: 40, Running: 4, Due: 40, OldestWait: 50_000}
+		}), store.CauseConcurrencyCapped, "running: 4, concurrency limit: 4"},
+		{"a rate limit", measured(func(d *store.QueueDiagnosis) {
 			d.Then, d.Now = steadyHalf("w1"), steadyHalf("w1")
 			d.Now.Outflow = 60
-			d.Limits.RateLimits = []engine.RateLimit{{Type: "ocr", MaxStarts: 100, Per: 60_000}}
-			d.WaitingByType = []engine.WaitingType{{Type: "ocr", Version: 1, Waiting: 40, Due: 40, Served: true}}
-			d.Depth = engine.QueueDepth{Pending: 40, Due: 40, OldestWait: 50_000}
-		}), engine.CauseRateLimited, "attempts of ocr started in the last 1m0s: 100"},
-		{"one tenant", measured(func(d *engine.QueueDiagnosis) {
+			d.Limits.RateLimits = []store.RateLimit{{Type: "ocr", MaxStarts: 100, Per: 60_000}}
+			d.WaitingByType = []store.WaitingType{{Type: "ocr", Version: 1, Waiting: 40, Due: 40, Served: true}}
+			d.Depth = store.QueueDepth{Pending: 40, Due: 40, OldestWait: 50_000}
+		}), store.CauseRateLimited, "attempts of ocr started in the last 1m0s: 100"},
+		{"one tenant", measured(func(d *store.QueueDiagnosis) {
 			d.Then, d.Now = steadyHalf("w1"), steadyHalf("w1")
 			d.Now.Inflow = 150
-			d.WaitingByKey = []engine.WaitingKey{{Key: "tenant-a", Waiting: 45, Share: 0.9}, {Key: "tenant-b", Waiting: 5, Share: 0.1}}
-			d.Depth = engine.QueueDepth{Pending: 50, Due: 50, OldestWait: 10_000}
-		}), engine.CauseHotKey, "fairness key tenant-a: 45 of 50 waiting tasks (90%)"},
-		{"a version no worker runs", measured(func(d *engine.QueueDiagnosis) {
+			d.WaitingByKey = []store.WaitingKey{{Key: "tenant-a", Waiting: 45, Share: 0.9}, {Key: "tenant-b", Waiting: 5, Share: 0.1}}
+			d.Depth = store.QueueDepth{Pending: 50, Due: 50, OldestWait: 10_000}
+		}), store.CauseHotKey, "fairness key tenant-a: 45 of 50 waiting tasks (90%)"},
+		{"a version no worker runs", measured(func(d *store.QueueDiagnosis) {
 			d.Then, d.Now = steadyHalf("w1"), steadyHalf("w1")
-			d.WaitingByType = []engine.WaitingType{{Type: "ocr", Version: 2, Waiting: 20, Due: 20, OldestWait: 90_000}}
-			d.Depth = engine.QueueDepth{Pending: 20, Due: 20, OldestWait: 90_000}
-		}), engine.CauseUnservedType, "attempts of ocr v2 started in the window: 0"},
+			d.WaitingByType = []store.WaitingType{{Type: "ocr", Version: 2, Waiting: 20, Due: 20, OldestWait: 90_000}}
+			d.Depth = store.QueueDepth{Pending: 20, Due: 20, OldestWait: 90_000}
+		}), store.CauseUnservedType, "attempts of ocr v2 started in the window: 0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			engine.FindCauses(tc.d)
@@ -175,17 +177,17 @@ func TestFindCausesRanksTheLikelyCause(t *testing.T) {
 // cause.
 func TestFindCausesOfASteadyQueue(t *testing.T) {
 	t.Parallel()
-	steady := measured(func(d *engine.QueueDiagnosis) {
+	steady := measured(func(d *store.QueueDiagnosis) {
 		d.Then, d.Now = steadyHalf("w1", "w2"), steadyHalf("w1", "w2")
 		d.Now.Inflow, d.Now.Outflow = 102, 100 // in flight
-		d.Depth = engine.QueueDepth{Pending: 2, Running: 3, Due: 1, OldestWait: 5}
+		d.Depth = store.QueueDepth{Pending: 2, Running: 3, Due: 1, OldestWait: 5}
 	})
 	engine.FindCauses(steady)
 	require.Empty(t, steady.Causes)
 	// Nothing claimed for a while, but nothing due: idle, not lost.
-	idle := measured(func(d *engine.QueueDiagnosis) {
-		d.Then, d.Now = steadyHalf("w1"), engine.DiagnosisHalf{}
-		d.Depth = engine.QueueDepth{Pending: 5, SinceLastStart: 60_000}
+	idle := measured(func(d *store.QueueDiagnosis) {
+		d.Then, d.Now = steadyHalf("w1"), store.DiagnosisHalf{}
+		d.Depth = store.QueueDepth{Pending: 5, SinceLastStart: 60_000}
 	})
 	engine.FindCauses(idle)
 	require.Empty(t, idle.Causes)
@@ -193,12 +195,12 @@ func TestFindCausesOfASteadyQueue(t *testing.T) {
 	require.True(t, steady.Healthy)
 	require.Equal(t, "healthy: inflow 102, outflow 100 in the last 1m0s; 2 waiting (1 due); live workers: 2", steady.Summary)
 
-	keepingUp := measured(func(d *engine.QueueDiagnosis) {
+	keepingUp := measured(func(d *store.QueueDiagnosis) {
 		d.Then, d.Now = steadyHalf("w1"), steadyHalf("w1")
-		d.Now.Types[0].Attempts = engine.DurationStats{Count: 100, P50: 300}
+		d.Now.Types[0].Attempts = store.DurationStats{Count: 100, P50: 300}
 	})
 	engine.FindCauses(keepingUp)
 	require.Len(t, keepingUp.Causes, 1)
-	require.Equal(t, engine.CauseSlowerAttempts, keepingUp.Causes[0].Code)
+	require.Equal(t, store.CauseSlowerAttempts, keepingUp.Causes[0].Code)
 	require.Less(t, keepingUp.Causes[0].Score, 0.5, "slower but keeping up is not serious")
 }

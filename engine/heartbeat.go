@@ -3,6 +3,8 @@ package engine
 import (
 	"context"
 	"time"
+
+	"github.com/cairnflow/cairn/engine/store"
 )
 
 func (p *Processor) heartbeatLoop(ctx context.Context) {
@@ -25,7 +27,7 @@ func (p *Processor) heartbeatLoop(ctx context.Context) {
 // stops before a rescuer can hand the task to someone else.
 func (p *Processor) heartbeat(ctx context.Context) {
 	p.mu.Lock()
-	leases := make([]LeaseRef, 0, len(p.inflight))
+	leases := make([]store.LeaseRef, 0, len(p.inflight))
 	for ref := range p.inflight {
 		leases = append(leases, ref)
 	}

@@ -12,7 +12,7 @@ import (
 
 // RescuerConfig configures a [Rescuer].
 type RescuerConfig struct {
-	Store Store
+	Store store.Store
 	// Owner identifies this process in the leader lease. Required.
 	Owner string
 	// Interval between passes. Default 5s.
@@ -24,7 +24,7 @@ type RescuerConfig struct {
 	Logger *slog.Logger
 }
 
-// Rescuer is the leader-only service that runs [Store.RescueExpired]
+// Rescuer is the leader-only service that runs [store.Store.RescueExpired]
 // periodically. Every process may run one; only the holder of the "rescuer"
 // leader lease does the work.
 type Rescuer struct {

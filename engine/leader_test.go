@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairnflow/cairn/engine/store"
+
 	"github.com/cairnflow/cairn/engine/pgstore"
 
 	"github.com/cairnflow/cairn/engine"
@@ -167,7 +169,7 @@ func TestRescueExpired(t *testing.T) {
 		ct := enginetest.ClaimOne(t, s, "slow", tinyTTL)
 		waitLeaseExpired(t, s, id)
 		// The worker's heartbeat arrives before the rescuer looks.
-		held, err := s.LeaseExtendMany(ctx, []engine.LeaseRef{{TaskID: id, Epoch: ct.State.Lease.Epoch}}, time.Hour)
+		held, err := s.LeaseExtendMany(ctx, []store.LeaseRef{{TaskID: id, Epoch: ct.State.Lease.Epoch}}, time.Hour)
 		require.NoError(t, err)
 		require.Contains(t, held, id)
 		n, err := engine.RescueExpired(ctx, s, 100)

@@ -181,17 +181,17 @@ func (m *Metrics) collectors() []prometheus.Collector {
 // ObserveAppended counts the events of an append a store committed; next
 // is the task's state after it. Drivers call it ([store.Observer]); a nil
 // *Metrics counts nothing.
-func (m *Metrics) ObserveAppended(p *EventAppendParams, next history.State) {
+func (m *Metrics) ObserveAppended(p *store.EventAppendParams, next history.State) {
 	m.observeAppended(p, next)
 }
 
 // ObserveClaimed records how long each task a store claimed waited. A nil
 // *Metrics records nothing.
-func (m *Metrics) ObserveClaimed(claimed []*ClaimedTask) { m.observeClaimed(claimed) }
+func (m *Metrics) ObserveClaimed(claimed []*store.ClaimedTask) { m.observeClaimed(claimed) }
 
 // observeAppended counts the events of an append that was committed; next
 // is the task's state after it.
-func (m *Metrics) observeAppended(p *EventAppendParams, next history.State) {
+func (m *Metrics) observeAppended(p *store.EventAppendParams, next history.State) {
 	if m == nil {
 		return
 	}
@@ -291,7 +291,7 @@ func (m *Metrics) observeUsage(taskType string, labels []string, usage []history
 // observeClaimed records how long each claimed task waited: from its run
 // time (when it became due) to its claim, both on the database's clock
 // except a run time a client chose.
-func (m *Metrics) observeClaimed(claimed []*ClaimedTask) {
+func (m *Metrics) observeClaimed(claimed []*store.ClaimedTask) {
 	if m == nil {
 		return
 	}
@@ -321,7 +321,7 @@ var queueGaugeStatuses = []history.Status{
 // time, so every process reports the same, right figures however many
 // workers and clients change them.
 type queueCollector struct {
-	store  Store
+	store  store.Store
 	tasks  *prometheus.Desc
 	oldest *prometheus.Desc
 }
@@ -340,9 +340,9 @@ type queueCollector struct {
 // read the database reports the error to the registry (the scrape fails)
 // rather than stale or zero figures. Register it with one process's
 // registry only: every process would report the same figures.
-func NewQueueCollector(store Store) prometheus.Collector {
+func NewQueueCollector(s store.Store) prometheus.Collector {
 	return &queueCollector{
-		store: store,
+		store: s,
 		tasks: prometheus.NewDesc("cairn_queue_tasks",
 			"Tasks in a queue by status (pending, retrying, running, dead_lettered), read from the database at scrape time.",
 			[]string{"namespace", "queue", "status"}, nil),

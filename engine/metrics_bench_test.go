@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairnflow/cairn/engine/store"
+
 	"github.com/cairnflow/cairn/history"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -32,8 +34,8 @@ func benchmarkTaskObservations(b *testing.B, m *Metrics) {
 	}
 	done := running
 	done.Status, done.Lease.Owner, done.UpdatedAt = history.StatusCompleted, "", start.Add(3*time.Millisecond)
-	claimed := []*ClaimedTask{{Task: &Task{Queue: "default", RunAt: start.Add(-time.Millisecond), UpdatedAt: start}}}
-	outcome := &EventAppendParams{
+	claimed := []*store.ClaimedTask{{Task: &store.Task{Queue: "default", RunAt: start.Add(-time.Millisecond), UpdatedAt: start}}}
+	outcome := &store.EventAppendParams{
 		State: running, AttemptStartedAt: start,
 		Payloads: []history.Payload{history.StepCompletedData{Name: "noop", DurationMillis: 1}, history.TaskCompletedData{}},
 	}

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairnflow/cairn/engine/store"
+
 	"github.com/cairnflow/cairn/engine/pgstore"
 
 	"github.com/cairnflow/cairn/engine"
@@ -55,7 +57,7 @@ func TestMetricsCountCommittedEvents(t *testing.T) {
 	afterStep, err := enginetest.AppendFenced(ctx, s, ct, history.StepCompletedData{Name: "extract", DurationMillis: 1500, Usage: usage})
 	require.NoError(t, err)
 	_, err = enginetest.AppendFenced(ctx, s, ct, history.TaskCompletedData{}) // ct.State is behind the step: refused
-	require.True(t, errors.Is(err, engine.ErrConflict), "%v", err)
+	require.True(t, errors.Is(err, store.ErrConflict), "%v", err)
 
 	g := enginetest.Gather(t, reg)
 	require.Zero(t, g.Value("cairn_tasks_finished_total"), "a refused append counts nothing")
@@ -93,7 +95,7 @@ func TestMetricsCountRetriesDeadLettersAndCancels(t *testing.T) {
 	require.NoError(t, err)
 
 	pending := enginetest.StartTask(t, s, &enginetest.TaskOpts{RunAt: time.Now().Add(time.Hour)})
-	_, err = engine.CancelTask(ctx, s, &engine.TaskRequestParams{Namespace: engine.DefaultNamespace, ID: pending, By: "test"})
+	_, err = engine.CancelTask(ctx, s, &engine.TaskRequestParams{Namespace: store.DefaultNamespace, ID: pending, By: "test"})
 	require.NoError(t, err)
 
 	g := enginetest.Gather(t, reg)

@@ -7,10 +7,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cairnflow/cairn/engine/store"
+
 	"github.com/google/uuid"
 )
 
-// Notifier relays the notifications of the store's [Listener] (PostgreSQL:
+// Notifier relays the notifications of the store's [store.Listener] (PostgreSQL:
 // LISTEN on a connection of its own; SQLite: in-process announcements): it
 // wakes its subscribers when new work is ready, waiters when the task they
 // wait for finishes, and cancel listeners when a running task's cancel is
@@ -19,7 +21,7 @@ import (
 // database without LISTEN), so workers poll as well and stay correct without
 // it.
 type Notifier struct {
-	store  Store
+	store  store.Store
 	logger *slog.Logger
 	svc    service
 
@@ -31,12 +33,12 @@ type Notifier struct {
 	waiters map[uuid.UUID]map[chan struct{}]struct{} // per-task finish waiters; same discipline
 }
 
-// NewNotifier returns a notifier for store; it listens once started.
-func NewNotifier(store Store, logger *slog.Logger) *Notifier {
+// NewNotifier returns a notifier for s; it listens once started.
+func NewNotifier(s store.Store, logger *slog.Logger) *Notifier {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	return &Notifier{store: store, logger: logger, subs: map[chan struct{}]struct{}{},
+	return &Notifier{store: s, logger: logger, subs: map[chan struct{}]struct{}{},
 		waiters: map[uuid.UUID]map[chan struct{}]struct{}{}, cancels: map[*func(uuid.UUID)]struct{}{}}
 }
 
@@ -147,7 +149,7 @@ func (n *Notifier) wakeSubscribers() {
 	}
 }
 
-func (n *Notifier) relay(note Notification) {
+func (n *Notifier) relay(note store.Notification) {
 	if len(note.Done) > 0 {
 		n.finished(note.Done)
 	}
@@ -184,7 +186,7 @@ func (n *Notifier) Start(ctx context.Context) error {
 
 // listen connects l and relays its notifications until it fails; up is
 // called once it is listening.
-func (n *Notifier) listen(ctx context.Context, l Listener, up func()) error {
+func (n *Notifier) listen(ctx context.Context, l store.Listener, up func()) error {
 	if err := l.Connect(ctx); err != nil {
 		return err
 	}

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cairnflow/cairn/engine/store"
+
 	"github.com/cairnflow/cairn/history"
 	"github.com/cockroachdb/errors"
 	"github.com/google/uuid"
@@ -48,7 +50,7 @@ type Handler interface {
 // methods are for the handler's goroutine only.
 type Attempt struct {
 	// Task is the projection row as claimed.
-	Task *Task
+	Task *store.Task
 
 	proc     *Processor
 	state    history.State   // replay up to now; written by Append on the handler goroutine
@@ -75,9 +77,9 @@ func (a *Attempt) SyncCancel(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	rebased, ok := rebaseOntoCancel(&EventAppendParams{TaskID: a.Task.ID, State: a.state}, events)
+	rebased, ok := rebaseOntoCancel(&store.EventAppendParams{TaskID: a.Task.ID, State: a.state}, events)
 	if !ok {
-		return errors.Mark(errors.Newf("task %s: its history moved on other than by a cancel request", a.Task.ID), ErrConflict)
+		return errors.Mark(errors.Newf("task %s: its history moved on other than by a cancel request", a.Task.ID), store.ErrConflict)
 	}
 	a.state = rebased.State
 	return nil
@@ -103,7 +105,7 @@ func (a *Attempt) Stopping() <-chan struct{} { return a.proc.stopping }
 func (a *Attempt) DurableContext() context.Context { return a.proc.baseCtx }
 
 // Append appends events for this attempt, fenced by its lease epoch. It
-// returns an error marked [ErrFenced] once the attempt's lease has passed to
+// returns an error marked [store.ErrFenced] once the attempt's lease has passed to
 // another epoch.
 func (a *Attempt) Append(ctx context.Context, payloads ...history.Payload) error {
 	next, err := a.proc.appender.append(ctx, a.appendParams(payloads))
@@ -121,8 +123,8 @@ func (a *Attempt) Append(ctx context.Context, payloads ...history.Payload) error
 
 // appendParams fences payloads by the attempt's lease epoch, after what it
 // has appended so far.
-func (a *Attempt) appendParams(payloads []history.Payload) *EventAppendParams {
-	return &EventAppendParams{
+func (a *Attempt) appendParams(payloads []history.Payload) *store.EventAppendParams {
+	return &store.EventAppendParams{
 		TaskID: a.Task.ID, State: a.state, Epoch: a.state.Lease.Epoch,
 		Attempt: a.state.Attempt, Payloads: payloads,
 		AttemptStartedAt: a.Task.UpdatedAt, // the claim's time, which attempt_started records
@@ -137,13 +139,13 @@ const DefaultLeaseTTL = 30 * time.Second
 // ProcessorConfig configures a [Processor]. Zero values take the defaults
 // named on each field.
 type ProcessorConfig struct {
-	Store Store // required
+	Store store.Store // required
 	// Notifier wakes the processor when work is ready. Optional: without it
 	// the processor relies on polling.
 	Notifier  *Notifier
 	Namespace string   // default [DefaultNamespace]
 	Queues    []string // default ["default"]
-	Types     []TypeKey
+	Types     []store.TypeKey
 	Handler   Handler // required
 	// Concurrency is the number of attempts run at once. Default 10.
 	Concurrency int
@@ -184,7 +186,7 @@ type Processor struct {
 	mu sync.Mutex
 	// inflight is keyed by lease, not task: a task can come back to this
 	// worker under a new epoch while its old attempt is still winding down.
-	inflight map[LeaseRef]*inflightAttempt // written by the claim loop and executors; read by the heartbeater
+	inflight map[store.LeaseRef]*inflightAttempt // written by the claim loop and executors; read by the heartbeater
 }
 
 type inflightAttempt struct {
@@ -204,7 +206,7 @@ func NewProcessor(cfg ProcessorConfig) (*Processor, error) {
 		return nil, errors.New("engine: ProcessorConfig.Types is empty: register at least one task type")
 	}
 	if cfg.Namespace == "" {
-		cfg.Namespace = DefaultNamespace
+		cfg.Namespace = store.DefaultNamespace
 	}
 	if len(cfg.Queues) == 0 {
 		cfg.Queues = []string{"default"}
@@ -238,7 +240,7 @@ func NewProcessor(cfg ProcessorConfig) (*Processor, error) {
 		// at most one append queued: the queue never holds more than
 		// Concurrency appends.
 		appender:    newAppender(cfg.Store, cfg.Concurrency, cfg.Logger),
-		inflight:    map[LeaseRef]*inflightAttempt{},
+		inflight:    map[store.LeaseRef]*inflightAttempt{},
 		claimOutage: newOutage(cfg.Logger, "processor: claim"),
 		renewOutage: newOutage(cfg.Logger, "processor: renew leases"),
 	}, nil
@@ -362,7 +364,7 @@ func (p *Processor) stop(ctx context.Context, cancelNow bool) error {
 // no goroutines for the GC to scan.
 func (p *Processor) execute(a *Attempt) {
 	defer p.executors.Done()
-	ref := LeaseRef{TaskID: a.Task.ID, Epoch: a.state.Lease.Epoch}
+	ref := store.LeaseRef{TaskID: a.Task.ID, Epoch: a.state.Lease.Epoch}
 	payloads, err := p.handle(a.ctx, a)
 	switch {
 	case errors.Is(err, ErrReleased):
@@ -386,7 +388,7 @@ func (p *Processor) execute(a *Attempt) {
 	}
 	// Record the outcome even when the attempt context was cancelled by a
 	// stop: only abandoning the whole worker (baseCtx) drops it.
-	p.appender.appendAsync(p.baseCtx, a.appendParams(payloads), func(res AppendResult) {
+	p.appender.appendAsync(p.baseCtx, a.appendParams(payloads), func(res store.AppendResult) {
 		if res.Err != nil && p.baseCtx.Err() == nil {
 			p.cfg.Logger.Warn("processor: record attempt outcome", "task_id", a.Task.ID, "attempt", a.state.Attempt, errAttr(res.Err))
 		}
@@ -408,7 +410,7 @@ func (p *Processor) requestCancel(id uuid.UUID) {
 
 // release ends an attempt's hold on its slot and lease renewal, and wakes a
 // claim loop waiting for a free slot.
-func (p *Processor) release(ref LeaseRef) {
+func (p *Processor) release(ref store.LeaseRef) {
 	p.mu.Lock()
 	if in := p.inflight[ref]; in != nil {
 		in.requestCancel(nil)

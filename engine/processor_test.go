@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairnflow/cairn/engine/store"
+
 	"github.com/cairnflow/cairn/engine/pgstore"
 
 	"github.com/cairnflow/cairn/engine"
@@ -41,7 +43,7 @@ func newProcessor(t *testing.T, s *pgstore.Store, h engine.Handler, cfg engine.P
 	t.Helper()
 	cfg.Store, cfg.Handler = s, h
 	if cfg.Types == nil {
-		cfg.Types = []engine.TypeKey{enginetest.TestKey}
+		cfg.Types = []store.TypeKey{enginetest.TestKey}
 	}
 	if cfg.PollInterval == 0 {
 		cfg.PollInterval = 20 * time.Millisecond
@@ -144,7 +146,7 @@ func TestProcessorConcurrencyBound(t *testing.T) {
 	require.NoError(t, p.Start(context.Background()))
 
 	enginetest.WaitFor(t, "the processor to fill its slots", func() bool { return inflight.Load() == limit })
-	running, err := s.TaskList(context.Background(), &engine.TaskListParams{Namespace: engine.DefaultNamespace, Status: history.StatusRunning})
+	running, err := s.TaskList(context.Background(), &store.TaskListParams{Namespace: store.DefaultNamespace, Status: history.StatusRunning})
 	require.NoError(t, err)
 	require.Len(t, running, limit, "claimed no more than it runs")
 	for i := range tasks {
@@ -363,7 +365,7 @@ func TestProcessorLeaseLostCancelsAttempt(t *testing.T) {
 	cause := recv(t, causes, "the heartbeat to cancel the attempt")
 	require.True(t, errors.Is(cause, engine.ErrLeaseLost), "cause %v", cause)
 	err := recv(t, appendErrs, "the stale append")
-	require.True(t, errors.Is(err, engine.ErrFenced), "got %v", err)
+	require.True(t, errors.Is(err, store.ErrFenced), "got %v", err)
 	stopProcessor(t, p)
 
 	task := enginetest.GetTask(t, s, id)
@@ -456,18 +458,18 @@ func TestProcessorConfig(t *testing.T) {
 	s := enginetest.Store(t)
 	h := completeHandler()
 	for name, cfg := range map[string]engine.ProcessorConfig{
-		"no store":              {Handler: h, Types: []engine.TypeKey{enginetest.TestKey}},
-		"no handler":            {Store: s, Types: []engine.TypeKey{enginetest.TestKey}},
+		"no store":              {Handler: h, Types: []store.TypeKey{enginetest.TestKey}},
+		"no handler":            {Store: s, Types: []store.TypeKey{enginetest.TestKey}},
 		"no types":              {Store: s, Handler: h},
-		"heartbeat not shorter": {Store: s, Handler: h, Types: []engine.TypeKey{enginetest.TestKey}, LeaseTTL: time.Second, HeartbeatInterval: time.Second},
+		"heartbeat not shorter": {Store: s, Handler: h, Types: []store.TypeKey{enginetest.TestKey}, LeaseTTL: time.Second, HeartbeatInterval: time.Second},
 	} {
 		_, err := engine.NewProcessor(cfg)
 		require.Error(t, err, name)
 	}
-	p, err := engine.NewProcessor(engine.ProcessorConfig{Store: s, Handler: h, Types: []engine.TypeKey{enginetest.TestKey}})
+	p, err := engine.NewProcessor(engine.ProcessorConfig{Store: s, Handler: h, Types: []store.TypeKey{enginetest.TestKey}})
 	require.NoError(t, err)
 	require.NotEmpty(t, p.WorkerID())
-	other, err := engine.NewProcessor(engine.ProcessorConfig{Store: s, Handler: h, Types: []engine.TypeKey{enginetest.TestKey}})
+	other, err := engine.NewProcessor(engine.ProcessorConfig{Store: s, Handler: h, Types: []store.TypeKey{enginetest.TestKey}})
 	require.NoError(t, err)
 	require.NotEqual(t, p.WorkerID(), other.WorkerID(), "two workers in one process differ")
 }
@@ -506,8 +508,8 @@ func TestProcessorStopAndCancelStrandsNothing(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), enginetest.WaitTimeout)
 		require.NoError(t, p.StopAndCancel(ctx))
 		cancel()
-		running, err := s.TaskList(context.Background(), &engine.TaskListParams{
-			Namespace: engine.DefaultNamespace, Status: history.StatusRunning, Limit: 100,
+		running, err := s.TaskList(context.Background(), &store.TaskListParams{
+			Namespace: store.DefaultNamespace, Status: history.StatusRunning, Limit: 100,
 		})
 		require.NoError(t, err)
 		require.Empty(t, running, "round %d: tasks left running after StopAndCancel", i)

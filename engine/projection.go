@@ -7,6 +7,8 @@ import (
 	"reflect"
 	"time"
 
+	"github.com/cairnflow/cairn/engine/store"
+
 	"github.com/cairnflow/cairn/history"
 )
 
@@ -15,7 +17,7 @@ import (
 // they agree. lease_expires_at is left out: heartbeats extend it without an
 // event. JSON columns are compared by value, since PostgreSQL normalizes
 // jsonb.
-func ProjectionDiff(t *Task, s history.State) []string {
+func ProjectionDiff(t *store.Task, s history.State) []string {
 	var diffs []string
 	check := func(column string, row, replay any) {
 		if !reflect.DeepEqual(row, replay) {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/cairnflow/cairn/engine/store"
+
 	"github.com/cairnflow/cairn/history"
 	"github.com/cockroachdb/errors"
 	"github.com/google/uuid"
@@ -33,7 +35,7 @@ const maxRequeueTries = 3
 // goes on, and its retry budget starts afresh. Each task succeeds or fails
 // on its own; the returned error is for the batch as a whole. A task of
 // another namespace is reported not found.
-func RequeueTasks(ctx context.Context, s Store, p *TaskRequeueParams) ([]RequeueResult, error) {
+func RequeueTasks(ctx context.Context, s store.Store, p *TaskRequeueParams) ([]RequeueResult, error) {
 	if p.By == "" {
 		return nil, errors.New("requeue: By (who asks) is empty")
 	}
@@ -52,14 +54,14 @@ func RequeueTasks(ctx context.Context, s Store, p *TaskRequeueParams) ([]Requeue
 		}
 	}
 	for _, i := range pending {
-		out[i].Err = errors.Mark(errors.Newf("requeue task %s: it kept changing; try again", out[i].ID), ErrConflict)
+		out[i].Err = errors.Mark(errors.Newf("requeue task %s: it kept changing; try again", out[i].ID), store.ErrConflict)
 	}
 	return out, nil
 }
 
 // requeueOnce tries every pending task once and removes from pending those
 // settled (requeued or refused); conflicts stay for another try.
-func requeueOnce(ctx context.Context, s Store, p *TaskRequeueParams, pending map[uuid.UUID]int, out []RequeueResult) error {
+func requeueOnce(ctx context.Context, s store.Store, p *TaskRequeueParams, pending map[uuid.UUID]int, out []RequeueResult) error {
 	ids := make([]uuid.UUID, 0, len(pending))
 	for id := range pending {
 		ids = append(ids, id)
@@ -77,23 +79,23 @@ func requeueOnce(ctx context.Context, s Store, p *TaskRequeueParams, pending map
 		return err
 	}
 	now := Now()
-	var appends []*EventAppendParams
+	var appends []*store.EventAppendParams
 	for _, id := range ids {
 		i := pending[id]
 		state, err := history.Replay(events[id])
 		switch {
 		case !inNamespace[id]:
-			out[i].Err = errors.Mark(errors.Newf("requeue task %s: no such task", id), ErrNotFound)
+			out[i].Err = errors.Mark(errors.Newf("requeue task %s: no such task", id), store.ErrNotFound)
 		case err != nil:
 			out[i].Err = errors.Wrapf(err, "requeue task %s", id)
 		case state.Status != history.StatusDeadLettered:
-			out[i].Err = errors.Mark(errors.Newf("requeue task %s: it is %s; only a dead-lettered task can be retried", id, state.Status), ErrTaskState)
+			out[i].Err = errors.Mark(errors.Newf("requeue task %s: it is %s; only a dead-lettered task can be retried", id, state.Status), store.ErrTaskState)
 		case state.Scheduled.Deadline != nil && !now.Before(*state.Scheduled.Deadline) &&
 			state.Compensation == nil && !state.CancelRequested: // compensation may resume after the deadline
 			out[i].Err = errors.Mark(errors.Newf("requeue task %s: its deadline %s has passed; a retry would end at once (start a new task instead)",
-				id, state.Scheduled.Deadline.Format(time.RFC3339)), ErrTaskState)
+				id, state.Scheduled.Deadline.Format(time.RFC3339)), store.ErrTaskState)
 		default:
-			appends = append(appends, &EventAppendParams{
+			appends = append(appends, &store.EventAppendParams{
 				TaskID: id, State: state, At: now,
 				Payloads: []history.Payload{history.TaskRequeuedData{By: p.By, Reason: p.Reason}},
 			})
@@ -110,7 +112,7 @@ func requeueOnce(ctx context.Context, s Store, p *TaskRequeueParams, pending map
 	}
 	for k, res := range results {
 		id := appends[k].TaskID
-		if errors.Is(res.Err, ErrConflict) {
+		if errors.Is(res.Err, store.ErrConflict) {
 			continue // someone else appended first: read again
 		}
 		out[pending[id]].Err = res.Err

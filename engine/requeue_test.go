@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairnflow/cairn/engine/store"
+
 	"github.com/cairnflow/cairn/engine/pgstore"
 
 	"github.com/cairnflow/cairn/engine"
@@ -48,10 +50,10 @@ func TestTaskRequeue(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, res, 4)
 	require.NoError(t, res[0].Err)
-	require.True(t, errors.Is(res[1].Err, engine.ErrTaskState), "%v", res[1].Err)
+	require.True(t, errors.Is(res[1].Err, store.ErrTaskState), "%v", res[1].Err)
 	require.ErrorContains(t, res[1].Err, "it is pending")
-	require.True(t, errors.Is(res[2].Err, engine.ErrNotFound), "another namespace's task is not found: %v", res[2].Err)
-	require.True(t, errors.Is(res[3].Err, engine.ErrNotFound), "%v", res[3].Err)
+	require.True(t, errors.Is(res[2].Err, store.ErrNotFound), "another namespace's task is not found: %v", res[2].Err)
+	require.True(t, errors.Is(res[3].Err, store.ErrNotFound), "%v", res[3].Err)
 
 	task := enginetest.GetTask(t, s, dead)
 	require.Equal(t, history.StatusPending, task.Status)
@@ -83,7 +85,7 @@ func TestDeadLetterList(t *testing.T) {
 
 	// Pages of two, newest first, cover all five once.
 	var seen []uuid.UUID
-	params := &engine.DeadLetterListParams{Namespace: "default", Limit: 2}
+	params := &store.DeadLetterListParams{Namespace: "default", Limit: 2}
 	for {
 		page, err := s.DeadLetterList(ctx, params)
 		require.NoError(t, err)
@@ -95,17 +97,17 @@ func TestDeadLetterList(t *testing.T) {
 			break
 		}
 		last := page[len(page)-1]
-		params.Before = &engine.DeadLetterCursor{FinishedAt: *last.FinishedAt, ID: last.ID}
+		params.Before = &store.DeadLetterCursor{FinishedAt: *last.FinishedAt, ID: last.ID}
 	}
 	require.Len(t, seen, 5)
 	for i := range ids {
 		require.Equal(t, ids[len(ids)-1-i], seen[i], "newest first")
 	}
 
-	none, err := s.DeadLetterList(ctx, &engine.DeadLetterListParams{Namespace: "tenant-b"})
+	none, err := s.DeadLetterList(ctx, &store.DeadLetterListParams{Namespace: "tenant-b"})
 	require.NoError(t, err)
 	require.Empty(t, none)
-	typed, err := s.DeadLetterList(ctx, &engine.DeadLetterListParams{Namespace: "default", Type: "other"})
+	typed, err := s.DeadLetterList(ctx, &store.DeadLetterListParams{Namespace: "default", Type: "other"})
 	require.NoError(t, err)
 	require.Empty(t, typed)
 }

@@ -23,12 +23,12 @@ import (
 // It is safe to run concurrently with workers and other rescuers: each
 // append is fenced by the expired epoch and re-checks expiry by the database
 // clock, so a lease extended meanwhile is left alone.
-func RescueExpired(ctx context.Context, s Store, max int) (int, error) {
+func RescueExpired(ctx context.Context, s store.Store, max int) (int, error) {
 	return rescueExpired(ctx, s, store.WallClock, max)
 }
 
 // rescueExpired is [RescueExpired] with the time of the rescue from clock.
-func rescueExpired(ctx context.Context, s Store, clock Clock, max int) (int, error) {
+func rescueExpired(ctx context.Context, s store.Store, clock Clock, max int) (int, error) {
 	ids, err := s.TaskListLeaseExpired(ctx, max)
 	if err != nil || len(ids) == 0 {
 		return 0, err
@@ -38,14 +38,14 @@ func rescueExpired(ctx context.Context, s Store, clock Clock, max int) (int, err
 
 // rescueTasks appends lease_expired to each of the listed tasks, fenced by
 // its epoch and re-checked for expiry by the append.
-func rescueTasks(ctx context.Context, s Store, now time.Time, ids []uuid.UUID) (int, error) {
+func rescueTasks(ctx context.Context, s store.Store, now time.Time, ids []uuid.UUID) (int, error) {
 	var unreadable []uuid.UUID
 	defer func() {
 		if len(unreadable) > 0 {
 			slog.Default().Error("rescuer: expired tasks with histories this process cannot read", "task_ids", unreadable)
 		}
 	}()
-	appends := make([]*EventAppendParams, 0, len(ids))
+	appends := make([]*store.EventAppendParams, 0, len(ids))
 	for _, id := range ids {
 		// Histories load one task at a time: rescue is rare, and one
 		// unreadable history must not hold back the rest.
@@ -66,7 +66,7 @@ func rescueTasks(ctx context.Context, s Store, now time.Time, ids []uuid.UUID) (
 		if state.Status != history.StatusRunning || state.Lease.Owner == "" {
 			continue // finished between the two reads
 		}
-		appends = append(appends, &EventAppendParams{
+		appends = append(appends, &store.EventAppendParams{
 			TaskID: id, State: state, Epoch: state.Lease.Epoch, ExpiredOnly: true,
 			Attempt: state.Attempt, Payloads: rescuePayloads(state, now),
 			AttemptStartedAt: attemptStart(events),
@@ -83,7 +83,7 @@ func rescueTasks(ctx context.Context, s Store, now time.Time, ids []uuid.UUID) (
 	rescued := 0
 	for _, res := range results {
 		switch {
-		case errors.IsAny(res.Err, ErrConflict, ErrFenced, ErrNotFound):
+		case errors.IsAny(res.Err, store.ErrConflict, store.ErrFenced, store.ErrNotFound):
 			// the worker came back, finished, or someone else rescued it
 		case res.Err != nil:
 			return rescued, res.Err
@@ -124,7 +124,7 @@ func rescuePayloads(state history.State, now time.Time) []history.Payload {
 // start deadline with task_expired, and returns how many it ended. The
 // claim never starts such a task, so it cannot race a worker; each append
 // is still fenced by the task's seq.
-func ExpireStartDeadlines(ctx context.Context, s Store, max int) (int, error) {
+func ExpireStartDeadlines(ctx context.Context, s store.Store, max int) (int, error) {
 	ids, err := s.TaskListStartExpired(ctx, max)
 	if err != nil || len(ids) == 0 {
 		return 0, err
@@ -134,18 +134,18 @@ func ExpireStartDeadlines(ctx context.Context, s Store, max int) (int, error) {
 
 // expireTasks appends task_expired to each of the listed tasks still
 // pending, unstarted, with a start deadline.
-func expireTasks(ctx context.Context, s Store, ids []uuid.UUID) (int, error) {
+func expireTasks(ctx context.Context, s store.Store, ids []uuid.UUID) (int, error) {
 	events, err := s.EventListByTasks(ctx, ids)
 	if err != nil {
 		return 0, err
 	}
-	appends := make([]*EventAppendParams, 0, len(ids))
+	appends := make([]*store.EventAppendParams, 0, len(ids))
 	for _, id := range ids {
 		state, err := history.Replay(events[id])
 		if err != nil || state.Status != history.StatusPending || state.Attempt != 0 || state.Scheduled.StartDeadline == nil {
 			continue // unreadable here, or it moved on
 		}
-		appends = append(appends, &EventAppendParams{TaskID: id, State: state, Payloads: []history.Payload{history.TaskExpiredData{
+		appends = append(appends, &store.EventAppendParams{TaskID: id, State: state, Payloads: []history.Payload{history.TaskExpiredData{
 			Reason: fmt.Sprintf("not started by its start deadline %s", state.Scheduled.StartDeadline.Format(time.RFC3339Nano)),
 		}}})
 	}

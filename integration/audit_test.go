@@ -10,7 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/engine/store"
+
 	"github.com/cairnflow/cairn/engine/enginetest"
 	"github.com/cairnflow/cairn/history"
 	"github.com/google/uuid"
@@ -19,21 +20,21 @@ import (
 
 // failWith starts a task of type typ and fails its attempts with the given
 // HTTP statuses in turn (each retried at once), then completes it.
-func failWith(t *testing.T, s engine.Store, typ string, statuses ...int) uuid.UUID {
+func failWith(t *testing.T, s store.Store, typ string, statuses ...int) uuid.UUID {
 	t.Helper()
 	ctx := context.Background()
 	opts := &enginetest.TaskOpts{Type: typ}
 	id := enginetest.StartTask(t, s, opts)
 	attempt := func(payloads ...history.Payload) {
-		claimed, err := s.TaskClaimMany(ctx, &engine.TaskClaimManyParams{
-			Namespace: engine.DefaultNamespace, Queues: []string{"default"}, Types: []engine.TypeKey{opts.TypeKey()},
+		claimed, err := s.TaskClaimMany(ctx, &store.TaskClaimManyParams{
+			Namespace: store.DefaultNamespace, Queues: []string{"default"}, Types: []store.TypeKey{opts.TypeKey()},
 			Owner: "audit-test", Max: 1, LeaseTTL: time.Minute,
 		})
 		require.NoError(t, err)
 		require.Len(t, claimed, 1)
 		ct := claimed[0]
 		require.Equal(t, id, ct.Task.ID)
-		_, err = s.EventAppend(ctx, &engine.EventAppendParams{
+		_, err = s.EventAppend(ctx, &store.EventAppendParams{
 			TaskID: id, State: ct.State, Epoch: ct.State.Lease.Epoch, Attempt: ct.State.Attempt, Payloads: payloads,
 		})
 		require.NoError(t, err)

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cairnflow/cairn/engine/store"
+
 	"cel.dev/cel-go/cel"
 	celast "cel.dev/cel-go/common/ast"
 	"cel.dev/cel-go/common/operators"
@@ -18,7 +20,6 @@ import (
 	"github.com/cockroachdb/errors"
 	"github.com/google/uuid"
 
-	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/internal/celenv"
 )
@@ -330,7 +331,7 @@ type AuditTask struct {
 	FairnessKey string            `json:"fairness_key,omitempty"`
 }
 
-func auditRecord(e *engine.AuditEvent) AuditRecord {
+func auditRecord(e *store.AuditEvent) AuditRecord {
 	return AuditRecord{
 		Event: AuditEvent{Type: e.Event.Type(), Seq: e.Event.Seq, At: e.Event.At, Attempt: e.Event.Attempt, Data: e.Data, Payload: e.Event.Data},
 		Task: AuditTask{ID: e.TaskID, Namespace: e.Namespace, Type: e.TaskType, Version: e.TypeVersion, Queue: e.Queue,
@@ -353,7 +354,7 @@ func (c *Client) Audit(ctx context.Context, p AuditParams, fn func(AuditRecord) 
 		return errors.Newf("audit: since %s is not before until %s", p.Since.Format(time.RFC3339Nano), until.Format(time.RFC3339Nano))
 	}
 	walk := &auditWalk{lo: p.Since, until: until, window: auditFirstWindow,
-		params: engine.EventScanParams{Namespace: c.namespace, Limit: auditPageSize}}
+		params: store.EventScanParams{Namespace: c.namespace, Limit: auditPageSize}}
 	if f := p.Filter; f != nil {
 		if f.prefilter.MatchesNothing {
 			return nil
@@ -420,7 +421,7 @@ const (
 // before lo has been read, and so has every event up to params.After, when
 // set (it is at lo).
 type auditWalk struct {
-	params    engine.EventScanParams
+	params    store.EventScanParams
 	lo, until time.Time
 	window    time.Duration
 }
@@ -428,13 +429,13 @@ type auditWalk struct {
 func (w *auditWalk) done() bool { return !w.lo.Before(w.until) }
 
 // next reads the next page of the current window and moves the window on.
-func (w *auditWalk) next(ctx context.Context, store engine.Store) ([]engine.AuditEvent, error) {
+func (w *auditWalk) next(ctx context.Context, st store.Store) ([]store.AuditEvent, error) {
 	hi := w.until
 	if w.until.Sub(w.lo) > w.window {
 		hi = w.lo.Add(w.window)
 	}
 	w.params.Since, w.params.Until = w.lo, hi
-	page, err := store.EventScan(ctx, &w.params)
+	page, err := st.EventScan(ctx, &w.params)
 	if err != nil {
 		return nil, err
 	}

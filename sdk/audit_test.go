@@ -7,7 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/engine/store"
+
 	"github.com/cairnflow/cairn/engine/enginetest"
 	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/sdk"
@@ -84,7 +85,7 @@ func TestEventFilterPrefilter(t *testing.T) {
 // built through the engine with event times in the past (base is two hours
 // ago), a minute apart.
 type auditWorld struct {
-	store  engine.Store
+	store  store.Store
 	client *sdk.Client
 	base   time.Time
 	ids    map[string]uuid.UUID
@@ -114,15 +115,15 @@ func (w *auditWorld) attempts(t *testing.T, name string, opts *enginetest.TaskOp
 		if !ok {
 			continue
 		}
-		claimed, err := w.store.TaskClaimMany(ctx, &engine.TaskClaimManyParams{
-			Namespace: p.Namespace, Queues: []string{p.Scheduled.Queue}, Types: []engine.TypeKey{opts.TypeKey()},
+		claimed, err := w.store.TaskClaimMany(ctx, &store.TaskClaimManyParams{
+			Namespace: p.Namespace, Queues: []string{p.Scheduled.Queue}, Types: []store.TypeKey{opts.TypeKey()},
 			Owner: "auditor", Max: 1, LeaseTTL: time.Hour,
 		})
 		require.NoError(t, err)
 		require.Len(t, claimed, 1, "task %s at minute %d", name, m)
 		ct := claimed[0]
 		require.Equal(t, id, ct.Task.ID)
-		_, err = w.store.EventAppend(ctx, &engine.EventAppendParams{
+		_, err = w.store.EventAppend(ctx, &store.EventAppendParams{
 			TaskID: id, State: ct.State, Epoch: ct.State.Lease.Epoch, Attempt: ct.State.Attempt, At: w.minute(m), Payloads: payloads,
 		})
 		require.NoError(t, err, "task %s at minute %d", name, m)
@@ -365,7 +366,7 @@ func TestAuditPagesThroughDenseAndSparseTime(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	w := newAuditWorld(t)
-	batch := make([]*engine.TaskStartParams, 2300)
+	batch := make([]*store.TaskStartParams, 2300)
 	for i := range batch {
 		batch[i] = (&enginetest.TaskOpts{Type: "batch"}).Params()
 	}
@@ -377,7 +378,7 @@ func TestAuditPagesThroughDenseAndSparseTime(t *testing.T) {
 		})
 	}
 	until := time.Now().Add(time.Minute)
-	want, err := w.store.EventScan(ctx, &engine.EventScanParams{Namespace: "default", Until: until, Limit: engine.MaxEventScanLimit})
+	want, err := w.store.EventScan(ctx, &store.EventScanParams{Namespace: "default", Until: until, Limit: store.MaxEventScanLimit})
 	require.NoError(t, err)
 	require.Len(t, want, 2300+40*3)
 

@@ -10,6 +10,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/cairnflow/cairn/engine/store"
+
 	"github.com/cairnflow/cairn/engine/pgstore"
 
 	"github.com/cairnflow/cairn/activities"
@@ -24,7 +26,7 @@ import (
 
 // ErrNotFound is returned (marked) for a task id that does not exist in the
 // client's namespace.
-var ErrNotFound = engine.ErrNotFound
+var ErrNotFound = store.ErrNotFound
 
 // ClientConfig configures a [Client].
 type ClientConfig struct {
@@ -34,7 +36,7 @@ type ClientConfig struct {
 	// Store, when set, is the store to use in place of a PostgreSQL store
 	// over Pool (the embedded store of engine/sqlitestore, say). Schema
 	// and Metrics are then the store's own business.
-	Store engine.Store
+	Store store.Store
 	// Schema holding cairn's tables. Default pgstore.DefaultSchema ("cairn").
 	Schema string
 	// Namespace tasks are started in and looked up in. Default "default".
@@ -58,7 +60,7 @@ type ClientConfig struct {
 // A client that has waited for a task holds a listening connection until
 // [Client.Close].
 type Client struct {
-	store     engine.Store
+	store     store.Store
 	namespace string
 	identity  string
 
@@ -89,29 +91,29 @@ func (c *Client) waitListener() *engine.Notifier {
 }
 
 // configuredStore is store when set, else a PostgreSQL store over pool.
-func configuredStore(store engine.Store, pool *pgxpool.Pool, schema string, metrics *engine.Metrics) (engine.Store, error) {
-	if store != nil {
-		return store, nil
+func configuredStore(st store.Store, pool *pgxpool.Pool, schema string, metrics *engine.Metrics) (store.Store, error) {
+	if st != nil {
+		return st, nil
 	}
 	return pgstore.New(pgstore.Config{Pool: pool, Schema: schema, Metrics: metrics})
 }
 
 // NewClient returns a client. It does not touch the database.
 func NewClient(cfg ClientConfig) (*Client, error) {
-	store, err := configuredStore(cfg.Store, cfg.Pool, cfg.Schema, cfg.Metrics)
+	st, err := configuredStore(cfg.Store, cfg.Pool, cfg.Schema, cfg.Metrics)
 	if err != nil {
 		return nil, err
 	}
 	ns := cfg.Namespace
 	if ns == "" {
-		ns = engine.DefaultNamespace
+		ns = store.DefaultNamespace
 	}
 	identity := cfg.Identity
 	if identity == "" {
 		host, _ := os.Hostname()
 		identity = "sdk@" + host
 	}
-	c := &Client{store: store, namespace: ns, identity: identity}
+	c := &Client{store: st, namespace: ns, identity: identity}
 	if cfg.Notifier != nil {
 		c.listenOnce.Do(func() { c.listener, c.shared = cfg.Notifier, true })
 	}
@@ -120,7 +122,7 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 
 // Store returns the client's engine store, for tools that need the lower
 // level (the CLI, tests). Most callers never need it.
-func (c *Client) Store() engine.Store { return c.store }
+func (c *Client) Store() store.Store { return c.store }
 
 // StartOpts are per-start options. A nil *StartOpts takes every default.
 type StartOpts struct {
@@ -183,11 +185,11 @@ func (c *Client) Start(ctx context.Context, wf WorkflowRef, input any, opts *Sta
 // StartTx is [Client.Start] inside the caller's transaction (the outbox
 // pattern): the task exists, and workers hear of it, only if tx commits.
 // It needs the PostgreSQL store; on another it fails with an error marked
-// [engine.ErrUnsupported].
+// [store.ErrUnsupported].
 func (c *Client) StartTx(ctx context.Context, tx pgx.Tx, wf WorkflowRef, input any, opts *StartOpts) (StartResult, error) {
 	pg, ok := c.store.(*pgstore.Store)
 	if !ok {
-		return StartResult{}, errors.Mark(errors.Newf("StartTx: a pgx transaction needs the PostgreSQL store, not %T", c.store), engine.ErrUnsupported)
+		return StartResult{}, errors.Mark(errors.Newf("StartTx: a pgx transaction needs the PostgreSQL store, not %T", c.store), store.ErrUnsupported)
 	}
 	p, err := c.startParams(wf, input, opts)
 	if err != nil {
@@ -202,7 +204,7 @@ func (c *Client) StartTx(ctx context.Context, tx pgx.Tx, wf WorkflowRef, input a
 // window); the message says what was wrong. Nothing was written.
 var ErrInvalid = errors.New("invalid request")
 
-func (c *Client) startParams(wf WorkflowRef, input any, opts *StartOpts) (*engine.TaskStartParams, error) {
+func (c *Client) startParams(wf WorkflowRef, input any, opts *StartOpts) (*store.TaskStartParams, error) {
 	p, err := c.checkedStartParams(wf, input, opts)
 	if err != nil {
 		return nil, errors.Mark(err, ErrInvalid)
@@ -210,7 +212,7 @@ func (c *Client) startParams(wf WorkflowRef, input any, opts *StartOpts) (*engin
 	return p, nil
 }
 
-func (c *Client) checkedStartParams(wf WorkflowRef, input any, opts *StartOpts) (*engine.TaskStartParams, error) {
+func (c *Client) checkedStartParams(wf WorkflowRef, input any, opts *StartOpts) (*store.TaskStartParams, error) {
 	if opts == nil {
 		opts = &StartOpts{}
 	}
@@ -311,7 +313,7 @@ func (c *Client) checkedStartParams(wf WorkflowRef, input any, opts *StartOpts) 
 	if err := validateLabels(opts.Labels); err != nil {
 		return nil, errors.Wrapf(err, "start %s", wf.TypeName())
 	}
-	return &engine.TaskStartParams{Namespace: c.namespace, Scheduled: history.Scheduled{
+	return &store.TaskStartParams{Namespace: c.namespace, Scheduled: history.Scheduled{
 		TaskType: wf.TypeName(), TypeVersion: wf.TypeVersion(), Queue: queue, Priority: opts.Priority,
 		Input: raw, RunAt: runAt, IdempotencyKey: opts.IdempotencyKey, TraceID: opts.TraceID,
 		MaxAttempts: maxAttempts, Deadline: deadline, StartDeadline: startDeadline,
@@ -388,7 +390,7 @@ type TaskInfo struct {
 	FairnessWeight int                `json:"fairness_weight,omitempty"`
 }
 
-func taskInfo(t *engine.Task) *TaskInfo {
+func taskInfo(t *store.Task) *TaskInfo {
 	return &TaskInfo{
 		ID: t.ID, Namespace: t.Namespace, Type: t.Type, TypeVersion: t.TypeVersion, Queue: t.Queue,
 		Status: t.Status, Priority: t.Priority, Attempt: t.Attempt, MaxAttempts: t.MaxAttempts,
@@ -520,7 +522,7 @@ func (c *Client) ListPage(ctx context.Context, opts *ListOpts) (ListPage, error)
 	case limit == 0:
 		limit = 100
 	}
-	p := &engine.TaskListParams{Namespace: c.namespace, Status: opts.Status, Type: opts.Type, Queue: opts.Queue,
+	p := &store.TaskListParams{Namespace: c.namespace, Status: opts.Status, Type: opts.Type, Queue: opts.Queue,
 		Before: opts.Before, Limit: limit}
 	if opts.Filter != nil {
 		p.Limit = max(limit, 500) // read in larger pages: most may not match
@@ -591,7 +593,7 @@ type StartParams struct {
 // error, none. Idempotency keys work as in [Client.Start], also between
 // tasks of the same batch.
 func (c *Client) StartMany(ctx context.Context, starts []StartParams) ([]StartResult, error) {
-	params := make([]*engine.TaskStartParams, len(starts))
+	params := make([]*store.TaskStartParams, len(starts))
 	for i, s := range starts {
 		p, err := c.startParams(s.Workflow, s.Input, s.Opts)
 		if err != nil {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/cairnflow/cairn/engine/store"
+
 	"github.com/cairnflow/cairn/engine"
 	"github.com/cockroachdb/errors"
 )
@@ -14,8 +16,8 @@ import (
 // its cost stays a bounded range scan. A quarter of an hour (the CLI's
 // default) suits most questions; a few seconds suits tests.
 const (
-	MinDiagnoseWindow = engine.MinDiagnoseWindow
-	MaxDiagnoseWindow = engine.MaxDiagnoseWindow
+	MinDiagnoseWindow = store.MinDiagnoseWindow
+	MaxDiagnoseWindow = store.MaxDiagnoseWindow
 )
 
 // DiagnoseQueue answers "why is this queue growing?" from its history over
@@ -27,7 +29,7 @@ const (
 // concurrency_capped, rate_limited, unserved_type), each with the numbers
 // that point at it. A queue where nothing looks wrong has no causes and is
 // Healthy. The queue is in the client's namespace.
-func (c *Client) DiagnoseQueue(ctx context.Context, queue string, window time.Duration) (*engine.QueueDiagnosis, error) {
+func (c *Client) DiagnoseQueue(ctx context.Context, queue string, window time.Duration) (*store.QueueDiagnosis, error) {
 	if err := validateName("queue", queue); err != nil {
 		return nil, errors.Mark(errors.Wrap(err, "diagnose queue"), ErrInvalid)
 	}
@@ -35,5 +37,5 @@ func (c *Client) DiagnoseQueue(ctx context.Context, queue string, window time.Du
 		return nil, errors.Mark(errors.Newf("diagnose queue %s: window %s must be between %s and %s",
 			queue, window, MinDiagnoseWindow, MaxDiagnoseWindow), ErrInvalid)
 	}
-	return engine.DiagnoseQueue(ctx, c.store, &engine.QueueDiagnoseParams{Namespace: c.namespace, Queue: queue, Window: window})
+	return engine.DiagnoseQueue(ctx, c.store, &store.QueueDiagnoseParams{Namespace: c.namespace, Queue: queue, Window: window})
 }

@@ -8,8 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairnflow/cairn/engine/store"
+
 	"github.com/cairnflow/cairn/activities"
-	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/engine/enginetest"
 	"github.com/cairnflow/cairn/sdk"
 	"github.com/cairnflow/cairn/workflow"
@@ -59,7 +60,7 @@ func sleepStep(name, queue string, d time.Duration) *sdk.Workflow[int, int] {
 	}, &sdk.WorkflowOpts{Queue: queue})
 }
 
-func diagnose(t *testing.T, c *sdk.Client, queue string, window time.Duration) *engine.QueueDiagnosis {
+func diagnose(t *testing.T, c *sdk.Client, queue string, window time.Duration) *store.QueueDiagnosis {
 	t.Helper()
 	d, err := c.DiagnoseQueue(context.Background(), queue, window)
 	require.NoError(t, err)
@@ -69,7 +70,7 @@ func diagnose(t *testing.T, c *sdk.Client, queue string, window time.Duration) *
 	return d
 }
 
-func causeCodes(d *engine.QueueDiagnosis) []string {
+func causeCodes(d *store.QueueDiagnosis) []string {
 	codes := make([]string, len(d.Causes))
 	for i, c := range d.Causes {
 		codes[i] = c.Code
@@ -104,7 +105,7 @@ func TestDiagnoseQueueNamesLostConsumers(t *testing.T) {
 	d := diagnose(t, b.client, "intake", window)
 	require.NotEmpty(t, d.Causes, d.Summary)
 	lost := d.Causes[0]
-	require.Equal(t, engine.CauseLostConsumers, lost.Code, "causes: %v", causeCodes(d))
+	require.Equal(t, store.CauseLostConsumers, lost.Code, "causes: %v", causeCodes(d))
 	require.Equal(t, 2, d.Then.Workers, "both workers took tasks in the first half: %v", d.Then.WorkerIDs)
 	require.ElementsMatch(t, []string{b.worker.WorkerID(), second.WorkerID()}, d.Then.WorkerIDs)
 	require.Zero(t, d.Now.Workers)
@@ -147,7 +148,7 @@ func TestDiagnoseQueueNamesPoisonRetries(t *testing.T) {
 
 	d := diagnose(t, b.client, "reports", window)
 	require.NotEmpty(t, d.Causes, d.Summary)
-	i := indexOfCause(d, engine.CausePoisonRetries)
+	i := indexOfCause(d, store.CausePoisonRetries)
 	require.GreaterOrEqual(t, i, 0, "causes: %v", causeCodes(d))
 	require.Zero(t, i, "poison retries rank first: %v", causeCodes(d))
 	c := d.Causes[i]
@@ -156,11 +157,11 @@ func TestDiagnoseQueueNamesPoisonRetries(t *testing.T) {
 	require.Contains(t, evidence, "most common failure of pdf.parse: transient kind upstream_unavailable status 503 in step parse")
 	require.Contains(t, evidence, "pdf service answered 503")
 	require.Greater(t, d.Now.RetryShare, 0.3)
-	require.NotContains(t, causeCodes(d), engine.CauseLostConsumers)
+	require.NotContains(t, causeCodes(d), store.CauseLostConsumers)
 	stopWorker(t, b.worker)
 }
 
-func indexOfCause(d *engine.QueueDiagnosis, code string) int {
+func indexOfCause(d *store.QueueDiagnosis, code string) int {
 	for i, c := range d.Causes {
 		if c.Code == code {
 			return i

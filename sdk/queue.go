@@ -4,14 +4,14 @@ import (
 	"context"
 	"time"
 
-	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/engine/store"
 )
 
 // ErrQueueFull is returned (marked) by a start refused because a bounded
 // queue holds its maximum of waiting tasks; errors.As finds an
-// [*engine.QueueFullError] with the queue and a retry-after hint. Nothing of
+// [*store.QueueFullError] with the queue and a retry-after hint. Nothing of
 // the start was written.
-var ErrQueueFull = engine.ErrQueueFull
+var ErrQueueFull = store.ErrQueueFull
 
 // QueueSettings are a queue's limits. Zero values mean no limit.
 type QueueSettings struct {
@@ -29,18 +29,18 @@ func (c *Client) SetQueue(ctx context.Context, queue string, s QueueSettings) er
 	if err := validateName("queue", queue); err != nil {
 		return err
 	}
-	return c.store.QueueSet(ctx, engine.QueueConfig{Namespace: c.namespace, Name: queue, MaxWaiting: s.MaxWaiting, Concurrency: s.Concurrency})
+	return c.store.QueueSet(ctx, store.QueueConfig{Namespace: c.namespace, Name: queue, MaxWaiting: s.MaxWaiting, Concurrency: s.Concurrency})
 }
 
 // Queues returns the queues with settings in the client's namespace, with
 // how many tasks wait and run in each.
-func (c *Client) Queues(ctx context.Context) ([]engine.QueueInfo, error) {
+func (c *Client) Queues(ctx context.Context) ([]store.QueueInfo, error) {
 	return c.store.QueueList(ctx, c.namespace)
 }
 
 // QueueWaits returns, per queue and priority, how many due tasks wait and
 // the run time of the one waiting longest.
-func (c *Client) QueueWaits(ctx context.Context) ([]engine.QueueWait, error) {
+func (c *Client) QueueWaits(ctx context.Context) ([]store.QueueWait, error) {
 	return c.store.QueueWaits(ctx, c.namespace)
 }
 
@@ -63,6 +63,6 @@ func (c *Client) RemoveRateLimit(ctx context.Context, typeName string) error {
 // QueueStats returns every queue of the client's namespace that has
 // unfinished tasks, settings, or tasks finished within window: load now,
 // throughput and failures over the window.
-func (c *Client) QueueStats(ctx context.Context, window time.Duration) ([]engine.QueueStats, error) {
+func (c *Client) QueueStats(ctx context.Context, window time.Duration) ([]store.QueueStats, error) {
 	return c.store.QueueStatsList(ctx, c.namespace, window)
 }

@@ -9,7 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/engine/store"
+
 	"github.com/cairnflow/cairn/engine/enginetest"
 	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/sdk"
@@ -80,7 +81,7 @@ func TestFullQueueRefusesStart(t *testing.T) {
 		}
 		_, err := b.client.Start(ctx, wf, "x", nil)
 		require.True(t, errors.Is(err, sdk.ErrQueueFull), "%v", err)
-		var full *engine.QueueFullError
+		var full *store.QueueFullError
 		require.True(t, errors.As(err, &full))
 		require.Equal(t, "mail", full.Queue)
 		require.Positive(t, full.RetryAfter)
@@ -258,7 +259,7 @@ func TestScheduleFiresOncePerTickAcrossProcesses(t *testing.T) {
 		require.NoError(t, b.client.CreateSchedule(ctx, sdk.ScheduleParams{Name: "every-second", Cron: "* * * * * *",
 			Timezone: "Europe/Berlin", Workflow: wf, Input: map[string]string{"report": "weekly"}}))
 		err := b.client.CreateSchedule(ctx, sdk.ScheduleParams{Name: "every-second", Cron: "* * * * * *", Workflow: wf})
-		require.True(t, errors.Is(err, engine.ErrConflict), "%v", err)
+		require.True(t, errors.Is(err, store.ErrConflict), "%v", err)
 		err = b.client.CreateSchedule(ctx, sdk.ScheduleParams{Name: "bad", Cron: "61 * * * *", Workflow: wf})
 		require.ErrorContains(t, err, `cron expression "61 * * * *"`)
 		err = b.client.CreateSchedule(ctx, sdk.ScheduleParams{Name: "bad", Cron: "@daily", Timezone: "Mars/Olympus", Workflow: wf})
@@ -362,7 +363,7 @@ func TestLowPriorityIsNotStarved(t *testing.T) {
 		waits, err := b.client.QueueWaits(ctx)
 		require.NoError(t, err)
 		require.Len(t, waits, 2, "the wait is visible per queue and priority")
-		require.Equal(t, engine.QueueWait{Queue: "default", Priority: 10, Waiting: flood, Oldest: waits[0].Oldest}, waits[0])
+		require.Equal(t, store.QueueWait{Queue: "default", Priority: 10, Waiting: flood, Oldest: waits[0].Oldest}, waits[0])
 		require.Equal(t, -10, waits[1].Priority)
 		require.Equal(t, 5, waits[1].Waiting)
 		require.False(t, waits[1].Oldest.After(waits[0].Oldest), "the low-priority tasks have waited longest")

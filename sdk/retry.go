@@ -3,6 +3,8 @@ package sdk
 import (
 	"context"
 
+	"github.com/cairnflow/cairn/engine/store"
+
 	"github.com/cairnflow/cairn/engine"
 	"github.com/cockroachdb/errors"
 	"github.com/google/uuid"
@@ -10,7 +12,7 @@ import (
 
 // ErrTaskState is returned (marked) when a task's status does not allow
 // the request, such as retrying a task that is not dead-lettered.
-var ErrTaskState = engine.ErrTaskState
+var ErrTaskState = store.ErrTaskState
 
 // Retry sends a dead-lettered task back to its queue for reason: the
 // history records task_requeued with the client's Identity and reason; the
@@ -101,7 +103,7 @@ func (c *Client) eachDeadLetter(ctx context.Context, opts *DeadLetterOpts, fn fu
 	}
 	var evalErrs error
 	failedEvals := 0
-	params := &engine.DeadLetterListParams{Namespace: c.namespace, Type: opts.Type, Limit: deadLetterPage}
+	params := &store.DeadLetterListParams{Namespace: c.namespace, Type: opts.Type, Limit: deadLetterPage}
 	for taken := 0; limit < 0 || taken < limit; {
 		tasks, err := c.store.DeadLetterList(ctx, params)
 		if err != nil {
@@ -138,7 +140,7 @@ func (c *Client) eachDeadLetter(ctx context.Context, opts *DeadLetterOpts, fn fu
 			break
 		}
 		last := tasks[len(tasks)-1]
-		params.Before = &engine.DeadLetterCursor{FinishedAt: *last.FinishedAt, ID: last.ID}
+		params.Before = &store.DeadLetterCursor{FinishedAt: *last.FinishedAt, ID: last.ID}
 	}
 	if failedEvals > 0 {
 		return errors.WithHint(errors.Wrapf(evalErrs, "the filter failed on %d task(s), which were skipped; the first", failedEvals),

@@ -4,7 +4,8 @@ import (
 	"context"
 	"encoding/json"
 
-	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/engine/store"
+
 	"github.com/cockroachdb/errors"
 )
 
@@ -37,10 +38,10 @@ func (c *Client) CreateSchedule(ctx context.Context, p ScheduleParams) error {
 		return errors.Wrapf(err, "schedule %s", p.Name)
 	}
 	sc := start.Scheduled
-	if _, _, err := engine.ParseCron(p.Cron, p.Timezone); err != nil {
+	if _, _, err := store.ParseCron(p.Cron, p.Timezone); err != nil {
 		return errors.Wrapf(err, "schedule %s", p.Name)
 	}
-	return c.store.ScheduleCreate(ctx, engine.Schedule{
+	return c.store.ScheduleCreate(ctx, store.Schedule{
 		Namespace: c.namespace, Name: p.Name, Cron: p.Cron, Timezone: p.Timezone,
 		TaskType: sc.TaskType, TypeVersion: sc.TypeVersion, Queue: sc.Queue, Input: json.RawMessage(sc.Input),
 		MaxAttempts: sc.MaxAttempts,
@@ -48,7 +49,7 @@ func (c *Client) CreateSchedule(ctx context.Context, p ScheduleParams) error {
 }
 
 // Schedules lists the client's namespace's schedules.
-func (c *Client) Schedules(ctx context.Context) ([]engine.Schedule, error) {
+func (c *Client) Schedules(ctx context.Context) ([]store.Schedule, error) {
 	return c.store.ScheduleList(ctx, c.namespace)
 }
 

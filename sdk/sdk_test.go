@@ -7,8 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairnflow/cairn/engine/store"
+
 	"github.com/cairnflow/cairn/activities"
-	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/engine/enginetest"
 	"github.com/cairnflow/cairn/engine/sqlitestore"
 	"github.com/cairnflow/cairn/history"
@@ -24,7 +25,7 @@ type testBundle struct {
 	worker *sdk.Worker
 	pool   *pgxpool.Pool
 	schema string
-	store  engine.Store // the embedded store, when the bundle is on it; nil on PostgreSQL
+	store  store.Store // the embedded store, when the bundle is on it; nil on PostgreSQL
 }
 
 // setupFunc makes a test's client and worker on one store.

@@ -9,7 +9,6 @@ import (
 	"github.com/cairnflow/cairn/engine/store"
 
 	"github.com/cairnflow/cairn/activities"
-	"github.com/cairnflow/cairn/engine"
 	"github.com/cockroachdb/errors"
 )
 
@@ -20,7 +19,7 @@ var ErrUnknownType = errors.New("unknown task type")
 // TaskTypes returns the workflow types workers of the client's namespace
 // have registered (each worker records its types when it starts), with the
 // defaults their definitions give.
-func (c *Client) TaskTypes(ctx context.Context) ([]engine.TaskType, error) {
+func (c *Client) TaskTypes(ctx context.Context) ([]store.TaskType, error) {
 	return c.store.TaskTypeList(ctx, c.namespace)
 }
 
@@ -34,7 +33,7 @@ func (c *Client) RegisteredType(ctx context.Context, name string, version int) (
 	if err != nil {
 		return nil, err
 	}
-	var found *engine.TaskType
+	var found *store.TaskType
 	var known []string
 	for i, t := range types {
 		known = append(known, t.Type+"@"+strconv.Itoa(t.Version))
@@ -58,7 +57,7 @@ func (c *Client) RegisteredType(ctx context.Context, name string, version int) (
 }
 
 // registeredRef is a type as a worker registered it.
-type registeredRef struct{ t engine.TaskType }
+type registeredRef struct{ t store.TaskType }
 
 func (r registeredRef) TypeName() string { return r.t.Type }
 func (r registeredRef) TypeVersion() int { return r.t.Version }
@@ -73,9 +72,9 @@ func (r registeredRef) typeDefaults() workflowDefaults {
 // until ctx ends) rather than failing: it is the same wait its claims
 // would make.
 func (w *Worker) registerTypes(ctx context.Context) error {
-	types := make([]engine.TaskType, 0, len(w.types))
+	types := make([]store.TaskType, 0, len(w.types))
 	for k, reg := range w.types {
-		types = append(types, engine.TaskType{Type: k.Type, Version: k.Version, Queue: reg.defaults.queue,
+		types = append(types, store.TaskType{Type: k.Type, Version: k.Version, Queue: reg.defaults.queue,
 			MaxAttempts: reg.defaults.retry.MaxAttempts, ScheduleToClose: reg.defaults.scheduleToClose})
 	}
 	warned := false

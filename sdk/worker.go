@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cairnflow/cairn/engine/store"
+
 	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/internal/interpreter"
 	"github.com/cairnflow/cairn/sdk/internal/executor"
@@ -23,7 +25,7 @@ type WorkerConfig struct {
 	// Store, when set, is the store to use in place of a PostgreSQL store
 	// over Pool (the embedded store of engine/sqlitestore, say). Schema
 	// and Metrics are then the store's own business.
-	Store engine.Store
+	Store store.Store
 	// Schema holding cairn's tables. Default pgstore.DefaultSchema ("cairn").
 	Schema string
 	// Namespace whose tasks this worker runs. Default "default".
@@ -63,10 +65,10 @@ type WorkerConfig struct {
 // Stop shuts down gracefully.
 type Worker struct {
 	cfg   WorkerConfig
-	store engine.Store
+	store store.Store
 
 	mu        sync.Mutex
-	types     map[engine.TypeKey]registered // written by Register before Start; read by Start
+	types     map[store.TypeKey]registered // written by Register before Start; read by Start
 	processor *engine.Processor
 	notifier  *engine.Notifier
 	rescuer   *engine.Rescuer
@@ -80,7 +82,7 @@ type registered struct {
 
 // NewWorker returns a worker; it does nothing until started.
 func NewWorker(cfg WorkerConfig) (*Worker, error) {
-	store, err := configuredStore(cfg.Store, cfg.Pool, cfg.Schema, cfg.Metrics)
+	st, err := configuredStore(cfg.Store, cfg.Pool, cfg.Schema, cfg.Metrics)
 	if err != nil {
 		return nil, err
 	}
@@ -94,9 +96,9 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 		cfg.WorkerID = engine.NewWorkerID()
 	}
 	if cfg.Namespace == "" {
-		cfg.Namespace = engine.DefaultNamespace
+		cfg.Namespace = store.DefaultNamespace
 	}
-	return &Worker{cfg: cfg, store: store, types: map[engine.TypeKey]registered{}}, nil
+	return &Worker{cfg: cfg, store: st, types: map[store.TypeKey]registered{}}, nil
 }
 
 // validateWorkerConfig reports a bad setting when the worker is made, not
@@ -143,7 +145,7 @@ func RegisterSafely[In, Out any](w *Worker, wf *Workflow[In, Out]) error {
 	if w.processor != nil {
 		return errors.Newf("register %s@%d: worker already started", wf.name, wf.version)
 	}
-	key := engine.TypeKey{Type: wf.name, Version: wf.version}
+	key := store.TypeKey{Type: wf.name, Version: wf.version}
 	if _, dup := w.types[key]; dup {
 		return errors.Newf("register %s: already registered", key)
 	}
@@ -162,8 +164,8 @@ func (w *Worker) Start(ctx context.Context) error {
 	if w.processor != nil {
 		return errors.New("worker already started")
 	}
-	keys := make([]engine.TypeKey, 0, len(w.types))
-	types := make(map[engine.TypeKey]executor.Type, len(w.types))
+	keys := make([]store.TypeKey, 0, len(w.types))
+	types := make(map[store.TypeKey]executor.Type, len(w.types))
 	for k, reg := range w.types {
 		keys = append(keys, k)
 		types[k] = executor.Type{Func: reg.fn, Retry: reg.defaults.retry, SkipDeadLetter: reg.defaults.skipDeadLetter}

@@ -13,7 +13,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/engine/store"
+
 	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/sdk"
 	"github.com/cockroachdb/errors"
@@ -228,7 +229,7 @@ func (s *Server) consoleLogin(w http.ResponseWriter, r *http.Request) {
 
 type overviewData struct {
 	Window time.Duration
-	Queues []engine.QueueStats
+	Queues []store.QueueStats
 }
 
 func (s *Server) consoleOverview(w http.ResponseWriter, r *http.Request, c *call, page *consolePage) {
@@ -383,7 +384,7 @@ func (s *Server) consoleSchedules(w http.ResponseWriter, r *http.Request, c *cal
 	if err != nil {
 		page.Error = s.consoleError(r, err)
 	}
-	page.Title, page.Page, page.Data = "Schedules", "schedules", struct{ Schedules []engine.Schedule }{schedules}
+	page.Title, page.Page, page.Data = "Schedules", "schedules", struct{ Schedules []store.Schedule }{schedules}
 	s.render(w, http.StatusOK, "schedules", page)
 }
 

@@ -27,7 +27,7 @@
 // mapping; its templates and static files (htmx, vendored by
 // scripts/vendor-htmx.sh) are embedded from console/.
 //
-// It imports sdk, engine (the [engine.Store] it serves, the notifier) and
+// It imports sdk, engine (the [store.Store] it serves, the notifier) and
 // history (the events the console reads) of cairn; nothing imports it but
 // cmd/cairn and services.
 package server

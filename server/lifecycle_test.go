@@ -9,7 +9,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/engine/store"
+
 	"github.com/cairnflow/cairn/engine/enginetest"
 	"github.com/cairnflow/cairn/server"
 	"github.com/stretchr/testify/assert"
@@ -19,7 +20,7 @@ import (
 
 // untouchable is a store whose every method panics (a nil embedded
 // interface): what New may not call.
-type untouchable struct{ engine.Store }
+type untouchable struct{ store.Store }
 
 // New is pure: it reads nothing from its store and starts no goroutine,
 // and its handler serves nothing from the store until asked.

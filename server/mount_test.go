@@ -14,7 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/engine/store"
+
 	"github.com/cairnflow/cairn/engine/enginetest"
 	"github.com/cairnflow/cairn/sdk"
 	"github.com/cairnflow/cairn/server"
@@ -230,7 +231,7 @@ func TestMountUnderAPrefixSignsIn(t *testing.T) {
 
 // New refuses a prefix it could not put in front of its URLs.
 func TestMountPrefixIsChecked(t *testing.T) {
-	store := engine.Store(nil)
+	store := store.Store(nil)
 	for _, bad := range []string{"cairn", "/cairn/", "/a//b", "/a/../b", "/a/./b", "/ca irn", "/cairn?x=1", "/caïrn", "/%63"} {
 		_, err := server.New(server.Config{Store: untouchable{store}, Prefix: bad})
 		require.Error(t, err, "prefix %q", bad)

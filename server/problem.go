@@ -8,7 +8,8 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/engine/store"
+
 	"github.com/cairnflow/cairn/sdk"
 	"github.com/cockroachdb/errors"
 )
@@ -82,7 +83,7 @@ func problem(status int, code, detail string) *Problem {
 // it does not recognize are internal: logged in full, answered without
 // detail.
 func problemFor(err error) *Problem {
-	var full *engine.QueueFullError
+	var full *store.QueueFullError
 	var syntax *sdk.FilterSyntaxError
 	switch {
 	case errors.As(err, &full):
@@ -110,11 +111,11 @@ func problemFor(err error) *Problem {
 		return problem(http.StatusNotFound, codeNotFound, "no such task")
 	case errors.Is(err, sdk.ErrTaskState):
 		return problem(http.StatusConflict, codeTaskState, err.Error())
-	case errors.Is(err, engine.ErrConflict), errors.Is(err, engine.ErrRetryable):
+	case errors.Is(err, store.ErrConflict), errors.Is(err, store.ErrRetryable):
 		return problem(http.StatusConflict, codeConflict, err.Error())
-	case errors.Is(err, engine.ErrDiagnosisTooSlow):
+	case errors.Is(err, store.ErrDiagnosisTooSlow):
 		return problem(http.StatusServiceUnavailable, codeTooSlow, err.Error())
-	case errors.Is(err, engine.ErrUnsupported):
+	case errors.Is(err, store.ErrUnsupported):
 		return problem(http.StatusNotImplemented, codeUnsupported, err.Error())
 	}
 	return nil

@@ -4,7 +4,8 @@ import (
 	"net/http"
 	"testing"
 
-	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/engine/store"
+
 	"github.com/cockroachdb/errors"
 	"github.com/stretchr/testify/require"
 )
@@ -18,9 +19,9 @@ func TestProblemForStoreErrors(t *testing.T) {
 		status int
 		code   string
 	}{
-		{engine.ErrDiagnosisTooSlow, http.StatusServiceUnavailable, codeTooSlow},
-		{engine.ErrUnsupported, http.StatusNotImplemented, codeUnsupported},
-		{engine.ErrConflict, http.StatusConflict, codeConflict},
+		{store.ErrDiagnosisTooSlow, http.StatusServiceUnavailable, codeTooSlow},
+		{store.ErrUnsupported, http.StatusNotImplemented, codeUnsupported},
+		{store.ErrConflict, http.StatusConflict, codeConflict},
 	} {
 		p := problemFor(errors.Wrap(errors.Mark(errors.New("cause"), c.mark), "context"))
 		require.NotNil(t, p, "%v", c.mark)

@@ -13,6 +13,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/cairnflow/cairn/engine/store"
+
 	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/sdk"
 	"github.com/cockroachdb/errors"
@@ -29,7 +31,7 @@ type Config struct {
 	// Store is the database: a PostgreSQL store or the embedded one.
 	// Required. The events the API's requests write are counted by the
 	// store's own metrics, if it has any.
-	Store engine.Store
+	Store store.Store
 	// Tokens, when any, are required on every /v1 request. None: no
 	// authentication, for a server on localhost.
 	Tokens []Token

@@ -7,6 +7,8 @@ import (
 	"os/user"
 	"time"
 
+	"github.com/cairnflow/cairn/engine/store"
+
 	"github.com/cairnflow/cairn/engine/pgstore"
 
 	"github.com/cairnflow/cairn/engine"
@@ -73,7 +75,7 @@ func (g *globals) embedded() bool { return g.databaseURL == "" }
 
 // store opens the configured store: PostgreSQL when a database URL is set,
 // else the embedded SQLite store in --db (created if missing).
-func (g *globals) store(ctx context.Context, o storeOpts) (engine.Store, func(), error) {
+func (g *globals) store(ctx context.Context, o storeOpts) (store.Store, func(), error) {
 	if g.embedded() {
 		_, statErr := os.Stat(g.dbPath)
 		s, err := sqlitestore.New(ctx, sqlitestore.Config{Path: g.dbPath, Metrics: o.metrics})

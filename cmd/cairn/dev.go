@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/cairnflow/cairn/engine/store"
+
 	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/sdk"
 	"github.com/cockroachdb/errors"
@@ -39,7 +41,7 @@ where they were. With --database-url it does the same on PostgreSQL.`,
 			if g.embedded() {
 				where = "the embedded store " + g.dbPath
 			}
-			return runServerWith(cmd, g, sf, func(ctx context.Context, store engine.Store, _ *slog.Logger) (func(), error) {
+			return runServerWith(cmd, g, sf, func(ctx context.Context, store store.Store, _ *slog.Logger) (func(), error) {
 				return startDevWorker(ctx, cmd, g, df, sf, store, where)
 			})
 		},
@@ -57,7 +59,7 @@ where they were. With --database-url it does the same on PostgreSQL.`,
 
 // startDevWorker starts the demo worker over the server's store and
 // submits the sample documents.
-func startDevWorker(ctx context.Context, cmd *cobra.Command, g *globals, df *demoFlags, sf *serverFlags, store engine.Store, where string) (func(), error) {
+func startDevWorker(ctx context.Context, cmd *cobra.Command, g *globals, df *demoFlags, sf *serverFlags, store store.Store, where string) (func(), error) {
 	c, err := sdk.NewClient(sdk.ClientConfig{Store: store, Namespace: g.namespace, Identity: cliIdentity()})
 	if err != nil {
 		return nil, err

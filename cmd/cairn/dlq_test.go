@@ -5,7 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/engine/store"
+
 	"github.com/cairnflow/cairn/history"
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
@@ -16,16 +17,16 @@ import (
 func seedDeadLetters(t *testing.T, tg cliTarget, n int) {
 	t.Helper()
 	seedTasks(t, tg, n)
-	tg.withStore(t, func(s engine.Store) {
+	tg.withStore(t, func(s store.Store) {
 		ctx := context.Background()
-		claimed, err := s.TaskClaimMany(ctx, &engine.TaskClaimManyParams{
-			Namespace: "clitest", Queues: []string{"default"}, Types: []engine.TypeKey{{Type: "cli.test", Version: 1}},
+		claimed, err := s.TaskClaimMany(ctx, &store.TaskClaimManyParams{
+			Namespace: "clitest", Queues: []string{"default"}, Types: []store.TypeKey{{Type: "cli.test", Version: 1}},
 			Owner: "cli-test", Max: n, LeaseTTL: time.Hour,
 		})
 		require.NoError(t, err)
 		require.Len(t, claimed, n)
 		for _, c := range claimed {
-			_, err := s.EventAppend(ctx, &engine.EventAppendParams{
+			_, err := s.EventAppend(ctx, &store.EventAppendParams{
 				TaskID: c.Task.ID, State: c.State, Epoch: c.State.Lease.Epoch, Attempt: c.State.Attempt,
 				Payloads: []history.Payload{history.TaskDeadLetteredData{Reason: "permanent error",
 					Error: history.ErrorInfo{Class: history.Permanent, Message: "boom"}}},

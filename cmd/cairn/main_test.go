@@ -6,7 +6,8 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/engine/store"
+
 	"github.com/cairnflow/cairn/engine/enginetest"
 	"github.com/cairnflow/cairn/engine/sqlitestore"
 	"github.com/stretchr/testify/require"
@@ -24,7 +25,7 @@ type cliTarget struct {
 	flags []string
 	// withStore calls fn with the store open; the embedded store is closed
 	// again after, since a command opens it itself.
-	withStore func(t *testing.T, fn func(engine.Store))
+	withStore func(t *testing.T, fn func(store.Store))
 }
 
 // cliTargets are the embedded store in a fresh file, and a fresh schema on
@@ -34,7 +35,7 @@ var cliTargets = map[string]func(t *testing.T) cliTarget{
 		path := filepath.Join(t.TempDir(), "cairn.db")
 		return cliTarget{
 			flags: []string{"--database-url=", "--db", path, "--namespace", "clitest"},
-			withStore: func(t *testing.T, fn func(engine.Store)) {
+			withStore: func(t *testing.T, fn func(store.Store)) {
 				s, err := sqlitestore.Open(context.Background(), path)
 				require.NoError(t, err)
 				defer func() { require.NoError(t, s.Close()) }()
@@ -46,7 +47,7 @@ var cliTargets = map[string]func(t *testing.T) cliTarget{
 		s := enginetest.Store(t)
 		return cliTarget{
 			flags:     []string{"--database-url", enginetest.DatabaseURL(t), "--schema", s.Schema(), "--namespace", "clitest"},
-			withStore: func(_ *testing.T, fn func(engine.Store)) { fn(s) },
+			withStore: func(_ *testing.T, fn func(store.Store)) { fn(s) },
 		}
 	},
 }

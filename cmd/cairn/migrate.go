@@ -4,9 +4,10 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/cairnflow/cairn/engine/store"
+
 	"github.com/cairnflow/cairn/engine/pgstore"
 
-	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/engine/sqlitestore"
 	"github.com/cockroachdb/errors"
 	"github.com/spf13/cobra"
@@ -56,7 +57,7 @@ func newMigrateCmd(g *globals) *cobra.Command {
 		Short: "List migrations and whether each is applied",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var states []engine.MigrationState
+			var states []store.MigrationState
 			var err error
 			if g.embedded() {
 				states, err = embeddedMigrations(cmd, g)
@@ -91,7 +92,7 @@ type migrationRow struct {
 	AppliedAt *time.Time `json:"applied_at"`
 }
 
-func migrationRows(states []engine.MigrationState) []migrationRow {
+func migrationRows(states []store.MigrationState) []migrationRow {
 	out := make([]migrationRow, 0, len(states))
 	for _, m := range states {
 		out = append(out, migrationRow{Version: m.Version, Name: m.Name, Applied: m.AppliedAt != nil, AppliedAt: m.AppliedAt})
@@ -101,7 +102,7 @@ func migrationRows(states []engine.MigrationState) []migrationRow {
 
 // pgMigrationStatus lists PostgreSQL's migrations and which are applied to
 // the schema.
-func pgMigrationStatus(cmd *cobra.Command, g *globals) ([]engine.MigrationState, error) {
+func pgMigrationStatus(cmd *cobra.Command, g *globals) ([]store.MigrationState, error) {
 	pool, err := g.connect(cmd.Context(), 2)
 	if err != nil {
 		return nil, err
@@ -112,7 +113,7 @@ func pgMigrationStatus(cmd *cobra.Command, g *globals) ([]engine.MigrationState,
 
 // embeddedMigrations opens the embedded store (which migrates it) and lists
 // its migrations.
-func embeddedMigrations(cmd *cobra.Command, g *globals) ([]engine.MigrationState, error) {
+func embeddedMigrations(cmd *cobra.Command, g *globals) ([]store.MigrationState, error) {
 	store, err := sqlitestore.Open(cmd.Context(), g.dbPath)
 	if err != nil {
 		return nil, errors.Mark(errors.Wrapf(err, "--db %s", g.dbPath), configError)

@@ -5,7 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/engine/store"
+
 	"github.com/cairnflow/cairn/sdk"
 	"github.com/cockroachdb/errors"
 	"github.com/spf13/cobra"
@@ -69,7 +70,7 @@ no worker ran fire once, for the latest of them.
 func newScheduleListCmd(g *globals) *cobra.Command {
 	return listCmd(g, "list", "List schedules with their next and last tick",
 		"NAME\tCRON\tTZ\tTYPE\tSTATE\tNEXT\tLAST", (*sdk.Client).Schedules,
-		func(s engine.Schedule) string {
+		func(s store.Schedule) string {
 			state := "active"
 			if s.Paused {
 				state = "paused"

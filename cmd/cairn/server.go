@@ -13,6 +13,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cairnflow/cairn/engine/store"
+
 	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/server"
 	"github.com/cockroachdb/errors"
@@ -67,7 +69,7 @@ func runServer(cmd *cobra.Command, g *globals, f *serverFlags) error {
 
 // alongside is work a process runs beside the server over the same store
 // (cairn dev's demo worker); stop ends it before the server closes.
-type alongside func(ctx context.Context, store engine.Store, logger *slog.Logger) (stop func(), err error)
+type alongside func(ctx context.Context, store store.Store, logger *slog.Logger) (stop func(), err error)
 
 func runServerWith(cmd *cobra.Command, g *globals, f *serverFlags, also alongside) error {
 	ctx := cmd.Context()

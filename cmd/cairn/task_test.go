@@ -12,7 +12,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/engine/store"
+
 	"github.com/cairnflow/cairn/sdk"
 	"github.com/cairnflow/cairn/server"
 	"github.com/cockroachdb/errors"
@@ -25,7 +26,7 @@ import (
 func seedTasks(t *testing.T, tg cliTarget, n int) []uuid.UUID {
 	t.Helper()
 	var ids []uuid.UUID
-	tg.withStore(t, func(s engine.Store) {
+	tg.withStore(t, func(s store.Store) {
 		c, err := sdk.NewClient(sdk.ClientConfig{Store: s, Namespace: "clitest"})
 		require.NoError(t, err)
 		defer c.Close()
@@ -157,7 +158,7 @@ func TestCLITaskListCursorIsTheAPIs(t *testing.T) {
 				Tasks      []sdk.TaskInfo `json:"tasks"`
 				NextCursor string         `json:"next_cursor"`
 			}
-			get := func(s engine.Store, query string) apiPage {
+			get := func(s store.Store, query string) apiPage {
 				srv, err := server.New(server.Config{Store: s})
 				require.NoError(t, err)
 				defer func() { _ = srv.Stop(context.Background()) }()
@@ -169,7 +170,7 @@ func TestCLITaskListCursorIsTheAPIs(t *testing.T) {
 				return p
 			}
 			var apiCursor string
-			tg.withStore(t, func(s engine.Store) {
+			tg.withStore(t, func(s store.Store) {
 				first := get(s, "limit=4")
 				require.Equal(t, cliCursor, first.NextCursor, "the API's first page ends where the CLI's does")
 				second := get(s, "limit=4&cursor="+cliCursor)

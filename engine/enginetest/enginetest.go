@@ -20,6 +20,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairnflow/cairn/engine/store"
+
 	"github.com/cairnflow/cairn/engine/pgstore"
 	"go.uber.org/goleak"
 
@@ -131,7 +133,7 @@ func Store(tb testing.TB) *pgstore.Store {
 // RequireProjectionsMatch checks the invariant of DESIGN.md for every task
 // in the store's schema: Replay(events) equals the projection row. It
 // returns the number of tasks checked.
-func RequireProjectionsMatch(tb testing.TB, s engine.Store) int {
+func RequireProjectionsMatch(tb testing.TB, s store.Store) int {
 	tb.Helper()
 	ctx := context.Background()
 	ids, err := s.TaskIDListAll(ctx)

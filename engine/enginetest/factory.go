@@ -9,7 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/engine/store"
+
 	"github.com/cairnflow/cairn/history"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -20,7 +21,7 @@ import (
 // TaskOpts are the options of [StartTask] and [StartTasks]. Zero values take
 // the defaults named on each field.
 type TaskOpts struct {
-	Namespace      string // default engine.DefaultNamespace
+	Namespace      string // default store.DefaultNamespace
 	Queue          string // default "default"
 	Type           string // default "test"
 	Version        int    // default 1
@@ -34,13 +35,13 @@ type TaskOpts struct {
 }
 
 // Params returns the start parameters opts describe, defaults filled in.
-func (o *TaskOpts) Params() *engine.TaskStartParams {
+func (o *TaskOpts) Params() *store.TaskStartParams {
 	var opts TaskOpts
 	if o != nil {
 		opts = *o
 	}
 	if opts.Namespace == "" {
-		opts.Namespace = engine.DefaultNamespace
+		opts.Namespace = store.DefaultNamespace
 	}
 	if opts.Queue == "" {
 		opts.Queue = "default"
@@ -51,7 +52,7 @@ func (o *TaskOpts) Params() *engine.TaskStartParams {
 	if opts.Version == 0 {
 		opts.Version = 1
 	}
-	return &engine.TaskStartParams{Namespace: opts.Namespace, Scheduled: history.Scheduled{
+	return &store.TaskStartParams{Namespace: opts.Namespace, Scheduled: history.Scheduled{
 		TaskType: opts.Type, TypeVersion: opts.Version, Queue: opts.Queue, Priority: opts.Priority,
 		RunAt: opts.RunAt, MaxAttempts: opts.MaxAttempts, IdempotencyKey: opts.IdempotencyKey, Input: opts.Input,
 		FairnessKey: opts.FairnessKey, FairnessWeight: opts.FairnessWeight,
@@ -59,14 +60,14 @@ func (o *TaskOpts) Params() *engine.TaskStartParams {
 }
 
 // TypeKey returns the type key of the tasks opts describes.
-func (o *TaskOpts) TypeKey() engine.TypeKey {
+func (o *TaskOpts) TypeKey() store.TypeKey {
 	sc := o.Params().Scheduled
-	return engine.TypeKey{Type: sc.TaskType, Version: sc.TypeVersion}
+	return store.TypeKey{Type: sc.TaskType, Version: sc.TypeVersion}
 }
 
 // StartTask starts one task described by opts (nil for defaults) and
 // returns its id.
-func StartTask(tb testing.TB, s engine.Store, opts *TaskOpts) uuid.UUID {
+func StartTask(tb testing.TB, s store.Store, opts *TaskOpts) uuid.UUID {
 	tb.Helper()
 	res, err := s.TaskStart(context.Background(), opts.Params())
 	require.NoError(tb, err)
@@ -76,7 +77,7 @@ func StartTask(tb testing.TB, s engine.Store, opts *TaskOpts) uuid.UUID {
 // StartTasks starts n tasks described by opts (which must not carry an
 // idempotency key), a few at a time, and returns their ids in no particular
 // order.
-func StartTasks(tb testing.TB, s engine.Store, n int, opts *TaskOpts) []uuid.UUID {
+func StartTasks(tb testing.TB, s store.Store, n int, opts *TaskOpts) []uuid.UUID {
 	tb.Helper()
 	if opts != nil {
 		require.Empty(tb, opts.IdempotencyKey, "StartTasks: an idempotency key would make the tasks one")
@@ -113,7 +114,7 @@ func StartTasks(tb testing.TB, s engine.Store, n int, opts *TaskOpts) []uuid.UUI
 }
 
 // EventTypes returns the types of a task's events, in order.
-func EventTypes(tb testing.TB, s engine.Store, id uuid.UUID) []history.Type {
+func EventTypes(tb testing.TB, s store.Store, id uuid.UUID) []history.Type {
 	tb.Helper()
 	events, err := s.EventListByTask(context.Background(), id)
 	require.NoError(tb, err)

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairnflow/cairn/engine/store"
+
 	"github.com/cairnflow/cairn/engine/pgstore"
 
 	"github.com/cairnflow/cairn/engine"
@@ -24,7 +26,7 @@ func TestEventAppend(t *testing.T) {
 
 	type testBundle struct {
 		store *pgstore.Store
-		ct    *engine.ClaimedTask
+		ct    *store.ClaimedTask
 	}
 	setup := func(t *testing.T) *testBundle {
 		t.Helper()
@@ -48,7 +50,7 @@ func TestEventAppend(t *testing.T) {
 		t.Parallel()
 		bundle := setup(t)
 		at := time.Date(2030, 1, 2, 3, 4, 5, 6000, time.UTC)
-		st, err := bundle.store.EventAppend(context.Background(), &engine.EventAppendParams{
+		st, err := bundle.store.EventAppend(context.Background(), &store.EventAppendParams{
 			TaskID: bundle.ct.Task.ID, State: bundle.ct.State, Epoch: bundle.ct.State.Lease.Epoch,
 			Attempt: 1, At: at, Payloads: []history.Payload{step(0), step(1)},
 		})
@@ -81,12 +83,12 @@ func TestEventAppend(t *testing.T) {
 	t.Run("StaleEpochIsFenced", func(t *testing.T) {
 		t.Parallel()
 		bundle := setup(t)
-		_, err := bundle.store.EventAppend(context.Background(), &engine.EventAppendParams{
+		_, err := bundle.store.EventAppend(context.Background(), &store.EventAppendParams{
 			TaskID: bundle.ct.Task.ID, State: bundle.ct.State, Epoch: bundle.ct.State.Lease.Epoch + 1,
 			Attempt: 1, Payloads: []history.Payload{step(0)},
 		})
-		require.True(t, errors.Is(err, engine.ErrFenced), "got %v", err)
-		require.False(t, errors.Is(err, engine.ErrConflict))
+		require.True(t, errors.Is(err, store.ErrFenced), "got %v", err)
+		require.False(t, errors.Is(err, store.ErrConflict))
 		requireUnchanged(t, bundle, 2)
 	})
 
@@ -100,7 +102,7 @@ func TestEventAppend(t *testing.T) {
 		current := enginetest.ClaimOne(t, s, "w2", time.Minute)
 		// The old attempt's worker, unaware, tries to finish the task.
 		_, err = enginetest.AppendFenced(ctx, s, old, history.TaskCompletedData{Output: json.RawMessage(`"stale"`)})
-		require.True(t, errors.Is(err, engine.ErrFenced), "got %v", err)
+		require.True(t, errors.Is(err, store.ErrFenced), "got %v", err)
 		enginetest.Complete(t, s, current)
 		task := enginetest.GetTask(t, s, old.Task.ID)
 		require.Equal(t, history.StatusCompleted, task.Status)
@@ -116,13 +118,13 @@ func TestEventAppend(t *testing.T) {
 		require.NoError(t, err)
 		// Same epoch, but the log moved on.
 		_, err = enginetest.AppendFenced(ctx, bundle.store, bundle.ct, step(0))
-		require.True(t, errors.Is(err, engine.ErrConflict), "got %v", err)
-		require.False(t, errors.Is(err, engine.ErrFenced))
+		require.True(t, errors.Is(err, store.ErrConflict), "got %v", err)
+		require.False(t, errors.Is(err, store.ErrFenced))
 		// Unfenced (API) appends are checked by seq alone.
-		_, err = bundle.store.EventAppend(ctx, &engine.EventAppendParams{
+		_, err = bundle.store.EventAppend(ctx, &store.EventAppendParams{
 			TaskID: bundle.ct.Task.ID, State: bundle.ct.State, Attempt: 1, Payloads: []history.Payload{step(0)},
 		})
-		require.True(t, errors.Is(err, engine.ErrConflict), "got %v", err)
+		require.True(t, errors.Is(err, store.ErrConflict), "got %v", err)
 		requireUnchanged(t, bundle, 3)
 	})
 
@@ -130,10 +132,10 @@ func TestEventAppend(t *testing.T) {
 		t.Parallel()
 		bundle := setup(t)
 		for _, epoch := range []int64{0, bundle.ct.State.Lease.Epoch} {
-			_, err := bundle.store.EventAppend(context.Background(), &engine.EventAppendParams{
+			_, err := bundle.store.EventAppend(context.Background(), &store.EventAppendParams{
 				TaskID: uuid.New(), State: bundle.ct.State, Epoch: epoch, Attempt: 1, Payloads: []history.Payload{step(0)},
 			})
-			require.True(t, errors.Is(err, engine.ErrNotFound), "epoch %d: got %v", epoch, err)
+			require.True(t, errors.Is(err, store.ErrNotFound), "epoch %d: got %v", epoch, err)
 		}
 		requireUnchanged(t, bundle, 2)
 	})
@@ -153,7 +155,7 @@ func TestEventAppend(t *testing.T) {
 			_, err := enginetest.AppendFenced(ctx, bundle.store, bundle.ct, payloads...)
 			require.True(t, errors.Is(err, history.ErrInvalidHistory), "%s: got %v", name, err)
 		}
-		_, err := bundle.store.EventAppend(ctx, &engine.EventAppendParams{
+		_, err := bundle.store.EventAppend(ctx, &store.EventAppendParams{
 			TaskID: bundle.ct.Task.ID, State: bundle.ct.State, Epoch: bundle.ct.State.Lease.Epoch,
 			Attempt: 2, Payloads: []history.Payload{step(0)},
 		})
@@ -222,7 +224,7 @@ func TestEventAppend(t *testing.T) {
 				won++
 				continue
 			}
-			require.True(t, errors.Is(err, engine.ErrConflict), "got %v", err)
+			require.True(t, errors.Is(err, store.ErrConflict), "got %v", err)
 		}
 		require.Equal(t, 1, won)
 		requireUnchanged(t, bundle, 3)
@@ -232,11 +234,11 @@ func TestEventAppend(t *testing.T) {
 		t.Parallel()
 		bundle := setup(t)
 		st := bundle.ct.State
-		_, err := bundle.store.EventAppend(context.Background(), &engine.EventAppendParams{
+		_, err := bundle.store.EventAppend(context.Background(), &store.EventAppendParams{
 			TaskID: bundle.ct.Task.ID, State: st, Epoch: st.Lease.Epoch, ExpiredOnly: true, Attempt: 1,
 			Payloads: []history.Payload{history.LeaseExpiredData{WorkerID: "w", LeaseEpoch: st.Lease.Epoch, NextRunAt: engine.Now()}},
 		})
-		require.True(t, errors.Is(err, engine.ErrConflict), "got %v", err)
+		require.True(t, errors.Is(err, store.ErrConflict), "got %v", err)
 		requireUnchanged(t, bundle, 2)
 	})
 }

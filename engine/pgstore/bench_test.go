@@ -5,7 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/engine/store"
+
 	"github.com/cairnflow/cairn/engine/enginetest"
 	"github.com/cairnflow/cairn/history"
 )
@@ -57,7 +58,7 @@ func BenchmarkEventAppend(b *testing.B) {
 	ctx := context.Background()
 	s := enginetest.Store(b)
 	var (
-		ct *engine.ClaimedTask
+		ct *store.ClaimedTask
 		st history.State
 	)
 	next := func() {
@@ -73,7 +74,7 @@ func BenchmarkEventAppend(b *testing.B) {
 			b.StartTimer()
 		}
 		var err error
-		st, err = s.EventAppend(ctx, &engine.EventAppendParams{
+		st, err = s.EventAppend(ctx, &store.EventAppendParams{
 			TaskID: ct.Task.ID, State: st, Epoch: st.Lease.Epoch, Attempt: st.Attempt,
 			Payloads: []history.Payload{history.StepCompletedData{Position: len(st.Steps), Name: "step"}},
 		})

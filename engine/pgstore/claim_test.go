@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairnflow/cairn/engine/store"
+
 	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/engine/enginetest"
 	"github.com/cairnflow/cairn/history"
@@ -52,22 +54,22 @@ func TestTaskClaimMany(t *testing.T) {
 		// "doc@1" must not match a type named "doc@" at version 1 or similar.
 		enginetest.StartTask(t, s, &enginetest.TaskOpts{Queue: "q1", Type: "do", Version: 11})
 
-		p := &engine.TaskClaimManyParams{Namespace: engine.DefaultNamespace, Queues: []string{"q1"},
-			Types: []engine.TypeKey{{Type: "doc", Version: 1}}, Owner: "w", Max: 10, LeaseTTL: time.Minute}
+		p := &store.TaskClaimManyParams{Namespace: store.DefaultNamespace, Queues: []string{"q1"},
+			Types: []store.TypeKey{{Type: "doc", Version: 1}}, Owner: "w", Max: 10, LeaseTTL: time.Minute}
 		claimed := enginetest.Claim(t, s, p)
 		require.Len(t, claimed, 1)
 		require.Equal(t, want, claimed[0].Task.ID)
 		require.Empty(t, enginetest.Claim(t, s, p))
 
 		require.Equal(t, history.StatusPending, enginetest.GetTask(t, s, v2).Status, "a v2 task is left to v2 workers")
-		p.Types = []engine.TypeKey{{Type: "doc", Version: 2}}
+		p.Types = []store.TypeKey{{Type: "doc", Version: 2}}
 		claimed = enginetest.Claim(t, s, p)
 		require.Len(t, claimed, 1)
 		require.Equal(t, v2, claimed[0].Task.ID)
 
 		p.Types, p.Queues = nil, []string{"q1", "q2"}
 		require.Empty(t, enginetest.Claim(t, s, p), "no types, no claims")
-		p.Types, p.Queues = []engine.TypeKey{{Type: "doc", Version: 1}}, nil
+		p.Types, p.Queues = []store.TypeKey{{Type: "doc", Version: 1}}, nil
 		require.Empty(t, enginetest.Claim(t, s, p), "no queues, no claims")
 		require.Equal(t, 6, enginetest.RequireProjectionsMatch(t, s))
 	})
@@ -76,7 +78,7 @@ func TestTaskClaimMany(t *testing.T) {
 		t.Parallel()
 		s := enginetest.Store(t)
 		startBatch := func(n int, opts *enginetest.TaskOpts) {
-			ps := make([]*engine.TaskStartParams, n)
+			ps := make([]*store.TaskStartParams, n)
 			for i := range ps {
 				ps[i] = opts.Params()
 			}
@@ -115,7 +117,7 @@ func TestTaskClaimMany(t *testing.T) {
 		t.Parallel()
 		s := enginetest.Store(t)
 		for _, o := range []*enginetest.TaskOpts{{FairnessKey: "gold", FairnessWeight: 3}, {FairnessKey: "free"}} {
-			ps := make([]*engine.TaskStartParams, 30)
+			ps := make([]*store.TaskStartParams, 30)
 			for i := range ps {
 				ps[i] = o.Params()
 			}
@@ -176,7 +178,7 @@ func TestTaskClaimMany(t *testing.T) {
 		require.NotEqual(t, lost.Task.LeaseEpoch, again.Task.LeaseEpoch, "the lost claim's epoch is not handed out again")
 		_, err = enginetest.AppendFenced(ctx, s, lost, history.TaskCompletedData{})
 		require.Error(t, err, "the first worker's write is refused")
-		held, err := s.LeaseExtendMany(ctx, []engine.LeaseRef{{TaskID: id, Epoch: lost.Task.LeaseEpoch}}, time.Minute)
+		held, err := s.LeaseExtendMany(ctx, []store.LeaseRef{{TaskID: id, Epoch: lost.Task.LeaseEpoch}}, time.Minute)
 		require.NoError(t, err)
 		require.Empty(t, held, "and its heartbeat learns the lease is gone")
 		enginetest.Complete(t, s, again)
@@ -381,14 +383,14 @@ func TestLeaseExtendMany(t *testing.T) {
 	c := enginetest.ClaimOne(t, s, "w", time.Minute)
 	enginetest.Complete(t, s, c)
 
-	held, err := s.LeaseExtendMany(ctx, []engine.LeaseRef{
+	held, err := s.LeaseExtendMany(ctx, []store.LeaseRef{
 		{TaskID: a.Task.ID, Epoch: a.State.Lease.Epoch},
 		{TaskID: b.Task.ID, Epoch: b.State.Lease.Epoch + 1}, // not the task's epoch
 		{TaskID: c.Task.ID, Epoch: c.State.Lease.Epoch},     // finished
 		{TaskID: uuid.New(), Epoch: 1},                      // no such task
 	}, time.Hour)
 	require.NoError(t, err)
-	require.Equal(t, map[uuid.UUID]engine.LeaseRenewal{a.Task.ID: {}}, held)
+	require.Equal(t, map[uuid.UUID]store.LeaseRenewal{a.Task.ID: {}}, held)
 
 	aNow, bNow, cNow := enginetest.GetTask(t, s, a.Task.ID), enginetest.GetTask(t, s, b.Task.ID), enginetest.GetTask(t, s, c.Task.ID)
 	require.True(t, aNow.LeaseExpiresAt.After(a.Task.LeaseExpiresAt.Add(30*time.Minute)),
@@ -404,9 +406,9 @@ func TestLeaseExtendMany(t *testing.T) {
 	// The reply carries a cancel request.
 	_, err = engine.CancelTask(ctx, s, &engine.TaskRequestParams{Namespace: "default", ID: a.Task.ID, By: "api"})
 	require.NoError(t, err)
-	held, err = s.LeaseExtendMany(ctx, []engine.LeaseRef{{TaskID: a.Task.ID, Epoch: a.State.Lease.Epoch}}, time.Hour)
+	held, err = s.LeaseExtendMany(ctx, []store.LeaseRef{{TaskID: a.Task.ID, Epoch: a.State.Lease.Epoch}}, time.Hour)
 	require.NoError(t, err)
-	require.Equal(t, map[uuid.UUID]engine.LeaseRenewal{a.Task.ID: {CancelRequested: true}}, held)
+	require.Equal(t, map[uuid.UUID]store.LeaseRenewal{a.Task.ID: {CancelRequested: true}}, held)
 
 	require.Equal(t, 3, enginetest.RequireProjectionsMatch(t, s))
 }

@@ -5,9 +5,10 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/cairnflow/cairn/engine/store"
+
 	"github.com/cairnflow/cairn/engine/pgstore"
 
-	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/engine/enginetest"
 	"github.com/cairnflow/cairn/migrations"
 	"github.com/jackc/pgx/v5"
@@ -94,7 +95,7 @@ func TestMigrate(t *testing.T) {
 		var (
 			wg      sync.WaitGroup
 			start   = make(chan struct{})
-			applied = make([][]engine.MigrationState, n)
+			applied = make([][]store.MigrationState, n)
 			errs    = make([]error, n)
 		)
 		for i := range n {

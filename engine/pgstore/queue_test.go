@@ -6,9 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairnflow/cairn/engine/store"
+
 	"github.com/cairnflow/cairn/engine/pgstore"
 
-	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/engine/enginetest"
 	"github.com/cockroachdb/errors"
 	"github.com/stretchr/testify/require"
@@ -25,31 +26,31 @@ func TestBoundedQueue(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := enginetest.Store(t)
-	require.NoError(t, s.QueueSet(ctx, engine.QueueConfig{Namespace: "default", Name: "llm", MaxWaiting: 3}))
+	require.NoError(t, s.QueueSet(ctx, store.QueueConfig{Namespace: "default", Name: "llm", MaxWaiting: 3}))
 	llm := &enginetest.TaskOpts{Queue: "llm"}
 	enginetest.StartTasks(t, s, 2, llm)
 
 	// Two more would pass the bound: the batch is refused whole.
-	_, err := s.TaskStartMany(ctx, []*engine.TaskStartParams{llm.Params(), llm.Params()})
-	require.True(t, errors.Is(err, engine.ErrQueueFull), "%v", err)
-	var full *engine.QueueFullError
+	_, err := s.TaskStartMany(ctx, []*store.TaskStartParams{llm.Params(), llm.Params()})
+	require.True(t, errors.Is(err, store.ErrQueueFull), "%v", err)
+	var full *store.QueueFullError
 	require.True(t, errors.As(err, &full))
-	require.Equal(t, engine.QueueFullError{Namespace: "default", Queue: "llm", Waiting: 2, MaxWaiting: 3, Adding: 2,
+	require.Equal(t, store.QueueFullError{Namespace: "default", Queue: "llm", Waiting: 2, MaxWaiting: 3, Adding: 2,
 		RetryAfter: 30 * time.Second}, *full, "no task of the queue runs: room is not near")
 	require.Contains(t, err.Error(), "queue default/llm is full: 2 waiting")
 	require.Equal(t, 2, taskCount(t, s), "nothing of a refused start is written")
 
 	enginetest.StartTask(t, s, llm)
 	_, err = s.TaskStart(ctx, llm.Params())
-	require.True(t, errors.Is(err, engine.ErrQueueFull), "%v", err)
+	require.True(t, errors.Is(err, store.ErrQueueFull), "%v", err)
 	// Other queues, and other namespaces' queue of the same name, are not bounded.
 	enginetest.StartTask(t, s, nil)
 	enginetest.StartTask(t, s, &enginetest.TaskOpts{Queue: "llm", Namespace: "tenant-b"})
 	require.Equal(t, 5, taskCount(t, s))
 
 	// A claimed task no longer waits: there is room again.
-	claimed, err := s.TaskClaimMany(ctx, &engine.TaskClaimManyParams{Namespace: "default", Queues: []string{"llm"},
-		Types: []engine.TypeKey{llm.TypeKey()}, Owner: "w", Max: 1, LeaseTTL: time.Minute})
+	claimed, err := s.TaskClaimMany(ctx, &store.TaskClaimManyParams{Namespace: "default", Queues: []string{"llm"},
+		Types: []store.TypeKey{llm.TypeKey()}, Owner: "w", Max: 1, LeaseTTL: time.Minute})
 	require.NoError(t, err)
 	require.Len(t, claimed, 1)
 	enginetest.StartTask(t, s, llm)
@@ -61,7 +62,7 @@ func TestBoundedQueue(t *testing.T) {
 
 	queues, err := s.QueueList(ctx, "default")
 	require.NoError(t, err)
-	require.Equal(t, []engine.QueueInfo{{QueueConfig: engine.QueueConfig{Namespace: "default", Name: "llm", MaxWaiting: 3},
+	require.Equal(t, []store.QueueInfo{{QueueConfig: store.QueueConfig{Namespace: "default", Name: "llm", MaxWaiting: 3},
 		Waiting: 3, Running: 1}}, queues)
 	enginetest.RequireProjectionsMatch(t, s)
 }
@@ -71,7 +72,7 @@ func TestBoundedQueueUnderConcurrentStarts(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := enginetest.Store(t)
-	require.NoError(t, s.QueueSet(ctx, engine.QueueConfig{Namespace: "default", Name: "q", MaxWaiting: 5}))
+	require.NoError(t, s.QueueSet(ctx, store.QueueConfig{Namespace: "default", Name: "q", MaxWaiting: 5}))
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	accepted, refused := 0, 0
@@ -82,7 +83,7 @@ func TestBoundedQueueUnderConcurrentStarts(t *testing.T) {
 			_, err := s.TaskStart(ctx, (&enginetest.TaskOpts{Queue: "q"}).Params())
 			mu.Lock()
 			defer mu.Unlock()
-			if errors.Is(err, engine.ErrQueueFull) {
+			if errors.Is(err, store.ErrQueueFull) {
 				refused++
 				return
 			}
@@ -100,17 +101,17 @@ func TestStartTxIntoBoundedQueue(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := enginetest.Store(t)
-	require.NoError(t, s.QueueSet(ctx, engine.QueueConfig{Namespace: "default", Name: "q", MaxWaiting: 1}))
+	require.NoError(t, s.QueueSet(ctx, store.QueueConfig{Namespace: "default", Name: "q", MaxWaiting: 1}))
 	tx, err := s.Pool().Begin(ctx)
 	require.NoError(t, err)
 	_, err = s.TaskStartTx(ctx, tx, (&enginetest.TaskOpts{Queue: "q"}).Params())
 	require.NoError(t, err)
 	_, err = s.TaskStartTx(ctx, tx, (&enginetest.TaskOpts{Queue: "q"}).Params())
-	require.True(t, errors.Is(err, engine.ErrQueueFull), "%v", err)
+	require.True(t, errors.Is(err, store.ErrQueueFull), "%v", err)
 	require.NoError(t, tx.Rollback(ctx))
 	require.Zero(t, taskCount(t, s))
 
-	require.Error(t, s.QueueSet(ctx, engine.QueueConfig{Namespace: "default", Name: "q", MaxWaiting: -1}))
+	require.Error(t, s.QueueSet(ctx, store.QueueConfig{Namespace: "default", Name: "q", MaxWaiting: -1}))
 }
 
 // A claim that started before another but locked the rate-limit row after

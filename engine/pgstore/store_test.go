@@ -6,7 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/engine/store"
+
 	"github.com/cairnflow/cairn/engine/enginetest"
 	"github.com/cairnflow/cairn/history"
 	"github.com/cockroachdb/errors"
@@ -17,12 +18,12 @@ func TestStartClaimComplete(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := enginetest.Store(t)
-	res, err := s.TaskStart(ctx, &engine.TaskStartParams{Namespace: "default", Scheduled: history.Scheduled{
+	res, err := s.TaskStart(ctx, &store.TaskStartParams{Namespace: "default", Scheduled: history.Scheduled{
 		TaskType: "doc", TypeVersion: 1, Queue: "default", Input: json.RawMessage(`{"a": 1}`), MaxAttempts: 3,
 	}})
 	require.NoError(t, err)
-	claimed, err := s.TaskClaimMany(ctx, &engine.TaskClaimManyParams{
-		Namespace: "default", Queues: []string{"default"}, Types: []engine.TypeKey{{Type: "doc", Version: 1}},
+	claimed, err := s.TaskClaimMany(ctx, &store.TaskClaimManyParams{
+		Namespace: "default", Queues: []string{"default"}, Types: []store.TypeKey{{Type: "doc", Version: 1}},
 		Owner: "w1", Max: 10, LeaseTTL: time.Minute,
 	})
 	require.NoError(t, err)
@@ -32,13 +33,13 @@ func TestStartClaimComplete(t *testing.T) {
 	require.Equal(t, history.StatusRunning, ct.State.Status)
 	enginetest.RequireProjectionsMatch(t, s)
 
-	st, err := s.EventAppend(ctx, &engine.EventAppendParams{TaskID: ct.Task.ID, State: ct.State, Epoch: ct.State.Lease.Epoch,
+	st, err := s.EventAppend(ctx, &store.EventAppendParams{TaskID: ct.Task.ID, State: ct.State, Epoch: ct.State.Lease.Epoch,
 		Attempt: 1, Payloads: []history.Payload{history.StepCompletedData{Position: 0, Name: "ocr", Output: json.RawMessage(`"x"`)}}})
 	require.NoError(t, err)
-	_, err = s.EventAppend(ctx, &engine.EventAppendParams{TaskID: ct.Task.ID, State: st, Epoch: st.Lease.Epoch + 1,
+	_, err = s.EventAppend(ctx, &store.EventAppendParams{TaskID: ct.Task.ID, State: st, Epoch: st.Lease.Epoch + 1,
 		Attempt: 1, Payloads: []history.Payload{history.TaskCompletedData{}}})
-	require.True(t, errors.Is(err, engine.ErrFenced), "got %v", err)
-	_, err = s.EventAppend(ctx, &engine.EventAppendParams{TaskID: ct.Task.ID, State: st, Epoch: st.Lease.Epoch,
+	require.True(t, errors.Is(err, store.ErrFenced), "got %v", err)
+	_, err = s.EventAppend(ctx, &store.EventAppendParams{TaskID: ct.Task.ID, State: st, Epoch: st.Lease.Epoch,
 		Attempt: 1, Payloads: []history.Payload{history.TaskCompletedData{Output: json.RawMessage(`{"ok":true}`)}}})
 	require.NoError(t, err)
 	task, err := s.TaskGetByID(ctx, "default", ct.Task.ID)
@@ -54,14 +55,14 @@ func TestClaimOfFreshTaskEqualsReplayOfItsEvents(t *testing.T) {
 	ctx := context.Background()
 	s := enginetest.Store(t)
 	deadline := time.Now().Add(time.Hour)
-	_, err := s.TaskStart(ctx, &engine.TaskStartParams{Namespace: "default", Scheduled: history.Scheduled{
+	_, err := s.TaskStart(ctx, &store.TaskStartParams{Namespace: "default", Scheduled: history.Scheduled{
 		TaskType: "doc", TypeVersion: 1, Queue: "default", Input: json.RawMessage(`{"b": [1, 2], "a": "x"}`),
 		MaxAttempts: 3, Priority: 4, IdempotencyKey: "k-1", TraceID: "trace-9",
 		Labels: map[string]string{"tenant": "acme", "tier": "gold"}, Deadline: &deadline,
 	}})
 	require.NoError(t, err)
-	claimed, err := s.TaskClaimMany(ctx, &engine.TaskClaimManyParams{
-		Namespace: "default", Queues: []string{"default"}, Types: []engine.TypeKey{{Type: "doc", Version: 1}},
+	claimed, err := s.TaskClaimMany(ctx, &store.TaskClaimManyParams{
+		Namespace: "default", Queues: []string{"default"}, Types: []store.TypeKey{{Type: "doc", Version: 1}},
 		Owner: "w1", Max: 10, LeaseTTL: time.Minute,
 	})
 	require.NoError(t, err)

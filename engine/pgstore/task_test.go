@@ -7,9 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairnflow/cairn/engine/store"
+
 	"github.com/cairnflow/cairn/engine/pgstore"
 
-	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/engine/enginetest"
 	"github.com/cairnflow/cairn/history"
 	"github.com/cockroachdb/errors"
@@ -26,7 +27,7 @@ func TestTaskStart(t *testing.T) {
 		ctx := context.Background()
 		s := enginetest.Store(t)
 		runAt := time.Now().Add(time.Hour)
-		res, err := s.TaskStart(ctx, &engine.TaskStartParams{Namespace: "ns1", Scheduled: history.Scheduled{
+		res, err := s.TaskStart(ctx, &store.TaskStartParams{Namespace: "ns1", Scheduled: history.Scheduled{
 			Namespace: "ignored", TaskType: "doc", TypeVersion: 2, Queue: "q", Priority: 7,
 			Input: json.RawMessage(`{"b": [1, 2], "a": "x"}`), RunAt: runAt, IdempotencyKey: "k",
 			TraceID: "trace-1", Labels: map[string]string{"team": "x"}, MaxAttempts: 4,
@@ -60,15 +61,15 @@ func TestTaskStart(t *testing.T) {
 		require.Equal(t, "ns1", sc.Namespace)
 		require.Equal(t, map[string]string{"team": "x"}, sc.Labels)
 
-		_, err = s.TaskGetByID(ctx, engine.DefaultNamespace, res.ID)
-		require.True(t, errors.Is(err, engine.ErrNotFound), "a task is found only in its namespace; got %v", err)
+		_, err = s.TaskGetByID(ctx, store.DefaultNamespace, res.ID)
+		require.True(t, errors.Is(err, store.ErrNotFound), "a task is found only in its namespace; got %v", err)
 		enginetest.RequireProjectionsMatch(t, s)
 	})
 
 	t.Run("RefusesEmptyNamespace", func(t *testing.T) {
 		t.Parallel()
 		s := enginetest.Store(t)
-		_, err := s.TaskStart(context.Background(), &engine.TaskStartParams{Scheduled: history.Scheduled{TaskType: "x", Queue: "default"}})
+		_, err := s.TaskStart(context.Background(), &store.TaskStartParams{Scheduled: history.Scheduled{TaskType: "x", Queue: "default"}})
 		require.Error(t, err)
 		require.Zero(t, enginetest.CountRows(t, s, "tasks"))
 		require.Zero(t, enginetest.CountRows(t, s, "events"))
@@ -79,7 +80,7 @@ func TestTaskStart(t *testing.T) {
 		s := enginetest.Store(t)
 		// A row without a task type would never replay; TaskStart must not
 		// write what history refuses.
-		_, err := s.TaskStart(context.Background(), &engine.TaskStartParams{Namespace: "default", Scheduled: history.Scheduled{Queue: "default"}})
+		_, err := s.TaskStart(context.Background(), &store.TaskStartParams{Namespace: "default", Scheduled: history.Scheduled{Queue: "default"}})
 		require.Error(t, err)
 		require.Zero(t, enginetest.CountRows(t, s, "tasks"))
 		enginetest.RequireProjectionsMatch(t, s)
@@ -144,7 +145,7 @@ func TestTaskStartIdempotency(t *testing.T) {
 		var (
 			wg      sync.WaitGroup
 			start   = make(chan struct{})
-			results = make([]engine.TaskStartResult, n)
+			results = make([]store.TaskStartResult, n)
 			errs    = make([]error, n)
 		)
 		for i := range n {
@@ -188,8 +189,8 @@ func TestTaskStartTxOutbox(t *testing.T) {
 		require.Zero(t, enginetest.CountRows(t, s, "tasks"), "an uncommitted task is invisible")
 		require.NoError(t, tx.Rollback(ctx))
 
-		_, err = s.TaskGetByID(ctx, engine.DefaultNamespace, res.ID)
-		require.True(t, errors.Is(err, engine.ErrNotFound), "got %v", err)
+		_, err = s.TaskGetByID(ctx, store.DefaultNamespace, res.ID)
+		require.True(t, errors.Is(err, store.ErrNotFound), "got %v", err)
 		require.Empty(t, enginetest.Events(t, s, res.ID))
 		require.Zero(t, enginetest.CountRows(t, s, "tasks"))
 		require.Zero(t, enginetest.CountRows(t, s, "events"))
@@ -242,7 +243,7 @@ func TestTaskStartTxOutbox(t *testing.T) {
 	})
 }
 
-func defaultParams() *engine.TaskStartParams { return (*enginetest.TaskOpts)(nil).Params() }
+func defaultParams() *store.TaskStartParams { return (*enginetest.TaskOpts)(nil).Params() }
 
 // listener is a raw LISTEN connection on the store's channel, which sees
 // notification payloads (the queue of the task that became ready).
@@ -323,29 +324,29 @@ func TestTaskList(t *testing.T) {
 	c := enginetest.StartTask(t, s, &enginetest.TaskOpts{Type: "a"})
 	enginetest.StartTask(t, s, &enginetest.TaskOpts{Type: "a", Namespace: "other"})
 
-	ids := func(tasks []*engine.Task) []uuid.UUID {
+	ids := func(tasks []*store.Task) []uuid.UUID {
 		out := make([]uuid.UUID, len(tasks))
 		for i, task := range tasks {
 			out[i] = task.ID
 		}
 		return out
 	}
-	all, err := s.TaskList(ctx, &engine.TaskListParams{Namespace: engine.DefaultNamespace})
+	all, err := s.TaskList(ctx, &store.TaskListParams{Namespace: store.DefaultNamespace})
 	require.NoError(t, err)
 	require.Equal(t, []uuid.UUID{c, b, a}, ids(all), "newest first, this namespace only")
 
-	typeA, err := s.TaskList(ctx, &engine.TaskListParams{Namespace: engine.DefaultNamespace, Type: "a"})
+	typeA, err := s.TaskList(ctx, &store.TaskListParams{Namespace: store.DefaultNamespace, Type: "a"})
 	require.NoError(t, err)
 	require.Equal(t, []uuid.UUID{c, a}, ids(typeA))
 
-	limited, err := s.TaskList(ctx, &engine.TaskListParams{Namespace: engine.DefaultNamespace, Limit: 1})
+	limited, err := s.TaskList(ctx, &store.TaskListParams{Namespace: store.DefaultNamespace, Limit: 1})
 	require.NoError(t, err)
 	require.Equal(t, []uuid.UUID{c}, ids(limited))
 
-	ct := enginetest.Claim(t, s, &engine.TaskClaimManyParams{Namespace: engine.DefaultNamespace, Queues: []string{"default"},
-		Types: []engine.TypeKey{{Type: "b", Version: 1}}, Owner: "w", Max: 1, LeaseTTL: time.Minute})
+	ct := enginetest.Claim(t, s, &store.TaskClaimManyParams{Namespace: store.DefaultNamespace, Queues: []string{"default"},
+		Types: []store.TypeKey{{Type: "b", Version: 1}}, Owner: "w", Max: 1, LeaseTTL: time.Minute})
 	require.Len(t, ct, 1)
-	running, err := s.TaskList(ctx, &engine.TaskListParams{Namespace: engine.DefaultNamespace, Status: history.StatusRunning})
+	running, err := s.TaskList(ctx, &store.TaskListParams{Namespace: store.DefaultNamespace, Status: history.StatusRunning})
 	require.NoError(t, err)
 	require.Equal(t, []uuid.UUID{b}, ids(running))
 

@@ -6,7 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/engine/store"
+
 	"github.com/cairnflow/cairn/history"
 	"github.com/cockroachdb/errors"
 	"github.com/stretchr/testify/require"
@@ -24,15 +25,15 @@ var queueTests = []conformanceTest{
 // testRateLimitAndConcurrency: a queue of two slots holds tasks of a type
 // with one start left and of an unlimited type; the claim fills both
 // slots, one of each, rather than losing a slot to the limited type.
-func testRateLimitAndConcurrency(t *testing.T, s engine.Store) {
+func testRateLimitAndConcurrency(t *testing.T, s store.Store) {
 	ctx := testContext(t)
-	require.NoError(t, s.QueueSet(ctx, engine.QueueConfig{Namespace: engine.DefaultNamespace, Name: defaultQueue, Concurrency: 2}))
-	require.NoError(t, s.RateLimitSet(ctx, engine.DefaultNamespace, "limited", 1, time.Hour))
+	require.NoError(t, s.QueueSet(ctx, store.QueueConfig{Namespace: store.DefaultNamespace, Name: defaultQueue, Concurrency: 2}))
+	require.NoError(t, s.RateLimitSet(ctx, store.DefaultNamespace, "limited", 1, time.Hour))
 	start(t, s, spec{Type: "limited"})
 	start(t, s, spec{Type: "limited"})
 	free := start(t, s, spec{Type: "free"})
 	p := claimParams("w", 5, time.Minute)
-	p.Types = []engine.TypeKey{{Type: "limited", Version: 1}, {Type: "free", Version: 1}}
+	p.Types = []store.TypeKey{{Type: "limited", Version: 1}, {Type: "free", Version: 1}}
 	got := claim(t, s, p)
 	require.Len(t, got, 2, "both slots used")
 	types := map[string]int{}
@@ -60,18 +61,18 @@ var taskTypeTests = []conformanceTest{
 	{"TaskTypeRegisterThenList", testTaskTypes},
 }
 
-func testBoundedQueue(t *testing.T, s engine.Store) {
+func testBoundedQueue(t *testing.T, s store.Store) {
 	ctx := testContext(t)
-	require.NoError(t, s.QueueSet(ctx, engine.QueueConfig{Namespace: engine.DefaultNamespace, Name: "llm", MaxWaiting: 2}))
+	require.NoError(t, s.QueueSet(ctx, store.QueueConfig{Namespace: store.DefaultNamespace, Name: "llm", MaxWaiting: 2}))
 	llm := spec{Queue: "llm"}
 	start(t, s, llm)
 	start(t, s, llm)
 
 	_, err := s.TaskStart(ctx, llm.params())
-	requireIs(t, err, engine.ErrQueueFull)
-	var full *engine.QueueFullError
+	requireIs(t, err, store.ErrQueueFull)
+	var full *store.QueueFullError
 	require.True(t, errors.As(err, &full), "the error is a *QueueFullError: %v", err)
-	require.Equal(t, engine.DefaultNamespace, full.Namespace)
+	require.Equal(t, store.DefaultNamespace, full.Namespace)
 	require.Equal(t, "llm", full.Queue)
 	require.Equal(t, 2, full.Waiting)
 	require.Equal(t, 2, full.MaxWaiting)
@@ -80,8 +81,8 @@ func testBoundedQueue(t *testing.T, s engine.Store) {
 
 	// A batch that would pass the bound is refused whole, even the start
 	// into another queue.
-	_, err = s.TaskStartMany(ctx, []*engine.TaskStartParams{spec{}.params(), llm.params()})
-	requireIs(t, err, engine.ErrQueueFull)
+	_, err = s.TaskStartMany(ctx, []*store.TaskStartParams{spec{}.params(), llm.params()})
+	requireIs(t, err, store.ErrQueueFull)
 	require.Equal(t, 2, taskCount(t, s))
 
 	// Other queues, and another namespace's queue of the same name, are
@@ -90,36 +91,36 @@ func testBoundedQueue(t *testing.T, s engine.Store) {
 	start(t, s, spec{Queue: "llm", Namespace: "tenant-b"})
 	require.Equal(t, 4, taskCount(t, s))
 
-	queues, err := s.QueueList(ctx, engine.DefaultNamespace)
+	queues, err := s.QueueList(ctx, store.DefaultNamespace)
 	require.NoError(t, err)
-	require.Equal(t, []engine.QueueInfo{{QueueConfig: engine.QueueConfig{Namespace: engine.DefaultNamespace, Name: "llm", MaxWaiting: 2},
+	require.Equal(t, []store.QueueInfo{{QueueConfig: store.QueueConfig{Namespace: store.DefaultNamespace, Name: "llm", MaxWaiting: 2},
 		Waiting: 2, Running: 0}}, queues)
 
 	// A claimed task no longer waits: there is room for one more.
-	claimed := claim(t, s, &engine.TaskClaimManyParams{Namespace: engine.DefaultNamespace, Queues: []string{"llm"},
-		Types: []engine.TypeKey{defaultKey}, Owner: "w", Max: 1, LeaseTTL: time.Minute})
+	claimed := claim(t, s, &store.TaskClaimManyParams{Namespace: store.DefaultNamespace, Queues: []string{"llm"},
+		Types: []store.TypeKey{defaultKey}, Owner: "w", Max: 1, LeaseTTL: time.Minute})
 	require.Len(t, claimed, 1)
 	start(t, s, llm)
 	_, err = s.TaskStart(ctx, llm.params())
-	requireIs(t, err, engine.ErrQueueFull)
+	requireIs(t, err, store.ErrQueueFull)
 	require.Equal(t, 5, taskCount(t, s))
 }
 
-func testQueueConcurrency(t *testing.T, s engine.Store) {
+func testQueueConcurrency(t *testing.T, s store.Store) {
 	ctx := testContext(t)
-	require.NoError(t, s.QueueSet(ctx, engine.QueueConfig{Namespace: engine.DefaultNamespace, Name: "gpu", Concurrency: 1}))
+	require.NoError(t, s.QueueSet(ctx, store.QueueConfig{Namespace: store.DefaultNamespace, Name: "gpu", Concurrency: 1}))
 	for range 3 {
 		start(t, s, spec{Queue: "gpu"})
 	}
-	p := &engine.TaskClaimManyParams{Namespace: engine.DefaultNamespace, Queues: []string{"gpu"},
-		Types: []engine.TypeKey{defaultKey}, Owner: "w", Max: 5, LeaseTTL: time.Minute}
+	p := &store.TaskClaimManyParams{Namespace: store.DefaultNamespace, Queues: []string{"gpu"},
+		Types: []store.TypeKey{defaultKey}, Owner: "w", Max: 5, LeaseTTL: time.Minute}
 	first := claim(t, s, p)
 	require.Len(t, first, 1, "one may run at once")
 	require.Empty(t, claim(t, s, p), "none while one runs")
 
-	queues, err := s.QueueList(ctx, engine.DefaultNamespace)
+	queues, err := s.QueueList(ctx, store.DefaultNamespace)
 	require.NoError(t, err)
-	require.Equal(t, []engine.QueueInfo{{QueueConfig: engine.QueueConfig{Namespace: engine.DefaultNamespace, Name: "gpu", Concurrency: 1},
+	require.Equal(t, []store.QueueInfo{{QueueConfig: store.QueueConfig{Namespace: store.DefaultNamespace, Name: "gpu", Concurrency: 1},
 		Waiting: 2, Running: 1}}, queues)
 
 	complete(t, s, first[0])
@@ -128,33 +129,33 @@ func testQueueConcurrency(t *testing.T, s engine.Store) {
 	require.NotEqual(t, first[0].Task.ID, second[0].Task.ID)
 
 	// Raising the limit lets more run.
-	require.NoError(t, s.QueueSet(ctx, engine.QueueConfig{Namespace: engine.DefaultNamespace, Name: "gpu", Concurrency: 3}))
+	require.NoError(t, s.QueueSet(ctx, store.QueueConfig{Namespace: store.DefaultNamespace, Name: "gpu", Concurrency: 3}))
 	require.Len(t, claim(t, s, p), 1, "the last waiting task")
 }
 
-func testQueueSetRefusals(t *testing.T, s engine.Store) {
+func testQueueSetRefusals(t *testing.T, s store.Store) {
 	ctx := testContext(t)
-	require.Error(t, s.QueueSet(ctx, engine.QueueConfig{Namespace: engine.DefaultNamespace, Name: "q", MaxWaiting: -1}))
-	require.Error(t, s.QueueSet(ctx, engine.QueueConfig{Namespace: engine.DefaultNamespace, Name: "q", Concurrency: -1}))
-	require.Error(t, s.QueueSet(ctx, engine.QueueConfig{Namespace: engine.DefaultNamespace, MaxWaiting: 1}), "no name")
-	queues, err := s.QueueList(ctx, engine.DefaultNamespace)
+	require.Error(t, s.QueueSet(ctx, store.QueueConfig{Namespace: store.DefaultNamespace, Name: "q", MaxWaiting: -1}))
+	require.Error(t, s.QueueSet(ctx, store.QueueConfig{Namespace: store.DefaultNamespace, Name: "q", Concurrency: -1}))
+	require.Error(t, s.QueueSet(ctx, store.QueueConfig{Namespace: store.DefaultNamespace, MaxWaiting: 1}), "no name")
+	queues, err := s.QueueList(ctx, store.DefaultNamespace)
 	require.NoError(t, err)
 	require.Empty(t, queues)
 }
 
-func testRateLimit(t *testing.T, s engine.Store) {
+func testRateLimit(t *testing.T, s store.Store) {
 	ctx := testContext(t)
-	require.NoError(t, s.RateLimitSet(ctx, engine.DefaultNamespace, defaultType, 2, time.Hour))
+	require.NoError(t, s.RateLimitSet(ctx, store.DefaultNamespace, defaultType, 2, time.Hour))
 	for range 4 {
 		start(t, s, spec{})
 	}
 	require.Len(t, claim(t, s, claimParams("w", 5, time.Minute)), 2, "two starts per hour")
 	require.Empty(t, claim(t, s, claimParams("w", 5, time.Minute)), "the bucket is empty")
-	require.NoError(t, s.RateLimitDelete(ctx, engine.DefaultNamespace, defaultType))
+	require.NoError(t, s.RateLimitDelete(ctx, store.DefaultNamespace, defaultType))
 	require.Len(t, claim(t, s, claimParams("w", 5, time.Minute)), 2, "no limit once deleted")
 }
 
-func testLeader(t *testing.T, s engine.Store) {
+func testLeader(t *testing.T, s store.Store) {
 	ctx := testContext(t)
 	attempt := func(name, owner string) bool {
 		t.Helper()
@@ -182,25 +183,25 @@ func testLeader(t *testing.T, s engine.Store) {
 }
 
 // schedule is a valid schedule of namespace ns.
-func schedule(ns, name string) engine.Schedule {
-	return engine.Schedule{Namespace: ns, Name: name, Cron: "*/5 * * * *", TaskType: "report", TypeVersion: 1,
+func schedule(ns, name string) store.Schedule {
+	return store.Schedule{Namespace: ns, Name: name, Cron: "*/5 * * * *", TaskType: "report", TypeVersion: 1,
 		Queue: "reports", Input: json.RawMessage(`{"kind": "daily"}`), MaxAttempts: 3}
 }
 
-func testScheduleRoundTrip(t *testing.T, s engine.Store) {
+func testScheduleRoundTrip(t *testing.T, s store.Store) {
 	ctx := testContext(t)
 	before := time.Now()
-	require.NoError(t, s.ScheduleCreate(ctx, schedule(engine.DefaultNamespace, "nightly")))
-	require.NoError(t, s.ScheduleCreate(ctx, schedule(engine.DefaultNamespace, "audit")))
+	require.NoError(t, s.ScheduleCreate(ctx, schedule(store.DefaultNamespace, "nightly")))
+	require.NoError(t, s.ScheduleCreate(ctx, schedule(store.DefaultNamespace, "audit")))
 	require.NoError(t, s.ScheduleCreate(ctx, schedule("tenant-b", "nightly")))
 
-	list, err := s.ScheduleList(ctx, engine.DefaultNamespace)
+	list, err := s.ScheduleList(ctx, store.DefaultNamespace)
 	require.NoError(t, err)
 	require.Len(t, list, 2)
 	require.Equal(t, "audit", list[0].Name, "by name")
 	sc := list[1]
 	require.Equal(t, "nightly", sc.Name)
-	require.Equal(t, engine.DefaultNamespace, sc.Namespace)
+	require.Equal(t, store.DefaultNamespace, sc.Namespace)
 	require.Equal(t, "*/5 * * * *", sc.Cron)
 	require.Equal(t, "UTC", sc.Timezone, "the default time zone")
 	require.Equal(t, "report", sc.TaskType)
@@ -229,25 +230,25 @@ func testScheduleRoundTrip(t *testing.T, s engine.Store) {
 	require.True(t, ok)
 	require.True(t, next.Equal(earliest), "the next due tick %s, the earliest schedule's %s", next, earliest)
 
-	require.NoError(t, s.SchedulePause(ctx, engine.DefaultNamespace, "nightly", true))
-	list, err = s.ScheduleList(ctx, engine.DefaultNamespace)
+	require.NoError(t, s.SchedulePause(ctx, store.DefaultNamespace, "nightly", true))
+	list, err = s.ScheduleList(ctx, store.DefaultNamespace)
 	require.NoError(t, err)
 	require.Len(t, list, 2)
 	require.True(t, list[1].Paused)
 	require.False(t, list[0].Paused, "only the named schedule")
-	require.NoError(t, s.SchedulePause(ctx, engine.DefaultNamespace, "nightly", false))
-	list, err = s.ScheduleList(ctx, engine.DefaultNamespace)
+	require.NoError(t, s.SchedulePause(ctx, store.DefaultNamespace, "nightly", false))
+	list, err = s.ScheduleList(ctx, store.DefaultNamespace)
 	require.NoError(t, err)
 	require.Len(t, list, 2)
 	require.False(t, list[1].Paused, "resumed")
-	requireIs(t, s.SchedulePause(ctx, engine.DefaultNamespace, "nope", true), engine.ErrNotFound)
+	requireIs(t, s.SchedulePause(ctx, store.DefaultNamespace, "nope", true), store.ErrNotFound)
 
-	require.NoError(t, s.ScheduleDelete(ctx, engine.DefaultNamespace, "nightly"))
-	list, err = s.ScheduleList(ctx, engine.DefaultNamespace)
+	require.NoError(t, s.ScheduleDelete(ctx, store.DefaultNamespace, "nightly"))
+	list, err = s.ScheduleList(ctx, store.DefaultNamespace)
 	require.NoError(t, err)
 	require.Len(t, list, 1)
 	require.Equal(t, "audit", list[0].Name)
-	requireIs(t, s.ScheduleDelete(ctx, engine.DefaultNamespace, "nightly"), engine.ErrNotFound, "deleted already")
+	requireIs(t, s.ScheduleDelete(ctx, store.DefaultNamespace, "nightly"), store.ErrNotFound, "deleted already")
 
 	other, err = s.ScheduleList(ctx, "tenant-b")
 	require.NoError(t, err)
@@ -255,36 +256,36 @@ func testScheduleRoundTrip(t *testing.T, s engine.Store) {
 	require.Equal(t, "nightly", other[0].Name)
 
 	// With every schedule paused, none is due.
-	require.NoError(t, s.SchedulePause(ctx, engine.DefaultNamespace, "audit", true))
+	require.NoError(t, s.SchedulePause(ctx, store.DefaultNamespace, "audit", true))
 	require.NoError(t, s.SchedulePause(ctx, "tenant-b", "nightly", true))
 	_, ok, err = s.ScheduleNextDue(ctx)
 	require.NoError(t, err)
 	require.False(t, ok)
 }
 
-func testScheduleRefusals(t *testing.T, s engine.Store) {
+func testScheduleRefusals(t *testing.T, s store.Store) {
 	ctx := testContext(t)
-	require.NoError(t, s.ScheduleCreate(ctx, schedule(engine.DefaultNamespace, "nightly")))
-	requireIs(t, s.ScheduleCreate(ctx, schedule(engine.DefaultNamespace, "nightly")), engine.ErrConflict, "a name is used once per namespace")
+	require.NoError(t, s.ScheduleCreate(ctx, schedule(store.DefaultNamespace, "nightly")))
+	requireIs(t, s.ScheduleCreate(ctx, schedule(store.DefaultNamespace, "nightly")), store.ErrConflict, "a name is used once per namespace")
 
-	bad := schedule(engine.DefaultNamespace, "bad")
+	bad := schedule(store.DefaultNamespace, "bad")
 	bad.Cron = "not a cron"
 	require.Error(t, s.ScheduleCreate(ctx, bad))
-	bad = schedule(engine.DefaultNamespace, "bad")
+	bad = schedule(store.DefaultNamespace, "bad")
 	bad.Timezone = "Mars/Olympus"
 	require.Error(t, s.ScheduleCreate(ctx, bad))
-	bad = schedule(engine.DefaultNamespace, "bad")
+	bad = schedule(store.DefaultNamespace, "bad")
 	bad.TaskType = ""
 	require.Error(t, s.ScheduleCreate(ctx, bad))
 
-	list, err := s.ScheduleList(ctx, engine.DefaultNamespace)
+	list, err := s.ScheduleList(ctx, store.DefaultNamespace)
 	require.NoError(t, err)
 	require.Len(t, list, 1, "nothing of a refused schedule is stored")
 }
 
-func testScheduleFires(t *testing.T, s engine.Store) {
+func testScheduleFires(t *testing.T, s store.Store) {
 	ctx := testContext(t)
-	sc := schedule(engine.DefaultNamespace, "often")
+	sc := schedule(store.DefaultNamespace, "often")
 	sc.Cron = "@every 1s"
 	require.NoError(t, s.ScheduleCreate(ctx, sc))
 	waitFor(t, "the schedule's first tick", func() bool {
@@ -293,7 +294,7 @@ func testScheduleFires(t *testing.T, s engine.Store) {
 		require.LessOrEqual(t, n, 1)
 		return n == 1
 	})
-	tasks, err := s.TaskList(ctx, &engine.TaskListParams{Namespace: engine.DefaultNamespace})
+	tasks, err := s.TaskList(ctx, &store.TaskListParams{Namespace: store.DefaultNamespace})
 	require.NoError(t, err)
 	require.Len(t, tasks, 1)
 	task := tasks[0]
@@ -305,14 +306,14 @@ func testScheduleFires(t *testing.T, s engine.Store) {
 	require.Equal(t, "often", task.Labels["schedule"])
 	require.True(t, strings.HasPrefix(task.IdempotencyKey, "schedule:often:"), "key %q", task.IdempotencyKey)
 
-	list, err := s.ScheduleList(ctx, engine.DefaultNamespace)
+	list, err := s.ScheduleList(ctx, store.DefaultNamespace)
 	require.NoError(t, err)
 	require.Len(t, list, 1)
 	require.NotNil(t, list[0].LastTick)
 	require.True(t, list[0].NextRunAt.After(*list[0].LastTick), "moved to the next tick")
 
 	// A paused schedule does not fire.
-	require.NoError(t, s.SchedulePause(ctx, engine.DefaultNamespace, "often", true))
+	require.NoError(t, s.SchedulePause(ctx, store.DefaultNamespace, "often", true))
 	time.Sleep(1100 * time.Millisecond)
 	n, err := s.ScheduleFireDue(ctx, 100)
 	require.NoError(t, err)
@@ -320,23 +321,23 @@ func testScheduleFires(t *testing.T, s engine.Store) {
 	require.Equal(t, 1, taskCount(t, s))
 }
 
-func testTaskTypes(t *testing.T, s engine.Store) {
+func testTaskTypes(t *testing.T, s store.Store) {
 	ctx := testContext(t)
 	before := time.Now().Add(-time.Minute)
-	require.NoError(t, s.TaskTypeRegister(ctx, engine.DefaultNamespace, "worker-1", []engine.TaskType{
+	require.NoError(t, s.TaskTypeRegister(ctx, store.DefaultNamespace, "worker-1", []store.TaskType{
 		{Type: "mail", Version: 2, Queue: "default"},
 		{Type: "doc", Version: 1, Queue: "docs", MaxAttempts: 3, ScheduleToClose: time.Minute},
 	}))
-	require.NoError(t, s.TaskTypeRegister(ctx, "tenant-b", "worker-9", []engine.TaskType{{Type: "other", Version: 1, Queue: "q"}}))
-	require.NoError(t, s.TaskTypeRegister(ctx, engine.DefaultNamespace, "worker-1", nil))
+	require.NoError(t, s.TaskTypeRegister(ctx, "tenant-b", "worker-9", []store.TaskType{{Type: "other", Version: 1, Queue: "q"}}))
+	require.NoError(t, s.TaskTypeRegister(ctx, store.DefaultNamespace, "worker-1", nil))
 
-	types, err := s.TaskTypeList(ctx, engine.DefaultNamespace)
+	types, err := s.TaskTypeList(ctx, store.DefaultNamespace)
 	require.NoError(t, err)
 	require.Len(t, types, 2)
 	require.Equal(t, "doc", types[0].Type, "by name")
 	require.Equal(t, "mail", types[1].Type)
 	doc := types[0]
-	require.Equal(t, engine.DefaultNamespace, doc.Namespace)
+	require.Equal(t, store.DefaultNamespace, doc.Namespace)
 	require.Equal(t, 1, doc.Version)
 	require.Equal(t, "docs", doc.Queue)
 	require.Equal(t, 3, doc.MaxAttempts)
@@ -348,10 +349,10 @@ func testTaskTypes(t *testing.T, s engine.Store) {
 	require.Zero(t, types[1].ScheduleToClose)
 
 	// Registered again: the latest worker's defaults.
-	require.NoError(t, s.TaskTypeRegister(ctx, engine.DefaultNamespace, "worker-2", []engine.TaskType{
+	require.NoError(t, s.TaskTypeRegister(ctx, store.DefaultNamespace, "worker-2", []store.TaskType{
 		{Type: "doc", Version: 1, Queue: "docs-v2", MaxAttempts: 5},
 	}))
-	types, err = s.TaskTypeList(ctx, engine.DefaultNamespace)
+	types, err = s.TaskTypeList(ctx, store.DefaultNamespace)
 	require.NoError(t, err)
 	require.Len(t, types, 2)
 	require.Equal(t, "docs-v2", types[0].Queue)

@@ -5,7 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/engine/store"
+
 	"github.com/cairnflow/cairn/history"
 	"github.com/cockroachdb/errors"
 	"github.com/google/uuid"
@@ -30,17 +31,17 @@ func stepPayload(pos int) history.StepCompletedData {
 
 // requireUnchanged checks that a refused append wrote nothing: the task's
 // log and row are still at lastSeq.
-func requireUnchanged(t *testing.T, s engine.Store, id uuid.UUID, lastSeq int64) {
+func requireUnchanged(t *testing.T, s store.Store, id uuid.UUID, lastSeq int64) {
 	t.Helper()
 	require.Equal(t, lastSeq, getTask(t, s, id).LastSeq, "the row did not move")
 	require.Len(t, events(t, s, id), int(lastSeq), "nothing was appended")
 }
 
-func testFencedAppendCompletes(t *testing.T, s engine.Store) {
+func testFencedAppendCompletes(t *testing.T, s store.Store) {
 	id := start(t, s, spec{MaxAttempts: 3})
 	ct := claimOne(t, s, "w", time.Minute)
 	at := time.Now().UTC().Truncate(time.Microsecond)
-	st, err := s.EventAppend(testContext(t), &engine.EventAppendParams{
+	st, err := s.EventAppend(testContext(t), &store.EventAppendParams{
 		TaskID: id, State: ct.State, Epoch: ct.State.Lease.Epoch, Attempt: 1, At: at,
 		Payloads: []history.Payload{stepPayload(0), stepPayload(1)},
 	})
@@ -78,39 +79,39 @@ func testFencedAppendCompletes(t *testing.T, s engine.Store) {
 	require.Equal(t, 1, requireReplayMatches(t, s))
 }
 
-func testAppendStaleEpochIsFenced(t *testing.T, s engine.Store) {
+func testAppendStaleEpochIsFenced(t *testing.T, s store.Store) {
 	id := start(t, s, spec{})
 	ct := claimOne(t, s, "w", time.Minute)
 	for _, epoch := range []int64{ct.State.Lease.Epoch - 1, ct.State.Lease.Epoch + 1} {
-		_, err := s.EventAppend(testContext(t), &engine.EventAppendParams{
+		_, err := s.EventAppend(testContext(t), &store.EventAppendParams{
 			TaskID: id, State: ct.State, Epoch: epoch, Attempt: 1, Payloads: []history.Payload{stepPayload(0)},
 		})
-		requireIs(t, err, engine.ErrFenced, "epoch %d, the task is at %d", epoch, ct.State.Lease.Epoch)
-		require.False(t, errors.Is(err, engine.ErrConflict), "fenced, not a conflict: %v", err)
+		requireIs(t, err, store.ErrFenced, "epoch %d, the task is at %d", epoch, ct.State.Lease.Epoch)
+		require.False(t, errors.Is(err, store.ErrConflict), "fenced, not a conflict: %v", err)
 	}
 	requireUnchanged(t, s, id, 2)
 	// The lease holder is not disturbed by the refused writes.
 	complete(t, s, ct)
 }
 
-func testAppendStaleSeqConflicts(t *testing.T, s engine.Store) {
+func testAppendStaleSeqConflicts(t *testing.T, s store.Store) {
 	id := start(t, s, spec{})
 	ct := claimOne(t, s, "w", time.Minute)
 	_, err := appendFenced(t, s, ct, stepPayload(0))
 	require.NoError(t, err)
 	// Same epoch, but the log moved on past ct.State.
 	_, err = appendFenced(t, s, ct, stepPayload(0))
-	requireIs(t, err, engine.ErrConflict)
-	require.False(t, errors.Is(err, engine.ErrFenced), "a conflict, not fenced: %v", err)
+	requireIs(t, err, store.ErrConflict)
+	require.False(t, errors.Is(err, store.ErrFenced), "a conflict, not fenced: %v", err)
 	// Unfenced appends are checked by seq alone.
-	_, err = s.EventAppend(testContext(t), &engine.EventAppendParams{
+	_, err = s.EventAppend(testContext(t), &store.EventAppendParams{
 		TaskID: id, State: ct.State, Attempt: 1, Payloads: []history.Payload{stepPayload(0)},
 	})
-	requireIs(t, err, engine.ErrConflict)
+	requireIs(t, err, store.ErrConflict)
 	requireUnchanged(t, s, id, 3)
 }
 
-func testAppendInvalidWritesNothing(t *testing.T, s engine.Store) {
+func testAppendInvalidWritesNothing(t *testing.T, s store.Store) {
 	id := start(t, s, spec{})
 	ct := claimOne(t, s, "w", time.Minute)
 	before := events(t, s, id)
@@ -125,7 +126,7 @@ func testAppendInvalidWritesNothing(t *testing.T, s engine.Store) {
 		_, err := appendFenced(t, s, ct, payloads...)
 		requireIs(t, err, history.ErrInvalidHistory, name)
 	}
-	_, err := s.EventAppend(testContext(t), &engine.EventAppendParams{
+	_, err := s.EventAppend(testContext(t), &store.EventAppendParams{
 		TaskID: id, State: ct.State, Epoch: ct.State.Lease.Epoch, Attempt: 2, Payloads: []history.Payload{stepPayload(0)},
 	})
 	requireIs(t, err, history.ErrInvalidHistory, "events of another attempt")
@@ -140,19 +141,19 @@ func testAppendInvalidWritesNothing(t *testing.T, s engine.Store) {
 	complete(t, s, ct) // the state the refused appends started from is still current
 }
 
-func testAppendUnknownTaskNotFound(t *testing.T, s engine.Store) {
+func testAppendUnknownTaskNotFound(t *testing.T, s store.Store) {
 	id := start(t, s, spec{})
 	ct := claimOne(t, s, "w", time.Minute)
 	for _, epoch := range []int64{0, ct.State.Lease.Epoch} {
-		_, err := s.EventAppend(testContext(t), &engine.EventAppendParams{
+		_, err := s.EventAppend(testContext(t), &store.EventAppendParams{
 			TaskID: uuid.New(), State: ct.State, Epoch: epoch, Attempt: 1, Payloads: []history.Payload{stepPayload(0)},
 		})
-		requireIs(t, err, engine.ErrNotFound, "epoch %d", epoch)
+		requireIs(t, err, store.ErrNotFound, "epoch %d", epoch)
 	}
 	requireUnchanged(t, s, id, 2)
 }
 
-func testAppendFailureThenTerminal(t *testing.T, s engine.Store) {
+func testAppendFailureThenTerminal(t *testing.T, s store.Store) {
 	id := start(t, s, spec{MaxAttempts: 3})
 	ct := claimOne(t, s, "w", time.Minute)
 	info := history.ErrorInfo{Class: history.Permanent, Message: "bad input", Kind: "validation", Status: 422,
@@ -169,7 +170,7 @@ func testAppendFailureThenTerminal(t *testing.T, s engine.Store) {
 	require.Empty(t, claim(t, s, claimParams("w", 10, time.Minute)), "a failed task is not claimed")
 }
 
-func testAppendRetryReschedules(t *testing.T, s engine.Store) {
+func testAppendRetryReschedules(t *testing.T, s store.Store) {
 	id := start(t, s, spec{MaxAttempts: 3})
 	ct := claimOne(t, s, "w", time.Minute)
 	// A backoff from the wall clock carries nanoseconds; the row must still
@@ -202,12 +203,12 @@ func testAppendRetryReschedules(t *testing.T, s engine.Store) {
 	complete(t, s, again)
 }
 
-func testEventAppendManyEachAlone(t *testing.T, s engine.Store) {
+func testEventAppendManyEachAlone(t *testing.T, s store.Store) {
 	a := start(t, s, spec{})
 	b := start(t, s, spec{})
 	claimed := claim(t, s, claimParams("w", 2, time.Minute))
 	require.Len(t, claimed, 2)
-	byID := map[uuid.UUID]*engine.ClaimedTask{}
+	byID := map[uuid.UUID]*store.ClaimedTask{}
 	for _, ct := range claimed {
 		byID[ct.Task.ID] = ct
 	}
@@ -215,7 +216,7 @@ func testEventAppendManyEachAlone(t *testing.T, s engine.Store) {
 	require.NotNil(t, ca)
 	require.NotNil(t, cb)
 
-	res, err := s.EventAppendMany(testContext(t), []*engine.EventAppendParams{
+	res, err := s.EventAppendMany(testContext(t), []*store.EventAppendParams{
 		{TaskID: a, State: ca.State, Epoch: ca.State.Lease.Epoch, Attempt: 1,
 			Payloads: []history.Payload{history.TaskCompletedData{Output: json.RawMessage(`"a"`)}}},
 		{TaskID: b, State: cb.State, Epoch: cb.State.Lease.Epoch + 1, Attempt: 1,
@@ -225,7 +226,7 @@ func testEventAppendManyEachAlone(t *testing.T, s engine.Store) {
 	require.Len(t, res, 2, "one result per append, in order")
 	require.NoError(t, res[0].Err)
 	require.Equal(t, history.StatusCompleted, res[0].State.Status)
-	requireIs(t, res[1].Err, engine.ErrFenced)
+	requireIs(t, res[1].Err, store.ErrFenced)
 	require.Equal(t, cb.State.LastSeq, res[1].State.LastSeq, "a refused append returns the old state")
 
 	require.Equal(t, history.StatusCompleted, getTask(t, s, a).Status)

@@ -4,7 +4,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/engine/store"
+
 	"github.com/cairnflow/cairn/history"
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
@@ -25,7 +26,7 @@ var claimTests = []conformanceTest{
 // testClaimFairnessKeys: key a floods the queue, then key b sends two
 // tasks; claims take turns between the keys instead of draining a's
 // backlog first.
-func testClaimFairnessKeys(t *testing.T, s engine.Store) {
+func testClaimFairnessKeys(t *testing.T, s store.Store) {
 	var a []uuid.UUID
 	for range 30 {
 		a = append(a, start(t, s, spec{FairnessKey: "a"}))
@@ -41,7 +42,7 @@ func testClaimFairnessKeys(t *testing.T, s engine.Store) {
 	require.Equal(t, a[0], order[0], "a's first task, placed first, starts first")
 }
 
-func testClaimStartsAttempt(t *testing.T, s engine.Store) {
+func testClaimStartsAttempt(t *testing.T, s store.Store) {
 	id := start(t, s, spec{})
 	before := getTask(t, s, id)
 	ct := claimOne(t, s, "worker-7", time.Minute)
@@ -88,7 +89,7 @@ func testClaimStartsAttempt(t *testing.T, s engine.Store) {
 	require.Equal(t, 1, requireReplayMatches(t, s))
 }
 
-func testClaimTakesDueTasksOnly(t *testing.T, s engine.Store) {
+func testClaimTakesDueTasksOnly(t *testing.T, s store.Store) {
 	later := start(t, s, spec{RunAt: time.Now().Add(time.Hour)})
 	now := start(t, s, spec{})
 	past := start(t, s, spec{RunAt: time.Now().Add(-time.Hour)})
@@ -98,7 +99,7 @@ func testClaimTakesDueTasksOnly(t *testing.T, s engine.Store) {
 	require.Empty(t, claim(t, s, claimParams("w", 10, time.Minute)))
 }
 
-func testClaimOnlyMatching(t *testing.T, s engine.Store) {
+func testClaimOnlyMatching(t *testing.T, s store.Store) {
 	want := start(t, s, spec{Queue: "q1", Type: "doc", Version: 1})
 	start(t, s, spec{Queue: "q2", Type: "doc", Version: 1})
 	v2 := start(t, s, spec{Queue: "q1", Type: "doc", Version: 2})
@@ -107,27 +108,27 @@ func testClaimOnlyMatching(t *testing.T, s engine.Store) {
 	// "doc" at version 1 must not match a type named "do" at version 11.
 	start(t, s, spec{Queue: "q1", Type: "do", Version: 11})
 
-	p := &engine.TaskClaimManyParams{Namespace: engine.DefaultNamespace, Queues: []string{"q1"},
-		Types: []engine.TypeKey{{Type: "doc", Version: 1}}, Owner: "w", Max: 10, LeaseTTL: time.Minute}
+	p := &store.TaskClaimManyParams{Namespace: store.DefaultNamespace, Queues: []string{"q1"},
+		Types: []store.TypeKey{{Type: "doc", Version: 1}}, Owner: "w", Max: 10, LeaseTTL: time.Minute}
 	claimed := claim(t, s, p)
 	require.Len(t, claimed, 1)
 	require.Equal(t, want, claimed[0].Task.ID)
 	require.Empty(t, claim(t, s, p))
 
 	require.Equal(t, history.StatusPending, getTask(t, s, v2).Status, "a v2 task is left to v2 workers")
-	p.Types = []engine.TypeKey{{Type: "doc", Version: 2}}
+	p.Types = []store.TypeKey{{Type: "doc", Version: 2}}
 	claimed = claim(t, s, p)
 	require.Len(t, claimed, 1)
 	require.Equal(t, v2, claimed[0].Task.ID)
 
 	p.Types, p.Queues = nil, []string{"q1", "q2"}
 	require.Empty(t, claim(t, s, p), "no types, no claims")
-	p.Types, p.Queues = []engine.TypeKey{{Type: "doc", Version: 1}}, nil
+	p.Types, p.Queues = []store.TypeKey{{Type: "doc", Version: 1}}, nil
 	require.Empty(t, claim(t, s, p), "no queues, no claims")
 	require.Equal(t, 6, requireReplayMatches(t, s))
 }
 
-func testClaimHigherPriorityFirst(t *testing.T, s engine.Store) {
+func testClaimHigherPriorityFirst(t *testing.T, s store.Store) {
 	base := time.Now().Add(-time.Hour)
 	low := start(t, s, spec{Priority: 1, RunAt: base})
 	highLate := start(t, s, spec{Priority: 5, RunAt: base.Add(2 * time.Minute)})
@@ -154,7 +155,7 @@ func testClaimHigherPriorityFirst(t *testing.T, s engine.Store) {
 	require.Equal(t, map[uuid.UUID]bool{batch[5]: true, batch[4]: true, batch[3]: true}, claimedIDs(claim(t, s, p)))
 }
 
-func testClaimRespectsMax(t *testing.T, s engine.Store) {
+func testClaimRespectsMax(t *testing.T, s store.Store) {
 	for range 5 {
 		start(t, s, spec{})
 	}
@@ -165,12 +166,12 @@ func testClaimRespectsMax(t *testing.T, s engine.Store) {
 	require.Equal(t, 5, requireReplayMatches(t, s))
 }
 
-func testClaimSkipsHeldLeases(t *testing.T, s engine.Store) {
+func testClaimSkipsHeldLeases(t *testing.T, s store.Store) {
 	a := start(t, s, spec{})
 	b := start(t, s, spec{})
 	first := claimOne(t, s, "w1", time.Minute)
 	second := claimOne(t, s, "w2", time.Minute)
-	require.Equal(t, map[uuid.UUID]bool{a: true, b: true}, claimedIDs([]*engine.ClaimedTask{first, second}),
+	require.Equal(t, map[uuid.UUID]bool{a: true, b: true}, claimedIDs([]*store.ClaimedTask{first, second}),
 		"the second claim takes the other task")
 	require.Empty(t, claim(t, s, claimParams("w3", 10, time.Minute)), "a held lease is not claimed again")
 
@@ -181,7 +182,7 @@ func testClaimSkipsHeldLeases(t *testing.T, s engine.Store) {
 	require.Equal(t, "w1", running.LeaseOwner)
 }
 
-func testReclaimGetsGreaterEpoch(t *testing.T, s engine.Store) {
+func testReclaimGetsGreaterEpoch(t *testing.T, s store.Store) {
 	id := start(t, s, spec{})
 	first := claimOne(t, s, "w1", time.Minute)
 	// A stopping worker hands the task back: due again at once.
@@ -202,6 +203,6 @@ func testReclaimGetsGreaterEpoch(t *testing.T, s engine.Store) {
 		eventTypes(t, s, id))
 
 	_, err = appendFenced(t, s, first, history.TaskCompletedData{})
-	requireIs(t, err, engine.ErrFenced, "the first attempt's writes are fenced off")
+	requireIs(t, err, store.ErrFenced, "the first attempt's writes are fenced off")
 	complete(t, s, again)
 }

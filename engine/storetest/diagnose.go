@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairnflow/cairn/engine/store"
+
 	"github.com/cairnflow/cairn/engine"
 	"github.com/stretchr/testify/require"
 )
@@ -50,10 +52,10 @@ func scheduled(ago float64) BuiltEvent { return BuiltEvent{Type: "task_scheduled
 // history built by hand, with a window of 20s: "then" is 20s to 10s ago,
 // "now" the last 10s. insert writes the tasks straight into s's tables, in
 // one transaction, with times relative to its now (see BuiltTask).
-func DiagnoseHandBuiltHistory(t *testing.T, s engine.Store, insert func([]BuiltTask)) {
+func DiagnoseHandBuiltHistory(t *testing.T, s store.Store, insert func([]BuiltTask)) {
 	t.Helper()
 	ctx := context.Background()
-	require.NoError(t, s.QueueSet(ctx, engine.QueueConfig{Namespace: "default", Name: "docs", Concurrency: 4}))
+	require.NoError(t, s.QueueSet(ctx, store.QueueConfig{Namespace: "default", Name: "docs", Concurrency: 4}))
 	require.NoError(t, s.RateLimitSet(ctx, "default", "ocr", 10, time.Second))
 	require.NoError(t, s.RateLimitSet(ctx, "default", "unrelated", 1, time.Second))
 	timeout := `"error":{"class":"transient","kind":"timeout","status":504,"step":"read","message":"ocr timed out"},"next_run_at":"2030-01-01T00:00:00Z"`
@@ -89,9 +91,9 @@ func DiagnoseHandBuiltHistory(t *testing.T, s engine.Store, insert func([]BuiltT
 			scheduled(5), started(5, 1, "w8"), {"task_completed", 4, 1, ""}}},
 	})
 
-	d, err := engine.DiagnoseQueue(ctx, s, &engine.QueueDiagnoseParams{Namespace: "default", Queue: "docs", Window: 20 * time.Second})
+	d, err := engine.DiagnoseQueue(ctx, s, &store.QueueDiagnoseParams{Namespace: "default", Queue: "docs", Window: 20 * time.Second})
 	require.NoError(t, err)
-	require.Equal(t, engine.Millis(20000), d.Window)
+	require.Equal(t, store.Millis(20000), d.Window)
 	require.Equal(t, 10*time.Second, d.Now.To.Sub(d.Now.From))
 	require.Equal(t, d.Then.To, d.Now.From)
 
@@ -101,39 +103,39 @@ func DiagnoseHandBuiltHistory(t *testing.T, s engine.Store, insert func([]BuiltT
 	require.Equal(t, []string{"w1", "w2"}, then.WorkerIDs)
 	require.Equal(t, 2, then.Workers)
 	require.InDelta(t, 0.25, then.RetryShare, 1e-9)
-	requireDurations(t, engine.DurationStats{Count: 3, Mean: 700.0 / 3, P50: 100, P95: 460}, then.Attempts, "attempts then: 500, 100, 100 ms")
+	requireDurations(t, store.DurationStats{Count: 3, Mean: 700.0 / 3, P50: 100, P95: 460}, then.Attempts, "attempts then: 500, 100, 100 ms")
 	require.Len(t, then.Types, 2)
 	ocr := then.Types[0]
 	require.Equal(t, "ocr", ocr.Type)
 	require.Equal(t, []int{2, 1, 3, 1, 1}, []int{ocr.Inflow, ocr.Outflow, ocr.AttemptsStarted, ocr.Retries, ocr.AttemptsFailed})
-	requireDurations(t, engine.DurationStats{Count: 2, Mean: 300, P50: 300, P95: 480}, ocr.Attempts, "ocr attempts then")
+	requireDurations(t, store.DurationStats{Count: 2, Mean: 300, P50: 300, P95: 480}, ocr.Attempts, "ocr attempts then")
 	require.Equal(t, "remind", then.Types[1].Type)
 	require.Len(t, then.Steps, 1)
 	require.Equal(t, "read", then.Steps[0].Step)
-	requireDurations(t, engine.DurationStats{Count: 1, Mean: 200, P50: 200, P95: 200}, then.Steps[0].Duration, "step read then")
-	require.Equal(t, []engine.ErrorStats{{Type: "ocr", Class: "transient", Kind: "timeout", Status: 504, Step: "read", Count: 1,
+	requireDurations(t, store.DurationStats{Count: 1, Mean: 200, P50: 200, P95: 200}, then.Steps[0].Duration, "step read then")
+	require.Equal(t, []store.ErrorStats{{Type: "ocr", Class: "transient", Kind: "timeout", Status: 504, Step: "read", Count: 1,
 		Message: "ocr timed out"}}, then.Errors)
 
 	now := d.Now
 	require.Equal(t, []int{5, 3, 2, 3, 0, 1, 0}, []int{now.Inflow, now.Outflow, now.Completed, now.AttemptsStarted,
 		now.Retries, now.AttemptsFailed, now.LeasesExpired}, "inflow, outflow, completed, started, retries, failed, expired now")
 	require.Equal(t, []string{"w1", "w3"}, now.WorkerIDs)
-	requireDurations(t, engine.DurationStats{Count: 3, Mean: 6600.0 / 3, P50: 500, P95: 5450}, now.Attempts, "attempts now: 6000, 100, 500 ms")
+	requireDurations(t, store.DurationStats{Count: 3, Mean: 6600.0 / 3, P50: 500, P95: 5450}, now.Attempts, "attempts now: 6000, 100, 500 ms")
 	require.Len(t, now.Steps, 1)
-	requireDurations(t, engine.DurationStats{Count: 1, Mean: 6000, P50: 6000, P95: 6000}, now.Steps[0].Duration,
+	requireDurations(t, store.DurationStats{Count: 1, Mean: 6000, P50: 6000, P95: 6000}, now.Steps[0].Duration,
 		"step read now: from its attempt's start")
-	require.Equal(t, []engine.ErrorStats{{Type: "ocr", Class: "permanent", Kind: "bad_document", Count: 1, Message: "not a PDF"}}, now.Errors)
+	require.Equal(t, []store.ErrorStats{{Type: "ocr", Class: "permanent", Kind: "bad_document", Count: 1, Message: "not a PDF"}}, now.Errors)
 
-	require.Equal(t, engine.QueueDepth{Pending: 3, Running: 1, Due: 2, OldestWait: d.Depth.OldestWait,
+	require.Equal(t, store.QueueDepth{Pending: 3, Running: 1, Due: 2, OldestWait: d.Depth.OldestWait,
 		SinceLastStart: d.Depth.SinceLastStart}, d.Depth)
 	require.InDelta(t, 8000, float64(d.Depth.OldestWait), 1000, "the oldest due task was due 8s before the diagnosis")
 	require.InDelta(t, 1000, float64(d.Depth.SinceLastStart), 1000, "the last attempt started 1s before the diagnosis")
-	require.Equal(t, engine.QueueLimits{Concurrency: 4, RateLimits: []engine.RateLimit{{Type: "ocr", MaxStarts: 10, Per: 1000}}}, d.Limits)
+	require.Equal(t, store.QueueLimits{Concurrency: 4, RateLimits: []store.RateLimit{{Type: "ocr", MaxStarts: 10, Per: 1000}}}, d.Limits)
 	require.Len(t, d.WaitingByType, 2)
 	require.Equal(t, []any{"ocr", 2, 2, true}, []any{d.WaitingByType[0].Type, d.WaitingByType[0].Waiting, d.WaitingByType[0].Due, d.WaitingByType[0].Served})
 	require.Equal(t, []any{"mail", 1, 0, false}, []any{d.WaitingByType[1].Type, d.WaitingByType[1].Waiting, d.WaitingByType[1].Due, d.WaitingByType[1].Served})
 	require.InDelta(t, 2.0/3, d.WaitingByType[0].Share, 1e-9)
-	require.Equal(t, []engine.WaitingKey{{Key: "tenant-a", Waiting: 2, Share: 2.0 / 3}, {Key: "tenant-b", Waiting: 1, Share: 1.0 / 3}}, d.WaitingByKey)
+	require.Equal(t, []store.WaitingKey{{Key: "tenant-a", Waiting: 2, Share: 2.0 / 3}, {Key: "tenant-b", Waiting: 1, Share: 1.0 / 3}}, d.WaitingByKey)
 	require.Equal(t, 2, d.FairnessKeys)
 
 	// A due task has waited 8s of a 20s window, but nothing explains it.
@@ -142,10 +144,10 @@ func DiagnoseHandBuiltHistory(t *testing.T, s engine.Store, insert func([]BuiltT
 	require.Contains(t, d.Summary, "backing up")
 }
 
-func requireDurations(t *testing.T, want, got engine.DurationStats, what string) {
+func requireDurations(t *testing.T, want, got store.DurationStats, what string) {
 	t.Helper()
 	require.Equal(t, want.Count, got.Count, what)
-	for _, v := range [][2]engine.Millis{{want.Mean, got.Mean}, {want.P50, got.P50}, {want.P95, got.P95}} {
+	for _, v := range [][2]store.Millis{{want.Mean, got.Mean}, {want.P50, got.P50}, {want.P95, got.P95}} {
 		require.InDelta(t, float64(v[0]), float64(v[1]), 0.01, "%s: want %+v, got %+v", what, want, got)
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairnflow/cairn/engine/store"
+
 	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/history"
 	"github.com/google/uuid"
@@ -21,7 +23,7 @@ var leaseTests = []conformanceTest{
 // shortTTL is a lease that expires while the test waits for it.
 const shortTTL = 50 * time.Millisecond
 
-func testExpiredLeaseRescued(t *testing.T, s engine.Store) {
+func testExpiredLeaseRescued(t *testing.T, s store.Store) {
 	id := start(t, s, spec{MaxAttempts: 3})
 	first := claimOne(t, s, "crashed", shortTTL)
 	time.Sleep(shortTTL)
@@ -42,7 +44,7 @@ func testExpiredLeaseRescued(t *testing.T, s engine.Store) {
 	require.Equal(t, 1, evs[2].Attempt)
 
 	// The lost lease is not extended.
-	held, err := s.LeaseExtendMany(testContext(t), []engine.LeaseRef{{TaskID: id, Epoch: first.Task.LeaseEpoch}}, time.Minute)
+	held, err := s.LeaseExtendMany(testContext(t), []store.LeaseRef{{TaskID: id, Epoch: first.Task.LeaseEpoch}}, time.Minute)
 	require.NoError(t, err)
 	require.Empty(t, held, "a rescued lease is lost")
 
@@ -53,7 +55,7 @@ func testExpiredLeaseRescued(t *testing.T, s engine.Store) {
 
 	// The crashed worker comes back: its writes are fenced off.
 	_, err = appendFenced(t, s, first, history.TaskCompletedData{})
-	requireIs(t, err, engine.ErrFenced)
+	requireIs(t, err, store.ErrFenced)
 	n, err := engine.RescueExpired(testContext(t), s, 100)
 	require.NoError(t, err)
 	require.Zero(t, n, "the new lease is live")
@@ -61,7 +63,7 @@ func testExpiredLeaseRescued(t *testing.T, s engine.Store) {
 	require.Equal(t, 1, requireReplayMatches(t, s))
 }
 
-func testExpiredLeaseLastAttemptDeadLetters(t *testing.T, s engine.Store) {
+func testExpiredLeaseLastAttemptDeadLetters(t *testing.T, s store.Store) {
 	id := start(t, s, spec{MaxAttempts: 1})
 	claimOne(t, s, "w1", shortTTL)
 	time.Sleep(shortTTL)
@@ -75,7 +77,7 @@ func testExpiredLeaseLastAttemptDeadLetters(t *testing.T, s engine.Store) {
 	require.Empty(t, claim(t, s, claimParams("w2", 10, time.Minute)), "a dead-lettered task is not claimed")
 }
 
-func testLiveLeaseNotRescued(t *testing.T, s engine.Store) {
+func testLiveLeaseNotRescued(t *testing.T, s store.Store) {
 	live := start(t, s, spec{})
 	claimOne(t, s, "w", time.Hour)
 	start(t, s, spec{}) // pending
@@ -86,7 +88,7 @@ func testLiveLeaseNotRescued(t *testing.T, s engine.Store) {
 	require.Equal(t, int64(2), getTask(t, s, live).LastSeq)
 }
 
-func testLeaseExtendMany(t *testing.T, s engine.Store) {
+func testLeaseExtendMany(t *testing.T, s store.Store) {
 	ctx := testContext(t)
 	for range 3 {
 		start(t, s, spec{})
@@ -96,14 +98,14 @@ func testLeaseExtendMany(t *testing.T, s engine.Store) {
 	c := claimOne(t, s, "w", time.Minute)
 	complete(t, s, c)
 
-	held, err := s.LeaseExtendMany(ctx, []engine.LeaseRef{
+	held, err := s.LeaseExtendMany(ctx, []store.LeaseRef{
 		{TaskID: a.Task.ID, Epoch: a.State.Lease.Epoch},
 		{TaskID: b.Task.ID, Epoch: b.State.Lease.Epoch + 1}, // not the task's epoch
 		{TaskID: c.Task.ID, Epoch: c.State.Lease.Epoch},     // finished
 		{TaskID: uuid.New(), Epoch: 1},                      // no such task
 	}, time.Hour)
 	require.NoError(t, err)
-	require.Equal(t, map[uuid.UUID]engine.LeaseRenewal{a.Task.ID: {}}, held, "only the held lease is extended")
+	require.Equal(t, map[uuid.UUID]store.LeaseRenewal{a.Task.ID: {}}, held, "only the held lease is extended")
 
 	aNow, bNow, cNow := getTask(t, s, a.Task.ID), getTask(t, s, b.Task.ID), getTask(t, s, c.Task.ID)
 	require.True(t, aNow.LeaseExpiresAt.After(a.Task.LeaseExpiresAt.Add(30*time.Minute)),
@@ -121,7 +123,7 @@ func testLeaseExtendMany(t *testing.T, s engine.Store) {
 	d := start(t, s, spec{})
 	cd := claimOne(t, s, "w", 300*time.Millisecond)
 	require.Equal(t, d, cd.Task.ID)
-	held, err = s.LeaseExtendMany(ctx, []engine.LeaseRef{{TaskID: d, Epoch: cd.State.Lease.Epoch}}, time.Hour)
+	held, err = s.LeaseExtendMany(ctx, []store.LeaseRef{{TaskID: d, Epoch: cd.State.Lease.Epoch}}, time.Hour)
 	require.NoError(t, err)
 	require.Contains(t, held, d)
 	time.Sleep(time.Until(*cd.Task.LeaseExpiresAt) + 100*time.Millisecond) // past the first term

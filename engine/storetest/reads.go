@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairnflow/cairn/engine/store"
+
 	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/history"
 	"github.com/stretchr/testify/require"
@@ -24,7 +26,7 @@ var readTests = []conformanceTest{
 // testEventScan: the audit scan returns a namespace's events in (at, task,
 // seq) order, page by page through the cursor, filtered by event type,
 // task type and time, with each event's task.
-func testEventScan(t *testing.T, s engine.Store) {
+func testEventScan(t *testing.T, s store.Store) {
 	ctx := testContext(t)
 	since := engine.Now().Add(-time.Second)
 	start(t, s, spec{Type: "other"})
@@ -37,11 +39,11 @@ func testEventScan(t *testing.T, s engine.Store) {
 	}
 	until := engine.Now().Add(time.Second)
 
-	var all []engine.AuditEvent
-	var after *engine.EventCursor
+	var all []store.AuditEvent
+	var after *store.EventCursor
 	for page := 0; ; page++ {
 		require.Less(t, page, 20, "the scan ends")
-		got, err := s.EventScan(ctx, &engine.EventScanParams{Namespace: engine.DefaultNamespace, Since: since, Until: until,
+		got, err := s.EventScan(ctx, &store.EventScanParams{Namespace: store.DefaultNamespace, Since: since, Until: until,
 			After: after, Limit: 4})
 		require.NoError(t, err)
 		all = append(all, got...)
@@ -56,7 +58,7 @@ func testEventScan(t *testing.T, s engine.Store) {
 	// namespace's queue).
 	require.Len(t, all, 4+3*2)
 	for i, e := range all {
-		require.Equal(t, engine.DefaultNamespace, e.Namespace)
+		require.Equal(t, store.DefaultNamespace, e.Namespace)
 		require.NotEmpty(t, e.Data)
 		if i > 0 {
 			prev := all[i-1]
@@ -66,7 +68,7 @@ func testEventScan(t *testing.T, s engine.Store) {
 		}
 	}
 
-	done, err := s.EventScan(ctx, &engine.EventScanParams{Namespace: engine.DefaultNamespace, Since: since, Until: until,
+	done, err := s.EventScan(ctx, &store.EventScanParams{Namespace: store.DefaultNamespace, Since: since, Until: until,
 		EventTypes: []history.Type{history.TaskCompleted}})
 	require.NoError(t, err)
 	require.Len(t, done, 3)
@@ -74,7 +76,7 @@ func testEventScan(t *testing.T, s engine.Store) {
 		require.Equal(t, history.TaskCompleted, e.Event.Type())
 		require.Equal(t, history.StatusCompleted, e.Status)
 	}
-	labelled, err := s.EventScan(ctx, &engine.EventScanParams{Namespace: engine.DefaultNamespace, Since: since, Until: until,
+	labelled, err := s.EventScan(ctx, &store.EventScanParams{Namespace: store.DefaultNamespace, Since: since, Until: until,
 		TaskType: defaultType, EventTypes: []history.Type{history.TaskScheduled}})
 	require.NoError(t, err)
 	require.Len(t, labelled, 3)
@@ -82,17 +84,17 @@ func testEventScan(t *testing.T, s engine.Store) {
 		require.Equal(t, map[string]string{"tenant": "a"}, e.Labels)
 		require.Equal(t, defaultType, e.TaskType)
 	}
-	none, err := s.EventScan(ctx, &engine.EventScanParams{Namespace: engine.DefaultNamespace, Since: until, Until: until.Add(time.Hour)})
+	none, err := s.EventScan(ctx, &store.EventScanParams{Namespace: store.DefaultNamespace, Since: until, Until: until.Add(time.Hour)})
 	require.NoError(t, err)
 	require.Empty(t, none, "nothing after the range")
 }
 
-func testEventScanRefusals(t *testing.T, s engine.Store) {
+func testEventScanRefusals(t *testing.T, s store.Store) {
 	ctx := testContext(t)
-	for name, p := range map[string]*engine.EventScanParams{
+	for name, p := range map[string]*store.EventScanParams{
 		"no namespace": {Until: engine.Now()},
-		"no until":     {Namespace: engine.DefaultNamespace},
-		"limit":        {Namespace: engine.DefaultNamespace, Until: engine.Now(), Limit: engine.MaxEventScanLimit + 1},
+		"no until":     {Namespace: store.DefaultNamespace},
+		"limit":        {Namespace: store.DefaultNamespace, Until: engine.Now(), Limit: store.MaxEventScanLimit + 1},
 	} {
 		_, err := s.EventScan(ctx, p)
 		require.Error(t, err, name)
@@ -101,9 +103,9 @@ func testEventScanRefusals(t *testing.T, s engine.Store) {
 
 // testQueueStats: per queue, the waiting, due and running tasks now, and
 // what finished in the window.
-func testQueueStats(t *testing.T, s engine.Store) {
+func testQueueStats(t *testing.T, s store.Store) {
 	ctx := testContext(t)
-	require.NoError(t, s.QueueSet(ctx, engine.QueueConfig{Namespace: engine.DefaultNamespace, Name: "idle", MaxWaiting: 5}))
+	require.NoError(t, s.QueueSet(ctx, store.QueueConfig{Namespace: store.DefaultNamespace, Name: "idle", MaxWaiting: 5}))
 	for range 4 {
 		start(t, s, spec{})
 	}
@@ -111,9 +113,9 @@ func testQueueStats(t *testing.T, s engine.Store) {
 	complete(t, s, claimOne(t, s, "w", time.Minute))
 	claimOne(t, s, "w", time.Minute)
 
-	stats, err := s.QueueStatsList(ctx, engine.DefaultNamespace, time.Hour)
+	stats, err := s.QueueStatsList(ctx, store.DefaultNamespace, time.Hour)
 	require.NoError(t, err)
-	byQueue := map[string]engine.QueueStats{}
+	byQueue := map[string]store.QueueStats{}
 	for _, q := range stats {
 		byQueue[q.Queue] = q
 	}
@@ -131,7 +133,7 @@ func testQueueStats(t *testing.T, s engine.Store) {
 
 // testQueueGauges: the gauges count unfinished tasks and dead letters per
 // namespace, queue and status.
-func testQueueGauges(t *testing.T, s engine.Store) {
+func testQueueGauges(t *testing.T, s store.Store) {
 	ctx := testContext(t)
 	for range 3 {
 		start(t, s, spec{})
@@ -144,15 +146,15 @@ func testQueueGauges(t *testing.T, s engine.Store) {
 	for _, g := range gauges {
 		got[g.Namespace+"/"+g.Queue] = g.Tasks
 	}
-	require.Equal(t, int64(2), got[engine.DefaultNamespace+"/"+defaultQueue][history.StatusPending])
-	require.Equal(t, int64(1), got[engine.DefaultNamespace+"/"+defaultQueue][history.StatusRunning])
+	require.Equal(t, int64(2), got[store.DefaultNamespace+"/"+defaultQueue][history.StatusPending])
+	require.Equal(t, int64(1), got[store.DefaultNamespace+"/"+defaultQueue][history.StatusRunning])
 	require.Equal(t, int64(1), got["elsewhere/"+defaultQueue][history.StatusPending])
 }
 
 // A queue with no history at all: a healthy diagnosis whose lists are
 // empty, never null, in JSON.
-func testDiagnoseEmptyQueue(t *testing.T, s engine.Store) {
-	d, err := engine.DiagnoseQueue(testContext(t), s, &engine.QueueDiagnoseParams{Namespace: "default", Queue: "idle", Window: time.Minute})
+func testDiagnoseEmptyQueue(t *testing.T, s store.Store) {
+	d, err := engine.DiagnoseQueue(testContext(t), s, &store.QueueDiagnoseParams{Namespace: "default", Queue: "idle", Window: time.Minute})
 	require.NoError(t, err)
 	require.True(t, d.Healthy)
 	require.Empty(t, d.Causes)
@@ -166,9 +168,9 @@ func testDiagnoseEmptyQueue(t *testing.T, s engine.Store) {
 	require.NotContains(t, string(raw), "null")
 }
 
-func testDiagnoseRefusals(t *testing.T, s engine.Store) {
+func testDiagnoseRefusals(t *testing.T, s store.Store) {
 	ctx := testContext(t)
-	for _, p := range []*engine.QueueDiagnoseParams{
+	for _, p := range []*store.QueueDiagnoseParams{
 		nil,
 		{Namespace: "default", Window: time.Minute},
 		{Namespace: "default", Queue: "q", Window: time.Second},
@@ -177,14 +179,14 @@ func testDiagnoseRefusals(t *testing.T, s engine.Store) {
 		_, err := engine.DiagnoseQueue(ctx, s, p)
 		require.Error(t, err, "%+v", p)
 	}
-	_, err := engine.DiagnoseQueue(ctx, s, &engine.QueueDiagnoseParams{Namespace: "default", Queue: "q", Window: time.Second})
+	_, err := engine.DiagnoseQueue(ctx, s, &store.QueueDiagnoseParams{Namespace: "default", Queue: "q", Window: time.Second})
 	require.ErrorContains(t, err, "window 1s must be between 2s and 24h0m0s")
 }
 
 // testDiagnoseCounts: a diagnosis through the store's own writes (no hand
 // built rows): what started, failed, finished and waits in the last
 // minute is counted in the window's second half.
-func testDiagnoseCounts(t *testing.T, s engine.Store) {
+func testDiagnoseCounts(t *testing.T, s store.Store) {
 	ctx := testContext(t)
 	for range 4 {
 		start(t, s, spec{})
@@ -198,14 +200,14 @@ func testDiagnoseCounts(t *testing.T, s engine.Store) {
 	require.NoError(t, err)
 	claimOne(t, s, "w3", time.Minute)
 
-	d, err := engine.DiagnoseQueue(ctx, s, &engine.QueueDiagnoseParams{Namespace: engine.DefaultNamespace, Queue: defaultQueue, Window: 2 * time.Minute})
+	d, err := engine.DiagnoseQueue(ctx, s, &store.QueueDiagnoseParams{Namespace: store.DefaultNamespace, Queue: defaultQueue, Window: 2 * time.Minute})
 	require.NoError(t, err)
 	now := d.Now
 	require.Equal(t, []int{4, 1, 1, 3, 0, 1}, []int{now.Inflow, now.Outflow, now.Completed, now.AttemptsStarted, now.Retries, now.AttemptsFailed},
 		"inflow, outflow, completed, started, retries, failed")
 	require.Equal(t, []string{"w1", "w2", "w3"}, now.WorkerIDs)
 	require.Equal(t, 2, now.Attempts.Count, "two attempts ended")
-	require.Equal(t, []engine.ErrorStats{{Type: defaultType, Class: "transient", Kind: "unavailable", Status: 503, Count: 1, Message: "try later"}}, now.Errors)
+	require.Equal(t, []store.ErrorStats{{Type: defaultType, Class: "transient", Kind: "unavailable", Status: 503, Count: 1, Message: "try later"}}, now.Errors)
 	require.Equal(t, 1, d.Depth.Pending)
 	require.Equal(t, 1, d.Depth.Retrying)
 	require.Equal(t, 1, d.Depth.Running)

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairnflow/cairn/engine/store"
+
 	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/history"
 	"github.com/google/uuid"
@@ -23,10 +25,10 @@ var requestTests = []conformanceTest{
 	{"StartDeadlinePassedExpiresNeverClaimed", testStartDeadlineExpires},
 }
 
-func testCancelPending(t *testing.T, s engine.Store) {
+func testCancelPending(t *testing.T, s store.Store) {
 	id := start(t, s, spec{})
 	res, err := engine.CancelTask(testContext(t), s, &engine.TaskRequestParams{
-		Namespace: engine.DefaultNamespace, ID: id, By: "ops", Reason: "not needed",
+		Namespace: store.DefaultNamespace, ID: id, By: "ops", Reason: "not needed",
 	})
 	require.NoError(t, err)
 	require.False(t, res.AlreadyRequested)
@@ -42,11 +44,11 @@ func testCancelPending(t *testing.T, s engine.Store) {
 	require.Empty(t, claim(t, s, claimParams("w", 10, time.Minute)), "a cancelled task never runs")
 }
 
-func testCancelRunning(t *testing.T, s engine.Store) {
+func testCancelRunning(t *testing.T, s store.Store) {
 	ctx := testContext(t)
 	id := start(t, s, spec{})
 	ct := claimOne(t, s, "w", time.Minute)
-	req := &engine.TaskRequestParams{Namespace: engine.DefaultNamespace, ID: id, By: "ops"}
+	req := &engine.TaskRequestParams{Namespace: store.DefaultNamespace, ID: id, By: "ops"}
 	res, err := engine.CancelTask(ctx, s, req)
 	require.NoError(t, err)
 	require.False(t, res.AlreadyRequested)
@@ -65,14 +67,14 @@ func testCancelRunning(t *testing.T, s engine.Store) {
 	require.Equal(t, int64(3), getTask(t, s, id).LastSeq, "nothing appended the second time")
 
 	// The worker learns of it from its heartbeat.
-	held, err := s.LeaseExtendMany(ctx, []engine.LeaseRef{{TaskID: id, Epoch: ct.State.Lease.Epoch}}, time.Minute)
+	held, err := s.LeaseExtendMany(ctx, []store.LeaseRef{{TaskID: id, Epoch: ct.State.Lease.Epoch}}, time.Minute)
 	require.NoError(t, err)
-	require.Equal(t, map[uuid.UUID]engine.LeaseRenewal{id: {CancelRequested: true}}, held)
+	require.Equal(t, map[uuid.UUID]store.LeaseRenewal{id: {CancelRequested: true}}, held)
 
 	// Its append from the state before the request conflicts; from the
 	// current state it ends the task cancelled.
 	_, err = appendFenced(t, s, ct, history.TaskCompletedData{})
-	requireIs(t, err, engine.ErrConflict)
+	requireIs(t, err, store.ErrConflict)
 	current := *ct
 	current.State = stateOf(t, s, id)
 	st, err := appendFenced(t, s, &current, history.TaskCancelledData{Reason: "cancel requested"})
@@ -80,20 +82,20 @@ func testCancelRunning(t *testing.T, s engine.Store) {
 	require.Equal(t, history.StatusCancelled, st.Status)
 	require.Equal(t, history.StatusCancelled, getTask(t, s, id).Status)
 
-	held, err = s.LeaseExtendMany(ctx, []engine.LeaseRef{{TaskID: id, Epoch: ct.State.Lease.Epoch}}, time.Minute)
+	held, err = s.LeaseExtendMany(ctx, []store.LeaseRef{{TaskID: id, Epoch: ct.State.Lease.Epoch}}, time.Minute)
 	require.NoError(t, err)
 	require.Empty(t, held, "a finished task's lease is gone")
 }
 
-func testCancelRefusals(t *testing.T, s engine.Store) {
+func testCancelRefusals(t *testing.T, s store.Store) {
 	ctx := testContext(t)
 	id := start(t, s, spec{Namespace: "tenant-a"})
 	_, err := engine.CancelTask(ctx, s, &engine.TaskRequestParams{Namespace: "tenant-a", ID: id})
 	require.Error(t, err, "By is required")
 	_, err = engine.CancelTask(ctx, s, &engine.TaskRequestParams{Namespace: "tenant-b", ID: id, By: "ops"})
-	requireIs(t, err, engine.ErrNotFound, "another namespace's task")
+	requireIs(t, err, store.ErrNotFound, "another namespace's task")
 	_, err = engine.CancelTask(ctx, s, &engine.TaskRequestParams{Namespace: "tenant-a", ID: uuid.New(), By: "ops"})
-	requireIs(t, err, engine.ErrNotFound)
+	requireIs(t, err, store.ErrNotFound)
 	task, err := s.TaskGetByID(ctx, "tenant-a", id)
 	require.NoError(t, err)
 	require.Equal(t, history.StatusPending, task.Status)
@@ -101,12 +103,12 @@ func testCancelRefusals(t *testing.T, s engine.Store) {
 
 	done := start(t, s, spec{})
 	complete(t, s, claimOne(t, s, "w", time.Minute))
-	_, err = engine.CancelTask(ctx, s, &engine.TaskRequestParams{Namespace: engine.DefaultNamespace, ID: done, By: "ops"})
-	requireIs(t, err, engine.ErrTaskState, "a finished task is not cancelled")
+	_, err = engine.CancelTask(ctx, s, &engine.TaskRequestParams{Namespace: store.DefaultNamespace, ID: done, By: "ops"})
+	requireIs(t, err, store.ErrTaskState, "a finished task is not cancelled")
 	require.Equal(t, history.StatusCompleted, getTask(t, s, done).Status)
 }
 
-func testCompensateCompleted(t *testing.T, s engine.Store) {
+func testCompensateCompleted(t *testing.T, s store.Store) {
 	ctx := testContext(t)
 	id := start(t, s, spec{})
 	ct := claimOne(t, s, "w", time.Minute)
@@ -115,7 +117,7 @@ func testCompensateCompleted(t *testing.T, s engine.Store) {
 		history.TaskCompletedData{Output: json.RawMessage(`"done"`)})
 	require.NoError(t, err)
 
-	st, err := engine.CompensateTask(ctx, s, &engine.TaskRequestParams{Namespace: engine.DefaultNamespace, ID: id, By: "ops", Reason: "refund"})
+	st, err := engine.CompensateTask(ctx, s, &engine.TaskRequestParams{Namespace: store.DefaultNamespace, ID: id, By: "ops", Reason: "refund"})
 	require.NoError(t, err)
 	require.Equal(t, history.StatusPending, st.Status, "due again, to undo its steps")
 	require.NotNil(t, st.Compensation)
@@ -132,17 +134,17 @@ func testCompensateCompleted(t *testing.T, s engine.Store) {
 	// A task without compensable steps, and one not completed, are refused.
 	plain := start(t, s, spec{})
 	complete(t, s, claimOne(t, s, "w", time.Minute))
-	_, err = engine.CompensateTask(ctx, s, &engine.TaskRequestParams{Namespace: engine.DefaultNamespace, ID: plain, By: "ops"})
-	requireIs(t, err, engine.ErrTaskState)
+	_, err = engine.CompensateTask(ctx, s, &engine.TaskRequestParams{Namespace: store.DefaultNamespace, ID: plain, By: "ops"})
+	requireIs(t, err, store.ErrTaskState)
 	pending := start(t, s, spec{RunAt: time.Now().Add(time.Hour)})
-	_, err = engine.CompensateTask(ctx, s, &engine.TaskRequestParams{Namespace: engine.DefaultNamespace, ID: pending, By: "ops"})
-	requireIs(t, err, engine.ErrTaskState)
+	_, err = engine.CompensateTask(ctx, s, &engine.TaskRequestParams{Namespace: store.DefaultNamespace, ID: pending, By: "ops"})
+	requireIs(t, err, store.ErrTaskState)
 }
 
 // deadLetter claims task id and ends its attempt with a permanent failure
 // that dead-letters it, as a worker does for a type that keeps its dead
 // letters, and returns the evidence.
-func deadLetter(t *testing.T, s engine.Store, id uuid.UUID) history.ErrorInfo {
+func deadLetter(t *testing.T, s store.Store, id uuid.UUID) history.ErrorInfo {
 	t.Helper()
 	ct := claimOne(t, s, "w1", time.Minute)
 	require.Equal(t, id, ct.Task.ID)
@@ -154,7 +156,7 @@ func deadLetter(t *testing.T, s engine.Store, id uuid.UUID) history.ErrorInfo {
 	return info
 }
 
-func testDeadLetterListAndRequeue(t *testing.T, s engine.Store) {
+func testDeadLetterListAndRequeue(t *testing.T, s store.Store) {
 	ctx := testContext(t)
 	dead := start(t, s, spec{MaxAttempts: 1})
 	info := deadLetter(t, s, dead)
@@ -166,20 +168,20 @@ func testDeadLetterListAndRequeue(t *testing.T, s engine.Store) {
 	require.NotNil(t, task.FinishedAt)
 	require.Empty(t, claim(t, s, claimParams("w", 10, time.Minute)), "a dead letter is not claimed")
 
-	list, err := s.DeadLetterList(ctx, &engine.DeadLetterListParams{Namespace: engine.DefaultNamespace})
+	list, err := s.DeadLetterList(ctx, &store.DeadLetterListParams{Namespace: store.DefaultNamespace})
 	require.NoError(t, err)
 	require.Len(t, list, 1)
 	require.Equal(t, dead, list[0].ID)
 	require.Equal(t, history.StatusDeadLettered, list[0].Status)
-	none, err := s.DeadLetterList(ctx, &engine.DeadLetterListParams{Namespace: "tenant-b"})
+	none, err := s.DeadLetterList(ctx, &store.DeadLetterListParams{Namespace: "tenant-b"})
 	require.NoError(t, err)
 	require.Empty(t, none, "dead letters are per namespace")
-	typed, err := s.DeadLetterList(ctx, &engine.DeadLetterListParams{Namespace: engine.DefaultNamespace, Type: "other"})
+	typed, err := s.DeadLetterList(ctx, &store.DeadLetterListParams{Namespace: store.DefaultNamespace, Type: "other"})
 	require.NoError(t, err)
 	require.Empty(t, typed, "filtered by type")
 
 	res, err := engine.RequeueTasks(ctx, s, &engine.TaskRequeueParams{
-		Namespace: engine.DefaultNamespace, IDs: []uuid.UUID{dead}, By: "ops@example.com", Reason: "fixed",
+		Namespace: store.DefaultNamespace, IDs: []uuid.UUID{dead}, By: "ops@example.com", Reason: "fixed",
 	})
 	require.NoError(t, err)
 	require.Len(t, res, 1)
@@ -193,7 +195,7 @@ func testDeadLetterListAndRequeue(t *testing.T, s engine.Store) {
 	evs := events(t, s, dead)
 	require.NotEmpty(t, evs)
 	require.Equal(t, history.TaskRequeuedData{By: "ops@example.com", Reason: "fixed"}, evs[len(evs)-1].Data)
-	list, err = s.DeadLetterList(ctx, &engine.DeadLetterListParams{Namespace: engine.DefaultNamespace})
+	list, err = s.DeadLetterList(ctx, &store.DeadLetterListParams{Namespace: store.DefaultNamespace})
 	require.NoError(t, err)
 	require.Empty(t, list, "no longer a dead letter")
 
@@ -204,7 +206,7 @@ func testDeadLetterListAndRequeue(t *testing.T, s engine.Store) {
 	complete(t, s, again)
 }
 
-func testRequeueRefusals(t *testing.T, s engine.Store) {
+func testRequeueRefusals(t *testing.T, s store.Store) {
 	ctx := testContext(t)
 	dead := start(t, s, spec{MaxAttempts: 1})
 	deadLetter(t, s, dead)
@@ -212,21 +214,21 @@ func testRequeueRefusals(t *testing.T, s engine.Store) {
 	other := start(t, s, spec{Namespace: "tenant-b", RunAt: time.Now().Add(time.Hour)})
 	missing := uuid.New()
 
-	_, err := engine.RequeueTasks(ctx, s, &engine.TaskRequeueParams{Namespace: engine.DefaultNamespace, IDs: []uuid.UUID{dead}})
+	_, err := engine.RequeueTasks(ctx, s, &engine.TaskRequeueParams{Namespace: store.DefaultNamespace, IDs: []uuid.UUID{dead}})
 	require.Error(t, err, "By is required")
 	res, err := engine.RequeueTasks(ctx, s, &engine.TaskRequeueParams{
-		Namespace: engine.DefaultNamespace, IDs: []uuid.UUID{pending, other, missing}, By: "ops",
+		Namespace: store.DefaultNamespace, IDs: []uuid.UUID{pending, other, missing}, By: "ops",
 	})
 	require.NoError(t, err, "each task succeeds or fails on its own")
 	require.Len(t, res, 3)
-	requireIs(t, res[0].Err, engine.ErrTaskState, "only a dead-lettered task is requeued")
-	requireIs(t, res[1].Err, engine.ErrNotFound, "another namespace's task")
-	requireIs(t, res[2].Err, engine.ErrNotFound)
+	requireIs(t, res[0].Err, store.ErrTaskState, "only a dead-lettered task is requeued")
+	requireIs(t, res[1].Err, store.ErrNotFound, "another namespace's task")
+	requireIs(t, res[2].Err, store.ErrNotFound)
 	require.Equal(t, history.StatusDeadLettered, getTask(t, s, dead).Status, "untouched by the refusals")
 	require.Equal(t, history.StatusPending, getTask(t, s, pending).Status)
 }
 
-func testStartDeadlineExpires(t *testing.T, s engine.Store) {
+func testStartDeadlineExpires(t *testing.T, s store.Store) {
 	ctx := testContext(t)
 	past := time.Now().Add(-time.Second)
 	late := start(t, s, spec{StartDeadline: &past})

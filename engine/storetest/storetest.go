@@ -1,4 +1,4 @@
-// Package storetest is the conformance suite of [engine.Store]: the
+// Package storetest is the conformance suite of [store.Store]: the
 // behaviours every store must share, whatever database is under it. Each
 // test uses only the Store interface and the exported types of engine and
 // history, so the same suite runs against PostgreSQL ([pgstore.Store]) and
@@ -7,7 +7,7 @@
 // A store's test hooks it up in one line:
 //
 //	func TestStoreConformance(t *testing.T) {
-//		storetest.Run(t, func(t *testing.T) engine.Store { return newTestStore(t) })
+//		storetest.Run(t, func(t *testing.T) store.Store { return newTestStore(t) })
 //	}
 //
 // Non-test code never imports this package.
@@ -19,6 +19,8 @@ import (
 	"encoding/json"
 	"testing"
 	"time"
+
+	"github.com/cairnflow/cairn/engine/store"
 
 	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/history"
@@ -40,7 +42,7 @@ const pollInterval = 10 * time.Millisecond
 // conformanceTest is one behaviour every store must have.
 type conformanceTest struct {
 	name string
-	run  func(t *testing.T, s engine.Store)
+	run  func(t *testing.T, s store.Store)
 }
 
 // tests lists the suite, grouped by area; each group lives in its own file.
@@ -60,7 +62,7 @@ func tests() []conformanceTest {
 // Every test runs as a parallel subtest on a store of its own and ends by
 // checking, for every task in the store, that the replay of its events
 // agrees with its projection row.
-func Run(t *testing.T, newStore func(t *testing.T) engine.Store) {
+func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 	t.Helper()
 	for _, tc := range tests() {
 		t.Run(tc.name, func(t *testing.T) {
@@ -90,11 +92,11 @@ const (
 )
 
 // defaultKey is the type key of tasks started with default specs.
-var defaultKey = engine.TypeKey{Type: defaultType, Version: 1}
+var defaultKey = store.TypeKey{Type: defaultType, Version: 1}
 
 // spec describes a task to start; zero fields take the defaults named.
 type spec struct {
-	Namespace      string // default engine.DefaultNamespace
+	Namespace      string // default store.DefaultNamespace
 	Queue          string // default "default"
 	Type           string // default "test"
 	Version        int    // default 1
@@ -110,9 +112,9 @@ type spec struct {
 }
 
 // params returns the start parameters the spec describes.
-func (sp spec) params() *engine.TaskStartParams {
+func (sp spec) params() *store.TaskStartParams {
 	if sp.Namespace == "" {
-		sp.Namespace = engine.DefaultNamespace
+		sp.Namespace = store.DefaultNamespace
 	}
 	if sp.Queue == "" {
 		sp.Queue = defaultQueue
@@ -123,7 +125,7 @@ func (sp spec) params() *engine.TaskStartParams {
 	if sp.Version == 0 {
 		sp.Version = 1
 	}
-	return &engine.TaskStartParams{Namespace: sp.Namespace, Scheduled: history.Scheduled{
+	return &store.TaskStartParams{Namespace: sp.Namespace, Scheduled: history.Scheduled{
 		TaskType: sp.Type, TypeVersion: sp.Version, Queue: sp.Queue, Priority: sp.Priority, RunAt: sp.RunAt,
 		MaxAttempts: sp.MaxAttempts, IdempotencyKey: sp.IdempotencyKey, Input: sp.Input, Labels: sp.Labels,
 		StartDeadline: sp.StartDeadline, FairnessKey: sp.FairnessKey, FairnessWeight: sp.FairnessWeight,
@@ -131,7 +133,7 @@ func (sp spec) params() *engine.TaskStartParams {
 }
 
 // start starts the task sp describes and returns its id.
-func start(t *testing.T, s engine.Store, sp spec) uuid.UUID {
+func start(t *testing.T, s store.Store, sp spec) uuid.UUID {
 	t.Helper()
 	res, err := s.TaskStart(testContext(t), sp.params())
 	require.NoError(t, err)
@@ -142,14 +144,14 @@ func start(t *testing.T, s engine.Store, sp spec) uuid.UUID {
 
 // claimParams is a claim of default tasks (default namespace, queue and
 // type) by owner.
-func claimParams(owner string, max int, ttl time.Duration) *engine.TaskClaimManyParams {
-	return &engine.TaskClaimManyParams{
-		Namespace: engine.DefaultNamespace, Queues: []string{defaultQueue}, Types: []engine.TypeKey{defaultKey},
+func claimParams(owner string, max int, ttl time.Duration) *store.TaskClaimManyParams {
+	return &store.TaskClaimManyParams{
+		Namespace: store.DefaultNamespace, Queues: []string{defaultQueue}, Types: []store.TypeKey{defaultKey},
 		Owner: owner, Max: max, LeaseTTL: ttl,
 	}
 }
 
-func claim(t *testing.T, s engine.Store, p *engine.TaskClaimManyParams) []*engine.ClaimedTask {
+func claim(t *testing.T, s store.Store, p *store.TaskClaimManyParams) []*store.ClaimedTask {
 	t.Helper()
 	claimed, err := s.TaskClaimMany(testContext(t), p)
 	require.NoError(t, err)
@@ -160,7 +162,7 @@ func claim(t *testing.T, s engine.Store, p *engine.TaskClaimManyParams) []*engin
 }
 
 // claimOne claims exactly one default task for owner.
-func claimOne(t *testing.T, s engine.Store, owner string, ttl time.Duration) *engine.ClaimedTask {
+func claimOne(t *testing.T, s store.Store, owner string, ttl time.Duration) *store.ClaimedTask {
 	t.Helper()
 	claimed := claim(t, s, claimParams(owner, 1, ttl))
 	require.Len(t, claimed, 1)
@@ -169,9 +171,9 @@ func claimOne(t *testing.T, s engine.Store, owner string, ttl time.Duration) *en
 
 // claimWhenDue claims one task by p, waiting until one is due: for a task
 // made due "now" by the writer's clock, which the store's may trail.
-func claimWhenDue(t *testing.T, s engine.Store, p *engine.TaskClaimManyParams) *engine.ClaimedTask {
+func claimWhenDue(t *testing.T, s store.Store, p *store.TaskClaimManyParams) *store.ClaimedTask {
 	t.Helper()
-	var claimed []*engine.ClaimedTask
+	var claimed []*store.ClaimedTask
 	waitFor(t, "a task to be due", func() bool {
 		claimed = claim(t, s, p)
 		return len(claimed) > 0
@@ -181,7 +183,7 @@ func claimWhenDue(t *testing.T, s engine.Store, p *engine.TaskClaimManyParams) *
 }
 
 // claimedIDs returns the ids of claimed tasks, as a set.
-func claimedIDs(claimed []*engine.ClaimedTask) map[uuid.UUID]bool {
+func claimedIDs(claimed []*store.ClaimedTask) map[uuid.UUID]bool {
 	out := make(map[uuid.UUID]bool, len(claimed))
 	for _, ct := range claimed {
 		out[ct.Task.ID] = true
@@ -191,9 +193,9 @@ func claimedIDs(claimed []*engine.ClaimedTask) map[uuid.UUID]bool {
 
 // appendFenced appends payloads for ct's attempt, fenced by its epoch, onto
 // the state the claim returned.
-func appendFenced(t *testing.T, s engine.Store, ct *engine.ClaimedTask, payloads ...history.Payload) (history.State, error) {
+func appendFenced(t *testing.T, s store.Store, ct *store.ClaimedTask, payloads ...history.Payload) (history.State, error) {
 	t.Helper()
-	return s.EventAppend(testContext(t), &engine.EventAppendParams{
+	return s.EventAppend(testContext(t), &store.EventAppendParams{
 		TaskID: ct.Task.ID, State: ct.State, Epoch: ct.State.Lease.Epoch,
 		Attempt: ct.State.Attempt, Payloads: payloads,
 	})
@@ -203,7 +205,7 @@ func appendFenced(t *testing.T, s engine.Store, ct *engine.ClaimedTask, payloads
 var completedOutput = json.RawMessage(`{"ok":true}`)
 
 // complete completes ct's task in its attempt.
-func complete(t *testing.T, s engine.Store, ct *engine.ClaimedTask) history.State {
+func complete(t *testing.T, s store.Store, ct *store.ClaimedTask) history.State {
 	t.Helper()
 	st, err := appendFenced(t, s, ct, history.TaskCompletedData{Output: completedOutput})
 	require.NoError(t, err)
@@ -212,22 +214,22 @@ func complete(t *testing.T, s engine.Store, ct *engine.ClaimedTask) history.Stat
 }
 
 // getTask returns task id of the default namespace.
-func getTask(t *testing.T, s engine.Store, id uuid.UUID) *engine.Task {
+func getTask(t *testing.T, s store.Store, id uuid.UUID) *store.Task {
 	t.Helper()
-	task, err := s.TaskGetByID(testContext(t), engine.DefaultNamespace, id)
+	task, err := s.TaskGetByID(testContext(t), store.DefaultNamespace, id)
 	require.NoError(t, err)
 	require.Equal(t, id, task.ID)
 	return task
 }
 
-func events(t *testing.T, s engine.Store, id uuid.UUID) []history.Event {
+func events(t *testing.T, s store.Store, id uuid.UUID) []history.Event {
 	t.Helper()
 	evs, err := s.EventListByTask(testContext(t), id)
 	require.NoError(t, err)
 	return evs
 }
 
-func eventTypes(t *testing.T, s engine.Store, id uuid.UUID) []history.Type {
+func eventTypes(t *testing.T, s store.Store, id uuid.UUID) []history.Type {
 	t.Helper()
 	evs := events(t, s, id)
 	out := make([]history.Type, len(evs))
@@ -238,7 +240,7 @@ func eventTypes(t *testing.T, s engine.Store, id uuid.UUID) []history.Type {
 }
 
 // stateOf replays task id's stored history.
-func stateOf(t *testing.T, s engine.Store, id uuid.UUID) history.State {
+func stateOf(t *testing.T, s store.Store, id uuid.UUID) history.State {
 	t.Helper()
 	state, err := history.Replay(events(t, s, id))
 	require.NoError(t, err, "replay task %s", id)
@@ -246,7 +248,7 @@ func stateOf(t *testing.T, s engine.Store, id uuid.UUID) history.State {
 }
 
 // taskCount returns the number of tasks in the store, in every namespace.
-func taskCount(t *testing.T, s engine.Store) int {
+func taskCount(t *testing.T, s store.Store) int {
 	t.Helper()
 	ids, err := s.TaskIDListAll(testContext(t))
 	require.NoError(t, err)
@@ -276,7 +278,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // rescueOne runs RescueExpired until it has rescued a task (the lease it
 // waits for expires by the store's clock) and checks it rescued exactly
 // one.
-func rescueOne(t *testing.T, s engine.Store) {
+func rescueOne(t *testing.T, s store.Store) {
 	t.Helper()
 	total := 0
 	waitFor(t, "an expired lease to be rescued", func() bool {
@@ -291,7 +293,7 @@ func rescueOne(t *testing.T, s engine.Store) {
 // requireReplayMatches checks, for every task in the store, that the
 // replay of its events agrees with its projection row, reading them one
 // task at a time and in bulk. It returns the number of tasks checked.
-func requireReplayMatches(t *testing.T, s engine.Store) int {
+func requireReplayMatches(t *testing.T, s store.Store) int {
 	t.Helper()
 	ctx := testContext(t)
 	ids, err := s.TaskIDListAll(ctx)
@@ -316,7 +318,7 @@ func requireReplayMatches(t *testing.T, s engine.Store) int {
 		require.Len(t, one, len(evs), "task %s: EventListByTask and EventListByTasks agree", row.ID)
 		byID, err := s.TaskGetByID(ctx, row.Namespace, row.ID)
 		require.NoError(t, err)
-		for _, task := range []*engine.Task{row, byID} {
+		for _, task := range []*store.Task{row, byID} {
 			requireRowMatchesState(t, task, state)
 		}
 	}
@@ -325,7 +327,7 @@ func requireReplayMatches(t *testing.T, s engine.Store) int {
 
 // requireRowMatchesState checks that a projection row agrees with the
 // replay of its task's history.
-func requireRowMatchesState(t *testing.T, task *engine.Task, s history.State) {
+func requireRowMatchesState(t *testing.T, task *store.Task, s history.State) {
 	t.Helper()
 	id := task.ID
 	sc := s.Scheduled

@@ -5,7 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/engine/store"
+
 	"github.com/cairnflow/cairn/history"
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
@@ -21,13 +22,13 @@ var taskTests = []conformanceTest{
 	{"IdempotencyKeyIsPerNamespace", testIdempotencyKeyIsPerNamespace},
 	{"TaskStartManyDedupsKeysWithinTheBatch", testTaskStartManyDedupsWithinBatch},
 	{"TaskListFiltersNewestFirst", testTaskListFiltersNewestFirst},
-	{"Ping", func(t *testing.T, s engine.Store) { require.NoError(t, s.Ping(testContext(t))) }},
+	{"Ping", func(t *testing.T, s store.Store) { require.NoError(t, s.Ping(testContext(t))) }},
 }
 
-func testTaskStartThenGetByID(t *testing.T, s engine.Store) {
+func testTaskStartThenGetByID(t *testing.T, s store.Store) {
 	ctx := testContext(t)
 	runAt := time.Now().Add(time.Hour)
-	res, err := s.TaskStart(ctx, &engine.TaskStartParams{Namespace: "ns1", Scheduled: history.Scheduled{
+	res, err := s.TaskStart(ctx, &store.TaskStartParams{Namespace: "ns1", Scheduled: history.Scheduled{
 		Namespace: "ignored", TaskType: "doc", TypeVersion: 2, Queue: "q", Priority: 7,
 		Input: json.RawMessage(`{"b": [1, 2], "a": "x"}`), RunAt: runAt, IdempotencyKey: "k",
 		TraceID: "trace-1", Labels: map[string]string{"team": "x"}, MaxAttempts: 4,
@@ -76,33 +77,33 @@ func testTaskStartThenGetByID(t *testing.T, s engine.Store) {
 	require.Equal(t, 1, requireReplayMatches(t, s))
 }
 
-func testTaskGetByIDUnknownIsNotFound(t *testing.T, s engine.Store) {
+func testTaskGetByIDUnknownIsNotFound(t *testing.T, s store.Store) {
 	start(t, s, spec{})
-	_, err := s.TaskGetByID(testContext(t), engine.DefaultNamespace, uuid.New())
-	requireIs(t, err, engine.ErrNotFound)
+	_, err := s.TaskGetByID(testContext(t), store.DefaultNamespace, uuid.New())
+	requireIs(t, err, store.ErrNotFound)
 }
 
-func testTaskGetByIDOtherNamespaceIsNotFound(t *testing.T, s engine.Store) {
+func testTaskGetByIDOtherNamespaceIsNotFound(t *testing.T, s store.Store) {
 	id := start(t, s, spec{Namespace: "tenant-a"})
 	_, err := s.TaskGetByID(testContext(t), "tenant-b", id)
-	requireIs(t, err, engine.ErrNotFound, "a task is found only in its own namespace")
-	_, err = s.TaskGetByID(testContext(t), engine.DefaultNamespace, id)
-	requireIs(t, err, engine.ErrNotFound)
+	requireIs(t, err, store.ErrNotFound, "a task is found only in its own namespace")
+	_, err = s.TaskGetByID(testContext(t), store.DefaultNamespace, id)
+	requireIs(t, err, store.ErrNotFound)
 	task, err := s.TaskGetByID(testContext(t), "tenant-a", id)
 	require.NoError(t, err)
 	require.Equal(t, "tenant-a", task.Namespace)
 }
 
-func testTaskStartRefusesWhatCannotReplay(t *testing.T, s engine.Store) {
+func testTaskStartRefusesWhatCannotReplay(t *testing.T, s store.Store) {
 	ctx := testContext(t)
-	_, err := s.TaskStart(ctx, &engine.TaskStartParams{Scheduled: history.Scheduled{TaskType: "x", Queue: "default"}})
+	_, err := s.TaskStart(ctx, &store.TaskStartParams{Scheduled: history.Scheduled{TaskType: "x", Queue: "default"}})
 	require.Error(t, err, "no namespace")
-	_, err = s.TaskStart(ctx, &engine.TaskStartParams{Namespace: "default", Scheduled: history.Scheduled{Queue: "default"}})
+	_, err = s.TaskStart(ctx, &store.TaskStartParams{Namespace: "default", Scheduled: history.Scheduled{Queue: "default"}})
 	require.Error(t, err, "no task type: task_scheduled would not replay")
 	require.Zero(t, taskCount(t, s), "a refused start writes nothing")
 }
 
-func testIdempotencyKeyReturnsExistingTask(t *testing.T, s engine.Store) {
+func testIdempotencyKeyReturnsExistingTask(t *testing.T, s store.Store) {
 	ctx := testContext(t)
 	sp := spec{IdempotencyKey: "order-42", Input: json.RawMessage(`1`)}
 	first, err := s.TaskStart(ctx, sp.params())
@@ -126,7 +127,7 @@ func testIdempotencyKeyReturnsExistingTask(t *testing.T, s engine.Store) {
 	require.Equal(t, 3, taskCount(t, s))
 }
 
-func testIdempotencyKeyIsPerNamespace(t *testing.T, s engine.Store) {
+func testIdempotencyKeyIsPerNamespace(t *testing.T, s store.Store) {
 	ctx := testContext(t)
 	a, err := s.TaskStart(ctx, spec{Namespace: "a", IdempotencyKey: "k"}.params())
 	require.NoError(t, err)
@@ -141,9 +142,9 @@ func testIdempotencyKeyIsPerNamespace(t *testing.T, s engine.Store) {
 	require.Equal(t, 2, taskCount(t, s))
 }
 
-func testTaskStartManyDedupsWithinBatch(t *testing.T, s engine.Store) {
+func testTaskStartManyDedupsWithinBatch(t *testing.T, s store.Store) {
 	ctx := testContext(t)
-	res, err := s.TaskStartMany(ctx, []*engine.TaskStartParams{
+	res, err := s.TaskStartMany(ctx, []*store.TaskStartParams{
 		spec{IdempotencyKey: "k1", Input: json.RawMessage(`"first"`)}.params(),
 		spec{IdempotencyKey: "k1", Input: json.RawMessage(`"second"`)}.params(),
 		spec{IdempotencyKey: "k2"}.params(),
@@ -161,10 +162,10 @@ func testTaskStartManyDedupsWithinBatch(t *testing.T, s engine.Store) {
 	require.JSONEq(t, `"first"`, string(getTask(t, s, res[0].ID).Input), "the batch's first start of a key wins")
 
 	// A later batch finds the keys taken.
-	later, err := s.TaskStartMany(ctx, []*engine.TaskStartParams{spec{IdempotencyKey: "k2"}.params(), spec{IdempotencyKey: "k3"}.params()})
+	later, err := s.TaskStartMany(ctx, []*store.TaskStartParams{spec{IdempotencyKey: "k2"}.params(), spec{IdempotencyKey: "k3"}.params()})
 	require.NoError(t, err)
 	require.Len(t, later, 2)
-	require.Equal(t, engine.TaskStartResult{ID: res[2].ID, Existing: true}, later[0])
+	require.Equal(t, store.TaskStartResult{ID: res[2].ID, Existing: true}, later[0])
 	require.False(t, later[1].Existing)
 	require.Equal(t, 4, taskCount(t, s))
 
@@ -174,18 +175,18 @@ func testTaskStartManyDedupsWithinBatch(t *testing.T, s engine.Store) {
 	require.Equal(t, 4, requireReplayMatches(t, s))
 }
 
-func testTaskListFiltersNewestFirst(t *testing.T, s engine.Store) {
+func testTaskListFiltersNewestFirst(t *testing.T, s store.Store) {
 	ctx := testContext(t)
 	a := start(t, s, spec{Type: "x"})
 	b := start(t, s, spec{Type: "y", Queue: "q2"})
 	c := start(t, s, spec{Type: "x"})
 	d := start(t, s, spec{Type: "x", Namespace: "other"})
-	claimed := claim(t, s, &engine.TaskClaimManyParams{Namespace: engine.DefaultNamespace, Queues: []string{"q2"},
-		Types: []engine.TypeKey{{Type: "y", Version: 1}}, Owner: "w", Max: 10, LeaseTTL: time.Minute})
+	claimed := claim(t, s, &store.TaskClaimManyParams{Namespace: store.DefaultNamespace, Queues: []string{"q2"},
+		Types: []store.TypeKey{{Type: "y", Version: 1}}, Owner: "w", Max: 10, LeaseTTL: time.Minute})
 	require.Len(t, claimed, 1)
 	complete(t, s, claimed[0])
 
-	list := func(p engine.TaskListParams) []uuid.UUID {
+	list := func(p store.TaskListParams) []uuid.UUID {
 		t.Helper()
 		tasks, err := s.TaskList(ctx, &p)
 		require.NoError(t, err)
@@ -195,13 +196,13 @@ func testTaskListFiltersNewestFirst(t *testing.T, s engine.Store) {
 		}
 		return ids
 	}
-	require.Equal(t, []uuid.UUID{c, b, a}, list(engine.TaskListParams{Namespace: engine.DefaultNamespace}), "newest first")
-	require.Equal(t, []uuid.UUID{c, a}, list(engine.TaskListParams{Namespace: engine.DefaultNamespace, Type: "x"}))
-	require.Equal(t, []uuid.UUID{b}, list(engine.TaskListParams{Namespace: engine.DefaultNamespace, Queue: "q2"}))
-	require.Equal(t, []uuid.UUID{b}, list(engine.TaskListParams{Namespace: engine.DefaultNamespace, Status: history.StatusCompleted}))
-	require.Equal(t, []uuid.UUID{c, a}, list(engine.TaskListParams{Namespace: engine.DefaultNamespace, Status: history.StatusPending}))
-	require.Equal(t, []uuid.UUID{c}, list(engine.TaskListParams{Namespace: engine.DefaultNamespace, Limit: 1}))
-	require.Equal(t, []uuid.UUID{b}, list(engine.TaskListParams{Namespace: engine.DefaultNamespace, Limit: 1, Before: c}), "a page after c")
-	require.Equal(t, []uuid.UUID{d}, list(engine.TaskListParams{Namespace: "other"}))
-	require.Empty(t, list(engine.TaskListParams{Namespace: "nobody"}))
+	require.Equal(t, []uuid.UUID{c, b, a}, list(store.TaskListParams{Namespace: store.DefaultNamespace}), "newest first")
+	require.Equal(t, []uuid.UUID{c, a}, list(store.TaskListParams{Namespace: store.DefaultNamespace, Type: "x"}))
+	require.Equal(t, []uuid.UUID{b}, list(store.TaskListParams{Namespace: store.DefaultNamespace, Queue: "q2"}))
+	require.Equal(t, []uuid.UUID{b}, list(store.TaskListParams{Namespace: store.DefaultNamespace, Status: history.StatusCompleted}))
+	require.Equal(t, []uuid.UUID{c, a}, list(store.TaskListParams{Namespace: store.DefaultNamespace, Status: history.StatusPending}))
+	require.Equal(t, []uuid.UUID{c}, list(store.TaskListParams{Namespace: store.DefaultNamespace, Limit: 1}))
+	require.Equal(t, []uuid.UUID{b}, list(store.TaskListParams{Namespace: store.DefaultNamespace, Limit: 1, Before: c}), "a page after c")
+	require.Equal(t, []uuid.UUID{d}, list(store.TaskListParams{Namespace: "other"}))
+	require.Empty(t, list(store.TaskListParams{Namespace: "nobody"}))
 }

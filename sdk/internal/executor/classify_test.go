@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairnflow/cairn/engine/store"
+
 	"github.com/cairnflow/cairn/activities"
 	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/history"
@@ -61,7 +63,7 @@ func TestClassifyOrder(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			a := &engine.Attempt{Task: &engine.Task{Type: "doc", Queue: "default"}}
+			a := &engine.Attempt{Task: &store.Task{Type: "doc", Queue: "default"}}
 			h := NewHandler(HandlerConfig{})
 			res := interpreter.Result{Err: tt.err, Step: tt.step, StepOptions: tt.opts}
 			info := h.classify(a, typ, res, 1, time.Second)
@@ -78,7 +80,7 @@ func TestClassifyOrder(t *testing.T) {
 	}
 	t.Run("Defaults", func(t *testing.T) {
 		t.Parallel()
-		a := &engine.Attempt{Task: &engine.Task{Type: "doc", Queue: "default"}}
+		a := &engine.Attempt{Task: &store.Task{Type: "doc", Queue: "default"}}
 		h := NewHandler(HandlerConfig{})
 		plain := Type{Retry: activities.DefaultRetryPolicy}
 		info := h.classify(a, plain, interpreter.Result{Err: errors.New("boom"), Step: step}, 1, time.Second)

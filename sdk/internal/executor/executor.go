@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/cairnflow/cairn/engine/store"
+
 	"github.com/cairnflow/cairn/activities"
 	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/history"
@@ -32,7 +34,7 @@ type HandlerConfig struct {
 	// Types are the workflow types the handler runs, by type and version:
 	// the ones the processor claims. The handler keeps the map and never
 	// writes it; the caller must not write it either once it is handed over.
-	Types map[engine.TypeKey]Type
+	Types map[store.TypeKey]Type
 	// WorkerID names the worker in the attempt spans.
 	WorkerID string
 	// Logger. Default slog.Default().
@@ -48,7 +50,7 @@ type HandlerConfig struct {
 // mutable state: each call works on its own attempt, so calls may run
 // concurrently.
 type Handler struct {
-	types          map[engine.TypeKey]Type // read-only after NewHandler
+	types          map[store.TypeKey]Type // read-only after NewHandler
 	workerID       string
 	logger         *slog.Logger
 	tracerProvider trace.TracerProvider // nil: no spans
@@ -72,7 +74,7 @@ func (h *Handler) HandleAttempt(ctx context.Context, a *engine.Attempt) (payload
 }
 
 func (h *Handler) handleAttempt(ctx context.Context, a *engine.Attempt, tr *attemptTrace) ([]history.Payload, error) {
-	key := engine.TypeKey{Type: a.Task.Type, Version: a.Task.TypeVersion}
+	key := store.TypeKey{Type: a.Task.Type, Version: a.Task.TypeVersion}
 	typ, ok := h.types[key]
 	state := a.State()
 	if !ok {

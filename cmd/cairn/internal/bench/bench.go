@@ -29,6 +29,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/cairnflow/cairn/engine/store"
+
 	"github.com/cairnflow/cairn/engine/pgstore"
 
 	"github.com/cairnflow/cairn/engine"
@@ -329,7 +331,7 @@ type benchTarget struct {
 	lite *sqlitestore.Store
 }
 
-func (t benchTarget) store() engine.Store {
+func (t benchTarget) store() store.Store {
 	if t.lite != nil {
 		return t.lite
 	}

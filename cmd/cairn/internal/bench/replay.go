@@ -9,7 +9,8 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/engine/store"
+
 	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/sdk"
 	"github.com/cockroachdb/errors"
@@ -117,14 +118,14 @@ func Replay(ctx context.Context, cfg Config, p Params) error {
 
 // buildHistory makes a completed task with exactly events events.
 func buildHistory(ctx context.Context, client *sdk.Client, namespace string, events int) (uuid.UUID, error) {
-	store := client.Store()
+	st := client.Store()
 	res, err := client.Start(ctx, sdk.TypeRef{Name: benchReplayType, Version: 1}, json.RawMessage(`{}`), nil)
 	if err != nil {
 		return uuid.Nil, err
 	}
-	claimed, err := store.TaskClaimMany(ctx, &engine.TaskClaimManyParams{
+	claimed, err := st.TaskClaimMany(ctx, &store.TaskClaimManyParams{
 		Namespace: namespace, Queues: []string{"default"},
-		Types: []engine.TypeKey{{Type: benchReplayType, Version: 1}},
+		Types: []store.TypeKey{{Type: benchReplayType, Version: 1}},
 		Owner: replayOwner, Max: 1, LeaseTTL: time.Hour,
 	})
 	if err != nil {
@@ -135,7 +136,7 @@ func buildHistory(ctx context.Context, client *sdk.Client, namespace string, eve
 	}
 	state := claimed[0].State
 	appendEvents := func(payloads []history.Payload) error {
-		state, err = store.EventAppend(ctx, &engine.EventAppendParams{
+		state, err = st.EventAppend(ctx, &store.EventAppendParams{
 			TaskID: res.ID, State: state, Epoch: state.Lease.Epoch, Attempt: state.Attempt, Payloads: payloads,
 		})
 		return err
@@ -161,7 +162,7 @@ func buildHistory(ctx context.Context, client *sdk.Client, namespace string, eve
 }
 
 // measureReplay loads and replays the task's history repeatedly.
-func measureReplay(ctx context.Context, store engine.Store, id uuid.UUID, events int) (replayRow, error) {
+func measureReplay(ctx context.Context, st store.Store, id uuid.UUID, events int) (replayRow, error) {
 	reps := min(max(replayEventBudget/events, replayMinReps), replayMaxReps)
 	loads := make([]time.Duration, reps)
 	replays := make([]time.Duration, reps)
@@ -171,7 +172,7 @@ func measureReplay(ctx context.Context, store engine.Store, id uuid.UUID, events
 	runtime.ReadMemStats(&before)
 	for i := range reps {
 		t0 := time.Now()
-		evs, err := store.EventListByTask(ctx, id)
+		evs, err := st.EventListByTask(ctx, id)
 		if err != nil {
 			return replayRow{}, err
 		}
