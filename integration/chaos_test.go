@@ -297,14 +297,19 @@ func TestChaos(t *testing.T) {
 	fmt.Fprintf(os.Stderr, "CHAOS tasks=%d kills=%d orphaned=%d pg_restarts=1 pg_down=%s duplicates=%d effects=%d longest_recovery=%s\n",
 		len(accepted), len(r.kills), orphans, outage.Round(time.Millisecond), duplicates, effects, longest.Round(time.Millisecond))
 
-	// The rest stop gracefully.
+	// The rest stop gracefully. The lock is not held while they stop: a
+	// failed check must not leave the cleanup, which takes it, hanging.
 	r.mu.Lock()
-	for id, cmd := range r.workers {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		require.NoError(t, cmd.Wait(), "worker %s stops gracefully", id)
-		delete(r.workers, id)
-	}
+	rest := r.workers
+	r.workers = map[string]*exec.Cmd{}
 	r.mu.Unlock()
+	for id, cmd := range rest {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		if err := cmd.Wait(); err != nil {
+			_ = cmd.Process.Kill()
+			t.Errorf("worker %s did not stop gracefully: %v", id, err)
+		}
+	}
 }
 
 // readinessWatch polls /readyz and remembers whether it saw not-ready and,
