@@ -29,7 +29,7 @@ func BenchmarkMetricsNil(b *testing.B) {
 func benchmarkTaskObservations(b *testing.B, m *Metrics) {
 	start := time.Now()
 	running := history.State{
-		Scheduled: history.Scheduled{TaskType: "bench.noop", Queue: "default"},
+		Scheduled: history.TaskScheduledData{TaskType: "bench.noop", Queue: "default"},
 		Status:    history.StatusRunning, Lease: history.Lease{Owner: "w", Epoch: 1},
 	}
 	done := running

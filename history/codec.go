@@ -59,7 +59,7 @@ func Decode(typ Type, data []byte) (Payload, error) {
 	}
 	switch typ {
 	case TaskScheduled:
-		return decodeAs[Scheduled](typ, data)
+		return decodeAs[TaskScheduledData](typ, data)
 	case AttemptStarted:
 		return decodeAs[AttemptStartedData](typ, data)
 	case StepCompleted:

@@ -27,7 +27,7 @@ func TestEncode(t *testing.T) {
 	}{
 		{
 			name: "task_scheduled",
-			payload: history.Scheduled{
+			payload: history.TaskScheduledData{
 				Namespace: "default", TaskType: "send_invoice", TypeVersion: 2, Queue: "critical", Priority: -1,
 				Input: json.RawMessage(`{"invoice":42}`), RunAt: historytest.Base, IdempotencyKey: "order-7",
 				TraceID: "abc", Labels: map[string]string{"b": "2", "a": "1"}, MaxAttempts: 5,
@@ -38,7 +38,7 @@ func TestEncode(t *testing.T) {
 		},
 		{
 			name:    "task_scheduled minimal",
-			payload: history.Scheduled{TaskType: "t", RunAt: historytest.Base},
+			payload: history.TaskScheduledData{TaskType: "t", RunAt: historytest.Base},
 			want:    `{"v":1,"namespace":"","task_type":"t","type_version":0,"queue":"","priority":0,"run_at":"2026-01-02T03:04:05.123456Z","max_attempts":0}`,
 		},
 		{
@@ -142,9 +142,9 @@ func TestEncodeErrors(t *testing.T) {
 		payload history.Payload
 	}{
 		{name: "nil", payload: nil},
-		{name: "nil pointer", payload: (*history.Scheduled)(nil)},
+		{name: "nil pointer", payload: (*history.TaskScheduledData)(nil)},
 		{name: "nil pointer without fields", payload: (*history.TaskCompletedData)(nil)},
-		{name: "invalid raw input", payload: history.Scheduled{TaskType: "t", Input: json.RawMessage(`{`)}},
+		{name: "invalid raw input", payload: history.TaskScheduledData{TaskType: "t", Input: json.RawMessage(`{`)}},
 		{name: "invalid raw output", payload: history.StepCompletedData{Name: "s", Output: json.RawMessage(`nope`)}},
 		{name: "year out of range", payload: history.LeaseExpiredData{NextRunAt: time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)}},
 		{name: "not an object", payload: stringPayload("x")},

@@ -69,10 +69,10 @@ type Payload interface {
 	EventType() Type
 }
 
-// Scheduled is the payload of task_scheduled: everything needed to run the
+// TaskScheduledData is the payload of task_scheduled: everything needed to run the
 // task, including the retry limits so the engine can enforce them without
 // importing user code.
-type Scheduled struct {
+type TaskScheduledData struct {
 	Namespace      string            `json:"namespace"`
 	TaskType       string            `json:"task_type"`
 	TypeVersion    int               `json:"type_version"`
@@ -100,7 +100,7 @@ type Scheduled struct {
 	FairnessWeight int `json:"fairness_weight,omitempty"`
 }
 
-// MaxFairnessWeight bounds [Scheduled.FairnessWeight].
+// MaxFairnessWeight bounds [TaskScheduledData.FairnessWeight].
 const MaxFairnessWeight = 1000
 
 // AttemptStartedData is the payload of attempt_started: a worker claimed the
@@ -312,7 +312,7 @@ type TaskExpiredData struct {
 }
 
 // EventType implements [Payload].
-func (Scheduled) EventType() Type { return TaskScheduled }
+func (TaskScheduledData) EventType() Type { return TaskScheduled }
 
 // EventType implements [Payload].
 func (AttemptStartedData) EventType() Type { return AttemptStarted }

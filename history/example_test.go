@@ -11,7 +11,7 @@ func ExampleReplay() {
 	at := time.Date(2026, time.January, 2, 3, 4, 5, 0, time.UTC)
 	next := at.Add(10 * time.Second)
 	events := []history.Event{
-		{Seq: 1, At: at, Data: history.Scheduled{TaskType: "send_invoice", Queue: "default", RunAt: at, MaxAttempts: 3}},
+		{Seq: 1, At: at, Data: history.TaskScheduledData{TaskType: "send_invoice", Queue: "default", RunAt: at, MaxAttempts: 3}},
 		{Seq: 2, At: at, Attempt: 1, Data: history.AttemptStartedData{WorkerID: "worker-1", LeaseEpoch: 1}},
 		{Seq: 3, At: at, Attempt: 1, Data: history.StepCompletedData{Position: 0, Name: "reserve"}},
 		{Seq: 4, At: at, Attempt: 1, Data: history.AttemptFailedData{

@@ -497,11 +497,11 @@ func nextEvent(r *fuzzBytes, events []history.Event, s history.State) history.Ev
 	case k == types+1:
 		p = foreignPayload{X: 1}
 	case k == types+2:
-		p = pickOf[history.Payload](r, &history.TaskCompletedData{}, (*history.TaskCompletedData)(nil), &history.Scheduled{TaskType: "t"})
+		p = pickOf[history.Payload](r, &history.TaskCompletedData{}, (*history.TaskCompletedData)(nil), &history.TaskScheduledData{TaskType: "t"})
 	default:
 		switch history.Types[k] {
 		case history.TaskScheduled:
-			sched := history.Scheduled{
+			sched := history.TaskScheduledData{
 				Namespace: "default", TaskType: pickOf(r, "send_invoice", ""), TypeVersion: 1, Queue: "default",
 				Input: output, RunAt: later, MaxAttempts: pickOf(r, 3, 0, 1),
 				Labels:      pickOf(r, map[string]string(nil), map[string]string{"team": "ap"}),

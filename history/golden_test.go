@@ -109,8 +109,8 @@ func goldenGood() map[string]struct {
 		// Two attempts allowed, both fail: the second is final and the task
 		// waits for an operator.
 		"dead_lettered": {status: history.StatusDeadLettered, events: build(
-			after(0, historytest.E{Data: func() history.Scheduled {
-				p := scheduled().Data.(history.Scheduled)
+			after(0, historytest.E{Data: func() history.TaskScheduledData {
+				p := scheduled().Data.(history.TaskScheduledData)
 				p.MaxAttempts = 2
 				p.Labels = map[string]string{"team": "payments"}
 				return p

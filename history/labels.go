@@ -2,7 +2,7 @@ package history
 
 import "strings"
 
-// MaxLabelKeyLen bounds a label key ([Scheduled.Labels]).
+// MaxLabelKeyLen bounds a label key ([TaskScheduledData.Labels]).
 const MaxLabelKeyLen = 64
 
 // IsLabelKey reports whether key is a valid label key: 1 to MaxLabelKeyLen

@@ -273,7 +273,7 @@ func candidates(s history.State, at time.Time) []history.Event {
 	add := func(attempt int, p history.Payload) {
 		out = append(out, history.Event{Seq: seq, At: at, Attempt: attempt, Data: p})
 	}
-	add(0, history.Scheduled{TaskType: "again", RunAt: at})
+	add(0, history.TaskScheduledData{TaskType: "again", RunAt: at})
 	for _, attempt := range []int{s.Attempt, s.Attempt + 1} {
 		for _, epoch := range []int64{s.Lease.Epoch, s.Lease.Epoch + 1} {
 			add(attempt, history.AttemptStartedData{WorkerID: "w", LeaseEpoch: epoch, LeaseExpiresAt: next})

@@ -105,7 +105,7 @@ type Step struct {
 // State is what replaying a task's history yields. The engine's tasks
 // projection row holds the same values; see docs/architecture.md.
 type State struct {
-	Scheduled Scheduled // the task_scheduled payload
+	Scheduled TaskScheduledData // the task_scheduled payload
 
 	Status  Status
 	Attempt int // the latest attempt number, 0 before the first
@@ -206,7 +206,7 @@ func apply(s State, e Event, owned bool) (State, error) {
 	}
 	var err error
 	switch p := e.Data.(type) {
-	case Scheduled:
+	case TaskScheduledData:
 		err = s.applyScheduled(e, p)
 	case AttemptStartedData:
 		err = s.applyAttemptStarted(e, p)
@@ -273,7 +273,7 @@ func apply(s State, e Event, owned bool) (State, error) {
 // ours (whose value-receiver EventType panics), is reported, not run.
 func typeOf(p Payload) (Type, bool) {
 	switch p.(type) {
-	case Scheduled:
+	case TaskScheduledData:
 		return TaskScheduled, true
 	case AttemptStartedData:
 		return AttemptStarted, true
@@ -315,7 +315,7 @@ func typeOf(p Payload) (Type, bool) {
 	return "", false
 }
 
-func (s *State) applyScheduled(e Event, p Scheduled) error {
+func (s *State) applyScheduled(e Event, p TaskScheduledData) error {
 	if s.LastSeq != 0 {
 		return invalidf(nil, "event %d (%s): task already scheduled", e.Seq, TaskScheduled)
 	}

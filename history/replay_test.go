@@ -342,7 +342,7 @@ func TestApplyInvalid(t *testing.T) {
 		{name: "scheduled again while running", events: with(running, scheduled()), contains: "task already scheduled"},
 		{
 			name:     "scheduled without task type",
-			events:   []historytest.E{{Data: history.Scheduled{Namespace: "default", Queue: "default", MaxAttempts: 1}}},
+			events:   []historytest.E{{Data: history.TaskScheduledData{Namespace: "default", Queue: "default", MaxAttempts: 1}}},
 			contains: "no task type",
 		},
 
@@ -362,7 +362,7 @@ func TestApplyInvalid(t *testing.T) {
 		{name: "nil payload", events: with(pending, historytest.E{Attempt: 1}), contains: "event 2: no payload"},
 		{name: "unknown payload", events: with(pending, historytest.E{Data: notAPayload{}}), contains: "unknown payload"},
 		{name: "unknown first payload", events: []historytest.E{{Data: notAPayload{}}}, contains: "unknown payload"},
-		{name: "pointer payload", events: []historytest.E{{Data: &history.Scheduled{TaskType: "x"}}}, contains: "unknown payload"},
+		{name: "pointer payload", events: []historytest.E{{Data: &history.TaskScheduledData{TaskType: "x"}}}, contains: "unknown payload"},
 		{name: "nil pointer payload", events: with(pending, historytest.E{Attempt: 1, Data: (*history.AttemptStartedData)(nil)}), contains: "unknown payload"},
 
 		// After a terminal event.
@@ -536,7 +536,7 @@ func TestEventType(t *testing.T) {
 
 	require.Equal(t, history.Type(""), history.Event{}.Type())
 	payloads := []history.Payload{
-		history.Scheduled{}, history.AttemptStartedData{}, history.StepCompletedData{},
+		history.TaskScheduledData{}, history.AttemptStartedData{}, history.StepCompletedData{},
 		history.AttemptFailedData{}, history.LeaseExpiredData{}, history.TaskReleasedData{},
 		history.TaskCompletedData{}, history.TaskFailedData{}, history.TaskDeadLetteredData{},
 		history.TaskRequeuedData{}, history.CancelRequestedData{}, history.CompensationRequestedData{},

@@ -283,7 +283,7 @@ func TestServerEndToEnd(t *testing.T) {
 	require.Equal(t, 7, done.MaxAttempt, "the registered type's defaults apply")
 	types, events := srv.historyTypes(first.ID)
 	require.Equal(t, []history.Type{history.TaskScheduled, history.AttemptStarted, history.StepCompleted, history.TaskCompleted}, types)
-	require.Equal(t, traceparent, events[0].Data.(history.Scheduled).TraceID)
+	require.Equal(t, traceparent, events[0].Data.(history.TaskScheduledData).TraceID)
 
 	// Cancel a running task.
 	slow := srv.start(map[string]any{"type": "e2e.slow", "input": 20000})

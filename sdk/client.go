@@ -313,7 +313,7 @@ func (c *Client) checkedStartParams(wf WorkflowRef, input any, opts *StartOpts) 
 	if err := validateLabels(opts.Labels); err != nil {
 		return nil, errors.Wrapf(err, "start %s", wf.TypeName())
 	}
-	return &store.TaskStartParams{Namespace: c.namespace, Scheduled: history.Scheduled{
+	return &store.TaskStartParams{Namespace: c.namespace, Scheduled: history.TaskScheduledData{
 		TaskType: wf.TypeName(), TypeVersion: wf.TypeVersion(), Queue: queue, Priority: opts.Priority,
 		Input: raw, RunAt: runAt, IdempotencyKey: opts.IdempotencyKey, TraceID: opts.TraceID,
 		MaxAttempts: maxAttempts, Deadline: deadline, StartDeadline: startDeadline,

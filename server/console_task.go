@@ -95,7 +95,7 @@ func buildTimeline(events []history.Event) []*timelineBlock {
 	}
 	for _, e := range events {
 		switch p := e.Data.(type) {
-		case history.Scheduled:
+		case history.TaskScheduledData:
 			blocks = append(blocks, &timelineBlock{Title: "Scheduled", Start: e.At, last: e.At,
 				Notes: []string{fmt.Sprintf("queue %s, due %s", p.Queue, p.RunAt.UTC().Format(time.RFC3339))}})
 		case history.AttemptStartedData:

@@ -144,7 +144,7 @@ func newTaskHistoryCmd(g *globals) *cobra.Command {
 
 func eventDetails(p history.Payload) string {
 	switch v := p.(type) {
-	case history.Scheduled:
+	case history.TaskScheduledData:
 		return fmt.Sprintf("%s@%d on queue %s, max %d attempts", v.TaskType, v.TypeVersion, v.Queue, v.MaxAttempts)
 	case history.AttemptStartedData:
 		return fmt.Sprintf("worker %s, lease epoch %d", v.WorkerID, v.LeaseEpoch)

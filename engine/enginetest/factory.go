@@ -52,7 +52,7 @@ func (o *TaskOpts) Params() *store.TaskStartParams {
 	if opts.Version == 0 {
 		opts.Version = 1
 	}
-	return &store.TaskStartParams{Namespace: opts.Namespace, Scheduled: history.Scheduled{
+	return &store.TaskStartParams{Namespace: opts.Namespace, Scheduled: history.TaskScheduledData{
 		TaskType: opts.Type, TypeVersion: opts.Version, Queue: opts.Queue, Priority: opts.Priority,
 		RunAt: opts.RunAt, MaxAttempts: opts.MaxAttempts, IdempotencyKey: opts.IdempotencyKey, Input: opts.Input,
 		FairnessKey: opts.FairnessKey, FairnessWeight: opts.FairnessWeight,

@@ -126,7 +126,7 @@ func TestEventScan(t *testing.T) {
 		t.Parallel()
 		ctx := context.Background()
 		s := enginetest.Store(t)
-		res, err := s.TaskStart(ctx, &store.TaskStartParams{Namespace: "ns", Scheduled: history.Scheduled{
+		res, err := s.TaskStart(ctx, &store.TaskStartParams{Namespace: "ns", Scheduled: history.TaskScheduledData{
 			TaskType: "invoice.extract", TypeVersion: 3, Queue: "docs", TraceID: "trace-9",
 			Labels: map[string]string{"team": "ap"}, FairnessKey: "tenant-7", Input: json.RawMessage(`{"doc":1}`),
 		}})
@@ -137,7 +137,7 @@ func TestEventScan(t *testing.T) {
 		require.Equal(t, res.ID, e.TaskID)
 		require.Equal(t, int64(1), e.Event.Seq)
 		require.Equal(t, history.TaskScheduled, e.Event.Type())
-		require.Equal(t, "invoice.extract", e.Event.Data.(history.Scheduled).TaskType)
+		require.Equal(t, "invoice.extract", e.Event.Data.(history.TaskScheduledData).TaskType)
 		require.Equal(t, time.UTC, e.Event.At.Location())
 		stored := enginetest.Events(t, s, res.ID)[0]
 		require.True(t, stored.At.Equal(e.Event.At))

@@ -18,7 +18,7 @@ func TestStartClaimComplete(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := enginetest.Store(t)
-	res, err := s.TaskStart(ctx, &store.TaskStartParams{Namespace: "default", Scheduled: history.Scheduled{
+	res, err := s.TaskStart(ctx, &store.TaskStartParams{Namespace: "default", Scheduled: history.TaskScheduledData{
 		TaskType: "doc", TypeVersion: 1, Queue: "default", Input: json.RawMessage(`{"a": 1}`), MaxAttempts: 3,
 	}})
 	require.NoError(t, err)
@@ -55,7 +55,7 @@ func TestClaimOfFreshTaskEqualsReplayOfItsEvents(t *testing.T) {
 	ctx := context.Background()
 	s := enginetest.Store(t)
 	deadline := time.Now().Add(time.Hour)
-	_, err := s.TaskStart(ctx, &store.TaskStartParams{Namespace: "default", Scheduled: history.Scheduled{
+	_, err := s.TaskStart(ctx, &store.TaskStartParams{Namespace: "default", Scheduled: history.TaskScheduledData{
 		TaskType: "doc", TypeVersion: 1, Queue: "default", Input: json.RawMessage(`{"b": [1, 2], "a": "x"}`),
 		MaxAttempts: 3, Priority: 4, IdempotencyKey: "k-1", TraceID: "trace-9",
 		Labels: map[string]string{"tenant": "acme", "tier": "gold"}, Deadline: &deadline,

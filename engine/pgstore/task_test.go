@@ -27,7 +27,7 @@ func TestTaskStart(t *testing.T) {
 		ctx := context.Background()
 		s := enginetest.Store(t)
 		runAt := time.Now().Add(time.Hour)
-		res, err := s.TaskStart(ctx, &store.TaskStartParams{Namespace: "ns1", Scheduled: history.Scheduled{
+		res, err := s.TaskStart(ctx, &store.TaskStartParams{Namespace: "ns1", Scheduled: history.TaskScheduledData{
 			Namespace: "ignored", TaskType: "doc", TypeVersion: 2, Queue: "q", Priority: 7,
 			Input: json.RawMessage(`{"b": [1, 2], "a": "x"}`), RunAt: runAt, IdempotencyKey: "k",
 			TraceID: "trace-1", Labels: map[string]string{"team": "x"}, MaxAttempts: 4,
@@ -56,7 +56,7 @@ func TestTaskStart(t *testing.T) {
 		evs := enginetest.Events(t, s, res.ID)
 		require.Len(t, evs, 1)
 		require.Equal(t, int64(1), evs[0].Seq)
-		sc, ok := evs[0].Data.(history.Scheduled)
+		sc, ok := evs[0].Data.(history.TaskScheduledData)
 		require.True(t, ok, "first event is %T", evs[0].Data)
 		require.Equal(t, "ns1", sc.Namespace)
 		require.Equal(t, map[string]string{"team": "x"}, sc.Labels)
@@ -69,7 +69,7 @@ func TestTaskStart(t *testing.T) {
 	t.Run("RefusesEmptyNamespace", func(t *testing.T) {
 		t.Parallel()
 		s := enginetest.Store(t)
-		_, err := s.TaskStart(context.Background(), &store.TaskStartParams{Scheduled: history.Scheduled{TaskType: "x", Queue: "default"}})
+		_, err := s.TaskStart(context.Background(), &store.TaskStartParams{Scheduled: history.TaskScheduledData{TaskType: "x", Queue: "default"}})
 		require.Error(t, err)
 		require.Zero(t, enginetest.CountRows(t, s, "tasks"))
 		require.Zero(t, enginetest.CountRows(t, s, "events"))
@@ -80,7 +80,7 @@ func TestTaskStart(t *testing.T) {
 		s := enginetest.Store(t)
 		// A row without a task type would never replay; TaskStart must not
 		// write what history refuses.
-		_, err := s.TaskStart(context.Background(), &store.TaskStartParams{Namespace: "default", Scheduled: history.Scheduled{Queue: "default"}})
+		_, err := s.TaskStart(context.Background(), &store.TaskStartParams{Namespace: "default", Scheduled: history.TaskScheduledData{Queue: "default"}})
 		require.Error(t, err)
 		require.Zero(t, enginetest.CountRows(t, s, "tasks"))
 		enginetest.RequireProjectionsMatch(t, s)

@@ -27,11 +27,11 @@ func TestStoreKeepsTimeByItsClock(t *testing.T) {
 	t.Cleanup(func() { _ = s.Close() })
 
 	leased, err := s.TaskStart(ctx, &store.TaskStartParams{Namespace: "default",
-		Scheduled: history.Scheduled{TaskType: "a", TypeVersion: 1, Queue: "q"}})
+		Scheduled: history.TaskScheduledData{TaskType: "a", TypeVersion: 1, Queue: "q"}})
 	require.NoError(t, err)
 	deadline := clock.Now().Add(time.Hour)
 	late, err := s.TaskStart(ctx, &store.TaskStartParams{Namespace: "default",
-		Scheduled: history.Scheduled{TaskType: "b", TypeVersion: 1, Queue: "q", StartDeadline: &deadline}})
+		Scheduled: history.TaskScheduledData{TaskType: "b", TypeVersion: 1, Queue: "q", StartDeadline: &deadline}})
 	require.NoError(t, err)
 	claimed, err := s.TaskClaimMany(ctx, &store.TaskClaimManyParams{Namespace: "default", Queues: []string{"q"},
 		Types: []store.TypeKey{{Type: "a", Version: 1}}, Owner: "crashed", Max: 1, LeaseTTL: time.Minute})

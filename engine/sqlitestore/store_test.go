@@ -28,7 +28,7 @@ func TestStoreCountsItsWritesInMetrics(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close() })
 
-	_, err = s.TaskStart(ctx, &store.TaskStartParams{Namespace: "default", Scheduled: history.Scheduled{
+	_, err = s.TaskStart(ctx, &store.TaskStartParams{Namespace: "default", Scheduled: history.TaskScheduledData{
 		TaskType: "m", TypeVersion: 1, Queue: "q"}})
 	require.NoError(t, err)
 	claimed, err := s.TaskClaimMany(ctx, &store.TaskClaimManyParams{Namespace: "default", Queues: []string{"q"},
@@ -125,7 +125,7 @@ func TestListenerHearsTheStoresCommits(t *testing.T) {
 		return n
 	}
 	params := func() *store.TaskStartParams {
-		return &store.TaskStartParams{Namespace: "default", Scheduled: history.Scheduled{TaskType: "a", TypeVersion: 1, Queue: "q"}}
+		return &store.TaskStartParams{Namespace: "default", Scheduled: history.TaskScheduledData{TaskType: "a", TypeVersion: 1, Queue: "q"}}
 	}
 	claim := func() *store.ClaimedTask {
 		t.Helper()
@@ -172,7 +172,7 @@ func TestClaimLeasesATaskItCannotRead(t *testing.T) {
 	ctx := context.Background()
 	s := newStore(t)
 	start := func() uuid.UUID {
-		res, err := s.TaskStart(ctx, &store.TaskStartParams{Namespace: "default", Scheduled: history.Scheduled{
+		res, err := s.TaskStart(ctx, &store.TaskStartParams{Namespace: "default", Scheduled: history.TaskScheduledData{
 			TaskType: "u", TypeVersion: 1, Queue: "q"}})
 		require.NoError(t, err)
 		return res.ID

@@ -68,7 +68,7 @@ func (sc *Schedule) Check() (cron.Schedule, *time.Location, error) {
 // TaskAt is the start of the schedule's task for tick: its idempotency key
 // "schedule:<name>:<tick>" makes one task per tick, whoever fires it.
 func (sc Schedule) TaskAt(tick time.Time) *TaskStartParams {
-	return &TaskStartParams{Namespace: sc.Namespace, Scheduled: history.Scheduled{
+	return &TaskStartParams{Namespace: sc.Namespace, Scheduled: history.TaskScheduledData{
 		TaskType: sc.TaskType, TypeVersion: sc.TypeVersion, Queue: sc.Queue, Input: sc.Input,
 		IdempotencyKey: "schedule:" + sc.Name + ":" + tick.Format(time.RFC3339Nano), MaxAttempts: sc.MaxAttempts,
 		Labels: map[string]string{"schedule": sc.Name},

@@ -115,7 +115,7 @@ type TaskStartParams struct {
 	Namespace string
 	// Scheduled is the task_scheduled payload. Its Namespace is overwritten
 	// with the Namespace above.
-	Scheduled history.Scheduled
+	Scheduled history.TaskScheduledData
 }
 
 // TaskStartResult says which task a start refers to.

@@ -125,7 +125,7 @@ func (sp spec) params() *store.TaskStartParams {
 	if sp.Version == 0 {
 		sp.Version = 1
 	}
-	return &store.TaskStartParams{Namespace: sp.Namespace, Scheduled: history.Scheduled{
+	return &store.TaskStartParams{Namespace: sp.Namespace, Scheduled: history.TaskScheduledData{
 		TaskType: sp.Type, TypeVersion: sp.Version, Queue: sp.Queue, Priority: sp.Priority, RunAt: sp.RunAt,
 		MaxAttempts: sp.MaxAttempts, IdempotencyKey: sp.IdempotencyKey, Input: sp.Input, Labels: sp.Labels,
 		StartDeadline: sp.StartDeadline, FairnessKey: sp.FairnessKey, FairnessWeight: sp.FairnessWeight,

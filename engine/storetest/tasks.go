@@ -28,7 +28,7 @@ var taskTests = []conformanceTest{
 func testTaskStartThenGetByID(t *testing.T, s store.Store) {
 	ctx := testContext(t)
 	runAt := time.Now().Add(time.Hour)
-	res, err := s.TaskStart(ctx, &store.TaskStartParams{Namespace: "ns1", Scheduled: history.Scheduled{
+	res, err := s.TaskStart(ctx, &store.TaskStartParams{Namespace: "ns1", Scheduled: history.TaskScheduledData{
 		Namespace: "ignored", TaskType: "doc", TypeVersion: 2, Queue: "q", Priority: 7,
 		Input: json.RawMessage(`{"b": [1, 2], "a": "x"}`), RunAt: runAt, IdempotencyKey: "k",
 		TraceID: "trace-1", Labels: map[string]string{"team": "x"}, MaxAttempts: 4,
@@ -64,7 +64,7 @@ func testTaskStartThenGetByID(t *testing.T, s store.Store) {
 	evs := events(t, s, res.ID)
 	require.Len(t, evs, 1)
 	require.Equal(t, int64(1), evs[0].Seq)
-	sc, ok := evs[0].Data.(history.Scheduled)
+	sc, ok := evs[0].Data.(history.TaskScheduledData)
 	require.True(t, ok, "first event is %T", evs[0].Data)
 	require.Equal(t, "ns1", sc.Namespace)
 	require.Equal(t, "doc", sc.TaskType)
@@ -96,9 +96,9 @@ func testTaskGetByIDOtherNamespaceIsNotFound(t *testing.T, s store.Store) {
 
 func testTaskStartRefusesWhatCannotReplay(t *testing.T, s store.Store) {
 	ctx := testContext(t)
-	_, err := s.TaskStart(ctx, &store.TaskStartParams{Scheduled: history.Scheduled{TaskType: "x", Queue: "default"}})
+	_, err := s.TaskStart(ctx, &store.TaskStartParams{Scheduled: history.TaskScheduledData{TaskType: "x", Queue: "default"}})
 	require.Error(t, err, "no namespace")
-	_, err = s.TaskStart(ctx, &store.TaskStartParams{Namespace: "default", Scheduled: history.Scheduled{Queue: "default"}})
+	_, err = s.TaskStart(ctx, &store.TaskStartParams{Namespace: "default", Scheduled: history.TaskScheduledData{Queue: "default"}})
 	require.Error(t, err, "no task type: task_scheduled would not replay")
 	require.Zero(t, taskCount(t, s), "a refused start writes nothing")
 }

@@ -92,7 +92,7 @@ const Worker = "worker-1"
 // Scheduled returns a task_scheduled event for a task of type
 // "send_invoice" allowing three attempts, due at Base.
 func Scheduled() E {
-	return E{Data: history.Scheduled{
+	return E{Data: history.TaskScheduledData{
 		Namespace:   "default",
 		TaskType:    "send_invoice",
 		TypeVersion: 1,

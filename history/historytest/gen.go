@@ -326,7 +326,7 @@ func (g *gen) compensate(attempt int, reason string, cause *history.ErrorInfo) b
 }
 
 func (g *gen) scheduled() {
-	p := history.Scheduled{
+	p := history.TaskScheduledData{
 		Namespace:   g.pick("namespace", namespaces),
 		TaskType:    g.pick("task_type", taskTypes),
 		TypeVersion: g.src.intRange("type_version", 1, 3),

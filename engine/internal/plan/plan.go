@@ -104,7 +104,7 @@ func notBefore(p history.Payload, at time.Time) history.Payload {
 // UTC whatever offset the JSON carried.
 func NormalizePayload(p history.Payload) history.Payload {
 	switch v := p.(type) {
-	case history.Scheduled:
+	case history.TaskScheduledData:
 		v.RunAt = NormalizeTime(v.RunAt)
 		if v.Deadline != nil {
 			d := NormalizeTime(*v.Deadline)
@@ -176,8 +176,8 @@ func AgingSlots(max int, strict bool) int {
 
 // ScheduledFromRow rebuilds a task's task_scheduled payload from its row,
 // which the projection invariant makes equal to it.
-func ScheduledFromRow(t *store.Task) history.Scheduled {
-	return history.Scheduled{
+func ScheduledFromRow(t *store.Task) history.TaskScheduledData {
+	return history.TaskScheduledData{
 		Namespace: t.Namespace, TaskType: t.Type, TypeVersion: t.TypeVersion, Queue: t.Queue,
 		Priority: t.Priority, Input: t.Input, RunAt: t.RunAt, IdempotencyKey: t.IdempotencyKey,
 		TraceID: t.TraceID, Labels: t.Labels, MaxAttempts: t.MaxAttempts, Deadline: t.Deadline, StartDeadline: t.StartDeadline,
@@ -223,10 +223,10 @@ func LatestTick(sched cron.Schedule, loc *time.Location, next, now time.Time) ti
 
 // StartPlan is a task start worked out before anything is written.
 type StartPlan struct {
-	ID        uuid.UUID         // a new UUIDv7
-	Scheduled history.Scheduled // the task_scheduled payload: namespace set, times normalized, run time defaulted to now
-	Data      []byte            // Scheduled, encoded
-	Labels    []byte            // Scheduled.Labels as JSON; nil when none
+	ID        uuid.UUID                 // a new UUIDv7
+	Scheduled history.TaskScheduledData // the task_scheduled payload: namespace set, times normalized, run time defaulted to now
+	Data      []byte                    // Scheduled, encoded
+	Labels    []byte                    // Scheduled.Labels as JSON; nil when none
 }
 
 // Start checks and encodes a start at now: what every store does
