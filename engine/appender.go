@@ -9,11 +9,9 @@ import (
 	"time"
 
 	"github.com/cairnflow/cairn/engine/store"
-
+	"github.com/cairnflow/cairn/history"
 	"github.com/cockroachdb/errors"
 	"github.com/google/uuid"
-
-	"github.com/cairnflow/cairn/history"
 )
 
 // appender group-commits a processor's appends: attempts hand it their

@@ -4,7 +4,6 @@ import (
 	"context"
 
 	"github.com/cairnflow/cairn/engine/store"
-
 	"github.com/cairnflow/cairn/history"
 	"github.com/cockroachdb/errors"
 	"github.com/google/uuid"

@@ -5,12 +5,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cairnflow/cairn/engine/store"
-
-	"github.com/cairnflow/cairn/engine/pgstore"
-
 	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/engine/enginetest"
+	"github.com/cairnflow/cairn/engine/pgstore"
+	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/engine/storetest"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/cairnflow/cairn/engine/store"
-
 	"github.com/cockroachdb/errors"
 )
 

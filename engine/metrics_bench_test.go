@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/cairnflow/cairn/engine/store"
-
 	"github.com/cairnflow/cairn/history"
 	"github.com/prometheus/client_golang/prometheus"
 )

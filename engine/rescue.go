@@ -8,7 +8,6 @@ import (
 
 	"github.com/cairnflow/cairn/engine/internal/plan"
 	"github.com/cairnflow/cairn/engine/store"
-
 	"github.com/cairnflow/cairn/history"
 	"github.com/cockroachdb/errors"
 	"github.com/google/uuid"

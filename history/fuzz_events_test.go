@@ -7,10 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/require"
-
 	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/history/historytest"
+	"github.com/stretchr/testify/require"
 )
 
 // FuzzEventJSON: Event.UnmarshalJSON never panics; what it refuses is

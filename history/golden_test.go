@@ -10,10 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/require"
-
 	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/history/historytest"
+	"github.com/stretchr/testify/require"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden histories in testdata/ from the definitions in golden_test.go")

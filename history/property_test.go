@@ -6,12 +6,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/history/historytest"
 	"github.com/cockroachdb/errors"
 	"github.com/stretchr/testify/require"
 	"pgregory.net/rapid"
-
-	"github.com/cairnflow/cairn/history"
-	"github.com/cairnflow/cairn/history/historytest"
 )
 
 var (

@@ -6,11 +6,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cockroachdb/errors"
-	"github.com/stretchr/testify/require"
-
 	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/history/historytest"
+	"github.com/cockroachdb/errors"
+	"github.com/stretchr/testify/require"
 )
 
 // Short names for the builder, which the tables below use a lot.

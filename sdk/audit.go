@@ -9,19 +9,17 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cairnflow/cairn/engine/store"
-
 	"cel.dev/cel-go/cel"
 	celast "cel.dev/cel-go/common/ast"
 	"cel.dev/cel-go/common/operators"
 	"cel.dev/cel-go/common/types"
 	"cel.dev/cel-go/common/types/ref"
 	"cel.dev/cel-go/ext"
-	"github.com/cockroachdb/errors"
-	"github.com/google/uuid"
-
+	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/internal/celenv"
+	"github.com/cockroachdb/errors"
+	"github.com/google/uuid"
 )
 
 // FilterEvent is an event as an event filter sees it, as `event`.

@@ -10,12 +10,10 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/cairnflow/cairn/engine/store"
-
-	"github.com/cairnflow/cairn/engine/pgstore"
-
 	"github.com/cairnflow/cairn/activities"
 	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/engine/pgstore"
+	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/internal/interpreter"
 	"github.com/cockroachdb/errors"

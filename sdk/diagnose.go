@@ -4,9 +4,8 @@ import (
 	"context"
 	"time"
 
-	"github.com/cairnflow/cairn/engine/store"
-
 	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cockroachdb/errors"
 )
 

@@ -10,9 +10,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cairnflow/cairn/engine/pgstore"
-
 	"github.com/cairnflow/cairn/engine/enginetest"
+	"github.com/cairnflow/cairn/engine/pgstore"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 )

@@ -16,9 +16,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cairnflow/cairn/engine/pgstore"
-
 	"github.com/cairnflow/cairn/activities"
+	"github.com/cairnflow/cairn/engine/pgstore"
 	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/sdk"
 	"github.com/cairnflow/cairn/workflow"

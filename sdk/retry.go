@@ -3,9 +3,8 @@ package sdk
 import (
 	"context"
 
-	"github.com/cairnflow/cairn/engine/store"
-
 	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cockroachdb/errors"
 	"github.com/google/uuid"
 )

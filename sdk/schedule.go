@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 
 	"github.com/cairnflow/cairn/engine/store"
-
 	"github.com/cockroachdb/errors"
 )
 

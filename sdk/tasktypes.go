@@ -6,9 +6,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cairnflow/cairn/engine/store"
-
 	"github.com/cairnflow/cairn/activities"
+	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cockroachdb/errors"
 )
 

@@ -6,9 +6,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cairnflow/cairn/engine/store"
-
 	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/internal/interpreter"
 	"github.com/cairnflow/cairn/sdk/internal/executor"
 	"github.com/cockroachdb/errors"

@@ -9,9 +9,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/cairnflow/cairn/engine/store"
-
 	"github.com/cairnflow/cairn/engine/enginetest"
+	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/server"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"

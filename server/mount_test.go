@@ -14,9 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairnflow/cairn/engine/store"
-
 	"github.com/cairnflow/cairn/engine/enginetest"
+	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/sdk"
 	"github.com/cairnflow/cairn/server"
 	"github.com/cairnflow/cairn/workflow"

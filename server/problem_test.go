@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"github.com/cairnflow/cairn/engine/store"
-
 	"github.com/cockroachdb/errors"
 	"github.com/stretchr/testify/require"
 )

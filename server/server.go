@@ -13,9 +13,8 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/cairnflow/cairn/engine/store"
-
 	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/sdk"
 	"github.com/cockroachdb/errors"
 	"github.com/prometheus/client_golang/prometheus"

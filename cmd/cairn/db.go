@@ -7,12 +7,10 @@ import (
 	"os/user"
 	"time"
 
-	"github.com/cairnflow/cairn/engine/store"
-
-	"github.com/cairnflow/cairn/engine/pgstore"
-
 	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/engine/pgstore"
 	"github.com/cairnflow/cairn/engine/sqlitestore"
+	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/sdk"
 	"github.com/cockroachdb/errors"
 	"github.com/jackc/pgx/v5/pgxpool"

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/cairnflow/cairn/engine"
-
 	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/sdk"
 	"github.com/cockroachdb/errors"

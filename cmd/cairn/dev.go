@@ -6,9 +6,8 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/cairnflow/cairn/engine/store"
-
 	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/sdk"
 	"github.com/cockroachdb/errors"
 	"github.com/spf13/cobra"

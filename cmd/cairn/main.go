@@ -12,7 +12,6 @@ import (
 	"syscall"
 
 	"github.com/cairnflow/cairn/engine/pgstore"
-
 	"github.com/cockroachdb/errors"
 	"github.com/spf13/cobra"
 )

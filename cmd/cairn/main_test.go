@@ -6,10 +6,9 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/cairnflow/cairn/engine/store"
-
 	"github.com/cairnflow/cairn/engine/enginetest"
 	"github.com/cairnflow/cairn/engine/sqlitestore"
+	"github.com/cairnflow/cairn/engine/store"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 )

@@ -4,11 +4,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/cairnflow/cairn/engine/store"
-
 	"github.com/cairnflow/cairn/engine/pgstore"
-
 	"github.com/cairnflow/cairn/engine/sqlitestore"
+	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cockroachdb/errors"
 	"github.com/spf13/cobra"
 )

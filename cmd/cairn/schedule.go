@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	"github.com/cairnflow/cairn/engine/store"
-
 	"github.com/cairnflow/cairn/sdk"
 	"github.com/cockroachdb/errors"
 	"github.com/spf13/cobra"

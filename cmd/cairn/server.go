@@ -13,9 +13,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cairnflow/cairn/engine/store"
-
 	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/server"
 	"github.com/cockroachdb/errors"
 	"github.com/prometheus/client_golang/prometheus"

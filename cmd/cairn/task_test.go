@@ -13,7 +13,6 @@ import (
 	"testing"
 
 	"github.com/cairnflow/cairn/engine/store"
-
 	"github.com/cairnflow/cairn/sdk"
 	"github.com/cairnflow/cairn/server"
 	"github.com/cockroachdb/errors"

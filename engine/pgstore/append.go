@@ -4,9 +4,8 @@ import (
 	"context"
 	"time"
 
-	"github.com/cairnflow/cairn/engine/store"
-
 	"github.com/cairnflow/cairn/engine/internal/plan"
+	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
 	"github.com/cockroachdb/errors"
 	"github.com/jackc/pgx/v5"

@@ -4,7 +4,6 @@ import (
 	"context"
 
 	"github.com/cairnflow/cairn/engine/store"
-
 	"github.com/cockroachdb/errors"
 	"github.com/jackc/pgx/v5"
 )

@@ -5,9 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairnflow/cairn/engine/store"
-
 	"github.com/cairnflow/cairn/engine/enginetest"
+	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
 )
 

@@ -3,9 +3,8 @@ package pgstore_test
 import (
 	"testing"
 
-	"github.com/cairnflow/cairn/engine/store"
-
 	"github.com/cairnflow/cairn/engine/enginetest"
+	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/engine/storetest"
 )
 

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/cairnflow/cairn/engine/store"
-
 	"github.com/cockroachdb/errors"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"

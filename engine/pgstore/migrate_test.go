@@ -5,11 +5,9 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/cairnflow/cairn/engine/store"
-
-	"github.com/cairnflow/cairn/engine/pgstore"
-
 	"github.com/cairnflow/cairn/engine/enginetest"
+	"github.com/cairnflow/cairn/engine/pgstore"
+	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/migrations"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"

@@ -6,7 +6,6 @@ import (
 
 	"github.com/cairnflow/cairn/engine/internal/plan"
 	"github.com/cairnflow/cairn/engine/store"
-
 	"github.com/cockroachdb/errors"
 	"github.com/jackc/pgx/v5"
 )

@@ -20,9 +20,7 @@ import (
 	"time"
 
 	"github.com/cairnflow/cairn/engine/internal/plan"
-
 	"github.com/cairnflow/cairn/engine/store"
-
 	"github.com/cairnflow/cairn/migrations"
 	"github.com/cockroachdb/errors"
 	"github.com/jackc/pgx/v5"

@@ -5,9 +5,8 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/cairnflow/cairn/engine/store"
-
 	"github.com/cairnflow/cairn/engine/sqlitestore"
+	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/engine/storetest"
 )
 

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/cairnflow/cairn/engine/store"
-
 	"github.com/cairnflow/cairn/history"
 	"github.com/cockroachdb/errors"
 	"github.com/google/uuid"

@@ -7,7 +7,6 @@ import (
 
 	"github.com/cairnflow/cairn/engine/internal/plan"
 	"github.com/cairnflow/cairn/engine/store"
-
 	"github.com/cockroachdb/errors"
 )
 

@@ -28,7 +28,6 @@ import (
 
 	"github.com/cairnflow/cairn/engine/internal/plan"
 	"github.com/cairnflow/cairn/engine/store"
-
 	"github.com/cairnflow/cairn/migrations"
 	"github.com/cockroachdb/errors"
 	"modernc.org/sqlite"

@@ -2,13 +2,13 @@ package sqlitestore_test
 
 import (
 	"context"
-	"github.com/cairnflow/cairn/engine/store"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/engine/sqlitestore"
+	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/engine/storetest"
 	"github.com/cairnflow/cairn/history"
 	"github.com/google/uuid"

@@ -4,9 +4,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairnflow/cairn/engine/store"
-
 	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"

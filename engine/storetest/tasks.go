@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/cairnflow/cairn/engine/store"
-
 	"github.com/cairnflow/cairn/history"
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"

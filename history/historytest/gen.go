@@ -6,9 +6,8 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"pgregory.net/rapid"
-
 	"github.com/cairnflow/cairn/history"
+	"pgregory.net/rapid"
 )
 
 // Opts bounds generated histories. The zero value is usable.

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/cairnflow/cairn/engine/store"
-
 	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/sdk"
 	"github.com/cockroachdb/errors"
