@@ -29,7 +29,7 @@ var (
 	ErrCancelRequested = errors.New("task cancel requested")
 )
 
-// Handler runs attempts of claimed tasks. Package sdk implements it; the
+// Handler runs attempts of claimed tasks. The SDK's attempt executor (sdk/internal/executor) implements it; the
 // engine knows nothing of workflows.
 //
 // HandleAttempt is called on its own goroutine for each claimed attempt,
