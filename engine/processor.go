@@ -29,8 +29,9 @@ var (
 	ErrCancelRequested = errors.New("task cancel requested")
 )
 
-// Handler runs attempts of claimed tasks. The SDK's attempt executor (sdk/internal/executor) implements it; the
-// engine knows nothing of workflows.
+// Handler runs attempts of claimed tasks. The SDK's attempt executor
+// (sdk/internal/executor) implements it; the engine knows nothing of
+// workflows.
 //
 // HandleAttempt is called on its own goroutine for each claimed attempt,
 // with a context cancelled when the lease is lost or a hard stop is
