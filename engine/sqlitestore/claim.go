@@ -60,10 +60,7 @@ func (s *Store) TaskClaimMany(ctx context.Context, p *store.TaskClaimManyParams)
 
 // queueSlots returns the free slots of the limited queues among queues.
 func queueSlots(ctx context.Context, tx *txn, namespace string, queues []string) (map[string]int, error) {
-	args := append([]any{namespace}, stringArgs(queues)...)
-	rows, err := tx.QueryContext(ctx, `SELECT q.name, q.concurrency - (SELECT count(*) FROM tasks AS t
-		WHERE t.namespace = q.namespace AND t.queue = q.name AND t.status = 'running')
-		FROM queues AS q WHERE q.namespace = ? AND q.concurrency IS NOT NULL AND q.name IN (`+placeholders(len(queues))+`)`, args...)
+	rows, err := tx.query(ctx, "ClaimQueueSlots", namespace, jsonStrings(queues))
 	if err != nil {
 		return nil, interpret(err)
 	}
@@ -87,8 +84,7 @@ func rateTokens(ctx context.Context, tx *txn, namespace string, types []store.Ty
 	for i, k := range types {
 		names[i] = k.Type
 	}
-	rows, err := tx.QueryContext(ctx, `SELECT task_type, max_starts, per_ms, tokens, refilled_at FROM rate_limits
-		WHERE namespace = ? AND task_type IN (`+placeholders(len(names))+`)`, append([]any{namespace}, stringArgs(names)...)...)
+	rows, err := tx.query(ctx, "ClaimRateLimits", namespace, jsonStrings(names))
 	if err != nil {
 		return nil, interpret(err)
 	}
@@ -132,11 +128,11 @@ func pickDue(ctx context.Context, tx *txn, p *store.TaskClaimManyParams, now tim
 			if limit <= 0 {
 				continue
 			}
-			a, err := walkDue(ctx, tx, p.Namespace, q, k, now, "run_at, id", min(aging, limit))
+			a, err := walkDue(ctx, tx, "ClaimWalkByAge", p.Namespace, q, k, now, min(aging, limit))
 			if err != nil {
 				return nil, err
 			}
-			r, err := walkDue(ctx, tx, p.Namespace, q, k, now, "priority DESC, fair_at, run_at, id", limit)
+			r, err := walkDue(ctx, tx, "ClaimWalkByPriority", p.Namespace, q, k, now, limit)
 			if err != nil {
 				return nil, err
 			}
@@ -179,16 +175,14 @@ type candidate struct {
 	fairAt int64
 }
 
-// walkDue returns up to limit due tasks of one queue and type key in order
-// (tasks_claim_idx for priority order, tasks_age_idx for run time order).
-func walkDue(ctx context.Context, tx *txn, namespace, queue string, k store.TypeKey, now time.Time, order string, limit int) ([]candidate, error) {
+// walkDue returns up to limit due tasks of one queue and type key in the
+// order of the walk named (ClaimWalkByPriority on tasks_claim_idx,
+// ClaimWalkByAge on tasks_age_idx).
+func walkDue(ctx context.Context, tx *txn, walk, namespace, queue string, k store.TypeKey, now time.Time, limit int) ([]candidate, error) {
 	if limit <= 0 {
 		return nil, nil
 	}
-	rows, err := tx.QueryContext(ctx, `SELECT `+taskColumns+`, fair_at FROM tasks
-		WHERE namespace = ? AND queue = ? AND type = ? AND type_version = ? AND status IN ('pending', 'retrying') AND run_at <= ?
-		AND (start_deadline IS NULL OR attempt > 0 OR start_deadline > ?)
-		ORDER BY `+order+` LIMIT ?`, namespace, queue, k.Type, k.Version, us(now), us(now), limit)
+	rows, err := tx.query(ctx, walk, namespace, queue, k.Type, k.Version, us(now), us(now), limit)
 	if err != nil {
 		return nil, interpret(err)
 	}
@@ -272,9 +266,7 @@ func leaseUnreadable(ctx context.Context, tx *txn, t *store.Task, started histor
 		Attempt: t.Attempt + 1, Data: data}}); err != nil {
 		return nil, err
 	}
-	row, err := scanTask(tx.QueryRowContext(ctx, `UPDATE tasks SET status = 'running', attempt = attempt + 1, lease_owner = ?,
-		lease_epoch = ?, lease_expires_at = ?, last_seq = last_seq + 1, updated_at = ?, started_at = coalesce(started_at, ?)
-		WHERE id = ? RETURNING `+taskColumns, started.WorkerID, started.LeaseEpoch, us(started.LeaseExpiresAt), us(now), us(now),
+	row, err := scanTask(tx.queryRow(ctx, "TaskLeaseUnreadable", started.WorkerID, started.LeaseEpoch, us(started.LeaseExpiresAt), us(now), us(now),
 		t.ID.String()))
 	if err != nil {
 		return nil, interpret(err)
@@ -290,16 +282,14 @@ func spendTokens(ctx context.Context, tx *txn, namespace string, claimed []*stor
 	}
 	for typ, n := range started {
 		var b bucket
-		err := tx.QueryRowContext(ctx, "SELECT max_starts, per_ms, tokens, refilled_at FROM rate_limits WHERE namespace = ? AND task_type = ?",
-			namespace, typ).Scan(&b.maxStarts, &b.perMS, &b.tokens, &b.refilledAt)
+		err := tx.queryRow(ctx, "RateLimitGet", namespace, typ).Scan(&b.maxStarts, &b.perMS, &b.tokens, &b.refilledAt)
 		if errors.Is(err, sql.ErrNoRows) {
 			continue
 		}
 		if err != nil {
 			return interpret(err)
 		}
-		if _, err := tx.ExecContext(ctx, "UPDATE rate_limits SET tokens = ?, refilled_at = ? WHERE namespace = ? AND task_type = ?",
-			b.refill(now)-float64(n), max(b.refilledAt, us(now)), namespace, typ); err != nil {
+		if _, err := tx.exec(ctx, "RateLimitSpend", b.refill(now)-float64(n), max(b.refilledAt, us(now)), namespace, typ); err != nil {
 			return interpret(err)
 		}
 	}
@@ -308,42 +298,28 @@ func spendTokens(ctx context.Context, tx *txn, namespace string, claimed []*stor
 
 func insertEvents(ctx context.Context, tx *txn, id uuid.UUID, events []plan.EncodedEvent) error {
 	for _, ev := range events {
-		if _, err := tx.ExecContext(ctx, "INSERT INTO events (task_id, seq, type, at, attempt, data) VALUES (?, ?, ?, ?, ?, ?)",
-			id.String(), ev.Seq, string(ev.Type), us(ev.At), ev.Attempt, string(ev.Data)); err != nil {
+		if _, err := tx.exec(ctx, "EventInsert", id.String(), ev.Seq, string(ev.Type), us(ev.At), ev.Attempt, string(ev.Data)); err != nil {
 			return interpret(err)
 		}
 	}
 	return nil
 }
 
-// rowUpdate is the UPDATE of a task's projection row to plan.Next, and
-// its arguments. leaseExpires, when set, is a new lease's expiry (a
-// claim); otherwise the expiry is kept while the lease goes on and cleared
-// when it ends. A keyed task due again keeps its place among its key's
-// tasks.
-func rowUpdate(id uuid.UUID, plan plan.AppendPlan, leaseExpires *int64) (string, []any) {
+// rowArgs are the first sixteen parameters of TaskWriteClaimed and
+// TaskWriteFenced: the projection row at plan.Next, with expires as the
+// lease's expiry, and the task's id.
+func rowArgs(id uuid.UUID, plan plan.AppendPlan, expires any) []any {
 	next := plan.Next
-	expires := "CASE WHEN ? IS NULL THEN NULL ELSE lease_expires_at END"
-	var expiresArg any = nullString(next.Lease.Owner)
-	if leaseExpires != nil {
-		expires, expiresArg = "?", *leaseExpires
-	}
-	query := `UPDATE tasks SET status = ?, run_at = ?,
-		fair_at = CASE WHEN fairness_key IS NULL THEN ? ELSE max(?, fair_at) END,
-		attempt = ?, lease_owner = ?, lease_epoch = ?, lease_expires_at = ` + expires + `,
-		output = ?, last_error = ?, cancel_requested = ?, last_seq = ?, updated_at = ?, started_at = ?, finished_at = ?
-		WHERE id = ?`
-	return query, []any{string(next.Status), us(next.RunAt), us(next.RunAt), us(next.RunAt),
-		next.Attempt, nullString(next.Lease.Owner), next.Lease.Epoch, expiresArg,
+	return []any{string(next.Status), us(next.RunAt), us(next.RunAt), us(next.RunAt),
+		next.Attempt, nullString(next.Lease.Owner), next.Lease.Epoch, expires,
 		nullBytes(next.Output), nullBytes(plan.LastError), next.CancelRequested, next.LastSeq, us(next.UpdatedAt),
 		nullTimeUS(next.StartedAt), nullTimeUS(next.FinishedAt), id.String()}
 }
 
-// writeClaimedRow writes a claimed task's row under its new lease and
-// returns it.
+// writeClaimedRow writes a claimed task's row under its new lease, which
+// expires at leaseExpires, and returns it.
 func writeClaimedRow(ctx context.Context, tx *txn, id uuid.UUID, plan plan.AppendPlan, leaseExpires int64) (*store.Task, error) {
-	query, args := rowUpdate(id, plan, &leaseExpires)
-	t, err := scanTask(tx.QueryRowContext(ctx, query+" RETURNING "+taskColumns, args...))
+	t, err := scanTask(tx.queryRow(ctx, "TaskWriteClaimed", rowArgs(id, plan, leaseExpires)...))
 	return t, interpret(err)
 }
 
@@ -352,9 +328,9 @@ func writeClaimedRow(ctx context.Context, tx *txn, id uuid.UUID, plan plan.Appen
 // rescuer, the lease's expiry), as PostgreSQL's append does. It reports
 // whether it wrote.
 func writeFencedRow(ctx context.Context, tx *txn, p *store.EventAppendParams, plan plan.AppendPlan, now time.Time) (bool, error) {
-	query, args := rowUpdate(p.TaskID, plan, nil)
-	res, err := tx.ExecContext(ctx, query+` AND last_seq = ? AND (? = 0 OR lease_epoch = ?)
-		AND (NOT ? OR lease_expires_at < ?)`, append(args, p.State.LastSeq, p.Epoch, p.Epoch, p.ExpiredOnly, us(now))...)
+	// The new owner in the eighth place: the expiry stays while a lease goes on.
+	args := append(rowArgs(p.TaskID, plan, nullString(plan.Next.Lease.Owner)), p.State.LastSeq, p.Epoch, p.Epoch, p.ExpiredOnly, us(now))
+	res, err := tx.exec(ctx, "TaskWriteFenced", args...)
 	if err != nil {
 		return false, interpret(err)
 	}
@@ -451,8 +427,7 @@ func fence(ctx context.Context, tx *txn, p *store.EventAppendParams, now time.Ti
 	var lastSeq, epoch int64
 	var owner sql.NullString
 	var expires sql.NullInt64
-	err = tx.QueryRowContext(ctx, "SELECT last_seq, lease_epoch, lease_owner, lease_expires_at FROM tasks WHERE id = ?",
-		p.TaskID.String()).Scan(&lastSeq, &epoch, &owner, &expires)
+	err = tx.queryRow(ctx, "TaskFenceByID", p.TaskID.String()).Scan(&lastSeq, &epoch, &owner, &expires)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return errors.Mark(errors.Newf("append to task %s: no such task", p.TaskID), store.ErrNotFound), nil
@@ -481,8 +456,7 @@ func (s *Store) LeaseExtendMany(ctx context.Context, leases []store.LeaseRef, tt
 		expires := us(s.now().Add(ttl))
 		for _, l := range leases {
 			var cancel bool
-			err := tx.QueryRowContext(ctx, `UPDATE tasks SET lease_expires_at = ? WHERE id = ? AND lease_epoch = ? AND status = 'running'
-				RETURNING cancel_requested`, expires, l.TaskID.String(), l.Epoch).Scan(&cancel)
+			err := tx.queryRow(ctx, "LeaseExtend", expires, l.TaskID.String(), l.Epoch).Scan(&cancel)
 			if errors.Is(err, sql.ErrNoRows) {
 				continue
 			}
@@ -497,12 +471,4 @@ func (s *Store) LeaseExtendMany(ctx context.Context, leases []store.LeaseRef, tt
 		return nil, errors.Wrap(err, "extend leases")
 	}
 	return out, nil
-}
-
-func stringArgs(ss []string) []any {
-	out := make([]any, len(ss))
-	for i, s := range ss {
-		out[i] = s
-	}
-	return out
 }

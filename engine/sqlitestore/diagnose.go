@@ -67,8 +67,7 @@ type taskHistory struct {
 // windowHistories reads the histories of the queue's tasks that have an
 // event at or after from.
 func windowHistories(ctx context.Context, tx *txn, namespace, queue string, from time.Time) ([]taskHistory, error) {
-	rows, err := tx.QueryContext(ctx, `SELECT DISTINCT t.id, t.type FROM events AS e JOIN tasks AS t ON t.id = e.task_id
-		WHERE e.at >= ? AND t.namespace = ? AND t.queue = ?`, us(from), namespace, queue)
+	rows, err := tx.query(ctx, "DiagnoseWindowTasks", us(from), namespace, queue)
 	if err != nil {
 		return nil, interpret(err)
 	}
@@ -352,13 +351,7 @@ func measureNow(ctx context.Context, tx *txn, d *store.QueueDiagnosis, from time
 	now := us(d.At)
 	var oldest sql.NullInt64
 	var concurrency, maxWaiting sql.NullInt64
-	err := tx.QueryRowContext(ctx, `SELECT
-		count(*) FILTER (WHERE status = 'pending'), count(*) FILTER (WHERE status = 'retrying'),
-		count(*) FILTER (WHERE run_at <= ?1), min(run_at) FILTER (WHERE run_at <= ?1),
-		(SELECT concurrency FROM queues WHERE namespace = ?2 AND name = ?3),
-		(SELECT max_waiting FROM queues WHERE namespace = ?2 AND name = ?3)
-		FROM tasks WHERE namespace = ?2 AND queue = ?3 AND status IN ('pending', 'retrying')`,
-		now, d.Namespace, d.Queue).Scan(&d.Depth.Pending, &d.Depth.Retrying, &d.Depth.Due, &oldest, &concurrency, &maxWaiting)
+	err := tx.queryRow(ctx, "DiagnoseDepth", now, d.Namespace, d.Queue).Scan(&d.Depth.Pending, &d.Depth.Retrying, &d.Depth.Due, &oldest, &concurrency, &maxWaiting)
 	if err != nil {
 		return errors.Wrap(interpret(err), "read the queue's depth and settings")
 	}
@@ -376,9 +369,7 @@ func measureNow(ctx context.Context, tx *txn, d *store.QueueDiagnosis, from time
 }
 
 func measureRunning(ctx context.Context, tx *txn, d *store.QueueDiagnosis, now int64) error {
-	rows, err := tx.QueryContext(ctx, `SELECT lease_owner, count(*), count(*) FILTER (WHERE lease_expires_at < ?)
-		FROM tasks WHERE namespace = ? AND queue = ? AND status = 'running' GROUP BY lease_owner ORDER BY lease_owner`,
-		now, d.Namespace, d.Queue)
+	rows, err := tx.query(ctx, "DiagnoseRunning", now, d.Namespace, d.Queue)
 	if err != nil {
 		return errors.Wrap(interpret(err), "read running tasks")
 	}
@@ -399,18 +390,7 @@ func measureRunning(ctx context.Context, tx *txn, d *store.QueueDiagnosis, now i
 }
 
 func measureWaiting(ctx context.Context, tx *txn, d *store.QueueDiagnosis, now int64, from time.Time) error {
-	rows, err := tx.QueryContext(ctx, `WITH waiting AS (
-			SELECT type, type_version, count(*) AS waiting, count(*) FILTER (WHERE run_at <= ?1) AS due,
-				min(run_at) FILTER (WHERE run_at <= ?1) AS oldest_due
-			FROM tasks WHERE namespace = ?2 AND queue = ?3 AND status IN ('pending', 'retrying')
-			GROUP BY type, type_version
-		), served AS (
-			SELECT DISTINCT t.type, t.type_version FROM events AS e JOIN tasks AS t ON t.id = e.task_id
-			WHERE e.at >= ?4 AND e.type = 'attempt_started' AND t.namespace = ?2 AND t.queue = ?3
-		)
-		SELECT w.type, w.type_version, w.waiting, w.due, w.oldest_due, s.type IS NOT NULL
-		FROM waiting AS w LEFT JOIN served AS s ON s.type = w.type AND s.type_version = w.type_version
-		ORDER BY w.waiting DESC, w.type, w.type_version`, now, d.Namespace, d.Queue, us(from))
+	rows, err := tx.query(ctx, "DiagnoseWaitingTypes", now, d.Namespace, d.Queue, us(from))
 	if err != nil {
 		return errors.Wrap(interpret(err), "group waiting tasks by type")
 	}
@@ -430,9 +410,7 @@ func measureWaiting(ctx context.Context, tx *txn, d *store.QueueDiagnosis, now i
 	if err := rows.Err(); err != nil {
 		return errors.Wrap(interpret(err), "group waiting tasks by type")
 	}
-	rows, err = tx.QueryContext(ctx, `SELECT fairness_key, count(*) AS waiting, count(*) OVER () FROM tasks
-		WHERE namespace = ? AND queue = ? AND status IN ('pending', 'retrying') AND fairness_key IS NOT NULL
-		GROUP BY fairness_key ORDER BY waiting DESC, fairness_key LIMIT ?`, d.Namespace, d.Queue, store.DiagnoseTop)
+	rows, err = tx.query(ctx, "DiagnoseWaitingKeys", d.Namespace, d.Queue, store.DiagnoseTop)
 	if err != nil {
 		return errors.Wrap(interpret(err), "group waiting tasks by fairness key")
 	}
@@ -452,8 +430,7 @@ func measureRateLimits(ctx context.Context, tx *txn, d *store.QueueDiagnosis) er
 	if len(types) == 0 {
 		return nil
 	}
-	rows, err := tx.QueryContext(ctx, "SELECT task_type, max_starts, per_ms FROM rate_limits WHERE namespace = ? AND task_type IN ("+
-		placeholders(len(types))+") ORDER BY task_type", append([]any{d.Namespace}, stringArgs(types)...)...)
+	rows, err := tx.query(ctx, "DiagnoseRateLimits", d.Namespace, jsonStrings(types))
 	if err != nil {
 		return errors.Wrap(interpret(err), "read rate limits")
 	}

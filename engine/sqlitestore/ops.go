@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
-	"strings"
 	"time"
 
 	"github.com/cairnflow/cairn/engine/internal/plan"
@@ -20,27 +19,24 @@ func (s *Store) DeadLetterList(ctx context.Context, p *store.DeadLetterListParam
 	if limit <= 0 {
 		limit = 100
 	}
-	query := "SELECT " + taskColumns + " FROM tasks WHERE status = 'dead_lettered' AND namespace = ? AND (? = '' OR type = ?)"
-	args := []any{p.Namespace, p.Type, p.Type}
+	var beforeAt int64
+	var beforeID string
 	if p.Before != nil {
-		query += " AND (finished_at < ? OR (finished_at = ? AND id < ?))"
-		args = append(args, us(p.Before.FinishedAt), us(p.Before.FinishedAt), p.Before.ID.String())
+		beforeAt, beforeID = us(p.Before.FinishedAt), p.Before.ID.String()
 	}
-	tasks, err := queryTasks(ctx, s.q, query+" ORDER BY finished_at DESC, id DESC LIMIT ?", append(args, limit)...)
+	tasks, err := queryTasks(ctx, s.q, "DeadLetterList", p.Namespace, p.Type, p.Before != nil, beforeAt, beforeID, limit)
 	return tasks, errors.Wrap(err, "list dead letters")
 }
 
 // TaskListLeaseExpired implements [store.Store].
 func (s *Store) TaskListLeaseExpired(ctx context.Context, max int) ([]uuid.UUID, error) {
-	ids, err := queryIDs(ctx, s.q, "SELECT id FROM tasks WHERE status = 'running' AND lease_expires_at < ? ORDER BY lease_expires_at LIMIT ?",
-		us(s.now()), max)
+	ids, err := queryIDs(ctx, s.q, "TaskListExpired", us(s.now()), max)
 	return ids, errors.Wrap(err, "list expired leases")
 }
 
 // TaskListStartExpired implements [store.Store].
 func (s *Store) TaskListStartExpired(ctx context.Context, max int) ([]uuid.UUID, error) {
-	ids, err := queryIDs(ctx, s.q, `SELECT id FROM tasks WHERE status = 'pending' AND attempt = 0 AND start_deadline IS NOT NULL
-		AND start_deadline <= ? ORDER BY start_deadline LIMIT ?`, us(s.now()), max)
+	ids, err := queryIDs(ctx, s.q, "TaskListStartExpired", us(s.now()), max)
 	return ids, errors.Wrap(err, "list tasks past their start deadline")
 }
 
@@ -49,12 +45,7 @@ func (s *Store) LeaderAttempt(ctx context.Context, name, owner string, ttl time.
 	var got string
 	err := s.tx(ctx, func(tx *txn) error {
 		now := us(s.now())
-		err := tx.QueryRowContext(ctx, `INSERT INTO leaders (name, owner, elected_at, expires_at) VALUES (?, ?, ?, ?)
-			ON CONFLICT (name) DO UPDATE SET owner = excluded.owner,
-				elected_at = CASE WHEN leaders.owner = excluded.owner THEN leaders.elected_at ELSE excluded.elected_at END,
-				expires_at = excluded.expires_at
-			WHERE leaders.owner = excluded.owner OR leaders.expires_at < ?
-			RETURNING owner`, name, owner, now, now+ttl.Microseconds(), now).Scan(&got)
+		err := tx.queryRow(ctx, "LeaderAttempt", name, owner, now, now+ttl.Microseconds(), now).Scan(&got)
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil
 		}
@@ -68,7 +59,7 @@ func (s *Store) LeaderAttempt(ctx context.Context, name, owner string, ttl time.
 
 // LeaderResign implements [store.Store].
 func (s *Store) LeaderResign(ctx context.Context, name, owner string) error {
-	_, err := s.q.ExecContext(ctx, "DELETE FROM leaders WHERE name = ? AND owner = ?", name, owner)
+	_, err := s.q.exec(ctx, "LeaderResign", name, owner)
 	return errors.Wrapf(interpret(err), "resign leadership of %s", name)
 }
 
@@ -77,9 +68,7 @@ func (s *Store) QueueSet(ctx context.Context, c store.QueueConfig) error {
 	if err := c.Validate(); err != nil {
 		return err
 	}
-	_, err := s.q.ExecContext(ctx, `INSERT INTO queues (namespace, name, max_waiting, concurrency, updated_at) VALUES (?, ?, ?, ?, ?)
-		ON CONFLICT (namespace, name) DO UPDATE SET max_waiting = excluded.max_waiting, concurrency = excluded.concurrency,
-			updated_at = excluded.updated_at`,
+	_, err := s.q.exec(ctx, "QueueUpsert",
 		c.Namespace, c.Name, nullPositive(c.MaxWaiting), nullPositive(c.Concurrency), us(s.now()))
 	if err == nil && c.Concurrency == 0 {
 		// A limit lifted may free a queue's waiting tasks.
@@ -92,10 +81,7 @@ func nullPositive(n int) sql.NullInt64 { return sql.NullInt64{Int64: int64(n), V
 
 // QueueList implements [store.Store].
 func (s *Store) QueueList(ctx context.Context, namespace string) ([]store.QueueInfo, error) {
-	rows, err := s.q.QueryContext(ctx, `SELECT q.name, coalesce(q.max_waiting, 0), coalesce(q.concurrency, 0),
-		(SELECT count(*) FROM tasks AS t WHERE t.namespace = q.namespace AND t.queue = q.name AND t.status IN ('pending', 'retrying')),
-		(SELECT count(*) FROM tasks AS t WHERE t.namespace = q.namespace AND t.queue = q.name AND t.status = 'running')
-		FROM queues AS q WHERE q.namespace = ? ORDER BY q.name`, namespace)
+	rows, err := s.q.query(ctx, "QueueList", namespace)
 	if err != nil {
 		return nil, errors.Wrap(interpret(err), "list queues")
 	}
@@ -113,9 +99,7 @@ func (s *Store) QueueList(ctx context.Context, namespace string) ([]store.QueueI
 
 // QueueWaits implements [store.Store].
 func (s *Store) QueueWaits(ctx context.Context, namespace string) ([]store.QueueWait, error) {
-	rows, err := s.q.QueryContext(ctx, `SELECT queue, priority, count(*), min(run_at) FROM tasks
-		WHERE namespace = ? AND status IN ('pending', 'retrying') AND run_at <= ?
-		GROUP BY queue, priority ORDER BY queue, priority DESC`, namespace, us(s.now()))
+	rows, err := s.q.query(ctx, "QueueWaits", namespace, us(s.now()))
 	if err != nil {
 		return nil, errors.Wrap(interpret(err), "queue waits")
 	}
@@ -138,16 +122,14 @@ func (s *Store) RateLimitSet(ctx context.Context, namespace, taskType string, ma
 	if err := store.CheckRateLimit(taskType, maxStarts, per); err != nil {
 		return err
 	}
-	_, err := s.q.ExecContext(ctx, `INSERT INTO rate_limits (namespace, task_type, max_starts, per_ms, tokens, refilled_at)
-		VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (namespace, task_type) DO UPDATE SET max_starts = excluded.max_starts,
-			per_ms = excluded.per_ms, tokens = min(rate_limits.tokens, excluded.max_starts), refilled_at = excluded.refilled_at`,
+	_, err := s.q.exec(ctx, "RateLimitUpsert",
 		namespace, taskType, maxStarts, per.Milliseconds(), float64(maxStarts), us(s.now()))
 	return errors.Wrapf(interpret(err), "set rate limit of %s", taskType)
 }
 
 // RateLimitDelete implements [store.Store].
 func (s *Store) RateLimitDelete(ctx context.Context, namespace, taskType string) error {
-	_, err := s.q.ExecContext(ctx, "DELETE FROM rate_limits WHERE namespace = ? AND task_type = ?", namespace, taskType)
+	_, err := s.q.exec(ctx, "RateLimitDelete", namespace, taskType)
 	if err == nil {
 		s.announce(store.Notification{Ready: true})
 	}
@@ -166,11 +148,7 @@ func (s *Store) TaskTypeRegister(ctx context.Context, namespace, worker string, 
 			if t.ScheduleToClose > 0 {
 				stc = sql.NullInt64{Int64: t.ScheduleToClose.Milliseconds(), Valid: true}
 			}
-			if _, err := tx.ExecContext(ctx, `INSERT INTO task_types (namespace, type, version, queue, max_attempts, schedule_to_close_ms,
-				registered_by, registered_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
-				ON CONFLICT (namespace, type, version) DO UPDATE SET queue = excluded.queue, max_attempts = excluded.max_attempts,
-					schedule_to_close_ms = excluded.schedule_to_close_ms, registered_by = excluded.registered_by,
-					registered_at = excluded.registered_at`,
+			if _, err := tx.exec(ctx, "TaskTypeRegister",
 				namespace, t.Type, t.Version, t.Queue, t.MaxAttempts, stc, worker, now); err != nil {
 				return interpret(err)
 			}
@@ -181,8 +159,7 @@ func (s *Store) TaskTypeRegister(ctx context.Context, namespace, worker string, 
 
 // TaskTypeList implements [store.Store].
 func (s *Store) TaskTypeList(ctx context.Context, namespace string) ([]store.TaskType, error) {
-	rows, err := s.q.QueryContext(ctx, `SELECT namespace, type, version, queue, max_attempts, schedule_to_close_ms, registered_by, registered_at
-		FROM task_types WHERE namespace = ? ORDER BY type, version`, namespace)
+	rows, err := s.q.query(ctx, "TaskTypeList", namespace)
 	if err != nil {
 		return nil, errors.Wrap(interpret(err), "list task types")
 	}
@@ -205,10 +182,7 @@ func (s *Store) TaskTypeList(ctx context.Context, namespace string) ([]store.Tas
 // QueueGaugeList implements [store.Store].
 func (s *Store) QueueGaugeList(ctx context.Context) ([]*store.QueueGauge, error) {
 	now := us(s.now())
-	rows, err := s.q.QueryContext(ctx, `SELECT namespace, queue, status, count(*),
-		min(CASE WHEN run_at <= ? AND status IN ('pending', 'retrying') THEN run_at END)
-		FROM tasks WHERE status IN ('pending', 'retrying', 'running', 'dead_lettered')
-		GROUP BY namespace, queue, status ORDER BY namespace, queue, status`, now)
+	rows, err := s.q.query(ctx, "MetricsQueueDepths", now)
 	if err != nil {
 		return nil, errors.Wrap(interpret(err), "read queue depths")
 	}
@@ -240,33 +214,7 @@ func (s *Store) QueueGaugeList(ctx context.Context) ([]*store.QueueGauge, error)
 // unfinished tasks, settings, or finishes in the window.
 func (s *Store) QueueStatsList(ctx context.Context, namespace string, window time.Duration) ([]store.QueueStats, error) {
 	now := us(s.now())
-	rows, err := s.q.QueryContext(ctx, `WITH live AS (
-			SELECT queue,
-				sum(status IN ('pending', 'retrying')) AS waiting,
-				sum(status IN ('pending', 'retrying') AND run_at <= ?2) AS due,
-				sum(status = 'running') AS running,
-				min(CASE WHEN status IN ('pending', 'retrying') AND run_at <= ?2 THEN run_at END) AS oldest_due
-			FROM tasks WHERE namespace = ?1 AND status IN ('pending', 'retrying', 'running') GROUP BY queue
-		), recent AS (
-			SELECT t.queue,
-				sum(e.type = 'task_completed') AS completed,
-				sum(e.type IN ('task_failed', 'task_dead_lettered', 'task_expired')) AS failed,
-				sum(e.type = 'attempt_failed') AS attempts_failed
-			FROM events AS e JOIN tasks AS t ON t.id = e.task_id
-			WHERE e.at > ?3 AND t.namespace = ?1
-				AND e.type IN ('task_completed', 'task_failed', 'task_dead_lettered', 'task_expired', 'attempt_failed')
-			GROUP BY t.queue
-		), names AS (
-			SELECT queue FROM live UNION SELECT queue FROM recent UNION SELECT name FROM queues WHERE namespace = ?1
-		)
-		SELECT n.queue, coalesce(l.waiting, 0), coalesce(l.due, 0), coalesce(l.running, 0), l.oldest_due,
-			coalesce(r.completed, 0), coalesce(r.failed, 0), coalesce(r.attempts_failed, 0),
-			coalesce(q.max_waiting, 0), coalesce(q.concurrency, 0)
-		FROM names AS n
-		LEFT JOIN live AS l ON l.queue = n.queue
-		LEFT JOIN recent AS r ON r.queue = n.queue
-		LEFT JOIN queues AS q ON q.namespace = ?1 AND q.name = n.queue
-		ORDER BY n.queue`, namespace, now, now-window.Microseconds())
+	rows, err := s.q.query(ctx, "QueueStats", namespace, now, now-window.Microseconds())
 	if err != nil {
 		return nil, errors.Wrap(interpret(err), "queue stats")
 	}
@@ -295,28 +243,17 @@ func (s *Store) EventScan(ctx context.Context, p *store.EventScanParams) ([]stor
 	if err != nil {
 		return nil, err
 	}
-	where := []string{"e.at >= ?", "e.at < ?", "t.namespace = ?"}
-	args := []any{us(since), us(p.Until), p.Namespace}
+	var afterAt, afterSeq int64
+	var afterTask string
 	if p.After != nil {
-		where = append(where, "(e.at, e.task_id, e.seq) > (?, ?, ?)")
-		args = append(args, us(p.After.At), p.After.TaskID.String(), p.After.Seq)
+		afterAt, afterTask, afterSeq = us(p.After.At), p.After.TaskID.String(), p.After.Seq
 	}
-	if len(p.EventTypes) > 0 {
-		where = append(where, "e.type IN ("+placeholders(len(p.EventTypes))+")")
-		for _, t := range p.EventTypes {
-			args = append(args, string(t))
-		}
+	types := make([]string, len(p.EventTypes))
+	for i, t := range p.EventTypes {
+		types[i] = string(t)
 	}
-	if p.TaskType != "" {
-		where, args = append(where, "t.type = ?"), append(args, p.TaskType)
-	}
-	if p.Queue != "" {
-		where, args = append(where, "t.queue = ?"), append(args, p.Queue)
-	}
-	rows, err := s.q.QueryContext(ctx, `SELECT e.task_id, e.seq, e.type, e.at, e.attempt, e.data,
-		t.namespace, t.type, t.type_version, t.queue, t.status, t.trace_id, t.labels, t.fairness_key
-		FROM events AS e JOIN tasks AS t ON t.id = e.task_id
-		WHERE `+strings.Join(where, " AND ")+` ORDER BY e.at, e.task_id, e.seq LIMIT ?`, append(args, limit)...)
+	rows, err := s.q.query(ctx, "EventScan", us(since), us(p.Until), p.Namespace,
+		p.After != nil, afterAt, afterTask, afterSeq, jsonStrings(types), p.TaskType, p.Queue, limit)
 	if err != nil {
 		return nil, errors.Wrap(interpret(err), "scan events")
 	}

@@ -10,6 +10,8 @@ import (
 	"github.com/cockroachdb/errors"
 )
 
+// scheduleColumns are the columns scanSchedule reads, in its order: the
+// /* SCHEDULE_COLUMNS */ of the query files.
 const scheduleColumns = "namespace, name, cron, timezone, task_type, type_version, queue, input, max_attempts, paused, next_run_at, last_tick"
 
 func scanSchedule(row scanner) (store.Schedule, error) {
@@ -26,8 +28,8 @@ func scanSchedule(row scanner) (store.Schedule, error) {
 	return sc, err
 }
 
-func querySchedules(ctx context.Context, q querier, query string, args ...any) ([]store.Schedule, error) {
-	rows, err := q.QueryContext(ctx, query, args...)
+func querySchedules(ctx context.Context, q querier, name string, args ...any) ([]store.Schedule, error) {
+	rows, err := q.query(ctx, name, args...)
 	if err != nil {
 		return nil, interpret(err)
 	}
@@ -52,9 +54,7 @@ func (s *Store) ScheduleCreate(ctx context.Context, sc store.Schedule) error {
 		return err
 	}
 	now := s.now()
-	res, err := s.q.ExecContext(ctx, `INSERT INTO schedules (namespace, name, cron, timezone, task_type, type_version, queue, input,
-		max_attempts, next_run_at, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-		ON CONFLICT (namespace, name) DO NOTHING`,
+	res, err := s.q.exec(ctx, "ScheduleInsert",
 		sc.Namespace, sc.Name, sc.Cron, sc.Timezone, sc.TaskType, sc.TypeVersion, sc.Queue, nullBytes(sc.Input),
 		sc.MaxAttempts, us(sched.Next(now.In(loc))), us(now), us(now))
 	if err != nil {
@@ -69,7 +69,7 @@ func (s *Store) ScheduleCreate(ctx context.Context, sc store.Schedule) error {
 
 // ScheduleList implements [store.Store].
 func (s *Store) ScheduleList(ctx context.Context, namespace string) ([]store.Schedule, error) {
-	out, err := querySchedules(ctx, s.q, "SELECT "+scheduleColumns+" FROM schedules WHERE namespace = ? ORDER BY name", namespace)
+	out, err := querySchedules(ctx, s.q, "ScheduleList", namespace)
 	return out, errors.Wrap(err, "list schedules")
 }
 
@@ -77,7 +77,7 @@ func (s *Store) ScheduleList(ctx context.Context, namespace string) ([]store.Sch
 // its next tick after now.
 func (s *Store) SchedulePause(ctx context.Context, namespace, name string, paused bool) error {
 	return s.tx(ctx, func(tx *txn) error {
-		sc, err := scanSchedule(tx.QueryRowContext(ctx, "SELECT "+scheduleColumns+" FROM schedules WHERE namespace = ? AND name = ?", namespace, name))
+		sc, err := scanSchedule(tx.queryRow(ctx, "ScheduleGet", namespace, name))
 		if errors.Is(err, sql.ErrNoRows) {
 			return errors.Mark(errors.Newf("schedule %s not found in namespace %s", name, namespace), store.ErrNotFound)
 		}
@@ -88,15 +88,14 @@ func (s *Store) SchedulePause(ctx context.Context, namespace, name string, pause
 		if err != nil {
 			return err
 		}
-		_, err = tx.ExecContext(ctx, "UPDATE schedules SET paused = ?, next_run_at = ?, updated_at = ? WHERE namespace = ? AND name = ?",
-			paused, us(sched.Next(s.now().In(loc))), us(s.now()), namespace, name)
+		_, err = tx.exec(ctx, "ScheduleSetPaused", paused, us(sched.Next(s.now().In(loc))), us(s.now()), namespace, name)
 		return errors.Wrapf(interpret(err), "pause schedule %s", name)
 	})
 }
 
 // ScheduleDelete implements [store.Store].
 func (s *Store) ScheduleDelete(ctx context.Context, namespace, name string) error {
-	res, err := s.q.ExecContext(ctx, "DELETE FROM schedules WHERE namespace = ? AND name = ?", namespace, name)
+	res, err := s.q.exec(ctx, "ScheduleDelete", namespace, name)
 	if err != nil {
 		return errors.Wrapf(interpret(err), "delete schedule %s", name)
 	}
@@ -114,8 +113,7 @@ func (s *Store) ScheduleFireDue(ctx context.Context, max int) (int, error) {
 	fired := 0
 	err := s.tx(ctx, func(tx *txn) error {
 		now := s.now()
-		due, err := querySchedules(ctx, tx, "SELECT "+scheduleColumns+" FROM schedules WHERE NOT paused AND next_run_at <= ? ORDER BY next_run_at LIMIT ?",
-			us(now), max)
+		due, err := querySchedules(ctx, tx, "ScheduleListDue", us(now), max)
 		if err != nil {
 			return errors.Wrap(err, "list due schedules")
 		}
@@ -132,8 +130,7 @@ func (s *Store) ScheduleFireDue(ctx context.Context, max int) (int, error) {
 			if !res.Existing {
 				fired++
 			}
-			if _, err := tx.ExecContext(ctx, "UPDATE schedules SET next_run_at = ?, last_tick = ?, updated_at = ? WHERE namespace = ? AND name = ?",
-				us(sched.Next(now.In(loc))), us(tick), us(now), sc.Namespace, sc.Name); err != nil {
+			if _, err := tx.exec(ctx, "ScheduleFired", us(sched.Next(now.In(loc))), us(tick), us(now), sc.Namespace, sc.Name); err != nil {
 				return errors.Wrapf(interpret(err), "advance schedule %s", sc.Name)
 			}
 		}
@@ -148,7 +145,7 @@ func (s *Store) ScheduleFireDue(ctx context.Context, max int) (int, error) {
 // ScheduleNextDue implements [store.Store].
 func (s *Store) ScheduleNextDue(ctx context.Context) (time.Time, bool, error) {
 	var next sql.NullInt64
-	if err := s.q.QueryRowContext(ctx, "SELECT min(next_run_at) FROM schedules WHERE NOT paused").Scan(&next); err != nil {
+	if err := s.q.queryRow(ctx, "ScheduleNextDue").Scan(&next); err != nil {
 		return time.Time{}, false, errors.Wrap(interpret(err), "read the next schedule tick")
 	}
 	if !next.Valid {

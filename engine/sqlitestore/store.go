@@ -13,6 +13,21 @@
 // grow beyond one node, move to PostgreSQL (see docs/architecture.md,
 // "Embedded store").
 //
+// Its SQL lives in the embedded *.sql files beside the driver, as
+// engine/pgstore's does: queries.sql, and claim.sql, diagnose.sql,
+// schedule.sql and audit.sql for the larger features, each statement under
+// a "-- name: NounVerb" line. They are parsed once when the store opens
+// (a name defined twice fails the open) and run by name; nothing is
+// concatenated at run time. An optional filter is a parameter of the one
+// statement that turns it off (an empty string, NULL or a false "paged"
+// flag); a list of values is one JSON array parameter read with
+// json_each, so no statement's number of parameters depends on its input
+// and a list of any length is one query. The column lists that scanTask
+// and scanSchedule read in order are kept beside them in Go (taskColumns,
+// scheduleColumns) and written into the statements at the markers
+// /* TASK_COLUMNS */ and /* SCHEDULE_COLUMNS */ once, when the files are
+// parsed.
+//
 // The same conformance suite (engine/storetest) runs against this store and
 // engine/pgstore, and both are held to it. The store imports engine/store,
 // engine/internal/plan (what both drivers do alike before they write),
@@ -22,7 +37,11 @@ package sqlitestore
 import (
 	"context"
 	"database/sql"
+	"embed"
+	"io/fs"
 	"net/url"
+	"regexp"
+	"strings"
 	"sync"
 	"time"
 
@@ -30,9 +49,17 @@ import (
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/migrations"
 	"github.com/cockroachdb/errors"
+	"github.com/google/uuid"
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 )
+
+// queryFiles holds every SQL statement the store runs: queries.sql and,
+// for larger features, a file of their own (claim.sql, ...), all in the
+// same "-- name:" format. A name defined twice is an error.
+//
+//go:embed *.sql
+var queryFiles embed.FS
 
 // Store is the embedded store. It is safe for concurrent use by the
 // goroutines of one process.
@@ -94,7 +121,13 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	db.SetMaxOpenConns(1)
 	db.SetConnMaxIdleTime(0)
 	db.SetConnMaxLifetime(0)
-	s := &Store{db: db, path: path, metrics: cfg.Metrics, clock: cfg.Clock, q: &stmtCache{db: db, stmts: map[string]*sql.Stmt{}},
+	queries, err := loadQueries()
+	if err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	s := &Store{db: db, path: path, metrics: cfg.Metrics, clock: cfg.Clock,
+		q:         &stmtCache{db: db, queries: queries, stmts: map[string]*sql.Stmt{}},
 		listeners: map[*func(store.Notification)]struct{}{}}
 	if err := s.migrate(ctx); err != nil {
 		_ = db.Close()
@@ -121,21 +154,19 @@ func (s *Store) migrate(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if _, err := s.db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
-		version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)`); err != nil {
+	if _, err := s.q.exec(ctx, "MigrationTableCreate"); err != nil {
 		return errors.Wrap(err, "create schema_migrations")
 	}
 	for _, m := range all {
 		err := s.tx(ctx, func(tx *txn) error {
 			var n int
-			if err := tx.QueryRowContext(ctx, "SELECT count(*) FROM schema_migrations WHERE version = ?", m.Version).Scan(&n); err != nil || n > 0 {
+			if err := tx.queryRow(ctx, "MigrationApplied", m.Version).Scan(&n); err != nil || n > 0 {
 				return err
 			}
-			if _, err := tx.tx.ExecContext(ctx, m.SQL); err != nil { // a script: not for the cache
+			if _, err := tx.tx.ExecContext(ctx, m.SQL); err != nil { // a script, not a named query: not for the cache
 				return err
 			}
-			_, err := tx.ExecContext(ctx, "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)",
-				m.Version, m.Name, us(s.now()))
+			_, err := tx.exec(ctx, "MigrationRecord", m.Version, m.Name, us(s.now()))
 			return err
 		})
 		if err != nil {
@@ -170,114 +201,186 @@ func (s *Store) tx(ctx context.Context, fn func(*txn) error) error {
 	return nil
 }
 
-// maxCachedStatements bounds the statement cache; statements built for a
-// number of ids (IN (?, ?, …)) beyond it are prepared each time.
-const maxCachedStatements = 256
+// loadQueries parses every embedded query file, in name order.
+func loadQueries() (map[string]string, error) {
+	names, err := fs.Glob(queryFiles, "*.sql")
+	if err != nil {
+		return nil, errors.Wrap(err, "list query files")
+	}
+	var all strings.Builder
+	for _, name := range names {
+		src, err := queryFiles.ReadFile(name)
+		if err != nil {
+			return nil, errors.Wrapf(err, "read query file %s", name)
+		}
+		all.Write(src)
+		all.WriteByte('\n')
+	}
+	return parseQueries(all.String())
+}
 
-// stmtCache prepares each statement once. Parsing SQL was most of the
-// embedded store's CPU before it: database/sql over modernc.org/sqlite
-// prepares on every call otherwise.
+// columnMarkers are the column lists written into the statements when
+// they are parsed.
+var columnMarkers = strings.NewReplacer("/* TASK_COLUMNS */", taskColumns, "/* SCHEDULE_COLUMNS */", scheduleColumns)
+
+// unknownMarker is a marker left after columnMarkers: a typo.
+var unknownMarker = regexp.MustCompile(`/\* [A-Z_]+ \*/`)
+
+// parseQueries splits the query files at their "-- name:" lines, drops
+// comment lines and a statement's closing semicolon, and fills in the
+// column markers.
+func parseQueries(src string) (map[string]string, error) {
+	out := map[string]string{}
+	var name string
+	var body strings.Builder
+	flush := func() error {
+		defer body.Reset()
+		if name == "" {
+			return nil
+		}
+		q := strings.TrimSuffix(strings.TrimSpace(columnMarkers.Replace(body.String())), ";")
+		if q == "" {
+			return errors.AssertionFailedf("query %s is empty", name)
+		}
+		if m := unknownMarker.FindString(q); m != "" {
+			return errors.AssertionFailedf("query %s: unknown marker %s", name, m)
+		}
+		out[name] = q
+		return nil
+	}
+	for _, line := range strings.Split(src, "\n") {
+		trimmed := strings.TrimSpace(line)
+		if rest, ok := strings.CutPrefix(trimmed, "-- name:"); ok {
+			if err := flush(); err != nil {
+				return nil, err
+			}
+			name = strings.TrimSpace(rest)
+			if _, dup := out[name]; dup {
+				return nil, errors.AssertionFailedf("query %s defined twice", name)
+			}
+			continue
+		}
+		if strings.HasPrefix(trimmed, "--") {
+			continue
+		}
+		body.WriteString(line)
+		body.WriteByte('\n')
+	}
+	if err := flush(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// stmtCache runs the named queries, each prepared once. Parsing SQL was
+// most of the embedded store's CPU before it: database/sql over
+// modernc.org/sqlite prepares on every call otherwise. Statements are
+// cached by query name; there are as many as there are names.
 //
 // The store has one connection, so a statement is never prepared while a
 // transaction holds it (that would wait for the connection forever):
 // transactions use what is prepared, and note what is not, which the
 // store prepares after the commit.
 type stmtCache struct {
-	db    *sql.DB
-	mu    sync.Mutex // guards stmts only; never held while waiting for the connection
-	stmts map[string]*sql.Stmt
+	db      *sql.DB
+	queries map[string]string // by name; read only
+	mu      sync.Mutex        // guards stmts only; never held while waiting for the connection
+	stmts   map[string]*sql.Stmt
 }
 
-func (c *stmtCache) lookup(query string) *sql.Stmt {
+// text returns the named query; a missing name is a programming error.
+func (c *stmtCache) text(name string) string {
+	q, ok := c.queries[name]
+	if !ok {
+		panic("sqlitestore: unknown query " + name)
+	}
+	return q
+}
+
+func (c *stmtCache) lookup(name string) *sql.Stmt {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.stmts[query]
+	return c.stmts[name]
 }
 
-// prepare prepares query on the connection and caches it, unless it is
-// cached already or the cache is full. It must not be called while this
-// goroutine holds the connection in a transaction.
-func (c *stmtCache) prepare(ctx context.Context, query string) *sql.Stmt {
-	if st := c.lookup(query); st != nil {
+// prepare prepares the named query on the connection and caches it,
+// unless it is cached already. It must not be called while this goroutine
+// holds the connection in a transaction.
+func (c *stmtCache) prepare(ctx context.Context, name string) *sql.Stmt {
+	if st := c.lookup(name); st != nil {
 		return st
 	}
-	c.mu.Lock()
-	full := len(c.stmts) >= maxCachedStatements
-	c.mu.Unlock()
-	if full {
-		return nil
-	}
-	st, err := c.db.PrepareContext(ctx, query)
+	st, err := c.db.PrepareContext(ctx, c.text(name))
 	if err != nil {
 		return nil // the caller runs it unprepared and reports the error
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if prev, ok := c.stmts[query]; ok {
+	if prev, ok := c.stmts[name]; ok {
 		_ = st.Close()
 		return prev
 	}
-	c.stmts[query] = st
+	c.stmts[name] = st
 	return st
 }
 
-func (c *stmtCache) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
-	if st := c.prepare(ctx, query); st != nil {
+func (c *stmtCache) query(ctx context.Context, name string, args ...any) (*sql.Rows, error) {
+	if st := c.prepare(ctx, name); st != nil {
 		return st.QueryContext(ctx, args...)
 	}
-	return c.db.QueryContext(ctx, query, args...)
+	return c.db.QueryContext(ctx, c.text(name), args...)
 }
 
-func (c *stmtCache) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
-	if st := c.prepare(ctx, query); st != nil {
+func (c *stmtCache) queryRow(ctx context.Context, name string, args ...any) *sql.Row {
+	if st := c.prepare(ctx, name); st != nil {
 		return st.QueryRowContext(ctx, args...)
 	}
-	return c.db.QueryRowContext(ctx, query, args...)
+	return c.db.QueryRowContext(ctx, c.text(name), args...)
 }
 
-func (c *stmtCache) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
-	if st := c.prepare(ctx, query); st != nil {
+func (c *stmtCache) exec(ctx context.Context, name string, args ...any) (sql.Result, error) {
+	if st := c.prepare(ctx, name); st != nil {
 		return st.ExecContext(ctx, args...)
 	}
-	return c.db.ExecContext(ctx, query, args...)
+	return c.db.ExecContext(ctx, c.text(name), args...)
 }
 
-// txn is a write transaction that runs the statements the cache holds
+// txn is a write transaction that runs the named queries the cache holds
 // prepared, and notes the others.
 type txn struct {
 	tx     *sql.Tx
 	cache  *stmtCache
-	missed []string
+	missed []string // query names
 }
 
-func (t *txn) stmt(ctx context.Context, query string) *sql.Stmt {
-	st := t.cache.lookup(query)
+func (t *txn) stmt(ctx context.Context, name string) *sql.Stmt {
+	st := t.cache.lookup(name)
 	if st == nil {
-		t.missed = append(t.missed, query)
+		t.missed = append(t.missed, name)
 		return nil
 	}
 	return t.tx.StmtContext(ctx, st)
 }
 
-func (t *txn) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
-	if st := t.stmt(ctx, query); st != nil {
+func (t *txn) query(ctx context.Context, name string, args ...any) (*sql.Rows, error) {
+	if st := t.stmt(ctx, name); st != nil {
 		return st.QueryContext(ctx, args...)
 	}
-	return t.tx.QueryContext(ctx, query, args...)
+	return t.tx.QueryContext(ctx, t.cache.text(name), args...)
 }
 
-func (t *txn) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
-	if st := t.stmt(ctx, query); st != nil {
+func (t *txn) queryRow(ctx context.Context, name string, args ...any) *sql.Row {
+	if st := t.stmt(ctx, name); st != nil {
 		return st.QueryRowContext(ctx, args...)
 	}
-	return t.tx.QueryRowContext(ctx, query, args...)
+	return t.tx.QueryRowContext(ctx, t.cache.text(name), args...)
 }
 
-func (t *txn) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
-	if st := t.stmt(ctx, query); st != nil {
+func (t *txn) exec(ctx context.Context, name string, args ...any) (sql.Result, error) {
+	if st := t.stmt(ctx, name); st != nil {
 		return st.ExecContext(ctx, args...)
 	}
-	return t.tx.ExecContext(ctx, query, args...)
+	return t.tx.ExecContext(ctx, t.cache.text(name), args...)
 }
 
 // subscribe has fn hear of every commit that makes work ready, finishes
@@ -362,19 +465,52 @@ func nullBytes(b []byte) any {
 	return string(b)
 }
 
-// placeholders returns "?, ?, …" for n values.
-func placeholders(n int) string {
-	if n == 0 {
-		return ""
-	}
-	b := make([]byte, 0, 3*n)
-	for i := range n {
+// jsonIDs is ids as a JSON array of strings, the parameter of a
+// json_each(?) list.
+func jsonIDs(ids []uuid.UUID) string {
+	b := make([]byte, 0, 2+39*len(ids))
+	b = append(b, '[')
+	for i, id := range ids {
 		if i > 0 {
-			b = append(b, ", "...)
+			b = append(b, ',')
 		}
-		b = append(b, '?')
+		b = append(b, '"')
+		b = append(b, id.String()...)
+		b = append(b, '"')
 	}
-	return string(b)
+	return string(append(b, ']'))
+}
+
+// jsonStrings is ss as a JSON array, the parameter of a json_each(?) list.
+// Only what JSON requires is escaped (quote, backslash, control
+// characters); every other byte is passed as it is, so json_each gives
+// back each string byte for byte, as a bound parameter would be.
+func jsonStrings(ss []string) string {
+	var b strings.Builder
+	b.WriteByte('[')
+	for i, s := range ss {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteByte('"')
+		for j := 0; j < len(s); j++ {
+			switch c := s[j]; {
+			case c == '"', c == '\\':
+				b.WriteByte('\\')
+				b.WriteByte(c)
+			case c < 0x20:
+				const hex = "0123456789abcdef"
+				b.WriteString(`\u00`)
+				b.WriteByte(hex[c>>4])
+				b.WriteByte(hex[c&0xf])
+			default:
+				b.WriteByte(c)
+			}
+		}
+		b.WriteByte('"')
+	}
+	b.WriteByte(']')
+	return b.String()
 }
 
 // DB returns the store's database handle, for tools that read the tables
@@ -385,7 +521,7 @@ func (s *Store) DB() *sql.DB { return s.db }
 // Version returns SQLite's version.
 func (s *Store) Version(ctx context.Context) (string, error) {
 	var v string
-	err := s.db.QueryRowContext(ctx, "SELECT sqlite_version()").Scan(&v)
+	err := s.q.queryRow(ctx, "SQLiteVersion").Scan(&v)
 	return v, errors.Wrap(err, "read sqlite_version()")
 }
 
@@ -400,7 +536,7 @@ func (s *Store) MigrationStatus(ctx context.Context) ([]store.MigrationState, er
 	for _, m := range all {
 		st := store.MigrationState{Version: m.Version, Name: m.Name}
 		var at int64
-		err := s.q.QueryRowContext(ctx, "SELECT applied_at FROM schema_migrations WHERE version = ?", m.Version).Scan(&at)
+		err := s.q.queryRow(ctx, "MigrationAppliedAt", m.Version).Scan(&at)
 		switch {
 		case err == nil:
 			t := fromUS(at)

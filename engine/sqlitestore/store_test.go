@@ -3,6 +3,7 @@ package sqlitestore_test
 import (
 	"context"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -202,4 +203,49 @@ func TestClaimLeasesATaskItCannotRead(t *testing.T) {
 	d, err := engine.DiagnoseQueue(ctx, s, &store.QueueDiagnoseParams{Namespace: "default", Queue: "q", Window: time.Minute})
 	require.NoError(t, err, "a diagnosis leaves out what it cannot read")
 	require.Equal(t, 1, d.Now.Inflow, "the readable task's task_scheduled")
+}
+
+// A list of ids of any length is one parameter (a JSON array): more ids
+// than SQLite binds parameters (32766) read the tasks and events there
+// are, by id, once each.
+func TestManyIDsReadInOneQuery(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStore(t)
+	ps := make([]*store.TaskStartParams, 1000)
+	for i := range ps {
+		ps[i] = &store.TaskStartParams{Namespace: "default", Scheduled: history.Scheduled{TaskType: "many", TypeVersion: 1, Queue: "q"}}
+	}
+	started, err := s.TaskStartMany(ctx, ps)
+	require.NoError(t, err)
+	var ids []uuid.UUID
+	for i, r := range started {
+		ids = append(ids, r.ID)
+		if i%10 == 0 {
+			ids = append(ids, r.ID) // a repeat
+		}
+	}
+	for len(ids) < 40000 {
+		ids = append(ids, uuid.Must(uuid.NewV7())) // no such task
+	}
+
+	want := make([]string, len(started))
+	for i, r := range started {
+		want[i] = r.ID.String()
+	}
+	slices.Sort(want)
+
+	tasks, err := s.TaskGetManyByID(ctx, ids)
+	require.NoError(t, err)
+	got := make([]string, len(tasks))
+	for i, task := range tasks {
+		got[i] = task.ID.String()
+	}
+	require.Equal(t, want, got, "each task once, by id")
+	events, err := s.EventListByTasks(ctx, ids)
+	require.NoError(t, err)
+	require.Len(t, events, len(started))
+	for _, r := range started {
+		require.Len(t, events[r.ID], 1, "task_scheduled, once")
+	}
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
-	"maps"
-	"strings"
 	"time"
 
 	"github.com/cairnflow/cairn/engine/internal/plan"
@@ -15,7 +13,8 @@ import (
 	"github.com/google/uuid"
 )
 
-// taskColumns are the columns scanTask reads, in its order.
+// taskColumns are the columns scanTask reads, in its order: the
+// /* TASK_COLUMNS */ of the query files.
 const taskColumns = `id, namespace, queue, type, type_version, status, priority, run_at,
 	attempt, max_attempts, lease_owner, lease_epoch, lease_expires_at,
 	idempotency_key, trace_id, input, output, last_error, cancel_requested,
@@ -75,14 +74,16 @@ func scanTask(row scanner, extra ...any) (*store.Task, error) {
 	return &t, nil
 }
 
+// querier runs the named queries: the store's statement cache outside a
+// transaction, a *txn inside one.
 type querier interface {
-	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
-	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
-	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	query(ctx context.Context, name string, args ...any) (*sql.Rows, error)
+	queryRow(ctx context.Context, name string, args ...any) *sql.Row
+	exec(ctx context.Context, name string, args ...any) (sql.Result, error)
 }
 
-func queryTasks(ctx context.Context, q querier, query string, args ...any) ([]*store.Task, error) {
-	rows, err := q.QueryContext(ctx, query, args...)
+func queryTasks(ctx context.Context, q querier, name string, args ...any) ([]*store.Task, error) {
+	rows, err := q.query(ctx, name, args...)
 	if err != nil {
 		return nil, interpret(err)
 	}
@@ -159,8 +160,7 @@ func insertTask(ctx context.Context, tx *txn, pl plan.StartPlan, now time.Time) 
 	sc := pl.Scheduled
 	if sc.IdempotencyKey != "" {
 		var existing string
-		err := tx.QueryRowContext(ctx, "SELECT id FROM tasks WHERE namespace = ? AND idempotency_key = ?",
-			sc.Namespace, sc.IdempotencyKey).Scan(&existing)
+		err := tx.queryRow(ctx, "TaskIDByIdempotencyKey", sc.Namespace, sc.IdempotencyKey).Scan(&existing)
 		switch {
 		case err == nil:
 			id, err := uuid.Parse(existing)
@@ -177,18 +177,14 @@ func insertTask(ctx context.Context, tx *txn, pl plan.StartPlan, now time.Time) 
 	if sc.FairnessWeight > 0 {
 		weight = sql.NullInt64{Int64: int64(sc.FairnessWeight), Valid: true}
 	}
-	_, err = tx.ExecContext(ctx, `INSERT INTO tasks (id, namespace, queue, type, type_version, status, priority, run_at,
-		attempt, max_attempts, idempotency_key, trace_id, input, labels, deadline, start_deadline,
-		fairness_key, fairness_weight, fair_at, last_seq, created_at, updated_at)
-		VALUES (?, ?, ?, ?, ?, 'pending', ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?)`,
+	_, err = tx.exec(ctx, "TaskInsert",
 		pl.ID.String(), sc.Namespace, sc.Queue, sc.TaskType, sc.TypeVersion, sc.Priority, us(sc.RunAt),
 		sc.MaxAttempts, nullString(sc.IdempotencyKey), nullString(sc.TraceID), nullBytes(sc.Input), nullBytes(pl.Labels),
 		nullUS(sc.Deadline), nullUS(sc.StartDeadline), nullString(sc.FairnessKey), weight, us(fairAt), us(now), us(now))
 	if err != nil {
 		return store.TaskStartResult{}, interpret(err)
 	}
-	_, err = tx.ExecContext(ctx, "INSERT INTO events (task_id, seq, type, at, attempt, data) VALUES (?, 1, ?, ?, 0, ?)",
-		pl.ID.String(), string(history.TaskScheduled), us(now), string(pl.Data))
+	_, err = tx.exec(ctx, "EventInsertScheduled", pl.ID.String(), string(history.TaskScheduled), us(now), string(pl.Data))
 	if err != nil {
 		return store.TaskStartResult{}, interpret(err)
 	}
@@ -203,8 +199,7 @@ func placeFair(ctx context.Context, tx *txn, sc history.TaskScheduledData) (time
 		return sc.RunAt, nil
 	}
 	var last sql.NullInt64
-	err := tx.QueryRowContext(ctx, `SELECT max(fair_at) FROM tasks WHERE namespace = ? AND queue = ? AND fairness_key = ?
-		AND status IN ('pending', 'retrying')`, sc.Namespace, sc.Queue, sc.FairnessKey).Scan(&last)
+	err := tx.queryRow(ctx, "TaskFairAtLast", sc.Namespace, sc.Queue, sc.FairnessKey).Scan(&last)
 	if err != nil || !last.Valid {
 		return sc.RunAt, interpret(err)
 	}
@@ -229,7 +224,7 @@ func checkCapacity(ctx context.Context, tx *txn, planned []plan.StartPlan, now t
 	}
 	for key, n := range adding {
 		var maxWaiting sql.NullInt64
-		err := tx.QueryRowContext(ctx, "SELECT max_waiting FROM queues WHERE namespace = ? AND name = ?", key[0], key[1]).Scan(&maxWaiting)
+		err := tx.queryRow(ctx, "QueueMaxWaiting", key[0], key[1]).Scan(&maxWaiting)
 		if errors.Is(err, sql.ErrNoRows) || (err == nil && !maxWaiting.Valid) {
 			continue
 		}
@@ -237,8 +232,7 @@ func checkCapacity(ctx context.Context, tx *txn, planned []plan.StartPlan, now t
 			return interpret(err)
 		}
 		var waiting int
-		if err := tx.QueryRowContext(ctx, "SELECT count(*) FROM tasks WHERE namespace = ? AND queue = ? AND status IN ('pending', 'retrying')",
-			key[0], key[1]).Scan(&waiting); err != nil {
+		if err := tx.queryRow(ctx, "QueueWaitingCount", key[0], key[1]).Scan(&waiting); err != nil {
 			return interpret(err)
 		}
 		if waiting+n <= int(maxWaiting.Int64) {
@@ -248,8 +242,7 @@ func checkCapacity(ctx context.Context, tx *txn, planned []plan.StartPlan, now t
 		// starts (an overestimate for retries), as PostgreSQL's hint.
 		var running int
 		var meanStartedAt sql.NullFloat64
-		if err := tx.QueryRowContext(ctx, "SELECT count(*), avg(started_at) FROM tasks WHERE namespace = ? AND queue = ? AND status = 'running'",
-			key[0], key[1]).Scan(&running, &meanStartedAt); err != nil {
+		if err := tx.queryRow(ctx, "QueueRunning", key[0], key[1]).Scan(&running, &meanStartedAt); err != nil {
 			return interpret(err)
 		}
 		var meanAge time.Duration
@@ -265,37 +258,21 @@ func checkCapacity(ctx context.Context, tx *txn, planned []plan.StartPlan, now t
 
 // TaskGetByID implements [store.Store].
 func (s *Store) TaskGetByID(ctx context.Context, namespace string, id uuid.UUID) (*store.Task, error) {
-	t, err := scanTask(s.q.QueryRowContext(ctx, "SELECT "+taskColumns+" FROM tasks WHERE id = ? AND namespace = ?", id.String(), namespace))
+	t, err := scanTask(s.q.queryRow(ctx, "TaskGetByID", id.String(), namespace))
 	if err != nil {
 		return nil, errors.Wrapf(interpret(err), "get task %s", id)
 	}
 	return t, nil
 }
 
-// idChunk bounds the ids of one IN (…) list, far below SQLite's limit of
-// bound parameters.
-const idChunk = 500
-
-// TaskGetManyByID implements [store.Store].
+// TaskGetManyByID implements [store.Store]: by id. The ids are one
+// parameter (a JSON array), so a list of any length is one query, below
+// SQLite's limit of bound parameters.
 func (s *Store) TaskGetManyByID(ctx context.Context, ids []uuid.UUID) ([]*store.Task, error) {
-	var out []*store.Task
-	for start := 0; start < len(ids); start += idChunk {
-		part := ids[start:min(start+idChunk, len(ids))]
-		tasks, err := queryTasks(ctx, s.q, "SELECT "+taskColumns+" FROM tasks WHERE id IN ("+placeholders(len(part))+") ORDER BY id", idArgs(part)...)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, tasks...)
+	if len(ids) == 0 {
+		return nil, nil
 	}
-	return out, nil
-}
-
-func idArgs(ids []uuid.UUID) []any {
-	out := make([]any, len(ids))
-	for i, id := range ids {
-		out[i] = id.String()
-	}
-	return out
+	return queryTasks(ctx, s.q, "TaskGetManyByID", jsonIDs(ids))
 }
 
 // TaskList implements [store.Store]: newest first.
@@ -304,27 +281,21 @@ func (s *Store) TaskList(ctx context.Context, p *store.TaskListParams) ([]*store
 	if limit <= 0 {
 		limit = 100
 	}
-	where, args := []string{"namespace = ?"}, []any{p.Namespace}
-	for _, f := range []struct{ col, val string }{{"status", string(p.Status)}, {"type", p.Type}, {"queue", p.Queue}} {
-		if f.val != "" {
-			where, args = append(where, f.col+" = ?"), append(args, f.val)
-		}
-	}
+	var before sql.NullString // the first page
 	if p.Before != uuid.Nil {
-		where, args = append(where, "id < ?"), append(args, p.Before.String())
+		before = sql.NullString{String: p.Before.String(), Valid: true}
 	}
-	tasks, err := queryTasks(ctx, s.q, "SELECT "+taskColumns+" FROM tasks WHERE "+strings.Join(where, " AND ")+
-		" ORDER BY id DESC LIMIT ?", append(args, limit)...)
+	tasks, err := queryTasks(ctx, s.q, "TaskList", p.Namespace, string(p.Status), p.Type, p.Queue, before, limit)
 	return tasks, errors.Wrap(err, "list tasks")
 }
 
 // TaskIDListAll implements [store.Store].
 func (s *Store) TaskIDListAll(ctx context.Context) ([]uuid.UUID, error) {
-	return queryIDs(ctx, s.q, "SELECT id FROM tasks ORDER BY id")
+	return queryIDs(ctx, s.q, "TaskIDListAll")
 }
 
-func queryIDs(ctx context.Context, q querier, query string, args ...any) ([]uuid.UUID, error) {
-	rows, err := q.QueryContext(ctx, query, args...)
+func queryIDs(ctx context.Context, q querier, name string, args ...any) ([]uuid.UUID, error) {
+	rows, err := q.query(ctx, name, args...)
 	if err != nil {
 		return nil, interpret(err)
 	}
@@ -350,27 +321,21 @@ func (s *Store) EventListByTask(ctx context.Context, id uuid.UUID) ([]history.Ev
 }
 
 func listEvents(ctx context.Context, q querier, id uuid.UUID) ([]history.Event, error) {
-	all, err := queryEvents(ctx, q, "SELECT task_id, seq, type, at, attempt, data FROM events WHERE task_id = ? ORDER BY seq", id.String())
+	all, err := queryEvents(ctx, q, "EventListByTask", id.String())
 	return all[id], err
 }
 
-// EventListByTasks implements [store.Store].
+// EventListByTasks implements [store.Store]: the ids are one parameter, as
+// TaskGetManyByID's.
 func (s *Store) EventListByTasks(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID][]history.Event, error) {
-	out := map[uuid.UUID][]history.Event{}
-	for start := 0; start < len(ids); start += idChunk {
-		part := ids[start:min(start+idChunk, len(ids))]
-		events, err := queryEvents(ctx, s.q, "SELECT task_id, seq, type, at, attempt, data FROM events WHERE task_id IN ("+
-			placeholders(len(part))+") ORDER BY task_id, seq", idArgs(part)...)
-		if err != nil {
-			return nil, err
-		}
-		maps.Copy(out, events)
+	if len(ids) == 0 {
+		return map[uuid.UUID][]history.Event{}, nil
 	}
-	return out, nil
+	return queryEvents(ctx, s.q, "EventListByTasks", jsonIDs(ids))
 }
 
-func queryEvents(ctx context.Context, q querier, query string, args ...any) (map[uuid.UUID][]history.Event, error) {
-	rows, err := q.QueryContext(ctx, query, args...)
+func queryEvents(ctx context.Context, q querier, name string, args ...any) (map[uuid.UUID][]history.Event, error) {
+	rows, err := q.query(ctx, name, args...)
 	if err != nil {
 		return nil, interpret(err)
 	}

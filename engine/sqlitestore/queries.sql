@@ -1,0 +1,201 @@
+-- Every SQL statement the embedded store runs, one place per query; the
+-- larger features have files of their own (claim.sql, diagnose.sql,
+-- schedule.sql, audit.sql) in the same format. Each statement starts with a
+-- "-- name: X" line and runs by that name (the store's statement cache is
+-- keyed by it). Comment lines are dropped when the files are parsed;
+-- /* TASK_COLUMNS */ and /* SCHEDULE_COLUMNS */ become the column lists
+-- scanTask and scanSchedule read, in their order.
+--
+-- Values are always bind parameters. A statement uses either plain "?"
+-- throughout or numbered "?N" throughout (where a value is used twice, or
+-- an optional filter tests its parameter before comparing with it). A list
+-- of values is one parameter, a JSON array, read with json_each: no
+-- statement's number of parameters depends on its input.
+
+-- name: MigrationTableCreate
+CREATE TABLE IF NOT EXISTS schema_migrations (
+    version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL);
+
+-- name: MigrationApplied
+SELECT count(*) FROM schema_migrations WHERE version = ?;
+
+-- name: MigrationRecord
+INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?);
+
+-- name: MigrationAppliedAt
+SELECT applied_at FROM schema_migrations WHERE version = ?;
+
+-- name: SQLiteVersion
+SELECT sqlite_version();
+
+-- name: TaskIDByIdempotencyKey
+SELECT id FROM tasks WHERE namespace = ? AND idempotency_key = ?;
+
+-- name: TaskFairAtLast
+-- The virtual start time of the last waiting task of a fairness key
+-- (tasks_fairness_idx).
+SELECT max(fair_at) FROM tasks WHERE namespace = ? AND queue = ? AND fairness_key = ?
+    AND status IN ('pending', 'retrying');
+
+-- name: TaskInsert
+INSERT INTO tasks (id, namespace, queue, type, type_version, status, priority, run_at,
+    attempt, max_attempts, idempotency_key, trace_id, input, labels, deadline, start_deadline,
+    fairness_key, fairness_weight, fair_at, last_seq, created_at, updated_at)
+VALUES (?, ?, ?, ?, ?, 'pending', ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?);
+
+-- name: EventInsertScheduled
+-- A new task's first event, task_scheduled (EventInsert has the others).
+INSERT INTO events (task_id, seq, type, at, attempt, data) VALUES (?, 1, ?, ?, 0, ?);
+
+-- name: QueueMaxWaiting
+SELECT max_waiting FROM queues WHERE namespace = ? AND name = ?;
+
+-- name: QueueWaitingCount
+SELECT count(*) FROM tasks WHERE namespace = ? AND queue = ? AND status IN ('pending', 'retrying');
+
+-- name: QueueRunning
+-- The running attempts of a queue and the mean of their tasks' first
+-- starts, for a full queue's retry hint.
+SELECT count(*), avg(started_at) FROM tasks WHERE namespace = ? AND queue = ? AND status = 'running';
+
+-- name: TaskGetByID
+SELECT /* TASK_COLUMNS */ FROM tasks WHERE id = ? AND namespace = ?;
+
+-- name: TaskGetManyByID
+-- ?: a JSON array of ids, of any length.
+SELECT /* TASK_COLUMNS */ FROM tasks WHERE id IN (SELECT value FROM json_each(?)) ORDER BY id;
+
+-- name: TaskList
+-- A page of a namespace's tasks, newest first (UUIDv7), filtered by
+-- status, type and queue when those are not ''. ?5 is the id the page
+-- starts before, NULL for the first page: a BLOB sorts after every TEXT,
+-- so the bound is then past every id, and it stays a constant the primary
+-- key seeks on, so a deep page costs what the first does.
+SELECT /* TASK_COLUMNS */ FROM tasks
+WHERE namespace = ?1
+  AND (?2 = '' OR status = ?2)
+  AND (?3 = '' OR type = ?3)
+  AND (?4 = '' OR queue = ?4)
+  AND id < coalesce(?5, x'')
+ORDER BY id DESC
+LIMIT ?6;
+
+-- name: TaskIDListAll
+SELECT id FROM tasks ORDER BY id;
+
+-- name: EventListByTask
+SELECT task_id, seq, type, at, attempt, data FROM events WHERE task_id = ? ORDER BY seq;
+
+-- name: EventListByTasks
+-- ?: a JSON array of task ids, of any length.
+SELECT task_id, seq, type, at, attempt, data FROM events
+WHERE task_id IN (SELECT value FROM json_each(?))
+ORDER BY task_id, seq;
+
+-- name: DeadLetterList
+-- A page of a namespace's dead letters, newest first, from
+-- tasks_dead_letter_idx; when ?3 (paged), the page starts after the
+-- (finished_at, id) ?4, ?5 of the last row of the previous page.
+SELECT /* TASK_COLUMNS */ FROM tasks
+WHERE status = 'dead_lettered' AND namespace = ?1
+  AND (?2 = '' OR type = ?2)
+  AND (NOT ?3 OR finished_at < ?4 OR (finished_at = ?4 AND id < ?5))
+ORDER BY finished_at DESC, id DESC
+LIMIT ?6;
+
+-- name: TaskListExpired
+-- Running tasks whose lease has expired (tasks_lease_idx), oldest expiry
+-- first.
+SELECT id FROM tasks WHERE status = 'running' AND lease_expires_at < ? ORDER BY lease_expires_at LIMIT ?;
+
+-- name: TaskListStartExpired
+SELECT id FROM tasks WHERE status = 'pending' AND attempt = 0 AND start_deadline IS NOT NULL
+    AND start_deadline <= ? ORDER BY start_deadline LIMIT ?;
+
+-- name: LeaderAttempt
+-- Takes or renews the lease of a leadership: its owner renews it; anyone
+-- takes it once it has expired. Returns the owner when it wrote.
+INSERT INTO leaders (name, owner, elected_at, expires_at) VALUES (?, ?, ?, ?)
+ON CONFLICT (name) DO UPDATE SET owner = excluded.owner,
+    elected_at = CASE WHEN leaders.owner = excluded.owner THEN leaders.elected_at ELSE excluded.elected_at END,
+    expires_at = excluded.expires_at
+WHERE leaders.owner = excluded.owner OR leaders.expires_at < ?
+RETURNING owner;
+
+-- name: LeaderResign
+DELETE FROM leaders WHERE name = ? AND owner = ?;
+
+-- name: QueueUpsert
+INSERT INTO queues (namespace, name, max_waiting, concurrency, updated_at) VALUES (?, ?, ?, ?, ?)
+ON CONFLICT (namespace, name) DO UPDATE SET max_waiting = excluded.max_waiting, concurrency = excluded.concurrency,
+    updated_at = excluded.updated_at;
+
+-- name: QueueList
+SELECT q.name, coalesce(q.max_waiting, 0), coalesce(q.concurrency, 0),
+    (SELECT count(*) FROM tasks AS t WHERE t.namespace = q.namespace AND t.queue = q.name AND t.status IN ('pending', 'retrying')),
+    (SELECT count(*) FROM tasks AS t WHERE t.namespace = q.namespace AND t.queue = q.name AND t.status = 'running')
+FROM queues AS q WHERE q.namespace = ? ORDER BY q.name;
+
+-- name: QueueWaits
+SELECT queue, priority, count(*), min(run_at) FROM tasks
+WHERE namespace = ? AND status IN ('pending', 'retrying') AND run_at <= ?
+GROUP BY queue, priority ORDER BY queue, priority DESC;
+
+-- name: RateLimitUpsert
+-- A new or changed bucket starts full (a lowered limit keeps fewer tokens).
+INSERT INTO rate_limits (namespace, task_type, max_starts, per_ms, tokens, refilled_at)
+VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (namespace, task_type) DO UPDATE SET max_starts = excluded.max_starts,
+    per_ms = excluded.per_ms, tokens = min(rate_limits.tokens, excluded.max_starts), refilled_at = excluded.refilled_at;
+
+-- name: RateLimitDelete
+DELETE FROM rate_limits WHERE namespace = ? AND task_type = ?;
+
+-- name: TaskTypeRegister
+INSERT INTO task_types (namespace, type, version, queue, max_attempts, schedule_to_close_ms,
+    registered_by, registered_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (namespace, type, version) DO UPDATE SET queue = excluded.queue, max_attempts = excluded.max_attempts,
+    schedule_to_close_ms = excluded.schedule_to_close_ms, registered_by = excluded.registered_by,
+    registered_at = excluded.registered_at;
+
+-- name: TaskTypeList
+SELECT namespace, type, version, queue, max_attempts, schedule_to_close_ms, registered_by, registered_at
+FROM task_types WHERE namespace = ? ORDER BY type, version;
+
+-- name: MetricsQueueDepths
+-- Tasks by namespace, queue and status, with the oldest due run time of
+-- the waiting ones.
+SELECT namespace, queue, status, count(*),
+    min(CASE WHEN run_at <= ? AND status IN ('pending', 'retrying') THEN run_at END)
+FROM tasks WHERE status IN ('pending', 'retrying', 'running', 'dead_lettered')
+GROUP BY namespace, queue, status ORDER BY namespace, queue, status;
+
+-- name: QueueStats
+-- Every queue of namespace ?1 with unfinished tasks, settings, or finishes
+-- since ?3; ?2 is now.
+WITH live AS (
+    SELECT queue,
+        sum(status IN ('pending', 'retrying')) AS waiting,
+        sum(status IN ('pending', 'retrying') AND run_at <= ?2) AS due,
+        sum(status = 'running') AS running,
+        min(CASE WHEN status IN ('pending', 'retrying') AND run_at <= ?2 THEN run_at END) AS oldest_due
+    FROM tasks WHERE namespace = ?1 AND status IN ('pending', 'retrying', 'running') GROUP BY queue
+), recent AS (
+    SELECT t.queue,
+        sum(e.type = 'task_completed') AS completed,
+        sum(e.type IN ('task_failed', 'task_dead_lettered', 'task_expired')) AS failed,
+        sum(e.type = 'attempt_failed') AS attempts_failed
+    FROM events AS e JOIN tasks AS t ON t.id = e.task_id
+    WHERE e.at > ?3 AND t.namespace = ?1
+        AND e.type IN ('task_completed', 'task_failed', 'task_dead_lettered', 'task_expired', 'attempt_failed')
+    GROUP BY t.queue
+), names AS (
+    SELECT queue FROM live UNION SELECT queue FROM recent UNION SELECT name FROM queues WHERE namespace = ?1
+)
+SELECT n.queue, coalesce(l.waiting, 0), coalesce(l.due, 0), coalesce(l.running, 0), l.oldest_due,
+    coalesce(r.completed, 0), coalesce(r.failed, 0), coalesce(r.attempts_failed, 0),
+    coalesce(q.max_waiting, 0), coalesce(q.concurrency, 0)
+FROM names AS n
+LEFT JOIN live AS l ON l.queue = n.queue
+LEFT JOIN recent AS r ON r.queue = n.queue
+LEFT JOIN queues AS q ON q.namespace = ?1 AND q.name = n.queue
+ORDER BY n.queue;

@@ -1,0 +1,112 @@
+package sqlitestore
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestParseQueries(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name string
+		src  string
+		want map[string]string
+		err  string
+	}{
+		{
+			name: "statements split at name lines, comments and closing semicolons dropped",
+			src:  "-- header\n\n-- name: A\n-- about A\nSELECT 1;\n\n-- name: B\nSELECT ?\n  FROM t; -- trailing\n",
+			want: map[string]string{"A": "SELECT 1", "B": "SELECT ?\n  FROM t; -- trailing"},
+		},
+		{
+			name: "column markers filled in",
+			src:  "-- name: A\nSELECT /* SCHEDULE_COLUMNS */ FROM schedules;",
+			want: map[string]string{"A": "SELECT " + scheduleColumns + " FROM schedules"},
+		},
+		{name: "a name defined twice", src: "-- name: A\nSELECT 1;\n-- name: A\nSELECT 2;", err: "query A defined twice"},
+		{name: "an unknown marker", src: "-- name: A\nSELECT /* TASK_COLUMN */ FROM tasks;", err: "query A: unknown marker /* TASK_COLUMN */"},
+		{name: "an empty statement", src: "-- name: A\n-- nothing\n-- name: B\nSELECT 1;", err: "query A is empty"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got, err := parseQueries(tt.src)
+			if tt.err != "" {
+				require.ErrorContains(t, err, tt.err)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tt.want, got)
+		})
+	}
+}
+
+func newInternalStore(t *testing.T) *Store {
+	t.Helper()
+	s, err := Open(context.Background(), filepath.Join(t.TempDir(), "cairn.db"))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// Every statement of the query files prepares against the migrated
+// schema, the ones a test run may not reach too, and its markers are
+// filled in.
+func TestEveryQueryPrepares(t *testing.T) {
+	t.Parallel()
+	s := newInternalStore(t)
+	require.NotEmpty(t, s.q.queries)
+	for name, text := range s.q.queries {
+		require.NotContains(t, text, "/*", "query %s: a marker left", name)
+		st, err := s.db.PrepareContext(context.Background(), text)
+		require.NoError(t, err, "query %s", name)
+		require.NoError(t, st.Close())
+	}
+}
+
+func TestUnknownQueryPanicsWithItsName(t *testing.T) {
+	t.Parallel()
+	s := newInternalStore(t)
+	require.PanicsWithValue(t, "sqlitestore: unknown query NoSuchQuery", func() {
+		_, _ = s.q.exec(context.Background(), "NoSuchQuery")
+	})
+	require.PanicsWithValue(t, "sqlitestore: unknown query NoSuchQuery", func() {
+		_ = s.tx(context.Background(), func(tx *txn) error {
+			_, err := tx.exec(context.Background(), "NoSuchQuery")
+			return err
+		})
+	})
+	require.NoError(t, s.Ping(context.Background()), "the panic left no transaction open")
+	_, err := s.Version(context.Background())
+	require.NoError(t, err)
+}
+
+// What jsonStrings encodes, json_each gives back byte for byte: quotes,
+// backslashes, control characters, multibyte and invalid UTF-8.
+func TestJSONStringsRoundTripThroughJSONEach(t *testing.T) {
+	t.Parallel()
+	s := newInternalStore(t)
+	ctx := context.Background()
+	for _, in := range [][]string{
+		{},
+		{""},
+		{"q", "default"},
+		{`a"b`, `c\d`, "e\nf\tg\x00h\x1f", "ünïcødé ✓", "<&>", "\xff\xfe"},
+		{strings.Repeat("x", 10000)},
+	} {
+		rows, err := s.db.QueryContext(ctx, "SELECT value FROM json_each(?) ORDER BY key", jsonStrings(in))
+		require.NoError(t, err, "%q", in)
+		got := []string{}
+		for rows.Next() {
+			var v []byte
+			require.NoError(t, rows.Scan(&v))
+			got = append(got, string(v))
+		}
+		require.NoError(t, rows.Err())
+		require.NoError(t, rows.Close())
+		require.Equal(t, in, got)
+	}
+}
