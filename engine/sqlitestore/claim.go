@@ -421,7 +421,7 @@ func (s *Store) EventAppendMany(ctx context.Context, ps []*store.EventAppendPara
 
 // fence says why p may not write, after writeFencedRow wrote nothing: the
 // task is not at p's seq, not under p's epoch (when set) or, for
-// ExpiredOnly, not past its lease. refused is marked as PGStore's
+// ExpiredOnly, not past its lease. refused is marked as engine/pgstore's
 // refusals are; err is the database failing, which fails the whole batch.
 func fence(ctx context.Context, tx *txn, p *store.EventAppendParams, now time.Time) (refused, err error) {
 	var lastSeq, epoch int64

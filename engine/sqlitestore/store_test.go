@@ -18,7 +18,7 @@ import (
 )
 
 // The store counts what it writes into the metrics it is given, as
-// PGStore does.
+// engine/pgstore does.
 func TestStoreCountsItsWritesInMetrics(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -214,7 +214,7 @@ func TestManyIDsReadInOneQuery(t *testing.T) {
 	s := newStore(t)
 	ps := make([]*store.TaskStartParams, 1000)
 	for i := range ps {
-		ps[i] = &store.TaskStartParams{Namespace: "default", Scheduled: history.Scheduled{TaskType: "many", TypeVersion: 1, Queue: "q"}}
+		ps[i] = &store.TaskStartParams{Namespace: "default", Scheduled: history.TaskScheduledData{TaskType: "many", TypeVersion: 1, Queue: "q"}}
 	}
 	started, err := s.TaskStartMany(ctx, ps)
 	require.NoError(t, err)
