@@ -20,8 +20,8 @@ var allowedImports = map[string][]string{
 	"activities":               {"history", "internal/celenv"},
 	"engine/store":             {"history"},
 	"engine/internal/plan":     {"engine/store", "history"},
-	"engine/pgstore":           {"engine/store", "engine/internal/plan", "history", "migrations"},
-	"engine/sqlitestore":       {"engine/store", "engine/internal/plan", "history", "migrations"},
+	"engine/pgstore":           {"engine/store", "engine/internal/plan", "internal/namedsql", "history", "migrations"},
+	"engine/sqlitestore":       {"engine/store", "engine/internal/plan", "internal/namedsql", "history", "migrations"},
 	"engine":                   {"engine/store", "engine/internal/plan", "history"},
 	"engine/enginetest":        {"engine", "engine/store", "engine/pgstore", "history"},
 	"engine/storetest":         {"engine", "engine/store", "history"},
@@ -29,10 +29,11 @@ var allowedImports = map[string][]string{
 	"sdk":                      {"history", "workflow", "activities", "engine", "engine/store", "engine/pgstore", "internal/celenv", "internal/interpreter", "sdk/internal/executor"},
 	"sdk/internal/executor":    {"engine", "engine/store", "history", "activities", "internal/interpreter"},
 	"internal/celenv":          {},
+	"internal/namedsql":        {},
 	"internal/interpreter":     {"history", "activities"},
 	"cmd/cairn":                {"sdk", "engine", "engine/store", "engine/pgstore", "engine/sqlitestore", "history", "activities", "workflow", "server", "cmd/cairn/internal/bench"},
 	"server":                   {"sdk", "engine", "engine/store", "history"},
-	"cmd/cairn/internal/bench": {"sdk", "engine", "engine/store", "engine/pgstore", "engine/sqlitestore", "history", "activities", "workflow"},
+	"cmd/cairn/internal/bench": {"internal/namedsql", "sdk", "engine", "engine/store", "engine/pgstore", "engine/sqlitestore", "history", "activities", "workflow"},
 	"integration":              {},
 }
 

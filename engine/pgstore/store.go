@@ -13,7 +13,6 @@ import (
 	"context"
 	"embed"
 	"io"
-	"io/fs"
 	"net"
 	"strings"
 	"syscall"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/cairnflow/cairn/engine/internal/plan"
 	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/internal/namedsql"
 	"github.com/cairnflow/cairn/migrations"
 	"github.com/cockroachdb/errors"
 	"github.com/jackc/pgx/v5"
@@ -117,55 +117,18 @@ func ValidateSchemaName(name string) error {
 	return nil
 }
 
-// loadQueries parses every embedded query file, in name order.
+// loadQueries parses every embedded query file and fills in the schema
+// marker.
 func loadQueries(schema string) (map[string]string, error) {
-	names, err := fs.Glob(queryFiles, "*.sql")
+	qs, err := namedsql.Load(queryFiles, "*.sql")
 	if err != nil {
-		return nil, errors.Wrap(err, "list query files")
+		return nil, err
 	}
-	var all strings.Builder
-	for _, name := range names {
-		src, err := queryFiles.ReadFile(name)
-		if err != nil {
-			return nil, errors.Wrapf(err, "read query file %s", name)
-		}
-		all.Write(src)
-		all.WriteByte('\n')
-	}
-	return parseQueries(all.String(), schema)
-}
-
-// parseQueries splits the embedded query file at its "-- name:" lines and
-// fills in the schema marker.
-func parseQueries(src, schema string) (map[string]string, error) {
 	prefix := pgx.Identifier{schema}.Sanitize() + "."
-	out := map[string]string{}
-	var name string
-	var body strings.Builder
-	flush := func() {
-		if name != "" {
-			out[name] = strings.TrimSpace(strings.ReplaceAll(body.String(), migrations.SchemaMarker, prefix))
-		}
-		body.Reset()
+	for name, q := range qs {
+		qs[name] = strings.ReplaceAll(q, migrations.SchemaMarker, prefix)
 	}
-	for _, line := range strings.Split(src, "\n") {
-		trimmed := strings.TrimSpace(line)
-		if rest, ok := strings.CutPrefix(trimmed, "-- name:"); ok {
-			flush()
-			name = strings.TrimSpace(rest)
-			if _, dup := out[name]; dup {
-				return nil, errors.AssertionFailedf("query %s defined twice", name)
-			}
-			continue
-		}
-		if strings.HasPrefix(trimmed, "--") {
-			continue // comments never reach the server, so no "@" in them is taken for a parameter
-		}
-		body.WriteString(line)
-		body.WriteByte('\n')
-	}
-	flush()
-	return out, nil
+	return qs, nil
 }
 
 // sql returns the named query; a missing name is a programming error.

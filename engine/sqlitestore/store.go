@@ -38,7 +38,6 @@ import (
 	"context"
 	"database/sql"
 	"embed"
-	"io/fs"
 	"net/url"
 	"regexp"
 	"strings"
@@ -47,6 +46,7 @@ import (
 
 	"github.com/cairnflow/cairn/engine/internal/plan"
 	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/internal/namedsql"
 	"github.com/cairnflow/cairn/migrations"
 	"github.com/cockroachdb/errors"
 	"github.com/google/uuid"
@@ -201,22 +201,14 @@ func (s *Store) tx(ctx context.Context, fn func(*txn) error) error {
 	return nil
 }
 
-// loadQueries parses every embedded query file, in name order.
+// loadQueries parses every embedded query file and fills in the column
+// markers.
 func loadQueries() (map[string]string, error) {
-	names, err := fs.Glob(queryFiles, "*.sql")
+	qs, err := namedsql.Load(queryFiles, "*.sql")
 	if err != nil {
-		return nil, errors.Wrap(err, "list query files")
+		return nil, err
 	}
-	var all strings.Builder
-	for _, name := range names {
-		src, err := queryFiles.ReadFile(name)
-		if err != nil {
-			return nil, errors.Wrapf(err, "read query file %s", name)
-		}
-		all.Write(src)
-		all.WriteByte('\n')
-	}
-	return parseQueries(all.String())
+	return fillMarkers(qs)
 }
 
 // columnMarkers are the column lists written into the statements when
@@ -226,50 +218,27 @@ var columnMarkers = strings.NewReplacer("/* TASK_COLUMNS */", taskColumns, "/* S
 // unknownMarker is a marker left after columnMarkers: a typo.
 var unknownMarker = regexp.MustCompile(`/\* [A-Z_]+ \*/`)
 
-// parseQueries splits the query files at their "-- name:" lines, drops
-// comment lines and a statement's closing semicolon, and fills in the
-// column markers.
+// parseQueries reads one query file's text as loadQueries reads the
+// embedded ones.
 func parseQueries(src string) (map[string]string, error) {
-	out := map[string]string{}
-	var name string
-	var body strings.Builder
-	flush := func() error {
-		defer body.Reset()
-		if name == "" {
-			return nil
-		}
-		q := strings.TrimSuffix(strings.TrimSpace(columnMarkers.Replace(body.String())), ";")
-		if q == "" {
-			return errors.AssertionFailedf("query %s is empty", name)
-		}
-		if m := unknownMarker.FindString(q); m != "" {
-			return errors.AssertionFailedf("query %s: unknown marker %s", name, m)
-		}
-		out[name] = q
-		return nil
-	}
-	for _, line := range strings.Split(src, "\n") {
-		trimmed := strings.TrimSpace(line)
-		if rest, ok := strings.CutPrefix(trimmed, "-- name:"); ok {
-			if err := flush(); err != nil {
-				return nil, err
-			}
-			name = strings.TrimSpace(rest)
-			if _, dup := out[name]; dup {
-				return nil, errors.AssertionFailedf("query %s defined twice", name)
-			}
-			continue
-		}
-		if strings.HasPrefix(trimmed, "--") {
-			continue
-		}
-		body.WriteString(line)
-		body.WriteByte('\n')
-	}
-	if err := flush(); err != nil {
+	qs := map[string]string{}
+	if err := namedsql.Parse(src, qs); err != nil {
 		return nil, err
 	}
-	return out, nil
+	return fillMarkers(qs)
+}
+
+// fillMarkers fills in the column markers and drops each statement's
+// closing semicolon; a marker left over is a typo.
+func fillMarkers(qs map[string]string) (map[string]string, error) {
+	for name, q := range qs {
+		q = strings.TrimSuffix(strings.TrimSpace(columnMarkers.Replace(q)), ";")
+		if m := unknownMarker.FindString(q); m != "" {
+			return nil, errors.AssertionFailedf("query %s: unknown marker %s", name, m)
+		}
+		qs[name] = q
+	}
+	return qs, nil
 }
 
 // stmtCache runs the named queries, each prepared once. Parsing SQL was

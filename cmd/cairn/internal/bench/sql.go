@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cairnflow/cairn/internal/namedsql"
 	"github.com/cockroachdb/errors"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -37,49 +38,7 @@ var (
 
 // loadQueries parses the named query files into one map of statements.
 func loadQueries(files ...string) (map[string]string, error) {
-	out := map[string]string{}
-	for _, file := range files {
-		src, err := queryFiles.ReadFile(file)
-		if err != nil {
-			return nil, errors.Wrapf(err, "read query file %s", file)
-		}
-		if err := parseQueries(string(src), out); err != nil {
-			return nil, errors.Wrapf(err, "query file %s", file)
-		}
-	}
-	return out, nil
-}
-
-// parseQueries splits src at its "-- name:" lines into out. Comment lines
-// are dropped, so no "@" in them is taken for a parameter; a name defined
-// twice is an error.
-func parseQueries(src string, out map[string]string) error {
-	var name string
-	var body strings.Builder
-	flush := func() {
-		if name != "" {
-			out[name] = strings.TrimSpace(body.String())
-		}
-		body.Reset()
-	}
-	for _, line := range strings.Split(src, "\n") {
-		trimmed := strings.TrimSpace(line)
-		if rest, ok := strings.CutPrefix(trimmed, "-- name:"); ok {
-			flush()
-			name = strings.TrimSpace(rest)
-			if _, dup := out[name]; dup {
-				return errors.AssertionFailedf("query %s defined twice", name)
-			}
-			continue
-		}
-		if strings.HasPrefix(trimmed, "--") {
-			continue
-		}
-		body.WriteString(line)
-		body.WriteByte('\n')
-	}
-	flush()
-	return nil
+	return namedsql.Load(queryFiles, files...)
 }
 
 // query returns the named statement of queries; a missing name is a

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/cairnflow/cairn/internal/namedsql"
 	"github.com/stretchr/testify/require"
 )
 
@@ -39,7 +40,7 @@ var unqualifiedTable = regexp.MustCompile(`(?i)(FROM|INTO|ANALYZE|,)\s+(tasks|ev
 
 func TestParseQueriesRefusesADuplicate(t *testing.T) {
 	t.Parallel()
-	err := parseQueries("-- name: A\nSELECT 1;\n-- name: A\nSELECT 2;\n", map[string]string{})
+	err := namedsql.Parse("-- name: A\nSELECT 1;\n-- name: A\nSELECT 2;\n", map[string]string{})
 	require.ErrorContains(t, err, "query A defined twice")
 }
 
