@@ -167,7 +167,7 @@ func (s *Store) EventAppendMany(ctx context.Context, ps []*store.EventAppendPara
 }
 
 // explainRefusal finds out why an append wrote nothing.
-func (s *Store) explainRefusal(ctx context.Context, q Querier, p *store.EventAppendParams) error {
+func (s *Store) explainRefusal(ctx context.Context, q querier, p *store.EventAppendParams) error {
 	var lastSeq, epoch int64
 	var leased bool
 	err := q.QueryRow(ctx, s.sql("TaskFenceByID"), pgx.NamedArgs{"id": p.TaskID}).Scan(&lastSeq, &epoch, &leased)

@@ -39,9 +39,9 @@ const DefaultSchema = "cairn"
 //go:embed *.sql
 var queryFiles embed.FS
 
-// Querier is what the store needs of a connection: a pool, a connection or a
+// querier is what the store needs of a connection: a pool, a connection or a
 // transaction. *pgxpool.Pool and pgx.Tx satisfy it.
-type Querier interface {
+type querier interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row

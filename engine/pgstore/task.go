@@ -222,7 +222,7 @@ func (s *Store) TaskStartManyTx(ctx context.Context, tx pgx.Tx, ps []*store.Task
 	return s.taskStartMany(ctx, tx, ps)
 }
 
-func (s *Store) taskStartMany(ctx context.Context, q Querier, ps []*store.TaskStartParams) ([]store.TaskStartResult, error) {
+func (s *Store) taskStartMany(ctx context.Context, q querier, ps []*store.TaskStartParams) ([]store.TaskStartResult, error) {
 	if len(ps) == 0 {
 		return nil, nil
 	}
@@ -297,7 +297,7 @@ func (s *Store) taskStartMany(ctx context.Context, q Querier, ps []*store.TaskSt
 
 // insertTasks runs TaskInsertMany with args and looks up the tasks holding
 // the idempotency keys that were taken.
-func (s *Store) insertTasks(ctx context.Context, q Querier, args pgx.NamedArgs, ids [][16]byte, namespaces []string, idemKeys []*string) ([]store.TaskStartResult, error) {
+func (s *Store) insertTasks(ctx context.Context, q querier, args pgx.NamedArgs, ids [][16]byte, namespaces []string, idemKeys []*string) ([]store.TaskStartResult, error) {
 	n := len(ids)
 	rows, err := q.Query(ctx, s.sql("TaskInsertMany"), args)
 	if err != nil {
@@ -398,7 +398,7 @@ func (s *Store) EventListByTasks(ctx context.Context, ids []uuid.UUID) (map[uuid
 	return byTask, errors.Wrap(interpretError(err), "list events")
 }
 
-func (s *Store) eventsQuery(ctx context.Context, q Querier, sql string, args pgx.NamedArgs) (map[uuid.UUID][]history.Event, error) {
+func (s *Store) eventsQuery(ctx context.Context, q querier, sql string, args pgx.NamedArgs) (map[uuid.UUID][]history.Event, error) {
 	rows, err := q.Query(ctx, sql, args)
 	if err != nil {
 		return nil, interpretError(err)
