@@ -1,6 +1,7 @@
 package activities
 
 import (
+	"context"
 	"fmt"
 	"reflect"
 	"strings"
@@ -110,7 +111,7 @@ func newPolicyEnv() (*cel.Env, error) {
 		policyEnv, policyEnvErr = celenv.New(
 			ext.NativeTypes(reflect.TypeFor[PolicyError](), reflect.TypeFor[PolicyTask](), reflect.TypeFor[PolicyStep](),
 				ext.ParseStructTags(true)),
-			ext.Strings(),
+			celenv.Strings(),
 			cel.Variable("error", cel.ObjectType("activities.PolicyError")),
 			cel.Variable("attempt", cel.IntType),
 			cel.Variable("elapsed", cel.DurationType),
@@ -153,7 +154,7 @@ func NewPolicy(name, expr string) (*Policy, error) {
 	if est.Max > PolicyCostLimit {
 		return nil, bad("may cost up to %d, over the limit of %d: simplify it (avoid nested comprehensions and repeated regular expressions)", est.Max, PolicyCostLimit)
 	}
-	prg, err := env.Program(ast, cel.CostLimit(PolicyCostLimit), cel.EvalOptions(cel.OptOptimize))
+	prg, err := env.Program(ast, celenv.ProgramOptions(PolicyCostLimit)...)
 	if err != nil {
 		return nil, bad("%v", err)
 	}
@@ -170,11 +171,21 @@ func MustPolicy(name, expr string) *Policy {
 	return p
 }
 
+// policyTimeout bounds one evaluation of a policy in time, behind the cost
+// limit, for what cost counts poorly (compiling a regular expression).
+// Tests shorten it.
+var policyTimeout = time.Second
+
 // Classify evaluates the policy over in. An evaluation error (a missing map
-// key, a cost over the limit, a result that is neither a bool nor
-// "transient" / "permanent") is returned; callers count it as permanent.
+// key, a cost over [PolicyCostLimit], an evaluation longer than a second,
+// a result that is neither a bool nor "transient" /
+// "permanent") is returned; callers count it as permanent.
 func (p *Policy) Classify(in PolicyInput) (history.Class, error) {
-	out, _, err := p.prg.Eval(map[string]any{
+	// Not the attempt's context: a failure is classified also when that
+	// context has ended (a timeout is a failure to classify).
+	ctx, cancel := context.WithTimeout(context.Background(), policyTimeout)
+	defer cancel()
+	out, _, err := celenv.Eval(ctx, p.prg, map[string]any{
 		"error":   boundedPolicyError(in.Error),
 		"attempt": in.Attempt,
 		"elapsed": in.Elapsed,

@@ -87,7 +87,7 @@ type EventPrefilter struct {
 var eventFilterEnv = sync.OnceValues(func() (*cel.Env, error) {
 	return celenv.New(
 		ext.NativeTypes(reflect.TypeFor[FilterEvent](), reflect.TypeFor[FilterEventTask](), ext.ParseStructTags(true)),
-		ext.Strings(),
+		celenv.Strings(),
 		cel.Variable("event", cel.ObjectType("sdk.FilterEvent")),
 		cel.Variable("task", cel.ObjectType("sdk.FilterEventTask")),
 	)
@@ -116,14 +116,21 @@ func (f *EventFilter) Prefilter() EventPrefilter {
 }
 
 // Match reports whether r passes the filter. An evaluation error (a field
-// the payload does not have, a cost over the limit) is returned, and r
-// does not match.
+// the payload does not have, a cost over [FilterEvalCostLimit]) is
+// returned, and r does not match.
 func (f *EventFilter) Match(r *AuditRecord) (bool, error) {
+	ok, _, err := f.match(context.Background(), r)
+	return ok, err
+}
+
+// match is Match under ctx, which stops the evaluation when it ends; it
+// also returns the evaluation's cost.
+func (f *EventFilter) match(ctx context.Context, r *AuditRecord) (bool, uint64, error) {
 	event := FilterEvent{Type: string(r.Event.Type), Seq: r.Event.Seq, At: r.Event.At, Attempt: r.Event.Attempt}
 	if f.usesData {
 		data, err := filterData(r.Event)
 		if err != nil {
-			return false, errors.Wrapf(err, "filter on task %s event %d", r.Task.ID, r.Event.Seq)
+			return false, 0, errors.Wrapf(err, "filter on task %s event %d", r.Task.ID, r.Event.Seq)
 		}
 		event.Data = types.NewStringInterfaceMap(lazyJSON, data)
 	}
@@ -135,15 +142,15 @@ func (f *EventFilter) Match(r *AuditRecord) (bool, error) {
 	if task.Labels == nil {
 		task.Labels = map[string]string{}
 	}
-	out, _, err := f.prg.Eval(map[string]any{"event": &event, "task": &task})
+	out, spent, err := celenv.Eval(ctx, f.prg, map[string]any{"event": &event, "task": &task})
 	if err != nil {
-		return false, errors.Wrapf(err, "filter on task %s event %d", r.Task.ID, r.Event.Seq)
+		return false, spent, errors.Wrapf(err, "filter on task %s event %d", r.Task.ID, r.Event.Seq)
 	}
 	b, ok := out.(types.Bool)
 	if !ok {
-		return false, errors.Newf("filter on task %s event %d returned a %s, not a bool", r.Task.ID, r.Event.Seq, out.Type())
+		return false, spent, errors.Newf("filter on task %s event %d returned a %s, not a bool", r.Task.ID, r.Event.Seq, out.Type())
 	}
-	return bool(b), nil
+	return bool(b), spent, nil
 }
 
 // prefilterOf collects the conditions of the expression's top-level
@@ -343,6 +350,10 @@ func auditRecord(e *store.AuditEvent) AuditRecord {
 // returns an error, which it returns. An event the filter cannot be
 // evaluated on (it reads a field the payload does not have) is skipped;
 // the audit goes on and then returns those errors, counted, with examples.
+// With a filter, the reading and evaluating (not fn) is bounded by the
+// client's [FilterLimits]: over them, Audit stops with
+// [ErrFilterTooExpensive], whose [FilterLimitError] says up to which time
+// events were read.
 func (c *Client) Audit(ctx context.Context, p AuditParams, fn func(AuditRecord) error) error {
 	until := p.Until
 	if until.IsZero() {
@@ -359,48 +370,96 @@ func (c *Client) Audit(ctx context.Context, p AuditParams, fn func(AuditRecord) 
 		}
 		walk.params.EventTypes, walk.params.TaskType, walk.params.Queue = f.prefilter.EventTypes, f.prefilter.TaskType, f.prefilter.Queue
 	}
-	var (
-		evalErrs    error
-		failedEvals int
-		handed      int
-	)
-	match := func(rec *AuditRecord) bool {
-		if p.Filter == nil {
-			return true
-		}
-		ok, err := p.Filter.Match(rec)
-		if err != nil {
-			if failedEvals++; failedEvals <= maxFilterErrors {
-				evalErrs = errors.CombineErrors(evalErrs, err)
-			}
-		}
-		return ok
-	}
-scan:
+	a := &audit{client: c, filter: p.Filter, budget: c.newFilterBudget()}
+	handed := 0
 	for !walk.done() {
-		page, err := walk.next(ctx, c.store)
-		if err != nil {
-			return errors.Wrap(err, "audit")
+		room := -1
+		if p.Limit > 0 {
+			room = p.Limit - handed
 		}
-		for i := range page {
-			rec := auditRecord(&page[i])
-			if !match(&rec) {
-				continue
+		matches, err := a.page(ctx, walk, room)
+		for _, rec := range matches {
+			if cerr := ctx.Err(); cerr != nil {
+				return errors.Mark(errors.Wrap(cerr, "audit"), context.Cause(ctx))
 			}
-			if err := fn(rec); err != nil {
-				return err
+			if ferr := fn(rec); ferr != nil {
+				return ferr
 			}
-			if handed++; p.Limit > 0 && handed >= p.Limit {
-				break scan
-			}
+			handed++
+		}
+		if err != nil {
+			return err
+		}
+		if p.Limit > 0 && handed >= p.Limit {
+			break
 		}
 	}
-	if failedEvals > 0 {
-		return errors.Mark(errors.WithHint(errors.Wrapf(evalErrs, "the filter failed on %d event(s), which were skipped; the first", failedEvals),
+	if a.failedEvals > 0 {
+		return errors.Mark(errors.WithHint(errors.Wrapf(a.evalErrs, "the filter failed on %d event(s), which were skipped; the first", a.failedEvals),
 			`test the event type before reading its payload: event.type == "attempt_failed" && event.data.error.status == 429, or has(event.data.error) && ...`),
 			ErrFilterEvaluation)
 	}
 	return nil
+}
+
+// audit is the state of one [Client.Audit] call; its goroutine owns it.
+type audit struct {
+	client      *Client
+	filter      *EventFilter // nil: every event
+	budget      *filterBudget
+	evalErrs    error // the first maxFilterErrors evaluation errors
+	failedEvals int
+}
+
+// page reads the walk's next page and returns the records of it the
+// filter matches, at most room of them (-1: any), and an error that stops
+// the audit.
+func (a *audit) page(ctx context.Context, walk *auditWalk, room int) ([]AuditRecord, error) {
+	if a.filter == nil {
+		page, err := walk.next(ctx, a.client.store)
+		if err != nil {
+			return nil, errors.Wrap(err, "audit")
+		}
+		var out []AuditRecord
+		for i := range page {
+			if room >= 0 && len(out) >= room {
+				break
+			}
+			out = append(out, auditRecord(&page[i]))
+		}
+		return out, nil
+	}
+	ctx, done := a.budget.page(ctx)
+	defer done()
+	page, err := walk.next(ctx, a.client.store)
+	if err != nil {
+		return nil, errors.Wrap(a.budget.readErr(ctx, err), "audit")
+	}
+	var out []AuditRecord
+	for i := range page {
+		if room >= 0 && len(out) >= room {
+			break
+		}
+		if err := a.budget.scan(); err != nil {
+			return out, err
+		}
+		a.budget.reached = page[i].Event.At
+		rec := auditRecord(&page[i])
+		ok, spent, err := a.filter.match(ctx, &rec)
+		if stop := a.budget.evaluated(ctx, spent, err); stop != nil {
+			return out, stop
+		}
+		if err != nil {
+			if a.failedEvals++; a.failedEvals <= maxFilterErrors {
+				a.evalErrs = errors.CombineErrors(a.evalErrs, err)
+			}
+			continue
+		}
+		if ok {
+			out = append(out, rec)
+		}
+	}
+	return out, nil
 }
 
 // The audit's paging. A page costs the database every event of its time

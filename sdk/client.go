@@ -52,15 +52,21 @@ type ClientConfig struct {
 	// client does not stop it. Default: the client starts its own on its
 	// first Wait and stops it on Close.
 	Notifier *engine.Notifier
+	// FilterLimits bound the work of each call with a filter ([ListOpts],
+	// [DeadLetterOpts] and [AuditParams] Filter). Zero fields take the
+	// defaults ([DefaultFilterTimeout], [DefaultFilterCost],
+	// [DefaultFilterScan]).
+	FilterLimits FilterLimits
 }
 
 // Client starts tasks and asks about them. It is safe for concurrent use.
 // A client that has waited for a task holds a listening connection until
 // [Client.Close].
 type Client struct {
-	store     store.Store
-	namespace string
-	identity  string
+	store        store.Store
+	namespace    string
+	identity     string
+	filterLimits FilterLimits // with defaults filled
 
 	listenOnce sync.Once
 	listener   *engine.Notifier // started by the first Wait; stopped by Close
@@ -111,7 +117,10 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 		host, _ := os.Hostname()
 		identity = "sdk@" + host
 	}
-	c := &Client{store: st, namespace: ns, identity: identity}
+	if err := cfg.FilterLimits.validate(); err != nil {
+		return nil, err
+	}
+	c := &Client{store: st, namespace: ns, identity: identity, filterLimits: cfg.FilterLimits.withDefaults()}
 	if cfg.Notifier != nil {
 		c.listenOnce.Do(func() { c.listener, c.shared = cfg.Notifier, true })
 	}
@@ -507,8 +516,9 @@ func (c *Client) List(ctx context.Context, opts *ListOpts) ([]*TaskInfo, error) 
 
 // ListPage returns a page of tasks of the client's namespace, newest
 // first, and the cursor of the next. With a filter, a page reads at most
-// 10,000 tasks to find its matches: it may hold fewer than Limit while
-// Next is set.
+// 10,000 tasks (or [FilterLimits.MaxScan], if fewer) to find its matches:
+// it may hold fewer than Limit while Next is set. A filter over the
+// client's [FilterLimits] stops the page with [ErrFilterTooExpensive].
 func (c *Client) ListPage(ctx context.Context, opts *ListOpts) (ListPage, error) {
 	if opts == nil {
 		opts = &ListOpts{}
@@ -522,48 +532,79 @@ func (c *Client) ListPage(ctx context.Context, opts *ListOpts) (ListPage, error)
 	}
 	p := &store.TaskListParams{Namespace: c.namespace, Status: opts.Status, Type: opts.Type, Queue: opts.Queue,
 		Before: opts.Before, Limit: limit}
-	if opts.Filter != nil {
-		p.Limit = max(limit, 500) // read in larger pages: most may not match
-	}
-	var page ListPage
-	for scanned := 0; ; {
+	if opts.Filter == nil {
 		tasks, err := c.store.TaskList(ctx, p)
 		if err != nil {
 			return ListPage{}, err
 		}
+		var page ListPage
 		for _, t := range tasks {
-			scanned++
-			p.Before = t.ID
-			info := taskInfo(t)
-			if opts.Filter != nil {
-				ok, err := opts.Filter.Match(info)
-				if err != nil {
-					// A task the filter cannot be evaluated on (a label it
-					// lacks) does not match; the page counts it.
-					page.FilterErrors++
-					if page.FirstFilterError == nil {
-						page.FirstFilterError = err
-					}
-					continue
-				}
-				if !ok {
-					continue
-				}
-			}
-			page.Tasks = append(page.Tasks, info)
-			if len(page.Tasks) == limit {
-				page.Next = t.ID
-				return page, nil
-			}
+			page.Tasks = append(page.Tasks, taskInfo(t))
 		}
-		if len(tasks) < p.Limit {
-			return page, nil // no more tasks
+		if len(tasks) == limit {
+			page.Next = tasks[len(tasks)-1].ID
 		}
-		if scanned >= maxFilterScan {
+		return page, nil
+	}
+	p.Limit = max(limit, 500) // read in larger pages: most may not match
+	budget := c.newFilterBudget()
+	maxScan := min(maxFilterScan, budget.limits.MaxScan)
+	var page ListPage
+	for {
+		full, err := c.listFiltered(ctx, budget, p, opts.Filter, limit, maxScan, &page)
+		if err != nil || full {
+			return page, err
+		}
+		if budget.scanned >= maxScan {
 			page.Next = p.Before
 			return page, nil
 		}
 	}
+}
+
+// listFiltered reads one batch of tasks after p.Before and adds those the
+// filter matches to page, moving p.Before on. It reports whether the page
+// is done: full, or no tasks are left.
+func (c *Client) listFiltered(ctx context.Context, budget *filterBudget, p *store.TaskListParams, filter *TaskFilter,
+	limit, maxScan int, page *ListPage) (bool, error) {
+	ctx, done := budget.page(ctx)
+	defer done()
+	tasks, err := c.store.TaskList(ctx, p)
+	if err != nil {
+		return true, budget.readErr(ctx, err)
+	}
+	for _, t := range tasks {
+		if budget.scanned >= maxScan {
+			return false, nil
+		}
+		if err := budget.scan(); err != nil {
+			return true, err
+		}
+		p.Before = t.ID
+		info := taskInfo(t)
+		ok, spent, err := filter.match(ctx, info)
+		if stop := budget.evaluated(ctx, spent, err); stop != nil {
+			return true, stop
+		}
+		if err != nil {
+			// A task the filter cannot be evaluated on (a label it
+			// lacks) does not match; the page counts it.
+			page.FilterErrors++
+			if page.FirstFilterError == nil {
+				page.FirstFilterError = err
+			}
+			continue
+		}
+		if !ok {
+			continue
+		}
+		page.Tasks = append(page.Tasks, info)
+		if len(page.Tasks) == limit {
+			page.Next = t.ID
+			return true, nil
+		}
+	}
+	return len(tasks) < p.Limit, nil // a short batch: no more tasks
 }
 
 // Output decodes a finished task's output into Out.

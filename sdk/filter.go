@@ -1,6 +1,7 @@
 package sdk
 
 import (
+	"context"
 	"fmt"
 	"reflect"
 	"slices"
@@ -83,9 +84,6 @@ func checkFilterResult(expr string, ast *cel.Ast) error {
 	return errors.Mark(e, ErrBadFilter)
 }
 
-// filterCostLimit bounds one evaluation of a task filter.
-const filterCostLimit = 1_000_000
-
 // FilterTask is a task as a filter sees it, as `task`.
 type FilterTask struct {
 	ID             string            `cel:"id"`
@@ -130,7 +128,7 @@ type TaskFilter struct {
 var taskFilterEnv = sync.OnceValues(func() (*cel.Env, error) {
 	return celenv.New(
 		ext.NativeTypes(reflect.TypeFor[FilterTask](), reflect.TypeFor[FilterError](), ext.ParseStructTags(true)),
-		ext.Strings(),
+		celenv.Strings(),
 		cel.Variable("task", cel.ObjectType("sdk.FilterTask")),
 		cel.Variable("error", cel.ObjectType("sdk.FilterError")),
 	)
@@ -148,8 +146,8 @@ func CompileTaskFilter(expr string) (*TaskFilter, error) {
 }
 
 // compileFilter compiles expr, a bool expression, in the environment env
-// makes, into a program bounded by the filter cost limit. what names the
-// filter in errors.
+// makes, into a program bounded by [FilterEvalCostLimit] that stops when
+// its context ends. what names the filter in errors.
 func compileFilter(env func() (*cel.Env, error), what, expr string) (*cel.Ast, cel.Program, error) {
 	e, err := env()
 	if err != nil {
@@ -162,7 +160,7 @@ func compileFilter(env func() (*cel.Env, error), what, expr string) (*cel.Ast, c
 	if err := checkFilterResult(expr, ast); err != nil {
 		return nil, nil, err
 	}
-	prg, err := e.Program(ast, cel.CostLimit(filterCostLimit), cel.EvalOptions(cel.OptOptimize))
+	prg, err := e.Program(ast, celenv.ProgramOptions(FilterEvalCostLimit)...)
 	if err != nil {
 		return nil, nil, errors.Mark(errors.Wrap(err, what), ErrBadFilter)
 	}
@@ -173,8 +171,16 @@ func compileFilter(env func() (*cel.Env, error), what, expr string) (*cel.Ast, c
 func (f *TaskFilter) String() string { return f.expr }
 
 // Match reports whether t passes the filter. An evaluation error (a missing
-// label, a cost over the limit) is returned, and t does not match.
+// label, a cost over [FilterEvalCostLimit]) is returned, and t does not
+// match.
 func (f *TaskFilter) Match(t *TaskInfo) (bool, error) {
+	ok, _, err := f.match(context.Background(), t)
+	return ok, err
+}
+
+// match is Match under ctx, which stops the evaluation when it ends; it
+// also returns the evaluation's cost.
+func (f *TaskFilter) match(ctx context.Context, t *TaskInfo) (bool, uint64, error) {
 	task := FilterTask{
 		ID: t.ID.String(), Type: t.Type, Version: t.TypeVersion, Queue: t.Queue, Status: string(t.Status),
 		Attempt: t.Attempt, Priority: t.Priority, IdempotencyKey: t.IdempotencyKey, Labels: t.Labels,
@@ -190,15 +196,15 @@ func (f *TaskFilter) Match(t *TaskInfo) (bool, error) {
 	if e := t.LastError; e != nil {
 		errv = filterError(e)
 	}
-	out, _, err := f.prg.Eval(map[string]any{"task": task, "error": errv})
+	out, spent, err := celenv.Eval(ctx, f.prg, map[string]any{"task": task, "error": errv})
 	if err != nil {
-		return false, errors.Wrapf(err, "filter on task %s", t.ID)
+		return false, spent, errors.Wrapf(err, "filter on task %s", t.ID)
 	}
 	b, ok := out.(types.Bool)
 	if !ok {
-		return false, errors.Newf("filter on task %s returned a %s, not a bool", t.ID, out.Type())
+		return false, spent, errors.Newf("filter on task %s returned a %s, not a bool", t.ID, out.Type())
 	}
-	return bool(b), nil
+	return bool(b), spent, nil
 }
 
 func filterError(e *history.ErrorInfo) FilterError {

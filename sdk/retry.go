@@ -91,7 +91,9 @@ func (c *Client) RetryDeadLetters(ctx context.Context, opts *DeadLetterOpts, rea
 
 // eachDeadLetter pages through the matching dead letters, handing each
 // page of matches to fn. Requeued tasks leave the dead letters, so paging
-// by cursor is not disturbed by fn requeueing what it is handed.
+// by cursor is not disturbed by fn requeueing what it is handed. With a
+// filter, the reading and evaluating (not fn) is bounded by the client's
+// [FilterLimits].
 func (c *Client) eachDeadLetter(ctx context.Context, opts *DeadLetterOpts, fn func([]*TaskInfo) error) error {
 	if opts == nil {
 		opts = &DeadLetterOpts{}
@@ -102,50 +104,87 @@ func (c *Client) eachDeadLetter(ctx context.Context, opts *DeadLetterOpts, fn fu
 	}
 	var evalErrs error
 	failedEvals := 0
+	budget := c.newFilterBudget()
 	params := &store.DeadLetterListParams{Namespace: c.namespace, Type: opts.Type, Limit: deadLetterPage}
 	for taken := 0; limit < 0 || taken < limit; {
-		tasks, err := c.store.DeadLetterList(ctx, params)
-		if err != nil {
-			return err
+		var room int // how many more fn may take; -1: any
+		if room = -1; limit >= 0 {
+			room = limit - taken
 		}
-		var page []*TaskInfo
-		for _, t := range tasks {
-			if limit >= 0 && taken+len(page) >= limit {
-				break
+		page, read, err := c.deadLetterPage(ctx, budget, params, opts.Filter, room, func(err error) {
+			// A few examples say what is wrong; a count, how often.
+			if failedEvals++; failedEvals <= maxFilterErrors {
+				evalErrs = errors.CombineErrors(evalErrs, err)
 			}
-			info := taskInfo(t)
-			if opts.Filter != nil {
-				ok, err := opts.Filter.Match(info)
-				if err != nil {
-					// A few examples say what is wrong; a count, how often.
-					if failedEvals++; failedEvals <= maxFilterErrors {
-						evalErrs = errors.CombineErrors(evalErrs, err)
-					}
-					continue
-				}
-				if !ok {
-					continue
-				}
-			}
-			page = append(page, info)
-		}
+		})
 		if len(page) > 0 {
-			if err := fn(page); err != nil {
-				return err
+			if ferr := fn(page); ferr != nil {
+				return ferr
 			}
 			taken += len(page)
 		}
-		if len(tasks) < deadLetterPage {
+		if err != nil {
+			return err
+		}
+		if read < deadLetterPage {
 			break
 		}
-		last := tasks[len(tasks)-1]
-		params.Before = &store.DeadLetterCursor{FinishedAt: *last.FinishedAt, ID: last.ID}
 	}
 	if failedEvals > 0 {
 		return errors.WithHint(errors.Wrapf(evalErrs, "the filter failed on %d task(s), which were skipped; the first", failedEvals),
 			`test for a label or attribute before reading it: "team" in task.labels && task.labels["team"] == "x"`)
 	}
 	return nil
+}
+
+// deadLetterPage reads the page of dead letters after params.Before and
+// returns at most room (-1: any) of those filter matches, how many it
+// read, and an error that stops the paging; params.Before moves on. A
+// task the filter cannot be evaluated on goes to failed.
+func (c *Client) deadLetterPage(ctx context.Context, budget *filterBudget, params *store.DeadLetterListParams,
+	filter *TaskFilter, room int, failed func(error)) ([]*TaskInfo, int, error) {
+	readCtx := ctx
+	if filter != nil {
+		var done func()
+		readCtx, done = budget.page(ctx)
+		defer done()
+	}
+	tasks, err := c.store.DeadLetterList(readCtx, params)
+	if err != nil {
+		if filter != nil {
+			err = budget.readErr(readCtx, err)
+		}
+		return nil, 0, err
+	}
+	if len(tasks) > 0 {
+		last := tasks[len(tasks)-1]
+		params.Before = &store.DeadLetterCursor{FinishedAt: *last.FinishedAt, ID: last.ID}
+	}
+	var page []*TaskInfo
+	for _, t := range tasks {
+		if room >= 0 && len(page) >= room {
+			break
+		}
+		info := taskInfo(t)
+		if filter != nil {
+			if err := budget.scan(); err != nil {
+				return page, len(tasks), err
+			}
+			ok, spent, err := filter.match(readCtx, info)
+			if stop := budget.evaluated(readCtx, spent, err); stop != nil {
+				return page, len(tasks), stop
+			}
+			if err != nil {
+				failed(err)
+				continue
+			}
+			if !ok {
+				continue
+			}
+		}
+		page = append(page, info)
+	}
+	return page, len(tasks), nil
 }
 
 // maxFilterErrors is how many filter errors a listing keeps as examples.

@@ -289,7 +289,16 @@ func (s *Server) consoleTasks(w http.ResponseWriter, r *http.Request, c *call, p
 		next.Set("cursor", list.Next.String())
 		data.Next = s.path("/console/tasks?" + next.Encode())
 	}
-	s.render(w, http.StatusOK, "tasks", page)
+	s.render(w, consoleStatus(err), "tasks", page)
+}
+
+// consoleStatus is the status of a listing page that err (nil or not)
+// interrupted: a filter over the request's limits is the API's 422.
+func consoleStatus(err error) int {
+	if errors.Is(err, sdk.ErrFilterTooExpensive) {
+		return http.StatusUnprocessableEntity
+	}
+	return http.StatusOK
 }
 
 func (s *Server) consoleDeadLetters(w http.ResponseWriter, r *http.Request, c *call, page *consolePage) {
@@ -308,7 +317,7 @@ func (s *Server) consoleDeadLetters(w http.ResponseWriter, r *http.Request, c *c
 		page.Error = s.consoleError(r, err)
 	}
 	data.Tasks = tasks
-	s.render(w, http.StatusOK, "tasks", page)
+	s.render(w, consoleStatus(err), "tasks", page)
 }
 
 func (s *Server) deadLetterOpts(r *http.Request, typ, filter string) (*sdk.DeadLetterOpts, string) {

@@ -2,12 +2,14 @@ package server
 
 import (
 	"encoding/json"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/cairnflow/cairn/sdk"
+	"github.com/cockroachdb/errors"
 )
 
 // Audit defaults: the last day, the first thousand matches; at most a
@@ -104,6 +106,9 @@ func ParseAuditTime(v string, now time.Time) (time.Time, error) {
 	}
 	if days, ok := strings.CutSuffix(v, "d"); ok {
 		if n, err := strconv.Atoi(days); err == nil && n >= 0 {
+			if n > maxAuditDays {
+				return time.Time{}, errors.Newf("%q is more than %dd: a duration reaches back 292 years at most; give an RFC 3339 time", v, maxAuditDays)
+			}
 			return now.Add(-time.Duration(n) * 24 * time.Hour), nil
 		}
 	}
@@ -112,6 +117,9 @@ func ParseAuditTime(v string, now time.Time) (time.Time, error) {
 	}
 	return time.Time{}, errBadTime(v)
 }
+
+// maxAuditDays is the most days a time.Duration holds (106751.99).
+const maxAuditDays = int(math.MaxInt64 / int64(24*time.Hour))
 
 type errBadTime string
 

@@ -27,6 +27,10 @@ type Problem struct {
 	// bad_filter), 1-based, when known.
 	Line   int `json:"line,omitempty"`
 	Column int `json:"column,omitempty"`
+	// Exceeded names the limit a filter went over (code
+	// filter_too_expensive): "evaluation cost", "cost", "time" or "rows
+	// scanned" (see sdk.FilterLimitError).
+	Exceeded string `json:"exceeded,omitempty"`
 	// RetryAfterSeconds repeats the Retry-After header (code queue_full).
 	RetryAfterSeconds int `json:"retry_after_seconds,omitempty"`
 
@@ -41,6 +45,7 @@ const (
 	codeUnknownTaskType = "unknown_task_type"
 	codeBadFilter       = "bad_filter"
 	codeFilterFailed    = "filter_failed"
+	codeFilterExpensive = "filter_too_expensive"
 	codeNotFound        = "not_found"
 	codeTaskState       = "task_state"
 	codeConflict        = "conflict"
@@ -61,6 +66,7 @@ var titles = map[string]string{
 	codeUnknownTaskType: "No worker has registered this task type",
 	codeBadFilter:       "The CEL expression does not compile",
 	codeFilterFailed:    "The CEL expression failed on some events",
+	codeFilterExpensive: "The CEL expression went over the request's limits",
 	codeNotFound:        "Not found",
 	codeTaskState:       "The task's state does not allow this",
 	codeConflict:        "The task changed concurrently; try again",
@@ -84,7 +90,16 @@ func problem(status int, code, detail string) *Problem {
 func problemFor(err error) *Problem {
 	var full *store.QueueFullError
 	var syntax *sdk.FilterSyntaxError
+	var limit *sdk.FilterLimitError
 	switch {
+	case errors.As(err, &limit):
+		detail := limit.Error()
+		if hint := errors.FlattenHints(err); hint != "" {
+			detail += " (hint: " + hint + ")"
+		}
+		p := problem(http.StatusUnprocessableEntity, codeFilterExpensive, detail)
+		p.Exceeded = limit.Limit
+		return p
 	case errors.As(err, &full):
 		p := problem(http.StatusTooManyRequests, codeQueueFull, full.Error())
 		p.retryAfter = full.RetryAfter

@@ -53,6 +53,12 @@ type Config struct {
 	// end with one, and is a clean path of letters, digits and "-._~"
 	// (New refuses anything else).
 	Prefix string
+	// FilterLimits bound the work of each request with a CEL filter (task
+	// lists, dead letters, the audit, and the console's filter boxes): its
+	// time, its total cost and the rows it reads. Over them, a request is
+	// answered 422 filter_too_expensive. Zero fields take the sdk's
+	// defaults (2 s, 10,000,000, 100,000); see docs/security-filters.md.
+	FilterLimits sdk.FilterLimits
 }
 
 // Server is the HTTP API and the console. Its handler is safe for
@@ -102,6 +108,10 @@ func New(cfg Config) (*Server, error) {
 	}
 	if err := validPrefix(cfg.Prefix); err != nil {
 		return nil, err
+	}
+	if cfg.FilterLimits.Timeout < 0 || cfg.FilterLimits.MaxScan < 0 {
+		return nil, errors.Newf("server: Config.FilterLimits: Timeout %s and MaxScan %d must not be negative (zero takes the default)",
+			cfg.FilterLimits.Timeout, cfg.FilterLimits.MaxScan)
 	}
 	s := &Server{cfg: cfg, tokens: cfg.Tokens, log: cfg.Logger, clients: map[string]*sdk.Client{},
 		notifier: engine.NewNotifier(cfg.Store, cfg.Logger), drained: make(chan struct{})}
@@ -280,7 +290,7 @@ func (s *Server) client(namespace string) (*sdk.Client, error) {
 		return c, nil
 	}
 	c, err := sdk.NewClient(sdk.ClientConfig{Store: s.cfg.Store, Namespace: namespace, Identity: "api",
-		Notifier: s.notifier})
+		Notifier: s.notifier, FilterLimits: s.cfg.FilterLimits})
 	if err != nil {
 		return nil, errors.Mark(err, sdk.ErrInvalid)
 	}

@@ -115,7 +115,7 @@ func (g *globals) clientWith(ctx context.Context, o storeOpts) (*sdk.Client, fun
 	if err != nil {
 		return nil, nil, err
 	}
-	c, err := sdk.NewClient(sdk.ClientConfig{Store: store, Namespace: g.namespace, Identity: cliIdentity()})
+	c, err := sdk.NewClient(sdk.ClientConfig{Store: store, Namespace: g.namespace, Identity: cliIdentity(), FilterLimits: g.filters})
 	if err != nil {
 		closeStore()
 		return nil, nil, err

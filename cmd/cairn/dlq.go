@@ -141,10 +141,10 @@ func newDLQListCmd(g *globals) *cobra.Command {
 				// On stderr, after the list, so -o json stays one JSON value.
 				fmt.Fprintf(cmd.ErrOrStderr(), "stopped at --limit %d: more dead letters match (--limit -1 for all)\n", f.limit)
 			}
-			if g.output == "json" {
+			if g.output == "json" && !errors.Is(err, sdk.ErrFilterTooExpensive) {
 				return nil // as before: filter errors are reported with the table only
 			}
-			return err
+			return withHint(err)
 		},
 	}
 	f.register(cmd, "at most this many tasks (-1: all)")

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -52,5 +53,36 @@ func TestCLIDLQListSaysWhenTheLimitCutsItShort(t *testing.T) {
 		require.Len(t, ids, 7, "--limit %s", limit)
 		require.NotContains(t, ids, uuid.Nil)
 		require.Empty(t, errOut, "--limit %s: nothing left out", limit)
+	}
+}
+
+// TestCLIFiltersAreBounded: `cairn dlq list`, `cairn dlq retry` and
+// `cairn audit` stop a filter over its limits with
+// what was exceeded (-o json too), and --filter-* change the limits.
+func TestCLIFiltersAreBounded(t *testing.T) {
+	for name, target := range cliTargets {
+		t.Run(name, func(t *testing.T) {
+			tg := target(t)
+			seedDeadLetters(t, tg, 5)
+			l := "[" + strings.TrimSuffix(strings.Repeat("1,", 100), ",") + "]"
+			cube := l + ".all(x, " + l + ".all(y, " + l + ".all(z, x + y + z >= 0)))"
+			for _, args := range [][]string{
+				{"dlq", "list", "--filter", cube},
+				{"dlq", "list", "--filter", cube, "-o", "json"},
+				{"dlq", "retry", "--filter", cube},
+				{"audit", `event.seq >= 0 && ` + cube, "--since", "1h"},
+			} {
+				_, _, err := tg.run(t, args...)
+				require.Error(t, err, "%v", args[:2])
+				require.Contains(t, err.Error(), "filter too expensive: ", "%v", args[:2])
+			}
+			_, _, err := tg.run(t, "dlq", "list", "--filter", `task.type == "cli.test"`, "--filter-max-scan", "2")
+			require.Error(t, err)
+			require.Contains(t, err.Error(), "the request read its limit of 2 rows")
+			// the limits' own check
+			_, _, err = tg.run(t, "dlq", "list", "--filter-timeout", "-1s")
+			require.Error(t, err)
+			require.Contains(t, err.Error(), "must not be negative")
+		})
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"syscall"
 
 	"github.com/cairnflow/cairn/engine/pgstore"
+	"github.com/cairnflow/cairn/sdk"
 	"github.com/cockroachdb/errors"
 	"github.com/spf13/cobra"
 )
@@ -47,6 +48,9 @@ type globals struct {
 	schema      string
 	namespace   string
 	output      string
+	// filters bound every filtered command and, for server and dev, every
+	// filtered request (zero fields: the sdk's defaults).
+	filters sdk.FilterLimits
 }
 
 func newRootCmd() *cobra.Command {
@@ -78,6 +82,9 @@ store: one SQLite file (--db, default ./cairn-dev.db), for one process.`,
 	pf.StringVar(&g.schema, "schema", envOr("CAIRN_SCHEMA", pgstore.DefaultSchema), "schema holding cairn's tables (env CAIRN_SCHEMA)")
 	pf.StringVar(&g.namespace, "namespace", envOr("CAIRN_NAMESPACE", "default"), "namespace of tasks (env CAIRN_NAMESPACE)")
 	pf.StringVarP(&g.output, "output", "o", "text", "output format: text or json")
+	pf.DurationVar(&g.filters.Timeout, "filter-timeout", sdk.DefaultFilterTimeout, "the most time a command or request with a CEL filter spends reading and evaluating")
+	pf.Uint64Var(&g.filters.Cost, "filter-cost", sdk.DefaultFilterCost, "the most CEL cost a command or request with a filter spends, all its evaluations together")
+	pf.IntVar(&g.filters.MaxScan, "filter-max-scan", sdk.DefaultFilterScan, "the most rows a command or request with a filter reads to evaluate it")
 	root.AddCommand(newMigrateCmd(g), newTaskCmd(g), newDLQCmd(g), newQueueCmd(g), newScheduleCmd(g), newDemoCmd(g))
 	root.AddCommand(newServerCmd(g), newDevCmd(g), newTokenCmd())
 	root.AddCommand(newAuditCmd(g), newBenchCmd(g))

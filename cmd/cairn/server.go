@@ -101,7 +101,7 @@ func runServerWith(cmd *cobra.Command, g *globals, f *serverFlags, also alongsid
 	defer closeStore()
 	reg.MustRegister(engine.NewQueueCollector(store))
 	srv, err := server.New(server.Config{Store: store, Tokens: tokens, MaxInputBytes: f.maxInputBytes,
-		Gatherer: reg, Logger: logger})
+		Gatherer: reg, Logger: logger, FilterLimits: g.filters})
 	if err != nil {
 		return errors.Mark(err, configError)
 	}

@@ -1,5 +1,8 @@
 // Package celenv makes the CEL environments cairn shares between goroutines
-// (retry policies, task and event filters).
+// (retry policies, task and event filters), and bounds what their programs
+// may spend: [Strings] prices format by its output, [ProgramOptions] sets a
+// cost limit and interrupt checks, [Eval] evaluates under a context. It
+// imports nothing of cairn.
 //
 // cel-go's checker fills its symbol catalog lazily, under a sync.Once, the
 // first time it reports an undeclared reference, but it copies the field

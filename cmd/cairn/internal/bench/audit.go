@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -93,7 +94,11 @@ func Audit(ctx context.Context, cfg Config, p AuditParams) error {
 	if err != nil {
 		return err
 	}
-	client, err := sdk.NewClient(sdk.ClientConfig{Pool: env.obs.pool, Schema: env.cfg.Schema, Namespace: env.cfg.Namespace})
+	// The benchmark times filters over a million events on purpose: the
+	// limits a server puts on a caller's filter would stop it.
+	unbounded := sdk.FilterLimits{Timeout: 24 * time.Hour, Cost: math.MaxUint64, MaxScan: math.MaxInt}
+	client, err := sdk.NewClient(sdk.ClientConfig{Pool: env.obs.pool, Schema: env.cfg.Schema, Namespace: env.cfg.Namespace,
+		FilterLimits: unbounded})
 	if err != nil {
 		return err
 	}
