@@ -2,6 +2,10 @@ package integration_test
 
 import (
 	"context"
+	"html"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -132,7 +136,7 @@ func TestConsoleInABrowser(t *testing.T) {
 			by = p.By
 		}
 	}
-	require.Equal(t, "console:api", by, "the console's request is recorded as such")
+	require.Equal(t, "console:anonymous", by, "the console's request is recorded as such, without tokens anonymous")
 
 	// Requeue the dead letter once its bug is fixed; it runs to the end.
 	wfs.fixed.Store(true)
@@ -184,4 +188,148 @@ func TestConsoleAsksForAToken(t *testing.T) {
 	buttons, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll("#cancel-task, #retry-task, #compensate-task").length`))
 	require.NoError(t, err)
 	require.Zero(t, buttons, "a read-only token is offered no actions")
+}
+
+// forgery is a page of another origin (an httptest server on another port
+// of the same host: same site, another origin) whose forms post to a
+// cairn server on load, as a malicious page would.
+type forgery struct {
+	t   *testing.T
+	url string
+}
+
+// newForgery serves one auto-submitting form per path: forms maps a path
+// to the form's HTML.
+func newForgery(t *testing.T, forms map[string]string) *forgery {
+	t.Helper()
+	mux := http.NewServeMux()
+	for path, form := range forms {
+		mux.HandleFunc("GET "+path, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/html; charset=utf-8")
+			_, _ = io.WriteString(w, `<!doctype html><html><body>`+form+
+				`<script>document.forms[0].submit()</script></body></html>`)
+		})
+	}
+	hs := httptest.NewServer(mux)
+	t.Cleanup(hs.Close)
+	return &forgery{t: t, url: hs.URL}
+}
+
+// submit opens the forgery's page at path, lets its form post, and returns
+// the text of the page the browser lands on at target (a URL prefix).
+func (f *forgery) submit(ctx context.Context, path, target string) string {
+	f.t.Helper()
+	require.NoError(f.t, chromedp.Do(ctx, chromedp.Navigate(f.url+path)))
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		loc, err := chromedp.Run(ctx, chromedp.Location())
+		require.NoError(f.t, err)
+		if strings.HasPrefix(loc, target) {
+			state, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.readyState`))
+			if err == nil && state == "complete" {
+				body, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.body ? document.body.innerText : ""`))
+				require.NoError(f.t, err)
+				return body
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	f.t.Fatalf("the form of %s did not land on %s", path, target)
+	return ""
+}
+
+func form(action, enctype string, fields ...string) string {
+	var b strings.Builder
+	b.WriteString(`<form method="post" action="` + html.EscapeString(action) + `"`)
+	if enctype != "" {
+		b.WriteString(` enctype="` + enctype + `"`)
+	}
+	b.WriteString(`>`)
+	for i := 0; i+1 < len(fields); i += 2 {
+		b.WriteString(`<input type="hidden" name="` + html.EscapeString(fields[i]) + `" value="` + html.EscapeString(fields[i+1]) + `">`)
+	}
+	b.WriteString(`</form>`)
+	return b.String()
+}
+
+// In a real browser, a page of another origin (another port of the same
+// host) posts the console's forms and the API's: cancel, requeue the dead
+// letters, a text/plain task start, and, against a server with tokens
+// where the browser is signed in, cancel with the session cookie, sign the
+// user in as the attacker and sign them out. Every one is refused, and
+// the tasks and the session stay as they were.
+func TestConsoleRefusesFormsFromAnotherOrigin(t *testing.T) {
+	t.Parallel()
+	schema := enginetest.Schema(t)
+	open := startServer(t, schema)
+	tokens := writeTokens(t, []map[string]any{
+		{"name": "ops", "sha256": hashOf("ops-token"), "namespaces": []string{"default"}, "roles": []string{"operate"}},
+		{"name": "intruder", "sha256": hashOf("intruder-token"), "namespaces": []string{"default"}, "roles": []string{"read"}},
+	})
+	guarded := startServer(t, schema, "--tokens", tokens)
+	startE2EWorker(t, schema, "default")
+	client := newClient(t, schema)
+	bg := context.Background()
+	fragile := open.start(map[string]any{"type": "e2e.fragile", "input": "doc"})
+	require.Equal(t, history.StatusDeadLettered, open.wait(fragile).Status)
+	later := open.start(map[string]any{"type": "e2e.echo", "input": "x", "delay": "1h"})
+	tasksBefore, err := client.List(bg, &sdk.ListOpts{Limit: 100})
+	require.NoError(t, err)
+	untouched := func(what string) {
+		t.Helper()
+		require.Equal(t, []history.Type{history.TaskScheduled}, eventTypes(t, client, later), "%s: the pending task is as it was", what)
+		require.Equal(t, 0, countEvents(t, client, fragile, history.TaskRequeued), what)
+		info, err := client.Get(bg, fragile)
+		require.NoError(t, err)
+		require.Equal(t, history.StatusDeadLettered, info.Status, what)
+		tasks, err := client.List(bg, &sdk.ListOpts{Limit: 100})
+		require.NoError(t, err)
+		require.Len(t, tasks, len(tasksBefore), "%s: no task started", what)
+	}
+	cancelPath := "/console/tasks/" + later.String() + "/cancel?namespace=default"
+	evil := newForgery(t, map[string]string{
+		"/open/cancel":     form(open.url+cancelPath, "", "reason", "forged"),
+		"/open/retry":      form(open.url+"/console/dead-letters/retry?namespace=default", "", "reason", "forged"),
+		"/open/start":      form(open.url+"/v1/tasks", "text/plain", `{"type":"e2e.echo","input":"`, `"}`),
+		"/guarded/cancel":  form(guarded.url+cancelPath, "", "reason", "forged"),
+		"/guarded/login":   form(guarded.url+"/console/login", "", "token", "intruder-token"),
+		"/guarded/logout":  form(guarded.url+"/console/logout", ""),
+		"/guarded/retry":   form(guarded.url+"/console/dead-letters/retry?namespace=default", "", "reason", "forged"),
+		"/guarded/startv1": form(guarded.url+"/v1/tasks", "text/plain", `{"type":"e2e.echo","input":"`, `"}`),
+	})
+	ctx := browser(t)
+
+	// The tokenless server: each form is refused, nothing written.
+	for path, code := range map[string]string{"/open/cancel": "cross_origin", "/open/retry": "cross_origin", "/open/start": "unsupported_media_type"} {
+		body := evil.submit(ctx, path, open.url)
+		require.Contains(t, body, code, path)
+		require.NotContains(t, body, "Requeued", path)
+		untouched(path)
+	}
+
+	// The server with tokens, the browser signed in as ops.
+	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(guarded.url+"/console/login"), chromedp.WaitVisible(chromedp.CSS("#token")),
+		chromedp.SendKeys(chromedp.CSS("#token"), "ops-token"), chromedp.Submit(chromedp.CSS("#token")),
+		chromedp.WaitVisible(chromedp.CSS("#queues"))))
+	require.Contains(t, text(t, ctx, "header"), "token ops")
+	for _, path := range []string{"/guarded/cancel", "/guarded/retry", "/guarded/login", "/guarded/logout", "/guarded/startv1"} {
+		body := evil.submit(ctx, path, guarded.url)
+		want := "cross_origin"
+		if path == "/guarded/startv1" {
+			want = "unsupported_media_type" // and it has no token to send either
+		}
+		require.Contains(t, body, want, path)
+		untouched(path)
+		// Still signed in, as ops, not as the intruder.
+		require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(guarded.url+"/console/"), chromedp.WaitVisible(chromedp.CSS("#queues"))))
+		require.Contains(t, text(t, ctx, "header"), "token ops", path)
+	}
+	require.NoError(t, chromedp.Do(ctx, screenshot(t, "forgeries-refused.png")))
+
+	// From its own page the same cancel works.
+	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(guarded.url+"/console/tasks/"+later.String()),
+		chromedp.WaitVisible(chromedp.CSS("#cancel-task")), chromedp.Click(chromedp.CSS("#cancel-task")),
+		chromedp.WaitVisible(chromedp.CSS(`p[role="status"]`))))
+	require.Equal(t, 1, countEvents(t, client, later, history.CancelRequested))
+	enginetest.RequireProjectionsMatch(t, client.Store())
 }

@@ -30,10 +30,11 @@ import (
 
 // apiServer is a real `cairn server` process on a free port.
 type apiServer struct {
-	t     *testing.T
-	url   string
-	token string    // sent as the bearer token when set
-	cmd   *exec.Cmd // the server process
+	t          *testing.T
+	url        string
+	metricsURL string    // the --metrics-addr listener's /metrics, when there is one
+	token      string    // sent as the bearer token when set
+	cmd        *exec.Cmd // the server process
 }
 
 // startServer runs `cairn server` against schema and returns once it
@@ -70,11 +71,14 @@ func startListening(t *testing.T, cmd *exec.Cmd) *apiServer {
 			<-done
 		}
 	})
-	addr := make(chan string, 1)
+	addr, metrics := make(chan string, 1), make(chan string, 1) // each printed once, metrics first
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
 			line := sc.Text()
+			if rest, ok := strings.CutPrefix(line, "cairn server metrics on "); ok {
+				metrics <- rest
+			}
 			if rest, ok := strings.CutPrefix(line, "cairn server listening on "); ok {
 				addr <- rest
 			}
@@ -83,7 +87,12 @@ func startListening(t *testing.T, cmd *exec.Cmd) *apiServer {
 	}()
 	select {
 	case url := <-addr:
-		return &apiServer{t: t, url: url, cmd: cmd}
+		srv := &apiServer{t: t, url: url, cmd: cmd}
+		select {
+		case srv.metricsURL = <-metrics:
+		default:
+		}
+		return srv
 	case <-time.After(30 * time.Second):
 		t.Fatal("cairn server did not start listening")
 	}
@@ -91,7 +100,8 @@ func startListening(t *testing.T, cmd *exec.Cmd) *apiServer {
 }
 
 // call sends a request (body encoded as JSON unless it is a string or
-// []byte) and returns the status and body.
+// []byte; a POST says Content-Type: application/json unless header says
+// otherwise) and returns the status and body.
 func (s *apiServer) call(method, path string, body any, header ...string) (int, http.Header, []byte) {
 	s.t.Helper()
 	var rd io.Reader
@@ -111,7 +121,14 @@ func (s *apiServer) call(method, path string, body any, header ...string) (int, 
 	if s.token != "" {
 		req.Header.Set("Authorization", "Bearer "+s.token)
 	}
+	if method == http.MethodPost {
+		req.Header.Set("Content-Type", "application/json") // the API takes JSON writes only
+	}
 	for i := 0; i+1 < len(header); i += 2 {
+		if header[i] == "Host" {
+			req.Host = header[i+1]
+			continue
+		}
 		req.Header.Set(header[i], header[i+1])
 	}
 	resp, err := http.DefaultClient.Do(req)
@@ -534,6 +551,7 @@ func TestServerErrors(t *testing.T) {
 		{"bad delay", admin, "POST", "/v1/tasks", `{"type":"e2e.echo","delay":"soon"}`, 400, "invalid_request"},
 		{"bad label", admin, "POST", "/v1/tasks", `{"type":"e2e.echo","labels":{"no spaces":"x"}}`, 400, "invalid_request"},
 		{"bad traceparent", admin, "POST", "/v1/tasks", `{"type":"e2e.echo"}`, 400, "invalid_request"},
+		{"text/plain body", admin, "POST", "/v1/tasks", `{"type":"e2e.echo"}`, 415, "unsupported_media_type"},
 		{"bad CEL", admin, "GET", "/v1/tasks?filter=" + urlQuery(`task.type == `), nil, 400, "bad_filter"},
 		{"diagnosis window too long", admin, "GET", "/v1/queues/default/diagnosis?window=48h", nil, 400, "invalid_request"},
 		{"bad audit CEL", admin, "GET", "/v1/events?filter=" + urlQuery(`event.nope`), nil, 400, "bad_filter"},
@@ -561,8 +579,11 @@ func TestServerErrors(t *testing.T) {
 		{"namespace not in the token", base.as("a-token"), "GET", "/v1/tasks?namespace=tenant-b", nil, 403, "forbidden"},
 	} {
 		header := []string{}
-		if c.name == "bad traceparent" {
+		switch c.name {
+		case "bad traceparent":
 			header = []string{"traceparent", "not-a-trace"}
+		case "text/plain body":
+			header = []string{"Content-Type", "text/plain"}
 		}
 		status, h, raw := c.srv.call(c.method, c.path, c.body, header...)
 		require.Equal(t, c.status, status, "%s: %s", c.name, raw)
@@ -586,13 +607,18 @@ func TestServerErrors(t *testing.T) {
 		require.Equal(t, before, count(), "%s: nothing written", c.name)
 	}
 
-	// Metrics need no token; the full queue's depth comes from the database.
-	pending, ok := base.metric("cairn_queue_tasks", "queue", "tiny", "status", "pending")
+	// Metrics cover every namespace: a token that reads them all may read
+	// them, no other; the full queue's depth comes from the database.
+	status, _, _ := base.call("GET", "/metrics", nil)
+	require.Equal(t, http.StatusUnauthorized, status)
+	status, _, _ = base.as("read-token").call("GET", "/metrics", nil)
+	require.Equal(t, http.StatusForbidden, status)
+	pending, ok := admin.metric("cairn_queue_tasks", "queue", "tiny", "status", "pending")
 	require.True(t, ok)
 	require.Equal(t, 1.0, pending)
 
 	// The scheme is case-insensitive.
-	status, _, _ := base.call("GET", "/v1/tasks/"+done.String(), nil, "Authorization", "bearer read-token")
+	status, _, _ = base.call("GET", "/v1/tasks/"+done.String(), nil, "Authorization", "bearer read-token")
 	require.Equal(t, http.StatusOK, status)
 
 	// The reader reads; a tenant's token works in its namespace.

@@ -112,6 +112,9 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	if ns == "" {
 		ns = store.DefaultNamespace
 	}
+	if err := validateName("namespace", ns); err != nil {
+		return nil, err
+	}
 	identity := cfg.Identity
 	if identity == "" {
 		host, _ := os.Hostname()

@@ -208,7 +208,7 @@ func TestDiagnoseQueueValidatesItsInputs(t *testing.T) {
 		want   string
 	}{
 		{"", time.Minute, `queue "": must be 1 to 200 characters`},
-		{"two words", time.Minute, "no spaces"},
+		{"two words", time.Minute, `queue "two words": use letters, digits`},
 		{"q", time.Second, "window 1s must be between 2s and 24h0m0s"},
 		{"q", 25 * time.Hour, "window 25h0m0s must be between"},
 	} {

@@ -1,6 +1,7 @@
 package sdk
 
 import (
+	"strings"
 	"time"
 
 	"github.com/cairnflow/cairn/activities"
@@ -129,16 +130,28 @@ type hasDefaults interface {
 
 func validateTypeName(name string) error { return validateName("workflow type name", name) }
 
-// validateName checks a durable name (type, queue): 1 to 200 characters,
-// none of them spaces, control characters or '@' (which separates a type
-// from its version in claim keys).
+// NamePattern is what a durable name must match: a workflow type, a
+// queue, a schedule or a namespace. 1 to 200 characters; ASCII letters,
+// digits and "._:-"; the first a letter or a digit. No '/', '?', '#',
+// '%', '@' or spaces: a name is put in URL paths (the console's and the
+// API's), in claim keys ('@' separates a type from its version), and in
+// logs, and each of those stays one segment, one key, one word.
+const NamePattern = `^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}$`
+
+// ValidateName checks name against [NamePattern]; what says what the name
+// is for the error ("queue", "namespace"). The server and the CLI check
+// the names they are sent with it.
+func ValidateName(what, name string) error { return validateName(what, name) }
+
+// validateName checks a durable name against [NamePattern].
 func validateName(what, name string) error {
 	if name == "" || len(name) > 200 {
 		return errors.Newf("%s %q: must be 1 to 200 characters", what, name)
 	}
-	for _, r := range name {
-		if r <= ' ' || r == '@' || r == 0x7f {
-			return errors.Newf("%s %q: no spaces, control characters or '@'", what, name)
+	for i, r := range name {
+		ok := r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || i > 0 && strings.ContainsRune("._:-", r)
+		if !ok {
+			return errors.Newf("%s %q: use letters, digits and \"._:-\", starting with a letter or digit", what, name)
 		}
 	}
 	return nil

@@ -79,7 +79,10 @@ var consoleFuncs = template.FuncMap{
 	},
 	"percent": func(f float64) string { return fmt.Sprintf("%.1f%%", f*100) },
 	"short":   func(id uuid.UUID) string { return id.String()[:8] + "…" + id.String()[32:] },
-	"when":    func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05.000Z") },
+	// seg escapes a value put in a URL path as one segment: a name with
+	// '/', '?', '#' or dots stored before names were checked stays one.
+	"seg":  func(v any) string { return url.PathEscape(fmt.Sprint(v)) },
+	"when": func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05.000Z") },
 	"truncate": func(s string, n int) string {
 		if len(s) <= n {
 			return s
@@ -112,17 +115,13 @@ type consolePage struct {
 
 // consoleRoutes adds the console to mux.
 func (s *Server) consoleRoutes(mux *http.ServeMux) {
-	static, _ := fs.Sub(consoleFiles, "console/static")
-	mux.Handle("GET /console/static/", http.StripPrefix("/console/static/", http.FileServerFS(static)))
+	mux.Handle("GET /console/static/", s.consoleStatic())
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, s.path("/console/"), http.StatusFound)
 	})
 	mux.HandleFunc("GET /console/login", s.consoleLogin)
 	mux.HandleFunc("POST /console/login", s.consoleLogin)
-	mux.HandleFunc("POST /console/logout", func(w http.ResponseWriter, r *http.Request) {
-		http.SetCookie(w, &http.Cookie{Name: consoleCookie, Value: "", Path: s.path("/console"), MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode})
-		http.Redirect(w, r, s.path("/console/login"), http.StatusSeeOther)
-	})
+	mux.HandleFunc("POST /console/logout", s.consoleLogout)
 	mux.Handle("GET /console/{$}", s.console(RoleRead, s.consoleOverview))
 	mux.Handle("GET /console/tasks", s.console(RoleRead, s.consoleTasks))
 	mux.Handle("GET /console/tasks/{id}", s.console(RoleRead, s.consoleTask))
@@ -133,20 +132,69 @@ func (s *Server) consoleRoutes(mux *http.ServeMux) {
 	mux.Handle("POST /console/schedules/{name}/{action}", s.console(RoleOperate, s.consoleScheduleAction))
 }
 
-// consoleCookie holds the console's API token: HttpOnly (no script reads
-// it) and SameSite=Strict (no other site's form can post with it).
-const consoleCookie = "cairn_token"
+// consoleStatic serves the console's embedded files, and 404 for
+// anything else, directories included: no listings.
+func (s *Server) consoleStatic() http.Handler {
+	static, _ := fs.Sub(consoleFiles, "console/static")
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		name := strings.TrimPrefix(r.URL.Path, "/console/static/")
+		if fi, err := fs.Stat(static, name); err != nil || !fi.Mode().IsRegular() || !fs.ValidPath(name) {
+			s.writeProblem(w, r, problem(http.StatusNotFound, codeNotFound, "no such file"))
+			return
+		}
+		http.ServeFileFS(w, r, static, name)
+	})
+}
 
-// console wraps a console handler: the token comes from the cookie (a
-// sign-in page asks for it when tokens are configured), the role and
+// consoleCookie holds the id of the console's session (never the API
+// token): HttpOnly (no script reads it), SameSite=Strict, Secure over TLS
+// or with Config.SecureCookies, and it expires with the session.
+const consoleCookie = "cairn_session"
+
+// legacyCookie clears the cookie of earlier versions, which held the raw
+// API token.
+func legacyCookie(path string) *http.Cookie {
+	return &http.Cookie{Name: "cairn_token", Path: path, MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode}
+}
+
+// consoleWho is who a console request acts for: without tokens,
+// everyone, recorded as console:anonymous; with tokens, the session's
+// principal, or a bearer token sent by a script. Nil: sign in first.
+func (s *Server) consoleWho(r *http.Request) *principal {
+	if len(s.tokens) == 0 {
+		return anonymous
+	}
+	if c, err := r.Cookie(consoleCookie); err == nil && c.Value != "" {
+		if who := s.sessions.lookup(c.Value); who != nil {
+			return who
+		}
+	}
+	if r.Header.Get("Authorization") != "" {
+		if who, p := s.authenticate(r); p == nil {
+			return who
+		}
+	}
+	return nil
+}
+
+// consoleRequester is recorded as "by" in the histories of what who asks
+// from the console: console:<token name>, or console:anonymous without
+// tokens (any request that reached the server, from a loopback Host or an
+// allowed one).
+func consoleRequester(who *principal) string {
+	if who.name == "" {
+		return "console:anonymous"
+	}
+	return "console:" + who.name
+}
+
+// console wraps a console handler: who acts comes from the session (a
+// sign-in page asks for a token when tokens are configured), the role and
 // namespace are checked as for the API.
 func (s *Server) console(role Role, h func(http.ResponseWriter, *http.Request, *call, *consolePage)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if c, err := r.Cookie(consoleCookie); err == nil && c.Value != "" {
-			r.Header.Set("Authorization", "Bearer "+c.Value)
-		}
-		who, p := s.authenticate(r)
-		if p != nil {
+		who := s.consoleWho(r)
+		if who == nil {
 			http.Redirect(w, r, s.path("/console/login"), http.StatusSeeOther)
 			return
 		}
@@ -169,7 +217,7 @@ func (s *Server) console(role Role, h func(http.ResponseWriter, *http.Request, *
 			s.consoleFail(w, r, page, http.StatusInternalServerError, "internal error")
 			return
 		}
-		h(w, r.WithContext(sdk.WithRequester(r.Context(), "console:"+strings.TrimPrefix(who.requester(), "api:"))), &call{who: who, namespace: ns, client: c}, page)
+		h(w, r.WithContext(sdk.WithRequester(r.Context(), consoleRequester(who))), &call{who: who, namespace: ns, client: c}, page)
 	})
 }
 
@@ -215,15 +263,42 @@ func (s *Server) consoleLogin(w http.ResponseWriter, r *http.Request) {
 	if r.Method == http.MethodPost {
 		token := strings.TrimSpace(r.FormValue("token"))
 		check := &http.Request{Header: http.Header{"Authorization": {"Bearer " + token}}}
-		if _, p := s.authenticate(check); p == nil {
-			http.SetCookie(w, &http.Cookie{Name: consoleCookie, Value: token, Path: s.path("/console"), HttpOnly: true,
-				SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+		if who, p := s.authenticate(check); p == nil {
+			if c, err := r.Cookie(consoleCookie); err == nil {
+				s.sessions.end(c.Value) // a session of another sign-in is not kept alive beside this one
+			}
+			http.SetCookie(w, legacyCookie(s.path("/console")))
+			id, expires := s.sessions.create(who)
+			http.SetCookie(w, s.sessionCookie(r, id, expires))
 			http.Redirect(w, r, s.path("/console/"), http.StatusSeeOther)
 			return
 		}
 		page.Error = "That token is not known."
 	}
 	s.render(w, http.StatusOK, "login", page)
+}
+
+// consoleLogout ends the session and clears its cookie.
+func (s *Server) consoleLogout(w http.ResponseWriter, r *http.Request) {
+	if c, err := r.Cookie(consoleCookie); err == nil {
+		s.sessions.end(c.Value)
+	}
+	c := s.sessionCookie(r, "", time.Time{})
+	c.MaxAge = -1
+	http.SetCookie(w, c)
+	http.SetCookie(w, legacyCookie(s.path("/console")))
+	http.Redirect(w, r, s.path("/console/login"), http.StatusSeeOther)
+}
+
+// sessionCookie is the console's cookie holding session id, expiring at
+// expires (zero: now).
+func (s *Server) sessionCookie(r *http.Request, id string, expires time.Time) *http.Cookie {
+	c := &http.Cookie{Name: consoleCookie, Value: id, Path: s.path("/console"), HttpOnly: true,
+		SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil || s.cfg.SecureCookies}
+	if !expires.IsZero() {
+		c.Expires, c.MaxAge = expires, int(time.Until(expires).Seconds())
+	}
+	return c
 }
 
 type overviewData struct {
@@ -378,7 +453,7 @@ func (s *Server) consoleTaskAction(w http.ResponseWriter, r *http.Request, c *ca
 			back.Set("notice", actionNotice[r.PathValue("action")])
 		}
 	}
-	http.Redirect(w, r, s.path("/console/tasks/"+id.String()+"?"+back.Encode()), http.StatusSeeOther)
+	http.Redirect(w, r, s.path("/console/tasks/"+url.PathEscape(id.String())+"?"+back.Encode()), http.StatusSeeOther)
 }
 
 var actionNotice = map[string]string{

@@ -22,6 +22,13 @@
 //	err = httpServer.Shutdown(ctx) // requests in flight finish
 //	err = srv.Stop(ctx)            // idempotent; waits for the background work
 //
+// Every request passes the web defences of guard.go first: without
+// tokens only loopback Hosts (and [Config.AllowedHosts]) are answered,
+// API writes must be JSON, console forms must come from the console's own
+// origin, and every response carries CSP, frame and nosniff headers. The
+// console signs in to server-side sessions (session.go), never keeping the
+// token in the browser. docs/security-web.md has the threat model.
+//
 // The console's Go code is in this package, beside the API, because it
 // shares the API's authentication, per-namespace clients and error
 // mapping; its templates and static files (htmx, vendored by

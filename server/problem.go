@@ -57,27 +57,34 @@ const (
 	codeInternal        = "internal"
 	codeTooSlow         = "diagnosis_too_slow"
 	codeUnsupported     = "unsupported"
+	// The guard's (guard.go).
+	codeHostNotAllowed   = "host_not_allowed"
+	codeCrossOrigin      = "cross_origin"
+	codeUnsupportedMedia = "unsupported_media_type"
 )
 
 var titles = map[string]string{
-	codeMalformedJSON:   "The request body is not valid JSON",
-	codeUnknownField:    "The request body has a field the API does not know",
-	codeInvalidRequest:  "The request is invalid",
-	codeUnknownTaskType: "No worker has registered this task type",
-	codeBadFilter:       "The CEL expression does not compile",
-	codeFilterFailed:    "The CEL expression failed on some events",
-	codeFilterExpensive: "The CEL expression went over the request's limits",
-	codeNotFound:        "Not found",
-	codeTaskState:       "The task's state does not allow this",
-	codeConflict:        "The task changed concurrently; try again",
-	codeInputTooLarge:   "The task input is larger than the server accepts",
-	codeQueueFull:       "The queue is full",
-	codeUnauthorized:    "Authentication required",
-	codeForbidden:       "The token does not allow this",
-	codeNotReady:        "The server is not ready",
-	codeInternal:        "Internal server error",
-	codeTooSlow:         "The diagnosis took too long; try a shorter window",
-	codeUnsupported:     "The server's store does not support this",
+	codeMalformedJSON:    "The request body is not valid JSON",
+	codeUnknownField:     "The request body has a field the API does not know",
+	codeInvalidRequest:   "The request is invalid",
+	codeUnknownTaskType:  "No worker has registered this task type",
+	codeBadFilter:        "The CEL expression does not compile",
+	codeFilterFailed:     "The CEL expression failed on some events",
+	codeFilterExpensive:  "The CEL expression went over the request's limits",
+	codeNotFound:         "Not found",
+	codeTaskState:        "The task's state does not allow this",
+	codeConflict:         "The task changed concurrently; try again",
+	codeInputTooLarge:    "The task input is larger than the server accepts",
+	codeQueueFull:        "The queue is full",
+	codeUnauthorized:     "Authentication required",
+	codeForbidden:        "The token does not allow this",
+	codeNotReady:         "The server is not ready",
+	codeInternal:         "Internal server error",
+	codeTooSlow:          "The diagnosis took too long; try a shorter window",
+	codeUnsupported:      "The server's store does not support this",
+	codeHostNotAllowed:   "The server does not answer requests for this host name",
+	codeCrossOrigin:      "Cross-origin request refused",
+	codeUnsupportedMedia: "The request body must be JSON",
 }
 
 func problem(status int, code, detail string) *Problem {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"html/template"
 	"log/slog"
+	"net"
 	"net/http"
 	"path"
 	"runtime/debug"
@@ -11,14 +12,12 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/sdk"
 	"github.com/cockroachdb/errors"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 // DefaultMaxInputBytes bounds a task's input: large or sensitive data goes
@@ -31,14 +30,40 @@ type Config struct {
 	// Required. The events the API's requests write are counted by the
 	// store's own metrics, if it has any.
 	Store store.Store
-	// Tokens, when any, are required on every /v1 request. None: no
-	// authentication, for a server on localhost.
+	// Tokens, when any, are required on every /v1 request and by the
+	// console. None: no authentication, for a server on localhost: it then
+	// answers only requests whose Host is a loopback name or address, or
+	// one of AllowedHosts.
 	Tokens []Token
+	// AllowedHosts are the host names (no port; "*" for any) a server
+	// without Tokens answers besides localhost, *.localhost and loopback
+	// addresses. A page that rebinds its DNS name to the server sends
+	// that name as Host, so only names the operator chose pass. Not
+	// consulted when there are Tokens.
+	AllowedHosts []string
+	// SecureCookies marks the console's session cookie Secure even when
+	// the request reached the server over plain HTTP: set it behind a
+	// TLS-terminating proxy. A request served over TLS gets Secure anyway.
+	SecureCookies bool
+	// SessionTTL is how long a console sign-in lasts. Default
+	// DefaultSessionTTL.
+	SessionTTL time.Duration
 	// MaxInputBytes bounds a task's input. Default DefaultMaxInputBytes.
 	MaxInputBytes int
 	// Gatherer serves /metrics. Nil: /metrics answers 404.
 	Gatherer prometheus.Gatherer
-	Logger   *slog.Logger // default slog.Default()
+	// MetricsToken, when set, is the bearer token /metrics requires
+	// (Prometheus' authorization.credentials). Unset: /metrics on
+	// [Server.Handler] requires, when there are Tokens, an API token that
+	// may read every namespace (the metrics name every namespace's
+	// queues); without Tokens it follows the loopback rule of the rest.
+	MetricsToken string
+	// MetricsApart leaves /metrics off [Server.Handler]: serve
+	// [Server.MetricsHandler] on an address of its own instead (cairn
+	// server --metrics-addr), where, without a MetricsToken, whoever
+	// reaches the address reads the metrics.
+	MetricsApart bool
+	Logger       *slog.Logger // default slog.Default()
 	// Prefix is the path the handler is mounted under, as clients see it:
 	// "/cairn" for
 	//
@@ -81,6 +106,8 @@ type Server struct {
 
 	mu      sync.Mutex
 	clients map[string]*sdk.Client // by namespace, at most maxClients
+
+	sessions *sessions // the console's sign-ins
 }
 
 // maxClients bounds the cached per-namespace clients; a request for a
@@ -103,6 +130,17 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.SessionTTL <= 0 {
+		cfg.SessionTTL = DefaultSessionTTL
+	}
+	for i, h := range cfg.AllowedHosts {
+		name, ok := allowedHost(h)
+		if !ok {
+			return nil, errors.WithHint(errors.Newf("server: Config.AllowedHosts[%d] %q is not a host name", i, h),
+				`give names or addresses without a port or scheme, such as "cairn.internal" or "10.0.0.5", or "*" for any`)
+		}
+		cfg.AllowedHosts[i] = name
+	}
 	if cfg.Prefix == "/" {
 		cfg.Prefix = ""
 	}
@@ -114,10 +152,30 @@ func New(cfg Config) (*Server, error) {
 			cfg.FilterLimits.Timeout, cfg.FilterLimits.MaxScan)
 	}
 	s := &Server{cfg: cfg, tokens: cfg.Tokens, log: cfg.Logger, clients: map[string]*sdk.Client{},
-		notifier: engine.NewNotifier(cfg.Store, cfg.Logger), drained: make(chan struct{})}
+		notifier: engine.NewNotifier(cfg.Store, cfg.Logger), drained: make(chan struct{}), sessions: newSessions(cfg.SessionTTL)}
 	s.pages = consoleTemplates(cfg.Prefix)
 	s.handler = s.routes()
 	return s, nil
+}
+
+// allowedHost normalizes an entry of Config.AllowedHosts as hostName
+// reads a Host header: lower case, no trailing dot, IPv6 without
+// brackets. It refuses ports, schemes and paths.
+func allowedHost(h string) (string, bool) {
+	h = strings.TrimSpace(h)
+	switch {
+	case h == "*":
+		return h, true
+	case h == "" || strings.ContainsAny(h, "/?#@ \t"):
+		return "", false
+	}
+	if ip := net.ParseIP(strings.TrimSuffix(strings.TrimPrefix(h, "["), "]")); ip != nil {
+		return ip.String(), true
+	}
+	if strings.Contains(h, ":") {
+		return "", false
+	}
+	return strings.TrimSuffix(strings.ToLower(h), "."), true
 }
 
 // validPrefix checks a Config.Prefix other than the root.
@@ -225,14 +283,14 @@ func (s *Server) routes() http.Handler {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	mux.HandleFunc("GET /readyz", s.ready)
-	if s.cfg.Gatherer != nil {
-		mux.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}))
+	if s.cfg.Gatherer != nil && !s.cfg.MetricsApart {
+		mux.Handle("GET /metrics", s.metrics(true))
 	}
 	s.consoleRoutes(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.writeProblem(w, r, problem(http.StatusNotFound, codeNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path))
 	})
-	return s.recoverer(mux)
+	return s.recoverer(s.guard(mux))
 }
 
 // call is what an API handler acts with: who asks, in which namespace,
@@ -300,14 +358,9 @@ func (s *Server) client(namespace string) (*sdk.Client, error) {
 	return c, nil
 }
 
-// validNamespace checks a namespace a request names: 1 to 200 characters,
-// no spaces or control characters.
-func validNamespace(ns string) error {
-	if len(ns) > 200 || !utf8.ValidString(ns) || strings.IndexFunc(ns, func(r rune) bool { return r <= ' ' || r == 0x7f }) >= 0 {
-		return errors.Newf("namespace %q: use 1 to 200 characters, no spaces or control characters", ns)
-	}
-	return nil
-}
+// validNamespace checks a namespace a request names against
+// [sdk.NamePattern].
+func validNamespace(ns string) error { return sdk.ValidateName("namespace", ns) }
 
 // ready answers 200 when the database answers within two seconds and the
 // server is not draining, else 503.

@@ -25,7 +25,11 @@ workflow document.process, and submits --documents sample documents to watch.
 
 Without --database-url it keeps everything in the embedded SQLite store
 (--db, default ./cairn-dev.db): stop it and start it again, and the tasks are
-where they were. With --database-url it does the same on PostgreSQL.`,
+where they were. With --database-url it does the same on PostgreSQL.
+
+It has no authentication: it answers only requests for localhost or a
+loopback address (add names with --allowed-hosts), and listens on another
+address only when told --insecure-no-auth. See docs/security-web.md.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if df.documents < 0 || df.documents > 100_000 {
@@ -48,6 +52,7 @@ where they were. With --database-url it does the same on PostgreSQL.`,
 	fl := cmd.Flags()
 	fl.StringVar(&sf.listen, "listen", envOr("CAIRN_LISTEN", "127.0.0.1:7233"), "address to serve on (env CAIRN_LISTEN)")
 	fl.StringVar(&sf.logLevel, "log-level", "warn", "debug, info, warn or error")
+	addExposureFlags(cmd, sf)
 	fl.IntVar(&df.documents, "documents", 20, "sample documents to submit at start (0: none)")
 	fl.IntVar(&df.concurrency, "concurrency", 8, "tasks the demo worker runs at once")
 	fl.Float64Var(&df.failureRate, "failure-rate", 0.1, "chance a simulated OCR or LLM call fails transiently")

@@ -32,6 +32,21 @@ type serverFlags struct {
 	logLevel        string
 	metricLabels    []string
 	consoleHint     bool // print the console's address once listening (cairn dev)
+	allowedHosts    []string
+	insecureNoAuth  bool
+	secureCookies   bool
+	sessionTTL      time.Duration
+	metricsToken    string
+	metricsAddr     string
+}
+
+// addExposureFlags adds the flags of who may reach a server without
+// tokens, which cairn server and cairn dev share.
+func addExposureFlags(cmd *cobra.Command, f *serverFlags) {
+	fl := cmd.Flags()
+	fl.StringSliceVar(&f.allowedHosts, "allowed-hosts", envList("CAIRN_ALLOWED_HOSTS"),
+		`without --tokens, host names besides localhost and loopback addresses the server answers requests for ("*": any) (env CAIRN_ALLOWED_HOSTS)`)
+	fl.BoolVar(&f.insecureNoAuth, "insecure-no-auth", false, "serve without --tokens on an address that is not loopback: anyone who reaches it may do anything")
 }
 
 func newServerCmd(g *globals) *cobra.Command {
@@ -45,8 +60,18 @@ of expired leases, start-deadline expiry, cron schedules) whenever it holds
 the leader lease. Run as many as you like: one leads at a time.
 
 With --tokens, every /v1 request needs "Authorization: Bearer <token>"; the
-file lists token hashes (cairn token new prints a token and its entry).
-Without it the API is open: keep the listen address on localhost.`,
+file lists token hashes (cairn token new prints a token and its entry), and
+the console asks for a token once per session (--session-ttl).
+Without it the API and console are open to whoever reaches them, so the
+server answers only requests for localhost or a loopback address (add
+names with --allowed-hosts), and refuses to listen on another address
+unless told --insecure-no-auth. Writes to /v1 need Content-Type:
+application/json; the console's forms are accepted only from its own pages.
+
+/metrics needs --metrics-token when set; otherwise, with --tokens, an API
+token that may read every namespace. --metrics-addr serves it on an address
+of its own instead.
+See docs/security-web.md.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runServer(cmd, g, f) },
 	}
@@ -59,6 +84,11 @@ Without it the API is open: keep the listen address on localhost.`,
 	fl.BoolVar(&f.migrate, "migrate", true, "apply cairn's migrations at start")
 	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fl.StringSliceVar(&f.metricLabels, "metric-labels", nil, "task label keys to break finished-task and AI usage metrics down by (bounded values only, e.g. tier)")
+	addExposureFlags(cmd, f)
+	fl.BoolVar(&f.secureCookies, "secure-cookies", envBool("CAIRN_SECURE_COOKIES"), "mark the console's cookie Secure over plain HTTP too: behind a TLS-terminating proxy (env CAIRN_SECURE_COOKIES)")
+	fl.DurationVar(&f.sessionTTL, "session-ttl", server.DefaultSessionTTL, "how long a console sign-in lasts")
+	fl.StringVar(&f.metricsToken, "metrics-token", os.Getenv("CAIRN_METRICS_TOKEN"), "bearer token /metrics requires (env CAIRN_METRICS_TOKEN, which ps does not show)")
+	fl.StringVar(&f.metricsAddr, "metrics-addr", os.Getenv("CAIRN_METRICS_ADDR"), "serve /metrics on this address instead of --listen (env CAIRN_METRICS_ADDR)")
 	return cmd
 }
 
@@ -82,6 +112,9 @@ func runServerWith(cmd *cobra.Command, g *globals, f *serverFlags, also alongsid
 			return errors.Mark(err, configError)
 		}
 	}
+	if err := checkExposure(f, len(tokens) > 0); err != nil {
+		return err
+	}
 	if f.maxInputBytes < 1 {
 		return errors.Mark(errors.Newf("--max-input-bytes %d: must be positive", f.maxInputBytes), configError)
 	}
@@ -101,7 +134,8 @@ func runServerWith(cmd *cobra.Command, g *globals, f *serverFlags, also alongsid
 	defer closeStore()
 	reg.MustRegister(engine.NewQueueCollector(store))
 	srv, err := server.New(server.Config{Store: store, Tokens: tokens, MaxInputBytes: f.maxInputBytes,
-		Gatherer: reg, Logger: logger, FilterLimits: g.filters})
+		Gatherer: reg, Logger: logger, FilterLimits: g.filters, AllowedHosts: f.allowedHosts, SecureCookies: f.secureCookies,
+		SessionTTL: f.sessionTTL, MetricsToken: f.metricsToken, MetricsApart: f.metricsAddr != ""})
 	if err != nil {
 		return errors.Mark(err, configError)
 	}
@@ -143,14 +177,38 @@ func serve(ctx context.Context, stderr io.Writer, srv *server.Server, f *serverF
 	// read timeout bounds a body trickled in slowly.
 	httpServer := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute,
 		IdleTimeout: 2 * time.Minute, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
+	// The metrics' own listener, when --metrics-addr asks for one.
+	var metricsServer *http.Server
+	var metricsLn net.Listener
+	if f.metricsAddr != "" {
+		if metricsLn, err = net.Listen("tcp", f.metricsAddr); err != nil {
+			_ = ln.Close()
+			return errors.Mark(errors.Wrapf(err, "--metrics-addr %s", f.metricsAddr), configError)
+		}
+		metricsServer = &http.Server{Handler: srv.MetricsHandler(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute,
+			WriteTimeout: time.Minute, IdleTimeout: 2 * time.Minute, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
+	}
+	if metricsServer != nil {
+		fmt.Fprintf(stderr, "cairn server metrics on http://%s/metrics\n", metricsLn.Addr())
+	}
 	fmt.Fprintf(stderr, "cairn server listening on http://%s\n", ln.Addr())
+	if f.insecureNoAuth && !loopbackAddr(f.listen) {
+		fmt.Fprintf(stderr, "warning: no authentication (--insecure-no-auth); answering requests for localhost, loopback addresses and %v\n", f.allowedHosts)
+	}
 	if f.consoleHint {
 		fmt.Fprintf(stderr, "web console: http://%s/console/ ; Ctrl-C stops\n", ln.Addr())
 	}
-	errc := make(chan error, 1)
+	errc := make(chan error, 2)
 	go func() { errc <- httpServer.Serve(ln) }()
+	if metricsServer != nil {
+		go func() { errc <- metricsServer.Serve(metricsLn) }()
+	}
 	select {
 	case err := <-errc:
+		_ = httpServer.Close()
+		if metricsServer != nil {
+			_ = metricsServer.Close()
+		}
 		return errors.Wrap(err, "serve")
 	case <-ctx.Done():
 	}
@@ -158,10 +216,58 @@ func serve(ctx context.Context, stderr io.Writer, srv *server.Server, f *serverF
 	fmt.Fprintln(stderr, "cairn server stopping")
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), f.shutdownTimeout)
 	defer cancel()
+	if metricsServer != nil {
+		if err := metricsServer.Shutdown(shutdownCtx); err != nil {
+			return errors.Wrap(err, "shut down the metrics server")
+		}
+	}
 	if err := httpServer.Shutdown(shutdownCtx); err != nil {
 		return errors.Wrap(err, "shut down the HTTP server")
 	}
 	return srv.Stop(shutdownCtx)
+}
+
+// checkExposure refuses a tokenless server on an address other hosts
+// reach, unless told --insecure-no-auth.
+func checkExposure(f *serverFlags, tokens bool) error {
+	if tokens || f.insecureNoAuth || loopbackAddr(f.listen) {
+		return nil
+	}
+	return errors.Mark(errors.Newf("--listen %s without --tokens would let anyone who reaches that address start, read and cancel tasks: "+
+		"pass --tokens FILE (cairn token new makes one), listen on 127.0.0.1, or say --insecure-no-auth "+
+		"(and name the host clients use in --allowed-hosts)", f.listen), configError)
+}
+
+// loopbackAddr reports whether a listen address binds only a loopback
+// interface: "localhost" or a loopback IP. An empty host binds them all.
+func loopbackAddr(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// envList splits a comma-separated environment variable.
+func envList(name string) []string {
+	v := strings.TrimSpace(os.Getenv(name))
+	if v == "" {
+		return nil
+	}
+	return strings.Split(v, ",")
+}
+
+// envBool reads a boolean environment variable: "1", "true", "yes".
+func envBool(name string) bool {
+	switch strings.ToLower(strings.TrimSpace(os.Getenv(name))) {
+	case "1", "true", "yes":
+		return true
+	}
+	return false
 }
 
 func newLogger(w io.Writer, level string) (*slog.Logger, error) {

@@ -162,7 +162,8 @@ func TestCLITaskListCursorIsTheAPIs(t *testing.T) {
 				require.NoError(t, err)
 				defer func() { _ = srv.Stop(context.Background()) }()
 				rec := httptest.NewRecorder()
-				srv.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/v1/tasks?namespace=clitest&"+query, nil))
+				// A tokenless server answers loopback hosts only, not httptest's example.com.
+				srv.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "http://localhost/v1/tasks?namespace=clitest&"+query, nil))
 				require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
 				var p apiPage
 				require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &p))
