@@ -86,8 +86,12 @@ func serve(t *testing.T, cfg server.Config, req *http.Request, wait time.Duratio
 	return rec
 }
 
+// get is a request of a local client: a tokenless server answers only
+// loopback Hosts.
 func get(path string, query url.Values) *http.Request {
-	return httptest.NewRequest(http.MethodGet, path+"?"+query.Encode(), nil)
+	r := httptest.NewRequest(http.MethodGet, path+"?"+query.Encode(), nil)
+	r.Host = "localhost"
+	return r
 }
 
 // requireTooExpensive checks a 422 filter_too_expensive naming limit.
