@@ -29,6 +29,7 @@ var allowedImports = map[string][]string{
 	"sdk":                      {"history", "workflow", "activities", "engine", "engine/store", "engine/pgstore", "internal/celenv", "internal/interpreter", "sdk/internal/executor"},
 	"sdk/internal/executor":    {"engine", "engine/store", "history", "activities", "internal/interpreter"},
 	"internal/celenv":          {},
+	"internal/jsoncheck":       {},
 	"internal/interpreter":     {"history", "activities"},
 	"cmd/cairn":                {"sdk", "engine", "engine/store", "engine/pgstore", "engine/sqlitestore", "history", "activities", "workflow", "server", "cmd/cairn/internal/bench"},
 	"server":                   {"sdk", "engine", "engine/store", "history"},
