@@ -26,7 +26,7 @@ var allowedImports = map[string][]string{
 	"engine/enginetest":        {"engine", "engine/store", "engine/pgstore", "history"},
 	"engine/storetest":         {"engine", "engine/store", "history"},
 	"history/historytest":      {"history"},
-	"sdk":                      {"history", "workflow", "activities", "engine", "engine/store", "engine/pgstore", "internal/celenv", "internal/interpreter", "sdk/internal/executor"},
+	"sdk":                      {"history", "workflow", "activities", "engine", "engine/store", "engine/pgstore", "internal/celenv", "internal/interpreter", "internal/jsoncheck", "sdk/internal/executor"},
 	"sdk/internal/executor":    {"engine", "engine/store", "history", "activities", "internal/interpreter"},
 	"internal/celenv":          {},
 	"internal/jsoncheck":       {},

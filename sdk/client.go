@@ -16,6 +16,7 @@ import (
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/internal/interpreter"
+	"github.com/cairnflow/cairn/internal/jsoncheck"
 	"github.com/cockroachdb/errors"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -259,10 +260,16 @@ func (c *Client) checkedStartParams(wf WorkflowRef, input any, opts *StartOpts) 
 			return nil, errors.Newf("start %s: input is not valid JSON", wf.TypeName())
 		}
 		raw = r
+		if err := jsoncheck.Check(raw, "input"); err != nil {
+			return nil, errors.Wrapf(err, "start %s", wf.TypeName())
+		}
 	} else {
 		var err error
 		if raw, err = json.Marshal(input); err != nil {
 			return nil, errors.Wrapf(err, "start %s: encode input", wf.TypeName())
+		}
+		if err := jsoncheck.CheckMarshaled(raw, "input"); err != nil {
+			return nil, errors.Wrapf(err, "start %s", wf.TypeName())
 		}
 	}
 	if interpreter.HasNULEscape(raw) {
@@ -329,10 +336,16 @@ func checkKey(what, key string) error {
 	switch {
 	case len(key) > maxKeyLen:
 		return errors.Newf("%s is %d bytes, at most %d allowed", what, len(key), maxKeyLen)
-	case !utf8.ValidString(key) || strings.ContainsRune(key, 0):
+	case !validText(key):
 		return errors.Newf("%s is not valid UTF-8 text without NUL characters", what)
 	}
 	return nil
+}
+
+// validText is text both stores keep as given: PostgreSQL refuses invalid
+// UTF-8 and NUL in text, and the embedded store would keep them.
+func validText(s string) bool {
+	return utf8.ValidString(s) && !strings.ContainsRune(s, 0)
 }
 
 // Label limits: labels ride in every task_scheduled and in filters.
@@ -352,8 +365,8 @@ func validateLabels(labels map[string]string) error {
 		if len(v) > maxLabelValueLen {
 			return errors.Newf("label %s: value is %d bytes, at most %d allowed", k, len(v), maxLabelValueLen)
 		}
-		if !utf8.ValidString(v) || strings.ContainsRune(v, 0) {
-			return errors.Newf("label %s: value is not valid UTF-8 text", k)
+		if !validText(v) {
+			return errors.Newf("label %s: value is not valid UTF-8 text without NUL characters", k)
 		}
 	}
 	return nil
@@ -519,6 +532,11 @@ func (c *Client) ListPage(ctx context.Context, opts *ListOpts) (ListPage, error)
 		return ListPage{}, errors.Newf("list: limit %d is outside 1..%d", limit, MaxListLimit)
 	case limit == 0:
 		limit = 100
+	}
+	for _, f := range []struct{ what, value string }{{"status", string(opts.Status)}, {"type", opts.Type}, {"queue", opts.Queue}} {
+		if !validText(f.value) {
+			return ListPage{}, errors.Mark(errors.Newf("list: %s is not valid UTF-8 text without NUL characters", f.what), ErrInvalid)
+		}
 	}
 	p := &store.TaskListParams{Namespace: c.namespace, Status: opts.Status, Type: opts.Type, Queue: opts.Queue,
 		Before: opts.Before, Limit: limit}

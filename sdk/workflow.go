@@ -2,6 +2,7 @@ package sdk
 
 import (
 	"time"
+	"unicode/utf8"
 
 	"github.com/cairnflow/cairn/activities"
 	"github.com/cairnflow/cairn/workflow"
@@ -135,6 +136,9 @@ func validateTypeName(name string) error { return validateName("workflow type na
 func validateName(what, name string) error {
 	if name == "" || len(name) > 200 {
 		return errors.Newf("%s %q: must be 1 to 200 characters", what, name)
+	}
+	if !utf8.ValidString(name) {
+		return errors.Newf("%s %q: not valid UTF-8", what, name)
 	}
 	for _, r := range name {
 		if r <= ' ' || r == '@' || r == 0x7f {

@@ -57,7 +57,19 @@ var ErrSyntax = errors.New("not one JSON value")
 // root ("input", or "" for a request body's top-level fields). Text that is
 // not one JSON value gives an error marked [ErrSyntax].
 func Check(text []byte, root string) error {
-	w := walker{dec: json.NewDecoder(bytes.NewReader(text)), text: text}
+	return check(text, root, false)
+}
+
+// CheckMarshaled is [Check] for text json.Marshal wrote from a Go value. It
+// also refuses the escape \ufffd, which json.Marshal writes in place of
+// invalid UTF-8 in a Go string (it writes a real U+FFFD as itself), so a
+// value whose strings are not UTF-8 is refused rather than changed.
+func CheckMarshaled(text []byte, root string) error {
+	return check(text, root, true)
+}
+
+func check(text []byte, root string, marshaled bool) error {
+	w := walker{dec: json.NewDecoder(bytes.NewReader(text)), text: text, marshaled: marshaled}
 	w.dec.UseNumber()
 	if err := w.value(root, nil); err != nil {
 		return err
@@ -106,8 +118,9 @@ func Equal(a, b []byte) bool {
 // walker reads one JSON text token by token, checking each value and, when
 // out is set, writing its canonical form.
 type walker struct {
-	dec  *json.Decoder
-	text []byte
+	dec       *json.Decoder
+	text      []byte
+	marshaled bool // json.Marshal wrote text: \ufffd stands for invalid UTF-8
 }
 
 // value reads the value at path. With out nil it checks (Check); with out
@@ -133,7 +146,7 @@ func (w *walker) value(path string, out *bytes.Buffer) error {
 			writeString(out, t)
 			return nil
 		}
-		if reason := stringProblem(w.literal(start)); reason != "" {
+		if reason := stringProblem(w.literal(start), w.marshaled); reason != "" {
 			return &Error{Path: rootName(path), Reason: reason}
 		}
 	case json.Number:
@@ -181,7 +194,7 @@ func (w *walker) object(path string, out *bytes.Buffer) error {
 		}
 		lit := w.literal(start)
 		if out == nil {
-			if reason := stringProblem(lit); reason != "" {
+			if reason := stringProblem(lit, w.marshaled); reason != "" {
 				return &Error{Path: memberPath(path, rawName(lit)), Reason: "names a member that " + reason}
 			}
 			if seen[name] {
@@ -260,8 +273,8 @@ func (w *walker) literal(start int64) []byte {
 }
 
 // stringProblem says what is wrong with a string literal (quotes included),
-// or "" when nothing is.
-func stringProblem(lit []byte) string {
+// or "" when nothing is. marshaled: the escape \ufffd marks invalid UTF-8.
+func stringProblem(lit []byte, marshaled bool) string {
 	if len(lit) < 2 {
 		return ""
 	}
@@ -282,6 +295,8 @@ func stringProblem(lit []byte) string {
 					return "holds a lone surrogate escape (\\u" + strings.ToLower(string(s[i+2:i+6])) + ")"
 				case r >= 0xDC00 && r <= 0xDFFF:
 					return "holds a lone surrogate escape (\\u" + strings.ToLower(string(s[i+2:i+6])) + ")"
+				case r == utf8.RuneError && marshaled:
+					return "is not valid UTF-8 (json.Marshal would replace it with U+FFFD)"
 				}
 				i += 6
 				continue

@@ -50,6 +50,19 @@ func TestCheck(t *testing.T) {
 	require.True(t, errors.Is(err, jsoncheck.ErrSyntax), "%v", err)
 }
 
+func TestCheckMarshaled(t *testing.T) {
+	t.Parallel()
+	text, err := json.Marshal(map[string]any{"ok": "\ufffd", "bad": []string{"a\xffb"}})
+	require.NoError(t, err)
+	var je *jsoncheck.Error
+	require.True(t, errors.As(jsoncheck.CheckMarshaled(text, "input"), &je), "%s", text)
+	require.Equal(t, "input.bad[0]", je.Path)
+	require.NoError(t, jsoncheck.Check(text, "input"), "as text, \\ufffd is a real U+FFFD")
+	text, err = json.Marshal(map[string]string{"ok": "\ufffd"})
+	require.NoError(t, err)
+	require.NoError(t, jsoncheck.CheckMarshaled(text, "input"), "a real U+FFFD is written as itself")
+}
+
 func TestCanonical(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct{ a, b string }{
