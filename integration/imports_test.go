@@ -19,7 +19,7 @@ var allowedImports = map[string][]string{
 	"workflow":                 {"history", "activities", "internal/interpreter"},
 	"activities":               {"history", "internal/celenv"},
 	"engine/store":             {"history"},
-	"engine/internal/plan":     {"engine/store", "history"},
+	"engine/internal/plan":     {"engine/store", "history", "internal/jsoncheck"},
 	"engine/pgstore":           {"engine/store", "engine/internal/plan", "history", "migrations"},
 	"engine/sqlitestore":       {"engine/store", "engine/internal/plan", "history", "migrations"},
 	"engine":                   {"engine/store", "engine/internal/plan", "history"},
