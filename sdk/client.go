@@ -27,6 +27,14 @@ import (
 // client's namespace.
 var ErrNotFound = store.ErrNotFound
 
+// ErrIdempotencyKeyReused is returned (marked) by [Client.Start],
+// [Client.StartTx] and [Client.StartMany] for a start whose idempotency key
+// is taken by a task of another type or input (see
+// [StartOpts.IdempotencyKey]). Nothing was written (in a StartMany, none of
+// the batch), and the error names neither the task that holds the key nor
+// its state. It is never returned for the same start repeated.
+var ErrIdempotencyKeyReused = store.ErrIdempotencyKeyReused
+
 // ClientConfig configures a [Client].
 type ClientConfig struct {
 	// Pool is the PostgreSQL connection pool. Required unless Store is
@@ -126,8 +134,13 @@ func (c *Client) Store() store.Store { return c.store }
 // StartOpts are per-start options. A nil *StartOpts takes every default.
 type StartOpts struct {
 	// IdempotencyKey makes the start happen once per namespace: a second
-	// start with the same key returns the first task's id and creates
-	// nothing.
+	// start with the same key, the same workflow type and an input holding
+	// the same JSON value (however its text orders members, spaces or writes
+	// numbers) returns the first task's id with Existing set and creates
+	// nothing. A start with the key and another type or input fails with
+	// [ErrIdempotencyKeyReused]. The other options (queue, run time,
+	// labels, version, …) are not compared: the first start's stand. Keys
+	// are compared byte for byte, and must be valid UTF-8 without NUL.
 	IdempotencyKey string
 	// Queue overrides the workflow's queue.
 	Queue string
@@ -171,7 +184,11 @@ type StartResult struct {
 }
 
 // Start persists a task of workflow type wf with input, and returns its id
-// once it is committed. input is encoded as JSON.
+// once it is committed. input is encoded as JSON; a [json.RawMessage] is
+// taken as it is. Input that the stores would not keep alike is refused
+// with [ErrInvalid] naming the field: a string (or member name) that is not
+// valid UTF-8 or holds a lone surrogate escape, a member named twice, a
+// number beyond 1000 digits or an exponent beyond ±1000.
 func (c *Client) Start(ctx context.Context, wf WorkflowRef, input any, opts *StartOpts) (StartResult, error) {
 	p, err := c.startParams(wf, input, opts)
 	if err != nil {
@@ -318,7 +335,7 @@ func (c *Client) checkedStartParams(wf WorkflowRef, input any, opts *StartOpts) 
 	if err := validateLabels(opts.Labels); err != nil {
 		return nil, errors.Wrapf(err, "start %s", wf.TypeName())
 	}
-	return &store.TaskStartParams{Namespace: c.namespace, Scheduled: history.TaskScheduledData{
+	return &store.TaskStartParams{Namespace: c.namespace, RefuseKeyReuse: true, Scheduled: history.TaskScheduledData{
 		TaskType: wf.TypeName(), TypeVersion: wf.TypeVersion(), Queue: queue, Priority: opts.Priority,
 		Input: raw, RunAt: runAt, IdempotencyKey: opts.IdempotencyKey, TraceID: opts.TraceID,
 		MaxAttempts: maxAttempts, Deadline: deadline, StartDeadline: startDeadline,
@@ -607,7 +624,8 @@ type StartParams struct {
 // StartMany starts many tasks in one round trip (a batched insert) and
 // returns their results in the order given. Either all are persisted or, on
 // error, none. Idempotency keys work as in [Client.Start], also between
-// tasks of the same batch.
+// tasks of the same batch: one start reusing a key with another type or
+// input fails the whole batch with [ErrIdempotencyKeyReused].
 func (c *Client) StartMany(ctx context.Context, starts []StartParams) ([]StartResult, error) {
 	params := make([]*store.TaskStartParams, len(starts))
 	for i, s := range starts {

@@ -79,3 +79,85 @@ func TestListRefusesFiltersTheStoresWouldDisagreeOn(t *testing.T) {
 		}
 	})
 }
+
+// TestStartReusingAKeyWithAnotherInputIsRefused: a start that reuses an
+// idempotency key with another input (or type) once returned the existing
+// task; now it fails with ErrIdempotencyKeyReused, names no task, and
+// writes nothing, alone or in a batch. The same start repeated, its input
+// written otherwise, still returns the existing task.
+func TestStartReusingAKeyWithAnotherInputIsRefused(t *testing.T) {
+	t.Parallel()
+	onEachStore(t, func(t *testing.T, setup setupFunc) {
+		b := setup(t, sdk.WorkerConfig{})
+		ctx := context.Background()
+		opts := &sdk.StartOpts{IdempotencyKey: "invoice-42"}
+		first, err := b.client.Start(ctx, echo, json.RawMessage(`{"invoice":42,"pages":[1,2]}`), opts)
+		require.NoError(t, err)
+
+		again, err := b.client.Start(ctx, echo, map[string]any{"pages": []int{1, 2}, "invoice": 42.0}, opts)
+		require.NoError(t, err, "the same value, encoded otherwise")
+		require.Equal(t, sdk.StartResult{ID: first.ID, Existing: true}, again)
+
+		for name, start := range map[string]func() (sdk.StartResult, error){
+			"AnotherInput": func() (sdk.StartResult, error) {
+				return b.client.Start(ctx, echo, json.RawMessage(`{"invoice":43,"pages":[1,2]}`), opts)
+			},
+			"AnotherType": func() (sdk.StartResult, error) {
+				return b.client.Start(ctx, sdk.TypeRef{Name: "other", Version: 1}, json.RawMessage(`{"invoice":42,"pages":[1,2]}`), opts)
+			},
+			"InABatch": func() (sdk.StartResult, error) {
+				res, err := b.client.StartMany(ctx, []sdk.StartParams{
+					{Workflow: echo, Input: "fresh", Opts: &sdk.StartOpts{IdempotencyKey: "fresh"}},
+					{Workflow: echo, Input: "reuse", Opts: opts},
+				})
+				if len(res) > 0 {
+					return res[0], err
+				}
+				return sdk.StartResult{}, err
+			},
+			"TwiceInABatch": func() (sdk.StartResult, error) {
+				_, err := b.client.StartMany(ctx, []sdk.StartParams{
+					{Workflow: echo, Input: "a", Opts: &sdk.StartOpts{IdempotencyKey: "twice"}},
+					{Workflow: echo, Input: "b", Opts: &sdk.StartOpts{IdempotencyKey: "twice"}},
+				})
+				return sdk.StartResult{}, err
+			},
+		} {
+			res, err := start()
+			require.True(t, errors.Is(err, sdk.ErrIdempotencyKeyReused), "%s: %v", name, err)
+			require.Equal(t, sdk.StartResult{}, res, name)
+			require.NotContains(t, err.Error(), first.ID.String(), name)
+		}
+		require.Equal(t, 1, enginetest.RequireProjectionsMatch(t, b.client.Store()), "the refused starts wrote nothing")
+		require.Len(t, taskHistory(t, b.client, first.ID), 1, "nothing appended to the existing task")
+	})
+}
+
+// TestStartTxReusingAKeyLeavesTheTransactionClean: a refused StartTx undoes
+// what it wrote in the caller's transaction (a savepoint), which stays
+// usable.
+func TestStartTxReusingAKeyLeavesTheTransactionClean(t *testing.T) {
+	t.Parallel()
+	b := setup(t, sdk.WorkerConfig{})
+	ctx := context.Background()
+	tx, err := b.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	first, err := b.client.StartTx(ctx, tx, echo, "a", &sdk.StartOpts{IdempotencyKey: "outbox-1"})
+	require.NoError(t, err)
+	same, err := b.client.StartTx(ctx, tx, echo, "a", &sdk.StartOpts{IdempotencyKey: "outbox-1"})
+	require.NoError(t, err, "the holder is in the same transaction")
+	require.Equal(t, sdk.StartResult{ID: first.ID, Existing: true}, same)
+	_, err = b.client.StartTx(ctx, tx, echo, "b", &sdk.StartOpts{IdempotencyKey: "outbox-1"})
+	require.True(t, errors.Is(err, sdk.ErrIdempotencyKeyReused), "%v", err)
+	kept, err := b.client.StartTx(ctx, tx, echo, "c", nil)
+	require.NoError(t, err, "the transaction is still usable")
+	require.NoError(t, tx.Commit(ctx))
+	tasks, err := b.client.List(ctx, nil)
+	require.NoError(t, err)
+	require.Len(t, tasks, 2)
+	for _, task := range tasks {
+		require.Contains(t, []string{first.ID.String(), kept.ID.String()}, task.ID.String())
+	}
+	require.Equal(t, 2, enginetest.RequireProjectionsMatch(t, b.client.Store()))
+}
