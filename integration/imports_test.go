@@ -32,7 +32,7 @@ var allowedImports = map[string][]string{
 	"internal/jsoncheck":       {},
 	"internal/interpreter":     {"history", "activities"},
 	"cmd/cairn":                {"sdk", "engine", "engine/store", "engine/pgstore", "engine/sqlitestore", "history", "activities", "workflow", "server", "cmd/cairn/internal/bench"},
-	"server":                   {"sdk", "engine", "engine/store", "history"},
+	"server":                   {"sdk", "engine", "engine/store", "history", "internal/jsoncheck"},
 	"cmd/cairn/internal/bench": {"sdk", "engine", "engine/store", "engine/pgstore", "engine/sqlitestore", "history", "activities", "workflow"},
 	"integration":              {},
 }

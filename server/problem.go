@@ -52,6 +52,7 @@ const (
 	codeInternal        = "internal"
 	codeTooSlow         = "diagnosis_too_slow"
 	codeUnsupported     = "unsupported"
+	codeKeyReused       = "idempotency_key_reused"
 )
 
 var titles = map[string]string{
@@ -72,6 +73,7 @@ var titles = map[string]string{
 	codeInternal:        "Internal server error",
 	codeTooSlow:         "The diagnosis took too long; try a shorter window",
 	codeUnsupported:     "The server's store does not support this",
+	codeKeyReused:       "The idempotency key was used for another start",
 }
 
 func problem(status int, code, detail string) *Problem {
@@ -102,6 +104,11 @@ func problemFor(err error) *Problem {
 			detail += " (hint: " + hint + ")"
 		}
 		return problem(http.StatusBadRequest, codeFilterFailed, detail)
+	case errors.Is(err, sdk.ErrIdempotencyKeyReused):
+		// Neither the task holding the key nor its state: the caller may
+		// not be allowed to read it.
+		return problem(http.StatusConflict, codeKeyReused,
+			"the idempotency key is taken by a task of another type or input: a new start needs a new key")
 	case errors.Is(err, sdk.ErrUnknownType):
 		return problem(http.StatusBadRequest, codeUnknownTaskType, err.Error())
 	case errors.Is(err, sdk.ErrInvalid):

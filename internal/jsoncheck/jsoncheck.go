@@ -37,13 +37,19 @@ const (
 // Error says what is wrong with a JSON text and where.
 type Error struct {
 	// Path names the member or element: "input.id", "items[2]",
-	// `labels["a b"]`; the root when the text itself is wrong.
+	// `labels["a b"]`; the root given to [Check] when the value itself is
+	// wrong ("" for a request body).
 	Path string
 	// Reason says what is wrong, e.g. "is not valid UTF-8".
 	Reason string
 }
 
-func (e *Error) Error() string { return e.Path + " " + e.Reason }
+func (e *Error) Error() string {
+	if e.Path == "" {
+		return "the value " + e.Reason
+	}
+	return e.Path + " " + e.Reason
+}
 
 // ErrSyntax is returned (marked) by [Check] and [Canonical] for text that
 // is not one JSON value.
@@ -147,7 +153,7 @@ func (w *walker) value(path string, out *bytes.Buffer) error {
 			return nil
 		}
 		if reason := stringProblem(w.literal(start), w.marshaled); reason != "" {
-			return &Error{Path: rootName(path), Reason: reason}
+			return &Error{Path: path, Reason: reason}
 		}
 	case json.Number:
 		digits, exp, ok := number(string(t))
@@ -160,7 +166,7 @@ func (w *walker) value(path string, out *bytes.Buffer) error {
 			return nil
 		}
 		if !ok {
-			return &Error{Path: rootName(path), Reason: "is a number of more than " + strconv.Itoa(MaxNumberDigits) +
+			return &Error{Path: path, Reason: "is a number of more than " + strconv.Itoa(MaxNumberDigits) +
 				" digits or with an exponent beyond ±" + strconv.Itoa(MaxExponent)}
 		}
 	case bool:
@@ -418,12 +424,4 @@ func plainName(name string) bool {
 		}
 	}
 	return true
-}
-
-// rootName is how an error names path: "the value" for the root.
-func rootName(path string) string {
-	if path == "" {
-		return "the value"
-	}
-	return path
 }
