@@ -16,6 +16,7 @@ import (
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/internal/interpreter"
+	"github.com/cairnflow/cairn/internal/jsoncheck"
 	"github.com/cockroachdb/errors"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -25,6 +26,14 @@ import (
 // ErrNotFound is returned (marked) for a task id that does not exist in the
 // client's namespace.
 var ErrNotFound = store.ErrNotFound
+
+// ErrIdempotencyKeyReused is returned (marked) by [Client.Start],
+// [Client.StartTx] and [Client.StartMany] for a start whose idempotency key
+// is taken by a task of another type or input (see
+// [StartOpts.IdempotencyKey]). Nothing was written (in a StartMany, none of
+// the batch), and the error names neither the task that holds the key nor
+// its state. It is never returned for the same start repeated.
+var ErrIdempotencyKeyReused = store.ErrIdempotencyKeyReused
 
 // ClientConfig configures a [Client].
 type ClientConfig struct {
@@ -137,8 +146,13 @@ func (c *Client) Store() store.Store { return c.store }
 // StartOpts are per-start options. A nil *StartOpts takes every default.
 type StartOpts struct {
 	// IdempotencyKey makes the start happen once per namespace: a second
-	// start with the same key returns the first task's id and creates
-	// nothing.
+	// start with the same key, the same workflow type and an input holding
+	// the same JSON value (however its text orders members, spaces or writes
+	// numbers) returns the first task's id with Existing set and creates
+	// nothing. A start with the key and another type or input fails with
+	// [ErrIdempotencyKeyReused]. The other options (queue, run time,
+	// labels, version, …) are not compared: the first start's stand. Keys
+	// are compared byte for byte, and must be valid UTF-8 without NUL.
 	IdempotencyKey string
 	// Queue overrides the workflow's queue.
 	Queue string
@@ -182,7 +196,11 @@ type StartResult struct {
 }
 
 // Start persists a task of workflow type wf with input, and returns its id
-// once it is committed. input is encoded as JSON.
+// once it is committed. input is encoded as JSON; a [json.RawMessage] is
+// taken as it is. Input that the stores would not keep alike is refused
+// with [ErrInvalid] naming the field: a string (or member name) that is not
+// valid UTF-8 or holds a lone surrogate escape, a member named twice, a
+// number beyond 1000 digits or an exponent beyond ±1000.
 func (c *Client) Start(ctx context.Context, wf WorkflowRef, input any, opts *StartOpts) (StartResult, error) {
 	p, err := c.startParams(wf, input, opts)
 	if err != nil {
@@ -271,10 +289,16 @@ func (c *Client) checkedStartParams(wf WorkflowRef, input any, opts *StartOpts) 
 			return nil, errors.Newf("start %s: input is not valid JSON", wf.TypeName())
 		}
 		raw = r
+		if err := jsoncheck.Check(raw, "input"); err != nil {
+			return nil, errors.Wrapf(err, "start %s", wf.TypeName())
+		}
 	} else {
 		var err error
 		if raw, err = json.Marshal(input); err != nil {
 			return nil, errors.Wrapf(err, "start %s: encode input", wf.TypeName())
+		}
+		if err := jsoncheck.CheckMarshaled(raw, "input"); err != nil {
+			return nil, errors.Wrapf(err, "start %s", wf.TypeName())
 		}
 	}
 	if interpreter.HasNULEscape(raw) {
@@ -323,7 +347,7 @@ func (c *Client) checkedStartParams(wf WorkflowRef, input any, opts *StartOpts) 
 	if err := validateLabels(opts.Labels); err != nil {
 		return nil, errors.Wrapf(err, "start %s", wf.TypeName())
 	}
-	return &store.TaskStartParams{Namespace: c.namespace, Scheduled: history.TaskScheduledData{
+	return &store.TaskStartParams{Namespace: c.namespace, RefuseKeyReuse: true, Scheduled: history.TaskScheduledData{
 		TaskType: wf.TypeName(), TypeVersion: wf.TypeVersion(), Queue: queue, Priority: opts.Priority,
 		Input: raw, RunAt: runAt, IdempotencyKey: opts.IdempotencyKey, TraceID: opts.TraceID,
 		MaxAttempts: maxAttempts, Deadline: deadline, StartDeadline: startDeadline,
@@ -341,10 +365,16 @@ func checkKey(what, key string) error {
 	switch {
 	case len(key) > maxKeyLen:
 		return errors.Newf("%s is %d bytes, at most %d allowed", what, len(key), maxKeyLen)
-	case !utf8.ValidString(key) || strings.ContainsRune(key, 0):
+	case !validText(key):
 		return errors.Newf("%s is not valid UTF-8 text without NUL characters", what)
 	}
 	return nil
+}
+
+// validText is text both stores keep as given: PostgreSQL refuses invalid
+// UTF-8 and NUL in text, and the embedded store would keep them.
+func validText(s string) bool {
+	return utf8.ValidString(s) && !strings.ContainsRune(s, 0)
 }
 
 // Label limits: labels ride in every task_scheduled and in filters.
@@ -364,8 +394,8 @@ func validateLabels(labels map[string]string) error {
 		if len(v) > maxLabelValueLen {
 			return errors.Newf("label %s: value is %d bytes, at most %d allowed", k, len(v), maxLabelValueLen)
 		}
-		if !utf8.ValidString(v) || strings.ContainsRune(v, 0) {
-			return errors.Newf("label %s: value is not valid UTF-8 text", k)
+		if !validText(v) {
+			return errors.Newf("label %s: value is not valid UTF-8 text without NUL characters", k)
 		}
 	}
 	return nil
@@ -533,6 +563,11 @@ func (c *Client) ListPage(ctx context.Context, opts *ListOpts) (ListPage, error)
 	case limit == 0:
 		limit = 100
 	}
+	for _, f := range []struct{ what, value string }{{"status", string(opts.Status)}, {"type", opts.Type}, {"queue", opts.Queue}} {
+		if !validText(f.value) {
+			return ListPage{}, errors.Mark(errors.Newf("list: %s is not valid UTF-8 text without NUL characters", f.what), ErrInvalid)
+		}
+	}
 	p := &store.TaskListParams{Namespace: c.namespace, Status: opts.Status, Type: opts.Type, Queue: opts.Queue,
 		Before: opts.Before, Limit: limit}
 	if opts.Filter == nil {
@@ -633,7 +668,8 @@ type StartParams struct {
 // StartMany starts many tasks in one round trip (a batched insert) and
 // returns their results in the order given. Either all are persisted or, on
 // error, none. Idempotency keys work as in [Client.Start], also between
-// tasks of the same batch.
+// tasks of the same batch: one start reusing a key with another type or
+// input fails the whole batch with [ErrIdempotencyKeyReused].
 func (c *Client) StartMany(ctx context.Context, starts []StartParams) ([]StartResult, error) {
 	params := make([]*store.TaskStartParams, len(starts))
 	for i, s := range starts {

@@ -37,10 +37,12 @@ func TestStartWithIdempotencyKeyStartsOnce(t *testing.T) {
 		first, err := b.client.Start(ctx, echo, "first", opts)
 		require.NoError(t, err)
 		require.False(t, first.Existing)
-		second, err := b.client.Start(ctx, echo, "second", opts)
+		second, err := b.client.Start(ctx, echo, "first", opts)
 		require.NoError(t, err)
 		require.True(t, second.Existing)
 		require.Equal(t, first.ID, second.ID)
+		_, err = b.client.Start(ctx, echo, "second", opts)
+		require.True(t, errors.Is(err, sdk.ErrIdempotencyKeyReused), "another input: %v", err)
 
 		info, err := b.client.Get(ctx, first.ID)
 		require.NoError(t, err)
@@ -315,9 +317,9 @@ func TestStartManyInsertsInOrderAndHonoursIdempotencyKeys(t *testing.T) {
 
 		res, err := b.client.StartMany(ctx, []sdk.StartParams{
 			{Workflow: wf, Input: "a"},
-			{Workflow: wf, Input: "b", Opts: &sdk.StartOpts{IdempotencyKey: "taken"}},
+			{Workflow: wf, Input: "earlier", Opts: &sdk.StartOpts{IdempotencyKey: "taken"}},
 			{Workflow: wf, Input: "c", Opts: &sdk.StartOpts{IdempotencyKey: "twice"}},
-			{Workflow: wf, Input: "d", Opts: &sdk.StartOpts{IdempotencyKey: "twice"}},
+			{Workflow: wf, Input: "c", Opts: &sdk.StartOpts{IdempotencyKey: "twice", Priority: 9}},
 			{Workflow: wf, Input: "e", Opts: &sdk.StartOpts{Queue: "other", Priority: 3}},
 		})
 		require.NoError(t, err)

@@ -5,10 +5,16 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"reflect"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/internal/jsoncheck"
 	"github.com/stretchr/testify/require"
 )
 
@@ -18,7 +24,16 @@ import (
 // problem with status 400 or 413 (413 exactly when the body is over the
 // limit), a known code, a title and a detail, and it is written as
 // problem+json; an accepted request gives start options that say what it
-// said.
+// said, and met the strict rules (valid UTF-8, no lone surrogate, no
+// member twice, exact field names).
+//
+// Then the same request goes to a handler over PostgreSQL and one over the
+// embedded store, each in a namespace of its own where task type "doc" is
+// registered: both answer the same status and problem code, never a 5xx,
+// and a task both accepted reads back the same from both (type, queue, key
+// and the other strings byte for byte, the input in canonical form, equal
+// to the input sent). A listing with the traceparent string as ?type= is
+// answered alike too.
 func FuzzDecodeStartRequest(f *testing.F) {
 	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 	for _, seed := range []struct {
@@ -55,66 +70,146 @@ func FuzzDecodeStartRequest(f *testing.F) {
 		{"\xff", ""},
 		{`{"type":"\ud800","labels":{"\u0000":"x"}}`, ""},
 		{`{"input":` + strings.Repeat("[", 600) + strings.Repeat("]", 600) + `}`, ""},
+		// The findings: each once a 500 on PostgreSQL and a 202 on SQLite,
+		// or read leniently.
+		{`{"type":"doc","input":{"id":"\ud800"}}`, ""},
+		{"{\"type\":\"doc\",\"input\":{\"id\":\"a\xffb\"}}", ""},
+		{`{"Type":"doc"}`, "\x00"},
+		{`{"type":"doc","type":"doc"}`, "\xff"},
+		{"{\"type\":\"doc\",\"idempotency_key\":\"a\xffb\"}", ""},
+		{`{"type":"doc","idempotency_key":"a\ufffdb"}`, "doc"},
+		{`{"type":"doc","input":{"n":1e1000000}}`, ""},
+		{`{"type":"doc","input":{"b":[1,2.50],"a":"x","s":"\ud83d\ude00\u00e9"},"idempotency_key":"k","queue":"q","labels":{"tenant":"acme"}}`, tp},
+		{`{"type":"doc","input":-0.0e-5,"priority":-3,"max_attempts":2,"fairness_key":"f","fairness_weight":2}`, ""},
+		{`{"type":"doc","input":"\u0000"}`, ""},
+		{`{"type":"doc","labels":{"k":"\ud800"}}`, ""},
 	} {
 		f.Add([]byte(seed.body), seed.traceparent, uint16(4096))
 		f.Add([]byte(seed.body), seed.traceparent, uint16(len(seed.body)/2))
 	}
 
+	stores := bothStores(f)
+	handlers := make([]http.Handler, len(stores))
+	for i, st := range stores {
+		handlers[i] = testServer(f, st.store)
+	}
+	var namespaces atomic.Int64
+
 	f.Fuzz(func(t *testing.T, body []byte, traceparent string, limit uint16) {
-		// Through decodeBody, as the handler reads it.
-		var viaBody startRequest
-		w := httptest.NewRecorder()
-		r := httptest.NewRequest(http.MethodPost, "/v1/tasks", bytes.NewReader(body))
-		p := decodeBody(w, r, int64(limit), &viaBody, false)
-		if len(body) > int(limit) {
-			require.NotNil(t, p, "a body over the limit was accepted")
-			requireProblem(t, p, http.StatusRequestEntityTooLarge)
-		} else if p != nil {
-			requireProblem(t, p, http.StatusBadRequest)
-		}
-
-		// And decodeJSON with no limit.
-		var req startRequest
-		p = decodeJSON(body, &req)
-		if p != nil {
-			requireProblem(t, p, http.StatusBadRequest)
-			return
-		}
-		if len(body) <= int(limit) {
-			require.Equal(t, req, viaBody)
-		}
-		// One JSON value and nothing after it (`{"type":"t"}]` was once
-		// accepted: dec.More() does not see a stray ']' or '}').
-		require.True(t, json.Valid(body), "accepted a body that is not one JSON value: %q", body)
-
-		opts, p := req.startOpts(traceparent)
-		if p != nil {
-			require.Nil(t, opts)
-			requireProblem(t, p, http.StatusBadRequest)
-			return
-		}
-		require.NotNil(t, opts)
-		require.GreaterOrEqual(t, opts.Delay, time.Duration(0))
-		if req.Delay != "" {
-			require.Nil(t, req.RunAt, "run_at and delay both accepted")
-		}
-		if req.RunAt != nil {
-			require.True(t, opts.RunAt.Equal(*req.RunAt))
-		}
-		switch {
-		case req.TraceID != "":
-			require.Equal(t, req.TraceID, opts.TraceID)
-		case traceparent != "":
-			require.Equal(t, traceparent, opts.TraceID)
-			require.True(t, traceparentRE.MatchString(traceparent))
-		default:
-			require.Empty(t, opts.TraceID)
-		}
-		require.Equal(t, req.IdempotencyKey, opts.IdempotencyKey)
-		require.Equal(t, req.Queue, opts.Queue)
-		require.Equal(t, req.Priority, opts.Priority)
-		require.Equal(t, req.MaxAttempts, opts.MaxAttempts)
+		checkDecoding(t, body, traceparent, limit)
+		ns := "fuzz-" + strconv.FormatInt(namespaces.Add(1), 10)
+		sameOnBothStores(t, stores, handlers, ns, body, traceparent)
 	})
+}
+
+// checkDecoding is the first half of [FuzzDecodeStartRequest]: the
+// decoding alone.
+func checkDecoding(t *testing.T, body []byte, traceparent string, limit uint16) {
+	// Through decodeBody, as the handler reads it.
+	var viaBody startRequest
+	w := httptest.NewRecorder()
+	r := httptest.NewRequest(http.MethodPost, "/v1/tasks", bytes.NewReader(body))
+	p := decodeBody(w, r, int64(limit), &viaBody, false)
+	if len(body) > int(limit) {
+		require.NotNil(t, p, "a body over the limit was accepted")
+		requireProblem(t, p, http.StatusRequestEntityTooLarge)
+	} else if p != nil {
+		requireProblem(t, p, http.StatusBadRequest)
+	}
+
+	// And decodeJSON with no limit.
+	var req startRequest
+	p = decodeJSON(body, &req)
+	if p != nil {
+		requireProblem(t, p, http.StatusBadRequest)
+		return
+	}
+	if len(body) <= int(limit) {
+		require.Equal(t, req, viaBody)
+	}
+	// One JSON value and nothing after it (`{"type":"t"}]` was once
+	// accepted: dec.More() does not see a stray ']' or '}').
+	require.True(t, json.Valid(body), "accepted a body that is not one JSON value: %q", body)
+
+	opts, p := req.startOpts(traceparent)
+	if p != nil {
+		require.Nil(t, opts)
+		requireProblem(t, p, http.StatusBadRequest)
+		return
+	}
+	require.NotNil(t, opts)
+	require.GreaterOrEqual(t, opts.Delay, time.Duration(0))
+	if req.Delay != "" {
+		require.Nil(t, req.RunAt, "run_at and delay both accepted")
+	}
+	if req.RunAt != nil {
+		require.True(t, opts.RunAt.Equal(*req.RunAt))
+	}
+	switch {
+	case req.TraceID != "":
+		require.Equal(t, req.TraceID, opts.TraceID)
+	case traceparent != "":
+		require.Equal(t, traceparent, opts.TraceID)
+		require.True(t, traceparentRE.MatchString(traceparent))
+	default:
+		require.Empty(t, opts.TraceID)
+	}
+	require.Equal(t, req.IdempotencyKey, opts.IdempotencyKey)
+	require.Equal(t, req.Queue, opts.Queue)
+	require.Equal(t, req.Priority, opts.Priority)
+	require.Equal(t, req.MaxAttempts, opts.MaxAttempts)
+	// Accepted: strict all through.
+	require.NoError(t, jsoncheck.Check(body, ""), "accepted %q", body)
+	require.Nil(t, exactNames(body, reflect.TypeFor[startRequest](), ""), "accepted %q", body)
+}
+
+// sameOnBothStores is the second half of [FuzzDecodeStartRequest]: body
+// and a listing, sent to a handler over each store in namespace ns.
+func sameOnBothStores(t *testing.T, stores []namedStore, handlers []http.Handler, ns string, body []byte, traceparent string) {
+	answers := make([]answer, len(stores))
+	for i, st := range stores {
+		registerDoc(t, st.store, ns)
+		answers[i] = send(t, handlers[i], http.MethodPost, "/v1/tasks?namespace="+ns, body, "traceparent", traceparent)
+		require.Less(t, answers[i].status, 500, "%s answered %q with %s", st.name, body, answers[i].body)
+	}
+	pg, lite := answers[0], answers[1]
+	require.Equal(t, pg.status, lite.status, "%q: PostgreSQL %s, SQLite %s", body, pg.body, lite.body)
+	require.Equal(t, pg.problem.Code, lite.problem.Code, "%q: PostgreSQL %s, SQLite %s", body, pg.body, lite.body)
+	if pg.status == http.StatusAccepted {
+		var req startRequest
+		require.Nil(t, decodeJSON(body, &req), "the handler took %q", body)
+		sent, err := jsoncheck.Canonical(req.Input)
+		require.NoError(t, err)
+		var tasks []*store.Task
+		for i, st := range stores {
+			var res startResponse
+			require.NoError(t, json.Unmarshal(answers[i].body, &res))
+			task, err := st.store.TaskGetByID(t.Context(), ns, res.ID)
+			require.NoError(t, err, st.name)
+			back, err := jsoncheck.Canonical(task.Input)
+			require.NoError(t, err, "%s gave back %q", st.name, task.Input)
+			require.Equal(t, string(sent), string(back), "%s: the input read back", st.name)
+			require.Equal(t, req.IdempotencyKey, task.IdempotencyKey, "%s: the key, byte for byte", st.name)
+			tasks = append(tasks, task)
+		}
+		a, b := tasks[0], tasks[1]
+		require.Equal(t, []any{a.Type, a.Queue, a.Priority, a.MaxAttempts, a.IdempotencyKey, a.TraceID, a.FairnessKey, a.FairnessWeight, a.Labels},
+			[]any{b.Type, b.Queue, b.Priority, b.MaxAttempts, b.IdempotencyKey, b.TraceID, b.FairnessKey, b.FairnessWeight, b.Labels})
+	}
+
+	// A listing by type, the fuzzer's string as the parameter.
+	target := "/v1/tasks?" + url.Values{"namespace": {ns}, "type": {traceparent}}.Encode()
+	for i, st := range stores {
+		answers[i] = send(t, handlers[i], http.MethodGet, target, nil)
+		require.Less(t, answers[i].status, 500, "%s answered %s with %s", st.name, target, answers[i].body)
+	}
+	require.Equal(t, answers[0].status, answers[1].status, "%s: PostgreSQL %s, SQLite %s", target, answers[0].body, answers[1].body)
+	if answers[0].status == http.StatusOK {
+		var pgList, liteList listResponse
+		require.NoError(t, json.Unmarshal(answers[0].body, &pgList))
+		require.NoError(t, json.Unmarshal(answers[1].body, &liteList))
+		require.Len(t, liteList.Tasks, len(pgList.Tasks), target)
+	}
 }
 
 // requireProblem checks p is a complete problem of status and that it is

@@ -61,6 +61,8 @@ const (
 	codeHostNotAllowed   = "host_not_allowed"
 	codeCrossOrigin      = "cross_origin"
 	codeUnsupportedMedia = "unsupported_media_type"
+
+	codeKeyReused = "idempotency_key_reused"
 )
 
 var titles = map[string]string{
@@ -85,6 +87,7 @@ var titles = map[string]string{
 	codeHostNotAllowed:   "The server does not answer requests for this host name",
 	codeCrossOrigin:      "Cross-origin request refused",
 	codeUnsupportedMedia: "The request body must be JSON",
+	codeKeyReused:        "The idempotency key was used for another start",
 }
 
 func problem(status int, code, detail string) *Problem {
@@ -124,6 +127,11 @@ func problemFor(err error) *Problem {
 			detail += " (hint: " + hint + ")"
 		}
 		return problem(http.StatusBadRequest, codeFilterFailed, detail)
+	case errors.Is(err, sdk.ErrIdempotencyKeyReused):
+		// Neither the task holding the key nor its state: the caller may
+		// not be allowed to read it.
+		return problem(http.StatusConflict, codeKeyReused,
+			"the idempotency key is taken by a task of another type or input: a new start needs a new key")
 	case errors.Is(err, sdk.ErrUnknownType):
 		return problem(http.StatusBadRequest, codeUnknownTaskType, err.Error())
 	case errors.Is(err, sdk.ErrInvalid):

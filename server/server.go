@@ -315,6 +315,10 @@ func (s *Server) api(role Role, h func(http.ResponseWriter, *http.Request, *call
 			s.writeProblem(w, r, problem(http.StatusForbidden, codeForbidden, "the token's roles do not include "+string(role)))
 			return
 		}
+		if p := checkQuery(r); p != nil {
+			s.writeProblem(w, r, p)
+			return
+		}
 		ns := r.URL.Query().Get("namespace")
 		if ns == "" {
 			ns = r.Header.Get("Cairn-Namespace")

@@ -36,10 +36,13 @@ type startRequest struct {
 }
 
 // startResponse answers a start: 202 for a new task, 200 for the task an
-// idempotency key already named.
+// idempotency key already named when the start is the same (type and
+// input); another start with the key is a 409 idempotency_key_reused.
 type startResponse struct {
-	ID       uuid.UUID      `json:"id"`
-	Status   history.Status `json:"status"`
+	ID uuid.UUID `json:"id"`
+	// Status is the task's; left out of a 200 to a token that may not read
+	// tasks.
+	Status   history.Status `json:"status,omitempty"`
 	Existing bool           `json:"existing"`
 }
 
@@ -82,6 +85,12 @@ func (s *Server) startTask(w http.ResponseWriter, r *http.Request, c *call) {
 	w.Header().Set("Location", s.path("/v1/tasks/"+res.ID.String()))
 	if !res.Existing {
 		writeJSON(w, http.StatusAccepted, startResponse{ID: res.ID, Status: history.StatusPending})
+		return
+	}
+	if !c.who.can(RoleRead) {
+		// A submit-only token learns that its start was made before, not
+		// how the task fares.
+		writeJSON(w, http.StatusOK, startResponse{ID: res.ID, Existing: true})
 		return
 	}
 	info, err := c.client.Get(r.Context(), res.ID)
@@ -139,8 +148,9 @@ func (req *startRequest) startOpts(traceparent string) (*sdk.StartOpts, *Problem
 }
 
 // decodeBody decodes r's JSON body into v: at most limit bytes, no unknown
-// fields, nothing after the value. An empty body is allowed when
-// emptyOK.
+// fields (names are case-sensitive), no member named twice, strings of
+// valid UTF-8 without lone surrogates, nothing after the value. An empty
+// body is allowed when emptyOK.
 func decodeBody(w http.ResponseWriter, r *http.Request, limit int64, v any, emptyOK bool) *Problem {
 	body := http.MaxBytesReader(w, r.Body, limit)
 	raw, err := io.ReadAll(body)
@@ -158,8 +168,15 @@ func decodeBody(w http.ResponseWriter, r *http.Request, limit int64, v any, empt
 	return decodeJSON(raw, v)
 }
 
-// decodeJSON decodes raw into v strictly and says what was wrong.
+// decodeJSON decodes raw into v strictly and says what was wrong: valid
+// JSON that [strictJSON] refuses is refused before it is decoded; what is
+// not valid JSON, encoding/json describes.
 func decodeJSON(raw []byte, v any) *Problem {
+	if json.Valid(raw) {
+		if p := strictJSON(raw, v); p != nil {
+			return p
+		}
+	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	err := dec.Decode(v)

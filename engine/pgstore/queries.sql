@@ -54,7 +54,8 @@ WITH input AS (
 SELECT ins.id FROM ins WHERE (SELECT count(*) FROM ready) >= 0;
 
 -- name: TaskIDByIdempotencyKey
-SELECT id FROM /* TEMPLATE: schema */tasks
+-- The task holding a key, with what a RefuseKeyReuse start compares.
+SELECT id, type, input FROM /* TEMPLATE: schema */tasks
 WHERE namespace = @namespace AND idempotency_key = @idempotency_key;
 
 -- name: TaskClaimMany

@@ -249,12 +249,16 @@ func (s *Store) taskStartMany(ctx context.Context, q querier, ps []*store.TaskSt
 		fairnessKeys                   = make([]*string, n)
 		fairnessWeights                = make([]*int32, n)
 		datas                          = make([]string, n)
+		plans                          = make([]plan.StartPlan, n)
+		refuseReuse                    = false // a start refuses its key's reuse: compare, in a transaction
 	)
 	for i, p := range ps {
 		planned, err := plan.Start(p, now)
 		if err != nil {
 			return nil, errors.Wrapf(interpretError(err), "start task %d", i)
 		}
+		plans[i] = planned
+		refuseReuse = refuseReuse || (p.RefuseKeyReuse && p.Scheduled.IdempotencyKey != "")
 		sched := planned.Scheduled
 		ids[i] = planned.ID
 		deadlines[i], startDeadlines[i] = sched.Deadline, sched.StartDeadline
@@ -275,30 +279,38 @@ func (s *Store) taskStartMany(ctx context.Context, q querier, ps []*store.TaskSt
 		"trace_ids": traceIDs, "inputs": inputs, "labels": labels, "deadlines": deadlines, "start_deadlines": startDeadlines,
 		"fairness_keys": fairnessKeys, "fairness_weights": fairnessWeights, "fairness_quantum": store.FairnessQuantum.Seconds(), "datas": datas, "at": now, "channel": s.channel,
 	}
-	if len(bounded) == 0 {
-		return s.insertTasks(ctx, q, args, ids, namespaces, idemKeys)
+	if len(bounded) == 0 && !refuseReuse {
+		return s.insertTasks(ctx, q, args, plans)
 	}
 	// A bounded queue: lock its row, count what waits, and insert, in one
-	// transaction (the caller's, or one of our own).
+	// transaction (the caller's, or one of our own). A start refusing its
+	// key's reuse: insert, then compare with the tasks holding the keys,
+	// in a transaction a refusal rolls back (in the caller's, a savepoint).
 	var out []store.TaskStartResult
 	insert := func(tx pgx.Tx) error {
 		var err error
-		if err = s.checkCapacity(ctx, tx, namespaces, queues); err != nil {
-			return err
+		if len(bounded) > 0 {
+			if err = s.checkCapacity(ctx, tx, namespaces, queues); err != nil {
+				return err
+			}
 		}
-		out, err = s.insertTasks(ctx, tx, args, ids, namespaces, idemKeys)
+		out, err = s.insertTasks(ctx, tx, args, plans)
 		return err
 	}
 	if tx, ok := q.(pgx.Tx); ok {
-		return out, insert(tx)
+		if !refuseReuse {
+			return out, insert(tx)
+		}
+		return out, pgx.BeginFunc(ctx, tx, insert)
 	}
 	return out, pgx.BeginFunc(ctx, s.pool, insert)
 }
 
-// insertTasks runs TaskInsertMany with args and looks up the tasks holding
-// the idempotency keys that were taken.
-func (s *Store) insertTasks(ctx context.Context, q querier, args pgx.NamedArgs, ids [][16]byte, namespaces []string, idemKeys []*string) ([]store.TaskStartResult, error) {
-	n := len(ids)
+// insertTasks runs TaskInsertMany with args (the starts of plans) and looks
+// up the tasks holding the idempotency keys that were taken, refusing a
+// start that sets RefuseKeyReuse and is not the start that took its key.
+func (s *Store) insertTasks(ctx context.Context, q querier, args pgx.NamedArgs, plans []plan.StartPlan) ([]store.TaskStartResult, error) {
+	n := len(plans)
 	rows, err := q.Query(ctx, s.sql("TaskInsertMany"), args)
 	if err != nil {
 		return nil, errors.Wrap(interpretError(err), "start tasks")
@@ -312,19 +324,24 @@ func (s *Store) insertTasks(ctx context.Context, q querier, args pgx.NamedArgs, 
 		created[id] = true
 	}
 	out := make([]store.TaskStartResult, n)
-	for i := range ids {
-		if created[ids[i]] {
-			out[i] = store.TaskStartResult{ID: uuid.UUID(ids[i])}
+	for i, pl := range plans {
+		if created[pl.ID] {
+			out[i] = store.TaskStartResult{ID: pl.ID}
 			continue
 		}
 		// The key was taken, by an earlier task or one of this batch; this
 		// statement runs after ours, so it sees the winner.
 		var existing uuid.UUID
+		var existingType string
+		var existingInput []byte
 		err := q.QueryRow(ctx, s.sql("TaskIDByIdempotencyKey"), pgx.NamedArgs{
-			"namespace": namespaces[i], "idempotency_key": deref(idemKeys[i]),
-		}).Scan(&existing)
+			"namespace": pl.Scheduled.Namespace, "idempotency_key": pl.Scheduled.IdempotencyKey,
+		}).Scan(&existing, &existingType, &existingInput)
 		if err != nil {
 			return nil, errors.Wrapf(interpretError(err), "look up the task holding idempotency key of start %d", i)
+		}
+		if pl.RefuseKeyReuse && !plan.SameStart(existingType, existingInput, pl.Scheduled) {
+			return nil, errors.Wrapf(plan.KeyReused(), "start task %d", i)
 		}
 		out[i] = store.TaskStartResult{ID: existing, Existing: true}
 	}

@@ -29,7 +29,8 @@ SELECT applied_at FROM schema_migrations WHERE version = ?;
 SELECT sqlite_version();
 
 -- name: TaskIDByIdempotencyKey
-SELECT id FROM tasks WHERE namespace = ? AND idempotency_key = ?;
+-- The task holding a key, with what a RefuseKeyReuse start compares.
+SELECT id, type, input FROM tasks WHERE namespace = ? AND idempotency_key = ?;
 
 -- name: TaskFairAtLast
 -- The virtual start time of the last waiting task of a fairness key

@@ -159,10 +159,14 @@ func startTaskTx(ctx context.Context, tx *txn, p *store.TaskStartParams, now tim
 func insertTask(ctx context.Context, tx *txn, pl plan.StartPlan, now time.Time) (store.TaskStartResult, error) {
 	sc := pl.Scheduled
 	if sc.IdempotencyKey != "" {
-		var existing string
-		err := tx.queryRow(ctx, "TaskIDByIdempotencyKey", sc.Namespace, sc.IdempotencyKey).Scan(&existing)
+		var existing, existingType string
+		var existingInput []byte
+		err := tx.queryRow(ctx, "TaskIDByIdempotencyKey", sc.Namespace, sc.IdempotencyKey).Scan(&existing, &existingType, &existingInput)
 		switch {
 		case err == nil:
+			if pl.RefuseKeyReuse && !plan.SameStart(existingType, existingInput, sc) {
+				return store.TaskStartResult{}, plan.KeyReused()
+			}
 			id, err := uuid.Parse(existing)
 			return store.TaskStartResult{ID: id, Existing: true}, err
 		case !errors.Is(err, sql.ErrNoRows):

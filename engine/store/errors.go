@@ -56,6 +56,11 @@ var (
 	// embedded store, for a feature it does not have yet). The message names
 	// it.
 	ErrUnsupported = errors.New("not supported by this store")
+	// ErrIdempotencyKeyReused: a start set [TaskStartParams.RefuseKeyReuse]
+	// and its idempotency key is taken by a task of another type or input.
+	// Nothing of the start (or of its batch) was written, and the message
+	// names neither the task nor its state.
+	ErrIdempotencyKeyReused = errors.New("idempotency key reused with another type or input")
 )
 
 // ErrUnavailable marks an error of the database being out of reach (a

@@ -116,6 +116,16 @@ type TaskStartParams struct {
 	// Scheduled is the task_scheduled payload. Its Namespace is overwritten
 	// with the Namespace above.
 	Scheduled history.TaskScheduledData
+	// RefuseKeyReuse, when set, accepts a taken idempotency key only for the
+	// same start: a task of the same type whose input holds the same JSON
+	// value (compared in jsoncheck's canonical form, so key order, white
+	// space and how a number is written do not matter). Then the result is
+	// the existing task, as without it. Any other start with the key fails
+	// with an error marked [ErrIdempotencyKeyReused] and, in a
+	// [Store.TaskStartMany], none of the batch is written. Unset, a taken key
+	// returns the existing task whatever the start holds (a schedule's
+	// ticks rely on it).
+	RefuseKeyReuse bool
 }
 
 // TaskStartResult says which task a start refers to.

@@ -20,6 +20,7 @@ var taskTests = []conformanceTest{
 	{"IdempotencyKeyReturnsExistingTask", testIdempotencyKeyReturnsExistingTask},
 	{"IdempotencyKeyIsPerNamespace", testIdempotencyKeyIsPerNamespace},
 	{"TaskStartManyDedupsKeysWithinTheBatch", testTaskStartManyDedupsWithinBatch},
+	{"IdempotencyKeyReuseRefused", testIdempotencyKeyReuseRefused},
 	{"TaskListFiltersNewestFirst", testTaskListFiltersNewestFirst},
 	{"Ping", func(t *testing.T, s store.Store) { require.NoError(t, s.Ping(testContext(t))) }},
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/internal/jsoncheck"
 	"github.com/cockroachdb/errors"
 	"github.com/google/uuid"
 	"github.com/robfig/cron/v3"
@@ -227,6 +228,24 @@ type StartPlan struct {
 	Scheduled history.TaskScheduledData // the task_scheduled payload: namespace set, times normalized, run time defaulted to now
 	Data      []byte                    // Scheduled, encoded
 	Labels    []byte                    // Scheduled.Labels as JSON; nil when none
+	// RefuseKeyReuse is the start's [store.TaskStartParams.RefuseKeyReuse].
+	RefuseKeyReuse bool
+}
+
+// SameStart reports whether a start (its type and input) is the one that
+// made an existing task of type existingType and input existingInput, as
+// [store.TaskStartParams.RefuseKeyReuse] compares them: the same type, and
+// inputs of the same canonical form. Both drivers read existingInput back
+// differently (jsonb normalizes it, SQLite keeps the text), which the
+// canonical form does not see.
+func SameStart(existingType string, existingInput []byte, sched history.TaskScheduledData) bool {
+	return existingType == sched.TaskType && jsoncheck.Equal(existingInput, sched.Input)
+}
+
+// KeyReused is the error of a start [SameStart] refused: it names neither
+// the existing task nor its state.
+func KeyReused() error {
+	return errors.Mark(errors.New("the idempotency key is taken by a task of another type or input"), store.ErrIdempotencyKeyReused)
 }
 
 // Start checks and encodes a start at now: what every store does
@@ -261,7 +280,7 @@ func Start(p *store.TaskStartParams, now time.Time) (StartPlan, error) {
 	if err != nil {
 		return StartPlan{}, errors.Wrap(err, "new task id")
 	}
-	out := StartPlan{ID: id, Scheduled: sched, Data: data}
+	out := StartPlan{ID: id, Scheduled: sched, Data: data, RefuseKeyReuse: p.RefuseKeyReuse}
 	if len(sched.Labels) > 0 {
 		if out.Labels, err = json.Marshal(sched.Labels); err != nil {
 			return StartPlan{}, errors.Wrap(err, "encode labels")

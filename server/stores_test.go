@@ -1,0 +1,90 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cairnflow/cairn/engine/enginetest"
+	"github.com/cairnflow/cairn/engine/sqlitestore"
+	"github.com/cairnflow/cairn/engine/store"
+	"github.com/stretchr/testify/require"
+)
+
+// namedStore is one of the two stores a request is tried on.
+type namedStore struct {
+	name  string
+	store store.Store
+}
+
+// bothStores returns a PostgreSQL store on a fresh schema and a fresh
+// embedded store, in that order: the API must answer alike on either.
+func bothStores(tb testing.TB) []namedStore {
+	tb.Helper()
+	lite, err := sqlitestore.Open(context.Background(), filepath.Join(tb.TempDir(), "cairn.db"))
+	require.NoError(tb, err)
+	tb.Cleanup(func() { _ = lite.Close() })
+	return []namedStore{{"PostgreSQL", enginetest.Store(tb)}, {"SQLite", lite}}
+}
+
+// registerDoc registers task type "doc" at version 1 in namespace, as a
+// worker would, so the API can start it.
+func registerDoc(tb testing.TB, s store.Store, namespace string) {
+	tb.Helper()
+	err := s.TaskTypeRegister(context.Background(), namespace, "test-worker",
+		[]store.TaskType{{Namespace: namespace, Type: "doc", Version: 1, Queue: "default", MaxAttempts: 3}})
+	require.NoError(tb, err)
+}
+
+// testServer is a handler over a store, without its background work
+// (nothing here waits for a task).
+func testServer(tb testing.TB, s store.Store, tokens ...Token) http.Handler {
+	tb.Helper()
+	srv, err := New(Config{Store: s, Tokens: tokens})
+	require.NoError(tb, err)
+	return srv.Handler()
+}
+
+// answer is a response, its problem decoded when it is one.
+type answer struct {
+	status  int
+	body    []byte
+	problem Problem
+}
+
+// send serves one request on h. header is name/value pairs.
+func send(tb testing.TB, h http.Handler, method, target string, body []byte, header ...string) answer {
+	tb.Helper()
+	var r *http.Request
+	if body == nil {
+		r = httptest.NewRequest(method, target, nil)
+	} else {
+		r = httptest.NewRequest(method, target, strings.NewReader(string(body)))
+		r.Header.Set("Content-Type", "application/json")
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		r.Header.Set(header[i], header[i+1])
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+	defer cancel()
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r.WithContext(ctx))
+	a := answer{status: w.Code, body: w.Body.Bytes()}
+	if w.Header().Get("Content-Type") == "application/problem+json" {
+		require.NoError(tb, json.Unmarshal(a.body, &a.problem), "%s", a.body)
+	}
+	return a
+}
+
+// taskCount is how many tasks s holds, in every namespace.
+func taskCount(tb testing.TB, s store.Store) int {
+	tb.Helper()
+	ids, err := s.TaskIDListAll(context.Background())
+	require.NoError(tb, err)
+	return len(ids)
+}
