@@ -464,11 +464,25 @@ type ListOpts struct {
 	Queue  string
 	// Filter, when set, keeps only the tasks it matches (see
 	// [CompileTaskFilter]); it runs on the tasks the other fields select.
+	// Filters see no payloads, so they do not make a lean listing read
+	// any.
 	Filter *TaskFilter
 	// Before lists tasks older than this one (a cursor: the Next of the
 	// previous page).
 	Before uuid.UUID
 	Limit  int // default 100, at most [MaxListLimit]
+
+	// IncludeInput and IncludeOutput put the tasks' inputs and outputs in
+	// the page. Without them a listing is lean: TaskInfo.Input and Output
+	// are nil and the database does not read them ([Client.Get] has
+	// them). With either, the page is bounded in bytes as well as rows.
+	IncludeInput, IncludeOutput bool
+	// MaxPayloadBytes bounds the payloads included in one page (the JSON
+	// text of the inputs and outputs asked for): a page that would go past
+	// it ends early, with Next set, before the first task that does not
+	// fit. A page holds at least one task, and every task it holds is
+	// whole. Default [DefaultMaxListPayloadBytes].
+	MaxPayloadBytes int
 }
 
 // ListPage is a page of [Client.ListPage].
@@ -492,6 +506,11 @@ type ListPage struct {
 // API's limit state the same bound.
 const MaxListLimit = 1000
 
+// DefaultMaxListPayloadBytes is the default of [ListOpts.MaxPayloadBytes]:
+// 8 MiB of inputs and outputs per page. A single task larger than the bound
+// still lists, alone on its page.
+const DefaultMaxListPayloadBytes = 8 << 20
+
 // maxFilterScan bounds the tasks one page reads to find its matches when a
 // filter is set.
 const maxFilterScan = 10_000
@@ -508,7 +527,8 @@ func (c *Client) List(ctx context.Context, opts *ListOpts) ([]*TaskInfo, error) 
 // ListPage returns a page of tasks of the client's namespace, newest
 // first, and the cursor of the next. With a filter, a page reads at most
 // 10,000 tasks to find its matches: it may hold fewer than Limit while
-// Next is set.
+// Next is set. So may a page that includes payloads, which ends where
+// ListOpts.MaxPayloadBytes says.
 func (c *Client) ListPage(ctx context.Context, opts *ListOpts) (ListPage, error) {
 	if opts == nil {
 		opts = &ListOpts{}
@@ -520,20 +540,32 @@ func (c *Client) ListPage(ctx context.Context, opts *ListOpts) (ListPage, error)
 	case limit == 0:
 		limit = 100
 	}
+	budget := opts.MaxPayloadBytes // payload bytes the page may still hold
+	switch {
+	case budget < 0:
+		return ListPage{}, errors.Newf("list: max payload bytes %d is negative", budget)
+	case budget == 0:
+		budget = DefaultMaxListPayloadBytes
+	}
+	payloads := opts.IncludeInput || opts.IncludeOutput
 	p := &store.TaskListParams{Namespace: c.namespace, Status: opts.Status, Type: opts.Type, Queue: opts.Queue,
-		Before: opts.Before, Limit: limit}
+		Before: opts.Before, Limit: limit, OmitInput: !opts.IncludeInput, OmitOutput: !opts.IncludeOutput}
 	if opts.Filter != nil {
 		p.Limit = max(limit, 500) // read in larger pages: most may not match
 	}
 	var page ListPage
 	for scanned := 0; ; {
+		if payloads {
+			// The store stops where the payloads would pass what is left,
+			// so one read holds at most that and one task more.
+			p.MaxPayloadBytes = budget
+		}
 		tasks, err := c.store.TaskList(ctx, p)
 		if err != nil {
 			return ListPage{}, err
 		}
 		for _, t := range tasks {
 			scanned++
-			p.Before = t.ID
 			info := taskInfo(t)
 			if opts.Filter != nil {
 				ok, err := opts.Filter.Match(info)
@@ -544,19 +576,30 @@ func (c *Client) ListPage(ctx context.Context, opts *ListOpts) (ListPage, error)
 					if page.FirstFilterError == nil {
 						page.FirstFilterError = err
 					}
-					continue
 				}
 				if !ok {
+					p.Before = t.ID
 					continue
 				}
 			}
+			size := len(t.Input) + len(t.Output)
+			if payloads && size > budget && len(page.Tasks) > 0 {
+				// It would take the page past its bound: the next page
+				// starts with it.
+				page.Next = p.Before
+				return page, nil
+			}
+			p.Before = t.ID
 			page.Tasks = append(page.Tasks, info)
-			if len(page.Tasks) == limit {
+			budget -= size
+			if len(page.Tasks) == limit || (payloads && budget <= 0) {
 				page.Next = t.ID
 				return page, nil
 			}
 		}
-		if len(tasks) < p.Limit {
+		// A short read is the end of the tasks, unless the store cut it at
+		// the byte bound: then only an empty one is.
+		if len(tasks) == 0 || (!payloads && len(tasks) < p.Limit) {
 			return page, nil // no more tasks
 		}
 		if scanned >= maxFilterScan {

@@ -36,6 +36,12 @@ type DeadLetterOpts struct {
 	// Limit is the most tasks returned or retried. Default 100; negative
 	// for no limit.
 	Limit int
+	// IncludeInput and IncludeOutput put the tasks' inputs and outputs in
+	// what [Client.DeadLetters] returns; without them it is lean (Input
+	// and Output nil, not read from the database). Unlike a page of
+	// [Client.ListPage], dead letters are not bounded in bytes: Limit
+	// bounds what comes back.
+	IncludeInput, IncludeOutput bool
 }
 
 // deadLetterPage is how many dead letters are read per query.
@@ -102,7 +108,8 @@ func (c *Client) eachDeadLetter(ctx context.Context, opts *DeadLetterOpts, fn fu
 	}
 	var evalErrs error
 	failedEvals := 0
-	params := &store.DeadLetterListParams{Namespace: c.namespace, Type: opts.Type, Limit: deadLetterPage}
+	params := &store.DeadLetterListParams{Namespace: c.namespace, Type: opts.Type, Limit: deadLetterPage,
+		OmitPayloads: !opts.IncludeInput && !opts.IncludeOutput}
 	for taken := 0; limit < 0 || taken < limit; {
 		tasks, err := c.store.DeadLetterList(ctx, params)
 		if err != nil {
@@ -114,6 +121,12 @@ func (c *Client) eachDeadLetter(ctx context.Context, opts *DeadLetterOpts, fn fu
 				break
 			}
 			info := taskInfo(t)
+			if !opts.IncludeInput {
+				info.Input = nil
+			}
+			if !opts.IncludeOutput {
+				info.Output = nil
+			}
 			if opts.Filter != nil {
 				ok, err := opts.Filter.Match(info)
 				if err != nil {

@@ -36,6 +36,13 @@ type Config struct {
 	Tokens []Token
 	// MaxInputBytes bounds a task's input. Default DefaultMaxInputBytes.
 	MaxInputBytes int
+	// MaxListPayloadBytes bounds the inputs and outputs one page of
+	// GET /v1/tasks?include=input,output carries: the page ends early,
+	// with a next_cursor, before the first task that would take it past
+	// the bound (a task larger than the bound comes alone, whole). Default
+	// [sdk.DefaultMaxListPayloadBytes] (8 MiB). Listings without include
+	// carry no payloads.
+	MaxListPayloadBytes int
 	// Gatherer serves /metrics. Nil: /metrics answers 404.
 	Gatherer prometheus.Gatherer
 	Logger   *slog.Logger // default slog.Default()
@@ -93,6 +100,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.MaxInputBytes <= 0 {
 		cfg.MaxInputBytes = DefaultMaxInputBytes
+	}
+	if cfg.MaxListPayloadBytes <= 0 {
+		cfg.MaxListPayloadBytes = sdk.DefaultMaxListPayloadBytes
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
