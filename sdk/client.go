@@ -506,11 +506,25 @@ type ListOpts struct {
 	Queue  string
 	// Filter, when set, keeps only the tasks it matches (see
 	// [CompileTaskFilter]); it runs on the tasks the other fields select.
+	// Filters see no payloads, so they do not make a lean listing read
+	// any.
 	Filter *TaskFilter
 	// Before lists tasks older than this one (a cursor: the Next of the
 	// previous page).
 	Before uuid.UUID
 	Limit  int // default 100, at most [MaxListLimit]
+
+	// IncludeInput and IncludeOutput put the tasks' inputs and outputs in
+	// the page. Without them a listing is lean: TaskInfo.Input and Output
+	// are nil and the database does not read them ([Client.Get] has
+	// them). With either, the page is bounded in bytes as well as rows.
+	IncludeInput, IncludeOutput bool
+	// MaxPayloadBytes bounds the payloads included in one page (the JSON
+	// text of the inputs and outputs asked for): a page that would go past
+	// it ends early, with Next set, before the first task that does not
+	// fit. A page holds at least one task, and every task it holds is
+	// whole. Default [DefaultMaxListPayloadBytes].
+	MaxPayloadBytes int
 }
 
 // ListPage is a page of [Client.ListPage].
@@ -534,6 +548,11 @@ type ListPage struct {
 // API's limit state the same bound.
 const MaxListLimit = 1000
 
+// DefaultMaxListPayloadBytes is the default of [ListOpts.MaxPayloadBytes]:
+// 8 MiB of inputs and outputs per page. A single task larger than the bound
+// still lists, alone on its page.
+const DefaultMaxListPayloadBytes = 8 << 20
+
 // maxFilterScan bounds the tasks one page reads to find its matches when a
 // filter is set.
 const maxFilterScan = 10_000
@@ -551,7 +570,9 @@ func (c *Client) List(ctx context.Context, opts *ListOpts) ([]*TaskInfo, error) 
 // first, and the cursor of the next. With a filter, a page reads at most
 // 10,000 tasks (or [FilterLimits.MaxScan], if fewer) to find its matches:
 // it may hold fewer than Limit while Next is set. A filter over the
-// client's [FilterLimits] stops the page with [ErrFilterTooExpensive].
+// client's [FilterLimits] stops the page with [ErrFilterTooExpensive]. A
+// page that includes payloads ends where ListOpts.MaxPayloadBytes says, so
+// it too may hold fewer than Limit while Next is set.
 func (c *Client) ListPage(ctx context.Context, opts *ListOpts) (ListPage, error) {
 	if opts == nil {
 		opts = &ListOpts{}
@@ -568,81 +589,113 @@ func (c *Client) ListPage(ctx context.Context, opts *ListOpts) (ListPage, error)
 			return ListPage{}, errors.Mark(errors.Newf("list: %s is not valid UTF-8 text without NUL characters", f.what), ErrInvalid)
 		}
 	}
-	p := &store.TaskListParams{Namespace: c.namespace, Status: opts.Status, Type: opts.Type, Queue: opts.Queue,
-		Before: opts.Before, Limit: limit}
-	if opts.Filter == nil {
-		tasks, err := c.store.TaskList(ctx, p)
-		if err != nil {
-			return ListPage{}, err
-		}
-		var page ListPage
-		for _, t := range tasks {
-			page.Tasks = append(page.Tasks, taskInfo(t))
-		}
-		if len(tasks) == limit {
-			page.Next = tasks[len(tasks)-1].ID
-		}
-		return page, nil
+	l := &listing{limit: limit, payloadBudget: opts.MaxPayloadBytes, payloads: opts.IncludeInput || opts.IncludeOutput,
+		filter: opts.Filter, maxScan: maxFilterScan}
+	switch {
+	case l.payloadBudget < 0:
+		return ListPage{}, errors.Newf("list: max payload bytes %d is negative", l.payloadBudget)
+	case l.payloadBudget == 0:
+		l.payloadBudget = DefaultMaxListPayloadBytes
 	}
-	p.Limit = max(limit, 500) // read in larger pages: most may not match
-	budget := c.newFilterBudget()
-	maxScan := min(maxFilterScan, budget.limits.MaxScan)
-	var page ListPage
+	p := &store.TaskListParams{Namespace: c.namespace, Status: opts.Status, Type: opts.Type, Queue: opts.Queue,
+		Before: opts.Before, Limit: limit, OmitInput: !opts.IncludeInput, OmitOutput: !opts.IncludeOutput}
+	if l.filter != nil {
+		p.Limit = max(limit, 500) // read in larger pages: most may not match
+		l.budget = c.newFilterBudget()
+		l.maxScan = min(maxFilterScan, l.budget.limits.MaxScan)
+	}
 	for {
-		full, err := c.listFiltered(ctx, budget, p, opts.Filter, limit, maxScan, &page)
-		if err != nil || full {
-			return page, err
+		if l.payloads {
+			// The store stops where the payloads would pass what is left,
+			// so one read holds at most that and one task more.
+			p.MaxPayloadBytes = l.payloadBudget
 		}
-		if budget.scanned >= maxScan {
-			page.Next = p.Before
-			return page, nil
+		done, err := c.listBatch(ctx, l, p)
+		if err != nil || done {
+			return l.page, err
+		}
+		if l.scanned >= l.maxScan {
+			l.page.Next = p.Before
+			return l.page, nil
 		}
 	}
 }
 
-// listFiltered reads one batch of tasks after p.Before and adds those the
-// filter matches to page, moving p.Before on. It reports whether the page
-// is done: full, or no tasks are left.
-func (c *Client) listFiltered(ctx context.Context, budget *filterBudget, p *store.TaskListParams, filter *TaskFilter,
-	limit, maxScan int, page *ListPage) (bool, error) {
-	ctx, done := budget.page(ctx)
-	defer done()
+// listing is one ListPage call's state, owned by its goroutine.
+type listing struct {
+	limit         int
+	payloads      bool // inputs or outputs are asked for
+	payloadBudget int  // payload bytes the page may still hold
+	filter        *TaskFilter
+	budget        *filterBudget // with a filter only
+	maxScan       int
+	scanned       int
+	page          ListPage
+}
+
+// listBatch reads one batch of tasks after p.Before and adds what matches
+// to the page; it reports whether the page is done (full, at its byte
+// bound, or at the end of the tasks). p.Before moves past what it read.
+func (c *Client) listBatch(ctx context.Context, l *listing, p *store.TaskListParams) (bool, error) {
+	if l.budget != nil {
+		var done func()
+		ctx, done = l.budget.page(ctx)
+		defer done()
+	}
 	tasks, err := c.store.TaskList(ctx, p)
 	if err != nil {
-		return true, budget.readErr(ctx, err)
+		if l.budget != nil {
+			return true, l.budget.readErr(ctx, err)
+		}
+		return true, err
 	}
 	for _, t := range tasks {
-		if budget.scanned >= maxScan {
-			return false, nil
+		if l.budget != nil {
+			if l.scanned >= l.maxScan {
+				return false, nil
+			}
+			if err := l.budget.scan(); err != nil {
+				return true, err
+			}
 		}
-		if err := budget.scan(); err != nil {
-			return true, err
+		l.scanned++
+		info := taskInfo(t)
+		if l.filter != nil {
+			ok, spent, err := l.filter.match(ctx, info)
+			if stop := l.budget.evaluated(ctx, spent, err); stop != nil {
+				return true, stop
+			}
+			if err != nil {
+				// A task the filter cannot be evaluated on (a label it
+				// lacks) does not match; the page counts it.
+				l.page.FilterErrors++
+				if l.page.FirstFilterError == nil {
+					l.page.FirstFilterError = err
+				}
+			}
+			if err != nil || !ok {
+				p.Before = t.ID
+				continue
+			}
+		}
+		size := len(t.Input) + len(t.Output)
+		if l.payloads && size > l.payloadBudget && len(l.page.Tasks) > 0 {
+			// It would take the page past its bound: the next page
+			// starts with it.
+			l.page.Next = p.Before
+			return true, nil
 		}
 		p.Before = t.ID
-		info := taskInfo(t)
-		ok, spent, err := filter.match(ctx, info)
-		if stop := budget.evaluated(ctx, spent, err); stop != nil {
-			return true, stop
-		}
-		if err != nil {
-			// A task the filter cannot be evaluated on (a label it
-			// lacks) does not match; the page counts it.
-			page.FilterErrors++
-			if page.FirstFilterError == nil {
-				page.FirstFilterError = err
-			}
-			continue
-		}
-		if !ok {
-			continue
-		}
-		page.Tasks = append(page.Tasks, info)
-		if len(page.Tasks) == limit {
-			page.Next = t.ID
+		l.page.Tasks = append(l.page.Tasks, info)
+		l.payloadBudget -= size
+		if len(l.page.Tasks) == l.limit || (l.payloads && l.payloadBudget <= 0) {
+			l.page.Next = t.ID
 			return true, nil
 		}
 	}
-	return len(tasks) < p.Limit, nil // a short batch: no more tasks
+	// A short read is the end of the tasks, unless the store cut it at the
+	// byte bound: then only an empty one is.
+	return len(tasks) == 0 || (!l.payloads && len(tasks) < p.Limit), nil
 }
 
 // Output decodes a finished task's output into Out.

@@ -275,7 +275,7 @@ func TestScheduleFiresOncePerTickAcrossProcesses(t *testing.T) {
 			stopWorker(t, w)
 		}
 
-		tasks, err := b.client.List(ctx, &sdk.ListOpts{Type: "report.tick", Limit: 100})
+		tasks, err := b.client.List(ctx, &sdk.ListOpts{Type: "report.tick", Limit: 100, IncludeInput: true})
 		require.NoError(t, err)
 		require.GreaterOrEqual(t, len(tasks), 2)
 		seen := map[string]bool{}

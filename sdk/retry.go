@@ -36,6 +36,12 @@ type DeadLetterOpts struct {
 	// Limit is the most tasks returned or retried. Default 100; negative
 	// for no limit.
 	Limit int
+	// IncludeInput and IncludeOutput put the tasks' inputs and outputs in
+	// what [Client.DeadLetters] returns; without them it is lean (Input
+	// and Output nil, not read from the database). Unlike a page of
+	// [Client.ListPage], dead letters are not bounded in bytes: Limit
+	// bounds what comes back.
+	IncludeInput, IncludeOutput bool
 }
 
 // deadLetterPage is how many dead letters are read per query.
@@ -105,13 +111,14 @@ func (c *Client) eachDeadLetter(ctx context.Context, opts *DeadLetterOpts, fn fu
 	var evalErrs error
 	failedEvals := 0
 	budget := c.newFilterBudget()
-	params := &store.DeadLetterListParams{Namespace: c.namespace, Type: opts.Type, Limit: deadLetterPage}
+	params := &store.DeadLetterListParams{Namespace: c.namespace, Type: opts.Type, Limit: deadLetterPage,
+		OmitPayloads: !opts.IncludeInput && !opts.IncludeOutput}
 	for taken := 0; limit < 0 || taken < limit; {
 		var room int // how many more fn may take; -1: any
 		if room = -1; limit >= 0 {
 			room = limit - taken
 		}
-		page, read, err := c.deadLetterPage(ctx, budget, params, opts.Filter, room, func(err error) {
+		page, read, err := c.deadLetterPage(ctx, budget, params, opts, room, func(err error) {
 			// A few examples say what is wrong; a count, how often.
 			if failedEvals++; failedEvals <= maxFilterErrors {
 				evalErrs = errors.CombineErrors(evalErrs, err)
@@ -142,7 +149,8 @@ func (c *Client) eachDeadLetter(ctx context.Context, opts *DeadLetterOpts, fn fu
 // read, and an error that stops the paging; params.Before moves on. A
 // task the filter cannot be evaluated on goes to failed.
 func (c *Client) deadLetterPage(ctx context.Context, budget *filterBudget, params *store.DeadLetterListParams,
-	filter *TaskFilter, room int, failed func(error)) ([]*TaskInfo, int, error) {
+	opts *DeadLetterOpts, room int, failed func(error)) ([]*TaskInfo, int, error) {
+	filter := opts.Filter
 	readCtx := ctx
 	if filter != nil {
 		var done func()
@@ -166,6 +174,12 @@ func (c *Client) deadLetterPage(ctx context.Context, budget *filterBudget, param
 			break
 		}
 		info := taskInfo(t)
+		if !opts.IncludeInput {
+			info.Input = nil
+		}
+		if !opts.IncludeOutput {
+			info.Output = nil
+		}
 		if filter != nil {
 			if err := budget.scan(); err != nil {
 				return page, len(tasks), err

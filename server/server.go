@@ -50,6 +50,13 @@ type Config struct {
 	SessionTTL time.Duration
 	// MaxInputBytes bounds a task's input. Default DefaultMaxInputBytes.
 	MaxInputBytes int
+	// MaxListPayloadBytes bounds the inputs and outputs one page of
+	// GET /v1/tasks?include=input,output carries: the page ends early,
+	// with a next_cursor, before the first task that would take it past
+	// the bound (a task larger than the bound comes alone, whole). Default
+	// [sdk.DefaultMaxListPayloadBytes] (8 MiB). Listings without include
+	// carry no payloads.
+	MaxListPayloadBytes int
 	// Gatherer serves /metrics. Nil: /metrics answers 404.
 	Gatherer prometheus.Gatherer
 	// MetricsToken, when set, is the bearer token /metrics requires
@@ -126,6 +133,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.MaxInputBytes <= 0 {
 		cfg.MaxInputBytes = DefaultMaxInputBytes
+	}
+	if cfg.MaxListPayloadBytes <= 0 {
+		cfg.MaxListPayloadBytes = sdk.DefaultMaxListPayloadBytes
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()

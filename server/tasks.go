@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"regexp"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/cairnflow/cairn/history"
@@ -338,7 +339,7 @@ func (s *Server) act(w http.ResponseWriter, r *http.Request, c *call, do func(co
 
 // listResponse is a page of GET /v1/tasks.
 type listResponse struct {
-	Tasks []*sdk.TaskInfo `json:"tasks"`
+	Tasks []listedTask `json:"tasks"`
 	// NextCursor fetches the next page (?cursor=); empty when no more
 	// tasks were found.
 	NextCursor string `json:"next_cursor,omitempty"`
@@ -348,9 +349,48 @@ type listResponse struct {
 	FilterError  string `json:"filter_error,omitempty"`
 }
 
+// listedTask is a task of a listing: a task as GET /v1/tasks/{id} has it,
+// without the input and output unless the listing's include names them.
+type listedTask struct {
+	*sdk.TaskInfo
+	Input  json.RawMessage  `json:"input,omitempty"`
+	Output *json.RawMessage `json:"output,omitempty"` // null when included and the task has none
+}
+
+// Values of a listing's include parameter: the payloads it carries.
+const (
+	includeInput  = "input"
+	includeOutput = "output"
+)
+
+// listInclude reads include (a comma-separated list, or repeated) into
+// opts.
+func listInclude(values []string, opts *sdk.ListOpts) *Problem {
+	for _, v := range values {
+		for _, name := range strings.Split(v, ",") {
+			switch strings.TrimSpace(name) {
+			case includeInput:
+				opts.IncludeInput = true
+			case includeOutput:
+				opts.IncludeOutput = true
+			case "":
+			default:
+				return problem(http.StatusBadRequest, codeInvalidRequest, "include "+strconv.Quote(name)+
+					" is not a field a listing can include: use include=input, include=output or include=input,output")
+			}
+		}
+	}
+	return nil
+}
+
 func (s *Server) listTasks(w http.ResponseWriter, r *http.Request, c *call) {
 	q := r.URL.Query()
-	opts := &sdk.ListOpts{Status: history.Status(q.Get("status")), Type: q.Get("type"), Queue: q.Get("queue")}
+	opts := &sdk.ListOpts{Status: history.Status(q.Get("status")), Type: q.Get("type"), Queue: q.Get("queue"),
+		MaxPayloadBytes: s.cfg.MaxListPayloadBytes}
+	if p := listInclude(q["include"], opts); p != nil {
+		s.writeProblem(w, r, p)
+		return
+	}
 	if opts.Status != "" && !knownStatus(opts.Status) {
 		s.writeProblem(w, r, problem(http.StatusBadRequest, codeInvalidRequest, "status "+strconv.Quote(string(opts.Status))+" is not a task status"))
 		return
@@ -384,12 +424,18 @@ func (s *Server) listTasks(w http.ResponseWriter, r *http.Request, c *call) {
 		s.writeError(w, r, err)
 		return
 	}
-	resp := listResponse{Tasks: page.Tasks, FilterErrors: page.FilterErrors}
+	resp := listResponse{Tasks: make([]listedTask, len(page.Tasks)), FilterErrors: page.FilterErrors}
+	for i, t := range page.Tasks {
+		resp.Tasks[i] = listedTask{TaskInfo: t}
+		if opts.IncludeInput {
+			resp.Tasks[i].Input = t.Input
+		}
+		if opts.IncludeOutput {
+			resp.Tasks[i].Output = &t.Output
+		}
+	}
 	if page.FirstFilterError != nil {
 		resp.FilterError = page.FirstFilterError.Error()
-	}
-	if resp.Tasks == nil {
-		resp.Tasks = []*sdk.TaskInfo{}
 	}
 	if page.Next != uuid.Nil {
 		resp.NextCursor = TaskCursor(page.Next)

@@ -14,7 +14,7 @@ import (
 )
 
 func newDevCmd(g *globals) *cobra.Command {
-	sf := &serverFlags{migrate: true, maxInputBytes: 1 << 20, rescueInterval: time.Second, shutdownTimeout: 5 * time.Second, consoleHint: true}
+	sf := &serverFlags{migrate: true, maxInputBytes: 1 << 20, maxListPayload: sdk.DefaultMaxListPayloadBytes, rescueInterval: time.Second, shutdownTimeout: 5 * time.Second, consoleHint: true}
 	df := &demoFlags{leaseTTL: engine.DefaultLeaseTTL, rescueInterval: time.Second, shutdownTimeout: 5 * time.Second}
 	cmd := &cobra.Command{
 		Use:   "dev",

@@ -84,6 +84,7 @@ func newDLQCmd(g *globals) *cobra.Command {
 type dlqFlags struct {
 	typ, filter string
 	limit       int
+	include     []string // dlq list only
 }
 
 func (f *dlqFlags) register(cmd *cobra.Command, limitHelp string) {
@@ -96,6 +97,10 @@ func (f *dlqFlags) opts() (*sdk.DeadLetterOpts, error) {
 	opts := &sdk.DeadLetterOpts{Type: f.typ, Limit: f.limit}
 	if f.limit == 0 || f.limit < -1 {
 		return nil, errors.Mark(errors.Newf("--limit %d: use a positive number, or -1 for no limit", f.limit), configError)
+	}
+	var err error
+	if opts.IncludeInput, opts.IncludeOutput, err = parseInclude(f.include); err != nil {
+		return nil, err
 	}
 	if f.filter != "" {
 		filter, err := sdk.CompileTaskFilter(f.filter)
@@ -134,7 +139,7 @@ func newDLQListCmd(g *globals) *cobra.Command {
 			if more {
 				tasks = tasks[:f.limit]
 			}
-			if perr := printDeadLetters(cmd, tasks, g.output == "json"); perr != nil {
+			if perr := printDeadLetters(cmd, tasks, opts, g.output == "json"); perr != nil {
 				return perr
 			}
 			if more {
@@ -148,14 +153,19 @@ func newDLQListCmd(g *globals) *cobra.Command {
 		},
 	}
 	f.register(cmd, "at most this many tasks (-1: all)")
+	cmd.Flags().StringSliceVar(&f.include, "include", nil, includeHelp)
 	return cmd
 }
 
-// printDeadLetters prints dead letters as JSON or as a table with their
-// last error.
-func printDeadLetters(cmd *cobra.Command, tasks []*sdk.TaskInfo, asJSON bool) error {
+// printDeadLetters prints dead letters as JSON (with the payloads opts
+// includes) or as a table with their last error.
+func printDeadLetters(cmd *cobra.Command, tasks []*sdk.TaskInfo, opts *sdk.DeadLetterOpts, asJSON bool) error {
 	if asJSON {
-		return printJSON(cmd, tasks)
+		out := make([]listedTask, len(tasks))
+		for i, t := range tasks {
+			out[i] = listed(t, opts.IncludeInput, opts.IncludeOutput)
+		}
+		return printJSON(cmd, out)
 	}
 	w := newTable(cmd)
 	fmt.Fprintln(w, "ID\tTYPE\tATTEMPT\tDEAD SINCE\tLAST ERROR")

@@ -15,6 +15,7 @@ import (
 
 	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/sdk"
 	"github.com/cairnflow/cairn/server"
 	"github.com/cockroachdb/errors"
 	"github.com/prometheus/client_golang/prometheus"
@@ -26,6 +27,7 @@ type serverFlags struct {
 	listen          string
 	tokensFile      string
 	maxInputBytes   int
+	maxListPayload  int // bytes of inputs and outputs a listing page that includes them carries
 	rescueInterval  time.Duration
 	shutdownTimeout time.Duration
 	migrate         bool
@@ -79,6 +81,8 @@ See docs/security-web.md.`,
 	fl.StringVar(&f.listen, "listen", envOr("CAIRN_LISTEN", "127.0.0.1:7233"), "address to serve on (env CAIRN_LISTEN)")
 	fl.StringVar(&f.tokensFile, "tokens", os.Getenv("CAIRN_TOKENS_FILE"), "JSON file of API token hashes, namespaces and roles (env CAIRN_TOKENS_FILE); none: no authentication")
 	fl.IntVar(&f.maxInputBytes, "max-input-bytes", server.DefaultMaxInputBytes, "largest task input accepted, in bytes")
+	fl.IntVar(&f.maxListPayload, "max-list-payload-bytes", sdk.DefaultMaxListPayloadBytes,
+		"bytes of inputs and outputs one page of GET /v1/tasks?include=input,output carries at most")
 	fl.DurationVar(&f.rescueInterval, "rescue-interval", 5*time.Second, "how often the leader looks for expired leases; the leader lease lasts three")
 	fl.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a stopping server lets requests (long polls) finish")
 	fl.BoolVar(&f.migrate, "migrate", true, "apply cairn's migrations at start")
@@ -118,6 +122,9 @@ func runServerWith(cmd *cobra.Command, g *globals, f *serverFlags, also alongsid
 	if f.maxInputBytes < 1 {
 		return errors.Mark(errors.Newf("--max-input-bytes %d: must be positive", f.maxInputBytes), configError)
 	}
+	if f.maxListPayload < 1 {
+		return errors.Mark(errors.Newf("--max-list-payload-bytes %d: must be positive", f.maxListPayload), configError)
+	}
 	// Metrics: what this process writes (cancels through the API, the
 	// rescuer's lease expirations), and queue depths read from the
 	// database at each scrape, right whichever process changed them.
@@ -134,8 +141,9 @@ func runServerWith(cmd *cobra.Command, g *globals, f *serverFlags, also alongsid
 	defer closeStore()
 	reg.MustRegister(engine.NewQueueCollector(store))
 	srv, err := server.New(server.Config{Store: store, Tokens: tokens, MaxInputBytes: f.maxInputBytes,
-		Gatherer: reg, Logger: logger, FilterLimits: g.filters, AllowedHosts: f.allowedHosts, SecureCookies: f.secureCookies,
-		SessionTTL: f.sessionTTL, MetricsToken: f.metricsToken, MetricsApart: f.metricsAddr != ""})
+		MaxListPayloadBytes: f.maxListPayload, Gatherer: reg, Logger: logger, FilterLimits: g.filters,
+		AllowedHosts: f.allowedHosts, SecureCookies: f.secureCookies, SessionTTL: f.sessionTTL,
+		MetricsToken: f.metricsToken, MetricsApart: f.metricsAddr != ""})
 	if err != nil {
 		return errors.Mark(err, configError)
 	}

@@ -213,8 +213,46 @@ func describeError(e history.ErrorInfo) string {
 type taskListFlags struct {
 	status, typ string
 	limit       int
-	cursor      string // start after this task (a cursor: server.TaskCursor)
-	all         bool   // follow the cursor to the last task
+	cursor      string   // start after this task (a cursor: server.TaskCursor)
+	all         bool     // follow the cursor to the last task
+	include     []string // payloads to list: input, output
+}
+
+// includeHelp is the help of --include.
+const includeHelp = "payloads to list too: input, output or input,output (default none: the listing reads no payloads)"
+
+// parseInclude reads --include.
+func parseInclude(values []string) (input, output bool, err error) {
+	for _, v := range values {
+		switch strings.TrimSpace(v) {
+		case "input":
+			input = true
+		case "output":
+			output = true
+		default:
+			return false, false, errors.Mark(errors.Newf("--include %q: use input, output or input,output", v), configError)
+		}
+	}
+	return input, output, nil
+}
+
+// listedTask is a task as a listing prints it in JSON: without input and
+// output unless --include named them, as GET /v1/tasks has it.
+type listedTask struct {
+	*sdk.TaskInfo
+	Input  json.RawMessage  `json:"input,omitempty"`
+	Output *json.RawMessage `json:"output,omitempty"`
+}
+
+func listed(t *sdk.TaskInfo, input, output bool) listedTask {
+	l := listedTask{TaskInfo: t}
+	if input {
+		l.Input = t.Input
+	}
+	if output {
+		l.Output = &t.Output
+	}
+	return l
 }
 
 var taskListLong = fmt.Sprintf(`Lists the namespace's tasks, newest first: at most --limit of them (1 to
@@ -222,7 +260,12 @@ var taskListLong = fmt.Sprintf(`Lists the namespace's tasks, newest first: at mo
 ("more tasks: --cursor C"); --cursor C lists the page after it, and --all
 follows the cursors to the last task (--limit is then the page size,
 default %d), printing each page as it arrives. A cursor is the HTTP API's
-next_cursor (GET /v1/tasks?cursor=C), so either works in the other.`, sdk.MaxListLimit, sdk.MaxListLimit)
+next_cursor (GET /v1/tasks?cursor=C), so either works in the other.
+
+Listings carry no inputs or outputs unless --include names them (they show
+with -o json; 'cairn task show' has them too). A page that includes them is
+bounded to %d bytes of them as well as to --limit tasks, and its cursor
+continues where it stopped.`, sdk.MaxListLimit, sdk.MaxListLimit, sdk.DefaultMaxListPayloadBytes)
 
 func newTaskListCmd(g *globals) *cobra.Command {
 	var f taskListFlags
@@ -249,6 +292,7 @@ func newTaskListCmd(g *globals) *cobra.Command {
 	cmd.Flags().IntVar(&f.limit, "limit", 50, fmt.Sprintf("at most this many tasks, 1 to %d (with --all: per page)", sdk.MaxListLimit))
 	cmd.Flags().StringVar(&f.cursor, "cursor", "", "list the tasks after this cursor (printed when more remain; the API's next_cursor)")
 	cmd.Flags().BoolVar(&f.all, "all", false, "list every task, following the cursor page by page")
+	cmd.Flags().StringSliceVar(&f.include, "include", nil, includeHelp)
 	return cmd
 }
 
@@ -261,6 +305,10 @@ func (f *taskListFlags) opts(limitSet bool) (*sdk.ListOpts, error) {
 		return nil, errors.Mark(errors.Newf("--limit %d: use 1 to %d (--all lists every task, page by page)", f.limit, sdk.MaxListLimit), configError)
 	}
 	opts := &sdk.ListOpts{Status: history.Status(f.status), Type: f.typ, Limit: f.limit}
+	var err error
+	if opts.IncludeInput, opts.IncludeOutput, err = parseInclude(f.include); err != nil {
+		return nil, err
+	}
 	if f.all && !limitSet {
 		opts.Limit = sdk.MaxListLimit
 	}
@@ -281,6 +329,7 @@ func (f *taskListFlags) opts(limitSet bool) (*sdk.ListOpts, error) {
 func listTasks(cmd *cobra.Command, c *sdk.Client, opts *sdk.ListOpts, all, asJSON bool) error {
 	ctx := cmd.Context()
 	out := newTaskListPrinter(cmd.OutOrStdout(), asJSON)
+	out.input, out.output = opts.IncludeInput, opts.IncludeOutput
 	for {
 		page, err := c.ListPage(ctx, opts)
 		if err != nil {
@@ -321,6 +370,8 @@ type taskListPrinter struct {
 	json  bool
 	table *tabwriter.Writer // text only
 	n     int               // tasks printed
+	// input and output say which payloads the JSON carries.
+	input, output bool
 }
 
 func newTaskListPrinter(w io.Writer, asJSON bool) *taskListPrinter {
@@ -339,7 +390,7 @@ func (p *taskListPrinter) page(tasks []*sdk.TaskInfo) error {
 			fmt.Fprintf(p.table, "%s\t%s@%d\t%s\t%d\t%s\n", t.ID, t.Type, t.TypeVersion, t.Status, t.Attempt, formatTime(&t.CreatedAt))
 			continue
 		}
-		b, err := json.MarshalIndent(t, "  ", "  ")
+		b, err := json.MarshalIndent(listed(t, p.input, p.output), "  ", "  ")
 		if err != nil {
 			return errors.Wrapf(err, "encode task %s", t.ID)
 		}

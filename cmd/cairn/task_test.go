@@ -215,12 +215,39 @@ func TestTaskListPrinterJSONIsPrintJSON(t *testing.T) {
 	var want bytes.Buffer
 	root := newRootCmd()
 	root.SetOut(&want)
-	require.NoError(t, printJSON(root, tasks))
+	shown := make([]listedTask, len(tasks))
+	for i, task := range tasks {
+		shown[i] = listed(task, false, true) // as --include output lists them
+	}
+	require.NoError(t, printJSON(root, shown))
 	var got bytes.Buffer
 	p := newTaskListPrinter(&got, true)
+	p.output = true
 	require.NoError(t, p.page(tasks[:2]))
 	require.NoError(t, p.page(nil))
 	require.NoError(t, p.page(tasks[2:]))
 	require.NoError(t, p.end())
 	require.Equal(t, want.String(), got.String())
+}
+
+// A listing's JSON carries the payloads --include names, and only those.
+func TestListedTaskCarriesWhatIsIncluded(t *testing.T) {
+	t.Parallel()
+	task := &sdk.TaskInfo{ID: uuid.New(), Type: "a", Input: json.RawMessage(`{"in":1}`)}
+	fields := func(input, output bool) map[string]json.RawMessage {
+		b, err := json.Marshal(listed(task, input, output))
+		require.NoError(t, err)
+		var m map[string]json.RawMessage
+		require.NoError(t, json.Unmarshal(b, &m))
+		return m
+	}
+	lean := fields(false, false)
+	require.NotContains(t, lean, "input")
+	require.NotContains(t, lean, "output")
+	require.Contains(t, lean, "type")
+	require.JSONEq(t, `{"in":1}`, string(fields(true, false)["input"]))
+	require.NotContains(t, fields(true, false), "output")
+	require.Equal(t, "null", string(fields(false, true)["output"]))
+	_, _, err := parseInclude([]string{"labels"})
+	require.Error(t, err)
 }

@@ -42,7 +42,11 @@ func (s *Store) DeadLetterList(ctx context.Context, p *store.DeadLetterListParam
 	if p.Before != nil {
 		args["before_at"], args["before_id"] = p.Before.FinishedAt, p.Before.ID
 	}
-	rows, err := s.pool.Query(ctx, s.sql("DeadLetterList"), args)
+	query := "DeadLetterList"
+	if p.OmitPayloads {
+		query = "DeadLetterListLean"
+	}
+	rows, err := s.pool.Query(ctx, s.sql(query), args)
 	if err != nil {
 		return nil, errors.Wrap(interpretError(err), "list dead letters")
 	}

@@ -323,6 +323,71 @@ WHERE namespace = @namespace
 ORDER BY id DESC -- UUIDv7: newest first
 LIMIT @max;
 
+-- name: TaskListLean
+-- TaskList without the input and output columns: a listing that does not
+-- show payloads reads none (they are NULL here, nil in Go).
+SELECT id, namespace, queue, type, type_version, status, priority, run_at,
+    attempt, max_attempts, lease_owner, lease_epoch, lease_expires_at,
+    idempotency_key, trace_id, NULL::jsonb AS input, NULL::jsonb AS output, last_error, cancel_requested,
+    last_seq, created_at, updated_at, started_at, finished_at, labels, deadline, start_deadline,
+    fairness_key, fairness_weight
+FROM /* TEMPLATE: schema */tasks
+WHERE namespace = @namespace
+  AND (@status::text = '' OR status = @status)
+  AND (@type::text = '' OR type = @type)
+  AND (@queue::text = '' OR queue = @queue)
+  AND (NOT @paged::boolean OR id < @before::uuid)
+ORDER BY id DESC -- UUIDv7: newest first
+LIMIT @max;
+
+-- name: TaskListPayloads
+-- TaskList bounded in payload bytes as well as rows. The walk steps
+-- through the selected tasks newest first, one index probe a step, adding
+-- up the size of the payloads asked for (@with_input, @with_output: the
+-- JSON text, as the rows return it); it stops at @max rows or at the
+-- first task past @max_bytes, so it measures at most one task beyond the
+-- bound. The page is the walk's tasks within the bound, and always its
+-- first. A payload not asked for is neither measured nor read (NULL).
+WITH RECURSIVE walk (wid, n, bytes) AS (
+    (SELECT t.id, 1,
+        CASE WHEN @with_input::boolean THEN coalesce(octet_length(t.input::text), 0) ELSE 0 END +
+        CASE WHEN @with_output::boolean THEN coalesce(octet_length(t.output::text), 0) ELSE 0 END
+     FROM /* TEMPLATE: schema */tasks AS t
+     WHERE t.namespace = @namespace
+       AND (@status::text = '' OR t.status = @status)
+       AND (@type::text = '' OR t.type = @type)
+       AND (@queue::text = '' OR t.queue = @queue)
+       AND (NOT @paged::boolean OR t.id < @before::uuid)
+     ORDER BY t.id DESC
+     LIMIT 1)
+    UNION ALL
+    (SELECT t.id, w.n + 1, w.bytes +
+        CASE WHEN @with_input::boolean THEN coalesce(octet_length(t.input::text), 0) ELSE 0 END +
+        CASE WHEN @with_output::boolean THEN coalesce(octet_length(t.output::text), 0) ELSE 0 END
+     FROM walk AS w
+     CROSS JOIN LATERAL (
+        SELECT nt.id, nt.input, nt.output FROM /* TEMPLATE: schema */tasks AS nt
+        WHERE nt.namespace = @namespace
+          AND (@status::text = '' OR nt.status = @status)
+          AND (@type::text = '' OR nt.type = @type)
+          AND (@queue::text = '' OR nt.queue = @queue)
+          AND nt.id < w.wid
+        ORDER BY nt.id DESC
+        LIMIT 1) AS t
+     WHERE w.n < @max AND w.bytes <= @max_bytes::bigint)
+)
+SELECT t.id, t.namespace, t.queue, t.type, t.type_version, t.status, t.priority, t.run_at,
+    t.attempt, t.max_attempts, t.lease_owner, t.lease_epoch, t.lease_expires_at,
+    t.idempotency_key, t.trace_id,
+    CASE WHEN @with_input::boolean THEN t.input END AS input,
+    CASE WHEN @with_output::boolean THEN t.output END AS output,
+    t.last_error, t.cancel_requested,
+    t.last_seq, t.created_at, t.updated_at, t.started_at, t.finished_at, t.labels, t.deadline, t.start_deadline,
+    t.fairness_key, t.fairness_weight
+FROM walk AS w JOIN /* TEMPLATE: schema */tasks AS t ON t.id = w.wid
+WHERE w.n = 1 OR w.bytes <= @max_bytes::bigint
+ORDER BY t.id DESC;
+
 -- name: TaskIDListAll
 SELECT id FROM /* TEMPLATE: schema */tasks ORDER BY id;
 
@@ -356,6 +421,20 @@ DELETE FROM /* TEMPLATE: schema */leaders WHERE name = @name AND owner = @owner;
 SELECT id, namespace, queue, type, type_version, status, priority, run_at,
     attempt, max_attempts, lease_owner, lease_epoch, lease_expires_at,
     idempotency_key, trace_id, input, output, last_error, cancel_requested,
+    last_seq, created_at, updated_at, started_at, finished_at, labels, deadline, start_deadline,
+    fairness_key, fairness_weight
+FROM /* TEMPLATE: schema */tasks
+WHERE namespace = @namespace AND status = 'dead_lettered'
+  AND (@type::text = '' OR type = @type)
+  AND (NOT @paged::boolean OR (finished_at, id) < (@before_at::timestamptz, @before_id::uuid))
+ORDER BY finished_at DESC, id DESC
+LIMIT @max;
+
+-- name: DeadLetterListLean
+-- DeadLetterList without the input and output columns.
+SELECT id, namespace, queue, type, type_version, status, priority, run_at,
+    attempt, max_attempts, lease_owner, lease_epoch, lease_expires_at,
+    idempotency_key, trace_id, NULL::jsonb AS input, NULL::jsonb AS output, last_error, cancel_requested,
     last_seq, created_at, updated_at, started_at, finished_at, labels, deadline, start_deadline,
     fairness_key, fairness_weight
 FROM /* TEMPLATE: schema */tasks

@@ -3,6 +3,7 @@ package pgstore
 import (
 	"context"
 	"encoding/json"
+	"math"
 	"time"
 
 	"github.com/cairnflow/cairn/engine/internal/plan"
@@ -362,16 +363,31 @@ func (s *Store) TaskGetByID(ctx context.Context, namespace string, id uuid.UUID)
 	return t, nil
 }
 
-// TaskList returns tasks newest first.
+// TaskList returns tasks newest first: every column (TaskList), none of
+// the payload columns (TaskListLean), or the payloads asked for within
+// p.MaxPayloadBytes (TaskListPayloads).
 func (s *Store) TaskList(ctx context.Context, p *store.TaskListParams) ([]*store.Task, error) {
 	limit := p.Limit
 	if limit <= 0 {
 		limit = 100
 	}
-	rows, err := s.pool.Query(ctx, s.sql("TaskList"), pgx.NamedArgs{
+	args := pgx.NamedArgs{
 		"namespace": p.Namespace, "status": string(p.Status), "type": p.Type, "queue": p.Queue,
 		"paged": p.Before != uuid.Nil, "before": p.Before, "max": limit,
-	})
+	}
+	query := "TaskList"
+	switch {
+	case p.OmitInput && p.OmitOutput:
+		query = "TaskListLean"
+	case p.OmitInput || p.OmitOutput || p.MaxPayloadBytes > 0:
+		query = "TaskListPayloads"
+		args["with_input"], args["with_output"] = !p.OmitInput, !p.OmitOutput
+		args["max_bytes"] = int64(math.MaxInt64)
+		if p.MaxPayloadBytes > 0 {
+			args["max_bytes"] = int64(p.MaxPayloadBytes)
+		}
+	}
+	rows, err := s.pool.Query(ctx, s.sql(query), args)
 	if err != nil {
 		return nil, errors.Wrap(interpretError(err), "list tasks")
 	}

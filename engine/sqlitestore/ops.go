@@ -24,7 +24,11 @@ func (s *Store) DeadLetterList(ctx context.Context, p *store.DeadLetterListParam
 	if p.Before != nil {
 		beforeAt, beforeID = us(p.Before.FinishedAt), p.Before.ID.String()
 	}
-	tasks, err := queryTasks(ctx, s.q, "DeadLetterList", p.Namespace, p.Type, p.Before != nil, beforeAt, beforeID, limit)
+	query := "DeadLetterList"
+	if p.OmitPayloads {
+		query = "DeadLetterListLean"
+	}
+	tasks, err := queryTasks(ctx, s.q, query, p.Namespace, p.Type, p.Before != nil, beforeAt, beforeID, limit)
 	return tasks, errors.Wrap(err, "list dead letters")
 }
 

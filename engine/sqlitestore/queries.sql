@@ -81,6 +81,59 @@ WHERE namespace = ?1
 ORDER BY id DESC
 LIMIT ?6;
 
+-- name: TaskListLean
+-- TaskList without the input and output columns: a listing that does not
+-- show payloads reads none (NULL here, nil in Go).
+SELECT /* TASK_COLUMNS_LEAN */ FROM tasks
+WHERE namespace = ?1
+  AND (?2 = '' OR status = ?2)
+  AND (?3 = '' OR type = ?3)
+  AND (?4 = '' OR queue = ?4)
+  AND id < coalesce(?5, x'')
+ORDER BY id DESC
+LIMIT ?6;
+
+-- name: TaskListPayloads
+-- TaskList bounded in payload bytes as well as rows (?7, ?8: whether the
+-- input and the output are asked for; ?9: the bound). The walk steps
+-- through the selected tasks newest first, one primary-key probe a step,
+-- adding up the bytes of the payloads asked for (octet_length reads the
+-- size from the record header, not the value); it stops at ?6 rows or at
+-- the first task past ?9. The page is the walk's tasks within the bound,
+-- and always its first. A payload not asked for is not read (NULL).
+WITH RECURSIVE walk (wid, n, bytes) AS (
+    SELECT id, 1, size FROM (
+        SELECT id,
+            CASE WHEN ?7 THEN coalesce(octet_length(input), 0) ELSE 0 END +
+            CASE WHEN ?8 THEN coalesce(octet_length(output), 0) ELSE 0 END AS size
+        FROM tasks
+        WHERE namespace = ?1
+          AND (?2 = '' OR status = ?2)
+          AND (?3 = '' OR type = ?3)
+          AND (?4 = '' OR queue = ?4)
+          AND id < coalesce(?5, x'')
+        ORDER BY id DESC
+        LIMIT 1)
+    UNION ALL
+    SELECT t.id, w.n + 1, w.bytes +
+        CASE WHEN ?7 THEN coalesce(octet_length(t.input), 0) ELSE 0 END +
+        CASE WHEN ?8 THEN coalesce(octet_length(t.output), 0) ELSE 0 END
+    FROM walk AS w JOIN tasks AS t ON t.id = (
+        SELECT nt.id FROM tasks AS nt
+        WHERE nt.namespace = ?1
+          AND (?2 = '' OR nt.status = ?2)
+          AND (?3 = '' OR nt.type = ?3)
+          AND (?4 = '' OR nt.queue = ?4)
+          AND nt.id < w.wid
+        ORDER BY nt.id DESC
+        LIMIT 1)
+    WHERE w.n < ?6 AND w.bytes <= ?9
+)
+SELECT /* TASK_COLUMNS_PICKED */
+FROM walk AS w JOIN tasks AS t ON t.id = w.wid
+WHERE w.n = 1 OR w.bytes <= ?9
+ORDER BY t.id DESC;
+
 -- name: TaskIDListAll
 SELECT id FROM tasks ORDER BY id;
 
@@ -98,6 +151,15 @@ ORDER BY task_id, seq;
 -- tasks_dead_letter_idx; when ?3 (paged), the page starts after the
 -- (finished_at, id) ?4, ?5 of the last row of the previous page.
 SELECT /* TASK_COLUMNS */ FROM tasks
+WHERE status = 'dead_lettered' AND namespace = ?1
+  AND (?2 = '' OR type = ?2)
+  AND (NOT ?3 OR finished_at < ?4 OR (finished_at = ?4 AND id < ?5))
+ORDER BY finished_at DESC, id DESC
+LIMIT ?6;
+
+-- name: DeadLetterListLean
+-- DeadLetterList without the input and output columns.
+SELECT /* TASK_COLUMNS_LEAN */ FROM tasks
 WHERE status = 'dead_lettered' AND namespace = ?1
   AND (?2 = '' OR type = ?2)
   AND (NOT ?3 OR finished_at < ?4 OR (finished_at = ?4 AND id < ?5))

@@ -213,7 +213,8 @@ func loadQueries() (map[string]string, error) {
 
 // columnMarkers are the column lists written into the statements when
 // they are parsed.
-var columnMarkers = strings.NewReplacer("/* TASK_COLUMNS */", taskColumns, "/* SCHEDULE_COLUMNS */", scheduleColumns)
+var columnMarkers = strings.NewReplacer("/* TASK_COLUMNS */", taskColumns, "/* TASK_COLUMNS_LEAN */", taskColumnsLean,
+	"/* TASK_COLUMNS_PICKED */", taskColumnsPicked, "/* SCHEDULE_COLUMNS */", scheduleColumns)
 
 // unknownMarker is a marker left after columnMarkers: a typo.
 var unknownMarker = regexp.MustCompile(`/\* [A-Z_]+ \*/`)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"math"
 	"time"
 
 	"github.com/cairnflow/cairn/engine/internal/plan"
@@ -20,6 +21,23 @@ const taskColumns = `id, namespace, queue, type, type_version, status, priority,
 	idempotency_key, trace_id, input, output, last_error, cancel_requested,
 	last_seq, created_at, updated_at, started_at, finished_at, labels, deadline, start_deadline,
 	fairness_key, fairness_weight`
+
+// taskColumnsLean is taskColumns with NULL for the input and output: the
+// listings that do not show payloads do not read them.
+const taskColumnsLean = `id, namespace, queue, type, type_version, status, priority, run_at,
+	attempt, max_attempts, lease_owner, lease_epoch, lease_expires_at,
+	idempotency_key, trace_id, NULL AS input, NULL AS output, last_error, cancel_requested,
+	last_seq, created_at, updated_at, started_at, finished_at, labels, deadline, start_deadline,
+	fairness_key, fairness_weight`
+
+// taskColumnsPicked is taskColumns of tasks AS t, with the input and
+// output only where parameters ?7 and ?8 ask for them (TaskListPayloads).
+const taskColumnsPicked = `t.id, t.namespace, t.queue, t.type, t.type_version, t.status, t.priority, t.run_at,
+	t.attempt, t.max_attempts, t.lease_owner, t.lease_epoch, t.lease_expires_at,
+	t.idempotency_key, t.trace_id, CASE WHEN ?7 THEN t.input END AS input, CASE WHEN ?8 THEN t.output END AS output,
+	t.last_error, t.cancel_requested,
+	t.last_seq, t.created_at, t.updated_at, t.started_at, t.finished_at, t.labels, t.deadline, t.start_deadline,
+	t.fairness_key, t.fairness_weight`
 
 type scanner interface{ Scan(dest ...any) error }
 
@@ -279,7 +297,9 @@ func (s *Store) TaskGetManyByID(ctx context.Context, ids []uuid.UUID) ([]*store.
 	return queryTasks(ctx, s.q, "TaskGetManyByID", jsonIDs(ids))
 }
 
-// TaskList implements [store.Store]: newest first.
+// TaskList implements [store.Store]: newest first, with every column
+// (TaskList), none of the payload columns (TaskListLean), or the payloads
+// asked for within p.MaxPayloadBytes (TaskListPayloads).
 func (s *Store) TaskList(ctx context.Context, p *store.TaskListParams) ([]*store.Task, error) {
 	limit := p.Limit
 	if limit <= 0 {
@@ -289,7 +309,20 @@ func (s *Store) TaskList(ctx context.Context, p *store.TaskListParams) ([]*store
 	if p.Before != uuid.Nil {
 		before = sql.NullString{String: p.Before.String(), Valid: true}
 	}
-	tasks, err := queryTasks(ctx, s.q, "TaskList", p.Namespace, string(p.Status), p.Type, p.Queue, before, limit)
+	args := []any{p.Namespace, string(p.Status), p.Type, p.Queue, before, limit}
+	query := "TaskList"
+	switch {
+	case p.OmitInput && p.OmitOutput:
+		query = "TaskListLean"
+	case p.OmitInput || p.OmitOutput || p.MaxPayloadBytes > 0:
+		query = "TaskListPayloads"
+		maxBytes := int64(math.MaxInt64)
+		if p.MaxPayloadBytes > 0 {
+			maxBytes = int64(p.MaxPayloadBytes)
+		}
+		args = append(args, !p.OmitInput, !p.OmitOutput, maxBytes)
+	}
+	tasks, err := queryTasks(ctx, s.q, query, args...)
 	return tasks, errors.Wrap(err, "list tasks")
 }
 

@@ -56,6 +56,9 @@ type DeadLetterListParams struct {
 	// before this one (by finished_at, then id) are returned.
 	Before *DeadLetterCursor
 	Limit  int // default 100
+	// OmitPayloads leaves the tasks' Input and Output nil, and the driver
+	// does not read those columns.
+	OmitPayloads bool
 }
 
 // DeadLetterCursor is where a page of dead letters ended.
@@ -144,6 +147,21 @@ type TaskListParams struct {
 	Queue     string
 	Before    uuid.UUID // only tasks older than this one (ids are UUIDv7); zero: from the newest
 	Limit     int       // default 100
+
+	// OmitInput and OmitOutput leave the tasks' Input and Output nil. With
+	// both set the driver does not read those columns at all, so a listing
+	// costs what the tasks' other fields cost however large their payloads
+	// are. The zero value reads both.
+	OmitInput, OmitOutput bool
+	// MaxPayloadBytes, when above 0, bounds the page in bytes as Limit
+	// does in rows: the page ends before the task whose payloads (the JSON
+	// text of the input and output read, as stored) would take the page's
+	// total past it. A page holds at least one task, whole, however large;
+	// a page is never cut inside a task. A page cut this way holds fewer
+	// than Limit tasks while more may follow: continue from its last task
+	// until a page comes back empty. The driver reads the payloads of at
+	// most one task past the bound. 0: no bound.
+	MaxPayloadBytes int
 }
 
 // TaskType is a task type at one version that a worker has registered in a
