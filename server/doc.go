@@ -27,7 +27,7 @@
 // API writes must be JSON, console forms must come from the console's own
 // origin, and every response carries CSP, frame and nosniff headers. The
 // console signs in to server-side sessions (session.go), never keeping the
-// token in the browser. docs/security-web.md has the threat model.
+// token in the browser. docs/guarantees.md ("Security") has the threat model.
 //
 // The console's Go code is in this package, beside the API, because it
 // shares the API's authentication, per-namespace clients and error

@@ -10,7 +10,7 @@ import (
 )
 
 // The web defences every request passes before its handler (see
-// docs/security-web.md for what each one stops):
+// docs/guarantees.md ("Security") for what each one stops):
 //
 //   - without API tokens, only requests whose Host is a loopback name or
 //     address, or one of Config.AllowedHosts, are answered: a page that

@@ -89,7 +89,7 @@ type Config struct {
 	// lists, dead letters, the audit, and the console's filter boxes): its
 	// time, its total cost and the rows it reads. Over them, a request is
 	// answered 422 filter_too_expensive. Zero fields take the sdk's
-	// defaults (2 s, 10,000,000, 100,000); see docs/security-filters.md.
+	// defaults (2 s, 10,000,000, 100,000); see docs/guarantees.md ("Security").
 	FilterLimits sdk.FilterLimits
 }
 

@@ -20,7 +20,7 @@ const maxSessions = 10_000
 // token, a stolen cookie stops working at sign-out or expiry, and the
 // token is not sent with every page. They live in the process: a restart
 // signs everyone out, and servers behind one load balancer need sticky
-// sessions (docs/security-web.md).
+// sessions (docs/guarantees.md ("Security")).
 type sessions struct {
 	ttl time.Duration
 	now func() time.Time

@@ -29,7 +29,7 @@ where they were. With --database-url it does the same on PostgreSQL.
 
 It has no authentication: it answers only requests for localhost or a
 loopback address (add names with --allowed-hosts), and listens on another
-address only when told --insecure-no-auth. See docs/security-web.md.`,
+address only when told --insecure-no-auth. See docs/guarantees.md ("Security").`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if df.documents < 0 || df.documents > 100_000 {

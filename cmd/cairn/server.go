@@ -73,7 +73,7 @@ application/json; the console's forms are accepted only from its own pages.
 /metrics needs --metrics-token when set; otherwise, with --tokens, an API
 token that may read every namespace. --metrics-addr serves it on an address
 of its own instead.
-See docs/security-web.md.`,
+See docs/guarantees.md ("Security").`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runServer(cmd, g, f) },
 	}
