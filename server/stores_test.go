@@ -57,7 +57,9 @@ type answer struct {
 	problem Problem
 }
 
-// send serves one request on h. header is name/value pairs.
+// send serves one request on h, as a local client (a tokenless server
+// answers only loopback Hosts). header is name/value pairs; "Host" sets
+// the request's host.
 func send(tb testing.TB, h http.Handler, method, target string, body []byte, header ...string) answer {
 	tb.Helper()
 	var r *http.Request
@@ -67,7 +69,12 @@ func send(tb testing.TB, h http.Handler, method, target string, body []byte, hea
 		r = httptest.NewRequest(method, target, strings.NewReader(string(body)))
 		r.Header.Set("Content-Type", "application/json")
 	}
+	r.Host = "localhost"
 	for i := 0; i+1 < len(header); i += 2 {
+		if header[i] == "Host" {
+			r.Host = header[i+1]
+			continue
+		}
 		r.Header.Set(header[i], header[i+1])
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
