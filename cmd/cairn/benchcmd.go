@@ -45,7 +45,7 @@ func benchConfig(cmd *cobra.Command, g *globals) bench.Config {
 		bg.schema = bench.DefaultSchema
 	}
 	return bench.Config{
-		DatabaseURL: bg.databaseURL, Schema: bg.schema, Namespace: bg.namespace, JSON: g.output == "json",
+		DatabaseURL: bg.url(), Schema: bg.schema, Namespace: bg.namespace, JSON: g.output == "json",
 		ConnectFunc: bg.connect,
 		Stdout:      cmd.OutOrStdout(), Stderr: cmd.ErrOrStderr(), Stdin: cmd.InOrStdin(),
 	}

@@ -21,13 +21,13 @@ const databaseHint = "set --database-url or CAIRN_DATABASE_URL to a reachable Po
 // connect opens a pool and checks the database answers. Every failure is a
 // configError with one line saying what to set.
 func (g *globals) connect(ctx context.Context, maxConns int32) (*pgxpool.Pool, error) {
-	if g.databaseURL == "" {
+	if g.url() == "" {
 		return nil, errors.Mark(errors.New("no database configured: "+databaseHint), configError)
 	}
 	if err := pgstore.ValidateSchemaName(g.schema); err != nil {
 		return nil, errors.Mark(err, configError)
 	}
-	cfg, err := pgxpool.ParseConfig(g.databaseURL)
+	cfg, err := pgxpool.ParseConfig(g.url())
 	if err != nil {
 		return nil, errors.Mark(errors.Newf("database URL does not parse (%s): %s", redactedCause(err), databaseHint), configError)
 	}
@@ -69,7 +69,10 @@ type storeOpts struct {
 
 // embedded reports whether commands use the embedded store: no PostgreSQL
 // URL is configured.
-func (g *globals) embedded() bool { return g.databaseURL == "" }
+func (g *globals) embedded() bool { return g.url() == "" }
+
+// url is the PostgreSQL URL: --database-url, else CAIRN_DATABASE_URL.
+func (g *globals) url() string { return g.databaseURL.get() }
 
 // store opens the configured store: PostgreSQL when a database URL is set,
 // else the embedded SQLite store in --db (created if missing).

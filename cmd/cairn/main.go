@@ -43,8 +43,8 @@ func main() {
 
 // globals are the flags every command shares.
 type globals struct {
-	databaseURL string
-	dbPath      string // the embedded store's file, used when databaseURL is empty
+	databaseURL envFlag // read with url(): a URL may hold a password, so --help never shows it
+	dbPath      string  // the embedded store's file, used when databaseURL is empty
 	schema      string
 	namespace   string
 	output      string
@@ -77,7 +77,8 @@ store: one SQLite file (--db, default ./cairn-dev.db), for one process.`,
 		return errors.Mark(err, configError)
 	})
 	pf := root.PersistentFlags()
-	pf.StringVar(&g.databaseURL, "database-url", os.Getenv("CAIRN_DATABASE_URL"), "PostgreSQL URL (env CAIRN_DATABASE_URL); unset: the embedded store in --db")
+	g.databaseURL.env = "CAIRN_DATABASE_URL"
+	pf.Var(&g.databaseURL, "database-url", "PostgreSQL URL (env CAIRN_DATABASE_URL); unset: the embedded store in --db")
 	pf.StringVar(&g.dbPath, "db", envOr("CAIRN_DB", "cairn-dev.db"), "the embedded SQLite store's file, used when no --database-url is set (env CAIRN_DB)")
 	pf.StringVar(&g.schema, "schema", envOr("CAIRN_SCHEMA", pgstore.DefaultSchema), "schema holding cairn's tables (env CAIRN_SCHEMA)")
 	pf.StringVar(&g.namespace, "namespace", envOr("CAIRN_NAMESPACE", "default"), "namespace of tasks (env CAIRN_NAMESPACE)")
@@ -89,6 +90,27 @@ store: one SQLite file (--db, default ./cairn-dev.db), for one process.`,
 	root.AddCommand(newServerCmd(g), newDevCmd(g), newTokenCmd())
 	root.AddCommand(newAuditCmd(g), newBenchCmd(g))
 	return root
+}
+
+// envFlag is a string flag whose value, unless the flag is given, is read
+// from an environment variable when it is used rather than when the flag
+// is defined, so no --help prints it.
+type envFlag struct {
+	env   string
+	value string
+	set   bool
+}
+
+func (f *envFlag) String() string     { return f.value }
+func (f *envFlag) Type() string       { return "string" }
+func (f *envFlag) Set(v string) error { f.value, f.set = v, true; return nil }
+
+// get returns the flag's value, or the environment's when it was not given.
+func (f *envFlag) get() string {
+	if f.set {
+		return f.value
+	}
+	return os.Getenv(f.env)
 }
 
 func envOr(key, fallback string) string {
