@@ -313,3 +313,25 @@ func TestDescribeReplacesNUL(t *testing.T) {
 	info := activities.Describe(errors.New("bad byte \x00 in page"), history.Transient)
 	require.Equal(t, "bad byte \uFFFD in page", info.Message)
 }
+
+// A policy that sets only what it means is whole: its zero fields take
+// the default policy's, and what it set stays (wrong values too, for
+// Validate to refuse).
+func TestRetryPolicyWithDefaults(t *testing.T) {
+	t.Parallel()
+	p := activities.RetryPolicy{MaxAttempts: 3}.WithDefaults()
+	require.NoError(t, p.Validate(), "RetryPolicy{MaxAttempts: 3} needs nothing more")
+	want := activities.DefaultRetryPolicy
+	want.MaxAttempts = 3
+	require.Equal(t, want.MaxAttempts, p.MaxAttempts)
+	require.Equal(t, want.InitialInterval, p.InitialInterval)
+	require.Equal(t, want.Multiplier, p.Multiplier)
+	require.Equal(t, want.MaxInterval, p.MaxInterval)
+
+	long := activities.RetryPolicy{InitialInterval: 10 * time.Minute}.WithDefaults()
+	require.NoError(t, long.Validate())
+	require.Equal(t, 10*time.Minute, long.MaxInterval, "the ceiling is never below the first interval")
+
+	require.Error(t, activities.RetryPolicy{Multiplier: 0.5}.WithDefaults().Validate(), "a value set is kept")
+	require.Equal(t, activities.DefaultRetryPolicy, activities.RetryPolicy{}.WithDefaults())
+}

@@ -273,7 +273,32 @@ var DefaultRetryPolicy = RetryPolicy{
 	MaxInterval:     5 * time.Minute,
 }
 
-// Validate reports what is wrong with p, if anything.
+// WithDefaults returns p with its zero fields taken from
+// [DefaultRetryPolicy], so a policy that sets only what it means
+// (RetryPolicy{MaxAttempts: 3}) is whole: MaxAttempts 10, InitialInterval
+// 1s, Multiplier 2, MaxInterval 5m or InitialInterval if that is longer.
+// Zero Jitter is FullJitter and zero MaxElapsed no time budget, as always.
+// Values that are set, wrong ones included, are kept for Validate to judge.
+func (p RetryPolicy) WithDefaults() RetryPolicy {
+	d := DefaultRetryPolicy
+	if p.MaxAttempts == 0 {
+		p.MaxAttempts = d.MaxAttempts
+	}
+	if p.InitialInterval == 0 {
+		p.InitialInterval = d.InitialInterval
+	}
+	if p.Multiplier == 0 {
+		p.Multiplier = d.Multiplier
+	}
+	if p.MaxInterval == 0 {
+		p.MaxInterval = max(d.MaxInterval, p.InitialInterval)
+	}
+	return p
+}
+
+// Validate reports what is wrong with p, if anything. Zero fields are
+// wrong here: take [RetryPolicy.WithDefaults] first, as cairn does with
+// every policy it is given.
 func (p RetryPolicy) Validate() error {
 	switch {
 	case p.MaxAttempts < 1:

@@ -400,8 +400,12 @@ func TestScheduleToCloseDeadline(t *testing.T) {
 func TestInvalidRetryPolicyIsRefusedAtDefinition(t *testing.T) {
 	t.Parallel()
 	noop := func(workflow.Context, string) (string, error) { return "", nil }
-	_, err := sdk.NewWorkflowSafely("x.bad", 1, noop, &sdk.WorkflowOpts{Retry: &activities.RetryPolicy{MaxAttempts: 0}})
-	require.ErrorContains(t, err, "MaxAttempts 0 must be at least 1")
+	_, err := sdk.NewWorkflowSafely("x.bad", 1, noop, &sdk.WorkflowOpts{Retry: &activities.RetryPolicy{MaxAttempts: -1}})
+	require.ErrorContains(t, err, "MaxAttempts -1 must be at least 1")
+	// A partial policy is whole: its zero fields take the defaults (it
+	// panicked on Multiplier 0 before).
+	_, err = sdk.NewWorkflowSafely("x.partial", 1, noop, &sdk.WorkflowOpts{Retry: &activities.RetryPolicy{MaxAttempts: 3}})
+	require.NoError(t, err)
 	_, err = sdk.NewWorkflowSafely("x.bad", 1, noop, &sdk.WorkflowOpts{Retry: &activities.RetryPolicy{
 		MaxAttempts: 3, Multiplier: 2, MaxElapsed: -time.Second}})
 	require.ErrorContains(t, err, "must not be negative")

@@ -38,7 +38,8 @@ type WorkflowOpts struct {
 	Queue string
 	// Retry is the retry policy: budget, backoff, and the CEL policy that
 	// classifies errors (see activities.NewPolicy). Steps may override it
-	// (workflow.StepOpts.Retry). Default activities.DefaultRetryPolicy.
+	// (workflow.StepOpts.Retry). Default activities.DefaultRetryPolicy; a
+	// policy's zero fields take its values (RetryPolicy.WithDefaults).
 	Retry *activities.RetryPolicy
 	// ScheduleToClose, when set, is a deadline for each task of this type,
 	// counted from its start: a task not finished by then is not started
@@ -101,10 +102,11 @@ func NewWorkflowSafely[In, Out any](name string, version int, fn func(workflow.C
 			wf.defaults.queue = opts.Queue
 		}
 		if opts.Retry != nil {
-			if err := opts.Retry.Validate(); err != nil {
+			retry := opts.Retry.WithDefaults()
+			if err := retry.Validate(); err != nil {
 				return nil, errors.Wrapf(err, "workflow %s", name)
 			}
-			wf.defaults.retry = *opts.Retry
+			wf.defaults.retry = retry
 		}
 		if opts.ScheduleToClose < 0 {
 			return nil, errors.Newf("workflow %s: ScheduleToClose %s is negative", name, opts.ScheduleToClose)

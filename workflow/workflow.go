@@ -30,7 +30,9 @@ type Context = interpreter.Context
 // StepOpts are per-step options. A nil *StepOpts takes every default.
 type StepOpts struct {
 	// Retry overrides the workflow type's retry policy for this step's
-	// failures: its budget, backoff and classification policy.
+	// failures: its budget, backoff and classification policy. Its zero
+	// fields take activities.DefaultRetryPolicy's (see
+	// [activities.RetryPolicy.WithDefaults]).
 	Retry *activities.RetryPolicy
 	// StartToClose and HeartbeatTimeout bound one run of the step (see
 	// [activities.Timeouts]); hitting either is a transient failure.
@@ -59,12 +61,21 @@ func (o *StepOpts) options() *interpreter.StepOptions {
 		return nil
 	}
 	return &interpreter.StepOptions{
-		Retry:             o.Retry,
+		Retry:             withDefaults(o.Retry),
 		Timeouts:          activities.Timeouts{StartToClose: o.StartToClose, Heartbeat: o.HeartbeatTimeout},
 		Irreversible:      o.Irreversible,
 		Compensate:        o.Compensate,
-		CompensationRetry: o.CompensationRetry,
+		CompensationRetry: withDefaults(o.CompensationRetry),
 	}
+}
+
+// withDefaults is r with its zero fields filled; nil stays nil.
+func withDefaults(r *activities.RetryPolicy) *activities.RetryPolicy {
+	if r == nil {
+		return nil
+	}
+	filled := r.WithDefaults()
+	return &filled
 }
 
 // Compensator undoes a completed step, given its recorded output (JSON).

@@ -49,8 +49,8 @@ func TestStepOptsReachTheInterpreter(t *testing.T) {
 	require.True(t, errors.Is(res.Err, errModel), "got %v", res.Err)
 	for _, got := range []*interpreter.StepOptions{res.StepOptions, res.Visited[0]} {
 		require.NotNil(t, got)
-		require.Same(t, retry, got.Retry)
-		require.Same(t, compRetry, got.CompensationRetry)
+		require.Equal(t, *retry, *got.Retry, "a whole policy reaches it as it is")
+		require.Equal(t, *compRetry, *got.CompensationRetry)
 		require.Equal(t, activities.Timeouts{StartToClose: time.Minute, Heartbeat: time.Second}, got.Timeouts)
 		require.False(t, got.Irreversible)
 		require.NotNil(t, got.Compensate)
