@@ -31,12 +31,17 @@ type TaskCancelResult struct {
 // in the same append (task_cancelled) and never runs again. A running
 // task's worker is told (a notification, and its next heartbeat or append)
 // and stops at its next checkpoint; a task with completed compensable steps
-// is due at once, so a worker compensates them. Cancelling a finished task
-// is an error marked [store.ErrTaskState] naming its status; cancelling
-// twice is not an error.
+// is due at once, so a worker compensates them. Cancelling a task that
+// ended otherwise than cancelled is an error marked [store.ErrTaskState]
+// naming its status; cancelling twice, or a cancelled task, is not an
+// error (AlreadyRequested is set and nothing is appended).
 func CancelTask(ctx context.Context, s store.Store, p *TaskRequestParams) (TaskCancelResult, error) {
 	var res TaskCancelResult
 	state, err := requestOnTask(ctx, s, p, func(state history.State) ([]history.Payload, error) {
+		if state.Status == history.StatusCancelled {
+			res.AlreadyRequested = true // cancelling twice is not an error
+			return nil, nil
+		}
 		if state.Status.Terminal() {
 			return nil, errors.Mark(errors.Newf("cancel task %s: it is %s; only a pending, retrying or running task can be cancelled",
 				p.ID, state.Status), store.ErrTaskState)

@@ -12,8 +12,9 @@ import (
 // running one stops at its next checkpoint (before its next step; an
 // irreversible step in progress finishes first), and its completed
 // compensable steps are compensated in reverse order before it ends
-// cancelled. Cancelling a finished task is an error marked [ErrTaskState]
-// naming its status; cancelling twice is not an error. A cancel that arrives
+// cancelled. Cancelling a task that finished otherwise than cancelled is an
+// error marked [ErrTaskState] naming its status; cancelling twice, or a
+// cancelled task, is not an error and appends nothing. A cancel that arrives
 // as the last step finishes can lose the race: the task then ends
 // completed, with the cancel request in its history; [Client.Compensate]
 // undoes it.
