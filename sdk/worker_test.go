@@ -538,7 +538,10 @@ func TestNewWorkflowSafely(t *testing.T) {
 		{name: "NegativeVersion", wfName: "doc", version: -1, fn: fn, wantErr: "version"},
 		{name: "NilFunc", wfName: "doc", version: 1, fn: nil, wantErr: "nil"},
 		{name: "BadQueue", wfName: "doc", version: 1, fn: fn, opts: &sdk.WorkflowOpts{Queue: "ocr queue"}, wantErr: "queue"},
-		{name: "ZeroRetry", wfName: "doc", version: 1, fn: fn, opts: &sdk.WorkflowOpts{Retry: &activities.RetryPolicy{}}, wantErr: "MaxAttempts"},
+		{name: "NegativeAttempts", wfName: "doc", version: 1, fn: fn, opts: &sdk.WorkflowOpts{Retry: &activities.RetryPolicy{MaxAttempts: -1}}, wantErr: "MaxAttempts"},
+		// Zero fields take the default policy's (RetryPolicy.WithDefaults).
+		{name: "ZeroRetry", wfName: "doc", version: 1, fn: fn, opts: &sdk.WorkflowOpts{Retry: &activities.RetryPolicy{}}},
+		{name: "PartialRetry", wfName: "doc", version: 1, fn: fn, opts: &sdk.WorkflowOpts{Retry: &activities.RetryPolicy{MaxAttempts: 3}}},
 		{name: "BadMultiplier", wfName: "doc", version: 1, fn: fn, wantErr: "Multiplier",
 			opts: &sdk.WorkflowOpts{Retry: &activities.RetryPolicy{MaxAttempts: 3, Multiplier: 0.5}}},
 		{name: "MaxBelowInitial", wfName: "doc", version: 1, fn: fn, wantErr: "MaxInterval",
