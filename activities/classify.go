@@ -7,8 +7,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cairnflow/cairn/history"
 	"github.com/cockroachdb/errors"
+
+	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/internal/errmark"
 )
 
 // Marks that classify an error. They are cockroachdb/errors marks, so they
@@ -27,7 +29,7 @@ func Permanent(err error) error {
 	if err == nil {
 		return nil
 	}
-	return errors.Mark(err, ErrPermanent)
+	return errmark.Mark(err, ErrPermanent)
 }
 
 // Transient marks err as worth retrying, within the retry budget.
@@ -35,7 +37,7 @@ func Transient(err error) error {
 	if err == nil {
 		return nil
 	}
-	return errors.Mark(err, ErrTransient)
+	return errmark.Mark(err, ErrTransient)
 }
 
 // KindError lets an error name its kind: a stable code such as "bad_input"
@@ -58,7 +60,7 @@ func RetryAfter(err error, d time.Duration) error {
 	if err == nil {
 		return nil
 	}
-	return errors.Mark(&retryAfterError{cause: err, after: max(d, 0)}, ErrTransient)
+	return errmark.Mark(&retryAfterError{cause: err, after: max(d, 0)}, ErrTransient)
 }
 
 type retryAfterError struct {

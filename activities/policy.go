@@ -17,6 +17,7 @@ import (
 
 	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/internal/celenv"
+	"github.com/cairnflow/cairn/internal/errmark"
 )
 
 // ErrBadPolicy marks an error from [NewPolicy]: the expression does not
@@ -129,14 +130,14 @@ func newPolicyEnv() (*cel.Env, error) {
 // at the first failure.
 func NewPolicy(name, expr string) (*Policy, error) {
 	if name == "" || len(name) > policyNameMax || strings.ContainsAny(name, "\x00\n") {
-		return nil, errors.Mark(errors.Newf("policy %q: name must be 1 to %d characters on one line", name, policyNameMax), ErrBadPolicy)
+		return nil, errmark.Mark(errors.Newf("policy %q: name must be 1 to %d characters on one line", name, policyNameMax), ErrBadPolicy)
 	}
 	env, err := newPolicyEnv()
 	if err != nil {
 		return nil, errors.Wrap(err, "policy environment")
 	}
 	bad := func(format string, args ...any) error {
-		return errors.Mark(errors.Newf("policy %q: "+format, append([]any{name}, args...)...), ErrBadPolicy)
+		return errmark.Mark(errors.Newf("policy %q: "+format, append([]any{name}, args...)...), ErrBadPolicy)
 	}
 	ast, iss := env.Compile(expr)
 	if iss.Err() != nil {

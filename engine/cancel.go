@@ -3,10 +3,12 @@ package engine
 import (
 	"context"
 
-	"github.com/cairnflow/cairn/engine/store"
-	"github.com/cairnflow/cairn/history"
 	"github.com/cockroachdb/errors"
 	"github.com/google/uuid"
+
+	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/internal/errmark"
 )
 
 // TaskRequestParams names a task and who asks something of it, and why.
@@ -43,7 +45,7 @@ func CancelTask(ctx context.Context, s store.Store, p *TaskRequestParams) (TaskC
 			return nil, nil
 		}
 		if state.Status.Terminal() {
-			return nil, errors.Mark(errors.Newf("cancel task %s: it is %s; only a pending, retrying or running task can be cancelled",
+			return nil, errmark.Mark(errors.Newf("cancel task %s: it is %s; only a pending, retrying or running task can be cancelled",
 				p.ID, state.Status), store.ErrTaskState)
 		}
 		if state.CancelRequested {
@@ -68,11 +70,11 @@ func CancelTask(ctx context.Context, s store.Store, p *TaskRequestParams) (TaskC
 func CompensateTask(ctx context.Context, s store.Store, p *TaskRequestParams) (history.State, error) {
 	return requestOnTask(ctx, s, p, func(state history.State) ([]history.Payload, error) {
 		if state.Status != history.StatusCompleted {
-			return nil, errors.Mark(errors.Newf("compensate task %s: it is %s; only a completed task is compensated on request",
+			return nil, errmark.Mark(errors.Newf("compensate task %s: it is %s; only a completed task is compensated on request",
 				p.ID, state.Status), store.ErrTaskState)
 		}
 		if !hasCompensable(state) {
-			return nil, errors.Mark(errors.Newf("compensate task %s: none of its steps has a compensator", p.ID), store.ErrTaskState)
+			return nil, errmark.Mark(errors.Newf("compensate task %s: none of its steps has a compensator", p.ID), store.ErrTaskState)
 		}
 		return []history.Payload{history.CompensationRequestedData{By: p.By, Reason: p.Reason}}, nil
 	})

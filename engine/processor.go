@@ -10,10 +10,12 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cairnflow/cairn/engine/store"
-	"github.com/cairnflow/cairn/history"
 	"github.com/cockroachdb/errors"
 	"github.com/google/uuid"
+
+	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/internal/errmark"
 )
 
 var (
@@ -79,7 +81,7 @@ func (a *Attempt) SyncCancel(ctx context.Context) error {
 	}
 	rebased, ok := rebaseOntoCancel(&store.EventAppendParams{TaskID: a.Task.ID, State: a.state}, events)
 	if !ok {
-		return errors.Mark(errors.Newf("task %s: its history moved on other than by a cancel request", a.Task.ID), store.ErrConflict)
+		return errmark.Mark(errors.Newf("task %s: its history moved on other than by a cancel request", a.Task.ID), store.ErrConflict)
 	}
 	a.state = rebased.State
 	return nil

@@ -4,10 +4,12 @@ import (
 	"context"
 	"time"
 
-	"github.com/cairnflow/cairn/engine/store"
-	"github.com/cairnflow/cairn/history"
 	"github.com/cockroachdb/errors"
 	"github.com/google/uuid"
+
+	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/internal/errmark"
 )
 
 // TaskRequeueParams describes a requeue of dead-lettered tasks.
@@ -53,7 +55,7 @@ func RequeueTasks(ctx context.Context, s store.Store, p *TaskRequeueParams) ([]R
 		}
 	}
 	for _, i := range pending {
-		out[i].Err = errors.Mark(errors.Newf("requeue task %s: it kept changing; try again", out[i].ID), store.ErrConflict)
+		out[i].Err = errmark.Mark(errors.Newf("requeue task %s: it kept changing; try again", out[i].ID), store.ErrConflict)
 	}
 	return out, nil
 }
@@ -84,14 +86,14 @@ func requeueOnce(ctx context.Context, s store.Store, p *TaskRequeueParams, pendi
 		state, err := history.Replay(events[id])
 		switch {
 		case !inNamespace[id]:
-			out[i].Err = errors.Mark(errors.Newf("requeue task %s: no such task", id), store.ErrNotFound)
+			out[i].Err = errmark.Mark(errors.Newf("requeue task %s: no such task", id), store.ErrNotFound)
 		case err != nil:
 			out[i].Err = errors.Wrapf(err, "requeue task %s", id)
 		case state.Status != history.StatusDeadLettered:
-			out[i].Err = errors.Mark(errors.Newf("requeue task %s: it is %s; only a dead-lettered task can be retried", id, state.Status), store.ErrTaskState)
+			out[i].Err = errmark.Mark(errors.Newf("requeue task %s: it is %s; only a dead-lettered task can be retried", id, state.Status), store.ErrTaskState)
 		case state.Scheduled.Deadline != nil && !now.Before(*state.Scheduled.Deadline) &&
 			state.Compensation == nil && !state.CancelRequested: // compensation may resume after the deadline
-			out[i].Err = errors.Mark(errors.Newf("requeue task %s: its deadline %s has passed; a retry would end at once (start a new task instead)",
+			out[i].Err = errmark.Mark(errors.Newf("requeue task %s: its deadline %s has passed; a retry would end at once (start a new task instead)",
 				id, state.Scheduled.Deadline.Format(time.RFC3339)), store.ErrTaskState)
 		default:
 			appends = append(appends, &store.EventAppendParams{

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/cockroachdb/errors"
+
+	"github.com/cairnflow/cairn/internal/errmark"
 )
 
 // ErrInvalidHistory marks every error that reports an event sequence (or an
@@ -19,7 +21,7 @@ func invalidf(cause error, format string, args ...any) error {
 	} else {
 		err = errors.Newf(format, args...)
 	}
-	return errors.Mark(err, ErrInvalidHistory)
+	return errmark.Mark(err, ErrInvalidHistory)
 }
 
 // Status is where a task stands. The strings are stored and shown to users.

@@ -15,11 +15,13 @@ import (
 	"cel.dev/cel-go/common/types"
 	"cel.dev/cel-go/common/types/ref"
 	"cel.dev/cel-go/ext"
+	"github.com/cockroachdb/errors"
+	"github.com/google/uuid"
+
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/internal/celenv"
-	"github.com/cockroachdb/errors"
-	"github.com/google/uuid"
+	"github.com/cairnflow/cairn/internal/errmark"
 )
 
 // FilterEvent is an event as an event filter sees it, as `event`.
@@ -380,7 +382,7 @@ func (c *Client) Audit(ctx context.Context, p AuditParams, fn func(AuditRecord) 
 		matches, err := a.page(ctx, walk, room)
 		for _, rec := range matches {
 			if cerr := ctx.Err(); cerr != nil {
-				return errors.Mark(errors.Wrap(cerr, "audit"), context.Cause(ctx))
+				return errmark.Mark(errors.Wrap(cerr, "audit"), context.Cause(ctx))
 			}
 			if ferr := fn(rec); ferr != nil {
 				return ferr
@@ -395,7 +397,7 @@ func (c *Client) Audit(ctx context.Context, p AuditParams, fn func(AuditRecord) 
 		}
 	}
 	if a.failedEvals > 0 {
-		return errors.Mark(errors.WithHint(errors.Wrapf(a.evalErrs, "the filter failed on %d event(s), which were skipped; the first", a.failedEvals),
+		return errmark.Mark(errors.WithHint(errors.Wrapf(a.evalErrs, "the filter failed on %d event(s), which were skipped; the first", a.failedEvals),
 			`test the event type before reading its payload: event.type == "attempt_failed" && event.data.error.status == 429, or has(event.data.error) && ...`),
 			ErrFilterEvaluation)
 	}

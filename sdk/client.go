@@ -10,17 +10,19 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/cockroachdb/errors"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/cairnflow/cairn/activities"
 	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/engine/pgstore"
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/internal/errmark"
 	"github.com/cairnflow/cairn/internal/interpreter"
 	"github.com/cairnflow/cairn/internal/jsoncheck"
-	"github.com/cockroachdb/errors"
-	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // ErrNotFound is returned (marked) for a task id that does not exist in the
@@ -217,7 +219,7 @@ func (c *Client) Start(ctx context.Context, wf WorkflowRef, input any, opts *Sta
 func (c *Client) StartTx(ctx context.Context, tx pgx.Tx, wf WorkflowRef, input any, opts *StartOpts) (StartResult, error) {
 	pg, ok := c.store.(*pgstore.Store)
 	if !ok {
-		return StartResult{}, errors.Mark(errors.Newf("StartTx: a pgx transaction needs the PostgreSQL store, not %T", c.store), store.ErrUnsupported)
+		return StartResult{}, errmark.Mark(errors.Newf("StartTx: a pgx transaction needs the PostgreSQL store, not %T", c.store), store.ErrUnsupported)
 	}
 	p, err := c.startParams(wf, input, opts)
 	if err != nil {
@@ -235,7 +237,7 @@ var ErrInvalid = errors.New("invalid request")
 func (c *Client) startParams(wf WorkflowRef, input any, opts *StartOpts) (*store.TaskStartParams, error) {
 	p, err := c.checkedStartParams(wf, input, opts)
 	if err != nil {
-		return nil, errors.Mark(err, ErrInvalid)
+		return nil, errmark.Mark(err, ErrInvalid)
 	}
 	return p, nil
 }
@@ -586,7 +588,7 @@ func (c *Client) ListPage(ctx context.Context, opts *ListOpts) (ListPage, error)
 	}
 	for _, f := range []struct{ what, value string }{{"status", string(opts.Status)}, {"type", opts.Type}, {"queue", opts.Queue}} {
 		if !validText(f.value) {
-			return ListPage{}, errors.Mark(errors.Newf("list: %s is not valid UTF-8 text without NUL characters", f.what), ErrInvalid)
+			return ListPage{}, errmark.Mark(errors.Newf("list: %s is not valid UTF-8 text without NUL characters", f.what), ErrInvalid)
 		}
 	}
 	l := &listing{limit: limit, payloadBudget: opts.MaxPayloadBytes, payloads: opts.IncludeInput || opts.IncludeOutput,

@@ -4,9 +4,11 @@ import (
 	"context"
 	"time"
 
+	"github.com/cockroachdb/errors"
+
 	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/engine/store"
-	"github.com/cockroachdb/errors"
+	"github.com/cairnflow/cairn/internal/errmark"
 )
 
 // The windows [Client.DiagnoseQueue] accepts: 2s to 24h. Two seconds is the
@@ -30,10 +32,10 @@ const (
 // Healthy. The queue is in the client's namespace.
 func (c *Client) DiagnoseQueue(ctx context.Context, queue string, window time.Duration) (*store.QueueDiagnosis, error) {
 	if err := validateName("queue", queue); err != nil {
-		return nil, errors.Mark(errors.Wrap(err, "diagnose queue"), ErrInvalid)
+		return nil, errmark.Mark(errors.Wrap(err, "diagnose queue"), ErrInvalid)
 	}
 	if window < MinDiagnoseWindow || window > MaxDiagnoseWindow {
-		return nil, errors.Mark(errors.Newf("diagnose queue %s: window %s must be between %s and %s",
+		return nil, errmark.Mark(errors.Newf("diagnose queue %s: window %s must be between %s and %s",
 			queue, window, MinDiagnoseWindow, MaxDiagnoseWindow), ErrInvalid)
 	}
 	return engine.DiagnoseQueue(ctx, c.store, &store.QueueDiagnoseParams{Namespace: c.namespace, Queue: queue, Window: window})

@@ -17,6 +17,7 @@ import (
 
 	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/internal/celenv"
+	"github.com/cairnflow/cairn/internal/errmark"
 )
 
 // ErrBadFilter marks an error from [CompileTaskFilter] and
@@ -66,7 +67,7 @@ func filterSyntaxError(expr string, iss *cel.Issues) error {
 	if loc := first.Location; located(loc) {
 		e.Line, e.Column = loc.Line(), loc.Column()+1 // CEL counts columns from 0
 	}
-	return errors.Mark(e, ErrBadFilter)
+	return errmark.Mark(e, ErrBadFilter)
 }
 
 // checkFilterResult refuses an expression whose type is known not to be a
@@ -81,7 +82,7 @@ func checkFilterResult(expr string, ast *cel.Ast) error {
 	if loc.Line() > 0 {
 		e.Line, e.Column = loc.Line(), loc.Column()+1
 	}
-	return errors.Mark(e, ErrBadFilter)
+	return errmark.Mark(e, ErrBadFilter)
 }
 
 // FilterTask is a task as a filter sees it, as `task`.
@@ -162,7 +163,7 @@ func compileFilter(env func() (*cel.Env, error), what, expr string) (*cel.Ast, c
 	}
 	prg, err := e.Program(ast, celenv.ProgramOptions(FilterEvalCostLimit)...)
 	if err != nil {
-		return nil, nil, errors.Mark(errors.Wrap(err, what), ErrBadFilter)
+		return nil, nil, errmark.Mark(errors.Wrap(err, what), ErrBadFilter)
 	}
 	return ast, prg, nil
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/cockroachdb/errors"
 
 	"github.com/cairnflow/cairn/internal/celenv"
+	"github.com/cairnflow/cairn/internal/errmark"
 )
 
 // ErrFilterTooExpensive marks the error of a filtered call ([Client.List],
@@ -183,7 +184,7 @@ func (b *filterBudget) interrupted(ctx context.Context, err error) error {
 	if err == nil {
 		err = context.Cause(ctx)
 	}
-	return errors.Mark(err, context.Cause(ctx))
+	return errmark.Mark(err, context.Cause(ctx))
 }
 
 // readErr is the error of a read that failed under the page context.
@@ -195,7 +196,7 @@ func (b *filterBudget) readErr(ctx context.Context, err error) error {
 }
 
 func (b *filterBudget) exceeded(limit, value string) error {
-	return errors.Mark(errors.WithHint(
+	return errmark.Mark(errors.WithHint(
 		&FilterLimitError{Limit: limit, Max: value, Scanned: b.scanned, Spent: b.spent, Reached: b.reached},
 		"narrow the rows the filter runs on (type, queue, status, a shorter since/until) and keep it simple: no nested comprehensions over long lists, no format or join building long strings"),
 		ErrFilterTooExpensive)

@@ -6,9 +6,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cockroachdb/errors"
+
 	"github.com/cairnflow/cairn/activities"
 	"github.com/cairnflow/cairn/engine/store"
-	"github.com/cockroachdb/errors"
+	"github.com/cairnflow/cairn/internal/errmark"
 )
 
 // ErrUnknownType is returned (marked) by [Client.RegisteredType] for a
@@ -49,7 +51,7 @@ func (c *Client) RegisteredType(ctx context.Context, name string, version int) (
 		if len(known) > 0 {
 			registered = strings.Join(known[:min(len(known), 20)], ", ")
 		}
-		return nil, errors.Mark(errors.Newf("task type %s is not registered by any worker of namespace %s (registered: %s)",
+		return nil, errmark.Mark(errors.Newf("task type %s is not registered by any worker of namespace %s (registered: %s)",
 			what, c.namespace, registered), ErrUnknownType)
 	}
 	return registeredRef{*found}, nil

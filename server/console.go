@@ -13,11 +13,13 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cairnflow/cairn/engine/store"
-	"github.com/cairnflow/cairn/history"
-	"github.com/cairnflow/cairn/sdk"
 	"github.com/cockroachdb/errors"
 	"github.com/google/uuid"
+
+	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/internal/errmark"
+	"github.com/cairnflow/cairn/sdk"
 )
 
 // The console: server-rendered pages over the same sdk calls the API
@@ -480,7 +482,7 @@ func (s *Server) consoleScheduleAction(w http.ResponseWriter, r *http.Request, c
 	case "resume":
 		err = c.client.ResumeSchedule(r.Context(), name)
 	default:
-		err = errors.Mark(errors.Newf("unknown action %q", r.PathValue("action")), sdk.ErrInvalid)
+		err = errmark.Mark(errors.Newf("unknown action %q", r.PathValue("action")), sdk.ErrInvalid)
 	}
 	back := url.Values{"namespace": {c.namespace}}
 	if err != nil {

@@ -4,9 +4,11 @@ import (
 	"net/http"
 	"testing"
 
-	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cockroachdb/errors"
 	"github.com/stretchr/testify/require"
+
+	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/internal/errmark"
 )
 
 // Store errors a request can meet map to their statuses and codes, not to
@@ -22,7 +24,7 @@ func TestProblemForStoreErrors(t *testing.T) {
 		{store.ErrUnsupported, http.StatusNotImplemented, codeUnsupported},
 		{store.ErrConflict, http.StatusConflict, codeConflict},
 	} {
-		p := problemFor(errors.Wrap(errors.Mark(errors.New("cause"), c.mark), "context"))
+		p := problemFor(errors.Wrap(errmark.Mark(errors.New("cause"), c.mark), "context"))
 		require.NotNil(t, p, "%v", c.mark)
 		require.Equal(t, c.status, p.Status, "%v", c.mark)
 		require.Equal(t, c.code, p.Code, "%v", c.mark)

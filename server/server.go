@@ -13,11 +13,13 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cairnflow/cairn/engine"
-	"github.com/cairnflow/cairn/engine/store"
-	"github.com/cairnflow/cairn/sdk"
 	"github.com/cockroachdb/errors"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/internal/errmark"
+	"github.com/cairnflow/cairn/sdk"
 )
 
 // DefaultMaxInputBytes bounds a task's input: large or sensitive data goes
@@ -364,7 +366,7 @@ func (s *Server) client(namespace string) (*sdk.Client, error) {
 	c, err := sdk.NewClient(sdk.ClientConfig{Store: s.cfg.Store, Namespace: namespace, Identity: "api",
 		Notifier: s.notifier, FilterLimits: s.cfg.FilterLimits})
 	if err != nil {
-		return nil, errors.Mark(err, sdk.ErrInvalid)
+		return nil, errmark.Mark(err, sdk.ErrInvalid)
 	}
 	if len(s.clients) < maxClients {
 		s.clients[namespace] = c

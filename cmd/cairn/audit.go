@@ -10,11 +10,13 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/cairnflow/cairn/history"
-	"github.com/cairnflow/cairn/sdk"
-	"github.com/cairnflow/cairn/server"
 	"github.com/cockroachdb/errors"
 	"github.com/spf13/cobra"
+
+	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/internal/errmark"
+	"github.com/cairnflow/cairn/sdk"
+	"github.com/cairnflow/cairn/server"
 )
 
 const auditLong = `Prints the events of the namespace's task histories in a time range, in
@@ -68,7 +70,7 @@ func newAuditCmd(g *globals) *cobra.Command {
 			case "text", "table", "json":
 				return nil
 			}
-			return errors.Mark(errors.Newf("--output %q: use table (or text) or json", g.output), configError)
+			return errmark.Mark(errors.Newf("--output %q: use table (or text) or json", g.output), configError)
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runAudit(cmd, g, f, args)
@@ -87,7 +89,7 @@ func runAudit(cmd *cobra.Command, g *globals, f *auditFlags, args []string) erro
 	}
 	if len(args) == 1 && strings.TrimSpace(args[0]) != "" {
 		if params.Filter, err = sdk.CompileEventFilter(args[0]); err != nil {
-			return errors.Mark(err, configError)
+			return errmark.Mark(err, configError)
 		}
 	}
 	c, closeDB, err := g.client(cmd.Context())
@@ -116,7 +118,7 @@ func runAudit(cmd *cobra.Command, g *globals, f *auditFlags, args []string) erro
 func (f *auditFlags) params(now time.Time) (sdk.AuditParams, error) {
 	var p sdk.AuditParams
 	if f.limit == 0 || f.limit < -1 {
-		return p, errors.Mark(errors.Newf("--limit %d: use a positive number, or -1 for all", f.limit), configError)
+		return p, errmark.Mark(errors.Newf("--limit %d: use a positive number, or -1 for all", f.limit), configError)
 	}
 	p.Limit = max(f.limit, 0)
 	var err error
@@ -130,7 +132,7 @@ func (f *auditFlags) params(now time.Time) (sdk.AuditParams, error) {
 		}
 	}
 	if !p.Since.Before(p.Until) {
-		return p, errors.Mark(errors.Newf("--since %s is not before --until %s", p.Since.Format(time.RFC3339), p.Until.Format(time.RFC3339)), configError)
+		return p, errmark.Mark(errors.Newf("--since %s is not before --until %s", p.Since.Format(time.RFC3339), p.Until.Format(time.RFC3339)), configError)
 	}
 	return p, nil
 }
@@ -139,7 +141,7 @@ func (f *auditFlags) params(now time.Time) (sdk.AuditParams, error) {
 func parseAuditTime(flag, value string, now time.Time) (time.Time, error) {
 	t, err := server.ParseAuditTime(value, now)
 	if err != nil {
-		return time.Time{}, errors.Mark(errors.Newf("--%s %q: give a duration before now (24h, 90m, 7d) or an RFC 3339 time (2026-11-01T00:00:00Z)", flag, value), configError)
+		return time.Time{}, errmark.Mark(errors.Newf("--%s %q: give a duration before now (24h, 90m, 7d) or an RFC 3339 time (2026-11-01T00:00:00Z)", flag, value), configError)
 	}
 	return t, nil
 }

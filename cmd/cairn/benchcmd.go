@@ -3,9 +3,11 @@ package main
 import (
 	"time"
 
-	"github.com/cairnflow/cairn/cmd/cairn/internal/bench"
 	"github.com/cockroachdb/errors"
 	"github.com/spf13/cobra"
+
+	"github.com/cairnflow/cairn/cmd/cairn/internal/bench"
+	"github.com/cairnflow/cairn/internal/errmark"
 )
 
 // `cairn bench`: the flags and help of the benchmark suite, which lives in
@@ -57,7 +59,7 @@ func benchRunE(g *globals, run func(*cobra.Command, bench.Config) error) func(*c
 	return func(cmd *cobra.Command, _ []string) error {
 		err := run(cmd, benchConfig(cmd, g))
 		if errors.Is(err, bench.ErrConfig) {
-			return errors.Mark(err, configError)
+			return errmark.Mark(err, configError)
 		}
 		return err
 	}

@@ -7,13 +7,15 @@ import (
 	"os/user"
 	"time"
 
+	"github.com/cockroachdb/errors"
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/engine/pgstore"
 	"github.com/cairnflow/cairn/engine/sqlitestore"
 	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/internal/errmark"
 	"github.com/cairnflow/cairn/sdk"
-	"github.com/cockroachdb/errors"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 const databaseHint = "set --database-url or CAIRN_DATABASE_URL to a reachable PostgreSQL, e.g. postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
@@ -22,27 +24,27 @@ const databaseHint = "set --database-url or CAIRN_DATABASE_URL to a reachable Po
 // configError with one line saying what to set.
 func (g *globals) connect(ctx context.Context, maxConns int32) (*pgxpool.Pool, error) {
 	if g.url() == "" {
-		return nil, errors.Mark(errors.New("no database configured: "+databaseHint), configError)
+		return nil, errmark.Mark(errors.New("no database configured: "+databaseHint), configError)
 	}
 	if err := pgstore.ValidateSchemaName(g.schema); err != nil {
-		return nil, errors.Mark(err, configError)
+		return nil, errmark.Mark(err, configError)
 	}
 	cfg, err := pgxpool.ParseConfig(g.url())
 	if err != nil {
-		return nil, errors.Mark(errors.Newf("database URL does not parse (%s): %s", redactedCause(err), databaseHint), configError)
+		return nil, errmark.Mark(errors.Newf("database URL does not parse (%s): %s", redactedCause(err), databaseHint), configError)
 	}
 	if maxConns > 0 {
 		cfg.MaxConns = maxConns
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
-		return nil, errors.Mark(errors.Newf("cannot open database: %s", databaseHint), configError)
+		return nil, errmark.Mark(errors.Newf("cannot open database: %s", databaseHint), configError)
 	}
 	pingCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if err := pool.Ping(pingCtx); err != nil {
 		pool.Close()
-		return nil, errors.Mark(errors.Newf("cannot reach the database at %s:%d (%s): %s",
+		return nil, errmark.Mark(errors.Newf("cannot reach the database at %s:%d (%s): %s",
 			cfg.ConnConfig.Host, cfg.ConnConfig.Port, redactedCause(err), databaseHint), configError)
 	}
 	return pool, nil
@@ -81,7 +83,7 @@ func (g *globals) store(ctx context.Context, o storeOpts) (store.Store, func(), 
 		_, statErr := os.Stat(g.dbPath)
 		s, err := sqlitestore.New(ctx, sqlitestore.Config{Path: g.dbPath, Metrics: o.metrics})
 		if err != nil {
-			return nil, nil, errors.Mark(errors.Wrapf(err, "--db %s (or set --database-url to use PostgreSQL)", g.dbPath), configError)
+			return nil, nil, errmark.Mark(errors.Wrapf(err, "--db %s (or set --database-url to use PostgreSQL)", g.dbPath), configError)
 		}
 		if errors.Is(statErr, os.ErrNotExist) {
 			// Not quietly: a user who meant PostgreSQL and forgot the URL

@@ -8,12 +8,14 @@ import (
 	"slices"
 	"time"
 
-	"github.com/cairnflow/cairn/engine"
-	"github.com/cairnflow/cairn/history"
-	"github.com/cairnflow/cairn/sdk"
 	"github.com/cockroachdb/errors"
 	"github.com/google/uuid"
 	"github.com/spf13/cobra"
+
+	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/internal/errmark"
+	"github.com/cairnflow/cairn/sdk"
 )
 
 // demoFlags are the flags the demo commands share.
@@ -35,15 +37,15 @@ func (f *demoFlags) pipeline() pipelineConfig {
 func (f *demoFlags) validate() error {
 	switch {
 	case f.documents < 1 || f.documents > 1_000_000:
-		return errors.Mark(errors.Newf("--documents %d: use 1 to 1000000", f.documents), configError)
+		return errmark.Mark(errors.Newf("--documents %d: use 1 to 1000000", f.documents), configError)
 	case f.concurrency < 1 || f.concurrency > 1000:
-		return errors.Mark(errors.Newf("--concurrency %d: use 1 to 1000", f.concurrency), configError)
+		return errmark.Mark(errors.Newf("--concurrency %d: use 1 to 1000", f.concurrency), configError)
 	case f.failureRate < 0 || f.failureRate >= 1:
-		return errors.Mark(errors.Newf("--failure-rate %g: use 0 up to (not including) 1", f.failureRate), configError)
+		return errmark.Mark(errors.Newf("--failure-rate %g: use 0 up to (not including) 1", f.failureRate), configError)
 	case f.latency < 0:
-		return errors.Mark(errors.New("--latency must not be negative"), configError)
+		return errmark.Mark(errors.New("--latency must not be negative"), configError)
 	case f.leaseTTL < 300*time.Millisecond:
-		return errors.Mark(errors.Newf("--lease-ttl %s: use at least 300ms", f.leaseTTL), configError)
+		return errmark.Mark(errors.Newf("--lease-ttl %s: use at least 300ms", f.leaseTTL), configError)
 	}
 	return nil
 }

@@ -6,11 +6,13 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/cairnflow/cairn/engine"
-	"github.com/cairnflow/cairn/engine/store"
-	"github.com/cairnflow/cairn/sdk"
 	"github.com/cockroachdb/errors"
 	"github.com/spf13/cobra"
+
+	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/internal/errmark"
+	"github.com/cairnflow/cairn/sdk"
 )
 
 func newDevCmd(g *globals) *cobra.Command {
@@ -33,7 +35,7 @@ address only when told --insecure-no-auth. See docs/guarantees.md ("Security").`
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if df.documents < 0 || df.documents > 100_000 {
-				return errors.Mark(errors.Newf("--documents %d: use 0 to 100000", df.documents), configError)
+				return errmark.Mark(errors.Newf("--documents %d: use 0 to 100000", df.documents), configError)
 			}
 			check := *df
 			check.documents = max(1, check.documents) // 0 is fine here: submit none

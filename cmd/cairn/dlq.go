@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/cairnflow/cairn/sdk"
 	"github.com/cockroachdb/errors"
 	"github.com/google/uuid"
 	"github.com/spf13/cobra"
+
+	"github.com/cairnflow/cairn/internal/errmark"
+	"github.com/cairnflow/cairn/sdk"
 )
 
 func newTaskRetryCmd(g *globals) *cobra.Command {
@@ -96,7 +98,7 @@ func (f *dlqFlags) register(cmd *cobra.Command, limitHelp string) {
 func (f *dlqFlags) opts() (*sdk.DeadLetterOpts, error) {
 	opts := &sdk.DeadLetterOpts{Type: f.typ, Limit: f.limit}
 	if f.limit == 0 || f.limit < -1 {
-		return nil, errors.Mark(errors.Newf("--limit %d: use a positive number, or -1 for no limit", f.limit), configError)
+		return nil, errmark.Mark(errors.Newf("--limit %d: use a positive number, or -1 for no limit", f.limit), configError)
 	}
 	var err error
 	if opts.IncludeInput, opts.IncludeOutput, err = parseInclude(f.include); err != nil {
@@ -105,7 +107,7 @@ func (f *dlqFlags) opts() (*sdk.DeadLetterOpts, error) {
 	if f.filter != "" {
 		filter, err := sdk.CompileTaskFilter(f.filter)
 		if err != nil {
-			return nil, errors.Mark(errors.Wrap(err, "--filter"), configError)
+			return nil, errmark.Mark(errors.Wrap(err, "--filter"), configError)
 		}
 		opts.Filter = filter
 	}
@@ -192,7 +194,7 @@ every dead letter of the namespace without a filter.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if f.filter == "" && f.typ == "" && !all {
-				return errors.Mark(errors.New("give --filter or --type to choose dead letters, or --all for every one"), configError)
+				return errmark.Mark(errors.New("give --filter or --type to choose dead letters, or --all for every one"), configError)
 			}
 			opts, err := f.opts()
 			if err != nil {

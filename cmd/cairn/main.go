@@ -11,10 +11,12 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/cairnflow/cairn/engine/pgstore"
-	"github.com/cairnflow/cairn/sdk"
 	"github.com/cockroachdb/errors"
 	"github.com/spf13/cobra"
+
+	"github.com/cairnflow/cairn/engine/pgstore"
+	"github.com/cairnflow/cairn/internal/errmark"
+	"github.com/cairnflow/cairn/sdk"
 )
 
 // Exit codes.
@@ -68,13 +70,13 @@ store: one SQLite file (--db, default ./cairn-dev.db), for one process.`,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
 			if g.output != "text" && g.output != "json" {
-				return errors.Mark(errors.Newf("--output %q: use text or json", g.output), configError)
+				return errmark.Mark(errors.Newf("--output %q: use text or json", g.output), configError)
 			}
 			return nil
 		},
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
-		return errors.Mark(err, configError)
+		return errmark.Mark(err, configError)
 	})
 	pf := root.PersistentFlags()
 	g.databaseURL.env = "CAIRN_DATABASE_URL"

@@ -4,11 +4,13 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/cockroachdb/errors"
+	"github.com/spf13/cobra"
+
 	"github.com/cairnflow/cairn/engine/pgstore"
 	"github.com/cairnflow/cairn/engine/sqlitestore"
 	"github.com/cairnflow/cairn/engine/store"
-	"github.com/cockroachdb/errors"
-	"github.com/spf13/cobra"
+	"github.com/cairnflow/cairn/internal/errmark"
 )
 
 func newMigrateCmd(g *globals) *cobra.Command {
@@ -114,7 +116,7 @@ func pgMigrationStatus(cmd *cobra.Command, g *globals) ([]store.MigrationState, 
 func embeddedMigrations(cmd *cobra.Command, g *globals) ([]store.MigrationState, error) {
 	store, err := sqlitestore.Open(cmd.Context(), g.dbPath)
 	if err != nil {
-		return nil, errors.Mark(errors.Wrapf(err, "--db %s", g.dbPath), configError)
+		return nil, errmark.Mark(errors.Wrapf(err, "--db %s", g.dbPath), configError)
 	}
 	defer func() { _ = store.Close() }()
 	return store.MigrationStatus(cmd.Context())

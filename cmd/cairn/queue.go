@@ -8,10 +8,12 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/cairnflow/cairn/engine/store"
-	"github.com/cairnflow/cairn/sdk"
 	"github.com/cockroachdb/errors"
 	"github.com/spf13/cobra"
+
+	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/internal/errmark"
+	"github.com/cairnflow/cairn/sdk"
 )
 
 func newQueueCmd(g *globals) *cobra.Command {
@@ -32,7 +34,7 @@ every worker; claims enforce it. 0 removes a limit.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if s.MaxWaiting < 0 || s.Concurrency < 0 {
-				return errors.Mark(errors.New("--max-waiting and --concurrency must not be negative (0: no limit)"), configError)
+				return errmark.Mark(errors.New("--max-waiting and --concurrency must not be negative (0: no limit)"), configError)
 			}
 			c, closeDB, err := g.client(cmd.Context())
 			if err != nil {
@@ -90,7 +92,7 @@ unserved_type), each with the numbers behind it. --window is between 2s and
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if window < sdk.MinDiagnoseWindow || window > sdk.MaxDiagnoseWindow {
-				return errors.Mark(errors.Newf("--window %s: use %s to %s", window, sdk.MinDiagnoseWindow, sdk.MaxDiagnoseWindow), configError)
+				return errmark.Mark(errors.Newf("--window %s: use %s to %s", window, sdk.MinDiagnoseWindow, sdk.MaxDiagnoseWindow), configError)
 			}
 			c, closeDB, err := g.client(cmd.Context())
 			if err != nil {

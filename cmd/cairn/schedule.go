@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/cairnflow/cairn/engine/store"
-	"github.com/cairnflow/cairn/sdk"
 	"github.com/cockroachdb/errors"
 	"github.com/spf13/cobra"
+
+	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/internal/errmark"
+	"github.com/cairnflow/cairn/sdk"
 )
 
 func newScheduleCmd(g *globals) *cobra.Command {
@@ -39,10 +41,10 @@ no worker ran fire once, for the latest of them.
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if p.Cron == "" || typ == "" {
-				return errors.Mark(errors.New("--cron and --type are required"), configError)
+				return errmark.Mark(errors.New("--cron and --type are required"), configError)
 			}
 			if !json.Valid([]byte(input)) {
-				return errors.Mark(errors.Newf("--input %q is not valid JSON", input), configError)
+				return errmark.Mark(errors.Newf("--input %q is not valid JSON", input), configError)
 			}
 			p.Name, p.Workflow, p.Input = args[0], sdk.TypeRef{Name: typ, Version: version}, json.RawMessage(input)
 			c, closeDB, err := g.client(cmd.Context())

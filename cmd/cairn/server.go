@@ -13,14 +13,16 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cairnflow/cairn/engine"
-	"github.com/cairnflow/cairn/engine/store"
-	"github.com/cairnflow/cairn/sdk"
-	"github.com/cairnflow/cairn/server"
 	"github.com/cockroachdb/errors"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
+
+	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/internal/errmark"
+	"github.com/cairnflow/cairn/sdk"
+	"github.com/cairnflow/cairn/server"
 )
 
 type serverFlags struct {
@@ -113,17 +115,17 @@ func runServerWith(cmd *cobra.Command, g *globals, f *serverFlags, also alongsid
 	var tokens []server.Token
 	if f.tokensFile != "" {
 		if tokens, err = server.LoadTokens(f.tokensFile); err != nil {
-			return errors.Mark(err, configError)
+			return errmark.Mark(err, configError)
 		}
 	}
 	if err := checkExposure(f, len(tokens) > 0); err != nil {
 		return err
 	}
 	if f.maxInputBytes < 1 {
-		return errors.Mark(errors.Newf("--max-input-bytes %d: must be positive", f.maxInputBytes), configError)
+		return errmark.Mark(errors.Newf("--max-input-bytes %d: must be positive", f.maxInputBytes), configError)
 	}
 	if f.maxListPayload < 1 {
-		return errors.Mark(errors.Newf("--max-list-payload-bytes %d: must be positive", f.maxListPayload), configError)
+		return errmark.Mark(errors.Newf("--max-list-payload-bytes %d: must be positive", f.maxListPayload), configError)
 	}
 	// Metrics: what this process writes (cancels through the API, the
 	// rescuer's lease expirations), and queue depths read from the
@@ -132,7 +134,7 @@ func runServerWith(cmd *cobra.Command, g *globals, f *serverFlags, also alongsid
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics, err := engine.NewMetricsWithOpts(reg, engine.MetricsOpts{TaskLabels: f.metricLabels})
 	if err != nil {
-		return errors.Mark(err, configError)
+		return errmark.Mark(err, configError)
 	}
 	store, closeStore, err := g.store(ctx, storeOpts{maxConns: 20, migrate: f.migrate, metrics: metrics})
 	if err != nil {
@@ -145,7 +147,7 @@ func runServerWith(cmd *cobra.Command, g *globals, f *serverFlags, also alongsid
 		AllowedHosts: f.allowedHosts, SecureCookies: f.secureCookies, SessionTTL: f.sessionTTL,
 		MetricsToken: f.metricsToken, MetricsApart: f.metricsAddr != ""})
 	if err != nil {
-		return errors.Mark(err, configError)
+		return errmark.Mark(err, configError)
 	}
 	if err := srv.Start(context.WithoutCancel(ctx)); err != nil {
 		return err
@@ -179,7 +181,7 @@ func runServerWith(cmd *cobra.Command, g *globals, f *serverFlags, also alongsid
 func serve(ctx context.Context, stderr io.Writer, srv *server.Server, f *serverFlags, logger *slog.Logger) error {
 	ln, err := net.Listen("tcp", f.listen)
 	if err != nil {
-		return errors.Mark(errors.Wrapf(err, "--listen %s", f.listen), configError)
+		return errmark.Mark(errors.Wrapf(err, "--listen %s", f.listen), configError)
 	}
 	// No write timeout: a long poll answers after up to five minutes. The
 	// read timeout bounds a body trickled in slowly.
@@ -191,7 +193,7 @@ func serve(ctx context.Context, stderr io.Writer, srv *server.Server, f *serverF
 	if f.metricsAddr != "" {
 		if metricsLn, err = net.Listen("tcp", f.metricsAddr); err != nil {
 			_ = ln.Close()
-			return errors.Mark(errors.Wrapf(err, "--metrics-addr %s", f.metricsAddr), configError)
+			return errmark.Mark(errors.Wrapf(err, "--metrics-addr %s", f.metricsAddr), configError)
 		}
 		metricsServer = &http.Server{Handler: srv.MetricsHandler(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute,
 			WriteTimeout: time.Minute, IdleTimeout: 2 * time.Minute, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
@@ -241,7 +243,7 @@ func checkExposure(f *serverFlags, tokens bool) error {
 	if tokens || f.insecureNoAuth || loopbackAddr(f.listen) {
 		return nil
 	}
-	return errors.Mark(errors.Newf("--listen %s without --tokens would let anyone who reaches that address start, read and cancel tasks: "+
+	return errmark.Mark(errors.Newf("--listen %s without --tokens would let anyone who reaches that address start, read and cancel tasks: "+
 		"pass --tokens FILE (cairn token new makes one), listen on 127.0.0.1, or say --insecure-no-auth "+
 		"(and name the host clients use in --allowed-hosts)", f.listen), configError)
 }
@@ -281,7 +283,7 @@ func envBool(name string) bool {
 func newLogger(w io.Writer, level string) (*slog.Logger, error) {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(level)); err != nil {
-		return nil, errors.Mark(errors.Newf("--log-level %q: use debug, info, warn or error", level), configError)
+		return nil, errmark.Mark(errors.Newf("--log-level %q: use debug, info, warn or error", level), configError)
 	}
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
 }
@@ -310,7 +312,7 @@ func newTokenCmd() *cobra.Command {
 				entry.Roles = append(entry.Roles, server.Role(r))
 			}
 			if err := server.ValidateTokens([]server.Token{entry}); err != nil {
-				return errors.Mark(err, configError)
+				return errmark.Mark(err, configError)
 			}
 			fmt.Fprintf(cmd.ErrOrStderr(), "token (shown once; give it to the client): %s\nentry for the tokens file:\n", token)
 			return printJSON(cmd, entry)
@@ -329,7 +331,7 @@ func newTokenCmd() *cobra.Command {
 			}
 			token := strings.TrimSpace(string(raw))
 			if token == "" {
-				return errors.Mark(errors.New("no token on stdin"), configError)
+				return errmark.Mark(errors.New("no token on stdin"), configError)
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), server.HashToken(token))
 			return nil

@@ -9,12 +9,14 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/cairnflow/cairn/history"
-	"github.com/cairnflow/cairn/sdk"
-	"github.com/cairnflow/cairn/server"
 	"github.com/cockroachdb/errors"
 	"github.com/google/uuid"
 	"github.com/spf13/cobra"
+
+	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/internal/errmark"
+	"github.com/cairnflow/cairn/sdk"
+	"github.com/cairnflow/cairn/server"
 )
 
 var statuses = []history.Status{
@@ -32,7 +34,7 @@ func newTaskCmd(g *globals) *cobra.Command {
 func parseTaskID(arg string) (uuid.UUID, error) {
 	id, err := uuid.Parse(arg)
 	if err != nil {
-		return uuid.UUID{}, errors.Mark(errors.Newf("task id %q is not a UUID", arg), configError)
+		return uuid.UUID{}, errmark.Mark(errors.Newf("task id %q is not a UUID", arg), configError)
 	}
 	return id, nil
 }
@@ -230,7 +232,7 @@ func parseInclude(values []string) (input, output bool, err error) {
 		case "output":
 			output = true
 		default:
-			return false, false, errors.Mark(errors.Newf("--include %q: use input, output or input,output", v), configError)
+			return false, false, errmark.Mark(errors.Newf("--include %q: use input, output or input,output", v), configError)
 		}
 	}
 	return input, output, nil
@@ -299,10 +301,10 @@ func newTaskListCmd(g *globals) *cobra.Command {
 // opts checks the flags; limitSet says whether --limit was given.
 func (f *taskListFlags) opts(limitSet bool) (*sdk.ListOpts, error) {
 	if f.status != "" && !knownStatus(f.status) {
-		return nil, errors.Mark(errors.Newf("--status %q: use one of %s", f.status, statusList()), configError)
+		return nil, errmark.Mark(errors.Newf("--status %q: use one of %s", f.status, statusList()), configError)
 	}
 	if f.limit < 1 || f.limit > sdk.MaxListLimit {
-		return nil, errors.Mark(errors.Newf("--limit %d: use 1 to %d (--all lists every task, page by page)", f.limit, sdk.MaxListLimit), configError)
+		return nil, errmark.Mark(errors.Newf("--limit %d: use 1 to %d (--all lists every task, page by page)", f.limit, sdk.MaxListLimit), configError)
 	}
 	opts := &sdk.ListOpts{Status: history.Status(f.status), Type: f.typ, Limit: f.limit}
 	var err error
@@ -315,7 +317,7 @@ func (f *taskListFlags) opts(limitSet bool) (*sdk.ListOpts, error) {
 	if f.cursor != "" {
 		before, err := server.ParseTaskCursor(f.cursor)
 		if err != nil {
-			return nil, errors.Mark(errors.Newf("--cursor %q: not a cursor of a task listing (the one printed after \"more tasks:\", or the API's next_cursor)", f.cursor), configError)
+			return nil, errmark.Mark(errors.Newf("--cursor %q: not a cursor of a task listing (the one printed after \"more tasks:\", or the API's next_cursor)", f.cursor), configError)
 		}
 		opts.Before = before
 	}

@@ -4,11 +4,13 @@ import (
 	"context"
 	"time"
 
+	"github.com/cockroachdb/errors"
+	"github.com/jackc/pgx/v5"
+
 	"github.com/cairnflow/cairn/engine/internal/plan"
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
-	"github.com/cockroachdb/errors"
-	"github.com/jackc/pgx/v5"
+	"github.com/cairnflow/cairn/internal/errmark"
 )
 
 // appendBatch gathers the columns of an EventAppendMany statement.
@@ -173,19 +175,19 @@ func (s *Store) explainRefusal(ctx context.Context, q querier, p *store.EventApp
 	err := q.QueryRow(ctx, s.sql("TaskFenceByID"), pgx.NamedArgs{"id": p.TaskID}).Scan(&lastSeq, &epoch, &leased)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		return errors.Mark(errors.Newf("append to task %s: no such task", p.TaskID), store.ErrNotFound)
+		return errmark.Mark(errors.Newf("append to task %s: no such task", p.TaskID), store.ErrNotFound)
 	case err != nil:
 		return errors.Wrapf(interpretError(err), "append to task %s", p.TaskID)
 	case p.Epoch != 0 && epoch != p.Epoch:
-		return errors.Mark(errors.Newf("append to task %s: lease epoch %d, task is at %d", p.TaskID, p.Epoch, epoch), store.ErrFenced)
+		return errmark.Mark(errors.Newf("append to task %s: lease epoch %d, task is at %d", p.TaskID, p.Epoch, epoch), store.ErrFenced)
 	case p.Epoch != 0 && !leased && !p.ExpiredOnly:
 		// Same epoch, but its lease ended (expired and rescued, released):
 		// the attempt is over even before anyone claims the task again.
-		return errors.Mark(errors.Newf("append to task %s: lease epoch %d has ended", p.TaskID, p.Epoch), store.ErrFenced)
+		return errmark.Mark(errors.Newf("append to task %s: lease epoch %d has ended", p.TaskID, p.Epoch), store.ErrFenced)
 	case lastSeq != p.State.LastSeq:
-		return errors.Mark(errors.Newf("append to task %s: expected seq %d, log is at %d", p.TaskID, p.State.LastSeq, lastSeq), store.ErrConflict)
+		return errmark.Mark(errors.Newf("append to task %s: expected seq %d, log is at %d", p.TaskID, p.State.LastSeq, lastSeq), store.ErrConflict)
 	default:
 		// Same seq and epoch: only ExpiredOnly can have refused it.
-		return errors.Mark(errors.Newf("append to task %s: lease has not expired", p.TaskID), store.ErrConflict)
+		return errmark.Mark(errors.Newf("append to task %s: lease has not expired", p.TaskID), store.ErrConflict)
 	}
 }

@@ -6,10 +6,12 @@ import (
 	"slices"
 	"time"
 
-	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cockroachdb/errors"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/internal/errmark"
 )
 
 // diagnoseStatementTimeout bounds each statement of a diagnosis: an
@@ -34,7 +36,7 @@ func (s *Store) QueueMeasure(ctx context.Context, p *store.QueueDiagnoseParams) 
 		return s.measureQueue(ctx, tx, p.Window, d)
 	})
 	if isStatementTimeout(err) && ctx.Err() == nil { // a cancelled context is cancelled the same way
-		return nil, errors.Mark(errors.Wrapf(interpretError(err), "diagnose queue %s/%s: reading %s of history took over %s; try a shorter window",
+		return nil, errmark.Mark(errors.Wrapf(interpretError(err), "diagnose queue %s/%s: reading %s of history took over %s; try a shorter window",
 			p.Namespace, p.Queue, p.Window, diagnoseStatementTimeout), store.ErrDiagnosisTooSlow)
 	}
 	if err != nil {

@@ -4,10 +4,12 @@ import (
 	"context"
 	"time"
 
-	"github.com/cairnflow/cairn/engine/internal/plan"
-	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cockroachdb/errors"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/cairnflow/cairn/engine/internal/plan"
+	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/internal/errmark"
 )
 
 // ScheduleCreate stores a new schedule; its first tick is the first after
@@ -26,7 +28,7 @@ func (s *Store) ScheduleCreate(ctx context.Context, sc store.Schedule) error {
 		return errors.Wrapf(interpretError(err), "create schedule %s", sc.Name)
 	}
 	if tag.RowsAffected() == 0 {
-		return errors.Mark(errors.Newf("schedule %s already exists in namespace %s", sc.Name, sc.Namespace), store.ErrConflict)
+		return errmark.Mark(errors.Newf("schedule %s already exists in namespace %s", sc.Name, sc.Namespace), store.ErrConflict)
 	}
 	return nil
 }
@@ -52,7 +54,7 @@ func (s *Store) SchedulePause(ctx context.Context, namespace, name string, pause
 		}
 		sc, err := pgx.CollectExactlyOneRow(rows, scanSchedule)
 		if errors.Is(err, pgx.ErrNoRows) {
-			return errors.Mark(errors.Newf("schedule %s not found in namespace %s", name, namespace), store.ErrNotFound)
+			return errmark.Mark(errors.Newf("schedule %s not found in namespace %s", name, namespace), store.ErrNotFound)
 		}
 		if err != nil {
 			return errors.Wrap(interpretError(err), "read schedule")
@@ -75,7 +77,7 @@ func (s *Store) ScheduleDelete(ctx context.Context, namespace, name string) erro
 		return errors.Wrapf(interpretError(err), "delete schedule %s", name)
 	}
 	if tag.RowsAffected() == 0 {
-		return errors.Mark(errors.Newf("schedule %s not found in namespace %s", name, namespace), store.ErrNotFound)
+		return errmark.Mark(errors.Newf("schedule %s not found in namespace %s", name, namespace), store.ErrNotFound)
 	}
 	return nil
 }

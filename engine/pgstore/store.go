@@ -18,14 +18,16 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/cairnflow/cairn/engine/internal/plan"
-	"github.com/cairnflow/cairn/engine/store"
-	"github.com/cairnflow/cairn/internal/namedsql"
-	"github.com/cairnflow/cairn/migrations"
 	"github.com/cockroachdb/errors"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/cairnflow/cairn/engine/internal/plan"
+	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/internal/errmark"
+	"github.com/cairnflow/cairn/internal/namedsql"
+	"github.com/cairnflow/cairn/migrations"
 )
 
 // DefaultSchema is the PostgreSQL schema cairn's tables live in unless
@@ -147,18 +149,20 @@ func interpretError(err error) error {
 		return nil
 	}
 	if errors.Is(err, pgx.ErrNoRows) {
-		return errors.Mark(err, store.ErrNotFound)
+		// The driver's "no rows in result set" is its own words; the caller's
+		// wrapping says what was not found.
+		return errors.WithStack(store.ErrNotFound)
 	}
 	if isConnectionError(err) {
-		return errors.Mark(err, store.ErrUnavailable)
+		return errmark.Mark(err, store.ErrUnavailable)
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		switch pgErr.Code {
 		case "23505": // unique_violation
-			return errors.Mark(err, store.ErrConflict)
+			return errmark.Mark(err, store.ErrConflict)
 		case "40P01", "40001": // deadlock_detected, serialization_failure
-			return errors.Mark(err, store.ErrRetryable)
+			return errmark.Mark(err, store.ErrRetryable)
 		}
 	}
 	return err

@@ -9,11 +9,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cockroachdb/errors"
+	"github.com/google/uuid"
+
 	"github.com/cairnflow/cairn/engine/internal/plan"
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
-	"github.com/cockroachdb/errors"
-	"github.com/google/uuid"
+	"github.com/cairnflow/cairn/internal/errmark"
 )
 
 // TaskClaimMany implements [store.Store]: in one write transaction, the
@@ -430,18 +432,18 @@ func fence(ctx context.Context, tx *txn, p *store.EventAppendParams, now time.Ti
 	err = tx.queryRow(ctx, "TaskFenceByID", p.TaskID.String()).Scan(&lastSeq, &epoch, &owner, &expires)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
-		return errors.Mark(errors.Newf("append to task %s: no such task", p.TaskID), store.ErrNotFound), nil
+		return errmark.Mark(errors.Newf("append to task %s: no such task", p.TaskID), store.ErrNotFound), nil
 	case err != nil:
 		return nil, errors.Wrapf(interpret(err), "append to task %s", p.TaskID)
 	case p.Epoch != 0 && epoch != p.Epoch:
-		return errors.Mark(errors.Newf("append to task %s: lease epoch %d, task is at %d", p.TaskID, p.Epoch, epoch), store.ErrFenced), nil
+		return errmark.Mark(errors.Newf("append to task %s: lease epoch %d, task is at %d", p.TaskID, p.Epoch, epoch), store.ErrFenced), nil
 	case lastSeq != p.State.LastSeq:
 		if p.Epoch != 0 && !owner.Valid && !p.ExpiredOnly {
-			return errors.Mark(errors.Newf("append to task %s: lease epoch %d has ended", p.TaskID, p.Epoch), store.ErrFenced), nil
+			return errmark.Mark(errors.Newf("append to task %s: lease epoch %d has ended", p.TaskID, p.Epoch), store.ErrFenced), nil
 		}
-		return errors.Mark(errors.Newf("append to task %s: expected seq %d, log is at %d", p.TaskID, p.State.LastSeq, lastSeq), store.ErrConflict), nil
+		return errmark.Mark(errors.Newf("append to task %s: expected seq %d, log is at %d", p.TaskID, p.State.LastSeq, lastSeq), store.ErrConflict), nil
 	case p.ExpiredOnly && (!expires.Valid || expires.Int64 >= us(now)):
-		return errors.Mark(errors.Newf("append to task %s: lease has not expired", p.TaskID), store.ErrConflict), nil
+		return errmark.Mark(errors.Newf("append to task %s: lease has not expired", p.TaskID), store.ErrConflict), nil
 	}
 	return nil, nil
 }

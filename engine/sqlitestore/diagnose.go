@@ -8,10 +8,12 @@ import (
 	"slices"
 	"time"
 
-	"github.com/cairnflow/cairn/engine/store"
-	"github.com/cairnflow/cairn/history"
 	"github.com/cockroachdb/errors"
 	"github.com/google/uuid"
+
+	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/internal/errmark"
 )
 
 // QueueMeasure implements [store.Store]: the figures engine/pgstore computes
@@ -44,7 +46,7 @@ func (s *Store) QueueMeasure(ctx context.Context, p *store.QueueDiagnoseParams) 
 		return measureNow(readCtx, tx, d, from)
 	})
 	if readCtx.Err() == context.DeadlineExceeded && ctx.Err() == nil {
-		return nil, errors.Mark(errors.Wrapf(err, "diagnose queue %s/%s: reading %s of history took over %s; try a shorter window",
+		return nil, errmark.Mark(errors.Wrapf(err, "diagnose queue %s/%s: reading %s of history took over %s; try a shorter window",
 			p.Namespace, p.Queue, p.Window, diagnoseTimeout), store.ErrDiagnosisTooSlow)
 	}
 	if err != nil {

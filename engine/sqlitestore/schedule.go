@@ -5,9 +5,11 @@ import (
 	"database/sql"
 	"time"
 
+	"github.com/cockroachdb/errors"
+
 	"github.com/cairnflow/cairn/engine/internal/plan"
 	"github.com/cairnflow/cairn/engine/store"
-	"github.com/cockroachdb/errors"
+	"github.com/cairnflow/cairn/internal/errmark"
 )
 
 // scheduleColumns are the columns scanSchedule reads, in its order: the
@@ -61,7 +63,7 @@ func (s *Store) ScheduleCreate(ctx context.Context, sc store.Schedule) error {
 		return errors.Wrapf(interpret(err), "create schedule %s", sc.Name)
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
-		return errors.Mark(errors.Newf("schedule %s already exists in namespace %s", sc.Name, sc.Namespace), store.ErrConflict)
+		return errmark.Mark(errors.Newf("schedule %s already exists in namespace %s", sc.Name, sc.Namespace), store.ErrConflict)
 	}
 	s.announce(store.Notification{Ready: true})
 	return nil
@@ -79,7 +81,7 @@ func (s *Store) SchedulePause(ctx context.Context, namespace, name string, pause
 	return s.tx(ctx, func(tx *txn) error {
 		sc, err := scanSchedule(tx.queryRow(ctx, "ScheduleGet", namespace, name))
 		if errors.Is(err, sql.ErrNoRows) {
-			return errors.Mark(errors.Newf("schedule %s not found in namespace %s", name, namespace), store.ErrNotFound)
+			return errmark.Mark(errors.Newf("schedule %s not found in namespace %s", name, namespace), store.ErrNotFound)
 		}
 		if err != nil {
 			return errors.Wrap(interpret(err), "read schedule")
@@ -100,7 +102,7 @@ func (s *Store) ScheduleDelete(ctx context.Context, namespace, name string) erro
 		return errors.Wrapf(interpret(err), "delete schedule %s", name)
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
-		return errors.Mark(errors.Newf("schedule %s not found in namespace %s", name, namespace), store.ErrNotFound)
+		return errmark.Mark(errors.Newf("schedule %s not found in namespace %s", name, namespace), store.ErrNotFound)
 	}
 	return nil
 }

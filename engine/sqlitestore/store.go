@@ -44,14 +44,16 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cairnflow/cairn/engine/internal/plan"
-	"github.com/cairnflow/cairn/engine/store"
-	"github.com/cairnflow/cairn/internal/namedsql"
-	"github.com/cairnflow/cairn/migrations"
 	"github.com/cockroachdb/errors"
 	"github.com/google/uuid"
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/cairnflow/cairn/engine/internal/plan"
+	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/internal/errmark"
+	"github.com/cairnflow/cairn/internal/namedsql"
+	"github.com/cairnflow/cairn/migrations"
 )
 
 // queryFiles holds every SQL statement the store runs: queries.sql and,
@@ -385,15 +387,17 @@ func interpret(err error) error {
 		return nil
 	}
 	if errors.Is(err, sql.ErrNoRows) {
-		return errors.Mark(err, store.ErrNotFound)
+		// The driver's "no rows in result set" is its own words; the caller's
+		// wrapping says what was not found.
+		return errors.WithStack(store.ErrNotFound)
 	}
 	var se *sqlite.Error
 	if errors.As(err, &se) {
 		switch code := se.Code(); {
 		case code == sqlite3.SQLITE_CONSTRAINT_UNIQUE, code == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY:
-			return errors.Mark(err, store.ErrConflict)
+			return errmark.Mark(err, store.ErrConflict)
 		case code&0xff == sqlite3.SQLITE_BUSY, code&0xff == sqlite3.SQLITE_LOCKED: // and their extended codes
-			return errors.Mark(err, store.ErrRetryable)
+			return errmark.Mark(err, store.ErrRetryable)
 		}
 	}
 	return err

@@ -11,6 +11,7 @@ import (
 	"github.com/cockroachdb/errors"
 
 	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/internal/errmark"
 )
 
 // EncodedEvent is an event as the events table stores it: the payload in its
@@ -67,16 +68,16 @@ func DecodeEvents(data []byte) ([]history.Event, error) {
 	dec.DisallowUnknownFields()
 	var encoded []EncodedEvent
 	if err := dec.Decode(&encoded); err != nil {
-		return nil, errors.Mark(errors.Wrap(err, "decode events"), history.ErrInvalidHistory)
+		return nil, errmark.Mark(errors.Wrap(err, "decode events"), history.ErrInvalidHistory)
 	}
 	if _, err := dec.Token(); err != io.EOF {
-		return nil, errors.Mark(errors.New("decode events: trailing data"), history.ErrInvalidHistory)
+		return nil, errmark.Mark(errors.New("decode events: trailing data"), history.ErrInvalidHistory)
 	}
 	events := make([]history.Event, len(encoded))
 	for i, ee := range encoded {
 		p, err := history.Decode(ee.Type, ee.Data)
 		if err != nil {
-			return nil, errors.Mark(errors.Wrapf(err, "decode event %d", ee.Seq), history.ErrInvalidHistory)
+			return nil, errmark.Mark(errors.Wrapf(err, "decode event %d", ee.Seq), history.ErrInvalidHistory)
 		}
 		events[i] = history.Event{Seq: ee.Seq, At: ee.At, Attempt: ee.Attempt, Data: p}
 	}

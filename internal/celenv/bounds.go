@@ -9,6 +9,8 @@ import (
 	"cel.dev/cel-go/ext"
 	"cel.dev/cel-go/interpreter"
 	"github.com/cockroachdb/errors"
+
+	"github.com/cairnflow/cairn/internal/errmark"
 )
 
 // ErrCostLimit marks an error from [Eval]: the evaluation went over the
@@ -84,11 +86,11 @@ func Eval(ctx context.Context, prg cel.Program, vars any) (ref.Val, uint64, erro
 	var cancelled interpreter.EvalCancelledError
 	switch {
 	case errors.As(err, &cancelled) && cancelled.Cause == interpreter.CostLimitExceeded:
-		return nil, spent, errors.Mark(errors.New(cancelled.Message), ErrCostLimit)
+		return nil, spent, errmark.Mark(errors.New(cancelled.Message), ErrCostLimit)
 	case ctx.Err() != nil:
 		// ContextEval wraps an interrupt with the context's cause; keep
 		// that cause findable however it came back.
-		return nil, spent, errors.Mark(err, context.Cause(ctx))
+		return nil, spent, errmark.Mark(err, context.Cause(ctx))
 	}
 	return nil, spent, err
 }

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/cairnflow/cairn/history"
 	"github.com/cockroachdb/errors"
+
+	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/internal/errmark"
 )
 
 var (
@@ -192,7 +194,7 @@ func nondeterministic(position int, recorded, called string) error {
 	err = errors.WithHint(err, "a workflow must call the same steps in the same order on every run; "+
 		"keep side effects and anything that varies (time, randomness, I/O) inside steps, "+
 		"and register a new workflow version to change the step sequence")
-	return errors.Mark(err, ErrNondeterministic)
+	return errmark.Mark(err, ErrNondeterministic)
 }
 
 // Typed adapts a typed workflow function to a [Func]: it decodes the input
@@ -202,7 +204,7 @@ func Typed[In, Out any](fn func(Context, In) (Out, error)) Func {
 		var in In
 		if len(raw) > 0 {
 			if err := json.Unmarshal(raw, &in); err != nil {
-				return nil, errors.Mark(errors.Wrap(err, "decode workflow input"), ErrBadInput)
+				return nil, errmark.Mark(errors.Wrap(err, "decode workflow input"), ErrBadInput)
 			}
 		}
 		out, err := fn(ctx, in)
@@ -211,7 +213,7 @@ func Typed[In, Out any](fn func(Context, In) (Out, error)) Func {
 		}
 		encoded, err := json.Marshal(out)
 		if err == nil && HasNULEscape(encoded) {
-			err = errors.Mark(errors.New("output contains the character U+0000, which PostgreSQL cannot store in JSON"), ErrUnstorable)
+			err = errmark.Mark(errors.New("output contains the character U+0000, which PostgreSQL cannot store in JSON"), ErrUnstorable)
 		}
 		if err != nil {
 			return nil, errors.Wrap(err, "encode workflow output")

@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/cockroachdb/errors"
+
 	"github.com/cairnflow/cairn/activities"
 	"github.com/cairnflow/cairn/history"
-	"github.com/cockroachdb/errors"
+	"github.com/cairnflow/cairn/internal/errmark"
 )
 
 // StepOptions are a step's options as the interpreter and the attempt
@@ -80,7 +82,7 @@ func Step[Out any](ctx Context, name string, fn func(context.Context) (Out, erro
 		if len(rec.Output) > 0 {
 			if err := json.Unmarshal(rec.Output, &out); err != nil {
 				err = errors.Wrapf(err, "step %d (%s): decode recorded output", pos, name)
-				return zero, s.abort(errors.Mark(err, ErrNondeterministic), nil)
+				return zero, s.abort(errmark.Mark(err, ErrNondeterministic), nil)
 			}
 		}
 		s.next++
@@ -102,7 +104,7 @@ func Step[Out any](ctx Context, name string, fn func(context.Context) (Out, erro
 	}
 	info := StepInfo{Position: pos, Name: name, Irreversible: opts != nil && opts.Irreversible}
 	if err := opts.validate(); err != nil {
-		err = errors.Mark(errors.Wrapf(err, "%s", info), ErrBadStepOpts)
+		err = errmark.Mark(errors.Wrapf(err, "%s", info), ErrBadStepOpts)
 		return zero, s.abort(err, &info)
 	}
 	stepCtx := s.p.Context
@@ -126,7 +128,7 @@ func Step[Out any](ctx Context, name string, fn func(context.Context) (Out, erro
 	}
 	encoded, err := json.Marshal(out)
 	if err == nil && HasNULEscape(encoded) {
-		err = errors.Mark(errors.New("output contains the character U+0000, which PostgreSQL cannot store in JSON"), ErrUnstorable)
+		err = errmark.Mark(errors.New("output contains the character U+0000, which PostgreSQL cannot store in JSON"), ErrUnstorable)
 	}
 	if err != nil {
 		s.failedUsage = usage.Usage() // spent even though the output cannot be kept
@@ -152,7 +154,7 @@ func (s *runState) flush() error {
 		if step, ok := s.pending.(history.StepCompletedData); ok {
 			what = fmt.Sprintf("step %d (%s)", step.Position, step.Name)
 		}
-		return s.abort(errors.Mark(errors.Wrapf(err, "record %s", what), ErrRecordFailed), nil)
+		return s.abort(errmark.Mark(errors.Wrapf(err, "record %s", what), ErrRecordFailed), nil)
 	}
 	s.pending = nil
 	return nil

@@ -23,6 +23,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/cockroachdb/errors"
+
+	"github.com/cairnflow/cairn/internal/errmark"
 )
 
 // Bounds on numbers: PostgreSQL's numeric holds at most 131072 digits
@@ -81,7 +83,7 @@ func check(text []byte, root string, marshaled bool) error {
 		return err
 	}
 	if _, err := w.dec.Token(); err != io.EOF {
-		return errors.Mark(errors.New("text after the JSON value"), ErrSyntax)
+		return errmark.Mark(errors.New("text after the JSON value"), ErrSyntax)
 	}
 	return nil
 }
@@ -105,7 +107,7 @@ func Canonical(text []byte) ([]byte, error) {
 		return nil, err
 	}
 	if _, err := w.dec.Token(); err != io.EOF {
-		return nil, errors.Mark(errors.New("text after the JSON value"), ErrSyntax)
+		return nil, errmark.Mark(errors.New("text after the JSON value"), ErrSyntax)
 	}
 	return out.Bytes(), nil
 }
@@ -136,7 +138,7 @@ func (w *walker) value(path string, out *bytes.Buffer) error {
 	start := w.dec.InputOffset()
 	tok, err := w.dec.Token()
 	if err != nil {
-		return errors.Mark(errors.Wrap(err, "read JSON"), ErrSyntax)
+		return errmark.Mark(errors.Wrap(err, "read JSON"), ErrSyntax)
 	}
 	switch t := tok.(type) {
 	case json.Delim:
@@ -146,7 +148,7 @@ func (w *walker) value(path string, out *bytes.Buffer) error {
 		case '[':
 			return w.array(path, out)
 		}
-		return errors.Mark(errors.Newf("unexpected %q", rune(t)), ErrSyntax)
+		return errmark.Mark(errors.Newf("unexpected %q", rune(t)), ErrSyntax)
 	case string:
 		if out != nil {
 			writeString(out, t)
@@ -192,11 +194,11 @@ func (w *walker) object(path string, out *bytes.Buffer) error {
 		start := w.dec.InputOffset()
 		tok, err := w.dec.Token()
 		if err != nil {
-			return errors.Mark(errors.Wrap(err, "read JSON"), ErrSyntax)
+			return errmark.Mark(errors.Wrap(err, "read JSON"), ErrSyntax)
 		}
 		name, ok := tok.(string)
 		if !ok {
-			return errors.Mark(errors.New("an object member has no name"), ErrSyntax)
+			return errmark.Mark(errors.New("an object member has no name"), ErrSyntax)
 		}
 		lit := w.literal(start)
 		if out == nil {
@@ -228,7 +230,7 @@ func (w *walker) object(path string, out *bytes.Buffer) error {
 		members = append(members, member{name, v.Bytes()})
 	}
 	if _, err := w.dec.Token(); err != nil { // '}'
-		return errors.Mark(errors.Wrap(err, "read JSON"), ErrSyntax)
+		return errmark.Mark(errors.Wrap(err, "read JSON"), ErrSyntax)
 	}
 	if out != nil {
 		sort.Slice(members, func(i, j int) bool { return members[i].name < members[j].name })
@@ -259,7 +261,7 @@ func (w *walker) array(path string, out *bytes.Buffer) error {
 		}
 	}
 	if _, err := w.dec.Token(); err != nil { // ']'
-		return errors.Mark(errors.Wrap(err, "read JSON"), ErrSyntax)
+		return errmark.Mark(errors.Wrap(err, "read JSON"), ErrSyntax)
 	}
 	if out != nil {
 		out.WriteByte(']')

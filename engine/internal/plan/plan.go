@@ -13,12 +13,14 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/cairnflow/cairn/engine/store"
-	"github.com/cairnflow/cairn/history"
-	"github.com/cairnflow/cairn/internal/jsoncheck"
 	"github.com/cockroachdb/errors"
 	"github.com/google/uuid"
 	"github.com/robfig/cron/v3"
+
+	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/internal/errmark"
+	"github.com/cairnflow/cairn/internal/jsoncheck"
 )
 
 // EncodedEvent is an event ready to be written: its columns in the events
@@ -245,7 +247,7 @@ func SameStart(existingType string, existingInput []byte, sched history.TaskSche
 // KeyReused is the error of a start [SameStart] refused: it names neither
 // the existing task nor its state.
 func KeyReused() error {
-	return errors.Mark(errors.New("the idempotency key is taken by a task of another type or input"), store.ErrIdempotencyKeyReused)
+	return errmark.Mark(errors.New("the idempotency key is taken by a task of another type or input"), store.ErrIdempotencyKeyReused)
 }
 
 // Start checks and encodes a start at now: what every store does

@@ -5,14 +5,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/errors"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
 	"github.com/cairnflow/cairn/activities"
 	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/internal/errmark"
 	"github.com/cairnflow/cairn/internal/interpreter"
-	"github.com/cockroachdb/errors"
-	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -37,15 +39,15 @@ func TestClassifyOrder(t *testing.T) {
 		class    history.Class
 		by, kind string
 	}{
-		{name: "RuleBeatsMark", err: activities.Transient(errors.Mark(errors.New("x"), interpreter.ErrNondeterministic)),
+		{name: "RuleBeatsMark", err: activities.Transient(errmark.Mark(errors.New("x"), interpreter.ErrNondeterministic)),
 			class: history.Permanent, by: "rule:nondeterminism", kind: "nondeterminism"},
-		{name: "BadInput", err: errors.Mark(errors.New("x"), interpreter.ErrBadInput),
+		{name: "BadInput", err: errmark.Mark(errors.New("x"), interpreter.ErrBadInput),
 			class: history.Permanent, by: "rule:bad_input", kind: "bad_input"},
-		{name: "BadStepOpts", err: errors.Mark(errors.New("x"), interpreter.ErrBadStepOpts), step: step,
+		{name: "BadStepOpts", err: errmark.Mark(errors.New("x"), interpreter.ErrBadStepOpts), step: step,
 			class: history.Permanent, by: "rule:bad_step_options", kind: "bad_step_options"},
-		{name: "Unstorable", err: errors.Mark(errors.New("x"), interpreter.ErrUnstorable), step: step,
+		{name: "Unstorable", err: errmark.Mark(errors.New("x"), interpreter.ErrUnstorable), step: step,
 			class: history.Permanent, by: "rule:unstorable_output", kind: "unstorable_output"},
-		{name: "Deadline", err: errors.Mark(context.Canceled, errDeadline), step: step,
+		{name: "Deadline", err: errmark.Mark(context.Canceled, errDeadline), step: step,
 			class: history.Permanent, by: "rule:" + kindDeadline, kind: kindDeadline},
 		{name: "MarkBeatsPolicy", err: activities.Permanent(errors.New("flaky")), step: step,
 			class: history.Permanent, by: "mark:permanent"},
@@ -54,9 +56,9 @@ func TestClassifyOrder(t *testing.T) {
 			class: history.Permanent, by: "policy:step"},
 		{name: "StepOverrideWithoutClassifierKeepsTypes", err: errors.New("flaky"), step: step,
 			opts: &interpreter.StepOptions{Retry: &activities.RetryPolicy{MaxAttempts: 2}}, class: history.Transient, by: "policy:type"},
-		{name: "RecordFailedIsTransient", err: errors.Mark(errors.New("x"), interpreter.ErrRecordFailed),
+		{name: "RecordFailedIsTransient", err: errmark.Mark(errors.New("x"), interpreter.ErrRecordFailed),
 			class: history.Transient, by: "rule:record_failed", kind: "record_failed"},
-		{name: "RecordFailedKeepsAMark", err: activities.Permanent(errors.Mark(errors.New("x"), interpreter.ErrRecordFailed)),
+		{name: "RecordFailedKeepsAMark", err: activities.Permanent(errmark.Mark(errors.New("x"), interpreter.ErrRecordFailed)),
 			class: history.Permanent, by: "mark:permanent"},
 	}
 	for _, tt := range tests {

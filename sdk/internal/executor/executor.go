@@ -7,13 +7,15 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/cockroachdb/errors"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/cairnflow/cairn/activities"
 	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/internal/errmark"
 	"github.com/cairnflow/cairn/internal/interpreter"
-	"github.com/cockroachdb/errors"
-	"go.opentelemetry.io/otel/trace"
 )
 
 // Type is a registered workflow type as the executor runs it.
@@ -133,7 +135,7 @@ func (h *Handler) handleAttempt(ctx context.Context, a *engine.Attempt, tr *atte
 		},
 	}, typ.Func, a.Task.Input)
 	if res.Err != nil && errors.Is(context.Cause(runCtx), errDeadline) {
-		res.Err = errors.Mark(res.Err, errDeadline)
+		res.Err = errmark.Mark(res.Err, errDeadline)
 	}
 	if res.Err != nil && !errors.Is(res.Err, interpreter.ErrStopping) &&
 		errors.Is(context.Cause(ctx), engine.ErrCancelRequested) && a.LeaseContext().Err() == nil {

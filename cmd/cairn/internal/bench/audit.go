@@ -7,9 +7,11 @@ import (
 	"slices"
 	"time"
 
-	"github.com/cairnflow/cairn/sdk"
 	"github.com/cockroachdb/errors"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/cairnflow/cairn/internal/errmark"
+	"github.com/cairnflow/cairn/sdk"
 )
 
 // audit: the time of Client.Audit over a range of about a million events,
@@ -76,10 +78,10 @@ type AuditParams struct {
 // reporting the median. PostgreSQL only.
 func Audit(ctx context.Context, cfg Config, p AuditParams) error {
 	if p.Events < 12 || p.Events > 100_000_000 {
-		return errors.Mark(errors.Newf("--events %d: use 12 to 100000000", p.Events), ErrConfig)
+		return errmark.Mark(errors.Newf("--events %d: use 12 to 100000000", p.Events), ErrConfig)
 	}
 	if p.Reps < 1 || p.Reps > 100 {
-		return errors.Mark(errors.Newf("--reps %d: use 1 to 100", p.Reps), ErrConfig)
+		return errmark.Mark(errors.Newf("--reps %d: use 1 to 100", p.Reps), ErrConfig)
 	}
 	env, closeEnv, err := openBench(ctx, cfg, "audit")
 	if err != nil {

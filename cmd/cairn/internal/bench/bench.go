@@ -29,14 +29,16 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/cockroachdb/errors"
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/engine/pgstore"
 	"github.com/cairnflow/cairn/engine/sqlitestore"
 	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/internal/errmark"
 	"github.com/cairnflow/cairn/sdk"
 	"github.com/cairnflow/cairn/workflow"
-	"github.com/cockroachdb/errors"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // ErrConfig marks errors the user fixes by changing a flag or the
@@ -165,7 +167,7 @@ type Params struct {
 
 func (f *Params) validate() error {
 	bad := func(format string, args ...any) error {
-		return errors.Mark(errors.Newf(format, args...), ErrConfig)
+		return errmark.Mark(errors.Newf(format, args...), ErrConfig)
 	}
 	switch {
 	case f.Tasks < 0 || f.Tasks > 10_000_000:
@@ -206,9 +208,9 @@ func (f *Params) validate() error {
 func (f *Params) validateDrain() error {
 	switch {
 	case f.DrainPoll < time.Millisecond:
-		return errors.Mark(errors.Newf("--poll-interval %s: use 1ms to 10s", f.DrainPoll), ErrConfig)
+		return errmark.Mark(errors.Newf("--poll-interval %s: use 1ms to 10s", f.DrainPoll), ErrConfig)
 	case f.Timeout <= 0:
-		return errors.Mark(errors.Newf("--timeout %s: must be positive", f.Timeout), ErrConfig)
+		return errmark.Mark(errors.Newf("--timeout %s: must be positive", f.Timeout), ErrConfig)
 	}
 	return positive(intFlag{"tasks", f.Tasks}, intFlag{"batch", f.Batch})
 }
@@ -224,7 +226,7 @@ type intFlag struct {
 func positive(flags ...intFlag) error {
 	for _, f := range flags {
 		if f.value < 1 {
-			return errors.Mark(errors.Newf("--%s %d: must be at least 1", f.name, f.value), ErrConfig)
+			return errmark.Mark(errors.Newf("--%s %d: must be at least 1", f.name, f.value), ErrConfig)
 		}
 	}
 	return nil

@@ -11,8 +11,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cairnflow/cairn/sdk"
 	"github.com/cockroachdb/errors"
+
+	"github.com/cairnflow/cairn/internal/errmark"
+	"github.com/cairnflow/cairn/sdk"
 )
 
 // Drain modes: throughput and workflow (in-process workers) and scale
@@ -323,7 +325,7 @@ func startCPUProfile(path string) (func() error, error) {
 	}
 	file, err := os.Create(path)
 	if err != nil {
-		return nil, errors.Mark(errors.Wrap(err, "--cpuprofile"), ErrConfig)
+		return nil, errmark.Mark(errors.Wrap(err, "--cpuprofile"), ErrConfig)
 	}
 	if err := pprof.StartCPUProfile(file); err != nil {
 		_ = file.Close()
@@ -348,7 +350,7 @@ func writeAllocProfile(path string) error {
 	}
 	file, err := os.Create(path)
 	if err != nil {
-		return errors.Mark(errors.Wrap(err, "--memprofile"), ErrConfig)
+		return errmark.Mark(errors.Wrap(err, "--memprofile"), ErrConfig)
 	}
 	if err := pprof.Lookup("allocs").WriteTo(file, 0); err != nil {
 		_ = file.Close()

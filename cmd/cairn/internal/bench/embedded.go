@@ -9,10 +9,12 @@ import (
 	"runtime"
 	"time"
 
-	"github.com/cairnflow/cairn/engine/sqlitestore"
-	"github.com/cairnflow/cairn/sdk"
 	"github.com/cockroachdb/errors"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/cairnflow/cairn/engine/sqlitestore"
+	"github.com/cairnflow/cairn/internal/errmark"
+	"github.com/cairnflow/cairn/sdk"
 )
 
 // Without a database URL, `cairn bench throughput` and `cairn bench
@@ -24,7 +26,7 @@ import (
 // openEmbeddedBench opens a fresh embedded store for a drain mode.
 func openEmbeddedBench(ctx context.Context, cfg Config, mode string) (*benchEnv, func(), error) {
 	if mode != "throughput" && mode != "workflow" {
-		return nil, nil, errors.Mark(errors.Newf("bench %s needs PostgreSQL: set --database-url (throughput and workflow also run on the embedded store)", mode), ErrConfig)
+		return nil, nil, errmark.Mark(errors.Newf("bench %s needs PostgreSQL: set --database-url (throughput and workflow also run on the embedded store)", mode), ErrConfig)
 	}
 	queries, err := liteQueries()
 	if err != nil {
@@ -89,7 +91,7 @@ func (e *benchEnv) analyze(ctx context.Context) error {
 // prefillFinished puts n finished ballast tasks in (PostgreSQL only).
 func (e *benchEnv) prefillFinished(ctx context.Context, n int) error {
 	if e.lite != nil {
-		return errors.Mark(errors.New("--finished needs PostgreSQL"), ErrConfig)
+		return errmark.Mark(errors.New("--finished needs PostgreSQL"), ErrConfig)
 	}
 	return e.obs.prefillFinished(ctx, n)
 }

@@ -8,11 +8,13 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cairnflow/cairn/activities"
-	"github.com/cairnflow/cairn/history"
-	"github.com/cairnflow/cairn/sdk"
 	"github.com/cockroachdb/errors"
 	"github.com/google/uuid"
+
+	"github.com/cairnflow/cairn/activities"
+	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/internal/errmark"
+	"github.com/cairnflow/cairn/sdk"
 )
 
 // latency: an open-loop producer starts tasks at a fixed rate against idle
@@ -115,7 +117,7 @@ func Latency(ctx context.Context, cfg Config, p Params) error {
 		return err
 	}
 	if f.Duration < time.Second {
-		return errors.Mark(errors.Newf("--duration %s: use 1s to 1h", f.Duration), ErrConfig)
+		return errmark.Mark(errors.Newf("--duration %s: use 1s to 1h", f.Duration), ErrConfig)
 	}
 	if err := positive(
 		intFlag{"rate", f.Rate},

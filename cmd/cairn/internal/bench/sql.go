@@ -8,10 +8,12 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cairnflow/cairn/internal/namedsql"
 	"github.com/cockroachdb/errors"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/cairnflow/cairn/internal/errmark"
+	"github.com/cairnflow/cairn/internal/namedsql"
 )
 
 // Every SQL statement the bench runs itself is in an embedded file, in the
@@ -99,7 +101,7 @@ func (b *benchSQL) serverVersion(ctx context.Context) (string, error) {
 // drops public, whose ownership and grants a re-creation would not restore.
 func (b *benchSQL) reset(ctx context.Context, migrate func(context.Context) error) error {
 	refuse := func(why string) error {
-		return errors.Mark(errors.Newf("schema %s %s; the bench drops and recreates its schema, so name another with --schema (or drop it yourself)", b.schema, why), ErrConfig)
+		return errmark.Mark(errors.Newf("schema %s %s; the bench drops and recreates its schema, so name another with --schema (or drop it yourself)", b.schema, why), ErrConfig)
 	}
 	if b.schema == "public" {
 		return refuse("is the standard public schema")
