@@ -504,6 +504,14 @@ WHERE (namespace, name) IN (SELECT * FROM unnest(@namespaces::text[], @names::te
 ORDER BY namespace, name
 FOR UPDATE;
 
+-- name: TaskHoldingKeysLock
+-- The tasks holding the idempotency keys of a start into a bounded queue,
+-- with what a RefuseKeyReuse start compares; locked against removal until
+-- the start commits, so a start counted as existing stays existing.
+SELECT namespace, idempotency_key, type, input FROM /* TEMPLATE: schema */tasks
+WHERE (namespace, idempotency_key) IN (SELECT * FROM unnest(@namespaces::text[], @keys::text[]))
+FOR KEY SHARE;
+
 -- name: QueueWaitingCount
 SELECT count(*) FROM /* TEMPLATE: schema */tasks
 WHERE namespace = @namespace AND queue = @queue AND status IN ('pending', 'retrying');

@@ -95,17 +95,31 @@ func (s *Store) boundedQueues(ctx context.Context, q querier, query string, name
 // checkCapacity locks the bounded queues of a start and refuses it if it
 // would take one past its maximum. Under the lock, the count sees every
 // start committed before: two starts cannot both squeeze past the bound.
-func (s *Store) checkCapacity(ctx context.Context, tx pgx.Tx, namespaces, queues []string) error {
+// Only the starts that would make a task count: a start whose idempotency
+// key is taken returns the task holding it (the insert finds it), so a
+// retried start into a full queue is not refused.
+func (s *Store) checkCapacity(ctx context.Context, tx pgx.Tx, plans []plan.StartPlan) error {
+	namespaces, queues := make([]string, len(plans)), make([]string, len(plans))
+	for i, pl := range plans {
+		namespaces[i], queues[i] = pl.Scheduled.Namespace, pl.Scheduled.Queue
+	}
 	bounded, err := s.boundedQueues(ctx, tx, "QueueBoundedLock", namespaces, queues)
+	if err != nil || len(bounded) == 0 {
+		return err
+	}
+	fresh, err := s.freshStarts(ctx, tx, plans)
 	if err != nil {
 		return err
 	}
 	for _, b := range bounded {
 		adding := 0
-		for i := range queues {
-			if namespaces[i] == b.namespace && queues[i] == b.name {
+		for _, pl := range fresh {
+			if pl.Scheduled.Namespace == b.namespace && pl.Scheduled.Queue == b.name {
 				adding++
 			}
+		}
+		if adding == 0 {
+			continue
 		}
 		var waiting int64
 		err := tx.QueryRow(ctx, s.sql("QueueWaitingCount"), pgx.NamedArgs{"namespace": b.namespace, "queue": b.name}).Scan(&waiting)
@@ -125,6 +139,63 @@ func (s *Store) checkCapacity(ctx context.Context, tx pgx.Tx, namespaces, queues
 		}
 	}
 	return nil
+}
+
+// freshStarts returns the plans that would make a task: those without an
+// idempotency key, and those whose key no task holds yet (a key named
+// twice in the batch once). The tasks holding keys are locked against
+// removal (FOR KEY SHARE) until the transaction ends, so a start counted
+// as existing stays existing for the insert. A start refusing its key's
+// reuse that is not the start that took the key is refused here, before
+// capacity, as the embedded store does.
+func (s *Store) freshStarts(ctx context.Context, tx pgx.Tx, plans []plan.StartPlan) ([]plan.StartPlan, error) {
+	var keyNS, keys []string
+	for _, pl := range plans {
+		if pl.Scheduled.IdempotencyKey != "" {
+			keyNS, keys = append(keyNS, pl.Scheduled.Namespace), append(keys, pl.Scheduled.IdempotencyKey)
+		}
+	}
+	if len(keys) == 0 {
+		return plans, nil
+	}
+	rows, err := tx.Query(ctx, s.sql("TaskHoldingKeysLock"), pgx.NamedArgs{"namespaces": keyNS, "keys": keys})
+	if err != nil {
+		return nil, errors.Wrap(interpretError(err), "look up the tasks holding idempotency keys")
+	}
+	type holder struct {
+		taskType string
+		input    []byte
+	}
+	held := map[[2]string]holder{}
+	var namespace, key string
+	var h holder
+	_, err = pgx.ForEachRow(rows, []any{&namespace, &key, &h.taskType, &h.input}, func() error {
+		held[[2]string{namespace, key}] = holder{h.taskType, append([]byte(nil), h.input...)}
+		return nil
+	})
+	if err != nil {
+		return nil, errors.Wrap(interpretError(err), "look up the tasks holding idempotency keys")
+	}
+	var fresh []plan.StartPlan
+	seen := map[[2]string]bool{}
+	for i, pl := range plans {
+		k := [2]string{pl.Scheduled.Namespace, pl.Scheduled.IdempotencyKey}
+		if k[1] == "" {
+			fresh = append(fresh, pl)
+			continue
+		}
+		if h, ok := held[k]; ok {
+			if pl.RefuseKeyReuse && !plan.SameStart(h.taskType, h.input, pl.Scheduled) {
+				return nil, errors.Wrapf(plan.KeyReused(), "start task %d", i)
+			}
+			continue
+		}
+		if !seen[k] {
+			seen[k] = true
+			fresh = append(fresh, pl)
+		}
+	}
+	return fresh, nil
 }
 
 // QueueWaits returns, per queue and priority of namespace, the due tasks

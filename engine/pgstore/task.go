@@ -291,7 +291,7 @@ func (s *Store) taskStartMany(ctx context.Context, q querier, ps []*store.TaskSt
 	insert := func(tx pgx.Tx) error {
 		var err error
 		if len(bounded) > 0 {
-			if err = s.checkCapacity(ctx, tx, namespaces, queues); err != nil {
+			if err = s.checkCapacity(ctx, tx, plans); err != nil {
 				return err
 			}
 		}

@@ -133,7 +133,7 @@ func (s *Store) TaskStartMany(ctx context.Context, ps []*store.TaskStartParams) 
 	if len(ps) == 0 {
 		return nil, nil
 	}
-	out := make([]store.TaskStartResult, len(ps))
+	var out []store.TaskStartResult
 	err := s.tx(ctx, func(tx *txn) error {
 		now := s.now()
 		planned := make([]plan.StartPlan, len(ps))
@@ -143,17 +143,9 @@ func (s *Store) TaskStartMany(ctx context.Context, ps []*store.TaskStartParams) 
 				return errors.Wrapf(err, "start task %d", i)
 			}
 		}
-		if err := checkCapacity(ctx, tx, planned, now); err != nil {
-			return err
-		}
-		for i, pl := range planned {
-			res, err := insertTask(ctx, tx, pl, now)
-			if err != nil {
-				return errors.Wrapf(err, "start task %d", i)
-			}
-			out[i] = res
-		}
-		return nil
+		var err error
+		out, err = startPlanned(ctx, tx, planned, now)
+		return err
 	})
 	if err != nil {
 		return nil, err
@@ -168,27 +160,94 @@ func startTaskTx(ctx context.Context, tx *txn, p *store.TaskStartParams, now tim
 	if err != nil {
 		return store.TaskStartResult{}, err
 	}
-	if err := checkCapacity(ctx, tx, []plan.StartPlan{pl}, now); err != nil {
+	out, err := startPlanned(ctx, tx, []plan.StartPlan{pl}, now)
+	if err != nil {
 		return store.TaskStartResult{}, err
 	}
-	return insertTask(ctx, tx, pl, now)
+	return out[0], nil
+}
+
+// startPlanned writes the planned starts inside tx. The idempotency keys
+// come first: a start whose key is taken returns the task holding it, and
+// only the starts that would make a task count against a bounded queue's
+// capacity, so a retried start into a full queue still finds its task.
+func startPlanned(ctx context.Context, tx *txn, planned []plan.StartPlan, now time.Time) ([]store.TaskStartResult, error) {
+	out, fresh, err := existingStarts(ctx, tx, planned)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkCapacity(ctx, tx, fresh, now); err != nil {
+		return nil, err
+	}
+	for i, pl := range planned {
+		if out[i].Existing {
+			continue
+		}
+		// A key named twice in the batch: insertTask finds the first's
+		// task for the second.
+		if out[i], err = insertTask(ctx, tx, pl, now); err != nil {
+			return nil, errors.Wrapf(err, "start task %d", i)
+		}
+	}
+	return out, nil
+}
+
+// existingStarts returns, in the order of planned, the tasks already
+// holding the starts' idempotency keys (Existing set; a start
+// RefuseKeyReuse refuses is an error), and the plans of the starts that
+// would make a task, a key named twice in the batch once.
+func existingStarts(ctx context.Context, tx *txn, planned []plan.StartPlan) ([]store.TaskStartResult, []plan.StartPlan, error) {
+	out := make([]store.TaskStartResult, len(planned))
+	var fresh []plan.StartPlan
+	seen := map[string]bool{}
+	for i, pl := range planned {
+		key := pl.Scheduled.IdempotencyKey
+		if key == "" {
+			fresh = append(fresh, pl)
+			continue
+		}
+		if seen[key] {
+			continue
+		}
+		seen[key] = true
+		res, found, err := taskHoldingKey(ctx, tx, pl)
+		if err != nil {
+			return nil, nil, errors.Wrapf(err, "start task %d", i)
+		}
+		if found {
+			out[i] = res
+			continue
+		}
+		fresh = append(fresh, pl)
+	}
+	return out, fresh, nil
+}
+
+// taskHoldingKey looks up the task holding pl's idempotency key; found is
+// false when none does. A start refusing its key's reuse that is not the
+// start that took the key is refused.
+func taskHoldingKey(ctx context.Context, tx *txn, pl plan.StartPlan) (res store.TaskStartResult, found bool, err error) {
+	sc := pl.Scheduled
+	var existing, existingType string
+	var existingInput []byte
+	err = tx.queryRow(ctx, "TaskIDByIdempotencyKey", sc.Namespace, sc.IdempotencyKey).Scan(&existing, &existingType, &existingInput)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return store.TaskStartResult{}, false, nil
+	case err != nil:
+		return store.TaskStartResult{}, false, interpret(err)
+	case pl.RefuseKeyReuse && !plan.SameStart(existingType, existingInput, sc):
+		return store.TaskStartResult{}, false, plan.KeyReused()
+	}
+	id, err := uuid.Parse(existing)
+	return store.TaskStartResult{ID: id, Existing: true}, true, err
 }
 
 func insertTask(ctx context.Context, tx *txn, pl plan.StartPlan, now time.Time) (store.TaskStartResult, error) {
 	sc := pl.Scheduled
 	if sc.IdempotencyKey != "" {
-		var existing, existingType string
-		var existingInput []byte
-		err := tx.queryRow(ctx, "TaskIDByIdempotencyKey", sc.Namespace, sc.IdempotencyKey).Scan(&existing, &existingType, &existingInput)
-		switch {
-		case err == nil:
-			if pl.RefuseKeyReuse && !plan.SameStart(existingType, existingInput, sc) {
-				return store.TaskStartResult{}, plan.KeyReused()
-			}
-			id, err := uuid.Parse(existing)
-			return store.TaskStartResult{ID: id, Existing: true}, err
-		case !errors.Is(err, sql.ErrNoRows):
-			return store.TaskStartResult{}, interpret(err)
+		if res, found, err := taskHoldingKey(ctx, tx, pl); err != nil || found {
+			return res, err
 		}
 	}
 	fairAt, err := placeFair(ctx, tx, sc)

@@ -15,6 +15,7 @@ import (
 // queueTests: queue capacity, queue concurrency, rate limits.
 var queueTests = []conformanceTest{
 	{"BoundedQueueRefusesStartsWhenFull", testBoundedQueue},
+	{"BoundedQueueLooksUpIdempotencyKeyFirst", testIdempotencyKeyBeforeCapacity},
 	{"QueueConcurrencyLimitsClaims", testQueueConcurrency},
 	{"QueueSetRefusesInvalidSettings", testQueueSetRefusals},
 	{"RateLimitBoundsStarts", testRateLimit},
