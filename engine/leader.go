@@ -30,6 +30,10 @@ type Rescuer struct {
 	cfg    RescuerConfig
 	svc    service
 	outage *outage // the database out of reach, logged once per change of state
+	// firingFailed: the last firing of schedules failed, so the leader
+	// waits for its next pass before firing again rather than retrying at
+	// the (past) tick at once. Only the service's goroutine uses it.
+	firingFailed bool
 }
 
 // NewRescuer returns a rescuer; it does nothing until started.
@@ -82,7 +86,7 @@ const minScheduleWait = 10 * time.Millisecond
 func (r *Rescuer) waitForPass(ctx context.Context, ticker *time.Ticker, leader bool) bool {
 	for {
 		var wake <-chan time.Time
-		if leader {
+		if leader && !r.firingFailed {
 			if at, ok := r.nextScheduleTick(ctx); ok {
 				timer := time.NewTimer(max(time.Until(at), minScheduleWait))
 				defer timer.Stop() // at most one pending: a fired timer needs no stop
@@ -155,19 +159,43 @@ func (r *Rescuer) pass(ctx context.Context, wasLeader bool) bool {
 	}
 }
 
-// fireSchedules starts the tasks of due cron schedules, in batches.
+// scheduleBatch is how many due schedules one ScheduleFireDue call fires.
+const scheduleBatch = 100
+
+// fireSchedules starts the tasks of due cron schedules, in batches. A
+// schedule whose queue is full is skipped by the store and tried again
+// later; its change between firing and skipping is logged once. A failure
+// sets firingFailed, so the next try is at the next pass.
 func (r *Rescuer) fireSchedules(ctx context.Context) {
 	for {
-		n, err := r.cfg.Store.ScheduleFireDue(ctx, 100)
+		firings, err := r.cfg.Store.ScheduleFireDue(ctx, scheduleBatch)
+		for _, f := range firings {
+			r.logFiring(f)
+		}
+		r.firingFailed = err != nil
 		if err != nil {
 			if ctx.Err() == nil {
-				r.cfg.Logger.Warn("rescuer: fire cron schedules", errAttr(err))
+				r.cfg.Logger.Warn("rescuer: fire cron schedules; trying again at the next pass", "next_pass_in", r.cfg.Interval, errAttr(err))
 			}
 			return
 		}
-		if n < 100 {
+		if len(firings) < scheduleBatch {
 			return
 		}
+	}
+}
+
+// logFiring logs a schedule's change of state: a warning when it starts
+// skipping ticks, and an info line when it fires again. A skip after a skip
+// logs nothing (the metric cairn_schedule_skipped_total counts each).
+func (r *Rescuer) logFiring(f store.ScheduleFiring) {
+	switch {
+	case f.Skipped() && !f.WasSkipped:
+		r.cfg.Logger.Warn("rescuer: schedule skipped its tick; trying again later",
+			"namespace", f.Namespace, "schedule", f.Name, "tick", f.Tick, "reason", f.SkipReason, "retry_at", f.RetryAt)
+	case !f.Skipped() && f.WasSkipped:
+		r.cfg.Logger.Info("rescuer: schedule fired again after skipped ticks",
+			"namespace", f.Namespace, "schedule", f.Name, "tick", f.Tick)
 	}
 }
 

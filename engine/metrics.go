@@ -35,6 +35,7 @@ type Metrics struct {
 	scheduleToStart  *prometheus.HistogramVec
 	aiTokens         *prometheus.CounterVec
 	aiCost           *prometheus.CounterVec
+	scheduleSkipped  *prometheus.CounterVec
 
 	labelKeys []string // task label keys that are metric labels too (MetricsOpts.TaskLabels)
 }
@@ -167,13 +168,16 @@ func newMetrics(extra []string) *Metrics {
 		aiCost: counter("ai_cost_usd_total",
 			"Cost in US dollars of the AI model calls steps reported (activities.RecordUsage), by type and model.",
 			append([]string{"type", "model"}, extra...)...),
+		scheduleSkipped: counter("schedule_skipped_total",
+			"Schedule ticks skipped for now (tried again later), by namespace, schedule and reason (queue_full).",
+			"namespace", "schedule", "reason"),
 	}
 }
 
 func (m *Metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{
 		m.tasksFinished, m.retries, m.deadLetters, m.leaseExpirations, m.cancellations, m.compensations,
-		m.attemptDuration, m.stepDuration, m.scheduleToStart, m.aiTokens, m.aiCost,
+		m.attemptDuration, m.stepDuration, m.scheduleToStart, m.aiTokens, m.aiCost, m.scheduleSkipped,
 	}
 }
 
@@ -187,6 +191,15 @@ func (m *Metrics) ObserveAppended(p *store.EventAppendParams, next history.State
 // ObserveClaimed records how long each task a store claimed waited. A nil
 // *Metrics records nothing.
 func (m *Metrics) ObserveClaimed(claimed []*store.ClaimedTask) { m.observeClaimed(claimed) }
+
+// ObserveScheduleSkipped counts a schedule tick a store skipped (and
+// recorded as skipped). A nil *Metrics counts nothing.
+func (m *Metrics) ObserveScheduleSkipped(f store.ScheduleFiring) {
+	if m == nil {
+		return
+	}
+	m.scheduleSkipped.WithLabelValues(f.Namespace, f.Name, f.SkipReason).Inc()
+}
 
 // observeAppended counts the events of an append that was committed; next
 // is the task's state after it.

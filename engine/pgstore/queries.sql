@@ -539,39 +539,56 @@ VALUES (@namespace, @name, @cron, @timezone, @task_type, @type_version, @queue, 
 ON CONFLICT (namespace, name) DO NOTHING;
 
 -- name: ScheduleList
-SELECT namespace, name, cron, timezone, task_type, type_version, queue, input, max_attempts, paused, next_run_at, last_tick
+SELECT namespace, name, cron, timezone, task_type, type_version, queue, input, max_attempts, paused, next_run_at, last_tick,
+    retry_at, last_skipped_at, last_skip_reason
 FROM /* TEMPLATE: schema */schedules
 WHERE namespace = @namespace
 ORDER BY name;
 
 -- name: ScheduleGetForUpdate
-SELECT namespace, name, cron, timezone, task_type, type_version, queue, input, max_attempts, paused, next_run_at, last_tick
+SELECT namespace, name, cron, timezone, task_type, type_version, queue, input, max_attempts, paused, next_run_at, last_tick,
+    retry_at, last_skipped_at, last_skip_reason
 FROM /* TEMPLATE: schema */schedules
 WHERE namespace = @namespace AND name = @name
 FOR UPDATE;
 
 -- name: ScheduleSetPaused
-UPDATE /* TEMPLATE: schema */schedules SET paused = @paused, next_run_at = @next_run_at, updated_at = now()
+UPDATE /* TEMPLATE: schema */schedules SET paused = @paused, next_run_at = @next_run_at, retry_at = NULL, updated_at = now()
 WHERE namespace = @namespace AND name = @name;
 
 -- name: ScheduleDelete
 DELETE FROM /* TEMPLATE: schema */schedules WHERE namespace = @namespace AND name = @name;
 
 -- name: ScheduleListDue
--- Due schedules, locked for firing; another firer skips them.
-SELECT namespace, name, cron, timezone, task_type, type_version, queue, input, max_attempts, paused, next_run_at, last_tick
+-- Due schedules (schedules_due_idx), earliest first: each is then fired
+-- in a transaction of its own (ScheduleGetDueForUpdate). A skipped
+-- schedule is due again at its retry_at.
+SELECT namespace, name FROM /* TEMPLATE: schema */schedules
+WHERE NOT paused AND coalesce(retry_at, next_run_at) <= now()
+ORDER BY coalesce(retry_at, next_run_at)
+LIMIT @max;
+
+-- name: ScheduleGetDueForUpdate
+-- A schedule, locked for firing if it is still due; another firer skips it.
+SELECT namespace, name, cron, timezone, task_type, type_version, queue, input, max_attempts, paused, next_run_at, last_tick,
+    retry_at, last_skipped_at, last_skip_reason
 FROM /* TEMPLATE: schema */schedules
-WHERE NOT paused AND next_run_at <= now()
-ORDER BY next_run_at
-LIMIT @max
+WHERE namespace = @namespace AND name = @name AND NOT paused AND coalesce(retry_at, next_run_at) <= now()
 FOR UPDATE SKIP LOCKED;
 
 -- name: ScheduleNextDue
 -- When the next active schedule is due (schedules_due_idx).
-SELECT min(next_run_at) FROM /* TEMPLATE: schema */schedules WHERE NOT paused;
+SELECT min(coalesce(retry_at, next_run_at)) FROM /* TEMPLATE: schema */schedules WHERE NOT paused;
 
 -- name: ScheduleFired
-UPDATE /* TEMPLATE: schema */schedules SET next_run_at = @next_run_at, last_tick = @last_tick, updated_at = now()
+UPDATE /* TEMPLATE: schema */schedules SET next_run_at = @next_run_at, last_tick = @last_tick, retry_at = NULL, updated_at = now()
+WHERE namespace = @namespace AND name = @name;
+
+-- name: ScheduleSkipped
+-- A tick its queue refused: the schedule stays at the tick and is tried
+-- again at @retry_at.
+UPDATE /* TEMPLATE: schema */schedules SET next_run_at = @next_run_at, retry_at = @retry_at,
+    last_skipped_at = @skipped_at, last_skip_reason = @reason, updated_at = now()
 WHERE namespace = @namespace AND name = @name;
 
 -- name: QueueWaits

@@ -82,46 +82,95 @@ func (s *Store) ScheduleDelete(ctx context.Context, namespace, name string) erro
 	return nil
 }
 
-// ScheduleFireDue starts the task of every due schedule, up to max, and
-// returns how many it started. For each, in one transaction with the
-// schedule's row locked: the latest tick not after now gets a task whose
-// idempotency key is "schedule:<name>:<tick>", so no tick ever makes two
-// tasks (not even from two firers), and the schedule moves to its next tick
-// after now. It is the leader's work (the rescuer's pass calls it).
-func (s *Store) ScheduleFireDue(ctx context.Context, max int) (int, error) {
-	fired := 0
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, s.sql("ScheduleListDue"), pgx.NamedArgs{"max": max})
-		if err != nil {
-			return errors.Wrap(interpretError(err), "list due schedules")
+// ScheduleFireDue fires every due schedule, up to max, each in a
+// transaction of its own with its row locked (another firer skips it), and
+// returns what it did with each. The latest tick not after now gets a task
+// whose idempotency key is "schedule:<name>:<tick>", so no tick ever makes
+// two tasks (not even from two firers), and the schedule moves to its next
+// tick after now. A tick its queue refuses as full is skipped: the skip is
+// recorded on the schedule, which is tried again at
+// [plan.SkippedTickRetry], and the other schedules fire all the same. It is
+// the leader's work (the rescuer's pass calls it).
+func (s *Store) ScheduleFireDue(ctx context.Context, max int) ([]store.ScheduleFiring, error) {
+	rows, err := s.pool.Query(ctx, s.sql("ScheduleListDue"), pgx.NamedArgs{"max": max})
+	if err != nil {
+		return nil, errors.Wrap(interpretError(err), "list due schedules")
+	}
+	due, err := pgx.CollectRows(rows, pgx.RowToStructByPos[scheduleRef])
+	if err != nil {
+		return nil, errors.Wrap(interpretError(err), "list due schedules")
+	}
+	var out []store.ScheduleFiring
+	var errs []error
+	for _, ref := range due {
+		f, ok, err := s.fireSchedule(ctx, ref)
+		switch {
+		case err != nil && (ctx.Err() != nil || errors.Is(err, store.ErrUnavailable)):
+			return out, errors.Join(append(errs, err)...)
+		case err != nil:
+			// One schedule's failure does not hold the others back.
+			errs = append(errs, err)
+		case ok:
+			out = append(out, f)
+			if f.Skipped() && s.metrics != nil {
+				s.metrics.ObserveScheduleSkipped(f)
+			}
 		}
-		due, err := pgx.CollectRows(rows, scanSchedule)
+	}
+	return out, errors.Join(errs...)
+}
+
+// scheduleRef names a schedule: a row of ScheduleListDue.
+type scheduleRef struct{ Namespace, Name string }
+
+// fireSchedule fires one due schedule in a transaction of its own; ok is
+// false when it is no longer due or another firer holds it.
+func (s *Store) fireSchedule(ctx context.Context, ref scheduleRef) (f store.ScheduleFiring, ok bool, err error) {
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, s.sql("ScheduleGetDueForUpdate"), pgx.NamedArgs{"namespace": ref.Namespace, "name": ref.Name})
 		if err != nil {
-			return errors.Wrap(interpretError(err), "list due schedules")
+			return errors.Wrapf(interpretError(err), "read schedule %s", ref.Name)
+		}
+		sc, err := pgx.CollectExactlyOneRow(rows, scanSchedule)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return errors.Wrapf(interpretError(err), "read schedule %s", ref.Name)
+		}
+		sched, loc, err := store.ParseCron(sc.Cron, sc.Timezone)
+		if err != nil {
+			return errors.Wrapf(err, "schedule %s", sc.Name)
 		}
 		now := s.now()
-		for _, sc := range due {
-			sched, loc, err := store.ParseCron(sc.Cron, sc.Timezone)
-			if err != nil {
-				return errors.Wrapf(interpretError(err), "schedule %s", sc.Name)
-			}
-			tick := plan.LatestTick(sched, loc, sc.NextRunAt, now)
-			res, err := s.TaskStartTx(ctx, tx, sc.TaskAt(tick))
-			if err != nil {
-				return errors.Wrapf(interpretError(err), "fire schedule %s", sc.Name)
-			}
-			if !res.Existing {
-				fired++
-			}
-			if _, err := tx.Exec(ctx, s.sql("ScheduleFired"), pgx.NamedArgs{
-				"namespace": sc.Namespace, "name": sc.Name, "next_run_at": sched.Next(now.In(loc)), "last_tick": tick,
-			}); err != nil {
-				return errors.Wrapf(interpretError(err), "advance schedule %s", sc.Name)
-			}
+		tick := plan.LatestTick(sched, loc, sc.NextRunAt, now)
+		f = store.ScheduleFiring{Namespace: sc.Namespace, Name: sc.Name, Tick: tick, WasSkipped: sc.RetryAt != nil}
+		ok = true
+		// In a savepoint: a refused start leaves the transaction usable
+		// for recording the skip.
+		var full *store.QueueFullError
+		err = pgx.BeginFunc(ctx, tx, func(sp pgx.Tx) error {
+			res, err := s.TaskStartTx(ctx, sp, sc.TaskAt(tick))
+			f.Started = err == nil && !res.Existing
+			return err
+		})
+		switch {
+		case errors.As(err, &full):
+			f.SkipReason, f.RetryAt = store.ScheduleSkipQueueFull, plan.SkippedTickRetry(sched, loc, now, full.RetryAfter)
+			_, err = tx.Exec(ctx, s.sql("ScheduleSkipped"), pgx.NamedArgs{
+				"namespace": sc.Namespace, "name": sc.Name, "next_run_at": tick, "retry_at": f.RetryAt,
+				"skipped_at": now, "reason": f.SkipReason,
+			})
+			return errors.Wrapf(interpretError(err), "record the skipped tick of schedule %s", sc.Name)
+		case err != nil:
+			return errors.Wrapf(interpretError(err), "fire schedule %s", sc.Name)
 		}
-		return nil
+		_, err = tx.Exec(ctx, s.sql("ScheduleFired"), pgx.NamedArgs{
+			"namespace": sc.Namespace, "name": sc.Name, "next_run_at": sched.Next(now.In(loc)), "last_tick": tick,
+		})
+		return errors.Wrapf(interpretError(err), "advance schedule %s", sc.Name)
 	})
-	return fired, err
+	return f, ok && err == nil, err
 }
 
 // ScheduleNextDue returns when the next active (not paused) schedule of any

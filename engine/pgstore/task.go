@@ -123,11 +123,22 @@ func nullPositive(n int) *int32 {
 func scanSchedule(row pgx.CollectableRow) (store.Schedule, error) {
 	var sc store.Schedule
 	var input []byte
+	var reason *string
 	err := row.Scan(&sc.Namespace, &sc.Name, &sc.Cron, &sc.Timezone, &sc.TaskType, &sc.TypeVersion, &sc.Queue, &input,
-		&sc.MaxAttempts, &sc.Paused, &sc.NextRunAt, &sc.LastTick)
-	sc.Input = input
+		&sc.MaxAttempts, &sc.Paused, &sc.NextRunAt, &sc.LastTick, &sc.RetryAt, &sc.LastSkippedAt, &reason)
+	sc.Input, sc.LastSkipReason = input, deref(reason)
 	sc.NextRunAt = sc.NextRunAt.UTC()
+	sc.RetryAt, sc.LastSkippedAt = utcPtr(sc.RetryAt), utcPtr(sc.LastSkippedAt)
 	return sc, err
+}
+
+// utcPtr returns *t in UTC, or nil (a NULL column).
+func utcPtr(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	u := t.UTC()
+	return &u
 }
 
 func scanTask(row pgx.CollectableRow) (*store.Task, error) { return scanTaskWith(row) }

@@ -14,19 +14,21 @@ import (
 
 // scheduleColumns are the columns scanSchedule reads, in its order: the
 // /* SCHEDULE_COLUMNS */ of the query files.
-const scheduleColumns = "namespace, name, cron, timezone, task_type, type_version, queue, input, max_attempts, paused, next_run_at, last_tick"
+const scheduleColumns = "namespace, name, cron, timezone, task_type, type_version, queue, input, max_attempts, paused, next_run_at, last_tick, " +
+	"retry_at, last_skipped_at, last_skip_reason"
 
 func scanSchedule(row scanner) (store.Schedule, error) {
 	var sc store.Schedule
-	var input sql.NullString
+	var input, reason sql.NullString
 	var next int64
-	var last sql.NullInt64
+	var last, retry, skipped sql.NullInt64
 	err := row.Scan(&sc.Namespace, &sc.Name, &sc.Cron, &sc.Timezone, &sc.TaskType, &sc.TypeVersion, &sc.Queue, &input,
-		&sc.MaxAttempts, &sc.Paused, &next, &last)
+		&sc.MaxAttempts, &sc.Paused, &next, &last, &retry, &skipped, &reason)
 	if input.Valid {
 		sc.Input = []byte(input.String)
 	}
 	sc.NextRunAt, sc.LastTick = fromUS(next), timePtr(last)
+	sc.RetryAt, sc.LastSkippedAt, sc.LastSkipReason = timePtr(retry), timePtr(skipped), reason.String
 	return sc, err
 }
 
@@ -107,41 +109,91 @@ func (s *Store) ScheduleDelete(ctx context.Context, namespace, name string) erro
 	return nil
 }
 
-// ScheduleFireDue implements [store.Store]: each due schedule's latest
-// tick not after now starts a task whose idempotency key is
-// "schedule:<name>:<tick>", and the schedule moves to its next tick, in
-// one transaction.
-func (s *Store) ScheduleFireDue(ctx context.Context, max int) (int, error) {
-	fired := 0
-	err := s.tx(ctx, func(tx *txn) error {
-		now := s.now()
-		due, err := querySchedules(ctx, tx, "ScheduleListDue", us(now), max)
+// ScheduleFireDue implements [store.Store]: each due schedule, in a
+// transaction of its own, fires its latest tick not after now (a task whose
+// idempotency key is "schedule:<name>:<tick>") and moves to its next tick;
+// a tick its full queue refuses is skipped and recorded, and the schedule
+// is tried again at plan.SkippedTickRetry.
+func (s *Store) ScheduleFireDue(ctx context.Context, max int) ([]store.ScheduleFiring, error) {
+	due, err := querySchedules(ctx, s.q, "ScheduleListDue", us(s.now()), max)
+	if err != nil {
+		return nil, errors.Wrap(err, "list due schedules")
+	}
+	var out []store.ScheduleFiring
+	var errs []error
+	started := false
+	for _, sc := range due {
+		f, ok, err := s.fireSchedule(ctx, sc.Namespace, sc.Name)
 		if err != nil {
-			return errors.Wrap(err, "list due schedules")
+			// One schedule's failure does not hold the others back.
+			errs = append(errs, err)
+			if ctx.Err() != nil {
+				break
+			}
+			continue
 		}
-		for _, sc := range due {
-			sched, loc, err := store.ParseCron(sc.Cron, sc.Timezone)
-			if err != nil {
-				return errors.Wrapf(err, "schedule %s", sc.Name)
-			}
-			tick := plan.LatestTick(sched, loc, sc.NextRunAt, now)
-			res, err := startTaskTx(ctx, tx, sc.TaskAt(tick), now)
-			if err != nil {
-				return errors.Wrapf(err, "fire schedule %s", sc.Name)
-			}
-			if !res.Existing {
-				fired++
-			}
-			if _, err := tx.exec(ctx, "ScheduleFired", us(sched.Next(now.In(loc))), us(tick), us(now), sc.Namespace, sc.Name); err != nil {
-				return errors.Wrapf(interpret(err), "advance schedule %s", sc.Name)
-			}
+		if !ok {
+			continue
 		}
-		return nil
-	})
-	if err == nil && fired > 0 {
+		out = append(out, f)
+		started = started || f.Started
+		if f.Skipped() && s.metrics != nil {
+			s.metrics.ObserveScheduleSkipped(f)
+		}
+	}
+	if started {
 		s.announce(store.Notification{Ready: true})
 	}
-	return fired, err
+	return out, errors.Join(errs...)
+}
+
+// fireSchedule fires one schedule if it is still due, in a transaction of
+// its own; ok is false when it is not.
+func (s *Store) fireSchedule(ctx context.Context, namespace, name string) (f store.ScheduleFiring, ok bool, err error) {
+	err = s.tx(ctx, func(tx *txn) error {
+		now := s.now()
+		sc, err := scanSchedule(tx.queryRow(ctx, "ScheduleGet", namespace, name))
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return errors.Wrapf(interpret(err), "read schedule %s", name)
+		}
+		if sc.Paused || dueAt(sc).After(now) {
+			return nil
+		}
+		sched, loc, err := store.ParseCron(sc.Cron, sc.Timezone)
+		if err != nil {
+			return errors.Wrapf(err, "schedule %s", sc.Name)
+		}
+		tick := plan.LatestTick(sched, loc, sc.NextRunAt, now)
+		f = store.ScheduleFiring{Namespace: sc.Namespace, Name: sc.Name, Tick: tick, WasSkipped: sc.RetryAt != nil}
+		ok = true
+		res, err := startTaskTx(ctx, tx, sc.TaskAt(tick), now)
+		var full *store.QueueFullError
+		switch {
+		case errors.As(err, &full):
+			// The refusal wrote nothing: the transaction records the skip.
+			f.SkipReason, f.RetryAt = store.ScheduleSkipQueueFull, plan.SkippedTickRetry(sched, loc, now, full.RetryAfter)
+			_, err = tx.exec(ctx, "ScheduleSkipped", us(tick), us(f.RetryAt), us(now), f.SkipReason, us(now), sc.Namespace, sc.Name)
+			return errors.Wrapf(interpret(err), "record the skipped tick of schedule %s", sc.Name)
+		case err != nil:
+			return errors.Wrapf(err, "fire schedule %s", sc.Name)
+		}
+		f.Started = !res.Existing
+		_, err = tx.exec(ctx, "ScheduleFired", us(sched.Next(now.In(loc))), us(tick), us(now), sc.Namespace, sc.Name)
+		return errors.Wrapf(interpret(err), "advance schedule %s", sc.Name)
+	})
+	return f, ok && err == nil, err
+}
+
+// dueAt is when a schedule is due: its retry time while skipped, else its
+// next tick.
+func dueAt(sc store.Schedule) time.Time {
+	if sc.RetryAt != nil {
+		return *sc.RetryAt
+	}
+	return sc.NextRunAt
 }
 
 // ScheduleNextDue implements [store.Store].

@@ -13,17 +13,25 @@ SELECT /* SCHEDULE_COLUMNS */ FROM schedules WHERE namespace = ? ORDER BY name;
 SELECT /* SCHEDULE_COLUMNS */ FROM schedules WHERE namespace = ? AND name = ?;
 
 -- name: ScheduleSetPaused
-UPDATE schedules SET paused = ?, next_run_at = ?, updated_at = ? WHERE namespace = ? AND name = ?;
+UPDATE schedules SET paused = ?, next_run_at = ?, retry_at = NULL, updated_at = ? WHERE namespace = ? AND name = ?;
 
 -- name: ScheduleDelete
 DELETE FROM schedules WHERE namespace = ? AND name = ?;
 
 -- name: ScheduleListDue
--- The due schedules (schedules_due_idx), earliest first.
-SELECT /* SCHEDULE_COLUMNS */ FROM schedules WHERE NOT paused AND next_run_at <= ? ORDER BY next_run_at LIMIT ?;
+-- The due schedules (schedules_due_idx), earliest first; a skipped one is
+-- due again at its retry_at. Each is then fired in a transaction of its own.
+SELECT /* SCHEDULE_COLUMNS */ FROM schedules WHERE NOT paused AND coalesce(retry_at, next_run_at) <= ?
+ORDER BY coalesce(retry_at, next_run_at) LIMIT ?;
 
 -- name: ScheduleFired
-UPDATE schedules SET next_run_at = ?, last_tick = ?, updated_at = ? WHERE namespace = ? AND name = ?;
+UPDATE schedules SET next_run_at = ?, last_tick = ?, retry_at = NULL, updated_at = ? WHERE namespace = ? AND name = ?;
+
+-- name: ScheduleSkipped
+-- A tick its queue refused: the schedule stays at the tick and is tried
+-- again at retry_at.
+UPDATE schedules SET next_run_at = ?, retry_at = ?, last_skipped_at = ?, last_skip_reason = ?, updated_at = ?
+WHERE namespace = ? AND name = ?;
 
 -- name: ScheduleNextDue
-SELECT min(next_run_at) FROM schedules WHERE NOT paused;
+SELECT min(coalesce(retry_at, next_run_at)) FROM schedules WHERE NOT paused;

@@ -13,6 +13,11 @@ import (
 // TaskType with Input. Ticks missed while no leader ran (or while paused)
 // are not made up: the policy is "run the latest once" — one task for the
 // latest missed tick, then on schedule again.
+//
+// A tick whose start its queue refused as full is skipped, not lost at
+// once: the schedule is tried again at RetryAt (the queue's retry-after
+// hint, or the next tick if that comes first) and then fires its latest
+// tick, as after missed ticks. Other schedules fire meanwhile.
 type Schedule struct {
 	Namespace   string
 	Name        string
@@ -24,9 +29,38 @@ type Schedule struct {
 	Input       json.RawMessage
 	MaxAttempts int
 	Paused      bool
-	NextRunAt   time.Time  // the next tick that will fire
+	NextRunAt   time.Time  // the next tick that will fire; while skipped, the tick the queue refused
 	LastTick    *time.Time // the last tick fired
+	// RetryAt is set while the schedule is skipped: its last tick was
+	// refused (LastSkipReason), and it is tried again at RetryAt.
+	RetryAt        *time.Time
+	LastSkippedAt  *time.Time // when a tick was last skipped; kept after the schedule fires again
+	LastSkipReason string     // why: ScheduleSkipQueueFull; "" if no tick was ever skipped
 }
+
+// ScheduleSkipQueueFull is the reason of a tick skipped because its queue
+// was full (the start failed with ErrQueueFull).
+const ScheduleSkipQueueFull = "queue_full"
+
+// ScheduleFiring is what [Store.ScheduleFireDue] did with one due
+// schedule.
+type ScheduleFiring struct {
+	Namespace, Name string
+	Tick            time.Time // the tick fired, or skipped
+	// Started is true when a task was started for Tick; false when its
+	// task existed already or the tick was skipped.
+	Started bool
+	// SkipReason is set when the tick was skipped (ScheduleSkipQueueFull);
+	// the schedule is tried again at RetryAt.
+	SkipReason string
+	RetryAt    time.Time
+	// WasSkipped says the schedule's previous try was skipped too: a skip
+	// with WasSkipped changes nothing, a firing with it ends the skips.
+	WasSkipped bool
+}
+
+// Skipped reports whether the tick was skipped.
+func (f ScheduleFiring) Skipped() bool { return f.SkipReason != "" }
 
 // cronParser accepts standard five-field expressions, an optional leading
 // seconds field, and descriptors such as @daily and @every 1h.

@@ -52,7 +52,7 @@ type Store interface {
 	TaskListStartExpired(ctx context.Context, max int) ([]uuid.UUID, error)
 	LeaderAttempt(ctx context.Context, name, owner string, ttl time.Duration) (bool, error)
 	LeaderResign(ctx context.Context, name, owner string) error
-	ScheduleFireDue(ctx context.Context, max int) (int, error)
+	ScheduleFireDue(ctx context.Context, max int) ([]ScheduleFiring, error)
 	ScheduleNextDue(ctx context.Context) (at time.Time, ok bool, err error)
 
 	// Schedules.
@@ -122,4 +122,7 @@ type Observer interface {
 	ObserveAppended(p *EventAppendParams, next history.State)
 	// ObserveClaimed is called with each batch of claimed tasks.
 	ObserveClaimed(claimed []*ClaimedTask)
+	// ObserveScheduleSkipped is called for each schedule tick skipped
+	// (ScheduleFireDue recorded the skip).
+	ObserveScheduleSkipped(f ScheduleFiring)
 }

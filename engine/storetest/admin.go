@@ -54,6 +54,7 @@ var scheduleTests = []conformanceTest{
 	{"ScheduleCreateListPauseDelete", testScheduleRoundTrip},
 	{"ScheduleCreateRefusesInvalid", testScheduleRefusals},
 	{"ScheduleFiresDueTick", testScheduleFires},
+	{"ScheduleIntoFullQueueSkipsAloneAndRetriesLater", testScheduleSkipsFullQueue},
 }
 
 // taskTypeTests: registered task types.
@@ -289,10 +290,10 @@ func testScheduleFires(t *testing.T, s store.Store) {
 	sc.Cron = "@every 1s"
 	require.NoError(t, s.ScheduleCreate(ctx, sc))
 	waitFor(t, "the schedule's first tick", func() bool {
-		n, err := s.ScheduleFireDue(ctx, 100)
+		firings, err := s.ScheduleFireDue(ctx, 100)
 		require.NoError(t, err)
-		require.LessOrEqual(t, n, 1)
-		return n == 1
+		require.LessOrEqual(t, len(firings), 1)
+		return len(firings) == 1 && firings[0].Started
 	})
 	tasks, err := s.TaskList(ctx, &store.TaskListParams{Namespace: store.DefaultNamespace})
 	require.NoError(t, err)
@@ -315,9 +316,9 @@ func testScheduleFires(t *testing.T, s store.Store) {
 	// A paused schedule does not fire.
 	require.NoError(t, s.SchedulePause(ctx, store.DefaultNamespace, "often", true))
 	time.Sleep(1100 * time.Millisecond)
-	n, err := s.ScheduleFireDue(ctx, 100)
+	firings, err := s.ScheduleFireDue(ctx, 100)
 	require.NoError(t, err)
-	require.Zero(t, n)
+	require.Empty(t, firings)
 	require.Equal(t, 1, taskCount(t, s))
 }
 

@@ -224,6 +224,23 @@ func LatestTick(sched cron.Schedule, loc *time.Location, next, now time.Time) ti
 	return NormalizeTime(tick)
 }
 
+// SkippedTickRetry is when a schedule whose tick its full queue refused at
+// now is tried again: after the queue's retry-after hint, but no later than
+// the schedule's next tick (which would fire then anyway, as the latest).
+// It is always after now: at least minSkippedTickRetry later, or at a tick
+// still to come, so a schedule that keeps being refused is not retried in a
+// loop.
+func SkippedTickRetry(sched cron.Schedule, loc *time.Location, now time.Time, retryAfter time.Duration) time.Time {
+	retry := now.Add(max(retryAfter, minSkippedTickRetry))
+	if next := sched.Next(now.In(loc)); next.Before(retry) {
+		retry = next
+	}
+	return NormalizeTime(retry)
+}
+
+// minSkippedTickRetry bounds how often a refused schedule is tried again.
+const minSkippedTickRetry = 100 * time.Millisecond
+
 // StartPlan is a task start worked out before anything is written.
 type StartPlan struct {
 	ID        uuid.UUID                 // a new UUIDv7
