@@ -27,7 +27,9 @@ type ScheduleParams struct {
 // of the workflow starts at each tick, started by whichever worker holds
 // the leader lease (within its rescue interval of the tick), exactly once
 // per tick whatever the number of workers. Ticks missed while no worker
-// ran fire once, for the latest of them.
+// ran fire once, for the latest of them. A tick its full queue refuses is
+// skipped and tried again later; other schedules are not held up (see
+// [store.Schedule]).
 func (c *Client) CreateSchedule(ctx context.Context, p ScheduleParams) error {
 	if err := validateName("schedule name", p.Name); err != nil {
 		return err

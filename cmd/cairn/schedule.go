@@ -35,7 +35,8 @@ func newScheduleCreateCmd(g *globals) *cobra.Command {
 		Long: `Creates a cron schedule: a task of --type with --input starts at every tick
 of --cron in --tz, started by the worker holding the leader lease, exactly once
 per tick (the tick is part of the task's idempotency key). Ticks missed while
-no worker ran fire once, for the latest of them.
+no worker ran fire once, for the latest of them. A tick its full queue refuses
+is skipped (schedule list shows it) and tried again later.
 
   cairn schedule create nightly-report --cron "0 3 * * *" --tz Europe/Berlin --type report.weekly --input '{}'`,
 		Args: cobra.ExactArgs(1),
@@ -73,8 +74,11 @@ func newScheduleListCmd(g *globals) *cobra.Command {
 		"NAME\tCRON\tTZ\tTYPE\tSTATE\tNEXT\tLAST", (*sdk.Client).Schedules,
 		func(s store.Schedule) string {
 			state := "active"
-			if s.Paused {
+			switch {
+			case s.Paused:
 				state = "paused"
+			case s.RetryAt != nil: // its last tick was skipped: tried again at RetryAt
+				state = "skipped:" + s.LastSkipReason + " (retry " + formatTime(s.RetryAt) + ")"
 			}
 			return fmt.Sprintf("%s\t%s\t%s\t%s@%d\t%s\t%s\t%s", s.Name, s.Cron, s.Timezone, s.TaskType, s.TypeVersion,
 				state, formatTime(&s.NextRunAt), formatTime(s.LastTick))
