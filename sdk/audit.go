@@ -48,7 +48,7 @@ type FilterEventTask struct {
 	Namespace   string            `cel:"namespace"`
 	Status      string            `cel:"status"`
 	TraceID     string            `cel:"trace_id"`
-	Labels      map[string]string `cel:"labels"`
+	Labels      FilterMap         `cel:"labels"`
 	FairnessKey string            `cel:"fairness_key"`
 }
 
@@ -142,7 +142,7 @@ func (f *EventFilter) match(ctx context.Context, r *AuditRecord) (bool, uint64, 
 		Labels: r.Task.Labels, FairnessKey: r.Task.FairnessKey,
 	}
 	if task.Labels == nil {
-		task.Labels = map[string]string{}
+		task.Labels = FilterMap{}
 	}
 	out, spent, err := celenv.Eval(ctx, f.prg, map[string]any{"event": &event, "task": &task})
 	if err != nil {

@@ -85,6 +85,13 @@ func checkFilterResult(expr string, ast *cel.Ast) error {
 	return errmark.Mark(e, ErrBadFilter)
 }
 
+// FilterMap is a map(string, string) of a filter (task labels, error
+// attributes) whose lookup of a missing key is "" rather than an error:
+// `task.labels["src"] == "curl"` is false on a task without the label,
+// and `task.labels["src"] != "curl"` true. `has(task.labels.src)` and
+// `"src" in task.labels` tell a missing key from an empty value.
+type FilterMap = celenv.StringMap
+
 // FilterTask is a task as a filter sees it, as `task`.
 type FilterTask struct {
 	ID             string            `cel:"id"`
@@ -95,7 +102,7 @@ type FilterTask struct {
 	Attempt        int               `cel:"attempt"`
 	Priority       int               `cel:"priority"`
 	IdempotencyKey string            `cel:"idempotency_key"`
-	Labels         map[string]string `cel:"labels"`
+	Labels         FilterMap         `cel:"labels"`
 	CreatedAt      time.Time         `cel:"created_at"`
 	FinishedAt     time.Time         `cel:"finished_at"` // zero (1970 in CEL terms: timestamp(0)) while unfinished
 }
@@ -107,7 +114,7 @@ type FilterError struct {
 	Message      string            `cel:"message"`
 	Kind         string            `cel:"kind"`
 	Status       int               `cel:"status"`
-	Attrs        map[string]string `cel:"attrs"`
+	Attrs        FilterMap         `cel:"attrs"`
 	Step         string            `cel:"step"`
 	ClassifiedBy string            `cel:"classified_by"`
 }
@@ -188,12 +195,12 @@ func (f *TaskFilter) match(ctx context.Context, t *TaskInfo) (bool, uint64, erro
 		CreatedAt: t.CreatedAt, FinishedAt: time.Unix(0, 0).UTC(),
 	}
 	if task.Labels == nil {
-		task.Labels = map[string]string{}
+		task.Labels = FilterMap{}
 	}
 	if t.FinishedAt != nil {
 		task.FinishedAt = *t.FinishedAt
 	}
-	errv := FilterError{Attrs: map[string]string{}}
+	errv := FilterError{Attrs: FilterMap{}}
 	if e := t.LastError; e != nil {
 		errv = filterError(e)
 	}
