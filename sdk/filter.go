@@ -94,29 +94,29 @@ type FilterMap = celenv.StringMap
 
 // FilterTask is a task as a filter sees it, as `task`.
 type FilterTask struct {
-	ID             string            `cel:"id"`
-	Type           string            `cel:"type"`
-	Version        int               `cel:"version"`
-	Queue          string            `cel:"queue"`
-	Status         string            `cel:"status"`
-	Attempt        int               `cel:"attempt"`
-	Priority       int               `cel:"priority"`
-	IdempotencyKey string            `cel:"idempotency_key"`
-	Labels         FilterMap         `cel:"labels"`
-	CreatedAt      time.Time         `cel:"created_at"`
-	FinishedAt     time.Time         `cel:"finished_at"` // zero (1970 in CEL terms: timestamp(0)) while unfinished
+	ID             string    `cel:"id"`
+	Type           string    `cel:"type"`
+	Version        int       `cel:"version"`
+	Queue          string    `cel:"queue"`
+	Status         string    `cel:"status"`
+	Attempt        int       `cel:"attempt"`
+	Priority       int       `cel:"priority"`
+	IdempotencyKey string    `cel:"idempotency_key"`
+	Labels         FilterMap `cel:"labels"`
+	CreatedAt      time.Time `cel:"created_at"`
+	FinishedAt     time.Time `cel:"finished_at"` // zero (1970 in CEL terms: timestamp(0)) while unfinished
 }
 
 // FilterError is a task's last error as a filter sees it, as `error`; all
 // fields are empty when the task has none.
 type FilterError struct {
-	Class        string            `cel:"class"`
-	Message      string            `cel:"message"`
-	Kind         string            `cel:"kind"`
-	Status       int               `cel:"status"`
-	Attrs        FilterMap         `cel:"attrs"`
-	Step         string            `cel:"step"`
-	ClassifiedBy string            `cel:"classified_by"`
+	Class        string    `cel:"class"`
+	Message      string    `cel:"message"`
+	Kind         string    `cel:"kind"`
+	Status       int       `cel:"status"`
+	Attrs        FilterMap `cel:"attrs"`
+	Step         string    `cel:"step"`
+	ClassifiedBy string    `cel:"classified_by"`
 }
 
 // TaskFilter is a compiled CEL expression over a task: a bool that selects
