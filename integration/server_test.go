@@ -504,7 +504,7 @@ func TestServerErrors(t *testing.T) {
 		{"name": "submitter", "sha256": hashOf("submit-token"), "namespaces": []string{"default"}, "roles": []string{"submit"}},
 		{"name": "operator-b", "sha256": hashOf("op-b-token"), "namespaces": []string{"tenant-b"}, "roles": []string{"operate"}},
 	})
-	base := startServer(t, schema, "--tokens", tokens, "--max-input-bytes", "1024")
+	base := startServer(t, schema, "--tokens", tokens, "--max-payload-bytes", "1024")
 	admin := base.as("admin-token")
 	startE2EWorker(t, schema, "default")
 	client := newClient(t, schema)
@@ -559,8 +559,8 @@ func TestServerErrors(t *testing.T) {
 		{"bad id", admin, "GET", "/v1/tasks/not-a-uuid", nil, 400, "invalid_request"},
 		{"unknown task", admin, "GET", "/v1/tasks/" + uuid.New().String(), nil, 404, "not_found"},
 		{"retry a completed task", admin, "POST", "/v1/tasks/" + done.String() + "/retry", nil, 409, "task_state"},
-		{"input over the limit", admin, "POST", "/v1/tasks", big, 413, "input_too_large"},
-		{"body over the limit", admin, "POST", "/v1/tasks", huge, 413, "input_too_large"},
+		{"input over the limit", admin, "POST", "/v1/tasks", big, 413, "payload_too_large"},
+		{"body over the limit", admin, "POST", "/v1/tasks", huge, 413, "payload_too_large"},
 		{"queue full", admin, "POST", "/v1/tasks", `{"type":"e2e.echo","queue":"tiny"}`, 429, "queue_full"},
 		{"no token", base, "GET", "/v1/tasks", nil, 401, "unauthorized"},
 		{"unknown token", base.as("guess"), "GET", "/v1/tasks", nil, 401, "unauthorized"},

@@ -31,9 +31,14 @@ func TestStartRefusesAnInputOverMaxPayloadBytes(t *testing.T) {
 		require.NoError(t, err, "an input of exactly the limit is accepted")
 		over := json.RawMessage(`"` + strings.Repeat("x", 99) + `"`)
 		for name, start := range map[string]func() error{
-			"Start":          func() error { _, err := small.Start(ctx, echo, over, nil); return err },
-			"StartMany":      func() error { _, err := small.StartMany(ctx, []sdk.StartParams{{Workflow: echo, Input: over}}); return err },
-			"CreateSchedule": func() error { return small.CreateSchedule(ctx, sdk.ScheduleParams{Name: "s", Cron: "* * * * *", Workflow: echo, Input: over}) },
+			"Start": func() error { _, err := small.Start(ctx, echo, over, nil); return err },
+			"StartMany": func() error {
+				_, err := small.StartMany(ctx, []sdk.StartParams{{Workflow: echo, Input: over}})
+				return err
+			},
+			"CreateSchedule": func() error {
+				return small.CreateSchedule(ctx, sdk.ScheduleParams{Name: "s", Cron: "* * * * *", Workflow: echo, Input: over})
+			},
 		} {
 			err := start()
 			require.True(t, errors.Is(err, sdk.ErrPayloadTooLarge), "%s: %v", name, err)

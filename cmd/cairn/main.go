@@ -53,6 +53,9 @@ type globals struct {
 	// filters bound every filtered command and, for server and dev, every
 	// filtered request (zero fields: the sdk's defaults).
 	filters sdk.FilterLimits
+	// maxPayload bounds a task's input (and, for dev's demo worker, the
+	// outputs), as sdk.ClientConfig.MaxPayloadBytes.
+	maxPayload int
 }
 
 func newRootCmd() *cobra.Command {
@@ -72,6 +75,9 @@ store: one SQLite file (--db, default ./cairn-dev.db), for one process.`,
 			if g.output != "text" && g.output != "json" {
 				return errmark.Mark(errors.Newf("--output %q: use text or json", g.output), configError)
 			}
+			if g.maxPayload < 1 {
+				return errmark.Mark(errors.Newf("--max-payload-bytes %d: must be positive", g.maxPayload), configError)
+			}
 			return nil
 		},
 	}
@@ -87,6 +93,8 @@ store: one SQLite file (--db, default ./cairn-dev.db), for one process.`,
 	pf.StringVarP(&g.output, "output", "o", "text", "output format: text or json")
 	pf.DurationVar(&g.filters.Timeout, "filter-timeout", sdk.DefaultFilterTimeout, "the most time a command or request with a CEL filter spends reading and evaluating")
 	pf.Uint64Var(&g.filters.Cost, "filter-cost", sdk.DefaultFilterCost, "the most CEL cost a command or request with a filter spends, all its evaluations together")
+	pf.IntVar(&g.maxPayload, "max-payload-bytes", sdk.DefaultMaxPayloadBytes,
+		"the most bytes of JSON a task's input may hold (a schedule's, a start through the API); a worker bounds outputs the same")
 	pf.IntVar(&g.filters.MaxScan, "filter-max-scan", sdk.DefaultFilterScan, "the most rows a command or request with a filter reads to evaluate it")
 	root.AddCommand(newMigrateCmd(g), newTaskCmd(g), newDLQCmd(g), newQueueCmd(g), newScheduleCmd(g), newDemoCmd(g))
 	root.AddCommand(newServerCmd(g), newDevCmd(g), newTokenCmd())

@@ -28,7 +28,6 @@ import (
 type serverFlags struct {
 	listen          string
 	tokensFile      string
-	maxInputBytes   int
 	maxListPayload  int // bytes of inputs and outputs a listing page that includes them carries
 	rescueInterval  time.Duration
 	shutdownTimeout time.Duration
@@ -82,7 +81,9 @@ See docs/guarantees.md ("Security").`,
 	fl := cmd.Flags()
 	fl.StringVar(&f.listen, "listen", envOr("CAIRN_LISTEN", "127.0.0.1:7233"), "address to serve on (env CAIRN_LISTEN)")
 	fl.StringVar(&f.tokensFile, "tokens", os.Getenv("CAIRN_TOKENS_FILE"), "JSON file of API token hashes, namespaces and roles (env CAIRN_TOKENS_FILE); none: no authentication")
-	fl.IntVar(&f.maxInputBytes, "max-input-bytes", server.DefaultMaxInputBytes, "largest task input accepted, in bytes")
+	// The flag's old name: the limit is the global --max-payload-bytes.
+	fl.IntVar(&g.maxPayload, "max-input-bytes", sdk.DefaultMaxPayloadBytes, "largest task input accepted, in bytes")
+	_ = fl.MarkDeprecated("max-input-bytes", "use --max-payload-bytes")
 	fl.IntVar(&f.maxListPayload, "max-list-payload-bytes", sdk.DefaultMaxListPayloadBytes,
 		"bytes of inputs and outputs one page of GET /v1/tasks?include=input,output carries at most")
 	fl.DurationVar(&f.rescueInterval, "rescue-interval", 5*time.Second, "how often the leader looks for expired leases; the leader lease lasts three")
@@ -121,9 +122,6 @@ func runServerWith(cmd *cobra.Command, g *globals, f *serverFlags, also alongsid
 	if err := checkExposure(f, len(tokens) > 0); err != nil {
 		return err
 	}
-	if f.maxInputBytes < 1 {
-		return errmark.Mark(errors.Newf("--max-input-bytes %d: must be positive", f.maxInputBytes), configError)
-	}
 	if f.maxListPayload < 1 {
 		return errmark.Mark(errors.Newf("--max-list-payload-bytes %d: must be positive", f.maxListPayload), configError)
 	}
@@ -142,7 +140,7 @@ func runServerWith(cmd *cobra.Command, g *globals, f *serverFlags, also alongsid
 	}
 	defer closeStore()
 	reg.MustRegister(engine.NewQueueCollector(store))
-	srv, err := server.New(server.Config{Store: store, Tokens: tokens, MaxInputBytes: f.maxInputBytes,
+	srv, err := server.New(server.Config{Store: store, Tokens: tokens, MaxPayloadBytes: g.maxPayload,
 		MaxListPayloadBytes: f.maxListPayload, Gatherer: reg, Logger: logger, FilterLimits: g.filters,
 		AllowedHosts: f.allowedHosts, SecureCookies: f.secureCookies, SessionTTL: f.sessionTTL,
 		MetricsToken: f.metricsToken, MetricsApart: f.metricsAddr != ""})
