@@ -86,7 +86,7 @@ func newDemoWorker(c *sdk.Client, g *globals, f *demoFlags) (*sdk.Worker, error)
 		Store: c.Store(), Namespace: g.namespace, Concurrency: f.concurrency,
 		LeaseTTL: f.leaseTTL, RescueInterval: f.rescueInterval, PollInterval: 500 * time.Millisecond,
 		MaxPayloadBytes: g.maxPayload,
-		Logger:          slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Logger:          newRedactingLogger(os.Stderr, slog.LevelWarn),
 	})
 	if err != nil {
 		return nil, err

@@ -7,6 +7,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
@@ -32,15 +33,22 @@ var configError = errors.New("configuration error")
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	err := newRootCmd().ExecuteContext(ctx)
+	if code := reportError(os.Stderr, newRootCmd().ExecuteContext(ctx)); code != 0 {
+		os.Exit(code)
+	}
+}
+
+// reportError prints err, credentials masked, on w and returns the exit
+// code it calls for: 0 without an error.
+func reportError(w io.Writer, err error) int {
 	if err == nil {
-		return
+		return 0
 	}
-	fmt.Fprintln(os.Stderr, "cairn: "+err.Error())
+	fmt.Fprintln(w, "cairn: "+redact(err.Error()))
 	if errors.Is(err, configError) {
-		os.Exit(exitConfig)
+		return exitConfig
 	}
-	os.Exit(exitError)
+	return exitError
 }
 
 // globals are the flags every command shares.

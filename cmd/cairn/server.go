@@ -39,7 +39,7 @@ type serverFlags struct {
 	insecureNoAuth  bool
 	secureCookies   bool
 	sessionTTL      time.Duration
-	metricsToken    string
+	metricsToken    envFlag // read with get(): a secret, so --help never shows it
 	metricsAddr     string
 }
 
@@ -94,7 +94,8 @@ See docs/guarantees.md ("Security").`,
 	addExposureFlags(cmd, f)
 	fl.BoolVar(&f.secureCookies, "secure-cookies", envBool("CAIRN_SECURE_COOKIES"), "mark the console's cookie Secure over plain HTTP too: behind a TLS-terminating proxy (env CAIRN_SECURE_COOKIES)")
 	fl.DurationVar(&f.sessionTTL, "session-ttl", server.DefaultSessionTTL, "how long a console sign-in lasts")
-	fl.StringVar(&f.metricsToken, "metrics-token", os.Getenv("CAIRN_METRICS_TOKEN"), "bearer token /metrics requires (env CAIRN_METRICS_TOKEN, which ps does not show)")
+	f.metricsToken.env = "CAIRN_METRICS_TOKEN"
+	fl.Var(&f.metricsToken, "metrics-token", "bearer token /metrics requires (env CAIRN_METRICS_TOKEN, which ps does not show)")
 	fl.StringVar(&f.metricsAddr, "metrics-addr", os.Getenv("CAIRN_METRICS_ADDR"), "serve /metrics on this address instead of --listen (env CAIRN_METRICS_ADDR)")
 	return cmd
 }
@@ -143,7 +144,7 @@ func runServerWith(cmd *cobra.Command, g *globals, f *serverFlags, also alongsid
 	srv, err := server.New(server.Config{Store: store, Tokens: tokens, MaxPayloadBytes: g.maxPayload,
 		MaxListPayloadBytes: f.maxListPayload, Gatherer: reg, Logger: logger, FilterLimits: g.filters,
 		AllowedHosts: f.allowedHosts, SecureCookies: f.secureCookies, SessionTTL: f.sessionTTL,
-		MetricsToken: f.metricsToken, MetricsApart: f.metricsAddr != ""})
+		MetricsToken: f.metricsToken.get(), MetricsApart: f.metricsAddr != ""})
 	if err != nil {
 		return errmark.Mark(err, configError)
 	}
@@ -283,7 +284,7 @@ func newLogger(w io.Writer, level string) (*slog.Logger, error) {
 	if err := l.UnmarshalText([]byte(level)); err != nil {
 		return nil, errmark.Mark(errors.Newf("--log-level %q: use debug, info, warn or error", level), configError)
 	}
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
+	return newRedactingLogger(w, l), nil
 }
 
 // serverID names this server in the leader lease.
