@@ -100,5 +100,5 @@ func (m StringMap) Iterator() traits.Iterator {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
-	return types.NewStringList(types.DefaultTypeAdapter, keys).(traits.Lister).Iterator()
+	return types.NewStringList(types.DefaultTypeAdapter, keys).Iterator()
 }
