@@ -109,10 +109,15 @@ func TestExitCodes(t *testing.T) {
 		says string
 	}{
 		{[]string{"task", "list"}, 0, ""},
+		{[]string{"task"}, 0, ""}, // a group's help
 		{[]string{"task", "list", "--no-such-flag"}, exitConfig, "unknown flag: --no-such-flag"},
 		{[]string{"task", "list", "--limit", "many"}, exitConfig, `invalid argument "many"`},
 		{[]string{"-o", "yaml", "task", "list"}, exitConfig, `--output "yaml": use text or json`},
 		{[]string{"task", "show", "nope"}, exitConfig, `task id "nope" is not a UUID`},
+		{[]string{"task", "show"}, exitConfig, "accepts 1 arg(s), received 0"},
+		{[]string{"task", "list", "extra"}, exitConfig, `unknown command "extra" for "cairn task list"`},
+		{[]string{"tsak", "list"}, exitConfig, `unknown command "tsak" for "cairn"`},
+		{[]string{"task", "lsit"}, exitConfig, `unknown command "lsit" for "cairn task"`},
 		{[]string{"--max-payload-bytes", "0", "task", "list"}, exitConfig, "--max-payload-bytes 0: must be positive"},
 		{[]string{"task", "show", uuid.Nil.String()}, exitError, "task 00000000-0000-0000-0000-000000000000 not found in namespace clitest"},
 		{[]string{"task", "retry", uuid.Nil.String()}, exitError, "not found"},

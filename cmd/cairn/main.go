@@ -107,9 +107,36 @@ store: one SQLite file (--db, default ./cairn-dev.db), for one process.`,
 	root.AddCommand(newMigrateCmd(g), newTaskCmd(g), newDLQCmd(g), newQueueCmd(g), newScheduleCmd(g), newDemoCmd(g))
 	root.AddCommand(newServerCmd(g), newDevCmd(g), newTokenCmd())
 	root.AddCommand(newAuditCmd(g), newBenchCmd(g))
+	markUsageErrors(root)
 	return root
 }
 
+// markUsageErrors makes wrong arguments a configError, as a bad flag is
+// (exit 2), on c and every command under it: a command's own argument
+// check, and an unknown subcommand of a command that only groups others
+// (which then runs: with no arguments it prints its help, as before).
+func markUsageErrors(c *cobra.Command) {
+	if !c.Runnable() && c.HasSubCommands() {
+		c.Args = cobra.ArbitraryArgs
+		c.RunE = func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return errmark.Mark(errors.Newf("unknown command %q for %q (see %s --help)", args[0], cmd.CommandPath(), cmd.CommandPath()), configError)
+			}
+			return cmd.Help()
+		}
+	}
+	if check := c.Args; check != nil {
+		c.Args = func(cmd *cobra.Command, args []string) error {
+			if err := check(cmd, args); err != nil {
+				return errmark.Mark(err, configError)
+			}
+			return nil
+		}
+	}
+	for _, sub := range c.Commands() {
+		markUsageErrors(sub)
+	}
+}
 // envFlag is a string flag whose value, unless the flag is given, is read
 // from an environment variable when it is used rather than when the flag
 // is defined, so no --help prints it.
