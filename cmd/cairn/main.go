@@ -137,6 +137,7 @@ func markUsageErrors(c *cobra.Command) {
 		markUsageErrors(sub)
 	}
 }
+
 // envFlag is a string flag whose value, unless the flag is given, is read
 // from an environment variable when it is used rather than when the flag
 // is defined, so no --help prints it.
