@@ -72,3 +72,20 @@ func TestEventFilterOnAMissingLabelIsFalseNotAnError(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkTaskFilterOnLabels is the cost of a label filter on a task
+// with the label and on one without: go test -bench TaskFilterOnLabels ./sdk.
+func BenchmarkTaskFilterOnLabels(b *testing.B) {
+	f, err := sdk.CompileTaskFilter(`task.labels["src"] == "curl"`)
+	require.NoError(b, err)
+	for name, labels := range map[string]map[string]string{"present": {"src": "curl", "team": "ap"}, "missing": {"team": "ap"}} {
+		task := &sdk.TaskInfo{ID: uuid.New(), Type: "t", Status: history.StatusPending, Labels: labels}
+		b.Run(name, func(b *testing.B) {
+			for b.Loop() {
+				if _, err := f.Match(task); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
