@@ -41,15 +41,15 @@ type FilterEvent struct {
 // FilterEventTask is the task of an event as an event filter sees it, as
 // `task`: its row as it is now, not as it was when the event was written.
 type FilterEventTask struct {
-	ID          string            `cel:"id"`
-	Type        string            `cel:"type"`
-	Version     int               `cel:"version"`
-	Queue       string            `cel:"queue"`
-	Namespace   string            `cel:"namespace"`
-	Status      string            `cel:"status"`
-	TraceID     string            `cel:"trace_id"`
-	Labels      map[string]string `cel:"labels"`
-	FairnessKey string            `cel:"fairness_key"`
+	ID          string    `cel:"id"`
+	Type        string    `cel:"type"`
+	Version     int       `cel:"version"`
+	Queue       string    `cel:"queue"`
+	Namespace   string    `cel:"namespace"`
+	Status      string    `cel:"status"`
+	TraceID     string    `cel:"trace_id"`
+	Labels      FilterMap `cel:"labels"`
+	FairnessKey string    `cel:"fairness_key"`
 }
 
 // EventFilter is a compiled CEL expression over an event and its task: a
@@ -142,7 +142,7 @@ func (f *EventFilter) match(ctx context.Context, r *AuditRecord) (bool, uint64, 
 		Labels: r.Task.Labels, FairnessKey: r.Task.FairnessKey,
 	}
 	if task.Labels == nil {
-		task.Labels = map[string]string{}
+		task.Labels = FilterMap{}
 	}
 	out, spent, err := celenv.Eval(ctx, f.prg, map[string]any{"event": &event, "task": &task})
 	if err != nil {

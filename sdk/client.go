@@ -68,6 +68,12 @@ type ClientConfig struct {
 	// defaults ([DefaultFilterTimeout], [DefaultFilterCost],
 	// [DefaultFilterScan]).
 	FilterLimits FilterLimits
+	// MaxPayloadBytes bounds the JSON of a task's input (Start, StartMany,
+	// StartTx, a schedule's input): a start over it fails with
+	// [ErrPayloadTooLarge] and writes nothing. Default
+	// [DefaultMaxPayloadBytes] (1 MiB); negative is refused. Give workers
+	// the same bound for outputs ([WorkerConfig.MaxPayloadBytes]).
+	MaxPayloadBytes int
 }
 
 // Client starts tasks and asks about them. It is safe for concurrent use.
@@ -78,6 +84,7 @@ type Client struct {
 	namespace    string
 	identity     string
 	filterLimits FilterLimits // with defaults filled
+	maxPayload   int          // MaxPayloadBytes, default filled
 
 	listenOnce sync.Once
 	listener   *engine.Notifier // started by the first Wait; stopped by Close
@@ -134,7 +141,11 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	if err := cfg.FilterLimits.validate(); err != nil {
 		return nil, err
 	}
-	c := &Client{store: st, namespace: ns, identity: identity, filterLimits: cfg.FilterLimits.withDefaults()}
+	maxPayload, err := payloadLimit("ClientConfig.MaxPayloadBytes", cfg.MaxPayloadBytes)
+	if err != nil {
+		return nil, err
+	}
+	c := &Client{store: st, namespace: ns, identity: identity, filterLimits: cfg.FilterLimits.withDefaults(), maxPayload: maxPayload}
 	if cfg.Notifier != nil {
 		c.listenOnce.Do(func() { c.listener, c.shared = cfg.Notifier, true })
 	}
@@ -302,6 +313,9 @@ func (c *Client) checkedStartParams(wf WorkflowRef, input any, opts *StartOpts) 
 		if err := jsoncheck.CheckMarshaled(raw, "input"); err != nil {
 			return nil, errors.Wrapf(err, "start %s", wf.TypeName())
 		}
+	}
+	if err := checkPayloadSize("input", raw, c.maxPayload); err != nil {
+		return nil, errors.Wrapf(err, "start %s", wf.TypeName())
 	}
 	if interpreter.HasNULEscape(raw) {
 		return nil, errors.Newf("start %s: input contains the character U+0000, which PostgreSQL cannot store in JSON", wf.TypeName())

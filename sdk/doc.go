@@ -25,6 +25,14 @@
 // checkpoint and compensates what it completed); [Client.Compensate] undoes
 // a completed task's steps.
 //
+// One size limit holds payloads: [ClientConfig.MaxPayloadBytes] (1 MiB of
+// JSON by default) refuses a larger start input with [ErrPayloadTooLarge];
+// [WorkerConfig.MaxPayloadBytes] fails an attempt whose step or workflow
+// output is larger, permanently (error kind payload_too_large), without
+// recording the output. Filters ([CompileTaskFilter], [CompileEventFilter])
+// read a label or error attribute a task lacks as "" ([FilterMap]), so
+// task.labels["src"] == "curl" is false on it rather than an error.
+//
 // The package is thin: it wires engine (storage, leases), workflow (the
 // programming model) and activities (step runtime, retries). What happens
 // to an attempt (running the workflow, classifying a failure, deciding on

@@ -85,31 +85,38 @@ func checkFilterResult(expr string, ast *cel.Ast) error {
 	return errmark.Mark(e, ErrBadFilter)
 }
 
+// FilterMap is a map(string, string) of a filter (task labels, error
+// attributes) whose lookup of a missing key is "" rather than an error:
+// `task.labels["src"] == "curl"` is false on a task without the label,
+// and `task.labels["src"] != "curl"` true. `has(task.labels.src)` and
+// `"src" in task.labels` tell a missing key from an empty value.
+type FilterMap = celenv.StringMap
+
 // FilterTask is a task as a filter sees it, as `task`.
 type FilterTask struct {
-	ID             string            `cel:"id"`
-	Type           string            `cel:"type"`
-	Version        int               `cel:"version"`
-	Queue          string            `cel:"queue"`
-	Status         string            `cel:"status"`
-	Attempt        int               `cel:"attempt"`
-	Priority       int               `cel:"priority"`
-	IdempotencyKey string            `cel:"idempotency_key"`
-	Labels         map[string]string `cel:"labels"`
-	CreatedAt      time.Time         `cel:"created_at"`
-	FinishedAt     time.Time         `cel:"finished_at"` // zero (1970 in CEL terms: timestamp(0)) while unfinished
+	ID             string    `cel:"id"`
+	Type           string    `cel:"type"`
+	Version        int       `cel:"version"`
+	Queue          string    `cel:"queue"`
+	Status         string    `cel:"status"`
+	Attempt        int       `cel:"attempt"`
+	Priority       int       `cel:"priority"`
+	IdempotencyKey string    `cel:"idempotency_key"`
+	Labels         FilterMap `cel:"labels"`
+	CreatedAt      time.Time `cel:"created_at"`
+	FinishedAt     time.Time `cel:"finished_at"` // zero (1970 in CEL terms: timestamp(0)) while unfinished
 }
 
 // FilterError is a task's last error as a filter sees it, as `error`; all
 // fields are empty when the task has none.
 type FilterError struct {
-	Class        string            `cel:"class"`
-	Message      string            `cel:"message"`
-	Kind         string            `cel:"kind"`
-	Status       int               `cel:"status"`
-	Attrs        map[string]string `cel:"attrs"`
-	Step         string            `cel:"step"`
-	ClassifiedBy string            `cel:"classified_by"`
+	Class        string    `cel:"class"`
+	Message      string    `cel:"message"`
+	Kind         string    `cel:"kind"`
+	Status       int       `cel:"status"`
+	Attrs        FilterMap `cel:"attrs"`
+	Step         string    `cel:"step"`
+	ClassifiedBy string    `cel:"classified_by"`
 }
 
 // TaskFilter is a compiled CEL expression over a task: a bool that selects
@@ -188,12 +195,12 @@ func (f *TaskFilter) match(ctx context.Context, t *TaskInfo) (bool, uint64, erro
 		CreatedAt: t.CreatedAt, FinishedAt: time.Unix(0, 0).UTC(),
 	}
 	if task.Labels == nil {
-		task.Labels = map[string]string{}
+		task.Labels = FilterMap{}
 	}
 	if t.FinishedAt != nil {
 		task.FinishedAt = *t.FinishedAt
 	}
-	errv := FilterError{Attrs: map[string]string{}}
+	errv := FilterError{Attrs: FilterMap{}}
 	if e := t.LastError; e != nil {
 		errv = filterError(e)
 	}

@@ -49,7 +49,7 @@ const deadLetterPage = 500
 
 // DeadLetters returns dead-lettered tasks of the client's namespace that
 // match opts, newest first. A task the filter cannot be evaluated on (a
-// missing label, say) is skipped and its error returned with the others.
+// cost over the limit, say; a missing label is not an error but "") is skipped and its error returned with the others.
 func (c *Client) DeadLetters(ctx context.Context, opts *DeadLetterOpts) ([]*TaskInfo, error) {
 	var out []*TaskInfo
 	err := c.eachDeadLetter(ctx, opts, func(page []*TaskInfo) error {

@@ -58,6 +58,13 @@ type WorkerConfig struct {
 	// with (StartOpts.TraceID: a W3C traceparent or a trace id). Default
 	// nil: no spans.
 	TracerProvider trace.TracerProvider
+	// MaxPayloadBytes bounds the JSON of each step's output and each
+	// workflow's output: an attempt with one over it fails permanently
+	// (error kind payload_too_large, dead-lettered unless the type skips
+	// dead letters) and the output is not recorded. Default
+	// [DefaultMaxPayloadBytes] (1 MiB), as [ClientConfig.MaxPayloadBytes];
+	// negative is refused.
+	MaxPayloadBytes int
 }
 
 // Worker runs registered workflow types. Register workflows, then Start;
@@ -86,6 +93,9 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 		return nil, err
 	}
 	if err := validateWorkerConfig(&cfg); err != nil {
+		return nil, err
+	}
+	if cfg.MaxPayloadBytes, err = payloadLimit("worker: MaxPayloadBytes", cfg.MaxPayloadBytes); err != nil {
 		return nil, err
 	}
 	if cfg.Logger == nil {
@@ -171,6 +181,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	}
 	handler := executor.NewHandler(executor.HandlerConfig{
 		Types: types, WorkerID: w.cfg.WorkerID, Logger: w.cfg.Logger, TracerProvider: w.cfg.TracerProvider,
+		MaxPayloadBytes: w.cfg.MaxPayloadBytes,
 	})
 	// Record the types so producers without this code (the HTTP API) can
 	// start them with the definition's defaults.

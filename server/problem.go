@@ -33,6 +33,11 @@ type Problem struct {
 	Exceeded string `json:"exceeded,omitempty"`
 	// RetryAfterSeconds repeats the Retry-After header (code queue_full).
 	RetryAfterSeconds int `json:"retry_after_seconds,omitempty"`
+	// SizeBytes and LimitBytes are a payload's size and the limit it went
+	// over (code payload_too_large); SizeBytes is left out when a body
+	// over the limit gave no Content-Length.
+	SizeBytes  int64 `json:"size_bytes,omitempty"`
+	LimitBytes int64 `json:"limit_bytes,omitempty"`
 
 	retryAfter time.Duration
 }
@@ -49,7 +54,7 @@ const (
 	codeNotFound        = "not_found"
 	codeTaskState       = "task_state"
 	codeConflict        = "conflict"
-	codeInputTooLarge   = "input_too_large"
+	codePayloadTooLarge = "payload_too_large"
 	codeQueueFull       = "queue_full"
 	codeUnauthorized    = "unauthorized"
 	codeForbidden       = "forbidden"
@@ -76,7 +81,7 @@ var titles = map[string]string{
 	codeNotFound:         "Not found",
 	codeTaskState:        "The task's state does not allow this",
 	codeConflict:         "The task changed concurrently; try again",
-	codeInputTooLarge:    "The task input is larger than the server accepts",
+	codePayloadTooLarge:  "The task input is larger than the server accepts",
 	codeQueueFull:        "The queue is full",
 	codeUnauthorized:     "Authentication required",
 	codeForbidden:        "The token does not allow this",
@@ -101,7 +106,12 @@ func problemFor(err error) *Problem {
 	var full *store.QueueFullError
 	var syntax *sdk.FilterSyntaxError
 	var limit *sdk.FilterLimitError
+	var tooLarge *sdk.PayloadTooLargeError
 	switch {
+	case errors.As(err, &tooLarge):
+		p := problem(http.StatusRequestEntityTooLarge, codePayloadTooLarge, tooLarge.Error())
+		p.SizeBytes, p.LimitBytes = int64(tooLarge.Size), int64(tooLarge.Limit)
+		return p
 	case errors.As(err, &limit):
 		detail := limit.Error()
 		if hint := errors.FlattenHints(err); hint != "" {

@@ -22,10 +22,6 @@ import (
 	"github.com/cairnflow/cairn/sdk"
 )
 
-// DefaultMaxInputBytes bounds a task's input: large or sensitive data goes
-// by reference (a URL, an object key), not through the queue.
-const DefaultMaxInputBytes = 1 << 20
-
 // Config configures a [Server].
 type Config struct {
 	// Store is the database: a PostgreSQL store or the embedded one.
@@ -50,8 +46,12 @@ type Config struct {
 	// SessionTTL is how long a console sign-in lasts. Default
 	// DefaultSessionTTL.
 	SessionTTL time.Duration
-	// MaxInputBytes bounds a task's input. Default DefaultMaxInputBytes.
-	MaxInputBytes int
+	// MaxPayloadBytes bounds the JSON of a task's input, as
+	// [sdk.ClientConfig.MaxPayloadBytes] does (a start over it is a 413
+	// payload_too_large naming its size and the limit). A start's body
+	// may hold 64 KiB besides the input. Default
+	// [sdk.DefaultMaxPayloadBytes] (1 MiB).
+	MaxPayloadBytes int
 	// MaxListPayloadBytes bounds the inputs and outputs one page of
 	// GET /v1/tasks?include=input,output carries: the page ends early,
 	// with a next_cursor, before the first task that would take it past
@@ -133,8 +133,8 @@ func New(cfg Config) (*Server, error) {
 	if err := ValidateTokens(cfg.Tokens); err != nil {
 		return nil, err
 	}
-	if cfg.MaxInputBytes <= 0 {
-		cfg.MaxInputBytes = DefaultMaxInputBytes
+	if cfg.MaxPayloadBytes <= 0 {
+		cfg.MaxPayloadBytes = sdk.DefaultMaxPayloadBytes
 	}
 	if cfg.MaxListPayloadBytes <= 0 {
 		cfg.MaxListPayloadBytes = sdk.DefaultMaxListPayloadBytes
@@ -364,7 +364,7 @@ func (s *Server) client(namespace string) (*sdk.Client, error) {
 		return c, nil
 	}
 	c, err := sdk.NewClient(sdk.ClientConfig{Store: s.cfg.Store, Namespace: namespace, Identity: "api",
-		Notifier: s.notifier, FilterLimits: s.cfg.FilterLimits})
+		Notifier: s.notifier, FilterLimits: s.cfg.FilterLimits, MaxPayloadBytes: s.cfg.MaxPayloadBytes})
 	if err != nil {
 		return nil, errmark.Mark(err, sdk.ErrInvalid)
 	}

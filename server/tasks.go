@@ -47,17 +47,19 @@ type startResponse struct {
 	Existing bool           `json:"existing"`
 }
 
-// envelopeBytes is what a start body may hold besides its input.
+// envelopeBytes is what a request body may hold besides a task's input: a
+// start body may be MaxPayloadBytes + envelopeBytes long (the input field
+// itself is held to MaxPayloadBytes by the sdk), and an action's body
+// envelopeBytes.
 const envelopeBytes = 64 << 10
 
 func (s *Server) startTask(w http.ResponseWriter, r *http.Request, c *call) {
 	var req startRequest
-	if p := decodeBody(w, r, int64(s.cfg.MaxInputBytes)+envelopeBytes, &req, false); p != nil {
+	if p := decodeBody(w, r, s.startBodyLimit(), &req, false); p != nil {
+		if p.Code == codePayloadTooLarge {
+			p = s.startBodyTooLarge(r)
+		}
 		s.writeProblem(w, r, p)
-		return
-	}
-	if len(req.Input) > s.cfg.MaxInputBytes {
-		s.writeProblem(w, r, problem(http.StatusRequestEntityTooLarge, codeInputTooLarge, inputTooLarge(len(req.Input), s.cfg.MaxInputBytes)))
 		return
 	}
 	opts, p := req.startOpts(r.Header.Get("traceparent"))
@@ -102,9 +104,22 @@ func (s *Server) startTask(w http.ResponseWriter, r *http.Request, c *call) {
 	writeJSON(w, http.StatusOK, startResponse{ID: res.ID, Status: info.Status, Existing: true})
 }
 
-func inputTooLarge(n, limit int) string {
-	return "the input is " + strconv.Itoa(n) + " bytes, at most " + strconv.Itoa(limit) +
-		" accepted: pass large or sensitive data by reference (a URL or an object key)"
+// startBodyLimit is the most bytes a start's body may hold: the input
+// limit and the envelope around it.
+func (s *Server) startBodyLimit() int64 { return int64(s.cfg.MaxPayloadBytes) + envelopeBytes }
+
+// startBodyTooLarge is the problem of a start body over startBodyLimit:
+// it says the input limit, which is what the caller controls.
+func (s *Server) startBodyTooLarge(r *http.Request) *Problem {
+	size := "over " + strconv.FormatInt(s.startBodyLimit(), 10) + " bytes"
+	if r.ContentLength > 0 {
+		size = strconv.FormatInt(r.ContentLength, 10) + " bytes"
+	}
+	p := problem(http.StatusRequestEntityTooLarge, codePayloadTooLarge, "the request body is "+size+
+		"; a task's input may be at most "+strconv.Itoa(s.cfg.MaxPayloadBytes)+" bytes of JSON (MaxPayloadBytes), the rest of the body "+
+		strconv.Itoa(envelopeBytes)+" bytes: pass large data by reference (a URL or an object key)")
+	p.SizeBytes, p.LimitBytes = max(r.ContentLength, 0), int64(s.cfg.MaxPayloadBytes)
+	return p
 }
 
 // traceparentRE is a W3C trace context traceparent header.
@@ -158,7 +173,7 @@ func decodeBody(w http.ResponseWriter, r *http.Request, limit int64, v any, empt
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			return problem(http.StatusRequestEntityTooLarge, codeInputTooLarge,
+			return problem(http.StatusRequestEntityTooLarge, codePayloadTooLarge,
 				"the request body is over "+strconv.FormatInt(limit, 10)+" bytes: pass large data by reference")
 		}
 		return problem(http.StatusBadRequest, codeMalformedJSON, "the request body could not be read")

@@ -120,7 +120,8 @@ func (g *globals) clientWith(ctx context.Context, o storeOpts) (*sdk.Client, fun
 	if err != nil {
 		return nil, nil, err
 	}
-	c, err := sdk.NewClient(sdk.ClientConfig{Store: store, Namespace: g.namespace, Identity: cliIdentity(), FilterLimits: g.filters})
+	c, err := sdk.NewClient(sdk.ClientConfig{Store: store, Namespace: g.namespace, Identity: cliIdentity(), FilterLimits: g.filters,
+		MaxPayloadBytes: g.maxPayload})
 	if err != nil {
 		closeStore()
 		return nil, nil, err

@@ -85,7 +85,8 @@ func newDemoWorker(c *sdk.Client, g *globals, f *demoFlags) (*sdk.Worker, error)
 	w, err := sdk.NewWorker(sdk.WorkerConfig{
 		Store: c.Store(), Namespace: g.namespace, Concurrency: f.concurrency,
 		LeaseTTL: f.leaseTTL, RescueInterval: f.rescueInterval, PollInterval: 500 * time.Millisecond,
-		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		MaxPayloadBytes: g.maxPayload,
+		Logger:          newRedactingLogger(os.Stderr, slog.LevelWarn),
 	})
 	if err != nil {
 		return nil, err

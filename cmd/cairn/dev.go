@@ -16,7 +16,7 @@ import (
 )
 
 func newDevCmd(g *globals) *cobra.Command {
-	sf := &serverFlags{migrate: true, maxInputBytes: 1 << 20, maxListPayload: sdk.DefaultMaxListPayloadBytes, rescueInterval: time.Second, shutdownTimeout: 5 * time.Second, consoleHint: true}
+	sf := &serverFlags{migrate: true, maxListPayload: sdk.DefaultMaxListPayloadBytes, rescueInterval: time.Second, shutdownTimeout: 5 * time.Second, consoleHint: true}
 	df := &demoFlags{leaseTTL: engine.DefaultLeaseTTL, rescueInterval: time.Second, shutdownTimeout: 5 * time.Second}
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -66,7 +66,7 @@ address only when told --insecure-no-auth. See docs/guarantees.md ("Security").`
 // startDevWorker starts the demo worker over the server's store and
 // submits the sample documents.
 func startDevWorker(ctx context.Context, cmd *cobra.Command, g *globals, df *demoFlags, sf *serverFlags, store store.Store, where string) (func(), error) {
-	c, err := sdk.NewClient(sdk.ClientConfig{Store: store, Namespace: g.namespace, Identity: cliIdentity()})
+	c, err := sdk.NewClient(sdk.ClientConfig{Store: store, Namespace: g.namespace, Identity: cliIdentity(), MaxPayloadBytes: g.maxPayload})
 	if err != nil {
 		return nil, err
 	}

@@ -7,6 +7,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
@@ -32,15 +33,22 @@ var configError = errors.New("configuration error")
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	err := newRootCmd().ExecuteContext(ctx)
+	if code := reportError(os.Stderr, newRootCmd().ExecuteContext(ctx)); code != 0 {
+		os.Exit(code)
+	}
+}
+
+// reportError prints err, credentials masked, on w and returns the exit
+// code it calls for: 0 without an error.
+func reportError(w io.Writer, err error) int {
 	if err == nil {
-		return
+		return 0
 	}
-	fmt.Fprintln(os.Stderr, "cairn: "+err.Error())
+	fmt.Fprintln(w, "cairn: "+redact(err.Error()))
 	if errors.Is(err, configError) {
-		os.Exit(exitConfig)
+		return exitConfig
 	}
-	os.Exit(exitError)
+	return exitError
 }
 
 // globals are the flags every command shares.
@@ -53,6 +61,9 @@ type globals struct {
 	// filters bound every filtered command and, for server and dev, every
 	// filtered request (zero fields: the sdk's defaults).
 	filters sdk.FilterLimits
+	// maxPayload bounds a task's input (and, for dev's demo worker, the
+	// outputs), as sdk.ClientConfig.MaxPayloadBytes.
+	maxPayload int
 }
 
 func newRootCmd() *cobra.Command {
@@ -72,6 +83,9 @@ store: one SQLite file (--db, default ./cairn-dev.db), for one process.`,
 			if g.output != "text" && g.output != "json" {
 				return errmark.Mark(errors.Newf("--output %q: use text or json", g.output), configError)
 			}
+			if g.maxPayload < 1 {
+				return errmark.Mark(errors.Newf("--max-payload-bytes %d: must be positive", g.maxPayload), configError)
+			}
 			return nil
 		},
 	}
@@ -87,11 +101,41 @@ store: one SQLite file (--db, default ./cairn-dev.db), for one process.`,
 	pf.StringVarP(&g.output, "output", "o", "text", "output format: text or json")
 	pf.DurationVar(&g.filters.Timeout, "filter-timeout", sdk.DefaultFilterTimeout, "the most time a command or request with a CEL filter spends reading and evaluating")
 	pf.Uint64Var(&g.filters.Cost, "filter-cost", sdk.DefaultFilterCost, "the most CEL cost a command or request with a filter spends, all its evaluations together")
+	pf.IntVar(&g.maxPayload, "max-payload-bytes", sdk.DefaultMaxPayloadBytes,
+		"the most bytes of JSON a task's input may hold (a schedule's, a start through the API); a worker bounds outputs the same")
 	pf.IntVar(&g.filters.MaxScan, "filter-max-scan", sdk.DefaultFilterScan, "the most rows a command or request with a filter reads to evaluate it")
 	root.AddCommand(newMigrateCmd(g), newTaskCmd(g), newDLQCmd(g), newQueueCmd(g), newScheduleCmd(g), newDemoCmd(g))
 	root.AddCommand(newServerCmd(g), newDevCmd(g), newTokenCmd())
 	root.AddCommand(newAuditCmd(g), newBenchCmd(g))
+	markUsageErrors(root)
 	return root
+}
+
+// markUsageErrors makes wrong arguments a configError, as a bad flag is
+// (exit 2), on c and every command under it: a command's own argument
+// check, and an unknown subcommand of a command that only groups others
+// (which then runs: with no arguments it prints its help, as before).
+func markUsageErrors(c *cobra.Command) {
+	if !c.Runnable() && c.HasSubCommands() {
+		c.Args = cobra.ArbitraryArgs
+		c.RunE = func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return errmark.Mark(errors.Newf("unknown command %q for %q (see %s --help)", args[0], cmd.CommandPath(), cmd.CommandPath()), configError)
+			}
+			return cmd.Help()
+		}
+	}
+	if check := c.Args; check != nil {
+		c.Args = func(cmd *cobra.Command, args []string) error {
+			if err := check(cmd, args); err != nil {
+				return errmark.Mark(err, configError)
+			}
+			return nil
+		}
+	}
+	for _, sub := range c.Commands() {
+		markUsageErrors(sub)
+	}
 }
 
 // envFlag is a string flag whose value, unless the flag is given, is read

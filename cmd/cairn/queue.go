@@ -17,7 +17,7 @@ import (
 )
 
 func newQueueCmd(g *globals) *cobra.Command {
-	cmd := &cobra.Command{Use: "queue", Short: "Queue limits: bounded capacity and global concurrency"}
+	cmd := &cobra.Command{Use: "queue", Short: "Queues: their load, limits (bounded capacity, global concurrency), waits and diagnosis"}
 	cmd.AddCommand(newQueueSetCmd(g), newQueueListCmd(g), newQueueWaitsCmd(g), newQueueDiagnoseCmd(g))
 	return cmd
 }
@@ -53,12 +53,48 @@ every worker; claims enforce it. 0 removes a limit.`,
 	return cmd
 }
 
+// queueListWindow bounds --window of `cairn queue list`, as GET
+// /v1/queues bounds its window.
+const queueListWindow = 24 * time.Hour
+
 func newQueueListCmd(g *globals) *cobra.Command {
-	return listCmd(g, "list", "List the queues with limits, and how many tasks wait and run in each",
-		"QUEUE\tWAITING\tMAX WAITING\tRUNNING\tCONCURRENCY", (*sdk.Client).Queues,
-		func(q store.QueueInfo) string {
-			return fmt.Sprintf("%s\t%d\t%s\t%d\t%s", q.Name, q.Waiting, limit(q.MaxWaiting), q.Running, limit(q.Concurrency))
-		})
+	var window time.Duration
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List every queue with tasks or limits: tasks waiting, due and running, limits, and the window's outcomes",
+		Long: `Lists every queue of the namespace that has unfinished tasks, limits, or
+tasks finished within --window (GET /v1/queues lists the same): how many
+tasks wait (pending or retrying) and how many of those are due, how many
+run, the queue's limits ("-": none), and the tasks completed and failed
+(failed, dead-lettered or expired) within the window.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if window <= 0 || window > queueListWindow {
+				return errmark.Mark(errors.Newf("--window %s: use more than 0s and at most %s", window, queueListWindow), configError)
+			}
+			c, closeDB, err := g.client(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer closeDB()
+			queues, err := c.QueueStats(cmd.Context(), window)
+			if err != nil {
+				return err
+			}
+			if g.output == "json" {
+				return printJSON(cmd, queues)
+			}
+			w := newTable(cmd)
+			fmt.Fprintf(w, "QUEUE\tWAITING\tDUE\tRUNNING\tMAX WAITING\tCONCURRENCY\tCOMPLETED (%s)\tFAILED (%s)\n", window, window)
+			for _, q := range queues {
+				fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%s\t%s\t%d\t%d\n", q.Queue, q.Waiting, q.Due, q.Running,
+					limit(q.MaxWaiting), limit(q.Concurrency), q.Completed, q.Failed)
+			}
+			return w.Flush()
+		},
+	}
+	cmd.Flags().DurationVar(&window, "window", 5*time.Minute, "how far back the completed and failed counts look (at most 24h)")
+	return cmd
 }
 
 func limit(n int) string {

@@ -28,7 +28,6 @@ import (
 type serverFlags struct {
 	listen          string
 	tokensFile      string
-	maxInputBytes   int
 	maxListPayload  int // bytes of inputs and outputs a listing page that includes them carries
 	rescueInterval  time.Duration
 	shutdownTimeout time.Duration
@@ -40,7 +39,7 @@ type serverFlags struct {
 	insecureNoAuth  bool
 	secureCookies   bool
 	sessionTTL      time.Duration
-	metricsToken    string
+	metricsToken    envFlag // read with get(): a secret, so --help never shows it
 	metricsAddr     string
 }
 
@@ -82,7 +81,9 @@ See docs/guarantees.md ("Security").`,
 	fl := cmd.Flags()
 	fl.StringVar(&f.listen, "listen", envOr("CAIRN_LISTEN", "127.0.0.1:7233"), "address to serve on (env CAIRN_LISTEN)")
 	fl.StringVar(&f.tokensFile, "tokens", os.Getenv("CAIRN_TOKENS_FILE"), "JSON file of API token hashes, namespaces and roles (env CAIRN_TOKENS_FILE); none: no authentication")
-	fl.IntVar(&f.maxInputBytes, "max-input-bytes", server.DefaultMaxInputBytes, "largest task input accepted, in bytes")
+	// The flag's old name: the limit is the global --max-payload-bytes.
+	fl.IntVar(&g.maxPayload, "max-input-bytes", sdk.DefaultMaxPayloadBytes, "largest task input accepted, in bytes")
+	_ = fl.MarkDeprecated("max-input-bytes", "use --max-payload-bytes")
 	fl.IntVar(&f.maxListPayload, "max-list-payload-bytes", sdk.DefaultMaxListPayloadBytes,
 		"bytes of inputs and outputs one page of GET /v1/tasks?include=input,output carries at most")
 	fl.DurationVar(&f.rescueInterval, "rescue-interval", 5*time.Second, "how often the leader looks for expired leases; the leader lease lasts three")
@@ -93,7 +94,8 @@ See docs/guarantees.md ("Security").`,
 	addExposureFlags(cmd, f)
 	fl.BoolVar(&f.secureCookies, "secure-cookies", envBool("CAIRN_SECURE_COOKIES"), "mark the console's cookie Secure over plain HTTP too: behind a TLS-terminating proxy (env CAIRN_SECURE_COOKIES)")
 	fl.DurationVar(&f.sessionTTL, "session-ttl", server.DefaultSessionTTL, "how long a console sign-in lasts")
-	fl.StringVar(&f.metricsToken, "metrics-token", os.Getenv("CAIRN_METRICS_TOKEN"), "bearer token /metrics requires (env CAIRN_METRICS_TOKEN, which ps does not show)")
+	f.metricsToken.env = "CAIRN_METRICS_TOKEN"
+	fl.Var(&f.metricsToken, "metrics-token", "bearer token /metrics requires (env CAIRN_METRICS_TOKEN, which ps does not show)")
 	fl.StringVar(&f.metricsAddr, "metrics-addr", os.Getenv("CAIRN_METRICS_ADDR"), "serve /metrics on this address instead of --listen (env CAIRN_METRICS_ADDR)")
 	return cmd
 }
@@ -121,9 +123,6 @@ func runServerWith(cmd *cobra.Command, g *globals, f *serverFlags, also alongsid
 	if err := checkExposure(f, len(tokens) > 0); err != nil {
 		return err
 	}
-	if f.maxInputBytes < 1 {
-		return errmark.Mark(errors.Newf("--max-input-bytes %d: must be positive", f.maxInputBytes), configError)
-	}
 	if f.maxListPayload < 1 {
 		return errmark.Mark(errors.Newf("--max-list-payload-bytes %d: must be positive", f.maxListPayload), configError)
 	}
@@ -142,10 +141,10 @@ func runServerWith(cmd *cobra.Command, g *globals, f *serverFlags, also alongsid
 	}
 	defer closeStore()
 	reg.MustRegister(engine.NewQueueCollector(store))
-	srv, err := server.New(server.Config{Store: store, Tokens: tokens, MaxInputBytes: f.maxInputBytes,
+	srv, err := server.New(server.Config{Store: store, Tokens: tokens, MaxPayloadBytes: g.maxPayload,
 		MaxListPayloadBytes: f.maxListPayload, Gatherer: reg, Logger: logger, FilterLimits: g.filters,
 		AllowedHosts: f.allowedHosts, SecureCookies: f.secureCookies, SessionTTL: f.sessionTTL,
-		MetricsToken: f.metricsToken, MetricsApart: f.metricsAddr != ""})
+		MetricsToken: f.metricsToken.get(), MetricsApart: f.metricsAddr != ""})
 	if err != nil {
 		return errmark.Mark(err, configError)
 	}
@@ -285,7 +284,7 @@ func newLogger(w io.Writer, level string) (*slog.Logger, error) {
 	if err := l.UnmarshalText([]byte(level)); err != nil {
 		return nil, errmark.Mark(errors.Newf("--log-level %q: use debug, info, warn or error", level), configError)
 	}
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
+	return newRedactingLogger(w, l), nil
 }
 
 // serverID names this server in the leader lease.

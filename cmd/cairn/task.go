@@ -151,13 +151,21 @@ func eventDetails(p history.Payload) string {
 	case history.AttemptStartedData:
 		return fmt.Sprintf("worker %s, lease epoch %d", v.WorkerID, v.LeaseEpoch)
 	case history.StepCompletedData:
-		return fmt.Sprintf("step %d %s", v.Position, v.Name)
+		s := fmt.Sprintf("step %d %s", v.Position, v.Name)
+		if v.DurationMillis > 0 {
+			s += fmt.Sprintf(" in %s", time.Duration(v.DurationMillis)*time.Millisecond)
+		}
+		return s + describeUsage(v.Usage)
 	case history.AttemptFailedData:
 		s := describeError(v.Error)
 		if v.NextRunAt != nil {
 			s += ", retry at " + v.NextRunAt.Format("15:04:05.000")
 		}
-		return s
+		return s + describeUsage(v.Usage)
+	case history.TimerStartedData:
+		return fmt.Sprintf("step %d sleeps until %s", v.Position, formatTime(&v.FireAt))
+	case history.TimerFiredData:
+		return fmt.Sprintf("step %d %s done", v.Position, history.SleepStepName)
 	case history.LeaseExpiredData:
 		return fmt.Sprintf("worker %s, lease epoch %d", v.WorkerID, v.LeaseEpoch)
 	case history.TaskReleasedData:
@@ -186,6 +194,29 @@ func eventDetails(p history.Payload) string {
 		return fmt.Sprintf("%s; compensated %v", v.Reason, v.Compensated)
 	}
 	return ""
+}
+
+// describeUsage is what a step reported spending on AI models, as the
+// history's details end it: "; gpt-4o 1200+350 tokens $0.0140", one
+// entry per model, and the total when there are several; "" for none.
+func describeUsage(usage []history.Usage) string {
+	if len(usage) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	var total float64
+	for i, u := range usage {
+		sep := "; "
+		if i > 0 {
+			sep = ", "
+		}
+		fmt.Fprintf(&b, "%s%s %d+%d tokens $%.4f", sep, u.Model, u.InputTokens, u.OutputTokens, u.CostUSD)
+		total += u.CostUSD
+	}
+	if len(usage) > 1 {
+		fmt.Fprintf(&b, " (total $%.4f)", total)
+	}
+	return b.String()
 }
 
 func byWhom(by, reason string) string {

@@ -26,7 +26,7 @@ func (t Type) retryFor(override *activities.RetryPolicy) activities.RetryPolicy 
 
 // classify turns a run's error into evidence, in this order: errors that
 // are always permanent (non-determinism, bad input or step options, an
-// unstorable output, the task's deadline); marks set in Go code; the CEL
+// unstorable output or one over MaxPayloadBytes, the task's deadline); marks set in Go code; the CEL
 // policy of the failed step, else of the workflow type; the default, which
 // is transient for a step's errors and permanent for the workflow body's
 // own (re-running the same code on the same history gives the same error).
@@ -75,6 +75,8 @@ func alwaysPermanent(err error) string {
 		return "unstorable_output"
 	case errors.Is(err, errDeadline):
 		return kindDeadline
+	case errors.Is(err, errPayloadTooLarge):
+		return kindPayloadTooLarge
 	}
 	return ""
 }

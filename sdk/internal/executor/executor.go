@@ -44,6 +44,11 @@ type HandlerConfig struct {
 	// child span) under the trace the task was started with. Default nil:
 	// no spans.
 	TracerProvider trace.TracerProvider
+	// MaxPayloadBytes bounds the JSON of each step's output and of the
+	// workflow's output: an attempt with one over it fails permanently
+	// (kind payload_too_large) and the output is not recorded. 0: no
+	// bound.
+	MaxPayloadBytes int
 }
 
 // Handler runs the attempts the engine's processor claims: it is the
@@ -55,6 +60,7 @@ type Handler struct {
 	workerID       string
 	logger         *slog.Logger
 	tracerProvider trace.TracerProvider // nil: no spans
+	maxPayload     int                  // 0: outputs are not bounded
 }
 
 // NewHandler returns a handler for cfg.
@@ -62,7 +68,8 @@ func NewHandler(cfg HandlerConfig) *Handler {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Handler{types: cfg.Types, workerID: cfg.WorkerID, logger: cfg.Logger, tracerProvider: cfg.TracerProvider}
+	return &Handler{types: cfg.Types, workerID: cfg.WorkerID, logger: cfg.Logger, tracerProvider: cfg.TracerProvider,
+		maxPayload: cfg.MaxPayloadBytes}
 }
 
 // HandleAttempt implements [engine.Handler]: it runs the workflow against
@@ -110,6 +117,7 @@ func (h *Handler) handleAttempt(ctx context.Context, a *engine.Attempt, tr *atte
 		irreversibleCtx, cancelIrreversible = context.WithDeadlineCause(irreversibleCtx, *dl, errDeadline)
 		defer cancelIrreversible()
 	}
+	var refused *history.StepCompletedData // the step whose output Record refused as too large
 	res := interpreter.Run(interpreter.RunParams{
 		TaskID: taskID, Attempt: state.Attempt, Steps: state.Steps,
 		Context: runCtx, Stopping: a.Stopping(),
@@ -131,9 +139,15 @@ func (h *Handler) handleAttempt(ctx context.Context, a *engine.Attempt, tr *atte
 			// Record even if the attempt context was cancelled by a stop
 			// while the step ran: the step did finish. The lease fence
 			// still refuses a stale attempt.
+			if err := h.oversizedStep(step); err != nil {
+				done := step.(history.StepCompletedData)
+				refused = &done
+				return err
+			}
 			return a.Append(a.DurableContext(), step)
 		},
 	}, typ.Func, a.Task.Input)
+	res = h.limitOutputs(res, refused)
 	if res.Err != nil && errors.Is(context.Cause(runCtx), errDeadline) {
 		res.Err = errmark.Mark(res.Err, errDeadline)
 	}

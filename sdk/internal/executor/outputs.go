@@ -1,0 +1,63 @@
+package executor
+
+import (
+	"fmt"
+
+	"github.com/cockroachdb/errors"
+
+	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/internal/errmark"
+	"github.com/cairnflow/cairn/internal/interpreter"
+)
+
+// kindPayloadTooLarge is the error kind of an attempt whose step output or
+// workflow output is over [HandlerConfig.MaxPayloadBytes]. It is always
+// permanent: the same code on the same input makes the same output. The
+// output is not recorded; a step's usage goes on the attempt_failed.
+const kindPayloadTooLarge = "payload_too_large"
+
+// errPayloadTooLarge marks the error of an output over the limit.
+var errPayloadTooLarge = errors.New("output over MaxPayloadBytes")
+
+// payloadTooLarge describes an output of size bytes over limit.
+func payloadTooLarge(what string, size, limit int) error {
+	return errmark.Mark(errors.Newf(
+		"%s is %d bytes of JSON, over the limit of %d bytes (MaxPayloadBytes): return a reference to large data (a URL or an object key)",
+		what, size, limit), errPayloadTooLarge)
+}
+
+// oversizedStep returns the error for p when it is a step's completion
+// with an output over the handler's limit, else nil.
+func (h *Handler) oversizedStep(p history.Payload) error {
+	step, ok := p.(history.StepCompletedData)
+	if !ok || h.maxPayload <= 0 || len(step.Output) <= h.maxPayload {
+		return nil
+	}
+	return payloadTooLarge(fmt.Sprintf("the output of step %d (%s)", step.Position, step.Name), len(step.Output), h.maxPayload)
+}
+
+// limitOutputs turns a run whose unrecorded last step (res.Pending) or
+// whose workflow output is over the limit into a run that failed with
+// errPayloadTooLarge: the output is dropped, never recorded. refused is
+// the step whose output Record refused during the run, if one was. The
+// failed step is named, and its usage kept for the attempt_failed.
+func (h *Handler) limitOutputs(res interpreter.Result, refused *history.StepCompletedData) interpreter.Result {
+	if refused != nil && errors.Is(res.Err, errPayloadTooLarge) {
+		return failedOnOutput(res, res.Err, *refused)
+	}
+	if err := h.oversizedStep(res.Pending); err != nil {
+		return failedOnOutput(res, err, res.Pending.(history.StepCompletedData))
+	}
+	if res.Err == nil && h.maxPayload > 0 && len(res.Output) > h.maxPayload {
+		res.Err, res.Output = payloadTooLarge("the workflow's output", len(res.Output), h.maxPayload), nil
+	}
+	return res
+}
+
+// failedOnOutput is res ended by err, step's output over the limit.
+func failedOnOutput(res interpreter.Result, err error, step history.StepCompletedData) interpreter.Result {
+	res.Err, res.Output, res.Pending = err, nil, nil
+	res.Step, res.StepOptions = &interpreter.StepInfo{Position: step.Position, Name: step.Name}, nil
+	res.StepUsage = step.Usage // spent even though the output cannot be kept
+	return res
+}
