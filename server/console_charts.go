@@ -42,8 +42,8 @@ func chartWindow(r *http.Request) (string, time.Duration, error) {
 // The size of a chart's drawing, in SVG units: the plot sits right of the
 // y labels and above the x labels.
 const (
-	chartWidth, chartHeight = 260, 90
-	plotLeft, plotRight     = 34, 256
+	chartWidth, chartHeight = 270, 90
+	plotLeft, plotRight     = 44, 266
 	plotTop, plotBottom     = 18, 74
 )
 
@@ -97,16 +97,17 @@ func queueCharts(q store.QueueSeries, window string) []chart {
 	}
 	count := func(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }
 	perMin := func(f float64) string { return fmt.Sprintf("%.1f/min", f) }
+	number := func(f float64) string { return strconv.FormatFloat(f, 'g', 3, 64) } // the axis' short form
 	pct := func(f float64) string { return fmt.Sprintf("%.0f%%", f) }
 	secs := func(f float64) string { return roundDuration(time.Duration(f * float64(time.Second))).String() }
 	return []chart{
 		newChart(id+"-load", "Tasks", q.Queue, from,
 			fmt.Sprintf("%d waiting, %d due, %d running", last.Waiting, last.Due, last.Running),
-			fmt.Sprintf("%d·%d·%d", last.Waiting, last.Due, last.Running), count,
+			fmt.Sprintf("%d · %d · %d", last.Waiting, last.Due, last.Running), count,
 			[]chartLine{{Name: "waiting", Class: "waiting"}, {Name: "due", Class: "due"}, {Name: "running", Class: "running"}},
 			waiting, due, running),
 		newChart(id+"-throughput", "Throughput", q.Queue, from, perMin(last.Throughput(q.Step))+" completed",
-			perMin(last.Throughput(q.Step)), perMin, []chartLine{{Name: "completed per minute", Class: "ok"}}, throughput),
+			perMin(last.Throughput(q.Step)), number, []chartLine{{Name: "completed per minute", Class: "ok"}}, throughput),
 		newChart(id+"-errors", "Error rate", q.Queue, from, pct(100*last.ErrorRate())+" of attempts failed",
 			pct(100*last.ErrorRate()), pct, []chartLine{{Name: "failed attempts", Class: "bad"}}, errorRate),
 		newChart(id+"-latency", "Schedule to start", q.Queue, from, secs(last.MeanLatency().Seconds())+" mean wait from run time to start",

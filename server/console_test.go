@@ -213,7 +213,7 @@ func TestQueueChartsScaleTheSeries(t *testing.T) {
 	require.Len(t, charts, 4)
 	load := charts[0]
 	require.Equal(t, "4", load.YMax)
-	require.Equal(t, "34.0,18.0 145.0,74.0 256.0,46.0", load.Lines[0].Points, "waiting: 4 at the top, 0, 2 half way")
+	require.Equal(t, "44.0,18.0 155.0,74.0 266.0,46.0", load.Lines[0].Points, "waiting: 4 at the top, 0, 2 half way")
 	require.Equal(t, "Tasks of queue docs over the last 1h, now 2 waiting, 0 due, 1 running", load.Summary)
 	require.Equal(t, "6.0/min", charts[1].Latest)
 	require.Equal(t, "50%", charts[2].Latest)
