@@ -23,9 +23,18 @@ func TestQueueDiagnoseMeasuresHandBuiltHistory(t *testing.T) {
 	storetest.DiagnoseHandBuiltHistory(t, s, func(tasks []storetest.BuiltTask) { insertHistory(t, s, tasks...) })
 }
 
+// The series of a history built by hand (the scenario and its figures
+// live in storetest, for every store).
+func TestQueueSeriesOfHandBuiltHistory(t *testing.T) {
+	t.Parallel()
+	s := enginetest.Store(t)
+	storetest.SeriesHandBuiltHistory(t, s, func(tasks []storetest.BuiltTask) { insertHistory(t, s, tasks...) })
+}
+
 // insertHistory writes tasks straight into the tables, in one transaction
 // (one now()), so a test knows every time exactly. The projections are not
-// meant to match a replay: the diagnosis reads events and a few columns.
+// meant to match a replay: the diagnosis reads events and a few columns
+// (updated_at is the last event's time, which the series read).
 func insertHistory(t *testing.T, s *pgstore.Store, tasks ...storetest.BuiltTask) {
 	t.Helper()
 	ctx := context.Background()
@@ -51,10 +60,10 @@ func insertBuiltTask(ctx context.Context, tx pgx.Tx, s *pgstore.Store, task stor
 		    fair_at, fairness_key)
 		VALUES (@id, 'default', @queue, @type, 1, @status, now() - make_interval(secs => @run_ago), @attempt, 0,
 		    nullif(@owner, ''), @epoch, now() + make_interval(secs => @lease), @last_seq,
-		    now() - make_interval(secs => @created_ago), now(), now() - make_interval(secs => @run_ago), nullif(@key, ''))`,
+		    now() - make_interval(secs => @created_ago), now() - make_interval(secs => @updated_ago), now() - make_interval(secs => @run_ago), nullif(@key, ''))`,
 		pgx.NamedArgs{"id": id, "queue": task.Queue, "type": task.Type, "status": task.Status, "run_ago": task.RunAgo,
 			"attempt": task.Attempt, "epoch": task.Attempt, "owner": task.Owner, "lease": lease, "last_seq": len(task.Events),
-			"created_ago": task.Events[0].Ago, "key": task.Key})
+			"created_ago": task.Events[0].Ago, "updated_ago": task.Events[len(task.Events)-1].Ago, "key": task.Key})
 	if err != nil {
 		return err
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/sdk"
 	"github.com/chromedp/chromedp"
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 )
 
@@ -331,5 +332,102 @@ func TestConsoleRefusesFormsFromAnotherOrigin(t *testing.T) {
 		chromedp.WaitVisible(chromedp.CSS("#cancel-task")), chromedp.Click(chromedp.CSS("#cancel-task")),
 		chromedp.WaitVisible(chromedp.CSS(`p[role="status"]`))))
 	require.Equal(t, 1, countEvents(t, client, later, history.CancelRequested))
+	enginetest.RequireProjectionsMatch(t, client.Store())
+}
+
+// docScreenshot saves a screenshot for the documentation under
+// docs/console/ when CAIRN_UPDATE_SCREENSHOTS is set (so a test run does
+// not change the tree), and to the screenshot directory always.
+func docScreenshot(t *testing.T, name string) chromedp.Action[chromedp.Void] {
+	return chromedp.Func(func(ctx context.Context, target *chromedp.Target) error {
+		png, err := chromedp.FullScreenshot(100)(ctx, target)
+		if err != nil {
+			return err
+		}
+		if os.Getenv("CAIRN_UPDATE_SCREENSHOTS") != "" {
+			if err := os.WriteFile(filepath.Join("..", "docs", "console", name), png, 0o644); err != nil {
+				return err
+			}
+		}
+		return os.WriteFile(filepath.Join(screenshotDir(t), name), png, 0o644)
+	})
+}
+
+// evaluate runs a script on the page and returns its value.
+func evaluate[T any](t *testing.T, ctx context.Context, script string) T {
+	t.Helper()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](script))
+	require.NoError(t, err, script)
+	return v
+}
+
+// In a real browser, over a queue with some history (completed tasks, a
+// dead letter, a compensated and so cancelled task): the overview and the
+// queue's page draw their SVG charts with a point per bucket; the failed
+// step's bar is red; the cancelled attempt is not drawn green and its task
+// has no empty actions card; the dead-letter reason shows its whole
+// default text; /console/queues is a page.
+func TestConsoleChartsInABrowser(t *testing.T) {
+	t.Parallel()
+	schema := enginetest.Schema(t)
+	srv := startServer(t, schema)
+	startE2EWorker(t, schema, "default")
+	client := newClient(t, schema)
+	ctx := browser(t)
+	css := func(sel string) chromedp.CSS { return chromedp.CSS(sel) }
+	visible := func(sel string) chromedp.Action[chromedp.Void] { return chromedp.WaitVisible(css(sel)) }
+
+	var done []uuid.UUID
+	for i := range 6 {
+		done = append(done, srv.start(map[string]any{"type": "e2e.echo", "input": i}))
+	}
+	fragile := srv.start(map[string]any{"type": "e2e.fragile", "input": "doc"})
+	booking := srv.start(map[string]any{"type": "e2e.booking", "input": "trip"})
+	require.Equal(t, history.StatusDeadLettered, srv.wait(fragile).Status)
+	require.Equal(t, history.StatusCompleted, srv.wait(booking).Status)
+	srv.expect(http.StatusAccepted, nil, "POST", "/v1/tasks/"+booking.String()+"/compensate", nil)
+	require.Equal(t, history.StatusCancelled, srv.wait(booking).Status)
+	srv.start(map[string]any{"type": "e2e.echo", "input": "later", "delay": "1h"})
+	for _, id := range done {
+		require.Equal(t, history.StatusCompleted, srv.wait(id).Status)
+	}
+
+	const points = `Array.from(document.querySelectorAll("#queue-charts svg polyline")).map(p => p.getAttribute("points").trim().split(" ").length)`
+	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(srv.url+"/console/"), visible("#queue-charts svg"),
+		docScreenshot(t, "overview-charts.png")))
+	perLine := evaluate[[]int](t, ctx, points)
+	require.Len(t, perLine, 6, "one queue: waiting, due, running, throughput, error rate, latency")
+	for _, n := range perLine {
+		require.Equal(t, 60, n, "a point per bucket")
+	}
+	labels := evaluate[[]string](t, ctx, `Array.from(document.querySelectorAll("#queue-charts svg")).map(s => s.getAttribute("aria-label"))`)
+	require.Contains(t, labels, "Tasks of queue default over the last 1h, now 1 waiting, 0 due, 0 running")
+	require.Contains(t, labels[2], "Error rate of queue default over the last 1h, now ")
+
+	// The queue's page, through the list of queues, over 15 minutes.
+	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(srv.url+"/console/queues"), visible("#queue-list"),
+		chromedp.Click(css(`#queue-list a[href^="/console/queues/default"]`)), visible("#queue-charts svg"),
+		chromedp.Navigate(srv.url+"/console/queues/default?window=15m"), visible("#queue-charts svg")))
+	require.Equal(t, 6, len(evaluate[[]int](t, ctx, points)))
+	completed := evaluate[string](t, ctx, `document.querySelector("#q-default-throughput").getAttribute("aria-label")`)
+	require.Contains(t, completed, "Throughput of queue default over the last 15m")
+	title := evaluate[string](t, ctx, `document.querySelector("#q-default-errors title").textContent`)
+	require.True(t, strings.HasPrefix(title, "Error rate of queue default"), title)
+	require.NoError(t, chromedp.Do(ctx, chromedp.EmulateViewport(1280, 900), docScreenshot(t, "queue-charts.png")))
+
+	// The failed step's bar is red (the console's --bad).
+	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(srv.url+"/console/tasks/"+fragile.String()), visible(".step.failed")))
+	require.Equal(t, "rgb(180, 35, 24)", evaluate[string](t, ctx, `getComputedStyle(document.querySelector(".step.failed .bar span")).backgroundColor`))
+
+	// The cancelled attempt is dashed grey, not green; no empty actions card.
+	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(srv.url+"/console/tasks/"+booking.String()), visible("#task-status")))
+	require.Equal(t, "cancelled", strings.TrimSpace(text(t, ctx, "#task-status")))
+	require.Equal(t, "dashed", evaluate[string](t, ctx, `getComputedStyle(document.querySelector(".attempt.cancelled")).borderLeftStyle`))
+	require.Zero(t, evaluate[int](t, ctx, `document.querySelectorAll(".actions.card").length`), "a cancelled task has no actions")
+
+	// The dead-letter reason box shows its whole default text.
+	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(srv.url+"/console/dead-letters"), visible("#reason-all")))
+	require.True(t, evaluate[bool](t, ctx, `(e => e.scrollWidth <= e.clientWidth)(document.querySelector("#reason-all"))`),
+		"the reason box is not cut off")
 	enginetest.RequireProjectionsMatch(t, client.Store())
 }

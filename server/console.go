@@ -34,9 +34,9 @@ var consoleFiles embed.FS
 // copies whose prefix is its Config.Prefix.
 var consolePages = func() map[string]*template.Template {
 	pages := map[string]*template.Template{}
-	for _, page := range []string{"login", "overview", "tasks", "task", "schedules"} {
+	for _, page := range []string{"login", "overview", "tasks", "task", "schedules", "queues", "queue"} {
 		pages[page] = template.Must(template.New(page).Funcs(consoleFuncs).Funcs(consolePrefix("")).
-			ParseFS(consoleFiles, "console/templates/layout.html", "console/templates/"+page+".html"))
+			ParseFS(consoleFiles, "console/templates/layout.html", "console/templates/charts.html", "console/templates/"+page+".html"))
 	}
 	return pages
 }()
@@ -84,7 +84,7 @@ var consoleFuncs = template.FuncMap{
 	// seg escapes a value put in a URL path as one segment: a name with
 	// '/', '?', '#' or dots stored before names were checked stays one.
 	"seg":  func(v any) string { return url.PathEscape(fmt.Sprint(v)) },
-	"when": func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05.000Z") },
+	"when": consoleTime,
 	"truncate": func(s string, n int) string {
 		if len(s) <= n {
 			return s
@@ -132,6 +132,15 @@ func (s *Server) consoleRoutes(mux *http.ServeMux) {
 	mux.Handle("POST /console/dead-letters/retry", s.console(RoleOperate, s.consoleRetryDeadLetters))
 	mux.Handle("GET /console/schedules", s.console(RoleRead, s.consoleSchedules))
 	mux.Handle("POST /console/schedules/{name}/{action}", s.console(RoleOperate, s.consoleScheduleAction))
+	mux.Handle("GET /console/queues", s.console(RoleRead, s.consoleQueues))
+	mux.Handle("GET /console/queues/{queue}", s.console(RoleRead, s.consoleQueue))
+	// Any other console URL is an HTML page too, never the API's JSON.
+	mux.Handle("/console/", s.console(RoleRead, s.consoleNotFound))
+}
+
+// consoleNotFound answers a console URL that names no page.
+func (s *Server) consoleNotFound(w http.ResponseWriter, r *http.Request, _ *call, page *consolePage) {
+	s.consoleFail(w, r, page, http.StatusNotFound, "There is no console page at "+r.URL.Path+".")
 }
 
 // consoleStatic serves the console's embedded files, and 404 for
@@ -304,18 +313,105 @@ func (s *Server) sessionCookie(r *http.Request, id string, expires time.Time) *h
 }
 
 type overviewData struct {
-	Window time.Duration
-	Queues []store.QueueStats
+	Window  time.Duration
+	Queues  []store.QueueStats
+	Windows windowLinks
+	Charts  []queueChartRow
 }
 
+// queueChartRow is one queue's charts on the overview.
+type queueChartRow struct {
+	Queue  string
+	Charts []chart
+}
+
+// windowLinks are the links that choose a chart window: Base is the
+// page's URL up to "window=".
+type windowLinks struct {
+	Base, Current string
+	Windows       []string
+}
+
+func (s *Server) windowLinks(page string, c *call, current string) windowLinks {
+	links := windowLinks{Base: s.path(page + "?" + url.Values{"namespace": {c.namespace}}.Encode() + "&"), Current: current}
+	for _, w := range chartWindows {
+		links.Windows = append(links.Windows, w.Name)
+	}
+	return links
+}
+
+// consoleOverview is every queue's load now and flow over the chosen
+// window (?window=, an hour by default), with a row of charts per queue.
 func (s *Server) consoleOverview(w http.ResponseWriter, r *http.Request, c *call, page *consolePage) {
-	const window = time.Hour
-	stats, err := c.client.QueueStats(r.Context(), window)
+	page.Title, page.Page = "Queues", "overview"
+	name, window, err := chartWindow(r)
+	if err != nil {
+		s.consoleFail(w, r, page, http.StatusBadRequest, err.Error())
+		return
+	}
+	data := overviewData{Window: window, Windows: s.windowLinks("/console/", c, name)}
+	data.Queues, err = c.client.QueueStats(r.Context(), window)
+	if err == nil {
+		var series []store.QueueSeries
+		series, err = c.client.QueueSeries(r.Context(), "", window, chartBuckets)
+		for _, q := range series {
+			data.Charts = append(data.Charts, queueChartRow{Queue: q.Queue, Charts: queueCharts(q, name)})
+		}
+	}
 	if err != nil {
 		page.Error = s.consoleError(r, err)
 	}
-	page.Title, page.Page, page.Data = "Queues", "overview", overviewData{Window: window, Queues: stats}
+	page.Data = data
 	s.render(w, http.StatusOK, "overview", page)
+}
+
+// consoleQueues lists the queues, each linking to its page.
+func (s *Server) consoleQueues(w http.ResponseWriter, r *http.Request, c *call, page *consolePage) {
+	stats, err := c.client.QueueStats(r.Context(), time.Hour)
+	if err != nil {
+		page.Error = s.consoleError(r, err)
+	}
+	page.Title, page.Page, page.Data = "Queues", "overview", overviewData{Queues: stats}
+	s.render(w, http.StatusOK, "queues", page)
+}
+
+type queueData struct {
+	Stats   store.QueueStats
+	Windows windowLinks
+	Charts  []chart
+}
+
+// consoleQueue is one queue's page: its load and settings, and its charts
+// over the chosen window.
+func (s *Server) consoleQueue(w http.ResponseWriter, r *http.Request, c *call, page *consolePage) {
+	queue := r.PathValue("queue")
+	page.Title, page.Page = "Queue "+queue, "overview"
+	name, window, err := chartWindow(r)
+	if err != nil {
+		s.consoleFail(w, r, page, http.StatusBadRequest, err.Error())
+		return
+	}
+	data := &queueData{Stats: store.QueueStats{Queue: queue, Window: window},
+		Windows: s.windowLinks("/console/queues/"+url.PathEscape(queue), c, name)}
+	stats, err := c.client.QueueStats(r.Context(), window)
+	for _, q := range stats {
+		if q.Queue == queue {
+			data.Stats = q
+		}
+	}
+	series := []store.QueueSeries{{Queue: queue}}
+	if err == nil {
+		series, err = c.client.QueueSeries(r.Context(), queue, window, chartBuckets)
+	}
+	if err != nil {
+		page.Error = s.consoleError(r, err)
+	}
+	if len(series) == 0 { // a queue with no history in the window: flat charts
+		series = []store.QueueSeries{{Queue: queue, Step: window / chartBuckets, Points: make([]store.SeriesPoint, chartBuckets)}}
+	}
+	data.Charts = queueCharts(series[0], name)
+	page.Data = data
+	s.render(w, http.StatusOK, "queue", page)
 }
 
 type tasksData struct {

@@ -21,6 +21,10 @@ type taskData struct {
 	Cost                               string
 }
 
+// HasActions says whether the task allows any action: a cancelled or
+// failed task gets no actions card at all rather than an empty one.
+func (d *taskData) HasActions() bool { return d.CanCancel || d.CanRetry || d.CanCompensate }
+
 // The task page shows at most this much of an input or output.
 const consoleJSONLimit = 4 << 10
 
@@ -46,12 +50,13 @@ func (s *Server) consoleTask(w http.ResponseWriter, r *http.Request, c *call, pa
 		return
 	}
 	finished := info.Status.Terminal()
-	page.Data = &taskData{
+	data := &taskData{
 		Task: info, Finished: finished, Events: events,
 		CanCancel: !finished, CanRetry: info.Status == history.StatusDeadLettered, CanCompensate: info.Status == history.StatusCompleted,
 		Input: prettyJSON(info.Input, consoleJSONLimit), Output: prettyJSON(info.Output, consoleJSONLimit),
 		Timeline: buildTimeline(events), Cost: usageSummary(events),
 	}
+	page.Data = data
 	s.render(w, http.StatusOK, "task", page)
 }
 
@@ -64,14 +69,42 @@ type timelineBlock struct {
 	Steps                []timelineStep
 	Notes                []string
 	Error                *history.ErrorInfo
-	last                 time.Time // the block's latest event, for step durations without their own
+	// Retry is when the next attempt is due after this one failed: shown
+	// after the failed step and its evidence, with milliseconds, so it
+	// reads as later than the failure and earlier than the next attempt.
+	Retry *time.Time
+	last  time.Time // the block's latest event, for step durations without their own
 }
 
 type timelineStep struct {
 	Name     string
 	Duration time.Duration
 	Width    float64 // share of the attempt, in percent
+	Failed   bool    // the step the attempt failed in: drawn red, and it has no step_completed
 }
+
+// The classes of an attempt's block: how it ended.
+const (
+	blockOpen      = "open"
+	blockOK        = "ok"
+	blockFailed    = "failed"
+	blockCancelled = "cancelled"
+)
+
+// failedStep is the bar of the step an attempt failed in: from the
+// attempt's previous event to the failure, since a failing step records
+// no step_completed (and so no duration of its own).
+func failedStep(open *timelineBlock, at time.Time, info history.ErrorInfo) {
+	if open == nil || info.Step == "" {
+		return
+	}
+	open.Steps = append(open.Steps, timelineStep{Name: info.Step, Duration: at.Sub(open.last), Failed: true})
+}
+
+// consoleTime is a time on the task page: UTC with milliseconds, so a
+// retry due a few hundred milliseconds after a failure does not read as
+// earlier than the attempt that scheduled it.
+func consoleTime(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05.000Z") }
 
 // buildTimeline reads a history into blocks: each attempt with its steps
 // (how long each ran), what ended it and its error evidence; and the
@@ -97,9 +130,9 @@ func buildTimeline(events []history.Event) []*timelineBlock {
 		switch p := e.Data.(type) {
 		case history.TaskScheduledData:
 			blocks = append(blocks, &timelineBlock{Title: "Scheduled", Start: e.At, last: e.At,
-				Notes: []string{fmt.Sprintf("queue %s, due %s", p.Queue, p.RunAt.UTC().Format(time.RFC3339))}})
+				Notes: []string{fmt.Sprintf("queue %s, due %s", p.Queue, consoleTime(p.RunAt))}})
 		case history.AttemptStartedData:
-			open = &timelineBlock{Title: fmt.Sprintf("Attempt %d", e.Attempt), Class: "open", Worker: p.WorkerID, Start: e.At, last: e.At}
+			open = &timelineBlock{Title: fmt.Sprintf("Attempt %d", e.Attempt), Class: blockOpen, Worker: p.WorkerID, Start: e.At, last: e.At}
 			blocks = append(blocks, open)
 		case history.StepCompletedData:
 			if open == nil {
@@ -111,24 +144,24 @@ func buildTimeline(events []history.Event) []*timelineBlock {
 			}
 			open.Steps = append(open.Steps, timelineStep{Name: p.Name, Duration: d})
 		case history.TimerStartedData:
-			note(e.At, "Sleep", "sleeping until "+p.FireAt.UTC().Format(time.RFC3339))
-			end(e.At, "ok")
+			note(e.At, "Sleep", "sleeping until "+consoleTime(p.FireAt))
+			end(e.At, blockOK)
 		case history.TimerFiredData:
 			note(e.At, "Woke", "woke from its sleep")
 		case history.AttemptFailedData:
+			failedStep(open, e.At, p.Error)
 			if open != nil {
-				open.Error = &p.Error
+				open.Error, open.Retry = &p.Error, p.NextRunAt
+			} else if p.NextRunAt != nil {
+				note(e.At, "Failed", "retry at "+consoleTime(*p.NextRunAt))
 			}
-			if p.NextRunAt != nil {
-				note(e.At, "Failed", "retry at "+p.NextRunAt.UTC().Format(time.RFC3339))
-			}
-			end(e.At, "failed")
+			end(e.At, blockFailed)
 		case history.LeaseExpiredData:
-			note(e.At, "Lease expired", "lease expired: worker "+p.WorkerID+" stopped renewing it")
-			end(e.At, "failed")
+			note(e.At, "Lease expired", "lease expired: worker "+p.WorkerID+" stopped renewing it; retry at "+consoleTime(p.NextRunAt))
+			end(e.At, blockFailed)
 		case history.TaskReleasedData:
 			note(e.At, "Released", "released by its worker: "+p.Reason)
-			end(e.At, "ok")
+			end(e.At, blockOK)
 		case history.CancelRequestedData:
 			note(e.At, "Cancel requested", "cancel requested by "+p.By+": "+p.Reason)
 		case history.CompensationRequestedData:
@@ -146,24 +179,28 @@ func buildTimeline(events []history.Event) []*timelineBlock {
 			note(e.At, "Requeued", "requeued by "+p.By+": "+p.Reason)
 		case history.TaskCompletedData:
 			note(e.At, "Completed", "completed")
-			end(e.At, "ok")
+			end(e.At, blockOK)
 		case history.TaskFailedData:
 			if open != nil {
+				if open.Error == nil {
+					failedStep(open, e.At, p.Error)
+				}
 				open.Error = &p.Error
 			} else {
-				blocks = append(blocks, &timelineBlock{Title: "Failed", Start: e.At, Class: "failed", Error: &p.Error})
+				blocks = append(blocks, &timelineBlock{Title: "Failed", Start: e.At, Class: blockFailed, Error: &p.Error})
 			}
 			note(e.At, "Failed", "failed")
-			end(e.At, "failed")
+			end(e.At, blockFailed)
 		case history.TaskDeadLetteredData:
 			if open != nil && open.Error == nil {
+				failedStep(open, e.At, p.Error)
 				open.Error = &p.Error
 			}
 			note(e.At, "Dead-lettered", "dead-lettered: "+p.Reason)
-			end(e.At, "failed")
+			end(e.At, blockFailed)
 		case history.TaskCancelledData:
 			note(e.At, "Cancelled", "cancelled")
-			end(e.At, "ok")
+			end(e.At, blockCancelled)
 		case history.TaskExpiredData:
 			note(e.At, "Expired", "expired: "+p.Reason)
 		}

@@ -71,6 +71,14 @@ func TestQueueDiagnoseMeasuresHandBuiltHistory(t *testing.T) {
 	storetest.DiagnoseHandBuiltHistory(t, s, func(tasks []storetest.BuiltTask) { insertHistory(t, s, tasks) })
 }
 
+// The series of the hand-built history of storetest, on this store: the
+// same figures as PostgreSQL's.
+func TestQueueSeriesOfHandBuiltHistory(t *testing.T) {
+	t.Parallel()
+	s := newStore(t)
+	storetest.SeriesHandBuiltHistory(t, s, func(tasks []storetest.BuiltTask) { insertHistory(t, s, tasks) })
+}
+
 // insertHistory writes tasks straight into the tables, in one transaction,
 // with times relative to one now.
 func insertHistory(t *testing.T, s *sqlitestore.Store, tasks []storetest.BuiltTask) {
@@ -97,7 +105,7 @@ func insertHistory(t *testing.T, s *sqlitestore.Store, tasks []storetest.BuiltTa
 			max_attempts, lease_owner, lease_epoch, lease_expires_at, last_seq, created_at, updated_at, fair_at, fairness_key)
 			VALUES (?, 'default', ?, ?, 1, ?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?)`,
 			id, task.Queue, task.Type, task.Status, ago(task.RunAgo), task.Attempt, owner, task.Attempt, lease,
-			len(task.Events), ago(task.Events[0].Ago), now.UnixMicro(), ago(task.RunAgo), key)
+			len(task.Events), ago(task.Events[0].Ago), ago(task.Events[len(task.Events)-1].Ago), ago(task.RunAgo), key)
 		require.NoError(t, err)
 		for i, e := range task.Events {
 			_, err := tx.ExecContext(ctx, "INSERT INTO events (task_id, seq, type, at, attempt, data) VALUES (?, ?, ?, ?, ?, ?)",

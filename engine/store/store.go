@@ -75,6 +75,9 @@ type Store interface {
 	QueueStatsList(ctx context.Context, namespace string, window time.Duration) ([]QueueStats, error)
 	QueueGaugeList(ctx context.Context) ([]*QueueGauge, error)
 	QueueMeasure(ctx context.Context, p *QueueDiagnoseParams) (*QueueDiagnosis, error)
+	// QueueSeries folds the window's events into bucketed time series per
+	// queue (the console's charts); the fold is shared by the drivers.
+	QueueSeries(ctx context.Context, p *QueueSeriesParams) ([]QueueSeries, error)
 	EventScan(ctx context.Context, p *EventScanParams) ([]AuditEvent, error)
 
 	// NewListener returns a listener for the store's notifications, not yet

@@ -1,0 +1,162 @@
+package server
+
+import (
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cairnflow/cairn/engine/store"
+)
+
+// The windows a console chart may show (?window=), and the default.
+var chartWindows = []struct {
+	Name   string
+	Window time.Duration
+}{{"15m", 15 * time.Minute}, {"1h", time.Hour}, {"6h", 6 * time.Hour}, {"24h", 24 * time.Hour}}
+
+const defaultChartWindow = "1h"
+
+// chartBuckets is how many points each chart has: a 15-second bucket over
+// 15 minutes, 24 minutes over a day.
+const chartBuckets = 60
+
+// chartWindow reads ?window=; an unknown one is an error naming the
+// choices.
+func chartWindow(r *http.Request) (string, time.Duration, error) {
+	name := r.URL.Query().Get("window")
+	if name == "" {
+		name = defaultChartWindow
+	}
+	var names []string
+	for _, w := range chartWindows {
+		if w.Name == name {
+			return name, w.Window, nil
+		}
+		names = append(names, w.Name)
+	}
+	return "", 0, fmt.Errorf("window %q is not one of %s", name, strings.Join(names, ", "))
+}
+
+// The size of a chart's drawing, in SVG units: the plot sits right of the
+// y labels and above the x labels.
+const (
+	chartWidth, chartHeight = 270, 90
+	plotLeft, plotRight     = 44, 266
+	plotTop, plotBottom     = 18, 74
+)
+
+// chart is one small time series, drawn as inline SVG by the "chart"
+// template: no script, so it shows without JavaScript.
+type chart struct {
+	ID, Title string
+	Summary   string // what the chart shows and its latest value: the SVG's <title> and aria-label
+	Latest    string // the latest value, written on the chart
+	YMax      string // the top of the y axis
+	From, To  string // the x axis' ends
+	Lines     []chartLine
+}
+
+// chartLine is one series of a chart: an SVG polyline's points.
+type chartLine struct {
+	Name, Class, Points string
+}
+
+// Width and the rest give the template the chart's geometry.
+func (chart) Width() int   { return chartWidth }
+func (chart) Height() int  { return chartHeight }
+func (chart) Left() int    { return plotLeft }
+func (chart) Right() int   { return plotRight }
+func (chart) Top() int     { return plotTop }
+func (chart) Bottom() int  { return plotBottom }
+func (chart) LabelY() int  { return chartHeight - 3 }
+func (chart) MiddleY() int { return (plotTop + plotBottom) / 2 }
+
+// queueCharts are the four charts of a queue's series: its load (waiting,
+// due, running), throughput, error rate and schedule-to-start latency.
+func queueCharts(q store.QueueSeries, window string) []chart {
+	id := "q-" + chartID(q.Queue)
+	from := "−" + window
+	pick := func(f func(store.SeriesPoint) float64) []float64 {
+		out := make([]float64, len(q.Points))
+		for i, p := range q.Points {
+			out[i] = f(p)
+		}
+		return out
+	}
+	waiting := pick(func(p store.SeriesPoint) float64 { return float64(p.Waiting) })
+	due := pick(func(p store.SeriesPoint) float64 { return float64(p.Due) })
+	running := pick(func(p store.SeriesPoint) float64 { return float64(p.Running) })
+	throughput := pick(func(p store.SeriesPoint) float64 { return p.Throughput(q.Step) })
+	errorRate := pick(func(p store.SeriesPoint) float64 { return 100 * p.ErrorRate() })
+	latency := pick(func(p store.SeriesPoint) float64 { return p.MeanLatency().Seconds() })
+	last := store.SeriesPoint{}
+	if len(q.Points) > 0 {
+		last = q.Points[len(q.Points)-1]
+	}
+	count := func(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }
+	perMin := func(f float64) string { return fmt.Sprintf("%.1f/min", f) }
+	number := func(f float64) string { return strconv.FormatFloat(f, 'g', 3, 64) } // the axis' short form
+	pct := func(f float64) string { return fmt.Sprintf("%.0f%%", f) }
+	secs := func(f float64) string { return roundDuration(time.Duration(f * float64(time.Second))).String() }
+	return []chart{
+		newChart(id+"-load", "Tasks", q.Queue, from,
+			fmt.Sprintf("%d waiting, %d due, %d running", last.Waiting, last.Due, last.Running),
+			fmt.Sprintf("%d · %d · %d", last.Waiting, last.Due, last.Running), count,
+			[]chartLine{{Name: "waiting", Class: "waiting"}, {Name: "due", Class: "due"}, {Name: "running", Class: "running"}},
+			waiting, due, running),
+		newChart(id+"-throughput", "Throughput", q.Queue, from, perMin(last.Throughput(q.Step))+" completed",
+			perMin(last.Throughput(q.Step)), number, []chartLine{{Name: "completed per minute", Class: "ok"}}, throughput),
+		newChart(id+"-errors", "Error rate", q.Queue, from, pct(100*last.ErrorRate())+" of attempts failed",
+			pct(100*last.ErrorRate()), pct, []chartLine{{Name: "failed attempts", Class: "bad"}}, errorRate),
+		newChart(id+"-latency", "Schedule to start", q.Queue, from, secs(last.MeanLatency().Seconds())+" mean wait from run time to start",
+			secs(last.MeanLatency().Seconds()), secs, []chartLine{{Name: "mean latency", Class: "latency"}}, latency),
+	}
+}
+
+// newChart scales the series (one per line) into the plot: y from 0 to
+// their maximum, x over the window, oldest at the left.
+func newChart(id, title, queue, from, latest, short string, format func(float64) string, lines []chartLine, series ...[]float64) chart {
+	top := 0.0
+	for _, s := range series {
+		for _, v := range s {
+			top = max(top, v)
+		}
+	}
+	scale := top
+	if scale == 0 {
+		scale = 1 // a flat line at zero, not a division by zero
+	}
+	for i, s := range series {
+		var b strings.Builder
+		for j, v := range s {
+			x := float64(plotLeft)
+			if len(s) > 1 {
+				x += float64(plotRight-plotLeft) * float64(j) / float64(len(s)-1)
+			}
+			y := float64(plotBottom) - float64(plotBottom-plotTop)*v/scale
+			if j > 0 {
+				b.WriteByte(' ')
+			}
+			fmt.Fprintf(&b, "%.1f,%.1f", x, y)
+		}
+		lines[i].Points = b.String()
+	}
+	return chart{ID: id, Title: title, Latest: short, YMax: format(top), From: from, To: "now", Lines: lines,
+		Summary: fmt.Sprintf("%s of queue %s over the last %s, now %s", title, queue, strings.TrimPrefix(from, "−"), latest)}
+}
+
+// chartID keeps the letters and digits of a queue's name for element ids.
+func chartID(name string) string {
+	var b strings.Builder
+	for _, r := range name {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '_':
+			b.WriteRune(r)
+		default:
+			fmt.Fprintf(&b, "_%x", r)
+		}
+	}
+	return b.String()
+}
