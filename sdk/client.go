@@ -145,7 +145,8 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 // level (the CLI, tests). Most callers never need it.
 func (c *Client) Store() store.Store { return c.store }
 
-// StartOpts are per-start options. A nil *StartOpts takes every default.
+// StartOpts are per-start options, passed by value and at most once; none,
+// or the zero value, takes every default.
 type StartOpts struct {
 	// IdempotencyKey makes the start happen once per namespace: a second
 	// start with the same key, the same workflow type and an input holding
@@ -203,7 +204,7 @@ type StartResult struct {
 // with [ErrInvalid] naming the field: a string (or member name) that is not
 // valid UTF-8 or holds a lone surrogate escape, a member named twice, a
 // number beyond 1000 digits or an exponent beyond ±1000.
-func (c *Client) Start(ctx context.Context, wf WorkflowRef, input any, opts *StartOpts) (StartResult, error) {
+func (c *Client) Start(ctx context.Context, wf WorkflowRef, input any, opts ...StartOpts) (StartResult, error) {
 	p, err := c.startParams(wf, input, opts)
 	if err != nil {
 		return StartResult{}, err
@@ -216,7 +217,7 @@ func (c *Client) Start(ctx context.Context, wf WorkflowRef, input any, opts *Sta
 // pattern): the task exists, and workers hear of it, only if tx commits.
 // It needs the PostgreSQL store; on another it fails with an error marked
 // [store.ErrUnsupported].
-func (c *Client) StartTx(ctx context.Context, tx pgx.Tx, wf WorkflowRef, input any, opts *StartOpts) (StartResult, error) {
+func (c *Client) StartTx(ctx context.Context, tx pgx.Tx, wf WorkflowRef, input any, opts ...StartOpts) (StartResult, error) {
 	pg, ok := c.store.(*pgstore.Store)
 	if !ok {
 		return StartResult{}, errmark.Mark(errors.Newf("StartTx: a pgx transaction needs the PostgreSQL store, not %T", c.store), store.ErrUnsupported)
@@ -234,8 +235,12 @@ func (c *Client) StartTx(ctx context.Context, tx pgx.Tx, wf WorkflowRef, input a
 // window); the message says what was wrong. Nothing was written.
 var ErrInvalid = errors.New("invalid request")
 
-func (c *Client) startParams(wf WorkflowRef, input any, opts *StartOpts) (*store.TaskStartParams, error) {
-	p, err := c.checkedStartParams(wf, input, opts)
+func (c *Client) startParams(wf WorkflowRef, input any, opts []StartOpts) (*store.TaskStartParams, error) {
+	o, err := oneOpts("StartOpts", opts)
+	if err != nil {
+		return nil, err
+	}
+	p, err := c.checkedStartParams(wf, input, &o)
 	if err != nil {
 		return nil, errmark.Mark(err, ErrInvalid)
 	}
@@ -501,7 +506,8 @@ func (c *Client) History(ctx context.Context, id uuid.UUID) ([]history.Event, er
 	return c.store.EventListByTask(ctx, id)
 }
 
-// ListOpts filter [Client.List]. A nil *ListOpts lists the newest 100.
+// ListOpts filter [Client.List] and [Client.ListPage], passed by value and
+// at most once. None, or the zero value, lists the newest 100.
 type ListOpts struct {
 	Status history.Status
 	Type   string
@@ -560,8 +566,8 @@ const DefaultMaxListPayloadBytes = 8 << 20
 const maxFilterScan = 10_000
 
 // List returns tasks of the client's namespace, newest first.
-func (c *Client) List(ctx context.Context, opts *ListOpts) ([]*TaskInfo, error) {
-	page, err := c.ListPage(ctx, opts)
+func (c *Client) List(ctx context.Context, opts ...ListOpts) ([]*TaskInfo, error) {
+	page, err := c.ListPage(ctx, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -575,9 +581,10 @@ func (c *Client) List(ctx context.Context, opts *ListOpts) ([]*TaskInfo, error) 
 // client's [FilterLimits] stops the page with [ErrFilterTooExpensive]. A
 // page that includes payloads ends where ListOpts.MaxPayloadBytes says, so
 // it too may hold fewer than Limit while Next is set.
-func (c *Client) ListPage(ctx context.Context, opts *ListOpts) (ListPage, error) {
-	if opts == nil {
-		opts = &ListOpts{}
+func (c *Client) ListPage(ctx context.Context, given ...ListOpts) (ListPage, error) {
+	opts, err := oneOpts("ListOpts", given)
+	if err != nil {
+		return ListPage{}, err
 	}
 	limit := opts.Limit
 	switch {
@@ -717,7 +724,7 @@ func Output[Out any](info *TaskInfo) (Out, error) {
 type StartParams struct {
 	Workflow WorkflowRef
 	Input    any
-	Opts     *StartOpts
+	Opts     StartOpts
 }
 
 // StartMany starts many tasks in one round trip (a batched insert) and
@@ -728,7 +735,7 @@ type StartParams struct {
 func (c *Client) StartMany(ctx context.Context, starts []StartParams) ([]StartResult, error) {
 	params := make([]*store.TaskStartParams, len(starts))
 	for i, s := range starts {
-		p, err := c.startParams(s.Workflow, s.Input, s.Opts)
+		p, err := c.startParams(s.Workflow, s.Input, []StartOpts{s.Opts})
 		if err != nil {
 			return nil, errors.Wrapf(err, "start %d of %d", i+1, len(starts))
 		}
