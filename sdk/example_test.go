@@ -78,14 +78,14 @@ func Example() {
 			// replayed instead.
 			text, err := workflow.Step(ctx, "ocr", func(ctx context.Context) (string, error) {
 				return strings.ToUpper(doc.Body), nil // call the OCR service here
-			}, nil)
+			})
 			if err != nil {
 				return Extracted{}, err
 			}
 			return workflow.Step(ctx, "extract", func(ctx context.Context) (Extracted, error) {
 				return Extracted{DocumentID: doc.ID, Words: len(strings.Fields(text))}, nil
-			}, nil)
-		}, nil)
+			})
+		})
 
 	worker, err := sdk.NewWorker(sdk.WorkerConfig{Pool: pool, Schema: schema, PollInterval: 100 * time.Millisecond})
 	if err != nil {
@@ -102,7 +102,7 @@ func Example() {
 		panic(err)
 	}
 	defer client.Close()
-	res, err := client.Start(ctx, process, Document{ID: "doc-1", Body: "invoice total 42 EUR"}, nil)
+	res, err := client.Start(ctx, process, Document{ID: "doc-1", Body: "invoice total 42 EUR"})
 	if err != nil {
 		panic(err)
 	}
@@ -137,8 +137,8 @@ func Example_permanentError() {
 					return "", activities.Permanent(errors.Newf("amount %d is not positive", cents))
 				}
 				return "charged", nil
-			}, nil)
-		}, &sdk.WorkflowOpts{Retry: &activities.RetryPolicy{
+			})
+		}, sdk.WorkflowOpts{Retry: &activities.RetryPolicy{
 			MaxAttempts: 5, InitialInterval: time.Second, Multiplier: 2, MaxInterval: time.Minute,
 		}})
 
@@ -157,7 +157,7 @@ func Example_permanentError() {
 		panic(err)
 	}
 	defer client.Close()
-	res, err := client.Start(ctx, charge, -5, nil)
+	res, err := client.Start(ctx, charge, -5)
 	if err != nil {
 		panic(err)
 	}
@@ -183,7 +183,7 @@ func ExampleClient_StartTx() {
 	defer done()
 
 	notify := sdk.NewWorkflow("order.notify", 1,
-		func(ctx workflow.Context, orderID string) (string, error) { return "notified " + orderID, nil }, nil)
+		func(ctx workflow.Context, orderID string) (string, error) { return "notified " + orderID, nil })
 	client, err := sdk.NewClient(sdk.ClientConfig{Pool: pool, Schema: schema})
 	if err != nil {
 		panic(err)
@@ -195,7 +195,7 @@ func ExampleClient_StartTx() {
 		panic(err)
 	}
 	// ... write the service's own rows with tx ...
-	res, err := client.StartTx(ctx, tx, notify, "order-7", nil)
+	res, err := client.StartTx(ctx, tx, notify, "order-7")
 	if err != nil {
 		panic(err)
 	}
@@ -209,7 +209,7 @@ func ExampleClient_StartTx() {
 	if err != nil {
 		panic(err)
 	}
-	res, err = client.StartTx(ctx, tx, notify, "order-8", nil)
+	res, err = client.StartTx(ctx, tx, notify, "order-8")
 	if err != nil {
 		panic(err)
 	}
@@ -234,13 +234,13 @@ func ExampleStartOpts_idempotencyKey() {
 	defer done()
 
 	reply := sdk.NewWorkflow("webhook.reply", 1,
-		func(ctx workflow.Context, body string) (string, error) { return body, nil }, nil)
+		func(ctx workflow.Context, body string) (string, error) { return body, nil })
 	client, err := sdk.NewClient(sdk.ClientConfig{Pool: pool, Schema: schema})
 	if err != nil {
 		panic(err)
 	}
 	defer client.Close()
-	opts := &sdk.StartOpts{IdempotencyKey: "webhook-delivery-123"}
+	opts := sdk.StartOpts{IdempotencyKey: "webhook-delivery-123"}
 	first, err := client.Start(ctx, reply, "hello", opts)
 	if err != nil {
 		panic(err)
@@ -271,11 +271,11 @@ func ExampleTypeRef() {
 	defer client.Close()
 	ref := sdk.TypeRef{Name: "document.process", Version: 1}
 	for _, input := range []string{`{"id": "a"}`, `{"id": "b"}`} {
-		if _, err := client.Start(ctx, ref, json.RawMessage(input), nil); err != nil {
+		if _, err := client.Start(ctx, ref, json.RawMessage(input)); err != nil {
 			panic(err)
 		}
 	}
-	tasks, err := client.List(ctx, &sdk.ListOpts{Type: "document.process", Status: history.StatusPending})
+	tasks, err := client.List(ctx, sdk.ListOpts{Type: "document.process", Status: history.StatusPending})
 	if err != nil {
 		panic(err)
 	}
