@@ -102,7 +102,7 @@ func TestCancelRace(t *testing.T) {
 	ctx := context.Background()
 	starts := make([]sdk.StartParams, tasks)
 	for i := range starts {
-		starts[i] = sdk.StartParams{Workflow: wf, Input: uint64(i)}
+		starts[i] = sdk.StartEntry(wf, uint64(i))
 	}
 	results, err := client.StartMany(ctx, starts)
 	require.NoError(t, err)
@@ -251,7 +251,7 @@ func TestCLICancel(t *testing.T) {
 	c := newCLI(t)
 	client := newClient(t, c.schema)
 	ctx := context.Background()
-	res, err := client.Start(ctx, sdk.TypeRef{Name: "report.build", Version: 1}, "q3", sdk.StartOpts{Delay: time.Hour})
+	res, err := client.StartDynamic(ctx, sdk.TypeRef{Name: "report.build", Version: 1}, "q3", sdk.StartOpts{Delay: time.Hour})
 	require.NoError(t, err)
 
 	out := string(c.run("task", "cancel", res.ID.String(), "--reason", "not needed"))

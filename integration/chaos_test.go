@@ -169,7 +169,7 @@ func (r *chaosRun) submit(ctx context.Context, wf sdk.WorkflowRef) {
 	for i := 0; ctx.Err() == nil; i++ {
 		key := fmt.Sprintf("chaos-%d", i)
 		for backoff := 50 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
-			res, err := r.client.Start(context.Background(), wf, i, sdk.StartOpts{IdempotencyKey: key})
+			res, err := r.client.StartDynamic(context.Background(), wf, i, sdk.StartOpts{IdempotencyKey: key})
 			if err == nil {
 				r.mu.Lock()
 				r.accepted = append(r.accepted, res.ID)

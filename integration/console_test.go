@@ -171,7 +171,7 @@ func TestConsoleAsksForAToken(t *testing.T) {
 	srv := startServer(t, schema, "--tokens", tokens)
 	startE2EWorker(t, schema, "default")
 	client := newClient(t, schema)
-	res, err := client.Start(context.Background(), sdk.TypeRef{Name: "e2e.echo", Version: 1}, "x")
+	res, err := client.StartDynamic(context.Background(), sdk.TypeRef{Name: "e2e.echo", Version: 1}, "x")
 	require.NoError(t, err)
 	ctx := browser(t)
 	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(srv.url+"/console/"), chromedp.WaitVisible(chromedp.CSS("#token")),

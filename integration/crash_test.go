@@ -140,7 +140,7 @@ func TestCrashResumeAfterWorkerContextKilled(t *testing.T) {
 	sdk.Register(a, newCrashWorkflow(pool, schema, "worker-a", "validate"))
 	require.NoError(t, a.Start(crashCtx))
 
-	res, err := client.Start(context.Background(), sdk.TypeRef{Name: crashType, Version: 1}, "doc")
+	res, err := client.StartDynamic(context.Background(), sdk.TypeRef{Name: crashType, Version: 1}, "doc")
 	require.NoError(t, err)
 	waitFor(t, 20*time.Second, "steps 1 and 2 recorded", func() bool {
 		return countEvents(t, client, res.ID, history.StepCompleted) == 2 &&
@@ -162,7 +162,7 @@ func TestCrashResumeAfterWorkerProcessKilled(t *testing.T) {
 	createExecutionsTable(t, pool, schema)
 	client := newClient(t, schema)
 
-	res, err := client.Start(context.Background(), sdk.TypeRef{Name: crashType, Version: 1}, "doc")
+	res, err := client.StartDynamic(context.Background(), sdk.TypeRef{Name: crashType, Version: 1}, "doc")
 	require.NoError(t, err)
 	proc := startHelper(t, "crash-worker",
 		"CAIRN_HELPER_DATABASE_URL="+enginetest.DatabaseURL(t), "CAIRN_HELPER_SCHEMA="+schema)

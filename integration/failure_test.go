@@ -100,7 +100,7 @@ func TestCRMFailures(t *testing.T) {
 
 	token.Store("good")
 	ctx := context.Background()
-	flaky, err := client.Start(ctx, wf, "c-503")
+	flaky, err := sdk.Start(ctx, client, wf, "c-503")
 	require.NoError(t, err)
 	info := waitDone(t, client, flaky.ID)
 	require.Equal(t, history.StatusCompleted, info.Status)
@@ -128,7 +128,7 @@ func TestCRMFailures(t *testing.T) {
 	require.Equal(t, 3, failures)
 
 	token.Store("stale")
-	locked, err := client.Start(ctx, wf, "c-401")
+	locked, err := sdk.Start(ctx, client, wf, "c-401")
 	require.NoError(t, err)
 	info = waitDone(t, client, locked.ID)
 	require.Equal(t, history.StatusDeadLettered, info.Status)

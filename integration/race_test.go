@@ -70,7 +70,7 @@ func TestTwoWorkersRaceOverThousandTasks(t *testing.T) {
 	g.SetLimit(8)
 	for i := range tasks {
 		g.Go(func() error {
-			res, err := client.Start(ctx, wf, i)
+			res, err := sdk.Start(ctx, client, wf, i)
 			ids[i] = res.ID
 			return err
 		})

@@ -518,7 +518,7 @@ func TestServerErrors(t *testing.T) {
 	require.Equal(t, history.StatusCompleted, admin.wait(done).Status)
 	other, err := sdk.NewClient(sdk.ClientConfig{Pool: enginetest.Pool(t), Schema: schema, Namespace: "tenant-b"})
 	require.NoError(t, err)
-	inB, err := other.Start(ctx, sdk.TypeRef{Name: "e2e.echo", Version: 1}, "b")
+	inB, err := other.StartDynamic(ctx, sdk.TypeRef{Name: "e2e.echo", Version: 1}, "b")
 	require.NoError(t, err)
 	require.NoError(t, client.SetQueue(ctx, "tiny", sdk.QueueSettings{MaxWaiting: 1}))
 	admin.start(map[string]any{"type": "e2e.echo", "queue": "tiny", "input": "fills it", "delay": "1h"})

@@ -43,7 +43,7 @@ func BenchmarkCancelToContextCancelled(b *testing.B) {
 	latencies := make([]time.Duration, 0, b.N)
 	b.ResetTimer()
 	for i := range b.N {
-		res, err := client.Start(ctx, wf, i)
+		res, err := sdk.Start(ctx, client, wf, i)
 		require.NoError(b, err)
 		<-started
 		sent := time.Now()

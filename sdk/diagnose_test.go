@@ -31,7 +31,7 @@ func produce(t *testing.T, c *sdk.Client, wf sdk.WorkflowRef, every time.Duratio
 		defer ticker.Stop()
 		n := 0
 		for {
-			if _, err := c.Start(context.Background(), wf, n); err != nil {
+			if _, err := c.StartDynamic(context.Background(), wf, n); err != nil {
 				t.Errorf("start task %d: %v", n, err)
 			}
 			n++
@@ -138,7 +138,7 @@ func TestDiagnoseQueueNamesPoisonRetries(t *testing.T) {
 	startWorker(t, b.worker)
 	begin := time.Now()
 	for i := range 3 {
-		_, err := b.client.Start(context.Background(), poison, i)
+		_, err := sdk.Start(context.Background(), b.client, poison, i)
 		require.NoError(t, err)
 	}
 	stop := produce(t, b.client, good, 100*time.Millisecond)

@@ -102,7 +102,7 @@ func Example() {
 		panic(err)
 	}
 	defer client.Close()
-	res, err := client.Start(ctx, process, Document{ID: "doc-1", Body: "invoice total 42 EUR"})
+	res, err := sdk.Start(ctx, client, process, Document{ID: "doc-1", Body: "invoice total 42 EUR"})
 	if err != nil {
 		panic(err)
 	}
@@ -157,7 +157,7 @@ func Example_permanentError() {
 		panic(err)
 	}
 	defer client.Close()
-	res, err := client.Start(ctx, charge, -5)
+	res, err := sdk.Start(ctx, client, charge, -5)
 	if err != nil {
 		panic(err)
 	}
@@ -177,7 +177,7 @@ func Example_permanentError() {
 // StartTx starts a task inside the caller's transaction (the outbox
 // pattern): the task exists, and workers hear of it, only if the
 // transaction commits.
-func ExampleClient_StartTx() {
+func ExampleStartTx() {
 	ctx := context.Background()
 	pool, schema, done := exampleDatabase(ctx)
 	defer done()
@@ -195,7 +195,7 @@ func ExampleClient_StartTx() {
 		panic(err)
 	}
 	// ... write the service's own rows with tx ...
-	res, err := client.StartTx(ctx, tx, notify, "order-7")
+	res, err := sdk.StartTx(ctx, client, tx, notify, "order-7")
 	if err != nil {
 		panic(err)
 	}
@@ -209,7 +209,7 @@ func ExampleClient_StartTx() {
 	if err != nil {
 		panic(err)
 	}
-	res, err = client.StartTx(ctx, tx, notify, "order-8")
+	res, err = sdk.StartTx(ctx, client, tx, notify, "order-8")
 	if err != nil {
 		panic(err)
 	}
@@ -241,11 +241,11 @@ func ExampleStartOpts_idempotencyKey() {
 	}
 	defer client.Close()
 	opts := sdk.StartOpts{IdempotencyKey: "webhook-delivery-123"}
-	first, err := client.Start(ctx, reply, "hello", opts)
+	first, err := sdk.Start(ctx, client, reply, "hello", opts)
 	if err != nil {
 		panic(err)
 	}
-	again, err := client.Start(ctx, reply, "hello", opts)
+	again, err := sdk.Start(ctx, client, reply, "hello", opts)
 	if err != nil {
 		panic(err)
 	}
@@ -271,7 +271,7 @@ func ExampleTypeRef() {
 	defer client.Close()
 	ref := sdk.TypeRef{Name: "document.process", Version: 1}
 	for _, input := range []string{`{"id": "a"}`, `{"id": "b"}`} {
-		if _, err := client.Start(ctx, ref, json.RawMessage(input)); err != nil {
+		if _, err := client.StartDynamic(ctx, ref, json.RawMessage(input)); err != nil {
 			panic(err)
 		}
 	}

@@ -42,7 +42,7 @@ func TestPolicyRetries429And503ButNot400(t *testing.T) {
 
 		ids := map[int]uuid.UUID{}
 		for _, status := range []int{429, 503, 400} {
-			res, err := b.client.Start(context.Background(), wf, status)
+			res, err := sdk.Start(context.Background(), b.client, wf, status)
 			require.NoError(t, err)
 			ids[status] = res.ID
 		}
@@ -91,7 +91,7 @@ func TestStepPolicyOverridesTheWorkflows(t *testing.T) {
 		sdk.Register(b.worker, wf)
 		startWorker(t, b.worker)
 
-		res, err := b.client.Start(context.Background(), wf, "doc")
+		res, err := sdk.Start(context.Background(), b.client, wf, "doc")
 		require.NoError(t, err)
 		info := waitTask(t, b.client, res.ID)
 		require.Equal(t, history.StatusDeadLettered, info.Status)
@@ -123,7 +123,7 @@ func TestRetryAfterHintIsHonoured(t *testing.T) {
 		sdk.Register(b.worker, wf)
 		startWorker(t, b.worker)
 
-		res, err := b.client.Start(context.Background(), wf, "doc")
+		res, err := sdk.Start(context.Background(), b.client, wf, "doc")
 		require.NoError(t, err)
 		info := waitTask(t, b.client, res.ID)
 		require.Equal(t, history.StatusCompleted, info.Status)
@@ -173,7 +173,7 @@ func TestExhaustedTimeBudgetDeadLetters(t *testing.T) {
 		sdk.Register(b.worker, wf)
 		startWorker(t, b.worker)
 
-		res, err := b.client.Start(context.Background(), wf, "page-1")
+		res, err := sdk.Start(context.Background(), b.client, wf, "page-1")
 		require.NoError(t, err)
 		info := waitTask(t, b.client, res.ID)
 		require.Equal(t, history.StatusDeadLettered, info.Status)
@@ -215,7 +215,7 @@ func TestRequeuedTaskRunsAgainAndCompletes(t *testing.T) {
 		startWorker(t, b.worker)
 
 		ctx := context.Background()
-		res, err := b.client.Start(ctx, wf, "scan.pdf")
+		res, err := sdk.Start(ctx, b.client, wf, "scan.pdf")
 		require.NoError(t, err)
 		info := waitTask(t, b.client, res.ID)
 		require.Equal(t, history.StatusDeadLettered, info.Status)
@@ -270,7 +270,7 @@ func TestRetryDeadLettersByFilter(t *testing.T) {
 		ctx := context.Background()
 		ids := map[int]uuid.UUID{}
 		for _, status := range []int{503, 503, 401} {
-			res, err := b.client.Start(ctx, wf, status, sdk.StartOpts{IdempotencyKey: "k" + strconv.Itoa(len(ids))})
+			res, err := sdk.Start(ctx, b.client, wf, status, sdk.StartOpts{IdempotencyKey: "k" + strconv.Itoa(len(ids))})
 			require.NoError(t, err)
 			waitTask(t, b.client, res.ID)
 			if status == 503 && ids[503] != uuid.Nil {
@@ -324,7 +324,7 @@ func TestHeartbeatTimeoutFailsTheAttemptTransiently(t *testing.T) {
 		sdk.Register(b.worker, wf)
 		startWorker(t, b.worker)
 
-		res, err := b.client.Start(context.Background(), wf, "book.pdf")
+		res, err := sdk.Start(context.Background(), b.client, wf, "book.pdf")
 		require.NoError(t, err)
 		info := waitTask(t, b.client, res.ID)
 		require.Equal(t, history.StatusCompleted, info.Status)
@@ -357,17 +357,17 @@ func TestScheduleToCloseDeadline(t *testing.T) {
 
 		ctx := context.Background()
 		// Started with a deadline that passes before any worker runs it.
-		late, err := b.client.Start(ctx, wf, "late", sdk.StartOpts{Deadline: time.Now().Add(50 * time.Millisecond)})
+		late, err := sdk.Start(ctx, b.client, wf, "late", sdk.StartOpts{Deadline: time.Now().Add(50 * time.Millisecond)})
 		require.NoError(t, err)
 		// Within the type's hour, but its first retry (up to a minute away) is
 		// scheduled past a deadline two seconds out.
-		soon, err := b.client.Start(ctx, wf, "soon", sdk.StartOpts{Deadline: time.Now().Add(2 * time.Second)})
+		soon, err := sdk.Start(ctx, b.client, wf, "soon", sdk.StartOpts{Deadline: time.Now().Add(2 * time.Second)})
 		require.NoError(t, err)
 		typed, err := b.client.Get(ctx, soon.ID)
 		require.NoError(t, err)
 		require.NotNil(t, typed.Deadline)
 
-		_, err = b.client.Start(ctx, wf, "bad", sdk.StartOpts{Delay: time.Hour, Deadline: time.Now().Add(time.Minute)})
+		_, err = sdk.Start(ctx, b.client, wf, "bad", sdk.StartOpts{Delay: time.Hour, Deadline: time.Now().Add(time.Minute)})
 		require.ErrorContains(t, err, "is not after the task's run time")
 
 		time.Sleep(100 * time.Millisecond) // let late's deadline pass before any worker claims it
@@ -383,7 +383,7 @@ func TestScheduleToCloseDeadline(t *testing.T) {
 		err = b.client.Retry(ctx, late.ID, "try anyway")
 		require.True(t, errors.Is(err, sdk.ErrTaskState), "%v", err)
 		require.ErrorContains(t, err, "deadline")
-		_, err = b.client.Start(ctx, wf, "past", sdk.StartOpts{Deadline: time.Now().Add(-time.Hour)})
+		_, err = sdk.Start(ctx, b.client, wf, "past", sdk.StartOpts{Deadline: time.Now().Add(-time.Hour)})
 		require.ErrorContains(t, err, "is not after the task's run time")
 
 		info = waitTask(t, b.client, soon.ID)
@@ -426,7 +426,7 @@ func TestBadStepOptionsArePermanent(t *testing.T) {
 		}, sdk.WorkflowOpts{Retry: fastRetry(5)})
 		sdk.Register(b.worker, wf)
 		startWorker(t, b.worker)
-		res, err := b.client.Start(context.Background(), wf, "")
+		res, err := sdk.Start(context.Background(), b.client, wf, "")
 		require.NoError(t, err)
 		info := waitTask(t, b.client, res.ID)
 		require.Equal(t, history.StatusDeadLettered, info.Status)
@@ -452,7 +452,7 @@ func TestStepRetryWithoutClassifierKeepsTheTypesPolicy(t *testing.T) {
 		}, sdk.WorkflowOpts{Retry: typeRetry})
 		sdk.Register(b.worker, wf)
 		startWorker(t, b.worker)
-		res, err := b.client.Start(context.Background(), wf, "doc")
+		res, err := sdk.Start(context.Background(), b.client, wf, "doc")
 		require.NoError(t, err)
 		info := waitTask(t, b.client, res.ID)
 		require.Equal(t, history.StatusDeadLettered, info.Status)
@@ -484,7 +484,7 @@ func TestBodyErrorAfterARetriedStepGetsAFreshBudget(t *testing.T) {
 		}, sdk.WorkflowOpts{Retry: fastRetry(3)})
 		sdk.Register(b.worker, wf)
 		startWorker(t, b.worker)
-		res, err := b.client.Start(context.Background(), wf, "doc")
+		res, err := sdk.Start(context.Background(), b.client, wf, "doc")
 		require.NoError(t, err)
 		info := waitTask(t, b.client, res.ID)
 		require.Equal(t, history.StatusDeadLettered, info.Status)

@@ -144,7 +144,7 @@ func registerMetricsWorkflows(w *sdk.Worker) (ok, flaky, broken *sdk.Workflow[in
 
 func startTask(t *testing.T, c *sdk.Client, wf *sdk.Workflow[int, int], in int, opts ...sdk.StartOpts) uuid.UUID {
 	t.Helper()
-	res, err := c.Start(context.Background(), wf, in, opts...)
+	res, err := sdk.Start(context.Background(), c, wf, in, opts...)
 	require.NoError(t, err)
 	return res.ID
 }

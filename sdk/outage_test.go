@@ -155,10 +155,10 @@ func TestWorkerRidesOutADatabaseOutage(t *testing.T) {
 	sdk.Register(w, wf)
 	startWorker(t, w)
 	ctx := context.Background()
-	var ids []sdk.StartResult
+	var ids []*sdk.Run[string]
 	start := func(n int) {
 		for i := range n {
-			r, err := b.client.Start(ctx, wf, i) // the client's pool bypasses the proxy
+			r, err := sdk.Start(ctx, b.client, wf, i) // the client's pool bypasses the proxy
 			require.NoError(t, err)
 			ids = append(ids, r)
 		}

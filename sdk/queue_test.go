@@ -50,7 +50,7 @@ func TestQueueConcurrencyLimitAcrossWorkers(t *testing.T) {
 		}
 		starts := make([]sdk.StartParams, 30)
 		for i := range starts {
-			starts[i] = sdk.StartParams{Workflow: wf, Input: i}
+			starts[i] = sdk.StartEntry(wf, i)
 		}
 		res, err := b.client.StartMany(context.Background(), starts)
 		require.NoError(t, err)
@@ -75,10 +75,10 @@ func TestFullQueueRefusesStart(t *testing.T) {
 			sdk.WorkflowOpts{Queue: "mail"})
 		require.NoError(t, b.client.SetQueue(ctx, "mail", sdk.QueueSettings{MaxWaiting: 2}))
 		for range 2 {
-			_, err := b.client.Start(ctx, wf, "x")
+			_, err := sdk.Start(ctx, b.client, wf, "x")
 			require.NoError(t, err)
 		}
-		_, err := b.client.Start(ctx, wf, "x")
+		_, err := sdk.Start(ctx, b.client, wf, "x")
 		require.True(t, errors.Is(err, sdk.ErrQueueFull), "%v", err)
 		var full *store.QueueFullError
 		require.True(t, errors.As(err, &full))
@@ -103,13 +103,13 @@ func TestDelayedTaskNeverStartsEarly(t *testing.T) {
 		sdk.Register(b.worker, wf)
 		startWorker(t, b.worker)
 		ctx := context.Background()
-		var ids []sdk.StartResult
+		var ids []*sdk.Run[int]
 		for i := range 5 {
-			r, err := b.client.Start(ctx, wf, i, sdk.StartOpts{Delay: time.Duration(i+1) * 150 * time.Millisecond})
+			r, err := sdk.Start(ctx, b.client, wf, i, sdk.StartOpts{Delay: time.Duration(i+1) * 150 * time.Millisecond})
 			require.NoError(t, err)
 			ids = append(ids, r)
 		}
-		r, err := b.client.Start(ctx, wf, 9, sdk.StartOpts{RunAt: time.Now().Add(400 * time.Millisecond)})
+		r, err := sdk.Start(ctx, b.client, wf, 9, sdk.StartOpts{RunAt: time.Now().Add(400 * time.Millisecond)})
 		require.NoError(t, err)
 		ids = append(ids, r)
 		for _, r := range ids {
@@ -133,11 +133,11 @@ func TestTaskPastItsStartDeadlineExpires(t *testing.T) {
 		})
 		sdk.Register(b.worker, wf)
 		ctx := context.Background()
-		res, err := b.client.Start(ctx, wf, "", sdk.StartOpts{StartDeadline: time.Now().Add(50 * time.Millisecond)})
+		res, err := sdk.Start(ctx, b.client, wf, "", sdk.StartOpts{StartDeadline: time.Now().Add(50 * time.Millisecond)})
 		require.NoError(t, err)
-		fresh, err := b.client.Start(ctx, wf, "", sdk.StartOpts{StartDeadline: time.Now().Add(time.Hour)})
+		fresh, err := sdk.Start(ctx, b.client, wf, "", sdk.StartOpts{StartDeadline: time.Now().Add(time.Hour)})
 		require.NoError(t, err)
-		_, err = b.client.Start(ctx, wf, "", sdk.StartOpts{StartDeadline: time.Now().Add(-time.Second)})
+		_, err = sdk.Start(ctx, b.client, wf, "", sdk.StartOpts{StartDeadline: time.Now().Add(-time.Second)})
 		require.ErrorContains(t, err, "StartDeadline")
 		time.Sleep(100 * time.Millisecond) // the first one's start deadline passes with no worker running
 		startWorker(t, b.worker)
@@ -184,9 +184,9 @@ func TestDurableSleepHoldsNoSlot(t *testing.T) {
 		sdk.Register(b.worker, other)
 		startWorker(t, b.worker)
 		ctx := context.Background()
-		var sleepers []sdk.StartResult
+		var sleepers []*sdk.Run[string]
 		for i := range 10 {
-			res, err := b.client.Start(ctx, sleeper, i)
+			res, err := sdk.Start(ctx, b.client, sleeper, i)
 			require.NoError(t, err)
 			sleepers = append(sleepers, res)
 		}
@@ -199,7 +199,7 @@ func TestDurableSleepHoldsNoSlot(t *testing.T) {
 			}
 			return true
 		}, testTimeout, 10*time.Millisecond)
-		res, err := b.client.Start(ctx, other, "hi")
+		res, err := sdk.Start(ctx, b.client, other, "hi")
 		require.NoError(t, err)
 		require.Equal(t, history.StatusCompleted, waitTask(t, b.client, res.ID).Status)
 
@@ -348,14 +348,14 @@ func TestLowPriorityIsNotStarved(t *testing.T) {
 		ctx := context.Background()
 		var low []sdk.StartParams
 		for i := range 5 {
-			low = append(low, sdk.StartParams{Workflow: wf, Input: i, Opts: sdk.StartOpts{Priority: -10}})
+			low = append(low, sdk.StartEntry(wf, i, sdk.StartOpts{Priority: -10}))
 		}
 		lowRes, err := b.client.StartMany(ctx, low)
 		require.NoError(t, err)
 		const flood = 1500
 		high := make([]sdk.StartParams, flood)
 		for i := range high {
-			high[i] = sdk.StartParams{Workflow: wf, Input: i, Opts: sdk.StartOpts{Priority: 10}}
+			high[i] = sdk.StartEntry(wf, i, sdk.StartOpts{Priority: 10})
 		}
 		highRes, err := b.client.StartMany(ctx, high)
 		require.NoError(t, err)
@@ -406,13 +406,13 @@ func TestFairnessKeysServeTenantsRoundRobin(t *testing.T) {
 	const flood = 5000
 	starts := make([]sdk.StartParams, flood)
 	for i := range starts {
-		starts[i] = sdk.StartParams{Workflow: wf, Input: i, Opts: sdk.StartOpts{FairnessKey: "tenant-a"}}
+		starts[i] = sdk.StartEntry(wf, i, sdk.StartOpts{FairnessKey: "tenant-a"})
 	}
 	aRes, err := b.client.StartMany(ctx, starts)
 	require.NoError(t, err)
-	var bIDs []sdk.StartResult
+	var bIDs []*sdk.Run[int]
 	for i := range 10 {
-		r, err := b.client.Start(ctx, wf, i, sdk.StartOpts{FairnessKey: "tenant-b"})
+		r, err := sdk.Start(ctx, b.client, wf, i, sdk.StartOpts{FairnessKey: "tenant-b"})
 		require.NoError(t, err)
 		bIDs = append(bIDs, r)
 	}
@@ -515,7 +515,7 @@ func TestRateLimitAcrossWorkers(t *testing.T) {
 		require.Error(t, b.client.SetRateLimit(ctx, "llm.call", 0, time.Second))
 		starts := make([]sdk.StartParams, 30)
 		for i := range starts {
-			starts[i] = sdk.StartParams{Workflow: wf, Input: i}
+			starts[i] = sdk.StartEntry(wf, i)
 		}
 		res, err := b.client.StartMany(ctx, starts)
 		require.NoError(t, err)
@@ -568,18 +568,20 @@ func TestOverloadedProducerLosesNothingAccepted(t *testing.T) {
 		sdk.Register(b.worker, wf)
 		var (
 			mu       sync.Mutex
-			accepted []sdk.StartResult
+			accepted []*sdk.Run[int]
 			refused  int
 		)
 		// The queue is full before the producers start; the workers start with
 		// them and drain it while they push.
 		fill := make([]sdk.StartParams, 50)
 		for i := range fill {
-			fill[i] = sdk.StartParams{Workflow: wf, Input: -i}
+			fill[i] = sdk.StartEntry(wf, -i)
 		}
 		filled, err := b.client.StartMany(ctx, fill)
 		require.NoError(t, err)
-		accepted = append(accepted, filled...)
+		for _, f := range filled {
+			accepted = append(accepted, sdk.RunOf(b.client, wf, f.ID))
+		}
 		startWorker(t, b.worker)
 		produce, stop := context.WithTimeout(ctx, 1500*time.Millisecond)
 		defer stop()
@@ -587,7 +589,7 @@ func TestOverloadedProducerLosesNothingAccepted(t *testing.T) {
 		for p := range 6 {
 			wg.Go(func() {
 				for i := 0; produce.Err() == nil; i++ {
-					res, err := b.client.Start(ctx, wf, p*100000+i)
+					res, err := sdk.Start(ctx, b.client, wf, p*100000+i)
 					mu.Lock()
 					switch {
 					case err == nil:

@@ -115,7 +115,7 @@ func TestWorkflowRetriesFailedStepWithoutRerunningEarlierSteps(t *testing.T) {
 		require.NoError(t, b.worker.Start(ctx))
 		defer func() { require.NoError(t, b.worker.Stop(ctx)) }()
 
-		res, err := b.client.Start(ctx, wf, "a")
+		res, err := sdk.Start(ctx, b.client, wf, "a")
 		require.NoError(t, err)
 		waitCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()

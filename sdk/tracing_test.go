@@ -45,7 +45,7 @@ func TestAttemptsAndStepsAreSpansUnderTheTasksTrace(t *testing.T) {
 	}, sdk.WorkflowOpts{Retry: fastRetry(3)})
 	sdk.Register(b.worker, wf)
 	startWorker(t, b.worker)
-	res, err := b.client.Start(context.Background(), wf, "doc", sdk.StartOpts{TraceID: traceparent})
+	res, err := sdk.Start(context.Background(), b.client, wf, "doc", sdk.StartOpts{TraceID: traceparent})
 	require.NoError(t, err)
 	require.Equal(t, history.StatusCompleted, waitTask(t, b.client, res.ID).Status)
 	stopWorker(t, b.worker)

@@ -37,7 +37,7 @@ func TestPermanentStepErrorDeadLettersAfterOneAttempt(t *testing.T) {
 		startWorker(t, b.worker)
 
 		ctx := context.Background()
-		res, err := b.client.Start(ctx, wf, "inv-1")
+		res, err := sdk.Start(ctx, b.client, wf, "inv-1")
 		require.NoError(t, err)
 		info := waitTask(t, b.client, res.ID)
 
@@ -87,13 +87,13 @@ func TestTransientErrorsExhaustAttemptsAndDeadLetter(t *testing.T) {
 		startWorker(t, b.worker)
 
 		ctx := context.Background()
-		byPolicy, err := b.client.Start(ctx, wf, "policy")
+		byPolicy, err := sdk.Start(ctx, b.client, wf, "policy")
 		require.NoError(t, err)
-		byOpts, err := b.client.Start(ctx, wf, "opts", sdk.StartOpts{MaxAttempts: 2})
+		byOpts, err := sdk.Start(ctx, b.client, wf, "opts", sdk.StartOpts{MaxAttempts: 2})
 		require.NoError(t, err)
 
 		for _, tc := range []struct {
-			id       sdk.StartResult
+			id       *sdk.Run[string]
 			input    string
 			attempts int
 			reason   string
@@ -155,9 +155,9 @@ func TestBodyErrorIsPermanentUnlessMarked(t *testing.T) {
 		startWorker(t, b.worker)
 
 		ctx := context.Background()
-		plain, err := b.client.Start(ctx, wf, "plain")
+		plain, err := sdk.Start(ctx, b.client, wf, "plain")
 		require.NoError(t, err)
-		retry, err := b.client.Start(ctx, wf, "retry")
+		retry, err := sdk.Start(ctx, b.client, wf, "retry")
 		require.NoError(t, err)
 
 		info := waitTask(t, b.client, plain.ID)
@@ -203,7 +203,7 @@ func TestNondeterministicWorkflowFailsTask(t *testing.T) {
 		})
 		sdk.Register(b.worker, v1)
 		startWorker(t, b.worker)
-		res, err := b.client.Start(context.Background(), v1, "a")
+		res, err := sdk.Start(context.Background(), b.client, v1, "a")
 		require.NoError(t, err)
 		// The first worker stops after extract: the history holds ocr and extract.
 		stopWhileStepBlocked(t, b.worker, extractBlocked, releaseExtract)
@@ -261,9 +261,9 @@ func TestBadInputDeadLettersOnFirstAttempt(t *testing.T) {
 
 		ctx := context.Background()
 		// A caller without the Go type (the CLI, another service) sends the wrong shape.
-		bad, err := b.client.Start(ctx, sdk.TypeRef{Name: "doc.pages", Version: 1}, json.RawMessage(`{"pages": "three"}`))
+		bad, err := b.client.StartDynamic(ctx, sdk.TypeRef{Name: "doc.pages", Version: 1}, json.RawMessage(`{"pages": "three"}`))
 		require.NoError(t, err)
-		good, err := b.client.Start(ctx, sdk.TypeRef{Name: "doc.pages", Version: 1}, json.RawMessage(`{"pages": 3}`))
+		good, err := b.client.StartDynamic(ctx, sdk.TypeRef{Name: "doc.pages", Version: 1}, json.RawMessage(`{"pages": 3}`))
 		require.NoError(t, err)
 
 		info := waitTask(t, b.client, bad.ID)
@@ -304,9 +304,9 @@ func TestWorkerRunsOnlyRegisteredVersions(t *testing.T) {
 		ctx := context.Background()
 		// The v2 task is due before the v1 probe, so the claim that takes the
 		// probe would take it too if this worker could run it.
-		newer, err := b.client.Start(ctx, v2, "new")
+		newer, err := sdk.Start(ctx, b.client, v2, "new")
 		require.NoError(t, err)
-		probe, err := b.client.Start(ctx, v1, "old")
+		probe, err := sdk.Start(ctx, b.client, v1, "old")
 		require.NoError(t, err)
 
 		sdk.Register(b.worker, v1)
@@ -371,7 +371,7 @@ func TestGracefulStopReleasesTaskAtNextStep(t *testing.T) {
 		})
 		sdk.Register(b.worker, wf)
 		startWorker(t, b.worker)
-		res, err := b.client.Start(context.Background(), wf, "hi")
+		res, err := sdk.Start(context.Background(), b.client, wf, "hi")
 		require.NoError(t, err)
 
 		stopWhileStepBlocked(t, b.worker, aBlocked, releaseA)
@@ -441,7 +441,7 @@ func TestStepsGetActivityInfo(t *testing.T) {
 		})
 		sdk.Register(b.worker, wf)
 		startWorker(t, b.worker)
-		res, err := b.client.Start(context.Background(), wf, struct{}{})
+		res, err := sdk.Start(context.Background(), b.client, wf, struct{}{})
 		require.NoError(t, err)
 		info := waitTask(t, b.client, res.ID)
 		require.Equal(t, history.StatusCompleted, info.Status)
@@ -601,7 +601,7 @@ func TestStopCancelsStepsItCannotWaitFor(t *testing.T) {
 				})
 				sdk.Register(b.worker, wf)
 				startWorker(t, b.worker)
-				res, err := b.client.Start(context.Background(), wf, "q")
+				res, err := sdk.Start(context.Background(), b.client, wf, "q")
 				require.NoError(t, err)
 				select {
 				case <-blocked.ch:
@@ -665,7 +665,7 @@ func TestCancelledStartContextAbandonsAttemptToRescuer(t *testing.T) {
 		crashCtx, crash := context.WithCancel(context.Background())
 		defer crash()
 		require.NoError(t, b.worker.Start(crashCtx))
-		res, err := b.client.Start(context.Background(), wf, "feed")
+		res, err := sdk.Start(context.Background(), b.client, wf, "feed")
 		require.NoError(t, err)
 		select {
 		case <-blocked.ch:

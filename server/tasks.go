@@ -78,7 +78,7 @@ func (s *Server) startTask(w http.ResponseWriter, r *http.Request, c *call) {
 	if len(input) == 0 {
 		input = json.RawMessage("null")
 	}
-	res, err := c.client.Start(r.Context(), ref, input, opts)
+	res, err := c.client.StartDynamic(r.Context(), ref, input, opts)
 	if err != nil {
 		s.writeError(w, r, err)
 		return

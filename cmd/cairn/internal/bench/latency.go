@@ -250,7 +250,7 @@ func latencySubRun(ctx context.Context, client *sdk.Client, starts *stepStarts, 
 	wf := sdk.TypeRef{Name: benchNoopType, Version: 1}
 	one := func(ctx context.Context, s *latencySample) {
 		s.called = time.Now()
-		res, err := client.Start(ctx, wf, json.RawMessage(input))
+		res, err := client.StartDynamic(ctx, wf, json.RawMessage(input))
 		if err != nil {
 			s.err = err
 			return
