@@ -102,24 +102,19 @@ func Example() {
 		panic(err)
 	}
 	defer client.Close()
-	res, err := sdk.Start(ctx, client, process, Document{ID: "doc-1", Body: "invoice total 42 EUR"})
+	// The input must be a Document: sdk.Start is typed by the workflow.
+	run, err := sdk.Start(ctx, client, process, Document{ID: "doc-1", Body: "invoice total 42 EUR"})
 	if err != nil {
 		panic(err)
 	}
 	waitCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	info, err := client.Wait(waitCtx, res.ID)
+	out, err := run.Result(waitCtx) // an Extracted, or a *sdk.TaskError
 	if err != nil {
 		panic(err)
 	}
-	out, err := sdk.Output[Extracted](info)
-	if err != nil {
-		panic(err)
-	}
-	fmt.Println(info.Status)
 	fmt.Printf("%s: %d words\n", out.DocumentID, out.Words)
 	// Prints:
-	// completed
 	// doc-1: 4 words
 }
 
@@ -157,18 +152,19 @@ func Example_permanentError() {
 		panic(err)
 	}
 	defer client.Close()
-	res, err := sdk.Start(ctx, client, charge, -5)
+	run, err := sdk.Start(ctx, client, charge, -5)
 	if err != nil {
 		panic(err)
 	}
 	waitCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	info, err := client.Wait(waitCtx, res.ID)
-	if err != nil {
+	_, err = run.Result(waitCtx)
+	var failed *sdk.TaskError
+	if !errors.As(err, &failed) || !errors.Is(err, sdk.ErrDeadLettered) {
 		panic(err)
 	}
-	fmt.Println(info.Status, "after", info.Attempt, "attempt")
-	fmt.Println(info.LastError.Class, "error in step", info.LastError.Step+":", info.LastError.Message)
+	fmt.Println(failed.Status, "after", failed.Attempt, "attempt")
+	fmt.Println(failed.Class, "error in step", failed.Step+":", failed.Message)
 	// Prints:
 	// dead_lettered after 1 attempt
 	// permanent error in step charge: amount -5 is not positive

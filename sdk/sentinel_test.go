@@ -7,7 +7,7 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
-	"io/fs"
+	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
@@ -159,12 +159,15 @@ func sentinelName(err error) string {
 // variables named Err*, so that a new sentinel cannot miss the table.
 func TestExportedSentinelsAreListed(t *testing.T) {
 	t.Parallel()
-	pkgs, err := parser.ParseDir(token.NewFileSet(), ".", func(fi fs.FileInfo) bool {
-		return !strings.HasSuffix(fi.Name(), "_test.go")
-	}, 0)
+	sources, err := filepath.Glob("*.go")
 	require.NoError(t, err)
 	var declared []string
-	for _, f := range pkgs["sdk"].Files {
+	for _, path := range sources {
+		if strings.HasSuffix(path, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), path, nil, 0)
+		require.NoError(t, err)
 		for _, decl := range f.Decls {
 			gen, ok := decl.(*ast.GenDecl)
 			if !ok || gen.Tok != token.VAR {

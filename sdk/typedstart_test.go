@@ -2,8 +2,6 @@ package sdk_test
 
 import (
 	"os/exec"
-	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 
@@ -17,7 +15,9 @@ import (
 // reason does not pass for the type check).
 func TestTypedStartChecksTheInputWhenItCompiles(t *testing.T) {
 	t.Parallel()
-	goTool := filepath.Join(runtime.GOROOT(), "bin", "go")
+	// go test puts the go tool of its own GOROOT first in PATH.
+	goTool, err := exec.LookPath("go")
+	require.NoError(t, err)
 	build := func(t *testing.T, pkg string) (string, error) {
 		t.Helper()
 		cmd := exec.Command(goTool, "build", "./testdata/typedstart/"+pkg)

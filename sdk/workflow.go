@@ -10,7 +10,7 @@ import (
 	"github.com/cockroachdb/errors"
 )
 
-// WorkflowRef names a workflow type at a version: what [Client.Start]
+// WorkflowRef names a workflow type at a version: what [Client.StartDynamic]
 // needs. *[Workflow] implements it, and so does [TypeRef] for callers that
 // know only the name.
 type WorkflowRef interface {

@@ -108,7 +108,7 @@ type latencyReport struct {
 
 // Latency starts p.Workers in-process workers, then runs two sub-runs,
 // 1-step tasks and 3-step workflows: an open-loop producer calls
-// Client.Start p.Rate times a second for p.Duration, and each task is timed
+// Client.StartDynamic p.Rate times a second for p.Duration, and each task is timed
 // from its Start call to its first step's start and to the return of
 // Client.Wait. PostgreSQL only.
 func Latency(ctx context.Context, cfg Config, p Params) error {
