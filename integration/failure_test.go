@@ -90,8 +90,8 @@ func TestCRMFailures(t *testing.T) {
 	wf := sdk.NewWorkflow("crm.sync", 1, func(ctx workflow.Context, contact string) (string, error) {
 		return workflow.Step(ctx, "push", func(ctx context.Context) (string, error) {
 			return pushContact(ctx, server.URL, token.Load().(string), contact)
-		}, nil)
-	}, &sdk.WorkflowOpts{Retry: retry})
+		})
+	}, sdk.WorkflowOpts{Retry: retry})
 	worker, err := sdk.NewWorker(sdk.WorkerConfig{Pool: pool, Schema: c.schema, PollInterval: 50 * time.Millisecond})
 	require.NoError(t, err)
 	sdk.Register(worker, wf)
@@ -100,7 +100,7 @@ func TestCRMFailures(t *testing.T) {
 
 	token.Store("good")
 	ctx := context.Background()
-	flaky, err := client.Start(ctx, wf, "c-503", nil)
+	flaky, err := sdk.Start(ctx, client, wf, "c-503")
 	require.NoError(t, err)
 	info := waitDone(t, client, flaky.ID)
 	require.Equal(t, history.StatusCompleted, info.Status)
@@ -128,7 +128,7 @@ func TestCRMFailures(t *testing.T) {
 	require.Equal(t, 3, failures)
 
 	token.Store("stale")
-	locked, err := client.Start(ctx, wf, "c-401", nil)
+	locked, err := sdk.Start(ctx, client, wf, "c-401")
 	require.NoError(t, err)
 	info = waitDone(t, client, locked.ID)
 	require.Equal(t, history.StatusDeadLettered, info.Status)

@@ -29,8 +29,8 @@ import (
 // client's namespace.
 var ErrNotFound = store.ErrNotFound
 
-// ErrIdempotencyKeyReused is returned (marked) by [Client.Start],
-// [Client.StartTx] and [Client.StartMany] for a start whose idempotency key
+// ErrIdempotencyKeyReused is returned (marked) by [Start], [StartTx],
+// [Client.StartDynamic], [Client.StartDynamicTx] and [Client.StartMany] for a start whose idempotency key
 // is taken by a task of another type or input (see
 // [StartOpts.IdempotencyKey]). Nothing was written (in a StartMany, none of
 // the batch), and the error names neither the task that holds the key nor
@@ -156,7 +156,8 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 // level (the CLI, tests). Most callers never need it.
 func (c *Client) Store() store.Store { return c.store }
 
-// StartOpts are per-start options. A nil *StartOpts takes every default.
+// StartOpts are per-start options, passed by value and at most once; none,
+// or the zero value, takes every default.
 type StartOpts struct {
 	// IdempotencyKey makes the start happen once per namespace: a second
 	// start with the same key, the same workflow type and an input holding
@@ -208,13 +209,19 @@ type StartResult struct {
 	Existing bool
 }
 
-// Start persists a task of workflow type wf with input, and returns its id
-// once it is committed. input is encoded as JSON; a [json.RawMessage] is
-// taken as it is. Input that the stores would not keep alike is refused
-// with [ErrInvalid] naming the field: a string (or member name) that is not
-// valid UTF-8 or holds a lone surrogate escape, a member named twice, a
-// number beyond 1000 digits or an exponent beyond ±1000.
-func (c *Client) Start(ctx context.Context, wf WorkflowRef, input any, opts *StartOpts) (StartResult, error) {
+// StartDynamic persists a task of workflow type wf with input, and returns
+// its id once it is committed: the untyped start, for callers that know a
+// workflow only by name and have its input as data (the HTTP server, the
+// CLI, a bench). Go code holding a *[Workflow] uses [Start], which checks
+// the input's type when it compiles; nothing here does, so an input of the
+// wrong shape is found only when a worker decodes it (bad_input).
+//
+// input is encoded as JSON; a [json.RawMessage] is taken as it is. Input
+// that the stores would not keep alike is refused with [ErrInvalid] naming
+// the field: a string (or member name) that is not valid UTF-8 or holds a
+// lone surrogate escape, a member named twice, a number beyond 1000 digits
+// or an exponent beyond ±1000. opts is optional: at most one [StartOpts].
+func (c *Client) StartDynamic(ctx context.Context, wf WorkflowRef, input any, opts ...StartOpts) (StartResult, error) {
 	p, err := c.startParams(wf, input, opts)
 	if err != nil {
 		return StartResult{}, err
@@ -223,11 +230,11 @@ func (c *Client) Start(ctx context.Context, wf WorkflowRef, input any, opts *Sta
 	return StartResult(res), err
 }
 
-// StartTx is [Client.Start] inside the caller's transaction (the outbox
-// pattern): the task exists, and workers hear of it, only if tx commits.
-// It needs the PostgreSQL store; on another it fails with an error marked
-// [store.ErrUnsupported].
-func (c *Client) StartTx(ctx context.Context, tx pgx.Tx, wf WorkflowRef, input any, opts *StartOpts) (StartResult, error) {
+// StartDynamicTx is [Client.StartDynamic] inside the caller's transaction
+// (the outbox pattern): the task exists, and workers hear of it, only if tx
+// commits. It needs the PostgreSQL store; on another it fails with an
+// error marked [store.ErrUnsupported]. [StartTx] is the typed form.
+func (c *Client) StartDynamicTx(ctx context.Context, tx pgx.Tx, wf WorkflowRef, input any, opts ...StartOpts) (StartResult, error) {
 	pg, ok := c.store.(*pgstore.Store)
 	if !ok {
 		return StartResult{}, errmark.Mark(errors.Newf("StartTx: a pgx transaction needs the PostgreSQL store, not %T", c.store), store.ErrUnsupported)
@@ -245,8 +252,12 @@ func (c *Client) StartTx(ctx context.Context, tx pgx.Tx, wf WorkflowRef, input a
 // window); the message says what was wrong. Nothing was written.
 var ErrInvalid = errors.New("invalid request")
 
-func (c *Client) startParams(wf WorkflowRef, input any, opts *StartOpts) (*store.TaskStartParams, error) {
-	p, err := c.checkedStartParams(wf, input, opts)
+func (c *Client) startParams(wf WorkflowRef, input any, opts []StartOpts) (*store.TaskStartParams, error) {
+	o, err := oneOpts("StartOpts", opts)
+	if err != nil {
+		return nil, err
+	}
+	p, err := c.checkedStartParams(wf, input, &o)
 	if err != nil {
 		return nil, errmark.Mark(err, ErrInvalid)
 	}
@@ -515,7 +526,8 @@ func (c *Client) History(ctx context.Context, id uuid.UUID) ([]history.Event, er
 	return c.store.EventListByTask(ctx, id)
 }
 
-// ListOpts filter [Client.List]. A nil *ListOpts lists the newest 100.
+// ListOpts filter [Client.List] and [Client.ListPage], passed by value and
+// at most once. None, or the zero value, lists the newest 100.
 type ListOpts struct {
 	Status history.Status
 	Type   string
@@ -574,8 +586,8 @@ const DefaultMaxListPayloadBytes = 8 << 20
 const maxFilterScan = 10_000
 
 // List returns tasks of the client's namespace, newest first.
-func (c *Client) List(ctx context.Context, opts *ListOpts) ([]*TaskInfo, error) {
-	page, err := c.ListPage(ctx, opts)
+func (c *Client) List(ctx context.Context, opts ...ListOpts) ([]*TaskInfo, error) {
+	page, err := c.ListPage(ctx, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -589,9 +601,10 @@ func (c *Client) List(ctx context.Context, opts *ListOpts) ([]*TaskInfo, error) 
 // client's [FilterLimits] stops the page with [ErrFilterTooExpensive]. A
 // page that includes payloads ends where ListOpts.MaxPayloadBytes says, so
 // it too may hold fewer than Limit while Next is set.
-func (c *Client) ListPage(ctx context.Context, opts *ListOpts) (ListPage, error) {
-	if opts == nil {
-		opts = &ListOpts{}
+func (c *Client) ListPage(ctx context.Context, given ...ListOpts) (ListPage, error) {
+	opts, err := oneOpts("ListOpts", given)
+	if err != nil {
+		return ListPage{}, err
 	}
 	limit := opts.Limit
 	switch {
@@ -714,11 +727,16 @@ func (c *Client) listBatch(ctx context.Context, l *listing, p *store.TaskListPar
 	return len(tasks) == 0 || (!l.payloads && len(tasks) < p.Limit), nil
 }
 
-// Output decodes a finished task's output into Out.
+// Output decodes a completed task's output into Out. A task that ended
+// otherwise is a [*TaskError] (see [Run.Result]); one not finished yet is
+// [ErrTaskState].
 func Output[Out any](info *TaskInfo) (Out, error) {
 	var out Out
-	if info.Status != history.StatusCompleted {
-		return out, errors.Newf("task %s is %s, not completed", info.ID, info.Status)
+	switch {
+	case info.Status.Terminal() && info.Status != history.StatusCompleted:
+		return out, newTaskError(info)
+	case info.Status != history.StatusCompleted:
+		return out, errmark.Mark(errors.Newf("task %s is %s, not finished", info.ID, info.Status), ErrTaskState)
 	}
 	if len(info.Output) == 0 {
 		return out, nil
@@ -727,22 +745,29 @@ func Output[Out any](info *TaskInfo) (Out, error) {
 	return out, errors.Wrapf(err, "decode output of task %s", info.ID)
 }
 
-// StartParams is one task of a [Client.StartMany].
+// StartParams is one task of a [Client.StartMany]. [StartEntry] builds
+// one whose input's type is checked when it compiles; a literal is the
+// untyped form, as [Client.StartDynamic] is.
 type StartParams struct {
 	Workflow WorkflowRef
 	Input    any
-	Opts     *StartOpts
+	Opts     StartOpts
+
+	misuse error // how StartEntry was called wrongly (more than one StartOpts)
 }
 
 // StartMany starts many tasks in one round trip (a batched insert) and
 // returns their results in the order given. Either all are persisted or, on
-// error, none. Idempotency keys work as in [Client.Start], also between
+// error, none. Idempotency keys work as in [Start], also between
 // tasks of the same batch: one start reusing a key with another type or
 // input fails the whole batch with [ErrIdempotencyKeyReused].
 func (c *Client) StartMany(ctx context.Context, starts []StartParams) ([]StartResult, error) {
 	params := make([]*store.TaskStartParams, len(starts))
 	for i, s := range starts {
-		p, err := c.startParams(s.Workflow, s.Input, s.Opts)
+		p, err := c.startParams(s.Workflow, s.Input, []StartOpts{s.Opts})
+		if s.misuse != nil {
+			err = s.misuse
+		}
 		if err != nil {
 			return nil, errors.Wrapf(err, "start %d of %d", i+1, len(starts))
 		}

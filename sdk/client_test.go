@@ -17,7 +17,7 @@ import (
 )
 
 // echo is a workflow for client tests; most of them never run it.
-var echo = sdk.NewWorkflow("echo", 1, func(_ workflow.Context, in string) (string, error) { return in, nil }, nil)
+var echo = sdk.NewWorkflow("echo", 1, func(_ workflow.Context, in string) (string, error) { return in, nil })
 
 func (b *testBundle) newClient(t *testing.T, namespace string) *sdk.Client {
 	t.Helper()
@@ -32,34 +32,34 @@ func TestStartWithIdempotencyKeyStartsOnce(t *testing.T) {
 	onEachStore(t, func(t *testing.T, setup setupFunc) {
 		b := setup(t, sdk.WorkerConfig{})
 		ctx := context.Background()
-		opts := &sdk.StartOpts{IdempotencyKey: "webhook-123"}
+		opts := sdk.StartOpts{IdempotencyKey: "webhook-123"}
 
-		first, err := b.client.Start(ctx, echo, "first", opts)
+		first, err := sdk.Start(ctx, b.client, echo, "first", opts)
 		require.NoError(t, err)
 		require.False(t, first.Existing)
-		second, err := b.client.Start(ctx, echo, "first", opts)
+		second, err := sdk.Start(ctx, b.client, echo, "first", opts)
 		require.NoError(t, err)
 		require.True(t, second.Existing)
 		require.Equal(t, first.ID, second.ID)
-		_, err = b.client.Start(ctx, echo, "second", opts)
+		_, err = sdk.Start(ctx, b.client, echo, "second", opts)
 		require.True(t, errors.Is(err, sdk.ErrIdempotencyKeyReused), "another input: %v", err)
 
 		info, err := b.client.Get(ctx, first.ID)
 		require.NoError(t, err)
 		require.Equal(t, "webhook-123", info.IdempotencyKey)
 		require.JSONEq(t, `"first"`, string(info.Input), "the second start changed nothing")
-		tasks, err := b.client.List(ctx, nil)
+		tasks, err := b.client.List(ctx)
 		require.NoError(t, err)
 		require.Len(t, tasks, 1)
 
 		// Keys are unique per namespace, and a task without a key never collides.
-		other, err := b.newClient(t, "tenant-b").Start(ctx, echo, "other", opts)
+		other, err := sdk.Start(ctx, b.newClient(t, "tenant-b"), echo, "other", opts)
 		require.NoError(t, err)
 		require.False(t, other.Existing)
 		require.NotEqual(t, first.ID, other.ID)
-		noKey1, err := b.client.Start(ctx, echo, "x", nil)
+		noKey1, err := sdk.Start(ctx, b.client, echo, "x")
 		require.NoError(t, err)
-		noKey2, err := b.client.Start(ctx, echo, "x", nil)
+		noKey2, err := sdk.Start(ctx, b.client, echo, "x")
 		require.NoError(t, err)
 		require.NotEqual(t, noKey1.ID, noKey2.ID)
 		require.False(t, noKey2.Existing)
@@ -75,7 +75,7 @@ func TestStartTxRolledBackLeavesNoTask(t *testing.T) {
 
 	tx, err := b.pool.Begin(ctx)
 	require.NoError(t, err)
-	rolledBack, err := b.client.StartTx(ctx, tx, echo, "never", nil)
+	rolledBack, err := sdk.StartTx(ctx, b.client, tx, echo, "never")
 	require.NoError(t, err)
 	_, err = b.client.Get(ctx, rolledBack.ID)
 	require.True(t, errors.Is(err, sdk.ErrNotFound), "an uncommitted task is invisible outside its transaction, got %v", err)
@@ -87,7 +87,7 @@ func TestStartTxRolledBackLeavesNoTask(t *testing.T) {
 
 	tx, err = b.pool.Begin(ctx)
 	require.NoError(t, err)
-	committed, err := b.client.StartTx(ctx, tx, echo, "kept", &sdk.StartOpts{IdempotencyKey: "order-7"})
+	committed, err := sdk.StartTx(ctx, b.client, tx, echo, "kept", sdk.StartOpts{IdempotencyKey: "order-7"})
 	require.NoError(t, err)
 	require.NoError(t, tx.Commit(ctx))
 	info, err := b.client.Get(ctx, committed.ID)
@@ -111,7 +111,7 @@ func TestGetOtherNamespacesTaskIsNotFound(t *testing.T) {
 		b := setup(t, sdk.WorkerConfig{})
 		ctx := context.Background()
 		tenantA, tenantB := b.newClient(t, "tenant-a"), b.newClient(t, "tenant-b")
-		res, err := tenantA.Start(ctx, echo, "secret", nil)
+		res, err := sdk.Start(ctx, tenantA, echo, "secret")
 		require.NoError(t, err)
 
 		info, err := tenantA.Get(ctx, res.ID)
@@ -140,16 +140,16 @@ func TestListFiltersByStatusAndType(t *testing.T) {
 	onEachStore(t, func(t *testing.T, setup setupFunc) {
 		b := setup(t, sdk.WorkerConfig{})
 		ctx := context.Background()
-		ocr := sdk.NewWorkflow("doc.ocr", 1, func(_ workflow.Context, in string) (string, error) { return "ocr:" + in, nil }, nil)
-		reply := sdk.NewWorkflow("mail.reply", 1, func(_ workflow.Context, in string) (string, error) { return in, nil }, nil)
+		ocr := sdk.NewWorkflow("doc.ocr", 1, func(_ workflow.Context, in string) (string, error) { return "ocr:" + in, nil })
+		reply := sdk.NewWorkflow("mail.reply", 1, func(_ workflow.Context, in string) (string, error) { return in, nil })
 
 		var started []uuid.UUID // in start order
 		for i, wf := range []sdk.WorkflowRef{ocr, reply, ocr, reply, reply} {
-			res, err := b.client.Start(ctx, wf, string(rune('a'+i)), nil)
+			res, err := b.client.StartDynamic(ctx, wf, string(rune('a'+i)))
 			require.NoError(t, err)
 			started = append(started, res.ID)
 		}
-		_, err := b.newClient(t, "elsewhere").Start(ctx, ocr, "z", nil)
+		_, err := sdk.Start(ctx, b.newClient(t, "elsewhere"), ocr, "z")
 		require.NoError(t, err)
 
 		// Only doc.ocr runs, so its tasks complete and mail.reply stays pending.
@@ -159,17 +159,17 @@ func TestListFiltersByStatusAndType(t *testing.T) {
 		waitTask(t, b.client, started[2])
 		stopWorker(t, b.worker)
 
-		ids := func(opts *sdk.ListOpts) []uuid.UUID {
+		ids := func(opts sdk.ListOpts) []uuid.UUID {
 			t.Helper()
 			tasks, err := b.client.List(ctx, opts)
 			require.NoError(t, err)
 			out := []uuid.UUID{}
 			for _, task := range tasks {
 				require.Equal(t, "default", task.Namespace)
-				if opts != nil && opts.Status != "" {
+				if opts.Status != "" {
 					require.Equal(t, opts.Status, task.Status)
 				}
-				if opts != nil && opts.Type != "" {
+				if opts.Type != "" {
 					require.Equal(t, opts.Type, task.Type)
 				}
 				out = append(out, task.ID)
@@ -177,17 +177,17 @@ func TestListFiltersByStatusAndType(t *testing.T) {
 			return out
 		}
 		newestFirst := []uuid.UUID{started[4], started[3], started[2], started[1], started[0]}
-		require.Equal(t, newestFirst, ids(nil), "every task of the namespace, newest first")
-		require.Equal(t, newestFirst, ids(&sdk.ListOpts{}))
-		require.Equal(t, []uuid.UUID{started[2], started[0]}, ids(&sdk.ListOpts{Status: history.StatusCompleted}))
-		require.Equal(t, []uuid.UUID{started[4], started[3], started[1]}, ids(&sdk.ListOpts{Status: history.StatusPending}))
-		require.Equal(t, []uuid.UUID{started[4], started[3], started[1]}, ids(&sdk.ListOpts{Type: "mail.reply"}))
-		require.Equal(t, []uuid.UUID{started[2], started[0]}, ids(&sdk.ListOpts{Type: "doc.ocr", Status: history.StatusCompleted}))
-		require.Empty(t, ids(&sdk.ListOpts{Type: "doc.ocr", Status: history.StatusPending}))
-		require.Empty(t, ids(&sdk.ListOpts{Status: history.StatusFailed}))
-		require.Empty(t, ids(&sdk.ListOpts{Type: "no.such.type"}))
-		require.Equal(t, []uuid.UUID{started[4], started[3]}, ids(&sdk.ListOpts{Limit: 2}))
-		require.Equal(t, []uuid.UUID{started[4]}, ids(&sdk.ListOpts{Type: "mail.reply", Limit: 1}))
+		require.Equal(t, newestFirst, ids(sdk.ListOpts{}), "every task of the namespace, newest first")
+		require.Equal(t, newestFirst, ids(sdk.ListOpts{}))
+		require.Equal(t, []uuid.UUID{started[2], started[0]}, ids(sdk.ListOpts{Status: history.StatusCompleted}))
+		require.Equal(t, []uuid.UUID{started[4], started[3], started[1]}, ids(sdk.ListOpts{Status: history.StatusPending}))
+		require.Equal(t, []uuid.UUID{started[4], started[3], started[1]}, ids(sdk.ListOpts{Type: "mail.reply"}))
+		require.Equal(t, []uuid.UUID{started[2], started[0]}, ids(sdk.ListOpts{Type: "doc.ocr", Status: history.StatusCompleted}))
+		require.Empty(t, ids(sdk.ListOpts{Type: "doc.ocr", Status: history.StatusPending}))
+		require.Empty(t, ids(sdk.ListOpts{Status: history.StatusFailed}))
+		require.Empty(t, ids(sdk.ListOpts{Type: "no.such.type"}))
+		require.Equal(t, []uuid.UUID{started[4], started[3]}, ids(sdk.ListOpts{Limit: 2}))
+		require.Equal(t, []uuid.UUID{started[4]}, ids(sdk.ListOpts{Type: "mail.reply", Limit: 1}))
 
 		require.Equal(t, 6, enginetest.RequireProjectionsMatch(t, b.client.Store()))
 	})
@@ -198,7 +198,7 @@ func TestWaitReturnsContextErrorWhenNobodyRunsTask(t *testing.T) {
 	onEachStore(t, func(t *testing.T, setup setupFunc) {
 		b := setup(t, sdk.WorkerConfig{})
 		ctx := context.Background()
-		res, err := b.client.Start(ctx, echo, "orphan", nil)
+		res, err := sdk.Start(ctx, b.client, echo, "orphan")
 		require.NoError(t, err)
 
 		waitCtx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
@@ -224,10 +224,10 @@ func TestStartOptsAreRecorded(t *testing.T) {
 		b := setup(t, sdk.WorkerConfig{})
 		ctx := context.Background()
 		wf := sdk.NewWorkflow("doc.queue", 3, func(_ workflow.Context, in int) (int, error) { return in, nil },
-			&sdk.WorkflowOpts{Queue: "ocr", Retry: fastRetry(4)})
+			sdk.WorkflowOpts{Queue: "ocr", Retry: fastRetry(4)})
 		runAt := time.Now().Add(time.Hour).UTC().Truncate(time.Microsecond)
 
-		byDefault, err := b.client.Start(ctx, wf, 1, nil)
+		byDefault, err := sdk.Start(ctx, b.client, wf, 1)
 		require.NoError(t, err)
 		info, err := b.client.Get(ctx, byDefault.ID)
 		require.NoError(t, err)
@@ -238,7 +238,7 @@ func TestStartOptsAreRecorded(t *testing.T) {
 		require.Equal(t, history.StatusPending, info.Status)
 		require.JSONEq(t, `1`, string(info.Input))
 
-		overridden, err := b.client.Start(ctx, wf, 2, &sdk.StartOpts{
+		overridden, err := sdk.Start(ctx, b.client, wf, 2, sdk.StartOpts{
 			Queue: "urgent", Priority: 5, RunAt: runAt, MaxAttempts: 9, TraceID: "trace-1",
 		})
 		require.NoError(t, err)
@@ -251,7 +251,7 @@ func TestStartOptsAreRecorded(t *testing.T) {
 		require.Equal(t, "trace-1", info.TraceID)
 
 		// A name-only reference gets the default queue and retry limits.
-		byRef, err := b.client.Start(ctx, sdk.TypeRef{Name: "doc.queue", Version: 3}, json.RawMessage(`{"raw": true}`), nil)
+		byRef, err := b.client.StartDynamic(ctx, sdk.TypeRef{Name: "doc.queue", Version: 3}, json.RawMessage(`{"raw": true}`))
 		require.NoError(t, err)
 		info, err = b.client.Get(ctx, byRef.ID)
 		require.NoError(t, err)
@@ -268,28 +268,28 @@ func TestStartRejectsInvalidRequests(t *testing.T) {
 		b := setup(t, sdk.WorkerConfig{})
 		ctx := context.Background()
 		for name, start := range map[string]func() (sdk.StartResult, error){
-			"NilWorkflow": func() (sdk.StartResult, error) { return b.client.Start(ctx, nil, "x", nil) },
-			"EmptyName":   func() (sdk.StartResult, error) { return b.client.Start(ctx, sdk.TypeRef{Version: 1}, "x", nil) },
+			"NilWorkflow": func() (sdk.StartResult, error) { return b.client.StartDynamic(ctx, nil, "x") },
+			"EmptyName":   func() (sdk.StartResult, error) { return b.client.StartDynamic(ctx, sdk.TypeRef{Version: 1}, "x") },
 			"NameWithAt": func() (sdk.StartResult, error) {
-				return b.client.Start(ctx, sdk.TypeRef{Name: "a@1", Version: 1}, "x", nil)
+				return b.client.StartDynamic(ctx, sdk.TypeRef{Name: "a@1", Version: 1}, "x")
 			},
-			"ZeroVersion": func() (sdk.StartResult, error) { return b.client.Start(ctx, sdk.TypeRef{Name: "echo"}, "x", nil) },
+			"ZeroVersion": func() (sdk.StartResult, error) { return b.client.StartDynamic(ctx, sdk.TypeRef{Name: "echo"}, "x") },
 			"NegativeMax": func() (sdk.StartResult, error) {
-				return b.client.Start(ctx, echo, "x", &sdk.StartOpts{MaxAttempts: -1})
+				return b.client.StartDynamic(ctx, echo, "x", sdk.StartOpts{MaxAttempts: -1})
 			},
-			"InvalidRawJSON":  func() (sdk.StartResult, error) { return b.client.Start(ctx, echo, json.RawMessage(`{"a":`), nil) },
-			"UnencodableJSON": func() (sdk.StartResult, error) { return b.client.Start(ctx, echo, make(chan int), nil) },
+			"InvalidRawJSON":  func() (sdk.StartResult, error) { return b.client.StartDynamic(ctx, echo, json.RawMessage(`{"a":`)) },
+			"UnencodableJSON": func() (sdk.StartResult, error) { return b.client.StartDynamic(ctx, echo, make(chan int)) },
 			"BadQueue": func() (sdk.StartResult, error) {
-				return b.client.Start(ctx, echo, "x", &sdk.StartOpts{Queue: "ocr queue"})
+				return b.client.StartDynamic(ctx, echo, "x", sdk.StartOpts{Queue: "ocr queue"})
 			},
 			"LongKey": func() (sdk.StartResult, error) {
-				return b.client.Start(ctx, echo, "x", &sdk.StartOpts{IdempotencyKey: strings.Repeat("k", 513)})
+				return b.client.StartDynamic(ctx, echo, "x", sdk.StartOpts{IdempotencyKey: strings.Repeat("k", 513)})
 			},
 		} {
 			_, err := start()
 			require.Error(t, err, name)
 		}
-		_, err := b.client.Start(ctx, echo, "x", &sdk.StartOpts{IdempotencyKey: strings.Repeat("k", 512)})
+		_, err := sdk.Start(ctx, b.client, echo, "x", sdk.StartOpts{IdempotencyKey: strings.Repeat("k", 512)})
 		require.NoError(t, err, "a 512-byte key is allowed")
 		require.Equal(t, 1, enginetest.RequireProjectionsMatch(t, b.client.Store()), "nothing else was created")
 	})
@@ -312,15 +312,15 @@ func TestStartManyInsertsInOrderAndHonoursIdempotencyKeys(t *testing.T) {
 		b := setup(t, sdk.WorkerConfig{})
 		ctx := context.Background()
 		wf := sdk.TypeRef{Name: "doc.batch", Version: 1}
-		first, err := b.client.Start(ctx, wf, "earlier", &sdk.StartOpts{IdempotencyKey: "taken"})
+		first, err := b.client.StartDynamic(ctx, wf, "earlier", sdk.StartOpts{IdempotencyKey: "taken"})
 		require.NoError(t, err)
 
 		res, err := b.client.StartMany(ctx, []sdk.StartParams{
 			{Workflow: wf, Input: "a"},
-			{Workflow: wf, Input: "earlier", Opts: &sdk.StartOpts{IdempotencyKey: "taken"}},
-			{Workflow: wf, Input: "c", Opts: &sdk.StartOpts{IdempotencyKey: "twice"}},
-			{Workflow: wf, Input: "c", Opts: &sdk.StartOpts{IdempotencyKey: "twice", Priority: 9}},
-			{Workflow: wf, Input: "e", Opts: &sdk.StartOpts{Queue: "other", Priority: 3}},
+			{Workflow: wf, Input: "earlier", Opts: sdk.StartOpts{IdempotencyKey: "taken"}},
+			{Workflow: wf, Input: "c", Opts: sdk.StartOpts{IdempotencyKey: "twice"}},
+			{Workflow: wf, Input: "c", Opts: sdk.StartOpts{IdempotencyKey: "twice", Priority: 9}},
+			{Workflow: wf, Input: "e", Opts: sdk.StartOpts{Queue: "other", Priority: 3}},
 		})
 		require.NoError(t, err)
 		require.Len(t, res, 5)
@@ -343,7 +343,7 @@ func TestStartManyInsertsInOrderAndHonoursIdempotencyKeys(t *testing.T) {
 		// A bad start anywhere refuses the whole batch before anything is written.
 		_, err = b.client.StartMany(ctx, []sdk.StartParams{{Workflow: wf, Input: "f"}, {Workflow: sdk.TypeRef{Name: "bad name", Version: 1}}})
 		require.Error(t, err)
-		tasks, err := b.client.List(ctx, &sdk.ListOpts{Type: "doc.batch", Limit: 100})
+		tasks, err := b.client.List(ctx, sdk.ListOpts{Type: "doc.batch", Limit: 100})
 		require.NoError(t, err)
 		require.Len(t, tasks, 4, "earlier + a + c + e")
 		require.Equal(t, 4, enginetest.RequireProjectionsMatch(t, b.client.Store()))

@@ -6,17 +6,30 @@
 //		func(ctx workflow.Context, doc Document) (Result, error) {
 //			text, err := workflow.Step(ctx, "ocr", func(ctx context.Context) (string, error) {
 //				return ocr(ctx, doc)
-//			}, nil)
+//			})
 //			...
-//		}, nil)
+//		}, sdk.WorkflowOpts{Queue: "documents"}) // options are optional
 //
 //	worker, _ := sdk.NewWorker(sdk.WorkerConfig{Pool: pool})
 //	sdk.Register(worker, process)
 //	_ = worker.Start(ctx)
 //
 //	client, _ := sdk.NewClient(sdk.ClientConfig{Pool: pool})
-//	res, _ := client.Start(ctx, process, Document{...}, nil)
-//	info, _ := client.Wait(ctx, res.ID)
+//	run, _ := sdk.Start(ctx, client, process, Document{...}) // a Document, or it does not compile
+//	out, err := run.Result(ctx)                               // a Result, or a *TaskError
+//
+// [Start], [StartTx] and [StartEntry] (for [Client.StartMany]) are typed by
+// the workflow; the [Run] they return waits for the output with
+// [Run.Result], and [RunOf] makes one for an id kept from earlier. A task
+// that ended other than completed is a [*TaskError] matching [ErrFailed],
+// [ErrDeadLettered], [ErrCancelled] or [ErrExpired]. Every sentinel of the
+// package matches with the standard library's errors.Is as with
+// cockroachdb's. [Client.StartDynamic] is the untyped start, for callers
+// holding a workflow's name and its input as data (the HTTP API, the CLI).
+//
+// Options ([StartOpts], [WorkflowOpts], [ListOpts], [DeadLetterOpts],
+// workflow.StepOpts) are an optional trailing value: leave them out for the
+// defaults; more than one is refused.
 //
 // The worker classifies each failed attempt (rules, marks, CEL policy,
 // default), decides on a retry from the retry budget, and dead-letters what

@@ -20,7 +20,7 @@ import (
 var examples = map[string]func(){
 	"Example":                         Example,
 	"Example_permanentError":          Example_permanentError,
-	"ExampleClient_StartTx":           ExampleClient_StartTx,
+	"ExampleStartTx":                  ExampleStartTx,
 	"ExampleStartOpts_idempotencyKey": ExampleStartOpts_idempotencyKey,
 	"ExampleTypeRef":                  ExampleTypeRef,
 }

@@ -78,14 +78,14 @@ func Example() {
 			// replayed instead.
 			text, err := workflow.Step(ctx, "ocr", func(ctx context.Context) (string, error) {
 				return strings.ToUpper(doc.Body), nil // call the OCR service here
-			}, nil)
+			})
 			if err != nil {
 				return Extracted{}, err
 			}
 			return workflow.Step(ctx, "extract", func(ctx context.Context) (Extracted, error) {
 				return Extracted{DocumentID: doc.ID, Words: len(strings.Fields(text))}, nil
-			}, nil)
-		}, nil)
+			})
+		})
 
 	worker, err := sdk.NewWorker(sdk.WorkerConfig{Pool: pool, Schema: schema, PollInterval: 100 * time.Millisecond})
 	if err != nil {
@@ -102,24 +102,19 @@ func Example() {
 		panic(err)
 	}
 	defer client.Close()
-	res, err := client.Start(ctx, process, Document{ID: "doc-1", Body: "invoice total 42 EUR"}, nil)
+	// The input must be a Document: sdk.Start is typed by the workflow.
+	run, err := sdk.Start(ctx, client, process, Document{ID: "doc-1", Body: "invoice total 42 EUR"})
 	if err != nil {
 		panic(err)
 	}
 	waitCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	info, err := client.Wait(waitCtx, res.ID)
+	out, err := run.Result(waitCtx) // an Extracted, or a *sdk.TaskError
 	if err != nil {
 		panic(err)
 	}
-	out, err := sdk.Output[Extracted](info)
-	if err != nil {
-		panic(err)
-	}
-	fmt.Println(info.Status)
 	fmt.Printf("%s: %d words\n", out.DocumentID, out.Words)
 	// Prints:
-	// completed
 	// doc-1: 4 words
 }
 
@@ -137,8 +132,8 @@ func Example_permanentError() {
 					return "", activities.Permanent(errors.Newf("amount %d is not positive", cents))
 				}
 				return "charged", nil
-			}, nil)
-		}, &sdk.WorkflowOpts{Retry: &activities.RetryPolicy{
+			})
+		}, sdk.WorkflowOpts{Retry: &activities.RetryPolicy{
 			MaxAttempts: 5, InitialInterval: time.Second, Multiplier: 2, MaxInterval: time.Minute,
 		}})
 
@@ -157,18 +152,19 @@ func Example_permanentError() {
 		panic(err)
 	}
 	defer client.Close()
-	res, err := client.Start(ctx, charge, -5, nil)
+	run, err := sdk.Start(ctx, client, charge, -5)
 	if err != nil {
 		panic(err)
 	}
 	waitCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	info, err := client.Wait(waitCtx, res.ID)
-	if err != nil {
+	_, err = run.Result(waitCtx)
+	var failed *sdk.TaskError
+	if !errors.As(err, &failed) || !errors.Is(err, sdk.ErrDeadLettered) {
 		panic(err)
 	}
-	fmt.Println(info.Status, "after", info.Attempt, "attempt")
-	fmt.Println(info.LastError.Class, "error in step", info.LastError.Step+":", info.LastError.Message)
+	fmt.Println(failed.Status, "after", failed.Attempt, "attempt")
+	fmt.Println(failed.Class, "error in step", failed.Step+":", failed.Message)
 	// Prints:
 	// dead_lettered after 1 attempt
 	// permanent error in step charge: amount -5 is not positive
@@ -177,13 +173,13 @@ func Example_permanentError() {
 // StartTx starts a task inside the caller's transaction (the outbox
 // pattern): the task exists, and workers hear of it, only if the
 // transaction commits.
-func ExampleClient_StartTx() {
+func ExampleStartTx() {
 	ctx := context.Background()
 	pool, schema, done := exampleDatabase(ctx)
 	defer done()
 
 	notify := sdk.NewWorkflow("order.notify", 1,
-		func(ctx workflow.Context, orderID string) (string, error) { return "notified " + orderID, nil }, nil)
+		func(ctx workflow.Context, orderID string) (string, error) { return "notified " + orderID, nil })
 	client, err := sdk.NewClient(sdk.ClientConfig{Pool: pool, Schema: schema})
 	if err != nil {
 		panic(err)
@@ -195,7 +191,7 @@ func ExampleClient_StartTx() {
 		panic(err)
 	}
 	// ... write the service's own rows with tx ...
-	res, err := client.StartTx(ctx, tx, notify, "order-7", nil)
+	res, err := sdk.StartTx(ctx, client, tx, notify, "order-7")
 	if err != nil {
 		panic(err)
 	}
@@ -209,7 +205,7 @@ func ExampleClient_StartTx() {
 	if err != nil {
 		panic(err)
 	}
-	res, err = client.StartTx(ctx, tx, notify, "order-8", nil)
+	res, err = sdk.StartTx(ctx, client, tx, notify, "order-8")
 	if err != nil {
 		panic(err)
 	}
@@ -234,18 +230,18 @@ func ExampleStartOpts_idempotencyKey() {
 	defer done()
 
 	reply := sdk.NewWorkflow("webhook.reply", 1,
-		func(ctx workflow.Context, body string) (string, error) { return body, nil }, nil)
+		func(ctx workflow.Context, body string) (string, error) { return body, nil })
 	client, err := sdk.NewClient(sdk.ClientConfig{Pool: pool, Schema: schema})
 	if err != nil {
 		panic(err)
 	}
 	defer client.Close()
-	opts := &sdk.StartOpts{IdempotencyKey: "webhook-delivery-123"}
-	first, err := client.Start(ctx, reply, "hello", opts)
+	opts := sdk.StartOpts{IdempotencyKey: "webhook-delivery-123"}
+	first, err := sdk.Start(ctx, client, reply, "hello", opts)
 	if err != nil {
 		panic(err)
 	}
-	again, err := client.Start(ctx, reply, "hello", opts)
+	again, err := sdk.Start(ctx, client, reply, "hello", opts)
 	if err != nil {
 		panic(err)
 	}
@@ -271,11 +267,11 @@ func ExampleTypeRef() {
 	defer client.Close()
 	ref := sdk.TypeRef{Name: "document.process", Version: 1}
 	for _, input := range []string{`{"id": "a"}`, `{"id": "b"}`} {
-		if _, err := client.Start(ctx, ref, json.RawMessage(input), nil); err != nil {
+		if _, err := client.StartDynamic(ctx, ref, json.RawMessage(input)); err != nil {
 			panic(err)
 		}
 	}
-	tasks, err := client.List(ctx, &sdk.ListOpts{Type: "document.process", Status: history.StatusPending})
+	tasks, err := client.List(ctx, sdk.ListOpts{Type: "document.process", Status: history.StatusPending})
 	if err != nil {
 		panic(err)
 	}

@@ -28,22 +28,22 @@ func TestStartRefusesTextTheStoresWouldDisagreeOn(t *testing.T) {
 		for _, tc := range []struct {
 			name  string
 			input any
-			opts  *sdk.StartOpts
+			opts  sdk.StartOpts
 			names string // the field the error names
 		}{
-			{"LoneSurrogate", json.RawMessage(`{"id":"\ud800"}`), nil, "input.id"},
-			{"LowSurrogateFirst", json.RawMessage(`{"id":"\udc00\ud800"}`), nil, "input.id"},
-			{"RawInvalidUTF8", json.RawMessage("{\"id\":\"a\xffb\"}"), nil, "input.id"},
-			{"InvalidUTF8Name", json.RawMessage("{\"i\xffd\":1}"), nil, `input["i\xffd"]`},
-			{"GoStringInvalidUTF8", doc{ID: "a\xffb"}, nil, "input.id"},
-			{"GoMapKeyInvalidUTF8", map[string]int{"a\xffb": 1}, nil, "input"},
-			{"DuplicateMember", json.RawMessage(`{"id":"a","id":"b"}`), nil, "input.id"},
-			{"NumberOutOfRange", json.RawMessage(`{"n":1e1000000}`), nil, "input.n"},
-			{"KeyInvalidUTF8", "x", &sdk.StartOpts{IdempotencyKey: "a\xffb"}, "idempotency key"},
-			{"QueueInvalidUTF8", "x", &sdk.StartOpts{Queue: "q\xff"}, "queue"},
-			{"LabelInvalidUTF8", "x", &sdk.StartOpts{Labels: map[string]string{"tenant": "a\xffb"}}, "label tenant"},
+			{"LoneSurrogate", json.RawMessage(`{"id":"\ud800"}`), sdk.StartOpts{}, "input.id"},
+			{"LowSurrogateFirst", json.RawMessage(`{"id":"\udc00\ud800"}`), sdk.StartOpts{}, "input.id"},
+			{"RawInvalidUTF8", json.RawMessage("{\"id\":\"a\xffb\"}"), sdk.StartOpts{}, "input.id"},
+			{"InvalidUTF8Name", json.RawMessage("{\"i\xffd\":1}"), sdk.StartOpts{}, `input["i\xffd"]`},
+			{"GoStringInvalidUTF8", doc{ID: "a\xffb"}, sdk.StartOpts{}, "input.id"},
+			{"GoMapKeyInvalidUTF8", map[string]int{"a\xffb": 1}, sdk.StartOpts{}, "input"},
+			{"DuplicateMember", json.RawMessage(`{"id":"a","id":"b"}`), sdk.StartOpts{}, "input.id"},
+			{"NumberOutOfRange", json.RawMessage(`{"n":1e1000000}`), sdk.StartOpts{}, "input.n"},
+			{"KeyInvalidUTF8", "x", sdk.StartOpts{IdempotencyKey: "a\xffb"}, "idempotency key"},
+			{"QueueInvalidUTF8", "x", sdk.StartOpts{Queue: "q\xff"}, "queue"},
+			{"LabelInvalidUTF8", "x", sdk.StartOpts{Labels: map[string]string{"tenant": "a\xffb"}}, "label tenant"},
 		} {
-			_, err := b.client.Start(ctx, echo, tc.input, tc.opts)
+			_, err := b.client.StartDynamic(ctx, echo, tc.input, tc.opts)
 			require.Error(t, err, tc.name)
 			require.True(t, errors.Is(err, sdk.ErrInvalid), "%s: %v", tc.name, err)
 			require.Contains(t, err.Error(), tc.names, tc.name)
@@ -54,7 +54,7 @@ func TestStartRefusesTextTheStoresWouldDisagreeOn(t *testing.T) {
 		require.Zero(t, enginetest.RequireProjectionsMatch(t, b.client.Store()), "nothing was written")
 
 		// A real U+FFFD, a surrogate pair and escapes are text like any other.
-		res, err := b.client.Start(ctx, echo, json.RawMessage(`{"id":"\ufffd \ud83d\ude00 é"}`), &sdk.StartOpts{IdempotencyKey: "a\uFFFDb"})
+		res, err := b.client.StartDynamic(ctx, echo, json.RawMessage(`{"id":"\ufffd \ud83d\ude00 é"}`), sdk.StartOpts{IdempotencyKey: "a\uFFFDb"})
 		require.NoError(t, err)
 		info, err := b.client.Get(ctx, res.ID)
 		require.NoError(t, err)
@@ -73,7 +73,7 @@ func TestListRefusesFiltersTheStoresWouldDisagreeOn(t *testing.T) {
 	onEachStore(t, func(t *testing.T, setup setupFunc) {
 		b := setup(t, sdk.WorkerConfig{})
 		ctx := context.Background()
-		for _, opts := range []*sdk.ListOpts{{Type: "\x00"}, {Queue: "\x00"}, {Type: "\xff"}, {Status: history.Status("\xff")}} {
+		for _, opts := range []sdk.ListOpts{{Type: "\x00"}, {Queue: "\x00"}, {Type: "\xff"}, {Status: history.Status("\xff")}} {
 			_, err := b.client.ListPage(ctx, opts)
 			require.True(t, errors.Is(err, sdk.ErrInvalid), "%+v: %v", opts, err)
 		}
@@ -90,24 +90,24 @@ func TestStartReusingAKeyWithAnotherInputIsRefused(t *testing.T) {
 	onEachStore(t, func(t *testing.T, setup setupFunc) {
 		b := setup(t, sdk.WorkerConfig{})
 		ctx := context.Background()
-		opts := &sdk.StartOpts{IdempotencyKey: "invoice-42"}
-		first, err := b.client.Start(ctx, echo, json.RawMessage(`{"invoice":42,"pages":[1,2]}`), opts)
+		opts := sdk.StartOpts{IdempotencyKey: "invoice-42"}
+		first, err := b.client.StartDynamic(ctx, echo, json.RawMessage(`{"invoice":42,"pages":[1,2]}`), opts)
 		require.NoError(t, err)
 
-		again, err := b.client.Start(ctx, echo, map[string]any{"pages": []int{1, 2}, "invoice": 42.0}, opts)
+		again, err := b.client.StartDynamic(ctx, echo, map[string]any{"pages": []int{1, 2}, "invoice": 42.0}, opts)
 		require.NoError(t, err, "the same value, encoded otherwise")
 		require.Equal(t, sdk.StartResult{ID: first.ID, Existing: true}, again)
 
 		for name, start := range map[string]func() (sdk.StartResult, error){
 			"AnotherInput": func() (sdk.StartResult, error) {
-				return b.client.Start(ctx, echo, json.RawMessage(`{"invoice":43,"pages":[1,2]}`), opts)
+				return b.client.StartDynamic(ctx, echo, json.RawMessage(`{"invoice":43,"pages":[1,2]}`), opts)
 			},
 			"AnotherType": func() (sdk.StartResult, error) {
-				return b.client.Start(ctx, sdk.TypeRef{Name: "other", Version: 1}, json.RawMessage(`{"invoice":42,"pages":[1,2]}`), opts)
+				return b.client.StartDynamic(ctx, sdk.TypeRef{Name: "other", Version: 1}, json.RawMessage(`{"invoice":42,"pages":[1,2]}`), opts)
 			},
 			"InABatch": func() (sdk.StartResult, error) {
 				res, err := b.client.StartMany(ctx, []sdk.StartParams{
-					{Workflow: echo, Input: "fresh", Opts: &sdk.StartOpts{IdempotencyKey: "fresh"}},
+					{Workflow: echo, Input: "fresh", Opts: sdk.StartOpts{IdempotencyKey: "fresh"}},
 					{Workflow: echo, Input: "reuse", Opts: opts},
 				})
 				if len(res) > 0 {
@@ -117,8 +117,8 @@ func TestStartReusingAKeyWithAnotherInputIsRefused(t *testing.T) {
 			},
 			"TwiceInABatch": func() (sdk.StartResult, error) {
 				_, err := b.client.StartMany(ctx, []sdk.StartParams{
-					{Workflow: echo, Input: "a", Opts: &sdk.StartOpts{IdempotencyKey: "twice"}},
-					{Workflow: echo, Input: "b", Opts: &sdk.StartOpts{IdempotencyKey: "twice"}},
+					{Workflow: echo, Input: "a", Opts: sdk.StartOpts{IdempotencyKey: "twice"}},
+					{Workflow: echo, Input: "b", Opts: sdk.StartOpts{IdempotencyKey: "twice"}},
 				})
 				return sdk.StartResult{}, err
 			},
@@ -143,17 +143,18 @@ func TestStartTxReusingAKeyLeavesTheTransactionClean(t *testing.T) {
 	tx, err := b.pool.Begin(ctx)
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(ctx) }()
-	first, err := b.client.StartTx(ctx, tx, echo, "a", &sdk.StartOpts{IdempotencyKey: "outbox-1"})
+	first, err := sdk.StartTx(ctx, b.client, tx, echo, "a", sdk.StartOpts{IdempotencyKey: "outbox-1"})
 	require.NoError(t, err)
-	same, err := b.client.StartTx(ctx, tx, echo, "a", &sdk.StartOpts{IdempotencyKey: "outbox-1"})
+	same, err := sdk.StartTx(ctx, b.client, tx, echo, "a", sdk.StartOpts{IdempotencyKey: "outbox-1"})
 	require.NoError(t, err, "the holder is in the same transaction")
-	require.Equal(t, sdk.StartResult{ID: first.ID, Existing: true}, same)
-	_, err = b.client.StartTx(ctx, tx, echo, "b", &sdk.StartOpts{IdempotencyKey: "outbox-1"})
+	require.True(t, same.Existing)
+	require.Equal(t, first.ID, same.ID)
+	_, err = sdk.StartTx(ctx, b.client, tx, echo, "b", sdk.StartOpts{IdempotencyKey: "outbox-1"})
 	require.True(t, errors.Is(err, sdk.ErrIdempotencyKeyReused), "%v", err)
-	kept, err := b.client.StartTx(ctx, tx, echo, "c", nil)
+	kept, err := sdk.StartTx(ctx, b.client, tx, echo, "c")
 	require.NoError(t, err, "the transaction is still usable")
 	require.NoError(t, tx.Commit(ctx))
-	tasks, err := b.client.List(ctx, nil)
+	tasks, err := b.client.List(ctx)
 	require.NoError(t, err)
 	require.Len(t, tasks, 2)
 	for _, task := range tasks {

@@ -27,11 +27,11 @@ func TestStartRefusesAnInputOverMaxPayloadBytes(t *testing.T) {
 		defer small.Close()
 
 		exact := json.RawMessage(`"` + strings.Repeat("x", 98) + `"`) // 100 bytes
-		_, err = small.Start(ctx, echo, exact, nil)
+		_, err = small.StartDynamic(ctx, echo, exact)
 		require.NoError(t, err, "an input of exactly the limit is accepted")
 		over := json.RawMessage(`"` + strings.Repeat("x", 99) + `"`)
 		for name, start := range map[string]func() error{
-			"Start": func() error { _, err := small.Start(ctx, echo, over, nil); return err },
+			"Start": func() error { _, err := small.StartDynamic(ctx, echo, over); return err },
 			"StartMany": func() error {
 				_, err := small.StartMany(ctx, []sdk.StartParams{{Workflow: echo, Input: over}})
 				return err
@@ -51,9 +51,9 @@ func TestStartRefusesAnInputOverMaxPayloadBytes(t *testing.T) {
 		require.Equal(t, 1, enginetest.RequireProjectionsMatch(t, b.client.Store()), "only the accepted start was written")
 
 		// The default: 1 MiB of JSON.
-		_, err = b.client.Start(ctx, echo, strings.Repeat("x", sdk.DefaultMaxPayloadBytes-2), nil)
+		_, err = b.client.StartDynamic(ctx, echo, strings.Repeat("x", sdk.DefaultMaxPayloadBytes-2))
 		require.NoError(t, err)
-		_, err = b.client.Start(ctx, echo, strings.Repeat("x", sdk.DefaultMaxPayloadBytes-1), nil)
+		_, err = b.client.StartDynamic(ctx, echo, strings.Repeat("x", sdk.DefaultMaxPayloadBytes-1))
 		require.True(t, errors.Is(err, sdk.ErrPayloadTooLarge), "%v", err)
 		require.Equal(t, 1<<20, sdk.DefaultMaxPayloadBytes, "the README and the API's docs say 1 MiB")
 
@@ -74,14 +74,14 @@ var bigOutputs = sdk.NewWorkflow("payload.big", 1, func(ctx workflow.Context, wh
 		}
 		return "ok"
 	}
-	if _, err := workflow.Step(ctx, "first", func(context.Context) (string, error) { return size("first"), nil }, nil); err != nil {
+	if _, err := workflow.Step(ctx, "first", func(context.Context) (string, error) { return size("first"), nil }); err != nil {
 		return "", err
 	}
-	if _, err := workflow.Step(ctx, "last", func(context.Context) (string, error) { return size("last"), nil }, nil); err != nil {
+	if _, err := workflow.Step(ctx, "last", func(context.Context) (string, error) { return size("last"), nil }); err != nil {
 		return "", err
 	}
 	return size("output"), nil
-}, &sdk.WorkflowOpts{Retry: fastRetry(3)})
+}, sdk.WorkflowOpts{Retry: fastRetry(3)})
 
 // An output over the worker's MaxPayloadBytes is not recorded: the attempt
 // fails permanently (kind payload_too_large) and the task is dead-lettered,
@@ -102,7 +102,7 @@ func TestOutputsOverMaxPayloadBytesFailPermanently(t *testing.T) {
 			{"last", "last", 1, "the output of step 1 (last) is 102 bytes"},
 			{"output", "", 2, "the workflow's output is 102 bytes"},
 		} {
-			res, err := b.client.Start(ctx, bigOutputs, tc.which, nil)
+			res, err := sdk.Start(ctx, b.client, bigOutputs, tc.which)
 			require.NoError(t, err)
 			info := waitTask(t, b.client, res.ID)
 			require.Equal(t, history.StatusDeadLettered, info.Status, tc.which)
@@ -117,7 +117,7 @@ func TestOutputsOverMaxPayloadBytesFailPermanently(t *testing.T) {
 			completed := eventsOf[history.StepCompletedData](taskHistory(t, b.client, res.ID))
 			require.Len(t, completed, tc.steps, "%s: the oversized output is not recorded", tc.which)
 		}
-		res, err := b.client.Start(ctx, bigOutputs, "none", nil)
+		res, err := sdk.Start(ctx, b.client, bigOutputs, "none")
 		require.NoError(t, err)
 		require.Equal(t, history.StatusCompleted, waitTask(t, b.client, res.ID).Status)
 	})

@@ -29,7 +29,8 @@ func (c *Client) Retry(ctx context.Context, id uuid.UUID, reason string) error {
 }
 
 // DeadLetterOpts select dead letters for [Client.DeadLetters] and
-// [Client.RetryDeadLetters].
+// [Client.RetryDeadLetters], passed by value and at most once; none, or
+// the zero value, selects the newest 100.
 type DeadLetterOpts struct {
 	Type   string      // only tasks of this type; "" for all
 	Filter *TaskFilter // only tasks it matches; nil for all
@@ -48,9 +49,10 @@ type DeadLetterOpts struct {
 const deadLetterPage = 500
 
 // DeadLetters returns dead-lettered tasks of the client's namespace that
-// match opts, newest first. A task the filter cannot be evaluated on (a
-// cost over the limit, say; a missing label is not an error but "") is skipped and its error returned with the others.
-func (c *Client) DeadLetters(ctx context.Context, opts *DeadLetterOpts) ([]*TaskInfo, error) {
+// match opts, newest first. A task the filter cannot be evaluated on is
+// skipped and its error returned with the
+// others; a missing label is not such an error (it reads as "").
+func (c *Client) DeadLetters(ctx context.Context, opts ...DeadLetterOpts) ([]*TaskInfo, error) {
 	var out []*TaskInfo
 	err := c.eachDeadLetter(ctx, opts, func(page []*TaskInfo) error {
 		out = append(out, page...)
@@ -70,7 +72,7 @@ type RetryReport struct {
 // RetryDeadLetters requeues, as [Client.Retry] does, every dead letter that
 // matches opts, in batches, up to opts.Limit (100 by default; negative for
 // no limit). It returns what it did even when it stops on an error.
-func (c *Client) RetryDeadLetters(ctx context.Context, opts *DeadLetterOpts, reason string) (RetryReport, error) {
+func (c *Client) RetryDeadLetters(ctx context.Context, reason string, opts ...DeadLetterOpts) (RetryReport, error) {
 	report := RetryReport{Failed: map[uuid.UUID]error{}}
 	err := c.eachDeadLetter(ctx, opts, func(page []*TaskInfo) error {
 		ids := make([]uuid.UUID, len(page))
@@ -100,9 +102,10 @@ func (c *Client) RetryDeadLetters(ctx context.Context, opts *DeadLetterOpts, rea
 // by cursor is not disturbed by fn requeueing what it is handed. With a
 // filter, the reading and evaluating (not fn) is bounded by the client's
 // [FilterLimits].
-func (c *Client) eachDeadLetter(ctx context.Context, opts *DeadLetterOpts, fn func([]*TaskInfo) error) error {
-	if opts == nil {
-		opts = &DeadLetterOpts{}
+func (c *Client) eachDeadLetter(ctx context.Context, given []DeadLetterOpts, fn func([]*TaskInfo) error) error {
+	opts, err := oneOpts("DeadLetterOpts", given)
+	if err != nil {
+		return err
 	}
 	limit := opts.Limit
 	if limit == 0 {
@@ -118,7 +121,7 @@ func (c *Client) eachDeadLetter(ctx context.Context, opts *DeadLetterOpts, fn fu
 		if room = -1; limit >= 0 {
 			room = limit - taken
 		}
-		page, read, err := c.deadLetterPage(ctx, budget, params, opts, room, func(err error) {
+		page, read, err := c.deadLetterPage(ctx, budget, params, &opts, room, func(err error) {
 			// A few examples say what is wrong; a count, how often.
 			if failedEvals++; failedEvals <= maxFilterErrors {
 				evalErrs = errors.CombineErrors(evalErrs, err)

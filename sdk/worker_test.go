@@ -24,20 +24,20 @@ func TestPermanentStepErrorDeadLettersAfterOneAttempt(t *testing.T) {
 		b := setup(t, sdk.WorkerConfig{})
 		var validateRuns atomic.Int32
 		wf := sdk.NewWorkflow("invoice.check", 1, func(ctx workflow.Context, in string) (string, error) {
-			text, err := workflow.Step(ctx, "ocr", func(context.Context) (string, error) { return "text:" + in, nil }, nil)
+			text, err := workflow.Step(ctx, "ocr", func(context.Context) (string, error) { return "text:" + in, nil })
 			if err != nil {
 				return "", err
 			}
 			return workflow.Step(ctx, "validate", func(context.Context) (string, error) {
 				validateRuns.Add(1)
 				return "", errors.Wrap(activities.Permanent(errors.New("total does not match line items")), "validate "+text)
-			}, nil)
-		}, &sdk.WorkflowOpts{Retry: fastRetry(5)})
+			})
+		}, sdk.WorkflowOpts{Retry: fastRetry(5)})
 		sdk.Register(b.worker, wf)
 		startWorker(t, b.worker)
 
 		ctx := context.Background()
-		res, err := b.client.Start(ctx, wf, "inv-1", nil)
+		res, err := sdk.Start(ctx, b.client, wf, "inv-1")
 		require.NoError(t, err)
 		info := waitTask(t, b.client, res.ID)
 
@@ -81,19 +81,19 @@ func TestTransientErrorsExhaustAttemptsAndDeadLetter(t *testing.T) {
 				runs[in]++
 				mu.Unlock()
 				return "", errors.New("smtp 451: try again later") // unmarked step errors are transient
-			}, nil)
-		}, &sdk.WorkflowOpts{Retry: fastRetry(3)})
+			})
+		}, sdk.WorkflowOpts{Retry: fastRetry(3)})
 		sdk.Register(b.worker, wf)
 		startWorker(t, b.worker)
 
 		ctx := context.Background()
-		byPolicy, err := b.client.Start(ctx, wf, "policy", nil)
+		byPolicy, err := sdk.Start(ctx, b.client, wf, "policy")
 		require.NoError(t, err)
-		byOpts, err := b.client.Start(ctx, wf, "opts", &sdk.StartOpts{MaxAttempts: 2})
+		byOpts, err := sdk.Start(ctx, b.client, wf, "opts", sdk.StartOpts{MaxAttempts: 2})
 		require.NoError(t, err)
 
 		for _, tc := range []struct {
-			id       sdk.StartResult
+			id       *sdk.Run[string]
 			input    string
 			attempts int
 			reason   string
@@ -143,21 +143,21 @@ func TestBodyErrorIsPermanentUnlessMarked(t *testing.T) {
 	onEachStore(t, func(t *testing.T, setup setupFunc) {
 		b := setup(t, sdk.WorkerConfig{})
 		wf := sdk.NewWorkflow("doc.route", 1, func(ctx workflow.Context, in string) (string, error) {
-			if _, err := workflow.Step(ctx, "classify", func(context.Context) (string, error) { return in, nil }, nil); err != nil {
+			if _, err := workflow.Step(ctx, "classify", func(context.Context) (string, error) { return in, nil }); err != nil {
 				return "", err
 			}
 			if in == "retry" {
 				return "", activities.Transient(errors.New("routing table not loaded"))
 			}
 			return "", errors.New("no route for document")
-		}, &sdk.WorkflowOpts{Retry: fastRetry(2)})
+		}, sdk.WorkflowOpts{Retry: fastRetry(2)})
 		sdk.Register(b.worker, wf)
 		startWorker(t, b.worker)
 
 		ctx := context.Background()
-		plain, err := b.client.Start(ctx, wf, "plain", nil)
+		plain, err := sdk.Start(ctx, b.client, wf, "plain")
 		require.NoError(t, err)
-		retry, err := b.client.Start(ctx, wf, "retry", nil)
+		retry, err := sdk.Start(ctx, b.client, wf, "retry")
 		require.NoError(t, err)
 
 		info := waitTask(t, b.client, plain.ID)
@@ -183,7 +183,7 @@ func TestNondeterministicWorkflowFailsTask(t *testing.T) {
 		extractBlocked, releaseExtract := make(chan struct{}), make(chan struct{})
 		// Version 1 as first deployed: ocr, extract, validate.
 		v1 := sdk.NewWorkflow("doc.process", 1, func(ctx workflow.Context, in string) (string, error) {
-			text, err := workflow.Step(ctx, "ocr", func(context.Context) (string, error) { return "text:" + in, nil }, nil)
+			text, err := workflow.Step(ctx, "ocr", func(context.Context) (string, error) { return "text:" + in, nil })
 			if err != nil {
 				return "", err
 			}
@@ -195,15 +195,15 @@ func TestNondeterministicWorkflowFailsTask(t *testing.T) {
 				case <-ctx.Done():
 					return "", ctx.Err()
 				}
-			}, nil)
+			})
 			if err != nil {
 				return "", err
 			}
-			return workflow.Step(ctx, "validate", func(context.Context) (string, error) { return fields, nil }, nil)
-		}, nil)
+			return workflow.Step(ctx, "validate", func(context.Context) (string, error) { return fields, nil })
+		})
 		sdk.Register(b.worker, v1)
 		startWorker(t, b.worker)
-		res, err := b.client.Start(context.Background(), v1, "a", nil)
+		res, err := sdk.Start(context.Background(), b.client, v1, "a")
 		require.NoError(t, err)
 		// The first worker stops after extract: the history holds ocr and extract.
 		stopWhileStepBlocked(t, b.worker, extractBlocked, releaseExtract)
@@ -211,14 +211,14 @@ func TestNondeterministicWorkflowFailsTask(t *testing.T) {
 		// The same name and version, changed in place: classify replaces extract.
 		var classifyRuns atomic.Int32
 		changed := sdk.NewWorkflow("doc.process", 1, func(ctx workflow.Context, in string) (string, error) {
-			if _, err := workflow.Step(ctx, "ocr", func(context.Context) (string, error) { return "text:" + in, nil }, nil); err != nil {
+			if _, err := workflow.Step(ctx, "ocr", func(context.Context) (string, error) { return "text:" + in, nil }); err != nil {
 				return "", err
 			}
 			return workflow.Step(ctx, "classify", func(context.Context) (string, error) {
 				classifyRuns.Add(1)
 				return "invoice", nil
-			}, nil)
-		}, &sdk.WorkflowOpts{Retry: fastRetry(5), SkipDeadLetter: true})
+			})
+		}, sdk.WorkflowOpts{Retry: fastRetry(5), SkipDeadLetter: true})
 		second := b.newWorker(t, sdk.WorkerConfig{})
 		sdk.Register(second, changed)
 		startWorker(t, second)
@@ -255,15 +255,15 @@ func TestBadInputDeadLettersOnFirstAttempt(t *testing.T) {
 		wf := sdk.NewWorkflow("doc.pages", 1, func(ctx workflow.Context, in document) (int, error) {
 			bodyRuns.Add(1)
 			return in.Pages, nil
-		}, nil)
+		})
 		sdk.Register(b.worker, wf)
 		startWorker(t, b.worker)
 
 		ctx := context.Background()
 		// A caller without the Go type (the CLI, another service) sends the wrong shape.
-		bad, err := b.client.Start(ctx, sdk.TypeRef{Name: "doc.pages", Version: 1}, json.RawMessage(`{"pages": "three"}`), nil)
+		bad, err := b.client.StartDynamic(ctx, sdk.TypeRef{Name: "doc.pages", Version: 1}, json.RawMessage(`{"pages": "three"}`))
 		require.NoError(t, err)
-		good, err := b.client.Start(ctx, sdk.TypeRef{Name: "doc.pages", Version: 1}, json.RawMessage(`{"pages": 3}`), nil)
+		good, err := b.client.StartDynamic(ctx, sdk.TypeRef{Name: "doc.pages", Version: 1}, json.RawMessage(`{"pages": 3}`))
 		require.NoError(t, err)
 
 		info := waitTask(t, b.client, bad.ID)
@@ -296,17 +296,17 @@ func TestWorkerRunsOnlyRegisteredVersions(t *testing.T) {
 		v1 := sdk.NewWorkflow("doc.summarize", 1, func(ctx workflow.Context, in string) (string, error) {
 			v1Runs.Add(1)
 			return "v1:" + in, nil
-		}, nil)
+		})
 		v2 := sdk.NewWorkflow("doc.summarize", 2, func(ctx workflow.Context, in string) (string, error) {
 			v2Runs.Add(1)
-			return workflow.Step(ctx, "summarize", func(context.Context) (string, error) { return "v2:" + in, nil }, nil)
-		}, nil)
+			return workflow.Step(ctx, "summarize", func(context.Context) (string, error) { return "v2:" + in, nil })
+		})
 		ctx := context.Background()
 		// The v2 task is due before the v1 probe, so the claim that takes the
 		// probe would take it too if this worker could run it.
-		newer, err := b.client.Start(ctx, v2, "new", nil)
+		newer, err := sdk.Start(ctx, b.client, v2, "new")
 		require.NoError(t, err)
-		probe, err := b.client.Start(ctx, v1, "old", nil)
+		probe, err := sdk.Start(ctx, b.client, v1, "old")
 		require.NoError(t, err)
 
 		sdk.Register(b.worker, v1)
@@ -356,7 +356,7 @@ func TestGracefulStopReleasesTaskAtNextStep(t *testing.T) {
 				case <-ctx.Done():
 					return "", ctx.Err()
 				}
-			}, nil)
+			})
 			if err != nil {
 				return "", err
 			}
@@ -367,11 +367,11 @@ func TestGracefulStopReleasesTaskAtNextStep(t *testing.T) {
 				bWorkers = append(bWorkers, info.WorkerID)
 				mu.Unlock()
 				return "sent:" + draft, nil
-			}, nil)
-		}, nil)
+			})
+		})
 		sdk.Register(b.worker, wf)
 		startWorker(t, b.worker)
-		res, err := b.client.Start(context.Background(), wf, "hi", nil)
+		res, err := sdk.Start(context.Background(), b.client, wf, "hi")
 		require.NoError(t, err)
 
 		stopWhileStepBlocked(t, b.worker, aBlocked, releaseA)
@@ -433,15 +433,15 @@ func TestStepsGetActivityInfo(t *testing.T) {
 					}
 					got <- info
 					return true, nil
-				}, nil); err != nil {
+				}); err != nil {
 					return 0, err
 				}
 			}
 			return ctx.Attempt(), nil
-		}, nil)
+		})
 		sdk.Register(b.worker, wf)
 		startWorker(t, b.worker)
-		res, err := b.client.Start(context.Background(), wf, struct{}{}, nil)
+		res, err := sdk.Start(context.Background(), b.client, wf, struct{}{})
 		require.NoError(t, err)
 		info := waitTask(t, b.client, res.ID)
 		require.Equal(t, history.StatusCompleted, info.Status)
@@ -462,29 +462,29 @@ func TestRegisterSafely(t *testing.T) {
 	onEachStore(t, func(t *testing.T, setup setupFunc) {
 		b := setup(t, sdk.WorkerConfig{})
 		noop := func(workflow.Context, string) (string, error) { return "", nil }
-		v1 := sdk.NewWorkflow("doc.index", 1, noop, nil)
+		v1 := sdk.NewWorkflow("doc.index", 1, noop)
 
 		require.Error(t, sdk.RegisterSafely[string, string](b.worker, nil))
 		require.NoError(t, sdk.RegisterSafely(b.worker, v1))
 		err := sdk.RegisterSafely(b.worker, v1)
 		require.Error(t, err)
 		require.Contains(t, err.Error(), "already registered")
-		err = sdk.RegisterSafely(b.worker, sdk.NewWorkflow("doc.index", 1, noop, nil))
+		err = sdk.RegisterSafely(b.worker, sdk.NewWorkflow("doc.index", 1, noop))
 		require.Error(t, err, "another definition of the same type and version is a duplicate too")
 		require.Contains(t, err.Error(), "doc.index")
-		require.NoError(t, sdk.RegisterSafely(b.worker, sdk.NewWorkflow("doc.index", 2, noop, nil)), "a new version is a new type")
-		require.NoError(t, sdk.RegisterSafely(b.worker, sdk.NewWorkflow("doc.other", 1, noop, nil)))
+		require.NoError(t, sdk.RegisterSafely(b.worker, sdk.NewWorkflow("doc.index", 2, noop)), "a new version is a new type")
+		require.NoError(t, sdk.RegisterSafely(b.worker, sdk.NewWorkflow("doc.other", 1, noop)))
 		require.Panics(t, func() { sdk.Register(b.worker, v1) })
 
 		startWorker(t, b.worker)
-		err = sdk.RegisterSafely(b.worker, sdk.NewWorkflow("doc.late", 1, noop, nil))
+		err = sdk.RegisterSafely(b.worker, sdk.NewWorkflow("doc.late", 1, noop))
 		require.Error(t, err)
 		require.Contains(t, err.Error(), "started")
-		require.Panics(t, func() { sdk.Register(b.worker, sdk.NewWorkflow("doc.late", 1, noop, nil)) })
+		require.Panics(t, func() { sdk.Register(b.worker, sdk.NewWorkflow("doc.late", 1, noop)) })
 		require.Error(t, b.worker.Start(context.Background()), "a worker starts once")
 		stopWorker(t, b.worker)
 		require.NoError(t, b.worker.Stop(context.Background()), "Stop is idempotent")
-		require.Error(t, sdk.RegisterSafely(b.worker, sdk.NewWorkflow("doc.late", 1, noop, nil)), "nor after Stop")
+		require.Error(t, sdk.RegisterSafely(b.worker, sdk.NewWorkflow("doc.late", 1, noop)), "nor after Stop")
 
 		empty := b.newWorker(t, sdk.WorkerConfig{})
 		require.Error(t, empty.Start(context.Background()), "a worker with nothing registered has nothing to run")
@@ -512,11 +512,11 @@ func TestNewWorkflowSafely(t *testing.T) {
 		wfName  string
 		version int
 		fn      func(workflow.Context, int) (int, error)
-		opts    *sdk.WorkflowOpts
+		opts    sdk.WorkflowOpts
 		wantErr string // "" when valid
 	}{
 		{name: "Valid", wfName: "doc.process", version: 1, fn: fn},
-		{name: "ValidOpts", wfName: "doc.process", version: 7, fn: fn, opts: &sdk.WorkflowOpts{Queue: "ocr", Retry: &valid}},
+		{name: "ValidOpts", wfName: "doc.process", version: 7, fn: fn, opts: sdk.WorkflowOpts{Queue: "ocr", Retry: &valid}},
 		{name: "ValidPunctuation", wfName: "resume.parse:v1-b_c", version: 1, fn: fn},
 		{name: "ValidLongest", wfName: strings.Repeat("n", 200), version: 1, fn: fn},
 		{name: "EmptyName", wfName: "", version: 1, fn: fn, wantErr: "name"},
@@ -537,15 +537,15 @@ func TestNewWorkflowSafely(t *testing.T) {
 		{name: "ZeroVersion", wfName: "doc", version: 0, fn: fn, wantErr: "version"},
 		{name: "NegativeVersion", wfName: "doc", version: -1, fn: fn, wantErr: "version"},
 		{name: "NilFunc", wfName: "doc", version: 1, fn: nil, wantErr: "nil"},
-		{name: "BadQueue", wfName: "doc", version: 1, fn: fn, opts: &sdk.WorkflowOpts{Queue: "ocr queue"}, wantErr: "queue"},
-		{name: "NegativeAttempts", wfName: "doc", version: 1, fn: fn, opts: &sdk.WorkflowOpts{Retry: &activities.RetryPolicy{MaxAttempts: -1}}, wantErr: "MaxAttempts"},
+		{name: "BadQueue", wfName: "doc", version: 1, fn: fn, opts: sdk.WorkflowOpts{Queue: "ocr queue"}, wantErr: "queue"},
+		{name: "NegativeAttempts", wfName: "doc", version: 1, fn: fn, opts: sdk.WorkflowOpts{Retry: &activities.RetryPolicy{MaxAttempts: -1}}, wantErr: "MaxAttempts"},
 		// Zero fields take the default policy's (RetryPolicy.WithDefaults).
-		{name: "ZeroRetry", wfName: "doc", version: 1, fn: fn, opts: &sdk.WorkflowOpts{Retry: &activities.RetryPolicy{}}},
-		{name: "PartialRetry", wfName: "doc", version: 1, fn: fn, opts: &sdk.WorkflowOpts{Retry: &activities.RetryPolicy{MaxAttempts: 3}}},
+		{name: "ZeroRetry", wfName: "doc", version: 1, fn: fn, opts: sdk.WorkflowOpts{Retry: &activities.RetryPolicy{}}},
+		{name: "PartialRetry", wfName: "doc", version: 1, fn: fn, opts: sdk.WorkflowOpts{Retry: &activities.RetryPolicy{MaxAttempts: 3}}},
 		{name: "BadMultiplier", wfName: "doc", version: 1, fn: fn, wantErr: "Multiplier",
-			opts: &sdk.WorkflowOpts{Retry: &activities.RetryPolicy{MaxAttempts: 3, Multiplier: 0.5}}},
+			opts: sdk.WorkflowOpts{Retry: &activities.RetryPolicy{MaxAttempts: 3, Multiplier: 0.5}}},
 		{name: "MaxBelowInitial", wfName: "doc", version: 1, fn: fn, wantErr: "MaxInterval",
-			opts: &sdk.WorkflowOpts{Retry: &activities.RetryPolicy{MaxAttempts: 3, Multiplier: 2, InitialInterval: time.Minute, MaxInterval: time.Second}}},
+			opts: sdk.WorkflowOpts{Retry: &activities.RetryPolicy{MaxAttempts: 3, Multiplier: 2, InitialInterval: time.Minute, MaxInterval: time.Second}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -597,11 +597,11 @@ func TestStopCancelsStepsItCannotWaitFor(t *testing.T) {
 							return "", ctx.Err()
 						}
 						return "reply:" + in, nil
-					}, nil)
-				}, nil)
+					})
+				})
 				sdk.Register(b.worker, wf)
 				startWorker(t, b.worker)
-				res, err := b.client.Start(context.Background(), wf, "q", nil)
+				res, err := sdk.Start(context.Background(), b.client, wf, "q")
 				require.NoError(t, err)
 				select {
 				case <-blocked.ch:
@@ -648,7 +648,7 @@ func TestCancelledStartContextAbandonsAttemptToRescuer(t *testing.T) {
 			body, err := workflow.Step(ctx, "fetch", func(context.Context) (string, error) {
 				fetchRuns.Add(1)
 				return "body:" + in, nil
-			}, nil)
+			})
 			if err != nil {
 				return "", err
 			}
@@ -659,13 +659,13 @@ func TestCancelledStartContextAbandonsAttemptToRescuer(t *testing.T) {
 					return "", ctx.Err()
 				}
 				return "parsed:" + body, nil
-			}, nil)
-		}, nil)
+			})
+		})
 		sdk.Register(b.worker, wf)
 		crashCtx, crash := context.WithCancel(context.Background())
 		defer crash()
 		require.NoError(t, b.worker.Start(crashCtx))
-		res, err := b.client.Start(context.Background(), wf, "feed", nil)
+		res, err := sdk.Start(context.Background(), b.client, wf, "feed")
 		require.NoError(t, err)
 		select {
 		case <-blocked.ch:

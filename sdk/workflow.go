@@ -5,11 +5,12 @@ import (
 	"time"
 
 	"github.com/cairnflow/cairn/activities"
+	"github.com/cairnflow/cairn/internal/errmark"
 	"github.com/cairnflow/cairn/workflow"
 	"github.com/cockroachdb/errors"
 )
 
-// WorkflowRef names a workflow type at a version: what [Client.Start]
+// WorkflowRef names a workflow type at a version: what [Client.StartDynamic]
 // needs. *[Workflow] implements it, and so does [TypeRef] for callers that
 // know only the name.
 type WorkflowRef interface {
@@ -30,8 +31,8 @@ func (r TypeRef) TypeName() string { return r.Name }
 // TypeVersion implements [WorkflowRef].
 func (r TypeRef) TypeVersion() int { return r.Version }
 
-// WorkflowOpts are a workflow type's defaults. A nil *WorkflowOpts takes
-// every default.
+// WorkflowOpts are a workflow type's defaults, passed to [NewWorkflow] by
+// value and at most once; none, or the zero value, takes every default.
 type WorkflowOpts struct {
 	// Queue tasks of this type go to unless started with another. Default
 	// "default".
@@ -70,10 +71,11 @@ type workflowDefaults struct {
 	skipDeadLetter  bool
 }
 
-// NewWorkflow defines a workflow type. It panics on an invalid definition,
-// as it runs at start-up; see [NewWorkflowSafely].
-func NewWorkflow[In, Out any](name string, version int, fn func(workflow.Context, In) (Out, error), opts *WorkflowOpts) *Workflow[In, Out] {
-	wf, err := NewWorkflowSafely(name, version, fn, opts)
+// NewWorkflow defines a workflow type. opts is optional: pass at most one
+// [WorkflowOpts]. It panics on an invalid definition (more than one
+// WorkflowOpts included), as it runs at start-up; see [NewWorkflowSafely].
+func NewWorkflow[In, Out any](name string, version int, fn func(workflow.Context, In) (Out, error), opts ...WorkflowOpts) *Workflow[In, Out] {
+	wf, err := NewWorkflowSafely(name, version, fn, opts...)
 	if err != nil {
 		panic(err)
 	}
@@ -81,8 +83,20 @@ func NewWorkflow[In, Out any](name string, version int, fn func(workflow.Context
 }
 
 // NewWorkflowSafely is [NewWorkflow] returning an error instead of
-// panicking.
-func NewWorkflowSafely[In, Out any](name string, version int, fn func(workflow.Context, In) (Out, error), opts *WorkflowOpts) (*Workflow[In, Out], error) {
+// panicking; its errors are marked [ErrInvalid].
+func NewWorkflowSafely[In, Out any](name string, version int, fn func(workflow.Context, In) (Out, error), opts ...WorkflowOpts) (*Workflow[In, Out], error) {
+	wf, err := newWorkflow(name, version, fn, opts)
+	if err != nil {
+		return nil, errmark.Mark(err, ErrInvalid)
+	}
+	return wf, nil
+}
+
+func newWorkflow[In, Out any](name string, version int, fn func(workflow.Context, In) (Out, error), given []WorkflowOpts) (*Workflow[In, Out], error) {
+	opts, err := oneOpts("WorkflowOpts", given)
+	if err != nil {
+		return nil, errors.Wrapf(err, "workflow %s", name)
+	}
 	if err := validateTypeName(name); err != nil {
 		return nil, err
 	}
@@ -94,26 +108,24 @@ func NewWorkflowSafely[In, Out any](name string, version int, fn func(workflow.C
 	}
 	wf := &Workflow[In, Out]{name: name, version: version, fn: fn,
 		defaults: workflowDefaults{queue: "default", retry: activities.DefaultRetryPolicy}}
-	if opts != nil {
-		if opts.Queue != "" {
-			if err := validateName("queue", opts.Queue); err != nil {
-				return nil, errors.Wrapf(err, "workflow %s", name)
-			}
-			wf.defaults.queue = opts.Queue
+	if opts.Queue != "" {
+		if err := validateName("queue", opts.Queue); err != nil {
+			return nil, errors.Wrapf(err, "workflow %s", name)
 		}
-		if opts.Retry != nil {
-			retry := opts.Retry.WithDefaults()
-			if err := retry.Validate(); err != nil {
-				return nil, errors.Wrapf(err, "workflow %s", name)
-			}
-			wf.defaults.retry = retry
-		}
-		if opts.ScheduleToClose < 0 {
-			return nil, errors.Newf("workflow %s: ScheduleToClose %s is negative", name, opts.ScheduleToClose)
-		}
-		wf.defaults.scheduleToClose = opts.ScheduleToClose
-		wf.defaults.skipDeadLetter = opts.SkipDeadLetter
+		wf.defaults.queue = opts.Queue
 	}
+	if opts.Retry != nil {
+		retry := opts.Retry.WithDefaults()
+		if err := retry.Validate(); err != nil {
+			return nil, errors.Wrapf(err, "workflow %s", name)
+		}
+		wf.defaults.retry = retry
+	}
+	if opts.ScheduleToClose < 0 {
+		return nil, errors.Newf("workflow %s: ScheduleToClose %s is negative", name, opts.ScheduleToClose)
+	}
+	wf.defaults.scheduleToClose = opts.ScheduleToClose
+	wf.defaults.skipDeadLetter = opts.SkipDeadLetter
 	return wf, nil
 }
 

@@ -431,7 +431,7 @@ func (s *Server) consoleTasks(w http.ResponseWriter, r *http.Request, c *call, p
 	q := r.URL.Query()
 	data := tasksData{Statuses: consoleStatuses, Status: q.Get("status"), Type: q.Get("type"), Queue: q.Get("queue"), Filter: q.Get("filter")}
 	page.Title, page.Page, page.Data = "Tasks", "tasks", &data
-	opts := &sdk.ListOpts{Status: history.Status(data.Status), Type: data.Type, Queue: data.Queue, Limit: 50}
+	opts := sdk.ListOpts{Status: history.Status(data.Status), Type: data.Type, Queue: data.Queue, Limit: 50}
 	if data.Status != "" && !knownStatus(opts.Status) {
 		page.Error = "status " + data.Status + " is not a task status"
 		s.render(w, http.StatusBadRequest, "tasks", page)
@@ -493,12 +493,12 @@ func (s *Server) consoleDeadLetters(w http.ResponseWriter, r *http.Request, c *c
 	s.render(w, consoleStatus(err), "tasks", page)
 }
 
-func (s *Server) deadLetterOpts(r *http.Request, typ, filter string) (*sdk.DeadLetterOpts, string) {
-	opts := &sdk.DeadLetterOpts{Type: typ}
+func (s *Server) deadLetterOpts(r *http.Request, typ, filter string) (sdk.DeadLetterOpts, string) {
+	opts := sdk.DeadLetterOpts{Type: typ}
 	if filter != "" {
 		f, err := sdk.CompileTaskFilter(filter)
 		if err != nil {
-			return nil, s.consoleError(r, err)
+			return sdk.DeadLetterOpts{}, s.consoleError(r, err)
 		}
 		opts.Filter = f
 	}
@@ -510,7 +510,7 @@ func (s *Server) consoleRetryDeadLetters(w http.ResponseWriter, r *http.Request,
 	opts, errMsg := s.deadLetterOpts(r, r.FormValue("type"), r.FormValue("filter"))
 	if errMsg == "" {
 		opts.Limit = -1
-		report, err := c.client.RetryDeadLetters(r.Context(), opts, consoleReason(r, "requeued from the console"))
+		report, err := c.client.RetryDeadLetters(r.Context(), consoleReason(r, "requeued from the console"), opts)
 		switch {
 		case err != nil:
 			errMsg = s.consoleError(r, err)

@@ -80,7 +80,7 @@ func (s *Server) startTask(w http.ResponseWriter, r *http.Request, c *call) {
 	if len(input) == 0 {
 		input = json.RawMessage("null")
 	}
-	res, err := c.client.Start(r.Context(), ref, input, opts)
+	res, err := c.client.StartDynamic(r.Context(), ref, input, opts)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -127,11 +127,11 @@ var traceparentRE = regexp.MustCompile(`^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[
 
 // startOpts checks what the sdk does not (delay, run time and the trace
 // header) and builds the start options.
-func (req *startRequest) startOpts(traceparent string) (*sdk.StartOpts, *Problem) {
-	invalid := func(detail string) (*sdk.StartOpts, *Problem) {
-		return nil, problem(http.StatusBadRequest, codeInvalidRequest, detail)
+func (req *startRequest) startOpts(traceparent string) (sdk.StartOpts, *Problem) {
+	invalid := func(detail string) (sdk.StartOpts, *Problem) {
+		return sdk.StartOpts{}, problem(http.StatusBadRequest, codeInvalidRequest, detail)
 	}
-	opts := &sdk.StartOpts{
+	opts := sdk.StartOpts{
 		IdempotencyKey: req.IdempotencyKey, Queue: req.Queue, Priority: req.Priority, TraceID: req.TraceID,
 		Labels: req.Labels, FairnessKey: req.FairnessKey, FairnessWeight: req.FairnessWeight, MaxAttempts: req.MaxAttempts,
 	}
@@ -400,9 +400,9 @@ func listInclude(values []string, opts *sdk.ListOpts) *Problem {
 
 func (s *Server) listTasks(w http.ResponseWriter, r *http.Request, c *call) {
 	q := r.URL.Query()
-	opts := &sdk.ListOpts{Status: history.Status(q.Get("status")), Type: q.Get("type"), Queue: q.Get("queue"),
+	opts := sdk.ListOpts{Status: history.Status(q.Get("status")), Type: q.Get("type"), Queue: q.Get("queue"),
 		MaxPayloadBytes: s.cfg.MaxListPayloadBytes}
-	if p := listInclude(q["include"], opts); p != nil {
+	if p := listInclude(q["include"], &opts); p != nil {
 		s.writeProblem(w, r, p)
 		return
 	}

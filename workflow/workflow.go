@@ -27,7 +27,8 @@ var ErrNondeterministic = interpreter.ErrNondeterministic
 // context. Only cairn implements it; pass it to [Step] and [Sleep].
 type Context = interpreter.Context
 
-// StepOpts are per-step options. A nil *StepOpts takes every default.
+// StepOpts are per-step options, passed to [Step] by value and at most once;
+// none, or the zero value, takes every default.
 type StepOpts struct {
 	// Retry overrides the workflow type's retry policy for this step's
 	// failures: its budget, backoff and classification policy. Its zero
@@ -55,11 +56,21 @@ type StepOpts struct {
 	CompensationRetry *activities.RetryPolicy
 }
 
-// options translates o for the interpreter; nil stays nil (every default).
-func (o *StepOpts) options() *interpreter.StepOptions {
-	if o == nil {
+// stepOptions translates the options a Step was given for the interpreter:
+// none is nil (every default); more than one is a misuse the interpreter
+// refuses when the step would run, like any invalid option.
+func stepOptions(opts []StepOpts) *interpreter.StepOptions {
+	switch len(opts) {
+	case 0:
 		return nil
+	case 1:
+		return opts[0].options()
 	}
+	return &interpreter.StepOptions{Misuse: errors.Newf("%d StepOpts given, at most one is allowed", len(opts))}
+}
+
+// options translates o for the interpreter.
+func (o StepOpts) options() *interpreter.StepOptions {
 	return &interpreter.StepOptions{
 		Retry:             withDefaults(o.Retry),
 		Timeouts:          activities.Timeouts{StartToClose: o.StartToClose, Heartbeat: o.HeartbeatTimeout},
@@ -105,11 +116,12 @@ func Compensate[Out any](fn func(ctx context.Context, out Out) error) Compensato
 //
 // A step's error ends the attempt: Step returns it, and every later Step
 // call in the run returns it too without running anything. The task is then
-// retried from this step or fails, as the error's class decides. Invalid
-// opts (a bad retry policy, negative timeouts, timeouts on an irreversible
-// step) fail the task permanently when the step would run.
-func Step[Out any](ctx Context, name string, fn func(context.Context) (Out, error), opts *StepOpts) (Out, error) {
-	return interpreter.Step(ctx, name, fn, opts.options())
+// retried from this step or fails, as the error's class decides. opts is
+// optional: pass at most one [StepOpts]. Invalid opts (a bad retry policy,
+// negative timeouts, timeouts on an irreversible step, more than one
+// StepOpts) fail the task permanently when the step would run.
+func Step[Out any](ctx Context, name string, fn func(context.Context) (Out, error), opts ...StepOpts) (Out, error) {
+	return interpreter.Step(ctx, name, fn, stepOptions(opts))
 }
 
 // Sleep pauses the workflow for d, durably: the first time it is reached,

@@ -34,7 +34,7 @@ func TestStepOptsReachTheInterpreter(t *testing.T) {
 	retry := &activities.RetryPolicy{MaxAttempts: 2, InitialInterval: time.Second, Multiplier: 2, MaxInterval: time.Minute}
 	compRetry := &activities.RetryPolicy{MaxAttempts: 7, InitialInterval: time.Second, Multiplier: 2, MaxInterval: time.Minute}
 	var undone json.RawMessage
-	opts := &workflow.StepOpts{
+	opts := workflow.StepOpts{
 		Retry: retry, StartToClose: time.Minute, HeartbeatTimeout: time.Second, CompensationRetry: compRetry,
 		Compensate: func(_ context.Context, out json.RawMessage) error { undone = out; return nil },
 	}
@@ -70,7 +70,7 @@ func TestNilStepOptsAreTheDefaults(t *testing.T) {
 			return context.Background()
 		},
 	}, func(ctx workflow.Context, _ json.RawMessage) (json.RawMessage, error) {
-		_, err := workflow.Step(ctx, "ocr", func(context.Context) (string, error) { return "", errors.New("blurred") }, nil)
+		_, err := workflow.Step(ctx, "ocr", func(context.Context) (string, error) { return "", errors.New("blurred") })
 		return nil, err
 	}, nil)
 	require.Error(t, res.Err)
@@ -89,7 +89,7 @@ func TestIrreversibleStepOptsReachTheStepContext(t *testing.T) {
 			return context.Background()
 		},
 	}, func(ctx workflow.Context, _ json.RawMessage) (json.RawMessage, error) {
-		_, err := workflow.Step(ctx, "wire", func(context.Context) (int, error) { return 1, nil }, &workflow.StepOpts{Irreversible: true})
+		_, err := workflow.Step(ctx, "wire", func(context.Context) (int, error) { return 1, nil }, workflow.StepOpts{Irreversible: true})
 		return nil, err
 	}, nil)
 	require.NoError(t, res.Err)
@@ -103,7 +103,7 @@ func TestIrreversibleStepWithTimeoutIsBadStepOpts(t *testing.T) {
 		_, err := workflow.Step(ctx, "wire", func(context.Context) (int, error) {
 			t.Error("the step must not run with bad options")
 			return 1, nil
-		}, &workflow.StepOpts{Irreversible: true, StartToClose: time.Second})
+		}, workflow.StepOpts{Irreversible: true, StartToClose: time.Second})
 		return err
 	})
 	require.True(t, errors.Is(res.Err, interpreter.ErrBadStepOpts), "got %v", res.Err)
@@ -136,7 +136,7 @@ func TestSleepEndsTheRunWithATimer(t *testing.T) {
 func TestErrNondeterministicIsTheInterpretersMark(t *testing.T) {
 	t.Parallel()
 	res := runSteps(t, []history.Step{{Position: 0, Name: "ocr"}}, func(ctx workflow.Context) error {
-		_, err := workflow.Step(ctx, "fetch", func(context.Context) (int, error) { return 0, nil }, nil)
+		_, err := workflow.Step(ctx, "fetch", func(context.Context) (int, error) { return 0, nil })
 		return err
 	})
 	require.True(t, errors.Is(res.Err, workflow.ErrNondeterministic), "got %v", res.Err)

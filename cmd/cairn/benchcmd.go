@@ -150,7 +150,7 @@ func newBenchLatencyCmd(g *globals) *cobra.Command {
 		Long: benchLong + `
 
 latency starts --workers in-process workers, then runs two sub-runs, 1-step
-tasks and 3-step workflows: a producer calls Client.Start --rate times a
+tasks and 3-step workflows: a producer calls Client.StartDynamic --rate times a
 second for --duration, on schedule whatever earlier tasks do (open loop),
 and each task is timed from its Start call to its first step's start
 (schedule→start, in-process) and to the return of Client.Wait

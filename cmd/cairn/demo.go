@@ -105,7 +105,7 @@ func submitDocuments(ctx context.Context, c *sdk.Client, f *demoFlags) ([]uuid.U
 		batch := docs[start:min(start+1000, len(docs))]
 		starts := make([]sdk.StartParams, len(batch))
 		for i, doc := range batch {
-			starts[i] = sdk.StartParams{Workflow: wf, Input: doc, Opts: &sdk.StartOpts{
+			starts[i] = sdk.StartParams{Workflow: wf, Input: doc, Opts: sdk.StartOpts{
 				IdempotencyKey: "demo/" + doc.ID, MaxAttempts: demoRetry.MaxAttempts,
 			}}
 		}

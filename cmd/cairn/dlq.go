@@ -95,19 +95,19 @@ func (f *dlqFlags) register(cmd *cobra.Command, limitHelp string) {
 	cmd.Flags().IntVar(&f.limit, "limit", 50, limitHelp)
 }
 
-func (f *dlqFlags) opts() (*sdk.DeadLetterOpts, error) {
-	opts := &sdk.DeadLetterOpts{Type: f.typ, Limit: f.limit}
+func (f *dlqFlags) opts() (sdk.DeadLetterOpts, error) {
+	opts := sdk.DeadLetterOpts{Type: f.typ, Limit: f.limit}
 	if f.limit == 0 || f.limit < -1 {
-		return nil, errmark.Mark(errors.Newf("--limit %d: use a positive number, or -1 for no limit", f.limit), configError)
+		return sdk.DeadLetterOpts{}, errmark.Mark(errors.Newf("--limit %d: use a positive number, or -1 for no limit", f.limit), configError)
 	}
 	var err error
 	if opts.IncludeInput, opts.IncludeOutput, err = parseInclude(f.include); err != nil {
-		return nil, err
+		return sdk.DeadLetterOpts{}, err
 	}
 	if f.filter != "" {
 		filter, err := sdk.CompileTaskFilter(f.filter)
 		if err != nil {
-			return nil, errmark.Mark(errors.Wrap(err, "--filter"), configError)
+			return sdk.DeadLetterOpts{}, errmark.Mark(errors.Wrap(err, "--filter"), configError)
 		}
 		opts.Filter = filter
 	}
@@ -161,7 +161,7 @@ func newDLQListCmd(g *globals) *cobra.Command {
 
 // printDeadLetters prints dead letters as JSON (with the payloads opts
 // includes) or as a table with their last error.
-func printDeadLetters(cmd *cobra.Command, tasks []*sdk.TaskInfo, opts *sdk.DeadLetterOpts, asJSON bool) error {
+func printDeadLetters(cmd *cobra.Command, tasks []*sdk.TaskInfo, opts sdk.DeadLetterOpts, asJSON bool) error {
 	if asJSON {
 		out := make([]listedTask, len(tasks))
 		for i, t := range tasks {
@@ -205,7 +205,7 @@ every dead letter of the namespace without a filter.`,
 				return err
 			}
 			defer closeDB()
-			report, err := c.RetryDeadLetters(cmd.Context(), opts, reason)
+			report, err := c.RetryDeadLetters(cmd.Context(), reason, opts)
 			failed := make([]uuid.UUID, 0, len(report.Failed))
 			for id := range report.Failed {
 				failed = append(failed, id)

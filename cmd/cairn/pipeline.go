@@ -58,7 +58,7 @@ func newDocumentPipeline(cfg pipelineConfig) *sdk.Workflow[Document, Extraction]
 				return "", errors.Wrap(err, "ocr service")
 			}
 			return fmt.Sprintf("%s document %s, %d pages", doc.Kind, doc.ID, doc.Pages), nil
-		}, nil)
+		})
 		if err != nil {
 			return Extraction{}, err
 		}
@@ -67,7 +67,7 @@ func newDocumentPipeline(cfg pipelineConfig) *sdk.Workflow[Document, Extraction]
 				return nil, errors.Wrap(err, "llm extraction")
 			}
 			return map[string]string{"kind": doc.Kind, "summary": text, "total": fmt.Sprint(doc.Pages * 42)}, nil
-		}, nil)
+		})
 		if err != nil {
 			return Extraction{}, err
 		}
@@ -76,8 +76,8 @@ func newDocumentPipeline(cfg pipelineConfig) *sdk.Workflow[Document, Extraction]
 				return Extraction{}, activities.Permanent(&validationError{docID: doc.ID})
 			}
 			return Extraction{DocumentID: doc.ID, Fields: fields, Valid: true}, nil
-		}, nil)
-	}, &sdk.WorkflowOpts{Retry: &demoRetry})
+		})
+	}, sdk.WorkflowOpts{Retry: &demoRetry})
 }
 
 // serviceError is a simulated failure of a remote service, with the kind

@@ -330,17 +330,17 @@ func newTaskListCmd(g *globals) *cobra.Command {
 }
 
 // opts checks the flags; limitSet says whether --limit was given.
-func (f *taskListFlags) opts(limitSet bool) (*sdk.ListOpts, error) {
+func (f *taskListFlags) opts(limitSet bool) (sdk.ListOpts, error) {
 	if f.status != "" && !knownStatus(f.status) {
-		return nil, errmark.Mark(errors.Newf("--status %q: use one of %s", f.status, statusList()), configError)
+		return sdk.ListOpts{}, errmark.Mark(errors.Newf("--status %q: use one of %s", f.status, statusList()), configError)
 	}
 	if f.limit < 1 || f.limit > sdk.MaxListLimit {
-		return nil, errmark.Mark(errors.Newf("--limit %d: use 1 to %d (--all lists every task, page by page)", f.limit, sdk.MaxListLimit), configError)
+		return sdk.ListOpts{}, errmark.Mark(errors.Newf("--limit %d: use 1 to %d (--all lists every task, page by page)", f.limit, sdk.MaxListLimit), configError)
 	}
-	opts := &sdk.ListOpts{Status: history.Status(f.status), Type: f.typ, Limit: f.limit}
+	opts := sdk.ListOpts{Status: history.Status(f.status), Type: f.typ, Limit: f.limit}
 	var err error
 	if opts.IncludeInput, opts.IncludeOutput, err = parseInclude(f.include); err != nil {
-		return nil, err
+		return sdk.ListOpts{}, err
 	}
 	if f.all && !limitSet {
 		opts.Limit = sdk.MaxListLimit
@@ -348,7 +348,7 @@ func (f *taskListFlags) opts(limitSet bool) (*sdk.ListOpts, error) {
 	if f.cursor != "" {
 		before, err := server.ParseTaskCursor(f.cursor)
 		if err != nil {
-			return nil, errmark.Mark(errors.Newf("--cursor %q: not a cursor of a task listing (the one printed after \"more tasks:\", or the API's next_cursor)", f.cursor), configError)
+			return sdk.ListOpts{}, errmark.Mark(errors.Newf("--cursor %q: not a cursor of a task listing (the one printed after \"more tasks:\", or the API's next_cursor)", f.cursor), configError)
 		}
 		opts.Before = before
 	}
@@ -359,7 +359,7 @@ func (f *taskListFlags) opts(limitSet bool) (*sdk.ListOpts, error) {
 // there on, each as it arrives. When a page is followed by more tasks
 // than it shows, the cursor of the next one goes to stderr, so stdout stays
 // a table or one JSON array.
-func listTasks(cmd *cobra.Command, c *sdk.Client, opts *sdk.ListOpts, all, asJSON bool) error {
+func listTasks(cmd *cobra.Command, c *sdk.Client, opts sdk.ListOpts, all, asJSON bool) error {
 	ctx := cmd.Context()
 	out := newTaskListPrinter(cmd.OutOrStdout(), asJSON)
 	out.input, out.output = opts.IncludeInput, opts.IncludeOutput
@@ -380,7 +380,7 @@ func listTasks(cmd *cobra.Command, c *sdk.Client, opts *sdk.ListOpts, all, asJSO
 		}
 		// A full page may be the last: look one task further before
 		// saying more remain.
-		more, err := c.ListPage(ctx, &sdk.ListOpts{Status: opts.Status, Type: opts.Type, Before: page.Next, Limit: 1})
+		more, err := c.ListPage(ctx, sdk.ListOpts{Status: opts.Status, Type: opts.Type, Before: page.Next, Limit: 1})
 		if err != nil {
 			return err
 		}

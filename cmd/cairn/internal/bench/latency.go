@@ -108,7 +108,7 @@ type latencyReport struct {
 
 // Latency starts p.Workers in-process workers, then runs two sub-runs,
 // 1-step tasks and 3-step workflows: an open-loop producer calls
-// Client.Start p.Rate times a second for p.Duration, and each task is timed
+// Client.StartDynamic p.Rate times a second for p.Duration, and each task is timed
 // from its Start call to its first step's start and to the return of
 // Client.Wait. PostgreSQL only.
 func Latency(ctx context.Context, cfg Config, p Params) error {
@@ -250,7 +250,7 @@ func latencySubRun(ctx context.Context, client *sdk.Client, starts *stepStarts, 
 	wf := sdk.TypeRef{Name: benchNoopType, Version: 1}
 	one := func(ctx context.Context, s *latencySample) {
 		s.called = time.Now()
-		res, err := client.Start(ctx, wf, json.RawMessage(input), nil)
+		res, err := client.StartDynamic(ctx, wf, json.RawMessage(input))
 		if err != nil {
 			s.err = err
 			return

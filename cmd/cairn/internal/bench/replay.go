@@ -118,7 +118,7 @@ func Replay(ctx context.Context, cfg Config, p Params) error {
 // buildHistory makes a completed task with exactly events events.
 func buildHistory(ctx context.Context, client *sdk.Client, namespace string, events int) (uuid.UUID, error) {
 	st := client.Store()
-	res, err := client.Start(ctx, sdk.TypeRef{Name: benchReplayType, Version: 1}, json.RawMessage(`{}`), nil)
+	res, err := client.StartDynamic(ctx, sdk.TypeRef{Name: benchReplayType, Version: 1}, json.RawMessage(`{}`))
 	if err != nil {
 		return uuid.Nil, err
 	}

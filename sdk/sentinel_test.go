@@ -1,0 +1,192 @@
+package sdk_test
+
+import (
+	"context"
+	"encoding/json"
+	stderrors "errors"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/errors"
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/cairnflow/cairn/sdk"
+)
+
+// driverText is what an error of the sdk must not say: the words of a
+// database driver leaking through a sentinel's message.
+var driverText = []string{"sql:", "no rows", "pgx", "SQLSTATE", "sqlite"}
+
+// TestEverySentinelMatchesWithBothErrorLibraries provokes each exported
+// sentinel error of package sdk for real, on each store, and checks that
+// the standard library's errors.Is sees it as well as cockroachdb's, and
+// that the message is cairn's own, not the driver's. A sentinel added to
+// the package must be added here: the table is checked against the list.
+func TestEverySentinelMatchesWithBothErrorLibraries(t *testing.T) {
+	t.Parallel()
+	onEachStore(t, func(t *testing.T, setup setupFunc) {
+		b := setup(t, sdk.WorkerConfig{})
+		ctx := context.Background()
+		c := b.client
+		runs := startEndedRuns(t, b) // also starts the worker
+		pending, err := sdk.Start(ctx, c, echo, "waits", sdk.StartOpts{Delay: time.Hour, IdempotencyKey: "key-1"})
+		require.NoError(t, err)
+		require.NoError(t, c.SetQueue(ctx, "tight", sdk.QueueSettings{MaxWaiting: 1}))
+		_, err = sdk.Start(ctx, c, echo, "fills", sdk.StartOpts{Queue: "tight", Delay: time.Hour})
+		require.NoError(t, err)
+		stingy, err := sdk.NewClient(sdk.ClientConfig{Pool: b.pool, Schema: b.schema, Store: b.store,
+			FilterLimits: sdk.FilterLimits{Cost: 1}})
+		require.NoError(t, err)
+		t.Cleanup(stingy.Close)
+		missing := uuid.New()
+
+		cases := []struct {
+			sentinel error
+			name     string
+			provoke  func() error
+		}{
+			{sdk.ErrNotFound, "Get", func() error { _, err := c.Get(ctx, missing); return err }},
+			{sdk.ErrNotFound, "Wait", func() error { _, err := c.Wait(ctx, missing); return err }},
+			{sdk.ErrNotFound, "History", func() error { _, err := c.History(ctx, missing); return err }},
+			{sdk.ErrNotFound, "Cancel", func() error { return c.Cancel(ctx, missing, "why") }},
+			{sdk.ErrNotFound, "Retry", func() error { return c.Retry(ctx, missing, "why") }},
+			{sdk.ErrNotFound, "Compensate", func() error { return c.Compensate(ctx, missing, "why") }},
+			{sdk.ErrNotFound, "Result", func() error { _, err := sdk.RunOf(c, echo, missing).Result(ctx); return err }},
+			{sdk.ErrTaskState, "RetryPending", func() error { return c.Retry(ctx, pending.ID, "why") }},
+			{sdk.ErrTaskState, "CancelCompleted", func() error { return c.Cancel(ctx, runs.completed.ID, "why") }},
+			{sdk.ErrTaskState, "CompensatePending", func() error { return c.Compensate(ctx, pending.ID, "why") }},
+			{sdk.ErrTaskState, "OutputOfPending", func() error {
+				info, err := c.Get(ctx, pending.ID)
+				require.NoError(t, err)
+				_, err = sdk.Output[string](info)
+				return err
+			}},
+			{sdk.ErrQueueFull, "Start", func() error {
+				_, err := sdk.Start(ctx, c, echo, "over", sdk.StartOpts{Queue: "tight"})
+				return err
+			}},
+			{sdk.ErrIdempotencyKeyReused, "Start", func() error {
+				_, err := sdk.Start(ctx, c, echo, "another input", sdk.StartOpts{IdempotencyKey: "key-1"})
+				return err
+			}},
+			{sdk.ErrIdempotencyKeyReused, "StartMany", func() error {
+				_, err := c.StartMany(ctx, []sdk.StartParams{sdk.StartEntry(echo, "other", sdk.StartOpts{IdempotencyKey: "key-1"})})
+				return err
+			}},
+			{sdk.ErrInvalid, "Queue", func() error {
+				_, err := sdk.Start(ctx, c, echo, "x", sdk.StartOpts{Queue: "no spaces"})
+				return err
+			}},
+			{sdk.ErrInvalid, "RawInput", func() error {
+				_, err := c.StartDynamic(ctx, echo, json.RawMessage(`{"a":`))
+				return err
+			}},
+			{sdk.ErrInvalid, "TwoOpts", func() error { _, err := c.List(ctx, sdk.ListOpts{}, sdk.ListOpts{}); return err }},
+			{sdk.ErrInvalid, "RunOfAnotherType", func() error {
+				_, err := sdk.RunOf(c, echo, runs.completed.ID).Info(ctx)
+				return err
+			}},
+			{sdk.ErrUnknownType, "RegisteredType", func() error { _, err := c.RegisteredType(ctx, "nobody.registered", 1); return err }},
+			{sdk.ErrBadFilter, "CompileTaskFilter", func() error { _, err := sdk.CompileTaskFilter(`task.labels[`); return err }},
+			{sdk.ErrBadFilter, "CompileEventFilter", func() error { _, err := sdk.CompileEventFilter(`event.nope == 1`); return err }},
+			{sdk.ErrFilterEvaluation, "Audit", func() error {
+				// task_scheduled has no error: the filter fails on it.
+				f, err := sdk.CompileEventFilter(`event.data.error.status == 429`)
+				require.NoError(t, err)
+				return c.Audit(ctx, sdk.AuditParams{Filter: f}, func(sdk.AuditRecord) error { return nil })
+			}},
+			{sdk.ErrFilterTooExpensive, "List", func() error {
+				f, err := sdk.CompileTaskFilter(`task.type == "echo" && task.queue == "default"`)
+				require.NoError(t, err)
+				_, err = stingy.List(ctx, sdk.ListOpts{Filter: f})
+				return err
+			}},
+			{sdk.ErrDeadLettered, "Result", func() error { _, err := runs.deadLettered.Result(ctx); return err }},
+			{sdk.ErrFailed, "Result", func() error { _, err := runs.failed.Result(ctx); return err }},
+			{sdk.ErrCancelled, "Result", func() error { _, err := runs.cancelled.Result(ctx); return err }},
+			{sdk.ErrExpired, "Result", func() error { _, err := runs.expired.Result(ctx); return err }},
+		}
+		covered := map[error]bool{}
+		for _, tc := range cases {
+			covered[tc.sentinel] = true
+			t.Run(sentinelName(tc.sentinel)+"/"+tc.name, func(t *testing.T) {
+				err := tc.provoke()
+				require.Error(t, err)
+				t.Log(err)
+				require.True(t, stderrors.Is(err, tc.sentinel), "the standard errors.Is does not match: %v", err)
+				require.True(t, errors.Is(err, tc.sentinel), "cockroachdb errors.Is does not match: %v", err)
+				for _, text := range []string{err.Error(), errors.FlattenDetails(err)} {
+					for _, leak := range driverText {
+						require.NotContains(t, strings.ToLower(text), strings.ToLower(leak), "driver text in %q", text)
+					}
+				}
+			})
+		}
+		for _, s := range exportedSentinels {
+			require.True(t, covered[s], "sentinel %q is not provoked by the table", s)
+		}
+	})
+}
+
+// exportedSentinels is every exported Err* of package sdk.
+// TestExportedSentinelsAreListed keeps it whole.
+var exportedSentinels = map[string]error{
+	"ErrNotFound": sdk.ErrNotFound, "ErrTaskState": sdk.ErrTaskState, "ErrQueueFull": sdk.ErrQueueFull,
+	"ErrIdempotencyKeyReused": sdk.ErrIdempotencyKeyReused, "ErrInvalid": sdk.ErrInvalid,
+	"ErrUnknownType": sdk.ErrUnknownType, "ErrBadFilter": sdk.ErrBadFilter,
+	"ErrFilterEvaluation": sdk.ErrFilterEvaluation, "ErrFilterTooExpensive": sdk.ErrFilterTooExpensive,
+	"ErrDeadLettered": sdk.ErrDeadLettered, "ErrCancelled": sdk.ErrCancelled, "ErrFailed": sdk.ErrFailed,
+	"ErrExpired": sdk.ErrExpired,
+}
+
+func sentinelName(err error) string {
+	for name, s := range exportedSentinels {
+		if s == err {
+			return name
+		}
+	}
+	return "unlisted"
+}
+
+// TestExportedSentinelsAreListed reads the package's source for exported
+// variables named Err*, so that a new sentinel cannot miss the table.
+func TestExportedSentinelsAreListed(t *testing.T) {
+	t.Parallel()
+	sources, err := filepath.Glob("*.go")
+	require.NoError(t, err)
+	var declared []string
+	for _, path := range sources {
+		if strings.HasSuffix(path, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), path, nil, 0)
+		require.NoError(t, err)
+		for _, decl := range f.Decls {
+			gen, ok := decl.(*ast.GenDecl)
+			if !ok || gen.Tok != token.VAR {
+				continue
+			}
+			for _, spec := range gen.Specs {
+				for _, name := range spec.(*ast.ValueSpec).Names {
+					if strings.HasPrefix(name.Name, "Err") && name.IsExported() {
+						declared = append(declared, name.Name)
+					}
+				}
+			}
+		}
+	}
+	listed := make([]string, 0, len(exportedSentinels))
+	for name := range exportedSentinels {
+		listed = append(listed, name)
+	}
+	sort.Strings(declared)
+	sort.Strings(listed)
+	require.Equal(t, declared, listed, "exportedSentinels must list every exported Err* of package sdk")
+}

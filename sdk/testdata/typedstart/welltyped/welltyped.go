@@ -1,0 +1,35 @@
+// Package welltyped starts a workflow with an input of its input type: it
+// must build. TestTypedStartChecksTheInputWhenItCompiles builds it, and its
+// twin mistyped, which must not.
+package welltyped
+
+import (
+	"context"
+
+	"github.com/cairnflow/cairn/sdk"
+	"github.com/cairnflow/cairn/workflow"
+)
+
+type Document struct{ ID string }
+
+type Result struct{ Words int }
+
+var process = sdk.NewWorkflow("document.process", 1,
+	func(ctx workflow.Context, doc Document) (Result, error) { return Result{}, nil })
+
+// Use starts the workflow.
+func Use() {
+	ctx := context.Background()
+	client, err := sdk.NewClient(sdk.ClientConfig{})
+	if err != nil {
+		return
+	}
+	run, err := sdk.Start(ctx, client, process, Document{ID: "doc-1"})
+	if err != nil {
+		return
+	}
+	var out Result
+	out, _ = run.Result(ctx)
+	_ = out
+	_ = sdk.StartEntry(process, Document{ID: "doc-2"}, sdk.StartOpts{Priority: 1})
+}
