@@ -36,6 +36,10 @@ func TestEverySentinelMatchesWithBothErrorLibraries(t *testing.T) {
 		ctx := context.Background()
 		c := b.client
 		runs := startEndedRuns(t, b) // also starts the worker
+		// Cancelling it below must meet a completed task, not one still
+		// pending (which the cancel would stop).
+		_, err := resultOf(t, runs.completed)
+		require.NoError(t, err)
 		pending, err := sdk.Start(ctx, c, echo, "waits", sdk.StartOpts{Delay: time.Hour, IdempotencyKey: "key-1"})
 		require.NoError(t, err)
 		require.NoError(t, c.SetQueue(ctx, "tight", sdk.QueueSettings{MaxWaiting: 1}))
@@ -70,6 +74,10 @@ func TestEverySentinelMatchesWithBothErrorLibraries(t *testing.T) {
 			}},
 			{sdk.ErrQueueFull, "Start", func() error {
 				_, err := sdk.Start(ctx, c, echo, "over", sdk.StartOpts{Queue: "tight"})
+				return err
+			}},
+			{sdk.ErrPayloadTooLarge, "Start", func() error {
+				_, err := sdk.Start(ctx, c, echo, strings.Repeat("x", sdk.DefaultMaxPayloadBytes))
 				return err
 			}},
 			{sdk.ErrIdempotencyKeyReused, "Start", func() error {
@@ -143,7 +151,7 @@ var exportedSentinels = map[string]error{
 	"ErrUnknownType": sdk.ErrUnknownType, "ErrBadFilter": sdk.ErrBadFilter,
 	"ErrFilterEvaluation": sdk.ErrFilterEvaluation, "ErrFilterTooExpensive": sdk.ErrFilterTooExpensive,
 	"ErrDeadLettered": sdk.ErrDeadLettered, "ErrCancelled": sdk.ErrCancelled, "ErrFailed": sdk.ErrFailed,
-	"ErrExpired": sdk.ErrExpired,
+	"ErrExpired": sdk.ErrExpired, "ErrPayloadTooLarge": sdk.ErrPayloadTooLarge,
 }
 
 func sentinelName(err error) string {
