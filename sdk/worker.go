@@ -87,7 +87,8 @@ type Worker struct {
 	// abandon ends the context the runtime runs on: the crash path, which
 	// writes nothing more. Only tests take it (export_test.go); Start's
 	// context stops the worker gracefully instead.
-	abandon context.CancelFunc
+	abandon  context.CancelFunc
+	startCtx context.Context // Start's: once it is done, a stop is bounded by StopTimeout
 
 	stopOnce sync.Once
 	stopping chan struct{} // closed when the first stop begins
@@ -270,7 +271,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	if err := processor.Start(runCtx); err != nil {
 		return err
 	}
-	w.processor, w.abandon, started = processor, abandon, true
+	w.processor, w.abandon, w.startCtx, started = processor, abandon, ctx, true
 	go w.stopOnDone(ctx, runCtx)
 	return nil
 }
@@ -286,20 +287,17 @@ func (w *Worker) stopOnDone(ctx, runCtx context.Context) {
 	case <-runCtx.Done():
 		return
 	}
-	w.cfg.Logger.Info("worker: stopping: running steps may finish, then their tasks are released",
-		"worker_id", w.cfg.WorkerID, "stop_timeout", w.cfg.StopTimeout.String())
-	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.StopTimeout)
-	defer cancel()
-	_ = w.stop(stopCtx, false) // Run reports its error
+	_ = w.stop(context.WithoutCancel(ctx), false) // bounded by StopTimeout; Run reports its error
 }
 
 // Stop shuts the worker down gracefully: it stops claiming, lets running
 // steps finish, and hands back tasks at their next step boundary
 // (task_released) so another worker resumes them at once. When ctx is done
 // first, it cancels running steps, releases their tasks, and returns
-// ctx.Err(). A stop already under way (a second Stop, or the one a
-// cancelled Start context began) goes on as it began; Stop then waits for
-// it, until ctx is done, and returns nil.
+// ctx.Err(). Once Start's context is done, StopTimeout bounds the stop as
+// well. A stop already under way (a second Stop, or the one a cancelled
+// Start context began) goes on as it began; Stop then waits for it, until
+// ctx is done, and returns nil.
 func (w *Worker) Stop(ctx context.Context) error { return w.stop(ctx, false) }
 
 // StopAndCancel shuts down at once: running steps are cancelled and their
@@ -308,7 +306,7 @@ func (w *Worker) StopAndCancel(ctx context.Context) error { return w.stop(ctx, t
 
 func (w *Worker) stop(ctx context.Context, cancel bool) error {
 	w.mu.Lock()
-	processor, notifier, rescuer, abandon := w.processor, w.notifier, w.rescuer, w.abandon
+	processor, notifier, rescuer, abandon, startCtx := w.processor, w.notifier, w.rescuer, w.abandon, w.startCtx
 	w.mu.Unlock()
 	if processor == nil {
 		return nil
@@ -323,6 +321,16 @@ func (w *Worker) stop(ctx context.Context, cancel bool) error {
 			return ctx.Err()
 		}
 	}
+	if startCtx.Err() != nil {
+		// Start's context ended: this is the stop it asks for, whichever
+		// of stopOnDone and a Stop call got here first, so StopTimeout
+		// bounds it.
+		var cancelTimeout context.CancelFunc
+		ctx, cancelTimeout = context.WithTimeout(ctx, w.cfg.StopTimeout)
+		defer cancelTimeout()
+	}
+	w.cfg.Logger.Info("worker: stopping: running steps may finish, then their tasks are released",
+		"worker_id", w.cfg.WorkerID, "cancel_steps", cancel)
 	var err error
 	if cancel {
 		err = processor.StopAndCancel(ctx)
