@@ -12,11 +12,23 @@
 //
 //	worker, _ := sdk.NewWorker(sdk.WorkerConfig{Pool: pool})
 //	sdk.Register(worker, process)
-//	_ = worker.Start(ctx)
+//	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+//	defer stop()
+//	err := worker.Run(ctx) // until SIGTERM; then a graceful stop
 //
 //	client, _ := sdk.NewClient(sdk.ClientConfig{Pool: pool})
 //	res, _ := client.Start(ctx, process, Document{...}, nil)
 //	info, _ := client.Wait(ctx, res.ID)
+//
+// [Worker.Run] stops gracefully when its context ends, as [Worker.Stop]
+// does: running steps finish within [WorkerConfig.StopTimeout] and their
+// tasks are released (task_released) for another worker at once; a step
+// that outlives it is cancelled, and its task released all the same.
+// Cancelling [Worker.Start]'s context does the same. Only a process that
+// dies (SIGKILL, a crash) leaves its tasks to their leases' expiry.
+//
+// Metrics ([WorkerConfig.Metrics], [ClientConfig.Metrics]) count whatever
+// the store: a PostgreSQL pool, or a Store such as engine/sqlitestore's.
 //
 // The worker classifies each failed attempt (rules, marks, CEL policy,
 // default), decides on a retry from the retry budget, and dead-letters what
