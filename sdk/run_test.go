@@ -162,3 +162,19 @@ func TestNegativeStopTimeoutRefused(t *testing.T) {
 	_, err := sdk.NewWorker(sdk.WorkerConfig{Store: b.store, StopTimeout: -time.Second})
 	require.ErrorContains(t, err, "StopTimeout -1s is negative")
 }
+
+// A Stop call ends Run, as http.Server's Shutdown ends ListenAndServe.
+func TestStopEndsRun(t *testing.T) {
+	t.Parallel()
+	b := setupEmbedded(t, sdk.WorkerConfig{})
+	sdk.Register(b.worker, sdk.NewWorkflow("noop", 1, func(workflow.Context, string) (string, error) { return "", nil }, nil))
+	ran := runInBackground(context.Background(), b.worker)
+	// Start registers the types while it holds the worker, so a Stop after
+	// that finds the worker started.
+	require.Eventually(t, func() bool {
+		types, err := b.client.TaskTypes(context.Background())
+		return err == nil && len(types) == 1
+	}, testTimeout, 5*time.Millisecond)
+	require.NoError(t, b.worker.Stop(context.Background()))
+	require.NoError(t, receive(t, ran, "Run to return after Stop"))
+}

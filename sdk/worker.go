@@ -186,9 +186,10 @@ func RegisterSafely[In, Out any](w *Worker, wf *Workflow[In, Out]) error {
 // gracefully as [Worker.Stop] does, within [WorkerConfig.StopTimeout]:
 // running steps finish and are recorded, and their tasks are handed back
 // at the next step boundary (task_released) so another worker resumes them
-// at once. It returns nil after a clean stop, the error when the worker
-// could not start, and an error matching context.DeadlineExceeded when
-// steps outlived StopTimeout (they were cancelled, their tasks released).
+// at once. A [Worker.Stop] call ends Run too. It returns nil after a
+// clean stop, the error when the worker could not start, and an error
+// matching context.DeadlineExceeded when steps outlived StopTimeout (they
+// were cancelled, their tasks released).
 //
 // The shutdown on a signal is:
 //
@@ -199,8 +200,11 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err := w.Start(ctx); err != nil {
 		return err
 	}
-	<-ctx.Done()
-	<-w.stopped // the stop Start's context began (or a Stop call did)
+	select {
+	case <-ctx.Done(): // Start's watcher begins the stop
+	case <-w.stopping: // a Stop call began it
+	}
+	<-w.stopped
 	if w.stopErr != nil {
 		return errors.Wrapf(w.stopErr, "worker: steps still ran when the stop timed out (StopTimeout %s); they were cancelled and their tasks released", w.cfg.StopTimeout)
 	}
