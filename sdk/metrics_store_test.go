@@ -116,3 +116,25 @@ func TestMetricsOnStoreAndOtherMetricsInConfigRefused(t *testing.T) {
 		require.NoError(t, err)
 	})
 }
+
+// The metrics decorator keeps what needs the driver itself: StartTx over a
+// caller-given PostgreSQL store still joins the caller's transaction.
+func TestStartTxThroughMetricsOnAGivenStore(t *testing.T) {
+	t.Parallel()
+	pool := enginetest.Pool(t)
+	st, err := pgstore.New(pgstore.Config{Pool: pool, Schema: enginetest.Schema(t)})
+	require.NoError(t, err)
+	metrics, err := engine.NewMetrics(prometheus.NewRegistry())
+	require.NoError(t, err)
+	client, err := sdk.NewClient(sdk.ClientConfig{Store: st, Metrics: metrics})
+	require.NoError(t, err)
+	t.Cleanup(client.Close)
+	ctx := context.Background()
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	res, err := client.StartTx(ctx, tx, sdk.TypeRef{Name: "outbox.send", Version: 1}, "mail", nil)
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(ctx))
+	_, err = client.Get(ctx, res.ID)
+	require.NoError(t, err)
+}
