@@ -211,7 +211,7 @@ func (c *Client) Start(ctx context.Context, wf WorkflowRef, input any, opts *Sta
 func (c *Client) StartTx(ctx context.Context, tx pgx.Tx, wf WorkflowRef, input any, opts *StartOpts) (StartResult, error) {
 	pg, ok := baseStore(c.store).(*pgstore.Store)
 	if !ok {
-		return StartResult{}, errmark.Mark(errors.Newf("StartTx: a pgx transaction needs the PostgreSQL store, not %T", c.store), store.ErrUnsupported)
+		return StartResult{}, errmark.Mark(errors.Newf("StartTx: a pgx transaction needs the PostgreSQL store, not %T", baseStore(c.store)), store.ErrUnsupported)
 	}
 	p, err := c.startParams(wf, input, opts)
 	if err != nil {
