@@ -94,6 +94,14 @@ func crashWorkerConfig(pool *pgxpool.Pool, schema, id string, rescue time.Durati
 // its third step, and checks that B resumes it after the lease expires
 // without running steps 1 and 2 again.
 func resumeAfterCrash(t *testing.T, pool *pgxpool.Pool, schema string, client *sdk.Client, id uuid.UUID) {
+	resumeAfter(t, pool, schema, client, id, history.LeaseExpired)
+}
+
+// resumeAfter starts worker B after worker A's attempt of task id ended at
+// its third step with the event ended (lease_expired after a crash,
+// task_released after a stop), and checks that B resumes it without running
+// steps 1 and 2 again.
+func resumeAfter(t *testing.T, pool *pgxpool.Pool, schema string, client *sdk.Client, id uuid.UUID, ended history.Type) {
 	t.Helper()
 	ctx := context.Background()
 	b, err := sdk.NewWorker(crashWorkerConfig(pool, schema, "worker-b", 100*time.Millisecond))
@@ -119,26 +127,33 @@ func resumeAfterCrash(t *testing.T, pool *pgxpool.Pool, schema string, client *s
 
 	require.Equal(t, []history.Type{
 		history.TaskScheduled, history.AttemptStarted, history.StepCompleted, history.StepCompleted,
-		history.LeaseExpired,
+		ended,
 		history.AttemptStarted, history.StepCompleted, history.TaskCompleted,
 	}, eventTypes(t, client, id))
 	enginetest.RequireProjectionsMatch(t, client.Store())
 }
 
-func TestCrashResumeAfterWorkerContextKilled(t *testing.T) {
+// Cancelling a worker's Start context is a graceful stop, not a crash: the
+// step that does not finish within StopTimeout is cancelled and its task
+// released (task_released), so another worker resumes it at once instead of
+// after the lease.
+func TestCancelledWorkerContextReleasesTask(t *testing.T) {
 	t.Parallel()
 	pool := enginetest.Pool(t)
 	schema := enginetest.Schema(t)
 	createExecutionsTable(t, pool, schema)
 	client := newClient(t, schema)
 
-	// Worker A runs without a rescuer: it is the one that dies.
-	crashCtx, crash := context.WithCancel(context.Background())
-	defer crash()
-	a, err := sdk.NewWorker(crashWorkerConfig(pool, schema, "worker-a", -1))
+	// Worker A runs without a rescuer, and its third step blocks until
+	// cancelled, which StopTimeout does.
+	workerCtx, cancelWorker := context.WithCancel(context.Background())
+	defer cancelWorker()
+	cfg := crashWorkerConfig(pool, schema, "worker-a", -1)
+	cfg.StopTimeout = 100 * time.Millisecond
+	a, err := sdk.NewWorker(cfg)
 	require.NoError(t, err)
 	sdk.Register(a, newCrashWorkflow(pool, schema, "worker-a", "validate"))
-	require.NoError(t, a.Start(crashCtx))
+	require.NoError(t, a.Start(workerCtx))
 
 	res, err := client.StartDynamic(context.Background(), sdk.TypeRef{Name: crashType, Version: 1}, "doc")
 	require.NoError(t, err)
@@ -147,12 +162,15 @@ func TestCrashResumeAfterWorkerContextKilled(t *testing.T) {
 			executions(t, pool, schema, res.ID)["validate"]["worker-a"] == 1
 	})
 
-	// Kill worker A's context: no graceful release, nothing more written.
-	crash()
-	require.NoError(t, a.Stop(context.Background()))
-	require.Equal(t, history.StatusRunning, mustGet(t, client, res.ID).Status, "a crashed worker releases nothing")
+	cancelWorker()
+	// Stop waits for the stop the cancelled context began (or is that stop,
+	// bounded by StopTimeout all the same, which the blocked step outlives).
+	if err := a.Stop(context.Background()); err != nil {
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+	}
+	require.Equal(t, history.StatusPending, mustGet(t, client, res.ID).Status, "a stopped worker releases its task")
 
-	resumeAfterCrash(t, pool, schema, client, res.ID)
+	resumeAfter(t, pool, schema, client, res.ID, history.TaskReleased)
 }
 
 func TestCrashResumeAfterWorkerProcessKilled(t *testing.T) {

@@ -368,14 +368,13 @@ func TestCancelSurvivesAWorkerCrash(t *testing.T) {
 			}, workflow.StepOpts{Irreversible: true})
 		})
 		sdk.Register(b.worker, wf)
-		crashCtx, crash := context.WithCancel(context.Background())
-		require.NoError(t, b.worker.Start(crashCtx))
+		require.NoError(t, b.worker.Start(context.Background()))
 		ctx := context.Background()
 		res, err := sdk.Start(ctx, b.client, wf, "")
 		require.NoError(t, err)
 		waitSignal(t, hung, "the step the worker dies in")
 		require.NoError(t, b.client.Cancel(ctx, res.ID, "user left"))
-		crash() // the worker dies: nothing more is written for its attempt
+		sdk.AbandonWorker(b.worker) // the worker dies: nothing more is written for its attempt
 
 		second := b.newWorker(t, cfg)
 		sdk.Register(second, wf)

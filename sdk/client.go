@@ -43,8 +43,8 @@ type ClientConfig struct {
 	// set.
 	Pool *pgxpool.Pool
 	// Store, when set, is the store to use in place of a PostgreSQL store
-	// over Pool (the embedded store of engine/sqlitestore, say). Schema
-	// and Metrics are then the store's own business.
+	// over Pool (the embedded store of engine/sqlitestore, say). Schema is
+	// then the store's own business; Metrics still counts (see Metrics).
 	Store store.Store
 	// Schema holding cairn's tables. Default pgstore.DefaultSchema ("cairn").
 	Schema string
@@ -54,8 +54,8 @@ type ClientConfig struct {
 	// tasks it retries (task_requeued's "by"). Default "sdk@<hostname>".
 	Identity string
 	// Metrics counts the events this client's requests write (a cancel,
-	// a task cancelled before it ran; see [engine.NewMetrics]). Default
-	// nil: no metrics.
+	// a task cancelled before it ran; see [engine.NewMetrics]), whatever
+	// the store, as [WorkerConfig.Metrics] does. Default nil: no metrics.
 	Metrics *engine.Metrics
 	// Notifier, when set, is a started notifier on the same schema that
 	// Wait listens with, shared with other clients (a server with a client
@@ -110,14 +110,6 @@ func (c *Client) waitListener() *engine.Notifier {
 		}
 	})
 	return c.listener
-}
-
-// configuredStore is store when set, else a PostgreSQL store over pool.
-func configuredStore(st store.Store, pool *pgxpool.Pool, schema string, metrics *engine.Metrics) (store.Store, error) {
-	if st != nil {
-		return st, nil
-	}
-	return pgstore.New(pgstore.Config{Pool: pool, Schema: schema, Metrics: metrics})
 }
 
 // NewClient returns a client. It does not touch the database.
@@ -235,9 +227,9 @@ func (c *Client) StartDynamic(ctx context.Context, wf WorkflowRef, input any, op
 // commits. It needs the PostgreSQL store; on another it fails with an
 // error marked [store.ErrUnsupported]. [StartTx] is the typed form.
 func (c *Client) StartDynamicTx(ctx context.Context, tx pgx.Tx, wf WorkflowRef, input any, opts ...StartOpts) (StartResult, error) {
-	pg, ok := c.store.(*pgstore.Store)
+	pg, ok := baseStore(c.store).(*pgstore.Store)
 	if !ok {
-		return StartResult{}, errmark.Mark(errors.Newf("StartTx: a pgx transaction needs the PostgreSQL store, not %T", c.store), store.ErrUnsupported)
+		return StartResult{}, errmark.Mark(errors.Newf("StartDynamicTx: a pgx transaction needs the PostgreSQL store, not %T", baseStore(c.store)), store.ErrUnsupported)
 	}
 	p, err := c.startParams(wf, input, opts)
 	if err != nil {

@@ -12,7 +12,9 @@
 //
 //	worker, _ := sdk.NewWorker(sdk.WorkerConfig{Pool: pool})
 //	sdk.Register(worker, process)
-//	_ = worker.Start(ctx)
+//	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+//	defer stop()
+//	err := worker.Run(ctx) // until SIGTERM; then a graceful stop
 //
 //	client, _ := sdk.NewClient(sdk.ClientConfig{Pool: pool})
 //	run, _ := sdk.Start(ctx, client, process, Document{...}) // a Document, or it does not compile
@@ -30,6 +32,16 @@
 // Options ([StartOpts], [WorkflowOpts], [ListOpts], [DeadLetterOpts],
 // workflow.StepOpts) are an optional trailing value: leave them out for the
 // defaults; more than one is refused.
+//
+// [Worker.Run] stops gracefully when its context ends, as [Worker.Stop]
+// does: running steps finish within [WorkerConfig.StopTimeout] and their
+// tasks are released (task_released) for another worker at once; a step
+// that outlives it is cancelled, and its task released all the same.
+// Cancelling [Worker.Start]'s context does the same. Only a process that
+// dies (SIGKILL, a crash) leaves its tasks to their leases' expiry.
+//
+// Metrics ([WorkerConfig.Metrics], [ClientConfig.Metrics]) count whatever
+// the store: a PostgreSQL pool, or a Store such as engine/sqlitestore's.
 //
 // The worker classifies each failed attempt (rules, marks, CEL policy,
 // default), decides on a retry from the retry budget, and dead-letters what

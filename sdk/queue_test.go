@@ -447,16 +447,14 @@ func TestLeaderCrashHandsOverSchedules(t *testing.T) {
 	wf := sdk.NewWorkflow("report.tick", 1, func(workflow.Context, string) (string, error) { return "", nil })
 	ctx := context.Background()
 	require.NoError(t, b.client.CreateSchedule(ctx, sdk.ScheduleParams{Name: "tick", Cron: "* * * * * *", Workflow: wf}))
-	crashCtx := map[string]context.CancelFunc{}
 	workers := map[string]*sdk.Worker{}
 	for _, id := range []string{"worker-a", "worker-b"} {
 		c := cfg
 		c.WorkerID = id
 		w := b.newWorker(t, c)
 		sdk.Register(w, wf)
-		wctx, cancel := context.WithCancel(context.Background())
-		require.NoError(t, w.Start(wctx))
-		crashCtx[id], workers[id] = cancel, w
+		require.NoError(t, w.Start(context.Background()))
+		workers[id] = w
 	}
 	leader := func() string {
 		var owner string
@@ -473,7 +471,7 @@ func TestLeaderCrashHandsOverSchedules(t *testing.T) {
 	// the leader of the moment.
 	var first string
 	require.Eventually(t, func() bool { first = leader(); return first != "" }, testTimeout, 10*time.Millisecond)
-	crashCtx[first]() // the leader dies without resigning
+	sdk.AbandonWorker(workers[first]) // the leader dies
 	survivor := "worker-a"
 	if first == survivor {
 		survivor = "worker-b"
@@ -484,7 +482,6 @@ func TestLeaderCrashHandsOverSchedules(t *testing.T) {
 	require.NoError(t, b.client.PauseSchedule(ctx, "tick"))
 	_ = workers[survivor].Stop(ctx)
 	_ = workers[first].Stop(ctx)
-	crashCtx[survivor]()
 
 	tasks, err := b.client.List(ctx, sdk.ListOpts{Type: "report.tick", Limit: 100})
 	require.NoError(t, err)

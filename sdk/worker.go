@@ -22,8 +22,8 @@ type WorkerConfig struct {
 	// set.
 	Pool *pgxpool.Pool
 	// Store, when set, is the store to use in place of a PostgreSQL store
-	// over Pool (the embedded store of engine/sqlitestore, say). Schema
-	// and Metrics are then the store's own business.
+	// over Pool (the embedded store of engine/sqlitestore, say). Schema is
+	// then the store's own business; Metrics still counts (see Metrics).
 	Store store.Store
 	// Schema holding cairn's tables. Default pgstore.DefaultSchema ("cairn").
 	Schema string
@@ -50,9 +50,19 @@ type WorkerConfig struct {
 	WorkerID string
 	// Logger. Default slog.Default().
 	Logger *slog.Logger
-	// Metrics counts what this worker records (see [engine.NewMetrics]).
-	// Default nil: no metrics.
+	// Metrics counts what this worker records (see [engine.NewMetrics]),
+	// whatever the store: over Pool, or a Store the caller made. A Store
+	// already made with the same Metrics (sqlitestore.Config.Metrics) is
+	// counted once; one made with other metrics is refused, as each
+	// event would be counted twice. Default nil: no metrics.
 	Metrics *engine.Metrics
+	// StopTimeout bounds the graceful stop that [Worker.Run], and a
+	// cancelled [Worker.Start] context, perform: running steps get this
+	// long to finish, then they are cancelled and their tasks released.
+	// Default DefaultStopTimeout (30s). Keep it under the time your
+	// platform waits between SIGTERM and SIGKILL (Kubernetes'
+	// terminationGracePeriodSeconds, 30s by default).
+	StopTimeout time.Duration
 	// TracerProvider, when set, makes each attempt an OpenTelemetry span
 	// (and each step a child span) under the trace the task was started
 	// with (StartOpts.TraceID: a W3C traceparent or a trace id). Default
@@ -67,8 +77,11 @@ type WorkerConfig struct {
 	MaxPayloadBytes int
 }
 
-// Worker runs registered workflow types. Register workflows, then Start;
-// Stop shuts down gracefully.
+// DefaultStopTimeout is [WorkerConfig.StopTimeout]'s default.
+const DefaultStopTimeout = 30 * time.Second
+
+// Worker runs registered workflow types. Register workflows, then Run (or
+// Start, and Stop to shut down gracefully).
 type Worker struct {
 	cfg   WorkerConfig
 	store store.Store
@@ -78,6 +91,16 @@ type Worker struct {
 	processor *engine.Processor
 	notifier  *engine.Notifier
 	rescuer   *engine.Rescuer
+	// abandon ends the context the runtime runs on: the crash path, which
+	// writes nothing more. Only tests take it (export_test.go); Start's
+	// context stops the worker gracefully instead.
+	abandon  context.CancelFunc
+	startCtx context.Context // Start's: once it is done, a stop is bounded by StopTimeout
+
+	stopOnce sync.Once
+	stopping chan struct{} // closed when the first stop begins
+	stopped  chan struct{} // closed when it is over; stopErr is then set
+	stopErr  error
 }
 
 // registered is a workflow type as Register recorded it.
@@ -107,7 +130,11 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	if cfg.Namespace == "" {
 		cfg.Namespace = store.DefaultNamespace
 	}
-	return &Worker{cfg: cfg, store: st, types: map[store.TypeKey]registered{}}, nil
+	if cfg.StopTimeout == 0 {
+		cfg.StopTimeout = DefaultStopTimeout
+	}
+	return &Worker{cfg: cfg, store: st, types: map[store.TypeKey]registered{},
+		stopping: make(chan struct{}), stopped: make(chan struct{})}, nil
 }
 
 // validateWorkerConfig reports a bad setting when the worker is made, not
@@ -118,6 +145,9 @@ func validateWorkerConfig(cfg *WorkerConfig) error {
 	}
 	if cfg.LeaseTTL < 0 || cfg.HeartbeatInterval < 0 || cfg.PollInterval < 0 {
 		return errors.New("worker: LeaseTTL, HeartbeatInterval and PollInterval must not be negative")
+	}
+	if cfg.StopTimeout < 0 {
+		return errors.Newf("worker: StopTimeout %s is negative", cfg.StopTimeout)
 	}
 	ttl := cfg.LeaseTTL
 	if ttl == 0 {
@@ -162,11 +192,42 @@ func RegisterSafely[In, Out any](w *Worker, wf *Workflow[In, Out]) error {
 	return nil
 }
 
+// Run starts the worker, runs tasks until ctx is done, then stops
+// gracefully as [Worker.Stop] does, within [WorkerConfig.StopTimeout]:
+// running steps finish and are recorded, and their tasks are handed back
+// at the next step boundary (task_released) so another worker resumes them
+// at once. A [Worker.Stop] call ends Run too. It returns nil after a
+// clean stop, the error when the worker could not start, and an error
+// matching context.DeadlineExceeded when steps outlived StopTimeout (they
+// were cancelled, their tasks released).
+//
+// The shutdown on a signal is:
+//
+//	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+//	defer stop()
+//	if err := worker.Run(ctx); err != nil { ... }
+func (w *Worker) Run(ctx context.Context) error {
+	if err := w.Start(ctx); err != nil {
+		return err
+	}
+	select {
+	case <-ctx.Done(): // Start's watcher begins the stop
+	case <-w.stopping: // a Stop call began it
+	}
+	<-w.stopped
+	if w.stopErr != nil {
+		return errors.Wrapf(w.stopErr, "worker: steps still ran when the stop timed out (StopTimeout %s); they were cancelled and their tasks released", w.cfg.StopTimeout)
+	}
+	return nil
+}
+
 // Start begins running tasks. It returns at once.
 //
-// Cancelling ctx abandons in-flight work as a crash would (their tasks are
-// picked up elsewhere once their leases expire); use [Worker.Stop] to shut
-// down gracefully.
+// Cancelling ctx stops the worker gracefully, as Run does: running steps
+// get [WorkerConfig.StopTimeout] to finish, and their tasks are released
+// (task_released), not left to their leases' expiry. [Worker.Stop] stops
+// it sooner, with a timeout of its own. ctx's values (a trace, say) reach
+// the runtime; its cancellation only starts the stop.
 func (w *Worker) Start(ctx context.Context) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -188,6 +249,16 @@ func (w *Worker) Start(ctx context.Context) error {
 	if err := w.registerTypes(ctx); err != nil {
 		return err
 	}
+	// The runtime runs on a context of its own, so that cancelling ctx
+	// hands tasks back (stopOnDone) instead of abandoning them as the
+	// engine does when its context ends.
+	runCtx, abandon := context.WithCancel(context.WithoutCancel(ctx))
+	started := false
+	defer func() {
+		if !started {
+			abandon()
+		}
+	}()
 	w.notifier = engine.NewNotifier(w.store, w.cfg.Logger)
 	processor, err := engine.NewProcessor(engine.ProcessorConfig{
 		Store: w.store, Notifier: w.notifier, Namespace: w.cfg.Namespace, Queues: w.cfg.Queues,
@@ -205,22 +276,43 @@ func (w *Worker) Start(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if err := w.rescuer.Start(ctx); err != nil {
+		if err := w.rescuer.Start(runCtx); err != nil {
 			return err
 		}
 	}
-	if err := w.notifier.Start(ctx); err != nil {
+	if err := w.notifier.Start(runCtx); err != nil {
 		return err
 	}
-	w.processor = processor
-	return processor.Start(ctx)
+	if err := processor.Start(runCtx); err != nil {
+		return err
+	}
+	w.processor, w.abandon, w.startCtx, started = processor, abandon, ctx, true
+	go w.stopOnDone(ctx, runCtx)
+	return nil
+}
+
+// stopOnDone stops the worker gracefully, within StopTimeout, once ctx
+// (Start's) is done. It returns early when a stop began otherwise, or the
+// runtime was abandoned.
+func (w *Worker) stopOnDone(ctx, runCtx context.Context) {
+	select {
+	case <-ctx.Done():
+	case <-w.stopping:
+		return
+	case <-runCtx.Done():
+		return
+	}
+	_ = w.stop(context.WithoutCancel(ctx), false) // bounded by StopTimeout; Run reports its error
 }
 
 // Stop shuts the worker down gracefully: it stops claiming, lets running
 // steps finish, and hands back tasks at their next step boundary
 // (task_released) so another worker resumes them at once. When ctx is done
 // first, it cancels running steps, releases their tasks, and returns
-// ctx.Err().
+// ctx.Err(). Once Start's context is done, StopTimeout bounds the stop as
+// well. A stop already under way (a second Stop, or the one a cancelled
+// Start context began) goes on as it began; Stop then waits for it, until
+// ctx is done, and returns nil.
 func (w *Worker) Stop(ctx context.Context) error { return w.stop(ctx, false) }
 
 // StopAndCancel shuts down at once: running steps are cancelled and their
@@ -229,11 +321,31 @@ func (w *Worker) StopAndCancel(ctx context.Context) error { return w.stop(ctx, t
 
 func (w *Worker) stop(ctx context.Context, cancel bool) error {
 	w.mu.Lock()
-	processor, notifier, rescuer := w.processor, w.notifier, w.rescuer
+	processor, notifier, rescuer, abandon, startCtx := w.processor, w.notifier, w.rescuer, w.abandon, w.startCtx
 	w.mu.Unlock()
 	if processor == nil {
 		return nil
 	}
+	first := false
+	w.stopOnce.Do(func() { first = true; close(w.stopping) })
+	if !first {
+		select {
+		case <-w.stopped:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	if startCtx.Err() != nil {
+		// Start's context ended: this is the stop it asks for, whichever
+		// of stopOnDone and a Stop call got here first, so StopTimeout
+		// bounds it.
+		var cancelTimeout context.CancelFunc
+		ctx, cancelTimeout = context.WithTimeout(ctx, w.cfg.StopTimeout)
+		defer cancelTimeout()
+	}
+	w.cfg.Logger.Info("worker: stopping: running steps may finish, then their tasks are released",
+		"worker_id", w.cfg.WorkerID, "cancel_steps", cancel)
 	var err error
 	if cancel {
 		err = processor.StopAndCancel(ctx)
@@ -244,6 +356,9 @@ func (w *Worker) stop(ctx context.Context, cancel bool) error {
 	if rescuer != nil {
 		rescuer.Stop()
 	}
+	abandon() // everything has stopped: this only frees the context
+	w.stopErr = err
+	close(w.stopped)
 	return err
 }
 

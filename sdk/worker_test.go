@@ -632,11 +632,10 @@ func TestStopCancelsStepsItCannotWaitFor(t *testing.T) {
 	})
 }
 
-// Cancelling the context a worker was started with abandons its attempts as
-// a crash would: nothing more is written for them, and once the lease
-// expires a rescuer reschedules the task for another worker, which resumes
-// after the last recorded step.
-func TestCancelledStartContextAbandonsAttemptToRescuer(t *testing.T) {
+// A worker that dies abandons its attempts: nothing more is written for
+// them, and once the lease expires a rescuer reschedules the task for
+// another worker, which resumes after the last recorded step.
+func TestAbandonedAttemptGoesToRescuer(t *testing.T) {
 	t.Parallel()
 	onEachStore(t, func(t *testing.T, setup setupFunc) {
 		b := setup(t, sdk.WorkerConfig{
@@ -662,9 +661,7 @@ func TestCancelledStartContextAbandonsAttemptToRescuer(t *testing.T) {
 			})
 		})
 		sdk.Register(b.worker, wf)
-		crashCtx, crash := context.WithCancel(context.Background())
-		defer crash()
-		require.NoError(t, b.worker.Start(crashCtx))
+		require.NoError(t, b.worker.Start(context.Background()))
 		res, err := sdk.Start(context.Background(), b.client, wf, "feed")
 		require.NoError(t, err)
 		select {
@@ -672,7 +669,7 @@ func TestCancelledStartContextAbandonsAttemptToRescuer(t *testing.T) {
 		case <-time.After(testTimeout):
 			t.Fatal("step never started")
 		}
-		crash()
+		sdk.AbandonWorker(b.worker)
 		stopWorker(t, b.worker) // waits for the abandoned attempt to return
 		events := taskHistory(t, b.client, res.ID)
 		require.Equal(t, []history.Type{history.TaskScheduled, history.AttemptStarted, history.StepCompleted},

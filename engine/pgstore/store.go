@@ -100,6 +100,11 @@ func New(cfg Config) (*Store, error) {
 // Pool returns the store's connection pool.
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 
+// Observer returns the observer the store counts its writes into
+// (Config.Metrics), or nil: the SDK reads it so as not to count a store's
+// writes twice.
+func (s *Store) Observer() store.Observer { return s.metrics }
+
 // Schema returns the schema the store works in.
 func (s *Store) Schema() string { return s.schema }
 

@@ -144,6 +144,11 @@ func (s *Store) Close() error { return s.db.Close() }
 // Path is the store's file.
 func (s *Store) Path() string { return s.path }
 
+// Observer returns the observer the store counts its writes into
+// (Config.Metrics), or nil: the SDK reads it so as not to count a store's
+// writes twice.
+func (s *Store) Observer() store.Observer { return s.metrics }
+
 // Ping checks that the database answers.
 func (s *Store) Ping(ctx context.Context) error {
 	return errors.Wrap(s.db.PingContext(ctx), "ping SQLite store")

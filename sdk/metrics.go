@@ -1,0 +1,104 @@
+package sdk
+
+import (
+	"context"
+
+	"github.com/cockroachdb/errors"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/engine/pgstore"
+	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/history"
+)
+
+// configuredStore is the store a Client or Worker writes through: st when
+// set, else a PostgreSQL store over pool; in both cases counting into
+// metrics when it is set (see observedStore).
+func configuredStore(st store.Store, pool *pgxpool.Pool, schema string, metrics *engine.Metrics) (store.Store, error) {
+	if st == nil {
+		return pgstore.New(pgstore.Config{Pool: pool, Schema: schema, Metrics: metrics})
+	}
+	if metrics == nil {
+		return st, nil
+	}
+	switch own := ownObserver(st); {
+	case own == nil:
+		return &observedStore{Store: st, obs: metrics}, nil
+	case own == store.Observer(metrics):
+		return st, nil // the store counts into the same metrics already
+	default:
+		return nil, errors.New("sdk: Metrics is set in the config and, to other metrics, on its Store: " +
+			"every event would be counted twice; set Metrics in one place (the config, or the store's Config.Metrics)")
+	}
+}
+
+// observerReporter is a store that says which observer it counts its
+// writes into: both drivers do (pgstore.Store.Observer,
+// sqlitestore.Store.Observer). A decorator that embeds store.Store does
+// not, and is counted again by the SDK's Metrics.
+type observerReporter interface {
+	Observer() store.Observer
+}
+
+// ownObserver is the observer st counts into itself, nil when none (or
+// when it does not say).
+func ownObserver(st store.Store) store.Observer {
+	r, ok := st.(observerReporter)
+	if !ok {
+		return nil
+	}
+	own := r.Observer()
+	if m, isMetrics := own.(*engine.Metrics); isMetrics && m == nil {
+		return nil // a typed nil counts nothing
+	}
+	return own
+}
+
+// observedStore counts what a caller-given store commits into obs, as a
+// driver does with its Config.Metrics: an append once it is written (a
+// refused one counts nothing), a batch of claims once it is made. The
+// driver's own EventAppend goes through its own EventAppendMany, not
+// through these methods, so nothing is counted twice.
+type observedStore struct {
+	store.Store
+	obs store.Observer
+}
+
+func (s *observedStore) EventAppend(ctx context.Context, p *store.EventAppendParams) (history.State, error) {
+	next, err := s.Store.EventAppend(ctx, p)
+	if err == nil {
+		s.obs.ObserveAppended(p, next)
+	}
+	return next, err
+}
+
+func (s *observedStore) EventAppendMany(ctx context.Context, ps []*store.EventAppendParams) ([]store.AppendResult, error) {
+	out, err := s.Store.EventAppendMany(ctx, ps)
+	if err != nil {
+		return out, err
+	}
+	for i, res := range out {
+		if res.Err == nil {
+			s.obs.ObserveAppended(ps[i], res.State)
+		}
+	}
+	return out, nil
+}
+
+func (s *observedStore) TaskClaimMany(ctx context.Context, p *store.TaskClaimManyParams) ([]*store.ClaimedTask, error) {
+	claimed, err := s.Store.TaskClaimMany(ctx, p)
+	if err == nil {
+		s.obs.ObserveClaimed(claimed)
+	}
+	return claimed, err
+}
+
+// baseStore is the store under the SDK's metrics decorator, for what needs
+// the driver itself (StartTx joins a pgx transaction).
+func baseStore(st store.Store) store.Store {
+	if o, ok := st.(*observedStore); ok {
+		return o.Store
+	}
+	return st
+}
