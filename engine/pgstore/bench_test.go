@@ -7,6 +7,7 @@ import (
 
 	"github.com/cairnflow/cairn/engine/enginetest"
 	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/engine/storetest"
 	"github.com/cairnflow/cairn/history"
 )
 
@@ -84,3 +85,10 @@ func BenchmarkEventAppend(b *testing.B) {
 	b.StopTimer()
 	enginetest.RequireProjectionsMatch(b, s)
 }
+
+func newBenchStore(tb testing.TB) store.Store { return enginetest.Store(tb) }
+
+// The claim loop's timing over PostgreSQL (engine/storetest/bench.go).
+func BenchmarkLimitedQueue(b *testing.B)  { storetest.BenchLimitedQueue(b, newBenchStore) }
+func BenchmarkTimerLateness(b *testing.B) { storetest.BenchTimerLateness(b, newBenchStore) }
+func BenchmarkRetryLateness(b *testing.B) { storetest.BenchRetryLateness(b, newBenchStore) }
