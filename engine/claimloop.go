@@ -2,11 +2,19 @@ package engine
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/cairnflow/cairn/engine/store"
 )
 
+// claimLoop claims while slots are free and work is due, then waits for
+// what can make a claim worth trying: a notification (new work, a freed
+// slot of a limited queue anywhere), a slot of its own freeing while work
+// waits for one, the next due time it knows of (the store's outlook, or a
+// retry or timer its own attempts set), or the poll interval, whichever
+// comes first. The poll is the fallback for what nothing announces (lost
+// notifications, work written by a clock the worker cannot see).
 func (p *Processor) claimLoop(ctx context.Context) {
 	defer close(p.loopDone)
 	var wake <-chan struct{}
@@ -15,12 +23,8 @@ func (p *Processor) claimLoop(ctx context.Context) {
 		defer unsubscribe()
 		wake = ch
 	}
-	poll := time.NewTicker(p.cfg.PollInterval)
-	defer poll.Stop()
-	// backlog is whether more due work may be waiting for a slot: the last
-	// claim filled every free slot, or there was no free slot to claim
-	// with when woken. Only then is a freed slot worth a claim.
-	backlog := false
+	timer := time.NewTimer(p.cfg.PollInterval)
+	defer timer.Stop()
 	var retry time.Duration // the claim's backoff while the database is out of reach
 	for {
 		select {
@@ -30,8 +34,10 @@ func (p *Processor) claimLoop(ctx context.Context) {
 			return
 		default:
 		}
+		var next nextClaim
 		if free := p.cfg.Concurrency - p.inflightCount(); free > 0 {
-			n, err := p.claim(ctx, free)
+			began := time.Now()
+			res, err := p.claim(ctx, free)
 			switch {
 			case err == nil:
 				p.claimOutage.ok()
@@ -49,33 +55,88 @@ func (p *Processor) claimLoop(ctx context.Context) {
 			default:
 				p.cfg.Logger.Warn("processor: claim", errAttr(err))
 			}
-			backlog = err == nil && n == free
-		} else {
-			backlog = true
-		}
-		var freed <-chan struct{}
-		if backlog {
-			freed = p.slotFreed
-		}
-		select {
-		case <-p.stopping:
-			return
-		case <-ctx.Done():
-			return
-		case <-wake:
-		case <-poll.C:
-		case <-freed:
-			// Let a few more slots free up, so a busy worker claims in
-			// batches rather than a statement per finished task.
-			cooldown := time.NewTimer(fetchCooldown)
-			select {
-			case <-cooldown.C:
-			case <-p.stopping:
-			case <-ctx.Done():
+			if err == nil {
+				p.localDue.seen(began)
+				next = nextClaim{full: len(res.Tasks) == free, heldBack: res.HeldBack, at: res.NextAt}
 			}
-			cooldown.Stop()
+		} else {
+			// No slot to claim with: only a freed one matters (the work due
+			// meanwhile is claimed then).
+			next = nextClaim{full: true}
+		}
+		if !p.waitToClaim(ctx, next, wake, timer) {
+			return
 		}
 	}
+}
+
+// nextClaim is what the last claim said about when to claim again.
+type nextClaim struct {
+	// full: the claim filled every free slot (or there was none), so more
+	// may be due at once; a freed slot is worth a claim.
+	full bool
+	// heldBack: a queue's concurrency limit left due work waiting; a freed
+	// slot is worth a claim.
+	heldBack bool
+	// at: the store's next due time of the claim's work (zero: none known).
+	at time.Time
+}
+
+// minClaimWait is the shortest wait for a due time: a time already past
+// by this worker's clock may not be yet by the database's, so the loop
+// does not spin on it.
+const minClaimWait = time.Millisecond
+
+// waitToClaim waits until a claim is worth trying again after next; it
+// reports false when the processor stops or ctx ends first. A retry or
+// timer set by this worker's own attempts meanwhile moves the wait
+// earlier without a claim.
+func (p *Processor) waitToClaim(ctx context.Context, next nextClaim, wake <-chan struct{}, timer *time.Timer) bool {
+	var freed <-chan struct{}
+	if next.full || next.heldBack {
+		freed = p.slotFreed
+	}
+	for {
+		wait := p.cfg.PollInterval
+		if !next.full { // with no slot free, a due task waits for one anyway
+			if at := earliest(next.at, p.localDue.earliest()); !at.IsZero() {
+				wait = min(wait, max(time.Until(at), minClaimWait))
+			}
+		}
+		resetTimer(timer, wait)
+		select {
+		case <-p.stopping:
+			return false
+		case <-ctx.Done():
+			return false
+		case <-p.localDue.armed:
+			continue // wait again, to the new earliest
+		case <-wake:
+		case <-timer.C:
+		case <-freed:
+			if next.full {
+				// Let a few more slots free up, so a busy worker claims in
+				// batches rather than a statement per finished task. A
+				// slot a limit held back is scarce: claimed at once.
+				if !p.sleepUnlessStopped(ctx, fetchCooldown) {
+					return false
+				}
+			}
+		}
+		return true
+	}
+}
+
+// resetTimer sets t to fire after d. Since Go 1.23 a Reset discards a
+// fire not yet received, so the loop never wakes for a stale deadline.
+func resetTimer(t *time.Timer, d time.Duration) { t.Reset(d) }
+
+// earliest returns the earlier of a and b, where zero means none.
+func earliest(a, b time.Time) time.Time {
+	if a.IsZero() || (!b.IsZero() && b.Before(a)) {
+		return b
+	}
+	return a
 }
 
 // fetchCooldown is how long a worker with a backlog waits after a slot
@@ -83,7 +144,47 @@ func (p *Processor) claimLoop(ctx context.Context) {
 // claimed without it.
 const fetchCooldown = 10 * time.Millisecond
 
-func (p *Processor) claim(ctx context.Context, max int) (int, error) {
+// localDue holds the run times this worker's own appends set (a retry's,
+// a durable timer's, a released task's) until a claim has seen them: the
+// worker knows them before any claim's outlook can.
+type localDue struct {
+	armed chan struct{} // capacity 1: a time was armed since the loop last looked
+
+	mu        sync.Mutex
+	at        time.Time // the earliest armed and not yet seen by a claim; zero: none
+	lastArmed time.Time // when the latest arm was made, by this process's clock
+}
+
+func newLocalDue() *localDue { return &localDue{armed: make(chan struct{}, 1)} }
+
+// arm records that work of this worker's is due at at.
+func (d *localDue) arm(at time.Time) {
+	d.mu.Lock()
+	d.at = earliest(d.at, at)
+	d.lastArmed = time.Now()
+	d.mu.Unlock()
+	wake(d.armed)
+}
+
+// seen forgets the armed times once a claim that began at began has seen
+// them all: every arm was made before it began, after its append had
+// committed, so the claim's outlook covers them.
+func (d *localDue) seen(began time.Time) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.lastArmed.Before(began) {
+		d.at = time.Time{}
+	}
+}
+
+// earliest returns the earliest armed time not yet seen; zero: none.
+func (d *localDue) earliest() time.Time {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.at
+}
+
+func (p *Processor) claim(ctx context.Context, max int) (store.ClaimResult, error) {
 	// The claim runs under baseCtx, not the work context a stop cancels: a
 	// claim cut off mid-flight may still commit, and its tasks would sit
 	// leased by nobody until expiry. Tasks claimed as a stop begins start
@@ -93,14 +194,14 @@ func (p *Processor) claim(ctx context.Context, max int) (int, error) {
 	claimCtx, cancel := context.WithTimeout(p.baseCtx, p.cfg.LeaseTTL)
 	defer cancel()
 	sent := time.Now()
-	claimed, err := p.cfg.Store.TaskClaimMany(claimCtx, &store.TaskClaimManyParams{
+	res, err := p.cfg.Store.TaskClaim(claimCtx, &store.TaskClaimManyParams{
 		Namespace: p.cfg.Namespace, Queues: p.cfg.Queues, Types: p.cfg.Types,
-		Owner: p.cfg.WorkerID, Max: max, LeaseTTL: p.cfg.LeaseTTL,
+		Owner: p.cfg.WorkerID, Max: max, LeaseTTL: p.cfg.LeaseTTL, StrictPriority: p.cfg.StrictPriority,
 	})
 	if err != nil {
-		return 0, err
+		return res, err
 	}
-	for _, ct := range claimed {
+	for _, ct := range res.Tasks {
 		if ct.Err != nil {
 			// Left to lease expiry (a rescuer that can read it reschedules
 			// it); the others in the batch run.
@@ -120,7 +221,7 @@ func (p *Processor) claim(ctx context.Context, max int) (int, error) {
 		p.executors.Add(1)
 		go p.execute(&Attempt{Task: ct.Task, proc: p, state: ct.State, ctx: attemptCtx, leaseCtx: leaseCtx})
 	}
-	return len(claimed), nil
+	return res, nil
 }
 
 func (p *Processor) inflightCount() int {

@@ -163,6 +163,12 @@ type ProcessorConfig struct {
 	// host-pid-random.
 	WorkerID string
 	Logger   *slog.Logger
+	// StrictPriority turns the claim's aging off: due tasks start in
+	// priority order only. By default one claimed slot in eight goes to
+	// the longest-waiting due task whatever its priority; strict priority
+	// trades that guarantee away, so a steady flow of high-priority work
+	// can starve lower priorities indefinitely.
+	StrictPriority bool
 }
 
 // Processor claims tasks under leases and runs them through a [Handler]:
@@ -180,6 +186,7 @@ type Processor struct {
 	stopHeartbeat       context.CancelFunc
 	executors           sync.WaitGroup // one per running attempt, added by the claim loop
 	slotFreed           chan struct{}  // size 1: wake-ups coalesce
+	localDue            *localDue      // run times this worker's appends set, for the claim loop
 	appender            *appender      // group commit of every append an attempt makes
 	stopCancels         func()         // ends the notifier's cancel callbacks; set by Start
 
@@ -238,6 +245,7 @@ func NewProcessor(cfg ProcessorConfig) (*Processor, error) {
 		cfg:       cfg,
 		stopping:  make(chan struct{}),
 		slotFreed: make(chan struct{}, 1),
+		localDue:  newLocalDue(),
 		// An attempt holds its slot until its outcome is written, and has
 		// at most one append queued: the queue never holds more than
 		// Concurrency appends.
@@ -394,8 +402,18 @@ func (p *Processor) execute(a *Attempt) {
 		if res.Err != nil && p.baseCtx.Err() == nil {
 			p.cfg.Logger.Warn("processor: record attempt outcome", "task_id", a.Task.ID, "attempt", a.state.Attempt, errAttr(res.Err))
 		}
+		if res.Err == nil && waiting(res.State.Status) {
+			// A retry, a durable timer or a hand-back: this worker knows
+			// when the task is due again before any claim could tell it.
+			p.localDue.arm(res.State.RunAt)
+		}
 		p.release(ref)
 	})
+}
+
+// waiting says whether a task of status st waits to be claimed.
+func waiting(st history.Status) bool {
+	return st == history.StatusPending || st == history.StatusRetrying
 }
 
 // requestCancel cancels the handler context of the attempts of task id

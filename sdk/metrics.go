@@ -57,9 +57,10 @@ func ownObserver(st store.Store) store.Observer {
 
 // observedStore counts what a caller-given store commits into obs, as a
 // driver does with its Config.Metrics: an append once it is written (a
-// refused one counts nothing), a batch of claims once it is made. The
-// driver's own EventAppend goes through its own EventAppendMany, not
-// through these methods, so nothing is counted twice.
+// refused one counts nothing), a batch of claims once it is made, a
+// schedule's skipped tick once it is recorded. A driver's own EventAppend
+// goes through its own EventAppendMany, and its TaskClaimMany through its
+// own TaskClaim, not through these methods, so nothing is counted twice.
 type observedStore struct {
 	store.Store
 	obs store.Observer
@@ -92,6 +93,26 @@ func (s *observedStore) TaskClaimMany(ctx context.Context, p *store.TaskClaimMan
 		s.obs.ObserveClaimed(claimed)
 	}
 	return claimed, err
+}
+
+func (s *observedStore) TaskClaim(ctx context.Context, p *store.TaskClaimManyParams) (store.ClaimResult, error) {
+	res, err := s.Store.TaskClaim(ctx, p)
+	if err == nil {
+		s.obs.ObserveClaimed(res.Tasks)
+	}
+	return res, err
+}
+
+// ScheduleFireDue counts each skipped tick, as the drivers do; a firing
+// that started its task is counted by the append of its first event.
+func (s *observedStore) ScheduleFireDue(ctx context.Context, max int) ([]store.ScheduleFiring, error) {
+	firings, err := s.Store.ScheduleFireDue(ctx, max)
+	for _, f := range firings {
+		if f.Skipped() {
+			s.obs.ObserveScheduleSkipped(f)
+		}
+	}
+	return firings, err
 }
 
 // baseStore is the store under the SDK's metrics decorator, for what needs

@@ -41,6 +41,12 @@ type WorkerConfig struct {
 	HeartbeatInterval time.Duration
 	// PollInterval between claims when no notification arrives. Default 1s.
 	PollInterval time.Duration
+	// StrictPriority makes this worker's claims take due tasks in priority
+	// order only. By default one claimed slot in eight goes to the
+	// longest-waiting due task whatever its priority (aging); strict
+	// priority gives that up, so a steady flow of high-priority work can
+	// starve lower priorities indefinitely.
+	StrictPriority bool
 	// RescueInterval between passes of the rescuer, which reschedules
 	// tasks whose lease expired. Default 5s. Negative disables this
 	// worker's rescuer (another process must run one).
@@ -264,7 +270,7 @@ func (w *Worker) Start(ctx context.Context) error {
 		Store: w.store, Notifier: w.notifier, Namespace: w.cfg.Namespace, Queues: w.cfg.Queues,
 		Types: keys, Handler: handler, Concurrency: w.cfg.Concurrency, LeaseTTL: w.cfg.LeaseTTL,
 		HeartbeatInterval: w.cfg.HeartbeatInterval, PollInterval: w.cfg.PollInterval,
-		WorkerID: w.cfg.WorkerID, Logger: w.cfg.Logger,
+		WorkerID: w.cfg.WorkerID, Logger: w.cfg.Logger, StrictPriority: w.cfg.StrictPriority,
 	})
 	if err != nil {
 		return err

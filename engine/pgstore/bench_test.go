@@ -7,6 +7,7 @@ import (
 
 	"github.com/cairnflow/cairn/engine/enginetest"
 	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/engine/storetest"
 	"github.com/cairnflow/cairn/history"
 )
 
@@ -84,3 +85,30 @@ func BenchmarkEventAppend(b *testing.B) {
 	b.StopTimer()
 	enginetest.RequireProjectionsMatch(b, s)
 }
+
+// BenchmarkTaskClaimPartial measures a claim of up to 10 that finds one due
+// task: the idle worker's claim, which reads the outlook too.
+func BenchmarkTaskClaimPartial(b *testing.B) {
+	ctx := context.Background()
+	s := enginetest.Store(b)
+	p := enginetest.ClaimParams("bench", 10, time.Hour)
+	for b.Loop() {
+		b.StopTimer()
+		enginetest.StartTasks(b, s, 1, nil)
+		b.StartTimer()
+		got, err := s.TaskClaimMany(ctx, p)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(got) != 1 {
+			b.Fatalf("claimed %d", len(got))
+		}
+	}
+}
+
+func newBenchStore(tb testing.TB) store.Store { return enginetest.Store(tb) }
+
+// The claim loop's timing over PostgreSQL (engine/storetest/bench.go).
+func BenchmarkLimitedQueue(b *testing.B)  { storetest.BenchLimitedQueue(b, newBenchStore) }
+func BenchmarkTimerLateness(b *testing.B) { storetest.BenchTimerLateness(b, newBenchStore) }
+func BenchmarkRetryLateness(b *testing.B) { storetest.BenchRetryLateness(b, newBenchStore) }

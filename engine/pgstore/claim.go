@@ -13,12 +13,21 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// TaskClaimMany claims up to p.Max due tasks in one statement, one round
-// trip: FOR UPDATE SKIP LOCKED, a new lease epoch, attempt_started appended,
-// and each task returned with its history.
+// TaskClaimMany claims up to p.Max due tasks (see [Store.TaskClaim]) and
+// returns them.
 func (s *Store) TaskClaimMany(ctx context.Context, p *store.TaskClaimManyParams) ([]*store.ClaimedTask, error) {
+	res, err := s.TaskClaim(ctx, p)
+	return res.Tasks, err
+}
+
+// TaskClaim claims up to p.Max due tasks in one statement, one round
+// trip: FOR UPDATE SKIP LOCKED, a new lease epoch, attempt_started appended,
+// and each task returned with its history. The same statement reads the
+// claim's outlook when it took fewer than p.Max ([store.ClaimResult]).
+func (s *Store) TaskClaim(ctx context.Context, p *store.TaskClaimManyParams) (store.ClaimResult, error) {
+	var res store.ClaimResult
 	if p.Max <= 0 {
-		return nil, nil
+		return res, nil
 	}
 	types := make([]string, len(p.Types))
 	versions := make([]int32, len(p.Types))
@@ -39,22 +48,61 @@ func (s *Store) TaskClaimMany(ctx context.Context, p *store.TaskClaimManyParams)
 	// first (a separate statement, so the claim's snapshot is taken after
 	// the lock and sees every claim committed before it).
 	batch.Queue(s.sql("ClaimLocks"), pgx.NamedArgs{"namespace": p.Namespace, "queues": p.Queues, "types": types})
-	var claimed []*store.ClaimedTask
 	batch.Queue(s.sql("TaskClaimMany"), pgx.NamedArgs{
 		"namespace": p.Namespace, "queues": p.Queues, "types": types, "versions": versions, "max": p.Max, "aging": plan.AgingSlots(p.Max, p.StrictPriority),
 		"owner": p.Owner, "lease_seconds": p.LeaseTTL.Seconds(),
 	}).Query(func(rows pgx.Rows) error {
 		var err error
-		claimed, err = pgx.CollectRows(rows, scanClaimed)
+		res, err = collectClaim(rows)
 		return err
 	})
 	if err := s.pool.SendBatch(ctx, batch).Close(); err != nil {
-		return nil, errors.Wrap(interpretError(err), "claim tasks")
+		return store.ClaimResult{}, errors.Wrap(interpretError(err), "claim tasks")
 	}
 	if s.metrics != nil {
-		s.metrics.ObserveClaimed(claimed)
+		s.metrics.ObserveClaimed(res.Tasks)
 	}
-	return claimed, nil
+	return res, nil
+}
+
+// collectClaim reads the claim statement's rows: each begins with the
+// outlook (next_at, held_back), then a claimed task, whose columns are all
+// NULL in the one row of a claim that took nothing.
+func collectClaim(rows pgx.Rows) (store.ClaimResult, error) {
+	var res store.ClaimResult
+	defer rows.Close()
+	for rows.Next() {
+		var nextAt *time.Time
+		if rows.RawValues()[2] == nil { // no task id: the outlook alone
+			skip := make([]any, len(rows.FieldDescriptions()))
+			skip[0], skip[1] = &nextAt, &res.HeldBack
+			if err := rows.Scan(skip...); err != nil {
+				return res, err
+			}
+		} else {
+			ct, err := scanClaimed(outlookRow{rows, &nextAt, &res.HeldBack})
+			if err != nil {
+				return res, err
+			}
+			res.Tasks = append(res.Tasks, ct)
+		}
+		if nextAt != nil {
+			res.NextAt = nextAt.UTC()
+		}
+	}
+	return res, rows.Err()
+}
+
+// outlookRow is a claim statement's row seen as a claimed task's: its scan
+// puts the two outlook columns in front into next and heldBack.
+type outlookRow struct {
+	pgx.CollectableRow
+	next     **time.Time
+	heldBack *bool
+}
+
+func (r outlookRow) Scan(dest ...any) error {
+	return r.CollectableRow.Scan(append([]any{r.next, r.heldBack}, dest...)...)
 }
 
 // LeaseExtendMany extends the given leases to ttl from now by the database

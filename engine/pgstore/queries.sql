@@ -65,7 +65,9 @@ WHERE namespace = @namespace AND idempotency_key = @idempotency_key;
 -- attempt_started (the versioned encoding of history.AttemptStartedData),
 -- and returns each task's row with its earlier events. The statement's
 -- snapshot does not see the attempt_started it inserts; the caller rebuilds
--- that event from the returned row.
+-- that event from the returned row. Every row starts with the claim's
+-- outlook (next_at, held_back; see outlook below), and a claim that took
+-- nothing returns one row of the outlook alone (its task columns NULL).
 WITH caps AS (
     -- Free slots of the queues with a concurrency limit (their rows were
     -- locked by ClaimLocks earlier in this transaction, so this
@@ -81,9 +83,10 @@ WITH caps AS (
     -- The clock is read now, not at the transaction's start (now()): a
     -- claim that began before another but locked the row after it would
     -- otherwise see time run backwards since that one's refill.
-    SELECT r.task_type, greatest(0, floor(least(r.max_starts::double precision,
-        r.tokens + greatest(0, extract(epoch FROM clock_timestamp() - r.refilled_at)) * 1000 / r.per_ms * r.max_starts)))::integer AS free
+    SELECT r.task_type, r.per_ms, r.max_starts, b.tokens, greatest(0, floor(b.tokens))::integer AS free
     FROM /* TEMPLATE: schema */rate_limits AS r
+    CROSS JOIN LATERAL (SELECT least(r.max_starts::double precision,
+        r.tokens + greatest(0, extract(epoch FROM clock_timestamp() - r.refilled_at)) * 1000 / r.per_ms * r.max_starts) AS tokens) AS b
     WHERE r.namespace = @namespace AND r.task_type = ANY(@types::text[])
 ), walked AS (
     -- One ordered index walk per queue and type key (tasks_claim_idx), so
@@ -185,14 +188,64 @@ WITH caps AS (
         refilled_at = greatest(r.refilled_at, clock_timestamp())
     FROM (SELECT type, count(*) AS started FROM claimed GROUP BY type) AS n
     WHERE r.namespace = @namespace AND r.task_type = n.type
+), left_due AS (
+    -- Due tasks of the claim's queues and type keys that it did not take
+    -- (read only by the outlook, through EXISTS: the first row found ends
+    -- the walk).
+    SELECT t.queue, t.type FROM unnest(@queues::text[]) AS q(queue)
+    CROSS JOIN unnest(@types::text[], @versions::integer[]) AS k(type, version)
+    CROSS JOIN LATERAL (
+        SELECT t.queue, t.type FROM /* TEMPLATE: schema */tasks AS t
+        WHERE t.namespace = @namespace AND t.queue = q.queue
+          AND t.type = k.type AND t.type_version = k.version
+          AND t.status IN ('pending', 'retrying') AND t.run_at <= now()
+          AND (t.start_deadline IS NULL OR t.attempt > 0 OR t.start_deadline > now())
+          AND t.id NOT IN (SELECT id FROM claimed)
+        LIMIT 1
+    ) AS t
+), outlook AS (
+    -- What the claim saw of the work it left, so the worker knows when to
+    -- claim again rather than waiting for its poll. Read only when the
+    -- claim took fewer than @max: CASE evaluates its subqueries lazily, so
+    -- a full claim (a busy worker's) pays nothing for it.
+    SELECT CASE WHEN n.claimed < @max THEN least(
+            -- The next run time of work not yet due (delayed starts,
+            -- retries, timers): one probe of tasks_age_idx per queue and
+            -- type key.
+            (SELECT min(f.run_at) FROM unnest(@queues::text[]) AS q(queue)
+             CROSS JOIN unnest(@types::text[], @versions::integer[]) AS k(type, version)
+             CROSS JOIN LATERAL (
+                SELECT t.run_at FROM /* TEMPLATE: schema */tasks AS t
+                WHERE t.namespace = @namespace AND t.queue = q.queue
+                  AND t.type = k.type AND t.type_version = k.version
+                  AND t.status IN ('pending', 'retrying') AND t.run_at > now()
+                ORDER BY t.run_at LIMIT 1
+             ) AS f),
+            -- When a rate-limited type whose due work waits has a start
+            -- token again, after what this claim spent.
+            (SELECT min(clock_timestamp() + make_interval(secs =>
+                    (1 - (r.tokens - coalesce(s.started, 0))) * r.per_ms / r.max_starts / 1000.0))
+             FROM rates AS r
+             LEFT JOIN (SELECT type, count(*) AS started FROM claimed GROUP BY type) AS s ON s.type = r.task_type
+             WHERE r.tokens - coalesce(s.started, 0) < 1
+               AND EXISTS (SELECT 1 FROM left_due AS d WHERE d.type = r.task_type))
+        ) END AS next_at,
+        -- A concurrency-limited queue this claim left without a free slot
+        -- while due work of it waits: a freed slot is worth a claim.
+        CASE WHEN n.claimed < @max THEN EXISTS (
+            SELECT 1 FROM caps
+            WHERE caps.free <= (SELECT count(*) FROM claimed AS c WHERE c.queue = caps.queue)
+              AND EXISTS (SELECT 1 FROM left_due AS d WHERE d.queue = caps.queue)
+        ) ELSE false END AS held_back
+    FROM (SELECT count(*) AS claimed FROM claimed) AS n
 )
-SELECT c.id, c.namespace, c.queue, c.type, c.type_version, c.status, c.priority, c.run_at,
+SELECT o.next_at, o.held_back, c.id, c.namespace, c.queue, c.type, c.type_version, c.status, c.priority, c.run_at,
     c.attempt, c.max_attempts, c.lease_owner, c.lease_epoch, c.lease_expires_at,
     c.idempotency_key, c.trace_id, c.input, c.output, c.last_error, c.cancel_requested,
     c.last_seq, c.created_at, c.updated_at, c.started_at, c.finished_at, c.labels, c.deadline, c.start_deadline,
     c.fairness_key, c.fairness_weight,
     h.seqs, h.types, h.ats, h.attempts, h.datas
-FROM claimed AS c LEFT JOIN LATERAL (
+FROM outlook AS o LEFT JOIN (claimed AS c LEFT JOIN LATERAL (
     -- A fresh task's history is task_scheduled alone, which its row holds
     -- (the projection equals the replay): read events only for the others.
     SELECT array_agg(e.seq ORDER BY e.seq) AS seqs, array_agg(e.type ORDER BY e.seq) AS types,
@@ -201,7 +254,7 @@ FROM claimed AS c LEFT JOIN LATERAL (
     -- In the WHERE, not the join's ON, the test is a one-time filter: the
     -- index is not even probed for a fresh task.
     FROM /* TEMPLATE: schema */events AS e WHERE c.last_seq > 2 AND e.task_id = c.id
-) AS h ON true;
+) AS h ON true) ON true;
 
 -- name: EventAppendMany
 -- Appends events to many tasks and writes each task's projection row,
@@ -213,7 +266,8 @@ FROM claimed AS c LEFT JOIN LATERAL (
 -- by claims and heartbeats: kept while the lease goes on, cleared when it
 -- ends. Finished tasks are announced on the done channel, at most 200 ids
 -- per notification to stay under PostgreSQL's payload limit; tasks due again
--- at once wake workers on the ready channel.
+-- at once, and slots freed in concurrency-limited queues, wake workers on
+-- the ready channel.
 WITH input AS (
     SELECT * FROM unnest(
         @ids::uuid[], @expected_seqs::bigint[], @epochs::bigint[], @expired_only::boolean[],
@@ -245,7 +299,7 @@ WITH input AS (
       AND t.last_seq = i.expected_seq
       AND (i.epoch = 0 OR t.lease_epoch = i.epoch)
       AND (NOT i.expired_only OR t.lease_expires_at < now())
-    RETURNING t.id, t.status, t.queue, t.run_at, t.cancel_requested
+    RETURNING t.id, t.namespace, t.status, t.queue, t.run_at, t.cancel_requested
 ), ev AS (
     INSERT INTO /* TEMPLATE: schema */events (task_id, seq, type, at, attempt, data)
     SELECT e.task_id, e.seq, e.type, e.at, e.attempt, e.data
@@ -262,6 +316,16 @@ WITH input AS (
     -- than at their next poll.
     SELECT pg_notify(@ready_channel, queue)
     FROM (SELECT DISTINCT queue FROM upd WHERE status IN ('pending', 'retrying') AND run_at <= now()) AS due
+), freed AS (
+    -- Tasks of concurrency-limited queues that left running (an append
+    -- under their lease, or the rescuer's, that ends the attempt): a slot
+    -- is free, and workers held back by the limit claim it now rather
+    -- than at their next poll. Queues without a limit send nothing.
+    SELECT pg_notify(@ready_channel, f.queue)
+    FROM (SELECT DISTINCT upd.namespace, upd.queue FROM upd JOIN input AS i ON i.id = upd.id
+          WHERE upd.status <> 'running' AND (i.epoch <> 0 OR i.expired_only)) AS f
+    WHERE EXISTS (SELECT 1 FROM /* TEMPLATE: schema */queues AS q
+                  WHERE q.namespace = f.namespace AND q.name = f.queue AND q.concurrency IS NOT NULL)
 ), cancel AS (
     -- Running tasks whose cancel is requested: their workers stop them.
     SELECT pg_notify(@cancel_channel, string_agg(id::text, ','))
@@ -270,7 +334,8 @@ WITH input AS (
     GROUP BY chunk
 )
 SELECT upd.id FROM upd
-WHERE (SELECT count(*) FROM done) >= 0 AND (SELECT count(*) FROM ready) >= 0 AND (SELECT count(*) FROM cancel) >= 0;
+WHERE (SELECT count(*) FROM done) >= 0 AND (SELECT count(*) FROM ready) >= 0 AND (SELECT count(*) FROM freed) >= 0
+  AND (SELECT count(*) FROM cancel) >= 0;
 
 -- name: TaskFenceByID
 -- Tells a refused append apart: not found, moved on, or fenced.

@@ -18,17 +18,26 @@ import (
 	"github.com/cairnflow/cairn/internal/errmark"
 )
 
-// TaskClaimMany implements [store.Store]: in one write transaction, the
+// TaskClaimMany implements [store.Store]: [Store.TaskClaim]'s tasks.
+func (s *Store) TaskClaimMany(ctx context.Context, p *store.TaskClaimManyParams) ([]*store.ClaimedTask, error) {
+	res, err := s.TaskClaim(ctx, p)
+	return res.Tasks, err
+}
+
+// TaskClaim implements [store.Store]: in one write transaction, the
 // due tasks of the queues and type keys, by priority then virtual start
 // time (aging reserves one slot in eight for the longest-waiting), within
 // the queues' concurrency limits and the types' rate limits; each gets a
-// new lease epoch and attempt_started.
-func (s *Store) TaskClaimMany(ctx context.Context, p *store.TaskClaimManyParams) ([]*store.ClaimedTask, error) {
+// new lease epoch and attempt_started. A claim that took fewer than p.Max
+// reads its outlook in the same transaction, as PostgreSQL's does.
+func (s *Store) TaskClaim(ctx context.Context, p *store.TaskClaimManyParams) (store.ClaimResult, error) {
 	if p.Max <= 0 || len(p.Queues) == 0 || len(p.Types) == 0 {
-		return nil, nil
+		return store.ClaimResult{}, nil
 	}
 	var claimed []*store.ClaimedTask
+	var res store.ClaimResult
 	err := s.tx(ctx, func(tx *txn) error {
+		claimed, res = nil, store.ClaimResult{}
 		now := s.now()
 		free, err := queueSlots(ctx, tx, p.Namespace, p.Queues)
 		if err != nil {
@@ -49,15 +58,81 @@ func (s *Store) TaskClaimMany(ctx context.Context, p *store.TaskClaimManyParams)
 			}
 			claimed = append(claimed, c)
 		}
-		return spendTokens(ctx, tx, p.Namespace, claimed, now)
+		if err := spendTokens(ctx, tx, p.Namespace, claimed, now); err != nil {
+			return err
+		}
+		if len(claimed) < p.Max {
+			res, err = outlook(ctx, tx, p, now, free, tokens)
+		}
+		return err
 	})
 	if err != nil {
-		return nil, errors.Wrap(err, "claim tasks")
+		return store.ClaimResult{}, errors.Wrap(err, "claim tasks")
 	}
 	if s.metrics != nil {
 		s.metrics.ObserveClaimed(claimed)
 	}
-	return claimed, nil
+	res.Tasks = claimed
+	return res, nil
+}
+
+// outlook reads what a claim left (see [store.ClaimResult]), after its
+// writes: free and tokens are the limited queues' slots and the rate-limited
+// types' tokens it left.
+func outlook(ctx context.Context, tx *txn, p *store.TaskClaimManyParams, now time.Time, free, tokens map[string]int) (store.ClaimResult, error) {
+	var res store.ClaimResult
+	waitingTypes := map[string]bool{}
+	for _, q := range p.Queues {
+		for _, k := range p.Types {
+			var next sql.NullInt64
+			var waiting bool
+			err := tx.queryRow(ctx, "ClaimOutlook", p.Namespace, q, k.Type, k.Version, us(now),
+				p.Namespace, q, k.Type, k.Version, us(now), us(now)).Scan(&next, &waiting)
+			if err != nil {
+				return res, interpret(err)
+			}
+			if next.Valid {
+				res.NextAt = earliest(res.NextAt, fromUS(next.Int64))
+			}
+			if waiting && budget(free, q) == 0 {
+				res.HeldBack = true
+			}
+			if waiting {
+				waitingTypes[k.Type] = true
+			}
+		}
+	}
+	for typ := range waitingTypes {
+		if budget(tokens, typ) != 0 {
+			continue
+		}
+		at, err := nextToken(ctx, tx, p.Namespace, typ, now)
+		if err != nil {
+			return res, err
+		}
+		res.NextAt = earliest(res.NextAt, at)
+	}
+	return res, nil
+}
+
+// nextToken returns when the bucket of rate-limited type typ, spent to
+// below one token, has a start token again.
+func nextToken(ctx context.Context, tx *txn, namespace, typ string, now time.Time) (time.Time, error) {
+	var b bucket
+	if err := tx.queryRow(ctx, "RateLimitGet", namespace, typ).Scan(&b.maxStarts, &b.perMS, &b.tokens, &b.refilledAt); err != nil {
+		return time.Time{}, interpret(err)
+	}
+	missing := max(0, 1-b.refill(now))
+	wait := time.Duration(missing * float64(b.perMS) / float64(b.maxStarts) * float64(time.Millisecond))
+	return now.Add(wait), nil
+}
+
+// earliest returns the earlier of a and b, where zero means none.
+func earliest(a, b time.Time) time.Time {
+	if a.IsZero() || (!b.IsZero() && b.Before(a)) {
+		return b
+	}
+	return a
 }
 
 // queueSlots returns the free slots of the limited queues among queues.
@@ -368,6 +443,7 @@ func (s *Store) EventAppendMany(ctx context.Context, ps []*store.EventAppendPara
 	var note store.Notification
 	err := s.tx(ctx, func(tx *txn) error {
 		note = store.Notification{}
+		limited := queueLimits{}
 		now := s.now()
 		for i, p := range ps {
 			if plans[i] == nil {
@@ -394,6 +470,13 @@ func (s *Store) EventAppendMany(ctx context.Context, ps []*store.EventAppendPara
 			}
 			out[i].State = plans[i].Next
 			next := plans[i].Next
+			if !note.Ready && leftRunning(p, next) {
+				// A slot of a concurrency-limited queue is free: wake
+				// the workers it held back, as PostgreSQL's NOTIFY does.
+				if note.Ready, err = limited.has(ctx, tx, p.State.Scheduled); err != nil {
+					return err
+				}
+			}
 			switch {
 			case next.Status.Terminal():
 				note.Done = append(note.Done, p.TaskID)
@@ -419,6 +502,32 @@ func (s *Store) EventAppendMany(ctx context.Context, ps []*store.EventAppendPara
 	}
 	s.announce(note)
 	return out, nil
+}
+
+// leftRunning says whether append p ends its task's attempt: written
+// under the attempt's lease (or by the rescuer, past it), the task is no
+// longer running.
+func leftRunning(p *store.EventAppendParams, next history.State) bool {
+	return p.State.Status == history.StatusRunning && next.Status != history.StatusRunning && (p.Epoch != 0 || p.ExpiredOnly)
+}
+
+// queueLimits remembers, within one transaction, which queues have a
+// concurrency limit.
+type queueLimits map[[2]string]bool
+
+// has reports whether the queue of the task scheduled by sc has a
+// concurrency limit.
+func (l queueLimits) has(ctx context.Context, tx *txn, sc history.TaskScheduledData) (bool, error) {
+	key := [2]string{sc.Namespace, sc.Queue}
+	if limited, known := l[key]; known {
+		return limited, nil
+	}
+	var limited bool
+	if err := tx.queryRow(ctx, "QueueLimited", sc.Namespace, sc.Queue).Scan(&limited); err != nil {
+		return false, interpret(err)
+	}
+	l[key] = limited
+	return limited, nil
 }
 
 // fence says why p may not write, after writeFencedRow wrote nothing: the

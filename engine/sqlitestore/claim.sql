@@ -38,6 +38,24 @@ WHERE namespace = ? AND queue = ? AND type = ? AND type_version = ?
 ORDER BY run_at, id
 LIMIT ?;
 
+-- name: ClaimOutlook
+-- What a claim that took fewer than it could left of one queue and type key
+-- (namespace, queue, type, version and now, passed twice, then now again):
+-- the next run time of its work not yet due (NULL: none), and whether due
+-- work is still waiting. Read after the claim's own writes, so what it took
+-- is no longer pending.
+SELECT (SELECT min(run_at) FROM tasks
+        WHERE namespace = ? AND queue = ? AND type = ? AND type_version = ?
+          AND status IN ('pending', 'retrying') AND run_at > ?),
+    EXISTS (SELECT 1 FROM tasks
+        WHERE namespace = ? AND queue = ? AND type = ? AND type_version = ?
+          AND status IN ('pending', 'retrying') AND run_at <= ?
+          AND (start_deadline IS NULL OR attempt > 0 OR start_deadline > ?));
+
+-- name: QueueLimited
+-- Whether queue ? of namespace ? has a concurrency limit.
+SELECT EXISTS (SELECT 1 FROM queues WHERE namespace = ? AND name = ? AND concurrency IS NOT NULL);
+
 -- name: TaskWriteClaimed
 -- A claimed task's row, written from the fold's next state under its new
 -- lease, whose expiry is the eighth parameter. A keyed task keeps its

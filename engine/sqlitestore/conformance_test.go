@@ -11,7 +11,7 @@ import (
 )
 
 // newStore opens a fresh store in a file of the test's own.
-func newStore(t *testing.T) *sqlitestore.Store {
+func newStore(t testing.TB) *sqlitestore.Store {
 	t.Helper()
 	s, err := sqlitestore.Open(context.Background(), filepath.Join(t.TempDir(), "cairn.db"))
 	if err != nil {

@@ -30,6 +30,27 @@ type TaskClaimManyParams struct {
 	StrictPriority bool
 }
 
+// ClaimResult is what [Store.TaskClaim] took, and what it saw of the work it
+// could not take, so a claim loop knows when to claim next instead of
+// waiting for its poll.
+//
+// The outlook (HeldBack, NextAt) is read only when the claim took fewer
+// than Max tasks; a full claim leaves both zero, as more may be due at
+// once.
+type ClaimResult struct {
+	Tasks []*ClaimedTask
+	// HeldBack says due work of the claim's queues and types was left
+	// waiting because a queue's concurrency limit had no free slot: a
+	// slot freed (a running task of the queue finishing or handing its
+	// task back) makes a claim worth trying. The queue was not empty.
+	HeldBack bool
+	// NextAt is the earliest time more of the claim's work may be claimed,
+	// zero when the store knows of none: the next run time of a task not
+	// yet due (a delayed start, a retry, a durable timer), or when a
+	// rate-limited type whose due work waits has a start token again.
+	NextAt time.Time
+}
+
 // ClaimedTask is a task a worker now holds under a lease, with its history.
 type ClaimedTask struct {
 	Task   *Task

@@ -37,6 +37,10 @@ type Store interface {
 	EventListByTasks(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID][]history.Event, error)
 
 	// The execution path: claims, fenced appends, leases.
+	// TaskClaim claims as TaskClaimMany does, in the same statement, and
+	// says what held the rest back and when more is due ([ClaimResult]).
+	// TaskClaimMany returns its Tasks.
+	TaskClaim(ctx context.Context, p *TaskClaimManyParams) (ClaimResult, error)
 	TaskClaimMany(ctx context.Context, p *TaskClaimManyParams) ([]*ClaimedTask, error)
 	EventAppend(ctx context.Context, p *EventAppendParams) (history.State, error)
 	EventAppendMany(ctx context.Context, ps []*EventAppendParams) ([]AppendResult, error)
