@@ -510,10 +510,16 @@ ORDER BY finished_at DESC, id DESC
 LIMIT @max;
 
 -- name: QueueUpsert
-INSERT INTO /* TEMPLATE: schema */queues (namespace, name, max_waiting, concurrency, updated_at)
-VALUES (@namespace, @name, @max_waiting, @concurrency, now())
-ON CONFLICT (namespace, name) DO UPDATE
-SET max_waiting = excluded.max_waiting, concurrency = excluded.concurrency, updated_at = now();
+-- A changed limit may let waiting tasks run (a limit raised or lifted):
+-- workers held back by it claim now rather than at their next poll.
+WITH up AS (
+    INSERT INTO /* TEMPLATE: schema */queues (namespace, name, max_waiting, concurrency, updated_at)
+    VALUES (@namespace, @name, @max_waiting, @concurrency, now())
+    ON CONFLICT (namespace, name) DO UPDATE
+    SET max_waiting = excluded.max_waiting, concurrency = excluded.concurrency, updated_at = now()
+    RETURNING name
+)
+SELECT pg_notify(@channel, name) FROM up;
 
 -- name: QueueList
 SELECT q.name, q.max_waiting, q.concurrency,

@@ -50,6 +50,7 @@ func (s *Store) QueueSet(ctx context.Context, c store.QueueConfig) error {
 	}
 	_, err := s.pool.Exec(ctx, s.sql("QueueUpsert"), pgx.NamedArgs{
 		"namespace": c.Namespace, "name": c.Name, "max_waiting": nullPositive(c.MaxWaiting), "concurrency": nullPositive(c.Concurrency),
+		"channel": s.channel,
 	})
 	return errors.Wrapf(interpretError(err), "set queue %s", c.Name)
 }

@@ -74,8 +74,8 @@ func (s *Store) QueueSet(ctx context.Context, c store.QueueConfig) error {
 	}
 	_, err := s.q.exec(ctx, "QueueUpsert",
 		c.Namespace, c.Name, nullPositive(c.MaxWaiting), nullPositive(c.Concurrency), us(s.now()))
-	if err == nil && c.Concurrency == 0 {
-		// A limit lifted may free a queue's waiting tasks.
+	if err == nil {
+		// A limit raised or lifted may free a queue's waiting tasks.
 		s.announce(store.Notification{Ready: true})
 	}
 	return errors.Wrapf(interpret(err), "set queue %s", c.Name)

@@ -18,6 +18,7 @@ var flowTests = []conformanceTest{
 	{"ClaimSaysWhenMoreIsDue", testClaimNextAt},
 	{"ClaimSaysWhenARateLimitHasATokenAgain", testClaimNextToken},
 	{"FinishedTaskOfALimitedQueueWakesListeners", testFreedSlotNotifies},
+	{"RaisedLimitWakesListeners", testRaisedLimitNotifies},
 	{"WorkerKeepsALimitedQueueBusyWithoutPolling", testLimitedQueueBusy},
 	{"FreedSlotWakesAnotherWorkerWithoutPolling", testFreedSlotWakesOtherWorker},
 	{"WorkerWakesForItsTimersAndRetriesWithoutPolling", testOwnTimersWithoutPolling},
@@ -108,6 +109,27 @@ func testFreedSlotNotifies(t *testing.T, s store.Store) {
 	require.NoError(t, l.Connect(ctx))
 	t.Cleanup(func() { _ = l.Close(context.Background()) })
 	complete(t, s, ct)
+	for {
+		note, err := l.WaitForNotification(ctx) // the test's deadline ends a wait for nothing
+		require.NoError(t, err)
+		if note.Ready {
+			return
+		}
+	}
+}
+
+// testRaisedLimitNotifies: a queue's limit raised lets held-back tasks
+// run, so workers hear of it rather than wait for their poll.
+func testRaisedLimitNotifies(t *testing.T, s store.Store) {
+	ctx := testContext(t)
+	limit := func(n int) error {
+		return s.QueueSet(ctx, store.QueueConfig{Namespace: store.DefaultNamespace, Name: defaultQueue, Concurrency: n})
+	}
+	require.NoError(t, limit(1))
+	l := s.NewListener()
+	require.NoError(t, l.Connect(ctx))
+	t.Cleanup(func() { _ = l.Close(context.Background()) })
+	require.NoError(t, limit(2))
 	for {
 		note, err := l.WaitForNotification(ctx) // the test's deadline ends a wait for nothing
 		require.NoError(t, err)
