@@ -26,6 +26,7 @@ func (p *Processor) claimLoop(ctx context.Context) {
 	timer := time.NewTimer(p.cfg.PollInterval)
 	defer timer.Stop()
 	var retry time.Duration // the claim's backoff while the database is out of reach
+	var skew time.Duration  // the wait for a due time the database does not agree is due yet
 	for {
 		select {
 		case <-p.stopping:
@@ -37,6 +38,7 @@ func (p *Processor) claimLoop(ctx context.Context) {
 		var next nextClaim
 		if free := p.cfg.Concurrency - p.inflightCount(); free > 0 {
 			began := time.Now()
+			p.localDue.begin()
 			res, err := p.claim(ctx, free)
 			switch {
 			case err == nil:
@@ -47,6 +49,7 @@ func (p *Processor) claimLoop(ctx context.Context) {
 				// Back off while the database is out of reach, and say so
 				// once, not at every try.
 				p.claimOutage.failed(err)
+				p.localDue.failed()
 				retry = nextBackoff(retry, workBackoff)
 				if !p.sleepUnlessStopped(ctx, retry) {
 					return
@@ -55,9 +58,16 @@ func (p *Processor) claimLoop(ctx context.Context) {
 			default:
 				p.cfg.Logger.Warn("processor: claim", errAttr(err))
 			}
-			if err == nil {
-				p.localDue.seen(began)
+			if err != nil {
+				// The claim saw nothing: its due times are still to claim,
+				// but after a poll, not at once (a claim that keeps failing
+				// must not run at the pace of past due times).
+				p.localDue.failed()
+				next = nextClaim{pollOnly: true}
+			} else {
+				p.localDue.seen()
 				next = nextClaim{full: len(res.Tasks) == free, heldBack: res.HeldBack, at: res.NextAt}
+				next.at, skew = skewedDue(next.at, began, skew, p.cfg.PollInterval)
 			}
 		} else {
 			// No slot to claim with: only a freed one matters (the work due
@@ -70,6 +80,19 @@ func (p *Processor) claimLoop(ctx context.Context) {
 	}
 }
 
+// skewedDue guards against a database clock behind the worker's: a next
+// due time the claim returns that is already past by the worker's clock
+// when the claim began was not claimable by the database's. Claiming again
+// at once would spin until the clocks agree, so the wait for it doubles
+// (from minClaimWait, at most poll) while the database keeps answering so.
+func skewedDue(at, began time.Time, skew, poll time.Duration) (time.Time, time.Duration) {
+	if at.IsZero() || at.After(began) {
+		return at, 0
+	}
+	skew = min(max(2*skew, minClaimWait), poll)
+	return time.Now().Add(skew), skew
+}
+
 // nextClaim is what the last claim said about when to claim again.
 type nextClaim struct {
 	// full: the claim filled every free slot (or there was none), so more
@@ -80,6 +103,9 @@ type nextClaim struct {
 	heldBack bool
 	// at: the store's next due time of the claim's work (zero: none known).
 	at time.Time
+	// pollOnly: the claim failed; wait for the poll (or a notification),
+	// not for a due time.
+	pollOnly bool
 }
 
 // minClaimWait is the shortest wait for a due time: a time already past
@@ -98,7 +124,7 @@ func (p *Processor) waitToClaim(ctx context.Context, next nextClaim, wake <-chan
 	}
 	for {
 		wait := p.cfg.PollInterval
-		if !next.full { // with no slot free, a due task waits for one anyway
+		if !next.full && !next.pollOnly { // with no slot free, a due task waits for one anyway
 			if at := earliest(next.at, p.localDue.earliest()); !at.IsZero() {
 				wait = min(wait, max(time.Until(at), minClaimWait))
 			}
@@ -150,9 +176,9 @@ const fetchCooldown = 10 * time.Millisecond
 type localDue struct {
 	armed chan struct{} // capacity 1: a time was armed since the loop last looked
 
-	mu        sync.Mutex
-	at        time.Time // the earliest armed and not yet seen by a claim; zero: none
-	lastArmed time.Time // when the latest arm was made, by this process's clock
+	mu       sync.Mutex
+	at       time.Time // the earliest armed and not yet handed to a claim; zero: none
+	claiming time.Time // the earliest armed before the claim under way began; zero: none
 }
 
 func newLocalDue() *localDue { return &localDue{armed: make(chan struct{}, 1)} }
@@ -161,20 +187,33 @@ func newLocalDue() *localDue { return &localDue{armed: make(chan struct{}, 1)} }
 func (d *localDue) arm(at time.Time) {
 	d.mu.Lock()
 	d.at = earliest(d.at, at)
-	d.lastArmed = time.Now()
 	d.mu.Unlock()
 	wake(d.armed)
 }
 
-// seen forgets the armed times once a claim that began at began has seen
-// them all: every arm was made before it began, after its append had
-// committed, so the claim's outlook covers them.
-func (d *localDue) seen(began time.Time) {
+// begin hands the times armed so far to the claim about to begin: their
+// appends have committed, so its outlook covers them. Times armed during
+// the claim stay, for the next.
+func (d *localDue) begin() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.lastArmed.Before(began) {
-		d.at = time.Time{}
-	}
+	d.claiming = earliest(d.claiming, d.at)
+	d.at = time.Time{}
+}
+
+// seen forgets the times the claim that ended was handed.
+func (d *localDue) seen() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.claiming = time.Time{}
+}
+
+// failed keeps the times a failed claim was handed, for the next.
+func (d *localDue) failed() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.at = earliest(d.at, d.claiming)
+	d.claiming = time.Time{}
 }
 
 // earliest returns the earliest armed time not yet seen; zero: none.

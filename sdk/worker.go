@@ -342,14 +342,12 @@ func (w *Worker) stop(ctx context.Context, cancel bool) error {
 			return ctx.Err()
 		}
 	}
-	if startCtx.Err() != nil {
-		// Start's context ended: this is the stop it asks for, whichever
-		// of stopOnDone and a Stop call got here first, so StopTimeout
-		// bounds it.
-		var cancelTimeout context.CancelFunc
-		ctx, cancelTimeout = context.WithTimeout(ctx, w.cfg.StopTimeout)
-		defer cancelTimeout()
-	}
+	// Once Start's context is done (before this stop, or while it runs: a
+	// Stop without a deadline, then SIGTERM), StopTimeout bounds the stop,
+	// whoever began it.
+	ctx, timeUp := context.WithCancelCause(ctx)
+	defer timeUp(nil)
+	defer boundAfter(startCtx, w.cfg.StopTimeout, func() { timeUp(context.DeadlineExceeded) })()
 	w.cfg.Logger.Info("worker: stopping: running steps may finish, then their tasks are released",
 		"worker_id", w.cfg.WorkerID, "cancel_steps", cancel)
 	var err error
@@ -357,6 +355,9 @@ func (w *Worker) stop(ctx context.Context, cancel bool) error {
 		err = processor.StopAndCancel(ctx)
 	} else {
 		err = processor.Stop(ctx)
+	}
+	if err != nil && errors.Is(context.Cause(ctx), context.DeadlineExceeded) {
+		err = context.DeadlineExceeded
 	}
 	notifier.Stop()
 	if rescuer != nil {
@@ -366,6 +367,32 @@ func (w *Worker) stop(ctx context.Context, cancel bool) error {
 	w.stopErr = err
 	close(w.stopped)
 	return err
+}
+
+// boundAfter calls expire d after ctx is done, unless the returned release
+// is called first.
+func boundAfter(ctx context.Context, d time.Duration, expire func()) (release func()) {
+	var (
+		mu    sync.Mutex
+		timer *time.Timer
+		done  bool
+	)
+	stopWatching := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if !done {
+			timer = time.AfterFunc(d, expire)
+		}
+	})
+	return func() {
+		stopWatching()
+		mu.Lock()
+		defer mu.Unlock()
+		done = true
+		if timer != nil {
+			timer.Stop()
+		}
+	}
 }
 
 // WorkerID returns the id this worker records as lease owner.

@@ -155,6 +155,41 @@ func TestRunCancelsStepsThatOutliveStopTimeout(t *testing.T) {
 	})
 }
 
+// A stop begun without a deadline (a health check's Stop, say) is still
+// bounded by StopTimeout once Start's context ends while it runs: SIGTERM
+// after it must not leave the process waiting on a hung step.
+func TestStopTimeoutBoundsAStopBegunBeforeTheContextEnded(t *testing.T) {
+	t.Parallel()
+	logs := newStopLogged()
+	b := setupEmbedded(t, sdk.WorkerConfig{StopTimeout: 50 * time.Millisecond, Logger: slog.New(logs)})
+	blocked := newSignal()
+	wf := sdk.NewWorkflow("llm.hang", 1, func(ctx workflow.Context, in string) (string, error) {
+		return workflow.Step(ctx, "hang", func(ctx context.Context) (string, error) {
+			blocked.fire()
+			<-ctx.Done() // only a cancelled stop ends it
+			return "", ctx.Err()
+		})
+	})
+	sdk.Register(b.worker, wf)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ran := runInBackground(ctx, b.worker)
+	res, err := sdk.Start(context.Background(), b.client, wf, "q")
+	require.NoError(t, err)
+	receive(t, blocked.ch, "the step to start")
+
+	stopped := make(chan error, 1)
+	go func() { stopped <- b.worker.Stop(context.Background()) }()
+	receive(t, logs.stopping.ch, "the stop to begin")
+	cancel() // SIGTERM, after the stop began
+	err = receive(t, stopped, "Stop to return within StopTimeout of the cancel")
+	require.True(t, errors.Is(err, context.DeadlineExceeded), "got %v", err)
+	err = receive(t, ran, "Run to return")
+	require.True(t, errors.Is(err, context.DeadlineExceeded), "got %v", err)
+	require.Equal(t, []history.Type{history.TaskScheduled, history.AttemptStarted, history.TaskReleased},
+		eventTypes(taskHistory(t, b.client, res.ID)))
+}
+
 // A negative StopTimeout is refused when the worker is made.
 func TestNegativeStopTimeoutRefused(t *testing.T) {
 	t.Parallel()
