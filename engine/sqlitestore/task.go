@@ -199,10 +199,10 @@ func startPlanned(ctx context.Context, tx *txn, planned []plan.StartPlan, now ti
 func existingStarts(ctx context.Context, tx *txn, planned []plan.StartPlan) ([]store.TaskStartResult, []plan.StartPlan, error) {
 	out := make([]store.TaskStartResult, len(planned))
 	var fresh []plan.StartPlan
-	seen := map[string]bool{}
+	seen := map[[2]string]bool{} // namespace, key: a key is a namespace's
 	for i, pl := range planned {
-		key := pl.Scheduled.IdempotencyKey
-		if key == "" {
+		key := [2]string{pl.Scheduled.Namespace, pl.Scheduled.IdempotencyKey}
+		if key[1] == "" {
 			fresh = append(fresh, pl)
 			continue
 		}

@@ -16,6 +16,7 @@ import (
 var queueTests = []conformanceTest{
 	{"BoundedQueueRefusesStartsWhenFull", testBoundedQueue},
 	{"BoundedQueueLooksUpIdempotencyKeyFirst", testIdempotencyKeyBeforeCapacity},
+	{"BoundedQueueCountsAKeyPerNamespace", testKeyPerNamespaceCountsAgainstCapacity},
 	{"QueueConcurrencyLimitsClaims", testQueueConcurrency},
 	{"QueueSetRefusesInvalidSettings", testQueueSetRefusals},
 	{"RateLimitBoundsStarts", testRateLimit},

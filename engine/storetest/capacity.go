@@ -69,3 +69,21 @@ func testIdempotencyKeyBeforeCapacity(t *testing.T, s store.Store) {
 	require.NoError(t, err)
 	require.Equal(t, store.TaskStartResult{ID: batch[1].ID, Existing: true}, again)
 }
+
+// testKeyPerNamespaceCountsAgainstCapacity: an idempotency key belongs to
+// its namespace, so the same key in two namespaces of one batch is two new
+// tasks, and each counts against its own namespace's queue.
+func testKeyPerNamespaceCountsAgainstCapacity(t *testing.T, s store.Store) {
+	ctx := testContext(t)
+	require.NoError(t, s.QueueSet(ctx, store.QueueConfig{Namespace: "tenant-b", Name: "llm", MaxWaiting: 1}))
+	_, err := s.TaskStart(ctx, spec{Namespace: "tenant-b", Queue: "llm"}.params())
+	require.NoError(t, err)
+	keyed := func(namespace string) *store.TaskStartParams {
+		p := spec{Namespace: namespace, Queue: "llm", IdempotencyKey: "k"}.params()
+		p.RefuseKeyReuse = true
+		return p
+	}
+	_, err = s.TaskStartMany(ctx, []*store.TaskStartParams{keyed(store.DefaultNamespace), keyed("tenant-b")})
+	requireIs(t, err, store.ErrQueueFull, "tenant-b's queue is full; its start of key k is new there")
+	require.Equal(t, 1, taskCount(t, s), "nothing of a refused batch is written")
+}
