@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -33,6 +34,11 @@ func TestRedactMasksPasswords(t *testing.T) {
 		"host=h password='s3 cret' dbname=d":                               "host=h password=xxxxx dbname=d",
 		"postgres://u@h/db?sslmode=disable&password=s3cret&x=1":            "postgres://u@h/db?sslmode=disable&password=xxxxx&x=1",
 		"PASSWORD = s3cret":                                                "PASSWORD = xxxxx",
+		"postgres://u:s3#cret@h/db":                                        "postgres://u:xxxxx@h/db",
+		"postgres://u:s3?c/ret@h/db?sslmode=disable":                       "postgres://u:xxxxx@h/db?sslmode=disable",
+		"`postgres://u:s3cret@h/db`, `postgres://v:s3cret@h2/db`":          "`postgres://u:xxxxx@h/db`, `postgres://v:xxxxx@h2/db`",
+		"host=h sslpassword=s3cret":                                        "host=h sslpassword=xxxxx",
+		`host=h password=s3\ cret dbname=d`:                                "host=h password=xxxxx dbname=d",
 		"postgres://postgres@127.0.0.1:5432/test (no password)":            "postgres://postgres@127.0.0.1:5432/test (no password)",
 		"failed to connect to `user=postgres database=test`: dial refused": "failed to connect to `user=postgres database=test`: dial refused",
 		"http://localhost:7233/v1/tasks at 12:30:01":                       "http://localhost:7233/v1/tasks at 12:30:01",
@@ -47,12 +53,19 @@ func TestRedactingLoggerMasksMessagesAndAttributes(t *testing.T) {
 	var out bytes.Buffer
 	logger := newRedactingLogger(&out, slog.LevelInfo).With("dsn", secretURL)
 	logger.Info("connecting to "+secretURL, "err", errors.New("cannot parse "+secretURL),
-		slog.Group("db", "url", secretURL), "n", 3)
+		slog.Group("db", "url", secretURL), "n", 3, "parsed", mustParseURL(t, secretURL))
 	logger.Debug("below the level " + secretURL)
 	require.NotContains(t, out.String(), secret)
-	require.Equal(t, 4, strings.Count(out.String(), "postgres:xxxxx@127.0.0.1:1"), out.String())
+	require.Equal(t, 5, strings.Count(out.String(), "postgres:xxxxx@127.0.0.1:1"), out.String())
 	require.Contains(t, out.String(), "n=3")
 	require.NotContains(t, out.String(), "below the level")
+}
+
+func mustParseURL(t *testing.T, s string) *url.URL {
+	t.Helper()
+	u, err := url.Parse(s)
+	require.NoError(t, err)
+	return u
 }
 
 // everyCommand walks the command tree, root first, so a new command is

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"regexp"
@@ -12,14 +13,16 @@ const masked = "xxxxx"
 
 var (
 	// urlPassword is the password of a URL's user info:
-	// postgres://user:PASSWORD@host. It runs to the last @ before the
-	// path, so a password with a raw @ in it is masked whole (and a
-	// stray @ in the path leaves the host visible, never the password).
-	urlPassword = regexp.MustCompile(`([A-Za-z][A-Za-z0-9+.-]*://[^\s:/?#@]*):[^\s/?#]*@`)
+	// postgres://user:PASSWORD@host. It runs to the last @ of the URL (up
+	// to a space or a quote), so a password with a raw @, #, ? or / in it
+	// (pgx accepts them) is masked whole; a stray @ later in the URL masks
+	// more than the password, never less.
+	urlPassword = regexp.MustCompile("([A-Za-z][A-Za-z0-9+.-]*://[^\\s:/?#@'\"`]*):[^\\s'\"`]*@")
 	// keywordPassword is a password in keyword/value form
-	// (password=PASSWORD or password='PASS WORD', libpq's DSNs) or a
-	// URL's query parameter (?password=PASSWORD).
-	keywordPassword = regexp.MustCompile(`(?i)(\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s&]+)`)
+	// (password=PASSWORD, password='PASS WORD', sslpassword=..., libpq's
+	// DSNs with backslash escapes) or a URL's query parameter
+	// (?password=PASSWORD).
+	keywordPassword = regexp.MustCompile(`(?i)(\b\w*password\s*=\s*)('(?:[^'\\]|\\.)*'|(?:\\.|[^\s&\\])+)`)
 )
 
 // redact masks every credential in s: a URL's password, and a password
@@ -78,9 +81,12 @@ func redactAttr(a slog.Attr) slog.Attr {
 		}
 		return slog.Group(a.Key, clean...)
 	case slog.KindAny:
+		// An error, a *url.URL, any value: masked as the text handler
+		// would print it.
 		if err, ok := v.Any().(error); ok {
 			return slog.String(a.Key, redact(err.Error()))
 		}
+		return slog.String(a.Key, redact(fmt.Sprintf("%+v", v.Any())))
 	}
 	return slog.Attr{Key: a.Key, Value: v}
 }
