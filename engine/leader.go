@@ -191,8 +191,11 @@ func (r *Rescuer) fireSchedules(ctx context.Context) {
 func (r *Rescuer) logFiring(f store.ScheduleFiring) {
 	switch {
 	case f.Skipped() && !f.WasSkipped:
-		r.cfg.Logger.Warn("rescuer: schedule skipped its tick; trying again later",
-			"namespace", f.Namespace, "schedule", f.Name, "tick", f.Tick, "reason", f.SkipReason, "retry_at", f.RetryAt)
+		attrs := []any{"namespace", f.Namespace, "schedule", f.Name, "tick", f.Tick, "reason", f.SkipReason, "retry_at", f.RetryAt}
+		if f.StartErr != nil {
+			attrs = append(attrs, errAttr(f.StartErr))
+		}
+		r.cfg.Logger.Warn("rescuer: schedule skipped its tick; trying again later", attrs...)
 	case !f.Skipped() && f.WasSkipped:
 		r.cfg.Logger.Info("rescuer: schedule fired again after skipped ticks",
 			"namespace", f.Namespace, "schedule", f.Name, "tick", f.Tick)

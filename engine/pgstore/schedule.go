@@ -120,6 +120,13 @@ func (s *Store) ScheduleFireDue(ctx context.Context, max int) ([]store.ScheduleF
 	return out, errors.Join(errs...)
 }
 
+// startFailedFor reports whether a schedule's start failed for a reason of
+// its own (recorded as a skip), not because the database is out of reach
+// or the caller gave up (which the leader retries at its next pass).
+func startFailedFor(ctx context.Context, err error) bool {
+	return ctx.Err() == nil && !errors.Is(interpretError(err), store.ErrUnavailable) && !errors.Is(err, store.ErrRetryable)
+}
+
 // scheduleRef names a schedule: a row of ScheduleListDue.
 type scheduleRef struct{ Namespace, Name string }
 
@@ -162,6 +169,16 @@ func (s *Store) fireSchedule(ctx context.Context, ref scheduleRef) (f store.Sche
 				"skipped_at": now, "reason": f.SkipReason,
 			})
 			return errors.Wrapf(interpretError(err), "record the skipped tick of schedule %s", sc.Name)
+		case err != nil && startFailedFor(ctx, err):
+			// The savepoint undid the start; the skip is recorded so the
+			// broken schedule waits instead of holding the due list.
+			f.SkipReason, f.StartErr = store.ScheduleSkipStartFailed, errors.Wrapf(err, "start the task of schedule %s", sc.Name)
+			f.RetryAt = plan.SkippedTickRetry(sched, loc, now, store.ScheduleStartRetry)
+			_, err = tx.Exec(ctx, s.sql("ScheduleSkipped"), pgx.NamedArgs{
+				"namespace": sc.Namespace, "name": sc.Name, "next_run_at": tick, "retry_at": f.RetryAt,
+				"skipped_at": now, "reason": f.SkipReason,
+			})
+			return errors.Wrapf(interpretError(err), "record the failed start of schedule %s", sc.Name)
 		case err != nil:
 			return errors.Wrapf(interpretError(err), "fire schedule %s", sc.Name)
 		}

@@ -24,3 +24,17 @@ func newStore(t testing.TB) *sqlitestore.Store {
 func TestStoreConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) store.Store { return newStore(t) })
 }
+
+// TestBrokenScheduleIsSkipped spoils a schedule's row under the store (an
+// empty task type, which no start accepts).
+func TestBrokenScheduleIsSkipped(t *testing.T) {
+	t.Parallel()
+	s := newStore(t)
+	storetest.RunBrokenSchedule(t, s, func(t *testing.T, namespace, name string) {
+		_, err := s.DB().ExecContext(context.Background(),
+			`UPDATE schedules SET task_type = '' WHERE namespace = ? AND name = ?`, namespace, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+	})
+}

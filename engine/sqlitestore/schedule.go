@@ -124,6 +124,9 @@ func (s *Store) ScheduleFireDue(ctx context.Context, max int) ([]store.ScheduleF
 	started := false
 	for _, sc := range due {
 		f, ok, err := s.fireSchedule(ctx, sc.Namespace, sc.Name)
+		if fs := (*failedStart)(nil); errors.As(err, &fs) {
+			f, ok, err = fs.f, true, s.recordFailedStart(ctx, fs)
+		}
 		if err != nil {
 			// One schedule's failure does not hold the others back.
 			errs = append(errs, err)
@@ -177,6 +180,13 @@ func (s *Store) fireSchedule(ctx context.Context, namespace, name string) (f sto
 			f.SkipReason, f.RetryAt = store.ScheduleSkipQueueFull, plan.SkippedTickRetry(sched, loc, now, full.RetryAfter)
 			_, err = tx.exec(ctx, "ScheduleSkipped", us(tick), us(f.RetryAt), us(now), f.SkipReason, us(now), sc.Namespace, sc.Name)
 			return errors.Wrapf(interpret(err), "record the skipped tick of schedule %s", sc.Name)
+		case err != nil && ctx.Err() == nil && !errors.Is(interpret(err), store.ErrUnavailable):
+			// Rolled back whole (the start may have written part of the
+			// task); ScheduleFireDue records the skip in a transaction of
+			// its own.
+			f.SkipReason, f.StartErr = store.ScheduleSkipStartFailed, errors.Wrapf(err, "start the task of schedule %s", sc.Name)
+			f.RetryAt = plan.SkippedTickRetry(sched, loc, now, store.ScheduleStartRetry)
+			return &failedStart{f: f, skippedAt: now}
 		case err != nil:
 			return errors.Wrapf(err, "fire schedule %s", sc.Name)
 		}
@@ -185,6 +195,25 @@ func (s *Store) fireSchedule(ctx context.Context, namespace, name string) (f sto
 		return errors.Wrapf(interpret(err), "advance schedule %s", sc.Name)
 	})
 	return f, ok && err == nil, err
+}
+
+// failedStart is a schedule's start that failed for a reason of its own:
+// its firing transaction rolled back, the skip is still to record.
+type failedStart struct {
+	f         store.ScheduleFiring
+	skippedAt time.Time
+}
+
+func (e *failedStart) Error() string { return e.f.StartErr.Error() }
+
+// recordFailedStart records a failed start as a skipped tick, so the
+// schedule waits until f.RetryAt rather than staying first in the due list.
+func (s *Store) recordFailedStart(ctx context.Context, fs *failedStart) error {
+	f := fs.f
+	return s.tx(ctx, func(tx *txn) error {
+		_, err := tx.exec(ctx, "ScheduleSkipped", us(f.Tick), us(f.RetryAt), us(fs.skippedAt), f.SkipReason, us(fs.skippedAt), f.Namespace, f.Name)
+		return errors.Wrapf(interpret(err), "record the failed start of schedule %s", f.Name)
+	})
 }
 
 // dueAt is when a schedule is due: its retry time while skipped, else its

@@ -35,12 +35,23 @@ type Schedule struct {
 	// refused (LastSkipReason), and it is tried again at RetryAt.
 	RetryAt        *time.Time
 	LastSkippedAt  *time.Time // when a tick was last skipped; kept after the schedule fires again
-	LastSkipReason string     // why: ScheduleSkipQueueFull; "" if no tick was ever skipped
+	LastSkipReason string     // why: ScheduleSkipQueueFull or ScheduleSkipStartFailed; "" if no tick was ever skipped
 }
 
 // ScheduleSkipQueueFull is the reason of a tick skipped because its queue
 // was full (the start failed with ErrQueueFull).
 const ScheduleSkipQueueFull = "queue_full"
+
+// ScheduleSkipStartFailed is the reason of a tick skipped because its
+// task could not be started for another reason than a full queue (its
+// idempotency key taken by another input, say): the schedule is tried
+// again at its next tick or after ScheduleStartRetry, whichever is first,
+// so one broken schedule neither spins the leader nor holds the others.
+const ScheduleSkipStartFailed = "start_failed"
+
+// ScheduleStartRetry is how long a schedule whose start failed waits
+// before it is tried again (unless its next tick comes first).
+const ScheduleStartRetry = time.Minute
 
 // ScheduleFiring is what [Store.ScheduleFireDue] did with one due
 // schedule.
@@ -57,6 +68,8 @@ type ScheduleFiring struct {
 	// WasSkipped says the schedule's previous try was skipped too: a skip
 	// with WasSkipped changes nothing, a firing with it ends the skips.
 	WasSkipped bool
+	// StartErr is why the start failed, for a ScheduleSkipStartFailed skip.
+	StartErr error
 }
 
 // Skipped reports whether the tick was skipped.
