@@ -34,15 +34,14 @@ func (s *Store) QueueSeries(ctx context.Context, p *store.QueueSeriesParams) ([]
 		w := plan.NewSeriesWindow(p, now.UTC())
 		args := pgx.NamedArgs{"namespace": p.Namespace, "queue": p.Queue, "from": w.From, "now": w.Now,
 			"buckets": w.Buckets, "step_us": w.Step.Microseconds()}
-		events, err := s.seriesEvents(ctx, tx, args)
-		if err != nil {
+		fold := plan.NewSeriesFolder(w)
+		if err := s.seriesEvents(ctx, tx, args, fold); err != nil {
 			return err
 		}
-		live, err := s.seriesLive(ctx, tx, args)
-		if err != nil {
+		if err := s.seriesLive(ctx, tx, args, fold); err != nil {
 			return err
 		}
-		out = plan.FoldSeries(w, events, live)
+		out = fold.Series()
 		return nil
 	})
 	if isStatementTimeout(err) && ctx.Err() == nil {
@@ -52,35 +51,44 @@ func (s *Store) QueueSeries(ctx context.Context, p *store.QueueSeriesParams) ([]
 	return out, errors.Wrap(interpretError(err), "queue series")
 }
 
-func (s *Store) seriesEvents(ctx context.Context, tx pgx.Tx, args pgx.NamedArgs) ([]plan.SeriesEvent, error) {
+// seriesEvents streams the window's events into fold, a row at a time:
+// a long window is not held in memory.
+func (s *Store) seriesEvents(ctx context.Context, tx pgx.Tx, args pgx.NamedArgs, fold *plan.SeriesFolder) error {
 	rows, err := tx.Query(ctx, s.sql("SeriesEvents"), args)
 	if err != nil {
-		return nil, errors.Wrap(err, "read the window's events")
+		return errors.Wrap(err, "read the window's events")
 	}
-	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (plan.SeriesEvent, error) {
-		var e plan.SeriesEvent
-		var typ string
-		var when *string
-		if err := row.Scan(&e.TaskID, &e.Queue, &e.Seq, &typ, &e.At, &when, &e.Before); err != nil {
-			return e, err
+	var (
+		e    plan.SeriesEvent
+		typ  string
+		when *string
+	)
+	_, err = pgx.ForEachRow(rows, []any{&e.TaskID, &e.Queue, &e.Seq, &typ, &e.At, &when, &e.Before}, func() error {
+		ev := e
+		ev.Type, ev.At = history.Type(typ), e.At.UTC()
+		var err error
+		if ev.When, err = plan.SeriesWhen(when); err != nil {
+			return err
 		}
-		e.Type, e.At = history.Type(typ), e.At.UTC()
-		e.When, err = plan.SeriesWhen(when)
-		return e, err
+		fold.AddEvent(ev)
+		return nil
 	})
+	return errors.Wrap(err, "read the window's events")
 }
 
-func (s *Store) seriesLive(ctx context.Context, tx pgx.Tx, args pgx.NamedArgs) ([]plan.SeriesLive, error) {
+func (s *Store) seriesLive(ctx context.Context, tx pgx.Tx, args pgx.NamedArgs, fold *plan.SeriesFolder) error {
 	rows, err := tx.Query(ctx, s.sql("SeriesLive"), args)
 	if err != nil {
-		return nil, errors.Wrap(err, "read the unfinished tasks")
+		return errors.Wrap(err, "read the unfinished tasks")
 	}
-	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (plan.SeriesLive, error) {
-		var l plan.SeriesLive
-		var dueFrom int32
-		var count int64
-		err := row.Scan(&l.Queue, &l.Running, &dueFrom, &count)
-		l.DueFrom, l.Count = int(dueFrom), int(count)
-		return l, err
+	var (
+		l       plan.SeriesLive
+		dueFrom int32
+		count   int64
+	)
+	_, err = pgx.ForEachRow(rows, []any{&l.Queue, &l.Running, &dueFrom, &count}, func() error {
+		fold.AddLive(plan.SeriesLive{Queue: l.Queue, Running: l.Running, DueFrom: int(dueFrom), Count: int(count)})
+		return nil
 	})
+	return errors.Wrap(err, "read the unfinished tasks")
 }

@@ -22,59 +22,58 @@ func (s *Store) QueueSeries(ctx context.Context, p *store.QueueSeriesParams) ([]
 	var out []store.QueueSeries
 	err := s.tx(readCtx, func(tx *txn) error {
 		w := plan.NewSeriesWindow(p, plan.NormalizeTime(s.now()))
-		events, err := seriesEvents(readCtx, tx, p, w)
-		if err != nil {
+		fold := plan.NewSeriesFolder(w)
+		if err := seriesEvents(readCtx, tx, p, w, fold); err != nil {
 			return err
 		}
-		live, err := seriesLive(readCtx, tx, p, w)
-		if err != nil {
+		if err := seriesLive(readCtx, tx, p, w, fold); err != nil {
 			return err
 		}
-		out = plan.FoldSeries(w, events, live)
+		out = fold.Series()
 		return nil
 	})
 	return out, errors.Wrap(interpret(err), "queue series")
 }
 
-func seriesEvents(ctx context.Context, tx *txn, p *store.QueueSeriesParams, w plan.SeriesWindow) ([]plan.SeriesEvent, error) {
+// seriesEvents streams the window's events into fold, a row at a time:
+// a long window is not held in memory.
+func seriesEvents(ctx context.Context, tx *txn, p *store.QueueSeriesParams, w plan.SeriesWindow, fold *plan.SeriesFolder) error {
 	rows, err := tx.query(ctx, "SeriesEvents", p.Namespace, us(w.From), us(w.Now), p.Queue)
 	if err != nil {
-		return nil, errors.Wrap(err, "read the window's events")
+		return errors.Wrap(err, "read the window's events")
 	}
 	defer rows.Close()
-	var out []plan.SeriesEvent
 	for rows.Next() {
 		var e plan.SeriesEvent
 		var typ string
 		var at int64
 		var when sql.NullString
 		if err := rows.Scan(&e.TaskID, &e.Queue, &e.Seq, &typ, &at, &when, &e.Before); err != nil {
-			return nil, err
+			return err
 		}
 		e.Type, e.At = history.Type(typ), fromUS(at)
 		if when.Valid {
 			if e.When, err = plan.SeriesWhen(&when.String); err != nil {
-				return nil, err
+				return err
 			}
 		}
-		out = append(out, e)
+		fold.AddEvent(e)
 	}
-	return out, rows.Err()
+	return rows.Err()
 }
 
-func seriesLive(ctx context.Context, tx *txn, p *store.QueueSeriesParams, w plan.SeriesWindow) ([]plan.SeriesLive, error) {
+func seriesLive(ctx context.Context, tx *txn, p *store.QueueSeriesParams, w plan.SeriesWindow, fold *plan.SeriesFolder) error {
 	rows, err := tx.query(ctx, "SeriesLive", p.Namespace, us(w.From), us(w.Now), p.Queue, w.Buckets, w.Step.Microseconds())
 	if err != nil {
-		return nil, errors.Wrap(err, "read the unfinished tasks")
+		return errors.Wrap(err, "read the unfinished tasks")
 	}
 	defer rows.Close()
-	var out []plan.SeriesLive
 	for rows.Next() {
 		var l plan.SeriesLive
 		if err := rows.Scan(&l.Queue, &l.Running, &l.DueFrom, &l.Count); err != nil {
-			return nil, err
+			return err
 		}
-		out = append(out, l)
+		fold.AddLive(l)
 	}
-	return out, rows.Err()
+	return rows.Err()
 }

@@ -158,40 +158,77 @@ func (a *seriesAcc) hold(w SeriesWindow, s seriesState, from, until time.Time) {
 // Both drivers read the same rows and call it, so they agree by
 // construction.
 func FoldSeries(w SeriesWindow, events []SeriesEvent, live []SeriesLive) []store.QueueSeries {
-	accs := map[string]*seriesAcc{}
-	acc := func(queue string) *seriesAcc {
-		if a, ok := accs[queue]; ok {
-			return a
-		}
-		a := newSeriesAcc(w)
-		accs[queue] = a
-		return a
-	}
-	for start := 0; start < len(events); {
-		end := start + 1
-		for end < len(events) && events[end].TaskID == events[start].TaskID {
-			end++
-		}
-		foldTask(w, acc(events[start].Queue), events[start:end])
-		start = end
+	f := NewSeriesFolder(w)
+	for _, e := range events {
+		f.AddEvent(e)
 	}
 	for _, l := range live {
-		a := acc(l.Queue)
-		if l.Running {
-			span(a.running, 0, w.Buckets, l.Count)
-			continue
-		}
-		span(a.waiting, 0, w.Buckets, l.Count)
-		span(a.due, min(max(l.DueFrom, 0), w.Buckets), w.Buckets, l.Count)
+		f.AddLive(l)
 	}
-	out := make([]store.QueueSeries, 0, len(accs))
-	for queue, a := range accs {
+	return f.Series()
+}
+
+// SeriesFolder is [FoldSeries] a row at a time, so a driver streams the
+// window's events into it rather than holding them all: it keeps one
+// task's events at a time (events come in task, then seq, order) and the
+// buckets of each queue.
+type SeriesFolder struct {
+	w    SeriesWindow
+	accs map[string]*seriesAcc
+	task []SeriesEvent // the current task's events, not yet folded
+}
+
+// NewSeriesFolder returns an empty folder over w.
+func NewSeriesFolder(w SeriesWindow) *SeriesFolder {
+	return &SeriesFolder{w: w, accs: map[string]*seriesAcc{}}
+}
+
+func (f *SeriesFolder) acc(queue string) *seriesAcc {
+	if a, ok := f.accs[queue]; ok {
+		return a
+	}
+	a := newSeriesAcc(f.w)
+	f.accs[queue] = a
+	return a
+}
+
+// AddEvent adds the next event, in task then seq order.
+func (f *SeriesFolder) AddEvent(e SeriesEvent) {
+	if len(f.task) > 0 && f.task[0].TaskID != e.TaskID {
+		f.flush()
+	}
+	f.task = append(f.task, e)
+}
+
+func (f *SeriesFolder) flush() {
+	if len(f.task) > 0 {
+		foldTask(f.w, f.acc(f.task[0].Queue), f.task)
+		f.task = f.task[:0]
+	}
+}
+
+// AddLive adds a group of unfinished tasks the window did not touch.
+func (f *SeriesFolder) AddLive(l SeriesLive) {
+	a := f.acc(l.Queue)
+	if l.Running {
+		span(a.running, 0, f.w.Buckets, l.Count)
+		return
+	}
+	span(a.waiting, 0, f.w.Buckets, l.Count)
+	span(a.due, min(max(l.DueFrom, 0), f.w.Buckets), f.w.Buckets, l.Count)
+}
+
+// Series returns the folded series, by queue name.
+func (f *SeriesFolder) Series() []store.QueueSeries {
+	f.flush()
+	out := make([]store.QueueSeries, 0, len(f.accs))
+	for queue, a := range f.accs {
 		var waiting, due, running int
 		for i := range a.points {
 			waiting, due, running = waiting+a.waiting[i], due+a.due[i], running+a.running[i]
 			a.points[i].Waiting, a.points[i].Due, a.points[i].Running = waiting, due, running
 		}
-		out = append(out, store.QueueSeries{Queue: queue, From: w.From, Step: w.Step, Points: a.points})
+		out = append(out, store.QueueSeries{Queue: queue, From: f.w.From, Step: f.w.Step, Points: a.points})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Queue < out[j].Queue })
 	return out
