@@ -100,6 +100,7 @@ func TestParallelStepsRetryOnlyTheUnfinished(t *testing.T) {
 		var runs [pages]atomic.Int32
 		var firstSix sync.WaitGroup
 		firstSix.Add(6)
+		allStarted := make(chan struct{}) // closed by the first attempt's body
 		wf := sdk.NewWorkflow("doc.ocr", 1, func(ctx workflow.Context, n int) ([]string, error) {
 			futures := make([]*workflow.Future[string], n)
 			for page := range n {
@@ -112,6 +113,7 @@ func TestParallelStepsRetryOnlyTheUnfinished(t *testing.T) {
 							defer firstSix.Done()
 						case page == 6:
 							firstSix.Wait()
+							<-allStarted // so the failure refuses none of the Go calls
 							return "", errors.New("ocr service: 503")
 						default:
 							<-ctx.Done() // unfinished when the workflow returns
@@ -120,6 +122,9 @@ func TestParallelStepsRetryOnlyTheUnfinished(t *testing.T) {
 					}
 					return fmt.Sprintf("text of page %d", page), nil
 				})
+			}
+			if ctx.Attempt() == 1 {
+				close(allStarted)
 			}
 			texts := make([]string, n)
 			for page, f := range futures {

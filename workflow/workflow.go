@@ -141,8 +141,10 @@ type Future[Out any] struct{ f *interpreter.Future[Out] }
 // error. A failed step ends the attempt as a failed [Step] does: Get
 // returns the error for the workflow to return (or to wait for other
 // futures first), and the task is retried from the unfinished steps or
-// fails, as the error's class and the step's retry policy decide. Call Get
-// from the workflow body, like Step.
+// fails, as the error's class and the step's retry policy decide. Get
+// waits for its own step even after another step failed, so what that step
+// finishes is recorded and not run again. Call Get from the workflow body,
+// like Step.
 func (f *Future[Out]) Get(ctx Context) (Out, error) { return f.f.Get(ctx) }
 
 // Go starts fn as the step called name and returns at once, so several

@@ -66,7 +66,9 @@ func resolved[Out any](out Out, err error) *Future[Out] {
 // Get waits for the future's step and returns its output or its error:
 // what workflow's Future.Get does.
 func (f *Future[Out]) Get(ctx Context) (Out, error) {
-	if err := ctx.run().enter("Future.Get"); err != nil {
+	// Not enter: a future is joined for its own result even after
+	// another step aborted the run, so what it finished is recorded.
+	if err := ctx.run().checkGoroutine("Future.Get"); err != nil {
 		var zero Out
 		return zero, err
 	}
@@ -174,15 +176,24 @@ func (s *runState) abandonFutures() {
 // so replay could not assign them again; the run fails as
 // non-deterministic instead. It returns the run's abort, if any.
 func (s *runState) enter(api string) error {
+	if err := s.checkGoroutine(api); err != nil {
+		return err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if goroutineID() != s.body {
-		err := errors.Newf("workflow.%s called from a goroutine the workflow did not start with workflow.Go; use workflow.Go or workflow.Map", api)
-		err = errors.WithHint(err, "a workflow body's calls of Step, Sleep and Go must come from the goroutine that runs it; "+
-			"workflow.Go runs steps concurrently with positions in call order")
-		s.abortLocked(errmark.Mark(err, ErrNondeterministic), nil)
-	}
 	return s.aborted
+}
+
+// checkGoroutine aborts the run, and returns the abort, when api is called
+// from a goroutine other than the body's.
+func (s *runState) checkGoroutine(api string) error {
+	if goroutineID() == s.body {
+		return nil
+	}
+	err := errors.Newf("workflow.%s called from a goroutine the workflow did not start with workflow.Go; use workflow.Go or workflow.Map", api)
+	err = errors.WithHint(err, "a workflow body's calls of Step, Sleep, Go and Future.Get must come from the goroutine that runs it; "+
+		"workflow.Go runs steps concurrently with positions in call order")
+	return s.abort(errmark.Mark(err, ErrNondeterministic), nil)
 }
 
 // goroutineID is the id of the calling goroutine, read from the first line

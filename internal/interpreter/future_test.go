@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/internal/interpreter"
@@ -135,6 +136,7 @@ func TestGoFailureKeepsTheFinishedSteps(t *testing.T) {
 	done.Add(6)
 	boom := errors.New("ocr service unavailable")
 	var abandoned atomic.Int32
+	allStarted := make(chan struct{})
 	res := b.run(func(ctx workflow.Context) (any, error) {
 		var futures []*workflow.Future[string]
 		for i := range 10 {
@@ -145,6 +147,7 @@ func TestGoFailureKeepsTheFinishedSteps(t *testing.T) {
 					return "text of " + page(i), nil
 				case i == 6:
 					done.Wait()
+					<-allStarted // so the failure refuses none of the Go calls
 					return "", boom
 				}
 				<-ctx.Done()
@@ -152,6 +155,7 @@ func TestGoFailureKeepsTheFinishedSteps(t *testing.T) {
 				return "", context.Cause(ctx)
 			}))
 		}
+		close(allStarted)
 		for _, f := range futures {
 			if _, err := f.Get(ctx); err != nil {
 				return nil, err
@@ -258,4 +262,38 @@ func TestMapKeepsItemOrderAndBoundsConcurrency(t *testing.T) {
 	}
 	require.LessOrEqual(t, maxInFlight.Load(), int32(limit))
 	require.Len(t, b.rec.recorded(), items)
+}
+
+// Sleep waits for the futures started before it, so the timer follows
+// their records; a future the body never joins and that is still running
+// when the body returns is cancelled and not recorded.
+func TestSleepWaitsForFuturesAndReturnAbandonsThem(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	release := make(chan struct{})
+	res := b.run(func(ctx workflow.Context) (any, error) {
+		workflow.Go(ctx, "slow", func(context.Context) (int, error) { <-release; return 1, nil })
+		close(release)
+		return nil, workflow.Sleep(ctx, time.Hour)
+	})
+	var sleep *interpreter.SleepRequest
+	require.ErrorAs(t, res.Err, &sleep)
+	require.Equal(t, 1, sleep.Position)
+	require.Len(t, b.rec.recorded(), 1)
+
+	b = setup(t)
+	var cause error
+	res = b.run(func(ctx workflow.Context) (any, error) {
+		workflow.Go(ctx, "never joined", func(ctx context.Context) (int, error) {
+			<-ctx.Done()
+			cause = context.Cause(ctx)
+			return 0, cause
+		})
+		return "done", nil
+	})
+	require.NoError(t, res.Err, "an abandoned future's error is not the run's")
+	require.JSONEq(t, `"done"`, string(res.Output))
+	require.Nil(t, res.Pending)
+	require.Empty(t, b.rec.recorded())
+	require.ErrorContains(t, cause, "the workflow returned before this step finished")
 }
