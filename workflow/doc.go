@@ -12,6 +12,12 @@
 // which ends the task permanently. Side effects belong in steps; durable
 // time comes from [Sleep], never the wall clock.
 //
+// Steps run one after another unless started with [Go] (joined with
+// [Future.Get]) or [Map]: those run concurrently, take their positions in
+// call order, and are each recorded once. Call the package's functions from
+// the workflow body only: from a goroutine of the workflow's own they fail
+// the task as non-deterministic.
+//
 // [StepOpts] bound one run of a step (start-to-close, heartbeat timeout),
 // override the workflow type's retry policy for its failures, mark it
 // irreversible (a cancel does not interrupt it), and give it a compensator

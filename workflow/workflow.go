@@ -132,3 +132,91 @@ func Step[Out any](ctx Context, name string, fn func(context.Context) (Out, erro
 // run must stop (the worker is stopping, the task was cancelled, a step
 // failed before).
 func Sleep(ctx Context, d time.Duration) error { return interpreter.Sleep(ctx, d) }
+
+// Future is a step started with [Go], running concurrently with the
+// workflow body. Get waits for it.
+type Future[Out any] struct{ f *interpreter.Future[Out] }
+
+// Get waits for the future's step to finish and returns its output, or its
+// error. A failed step ends the attempt as a failed [Step] does: Get
+// returns the error for the workflow to return (or to wait for other
+// futures first), and the task is retried from the unfinished steps or
+// fails, as the error's class and the step's retry policy decide. Get
+// waits for its own step even after another step failed, so what that step
+// finishes is recorded and not run again. Call Get from the workflow body,
+// like Step.
+func (f *Future[Out]) Get(ctx Context) (Out, error) { return f.f.Get(ctx) }
+
+// Go starts fn as the step called name and returns at once, so several
+// steps of one attempt run concurrently; join them with [Future.Get]. The
+// step takes its position when Go is called (call order, not completion
+// order), so a replay maps every step back to its recorded result. Like
+// [Step], a step the history recorded is not run again: its future holds
+// the recorded output. fn receives the activity context, with the step's
+// own position and idempotency key.
+//
+// Each finished step is recorded as its own step_completed, in position
+// order: a step that finishes before an earlier one is recorded once that
+// one is. After a crash or a failed attempt only the steps not on record
+// run again. Steps still running when the workflow body returns are
+// cancelled and not recorded. [Sleep] waits for the futures started before
+// it. Call Go from the workflow body: Step, Sleep or Go called from any
+// other goroutine fails the task as non-deterministic. opts is optional:
+// pass at most one [StepOpts].
+func Go[Out any](ctx Context, name string, fn func(context.Context) (Out, error), opts ...StepOpts) *Future[Out] {
+	return &Future[Out]{f: interpreter.Go(ctx, name, fn, stepOptions(opts))}
+}
+
+// MapOpts are the options of [Map], passed by value and at most once.
+type MapOpts struct {
+	// Concurrency bounds how many items' steps run at once. 0 or less:
+	// every item at once.
+	Concurrency int
+	// Step are the options of each item's step.
+	Step StepOpts
+}
+
+// Map runs fn over items as concurrent steps (see [Go]), all called name,
+// at most opts.Concurrency at a time, and returns their outputs in item
+// order. Item i's step takes the i-th position after the steps before Map,
+// whatever order the steps finish in. The first error in item order is
+// returned; a failed item ends the attempt as a failed Step does, and the
+// retry runs only the items not on record. opts is optional: pass at most
+// one [MapOpts].
+func Map[In, Out any](ctx Context, name string, items []In, fn func(context.Context, In) (Out, error), opts ...MapOpts) ([]Out, error) {
+	var o MapOpts
+	var stepOpts *interpreter.StepOptions
+	switch len(opts) {
+	case 0:
+	case 1:
+		o = opts[0]
+		stepOpts = o.Step.options()
+	default:
+		// Refused when the first step would run, as Step refuses its own.
+		stepOpts = &interpreter.StepOptions{Misuse: errors.Newf("%d MapOpts given, at most one is allowed", len(opts))}
+	}
+	limit := o.Concurrency
+	if limit <= 0 || limit > len(items) {
+		limit = len(items)
+	}
+	futures := make([]*Future[Out], len(items))
+	outs := make([]Out, len(items))
+	for i, item := range items {
+		if i >= limit {
+			// Waiting for the item limit places before keeps at most limit
+			// running; which one to wait for never changes a position.
+			if _, err := futures[i-limit].Get(ctx); err != nil {
+				return nil, err
+			}
+		}
+		futures[i] = &Future[Out]{f: interpreter.Go(ctx, name, func(ctx context.Context) (Out, error) { return fn(ctx, item) }, stepOpts)}
+	}
+	for i, f := range futures {
+		out, err := f.Get(ctx)
+		if err != nil {
+			return nil, err
+		}
+		outs[i] = out
+	}
+	return outs, nil
+}

@@ -161,3 +161,33 @@ func TestContextIsNotAContextContext(t *testing.T) {
 	require.Equal(t, "task-7", taskID)
 	require.Equal(t, 3, attempt)
 }
+
+// Map over recorded steps returns their recorded outputs in item order
+// without running any; more than one MapOpts is refused as bad step
+// options.
+func TestMapReplaysRecordedItemsAndRefusesTwoOpts(t *testing.T) {
+	t.Parallel()
+	var steps []history.Step
+	for i, text := range []string{`"zero"`, `"one"`, `"two"`} {
+		steps = append(steps, history.Step{Position: i, Name: "ocr", Output: json.RawMessage(text)})
+	}
+	var got []string
+	res := runSteps(t, steps, func(ctx workflow.Context) error {
+		var err error
+		got, err = workflow.Map(ctx, "ocr", []int{0, 1, 2}, func(context.Context, int) (string, error) {
+			return "", errors.New("a recorded item must not run")
+		}, workflow.MapOpts{Concurrency: 2})
+		return err
+	})
+	require.NoError(t, res.Err)
+	require.Equal(t, []string{"zero", "one", "two"}, got)
+	require.Zero(t, res.Executed)
+
+	res = runSteps(t, nil, func(ctx workflow.Context) error {
+		_, err := workflow.Map(ctx, "ocr", []int{0}, func(context.Context, int) (string, error) { return "", nil },
+			workflow.MapOpts{}, workflow.MapOpts{})
+		return err
+	})
+	require.ErrorIs(t, res.Err, interpreter.ErrBadStepOpts)
+	require.ErrorContains(t, res.Err, "2 MapOpts given")
+}

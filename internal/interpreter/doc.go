@@ -3,8 +3,10 @@
 // what cairn's attempt executor (sdk/internal/executor) calls to run an
 // attempt. Steps already recorded return their recorded output without
 // running; a new step runs through the activity runtime and is recorded
-// before anything after it begins; a step at a recorded position with
-// another name is a non-determinism error ([ErrNondeterministic]).
+// before anything after it begins (futures, [Go], run concurrently and are
+// recorded in position order: see future.go); a step at a recorded position
+// with another name is a non-determinism error ([ErrNondeterministic]), as
+// is a call from a goroutine other than the body's.
 //
 // [Run] reports how a run ended ([Result]): the output, or the error that
 // ended the attempt, the step it came from and that step's options, the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/cockroachdb/errors"
@@ -132,9 +133,11 @@ type Result struct {
 	Visited map[int]*StepOptions
 }
 
-// runState is one run's progress. It is used by the goroutine running the
-// workflow body only.
+// runState is one run's progress. The workflow body's goroutine drives it;
+// futures' goroutines (see future.go) complete into it, and a misused
+// goroutine may call into it, so mu guards every field below p.
 type runState struct {
+	mu       sync.Mutex
 	p        RunParams
 	next     int   // position of the next Step call
 	aborted  error // set once: every later Step returns it
@@ -145,6 +148,9 @@ type runState struct {
 	visited  map[int]*StepOptions
 
 	failedUsage []history.Usage // the AI usage the failed step reported
+
+	body    int64 // id of the goroutine running the workflow body
+	futures futureSet
 }
 
 type runContext struct{ s *runState }
@@ -160,9 +166,13 @@ func Run(p RunParams, fn Func, input json.RawMessage) (res Result) {
 	if p.Context == nil {
 		p.Context = context.Background()
 	}
-	s := &runState{p: p, visited: map[int]*StepOptions{}}
+	s := &runState{p: p, visited: map[int]*StepOptions{}, body: goroutineID()}
+	s.futures.init(len(p.Steps))
 	defer func() {
 		if r := recover(); r != nil {
+			s.abandonFutures()
+			s.mu.Lock()
+			defer s.mu.Unlock()
 			err := errors.Newf("workflow panicked: %v", r)
 			if s.aborted != nil {
 				// The body panicked after a step failed or a stop began
@@ -173,6 +183,9 @@ func Run(p RunParams, fn Func, input json.RawMessage) (res Result) {
 		}
 	}()
 	out, err := fn(runContext{s}, input)
+	s.abandonFutures()
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	res = Result{Step: s.failed, StepOptions: s.failedOp, StepUsage: s.failedUsage, Executed: s.executed, Pending: s.pending, Visited: s.visited}
 	switch {
 	case s.aborted != nil:

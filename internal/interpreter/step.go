@@ -75,49 +75,110 @@ func (o *StepOptions) timeouts() activities.Timeouts {
 func Step[Out any](ctx Context, name string, fn func(context.Context) (Out, error), opts *StepOptions) (Out, error) {
 	var zero Out
 	s := ctx.run()
+	if err := s.enter("Step"); err != nil {
+		return zero, err
+	}
+	pos, rec, err := s.claim(name, opts)
+	if err != nil {
+		return zero, err
+	}
+	if rec != nil {
+		return decodeRecorded[Out](s, pos, name, rec)
+	}
+	info, stepCtx, err := s.prepare(pos, name, opts)
+	if err != nil {
+		return zero, err
+	}
+	out, done, err := execute(s, stepCtx, info, fn, opts)
+	if err != nil {
+		return zero, err
+	}
+	s.mu.Lock()
+	s.visited[pos] = opts
+	if pos == s.futures.recNext {
+		// Nothing before it waits to be recorded: keep it for the next
+		// call's flush, or for the caller's outcome append.
+		s.pending = done
+		s.mu.Unlock()
+		return out, nil
+	}
+	// A future before it is still running: it is recorded after that one.
+	s.futures.ready[pos] = done
+	s.mu.Unlock()
+	s.drain()
+	return out, nil
+}
+
+// claim takes the next position for the step (or future) called name. It
+// returns the step the history recorded there, if any (nil: the step is
+// new and must run), or the error that refuses the call.
+func (s *runState) claim(name string, opts *StepOptions) (int, *history.Step, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.aborted != nil {
-		return zero, s.aborted
+		return 0, nil, s.aborted
 	}
 	pos := s.next
 	if pos < len(s.p.Steps) {
 		rec := s.p.Steps[pos]
 		if rec.Name != name {
-			return zero, s.abort(nondeterministic(pos, rec.Name, name), nil)
+			return pos, nil, s.abortLocked(nondeterministic(pos, rec.Name, name), nil)
 		}
 		s.visited[pos] = opts
-		var out Out
-		if len(rec.Output) > 0 {
-			if err := json.Unmarshal(rec.Output, &out); err != nil {
-				err = errors.Wrapf(err, "step %d (%s): decode recorded output", pos, name)
-				return zero, s.abort(errmark.Mark(err, ErrNondeterministic), nil)
-			}
-		}
 		s.next++
-		return out, nil
+		return pos, &rec, nil
 	}
 	if t := s.p.Timer; t != nil && t.Position == pos {
 		// The history has the workflow asleep here: a step in its place
 		// is a different sequence, not a step to run.
-		return zero, s.abort(nondeterministic(pos, "sleep", name), nil)
+		return pos, nil, s.abortLocked(nondeterministic(pos, "sleep", name), nil)
 	}
 	if s.p.CollectOnly {
-		return zero, s.abort(ErrCollected, nil)
+		return pos, nil, s.abortLocked(ErrCollected, nil)
 	}
+	s.next++
+	return pos, nil, nil
+}
+
+// decodeRecorded is the recorded output of the step at pos.
+func decodeRecorded[Out any](s *runState, pos int, name string, rec *history.Step) (Out, error) {
+	var out, zero Out
+	if len(rec.Output) > 0 {
+		if err := json.Unmarshal(rec.Output, &out); err != nil {
+			err = errors.Wrapf(err, "step %d (%s): decode recorded output", pos, name)
+			return zero, s.abort(errmark.Mark(err, ErrNondeterministic), nil)
+		}
+	}
+	return out, nil
+}
+
+// prepare readies a new step at pos to run: the step before it is
+// recorded, the run has not been stopped, its options are valid. It
+// returns the step's context.
+func (s *runState) prepare(pos int, name string, opts *StepOptions) (StepInfo, context.Context, error) {
+	info := StepInfo{Position: pos, Name: name, Irreversible: opts != nil && opts.Irreversible}
 	if err := s.flush(); err != nil {
-		return zero, err
+		return info, nil, err
 	}
 	if err := s.checkpoint(); err != nil {
-		return zero, err
+		return info, nil, err
 	}
-	info := StepInfo{Position: pos, Name: name, Irreversible: opts != nil && opts.Irreversible}
 	if err := opts.validate(); err != nil {
 		err = errmark.Mark(errors.Wrapf(err, "%s", info), ErrBadStepOpts)
-		return zero, s.abort(err, &info)
+		return info, nil, s.abort(err, &info)
 	}
 	stepCtx := s.p.Context
 	if s.p.StepContext != nil {
 		stepCtx = s.p.StepContext(info)
 	}
+	return info, stepCtx, nil
+}
+
+// execute runs a new step and returns its output and its completion. Its
+// failure aborts the run, unless the body has already returned (the step
+// was abandoned: see abandonFutures).
+func execute[Out any](s *runState, stepCtx context.Context, info StepInfo, fn func(context.Context) (Out, error), opts *StepOptions) (Out, history.StepCompletedData, error) {
+	var zero Out
 	usage := activities.NewUsageRecorder()
 	stepCtx = activities.WithUsageRecorder(stepCtx, usage)
 	started := time.Now()
@@ -125,46 +186,60 @@ func Step[Out any](ctx Context, name string, fn func(context.Context) (Out, erro
 		return callStep(ctx, fn)
 	})
 	ran := time.Since(started)
-	s.executed++
 	if s.p.StepDone != nil {
 		s.p.StepDone(info, err)
 	}
+	var encoded []byte
+	if err == nil {
+		encoded, err = json.Marshal(out)
+		if err == nil && HasNULEscape(encoded) {
+			err = errmark.Mark(errors.New("output contains the character U+0000, which PostgreSQL cannot store in JSON"), ErrUnstorable)
+		}
+		if err != nil {
+			opts = nil // the step ran; its retry policy is not what failed
+			err = errors.Wrapf(err, "step %d (%s): encode output", info.Position, info.Name)
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.executed++
 	if err != nil {
-		s.failedOp, s.failedUsage = opts, usage.Usage()
-		return zero, s.abort(err, &info)
+		if s.aborted == nil && !s.futures.closed {
+			s.failedOp, s.failedUsage = opts, usage.Usage()
+			s.abortLocked(err, &info)
+		}
+		return zero, history.StepCompletedData{}, err
 	}
-	encoded, err := json.Marshal(out)
-	if err == nil && HasNULEscape(encoded) {
-		err = errmark.Mark(errors.New("output contains the character U+0000, which PostgreSQL cannot store in JSON"), ErrUnstorable)
-	}
-	if err != nil {
-		s.failedUsage = usage.Usage() // spent even though the output cannot be kept
-		err = errors.Wrapf(err, "step %d (%s): encode output", pos, name)
-		return zero, s.abort(err, &info)
-	}
-	s.pending = history.StepCompletedData{
-		Position: pos, Name: name, Output: encoded, Compensable: opts != nil && opts.Compensate != nil,
+	return out, history.StepCompletedData{
+		Position: info.Position, Name: info.Name, Output: encoded, Compensable: opts != nil && opts.Compensate != nil,
 		DurationMillis: ran.Milliseconds(), Usage: usage.Usage(),
-	}
-	s.visited[pos] = opts
-	s.next++
-	return out, nil
+	}, nil
 }
 
 // flush records the step executed last, if it is not on record yet.
 func (s *runState) flush() error {
+	s.mu.Lock()
 	if s.pending == nil {
+		s.mu.Unlock()
 		return nil
 	}
-	if err := s.p.Record(s.pending); err != nil {
-		what := string(s.pending.EventType())
-		if step, ok := s.pending.(history.StepCompletedData); ok {
-			what = fmt.Sprintf("step %d (%s)", step.Position, step.Name)
-		}
-		return s.abort(errmark.Mark(errors.Wrapf(err, "record %s", what), ErrRecordFailed), nil)
-	}
+	s.futures.ready[s.futures.recNext] = s.pending
 	s.pending = nil
-	return nil
+	s.mu.Unlock()
+	s.drain()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.aborted
+}
+
+// recordFailed is the abort of a run whose completion done could not be
+// recorded.
+func recordFailed(done history.Payload, err error) error {
+	what := string(done.EventType())
+	if step, ok := done.(history.StepCompletedData); ok {
+		what = fmt.Sprintf("step %d (%s)", step.Position, step.Name)
+	}
+	return errmark.Mark(errors.Wrapf(err, "record %s", what), ErrRecordFailed)
 }
 
 // checkpoint stops the run before a new step when the worker is stopping or
@@ -182,6 +257,13 @@ func (s *runState) checkpoint() error {
 }
 
 func (s *runState) abort(err error, step *StepInfo) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.abortLocked(err, step)
+}
+
+// abortLocked is abort with s.mu held.
+func (s *runState) abortLocked(err error, step *StepInfo) error {
 	if s.aborted == nil {
 		s.aborted, s.failed = err, step
 	}
@@ -216,23 +298,19 @@ func (r *SleepRequest) Error() string {
 // then timer_fired) and goes on.
 func Sleep(ctx Context, d time.Duration) error {
 	s := ctx.run()
-	if s.aborted != nil {
-		return s.aborted
+	if err := s.enter("Sleep"); err != nil {
+		return err
 	}
-	pos := s.next
-	if pos < len(s.p.Steps) {
-		if rec := s.p.Steps[pos]; rec.Name != history.SleepStepName {
-			return s.abort(nondeterministic(pos, rec.Name, history.SleepStepName), nil)
-		}
-		s.next++
-		return nil
-	}
-	if s.p.CollectOnly {
-		return s.abort(ErrCollected, nil)
+	pos, recorded, err := s.claimSleep()
+	if err != nil || recorded {
+		return err
 	}
 	if err := s.flush(); err != nil {
 		return err
 	}
+	// The timer is recorded at its position, after every step before it:
+	// the futures started before it finish (and are recorded) first.
+	s.awaitFutures()
 	if err := s.checkpoint(); err != nil {
 		return err
 	}
@@ -252,9 +330,33 @@ func Sleep(ctx Context, d time.Duration) error {
 				return s.abort(context.Cause(s.p.Context), nil)
 			}
 		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
 		s.pending = history.TimerFiredData{Position: pos}
-		s.next++
-		return nil
+		return s.aborted
 	}
 	return s.abort(&SleepRequest{Position: pos, FireAt: now().Add(max(d, 0))}, nil)
+}
+
+// claimSleep takes the next position for a sleep; recorded says the
+// history has it done already.
+func (s *runState) claimSleep() (pos int, recorded bool, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.aborted != nil {
+		return 0, false, s.aborted
+	}
+	pos = s.next
+	if pos < len(s.p.Steps) {
+		if rec := s.p.Steps[pos]; rec.Name != history.SleepStepName {
+			return pos, false, s.abortLocked(nondeterministic(pos, rec.Name, history.SleepStepName), nil)
+		}
+		s.next++
+		return pos, true, nil
+	}
+	if s.p.CollectOnly {
+		return pos, false, s.abortLocked(ErrCollected, nil)
+	}
+	s.next++
+	return pos, false, nil
 }

@@ -3,6 +3,7 @@ package executor
 import (
 	"context"
 	"strconv"
+	"sync"
 
 	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/history"
@@ -24,7 +25,9 @@ const tracerName = "github.com/cairnflow/cairn/sdk"
 type attemptTrace struct {
 	tracer  trace.Tracer
 	attempt trace.Span
-	step    trace.Span // the step running now
+
+	mu    sync.Mutex         // futures begin and end steps on their own goroutines
+	steps map[int]trace.Span // the steps running now, by position
 }
 
 // startAttemptTrace begins the attempt's span: a child of the task's
@@ -59,25 +62,35 @@ func (t *attemptTrace) stepContext(base context.Context, s interpreter.StepInfo)
 	ctx, span := t.tracer.Start(trace.ContextWithSpan(base, t.attempt), "cairn.step "+s.Name,
 		trace.WithAttributes(attribute.String("cairn.step.name", s.Name), attribute.Int("cairn.step.position", s.Position),
 			attribute.Bool("cairn.step.irreversible", s.Irreversible)))
-	t.step = span
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.steps == nil {
+		t.steps = map[int]trace.Span{}
+	}
+	t.steps[s.Position] = span
 	return ctx
 }
 
-// stepDone ends the running step's span.
-func (t *attemptTrace) stepDone(_ interpreter.StepInfo, err error) {
-	if t.step == nil {
-		return
+// stepDone ends the step's span.
+func (t *attemptTrace) stepDone(s interpreter.StepInfo, err error) {
+	t.mu.Lock()
+	span, ok := t.steps[s.Position]
+	delete(t.steps, s.Position)
+	t.mu.Unlock()
+	if ok {
+		endSpan(span, err)
 	}
-	endSpan(t.step, err)
-	t.step = nil
 }
 
 // end ends the attempt's span with the attempt's error, if any, or the
 // failure its outcome records (a retry, a failure, a dead letter).
 func (t *attemptTrace) end(err error, outcome []history.Payload) {
-	if t.step != nil { // a step cut short without a StepDone
-		endSpan(t.step, err)
+	t.mu.Lock()
+	for _, span := range t.steps { // steps cut short without a StepDone
+		endSpan(span, err)
 	}
+	t.steps = nil
+	t.mu.Unlock()
 	if t.attempt == nil {
 		return
 	}

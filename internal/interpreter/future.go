@@ -1,0 +1,214 @@
+package interpreter
+
+import (
+	"bytes"
+	"context"
+	"runtime"
+	"strconv"
+	"sync"
+
+	"github.com/cockroachdb/errors"
+
+	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/internal/errmark"
+)
+
+// Futures run several steps of one attempt at once (what workflow.Go and
+// workflow.Map are made of). Determinism comes from positions: a future
+// takes its position when Go is called, on the body's goroutine, so a
+// replay assigns the same positions whatever order the steps finished in.
+//
+// Completions are recorded in position order, because history.Replay
+// requires each step_completed at the position after the last: a future
+// that finishes before an earlier one waits in futureSet.ready until the
+// earlier one is on record, and whichever goroutine closes the gap records
+// the run of ready completions after it (one at a time, under recMu, so
+// appends never overlap). A step that finished behind an unfinished one is
+// therefore not on record until that one finishes: after a crash it runs
+// again, like the unfinished one.
+
+// errAbandoned is the cause a future's step context ends with when the
+// workflow body returned while the step was still running.
+var errAbandoned = errors.New("cairn/workflow: the workflow returned before this step finished")
+
+// futureSet is the run's bookkeeping of its futures and of the order
+// completions are recorded in. Fields are guarded by runState.mu, except
+// recMu and wg.
+type futureSet struct {
+	recMu    sync.Mutex                      // held while a completion is being recorded
+	wg       sync.WaitGroup                  // the futures' goroutines
+	recNext  int                             // position of the next completion to record
+	ready    map[int]history.Payload         // completions waiting for an earlier position
+	inFlight map[int]context.CancelCauseFunc // running futures, by position
+	closed   bool                            // the body returned: nothing more is recorded
+	broken   bool                            // a record failed: nothing more is recorded
+}
+
+func (f *futureSet) init(recorded int) {
+	f.recNext = recorded
+	f.ready = map[int]history.Payload{}
+	f.inFlight = map[int]context.CancelCauseFunc{}
+}
+
+// Future is a step running concurrently with the workflow body (see [Go]).
+type Future[Out any] struct {
+	done chan struct{}
+	out  Out
+	err  error
+}
+
+func resolved[Out any](out Out, err error) *Future[Out] {
+	f := &Future[Out]{done: make(chan struct{}), out: out, err: err}
+	close(f.done)
+	return f
+}
+
+// Get waits for the future's step and returns its output or its error:
+// what workflow's Future.Get does.
+func (f *Future[Out]) Get(ctx Context) (Out, error) {
+	// Not enter: a future is joined for its own result even after
+	// another step aborted the run, so what it finished is recorded.
+	if err := ctx.run().checkGoroutine("Future.Get"); err != nil {
+		var zero Out
+		return zero, err
+	}
+	<-f.done
+	return f.out, f.err
+}
+
+// Go starts fn as the step called name at the current position of ctx's
+// run and returns at once; the step's result is the future's. A step the
+// history recorded is not run: the future holds its recorded output. The
+// step's failure ends the attempt as [Step]'s does (the run is aborted with
+// it, and Get returns it).
+func Go[Out any](ctx Context, name string, fn func(context.Context) (Out, error), opts *StepOptions) *Future[Out] {
+	var zero Out
+	s := ctx.run()
+	if err := s.enter("Go"); err != nil {
+		return resolved(zero, err)
+	}
+	pos, rec, err := s.claim(name, opts)
+	if err != nil {
+		return resolved(zero, err)
+	}
+	if rec != nil {
+		return resolved(decodeRecorded[Out](s, pos, name, rec))
+	}
+	info, stepCtx, err := s.prepare(pos, name, opts)
+	if err != nil {
+		return resolved(zero, err)
+	}
+	stepCtx, cancel := context.WithCancelCause(stepCtx)
+	f := &Future[Out]{done: make(chan struct{})}
+	s.mu.Lock()
+	s.futures.inFlight[pos] = cancel
+	s.mu.Unlock()
+	s.futures.wg.Add(1)
+	go func() {
+		defer s.futures.wg.Done()
+		defer close(f.done)
+		defer cancel(nil)
+		out, done, err := execute(s, stepCtx, info, fn, opts)
+		s.mu.Lock()
+		delete(s.futures.inFlight, pos)
+		if err == nil && !s.futures.closed {
+			s.futures.ready[pos] = done
+			s.visited[pos] = opts
+		}
+		s.mu.Unlock()
+		f.out, f.err = out, err
+		if err == nil {
+			s.drain()
+		}
+	}()
+	return f
+}
+
+// drain records the ready completions from the next position on, in
+// order, until it reaches a gap (a future still running).
+func (s *runState) drain() {
+	f := &s.futures
+	f.recMu.Lock()
+	defer f.recMu.Unlock()
+	for {
+		s.mu.Lock()
+		done, ok := f.ready[f.recNext]
+		if !ok || f.closed || f.broken {
+			s.mu.Unlock()
+			return
+		}
+		s.mu.Unlock()
+		err := s.p.Record(done)
+		s.mu.Lock()
+		if err != nil {
+			f.broken = true
+			s.abortLocked(recordFailed(done, err), nil)
+			s.mu.Unlock()
+			return
+		}
+		delete(f.ready, f.recNext)
+		f.recNext++
+		s.mu.Unlock()
+	}
+}
+
+// awaitFutures waits until every future started so far has finished (and,
+// if it could be, is on record).
+func (s *runState) awaitFutures() { s.futures.wg.Wait() }
+
+// abandonFutures ends the futures still running when the body returned:
+// their contexts are cancelled, and nothing they produce is recorded (nor
+// is a completion waiting behind one of them: the history cannot skip a
+// position). It returns once their goroutines have.
+func (s *runState) abandonFutures() {
+	s.mu.Lock()
+	s.futures.closed = true
+	for _, cancel := range s.futures.inFlight {
+		cancel(errAbandoned)
+	}
+	s.mu.Unlock()
+	s.futures.wg.Wait()
+}
+
+// enter admits a call of the workflow API (api names it) from the body's
+// goroutine only. Any other goroutine is one the workflow started itself:
+// its calls would take positions in whatever order the scheduler ran them,
+// so replay could not assign them again; the run fails as
+// non-deterministic instead. It returns the run's abort, if any.
+func (s *runState) enter(api string) error {
+	if err := s.checkGoroutine(api); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.aborted
+}
+
+// checkGoroutine aborts the run, and returns the abort, when api is called
+// from a goroutine other than the body's.
+func (s *runState) checkGoroutine(api string) error {
+	if goroutineID() == s.body {
+		return nil
+	}
+	err := errors.Newf("workflow.%s called from a goroutine the workflow did not start with workflow.Go; use workflow.Go or workflow.Map", api)
+	err = errors.WithHint(err, "a workflow body's calls of Step, Sleep, Go and Future.Get must come from the goroutine that runs it; "+
+		"workflow.Go runs steps concurrently with positions in call order")
+	return s.abort(errmark.Mark(err, ErrNondeterministic), nil)
+}
+
+// goroutineID is the id of the calling goroutine, read from the first line
+// of its stack trace ("goroutine 42 [running]:"). The runtime has no API
+// for it; the format has been stable since Go 1.0.
+func goroutineID() int64 {
+	var buf [64]byte
+	line := buf[:runtime.Stack(buf[:], false)]
+	line = bytes.TrimPrefix(line, []byte("goroutine "))
+	if i := bytes.IndexByte(line, ' '); i >= 0 {
+		line = line[:i]
+	}
+	id, err := strconv.ParseInt(string(line), 10, 64)
+	if err != nil {
+		return -1
+	}
+	return id
+}

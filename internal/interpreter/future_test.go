@@ -1,0 +1,299 @@
+package interpreter_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/internal/interpreter"
+	"github.com/cairnflow/cairn/workflow"
+	"github.com/cockroachdb/errors"
+	"github.com/stretchr/testify/require"
+)
+
+// run runs body as a workflow over b's params.
+func (b *testBundle) run(body func(workflow.Context) (any, error)) interpreter.Result {
+	return interpreter.Run(b.params, func(ctx workflow.Context, _ json.RawMessage) (json.RawMessage, error) {
+		out, err := body(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return json.Marshal(out)
+	}, nil)
+}
+
+func page(i int) string { return fmt.Sprintf("page-%d", i) }
+
+// Ten futures that finish in reverse order of their Go calls are recorded
+// ten times, at positions in call order, each with its own output.
+func TestGoRecordsEachStepAtItsCallPosition(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const n = 10
+	finished := make([]chan struct{}, n+1)
+	for i := range finished {
+		finished[i] = make(chan struct{})
+	}
+	close(finished[n])
+	res := b.run(func(ctx workflow.Context) (any, error) {
+		futures := make([]*workflow.Future[string], n)
+		for i := range n {
+			futures[i] = workflow.Go(ctx, page(i), func(context.Context) (string, error) {
+				<-finished[i+1] // the later one first
+				defer close(finished[i])
+				return "text of " + page(i), nil
+			})
+		}
+		var texts []string
+		for _, f := range futures {
+			text, err := f.Get(ctx)
+			if err != nil {
+				return nil, err
+			}
+			texts = append(texts, text)
+		}
+		return texts, nil
+	})
+	require.NoError(t, res.Err)
+	require.Nil(t, res.Pending, "futures are recorded as they finish, not left for the outcome")
+	require.Equal(t, n, res.Executed)
+	recorded := b.rec.recorded()
+	require.Len(t, recorded, n)
+	for i, step := range recorded {
+		require.Equal(t, i, step.Position)
+		require.Equal(t, page(i), step.Name)
+		require.JSONEq(t, fmt.Sprintf("%q", "text of "+page(i)), string(step.Output))
+	}
+}
+
+// A replay over six recorded futures runs only the four others, and a
+// step after them that finished first waits for them to be recorded.
+func TestGoRunsOnlyTheStepsNotOnRecord(t *testing.T) {
+	t.Parallel()
+	var steps []history.Step
+	for i := range 6 {
+		steps = append(steps, recordedStep(t, i, page(i), "text of "+page(i)))
+	}
+	b := setup(t, steps...)
+	var runs [10]atomic.Int32
+	res := b.run(func(ctx workflow.Context) (any, error) {
+		texts, err := workflow.Map(ctx, "ocr", []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, func(_ context.Context, i int) (string, error) {
+			runs[i].Add(1)
+			return "text of " + page(i), nil
+		}, workflow.MapOpts{Concurrency: 4})
+		return texts, err
+	})
+	// The recorded steps are named page-i, Map calls them all "ocr".
+	require.ErrorIs(t, res.Err, workflow.ErrNondeterministic)
+
+	b = setup(t, steps...)
+	res = b.run(func(ctx workflow.Context) (any, error) {
+		var futures []*workflow.Future[string]
+		for i := range 10 {
+			futures = append(futures, workflow.Go(ctx, page(i), func(context.Context) (string, error) {
+				runs[i].Add(1)
+				return "text of " + page(i), nil
+			}))
+		}
+		var texts []string
+		for _, f := range futures {
+			text, err := f.Get(ctx)
+			if err != nil {
+				return nil, err
+			}
+			texts = append(texts, text)
+		}
+		return texts, nil
+	})
+	require.NoError(t, res.Err)
+	for i := range 10 {
+		want := int32(1)
+		if i < 6 {
+			want = 0
+		}
+		require.Equal(t, want, runs[i].Load(), "runs of %s", page(i))
+	}
+	require.Equal(t, 4, res.Executed)
+	var positions []int
+	for _, step := range b.rec.recorded() {
+		positions = append(positions, step.Position)
+	}
+	require.Equal(t, []int{6, 7, 8, 9}, positions)
+}
+
+// A failed future ends the run with its error and step; the futures
+// before it stay recorded, the ones still running when the body returns
+// are cancelled and not recorded.
+func TestGoFailureKeepsTheFinishedSteps(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var done sync.WaitGroup
+	done.Add(6)
+	boom := errors.New("ocr service unavailable")
+	var abandoned atomic.Int32
+	allStarted := make(chan struct{})
+	res := b.run(func(ctx workflow.Context) (any, error) {
+		var futures []*workflow.Future[string]
+		for i := range 10 {
+			futures = append(futures, workflow.Go(ctx, page(i), func(ctx context.Context) (string, error) {
+				switch {
+				case i < 6:
+					defer done.Done()
+					return "text of " + page(i), nil
+				case i == 6:
+					done.Wait()
+					<-allStarted // so the failure refuses none of the Go calls
+					return "", boom
+				}
+				<-ctx.Done()
+				abandoned.Add(1)
+				return "", context.Cause(ctx)
+			}))
+		}
+		close(allStarted)
+		for _, f := range futures {
+			if _, err := f.Get(ctx); err != nil {
+				return nil, err
+			}
+		}
+		return nil, nil
+	})
+	require.ErrorIs(t, res.Err, boom)
+	require.NotNil(t, res.Step)
+	require.Equal(t, 6, res.Step.Position)
+	require.Equal(t, int32(3), abandoned.Load(), "the body's return cancels the running futures")
+	require.Len(t, b.rec.recorded(), 6)
+	for i, step := range b.rec.recorded() {
+		require.Equal(t, i, step.Position)
+	}
+}
+
+// A sequential Step after futures still running is recorded after them;
+// Sleep waits for them.
+func TestStepAfterFuturesIsRecordedInPositionOrder(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	release := make(chan struct{})
+	res := b.run(func(ctx workflow.Context) (any, error) {
+		slow := workflow.Go(ctx, "slow", func(context.Context) (int, error) { <-release; return 1, nil })
+		fast, err := workflow.Step(ctx, "fast", func(context.Context) (int, error) { return 2, nil })
+		if err != nil {
+			return nil, err
+		}
+		close(release)
+		s, err := slow.Get(ctx)
+		return s + fast, err
+	})
+	require.NoError(t, res.Err)
+	require.JSONEq(t, "3", string(res.Output))
+	var names []string
+	for _, step := range b.rec.recorded() {
+		names = append(names, step.Name)
+	}
+	if res.Pending != nil {
+		names = append(names, res.Pending.(history.StepCompletedData).Name)
+	}
+	require.Equal(t, []string{"slow", "fast"}, names)
+}
+
+// workflow.Step from goroutines the workflow started itself fails the run
+// as non-deterministic, whether the calls overlap or not, and runs none of
+// them.
+func TestStepFromAnotherGoroutineIsNondeterministic(t *testing.T) {
+	t.Parallel()
+	for _, goroutines := range []int{1, 10} {
+		t.Run(fmt.Sprint(goroutines), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			var ran atomic.Int32
+			res := b.run(func(ctx workflow.Context) (any, error) {
+				var wg sync.WaitGroup
+				for i := range goroutines {
+					wg.Go(func() {
+						_, _ = workflow.Step(ctx, page(i), func(context.Context) (int, error) { ran.Add(1); return i, nil })
+					})
+				}
+				wg.Wait()
+				return nil, nil
+			})
+			require.ErrorIs(t, res.Err, workflow.ErrNondeterministic)
+			require.ErrorContains(t, res.Err, "workflow.Step called from a goroutine the workflow did not start with workflow.Go; use workflow.Go or workflow.Map")
+			require.Zero(t, ran.Load())
+			require.Empty(t, b.rec.recorded())
+		})
+	}
+}
+
+// Map returns its outputs in item order and never runs more than
+// Concurrency items at once.
+func TestMapKeepsItemOrderAndBoundsConcurrency(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const items, limit = 25, 3
+	var inFlight, maxInFlight atomic.Int32
+	pages := make([]int, items)
+	for i := range pages {
+		pages[i] = i
+	}
+	res := b.run(func(ctx workflow.Context) (any, error) {
+		return workflow.Map(ctx, "ocr", pages, func(_ context.Context, i int) (string, error) {
+			now := inFlight.Add(1)
+			defer inFlight.Add(-1)
+			for {
+				seen := maxInFlight.Load()
+				if now <= seen || maxInFlight.CompareAndSwap(seen, now) {
+					break
+				}
+			}
+			return page(i), nil
+		}, workflow.MapOpts{Concurrency: limit})
+	})
+	require.NoError(t, res.Err)
+	var got []string
+	require.NoError(t, json.Unmarshal(res.Output, &got))
+	require.Len(t, got, items)
+	for i, text := range got {
+		require.Equal(t, page(i), text)
+	}
+	require.LessOrEqual(t, maxInFlight.Load(), int32(limit))
+	require.Len(t, b.rec.recorded(), items)
+}
+
+// Sleep waits for the futures started before it, so the timer follows
+// their records; a future the body never joins and that is still running
+// when the body returns is cancelled and not recorded.
+func TestSleepWaitsForFuturesAndReturnAbandonsThem(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	release := make(chan struct{})
+	res := b.run(func(ctx workflow.Context) (any, error) {
+		workflow.Go(ctx, "slow", func(context.Context) (int, error) { <-release; return 1, nil })
+		close(release)
+		return nil, workflow.Sleep(ctx, time.Hour)
+	})
+	var sleep *interpreter.SleepRequest
+	require.ErrorAs(t, res.Err, &sleep)
+	require.Equal(t, 1, sleep.Position)
+	require.Len(t, b.rec.recorded(), 1)
+
+	b = setup(t)
+	var cause error
+	res = b.run(func(ctx workflow.Context) (any, error) {
+		workflow.Go(ctx, "never joined", func(ctx context.Context) (int, error) {
+			<-ctx.Done()
+			cause = context.Cause(ctx)
+			return 0, cause
+		})
+		return "done", nil
+	})
+	require.NoError(t, res.Err, "an abandoned future's error is not the run's")
+	require.JSONEq(t, `"done"`, string(res.Output))
+	require.Nil(t, res.Pending)
+	require.Empty(t, b.rec.recorded())
+	require.ErrorContains(t, cause, "the workflow returned before this step finished")
+}
