@@ -93,6 +93,9 @@ type RunParams struct {
 	// Timer is the durable timer the task sleeps on, if any (from its
 	// state): the Sleep at its position fires it once it is due.
 	Timer *history.Timer
+	// Mailbox is the task's signals and waits (from its state), which
+	// Receive reads.
+	Mailbox Mailbox
 	// Now is the clock Sleep reads. Default time.Now.
 	Now func() time.Time
 	// CollectOnly runs the workflow over its recorded steps only, to learn
@@ -143,6 +146,7 @@ type runState struct {
 	executed int
 	pending  history.Payload // executed (a step) or fired (a timer), not yet recorded
 	visited  map[int]*StepOptions
+	recv     receiveState
 
 	failedUsage []history.Usage // the AI usage the failed step reported
 }
