@@ -74,7 +74,8 @@ func Receive[T any](ctx Context, name string, timeout time.Duration) (T, bool, e
 		return zero, false, s.abort(errmark.Mark(err, ErrBadStepOpts), nil)
 	}
 	pos := s.recv.next
-	if w := recordedWait(s.p.Mailbox, pos); w != nil {
+	box := s.mailbox()
+	if w := recordedWait(box, pos); w != nil {
 		if w.Name != name {
 			return zero, false, s.abort(nondeterministicReceive(pos, w.Name, name), nil)
 		}
@@ -83,16 +84,8 @@ func Receive[T any](ctx Context, name string, timeout time.Duration) (T, bool, e
 			return zero, false, nil
 		}
 	}
-	if sig, ok := s.recv.nextSignal(s.p.Mailbox, name); ok {
-		s.recv.take(name)
-		s.recv.next++
-		var out T
-		if len(sig.Payload) > 0 {
-			if err := json.Unmarshal(sig.Payload, &out); err != nil {
-				return zero, true, errors.Wrapf(err, "receive %d: decode signal %q (event %d)", pos, name, sig.Seq)
-			}
-		}
-		return out, true, nil
+	if out, ok, err := takeSignal[T](&s.recv, box, pos, name); ok {
+		return out, true, err
 	}
 	if s.p.CollectOnly {
 		return zero, false, s.abort(ErrCollected, nil)
@@ -103,18 +96,48 @@ func Receive[T any](ctx Context, name string, timeout time.Duration) (T, bool, e
 	if err := s.checkpoint(); err != nil {
 		return zero, false, err
 	}
-	return zero, false, s.waitOrTimeOut(pos, name, timeout)
+	// Recording the last step may have brought a signal sent meanwhile
+	// into the attempt's state.
+	box = s.mailbox()
+	if out, ok, err := takeSignal[T](&s.recv, box, pos, name); ok {
+		return out, true, err
+	}
+	return zero, false, s.waitOrTimeOut(box.Wait, pos, name, timeout)
+}
+
+// takeSignal takes the next signal called name in box for the receive at
+// pos, if there is one (ok), and returns its payload decoded.
+func takeSignal[T any](r *receiveState, box Mailbox, pos int, name string) (out T, ok bool, err error) {
+	sig, ok := r.nextSignal(box, name)
+	if !ok {
+		return out, false, nil
+	}
+	r.take(name)
+	r.next++
+	if len(sig.Payload) > 0 {
+		if err := json.Unmarshal(sig.Payload, &out); err != nil {
+			var zero T
+			return zero, true, errors.Wrapf(err, "receive %d: decode signal %q (event %d)", pos, name, sig.Seq)
+		}
+	}
+	return out, true, nil
+}
+
+func (s *runState) mailbox() Mailbox {
+	if s.p.Mailbox == nil {
+		return Mailbox{}
+	}
+	return s.p.Mailbox()
 }
 
 // waitOrTimeOut ends the receive at pos, which found no signal: it times
 // out if the task waits on it and its deadline has passed (the result is
 // then nil: the run goes on), or the run ends to wait.
-func (s *runState) waitOrTimeOut(pos int, name string, timeout time.Duration) error {
+func (s *runState) waitOrTimeOut(w *history.Wait, pos int, name string, timeout time.Duration) error {
 	now := time.Now
 	if s.p.Now != nil {
 		now = s.p.Now
 	}
-	w := s.p.Mailbox.Wait
 	if w == nil || w.Position != pos {
 		return s.abort(&WaitRequest{Position: pos, Name: name, Deadline: now().Add(timeout)}, nil)
 	}

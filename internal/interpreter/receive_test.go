@@ -47,7 +47,7 @@ func (m *mailTask) attempt(fn interpreter.Func) interpreter.Result {
 	m.apply(attempt, history.AttemptStartedData{WorkerID: "w", LeaseEpoch: m.state.Lease.Epoch + 1, LeaseExpiresAt: m.now.Add(time.Minute)})
 	res := interpreter.Run(interpreter.RunParams{
 		TaskID: "task-1", Attempt: attempt, Steps: m.state.Steps, Context: context.Background(),
-		Timer: m.state.Timer, Mailbox: interpreter.MailboxOf(m.state), Now: func() time.Time { return m.now },
+		Timer: m.state.Timer, Mailbox: func() interpreter.Mailbox { return interpreter.MailboxOf(m.state) }, Now: func() time.Time { return m.now },
 		Record: func(p history.Payload) error { m.apply(attempt, p); return nil },
 	}, fn, nil)
 	if res.Pending != nil {

@@ -134,7 +134,7 @@ func (h *Handler) handleAttempt(ctx context.Context, a *engine.Attempt, tr *atte
 			})
 		},
 		StepDone: tr.stepDone,
-		Timer:    state.Timer, Mailbox: interpreter.MailboxOf(state), Now: engine.Now,
+		Timer:    state.Timer, Mailbox: func() interpreter.Mailbox { return interpreter.MailboxOf(a.State()) }, Now: engine.Now,
 		Record: func(step history.Payload) error {
 			// Record even if the attempt context was cancelled by a stop
 			// while the step ran: the step did finish. The lease fence
