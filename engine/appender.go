@@ -3,6 +3,7 @@ package engine
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
@@ -253,9 +254,9 @@ func (a *appender) write(ctx context.Context, params []*store.EventAppendParams)
 const maxOutageRetry = 30 * time.Second
 
 // rebaseConflicts retries the attempt appends at the conflicted indexes,
-// which lost a race to a cancel request: a client appends cancel_requested
-// to a running task without its lease, which moves the log past the
-// attempt's expected seq. Such an append is replayed onto the new events
+// which lost a race to a cancel request or a signal: a client appends
+// cancel_requested or signal_received to a running task without its lease,
+// which moves the log past the attempt's expected seq. Such an append is replayed onto the new events
 // (one query for all of them) and written again, so the attempt's work is
 // kept and it learns of the cancel from the state it gets back. results are
 // updated in place; an append that cannot be rebased keeps its conflict.
@@ -290,15 +291,28 @@ func (a *appender) rebaseConflicts(ctx context.Context, params []*store.EventApp
 }
 
 // rebaseOntoCancel returns p moved onto the task's events after p.State
-// (events is the task's whole log), if those are only a cancel request (the
-// one append other writers make to a running task), and false otherwise.
+// (events is the task's whole log), if those are only the appends other
+// writers make to a running task without its lease (cancel_requested,
+// signal_received) and p's events can follow them, and false otherwise.
+//
+// A wait_started for a signal that came meanwhile would leave the task
+// waiting for what it has: it becomes task_released instead, so the task is
+// due at once and its next attempt's receive takes the signal. A
+// wait_timed_out cannot follow a signal of its name (the signal came
+// first, so the receive takes it): that append keeps its conflict, and the
+// attempt is retried.
 func rebaseOntoCancel(p *store.EventAppendParams, events []history.Event) (*store.EventAppendParams, bool) {
 	if int64(len(events)) < p.State.LastSeq {
 		return nil, false
 	}
 	state := p.State
+	signalled := map[string]bool{}
 	for _, e := range events[p.State.LastSeq:] {
-		if e.Type() != history.CancelRequested {
+		switch d := e.Data.(type) {
+		case history.CancelRequestedData:
+		case history.SignalReceivedData:
+			signalled[d.Name] = true
+		default:
 			return nil, false
 		}
 		var err error
@@ -308,5 +322,38 @@ func rebaseOntoCancel(p *store.EventAppendParams, events []history.Event) (*stor
 	}
 	rebased := *p
 	rebased.State = state
+	rebased.Payloads = releaseSignalledWait(p, signalled)
+	if !canFollow(state, rebased.Attempt, rebased.Payloads) {
+		return nil, false
+	}
 	return &rebased, true
+}
+
+// releaseSignalledWait returns p's payloads with a final wait_started for
+// one of the signals named in signalled replaced by task_released.
+func releaseSignalledWait(p *store.EventAppendParams, signalled map[string]bool) []history.Payload {
+	n := len(p.Payloads)
+	if n == 0 {
+		return p.Payloads
+	}
+	wait, ok := p.Payloads[n-1].(history.WaitStartedData)
+	if !ok || !signalled[wait.Name] {
+		return p.Payloads
+	}
+	out := append([]history.Payload(nil), p.Payloads[:n-1]...)
+	return append(out, history.TaskReleasedData{
+		WorkerID: p.State.Lease.Owner, LeaseEpoch: p.State.Lease.Epoch,
+		Reason: fmt.Sprintf("signal %q arrived as its receive began to wait", wait.Name),
+	})
+}
+
+// canFollow reports whether payloads, appended for attempt, can follow
+// state.
+func canFollow(state history.State, attempt int, payloads []history.Payload) bool {
+	events := make([]history.Event, len(payloads))
+	for i, payload := range payloads {
+		events[i] = history.Event{Seq: state.LastSeq + int64(i) + 1, At: state.UpdatedAt, Attempt: attempt, Data: payload}
+	}
+	_, err := history.ApplyAll(state, events)
+	return err == nil
 }

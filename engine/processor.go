@@ -69,7 +69,8 @@ func (a *Attempt) LeaseContext() context.Context { return a.leaseCtx }
 // SyncCancel brings the attempt's state up to date with a cancel request
 // appended since the attempt began (it may have learned of it from a
 // notification or a heartbeat reply, before its own history showed it).
-// Only cancel_requested may have been appended meanwhile; anything else is
+// Only cancel_requested (and signal_received, which a running attempt
+// takes no notice of) may have been appended meanwhile; anything else is
 // an error marked ErrConflict.
 func (a *Attempt) SyncCancel(ctx context.Context) error {
 	if a.state.CancelRequested {
@@ -81,7 +82,7 @@ func (a *Attempt) SyncCancel(ctx context.Context) error {
 	}
 	rebased, ok := rebaseOntoCancel(&store.EventAppendParams{TaskID: a.Task.ID, State: a.state}, events)
 	if !ok {
-		return errmark.Mark(errors.Newf("task %s: its history moved on other than by a cancel request", a.Task.ID), store.ErrConflict)
+		return errmark.Mark(errors.Newf("task %s: its history moved on other than by a cancel request or a signal", a.Task.ID), store.ErrConflict)
 	}
 	a.state = rebased.State
 	return nil

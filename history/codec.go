@@ -96,6 +96,12 @@ func Decode(typ Type, data []byte) (Payload, error) {
 		return decodeAs[TimerStartedData](typ, data)
 	case TimerFired:
 		return decodeAs[TimerFiredData](typ, data)
+	case SignalReceived:
+		return decodeAs[SignalReceivedData](typ, data)
+	case WaitStarted:
+		return decodeAs[WaitStartedData](typ, data)
+	case WaitTimedOut:
+		return decodeAs[WaitTimedOutData](typ, data)
 	default:
 		return nil, invalidf(nil, "decode payload: unknown event type %q", string(typ))
 	}

@@ -31,6 +31,9 @@ const (
 	TaskExpired           Type = "task_expired"
 	TimerStarted          Type = "timer_started"
 	TimerFired            Type = "timer_fired"
+	SignalReceived        Type = "signal_received"
+	WaitStarted           Type = "wait_started"
+	WaitTimedOut          Type = "wait_timed_out"
 )
 
 // Types lists every event type this version of the package understands, in
@@ -39,7 +42,7 @@ var Types = []Type{
 	TaskScheduled, AttemptStarted, StepCompleted, AttemptFailed, LeaseExpired,
 	TaskReleased, TaskCompleted, TaskFailed, TaskDeadLettered, TaskRequeued,
 	CancelRequested, CompensationRequested, CompensationStarted, StepCompensated, CompensationFailed, TaskCancelled,
-	TaskExpired, TimerStarted, TimerFired,
+	TaskExpired, TimerStarted, TimerFired, SignalReceived, WaitStarted, WaitTimedOut,
 }
 
 // Event is one entry of a task's append-only log.
@@ -302,6 +305,43 @@ type TimerFiredData struct {
 	Position int `json:"position"`
 }
 
+// SignalReceivedData is the payload of signal_received: Sender sent the
+// task a signal called Name carrying Payload. It may arrive in any
+// non-terminal state and does not change the task's status; a task
+// waiting for a signal of that name is due at once. DedupID, when set,
+// makes the send idempotent: a second signal with the same DedupID is not
+// written.
+//
+// Signals are consumed by position, not by a further event: the workflow's
+// Nth receive of a name that does not time out takes the Nth signal of
+// that name in history order.
+type SignalReceivedData struct {
+	Name    string          `json:"name"`
+	Payload json.RawMessage `json:"payload,omitempty"`
+	Sender  string          `json:"sender,omitempty"`
+	DedupID string          `json:"dedup_id,omitempty"`
+}
+
+// WaitStartedData is the payload of wait_started: the workflow's receive
+// at Position (its ordinal among the workflow's receives, counted from 0)
+// waits for a signal called Name until Deadline. Like timer_started it
+// ends the attempt, so no worker slot is held while the task waits; the
+// task is due again when a signal of that name arrives or at Deadline.
+type WaitStartedData struct {
+	Name     string    `json:"name"`
+	Position int       `json:"position"`
+	Deadline time.Time `json:"deadline"`
+}
+
+// WaitTimedOutData is the payload of wait_timed_out: the receive at
+// Position reached its deadline with no signal called Name, and returned
+// without one. A signal of that name arriving later stays in the history
+// for the next receive of the name.
+type WaitTimedOutData struct {
+	Name     string `json:"name"`
+	Position int    `json:"position"`
+}
+
 // SleepStepName is the name a fired timer has among a task's steps.
 const SleepStepName = "sleep"
 
@@ -367,3 +407,12 @@ func (TimerStartedData) EventType() Type { return TimerStarted }
 
 // EventType implements [Payload].
 func (TimerFiredData) EventType() Type { return TimerFired }
+
+// EventType implements [Payload].
+func (SignalReceivedData) EventType() Type { return SignalReceived }
+
+// EventType implements [Payload].
+func (WaitStartedData) EventType() Type { return WaitStarted }
+
+// EventType implements [Payload].
+func (WaitTimedOutData) EventType() Type { return WaitTimedOut }

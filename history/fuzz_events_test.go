@@ -2,6 +2,7 @@ package history_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"reflect"
 	"slices"
 	"testing"
@@ -245,6 +246,13 @@ func requireStep(t *testing.T, prev, next history.State, e history.Event) {
 	if next.Timer != nil {
 		require.Equal(t, len(next.Steps), next.Timer.Position, "a timer runs at a position other than the next")
 	}
+	if next.Wait != nil {
+		require.Nil(t, next.Timer, "a receive waits while a timer runs")
+		require.Equal(t, *next.Wait, next.Waits[len(next.Waits)-1], "the receive waiting is not the last that waited")
+	}
+	if e.Type() == history.SignalReceived {
+		require.Equal(t, prev.Status, next.Status, "a signal changed the task's status")
+	}
 	if c := next.Compensation; c != nil && c.Started {
 		for _, pos := range append(slices.Clone(c.Pending), c.Done...) {
 			require.True(t, pos >= 0 && pos < len(next.Steps) && next.Steps[pos].Compensable,
@@ -312,7 +320,7 @@ func plausible(s history.State) []history.Type {
 		return []history.Type{history.CompensationRequested}
 	case s.Status == history.StatusPending || s.Status == history.StatusRetrying:
 		return []history.Type{history.AttemptStarted, history.AttemptStarted, history.AttemptStarted, history.CancelRequested,
-			history.TaskFailed, history.TaskDeadLettered, history.TaskExpired, history.TaskCancelled}
+			history.TaskFailed, history.TaskDeadLettered, history.TaskExpired, history.TaskCancelled, history.SignalReceived}
 	case s.Status == history.StatusRunning && s.Lease.Owner == "":
 		return []history.Type{history.TaskFailed, history.TaskDeadLettered, history.TaskCancelled}
 	case s.Status == history.StatusRunning && s.Compensation.IsStarted():
@@ -321,7 +329,8 @@ func plausible(s history.State) []history.Type {
 	case s.Status == history.StatusRunning:
 		return []history.Type{history.StepCompleted, history.StepCompleted, history.AttemptFailed, history.LeaseExpired,
 			history.TaskReleased, history.TaskCompleted, history.CancelRequested, history.CompensationStarted,
-			history.TimerStarted, history.TimerFired, history.TaskFailed, history.TaskDeadLettered, history.TaskCancelled}
+			history.TimerStarted, history.TimerFired, history.TaskFailed, history.TaskDeadLettered, history.TaskCancelled,
+			history.SignalReceived, history.WaitStarted, history.WaitTimedOut}
 	}
 	return history.Types
 }
@@ -481,6 +490,14 @@ func nextEvent(r *fuzzBytes, events []history.Event, s history.State) history.Ev
 	if s.Timer != nil && r.intn(4) != 0 {
 		timerPos = s.Timer.Position
 	}
+	// A receive's position counts receives: the one waiting, the next, or
+	// one off.
+	receivePos := pickOf(r, len(s.Waits), len(s.Waits)+1, len(s.Waits)-1, 0, -1)
+	if s.Wait != nil && r.intn(4) != 0 {
+		receivePos = s.Wait.Position
+	}
+	signal := pickOf(r, "approval", "", "other")
+	dedup := pickOf(r, "", fmt.Sprintf("d-%d", len(s.Signals)), "d-0")
 
 	var p history.Payload
 	types := len(history.Types)
@@ -559,6 +576,12 @@ func nextEvent(r *fuzzBytes, events []history.Event, s history.State) history.Ev
 			p = history.TimerStartedData{Position: timerPos, FireAt: later}
 		case history.TimerFired:
 			p = history.TimerFiredData{Position: timerPos}
+		case history.SignalReceived:
+			p = history.SignalReceivedData{Name: signal, Payload: output, Sender: by, DedupID: dedup}
+		case history.WaitStarted:
+			p = history.WaitStartedData{Name: signal, Position: receivePos, Deadline: later}
+		case history.WaitTimedOut:
+			p = history.WaitTimedOutData{Name: signal, Position: receivePos}
 		default:
 			panic("no case for event type " + string(history.Types[k]))
 		}

@@ -146,6 +146,25 @@ func goldenGood() map[string]struct {
 			after(0, scheduled()),
 			after(1*sec, failed(0, "input refused")),
 		)},
+		// Signals and waits: a signal sent before its receive is taken at
+		// once (nothing written); the second receive waits, a signal
+		// wakes it; the third times out, and the signal sent after the
+		// timeout stays for a later receive.
+		"signals_and_waits": {status: history.StatusCompleted, events: build(
+			after(0, scheduled()),
+			after(1*sec, signal("approval", `{"ok":true}`, "d-1")),
+			after(2*sec, started(1, 1)),
+			after(3*sec, step(1, 0, "reserve")),
+			after(4*sec, historytest.E{Attempt: 1, Data: history.WaitStartedData{Name: "approval", Position: 1, Deadline: historytest.Base.Add(time.Hour)}}),
+			after(5*sec, signal("approval", `{"ok":false}`, "d-2")),
+			after(6*sec, by("worker-2", started(2, 2))),
+			after(7*sec, historytest.E{Attempt: 2, Data: history.WaitStartedData{Name: "approval", Position: 2, Deadline: historytest.Base.Add(8 * sec)}}),
+			after(9*sec, by("worker-2", started(3, 3))),
+			after(9*sec, historytest.E{Attempt: 3, Data: history.WaitTimedOutData{Name: "approval", Position: 2}}),
+			after(10*sec, signal("approval", `"late"`, "")),
+			after(11*sec, step(3, 1, "ship")),
+			after(12*sec, completed(3)),
+		)},
 		// Still running: the second attempt holds the lease.
 		"in_flight": {status: history.StatusRunning, events: build(
 			after(0, scheduled()),
@@ -270,6 +289,29 @@ func goldenBad(t *testing.T) map[string]struct {
 				return ev
 			}),
 			error: "event 5 (task_completed): attempt 1 already ended",
+		},
+		"signal_dedup_repeated": {
+			data: edit("signals_and_waits", func(ev []history.Event) []history.Event {
+				p := ev[5].Data.(history.SignalReceivedData)
+				p.DedupID = "d-1"
+				ev[5].Data = p
+				return ev
+			}),
+			error: `event 6 (signal_received): dedup id "d-1" already received`,
+		},
+		"step_while_waiting": {
+			data: edit("signals_and_waits", func(ev []history.Event) []history.Event {
+				return append(ev[:9], history.Event{Seq: 10, At: ev[8].At, Attempt: 3, Data: history.StepCompletedData{Position: 1, Name: "ship"}})
+			}),
+			error: `event 10 (step_completed): receive 2 waits for signal "approval"`,
+		},
+		"timed_out_after_signal": {
+			data: edit("signals_and_waits", func(ev []history.Event) []history.Event {
+				// The signal came first: the receive takes it, it cannot
+				// time out.
+				return append(ev[:7], history.Event{Seq: 8, At: ev[6].At, Attempt: 2, Data: history.WaitTimedOutData{Name: "approval", Position: 1}})
+			}),
+			error: `event 8 (wait_timed_out): no receive 1 waits for signal "approval"`,
 		},
 		"unknown_schema_version": {
 			data:  raw("released_and_resumed", 3, history.StepCompleted, `{"v":2,"position":0,"name":"reserve"}`),

@@ -252,6 +252,9 @@ func checkProperties(t require.TestingT, events []history.Event) {
 	case s.Status == history.StatusRunning && s.Lease.Owner != "" && s.Timer != nil:
 		// The workflow sleeps at the next position: the timer fires there.
 		next = history.Event{Attempt: s.Attempt, Data: history.TimerFiredData{Position: s.Timer.Position}}
+	case s.Status == history.StatusRunning && s.Lease.Owner != "" && s.Wait != nil:
+		// A receive waits: its deadline passed, or a signal comes.
+		next = history.Event{Attempt: s.Attempt, Data: history.WaitTimedOutData{Name: s.Wait.Name, Position: s.Wait.Position}}
 	case s.Status == history.StatusRunning && s.Lease.Owner != "":
 		next = history.Event{Attempt: s.Attempt, Data: history.StepCompletedData{Position: len(s.Steps), Name: "next"}}
 	}
@@ -289,6 +292,7 @@ func candidates(s history.State, at time.Time) []history.Event {
 		add(attempt, history.TaskCancelledData{})
 	}
 	add(0, history.CancelRequestedData{By: "api"})
+	add(0, history.SignalReceivedData{Name: "approval"})
 	return out
 }
 

@@ -70,6 +70,36 @@ type Timer struct {
 	FireAt   time.Time
 }
 
+// Signal is a signal the task received (signal_received), with the seq of
+// its event.
+type Signal struct {
+	Seq     int64
+	Name    string
+	Payload json.RawMessage
+	Sender  string
+	DedupID string
+}
+
+// Wait is a receive that waited for a signal: the workflow's receive at
+// Position (its ordinal among the workflow's receives) waits for a signal
+// called Name until Deadline. TimedOut is set by wait_timed_out.
+type Wait struct {
+	Position int
+	Name     string
+	Deadline time.Time
+	TimedOut bool
+}
+
+// HasSignal reports whether the task received a signal with dedupID.
+func (s State) HasSignal(dedupID string) bool {
+	for _, sig := range s.Signals {
+		if sig.DedupID == dedupID {
+			return true
+		}
+	}
+	return false
+}
+
 // Compensation is the undoing of a task's completed steps.
 type Compensation struct {
 	// Reason is one of the Compensate* constants.
@@ -128,7 +158,14 @@ type State struct {
 	Compensation *Compensation
 	// Timer is the durable timer the workflow sleeps on, from
 	// timer_started until timer_fired.
-	Timer   *Timer
+	Timer *Timer
+	// Signals are the signals received, in history order; Waits the
+	// receives that waited (wait_started), by position; Wait the one the
+	// task waits on now, from wait_started until a signal of its name
+	// arrives or wait_timed_out.
+	Signals []Signal
+	Waits   []Wait
+	Wait    *Wait
 	LastSeq int64
 
 	CreatedAt  time.Time // at of task_scheduled
@@ -253,6 +290,12 @@ func apply(s State, e Event, owned bool) (State, error) {
 		err = s.applyTimerStarted(e, p)
 	case TimerFiredData:
 		err = s.applyTimerFired(e, p, owned)
+	case SignalReceivedData:
+		err = s.applySignalReceived(e, p)
+	case WaitStartedData:
+		err = s.applyWaitStarted(e, p)
+	case WaitTimedOutData:
+		err = s.applyWaitTimedOut(e, p)
 	case TaskExpiredData:
 		if s.Status != StatusPending || s.Attempt != 0 {
 			err = invalidf(nil, "event %d (%s): task is %s after %d attempts; only a task never started expires", e.Seq, TaskExpired, s.Status, s.Attempt)
@@ -313,6 +356,12 @@ func typeOf(p Payload) (Type, bool) {
 		return TimerStarted, true
 	case TimerFiredData:
 		return TimerFired, true
+	case SignalReceivedData:
+		return SignalReceived, true
+	case WaitStartedData:
+		return WaitStarted, true
+	case WaitTimedOutData:
+		return WaitTimedOut, true
 	}
 	return "", false
 }
@@ -386,6 +435,9 @@ func (s *State) applyStepCompleted(e Event, p StepCompletedData, owned bool) err
 	// timer_fired may take it.
 	if s.Timer != nil {
 		return invalidf(nil, "event %d (%s): a timer runs at position %d", e.Seq, StepCompleted, s.Timer.Position)
+	}
+	if s.Wait != nil {
+		return invalidf(nil, "event %d (%s): receive %d waits for signal %q", e.Seq, StepCompleted, s.Wait.Position, s.Wait.Name)
 	}
 	if p.Position != len(s.Steps) {
 		return invalidf(nil, "event %d (%s): position %d, expected %d", e.Seq, StepCompleted, p.Position, len(s.Steps))
@@ -631,6 +683,8 @@ func (s *State) applyTimerStarted(e Event, p TimerStartedData) error {
 	switch {
 	case s.Timer != nil:
 		return invalidf(nil, "event %d (%s): a timer is already running", e.Seq, TimerStarted)
+	case s.Wait != nil:
+		return invalidf(nil, "event %d (%s): receive %d waits for signal %q", e.Seq, TimerStarted, s.Wait.Position, s.Wait.Name)
 	case s.Compensation.IsStarted():
 		return invalidf(nil, "event %d (%s): task is compensating", e.Seq, TimerStarted)
 	case p.Position != len(s.Steps):
@@ -655,5 +709,78 @@ func (s *State) applyTimerFired(e Event, p TimerFiredData, owned bool) error {
 	s.Timer = nil
 	s.Budget = Budget{Attempts: 1, Since: e.At}
 	s.addStep(Step{Position: p.Position, Name: SleepStepName}, owned)
+	return nil
+}
+
+func (s *State) applySignalReceived(e Event, p SignalReceivedData) error {
+	if p.Name == "" {
+		return invalidf(nil, "event %d (%s): no signal name", e.Seq, SignalReceived)
+	}
+	if p.DedupID != "" && s.HasSignal(p.DedupID) {
+		return invalidf(nil, "event %d (%s): dedup id %q already received", e.Seq, SignalReceived, p.DedupID)
+	}
+	// Clip: a State derived from s may share spare capacity.
+	s.Signals = append(slices.Clip(s.Signals), Signal{Seq: e.Seq, Name: p.Name, Payload: p.Payload, Sender: p.Sender, DedupID: p.DedupID})
+	if s.Wait != nil && s.Wait.Name == p.Name {
+		// The receive it waits on takes this signal: due at once. The
+		// status stays what it was (pending: the wait ended the attempt).
+		s.Wait = nil
+		if s.Status == StatusPending && e.At.Before(s.RunAt) {
+			s.RunAt = e.At
+		}
+	}
+	return nil
+}
+
+func (s *State) applyWaitStarted(e Event, p WaitStartedData) error {
+	if err := s.requireLeasedAttempt(e); err != nil {
+		return err
+	}
+	switch {
+	case p.Name == "":
+		return invalidf(nil, "event %d (%s): no signal name", e.Seq, WaitStarted)
+	case s.Timer != nil:
+		return invalidf(nil, "event %d (%s): a timer runs at position %d", e.Seq, WaitStarted, s.Timer.Position)
+	case s.Compensation.IsStarted():
+		return invalidf(nil, "event %d (%s): task is compensating", e.Seq, WaitStarted)
+	}
+	rearm := s.Wait != nil && s.Wait.Position == p.Position && s.Wait.Name == p.Name
+	if s.Wait != nil && !rearm {
+		return invalidf(nil, "event %d (%s): receive %d already waits for signal %q", e.Seq, WaitStarted, s.Wait.Position, s.Wait.Name)
+	}
+	if n := len(s.Waits); !rearm && n > 0 && p.Position <= s.Waits[n-1].Position {
+		return invalidf(nil, "event %d (%s): position %d does not follow %d", e.Seq, WaitStarted, p.Position, s.Waits[n-1].Position)
+	}
+	if p.Position < 0 {
+		return invalidf(nil, "event %d (%s): position %d", e.Seq, WaitStarted, p.Position)
+	}
+	w := Wait{Position: p.Position, Name: p.Name, Deadline: p.Deadline}
+	if rearm {
+		// Woken before its deadline with no signal: it waits again, to
+		// a new deadline.
+		s.Waits = append(slices.Clip(s.Waits[:len(s.Waits)-1]), w)
+	} else {
+		s.Waits = append(slices.Clip(s.Waits), w)
+	}
+	// The attempt ends: the task waits, holding no lease, until a signal
+	// of the name arrives or the deadline passes.
+	s.Wait = &w
+	s.Status = StatusPending
+	s.RunAt = p.Deadline
+	s.Lease.Owner, s.Lease.ExpiresAt = "", time.Time{}
+	return nil
+}
+
+func (s *State) applyWaitTimedOut(e Event, p WaitTimedOutData) error {
+	if err := s.requireLeasedAttempt(e); err != nil {
+		return err
+	}
+	if s.Wait == nil || s.Wait.Position != p.Position || s.Wait.Name != p.Name {
+		return invalidf(nil, "event %d (%s): no receive %d waits for signal %q", e.Seq, WaitTimedOut, p.Position, p.Name)
+	}
+	w := *s.Wait
+	w.TimedOut = true
+	s.Waits = append(slices.Clip(s.Waits[:len(s.Waits)-1]), w)
+	s.Wait = nil
 	return nil
 }

@@ -26,6 +26,7 @@ var (
 	failed       = historytest.Failed
 	deadLettered = historytest.DeadLettered
 	requeued     = historytest.Requeued
+	signal       = historytest.Signal
 )
 
 // at returns the time Build gives the event with seq.
@@ -541,6 +542,7 @@ func TestEventType(t *testing.T) {
 		history.TaskRequeuedData{}, history.CancelRequestedData{}, history.CompensationRequestedData{},
 		history.CompensationStartedData{}, history.StepCompensatedData{}, history.CompensationFailedData{},
 		history.TaskCancelledData{}, history.TaskExpiredData{}, history.TimerStartedData{}, history.TimerFiredData{},
+		history.SignalReceivedData{}, history.WaitStartedData{}, history.WaitTimedOutData{},
 	}
 	require.Len(t, payloads, len(history.Types))
 	for i, p := range payloads {

@@ -148,6 +148,13 @@ func buildTimeline(events []history.Event) []*timelineBlock {
 			end(e.At, blockOK)
 		case history.TimerFiredData:
 			note(e.At, "Woke", "woke from its sleep")
+		case history.WaitStartedData:
+			note(e.At, "Wait", "waiting for signal "+p.Name+" until "+consoleTime(p.Deadline))
+			end(e.At, blockOK)
+		case history.WaitTimedOutData:
+			note(e.At, "Timed out", "no signal "+p.Name+" came before its deadline")
+		case history.SignalReceivedData:
+			note(e.At, "Signal", "signal "+p.Name+" received")
 		case history.AttemptFailedData:
 			failedStep(open, e.At, p.Error)
 			if open != nil {

@@ -287,6 +287,8 @@ func (s *Server) routes() http.Handler {
 	mux.Handle("POST /v1/tasks/{id}/cancel", s.api(RoleOperate, s.cancelTask))
 	mux.Handle("POST /v1/tasks/{id}/retry", s.api(RoleOperate, s.retryTask))
 	mux.Handle("POST /v1/tasks/{id}/compensate", s.api(RoleOperate, s.compensateTask))
+	mux.Handle("POST /v1/tasks/{id}/signals/{name}", s.api(RoleOperate, s.signalTask))
+	mux.Handle("POST /v1/tasks/by-key/{key}/signals/{name}", s.api(RoleOperate, s.signalTaskByKey))
 	mux.Handle("GET /v1/queues", s.api(RoleRead, s.listQueues))
 	mux.Handle("GET /v1/queues/{queue}/diagnosis", s.api(RoleRead, s.diagnoseQueue))
 	mux.Handle("GET /v1/task-types", s.api(RoleRead, s.listTaskTypes))

@@ -280,6 +280,10 @@ func TestCLITaskHistoryShowsCostAndFireTime(t *testing.T) {
 			Usage: []history.Usage{{Model: "m", InputTokens: 10, CostUSD: 0.001}}}, "transient: slow; m 10+0 tokens $0.0010"},
 		{history.TimerStartedData{Position: 3, FireAt: fire}, "step 3 sleeps until 2026-12-01 09:30:00.000 UTC"},
 		{history.TimerFiredData{Position: 3}, "step 3 sleep done"},
+		{history.SignalReceivedData{Name: "approval", Payload: json.RawMessage(`"yes"`), Sender: "alice", DedupID: "d-1"},
+			`approval "yes" from alice (dedup id d-1)`},
+		{history.WaitStartedData{Name: "approval", Position: 1, Deadline: fire}, "receive 1 waits for approval until 2026-12-01 09:30:00.000 UTC"},
+		{history.WaitTimedOutData{Name: "approval", Position: 1}, "receive 1 of approval timed out"},
 	} {
 		require.Equal(t, tc.want, eventDetails(tc.p))
 	}

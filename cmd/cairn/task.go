@@ -27,7 +27,7 @@ var statuses = []history.Status{
 func newTaskCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "task", Short: "Ask about tasks: their state, their history"}
 	cmd.AddCommand(newTaskShowCmd(g), newTaskHistoryCmd(g), newTaskListCmd(g), newTaskRetryCmd(g),
-		newTaskCancelCmd(g), newTaskCompensateCmd(g))
+		newTaskCancelCmd(g), newTaskCompensateCmd(g), newTaskSignalCmd(g))
 	return cmd
 }
 
@@ -166,6 +166,12 @@ func eventDetails(p history.Payload) string {
 		return fmt.Sprintf("step %d sleeps until %s", v.Position, formatTime(&v.FireAt))
 	case history.TimerFiredData:
 		return fmt.Sprintf("step %d %s done", v.Position, history.SleepStepName)
+	case history.SignalReceivedData:
+		return describeSignal(v)
+	case history.WaitStartedData:
+		return fmt.Sprintf("receive %d waits for %s until %s", v.Position, v.Name, formatTime(&v.Deadline))
+	case history.WaitTimedOutData:
+		return fmt.Sprintf("receive %d of %s timed out", v.Position, v.Name)
 	case history.LeaseExpiredData:
 		return fmt.Sprintf("worker %s, lease epoch %d", v.WorkerID, v.LeaseEpoch)
 	case history.TaskReleasedData:
@@ -493,4 +499,20 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return string(runes[:n]) + "…"
+}
+
+// describeSignal is a signal as the history's details show it: its name,
+// payload, sender and dedup id.
+func describeSignal(v history.SignalReceivedData) string {
+	s := v.Name
+	if len(v.Payload) > 0 {
+		s += " " + truncate(string(v.Payload), 60)
+	}
+	if v.Sender != "" {
+		s += " from " + v.Sender
+	}
+	if v.DedupID != "" {
+		s += " (dedup id " + v.DedupID + ")"
+	}
+	return s
 }

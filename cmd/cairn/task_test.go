@@ -251,3 +251,30 @@ func TestListedTaskCarriesWhatIsIncluded(t *testing.T) {
 	_, _, err := parseInclude([]string{"labels"})
 	require.Error(t, err)
 }
+
+// `cairn task signal` appends signal_received, once per dedup id, and a
+// finished task refuses it; the history shows the signal.
+func TestCLITaskSignal(t *testing.T) {
+	for name, target := range cliTargets {
+		t.Run(name, func(t *testing.T) {
+			tg := target(t)
+			id := seedTasks(t, tg, 1)[0].String()
+			out, _ := tg.mustRun(t, "task", "signal", id, "approval", "--payload", `{"ok":true}`, "--dedup-id", "click-1")
+			require.Equal(t, "task "+id+": signal approval sent\n", out)
+			out, _ = tg.mustRun(t, "task", "signal", id, "approval", "--payload", `{"ok":true}`, "--dedup-id", "click-1", "-o", "json")
+			var res map[string]any
+			require.NoError(t, json.Unmarshal([]byte(out), &res))
+			require.Equal(t, true, res["duplicate"], "the dedup id was seen: nothing sent")
+			out, _ = tg.mustRun(t, "task", "history", id)
+			require.Contains(t, out, `signal_received`)
+			require.Contains(t, out, "(dedup id click-1)")
+			require.Equal(t, 1, strings.Count(out, "signal_received"))
+
+			_, _, err := tg.run(t, "task", "signal", id, "approval", "--payload", "{")
+			require.ErrorContains(t, err, "is not JSON")
+			tg.mustRun(t, "task", "cancel", id)
+			_, _, err = tg.run(t, "task", "signal", id, "approval")
+			require.ErrorIs(t, err, sdk.ErrTaskState)
+		})
+	}
+}

@@ -7,11 +7,11 @@ SELECT set_config('statement_timeout', @statement_timeout::text, true), now();
 -- The window's events of the namespace's tasks (of one queue, or all when
 -- @queue is empty), found by time (the BRIN index on events.at), and for
 -- each task they touch its last event before the window (cancel_requested
--- skipped: it keeps the status), found by the primary key: the state the
--- task entered the window in. "when" is the time the payload names.
+-- and signal_received skipped: they keep the status), found by the primary
+-- key: the state the task entered the window in. "when" is the time the payload names.
 WITH win AS (
     SELECT e.task_id, t.queue, e.seq, e.type, e.at,
-        coalesce(e.data->>'run_at', e.data->>'next_run_at', e.data->>'fire_at') AS at_when
+        coalesce(e.data->>'run_at', e.data->>'next_run_at', e.data->>'fire_at', e.data->>'deadline') AS at_when
     FROM /* TEMPLATE: schema */events AS e
     JOIN /* TEMPLATE: schema */tasks AS t ON t.id = e.task_id
     WHERE e.at > @from AND e.at <= @now AND t.namespace = @namespace AND (@queue = '' OR t.queue = @queue)
@@ -21,11 +21,11 @@ WITH win AS (
 SELECT task_id::text, queue, seq, type, at, at_when, false AS before FROM win
 UNION ALL
 SELECT f.task_id::text, f.queue, p.seq, p.type, p.at,
-    coalesce(p.data->>'run_at', p.data->>'next_run_at', p.data->>'fire_at'), true
+    coalesce(p.data->>'run_at', p.data->>'next_run_at', p.data->>'fire_at', p.data->>'deadline'), true
 FROM firsts AS f
 CROSS JOIN LATERAL (
     SELECT seq, type, at, data FROM /* TEMPLATE: schema */events AS p
-    WHERE p.task_id = f.task_id AND p.seq < f.seq AND p.type <> 'cancel_requested'
+    WHERE p.task_id = f.task_id AND p.seq < f.seq AND p.type NOT IN ('cancel_requested', 'signal_received')
     ORDER BY p.seq DESC LIMIT 1
 ) AS p
 ORDER BY 1, 3;

@@ -1,11 +1,11 @@
 -- name: SeriesEvents
 -- The window (?2, ?3] of namespace ?1's events (of queue ?4, or all when
 -- it is empty), found by events_at_idx, and for each task they touch its
--- last event before the window (cancel_requested skipped: it keeps the
--- status), by the primary key. As PostgreSQL's SeriesEvents.
+-- last event before the window (cancel_requested and signal_received
+-- skipped: they keep the status), by the primary key. As PostgreSQL's SeriesEvents.
 WITH win AS (
     SELECT e.task_id, t.queue, e.seq, e.type, e.at,
-        coalesce(json_extract(e.data, '$.run_at'), json_extract(e.data, '$.next_run_at'), json_extract(e.data, '$.fire_at')) AS at_when
+        coalesce(json_extract(e.data, '$.run_at'), json_extract(e.data, '$.next_run_at'), json_extract(e.data, '$.fire_at'), json_extract(e.data, '$.deadline')) AS at_when
     FROM events AS e
     JOIN tasks AS t ON t.id = e.task_id
     WHERE e.at > ?2 AND e.at <= ?3 AND t.namespace = ?1 AND (?4 = '' OR t.queue = ?4)
@@ -15,11 +15,11 @@ WITH win AS (
 SELECT task_id, queue, seq, type, at, at_when, 0 AS before FROM win
 UNION ALL
 SELECT f.task_id, f.queue, p.seq, p.type, p.at,
-    coalesce(json_extract(p.data, '$.run_at'), json_extract(p.data, '$.next_run_at'), json_extract(p.data, '$.fire_at')), 1
+    coalesce(json_extract(p.data, '$.run_at'), json_extract(p.data, '$.next_run_at'), json_extract(p.data, '$.fire_at'), json_extract(p.data, '$.deadline')), 1
 FROM firsts AS f
 JOIN events AS p ON p.task_id = f.task_id AND p.seq = (
     SELECT max(b.seq) FROM events AS b
-    WHERE b.task_id = f.task_id AND b.seq < f.seq AND b.type <> 'cancel_requested')
+    WHERE b.task_id = f.task_id AND b.seq < f.seq AND b.type NOT IN ('cancel_requested', 'signal_received'))
 ORDER BY 1, 3;
 
 -- name: SeriesLive

@@ -46,6 +46,15 @@ type Store interface {
 	EventAppendMany(ctx context.Context, ps []*EventAppendParams) ([]AppendResult, error)
 	LeaseExtendMany(ctx context.Context, leases []LeaseRef, ttl time.Duration) (map[uuid.UUID]LeaseRenewal, error)
 
+	// TaskSignal appends signal_received to a task, found by id or by
+	// idempotency key in p.Namespace: a dedup id already in its history
+	// writes nothing (Duplicate); a finished task is an error marked
+	// [ErrTaskState] and nothing is written; a task waiting for a signal
+	// of that name is due at once (run_at is the signal's time) in the
+	// same write, and workers are woken as for any task due at once. An
+	// unknown task is [ErrNotFound].
+	TaskSignal(ctx context.Context, p *TaskSignalParams) (SignalResult, error)
+
 	// Dead letters.
 	DeadLetterList(ctx context.Context, p *DeadLetterListParams) ([]*Task, error)
 

@@ -177,3 +177,34 @@ type TaskType struct {
 	RegisteredBy    string        `json:"registered_by"`
 	RegisteredAt    time.Time     `json:"registered_at"`
 }
+
+// TaskSignalParams describes a signal sent to a task: signal_received
+// appended to its history.
+type TaskSignalParams struct {
+	Namespace string
+	// TaskID names the task; when it is the zero UUID, IdempotencyKey
+	// does instead (the key the task was started with, in Namespace).
+	TaskID         uuid.UUID
+	IdempotencyKey string
+	// Name is the signal's name, which a workflow's receive waits on.
+	// Required.
+	Name string
+	// Payload is the signal's value as JSON; empty for none.
+	Payload json.RawMessage
+	// Sender says who sent it, for the history.
+	Sender string
+	// DedupID, when set, makes the send idempotent: a signal with this id
+	// already in the task's history is not written again.
+	DedupID string
+}
+
+// SignalResult says what a signal did.
+type SignalResult struct {
+	TaskID uuid.UUID
+	// Duplicate is set when a signal with the same DedupID was already in
+	// the history: nothing was written.
+	Duplicate bool
+	// State is the task's state after the signal (before it, when
+	// Duplicate).
+	State history.State
+}

@@ -167,3 +167,13 @@ func DeadLettered(attempt int, reason string) E {
 func Requeued(reason string) E {
 	return E{Data: history.TaskRequeuedData{By: "alice@example.com", Reason: reason}}
 }
+
+// Signal returns signal_received for a signal called name carrying the
+// JSON payload, sent by "api" with dedupID (none when empty).
+func Signal(name, payload, dedupID string) E {
+	var p json.RawMessage
+	if payload != "" {
+		p = json.RawMessage(payload)
+	}
+	return E{Data: history.SignalReceivedData{Name: name, Payload: p, Sender: "api", DedupID: dedupID}}
+}

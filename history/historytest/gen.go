@@ -114,6 +114,9 @@ type gen struct {
 	cancelled     bool       // cancel_requested was appended
 	compRequested bool       // compensation_requested was appended
 	sleeping      bool       // a timer runs: the next attempt fires it
+	waiting       bool       // a receive waits (wait_started): a signal or the deadline ends it
+	receives      int        // receives the workflow has made: the next one's position
+	unconsumed    int        // signals received that no receive has taken yet
 	comp          *compState // compensation in progress
 }
 
@@ -235,6 +238,15 @@ func (g *gen) run() {
 		return
 	}
 	for attempt := 1; !g.full(); attempt++ {
+		if !g.endless && g.src.intRange("signal", 0, 5) == 0 {
+			// A signal arrives between attempts; a task waiting for it is
+			// due at once.
+			g.at = g.at.Add(g.delay("delay", time.Second))
+			g.signal()
+			if g.full() {
+				return
+			}
+		}
 		if !g.endless && !g.cancelled && g.comp == nil && g.src.intRange("cancel_waiting", 0, 11) == 0 {
 			// Cancelled while waiting for its next attempt.
 			g.at = g.at.Add(g.delay("delay", time.Second))
@@ -246,6 +258,27 @@ func (g *gen) run() {
 			return
 		}
 	}
+}
+
+// signalName is the name of the signals generated histories receive.
+const signalName = "approval"
+
+// signal appends signal_received, outside any attempt.
+func (g *gen) signal() {
+	g.emit(0, history.SignalReceivedData{
+		Name: signalName, Payload: g.rawOrNil("payload", outputs), Sender: g.pick("sender", []string{"", "api", "alice@example.com"}),
+		DedupID: fmt.Sprintf("sig-%d", len(g.events)+1),
+	}, true)
+	if g.waiting {
+		// The receive that waits takes it at the next attempt.
+		g.waiting = false
+		g.receives++
+		if g.at.Before(g.runAt) {
+			g.runAt = g.at
+		}
+		return
+	}
+	g.unconsumed++
 }
 
 // requestCancel appends cancel_requested and, when no completed step needs
@@ -371,6 +404,16 @@ func (g *gen) attempt(attempt int) bool {
 	if g.compRequested {
 		return g.compensate(attempt, history.CompensateRequested, nil)
 	}
+	if g.waiting {
+		// No signal came: the deadline woke the task.
+		g.at = g.at.Add(g.delay("delay", time.Second))
+		g.emit(attempt, history.WaitTimedOutData{Name: signalName, Position: g.receives}, true)
+		g.receives++
+		g.waiting = false
+		if g.full() {
+			return true
+		}
+	}
 	if g.sleeping {
 		g.at = g.at.Add(g.delay("delay", time.Second))
 		g.emit(attempt, history.TimerFiredData{Position: g.steps}, true)
@@ -397,6 +440,21 @@ func (g *gen) attempt(attempt int) bool {
 			g.sleeping = true
 			return g.full()
 		}
+		if !g.endless && g.src.intRange("receive", 0, 7) == 0 {
+			if g.unconsumed > 0 {
+				// A signal is there already: the receive takes it, and
+				// nothing is written.
+				g.unconsumed--
+				g.receives++
+				continue
+			}
+			// None yet: the attempt ends waiting for one.
+			deadline := g.at.Add(g.delay("wait_for", time.Hour))
+			g.emit(attempt, history.WaitStartedData{Name: signalName, Position: g.receives, Deadline: deadline}, true)
+			g.runAt = deadline
+			g.waiting = true
+			return g.full()
+		}
 		compensable := g.src.intRange("compensable", 0, 1) == 1
 		g.emit(attempt, history.StepCompletedData{
 			Position:    g.steps,
@@ -408,6 +466,14 @@ func (g *gen) attempt(attempt int) bool {
 		g.compensable = append(g.compensable, compensable)
 		if g.full() {
 			return true
+		}
+		if !g.endless && g.src.intRange("signal_running", 0, 9) == 0 {
+			// A signal arrives while the attempt runs: the status stays.
+			g.at = g.at.Add(g.delay("delay", time.Second))
+			g.signal()
+			if g.full() {
+				return true
+			}
 		}
 		if !g.endless && g.src.intRange("cancel_running", 0, 9) == 0 {
 			// Cancelled while running: the attempt stops at its next

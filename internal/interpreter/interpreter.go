@@ -94,6 +94,11 @@ type RunParams struct {
 	// Timer is the durable timer the task sleeps on, if any (from its
 	// state): the Sleep at its position fires it once it is due.
 	Timer *history.Timer
+	// Mailbox returns the task's signals and waits as the attempt knows
+	// them when a Receive is called (a signal appended while the attempt
+	// runs joins its state when a record is rebased onto it). Optional:
+	// none.
+	Mailbox func() Mailbox
 	// Now is the clock Sleep reads. Default time.Now.
 	Now func() time.Time
 	// CollectOnly runs the workflow over its recorded steps only, to learn
@@ -146,6 +151,7 @@ type runState struct {
 	executed int
 	pending  history.Payload // executed (a step) or fired (a timer), not yet recorded
 	visited  map[int]*StepOptions
+	recv     receiveState
 
 	failedUsage []history.Usage // the AI usage the failed step reported
 

@@ -130,6 +130,9 @@ func NormalizePayload(p history.Payload) history.Payload {
 	case history.LeaseExpiredData:
 		v.NextRunAt = NormalizeTime(v.NextRunAt)
 		return v
+	case history.WaitStartedData:
+		v.Deadline = NormalizeTime(v.Deadline)
+		return v
 	}
 	return p
 }

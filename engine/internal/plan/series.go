@@ -47,9 +47,9 @@ func (w SeriesWindow) firstEdgeAtOrAfter(t time.Time) int {
 
 // SeriesEvent is one event a series is folded from, with the task's
 // queue. When is the time its payload names (run_at, next_run_at,
-// fire_at), nil where it names none. Before marks the task's last event
-// ahead of the window (cancel_requested skipped, since it keeps the
-// status): the state the task entered the window in.
+// fire_at, a wait's deadline), nil where it names none. Before marks the
+// task's last event ahead of the window (cancel_requested and
+// signal_received skipped, since they keep the status): the state the task entered the window in.
 type SeriesEvent struct {
 	TaskID string
 	Queue  string
@@ -91,7 +91,7 @@ func (s seriesState) next(e SeriesEvent) seriesState {
 	}
 	out := s
 	switch e.Type {
-	case history.TaskScheduled, history.LeaseExpired, history.TimerStarted:
+	case history.TaskScheduled, history.LeaseExpired, history.TimerStarted, history.WaitStarted:
 		out.status, out.runAt = seriesWaiting, when
 	case history.TaskReleased, history.TaskRequeued, history.CompensationRequested:
 		out.status, out.runAt = seriesWaiting, e.At // due now

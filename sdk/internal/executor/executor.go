@@ -134,7 +134,7 @@ func (h *Handler) handleAttempt(ctx context.Context, a *engine.Attempt, tr *atte
 			})
 		},
 		StepDone: tr.stepDone,
-		Timer:    state.Timer, Now: engine.Now,
+		Timer:    state.Timer, Mailbox: func() interpreter.Mailbox { return interpreter.MailboxOf(a.State()) }, Now: engine.Now,
 		Record: func(step history.Payload) error {
 			// Record even if the attempt context was cancelled by a stop
 			// while the step ran: the step did finish. The lease fence
@@ -195,6 +195,12 @@ func (h *Handler) outcome(ctx context.Context, a *engine.Attempt, typ Type, res 
 	if errors.As(res.Err, &sleep) {
 		// The attempt ends here; the task is due again when the timer fires.
 		return []history.Payload{history.TimerStartedData{Position: sleep.Position, FireAt: sleep.FireAt}}, nil
+	}
+	var wait *interpreter.WaitRequest
+	if errors.As(res.Err, &wait) {
+		// The attempt ends here; the task is due again when a signal of
+		// the name arrives or at the deadline.
+		return []history.Payload{history.WaitStartedData{Name: wait.Name, Position: wait.Position, Deadline: wait.Deadline}}, nil
 	}
 	if errors.Is(res.Err, interpreter.ErrStopping) {
 		return nil, engine.ErrReleased

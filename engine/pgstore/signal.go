@@ -1,0 +1,36 @@
+package pgstore
+
+import (
+	"context"
+
+	"github.com/cockroachdb/errors"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/cairnflow/cairn/engine/internal/plan"
+	"github.com/cairnflow/cairn/engine/store"
+)
+
+// TaskSignal implements [store.Store]: see [plan.Signal]. The append is
+// EventAppend's statement, which wakes workers on the ready channel when
+// the signal makes a waiting task due.
+func (s *Store) TaskSignal(ctx context.Context, p *store.TaskSignalParams) (store.SignalResult, error) {
+	return plan.Signal(ctx, s, p)
+}
+
+// TaskIDByKey returns the task holding an idempotency key in namespace,
+// for [plan.Signal].
+func (s *Store) TaskIDByKey(ctx context.Context, namespace, key string) (uuid.UUID, error) {
+	var (
+		id    uuid.UUID
+		typ   string
+		input []byte
+	)
+	err := s.pool.QueryRow(ctx, s.sql("TaskIDByIdempotencyKey"), pgx.NamedArgs{
+		"namespace": namespace, "idempotency_key": key,
+	}).Scan(&id, &typ, &input)
+	if err != nil {
+		return uuid.Nil, errors.Wrapf(interpretError(err), "find the task holding idempotency key %q", key)
+	}
+	return id, nil
+}

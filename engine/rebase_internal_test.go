@@ -1,0 +1,74 @@
+package engine
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/history/historytest"
+)
+
+// rebaseCase is a running attempt's state, and the log with what another
+// writer appended after it.
+func rebaseCase(t *testing.T, after ...historytest.E) (history.State, []history.Event) {
+	t.Helper()
+	running := historytest.Build(historytest.Scheduled(), historytest.Started(1, 1))
+	state, err := history.Replay(running)
+	require.NoError(t, err)
+	all := historytest.Build(append([]historytest.E{historytest.Scheduled(), historytest.Started(1, 1)}, after...)...)
+	return state, all
+}
+
+func TestRebaseOntoASignalKeepsTheAppend(t *testing.T) {
+	t.Parallel()
+	state, events := rebaseCase(t, historytest.Signal("approval", `1`, ""))
+	p := &store.EventAppendParams{State: state, Epoch: 1, Attempt: 1, Payloads: []history.Payload{
+		history.StepCompletedData{Position: 0, Name: "reserve"},
+	}}
+	rebased, ok := rebaseOntoCancel(p, events)
+	require.True(t, ok)
+	require.Equal(t, p.Payloads, rebased.Payloads)
+	require.Len(t, rebased.State.Signals, 1)
+}
+
+func TestRebaseTurnsAWaitForASignalThatCameIntoAHandBack(t *testing.T) {
+	t.Parallel()
+	state, events := rebaseCase(t, historytest.Signal("approval", `1`, ""))
+	step := history.StepCompletedData{Position: 0, Name: "reserve"}
+	p := &store.EventAppendParams{State: state, Epoch: 1, Attempt: 1, Payloads: []history.Payload{
+		step, history.WaitStartedData{Name: "approval", Position: 0, Deadline: historytest.Base.Add(time.Hour)},
+	}}
+	rebased, ok := rebaseOntoCancel(p, events)
+	require.True(t, ok)
+	require.Len(t, rebased.Payloads, 2)
+	require.Equal(t, step, rebased.Payloads[0])
+	released, isRelease := rebased.Payloads[1].(history.TaskReleasedData)
+	require.True(t, isRelease, "got %T", rebased.Payloads[1])
+	require.Equal(t, int64(1), released.LeaseEpoch)
+
+	// A wait for another name is kept.
+	p.Payloads[1] = history.WaitStartedData{Name: "other", Position: 0, Deadline: historytest.Base.Add(time.Hour)}
+	rebased, ok = rebaseOntoCancel(p, events)
+	require.True(t, ok)
+	require.IsType(t, history.WaitStartedData{}, rebased.Payloads[1])
+}
+
+func TestRebaseRefusesATimeoutAfterItsSignal(t *testing.T) {
+	t.Parallel()
+	// The task waited, was woken at its deadline, and a signal came while
+	// the attempt decided it had timed out: the signal came first.
+	running := historytest.Build(historytest.Scheduled(), historytest.Started(1, 1),
+		historytest.E{Attempt: 1, Data: history.WaitStartedData{Name: "approval", Position: 0, Deadline: historytest.Base.Add(3 * time.Second)}},
+		historytest.Started(2, 2))
+	state, err := history.Replay(running)
+	require.NoError(t, err)
+	events := append(running, history.Event{Seq: 5, At: running[3].At, Data: history.SignalReceivedData{Name: "approval"}})
+	p := &store.EventAppendParams{State: state, Epoch: 2, Attempt: 2, Payloads: []history.Payload{
+		history.WaitTimedOutData{Name: "approval", Position: 0}, history.TaskCompletedData{},
+	}}
+	_, ok := rebaseOntoCancel(p, events)
+	require.False(t, ok, "the receive takes the signal: the attempt is retried")
+}

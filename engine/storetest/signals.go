@@ -1,0 +1,202 @@
+package storetest
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/history"
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+)
+
+// signalTests: signals sent to tasks (TaskSignal) and the waits they end.
+var signalTests = []conformanceTest{
+	{"SignalIsAppendedAndKeepsTheStatus", testSignalKeepsStatus},
+	{"SignalWithSeenDedupIDWritesNothing", testSignalDedup},
+	{"SignalToFinishedTaskIsRefused", testSignalFinished},
+	{"SignalByIdempotencyKey", testSignalByKey},
+	{"SignalRefusals", testSignalRefusals},
+	{"WaitingTaskIsNotClaimableUntilItsSignal", testSignalWakesWait},
+	{"SignalOfAnotherNameLeavesTheWait", testSignalOtherName},
+	{"SignalMakingATaskDueNotifies", testSignalNotifies},
+	{"WaitIsClaimableAtItsDeadline", testWaitDeadline},
+}
+
+// signal sends the signal name with payload to task id of the default
+// namespace.
+func signal(t *testing.T, s store.Store, id uuid.UUID, name, payload, dedupID string) (store.SignalResult, error) {
+	t.Helper()
+	var raw json.RawMessage
+	if payload != "" {
+		raw = json.RawMessage(payload)
+	}
+	return s.TaskSignal(testContext(t), &store.TaskSignalParams{
+		Namespace: store.DefaultNamespace, TaskID: id, Name: name, Payload: raw, Sender: "ops", DedupID: dedupID,
+	})
+}
+
+// waitForSignal claims a default task and ends its attempt waiting for
+// the signal name until deadline, as a workflow's receive does.
+func waitForSignal(t *testing.T, s store.Store, name string, deadline time.Time) (*store.ClaimedTask, history.State) {
+	t.Helper()
+	ct := claimOne(t, s, "w", time.Minute)
+	st, err := appendFenced(t, s, ct, history.WaitStartedData{Name: name, Position: 0, Deadline: deadline})
+	require.NoError(t, err)
+	require.Equal(t, history.StatusPending, st.Status)
+	require.Empty(t, st.Lease.Owner, "the wait ends the attempt")
+	return ct, st
+}
+
+func testSignalKeepsStatus(t *testing.T, s store.Store) {
+	id := start(t, s, spec{})
+	res, err := signal(t, s, id, "approval", `{"ok":true}`, "d-1")
+	require.NoError(t, err)
+	require.False(t, res.Duplicate)
+	require.Equal(t, id, res.TaskID)
+	require.Equal(t, history.StatusPending, res.State.Status)
+	evs := events(t, s, id)
+	require.Len(t, evs, 2)
+	got := evs[1].Data.(history.SignalReceivedData)
+	require.Equal(t, "approval", got.Name)
+	requireJSONEqual(t, json.RawMessage(`{"ok":true}`), got.Payload)
+	require.Equal(t, "ops", got.Sender)
+	require.Equal(t, "d-1", got.DedupID)
+	require.Zero(t, evs[1].Attempt, "a signal belongs to no attempt")
+
+	// A running task keeps running, and keeps its lease.
+	ct := claimOne(t, s, "w", time.Minute)
+	res, err = signal(t, s, id, "approval", "", "")
+	require.NoError(t, err)
+	require.Equal(t, history.StatusRunning, res.State.Status)
+	task := getTask(t, s, id)
+	require.Equal(t, history.StatusRunning, task.Status)
+	require.Equal(t, "w", task.LeaseOwner)
+	require.Equal(t, ct.State.Lease.Epoch, task.LeaseEpoch)
+	require.Len(t, stateOf(t, s, id).Signals, 2)
+}
+
+func testSignalDedup(t *testing.T, s store.Store) {
+	id := start(t, s, spec{})
+	first, err := signal(t, s, id, "approval", `1`, "once")
+	require.NoError(t, err)
+	require.False(t, first.Duplicate)
+	again, err := signal(t, s, id, "approval", `2`, "once")
+	require.NoError(t, err)
+	require.True(t, again.Duplicate, "the dedup id is in the history already")
+	require.Equal(t, first.State.LastSeq, again.State.LastSeq)
+	require.Equal(t, []history.Type{history.TaskScheduled, history.SignalReceived}, eventTypes(t, s, id))
+	// No dedup id: every send is a signal of its own.
+	for range 2 {
+		res, err := signal(t, s, id, "approval", `3`, "")
+		require.NoError(t, err)
+		require.False(t, res.Duplicate)
+	}
+	require.Len(t, stateOf(t, s, id).Signals, 3)
+}
+
+func testSignalFinished(t *testing.T, s store.Store) {
+	id := start(t, s, spec{})
+	complete(t, s, claimOne(t, s, "w", time.Minute))
+	_, err := signal(t, s, id, "approval", `1`, "d")
+	requireIs(t, err, store.ErrTaskState)
+	require.Contains(t, err.Error(), "completed")
+	require.Equal(t, []history.Type{history.TaskScheduled, history.AttemptStarted, history.TaskCompleted}, eventTypes(t, s, id),
+		"nothing written")
+}
+
+func testSignalByKey(t *testing.T, s store.Store) {
+	ctx := testContext(t)
+	id := start(t, s, spec{IdempotencyKey: "order-7"})
+	other := start(t, s, spec{Namespace: "other", IdempotencyKey: "order-7"})
+	res, err := s.TaskSignal(ctx, &store.TaskSignalParams{Namespace: store.DefaultNamespace, IdempotencyKey: "order-7", Name: "approval"})
+	require.NoError(t, err)
+	require.Equal(t, id, res.TaskID)
+	require.Len(t, stateOf(t, s, id).Signals, 1)
+	require.Empty(t, stateOf(t, s, other).Signals, "a key is told apart per namespace")
+
+	_, err = s.TaskSignal(ctx, &store.TaskSignalParams{Namespace: store.DefaultNamespace, IdempotencyKey: "order-8", Name: "approval"})
+	requireIs(t, err, store.ErrNotFound)
+}
+
+func testSignalRefusals(t *testing.T, s store.Store) {
+	ctx := testContext(t)
+	id := start(t, s, spec{})
+	_, err := signal(t, s, uuid.New(), "approval", "", "")
+	requireIs(t, err, store.ErrNotFound, "no such task")
+	_, err = s.TaskSignal(ctx, &store.TaskSignalParams{Namespace: "other", TaskID: id, Name: "approval"})
+	requireIs(t, err, store.ErrNotFound, "the task is in another namespace")
+	for _, p := range []*store.TaskSignalParams{
+		{Namespace: store.DefaultNamespace, TaskID: id},                                                  // no name
+		{Namespace: store.DefaultNamespace, Name: "approval"},                                            // no task
+		{TaskID: id, Name: "approval"},                                                                   // no namespace
+		{Namespace: store.DefaultNamespace, TaskID: id, Name: "approval", Payload: json.RawMessage(`{`)}, // not JSON
+	} {
+		_, err := s.TaskSignal(ctx, p)
+		require.Error(t, err, "%+v", p)
+	}
+	require.Equal(t, []history.Type{history.TaskScheduled}, eventTypes(t, s, id), "nothing written")
+}
+
+func testSignalWakesWait(t *testing.T, s store.Store) {
+	id := start(t, s, spec{})
+	waitForSignal(t, s, "approval", time.Now().Add(time.Hour))
+	require.Empty(t, claim(t, s, claimParams("w2", 10, time.Minute)), "a waiting task is not claimable")
+
+	res, err := signal(t, s, id, "approval", `"yes"`, "")
+	require.NoError(t, err)
+	require.Nil(t, res.State.Wait, "the signal ends the wait")
+	require.Equal(t, history.StatusPending, res.State.Status)
+	task := getTask(t, s, id)
+	require.Equal(t, res.State.RunAt, task.RunAt, "due at the signal's time")
+	require.False(t, task.RunAt.After(time.Now()), "due at once")
+	ct := claimWhenDue(t, s, claimParams("w2", 10, time.Minute))
+	require.Equal(t, id, ct.Task.ID)
+	require.Len(t, ct.State.Signals, 1, "the claim's state holds the signal")
+	require.Equal(t, []history.Wait{{Position: 0, Name: "approval", Deadline: ct.State.Waits[0].Deadline}}, ct.State.Waits)
+}
+
+func testSignalOtherName(t *testing.T, s store.Store) {
+	id := start(t, s, spec{})
+	_, before := waitForSignal(t, s, "approval", time.Now().Add(time.Hour))
+	res, err := signal(t, s, id, "rejection", "", "")
+	require.NoError(t, err)
+	require.NotNil(t, res.State.Wait, "still waiting for its own name")
+	require.Equal(t, before.RunAt, getTask(t, s, id).RunAt)
+	require.Empty(t, claim(t, s, claimParams("w2", 10, time.Minute)))
+}
+
+func testSignalNotifies(t *testing.T, s store.Store) {
+	ctx := testContext(t)
+	id := start(t, s, spec{})
+	waitForSignal(t, s, "approval", time.Now().Add(time.Hour))
+	l := s.NewListener()
+	require.NoError(t, l.Connect(ctx))
+	t.Cleanup(func() { _ = l.Close(context.Background()) })
+	_, err := signal(t, s, id, "approval", "", "")
+	require.NoError(t, err)
+	for {
+		note, err := l.WaitForNotification(ctx) // the test's deadline ends a wait for nothing
+		require.NoError(t, err)
+		if note.Ready {
+			return
+		}
+	}
+}
+
+func testWaitDeadline(t *testing.T, s store.Store) {
+	id := start(t, s, spec{})
+	waitForSignal(t, s, "approval", time.Now().Add(50*time.Millisecond))
+	ct := claimWhenDue(t, s, claimParams("w2", 10, time.Minute))
+	require.Equal(t, id, ct.Task.ID)
+	require.NotNil(t, ct.State.Wait, "woken by the deadline, the receive still waits")
+	st, err := appendFenced(t, s, ct, history.WaitTimedOutData{Name: "approval", Position: 0}, history.TaskCompletedData{})
+	require.NoError(t, err)
+	require.True(t, st.Waits[0].TimedOut)
+	// A signal after the timeout is kept, for a later receive, until the
+	// task ends.
+	_, err = signal(t, s, id, "approval", "", "")
+	requireIs(t, err, store.ErrTaskState)
+}

@@ -1,0 +1,201 @@
+package interpreter
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/cockroachdb/errors"
+
+	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/internal/errmark"
+)
+
+// Mailbox is what a run's receives read from the task's state: the signals
+// received, in history order, the receives that waited, and the one the
+// task waits on now (history.State's Signals, Waits and Wait).
+type Mailbox struct {
+	Signals []history.Signal
+	Waits   []history.Wait
+	Wait    *history.Wait
+}
+
+// MailboxOf returns the mailbox of a task in state s.
+func MailboxOf(s history.State) Mailbox {
+	return Mailbox{Signals: s.Signals, Waits: s.Waits, Wait: s.Wait}
+}
+
+// receiveState is a run's progress through its receives. Receives have
+// positions of their own (their order among the run's receives), apart
+// from the steps': a receive that takes a signal already there writes
+// nothing, so it cannot hold a step position.
+type receiveState struct {
+	next  int            // position of the next Receive call
+	taken map[string]int // signals taken so far, by name
+}
+
+// WaitRequest is the error a run ends with when a receive finds no signal
+// and must wait: the caller records wait_started, which ends the attempt;
+// the task is due again when a signal of the name arrives or at Deadline.
+type WaitRequest struct {
+	Position int
+	Name     string
+	Deadline time.Time
+}
+
+func (r *WaitRequest) Error() string {
+	return fmt.Sprintf("receive %d waits for signal %q until %s", r.Position, r.Name, r.Deadline.Format(time.RFC3339Nano))
+}
+
+// maxClockSkewWait bounds how long a receive woken at its deadline by the
+// database's clock waits out this worker's clock being behind, holding the
+// attempt; beyond it, the wait is recorded again with the same deadline.
+const maxClockSkewWait = 5 * time.Second
+
+// Receive returns the next signal called name for ctx's run, decoded into
+// T, or waits for one up to timeout: what workflow.Receive does (its
+// documentation holds the contract for authors). ok is false when the
+// receive timed out.
+//
+// The Nth receive of a name that does not time out takes the Nth signal
+// of that name in history order, so replay needs no record of which
+// receive took which signal. A receive that waited is recorded
+// (wait_started, and wait_timed_out if no signal came): on replay, a
+// receive at that position must have the recorded name.
+func Receive[T any](ctx Context, name string, timeout time.Duration) (T, bool, error) {
+	var zero T
+	s := ctx.run()
+	if s.aborted != nil {
+		return zero, false, s.aborted
+	}
+	if name == "" || timeout <= 0 {
+		err := errors.Newf("receive %d: a receive needs a signal name and a timeout above 0 (got %q, %s)", s.recv.next, name, timeout)
+		return zero, false, s.abort(errmark.Mark(err, ErrBadStepOpts), nil)
+	}
+	pos := s.recv.next
+	box := s.mailbox()
+	if w := recordedWait(box, pos); w != nil {
+		if w.Name != name {
+			return zero, false, s.abort(nondeterministicReceive(pos, w.Name, name), nil)
+		}
+		if w.TimedOut {
+			s.recv.next++
+			return zero, false, nil
+		}
+	}
+	if out, ok, err := takeSignal[T](&s.recv, box, pos, name); ok {
+		return out, true, err
+	}
+	if s.p.CollectOnly {
+		return zero, false, s.abort(ErrCollected, nil)
+	}
+	if err := s.flush(); err != nil {
+		return zero, false, err
+	}
+	if err := s.checkpoint(); err != nil {
+		return zero, false, err
+	}
+	// Recording the last step may have brought a signal sent meanwhile
+	// into the attempt's state.
+	box = s.mailbox()
+	if out, ok, err := takeSignal[T](&s.recv, box, pos, name); ok {
+		return out, true, err
+	}
+	return zero, false, s.waitOrTimeOut(box.Wait, pos, name, timeout)
+}
+
+// takeSignal takes the next signal called name in box for the receive at
+// pos, if there is one (ok), and returns its payload decoded.
+func takeSignal[T any](r *receiveState, box Mailbox, pos int, name string) (out T, ok bool, err error) {
+	sig, ok := r.nextSignal(box, name)
+	if !ok {
+		return out, false, nil
+	}
+	r.take(name)
+	r.next++
+	if len(sig.Payload) > 0 {
+		if err := json.Unmarshal(sig.Payload, &out); err != nil {
+			var zero T
+			return zero, true, errors.Wrapf(err, "receive %d: decode signal %q (event %d)", pos, name, sig.Seq)
+		}
+	}
+	return out, true, nil
+}
+
+func (s *runState) mailbox() Mailbox {
+	if s.p.Mailbox == nil {
+		return Mailbox{}
+	}
+	return s.p.Mailbox()
+}
+
+// waitOrTimeOut ends the receive at pos, which found no signal: it times
+// out if the task waits on it and its deadline has passed (the result is
+// then nil: the run goes on), or the run ends to wait.
+func (s *runState) waitOrTimeOut(w *history.Wait, pos int, name string, timeout time.Duration) error {
+	now := time.Now
+	if s.p.Now != nil {
+		now = s.p.Now
+	}
+	if w == nil || w.Position != pos {
+		return s.abort(&WaitRequest{Position: pos, Name: name, Deadline: now().Add(timeout)}, nil)
+	}
+	if left := w.Deadline.Sub(now()); left > 0 {
+		if left > maxClockSkewWait {
+			// Woken early (a requeue, a hand-back): wait again, to the
+			// same deadline.
+			return s.abort(&WaitRequest{Position: pos, Name: name, Deadline: w.Deadline}, nil)
+		}
+		// Woken by the database's clock, which this worker's trails.
+		select {
+		case <-time.After(left):
+		case <-s.p.Stopping:
+			return s.abort(ErrStopping, nil)
+		case <-s.p.Context.Done():
+			return s.abort(context.Cause(s.p.Context), nil)
+		}
+	}
+	s.pending = history.WaitTimedOutData{Name: name, Position: pos}
+	s.recv.next++
+	return nil
+}
+
+// recordedWait returns the wait recorded for the receive at pos, or nil.
+func recordedWait(m Mailbox, pos int) *history.Wait {
+	for i := range m.Waits {
+		if m.Waits[i].Position == pos {
+			return &m.Waits[i]
+		}
+	}
+	return nil
+}
+
+// nextSignal returns the first signal called name not taken yet.
+func (r *receiveState) nextSignal(m Mailbox, name string) (history.Signal, bool) {
+	skip := r.taken[name]
+	for _, sig := range m.Signals {
+		if sig.Name != name {
+			continue
+		}
+		if skip == 0 {
+			return sig, true
+		}
+		skip--
+	}
+	return history.Signal{}, false
+}
+
+func (r *receiveState) take(name string) {
+	if r.taken == nil {
+		r.taken = map[string]int{}
+	}
+	r.taken[name]++
+}
+
+func nondeterministicReceive(position int, recorded, called string) error {
+	err := errors.Newf("receive %d: history recorded a receive of signal %q, workflow called a receive of %q", position, recorded, called)
+	err = errors.WithHint(err, "a workflow must make the same receives in the same order on every run; "+
+		"register a new workflow version to change them")
+	return errmark.Mark(err, ErrNondeterministic)
+}

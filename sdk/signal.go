@@ -1,0 +1,128 @@
+package sdk
+
+import (
+	"context"
+	"encoding/json"
+
+	"github.com/cockroachdb/errors"
+	"github.com/google/uuid"
+
+	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/internal/errmark"
+	"github.com/cairnflow/cairn/internal/interpreter"
+	"github.com/cairnflow/cairn/internal/jsoncheck"
+)
+
+// SignalOpts are the options of [Client.Signal] and [Client.SignalByKey],
+// passed at most once; none, or the zero value, takes every default.
+type SignalOpts struct {
+	// DedupID makes the send idempotent: a signal with this id already in
+	// the task's history is not written again (the send still succeeds,
+	// with Duplicate set). Use it when retrying a send that may have
+	// reached the database.
+	DedupID string
+	// Sender says who sent the signal, for the history. Default: the
+	// requester (see [WithRequester]), else the client's Identity.
+	Sender string
+}
+
+// SignalResult says what a signal did.
+type SignalResult struct {
+	TaskID uuid.UUID
+	// Duplicate is set when a signal with the same DedupID was already in
+	// the task's history: nothing was written.
+	Duplicate bool
+}
+
+// Signal sends the task id a signal called name carrying payload (encoded
+// as JSON; a json.RawMessage is taken as it is, nil sends none): the
+// workflow's next workflow.Receive of name returns it, and a task waiting
+// for it is due at once. Signals reach the history at least once (a retried
+// send with a DedupID is written once) and each receive takes exactly one.
+// A task that has finished is an error marked [ErrTaskState] and nothing is
+// written; an unknown task is [ErrNotFound]; invalid arguments (no name, a
+// payload that is not storable JSON or over the payload limit, more than
+// one SignalOpts) are [ErrInvalid]. opts is optional: pass at most one
+// [SignalOpts].
+func (c *Client) Signal(ctx context.Context, id uuid.UUID, name string, payload any, opts ...SignalOpts) (SignalResult, error) {
+	if id == uuid.Nil {
+		return SignalResult{}, errmark.Mark(errors.New("signal: no task id"), ErrInvalid)
+	}
+	return c.signal(ctx, &store.TaskSignalParams{TaskID: id}, name, payload, opts)
+}
+
+// SignalByKey is [Client.Signal] to the task started with idempotencyKey
+// (StartOpts.IdempotencyKey) in the client's namespace: for a sender that
+// knows the business key (an order id, say) but not the task id.
+func (c *Client) SignalByKey(ctx context.Context, idempotencyKey, name string, payload any, opts ...SignalOpts) (SignalResult, error) {
+	if idempotencyKey == "" {
+		return SignalResult{}, errmark.Mark(errors.New("signal: no idempotency key"), ErrInvalid)
+	}
+	return c.signal(ctx, &store.TaskSignalParams{IdempotencyKey: idempotencyKey}, name, payload, opts)
+}
+
+func (c *Client) signal(ctx context.Context, p *store.TaskSignalParams, name string, payload any, opts []SignalOpts) (SignalResult, error) {
+	if err := c.fillSignal(ctx, p, name, payload, opts); err != nil {
+		return SignalResult{}, errmark.Mark(err, ErrInvalid)
+	}
+	res, err := c.store.TaskSignal(ctx, p)
+	if err != nil {
+		return SignalResult{}, err
+	}
+	return SignalResult{TaskID: res.TaskID, Duplicate: res.Duplicate}, nil
+}
+
+// fillSignal checks a signal's arguments and fills p with them.
+func (c *Client) fillSignal(ctx context.Context, p *store.TaskSignalParams, name string, payload any, opts []SignalOpts) error {
+	o, err := oneOpts("SignalOpts", opts)
+	if err != nil {
+		return err
+	}
+	if name == "" {
+		return errors.New("signal: name is empty")
+	}
+	raw, err := c.signalPayload(name, payload)
+	if err != nil {
+		return err
+	}
+	p.Namespace, p.Name, p.Payload, p.DedupID, p.Sender = c.namespace, name, raw, o.DedupID, o.Sender
+	if p.Sender == "" {
+		p.Sender = c.requester(ctx)
+	}
+	return nil
+}
+
+// signalPayload encodes a signal's payload and checks it as a start's
+// input is checked.
+func (c *Client) signalPayload(name string, payload any) (json.RawMessage, error) {
+	if payload == nil {
+		return nil, nil
+	}
+	raw, ok := payload.(json.RawMessage)
+	if ok {
+		if len(raw) == 0 {
+			return nil, nil // none
+		}
+		if !json.Valid(raw) {
+			return nil, errors.Newf("signal %q: payload is not valid JSON", name)
+		}
+		if err := jsoncheck.Check(raw, "payload"); err != nil {
+			return nil, errors.Wrapf(err, "signal %q", name)
+		}
+	} else {
+		var err error
+		if raw, err = json.Marshal(payload); err != nil {
+			return nil, errors.Wrapf(err, "signal %q: encode payload", name)
+		}
+		if err := jsoncheck.CheckMarshaled(raw, "payload"); err != nil {
+			return nil, errors.Wrapf(err, "signal %q", name)
+		}
+	}
+	if err := checkPayloadSize("payload", raw, c.maxPayload); err != nil {
+		return nil, errors.Wrapf(err, "signal %q", name)
+	}
+	if interpreter.HasNULEscape(raw) {
+		return nil, errors.Newf("signal %q: payload contains the character U+0000, which PostgreSQL cannot store in JSON", name)
+	}
+	return raw, nil
+}

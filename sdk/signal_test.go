@@ -1,0 +1,281 @@
+package sdk_test
+
+import (
+	"context"
+	"encoding/json"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/cairnflow/cairn/engine/enginetest"
+	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/sdk"
+	"github.com/cairnflow/cairn/workflow"
+)
+
+// received is what one workflow.Receive returned.
+type received struct {
+	Value string `json:"value"`
+	OK    bool   `json:"ok"`
+}
+
+// receiveAll is a workflow that receives each of names in turn, each with
+// its timeout, and returns what each returned.
+func receiveAll(typ string, names []string, timeouts []time.Duration) *sdk.Workflow[struct{}, []received] {
+	return sdk.NewWorkflow(typ, 1, func(ctx workflow.Context, _ struct{}) ([]received, error) {
+		var out []received
+		for i, name := range names {
+			v, ok, err := workflow.Receive[string](ctx, name, timeouts[i])
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, received{v, ok})
+		}
+		return out, nil
+	})
+}
+
+// waitForEvent polls the task's history until it holds an event of typ.
+func waitForEvent(t *testing.T, c *sdk.Client, id uuid.UUID, typ history.Type) {
+	t.Helper()
+	deadline := time.Now().Add(testTimeout)
+	for {
+		for _, e := range taskHistory(t, c, id) {
+			if e.Type() == typ {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s in task %s's history", typ, id)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func requireReceived(t *testing.T, info *sdk.TaskInfo, want []received) {
+	t.Helper()
+	require.Equal(t, history.StatusCompleted, info.Status, "last error: %+v", info.LastError)
+	var got []received
+	require.NoError(t, json.Unmarshal(info.Output, &got))
+	require.Equal(t, want, got)
+}
+
+func TestSignalSentBeforeTheReceiveIsTakenAtOnce(t *testing.T) {
+	t.Parallel()
+	onEachStore(t, func(t *testing.T, setup setupFunc) {
+		b := setup(t, sdk.WorkerConfig{})
+		wf := receiveAll("approve.early", []string{"approval"}, []time.Duration{time.Hour})
+		sdk.Register(b.worker, wf)
+		ctx := context.Background()
+		run, err := sdk.Start(ctx, b.client, wf, struct{}{})
+		require.NoError(t, err)
+		res, err := b.client.Signal(ctx, run.ID, "approval", "yes")
+		require.NoError(t, err)
+		require.False(t, res.Duplicate)
+		startWorker(t, b.worker)
+		requireReceived(t, waitTask(t, b.client, run.ID), []received{{"yes", true}})
+		require.NotContains(t, eventTypesOf(t, b.client, run.ID), history.WaitStarted, "nothing to wait for")
+		enginetest.RequireProjectionsMatch(t, b.client.Store())
+	})
+}
+
+func TestSignalWakesAWaitingReceive(t *testing.T) {
+	t.Parallel()
+	onEachStore(t, func(t *testing.T, setup setupFunc) {
+		b := setup(t, sdk.WorkerConfig{})
+		wf := receiveAll("approve.wait", []string{"approval"}, []time.Duration{time.Hour})
+		sdk.Register(b.worker, wf)
+		ctx := context.Background()
+		run, err := sdk.Start(ctx, b.client, wf, struct{}{})
+		require.NoError(t, err)
+		startWorker(t, b.worker)
+		waitForEvent(t, b.client, run.ID, history.WaitStarted)
+		_, err = b.client.Signal(ctx, run.ID, "approval", "yes", sdk.SignalOpts{Sender: "alice"})
+		require.NoError(t, err)
+		requireReceived(t, waitTask(t, b.client, run.ID), []received{{"yes", true}})
+		sigs := eventsOf[history.SignalReceivedData](taskHistory(t, b.client, run.ID))
+		require.Len(t, sigs, 1)
+		require.Equal(t, "alice", sigs[0].Sender)
+		enginetest.RequireProjectionsMatch(t, b.client.Store())
+	})
+}
+
+func TestSignalAfterATimeoutStaysForTheNextReceive(t *testing.T) {
+	t.Parallel()
+	onEachStore(t, func(t *testing.T, setup setupFunc) {
+		b := setup(t, sdk.WorkerConfig{})
+		timedOut, sent := make(chan struct{}), make(chan struct{})
+		var once atomic.Bool
+		wf := sdk.NewWorkflow("approve.late", 1, func(ctx workflow.Context, _ struct{}) ([]received, error) {
+			first, ok1, err := workflow.Receive[string](ctx, "approval", 50*time.Millisecond)
+			if err != nil {
+				return nil, err
+			}
+			// The signal is sent while this step runs, after the timeout
+			// is on record.
+			if _, err := workflow.Step(ctx, "remind", func(context.Context) (bool, error) {
+				if once.CompareAndSwap(false, true) {
+					close(timedOut)
+				}
+				<-sent
+				return true, nil
+			}); err != nil {
+				return nil, err
+			}
+			second, ok2, err := workflow.Receive[string](ctx, "approval", time.Hour)
+			if err != nil {
+				return nil, err
+			}
+			return []received{{first, ok1}, {second, ok2}}, nil
+		})
+		sdk.Register(b.worker, wf)
+		ctx := context.Background()
+		run, err := sdk.Start(ctx, b.client, wf, struct{}{})
+		require.NoError(t, err)
+		startWorker(t, b.worker)
+		waitSignal(t, timedOut, "the first receive to time out")
+		waitForEvent(t, b.client, run.ID, history.WaitTimedOut)
+		_, err = b.client.Signal(ctx, run.ID, "approval", "late")
+		require.NoError(t, err)
+		close(sent)
+		requireReceived(t, waitTask(t, b.client, run.ID), []received{{"", false}, {"late", true}})
+		types := eventTypesOf(t, b.client, run.ID)
+		require.Less(t, indexOf(types, history.WaitTimedOut), indexOf(types, history.SignalReceived), "the signal came after the timeout")
+		enginetest.RequireProjectionsMatch(t, b.client.Store())
+	})
+}
+
+func TestSignalWithARepeatedDedupIDIsDeliveredOnce(t *testing.T) {
+	t.Parallel()
+	onEachStore(t, func(t *testing.T, setup setupFunc) {
+		b := setup(t, sdk.WorkerConfig{})
+		wf := receiveAll("approve.dedup", []string{"approval", "approval"}, []time.Duration{time.Hour, 50 * time.Millisecond})
+		sdk.Register(b.worker, wf)
+		ctx := context.Background()
+		run, err := sdk.Start(ctx, b.client, wf, struct{}{}, sdk.StartOpts{IdempotencyKey: "order-7"})
+		require.NoError(t, err)
+		first, err := b.client.Signal(ctx, run.ID, "approval", "yes", sdk.SignalOpts{DedupID: "click-1"})
+		require.NoError(t, err)
+		require.False(t, first.Duplicate)
+		again, err := b.client.SignalByKey(ctx, "order-7", "approval", "yes", sdk.SignalOpts{DedupID: "click-1"})
+		require.NoError(t, err)
+		require.True(t, again.Duplicate, "the retried send is not written again")
+		require.Equal(t, run.ID, again.TaskID)
+		startWorker(t, b.worker)
+		requireReceived(t, waitTask(t, b.client, run.ID), []received{{"yes", true}, {"", false}})
+		require.Len(t, eventsOf[history.SignalReceivedData](taskHistory(t, b.client, run.ID)), 1)
+		enginetest.RequireProjectionsMatch(t, b.client.Store())
+	})
+}
+
+func TestWaitingTaskSurvivesItsWorkerStopping(t *testing.T) {
+	t.Parallel()
+	onEachStore(t, func(t *testing.T, setup setupFunc) {
+		b := setup(t, sdk.WorkerConfig{})
+		wf := receiveAll("approve.crash", []string{"approval"}, []time.Duration{time.Hour})
+		sdk.Register(b.worker, wf)
+		ctx := context.Background()
+		run, err := sdk.Start(ctx, b.client, wf, struct{}{})
+		require.NoError(t, err)
+		startWorker(t, b.worker)
+		waitForEvent(t, b.client, run.ID, history.WaitStarted)
+		// The worker goes away while the task waits: it holds nothing of
+		// the task, so nothing is lost.
+		require.NoError(t, b.worker.StopAndCancel(ctx))
+		_, err = b.client.Signal(ctx, run.ID, "approval", "yes")
+		require.NoError(t, err)
+		other := b.newWorker(t, sdk.WorkerConfig{})
+		sdk.Register(other, wf)
+		startWorker(t, other)
+		requireReceived(t, waitTask(t, b.client, run.ID), []received{{"yes", true}})
+		enginetest.RequireProjectionsMatch(t, b.client.Store())
+	})
+}
+
+func TestWaitTimesOutAtItsDeadline(t *testing.T) {
+	t.Parallel()
+	onEachStore(t, func(t *testing.T, setup setupFunc) {
+		b := setup(t, sdk.WorkerConfig{})
+		wf := receiveAll("approve.timeout", []string{"approval"}, []time.Duration{50 * time.Millisecond})
+		sdk.Register(b.worker, wf)
+		ctx := context.Background()
+		run, err := sdk.Start(ctx, b.client, wf, struct{}{})
+		require.NoError(t, err)
+		startWorker(t, b.worker)
+		requireReceived(t, waitTask(t, b.client, run.ID), []received{{"", false}})
+		require.Equal(t, []history.Type{
+			history.TaskScheduled, history.AttemptStarted, history.WaitStarted,
+			history.AttemptStarted, history.WaitTimedOut, history.TaskCompleted,
+		}, eventTypesOf(t, b.client, run.ID))
+		// Finished: a signal now is refused, and nothing is written.
+		_, err = b.client.Signal(ctx, run.ID, "approval", "too late")
+		require.ErrorIs(t, err, sdk.ErrTaskState)
+		require.NotContains(t, eventTypesOf(t, b.client, run.ID), history.SignalReceived)
+		enginetest.RequireProjectionsMatch(t, b.client.Store())
+	})
+}
+
+func TestReorderedReceiveIsNondeterministic(t *testing.T) {
+	t.Parallel()
+	onEachStore(t, func(t *testing.T, setup setupFunc) {
+		b := setup(t, sdk.WorkerConfig{})
+		var reordered atomic.Bool
+		wf := sdk.NewWorkflow("approve.reorder", 1, func(ctx workflow.Context, _ struct{}) (string, error) {
+			names := []string{"a", "b"}
+			if reordered.Load() {
+				names = []string{"b", "a"} // a code change between attempts
+			}
+			for _, name := range names {
+				if _, _, err := workflow.Receive[string](ctx, name, time.Hour); err != nil {
+					return "", err
+				}
+			}
+			return "done", nil
+		})
+		sdk.Register(b.worker, wf)
+		ctx := context.Background()
+		run, err := sdk.Start(ctx, b.client, wf, struct{}{})
+		require.NoError(t, err)
+		startWorker(t, b.worker)
+		waitForEvent(t, b.client, run.ID, history.WaitStarted)
+		reordered.Store(true)
+		for _, name := range []string{"b", "a"} {
+			_, err := b.client.Signal(ctx, run.ID, name, name)
+			require.NoError(t, err)
+		}
+		info := waitTask(t, b.client, run.ID)
+		require.True(t, info.Status.Terminal())
+		require.NotEqual(t, history.StatusCompleted, info.Status)
+		require.NotNil(t, info.LastError)
+		require.Contains(t, info.LastError.Message, `receive 0: history recorded a receive of signal "a", workflow called a receive of "b"`)
+		enginetest.RequireProjectionsMatch(t, b.client.Store())
+	})
+}
+
+func TestSignalRefusals(t *testing.T) {
+	t.Parallel()
+	onEachStore(t, func(t *testing.T, setup setupFunc) {
+		b := setup(t, sdk.WorkerConfig{})
+		ctx := context.Background()
+		_, err := b.client.Signal(ctx, uuid.New(), "approval", nil)
+		require.ErrorIs(t, err, sdk.ErrNotFound)
+		_, err = b.client.SignalByKey(ctx, "no-such-key", "approval", nil)
+		require.ErrorIs(t, err, sdk.ErrNotFound)
+		_, err = b.client.Signal(ctx, uuid.New(), "", nil)
+		require.Error(t, err)
+		_, err = b.client.Signal(ctx, uuid.New(), "approval", nil, sdk.SignalOpts{}, sdk.SignalOpts{})
+		require.ErrorContains(t, err, "at most one")
+	})
+}
+
+func indexOf(types []history.Type, typ history.Type) int {
+	for i, tt := range types {
+		if tt == typ {
+			return i
+		}
+	}
+	return -1
+}

@@ -1,0 +1,123 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/cairnflow/cairn/engine/enginetest"
+	"github.com/cairnflow/cairn/history"
+)
+
+// startDoc starts a "doc" task through the API and returns its id.
+func startDoc(t *testing.T, h http.Handler, key string) uuid.UUID {
+	t.Helper()
+	body := `{"type":"doc","input":{}}`
+	if key != "" {
+		body = `{"type":"doc","input":{},"idempotency_key":"` + key + `"}`
+	}
+	a := send(t, h, "POST", "/v1/tasks", []byte(body))
+	require.Equal(t, http.StatusAccepted, a.status, "%s", a.body)
+	var res startResponse
+	require.NoError(t, json.Unmarshal(a.body, &res))
+	return res.ID
+}
+
+func TestSignalEndpoints(t *testing.T) {
+	t.Parallel()
+	for _, ns := range bothStores(t) {
+		t.Run(ns.name, func(t *testing.T) {
+			registerDoc(t, ns.store, "default")
+			h := testServer(t, ns.store)
+			id := startDoc(t, h, "order-1")
+			target := "/v1/tasks/" + id.String() + "/signals/approval"
+
+			a := send(t, h, "POST", target, []byte(`{"payload":{"ok":true},"dedup_id":"click-1"}`))
+			require.Equal(t, http.StatusAccepted, a.status, "%s", a.body)
+			var res signalResponse
+			require.NoError(t, json.Unmarshal(a.body, &res))
+			require.Equal(t, signalResponse{TaskID: id}, res)
+
+			a = send(t, h, "POST", target, []byte(`{"payload":{"ok":true},"dedup_id":"click-1"}`))
+			require.Equal(t, http.StatusOK, a.status, "a duplicate writes nothing: %s", a.body)
+			require.NoError(t, json.Unmarshal(a.body, &res))
+			require.True(t, res.Duplicate)
+
+			a = send(t, h, "POST", "/v1/tasks/by-key/order-1/signals/approval", []byte(`{}`))
+			require.Equal(t, http.StatusAccepted, a.status, "a signal without payload: %s", a.body)
+			require.NoError(t, json.Unmarshal(a.body, &res))
+			require.Equal(t, id, res.TaskID)
+
+			events, err := ns.store.EventListByTask(context.Background(), id)
+			require.NoError(t, err)
+			var sigs []history.SignalReceivedData
+			for _, e := range events {
+				if sig, ok := e.Data.(history.SignalReceivedData); ok {
+					sigs = append(sigs, sig)
+				}
+			}
+			require.Len(t, sigs, 2)
+			require.JSONEq(t, `{"ok":true}`, string(sigs[0].Payload))
+			require.Equal(t, "click-1", sigs[0].DedupID)
+			require.Empty(t, sigs[1].Payload)
+			require.NotEmpty(t, sigs[1].Sender, "the requester is recorded as the sender")
+
+			for _, c := range []struct {
+				target string
+				body   string
+				status int
+				code   string
+			}{
+				{"/v1/tasks/" + uuid.NewString() + "/signals/approval", "", http.StatusNotFound, codeNotFound},
+				{"/v1/tasks/by-key/order-2/signals/approval", "", http.StatusNotFound, codeNotFound},
+				{"/v1/tasks/not-a-uuid/signals/approval", "", http.StatusBadRequest, codeInvalidRequest},
+				{target, `{"payload":{"a":1,"a":2}}`, http.StatusBadRequest, codeInvalidRequest},
+				{target, `{"sender":"me"}`, http.StatusBadRequest, codeUnknownField},
+			} {
+				body := c.body
+				if body == "" {
+					body = "{}"
+				}
+				a := send(t, h, "POST", c.target, []byte(body))
+				require.Equal(t, c.status, a.status, "%s %s: %s", c.target, c.body, a.body)
+				require.Equal(t, c.code, a.problem.Code, "%s %s: %s", c.target, c.body, a.body)
+			}
+
+			// A finished task: 409, nothing written.
+			done := startDoc(t, h, "")
+			a = send(t, h, "POST", "/v1/tasks/"+done.String()+"/cancel", []byte(`{}`))
+			require.Equal(t, http.StatusAccepted, a.status, "%s", a.body)
+			a = send(t, h, "POST", "/v1/tasks/"+done.String()+"/signals/approval", []byte(`{}`))
+			require.Equal(t, http.StatusConflict, a.status, "%s", a.body)
+			require.Equal(t, codeTaskState, a.problem.Code)
+			enginetest.RequireProjectionsMatch(t, ns.store)
+		})
+	}
+}
+
+func TestSignalNeedsTheOperateRole(t *testing.T) {
+	t.Parallel()
+	s := enginetest.Store(t)
+	registerDoc(t, s, "default")
+	tokens := []Token{
+		{Name: "submitter", SHA256: HashToken("submit"), Namespaces: []string{"default"}, Roles: []Role{RoleSubmit}},
+		{Name: "operator", SHA256: HashToken("operate"), Namespaces: []string{"default"}, Roles: []Role{RoleOperate}},
+	}
+	h := testServer(t, s, tokens...)
+	a := send(t, h, "POST", "/v1/tasks", []byte(`{"type":"doc","input":{}}`), "Authorization", "Bearer submit")
+	require.Equal(t, http.StatusAccepted, a.status, "%s", a.body)
+	var started startResponse
+	require.NoError(t, json.Unmarshal(a.body, &started))
+	target := "/v1/tasks/" + started.ID.String() + "/signals/approval"
+	a = send(t, h, "POST", target, []byte(`{}`), "Authorization", "Bearer submit")
+	require.Equal(t, http.StatusForbidden, a.status, "%s", a.body)
+	a = send(t, h, "POST", target, []byte(`{}`), "Authorization", "Bearer operate")
+	require.Equal(t, http.StatusAccepted, a.status, "%s", a.body)
+	events, err := s.EventListByTask(context.Background(), started.ID)
+	require.NoError(t, err)
+	require.Contains(t, events[len(events)-1].Data.(history.SignalReceivedData).Sender, "operator", "the token is recorded as the sender")
+}
