@@ -191,7 +191,7 @@ func (s *runState) checkGoroutine(api string) error {
 		return nil
 	}
 	err := errors.Newf("workflow.%s called from a goroutine the workflow did not start with workflow.Go; use workflow.Go or workflow.Map", api)
-	err = errors.WithHint(err, "a workflow body's calls of Step, Sleep, Go and Future.Get must come from the goroutine that runs it; "+
+	err = errors.WithHint(err, "a workflow body's calls of Step, Sleep, Receive, Go and Future.Get must come from the goroutine that runs it; "+
 		"workflow.Go runs steps concurrently with positions in call order")
 	return s.abort(errmark.Mark(err, ErrNondeterministic), nil)
 }

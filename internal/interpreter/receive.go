@@ -66,8 +66,8 @@ const maxClockSkewWait = 5 * time.Second
 func Receive[T any](ctx Context, name string, timeout time.Duration) (T, bool, error) {
 	var zero T
 	s := ctx.run()
-	if s.aborted != nil {
-		return zero, false, s.aborted
+	if err := s.enter("Receive"); err != nil {
+		return zero, false, err
 	}
 	if name == "" || timeout <= 0 {
 		err := errors.Newf("receive %d: a receive needs a signal name and a timeout above 0 (got %q, %s)", s.recv.next, name, timeout)
@@ -93,6 +93,9 @@ func Receive[T any](ctx Context, name string, timeout time.Duration) (T, bool, e
 	if err := s.flush(); err != nil {
 		return zero, false, err
 	}
+	// A wait ends the attempt: the futures started before it finish (and
+	// are recorded) first, as before a Sleep, or they would run again.
+	s.awaitFutures()
 	if err := s.checkpoint(); err != nil {
 		return zero, false, err
 	}
@@ -156,9 +159,11 @@ func (s *runState) waitOrTimeOut(w *history.Wait, pos int, name string, timeout 
 			return s.abort(context.Cause(s.p.Context), nil)
 		}
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	s.pending = history.WaitTimedOutData{Name: name, Position: pos}
 	s.recv.next++
-	return nil
+	return s.aborted
 }
 
 // recordedWait returns the wait recorded for the receive at pos, or nil.

@@ -174,3 +174,34 @@ func TestReceiveStopsWhenTheWorkerStops(t *testing.T) {
 	}, receives(time.Hour, "approval"), nil)
 	require.ErrorIs(t, res.Err, interpreter.ErrStopping, "a receive is a checkpoint")
 }
+
+// A receive's records have no step position: a step after a timed-out
+// receive, and futures before a receive that waits, keep their positions.
+func TestReceiveAndStepsKeepTheirPositions(t *testing.T) {
+	t.Parallel()
+	m := newMailTask(t)
+	ran := map[string]int{}
+	wf := interpreter.Typed(func(ctx interpreter.Context, _ struct{}) (string, error) {
+		page := interpreter.Go(ctx, "ocr", func(context.Context) (string, error) { ran["ocr"]++; return "text", nil }, nil)
+		if _, _, err := interpreter.Receive[string](ctx, "review", time.Minute); err != nil {
+			return "", err
+		}
+		text, err := page.Get(ctx)
+		if err != nil {
+			return "", err
+		}
+		return interpreter.Step(ctx, "send", func(context.Context) (string, error) { ran["send"]++; return "sent " + text, nil }, nil)
+	})
+	var wait *interpreter.WaitRequest
+	require.ErrorAs(t, m.attempt(wf).Err, &wait, "the receive waits")
+	require.Len(t, m.state.Steps, 1, "the future started before the wait is recorded before it")
+
+	m.now = m.now.Add(time.Minute)
+	res := m.attempt(wf) // the deadline: the receive times out, then the step runs
+	require.NoError(t, res.Err)
+	require.Equal(t, map[string]int{"ocr": 1, "send": 1}, ran)
+	require.Len(t, m.state.Steps, 2)
+	require.Equal(t, "send", m.state.Steps[1].Name)
+	require.True(t, m.state.Waits[0].TimedOut)
+	require.Equal(t, history.StatusCompleted, m.state.Status)
+}

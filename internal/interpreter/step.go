@@ -223,6 +223,13 @@ func (s *runState) flush() error {
 		s.mu.Unlock()
 		return nil
 	}
+	if timedOut, ok := s.pending.(history.WaitTimedOutData); ok {
+		// A receive's record takes no step position: it is recorded now,
+		// outside the positional queue of steps and timers.
+		s.pending = nil
+		s.mu.Unlock()
+		return s.recordNow(timedOut)
+	}
 	s.futures.ready[s.futures.recNext] = s.pending
 	s.pending = nil
 	s.mu.Unlock()
@@ -244,6 +251,21 @@ func recordFailed(done history.Payload, err error) error {
 
 // checkpoint stops the run before a new step when the worker is stopping or
 // the attempt is over.
+// recordNow records p, which has no step position, behind the
+// completions being recorded.
+func (s *runState) recordNow(p history.Payload) error {
+	s.futures.recMu.Lock()
+	defer s.futures.recMu.Unlock()
+	err := s.p.Record(p)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err != nil {
+		s.futures.broken = true
+		return s.abortLocked(recordFailed(p, err), nil)
+	}
+	return s.aborted
+}
+
 func (s *runState) checkpoint() error {
 	select {
 	case <-s.p.Stopping:
