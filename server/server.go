@@ -93,6 +93,13 @@ type Config struct {
 	// answered 422 filter_too_expensive. Zero fields take the sdk's
 	// defaults (2 s, 10,000,000, 100,000); see docs/guarantees.md ("Security").
 	FilterLimits sdk.FilterLimits
+	// CallbackSecret signs the one-time callback URLs of waits (see
+	// [Server.CallbackURL] and [sdk.CallbackToken]); POST
+	// /v1/callbacks/{token} delivers a signal, without an API token, to
+	// whoever holds a URL signed with it. At least
+	// [sdk.MinCallbackSecretBytes] bytes, kept secret. None: the route
+	// answers 404.
+	CallbackSecret []byte
 }
 
 // Server is the HTTP API and the console. Its handler is safe for
@@ -152,6 +159,9 @@ func New(cfg Config) (*Server, error) {
 				`give names or addresses without a port or scheme, such as "cairn.internal" or "10.0.0.5", or "*" for any`)
 		}
 		cfg.AllowedHosts[i] = name
+	}
+	if n := len(cfg.CallbackSecret); n > 0 && n < sdk.MinCallbackSecretBytes {
+		return nil, errors.Newf("server: Config.CallbackSecret is %d bytes: give at least %d", n, sdk.MinCallbackSecretBytes)
 	}
 	if cfg.Prefix == "/" {
 		cfg.Prefix = ""
@@ -289,6 +299,9 @@ func (s *Server) routes() http.Handler {
 	mux.Handle("POST /v1/tasks/{id}/compensate", s.api(RoleOperate, s.compensateTask))
 	mux.Handle("POST /v1/tasks/{id}/signals/{name}", s.api(RoleOperate, s.signalTask))
 	mux.Handle("POST /v1/tasks/by-key/{key}/signals/{name}", s.api(RoleOperate, s.signalTaskByKey))
+	if len(s.cfg.CallbackSecret) > 0 {
+		mux.HandleFunc("POST /v1/callbacks/{token}", s.callback)
+	}
 	mux.Handle("GET /v1/queues", s.api(RoleRead, s.listQueues))
 	mux.Handle("GET /v1/queues/{queue}/diagnosis", s.api(RoleRead, s.diagnoseQueue))
 	mux.Handle("GET /v1/task-types", s.api(RoleRead, s.listTaskTypes))

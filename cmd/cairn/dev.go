@@ -55,6 +55,7 @@ address only when told --insecure-no-auth. See docs/guarantees.md ("Security").`
 	fl.StringVar(&sf.listen, "listen", envOr("CAIRN_LISTEN", "127.0.0.1:7233"), "address to serve on (env CAIRN_LISTEN)")
 	fl.StringVar(&sf.logLevel, "log-level", "warn", "debug, info, warn or error")
 	addExposureFlags(cmd, sf)
+	addCallbackSecretFlag(cmd, sf)
 	fl.IntVar(&df.documents, "documents", 20, "sample documents to submit at start (0: none)")
 	fl.IntVar(&df.concurrency, "concurrency", 8, "tasks the demo worker runs at once")
 	fl.Float64Var(&df.failureRate, "failure-rate", 0.1, "chance a simulated OCR or LLM call fails transiently")

@@ -41,6 +41,15 @@ type serverFlags struct {
 	sessionTTL      time.Duration
 	metricsToken    envFlag // read with get(): a secret, so --help never shows it
 	metricsAddr     string
+	callbackSecret  envFlag // read with get(): a secret, so --help never shows it
+}
+
+// addCallbackSecretFlag adds --callback-secret, which cairn server and
+// cairn dev share.
+func addCallbackSecretFlag(cmd *cobra.Command, f *serverFlags) {
+	f.callbackSecret.env = "CAIRN_CALLBACK_SECRET"
+	cmd.Flags().Var(&f.callbackSecret, "callback-secret",
+		"secret (16 bytes or more) that signs the one-time callback URLs of waits, POST /v1/callbacks/{token} (env CAIRN_CALLBACK_SECRET, which ps does not show); none: callbacks answer 404")
 }
 
 // addExposureFlags adds the flags of who may reach a server without
@@ -92,6 +101,7 @@ See docs/guarantees.md ("Security").`,
 	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fl.StringSliceVar(&f.metricLabels, "metric-labels", nil, "task label keys to break finished-task and AI usage metrics down by (bounded values only, e.g. tier)")
 	addExposureFlags(cmd, f)
+	addCallbackSecretFlag(cmd, f)
 	fl.BoolVar(&f.secureCookies, "secure-cookies", envBool("CAIRN_SECURE_COOKIES"), "mark the console's cookie Secure over plain HTTP too: behind a TLS-terminating proxy (env CAIRN_SECURE_COOKIES)")
 	fl.DurationVar(&f.sessionTTL, "session-ttl", server.DefaultSessionTTL, "how long a console sign-in lasts")
 	f.metricsToken.env = "CAIRN_METRICS_TOKEN"
@@ -144,7 +154,8 @@ func runServerWith(cmd *cobra.Command, g *globals, f *serverFlags, also alongsid
 	srv, err := server.New(server.Config{Store: store, Tokens: tokens, MaxPayloadBytes: g.maxPayload,
 		MaxListPayloadBytes: f.maxListPayload, Gatherer: reg, Logger: logger, FilterLimits: g.filters,
 		AllowedHosts: f.allowedHosts, SecureCookies: f.secureCookies, SessionTTL: f.sessionTTL,
-		MetricsToken: f.metricsToken.get(), MetricsApart: f.metricsAddr != ""})
+		MetricsToken: f.metricsToken.get(), MetricsApart: f.metricsAddr != "",
+		CallbackSecret: callbackSecret(f)})
 	if err != nil {
 		return errmark.Mark(err, configError)
 	}
@@ -338,4 +349,12 @@ func newTokenCmd() *cobra.Command {
 	}
 	cmd.AddCommand(newCmd, hashCmd)
 	return cmd
+}
+
+// callbackSecret is --callback-secret's bytes, nil when none is given.
+func callbackSecret(f *serverFlags) []byte {
+	if v := f.callbackSecret.get(); v != "" {
+		return []byte(v)
+	}
+	return nil
 }

@@ -64,59 +64,11 @@ const maxClockSkewWait = 5 * time.Second
 // (wait_started, and wait_timed_out if no signal came): on replay, a
 // receive at that position must have the recorded name.
 func Receive[T any](ctx Context, name string, timeout time.Duration) (T, bool, error) {
-	var zero T
-	s := ctx.run()
-	if err := s.enter("Receive"); err != nil {
-		return zero, false, err
+	var out T
+	sig, pos, ok, err := receive(ctx, name, timeout)
+	if err != nil || !ok {
+		return out, false, err
 	}
-	if name == "" || timeout <= 0 {
-		err := errors.Newf("receive %d: a receive needs a signal name and a timeout above 0 (got %q, %s)", s.recv.next, name, timeout)
-		return zero, false, s.abort(errmark.Mark(err, ErrBadStepOpts), nil)
-	}
-	pos := s.recv.next
-	box := s.mailbox()
-	if w := recordedWait(box, pos); w != nil {
-		if w.Name != name {
-			return zero, false, s.abort(nondeterministicReceive(pos, w.Name, name), nil)
-		}
-		if w.TimedOut {
-			s.recv.next++
-			return zero, false, nil
-		}
-	}
-	if out, ok, err := takeSignal[T](&s.recv, box, pos, name); ok {
-		return out, true, err
-	}
-	if s.p.CollectOnly {
-		return zero, false, s.abort(ErrCollected, nil)
-	}
-	if err := s.flush(); err != nil {
-		return zero, false, err
-	}
-	// A wait ends the attempt: the futures started before it finish (and
-	// are recorded) first, as before a Sleep, or they would run again.
-	s.awaitFutures()
-	if err := s.checkpoint(); err != nil {
-		return zero, false, err
-	}
-	// Recording the last step may have brought a signal sent meanwhile
-	// into the attempt's state.
-	box = s.mailbox()
-	if out, ok, err := takeSignal[T](&s.recv, box, pos, name); ok {
-		return out, true, err
-	}
-	return zero, false, s.waitOrTimeOut(box.Wait, pos, name, timeout)
-}
-
-// takeSignal takes the next signal called name in box for the receive at
-// pos, if there is one (ok), and returns its payload decoded.
-func takeSignal[T any](r *receiveState, box Mailbox, pos int, name string) (out T, ok bool, err error) {
-	sig, ok := r.nextSignal(box, name)
-	if !ok {
-		return out, false, nil
-	}
-	r.take(name)
-	r.next++
 	if len(sig.Payload) > 0 {
 		if err := json.Unmarshal(sig.Payload, &out); err != nil {
 			var zero T
@@ -124,6 +76,73 @@ func takeSignal[T any](r *receiveState, box Mailbox, pos int, name string) (out 
 		}
 	}
 	return out, true, nil
+}
+
+// ReceiveSignal is [Receive] returning the signal taken as it is in the
+// history (its payload undecoded, its sender and dedup id), for helpers
+// built on receives such as workflow.AwaitApproval. pos is the receive's
+// position among the run's receives.
+func ReceiveSignal(ctx Context, name string, timeout time.Duration) (sig history.Signal, pos int, ok bool, err error) {
+	return receive(ctx, name, timeout)
+}
+
+// receive is Receive without the decoding: the signal taken (ok), or none
+// when the receive timed out or the run must stop (err).
+func receive(ctx Context, name string, timeout time.Duration) (history.Signal, int, bool, error) {
+	var zero history.Signal
+	s := ctx.run()
+	if err := s.enter("Receive"); err != nil {
+		return zero, 0, false, err
+	}
+	pos := s.recv.next
+	if name == "" || timeout <= 0 {
+		err := errors.Newf("receive %d: a receive needs a signal name and a timeout above 0 (got %q, %s)", pos, name, timeout)
+		return zero, pos, false, s.abort(errmark.Mark(err, ErrBadStepOpts), nil)
+	}
+	box := s.mailbox()
+	if w := recordedWait(box, pos); w != nil {
+		if w.Name != name {
+			return zero, pos, false, s.abort(nondeterministicReceive(pos, w.Name, name), nil)
+		}
+		if w.TimedOut {
+			s.recv.next++
+			return zero, pos, false, nil
+		}
+	}
+	if sig, ok := takeSignal(&s.recv, box, name); ok {
+		return sig, pos, true, nil
+	}
+	if s.p.CollectOnly {
+		return zero, pos, false, s.abort(ErrCollected, nil)
+	}
+	if err := s.flush(); err != nil {
+		return zero, pos, false, err
+	}
+	// A wait ends the attempt: the futures started before it finish (and
+	// are recorded) first, as before a Sleep, or they would run again.
+	s.awaitFutures()
+	if err := s.checkpoint(); err != nil {
+		return zero, pos, false, err
+	}
+	// Recording the last step may have brought a signal sent meanwhile
+	// into the attempt's state.
+	box = s.mailbox()
+	if sig, ok := takeSignal(&s.recv, box, name); ok {
+		return sig, pos, true, nil
+	}
+	return zero, pos, false, s.waitOrTimeOut(box.Wait, pos, name, timeout)
+}
+
+// takeSignal takes the next signal called name in box for the next
+// receive, if there is one (ok).
+func takeSignal(r *receiveState, box Mailbox, name string) (history.Signal, bool) {
+	sig, ok := r.nextSignal(box, name)
+	if !ok {
+		return sig, false
+	}
+	r.take(name)
+	r.next++
+	return sig, true
 }
 
 func (s *runState) mailbox() Mailbox {

@@ -1,0 +1,142 @@
+package sdk
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/hex"
+	"time"
+
+	"github.com/cockroachdb/errors"
+	"github.com/google/uuid"
+
+	"github.com/cairnflow/cairn/internal/errmark"
+)
+
+// Callback is what a signed one-time callback URL delivers: the signal
+// called Name to the task TaskID in Namespace, for the task's receive at
+// position Wait (history.Wait's Position: it tells the tokens of two
+// waits for the same name apart), until Expires.
+type Callback struct {
+	Namespace string
+	TaskID    uuid.UUID
+	Name      string
+	Wait      int
+	Expires   time.Time
+}
+
+// ErrBadCallbackToken marks a callback token that is not valid: not one
+// this secret signed (forged, tampered with, signed with another secret),
+// malformed, or expired ([ErrCallbackExpired] too).
+var ErrBadCallbackToken = errors.New("bad callback token")
+
+// ErrCallbackExpired marks a callback token, otherwise valid, whose expiry
+// has passed.
+var ErrCallbackExpired = errors.New("callback token expired")
+
+// MinCallbackSecretBytes is the shortest callback secret accepted.
+const MinCallbackSecretBytes = 16
+
+const (
+	callbackVersion = 1
+	callbackContext = "cairn callback v1\n" // MAC domain separation
+	callbackFixed   = 1 + 8 + 16            // version, expiry, task id
+)
+
+// CallbackToken signs cb with secret (HMAC-SHA256) and returns the token
+// of a one-time callback URL, {base}/v1/callbacks/{token} on a server
+// whose Config.CallbackSecret is secret (see server.Server.CallbackURL).
+// The token carries cb in clear (base64url; see docs/architecture.md) and
+// is not a secret of the task's data, only a capability: whoever holds it
+// may send that one signal, once, before cb.Expires. The expiry is kept
+// to the second.
+func CallbackToken(secret []byte, cb Callback) (string, error) {
+	switch {
+	case len(secret) < MinCallbackSecretBytes:
+		return "", errmark.Mark(errors.Newf("callback token: the secret must be at least %d bytes", MinCallbackSecretBytes), ErrInvalid)
+	case cb.TaskID == uuid.Nil || cb.Name == "" || cb.Wait < 0 || cb.Expires.IsZero():
+		return "", errmark.Mark(errors.New("callback token: a task id, a signal name, a wait position of 0 or more and an expiry are required"), ErrInvalid)
+	}
+	if err := ValidateName("namespace", cb.Namespace); err != nil {
+		return "", errmark.Mark(errors.Wrap(err, "callback token"), ErrInvalid)
+	}
+	body := make([]byte, callbackFixed, callbackFixed+3*binary.MaxVarintLen64+len(cb.Namespace)+len(cb.Name)+sha256.Size)
+	body[0] = callbackVersion
+	binary.BigEndian.PutUint64(body[1:9], uint64(cb.Expires.Unix()))
+	copy(body[9:25], cb.TaskID[:])
+	body = binary.AppendUvarint(body, uint64(cb.Wait))
+	body = binary.AppendUvarint(body, uint64(len(cb.Namespace)))
+	body = append(body, cb.Namespace...)
+	body = binary.AppendUvarint(body, uint64(len(cb.Name)))
+	body = append(body, cb.Name...)
+	return base64.RawURLEncoding.EncodeToString(append(body, callbackMAC(secret, body)...)), nil
+}
+
+// ParseCallbackToken checks token against secret and returns what it
+// delivers. The MAC is compared in constant time before anything else is
+// read; a token that fails is an error marked [ErrBadCallbackToken]; one
+// whose expiry is not after now is marked [ErrCallbackExpired] too.
+func ParseCallbackToken(secret []byte, token string, now time.Time) (Callback, error) {
+	bad := func(why string) (Callback, error) {
+		return Callback{}, errmark.Mark(errors.New("callback token: "+why), ErrBadCallbackToken)
+	}
+	if len(secret) < MinCallbackSecretBytes {
+		return bad("no secret to check it with")
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(token)
+	if err != nil || len(raw) < callbackFixed+3+sha256.Size {
+		return bad("malformed")
+	}
+	body, mac := raw[:len(raw)-sha256.Size], raw[len(raw)-sha256.Size:]
+	if !hmac.Equal(mac, callbackMAC(secret, body)) {
+		return bad("signature does not match")
+	}
+	if body[0] != callbackVersion {
+		return bad("unknown version")
+	}
+	cb := Callback{Expires: time.Unix(int64(binary.BigEndian.Uint64(body[1:9])), 0).UTC()}
+	copy(cb.TaskID[:], body[9:25])
+	rest := body[callbackFixed:]
+	wait, n := binary.Uvarint(rest)
+	if n <= 0 || wait > 1<<31 {
+		return bad("malformed")
+	}
+	cb.Wait, rest = int(wait), rest[n:]
+	var ok bool
+	if cb.Namespace, rest, ok = callbackString(rest); !ok {
+		return bad("malformed")
+	}
+	if cb.Name, rest, ok = callbackString(rest); !ok || len(rest) != 0 {
+		return bad("malformed")
+	}
+	if !now.Before(cb.Expires) {
+		err := errors.Newf("callback token: expired at %s", cb.Expires.Format(time.RFC3339))
+		return Callback{}, errmark.Mark(errmark.Mark(err, ErrCallbackExpired), ErrBadCallbackToken)
+	}
+	return cb, nil
+}
+
+// CallbackDedupID is the dedup id of the signal a callback token sends:
+// a hash of the token, so its second use is a duplicate and writes
+// nothing.
+func CallbackDedupID(token string) string {
+	sum := sha256.Sum256([]byte(token))
+	return "callback:" + hex.EncodeToString(sum[:16])
+}
+
+func callbackMAC(secret, body []byte) []byte {
+	m := hmac.New(sha256.New, secret)
+	m.Write([]byte(callbackContext))
+	m.Write(body)
+	return m.Sum(nil)
+}
+
+// callbackString reads a length-prefixed string off b.
+func callbackString(b []byte) (string, []byte, bool) {
+	l, n := binary.Uvarint(b)
+	if n <= 0 || l > uint64(len(b)-n) {
+		return "", nil, false
+	}
+	return string(b[n : n+int(l)]), b[n+int(l):], true
+}

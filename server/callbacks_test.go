@@ -1,0 +1,226 @@
+package server
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/cairnflow/cairn/engine/enginetest"
+	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/sdk"
+	"github.com/cairnflow/cairn/workflow"
+)
+
+var testCallbackSecret = []byte("server-test-callback-secret-0123")
+
+// approvalBundle is a server with a callback secret, a worker running
+// the "callback.approval" workflow (one AwaitApproval of "approve") and a
+// client.
+type approvalBundle struct {
+	srv    *Server
+	h      http.Handler
+	client *sdk.Client
+	wf     *sdk.Workflow[struct{}, workflow.Decision]
+}
+
+func approvalSetup(t *testing.T, st store.Store) *approvalBundle {
+	t.Helper()
+	wf := sdk.NewWorkflow("callback.approval", 1, func(ctx workflow.Context, _ struct{}) (workflow.Decision, error) {
+		d, _, err := workflow.AwaitApproval(ctx, "approve", time.Hour)
+		return d, err
+	})
+	w, err := sdk.NewWorker(sdk.WorkerConfig{Store: st, Concurrency: 2, PollInterval: 20 * time.Millisecond, RescueInterval: -1})
+	require.NoError(t, err)
+	sdk.Register(w, wf)
+	require.NoError(t, w.Start(context.Background()))
+	t.Cleanup(func() { require.NoError(t, w.StopAndCancel(context.Background())) })
+	client, err := sdk.NewClient(sdk.ClientConfig{Store: st})
+	require.NoError(t, err)
+	t.Cleanup(client.Close)
+	srv, err := New(Config{Store: st, CallbackSecret: testCallbackSecret})
+	require.NoError(t, err)
+	return &approvalBundle{srv: srv, h: srv.Handler(), client: client, wf: wf}
+}
+
+// startWaiting starts the workflow and returns its id and the position of
+// the wait it is in.
+func (b *approvalBundle) startWaiting(t *testing.T) (uuid.UUID, int) {
+	t.Helper()
+	run, err := sdk.Start(context.Background(), b.client, b.wf, struct{}{})
+	require.NoError(t, err)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		events, err := b.client.History(context.Background(), run.ID)
+		require.NoError(t, err)
+		for _, e := range events {
+			if w, ok := e.Data.(history.WaitStartedData); ok {
+				return run.ID, w.Position
+			}
+		}
+		require.False(t, time.Now().After(deadline), "task %s never waited", run.ID)
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func (b *approvalBundle) url(t *testing.T, cb sdk.Callback) string {
+	t.Helper()
+	u, err := b.srv.CallbackURL("http://localhost:7233/", cb)
+	require.NoError(t, err)
+	path, ok := strings.CutPrefix(u, "http://localhost:7233")
+	require.True(t, ok, u)
+	return path
+}
+
+func eventCount(t *testing.T, st store.Store, id uuid.UUID) int {
+	t.Helper()
+	events, err := st.EventListByTask(context.Background(), id)
+	require.NoError(t, err)
+	return len(events)
+}
+
+// decisionOf waits for the task and returns its output.
+func decisionOf(t *testing.T, c *sdk.Client, id uuid.UUID) workflow.Decision {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	info, err := c.Wait(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, history.StatusCompleted, info.Status, "last error: %+v", info.LastError)
+	var d workflow.Decision
+	require.NoError(t, json.Unmarshal(info.Output, &d))
+	return d
+}
+
+func TestCallbackDeliversADecisionOnce(t *testing.T) {
+	t.Parallel()
+	for _, ns := range bothStores(t) {
+		t.Run(ns.name, func(t *testing.T) {
+			t.Parallel()
+			b := approvalSetup(t, ns.store)
+			id, pos := b.startWaiting(t)
+			cb := sdk.Callback{Namespace: "default", TaskID: id, Name: "approve", Wait: pos, Expires: time.Now().Add(time.Hour)}
+			target := b.url(t, cb)
+			token := strings.TrimPrefix(target, "/v1/callbacks/")
+
+			// Refused links write nothing.
+			forged, err := sdk.CallbackToken([]byte("not the server's secret, 16+ bytes"), cb)
+			require.NoError(t, err)
+			expired := cb
+			expired.Expires = time.Now().Add(-time.Minute)
+			raw, err := base64.RawURLEncoding.DecodeString(token)
+			require.NoError(t, err)
+			raw[len(raw)-1] ^= 1 // the MAC's last byte
+			badMAC := base64.RawURLEncoding.EncodeToString(raw)
+			raw[len(raw)-1] ^= 1
+			raw[9] ^= 1 // the task id's first byte
+			otherTask := base64.RawURLEncoding.EncodeToString(raw)
+			before := eventCount(t, ns.store, id)
+			for name, path := range map[string]string{
+				"wrong secret": "/v1/callbacks/" + forged,
+				"bad MAC":      "/v1/callbacks/" + badMAC,
+				"tampered":     "/v1/callbacks/" + otherTask,
+				"expired":      b.url(t, expired),
+				"malformed":    "/v1/callbacks/not-a-token",
+				"empty-ish":    "/v1/callbacks/AAAA",
+			} {
+				a := send(t, b.h, "POST", path, []byte(`{"approved":true}`))
+				require.Equal(t, http.StatusForbidden, a.status, "%s: %s", name, a.body)
+				require.Equal(t, codeForbidden, a.problem.Code, name)
+			}
+			require.Equal(t, before, eventCount(t, ns.store, id), "refused links write nothing")
+
+			a := send(t, b.h, "POST", target, []byte(`{"approved":true,"comment":"ship it"}`))
+			require.Equal(t, http.StatusAccepted, a.status, "%s", a.body)
+			var res signalResponse
+			require.NoError(t, json.Unmarshal(a.body, &res))
+			require.Equal(t, signalResponse{TaskID: id}, res)
+			require.Equal(t, workflow.Decision{Approved: true, Comment: "ship it", By: "callback"}, decisionOf(t, b.client, id))
+
+			// A second use, after the task finished: 403, nothing written.
+			after := eventCount(t, ns.store, id)
+			for _, body := range []string{`{"approved":true,"comment":"ship it"}`, `{"approved":false}`} {
+				a = send(t, b.h, "POST", target, []byte(body))
+				require.Equal(t, http.StatusForbidden, a.status, "%s", a.body)
+				require.Equal(t, codeForbidden, a.problem.Code)
+			}
+			require.Equal(t, after, eventCount(t, ns.store, id), "a reused link writes nothing")
+			events, err := ns.store.EventListByTask(context.Background(), id)
+			require.NoError(t, err)
+			var sigs []history.SignalReceivedData
+			for _, e := range events {
+				if sig, ok := e.Data.(history.SignalReceivedData); ok {
+					sigs = append(sigs, sig)
+				}
+			}
+			require.Len(t, sigs, 1)
+			require.Equal(t, sdk.CallbackDedupID(token), sigs[0].DedupID)
+			require.Equal(t, "callback", sigs[0].Sender)
+			enginetest.RequireProjectionsMatch(t, ns.store)
+		})
+	}
+}
+
+func TestCallbackDecisionQuery(t *testing.T) {
+	t.Parallel()
+	for _, ns := range bothStores(t) {
+		t.Run(ns.name, func(t *testing.T) {
+			t.Parallel()
+			b := approvalSetup(t, ns.store)
+			id, pos := b.startWaiting(t)
+			target := b.url(t, sdk.Callback{Namespace: "default", TaskID: id, Name: "approve", Wait: pos, Expires: time.Now().Add(time.Hour)})
+			before := eventCount(t, ns.store, id)
+			for _, c := range []struct{ query, body string }{
+				{"?decision=maybe", `{}`},
+				{"?decision=reject", `{"approved":true}`},
+				{"?other=1", `{}`},
+			} {
+				a := send(t, b.h, "POST", target+c.query, []byte(c.body))
+				require.Equal(t, http.StatusBadRequest, a.status, "%s %s: %s", c.query, c.body, a.body)
+			}
+			require.Equal(t, before, eventCount(t, ns.store, id))
+			a := send(t, b.h, "POST", target+"?decision=reject", []byte(`{}`))
+			require.Equal(t, http.StatusAccepted, a.status, "%s", a.body)
+			require.Equal(t, workflow.Decision{Approved: false, By: "callback"}, decisionOf(t, b.client, id))
+		})
+	}
+}
+
+func TestCallbackWithoutASecretIsNotFound(t *testing.T) {
+	t.Parallel()
+	st := enginetest.Store(t)
+	token, err := sdk.CallbackToken(testCallbackSecret, sdk.Callback{Namespace: "default", TaskID: uuid.New(), Name: "approve", Expires: time.Now().Add(time.Hour)})
+	require.NoError(t, err)
+	a := send(t, testServer(t, st), "POST", "/v1/callbacks/"+token, []byte(`{"approved":true}`))
+	require.Equal(t, http.StatusNotFound, a.status, "%s", a.body)
+	require.Equal(t, codeNotFound, a.problem.Code)
+
+	srv, err := New(Config{Store: st})
+	require.NoError(t, err)
+	_, err = srv.CallbackURL("http://x", sdk.Callback{Namespace: "default", TaskID: uuid.New(), Name: "approve", Expires: time.Now().Add(time.Hour)})
+	require.ErrorIs(t, err, sdk.ErrInvalid)
+	_, err = New(Config{Store: st, CallbackSecret: []byte("short")})
+	require.Error(t, err)
+}
+
+func TestCallbackNeedsNoAPIToken(t *testing.T) {
+	t.Parallel()
+	st := enginetest.Store(t)
+	b := approvalSetup(t, st)
+	tokens := []Token{{Name: "reader", SHA256: HashToken("read"), Namespaces: []string{"default"}, Roles: []Role{RoleRead}}}
+	srv, err := New(Config{Store: st, Tokens: tokens, CallbackSecret: testCallbackSecret})
+	require.NoError(t, err)
+	id, pos := b.startWaiting(t)
+	u, err := srv.CallbackURL("https://cairn.example", sdk.Callback{Namespace: "default", TaskID: id, Name: "approve", Wait: pos, Expires: time.Now().Add(time.Hour)})
+	require.NoError(t, err)
+	a := send(t, srv.Handler(), "POST", strings.TrimPrefix(u, "https://cairn.example"), []byte(`{"approved":true,"by":"carol"}`))
+	require.Equal(t, http.StatusAccepted, a.status, "%s", a.body)
+	require.Equal(t, workflow.Decision{Approved: true, By: "carol"}, decisionOf(t, b.client, id))
+}
