@@ -24,3 +24,16 @@ func TestDatabaseURLFromTheEnvironmentStaysOutOfHelp(t *testing.T) {
 	require.Contains(t, err.Error(), "127.0.0.1:1")
 	require.NotContains(t, err.Error(), "s3cret")
 }
+
+// The callback secret signs capabilities: --help must not print it from
+// the environment.
+func TestCallbackSecretFromTheEnvironmentStaysOutOfHelp(t *testing.T) {
+	t.Setenv("CAIRN_CALLBACK_SECRET", "callback-s3cret-0123456789")
+	var tg cliTarget
+	for _, args := range [][]string{{"server", "--help"}, {"dev", "--help"}} {
+		stdout, stderr, err := tg.run(t, args...)
+		require.NoError(t, err, "cairn %v", args)
+		require.Contains(t, stdout, "--callback-secret", "cairn %v", args)
+		require.NotContains(t, stdout+stderr, "callback-s3cret", "cairn %v prints the secret", args)
+	}
+}
