@@ -120,6 +120,17 @@ func TestEverySentinelMatchesWithBothErrorLibraries(t *testing.T) {
 			{sdk.ErrFailed, "Result", func() error { _, err := runs.failed.Result(ctx); return err }},
 			{sdk.ErrCancelled, "Result", func() error { _, err := runs.cancelled.Result(ctx); return err }},
 			{sdk.ErrExpired, "Result", func() error { _, err := runs.expired.Result(ctx); return err }},
+			{sdk.ErrBadCallbackToken, "ParseCallbackToken", func() error {
+				_, err := sdk.ParseCallbackToken([]byte("a callback secret of 16+ bytes"), "forged", time.Now())
+				return err
+			}},
+			{sdk.ErrCallbackExpired, "ParseCallbackToken", func() error {
+				secret := []byte("a callback secret of 16+ bytes")
+				token, err := sdk.CallbackToken(secret, sdk.Callback{Namespace: "default", TaskID: missing, Name: "approve", Expires: time.Unix(1, 0)})
+				require.NoError(t, err)
+				_, err = sdk.ParseCallbackToken(secret, token, time.Now())
+				return err
+			}},
 		}
 		covered := map[error]bool{}
 		for _, tc := range cases {
@@ -152,6 +163,7 @@ var exportedSentinels = map[string]error{
 	"ErrFilterEvaluation": sdk.ErrFilterEvaluation, "ErrFilterTooExpensive": sdk.ErrFilterTooExpensive,
 	"ErrDeadLettered": sdk.ErrDeadLettered, "ErrCancelled": sdk.ErrCancelled, "ErrFailed": sdk.ErrFailed,
 	"ErrExpired": sdk.ErrExpired, "ErrPayloadTooLarge": sdk.ErrPayloadTooLarge,
+	"ErrBadCallbackToken": sdk.ErrBadCallbackToken, "ErrCallbackExpired": sdk.ErrCallbackExpired,
 }
 
 func sentinelName(err error) string {
