@@ -186,7 +186,7 @@ func sevenAttempts() *activities.RetryPolicy {
 
 // e2eWorkflows are the workflows the end-to-end tests' worker runs.
 type e2eWorkflows struct {
-	echo, slow, fragile, booking sdk.WorkflowRef
+	echo, slow, fragile, booking, approval sdk.WorkflowRef
 	fixed                        atomic.Bool // fragile succeeds once set
 	released                     atomic.Int32
 }
@@ -222,7 +222,24 @@ func startE2EWorker(t *testing.T, schema, namespace string) *e2eWorkflows {
 				return nil
 			})})
 	})
-	wfs.echo, wfs.slow, wfs.fragile, wfs.booking = echo, slow, fragile, booking
+	// approval waits up to an hour for the signal "approval" and says what
+	// it decided.
+	approval := sdk.NewWorkflow("e2e.approval", 1, func(ctx workflow.Context, _ string) (string, error) {
+		d, ok, err := workflow.Receive[struct {
+			Approved bool   `json:"approved"`
+			Comment  string `json:"comment"`
+		}](ctx, "approval", time.Hour)
+		switch {
+		case err != nil:
+			return "", err
+		case !ok:
+			return "timed out", nil
+		case d.Approved:
+			return "approved: " + d.Comment, nil
+		}
+		return "rejected: " + d.Comment, nil
+	})
+	wfs.echo, wfs.slow, wfs.fragile, wfs.booking, wfs.approval = echo, slow, fragile, booking, approval
 	w, err := sdk.NewWorker(sdk.WorkerConfig{Pool: enginetest.Pool(t), Schema: schema, Namespace: namespace,
 		Concurrency: 8, PollInterval: 100 * time.Millisecond, RescueInterval: -1})
 	require.NoError(t, err)
@@ -230,6 +247,7 @@ func startE2EWorker(t *testing.T, schema, namespace string) *e2eWorkflows {
 	sdk.Register(w, slow)
 	sdk.Register(w, fragile)
 	sdk.Register(w, booking)
+	sdk.Register(w, approval)
 	require.NoError(t, w.Start(context.Background()))
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
