@@ -187,8 +187,8 @@ func sevenAttempts() *activities.RetryPolicy {
 // e2eWorkflows are the workflows the end-to-end tests' worker runs.
 type e2eWorkflows struct {
 	echo, slow, fragile, booking, approval sdk.WorkflowRef
-	fixed                        atomic.Bool // fragile succeeds once set
-	released                     atomic.Int32
+	fixed                                  atomic.Bool // fragile succeeds once set
+	released                               atomic.Int32
 }
 
 func startE2EWorker(t *testing.T, schema, namespace string) *e2eWorkflows {
