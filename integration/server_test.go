@@ -529,7 +529,7 @@ func TestServerErrors(t *testing.T) {
 	ctx := context.Background()
 	waitFor(t, 10*time.Second, "the worker to register its types", func() bool {
 		types, err := client.TaskTypes(ctx)
-		return err == nil && len(types) == 4
+		return err == nil && len(types) == 5
 	})
 
 	done := admin.start(map[string]any{"type": "e2e.echo", "input": "x"})
@@ -647,7 +647,7 @@ func TestServerErrors(t *testing.T) {
 		TaskTypes []map[string]any `json:"task_types"`
 	}
 	base.as("read-token").expect(http.StatusOK, &types, "GET", "/v1/task-types", nil)
-	require.Len(t, types.TaskTypes, 4)
+	require.Len(t, types.TaskTypes, 5)
 	enginetest.RequireProjectionsMatch(t, client.Store())
 }
 
