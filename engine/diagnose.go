@@ -353,10 +353,12 @@ func (d diagnosis) slowerSteps() []slowdown {
 }
 
 // inflowSpike: many more tasks arrive now than then, and the workers finish
-// them at the pace they had.
+// them at the pace they had. Only tasks due now are a backlog: a spike of
+// tasks not yet due (run later, or waiting for a signal until their wait's
+// deadline) is not a cause of anything while none of them is due.
 func (d diagnosis) inflowSpike(p pace) (store.DiagnosisCause, bool) {
 	in, was := d.Now.Inflow, d.Then.Inflow
-	if in < minSpikeInflow || float64(in) < spikeFactor*float64(was) || !p.growing ||
+	if d.Depth.Due == 0 || in < minSpikeInflow || float64(in) < spikeFactor*float64(was) || !p.growing ||
 		float64(d.Now.Outflow) < steadyOutflow*float64(d.Then.Outflow) {
 		return store.DiagnosisCause{}, false
 	}

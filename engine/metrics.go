@@ -36,6 +36,9 @@ type Metrics struct {
 	aiTokens         *prometheus.CounterVec
 	aiCost           *prometheus.CounterVec
 	scheduleSkipped  *prometheus.CounterVec
+	signals          *prometheus.CounterVec
+	waitsStarted     *prometheus.CounterVec
+	waitsTimedOut    *prometheus.CounterVec
 
 	labelKeys []string // task label keys that are metric labels too (MetricsOpts.TaskLabels)
 }
@@ -171,6 +174,15 @@ func newMetrics(extra []string) *Metrics {
 		scheduleSkipped: counter("schedule_skipped_total",
 			"Schedule ticks skipped for now (tried again later), by namespace, schedule and reason (queue_full).",
 			"namespace", "schedule", "reason"),
+		signals: counter("signals_total",
+			"Signals appended to tasks (signal_received), by namespace and signal name.",
+			"namespace", "name"),
+		waitsStarted: counter("waits_started_total",
+			"Receives that waited for a signal (wait_started), by namespace.",
+			"namespace"),
+		waitsTimedOut: counter("waits_timed_out_total",
+			"Waits for a signal that reached their deadline without one (wait_timed_out), by namespace.",
+			"namespace"),
 	}
 }
 
@@ -178,6 +190,7 @@ func (m *Metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{
 		m.tasksFinished, m.retries, m.deadLetters, m.leaseExpirations, m.cancellations, m.compensations,
 		m.attemptDuration, m.stepDuration, m.scheduleToStart, m.aiTokens, m.aiCost, m.scheduleSkipped,
+		m.signals, m.waitsStarted, m.waitsTimedOut,
 	}
 }
 
@@ -210,6 +223,7 @@ func (m *Metrics) observeAppended(p *store.EventAppendParams, next history.State
 	taskType, labels := next.Scheduled.TaskType, m.taskLabelValues(next.Scheduled.Labels)
 	for _, payload := range p.Payloads {
 		m.observeEvent(taskType, labels, payload)
+		m.observeSignalEvent(next.Scheduled.Namespace, payload)
 	}
 	if !p.AttemptStartedAt.IsZero() && attemptEnded(p.State, next) {
 		m.attemptDuration.WithLabelValues(taskType).Observe(seconds(next.UpdatedAt.Sub(p.AttemptStartedAt)))
@@ -276,6 +290,19 @@ func (m *Metrics) observeEvent(taskType string, labels []string, payload history
 		m.compensations.WithLabelValues(taskType, compensationOK).Inc()
 	case history.CompensationFailedData:
 		m.compensations.WithLabelValues(taskType, compensationFailed).Inc()
+	}
+}
+
+// observeSignalEvent counts the signal and wait events of an append, by
+// the task's namespace.
+func (m *Metrics) observeSignalEvent(namespace string, payload history.Payload) {
+	switch p := payload.(type) {
+	case history.SignalReceivedData:
+		m.signals.WithLabelValues(namespace, p.Name).Inc()
+	case history.WaitStartedData:
+		m.waitsStarted.WithLabelValues(namespace).Inc()
+	case history.WaitTimedOutData:
+		m.waitsTimedOut.WithLabelValues(namespace).Inc()
 	}
 }
 

@@ -2,16 +2,20 @@ package engine_test
 
 import (
 	"context"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/engine/enginetest"
 	"github.com/cairnflow/cairn/engine/pgstore"
+	"github.com/cairnflow/cairn/engine/sqlitestore"
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
 	"github.com/cockroachdb/errors"
+	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 )
 
@@ -194,4 +198,74 @@ func TestMetricsBreakDownByTaskLabels(t *testing.T) {
 		"label_tier", "gold", "label_model_family", ""))
 	require.Equal(t, 0.5, g.Value("cairn_ai_cost_usd_total", "model", "m", "label_tier", "gold"))
 	require.Equal(t, 10.0, g.Value("cairn_ai_tokens_total", "direction", "input", "label_tier", "gold"))
+}
+
+// Signals and waits are counted from their committed events, by
+// namespace, on both stores.
+func TestMetricsCountSignalsAndWaits(t *testing.T) {
+	t.Parallel()
+	stores := map[string]func(t *testing.T, m *engine.Metrics) store.Store{
+		"postgres": func(t *testing.T, m *engine.Metrics) store.Store {
+			s, err := pgstore.New(pgstore.Config{Pool: enginetest.Pool(t), Schema: enginetest.Schema(t), Metrics: m})
+			require.NoError(t, err)
+			return s
+		},
+		"sqlite": func(t *testing.T, m *engine.Metrics) store.Store {
+			s, err := sqlitestore.New(context.Background(), sqlitestore.Config{Path: filepath.Join(t.TempDir(), "m.db"), Metrics: m})
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = s.Close() })
+			return s
+		},
+	}
+	for name, open := range stores {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			reg := prometheus.NewRegistry()
+			m, err := engine.NewMetrics(reg)
+			require.NoError(t, err)
+			s := open(t, m)
+			ctx := context.Background()
+			signal := func(id uuid.UUID, name string) error {
+				_, err := s.TaskSignal(ctx, &store.TaskSignalParams{Namespace: store.DefaultNamespace, TaskID: id, Name: name, Sender: "ops"})
+				return err
+			}
+
+			// A wait that a signal ends.
+			id := enginetest.StartTask(t, s, nil)
+			ct := enginetest.ClaimOne(t, s, "w1", time.Minute)
+			_, err = enginetest.AppendFenced(ctx, s, ct, history.WaitStartedData{Name: "approval", Position: 0, Deadline: time.Now().Add(time.Hour)})
+			require.NoError(t, err)
+			require.NoError(t, signal(id, "approval"))
+			require.NoError(t, signal(id, "approval"))
+			require.NoError(t, signal(id, "note"))
+			ct = enginetest.ClaimOne(t, s, "w1", time.Minute)
+			require.Equal(t, id, ct.Task.ID, "the signal made the task due")
+			enginetest.Complete(t, s, ct)
+			require.Error(t, signal(id, "approval"), "a finished task refuses signals")
+
+			// A wait that times out.
+			id = enginetest.StartTask(t, s, nil)
+			ct = enginetest.ClaimOne(t, s, "w1", time.Minute)
+			_, err = enginetest.AppendFenced(ctx, s, ct, history.WaitStartedData{Name: "approval", Position: 0, Deadline: time.Now().Add(-time.Second)})
+			require.NoError(t, err)
+			ct = enginetest.ClaimOne(t, s, "w1", time.Minute)
+			require.Equal(t, id, ct.Task.ID, "due at its deadline")
+			_, err = enginetest.AppendFenced(ctx, s, ct, history.WaitTimedOutData{Name: "approval", Position: 0})
+			require.NoError(t, err)
+
+			g := enginetest.Gather(t, reg)
+			require.Equal(t, 2.0, g.Value("cairn_signals_total", "namespace", "default", "name", "approval"), "a refused signal counts nothing")
+			require.Equal(t, 1.0, g.Value("cairn_signals_total", "namespace", "default", "name", "note"))
+			require.Equal(t, 2.0, g.Value("cairn_waits_started_total", "namespace", "default"))
+			require.Equal(t, 1.0, g.Value("cairn_waits_timed_out_total", "namespace", "default"))
+			enginetest.RequireLintClean(t, mustGather(t, reg))
+		})
+	}
+}
+
+func mustGather(t *testing.T, reg *prometheus.Registry) []*dto.MetricFamily {
+	t.Helper()
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	return families
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -88,6 +89,20 @@ func waitText(t *testing.T, ctx context.Context, url, sel, want string) {
 	t.Fatalf("%s on %s: %q, want %q", sel, url, got, want)
 }
 
+// waitElement reloads the page until it holds an element matching sel.
+func waitElement(t *testing.T, ctx context.Context, url, sel string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(url)))
+		if evaluate[bool](t, ctx, "document.querySelector("+strconv.Quote(sel)+") !== null") {
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Fatalf("no %s on %s", sel, url)
+}
+
 // In a real browser: the overview lists the queue; a task's page shows its
 // timeline; cancelling a running task from its page cancels it; a dead
 // letter requeued from the dead-letter page runs to completion; schedules
@@ -154,6 +169,21 @@ func TestConsoleInABrowser(t *testing.T) {
 	schedules, err := client.Schedules(bg)
 	require.NoError(t, err)
 	require.True(t, schedules[0].Paused)
+
+	// Approve a task waiting for a signal: from the waiting list to its
+	// page, whose form sends the decision; the workflow resumes with it.
+	approval := srv.start(map[string]any{"type": "e2e.approval", "input": "po-7"})
+	waitingLink := `a[href*="/console/tasks/` + approval.String() + `"]`
+	waitElement(t, ctx, srv.url+"/console/waiting", waitingLink)
+	require.NoError(t, chromedp.Do(ctx, screenshot(t, "waiting.png"), chromedp.Click(css(waitingLink)), visible("#approve-task")))
+	require.Contains(t, text(t, ctx, "#task-wait"), "Waiting for signal approval")
+	require.NoError(t, chromedp.Do(ctx, chromedp.SendKeys(css("#signal-comment"), "within budget"),
+		screenshot(t, "task-waiting.png"), chromedp.Click(css("#approve-task")), visible(`p[role="status"]`)))
+	require.Contains(t, text(t, ctx, `p[role="status"]`), "Approved")
+	waitText(t, ctx, srv.url+"/console/tasks/"+approval.String(), "#task-status", "completed")
+	require.Contains(t, text(t, ctx, `pre[aria-label="Output"]`), "approved: within budget")
+	require.Contains(t, text(t, ctx, "ol.timeline"), "signal approval received from console:anonymous")
+	require.NoError(t, chromedp.Do(ctx, screenshot(t, "task-approved.png")))
 
 	// Readable on a phone: the same page at 390 px wide.
 	require.NoError(t, chromedp.Do(ctx, chromedp.EmulateViewport(390, 844),

@@ -186,9 +186,9 @@ func sevenAttempts() *activities.RetryPolicy {
 
 // e2eWorkflows are the workflows the end-to-end tests' worker runs.
 type e2eWorkflows struct {
-	echo, slow, fragile, booking sdk.WorkflowRef
-	fixed                        atomic.Bool // fragile succeeds once set
-	released                     atomic.Int32
+	echo, slow, fragile, booking, approval sdk.WorkflowRef
+	fixed                                  atomic.Bool // fragile succeeds once set
+	released                               atomic.Int32
 }
 
 func startE2EWorker(t *testing.T, schema, namespace string) *e2eWorkflows {
@@ -222,7 +222,24 @@ func startE2EWorker(t *testing.T, schema, namespace string) *e2eWorkflows {
 				return nil
 			})})
 	})
-	wfs.echo, wfs.slow, wfs.fragile, wfs.booking = echo, slow, fragile, booking
+	// approval waits up to an hour for the signal "approval" and says what
+	// it decided.
+	approval := sdk.NewWorkflow("e2e.approval", 1, func(ctx workflow.Context, _ string) (string, error) {
+		d, ok, err := workflow.Receive[struct {
+			Approved bool   `json:"approved"`
+			Comment  string `json:"comment"`
+		}](ctx, "approval", time.Hour)
+		switch {
+		case err != nil:
+			return "", err
+		case !ok:
+			return "timed out", nil
+		case d.Approved:
+			return "approved: " + d.Comment, nil
+		}
+		return "rejected: " + d.Comment, nil
+	})
+	wfs.echo, wfs.slow, wfs.fragile, wfs.booking, wfs.approval = echo, slow, fragile, booking, approval
 	w, err := sdk.NewWorker(sdk.WorkerConfig{Pool: enginetest.Pool(t), Schema: schema, Namespace: namespace,
 		Concurrency: 8, PollInterval: 100 * time.Millisecond, RescueInterval: -1})
 	require.NoError(t, err)
@@ -230,6 +247,7 @@ func startE2EWorker(t *testing.T, schema, namespace string) *e2eWorkflows {
 	sdk.Register(w, slow)
 	sdk.Register(w, fragile)
 	sdk.Register(w, booking)
+	sdk.Register(w, approval)
 	require.NoError(t, w.Start(context.Background()))
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -511,7 +529,7 @@ func TestServerErrors(t *testing.T) {
 	ctx := context.Background()
 	waitFor(t, 10*time.Second, "the worker to register its types", func() bool {
 		types, err := client.TaskTypes(ctx)
-		return err == nil && len(types) == 4
+		return err == nil && len(types) == 5
 	})
 
 	done := admin.start(map[string]any{"type": "e2e.echo", "input": "x"})
@@ -629,7 +647,7 @@ func TestServerErrors(t *testing.T) {
 		TaskTypes []map[string]any `json:"task_types"`
 	}
 	base.as("read-token").expect(http.StatusOK, &types, "GET", "/v1/task-types", nil)
-	require.Len(t, types.TaskTypes, 4)
+	require.Len(t, types.TaskTypes, 5)
 	enginetest.RequireProjectionsMatch(t, client.Store())
 }
 

@@ -34,7 +34,7 @@ var consoleFiles embed.FS
 // copies whose prefix is its Config.Prefix.
 var consolePages = func() map[string]*template.Template {
 	pages := map[string]*template.Template{}
-	for _, page := range []string{"login", "overview", "tasks", "task", "schedules", "queues", "queue"} {
+	for _, page := range []string{"login", "overview", "tasks", "task", "waiting", "schedules", "queues", "queue"} {
 		pages[page] = template.Must(template.New(page).Funcs(consoleFuncs).Funcs(consolePrefix("")).
 			ParseFS(consoleFiles, "console/templates/layout.html", "console/templates/charts.html", "console/templates/"+page+".html"))
 	}
@@ -128,6 +128,8 @@ func (s *Server) consoleRoutes(mux *http.ServeMux) {
 	mux.Handle("GET /console/tasks", s.console(RoleRead, s.consoleTasks))
 	mux.Handle("GET /console/tasks/{id}", s.console(RoleRead, s.consoleTask))
 	mux.Handle("POST /console/tasks/{id}/{action}", s.console(RoleOperate, s.consoleTaskAction))
+	mux.Handle("POST /console/tasks/{id}/signals/{name}", s.console(RoleOperate, s.consoleSignal))
+	mux.Handle("GET /console/waiting", s.console(RoleRead, s.consoleWaiting))
 	mux.Handle("GET /console/dead-letters", s.console(RoleRead, s.consoleDeadLetters))
 	mux.Handle("POST /console/dead-letters/retry", s.console(RoleOperate, s.consoleRetryDeadLetters))
 	mux.Handle("GET /console/schedules", s.console(RoleRead, s.consoleSchedules))

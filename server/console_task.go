@@ -19,6 +19,9 @@ type taskData struct {
 	Timeline                           []*timelineBlock
 	Events                             []history.Event
 	Cost                               string
+	// Wait is the signal the task's workflow waits for, if it does: the
+	// page offers a form to send it.
+	Wait *waitingTask
 }
 
 // HasActions says whether the task allows any action: a cancelled or
@@ -54,7 +57,7 @@ func (s *Server) consoleTask(w http.ResponseWriter, r *http.Request, c *call, pa
 		Task: info, Finished: finished, Events: events,
 		CanCancel: !finished, CanRetry: info.Status == history.StatusDeadLettered, CanCompensate: info.Status == history.StatusCompleted,
 		Input: prettyJSON(info.Input, consoleJSONLimit), Output: prettyJSON(info.Output, consoleJSONLimit),
-		Timeline: buildTimeline(events), Cost: usageSummary(events),
+		Timeline: buildTimeline(events), Cost: usageSummary(events), Wait: currentWait(info, events),
 	}
 	page.Data = data
 	s.render(w, http.StatusOK, "task", page)
@@ -154,7 +157,11 @@ func buildTimeline(events []history.Event) []*timelineBlock {
 		case history.WaitTimedOutData:
 			note(e.At, "Timed out", "no signal "+p.Name+" came before its deadline")
 		case history.SignalReceivedData:
-			note(e.At, "Signal", "signal "+p.Name+" received")
+			text := "signal " + p.Name + " received"
+			if p.Sender != "" {
+				text += " from " + p.Sender
+			}
+			note(e.At, "Signal", text)
 		case history.AttemptFailedData:
 			failedStep(open, e.At, p.Error)
 			if open != nil {

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
 	"github.com/google/uuid"
@@ -23,6 +24,7 @@ var signalTests = []conformanceTest{
 	{"SignalOfAnotherNameLeavesTheWait", testSignalOtherName},
 	{"SignalMakingATaskDueNotifies", testSignalNotifies},
 	{"WaitIsClaimableAtItsDeadline", testWaitDeadline},
+	{"QueueOfTasksWaitingOnSignalsIsHealthy", testWaitingQueueHealthy},
 }
 
 // signal sends the signal name with payload to task id of the default
@@ -199,4 +201,44 @@ func testWaitDeadline(t *testing.T, s store.Store) {
 	// task ends.
 	_, err = signal(t, s, id, "approval", "", "")
 	requireIs(t, err, store.ErrTaskState)
+}
+
+// testWaitingQueueHealthy: tasks waiting for a signal are not backlog. A
+// queue of 50 of them (pending, run at their waits' deadline an hour
+// away) has nothing due, and its diagnosis is healthy with no causes.
+func testWaitingQueueHealthy(t *testing.T, s store.Store) {
+	ctx := testContext(t)
+	const n = 50
+	for range n {
+		start(t, s, spec{})
+	}
+	claimed := claim(t, s, claimParams("w", n, time.Minute))
+	require.Len(t, claimed, n)
+	deadline := engine.Now().Add(time.Hour)
+	for _, ct := range claimed {
+		st, err := appendFenced(t, s, ct, history.WaitStartedData{Name: "approval", Position: 0, Deadline: deadline})
+		require.NoError(t, err)
+		require.Equal(t, history.StatusPending, st.Status)
+	}
+	require.Empty(t, claim(t, s, claimParams("w2", n, time.Minute)), "no waiting task is due")
+
+	stats, err := s.QueueStatsList(ctx, store.DefaultNamespace, time.Hour)
+	require.NoError(t, err)
+	var q store.QueueStats
+	for _, qs := range stats {
+		if qs.Queue == defaultQueue {
+			q = qs
+		}
+	}
+	require.Equal(t, n, q.Waiting, "pending, due at their deadlines")
+	require.Zero(t, q.Due)
+	require.Zero(t, q.Running)
+	require.Zero(t, q.OldestDueAge)
+
+	d, err := engine.DiagnoseQueue(ctx, s, &store.QueueDiagnoseParams{Namespace: store.DefaultNamespace, Queue: defaultQueue, Window: 2 * time.Minute})
+	require.NoError(t, err)
+	require.Zero(t, d.Depth.Due)
+	require.Zero(t, d.Depth.OldestWait)
+	require.Empty(t, d.Causes, "causes: %+v", d.Causes)
+	require.True(t, d.Healthy, d.Summary)
 }

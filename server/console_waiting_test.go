@@ -1,0 +1,186 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/history"
+)
+
+// claimDoc claims the one due "doc" task of the default namespace.
+func claimDoc(t *testing.T, s store.Store) *store.ClaimedTask {
+	t.Helper()
+	claimed, err := s.TaskClaimMany(context.Background(), &store.TaskClaimManyParams{Namespace: "default", Queues: []string{"default"},
+		Types: []store.TypeKey{{Type: "doc", Version: 1}}, Owner: "w", Max: 1, LeaseTTL: time.Minute})
+	require.NoError(t, err)
+	require.Len(t, claimed, 1)
+	require.NoError(t, claimed[0].Err)
+	return claimed[0]
+}
+
+// appendFor appends payloads for ct's attempt.
+func appendFor(t *testing.T, s store.Store, ct *store.ClaimedTask, payloads ...history.Payload) history.State {
+	t.Helper()
+	st, err := s.EventAppend(context.Background(), &store.EventAppendParams{TaskID: ct.Task.ID, State: ct.State,
+		Epoch: ct.State.Lease.Epoch, Attempt: ct.State.Attempt, Payloads: payloads})
+	require.NoError(t, err)
+	return st
+}
+
+// startWaiting starts a doc task and ends its first attempt waiting for
+// the signal name for an hour, as a workflow's receive does.
+func startWaiting(t *testing.T, h http.Handler, s store.Store, name string) uuid.UUID {
+	t.Helper()
+	id := startDoc(t, h, "")
+	ct := claimDoc(t, s)
+	require.Equal(t, id, ct.Task.ID)
+	appendFor(t, s, ct, history.WaitStartedData{Name: name, Position: 0, Deadline: time.Now().Add(time.Hour)})
+	return id
+}
+
+// consoleForm posts form to the console as a page of its own would, with
+// token when it is not empty.
+func consoleForm(t *testing.T, h http.Handler, target, token string, form url.Values) *httptest.ResponseRecorder {
+	t.Helper()
+	r := httptest.NewRequest("POST", target, strings.NewReader(form.Encode()))
+	r.Host = "localhost"
+	r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	r.Header.Set("Sec-Fetch-Site", "same-origin")
+	if token != "" {
+		r.Header.Set("Authorization", "Bearer "+token)
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w
+}
+
+func TestConsoleWaitingTasksAndTheirSignal(t *testing.T) {
+	t.Parallel()
+	tokens := []Token{
+		{Name: "ops", SHA256: HashToken("ops-token"), Namespaces: []string{"*"}, Roles: []Role{RoleRead, RoleSubmit, RoleOperate}},
+		{Name: "viewer", SHA256: HashToken("view-token"), Namespaces: []string{"*"}, Roles: []Role{RoleRead}},
+	}
+	for _, ns := range bothStores(t) {
+		t.Run(ns.name, func(t *testing.T) {
+			registerDoc(t, ns.store, "default")
+			h := testServer(t, ns.store, tokens...)
+			ops, viewer := []string{"Authorization", "Bearer ops-token"}, []string{"Authorization", "Bearer view-token"}
+			start := func() uuid.UUID {
+				a := send(t, h, "POST", "/v1/tasks", []byte(`{"type":"doc","input":{}}`), ops...)
+				require.Equal(t, http.StatusAccepted, a.status, "%s", a.body)
+				var res startResponse
+				require.NoError(t, json.Unmarshal(a.body, &res))
+				return res.ID
+			}
+
+			// done waited, got its signal and finished; waiting waits.
+			done := start()
+			ct := claimDoc(t, ns.store)
+			appendFor(t, ns.store, ct, history.WaitStartedData{Name: "approval", Position: 0, Deadline: time.Now().Add(time.Hour)})
+			_, err := ns.store.TaskSignal(context.Background(), &store.TaskSignalParams{Namespace: "default", TaskID: done, Name: "approval", Sender: "ops"})
+			require.NoError(t, err)
+			ct = claimDoc(t, ns.store)
+			require.Equal(t, done, ct.Task.ID)
+			appendFor(t, ns.store, ct, history.TaskCompletedData{})
+
+			waiting := start()
+			ct = claimDoc(t, ns.store)
+			require.Equal(t, waiting, ct.Task.ID)
+			appendFor(t, ns.store, ct, history.WaitStartedData{Name: "approval", Position: 0, Deadline: time.Now().Add(time.Hour)})
+
+			a := send(t, h, "GET", "/console/waiting", nil, viewer...)
+			require.Equal(t, http.StatusOK, a.status, "%s", a.body)
+			page := string(a.body)
+			require.Contains(t, page, "/console/tasks/"+waiting.String(), "the waiting task is listed")
+			require.NotContains(t, page, done.String(), "the finished task is not")
+			require.Contains(t, page, "approval")
+
+			taskPage := "/console/tasks/" + waiting.String()
+			a = send(t, h, "GET", taskPage, nil, ops...)
+			require.Equal(t, http.StatusOK, a.status)
+			require.Contains(t, string(a.body), `id="approve-task"`, "an operator gets the form")
+			require.Contains(t, string(a.body), `id="reject-task"`)
+			require.Contains(t, string(a.body), "Waiting for signal")
+			a = send(t, h, "GET", taskPage, nil, viewer...)
+			require.Equal(t, http.StatusOK, a.status)
+			require.Contains(t, string(a.body), "Waiting for signal", "a reader sees the wait")
+			require.NotContains(t, string(a.body), `id="approve-task"`, "but no form")
+			a = send(t, h, "GET", "/console/tasks/"+done.String(), nil, ops...)
+			require.NotContains(t, string(a.body), `id="approve-task"`, "a finished task waits for nothing")
+			require.Contains(t, string(a.body), "signal approval received from ops", "the timeline names the sender")
+
+			form := url.Values{"approved": {"true"}, "comment": {"looks good"}}
+			w := consoleForm(t, h, taskPage+"/signals/approval", "view-token", form)
+			require.Equal(t, http.StatusForbidden, w.Code, "a read-only token cannot signal")
+			w = consoleForm(t, h, taskPage+"/signals/approval", "ops-token", form)
+			require.Equal(t, http.StatusSeeOther, w.Code, "%s", w.Body)
+			require.Contains(t, w.Header().Get("Location"), "notice=Approved")
+
+			events, err := ns.store.EventListByTask(context.Background(), waiting)
+			require.NoError(t, err)
+			var sigs []history.SignalReceivedData
+			for _, e := range events {
+				if sig, ok := e.Data.(history.SignalReceivedData); ok {
+					sigs = append(sigs, sig)
+				}
+			}
+			require.Len(t, sigs, 1)
+			require.JSONEq(t, `{"approved":true,"comment":"looks good"}`, string(sigs[0].Payload))
+			require.Equal(t, "console:ops", sigs[0].Sender)
+			state, err := history.Replay(events)
+			require.NoError(t, err)
+			require.Nil(t, state.Wait, "the signal ended the wait")
+			ct = claimDoc(t, ns.store)
+			require.Equal(t, waiting, ct.Task.ID, "the task is due again: it resumes")
+
+			a = send(t, h, "GET", "/console/waiting", nil, viewer...)
+			require.NotContains(t, string(a.body), waiting.String(), "no longer waiting")
+		})
+	}
+}
+
+// A wait that is not an approval gets a JSON payload box; its payload is
+// sent as typed, and a payload that is not JSON is refused on the page.
+func TestConsoleSignalFormSendsJSONPayload(t *testing.T) {
+	t.Parallel()
+	for _, ns := range bothStores(t) {
+		t.Run(ns.name, func(t *testing.T) {
+			registerDoc(t, ns.store, "default")
+			h := testServer(t, ns.store)
+			id := startWaiting(t, h, ns.store, "documents")
+			taskPage := "/console/tasks/" + id.String()
+			a := send(t, h, "GET", taskPage, nil)
+			require.Equal(t, http.StatusOK, a.status)
+			require.Contains(t, string(a.body), `id="send-signal"`)
+			require.NotContains(t, string(a.body), `id="approve-task"`)
+			require.Contains(t, string(a.body), "waiting for signal documents until", "the timeline shows the deadline")
+
+			post := func(payload string) *httptest.ResponseRecorder {
+				return consoleForm(t, h, taskPage+"/signals/documents", "", url.Values{"payload": {payload}})
+			}
+			w := post(`{not json`)
+			require.Equal(t, http.StatusSeeOther, w.Code)
+			loc, err := url.Parse(w.Header().Get("Location"))
+			require.NoError(t, err)
+			require.Contains(t, loc.Query().Get("error"), "not JSON")
+			w = post(`{"files": 3}`)
+			require.Equal(t, http.StatusSeeOther, w.Code, "%s", w.Body)
+			events, err := ns.store.EventListByTask(context.Background(), id)
+			require.NoError(t, err)
+			sig, ok := events[len(events)-1].Data.(history.SignalReceivedData)
+			require.True(t, ok, "%T", events[len(events)-1].Data)
+			require.JSONEq(t, `{"files":3}`, string(sig.Payload))
+			require.Equal(t, "console:anonymous", sig.Sender)
+		})
+	}
+}
