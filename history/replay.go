@@ -6,8 +6,6 @@ import (
 	"time"
 
 	"github.com/cockroachdb/errors"
-
-	"github.com/cairnflow/cairn/internal/errmark"
 )
 
 // ErrInvalidHistory marks every error that reports an event sequence (or an
@@ -21,8 +19,17 @@ func invalidf(cause error, format string, args ...any) error {
 	} else {
 		err = errors.Newf(format, args...)
 	}
-	return errmark.Mark(err, ErrInvalidHistory)
+	return &invalidHistory{err}
 }
+
+// invalidHistory marks err as ErrInvalidHistory so the standard library's
+// errors.Is matches as well as cockroachdb's (internal/errmark does the
+// same elsewhere; history imports no cairn package).
+type invalidHistory struct{ err error }
+
+func (e *invalidHistory) Error() string        { return e.err.Error() }
+func (e *invalidHistory) Unwrap() error        { return e.err }
+func (e *invalidHistory) Is(target error) bool { return target == ErrInvalidHistory }
 
 // Status is where a task stands. The strings are stored and shown to users.
 type Status string

@@ -63,19 +63,27 @@ func waitingTasks(ctx context.Context, c *sdk.Client) (tasks []*waitingTask, sca
 		return nil, false, err
 	}
 	now := time.Now()
+	var later []*sdk.TaskInfo
+	var ids []uuid.UUID
 	for _, info := range list.Tasks {
-		if !info.RunAt.After(now) {
-			continue // due now: not waiting (or about to time out)
+		if info.RunAt.After(now) { // due now: not waiting (or about to time out)
+			later, ids = append(later, info), append(ids, info.ID)
 		}
-		events, err := c.History(ctx, info.ID)
-		if errors.Is(err, sdk.ErrNotFound) {
-			continue // deleted since the listing
-		}
-		if err != nil {
-			return nil, false, err
-		}
-		if w := currentWait(info, events); w != nil {
-			tasks = append(tasks, w)
+	}
+	if len(ids) == 0 {
+		return nil, list.Next != uuid.Nil, nil
+	}
+	// One read for every candidate's history, not a query per task. The
+	// ids come from the namespace's listing; one deleted since has none.
+	histories, err := c.Store().EventListByTasks(ctx, ids)
+	if err != nil {
+		return nil, false, err
+	}
+	for _, info := range later {
+		if events := histories[info.ID]; len(events) > 0 {
+			if w := currentWait(info, events); w != nil {
+				tasks = append(tasks, w)
+			}
 		}
 	}
 	return tasks, list.Next != uuid.Nil, nil

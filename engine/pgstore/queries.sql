@@ -58,6 +58,11 @@ SELECT ins.id FROM ins WHERE (SELECT count(*) FROM ready) >= 0;
 SELECT id, type, input FROM /* TEMPLATE: schema */tasks
 WHERE namespace = @namespace AND idempotency_key = @idempotency_key;
 
+-- name: TaskIDByKey
+-- Only the id of the task holding a key (a signal by key): not its input.
+SELECT id FROM /* TEMPLATE: schema */tasks
+WHERE namespace = @namespace AND idempotency_key = @idempotency_key;
+
 -- name: TaskClaimMany
 -- Claims up to @max due tasks of the given queues and type keys in one round
 -- trip: locks them with SKIP LOCKED so concurrent claimers never block each

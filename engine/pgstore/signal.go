@@ -21,14 +21,10 @@ func (s *Store) TaskSignal(ctx context.Context, p *store.TaskSignalParams) (stor
 // TaskIDByKey returns the task holding an idempotency key in namespace,
 // for [plan.Signal].
 func (s *Store) TaskIDByKey(ctx context.Context, namespace, key string) (uuid.UUID, error) {
-	var (
-		id    uuid.UUID
-		typ   string
-		input []byte
-	)
-	err := s.pool.QueryRow(ctx, s.sql("TaskIDByIdempotencyKey"), pgx.NamedArgs{
+	var id uuid.UUID
+	err := s.pool.QueryRow(ctx, s.sql("TaskIDByKey"), pgx.NamedArgs{
 		"namespace": namespace, "idempotency_key": key,
-	}).Scan(&id, &typ, &input)
+	}).Scan(&id)
 	if err != nil {
 		return uuid.Nil, errors.Wrapf(interpretError(err), "find the task holding idempotency key %q", key)
 	}

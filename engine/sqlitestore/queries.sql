@@ -32,6 +32,10 @@ SELECT sqlite_version();
 -- The task holding a key, with what a RefuseKeyReuse start compares.
 SELECT id, type, input FROM tasks WHERE namespace = ? AND idempotency_key = ?;
 
+-- name: TaskIDByKey
+-- Only the id of the task holding a key (a signal by key): not its input.
+SELECT id FROM tasks WHERE namespace = ? AND idempotency_key = ?;
+
 -- name: TaskFairAtLast
 -- The virtual start time of the last waiting task of a fairness key
 -- (tasks_fairness_idx).

@@ -20,11 +20,8 @@ func (s *Store) TaskSignal(ctx context.Context, p *store.TaskSignalParams) (stor
 // TaskIDByKey returns the task holding an idempotency key in namespace,
 // for [plan.Signal].
 func (s *Store) TaskIDByKey(ctx context.Context, namespace, key string) (uuid.UUID, error) {
-	var (
-		id         string
-		typ, input any
-	)
-	err := s.q.queryRow(ctx, "TaskIDByIdempotencyKey", namespace, key).Scan(&id, &typ, &input)
+	var id string
+	err := s.q.queryRow(ctx, "TaskIDByKey", namespace, key).Scan(&id)
 	if err != nil {
 		return uuid.Nil, errors.Wrapf(interpret(err), "find the task holding idempotency key %q", key)
 	}

@@ -1,7 +1,6 @@
 package interpreter
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -156,27 +155,18 @@ func (s *runState) mailbox() Mailbox {
 // out if the task waits on it and its deadline has passed (the result is
 // then nil: the run goes on), or the run ends to wait.
 func (s *runState) waitOrTimeOut(w *history.Wait, pos int, name string, timeout time.Duration) error {
-	now := time.Now
-	if s.p.Now != nil {
-		now = s.p.Now
-	}
 	if w == nil || w.Position != pos {
-		return s.abort(&WaitRequest{Position: pos, Name: name, Deadline: now().Add(timeout)}, nil)
+		return s.abort(&WaitRequest{Position: pos, Name: name, Deadline: s.now().Add(timeout)}, nil)
 	}
-	if left := w.Deadline.Sub(now()); left > 0 {
-		if left > maxClockSkewWait {
-			// Woken early (a requeue, a hand-back): wait again, to the
-			// same deadline.
-			return s.abort(&WaitRequest{Position: pos, Name: name, Deadline: w.Deadline}, nil)
-		}
-		// Woken by the database's clock, which this worker's trails.
-		select {
-		case <-time.After(left):
-		case <-s.p.Stopping:
-			return s.abort(ErrStopping, nil)
-		case <-s.p.Context.Done():
-			return s.abort(context.Cause(s.p.Context), nil)
-		}
+	left := w.Deadline.Sub(s.now())
+	if left > maxClockSkewWait {
+		// Woken early (a requeue, a hand-back): wait again, to the same
+		// deadline.
+		return s.abort(&WaitRequest{Position: pos, Name: name, Deadline: w.Deadline}, nil)
+	}
+	// Woken by the database's clock, which this worker's may trail.
+	if err := s.waitOut(left); err != nil {
+		return err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

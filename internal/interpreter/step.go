@@ -266,6 +266,34 @@ func (s *runState) recordNow(p history.Payload) error {
 	return s.aborted
 }
 
+// now is the clock Sleep and Receive read: RunParams.Now, else time.Now.
+func (s *runState) now() time.Time {
+	if s.p.Now != nil {
+		return s.p.Now()
+	}
+	return time.Now()
+}
+
+// waitOut waits d (nothing when d is not positive): what a worker whose
+// clock trails the database's waits before a timer or deadline the claim
+// found due. A stop or the attempt's end cuts it short with the run's
+// abort.
+func (s *runState) waitOut(d time.Duration) error {
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-s.p.Stopping:
+		return s.abort(ErrStopping, nil)
+	case <-s.p.Context.Done():
+		return s.abort(context.Cause(s.p.Context), nil)
+	}
+}
+
 func (s *runState) checkpoint() error {
 	select {
 	case <-s.p.Stopping:
@@ -336,28 +364,18 @@ func Sleep(ctx Context, d time.Duration) error {
 	if err := s.checkpoint(); err != nil {
 		return err
 	}
-	now := time.Now
-	if s.p.Now != nil {
-		now = s.p.Now
-	}
 	if t := s.p.Timer; t != nil && t.Position == pos {
 		// Woken by the timer. The claim went by the database clock; if
 		// this worker's clock is behind, wait out the difference.
-		if wait := t.FireAt.Sub(now()); wait > 0 {
-			select {
-			case <-time.After(wait):
-			case <-s.p.Stopping:
-				return s.abort(ErrStopping, nil)
-			case <-s.p.Context.Done():
-				return s.abort(context.Cause(s.p.Context), nil)
-			}
+		if err := s.waitOut(t.FireAt.Sub(s.now())); err != nil {
+			return err
 		}
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		s.pending = history.TimerFiredData{Position: pos}
 		return s.aborted
 	}
-	return s.abort(&SleepRequest{Position: pos, FireAt: now().Add(max(d, 0))}, nil)
+	return s.abort(&SleepRequest{Position: pos, FireAt: s.now().Add(max(d, 0))}, nil)
 }
 
 // claimSleep takes the next position for a sleep; recorded says the
