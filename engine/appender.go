@@ -9,10 +9,12 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cairnflow/cairn/engine/store"
-	"github.com/cairnflow/cairn/history"
 	"github.com/cockroachdb/errors"
 	"github.com/google/uuid"
+
+	"github.com/cairnflow/cairn/engine/internal/plan"
+	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/history"
 )
 
 // appender group-commits a processor's appends: attempts hand it their
@@ -255,9 +257,9 @@ const maxOutageRetry = 30 * time.Second
 
 // rebaseConflicts retries the attempt appends at the conflicted indexes,
 // which lost a race to a cancel request or a signal: a client appends
-// cancel_requested or signal_received to a running task without its lease,
-// which moves the log past the attempt's expected seq. Such an append is replayed onto the new events
-// (one query for all of them) and written again, so the attempt's work is
+// cancel_requested or signal_received to a running task without its
+// lease, which moves the log past the attempt's expected seq. Such an
+// append is replayed onto the new events (one query for all of them) and written again, so the attempt's work is
 // kept and it learns of the cancel from the state it gets back. results are
 // updated in place; an append that cannot be rebased keeps its conflict.
 func (a *appender) rebaseConflicts(ctx context.Context, params []*store.EventAppendParams, results []store.AppendResult, conflicted []int) {
@@ -272,7 +274,7 @@ func (a *appender) rebaseConflicts(ctx context.Context, params []*store.EventApp
 	var retry []*store.EventAppendParams
 	var at []int
 	for _, i := range conflicted {
-		rebased, ok := rebaseOntoCancel(params[i], events[params[i].TaskID])
+		rebased, ok := rebaseOntoRequests(params[i], events[params[i].TaskID])
 		if !ok {
 			continue
 		}
@@ -290,7 +292,7 @@ func (a *appender) rebaseConflicts(ctx context.Context, params []*store.EventApp
 	}
 }
 
-// rebaseOntoCancel returns p moved onto the task's events after p.State
+// rebaseOntoRequests returns p moved onto the task's events after p.State
 // (events is the task's whole log), if those are only the appends other
 // writers make to a running task without its lease (cancel_requested,
 // signal_received) and p's events can follow them, and false otherwise.
@@ -301,7 +303,7 @@ func (a *appender) rebaseConflicts(ctx context.Context, params []*store.EventApp
 // wait_timed_out cannot follow a signal of its name (the signal came
 // first, so the receive takes it): that append keeps its conflict, and the
 // attempt is retried.
-func rebaseOntoCancel(p *store.EventAppendParams, events []history.Event) (*store.EventAppendParams, bool) {
+func rebaseOntoRequests(p *store.EventAppendParams, events []history.Event) (*store.EventAppendParams, bool) {
 	if int64(len(events)) < p.State.LastSeq {
 		return nil, false
 	}
@@ -323,7 +325,8 @@ func rebaseOntoCancel(p *store.EventAppendParams, events []history.Event) (*stor
 	rebased := *p
 	rebased.State = state
 	rebased.Payloads = releaseSignalledWait(p, signalled)
-	if !canFollow(state, rebased.Attempt, rebased.Payloads) {
+	// What the driver would refuse is refused here, by the same planning.
+	if _, err := plan.Append(&rebased, time.Now()); err != nil {
 		return nil, false
 	}
 	return &rebased, true
@@ -345,15 +348,4 @@ func releaseSignalledWait(p *store.EventAppendParams, signalled map[string]bool)
 		WorkerID: p.State.Lease.Owner, LeaseEpoch: p.State.Lease.Epoch,
 		Reason: fmt.Sprintf("signal %q arrived as its receive began to wait", wait.Name),
 	})
-}
-
-// canFollow reports whether payloads, appended for attempt, can follow
-// state.
-func canFollow(state history.State, attempt int, payloads []history.Payload) bool {
-	events := make([]history.Event, len(payloads))
-	for i, payload := range payloads {
-		events[i] = history.Event{Seq: state.LastSeq + int64(i) + 1, At: state.UpdatedAt, Attempt: attempt, Data: payload}
-	}
-	_, err := history.ApplyAll(state, events)
-	return err == nil
 }

@@ -80,7 +80,7 @@ func (a *Attempt) SyncCancel(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	rebased, ok := rebaseOntoCancel(&store.EventAppendParams{TaskID: a.Task.ID, State: a.state}, events)
+	rebased, ok := rebaseOntoRequests(&store.EventAppendParams{TaskID: a.Task.ID, State: a.state}, events)
 	if !ok {
 		return errmark.Mark(errors.Newf("task %s: its history moved on other than by a cancel request or a signal", a.Task.ID), store.ErrConflict)
 	}

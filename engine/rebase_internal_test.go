@@ -28,7 +28,7 @@ func TestRebaseOntoASignalKeepsTheAppend(t *testing.T) {
 	p := &store.EventAppendParams{State: state, Epoch: 1, Attempt: 1, Payloads: []history.Payload{
 		history.StepCompletedData{Position: 0, Name: "reserve"},
 	}}
-	rebased, ok := rebaseOntoCancel(p, events)
+	rebased, ok := rebaseOntoRequests(p, events)
 	require.True(t, ok)
 	require.Equal(t, p.Payloads, rebased.Payloads)
 	require.Len(t, rebased.State.Signals, 1)
@@ -41,7 +41,7 @@ func TestRebaseTurnsAWaitForASignalThatCameIntoAHandBack(t *testing.T) {
 	p := &store.EventAppendParams{State: state, Epoch: 1, Attempt: 1, Payloads: []history.Payload{
 		step, history.WaitStartedData{Name: "approval", Position: 0, Deadline: historytest.Base.Add(time.Hour)},
 	}}
-	rebased, ok := rebaseOntoCancel(p, events)
+	rebased, ok := rebaseOntoRequests(p, events)
 	require.True(t, ok)
 	require.Len(t, rebased.Payloads, 2)
 	require.Equal(t, step, rebased.Payloads[0])
@@ -51,7 +51,7 @@ func TestRebaseTurnsAWaitForASignalThatCameIntoAHandBack(t *testing.T) {
 
 	// A wait for another name is kept.
 	p.Payloads[1] = history.WaitStartedData{Name: "other", Position: 0, Deadline: historytest.Base.Add(time.Hour)}
-	rebased, ok = rebaseOntoCancel(p, events)
+	rebased, ok = rebaseOntoRequests(p, events)
 	require.True(t, ok)
 	require.IsType(t, history.WaitStartedData{}, rebased.Payloads[1])
 }
@@ -69,6 +69,6 @@ func TestRebaseRefusesATimeoutAfterItsSignal(t *testing.T) {
 	p := &store.EventAppendParams{State: state, Epoch: 2, Attempt: 2, Payloads: []history.Payload{
 		history.WaitTimedOutData{Name: "approval", Position: 0}, history.TaskCompletedData{},
 	}}
-	_, ok := rebaseOntoCancel(p, events)
+	_, ok := rebaseOntoRequests(p, events)
 	require.False(t, ok, "the receive takes the signal: the attempt is retried")
 }
