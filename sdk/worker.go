@@ -345,9 +345,10 @@ func (w *Worker) stop(ctx context.Context, cancel bool) error {
 	// Once Start's context is done (before this stop, or while it runs: a
 	// Stop without a deadline, then SIGTERM), StopTimeout bounds the stop,
 	// whoever began it.
-	ctx, timeUp := context.WithCancelCause(ctx)
-	defer timeUp(nil)
-	defer boundAfter(startCtx, w.cfg.StopTimeout, func() { timeUp(context.DeadlineExceeded) })()
+	bounded := newTimeoutCtx(ctx)
+	defer bounded.release()
+	defer boundAfter(startCtx, w.cfg.StopTimeout, bounded.expire)()
+	ctx = bounded
 	w.cfg.Logger.Info("worker: stopping: running steps may finish, then their tasks are released",
 		"worker_id", w.cfg.WorkerID, "cancel_steps", cancel)
 	var err error
@@ -356,7 +357,7 @@ func (w *Worker) stop(ctx context.Context, cancel bool) error {
 	} else {
 		err = processor.Stop(ctx)
 	}
-	if err != nil && errors.Is(context.Cause(ctx), context.DeadlineExceeded) {
+	if err != nil && bounded.expired() {
 		err = context.DeadlineExceeded
 	}
 	notifier.Stop()
@@ -367,6 +368,57 @@ func (w *Worker) stop(ctx context.Context, cancel bool) error {
 	w.stopErr = err
 	close(w.stopped)
 	return err
+}
+
+// timeoutCtx is a stop's context: the caller's, and done as well once
+// expire is called (StopTimeout ran out). It reads the caller's Done only
+// when the stop first waits on it, as the processor's stop did with the
+// caller's context: deriving a context would read it at once.
+type timeoutCtx struct {
+	context.Context
+	once     sync.Once
+	timeUp   chan struct{} // closed by expire
+	finished chan struct{} // closed by release: the stop is over
+	done     chan struct{}
+	expireMu sync.Once
+}
+
+func newTimeoutCtx(ctx context.Context) *timeoutCtx {
+	return &timeoutCtx{Context: ctx, timeUp: make(chan struct{}), finished: make(chan struct{}), done: make(chan struct{})}
+}
+
+func (c *timeoutCtx) Done() <-chan struct{} {
+	c.once.Do(func() {
+		go func() {
+			select {
+			case <-c.Context.Done():
+			case <-c.timeUp:
+			case <-c.finished:
+				return
+			}
+			close(c.done)
+		}()
+	})
+	return c.done
+}
+
+func (c *timeoutCtx) Err() error {
+	if c.expired() {
+		return context.DeadlineExceeded
+	}
+	return c.Context.Err()
+}
+
+func (c *timeoutCtx) expire()  { c.expireMu.Do(func() { close(c.timeUp) }) }
+func (c *timeoutCtx) release() { close(c.finished) }
+
+func (c *timeoutCtx) expired() bool {
+	select {
+	case <-c.timeUp:
+		return true
+	default:
+		return false
+	}
 }
 
 // boundAfter calls expire d after ctx is done, unless the returned release

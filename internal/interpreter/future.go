@@ -1,10 +1,9 @@
 package interpreter
 
 import (
-	"bytes"
 	"context"
+	"encoding/json"
 	"runtime"
-	"strconv"
 	"sync"
 
 	"github.com/cockroachdb/errors"
@@ -187,7 +186,7 @@ func (s *runState) enter(api string) error {
 // checkGoroutine aborts the run, and returns the abort, when api is called
 // from a goroutine other than the body's.
 func (s *runState) checkGoroutine(api string) error {
-	if goroutineID() == s.body {
+	if onBodyGoroutine() {
 		return nil
 	}
 	err := errors.Newf("workflow.%s called from a goroutine the workflow did not start with workflow.Go; use workflow.Go or workflow.Map", api)
@@ -196,19 +195,42 @@ func (s *runState) checkGoroutine(api string) error {
 	return s.abort(errmark.Mark(err, ErrNondeterministic), nil)
 }
 
-// goroutineID is the id of the calling goroutine, read from the first line
-// of its stack trace ("goroutine 42 [running]:"). The runtime has no API
-// for it; the format has been stable since Go 1.0.
-func goroutineID() int64 {
-	var buf [64]byte
-	line := buf[:runtime.Stack(buf[:], false)]
-	line = bytes.TrimPrefix(line, []byte("goroutine "))
-	if i := bytes.IndexByte(line, ' '); i >= 0 {
-		line = line[:i]
+// runBody calls the workflow body. Its frame on a goroutine's stack marks
+// the body's goroutine: a goroutine's stack holds only the frames of what
+// it started with, so one the body (or a future) started has none.
+//
+//go:noinline
+func runBody(fn Func, ctx Context, input json.RawMessage) (json.RawMessage, error) {
+	return fn(ctx, input)
+}
+
+// bodyReturnPC is the return address of runBody's call of the body, the
+// program counter its frame has on every body goroutine's stack; found
+// once, by calling runBody with a body that reads it.
+var bodyReturnPC = func() uintptr {
+	var pc [1]uintptr
+	_, _ = runBody(func(Context, json.RawMessage) (json.RawMessage, error) {
+		runtime.Callers(2, pc[:]) // 0: Callers, 1: this body, 2: runBody
+		return nil, nil
+	}, nil, nil)
+	return pc[0]
+}()
+
+// onBodyGoroutine reports whether the caller runs on a workflow body's
+// goroutine: whether runBody's frame is on its stack. It reads return
+// addresses only (runtime.Callers), a page at a time; the goroutine id a
+// stack trace would give costs a formatted traceback per workflow call.
+func onBodyGoroutine() bool {
+	var pcs [64]uintptr
+	for skip := 2; ; skip += len(pcs) {
+		n := runtime.Callers(skip, pcs[:])
+		for _, pc := range pcs[:n] {
+			if pc == bodyReturnPC {
+				return true
+			}
+		}
+		if n < len(pcs) {
+			return false
+		}
 	}
-	id, err := strconv.ParseInt(string(line), 10, 64)
-	if err != nil {
-		return -1
-	}
-	return id
 }

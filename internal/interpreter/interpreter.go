@@ -155,7 +155,6 @@ type runState struct {
 
 	failedUsage []history.Usage // the AI usage the failed step reported
 
-	body    int64 // id of the goroutine running the workflow body
 	futures futureSet
 }
 
@@ -172,7 +171,7 @@ func Run(p RunParams, fn Func, input json.RawMessage) (res Result) {
 	if p.Context == nil {
 		p.Context = context.Background()
 	}
-	s := &runState{p: p, visited: map[int]*StepOptions{}, body: goroutineID()}
+	s := &runState{p: p, visited: map[int]*StepOptions{}}
 	s.futures.init(len(p.Steps))
 	defer func() {
 		if r := recover(); r != nil {
@@ -188,7 +187,7 @@ func Run(p RunParams, fn Func, input json.RawMessage) (res Result) {
 			res = Result{Err: err, Step: s.failed, StepOptions: s.failedOp, StepUsage: s.failedUsage, Executed: s.executed, Pending: s.pending, Visited: s.visited}
 		}
 	}()
-	out, err := fn(runContext{s}, input)
+	out, err := runBody(fn, runContext{s}, input)
 	s.abandonFutures()
 	s.mu.Lock()
 	defer s.mu.Unlock()
