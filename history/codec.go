@@ -102,6 +102,12 @@ func Decode(typ Type, data []byte) (Payload, error) {
 		return decodeAs[WaitStartedData](typ, data)
 	case WaitTimedOut:
 		return decodeAs[WaitTimedOutData](typ, data)
+	case ChildStarted:
+		return decodeAs[ChildStartedData](typ, data)
+	case ChildWaitStarted:
+		return decodeAs[ChildWaitStartedData](typ, data)
+	case ChildFinished:
+		return decodeAs[ChildFinishedData](typ, data)
 	default:
 		return nil, invalidf(nil, "decode payload: unknown event type %q", string(typ))
 	}

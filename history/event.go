@@ -34,6 +34,9 @@ const (
 	SignalReceived        Type = "signal_received"
 	WaitStarted           Type = "wait_started"
 	WaitTimedOut          Type = "wait_timed_out"
+	ChildStarted          Type = "child_started"
+	ChildWaitStarted      Type = "child_wait_started"
+	ChildFinished         Type = "child_finished"
 )
 
 // Types lists every event type this version of the package understands, in
@@ -43,6 +46,7 @@ var Types = []Type{
 	TaskReleased, TaskCompleted, TaskFailed, TaskDeadLettered, TaskRequeued,
 	CancelRequested, CompensationRequested, CompensationStarted, StepCompensated, CompensationFailed, TaskCancelled,
 	TaskExpired, TimerStarted, TimerFired, SignalReceived, WaitStarted, WaitTimedOut,
+	ChildStarted, ChildWaitStarted, ChildFinished,
 }
 
 // Event is one entry of a task's append-only log.
@@ -101,6 +105,12 @@ type TaskScheduledData struct {
 	// FairnessWeight gives the key this many turns for one of a key of
 	// weight 1. Zero means 1.
 	FairnessWeight int `json:"fairness_weight,omitempty"`
+	// ParentID is the task that started this one as its child, at
+	// ParentPosition among its children; empty for a task started on its
+	// own. The child's terminal append reports to the parent
+	// (child_finished).
+	ParentID       string `json:"parent_id,omitempty"`
+	ParentPosition int    `json:"parent_position,omitempty"`
 }
 
 // MaxFairnessWeight bounds [TaskScheduledData.FairnessWeight].
@@ -342,6 +352,55 @@ type WaitTimedOutData struct {
 	Position int    `json:"position"`
 }
 
+// What becomes of a parent's running child when the parent ends other
+// than by completing (cancelled, failed, dead-lettered): the child's
+// policy, chosen when it starts.
+const (
+	ParentCloseCancel  = "cancel"  // a cancel is requested of the child (the default)
+	ParentCloseAbandon = "abandon" // the child runs on, on its own
+)
+
+// ChildStartedData is the payload of child_started: the workflow's child
+// at Position (its ordinal among the workflow's children, counted from 0)
+// was started as task ChildID, of TaskType at TypeVersion. It is written
+// in the same transaction as the child's task_scheduled, which names the
+// parent and the position, so a child exists exactly when its parent's
+// history says so. OnParentClose is one of the ParentClose* constants
+// (empty means cancel).
+type ChildStartedData struct {
+	Position      int    `json:"position"`
+	ChildID       string `json:"child_id"`
+	TaskType      string `json:"task_type"`
+	TypeVersion   int    `json:"type_version,omitempty"`
+	OnParentClose string `json:"on_parent_close,omitempty"`
+}
+
+// ChildWaitStartedData is the payload of child_wait_started: the workflow
+// awaits one of its children at Positions, none of which has finished.
+// Like wait_started it ends the attempt, so no worker slot is held while
+// the children run; the task is due again when one of them finishes
+// (child_finished), or at its deadline.
+type ChildWaitStartedData struct {
+	Positions []int `json:"positions"`
+}
+
+// ChildFinishedData is the payload of child_finished: the child at
+// Position, task ChildID, ended with Status (a terminal status), with
+// Output when it completed and Error, its failure evidence, when it did
+// not. The child's terminal append writes it into the parent's log in the
+// same transaction; a parent waiting on the child is due at once.
+type ChildFinishedData struct {
+	Position int             `json:"position"`
+	ChildID  string          `json:"child_id"`
+	Status   Status          `json:"status"`
+	Output   json.RawMessage `json:"output,omitempty"`
+	Error    *ErrorInfo      `json:"error,omitempty"`
+}
+
+// Never is the run time of a task due at no particular time: a parent
+// awaiting its children, which their finishing makes due.
+var Never = time.Date(9999, time.January, 1, 0, 0, 0, 0, time.UTC)
+
 // SleepStepName is the name a fired timer has among a task's steps.
 const SleepStepName = "sleep"
 
@@ -416,3 +475,12 @@ func (WaitStartedData) EventType() Type { return WaitStarted }
 
 // EventType implements [Payload].
 func (WaitTimedOutData) EventType() Type { return WaitTimedOut }
+
+// EventType implements [Payload].
+func (ChildStartedData) EventType() Type { return ChildStarted }
+
+// EventType implements [Payload].
+func (ChildWaitStartedData) EventType() Type { return ChildWaitStarted }
+
+// EventType implements [Payload].
+func (ChildFinishedData) EventType() Type { return ChildFinished }

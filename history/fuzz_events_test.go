@@ -250,8 +250,17 @@ func requireStep(t *testing.T, prev, next history.State, e history.Event) {
 		require.Nil(t, next.Timer, "a receive waits while a timer runs")
 		require.Equal(t, *next.Wait, next.Waits[len(next.Waits)-1], "the receive waiting is not the last that waited")
 	}
-	if e.Type() == history.SignalReceived {
-		require.Equal(t, prev.Status, next.Status, "a signal changed the task's status")
+	if e.Type() == history.SignalReceived || e.Type() == history.ChildFinished {
+		require.Equal(t, prev.Status, next.Status, "a %s changed the task's status", e.Type())
+	}
+	for i, c := range next.Children {
+		require.Equal(t, i, c.Position, "child %d recorded at position %d", c.Position, i)
+	}
+	if w := next.ChildWait; w != nil {
+		require.Equal(t, history.StatusPending, next.Status, "a task awaits children while %s", next.Status)
+		for _, pos := range w.Positions {
+			require.False(t, next.Children[pos].Finished, "a task awaits child %d, which has finished", pos)
+		}
 	}
 	if c := next.Compensation; c != nil && c.Started {
 		for _, pos := range append(slices.Clone(c.Pending), c.Done...) {
@@ -320,7 +329,8 @@ func plausible(s history.State) []history.Type {
 		return []history.Type{history.CompensationRequested}
 	case s.Status == history.StatusPending || s.Status == history.StatusRetrying:
 		return []history.Type{history.AttemptStarted, history.AttemptStarted, history.AttemptStarted, history.CancelRequested,
-			history.TaskFailed, history.TaskDeadLettered, history.TaskExpired, history.TaskCancelled, history.SignalReceived}
+			history.TaskFailed, history.TaskDeadLettered, history.TaskExpired, history.TaskCancelled, history.SignalReceived,
+			history.ChildFinished}
 	case s.Status == history.StatusRunning && s.Lease.Owner == "":
 		return []history.Type{history.TaskFailed, history.TaskDeadLettered, history.TaskCancelled}
 	case s.Status == history.StatusRunning && s.Compensation.IsStarted():
@@ -330,7 +340,8 @@ func plausible(s history.State) []history.Type {
 		return []history.Type{history.StepCompleted, history.StepCompleted, history.AttemptFailed, history.LeaseExpired,
 			history.TaskReleased, history.TaskCompleted, history.CancelRequested, history.CompensationStarted,
 			history.TimerStarted, history.TimerFired, history.TaskFailed, history.TaskDeadLettered, history.TaskCancelled,
-			history.SignalReceived, history.WaitStarted, history.WaitTimedOut}
+			history.SignalReceived, history.WaitStarted, history.WaitTimedOut,
+			history.ChildStarted, history.ChildStarted, history.ChildWaitStarted, history.ChildFinished}
 	}
 	return history.Types
 }
@@ -498,6 +509,15 @@ func nextEvent(r *fuzzBytes, events []history.Event, s history.State) history.Ev
 	}
 	signal := pickOf(r, "approval", "", "other")
 	dedup := pickOf(r, "", fmt.Sprintf("d-%d", len(s.Signals)), "d-0")
+	// A child's position counts children: the next, an unfinished one,
+	// one off.
+	childPos := pickOf(r, len(s.Children), len(s.Children)-1, 0, -1, len(s.Children)+1)
+	childID := func(pos int) string { return pickOf(r, fmt.Sprintf("child-%d", pos), "", "child-0") }
+	childStatus := pickOf(r, history.StatusCompleted, history.StatusFailed, history.StatusCancelled, history.StatusRunning, "")
+	var childErr *history.ErrorInfo
+	if childStatus != history.StatusCompleted || r.intn(4) == 0 {
+		childErr = &info
+	}
 
 	var p history.Payload
 	types := len(history.Types)
@@ -582,6 +602,13 @@ func nextEvent(r *fuzzBytes, events []history.Event, s history.State) history.Ev
 			p = history.WaitStartedData{Name: signal, Position: receivePos, Deadline: later}
 		case history.WaitTimedOut:
 			p = history.WaitTimedOutData{Name: signal, Position: receivePos}
+		case history.ChildStarted:
+			p = history.ChildStartedData{Position: childPos, ChildID: childID(childPos), TaskType: pickOf(r, "ocr", ""),
+				OnParentClose: pickOf(r, "", history.ParentCloseAbandon, "explode")}
+		case history.ChildWaitStarted:
+			p = history.ChildWaitStartedData{Positions: pickOf(r, []int{childPos}, nil, []int{0, childPos})}
+		case history.ChildFinished:
+			p = history.ChildFinishedData{Position: childPos, ChildID: childID(childPos), Status: childStatus, Output: output, Error: childErr}
 		default:
 			panic("no case for event type " + string(history.Types[k]))
 		}

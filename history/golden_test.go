@@ -165,6 +165,23 @@ func goldenGood() map[string]struct {
 			after(11*sec, step(3, 1, "ship")),
 			after(12*sec, completed(3)),
 		)},
+		// Children: two started, the parent awaits the first; it finishes
+		// (the parent is due), the second fails, and the parent, woken
+		// again, completes with both outcomes.
+		"children": {status: history.StatusCompleted, events: build(
+			after(0, scheduled()),
+			after(1*sec, started(1, 1)),
+			after(2*sec, historytest.E{Attempt: 1, Data: history.ChildStartedData{Position: 0, ChildID: "child-a", TaskType: "ocr_page"}}),
+			after(2*sec, historytest.E{Attempt: 1, Data: history.ChildStartedData{Position: 1, ChildID: "child-b", TaskType: "ocr_page", OnParentClose: history.ParentCloseAbandon}}),
+			after(2*sec, historytest.E{Attempt: 1, Data: history.ChildWaitStartedData{Positions: []int{0}}}),
+			after(5*sec, historytest.E{Data: history.ChildFinishedData{Position: 0, ChildID: "child-a", Status: history.StatusCompleted, Output: json.RawMessage(`{"text":"page 1"}`)}}),
+			after(6*sec, by("worker-2", started(2, 2))),
+			after(6*sec, historytest.E{Attempt: 2, Data: history.ChildWaitStartedData{Positions: []int{1}}}),
+			after(7*sec, historytest.E{Data: history.ChildFinishedData{Position: 1, ChildID: "child-b", Status: history.StatusFailed,
+				Error: &history.ErrorInfo{Class: history.Permanent, Message: "unreadable page"}}}),
+			after(8*sec, by("worker-2", started(3, 3))),
+			after(9*sec, completed(3)),
+		)},
 		// Still running: the second attempt holds the lease.
 		"in_flight": {status: history.StatusRunning, events: build(
 			after(0, scheduled()),
@@ -312,6 +329,31 @@ func goldenBad(t *testing.T) map[string]struct {
 				return append(ev[:7], history.Event{Seq: 8, At: ev[6].At, Attempt: 2, Data: history.WaitTimedOutData{Name: "approval", Position: 1}})
 			}),
 			error: `event 8 (wait_timed_out): no receive 1 waits for signal "approval"`,
+		},
+		"child_finished_twice": {
+			data: edit("children", func(ev []history.Event) []history.Event {
+				dup := ev[5]
+				dup.Seq = 7
+				return append(ev[:6], dup)
+			}),
+			error: "event 7 (child_finished): child 0 has already finished",
+		},
+		"child_position_skipped": {
+			data: edit("children", func(ev []history.Event) []history.Event {
+				p := ev[3].Data.(history.ChildStartedData)
+				p.Position = 2
+				ev[3].Data = p
+				return ev[:4]
+			}),
+			error: "event 4 (child_started): position 2, expected 1",
+		},
+		"await_finished_child": {
+			data: edit("children", func(ev []history.Event) []history.Event {
+				w := ev[7]
+				w.Data = history.ChildWaitStartedData{Positions: []int{0}}
+				return append(ev[:7], w)
+			}),
+			error: "event 8 (child_wait_started): child 0 has finished",
 		},
 		"unknown_schema_version": {
 			data:  raw("released_and_resumed", 3, history.StepCompleted, `{"v":2,"position":0,"name":"reserve"}`),

@@ -97,6 +97,36 @@ type Wait struct {
 	TimedOut bool
 }
 
+// Child is a child workflow the task started (child_started), with its
+// outcome once it finished (child_finished).
+type Child struct {
+	Position      int
+	ID            string
+	TaskType      string
+	TypeVersion   int
+	OnParentClose string // one of the ParentClose* constants; empty means cancel
+	Finished      bool
+	Status        Status
+	Output        json.RawMessage
+	Error         *ErrorInfo
+	FinishedSeq   int64 // seq of its child_finished
+}
+
+// ChildWait is a wait for one of the children at Positions to finish.
+type ChildWait struct {
+	Positions []int
+}
+
+// ChildByID returns the position of the child that is task id, or -1.
+func (s State) ChildByID(id string) int {
+	for _, c := range s.Children {
+		if c.ID == id {
+			return c.Position
+		}
+	}
+	return -1
+}
+
 // HasSignal reports whether the task received a signal with dedupID.
 func (s State) HasSignal(dedupID string) bool {
 	for _, sig := range s.Signals {
@@ -173,7 +203,12 @@ type State struct {
 	Signals []Signal
 	Waits   []Wait
 	Wait    *Wait
-	LastSeq int64
+	// Children are the child workflows started, by position, with their
+	// outcomes once finished; ChildWait the children the task awaits now,
+	// from child_wait_started until one of them finishes.
+	Children  []Child
+	ChildWait *ChildWait
+	LastSeq   int64
 
 	CreatedAt  time.Time // at of task_scheduled
 	UpdatedAt  time.Time // at of the latest event
@@ -303,6 +338,12 @@ func apply(s State, e Event, owned bool) (State, error) {
 		err = s.applyWaitStarted(e, p)
 	case WaitTimedOutData:
 		err = s.applyWaitTimedOut(e, p)
+	case ChildStartedData:
+		err = s.applyChildStarted(e, p)
+	case ChildWaitStartedData:
+		err = s.applyChildWaitStarted(e, p)
+	case ChildFinishedData:
+		err = s.applyChildFinished(e, p)
 	case TaskExpiredData:
 		if s.Status != StatusPending || s.Attempt != 0 {
 			err = invalidf(nil, "event %d (%s): task is %s after %d attempts; only a task never started expires", e.Seq, TaskExpired, s.Status, s.Attempt)
@@ -369,6 +410,12 @@ func typeOf(p Payload) (Type, bool) {
 		return WaitStarted, true
 	case WaitTimedOutData:
 		return WaitTimedOut, true
+	case ChildStartedData:
+		return ChildStarted, true
+	case ChildWaitStartedData:
+		return ChildWaitStarted, true
+	case ChildFinishedData:
+		return ChildFinished, true
 	}
 	return "", false
 }
@@ -385,6 +432,9 @@ func (s *State) applyScheduled(e Event, p TaskScheduledData) error {
 	}
 	if p.FairnessWeight != 0 && p.FairnessKey == "" {
 		return invalidf(nil, "event %d (%s): fairness weight %d without a fairness key", e.Seq, TaskScheduled, p.FairnessWeight)
+	}
+	if p.ParentPosition < 0 || (p.ParentPosition != 0 && p.ParentID == "") {
+		return invalidf(nil, "event %d (%s): parent position %d without a parent", e.Seq, TaskScheduled, p.ParentPosition)
 	}
 	s.Scheduled = p
 	s.Status = StatusPending
@@ -411,6 +461,9 @@ func (s *State) applyAttemptStarted(e Event, p AttemptStartedData) error {
 	s.Status = StatusRunning
 	s.Attempt = e.Attempt
 	s.Lease = Lease{Owner: p.WorkerID, Epoch: p.LeaseEpoch, ExpiresAt: p.LeaseExpiresAt}
+	// Woken (a child finished, a cancel, its deadline): the attempt looks
+	// at its children afresh.
+	s.ChildWait = nil
 	if s.StartedAt.IsZero() {
 		s.StartedAt = e.At
 	}
@@ -535,6 +588,7 @@ func (s *State) applyRequeued(e Event, p TaskRequeuedData) error {
 // non-terminal state: a pending task can fail (it expired, or its input was
 // refused), a running one can be dead-lettered by the rescuer.
 func (s *State) finish(e Event, status Status) {
+	s.ChildWait = nil
 	s.Status = status
 	s.FinishedAt = e.At
 	s.Lease.Owner, s.Lease.ExpiresAt = "", time.Time{}
@@ -789,5 +843,97 @@ func (s *State) applyWaitTimedOut(e Event, p WaitTimedOutData) error {
 	w.TimedOut = true
 	s.Waits = append(slices.Clip(s.Waits[:len(s.Waits)-1]), w)
 	s.Wait = nil
+	return nil
+}
+
+func (s *State) applyChildStarted(e Event, p ChildStartedData) error {
+	if err := s.requireLeasedAttempt(e); err != nil {
+		return err
+	}
+	switch {
+	case s.Compensation.IsStarted():
+		return invalidf(nil, "event %d (%s): task is compensating", e.Seq, ChildStarted)
+	case p.Position != len(s.Children):
+		return invalidf(nil, "event %d (%s): position %d, expected %d", e.Seq, ChildStarted, p.Position, len(s.Children))
+	case p.ChildID == "":
+		return invalidf(nil, "event %d (%s): no child id", e.Seq, ChildStarted)
+	case p.TaskType == "":
+		return invalidf(nil, "event %d (%s): no task type", e.Seq, ChildStarted)
+	case p.OnParentClose != "" && p.OnParentClose != ParentCloseCancel && p.OnParentClose != ParentCloseAbandon:
+		return invalidf(nil, "event %d (%s): unknown parent close policy %q", e.Seq, ChildStarted, p.OnParentClose)
+	}
+	for _, c := range s.Children {
+		if c.ID == p.ChildID {
+			return invalidf(nil, "event %d (%s): task %s is already child %d", e.Seq, ChildStarted, p.ChildID, c.Position)
+		}
+	}
+	// Clip: a State derived from s may share spare capacity.
+	s.Children = append(slices.Clip(s.Children), Child{
+		Position: p.Position, ID: p.ChildID, TaskType: p.TaskType, TypeVersion: p.TypeVersion, OnParentClose: p.OnParentClose,
+	})
+	return nil
+}
+
+func (s *State) applyChildWaitStarted(e Event, p ChildWaitStartedData) error {
+	if err := s.requireLeasedAttempt(e); err != nil {
+		return err
+	}
+	switch {
+	case s.Timer != nil:
+		return invalidf(nil, "event %d (%s): a timer runs at position %d", e.Seq, ChildWaitStarted, s.Timer.Position)
+	case s.Wait != nil:
+		return invalidf(nil, "event %d (%s): receive %d waits for signal %q", e.Seq, ChildWaitStarted, s.Wait.Position, s.Wait.Name)
+	case s.Compensation.IsStarted():
+		return invalidf(nil, "event %d (%s): task is compensating", e.Seq, ChildWaitStarted)
+	case len(p.Positions) == 0:
+		return invalidf(nil, "event %d (%s): awaits no child", e.Seq, ChildWaitStarted)
+	}
+	for _, pos := range p.Positions {
+		if pos < 0 || pos >= len(s.Children) {
+			return invalidf(nil, "event %d (%s): no child %d was started", e.Seq, ChildWaitStarted, pos)
+		}
+		if s.Children[pos].Finished {
+			return invalidf(nil, "event %d (%s): child %d has finished", e.Seq, ChildWaitStarted, pos)
+		}
+	}
+	// The attempt ends: the task waits, holding no lease, until one of
+	// the children finishes (or its deadline, when it has one).
+	s.ChildWait = &ChildWait{Positions: slices.Clone(p.Positions)}
+	s.Status = StatusPending
+	s.RunAt = Never
+	if dl := s.Scheduled.Deadline; dl != nil {
+		s.RunAt = *dl
+	}
+	s.Lease.Owner, s.Lease.ExpiresAt = "", time.Time{}
+	return nil
+}
+
+func (s *State) applyChildFinished(e Event, p ChildFinishedData) error {
+	if p.Position < 0 || p.Position >= len(s.Children) {
+		return invalidf(nil, "event %d (%s): no child %d was started", e.Seq, ChildFinished, p.Position)
+	}
+	c := s.Children[p.Position]
+	switch {
+	case c.ID != p.ChildID:
+		return invalidf(nil, "event %d (%s): child %d is task %s, not %s", e.Seq, ChildFinished, p.Position, c.ID, p.ChildID)
+	case c.Finished:
+		return invalidf(nil, "event %d (%s): child %d has already finished", e.Seq, ChildFinished, p.Position)
+	case !p.Status.Terminal():
+		return invalidf(nil, "event %d (%s): status %q is not a terminal status", e.Seq, ChildFinished, p.Status)
+	case p.Status != StatusCompleted && p.Error == nil && p.Status != StatusCancelled && p.Status != StatusExpired:
+		return invalidf(nil, "event %d (%s): a %s child without its error", e.Seq, ChildFinished, p.Status)
+	}
+	c.Finished, c.Status, c.Output, c.Error, c.FinishedSeq = true, p.Status, p.Output, p.Error, e.Seq
+	children := slices.Clone(s.Children)
+	children[p.Position] = c
+	s.Children = children
+	if s.ChildWait != nil && slices.Contains(s.ChildWait.Positions, p.Position) {
+		// A child it awaits: due at once. The status stays what it was
+		// (pending: the wait ended the attempt).
+		s.ChildWait = nil
+		if s.Status == StatusPending && e.At.Before(s.RunAt) {
+			s.RunAt = e.At
+		}
+	}
 	return nil
 }

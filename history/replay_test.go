@@ -543,6 +543,7 @@ func TestEventType(t *testing.T) {
 		history.CompensationStartedData{}, history.StepCompensatedData{}, history.CompensationFailedData{},
 		history.TaskCancelledData{}, history.TaskExpiredData{}, history.TimerStartedData{}, history.TimerFiredData{},
 		history.SignalReceivedData{}, history.WaitStartedData{}, history.WaitTimedOutData{},
+		history.ChildStartedData{}, history.ChildWaitStartedData{}, history.ChildFinishedData{},
 	}
 	require.Len(t, payloads, len(history.Types))
 	for i, p := range payloads {

@@ -7,7 +7,7 @@ SELECT set_config('statement_timeout', @statement_timeout::text, true), now();
 -- The window's events of the namespace's tasks (of one queue, or all when
 -- @queue is empty), found by time (the BRIN index on events.at), and for
 -- each task they touch its last event before the window (cancel_requested
--- and signal_received skipped: they keep the status), found by the primary
+-- signal_received and child_finished skipped: they keep the status), found by the primary
 -- key: the state the task entered the window in. "when" is the time the payload names.
 WITH win AS (
     SELECT e.task_id, t.queue, e.seq, e.type, e.at,
@@ -25,7 +25,7 @@ SELECT f.task_id::text, f.queue, p.seq, p.type, p.at,
 FROM firsts AS f
 CROSS JOIN LATERAL (
     SELECT seq, type, at, data FROM /* TEMPLATE: schema */events AS p
-    WHERE p.task_id = f.task_id AND p.seq < f.seq AND p.type NOT IN ('cancel_requested', 'signal_received')
+    WHERE p.task_id = f.task_id AND p.seq < f.seq AND p.type NOT IN ('cancel_requested', 'signal_received', 'child_finished')
     ORDER BY p.seq DESC LIMIT 1
 ) AS p
 ORDER BY 1, 3;

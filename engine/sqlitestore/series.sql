@@ -19,7 +19,7 @@ SELECT f.task_id, f.queue, p.seq, p.type, p.at,
 FROM firsts AS f
 JOIN events AS p ON p.task_id = f.task_id AND p.seq = (
     SELECT max(b.seq) FROM events AS b
-    WHERE b.task_id = f.task_id AND b.seq < f.seq AND b.type NOT IN ('cancel_requested', 'signal_received'))
+    WHERE b.task_id = f.task_id AND b.seq < f.seq AND b.type NOT IN ('cancel_requested', 'signal_received', 'child_finished'))
 ORDER BY 1, 3;
 
 -- name: SeriesLive

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/cairnflow/cairn/history"
@@ -117,6 +118,9 @@ type gen struct {
 	waiting       bool       // a receive waits (wait_started): a signal or the deadline ends it
 	receives      int        // receives the workflow has made: the next one's position
 	unconsumed    int        // signals received that no receive has taken yet
+	children      int        // children started: the next one's position
+	unfinished    []int      // positions of the children not finished yet
+	awaiting      bool       // the attempt ended awaiting the last child started
 	comp          *compState // compensation in progress
 }
 
@@ -238,6 +242,15 @@ func (g *gen) run() {
 		return
 	}
 	for attempt := 1; !g.full(); attempt++ {
+		if g.awaiting || (len(g.unfinished) > 0 && g.src.intRange("child_finish", 0, 3) == 0) {
+			// A child finishes between attempts; a task awaiting it is
+			// due at once.
+			g.at = g.at.Add(g.delay("delay", time.Second))
+			g.finishChild()
+			if g.full() {
+				return
+			}
+		}
 		if !g.endless && g.src.intRange("signal", 0, 5) == 0 {
 			// A signal arrives between attempts; a task waiting for it is
 			// due at once.
@@ -279,6 +292,27 @@ func (g *gen) signal() {
 		return
 	}
 	g.unconsumed++
+}
+
+// finishChild appends child_finished, outside any attempt: for the child
+// awaited, or else for the oldest unfinished one.
+func (g *gen) finishChild() {
+	pos := g.unfinished[0]
+	if g.awaiting {
+		pos = g.unfinished[len(g.unfinished)-1]
+	}
+	g.unfinished = slices.DeleteFunc(g.unfinished, func(p int) bool { return p == pos })
+	p := history.ChildFinishedData{Position: pos, ChildID: fmt.Sprintf("0190c0de-0000-7000-8000-%012d", pos), Status: history.StatusCompleted,
+		Output: g.rawOrNil("output", outputs)}
+	if g.src.intRange("child_failed", 0, 3) == 0 {
+		info := g.errorInfo(history.Permanent)
+		p.Status, p.Output, p.Error = history.StatusFailed, nil, &info
+	}
+	g.emit(0, p, true)
+	if g.awaiting {
+		g.awaiting = false
+		g.runAt = g.at
+	}
 }
 
 // requestCancel appends cancel_requested and, when no completed step needs
@@ -439,6 +473,27 @@ func (g *gen) attempt(attempt int) bool {
 			g.runAt = fireAt
 			g.sleeping = true
 			return g.full()
+		}
+		if !g.endless && g.src.intRange("child", 0, 7) == 0 {
+			// The workflow starts a child, and may await it: the attempt
+			// ends until the child finishes.
+			pos := g.children
+			g.emit(attempt, history.ChildStartedData{
+				Position: pos, ChildID: fmt.Sprintf("0190c0de-0000-7000-8000-%012d", pos), TaskType: "ocr_page",
+				OnParentClose: g.pick("on_parent_close", []string{"", history.ParentCloseCancel, history.ParentCloseAbandon}),
+			}, true)
+			g.children++
+			g.unfinished = append(g.unfinished, pos)
+			if g.full() {
+				return true
+			}
+			if g.src.intRange("await_child", 0, 1) == 0 {
+				g.emit(attempt, history.ChildWaitStartedData{Positions: []int{pos}}, true)
+				g.runAt = history.Never
+				g.awaiting = true
+				return g.full()
+			}
+			continue
 		}
 		if !g.endless && g.src.intRange("receive", 0, 7) == 0 {
 			if g.unconsumed > 0 {

@@ -49,7 +49,7 @@ func (w SeriesWindow) firstEdgeAtOrAfter(t time.Time) int {
 // queue. When is the time its payload names (run_at, next_run_at,
 // fire_at, a wait's deadline), nil where it names none. Before marks the
 // task's last event ahead of the window (cancel_requested and
-// signal_received skipped, since they keep the status): the state the task entered the window in.
+// signal_received and child_finished skipped, since they keep the status): the state the task entered the window in.
 type SeriesEvent struct {
 	TaskID string
 	Queue  string
@@ -93,8 +93,14 @@ func (s seriesState) next(e SeriesEvent) seriesState {
 	switch e.Type {
 	case history.TaskScheduled, history.LeaseExpired, history.TimerStarted, history.WaitStarted:
 		out.status, out.runAt = seriesWaiting, when
+	case history.ChildWaitStarted:
+		out.status, out.runAt = seriesWaiting, history.Never // due when a child finishes
 	case history.TaskReleased, history.TaskRequeued, history.CompensationRequested:
 		out.status, out.runAt = seriesWaiting, e.At // due now
+	case history.ChildFinished:
+		if s.status == seriesWaiting && s.runAt.Equal(history.Never) {
+			out.runAt = e.At // the child it awaited, most likely: due now
+		}
 	case history.AttemptStarted:
 		out.status, out.failed = seriesRunning, false
 	case history.StepCompleted, history.CompensationStarted, history.StepCompensated, history.CompensationFailed, history.TimerFired:
