@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"time"
 
+	"github.com/cairnflow/cairn/engine/internal/plan"
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
 )
@@ -56,6 +57,8 @@ func ProjectionDiff(t *store.Task, s history.State) []string {
 	}
 	check("fairness_key", t.FairnessKey, sc.FairnessKey)
 	check("fairness_weight", t.FairnessWeight, sc.FairnessWeight)
+	check("parent_id", plan.ParentString(t.ParentID), sc.ParentID)
+	check("parent_position", t.ParentPosition, sc.ParentPosition)
 	check("status", t.Status, s.Status)
 	checkTime("run_at", &t.RunAt, s.RunAt)
 	check("attempt", t.Attempt, s.Attempt)

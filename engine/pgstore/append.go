@@ -140,17 +140,31 @@ func (s *Store) EventAppendMany(ctx context.Context, ps []*store.EventAppendPara
 	if valid == 0 {
 		return out, nil
 	}
-	rows, err := s.pool.Query(ctx, s.sql("EventAppendMany"), batch.args(s.doneChannel, s.channel, s.cancelChannel))
-	if err != nil {
-		return nil, errors.Wrap(interpretError(err), "append events")
+	var ok map[[16]byte]bool
+	var parents []parentWrite
+	if endsAChild(ps, out) {
+		var err error
+		if ok, parents, err = s.appendReporting(ctx, ps, out, batch); err != nil {
+			return nil, errors.Wrap(interpretError(err), "append events")
+		}
+	} else {
+		rows, err := s.pool.Query(ctx, s.sql("EventAppendMany"), batch.args(s.doneChannel, s.channel, s.cancelChannel))
+		if err != nil {
+			return nil, errors.Wrap(interpretError(err), "append events")
+		}
+		written, err := pgx.CollectRows(rows, pgx.RowTo[[16]byte])
+		if err != nil {
+			return nil, errors.Wrap(interpretError(err), "append events")
+		}
+		ok = make(map[[16]byte]bool, len(written))
+		for _, id := range written {
+			ok[id] = true
+		}
 	}
-	written, err := pgx.CollectRows(rows, pgx.RowTo[[16]byte])
-	if err != nil {
-		return nil, errors.Wrap(interpretError(err), "append events")
-	}
-	ok := make(map[[16]byte]bool, len(written))
-	for _, id := range written {
-		ok[id] = true
+	if s.metrics != nil {
+		for _, w := range parents {
+			s.metrics.ObserveAppended(w.p, w.next)
+		}
 	}
 	for i, p := range ps {
 		if out[i].Err == nil && ok[p.TaskID] {

@@ -12,10 +12,11 @@ WITH input AS (
         @ids::uuid[], @namespaces::text[], @queues::text[], @types::text[], @type_versions::integer[],
         @priorities::integer[], @run_ats::timestamptz[], @max_attempts::integer[],
         @idempotency_keys::text[], @trace_ids::text[], @inputs::jsonb[], @labels::jsonb[], @deadlines::timestamptz[],
-        @start_deadlines::timestamptz[], @fairness_keys::text[], @fairness_weights::integer[], @datas::jsonb[])
+        @start_deadlines::timestamptz[], @fairness_keys::text[], @fairness_weights::integer[], @datas::jsonb[],
+        @parent_ids::uuid[], @parent_positions::integer[])
         WITH ORDINALITY AS i(id, namespace, queue, type, type_version, priority, run_at, max_attempts,
                              idempotency_key, trace_id, input, labels, deadline, start_deadline,
-                             fairness_key, fairness_weight, data, ord)
+                             fairness_key, fairness_weight, data, parent_id, parent_position, ord)
 ), placed AS (
     -- A task's virtual start time (fair_at): its run time without a
     -- fairness key; with one, a quantum (over its weight) after the last
@@ -36,10 +37,10 @@ WITH input AS (
     INSERT INTO /* TEMPLATE: schema */tasks (
         id, namespace, queue, type, type_version, status, priority, run_at,
         attempt, max_attempts, idempotency_key, trace_id, input, labels, deadline, start_deadline,
-        fairness_key, fairness_weight, fair_at, last_seq, created_at, updated_at)
+        fairness_key, fairness_weight, fair_at, parent_id, parent_position, last_seq, created_at, updated_at)
     SELECT id, namespace, queue, type, type_version, 'pending', priority, run_at,
         0, max_attempts, idempotency_key, trace_id, input, labels, deadline, start_deadline,
-        fairness_key, fairness_weight, fair_at, 1, @at, @at
+        fairness_key, fairness_weight, fair_at, parent_id, parent_position, 1, @at, @at
     FROM placed ORDER BY ord
     ON CONFLICT (namespace, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id, queue
@@ -248,7 +249,7 @@ SELECT o.next_at, o.held_back, c.id, c.namespace, c.queue, c.type, c.type_versio
     c.attempt, c.max_attempts, c.lease_owner, c.lease_epoch, c.lease_expires_at,
     c.idempotency_key, c.trace_id, c.input, c.output, c.last_error, c.cancel_requested,
     c.last_seq, c.created_at, c.updated_at, c.started_at, c.finished_at, c.labels, c.deadline, c.start_deadline,
-    c.fairness_key, c.fairness_weight,
+    c.fairness_key, c.fairness_weight, c.parent_id, c.parent_position,
     h.seqs, h.types, h.ats, h.attempts, h.datas
 FROM outlook AS o LEFT JOIN (claimed AS c LEFT JOIN LATERAL (
     -- A fresh task's history is task_scheduled alone, which its row holds
@@ -342,6 +343,12 @@ SELECT upd.id FROM upd
 WHERE (SELECT count(*) FROM done) >= 0 AND (SELECT count(*) FROM ready) >= 0 AND (SELECT count(*) FROM freed) >= 0
   AND (SELECT count(*) FROM cancel) >= 0;
 
+-- name: TaskLockMany
+-- Locks tasks' rows in id order: a batch that ends children takes its
+-- tasks' and their parents' rows this way before it writes, so two such
+-- batches sharing a parent queue rather than deadlock.
+SELECT id FROM /* TEMPLATE: schema */tasks WHERE id = ANY(@ids::uuid[]) ORDER BY id FOR UPDATE;
+
 -- name: TaskFenceByID
 -- Tells a refused append apart: not found, moved on, or fenced.
 SELECT last_seq, lease_epoch, lease_owner IS NOT NULL FROM /* TEMPLATE: schema */tasks WHERE id = @id;
@@ -367,7 +374,7 @@ SELECT id, namespace, queue, type, type_version, status, priority, run_at,
     attempt, max_attempts, lease_owner, lease_epoch, lease_expires_at,
     idempotency_key, trace_id, input, output, last_error, cancel_requested,
     last_seq, created_at, updated_at, started_at, finished_at, labels, deadline, start_deadline,
-    fairness_key, fairness_weight
+    fairness_key, fairness_weight, parent_id, parent_position
 FROM /* TEMPLATE: schema */tasks WHERE id = @id AND namespace = @namespace;
 
 -- name: TaskGetManyByID
@@ -375,7 +382,7 @@ SELECT id, namespace, queue, type, type_version, status, priority, run_at,
     attempt, max_attempts, lease_owner, lease_epoch, lease_expires_at,
     idempotency_key, trace_id, input, output, last_error, cancel_requested,
     last_seq, created_at, updated_at, started_at, finished_at, labels, deadline, start_deadline,
-    fairness_key, fairness_weight
+    fairness_key, fairness_weight, parent_id, parent_position
 FROM /* TEMPLATE: schema */tasks WHERE id = ANY(@ids::uuid[]);
 
 -- name: TaskList
@@ -383,7 +390,7 @@ SELECT id, namespace, queue, type, type_version, status, priority, run_at,
     attempt, max_attempts, lease_owner, lease_epoch, lease_expires_at,
     idempotency_key, trace_id, input, output, last_error, cancel_requested,
     last_seq, created_at, updated_at, started_at, finished_at, labels, deadline, start_deadline,
-    fairness_key, fairness_weight
+    fairness_key, fairness_weight, parent_id, parent_position
 FROM /* TEMPLATE: schema */tasks
 WHERE namespace = @namespace
   AND (@status::text = '' OR status = @status)
@@ -400,7 +407,7 @@ SELECT id, namespace, queue, type, type_version, status, priority, run_at,
     attempt, max_attempts, lease_owner, lease_epoch, lease_expires_at,
     idempotency_key, trace_id, NULL::jsonb AS input, NULL::jsonb AS output, last_error, cancel_requested,
     last_seq, created_at, updated_at, started_at, finished_at, labels, deadline, start_deadline,
-    fairness_key, fairness_weight
+    fairness_key, fairness_weight, parent_id, parent_position
 FROM /* TEMPLATE: schema */tasks
 WHERE namespace = @namespace
   AND (@status::text = '' OR status = @status)
@@ -453,7 +460,7 @@ SELECT t.id, t.namespace, t.queue, t.type, t.type_version, t.status, t.priority,
     CASE WHEN @with_output::boolean THEN t.output END AS output,
     t.last_error, t.cancel_requested,
     t.last_seq, t.created_at, t.updated_at, t.started_at, t.finished_at, t.labels, t.deadline, t.start_deadline,
-    t.fairness_key, t.fairness_weight
+    t.fairness_key, t.fairness_weight, t.parent_id, t.parent_position
 FROM walk AS w JOIN /* TEMPLATE: schema */tasks AS t ON t.id = w.wid
 WHERE w.n = 1 OR w.bytes <= @max_bytes::bigint
 ORDER BY t.id DESC;
@@ -492,7 +499,7 @@ SELECT id, namespace, queue, type, type_version, status, priority, run_at,
     attempt, max_attempts, lease_owner, lease_epoch, lease_expires_at,
     idempotency_key, trace_id, input, output, last_error, cancel_requested,
     last_seq, created_at, updated_at, started_at, finished_at, labels, deadline, start_deadline,
-    fairness_key, fairness_weight
+    fairness_key, fairness_weight, parent_id, parent_position
 FROM /* TEMPLATE: schema */tasks
 WHERE namespace = @namespace AND status = 'dead_lettered'
   AND (@type::text = '' OR type = @type)
@@ -506,7 +513,7 @@ SELECT id, namespace, queue, type, type_version, status, priority, run_at,
     attempt, max_attempts, lease_owner, lease_epoch, lease_expires_at,
     idempotency_key, trace_id, NULL::jsonb AS input, NULL::jsonb AS output, last_error, cancel_requested,
     last_seq, created_at, updated_at, started_at, finished_at, labels, deadline, start_deadline,
-    fairness_key, fairness_weight
+    fairness_key, fairness_weight, parent_id, parent_position
 FROM /* TEMPLATE: schema */tasks
 WHERE namespace = @namespace AND status = 'dead_lettered'
   AND (@type::text = '' OR type = @type)

@@ -151,6 +151,8 @@ func scanTaskWith(row pgx.CollectableRow, extra ...any) (*store.Task, error) {
 		leaseOwner, idemKey, traceID *string
 		fairnessKey                  *string
 		fairnessWeight               *int
+		parentID                     *[16]byte
+		parentPosition               *int
 		input, output, lastError     []byte
 		labels                       []byte
 		status                       string
@@ -159,7 +161,7 @@ func scanTaskWith(row pgx.CollectableRow, extra ...any) (*store.Task, error) {
 		&t.RunAt, &t.Attempt, &t.MaxAttempts, &leaseOwner, &t.LeaseEpoch, &t.LeaseExpiresAt,
 		&idemKey, &traceID, &input, &output, &lastError, &t.CancelRequest, &t.LastSeq,
 		&t.CreatedAt, &t.UpdatedAt, &t.StartedAt, &t.FinishedAt, &labels, &t.Deadline, &t.StartDeadline,
-		&fairnessKey, &fairnessWeight}
+		&fairnessKey, &fairnessWeight, &parentID, &parentPosition}
 	err := row.Scan(append(dest, extra...)...)
 	if err != nil {
 		return nil, err
@@ -167,6 +169,7 @@ func scanTaskWith(row pgx.CollectableRow, extra ...any) (*store.Task, error) {
 	t.Status = history.Status(status)
 	t.LeaseOwner, t.IdempotencyKey, t.TraceID = deref(leaseOwner), deref(idemKey), deref(traceID)
 	t.FairnessKey, t.FairnessWeight = deref(fairnessKey), deref(fairnessWeight)
+	t.ParentID, t.ParentPosition = deref(parentID), deref(parentPosition)
 	t.Input, t.Output = input, output
 	if lastError != nil {
 		t.LastError = new(history.ErrorInfo)
@@ -260,6 +263,8 @@ func (s *Store) taskStartMany(ctx context.Context, q querier, ps []*store.TaskSt
 		deadlines, startDeadlines      = make([]*time.Time, n), make([]*time.Time, n)
 		fairnessKeys                   = make([]*string, n)
 		fairnessWeights                = make([]*int32, n)
+		parentIDs                      = make([]*[16]byte, n)
+		parentPositions                = make([]*int32, n)
 		datas                          = make([]string, n)
 		plans                          = make([]plan.StartPlan, n)
 		refuseReuse                    = false // a start refuses its key's reuse: compare, in a transaction
@@ -284,12 +289,20 @@ func (s *Store) taskStartMany(ctx context.Context, q querier, ps []*store.TaskSt
 			fairnessWeights[i] = ptr(int32(sched.FairnessWeight))
 		}
 		labels[i] = nullJSONString(planned.Labels)
+		if sched.ParentID != "" {
+			parent, err := uuid.Parse(sched.ParentID)
+			if err != nil {
+				return nil, errors.Wrapf(err, "start task %d: parent id", i)
+			}
+			parentIDs[i], parentPositions[i] = (*[16]byte)(&parent), ptr(int32(sched.ParentPosition))
+		}
 	}
 	args := pgx.NamedArgs{
 		"ids": ids, "namespaces": namespaces, "queues": queues, "types": types, "type_versions": versions,
 		"priorities": priorities, "run_ats": runAts, "max_attempts": attempts, "idempotency_keys": idemKeys,
 		"trace_ids": traceIDs, "inputs": inputs, "labels": labels, "deadlines": deadlines, "start_deadlines": startDeadlines,
-		"fairness_keys": fairnessKeys, "fairness_weights": fairnessWeights, "fairness_quantum": store.FairnessQuantum.Seconds(), "datas": datas, "at": now, "channel": s.channel,
+		"fairness_keys": fairnessKeys, "fairness_weights": fairnessWeights, "fairness_quantum": store.FairnessQuantum.Seconds(), "datas": datas,
+		"parent_ids": parentIDs, "parent_positions": parentPositions, "at": now, "channel": s.channel,
 	}
 	if len(bounded) == 0 && !refuseReuse {
 		return s.insertTasks(ctx, q, args, plans)

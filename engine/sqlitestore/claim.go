@@ -441,52 +441,32 @@ func (s *Store) EventAppendMany(ctx context.Context, ps []*store.EventAppendPara
 		plans[i] = &ap
 	}
 	var note store.Notification
+	var parents []parentWrite
 	err := s.tx(ctx, func(tx *txn) error {
-		note = store.Notification{}
-		limited := queueLimits{}
-		now := s.now()
+		note, parents = store.Notification{}, nil
+		w := &appendWriter{tx: tx, now: s.now(), note: &note, limited: queueLimits{}}
 		for i, p := range ps {
 			if plans[i] == nil {
 				continue
 			}
-			written, err := writeFencedRow(ctx, tx, p, *plans[i], now)
+			refused, err := w.write(ctx, p, *plans[i])
 			if err != nil {
 				return err
 			}
-			if !written {
-				// Refused: find out why, as PostgreSQL's explainRefusal.
-				refused, err := fence(ctx, tx, p, now)
-				if err != nil {
-					return err
-				}
-				if refused == nil {
-					refused = errors.AssertionFailedf("append to task %s: refused, and the fence finds no reason", p.TaskID)
-				}
+			if refused != nil {
 				out[i].Err = refused
 				continue
 			}
-			if err := insertEvents(ctx, tx, p.TaskID, plans[i].Events); err != nil {
-				return err
-			}
 			out[i].State = plans[i].Next
-			next := plans[i].Next
-			if !note.Ready && leftRunning(p, next) {
-				// A slot of a concurrency-limited queue is free: wake
-				// the workers it held back, as PostgreSQL's NOTIFY does.
-				if note.Ready, err = limited.has(ctx, tx, p.State.Scheduled); err != nil {
-					return err
-				}
-			}
-			switch {
-			case next.Status.Terminal():
-				note.Done = append(note.Done, p.TaskID)
-			case (next.Status == history.StatusPending || next.Status == history.StatusRetrying) && !next.RunAt.After(now):
-				note.Ready = true
-			case next.Status == history.StatusRunning && next.CancelRequested:
-				note.Cancel = append(note.Cancel, p.TaskID)
-			}
 		}
-		return nil
+		nexts := make([]history.State, len(ps))
+		for i := range ps {
+			nexts[i] = out[i].State
+		}
+		ids, reports := plan.ChildReports(ps, nexts, func(i int) bool { return plans[i] != nil && out[i].Err == nil })
+		var err error
+		parents, err = w.reportToParents(ctx, ids, reports)
+		return err
 	})
 	if err != nil {
 		return nil, errors.Wrap(err, "append events")
@@ -500,7 +480,115 @@ func (s *Store) EventAppendMany(ctx context.Context, ps []*store.EventAppendPara
 			s.metrics.ObserveAppended(ps[i], out[i].State)
 		}
 	}
+	if s.metrics != nil {
+		for _, w := range parents {
+			s.metrics.ObserveAppended(w.p, w.next)
+		}
+	}
 	s.announce(note)
+	return out, nil
+}
+
+// appendWriter writes appends inside one transaction, gathering what they
+// announce.
+type appendWriter struct {
+	tx      *txn
+	now     time.Time
+	note    *store.Notification
+	limited queueLimits
+}
+
+// write writes the planned append p: its row fenced, its events, and what
+// it announces. refused says why the fence refused it (nothing written).
+func (w *appendWriter) write(ctx context.Context, p *store.EventAppendParams, planned plan.AppendPlan) (refused, err error) {
+	written, err := writeFencedRow(ctx, w.tx, p, planned, w.now)
+	if err != nil {
+		return nil, err
+	}
+	if !written {
+		// Refused: find out why, as PostgreSQL's explainRefusal.
+		refused, err := fence(ctx, w.tx, p, w.now)
+		if err != nil {
+			return nil, err
+		}
+		if refused == nil {
+			refused = errors.AssertionFailedf("append to task %s: refused, and the fence finds no reason", p.TaskID)
+		}
+		return refused, nil
+	}
+	if err := insertEvents(ctx, w.tx, p.TaskID, planned.Events); err != nil {
+		return nil, err
+	}
+	next := planned.Next
+	if !w.note.Ready && leftRunning(p, next) {
+		// A slot of a concurrency-limited queue is free: wake the workers
+		// it held back, as PostgreSQL's NOTIFY does.
+		if w.note.Ready, err = w.limited.has(ctx, w.tx, p.State.Scheduled); err != nil {
+			return nil, err
+		}
+	}
+	switch {
+	case next.Status.Terminal():
+		w.note.Done = append(w.note.Done, p.TaskID)
+	case (next.Status == history.StatusPending || next.Status == history.StatusRetrying) && !next.RunAt.After(w.now):
+		w.note.Ready = true
+	case next.Status == history.StatusRunning && next.CancelRequested:
+		w.note.Cancel = append(w.note.Cancel, p.TaskID)
+	}
+	return nil, nil
+}
+
+// appendOne plans and writes p; refused is as [appendWriter.write]'s, or
+// the plan's refusal.
+func (w *appendWriter) appendOne(ctx context.Context, p *store.EventAppendParams) (history.State, error) {
+	planned, err := plan.Append(p, w.now)
+	if err != nil {
+		return p.State, err
+	}
+	refused, err := w.write(ctx, p, planned)
+	if err != nil {
+		return p.State, err
+	}
+	if refused != nil {
+		return p.State, refused
+	}
+	return planned.Next, nil
+}
+
+// parentWrite is a parent's append of child_finished, with the state it
+// replayed to.
+type parentWrite struct {
+	p    *store.EventAppendParams
+	next history.State
+}
+
+// reportToParents appends the children's child_finished to their parents
+// (ids), in the transaction that ended the children: the store's one
+// writer holds it, so the parents' histories cannot move meanwhile.
+func (w *appendWriter) reportToParents(ctx context.Context, ids []uuid.UUID, reports map[uuid.UUID][]history.ChildFinishedData) ([]parentWrite, error) {
+	var out []parentWrite
+	for _, id := range ids {
+		events, err := listEvents(ctx, w.tx, id)
+		if err != nil {
+			return nil, err
+		}
+		if len(events) == 0 {
+			continue // the parent is gone (retention): nobody to tell
+		}
+		state, err := history.Replay(events)
+		if err != nil {
+			return nil, errors.Wrapf(err, "replay parent %s", id)
+		}
+		ap := plan.ParentAppend(id, state, reports[id])
+		if ap == nil {
+			continue
+		}
+		next, err := w.appendOne(ctx, ap)
+		if err != nil {
+			return nil, errors.Wrapf(err, "report to parent %s", id)
+		}
+		out = append(out, parentWrite{p: ap, next: next})
+	}
 	return out, nil
 }
 

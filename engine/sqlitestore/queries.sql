@@ -45,8 +45,8 @@ SELECT max(fair_at) FROM tasks WHERE namespace = ? AND queue = ? AND fairness_ke
 -- name: TaskInsert
 INSERT INTO tasks (id, namespace, queue, type, type_version, status, priority, run_at,
     attempt, max_attempts, idempotency_key, trace_id, input, labels, deadline, start_deadline,
-    fairness_key, fairness_weight, fair_at, last_seq, created_at, updated_at)
-VALUES (?, ?, ?, ?, ?, 'pending', ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?);
+    fairness_key, fairness_weight, fair_at, parent_id, parent_position, last_seq, created_at, updated_at)
+VALUES (?, ?, ?, ?, ?, 'pending', ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?);
 
 -- name: EventInsertScheduled
 -- A new task's first event, task_scheduled (EventInsert has the others).

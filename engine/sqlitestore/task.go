@@ -20,7 +20,7 @@ const taskColumns = `id, namespace, queue, type, type_version, status, priority,
 	attempt, max_attempts, lease_owner, lease_epoch, lease_expires_at,
 	idempotency_key, trace_id, input, output, last_error, cancel_requested,
 	last_seq, created_at, updated_at, started_at, finished_at, labels, deadline, start_deadline,
-	fairness_key, fairness_weight`
+	fairness_key, fairness_weight, parent_id, parent_position`
 
 // taskColumnsLean is taskColumns with NULL for the input and output: the
 // listings that do not show payloads do not read them.
@@ -28,7 +28,7 @@ const taskColumnsLean = `id, namespace, queue, type, type_version, status, prior
 	attempt, max_attempts, lease_owner, lease_epoch, lease_expires_at,
 	idempotency_key, trace_id, NULL AS input, NULL AS output, last_error, cancel_requested,
 	last_seq, created_at, updated_at, started_at, finished_at, labels, deadline, start_deadline,
-	fairness_key, fairness_weight`
+	fairness_key, fairness_weight, parent_id, parent_position`
 
 // taskColumnsPicked is taskColumns of tasks AS t, with the input and
 // output only where parameters ?7 and ?8 ask for them (TaskListPayloads).
@@ -37,7 +37,7 @@ const taskColumnsPicked = `t.id, t.namespace, t.queue, t.type, t.type_version, t
 	t.idempotency_key, t.trace_id, CASE WHEN ?7 THEN t.input END AS input, CASE WHEN ?8 THEN t.output END AS output,
 	t.last_error, t.cancel_requested,
 	t.last_seq, t.created_at, t.updated_at, t.started_at, t.finished_at, t.labels, t.deadline, t.start_deadline,
-	t.fairness_key, t.fairness_weight`
+	t.fairness_key, t.fairness_weight, t.parent_id, t.parent_position`
 
 type scanner interface{ Scan(dest ...any) error }
 
@@ -53,12 +53,14 @@ func scanTask(row scanner, extra ...any) (*store.Task, error) {
 		leaseExpires, startedAt, finishedAt       sql.NullInt64
 		deadline, startDeadline, fairnessWeight   sql.NullInt64
 		cancelRequested                           bool
+		parentID                                  sql.NullString
+		parentPosition                            sql.NullInt64
 	)
 	err := row.Scan(append([]any{&id, &t.Namespace, &t.Queue, &t.Type, &t.TypeVersion, &status, &t.Priority, &runAt,
 		&t.Attempt, &t.MaxAttempts, &leaseOwner, &t.LeaseEpoch, &leaseExpires,
 		&idemKey, &traceID, &input, &output, &lastError, &cancelRequested,
 		&t.LastSeq, &createdAt, &updatedAt, &startedAt, &finishedAt, &labels, &deadline, &startDeadline,
-		&fairnessKey, &fairnessWeight}, extra...)...)
+		&fairnessKey, &fairnessWeight, &parentID, &parentPosition}, extra...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -69,6 +71,12 @@ func scanTask(row scanner, extra ...any) (*store.Task, error) {
 	t.RunAt, t.CreatedAt, t.UpdatedAt = fromUS(runAt), fromUS(createdAt), fromUS(updatedAt)
 	t.LeaseOwner, t.IdempotencyKey, t.TraceID, t.FairnessKey = leaseOwner.String, idemKey.String, traceID.String, fairnessKey.String
 	t.FairnessWeight = int(fairnessWeight.Int64)
+	if parentID.Valid {
+		if t.ParentID, err = uuid.Parse(parentID.String); err != nil {
+			return nil, errors.Wrapf(err, "parent id %q of task %s", parentID.String, id)
+		}
+		t.ParentPosition = int(parentPosition.Int64)
+	}
 	t.LeaseExpiresAt, t.StartedAt, t.FinishedAt = timePtr(leaseExpires), timePtr(startedAt), timePtr(finishedAt)
 	t.Deadline, t.StartDeadline = timePtr(deadline), timePtr(startDeadline)
 	t.CancelRequest = cancelRequested
@@ -261,7 +269,8 @@ func insertTask(ctx context.Context, tx *txn, pl plan.StartPlan, now time.Time) 
 	_, err = tx.exec(ctx, "TaskInsert",
 		pl.ID.String(), sc.Namespace, sc.Queue, sc.TaskType, sc.TypeVersion, sc.Priority, us(sc.RunAt),
 		sc.MaxAttempts, nullString(sc.IdempotencyKey), nullString(sc.TraceID), nullBytes(sc.Input), nullBytes(pl.Labels),
-		nullUS(sc.Deadline), nullUS(sc.StartDeadline), nullString(sc.FairnessKey), weight, us(fairAt), us(now), us(now))
+		nullUS(sc.Deadline), nullUS(sc.StartDeadline), nullString(sc.FairnessKey), weight, us(fairAt),
+		nullString(sc.ParentID), parentPosition(sc), us(now), us(now))
 	if err != nil {
 		return store.TaskStartResult{}, interpret(err)
 	}
@@ -457,4 +466,13 @@ func queryEvents(ctx context.Context, q querier, name string, args ...any) (map[
 		out[id] = append(out[id], ev)
 	}
 	return out, interpret(rows.Err())
+}
+
+// parentPosition is a child's position among its parent's children, NULL
+// for a task that is no child.
+func parentPosition(sc history.TaskScheduledData) sql.NullInt64 {
+	if sc.ParentID == "" {
+		return sql.NullInt64{}
+	}
+	return sql.NullInt64{Int64: int64(sc.ParentPosition), Valid: true}
 }

@@ -55,6 +55,17 @@ type Store interface {
 	// unknown task is [ErrNotFound].
 	TaskSignal(ctx context.Context, p *TaskSignalParams) (SignalResult, error)
 
+	// TaskStartChildren starts children of a running parent (see
+	// [ChildStartParams]): the children's tasks and the parent's
+	// child_started events in one transaction, the parent's append fenced
+	// and refused as [Store.EventAppend]'s would be, and then nothing is
+	// written. A child's terminal append, through EventAppend or
+	// EventAppendMany, writes child_finished into its parent's log in the
+	// same transaction (nothing when the parent has finished, or already
+	// has the child's outcome), which makes a parent awaiting the child
+	// due at once.
+	TaskStartChildren(ctx context.Context, p *ChildStartParams) (ChildStartResult, error)
+
 	// Dead letters.
 	DeadLetterList(ctx context.Context, p *DeadLetterListParams) ([]*Task, error)
 

@@ -103,6 +103,8 @@ type Task struct {
 	StartDeadline  *time.Time // the latest first start, if any
 	FairnessKey    string     // who the task is for, shared round robin
 	FairnessWeight int        // the key's turns against weight 1; 0 when none
+	ParentID       uuid.UUID  // the task that started this one as its child; uuid.Nil when none
+	ParentPosition int        // its position among the parent's children
 }
 
 // FairnessQuantum is how far a keyed task's virtual start time (fair_at)
@@ -207,4 +209,35 @@ type SignalResult struct {
 	// State is the task's state after the signal (before it, when
 	// Duplicate).
 	State history.State
+}
+
+// ChildStartParams starts children of a running parent: the children's
+// tasks and the parent's child_started events, in one transaction, so a
+// child exists exactly when its parent's history says so.
+type ChildStartParams struct {
+	// Parent is the parent's append, fenced by its attempt's lease as the
+	// attempt's other appends are; Payloads must be empty: the store
+	// writes one child_started per child, with the child's task id.
+	Parent EventAppendParams
+	// Children are the children to start, at the parent's next positions
+	// in order. Their Scheduled.ParentID, ParentPosition and
+	// IdempotencyKey are set by the store (the key from the parent and
+	// the position, so a retried parent never starts a second child);
+	// their namespace must be the parent's.
+	Children []ChildStart
+}
+
+// ChildStart is one child to start.
+type ChildStart struct {
+	Task TaskStartParams
+	// OnParentClose is what becomes of the child when its parent ends
+	// other than by completing: history.ParentCloseCancel (the default
+	// when empty) or history.ParentCloseAbandon.
+	OnParentClose string
+}
+
+// ChildStartResult is what a child start wrote.
+type ChildStartResult struct {
+	State history.State // the parent's, after its child_started events
+	IDs   []uuid.UUID   // the children's task ids, in the order started
 }

@@ -188,7 +188,16 @@ func ScheduledFromRow(t *store.Task) history.TaskScheduledData {
 		Priority: t.Priority, Input: t.Input, RunAt: t.RunAt, IdempotencyKey: t.IdempotencyKey,
 		TraceID: t.TraceID, Labels: t.Labels, MaxAttempts: t.MaxAttempts, Deadline: t.Deadline, StartDeadline: t.StartDeadline,
 		FairnessKey: t.FairnessKey, FairnessWeight: t.FairnessWeight,
+		ParentID: ParentString(t.ParentID), ParentPosition: t.ParentPosition,
 	}
+}
+
+// ParentString is a parent id as task_scheduled writes it: empty for none.
+func ParentString(id uuid.UUID) string {
+	if id == uuid.Nil {
+		return ""
+	}
+	return id.String()
 }
 
 // The retry-after hint of a full queue is how long its workers should take

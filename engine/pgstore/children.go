@@ -1,0 +1,173 @@
+package pgstore
+
+import (
+	"context"
+
+	"github.com/cockroachdb/errors"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/cairnflow/cairn/engine/internal/plan"
+	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/history"
+)
+
+// TaskStartChildren implements [store.Store]: the children are inserted
+// (TaskInsertMany, with their bounded queues' checks) and the parent's
+// child_started appended (EventAppendMany's statement), in one
+// transaction; a refused parent append rolls the children back.
+func (s *Store) TaskStartChildren(ctx context.Context, p *store.ChildStartParams) (store.ChildStartResult, error) {
+	starts, err := plan.ChildStarts(p)
+	if err != nil {
+		return store.ChildStartResult{}, err
+	}
+	var res store.ChildStartResult
+	var ap *store.EventAppendParams
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		started, err := s.taskStartMany(ctx, tx, starts)
+		if err != nil {
+			return err
+		}
+		ids := make([]uuid.UUID, len(started))
+		for i, st := range started {
+			ids[i] = st.ID
+		}
+		ap = plan.ChildStartedAppend(p, ids)
+		next, err := s.appendInTx(ctx, tx, ap)
+		if err != nil {
+			return err
+		}
+		res = store.ChildStartResult{State: next, IDs: ids}
+		return nil
+	})
+	if err != nil {
+		return store.ChildStartResult{State: p.Parent.State}, errors.Wrapf(interpretError(err), "start children of task %s", p.Parent.TaskID)
+	}
+	if s.metrics != nil {
+		s.metrics.ObserveAppended(ap, res.State)
+	}
+	return res, nil
+}
+
+// appendInTx writes one append inside tx with EventAppendMany's
+// statement, and returns why when it is refused.
+func (s *Store) appendInTx(ctx context.Context, tx pgx.Tx, p *store.EventAppendParams) (history.State, error) {
+	batch := newAppendBatch(1)
+	next, err := batch.add(p, s.now())
+	if err != nil {
+		return p.State, err
+	}
+	rows, err := tx.Query(ctx, s.sql("EventAppendMany"), batch.args(s.doneChannel, s.channel, s.cancelChannel))
+	if err != nil {
+		return p.State, interpretError(err)
+	}
+	written, err := pgx.CollectRows(rows, pgx.RowTo[[16]byte])
+	if err != nil {
+		return p.State, interpretError(err)
+	}
+	if len(written) == 0 {
+		return p.State, s.explainRefusal(ctx, tx, p)
+	}
+	return next, nil
+}
+
+// endsAChild reports whether any of the planned appends ends a child,
+// whose parent must hear of it in the same transaction.
+func endsAChild(ps []*store.EventAppendParams, out []store.AppendResult) bool {
+	for i, p := range ps {
+		if out[i].Err != nil {
+			continue
+		}
+		if _, ok := plan.ChildReportOf(p, out[i].State); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// appendReporting is EventAppendMany's statement for a batch that ends
+// children, in a transaction that also writes each child's child_finished
+// into its parent's log. The rows of the batch's tasks and of the parents
+// are locked first, in id order, so two such batches meeting at a parent
+// wait for each other rather than deadlock; the parents' histories are
+// read under the lock, after the batch's own writes, and cannot move
+// before the commit. It returns the ids written and the parents' appends.
+func (s *Store) appendReporting(ctx context.Context, ps []*store.EventAppendParams, out []store.AppendResult, batch *appendBatch) (map[[16]byte]bool, []parentWrite, error) {
+	var ok map[[16]byte]bool
+	var parents []parentWrite
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		ok, parents = nil, nil
+		lock := make([]uuid.UUID, 0, len(ps)+1)
+		for i, p := range ps {
+			if out[i].Err == nil {
+				lock = append(lock, p.TaskID)
+			}
+			if r, isChild := plan.ChildReportOf(p, out[i].State); isChild && out[i].Err == nil {
+				lock = append(lock, r.Parent)
+			}
+		}
+		if _, err := tx.Exec(ctx, s.sql("TaskLockMany"), pgx.NamedArgs{"ids": lock}); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, s.sql("EventAppendMany"), batch.args(s.doneChannel, s.channel, s.cancelChannel))
+		if err != nil {
+			return err
+		}
+		written, err := pgx.CollectRows(rows, pgx.RowTo[[16]byte])
+		if err != nil {
+			return err
+		}
+		ok = make(map[[16]byte]bool, len(written))
+		for _, id := range written {
+			ok[id] = true
+		}
+		nexts := make([]history.State, len(ps))
+		for i := range ps {
+			nexts[i] = out[i].State
+		}
+		ids, reports := plan.ChildReports(ps, nexts, func(i int) bool { return out[i].Err == nil && ok[ps[i].TaskID] })
+		if len(ids) == 0 {
+			return nil
+		}
+		parents, err = s.reportToParents(ctx, tx, ids, reports)
+		return err
+	})
+	return ok, parents, err
+}
+
+// parentWrite is a parent's append of child_finished, with the state it
+// replayed to.
+type parentWrite struct {
+	p    *store.EventAppendParams
+	next history.State
+}
+
+// reportToParents appends the children's child_finished to their parents
+// inside tx (whose rows it holds locked).
+func (s *Store) reportToParents(ctx context.Context, tx pgx.Tx, ids []uuid.UUID, reports map[uuid.UUID][]history.ChildFinishedData) ([]parentWrite, error) {
+	histories, err := s.eventsQuery(ctx, tx, s.sql("EventListByTasks"), pgx.NamedArgs{"ids": ids})
+	if err != nil {
+		return nil, err
+	}
+	var out []parentWrite
+	for _, id := range ids {
+		events := histories[id]
+		if len(events) == 0 {
+			continue // the parent is gone (retention): nobody to tell
+		}
+		state, err := history.Replay(events)
+		if err != nil {
+			return nil, errors.Wrapf(err, "replay parent %s", id)
+		}
+		ap := plan.ParentAppend(id, state, reports[id])
+		if ap == nil {
+			continue
+		}
+		next, err := s.appendInTx(ctx, tx, ap)
+		if err != nil {
+			return nil, errors.Wrapf(err, "report to parent %s", id)
+		}
+		out = append(out, parentWrite{p: ap, next: next})
+	}
+	return out, nil
+}
