@@ -211,11 +211,19 @@ func (a *appender) flushLoop(ctx context.Context) {
 			}
 			req.finish(results[i])
 		}
-		if len(conflicted) > 0 {
+		// A rebased append can lose the race again (children ending one
+		// after another write into their parent's log): a few rounds.
+		for round := 0; len(conflicted) > 0 && round < maxRebaseRounds; round++ {
 			a.rebaseConflicts(ctx, params, results, conflicted)
+			still := conflicted[:0]
 			for _, i := range conflicted {
+				if errors.Is(results[i].Err, store.ErrConflict) && round+1 < maxRebaseRounds {
+					still = append(still, i)
+					continue
+				}
 				batch[i].finish(results[i])
 			}
+			conflicted = still
 		}
 	}
 }
@@ -249,15 +257,19 @@ func (a *appender) write(ctx context.Context, params []*store.EventAppendParams)
 	return results, err
 }
 
+// maxRebaseRounds bounds how often an attempt's append is rebased onto
+// others' appends before its conflict stands.
+const maxRebaseRounds = 5
+
 // maxOutageRetry bounds how long an outcome waits for the database to come
 // back: about a lease, after which the task is rescued and runs again
 // anyway.
 const maxOutageRetry = 30 * time.Second
 
 // rebaseConflicts retries the attempt appends at the conflicted indexes,
-// which lost a race to a cancel request or a signal: a client appends
-// cancel_requested or signal_received to a running task without its
-// lease, which moves the log past the attempt's expected seq. Such an
+// which lost a race to a cancel request, a signal or a child's end: a
+// client appends cancel_requested or signal_received, and a child's
+// terminal append child_finished, to a running task without its lease, which moves the log past the attempt's expected seq. Such an
 // append is replayed onto the new events (one query for all of them) and written again, so the attempt's work is
 // kept and it learns of the cancel from the state it gets back. results are
 // updated in place; an append that cannot be rebased keeps its conflict.
@@ -294,7 +306,7 @@ func (a *appender) rebaseConflicts(ctx context.Context, params []*store.EventApp
 // rebaseOntoRequests returns p moved onto the task's events after p.State
 // (events is the task's whole log), if those are only the appends other
 // writers make to a running task without its lease (cancel_requested,
-// signal_received) and p's events can follow them, and false otherwise.
+// signal_received, child_finished) and p's events can follow them, and false otherwise.
 //
 // A wait_started for a signal that came meanwhile would leave the task
 // waiting for what it has: it becomes task_released instead, so the task is
@@ -308,11 +320,14 @@ func rebaseOntoRequests(p *store.EventAppendParams, events []history.Event) (*st
 	}
 	state := p.State
 	signalled := map[string]bool{}
+	finished := map[int]bool{}
 	for _, e := range events[p.State.LastSeq:] {
 		switch d := e.Data.(type) {
 		case history.CancelRequestedData:
 		case history.SignalReceivedData:
 			signalled[d.Name] = true
+		case history.ChildFinishedData:
+			finished[d.Position] = true
 		default:
 			return nil, false
 		}
@@ -324,6 +339,7 @@ func rebaseOntoRequests(p *store.EventAppendParams, events []history.Event) (*st
 	rebased := *p
 	rebased.State = state
 	rebased.Payloads = releaseSignalledWait(p, signalled)
+	rebased.Payloads = releaseFinishedChildWait(p, rebased.Payloads, finished)
 	if !canFollow(state, rebased.Attempt, rebased.Payloads) {
 		return nil, false
 	}
@@ -346,6 +362,31 @@ func releaseSignalledWait(p *store.EventAppendParams, signalled map[string]bool)
 		WorkerID: p.State.Lease.Owner, LeaseEpoch: p.State.Lease.Epoch,
 		Reason: fmt.Sprintf("signal %q arrived as its receive began to wait", wait.Name),
 	})
+}
+
+// releaseFinishedChildWait returns payloads with a final
+// child_wait_started for a child that finished meanwhile (in finished)
+// replaced by task_released: the task is due at once, and its next
+// attempt finds the child's outcome.
+func releaseFinishedChildWait(p *store.EventAppendParams, payloads []history.Payload, finished map[int]bool) []history.Payload {
+	n := len(payloads)
+	if n == 0 || len(finished) == 0 {
+		return payloads
+	}
+	wait, ok := payloads[n-1].(history.ChildWaitStartedData)
+	if !ok {
+		return payloads
+	}
+	for _, pos := range wait.Positions {
+		if finished[pos] {
+			out := append([]history.Payload(nil), payloads[:n-1]...)
+			return append(out, history.TaskReleasedData{
+				WorkerID: p.State.Lease.Owner, LeaseEpoch: p.State.Lease.Epoch,
+				Reason: fmt.Sprintf("child %d finished as the workflow began to await it", pos),
+			})
+		}
+	}
+	return payloads
 }
 
 // canFollow reports whether payloads, appended for attempt, can follow

@@ -33,7 +33,8 @@ type TaskCancelResult struct {
 // in the same append (task_cancelled) and never runs again. A running
 // task's worker is told (a notification, and its next heartbeat or append)
 // and stops at its next checkpoint; a task with completed compensable steps
-// is due at once, so a worker compensates them. Cancelling a task that
+// is due at once, so a worker compensates them, and so is one with
+// unfinished children, so a worker cancels them before it ends the task. Cancelling a task that
 // ended otherwise than cancelled is an error marked [store.ErrTaskState]
 // naming its status; cancelling twice, or a cancelled task, is not an
 // error (AlreadyRequested is set and nothing is appended).
@@ -53,7 +54,7 @@ func CancelTask(ctx context.Context, s store.Store, p *TaskRequestParams) (TaskC
 			return nil, nil
 		}
 		payloads := []history.Payload{history.CancelRequestedData{By: p.By, Reason: p.Reason}}
-		if state.Status != history.StatusRunning && state.Compensation == nil && !hasCompensable(state) {
+		if state.Status != history.StatusRunning && state.Compensation == nil && !hasCompensable(state) && !hasChildrenToClose(state) {
 			payloads = append(payloads, history.TaskCancelledData{Reason: p.Reason})
 		}
 		return payloads, nil
@@ -122,4 +123,17 @@ func requestOnTask(ctx context.Context, s store.Store, p *TaskRequestParams, dec
 		}
 		return next, err
 	}
+}
+
+// hasChildrenToClose reports whether the task has unfinished children its
+// end must cancel: then a worker ends it, after requesting their cancels
+// (see Attempt.CloseChildren), so the cancel reaches them even if this
+// process stops.
+func hasChildrenToClose(state history.State) bool {
+	for _, c := range state.Children {
+		if !c.Finished && c.OnParentClose != history.ParentCloseAbandon {
+			return true
+		}
+	}
+	return false
 }

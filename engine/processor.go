@@ -15,7 +15,6 @@ import (
 
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
-	"github.com/cairnflow/cairn/internal/errmark"
 )
 
 var (
@@ -69,23 +68,14 @@ func (a *Attempt) LeaseContext() context.Context { return a.leaseCtx }
 // SyncCancel brings the attempt's state up to date with a cancel request
 // appended since the attempt began (it may have learned of it from a
 // notification or a heartbeat reply, before its own history showed it).
-// Only cancel_requested (and signal_received, which a running attempt
-// takes no notice of) may have been appended meanwhile; anything else is
-// an error marked ErrConflict.
+// Only cancel_requested (and signal_received and child_finished, which
+// a running attempt takes in when it next looks) may have been appended
+// meanwhile; anything else is an error marked ErrConflict.
 func (a *Attempt) SyncCancel(ctx context.Context) error {
 	if a.state.CancelRequested {
 		return nil
 	}
-	events, err := a.proc.cfg.Store.EventListByTask(ctx, a.Task.ID)
-	if err != nil {
-		return err
-	}
-	rebased, ok := rebaseOntoRequests(&store.EventAppendParams{TaskID: a.Task.ID, State: a.state}, events)
-	if !ok {
-		return errmark.Mark(errors.Newf("task %s: its history moved on other than by a cancel request or a signal", a.Task.ID), store.ErrConflict)
-	}
-	a.state = rebased.State
-	return nil
+	return a.syncRequests(ctx)
 }
 
 // State returns the task's state as replayed from its history, including

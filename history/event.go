@@ -376,12 +376,16 @@ type ChildStartedData struct {
 }
 
 // ChildWaitStartedData is the payload of child_wait_started: the workflow
-// awaits one of its children at Positions, none of which has finished.
-// Like wait_started it ends the attempt, so no worker slot is held while
-// the children run; the task is due again when one of them finishes
-// (child_finished), or at its deadline.
+// awaits its children at Positions, none of which has finished, until
+// Count of them have (0 means 1). Like wait_started it ends the attempt,
+// so no worker slot is held while the children run; the task is due again
+// when the Count-th of them finishes (child_finished), or at its
+// deadline. A workflow awaiting one child's result awaits it alone; one
+// whose starts the cap on running children holds back awaits half of the
+// running ones, to start as many more in one attempt.
 type ChildWaitStartedData struct {
 	Positions []int `json:"positions"`
+	Count     int   `json:"count,omitempty"`
 }
 
 // ChildFinishedData is the payload of child_finished: the child at

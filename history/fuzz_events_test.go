@@ -259,8 +259,9 @@ func requireStep(t *testing.T, prev, next history.State, e history.Event) {
 	if w := next.ChildWait; w != nil {
 		require.Equal(t, history.StatusPending, next.Status, "a task awaits children while %s", next.Status)
 		for _, pos := range w.Positions {
-			require.False(t, next.Children[pos].Finished, "a task awaits child %d, which has finished", pos)
+			require.False(t, next.Children[pos].Finished && w.Finished == 0, "a task awaits child %d, which has finished", pos)
 		}
+		require.Less(t, w.Finished, w.Count, "a wait whose children all finished stands")
 	}
 	if c := next.Compensation; c != nil && c.Started {
 		for _, pos := range append(slices.Clone(c.Pending), c.Done...) {
@@ -606,7 +607,7 @@ func nextEvent(r *fuzzBytes, events []history.Event, s history.State) history.Ev
 			p = history.ChildStartedData{Position: childPos, ChildID: childID(childPos), TaskType: pickOf(r, "ocr", ""),
 				OnParentClose: pickOf(r, "", history.ParentCloseAbandon, "explode")}
 		case history.ChildWaitStarted:
-			p = history.ChildWaitStartedData{Positions: pickOf(r, []int{childPos}, nil, []int{0, childPos})}
+			p = history.ChildWaitStartedData{Positions: pickOf(r, []int{childPos}, nil, []int{0, childPos}), Count: pickOf(r, 0, 1, 2, -1)}
 		case history.ChildFinished:
 			p = history.ChildFinishedData{Position: childPos, ChildID: childID(childPos), Status: childStatus, Output: output, Error: childErr}
 		default:

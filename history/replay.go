@@ -112,9 +112,12 @@ type Child struct {
 	FinishedSeq   int64 // seq of its child_finished
 }
 
-// ChildWait is a wait for one of the children at Positions to finish.
+// ChildWait is a wait for Count of the children at Positions to finish;
+// Finished counts those that have.
 type ChildWait struct {
 	Positions []int
+	Count     int
+	Finished  int
 }
 
 // ChildByID returns the position of the child that is task id, or -1.
@@ -887,6 +890,8 @@ func (s *State) applyChildWaitStarted(e Event, p ChildWaitStartedData) error {
 		return invalidf(nil, "event %d (%s): task is compensating", e.Seq, ChildWaitStarted)
 	case len(p.Positions) == 0:
 		return invalidf(nil, "event %d (%s): awaits no child", e.Seq, ChildWaitStarted)
+	case p.Count < 0 || p.Count > len(p.Positions):
+		return invalidf(nil, "event %d (%s): awaits %d of %d children", e.Seq, ChildWaitStarted, p.Count, len(p.Positions))
 	}
 	for _, pos := range p.Positions {
 		if pos < 0 || pos >= len(s.Children) {
@@ -898,7 +903,7 @@ func (s *State) applyChildWaitStarted(e Event, p ChildWaitStartedData) error {
 	}
 	// The attempt ends: the task waits, holding no lease, until one of
 	// the children finishes (or its deadline, when it has one).
-	s.ChildWait = &ChildWait{Positions: slices.Clone(p.Positions)}
+	s.ChildWait = &ChildWait{Positions: slices.Clone(p.Positions), Count: max(p.Count, 1)}
 	s.Status = StatusPending
 	s.RunAt = Never
 	if dl := s.Scheduled.Deadline; dl != nil {
@@ -927,12 +932,18 @@ func (s *State) applyChildFinished(e Event, p ChildFinishedData) error {
 	children := slices.Clone(s.Children)
 	children[p.Position] = c
 	s.Children = children
-	if s.ChildWait != nil && slices.Contains(s.ChildWait.Positions, p.Position) {
-		// A child it awaits: due at once. The status stays what it was
-		// (pending: the wait ended the attempt).
-		s.ChildWait = nil
-		if s.Status == StatusPending && e.At.Before(s.RunAt) {
-			s.RunAt = e.At
+	if w := s.ChildWait; w != nil && slices.Contains(w.Positions, p.Position) {
+		wait := *w
+		wait.Finished++
+		s.ChildWait = &wait
+		if wait.Finished >= wait.Count {
+			// The last of the children it awaits: due at once. The
+			// status stays what it was (pending: the wait ended the
+			// attempt).
+			s.ChildWait = nil
+			if s.Status == StatusPending && e.At.Before(s.RunAt) {
+				s.RunAt = e.At
+			}
 		}
 	}
 	return nil

@@ -447,6 +447,11 @@ type TaskInfo struct {
 	Labels         map[string]string  `json:"labels,omitempty"`
 	FairnessKey    string             `json:"fairness_key,omitempty"`
 	FairnessWeight int                `json:"fairness_weight,omitempty"`
+	// ParentID is the task that started this one as its child
+	// (workflow.StartChild), at ParentPosition among its children; nil
+	// for a task started on its own.
+	ParentID       *uuid.UUID `json:"parent_id,omitempty"`
+	ParentPosition int        `json:"parent_position,omitempty"`
 }
 
 func taskInfo(t *store.Task) *TaskInfo {
@@ -458,7 +463,16 @@ func taskInfo(t *store.Task) *TaskInfo {
 		UpdatedAt: t.UpdatedAt, StartedAt: t.StartedAt, FinishedAt: t.FinishedAt, Deadline: t.Deadline,
 		StartDeadline: t.StartDeadline,
 		Labels:        t.Labels, FairnessKey: t.FairnessKey, FairnessWeight: t.FairnessWeight,
+		ParentID: parentOf(t), ParentPosition: t.ParentPosition,
 	}
+}
+
+func parentOf(t *store.Task) *uuid.UUID {
+	if t.ParentID == uuid.Nil {
+		return nil
+	}
+	id := t.ParentID
+	return &id
 }
 
 // Get returns a task's current state. A task id not in the client's

@@ -244,7 +244,8 @@ func (w *Worker) Start(ctx context.Context) error {
 	types := make(map[store.TypeKey]executor.Type, len(w.types))
 	for k, reg := range w.types {
 		keys = append(keys, k)
-		types[k] = executor.Type{Func: reg.fn, Retry: reg.defaults.retry, SkipDeadLetter: reg.defaults.skipDeadLetter}
+		types[k] = executor.Type{Func: reg.fn, Retry: reg.defaults.retry, SkipDeadLetter: reg.defaults.skipDeadLetter,
+			MaxRunningChildren: reg.defaults.maxChildren}
 	}
 	handler := executor.NewHandler(executor.HandlerConfig{
 		Types: types, WorkerID: w.cfg.WorkerID, Logger: w.cfg.Logger, TracerProvider: w.cfg.TracerProvider,

@@ -51,6 +51,10 @@ type WorkflowOpts struct {
 	// retry budget as failed (task_failed) instead of dead-lettered
 	// (task_dead_lettered): for work nobody would retry by hand.
 	SkipDeadLetter bool
+	// MaxRunningChildren caps how many of a task's child workflows
+	// (workflow.StartChild) run at once; the rest start as running ones
+	// finish. Default 100.
+	MaxRunningChildren int
 }
 
 // Workflow is a registered-able workflow type: a name and version that are
@@ -69,6 +73,7 @@ type workflowDefaults struct {
 	retry           activities.RetryPolicy
 	scheduleToClose time.Duration
 	skipDeadLetter  bool
+	maxChildren     int
 }
 
 // NewWorkflow defines a workflow type. opts is optional: pass at most one
@@ -126,6 +131,10 @@ func newWorkflow[In, Out any](name string, version int, fn func(workflow.Context
 	}
 	wf.defaults.scheduleToClose = opts.ScheduleToClose
 	wf.defaults.skipDeadLetter = opts.SkipDeadLetter
+	if opts.MaxRunningChildren < 0 {
+		return nil, errors.Newf("workflow %s: MaxRunningChildren %d is negative", name, opts.MaxRunningChildren)
+	}
+	wf.defaults.maxChildren = opts.MaxRunningChildren
 	return wf, nil
 }
 
@@ -136,6 +145,17 @@ func (w *Workflow[In, Out]) TypeName() string { return w.name }
 func (w *Workflow[In, Out]) TypeVersion() int { return w.version }
 
 func (w *Workflow[In, Out]) typeDefaults() workflowDefaults { return w.defaults }
+
+// ChildDefaults implements [workflow.Definition]: a child of this type
+// goes to the type's queue, under its ScheduleToClose.
+func (w *Workflow[In, Out]) ChildDefaults() workflow.ChildDefaults {
+	return workflow.ChildDefaults{Queue: w.defaults.queue, ScheduleToClose: w.defaults.scheduleToClose}
+}
+
+// Func implements [workflow.Definition]: the workflow function.
+func (w *Workflow[In, Out]) Func() func(workflow.Context, In) (Out, error) { return w.fn }
+
+var _ workflow.Definition[int, int] = (*Workflow[int, int])(nil)
 
 // hasDefaults is implemented by *Workflow, whose defaults a start uses.
 type hasDefaults interface {

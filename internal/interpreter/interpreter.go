@@ -99,6 +99,19 @@ type RunParams struct {
 	// runs joins its state when a record is rebased onto it). Optional:
 	// none.
 	Mailbox func() Mailbox
+	// Children returns the task's children as the attempt knows them
+	// (history.State.Children) when a child's result is asked for: a
+	// child's end appended while the attempt runs joins its state when a
+	// record is rebased onto it. Optional: none.
+	Children func() []history.Child
+	// StartChildren writes the starts of children (the parent's
+	// child_started and the children's tasks, together), in position
+	// order; after it returns, Children includes them. Required for a
+	// workflow that starts children.
+	StartChildren func([]ChildRequest) error
+	// MaxRunningChildren caps how many of the task's children run at
+	// once; 0 is DefaultMaxRunningChildren.
+	MaxRunningChildren int
 	// Now is the clock Sleep reads. Default time.Now.
 	Now func() time.Time
 	// CollectOnly runs the workflow over its recorded steps only, to learn
@@ -152,6 +165,7 @@ type runState struct {
 	pending  history.Payload // executed (a step) or fired (a timer), not yet recorded
 	visited  map[int]*StepOptions
 	recv     receiveState
+	child    childState
 
 	failedUsage []history.Usage // the AI usage the failed step reported
 
@@ -188,6 +202,10 @@ func Run(p RunParams, fn Func, input json.RawMessage) (res Result) {
 		}
 	}()
 	out, err := runBody(fn, runContext{s}, input)
+	if err == nil {
+		// Children started and not written yet are the body's too.
+		err = s.finishChildren()
+	}
 	s.abandonFutures()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -201,6 +219,8 @@ func Run(p RunParams, fn Func, input json.RawMessage) (res Result) {
 		res.Err = err
 	case s.next < len(p.Steps):
 		res.Err = nondeterministic(s.next, p.Steps[s.next].Name, "(workflow returned)")
+	case s.child.next < len(s.children()):
+		res.Err = nondeterministicChild(s.child.next, s.children()[s.child.next].TaskType, "(workflow returned)")
 	default:
 		res.Output = out
 	}

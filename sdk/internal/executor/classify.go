@@ -67,6 +67,9 @@ func alwaysPermanent(err error) string {
 	switch {
 	case errors.Is(err, interpreter.ErrNondeterministic):
 		return "nondeterminism"
+	case errors.Is(err, interpreter.ErrChildFailed):
+		// The child's outcome is in the history: a retry would find it again.
+		return "child_failed"
 	case errors.Is(err, interpreter.ErrBadInput):
 		return "bad_input"
 	case errors.Is(err, interpreter.ErrBadStepOpts):

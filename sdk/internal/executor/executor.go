@@ -28,6 +28,9 @@ type Type struct {
 	// SkipDeadLetter ends tasks that give up as failed (task_failed)
 	// instead of dead-lettered.
 	SkipDeadLetter bool
+	// MaxRunningChildren caps how many of a task's children run at once;
+	// 0 is interpreter.DefaultMaxRunningChildren.
+	MaxRunningChildren int
 }
 
 // HandlerConfig configures a [Handler].
@@ -78,7 +81,61 @@ func NewHandler(cfg HandlerConfig) *Handler {
 func (h *Handler) HandleAttempt(ctx context.Context, a *engine.Attempt) (payloads []history.Payload, err error) {
 	ctx, tr := h.startAttemptTrace(ctx, a, a.State().Attempt)
 	defer func() { tr.end(err, payloads) }()
-	return h.handleAttempt(ctx, a, tr)
+	payloads, err = h.handleAttempt(ctx, a, tr)
+	if err == nil {
+		err = closeChildren(a, payloads)
+	}
+	return payloads, err
+}
+
+// closeChildren applies the parent close policy of the task's unfinished
+// children when payloads end it other than completed, before they are
+// appended: a crash between the two runs the attempt again, which closes
+// them again (harmlessly) before it ends the task.
+func closeChildren(a *engine.Attempt, payloads []history.Payload) error {
+	if len(payloads) == 0 || len(a.State().Children) == 0 {
+		return nil
+	}
+	var reason string
+	switch payloads[len(payloads)-1].(type) {
+	case history.TaskCancelledData:
+		reason = "was cancelled"
+	case history.TaskFailedData:
+		reason = "failed"
+	case history.TaskDeadLetteredData:
+		reason = "was dead-lettered"
+	default:
+		return nil
+	}
+	if err := a.CloseChildren(a.DurableContext(), reason); err != nil {
+		return errors.Wrap(err, "close the task's children")
+	}
+	return nil
+}
+
+// startChildren writes a run's child starts for attempt a.
+func startChildren(a *engine.Attempt, reqs []interpreter.ChildRequest) error {
+	children := make([]store.ChildStart, len(reqs))
+	now := engine.Now()
+	for i, r := range reqs {
+		sched := history.TaskScheduledData{
+			TaskType: r.TaskType, TypeVersion: r.TypeVersion, Queue: r.Options.Queue, Priority: r.Options.Priority,
+			Input: r.Input, MaxAttempts: r.Options.MaxAttempts, Labels: r.Options.Labels, FairnessKey: r.Options.FairnessKey,
+			TraceID: a.Task.TraceID,
+		}
+		if sched.Queue == "" {
+			sched.Queue = "default"
+		}
+		if d := r.Options.ScheduleToClose; d > 0 {
+			dl := now.Add(d)
+			sched.Deadline = &dl
+		}
+		children[i] = store.ChildStart{
+			Task: store.TaskStartParams{Namespace: a.Task.Namespace, Scheduled: sched}, OnParentClose: r.Options.OnParentClose,
+		}
+	}
+	_, err := a.StartChildren(a.DurableContext(), children)
+	return err
 }
 
 func (h *Handler) handleAttempt(ctx context.Context, a *engine.Attempt, tr *attemptTrace) ([]history.Payload, error) {
@@ -135,6 +192,9 @@ func (h *Handler) handleAttempt(ctx context.Context, a *engine.Attempt, tr *atte
 		},
 		StepDone: tr.stepDone,
 		Timer:    state.Timer, Mailbox: func() interpreter.Mailbox { return interpreter.MailboxOf(a.State()) }, Now: engine.Now,
+		Children:           func() []history.Child { return a.State().Children },
+		StartChildren:      func(reqs []interpreter.ChildRequest) error { return startChildren(a, reqs) },
+		MaxRunningChildren: typ.MaxRunningChildren,
 		Record: func(step history.Payload) error {
 			// Record even if the attempt context was cancelled by a stop
 			// while the step ran: the step did finish. The lease fence
@@ -195,6 +255,12 @@ func (h *Handler) outcome(ctx context.Context, a *engine.Attempt, typ Type, res 
 	if errors.As(res.Err, &sleep) {
 		// The attempt ends here; the task is due again when the timer fires.
 		return []history.Payload{history.TimerStartedData{Position: sleep.Position, FireAt: sleep.FireAt}}, nil
+	}
+	var childWait *interpreter.ChildWaitRequest
+	if errors.As(res.Err, &childWait) {
+		// The attempt ends here; the task is due again when one of the
+		// children finishes.
+		return []history.Payload{history.ChildWaitStartedData{Positions: childWait.Positions, Count: childWait.Count}}, nil
 	}
 	var wait *interpreter.WaitRequest
 	if errors.As(res.Err, &wait) {

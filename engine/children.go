@@ -1,0 +1,91 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/cockroachdb/errors"
+	"github.com/google/uuid"
+
+	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/internal/errmark"
+)
+
+// maxChildStartTries bounds the retries of a child start that raced an
+// append to the parent without its lease (a signal, a cancel request, a
+// child's end).
+const maxChildStartTries = 5
+
+// StartChildren starts children of the attempt's task, fenced by its
+// lease (see [store.Store.TaskStartChildren]), and returns their task
+// ids in order. A signal, cancel request or child's end appended to the
+// task meanwhile is taken into the attempt's state and the start tried
+// again, as the attempt's appends are rebased onto them.
+func (a *Attempt) StartChildren(ctx context.Context, children []store.ChildStart) ([]uuid.UUID, error) {
+	for try := 0; ; try++ {
+		res, err := a.proc.cfg.Store.TaskStartChildren(ctx, &store.ChildStartParams{
+			Parent: *a.appendParams(nil), Children: children,
+		})
+		if errors.Is(err, store.ErrConflict) && try+1 < maxChildStartTries {
+			if err := a.syncRequests(ctx); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		a.state = res.State
+		return res.IDs, nil
+	}
+}
+
+// syncRequests brings the attempt's state up to date with what others
+// appended to the task since (see [rebaseOntoRequests]); anything else is
+// an error marked ErrConflict.
+func (a *Attempt) syncRequests(ctx context.Context) error {
+	events, err := a.proc.cfg.Store.EventListByTask(ctx, a.Task.ID)
+	if err != nil {
+		return err
+	}
+	rebased, ok := rebaseOntoRequests(&store.EventAppendParams{TaskID: a.Task.ID, State: a.state}, events)
+	if !ok {
+		return errmark.Mark(errors.Newf("task %s: its history moved on other than by a cancel request, a signal or a child's end", a.Task.ID), store.ErrConflict)
+	}
+	a.state = rebased.State
+	if a.state.CancelRequested {
+		a.proc.requestCancel(a.Task.ID)
+	}
+	return nil
+}
+
+// CloseChildren applies the parent close policy of the task's unfinished
+// children, as a parent ending other than by completing must before its
+// terminal event: a cancel is requested of each child whose policy is
+// cancel (the default); abandoned ones run on. It is idempotent (a child
+// already cancelling is left be), so an attempt that crashed after it and
+// before its terminal append does it again harmlessly. A child that has
+// finished meanwhile is skipped.
+func (a *Attempt) CloseChildren(ctx context.Context, reason string) error {
+	for _, c := range a.state.Children {
+		if c.Finished || c.OnParentClose == history.ParentCloseAbandon {
+			continue
+		}
+		id, err := uuid.Parse(c.ID)
+		if err != nil {
+			return errors.Wrapf(err, "child %d", c.Position)
+		}
+		_, err = CancelTask(ctx, a.proc.cfg.Store, &TaskRequestParams{
+			Namespace: a.Task.Namespace, ID: id, By: "parent " + a.Task.ID.String(),
+			Reason: fmt.Sprintf("parent %s %s", a.Task.ID, reason),
+		})
+		if errors.Is(err, store.ErrTaskState) || errors.Is(err, store.ErrNotFound) {
+			continue // it finished (or was removed) first
+		}
+		if err != nil {
+			return errors.Wrapf(err, "cancel child %d (task %s)", c.Position, id)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,290 @@
+package interpreter
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/cockroachdb/errors"
+
+	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/internal/errmark"
+)
+
+// Children are child workflows the run starts (what workflow.StartChild
+// and workflow.MapChildren are made of). Like receives they have positions
+// of their own, their order among the run's StartChild calls, assigned on
+// the body's goroutine: the Nth StartChild of every run is child N.
+//
+// A start is not written when StartChild is called but when the run next
+// needs it: when it awaits a child's result, or returns. Then the queued
+// starts go out in one write, as many as the cap on running children
+// allows (the parent's child_started and the children's tasks in one
+// transaction, through RunParams.StartChildren). A child held back by the
+// cap is started when a running one finishes: the run awaits any running
+// child then, and the next attempt, replaying to the same point, starts
+// more.
+
+// DefaultMaxRunningChildren is how many of a run's children may be
+// running at once when RunParams.MaxRunningChildren is 0.
+const DefaultMaxRunningChildren = 100
+
+var (
+	// ErrChildFailed marks a [*ChildError]: the child ended other than
+	// completed.
+	ErrChildFailed = errors.New("cairn/workflow: child workflow did not complete")
+)
+
+// ChildRequest is a child to start: what RunParams.StartChildren writes.
+type ChildRequest struct {
+	Position    int
+	TaskType    string
+	TypeVersion int
+	Input       json.RawMessage
+	Options     ChildOptions
+}
+
+// ChildOptions are a child's options as the interpreter and the executor
+// use them: workflow.ChildOpts translated (its fields document them).
+type ChildOptions struct {
+	Queue         string
+	Priority      int
+	MaxAttempts   int
+	Labels        map[string]string
+	FairnessKey   string
+	OnParentClose string
+	// ScheduleToClose is the child type's deadline, counted from its start.
+	ScheduleToClose time.Duration
+}
+
+// ChildWaitRequest is the error a run ends with when it must wait for a
+// child: the caller records child_wait_started, which ends the attempt;
+// the task is due again when Count (0: one) of the children at Positions
+// have finished.
+type ChildWaitRequest struct {
+	Positions []int
+	Count     int
+}
+
+func (r *ChildWaitRequest) Error() string {
+	return fmt.Sprintf("awaiting children %v", r.Positions)
+}
+
+// ChildError is a child that ended other than completed, as its parent
+// sees it: the child's outcome and its failure evidence, from the
+// parent's child_finished. It unwraps to [ErrChildFailed].
+type ChildError struct {
+	Position int
+	ChildID  string
+	TaskType string
+	Status   history.Status
+	// Info is the child's failure evidence (its last error); nil for a
+	// child cancelled or expired without one.
+	Info *history.ErrorInfo
+}
+
+func (e *ChildError) Error() string {
+	msg := fmt.Sprintf("child %d (%s, task %s) %s", e.Position, e.TaskType, e.ChildID, e.Status)
+	if e.Info != nil {
+		msg += ": " + e.Info.Message
+	}
+	return msg
+}
+
+// Unwrap makes the error match [ErrChildFailed].
+func (e *ChildError) Unwrap() error { return ErrChildFailed }
+
+// childState is a run's progress through its children.
+type childState struct {
+	next   int            // position of the next StartChild call
+	queued []ChildRequest // started by the body, not written yet, in position order
+}
+
+// ChildHandle is a child started by [StartChild]: its position.
+type ChildHandle struct{ Position int }
+
+// StartChild starts req's workflow as the run's next child (req.Position
+// is assigned here) and returns its handle. A child the history recorded
+// at the position is not started again; its type must be the recorded
+// one, or the run ends as non-deterministic.
+func StartChild(ctx Context, req ChildRequest) (ChildHandle, error) {
+	s := ctx.run()
+	if err := s.enter("StartChild"); err != nil {
+		return ChildHandle{}, err
+	}
+	s.mu.Lock()
+	pos := s.child.next
+	s.child.next++
+	s.mu.Unlock()
+	req.Position = pos
+	children := s.children()
+	if pos < len(children) {
+		if c := children[pos]; c.TaskType != req.TaskType {
+			return ChildHandle{Position: pos}, s.abort(nondeterministicChild(pos, c.TaskType, req.TaskType), nil)
+		}
+		return ChildHandle{Position: pos}, nil
+	}
+	s.mu.Lock()
+	s.child.queued = append(s.child.queued, req)
+	s.mu.Unlock()
+	return ChildHandle{Position: pos}, nil
+}
+
+// ChildResult returns the outcome of the child at h's position: its
+// output when it completed, a [*ChildError] when it did not. A child not
+// finished yet ends the run to wait for it (a [*ChildWaitRequest]), after
+// the queued starts are written.
+func ChildResult(ctx Context, h ChildHandle) (json.RawMessage, error) {
+	s := ctx.run()
+	if err := s.enter("Child.Result"); err != nil {
+		return nil, err
+	}
+	if out, err, ok := finishedChild(s.children(), h.Position); ok {
+		return out, err
+	}
+	if s.p.CollectOnly {
+		return nil, s.abort(ErrCollected, nil)
+	}
+	if err := s.flush(); err != nil {
+		return nil, err
+	}
+	// A wait ends the attempt: the futures started before it finish (and
+	// are recorded) first, as before a Sleep.
+	s.awaitFutures()
+	if err := s.checkpoint(); err != nil {
+		return nil, err
+	}
+	if err := s.startQueued(); err != nil {
+		return nil, err
+	}
+	// Writing may have brought a child's end into the attempt's state.
+	children := s.children()
+	if out, err, ok := finishedChild(children, h.Position); ok {
+		return out, err
+	}
+	return nil, s.abort(s.childWait(children, h.Position), nil)
+}
+
+// finishedChild returns the outcome of the child at pos if it finished
+// (ok).
+func finishedChild(children []history.Child, pos int) (json.RawMessage, error, bool) {
+	if pos >= len(children) || !children[pos].Finished {
+		return nil, nil, false
+	}
+	c := children[pos]
+	if c.Status == history.StatusCompleted {
+		return c.Output, nil, true
+	}
+	return nil, &ChildError{Position: c.Position, ChildID: c.ID, TaskType: c.TaskType, Status: c.Status, Info: c.Error}, true
+}
+
+// childWait is the wait of a run that needs the child at pos: for it
+// alone, or, while starts are held back by the cap, for any running child,
+// whose end makes room for them.
+func (s *runState) childWait(children []history.Child, pos int) *ChildWaitRequest {
+	s.mu.Lock()
+	held := len(s.child.queued) > 0
+	s.mu.Unlock()
+	if pos < len(children) && !held {
+		return &ChildWaitRequest{Positions: []int{pos}}
+	}
+	return heldBackWait(children)
+}
+
+// heldBackWait is the wait of a run whose starts the cap holds back: for
+// half of the running children, so the next attempt starts as many more
+// at once rather than one attempt per child that finishes.
+func heldBackWait(children []history.Child) *ChildWaitRequest {
+	running := runningChildren(children)
+	return &ChildWaitRequest{Positions: running, Count: max(len(running)/2, 1)}
+}
+
+func runningChildren(children []history.Child) []int {
+	var out []int
+	for _, c := range children {
+		if !c.Finished {
+			out = append(out, c.Position)
+		}
+	}
+	return out
+}
+
+// startQueued writes the queued starts the cap on running children
+// allows, behind the completions being recorded.
+func (s *runState) startQueued() error {
+	s.futures.recMu.Lock()
+	defer s.futures.recMu.Unlock()
+	s.mu.Lock()
+	if s.aborted != nil || len(s.child.queued) == 0 {
+		defer s.mu.Unlock()
+		return s.aborted
+	}
+	s.mu.Unlock()
+	room := s.maxRunningChildren() - len(runningChildren(s.children()))
+	s.mu.Lock()
+	n := min(max(room, 0), len(s.child.queued))
+	batch := slices.Clone(s.child.queued[:n])
+	s.mu.Unlock()
+	if n == 0 {
+		return nil
+	}
+	if s.p.StartChildren == nil {
+		return s.abort(errors.AssertionFailedf("workflow started children, and the run has no StartChildren"), nil)
+	}
+	err := s.p.StartChildren(batch)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err != nil {
+		s.futures.broken = true
+		return s.abortLocked(errmark.Mark(errors.Wrapf(err, "start children %d to %d", batch[0].Position, batch[n-1].Position), ErrRecordFailed), nil)
+	}
+	s.child.queued = s.child.queued[n:]
+	return s.aborted
+}
+
+// finishChildren is what a body that returned still owes its children:
+// the queued starts written, or, when the cap holds some back, a wait for
+// a running child. nil when nothing is left.
+func (s *runState) finishChildren() error {
+	s.mu.Lock()
+	queued := len(s.child.queued) > 0
+	s.mu.Unlock()
+	if !queued {
+		return nil
+	}
+	if s.p.CollectOnly {
+		return ErrCollected
+	}
+	if err := s.startQueued(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	held := len(s.child.queued) > 0
+	s.mu.Unlock()
+	if !held {
+		return nil
+	}
+	return heldBackWait(s.children())
+}
+
+func (s *runState) children() []history.Child {
+	if s.p.Children == nil {
+		return nil
+	}
+	return s.p.Children()
+}
+
+func (s *runState) maxRunningChildren() int {
+	if s.p.MaxRunningChildren > 0 {
+		return s.p.MaxRunningChildren
+	}
+	return DefaultMaxRunningChildren
+}
+
+func nondeterministicChild(position int, recorded, called string) error {
+	err := errors.Newf("child %d: history recorded a child of type %q, workflow started a child of type %q", position, recorded, called)
+	err = errors.WithHint(err, "a workflow must start the same children in the same order on every run; "+
+		"register a new workflow version to change them")
+	return errmark.Mark(err, ErrNondeterministic)
+}
