@@ -5,6 +5,7 @@ import (
 	"html"
 	"math"
 	"net/http"
+	"net/http/httptest"
 	"regexp"
 	"strconv"
 	"strings"
@@ -244,6 +245,16 @@ func TestTaskPageDrawsParallelStepsOfARealRun(t *testing.T) {
 			for name, b := range map[string]bar{"left": left, "right": right, "after": after} {
 				require.Positive(t, b.width, name)
 			}
+			events, err := client.History(context.Background(), run.ID)
+			require.NoError(t, err)
+			span := float64(events[len(events)-1].At.Sub(events[0].At))
+			for name, b := range map[string]struct {
+				bar
+				ran time.Duration
+			}{"left": {left, 300 * time.Millisecond}, "right": {right, 200 * time.Millisecond}, "after": {after, 100 * time.Millisecond}} {
+				require.InDelta(t, 100*float64(b.ran)/span, b.width, 100*float64(50*time.Millisecond)/span+0.002,
+					"%s is drawn as long as it ran (%s of %s)", name, b.ran, time.Duration(span))
+			}
 			require.True(t, left.overlaps(right), "left %v and right %v ran together", left, right)
 			shared := min(left.end(), right.end()) - max(left.left, right.left)
 			require.Greater(t, shared, right.width/2, "for most of right's run: left %v, right %v", left, right)
@@ -385,4 +396,39 @@ func TestTaskPageCallbackLinkOfASignal(t *testing.T) {
 			require.Equal(t, id, claimed.Task.ID, "the signal woke the task")
 		})
 	}
+}
+
+// The callback links carry the server's prefix and the wait's position,
+// and a wait past its deadline, about to time out, gets none.
+func TestCallbackLinksOfAWait(t *testing.T) {
+	t.Parallel()
+	_, st := consoleServer(t)
+	srv, err := New(Config{Store: st, Prefix: "/cairn", CallbackSecret: testCallbackSecret})
+	require.NoError(t, err)
+	now := time.Now()
+	wait := &waitingTask{Task: &sdk.TaskInfo{ID: uuid.New()}, Name: "approve-order", Position: 3, Deadline: now.Add(time.Hour)}
+	r := httptest.NewRequest(http.MethodGet, "/console/tasks/x", nil)
+	r.Host = "cairn.example:8443"
+	links := srv.callbackLinks(r, "shop", wait, now)
+	require.NotNil(t, links)
+	token, ok := strings.CutPrefix(links.URL, "http://cairn.example:8443/cairn/v1/callbacks/")
+	require.True(t, ok, links.URL)
+	cb, err := sdk.ParseCallbackToken(testCallbackSecret, token, now)
+	require.NoError(t, err)
+	require.Equal(t, sdk.Callback{Namespace: "shop", TaskID: wait.Task.ID, Name: "approve-order", Wait: 3, Expires: time.Unix(wait.Deadline.Unix(), 0).UTC()}, cb)
+	require.Equal(t, links.URL+"?decision=approve", links.Approve)
+	require.Equal(t, links.URL+"?decision=reject", links.Reject)
+
+	wait.Name = "documents"
+	links = srv.callbackLinks(r, "shop", wait, now)
+	require.NotNil(t, links)
+	require.Empty(t, links.Approve, "not an approval: one link, its body the payload")
+	require.Empty(t, links.Reject)
+
+	wait.Deadline = now.Add(-time.Second)
+	require.Nil(t, srv.callbackLinks(r, "shop", wait, now), "past its deadline")
+	none, err := New(Config{Store: st})
+	require.NoError(t, err)
+	wait.Deadline = now.Add(time.Hour)
+	require.Nil(t, none.callbackLinks(r, "shop", wait, now), "no secret")
 }
