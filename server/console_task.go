@@ -17,11 +17,16 @@ type taskData struct {
 	CanCancel, CanRetry, CanCompensate bool
 	Input, Output                      string
 	Timeline                           []*timelineBlock
+	Axis                               *timeAxis // the same history on a time axis
 	Events                             []history.Event
 	Cost                               string
 	// Wait is the signal the task's workflow waits for, if it does: the
 	// page offers a form to send it.
 	Wait *waitingTask
+	// Callback holds the signed one-time URLs that answer Wait, for an
+	// operator to pass on (a chat message, a ticket): only for a user
+	// with role operate, on a server with a Config.CallbackSecret.
+	Callback *callbackLinks
 }
 
 // HasActions says whether the task allows any action: a cancelled or
@@ -57,10 +62,57 @@ func (s *Server) consoleTask(w http.ResponseWriter, r *http.Request, c *call, pa
 		Task: info, Finished: finished, Events: events,
 		CanCancel: !finished, CanRetry: info.Status == history.StatusDeadLettered, CanCompensate: info.Status == history.StatusCompleted,
 		Input: prettyJSON(info.Input, consoleJSONLimit), Output: prettyJSON(info.Output, consoleJSONLimit),
-		Timeline: buildTimeline(events), Cost: usageSummary(events), Wait: currentWait(info, events),
+		Timeline: buildTimeline(events), Axis: buildTimeAxis(events, finished, time.Now()), Cost: usageSummary(events), Wait: currentWait(info, events),
+	}
+	if page.CanOperate && data.Wait != nil {
+		data.Callback = s.callbackLinks(r, c.namespace, data.Wait, time.Now())
 	}
 	page.Data = data
 	s.render(w, http.StatusOK, "task", page)
+}
+
+// callbackLinks are the callback URLs of a wait: URL takes the signal's
+// payload as its JSON body (for an approval, a decision {"approved",
+// "comment"}); Approve and Reject are URL with ?decision=approve|reject,
+// which [Server.callback] takes with no body. They share one token, so
+// the first of them used decides and the others are refused.
+type callbackLinks struct {
+	URL, Approve, Reject string
+	Expires              time.Time
+}
+
+// callbackLinks signs the callback URLs of wait, valid until its
+// deadline (a signal sent after it would be kept for a later receive of
+// the name, not this one). Nil without a CallbackSecret, or for a wait
+// whose deadline has passed (it is about to time out). The token depends
+// only on the wait, so the page shows the same links on every load.
+func (s *Server) callbackLinks(r *http.Request, namespace string, wait *waitingTask, now time.Time) *callbackLinks {
+	if len(s.cfg.CallbackSecret) == 0 || !wait.Deadline.After(now.Add(time.Second)) {
+		return nil
+	}
+	cb := sdk.Callback{Namespace: namespace, TaskID: wait.Task.ID, Name: wait.Name, Wait: wait.Position, Expires: wait.Deadline}
+	u, err := s.CallbackURL(consoleOrigin(r, s.cfg.SecureCookies), cb)
+	if err != nil {
+		s.log.Error("console: sign a callback URL", "task", wait.Task.ID.String(), "error", err.Error())
+		return nil
+	}
+	links := &callbackLinks{URL: u, Expires: time.Unix(wait.Deadline.Unix(), 0)} // the token keeps whole seconds
+	if wait.Approval() {
+		links.Approve, links.Reject = u+"?decision=approve", u+"?decision=reject"
+	}
+	return links
+}
+
+// consoleOrigin is the origin the console's user reached the server at,
+// as the request says: its Host, over https when it came over TLS or the
+// server sets Secure cookies (Config.SecureCookies: behind a
+// TLS-terminating proxy).
+func consoleOrigin(r *http.Request, secure bool) string {
+	scheme := "http"
+	if r.TLS != nil || secure {
+		scheme = "https"
+	}
+	return scheme + "://" + r.Host
 }
 
 // timelineBlock is one attempt, or one thing that happened between

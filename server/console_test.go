@@ -56,7 +56,11 @@ func renderTask(t *testing.T, info *sdk.TaskInfo, events []history.Event) string
 	t.Helper()
 	srv, _ := consoleServer(t)
 	finished := info.Status.Terminal()
-	data := &taskData{Task: info, Finished: finished, Events: events, Timeline: buildTimeline(events),
+	now := t0
+	if len(events) > 0 {
+		now = events[len(events)-1].At.Add(100 * time.Millisecond)
+	}
+	data := &taskData{Task: info, Finished: finished, Events: events, Timeline: buildTimeline(events), Axis: buildTimeAxis(events, finished, now),
 		CanCancel: !finished, CanRetry: info.Status == history.StatusDeadLettered, CanCompensate: info.Status == history.StatusCompleted}
 	w := httptest.NewRecorder()
 	srv.render(w, http.StatusOK, "task", &consolePage{Title: "Task", Page: "tasks", Namespace: "default", CanOperate: true, Data: data})

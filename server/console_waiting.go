@@ -25,6 +25,7 @@ const consoleWaitingScan = 200
 type waitingTask struct {
 	Task     *sdk.TaskInfo
 	Name     string    // the signal awaited
+	Position int       // the receive's position (history.Wait.Position): a callback token names it
 	Since    time.Time // when the wait began (its wait_started)
 	Deadline time.Time // when the receive gives up
 }
@@ -45,7 +46,7 @@ func currentWait(info *sdk.TaskInfo, events []history.Event) *waitingTask {
 	if err != nil || state.Wait == nil {
 		return nil
 	}
-	w := &waitingTask{Task: info, Name: state.Wait.Name, Deadline: state.Wait.Deadline}
+	w := &waitingTask{Task: info, Name: state.Wait.Name, Position: state.Wait.Position, Deadline: state.Wait.Deadline}
 	for _, e := range events {
 		if p, ok := e.Data.(history.WaitStartedData); ok && p.Position == state.Wait.Position && p.Name == state.Wait.Name {
 			w.Since = e.At

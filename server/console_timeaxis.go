@@ -1,0 +1,343 @@
+package server
+
+import (
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/cairnflow/cairn/history"
+)
+
+// The task page's time axis: every attempt, step, sleep, wait and signal
+// of the task drawn at its place in time, one row each, so that steps run
+// in parallel (workflow.Go, workflow.Map) show as overlapping bars and
+// sequential ones one after the other. Like the queue charts
+// (console_charts.go) the geometry is computed here and the template only
+// prints it: positioned spans, no script.
+
+// timeAxisRows bounds the rows drawn; a task with more (a large Map) says
+// how many were left out.
+const timeAxisRows = 300
+
+// timeAxis is the drawing: Start to End is the width of every row's track.
+type timeAxis struct {
+	Start, End time.Time
+	Span       time.Duration
+	Ticks      []axisTick
+	Rows       []*axisRow
+	Hidden     int  // rows past timeAxisRows, not drawn
+	Open       bool // the task has not finished: the axis ends now
+}
+
+// axisTick is a mark on the axis: Label is the time since Start.
+type axisTick struct {
+	Left  float64
+	Label string
+}
+
+// The kinds of rows.
+const (
+	rowAttempt = "attempt"
+	rowStep    = "step"
+	rowSleep   = "sleep"
+	rowWait    = "wait"
+	rowSignal  = "signal"
+)
+
+// The classes of rows beyond the attempts' (blockOK and the rest).
+const (
+	rowWaiting   = "waiting"   // a wait or sleep still under way
+	rowSignalled = "signalled" // a wait its signal ended
+	rowTimedOut  = "timed-out" // a wait that reached its deadline
+	rowEnded     = "ended"     // a sleep that fired, or anything the task's end cut short
+)
+
+// axisRow is one bar: from Start to End, Left and Width in percent of
+// the axis. Text says what it is, for its title and aria-label; Detail is
+// printed after it.
+type axisRow struct {
+	Kind, Class  string
+	Label        string
+	Start, End   time.Time
+	Left, Width  float64
+	Text, Detail string
+	Marks        []axisMark
+	Open         bool      // still under way: its end is the axis' end
+	deadline     time.Time // a wait's
+}
+
+// axisMark is a point on a row: a signal's arrival, a wait's deadline.
+type axisMark struct {
+	Class, Text string
+	At          time.Time
+	Left        float64
+}
+
+// buildTimeAxis lays out events on a time axis. A step ran from its
+// step_completed's At less its DurationMillis to that At (its record);
+// a failed step, which records no duration, from the attempt's previous
+// event to the failure. A wait runs from its wait_started to the signal
+// that ended it, its wait_timed_out, or the task's end; a sleep from its
+// timer_started to its timer_fired. A task not finished (finished false)
+// has its axis, and whatever is still under way, end at now.
+func buildTimeAxis(events []history.Event, finished bool, now time.Time) *timeAxis {
+	if len(events) == 0 {
+		return nil
+	}
+	ax := &timeAxis{Start: events[0].At, End: events[len(events)-1].At, Open: !finished}
+	var (
+		attempt *axisRow // the attempt running
+		last    time.Time
+		wait    *axisRow // the wait under way
+		waitFor string
+		waitPos int
+		sleep   *axisRow // the sleep under way
+	)
+	add := func(r *axisRow) *axisRow {
+		ax.Rows = append(ax.Rows, r)
+		return r
+	}
+	endAttempt := func(at time.Time, class string) {
+		if attempt != nil {
+			attempt.End, attempt.Class, attempt.Open = at, class, false
+			attempt = nil
+		}
+	}
+	// ended closes what the task's end cut short.
+	ended := func(at time.Time) {
+		for _, r := range []*axisRow{wait, sleep} {
+			if r != nil {
+				r.End, r.Class, r.Open = at, rowEnded, false
+				r.Detail += " · ended with the task"
+			}
+		}
+		wait, sleep = nil, nil
+	}
+	for _, e := range events {
+		ax.Start, ax.End = minTime(ax.Start, e.At), maxTime(ax.End, e.At)
+		switch p := e.Data.(type) {
+		case history.AttemptStartedData:
+			endAttempt(e.At, blockOK) // an attempt left open by a history the console does not know
+			attempt = add(&axisRow{Kind: rowAttempt, Class: blockOpen, Label: fmt.Sprintf("Attempt %d", e.Attempt), Start: e.At, Open: true})
+			if p.WorkerID != "" {
+				attempt.Detail = p.WorkerID
+			}
+		case history.StepCompletedData:
+			d := time.Duration(p.DurationMillis) * time.Millisecond
+			start := e.At.Add(-d)
+			if p.DurationMillis == 0 && attempt != nil {
+				start = last // written before durations were: since the previous event
+			}
+			ran := roundDuration(e.At.Sub(start))
+			add(&axisRow{Kind: rowStep, Class: blockOK, Label: p.Name, Start: start, End: e.At, Detail: ran.String(),
+				Text: fmt.Sprintf("step %d %s ran %s, from %s to %s", p.Position, p.Name, ran, consoleTime(start), consoleTime(e.At))})
+		case history.TimerStartedData:
+			sleep = add(&axisRow{Kind: rowSleep, Class: rowWaiting, Label: "sleep", Start: e.At, Open: true,
+				Detail: "until " + consoleTime(p.FireAt)})
+			endAttempt(e.At, blockOK)
+		case history.TimerFiredData:
+			if sleep != nil {
+				sleep.End, sleep.Class, sleep.Open = e.At, rowEnded, false
+				sleep = nil
+			}
+		case history.WaitStartedData:
+			if wait != nil && waitFor == p.Name && waitPos == p.Position {
+				// Woken with no signal, it waits again: one wait, a new deadline.
+				wait.Marks = wait.Marks[:0]
+			} else {
+				wait = add(&axisRow{Kind: rowWait, Class: rowWaiting, Label: "wait " + p.Name, Start: e.At, Open: true})
+				waitFor, waitPos = p.Name, p.Position
+			}
+			wait.deadline, wait.Detail = p.Deadline, "deadline "+consoleTime(p.Deadline)
+			wait.Marks = append(wait.Marks, axisMark{Class: "deadline", At: p.Deadline,
+				Text: "deadline of wait " + p.Name + ": " + consoleTime(p.Deadline)})
+			endAttempt(e.At, blockOK)
+		case history.SignalReceivedData:
+			text := "signal " + p.Name
+			if p.Sender != "" {
+				text += " from " + p.Sender
+			}
+			text += " at " + consoleTime(e.At)
+			mark := axisMark{Class: "signal", At: e.At, Text: text}
+			if wait != nil && waitFor == p.Name {
+				wait.End, wait.Class, wait.Open = e.At, rowSignalled, false
+				wait.Marks = append(wait.Marks, mark)
+				wait.Detail = fmt.Sprintf("signalled after %s", roundDuration(e.At.Sub(wait.Start)))
+				if p.Sender != "" {
+					wait.Detail += " by " + p.Sender
+				}
+				wait.Detail += " · deadline " + consoleTime(wait.deadline)
+				wait = nil
+				continue
+			}
+			// A signal no wait was waiting for: kept for a later receive.
+			r := add(&axisRow{Kind: rowSignal, Class: rowSignal, Label: "signal " + p.Name, Start: e.At, End: e.At, Marks: []axisMark{mark}})
+			if p.Sender != "" {
+				r.Detail = "from " + p.Sender
+			}
+		case history.WaitTimedOutData:
+			if wait != nil && waitFor == p.Name {
+				wait.End, wait.Class, wait.Open = e.At, rowTimedOut, false
+				wait.Detail = fmt.Sprintf("timed out after %s, no signal · deadline %s", roundDuration(e.At.Sub(wait.Start)), consoleTime(wait.deadline))
+				wait = nil
+			}
+		case history.AttemptFailedData:
+			failedStepRow(ax, attempt, last, e.At, p.Error)
+			endAttempt(e.At, blockFailed)
+		case history.LeaseExpiredData:
+			endAttempt(e.At, blockFailed)
+		case history.TaskReleasedData:
+			endAttempt(e.At, blockOK)
+		case history.TaskCompletedData:
+			endAttempt(e.At, blockOK)
+			ended(e.At)
+		case history.TaskFailedData:
+			failedStepRow(ax, attempt, last, e.At, p.Error)
+			endAttempt(e.At, blockFailed)
+			ended(e.At)
+		case history.TaskDeadLetteredData:
+			failedStepRow(ax, attempt, last, e.At, p.Error)
+			endAttempt(e.At, blockFailed)
+			ended(e.At)
+		case history.TaskCancelledData:
+			endAttempt(e.At, blockCancelled)
+			ended(e.At)
+		case history.TaskExpiredData:
+			ended(e.At)
+		}
+		last = e.At
+	}
+	if !finished {
+		ax.End = maxTime(ax.End, now)
+	}
+	ax.Span = ax.End.Sub(ax.Start)
+	for _, r := range ax.Rows {
+		if r.Open {
+			r.End = ax.End
+		}
+		r.Start, r.End = maxTime(r.Start, ax.Start), minTime(maxTime(r.End, r.Start), ax.End)
+		r.Left, r.Width = ax.place(r.Start), thousandth(ax.place(r.End)-ax.place(r.Start))
+		if r.Text == "" {
+			r.Text = r.describe()
+		}
+		kept := r.Marks[:0]
+		for _, m := range r.Marks {
+			if m.At.Before(ax.Start) || m.At.After(ax.End) {
+				continue // a deadline past the axis is in the row's detail
+			}
+			m.Left = ax.place(m.At)
+			kept = append(kept, m)
+		}
+		r.Marks = kept
+	}
+	if len(ax.Rows) > timeAxisRows {
+		ax.Hidden, ax.Rows = len(ax.Rows)-timeAxisRows, ax.Rows[:timeAxisRows]
+	}
+	ax.Ticks = axisTicks(ax.Span)
+	return ax
+}
+
+// failedStepRow adds the bar of the step an attempt failed in, as the
+// attempt list does (failedStep): from the attempt's previous event to
+// the failure.
+func failedStepRow(ax *timeAxis, attempt *axisRow, last, at time.Time, info history.ErrorInfo) {
+	if attempt == nil || info.Step == "" {
+		return
+	}
+	ran := roundDuration(at.Sub(last))
+	ax.Rows = append(ax.Rows, &axisRow{Kind: rowStep, Class: blockFailed, Label: info.Step, Start: last, End: at, Detail: "failed · " + ran.String(),
+		Text: fmt.Sprintf("step %d %s failed after %s, from %s to %s", info.Position, info.Step, ran, consoleTime(last), consoleTime(at))})
+}
+
+// describe is a row's text when it has none of its own.
+func (r *axisRow) describe() string {
+	d := roundDuration(r.End.Sub(r.Start))
+	switch {
+	case r.Kind == rowSignal:
+		if len(r.Marks) > 0 {
+			return r.Marks[0].Text
+		}
+		return r.Label
+	case r.Open && r.Detail != "" && r.Kind != rowAttempt:
+		return fmt.Sprintf("%s, under way for %s, %s", r.Label, d, r.Detail)
+	case r.Open:
+		return fmt.Sprintf("%s, under way for %s", r.Label, d)
+	case r.Detail != "" && r.Kind != rowAttempt:
+		return fmt.Sprintf("%s, %s", r.Label, r.Detail)
+	}
+	return fmt.Sprintf("%s, %s", r.Label, d)
+}
+
+// place is t's position on the axis, in percent, to a thousandth.
+func (ax *timeAxis) place(t time.Time) float64 {
+	if ax.Span <= 0 {
+		return 0
+	}
+	return thousandth(min(100, max(0, 100*float64(t.Sub(ax.Start))/float64(ax.Span))))
+}
+
+// thousandth rounds a percentage for the page.
+func thousandth(f float64) float64 { return math.Round(f*1000) / 1000 }
+
+// axisSteps are the round steps ticks may take, smallest first.
+var axisSteps = func() []time.Duration {
+	var steps []time.Duration
+	for unit := time.Millisecond; unit <= 10*time.Second; unit *= 10 {
+		steps = append(steps, unit, 2*unit, 5*unit)
+	}
+	return append(steps, 15*time.Second, 30*time.Second, time.Minute, 2*time.Minute, 5*time.Minute, 10*time.Minute,
+		15*time.Minute, 30*time.Minute, time.Hour, 2*time.Hour, 3*time.Hour, 6*time.Hour, 12*time.Hour, 24*time.Hour,
+		48*time.Hour, 7*24*time.Hour, 14*24*time.Hour, 28*24*time.Hour)
+}()
+
+// axisMaxTicks bounds the ticks past the axis' start.
+const axisMaxTicks = 8
+
+// axisTicks marks the axis at the smallest round step that gives at most
+// axisMaxTicks ticks past its start, each labelled with the time since
+// the start.
+func axisTicks(span time.Duration) []axisTick {
+	ticks := []axisTick{{Left: 0, Label: "0"}}
+	if span <= 0 {
+		return ticks
+	}
+	step := axisSteps[len(axisSteps)-1]
+	for _, s := range axisSteps {
+		if span/s <= axisMaxTicks {
+			step = s
+			break
+		}
+	}
+	for t := step; t <= span; t += step {
+		ticks = append(ticks, axisTick{Left: thousandth(100 * float64(t) / float64(span)), Label: "+" + tickLabel(t)})
+	}
+	return ticks
+}
+
+// tickLabel is a round duration in its largest whole unit: "2h", "15m",
+// "30s", "500ms", "1.5s".
+func tickLabel(d time.Duration) string {
+	switch {
+	case d%time.Hour == 0:
+		return fmt.Sprintf("%dh", d/time.Hour)
+	case d%time.Minute == 0:
+		return fmt.Sprintf("%dm", d/time.Minute)
+	case d%time.Second == 0:
+		return fmt.Sprintf("%ds", d/time.Second)
+	}
+	return d.String()
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
