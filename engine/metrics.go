@@ -39,6 +39,8 @@ type Metrics struct {
 	signals          *prometheus.CounterVec
 	waitsStarted     *prometheus.CounterVec
 	waitsTimedOut    *prometheus.CounterVec
+	childrenStarted  *prometheus.CounterVec
+	childrenFinished *prometheus.CounterVec
 
 	labelKeys []string // task label keys that are metric labels too (MetricsOpts.TaskLabels)
 }
@@ -183,6 +185,12 @@ func newMetrics(extra []string) *Metrics {
 		waitsTimedOut: counter("waits_timed_out_total",
 			"Waits for a signal that reached their deadline without one (wait_timed_out), by namespace.",
 			"namespace"),
+		childrenStarted: counter("children_started_total",
+			"Child workflows started (child_started), by namespace and child type.",
+			"namespace", "type"),
+		childrenFinished: counter("children_finished_total",
+			"Child workflows whose end their parent recorded (child_finished), by namespace and outcome (the child's status).",
+			"namespace", "outcome"),
 	}
 }
 
@@ -190,7 +198,7 @@ func (m *Metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{
 		m.tasksFinished, m.retries, m.deadLetters, m.leaseExpirations, m.cancellations, m.compensations,
 		m.attemptDuration, m.stepDuration, m.scheduleToStart, m.aiTokens, m.aiCost, m.scheduleSkipped,
-		m.signals, m.waitsStarted, m.waitsTimedOut,
+		m.signals, m.waitsStarted, m.waitsTimedOut, m.childrenStarted, m.childrenFinished,
 	}
 }
 
@@ -303,6 +311,10 @@ func (m *Metrics) observeSignalEvent(namespace string, payload history.Payload) 
 		m.waitsStarted.WithLabelValues(namespace).Inc()
 	case history.WaitTimedOutData:
 		m.waitsTimedOut.WithLabelValues(namespace).Inc()
+	case history.ChildStartedData:
+		m.childrenStarted.WithLabelValues(namespace, p.TaskType).Inc()
+	case history.ChildFinishedData:
+		m.childrenFinished.WithLabelValues(namespace, string(p.Status)).Inc()
 	}
 }
 

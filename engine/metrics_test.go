@@ -200,8 +200,8 @@ func TestMetricsBreakDownByTaskLabels(t *testing.T) {
 	require.Equal(t, 10.0, g.Value("cairn_ai_tokens_total", "direction", "input", "label_tier", "gold"))
 }
 
-// Signals and waits are counted from their committed events, by
-// namespace, on both stores.
+// Signals, waits and children are counted from their committed events,
+// by namespace, on both stores.
 func TestMetricsCountSignalsAndWaits(t *testing.T) {
 	t.Parallel()
 	stores := map[string]func(t *testing.T, m *engine.Metrics) store.Store{
@@ -258,6 +258,28 @@ func TestMetricsCountSignalsAndWaits(t *testing.T) {
 			require.Equal(t, 1.0, g.Value("cairn_signals_total", "namespace", "default", "name", "note"))
 			require.Equal(t, 2.0, g.Value("cairn_waits_started_total", "namespace", "default"))
 			require.Equal(t, 1.0, g.Value("cairn_waits_timed_out_total", "namespace", "default"))
+
+			// Children: two started by a parent; one completes, one fails.
+			// Their ends are counted from the parent's child_finished,
+			// written by the children's terminal appends.
+			enginetest.StartTask(t, s, nil)
+			parent := enginetest.ClaimOne(t, s, "w1", time.Minute)
+			kids := []store.ChildStart{{Task: *(&enginetest.TaskOpts{}).Params()}, {Task: *(&enginetest.TaskOpts{}).Params()}}
+			_, err = s.TaskStartChildren(ctx, &store.ChildStartParams{
+				Parent:   store.EventAppendParams{TaskID: parent.Task.ID, State: parent.State, Epoch: parent.State.Lease.Epoch, Attempt: parent.State.Attempt},
+				Children: kids,
+			})
+			require.NoError(t, err)
+			enginetest.Complete(t, s, enginetest.ClaimOne(t, s, "w1", time.Minute))
+			info := history.ErrorInfo{Class: history.Permanent, Message: "no"}
+			_, err = enginetest.AppendFenced(ctx, s, enginetest.ClaimOne(t, s, "w1", time.Minute),
+				history.AttemptFailedData{Error: info}, history.TaskFailedData{Error: info})
+			require.NoError(t, err)
+
+			g = enginetest.Gather(t, reg)
+			require.Equal(t, 2.0, g.Value("cairn_children_started_total", "namespace", "default", "type", "test"))
+			require.Equal(t, 1.0, g.Value("cairn_children_finished_total", "namespace", "default", "outcome", "completed"))
+			require.Equal(t, 1.0, g.Value("cairn_children_finished_total", "namespace", "default", "outcome", "failed"))
 			enginetest.RequireLintClean(t, mustGather(t, reg))
 		})
 	}

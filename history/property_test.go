@@ -379,3 +379,24 @@ func damage(t *rapid.T, events []history.Event) []history.Event {
 	}
 	return out
 }
+
+// TestApplyLeavesItsInputAlone: applying events to a state (as a store
+// does to a parent state it keeps between appends) never changes that
+// state, whatever the events write in place.
+func TestApplyLeavesItsInputAlone(t *testing.T) {
+	t.Parallel()
+	for seed := range uint64(300) {
+		events := historytest.FromSeed(seed, historytest.Opts{Complete: true})
+		for cut := 1; cut < len(events); cut++ {
+			base := mustReplay(t, events[:cut])
+			again := mustReplay(t, events[:cut])
+			if _, err := history.ApplyAll(base, events[cut:]); err != nil {
+				t.Fatalf("seed %d: apply events %d..: %v", seed, cut+1, err)
+			}
+			for i := cut; i < len(events); i++ {
+				_, _ = history.Apply(base, events[i])
+			}
+			require.Equal(t, again, base, "seed %d: applying events %d.. changed the state they were applied to", seed, cut+1)
+		}
+	}
+}

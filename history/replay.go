@@ -255,10 +255,12 @@ func ApplyAll(s State, events []Event) (State, error) {
 	copy(steps, s.Steps)
 	next := s
 	next.Steps = steps
+	// Children are written in place too (a child's end): copied as well.
+	next.Children = slices.Clone(s.Children)
 	for _, e := range events {
 		var err error
-		// next is ours alone (its steps were just copied), so steps are
-		// appended in place.
+		// next is ours alone (its steps and children were just copied),
+		// so they are written in place.
 		if next, err = apply(next, e, true); err != nil {
 			return s, err
 		}
@@ -267,7 +269,8 @@ func ApplyAll(s State, events []Event) (State, error) {
 }
 
 // apply is [Apply]. owned says the caller holds the only copy of s and will
-// never apply another event to it, so s's Steps may be appended to in place.
+// never apply another event to it, so s's Steps may be appended to, and its
+// Children written, in place.
 func apply(s State, e Event, owned bool) (State, error) {
 	orig := s
 	if e.Data == nil {
@@ -342,11 +345,11 @@ func apply(s State, e Event, owned bool) (State, error) {
 	case WaitTimedOutData:
 		err = s.applyWaitTimedOut(e, p)
 	case ChildStartedData:
-		err = s.applyChildStarted(e, p)
+		err = s.applyChildStarted(e, p, owned)
 	case ChildWaitStartedData:
 		err = s.applyChildWaitStarted(e, p)
 	case ChildFinishedData:
-		err = s.applyChildFinished(e, p)
+		err = s.applyChildFinished(e, p, owned)
 	case TaskExpiredData:
 		if s.Status != StatusPending || s.Attempt != 0 {
 			err = invalidf(nil, "event %d (%s): task is %s after %d attempts; only a task never started expires", e.Seq, TaskExpired, s.Status, s.Attempt)
@@ -849,7 +852,7 @@ func (s *State) applyWaitTimedOut(e Event, p WaitTimedOutData) error {
 	return nil
 }
 
-func (s *State) applyChildStarted(e Event, p ChildStartedData) error {
+func (s *State) applyChildStarted(e Event, p ChildStartedData, owned bool) error {
 	if err := s.requireLeasedAttempt(e); err != nil {
 		return err
 	}
@@ -865,15 +868,17 @@ func (s *State) applyChildStarted(e Event, p ChildStartedData) error {
 	case p.OnParentClose != "" && p.OnParentClose != ParentCloseCancel && p.OnParentClose != ParentCloseAbandon:
 		return invalidf(nil, "event %d (%s): unknown parent close policy %q", e.Seq, ChildStarted, p.OnParentClose)
 	}
-	for _, c := range s.Children {
-		if c.ID == p.ChildID {
-			return invalidf(nil, "event %d (%s): task %s is already child %d", e.Seq, ChildStarted, p.ChildID, c.Position)
-		}
+	child := Child{Position: p.Position, ID: p.ChildID, TaskType: p.TaskType, TypeVersion: p.TypeVersion, OnParentClose: p.OnParentClose}
+	// Child ids are not checked for repeats (replay would be quadratic in
+	// the children): the store starts each child as a new task, under a
+	// key derived from the parent and the position.
+	if owned {
+		// Replay's own state: append in place, so replay stays linear.
+		s.Children = append(s.Children, child)
+		return nil
 	}
 	// Clip: a State derived from s may share spare capacity.
-	s.Children = append(slices.Clip(s.Children), Child{
-		Position: p.Position, ID: p.ChildID, TaskType: p.TaskType, TypeVersion: p.TypeVersion, OnParentClose: p.OnParentClose,
-	})
+	s.Children = append(slices.Clip(s.Children), child)
 	return nil
 }
 
@@ -913,7 +918,7 @@ func (s *State) applyChildWaitStarted(e Event, p ChildWaitStartedData) error {
 	return nil
 }
 
-func (s *State) applyChildFinished(e Event, p ChildFinishedData) error {
+func (s *State) applyChildFinished(e Event, p ChildFinishedData, owned bool) error {
 	if p.Position < 0 || p.Position >= len(s.Children) {
 		return invalidf(nil, "event %d (%s): no child %d was started", e.Seq, ChildFinished, p.Position)
 	}
@@ -929,9 +934,13 @@ func (s *State) applyChildFinished(e Event, p ChildFinishedData) error {
 		return invalidf(nil, "event %d (%s): a %s child without its error", e.Seq, ChildFinished, p.Status)
 	}
 	c.Finished, c.Status, c.Output, c.Error, c.FinishedSeq = true, p.Status, p.Output, p.Error, e.Seq
-	children := slices.Clone(s.Children)
-	children[p.Position] = c
-	s.Children = children
+	if owned {
+		s.Children[p.Position] = c
+	} else {
+		children := slices.Clone(s.Children)
+		children[p.Position] = c
+		s.Children = children
+	}
 	if w := s.ChildWait; w != nil && slices.Contains(w.Positions, p.Position) {
 		wait := *w
 		wait.Finished++

@@ -19,7 +19,7 @@ type appendBatch struct {
 	expectedSeqs, epochs, leaseEpochs, lastSeqs, evSeqs []int64
 	expiredOnly, cancelRequesteds                       []bool
 	statuses, evTypes, evDatas                          []string
-	runAts, updatedAts, evAts                           []time.Time
+	runAts, fairAts, updatedAts, evAts                  []time.Time
 	startedAts, finishedAts                             []*time.Time
 	attempts, evAttempts                                []int32
 	leaseOwners, outputs, lastErrors                    []*string
@@ -28,7 +28,7 @@ type appendBatch struct {
 func newAppendBatch(n int) *appendBatch {
 	return &appendBatch{
 		ids: make([][16]byte, 0, n), expectedSeqs: make([]int64, 0, n), epochs: make([]int64, 0, n),
-		expiredOnly: make([]bool, 0, n), statuses: make([]string, 0, n), runAts: make([]time.Time, 0, n),
+		expiredOnly: make([]bool, 0, n), statuses: make([]string, 0, n), runAts: make([]time.Time, 0, n), fairAts: make([]time.Time, 0, n),
 		attempts: make([]int32, 0, n), leaseOwners: make([]*string, 0, n), leaseEpochs: make([]int64, 0, n),
 		outputs: make([]*string, 0, n), lastErrors: make([]*string, 0, n), cancelRequesteds: make([]bool, 0, n),
 		lastSeqs: make([]int64, 0, n), updatedAts: make([]time.Time, 0, n), startedAts: make([]*time.Time, 0, n),
@@ -62,6 +62,7 @@ func (b *appendBatch) add(p *store.EventAppendParams, now time.Time) (history.St
 	b.expiredOnly = append(b.expiredOnly, p.ExpiredOnly)
 	b.statuses = append(b.statuses, string(next.Status))
 	b.runAts = append(b.runAts, next.RunAt)
+	b.fairAts = append(b.fairAts, ap.FairAt)
 	b.attempts = append(b.attempts, int32(next.Attempt))
 	b.leaseOwners = append(b.leaseOwners, nullString(next.Lease.Owner))
 	b.leaseEpochs = append(b.leaseEpochs, next.Lease.Epoch)
@@ -78,7 +79,7 @@ func (b *appendBatch) add(p *store.EventAppendParams, now time.Time) (history.St
 func (b *appendBatch) args(doneChannel, readyChannel, cancelChannel string) pgx.NamedArgs {
 	return pgx.NamedArgs{
 		"ids": b.ids, "expected_seqs": b.expectedSeqs, "epochs": b.epochs, "expired_only": b.expiredOnly,
-		"statuses": b.statuses, "run_ats": b.runAts, "attempts": b.attempts, "lease_owners": b.leaseOwners,
+		"statuses": b.statuses, "run_ats": b.runAts, "fair_ats": b.fairAts, "attempts": b.attempts, "lease_owners": b.leaseOwners,
 		"lease_epochs": b.leaseEpochs, "outputs": b.outputs, "last_errors": b.lastErrors,
 		"cancel_requesteds": b.cancelRequesteds, "last_seqs": b.lastSeqs, "updated_ats": b.updatedAts,
 		"started_ats": b.startedAts, "finished_ats": b.finishedAts,
@@ -161,6 +162,7 @@ func (s *Store) EventAppendMany(ctx context.Context, ps []*store.EventAppendPara
 			ok[id] = true
 		}
 	}
+	s.rememberParents(parents)
 	if s.metrics != nil {
 		for _, w := range parents {
 			s.metrics.ObserveAppended(w.p, w.next)

@@ -106,7 +106,17 @@ func (s *Store) appendReporting(ctx context.Context, ps []*store.EventAppendPara
 				lock = append(lock, r.Parent)
 			}
 		}
-		if _, err := tx.Exec(ctx, s.sql("TaskLockMany"), pgx.NamedArgs{"ids": lock}); err != nil {
+		locked, err := tx.Query(ctx, s.sql("TaskLockMany"), pgx.NamedArgs{"ids": lock})
+		if err != nil {
+			return err
+		}
+		lastSeqs := map[uuid.UUID]int64{}
+		var id uuid.UUID
+		var lastSeq int64
+		if _, err := pgx.ForEachRow(locked, []any{&id, &lastSeq}, func() error {
+			lastSeqs[id] = lastSeq
+			return nil
+		}); err != nil {
 			return err
 		}
 		rows, err := tx.Query(ctx, s.sql("EventAppendMany"), batch.args(s.doneChannel, s.channel, s.cancelChannel))
@@ -129,7 +139,7 @@ func (s *Store) appendReporting(ctx context.Context, ps []*store.EventAppendPara
 		if len(ids) == 0 {
 			return nil
 		}
-		parents, err = s.reportToParents(ctx, tx, ids, reports)
+		parents, err = s.reportToParents(ctx, tx, ids, lastSeqs, reports)
 		return err
 	})
 	return ok, parents, err
@@ -143,19 +153,31 @@ type parentWrite struct {
 }
 
 // reportToParents appends the children's child_finished to their parents
-// inside tx (whose rows it holds locked).
-func (s *Store) reportToParents(ctx context.Context, tx pgx.Tx, ids []uuid.UUID, reports map[uuid.UUID][]history.ChildFinishedData) ([]parentWrite, error) {
-	histories, err := s.eventsQuery(ctx, tx, s.sql("EventListByTasks"), pgx.NamedArgs{"ids": ids})
+// inside tx (whose rows it holds locked, at lastSeqs), all in one
+// statement. A parent's state is the one this process has of it (see
+// plan.ParentStates) brought up to date with the events since, or its
+// whole history replayed.
+func (s *Store) reportToParents(ctx context.Context, tx pgx.Tx, ids []uuid.UUID, lastSeqs map[uuid.UUID]int64, reports map[uuid.UUID][]history.ChildFinishedData) ([]parentWrite, error) {
+	cached := make(map[uuid.UUID]history.State, len(ids))
+	afters := make([]int64, len(ids))
+	for i, id := range ids {
+		if st, ok := s.parents.Get(id); ok && st.LastSeq <= lastSeqs[id] {
+			cached[id], afters[i] = st, st.LastSeq
+		}
+	}
+	since, err := s.eventsQuery(ctx, tx, s.sql("EventListAfter"), pgx.NamedArgs{"ids": ids, "afters": afters})
 	if err != nil {
 		return nil, err
 	}
 	var out []parentWrite
+	batch := newAppendBatch(len(ids))
+	now := s.now()
 	for _, id := range ids {
-		events := histories[id]
-		if len(events) == 0 {
+		if _, locked := lastSeqs[id]; !locked {
 			continue // the parent is gone (retention): nobody to tell
 		}
-		state, err := history.Replay(events)
+		st, ok := cached[id]
+		state, err := plan.CatchUp(st, ok, since[id])
 		if err != nil {
 			return nil, errors.Wrapf(err, "replay parent %s", id)
 		}
@@ -163,11 +185,35 @@ func (s *Store) reportToParents(ctx context.Context, tx pgx.Tx, ids []uuid.UUID,
 		if ap == nil {
 			continue
 		}
-		next, err := s.appendInTx(ctx, tx, ap)
+		next, err := batch.add(ap, now)
 		if err != nil {
 			return nil, errors.Wrapf(err, "report to parent %s", id)
 		}
 		out = append(out, parentWrite{p: ap, next: next})
 	}
+	if len(out) == 0 {
+		return nil, nil
+	}
+	rows, err := tx.Query(ctx, s.sql("EventAppendMany"), batch.args(s.doneChannel, s.channel, s.cancelChannel))
+	if err != nil {
+		return nil, err
+	}
+	written, err := pgx.CollectRows(rows, pgx.RowTo[[16]byte])
+	if err != nil {
+		return nil, err
+	}
+	if len(written) != len(out) {
+		// The rows are locked and the histories read under the lock:
+		// nothing can have moved.
+		return nil, errors.AssertionFailedf("report to %d parents: %d written", len(out), len(written))
+	}
 	return out, nil
+}
+
+// rememberParents caches the parents' states once their appends have
+// committed.
+func (s *Store) rememberParents(parents []parentWrite) {
+	for _, w := range parents {
+		s.parents.Put(w.p.TaskID, w.next)
+	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/cairnflow/cairn/engine/internal/plan"
 	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/history"
 	"github.com/cockroachdb/errors"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -58,6 +59,9 @@ func (s *Store) TaskClaim(ctx context.Context, p *store.TaskClaimManyParams) (st
 	})
 	if err := s.pool.SendBatch(ctx, batch).Close(); err != nil {
 		return store.ClaimResult{}, errors.Wrap(interpretError(err), "claim tasks")
+	}
+	if err := s.rereadStaleClaims(ctx, res.Tasks); err != nil {
+		return store.ClaimResult{}, err
 	}
 	if s.metrics != nil {
 		s.metrics.ObserveClaimed(res.Tasks)
@@ -134,4 +138,38 @@ func (s *Store) LeaseExtendMany(ctx context.Context, leases []store.LeaseRef, tt
 		return nil, errors.Wrap(interpretError(err), "extend leases")
 	}
 	return held, nil
+}
+
+// errStaleClaimRead marks a claimed task whose earlier events the claim
+// statement's snapshot did not all see: an append without the lease (a
+// signal, a cancel request, a child's end) committed while the claim
+// waited for the row's lock. The row the claim updated has it (last_seq
+// counts it); the events read in the same statement do not.
+var errStaleClaimRead = errors.New("the claim's snapshot missed events committed before the claim")
+
+// rereadStaleClaims reads again, after the claim's commit, the histories
+// the claim statement read short, and replays them up to the claim's
+// attempt_started.
+func (s *Store) rereadStaleClaims(ctx context.Context, claimed []*store.ClaimedTask) error {
+	for _, ct := range claimed {
+		if !errors.Is(ct.Err, errStaleClaimRead) {
+			continue
+		}
+		events, err := s.EventListByTask(ctx, ct.Task.ID)
+		if err != nil {
+			return errors.Wrapf(err, "read claimed task %s again", ct.Task.ID)
+		}
+		if int64(len(events)) < ct.Task.LastSeq {
+			ct.Err = errors.AssertionFailedf("claimed task %s: %d events, the claim is at seq %d", ct.Task.ID, len(events), ct.Task.LastSeq)
+			continue
+		}
+		events = events[:ct.Task.LastSeq]
+		state, err := history.Replay(events)
+		if err != nil {
+			ct.Err = errors.Wrapf(err, "replay claimed task %s", ct.Task.ID)
+			continue
+		}
+		ct.Events, ct.State, ct.Err = events, state, nil
+	}
+	return nil
 }

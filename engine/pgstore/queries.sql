@@ -279,16 +279,19 @@ WITH input AS (
         @ids::uuid[], @expected_seqs::bigint[], @epochs::bigint[], @expired_only::boolean[],
         @statuses::text[], @run_ats::timestamptz[], @attempts::integer[], @lease_owners::text[],
         @lease_epochs::bigint[], @outputs::jsonb[], @last_errors::jsonb[], @cancel_requesteds::boolean[],
-        @last_seqs::bigint[], @updated_ats::timestamptz[], @started_ats::timestamptz[], @finished_ats::timestamptz[])
+        @last_seqs::bigint[], @updated_ats::timestamptz[], @started_ats::timestamptz[], @finished_ats::timestamptz[],
+        @fair_ats::timestamptz[])
         AS i(id, expected_seq, epoch, expired_only, status, run_at, attempt, lease_owner,
-             lease_epoch, output, last_error, cancel_requested, last_seq, updated_at, started_at, finished_at)
+             lease_epoch, output, last_error, cancel_requested, last_seq, updated_at, started_at, finished_at, fair_at)
 ), upd AS (
     UPDATE /* TEMPLATE: schema */tasks AS t SET
         status = i.status,
         run_at = i.run_at,
         -- A keyed task due again keeps its place among its key's tasks
-        -- (a retry does not jump its key's backlog); others go by run time.
-        fair_at = CASE WHEN t.fairness_key IS NULL THEN i.run_at ELSE greatest(i.run_at, t.fair_at) END,
+        -- (a retry does not jump its key's backlog); others go by run time,
+        -- but a parent its children woke by its creation (@fair_ats: see
+        -- plan.WokenParentFairAt).
+        fair_at = CASE WHEN t.fairness_key IS NULL THEN i.fair_at ELSE greatest(i.fair_at, t.fair_at) END,
         attempt = i.attempt,
         lease_owner = i.lease_owner,
         lease_epoch = i.lease_epoch,
@@ -347,7 +350,15 @@ WHERE (SELECT count(*) FROM done) >= 0 AND (SELECT count(*) FROM ready) >= 0 AND
 -- Locks tasks' rows in id order: a batch that ends children takes its
 -- tasks' and their parents' rows this way before it writes, so two such
 -- batches sharing a parent queue rather than deadlock.
-SELECT id FROM /* TEMPLATE: schema */tasks WHERE id = ANY(@ids::uuid[]) ORDER BY id FOR UPDATE;
+SELECT id, last_seq FROM /* TEMPLATE: schema */tasks WHERE id = ANY(@ids::uuid[]) ORDER BY id FOR UPDATE;
+
+-- name: EventListAfter
+-- The events of tasks after a seq each (a parent's since the state this
+-- process has of it), by the primary key.
+SELECT e.task_id, e.seq, e.type, e.at, e.attempt, e.data
+FROM unnest(@ids::uuid[], @afters::bigint[]) AS a(id, after)
+JOIN /* TEMPLATE: schema */events AS e ON e.task_id = a.id AND e.seq > a.after
+ORDER BY e.task_id, e.seq;
 
 -- name: TaskFenceByID
 -- Tells a refused append apart: not found, moved on, or fenced.

@@ -75,6 +75,7 @@ type Store struct {
 	q             map[string]string
 	metrics       store.Observer // nil: none
 	clock         store.Clock
+	parents       plan.ParentStates // parents whose children end here: see reportToParents
 }
 
 // New returns a store over cfg.Pool. It does not touch the database.

@@ -97,6 +97,10 @@ func scanClaimed(row pgx.CollectableRow) (*store.ClaimedTask, error) {
 	if t.LeaseExpiresAt == nil {
 		return nil, errors.AssertionFailedf("claimed task %s has no lease expiry", t.ID)
 	}
+	if int64(len(events)) != t.LastSeq-1 {
+		// Read short (see errStaleClaimRead): read again after the commit.
+		return &store.ClaimedTask{Task: t, Err: errStaleClaimRead}, nil
+	}
 	events = append(events, history.Event{Seq: t.LastSeq, At: t.UpdatedAt, Attempt: t.Attempt, Data: history.AttemptStartedData{
 		WorkerID: t.LeaseOwner, LeaseEpoch: t.LeaseEpoch, LeaseExpiresAt: *t.LeaseExpiresAt,
 	}})

@@ -387,7 +387,7 @@ func insertEvents(ctx context.Context, tx *txn, id uuid.UUID, events []plan.Enco
 // lease's expiry, and the task's id.
 func rowArgs(id uuid.UUID, plan plan.AppendPlan, expires any) []any {
 	next := plan.Next
-	return []any{string(next.Status), us(next.RunAt), us(next.RunAt), us(next.RunAt),
+	return []any{string(next.Status), us(next.RunAt), us(plan.FairAt), us(plan.FairAt),
 		next.Attempt, nullString(next.Lease.Owner), next.Lease.Epoch, expires,
 		nullBytes(next.Output), nullBytes(plan.LastError), next.CancelRequested, next.LastSeq, us(next.UpdatedAt),
 		nullTimeUS(next.StartedAt), nullTimeUS(next.FinishedAt), id.String()}

@@ -3,6 +3,7 @@ package plan
 import (
 	"fmt"
 	"slices"
+	"sync"
 
 	"github.com/cockroachdb/errors"
 	"github.com/google/uuid"
@@ -140,4 +141,50 @@ func ParentAppend(parent uuid.UUID, state history.State, reports []history.Child
 		return nil
 	}
 	return &store.EventAppendParams{TaskID: parent, State: state, Payloads: payloads}
+}
+
+// ParentStates keeps the states of parents whose children end in this
+// process, so a child's end reads only the events its parent gained since
+// the last one instead of the parent's whole history: a fan-in of n
+// children then reads O(n) events in all, not O(n²). States are values
+// the history package copies on write, so a cached one is never changed
+// under a reader. It is bounded: past maxParentStates it starts afresh.
+type ParentStates struct {
+	mu sync.Mutex
+	m  map[uuid.UUID]history.State
+}
+
+const maxParentStates = 4096
+
+// Get returns the cached state of parent, if any.
+func (c *ParentStates) Get(parent uuid.UUID) (history.State, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st, ok := c.m[parent]
+	return st, ok
+}
+
+// Put caches state as parent's (a finished parent is dropped: nothing
+// more is reported to it).
+func (c *ParentStates) Put(parent uuid.UUID, state history.State) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if state.Status.Terminal() {
+		delete(c.m, parent)
+		return
+	}
+	if c.m == nil || len(c.m) >= maxParentStates {
+		c.m = make(map[uuid.UUID]history.State)
+	}
+	c.m[parent] = state
+}
+
+// CatchUp returns parent's state at lastSeq from cached (ok: a state
+// Get returned, at a seq not past lastSeq) and the events after it
+// (since), or, with no usable cache, by replaying since whole.
+func CatchUp(cached history.State, ok bool, since []history.Event) (history.State, error) {
+	if !ok {
+		return history.Replay(since)
+	}
+	return history.ApplyAll(cached, since)
 }

@@ -40,6 +40,11 @@ type AppendPlan struct {
 	Next      history.State
 	Events    []EncodedEvent
 	LastError []byte // Next.LastError as JSON; nil when none
+	// FairAt is the claim's ordering hint for the task's row (fair_at,
+	// not part of the history): its run time, except for a parent its
+	// children woke, which is placed at its creation, ahead of its own
+	// children and of all work younger than it (see [WokenParentFairAt]).
+	FairAt time.Time
 }
 
 // Append replays p's events onto p.State and encodes them: what every
@@ -74,7 +79,7 @@ func Append(p *store.EventAppendParams, now time.Time) (AppendPlan, error) {
 		// running with no lease, where nothing would ever pick it up.
 		return AppendPlan{}, errors.AssertionFailedf("append to task %s: attempt ended without a retry or a terminal event", p.TaskID)
 	}
-	plan := AppendPlan{Next: next, Events: make([]EncodedEvent, len(events))}
+	plan := AppendPlan{Next: next, Events: make([]EncodedEvent, len(events)), FairAt: WokenParentFairAt(p.State, next)}
 	for i, ev := range events {
 		data, err := history.Encode(ev.Data)
 		if err != nil {
@@ -345,3 +350,15 @@ func NormalizeTime(t time.Time) time.Time { return t.UTC().Truncate(time.Microse
 
 // maxMissedTicks bounds the walk to the latest missed tick.
 const maxMissedTicks = 100_000
+
+// WokenParentFairAt is the fair_at of a task moving from prev to next: its
+// run time, but its creation time when the move ends its wait for its
+// children. A fan-in must not queue behind the fan-out's own backlog: the
+// children, created after their parent, would otherwise all go first,
+// and a woken parent would wait for the whole queue.
+func WokenParentFairAt(prev, next history.State) time.Time {
+	if prev.ChildWait != nil && next.ChildWait == nil && next.Status == history.StatusPending && next.CreatedAt.Before(next.RunAt) {
+		return next.CreatedAt
+	}
+	return next.RunAt
+}
