@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"html"
 	"net/http"
+	"net/http/httptest"
 	"regexp"
 	"strconv"
 	"strings"
@@ -397,4 +398,34 @@ func TestTimeAxisAggregatesChildren(t *testing.T) {
 	require.Equal(t, thousandth(pct(110, 1000)-pct(30, 1000)), wait.Width, "ended by the second child to finish")
 	require.Len(t, wait.Marks, 1)
 	require.Contains(t, wait.Marks[0].Text, "child 1 completed")
+}
+
+// A parent of a big fan-out has two events per child: the page's table
+// lists the first consoleEventRows and says how many more there are.
+func TestTaskPageCapsItsEventTable(t *testing.T) {
+	t.Parallel()
+	events := []history.Event{
+		{Seq: 1, At: at(0), Data: history.TaskScheduledData{TaskType: "doc", Queue: "default", RunAt: at(0)}},
+		{Seq: 2, At: at(10), Attempt: 1, Data: history.AttemptStartedData{WorkerID: "w1", LeaseEpoch: 1}},
+	}
+	for i := range consoleEventRows + 498 {
+		events = append(events, history.Event{Seq: int64(3 + i), At: at(20), Attempt: 1,
+			Data: history.ChildStartedData{Position: i, ChildID: uuid.NewString(), TaskType: "kid"}})
+	}
+	listed, more := listedEvents(events)
+	require.Len(t, listed, consoleEventRows)
+	require.Equal(t, 500, more)
+	short, none := listedEvents(events[:10])
+	require.Len(t, short, 10)
+	require.Zero(t, none)
+
+	srv, _ := consoleServer(t)
+	info := &sdk.TaskInfo{ID: uuid.New(), Status: history.StatusRunning, Type: "doc", Queue: "default"}
+	data := &taskData{Task: info, Events: listed, MoreEvents: more, Axis: buildTimeAxis(events, false, at(100))}
+	w := httptest.NewRecorder()
+	srv.render(w, http.StatusOK, "task", &consolePage{Title: "Task", Page: "tasks", Namespace: "default", Data: data})
+	require.Equal(t, http.StatusOK, w.Code)
+	page := w.Body.String()
+	require.Equal(t, consoleEventRows-2, strings.Count(page, "<td>child_started</td>"))
+	require.Contains(t, page, `<p class="muted" id="more-events">500 later events are not listed;`)
 }

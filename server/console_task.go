@@ -18,8 +18,9 @@ type taskData struct {
 	CanCancel, CanRetry, CanCompensate bool
 	Input, Output                      string
 	Timeline                           []*timelineBlock
-	Axis                               *timeAxis // the same history on a time axis
-	Events                             []history.Event
+	Axis                               *timeAxis       // the same history on a time axis
+	Events                             []history.Event // the first consoleEventRows of them
+	MoreEvents                         int             // those past consoleEventRows, not listed
 	Cost                               string
 	// Wait is the signal the task's workflow waits for, if it does: the
 	// page offers a form to send it.
@@ -47,6 +48,19 @@ func (d *taskData) LiveQuery(namespace string) string {
 // HasActions says whether the task allows any action: a cancelled or
 // failed task gets no actions card at all rather than an empty one.
 func (d *taskData) HasActions() bool { return d.CanCancel || d.CanRetry || d.CanCompensate }
+
+// consoleEventRows bounds the page's table of events: a parent of a big
+// fan-out has two events per child. The API's history has them all.
+const consoleEventRows = 1000
+
+// listedEvents are the events the page's table lists, and how many more
+// there are.
+func listedEvents(events []history.Event) ([]history.Event, int) {
+	if len(events) > consoleEventRows {
+		return events[:consoleEventRows], len(events) - consoleEventRows
+	}
+	return events, 0
+}
 
 // The task page shows at most this much of an input or output.
 const consoleJSONLimit = 4 << 10
@@ -79,6 +93,7 @@ func (s *Server) consoleTask(w http.ResponseWriter, r *http.Request, c *call, pa
 		Input: prettyJSON(info.Input, consoleJSONLimit), Output: prettyJSON(info.Output, consoleJSONLimit),
 		Timeline: buildTimeline(events), Axis: buildTimeAxis(events, finished, time.Now()), Cost: usageSummary(events), Wait: currentWait(info, events),
 	}
+	data.Events, data.MoreEvents = listedEvents(events)
 	if err := s.consoleChildren(r.Context(), c, info, events, r.URL.Query(), data); err != nil {
 		s.consoleFail(w, r, page, http.StatusInternalServerError, s.consoleError(r, err))
 		return

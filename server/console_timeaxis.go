@@ -501,7 +501,7 @@ func childRows(ax *timeAxis, kids []*childSpan) []*axisRow {
 				continue
 			}
 			text := fmt.Sprintf("%d %s at %s", k.n, words[class], consoleTime(k.first))
-			if k.n > 1 {
+			if !k.first.Equal(k.last) {
 				text = fmt.Sprintf("%d %s from %s to %s", k.n, words[class], consoleTime(k.first), consoleTime(k.last))
 			}
 			r.Marks = append(r.Marks, axisMark{Class: class, At: k.first, Text: text})
