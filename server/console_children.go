@@ -41,13 +41,15 @@ type childrenPanel struct {
 	// of 300"; Prev and Next the URLs of the pages around it.
 	First, Last int
 	Prev, Next  string
+	All         string // the panel unfiltered
 	Query       string // the panel's own query (filter, page), for the page's refresh
 }
 
-// childCount is a count of the summary: Value is its filter.
+// childCount is a count of the summary: Value is its filter, Link the
+// panel showing only those.
 type childCount struct {
-	Value, Label string
-	N            int
+	Value, Label, Link string
+	N                  int
 }
 
 // childRow is one child.
@@ -157,6 +159,10 @@ func buildChildrenPanel(ctx context.Context, events []history.Event, filter stri
 		return q
 	}
 	p.Query = query(page).Encode()
+	p.All = link(url.Values{})
+	for i := range p.Counts {
+		p.Counts[i].Link = link(url.Values{"children": {p.Counts[i].Value}})
+	}
 	if page > 1 {
 		p.Prev = link(query(page - 1))
 	}

@@ -313,7 +313,9 @@ func TestTaskPageCapsABigFanOut(t *testing.T) {
 				require.Equal(t, "failed", c.Status)
 			}
 			require.Contains(t, page, "1–30 of 30")
-			require.Contains(t, page, `<option value="failed" selected>failed (30)</option>`)
+			require.Contains(t, page, `<strong aria-current="true">failed (30)</strong>`)
+			require.Contains(t, page, `<a href="/console/tasks/`+parentID.String()+`?children=under_way&amp;namespace=default#task-children">under way (20)</a>`)
+			require.Contains(t, page, `<a href="/console/tasks/`+parentID.String()+`?namespace=default#task-children">all 300</a>`)
 			page = getPage(t, h, base+"?children=under_way")
 			kids = panelChildren(t, page)
 			require.Len(t, kids, n-completed-failed)
