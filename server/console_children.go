@@ -83,8 +83,6 @@ func childrenOf(events []history.Event) []*childRow {
 			r.Finished, r.Status, r.FinishAt = true, p.Status, e.At
 			if p.Error != nil {
 				r.Error = p.Error.Message
-			} else if p.Status != history.StatusCompleted {
-				r.Error = string(p.Status)
 			}
 		}
 	}
