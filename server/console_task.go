@@ -3,6 +3,7 @@ package server
 import (
 	"fmt"
 	"net/http"
+	"net/url"
 	"time"
 
 	"github.com/cairnflow/cairn/history"
@@ -17,8 +18,9 @@ type taskData struct {
 	CanCancel, CanRetry, CanCompensate bool
 	Input, Output                      string
 	Timeline                           []*timelineBlock
-	Axis                               *timeAxis // the same history on a time axis
-	Events                             []history.Event
+	Axis                               *timeAxis       // the same history on a time axis
+	Events                             []history.Event // the first consoleEventRows of them
+	MoreEvents                         int             // those past consoleEventRows, not listed
 	Cost                               string
 	// Wait is the signal the task's workflow waits for, if it does: the
 	// page offers a form to send it.
@@ -27,11 +29,38 @@ type taskData struct {
 	// operator to pass on (a chat message, a ticket): only for a user
 	// with role operate, on a server with a Config.CallbackSecret.
 	Callback *callbackLinks
+	// Children is the panel of the task's child workflows, if it started
+	// any; Parent the way up, for a task that is a child.
+	Children *childrenPanel
+	Parent   *parentLink
+}
+
+// LiveQuery is the query the page refreshes itself with: the namespace
+// and the children panel's filter and page.
+func (d *taskData) LiveQuery(namespace string) string {
+	q := "namespace=" + url.QueryEscape(namespace)
+	if d.Children != nil && d.Children.Query != "" {
+		q += "&" + d.Children.Query
+	}
+	return q
 }
 
 // HasActions says whether the task allows any action: a cancelled or
 // failed task gets no actions card at all rather than an empty one.
 func (d *taskData) HasActions() bool { return d.CanCancel || d.CanRetry || d.CanCompensate }
+
+// consoleEventRows bounds the page's table of events: a parent of a big
+// fan-out has two events per child. The API's history has them all.
+const consoleEventRows = 1000
+
+// listedEvents are the events the page's table lists, and how many more
+// there are.
+func listedEvents(events []history.Event) ([]history.Event, int) {
+	if len(events) > consoleEventRows {
+		return events[:consoleEventRows], len(events) - consoleEventRows
+	}
+	return events, 0
+}
 
 // The task page shows at most this much of an input or output.
 const consoleJSONLimit = 4 << 10
@@ -63,6 +92,11 @@ func (s *Server) consoleTask(w http.ResponseWriter, r *http.Request, c *call, pa
 		CanCancel: !finished, CanRetry: info.Status == history.StatusDeadLettered, CanCompensate: info.Status == history.StatusCompleted,
 		Input: prettyJSON(info.Input, consoleJSONLimit), Output: prettyJSON(info.Output, consoleJSONLimit),
 		Timeline: buildTimeline(events), Axis: buildTimeAxis(events, finished, time.Now()), Cost: usageSummary(events), Wait: currentWait(info, events),
+	}
+	data.Events, data.MoreEvents = listedEvents(events)
+	if err := s.consoleChildren(r.Context(), c, info, events, r.URL.Query(), data); err != nil {
+		s.consoleFail(w, r, page, http.StatusInternalServerError, s.consoleError(r, err))
+		return
 	}
 	if page.CanOperate && data.Wait != nil {
 		data.Callback = s.callbackLinks(r, c.namespace, data.Wait, time.Now())
@@ -205,6 +239,9 @@ func buildTimeline(events []history.Event) []*timelineBlock {
 			note(e.At, "Woke", "woke from its sleep")
 		case history.WaitStartedData:
 			note(e.At, "Wait", "waiting for signal "+p.Name+" until "+consoleTime(p.Deadline))
+			end(e.At, blockOK)
+		case history.ChildWaitStartedData:
+			note(e.At, "Children", "waiting for "+childWaitText(p))
 			end(e.At, blockOK)
 		case history.WaitTimedOutData:
 			note(e.At, "Timed out", "no signal "+p.Name+" came before its deadline")

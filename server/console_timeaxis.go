@@ -3,6 +3,8 @@ package server
 import (
 	"fmt"
 	"math"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/cairnflow/cairn/history"
@@ -42,6 +44,17 @@ const (
 	rowSleep   = "sleep"
 	rowWait    = "wait"
 	rowSignal  = "signal"
+	rowChild   = "child"    // one child workflow, start to finish
+	rowKids    = "children" // every child of a big fan-out, as start and finish ticks
+)
+
+// childAxisRows is how many children get a row each; a task with more
+// gets one "children" row instead, its starts and finishes as ticks
+// (childAxisBuckets of them at most per kind, each counting the children
+// whose start or finish falls in its slice of the axis).
+const (
+	childAxisRows    = 8
+	childAxisBuckets = 100
 )
 
 // The classes of rows beyond the attempts' (blockOK and the rest).
@@ -92,6 +105,13 @@ func buildTimeAxis(events []history.Event, finished bool, now time.Time) *timeAx
 		waitFor string
 		waitPos int
 		sleep   *axisRow // the sleep under way
+		// The wait for children under way: the positions it awaits, how
+		// many must finish and how many have.
+		childWait    *axisRow
+		awaited      map[int]bool
+		awaitN, gotN int
+		kids         []*childSpan // by position
+		kidsAt       = -1         // index in ax.Rows of the children's place
 	)
 	add := func(r *axisRow) *axisRow {
 		ax.Rows = append(ax.Rows, r)
@@ -105,18 +125,24 @@ func buildTimeAxis(events []history.Event, finished bool, now time.Time) *timeAx
 	}
 	// ended closes what the task's end cut short.
 	ended := func(at time.Time) {
-		for _, r := range []*axisRow{wait, sleep} {
+		for _, r := range []*axisRow{wait, sleep, childWait} {
 			if r != nil {
 				r.End, r.Class, r.Open = at, rowEnded, false
 				r.Detail += " · ended with the task"
 			}
 		}
-		wait, sleep = nil, nil
+		wait, sleep, childWait = nil, nil, nil
 	}
 	for _, e := range events {
 		ax.Start, ax.End = minTime(ax.Start, e.At), maxTime(ax.End, e.At)
 		switch p := e.Data.(type) {
 		case history.AttemptStartedData:
+			if childWait != nil {
+				// Woken before its children finished: a cancel, its deadline.
+				childWait.End, childWait.Class, childWait.Open = e.At, rowEnded, false
+				childWait.Detail = fmt.Sprintf("woken after %s with %d of %d finished", roundDuration(e.At.Sub(childWait.Start)), gotN, awaitN)
+				childWait = nil
+			}
 			endAttempt(e.At, blockOK) // an attempt left open by a history the console does not know
 			attempt = add(&axisRow{Kind: rowAttempt, Class: blockOpen, Label: fmt.Sprintf("Attempt %d", e.Attempt), Start: e.At, Open: true})
 			if p.WorkerID != "" {
@@ -175,6 +201,38 @@ func buildTimeAxis(events []history.Event, finished bool, now time.Time) *timeAx
 			if p.Sender != "" {
 				r.Detail = "from " + p.Sender
 			}
+		case history.ChildStartedData:
+			if kidsAt < 0 {
+				kidsAt = len(ax.Rows)
+				add(nil) // the children's place, filled in below
+			}
+			kids = append(kids, &childSpan{ChildStartedData: p, start: e.At})
+		case history.ChildFinishedData:
+			if p.Position >= 0 && p.Position < len(kids) && kids[p.Position].ChildID == p.ChildID {
+				k := kids[p.Position]
+				k.finished, k.end, k.status = true, e.At, p.Status
+				if p.Error != nil {
+					k.message = p.Error.Message
+				}
+			}
+			if childWait != nil && awaited[p.Position] {
+				gotN++
+				if gotN >= awaitN {
+					childWait.End, childWait.Class, childWait.Open = e.At, rowSignalled, false
+					childWait.Marks = append(childWait.Marks, axisMark{Class: "signal", At: e.At,
+						Text: fmt.Sprintf("child %d %s at %s", p.Position, p.Status, consoleTime(e.At))})
+					childWait.Detail = fmt.Sprintf("%d of %d finished after %s", gotN, len(awaited), roundDuration(e.At.Sub(childWait.Start)))
+					childWait = nil
+				}
+			}
+		case history.ChildWaitStartedData:
+			childWait = add(&axisRow{Kind: rowWait, Class: rowWaiting, Label: "wait " + childWaitText(p), Start: e.At, Open: true})
+			awaited, awaitN, gotN = map[int]bool{}, max(p.Count, 1), 0
+			for _, pos := range p.Positions {
+				awaited[pos] = true
+			}
+			childWait.Detail = fmt.Sprintf("%d of %d to finish", awaitN, len(awaited))
+			endAttempt(e.At, blockOK)
 		case history.WaitTimedOutData:
 			if wait != nil && waitFor == p.Name {
 				wait.End, wait.Class, wait.Open = e.At, rowTimedOut, false
@@ -211,6 +269,9 @@ func buildTimeAxis(events []history.Event, finished bool, now time.Time) *timeAx
 		ax.End = maxTime(ax.End, now)
 	}
 	ax.Span = ax.End.Sub(ax.Start)
+	if kidsAt >= 0 {
+		ax.Rows = slices.Concat(ax.Rows[:kidsAt], childRows(ax, kids), ax.Rows[kidsAt+1:])
+	}
 	for _, r := range ax.Rows {
 		if r.Open {
 			r.End = ax.End
@@ -340,4 +401,125 @@ func maxTime(a, b time.Time) time.Time {
 		return b
 	}
 	return a
+}
+
+// childWaitText says what a wait for children awaits: "child 3", "2 of
+// 5 children".
+func childWaitText(p history.ChildWaitStartedData) string {
+	if len(p.Positions) == 1 {
+		return fmt.Sprintf("child %d", p.Positions[0])
+	}
+	return fmt.Sprintf("%d of %d children", max(p.Count, 1), len(p.Positions))
+}
+
+// childSpan is a child on the axis: from its child_started to its
+// child_finished, if any.
+type childSpan struct {
+	history.ChildStartedData
+	start, end time.Time
+	finished   bool
+	status     history.Status
+	message    string
+}
+
+// childClass is the class of a finished child's bar: how it ended.
+func childClass(st history.Status) string {
+	switch st {
+	case history.StatusCompleted:
+		return blockOK
+	case history.StatusCancelled, history.StatusExpired:
+		return blockCancelled
+	}
+	return blockFailed
+}
+
+// childRows are the children's rows: one each up to childAxisRows, else
+// one row from the first start to the last finish (to the axis' end
+// while any runs) with the starts and finishes as ticks, bucketed.
+func childRows(ax *timeAxis, kids []*childSpan) []*axisRow {
+	if len(kids) <= childAxisRows {
+		rows := make([]*axisRow, 0, len(kids))
+		for _, k := range kids {
+			r := &axisRow{Kind: rowChild, Label: fmt.Sprintf("child %d %s", k.Position, k.TaskType), Start: k.start}
+			if !k.finished {
+				r.Class, r.Open, r.Detail = rowWaiting, true, "under way"
+			} else {
+				r.Class, r.End = childClass(k.status), k.end
+				r.Detail = fmt.Sprintf("%s after %s", k.status, roundDuration(k.end.Sub(k.start)))
+				if k.message != "" {
+					r.Detail += ": " + k.message
+				}
+			}
+			rows = append(rows, r)
+		}
+		return rows
+	}
+	r := &axisRow{Kind: rowKids, Class: blockOK, Label: fmt.Sprintf("children (%s)", thousands(len(kids))), Start: kids[0].start, End: kids[0].start}
+	type bucket struct {
+		n           int
+		first, last time.Time
+	}
+	buckets := map[string]map[int]*bucket{}
+	tick := func(class string, at time.Time) {
+		b := 0
+		if ax.Span > 0 {
+			b = min(childAxisBuckets-1, int(float64(childAxisBuckets)*float64(at.Sub(ax.Start))/float64(ax.Span)))
+		}
+		if buckets[class] == nil {
+			buckets[class] = map[int]*bucket{}
+		}
+		k := buckets[class][b]
+		if k == nil {
+			k = &bucket{first: at, last: at}
+			buckets[class][b] = k
+		}
+		k.n++
+		k.first, k.last = minTime(k.first, at), maxTime(k.last, at)
+	}
+	counts := map[history.Status]int{}
+	running, failed := 0, false
+	for _, k := range kids {
+		r.Start = minTime(r.Start, k.start)
+		tick("child-start", k.start)
+		if !k.finished {
+			running++
+			continue
+		}
+		counts[k.status]++
+		r.End = maxTime(r.End, k.end)
+		class := "child-done"
+		if k.status != history.StatusCompleted {
+			class, failed = "child-failed", true
+		}
+		tick(class, k.end)
+	}
+	words := map[string]string{"child-start": "started", "child-done": "completed", "child-failed": "ended otherwise"}
+	for _, class := range []string{"child-start", "child-done", "child-failed"} {
+		for b := range childAxisBuckets {
+			k := buckets[class][b]
+			if k == nil {
+				continue
+			}
+			text := fmt.Sprintf("%d %s at %s", k.n, words[class], consoleTime(k.first))
+			if !k.first.Equal(k.last) {
+				text = fmt.Sprintf("%d %s from %s to %s", k.n, words[class], consoleTime(k.first), consoleTime(k.last))
+			}
+			r.Marks = append(r.Marks, axisMark{Class: class, At: k.first, Text: text})
+		}
+	}
+	parts := []string{thousands(len(kids)) + " started"}
+	for _, st := range childSummaryOrder {
+		if n := counts[st]; n > 0 {
+			parts = append(parts, thousands(n)+" "+strings.ReplaceAll(string(st), "_", "-"))
+		}
+	}
+	if running > 0 {
+		parts = append(parts, thousands(running)+" under way")
+		r.Open, r.Class = true, rowWaiting
+	}
+	if failed {
+		r.Class = blockFailed
+	}
+	r.Detail = strings.Join(parts, ", ")
+	return []*axisRow{r}
 }
