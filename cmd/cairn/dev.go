@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"time"
 
 	"github.com/cockroachdb/errors"
@@ -112,7 +113,8 @@ func startDevWorker(ctx context.Context, cmd *cobra.Command, g *globals, df *dem
 			stop()
 			return nil, err
 		}
-		fmt.Fprintf(out, "submitted %d sample documents (example task %s)\n", len(ids), ids[0])
+		fmt.Fprintf(out, "submitted %d sample documents (example task %s); %d of them are poor scans that will wait for your approval\n",
+			len(ids), ids[0], int(math.Round(df.lowConfidence*float64(len(ids)))))
 	}
 	fmt.Fprintf(out, "cairn dev on %s, with a worker for %s@%d\n", where, demoTypeName, demoTypeVersion)
 	return stop, nil
