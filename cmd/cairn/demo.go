@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/cockroachdb/errors"
@@ -534,7 +536,8 @@ func percentileMillis(sorted []time.Duration, p float64) float64 {
 }
 
 func printSummary(cmd *cobra.Command, s demoSummary, f *demoFlags) {
-	w := newTable(cmd)
+	var table bytes.Buffer
+	w := tabwriter.NewWriter(&table, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(w, "documents:\t%d\t\n", s.Documents)
 	fmt.Fprintf(w, "completed:\t%d\t(%d accepted with confidence, %d approved, %d rejected, %d left for manual review)\n", s.Completed,
 		s.Outcomes[outcomeAccepted], s.Outcomes[outcomeApproved], s.Outcomes[outcomeRejected], s.Outcomes[outcomeManualReview])
@@ -556,6 +559,9 @@ func printSummary(cmd *cobra.Command, s demoSummary, f *demoFlags) {
 	fmt.Fprintf(w, "duration p99:\t%.1f ms\t\n", s.P99Millis)
 	fmt.Fprintf(w, "wall time:\t%.2f s\t(%.1f tasks/s)\n", s.WallSeconds, s.TasksPerSec)
 	_ = w.Flush()
+	for line := range strings.Lines(table.String()) {
+		fmt.Fprintln(cmd.OutOrStdout(), strings.TrimRight(line, " \n"))
+	}
 	if s.ExampleID != "" {
 		fmt.Fprintf(cmd.OutOrStdout(), "\na retried task's history: cairn task history %s\n", s.ExampleID)
 	}

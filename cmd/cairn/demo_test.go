@@ -255,6 +255,9 @@ func TestDemoRunManualLeavesApprovalsWaiting(t *testing.T) {
 				c, err := sdk.NewClient(sdk.ClientConfig{Store: s, Namespace: "clitest"})
 				require.NoError(t, err)
 				defer c.Close()
+				// A signal that is not a decision is waited past.
+				_, err = c.Signal(context.Background(), waiting[0], approvalSignal, json.RawMessage(`{"comment":"which?"}`))
+				require.NoError(t, err)
 				for _, id := range waiting[:2] {
 					_, err := c.Signal(context.Background(), id, approvalSignal, workflow.Decision{Approved: true, Comment: "fine"}, sdk.SignalOpts{Sender: "alice"})
 					require.NoError(t, err)
