@@ -40,7 +40,7 @@ type demoFlags struct {
 	// approve says who answers the approvals (approveModes).
 	approve string
 	// approvalTimeout is the first wait for a decision; 0: the mode's
-	// default (defaultApprovalTimeout).
+	// simulatedApprovalTimeout, or personApprovalTimeout for manual.
 	approvalTimeout time.Duration
 	reviewerDelay   time.Duration
 	callbackSecret  envFlag // read with get(): a secret, so --help never shows it
