@@ -16,10 +16,13 @@ import (
 )
 
 // startDev runs `cairn dev` on the embedded store in dbPath, with no
-// database URL, and returns once it listens.
+// database URL, and returns once it listens. Its low-confidence documents
+// wait for a person's approval, which nobody gives here: a short
+// --approval-timeout lets them escalate and fall to the default (rejected,
+// "no decision") within the test.
 func startDev(t *testing.T, dbPath string, args ...string) *apiServer {
 	t.Helper()
-	cmd := exec.Command(cairnBinary(t), append([]string{"dev", "--listen", "127.0.0.1:0", "--latency", "5ms"}, args...)...)
+	cmd := exec.Command(cairnBinary(t), append([]string{"dev", "--listen", "127.0.0.1:0", "--latency", "5ms", "--approval-timeout", "200ms"}, args...)...)
 	cmd.Env = append(os.Environ(), "CAIRN_DATABASE_URL=", "CAIRN_DB="+dbPath)
 	return startListening(t, cmd)
 }
@@ -68,6 +71,17 @@ func TestDevRunsTheDemoOnTheEmbeddedStore(t *testing.T) {
 	require.Contains(t, string(body), "default", "the overview shows the demo's queue")
 	before := dev.tasks(t)
 	id := before.Tasks[0].ID
+	// A quarter of the documents waited for an approval nobody gave: they
+	// escalated, and the default decided.
+	timedOut := 0
+	for _, task := range before.Tasks {
+		status, _, body := dev.call("GET", "/v1/tasks/"+task.ID+"/history", nil)
+		require.Equal(t, http.StatusOK, status, "%s", body)
+		if strings.Contains(string(body), `"escalate"`) && strings.Count(string(body), "wait_timed_out") == 2 {
+			timedOut++
+		}
+	}
+	require.Equal(t, 3, timedOut, "3 of 12 documents waited for approval, escalated and timed out")
 	status, _, body = dev.call("GET", "/v1/tasks/"+id+"/history", nil)
 	require.Equal(t, http.StatusOK, status, "%s", body)
 	require.True(t, strings.Contains(string(body), "task_scheduled"), "%s", body)

@@ -1,11 +1,17 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
+	"math"
 	"os"
 	"slices"
+	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/cockroachdb/errors"
@@ -28,10 +34,39 @@ type demoFlags struct {
 	leaseTTL        time.Duration
 	rescueInterval  time.Duration
 	shutdownTimeout time.Duration
+	// lowConfidence is the share of documents that are poor scans, read
+	// with low confidence: each waits for an approval.
+	lowConfidence float64
+	// approve says who answers the approvals (approveModes).
+	approve string
+	// approvalTimeout is the first wait for a decision; 0: the mode's
+	// simulatedApprovalTimeout, or personApprovalTimeout for manual.
+	approvalTimeout time.Duration
+	reviewerDelay   time.Duration
+	callbackSecret  envFlag // read with get(): a secret, so --help never shows it
+	callbackBase    string
 }
 
-func (f *demoFlags) pipeline() pipelineConfig {
-	return pipelineConfig{failureRate: f.failureRate, latency: f.latency}
+// The first wait for a decision, unless --approval-timeout says: short when
+// a simulated reviewer answers, long enough for a person otherwise.
+const (
+	simulatedApprovalTimeout = 300 * time.Millisecond
+	personApprovalTimeout    = 10 * time.Minute
+)
+
+// timeout is the first wait for a decision.
+func (f *demoFlags) timeout() time.Duration {
+	switch {
+	case f.approvalTimeout > 0:
+		return f.approvalTimeout
+	case f.approve == approveManual:
+		return personApprovalTimeout
+	}
+	return simulatedApprovalTimeout
+}
+
+func (f *demoFlags) pipeline(reviewers reviewNotifier) pipelineConfig {
+	return pipelineConfig{failureRate: f.failureRate, latency: f.latency, approvalTimeout: f.timeout(), reviewers: reviewers}
 }
 
 func (f *demoFlags) validate() error {
@@ -46,6 +81,17 @@ func (f *demoFlags) validate() error {
 		return errmark.Mark(errors.New("--latency must not be negative"), configError)
 	case f.leaseTTL < 300*time.Millisecond:
 		return errmark.Mark(errors.Newf("--lease-ttl %s: use at least 300ms", f.leaseTTL), configError)
+	case f.lowConfidence < 0 || f.lowConfidence > 1:
+		return errmark.Mark(errors.Newf("--low-confidence %g: use 0 to 1", f.lowConfidence), configError)
+	case !slices.Contains(approveModes, f.approve):
+		return errmark.Mark(errors.Newf("--approve %q: use one of %s", f.approve, strings.Join(approveModes, ", ")), configError)
+	case f.approvalTimeout < 0 || f.reviewerDelay < 0:
+		return errmark.Mark(errors.New("--approval-timeout and --reviewer-delay must not be negative"), configError)
+	case f.approvalTimeout > 0 && f.approvalTimeout < 10*time.Millisecond:
+		return errmark.Mark(errors.Newf("--approval-timeout %s: use at least 10ms", f.approvalTimeout), configError)
+	}
+	if s := f.callbackSecret.get(); s != "" && len(s) < sdk.MinCallbackSecretBytes {
+		return errmark.Mark(errors.Newf("--callback-secret: use at least %d bytes", sdk.MinCallbackSecretBytes), configError)
 	}
 	return nil
 }
@@ -54,11 +100,27 @@ func newDemoCmd(g *globals) *cobra.Command {
 	f := &demoFlags{}
 	cmd := &cobra.Command{
 		Use:   "demo",
-		Short: "The document pipeline demo: OCR → extract → validate",
-		Long: `The document pipeline demo runs the workflow document.process (steps ocr,
-extract and validate) over generated sample documents, with simulated latency,
-simulated transient failures (retried), and a few corrupt documents that fail
-permanently. It applies cairn's migrations first.`,
+		Short: "The document intake demo: parallel OCR → extract → validate → approval when unsure",
+		Long: `The document intake demo runs the workflow document.process over generated
+sample documents: it OCRs a document's pages in parallel (a step a page),
+extracts fields with a simulated LLM (reporting its token usage), and
+validates them with a confidence score. A document read with low confidence
+(--low-confidence of them, poor scans) waits for a person's approval, the
+signal "approval": {"approved": true|false, "comment": "..."}. With no
+answer in --approval-timeout a supervisor is notified (the step escalate)
+and it waits three times as long again; with no answer then either, the
+default decides: rejected, comment "no decision", outcome manual_review.
+
+Latency is simulated, and so are transient failures (retried) and a few
+corrupt documents that fail permanently. It applies cairn's migrations first.
+
+--approve says who answers: auto (default), a simulated reviewer that
+answers after about --reviewer-delay, approving most, rejecting some and
+missing a few (they escalate, and the supervisor answers or nobody does);
+approve or reject, the same reviewer deciding every one alike; timeout,
+nobody answering; manual, a person: the worker prints each approval and how
+to answer it (the console's Waiting page, cairn task signal ID approval
+--payload '{"approved":true}', or, with --callback-secret, a signed URL).`,
 	}
 	pf := cmd.PersistentFlags()
 	pf.IntVar(&f.documents, "documents", 100, "number of sample documents")
@@ -69,8 +131,25 @@ permanently. It applies cairn's migrations first.`,
 	pf.DurationVar(&f.leaseTTL, "lease-ttl", engine.DefaultLeaseTTL, "worker lease TTL: a crashed worker's tasks resume after it")
 	pf.DurationVar(&f.rescueInterval, "rescue-interval", 5*time.Second, "how often the rescuer looks for expired leases")
 	pf.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a stopping worker lets running steps finish")
+	addApprovalFlags(cmd, f)
 	cmd.AddCommand(newDemoRunCmd(g, f), newDemoSubmitCmd(g, f), newDemoWorkerCmd(g, f))
 	return cmd
+}
+
+// addApprovalFlags adds the flags of the approvals the demo's workers wait
+// for.
+func addApprovalFlags(cmd *cobra.Command, f *demoFlags) {
+	pf := cmd.PersistentFlags()
+	pf.Float64Var(&f.lowConfidence, "low-confidence", 0.15, "share of documents read with low confidence, which wait for an approval (0 to 1)")
+	pf.StringVar(&f.approve, "approve", approveAuto, "who answers approvals: auto, approve, reject (a simulated reviewer), timeout (nobody), manual (a person)")
+	pf.DurationVar(&f.approvalTimeout, "approval-timeout", 0,
+		fmt.Sprintf("how long an approval waits before it escalates (then 3× as long again); 0: %s, or %s with --approve manual",
+			simulatedApprovalTimeout, personApprovalTimeout))
+	pf.DurationVar(&f.reviewerDelay, "reviewer-delay", 100*time.Millisecond, "how long the simulated reviewer takes to answer, give or take half")
+	f.callbackSecret.env = "CAIRN_CALLBACK_SECRET"
+	pf.Var(&f.callbackSecret, "callback-secret",
+		"with --approve manual, sign a one-time callback URL for each approval with this secret (cairn server's --callback-secret; env CAIRN_CALLBACK_SECRET)")
+	pf.StringVar(&f.callbackBase, "callback-base", "http://127.0.0.1:7233", "the address of the server the callback URLs are for")
 }
 
 // demoSetup opens the configured store (migrated) and a client over it.
@@ -81,7 +160,24 @@ func demoSetup(ctx context.Context, g *globals, f *demoFlags) (*sdk.Client, func
 	return g.clientWith(ctx, storeOpts{maxConns: int32(min(f.concurrency+8, 64)), migrate: true})
 }
 
-func newDemoWorker(c *sdk.Client, g *globals, f *demoFlags) (*sdk.Worker, error) {
+// demoReviewers is who hears of the approvals the demo's worker asks for,
+// as --approve says, and how to stop them (after the worker).
+func demoReviewers(c *sdk.Client, g *globals, f *demoFlags, out io.Writer) (reviewNotifier, func()) {
+	if f.approve != approveManual {
+		r := newSimReviewer(c, f.approve, f.reviewerDelay, out)
+		return r, r.stop
+	}
+	howTo := fmt.Sprintf(`approvals: --approve manual: each low-confidence document waits up to %s for your decision, then a
+supervisor is notified and it waits %s more, then it is rejected ("no decision"). Answer each with
+  the web console: run cairn server on the same store, open http://127.0.0.1:7233/console/waiting, Approve or Reject;
+  the command line: %s ID %s --payload '{"approved":true,"comment":"ok"}';
+  or a signed URL, printed for each when --callback-secret is set (the secret cairn server has).
+`, f.timeout(), f.timeout()*escalationFactor, signalCommand(g), approvalSignal)
+	return &personNotifier{out: out, howTo: howTo, signal: signalCommand(g), namespace: g.namespace,
+		callbackSecret: []byte(f.callbackSecret.get()), callbackBase: f.callbackBase}, func() {}
+}
+
+func newDemoWorker(c *sdk.Client, g *globals, f *demoFlags, reviewers reviewNotifier) (*sdk.Worker, error) {
 	w, err := sdk.NewWorker(sdk.WorkerConfig{
 		Store: c.Store(), Namespace: g.namespace, Concurrency: f.concurrency,
 		LeaseTTL: f.leaseTTL, RescueInterval: f.rescueInterval, PollInterval: 500 * time.Millisecond,
@@ -91,13 +187,15 @@ func newDemoWorker(c *sdk.Client, g *globals, f *demoFlags) (*sdk.Worker, error)
 	if err != nil {
 		return nil, err
 	}
-	return w, sdk.RegisterSafely(w, newDocumentPipeline(f.pipeline()))
+	return w, sdk.RegisterSafely(w, newDocumentPipeline(f.pipeline(reviewers)))
 }
 
+// submitDocuments starts document.process for each of --documents
+// generated documents, each a task of its own (idempotency key
+// demo/<document id>).
 func submitDocuments(ctx context.Context, c *sdk.Client, f *demoFlags) ([]uuid.UUID, error) {
 	batch := newBatchID()
-	docs := generateDocuments(f.documents, f.seed, batch)
-	wf := sdk.TypeRef{Name: demoTypeName, Version: 1}
+	docs := generateDocuments(f.documents, f.seed, batch, f.lowConfidence)
 	ids := make([]uuid.UUID, 0, len(docs))
 	// Batches of 1,000 in one statement each, as an API taking an upload
 	// of many documents would.
@@ -105,7 +203,7 @@ func submitDocuments(ctx context.Context, c *sdk.Client, f *demoFlags) ([]uuid.U
 		batch := docs[start:min(start+1000, len(docs))]
 		starts := make([]sdk.StartParams, len(batch))
 		for i, doc := range batch {
-			starts[i] = sdk.StartParams{Workflow: wf, Input: doc, Opts: sdk.StartOpts{
+			starts[i] = sdk.StartParams{Workflow: demoTypeRef, Input: doc, Opts: sdk.StartOpts{
 				IdempotencyKey: "demo/" + doc.ID, MaxAttempts: demoRetry.MaxAttempts,
 			}}
 		}
@@ -158,7 +256,10 @@ func newDemoWorkerCmd(g *globals, f *demoFlags) *cobra.Command {
 				return err
 			}
 			defer closeDB()
-			w, err := newDemoWorker(c, g, f)
+			out := &lockedWriter{w: cmd.ErrOrStderr()}
+			reviewers, stopReviewers := demoReviewers(c, g, f, out)
+			defer stopReviewers()
+			w, err := newDemoWorker(c, g, f, reviewers)
 			if err != nil {
 				return err
 			}
@@ -167,16 +268,16 @@ func newDemoWorkerCmd(g *globals, f *demoFlags) *cobra.Command {
 			if err := w.Start(context.WithoutCancel(ctx)); err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.ErrOrStderr(), "worker %s running %s@1 with concurrency %d; SIGINT or SIGTERM stops it\n",
-				w.WorkerID(), demoTypeName, f.concurrency)
+			fmt.Fprintf(out, "worker %s running %s@%d with concurrency %d, approvals --approve %s; SIGINT or SIGTERM stops it\n",
+				w.WorkerID(), demoTypeName, demoTypeVersion, f.concurrency, f.approve)
 			<-ctx.Done()
-			fmt.Fprintf(cmd.ErrOrStderr(), "worker %s stopping: finishing running steps (up to %s)\n", w.WorkerID(), f.shutdownTimeout)
+			fmt.Fprintf(out, "worker %s stopping: finishing running steps (up to %s)\n", w.WorkerID(), f.shutdownTimeout)
 			stopCtx, cancel := context.WithTimeout(context.Background(), f.shutdownTimeout)
 			defer cancel()
 			if err := w.Stop(stopCtx); err != nil {
 				return errors.Wrap(err, "graceful shutdown")
 			}
-			fmt.Fprintf(cmd.ErrOrStderr(), "worker %s stopped\n", w.WorkerID())
+			fmt.Fprintf(out, "worker %s stopped\n", w.WorkerID())
 			return nil
 		},
 	}
@@ -184,24 +285,48 @@ func newDemoWorkerCmd(g *globals, f *demoFlags) *cobra.Command {
 
 // demoSummary is what `demo run` reports.
 type demoSummary struct {
-	Documents    int     `json:"documents"`
-	Completed    int     `json:"completed"`
-	Failed       int     `json:"failed"`
-	DeadLettered int     `json:"dead_lettered"`
-	Unfinished   int     `json:"unfinished"`
-	Retried      int     `json:"retried"`
-	Attempts     int     `json:"attempts"`
-	P50Millis    float64 `json:"p50_ms"`
-	P99Millis    float64 `json:"p99_ms"`
-	WallSeconds  float64 `json:"wall_seconds"`
-	TasksPerSec  float64 `json:"tasks_per_second"`
-	ExampleID    string  `json:"example_task_id,omitempty"`
+	Documents    int `json:"documents"`
+	Completed    int `json:"completed"`
+	Failed       int `json:"failed"`
+	DeadLettered int `json:"dead_lettered"`
+	Unfinished   int `json:"unfinished"`
+	// Outcomes counts the completed documents by Extraction.Outcome.
+	Outcomes map[string]int `json:"outcomes"`
+	// Retried counts the tasks with a failed attempt, retried; a task's
+	// attempts count the resumptions after its waits for approval too.
+	Retried        int             `json:"retried"`
+	FailedAttempts int             `json:"failed_attempts"`
+	Attempts       int             `json:"attempts"`
+	Approvals      approvalSummary `json:"approvals"`
+	Pages          int             `json:"ocr_pages"`
+	LLMTokens      int64           `json:"llm_tokens"`
+	LLMCostUSD     float64         `json:"llm_cost_usd"`
+	P50Millis      float64         `json:"p50_ms"`
+	P99Millis      float64         `json:"p99_ms"`
+	WallSeconds    float64         `json:"wall_seconds"`
+	TasksPerSec    float64         `json:"tasks_per_second"`
+	ExampleID      string          `json:"example_task_id,omitempty"`
+	ReviewedID     string          `json:"example_reviewed_task_id,omitempty"`
+	// Approve and ApprovalTimeout are who answered and the first wait.
+	Approve         string  `json:"approve"`
+	ApprovalTimeout float64 `json:"approval_timeout_seconds"`
+}
+
+// approvalSummary counts the approvals the finished documents asked for.
+type approvalSummary struct {
+	Asked    int `json:"asked"`
+	Approved int `json:"approved"`
+	Rejected int `json:"rejected"` // by a reviewer
+	// Escalated: the first wait timed out, a supervisor was notified.
+	Escalated int `json:"escalated"`
+	// TimedOut: the second wait timed out too; the default rejected them.
+	TimedOut int `json:"timed_out"`
 }
 
 func newDemoRunCmd(g *globals, f *demoFlags) *cobra.Command {
 	return &cobra.Command{
 		Use:   "run",
-		Short: "Run the whole demo in one process: submit --documents, work them off, print a summary",
+		Short: "Run the whole demo in one process: submit --documents, work them off (answering approvals), print a summary",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
@@ -210,7 +335,10 @@ func newDemoRunCmd(g *globals, f *demoFlags) *cobra.Command {
 				return err
 			}
 			defer closeDB()
-			w, err := newDemoWorker(c, g, f)
+			out := &lockedWriter{w: cmd.ErrOrStderr()}
+			reviewers, stopReviewers := demoReviewers(c, g, f, out)
+			defer stopReviewers()
+			w, err := newDemoWorker(c, g, f, reviewers)
 			if err != nil {
 				return err
 			}
@@ -227,13 +355,13 @@ func newDemoRunCmd(g *globals, f *demoFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			progress := cmd.ErrOrStderr()
+			var progress io.Writer = out
 			if g.output == "json" {
 				progress = nil
 			}
 			if progress != nil {
-				fmt.Fprintf(progress, "submitted %d documents in %s; worker %s running with concurrency %d\n",
-					len(ids), time.Since(started).Round(time.Millisecond), w.WorkerID(), f.concurrency)
+				fmt.Fprintf(progress, "submitted %d documents in %s; worker %s running with concurrency %d; approvals: --approve %s\n",
+					len(ids), time.Since(started).Round(time.Millisecond), w.WorkerID(), f.concurrency, f.approve)
 			}
 			infos, err := waitAll(ctx, c, ids, func(done int, counts map[history.Status]int) {
 				if progress != nil {
@@ -244,21 +372,25 @@ func newDemoRunCmd(g *globals, f *demoFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			s := summarize(infos, time.Since(started))
+			wall := time.Since(started)
+			s, err := summarize(ctx, c, infos, wall)
+			if err != nil {
+				return err
+			}
+			s.Approve, s.ApprovalTimeout = f.approve, f.timeout().Seconds()
 			if g.output == "json" {
 				return printJSON(cmd, s)
 			}
-			printSummary(cmd, s)
+			printSummary(cmd, s, f)
 			return nil
 		},
 	}
 }
 
-// waitAll polls until every task is finished, reporting progress about once
-// a second.
+// waitAll polls until every task is finished, reporting progress.
 func waitAll(ctx context.Context, c *sdk.Client, ids []uuid.UUID, report func(int, map[history.Status]int)) ([]*sdk.TaskInfo, error) {
 	infos := make(map[uuid.UUID]*sdk.TaskInfo, len(ids))
-	lastReport := time.Now()
+	lastReport, lastDone := time.Now(), -1
 	for {
 		counts := map[history.Status]int{}
 		done := 0
@@ -278,9 +410,11 @@ func waitAll(ctx context.Context, c *sdk.Client, ids []uuid.UUID, report func(in
 				done++
 			}
 		}
-		if done == len(ids) || time.Since(lastReport) >= time.Second {
+		// About once a second while tasks finish; while they wait (for a
+		// person, say) every 15 seconds.
+		if since := time.Since(lastReport); done == len(ids) || since >= 15*time.Second || since >= time.Second && done != lastDone {
 			report(done, counts)
-			lastReport = time.Now()
+			lastReport, lastDone = time.Now(), done
 		}
 		if done == len(ids) {
 			out := make([]*sdk.TaskInfo, 0, len(ids))
@@ -297,29 +431,27 @@ func waitAll(ctx context.Context, c *sdk.Client, ids []uuid.UUID, report func(in
 	}
 }
 
-func summarize(infos []*sdk.TaskInfo, wall time.Duration) demoSummary {
-	s := demoSummary{Documents: len(infos), WallSeconds: wall.Seconds()}
+// summarize reads what the finished tasks returned and what their
+// histories say: failed attempts, and the AI usage of every step and
+// failed attempt (a failed call is paid for too).
+func summarize(ctx context.Context, c *sdk.Client, infos []*sdk.TaskInfo, wall time.Duration) (demoSummary, error) {
+	s := demoSummary{Documents: len(infos), WallSeconds: wall.Seconds(), Outcomes: map[string]int{}}
 	var durations []time.Duration
-	for _, info := range infos {
-		switch info.Status {
-		case history.StatusCompleted:
-			s.Completed++
-		case history.StatusFailed:
-			s.Failed++
-		case history.StatusDeadLettered:
-			s.DeadLettered++
-		default:
-			s.Unfinished++
+	for start := 0; start < len(infos); start += 1000 {
+		chunk := infos[start:min(start+1000, len(infos))]
+		ids := make([]uuid.UUID, len(chunk))
+		for i, info := range chunk {
+			ids[i] = info.ID
 		}
-		s.Attempts += info.Attempt
-		if info.Attempt > 1 {
-			s.Retried++
-			if s.ExampleID == "" {
-				s.ExampleID = info.ID.String()
+		histories, err := c.Store().EventListByTasks(ctx, ids)
+		if err != nil {
+			return s, errors.Wrap(err, "read the histories")
+		}
+		for _, info := range chunk {
+			s.count(info, histories[info.ID])
+			if info.FinishedAt != nil {
+				durations = append(durations, info.FinishedAt.Sub(info.CreatedAt))
 			}
-		}
-		if info.FinishedAt != nil {
-			durations = append(durations, info.FinishedAt.Sub(info.CreatedAt))
 		}
 	}
 	slices.Sort(durations)
@@ -328,7 +460,70 @@ func summarize(infos []*sdk.TaskInfo, wall time.Duration) demoSummary {
 	if wall > 0 {
 		s.TasksPerSec = float64(len(infos)) / wall.Seconds()
 	}
-	return s
+	s.LLMCostUSD = math.Round(s.LLMCostUSD*1e6) / 1e6
+	return s, nil
+}
+
+// count adds one task to the summary.
+func (s *demoSummary) count(info *sdk.TaskInfo, events []history.Event) {
+	switch info.Status {
+	case history.StatusCompleted:
+		s.Completed++
+	case history.StatusFailed:
+		s.Failed++
+	case history.StatusDeadLettered:
+		s.DeadLettered++
+	default:
+		s.Unfinished++
+	}
+	s.Attempts += info.Attempt
+	failed := 0
+	addUsage := func(us []history.Usage) {
+		for _, u := range us {
+			s.LLMTokens += u.InputTokens + u.OutputTokens
+			s.LLMCostUSD += u.CostUSD
+		}
+	}
+	for _, e := range events {
+		switch p := e.Data.(type) {
+		case history.AttemptFailedData:
+			failed++
+			addUsage(p.Usage)
+		case history.StepCompletedData:
+			addUsage(p.Usage)
+		}
+	}
+	s.FailedAttempts += failed
+	if failed > 0 {
+		s.Retried++
+		if s.ExampleID == "" {
+			s.ExampleID = info.ID.String()
+		}
+	}
+	var out Extraction
+	if info.Status != history.StatusCompleted || json.Unmarshal(info.Output, &out) != nil {
+		return
+	}
+	s.Outcomes[out.Outcome]++
+	s.Pages += out.Pages
+	if r := out.Review; r != nil {
+		a := &s.Approvals
+		a.Asked++
+		switch {
+		case r.Approved:
+			a.Approved++
+		case r.TimedOut:
+			a.TimedOut++
+		default:
+			a.Rejected++
+		}
+		if r.Escalated {
+			a.Escalated++
+		}
+		if s.ReviewedID == "" || r.Escalated {
+			s.ReviewedID = info.ID.String()
+		}
+	}
 }
 
 func percentileMillis(sorted []time.Duration, p float64) float64 {
@@ -340,18 +535,37 @@ func percentileMillis(sorted []time.Duration, p float64) float64 {
 	return float64(sorted[i].Microseconds()) / 1000
 }
 
-func printSummary(cmd *cobra.Command, s demoSummary) {
-	w := newTable(cmd)
-	fmt.Fprintf(w, "documents:\t%d\n", s.Documents)
-	fmt.Fprintf(w, "completed:\t%d\n", s.Completed)
-	fmt.Fprintf(w, "failed:\t%d\n", s.Failed)
+func printSummary(cmd *cobra.Command, s demoSummary, f *demoFlags) {
+	var table bytes.Buffer
+	w := tabwriter.NewWriter(&table, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(w, "documents:\t%d\t\n", s.Documents)
+	fmt.Fprintf(w, "completed:\t%d\t(%d accepted with confidence, %d approved, %d rejected, %d left for manual review)\n", s.Completed,
+		s.Outcomes[outcomeAccepted], s.Outcomes[outcomeApproved], s.Outcomes[outcomeRejected], s.Outcomes[outcomeManualReview])
+	fmt.Fprintf(w, "failed:\t%d\t\n", s.Failed)
 	fmt.Fprintf(w, "dead-lettered:\t%d\t(corrupt documents, not retried, and exhausted retries: see cairn dlq list)\n", s.DeadLettered)
-	fmt.Fprintf(w, "retried:\t%d\t(tasks that needed more than one attempt; %d attempts in all)\n", s.Retried, s.Attempts)
-	fmt.Fprintf(w, "duration p50:\t%.1f ms\t(submitted → finished)\n", s.P50Millis)
-	fmt.Fprintf(w, "duration p99:\t%.1f ms\n", s.P99Millis)
-	fmt.Fprintf(w, "wall time:\t%.2f s\t(%.0f tasks/s)\n", s.WallSeconds, s.TasksPerSec)
+	fmt.Fprintf(w, "retried:\t%d\t(tasks with a failed attempt; %d failed attempts, each resumed at the step that failed)\n", s.Retried, s.FailedAttempts)
+	a := s.Approvals
+	who := map[string]string{approveAuto: "a simulated reviewer", approveAll: "a simulated reviewer approving all",
+		approveReject: "a simulated reviewer rejecting all", approveTimeout: "nobody", approveManual: "you"}[s.Approve]
+	fmt.Fprintf(w, "approvals:\t%d\t(confidence below %.2f: asked, answered by %s, --approve %s)\n", a.Asked, confidenceThreshold, who, s.Approve)
+	fmt.Fprintf(w, "  approved:\t%d\t\n", a.Approved)
+	fmt.Fprintf(w, "  rejected:\t%d\t\n", a.Rejected)
+	timeout := f.timeout()
+	fmt.Fprintf(w, "  escalated:\t%d\t(no decision in %s: a supervisor was notified, and they waited %s more)\n", a.Escalated, timeout, timeout*escalationFactor)
+	fmt.Fprintf(w, "  timed out:\t%d\t(no decision after the escalation either: rejected, \"no decision\", left for manual review)\n", a.TimedOut)
+	fmt.Fprintf(w, "ocr pages:\t%d\t(a step a page, up to %d at once a document)\n", s.Pages, ocrConcurrency)
+	fmt.Fprintf(w, "llm tokens:\t%d\t($%.4f on the simulated %s, failed calls included)\n", s.LLMTokens, s.LLMCostUSD, llmModel)
+	fmt.Fprintf(w, "duration p50:\t%.1f ms\t(submitted → finished, waits for approval included)\n", s.P50Millis)
+	fmt.Fprintf(w, "duration p99:\t%.1f ms\t\n", s.P99Millis)
+	fmt.Fprintf(w, "wall time:\t%.2f s\t(%.1f tasks/s)\n", s.WallSeconds, s.TasksPerSec)
 	_ = w.Flush()
+	for line := range strings.Lines(table.String()) {
+		fmt.Fprintln(cmd.OutOrStdout(), strings.TrimRight(line, " \n"))
+	}
 	if s.ExampleID != "" {
 		fmt.Fprintf(cmd.OutOrStdout(), "\na retried task's history: cairn task history %s\n", s.ExampleID)
+	}
+	if s.ReviewedID != "" {
+		fmt.Fprintf(cmd.OutOrStdout(), "a reviewed task's history: cairn task history %s\n", s.ReviewedID)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"time"
 
 	"github.com/cockroachdb/errors"
@@ -15,15 +16,26 @@ import (
 	"github.com/cairnflow/cairn/sdk"
 )
 
+// devApprovalTimeout is how long cairn dev's approvals wait for a person
+// before they escalate.
+const devApprovalTimeout = 5 * time.Minute
+
 func newDevCmd(g *globals) *cobra.Command {
 	sf := &serverFlags{migrate: true, maxListPayload: sdk.DefaultMaxListPayloadBytes, rescueInterval: time.Second, shutdownTimeout: 5 * time.Second, consoleHint: true}
-	df := &demoFlags{leaseTTL: engine.DefaultLeaseTTL, rescueInterval: time.Second, shutdownTimeout: 5 * time.Second}
+	df := &demoFlags{leaseTTL: engine.DefaultLeaseTTL, rescueInterval: time.Second, shutdownTimeout: 5 * time.Second, approve: approveManual}
 	cmd := &cobra.Command{
 		Use:   "dev",
 		Short: "Server, console and the demo worker in one process, on the embedded store: no PostgreSQL needed",
 		Long: `cairn dev runs, in one process, what cairn server runs (the HTTP API, the
 web console at /console/, the rescuer and cron) and a worker for the demo
 workflow document.process, and submits --documents sample documents to watch.
+A --low-confidence share of them (a quarter, by default) wait for your
+approval: each is printed here with how to answer, and listed on the
+console's Waiting page with Approve and Reject. Nobody answers for you: with
+no decision in --approval-timeout a supervisor is notified (the step
+escalate) and the document waits three times as long again, then is
+rejected with "no decision". With --callback-secret each approval also gets
+a signed one-time URL.
 
 Without --database-url it keeps everything in the embedded SQLite store
 (--db, default ./cairn-dev.db): stop it and start it again, and the tasks are
@@ -61,6 +73,8 @@ address only when told --insecure-no-auth. See docs/guarantees.md ("Security").`
 	fl.Float64Var(&df.failureRate, "failure-rate", 0.1, "chance a simulated OCR or LLM call fails transiently")
 	fl.DurationVar(&df.latency, "latency", 200*time.Millisecond, "typical simulated step latency (slow enough to watch)")
 	fl.Uint64Var(&df.seed, "seed", uint64(time.Now().UnixNano()), "seed for generated documents")
+	fl.Float64Var(&df.lowConfidence, "low-confidence", 0.25, "share of documents read with low confidence, which wait for your approval (0 to 1)")
+	fl.DurationVar(&df.approvalTimeout, "approval-timeout", devApprovalTimeout, "how long an approval waits for you before it escalates (then 3× as long again)")
 	return cmd
 }
 
@@ -71,7 +85,13 @@ func startDevWorker(ctx context.Context, cmd *cobra.Command, g *globals, df *dem
 	if err != nil {
 		return nil, err
 	}
-	w, err := newDemoWorker(c, g, df)
+	base := "http://" + sf.listen
+	reviewers := &personNotifier{out: &lockedWriter{w: cmd.ErrOrStderr()}, signal: signalCommand(g), console: base,
+		namespace: g.namespace, callbackSecret: callbackSecret(sf), callbackBase: base,
+		howTo: fmt.Sprintf("approvals: a document read with low confidence waits up to %s for you (then a supervisor is notified, and it waits %s more);\n"+
+			"answer on the console (%s/console/waiting: Approve or Reject), or as printed below\n",
+			df.timeout(), df.timeout()*escalationFactor, base)}
+	w, err := newDemoWorker(c, g, df, reviewers)
 	if err != nil {
 		c.Close()
 		return nil, err
@@ -93,8 +113,9 @@ func startDevWorker(ctx context.Context, cmd *cobra.Command, g *globals, df *dem
 			stop()
 			return nil, err
 		}
-		fmt.Fprintf(out, "submitted %d sample documents (example task %s)\n", len(ids), ids[0])
+		fmt.Fprintf(out, "submitted %d sample documents (example task %s); %d of them are poor scans that will wait for your approval\n",
+			len(ids), ids[0], int(math.Round(df.lowConfidence*float64(len(ids)))))
 	}
-	fmt.Fprintf(out, "cairn dev on %s, with a worker for %s@1\n", where, demoTypeName)
+	fmt.Fprintf(out, "cairn dev on %s, with a worker for %s@%d\n", where, demoTypeName, demoTypeVersion)
 	return stop, nil
 }

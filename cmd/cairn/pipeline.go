@@ -4,39 +4,92 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
+	"math"
 	"math/rand/v2"
 	"strings"
 	"time"
 
+	"github.com/cockroachdb/errors"
+	"github.com/google/uuid"
+
 	"github.com/cairnflow/cairn/activities"
 	"github.com/cairnflow/cairn/sdk"
 	"github.com/cairnflow/cairn/workflow"
-	"github.com/cockroachdb/errors"
 )
 
-// The document pipeline demo: OCR → extract → validate over generated
-// documents, with simulated latency and simulated flaky services.
+// The document intake demo: OCR of every page in parallel → extraction by
+// a (simulated) LLM → validation with a confidence score → for a
+// low-confidence document, a person's approval, escalated to a supervisor
+// when nobody answers. Latency and flaky services are simulated.
 
 // Document is the demo workflow's input.
 type Document struct {
 	ID    string `json:"id"`
 	Kind  string `json:"kind"`
 	Pages int    `json:"pages"`
+	// Quality is how good the scan is, 0 to 1: the OCR's confidence in a
+	// page follows it, and a document read with low confidence waits for
+	// a person's approval.
+	Quality float64 `json:"quality"`
 	// Corrupt documents fail validation permanently: no retry fixes them.
 	Corrupt bool `json:"corrupt,omitempty"`
+}
+
+// PageText is one page's OCR.
+type PageText struct {
+	Page       int     `json:"page"`
+	Text       string  `json:"text"`
+	Confidence float64 `json:"confidence"`
 }
 
 // Extraction is the demo workflow's output.
 type Extraction struct {
 	DocumentID string            `json:"document_id"`
 	Fields     map[string]string `json:"fields"`
-	Valid      bool              `json:"valid"`
+	// Valid: the document was accepted, with confidence or by a reviewer.
+	Valid      bool    `json:"valid"`
+	Confidence float64 `json:"confidence"`
+	// Outcome is what became of the document: accepted (confident
+	// enough), approved or rejected (by a reviewer), or manual_review (no
+	// decision came: the default).
+	Outcome string `json:"outcome"`
+	// Review is the approval a low-confidence document waited for.
+	Review *Review `json:"review,omitempty"`
+	Pages  int     `json:"pages"`
+	// LLM is what the extraction cost.
+	LLM activities.Usage `json:"llm"`
 }
 
-// pipelineConfig tunes the simulation.
+// The outcomes of a document.
+const (
+	outcomeAccepted     = "accepted"
+	outcomeApproved     = "approved"
+	outcomeRejected     = "rejected"
+	outcomeManualReview = "manual_review"
+)
+
+// Review is how a low-confidence document's approval went.
+type Review struct {
+	Approved bool   `json:"approved"`
+	By       string `json:"by"`
+	Comment  string `json:"comment,omitempty"`
+	// Escalated: the first wait timed out and a supervisor was notified.
+	Escalated bool `json:"escalated,omitempty"`
+	// TimedOut: the wait after the escalation timed out too, and the
+	// default decided (rejected, "no decision": left for manual review).
+	TimedOut bool `json:"timed_out,omitempty"`
+}
+
+// pipelineConfig tunes the simulation and the approvals.
 type pipelineConfig struct {
 	failureRate float64       // chance a call to a flaky service fails transiently
 	latency     time.Duration // typical step latency
+	// approvalTimeout is how long a low-confidence document waits for a
+	// decision before a supervisor is notified; it then waits
+	// escalationFactor times as long again before the default decides.
+	approvalTimeout time.Duration
+	// reviewers hears of every approval asked for and every escalation.
+	reviewers reviewNotifier
 }
 
 // demoRetry retries what an HTTP service says is worth retrying: 429 and
@@ -49,35 +102,226 @@ var demoRetry = activities.RetryPolicy{
 	Classifier:      activities.MustPolicy("demo-http", "error.status == 429 || error.status >= 500"),
 }
 
-const demoTypeName = "document.process"
+const (
+	demoTypeName = "document.process"
+	// demoTypeVersion 2 is the intake with parallel OCR and approvals;
+	// version 1 (ocr → extract → validate, one step each) is no longer
+	// registered, so its tasks wait for a worker that still runs it.
+	demoTypeVersion = 2
+	// approvalSignal is the signal a low-confidence document's approval
+	// waits for (workflow.AwaitApproval): {"approved": true|false,
+	// "comment": "..."}. The console shows Approve and Reject for it.
+	approvalSignal = "approval"
+	// confidenceThreshold: a document read with less confidence waits
+	// for a person.
+	confidenceThreshold = 0.8
+	// escalationFactor: the wait after an escalation is this many times
+	// the first.
+	escalationFactor = 3
+	// ocrConcurrency bounds the pages of one document OCR'd at once.
+	ocrConcurrency = 4
+	// llmModel is the simulated model extraction reports usage for.
+	llmModel = "sim-llm-small"
+	// maxMalformed is how many signals that are not a decision a review
+	// takes (and waits again after) before it fails the task.
+	maxMalformed = 3
+)
 
+// newDocumentPipeline is the workflow type document.process, one
+// document's intake. It is a registered type of its own, so anything that
+// starts workflows may start it: the demo's submit loop, or a parent
+// workflow as a child.
 func newDocumentPipeline(cfg pipelineConfig) *sdk.Workflow[Document, Extraction] {
-	return sdk.NewWorkflow(demoTypeName, 1, func(ctx workflow.Context, doc Document) (Extraction, error) {
-		text, err := workflow.Step(ctx, "ocr", func(ctx context.Context) (string, error) {
-			if err := cfg.simulate(ctx, doc.Pages, &serviceError{kind: "unavailable", status: 503}); err != nil {
-				return "", errors.Wrap(err, "ocr service")
-			}
-			return fmt.Sprintf("%s document %s, %d pages", doc.Kind, doc.ID, doc.Pages), nil
-		})
-		if err != nil {
-			return Extraction{}, err
+	return sdk.NewWorkflow(demoTypeName, demoTypeVersion, cfg.processDocument, sdk.WorkflowOpts{Retry: &demoRetry})
+}
+
+// demoTypeRef names the workflow type, for starting it.
+var demoTypeRef = sdk.TypeRef{Name: demoTypeName, Version: demoTypeVersion}
+
+// processDocument is the workflow's body.
+func (cfg pipelineConfig) processDocument(ctx workflow.Context, doc Document) (Extraction, error) {
+	pages := make([]int, doc.Pages)
+	for i := range pages {
+		pages[i] = i + 1
+	}
+	// One step per page, ocrConcurrency at a time; a page that fails ends
+	// the attempt, and the retry OCRs only the pages not on record.
+	texts, err := workflow.Map(ctx, "ocr", pages, func(ctx context.Context, page int) (PageText, error) {
+		if err := cfg.simulate(ctx, 1, &serviceError{kind: "unavailable", status: 503}); err != nil {
+			return PageText{}, errors.Wrapf(err, "ocr service, page %d", page)
 		}
-		fields, err := workflow.Step(ctx, "extract", func(ctx context.Context) (map[string]string, error) {
-			if err := cfg.simulate(ctx, 2, &serviceError{kind: "rate_limited", status: 429}); err != nil {
-				return nil, errors.Wrap(err, "llm extraction")
-			}
-			return map[string]string{"kind": doc.Kind, "summary": text, "total": fmt.Sprint(doc.Pages * 42)}, nil
-		})
-		if err != nil {
-			return Extraction{}, err
+		return PageText{Page: page, Text: fmt.Sprintf("%s %s, page %d of %d", doc.Kind, doc.ID, page, doc.Pages),
+			Confidence: pageConfidence(doc, page)}, nil
+	}, workflow.MapOpts{Concurrency: ocrConcurrency})
+	if err != nil {
+		return Extraction{}, err
+	}
+	ext, err := workflow.Step(ctx, "extract", func(ctx context.Context) (extracted, error) {
+		return cfg.extract(ctx, doc, texts)
+	})
+	if err != nil {
+		return Extraction{}, err
+	}
+	v, err := workflow.Step(ctx, "validate", func(context.Context) (validation, error) {
+		if doc.Corrupt {
+			return validation{}, activities.Permanent(&validationError{docID: doc.ID})
 		}
-		return workflow.Step(ctx, "validate", func(ctx context.Context) (Extraction, error) {
-			if doc.Corrupt {
-				return Extraction{}, activities.Permanent(&validationError{docID: doc.ID})
+		return validate(texts, ext), nil
+	})
+	if err != nil {
+		return Extraction{}, err
+	}
+	out := Extraction{DocumentID: doc.ID, Fields: ext.Fields, Confidence: v.Confidence, Pages: doc.Pages, LLM: ext.Usage}
+	if v.Confidence >= confidenceThreshold {
+		out.Valid, out.Outcome = true, outcomeAccepted
+		return out, nil
+	}
+	review, err := cfg.review(ctx, doc, v)
+	if err != nil {
+		return Extraction{}, err
+	}
+	out.Review = &review
+	switch {
+	case review.Approved:
+		out.Valid, out.Outcome = true, outcomeApproved
+	case review.TimedOut:
+		out.Outcome = outcomeManualReview
+	default:
+		out.Outcome = outcomeRejected
+	}
+	return out, nil
+}
+
+// extracted is the extract step's output.
+type extracted struct {
+	Fields     map[string]string `json:"fields"`
+	Confidence float64           `json:"confidence"`
+	Usage      activities.Usage  `json:"usage"`
+}
+
+// extract is the simulated LLM call: it reads the pages' text and reports
+// the tokens it used, which the history records with the step (a failed
+// call is paid for too).
+func (cfg pipelineConfig) extract(ctx context.Context, doc Document, texts []PageText) (extracted, error) {
+	u := activities.Usage{Model: llmModel, InputTokens: int64(600 + 350*len(texts)), OutputTokens: 180}
+	u.CostUSD = float64(u.InputTokens)*0.15e-6 + float64(u.OutputTokens)*0.6e-6
+	activities.RecordUsage(ctx, u)
+	if err := cfg.simulate(ctx, 2, &serviceError{kind: "rate_limited", status: 429}); err != nil {
+		return extracted{}, errors.Wrap(err, "llm extraction")
+	}
+	chars := 0
+	for _, t := range texts {
+		chars += len(t.Text)
+	}
+	return extracted{
+		Fields: map[string]string{"kind": doc.Kind, "summary": fmt.Sprintf("%s %s: %d pages, %d characters", doc.Kind, doc.ID, len(texts), chars),
+			"total": fmt.Sprint(doc.Pages * 42)},
+		Confidence: roundConfidence(0.5 + 0.5*doc.Quality),
+		Usage:      u,
+	}, nil
+}
+
+// validation is the validate step's output.
+type validation struct {
+	// Confidence is the document's score: the least confident page's OCR,
+	// weighed with the extraction's.
+	Confidence float64 `json:"confidence"`
+	// Reason says why a review is needed, when it is.
+	Reason string `json:"reason,omitempty"`
+}
+
+func validate(texts []PageText, ext extracted) validation {
+	worst := PageText{Confidence: 1}
+	for _, t := range texts {
+		if t.Confidence < worst.Confidence {
+			worst = t
+		}
+	}
+	v := validation{Confidence: roundConfidence(0.7*worst.Confidence + 0.3*ext.Confidence)}
+	if v.Confidence < confidenceThreshold {
+		v.Reason = fmt.Sprintf("confidence %.2f below %.2f (page %d read with %.2f)", v.Confidence, confidenceThreshold, worst.Page, worst.Confidence)
+	}
+	return v
+}
+
+// pageConfidence is the OCR's confidence in a page: the scan's quality,
+// give or take a little, the same on every attempt.
+func pageConfidence(doc Document, page int) float64 {
+	h := fnv.New64a()
+	_, _ = fmt.Fprintf(h, "%s/%d", doc.ID, page)
+	noise := float64(h.Sum64()%1000)/1000*0.06 - 0.03
+	return roundConfidence(min(1, max(0, doc.Quality+noise)))
+}
+
+func roundConfidence(c float64) float64 { return math.Round(c*1000) / 1000 }
+
+// review waits for a person's decision on a low-confidence document: the
+// reviewers are told (a step), and the workflow waits up to
+// approvalTimeout; with no answer by then a supervisor is notified (a
+// step) and it waits escalationFactor times as long again. With no answer
+// after that, the default decides: rejected, "no decision", left for
+// manual review. A signal that is not a decision is waited past, at most
+// maxMalformed times.
+func (cfg pipelineConfig) review(ctx workflow.Context, doc Document, v validation) (Review, error) {
+	timeout := cfg.approvalTimeout
+	receives, malformed := 0, 0
+	for stage := range 2 {
+		req := reviewRequest{DocumentID: doc.ID, Kind: doc.Kind, Confidence: v.Confidence, Reason: v.Reason,
+			Stage: stage, Wait: receives, Timeout: timeout}
+		step := "request_review"
+		if stage == 1 {
+			step = "escalate"
+		}
+		if _, err := workflow.Step(ctx, step, func(ctx context.Context) (string, error) {
+			return cfg.notify(ctx, req)
+		}); err != nil {
+			return Review{}, err
+		}
+		for {
+			d, ok, err := workflow.AwaitApproval(ctx, approvalSignal, timeout)
+			receives++
+			if errors.Is(err, workflow.ErrMalformedDecision) {
+				if malformed++; malformed <= maxMalformed {
+					continue
+				}
+				return Review{}, activities.Permanent(err)
 			}
-			return Extraction{DocumentID: doc.ID, Fields: fields, Valid: true}, nil
-		})
-	}, sdk.WorkflowOpts{Retry: &demoRetry})
+			if err != nil {
+				return Review{}, err // the attempt ends here: the task waits
+			}
+			if ok {
+				return Review{Approved: d.Approved, By: d.By, Comment: d.Comment, Escalated: stage == 1}, nil
+			}
+			break
+		}
+		timeout *= escalationFactor
+	}
+	return Review{Approved: false, By: "default", Comment: "no decision", Escalated: true, TimedOut: true}, nil
+}
+
+// notify is the review steps' work: tell the reviewers (stage 0) or a
+// supervisor (stage 1), as a chat message or an e-mail would.
+func (cfg pipelineConfig) notify(ctx context.Context, req reviewRequest) (string, error) {
+	info, _ := activities.GetInfo(ctx)
+	id, err := uuid.Parse(info.TaskID)
+	if err != nil {
+		return "", activities.Permanent(errors.Wrap(err, "review request: task id"))
+	}
+	req.TaskID = id
+	if err := cfg.simulate(ctx, 0, nil); err != nil {
+		return "", err
+	}
+	who := "reviewers"
+	if req.Stage == 1 {
+		who = "supervisor"
+	}
+	if cfg.reviewers == nil {
+		return "no " + who + " to notify", nil
+	}
+	if err := cfg.reviewers.notify(ctx, req); err != nil {
+		return "", errors.Wrapf(err, "notify %s", who)
+	}
+	return fmt.Sprintf("notified %s: %s", who, req.Reason), nil
 }
 
 // serviceError is a simulated failure of a remote service, with the kind
@@ -94,8 +338,9 @@ func (e *serviceError) ErrorKind() string { return e.kind }
 func (e *serviceError) ErrorStatus() int  { return e.status }
 
 // simulate sleeps like a remote call of size units would, and fails now
-// and then. Randomness comes from the step's idempotency key and attempt,
-// so each attempt of each step draws its own luck.
+// and then with failure (never, when failure is nil). Randomness comes
+// from the step's idempotency key and attempt, so each attempt of each
+// step draws its own luck.
 func (cfg pipelineConfig) simulate(ctx context.Context, units int, failure *serviceError) error {
 	info, _ := activities.GetInfo(ctx)
 	h := fnv.New64a()
@@ -107,7 +352,7 @@ func (cfg pipelineConfig) simulate(ctx context.Context, units int, failure *serv
 		return ctx.Err()
 	case <-time.After(d):
 	}
-	if r.Float64() < cfg.failureRate {
+	if failure != nil && r.Float64() < cfg.failureRate {
 		return failure
 	}
 	return nil
@@ -115,9 +360,11 @@ func (cfg pipelineConfig) simulate(ctx context.Context, units int, failure *serv
 
 var documentKinds = []string{"invoice", "receipt", "contract", "id-card", "bank-statement"}
 
-// generateDocuments makes n sample documents; about one in fifty is
-// corrupt. The same seed gives the same documents.
-func generateDocuments(n int, seed uint64, batch string) []Document {
+// generateDocuments makes n sample documents: about one in fifty is
+// corrupt, and lowConfidence of them (rounded; never a corrupt one) are
+// poor scans, read with low confidence. The same seed gives the same
+// documents.
+func generateDocuments(n int, seed uint64, batch string, lowConfidence float64) []Document {
 	r := rand.New(rand.NewPCG(seed, 11))
 	docs := make([]Document, n)
 	for i := range docs {
@@ -125,7 +372,16 @@ func generateDocuments(n int, seed uint64, batch string) []Document {
 			ID:      fmt.Sprintf("%s-%04d", batch, i+1),
 			Kind:    documentKinds[r.IntN(len(documentKinds))],
 			Pages:   1 + r.IntN(12),
-			Corrupt: r.Float64() < 0.02,
+			Quality: roundConfidence(0.9 + 0.09*r.Float64()),
+		}
+	}
+	poor := int(math.Round(lowConfidence * float64(n)))
+	for _, i := range r.Perm(n)[:poor] {
+		docs[i].Quality = roundConfidence(0.45 + 0.25*r.Float64())
+	}
+	for i := range docs {
+		if docs[i].Quality >= 0.9 && r.Float64() < 0.02 {
+			docs[i].Corrupt = true
 		}
 	}
 	return docs
