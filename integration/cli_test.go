@@ -135,12 +135,14 @@ func testDemoRunFinishesEveryTask(t *testing.T, c *cli) {
 
 	var tasks []taskJSON
 	require.NoError(t, json.Unmarshal(c.run("task", "list", "--limit", "500", "-o", "json"), &tasks))
-	require.Len(t, tasks, 200)
+	require.Len(t, tasks, 201, "200 documents and the batch that started them")
+	types := map[string]int{}
 	for _, task := range tasks {
-		require.Equal(t, "document.process", task.Type)
+		types[task.Type]++
 		require.True(t, task.Status.Terminal(), "task %s is %s", task.ID, task.Status)
 		require.False(t, task.CreatedAt.IsZero())
 	}
+	require.Equal(t, map[string]int{"document.process": 200, "demo.batch": 1}, types)
 	var failed []taskJSON
 	require.NoError(t, json.Unmarshal(c.run("task", "list", "--status", "failed", "-o", "json"), &failed))
 	require.Len(t, failed, summary.Failed)
@@ -304,5 +306,5 @@ func TestReadmeFirstCommandNeedsNoDatabase(t *testing.T) {
 	require.FileExists(t, filepath.Join(dir, "cairn-dev.db"))
 
 	c := &cli{t: t, dbPath: filepath.Join(dir, "cairn-dev.db")}
-	require.Equal(t, 200, enginetest.RequireProjectionsMatch(t, c.client(t).Store()))
+	require.Equal(t, 201, enginetest.RequireProjectionsMatch(t, c.client(t).Store()), "200 documents and their batch")
 }

@@ -187,7 +187,11 @@ func newDemoWorker(c *sdk.Client, g *globals, f *demoFlags, reviewers reviewNoti
 	if err != nil {
 		return nil, err
 	}
-	return w, sdk.RegisterSafely(w, newDocumentPipeline(f.pipeline(reviewers)))
+	doc := newDocumentPipeline(f.pipeline(reviewers))
+	if err := sdk.RegisterSafely(w, doc); err != nil {
+		return nil, err
+	}
+	return w, sdk.RegisterSafely(w, newBatchWorkflow(doc))
 }
 
 // submitDocuments starts document.process for each of --documents
@@ -310,6 +314,8 @@ type demoSummary struct {
 	// Approve and ApprovalTimeout are who answered and the first wait.
 	Approve         string  `json:"approve"`
 	ApprovalTimeout float64 `json:"approval_timeout_seconds"`
+	// Batches is what the batch parents reported.
+	Batches batchSummary `json:"batches"`
 }
 
 // approvalSummary counts the approvals the finished documents asked for.
@@ -351,7 +357,9 @@ func newDemoRunCmd(g *globals, f *demoFlags) *cobra.Command {
 				_ = w.Stop(stopCtx)
 			}()
 			started := time.Now()
-			ids, err := submitDocuments(ctx, c, f)
+			batchID := newBatchID()
+			docs := generateDocuments(f.documents, f.seed, batchID, f.lowConfidence)
+			parents, err := submitBatches(ctx, c, newBatchWorkflow(newDocumentPipeline(pipelineConfig{})), batchID, docs)
 			if err != nil {
 				return err
 			}
@@ -360,21 +368,30 @@ func newDemoRunCmd(g *globals, f *demoFlags) *cobra.Command {
 				progress = nil
 			}
 			if progress != nil {
-				fmt.Fprintf(progress, "submitted %d documents in %s; worker %s running with concurrency %d; approvals: --approve %s\n",
-					len(ids), time.Since(started).Round(time.Millisecond), w.WorkerID(), f.concurrency, f.approve)
+				fmt.Fprintf(progress, "submitted %d documents in %d batch workflow(s) (%s, a child per document) in %s; worker %s running with concurrency %d; approvals: --approve %s\n",
+					len(docs), len(parents), batchTypeName, time.Since(started).Round(time.Millisecond), w.WorkerID(), f.concurrency, f.approve)
 			}
-			infos, err := waitAll(ctx, c, ids, func(done int, counts map[history.Status]int) {
-				if progress != nil {
-					fmt.Fprintf(progress, "progress: %d/%d finished (completed %d, failed %d, dead-lettered %d)\n",
-						done, len(ids), counts[history.StatusCompleted], counts[history.StatusFailed], counts[history.StatusDeadLettered])
+			batches, err := waitAll(ctx, c, parents, func(int, map[history.Status]int) {
+				if progress == nil {
+					return
+				}
+				if _, finished, err := batchChildren(ctx, c, parents); err == nil {
+					fmt.Fprintf(progress, "progress: %d/%d documents finished\n", finished, len(docs))
 				}
 			})
 			if err != nil {
 				return err
 			}
 			wall := time.Since(started)
+			infos, err := batchInfos(ctx, c, parents)
+			if err != nil {
+				return err
+			}
 			s, err := summarize(ctx, c, infos, wall)
 			if err != nil {
+				return err
+			}
+			if s.Batches, err = summarizeBatches(ctx, c, batches); err != nil {
 				return err
 			}
 			s.Approve, s.ApprovalTimeout = f.approve, f.timeout().Seconds()
@@ -558,6 +575,10 @@ func printSummary(cmd *cobra.Command, s demoSummary, f *demoFlags) {
 	fmt.Fprintf(w, "duration p50:\t%.1f ms\t(submitted → finished, waits for approval included)\n", s.P50Millis)
 	fmt.Fprintf(w, "duration p99:\t%.1f ms\t\n", s.P99Millis)
 	fmt.Fprintf(w, "wall time:\t%.2f s\t(%.1f tasks/s)\n", s.WallSeconds, s.TasksPerSec)
+	if b := s.Batches; b.Parents > 0 {
+		fmt.Fprintf(w, "batches:\t%d\t(%s parents, a child per document; their reports: %d completed, %d not; last child to batch done: %.1f ms)\n",
+			b.Parents, batchTypeName, b.Completed, b.NotCompleted, b.FanInMillis)
+	}
 	_ = w.Flush()
 	for line := range strings.Lines(table.String()) {
 		fmt.Fprintln(cmd.OutOrStdout(), strings.TrimRight(line, " \n"))

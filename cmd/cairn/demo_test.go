@@ -58,7 +58,7 @@ func demoTasks(t *testing.T, tg cliTarget) (infos []*sdk.TaskInfo, histories map
 		require.NoError(t, err)
 		defer c.Close()
 		ctx := context.Background()
-		infos, err = c.List(ctx, sdk.ListOpts{Limit: sdk.MaxListLimit, IncludeOutput: true})
+		infos, err = c.List(ctx, sdk.ListOpts{Type: demoTypeName, Limit: sdk.MaxListLimit, IncludeOutput: true})
 		require.NoError(t, err)
 		ids := make([]uuid.UUID, len(infos))
 		for i, info := range infos {
@@ -109,6 +109,14 @@ func TestDemoRunAnswersApprovals(t *testing.T) {
 
 			infos, histories := demoTasks(t, tg)
 			require.Len(t, infos, 40)
+			// The documents went in through one batch parent, a child each.
+			require.Equal(t, 1, s.Batches.Parents, "%+v", s.Batches)
+			require.Equal(t, s.Completed, s.Batches.Completed, "the batch's report agrees with its children")
+			require.Equal(t, s.Failed+s.DeadLettered, s.Batches.NotCompleted)
+			for _, info := range infos {
+				require.NotNil(t, info.ParentID, "document task %s has no batch parent", info.ID)
+				require.Equal(t, s.Batches.IDs[0], info.ParentID.String())
+			}
 			reviewed := 0
 			for _, info := range infos {
 				require.True(t, info.Status.Terminal(), "task %s is %s", info.ID, info.Status)
@@ -156,7 +164,7 @@ func TestDemoRunAnswersApprovals(t *testing.T) {
 				}
 			}
 			require.Equal(t, a.Asked, reviewed)
-			tg.withStore(t, func(s store.Store) { require.Equal(t, 40, enginetest.RequireProjectionsMatch(t, s)) })
+			tg.withStore(t, func(s store.Store) { require.Equal(t, 41, enginetest.RequireProjectionsMatch(t, s), "40 documents and their batch") })
 		})
 	}
 }
