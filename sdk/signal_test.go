@@ -195,6 +195,115 @@ func TestWaitingTaskSurvivesItsWorkerStopping(t *testing.T) {
 	})
 }
 
+// A worker that dies (abandoned, not stopped: it writes nothing more)
+// while its task waits loses nothing: the wait held no lease, so another
+// worker, without a rescuer, finishes the task once the signal comes, and
+// the step before the receive does not run again.
+func TestWaitingTaskSurvivesItsWorkerCrashing(t *testing.T) {
+	t.Parallel()
+	onEachStore(t, func(t *testing.T, setup setupFunc) {
+		cfg := sdk.WorkerConfig{LeaseTTL: time.Second, HeartbeatInterval: 100 * time.Millisecond, RescueInterval: -1}
+		b := setup(t, cfg)
+		var prepares atomic.Int32
+		wf := sdk.NewWorkflow("approve.crash.wait", 1, func(ctx workflow.Context, _ struct{}) (string, error) {
+			if _, err := workflow.Step(ctx, "prepare", func(context.Context) (bool, error) {
+				prepares.Add(1)
+				return true, nil
+			}); err != nil {
+				return "", err
+			}
+			v, ok, err := workflow.Receive[string](ctx, "approval", time.Hour)
+			if err != nil || !ok {
+				return "", err
+			}
+			return workflow.Step(ctx, "ship", func(context.Context) (string, error) { return "shipped:" + v, nil })
+		})
+		sdk.Register(b.worker, wf)
+		ctx := context.Background()
+		require.NoError(t, b.worker.Start(ctx))
+		run, err := sdk.Start(ctx, b.client, wf, struct{}{})
+		require.NoError(t, err)
+		waitForEvent(t, b.client, run.ID, history.WaitStarted)
+		sdk.AbandonWorker(b.worker) // the worker dies while the task waits
+		waiting := []history.Type{history.TaskScheduled, history.AttemptStarted, history.StepCompleted, history.WaitStarted}
+		require.Equal(t, waiting, eventTypesOf(t, b.client, run.ID))
+
+		_, err = b.client.Signal(ctx, run.ID, "approval", "yes")
+		require.NoError(t, err)
+		other := b.newWorker(t, cfg) // no rescuer: nothing is left to rescue
+		sdk.Register(other, wf)
+		startWorker(t, other)
+		info := waitTask(t, b.client, run.ID)
+		require.Equal(t, history.StatusCompleted, info.Status, "last error: %+v", info.LastError)
+		out, err := sdk.Output[string](info)
+		require.NoError(t, err)
+		require.Equal(t, "shipped:yes", out)
+		require.Equal(t, int32(1), prepares.Load(), "the step before the receive ran once")
+		require.Equal(t, append(waiting, history.SignalReceived, history.AttemptStarted, history.StepCompleted, history.TaskCompleted),
+			eventTypesOf(t, b.client, run.ID))
+		stopWorker(t, other)
+		_ = b.worker.Stop(ctx) // frees what the abandoned worker holds
+		enginetest.RequireProjectionsMatch(t, b.client.Store())
+	})
+}
+
+// A worker that dies in the attempt a signal woke, after its receive took
+// the signal and before the attempt recorded anything, loses nothing: the
+// signal stays in the history, and the attempt after the lease expires
+// takes it again.
+func TestSignalSurvivesACrashOfTheAttemptThatTookIt(t *testing.T) {
+	t.Parallel()
+	onEachStore(t, func(t *testing.T, setup setupFunc) {
+		cfg := sdk.WorkerConfig{LeaseTTL: time.Second, HeartbeatInterval: 100 * time.Millisecond, RescueInterval: -1}
+		b := setup(t, cfg)
+		hung := newSignal()
+		var ships atomic.Int32
+		wf := sdk.NewWorkflow("approve.crash.took", 1, func(ctx workflow.Context, _ struct{}) (string, error) {
+			v, ok, err := workflow.Receive[string](ctx, "approval", time.Hour)
+			if err != nil || !ok {
+				return "", err
+			}
+			return workflow.Step(ctx, "ship", func(ctx context.Context) (string, error) {
+				if ships.Add(1) == 1 {
+					hung.fire()
+					<-ctx.Done() // the lease context: ends when the worker is abandoned
+					return "", ctx.Err()
+				}
+				return "shipped:" + v, nil
+			})
+		})
+		sdk.Register(b.worker, wf)
+		ctx := context.Background()
+		require.NoError(t, b.worker.Start(ctx))
+		run, err := sdk.Start(ctx, b.client, wf, struct{}{})
+		require.NoError(t, err)
+		waitForEvent(t, b.client, run.ID, history.WaitStarted)
+		_, err = b.client.Signal(ctx, run.ID, "approval", "yes")
+		require.NoError(t, err)
+		waitSignal(t, hung.ch, "the step after the receive")
+		sdk.AbandonWorker(b.worker) // the worker dies holding the signalled task
+		stopWorker(t, b.worker)     // waits for the abandoned attempt to return
+		taken := []history.Type{history.TaskScheduled, history.AttemptStarted, history.WaitStarted,
+			history.SignalReceived, history.AttemptStarted}
+		require.Equal(t, taken, eventTypesOf(t, b.client, run.ID), "the abandoned attempt wrote nothing more")
+
+		other := b.newWorker(t, sdk.WorkerConfig{RescueInterval: 50 * time.Millisecond})
+		sdk.Register(other, wf)
+		startWorker(t, other)
+		info := waitTask(t, b.client, run.ID)
+		require.Equal(t, history.StatusCompleted, info.Status, "last error: %+v", info.LastError)
+		out, err := sdk.Output[string](info)
+		require.NoError(t, err)
+		require.Equal(t, "shipped:yes", out, "the next attempt took the same signal")
+		require.Equal(t, int32(2), ships.Load())
+		require.Equal(t, append(taken, history.LeaseExpired, history.AttemptStarted, history.StepCompleted, history.TaskCompleted),
+			eventTypesOf(t, b.client, run.ID))
+		require.Len(t, eventsOf[history.SignalReceivedData](taskHistory(t, b.client, run.ID)), 1)
+		stopWorker(t, other)
+		enginetest.RequireProjectionsMatch(t, b.client.Store())
+	})
+}
+
 func TestWaitTimesOutAtItsDeadline(t *testing.T) {
 	t.Parallel()
 	onEachStore(t, func(t *testing.T, setup setupFunc) {
