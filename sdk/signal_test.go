@@ -148,6 +148,40 @@ func TestSignalAfterATimeoutStaysForTheNextReceive(t *testing.T) {
 	})
 }
 
+// A timeout is what the history records, not the clock: a signal that
+// reaches the history after the wait's deadline has passed but before any
+// attempt has recorded wait_timed_out is taken by the receive, which then
+// does not time out.
+func TestSignalAfterTheDeadlineButBeforeTheTimeoutIsTaken(t *testing.T) {
+	t.Parallel()
+	onEachStore(t, func(t *testing.T, setup setupFunc) {
+		b := setup(t, sdk.WorkerConfig{})
+		wf := receiveAll("approve.race", []string{"approval"}, []time.Duration{2 * time.Second})
+		sdk.Register(b.worker, wf)
+		ctx := context.Background()
+		run, err := sdk.Start(ctx, b.client, wf, struct{}{})
+		require.NoError(t, err)
+		require.NoError(t, b.worker.Start(ctx))
+		waitForEvent(t, b.client, run.ID, history.WaitStarted)
+		stopWorker(t, b.worker) // no worker sees the deadline pass
+		waits := eventsOf[history.WaitStartedData](taskHistory(t, b.client, run.ID))
+		require.Len(t, waits, 1)
+		require.NotContains(t, eventTypesOf(t, b.client, run.ID), history.WaitTimedOut, "stopped before the deadline")
+		time.Sleep(time.Until(waits[0].Deadline) + 100*time.Millisecond) // the deadline passes
+		_, err = b.client.Signal(ctx, run.ID, "approval", "just in time")
+		require.NoError(t, err)
+		other := b.newWorker(t, sdk.WorkerConfig{})
+		sdk.Register(other, wf)
+		startWorker(t, other)
+		requireReceived(t, waitTask(t, b.client, run.ID), []received{{"just in time", true}})
+		require.Equal(t, []history.Type{
+			history.TaskScheduled, history.AttemptStarted, history.WaitStarted,
+			history.SignalReceived, history.AttemptStarted, history.TaskCompleted,
+		}, eventTypesOf(t, b.client, run.ID))
+		enginetest.RequireProjectionsMatch(t, b.client.Store())
+	})
+}
+
 func TestSignalWithARepeatedDedupIDIsDeliveredOnce(t *testing.T) {
 	t.Parallel()
 	onEachStore(t, func(t *testing.T, setup setupFunc) {
