@@ -3,6 +3,8 @@ package sdk_test
 import (
 	"context"
 	"encoding/json"
+	"path/filepath"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -11,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cairnflow/cairn/engine/enginetest"
+	"github.com/cairnflow/cairn/engine/sqlitestore"
 	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/sdk"
 	"github.com/cairnflow/cairn/workflow"
@@ -180,6 +183,56 @@ func TestSignalAfterTheDeadlineButBeforeTheTimeoutIsTaken(t *testing.T) {
 		}, eventTypesOf(t, b.client, run.ID))
 		enginetest.RequireProjectionsMatch(t, b.client.Store())
 	})
+}
+
+// aheadClock is the wall clock moved ahead by d.
+type aheadClock struct{ d time.Duration }
+
+func (c aheadClock) Now() time.Time { return time.Now().Add(c.d) }
+
+// A signal written while an attempt decides that its receive has timed out
+// is taken: the attempt's wait_timed_out cannot follow it, so that append
+// fails, and the next attempt's receive takes the signal. The store's clock
+// runs ahead of the worker's (within the skew a receive waits out), so the
+// attempt woken at the deadline by the store's clock holds the task while
+// its own clock catches up, after reading no signal: the signal is sent
+// then. On SQLite only: the store's clock is the test's to set there
+// (PostgreSQL's is the server's).
+func TestSignalWhileItsReceiveTimesOutIsTaken(t *testing.T) {
+	t.Parallel()
+	st, err := sqlitestore.New(context.Background(), sqlitestore.Config{
+		Path: filepath.Join(t.TempDir(), "cairn.db"), Clock: aheadClock{4 * time.Second}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = st.Close() })
+	client, err := sdk.NewClient(sdk.ClientConfig{Store: st})
+	require.NoError(t, err)
+	t.Cleanup(client.Close)
+	worker, err := sdk.NewWorker(sdk.WorkerConfig{Store: st, PollInterval: 50 * time.Millisecond,
+		LeaseTTL: time.Second, HeartbeatInterval: 100 * time.Millisecond, RescueInterval: 50 * time.Millisecond})
+	require.NoError(t, err)
+	// The deadline is 4.5 s away by the worker's clock, half a second by
+	// the store's: the task is due again then, and its receive waits out
+	// the other 4 s (under the receive's 5 s bound on skew).
+	wf := receiveAll("approve.skew", []string{"approval"}, []time.Duration{4500 * time.Millisecond})
+	sdk.Register(worker, wf)
+	ctx := context.Background()
+	run, err := sdk.Start(ctx, client, wf, struct{}{})
+	require.NoError(t, err)
+	startWorker(t, worker)
+	deciding := []history.Type{history.TaskScheduled, history.AttemptStarted, history.WaitStarted, history.AttemptStarted}
+	deadline := time.Now().Add(testTimeout)
+	for !slices.Equal(deciding, eventTypesOf(t, client, run.ID)) {
+		require.True(t, time.Now().Before(deadline), "no attempt woke at the deadline: %v", eventTypesOf(t, client, run.ID))
+		time.Sleep(10 * time.Millisecond)
+	}
+	_, err = client.Signal(ctx, run.ID, "approval", "in the nick of time")
+	require.NoError(t, err)
+	requireReceived(t, waitTask(t, client, run.ID), []received{{"in the nick of time", true}})
+	types := eventTypesOf(t, client, run.ID)
+	require.NotContains(t, types, history.WaitTimedOut, "the history holds no timeout: %v", types)
+	require.Equal(t, append(deciding, history.SignalReceived), types[:len(deciding)+1])
+	t.Logf("history: %v", types)
+	enginetest.RequireProjectionsMatch(t, st)
 }
 
 func TestSignalWithARepeatedDedupIDIsDeliveredOnce(t *testing.T) {
