@@ -3,6 +3,8 @@ package sdk_test
 import (
 	"context"
 	"encoding/json"
+	"path/filepath"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -11,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cairnflow/cairn/engine/enginetest"
+	"github.com/cairnflow/cairn/engine/sqlitestore"
 	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/sdk"
 	"github.com/cairnflow/cairn/workflow"
@@ -148,6 +151,90 @@ func TestSignalAfterATimeoutStaysForTheNextReceive(t *testing.T) {
 	})
 }
 
+// A timeout is what the history records, not the clock: a signal that
+// reaches the history after the wait's deadline has passed but before any
+// attempt has recorded wait_timed_out is taken by the receive, which then
+// does not time out.
+func TestSignalAfterTheDeadlineButBeforeTheTimeoutIsTaken(t *testing.T) {
+	t.Parallel()
+	onEachStore(t, func(t *testing.T, setup setupFunc) {
+		b := setup(t, sdk.WorkerConfig{})
+		wf := receiveAll("approve.race", []string{"approval"}, []time.Duration{2 * time.Second})
+		sdk.Register(b.worker, wf)
+		ctx := context.Background()
+		run, err := sdk.Start(ctx, b.client, wf, struct{}{})
+		require.NoError(t, err)
+		require.NoError(t, b.worker.Start(ctx))
+		waitForEvent(t, b.client, run.ID, history.WaitStarted)
+		stopWorker(t, b.worker) // no worker sees the deadline pass
+		waits := eventsOf[history.WaitStartedData](taskHistory(t, b.client, run.ID))
+		require.Len(t, waits, 1)
+		require.NotContains(t, eventTypesOf(t, b.client, run.ID), history.WaitTimedOut, "stopped before the deadline")
+		time.Sleep(time.Until(waits[0].Deadline) + 100*time.Millisecond) // the deadline passes
+		_, err = b.client.Signal(ctx, run.ID, "approval", "just in time")
+		require.NoError(t, err)
+		other := b.newWorker(t, sdk.WorkerConfig{})
+		sdk.Register(other, wf)
+		startWorker(t, other)
+		requireReceived(t, waitTask(t, b.client, run.ID), []received{{"just in time", true}})
+		require.Equal(t, []history.Type{
+			history.TaskScheduled, history.AttemptStarted, history.WaitStarted,
+			history.SignalReceived, history.AttemptStarted, history.TaskCompleted,
+		}, eventTypesOf(t, b.client, run.ID))
+		enginetest.RequireProjectionsMatch(t, b.client.Store())
+	})
+}
+
+// aheadClock is the wall clock moved ahead by d.
+type aheadClock struct{ d time.Duration }
+
+func (c aheadClock) Now() time.Time { return time.Now().Add(c.d) }
+
+// A signal written while an attempt decides that its receive has timed out
+// is taken: the attempt's wait_timed_out cannot follow it, so that append
+// fails, and the next attempt's receive takes the signal. The store's clock
+// runs ahead of the worker's (within the skew a receive waits out), so the
+// attempt woken at the deadline by the store's clock holds the task while
+// its own clock catches up, after reading no signal: the signal is sent
+// then. On SQLite only: the store's clock is the test's to set there
+// (PostgreSQL's is the server's).
+func TestSignalWhileItsReceiveTimesOutIsTaken(t *testing.T) {
+	t.Parallel()
+	st, err := sqlitestore.New(context.Background(), sqlitestore.Config{
+		Path: filepath.Join(t.TempDir(), "cairn.db"), Clock: aheadClock{4 * time.Second}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = st.Close() })
+	client, err := sdk.NewClient(sdk.ClientConfig{Store: st})
+	require.NoError(t, err)
+	t.Cleanup(client.Close)
+	worker, err := sdk.NewWorker(sdk.WorkerConfig{Store: st, PollInterval: 50 * time.Millisecond,
+		LeaseTTL: time.Second, HeartbeatInterval: 100 * time.Millisecond, RescueInterval: 50 * time.Millisecond})
+	require.NoError(t, err)
+	// The deadline is 4.5 s away by the worker's clock, half a second by
+	// the store's: the task is due again then, and its receive waits out
+	// the other 4 s (under the receive's 5 s bound on skew).
+	wf := receiveAll("approve.skew", []string{"approval"}, []time.Duration{4500 * time.Millisecond})
+	sdk.Register(worker, wf)
+	ctx := context.Background()
+	run, err := sdk.Start(ctx, client, wf, struct{}{})
+	require.NoError(t, err)
+	startWorker(t, worker)
+	deciding := []history.Type{history.TaskScheduled, history.AttemptStarted, history.WaitStarted, history.AttemptStarted}
+	deadline := time.Now().Add(testTimeout)
+	for !slices.Equal(deciding, eventTypesOf(t, client, run.ID)) {
+		require.True(t, time.Now().Before(deadline), "no attempt woke at the deadline: %v", eventTypesOf(t, client, run.ID))
+		time.Sleep(10 * time.Millisecond)
+	}
+	_, err = client.Signal(ctx, run.ID, "approval", "in the nick of time")
+	require.NoError(t, err)
+	requireReceived(t, waitTask(t, client, run.ID), []received{{"in the nick of time", true}})
+	types := eventTypesOf(t, client, run.ID)
+	require.NotContains(t, types, history.WaitTimedOut, "the history holds no timeout: %v", types)
+	require.Equal(t, append(deciding, history.SignalReceived), types[:len(deciding)+1])
+	t.Logf("history: %v", types)
+	enginetest.RequireProjectionsMatch(t, st)
+}
+
 func TestSignalWithARepeatedDedupIDIsDeliveredOnce(t *testing.T) {
 	t.Parallel()
 	onEachStore(t, func(t *testing.T, setup setupFunc) {
@@ -191,6 +278,115 @@ func TestWaitingTaskSurvivesItsWorkerStopping(t *testing.T) {
 		sdk.Register(other, wf)
 		startWorker(t, other)
 		requireReceived(t, waitTask(t, b.client, run.ID), []received{{"yes", true}})
+		enginetest.RequireProjectionsMatch(t, b.client.Store())
+	})
+}
+
+// A worker that dies (abandoned, not stopped: it writes nothing more)
+// while its task waits loses nothing: the wait held no lease, so another
+// worker, without a rescuer, finishes the task once the signal comes, and
+// the step before the receive does not run again.
+func TestWaitingTaskSurvivesItsWorkerCrashing(t *testing.T) {
+	t.Parallel()
+	onEachStore(t, func(t *testing.T, setup setupFunc) {
+		cfg := sdk.WorkerConfig{LeaseTTL: time.Second, HeartbeatInterval: 100 * time.Millisecond, RescueInterval: -1}
+		b := setup(t, cfg)
+		var prepares atomic.Int32
+		wf := sdk.NewWorkflow("approve.crash.wait", 1, func(ctx workflow.Context, _ struct{}) (string, error) {
+			if _, err := workflow.Step(ctx, "prepare", func(context.Context) (bool, error) {
+				prepares.Add(1)
+				return true, nil
+			}); err != nil {
+				return "", err
+			}
+			v, ok, err := workflow.Receive[string](ctx, "approval", time.Hour)
+			if err != nil || !ok {
+				return "", err
+			}
+			return workflow.Step(ctx, "ship", func(context.Context) (string, error) { return "shipped:" + v, nil })
+		})
+		sdk.Register(b.worker, wf)
+		ctx := context.Background()
+		require.NoError(t, b.worker.Start(ctx))
+		run, err := sdk.Start(ctx, b.client, wf, struct{}{})
+		require.NoError(t, err)
+		waitForEvent(t, b.client, run.ID, history.WaitStarted)
+		sdk.AbandonWorker(b.worker) // the worker dies while the task waits
+		waiting := []history.Type{history.TaskScheduled, history.AttemptStarted, history.StepCompleted, history.WaitStarted}
+		require.Equal(t, waiting, eventTypesOf(t, b.client, run.ID))
+
+		_, err = b.client.Signal(ctx, run.ID, "approval", "yes")
+		require.NoError(t, err)
+		other := b.newWorker(t, cfg) // no rescuer: nothing is left to rescue
+		sdk.Register(other, wf)
+		startWorker(t, other)
+		info := waitTask(t, b.client, run.ID)
+		require.Equal(t, history.StatusCompleted, info.Status, "last error: %+v", info.LastError)
+		out, err := sdk.Output[string](info)
+		require.NoError(t, err)
+		require.Equal(t, "shipped:yes", out)
+		require.Equal(t, int32(1), prepares.Load(), "the step before the receive ran once")
+		require.Equal(t, append(waiting, history.SignalReceived, history.AttemptStarted, history.StepCompleted, history.TaskCompleted),
+			eventTypesOf(t, b.client, run.ID))
+		stopWorker(t, other)
+		_ = b.worker.Stop(ctx) // frees what the abandoned worker holds
+		enginetest.RequireProjectionsMatch(t, b.client.Store())
+	})
+}
+
+// A worker that dies in the attempt a signal woke, after its receive took
+// the signal and before the attempt recorded anything, loses nothing: the
+// signal stays in the history, and the attempt after the lease expires
+// takes it again.
+func TestSignalSurvivesACrashOfTheAttemptThatTookIt(t *testing.T) {
+	t.Parallel()
+	onEachStore(t, func(t *testing.T, setup setupFunc) {
+		cfg := sdk.WorkerConfig{LeaseTTL: time.Second, HeartbeatInterval: 100 * time.Millisecond, RescueInterval: -1}
+		b := setup(t, cfg)
+		hung := newSignal()
+		var ships atomic.Int32
+		wf := sdk.NewWorkflow("approve.crash.took", 1, func(ctx workflow.Context, _ struct{}) (string, error) {
+			v, ok, err := workflow.Receive[string](ctx, "approval", time.Hour)
+			if err != nil || !ok {
+				return "", err
+			}
+			return workflow.Step(ctx, "ship", func(ctx context.Context) (string, error) {
+				if ships.Add(1) == 1 {
+					hung.fire()
+					<-ctx.Done() // the lease context: ends when the worker is abandoned
+					return "", ctx.Err()
+				}
+				return "shipped:" + v, nil
+			})
+		})
+		sdk.Register(b.worker, wf)
+		ctx := context.Background()
+		require.NoError(t, b.worker.Start(ctx))
+		run, err := sdk.Start(ctx, b.client, wf, struct{}{})
+		require.NoError(t, err)
+		waitForEvent(t, b.client, run.ID, history.WaitStarted)
+		_, err = b.client.Signal(ctx, run.ID, "approval", "yes")
+		require.NoError(t, err)
+		waitSignal(t, hung.ch, "the step after the receive")
+		sdk.AbandonWorker(b.worker) // the worker dies holding the signalled task
+		stopWorker(t, b.worker)     // waits for the abandoned attempt to return
+		taken := []history.Type{history.TaskScheduled, history.AttemptStarted, history.WaitStarted,
+			history.SignalReceived, history.AttemptStarted}
+		require.Equal(t, taken, eventTypesOf(t, b.client, run.ID), "the abandoned attempt wrote nothing more")
+
+		other := b.newWorker(t, sdk.WorkerConfig{RescueInterval: 50 * time.Millisecond})
+		sdk.Register(other, wf)
+		startWorker(t, other)
+		info := waitTask(t, b.client, run.ID)
+		require.Equal(t, history.StatusCompleted, info.Status, "last error: %+v", info.LastError)
+		out, err := sdk.Output[string](info)
+		require.NoError(t, err)
+		require.Equal(t, "shipped:yes", out, "the next attempt took the same signal")
+		require.Equal(t, int32(2), ships.Load())
+		require.Equal(t, append(taken, history.LeaseExpired, history.AttemptStarted, history.StepCompleted, history.TaskCompleted),
+			eventTypesOf(t, b.client, run.ID))
+		require.Len(t, eventsOf[history.SignalReceivedData](taskHistory(t, b.client, run.ID)), 1)
+		stopWorker(t, other)
 		enginetest.RequireProjectionsMatch(t, b.client.Store())
 	})
 }

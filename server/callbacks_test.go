@@ -33,10 +33,15 @@ type approvalBundle struct {
 
 func approvalSetup(t *testing.T, st store.Store) *approvalBundle {
 	t.Helper()
-	wf := sdk.NewWorkflow("callback.approval", 1, func(ctx workflow.Context, _ struct{}) (workflow.Decision, error) {
+	return approvalSetupWith(t, st, sdk.NewWorkflow("callback.approval", 1, func(ctx workflow.Context, _ struct{}) (workflow.Decision, error) {
 		d, _, err := workflow.AwaitApproval(ctx, "approve", time.Hour)
 		return d, err
-	})
+	}))
+}
+
+// approvalSetupWith is approvalSetup running wf.
+func approvalSetupWith(t *testing.T, st store.Store, wf *sdk.Workflow[struct{}, workflow.Decision]) *approvalBundle {
+	t.Helper()
 	w, err := sdk.NewWorker(sdk.WorkerConfig{Store: st, Concurrency: 2, PollInterval: 20 * time.Millisecond, RescueInterval: -1})
 	require.NoError(t, err)
 	sdk.Register(w, wf)
@@ -56,16 +61,26 @@ func (b *approvalBundle) startWaiting(t *testing.T) (uuid.UUID, int) {
 	t.Helper()
 	run, err := sdk.Start(context.Background(), b.client, b.wf, struct{}{})
 	require.NoError(t, err)
+	return run.ID, b.waitNumber(t, run.ID, 1)
+}
+
+// waitNumber waits until task id has started its nth wait and returns the
+// wait's position.
+func (b *approvalBundle) waitNumber(t *testing.T, id uuid.UUID, n int) int {
+	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		events, err := b.client.History(context.Background(), run.ID)
+		events, err := b.client.History(context.Background(), id)
 		require.NoError(t, err)
+		seen := 0
 		for _, e := range events {
 			if w, ok := e.Data.(history.WaitStartedData); ok {
-				return run.ID, w.Position
+				if seen++; seen == n {
+					return w.Position
+				}
 			}
 		}
-		require.False(t, time.Now().After(deadline), "task %s never waited", run.ID)
+		require.False(t, time.Now().After(deadline), "task %s never started wait %d", id, n)
 		time.Sleep(10 * time.Millisecond)
 	}
 }
@@ -163,6 +178,56 @@ func TestCallbackDeliversADecisionOnce(t *testing.T) {
 			require.Len(t, sigs, 1)
 			require.Equal(t, sdk.CallbackDedupID(token), sigs[0].DedupID)
 			require.Equal(t, "callback", sigs[0].Sender)
+			enginetest.RequireProjectionsMatch(t, ns.store)
+		})
+	}
+}
+
+// A used link stays used while its task goes on: sent again while the task
+// waits for a second approval of the same name, it is a 403 and writes
+// nothing, where a signal would have answered that wait.
+func TestCallbackReusedWhileTheTaskWaitsAgainIsRefused(t *testing.T) {
+	t.Parallel()
+	for _, ns := range bothStores(t) {
+		t.Run(ns.name, func(t *testing.T) {
+			t.Parallel()
+			b := approvalSetupWith(t, ns.store, sdk.NewWorkflow("callback.twice", 1, func(ctx workflow.Context, _ struct{}) (workflow.Decision, error) {
+				first, _, err := workflow.AwaitApproval(ctx, "approve", time.Hour)
+				if err != nil {
+					return workflow.Decision{}, err
+				}
+				second, _, err := workflow.AwaitApproval(ctx, "approve", time.Hour)
+				if err != nil {
+					return workflow.Decision{}, err
+				}
+				return workflow.Decision{Approved: first.Approved && second.Approved, Comment: first.Comment + "+" + second.Comment}, nil
+			}))
+			id, pos := b.startWaiting(t)
+			first := b.url(t, sdk.Callback{Namespace: "default", TaskID: id, Name: "approve", Wait: pos, Expires: time.Now().Add(time.Hour)})
+			a := send(t, b.h, "POST", first, []byte(`{"approved":true,"comment":"legal"}`))
+			require.Equal(t, http.StatusAccepted, a.status, "%s", a.body)
+
+			pos2 := b.waitNumber(t, id, 2)
+			require.Greater(t, pos2, pos)
+			before := eventCount(t, ns.store, id)
+			a = send(t, b.h, "POST", first, []byte(`{"approved":true,"comment":"legal"}`))
+			require.Equal(t, http.StatusForbidden, a.status, "%s", a.body)
+			require.Equal(t, codeForbidden, a.problem.Code)
+			require.Equal(t, before, eventCount(t, ns.store, id), "a reused link writes nothing")
+
+			second := b.url(t, sdk.Callback{Namespace: "default", TaskID: id, Name: "approve", Wait: pos2, Expires: time.Now().Add(time.Hour)})
+			a = send(t, b.h, "POST", second, []byte(`{"approved":true,"comment":"finance"}`))
+			require.Equal(t, http.StatusAccepted, a.status, "%s", a.body)
+			require.Equal(t, workflow.Decision{Approved: true, Comment: "legal+finance"}, decisionOf(t, b.client, id))
+			events, err := ns.store.EventListByTask(context.Background(), id)
+			require.NoError(t, err)
+			var sigs int
+			for _, e := range events {
+				if _, ok := e.Data.(history.SignalReceivedData); ok {
+					sigs++
+				}
+			}
+			require.Equal(t, 2, sigs, "one signal per link")
 			enginetest.RequireProjectionsMatch(t, ns.store)
 		})
 	}

@@ -91,9 +91,11 @@ func TestSignalEndpoints(t *testing.T) {
 			done := startDoc(t, h, "")
 			a = send(t, h, "POST", "/v1/tasks/"+done.String()+"/cancel", []byte(`{}`))
 			require.Equal(t, http.StatusAccepted, a.status, "%s", a.body)
+			before := eventCount(t, ns.store, done)
 			a = send(t, h, "POST", "/v1/tasks/"+done.String()+"/signals/approval", []byte(`{}`))
 			require.Equal(t, http.StatusConflict, a.status, "%s", a.body)
 			require.Equal(t, codeTaskState, a.problem.Code)
+			require.Equal(t, before, eventCount(t, ns.store, done), "a refused signal writes nothing")
 			enginetest.RequireProjectionsMatch(t, ns.store)
 		})
 	}

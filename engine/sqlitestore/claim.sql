@@ -20,8 +20,10 @@ WHERE namespace = ? AND task_type IN (SELECT value FROM json_each(?));
 -- name: ClaimWalkByPriority
 -- Up to a limit of the tasks of one queue and type key due now (passed
 -- twice), by priority and virtual start time: an ordered, limited walk of
--- tasks_claim_idx. fair_at follows the task's columns.
-SELECT /* TASK_COLUMNS */, fair_at FROM tasks
+-- tasks_claim_idx. fair_at follows the task's columns. INDEXED BY: the
+-- planner otherwise takes the run_at range of tasks_age_idx and sorts every
+-- due task, a claim's cost growing with the backlog.
+SELECT /* TASK_COLUMNS */, fair_at FROM tasks INDEXED BY tasks_claim_idx
 WHERE namespace = ? AND queue = ? AND type = ? AND type_version = ?
   AND status IN ('pending', 'retrying') AND run_at <= ?
   AND (start_deadline IS NULL OR attempt > 0 OR start_deadline > ?)

@@ -110,3 +110,30 @@ func TestJSONStringsRoundTripThroughJSONEach(t *testing.T) {
 		require.Equal(t, in, got)
 	}
 }
+
+// A claim walks its indexes in order and stops at its limit, so its cost
+// does not grow with the backlog (pickDue): neither walk sorts the due
+// tasks it finds. SQLite's planner, left to itself, took ClaimWalkByPriority
+// as a range on tasks_age_idx and sorted every due task (a temp B-tree):
+// ten thousand due tasks made each claim a sort of ten thousand rows.
+func TestClaimWalksFollowTheirIndexes(t *testing.T) {
+	t.Parallel()
+	s := newInternalStore(t)
+	for walk, index := range map[string]string{"ClaimWalkByPriority": "tasks_claim_idx", "ClaimWalkByAge": "tasks_age_idx"} {
+		rows, err := s.db.QueryContext(context.Background(), "EXPLAIN QUERY PLAN "+s.q.queries[walk],
+			"default", "default", "doc", 1, 0, 0, 10)
+		require.NoError(t, err, walk)
+		var plan []string
+		for rows.Next() {
+			var id, parent, unused int
+			var detail string
+			require.NoError(t, rows.Scan(&id, &parent, &unused, &detail), walk)
+			plan = append(plan, detail)
+		}
+		require.NoError(t, rows.Err(), walk)
+		require.NoError(t, rows.Close())
+		joined := strings.Join(plan, "\n")
+		require.Contains(t, joined, "USING INDEX "+index, walk)
+		require.NotContains(t, joined, "TEMP B-TREE", "%s sorts what it walks", walk)
+	}
+}
