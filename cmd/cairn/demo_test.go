@@ -164,7 +164,9 @@ func TestDemoRunAnswersApprovals(t *testing.T) {
 				}
 			}
 			require.Equal(t, a.Asked, reviewed)
-			tg.withStore(t, func(s store.Store) { require.Equal(t, 41, enginetest.RequireProjectionsMatch(t, s), "40 documents and their batch") })
+			tg.withStore(t, func(s store.Store) {
+				require.Equal(t, 41, enginetest.RequireProjectionsMatch(t, s), "40 documents and their batch")
+			})
 		})
 	}
 }
