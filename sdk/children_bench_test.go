@@ -2,6 +2,7 @@ package sdk_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -14,16 +15,25 @@ import (
 	"github.com/cairnflow/cairn/workflow"
 )
 
-// BenchmarkChildrenFanOutFanIn runs, per iteration, 100 parents that each
-// fan out to 100 no-op children (workflow.MapChildren) and fan their
-// results back in: 10,000 children. It reports children/s (from the first
+// BenchmarkChildrenFanOutFanIn runs, per iteration, parents that each fan
+// out to no-op children (workflow.MapChildren) and fan their results back
+// in: 100 parents of 100 children (10,000 children), and one of 100. It reports children/s (from the first
 // start to the last parent's completion) and, for each parent, the time
 // from its last child's end (the child_finished the child's terminal
 // append wrote) to the parent's completion: p50, p99 and max.
 //
 //	CAIRN_TEST_DATABASE_URL=... go test -run '^$' -bench ChildrenFanOut -benchtime 1x ./sdk
 func BenchmarkChildrenFanOutFanIn(b *testing.B) {
-	const parents, fanOut = 100, 100
+	// 100×100 is the load the issue names; 1×100 is fan-in at light load,
+	// with no other parent's children queued ahead.
+	for _, size := range []struct{ parents, fanOut int }{{100, 100}, {1, 100}} {
+		b.Run(fmt.Sprintf("%dx%d", size.parents, size.fanOut), func(b *testing.B) {
+			benchFanOut(b, size.parents, size.fanOut)
+		})
+	}
+}
+
+func benchFanOut(b *testing.B, parents, fanOut int) {
 	pool := enginetest.Pool(b)
 	schema := enginetest.Schema(b)
 	client, err := sdk.NewClient(sdk.ClientConfig{Pool: pool, Schema: schema})
