@@ -68,7 +68,14 @@ func (a *Attempt) syncRequests(ctx context.Context) error {
 // before its terminal append does it again harmlessly. A child that has
 // finished meanwhile is skipped.
 func (a *Attempt) CloseChildren(ctx context.Context, reason string) error {
-	for _, c := range a.state.Children {
+	return closeChildren(ctx, a.proc.cfg.Store, a.Task.Namespace, a.Task.ID, a.state, reason)
+}
+
+// closeChildren requests the cancel of the unfinished children of task
+// parent, in state, whose policy is cancel: what a parent's end does
+// first, whoever writes it (its worker, or the rescuer).
+func closeChildren(ctx context.Context, s store.Store, namespace string, parent uuid.UUID, state history.State, reason string) error {
+	for _, c := range state.Children {
 		if c.Finished || c.OnParentClose == history.ParentCloseAbandon {
 			continue
 		}
@@ -76,9 +83,9 @@ func (a *Attempt) CloseChildren(ctx context.Context, reason string) error {
 		if err != nil {
 			return errors.Wrapf(err, "child %d", c.Position)
 		}
-		_, err = CancelTask(ctx, a.proc.cfg.Store, &TaskRequestParams{
-			Namespace: a.Task.Namespace, ID: id, By: "parent " + a.Task.ID.String(),
-			Reason: fmt.Sprintf("parent %s %s", a.Task.ID, reason),
+		_, err = CancelTask(ctx, s, &TaskRequestParams{
+			Namespace: namespace, ID: id, By: "parent " + parent.String(),
+			Reason: fmt.Sprintf("parent %s %s", parent, reason),
 		})
 		if errors.Is(err, store.ErrTaskState) || errors.Is(err, store.ErrNotFound) {
 			continue // it finished (or was removed) first

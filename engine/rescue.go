@@ -74,6 +74,15 @@ func rescueTasks(ctx context.Context, s store.Store, now time.Time, ids []uuid.U
 	if len(appends) == 0 {
 		return 0, nil
 	}
+	// A parent dead-lettered here closes its children first, as its worker
+	// would have (a crash before the append closes them again, harmlessly).
+	for _, p := range appends {
+		if _, ends := p.Payloads[len(p.Payloads)-1].(history.TaskDeadLetteredData); ends && hasChildrenToClose(p.State) {
+			if err := closeChildren(ctx, s, p.State.Scheduled.Namespace, p.TaskID, p.State, "was dead-lettered"); err != nil {
+				return 0, err
+			}
+		}
+	}
 	// The appends go in one statement; each is fenced on its own.
 	results, err := s.EventAppendMany(ctx, appends)
 	if err != nil {

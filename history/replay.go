@@ -182,7 +182,9 @@ type State struct {
 	Status  Status
 	Attempt int // the latest attempt number, 0 before the first
 	// Released counts attempts handed back by task_released (a worker
-	// shutting down). They are not failures and do not use up max_attempts.
+	// shutting down) and those that ended waiting (wait_started,
+	// child_wait_started). They are not failures and do not use up
+	// max_attempts.
 	Released int
 	// Budget is what the failing step has used of its retry budget.
 	Budget    Budget
@@ -830,7 +832,10 @@ func (s *State) applyWaitStarted(e Event, p WaitStartedData) error {
 		s.Waits = append(slices.Clip(s.Waits), w)
 	}
 	// The attempt ends: the task waits, holding no lease, until a signal
-	// of the name arrives or the deadline passes.
+	// of the name arrives or the deadline passes. Like a hand-back, it
+	// uses up nothing of the retry budget.
+	s.Released++
+	s.Budget.Attempts--
 	s.Wait = &w
 	s.Status = StatusPending
 	s.RunAt = p.Deadline
@@ -907,7 +912,12 @@ func (s *State) applyChildWaitStarted(e Event, p ChildWaitStartedData) error {
 		}
 	}
 	// The attempt ends: the task waits, holding no lease, until one of
-	// the children finishes (or its deadline, when it has one).
+	// the children finishes (or its deadline, when it has one). It did not
+	// fail: like a hand-back it uses up nothing of the retry budget, or a
+	// parent that woke often would give up at its next step's first
+	// failure.
+	s.Released++
+	s.Budget.Attempts--
 	s.ChildWait = &ChildWait{Positions: slices.Clone(p.Positions), Count: max(p.Count, 1)}
 	s.Status = StatusPending
 	s.RunAt = Never

@@ -248,6 +248,23 @@ func TestFailedChildEvidenceReachesTheParent(t *testing.T) {
 		require.Equal(t, "child_failed", te.Kind)
 		require.Equal(t, history.Permanent, te.Class)
 		require.Contains(t, te.Message, "page 7 unreadable")
+		// The outcome is an audit query over the histories: which children
+		// failed, and with what.
+		var audited []sdk.AuditRecord
+		filter, err := sdk.CompileEventFilter(`event.type == "child_finished" && event.data.status == "failed" && event.data.error.message.contains("unreadable")`)
+		require.NoError(t, err)
+		require.NoError(t, b.client.Audit(ctx, sdk.AuditParams{Filter: filter}, func(r sdk.AuditRecord) error {
+			audited = append(audited, r)
+			return nil
+		}))
+		require.Len(t, audited, 2, "both parents' child_finished")
+		parents := map[uuid.UUID]bool{}
+		for _, r := range audited {
+			parents[r.Task.ID] = true
+			require.Equal(t, history.ChildFinished, r.Event.Type)
+		}
+		require.Equal(t, map[uuid.UUID]bool{caught.ID: true, failed.ID: true}, parents)
+
 		types := eventTypesOf(t, b.client, failed.ID)
 		require.Contains(t, types, history.ChildFinished)
 		require.Equal(t, []history.Type{history.AttemptFailed, history.TaskFailed}, types[len(types)-2:])

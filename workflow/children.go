@@ -152,13 +152,23 @@ func (c *Child[Out]) Position() int { return c.h.Position }
 
 // MapChildren starts one child of wf per input and returns their outputs
 // in input order: fan-out and fan-in. The children run at once, up to the
-// workflow type's MaxRunningChildren; the first child (in input order)
-// that did not complete is returned as a [*ChildError] once all have
-// finished, with the outputs of the others.
+// workflow type's MaxRunningChildren, and the workflow waits for all of
+// them in one wait (it wakes when the last ends, not at each); the first
+// child (in input order) that did not complete is returned as a
+// [*ChildError] once all have finished, with the outputs of the others.
 func MapChildren[In, Out any](ctx Context, wf Definition[In, Out], inputs []In, opts ...ChildOpts) ([]Out, error) {
 	children := make([]*Child[Out], len(inputs))
+	handles := make([]interpreter.ChildHandle, 0, len(inputs))
 	for i, in := range inputs {
 		children[i] = StartChild(ctx, wf, in, opts...)
+		if children[i].err != nil {
+			return make([]Out, len(inputs)), children[i].err
+		}
+		handles = append(handles, children[i].h)
+	}
+	// One wait for them all: the parent wakes once its last child ends.
+	if err := interpreter.AwaitChildren(ctx, handles); err != nil {
+		return make([]Out, len(inputs)), err
 	}
 	outs := make([]Out, len(inputs))
 	var first error

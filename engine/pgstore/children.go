@@ -178,6 +178,16 @@ func (s *Store) reportToParents(ctx context.Context, tx pgx.Tx, ids []uuid.UUID,
 		}
 		st, ok := cached[id]
 		state, err := plan.CatchUp(st, ok, since[id])
+		if err != nil && ok {
+			// The cached state does not lead to the database's history
+			// (a database restored or failed over to an older copy):
+			// forget it and replay the history whole.
+			s.parents.Forget(id)
+			var all map[uuid.UUID][]history.Event
+			if all, err = s.eventsQuery(ctx, tx, s.sql("EventListByTask"), pgx.NamedArgs{"task_id": id}); err == nil {
+				state, err = history.Replay(all[id])
+			}
+		}
 		if err != nil {
 			return nil, errors.Wrapf(err, "replay parent %s", id)
 		}

@@ -322,9 +322,11 @@ WITH input AS (
     GROUP BY chunk
 ), ready AS (
     -- Released and rescued tasks are due at once: wake workers now rather
-    -- than at their next poll.
+    -- than at their next poll. clock_timestamp(), not now(): in a longer
+    -- transaction (a child's end writing into its parent) now() is its
+    -- start, before the run time a wake-up sets from the writer's clock.
     SELECT pg_notify(@ready_channel, queue)
-    FROM (SELECT DISTINCT queue FROM upd WHERE status IN ('pending', 'retrying') AND run_at <= now()) AS due
+    FROM (SELECT DISTINCT queue FROM upd WHERE status IN ('pending', 'retrying') AND run_at <= clock_timestamp()) AS due
 ), freed AS (
     -- Tasks of concurrency-limited queues that left running (an append
     -- under their lease, or the rescuer's, that ends the attempt): a slot

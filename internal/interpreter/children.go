@@ -17,10 +17,11 @@ import (
 // of their own, their order among the run's StartChild calls, assigned on
 // the body's goroutine: the Nth StartChild of every run is child N.
 //
-// A start is not written when StartChild is called but when the run next
-// needs it: when it awaits a child's result, or returns. Then the queued
-// starts go out in one write, as many as the cap on running children
-// allows (the parent's child_started and the children's tasks in one
+// A start is not written when StartChild is called but at the run's next
+// point that waits or runs something: a child's result awaited, a step
+// about to run, a sleep or a receive about to wait, the body's return.
+// Then the queued starts go out in one write, as many as the cap on
+// running children allows (the parent's child_started and the children's tasks in one
 // transaction, through RunParams.StartChildren). A child held back by the
 // cap is started when a running one finishes: the run awaits any running
 // child then, and the next attempt, replaying to the same point, starts
@@ -166,6 +167,57 @@ func ChildResult(ctx Context, h ChildHandle) (json.RawMessage, error) {
 	return nil, s.abort(s.childWait(children, h.Position), nil)
 }
 
+// AwaitChildren waits until every child in hs has finished: the run ends
+// to wait for all the unfinished ones at once (a [*ChildWaitRequest] whose
+// Count is theirs), not one by one, so a fan-in of n children wakes its
+// parent once rather than up to n times. While the cap holds some of them
+// back, it waits as a held-back run does.
+func AwaitChildren(ctx Context, hs []ChildHandle) error {
+	s := ctx.run()
+	if err := s.enter("AwaitChildren"); err != nil {
+		return err
+	}
+	if len(unfinishedOf(s.children(), hs)) == 0 {
+		return nil
+	}
+	if s.p.CollectOnly {
+		return s.abort(ErrCollected, nil)
+	}
+	if err := s.flush(); err != nil {
+		return err
+	}
+	s.awaitFutures()
+	if err := s.checkpoint(); err != nil {
+		return err
+	}
+	if err := s.startQueued(); err != nil {
+		return err
+	}
+	children := s.children()
+	waiting := unfinishedOf(children, hs)
+	switch {
+	case len(waiting) == 0:
+		return nil
+	case waiting[len(waiting)-1] >= len(children):
+		// Some are not started: the cap holds them back.
+		return s.abort(heldBackWait(children), nil)
+	}
+	return s.abort(&ChildWaitRequest{Positions: waiting, Count: len(waiting)}, nil)
+}
+
+// unfinishedOf returns the positions in hs, ascending, of the children not
+// finished (or not started).
+func unfinishedOf(children []history.Child, hs []ChildHandle) []int {
+	var out []int
+	for _, h := range hs {
+		if h.Position >= len(children) || !children[h.Position].Finished {
+			out = append(out, h.Position)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 // finishedChild returns the outcome of the child at pos if it finished
 // (ok).
 func finishedChild(children []history.Child, pos int) (json.RawMessage, error, bool) {
@@ -216,12 +268,12 @@ func (s *runState) startQueued() error {
 	s.futures.recMu.Lock()
 	defer s.futures.recMu.Unlock()
 	s.mu.Lock()
-	if s.aborted != nil || len(s.child.queued) == 0 {
+	if s.aborted != nil || len(s.child.queued) == 0 || s.p.CollectOnly {
 		defer s.mu.Unlock()
 		return s.aborted
 	}
 	s.mu.Unlock()
-	room := s.maxRunningChildren() - len(runningChildren(s.children()))
+	room := s.maxRunningChildren() - len(runningChildren(s.childrenLocked()))
 	s.mu.Lock()
 	n := min(max(room, 0), len(s.child.queued))
 	batch := slices.Clone(s.child.queued[:n])
@@ -268,7 +320,17 @@ func (s *runState) finishChildren() error {
 	return heldBackWait(s.children())
 }
 
+// children reads the task's children as the attempt knows them, behind
+// the completions being recorded: a record (a future's, on its own
+// goroutine) writes the attempt's state.
 func (s *runState) children() []history.Child {
+	s.futures.recMu.Lock()
+	defer s.futures.recMu.Unlock()
+	return s.childrenLocked()
+}
+
+// childrenLocked is children with futures.recMu held.
+func (s *runState) childrenLocked() []history.Child {
 	if s.p.Children == nil {
 		return nil
 	}

@@ -207,6 +207,7 @@ func Run(p RunParams, fn Func, input json.RawMessage) (res Result) {
 		err = s.finishChildren()
 	}
 	s.abandonFutures()
+	children := s.children() // before s.mu: a record takes recMu, then mu
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	res = Result{Step: s.failed, StepOptions: s.failedOp, StepUsage: s.failedUsage, Executed: s.executed, Pending: s.pending, Visited: s.visited}
@@ -219,8 +220,8 @@ func Run(p RunParams, fn Func, input json.RawMessage) (res Result) {
 		res.Err = err
 	case s.next < len(p.Steps):
 		res.Err = nondeterministic(s.next, p.Steps[s.next].Name, "(workflow returned)")
-	case s.child.next < len(s.children()):
-		res.Err = nondeterministicChild(s.child.next, s.children()[s.child.next].TaskType, "(workflow returned)")
+	case s.child.next < len(children):
+		res.Err = nondeterministicChild(s.child.next, children[s.child.next].TaskType, "(workflow returned)")
 	default:
 		res.Output = out
 	}

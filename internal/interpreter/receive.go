@@ -123,6 +123,10 @@ func receive(ctx Context, name string, timeout time.Duration) (history.Signal, i
 	if err := s.checkpoint(); err != nil {
 		return zero, pos, false, err
 	}
+	// The children started before the wait run while it lasts.
+	if err := s.startQueued(); err != nil {
+		return zero, pos, false, err
+	}
 	// Recording the last step may have brought a signal sent meanwhile
 	// into the attempt's state.
 	box = s.mailbox()
@@ -144,10 +148,14 @@ func takeSignal(r *receiveState, box Mailbox, name string) (history.Signal, bool
 	return sig, true
 }
 
+// mailbox reads the task's signals and waits behind the completions
+// being recorded (see children).
 func (s *runState) mailbox() Mailbox {
 	if s.p.Mailbox == nil {
 		return Mailbox{}
 	}
+	s.futures.recMu.Lock()
+	defer s.futures.recMu.Unlock()
 	return s.p.Mailbox()
 }
 

@@ -163,6 +163,11 @@ func (s *runState) prepare(pos int, name string, opts *StepOptions) (StepInfo, c
 	if err := s.checkpoint(); err != nil {
 		return info, nil, err
 	}
+	// Children started before the step go out before it runs: a long step
+	// must not hold them back.
+	if err := s.startQueued(); err != nil {
+		return info, nil, err
+	}
 	if err := opts.validate(); err != nil {
 		err = errmark.Mark(errors.Wrapf(err, "%s", info), ErrBadStepOpts)
 		return info, nil, s.abort(err, &info)
@@ -374,6 +379,10 @@ func Sleep(ctx Context, d time.Duration) error {
 		defer s.mu.Unlock()
 		s.pending = history.TimerFiredData{Position: pos}
 		return s.aborted
+	}
+	// The children started before the sleep run while it lasts.
+	if err := s.startQueued(); err != nil {
+		return err
 	}
 	return s.abort(&SleepRequest{Position: pos, FireAt: s.now().Add(max(d, 0))}, nil)
 }

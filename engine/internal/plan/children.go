@@ -154,7 +154,8 @@ type ParentStates struct {
 	m  map[uuid.UUID]history.State
 }
 
-const maxParentStates = 4096
+// maxParentStates bounds the cache: a state holds every child's output.
+const maxParentStates = 1024
 
 // Get returns the cached state of parent, if any.
 func (c *ParentStates) Get(parent uuid.UUID) (history.State, bool) {
@@ -177,6 +178,13 @@ func (c *ParentStates) Put(parent uuid.UUID, state history.State) {
 		c.m = make(map[uuid.UUID]history.State)
 	}
 	c.m[parent] = state
+}
+
+// Forget drops parent's cached state.
+func (c *ParentStates) Forget(parent uuid.UUID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.m, parent)
 }
 
 // CatchUp returns parent's state at lastSeq from cached (ok: a state
