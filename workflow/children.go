@@ -84,11 +84,11 @@ type Child[Out any] struct {
 // history, retries and worker), started exactly once: its start is
 // written with the parent's child_started in one transaction, under an
 // idempotency key derived from the parent and the child's position, so a
-// parent that runs again never starts it twice. The start is written when
-// the workflow next awaits a child's result (or returns), together with
-// the other starts made since, up to the workflow type's
-// MaxRunningChildren running at once; the rest start as running ones
-// finish.
+// parent that runs again never starts it twice. The start is written at
+// the workflow's next step, sleep, receive or child result (or its
+// return), together with the other starts made since, up to the workflow
+// type's MaxRunningChildren running at once; the rest start as running
+// ones finish.
 //
 // Children are numbered in the order StartChild is called: on replay the
 // child at each position must be of the recorded type, or the run ends
