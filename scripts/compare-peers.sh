@@ -148,15 +148,61 @@ log "building cairn, riverbench and dbosbench into $BIN"
 (cd "$PEERS_DIR/riverbench" && go build -o "$BIN/riverbench" .)
 (cd "$PEERS_DIR/dbosbench" && go build -o "$BIN/dbosbench" .)
 
-# run NAME CMD... runs a benchmark, its output to $LOG_DIR/NAME.log.
+# CPU per task: what PostgreSQL and the benchmark process spent, from
+# /proc, so the figure does not move with whatever else the machine runs.
+# PostgreSQL's is the postmaster's own and its exited children's times
+# (utime, stime, cutime, cstime: a backend's time joins the postmaster's
+# cutime/cstime when it exits) plus its live children's, in clock ticks.
+# The benchmark process's is its user and system time (GNU time, or bash's
+# times when /usr/bin/time is missing). Where /proc or the data directory
+# cannot be read (a remote server), the rows say "-".
+CLK_TCK=$(getconf CLK_TCK 2>/dev/null || echo 100)
+PG_PID=$(head -n1 "$(psql "$BASE_URL" -tAc 'SHOW data_directory' 2>/dev/null)/postmaster.pid" 2>/dev/null || true)
+pg_ticks() {
+  [ -n "$PG_PID" ] && [ -r "/proc/$PG_PID/stat" ] || { echo -; return; }
+  local total child
+  total=$(awk '{ sub(/^.*\) /, ""); print $12 + $13 + $14 + $15 }' "/proc/$PG_PID/stat")
+  for child in $(ps --ppid "$PG_PID" -o pid= 2>/dev/null); do
+    [ -r "/proc/$child/stat" ] || continue
+    total=$((total + $(awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$child/stat" 2>/dev/null || echo 0)))
+  done
+  echo "$total"
+}
+
+# run NAME CMD... runs a benchmark, its output to $LOG_DIR/NAME.log, and
+# records in $LOG_DIR/NAME.cpu the CPU seconds PostgreSQL and the process
+# spent on it ("pg proc", or "-" where not measured).
 run() {
-  local name=$1
+  local name=$1 before after
   shift
   log "$name: $*"
-  "$@" >"$LOG_DIR/$name.log" 2>"$LOG_DIR/$name.err" || {
-    tail -n 20 "$LOG_DIR/$name.err" >&2
-    die "$name failed (logs in $LOG_DIR)"
-  }
+  before=$(pg_ticks)
+  if [ -x /usr/bin/time ]; then
+    /usr/bin/time -f '%U %S' -o "$LOG_DIR/$name.time" "$@" >"$LOG_DIR/$name.log" 2>"$LOG_DIR/$name.err" || {
+      tail -n 20 "$LOG_DIR/$name.err" >&2
+      die "$name failed (logs in $LOG_DIR)"
+    }
+  else
+    "$@" >"$LOG_DIR/$name.log" 2>"$LOG_DIR/$name.err" || {
+      tail -n 20 "$LOG_DIR/$name.err" >&2
+      die "$name failed (logs in $LOG_DIR)"
+    }
+    echo "- -" >"$LOG_DIR/$name.time"
+  fi
+  after=$(pg_ticks)
+  awk -v b="$before" -v a="$after" -v t="$CLK_TCK" '
+    NR == 1 { proc = ($1 == "-" ? "-" : $1 + $2) }
+    END { printf "%s %s\n", (b == "-" || a == "-") ? "-" : (a - b) / t, proc }' "$LOG_DIR/$name.time" >"$LOG_DIR/$name.cpu"
+}
+
+# cpu_us NAME TASKS prints the CPU microseconds per task of run NAME:
+# PostgreSQL's and the process's together, "-" when either is unknown.
+cpu_us() {
+  awk -v n="$2" '{ if ($1 == "-" || $2 == "-" || n + 0 == 0) print "-"; else printf "%.1f\n", ($1 + $2) * 1e6 / n }' "$LOG_DIR/$1.cpu"
+}
+# cpu_pg_us NAME TASKS prints PostgreSQL's share alone.
+cpu_pg_us() {
+  awk -v n="$2" '{ if ($1 == "-" || n + 0 == 0) print "-"; else printf "%.1f\n", $1 * 1e6 / n }' "$LOG_DIR/$1.cpu"
 }
 
 run river-burndown "$BIN/riverbench" -db "$RIVER_URL" -mode burndown -n "$RIVER_N"
@@ -166,11 +212,12 @@ reset_dbos
 run dbos-queue-3 "$BIN/dbosbench" -db "$DBOS_URL" -mode queue -n "$WORKFLOW_N" -steps 3
 reset_dbos
 run dbos-queue-1 "$BIN/dbosbench" -db "$DBOS_URL" -mode queue -n "$WORKFLOW_N" -steps 1
-cairn() { "$BIN/cairn" --database-url "$CAIRN_URL" -o json bench "$@"; }
-run cairn-throughput cairn throughput -n "$CAIRN_N"
-run cairn-workflow-3 cairn workflow -n "$WORKFLOW_N" --steps 3
-run cairn-workflow-1 cairn workflow -n "$WORKFLOW_N" --steps 1
-run cairn-latency cairn latency --rate "$LATENCY_RATE" --duration "$LATENCY_DURATION"
+# An array, not a function: run measures the process it starts.
+cairn=("$BIN/cairn" --database-url "$CAIRN_URL" -o json bench)
+run cairn-throughput "${cairn[@]}" throughput -n "$CAIRN_N"
+run cairn-workflow-3 "${cairn[@]}" workflow -n "$WORKFLOW_N" --steps 3
+run cairn-workflow-1 "${cairn[@]}" workflow -n "$WORKFLOW_N" --steps 1
+run cairn-latency "${cairn[@]}" latency --rate "$LATENCY_RATE" --duration "$LATENCY_DURATION"
 
 # River.
 line=$(result "$LOG_DIR/river-burndown.log")
@@ -208,6 +255,11 @@ cairn_rec_p99=$(lat 1 schedule_to_recorded.p99_ms)
 cairn_wf3_done_p50=$(lat 3 schedule_to_completed.p50_ms)
 cairn_wf3_done_p99=$(lat 3 schedule_to_completed.p99_ms)
 
+river_cpu=$(cpu_us river-burndown "$RIVER_N")
+river_cpu_pg=$(cpu_pg_us river-burndown "$RIVER_N")
+cairn_cpu=$(cpu_us cairn-throughput "$CAIRN_N")
+cairn_cpu_pg=$(cpu_pg_us cairn-throughput "$CAIRN_N")
+
 num() { awk -v x="$1" -v f="$2" 'BEGIN { if (x == "" || x == "-") print "-"; else printf f "\n", x }'; }
 row() { printf '%-44s %12s %12s %12s   %s\n' "$@"; }
 
@@ -218,6 +270,10 @@ row "" River DBOS cairn ratio
 row "drain, 1-step (tasks/s)" "$(num "$river_drain" %.0f)" - "$(num "$cairn_drain" %.0f)" \
   "cairn/River $(ratio "$cairn_drain" "$river_drain")"
 row "insert (tasks/s)" - - "$(num "$cairn_insert" %.0f)" ""
+row "CPU per task, insert+drain (µs)" "$(num "$river_cpu" %.1f)" - "$(num "$cairn_cpu" %.1f)" \
+  "cairn/River $(ratio "$cairn_cpu" "$river_cpu")"
+row "  of which PostgreSQL (µs)" "$(num "$river_cpu_pg" %.1f)" - "$(num "$cairn_cpu_pg" %.1f)" \
+  "cairn/River $(ratio "$cairn_cpu_pg" "$river_cpu_pg")"
 row "workflows/s, 3 steps (cairn: drain)" - "$(num "$dbos_wf3" %.0f)" "$(num "$cairn_wf3" %.0f)" \
   "cairn/DBOS $(ratio "$cairn_wf3" "$dbos_wf3")"
 row "workflows/s, 3 steps (cairn: insert+drain)" - "$(num "$dbos_wf3" %.0f)" "$(num "$cairn_wf3_e2e" %.0f)" \
@@ -249,6 +305,10 @@ Method notes:
   for $LATENCY_DURATION (open loop). "to completed" is River's completed event
   (its completer batches) and the return of cairn's Client.Wait;
   "completion recorded" is cairn's created_at -> finished_at.
+- CPU per task: PostgreSQL's CPU time (the postmaster and its backends,
+  exited ones included, from /proc) plus the benchmark process's user and
+  system time, over the drain run (its insert included), per task: the figure
+  that does not move with the machine's neighbours.
 - The machine and the database may be shared: compare ratios from one run.
 
 Logs: $LOG_DIR
