@@ -284,6 +284,13 @@ func TestCLITaskHistoryShowsCostAndFireTime(t *testing.T) {
 			`approval "yes" from alice (dedup id d-1)`},
 		{history.WaitStartedData{Name: "approval", Position: 1, Deadline: fire}, "receive 1 waits for approval until 2026-12-01 09:30:00.000 UTC"},
 		{history.WaitTimedOutData{Name: "approval", Position: 1}, "receive 1 of approval timed out"},
+		{history.ChildStartedData{Position: 2, ChildID: "c-2", TaskType: "ocr", TypeVersion: 1}, "child 2 ocr@1: task c-2"},
+		{history.ChildStartedData{Position: 0, ChildID: "c-0", TaskType: "ocr", TypeVersion: 1, OnParentClose: history.ParentCloseAbandon},
+			"child 0 ocr@1: task c-0 (abandoned if the parent ends)"},
+		{history.ChildWaitStartedData{Positions: []int{4}}, "awaits child 4"},
+		{history.ChildWaitStartedData{Positions: []int{0, 1, 2, 3}, Count: 2}, "awaits 2 of 4 children (0 to 3)"},
+		{history.ChildFinishedData{Position: 1, ChildID: "c-1", Status: history.StatusFailed,
+			Error: &history.ErrorInfo{Class: history.Permanent, Message: "unreadable"}}, "child 1 failed: task c-1: permanent: unreadable"},
 	} {
 		require.Equal(t, tc.want, eventDetails(tc.p))
 	}

@@ -172,6 +172,23 @@ func eventDetails(p history.Payload) string {
 		return fmt.Sprintf("receive %d waits for %s until %s", v.Position, v.Name, formatTime(&v.Deadline))
 	case history.WaitTimedOutData:
 		return fmt.Sprintf("receive %d of %s timed out", v.Position, v.Name)
+	case history.ChildStartedData:
+		s := fmt.Sprintf("child %d %s@%d: task %s", v.Position, v.TaskType, v.TypeVersion, v.ChildID)
+		if v.OnParentClose == history.ParentCloseAbandon {
+			s += " (abandoned if the parent ends)"
+		}
+		return s
+	case history.ChildWaitStartedData:
+		if len(v.Positions) == 1 {
+			return fmt.Sprintf("awaits child %d", v.Positions[0])
+		}
+		return fmt.Sprintf("awaits %d of %d children (%d to %d)", max(v.Count, 1), len(v.Positions), v.Positions[0], v.Positions[len(v.Positions)-1])
+	case history.ChildFinishedData:
+		s := fmt.Sprintf("child %d %s: task %s", v.Position, v.Status, v.ChildID)
+		if v.Error != nil {
+			s += ": " + describeError(*v.Error)
+		}
+		return s
 	case history.LeaseExpiredData:
 		return fmt.Sprintf("worker %s, lease epoch %d", v.WorkerID, v.LeaseEpoch)
 	case history.TaskReleasedData:
