@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"slices"
 
 	"github.com/cockroachdb/errors"
 	"github.com/google/uuid"
@@ -130,10 +131,11 @@ func requestOnTask(ctx context.Context, s store.Store, p *TaskRequestParams, dec
 // (see Attempt.CloseChildren), so the cancel reaches them even if this
 // process stops.
 func hasChildrenToClose(state history.State) bool {
-	for _, c := range state.Children {
-		if !c.Finished && c.OnParentClose != history.ParentCloseAbandon {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(state.Children, toClose)
+}
+
+// toClose reports whether a parent's end must cancel child c: it has not
+// finished, and its policy is cancel.
+func toClose(c history.Child) bool {
+	return !c.Finished && c.OnParentClose != history.ParentCloseAbandon
 }

@@ -76,7 +76,7 @@ func (a *Attempt) CloseChildren(ctx context.Context, reason string) error {
 // first, whoever writes it (its worker, or the rescuer).
 func closeChildren(ctx context.Context, s store.Store, namespace string, parent uuid.UUID, state history.State, reason string) error {
 	for _, c := range state.Children {
-		if c.Finished || c.OnParentClose == history.ParentCloseAbandon {
+		if !toClose(c) {
 			continue
 		}
 		id, err := uuid.Parse(c.ID)

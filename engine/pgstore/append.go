@@ -149,17 +149,9 @@ func (s *Store) EventAppendMany(ctx context.Context, ps []*store.EventAppendPara
 			return nil, errors.Wrap(interpretError(err), "append events")
 		}
 	} else {
-		rows, err := s.pool.Query(ctx, s.sql("EventAppendMany"), batch.args(s.doneChannel, s.channel, s.cancelChannel))
-		if err != nil {
+		var err error
+		if ok, err = s.writeBatch(ctx, s.pool, batch); err != nil {
 			return nil, errors.Wrap(interpretError(err), "append events")
-		}
-		written, err := pgx.CollectRows(rows, pgx.RowTo[[16]byte])
-		if err != nil {
-			return nil, errors.Wrap(interpretError(err), "append events")
-		}
-		ok = make(map[[16]byte]bool, len(written))
-		for _, id := range written {
-			ok[id] = true
 		}
 	}
 	s.rememberParents(parents)

@@ -28,11 +28,8 @@ func (s *Store) TaskStartChildren(ctx context.Context, p *store.ChildStartParams
 		if err != nil {
 			return err
 		}
-		ids := make([]uuid.UUID, len(started))
-		for i, st := range started {
-			ids[i] = st.ID
-		}
-		ap = plan.ChildStartedAppend(p, ids)
+		var ids []uuid.UUID
+		ap, ids = plan.ChildStartedAppend(p, started)
 		next, err := s.appendInTx(ctx, tx, ap)
 		if err != nil {
 			return err
@@ -57,18 +54,32 @@ func (s *Store) appendInTx(ctx context.Context, tx pgx.Tx, p *store.EventAppendP
 	if err != nil {
 		return p.State, err
 	}
-	rows, err := tx.Query(ctx, s.sql("EventAppendMany"), batch.args(s.doneChannel, s.channel, s.cancelChannel))
+	written, err := s.writeBatch(ctx, tx, batch)
 	if err != nil {
 		return p.State, interpretError(err)
 	}
-	written, err := pgx.CollectRows(rows, pgx.RowTo[[16]byte])
-	if err != nil {
-		return p.State, interpretError(err)
-	}
-	if len(written) == 0 {
+	if !written[p.TaskID] {
 		return p.State, s.explainRefusal(ctx, tx, p)
 	}
 	return next, nil
+}
+
+// writeBatch runs EventAppendMany's statement for batch on q and returns
+// the ids of the tasks it wrote.
+func (s *Store) writeBatch(ctx context.Context, q querier, batch *appendBatch) (map[[16]byte]bool, error) {
+	rows, err := q.Query(ctx, s.sql("EventAppendMany"), batch.args(s.doneChannel, s.channel, s.cancelChannel))
+	if err != nil {
+		return nil, err
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[[16]byte])
+	if err != nil {
+		return nil, err
+	}
+	written := make(map[[16]byte]bool, len(ids))
+	for _, id := range ids {
+		written[id] = true
+	}
+	return written, nil
 }
 
 // endsAChild reports whether any of the planned appends ends a child,
@@ -119,23 +130,10 @@ func (s *Store) appendReporting(ctx context.Context, ps []*store.EventAppendPara
 		}); err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, s.sql("EventAppendMany"), batch.args(s.doneChannel, s.channel, s.cancelChannel))
-		if err != nil {
+		if ok, err = s.writeBatch(ctx, tx, batch); err != nil {
 			return err
 		}
-		written, err := pgx.CollectRows(rows, pgx.RowTo[[16]byte])
-		if err != nil {
-			return err
-		}
-		ok = make(map[[16]byte]bool, len(written))
-		for _, id := range written {
-			ok[id] = true
-		}
-		nexts := make([]history.State, len(ps))
-		for i := range ps {
-			nexts[i] = out[i].State
-		}
-		ids, reports := plan.ChildReports(ps, nexts, func(i int) bool { return out[i].Err == nil && ok[ps[i].TaskID] })
+		ids, reports := plan.ChildReports(ps, out, func(i int) bool { return out[i].Err == nil && ok[ps[i].TaskID] })
 		if len(ids) == 0 {
 			return nil
 		}
@@ -204,11 +202,7 @@ func (s *Store) reportToParents(ctx context.Context, tx pgx.Tx, ids []uuid.UUID,
 	if len(out) == 0 {
 		return nil, nil
 	}
-	rows, err := tx.Query(ctx, s.sql("EventAppendMany"), batch.args(s.doneChannel, s.channel, s.cancelChannel))
-	if err != nil {
-		return nil, err
-	}
-	written, err := pgx.CollectRows(rows, pgx.RowTo[[16]byte])
+	written, err := s.writeBatch(ctx, tx, batch)
 	if err != nil {
 		return nil, err
 	}

@@ -23,22 +23,16 @@ func (s *Store) TaskStartChildren(ctx context.Context, p *store.ChildStartParams
 	err = s.tx(ctx, func(tx *txn) error {
 		note = store.Notification{Ready: true}
 		now := s.now()
-		planned := make([]plan.StartPlan, len(starts))
-		for i, st := range starts {
-			var err error
-			if planned[i], err = plan.Start(st, now); err != nil {
-				return errors.Wrapf(err, "start child %d", i)
-			}
+		planned, err := planStarts(starts, now, "start child")
+		if err != nil {
+			return err
 		}
 		started, err := startPlanned(ctx, tx, planned, now)
 		if err != nil {
 			return err
 		}
-		ids := make([]uuid.UUID, len(started))
-		for i, st := range started {
-			ids[i] = st.ID
-		}
-		ap = plan.ChildStartedAppend(p, ids)
+		var ids []uuid.UUID
+		ap, ids = plan.ChildStartedAppend(p, started)
 		w := &appendWriter{tx: tx, now: now, note: &note, limited: queueLimits{}}
 		next, err := w.appendOne(ctx, ap)
 		if err != nil {

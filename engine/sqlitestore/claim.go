@@ -459,11 +459,7 @@ func (s *Store) EventAppendMany(ctx context.Context, ps []*store.EventAppendPara
 			}
 			out[i].State = plans[i].Next
 		}
-		nexts := make([]history.State, len(ps))
-		for i := range ps {
-			nexts[i] = out[i].State
-		}
-		ids, reports := plan.ChildReports(ps, nexts, func(i int) bool { return plans[i] != nil && out[i].Err == nil })
+		ids, reports := plan.ChildReports(ps, out, func(i int) bool { return plans[i] != nil && out[i].Err == nil })
 		var err error
 		parents, err = w.reportToParents(ctx, ids, reports)
 		return err

@@ -144,14 +144,10 @@ func (s *Store) TaskStartMany(ctx context.Context, ps []*store.TaskStartParams) 
 	var out []store.TaskStartResult
 	err := s.tx(ctx, func(tx *txn) error {
 		now := s.now()
-		planned := make([]plan.StartPlan, len(ps))
-		for i, p := range ps {
-			var err error
-			if planned[i], err = plan.Start(p, now); err != nil {
-				return errors.Wrapf(err, "start task %d", i)
-			}
+		planned, err := planStarts(ps, now, "start task")
+		if err != nil {
+			return err
 		}
-		var err error
 		out, err = startPlanned(ctx, tx, planned, now)
 		return err
 	})
@@ -160,6 +156,19 @@ func (s *Store) TaskStartMany(ctx context.Context, ps []*store.TaskStartParams) 
 	}
 	s.announce(store.Notification{Ready: true})
 	return out, nil
+}
+
+// planStarts plans the starts ps at now (see [plan.Start]); what names a
+// refused start in its error ("start task", "start child").
+func planStarts(ps []*store.TaskStartParams, now time.Time, what string) ([]plan.StartPlan, error) {
+	planned := make([]plan.StartPlan, len(ps))
+	for i, p := range ps {
+		var err error
+		if planned[i], err = plan.Start(p, now); err != nil {
+			return nil, errors.Wrapf(err, "%s %d", what, i)
+		}
+	}
+	return planned, nil
 }
 
 // startTaskTx starts one task at now inside tx (the cron firer's).

@@ -134,44 +134,20 @@ func StartChild(ctx Context, req ChildRequest) (ChildHandle, error) {
 
 // ChildResult returns the outcome of the child at h's position: its
 // output when it completed, a [*ChildError] when it did not. A child not
-// finished yet ends the run to wait for it (a [*ChildWaitRequest]), after
-// the queued starts are written.
+// finished yet ends the run to wait for it (see [AwaitChildren]).
 func ChildResult(ctx Context, h ChildHandle) (json.RawMessage, error) {
-	s := ctx.run()
-	if err := s.enter("Child.Result"); err != nil {
+	if err := AwaitChildren(ctx, []ChildHandle{h}); err != nil {
 		return nil, err
 	}
-	if out, err, ok := finishedChild(s.children(), h.Position); ok {
-		return out, err
-	}
-	if s.p.CollectOnly {
-		return nil, s.abort(ErrCollected, nil)
-	}
-	if err := s.flush(); err != nil {
-		return nil, err
-	}
-	// A wait ends the attempt: the futures started before it finish (and
-	// are recorded) first, as before a Sleep.
-	s.awaitFutures()
-	if err := s.checkpoint(); err != nil {
-		return nil, err
-	}
-	if err := s.startQueued(); err != nil {
-		return nil, err
-	}
-	// Writing may have brought a child's end into the attempt's state.
-	children := s.children()
-	if out, err, ok := finishedChild(children, h.Position); ok {
-		return out, err
-	}
-	return nil, s.abort(s.childWait(children, h.Position), nil)
+	out, err, _ := finishedChild(ctx.run().children(), h.Position)
+	return out, err
 }
 
 // AwaitChildren waits until every child in hs has finished: the run ends
 // to wait for all the unfinished ones at once (a [*ChildWaitRequest] whose
 // Count is theirs), not one by one, so a fan-in of n children wakes its
-// parent once rather than up to n times. While the cap holds some of them
-// back, it waits as a held-back run does.
+// parent once rather than up to n times. While the cap holds starts back,
+// it waits as a held-back run does (see heldBackWait).
 func AwaitChildren(ctx Context, hs []ChildHandle) error {
 	s := ctx.run()
 	if err := s.enter("AwaitChildren"); err != nil {
@@ -183,6 +159,30 @@ func AwaitChildren(ctx Context, hs []ChildHandle) error {
 	if s.p.CollectOnly {
 		return s.abort(ErrCollected, nil)
 	}
+	if err := s.settle(); err != nil {
+		return err
+	}
+	// Writing may have brought a child's end into the attempt's state.
+	children := s.children()
+	waiting := unfinishedOf(children, hs)
+	s.mu.Lock()
+	held := len(s.child.queued) > 0
+	s.mu.Unlock()
+	switch {
+	case len(waiting) == 0:
+		return nil
+	case held:
+		return s.abort(heldBackWait(children), nil)
+	}
+	return s.abort(&ChildWaitRequest{Positions: waiting, Count: len(waiting)}, nil)
+}
+
+// settle is what a run does before it may end its attempt to wait (for a
+// child, a signal, a timer): the step executed last recorded, the futures
+// started before finished (and recorded, or they would run again), a stop
+// honoured, and the queued child starts written, so they run while it
+// waits.
+func (s *runState) settle() error {
 	if err := s.flush(); err != nil {
 		return err
 	}
@@ -190,19 +190,7 @@ func AwaitChildren(ctx Context, hs []ChildHandle) error {
 	if err := s.checkpoint(); err != nil {
 		return err
 	}
-	if err := s.startQueued(); err != nil {
-		return err
-	}
-	children := s.children()
-	waiting := unfinishedOf(children, hs)
-	switch {
-	case len(waiting) == 0:
-		return nil
-	case waiting[len(waiting)-1] >= len(children):
-		// Some are not started: the cap holds them back.
-		return s.abort(heldBackWait(children), nil)
-	}
-	return s.abort(&ChildWaitRequest{Positions: waiting, Count: len(waiting)}, nil)
+	return s.startQueued()
 }
 
 // unfinishedOf returns the positions in hs, ascending, of the children not
@@ -231,19 +219,6 @@ func finishedChild(children []history.Child, pos int) (json.RawMessage, error, b
 	return nil, &ChildError{Position: c.Position, ChildID: c.ID, TaskType: c.TaskType, Status: c.Status, Info: c.Error}, true
 }
 
-// childWait is the wait of a run that needs the child at pos: for it
-// alone, or, while starts are held back by the cap, for any running child,
-// whose end makes room for them.
-func (s *runState) childWait(children []history.Child, pos int) *ChildWaitRequest {
-	s.mu.Lock()
-	held := len(s.child.queued) > 0
-	s.mu.Unlock()
-	if pos < len(children) && !held {
-		return &ChildWaitRequest{Positions: []int{pos}}
-	}
-	return heldBackWait(children)
-}
-
 // heldBackWait is the wait of a run whose starts the cap holds back: for
 // half of the running children, so the next attempt starts as many more
 // at once rather than one attempt per child that finishes.
@@ -265,6 +240,15 @@ func runningChildren(children []history.Child) []int {
 // startQueued writes the queued starts the cap on running children
 // allows, behind the completions being recorded.
 func (s *runState) startQueued() error {
+	// Nothing queued, the common case: return before recMu, which a
+	// future recording its step holds for a round trip (every Step and Go
+	// comes through here).
+	s.mu.Lock()
+	if len(s.child.queued) == 0 {
+		defer s.mu.Unlock()
+		return s.aborted
+	}
+	s.mu.Unlock()
 	s.futures.recMu.Lock()
 	defer s.futures.recMu.Unlock()
 	s.mu.Lock()

@@ -114,17 +114,7 @@ func receive(ctx Context, name string, timeout time.Duration) (history.Signal, i
 	if s.p.CollectOnly {
 		return zero, pos, false, s.abort(ErrCollected, nil)
 	}
-	if err := s.flush(); err != nil {
-		return zero, pos, false, err
-	}
-	// A wait ends the attempt: the futures started before it finish (and
-	// are recorded) first, as before a Sleep, or they would run again.
-	s.awaitFutures()
-	if err := s.checkpoint(); err != nil {
-		return zero, pos, false, err
-	}
-	// The children started before the wait run while it lasts.
-	if err := s.startQueued(); err != nil {
+	if err := s.settle(); err != nil {
 		return zero, pos, false, err
 	}
 	// Recording the last step may have brought a signal sent meanwhile

@@ -360,13 +360,9 @@ func Sleep(ctx Context, d time.Duration) error {
 	if err != nil || recorded {
 		return err
 	}
-	if err := s.flush(); err != nil {
-		return err
-	}
 	// The timer is recorded at its position, after every step before it:
-	// the futures started before it finish (and are recorded) first.
-	s.awaitFutures()
-	if err := s.checkpoint(); err != nil {
+	// settled first (see settle).
+	if err := s.settle(); err != nil {
 		return err
 	}
 	if t := s.p.Timer; t != nil && t.Position == pos {
@@ -379,10 +375,6 @@ func Sleep(ctx Context, d time.Duration) error {
 		defer s.mu.Unlock()
 		s.pending = history.TimerFiredData{Position: pos}
 		return s.aborted
-	}
-	// The children started before the sleep run while it lasts.
-	if err := s.startQueued(); err != nil {
-		return err
 	}
 	return s.abort(&SleepRequest{Position: pos, FireAt: s.now().Add(max(d, 0))}, nil)
 }

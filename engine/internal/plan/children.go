@@ -52,8 +52,12 @@ func ChildStarts(p *store.ChildStartParams) ([]*store.TaskStartParams, error) {
 }
 
 // ChildStartedAppend is the parent's append of child_started for children
-// started as ids (in the order of p.Children).
-func ChildStartedAppend(p *store.ChildStartParams, ids []uuid.UUID) *store.EventAppendParams {
+// started as started (in the order of p.Children), and the children's ids.
+func ChildStartedAppend(p *store.ChildStartParams, started []store.TaskStartResult) (*store.EventAppendParams, []uuid.UUID) {
+	ids := make([]uuid.UUID, len(started))
+	for i, st := range started {
+		ids[i] = st.ID
+	}
 	ap := p.Parent
 	ap.Payloads = make([]history.Payload, len(p.Children))
 	for i, c := range p.Children {
@@ -62,7 +66,7 @@ func ChildStartedAppend(p *store.ChildStartParams, ids []uuid.UUID) *store.Event
 			TaskType: c.Task.Scheduled.TaskType, TypeVersion: c.Task.Scheduled.TypeVersion, OnParentClose: c.OnParentClose,
 		}
 	}
-	return &ap
+	return &ap, ids
 }
 
 // ChildReport is what a child's terminal append reports to its parent.
@@ -93,16 +97,16 @@ func ChildReportOf(p *store.EventAppendParams, next history.State) (ChildReport,
 }
 
 // ChildReports collects the reports of the appends in ps that were
-// written (written[i]) and ended a child, by parent, parents in id order
-// (the order their rows are locked in).
-func ChildReports(ps []*store.EventAppendParams, nexts []history.State, written func(i int) bool) ([]uuid.UUID, map[uuid.UUID][]history.ChildFinishedData) {
+// written (written(i); out[i] their results) and ended a child, by
+// parent, parents in id order (the order their rows are locked in).
+func ChildReports(ps []*store.EventAppendParams, out []store.AppendResult, written func(i int) bool) ([]uuid.UUID, map[uuid.UUID][]history.ChildFinishedData) {
 	var parents []uuid.UUID
 	var by map[uuid.UUID][]history.ChildFinishedData
 	for i, p := range ps {
 		if !written(i) {
 			continue
 		}
-		r, ok := ChildReportOf(p, nexts[i])
+		r, ok := ChildReportOf(p, out[i].State)
 		if !ok {
 			continue
 		}
