@@ -189,6 +189,9 @@ run() {
     }
     echo "- -" >"$LOG_DIR/$name.time"
   fi
+  # A backend's time joins the postmaster's only once it is reaped: give
+  # the run's closed connections a moment to be.
+  sleep 2
   after=$(pg_ticks)
   awk -v b="$before" -v a="$after" -v t="$CLK_TCK" '
     NR == 1 { proc = ($1 == "-" ? "-" : $1 + $2) }
