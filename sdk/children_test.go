@@ -67,7 +67,12 @@ func TestThousandChildrenEachStartedOnceAcrossAParentCrash(t *testing.T) {
 	t.Parallel()
 	n := childFanOut
 	onEachStore(t, func(t *testing.T, setup setupFunc) {
-		b := setup(t, sdk.WorkerConfig{Concurrency: 50, LeaseTTL: time.Second, HeartbeatInterval: 100 * time.Millisecond, RescueInterval: -1})
+		// The lease outlives a loaded machine's stalled heartbeats (seen
+		// for ~3 s under the full -race suite): this worker rescues
+		// nothing, so a lease lost before the crash would hold the parent
+		// until the test's timeout. The second worker rescues the crashed
+		// parent when its lease expires.
+		b := setup(t, sdk.WorkerConfig{Concurrency: 50, LeaseTTL: 5 * time.Second, HeartbeatInterval: 250 * time.Millisecond, RescueInterval: -1})
 		runs := make([]atomic.Int32, n)
 		child := doubler("fan.double", &runs)
 		blocked := newSignal()
@@ -109,7 +114,7 @@ func TestThousandChildrenEachStartedOnceAcrossAParentCrash(t *testing.T) {
 		select {
 		case <-blocked.ch:
 		case <-time.After(2 * testTimeout):
-			t.Fatal("the parent never reached its middle step")
+			t.Fatalf("the parent never reached its middle step; %s", describeParent(b.client, run.ID, child.TypeName()))
 		}
 		sdk.AbandonWorker(b.worker)
 		stopWorker(t, b.worker)
@@ -313,4 +318,39 @@ func taskState(t *testing.T, c *sdk.Client, id uuid.UUID) history.State {
 	state, err := history.Replay(taskHistory(t, c, id))
 	require.NoError(t, err)
 	return state
+}
+
+// describeParent says where a parent and its children of type typ stand:
+// the evidence a stuck fan-out test leaves.
+func describeParent(c *sdk.Client, parent uuid.UUID, typ string) string {
+	ctx := context.Background()
+	info, err := c.Get(ctx, parent)
+	if err != nil {
+		return fmt.Sprintf("parent: %v", err)
+	}
+	events, err := c.History(ctx, parent)
+	if err != nil {
+		return fmt.Sprintf("parent history: %v", err)
+	}
+	var last []string
+	for _, e := range events[max(0, len(events)-8):] {
+		last = append(last, fmt.Sprintf("%d %s %s", e.Seq, e.Data.EventType(), e.At.Format(time.StampMicro)))
+	}
+	byStatus := map[history.Status]int{}
+	var before uuid.UUID
+	for {
+		page, err := c.List(ctx, sdk.ListOpts{Type: typ, Limit: sdk.MaxListLimit, Before: before})
+		if err != nil {
+			return fmt.Sprintf("children: %v", err)
+		}
+		for _, k := range page {
+			byStatus[k.Status]++
+		}
+		if len(page) < sdk.MaxListLimit {
+			break
+		}
+		before = page[len(page)-1].ID
+	}
+	return fmt.Sprintf("parent %s, run at %s, attempt %d, %d events, last: %v; children by status: %v (now %s)",
+		info.Status, info.RunAt.Format(time.StampMicro), info.Attempt, len(events), last, byStatus, time.Now().UTC().Format(time.StampMicro))
 }
