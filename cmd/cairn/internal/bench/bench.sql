@@ -71,9 +71,9 @@ FROM /* TEMPLATE: schema */tasks;
 -- is ballast, not a workload.
 WITH t AS (
     INSERT INTO /* TEMPLATE: schema */tasks (id, namespace, queue, type, type_version, status, priority, run_at,
-        attempt, max_attempts, lease_epoch, output, last_seq, created_at, updated_at, started_at, finished_at)
+        fair_at, attempt, max_attempts, lease_epoch, output, last_seq, created_at, updated_at, started_at, finished_at)
     SELECT gen_random_uuid(), 'default', 'default', 'bench.prefill', 1, 'completed', 0, now(),
-        1, 1, 1, '1', 4, now(), now(), now(), now()
+        now(), 1, 1, 1, '1', 4, now(), now(), now(), now()
     FROM generate_series(1, $1)
     RETURNING id
 )
