@@ -121,6 +121,10 @@ func (c *Config) embedded() bool { return c.DatabaseURL == "" }
 
 type benchInput struct {
 	Steps int `json:"steps"`
+	// Pad makes the input --input-bytes long: a task's input is written
+	// with its row and its task_scheduled, and every version of the row
+	// carries it.
+	Pad string `json:"pad,omitempty"`
 }
 
 // newBenchWorkflow returns the no-op workflow. onStep, when not nil, is
@@ -162,6 +166,7 @@ type Params struct {
 	MemProfile  string        // --memprofile: a Go allocation profile of the run goes here
 	CPUProfile  string        // --cpuprofile: a Go CPU profile of the drain goes here
 	Finished    int           // --finished: finished ballast tasks put in first (PostgreSQL)
+	InputBytes  int           // --input-bytes: each task's input is padded to about this many bytes
 	Metrics     bool          // --metrics: workers count Prometheus metrics
 }
 
@@ -172,6 +177,8 @@ func (f *Params) validate() error {
 	switch {
 	case f.Tasks < 0 || f.Tasks > 10_000_000:
 		return bad("--tasks %d: use 1 to 10000000", f.Tasks)
+	case f.InputBytes < 0 || f.InputBytes > 1<<20:
+		return bad("--input-bytes %d: use 0 to 1048576", f.InputBytes)
 	case f.Workers < 0 || f.Workers > 64:
 		return bad("--workers %d: use 1 to 64", f.Workers)
 	case f.Concurrency < 0 || f.Concurrency > 100_000:

@@ -37,6 +37,8 @@ type drainParams struct {
 	FinishedBefore int `json:"finished_before"`
 	// Metrics is --metrics: the workers counted Prometheus metrics.
 	Metrics bool `json:"metrics"`
+	// InputBytes is --input-bytes: the length of each task's input.
+	InputBytes int `json:"input_bytes"`
 }
 
 func (f *Params) drainParams(steps int) drainParams {
@@ -44,7 +46,7 @@ func (f *Params) drainParams(steps int) drainParams {
 		Tasks: f.Tasks, StepsPerTask: steps, Workers: f.Workers, Processes: f.Processes,
 		Concurrency: f.Concurrency, MaxConns: f.MaxConns, InsertBatch: f.Batch,
 		WorkerPollMs: ms(benchWorkerPollInterval), DrainPollMs: ms(f.DrainPoll),
-		FinishedBefore: f.Finished, Metrics: f.Metrics,
+		FinishedBefore: f.Finished, Metrics: f.Metrics, InputBytes: f.InputBytes,
 	}
 }
 
@@ -80,13 +82,13 @@ type drainReport struct {
 }
 
 // insertBacklog inserts tasks workflows of steps steps in batches.
-func (e *benchEnv) insertBacklog(ctx context.Context, tasks, steps, batch int) (time.Duration, error) {
+func (e *benchEnv) insertBacklog(ctx context.Context, tasks, steps, batch, inputBytes int) (time.Duration, error) {
 	c, err := sdk.NewClient(e.clientConfig())
 	if err != nil {
 		return 0, err
 	}
 	defer c.Close()
-	input, err := json.Marshal(benchInput{Steps: steps})
+	input, err := json.Marshal(paddedInput(steps, inputBytes))
 	if err != nil {
 		return 0, errors.Wrap(err, "encode bench input")
 	}
@@ -240,7 +242,7 @@ func runInProcessDrain(ctx context.Context, cfg Config, f *Params, mode string, 
 		env.prefilled = f.Finished
 		env.logf("prefilled %d finished tasks (%d events) in %s", f.Finished, 4*f.Finished, time.Since(started).Round(time.Millisecond))
 	}
-	insert, err := env.insertBacklog(ctx, f.Tasks, steps, f.Batch)
+	insert, err := env.insertBacklog(ctx, f.Tasks, steps, f.Batch, f.InputBytes)
 	if err != nil {
 		return err
 	}
@@ -370,4 +372,15 @@ func printDrain(w io.Writer, unit string, p drainParams, r drainResult) {
 	}
 	fmt.Fprintf(w, "last completion:\t%.3f s\tafter worker start (finished_at; no poll granularity)\n", r.LastCompletionSeconds)
 	fmt.Fprintf(w, "events:\t%.0f events/s\t%d written, %.1f per %s\n", r.DrainEventsPerSecond, r.EventsWritten, r.EventsPerTask, strings.TrimSuffix(unit, "s"))
+}
+
+// paddedInput is the bench workflow's input for steps steps, padded to
+// about n bytes of JSON when n is larger than the bare input.
+func paddedInput(steps, n int) benchInput {
+	in := benchInput{Steps: steps}
+	const overhead = len(`{"steps":0,"pad":""}`)
+	if pad := n - overhead; pad > 0 {
+		in.Pad = strings.Repeat("x", pad)
+	}
+	return in
 }

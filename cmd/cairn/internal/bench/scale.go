@@ -98,7 +98,7 @@ func runScaleOnce(ctx context.Context, env *benchEnv, f *Params, procs int) (sca
 	if err := env.reset(ctx); err != nil {
 		return scaleRun{}, err
 	}
-	insert, err := env.insertBacklog(ctx, f.Tasks, f.Steps, f.Batch)
+	insert, err := env.insertBacklog(ctx, f.Tasks, f.Steps, f.Batch, f.InputBytes)
 	if err != nil {
 		return scaleRun{}, err
 	}
