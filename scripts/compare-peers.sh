@@ -9,6 +9,8 @@
 #   cairn bench throughput -n $CAIRN_N
 #   cairn bench workflow -n $WORKFLOW_N --steps 3    (and --steps 1, to set beside DBOS)
 #   cairn bench latency --rate $LATENCY_RATE --duration $LATENCY_DURATION
+#   riversqlitebench -n $SQLITE_N                    (River on its SQLite driver)
+#   cairn bench throughput -n $SQLITE_N              (no database URL: cairn's embedded store)
 #
 # Each system works in a database of its own (created if missing):
 # $RIVER_DB, $DBOS_DB and $CAIRN_DB on the server of $CAIRN_DATABASE_URL
@@ -38,6 +40,7 @@ WORKFLOW_N=${WORKFLOW_N:-20000}
 LATENCY_RUNS=${LATENCY_RUNS:-200} # River's latency mode: sequential jobs, ~250 ms each
 LATENCY_RATE=${LATENCY_RATE:-100}
 LATENCY_DURATION=${LATENCY_DURATION:-10s}
+SQLITE_N=${SQLITE_N:-20000} # riversqlitebench's default; River on SQLite drains ~3,000 jobs/s
 
 log() { printf '==> %s\n' "$*" >&2; }
 die() { printf 'compare-peers: %s\n' "$*" >&2; exit 1; }
@@ -52,7 +55,7 @@ elif command -v python3 >/dev/null; then
 else
   die "needs jq or python3 to read cairn's JSON"
 fi
-[ -d "$PEERS_DIR/riverbench" ] && [ -d "$PEERS_DIR/dbosbench" ] ||
+[ -d "$PEERS_DIR/riverbench" ] && [ -d "$PEERS_DIR/dbosbench" ] && [ -d "$PEERS_DIR/riversqlitebench" ] ||
   die "peers not found in $PEERS_DIR (set PEERS_DIR)"
 
 # with_db URL DB prints URL with its database replaced by DB.
@@ -143,9 +146,10 @@ RIVER_URL=$(with_db "$BASE_URL" "$RIVER_DB")
 DBOS_URL=$(with_db "$BASE_URL" "$DBOS_DB")
 CAIRN_URL=$(with_db "$BASE_URL" "$CAIRN_DB")
 
-log "building cairn, riverbench and dbosbench into $BIN"
+log "building cairn, riverbench, riversqlitebench and dbosbench into $BIN"
 (cd "$ROOT" && go build -o "$BIN/cairn" ./cmd/cairn)
 (cd "$PEERS_DIR/riverbench" && go build -o "$BIN/riverbench" .)
+(cd "$PEERS_DIR/riversqlitebench" && go build -o "$BIN/riversqlitebench" .)
 (cd "$PEERS_DIR/dbosbench" && go build -o "$BIN/dbosbench" .)
 
 # CPU per task: what PostgreSQL and the benchmark process spent, from
@@ -221,6 +225,11 @@ run cairn-throughput "${cairn[@]}" throughput -n "$CAIRN_N"
 run cairn-workflow-3 "${cairn[@]}" workflow -n "$WORKFLOW_N" --steps 3
 run cairn-workflow-1 "${cairn[@]}" workflow -n "$WORKFLOW_N" --steps 1
 run cairn-latency "${cairn[@]}" latency --rate "$LATENCY_RATE" --duration "$LATENCY_DURATION"
+# The embedded pair. River's file is in $BIN, removed with it; cairn's bench
+# makes a fresh file in the temporary directory when it has no database URL
+# (CAIRN_DATABASE_URL unset for it, or it would run on PostgreSQL).
+run river-sqlite "$BIN/riversqlitebench" -db "$BIN/riversqlitebench.db" -n "$SQLITE_N"
+run cairn-sqlite env -u CAIRN_DATABASE_URL "$BIN/cairn" -o json bench throughput -n "$SQLITE_N"
 
 # River.
 line=$(result "$LOG_DIR/river-burndown.log")
@@ -232,6 +241,8 @@ river_start_p50=$(ms "$(field "$river_start" p50)")
 river_start_p99=$(ms "$(field "$river_start" p99)")
 river_done_p50=$(ms "$(field "$river_done" p50)")
 river_done_p99=$(ms "$(field "$river_done" p99)")
+river_sqlite=$(field "$(result "$LOG_DIR/river-sqlite.log")" jobs/sec)
+cairn_sqlite=$(jget "$LOG_DIR/cairn-sqlite.log" drain_per_second)
 # DBOS: its wall time runs from the first enqueue, with workers running.
 dbos_wf3=$(field "$(result "$LOG_DIR/dbos-queue-3.log")" workflows/sec)
 dbos_wf1=$(field "$(result "$LOG_DIR/dbos-queue-1.log")" workflows/sec)
@@ -296,6 +307,8 @@ row "latency to completed p99 (ms)" "$(num "$river_done_p99" %.2f)" - "$(num "$c
   "cairn/River $(ratio "$cairn_done_p99" "$river_done_p99")"
 row "latency to completion recorded p50/p99 (ms)" - - "$(num "$cairn_rec_p50" %.2f)/$(num "$cairn_rec_p99" %.2f)" ""
 row "3-step workflow to completed p50/p99 (ms)" - - "$(num "$cairn_wf3_done_p50" %.2f)/$(num "$cairn_wf3_done_p99" %.2f)" ""
+row "drain on SQLite, 1-step (tasks/s)" "$(num "$river_sqlite" %.0f)" - "$(num "$cairn_sqlite" %.0f)" \
+  "cairn/River $(ratio "$cairn_sqlite" "$river_sqlite")"
 cat <<EOF
 
 Rates: higher is better; latencies: lower is better (a ratio under 1 favours cairn).
@@ -312,6 +325,8 @@ Method notes:
   exited ones included, from /proc) plus the benchmark process's user and
   system time, over the drain run (its insert included), per task: the figure
   that does not move with the machine's neighbours.
+- drain on SQLite: River's SQLite driver and cairn's embedded store, $SQLITE_N tasks each,
+  inserted first, each in a fresh file (no PostgreSQL involved).
 - The machine and the database may be shared: compare ratios from one run.
 
 Logs: $LOG_DIR
