@@ -45,8 +45,12 @@ WITH input AS (
     ON CONFLICT (namespace, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id, queue
 ), ev AS (
+    -- A large input is sent once, as the row's, and left out of @datas
+    -- (pgstore.scheduledData): it is put back here.
     INSERT INTO /* TEMPLATE: schema */events (task_id, seq, type, at, attempt, data)
-    SELECT i.id, 1, 'task_scheduled', @at, 0, i.data FROM input AS i WHERE i.id IN (SELECT id FROM ins)
+    SELECT i.id, 1, 'task_scheduled', @at, 0,
+        CASE WHEN i.input IS NULL OR i.data ? 'input' THEN i.data ELSE i.data || jsonb_build_object('input', i.input) END
+    FROM input AS i WHERE i.id IN (SELECT id FROM ins)
 ), ready AS (
     SELECT pg_notify(@channel, queue) FROM (SELECT DISTINCT queue FROM ins) AS q
 )

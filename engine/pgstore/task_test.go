@@ -3,6 +3,7 @@ package pgstore_test
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -19,6 +20,43 @@ import (
 
 func TestTaskStart(t *testing.T) {
 	t.Parallel()
+
+	// A large input is sent once and put back into task_scheduled by the
+	// statement (scheduledData): the event holds it as a small one's does,
+	// beside inputs on both sides of the threshold in one batch.
+	t.Run("LargeInputInScheduledEvent", func(t *testing.T) {
+		t.Parallel()
+		ctx := context.Background()
+		s := enginetest.Store(t)
+		inputs := []json.RawMessage{
+			json.RawMessage(`{"doc":"` + strings.Repeat("x", 3000) + `","n":1}`),
+			json.RawMessage(`{"small":true}`),
+			nil,
+			json.RawMessage(`"` + strings.Repeat("y", 600) + `"`),
+		}
+		ps := make([]*store.TaskStartParams, len(inputs))
+		for i, in := range inputs {
+			ps[i] = &store.TaskStartParams{Namespace: "ns", Scheduled: history.TaskScheduledData{
+				TaskType: "doc", TypeVersion: 1, Queue: "q", MaxAttempts: 1, Input: in,
+			}}
+		}
+		res, err := s.TaskStartMany(ctx, ps)
+		require.NoError(t, err)
+		require.Len(t, res, len(inputs))
+		for i, r := range res {
+			evs := enginetest.Events(t, s, r.ID)
+			require.Len(t, evs, 1)
+			sc, ok := evs[0].Data.(history.TaskScheduledData)
+			require.True(t, ok, "first event is %T", evs[0].Data)
+			if inputs[i] == nil {
+				require.Empty(t, sc.Input, "input %d", i)
+			} else {
+				require.JSONEq(t, string(inputs[i]), string(sc.Input), "input %d", i)
+			}
+			require.Equal(t, "doc", sc.TaskType, "the rest of the payload, input %d", i)
+		}
+		require.Equal(t, len(inputs), enginetest.RequireProjectionsMatch(t, s))
+	})
 
 	t.Run("WritesRowAndScheduledEvent", func(t *testing.T) {
 		t.Parallel()
