@@ -33,17 +33,8 @@ func doubler(typ string, runs *[]atomic.Int32) *sdk.Workflow[int, int] {
 // of parent, by position.
 func childrenOf(t *testing.T, c *sdk.Client, parent uuid.UUID, typ string, n int) map[int]*sdk.TaskInfo {
 	t.Helper()
-	var all []*sdk.TaskInfo
-	var before uuid.UUID
-	for {
-		page, err := c.List(context.Background(), sdk.ListOpts{Type: typ, Limit: sdk.MaxListLimit, Before: before})
-		require.NoError(t, err)
-		all = append(all, page...)
-		if len(page) < sdk.MaxListLimit {
-			break
-		}
-		before = page[len(page)-1].ID
-	}
+	all, err := tasksOfType(context.Background(), c, typ)
+	require.NoError(t, err)
 	byPos := map[int]*sdk.TaskInfo{}
 	for _, info := range all {
 		require.NotNil(t, info.ParentID, "task %s is no child", info.ID)
@@ -336,21 +327,31 @@ func describeParent(c *sdk.Client, parent uuid.UUID, typ string) string {
 	for _, e := range events[max(0, len(events)-8):] {
 		last = append(last, fmt.Sprintf("%d %s %s", e.Seq, e.Data.EventType(), e.At.Format(time.StampMicro)))
 	}
+	kids, err := tasksOfType(ctx, c, typ)
+	if err != nil {
+		return fmt.Sprintf("children: %v", err)
+	}
 	byStatus := map[history.Status]int{}
+	for _, k := range kids {
+		byStatus[k.Status]++
+	}
+	return fmt.Sprintf("parent %s, run at %s, attempt %d, %d events, last: %v; children by status: %v (now %s)",
+		info.Status, info.RunAt.Format(time.StampMicro), info.Attempt, len(events), last, byStatus, time.Now().UTC().Format(time.StampMicro))
+}
+
+// tasksOfType lists every task of type typ, page by page.
+func tasksOfType(ctx context.Context, c *sdk.Client, typ string) ([]*sdk.TaskInfo, error) {
+	var all []*sdk.TaskInfo
 	var before uuid.UUID
 	for {
 		page, err := c.List(ctx, sdk.ListOpts{Type: typ, Limit: sdk.MaxListLimit, Before: before})
 		if err != nil {
-			return fmt.Sprintf("children: %v", err)
+			return nil, err
 		}
-		for _, k := range page {
-			byStatus[k.Status]++
-		}
+		all = append(all, page...)
 		if len(page) < sdk.MaxListLimit {
-			break
+			return all, nil
 		}
 		before = page[len(page)-1].ID
 	}
-	return fmt.Sprintf("parent %s, run at %s, attempt %d, %d events, last: %v; children by status: %v (now %s)",
-		info.Status, info.RunAt.Format(time.StampMicro), info.Attempt, len(events), last, byStatus, time.Now().UTC().Format(time.StampMicro))
 }
