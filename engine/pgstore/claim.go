@@ -151,14 +151,24 @@ var errStaleClaimRead = errors.New("the claim's snapshot missed events committed
 // the claim statement read short, and replays them up to the claim's
 // attempt_started.
 func (s *Store) rereadStaleClaims(ctx context.Context, claimed []*store.ClaimedTask) error {
+	var stale []uuid.UUID
+	for _, ct := range claimed {
+		if errors.Is(ct.Err, errStaleClaimRead) {
+			stale = append(stale, ct.Task.ID)
+		}
+	}
+	if len(stale) == 0 {
+		return nil
+	}
+	byTask, err := s.EventListByTasks(ctx, stale)
+	if err != nil {
+		return errors.Wrap(err, "read claimed tasks again")
+	}
 	for _, ct := range claimed {
 		if !errors.Is(ct.Err, errStaleClaimRead) {
 			continue
 		}
-		events, err := s.EventListByTask(ctx, ct.Task.ID)
-		if err != nil {
-			return errors.Wrapf(err, "read claimed task %s again", ct.Task.ID)
-		}
+		events := byTask[ct.Task.ID]
 		if int64(len(events)) < ct.Task.LastSeq {
 			ct.Err = errors.AssertionFailedf("claimed task %s: %d events, the claim is at seq %d", ct.Task.ID, len(events), ct.Task.LastSeq)
 			continue
