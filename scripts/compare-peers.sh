@@ -11,6 +11,7 @@
 #   cairn bench latency --rate $LATENCY_RATE --duration $LATENCY_DURATION
 #   riversqlitebench -n $SQLITE_N                    (River on its SQLite driver)
 #   cairn bench throughput -n $SQLITE_N              (no database URL: cairn's embedded store)
+#   cairn bench latency (the same, on the embedded store)
 #
 # Each system works in a database of its own (created if missing):
 # $RIVER_DB, $DBOS_DB and $CAIRN_DB on the server of $CAIRN_DATABASE_URL
@@ -230,6 +231,7 @@ run cairn-latency "${cairn[@]}" latency --rate "$LATENCY_RATE" --duration "$LATE
 # (CAIRN_DATABASE_URL unset for it, or it would run on PostgreSQL).
 run river-sqlite "$BIN/riversqlitebench" -db "$BIN/riversqlitebench.db" -n "$SQLITE_N"
 run cairn-sqlite env -u CAIRN_DATABASE_URL "$BIN/cairn" -o json bench throughput -n "$SQLITE_N"
+run cairn-sqlite-latency env -u CAIRN_DATABASE_URL "$BIN/cairn" -o json bench latency --rate "$LATENCY_RATE" --duration "$LATENCY_DURATION"
 
 # River.
 line=$(result "$LOG_DIR/river-burndown.log")
@@ -268,6 +270,11 @@ cairn_rec_p50=$(lat 1 schedule_to_recorded.p50_ms)
 cairn_rec_p99=$(lat 1 schedule_to_recorded.p99_ms)
 cairn_wf3_done_p50=$(lat 3 schedule_to_completed.p50_ms)
 cairn_wf3_done_p99=$(lat 3 schedule_to_completed.p99_ms)
+cairn_accept_p50=$(lat 1 schedule_to_accepted.p50_ms)
+cairn_accept_p99=$(lat 1 schedule_to_accepted.p99_ms)
+j=$LOG_DIR/cairn-sqlite-latency.log
+cairn_sqlite_start_p50=$(lat 1 schedule_to_start.p50_ms)
+cairn_sqlite_start_p99=$(lat 1 schedule_to_start.p99_ms)
 
 river_cpu=$(cpu_us river-burndown "$RIVER_N")
 river_cpu_pg=$(cpu_pg_us river-burndown "$RIVER_N")
@@ -301,6 +308,7 @@ row "latency to start p50 (ms)" "$(num "$river_start_p50" %.2f)" - "$(num "$cair
   "cairn/River $(ratio "$cairn_start_p50" "$river_start_p50")"
 row "latency to start p99 (ms)" "$(num "$river_start_p99" %.2f)" - "$(num "$cairn_start_p99" %.2f)" \
   "cairn/River $(ratio "$cairn_start_p99" "$river_start_p99")"
+row "  of which Start's own p50/p99 (ms)" - - "$(num "$cairn_accept_p50" %.2f)/$(num "$cairn_accept_p99" %.2f)" ""
 row "latency to completed p50 (ms)" "$(num "$river_done_p50" %.2f)" - "$(num "$cairn_done_p50" %.2f)" \
   "cairn/River $(ratio "$cairn_done_p50" "$river_done_p50")"
 row "latency to completed p99 (ms)" "$(num "$river_done_p99" %.2f)" - "$(num "$cairn_done_p99" %.2f)" \
@@ -309,6 +317,7 @@ row "latency to completion recorded p50/p99 (ms)" - - "$(num "$cairn_rec_p50" %.
 row "3-step workflow to completed p50/p99 (ms)" - - "$(num "$cairn_wf3_done_p50" %.2f)/$(num "$cairn_wf3_done_p99" %.2f)" ""
 row "drain on SQLite, 1-step (tasks/s)" "$(num "$river_sqlite" %.0f)" - "$(num "$cairn_sqlite" %.0f)" \
   "cairn/River $(ratio "$cairn_sqlite" "$river_sqlite")"
+row "latency to start on SQLite p50/p99 (ms)" - - "$(num "$cairn_sqlite_start_p50" %.2f)/$(num "$cairn_sqlite_start_p99" %.2f)" ""
 cat <<EOF
 
 Rates: higher is better; latencies: lower is better (a ratio under 1 favours cairn).
@@ -320,13 +329,15 @@ Method notes:
 - latency: River runs $LATENCY_RUNS jobs one at a time; cairn starts $LATENCY_RATE tasks/s
   for $LATENCY_DURATION (open loop). "to completed" is River's completed event
   (its completer batches) and the return of cairn's Client.Wait;
-  "completion recorded" is cairn's created_at -> finished_at.
+  "completion recorded" is cairn's created_at -> finished_at; "Start's own" is
+  the part of cairn's latency to start spent in Client.Start (the task made durable).
 - CPU per task: PostgreSQL's CPU time (the postmaster and its backends,
   exited ones included, from /proc) plus the benchmark process's user and
   system time, over the drain run (its insert included), per task: the figure
   that does not move with the machine's neighbours.
 - drain on SQLite: River's SQLite driver and cairn's embedded store, $SQLITE_N tasks each,
-  inserted first, each in a fresh file (no PostgreSQL involved).
+  inserted first, each in a fresh file (no PostgreSQL involved). Latency to start on
+  SQLite: cairn's latency bench on its embedded store (River's bench has no such mode).
 - The machine and the database may be shared: compare ratios from one run.
 
 Logs: $LOG_DIR

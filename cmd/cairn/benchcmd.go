@@ -189,6 +189,7 @@ bytes and allocations per event (runtime.MemStats).`,
 		}),
 	}
 	cmd.Flags().IntSliceVar(&p.Sizes, "sizes", []int{10, 100, 1_000, 10_000, 100_000}, "history lengths in events")
+	cmd.Flags().StringVar(&p.CPUProfile, "cpuprofile", "", "write a Go CPU profile of the loads and replays (not the builds) to this file")
 	return cmd
 }
 

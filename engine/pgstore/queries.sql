@@ -6,7 +6,11 @@
 -- Inserts many tasks, each as its projection row plus task_scheduled, in one
 -- statement, and notifies workers on commit, once per queue. A task whose
 -- idempotency key is already taken in its namespace (also by an earlier task
--- of the same batch) is not inserted and its id is not returned.
+-- of the same batch) is not inserted and its id is not returned. With
+-- @unbounded_only, a batch writing to a bounded queue inserts nothing and
+-- returns one NULL id instead: the caller then starts it again in a
+-- transaction that checks the queue's capacity under its lock (an unbounded
+-- start, the common one, so takes one round trip, not two).
 WITH input AS (
     SELECT * FROM unnest(
         @ids::uuid[], @namespaces::text[], @queues::text[], @types::text[], @type_versions::integer[],
@@ -33,6 +37,11 @@ WITH input AS (
             make_interval(secs => @fairness_quantum::double precision / coalesce(fairness_weight, 1)) AS step
         FROM input
     ) AS i
+), bounded AS (
+    SELECT @unbounded_only::boolean AND EXISTS (
+        SELECT 1 FROM /* TEMPLATE: schema */queues AS q
+        WHERE (q.namespace, q.name) IN (SELECT namespace, queue FROM input) AND q.max_waiting IS NOT NULL
+    ) AS refused
 ), ins AS (
     INSERT INTO /* TEMPLATE: schema */tasks (
         id, namespace, queue, type, type_version, status, priority, run_at,
@@ -41,7 +50,7 @@ WITH input AS (
     SELECT id, namespace, queue, type, type_version, 'pending', priority, run_at,
         0, max_attempts, idempotency_key, trace_id, input, labels, deadline, start_deadline,
         fairness_key, fairness_weight, fair_at, parent_id, parent_position, 1, @at, @at
-    FROM placed ORDER BY ord
+    FROM placed WHERE NOT (SELECT refused FROM bounded) ORDER BY ord
     ON CONFLICT (namespace, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id, queue
 ), ev AS (
@@ -56,7 +65,9 @@ WITH input AS (
 )
 -- The notifications run only if the statement reads them: a LEFT JOIN to
 -- them would be optimized away, a condition is evaluated once.
-SELECT ins.id FROM ins WHERE (SELECT count(*) FROM ready) >= 0;
+SELECT ins.id FROM ins WHERE (SELECT count(*) FROM ready) >= 0
+UNION ALL
+SELECT NULL FROM bounded WHERE refused;
 
 -- name: TaskIDByIdempotencyKey
 -- The task holding a key, with what a RefuseKeyReuse start compares.
@@ -587,12 +598,6 @@ SET max_starts = excluded.max_starts, per_ms = excluded.per_ms,
 
 -- name: RateLimitDelete
 DELETE FROM /* TEMPLATE: schema */rate_limits WHERE namespace = @namespace AND task_type = @task_type;
-
--- name: QueueBounded
--- The bounded queues among those a start writes to.
-SELECT namespace, name, max_waiting FROM /* TEMPLATE: schema */queues
-WHERE (namespace, name) IN (SELECT * FROM unnest(@namespaces::text[], @names::text[]))
-  AND max_waiting IS NOT NULL;
 
 -- name: QueueBoundedLock
 -- Locks the rows of the bounded queues among those a start writes to, in

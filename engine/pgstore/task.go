@@ -12,6 +12,8 @@ import (
 	"github.com/cockroachdb/errors"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // eventScanArgs checks p and turns it into the statement's arguments and
@@ -245,16 +247,6 @@ func (s *Store) taskStartMany(ctx context.Context, q querier, ps []*store.TaskSt
 	if len(ps) == 0 {
 		return nil, nil
 	}
-	// Which queues are bounded, asked before the clock is read: created_at
-	// should be as close to the commit as it can be.
-	lookupNS, lookupQueues := make([]string, len(ps)), make([]string, len(ps))
-	for i, p := range ps {
-		lookupNS[i], lookupQueues[i] = p.Namespace, p.Scheduled.Queue
-	}
-	bounded, err := s.boundedQueues(ctx, q, "QueueBounded", lookupNS, lookupQueues)
-	if err != nil {
-		return nil, err
-	}
 	now := s.now()
 	n := len(ps)
 	var (
@@ -310,20 +302,24 @@ func (s *Store) taskStartMany(ctx context.Context, q querier, ps []*store.TaskSt
 		"fairness_keys": fairnessKeys, "fairness_weights": fairnessWeights, "fairness_quantum": store.FairnessQuantum.Seconds(), "datas": datas,
 		"parent_ids": parentIDs, "parent_positions": parentPositions, "at": now, "channel": s.channel,
 	}
-	if len(bounded) == 0 && !refuseReuse {
-		return s.insertTasks(ctx, q, args, plans)
+	if !refuseReuse {
+		// One statement, unless a queue of the batch is bounded.
+		args["unbounded_only"] = true
+		out, err := s.insertTasks(ctx, q, args, plans)
+		if !errors.Is(err, errBoundedQueue) {
+			return out, err
+		}
 	}
 	// A bounded queue: lock its row, count what waits, and insert, in one
 	// transaction (the caller's, or one of our own). A start refusing its
 	// key's reuse: insert, then compare with the tasks holding the keys,
 	// in a transaction a refusal rolls back (in the caller's, a savepoint).
+	args["unbounded_only"] = false
 	var out []store.TaskStartResult
 	insert := func(tx pgx.Tx) error {
 		var err error
-		if len(bounded) > 0 {
-			if err = s.checkCapacity(ctx, tx, plans); err != nil {
-				return err
-			}
+		if err = s.checkCapacity(ctx, tx, plans); err != nil {
+			return err
 		}
 		out, err = s.insertTasks(ctx, tx, args, plans)
 		return err
@@ -337,22 +333,46 @@ func (s *Store) taskStartMany(ctx context.Context, q querier, ps []*store.TaskSt
 	return out, pgx.BeginFunc(ctx, s.pool, insert)
 }
 
+// errBoundedQueue is insertTasks' answer to a batch, inserted with
+// unbounded_only, that writes to a bounded queue: nothing was inserted.
+var errBoundedQueue = errors.New("the start writes to a bounded queue")
+
 // insertTasks runs TaskInsertMany with args (the starts of plans) and looks
 // up the tasks holding the idempotency keys that were taken, refusing a
 // start that sets RefuseKeyReuse and is not the start that took its key.
 func (s *Store) insertTasks(ctx context.Context, q querier, args pgx.NamedArgs, plans []plan.StartPlan) ([]store.TaskStartResult, error) {
 	n := len(plans)
-	rows, err := q.Query(ctx, s.sql("TaskInsertMany"), args)
-	if err != nil {
-		return nil, errors.Wrap(interpretError(err), "start tasks")
+	var inserted []*[16]byte
+	collect := func(rows pgx.Rows) error {
+		var err error
+		inserted, err = pgx.CollectRows(rows, pgx.RowTo[*[16]byte])
+		return err
 	}
-	inserted, err := pgx.CollectRows(rows, pgx.RowTo[[16]byte])
+	var err error
+	if pool, ok := q.(*pgxpool.Pool); ok {
+		// Outside a caller's transaction the insert runs its generic plan,
+		// planned once per connection (a custom plan took 0.7-0.8 ms to
+		// make for one task, more than the insert itself), in a pipeline
+		// that is one implicit transaction, so the setting ends with it.
+		batch := &pgx.Batch{}
+		batch.Queue("SELECT set_config('plan_cache_mode', 'force_generic_plan', true), set_config('jit', 'off', true)")
+		batch.Queue(s.sql("TaskInsertMany"), args).Query(collect)
+		err = pool.SendBatch(ctx, batch).Close()
+	} else {
+		var rows pgx.Rows
+		if rows, err = q.Query(ctx, s.sql("TaskInsertMany"), args); err == nil {
+			err = collect(rows)
+		}
+	}
 	if err != nil {
 		return nil, errors.Wrap(interpretError(err), "start tasks")
 	}
 	created := make(map[[16]byte]bool, len(inserted))
 	for _, id := range inserted {
-		created[id] = true
+		if id == nil {
+			return nil, errBoundedQueue
+		}
+		created[*id] = true
 	}
 	out := make([]store.TaskStartResult, n)
 	for i, pl := range plans {
@@ -467,25 +487,25 @@ func (s *Store) eventsQuery(ctx context.Context, q querier, sql string, args pgx
 		return nil, interpretError(err)
 	}
 	defer rows.Close()
-	out := map[uuid.UUID][]history.Event{}
+	var groups plan.EventGroups
+	var (
+		taskID    uuid.UUID
+		seq       int64
+		at        time.Time
+		attempt   int
+		typ, data pgtype.DriverBytes // read in place: Decode copies what it keeps
+	)
 	for rows.Next() {
-		var (
-			taskID uuid.UUID
-			ev     history.Event
-			typ    string
-			data   []byte
-		)
-		if err := rows.Scan(&taskID, &ev.Seq, &typ, &ev.At, &ev.Attempt, &data); err != nil {
+		if err := rows.Scan(&taskID, &seq, &typ, &at, &attempt, &data); err != nil {
 			return nil, err
 		}
-		ev.At = ev.At.UTC()
-		if ev.Data, err = history.Decode(history.Type(typ), data); err != nil {
-			return nil, errors.Wrapf(interpretError(err), "task %s event %d", taskID, ev.Seq)
+		ev, err := plan.DecodeEvent(seq, plan.EventType(typ), at, attempt, data)
+		if err != nil {
+			return nil, errors.Wrapf(interpretError(err), "task %s", taskID)
 		}
-		ev.Data = plan.NormalizePayload(ev.Data)
-		out[taskID] = append(out[taskID], ev)
+		groups.Add(taskID, ev)
 	}
-	return out, rows.Err()
+	return groups.ByTask(), rows.Err()
 }
 
 // TaskTypeRegister records types (all of namespace) as registered by

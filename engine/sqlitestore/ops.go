@@ -288,7 +288,7 @@ func scanAuditEvent(row scanner) (store.AuditEvent, error) {
 	if e.TaskID, err = uuid.Parse(taskID); err != nil {
 		return store.AuditEvent{}, err
 	}
-	ev, err := plan.DecodeEvent(e.Event.Seq, typ, fromUS(at), e.Event.Attempt, []byte(data))
+	ev, err := plan.DecodeEvent(e.Event.Seq, history.Type(typ), fromUS(at), e.Event.Attempt, []byte(data))
 	if err != nil {
 		return store.AuditEvent{}, errors.Wrapf(err, "task %s", e.TaskID)
 	}

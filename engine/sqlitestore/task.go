@@ -1,6 +1,7 @@
 package sqlitestore
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -454,27 +455,31 @@ func queryEvents(ctx context.Context, q querier, name string, args ...any) (map[
 		return nil, interpret(err)
 	}
 	defer rows.Close()
-	out := map[uuid.UUID][]history.Event{}
+	var groups plan.EventGroups
+	var (
+		taskID, typ, data sql.RawBytes // read in place: Decode copies what it keeps
+		seq, at           int64
+		attempt           int
+		id                uuid.UUID
+		idText            []byte // taskID's text of the last row, parsed into id
+	)
 	for rows.Next() {
-		var (
-			taskID, typ, data string
-			seq, at           int64
-			attempt           int
-		)
 		if err := rows.Scan(&taskID, &seq, &typ, &at, &attempt, &data); err != nil {
 			return nil, err
 		}
-		id, err := uuid.Parse(taskID)
-		if err != nil {
-			return nil, err
+		if !bytes.Equal(taskID, idText) {
+			if id, err = uuid.ParseBytes(taskID); err != nil {
+				return nil, err
+			}
+			idText = append(idText[:0], taskID...)
 		}
-		ev, err := plan.DecodeEvent(seq, typ, fromUS(at), attempt, []byte(data))
+		ev, err := plan.DecodeEvent(seq, plan.EventType(typ), fromUS(at), attempt, data)
 		if err != nil {
 			return nil, errors.Wrapf(err, "task %s", id)
 		}
-		out[id] = append(out[id], ev)
+		groups.Add(id, ev)
 	}
-	return out, interpret(rows.Err())
+	return groups.ByTask(), interpret(rows.Err())
 }
 
 // parentPosition is a child's position among its parent's children, NULL

@@ -328,8 +328,8 @@ func Start(p *store.TaskStartParams, now time.Time) (StartPlan, error) {
 // DecodeEvent decodes a stored event: its payload from the versioned JSON,
 // its times in UTC at the stored precision. What every store does with the
 // rows of its event log.
-func DecodeEvent(seq int64, typ string, at time.Time, attempt int, data []byte) (history.Event, error) {
-	payload, err := history.Decode(history.Type(typ), data)
+func DecodeEvent(seq int64, typ history.Type, at time.Time, attempt int, data []byte) (history.Event, error) {
+	payload, err := history.Decode(typ, data)
 	if err != nil {
 		return history.Event{}, errors.Wrapf(err, "event %d", seq)
 	}

@@ -69,9 +69,9 @@ const (
 
 // Config is what every mode needs besides its parameters.
 type Config struct {
-	// DatabaseURL is the PostgreSQL the bench runs on. Empty: Throughput
-	// and Workflow run on a fresh embedded store, the other modes fail
-	// with [ErrConfig]. Scale hands it to its worker processes (by
+	// DatabaseURL is the PostgreSQL the bench runs on. Empty: Throughput,
+	// Workflow, Latency and Replay run on a fresh embedded store, the other
+	// modes fail with [ErrConfig]. Scale hands it to its worker processes (by
 	// environment, so no password shows in the process list).
 	DatabaseURL string
 	// Schema is the schema the bench drops and migrates afresh before each

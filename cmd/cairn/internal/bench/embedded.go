@@ -17,16 +17,15 @@ import (
 	"github.com/cairnflow/cairn/sdk"
 )
 
-// Without a database URL, `cairn bench throughput` and `cairn bench
-// workflow` run on the embedded store: a new SQLite file in the temporary
-// directory for each run, removed after it. The other modes measure
-// PostgreSQL things (latency under NOTIFY, worker processes, the audit
-// index) and need it.
+// Without a database URL, `cairn bench throughput`, `workflow`, `latency`
+// and `replay` run on the embedded store: a new SQLite file in the
+// temporary directory for each run, removed after it. The other modes
+// measure PostgreSQL things (worker processes, the audit index) and need it.
 
 // openEmbeddedBench opens a fresh embedded store for a drain mode.
 func openEmbeddedBench(ctx context.Context, cfg Config, mode string) (*benchEnv, func(), error) {
-	if mode != "throughput" && mode != "workflow" {
-		return nil, nil, errmark.Mark(errors.Newf("bench %s needs PostgreSQL: set --database-url (throughput and workflow also run on the embedded store)", mode), ErrConfig)
+	if mode != "throughput" && mode != "workflow" && mode != "latency" && mode != "replay" {
+		return nil, nil, errmark.Mark(errors.Newf("bench %s needs PostgreSQL: set --database-url (throughput, workflow, latency and replay also run on the embedded store)", mode), ErrConfig)
 	}
 	queries, err := liteQueries()
 	if err != nil {
@@ -64,6 +63,11 @@ func (e *benchEnv) clientConfig() sdk.ClientConfig {
 		return sdk.ClientConfig{Store: e.lite, Namespace: e.cfg.Namespace}
 	}
 	return sdk.ClientConfig{Pool: e.obs.pool, Schema: e.cfg.Schema, Namespace: e.cfg.Namespace}
+}
+
+// clientConfig is the configuration of a client on t.
+func (t benchTarget) clientConfig(cfg Config) sdk.ClientConfig {
+	return sdk.ClientConfig{Pool: t.pool, Store: t.store(), Schema: cfg.Schema, Namespace: cfg.Namespace}
 }
 
 // target opens what the workers use: a pool of maxConns on PostgreSQL, the

@@ -79,6 +79,9 @@ type latencyRun struct {
 	// in flight: the system did not keep up with the rate.
 	Dropped      int     `json:"dropped"`
 	AchievedRate float64 `json:"achieved_rate_per_second"`
+	// ScheduleToAccepted: Start called → Start returns the task's id, its
+	// task durable (the part of ScheduleToStart the caller waits for).
+	ScheduleToAccepted latencyPercentiles `json:"schedule_to_accepted"`
 	// ScheduleToStart: Start called → first step begins (in-process clock).
 	ScheduleToStart latencyPercentiles `json:"schedule_to_start"`
 	// ScheduleToCompleted: Start called → Client.Wait returns, including
@@ -110,7 +113,7 @@ type latencyReport struct {
 // 1-step tasks and 3-step workflows: an open-loop producer calls
 // Client.StartDynamic p.Rate times a second for p.Duration, and each task is timed
 // from its Start call to its first step's start and to the return of
-// Client.Wait. PostgreSQL only.
+// Client.Wait.
 func Latency(ctx context.Context, cfg Config, p Params) error {
 	f := &p
 	if err := f.validate(); err != nil {
@@ -135,19 +138,19 @@ func Latency(ctx context.Context, cfg Config, p Params) error {
 	if err := env.reset(ctx); err != nil {
 		return err
 	}
-	workerPool, err := env.workerPool(ctx, f.MaxConns)
+	workers0, closeWorkers, err := env.target(ctx, f.MaxConns)
 	if err != nil {
 		return err
 	}
-	defer workerPool.Close()
+	defer closeWorkers()
 	// The producer and its waiters get their own pool, so their polling
 	// does not queue behind the workers' connections.
-	clientPool, err := env.workerPool(ctx, f.MaxConns)
+	clients, closeClients, err := env.target(ctx, f.MaxConns)
 	if err != nil {
 		return err
 	}
-	defer clientPool.Close()
-	client, err := sdk.NewClient(sdk.ClientConfig{Pool: clientPool, Schema: env.cfg.Schema, Namespace: env.cfg.Namespace})
+	defer closeClients()
+	client, err := sdk.NewClient(clients.clientConfig(env.cfg))
 	if err != nil {
 		return err
 	}
@@ -155,7 +158,7 @@ func Latency(ctx context.Context, cfg Config, p Params) error {
 	starts := &stepStarts{first: map[string]time.Time{}}
 	workers := make([]*sdk.Worker, 0, f.Workers)
 	for range f.Workers {
-		w, err := newBenchWorker(workerPool, &env.cfg, f.Concurrency, starts.record)
+		w, err := newBenchWorkerWithMetrics(workers0, &env.cfg, f.Concurrency, starts.record, nil)
 		if err != nil {
 			return err
 		}
@@ -187,13 +190,13 @@ func Latency(ctx context.Context, cfg Config, p Params) error {
 	w := newTable(env.cfg.Stdout)
 	fmt.Fprintf(w, "mode:\tlatency: open-loop producer at %d tasks/s for %s per sub-run; %d worker(s) × %d slots, pools of %d\n",
 		f.Rate, f.Duration, f.Workers, f.Concurrency, f.MaxConns)
-	fmt.Fprintf(w, "figures:\tp50 / p90 / p99 / max in ms; completed = until Client.Wait returns; recorded = created_at → finished_at in the task row\n")
+	fmt.Fprintf(w, "figures:\tp50 / p90 / p99 / max in ms; accepted = until Start returns the id; completed = until Client.Wait returns; recorded = created_at → finished_at in the task row\n")
 	printBenchEnv(w, env.header)
-	fmt.Fprintf(w, "\nRUN\tTASKS\tACHIEVED/S\tSCHEDULE→START\tSCHEDULE→COMPLETED\tSCHEDULE→RECORDED\n")
+	fmt.Fprintf(w, "\nRUN\tTASKS\tACHIEVED/S\tSCHEDULE→ACCEPTED\tSCHEDULE→START\tSCHEDULE→COMPLETED\tSCHEDULE→RECORDED\n")
 	for _, r := range runs {
 		name := fmt.Sprintf("%d-step", r.Steps)
-		fmt.Fprintf(w, "%s\t%d\t%.1f\t%s\t%s\t%s\n", name, r.Tasks, r.AchievedRate,
-			r.ScheduleToStart, r.ScheduleToCompleted, r.ScheduleToRecorded)
+		fmt.Fprintf(w, "%s\t%d\t%.1f\t%s\t%s\t%s\t%s\n", name, r.Tasks, r.AchievedRate,
+			r.ScheduleToAccepted, r.ScheduleToStart, r.ScheduleToCompleted, r.ScheduleToRecorded)
 	}
 	if err := w.Flush(); err != nil {
 		return err
@@ -236,10 +239,10 @@ func (s *stepStarts) get(id uuid.UUID) (time.Time, bool) {
 
 // latencySample is one task of a sub-run.
 type latencySample struct {
-	called, done time.Time
-	id           uuid.UUID
-	info         *sdk.TaskInfo
-	err          error
+	called, accepted, done time.Time
+	id                     uuid.UUID
+	info                   *sdk.TaskInfo
+	err                    error
 }
 
 func latencySubRun(ctx context.Context, client *sdk.Client, starts *stepStarts, steps, rate int, duration time.Duration) (latencyRun, error) {
@@ -255,7 +258,7 @@ func latencySubRun(ctx context.Context, client *sdk.Client, starts *stepStarts, 
 			s.err = err
 			return
 		}
-		s.id = res.ID
+		s.id, s.accepted = res.ID, time.Now()
 		wctx, cancel := context.WithTimeout(ctx, latencyWaitTimeout)
 		defer cancel()
 		s.info, s.err = client.Wait(wctx, res.ID)
@@ -304,7 +307,7 @@ func latencySubRun(ctx context.Context, client *sdk.Client, starts *stepStarts, 
 	wg.Wait()
 
 	run := latencyRun{Steps: steps, Tasks: n - dropped, Dropped: dropped, AchievedRate: perSecond(int64(n-dropped), produced)}
-	var toStart, toDone, toRecorded []time.Duration
+	var toAccepted, toStart, toDone, toRecorded []time.Duration
 	for _, s := range samples {
 		if s.called.IsZero() {
 			continue // dropped
@@ -316,6 +319,7 @@ func latencySubRun(ctx context.Context, client *sdk.Client, starts *stepStarts, 
 			return run, errors.Newf("%d-step task %s ended %s", steps, s.id, s.info.Status)
 		}
 		run.Finished++
+		toAccepted = append(toAccepted, s.accepted.Sub(s.called))
 		if t, ok := starts.get(s.id); ok {
 			toStart = append(toStart, t.Sub(s.called))
 		}
@@ -324,6 +328,7 @@ func latencySubRun(ctx context.Context, client *sdk.Client, starts *stepStarts, 
 			toRecorded = append(toRecorded, s.info.FinishedAt.Sub(s.info.CreatedAt))
 		}
 	}
+	run.ScheduleToAccepted = newLatencyPercentiles(toAccepted)
 	run.ScheduleToStart = newLatencyPercentiles(toStart)
 	run.ScheduleToCompleted = newLatencyPercentiles(toDone)
 	run.ScheduleToRecorded = newLatencyPercentiles(toRecorded)

@@ -61,7 +61,7 @@ type replayReport struct {
 // Replay builds one task per entry of p.Sizes whose history has exactly
 // that many events, written through the engine as a worker writes them,
 // then loads and replays each repeatedly: median times, events/s, and
-// bytes and allocations per event. PostgreSQL only.
+// bytes and allocations per event.
 func Replay(ctx context.Context, cfg Config, p Params) error {
 	f := &p
 	if err := f.validate(); err != nil {
@@ -78,26 +78,38 @@ func Replay(ctx context.Context, cfg Config, p Params) error {
 	if err := env.reset(ctx); err != nil {
 		return err
 	}
-	client, err := sdk.NewClient(sdk.ClientConfig{Pool: env.obs.pool, Schema: env.cfg.Schema, Namespace: env.cfg.Namespace})
+	client, err := sdk.NewClient(env.clientConfig())
 	if err != nil {
 		return err
 	}
 	defer client.Close()
-	var rows []replayRow
-	for _, size := range f.Sizes {
+	ids := make([]uuid.UUID, len(f.Sizes))
+	buildTimes := make([]time.Duration, len(f.Sizes))
+	for i, size := range f.Sizes {
 		built := time.Now()
-		id, err := buildHistory(ctx, client, env.cfg.Namespace, size)
-		if err != nil {
+		if ids[i], err = buildHistory(ctx, client, env.cfg.Namespace, size); err != nil {
 			return errors.Wrapf(err, "build a history of %d events", size)
 		}
-		buildTime := time.Since(built)
-		row, err := measureReplay(ctx, client.Store(), id, size)
+		buildTimes[i] = time.Since(built)
+	}
+	stopProfile, err := startCPUProfile(f.CPUProfile)
+	if err != nil {
+		return err
+	}
+	var rows []replayRow
+	for i, size := range f.Sizes {
+		buildTime := buildTimes[i]
+		row, err := measureReplay(ctx, client.Store(), ids[i], size)
 		if err != nil {
+			_ = stopProfile()
 			return errors.Wrapf(err, "replay a history of %d events", size)
 		}
 		row.BuildSeconds = buildTime.Seconds()
 		env.logf("replay: %d events: built in %.2f s, load+replay %.3f ms", size, row.BuildSeconds, row.TotalMs)
 		rows = append(rows, row)
+	}
+	if err := stopProfile(); err != nil {
+		return err
 	}
 	if env.cfg.JSON {
 		r := replayReport{benchHeader: env.header, Rows: rows}
