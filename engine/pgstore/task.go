@@ -295,17 +295,29 @@ func (s *Store) taskStartMany(ctx context.Context, q querier, ps []*store.TaskSt
 			parentIDs[i], parentPositions[i] = (*[16]byte)(&parent), ptr(int32(sched.ParentPosition))
 		}
 	}
-	args := pgx.NamedArgs{
+	// A lone start (Start) runs TaskInsertOne, a plain statement of its
+	// values; a batch, TaskInsertMany, of arrays.
+	query, args := "TaskInsertMany", pgx.NamedArgs{
 		"ids": ids, "namespaces": namespaces, "queues": queues, "types": types, "type_versions": versions,
 		"priorities": priorities, "run_ats": runAts, "max_attempts": attempts, "idempotency_keys": idemKeys,
 		"trace_ids": traceIDs, "inputs": inputs, "labels": labels, "deadlines": deadlines, "start_deadlines": startDeadlines,
-		"fairness_keys": fairnessKeys, "fairness_weights": fairnessWeights, "fairness_quantum": store.FairnessQuantum.Seconds(), "datas": datas,
-		"parent_ids": parentIDs, "parent_positions": parentPositions, "at": now, "channel": s.channel,
+		"fairness_keys": fairnessKeys, "fairness_weights": fairnessWeights, "datas": datas,
+		"parent_ids": parentIDs, "parent_positions": parentPositions,
 	}
+	if n == 1 {
+		query, args = "TaskInsertOne", pgx.NamedArgs{
+			"id": ids[0], "namespace": namespaces[0], "queue": queues[0], "type": types[0], "type_version": versions[0],
+			"priority": priorities[0], "run_at": runAts[0], "max_attempts": attempts[0], "idempotency_key": idemKeys[0],
+			"trace_id": traceIDs[0], "input": inputs[0], "labels": labels[0], "deadline": deadlines[0], "start_deadline": startDeadlines[0],
+			"fairness_key": fairnessKeys[0], "fairness_weight": fairnessWeights[0], "data": datas[0],
+			"parent_id": parentIDs[0], "parent_position": parentPositions[0],
+		}
+	}
+	args["fairness_quantum"], args["at"], args["channel"] = store.FairnessQuantum.Seconds(), now, s.channel
 	if !refuseReuse {
 		// One statement, unless a queue of the batch is bounded.
 		args["unbounded_only"] = true
-		out, err := s.insertTasks(ctx, q, args, plans)
+		out, err := s.insertTasks(ctx, q, query, args, plans)
 		if !errors.Is(err, errBoundedQueue) {
 			return out, err
 		}
@@ -321,7 +333,7 @@ func (s *Store) taskStartMany(ctx context.Context, q querier, ps []*store.TaskSt
 		if err = s.checkCapacity(ctx, tx, plans); err != nil {
 			return err
 		}
-		out, err = s.insertTasks(ctx, tx, args, plans)
+		out, err = s.insertTasks(ctx, tx, query, args, plans)
 		return err
 	}
 	if tx, ok := q.(pgx.Tx); ok {
@@ -337,10 +349,11 @@ func (s *Store) taskStartMany(ctx context.Context, q querier, ps []*store.TaskSt
 // unbounded_only, that writes to a bounded queue: nothing was inserted.
 var errBoundedQueue = errors.New("the start writes to a bounded queue")
 
-// insertTasks runs TaskInsertMany with args (the starts of plans) and looks
+// insertTasks runs query (TaskInsertMany, or TaskInsertOne for one start)
+// with args (the starts of plans) and looks
 // up the tasks holding the idempotency keys that were taken, refusing a
 // start that sets RefuseKeyReuse and is not the start that took its key.
-func (s *Store) insertTasks(ctx context.Context, q querier, args pgx.NamedArgs, plans []plan.StartPlan) ([]store.TaskStartResult, error) {
+func (s *Store) insertTasks(ctx context.Context, q querier, query string, args pgx.NamedArgs, plans []plan.StartPlan) ([]store.TaskStartResult, error) {
 	n := len(plans)
 	var inserted []*[16]byte
 	collect := func(rows pgx.Rows) error {
@@ -356,11 +369,11 @@ func (s *Store) insertTasks(ctx context.Context, q querier, args pgx.NamedArgs, 
 		// that is one implicit transaction, so the setting ends with it.
 		batch := &pgx.Batch{}
 		batch.Queue("SELECT set_config('plan_cache_mode', 'force_generic_plan', true), set_config('jit', 'off', true)")
-		batch.Queue(s.sql("TaskInsertMany"), args).Query(collect)
+		batch.Queue(s.sql(query), args).Query(collect)
 		err = pool.SendBatch(ctx, batch).Close()
 	} else {
 		var rows pgx.Rows
-		if rows, err = q.Query(ctx, s.sql("TaskInsertMany"), args); err == nil {
+		if rows, err = q.Query(ctx, s.sql(query), args); err == nil {
 			err = collect(rows)
 		}
 	}

@@ -40,9 +40,15 @@ func TestTaskStart(t *testing.T) {
 				TaskType: "doc", TypeVersion: 1, Queue: "q", MaxAttempts: 1, Input: in,
 			}}
 		}
-		res, err := s.TaskStartMany(ctx, ps)
+		res, err := s.TaskStartMany(ctx, ps) // TaskInsertMany
 		require.NoError(t, err)
 		require.Len(t, res, len(inputs))
+		for _, p := range ps { // TaskInsertOne, the same inputs one by one
+			r, err := s.TaskStart(ctx, p)
+			require.NoError(t, err)
+			res = append(res, r)
+		}
+		inputs = append(inputs, inputs...)
 		for i, r := range res {
 			evs := enginetest.Events(t, s, r.ID)
 			require.Len(t, evs, 1)
