@@ -747,3 +747,45 @@ FROM /* TEMPLATE: schema */tasks
 WHERE namespace = @namespace AND status IN ('pending', 'retrying') AND run_at <= now()
 GROUP BY queue, priority
 ORDER BY queue, priority DESC;
+
+-- name: TaskRemovableLock
+-- Locks up to @max finished tasks of a namespace that finished before
+-- @before, oldest first (tasks_finished_idx), skipping rows another
+-- transaction holds; never a task with a child not yet finished
+-- (tasks_parent_idx) nor a child whose parent has not finished.
+SELECT t.id, t.idempotency_key, t.type FROM /* TEMPLATE: schema */tasks AS t
+WHERE t.namespace = @namespace AND t.finished_at IS NOT NULL AND t.finished_at < @before
+  AND t.status IN ('completed', 'failed', 'cancelled', 'dead_lettered', 'expired')
+  AND NOT EXISTS (SELECT 1 FROM /* TEMPLATE: schema */tasks AS c
+                  WHERE c.parent_id = t.id AND c.finished_at IS NULL)
+  AND NOT EXISTS (SELECT 1 FROM /* TEMPLATE: schema */tasks AS p
+                  WHERE p.id = t.parent_id AND p.finished_at IS NULL)
+ORDER BY t.finished_at
+LIMIT @max
+FOR UPDATE OF t SKIP LOCKED;
+
+-- name: TaskRemove
+-- Removes tasks whole, their events first (the append-only trigger lets
+-- retention delete: the caller set cairn.retention for its transaction),
+-- and keeps their idempotency keys taken until @keys_until.
+WITH retired AS (
+    INSERT INTO /* TEMPLATE: schema */retired_keys (namespace, idempotency_key, task_id, task_type, removed_at, expires_at)
+    SELECT @namespace, r.key, r.id, r.type, now(), @keys_until
+    FROM unnest(@ids::uuid[], @keys::text[], @types::text[]) AS r(id, key, type)
+    WHERE r.key IS NOT NULL AND @keys_until::timestamptz > now()
+    ON CONFLICT (namespace, idempotency_key) DO UPDATE
+        SET task_id = excluded.task_id, task_type = excluded.task_type,
+            removed_at = excluded.removed_at, expires_at = excluded.expires_at
+), ev AS (
+    DELETE FROM /* TEMPLATE: schema */events WHERE task_id = ANY(@ids::uuid[]) RETURNING 1
+), gone AS (
+    DELETE FROM /* TEMPLATE: schema */tasks WHERE id = ANY(@ids::uuid[]) RETURNING 1
+)
+SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM ev);
+
+-- name: RetiredKeysExpire
+-- Drops up to @max retired keys past their time.
+DELETE FROM /* TEMPLATE: schema */retired_keys
+WHERE (namespace, idempotency_key) IN (
+    SELECT namespace, idempotency_key FROM /* TEMPLATE: schema */retired_keys
+    WHERE expires_at <= now() ORDER BY expires_at LIMIT @max);

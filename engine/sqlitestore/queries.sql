@@ -266,3 +266,39 @@ LEFT JOIN live AS l ON l.queue = n.queue
 LEFT JOIN recent AS r ON r.queue = n.queue
 LEFT JOIN queues AS q ON q.namespace = ?1 AND q.name = n.queue
 ORDER BY n.queue;
+
+-- name: TaskRemovable
+-- As PostgreSQL's TaskRemovableLock (the write transaction is the lock):
+-- ?1 namespace, ?2 finished before (µs), ?3 max.
+SELECT t.id, t.idempotency_key, t.type FROM tasks AS t
+WHERE t.namespace = ?1 AND t.finished_at IS NOT NULL AND t.finished_at < ?2
+  AND t.status IN ('completed', 'failed', 'cancelled', 'dead_lettered', 'expired')
+  AND NOT EXISTS (SELECT 1 FROM tasks AS c WHERE c.parent_id = t.id AND c.finished_at IS NULL)
+  AND NOT EXISTS (SELECT 1 FROM tasks AS p WHERE p.id = t.parent_id AND p.finished_at IS NULL)
+ORDER BY t.finished_at
+LIMIT ?3;
+
+-- name: RemovingMark
+INSERT INTO removing (task_id) SELECT value FROM json_each(?);
+
+-- name: RetiredKeyInsert
+-- ?1 namespace, ?2 key, ?3 task id, ?4 type, ?5 now, ?6 expires (µs).
+INSERT INTO retired_keys (namespace, idempotency_key, task_id, task_type, removed_at, expires_at)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+ON CONFLICT (namespace, idempotency_key) DO UPDATE
+    SET task_id = excluded.task_id, task_type = excluded.task_type,
+        removed_at = excluded.removed_at, expires_at = excluded.expires_at;
+
+-- name: EventsRemove
+DELETE FROM events WHERE task_id IN (SELECT task_id FROM removing);
+
+-- name: TasksRemove
+DELETE FROM tasks WHERE id IN (SELECT task_id FROM removing);
+
+-- name: RemovingClear
+DELETE FROM removing;
+
+-- name: RetiredKeysExpire
+-- Drops up to ?2 retired keys past their time (?1, µs).
+DELETE FROM retired_keys WHERE rowid IN (
+    SELECT rowid FROM retired_keys WHERE expires_at <= ?1 ORDER BY expires_at LIMIT ?2);

@@ -79,6 +79,14 @@ type Store interface {
 	ScheduleFireDue(ctx context.Context, max int) ([]ScheduleFiring, error)
 	ScheduleNextDue(ctx context.Context) (at time.Time, ok bool, err error)
 
+	// Retention: TaskRemoveFinished removes, in one transaction, up to
+	// p.Max tasks of p.Namespace that finished before p.Before (completed,
+	// failed, cancelled, dead-lettered, expired), oldest first, each with
+	// its whole log; never a task with a child not yet finished, nor a
+	// child whose parent has not finished. Their idempotency keys stay
+	// taken until p.KeysUntil; retired keys past their time are dropped.
+	TaskRemoveFinished(ctx context.Context, p *RemoveFinishedParams) (RemoveResult, error)
+
 	// Schedules.
 	ScheduleCreate(ctx context.Context, sc Schedule) error
 	ScheduleList(ctx context.Context, namespace string) ([]Schedule, error)

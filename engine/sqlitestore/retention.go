@@ -1,0 +1,84 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+
+	"github.com/cockroachdb/errors"
+	"github.com/google/uuid"
+
+	"github.com/cairnflow/cairn/engine/store"
+)
+
+// TaskRemoveFinished implements [store.Store] in one write transaction:
+// the removable tasks are listed in removing, which lets the append-only
+// trigger delete their events, and the list is emptied before the commit.
+func (s *Store) TaskRemoveFinished(ctx context.Context, p *store.RemoveFinishedParams) (store.RemoveResult, error) {
+	var res store.RemoveResult
+	if p.Max <= 0 {
+		return res, nil
+	}
+	err := s.tx(ctx, func(tx *txn) error {
+		now := us(s.now())
+		if _, err := tx.exec(ctx, "RetiredKeysExpire", now, p.Max); err != nil {
+			return err
+		}
+		rows, err := tx.query(ctx, "TaskRemovable", p.Namespace, us(p.Before), p.Max)
+		if err != nil {
+			return err
+		}
+		type removable struct {
+			id, typ string
+			key     sql.NullString
+		}
+		var found []removable
+		for rows.Next() {
+			var r removable
+			if err := rows.Scan(&r.id, &r.key, &r.typ); err != nil {
+				_ = rows.Close()
+				return err
+			}
+			found = append(found, r)
+		}
+		if err := rows.Close(); err != nil {
+			return err
+		}
+		if len(found) == 0 {
+			return nil
+		}
+		ids := make([]uuid.UUID, len(found))
+		for i, r := range found {
+			if ids[i], err = uuid.Parse(r.id); err != nil {
+				return err
+			}
+			if !r.key.Valid || !p.KeysUntil.After(s.now()) {
+				continue
+			}
+			if _, err := tx.exec(ctx, "RetiredKeyInsert", p.Namespace, r.key.String, r.id, r.typ, now, us(p.KeysUntil)); err != nil {
+				return err
+			}
+		}
+		if _, err := tx.exec(ctx, "RemovingMark", jsonIDs(ids)); err != nil {
+			return err
+		}
+		evs, err := tx.exec(ctx, "EventsRemove")
+		if err != nil {
+			return err
+		}
+		tasks, err := tx.exec(ctx, "TasksRemove")
+		if err != nil {
+			return err
+		}
+		if _, err := tx.exec(ctx, "RemovingClear"); err != nil {
+			return err
+		}
+		nEvents, _ := evs.RowsAffected()
+		nTasks, _ := tasks.RowsAffected()
+		res = store.RemoveResult{Tasks: int(nTasks), Events: int(nEvents)}
+		return nil
+	})
+	if err != nil {
+		return store.RemoveResult{}, errors.Wrapf(interpret(err), "remove finished tasks of namespace %s", p.Namespace)
+	}
+	return res, nil
+}

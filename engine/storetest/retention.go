@@ -1,0 +1,112 @@
+package storetest
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/history"
+)
+
+// retentionTests: TaskRemoveFinished, the removal of finished tasks' whole
+// logs.
+var retentionTests = []conformanceTest{
+	{"RemoveFinishedRemovesWholeLogsOfFinishedTasksOnly", testRemoveFinishedOnly},
+	{"RemoveFinishedKeepsTasksInsideTheWindow", testRemoveKeepsWindow},
+	{"RemoveFinishedKeepsFamiliesWithUnfinishedMembers", testRemoveKeepsFamilies},
+	{"RemoveFinishedTakesAtMostMaxOldestFirst", testRemoveMaxOldestFirst},
+}
+
+// removeFinished removes what finished before before, up to max.
+func removeFinished(t *testing.T, s store.Store, before time.Time, max int) store.RemoveResult {
+	t.Helper()
+	res, err := s.TaskRemoveFinished(testContext(t), &store.RemoveFinishedParams{
+		Namespace: store.DefaultNamespace, Before: before, Max: max,
+	})
+	require.NoError(t, err)
+	return res
+}
+
+// requireRemoved checks that id is gone whole: no row, no event.
+func requireRemoved(t *testing.T, s store.Store, id uuid.UUID) {
+	t.Helper()
+	_, err := s.TaskGetByID(testContext(t), store.DefaultNamespace, id)
+	require.ErrorIs(t, err, store.ErrNotFound, "task %s's row is gone", id)
+	require.Empty(t, events(t, s, id), "task %s's events are gone", id)
+}
+
+func testRemoveFinishedOnly(t *testing.T, s store.Store) {
+	done := start(t, s, spec{})
+	complete(t, s, claimOne(t, s, "w", time.Minute))
+	failed := start(t, s, spec{MaxAttempts: 1})
+	ct := claimOne(t, s, "w", time.Minute)
+	_, err := appendFenced(t, s, ct, history.TaskFailedData{Error: history.ErrorInfo{Message: "no"}})
+	require.NoError(t, err)
+	running := start(t, s, spec{})
+	claimOne(t, s, "w", time.Minute)
+	pending := start(t, s, spec{})
+	removedEvents := len(events(t, s, done)) + len(events(t, s, failed))
+
+	res := removeFinished(t, s, time.Now().Add(time.Hour), 100)
+	require.Equal(t, store.RemoveResult{Tasks: 2, Events: removedEvents}, res)
+	requireRemoved(t, s, done)
+	requireRemoved(t, s, failed)
+	require.Equal(t, history.StatusRunning, getTask(t, s, running).Status, "a running task is never removed")
+	require.Equal(t, history.StatusPending, getTask(t, s, pending).Status, "a pending task is never removed")
+	require.Equal(t, store.RemoveResult{}, removeFinished(t, s, time.Now().Add(time.Hour), 100), "nothing more to remove")
+}
+
+func testRemoveKeepsWindow(t *testing.T, s store.Store) {
+	id := start(t, s, spec{})
+	complete(t, s, claimOne(t, s, "w", time.Minute))
+	finished := *getTask(t, s, id).FinishedAt
+	require.Equal(t, store.RemoveResult{}, removeFinished(t, s, finished, 100),
+		"a task that finished at the cutoff is inside the window")
+	require.Equal(t, history.StatusCompleted, getTask(t, s, id).Status)
+	require.Equal(t, 1, removeFinished(t, s, finished.Add(time.Microsecond), 100).Tasks)
+	requireRemoved(t, s, id)
+}
+
+func testRemoveKeepsFamilies(t *testing.T, s store.Store) {
+	parent, res := startChildren(t, s, 2)
+	first := claimOne(t, s, "w", time.Minute)
+	complete(t, s, first)
+	later := time.Now().Add(time.Hour)
+	require.Equal(t, store.RemoveResult{}, removeFinished(t, s, later, 100),
+		"a finished child of a running parent is kept, and so is the parent")
+
+	parent.State = stateOf(t, s, parent.Task.ID) // the child's end is in its log
+	_, err := appendFenced(t, s, parent, history.TaskCompletedData{})
+	require.NoError(t, err)
+	got := removeFinished(t, s, later, 100)
+	require.Equal(t, 1, got.Tasks, "only the finished child goes: the parent has a child still waiting")
+	requireRemoved(t, s, first.Task.ID)
+	require.NotNil(t, getTask(t, s, parent.Task.ID))
+	other := res.IDs[0]
+	if other == first.Task.ID {
+		other = res.IDs[1]
+	}
+	require.Equal(t, history.StatusPending, getTask(t, s, other).Status)
+
+	complete(t, s, claimOne(t, s, "w", time.Minute))
+	require.Equal(t, 2, removeFinished(t, s, later, 100).Tasks, "with every child finished, the rest of the family goes")
+	requireRemoved(t, s, parent.Task.ID)
+	requireRemoved(t, s, other)
+}
+
+func testRemoveMaxOldestFirst(t *testing.T, s store.Store) {
+	var ids []uuid.UUID
+	for range 3 {
+		ids = append(ids, start(t, s, spec{}))
+		complete(t, s, claimOne(t, s, "w", time.Minute))
+		time.Sleep(2 * time.Millisecond) // distinct finish times
+	}
+	later := time.Now().Add(time.Hour)
+	require.Equal(t, 2, removeFinished(t, s, later, 2).Tasks)
+	requireRemoved(t, s, ids[0])
+	requireRemoved(t, s, ids[1])
+	require.Equal(t, history.StatusCompleted, getTask(t, s, ids[2]).Status, "the newest is left for the next batch")
+}

@@ -1,0 +1,21 @@
+-- Retention (issue 20). Finished tasks are removed whole, their logs with
+-- them, by TaskRemoveFinished; the idempotency keys of removed tasks stay
+-- taken for a while in retired_keys, so a late duplicate start is still
+-- recognised as one.
+CREATE TABLE /* TEMPLATE: schema */retired_keys (
+    namespace       text        NOT NULL,
+    idempotency_key text        NOT NULL,
+    task_id         uuid        NOT NULL,
+    task_type       text        NOT NULL,
+    removed_at      timestamptz NOT NULL,
+    expires_at      timestamptz NOT NULL,
+    PRIMARY KEY (namespace, idempotency_key)
+);
+
+CREATE INDEX retired_keys_expires_idx ON /* TEMPLATE: schema */retired_keys (expires_at);
+
+-- A namespace's finished tasks, oldest first: what retention walks. Only
+-- finished rows are in it, and a row enters it once, with its outcome.
+CREATE INDEX tasks_finished_idx
+    ON /* TEMPLATE: schema */tasks (namespace, finished_at)
+    WHERE finished_at IS NOT NULL;
