@@ -7,6 +7,10 @@ CREATE TABLE /* TEMPLATE: schema */retired_keys (
     idempotency_key text        NOT NULL,
     task_id         uuid        NOT NULL,
     task_type       text        NOT NULL,
+    -- SHA-256 of the removed task's input in canonical JSON form: what a
+    -- start refusing its key's reuse compares (plan.KeyHolder), without
+    -- keeping the input.
+    input_sha256    bytea       NOT NULL,
     removed_at      timestamptz NOT NULL,
     expires_at      timestamptz NOT NULL,
     PRIMARY KEY (namespace, idempotency_key)

@@ -50,7 +50,13 @@ WITH input AS (
     SELECT id, namespace, queue, type, type_version, 'pending', priority, run_at,
         0, max_attempts, idempotency_key, trace_id, input, labels, deadline, start_deadline,
         fairness_key, fairness_weight, fair_at, parent_id, parent_position, 1, @at, @at
-    FROM placed WHERE NOT (SELECT refused FROM bounded) ORDER BY ord
+    FROM placed WHERE NOT (SELECT refused FROM bounded)
+      -- A key retention retired is still taken (the caller finds the
+      -- removed task as the key's holder).
+      AND NOT EXISTS (SELECT 1 FROM /* TEMPLATE: schema */retired_keys AS r
+                      WHERE r.namespace = placed.namespace AND r.idempotency_key = placed.idempotency_key
+                        AND r.expires_at > @at)
+    ORDER BY ord
     ON CONFLICT (namespace, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id, queue
 ), ev AS (
@@ -97,6 +103,9 @@ WITH bounded AS (
         END,
         @parent_id::uuid, @parent_position::integer, 1, @at, @at
     WHERE NOT (SELECT refused FROM bounded)
+      AND NOT EXISTS (SELECT 1 FROM /* TEMPLATE: schema */retired_keys AS r
+                      WHERE r.namespace = @namespace AND r.idempotency_key = @idempotency_key::text
+                        AND r.expires_at > @at)
     ON CONFLICT (namespace, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id, queue, input
 ), ev AS (
@@ -113,9 +122,15 @@ UNION ALL
 SELECT NULL FROM bounded WHERE refused;
 
 -- name: TaskIDByIdempotencyKey
--- The task holding a key, with what a RefuseKeyReuse start compares.
-SELECT id, type, input FROM /* TEMPLATE: schema */tasks
-WHERE namespace = @namespace AND idempotency_key = @idempotency_key;
+-- What holds a key, with what a RefuseKeyReuse start compares (see
+-- plan.KeyHolder): a task, or else a task retention removed whose key is
+-- still retired.
+(SELECT id, type, input, NULL::bytea AS input_sha256, false AS removed FROM /* TEMPLATE: schema */tasks
+ WHERE namespace = @namespace AND idempotency_key = @idempotency_key)
+UNION ALL
+(SELECT task_id, task_type, NULL, input_sha256, true FROM /* TEMPLATE: schema */retired_keys
+ WHERE namespace = @namespace AND idempotency_key = @idempotency_key AND expires_at > now())
+LIMIT 1;
 
 -- name: TaskIDByKey
 -- Only the id of the task holding a key (a signal by key): not its input.
@@ -660,6 +675,14 @@ SELECT namespace, idempotency_key, type, input FROM /* TEMPLATE: schema */tasks
 WHERE (namespace, idempotency_key) IN (SELECT * FROM unnest(@namespaces::text[], @keys::text[]))
 FOR KEY SHARE;
 
+-- name: RetiredKeysHoldingLock
+-- The retired keys among a start's (tasks retention removed), locked
+-- against their expiry until the start commits.
+SELECT namespace, idempotency_key, task_type, input_sha256 FROM /* TEMPLATE: schema */retired_keys
+WHERE (namespace, idempotency_key) IN (SELECT * FROM unnest(@namespaces::text[], @keys::text[]))
+  AND expires_at > now()
+FOR KEY SHARE;
+
 -- name: QueueWaitingCount
 SELECT count(*) FROM /* TEMPLATE: schema */tasks
 WHERE namespace = @namespace AND queue = @queue AND status IN ('pending', 'retrying');
@@ -753,7 +776,7 @@ ORDER BY queue, priority DESC;
 -- @before, oldest first (tasks_finished_idx), skipping rows another
 -- transaction holds; never a task with a child not yet finished
 -- (tasks_parent_idx) nor a child whose parent has not finished.
-SELECT t.id, t.idempotency_key, t.type FROM /* TEMPLATE: schema */tasks AS t
+SELECT t.id, t.idempotency_key, t.type, t.input FROM /* TEMPLATE: schema */tasks AS t
 WHERE t.namespace = @namespace AND t.finished_at IS NOT NULL AND t.finished_at < @before
   AND t.status IN ('completed', 'failed', 'cancelled', 'dead_lettered', 'expired')
   AND NOT EXISTS (SELECT 1 FROM /* TEMPLATE: schema */tasks AS c
@@ -769,12 +792,12 @@ FOR UPDATE OF t SKIP LOCKED;
 -- retention delete: the caller set cairn.retention for its transaction),
 -- and keeps their idempotency keys taken until @keys_until.
 WITH retired AS (
-    INSERT INTO /* TEMPLATE: schema */retired_keys (namespace, idempotency_key, task_id, task_type, removed_at, expires_at)
-    SELECT @namespace, r.key, r.id, r.type, now(), @keys_until
-    FROM unnest(@ids::uuid[], @keys::text[], @types::text[]) AS r(id, key, type)
+    INSERT INTO /* TEMPLATE: schema */retired_keys (namespace, idempotency_key, task_id, task_type, input_sha256, removed_at, expires_at)
+    SELECT @namespace, r.key, r.id, r.type, r.digest, now(), @keys_until
+    FROM unnest(@ids::uuid[], @keys::text[], @types::text[], @digests::bytea[]) AS r(id, key, type, digest)
     WHERE r.key IS NOT NULL AND @keys_until::timestamptz > now()
     ON CONFLICT (namespace, idempotency_key) DO UPDATE
-        SET task_id = excluded.task_id, task_type = excluded.task_type,
+        SET task_id = excluded.task_id, task_type = excluded.task_type, input_sha256 = excluded.input_sha256,
             removed_at = excluded.removed_at, expires_at = excluded.expires_at
 ), ev AS (
     DELETE FROM /* TEMPLATE: schema */events WHERE task_id = ANY(@ids::uuid[]) RETURNING 1

@@ -163,19 +163,30 @@ func (s *Store) freshStarts(ctx context.Context, tx pgx.Tx, plans []plan.StartPl
 	if err != nil {
 		return nil, errors.Wrap(interpretError(err), "look up the tasks holding idempotency keys")
 	}
-	type holder struct {
-		taskType string
-		input    []byte
-	}
-	held := map[[2]string]holder{}
+	held := map[[2]string]plan.KeyHolder{}
 	var namespace, key string
-	var h holder
-	_, err = pgx.ForEachRow(rows, []any{&namespace, &key, &h.taskType, &h.input}, func() error {
-		held[[2]string{namespace, key}] = holder{h.taskType, append([]byte(nil), h.input...)}
+	var h plan.KeyHolder
+	_, err = pgx.ForEachRow(rows, []any{&namespace, &key, &h.Type, &h.Input}, func() error {
+		held[[2]string{namespace, key}] = plan.KeyHolder{Type: h.Type, Input: append([]byte(nil), h.Input...)}
 		return nil
 	})
 	if err != nil {
 		return nil, errors.Wrap(interpretError(err), "look up the tasks holding idempotency keys")
+	}
+	// Keys of tasks retention removed are still held.
+	rows, err = tx.Query(ctx, s.sql("RetiredKeysHoldingLock"), pgx.NamedArgs{"namespaces": keyNS, "keys": keys})
+	if err != nil {
+		return nil, errors.Wrap(interpretError(err), "look up retired idempotency keys")
+	}
+	_, err = pgx.ForEachRow(rows, []any{&namespace, &key, &h.Type, &h.InputDigest}, func() error {
+		k := [2]string{namespace, key}
+		if _, ok := held[k]; !ok {
+			held[k] = plan.KeyHolder{Type: h.Type, InputDigest: append([]byte(nil), h.InputDigest...), Removed: true}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, errors.Wrap(interpretError(err), "look up retired idempotency keys")
 	}
 	var fresh []plan.StartPlan
 	seen := map[[2]string]bool{}
@@ -186,7 +197,7 @@ func (s *Store) freshStarts(ctx context.Context, tx pgx.Tx, plans []plan.StartPl
 			continue
 		}
 		if h, ok := held[k]; ok {
-			if pl.RefuseKeyReuse && !plan.SameStart(h.taskType, h.input, pl.Scheduled) {
+			if pl.RefuseKeyReuse && !h.SameStart(pl.Scheduled) {
 				return nil, errors.Wrapf(plan.KeyReused(), "start task %d", i)
 			}
 			continue

@@ -6,6 +6,7 @@ import (
 	"github.com/cockroachdb/errors"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/cairnflow/cairn/engine/internal/plan"
 	"github.com/cairnflow/cairn/engine/store"
 )
 
@@ -30,11 +31,14 @@ func (s *Store) TaskRemoveFinished(ctx context.Context, p *store.RemoveFinishedP
 		var ids [][16]byte
 		var keys []*string
 		var types []string
+		var digests [][]byte
 		var id [16]byte
 		var key *string
 		var typ string
-		if _, err := pgx.ForEachRow(rows, []any{&id, &key, &typ}, func() error {
+		var input []byte
+		if _, err := pgx.ForEachRow(rows, []any{&id, &key, &typ, &input}, func() error {
 			ids, keys, types = append(ids, id), append(keys, key), append(types, typ)
+			digests = append(digests, plan.InputDigest(input))
 			return nil
 		}); err != nil {
 			return err
@@ -52,7 +56,7 @@ func (s *Store) TaskRemoveFinished(ctx context.Context, p *store.RemoveFinishedP
 		}
 		var tasks, events int64
 		err = tx.QueryRow(ctx, s.sql("TaskRemove"), pgx.NamedArgs{
-			"namespace": p.Namespace, "ids": ids, "keys": keys, "types": types, "keys_until": keysUntil,
+			"namespace": p.Namespace, "ids": ids, "keys": keys, "types": types, "digests": digests, "keys_until": keysUntil,
 		}).Scan(&tasks, &events)
 		res = store.RemoveResult{Tasks: int(tasks), Events: int(events)}
 		return err

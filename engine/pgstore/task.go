@@ -396,15 +396,14 @@ func (s *Store) insertTasks(ctx context.Context, q querier, query string, args p
 		// The key was taken, by an earlier task or one of this batch; this
 		// statement runs after ours, so it sees the winner.
 		var existing uuid.UUID
-		var existingType string
-		var existingInput []byte
+		var holder plan.KeyHolder
 		err := q.QueryRow(ctx, s.sql("TaskIDByIdempotencyKey"), pgx.NamedArgs{
 			"namespace": pl.Scheduled.Namespace, "idempotency_key": pl.Scheduled.IdempotencyKey,
-		}).Scan(&existing, &existingType, &existingInput)
+		}).Scan(&existing, &holder.Type, &holder.Input, &holder.InputDigest, &holder.Removed)
 		if err != nil {
 			return nil, errors.Wrapf(interpretError(err), "look up the task holding idempotency key of start %d", i)
 		}
-		if pl.RefuseKeyReuse && !plan.SameStart(existingType, existingInput, pl.Scheduled) {
+		if pl.RefuseKeyReuse && !holder.SameStart(pl.Scheduled) {
 			return nil, errors.Wrapf(plan.KeyReused(), "start task %d", i)
 		}
 		out[i] = store.TaskStartResult{ID: existing, Existing: true}

@@ -29,8 +29,14 @@ SELECT applied_at FROM schema_migrations WHERE version = ?;
 SELECT sqlite_version();
 
 -- name: TaskIDByIdempotencyKey
--- The task holding a key, with what a RefuseKeyReuse start compares.
-SELECT id, type, input FROM tasks WHERE namespace = ? AND idempotency_key = ?;
+-- What holds a key, with what a RefuseKeyReuse start compares (see
+-- plan.KeyHolder): a task, or else a task retention removed whose key is
+-- still retired (?3: now, µs).
+SELECT id, type, input, NULL, 0 FROM tasks WHERE namespace = ?1 AND idempotency_key = ?2
+UNION ALL
+SELECT task_id, task_type, NULL, input_sha256, 1 FROM retired_keys
+WHERE namespace = ?1 AND idempotency_key = ?2 AND expires_at > ?3
+LIMIT 1;
 
 -- name: TaskIDByKey
 -- Only the id of the task holding a key (a signal by key): not its input.
@@ -270,7 +276,7 @@ ORDER BY n.queue;
 -- name: TaskRemovable
 -- As PostgreSQL's TaskRemovableLock (the write transaction is the lock):
 -- ?1 namespace, ?2 finished before (µs), ?3 max.
-SELECT t.id, t.idempotency_key, t.type FROM tasks AS t
+SELECT t.id, t.idempotency_key, t.type, t.input FROM tasks AS t
 WHERE t.namespace = ?1 AND t.finished_at IS NOT NULL AND t.finished_at < ?2
   AND t.status IN ('completed', 'failed', 'cancelled', 'dead_lettered', 'expired')
   AND NOT EXISTS (SELECT 1 FROM tasks AS c WHERE c.parent_id = t.id AND c.finished_at IS NULL)
@@ -282,11 +288,12 @@ LIMIT ?3;
 INSERT INTO removing (task_id) SELECT value FROM json_each(?);
 
 -- name: RetiredKeyInsert
--- ?1 namespace, ?2 key, ?3 task id, ?4 type, ?5 now, ?6 expires (µs).
-INSERT INTO retired_keys (namespace, idempotency_key, task_id, task_type, removed_at, expires_at)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+-- ?1 namespace, ?2 key, ?3 task id, ?4 type, ?5 input digest, ?6 now,
+-- ?7 expires (µs).
+INSERT INTO retired_keys (namespace, idempotency_key, task_id, task_type, input_sha256, removed_at, expires_at)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
 ON CONFLICT (namespace, idempotency_key) DO UPDATE
-    SET task_id = excluded.task_id, task_type = excluded.task_type,
+    SET task_id = excluded.task_id, task_type = excluded.task_type, input_sha256 = excluded.input_sha256,
         removed_at = excluded.removed_at, expires_at = excluded.expires_at;
 
 -- name: EventsRemove

@@ -7,6 +7,7 @@ import (
 	"github.com/cockroachdb/errors"
 	"github.com/google/uuid"
 
+	"github.com/cairnflow/cairn/engine/internal/plan"
 	"github.com/cairnflow/cairn/engine/store"
 )
 
@@ -30,11 +31,12 @@ func (s *Store) TaskRemoveFinished(ctx context.Context, p *store.RemoveFinishedP
 		type removable struct {
 			id, typ string
 			key     sql.NullString
+			input   []byte
 		}
 		var found []removable
 		for rows.Next() {
 			var r removable
-			if err := rows.Scan(&r.id, &r.key, &r.typ); err != nil {
+			if err := rows.Scan(&r.id, &r.key, &r.typ, &r.input); err != nil {
 				_ = rows.Close()
 				return err
 			}
@@ -54,7 +56,7 @@ func (s *Store) TaskRemoveFinished(ctx context.Context, p *store.RemoveFinishedP
 			if !r.key.Valid || !p.KeysUntil.After(s.now()) {
 				continue
 			}
-			if _, err := tx.exec(ctx, "RetiredKeyInsert", p.Namespace, r.key.String, r.id, r.typ, now, us(p.KeysUntil)); err != nil {
+			if _, err := tx.exec(ctx, "RetiredKeyInsert", p.Namespace, r.key.String, r.id, r.typ, plan.InputDigest(r.input), now, us(p.KeysUntil)); err != nil {
 				return err
 			}
 		}

@@ -190,7 +190,7 @@ func startTaskTx(ctx context.Context, tx *txn, p *store.TaskStartParams, now tim
 // only the starts that would make a task count against a bounded queue's
 // capacity, so a retried start into a full queue still finds its task.
 func startPlanned(ctx context.Context, tx *txn, planned []plan.StartPlan, now time.Time) ([]store.TaskStartResult, error) {
-	out, fresh, err := existingStarts(ctx, tx, planned)
+	out, fresh, err := existingStarts(ctx, tx, planned, now)
 	if err != nil {
 		return nil, err
 	}
@@ -214,7 +214,7 @@ func startPlanned(ctx context.Context, tx *txn, planned []plan.StartPlan, now ti
 // holding the starts' idempotency keys (Existing set; a start
 // RefuseKeyReuse refuses is an error), and the plans of the starts that
 // would make a task, a key named twice in the batch once.
-func existingStarts(ctx context.Context, tx *txn, planned []plan.StartPlan) ([]store.TaskStartResult, []plan.StartPlan, error) {
+func existingStarts(ctx context.Context, tx *txn, planned []plan.StartPlan, now time.Time) ([]store.TaskStartResult, []plan.StartPlan, error) {
 	out := make([]store.TaskStartResult, len(planned))
 	var fresh []plan.StartPlan
 	seen := map[[2]string]bool{} // namespace, key: a key is a namespace's
@@ -228,7 +228,7 @@ func existingStarts(ctx context.Context, tx *txn, planned []plan.StartPlan) ([]s
 			continue
 		}
 		seen[key] = true
-		res, found, err := taskHoldingKey(ctx, tx, pl)
+		res, found, err := taskHoldingKey(ctx, tx, pl, now)
 		if err != nil {
 			return nil, nil, errors.Wrapf(err, "start task %d", i)
 		}
@@ -241,20 +241,22 @@ func existingStarts(ctx context.Context, tx *txn, planned []plan.StartPlan) ([]s
 	return out, fresh, nil
 }
 
-// taskHoldingKey looks up the task holding pl's idempotency key; found is
+// taskHoldingKey looks up the task holding pl's idempotency key at now (a
+// task, or one retention removed whose key is still retired); found is
 // false when none does. A start refusing its key's reuse that is not the
 // start that took the key is refused.
-func taskHoldingKey(ctx context.Context, tx *txn, pl plan.StartPlan) (res store.TaskStartResult, found bool, err error) {
+func taskHoldingKey(ctx context.Context, tx *txn, pl plan.StartPlan, now time.Time) (res store.TaskStartResult, found bool, err error) {
 	sc := pl.Scheduled
-	var existing, existingType string
-	var existingInput []byte
-	err = tx.queryRow(ctx, "TaskIDByIdempotencyKey", sc.Namespace, sc.IdempotencyKey).Scan(&existing, &existingType, &existingInput)
+	var existing string
+	var holder plan.KeyHolder
+	err = tx.queryRow(ctx, "TaskIDByIdempotencyKey", sc.Namespace, sc.IdempotencyKey, us(now)).
+		Scan(&existing, &holder.Type, &holder.Input, &holder.InputDigest, &holder.Removed)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return store.TaskStartResult{}, false, nil
 	case err != nil:
 		return store.TaskStartResult{}, false, interpret(err)
-	case pl.RefuseKeyReuse && !plan.SameStart(existingType, existingInput, sc):
+	case pl.RefuseKeyReuse && !holder.SameStart(sc):
 		return store.TaskStartResult{}, false, plan.KeyReused()
 	}
 	id, err := uuid.Parse(existing)
@@ -264,7 +266,7 @@ func taskHoldingKey(ctx context.Context, tx *txn, pl plan.StartPlan) (res store.
 func insertTask(ctx context.Context, tx *txn, pl plan.StartPlan, now time.Time) (store.TaskStartResult, error) {
 	sc := pl.Scheduled
 	if sc.IdempotencyKey != "" {
-		if res, found, err := taskHoldingKey(ctx, tx, pl); err != nil || found {
+		if res, found, err := taskHoldingKey(ctx, tx, pl, now); err != nil || found {
 			return res, err
 		}
 	}

@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -18,6 +19,8 @@ var retentionTests = []conformanceTest{
 	{"RemoveFinishedKeepsTasksInsideTheWindow", testRemoveKeepsWindow},
 	{"RemoveFinishedKeepsFamiliesWithUnfinishedMembers", testRemoveKeepsFamilies},
 	{"RemoveFinishedTakesAtMostMaxOldestFirst", testRemoveMaxOldestFirst},
+	{"RetiredKeyIsStillTaken", testRetiredKeyIsStillTaken},
+	{"KeyIsFreedWithoutOrAfterItsWindow", testKeyFreedWithoutRetirement},
 }
 
 // removeFinished removes what finished before before, up to max.
@@ -109,4 +112,72 @@ func testRemoveMaxOldestFirst(t *testing.T, s store.Store) {
 	requireRemoved(t, s, ids[0])
 	requireRemoved(t, s, ids[1])
 	require.Equal(t, history.StatusCompleted, getTask(t, s, ids[2]).Status, "the newest is left for the next batch")
+}
+
+// startKeyed starts (or finds) a default task with key and input, through
+// TaskStart or, with many, TaskStartMany, refusing the key's reuse when
+// refuse is set.
+func startKeyed(t *testing.T, s store.Store, key, input string, refuse, many bool) (store.TaskStartResult, error) {
+	t.Helper()
+	p := spec{IdempotencyKey: key, Input: json.RawMessage(input)}.params()
+	p.RefuseKeyReuse = refuse
+	if !many {
+		return s.TaskStart(testContext(t), p)
+	}
+	res, err := s.TaskStartMany(testContext(t), []*store.TaskStartParams{p, spec{}.params()})
+	if err != nil {
+		return store.TaskStartResult{}, err
+	}
+	return res[0], nil
+}
+
+func testRetiredKeyIsStillTaken(t *testing.T, s store.Store) {
+	first, err := startKeyed(t, s, "order-1", `{"n": 1}`, false, false)
+	require.NoError(t, err)
+	complete(t, s, claimOne(t, s, "w", time.Minute))
+	res, err := s.TaskRemoveFinished(testContext(t), &store.RemoveFinishedParams{
+		Namespace: store.DefaultNamespace, Before: time.Now().Add(time.Hour), Max: 10, KeysUntil: time.Now().Add(time.Hour),
+	})
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Tasks)
+	requireRemoved(t, s, first.ID)
+
+	for _, many := range []bool{false, true} {
+		again, err := startKeyed(t, s, "order-1", `{"n":1}`, false, many)
+		require.NoError(t, err)
+		require.Equal(t, store.TaskStartResult{ID: first.ID, Existing: true}, again,
+			"many=%v: a late duplicate start names the removed task", many)
+		same, err := startKeyed(t, s, "order-1", `{ "n" : 1 }`, true, many)
+		require.NoError(t, err, "many=%v: the same input, written otherwise, is the same start", many)
+		require.Equal(t, first.ID, same.ID)
+		_, err = startKeyed(t, s, "order-1", `{"n": 2}`, true, many)
+		require.ErrorIs(t, err, store.ErrIdempotencyKeyReused, "many=%v: another input under a retired key is refused", many)
+	}
+	require.NoError(t, s.QueueSet(testContext(t), store.QueueConfig{Namespace: store.DefaultNamespace, Name: defaultQueue, MaxWaiting: 100}))
+	bounded, err := startKeyed(t, s, "order-1", `{"n":1}`, false, false)
+	require.NoError(t, err)
+	require.Equal(t, store.TaskStartResult{ID: first.ID, Existing: true}, bounded, "through a bounded queue too")
+	requireRemoved(t, s, first.ID)
+}
+
+func testKeyFreedWithoutRetirement(t *testing.T, s store.Store) {
+	first, err := startKeyed(t, s, "order-2", `{}`, false, false)
+	require.NoError(t, err)
+	complete(t, s, claimOne(t, s, "w", time.Minute))
+	require.Equal(t, 1, removeFinished(t, s, time.Now().Add(time.Hour), 10).Tasks)
+	again, err := startKeyed(t, s, "order-2", `{}`, false, false)
+	require.NoError(t, err)
+	require.False(t, again.Existing, "without a key window the key is free again")
+	require.NotEqual(t, first.ID, again.ID)
+
+	complete(t, s, claimOne(t, s, "w", time.Minute))
+	_, err = s.TaskRemoveFinished(testContext(t), &store.RemoveFinishedParams{
+		Namespace: store.DefaultNamespace, Before: time.Now().Add(time.Hour), Max: 10, KeysUntil: time.Now().Add(300 * time.Millisecond),
+	})
+	require.NoError(t, err)
+	waitFor(t, "the retired key to expire", func() bool {
+		res, err := startKeyed(t, s, "order-2", `{}`, false, false)
+		require.NoError(t, err)
+		return !res.Existing
+	})
 }

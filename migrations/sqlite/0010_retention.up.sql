@@ -7,6 +7,7 @@ CREATE TABLE retired_keys (
     idempotency_key TEXT    NOT NULL,
     task_id         TEXT    NOT NULL,
     task_type       TEXT    NOT NULL,
+    input_sha256    BLOB    NOT NULL,
     removed_at      INTEGER NOT NULL,
     expires_at      INTEGER NOT NULL,
     PRIMARY KEY (namespace, idempotency_key)

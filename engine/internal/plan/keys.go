@@ -1,0 +1,43 @@
+package plan
+
+import (
+	"bytes"
+	"crypto/sha256"
+
+	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/internal/jsoncheck"
+)
+
+// KeyHolder is what holds an idempotency key: a task, or a task that
+// retention removed, whose key stays retired for a while (retired_keys) so
+// that a late duplicate start is still one. A retired key keeps the
+// removed task's type and the SHA-256 of its input's canonical form, not
+// the input.
+type KeyHolder struct {
+	Type        string
+	Input       []byte // a task's input (Removed false)
+	InputDigest []byte // a removed task's InputDigest (Removed true)
+	Removed     bool
+}
+
+// SameStart reports whether sched is the start that made the holder, as
+// [SameStart] compares them; for a removed task, by its input's digest.
+func (h KeyHolder) SameStart(sched history.TaskScheduledData) bool {
+	if !h.Removed {
+		return SameStart(h.Type, h.Input, sched)
+	}
+	return h.Type == sched.TaskType && bytes.Equal(h.InputDigest, InputDigest(sched.Input))
+}
+
+// InputDigest is the SHA-256 of input's canonical JSON form (no input:
+// null's), what a retired key keeps of its task's input: two inputs with
+// the same digest are the same JSON value however each store wrote it
+// back. Text that is not JSON is digested as it is.
+func InputDigest(input []byte) []byte {
+	canonical, err := jsoncheck.Canonical(input)
+	if err != nil {
+		canonical = input
+	}
+	sum := sha256.Sum256(canonical)
+	return sum[:]
+}
