@@ -2,6 +2,19 @@
 -- them, by TaskRemoveFinished; the idempotency keys of removed tasks stay
 -- taken for a while in retired_keys, so a late duplicate start is still
 -- recognised as one.
+
+-- A namespace's settings; a namespace without a row takes the defaults of
+-- the process that runs retention.
+CREATE TABLE /* TEMPLATE: schema */namespaces (
+    name             text        PRIMARY KEY,
+    -- Finished tasks are removed this long after they finished. NULL: the
+    -- default.
+    retention_ms     bigint      CHECK (retention_ms > 0),
+    -- A removed task's idempotency key stays taken this long after the
+    -- removal. NULL: the default.
+    key_retention_ms bigint      CHECK (key_retention_ms > 0),
+    updated_at       timestamptz NOT NULL
+);
 CREATE TABLE /* TEMPLATE: schema */retired_keys (
     namespace       text        NOT NULL,
     idempotency_key text        NOT NULL,

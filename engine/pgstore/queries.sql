@@ -812,3 +812,25 @@ DELETE FROM /* TEMPLATE: schema */retired_keys
 WHERE (namespace, idempotency_key) IN (
     SELECT namespace, idempotency_key FROM /* TEMPLATE: schema */retired_keys
     WHERE expires_at <= now() ORDER BY expires_at LIMIT @max);
+
+-- name: NamespaceUpsert
+INSERT INTO /* TEMPLATE: schema */namespaces (name, retention_ms, key_retention_ms, updated_at)
+VALUES (@name, @retention_ms, @key_retention_ms, now())
+ON CONFLICT (name) DO UPDATE
+SET retention_ms = excluded.retention_ms, key_retention_ms = excluded.key_retention_ms, updated_at = now();
+
+-- name: NamespaceList
+-- The namespaces with settings, and those with finished tasks, found by a
+-- skip scan of tasks_finished_idx (one probe per namespace, however many
+-- tasks each has).
+WITH RECURSIVE seen AS (
+    (SELECT namespace FROM /* TEMPLATE: schema */tasks WHERE finished_at IS NOT NULL ORDER BY namespace LIMIT 1)
+    UNION ALL
+    SELECT (SELECT t.namespace FROM /* TEMPLATE: schema */tasks AS t
+            WHERE t.finished_at IS NOT NULL AND t.namespace > seen.namespace ORDER BY t.namespace LIMIT 1)
+    FROM seen WHERE seen.namespace IS NOT NULL
+)
+SELECT coalesce(n.name, s.namespace), n.retention_ms, n.key_retention_ms
+FROM /* TEMPLATE: schema */namespaces AS n
+FULL JOIN (SELECT namespace FROM seen WHERE namespace IS NOT NULL) AS s ON s.namespace = n.name
+ORDER BY 1;

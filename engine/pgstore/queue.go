@@ -76,7 +76,7 @@ func (s *Store) QueueList(ctx context.Context, namespace string) ([]store.QueueI
 }
 
 // boundedQueues returns the bounded queues among those of a start, by the
-// named query (QueueBounded, or QueueBoundedLock to lock their rows).
+// named query (QueueBoundedLock, which locks their rows).
 func (s *Store) boundedQueues(ctx context.Context, q querier, query string, namespaces, queues []string) ([]boundedQueue, error) {
 	rows, err := q.Query(ctx, s.sql(query), pgx.NamedArgs{"namespaces": namespaces, "names": queues})
 	if err != nil {

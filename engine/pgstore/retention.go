@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"context"
+	"time"
 
 	"github.com/cockroachdb/errors"
 	"github.com/jackc/pgx/v5"
@@ -65,4 +66,50 @@ func (s *Store) TaskRemoveFinished(ctx context.Context, p *store.RemoveFinishedP
 		return store.RemoveResult{}, errors.Wrapf(interpretError(err), "remove finished tasks of namespace %s", p.Namespace)
 	}
 	return res, nil
+}
+
+// NamespaceSet implements [store.Store].
+func (s *Store) NamespaceSet(ctx context.Context, c store.NamespaceConfig) error {
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	_, err := s.pool.Exec(ctx, s.sql("NamespaceUpsert"), pgx.NamedArgs{
+		"name": c.Name, "retention_ms": nullMillis(c.Retention), "key_retention_ms": nullMillis(c.KeyRetention),
+	})
+	return errors.Wrapf(interpretError(err), "set namespace %s", c.Name)
+}
+
+// NamespaceList implements [store.Store].
+func (s *Store) NamespaceList(ctx context.Context) ([]store.NamespaceConfig, error) {
+	rows, err := s.pool.Query(ctx, s.sql("NamespaceList"))
+	if err != nil {
+		return nil, errors.Wrap(interpretError(err), "list namespaces")
+	}
+	var out []store.NamespaceConfig
+	var name string
+	var retention, keyRetention *int64
+	_, err = pgx.ForEachRow(rows, []any{&name, &retention, &keyRetention}, func() error {
+		out = append(out, store.NamespaceConfig{
+			Name: name, Retention: millis(retention), KeyRetention: millis(keyRetention),
+		})
+		return nil
+	})
+	return out, errors.Wrap(interpretError(err), "list namespaces")
+}
+
+// nullMillis is d in milliseconds, NULL for 0.
+func nullMillis(d time.Duration) *int64 {
+	if d <= 0 {
+		return nil
+	}
+	ms := d.Milliseconds()
+	return &ms
+}
+
+// millis is the duration of a column of milliseconds, 0 for NULL.
+func millis(ms *int64) time.Duration {
+	if ms == nil {
+		return 0
+	}
+	return time.Duration(*ms) * time.Millisecond
 }

@@ -309,3 +309,16 @@ DELETE FROM removing;
 -- Drops up to ?2 retired keys past their time (?1, µs).
 DELETE FROM retired_keys WHERE rowid IN (
     SELECT rowid FROM retired_keys WHERE expires_at <= ?1 ORDER BY expires_at LIMIT ?2);
+
+-- name: NamespaceUpsert
+INSERT INTO namespaces (name, retention_ms, key_retention_ms, updated_at) VALUES (?1, ?2, ?3, ?4)
+ON CONFLICT (name) DO UPDATE
+SET retention_ms = excluded.retention_ms, key_retention_ms = excluded.key_retention_ms, updated_at = excluded.updated_at;
+
+-- name: NamespaceList
+-- The namespaces with settings, and those with finished tasks.
+SELECT name, max(retention_ms), max(key_retention_ms) FROM (
+    SELECT name, retention_ms, key_retention_ms FROM namespaces
+    UNION ALL
+    SELECT DISTINCT namespace, NULL, NULL FROM tasks WHERE finished_at IS NOT NULL
+) GROUP BY name ORDER BY name;

@@ -3,6 +3,7 @@ package sqlitestore
 import (
 	"context"
 	"database/sql"
+	"time"
 
 	"github.com/cockroachdb/errors"
 	"github.com/google/uuid"
@@ -83,4 +84,39 @@ func (s *Store) TaskRemoveFinished(ctx context.Context, p *store.RemoveFinishedP
 		return store.RemoveResult{}, errors.Wrapf(interpret(err), "remove finished tasks of namespace %s", p.Namespace)
 	}
 	return res, nil
+}
+
+// NamespaceSet implements [store.Store].
+func (s *Store) NamespaceSet(ctx context.Context, c store.NamespaceConfig) error {
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	_, err := s.q.exec(ctx, "NamespaceUpsert", c.Name, nullMillis(c.Retention), nullMillis(c.KeyRetention), us(s.now()))
+	return errors.Wrapf(interpret(err), "set namespace %s", c.Name)
+}
+
+// NamespaceList implements [store.Store].
+func (s *Store) NamespaceList(ctx context.Context) ([]store.NamespaceConfig, error) {
+	rows, err := s.q.query(ctx, "NamespaceList")
+	if err != nil {
+		return nil, errors.Wrap(interpret(err), "list namespaces")
+	}
+	defer rows.Close()
+	var out []store.NamespaceConfig
+	for rows.Next() {
+		var c store.NamespaceConfig
+		var retention, keyRetention sql.NullInt64
+		if err := rows.Scan(&c.Name, &retention, &keyRetention); err != nil {
+			return nil, errors.Wrap(interpret(err), "list namespaces")
+		}
+		c.Retention = time.Duration(retention.Int64) * time.Millisecond
+		c.KeyRetention = time.Duration(keyRetention.Int64) * time.Millisecond
+		out = append(out, c)
+	}
+	return out, errors.Wrap(interpret(rows.Err()), "list namespaces")
+}
+
+// nullMillis is d in milliseconds, NULL for 0.
+func nullMillis(d time.Duration) sql.NullInt64 {
+	return sql.NullInt64{Int64: d.Milliseconds(), Valid: d > 0}
 }

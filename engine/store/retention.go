@@ -1,6 +1,10 @@
 package store
 
-import "time"
+import (
+	"time"
+
+	"github.com/cockroachdb/errors"
+)
 
 // RemoveFinishedParams selects what [Store.TaskRemoveFinished] removes: up
 // to Max tasks of Namespace that finished before Before, each with its
@@ -19,4 +23,32 @@ type RemoveFinishedParams struct {
 // RemoveResult says what one [Store.TaskRemoveFinished] removed.
 type RemoveResult struct {
 	Tasks, Events int
+}
+
+// NamespaceConfig is a namespace's retention settings. Zero durations
+// take the defaults of the process that runs retention
+// (engine.RetentionConfig).
+type NamespaceConfig struct {
+	Name string
+	// Retention is how long after it finished a task is removed, with its
+	// whole log.
+	Retention time.Duration
+	// KeyRetention is how long after the removal a removed task's
+	// idempotency key stays taken.
+	KeyRetention time.Duration
+}
+
+// Validate checks the settings before a store writes them.
+func (c NamespaceConfig) Validate() error {
+	switch {
+	case c.Name == "":
+		return errors.New("namespace name is empty")
+	case c.Retention < 0:
+		return errors.Newf("namespace %s: retention %s is negative (0 takes the default)", c.Name, c.Retention)
+	case c.KeyRetention < 0:
+		return errors.Newf("namespace %s: key retention %s is negative (0 takes the default)", c.Name, c.KeyRetention)
+	case c.Retention > 0 && c.Retention < time.Millisecond, c.KeyRetention > 0 && c.KeyRetention < time.Millisecond:
+		return errors.Newf("namespace %s: retention is kept in milliseconds; use at least 1ms", c.Name)
+	}
+	return nil
 }

@@ -86,6 +86,11 @@ type Store interface {
 	// child whose parent has not finished. Their idempotency keys stay
 	// taken until p.KeysUntil; retired keys past their time are dropped.
 	TaskRemoveFinished(ctx context.Context, p *RemoveFinishedParams) (RemoveResult, error)
+	// NamespaceSet writes a namespace's settings. NamespaceList returns
+	// every namespace that has settings or finished tasks, by name (a
+	// namespace without settings has zero durations).
+	NamespaceSet(ctx context.Context, c NamespaceConfig) error
+	NamespaceList(ctx context.Context) ([]NamespaceConfig, error)
 
 	// Schedules.
 	ScheduleCreate(ctx context.Context, sc Schedule) error

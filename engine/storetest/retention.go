@@ -21,6 +21,7 @@ var retentionTests = []conformanceTest{
 	{"RemoveFinishedTakesAtMostMaxOldestFirst", testRemoveMaxOldestFirst},
 	{"RetiredKeyIsStillTaken", testRetiredKeyIsStillTaken},
 	{"KeyIsFreedWithoutOrAfterItsWindow", testKeyFreedWithoutRetirement},
+	{"NamespaceSettingsAreSetAndListed", testNamespaceSettings},
 }
 
 // removeFinished removes what finished before before, up to max.
@@ -180,4 +181,32 @@ func testKeyFreedWithoutRetirement(t *testing.T, s store.Store) {
 		require.NoError(t, err)
 		return !res.Existing
 	})
+}
+
+func testNamespaceSettings(t *testing.T, s store.Store) {
+	ctx := testContext(t)
+	list := func() []store.NamespaceConfig {
+		t.Helper()
+		got, err := s.NamespaceList(ctx)
+		require.NoError(t, err)
+		return got
+	}
+	require.Empty(t, list(), "no settings and no finished task: no namespace to list")
+	require.NoError(t, s.NamespaceSet(ctx, store.NamespaceConfig{Name: "tenant-b", Retention: 30 * 24 * time.Hour}))
+	start(t, s, spec{})
+	require.Equal(t, []store.NamespaceConfig{{Name: "tenant-b", Retention: 30 * 24 * time.Hour}}, list(),
+		"a namespace whose tasks have not finished is not listed without settings")
+	complete(t, s, claimOne(t, s, "w", time.Minute))
+	require.NoError(t, s.NamespaceSet(ctx, store.NamespaceConfig{Name: "tenant-b", Retention: 90 * time.Second, KeyRetention: time.Hour}))
+	require.Equal(t, []store.NamespaceConfig{
+		{Name: store.DefaultNamespace},
+		{Name: "tenant-b", Retention: 90 * time.Second, KeyRetention: time.Hour},
+	}, list(), "settings are replaced; a namespace with finished tasks is listed with the defaults")
+
+	for _, bad := range []store.NamespaceConfig{
+		{Name: ""}, {Name: "x", Retention: -time.Second}, {Name: "x", KeyRetention: -1}, {Name: "x", Retention: time.Microsecond},
+	} {
+		require.Error(t, s.NamespaceSet(ctx, bad), "%+v is refused", bad)
+	}
+	require.Len(t, list(), 2, "a refused setting writes nothing")
 }

@@ -2,6 +2,13 @@
 -- a task listed in removing, which TaskRemoveFinished fills and empties in
 -- the transaction that removes the task (SQLite has no transaction-local
 -- setting for the trigger to read, as PostgreSQL's cairn.retention).
+CREATE TABLE namespaces (
+    name             TEXT    PRIMARY KEY,
+    retention_ms     INTEGER CHECK (retention_ms > 0),
+    key_retention_ms INTEGER CHECK (key_retention_ms > 0),
+    updated_at       INTEGER NOT NULL
+);
+
 CREATE TABLE retired_keys (
     namespace       TEXT    NOT NULL,
     idempotency_key TEXT    NOT NULL,
