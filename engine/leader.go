@@ -19,6 +19,10 @@ type RescuerConfig struct {
 	// Clock tells the time of the rescues it writes; give the store the
 	// same one. Default [store.WallClock].
 	Clock Clock
+	// Retention is what the leader removes at each pass after its rescues
+	// (finished tasks past their namespace's retention). Its zero value
+	// removes only in namespaces that set their own retention.
+	Retention RetentionConfig
 	// Logger. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -50,6 +54,7 @@ func NewRescuer(cfg RescuerConfig) (*Rescuer, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = store.WallClock
 	}
+	cfg.Retention = cfg.Retention.withDefaults()
 	return &Rescuer{cfg: cfg, outage: newOutage(cfg.Logger, "rescuer")}, nil
 }
 
@@ -154,8 +159,22 @@ func (r *Rescuer) pass(ctx context.Context, wasLeader bool) bool {
 			r.cfg.Logger.Info("rescuer: rescued tasks with expired leases", "count", n)
 		}
 		if n < 100 {
-			return true
+			break
 		}
+	}
+	r.removeFinished(ctx)
+	return true
+}
+
+// removeFinished runs retention (see [RetentionConfig]) within half a
+// pass's interval.
+func (r *Rescuer) removeFinished(ctx context.Context) {
+	res, err := removeFinished(ctx, r.cfg.Store, r.cfg.Clock, r.cfg.Retention, r.cfg.Interval/2)
+	if res.Tasks > 0 {
+		r.cfg.Logger.Info("rescuer: removed finished tasks past their retention", "tasks", res.Tasks, "events", res.Events)
+	}
+	if err != nil && ctx.Err() == nil {
+		r.cfg.Logger.Warn("rescuer: remove finished tasks", errAttr(err))
 	}
 }
 

@@ -1,0 +1,75 @@
+package engine
+
+import (
+	"context"
+	"time"
+
+	"github.com/cairnflow/cairn/engine/store"
+)
+
+// RetentionConfig is what the leader's pass removes: the tasks of each
+// namespace that finished longer ago than its retention, whole, with their
+// logs. A namespace's own settings ([store.Store.NamespaceSet]) win over
+// these defaults.
+type RetentionConfig struct {
+	// Default is the retention of a namespace without its own. 0: its
+	// finished tasks are kept.
+	Default time.Duration
+	// KeyDefault is how long a removed task's idempotency key stays taken
+	// in a namespace without its own key retention. Default 24h.
+	KeyDefault time.Duration
+	// Batch is the most tasks one removal transaction takes. Default 500.
+	Batch int
+}
+
+func (c RetentionConfig) withDefaults() RetentionConfig {
+	if c.KeyDefault <= 0 {
+		c.KeyDefault = 24 * time.Hour
+	}
+	if c.Batch <= 0 {
+		c.Batch = 500
+	}
+	return c
+}
+
+// removeFinished runs retention for every namespace, batch after batch,
+// until nothing is left to remove or the pass has used its budget (the
+// rest waits for the next pass, so rescues and schedules are never held
+// up by a backlog of removals). It reports the tasks and events removed.
+func removeFinished(ctx context.Context, s store.Store, clock Clock, cfg RetentionConfig, budget time.Duration) (store.RemoveResult, error) {
+	var total store.RemoveResult
+	namespaces, err := s.NamespaceList(ctx)
+	if err != nil {
+		return total, err
+	}
+	until := time.Now().Add(budget)
+	for _, ns := range namespaces {
+		retention, keyRetention := ns.Retention, ns.KeyRetention
+		if retention == 0 {
+			retention = cfg.Default
+		}
+		if keyRetention == 0 {
+			keyRetention = cfg.KeyDefault
+		}
+		if retention == 0 {
+			continue
+		}
+		for {
+			now := clock.Now()
+			res, err := s.TaskRemoveFinished(ctx, &store.RemoveFinishedParams{
+				Namespace: ns.Name, Before: now.Add(-retention), Max: cfg.Batch, KeysUntil: now.Add(keyRetention),
+			})
+			total.Tasks, total.Events = total.Tasks+res.Tasks, total.Events+res.Events
+			if err != nil {
+				return total, err
+			}
+			if res.Tasks < cfg.Batch || time.Now().After(until) {
+				break
+			}
+		}
+		if time.Now().After(until) {
+			break
+		}
+	}
+	return total, nil
+}

@@ -1,0 +1,91 @@
+package engine_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/engine/enginetest"
+	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/history"
+)
+
+// TestRescuerRemovesFinishedTasksPastRetention runs the leader's pass with
+// retention: a namespace's own setting, and the default for a namespace
+// without one; what has not finished stays, and so does a namespace with
+// neither.
+func TestRescuerRemovesFinishedTasksPastRetention(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := enginetest.Store(t)
+	finish := func(namespace string) uuid.UUID {
+		t.Helper()
+		id := enginetest.StartTask(t, s, &enginetest.TaskOpts{Namespace: namespace, IdempotencyKey: "k-" + namespace})
+		p := enginetest.ClaimParams("w", 1, time.Minute)
+		p.Namespace = namespace
+		claimed := enginetest.Claim(t, s, p)
+		require.Len(t, claimed, 1)
+		enginetest.Complete(t, s, claimed[0])
+		return id
+	}
+	own, byDefault := finish("own"), finish(store.DefaultNamespace)
+	pending := enginetest.StartTask(t, s, &enginetest.TaskOpts{})
+	require.NoError(t, s.NamespaceSet(ctx, store.NamespaceConfig{Name: "keyed", KeyRetention: time.Hour}))
+	keyed := finish("keyed")
+	require.NoError(t, s.NamespaceSet(ctx, store.NamespaceConfig{Name: "own", Retention: 20 * time.Millisecond}))
+
+	r, err := engine.NewRescuer(engine.RescuerConfig{
+		Store: s, Owner: "leader", Interval: 20 * time.Millisecond, Logger: enginetest.Logger(t),
+		Retention: engine.RetentionConfig{Default: 50 * time.Millisecond, Batch: 1},
+	})
+	require.NoError(t, err)
+	// "keyed" sets only its key retention: the default retention applies.
+	require.NoError(t, r.Start(ctx))
+	t.Cleanup(r.Stop)
+	for _, c := range []struct {
+		namespace string
+		id        uuid.UUID
+	}{{"own", own}, {store.DefaultNamespace, byDefault}, {"keyed", keyed}} {
+		enginetest.WaitFor(t, "task of "+c.namespace+" removed", func() bool {
+			_, err := s.TaskGetByID(ctx, c.namespace, c.id)
+			return err != nil
+		})
+		_, err := s.TaskGetByID(ctx, c.namespace, c.id)
+		require.ErrorIs(t, err, store.ErrNotFound)
+		evs, err := s.EventListByTask(ctx, c.id)
+		require.NoError(t, err)
+		require.Empty(t, evs, "its log went with it")
+		again, err := s.TaskStart(ctx, (&enginetest.TaskOpts{Namespace: c.namespace, IdempotencyKey: "k-" + c.namespace}).Params())
+		require.NoError(t, err)
+		require.Equal(t, store.TaskStartResult{ID: c.id, Existing: true}, again, "its key stays taken (24h by default)")
+	}
+	r.Stop()
+	require.Equal(t, history.StatusPending, enginetest.GetTask(t, s, pending).Status, "a pending task is never removed")
+	require.Equal(t, 1, enginetest.RequireProjectionsMatch(t, s))
+}
+
+// TestRetentionWithoutDefaultKeepsNamespacesWithoutSettings: with no
+// default, only a namespace's own retention removes anything.
+func TestRetentionWithoutDefaultKeepsNamespacesWithoutSettings(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := enginetest.Store(t)
+	id := enginetest.StartTask(t, s, &enginetest.TaskOpts{})
+	enginetest.Complete(t, s, enginetest.ClaimOne(t, s, "w", time.Minute))
+	r, err := engine.NewRescuer(engine.RescuerConfig{Store: s, Owner: "leader", Interval: 10 * time.Millisecond, Logger: enginetest.Logger(t)})
+	require.NoError(t, err)
+	require.NoError(t, r.Start(ctx))
+	// A nonzero default of any length would have removed the task within
+	// these passes (ten and more); the lease, renewed under the rescuer's
+	// own owner, shows it led them.
+	time.Sleep(200 * time.Millisecond)
+	led, err := s.LeaderAttempt(ctx, "rescuer", "leader", time.Second)
+	require.NoError(t, err)
+	require.True(t, led, "the rescuer led the passes")
+	r.Stop()
+	require.Equal(t, history.StatusCompleted, enginetest.GetTask(t, s, id).Status, "no retention set, none applied")
+}
