@@ -66,3 +66,31 @@ func (c *Client) RemoveRateLimit(ctx context.Context, typeName string) error {
 func (c *Client) QueueStats(ctx context.Context, window time.Duration) ([]store.QueueStats, error) {
 	return c.store.QueueStatsList(ctx, c.namespace, window)
 }
+
+// NamespaceSettings are a namespace's retention settings. A zero duration
+// takes the default of the process that runs the rescuer
+// (WorkerConfig.DefaultRetention, DefaultKeyRetention; `cairn server
+// --default-retention`).
+type NamespaceSettings struct {
+	// Retention is how long after it finished a task is removed, whole,
+	// with its history (at least 1ms).
+	Retention time.Duration
+	// KeyRetention is how long after its removal a task's idempotency key
+	// stays taken: a start with it meanwhile returns the removed task's id.
+	KeyRetention time.Duration
+}
+
+// SetNamespace sets the retention settings of namespace (any namespace,
+// not only the client's). They apply from the rescuer's next pass.
+func (c *Client) SetNamespace(ctx context.Context, namespace string, s NamespaceSettings) error {
+	if err := validateName("namespace", namespace); err != nil {
+		return err
+	}
+	return c.store.NamespaceSet(ctx, store.NamespaceConfig{Name: namespace, Retention: s.Retention, KeyRetention: s.KeyRetention})
+}
+
+// Namespaces returns every namespace with settings or finished tasks, by
+// name, with its settings (zero: the default).
+func (c *Client) Namespaces(ctx context.Context) ([]store.NamespaceConfig, error) {
+	return c.store.NamespaceList(ctx)
+}

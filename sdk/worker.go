@@ -51,6 +51,14 @@ type WorkerConfig struct {
 	// tasks whose lease expired. Default 5s. Negative disables this
 	// worker's rescuer (another process must run one).
 	RescueInterval time.Duration
+	// DefaultRetention is how long after they finished the rescuer removes
+	// tasks (whole, with their history) in a namespace without a retention
+	// of its own (Client.SetNamespace). 0, the default: such namespaces
+	// keep their tasks.
+	DefaultRetention time.Duration
+	// DefaultKeyRetention is how long a removed task's idempotency key stays
+	// taken in a namespace without a key retention of its own. Default 24h.
+	DefaultKeyRetention time.Duration
 	// WorkerID names this worker in leases and history. Default
 	// host-pid-random.
 	WorkerID string
@@ -154,6 +162,9 @@ func validateWorkerConfig(cfg *WorkerConfig) error {
 	}
 	if cfg.StopTimeout < 0 {
 		return errors.Newf("worker: StopTimeout %s is negative", cfg.StopTimeout)
+	}
+	if cfg.DefaultRetention < 0 || cfg.DefaultKeyRetention < 0 {
+		return errors.New("worker: DefaultRetention and DefaultKeyRetention must not be negative (0: none, and 24h)")
 	}
 	ttl := cfg.LeaseTTL
 	if ttl == 0 {
@@ -279,6 +290,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	if w.cfg.RescueInterval >= 0 {
 		w.rescuer, err = engine.NewRescuer(engine.RescuerConfig{
 			Store: w.store, Owner: w.cfg.WorkerID, Interval: w.cfg.RescueInterval, Logger: w.cfg.Logger,
+			Retention: engine.RetentionConfig{Default: w.cfg.DefaultRetention, KeyDefault: w.cfg.DefaultKeyRetention},
 		})
 		if err != nil {
 			return err

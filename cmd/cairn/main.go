@@ -104,7 +104,7 @@ store: one SQLite file (--db, default ./cairn-dev.db), for one process.`,
 	pf.IntVar(&g.maxPayload, "max-payload-bytes", sdk.DefaultMaxPayloadBytes,
 		"the most bytes of JSON a task's input may hold (a schedule's, a start through the API); a worker bounds outputs the same")
 	pf.IntVar(&g.filters.MaxScan, "filter-max-scan", sdk.DefaultFilterScan, "the most rows a command or request with a filter reads to evaluate it")
-	root.AddCommand(newMigrateCmd(g), newTaskCmd(g), newDLQCmd(g), newQueueCmd(g), newScheduleCmd(g), newDemoCmd(g))
+	root.AddCommand(newMigrateCmd(g), newTaskCmd(g), newDLQCmd(g), newQueueCmd(g), newNamespaceCmd(g), newScheduleCmd(g), newDemoCmd(g))
 	root.AddCommand(newServerCmd(g), newDevCmd(g), newTokenCmd())
 	root.AddCommand(newAuditCmd(g), newBenchCmd(g))
 	markUsageErrors(root)

@@ -30,6 +30,8 @@ type serverFlags struct {
 	tokensFile      string
 	maxListPayload  int // bytes of inputs and outputs a listing page that includes them carries
 	rescueInterval  time.Duration
+	retention       retentionFlag // --default-retention
+	keyRetention    retentionFlag // --default-key-retention
 	shutdownTimeout time.Duration
 	migrate         bool
 	logLevel        string
@@ -96,6 +98,8 @@ See docs/guarantees.md ("Security").`,
 	fl.IntVar(&f.maxListPayload, "max-list-payload-bytes", sdk.DefaultMaxListPayloadBytes,
 		"bytes of inputs and outputs one page of GET /v1/tasks?include=input,output carries at most")
 	fl.DurationVar(&f.rescueInterval, "rescue-interval", 5*time.Second, "how often the leader looks for expired leases; the leader lease lasts three")
+	fl.Var(&f.retention, "default-retention", "how long the leader keeps finished tasks of namespaces without a retention of their own, e.g. 30d (0: forever)")
+	fl.Var(&f.keyRetention, "default-key-retention", "how long a removed task's idempotency key stays taken in namespaces without their own (0: 24h)")
 	fl.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a stopping server lets requests (long polls) finish")
 	fl.BoolVar(&f.migrate, "migrate", true, "apply cairn's migrations at start")
 	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
@@ -165,7 +169,8 @@ func runServerWith(cmd *cobra.Command, g *globals, f *serverFlags, also alongsid
 	// serve stops the server in order (drain, HTTP shutdown, Stop); this
 	// one is for the returns before it, and finds nothing left to do after.
 	defer func() { _ = srv.Stop(context.Background()) }()
-	rescuer, err := engine.NewRescuer(engine.RescuerConfig{Store: store, Owner: serverID(), Interval: f.rescueInterval, Logger: logger})
+	rescuer, err := engine.NewRescuer(engine.RescuerConfig{Store: store, Owner: serverID(), Interval: f.rescueInterval, Logger: logger,
+		Retention: engine.RetentionConfig{Default: time.Duration(f.retention), KeyDefault: time.Duration(f.keyRetention)}})
 	if err != nil {
 		return err
 	}

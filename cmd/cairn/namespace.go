@@ -1,0 +1,146 @@
+package main
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cockroachdb/errors"
+	"github.com/spf13/cobra"
+
+	"github.com/cairnflow/cairn/sdk"
+)
+
+func newNamespaceCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "namespace", Short: "Namespaces: retention of finished tasks and of their idempotency keys"}
+	cmd.AddCommand(newNamespaceSetCmd(g), newNamespaceListCmd(g))
+	return cmd
+}
+
+func newNamespaceSetCmd(g *globals) *cobra.Command {
+	var retention, keyRetention retentionFlag
+	cmd := &cobra.Command{
+		Use:   "set NAME",
+		Short: "Set a namespace's retention (how long finished tasks are kept) and key retention",
+		Long: `Sets how long after they finished the namespace's tasks are kept: the
+leader (in cairn server, or any worker's rescuer) then removes them whole,
+with their history. A removed task's idempotency key stays taken for
+--key-retention after the removal, so a late duplicate start still names it.
+Durations are Go durations with days allowed: 30d, 36h, 1d12h, 90s. 0 takes
+the default of the process that runs the leader (none, and 24h, unless
+cairn server --default-retention / --default-key-retention say otherwise).`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, closeDB, err := g.client(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer closeDB()
+			s := sdk.NamespaceSettings{Retention: time.Duration(retention), KeyRetention: time.Duration(keyRetention)}
+			if err := c.SetNamespace(cmd.Context(), args[0], s); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "namespace %s: retention %s, key retention %s\n",
+				args[0], retentionText(s.Retention), retentionText(s.KeyRetention))
+			return nil
+		},
+	}
+	cmd.Flags().Var(&retention, "retention", "how long finished tasks are kept, e.g. 30d (0: the default)")
+	cmd.Flags().Var(&keyRetention, "key-retention", "how long a removed task's idempotency key stays taken, e.g. 24h (0: the default)")
+	return cmd
+}
+
+// namespaceView is a namespace as `cairn namespace list -o json` prints
+// it: durations in seconds, 0 for the default.
+type namespaceView struct {
+	Name                string  `json:"name"`
+	RetentionSeconds    float64 `json:"retention_seconds"`
+	KeyRetentionSeconds float64 `json:"key_retention_seconds"`
+}
+
+func newNamespaceListCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "list",
+		Short: "List the namespaces with settings or finished tasks, and their retention",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, closeDB, err := g.client(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer closeDB()
+			namespaces, err := c.Namespaces(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if g.output == "json" {
+				views := make([]namespaceView, len(namespaces))
+				for i, ns := range namespaces {
+					views[i] = namespaceView{ns.Name, ns.Retention.Seconds(), ns.KeyRetention.Seconds()}
+				}
+				return printJSON(cmd, views)
+			}
+			w := newTable(cmd)
+			fmt.Fprintln(w, "NAMESPACE\tRETENTION\tKEY RETENTION")
+			for _, ns := range namespaces {
+				fmt.Fprintf(w, "%s\t%s\t%s\n", ns.Name, retentionText(ns.Retention), retentionText(ns.KeyRetention))
+			}
+			return w.Flush()
+		},
+	}
+}
+
+// retentionText shows a retention in days where it is whole days.
+func retentionText(d time.Duration) string {
+	const day = 24 * time.Hour
+	switch {
+	case d == 0:
+		return "default"
+	case d%day == 0:
+		return fmt.Sprintf("%dd", d/day)
+	}
+	return d.String()
+}
+
+// retentionFlag is a duration flag that also takes days ("30d", "1d12h").
+type retentionFlag time.Duration
+
+func (f *retentionFlag) String() string { return retentionText(time.Duration(*f)) }
+func (f *retentionFlag) Type() string   { return "duration" }
+
+func (f *retentionFlag) Set(s string) error {
+	d, err := parseRetention(s)
+	if err != nil {
+		return err
+	}
+	*f = retentionFlag(d)
+	return nil
+}
+
+// parseRetention parses a Go duration that may start with whole days.
+func parseRetention(s string) (time.Duration, error) {
+	if s == "" {
+		return 0, errors.New("empty: give a duration such as 30d, 36h, 1d12h or 90s (0: the default)")
+	}
+	var days time.Duration
+	rest := s
+	if i := strings.IndexByte(s, 'd'); i >= 0 {
+		n, err := strconv.ParseUint(s[:i], 10, 16)
+		if err != nil {
+			return 0, errors.Newf("%q: days are a whole number before the d, as in 30d or 1d12h", s)
+		}
+		days, rest = time.Duration(n)*24*time.Hour, s[i+1:]
+	}
+	var d time.Duration
+	if rest != "" {
+		var err error
+		if d, err = time.ParseDuration(rest); err != nil {
+			return 0, errors.Newf("%q: not a duration (use 30d, 36h, 1d12h, 90s)", s)
+		}
+	}
+	if d < 0 {
+		return 0, errors.Newf("%q: a retention is not negative (0: the default)", s)
+	}
+	return days + d, nil
+}
