@@ -308,7 +308,7 @@ row "latency to start p50 (ms)" "$(num "$river_start_p50" %.2f)" - "$(num "$cair
   "cairn/River $(ratio "$cairn_start_p50" "$river_start_p50")"
 row "latency to start p99 (ms)" "$(num "$river_start_p99" %.2f)" - "$(num "$cairn_start_p99" %.2f)" \
   "cairn/River $(ratio "$cairn_start_p99" "$river_start_p99")"
-row "  of which Start's own p50/p99 (ms)" - - "$(num "$cairn_accept_p50" %.2f)/$(num "$cairn_accept_p99" %.2f)" ""
+row "  Start returns p50/p99 (ms)" - - "$(num "$cairn_accept_p50" %.2f)/$(num "$cairn_accept_p99" %.2f)" ""
 row "latency to completed p50 (ms)" "$(num "$river_done_p50" %.2f)" - "$(num "$cairn_done_p50" %.2f)" \
   "cairn/River $(ratio "$cairn_done_p50" "$river_done_p50")"
 row "latency to completed p99 (ms)" "$(num "$river_done_p99" %.2f)" - "$(num "$cairn_done_p99" %.2f)" \
@@ -329,8 +329,8 @@ Method notes:
 - latency: River runs $LATENCY_RUNS jobs one at a time; cairn starts $LATENCY_RATE tasks/s
   for $LATENCY_DURATION (open loop). "to completed" is River's completed event
   (its completer batches) and the return of cairn's Client.Wait;
-  "completion recorded" is cairn's created_at -> finished_at; "Start's own" is
-  the part of cairn's latency to start spent in Client.Start (the task made durable).
+  "completion recorded" is cairn's created_at -> finished_at; "Start returns" is
+  from cairn's Client.Start call to its return (the task durable).
 - CPU per task: PostgreSQL's CPU time (the postmaster and its backends,
   exited ones included, from /proc) plus the benchmark process's user and
   system time, over the drain run (its insert included), per task: the figure

@@ -16,7 +16,8 @@ import (
 const benchLong = `Benchmarks cairn against the PostgreSQL of --database-url (env
 CAIRN_DATABASE_URL), with the method of the peer benchmarks: tasks are
 inserted first (Client.StartMany), then workers drain them, writing every
-event of every task.
+event of every task. Without a database URL, throughput, workflow, latency
+and replay run on the embedded store, in a fresh file removed after.
 
 The bench works in its own schema, cairn_bench unless --schema is given on
 the command line (CAIRN_SCHEMA is ignored). That schema is DROPPED and
@@ -153,7 +154,8 @@ func newBenchLatencyCmd(g *globals) *cobra.Command {
 latency starts --workers in-process workers, then runs two sub-runs, 1-step
 tasks and 3-step workflows: a producer calls Client.StartDynamic --rate times a
 second for --duration, on schedule whatever earlier tasks do (open loop),
-and each task is timed from its Start call to its first step's start
+and each task is timed from its Start call to Start's return
+(schedule→accepted: the task durable), to its first step's start
 (schedule→start, in-process) and to the return of Client.Wait
 (schedule→completed). schedule→recorded is created_at → finished_at from
 the task row: completion as recorded, without the time Wait takes to learn

@@ -13,7 +13,8 @@ import (
 )
 
 // TaskStartChildren implements [store.Store]: the children are inserted
-// (TaskInsertMany, with their bounded queues' checks) and the parent's
+// (TaskInsertMany, or TaskInsertOne for one child, with their bounded
+// queues' checks) and the parent's
 // child_started appended (EventAppendMany's statement), in one
 // transaction; a refused parent append rolls the children back.
 func (s *Store) TaskStartChildren(ctx context.Context, p *store.ChildStartParams) (store.ChildStartResult, error) {

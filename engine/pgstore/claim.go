@@ -14,6 +14,13 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
+// genericPlanSettings, selected at the head of a pipeline, make the
+// statements after it in the same implicit transaction run their generic
+// plans (planned once per connection where pgx prepares statements, its
+// default) without JIT, whose cost estimate a generic plan of the claim
+// passes (compiling it took 100-160 ms). See TaskClaim.
+const genericPlanSettings = "set_config('plan_cache_mode', 'force_generic_plan', true), set_config('jit', 'off', true)"
+
 // TaskClaimMany claims up to p.Max due tasks (see [Store.TaskClaim]) and
 // returns them.
 func (s *Store) TaskClaimMany(ctx context.Context, p *store.TaskClaimManyParams) ([]*store.ClaimedTask, error) {
@@ -40,18 +47,20 @@ func (s *Store) TaskClaim(ctx context.Context, p *store.TaskClaimManyParams) (st
 	// worker's own appends (which do wait) are refused as stale: the next
 	// claim's epoch comes from the clock, so it never equals the lost
 	// claim's (see the statement). One fsync
-	// fewer on the way from a new task to its first step. Both statements
-	// go in one pipeline, so they run as one implicit transaction and the
-	// settings (is_local) end with it.
+	// fewer on the way from a new task to its first step. The settings, the
+	// locks and the claim go in one pipeline, so they run as one implicit
+	// transaction and the settings (is_local) end with it.
 	//
-	// The claim runs its generic plan, planned once per connection: a custom
+	// The locks and the claim run their generic plans, planned once per
+	// connection where pgx prepares statements (its default mode; with
+	// describe-only modes the unnamed statement is planned each time): a custom
 	// plan costs more to make (1.4-2.5 ms on a 2-core machine) than a claim
 	// of one task costs to run (0.6 ms), and is no better, as every walk is
 	// an index walk keyed by the parameters. JIT is off for it: the generic
 	// plan's row estimates (a LIMIT it cannot see) put its cost past
 	// jit_above_cost, and compiling it takes 100-160 ms.
 	batch := &pgx.Batch{}
-	batch.Queue("SELECT set_config('synchronous_commit', 'off', true), set_config('plan_cache_mode', 'force_generic_plan', true), set_config('jit', 'off', true)")
+	batch.Queue("SELECT set_config('synchronous_commit', 'off', true), " + genericPlanSettings)
 	// Concurrency-limited queues and rate-limited types: lock their rows
 	// first (a separate statement, so the claim's snapshot is taken after
 	// the lock and sees every claim committed before it).

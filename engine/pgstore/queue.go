@@ -75,10 +75,10 @@ func (s *Store) QueueList(ctx context.Context, namespace string) ([]store.QueueI
 	return out, errors.Wrap(interpretError(err), "list queues")
 }
 
-// boundedQueues returns the bounded queues among those of a start, by the
-// named query (QueueBoundedLock, which locks their rows).
-func (s *Store) boundedQueues(ctx context.Context, q querier, query string, namespaces, queues []string) ([]boundedQueue, error) {
-	rows, err := q.Query(ctx, s.sql(query), pgx.NamedArgs{"namespaces": namespaces, "names": queues})
+// lockBoundedQueues locks the rows of the bounded queues among those of a
+// start (QueueBoundedLock) and returns them.
+func (s *Store) lockBoundedQueues(ctx context.Context, tx pgx.Tx, namespaces, queues []string) ([]boundedQueue, error) {
+	rows, err := tx.Query(ctx, s.sql("QueueBoundedLock"), pgx.NamedArgs{"namespaces": namespaces, "names": queues})
 	if err != nil {
 		return nil, errors.Wrap(interpretError(err), "read queue settings")
 	}
@@ -104,7 +104,7 @@ func (s *Store) checkCapacity(ctx context.Context, tx pgx.Tx, plans []plan.Start
 	for i, pl := range plans {
 		namespaces[i], queues[i] = pl.Scheduled.Namespace, pl.Scheduled.Queue
 	}
-	bounded, err := s.boundedQueues(ctx, tx, "QueueBoundedLock", namespaces, queues)
+	bounded, err := s.lockBoundedQueues(ctx, tx, namespaces, queues)
 	if err != nil || len(bounded) == 0 {
 		return err
 	}

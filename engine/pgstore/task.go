@@ -363,12 +363,12 @@ func (s *Store) insertTasks(ctx context.Context, q querier, query string, args p
 	}
 	var err error
 	if pool, ok := q.(*pgxpool.Pool); ok {
-		// Outside a caller's transaction the insert runs its generic plan,
-		// planned once per connection (a custom plan took 0.7-0.8 ms to
-		// make for one task, more than the insert itself), in a pipeline
-		// that is one implicit transaction, so the setting ends with it.
+		// Outside a caller's transaction the insert runs its generic plan
+		// (a custom plan took 0.7-0.8 ms to make for one task, more than
+		// the insert itself), in a pipeline that is one implicit
+		// transaction, so the settings end with it.
 		batch := &pgx.Batch{}
-		batch.Queue("SELECT set_config('plan_cache_mode', 'force_generic_plan', true), set_config('jit', 'off', true)")
+		batch.Queue("SELECT " + genericPlanSettings)
 		batch.Queue(s.sql(query), args).Query(collect)
 		err = pool.SendBatch(ctx, batch).Close()
 	} else {

@@ -427,3 +427,61 @@ func TestValidateSchemaName(t *testing.T) {
 	_, err := pgstore.New(pgstore.Config{Pool: nil})
 	require.Error(t, err)
 }
+
+// TestTaskInsertOneAgreesWithTaskInsertMany starts the same starts alone
+// (TaskInsertOne) and in a batch (TaskInsertMany) in two schemas, each
+// after the same keyed task already waits, and compares what was written:
+// the rows (fair_at included) and the task_scheduled events.
+func TestTaskInsertOneAgreesWithTaskInsertMany(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	deadline := time.Now().Add(time.Hour).UTC().Truncate(time.Millisecond)
+	at := time.Now().Add(time.Minute).UTC().Truncate(time.Millisecond)
+	starts := []*store.TaskStartParams{
+		{Namespace: "ns", Scheduled: history.TaskScheduledData{TaskType: "doc", TypeVersion: 2, Queue: "q", Priority: 3,
+			MaxAttempts: 4, IdempotencyKey: "k1", TraceID: "trace", Input: json.RawMessage(`{"a":1}`),
+			Labels: map[string]string{"tenant": "acme"}, Deadline: &deadline, StartDeadline: &deadline,
+			FairnessKey: "acme", FairnessWeight: 2, RunAt: at}},
+		{Namespace: "ns", Scheduled: history.TaskScheduledData{TaskType: "doc", TypeVersion: 1, Queue: "q", MaxAttempts: 1,
+			Input: json.RawMessage(`"` + strings.Repeat("z", 700) + `"`), RunAt: at}},
+	}
+	waiting := &store.TaskStartParams{Namespace: "ns", Scheduled: history.TaskScheduledData{
+		TaskType: "doc", TypeVersion: 1, Queue: "q", MaxAttempts: 1, FairnessKey: "acme", RunAt: at}}
+	written := func(s *pgstore.Store, ids []uuid.UUID) []string {
+		t.Helper()
+		var out []string
+		for _, id := range ids {
+			var row string
+			err := s.Pool().QueryRow(ctx, `SELECT jsonb_build_object(
+				'task', to_jsonb(t) - 'id' - 'created_at' - 'updated_at',
+				'event', (SELECT to_jsonb(e) - 'task_id' - 'at' FROM `+enginetest.TableName(s, "events")+` AS e WHERE e.task_id = t.id))::text
+				FROM `+enginetest.TableName(s, "tasks")+` AS t WHERE t.id = $1`, id).Scan(&row)
+			require.NoError(t, err)
+			out = append(out, row)
+		}
+		return out
+	}
+	var rows [2][]string
+	for i, many := range []bool{false, true} {
+		s := enginetest.Store(t)
+		_, err := s.TaskStart(ctx, waiting)
+		require.NoError(t, err)
+		var ids []uuid.UUID
+		if many {
+			res, err := s.TaskStartMany(ctx, starts)
+			require.NoError(t, err)
+			for _, r := range res {
+				ids = append(ids, r.ID)
+			}
+		} else {
+			for _, p := range starts {
+				r, err := s.TaskStart(ctx, p)
+				require.NoError(t, err)
+				ids = append(ids, r.ID)
+			}
+		}
+		rows[i] = written(s, ids)
+	}
+	require.Equal(t, rows[0], rows[1], "a lone start writes what a batch does")
+	require.Contains(t, rows[0][0], `"fair_at"`, "the comparison covers the virtual start time")
+}

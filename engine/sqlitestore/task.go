@@ -464,16 +464,17 @@ func queryEvents(ctx context.Context, q querier, name string, args ...any) (map[
 		attempt           int
 		id                uuid.UUID
 		idText            []byte // taskID's text of the last row, parsed into id
+		haveID            bool
 	)
 	for rows.Next() {
 		if err := rows.Scan(&taskID, &seq, &typ, &at, &attempt, &data); err != nil {
 			return nil, err
 		}
-		if !bytes.Equal(taskID, idText) {
+		if !haveID || !bytes.Equal(taskID, idText) {
 			if id, err = uuid.ParseBytes(taskID); err != nil {
 				return nil, err
 			}
-			idText = append(idText[:0], taskID...)
+			idText, haveID = append(idText[:0], taskID...), true
 		}
 		ev, err := plan.DecodeEvent(seq, plan.EventType(typ), fromUS(at), attempt, data)
 		if err != nil {

@@ -53,8 +53,12 @@ func (g *EventGroups) flush() {
 		g.byTask = map[uuid.UUID][]history.Event{}
 	}
 	// Rows out of task order still end up whole: a task met again is
-	// appended to.
-	g.byTask[g.id] = append(g.byTask[g.id], g.events...)
+	// appended to. A task met once keeps its slice as it is.
+	if earlier, ok := g.byTask[g.id]; ok {
+		g.byTask[g.id] = append(earlier, g.events...)
+	} else {
+		g.byTask[g.id] = g.events
+	}
 	g.events = nil
 }
 

@@ -143,8 +143,9 @@ func Latency(ctx context.Context, cfg Config, p Params) error {
 		return err
 	}
 	defer closeWorkers()
-	// The producer and its waiters get their own pool, so their polling
-	// does not queue behind the workers' connections.
+	// On PostgreSQL the producer and its waiters get their own pool, so
+	// their polling does not queue behind the workers' connections (the
+	// embedded store is one store for both).
 	clients, closeClients, err := env.target(ctx, f.MaxConns)
 	if err != nil {
 		return err
@@ -188,8 +189,12 @@ func Latency(ctx context.Context, cfg Config, p Params) error {
 		return printJSON(env.cfg.Stdout, latencyReport{benchHeader: env.header, Params: params, Runs: runs})
 	}
 	w := newTable(env.cfg.Stdout)
-	fmt.Fprintf(w, "mode:\tlatency: open-loop producer at %d tasks/s for %s per sub-run; %d worker(s) × %d slots, pools of %d\n",
-		f.Rate, f.Duration, f.Workers, f.Concurrency, f.MaxConns)
+	pools := fmt.Sprintf("pools of %d", f.MaxConns)
+	if env.lite != nil {
+		pools = "the embedded store"
+	}
+	fmt.Fprintf(w, "mode:\tlatency: open-loop producer at %d tasks/s for %s per sub-run; %d worker(s) × %d slots, %s\n",
+		f.Rate, f.Duration, f.Workers, f.Concurrency, pools)
 	fmt.Fprintf(w, "figures:\tp50 / p90 / p99 / max in ms; accepted = until Start returns the id; completed = until Client.Wait returns; recorded = created_at → finished_at in the task row\n")
 	printBenchEnv(w, env.header)
 	fmt.Fprintf(w, "\nRUN\tTASKS\tACHIEVED/S\tSCHEDULE→ACCEPTED\tSCHEDULE→START\tSCHEDULE→COMPLETED\tSCHEDULE→RECORDED\n")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"runtime"
 	"slices"
 	"strconv"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/internal/errmark"
 	"github.com/cairnflow/cairn/sdk"
 	"github.com/cockroachdb/errors"
 	"github.com/google/uuid"
@@ -83,6 +85,14 @@ func Replay(ctx context.Context, cfg Config, p Params) error {
 		return err
 	}
 	defer client.Close()
+	if f.CPUProfile != "" {
+		// A path that cannot be written fails now, not after the builds.
+		probe, err := os.Create(f.CPUProfile)
+		if err != nil {
+			return errmark.Mark(errors.Wrap(err, "--cpuprofile"), ErrConfig)
+		}
+		_ = probe.Close()
+	}
 	ids := make([]uuid.UUID, len(f.Sizes))
 	buildTimes := make([]time.Duration, len(f.Sizes))
 	for i, size := range f.Sizes {
