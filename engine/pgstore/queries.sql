@@ -124,12 +124,13 @@ SELECT NULL FROM bounded WHERE refused;
 -- name: TaskIDByIdempotencyKey
 -- What holds a key, with what a RefuseKeyReuse start compares (see
 -- plan.KeyHolder): a task, or else a task retention removed whose key is
--- still retired.
+-- still retired at @at, the start's time (the clock the insert statements
+-- judged the key by).
 (SELECT id, type, input, NULL::bytea AS input_sha256, false AS removed FROM /* TEMPLATE: schema */tasks
  WHERE namespace = @namespace AND idempotency_key = @idempotency_key)
 UNION ALL
 (SELECT task_id, task_type, NULL, input_sha256, true FROM /* TEMPLATE: schema */retired_keys
- WHERE namespace = @namespace AND idempotency_key = @idempotency_key AND expires_at > now())
+ WHERE namespace = @namespace AND idempotency_key = @idempotency_key AND expires_at > @at)
 LIMIT 1;
 
 -- name: TaskIDByKey
@@ -680,7 +681,7 @@ FOR KEY SHARE;
 -- against their expiry until the start commits.
 SELECT namespace, idempotency_key, task_type, input_sha256 FROM /* TEMPLATE: schema */retired_keys
 WHERE (namespace, idempotency_key) IN (SELECT * FROM unnest(@namespaces::text[], @keys::text[]))
-  AND expires_at > now()
+  AND expires_at > @at
 FOR KEY SHARE;
 
 -- name: QueueWaitingCount

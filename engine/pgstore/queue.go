@@ -99,7 +99,7 @@ func (s *Store) lockBoundedQueues(ctx context.Context, tx pgx.Tx, namespaces, qu
 // Only the starts that would make a task count: a start whose idempotency
 // key is taken returns the task holding it (the insert finds it), so a
 // retried start into a full queue is not refused.
-func (s *Store) checkCapacity(ctx context.Context, tx pgx.Tx, plans []plan.StartPlan) error {
+func (s *Store) checkCapacity(ctx context.Context, tx pgx.Tx, plans []plan.StartPlan, at time.Time) error {
 	namespaces, queues := make([]string, len(plans)), make([]string, len(plans))
 	for i, pl := range plans {
 		namespaces[i], queues[i] = pl.Scheduled.Namespace, pl.Scheduled.Queue
@@ -108,7 +108,7 @@ func (s *Store) checkCapacity(ctx context.Context, tx pgx.Tx, plans []plan.Start
 	if err != nil || len(bounded) == 0 {
 		return err
 	}
-	fresh, err := s.freshStarts(ctx, tx, plans)
+	fresh, err := s.freshStarts(ctx, tx, plans, at)
 	if err != nil {
 		return err
 	}
@@ -149,7 +149,7 @@ func (s *Store) checkCapacity(ctx context.Context, tx pgx.Tx, plans []plan.Start
 // as existing stays existing for the insert. A start refusing its key's
 // reuse that is not the start that took the key is refused here, before
 // capacity, as the embedded store does.
-func (s *Store) freshStarts(ctx context.Context, tx pgx.Tx, plans []plan.StartPlan) ([]plan.StartPlan, error) {
+func (s *Store) freshStarts(ctx context.Context, tx pgx.Tx, plans []plan.StartPlan, at time.Time) ([]plan.StartPlan, error) {
 	var keyNS, keys []string
 	for _, pl := range plans {
 		if pl.Scheduled.IdempotencyKey != "" {
@@ -174,7 +174,7 @@ func (s *Store) freshStarts(ctx context.Context, tx pgx.Tx, plans []plan.StartPl
 		return nil, errors.Wrap(interpretError(err), "look up the tasks holding idempotency keys")
 	}
 	// Keys of tasks retention removed are still held.
-	rows, err = tx.Query(ctx, s.sql("RetiredKeysHoldingLock"), pgx.NamedArgs{"namespaces": keyNS, "keys": keys})
+	rows, err = tx.Query(ctx, s.sql("RetiredKeysHoldingLock"), pgx.NamedArgs{"namespaces": keyNS, "keys": keys, "at": at})
 	if err != nil {
 		return nil, errors.Wrap(interpretError(err), "look up retired idempotency keys")
 	}

@@ -330,7 +330,7 @@ func (s *Store) taskStartMany(ctx context.Context, q querier, ps []*store.TaskSt
 	var out []store.TaskStartResult
 	insert := func(tx pgx.Tx) error {
 		var err error
-		if err = s.checkCapacity(ctx, tx, plans); err != nil {
+		if err = s.checkCapacity(ctx, tx, plans, now); err != nil {
 			return err
 		}
 		out, err = s.insertTasks(ctx, tx, query, args, plans)
@@ -398,7 +398,7 @@ func (s *Store) insertTasks(ctx context.Context, q querier, query string, args p
 		var existing uuid.UUID
 		var holder plan.KeyHolder
 		err := q.QueryRow(ctx, s.sql("TaskIDByIdempotencyKey"), pgx.NamedArgs{
-			"namespace": pl.Scheduled.Namespace, "idempotency_key": pl.Scheduled.IdempotencyKey,
+			"namespace": pl.Scheduled.Namespace, "idempotency_key": pl.Scheduled.IdempotencyKey, "at": args["at"],
 		}).Scan(&existing, &holder.Type, &holder.Input, &holder.InputDigest, &holder.Removed)
 		if err != nil {
 			return nil, errors.Wrapf(interpretError(err), "look up the task holding idempotency key of start %d", i)
