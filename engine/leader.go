@@ -55,6 +55,9 @@ func NewRescuer(cfg RescuerConfig) (*Rescuer, error) {
 		cfg.Clock = store.WallClock
 	}
 	cfg.Retention = cfg.Retention.withDefaults()
+	if cfg.Retention.Budget <= 0 {
+		cfg.Retention.Budget = cfg.Interval / 10
+	}
 	return &Rescuer{cfg: cfg, outage: newOutage(cfg.Logger, "rescuer")}, nil
 }
 
@@ -166,10 +169,10 @@ func (r *Rescuer) pass(ctx context.Context, wasLeader bool) bool {
 	return true
 }
 
-// removeFinished runs retention (see [RetentionConfig]) within half a
-// pass's interval.
+// removeFinished runs retention (see [RetentionConfig]) within its
+// budget.
 func (r *Rescuer) removeFinished(ctx context.Context) {
-	res, err := removeFinished(ctx, r.cfg.Store, r.cfg.Clock, r.cfg.Retention, r.cfg.Interval/2)
+	res, err := removeFinished(ctx, r.cfg.Store, r.cfg.Clock, r.cfg.Retention, r.cfg.Retention.Budget)
 	if res.Tasks > 0 {
 		r.cfg.Logger.Info("rescuer: removed finished tasks past their retention", "tasks", res.Tasks, "events", res.Events)
 	}

@@ -20,6 +20,12 @@ type RetentionConfig struct {
 	KeyDefault time.Duration
 	// Batch is the most tasks one removal transaction takes. Default 500.
 	Batch int
+	// Budget is the most time one leader pass spends removing; the rest
+	// waits for the next pass. Default a tenth of the pass interval, so
+	// that a backlog of removals (a retention shortened, a first run over
+	// a large table) takes a bounded share of the database from the work
+	// running meanwhile.
+	Budget time.Duration
 }
 
 func (c RetentionConfig) withDefaults() RetentionConfig {

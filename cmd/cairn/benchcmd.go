@@ -83,6 +83,7 @@ func addBenchDrainFlags(cmd *cobra.Command, p *bench.Params) {
 	cmd.Flags().DurationVar(&p.Timeout, "timeout", 10*time.Minute, "give up on a drain after this long")
 	cmd.Flags().DurationVar(&p.DrainPoll, "poll-interval", bench.DefaultDrainPoll, "how often the drain asks the database whether all tasks are done")
 	cmd.Flags().IntVar(&p.Finished, "finished", 0, "finished tasks (4 events each) put in the tables before the run, to measure the drain with history piled up")
+	cmd.Flags().DurationVar(&p.Retention, "retention", 0, "the workers' default retention: their rescuer removes finished tasks older than this during the drain (the --finished ones finished a day ago), to measure what retention costs a drain (0: none)")
 	cmd.Flags().IntVar(&p.InputBytes, "input-bytes", 0, "pad each task's input to about this many bytes of JSON (0: the bare input, 11 bytes)")
 }
 

@@ -166,6 +166,7 @@ type Params struct {
 	MemProfile  string        // --memprofile: a Go allocation profile of the run goes here
 	CPUProfile  string        // --cpuprofile: a Go CPU profile of the drain goes here
 	Finished    int           // --finished: finished ballast tasks put in first (PostgreSQL)
+	Retention   time.Duration // --retention: the workers' default retention (0: none)
 	InputBytes  int           // --input-bytes: each task's input is padded to about this many bytes
 	Metrics     bool          // --metrics: workers count Prometheus metrics
 }
@@ -195,6 +196,8 @@ func (f *Params) validate() error {
 		return bad("--duration %s: use 1s to 1h", f.Duration)
 	case f.Timeout < 0:
 		return bad("--timeout must not be negative")
+	case f.Retention < 0:
+		return bad("--retention %s: use 0 (none) or more", f.Retention)
 	case f.DrainPoll < 0 || f.DrainPoll > 10*time.Second:
 		return bad("--poll-interval %s: use 1ms to 10s", f.DrainPoll)
 	}
@@ -252,9 +255,6 @@ type benchEnv struct {
 	header      benchHeader
 	// progress receives progress lines; io.Discard with JSON.
 	progress io.Writer
-	// prefilled is the number of finished ballast tasks put in before
-	// the run (--finished).
-	prefilled int
 }
 
 // benchHeader is the part of every JSON report that describes the run's
@@ -328,7 +328,7 @@ func (e *benchEnv) workerPool(ctx context.Context, maxConns int) (*pgxpool.Pool,
 // newBenchWorker returns a worker with the settings that make sense for
 // throughput: short claim poll, default rescuer, warnings only.
 func newBenchWorker(pool *pgxpool.Pool, cfg *Config, concurrency int, onStep func(context.Context)) (*sdk.Worker, error) {
-	return newBenchWorkerWithMetrics(benchTarget{pool: pool}, cfg, concurrency, onStep, nil)
+	return newBenchWorkerWithMetrics(benchTarget{pool: pool}, cfg, concurrency, onStep, nil, 0)
 }
 
 // benchTarget is the database bench workers and clients use: a pool on
@@ -346,13 +346,14 @@ func (t benchTarget) store() store.Store {
 }
 
 // newBenchWorkerWithMetrics is newBenchWorker counting into metrics (nil:
-// none), to measure what metrics cost.
-func newBenchWorkerWithMetrics(t benchTarget, cfg *Config, concurrency int, onStep func(context.Context), metrics *engine.Metrics) (*sdk.Worker, error) {
+// none), to measure what metrics cost, and whose rescuer removes finished
+// tasks older than retention (0: none), to measure what retention costs.
+func newBenchWorkerWithMetrics(t benchTarget, cfg *Config, concurrency int, onStep func(context.Context), metrics *engine.Metrics, retention time.Duration) (*sdk.Worker, error) {
 	w, err := sdk.NewWorker(sdk.WorkerConfig{
 		Pool: t.pool, Store: t.store(), Schema: cfg.Schema, Namespace: cfg.Namespace, Concurrency: concurrency,
 		PollInterval: benchWorkerPollInterval,
 		Logger:       slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
-		Metrics:      metrics,
+		Metrics:      metrics, DefaultRetention: retention,
 	})
 	if err != nil {
 		return nil, err

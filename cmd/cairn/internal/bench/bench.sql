@@ -55,25 +55,27 @@ SELECT
 
 -- name: DrainSummary
 -- Read once after a drain. Prefilled tasks (see TaskPrefillFinished) are
--- not the drain's, nor are their four events each, which the caller
--- subtracts.
+-- not the drain's, nor are the four events of each still there (retention
+-- may have removed some), which the caller subtracts.
 SELECT
   count(*) FILTER (WHERE status = 'completed' AND type <> 'bench.prefill'),
   count(*) FILTER (WHERE status IN ('failed', 'cancelled', 'dead_lettered') AND type <> 'bench.prefill'),
   max(finished_at) FILTER (WHERE type <> 'bench.prefill'),
-  (SELECT count(*) FROM /* TEMPLATE: schema */events)
+  (SELECT count(*) FROM /* TEMPLATE: schema */events),
+  count(*) FILTER (WHERE type = 'bench.prefill')
 FROM /* TEMPLATE: schema */tasks;
 
 -- name: TaskPrefillFinished
--- Inserts $1 tasks that finished long ago, each with the four events a
+-- Inserts $1 tasks that finished a day ago, each with the four events a
 -- one-step task leaves, so a drain can be measured with history piled up
 -- in both tables. They are written directly, not through the engine: this
 -- is ballast, not a workload.
 WITH t AS (
     INSERT INTO /* TEMPLATE: schema */tasks (id, namespace, queue, type, type_version, status, priority, run_at,
         fair_at, attempt, max_attempts, lease_epoch, output, last_seq, created_at, updated_at, started_at, finished_at)
-    SELECT gen_random_uuid(), 'default', 'default', 'bench.prefill', 1, 'completed', 0, now(),
-        now(), 1, 1, 1, '1', 4, now(), now(), now(), now()
+    SELECT gen_random_uuid(), 'default', 'default', 'bench.prefill', 1, 'completed', 0, now() - interval '1 day',
+        now() - interval '1 day', 1, 1, 1, '1', 4, now() - interval '1 day', now() - interval '1 day',
+        now() - interval '1 day', now() - interval '1 day'
     FROM generate_series(1, $1)
     RETURNING id
 )

@@ -39,6 +39,8 @@ type drainParams struct {
 	Metrics bool `json:"metrics"`
 	// InputBytes is --input-bytes: the length of each task's input.
 	InputBytes int `json:"input_bytes"`
+	// RetentionSeconds is --retention: the workers' default retention.
+	RetentionSeconds float64 `json:"retention_seconds"`
 }
 
 func (f *Params) drainParams(steps int) drainParams {
@@ -46,7 +48,7 @@ func (f *Params) drainParams(steps int) drainParams {
 		Tasks: f.Tasks, StepsPerTask: steps, Workers: f.Workers, Processes: f.Processes,
 		Concurrency: f.Concurrency, MaxConns: f.MaxConns, InsertBatch: f.Batch,
 		WorkerPollMs: ms(benchWorkerPollInterval), DrainPollMs: ms(f.DrainPoll),
-		FinishedBefore: f.Finished, Metrics: f.Metrics, InputBytes: f.InputBytes,
+		FinishedBefore: f.Finished, Metrics: f.Metrics, InputBytes: f.InputBytes, RetentionSeconds: f.Retention.Seconds(),
 	}
 }
 
@@ -63,8 +65,11 @@ type drainResult struct {
 	// finished_at recorded (the writer's clock, same host): the drain time
 	// without poll granularity.
 	LastCompletionSeconds float64 `json:"last_completion_seconds"`
-	Completed             int64   `json:"completed"`
-	NotCompleted          int64   `json:"not_completed"`
+	// FinishedLeft is how many --finished tasks were still there after the
+	// drain (fewer than put in when --retention removed some meanwhile).
+	FinishedLeft int64 `json:"finished_left"`
+	Completed    int64 `json:"completed"`
+	NotCompleted int64 `json:"not_completed"`
 	// EventsWritten counts every event in the schema, task_scheduled
 	// included; DrainEventsPerSecond counts those the drain wrote.
 	EventsWritten        int64   `json:"events_written"`
@@ -170,14 +175,14 @@ func (e *benchEnv) result(ctx context.Context, tasks, steps int, insert time.Dur
 	if err != nil {
 		return drainResult{}, err
 	}
-	s.events -= 4 * int64(e.prefilled)
+	s.events -= 4 * s.prefillLeft
 	n := int64(tasks)
 	r := drainResult{
 		InsertSeconds: insert.Seconds(), InsertPerSecond: perSecond(n, insert),
 		DrainSeconds: t.drain.Seconds(), DrainPerSecond: perSecond(n, t.drain),
 		StepsPerSecond: perSecond(n*int64(steps), t.drain),
 		Completed:      s.completed, NotCompleted: n - s.completed,
-		EventsWritten: s.events, DrainEventsPerSecond: perSecond(s.events-n, t.drain),
+		EventsWritten: s.events, DrainEventsPerSecond: perSecond(s.events-n, t.drain), FinishedLeft: s.prefillLeft,
 		Polls: t.polls,
 	}
 	if tasks > 0 {
@@ -239,7 +244,6 @@ func runInProcessDrain(ctx context.Context, cfg Config, f *Params, mode string, 
 		if err := env.prefillFinished(ctx, f.Finished); err != nil {
 			return err
 		}
-		env.prefilled = f.Finished
 		env.logf("prefilled %d finished tasks (%d events) in %s", f.Finished, 4*f.Finished, time.Since(started).Round(time.Millisecond))
 	}
 	insert, err := env.insertBacklog(ctx, f.Tasks, steps, f.Batch, f.InputBytes)
@@ -261,7 +265,7 @@ func runInProcessDrain(ctx context.Context, cfg Config, f *Params, mode string, 
 	}
 	workers := make([]*sdk.Worker, 0, f.Workers)
 	for range f.Workers {
-		w, err := newBenchWorkerWithMetrics(target, &env.cfg, f.Concurrency, nil, metrics)
+		w, err := newBenchWorkerWithMetrics(target, &env.cfg, f.Concurrency, nil, metrics, f.Retention)
 		if err != nil {
 			return err
 		}

@@ -159,7 +159,7 @@ func Latency(ctx context.Context, cfg Config, p Params) error {
 	starts := &stepStarts{first: map[string]time.Time{}}
 	workers := make([]*sdk.Worker, 0, f.Workers)
 	for range f.Workers {
-		w, err := newBenchWorkerWithMetrics(workers0, &env.cfg, f.Concurrency, starts.record, nil)
+		w, err := newBenchWorkerWithMetrics(workers0, &env.cfg, f.Concurrency, starts.record, nil, 0)
 		if err != nil {
 			return err
 		}

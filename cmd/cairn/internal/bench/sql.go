@@ -170,6 +170,7 @@ func (b *benchSQL) unfinished(ctx context.Context, conn *pgx.Conn) (int, error) 
 // drainSummary is what the database says after a drain.
 type drainSummary struct {
 	completed, otherTerminal, events int64
+	prefillLeft                      int64 // prefilled tasks retention has not removed
 	lastFinished                     *time.Time
 }
 
@@ -187,6 +188,6 @@ func (b *benchSQL) prefillFinished(ctx context.Context, n int) error {
 
 func (b *benchSQL) drainSummary(ctx context.Context) (drainSummary, error) {
 	var s drainSummary
-	err := b.pool.QueryRow(ctx, b.q("DrainSummary")).Scan(&s.completed, &s.otherTerminal, &s.lastFinished, &s.events)
+	err := b.pool.QueryRow(ctx, b.q("DrainSummary")).Scan(&s.completed, &s.otherTerminal, &s.lastFinished, &s.events, &s.prefillLeft)
 	return s, errors.Wrap(err, "summarize drain")
 }
