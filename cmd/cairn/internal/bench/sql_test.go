@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/cairnflow/cairn/engine/enginetest"
+	"github.com/cairnflow/cairn/engine/pgstore"
 	"github.com/cairnflow/cairn/internal/namedsql"
 	"github.com/stretchr/testify/require"
 )
@@ -70,4 +71,21 @@ func TestPrefillFinished(t *testing.T) {
 	sum, err := b.drainSummary(context.Background())
 	require.NoError(t, err)
 	require.Zero(t, sum.completed, "ballast is not counted as the drain's")
+}
+
+// TestResetTakesAMigratedSchemaForItsOwn resets a schema migrated to the
+// newest version twice: every table the migrations create must be on
+// SchemaContents' list of cairn's, or the bench refuses its own schema
+// (as it did once migration 0010 added two tables).
+func TestResetTakesAMigratedSchemaForItsOwn(t *testing.T) {
+	t.Parallel()
+	s := enginetest.Store(t)
+	b, err := newBenchSQL(s.Pool(), s.Schema())
+	require.NoError(t, err)
+	migrate := func(ctx context.Context) error {
+		_, err := pgstore.Migrate(ctx, s.Pool(), s.Schema())
+		return err
+	}
+	require.NoError(t, b.reset(context.Background(), migrate))
+	require.NoError(t, b.reset(context.Background(), migrate), "a schema the bench migrated is the bench's")
 }
