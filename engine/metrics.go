@@ -36,6 +36,8 @@ type Metrics struct {
 	aiTokens         *prometheus.CounterVec
 	aiCost           *prometheus.CounterVec
 	scheduleSkipped  *prometheus.CounterVec
+	removedTasks     *prometheus.CounterVec
+	removedEvents    *prometheus.CounterVec
 	signals          *prometheus.CounterVec
 	waitsStarted     *prometheus.CounterVec
 	waitsTimedOut    *prometheus.CounterVec
@@ -191,6 +193,12 @@ func newMetrics(extra []string) *Metrics {
 		childrenFinished: counter("children_finished_total",
 			"Child workflows whose end their parent recorded (child_finished), by namespace and outcome (the child's status).",
 			"namespace", "outcome"),
+		removedTasks: counter("retention_removed_tasks_total",
+			"Finished tasks retention removed whole, with their logs, by namespace.",
+			"namespace"),
+		removedEvents: counter("retention_removed_events_total",
+			"Events removed with the tasks retention removed, by namespace.",
+			"namespace"),
 	}
 }
 
@@ -199,6 +207,7 @@ func (m *Metrics) collectors() []prometheus.Collector {
 		m.tasksFinished, m.retries, m.deadLetters, m.leaseExpirations, m.cancellations, m.compensations,
 		m.attemptDuration, m.stepDuration, m.scheduleToStart, m.aiTokens, m.aiCost, m.scheduleSkipped,
 		m.signals, m.waitsStarted, m.waitsTimedOut, m.childrenStarted, m.childrenFinished,
+		m.removedTasks, m.removedEvents,
 	}
 }
 
@@ -220,6 +229,16 @@ func (m *Metrics) ObserveScheduleSkipped(f store.ScheduleFiring) {
 		return
 	}
 	m.scheduleSkipped.WithLabelValues(f.Namespace, f.Name, f.SkipReason).Inc()
+}
+
+// ObserveRemoved counts what retention removed from namespace. A nil
+// *Metrics counts nothing.
+func (m *Metrics) ObserveRemoved(namespace string, res store.RemoveResult) {
+	if m == nil {
+		return
+	}
+	m.removedTasks.WithLabelValues(namespace).Add(float64(res.Tasks))
+	m.removedEvents.WithLabelValues(namespace).Add(float64(res.Events))
 }
 
 // observeAppended counts the events of an append that was committed; next

@@ -115,6 +115,15 @@ func (s *observedStore) ScheduleFireDue(ctx context.Context, max int) ([]store.S
 	return firings, err
 }
 
+// TaskRemoveFinished counts what retention removed, as the drivers do.
+func (s *observedStore) TaskRemoveFinished(ctx context.Context, p *store.RemoveFinishedParams) (store.RemoveResult, error) {
+	res, err := s.Store.TaskRemoveFinished(ctx, p)
+	if err == nil && res.Tasks > 0 {
+		s.obs.ObserveRemoved(p.Namespace, res)
+	}
+	return res, err
+}
+
 // baseStore is the store under the SDK's metrics decorator, for what needs
 // the driver itself (StartTx joins a pgx transaction).
 func baseStore(st store.Store) store.Store {

@@ -83,6 +83,9 @@ func (s *Store) TaskRemoveFinished(ctx context.Context, p *store.RemoveFinishedP
 	if err != nil {
 		return store.RemoveResult{}, errors.Wrapf(interpret(err), "remove finished tasks of namespace %s", p.Namespace)
 	}
+	if s.metrics != nil && res.Tasks > 0 {
+		s.metrics.ObserveRemoved(p.Namespace, res)
+	}
 	return res, nil
 }
 

@@ -43,6 +43,12 @@ func TestStoreCountsItsWritesInMetrics(t *testing.T) {
 		Attempt: c.State.Attempt, Payloads: []history.Payload{history.TaskCompletedData{Output: []byte(`1`)}}})
 	require.NoError(t, err)
 	require.Equal(t, 1.0, total(t, reg, "cairn_tasks_finished_total"), "one task completed")
+
+	removed, err := s.TaskRemoveFinished(ctx, &store.RemoveFinishedParams{Namespace: "default", Before: time.Now().Add(time.Hour), Max: 10})
+	require.NoError(t, err)
+	require.Equal(t, store.RemoveResult{Tasks: 1, Events: 3}, removed)
+	require.Equal(t, 1.0, total(t, reg, "cairn_retention_removed_tasks_total"), "retention's removal counted")
+	require.Equal(t, 3.0, total(t, reg, "cairn_retention_removed_events_total"))
 }
 
 // total sums the metric called name in reg over its labels: the values

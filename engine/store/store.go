@@ -165,4 +165,7 @@ type Observer interface {
 	// ObserveScheduleSkipped is called for each schedule tick skipped
 	// (ScheduleFireDue recorded the skip).
 	ObserveScheduleSkipped(f ScheduleFiring)
+	// ObserveRemoved is called for each TaskRemoveFinished that removed
+	// tasks, with what it removed from namespace.
+	ObserveRemoved(namespace string, res RemoveResult)
 }
