@@ -54,6 +54,9 @@ func NewRescuer(cfg RescuerConfig) (*Rescuer, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = store.WallClock
 	}
+	if err := cfg.Retention.validate(); err != nil {
+		return nil, err
+	}
 	cfg.Retention = cfg.Retention.withDefaults()
 	if cfg.Retention.Budget <= 0 {
 		cfg.Retention.Budget = cfg.Interval / 10

@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/cockroachdb/errors"
+
 	"github.com/cairnflow/cairn/engine/store"
 )
 
@@ -18,7 +20,8 @@ type RetentionConfig struct {
 	// KeyDefault is how long a removed task's idempotency key stays taken
 	// in a namespace without its own key retention. Default 24h.
 	KeyDefault time.Duration
-	// Batch is the most tasks one removal transaction takes. Default 500.
+	// Batch is the most tasks one removal transaction takes. Default 500,
+	// at most maxRetentionBatch.
 	Batch int
 	// Budget is the most time one leader pass spends removing; the rest
 	// waits for the next pass. Default a tenth of the pass interval, so
@@ -35,19 +38,33 @@ func (c RetentionConfig) withDefaults() RetentionConfig {
 	if c.Batch <= 0 {
 		c.Batch = 500
 	}
+	c.Batch = min(c.Batch, maxRetentionBatch)
 	return c
+}
+
+// maxRetentionBatch bounds a removal transaction.
+const maxRetentionBatch = 10_000
+
+func (c RetentionConfig) validate() error {
+	if c.Default < 0 || c.KeyDefault < 0 || c.Budget < 0 {
+		return errors.Newf("engine: RetentionConfig's durations must not be negative (Default %s, KeyDefault %s, Budget %s)",
+			c.Default, c.KeyDefault, c.Budget)
+	}
+	return nil
 }
 
 // removeFinished runs retention for every namespace, batch after batch,
 // until nothing is left to remove or the pass has used its budget (the
 // rest waits for the next pass, so rescues and schedules are never held
-// up by a backlog of removals). It reports the tasks and events removed.
+// up by a backlog of removals). It reports the tasks and events removed;
+// a namespace whose removal fails is reported and the others go on.
 func removeFinished(ctx context.Context, s store.Store, clock Clock, cfg RetentionConfig, budget time.Duration) (store.RemoveResult, error) {
 	var total store.RemoveResult
 	namespaces, err := s.NamespaceList(ctx)
 	if err != nil {
 		return total, err
 	}
+	var errs error
 	until := time.Now().Add(budget)
 	for _, ns := range namespaces {
 		retention, keyRetention := ns.Retention, ns.KeyRetention
@@ -67,7 +84,11 @@ func removeFinished(ctx context.Context, s store.Store, clock Clock, cfg Retenti
 			})
 			total.Tasks, total.Events = total.Tasks+res.Tasks, total.Events+res.Events
 			if err != nil {
-				return total, err
+				if ctx.Err() != nil {
+					return total, err
+				}
+				errs = errors.CombineErrors(errs, err)
+				break
 			}
 			if res.Tasks < cfg.Batch || time.Now().After(until) {
 				break
@@ -77,5 +98,5 @@ func removeFinished(ctx context.Context, s store.Store, clock Clock, cfg Retenti
 			break
 		}
 	}
-	return total, nil
+	return total, errs
 }

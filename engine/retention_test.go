@@ -68,6 +68,15 @@ func TestRescuerRemovesFinishedTasksPastRetention(t *testing.T) {
 	require.Equal(t, 1, enginetest.RequireProjectionsMatch(t, s))
 }
 
+func TestRescuerRefusesNegativeRetention(t *testing.T) {
+	t.Parallel()
+	s := enginetest.Store(t)
+	for _, r := range []engine.RetentionConfig{{Default: -time.Hour}, {KeyDefault: -1}, {Budget: -time.Second}} {
+		_, err := engine.NewRescuer(engine.RescuerConfig{Store: s, Owner: "o", Retention: r})
+		require.Error(t, err, "%+v is refused: a negative default would remove every finished task", r)
+	}
+}
+
 // TestRetentionWithoutDefaultKeepsNamespacesWithoutSettings: with no
 // default, only a namespace's own retention removes anything.
 func TestRetentionWithoutDefaultKeepsNamespacesWithoutSettings(t *testing.T) {

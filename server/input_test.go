@@ -5,8 +5,11 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cairnflow/cairn/engine/enginetest"
+	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/history"
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 )
@@ -122,6 +125,46 @@ func TestIdempotencyKeyReuseIsAConflictOnBothStores(t *testing.T) {
 			require.Len(t, events, 1, "nothing appended to the existing task")
 			require.False(t, strings.Contains(string(again.body), "status"))
 			require.Equal(t, 1, enginetest.RequireProjectionsMatch(t, st.store))
+		})
+	}
+}
+
+// TestStartWithARetiredKeyAnswersTheRemovedTask: once retention removed
+// a task, a start with its key (still retired) is a duplicate of it: 200
+// with the removed task's id and existing, no status, on both stores; not
+// the 404 reading the removed task would answer.
+func TestStartWithARetiredKeyAnswersTheRemovedTask(t *testing.T) {
+	t.Parallel()
+	const adminToken = "admin-secret"
+	admin := Token{Name: "admin", SHA256: HashToken(adminToken), Namespaces: []string{AllNamespaces}, Roles: []Role{RoleAdmin}}
+	for _, st := range bothStores(t) {
+		t.Run(st.name, func(t *testing.T) {
+			t.Parallel()
+			registerDoc(t, st.store, "default")
+			h := testServer(t, st.store, admin)
+			body := `{"type":"doc","input":{"invoice":7},"idempotency_key":"inv-7"}`
+			first := send(t, h, "POST", "/v1/tasks", []byte(body), "Authorization", "Bearer "+adminToken)
+			require.Equal(t, http.StatusAccepted, first.status, "%s", first.body)
+			var created startResponse
+			require.NoError(t, json.Unmarshal(first.body, &created))
+			claimed, err := st.store.TaskClaimMany(t.Context(), &store.TaskClaimManyParams{Namespace: "default", Queues: []string{"default"},
+				Types: []store.TypeKey{{Type: "doc", Version: 1}}, Owner: "w", Max: 1, LeaseTTL: time.Minute})
+			require.NoError(t, err)
+			require.Len(t, claimed, 1)
+			c := claimed[0]
+			_, err = st.store.EventAppend(t.Context(), &store.EventAppendParams{TaskID: c.Task.ID, State: c.State, Epoch: c.State.Lease.Epoch,
+				Attempt: c.State.Attempt, Payloads: []history.Payload{history.TaskCompletedData{Output: []byte(`1`)}}})
+			require.NoError(t, err)
+			removed, err := st.store.TaskRemoveFinished(t.Context(), &store.RemoveFinishedParams{Namespace: "default",
+				Before: time.Now().Add(time.Hour), Max: 10, KeysUntil: time.Now().Add(time.Hour)})
+			require.NoError(t, err)
+			require.Equal(t, 1, removed.Tasks)
+
+			again := send(t, h, "POST", "/v1/tasks", []byte(body), "Authorization", "Bearer "+adminToken)
+			require.Equal(t, http.StatusOK, again.status, "%s", again.body)
+			require.JSONEq(t, `{"id":"`+created.ID.String()+`","existing":true}`, string(again.body))
+			gone := send(t, h, "GET", "/v1/tasks/"+created.ID.String(), nil, "Authorization", "Bearer "+adminToken)
+			require.Equal(t, http.StatusNotFound, gone.status, "the task itself is gone")
 		})
 	}
 }

@@ -97,7 +97,13 @@ func (s *Server) startTask(w http.ResponseWriter, r *http.Request, c *call) {
 		return
 	}
 	info, err := c.client.Get(r.Context(), res.ID)
-	if err != nil {
+	switch {
+	case errors.Is(err, sdk.ErrNotFound):
+		// The key's task was removed by retention, its key still taken:
+		// the start is a duplicate of a task that is gone.
+		writeJSON(w, http.StatusOK, startResponse{ID: res.ID, Existing: true})
+		return
+	case err != nil:
 		s.writeError(w, r, err)
 		return
 	}

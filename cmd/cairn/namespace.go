@@ -27,8 +27,8 @@ func newNamespaceSetCmd(g *globals) *cobra.Command {
 leader (in cairn server, or any worker's rescuer) then removes them whole,
 with their history. A removed task's idempotency key stays taken for
 --key-retention after the removal, so a late duplicate start still names it.
-Durations are Go durations with days allowed: 30d, 36h, 1d12h, 90s. 0 takes
-the default of the process that runs the leader (none, and 24h, unless
+Durations are Go durations with days allowed: 30d, 36h, 1d12h, 90s. A flag
+not given keeps the namespace's current setting; 0 takes the default of the process that runs the leader (none, and 24h, unless
 cairn server --default-retention / --default-key-retention say otherwise).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -37,7 +37,17 @@ cairn server --default-retention / --default-key-retention say otherwise).`,
 				return err
 			}
 			defer closeDB()
-			s := sdk.NamespaceSettings{Retention: time.Duration(retention), KeyRetention: time.Duration(keyRetention)}
+			// A flag not given keeps the namespace's setting.
+			s, err := currentSettings(cmd, c, args[0])
+			if err != nil {
+				return err
+			}
+			if cmd.Flags().Changed("retention") {
+				s.Retention = time.Duration(retention)
+			}
+			if cmd.Flags().Changed("key-retention") {
+				s.KeyRetention = time.Duration(keyRetention)
+			}
 			if err := c.SetNamespace(cmd.Context(), args[0], s); err != nil {
 				return err
 			}
@@ -49,6 +59,20 @@ cairn server --default-retention / --default-key-retention say otherwise).`,
 	cmd.Flags().Var(&retention, "retention", "how long finished tasks are kept, e.g. 30d (0: the default)")
 	cmd.Flags().Var(&keyRetention, "key-retention", "how long a removed task's idempotency key stays taken, e.g. 24h (0: the default)")
 	return cmd
+}
+
+// currentSettings returns namespace's settings (zero when it has none).
+func currentSettings(cmd *cobra.Command, c *sdk.Client, namespace string) (sdk.NamespaceSettings, error) {
+	all, err := c.Namespaces(cmd.Context())
+	if err != nil {
+		return sdk.NamespaceSettings{}, err
+	}
+	for _, ns := range all {
+		if ns.Name == namespace {
+			return sdk.NamespaceSettings{Retention: ns.Retention, KeyRetention: ns.KeyRetention}, nil
+		}
+	}
+	return sdk.NamespaceSettings{}, nil
 }
 
 // namespaceView is a namespace as `cairn namespace list -o json` prints
@@ -142,5 +166,8 @@ func parseRetention(s string) (time.Duration, error) {
 	if d < 0 {
 		return 0, errors.Newf("%q: a retention is not negative (0: the default)", s)
 	}
-	return days + d, nil
+	if total := days + d; total >= days {
+		return total, nil
+	}
+	return 0, errors.Newf("%q: too long (at most about 290 years)", s)
 }

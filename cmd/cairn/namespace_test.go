@@ -16,7 +16,7 @@ func TestParseRetention(t *testing.T) {
 		require.NoError(t, err, in)
 		require.Equal(t, want, got, in)
 	}
-	for _, bad := range []string{"", "d", "-1d", "1.5d", "30 days", "-5m", "1d-2h", "x"} {
+	for _, bad := range []string{"", "d", "-1d", "1.5d", "30 days", "-5m", "1d-2h", "x", "65535d1000000h"} {
 		_, err := parseRetention(bad)
 		require.Error(t, err, "%q is refused", bad)
 	}
@@ -42,6 +42,9 @@ func TestNamespaceCommands(t *testing.T) {
 
 			out, _ = tg.mustRun(t, "namespace", "list")
 			require.Contains(t, out, "tenant-a   30d        36h0m0s")
+			out, _ = tg.mustRun(t, "namespace", "set", "tenant-a", "--key-retention", "36h")
+			require.Equal(t, "namespace tenant-a: retention 30d, key retention 36h0m0s\n", out,
+				"a flag not given keeps its setting")
 			out, _ = tg.mustRun(t, "namespace", "list", "-o", "json")
 			var views []namespaceView
 			require.NoError(t, json.Unmarshal([]byte(out), &views), out)

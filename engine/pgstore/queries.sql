@@ -777,13 +777,14 @@ ORDER BY queue, priority DESC;
 -- @before, oldest first (tasks_finished_idx), skipping rows another
 -- transaction holds; never a task with a child not yet finished
 -- (tasks_parent_idx) nor a child whose parent has not finished.
-SELECT t.id, t.idempotency_key, t.type, t.input FROM /* TEMPLATE: schema */tasks AS t
+SELECT t.id, t.idempotency_key, t.type, CASE WHEN t.idempotency_key IS NOT NULL THEN t.input END
+FROM /* TEMPLATE: schema */tasks AS t
 WHERE t.namespace = @namespace AND t.finished_at IS NOT NULL AND t.finished_at < @before
   AND t.status IN ('completed', 'failed', 'cancelled', 'dead_lettered', 'expired')
   AND NOT EXISTS (SELECT 1 FROM /* TEMPLATE: schema */tasks AS c
                   WHERE c.parent_id = t.id AND c.finished_at IS NULL)
-  AND NOT EXISTS (SELECT 1 FROM /* TEMPLATE: schema */tasks AS p
-                  WHERE p.id = t.parent_id AND p.finished_at IS NULL)
+  AND (t.parent_id IS NULL OR NOT EXISTS (SELECT 1 FROM /* TEMPLATE: schema */tasks AS p
+                                         WHERE p.id = t.parent_id AND p.finished_at IS NULL))
 ORDER BY t.finished_at
 LIMIT @max
 FOR UPDATE OF t SKIP LOCKED;
@@ -794,9 +795,9 @@ FOR UPDATE OF t SKIP LOCKED;
 -- and keeps their idempotency keys taken until @keys_until.
 WITH retired AS (
     INSERT INTO /* TEMPLATE: schema */retired_keys (namespace, idempotency_key, task_id, task_type, input_sha256, removed_at, expires_at)
-    SELECT @namespace, r.key, r.id, r.type, r.digest, now(), @keys_until
+    SELECT @namespace, r.key, r.id, r.type, r.digest, @now, @keys_until
     FROM unnest(@ids::uuid[], @keys::text[], @types::text[], @digests::bytea[]) AS r(id, key, type, digest)
-    WHERE r.key IS NOT NULL AND @keys_until::timestamptz > now()
+    WHERE r.key IS NOT NULL AND @keys_until::timestamptz > @now::timestamptz
     ON CONFLICT (namespace, idempotency_key) DO UPDATE
         SET task_id = excluded.task_id, task_type = excluded.task_type, input_sha256 = excluded.input_sha256,
             removed_at = excluded.removed_at, expires_at = excluded.expires_at
@@ -808,11 +809,12 @@ WITH retired AS (
 SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM ev);
 
 -- name: RetiredKeysExpire
--- Drops up to @max retired keys past their time.
+-- Drops up to @max retired keys past their time by the store's clock
+-- (@now, the clock starts judge keys by), skipping rows a start holds.
 DELETE FROM /* TEMPLATE: schema */retired_keys
 WHERE (namespace, idempotency_key) IN (
     SELECT namespace, idempotency_key FROM /* TEMPLATE: schema */retired_keys
-    WHERE expires_at <= now() ORDER BY expires_at LIMIT @max);
+    WHERE expires_at <= @now ORDER BY expires_at LIMIT @max FOR UPDATE SKIP LOCKED);
 
 -- name: NamespaceUpsert
 INSERT INTO /* TEMPLATE: schema */namespaces (name, retention_ms, key_retention_ms, updated_at)

@@ -20,7 +20,8 @@ func (s *Store) TaskRemoveFinished(ctx context.Context, p *store.RemoveFinishedP
 		return res, nil
 	}
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, s.sql("RetiredKeysExpire"), pgx.NamedArgs{"max": p.Max}); err != nil {
+		now := s.now()
+		if _, err := tx.Exec(ctx, s.sql("RetiredKeysExpire"), pgx.NamedArgs{"max": p.Max, "now": now}); err != nil {
 			return err
 		}
 		rows, err := tx.Query(ctx, s.sql("TaskRemovableLock"), pgx.NamedArgs{
@@ -57,7 +58,7 @@ func (s *Store) TaskRemoveFinished(ctx context.Context, p *store.RemoveFinishedP
 		}
 		var tasks, events int64
 		err = tx.QueryRow(ctx, s.sql("TaskRemove"), pgx.NamedArgs{
-			"namespace": p.Namespace, "ids": ids, "keys": keys, "types": types, "digests": digests, "keys_until": keysUntil,
+			"namespace": p.Namespace, "ids": ids, "keys": keys, "types": types, "digests": digests, "keys_until": keysUntil, "now": now,
 		}).Scan(&tasks, &events)
 		res = store.RemoveResult{Tasks: int(tasks), Events: int(events)}
 		return err
