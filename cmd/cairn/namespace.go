@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"github.com/cockroachdb/errors"
 	"github.com/spf13/cobra"
 
+	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/sdk"
 )
 
@@ -81,38 +83,23 @@ type namespaceView struct {
 	Name                string  `json:"name"`
 	RetentionSeconds    float64 `json:"retention_seconds"`
 	KeyRetentionSeconds float64 `json:"key_retention_seconds"`
+	settings            store.NamespaceConfig
 }
 
 func newNamespaceListCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
-		Use:   "list",
-		Short: "List the namespaces with settings or finished tasks, and their retention",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, closeDB, err := g.client(cmd.Context())
-			if err != nil {
-				return err
+	return listCmd(g, "list", "List the namespaces with settings or finished tasks, and their retention",
+		"NAMESPACE\tRETENTION\tKEY RETENTION",
+		func(c *sdk.Client, ctx context.Context) ([]namespaceView, error) {
+			namespaces, err := c.Namespaces(ctx)
+			views := make([]namespaceView, len(namespaces))
+			for i, ns := range namespaces {
+				views[i] = namespaceView{ns.Name, ns.Retention.Seconds(), ns.KeyRetention.Seconds(), ns}
 			}
-			defer closeDB()
-			namespaces, err := c.Namespaces(cmd.Context())
-			if err != nil {
-				return err
-			}
-			if g.output == "json" {
-				views := make([]namespaceView, len(namespaces))
-				for i, ns := range namespaces {
-					views[i] = namespaceView{ns.Name, ns.Retention.Seconds(), ns.KeyRetention.Seconds()}
-				}
-				return printJSON(cmd, views)
-			}
-			w := newTable(cmd)
-			fmt.Fprintln(w, "NAMESPACE\tRETENTION\tKEY RETENTION")
-			for _, ns := range namespaces {
-				fmt.Fprintf(w, "%s\t%s\t%s\n", ns.Name, retentionText(ns.Retention), retentionText(ns.KeyRetention))
-			}
-			return w.Flush()
+			return views, err
 		},
-	}
+		func(v namespaceView) string {
+			return fmt.Sprintf("%s\t%s\t%s", v.Name, retentionText(v.settings.Retention), retentionText(v.settings.KeyRetention))
+		})
 }
 
 // retentionText shows a retention in days where it is whole days.
