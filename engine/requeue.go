@@ -79,16 +79,30 @@ func requeueOnce(ctx context.Context, s store.Store, p *TaskRequeueParams, pendi
 	if err != nil {
 		return err
 	}
+	states := make(map[uuid.UUID]history.State, len(ids))
+	replayErrs := make(map[uuid.UUID]error)
+	for _, id := range ids {
+		if states[id], err = history.Replay(events[id]); err != nil {
+			replayErrs[id] = err
+		}
+	}
+	orphans, err := removedParents(ctx, s, states)
+	if err != nil {
+		return err
+	}
 	now := Now()
 	var appends []*store.EventAppendParams
 	for _, id := range ids {
 		i := pending[id]
-		state, err := history.Replay(events[id])
+		state, err := states[id], replayErrs[id]
 		switch {
 		case !inNamespace[id]:
 			out[i].Err = errmark.Mark(errors.Newf("requeue task %s: no such task", id), store.ErrNotFound)
 		case err != nil:
 			out[i].Err = errors.Wrapf(err, "requeue task %s", id)
+		case state.Status == history.StatusDeadLettered && orphans[id]:
+			out[i].Err = errmark.Mark(errors.Newf("requeue task %s: its parent task %s was removed by retention, so nothing would hear its end; start a new task instead",
+				id, state.Scheduled.ParentID), store.ErrTaskState)
 		case state.Status != history.StatusDeadLettered:
 			out[i].Err = errmark.Mark(errors.Newf("requeue task %s: it is %s; only a dead-lettered task can be retried", id, state.Status), store.ErrTaskState)
 		case state.Scheduled.Deadline != nil && !now.Before(*state.Scheduled.Deadline) &&
@@ -120,4 +134,42 @@ func requeueOnce(ctx context.Context, s store.Store, p *TaskRequeueParams, pendi
 		delete(pending, id)
 	}
 	return nil
+}
+
+// removedParents returns the children among states whose parent task no
+// longer exists (retention removed it once the family had finished): a
+// requeued child would run with nobody to report to. A removal committing
+// after this read is not seen (docs/guarantees.md, Retention).
+func removedParents(ctx context.Context, s store.Store, states map[uuid.UUID]history.State) (map[uuid.UUID]bool, error) {
+	parentOf := make(map[uuid.UUID]uuid.UUID)
+	var parents []uuid.UUID
+	for id, st := range states {
+		if st.Scheduled.ParentID == "" {
+			continue
+		}
+		parent, err := uuid.Parse(st.Scheduled.ParentID)
+		if err != nil {
+			return nil, errors.Wrapf(err, "requeue task %s: parent id", id)
+		}
+		parentOf[id] = parent
+		parents = append(parents, parent)
+	}
+	if len(parents) == 0 {
+		return nil, nil
+	}
+	found, err := s.TaskGetManyByID(ctx, parents)
+	if err != nil {
+		return nil, err
+	}
+	exists := make(map[uuid.UUID]bool, len(found))
+	for _, t := range found {
+		exists[t.ID] = true
+	}
+	orphans := make(map[uuid.UUID]bool)
+	for id, parent := range parentOf {
+		if !exists[parent] {
+			orphans[id] = true
+		}
+	}
+	return orphans, nil
 }

@@ -109,3 +109,40 @@ func TestDeadLetterList(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, typed)
 }
+
+// A dead-lettered child whose parent retention removed (the parent ended
+// first, without awaiting it) is not requeued: its end would report to
+// nobody. It says so, and the child stays as it was.
+func TestRequeueRefusesAChildWhoseParentWasRemoved(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := enginetest.Store(t)
+	parentID := enginetest.StartTask(t, s, nil)
+	parent := enginetest.ClaimOne(t, s, "w1", time.Minute)
+	require.Equal(t, parentID, parent.Task.ID)
+	res, err := s.TaskStartChildren(ctx, &store.ChildStartParams{
+		Parent:   store.EventAppendParams{TaskID: parentID, State: parent.State, Epoch: parent.State.Lease.Epoch, Attempt: parent.State.Attempt},
+		Children: []store.ChildStart{{Task: *(*enginetest.TaskOpts)(nil).Params()}},
+	})
+	require.NoError(t, err)
+	parent.State = res.State
+	enginetest.Complete(t, s, parent) // the parent ends without awaiting its child
+	child := res.IDs[0]
+	deadLetter(t, s, child)
+
+	// The parent finished first, so a removal of one task takes it.
+	removed, err := s.TaskRemoveFinished(ctx, &store.RemoveFinishedParams{
+		Namespace: store.DefaultNamespace, Before: time.Now().Add(time.Hour), Max: 1,
+	})
+	require.NoError(t, err)
+	require.Equal(t, 1, removed.Tasks)
+	_, err = s.TaskGetByID(ctx, store.DefaultNamespace, parentID)
+	require.ErrorIs(t, err, store.ErrNotFound)
+
+	out, err := engine.RequeueTasks(ctx, s, &engine.TaskRequeueParams{Namespace: "default", IDs: []uuid.UUID{child}, By: "ops"})
+	require.NoError(t, err)
+	require.ErrorIs(t, out[0].Err, store.ErrTaskState)
+	require.ErrorContains(t, out[0].Err, "its parent task "+parentID.String()+" was removed by retention")
+	require.Equal(t, history.StatusDeadLettered, enginetest.GetTask(t, s, child).Status)
+	require.Equal(t, 1, enginetest.RequireProjectionsMatch(t, s))
+}

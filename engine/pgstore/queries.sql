@@ -121,6 +121,11 @@ SELECT ins.id FROM ins WHERE (SELECT count(*) FROM ready) >= 0
 UNION ALL
 SELECT NULL FROM bounded WHERE refused;
 
+-- name: RetiredKeysRecheck
+-- After a keyed insert, in its transaction: refuses the start (CRN01) if a
+-- key it took was retired by a removal its insert did not see.
+SELECT /* TEMPLATE: schema */refuse_retired_keys(@ids::uuid[], @at::timestamptz);
+
 -- name: TaskIDByIdempotencyKey
 -- What holds a key, with what a RefuseKeyReuse start compares (see
 -- plan.KeyHolder): a task, or else a task retention removed whose key is

@@ -174,6 +174,13 @@ func interpretError(err error) error {
 	return err
 }
 
+// isKeyRetiredMidStart reports whether err is refuse_retired_keys' refusal
+// of a start (migration 0011).
+func isKeyRetiredMidStart(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "CRN01"
+}
+
 // Ping checks that the database answers.
 func (s *Store) Ping(ctx context.Context) error {
 	return errors.Wrap(interpretError(s.pool.Ping(ctx)), "ping PostgreSQL")

@@ -314,10 +314,40 @@ func (s *Store) taskStartMany(ctx context.Context, q querier, ps []*store.TaskSt
 		}
 	}
 	args["fairness_quantum"], args["at"], args["channel"] = store.FairnessQuantum.Seconds(), now, s.channel
+	if keyed := keyedIDs(plans); len(keyed) > 0 {
+		args["keyed_ids"] = keyed
+	}
+	// A removal retiring a key while the start ran refuses it
+	// (errKeyRetiredMidStart, refuse_retired_keys); the next try sees the
+	// retired key. Two tries are enough unless removals of the same key
+	// keep racing it, which a key removed once cannot.
+	for try := 1; ; try++ {
+		out, err := s.startOnce(ctx, q, query, args, plans, refuseReuse, now)
+		if !errors.Is(err, errKeyRetiredMidStart) || try == 3 {
+			return out, err
+		}
+	}
+}
+
+// startOnce inserts the starts of plans with one try of query and args.
+func (s *Store) startOnce(ctx context.Context, q querier, query string, args pgx.NamedArgs, plans []plan.StartPlan, refuseReuse bool, now time.Time) ([]store.TaskStartResult, error) {
+	tx, inCallersTx := q.(pgx.Tx)
+	// In a caller's transaction a keyed start's re-check, if it refuses,
+	// must roll back the start alone: a savepoint.
+	guard := inCallersTx && args["keyed_ids"] != nil
 	if !refuseReuse {
 		// One statement, unless a queue of the batch is bounded.
 		args["unbounded_only"] = true
-		out, err := s.insertTasks(ctx, q, query, args, plans)
+		var out []store.TaskStartResult
+		var err error
+		if guard {
+			err = pgx.BeginFunc(ctx, tx, func(sp pgx.Tx) error {
+				out, err = s.insertTasks(ctx, sp, query, args, plans)
+				return err
+			})
+		} else {
+			out, err = s.insertTasks(ctx, q, query, args, plans)
+		}
 		if !errors.Is(err, errBoundedQueue) {
 			return out, err
 		}
@@ -336,8 +366,8 @@ func (s *Store) taskStartMany(ctx context.Context, q querier, ps []*store.TaskSt
 		out, err = s.insertTasks(ctx, tx, query, args, plans)
 		return err
 	}
-	if tx, ok := q.(pgx.Tx); ok {
-		if !refuseReuse {
+	if inCallersTx {
+		if !refuseReuse && !guard {
 			return out, insert(tx)
 		}
 		return out, pgx.BeginFunc(ctx, tx, insert)
@@ -345,9 +375,26 @@ func (s *Store) taskStartMany(ctx context.Context, q querier, ps []*store.TaskSt
 	return out, pgx.BeginFunc(ctx, s.pool, insert)
 }
 
+// keyedIDs returns the ids of the starts of plans that have an idempotency
+// key: the tasks whose keys the re-check after the insert looks up.
+func keyedIDs(plans []plan.StartPlan) [][16]byte {
+	var ids [][16]byte
+	for _, pl := range plans {
+		if pl.Scheduled.IdempotencyKey != "" {
+			ids = append(ids, pl.ID)
+		}
+	}
+	return ids
+}
+
 // errBoundedQueue is insertTasks' answer to a batch, inserted with
 // unbounded_only, that writes to a bounded queue: nothing was inserted.
 var errBoundedQueue = errors.New("the start writes to a bounded queue")
+
+// errKeyRetiredMidStart is insertTasks' answer when a removal retired a key
+// the start took, committing while the insert waited on the row it
+// deleted (refuse_retired_keys, SQLSTATE CRN01): the start was rolled back.
+var errKeyRetiredMidStart = errors.New("an idempotency key of the start was retired while it ran")
 
 // insertTasks runs query (TaskInsertMany, or TaskInsertOne for one start)
 // with args (the starts of plans) and looks
@@ -367,15 +414,25 @@ func (s *Store) insertTasks(ctx context.Context, q querier, query string, args p
 		// (a custom plan took 0.7-0.8 ms to make for one task, more than
 		// the insert itself), in a pipeline that is one implicit
 		// transaction, so the settings end with it.
+		// A keyed start re-checks its keys in the same transaction.
 		batch := &pgx.Batch{}
 		batch.Queue("SELECT " + genericPlanSettings)
 		batch.Queue(s.sql(query), args).Query(collect)
+		if keyed := args["keyed_ids"]; keyed != nil {
+			batch.Queue(s.sql("RetiredKeysRecheck"), pgx.NamedArgs{"ids": keyed, "at": args["at"]})
+		}
 		err = pool.SendBatch(ctx, batch).Close()
 	} else {
 		var rows pgx.Rows
 		if rows, err = q.Query(ctx, s.sql(query), args); err == nil {
 			err = collect(rows)
 		}
+		if keyed := args["keyed_ids"]; err == nil && keyed != nil {
+			_, err = q.Exec(ctx, s.sql("RetiredKeysRecheck"), pgx.NamedArgs{"ids": keyed, "at": args["at"]})
+		}
+	}
+	if isKeyRetiredMidStart(err) {
+		return nil, errors.WithStack(errKeyRetiredMidStart)
 	}
 	if err != nil {
 		return nil, errors.Wrap(interpretError(err), "start tasks")
