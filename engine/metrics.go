@@ -391,9 +391,10 @@ var queueGaugeStatuses = []history.Status{
 // time, so every process reports the same, right figures however many
 // workers and clients change them.
 type queueCollector struct {
-	store  store.Store
-	tasks  *prometheus.Desc
-	oldest *prometheus.Desc
+	store          store.Store
+	tasks          *prometheus.Desc
+	oldest         *prometheus.Desc
+	oldestFinished *prometheus.Desc
 }
 
 // NewQueueCollector returns a collector of gauges read from store's
@@ -404,7 +405,11 @@ type queueCollector struct {
 //     not), retrying, running and dead-lettered;
 //   - cairn_queue_oldest_waiting_seconds{namespace, queue}: how long the
 //     longest-waiting due task (pending or retrying) has been due; 0 when
-//     none is.
+//     none is;
+//   - cairn_retention_oldest_finished_seconds{namespace}: how long ago
+//     the oldest finished task the namespace still keeps finished, for
+//     each namespace that keeps one: against its retention, how far
+//     behind removal is.
 //
 // A queue with none of those tasks is not reported. A scrape that cannot
 // read the database reports the error to the registry (the scrape fails)
@@ -419,6 +424,9 @@ func NewQueueCollector(s store.Store) prometheus.Collector {
 		oldest: prometheus.NewDesc("cairn_queue_oldest_waiting_seconds",
 			"How long the longest-waiting due task of a queue has been due, read from the database at scrape time; 0 when none is.",
 			[]string{"namespace", "queue"}, nil),
+		oldestFinished: prometheus.NewDesc("cairn_retention_oldest_finished_seconds",
+			"How long ago the oldest finished task a namespace still keeps finished, read from the database at scrape time.",
+			[]string{"namespace"}, nil),
 	}
 }
 
@@ -426,6 +434,7 @@ func NewQueueCollector(s store.Store) prometheus.Collector {
 func (c *queueCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.tasks
 	ch <- c.oldest
+	ch <- c.oldestFinished
 }
 
 // Collect implements prometheus.Collector.
@@ -446,6 +455,16 @@ func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(c.tasks, prometheus.GaugeValue, float64(q.Tasks[status]), q.Namespace, q.Queue, string(status))
 		}
 		ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, q.OldestDue.Seconds(), q.Namespace, q.Queue)
+	}
+	namespaces, err := c.store.NamespaceList(ctx)
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(c.oldestFinished, err)
+		return
+	}
+	for _, ns := range namespaces {
+		if !ns.OldestFinished.IsZero() {
+			ch <- prometheus.MustNewConstMetric(c.oldestFinished, prometheus.GaugeValue, time.Since(ns.OldestFinished).Seconds(), ns.Name)
+		}
 	}
 }
 

@@ -159,6 +159,18 @@ func TestQueueCollectorReadsTheDatabase(t *testing.T) {
 	require.GreaterOrEqual(t, age, 600.0)
 	require.Less(t, age, 660.0)
 	require.Positive(t, g.Value(oldest, "namespace", "default", "queue", "a"))
+
+	const oldestFinished = "cairn_retention_oldest_finished_seconds"
+	require.Zero(t, g.Series(oldestFinished), "no namespace keeps a finished task yet")
+	claimed := enginetest.Claim(t, s, p)
+	require.Len(t, claimed, 1)
+	finished := claimed[0]
+	enginetest.Complete(t, s, finished)
+	at := *enginetest.GetTask(t, s, finished.Task.ID).FinishedAt
+	g = enginetest.Gather(t, reg)
+	require.Equal(t, 1, g.Series(oldestFinished))
+	age = g.Value(oldestFinished, "namespace", "default")
+	require.InDelta(t, time.Since(at).Seconds(), age, 5, "the age of the oldest finished task kept")
 }
 
 // A scrape that cannot read the database fails with the error; it neither

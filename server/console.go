@@ -79,6 +79,14 @@ var consoleFuncs = template.FuncMap{
 		}
 		return d.String()
 	},
+	// days shows a retention in whole days where it is some.
+	"days": func(d time.Duration) string {
+		const day = 24 * time.Hour
+		if d >= day && d%day == 0 {
+			return fmt.Sprintf("%d days", d/day)
+		}
+		return roundDuration(d).String()
+	},
 	"percent": func(f float64) string { return fmt.Sprintf("%.1f%%", f*100) },
 	"short":   func(id uuid.UUID) string { return id.String()[:8] + "…" + id.String()[32:] },
 	// seg escapes a value put in a URL path as one segment: a name with
@@ -315,10 +323,35 @@ func (s *Server) sessionCookie(r *http.Request, id string, expires time.Time) *h
 }
 
 type overviewData struct {
-	Window  time.Duration
-	Queues  []store.QueueStats
-	Windows windowLinks
-	Charts  []queueChartRow
+	Window    time.Duration
+	Queues    []store.QueueStats
+	Windows   windowLinks
+	Charts    []queueChartRow
+	Retention retentionView
+}
+
+// retentionView is the namespace's retention on the overview. Zero
+// durations are the server's defaults.
+type retentionView struct {
+	Retention, KeyRetention time.Duration
+	// OldestFinishedAge is how long ago the oldest finished task kept
+	// finished; 0 when none is kept.
+	OldestFinishedAge time.Duration
+}
+
+// namespaceRetention reads the namespace's retention settings.
+func namespaceRetention(ctx context.Context, c *sdk.Client, namespace string) (retentionView, error) {
+	namespaces, err := c.Namespaces(ctx)
+	var v retentionView
+	for _, ns := range namespaces {
+		if ns.Name == namespace {
+			v.Retention, v.KeyRetention = ns.Retention, ns.KeyRetention
+			if !ns.OldestFinished.IsZero() {
+				v.OldestFinishedAge = time.Since(ns.OldestFinished)
+			}
+		}
+	}
+	return v, err
 }
 
 // queueChartRow is one queue's charts on the overview.
@@ -353,6 +386,9 @@ func (s *Server) consoleOverview(w http.ResponseWriter, r *http.Request, c *call
 	}
 	data := overviewData{Window: window, Windows: s.windowLinks("/console/", c, name)}
 	data.Queues, err = c.client.QueueStats(r.Context(), window)
+	if err == nil {
+		data.Retention, err = namespaceRetention(r.Context(), c.client, c.namespace)
+	}
 	if err == nil {
 		var series []store.QueueSeries
 		series, err = c.client.QueueSeries(r.Context(), "", window, chartBuckets)

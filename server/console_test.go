@@ -184,6 +184,11 @@ func TestConsoleQueuePagesAreHTML(t *testing.T) {
 			overview := sendHTML(t, h, "/console/?window=6h", http.StatusOK)
 			require.Contains(t, overview, `aria-label="Charts of queue default"`)
 			require.Contains(t, overview, "flow over the last 6 h")
+			require.Contains(t, overview, "kept as long as the server's default says")
+			require.Contains(t, overview, "No finished task is kept.")
+			require.NoError(t, st.store.NamespaceSet(t.Context(), store.NamespaceConfig{Name: "default", Retention: 30 * 24 * time.Hour, KeyRetention: 90 * time.Minute}))
+			overview = sendHTML(t, h, "/console/", http.StatusOK)
+			require.Contains(t, overview, "Finished tasks are kept 30 days, their idempotency keys 1h30m0s after that.")
 
 			bad := sendHTML(t, h, "/console/queues/default?window=2d", http.StatusBadRequest)
 			require.Contains(t, bad, `window &#34;2d&#34; is not one of 15m, 1h, 6h, 24h`)

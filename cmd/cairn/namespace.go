@@ -83,22 +83,34 @@ type namespaceView struct {
 	Name                string  `json:"name"`
 	RetentionSeconds    float64 `json:"retention_seconds"`
 	KeyRetentionSeconds float64 `json:"key_retention_seconds"`
-	settings            store.NamespaceConfig
+	// OldestFinishedAt is when the oldest finished task still kept
+	// finished (absent: none is kept).
+	OldestFinishedAt *time.Time `json:"oldest_finished_at,omitempty"`
+	settings         store.NamespaceConfig
 }
 
 func newNamespaceListCmd(g *globals) *cobra.Command {
 	return listCmd(g, "list", "List the namespaces with settings or finished tasks, and their retention",
-		"NAMESPACE\tRETENTION\tKEY RETENTION",
+		"NAMESPACE\tRETENTION\tKEY RETENTION\tOLDEST FINISHED",
 		func(c *sdk.Client, ctx context.Context) ([]namespaceView, error) {
 			namespaces, err := c.Namespaces(ctx)
 			views := make([]namespaceView, len(namespaces))
 			for i, ns := range namespaces {
-				views[i] = namespaceView{ns.Name, ns.Retention.Seconds(), ns.KeyRetention.Seconds(), ns}
+				views[i] = namespaceView{Name: ns.Name, RetentionSeconds: ns.Retention.Seconds(),
+					KeyRetentionSeconds: ns.KeyRetention.Seconds(), settings: ns}
+				if !ns.OldestFinished.IsZero() {
+					at := ns.OldestFinished.UTC()
+					views[i].OldestFinishedAt = &at
+				}
 			}
 			return views, err
 		},
 		func(v namespaceView) string {
-			return fmt.Sprintf("%s\t%s\t%s", v.Name, retentionText(v.settings.Retention), retentionText(v.settings.KeyRetention))
+			oldest := "-"
+			if v.OldestFinishedAt != nil {
+				oldest = v.OldestFinishedAt.Format(time.RFC3339)
+			}
+			return fmt.Sprintf("%s\t%s\t%s\t%s", v.Name, retentionText(v.settings.Retention), retentionText(v.settings.KeyRetention), oldest)
 		})
 }
 

@@ -41,7 +41,7 @@ func TestNamespaceCommands(t *testing.T) {
 			require.Error(t, err, "a bad namespace name is refused")
 
 			out, _ = tg.mustRun(t, "namespace", "list")
-			require.Contains(t, out, "tenant-a   30d        36h0m0s")
+			require.Contains(t, out, "tenant-a   30d        36h0m0s        -")
 			out, _ = tg.mustRun(t, "namespace", "set", "tenant-a", "--key-retention", "36h")
 			require.Equal(t, "namespace tenant-a: retention 30d, key retention 36h0m0s\n", out,
 				"a flag not given keeps its setting")

@@ -838,7 +838,11 @@ WITH RECURSIVE seen AS (
             WHERE t.finished_at IS NOT NULL AND t.namespace > seen.namespace ORDER BY t.namespace LIMIT 1)
     FROM seen WHERE seen.namespace IS NOT NULL
 )
-SELECT coalesce(n.name, s.namespace), n.retention_ms, n.key_retention_ms
+SELECT coalesce(n.name, s.namespace), n.retention_ms, n.key_retention_ms,
+    -- The oldest finished task kept: the namespace's first entry of
+    -- tasks_finished_idx.
+    (SELECT min(t.finished_at) FROM /* TEMPLATE: schema */tasks AS t
+     WHERE t.namespace = coalesce(n.name, s.namespace) AND t.finished_at IS NOT NULL)
 FROM /* TEMPLATE: schema */namespaces AS n
 FULL JOIN (SELECT namespace FROM seen WHERE namespace IS NOT NULL) AS s ON s.namespace = n.name
 ORDER BY 1;

@@ -92,9 +92,10 @@ func (s *Store) NamespaceList(ctx context.Context) ([]store.NamespaceConfig, err
 	var out []store.NamespaceConfig
 	var name string
 	var retention, keyRetention *int64
-	_, err = pgx.ForEachRow(rows, []any{&name, &retention, &keyRetention}, func() error {
+	var oldest *time.Time
+	_, err = pgx.ForEachRow(rows, []any{&name, &retention, &keyRetention, &oldest}, func() error {
 		out = append(out, store.NamespaceConfig{
-			Name: name, Retention: millis(retention), KeyRetention: millis(keyRetention),
+			Name: name, Retention: millis(retention), KeyRetention: millis(keyRetention), OldestFinished: deref(utcPtr(oldest)),
 		})
 		return nil
 	})

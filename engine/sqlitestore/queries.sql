@@ -325,7 +325,11 @@ WITH RECURSIVE seen(ns) AS (
     SELECT (SELECT min(namespace) FROM tasks WHERE finished_at IS NOT NULL AND namespace > seen.ns)
     FROM seen WHERE seen.ns IS NOT NULL
 )
-SELECT name, max(retention_ms), max(key_retention_ms) FROM (
+SELECT name, max(retention_ms), max(key_retention_ms),
+    -- The oldest finished task kept: the namespace's first entry of
+    -- tasks_finished_idx.
+    (SELECT min(t.finished_at) FROM tasks AS t WHERE t.namespace = name AND t.finished_at IS NOT NULL)
+FROM (
     SELECT name, retention_ms, key_retention_ms FROM namespaces
     UNION ALL
     SELECT ns, NULL, NULL FROM seen WHERE ns IS NOT NULL

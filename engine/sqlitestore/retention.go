@@ -108,9 +108,12 @@ func (s *Store) NamespaceList(ctx context.Context) ([]store.NamespaceConfig, err
 	var out []store.NamespaceConfig
 	for rows.Next() {
 		var c store.NamespaceConfig
-		var retention, keyRetention sql.NullInt64
-		if err := rows.Scan(&c.Name, &retention, &keyRetention); err != nil {
+		var retention, keyRetention, oldest sql.NullInt64
+		if err := rows.Scan(&c.Name, &retention, &keyRetention, &oldest); err != nil {
 			return nil, errors.Wrap(interpret(err), "list namespaces")
+		}
+		if oldest.Valid {
+			c.OldestFinished = fromUS(oldest.Int64)
 		}
 		c.Retention = time.Duration(retention.Int64) * time.Millisecond
 		c.KeyRetention = time.Duration(keyRetention.Int64) * time.Millisecond

@@ -36,6 +36,10 @@ type NamespaceConfig struct {
 	// KeyRetention is how long after the removal a removed task's
 	// idempotency key stays taken.
 	KeyRetention time.Duration
+	// OldestFinished is when the namespace's oldest finished task still
+	// kept finished; zero when it keeps none. NamespaceList reads it (how
+	// far behind retention is); NamespaceSet ignores it.
+	OldestFinished time.Time
 }
 
 // Validate checks the settings before a store writes them.

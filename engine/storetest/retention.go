@@ -193,15 +193,21 @@ func testNamespaceSettings(t *testing.T, s store.Store) {
 	}
 	require.Empty(t, list(), "no settings and no finished task: no namespace to list")
 	require.NoError(t, s.NamespaceSet(ctx, store.NamespaceConfig{Name: "tenant-b", Retention: 30 * 24 * time.Hour}))
-	start(t, s, spec{})
+	first := start(t, s, spec{})
 	require.Equal(t, []store.NamespaceConfig{{Name: "tenant-b", Retention: 30 * 24 * time.Hour}}, list(),
 		"a namespace whose tasks have not finished is not listed without settings")
 	complete(t, s, claimOne(t, s, "w", time.Minute))
+	start(t, s, spec{})
+	complete(t, s, claimOne(t, s, "w", time.Minute))
 	require.NoError(t, s.NamespaceSet(ctx, store.NamespaceConfig{Name: "tenant-b", Retention: 90 * time.Second, KeyRetention: time.Hour}))
+	oldest := *getTask(t, s, first).FinishedAt
 	require.Equal(t, []store.NamespaceConfig{
-		{Name: store.DefaultNamespace},
+		{Name: store.DefaultNamespace, OldestFinished: oldest},
 		{Name: "tenant-b", Retention: 90 * time.Second, KeyRetention: time.Hour},
-	}, list(), "settings are replaced; a namespace with finished tasks is listed with the defaults")
+	}, list(), "settings are replaced; a namespace with finished tasks is listed with the defaults and its oldest finished task")
+	require.NoError(t, s.NamespaceSet(ctx, store.NamespaceConfig{Name: "tenant-b", Retention: 90 * time.Second, KeyRetention: time.Hour,
+		OldestFinished: time.Now()}), "OldestFinished is not a setting: it is ignored")
+	require.True(t, list()[1].OldestFinished.IsZero())
 
 	for _, bad := range []store.NamespaceConfig{
 		{Name: ""}, {Name: "x", Retention: -time.Second}, {Name: "x", KeyRetention: -1}, {Name: "x", Retention: time.Microsecond},

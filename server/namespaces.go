@@ -1,0 +1,105 @@
+package server
+
+import (
+	"math"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/cairnflow/cairn/sdk"
+)
+
+// namespaceView is GET/PUT /v1/namespace: the request's namespace's
+// retention settings in seconds, null for the default of the process that
+// runs retention.
+type namespaceView struct {
+	Namespace           string   `json:"namespace"`
+	RetentionSeconds    *float64 `json:"retention_seconds"`
+	KeyRetentionSeconds *float64 `json:"key_retention_seconds"`
+	// OldestFinishedAt is when the oldest finished task the namespace
+	// still keeps finished (absent: it keeps none).
+	OldestFinishedAt *time.Time `json:"oldest_finished_at,omitempty"`
+}
+
+// namespaceRequest is the body of PUT /v1/namespace. A setting left out
+// or null takes the default.
+type namespaceRequest struct {
+	RetentionSeconds    *float64 `json:"retention_seconds"`
+	KeyRetentionSeconds *float64 `json:"key_retention_seconds"`
+}
+
+// maxRetention bounds a retention setting well inside time.Duration.
+const maxRetention = 100 * 365 * 24 * time.Hour
+
+func (s *Server) getNamespace(w http.ResponseWriter, r *http.Request, c *call) {
+	namespaces, err := c.client.Namespaces(r.Context())
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	view := namespaceView{Namespace: c.namespace}
+	for _, ns := range namespaces {
+		if ns.Name != c.namespace {
+			continue
+		}
+		view.RetentionSeconds, view.KeyRetentionSeconds = seconds(ns.Retention), seconds(ns.KeyRetention)
+		if !ns.OldestFinished.IsZero() {
+			at := ns.OldestFinished.UTC()
+			view.OldestFinishedAt = &at
+		}
+	}
+	writeJSON(w, http.StatusOK, view)
+}
+
+// putNamespace replaces the namespace's settings; they apply from the
+// leader's next pass.
+func (s *Server) putNamespace(w http.ResponseWriter, r *http.Request, c *call) {
+	var req namespaceRequest
+	if p := decodeBody(w, r, envelopeBytes, &req, false); p != nil {
+		s.writeProblem(w, r, p)
+		return
+	}
+	var settings sdk.NamespaceSettings
+	for _, f := range []struct {
+		name string
+		in   *float64
+		out  *time.Duration
+	}{
+		{"retention_seconds", req.RetentionSeconds, &settings.Retention},
+		{"key_retention_seconds", req.KeyRetentionSeconds, &settings.KeyRetention},
+	} {
+		d, p := retentionSetting(f.name, f.in)
+		if p != nil {
+			s.writeProblem(w, r, p)
+			return
+		}
+		*f.out = d
+	}
+	if err := c.client.SetNamespace(r.Context(), c.namespace, settings); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.getNamespace(w, r, c)
+}
+
+// retentionSetting is a setting of PUT /v1/namespace as a duration: 0 for
+// null (the default), else between 1ms and maxRetention.
+func retentionSetting(name string, v *float64) (time.Duration, *Problem) {
+	if v == nil {
+		return 0, nil
+	}
+	if math.IsNaN(*v) || *v < 0.001 || *v > maxRetention.Seconds() {
+		return 0, problem(http.StatusBadRequest, codeInvalidRequest, name+" "+strconv.FormatFloat(*v, 'g', -1, 64)+
+			" is not a number of seconds between 0.001 and "+strconv.FormatFloat(maxRetention.Seconds(), 'f', 0, 64)+" (null: the default)")
+	}
+	return time.Duration(*v * float64(time.Second)), nil
+}
+
+// seconds is d in seconds, nil for 0 (the default).
+func seconds(d time.Duration) *float64 {
+	if d == 0 {
+		return nil
+	}
+	v := d.Seconds()
+	return &v
+}

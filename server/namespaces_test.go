@@ -1,0 +1,61 @@
+package server
+
+import (
+	"net/http"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// GET and PUT /v1/namespace read and replace the request's namespace's
+// retention settings, alike on both stores; bad settings are refused with
+// what was wrong, and write nothing; a reader may not change them.
+func TestNamespaceSettingsOverHTTP(t *testing.T) {
+	t.Parallel()
+	const adminToken, readerToken = "admin-secret", "reader-secret"
+	tokens := []Token{
+		{Name: "admin", SHA256: HashToken(adminToken), Namespaces: []string{AllNamespaces}, Roles: []Role{RoleAdmin}},
+		{Name: "reader", SHA256: HashToken(readerToken), Namespaces: []string{"tenant-b"}, Roles: []Role{RoleRead}},
+	}
+	for _, st := range bothStores(t) {
+		t.Run(st.name, func(t *testing.T) {
+			t.Parallel()
+			h := testServer(t, st.store, tokens...)
+			as := func(token string) []string { return []string{"Authorization", "Bearer " + token} }
+
+			got := send(t, h, "GET", "/v1/namespace?namespace=tenant-b", nil, as(adminToken)...)
+			require.Equal(t, http.StatusOK, got.status, "%s", got.body)
+			require.JSONEq(t, `{"namespace":"tenant-b","retention_seconds":null,"key_retention_seconds":null}`, string(got.body))
+
+			put := send(t, h, "PUT", "/v1/namespace?namespace=tenant-b",
+				[]byte(`{"retention_seconds":2592000,"key_retention_seconds":0.5}`), as(adminToken)...)
+			require.Equal(t, http.StatusOK, put.status, "%s", put.body)
+			want := `{"namespace":"tenant-b","retention_seconds":2592000,"key_retention_seconds":0.5}`
+			require.JSONEq(t, want, string(put.body))
+			got = send(t, h, "GET", "/v1/namespace", nil, append(as(readerToken), "Cairn-Namespace", "tenant-b")...)
+			require.JSONEq(t, want, string(got.body))
+
+			for body, says := range map[string]string{
+				`{"retention_seconds":-1}`:         "retention_seconds -1 is not a number of seconds between 0.001 and",
+				`{"key_retention_seconds":0.0001}`: "key_retention_seconds 0.0001 is not a number of seconds",
+				`{"retention_seconds":1e300}`:      "retention_seconds 1e+300 is not a number of seconds",
+				`{"retention":"30d"}`:              "retention",
+				`{"retention_seconds":"2592000"}`:  "retention_seconds",
+				``:                                 "",
+			} {
+				bad := send(t, h, "PUT", "/v1/namespace?namespace=tenant-b", []byte(body), as(adminToken)...)
+				require.Equal(t, http.StatusBadRequest, bad.status, "%s: %s", body, bad.body)
+				require.Contains(t, bad.problem.Detail, says, body)
+			}
+			refused := send(t, h, "PUT", "/v1/namespace?namespace=tenant-b", []byte(`{}`), as(readerToken)...)
+			require.Equal(t, http.StatusForbidden, refused.status)
+			got = send(t, h, "GET", "/v1/namespace?namespace=tenant-b", nil, as(adminToken)...)
+			require.JSONEq(t, want, string(got.body), "refused settings wrote nothing")
+
+			reset := send(t, h, "PUT", "/v1/namespace?namespace=tenant-b", []byte(`{"retention_seconds":null}`), as(adminToken)...)
+			require.Equal(t, http.StatusOK, reset.status, "%s", reset.body)
+			require.JSONEq(t, `{"namespace":"tenant-b","retention_seconds":null,"key_retention_seconds":null}`, string(reset.body),
+				"a setting left out or null takes the default")
+		})
+	}
+}
