@@ -29,6 +29,13 @@ type RetentionConfig struct {
 	// a large table) takes a bounded share of the database from the work
 	// running meanwhile.
 	Budget time.Duration
+	// DefaultArchive is where a namespace without an archive of its own
+	// has its histories written before they are removed (see
+	// [CheckArchive]); empty: such namespaces' tasks are removed without
+	// a copy.
+	DefaultArchive string
+	// Archives opens the archives; nil: the rescuer's own.
+	Archives *Archives
 }
 
 func (c RetentionConfig) withDefaults() RetentionConfig {
@@ -39,6 +46,9 @@ func (c RetentionConfig) withDefaults() RetentionConfig {
 		c.Batch = 500
 	}
 	c.Batch = min(c.Batch, maxRetentionBatch)
+	if c.Archives == nil {
+		c.Archives = &Archives{}
+	}
 	return c
 }
 
@@ -46,6 +56,11 @@ func (c RetentionConfig) withDefaults() RetentionConfig {
 const maxRetentionBatch = 10_000
 
 func (c RetentionConfig) validate() error {
+	if c.DefaultArchive != "" {
+		if err := CheckArchive(c.DefaultArchive); err != nil {
+			return errors.Wrap(err, "engine: RetentionConfig.DefaultArchive")
+		}
+	}
 	if c.Default < 0 || c.KeyDefault < 0 || c.Budget < 0 {
 		return errors.Newf("engine: RetentionConfig's durations must not be negative (Default %s, KeyDefault %s, Budget %s)",
 			c.Default, c.KeyDefault, c.Budget)
@@ -77,11 +92,22 @@ func removeFinished(ctx context.Context, s store.Store, clock Clock, cfg Retenti
 		if retention == 0 {
 			continue
 		}
+		location := ns.Archive
+		if location == "" {
+			location = cfg.DefaultArchive
+		}
 		for {
 			now := clock.Now()
-			res, err := s.TaskRemoveFinished(ctx, &store.RemoveFinishedParams{
+			p := &store.RemoveFinishedParams{
 				Namespace: ns.Name, Before: now.Add(-retention), Max: cfg.Batch, KeysUntil: now.Add(keyRetention),
-			})
+			}
+			var res store.RemoveResult
+			var err error
+			if location != "" {
+				res, err = archiveThenRemove(ctx, s, cfg.Archives, location, p)
+			} else {
+				res, err = s.TaskRemoveFinished(ctx, p)
+			}
 			total.Tasks, total.Events = total.Tasks+res.Tasks, total.Events+res.Events
 			if err != nil {
 				if ctx.Err() != nil {

@@ -2,6 +2,9 @@ package engine_test
 
 import (
 	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -12,6 +15,7 @@ import (
 	"github.com/cairnflow/cairn/engine/enginetest"
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/internal/s3test"
 )
 
 // TestRescuerRemovesFinishedTasksPastRetention runs the leader's pass with
@@ -97,4 +101,72 @@ func TestRetentionWithoutDefaultKeepsNamespacesWithoutSettings(t *testing.T) {
 	require.True(t, led, "the rescuer led the passes")
 	r.Stop()
 	require.Equal(t, history.StatusCompleted, enginetest.GetTask(t, s, id).Status, "no retention set, none applied")
+}
+
+// TestRescuerArchivesBeforeRemoving: with an archive, the leader writes the
+// histories of the tasks it removes first (a namespace's own, on an
+// S3-protocol server; the default, a directory), and they read back equal
+// to what the database held, byte for byte as JSON. A namespace whose
+// archive cannot be written keeps its tasks.
+func TestRescuerArchivesBeforeRemoving(t *testing.T) {
+	t.Setenv("AWS_ACCESS_KEY_ID", "cairn-test")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "cairn-test-secret")
+	ctx := context.Background()
+	s := enginetest.Store(t)
+	s3 := s3test.Start(t, "archive", "cairn")
+	dir := "file://" + filepath.ToSlash(t.TempDir())
+	blocked := filepath.Join(t.TempDir(), "not-a-dir")
+	require.NoError(t, os.WriteFile(blocked, nil, 0o600))
+
+	finish := func(namespace string) (uuid.UUID, string) {
+		t.Helper()
+		id := enginetest.StartTask(t, s, &enginetest.TaskOpts{Namespace: namespace, Input: []byte(`{"doc":"café"}`)})
+		p := enginetest.ClaimParams("w", 1, time.Minute)
+		p.Namespace = namespace
+		claimed := enginetest.Claim(t, s, p)
+		require.Len(t, claimed, 1)
+		enginetest.Complete(t, s, claimed[0])
+		before, err := json.Marshal(enginetest.Events(t, s, id))
+		require.NoError(t, err)
+		return id, string(before)
+	}
+	require.NoError(t, s.NamespaceSet(ctx, store.NamespaceConfig{Name: "on-s3", Archive: s3}))
+	require.NoError(t, s.NamespaceSet(ctx, store.NamespaceConfig{Name: "broken", Archive: "file://" + filepath.ToSlash(blocked)}))
+	onS3, onS3JSON := finish("on-s3")
+	inDir, inDirJSON := finish(store.DefaultNamespace)
+	kept, _ := finish("broken")
+
+	archives := &engine.Archives{}
+	r, err := engine.NewRescuer(engine.RescuerConfig{
+		Store: s, Owner: "leader", Interval: 20 * time.Millisecond, Logger: enginetest.Logger(t),
+		Retention: engine.RetentionConfig{Default: time.Millisecond, DefaultArchive: dir, Archives: archives},
+	})
+	require.NoError(t, err)
+	require.NoError(t, r.Start(ctx))
+	t.Cleanup(r.Stop)
+	for _, c := range []struct {
+		namespace, location string
+		id                  uuid.UUID
+		before              string
+	}{{"on-s3", s3, onS3, onS3JSON}, {store.DefaultNamespace, dir, inDir, inDirJSON}} {
+		enginetest.WaitFor(t, "task of "+c.namespace+" removed", func() bool {
+			_, err := s.TaskGetByID(ctx, c.namespace, c.id)
+			return err != nil
+		})
+		evs, err := archives.History(ctx, c.location, c.namespace, c.id)
+		require.NoError(t, err)
+		after, err := json.Marshal(evs)
+		require.NoError(t, err)
+		require.Equal(t, c.before, string(after), "the archived history of %s", c.namespace)
+		_, err = archives.History(ctx, c.location, "elsewhere", c.id)
+		require.ErrorIs(t, err, engine.ErrNotArchived)
+	}
+	r.Stop()
+	task, err := s.TaskGetByID(ctx, "broken", kept)
+	require.NoError(t, err, "a task whose archive cannot be written is not removed")
+	require.Equal(t, history.StatusCompleted, task.Status)
+	require.Equal(t, 1, enginetest.RequireProjectionsMatch(t, s))
+
+	_, err = engine.NewRescuer(engine.RescuerConfig{Store: s, Owner: "o", Retention: engine.RetentionConfig{DefaultArchive: "relative/dir"}})
+	require.ErrorContains(t, err, "use file:///absolute/dir or s3://bucket/prefix")
 }

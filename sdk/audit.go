@@ -396,6 +396,12 @@ func (c *Client) Audit(ctx context.Context, p AuditParams, fn func(AuditRecord) 
 			break
 		}
 	}
+	return a.evalErrors()
+}
+
+// evalErrors is the error an audit ends with when the filter failed on
+// some events: nil when it never did.
+func (a *audit) evalErrors() error {
 	if a.failedEvals > 0 {
 		return errmark.Mark(errors.WithHint(errors.Wrapf(a.evalErrs, "the filter failed on %d event(s), which were skipped; the first", a.failedEvals),
 			`test the event type before reading its payload: event.type == "attempt_failed" && event.data.error.status == 429, or has(event.data.error) && ...`),

@@ -74,6 +74,14 @@ type ClientConfig struct {
 	// [DefaultMaxPayloadBytes] (1 MiB); negative is refused. Give workers
 	// the same bound for outputs ([WorkerConfig.MaxPayloadBytes]).
 	MaxPayloadBytes int
+	// DefaultArchive is where the histories of tasks retention removed
+	// are read from in a namespace without an archive of its own (the
+	// leader's default, [WorkerConfig.DefaultArchive]); see
+	// [engine.CheckArchive]. Empty: such tasks are not found once removed.
+	DefaultArchive string
+	// Archives, when set, are the archives to read through, shared with
+	// other clients; default the client's own.
+	Archives *engine.Archives
 }
 
 // Client starts tasks and asks about them. It is safe for concurrent use.
@@ -85,6 +93,8 @@ type Client struct {
 	identity     string
 	filterLimits FilterLimits // with defaults filled
 	maxPayload   int          // MaxPayloadBytes, default filled
+	archives       *engine.Archives
+	defaultArchive string
 
 	listenOnce sync.Once
 	listener   *engine.Notifier // started by the first Wait; stopped by Close
@@ -137,7 +147,16 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Client{store: st, namespace: ns, identity: identity, filterLimits: cfg.FilterLimits.withDefaults(), maxPayload: maxPayload}
+	if cfg.DefaultArchive != "" {
+		if err := engine.CheckArchive(cfg.DefaultArchive); err != nil {
+			return nil, errors.Wrap(err, "ClientConfig.DefaultArchive")
+		}
+	}
+	if cfg.Archives == nil {
+		cfg.Archives = &engine.Archives{}
+	}
+	c := &Client{store: st, namespace: ns, identity: identity, filterLimits: cfg.FilterLimits.withDefaults(), maxPayload: maxPayload,
+		archives: cfg.Archives, defaultArchive: cfg.DefaultArchive}
 	if cfg.Notifier != nil {
 		c.listenOnce.Do(func() { c.listener, c.shared = cfg.Notifier, true })
 	}
@@ -524,12 +543,30 @@ func (c *Client) Wait(ctx context.Context, id uuid.UUID) (*TaskInfo, error) {
 	}
 }
 
-// History returns every event of a task, in order.
+// History returns every event of a task, in order. A task retention
+// removed is read from its namespace's archive (or the client's
+// DefaultArchive), when it was archived.
 func (c *Client) History(ctx context.Context, id uuid.UUID) ([]history.Event, error) {
-	if _, err := c.store.TaskGetByID(ctx, c.namespace, id); err != nil {
+	_, err := c.store.TaskGetByID(ctx, c.namespace, id)
+	var events []history.Event
+	if err == nil {
+		if events, err = c.store.EventListByTask(ctx, id); err != nil || len(events) > 0 {
+			return events, err
+		}
+		// Removed between the two reads: the archive may have it.
+		err = errmark.Mark(errors.Newf("task %s: no such task", id), store.ErrNotFound)
+	}
+	if !errors.Is(err, store.ErrNotFound) {
 		return nil, err
 	}
-	return c.store.EventListByTask(ctx, id)
+	archived, aerr := c.archivedHistory(ctx, id)
+	switch {
+	case aerr == nil:
+		return archived, nil
+	case errors.Is(aerr, errNoArchive), errors.Is(aerr, engine.ErrNotArchived):
+		return nil, err
+	}
+	return nil, errors.Wrapf(aerr, "task %s is not in the database; reading the archive", id)
 }
 
 // ListOpts filter [Client.List] and [Client.ListPage], passed by value and

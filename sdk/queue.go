@@ -4,7 +4,9 @@ import (
 	"context"
 	"time"
 
+	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/internal/errmark"
 )
 
 // ErrQueueFull is returned (marked) by a start refused because a bounded
@@ -78,6 +80,11 @@ type NamespaceSettings struct {
 	// KeyRetention is how long after its removal a task's idempotency key
 	// stays taken: a start with it meanwhile returns the removed task's id.
 	KeyRetention time.Duration
+	// Archive is where retention writes the namespace's histories before
+	// removing them: file:///absolute/dir or s3://bucket/prefix (see
+	// [engine.CheckArchive]). Empty: the leader's default
+	// ([WorkerConfig.DefaultArchive]), or none.
+	Archive string
 }
 
 // SetNamespace sets the retention settings of namespace (any namespace,
@@ -86,7 +93,12 @@ func (c *Client) SetNamespace(ctx context.Context, namespace string, s Namespace
 	if err := validateName("namespace", namespace); err != nil {
 		return err
 	}
-	return c.store.NamespaceSet(ctx, store.NamespaceConfig{Name: namespace, Retention: s.Retention, KeyRetention: s.KeyRetention})
+	if s.Archive != "" {
+		if err := engine.CheckArchive(s.Archive); err != nil {
+			return errmark.Mark(err, ErrInvalid)
+		}
+	}
+	return c.store.NamespaceSet(ctx, store.NamespaceConfig{Name: namespace, Retention: s.Retention, KeyRetention: s.KeyRetention, Archive: s.Archive})
 }
 
 // Namespaces returns every namespace with settings or finished tasks, by

@@ -2,12 +2,16 @@ package sdk_test
 
 import (
 	"context"
+	"encoding/json"
+	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/internal/s3test"
 	"github.com/cairnflow/cairn/sdk"
 	"github.com/cairnflow/cairn/workflow"
 )
@@ -46,6 +50,75 @@ func TestNamespaceRetentionRemovesFinishedTasks(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, res.ID, again.ID, "the key stays taken: the late duplicate names the removed task")
 		require.True(t, again.Existing)
+		stopWorker(t, b.worker)
+	})
+}
+
+// Tasks retention removed are read back from the archive the leader wrote
+// first, equal to the history before the removal: through the client's
+// default (a directory), then, once the namespace has an archive of its
+// own (an S3-protocol server), through that, the earlier tasks still
+// found in the default; AuditArchive runs a filter over both. On both
+// stores.
+func TestRemovedTasksAreReadFromTheArchive(t *testing.T) {
+	t.Parallel()
+	onEachStore(t, func(t *testing.T, setup setupFunc) {
+		dir := "file://" + filepath.ToSlash(t.TempDir())
+		s3 := s3test.Start(t, "archive", "histories")
+		b := setup(t, sdk.WorkerConfig{Concurrency: 4, RescueInterval: 20 * time.Millisecond, DefaultArchive: dir})
+		wf := sdk.NewWorkflow("report.build", 1, func(ctx workflow.Context, n int) (int, error) {
+			return workflow.Step(ctx, "double", func(context.Context) (int, error) { return 2 * n, nil })
+		})
+		sdk.Register(b.worker, wf)
+		ctx := context.Background()
+		require.ErrorIs(t, b.client.SetNamespace(ctx, "default", sdk.NamespaceSettings{Archive: "s3://"}), sdk.ErrInvalid)
+		reader, err := sdk.NewClient(sdk.ClientConfig{Store: b.client.Store(), DefaultArchive: dir})
+		require.NoError(t, err)
+		t.Cleanup(reader.Close)
+		startWorker(t, b.worker)
+
+		var ids []uuid.UUID
+		var befores []string
+		for i, archive := range []string{"", s3} {
+			require.NoError(t, b.client.SetNamespace(ctx, "default", sdk.NamespaceSettings{Archive: archive}))
+			res, err := sdk.Start(ctx, b.client, wf, i+1)
+			require.NoError(t, err)
+			_, err = res.Result(ctx)
+			require.NoError(t, err)
+			evs, err := b.client.History(ctx, res.ID)
+			require.NoError(t, err)
+			before, err := json.Marshal(evs)
+			require.NoError(t, err)
+			require.NoError(t, b.client.SetNamespace(ctx, "default", sdk.NamespaceSettings{Retention: time.Millisecond, Archive: archive}))
+			require.Eventually(t, func() bool {
+				_, err := b.client.Get(ctx, res.ID)
+				return err != nil
+			}, 10*time.Second, 20*time.Millisecond, "the finished task is removed")
+			ids, befores = append(ids, res.ID), append(befores, string(before))
+		}
+		for i, id := range ids {
+			evs, err := reader.History(ctx, id)
+			require.NoError(t, err, "task %d is read from the archive", i)
+			after, err := json.Marshal(evs)
+			require.NoError(t, err)
+			require.Equal(t, befores[i], string(after))
+		}
+		_, err = b.client.History(ctx, ids[1])
+		require.NoError(t, err, "the namespace's own archive needs no default")
+		_, err = b.client.History(ctx, ids[0])
+		require.ErrorIs(t, err, sdk.ErrNotFound, "without the default, the task archived there is not found")
+
+		filter, err := sdk.CompileEventFilter(`event.type == "step_completed"`)
+		require.NoError(t, err)
+		var audited []uuid.UUID
+		require.NoError(t, reader.AuditArchive(ctx, sdk.AuditParams{Filter: filter}, func(r sdk.AuditRecord) error {
+			require.Equal(t, "completed", string(r.Task.Status))
+			audited = append(audited, r.Task.ID)
+			return nil
+		}))
+		require.ElementsMatch(t, ids, audited, "one step of each archived task")
+		_, err = reader.History(ctx, uuid.Must(uuid.NewV7()))
+		require.ErrorIs(t, err, sdk.ErrNotFound, "a task in neither the database nor an archive is not found")
 		stopWorker(t, b.worker)
 	})
 }

@@ -59,6 +59,11 @@ type WorkerConfig struct {
 	// DefaultKeyRetention is how long a removed task's idempotency key stays
 	// taken in a namespace without a key retention of its own. Default 24h.
 	DefaultKeyRetention time.Duration
+	// DefaultArchive is where the rescuer writes the histories of the
+	// tasks it removes, first, in a namespace without an archive of its
+	// own (file:///dir or s3://bucket/prefix, see [engine.CheckArchive]).
+	// Empty: such tasks are removed without a copy.
+	DefaultArchive string
 	// WorkerID names this worker in leases and history. Default
 	// host-pid-random.
 	WorkerID string
@@ -290,7 +295,8 @@ func (w *Worker) Start(ctx context.Context) error {
 	if w.cfg.RescueInterval >= 0 {
 		w.rescuer, err = engine.NewRescuer(engine.RescuerConfig{
 			Store: w.store, Owner: w.cfg.WorkerID, Interval: w.cfg.RescueInterval, Logger: w.cfg.Logger,
-			Retention: engine.RetentionConfig{Default: w.cfg.DefaultRetention, KeyDefault: w.cfg.DefaultKeyRetention},
+			Retention: engine.RetentionConfig{Default: w.cfg.DefaultRetention, KeyDefault: w.cfg.DefaultKeyRetention,
+				DefaultArchive: w.cfg.DefaultArchive},
 		})
 		if err != nil {
 			return err

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/sdk"
 )
 
@@ -16,6 +17,9 @@ type namespaceView struct {
 	Namespace           string   `json:"namespace"`
 	RetentionSeconds    *float64 `json:"retention_seconds"`
 	KeyRetentionSeconds *float64 `json:"key_retention_seconds"`
+	// Archive is where retention writes the namespace's histories before
+	// it removes them; null: the leader's default.
+	Archive *string `json:"archive"`
 	// OldestFinishedAt is when the oldest finished task the namespace
 	// still keeps finished (absent: it keeps none).
 	OldestFinishedAt *time.Time `json:"oldest_finished_at,omitempty"`
@@ -26,6 +30,7 @@ type namespaceView struct {
 type namespaceRequest struct {
 	RetentionSeconds    *float64 `json:"retention_seconds"`
 	KeyRetentionSeconds *float64 `json:"key_retention_seconds"`
+	Archive             *string  `json:"archive"`
 }
 
 // maxRetention bounds a retention setting well inside time.Duration.
@@ -43,6 +48,9 @@ func (s *Server) getNamespace(w http.ResponseWriter, r *http.Request, c *call) {
 			continue
 		}
 		view.RetentionSeconds, view.KeyRetentionSeconds = seconds(ns.Retention), seconds(ns.KeyRetention)
+		if ns.Archive != "" {
+			view.Archive = &ns.Archive
+		}
 		if !ns.OldestFinished.IsZero() {
 			at := ns.OldestFinished.UTC()
 			view.OldestFinishedAt = &at
@@ -74,6 +82,13 @@ func (s *Server) putNamespace(w http.ResponseWriter, r *http.Request, c *call) {
 			return
 		}
 		*f.out = d
+	}
+	if req.Archive != nil {
+		if err := engine.CheckArchive(*req.Archive); err != nil {
+			s.writeProblem(w, r, problem(http.StatusBadRequest, codeInvalidRequest, "archive: "+err.Error()))
+			return
+		}
+		settings.Archive = *req.Archive
 	}
 	if err := c.client.SetNamespace(r.Context(), c.namespace, settings); err != nil {
 		s.writeError(w, r, err)

@@ -25,12 +25,12 @@ func TestNamespaceSettingsOverHTTP(t *testing.T) {
 
 			got := send(t, h, "GET", "/v1/namespace?namespace=tenant-b", nil, as(adminToken)...)
 			require.Equal(t, http.StatusOK, got.status, "%s", got.body)
-			require.JSONEq(t, `{"namespace":"tenant-b","retention_seconds":null,"key_retention_seconds":null}`, string(got.body))
+			require.JSONEq(t, `{"namespace":"tenant-b","retention_seconds":null,"key_retention_seconds":null,"archive":null}`, string(got.body))
 
 			put := send(t, h, "PUT", "/v1/namespace?namespace=tenant-b",
-				[]byte(`{"retention_seconds":2592000,"key_retention_seconds":0.5}`), as(adminToken)...)
+				[]byte(`{"retention_seconds":2592000,"key_retention_seconds":0.5,"archive":"s3://bucket/cairn?endpoint=127.0.0.1:9000"}`), as(adminToken)...)
 			require.Equal(t, http.StatusOK, put.status, "%s", put.body)
-			want := `{"namespace":"tenant-b","retention_seconds":2592000,"key_retention_seconds":0.5}`
+			want := `{"namespace":"tenant-b","retention_seconds":2592000,"key_retention_seconds":0.5,"archive":"s3://bucket/cairn?endpoint=127.0.0.1:9000"}`
 			require.JSONEq(t, want, string(put.body))
 			got = send(t, h, "GET", "/v1/namespace", nil, append(as(readerToken), "Cairn-Namespace", "tenant-b")...)
 			require.JSONEq(t, want, string(got.body))
@@ -54,7 +54,7 @@ func TestNamespaceSettingsOverHTTP(t *testing.T) {
 
 			reset := send(t, h, "PUT", "/v1/namespace?namespace=tenant-b", []byte(`{"retention_seconds":null}`), as(adminToken)...)
 			require.Equal(t, http.StatusOK, reset.status, "%s", reset.body)
-			require.JSONEq(t, `{"namespace":"tenant-b","retention_seconds":null,"key_retention_seconds":null}`, string(reset.body),
+			require.JSONEq(t, `{"namespace":"tenant-b","retention_seconds":null,"key_retention_seconds":null,"archive":null}`, string(reset.body),
 				"a setting left out or null takes the default")
 		})
 	}

@@ -52,6 +52,11 @@ type Config struct {
 	// may hold 64 KiB besides the input. Default
 	// [sdk.DefaultMaxPayloadBytes] (1 MiB).
 	MaxPayloadBytes int
+	// DefaultArchive is where the histories of tasks retention removed are
+	// read from in a namespace without an archive of its own (the
+	// leader's default), as [sdk.ClientConfig.DefaultArchive]: GET
+	// /v1/tasks/{id}/history answers for an archived task.
+	DefaultArchive string
 	// MaxListPayloadBytes bounds the inputs and outputs one page of
 	// GET /v1/tasks?include=input,output carries: the page ends early,
 	// with a next_cursor, before the first task that would take it past
@@ -114,6 +119,7 @@ type Server struct {
 	draining atomic.Bool
 
 	notifier *engine.Notifier // one listening connection for every namespace's waits; runs from Start to Stop
+	archives engine.Archives  // the archives every namespace's client reads through
 	drained  chan struct{}    // closed by Drain: long polls answer at once
 
 	life    sync.Mutex // guards started and stopped; held by Start and Stop
@@ -381,7 +387,8 @@ func (s *Server) client(namespace string) (*sdk.Client, error) {
 		return c, nil
 	}
 	c, err := sdk.NewClient(sdk.ClientConfig{Store: s.cfg.Store, Namespace: namespace, Identity: "api",
-		Notifier: s.notifier, FilterLimits: s.cfg.FilterLimits, MaxPayloadBytes: s.cfg.MaxPayloadBytes})
+		Notifier: s.notifier, FilterLimits: s.cfg.FilterLimits, MaxPayloadBytes: s.cfg.MaxPayloadBytes,
+		DefaultArchive: s.cfg.DefaultArchive, Archives: &s.archives})
 	if err != nil {
 		return nil, errmark.Mark(err, sdk.ErrInvalid)
 	}

@@ -790,9 +790,26 @@ WHERE t.namespace = @namespace AND t.finished_at IS NOT NULL AND t.finished_at <
                   WHERE c.parent_id = t.id AND c.finished_at IS NULL)
   AND (t.parent_id IS NULL OR NOT EXISTS (SELECT 1 FROM /* TEMPLATE: schema */tasks AS p
                                          WHERE p.id = t.parent_id AND p.finished_at IS NULL))
+  -- With @only_ids: only those tasks, each at the last seq archived.
+  AND (@only_ids::uuid[] IS NULL OR (t.id, t.last_seq) IN (
+        SELECT * FROM unnest(@only_ids::uuid[], @only_seqs::bigint[])))
 ORDER BY t.finished_at
 LIMIT @max
 FOR UPDATE OF t SKIP LOCKED;
+
+-- name: TaskRemovableList
+-- The tasks TaskRemovableLock would lock, without locking them: what
+-- archival reads before the removal.
+SELECT t.id
+FROM /* TEMPLATE: schema */tasks AS t
+WHERE t.namespace = @namespace AND t.finished_at IS NOT NULL AND t.finished_at < @before
+  AND t.status IN ('completed', 'failed', 'cancelled', 'dead_lettered', 'expired')
+  AND NOT EXISTS (SELECT 1 FROM /* TEMPLATE: schema */tasks AS c
+                  WHERE c.parent_id = t.id AND c.finished_at IS NULL)
+  AND (t.parent_id IS NULL OR NOT EXISTS (SELECT 1 FROM /* TEMPLATE: schema */tasks AS p
+                                         WHERE p.id = t.parent_id AND p.finished_at IS NULL))
+ORDER BY t.finished_at
+LIMIT @max;
 
 -- name: TaskRemove
 -- Removes tasks whole, their events first (the append-only trigger lets
@@ -822,10 +839,11 @@ WHERE (namespace, idempotency_key) IN (
     WHERE expires_at <= @now ORDER BY expires_at LIMIT @max FOR UPDATE SKIP LOCKED);
 
 -- name: NamespaceUpsert
-INSERT INTO /* TEMPLATE: schema */namespaces (name, retention_ms, key_retention_ms, updated_at)
-VALUES (@name, @retention_ms, @key_retention_ms, now())
+INSERT INTO /* TEMPLATE: schema */namespaces (name, retention_ms, key_retention_ms, archive, updated_at)
+VALUES (@name, @retention_ms, @key_retention_ms, @archive, now())
 ON CONFLICT (name) DO UPDATE
-SET retention_ms = excluded.retention_ms, key_retention_ms = excluded.key_retention_ms, updated_at = now();
+SET retention_ms = excluded.retention_ms, key_retention_ms = excluded.key_retention_ms, archive = excluded.archive,
+    updated_at = now();
 
 -- name: NamespaceList
 -- The namespaces with settings, and those with finished tasks, found by a
@@ -838,7 +856,7 @@ WITH RECURSIVE seen AS (
             WHERE t.finished_at IS NOT NULL AND t.namespace > seen.namespace ORDER BY t.namespace LIMIT 1)
     FROM seen WHERE seen.namespace IS NOT NULL
 )
-SELECT coalesce(n.name, s.namespace), n.retention_ms, n.key_retention_ms,
+SELECT coalesce(n.name, s.namespace), n.retention_ms, n.key_retention_ms, n.archive,
     -- The oldest finished task kept: the namespace's first entry of
     -- tasks_finished_idx.
     (SELECT min(t.finished_at) FROM /* TEMPLATE: schema */tasks AS t

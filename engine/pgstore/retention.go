@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/errors"
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/cairnflow/cairn/engine/internal/plan"
@@ -24,8 +25,9 @@ func (s *Store) TaskRemoveFinished(ctx context.Context, p *store.RemoveFinishedP
 		if _, err := tx.Exec(ctx, s.sql("RetiredKeysExpire"), pgx.NamedArgs{"max": p.Max, "now": now}); err != nil {
 			return err
 		}
+		onlyIDs, onlySeqs := onlyArgs(p.Only)
 		rows, err := tx.Query(ctx, s.sql("TaskRemovableLock"), pgx.NamedArgs{
-			"namespace": p.Namespace, "before": p.Before, "max": p.Max,
+			"namespace": p.Namespace, "before": p.Before, "max": p.Max, "only_ids": onlyIDs, "only_seqs": onlySeqs,
 		})
 		if err != nil {
 			return err
@@ -72,6 +74,31 @@ func (s *Store) TaskRemoveFinished(ctx context.Context, p *store.RemoveFinishedP
 	return res, nil
 }
 
+// onlyArgs are RemoveFinishedParams.Only as the arrays of
+// TaskRemovableLock (nil arrays, NULL, for none).
+func onlyArgs(only map[uuid.UUID]int64) ([][16]byte, []int64) {
+	if only == nil {
+		return nil, nil
+	}
+	ids, seqs := make([][16]byte, 0, len(only)), make([]int64, 0, len(only))
+	for id, seq := range only {
+		ids, seqs = append(ids, id), append(seqs, seq)
+	}
+	return ids, seqs
+}
+
+// TaskRemovableList implements [store.Store].
+func (s *Store) TaskRemovableList(ctx context.Context, p *store.RemoveFinishedParams) ([]uuid.UUID, error) {
+	rows, err := s.pool.Query(ctx, s.sql("TaskRemovableList"), pgx.NamedArgs{
+		"namespace": p.Namespace, "before": p.Before, "max": p.Max,
+	})
+	if err != nil {
+		return nil, errors.Wrapf(interpretError(err), "list removable tasks of namespace %s", p.Namespace)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	return ids, errors.Wrapf(interpretError(err), "list removable tasks of namespace %s", p.Namespace)
+}
+
 // NamespaceSet implements [store.Store].
 func (s *Store) NamespaceSet(ctx context.Context, c store.NamespaceConfig) error {
 	if err := c.Validate(); err != nil {
@@ -79,6 +106,7 @@ func (s *Store) NamespaceSet(ctx context.Context, c store.NamespaceConfig) error
 	}
 	_, err := s.pool.Exec(ctx, s.sql("NamespaceUpsert"), pgx.NamedArgs{
 		"name": c.Name, "retention_ms": nullMillis(c.Retention), "key_retention_ms": nullMillis(c.KeyRetention),
+		"archive": nullString(c.Archive),
 	})
 	return errors.Wrapf(interpretError(err), "set namespace %s", c.Name)
 }
@@ -93,9 +121,11 @@ func (s *Store) NamespaceList(ctx context.Context) ([]store.NamespaceConfig, err
 	var name string
 	var retention, keyRetention *int64
 	var oldest *time.Time
-	_, err = pgx.ForEachRow(rows, []any{&name, &retention, &keyRetention, &oldest}, func() error {
+	var archive *string
+	_, err = pgx.ForEachRow(rows, []any{&name, &retention, &keyRetention, &archive, &oldest}, func() error {
 		out = append(out, store.NamespaceConfig{
 			Name: name, Retention: millis(retention), KeyRetention: millis(keyRetention), OldestFinished: deref(utcPtr(oldest)),
+			Archive: deref(archive),
 		})
 		return nil
 	})

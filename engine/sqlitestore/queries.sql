@@ -281,6 +281,21 @@ WHERE t.namespace = ?1 AND t.finished_at IS NOT NULL AND t.finished_at < ?2
   AND t.status IN ('completed', 'failed', 'cancelled', 'dead_lettered', 'expired')
   AND NOT EXISTS (SELECT 1 FROM tasks AS c WHERE c.parent_id = t.id AND c.finished_at IS NULL)
   AND (t.parent_id IS NULL OR NOT EXISTS (SELECT 1 FROM tasks AS p WHERE p.id = t.parent_id AND p.finished_at IS NULL))
+  -- ?4, when not NULL: only the tasks of its [id, last seq] pairs (what
+  -- an archive holds of them).
+  AND (?4 IS NULL OR EXISTS (SELECT 1 FROM json_each(?4) AS o
+                             WHERE o.value ->> 0 = t.id AND o.value ->> 1 = t.last_seq))
+ORDER BY t.finished_at
+LIMIT ?3;
+
+-- name: TaskRemovableList
+-- The tasks TaskRemovable would take (?1 namespace, ?2 finished before
+-- (µs), ?3 max), for archival to read before the removal.
+SELECT t.id FROM tasks AS t
+WHERE t.namespace = ?1 AND t.finished_at IS NOT NULL AND t.finished_at < ?2
+  AND t.status IN ('completed', 'failed', 'cancelled', 'dead_lettered', 'expired')
+  AND NOT EXISTS (SELECT 1 FROM tasks AS c WHERE c.parent_id = t.id AND c.finished_at IS NULL)
+  AND (t.parent_id IS NULL OR NOT EXISTS (SELECT 1 FROM tasks AS p WHERE p.id = t.parent_id AND p.finished_at IS NULL))
 ORDER BY t.finished_at
 LIMIT ?3;
 
@@ -311,9 +326,10 @@ DELETE FROM retired_keys WHERE rowid IN (
     SELECT rowid FROM retired_keys WHERE expires_at <= ?1 ORDER BY expires_at LIMIT ?2);
 
 -- name: NamespaceUpsert
-INSERT INTO namespaces (name, retention_ms, key_retention_ms, updated_at) VALUES (?1, ?2, ?3, ?4)
+INSERT INTO namespaces (name, retention_ms, key_retention_ms, updated_at, archive) VALUES (?1, ?2, ?3, ?4, ?5)
 ON CONFLICT (name) DO UPDATE
-SET retention_ms = excluded.retention_ms, key_retention_ms = excluded.key_retention_ms, updated_at = excluded.updated_at;
+SET retention_ms = excluded.retention_ms, key_retention_ms = excluded.key_retention_ms, updated_at = excluded.updated_at,
+    archive = excluded.archive;
 
 -- name: NamespaceList
 -- The namespaces with settings, and those with finished tasks, found by a
@@ -325,12 +341,12 @@ WITH RECURSIVE seen(ns) AS (
     SELECT (SELECT min(namespace) FROM tasks WHERE finished_at IS NOT NULL AND namespace > seen.ns)
     FROM seen WHERE seen.ns IS NOT NULL
 )
-SELECT name, max(retention_ms), max(key_retention_ms),
+SELECT name, max(retention_ms), max(key_retention_ms), max(archive),
     -- The oldest finished task kept: the namespace's first entry of
     -- tasks_finished_idx.
     (SELECT min(t.finished_at) FROM tasks AS t WHERE t.namespace = name AND t.finished_at IS NOT NULL)
 FROM (
-    SELECT name, retention_ms, key_retention_ms FROM namespaces
+    SELECT name, retention_ms, key_retention_ms, archive FROM namespaces
     UNION ALL
-    SELECT ns, NULL, NULL FROM seen WHERE ns IS NOT NULL
+    SELECT ns, NULL, NULL, NULL FROM seen WHERE ns IS NOT NULL
 ) GROUP BY name ORDER BY name;

@@ -3,6 +3,7 @@ package sqlitestore
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"time"
 
 	"github.com/cockroachdb/errors"
@@ -25,7 +26,11 @@ func (s *Store) TaskRemoveFinished(ctx context.Context, p *store.RemoveFinishedP
 		if _, err := tx.exec(ctx, "RetiredKeysExpire", now, p.Max); err != nil {
 			return err
 		}
-		rows, err := tx.query(ctx, "TaskRemovable", p.Namespace, us(p.Before), p.Max)
+		only, err := onlyJSON(p.Only)
+		if err != nil {
+			return err
+		}
+		rows, err := tx.query(ctx, "TaskRemovable", p.Namespace, us(p.Before), p.Max, only)
 		if err != nil {
 			return err
 		}
@@ -89,12 +94,48 @@ func (s *Store) TaskRemoveFinished(ctx context.Context, p *store.RemoveFinishedP
 	return res, nil
 }
 
+// onlyJSON is RemoveFinishedParams.Only as TaskRemovable's JSON array of
+// [id, last seq] pairs; NULL for none.
+func onlyJSON(only map[uuid.UUID]int64) (any, error) {
+	if only == nil {
+		return nil, nil
+	}
+	pairs := make([][2]any, 0, len(only))
+	for id, seq := range only {
+		pairs = append(pairs, [2]any{id.String(), seq})
+	}
+	b, err := json.Marshal(pairs)
+	return string(b), err
+}
+
+// TaskRemovableList implements [store.Store].
+func (s *Store) TaskRemovableList(ctx context.Context, p *store.RemoveFinishedParams) ([]uuid.UUID, error) {
+	rows, err := s.q.query(ctx, "TaskRemovableList", p.Namespace, us(p.Before), p.Max)
+	if err != nil {
+		return nil, errors.Wrapf(interpret(err), "list removable tasks of namespace %s", p.Namespace)
+	}
+	defer rows.Close()
+	var ids []uuid.UUID
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, errors.Wrapf(interpret(err), "list removable tasks of namespace %s", p.Namespace)
+		}
+		parsed, err := uuid.Parse(id)
+		if err != nil {
+			return nil, errors.Wrapf(err, "task id %q", id)
+		}
+		ids = append(ids, parsed)
+	}
+	return ids, errors.Wrapf(interpret(rows.Err()), "list removable tasks of namespace %s", p.Namespace)
+}
+
 // NamespaceSet implements [store.Store].
 func (s *Store) NamespaceSet(ctx context.Context, c store.NamespaceConfig) error {
 	if err := c.Validate(); err != nil {
 		return err
 	}
-	_, err := s.q.exec(ctx, "NamespaceUpsert", c.Name, nullMillis(c.Retention), nullMillis(c.KeyRetention), us(s.now()))
+	_, err := s.q.exec(ctx, "NamespaceUpsert", c.Name, nullMillis(c.Retention), nullMillis(c.KeyRetention), us(s.now()), nullString(c.Archive))
 	return errors.Wrapf(interpret(err), "set namespace %s", c.Name)
 }
 
@@ -109,9 +150,11 @@ func (s *Store) NamespaceList(ctx context.Context) ([]store.NamespaceConfig, err
 	for rows.Next() {
 		var c store.NamespaceConfig
 		var retention, keyRetention, oldest sql.NullInt64
-		if err := rows.Scan(&c.Name, &retention, &keyRetention, &oldest); err != nil {
+		var archive sql.NullString
+		if err := rows.Scan(&c.Name, &retention, &keyRetention, &archive, &oldest); err != nil {
 			return nil, errors.Wrap(interpret(err), "list namespaces")
 		}
+		c.Archive = archive.String
 		if oldest.Valid {
 			c.OldestFinished = fromUS(oldest.Int64)
 		}

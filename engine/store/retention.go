@@ -1,7 +1,11 @@
 package store
 
 import (
+	"strings"
 	"time"
+	"unicode"
+
+	"github.com/google/uuid"
 
 	"github.com/cockroachdb/errors"
 )
@@ -18,6 +22,9 @@ type RemoveFinishedParams struct {
 	// duplicate of the removed task. Zero: the keys are freed with their
 	// tasks.
 	KeysUntil time.Time
+	// Only, when not nil, restricts the removal to these tasks, each at
+	// the last seq given (a task that changed since is kept).
+	Only map[uuid.UUID]int64
 }
 
 // RemoveResult says what one [Store.TaskRemoveFinished] removed.
@@ -40,6 +47,10 @@ type NamespaceConfig struct {
 	// kept finished; zero when it keeps none. NamespaceList reads it (how
 	// far behind retention is); NamespaceSet ignores it.
 	OldestFinished time.Time
+	// Archive is where retention writes the namespace's histories before
+	// it removes them (file:///dir, s3://bucket/prefix); empty: the
+	// default of the process that runs retention, or none.
+	Archive string
 }
 
 // Validate checks the settings before a store writes them.
@@ -51,6 +62,8 @@ func (c NamespaceConfig) Validate() error {
 		return errors.Newf("namespace %s: retention %s is negative (0 takes the default)", c.Name, c.Retention)
 	case c.KeyRetention < 0:
 		return errors.Newf("namespace %s: key retention %s is negative (0 takes the default)", c.Name, c.KeyRetention)
+	case len(c.Archive) > 2000 || strings.ContainsFunc(c.Archive, unicode.IsControl):
+		return errors.Newf("namespace %s: the archive location must be at most 2000 characters, without control characters", c.Name)
 	case c.Retention > 0 && c.Retention < time.Millisecond, c.KeyRetention > 0 && c.KeyRetention < time.Millisecond:
 		return errors.Newf("namespace %s: retention is kept in milliseconds; use at least 1ms", c.Name)
 	}

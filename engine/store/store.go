@@ -85,7 +85,13 @@ type Store interface {
 	// its whole log; never a task with a child not yet finished, nor a
 	// child whose parent has not finished. Their idempotency keys stay
 	// taken until p.KeysUntil; retired keys past their time are dropped.
+	// With p.Only, only the tasks it names, each only at its last seq
+	// there (what an archive holds of it).
 	TaskRemoveFinished(ctx context.Context, p *RemoveFinishedParams) (RemoveResult, error)
+	// TaskRemovableList returns the ids of the tasks TaskRemoveFinished
+	// would remove now (p.Only aside), oldest first, without locking them:
+	// what archival reads before the removal.
+	TaskRemovableList(ctx context.Context, p *RemoveFinishedParams) ([]uuid.UUID, error)
 	// NamespaceSet writes a namespace's settings. NamespaceList returns
 	// every namespace that has settings or finished tasks, by name (a
 	// namespace without settings has zero durations).

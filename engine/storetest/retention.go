@@ -22,6 +22,7 @@ var retentionTests = []conformanceTest{
 	{"RetiredKeyIsStillTaken", testRetiredKeyIsStillTaken},
 	{"KeyIsFreedWithoutOrAfterItsWindow", testKeyFreedWithoutRetirement},
 	{"NamespaceSettingsAreSetAndListed", testNamespaceSettings},
+	{"RemovableListAndRemovalOfOnlyTheTasksArchived", testRemoveOnly},
 }
 
 // removeFinished removes what finished before before, up to max.
@@ -208,11 +209,47 @@ func testNamespaceSettings(t *testing.T, s store.Store) {
 	require.NoError(t, s.NamespaceSet(ctx, store.NamespaceConfig{Name: "tenant-b", Retention: 90 * time.Second, KeyRetention: time.Hour,
 		OldestFinished: time.Now()}), "OldestFinished is not a setting: it is ignored")
 	require.True(t, list()[1].OldestFinished.IsZero())
+	require.NoError(t, s.NamespaceSet(ctx, store.NamespaceConfig{Name: "tenant-b", Archive: "s3://bucket/cairn?endpoint=127.0.0.1:9000"}))
+	require.Equal(t, store.NamespaceConfig{Name: "tenant-b", Archive: "s3://bucket/cairn?endpoint=127.0.0.1:9000"}, list()[1])
 
 	for _, bad := range []store.NamespaceConfig{
 		{Name: ""}, {Name: "x", Retention: -time.Second}, {Name: "x", KeyRetention: -1}, {Name: "x", Retention: time.Microsecond},
+		{Name: "x", Archive: "file:///a\nb"},
 	} {
 		require.Error(t, s.NamespaceSet(ctx, bad), "%+v is refused", bad)
 	}
 	require.Len(t, list(), 2, "a refused setting writes nothing")
+}
+
+// TaskRemovableList names what a removal would take, oldest first, without
+// taking it; a removal with Only takes only the tasks named, each only at
+// the last seq given: a task that changed since it was read (archived) is
+// kept.
+func testRemoveOnly(t *testing.T, s store.Store) {
+	ctx := testContext(t)
+	var ids []uuid.UUID
+	for range 3 {
+		ids = append(ids, start(t, s, spec{}))
+		complete(t, s, claimOne(t, s, "w", time.Minute))
+	}
+	start(t, s, spec{}) // pending: never listed
+	p := &store.RemoveFinishedParams{Namespace: store.DefaultNamespace, Before: time.Now().Add(time.Hour), Max: 10}
+	listed, err := s.TaskRemovableList(ctx, p)
+	require.NoError(t, err)
+	require.Equal(t, ids, listed, "the finished tasks, oldest first")
+	p.Max = 2
+	listed, err = s.TaskRemovableList(ctx, p)
+	require.NoError(t, err)
+	require.Equal(t, ids[:2], listed)
+	require.Len(t, events(t, s, ids[0]), len(events(t, s, ids[1])), "listing removed nothing")
+
+	last := func(id uuid.UUID) int64 { evs := events(t, s, id); return evs[len(evs)-1].Seq }
+	p.Max = 10
+	p.Only = map[uuid.UUID]int64{ids[0]: last(ids[0]), ids[1]: last(ids[1]) - 1}
+	res, err := s.TaskRemoveFinished(ctx, p)
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Tasks, "only the task named at its last seq")
+	requireRemoved(t, s, ids[0])
+	require.NotNil(t, getTask(t, s, ids[1]), "a task whose log moved past the seq named is kept")
+	require.NotNil(t, getTask(t, s, ids[2]), "a task not named is kept")
 }

@@ -1,0 +1,110 @@
+package engine
+
+import (
+	"context"
+	"sync"
+
+	"github.com/cockroachdb/errors"
+	"github.com/google/uuid"
+
+	"github.com/cairnflow/cairn/engine/internal/archive"
+	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/history"
+)
+
+// ArchivedTask is one task's history as an archive holds it.
+type ArchivedTask = archive.Record
+
+// ErrNotArchived marks a read of a task its archive does not hold.
+var ErrNotArchived = archive.ErrNotArchived
+
+// CheckArchive checks an archive location: file:///absolute/dir, or
+// s3://bucket/prefix?endpoint=host:port&secure=false&region=r (endpoint
+// defaults to AWS's; credentials come from AWS_ACCESS_KEY_ID and
+// AWS_SECRET_ACCESS_KEY, never from the location).
+func CheckArchive(location string) error {
+	_, err := archive.Parse(location)
+	return err
+}
+
+// Archives opens archive locations once each and keeps them: the leader's
+// writes and the readers' lookups share connections.
+type Archives struct {
+	mu     sync.Mutex
+	opened map[string]archive.Bucket
+}
+
+func (a *Archives) open(location string) (archive.Bucket, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if b, ok := a.opened[location]; ok {
+		return b, nil
+	}
+	b, err := archive.Open(location)
+	if err != nil {
+		return nil, err
+	}
+	if a.opened == nil {
+		a.opened = map[string]archive.Bucket{}
+	}
+	a.opened[location] = b
+	return b, nil
+}
+
+// History returns the archived history of task id of namespace from the
+// archive at location: the copy with the most events. A task not there is
+// an error marked [ErrNotArchived].
+func (a *Archives) History(ctx context.Context, location, namespace string, id uuid.UUID) ([]history.Event, error) {
+	b, err := a.open(location)
+	if err != nil {
+		return nil, err
+	}
+	return archive.Find(ctx, b, namespace, id)
+}
+
+// Scan calls fn with every task of namespace archived at location, in the
+// order of the hours they were created; a task archived twice (changed
+// between two tries of its removal) is seen twice.
+func (a *Archives) Scan(ctx context.Context, location, namespace string, fn func(ArchivedTask) error) error {
+	b, err := a.open(location)
+	if err != nil {
+		return err
+	}
+	return archive.Scan(ctx, b, namespace, fn)
+}
+
+// archiveThenRemove removes up to p.Max removable tasks of p.Namespace
+// after writing their histories to the archive at location: the removal
+// takes only the tasks archived, each at the last seq archived, so no
+// event is removed that the archive does not hold. A task that changed
+// in between is kept for a later pass (and archived again then).
+func archiveThenRemove(ctx context.Context, s store.Store, archives *Archives, location string, p *store.RemoveFinishedParams) (store.RemoveResult, error) {
+	b, err := archives.open(location)
+	if err != nil {
+		return store.RemoveResult{}, errors.Wrapf(err, "archive of namespace %s", p.Namespace)
+	}
+	ids, err := s.TaskRemovableList(ctx, p)
+	if err != nil || len(ids) == 0 {
+		return store.RemoveResult{}, err
+	}
+	events, err := s.EventListByTasks(ctx, ids)
+	if err != nil {
+		return store.RemoveResult{}, err
+	}
+	records := make([]archive.Record, 0, len(ids))
+	only := make(map[uuid.UUID]int64, len(ids))
+	for _, id := range ids {
+		evs := events[id]
+		if len(evs) == 0 {
+			continue // removed meanwhile by another pass
+		}
+		records = append(records, archive.Record{Namespace: p.Namespace, TaskID: id, Events: evs})
+		only[id] = evs[len(evs)-1].Seq
+	}
+	if err := archive.Write(ctx, b, records); err != nil {
+		return store.RemoveResult{}, errors.Wrapf(err, "archive namespace %s", p.Namespace)
+	}
+	q := *p
+	q.Only = only
+	return s.TaskRemoveFinished(ctx, &q)
+}

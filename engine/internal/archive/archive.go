@@ -1,0 +1,230 @@
+// Package archive keeps the histories of tasks retention removes, as
+// gzip-compressed JSON lines in objects sliced by the hour the tasks were
+// created (their UUIDv7 ids say when), in a directory or an S3-compatible
+// object store. It finds an archived task's history again by its id, and
+// scans a namespace's records for audits.
+//
+// An object's key is <namespace>/<YYYY>/<MM>/<DD>/<HH>/<object id>.jsonl.gz
+// under the location's prefix; each line is a [Record]. A task may be in
+// more than one object (archived, then changed before its removal, then
+// archived again): a read keeps the copy with the most events.
+package archive
+
+import (
+	"bufio"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"io"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/cockroachdb/errors"
+	"github.com/google/uuid"
+
+	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/internal/errmark"
+)
+
+// Bucket is where objects are kept: a directory or an S3 bucket's prefix.
+type Bucket interface {
+	// Put writes an object whole (a reader never sees a part of it).
+	Put(ctx context.Context, key string, body []byte) error
+	// Get reads an object.
+	Get(ctx context.Context, key string) ([]byte, error)
+	// List returns the keys under prefix, in order.
+	List(ctx context.Context, prefix string) ([]string, error)
+	// String names the location, for messages.
+	String() string
+}
+
+// Record is one task's history in an archive object.
+type Record struct {
+	Namespace string          `json:"namespace"`
+	TaskID    uuid.UUID       `json:"task_id"`
+	Events    []history.Event `json:"events"`
+}
+
+// lastSeq is the seq of the record's last event.
+func (r Record) lastSeq() int64 {
+	if len(r.Events) == 0 {
+		return 0
+	}
+	return r.Events[len(r.Events)-1].Seq
+}
+
+// ErrNotArchived marks a read of a task the archive does not hold.
+var ErrNotArchived = errors.New("the task is not in the archive")
+
+// Open returns the bucket a location names: file:///absolute/dir, or
+// s3://bucket/prefix?endpoint=host:port&secure=false&region=r (the
+// endpoint defaults to AWS's; credentials come from the environment,
+// AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, never from the location).
+func Open(location string) (Bucket, error) {
+	u, err := Parse(location)
+	if err != nil {
+		return nil, err
+	}
+	if u.Scheme == "file" {
+		return &dirBucket{root: filepath.FromSlash(u.Path)}, nil
+	}
+	return openS3(u)
+}
+
+// Parse checks a location (see [Open]) and returns it as a URL.
+func Parse(location string) (*url.URL, error) {
+	u, err := url.Parse(location)
+	if err != nil {
+		return nil, errors.Wrapf(err, "archive %q", location)
+	}
+	switch u.Scheme {
+	case "file":
+		if u.Host != "" || !strings.HasPrefix(u.Path, "/") || u.RawQuery != "" {
+			return nil, errors.Newf("archive %q: a directory is file:///absolute/path, with no host or query", location)
+		}
+	case "s3":
+		if u.Host == "" {
+			return nil, errors.Newf("archive %q: an S3 location is s3://bucket/prefix", location)
+		}
+		if u.User != nil {
+			return nil, errors.Newf("archive %q: credentials do not belong in the location; set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY", location)
+		}
+		for k := range u.Query() {
+			if k != "endpoint" && k != "secure" && k != "region" {
+				return nil, errors.Newf("archive %q: unknown setting %q (endpoint, secure, region)", location, k)
+			}
+		}
+	default:
+		return nil, errors.Newf("archive %q: use file:///absolute/dir or s3://bucket/prefix", location)
+	}
+	return u, nil
+}
+
+// Write archives records in one object per namespace and creation hour.
+func Write(ctx context.Context, b Bucket, records []Record) error {
+	type slice struct{ namespace, hour string }
+	groups := map[slice][]Record{}
+	var order []slice
+	for _, r := range records {
+		k := slice{r.Namespace, hourOf(r.TaskID)}
+		if _, seen := groups[k]; !seen {
+			order = append(order, k)
+		}
+		groups[k] = append(groups[k], r)
+	}
+	for _, k := range order {
+		body, err := encode(groups[k])
+		if err != nil {
+			return err
+		}
+		key := k.namespace + "/" + k.hour + "/" + uuid.Must(uuid.NewV7()).String() + ".jsonl.gz"
+		if err := b.Put(ctx, key, body); err != nil {
+			return errors.Wrapf(err, "archive %d tasks to %s", len(groups[k]), b)
+		}
+	}
+	return nil
+}
+
+// Find returns the archived history of task id of namespace: the copy
+// with the most events. A task not archived is an error marked
+// [ErrNotArchived].
+func Find(ctx context.Context, b Bucket, namespace string, id uuid.UUID) ([]history.Event, error) {
+	prefix := namespace + "/"
+	if hour := hourOf(id); hour != unknownHour {
+		prefix += hour + "/"
+	}
+	var found *Record
+	err := scan(ctx, b, prefix, func(r Record) error {
+		if r.TaskID == id && r.Namespace == namespace && (found == nil || r.lastSeq() > found.lastSeq()) {
+			found = &r
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if found == nil {
+		return nil, errmark.Mark(errors.Newf("task %s is not in the archive %s", id, b), ErrNotArchived)
+	}
+	return found.Events, nil
+}
+
+// Scan calls fn with every record of namespace, object by object in key
+// order (the hour the tasks were created). A task archived twice is seen
+// twice.
+func Scan(ctx context.Context, b Bucket, namespace string, fn func(Record) error) error {
+	return scan(ctx, b, namespace+"/", fn)
+}
+
+func scan(ctx context.Context, b Bucket, prefix string, fn func(Record) error) error {
+	keys, err := b.List(ctx, prefix)
+	if err != nil {
+		return errors.Wrapf(err, "list the archive %s", b)
+	}
+	for _, key := range keys {
+		body, err := b.Get(ctx, key)
+		if err != nil {
+			return errors.Wrapf(err, "read archive object %s of %s", key, b)
+		}
+		if err := decode(body, fn); err != nil {
+			return errors.Wrapf(err, "read archive object %s of %s", key, b)
+		}
+	}
+	return nil
+}
+
+// unknownHour is the slice of tasks whose ids carry no time.
+const unknownHour = "unknown"
+
+// hourOf is the slice of a task: the UTC hour its UUIDv7 id was made.
+func hourOf(id uuid.UUID) string {
+	if id.Version() != 7 {
+		return unknownHour
+	}
+	sec, nsec := id.Time().UnixTime()
+	return time.Unix(sec, nsec).UTC().Format("2006/01/02/15")
+}
+
+func encode(records []Record) ([]byte, error) {
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	enc := json.NewEncoder(zw)
+	for _, r := range records {
+		if err := enc.Encode(r); err != nil {
+			return nil, errors.Wrapf(err, "encode the history of task %s", r.TaskID)
+		}
+	}
+	if err := zw.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// maxRecordBytes bounds one line: a history of the API's limits fits.
+const maxRecordBytes = 256 << 20
+
+func decode(body []byte, fn func(Record) error) error {
+	zr, err := gzip.NewReader(bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	lines := bufio.NewScanner(zr)
+	lines.Buffer(make([]byte, 0, 64<<10), maxRecordBytes)
+	for lines.Scan() {
+		var r Record
+		if err := json.Unmarshal(lines.Bytes(), &r); err != nil {
+			return err
+		}
+		if err := fn(r); err != nil {
+			return err
+		}
+	}
+	if err := lines.Err(); err != nil {
+		return err
+	}
+	_, err = io.Copy(io.Discard, zr)
+	return err
+}

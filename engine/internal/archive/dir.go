@@ -1,0 +1,73 @@
+package archive
+
+import (
+	"context"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/cockroachdb/errors"
+)
+
+// dirBucket keeps objects as files under root.
+type dirBucket struct{ root string }
+
+func (d *dirBucket) String() string { return "file://" + filepath.ToSlash(d.root) }
+
+// Put writes a temporary file, syncs it and renames it into place, so a
+// reader sees the whole object or none.
+func (d *dirBucket) Put(_ context.Context, key string, body []byte) error {
+	path := filepath.Join(d.root, filepath.FromSlash(key))
+	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".part-*")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = os.Remove(tmp.Name()) }()
+	if _, err := tmp.Write(body); err != nil {
+		_ = tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		_ = tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}
+
+func (d *dirBucket) Get(_ context.Context, key string) ([]byte, error) {
+	return os.ReadFile(filepath.Join(d.root, filepath.FromSlash(key)))
+}
+
+// List walks the directory of prefix; a prefix not yet written holds no
+// keys.
+func (d *dirBucket) List(_ context.Context, prefix string) ([]string, error) {
+	start := filepath.Join(d.root, filepath.FromSlash(strings.TrimSuffix(prefix, "/")))
+	var keys []string
+	err := filepath.WalkDir(start, func(path string, e fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if e.IsDir() || strings.HasPrefix(e.Name(), ".part-") {
+			return nil
+		}
+		rel, err := filepath.Rel(d.root, path)
+		if err != nil {
+			return err
+		}
+		keys = append(keys, filepath.ToSlash(rel))
+		return nil
+	})
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	sort.Strings(keys)
+	return keys, err
+}

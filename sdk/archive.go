@@ -1,0 +1,151 @@
+package sdk
+
+import (
+	"context"
+	"time"
+
+	"github.com/cockroachdb/errors"
+	"github.com/google/uuid"
+
+	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/history"
+)
+
+// errNoArchive: the namespace has no archive, nor the client a default.
+var errNoArchive = errors.New("no archive is configured")
+
+// archiveLocations are where the client's namespace may have archived
+// histories: its own archive, then the client's DefaultArchive (a
+// namespace's archive may have been set after some of its tasks went to
+// the default).
+func (c *Client) archiveLocations(ctx context.Context) ([]string, error) {
+	namespaces, err := c.store.NamespaceList(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, ns := range namespaces {
+		if ns.Name == c.namespace && ns.Archive != "" {
+			out = append(out, ns.Archive)
+		}
+	}
+	if c.defaultArchive != "" && (len(out) == 0 || out[0] != c.defaultArchive) {
+		out = append(out, c.defaultArchive)
+	}
+	if len(out) == 0 {
+		return nil, errors.WithStack(errNoArchive)
+	}
+	return out, nil
+}
+
+// archivedHistory reads task id's history from the namespace's archives.
+func (c *Client) archivedHistory(ctx context.Context, id uuid.UUID) ([]history.Event, error) {
+	locations, err := c.archiveLocations(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, location := range locations {
+		events, err := c.archives.History(ctx, location, c.namespace, id)
+		if !errors.Is(err, engine.ErrNotArchived) || location == locations[len(locations)-1] {
+			return events, err
+		}
+	}
+	panic("unreachable")
+}
+
+// AuditArchive is [Client.Audit] over the histories retention archived
+// (in the namespace's archive and the client's DefaultArchive): every
+// archived event in [p.Since, p.Until) that p.Filter matches, with its
+// task as its history ends (status, type, queue and labels replayed from
+// the events). Records come in the archive's order (objects by the hour
+// their tasks were created, events in seq order within a task), not in
+// order of time. A task archived twice (it changed between an archiving
+// and its removal) is read from its fullest copy only.
+func (c *Client) AuditArchive(ctx context.Context, p AuditParams, fn func(AuditRecord) error) error {
+	until := p.Until
+	if until.IsZero() {
+		until = time.Now()
+	}
+	if !p.Since.Before(until) {
+		return errors.Newf("audit: since %s is not before until %s", p.Since.Format(time.RFC3339Nano), until.Format(time.RFC3339Nano))
+	}
+	locations, err := c.archiveLocations(ctx)
+	if err != nil {
+		return errors.Wrap(err, "audit the archive")
+	}
+	// The fullest copy of each task, then its events in order.
+	fullest := map[uuid.UUID]engine.ArchivedTask{}
+	var order []uuid.UUID
+	for _, location := range locations {
+		err = c.archives.Scan(ctx, location, c.namespace, func(t engine.ArchivedTask) error {
+			prev, seen := fullest[t.TaskID]
+			if !seen {
+				order = append(order, t.TaskID)
+			}
+			if !seen || len(t.Events) > len(prev.Events) {
+				fullest[t.TaskID] = t
+			}
+			return nil
+		})
+		if err != nil {
+			return errors.Wrap(err, "audit the archive")
+		}
+	}
+	a := &audit{client: c, filter: p.Filter, budget: c.newFilterBudget()}
+	handed := 0
+	for _, id := range order {
+		recs, err := archivedAuditRecords(fullest[id], p.Since, until)
+		if err != nil {
+			return errors.Wrap(err, "audit the archive")
+		}
+		for _, rec := range recs {
+			if p.Limit > 0 && handed >= p.Limit {
+				return a.evalErrors()
+			}
+			if a.filter != nil {
+				ok, _, err := a.filter.match(ctx, &rec)
+				if err != nil {
+					if a.failedEvals++; a.failedEvals <= maxFilterErrors {
+						a.evalErrs = errors.CombineErrors(a.evalErrs, err)
+					}
+					continue
+				}
+				if !ok {
+					continue
+				}
+			}
+			if err := fn(rec); err != nil {
+				return err
+			}
+			handed++
+		}
+	}
+	return a.evalErrors()
+}
+
+// archivedAuditRecords are the audit records of an archived task's events
+// in [since, until).
+func archivedAuditRecords(t engine.ArchivedTask, since, until time.Time) ([]AuditRecord, error) {
+	state, err := history.Replay(t.Events)
+	if err != nil {
+		return nil, errors.Wrapf(err, "replay archived task %s", t.TaskID)
+	}
+	sc := state.Scheduled
+	task := AuditTask{ID: t.TaskID, Namespace: t.Namespace, Type: sc.TaskType, Version: sc.TypeVersion, Queue: sc.Queue,
+		Status: state.Status, TraceID: sc.TraceID, Labels: sc.Labels, FairnessKey: sc.FairnessKey}
+	var out []AuditRecord
+	for _, e := range t.Events {
+		if e.At.Before(since) || !e.At.Before(until) {
+			continue
+		}
+		data, err := history.Encode(e.Data)
+		if err != nil {
+			return nil, errors.Wrapf(err, "archived task %s event %d", t.TaskID, e.Seq)
+		}
+		out = append(out, AuditRecord{
+			Event: AuditEvent{Type: e.Type(), Seq: e.Seq, At: e.At, Attempt: e.Attempt, Data: data, Payload: e.Data},
+			Task:  task,
+		})
+	}
+	return out, nil
+}

@@ -1,0 +1,84 @@
+package server
+
+import (
+	"context"
+	"net/http"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/engine/enginetest"
+	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/internal/s3test"
+)
+
+// GET /v1/tasks/{id}/history answers for a task retention archived and
+// removed with the same bytes it answered before, from a namespace's own
+// archive (an S3-protocol server) and from the server's default (a
+// directory), on both stores.
+func TestHistoryOfAnArchivedTaskIsTheSameOverHTTP(t *testing.T) {
+	t.Parallel()
+	for _, st := range bothStores(t) {
+		t.Run(st.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			dir := "file://" + filepath.ToSlash(t.TempDir())
+			s3 := s3test.Start(t, "archive", "cairn")
+			require.NoError(t, st.store.NamespaceSet(ctx, store.NamespaceConfig{Name: "on-s3", Archive: s3}))
+			srv, err := New(Config{Store: st.store, DefaultArchive: dir})
+			require.NoError(t, err)
+			h := srv.Handler()
+
+			ids := map[string]string{}
+			before := map[string][]byte{}
+			for _, ns := range []string{"default", "on-s3"} {
+				id := finishTask(t, st.store, ns)
+				ids[ns] = id
+				a := send(t, h, "GET", "/v1/tasks/"+id+"/history?namespace="+ns, nil)
+				require.Equal(t, http.StatusOK, a.status, "%s", a.body)
+				before[ns] = a.body
+			}
+			r, err := engine.NewRescuer(engine.RescuerConfig{Store: st.store, Owner: "leader", Interval: 20 * time.Millisecond,
+				Logger: enginetest.Logger(t), Retention: engine.RetentionConfig{Default: time.Millisecond, DefaultArchive: dir}})
+			require.NoError(t, err)
+			require.NoError(t, r.Start(ctx))
+			t.Cleanup(r.Stop)
+			for ns, id := range ids {
+				enginetest.WaitFor(t, "the task of "+ns+" removed", func() bool {
+					return send(t, h, "GET", "/v1/tasks/"+id+"?namespace="+ns, nil).status == http.StatusNotFound
+				})
+				after := send(t, h, "GET", "/v1/tasks/"+id+"/history?namespace="+ns, nil)
+				require.Equal(t, http.StatusOK, after.status, "%s", after.body)
+				require.Equal(t, string(before[ns]), string(after.body), "the archived history of %s, byte for byte", ns)
+			}
+			other := send(t, h, "GET", "/v1/tasks/"+ids["on-s3"]+"/history?namespace=default", nil)
+			require.Equal(t, http.StatusNotFound, other.status, "another namespace's archived task is not found")
+		})
+	}
+}
+
+// finishTask starts a task of type doc in namespace, runs one step and
+// completes it, and returns its id.
+func finishTask(t *testing.T, s store.Store, namespace string) string {
+	t.Helper()
+	ctx := context.Background()
+	registerDoc(t, s, namespace)
+	res, err := s.TaskStart(ctx, &store.TaskStartParams{Namespace: namespace, Scheduled: history.TaskScheduledData{
+		TaskType: "doc", TypeVersion: 1, Queue: "default", MaxAttempts: 3, Input: []byte(`{"invoice":"n°7"}`)}})
+	require.NoError(t, err)
+	claimed, err := s.TaskClaimMany(ctx, &store.TaskClaimManyParams{Namespace: namespace, Queues: []string{"default"},
+		Types: []store.TypeKey{{Type: "doc", Version: 1}}, Owner: "w", Max: 1, LeaseTTL: time.Minute})
+	require.NoError(t, err)
+	require.Len(t, claimed, 1)
+	c := claimed[0]
+	_, err = s.EventAppend(ctx, &store.EventAppendParams{TaskID: c.Task.ID, State: c.State, Epoch: c.State.Lease.Epoch,
+		Attempt: c.State.Attempt, Payloads: []history.Payload{
+			history.StepCompletedData{Position: 0, Name: "ocr", Output: []byte(`{"text":"total 12,50 €"}`)},
+			history.TaskCompletedData{Output: []byte(`{"total":12.5}`)}}})
+	require.NoError(t, err)
+	return res.ID.String()
+}
