@@ -88,11 +88,11 @@ type ClientConfig struct {
 // A client that has waited for a task holds a listening connection until
 // [Client.Close].
 type Client struct {
-	store        store.Store
-	namespace    string
-	identity     string
-	filterLimits FilterLimits // with defaults filled
-	maxPayload   int          // MaxPayloadBytes, default filled
+	store          store.Store
+	namespace      string
+	identity       string
+	filterLimits   FilterLimits // with defaults filled
+	maxPayload     int          // MaxPayloadBytes, default filled
 	archives       *engine.Archives
 	defaultArchive string
 
