@@ -54,6 +54,7 @@ fairness_key}}.`
 type auditFlags struct {
 	since, until string
 	limit        int
+	archive      bool
 }
 
 func newAuditCmd(g *globals) *cobra.Command {
@@ -79,6 +80,8 @@ func newAuditCmd(g *globals) *cobra.Command {
 	cmd.Flags().StringVar(&f.since, "since", "24h", "the range starts this long ago (24h, 90m, 7d) or at this RFC 3339 time")
 	cmd.Flags().StringVar(&f.until, "until", "", "the range ends (exclusive) this long ago or at this RFC 3339 time; default now")
 	cmd.Flags().IntVar(&f.limit, "limit", 1000, "print at most this many events (-1: all)")
+	cmd.Flags().BoolVar(&f.archive, "archive", false,
+		"search the histories retention archived (the namespace's archive and --default-archive's) instead of the database; events come in the archive's order, by the hour their tasks were created")
 	return cmd
 }
 
@@ -100,7 +103,11 @@ func runAudit(cmd *cobra.Command, g *globals, f *auditFlags, args []string) erro
 	out := bufio.NewWriter(cmd.OutOrStdout())
 	printer := newAuditPrinter(out, g.output == "json")
 	printed := 0
-	err = c.Audit(cmd.Context(), params, func(r sdk.AuditRecord) error {
+	audit := c.Audit
+	if f.archive {
+		audit = c.AuditArchive
+	}
+	err = audit(cmd.Context(), params, func(r sdk.AuditRecord) error {
 		printed++
 		return printer.print(r)
 	})

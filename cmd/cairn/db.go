@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"os/user"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/cockroachdb/errors"
@@ -73,6 +75,36 @@ type storeOpts struct {
 // URL is configured.
 func (g *globals) embedded() bool { return g.url() == "" }
 
+// defaultArchive is --default-archive as a location, else, with the embedded
+// store, the directory <db>.archive beside its file (cairn dev's archive);
+// with PostgreSQL and no --default-archive, none.
+func (g *globals) defaultArchive() (string, error) {
+	switch {
+	case g.archive != "":
+		return archiveLocation(g.archive)
+	case g.embedded():
+		return archiveLocation(g.dbPath + ".archive")
+	}
+	return "", nil
+}
+
+// archiveLocation takes a location as a user writes it: a URL, or a path
+// to a directory (made absolute, so that the leader of another working
+// directory finds it).
+func archiveLocation(v string) (string, error) {
+	if !strings.Contains(v, "://") {
+		abs, err := filepath.Abs(v)
+		if err != nil {
+			return "", errmark.Mark(errors.Wrapf(err, "archive %q", v), configError)
+		}
+		v = "file://" + filepath.ToSlash(abs)
+	}
+	if err := engine.CheckArchive(v); err != nil {
+		return "", errmark.Mark(err, configError)
+	}
+	return v, nil
+}
+
 // url is the PostgreSQL URL: --database-url, else CAIRN_DATABASE_URL.
 func (g *globals) url() string { return g.databaseURL.get() }
 
@@ -120,8 +152,13 @@ func (g *globals) clientWith(ctx context.Context, o storeOpts) (*sdk.Client, fun
 	if err != nil {
 		return nil, nil, err
 	}
+	archive, err := g.defaultArchive()
+	if err != nil {
+		closeStore()
+		return nil, nil, err
+	}
 	c, err := sdk.NewClient(sdk.ClientConfig{Store: store, Namespace: g.namespace, Identity: cliIdentity(), FilterLimits: g.filters,
-		MaxPayloadBytes: g.maxPayload})
+		MaxPayloadBytes: g.maxPayload, DefaultArchive: archive})
 	if err != nil {
 		closeStore()
 		return nil, nil, err

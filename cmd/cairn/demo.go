@@ -178,8 +178,12 @@ supervisor is notified and it waits %s more, then it is rejected ("no decision")
 }
 
 func newDemoWorker(c *sdk.Client, g *globals, f *demoFlags, reviewers reviewNotifier) (*sdk.Worker, error) {
+	archive, err := g.defaultArchive()
+	if err != nil {
+		return nil, err
+	}
 	w, err := sdk.NewWorker(sdk.WorkerConfig{
-		Store: c.Store(), Namespace: g.namespace, Concurrency: f.concurrency,
+		Store: c.Store(), Namespace: g.namespace, Concurrency: f.concurrency, DefaultArchive: archive,
 		LeaseTTL: f.leaseTTL, RescueInterval: f.rescueInterval, PollInterval: 500 * time.Millisecond,
 		MaxPayloadBytes: g.maxPayload,
 		Logger:          newRedactingLogger(os.Stderr, slog.LevelWarn),

@@ -64,6 +64,10 @@ type globals struct {
 	// maxPayload bounds a task's input (and, for dev's demo worker, the
 	// outputs), as sdk.ClientConfig.MaxPayloadBytes.
 	maxPayload int
+	// archive is --default-archive: where removed tasks' histories are read from,
+	// and where the leader writes them, for namespaces without an archive
+	// of their own (read with defaultArchive()).
+	archive string
 }
 
 func newRootCmd() *cobra.Command {
@@ -103,6 +107,8 @@ store: one SQLite file (--db, default ./cairn-dev.db), for one process.`,
 	pf.Uint64Var(&g.filters.Cost, "filter-cost", sdk.DefaultFilterCost, "the most CEL cost a command or request with a filter spends, all its evaluations together")
 	pf.IntVar(&g.maxPayload, "max-payload-bytes", sdk.DefaultMaxPayloadBytes,
 		"the most bytes of JSON a task's input may hold (a schedule's, a start through the API); a worker bounds outputs the same")
+	pf.StringVar(&g.archive, "default-archive", os.Getenv("CAIRN_DEFAULT_ARCHIVE"),
+		"where the histories of tasks retention removed are kept, for namespaces without an archive of their own: a directory or s3://bucket/prefix?endpoint=host:port (credentials from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY); read by task history and audit --archive, written by the leader of server and dev (env CAIRN_DEFAULT_ARCHIVE; default with the embedded store: the directory <db>.archive beside it)")
 	pf.IntVar(&g.filters.MaxScan, "filter-max-scan", sdk.DefaultFilterScan, "the most rows a command or request with a filter reads to evaluate it")
 	root.AddCommand(newMigrateCmd(g), newTaskCmd(g), newDLQCmd(g), newQueueCmd(g), newNamespaceCmd(g), newScheduleCmd(g), newDemoCmd(g))
 	root.AddCommand(newServerCmd(g), newDevCmd(g), newTokenCmd())

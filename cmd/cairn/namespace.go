@@ -22,6 +22,7 @@ func newNamespaceCmd(g *globals) *cobra.Command {
 
 func newNamespaceSetCmd(g *globals) *cobra.Command {
 	var retention, keyRetention retentionFlag
+	var archive string
 	cmd := &cobra.Command{
 		Use:   "set NAME",
 		Short: "Set a namespace's retention (how long finished tasks are kept) and key retention",
@@ -50,16 +51,25 @@ cairn server --default-retention / --default-key-retention say otherwise).`,
 			if cmd.Flags().Changed("key-retention") {
 				s.KeyRetention = time.Duration(keyRetention)
 			}
+			if cmd.Flags().Changed("archive") {
+				s.Archive = ""
+				if archive != "" {
+					if s.Archive, err = archiveLocation(archive); err != nil {
+						return err
+					}
+				}
+			}
 			if err := c.SetNamespace(cmd.Context(), args[0], s); err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "namespace %s: retention %s, key retention %s\n",
-				args[0], retentionText(s.Retention), retentionText(s.KeyRetention))
+			fmt.Fprintf(cmd.OutOrStdout(), "namespace %s: retention %s, key retention %s, archive %s\n",
+				args[0], retentionText(s.Retention), retentionText(s.KeyRetention), archiveText(s.Archive))
 			return nil
 		},
 	}
 	cmd.Flags().Var(&retention, "retention", "how long finished tasks are kept, e.g. 30d (0: the default)")
 	cmd.Flags().Var(&keyRetention, "key-retention", "how long a removed task's idempotency key stays taken, e.g. 24h (0: the default)")
+	cmd.Flags().StringVar(&archive, "archive", "", `where the histories of removed tasks are written first: a directory or s3://bucket/prefix?endpoint=host:port ("": the leader's default, --default-archive)`)
 	return cmd
 }
 
@@ -71,7 +81,7 @@ func currentSettings(cmd *cobra.Command, c *sdk.Client, namespace string) (sdk.N
 	}
 	for _, ns := range all {
 		if ns.Name == namespace {
-			return sdk.NamespaceSettings{Retention: ns.Retention, KeyRetention: ns.KeyRetention}, nil
+			return sdk.NamespaceSettings{Retention: ns.Retention, KeyRetention: ns.KeyRetention, Archive: ns.Archive}, nil
 		}
 	}
 	return sdk.NamespaceSettings{}, nil
@@ -86,18 +96,19 @@ type namespaceView struct {
 	// OldestFinishedAt is when the oldest finished task still kept
 	// finished (absent: none is kept).
 	OldestFinishedAt *time.Time `json:"oldest_finished_at,omitempty"`
+	Archive          string     `json:"archive,omitempty"`
 	settings         store.NamespaceConfig
 }
 
 func newNamespaceListCmd(g *globals) *cobra.Command {
 	return listCmd(g, "list", "List the namespaces with settings or finished tasks, and their retention",
-		"NAMESPACE\tRETENTION\tKEY RETENTION\tOLDEST FINISHED",
+		"NAMESPACE\tRETENTION\tKEY RETENTION\tOLDEST FINISHED\tARCHIVE",
 		func(c *sdk.Client, ctx context.Context) ([]namespaceView, error) {
 			namespaces, err := c.Namespaces(ctx)
 			views := make([]namespaceView, len(namespaces))
 			for i, ns := range namespaces {
 				views[i] = namespaceView{Name: ns.Name, RetentionSeconds: ns.Retention.Seconds(),
-					KeyRetentionSeconds: ns.KeyRetention.Seconds(), settings: ns}
+					KeyRetentionSeconds: ns.KeyRetention.Seconds(), Archive: ns.Archive, settings: ns}
 				if !ns.OldestFinished.IsZero() {
 					at := ns.OldestFinished.UTC()
 					views[i].OldestFinishedAt = &at
@@ -110,8 +121,17 @@ func newNamespaceListCmd(g *globals) *cobra.Command {
 			if v.OldestFinishedAt != nil {
 				oldest = v.OldestFinishedAt.Format(time.RFC3339)
 			}
-			return fmt.Sprintf("%s\t%s\t%s\t%s", v.Name, retentionText(v.settings.Retention), retentionText(v.settings.KeyRetention), oldest)
+			return fmt.Sprintf("%s\t%s\t%s\t%s\t%s", v.Name, retentionText(v.settings.Retention), retentionText(v.settings.KeyRetention), oldest,
+				archiveText(v.Archive))
 		})
+}
+
+// archiveText shows an archive setting.
+func archiveText(location string) string {
+	if location == "" {
+		return "default"
+	}
+	return location
 }
 
 // retentionText shows a retention in days where it is whole days.

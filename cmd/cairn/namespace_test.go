@@ -1,11 +1,20 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
+
+	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/engine/enginetest"
+	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/internal/s3test"
 )
 
 func TestParseRetention(t *testing.T) {
@@ -33,7 +42,7 @@ func TestNamespaceCommands(t *testing.T) {
 			t.Parallel()
 			tg := target(t)
 			out, _ := tg.mustRun(t, "namespace", "set", "tenant-a", "--retention", "30d", "--key-retention", "36h")
-			require.Equal(t, "namespace tenant-a: retention 30d, key retention 36h0m0s\n", out)
+			require.Equal(t, "namespace tenant-a: retention 30d, key retention 36h0m0s, archive default\n", out)
 			_, stderr, err := tg.run(t, "namespace", "set", "tenant-a", "--retention", "-2d")
 			require.Error(t, err)
 			require.Contains(t, stderr+err.Error(), "days are a whole number")
@@ -41,9 +50,9 @@ func TestNamespaceCommands(t *testing.T) {
 			require.Error(t, err, "a bad namespace name is refused")
 
 			out, _ = tg.mustRun(t, "namespace", "list")
-			require.Contains(t, out, "tenant-a   30d        36h0m0s        -")
+			require.Contains(t, out, "tenant-a   30d        36h0m0s        -                default")
 			out, _ = tg.mustRun(t, "namespace", "set", "tenant-a", "--key-retention", "36h")
-			require.Equal(t, "namespace tenant-a: retention 30d, key retention 36h0m0s\n", out,
+			require.Equal(t, "namespace tenant-a: retention 30d, key retention 36h0m0s, archive default\n", out,
 				"a flag not given keeps its setting")
 			out, _ = tg.mustRun(t, "namespace", "list", "-o", "json")
 			var views []namespaceView
@@ -51,4 +60,80 @@ func TestNamespaceCommands(t *testing.T) {
 			require.Equal(t, []namespaceView{{Name: "tenant-a", RetentionSeconds: 30 * 86400, KeyRetentionSeconds: 36 * 3600}}, views)
 		})
 	}
+}
+
+// cairn task history reads a task retention archived and removed, the
+// same JSON as before; cairn audit --archive searches the archive. On both
+// stores, each with both kinds of archive: a namespace's own on an
+// S3-protocol server, and the default directory (the embedded store's
+// <db>.archive beside its file, --default-archive with PostgreSQL).
+func TestArchivedTasksThroughTheCLI(t *testing.T) {
+	for name, target := range cliTargets {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			tg := target(t)
+			if name == "postgres" {
+				tg.flags = append(tg.flags, "--default-archive", t.TempDir())
+			}
+			s3 := s3test.Start(t, "archive", "cli")
+			for _, own := range []string{"", s3} {
+				id := seedTasks(t, tg, 1)[0]
+				tg.withStore(t, func(s store.Store) { completeAll(t, s, "clitest") })
+				before, _ := tg.mustRun(t, "task", "history", id.String(), "-o", "json")
+				args := []string{"namespace", "set", "clitest", "--retention", "1ms"}
+				if own != "" {
+					args = append(args, "--archive", own)
+				}
+				out, _ := tg.mustRun(t, args...)
+				require.Contains(t, out, "archive "+archiveText(own))
+				defaultArchive := ""
+				if name == "postgres" {
+					defaultArchive = "file://" + filepath.ToSlash(tg.flags[len(tg.flags)-1])
+				} else {
+					defaultArchive = "file://" + filepath.ToSlash(tg.flags[2]) + ".archive"
+				}
+				tg.withStore(t, func(s store.Store) { runRetention(t, s, defaultArchive, id) })
+				_, _, err := tg.run(t, "task", "show", id.String())
+				require.Error(t, err, "the task is removed")
+				after, _ := tg.mustRun(t, "task", "history", id.String(), "-o", "json")
+				require.Equal(t, before, after, "the archived history, as it was")
+
+				out, _ = tg.mustRun(t, "audit", "--archive", "--since", "1h", `event.type == "task_completed"`, "-o", "json")
+				require.Contains(t, out, id.String())
+				out, _ = tg.mustRun(t, "audit", "--since", "1h", `event.type == "task_completed"`, "-o", "json")
+				require.NotContains(t, out, id.String(), "the database no longer has it")
+			}
+			_, _, err := tg.run(t, "namespace", "set", "clitest", "--archive", "s3://")
+			require.ErrorContains(t, err, "s3://bucket/prefix")
+		})
+	}
+}
+
+// completeAll claims and completes every due task of namespace.
+func completeAll(t *testing.T, s store.Store, namespace string) {
+	t.Helper()
+	ctx := context.Background()
+	claimed, err := s.TaskClaimMany(ctx, &store.TaskClaimManyParams{Namespace: namespace, Queues: []string{"default"},
+		Types: []store.TypeKey{{Type: "cli.test", Version: 1}}, Owner: "w", Max: 100, LeaseTTL: time.Minute})
+	require.NoError(t, err)
+	for _, c := range claimed {
+		_, err := s.EventAppend(ctx, &store.EventAppendParams{TaskID: c.Task.ID, State: c.State, Epoch: c.State.Lease.Epoch,
+			Attempt: c.State.Attempt, Payloads: []history.Payload{history.TaskCompletedData{Output: []byte(`{"ok":true}`)}}})
+		require.NoError(t, err)
+	}
+}
+
+// runRetention runs a leader pass until task id is removed.
+func runRetention(t *testing.T, s store.Store, defaultArchive string, id uuid.UUID) {
+	t.Helper()
+	ctx := context.Background()
+	r, err := engine.NewRescuer(engine.RescuerConfig{Store: s, Owner: "leader", Interval: 20 * time.Millisecond,
+		Logger: enginetest.Logger(t), Retention: engine.RetentionConfig{DefaultArchive: defaultArchive}})
+	require.NoError(t, err)
+	require.NoError(t, r.Start(ctx))
+	defer r.Stop()
+	enginetest.WaitFor(t, "the task removed", func() bool {
+		_, err := s.TaskGetByID(ctx, "clitest", id)
+		return err != nil
+	})
 }

@@ -155,7 +155,11 @@ func runServerWith(cmd *cobra.Command, g *globals, f *serverFlags, also alongsid
 	}
 	defer closeStore()
 	reg.MustRegister(engine.NewQueueCollector(store))
-	srv, err := server.New(server.Config{Store: store, Tokens: tokens, MaxPayloadBytes: g.maxPayload,
+	archive, err := g.defaultArchive()
+	if err != nil {
+		return err
+	}
+	srv, err := server.New(server.Config{Store: store, Tokens: tokens, MaxPayloadBytes: g.maxPayload, DefaultArchive: archive,
 		MaxListPayloadBytes: f.maxListPayload, Gatherer: reg, Logger: logger, FilterLimits: g.filters,
 		AllowedHosts: f.allowedHosts, SecureCookies: f.secureCookies, SessionTTL: f.sessionTTL,
 		MetricsToken: f.metricsToken.get(), MetricsApart: f.metricsAddr != "",
@@ -170,7 +174,8 @@ func runServerWith(cmd *cobra.Command, g *globals, f *serverFlags, also alongsid
 	// one is for the returns before it, and finds nothing left to do after.
 	defer func() { _ = srv.Stop(context.Background()) }()
 	rescuer, err := engine.NewRescuer(engine.RescuerConfig{Store: store, Owner: serverID(), Interval: f.rescueInterval, Logger: logger,
-		Retention: engine.RetentionConfig{Default: time.Duration(f.retention), KeyDefault: time.Duration(f.keyRetention)}})
+		Retention: engine.RetentionConfig{Default: time.Duration(f.retention), KeyDefault: time.Duration(f.keyRetention),
+			DefaultArchive: archive}})
 	if err != nil {
 		return err
 	}
