@@ -149,3 +149,30 @@ func archivedAuditRecords(t engine.ArchivedTask, since, until time.Time) ([]Audi
 	}
 	return out, nil
 }
+
+// Blob is a reference to bytes a step kept out of the history with
+// activities.PutBlob: return it from a step or a workflow, and read it
+// with [Client.GetBlob] (or activities.GetBlob in a later step).
+type Blob = history.BlobRef
+
+// ErrBlobCorrupt marks a blob whose stored bytes do not match their digest:
+// the data is damaged, and is never handed out.
+var ErrBlobCorrupt = engine.ErrBlobCorrupt
+
+// GetBlob returns the bytes ref names, from the client's namespace,
+// checked against its size and SHA-256: a blob whose bytes do not match is
+// an error marked [ErrBlobCorrupt] naming the task that wrote it.
+func (c *Client) GetBlob(ctx context.Context, ref Blob) ([]byte, error) {
+	return engine.GetBlob(ctx, c.store, c.namespace, ref)
+}
+
+// ReadBlob returns the blob key of the client's namespace with its content
+// type, checked against the digest written with it (for a reader that has
+// the key but not the reference, such as a download link).
+func (c *Client) ReadBlob(ctx context.Context, key string) (data []byte, contentType string, err error) {
+	b, err := engine.ReadBlob(ctx, c.store, c.namespace, key)
+	if err != nil {
+		return nil, "", err
+	}
+	return b.Data, b.ContentType, nil
+}

@@ -5,6 +5,7 @@ import (
 
 	"github.com/cockroachdb/errors"
 
+	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/internal/errmark"
 )
 
@@ -12,15 +13,16 @@ import (
 // and [WorkerConfig.MaxPayloadBytes]: 1 MiB of JSON. A task's input is
 // stored in its history and decoded again on every attempt, and every
 // step's output is stored and decoded on every later attempt too: large
-// or sensitive data goes by reference (a URL, an object key), not through
-// the queue.
+// or sensitive data goes by reference (a blob a step keeps with
+// activities.PutBlob, a URL, an object key), not through the queue.
 const DefaultMaxPayloadBytes = 1 << 20
 
 // ErrPayloadTooLarge marks a start whose input (or a schedule whose
 // input) is over the client's MaxPayloadBytes; nothing was written. The
 // error is a [*PayloadTooLargeError] (errors.As finds it) and is marked
-// [ErrInvalid] too. The HTTP API answers it 413 payload_too_large.
-var ErrPayloadTooLarge = errors.New("payload too large")
+// [ErrInvalid] too. The HTTP API answers it 413 payload_too_large. A blob
+// over [engine.MaxBlobBytes] is refused with it too.
+var ErrPayloadTooLarge = engine.ErrPayloadTooLarge
 
 // PayloadTooLargeError says which payload was over the limit, and by how
 // much.

@@ -1,16 +1,20 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"net/http"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/engine/enginetest"
+	"github.com/cairnflow/cairn/engine/pgstore"
+	"github.com/cairnflow/cairn/engine/sqlitestore"
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/internal/s3test"
@@ -81,4 +85,49 @@ func finishTask(t *testing.T, s store.Store, namespace string) string {
 			history.TaskCompletedData{Output: []byte(`{"total":12.5}`)}}})
 	require.NoError(t, err)
 	return res.ID.String()
+}
+
+// GET /v1/blobs/{key} sends a blob's bytes with its content type, on both
+// stores; a damaged blob is a 500 naming it, never the wrong bytes; another
+// namespace's blob is not found.
+func TestBlobDownload(t *testing.T) {
+	t.Parallel()
+	for _, st := range bothStores(t) {
+		t.Run(st.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			id, err := uuid.Parse(finishTask(t, st.store, "default"))
+			require.NoError(t, err)
+			data := bytes.Repeat([]byte("%PDF\x00\xff"), 50_000)
+			ref, err := engine.TaskBlobs{Store: st.store, Namespace: "default", TaskID: id}.PutBlob(ctx, "application/pdf", data)
+			require.NoError(t, err)
+			h := testServer(t, st.store)
+			got := send(t, h, "GET", "/v1/blobs/"+ref.Key, nil)
+			require.Equal(t, http.StatusOK, got.status)
+			require.True(t, bytes.Equal(data, got.body))
+			require.Equal(t, http.StatusNotFound, send(t, h, "GET", "/v1/blobs/"+ref.Key+"?namespace=other", nil).status)
+
+			damage(t, st.store, ref.Key)
+			bad := send(t, h, "GET", "/v1/blobs/"+ref.Key, nil)
+			require.Equal(t, http.StatusInternalServerError, bad.status)
+			require.Equal(t, "blob_corrupt", bad.problem.Code)
+			require.Contains(t, bad.problem.Detail, "blob "+ref.Key+" of task "+id.String()+" is damaged")
+		})
+	}
+}
+
+// damage overwrites a blob's bytes with others of the same length.
+func damage(t *testing.T, s store.Store, key string) {
+	t.Helper()
+	ctx := context.Background()
+	switch s := s.(type) {
+	case *sqlitestore.Store:
+		_, err := s.DB().ExecContext(ctx, `UPDATE blobs SET data = zeroblob(length(data)) WHERE key = ?`, key)
+		require.NoError(t, err)
+	case *pgstore.Store:
+		_, err := s.Pool().Exec(ctx, `UPDATE `+enginetest.TableName(s, "blobs")+` SET data = overlay(data PLACING '\x00'::bytea FROM 7 FOR 1) WHERE key = $1`, key)
+		require.NoError(t, err)
+	default:
+		t.Fatalf("no way to damage a blob in %T", s)
+	}
 }

@@ -1,10 +1,13 @@
 package server
 
 import (
+	"log/slog"
 	"math"
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/cockroachdb/errors"
 
 	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/sdk"
@@ -117,4 +120,28 @@ func seconds(d time.Duration) *float64 {
 	}
 	v := d.Seconds()
 	return &v
+}
+
+// getBlob sends a blob's bytes (a step kept them out of the history with
+// activities.PutBlob; histories and outputs hold its reference, whose key
+// names it here), checked against the digest written with them.
+func (s *Server) getBlob(w http.ResponseWriter, r *http.Request, c *call) {
+	data, contentType, err := c.client.ReadBlob(r.Context(), r.PathValue("key"))
+	if err != nil {
+		if errors.Is(err, sdk.ErrBlobCorrupt) {
+			s.log.Error("damaged blob", "namespace", c.namespace, slog.String("error", err.Error()))
+		}
+		s.writeError(w, r, err)
+		return
+	}
+	if contentType == "" {
+		contentType = "application/octet-stream"
+	}
+	w.Header().Set("Content-Type", contentType)
+	w.Header().Set("Content-Length", strconv.Itoa(len(data)))
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("Content-Disposition", "attachment")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(data)
 }

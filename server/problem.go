@@ -67,7 +67,8 @@ const (
 	codeCrossOrigin      = "cross_origin"
 	codeUnsupportedMedia = "unsupported_media_type"
 
-	codeKeyReused = "idempotency_key_reused"
+	codeKeyReused   = "idempotency_key_reused"
+	codeBlobCorrupt = "blob_corrupt"
 )
 
 var titles = map[string]string{
@@ -137,6 +138,8 @@ func problemFor(err error) *Problem {
 			detail += " (hint: " + hint + ")"
 		}
 		return problem(http.StatusBadRequest, codeFilterFailed, detail)
+	case errors.Is(err, sdk.ErrBlobCorrupt):
+		return problem(http.StatusInternalServerError, codeBlobCorrupt, err.Error())
 	case errors.Is(err, sdk.ErrIdempotencyKeyReused):
 		// Neither the task holding the key nor its state: the caller may
 		// not be allowed to read it.

@@ -311,6 +311,7 @@ func (s *Server) routes() http.Handler {
 	mux.Handle("GET /v1/queues", s.api(RoleRead, s.listQueues))
 	mux.Handle("GET /v1/queues/{queue}/diagnosis", s.api(RoleRead, s.diagnoseQueue))
 	mux.Handle("GET /v1/task-types", s.api(RoleRead, s.listTaskTypes))
+	mux.Handle("GET /v1/blobs/{key}", s.api(RoleRead, s.getBlob))
 	mux.Handle("GET /v1/namespace", s.api(RoleRead, s.getNamespace))
 	mux.Handle("PUT /v1/namespace", s.api(RoleOperate, s.putNamespace))
 	mux.Handle("GET /v1/events", s.api(RoleRead, s.auditEvents))

@@ -825,6 +825,8 @@ WITH retired AS (
             removed_at = excluded.removed_at, expires_at = excluded.expires_at
 ), ev AS (
     DELETE FROM /* TEMPLATE: schema */events WHERE task_id = ANY(@ids::uuid[]) RETURNING 1
+), blobs AS (
+    DELETE FROM /* TEMPLATE: schema */blobs WHERE task_id = ANY(@ids::uuid[])
 ), gone AS (
     DELETE FROM /* TEMPLATE: schema */tasks WHERE id = ANY(@ids::uuid[]) RETURNING 1
 )
@@ -864,3 +866,11 @@ SELECT coalesce(n.name, s.namespace), n.retention_ms, n.key_retention_ms, n.arch
 FROM /* TEMPLATE: schema */namespaces AS n
 FULL JOIN (SELECT namespace FROM seen WHERE namespace IS NOT NULL) AS s ON s.namespace = n.name
 ORDER BY 1;
+
+-- name: BlobInsert
+INSERT INTO /* TEMPLATE: schema */blobs (namespace, key, task_id, content_type, size, sha256, data, created_at)
+VALUES (@namespace, @key, @task_id, @content_type, @size, @sha256, @data, now());
+
+-- name: BlobGet
+SELECT task_id, content_type, sha256, data, created_at FROM /* TEMPLATE: schema */blobs
+WHERE namespace = @namespace AND key = @key;

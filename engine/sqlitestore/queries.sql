@@ -350,3 +350,16 @@ FROM (
     UNION ALL
     SELECT ns, NULL, NULL, NULL FROM seen WHERE ns IS NOT NULL
 ) GROUP BY name ORDER BY name;
+
+-- name: BlobInsert
+-- ?1 namespace, ?2 key, ?3 task id, ?4 content type, ?5 size, ?6 sha256,
+-- ?7 data, ?8 now (µs).
+INSERT INTO blobs (namespace, key, task_id, content_type, size, sha256, data, created_at)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8);
+
+-- name: BlobGet
+SELECT task_id, content_type, sha256, data, created_at FROM blobs WHERE namespace = ?1 AND key = ?2;
+
+-- name: BlobsRemove
+-- The blobs of the tasks listed in removing.
+DELETE FROM blobs WHERE task_id IN (SELECT task_id FROM removing);

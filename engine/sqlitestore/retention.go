@@ -73,6 +73,9 @@ func (s *Store) TaskRemoveFinished(ctx context.Context, p *store.RemoveFinishedP
 		if err != nil {
 			return err
 		}
+		if _, err := tx.exec(ctx, "BlobsRemove"); err != nil {
+			return err
+		}
 		tasks, err := tx.exec(ctx, "TasksRemove")
 		if err != nil {
 			return err

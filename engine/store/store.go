@@ -92,6 +92,12 @@ type Store interface {
 	// would remove now (p.Only aside), oldest first, without locking them:
 	// what archival reads before the removal.
 	TaskRemovableList(ctx context.Context, p *RemoveFinishedParams) ([]uuid.UUID, error)
+	// BlobPut writes a blob (a key is written once: a second put of it is
+	// marked ErrConflict). BlobGet reads one (ErrNotFound when there is
+	// none); the caller checks its digest. TaskRemoveFinished removes a
+	// task's blobs with it.
+	BlobPut(ctx context.Context, b *Blob) error
+	BlobGet(ctx context.Context, namespace, key string) (*Blob, error)
 	// NamespaceSet writes a namespace's settings. NamespaceList returns
 	// every namespace that has settings or finished tasks, by name (a
 	// namespace without settings has zero durations).

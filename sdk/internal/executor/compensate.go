@@ -121,7 +121,7 @@ func interrupted(a *engine.Attempt, ctx context.Context) error {
 // the step's StartToClose and HeartbeatTimeout, so a hung compensator
 // cannot hold the task forever.
 func runCompensator(ctx context.Context, a *engine.Attempt, taskID string, step history.Step, opts *interpreter.StepOptions) error {
-	ctx = activities.WithInfo(ctx, activities.Info{
+	ctx = activities.WithInfo(activities.WithBlobs(ctx, stepBlobs{a.Blobs(), step.Name, step.Position}), activities.Info{
 		TaskID: taskID, TaskType: a.Task.Type, Attempt: a.State().Attempt, WorkerID: a.WorkerID(),
 		Step: step.Name, Position: step.Position,
 		IdempotencyKey: activities.IdempotencyKey(taskID, step.Position, step.Name) + "/compensate",

@@ -183,7 +183,7 @@ func (h *Handler) handleAttempt(ctx context.Context, a *engine.Attempt, tr *atte
 			if s.Irreversible {
 				base = irreversibleCtx // a cancel request does not stop it
 			}
-			return activities.WithInfo(tr.stepContext(base, s), activities.Info{
+			return activities.WithInfo(activities.WithBlobs(tr.stepContext(base, s), stepBlobs{a.Blobs(), s.Name, s.Position}), activities.Info{
 				TaskID: taskID, TaskType: a.Task.Type, Attempt: state.Attempt, WorkerID: a.WorkerID(),
 				Step: s.Name, Position: s.Position,
 				IdempotencyKey: activities.IdempotencyKey(taskID, s.Position, s.Name),

@@ -1,0 +1,105 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"strconv"
+
+	"github.com/cockroachdb/errors"
+	"github.com/google/uuid"
+
+	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/internal/errmark"
+)
+
+// MaxBlobBytes is the most bytes one blob holds (256 MiB): a PutBlob over
+// it is refused with [ErrPayloadTooLarge], nothing written.
+const MaxBlobBytes = 256 << 20
+
+// ErrBlobCorrupt marks a blob whose stored bytes do not match the size
+// and SHA-256 digest its reference records: the data is damaged, and is
+// never handed out.
+var ErrBlobCorrupt = errors.New("blob does not match its reference")
+
+// ErrPayloadTooLarge marks a payload over its limit; the error says the
+// size and the limit.
+var ErrPayloadTooLarge = errors.New("payload too large")
+
+// TaskBlobs keeps the blobs of one task in the store's blobs table.
+// Its methods have the signatures of activities.BlobStore.
+type TaskBlobs struct {
+	Store     store.Store
+	Namespace string
+	TaskID    uuid.UUID
+}
+
+// Blobs returns the blob store of the attempt's task.
+func (a *Attempt) Blobs() TaskBlobs {
+	return TaskBlobs{Store: a.proc.cfg.Store, Namespace: a.Task.Namespace, TaskID: a.Task.ID}
+}
+
+// PutBlob writes data as a blob of the task and returns its reference.
+func (b TaskBlobs) PutBlob(ctx context.Context, contentType string, data []byte) (history.BlobRef, error) {
+	if len(data) > MaxBlobBytes {
+		return history.BlobRef{}, errmark.Mark(errors.Newf("blob of task %s: %d bytes, over the limit of %d bytes",
+			b.TaskID, len(data), MaxBlobBytes), ErrPayloadTooLarge)
+	}
+	sum := sha256.Sum256(data)
+	key, err := uuid.NewV7()
+	if err != nil {
+		return history.BlobRef{}, err
+	}
+	err = b.Store.BlobPut(ctx, &store.Blob{Namespace: b.Namespace, Key: key.String(), TaskID: b.TaskID,
+		ContentType: contentType, SHA256: sum[:], Data: data})
+	if err != nil {
+		return history.BlobRef{}, err
+	}
+	return history.BlobRef{Store: history.BlobStoreDB, Key: key.String(), Size: int64(len(data)),
+		SHA256: hex.EncodeToString(sum[:]), ContentType: contentType}, nil
+}
+
+// GetBlob reads the blob ref names in the task's namespace and checks its
+// bytes against the reference: a mismatch is an error marked
+// [ErrBlobCorrupt] naming the blob and the task that wrote it.
+func (b TaskBlobs) GetBlob(ctx context.Context, ref history.BlobRef) ([]byte, error) {
+	return GetBlob(ctx, b.Store, b.Namespace, ref)
+}
+
+// GetBlob reads the blob ref names in namespace, checked against ref.
+func GetBlob(ctx context.Context, s store.Store, namespace string, ref history.BlobRef) ([]byte, error) {
+	if ref.Store != history.BlobStoreDB {
+		return nil, errors.Newf("blob %s: store %q is not one this cairn reads (%q)", ref.Key, ref.Store, history.BlobStoreDB)
+	}
+	want, err := hex.DecodeString(ref.SHA256)
+	if err != nil || len(want) != sha256.Size {
+		return nil, errors.Newf("blob %s: sha256 %q is not a hex SHA-256 digest", ref.Key, ref.SHA256)
+	}
+	blob, err := s.BlobGet(ctx, namespace, ref.Key)
+	if err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256(blob.Data)
+	if int64(len(blob.Data)) != ref.Size || !bytes.Equal(sum[:], want) {
+		return nil, errmark.Mark(errors.Newf("blob %s of task %s is damaged: its reference records %s bytes with SHA-256 %s, the store holds %d bytes with SHA-256 %s",
+			ref.Key, blob.TaskID, strconv.FormatInt(ref.Size, 10), ref.SHA256, len(blob.Data), hex.EncodeToString(sum[:])), ErrBlobCorrupt)
+	}
+	return blob.Data, nil
+}
+
+// ReadBlob reads the blob key of namespace, checked against the digest
+// stored with it (a reader without the reference: the API's download),
+// and returns its bytes and content type.
+func ReadBlob(ctx context.Context, s store.Store, namespace, key string) (*store.Blob, error) {
+	blob, err := s.BlobGet(ctx, namespace, key)
+	if err != nil {
+		return nil, err
+	}
+	if sum := sha256.Sum256(blob.Data); !bytes.Equal(sum[:], blob.SHA256) {
+		return nil, errmark.Mark(errors.Newf("blob %s of task %s is damaged: %d bytes with SHA-256 %s, written with SHA-256 %s",
+			key, blob.TaskID, len(blob.Data), hex.EncodeToString(sum[:]), hex.EncodeToString(blob.SHA256)), ErrBlobCorrupt)
+	}
+	return blob, nil
+}

@@ -1,0 +1,32 @@
+package pgstore
+
+import (
+	"context"
+
+	"github.com/cockroachdb/errors"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/cairnflow/cairn/engine/store"
+)
+
+// BlobPut implements [store.Store].
+func (s *Store) BlobPut(ctx context.Context, b *store.Blob) error {
+	_, err := s.pool.Exec(ctx, s.sql("BlobInsert"), pgx.NamedArgs{
+		"namespace": b.Namespace, "key": b.Key, "task_id": b.TaskID, "content_type": nullString(b.ContentType),
+		"size": int64(len(b.Data)), "sha256": b.SHA256, "data": b.Data,
+	})
+	return errors.Wrapf(interpretError(err), "put blob %s of task %s", b.Key, b.TaskID)
+}
+
+// BlobGet implements [store.Store].
+func (s *Store) BlobGet(ctx context.Context, namespace, key string) (*store.Blob, error) {
+	b := &store.Blob{Namespace: namespace, Key: key}
+	var contentType *string
+	err := s.pool.QueryRow(ctx, s.sql("BlobGet"), pgx.NamedArgs{"namespace": namespace, "key": key}).
+		Scan(&b.TaskID, &contentType, &b.SHA256, &b.Data, &b.CreatedAt)
+	if err != nil {
+		return nil, errors.Wrapf(interpretError(err), "get blob %s", key)
+	}
+	b.ContentType, b.CreatedAt = deref(contentType), b.CreatedAt.UTC()
+	return b, nil
+}

@@ -1,0 +1,38 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+
+	"github.com/cockroachdb/errors"
+	"github.com/google/uuid"
+
+	"github.com/cairnflow/cairn/engine/store"
+)
+
+// BlobPut implements [store.Store].
+func (s *Store) BlobPut(ctx context.Context, b *store.Blob) error {
+	err := s.tx(ctx, func(tx *txn) error {
+		_, err := tx.exec(ctx, "BlobInsert", b.Namespace, b.Key, b.TaskID.String(), nullString(b.ContentType),
+			int64(len(b.Data)), b.SHA256, b.Data, us(s.now()))
+		return err
+	})
+	return errors.Wrapf(interpret(err), "put blob %s of task %s", b.Key, b.TaskID)
+}
+
+// BlobGet implements [store.Store].
+func (s *Store) BlobGet(ctx context.Context, namespace, key string) (*store.Blob, error) {
+	b := &store.Blob{Namespace: namespace, Key: key}
+	var taskID string
+	var contentType sql.NullString
+	var created int64
+	err := s.q.queryRow(ctx, "BlobGet", namespace, key).Scan(&taskID, &contentType, &b.SHA256, &b.Data, &created)
+	if err != nil {
+		return nil, errors.Wrapf(interpret(err), "get blob %s", key)
+	}
+	if b.TaskID, err = uuid.Parse(taskID); err != nil {
+		return nil, errors.Wrapf(err, "blob %s: task id %q", key, taskID)
+	}
+	b.ContentType, b.CreatedAt = contentType.String, fromUS(created)
+	return b, nil
+}

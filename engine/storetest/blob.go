@@ -1,0 +1,66 @@
+package storetest
+
+import (
+	"bytes"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/cairnflow/cairn/engine/store"
+)
+
+// blobTests: the blobs table, payloads kept out of the history.
+var blobTests = []conformanceTest{
+	{"BlobsAreWrittenOnceAndReadInTheirNamespace", testBlobPutGet},
+	{"BlobsGoWithTheirTaskWhenRetentionRemovesIt", testBlobsRemovedWithTask},
+}
+
+func testBlobPutGet(t *testing.T, s store.Store) {
+	ctx := testContext(t)
+	owner := start(t, s, spec{})
+	data := bytes.Repeat([]byte{0, 1, 2, 0xff}, 300_000) // 1.2 MB, NUL bytes included
+	b := &store.Blob{Namespace: store.DefaultNamespace, Key: "k1", TaskID: owner, ContentType: "application/pdf",
+		SHA256: []byte("0123456789abcdef0123456789abcdef"), Data: data}
+	require.NoError(t, s.BlobPut(ctx, b))
+	got, err := s.BlobGet(ctx, store.DefaultNamespace, "k1")
+	require.NoError(t, err)
+	require.Equal(t, owner, got.TaskID)
+	require.Equal(t, "application/pdf", got.ContentType)
+	require.Equal(t, b.SHA256, got.SHA256)
+	require.True(t, bytes.Equal(data, got.Data), "the bytes as written")
+	require.WithinDuration(t, time.Now(), got.CreatedAt, time.Minute)
+
+	err = s.BlobPut(ctx, &store.Blob{Namespace: store.DefaultNamespace, Key: "k1", TaskID: owner, SHA256: b.SHA256, Data: []byte("x")})
+	require.ErrorIs(t, err, store.ErrConflict, "a key is written once")
+	got, err = s.BlobGet(ctx, store.DefaultNamespace, "k1")
+	require.NoError(t, err)
+	require.Len(t, got.Data, len(data), "the refused put changed nothing")
+
+	_, err = s.BlobGet(ctx, "tenant-b", "k1")
+	require.ErrorIs(t, err, store.ErrNotFound, "another namespace's blob is not found")
+	_, err = s.BlobGet(ctx, store.DefaultNamespace, "nope")
+	require.ErrorIs(t, err, store.ErrNotFound)
+	require.NoError(t, s.BlobPut(ctx, &store.Blob{Namespace: store.DefaultNamespace, Key: "empty", TaskID: owner, SHA256: b.SHA256, Data: []byte{}}))
+	got, err = s.BlobGet(ctx, store.DefaultNamespace, "empty")
+	require.NoError(t, err)
+	require.Empty(t, got.Data)
+	require.Empty(t, got.ContentType)
+}
+
+func testBlobsRemovedWithTask(t *testing.T, s store.Store) {
+	ctx := testContext(t)
+	done := start(t, s, spec{})
+	complete(t, s, claimOne(t, s, "w", time.Minute))
+	kept := start(t, s, spec{})
+	for key, owner := range map[string]uuid.UUID{"of-done": done, "of-kept": kept} {
+		require.NoError(t, s.BlobPut(ctx, &store.Blob{Namespace: store.DefaultNamespace, Key: key, TaskID: owner,
+			SHA256: []byte("x"), Data: []byte(key)}))
+	}
+	require.Equal(t, 1, removeFinished(t, s, time.Now().Add(time.Hour), 10).Tasks)
+	_, err := s.BlobGet(ctx, store.DefaultNamespace, "of-done")
+	require.ErrorIs(t, err, store.ErrNotFound, "the removed task's blob went with it")
+	_, err = s.BlobGet(ctx, store.DefaultNamespace, "of-kept")
+	require.NoError(t, err)
+}

@@ -1,0 +1,166 @@
+package sdk_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/cairnflow/cairn/activities"
+	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/engine/sqlitestore"
+	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/sdk"
+	"github.com/cairnflow/cairn/workflow"
+)
+
+// summary is what the document workflow returns: the document handed on
+// by reference, and what was read from it.
+type summary struct {
+	Doc    sdk.Blob `json:"doc"`
+	Size   int      `json:"size"`
+	SHA256 string   `json:"sha256"`
+}
+
+// fetchParams say which document to fetch.
+type fetchParams struct{ Size, Seed int }
+
+// documentWorkflow fetches a document (step 1 keeps it as a blob), reads
+// it (step 2) and checks it again (step 3): the document goes from step to
+// step by reference.
+var documentWorkflow = sdk.NewWorkflow("doc.pipeline", 1, func(ctx workflow.Context, in fetchParams) (summary, error) {
+	doc, err := workflow.Step(ctx, "fetch", func(ctx context.Context) (sdk.Blob, error) {
+		return activities.PutBlob(ctx, "application/pdf", document(in.Size, in.Seed))
+	})
+	if err != nil {
+		return summary{}, err
+	}
+	digest, err := workflow.Step(ctx, "read", func(ctx context.Context) (string, error) {
+		data, err := activities.GetBlob(ctx, doc)
+		if err != nil {
+			return "", err
+		}
+		sum := sha256.Sum256(data)
+		return hex.EncodeToString(sum[:]), nil
+	})
+	if err != nil {
+		return summary{}, err
+	}
+	n, err := workflow.Step(ctx, "check", func(ctx context.Context) (int, error) {
+		data, err := activities.GetBlob(ctx, doc)
+		return len(data), err
+	})
+	return summary{Doc: doc, Size: n, SHA256: digest}, err
+})
+
+// rereadWorkflow reads a blob in a step.
+var rereadWorkflow = sdk.NewWorkflow("doc.reread", 1, func(ctx workflow.Context, doc sdk.Blob) (int, error) {
+	return workflow.Step(ctx, "reread", func(ctx context.Context) (int, error) {
+		data, err := activities.GetBlob(ctx, doc)
+		return len(data), err
+	})
+})
+
+// document is size bytes of a fake PDF, different per seed.
+func document(size, seed int) []byte {
+	doc := bytes.Repeat([]byte{byte(seed), 0x25, 0x50, 0x44, 0x46, 0, 0xff, 0x0a}, size/8+1)
+	return doc[:size]
+}
+
+// A 20 MB document passes through a 3-step workflow by reference: the
+// steps hand on a blob reference, the history holds under 10 KB more than
+// the same workflow over a 10-byte document, the client reads the
+// document back, and a damaged blob is an error naming the blob and task,
+// never wrong bytes. On both stores.
+func TestLargeDocumentPassesThroughStepsByReference(t *testing.T) {
+	t.Parallel()
+	onEachStore(t, func(t *testing.T, setup setupFunc) {
+		const size = 20 << 20
+		b := setup(t, sdk.WorkerConfig{Concurrency: 2})
+		sdk.Register(b.worker, documentWorkflow)
+		sdk.Register(b.worker, rereadWorkflow)
+		startWorker(t, b.worker)
+		ctx := context.Background()
+
+		historyBytes := func(id uuid.UUID) int {
+			t.Helper()
+			evs, err := b.client.History(ctx, id)
+			require.NoError(t, err)
+			n := 0
+			for _, e := range evs {
+				data, err := history.Encode(e.Data)
+				require.NoError(t, err)
+				n += len(data)
+			}
+			return n
+		}
+		run := func(in fetchParams) (uuid.UUID, summary) {
+			t.Helper()
+			res, err := sdk.Start(ctx, b.client, documentWorkflow, in)
+			require.NoError(t, err)
+			out, err := res.Result(ctx)
+			require.NoError(t, err)
+			return res.ID, out
+		}
+		smallRun, smallOut := run(fetchParams{Size: 10, Seed: 1})
+		require.Equal(t, 10, smallOut.Size)
+		bigRun, out := run(fetchParams{Size: size, Seed: 2})
+		require.Equal(t, size, out.Size)
+		sum := sha256.Sum256(document(size, 2))
+		require.Equal(t, hex.EncodeToString(sum[:]), out.SHA256)
+		require.Equal(t, out.SHA256, out.Doc.SHA256)
+		t.Logf("history JSON: %d bytes for the 10-byte document, %d for the 20 MB one", historyBytes(smallRun), historyBytes(bigRun))
+		require.Less(t, historyBytes(bigRun)-historyBytes(smallRun), 10<<10,
+			"the history of the 20 MB run is within 10 KB of the 10-byte run's")
+		require.Less(t, historyBytes(bigRun), 10<<10, "and small itself")
+		if b.pool != nil { // what the rows take in the events table, headers and indexes' keys aside
+			var rowBytes int
+			require.NoError(t, b.pool.QueryRow(ctx, `SELECT sum(pg_column_size(e.*)) FROM `+b.schema+`.events AS e WHERE task_id = $1`,
+				bigRun).Scan(&rowBytes))
+			t.Logf("events rows of the 20 MB run: %d bytes", rowBytes)
+			require.Less(t, rowBytes, 10<<10)
+		}
+
+		data, err := b.client.GetBlob(ctx, out.Doc)
+		require.NoError(t, err)
+		require.True(t, bytes.Equal(document(size, 2), data))
+
+		corrupt(t, b, out.Doc.Key)
+		_, err = b.client.GetBlob(ctx, out.Doc)
+		require.ErrorIs(t, err, engine.ErrBlobCorrupt)
+		require.ErrorContains(t, err, "blob "+out.Doc.Key+" of task "+bigRun.String()+" is damaged")
+
+		// A step reading the damaged blob fails at once, permanently, naming
+		// itself, the task and the blob.
+		res, err := sdk.Start(ctx, b.client, rereadWorkflow, out.Doc)
+		require.NoError(t, err)
+		_, err = res.Result(ctx)
+		require.Error(t, err)
+		info, err := b.client.Get(ctx, res.ID)
+		require.NoError(t, err)
+		require.NotNil(t, info.LastError)
+		require.Equal(t, "blob_corrupt", info.LastError.Kind)
+		require.Equal(t, history.Permanent, info.LastError.Class)
+		require.Contains(t, info.LastError.Message, `step "reread" (position 0) of task `+res.ID.String())
+		require.Contains(t, info.LastError.Message, "blob "+out.Doc.Key+" of task "+bigRun.String()+" is damaged")
+		stopWorker(t, b.worker)
+	})
+}
+
+// corrupt flips a byte in the middle of a stored blob.
+func corrupt(t *testing.T, b *testBundle, key string) {
+	t.Helper()
+	ctx := context.Background()
+	const flip = `SET data = substr(data, 1, 1000) || X'00' || substr(data, 1002)`
+	if lite, ok := b.store.(*sqlitestore.Store); ok {
+		_, err := lite.DB().ExecContext(ctx, `UPDATE blobs `+flip+` WHERE key = ?`, key)
+		require.NoError(t, err)
+		return
+	}
+	_, err := b.pool.Exec(ctx, `UPDATE `+b.schema+`.blobs SET data = overlay(data PLACING '\x00'::bytea FROM 1001 FOR 1) WHERE key = $1`, key)
+	require.NoError(t, err)
+}
