@@ -130,6 +130,10 @@ type StepCompletedData struct {
 	Position int             `json:"position"`
 	Name     string          `json:"name"`
 	Output   json.RawMessage `json:"output,omitempty"`
+	// OutputRef, in place of Output, names the blob holding an output over
+	// the worker's blob threshold (the history keeps the reference, the
+	// bytes are in the blobs table); readers resolve it.
+	OutputRef *BlobRef `json:"output_ref,omitempty"`
 	// Compensable says the step registered a compensator: cancelling the
 	// task, or its permanent failure, undoes it.
 	Compensable bool `json:"compensable,omitempty"`

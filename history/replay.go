@@ -168,9 +168,12 @@ type Lease struct {
 
 // Step is a completed step as the history records it.
 type Step struct {
-	Position    int
-	Name        string
-	Output      json.RawMessage
+	Position int
+	Name     string
+	Output   json.RawMessage
+	// OutputRef names the blob holding the output when the history keeps
+	// it by reference (Output is then empty until a reader resolves it).
+	OutputRef   *BlobRef
 	Compensable bool // the step registered a compensator
 }
 
@@ -513,9 +516,12 @@ func (s *State) applyStepCompleted(e Event, p StepCompletedData, owned bool) err
 	if p.Name == "" {
 		return invalidf(nil, "event %d (%s): no step name", e.Seq, StepCompleted)
 	}
+	if p.OutputRef != nil && len(p.Output) > 0 {
+		return invalidf(nil, "event %d (%s): an output and an output reference", e.Seq, StepCompleted)
+	}
 	// The next step's budget starts now, with this attempt as its first.
 	s.Budget = Budget{Attempts: 1, Since: e.At}
-	s.addStep(Step{Position: p.Position, Name: p.Name, Output: p.Output, Compensable: p.Compensable}, owned)
+	s.addStep(Step{Position: p.Position, Name: p.Name, Output: p.Output, OutputRef: p.OutputRef, Compensable: p.Compensable}, owned)
 	return nil
 }
 

@@ -176,3 +176,32 @@ func (c *Client) ReadBlob(ctx context.Context, key string) (data []byte, content
 	}
 	return b.Data, b.ContentType, nil
 }
+
+// resolveOutputs reads back the step outputs events keep by reference, in
+// a copy of the events where any is: each such event then reads as if
+// the output were kept in place.
+func (c *Client) resolveOutputs(ctx context.Context, events []history.Event) ([]history.Event, error) {
+	var out []history.Event
+	for i, e := range events {
+		step, ok := e.Data.(history.StepCompletedData)
+		if !ok || step.OutputRef == nil {
+			continue
+		}
+		data, err := c.GetBlob(ctx, *step.OutputRef)
+		if errors.Is(err, ErrNotFound) {
+			continue // removed with its task: the reference is all there is
+		}
+		if err != nil {
+			return nil, errors.Wrapf(err, "the output of step %d (%s)", step.Position, step.Name)
+		}
+		if out == nil {
+			out = append([]history.Event(nil), events...)
+		}
+		step.Output, step.OutputRef = data, nil // as if kept in place: replayable as it is
+		out[i].Data = step
+	}
+	if out == nil {
+		return events, nil
+	}
+	return out, nil
+}

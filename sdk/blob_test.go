@@ -5,7 +5,11 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
+	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
@@ -163,4 +167,65 @@ func corrupt(t *testing.T, b *testBundle, key string) {
 	}
 	_, err := b.pool.Exec(ctx, `UPDATE `+b.schema+`.blobs SET data = overlay(data PLACING '\x00'::bytea FROM 1001 FOR 1) WHERE key = $1`, key)
 	require.NoError(t, err)
+}
+
+// A step output over the worker's blob threshold is kept as a blob: the
+// history records the reference, the next attempt replays the output read
+// back, History reads it back and RawHistory shows the reference. On both
+// stores.
+func TestLargeStepOutputsAreKeptByReference(t *testing.T) {
+	t.Parallel()
+	onEachStore(t, func(t *testing.T, setup setupFunc) {
+		b := setup(t, sdk.WorkerConfig{Concurrency: 2, BlobThreshold: 1000})
+		var tries atomic.Int32
+		wf := sdk.NewWorkflow("ocr.pages", 1, func(ctx workflow.Context, pages int) (int, error) {
+			text, err := workflow.Step(ctx, "ocr", func(context.Context) (string, error) {
+				return strings.Repeat("lorem ipsum ", pages*100), nil
+			})
+			if err != nil {
+				return 0, err
+			}
+			return workflow.Step(ctx, "count", func(context.Context) (int, error) {
+				if tries.Add(1) == 1 {
+					return 0, activities.Transient(errors.New("model busy"))
+				}
+				return len(text), nil
+			}, workflow.StepOpts{Retry: &activities.RetryPolicy{MaxAttempts: 3, InitialInterval: time.Millisecond}})
+		})
+		sdk.Register(b.worker, wf)
+		startWorker(t, b.worker)
+		ctx := context.Background()
+		res, err := sdk.Start(ctx, b.client, wf, 20)
+		require.NoError(t, err)
+		n, err := res.Result(ctx)
+		require.NoError(t, err)
+		require.Equal(t, len(strings.Repeat("lorem ipsum ", 2000)), n, "the retried attempt replayed the output read back")
+		require.Equal(t, int32(2), tries.Load())
+
+		raw, err := b.client.RawHistory(ctx, res.ID)
+		require.NoError(t, err)
+		resolved, err := b.client.History(ctx, res.ID)
+		require.NoError(t, err)
+		var kept, small int
+		for i, e := range raw {
+			step, ok := e.Data.(history.StepCompletedData)
+			if !ok {
+				continue
+			}
+			got := resolved[i].Data.(history.StepCompletedData)
+			require.Nil(t, got.OutputRef, "History reads references back")
+			if step.OutputRef == nil {
+				small++
+				require.Equal(t, step.Output, got.Output)
+				continue
+			}
+			kept++
+			require.Empty(t, step.Output)
+			require.Equal(t, int64(len(got.Output)), step.OutputRef.Size)
+			require.Equal(t, `"`+strings.Repeat("lorem ipsum ", 2000)+`"`, string(got.Output))
+		}
+		require.Equal(t, 1, kept, "the OCR text is kept by reference")
+		require.Equal(t, 1, small, "the count stays in the history")
+		stopWorker(t, b.worker)
+	})
 }

@@ -543,10 +543,24 @@ func (c *Client) Wait(ctx context.Context, id uuid.UUID) (*TaskInfo, error) {
 	}
 }
 
-// History returns every event of a task, in order. A task retention
+// History returns every event of a task, in order, with the step outputs
+// the history keeps by reference (StepCompletedData.OutputRef) read back
+// into Output (the reference then cleared); a blob that is gone (its task removed) stays a reference,
+// a damaged one is an error marked [ErrBlobCorrupt]. A task retention
 // removed is read from its namespace's archive (or the client's
 // DefaultArchive), when it was archived.
 func (c *Client) History(ctx context.Context, id uuid.UUID) ([]history.Event, error) {
+	events, err := c.RawHistory(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return c.resolveOutputs(ctx, events)
+}
+
+// RawHistory is [Client.History] with the references left as they are
+// stored: what the HTTP API answers (a reference's key downloads it from
+// GET /v1/blobs/{key}).
+func (c *Client) RawHistory(ctx context.Context, id uuid.UUID) ([]history.Event, error) {
 	_, err := c.store.TaskGetByID(ctx, c.namespace, id)
 	var events []history.Event
 	if err == nil {

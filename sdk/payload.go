@@ -17,6 +17,10 @@ import (
 // activities.PutBlob, a URL, an object key), not through the queue.
 const DefaultMaxPayloadBytes = 1 << 20
 
+// DefaultBlobThreshold is the default of [WorkerConfig.BlobThreshold]: a
+// step output over 64 KiB is kept as a blob, by reference.
+const DefaultBlobThreshold = 64 << 10
+
 // ErrPayloadTooLarge marks a start whose input (or a schedule whose
 // input) is over the client's MaxPayloadBytes; nothing was written. The
 // error is a [*PayloadTooLargeError] (errors.As finds it) and is marked

@@ -162,7 +162,7 @@ var exportedSentinels = map[string]error{
 	"ErrUnknownType": sdk.ErrUnknownType, "ErrBadFilter": sdk.ErrBadFilter,
 	"ErrFilterEvaluation": sdk.ErrFilterEvaluation, "ErrFilterTooExpensive": sdk.ErrFilterTooExpensive,
 	"ErrDeadLettered": sdk.ErrDeadLettered, "ErrCancelled": sdk.ErrCancelled, "ErrFailed": sdk.ErrFailed,
-	"ErrExpired": sdk.ErrExpired, "ErrPayloadTooLarge": sdk.ErrPayloadTooLarge,
+	"ErrExpired": sdk.ErrExpired, "ErrPayloadTooLarge": sdk.ErrPayloadTooLarge, "ErrBlobCorrupt": sdk.ErrBlobCorrupt,
 	"ErrBadCallbackToken": sdk.ErrBadCallbackToken, "ErrCallbackExpired": sdk.ErrCallbackExpired,
 }
 

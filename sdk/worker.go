@@ -94,6 +94,13 @@ type WorkerConfig struct {
 	// [DefaultMaxPayloadBytes] (1 MiB), as [ClientConfig.MaxPayloadBytes];
 	// negative is refused.
 	MaxPayloadBytes int
+	// BlobThreshold: a step's output of more bytes of JSON is kept in the
+	// task's blobs (the database's blobs table) and the history records a
+	// reference to it; replays, compensators and [Client.History] read it
+	// back. Default [DefaultBlobThreshold] (64 KiB); negative: outputs stay
+	// in the history. An output kept as a blob is bounded by
+	// [engine.MaxBlobBytes] instead of MaxPayloadBytes.
+	BlobThreshold int
 }
 
 // DefaultStopTimeout is [WorkerConfig.StopTimeout]'s default.
@@ -136,6 +143,12 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	}
 	if err := validateWorkerConfig(&cfg); err != nil {
 		return nil, err
+	}
+	switch {
+	case cfg.BlobThreshold == 0:
+		cfg.BlobThreshold = DefaultBlobThreshold
+	case cfg.BlobThreshold < 0:
+		cfg.BlobThreshold = 0
 	}
 	if cfg.MaxPayloadBytes, err = payloadLimit("worker: MaxPayloadBytes", cfg.MaxPayloadBytes); err != nil {
 		return nil, err
@@ -265,7 +278,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	}
 	handler := executor.NewHandler(executor.HandlerConfig{
 		Types: types, WorkerID: w.cfg.WorkerID, Logger: w.cfg.Logger, TracerProvider: w.cfg.TracerProvider,
-		MaxPayloadBytes: w.cfg.MaxPayloadBytes,
+		MaxPayloadBytes: w.cfg.MaxPayloadBytes, BlobThreshold: w.cfg.BlobThreshold,
 	})
 	// Record the types so producers without this code (the HTTP API) can
 	// start them with the definition's defaults.

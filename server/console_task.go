@@ -81,7 +81,7 @@ func (s *Server) consoleTask(w http.ResponseWriter, r *http.Request, c *call, pa
 		s.consoleFail(w, r, page, status, s.consoleError(r, err))
 		return
 	}
-	events, err := c.client.History(r.Context(), id)
+	events, err := c.client.RawHistory(r.Context(), id)
 	if err != nil {
 		s.consoleFail(w, r, page, http.StatusInternalServerError, s.consoleError(r, err))
 		return

@@ -267,7 +267,7 @@ func (s *Server) taskHistory(w http.ResponseWriter, r *http.Request, c *call) {
 	if !ok {
 		return
 	}
-	events, err := c.client.History(r.Context(), id)
+	events, err := c.client.RawHistory(r.Context(), id)
 	if err != nil {
 		s.writeError(w, r, err)
 		return

@@ -115,7 +115,7 @@ func newTaskHistoryCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer closeDB()
-			events, err := c.History(cmd.Context(), id)
+			events, err := c.RawHistory(cmd.Context(), id)
 			if err != nil {
 				return notFoundAs(err, id, g.namespace)
 			}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/cairnflow/cairn/activities"
 	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
 )
 
@@ -39,3 +40,54 @@ func (b stepBlobs) GetBlob(ctx context.Context, ref history.BlobRef) ([]byte, er
 
 // KindBlobCorrupt is the error kind of a step that read a damaged blob.
 const KindBlobCorrupt = "blob_corrupt"
+
+// offload moves a step's output over the blob threshold into the task's
+// blobs: the history records the reference instead of the bytes.
+func (h *Handler) offload(a *engine.Attempt, p history.Payload) (history.Payload, error) {
+	step, ok := p.(history.StepCompletedData)
+	if !ok || h.blobThreshold <= 0 || len(step.Output) <= h.blobThreshold {
+		return p, nil
+	}
+	ref, err := a.Blobs().PutBlob(a.DurableContext(), "application/json", step.Output)
+	if err != nil {
+		return nil, errors.Wrapf(err, "keep the output of step %d (%s) as a blob", step.Position, step.Name)
+	}
+	step.Output, step.OutputRef = nil, &ref
+	return step, nil
+}
+
+// resolveOutputs returns state with the outputs its history keeps by
+// reference read back from the task's blobs (a copy of the steps, when any
+// is), so the workflow replays over the outputs themselves.
+func resolveOutputs(ctx context.Context, a *engine.Attempt, state history.State) (history.State, error) {
+	var steps []history.Step
+	for i, s := range state.Steps {
+		if s.OutputRef == nil {
+			continue
+		}
+		if steps == nil {
+			steps = append([]history.Step(nil), state.Steps...)
+		}
+		out, err := a.Blobs().GetBlob(ctx, *s.OutputRef)
+		if err != nil {
+			return state, errors.Wrapf(err, "read the output of step %d (%s)", s.Position, s.Name)
+		}
+		steps[i].Output = out
+	}
+	if steps != nil {
+		state.Steps = steps
+	}
+	return state, nil
+}
+
+// unreadableOutput ends an attempt whose recorded step outputs cannot be
+// read back: a damaged or missing blob fails the task for good (reading
+// again gives the same bytes); anything else (the database out of reach)
+// ends the attempt for a retry.
+func (h *Handler) unreadableOutput(typ Type, state history.State, err error) ([]history.Payload, error) {
+	if !errors.Is(err, engine.ErrBlobCorrupt) && !errors.Is(err, store.ErrNotFound) {
+		return nil, err
+	}
+	info := history.ErrorInfo{Class: history.Permanent, Kind: KindBlobCorrupt, ClassifiedBy: "rule:" + KindBlobCorrupt, Message: err.Error()}
+	return h.giveUp(typ, state, info, "a recorded step output cannot be read"), nil
+}

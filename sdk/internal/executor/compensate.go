@@ -62,8 +62,15 @@ func (h *Handler) compensate(a *engine.Attempt, typ Type, reason string, cause *
 	// The compensators are Go code: run the workflow over its recorded
 	// steps, without running any, to learn each step's options.
 	taskID := a.Task.ID.String()
+	// The outputs kept by reference, read back: the replay decodes them,
+	// and a compensator is handed its step's output.
+	resolved, err := resolveOutputs(ctx, a, state)
+	if err != nil {
+		return nil, err
+	}
+	steps := resolved.Steps
 	collected := interpreter.Run(interpreter.RunParams{
-		TaskID: taskID, Attempt: state.Attempt, Steps: state.Steps, Context: ctx, CollectOnly: true,
+		TaskID: taskID, Attempt: state.Attempt, Steps: steps, Context: ctx, CollectOnly: true,
 		Record: func(history.Payload) error { return errors.New("a collect-only run records nothing") },
 	}, typ.Func, a.Task.Input)
 	for len(state.Compensation.Pending) > 0 {
@@ -75,7 +82,7 @@ func (h *Handler) compensate(a *engine.Attempt, typ Type, reason string, cause *
 		default:
 		}
 		pos := state.Compensation.Pending[0]
-		step := state.Steps[pos]
+		step := steps[pos]
 		opts := collected.Visited[pos]
 		if opts == nil || opts.Compensate == nil {
 			info := history.ErrorInfo{Class: history.Permanent, Kind: "no_compensator", ClassifiedBy: "rule:no_compensator",

@@ -52,6 +52,10 @@ type HandlerConfig struct {
 	// (kind payload_too_large) and the output is not recorded. 0: no
 	// bound.
 	MaxPayloadBytes int
+	// BlobThreshold: a step output of more bytes is kept in the task's
+	// blobs and the history records a reference (OutputRef). 0: no step
+	// output is moved.
+	BlobThreshold int
 }
 
 // Handler runs the attempts the engine's processor claims: it is the
@@ -64,6 +68,7 @@ type Handler struct {
 	logger         *slog.Logger
 	tracerProvider trace.TracerProvider // nil: no spans
 	maxPayload     int                  // 0: outputs are not bounded
+	blobThreshold  int                  // 0: step outputs stay in the history
 }
 
 // NewHandler returns a handler for cfg.
@@ -72,7 +77,7 @@ func NewHandler(cfg HandlerConfig) *Handler {
 		cfg.Logger = slog.Default()
 	}
 	return &Handler{types: cfg.Types, workerID: cfg.WorkerID, logger: cfg.Logger, tracerProvider: cfg.TracerProvider,
-		maxPayload: cfg.MaxPayloadBytes}
+		maxPayload: cfg.MaxPayloadBytes, blobThreshold: cfg.BlobThreshold}
 }
 
 // HandleAttempt implements [engine.Handler]: it runs the workflow against
@@ -155,6 +160,10 @@ func (h *Handler) handleAttempt(ctx context.Context, a *engine.Attempt, tr *atte
 		}
 		return h.compensate(a, typ, compensationReason(state), cause, nil)
 	}
+	state, err := resolveOutputs(ctx, a, state)
+	if err != nil {
+		return h.unreadableOutput(typ, state, err)
+	}
 	taskID := a.Task.ID.String()
 	runCtx, irreversibleCtx := ctx, a.LeaseContext()
 	if dl := state.Scheduled.Deadline; dl != nil {
@@ -199,6 +208,10 @@ func (h *Handler) handleAttempt(ctx context.Context, a *engine.Attempt, tr *atte
 			// Record even if the attempt context was cancelled by a stop
 			// while the step ran: the step did finish. The lease fence
 			// still refuses a stale attempt.
+			step, err := h.offload(a, step)
+			if err != nil {
+				return err
+			}
 			if err := h.oversizedStep(step); err != nil {
 				done := step.(history.StepCompletedData)
 				refused = &done
@@ -207,6 +220,11 @@ func (h *Handler) handleAttempt(ctx context.Context, a *engine.Attempt, tr *atte
 			return a.Append(a.DurableContext(), step)
 		},
 	}, typ.Func, a.Task.Input)
+	if res.Pending != nil {
+		if res.Pending, err = h.offload(a, res.Pending); err != nil && res.Err == nil {
+			res.Pending, res.Err = nil, err
+		}
+	}
 	res = h.limitOutputs(res, refused)
 	if res.Err != nil && errors.Is(context.Cause(runCtx), errDeadline) {
 		res.Err = errmark.Mark(res.Err, errDeadline)
