@@ -38,6 +38,9 @@ type Rescuer struct {
 	// waits for its next pass before firing again rather than retrying at
 	// the (past) tick at once. Only the service's goroutine uses it.
 	firingFailed bool
+	// retentionNext is the namespace the next retention pass begins with
+	// (see removeFinished). Only the service's goroutine uses it.
+	retentionNext string
 }
 
 // NewRescuer returns a rescuer; it does nothing until started.
@@ -175,7 +178,7 @@ func (r *Rescuer) pass(ctx context.Context, wasLeader bool) bool {
 // removeFinished runs retention (see [RetentionConfig]) within its
 // budget.
 func (r *Rescuer) removeFinished(ctx context.Context) {
-	res, err := removeFinished(ctx, r.cfg.Store, r.cfg.Clock, r.cfg.Retention, r.cfg.Retention.Budget)
+	res, err := removeFinished(ctx, r.cfg.Store, r.cfg.Clock, r.cfg.Retention, r.cfg.Retention.Budget, &r.retentionNext)
 	if res.Tasks > 0 {
 		r.cfg.Logger.Info("rescuer: removed finished tasks past their retention", "tasks", res.Tasks, "events", res.Events)
 	}

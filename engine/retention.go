@@ -73,15 +73,29 @@ func (c RetentionConfig) validate() error {
 // rest waits for the next pass, so rescues and schedules are never held
 // up by a backlog of removals). It reports the tasks and events removed;
 // a namespace whose removal fails is reported and the others go on.
-func removeFinished(ctx context.Context, s store.Store, clock Clock, cfg RetentionConfig, budget time.Duration) (store.RemoveResult, error) {
+// A pass begins with the namespace after *next (the first one the last
+// pass did not reach) and sets it for the next pass, so a namespace that
+// uses up the budget, or fails slowly, does not keep the others waiting.
+func removeFinished(ctx context.Context, s store.Store, clock Clock, cfg RetentionConfig, budget time.Duration, next *string) (store.RemoveResult, error) {
 	var total store.RemoveResult
 	namespaces, err := s.NamespaceList(ctx)
 	if err != nil {
 		return total, err
 	}
+	// Round robin: namespaces from *next on, then the ones before it.
+	first := 0
+	for first < len(namespaces) && namespaces[first].Name < *next {
+		first++
+	}
+	namespaces = append(namespaces[first:], namespaces[:first]...)
 	var errs error
 	until := time.Now().Add(budget)
-	for _, ns := range namespaces {
+	for i, ns := range namespaces {
+		if i+1 < len(namespaces) {
+			*next = namespaces[i+1].Name
+		} else {
+			*next = ""
+		}
 		retention, keyRetention := ns.Retention, ns.KeyRetention
 		if retention == 0 {
 			retention = cfg.Default

@@ -23,7 +23,9 @@ var allowedImports = map[string][]string{
 	"engine/internal/plan":     {"engine/store", "history", "internal/jsoncheck"},
 	"engine/pgstore":           {"engine/store", "engine/internal/plan", "internal/namedsql", "history", "migrations"},
 	"engine/sqlitestore":       {"engine/store", "engine/internal/plan", "internal/namedsql", "history", "migrations"},
-	"engine":                   {"engine/store", "engine/internal/plan", "history"},
+	"engine":                   {"engine/store", "engine/internal/plan", "engine/internal/archive", "history"},
+	"engine/internal/archive":  {"history"},
+	"internal/s3test":          {},
 	"engine/enginetest":        {"engine", "engine/store", "engine/pgstore", "history"},
 	"engine/storetest":         {"engine", "engine/store", "history"},
 	"history/historytest":      {"history"},
@@ -46,7 +48,7 @@ var everywhere = []string{"internal/errmark"}
 
 // testOnly are the packages of test helpers: imported from _test.go files
 // only, never by code that ships.
-var testOnly = []string{"engine/storetest", "engine/enginetest", "history/historytest"}
+var testOnly = []string{"engine/storetest", "engine/enginetest", "history/historytest", "internal/s3test"}
 
 func TestPackageImportsFollowTheArchitecture(t *testing.T) {
 	t.Parallel()
