@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/cockroachdb/errors"
 	"github.com/google/uuid"
@@ -62,16 +63,20 @@ func (a *Archives) History(ctx context.Context, location, namespace string, id u
 	return archive.Find(ctx, b, namespace, id)
 }
 
-// Scan calls fn with every task of namespace archived at location, in the
-// order of the hours they were created; a task archived twice (changed
-// between two tries of its removal) is seen twice.
-func (a *Archives) Scan(ctx context.Context, location, namespace string, fn func(ArchivedTask) error) error {
+// Scan calls fn with every task of namespace archived at location that
+// was created before until (zero: every task), in the order of the hours
+// they were created; a task archived twice (changed between two tries of
+// its removal) is seen twice.
+func (a *Archives) Scan(ctx context.Context, location, namespace string, until time.Time, fn func(ArchivedTask) error) error {
 	b, err := a.open(location)
 	if err != nil {
 		return err
 	}
-	return archive.Scan(ctx, b, namespace, fn)
+	return archive.Scan(ctx, b, namespace, until, fn)
 }
+
+// archiveTimeout bounds the writing of one batch to its archive.
+const archiveTimeout = 10 * time.Second
 
 // archiveThenRemove removes up to p.Max removable tasks of p.Namespace
 // after writing their histories to the archive at location: the removal
@@ -101,7 +106,11 @@ func archiveThenRemove(ctx context.Context, s store.Store, archives *Archives, l
 		records = append(records, archive.Record{Namespace: p.Namespace, TaskID: id, Events: evs})
 		only[id] = evs[len(evs)-1].Seq
 	}
-	if err := archive.Write(ctx, b, records); err != nil {
+	// A store that does not answer must not hold the leader's pass (its
+	// rescues and schedules) past its lease.
+	wctx, cancel := context.WithTimeout(ctx, archiveTimeout)
+	defer cancel()
+	if err := archive.Write(wctx, b, records); err != nil {
 		return store.RemoveResult{}, errors.Wrapf(err, "archive namespace %s", p.Namespace)
 	}
 	q := *p

@@ -77,7 +77,7 @@ func (c *Client) AuditArchive(ctx context.Context, p AuditParams, fn func(AuditR
 	fullest := map[uuid.UUID]engine.ArchivedTask{}
 	var order []uuid.UUID
 	for _, location := range locations {
-		err = c.archives.Scan(ctx, location, c.namespace, func(t engine.ArchivedTask) error {
+		err = c.archives.Scan(ctx, location, c.namespace, until, func(t engine.ArchivedTask) error {
 			prev, seen := fullest[t.TaskID]
 			if !seen {
 				order = append(order, t.TaskID)

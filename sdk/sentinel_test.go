@@ -17,6 +17,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/sdk"
 )
 
@@ -78,6 +79,13 @@ func TestEverySentinelMatchesWithBothErrorLibraries(t *testing.T) {
 			}},
 			{sdk.ErrPayloadTooLarge, "Start", func() error {
 				_, err := sdk.Start(ctx, c, echo, strings.Repeat("x", sdk.DefaultMaxPayloadBytes))
+				return err
+			}},
+			{sdk.ErrBlobCorrupt, "GetBlob", func() error {
+				ref, err := engine.TaskBlobs{Store: c.Store(), Namespace: "default", TaskID: pending.ID}.PutBlob(ctx, "", []byte("page"))
+				require.NoError(t, err)
+				ref.SHA256 = strings.Repeat("0", 64) // a reference the bytes do not match
+				_, err = c.GetBlob(ctx, ref)
 				return err
 			}},
 			{sdk.ErrIdempotencyKeyReused, "Start", func() error {

@@ -9,7 +9,6 @@ import (
 
 	"github.com/cockroachdb/errors"
 
-	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/sdk"
 )
 
@@ -33,7 +32,10 @@ type namespaceView struct {
 type namespaceRequest struct {
 	RetentionSeconds    *float64 `json:"retention_seconds"`
 	KeyRetentionSeconds *float64 `json:"key_retention_seconds"`
-	Archive             *string  `json:"archive"`
+	// Archive is refused: where the server writes (a directory, an S3
+	// endpoint it signs requests to with its credentials) is set with the
+	// CLI or the SDK by whoever runs it, not by a token holder.
+	Archive *string `json:"archive"`
 }
 
 // maxRetention bounds a retention setting well inside time.Duration.
@@ -87,11 +89,20 @@ func (s *Server) putNamespace(w http.ResponseWriter, r *http.Request, c *call) {
 		*f.out = d
 	}
 	if req.Archive != nil {
-		if err := engine.CheckArchive(*req.Archive); err != nil {
-			s.writeProblem(w, r, problem(http.StatusBadRequest, codeInvalidRequest, "archive: "+err.Error()))
-			return
+		s.writeProblem(w, r, problem(http.StatusBadRequest, codeInvalidRequest,
+			"archive is not set over HTTP (it names where the server writes, with its credentials): use cairn namespace set --archive"))
+		return
+	}
+	// The archive stays as it is.
+	current, err := c.client.Namespaces(r.Context())
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	for _, ns := range current {
+		if ns.Name == c.namespace {
+			settings.Archive = ns.Archive
 		}
-		settings.Archive = *req.Archive
 	}
 	if err := c.client.SetNamespace(r.Context(), c.namespace, settings); err != nil {
 		s.writeError(w, r, err)

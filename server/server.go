@@ -313,7 +313,7 @@ func (s *Server) routes() http.Handler {
 	mux.Handle("GET /v1/task-types", s.api(RoleRead, s.listTaskTypes))
 	mux.Handle("GET /v1/blobs/{key}", s.api(RoleRead, s.getBlob))
 	mux.Handle("GET /v1/namespace", s.api(RoleRead, s.getNamespace))
-	mux.Handle("PUT /v1/namespace", s.api(RoleOperate, s.putNamespace))
+	mux.Handle("PUT /v1/namespace", s.api(RoleAdmin, s.putNamespace))
 	mux.Handle("GET /v1/events", s.api(RoleRead, s.auditEvents))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})

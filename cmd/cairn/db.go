@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"os"
 	"os/user"
 	"path/filepath"
@@ -97,7 +98,7 @@ func archiveLocation(v string) (string, error) {
 		if err != nil {
 			return "", errmark.Mark(errors.Wrapf(err, "archive %q", v), configError)
 		}
-		v = "file://" + filepath.ToSlash(abs)
+		v = (&url.URL{Scheme: "file", Path: filepath.ToSlash(abs)}).String()
 	}
 	if err := engine.CheckArchive(v); err != nil {
 		return "", errmark.Mark(err, configError)

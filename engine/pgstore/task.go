@@ -9,6 +9,7 @@ import (
 	"github.com/cairnflow/cairn/engine/internal/plan"
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/internal/errmark"
 	"github.com/cockroachdb/errors"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -323,8 +324,11 @@ func (s *Store) taskStartMany(ctx context.Context, q querier, ps []*store.TaskSt
 	// keep racing it, which a key removed once cannot.
 	for try := 1; ; try++ {
 		out, err := s.startOnce(ctx, q, query, args, plans, refuseReuse, now)
-		if !errors.Is(err, errKeyRetiredMidStart) || try == 3 {
+		if !errors.Is(err, errKeyRetiredMidStart) {
 			return out, err
+		}
+		if try == 3 {
+			return nil, errmark.Mark(errors.Wrap(err, "start tasks: try again"), store.ErrRetryable)
 		}
 	}
 }

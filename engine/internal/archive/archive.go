@@ -74,37 +74,73 @@ func Open(location string) (Bucket, error) {
 	return openS3(u)
 }
 
-// Parse checks a location (see [Open]) and returns it as a URL.
+// Parse checks a location (see [Open]) and returns it as a URL. Its
+// messages name the location without its query or credentials.
 func Parse(location string) (*url.URL, error) {
 	u, err := url.Parse(location)
 	if err != nil {
-		return nil, errors.Wrapf(err, "archive %q", location)
+		return nil, errors.Newf("archive: %q is not a URL", redact(location))
 	}
+	shown := redact(location)
 	switch u.Scheme {
 	case "file":
-		if u.Host != "" || !strings.HasPrefix(u.Path, "/") || u.RawQuery != "" {
-			return nil, errors.Newf("archive %q: a directory is file:///absolute/path, with no host or query", location)
+		if u.Host != "" || !strings.HasPrefix(u.Path, "/") || u.RawQuery != "" || u.Fragment != "" || strings.Contains(location, "#") {
+			return nil, errors.Newf("archive %q: a directory is file:///absolute/path, with no host, query or fragment", shown)
 		}
 	case "s3":
 		if u.Host == "" {
-			return nil, errors.Newf("archive %q: an S3 location is s3://bucket/prefix", location)
+			return nil, errors.Newf("archive %q: an S3 location is s3://bucket/prefix", shown)
 		}
 		if u.User != nil {
-			return nil, errors.Newf("archive %q: credentials do not belong in the location; set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY", location)
+			return nil, errors.Newf("archive %q: credentials do not belong in the location; set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY", shown)
 		}
-		for k := range u.Query() {
+		if u.Fragment != "" {
+			return nil, errors.Newf("archive %q: no fragment", shown)
+		}
+		for k, v := range u.Query() {
 			if k != "endpoint" && k != "secure" && k != "region" {
-				return nil, errors.Newf("archive %q: unknown setting %q (endpoint, secure, region)", location, k)
+				return nil, errors.Newf("archive %q: unknown setting %q (endpoint, secure, region)", shown, k)
+			}
+			if k == "endpoint" && strings.Contains(strings.Join(v, ""), "/") {
+				return nil, errors.Newf("archive %q: endpoint is host:port, without a scheme or path (secure=false for plain HTTP)", shown)
 			}
 		}
 	default:
-		return nil, errors.Newf("archive %q: use file:///absolute/dir or s3://bucket/prefix", location)
+		return nil, errors.Newf("archive %q: use file:///absolute/dir or s3://bucket/prefix", shown)
 	}
 	return u, nil
 }
 
+// redact is a location for messages: without its query, fragment and
+// user information.
+func redact(location string) string {
+	if i := strings.IndexAny(location, "?#"); i >= 0 {
+		location = location[:i]
+	}
+	if i := strings.Index(location, "://"); i >= 0 {
+		if at := strings.LastIndex(location[i+3:], "@"); at >= 0 {
+			location = location[:i+3] + location[i+3+at+1:]
+		}
+	}
+	return location
+}
+
+// checkNamespace refuses a namespace that is not one path segment: it
+// names a folder of the archive.
+func checkNamespace(namespace string) error {
+	if namespace == "" || namespace == "." || namespace == ".." || strings.ContainsAny(namespace, "/\\") {
+		return errors.Newf("archive: namespace %q cannot name a folder", namespace)
+	}
+	return nil
+}
+
 // Write archives records in one object per namespace and creation hour.
 func Write(ctx context.Context, b Bucket, records []Record) error {
+	for _, r := range records {
+		if err := checkNamespace(r.Namespace); err != nil {
+			return err
+		}
+	}
 	type slice struct{ namespace, hour string }
 	groups := map[slice][]Record{}
 	var order []slice
@@ -132,10 +168,10 @@ func Write(ctx context.Context, b Bucket, records []Record) error {
 // with the most events. A task not archived is an error marked
 // [ErrNotArchived].
 func Find(ctx context.Context, b Bucket, namespace string, id uuid.UUID) ([]history.Event, error) {
-	prefix := namespace + "/"
-	if hour := hourOf(id); hour != unknownHour {
-		prefix += hour + "/"
+	if err := checkNamespace(namespace); err != nil {
+		return nil, err
 	}
+	prefix := namespace + "/" + hourOf(id) + "/" // one hour's objects (or those of ids without a time)
 	var found *Record
 	err := scan(ctx, b, prefix, func(r Record) error {
 		if r.TaskID == id && r.Namespace == namespace && (found == nil || r.lastSeq() > found.lastSeq()) {
@@ -155,16 +191,38 @@ func Find(ctx context.Context, b Bucket, namespace string, id uuid.UUID) ([]hist
 // Scan calls fn with every record of namespace, object by object in key
 // order (the hour the tasks were created). A task archived twice is seen
 // twice.
-func Scan(ctx context.Context, b Bucket, namespace string, fn func(Record) error) error {
-	return scan(ctx, b, namespace+"/", fn)
+// Objects of tasks created at or after until (an hour's slice starting
+// then or later) are skipped; a zero until skips none.
+func Scan(ctx context.Context, b Bucket, namespace string, until time.Time, fn func(Record) error) error {
+	if err := checkNamespace(namespace); err != nil {
+		return err
+	}
+	var last string // the last hour slice that may hold events before until
+	if !until.IsZero() {
+		last = namespace + "/" + until.UTC().Format("2006/01/02/15") + "/~"
+	}
+	return scan(ctx, b, namespace+"/", func(r Record) error {
+		if r.Namespace != namespace {
+			return nil // another namespace's folder reached through a shared root
+		}
+		return fn(r)
+	}, last)
 }
 
-func scan(ctx context.Context, b Bucket, prefix string, fn func(Record) error) error {
+// scan reads every object under prefix (up to the key last, when set) and
+// hands fn its records.
+func scan(ctx context.Context, b Bucket, prefix string, fn func(Record) error, last ...string) error {
 	keys, err := b.List(ctx, prefix)
 	if err != nil {
 		return errors.Wrapf(err, "list the archive %s", b)
 	}
 	for _, key := range keys {
+		if !strings.HasSuffix(key, ".jsonl.gz") {
+			continue // not an archive object (a stray file)
+		}
+		if len(last) > 0 && last[0] != "" && key > last[0] && !strings.HasPrefix(key, prefix+unknownHour+"/") {
+			continue
+		}
 		body, err := b.Get(ctx, key)
 		if err != nil {
 			return errors.Wrapf(err, "read archive object %s of %s", key, b)
@@ -191,10 +249,17 @@ func hourOf(id uuid.UUID) string {
 func encode(records []Record) ([]byte, error) {
 	var buf bytes.Buffer
 	zw := gzip.NewWriter(&buf)
-	enc := json.NewEncoder(zw)
 	for _, r := range records {
-		if err := enc.Encode(r); err != nil {
+		line, err := json.Marshal(r)
+		if err != nil {
 			return nil, errors.Wrapf(err, "encode the history of task %s", r.TaskID)
+		}
+		if len(line) >= maxRecordBytes {
+			// It could not be read back: keep the task in the database.
+			return nil, errors.Newf("the history of task %s is %d bytes of JSON, over the archive's %d per task", r.TaskID, len(line), maxRecordBytes)
+		}
+		if _, err := zw.Write(append(line, '\n')); err != nil {
+			return nil, err
 		}
 	}
 	if err := zw.Close(); err != nil {

@@ -71,7 +71,7 @@ func TestArchiveRoundTrip(t *testing.T) {
 			require.ErrorIs(t, err, archive.ErrNotArchived)
 
 			var seen []uuid.UUID
-			require.NoError(t, archive.Scan(ctx, b, "tenant-a", func(r archive.Record) error {
+			require.NoError(t, archive.Scan(ctx, b, "tenant-a", time.Time{}, func(r archive.Record) error {
 				seen = append(seen, r.TaskID)
 				return nil
 			}))
@@ -102,8 +102,11 @@ func TestDirectoryArchiveLayout(t *testing.T) {
 func TestOpenRefusesBadLocations(t *testing.T) {
 	for location, says := range map[string]string{
 		"relative/dir":                      "use file:///absolute/dir or s3://bucket/prefix",
-		"file://host/dir":                   "no host or query",
-		"file:///dir?x=1":                   "no host or query",
+		"file://host/dir":                   "with no host, query or fragment",
+		"file:///dir?x=1":                   "with no host, query or fragment",
+		"file:///dir#1":                     "with no host, query or fragment",
+		"s3://b/p?endpoint=http://h:9000":   "endpoint is host:port, without a scheme",
+		"s3://b/p?secret_key=hunter2":       `archive "s3://b/p": unknown setting "secret_key"`,
 		"s3:///prefix":                      "s3://bucket/prefix",
 		"s3://key:secret@bucket/prefix":     "credentials do not belong in the location",
 		"s3://bucket/prefix?endpoint=h&x=1": `unknown setting "x"`,
@@ -111,5 +114,34 @@ func TestOpenRefusesBadLocations(t *testing.T) {
 	} {
 		_, err := archive.Open(location)
 		require.ErrorContains(t, err, says, location)
+	}
+}
+
+// A stray file in the archive's folder is not read as an object; a record
+// of another namespace reached through a shared folder is not handed out;
+// a namespace that is not one folder name is refused.
+func TestDirectoryArchiveSkipsWhatIsNotItsOwn(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	b, err := archive.Open("file://" + filepath.ToSlash(dir))
+	require.NoError(t, err)
+	id := uuid.Must(uuid.NewV7())
+	require.NoError(t, archive.Write(ctx, b, []archive.Record{history3(t, id, 2)}))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "tenant-a", ".DS_Store"), []byte("junk"), 0o600))
+	got, err := archive.Find(ctx, b, "tenant-a", id)
+	require.NoError(t, err, "the stray file is skipped")
+	require.Len(t, got, 2)
+
+	// The namespace "tenant-a" seen through a root one level up, as the
+	// folder of namespace "x" would be if it pointed there.
+	up, err := archive.Open("file://" + filepath.ToSlash(filepath.Dir(dir)))
+	require.NoError(t, err)
+	n := 0
+	require.NoError(t, archive.Scan(ctx, up, filepath.Base(dir), time.Time{}, func(archive.Record) error { n++; return nil }))
+	require.Zero(t, n, "records name their namespace; another's are not handed out")
+
+	for _, bad := range []string{"..", ".", "a/b", `a\b`, ""} {
+		_, err := archive.Find(ctx, b, bad, id)
+		require.ErrorContains(t, err, "cannot name a folder", bad)
 	}
 }

@@ -39,7 +39,28 @@ func (d *dirBucket) Put(_ context.Context, key string, body []byte) error {
 	if err := tmp.Close(); err != nil {
 		return err
 	}
-	return os.Rename(tmp.Name(), path)
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return err
+	}
+	// The rename, and the folders made for it, last only once their
+	// folders are synced: the removal that follows must not outlive them.
+	for dir := filepath.Dir(path); ; dir = filepath.Dir(dir) {
+		if err := syncDir(dir); err != nil {
+			return err
+		}
+		if dir == d.root || dir == filepath.Dir(dir) || !strings.HasPrefix(dir, d.root) {
+			return nil
+		}
+	}
+}
+
+func syncDir(dir string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = f.Close() }()
+	return f.Sync()
 }
 
 func (d *dirBucket) Get(_ context.Context, key string) ([]byte, error) {
