@@ -462,7 +462,7 @@ func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	for _, ns := range namespaces {
-		if !ns.OldestFinished.IsZero() {
+		if !ns.OldestFinished.IsZero() && ns.Name != store.DefaultsRow {
 			ch <- prometheus.MustNewConstMetric(c.oldestFinished, prometheus.GaugeValue, time.Since(ns.OldestFinished).Seconds(), ns.Name)
 		}
 	}

@@ -82,6 +82,27 @@ func removeFinished(ctx context.Context, s store.Store, clock Clock, cfg Retenti
 	if err != nil {
 		return total, err
 	}
+	// The default archive is shared through the database: a leader given
+	// one records it, a leader without one takes the recorded one, so no
+	// leader removes without the copy another was told to make.
+	var recorded string
+	for i, ns := range namespaces {
+		if ns.Name == store.DefaultsRow {
+			recorded = ns.Archive
+			namespaces = append(namespaces[:i:i], namespaces[i+1:]...)
+			break
+		}
+	}
+	defaultArchive := cfg.DefaultArchive
+	switch {
+	case defaultArchive == "":
+		defaultArchive = recorded
+	case defaultArchive != recorded:
+		err := s.NamespaceSet(ctx, store.NamespaceConfig{Name: store.DefaultsRow, Archive: defaultArchive})
+		if err != nil {
+			return total, errors.Wrap(err, "record the default archive")
+		}
+	}
 	// Round robin: namespaces from *next on, then the ones before it.
 	first := 0
 	for first < len(namespaces) && namespaces[first].Name < *next {
@@ -108,7 +129,7 @@ func removeFinished(ctx context.Context, s store.Store, clock Clock, cfg Retenti
 		}
 		location := ns.Archive
 		if location == "" {
-			location = cfg.DefaultArchive
+			location = defaultArchive
 		}
 		for {
 			now := clock.Now()

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -169,4 +170,43 @@ func TestRescuerArchivesBeforeRemoving(t *testing.T) {
 
 	_, err = engine.NewRescuer(engine.RescuerConfig{Store: s, Owner: "o", Retention: engine.RetentionConfig{DefaultArchive: "relative/dir"}})
 	require.ErrorContains(t, err, "use file:///absolute/dir or s3://bucket/prefix")
+}
+
+// TestLeadersShareTheDefaultArchive: a leader given a default archive
+// records it in the database, and a leader started without one archives
+// there too rather than remove without a copy.
+func TestLeadersShareTheDefaultArchive(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := enginetest.Store(t)
+	dir := "file://" + filepath.ToSlash(t.TempDir())
+	run := func(cfg engine.RetentionConfig, until func() bool) {
+		t.Helper()
+		r, err := engine.NewRescuer(engine.RescuerConfig{Store: s, Owner: "leader", Interval: 20 * time.Millisecond,
+			Logger: enginetest.Logger(t), Retention: cfg})
+		require.NoError(t, err)
+		require.NoError(t, r.Start(ctx))
+		defer r.Stop()
+		enginetest.WaitFor(t, "the pass", until)
+	}
+	// A leader with the default and nothing to remove yet (no retention).
+	run(engine.RetentionConfig{DefaultArchive: dir}, func() bool {
+		all, err := s.NamespaceList(ctx)
+		require.NoError(t, err)
+		return slices.ContainsFunc(all, func(ns store.NamespaceConfig) bool { return ns.Name == store.DefaultsRow && ns.Archive == dir })
+	})
+	id := enginetest.StartTask(t, s, nil)
+	enginetest.Complete(t, s, enginetest.ClaimOne(t, s, "w", time.Minute))
+	before, err := json.Marshal(enginetest.Events(t, s, id))
+	require.NoError(t, err)
+	// A leader without one removes, archiving to the recorded default.
+	run(engine.RetentionConfig{Default: time.Millisecond}, func() bool {
+		_, err := s.TaskGetByID(ctx, store.DefaultNamespace, id)
+		return err != nil
+	})
+	evs, err := (&engine.Archives{}).History(ctx, dir, store.DefaultNamespace, id)
+	require.NoError(t, err, "archived where the other leader was told")
+	after, err := json.Marshal(evs)
+	require.NoError(t, err)
+	require.Equal(t, string(before), string(after))
 }

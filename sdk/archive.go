@@ -2,12 +2,14 @@ package sdk
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/cockroachdb/errors"
 	"github.com/google/uuid"
 
 	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
 )
 
@@ -24,13 +26,19 @@ func (c *Client) archiveLocations(ctx context.Context) ([]string, error) {
 		return nil, err
 	}
 	var out []string
+	var recorded string // the default a leader recorded (store.DefaultsRow)
 	for _, ns := range namespaces {
-		if ns.Name == c.namespace && ns.Archive != "" {
+		switch {
+		case ns.Name == c.namespace && ns.Archive != "":
 			out = append(out, ns.Archive)
+		case ns.Name == store.DefaultsRow:
+			recorded = ns.Archive
 		}
 	}
-	if c.defaultArchive != "" && (len(out) == 0 || out[0] != c.defaultArchive) {
-		out = append(out, c.defaultArchive)
+	for _, location := range []string{c.defaultArchive, recorded} {
+		if location != "" && !slices.Contains(out, location) {
+			out = append(out, location)
+		}
 	}
 	if len(out) == 0 {
 		return nil, errors.WithStack(errNoArchive)

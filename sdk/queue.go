@@ -2,6 +2,7 @@ package sdk
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/cairnflow/cairn/engine"
@@ -104,5 +105,6 @@ func (c *Client) SetNamespace(ctx context.Context, namespace string, s Namespace
 // Namespaces returns every namespace with settings or finished tasks, by
 // name, with its settings (zero: the default).
 func (c *Client) Namespaces(ctx context.Context) ([]store.NamespaceConfig, error) {
-	return c.store.NamespaceList(ctx)
+	all, err := c.store.NamespaceList(ctx)
+	return slices.DeleteFunc(all, func(ns store.NamespaceConfig) bool { return ns.Name == store.DefaultsRow }), err
 }

@@ -32,6 +32,12 @@ type RemoveResult struct {
 	Tasks, Events int
 }
 
+// DefaultsRow is the name of the namespaces row that holds the defaults
+// every process shares (today the default archive, which a leader given
+// one records there): not a namespace ("*" is not a valid name), and
+// never listed as one by the engine's readers.
+const DefaultsRow = "*"
+
 // NamespaceConfig is a namespace's retention settings. Zero durations
 // take the defaults of the process that runs retention
 // (engine.RetentionConfig).
