@@ -376,7 +376,7 @@ func (s *Store) startOnce(ctx context.Context, q querier, query string, args pgx
 		}
 		return out, pgx.BeginFunc(ctx, tx, insert)
 	}
-	return out, pgx.BeginFunc(ctx, s.pool, insert)
+	return out, pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, insert)
 }
 
 // keyedIDs returns the ids of the starts of plans that have an idempotency
@@ -418,12 +418,20 @@ func (s *Store) insertTasks(ctx context.Context, q querier, query string, args p
 		// (a custom plan took 0.7-0.8 ms to make for one task, more than
 		// the insert itself), in a pipeline that is one implicit
 		// transaction, so the settings end with it.
-		// A keyed start re-checks its keys in the same transaction.
+		// A keyed start re-checks its keys in the same transaction, which
+		// must be READ COMMITTED whatever the connection's default: the
+		// re-check needs a snapshot of its own (a transaction left open by
+		// a refusal is never reused: the pool drops such a connection).
+		keyed := args["keyed_ids"]
 		batch := &pgx.Batch{}
+		if keyed != nil {
+			batch.Queue("BEGIN ISOLATION LEVEL READ COMMITTED")
+		}
 		batch.Queue("SELECT " + genericPlanSettings)
 		batch.Queue(s.sql(query), args).Query(collect)
-		if keyed := args["keyed_ids"]; keyed != nil {
+		if keyed != nil {
 			batch.Queue(s.sql("RetiredKeysRecheck"), pgx.NamedArgs{"ids": keyed, "at": args["at"]})
+			batch.Queue("COMMIT")
 		}
 		err = pool.SendBatch(ctx, batch).Close()
 	} else {
