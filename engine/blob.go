@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"strconv"
 
 	"github.com/cockroachdb/errors"
 	"github.com/google/uuid"
@@ -83,8 +82,8 @@ func GetBlob(ctx context.Context, s store.Store, namespace string, ref history.B
 	}
 	sum := sha256.Sum256(blob.Data)
 	if int64(len(blob.Data)) != ref.Size || !bytes.Equal(sum[:], want) {
-		return nil, errmark.Mark(errors.Newf("blob %s of task %s is damaged: its reference records %s bytes with SHA-256 %s, the store holds %d bytes with SHA-256 %s",
-			ref.Key, blob.TaskID, strconv.FormatInt(ref.Size, 10), ref.SHA256, len(blob.Data), hex.EncodeToString(sum[:])), ErrBlobCorrupt)
+		return nil, errmark.Mark(errors.Newf("blob %s of task %s is damaged: its reference records %d bytes with SHA-256 %s, the store holds %d bytes with SHA-256 %s",
+			ref.Key, blob.TaskID, ref.Size, ref.SHA256, len(blob.Data), hex.EncodeToString(sum[:])), ErrBlobCorrupt)
 	}
 	return blob.Data, nil
 }

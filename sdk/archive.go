@@ -53,12 +53,13 @@ func (c *Client) archivedHistory(ctx context.Context, id uuid.UUID) ([]history.E
 		return nil, err
 	}
 	for _, location := range locations {
-		events, err := c.archives.History(ctx, location, c.namespace, id)
-		if !errors.Is(err, engine.ErrNotArchived) || location == locations[len(locations)-1] {
-			return events, err
+		events, herr := c.archives.History(ctx, location, c.namespace, id)
+		if !errors.Is(herr, engine.ErrNotArchived) {
+			return events, herr
 		}
+		err = herr // not there: the next location, or this answer
 	}
-	panic("unreachable")
+	return nil, err
 }
 
 // AuditArchive is [Client.Audit] over the histories retention archived

@@ -102,6 +102,21 @@ func (c *Client) SetNamespace(ctx context.Context, namespace string, s Namespace
 	return c.store.NamespaceSet(ctx, store.NamespaceConfig{Name: namespace, Retention: s.Retention, KeyRetention: s.KeyRetention, Archive: s.Archive})
 }
 
+// NamespaceConfig returns namespace's settings and oldest finished task;
+// a namespace without either has only its name set.
+func (c *Client) NamespaceConfig(ctx context.Context, namespace string) (store.NamespaceConfig, error) {
+	all, err := c.Namespaces(ctx)
+	if err != nil {
+		return store.NamespaceConfig{}, err
+	}
+	for _, ns := range all {
+		if ns.Name == namespace {
+			return ns, nil
+		}
+	}
+	return store.NamespaceConfig{Name: namespace}, nil
+}
+
 // Namespaces returns every namespace with settings or finished tasks, by
 // name, with its settings (zero: the default).
 func (c *Client) Namespaces(ctx context.Context) ([]store.NamespaceConfig, error) {

@@ -341,15 +341,10 @@ type retentionView struct {
 
 // namespaceRetention reads the namespace's retention settings.
 func namespaceRetention(ctx context.Context, c *sdk.Client, namespace string) (retentionView, error) {
-	namespaces, err := c.Namespaces(ctx)
-	var v retentionView
-	for _, ns := range namespaces {
-		if ns.Name == namespace {
-			v.Retention, v.KeyRetention = ns.Retention, ns.KeyRetention
-			if !ns.OldestFinished.IsZero() {
-				v.OldestFinishedAge = time.Since(ns.OldestFinished)
-			}
-		}
+	ns, err := c.NamespaceConfig(ctx, namespace)
+	v := retentionView{Retention: ns.Retention, KeyRetention: ns.KeyRetention}
+	if !ns.OldestFinished.IsZero() {
+		v.OldestFinishedAge = time.Since(ns.OldestFinished)
 	}
 	return v, err
 }

@@ -42,24 +42,19 @@ type namespaceRequest struct {
 const maxRetention = 100 * 365 * 24 * time.Hour
 
 func (s *Server) getNamespace(w http.ResponseWriter, r *http.Request, c *call) {
-	namespaces, err := c.client.Namespaces(r.Context())
+	ns, err := c.client.NamespaceConfig(r.Context(), c.namespace)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	view := namespaceView{Namespace: c.namespace}
-	for _, ns := range namespaces {
-		if ns.Name != c.namespace {
-			continue
-		}
-		view.RetentionSeconds, view.KeyRetentionSeconds = seconds(ns.Retention), seconds(ns.KeyRetention)
-		if ns.Archive != "" {
-			view.Archive = &ns.Archive
-		}
-		if !ns.OldestFinished.IsZero() {
-			at := ns.OldestFinished.UTC()
-			view.OldestFinishedAt = &at
-		}
+	view := namespaceView{Namespace: c.namespace,
+		RetentionSeconds: seconds(ns.Retention), KeyRetentionSeconds: seconds(ns.KeyRetention)}
+	if ns.Archive != "" {
+		view.Archive = &ns.Archive
+	}
+	if !ns.OldestFinished.IsZero() {
+		at := ns.OldestFinished.UTC()
+		view.OldestFinishedAt = &at
 	}
 	writeJSON(w, http.StatusOK, view)
 }
@@ -94,16 +89,12 @@ func (s *Server) putNamespace(w http.ResponseWriter, r *http.Request, c *call) {
 		return
 	}
 	// The archive stays as it is.
-	current, err := c.client.Namespaces(r.Context())
+	current, err := c.client.NamespaceConfig(r.Context(), c.namespace)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	for _, ns := range current {
-		if ns.Name == c.namespace {
-			settings.Archive = ns.Archive
-		}
-	}
+	settings.Archive = current.Archive
 	if err := c.client.SetNamespace(r.Context(), c.namespace, settings); err != nil {
 		s.writeError(w, r, err)
 		return

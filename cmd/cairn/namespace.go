@@ -75,16 +75,8 @@ cairn server --default-retention / --default-key-retention say otherwise).`,
 
 // currentSettings returns namespace's settings (zero when it has none).
 func currentSettings(cmd *cobra.Command, c *sdk.Client, namespace string) (sdk.NamespaceSettings, error) {
-	all, err := c.Namespaces(cmd.Context())
-	if err != nil {
-		return sdk.NamespaceSettings{}, err
-	}
-	for _, ns := range all {
-		if ns.Name == namespace {
-			return sdk.NamespaceSettings{Retention: ns.Retention, KeyRetention: ns.KeyRetention, Archive: ns.Archive}, nil
-		}
-	}
-	return sdk.NamespaceSettings{}, nil
+	ns, err := c.NamespaceConfig(cmd.Context(), namespace)
+	return sdk.NamespaceSettings{Retention: ns.Retention, KeyRetention: ns.KeyRetention, Archive: ns.Archive}, err
 }
 
 // namespaceView is a namespace as `cairn namespace list -o json` prints
