@@ -75,6 +75,9 @@ func CompensateTask(ctx context.Context, s store.Store, p *TaskRequestParams) (h
 			return nil, errmark.Mark(errors.Newf("compensate task %s: it is %s; only a completed task is compensated on request",
 				p.ID, state.Status), store.ErrTaskState)
 		}
+		if state.Erased {
+			return nil, errmark.Mark(errors.Newf("compensate task %s: its data was erased, so its steps cannot be undone", p.ID), store.ErrTaskState)
+		}
 		if !hasCompensable(state) {
 			return nil, errmark.Mark(errors.Newf("compensate task %s: none of its steps has a compensator", p.ID), store.ErrTaskState)
 		}

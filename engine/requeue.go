@@ -103,6 +103,8 @@ func requeueOnce(ctx context.Context, s store.Store, p *TaskRequeueParams, pendi
 		case state.Status == history.StatusDeadLettered && orphans[id]:
 			out[i].Err = errmark.Mark(errors.Newf("requeue task %s: its parent task %s was removed by retention, so nothing would hear its end; start a new task instead",
 				id, state.Scheduled.ParentID), store.ErrTaskState)
+		case state.Status == history.StatusDeadLettered && state.Erased:
+			out[i].Err = errmark.Mark(errors.Newf("requeue task %s: its data was erased, so it cannot run again; start a new task instead", id), store.ErrTaskState)
 		case state.Status != history.StatusDeadLettered:
 			out[i].Err = errmark.Mark(errors.Newf("requeue task %s: it is %s; only a dead-lettered task can be retried", id, state.Status), store.ErrTaskState)
 		case state.Scheduled.Deadline != nil && !now.Before(*state.Scheduled.Deadline) &&

@@ -108,6 +108,8 @@ func Decode(typ Type, data []byte) (Payload, error) {
 		return decodeAs[ChildWaitStartedData](typ, data)
 	case ChildFinished:
 		return decodeAs[ChildFinishedData](typ, data)
+	case TaskErased:
+		return decodeAs[TaskErasedData](typ, data)
 	default:
 		return nil, invalidf(nil, "decode payload: unknown event type %q", string(typ))
 	}

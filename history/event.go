@@ -37,6 +37,7 @@ const (
 	ChildStarted          Type = "child_started"
 	ChildWaitStarted      Type = "child_wait_started"
 	ChildFinished         Type = "child_finished"
+	TaskErased            Type = "task_erased"
 )
 
 // Types lists every event type this version of the package understands, in
@@ -46,7 +47,7 @@ var Types = []Type{
 	TaskReleased, TaskCompleted, TaskFailed, TaskDeadLettered, TaskRequeued,
 	CancelRequested, CompensationRequested, CompensationStarted, StepCompensated, CompensationFailed, TaskCancelled,
 	TaskExpired, TimerStarted, TimerFired, SignalReceived, WaitStarted, WaitTimedOut,
-	ChildStarted, ChildWaitStarted, ChildFinished,
+	ChildStarted, ChildWaitStarted, ChildFinished, TaskErased,
 }
 
 // Event is one entry of a task's append-only log.
@@ -405,6 +406,15 @@ type ChildFinishedData struct {
 	Error    *ErrorInfo      `json:"error,omitempty"`
 }
 
+// TaskErasedData is the payload of task_erased: the finished task's data
+// key was destroyed (crypto-shredding), so every payload sealed with it is
+// unreadable for good. The events stay: who did what, when, and how each
+// attempt ended. By names who erased it and Reason why.
+type TaskErasedData struct {
+	By     string `json:"by,omitempty"`
+	Reason string `json:"reason,omitempty"`
+}
+
 // Never is the run time of a task due at no particular time: a parent
 // awaiting its children, which their finishing makes due.
 var Never = time.Date(9999, time.January, 1, 0, 0, 0, 0, time.UTC)
@@ -492,3 +502,4 @@ func (ChildWaitStartedData) EventType() Type { return ChildWaitStarted }
 
 // EventType implements [Payload].
 func (ChildFinishedData) EventType() Type { return ChildFinished }
+func (TaskErasedData) EventType() Type    { return TaskErased }

@@ -230,18 +230,25 @@ func requireStep(t *testing.T, prev, next history.State, e history.Event) {
 	require.GreaterOrEqual(t, next.Budget.Attempts, 0, "budget attempts below zero at event %d", e.Seq)
 	require.LessOrEqual(t, next.Budget.Attempts, next.AttemptsUsed(), "budget counts more attempts than were made at event %d", e.Seq)
 	require.NotEmpty(t, next.Status)
-	if next.Status.Terminal() {
+	switch {
+	case e.Type() == history.TaskErased:
+		// An erasure changes no outcome: the task finished when it did.
+		require.True(t, prev.Status.Terminal())
+		require.Equal(t, prev.Status, next.Status)
+		require.Equal(t, prev.FinishedAt, next.FinishedAt)
+		require.True(t, next.Erased)
+	case next.Status.Terminal():
 		require.Equal(t, e.At, next.FinishedAt)
 		require.Empty(t, next.Lease.Owner)
-	} else {
+	default:
 		require.True(t, next.FinishedAt.IsZero())
 	}
 	if next.Lease.Owner != "" {
 		require.Equal(t, history.StatusRunning, next.Status, "only a running task holds a lease")
 	}
 	if prev.Status.Terminal() {
-		require.Contains(t, []history.Type{history.TaskRequeued, history.CompensationRequested}, e.Type(),
-			"only a requeue or a compensation request follows a %s task", prev.Status)
+		require.Contains(t, []history.Type{history.TaskRequeued, history.CompensationRequested, history.TaskErased}, e.Type(),
+			"only a requeue, a compensation request or an erasure follows a %s task", prev.Status)
 	}
 	if next.Timer != nil {
 		require.Equal(t, len(next.Steps), next.Timer.Position, "a timer runs at a position other than the next")

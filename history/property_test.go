@@ -142,10 +142,17 @@ func checkProperties(t require.TestingT, events []history.Event) {
 		for pos, st := range next.Steps {
 			require.Equal(t, pos, st.Position)
 		}
-		if next.Status.Terminal() {
-			// Only an operator's requeue (of a dead letter) or a request
-			// to compensate (a completed task) may follow a terminal event.
-			if i < n-1 {
+		switch {
+		case e.Type() == history.TaskErased:
+			// The erasure ends the log; the task finished when it did.
+			require.Equal(t, n-1, i, "an event follows task_erased")
+			require.Equal(t, inc.FinishedAt, next.FinishedAt)
+			require.True(t, next.Erased)
+		case next.Status.Terminal():
+			// Only an operator's requeue (of a dead letter), a request to
+			// compensate (a completed task) or an erasure may follow a
+			// terminal event.
+			if i < n-1 && events[i+1].Type() != history.TaskErased {
 				reopen := map[history.Status]history.Type{
 					history.StatusDeadLettered: history.TaskRequeued,
 					history.StatusCompleted:    history.CompensationRequested,
@@ -154,7 +161,7 @@ func checkProperties(t require.TestingT, events []history.Event) {
 				require.Equal(t, reopen, events[i+1].Type(), "only %s follows a %s task", reopen, next.Status)
 			}
 			require.Equal(t, e.At, next.FinishedAt)
-		} else {
+		default:
 			require.True(t, next.FinishedAt.IsZero())
 		}
 		if next.Lease.Owner != "" {

@@ -216,7 +216,10 @@ type State struct {
 	// from child_wait_started until one of them finishes.
 	Children  []Child
 	ChildWait *ChildWait
-	LastSeq   int64
+	// Erased is set by task_erased: the task's data key is gone, its
+	// payloads unreadable, and nothing may reopen it.
+	Erased  bool
+	LastSeq int64
 
 	CreatedAt  time.Time // at of task_scheduled
 	UpdatedAt  time.Time // at of the latest event
@@ -293,8 +296,12 @@ func apply(s State, e Event, owned bool) (State, error) {
 	}
 	reopens := (typ == TaskRequeued && s.Status == StatusDeadLettered) ||
 		(typ == CompensationRequested && s.Status == StatusCompleted)
-	if s.Status.Terminal() && !reopens {
+	if s.Status.Terminal() && !reopens && typ != TaskErased {
 		return s, invalidf(nil, "event %d (%s): task is already %s", e.Seq, typ, s.Status)
+	}
+	if s.Erased && reopens {
+		// Its input and outputs are gone: nothing can run it again.
+		return s, invalidf(nil, "event %d (%s): the task's data was erased", e.Seq, typ)
 	}
 	var err error
 	switch p := e.Data.(type) {
@@ -355,6 +362,15 @@ func apply(s State, e Event, owned bool) (State, error) {
 		err = s.applyChildWaitStarted(e, p)
 	case ChildFinishedData:
 		err = s.applyChildFinished(e, p, owned)
+	case TaskErasedData:
+		switch {
+		case !s.Status.Terminal():
+			err = invalidf(nil, "event %d (%s): task is %s; only a finished task is erased", e.Seq, TaskErased, s.Status)
+		case s.Erased:
+			err = invalidf(nil, "event %d (%s): task was already erased", e.Seq, TaskErased)
+		default:
+			s.Erased = true
+		}
 	case TaskExpiredData:
 		if s.Status != StatusPending || s.Attempt != 0 {
 			err = invalidf(nil, "event %d (%s): task is %s after %d attempts; only a task never started expires", e.Seq, TaskExpired, s.Status, s.Attempt)
@@ -427,6 +443,8 @@ func typeOf(p Payload) (Type, bool) {
 		return ChildWaitStarted, true
 	case ChildFinishedData:
 		return ChildFinished, true
+	case TaskErasedData:
+		return TaskErased, true
 	}
 	return "", false
 }

@@ -197,8 +197,8 @@ func (c *Client) resolveOutputs(ctx context.Context, events []history.Event) ([]
 			continue
 		}
 		data, err := c.GetBlob(ctx, *step.OutputRef)
-		if errors.Is(err, ErrNotFound) {
-			continue // removed with its task: the reference is all there is
+		if errors.Is(err, ErrNotFound) || errors.Is(err, engine.ErrPayloadSealed) {
+			continue // removed with its task, or shredded: the reference is all there is
 		}
 		if err != nil {
 			return nil, errors.Wrapf(err, "the output of step %d (%s)", step.Position, step.Name)

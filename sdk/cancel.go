@@ -31,3 +31,18 @@ func (c *Client) Compensate(ctx context.Context, id uuid.UUID, reason string) er
 	_, err := engine.CompensateTask(ctx, c.store, &engine.TaskRequestParams{Namespace: c.namespace, ID: id, By: c.requester(ctx), Reason: reason})
 	return err
 }
+
+// Erase destroys a finished task's data key (crypto-shredding) and
+// records task_erased with who asked and why: the history keeps its
+// events (types, times, attempts, errors, who did what) while every
+// payload of the task (input, step outputs, output, signal payloads,
+// blobs) is unreadable for good, here and in any later copy of the
+// database. It needs no keys: only the task's wrapped key is destroyed.
+//
+// A task not yet finished is refused ([store.ErrTaskState]: cancel it and
+// wait for it first), as is one of a namespace that was not encrypted
+// when it ran ([Codec]); erasing an erased task again changes nothing.
+func (c *Client) Erase(ctx context.Context, id uuid.UUID, reason string) error {
+	_, err := engine.EraseTask(ctx, c.store, &engine.TaskEraseParams{Namespace: c.namespace, ID: id, By: c.requester(ctx), Reason: reason})
+	return err
+}

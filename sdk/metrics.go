@@ -127,6 +127,9 @@ func (s *observedStore) TaskRemoveFinished(ctx context.Context, p *store.RemoveF
 // baseStore is the store under the SDK's metrics decorator, for what needs
 // the driver itself (StartTx joins a pgx transaction).
 func baseStore(st store.Store) store.Store {
+	if sealed, ok := st.(*engine.SealedStore); ok {
+		st = sealed.Unwrap()
+	}
 	if o, ok := st.(*observedStore); ok {
 		return o.Store
 	}

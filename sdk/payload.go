@@ -60,3 +60,22 @@ func payloadLimit(what string, n int) (int, error) {
 	}
 	return n, nil
 }
+
+// Codec encrypts payloads at rest (AES-256-GCM, a data key per task
+// wrapped by the namespace's key); see [engine.Codec]. Make one with
+// [LoadCodec], [ParseCodec] or [CodecFromEnv] and set it in
+// [ClientConfig.Codec] and [WorkerConfig.Codec].
+type Codec = engine.Codec
+
+// CodecConfig is a keys file's content; see [engine.CodecConfig].
+type CodecConfig = engine.CodecConfig
+
+// LoadCodec reads a keys file ([engine.LoadCodec]).
+func LoadCodec(path string) (*Codec, error) { return engine.LoadCodec(path) }
+
+// ParseCodec reads a keys file's JSON ([engine.ParseCodec]).
+func ParseCodec(data []byte) (*Codec, error) { return engine.ParseCodec(data) }
+
+// CodecFromEnv returns the codec of CAIRN_KEYS or CAIRN_KEYS_FILE, nil
+// when neither is set ([engine.CodecFromEnv]).
+func CodecFromEnv() (*Codec, error) { return engine.CodecFromEnv() }

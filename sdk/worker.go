@@ -87,6 +87,11 @@ type WorkerConfig struct {
 	// with (StartOpts.TraceID: a W3C traceparent or a trace id). Default
 	// nil: no spans.
 	TracerProvider trace.TracerProvider
+	// Codec, when set, encrypts at rest the payloads of the namespaces it
+	// has keys for: the worker opens the inputs and steps it replays and
+	// seals what it records (see [Codec]). Default nil: a sealed input
+	// fails its attempt with a message saying the keys are missing.
+	Codec *Codec
 	// MaxPayloadBytes bounds the JSON of each step's output and each
 	// workflow's output: an attempt with one over it fails permanently
 	// (error kind payload_too_large, dead-lettered unless the type skips
@@ -141,6 +146,7 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	if err != nil {
 		return nil, err
 	}
+	st = engine.SealStore(st, cfg.Codec)
 	if err := validateWorkerConfig(&cfg); err != nil {
 		return nil, err
 	}

@@ -21,6 +21,7 @@ type appendBatch struct {
 	statuses, evTypes, evDatas                          []string
 	runAts, fairAts, updatedAts, evAts                  []time.Time
 	startedAts, finishedAts                             []*time.Time
+	erased                                              []bool // the append erases the task (task_erased)
 	attempts, evAttempts                                []int32
 	leaseOwners, outputs, lastErrors                    []*string
 }
@@ -32,7 +33,7 @@ func newAppendBatch(n int) *appendBatch {
 		attempts: make([]int32, 0, n), leaseOwners: make([]*string, 0, n), leaseEpochs: make([]int64, 0, n),
 		outputs: make([]*string, 0, n), lastErrors: make([]*string, 0, n), cancelRequesteds: make([]bool, 0, n),
 		lastSeqs: make([]int64, 0, n), updatedAts: make([]time.Time, 0, n), startedAts: make([]*time.Time, 0, n),
-		finishedAts: make([]*time.Time, 0, n),
+		finishedAts: make([]*time.Time, 0, n), erased: make([]bool, 0, n),
 	}
 }
 
@@ -73,6 +74,7 @@ func (b *appendBatch) add(p *store.EventAppendParams, now time.Time) (history.St
 	b.updatedAts = append(b.updatedAts, next.UpdatedAt)
 	b.startedAts = append(b.startedAts, nullTime(next.StartedAt))
 	b.finishedAts = append(b.finishedAts, nullTime(next.FinishedAt))
+	b.erased = append(b.erased, next.Erased && !p.State.Erased)
 	return next, nil
 }
 
@@ -82,7 +84,7 @@ func (b *appendBatch) args(doneChannel, readyChannel, cancelChannel string) pgx.
 		"statuses": b.statuses, "run_ats": b.runAts, "fair_ats": b.fairAts, "attempts": b.attempts, "lease_owners": b.leaseOwners,
 		"lease_epochs": b.leaseEpochs, "outputs": b.outputs, "last_errors": b.lastErrors,
 		"cancel_requesteds": b.cancelRequesteds, "last_seqs": b.lastSeqs, "updated_ats": b.updatedAts,
-		"started_ats": b.startedAts, "finished_ats": b.finishedAts,
+		"started_ats": b.startedAts, "finished_ats": b.finishedAts, "erased": b.erased,
 		"ev_task_ids": b.evTaskIDs, "ev_seqs": b.evSeqs, "ev_types": b.evTypes, "ev_ats": b.evAts,
 		"ev_attempts": b.evAttempts, "ev_datas": b.evDatas, "done_channel": doneChannel, "ready_channel": readyChannel,
 		"cancel_channel": cancelChannel,

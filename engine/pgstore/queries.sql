@@ -17,10 +17,10 @@ WITH input AS (
         @priorities::integer[], @run_ats::timestamptz[], @max_attempts::integer[],
         @idempotency_keys::text[], @trace_ids::text[], @inputs::jsonb[], @labels::jsonb[], @deadlines::timestamptz[],
         @start_deadlines::timestamptz[], @fairness_keys::text[], @fairness_weights::integer[], @datas::jsonb[],
-        @parent_ids::uuid[], @parent_positions::integer[])
+        @parent_ids::uuid[], @parent_positions::integer[], @data_keys::bytea[])
         WITH ORDINALITY AS i(id, namespace, queue, type, type_version, priority, run_at, max_attempts,
                              idempotency_key, trace_id, input, labels, deadline, start_deadline,
-                             fairness_key, fairness_weight, data, parent_id, parent_position, ord)
+                             fairness_key, fairness_weight, data, parent_id, parent_position, data_key, ord)
 ), placed AS (
     -- A task's virtual start time (fair_at): its run time without a
     -- fairness key; with one, a quantum (over its weight) after the last
@@ -46,10 +46,10 @@ WITH input AS (
     INSERT INTO /* TEMPLATE: schema */tasks (
         id, namespace, queue, type, type_version, status, priority, run_at,
         attempt, max_attempts, idempotency_key, trace_id, input, labels, deadline, start_deadline,
-        fairness_key, fairness_weight, fair_at, parent_id, parent_position, last_seq, created_at, updated_at)
+        fairness_key, fairness_weight, fair_at, parent_id, parent_position, last_seq, created_at, updated_at, data_key)
     SELECT id, namespace, queue, type, type_version, 'pending', priority, run_at,
         0, max_attempts, idempotency_key, trace_id, input, labels, deadline, start_deadline,
-        fairness_key, fairness_weight, fair_at, parent_id, parent_position, 1, @at, @at
+        fairness_key, fairness_weight, fair_at, parent_id, parent_position, 1, @at, @at, data_key
     FROM placed WHERE NOT (SELECT refused FROM bounded)
       -- A key retention retired is still taken (the caller finds the
       -- removed task as the key's holder).
@@ -89,7 +89,7 @@ WITH bounded AS (
     INSERT INTO /* TEMPLATE: schema */tasks (
         id, namespace, queue, type, type_version, status, priority, run_at,
         attempt, max_attempts, idempotency_key, trace_id, input, labels, deadline, start_deadline,
-        fairness_key, fairness_weight, fair_at, parent_id, parent_position, last_seq, created_at, updated_at)
+        fairness_key, fairness_weight, fair_at, parent_id, parent_position, last_seq, created_at, updated_at, data_key)
     SELECT @id::uuid, @namespace::text, @queue::text, @type::text, @type_version::integer, 'pending',
         @priority::integer, @run_at::timestamptz, 0, @max_attempts::integer, @idempotency_key::text,
         @trace_id::text, @input::jsonb, @labels::jsonb, @deadline::timestamptz, @start_deadline::timestamptz,
@@ -101,7 +101,7 @@ WITH bounded AS (
                AND t.status IN ('pending', 'retrying'))
             + make_interval(secs => @fairness_quantum::double precision / coalesce(@fairness_weight::integer, 1)))
         END,
-        @parent_id::uuid, @parent_position::integer, 1, @at, @at
+        @parent_id::uuid, @parent_position::integer, 1, @at, @at, @data_key::bytea
     WHERE NOT (SELECT refused FROM bounded)
       AND NOT EXISTS (SELECT 1 FROM /* TEMPLATE: schema */retired_keys AS r
                       WHERE r.namespace = @namespace AND r.idempotency_key = @idempotency_key::text
@@ -359,9 +359,10 @@ WITH input AS (
         @statuses::text[], @run_ats::timestamptz[], @attempts::integer[], @lease_owners::text[],
         @lease_epochs::bigint[], @outputs::jsonb[], @last_errors::jsonb[], @cancel_requesteds::boolean[],
         @last_seqs::bigint[], @updated_ats::timestamptz[], @started_ats::timestamptz[], @finished_ats::timestamptz[],
-        @fair_ats::timestamptz[])
+        @fair_ats::timestamptz[], @erased::boolean[])
         AS i(id, expected_seq, epoch, expired_only, status, run_at, attempt, lease_owner,
-             lease_epoch, output, last_error, cancel_requested, last_seq, updated_at, started_at, finished_at, fair_at)
+             lease_epoch, output, last_error, cancel_requested, last_seq, updated_at, started_at, finished_at, fair_at,
+             erased)
 ), upd AS (
     UPDATE /* TEMPLATE: schema */tasks AS t SET
         status = i.status,
@@ -381,7 +382,9 @@ WITH input AS (
         last_seq = i.last_seq,
         updated_at = i.updated_at,
         started_at = i.started_at,
-        finished_at = i.finished_at
+        finished_at = i.finished_at,
+        -- task_erased destroys the data key with the event (crypto-shredding).
+        data_key = CASE WHEN i.erased THEN NULL ELSE t.data_key END
     FROM input AS i
     WHERE t.id = i.id
       AND t.last_seq = i.expected_seq
@@ -874,3 +877,19 @@ VALUES (@namespace, @key, @task_id, @content_type, @size, @sha256, @data, now())
 -- name: BlobGet
 SELECT task_id, content_type, sha256, data, created_at FROM /* TEMPLATE: schema */blobs
 WHERE namespace = @namespace AND key = @key;
+
+-- name: TaskDataKeys
+-- The wrapped data keys of the tasks of @ids that have one.
+SELECT id, data_key FROM /* TEMPLATE: schema */tasks
+WHERE id = ANY(@ids::uuid[]) AND data_key IS NOT NULL;
+
+-- name: TaskDataKeySet
+-- Gives a task still to finish that has no data key @data_key, and returns
+-- the key the task holds then (NULL: it has finished without one, was
+-- erased, or is gone).
+WITH upd AS (
+    UPDATE /* TEMPLATE: schema */tasks SET data_key = @data_key::bytea
+    WHERE id = @id::uuid AND data_key IS NULL AND status IN ('pending', 'running', 'retrying')
+    RETURNING data_key
+)
+SELECT coalesce((SELECT data_key FROM upd), (SELECT data_key FROM /* TEMPLATE: schema */tasks WHERE id = @id::uuid));

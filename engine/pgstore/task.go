@@ -262,6 +262,7 @@ func (s *Store) taskStartMany(ctx context.Context, q querier, ps []*store.TaskSt
 		fairnessWeights                = make([]*int32, n)
 		parentIDs                      = make([]*[16]byte, n)
 		parentPositions                = make([]*int32, n)
+		dataKeys                       = make([][]byte, n)
 		datas                          = make([]string, n)
 		plans                          = make([]plan.StartPlan, n)
 		refuseReuse                    = false // a start refuses its key's reuse: compare, in a transaction
@@ -288,6 +289,7 @@ func (s *Store) taskStartMany(ctx context.Context, q querier, ps []*store.TaskSt
 			fairnessWeights[i] = ptr(int32(sched.FairnessWeight))
 		}
 		labels[i] = nullJSONString(planned.Labels)
+		dataKeys[i] = planned.DataKey
 		if sched.ParentID != "" {
 			parent, err := uuid.Parse(sched.ParentID)
 			if err != nil {
@@ -303,7 +305,7 @@ func (s *Store) taskStartMany(ctx context.Context, q querier, ps []*store.TaskSt
 		"priorities": priorities, "run_ats": runAts, "max_attempts": attempts, "idempotency_keys": idemKeys,
 		"trace_ids": traceIDs, "inputs": inputs, "labels": labels, "deadlines": deadlines, "start_deadlines": startDeadlines,
 		"fairness_keys": fairnessKeys, "fairness_weights": fairnessWeights, "datas": datas,
-		"parent_ids": parentIDs, "parent_positions": parentPositions,
+		"parent_ids": parentIDs, "parent_positions": parentPositions, "data_keys": dataKeys,
 	}
 	if n == 1 {
 		query, args = "TaskInsertOne", pgx.NamedArgs{
@@ -311,7 +313,7 @@ func (s *Store) taskStartMany(ctx context.Context, q querier, ps []*store.TaskSt
 			"priority": priorities[0], "run_at": runAts[0], "max_attempts": attempts[0], "idempotency_key": idemKeys[0],
 			"trace_id": traceIDs[0], "input": inputs[0], "labels": labels[0], "deadline": deadlines[0], "start_deadline": startDeadlines[0],
 			"fairness_key": fairnessKeys[0], "fairness_weight": fairnessWeights[0], "data": datas[0],
-			"parent_id": parentIDs[0], "parent_position": parentPositions[0],
+			"parent_id": parentIDs[0], "parent_position": parentPositions[0], "data_key": dataKeys[0],
 		}
 	}
 	args["fairness_quantum"], args["at"], args["channel"] = store.FairnessQuantum.Seconds(), now, s.channel

@@ -412,7 +412,16 @@ func writeFencedRow(ctx context.Context, tx *txn, p *store.EventAppendParams, pl
 		return false, interpret(err)
 	}
 	n, err := res.RowsAffected()
-	return n == 1, interpret(err)
+	if err != nil || n != 1 {
+		return false, interpret(err)
+	}
+	if plan.Next.Erased && !p.State.Erased {
+		// task_erased destroys the data key with the event (crypto-shredding).
+		if _, err := tx.exec(ctx, "TaskDataKeyErase", p.TaskID.String()); err != nil {
+			return false, interpret(err)
+		}
+	}
+	return true, nil
 }
 
 // EventAppend implements [store.Store].

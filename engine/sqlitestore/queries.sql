@@ -51,8 +51,8 @@ SELECT max(fair_at) FROM tasks WHERE namespace = ? AND queue = ? AND fairness_ke
 -- name: TaskInsert
 INSERT INTO tasks (id, namespace, queue, type, type_version, status, priority, run_at,
     attempt, max_attempts, idempotency_key, trace_id, input, labels, deadline, start_deadline,
-    fairness_key, fairness_weight, fair_at, parent_id, parent_position, last_seq, created_at, updated_at)
-VALUES (?, ?, ?, ?, ?, 'pending', ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?);
+    fairness_key, fairness_weight, fair_at, parent_id, parent_position, last_seq, created_at, updated_at, data_key)
+VALUES (?, ?, ?, ?, ?, 'pending', ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?);
 
 -- name: EventInsertScheduled
 -- A new task's first event, task_scheduled (EventInsert has the others).
@@ -363,3 +363,19 @@ SELECT task_id, content_type, sha256, data, created_at FROM blobs WHERE namespac
 -- name: BlobsRemove
 -- The blobs of the tasks listed in removing.
 DELETE FROM blobs WHERE task_id IN (SELECT task_id FROM removing);
+
+-- name: TaskDataKeyErase
+-- task_erased's write of the row: the data key is destroyed.
+UPDATE tasks SET data_key = NULL WHERE id = ?;
+
+-- name: TaskDataKeys
+-- ?: a JSON array of task ids, of any length.
+SELECT id, data_key FROM tasks WHERE id IN (SELECT value FROM json_each(?)) AND data_key IS NOT NULL;
+
+-- name: TaskDataKeySet
+-- As PostgreSQL's TaskDataKeySet; TaskDataKeyGet then reads what it holds.
+UPDATE tasks SET data_key = ?2
+WHERE id = ?1 AND data_key IS NULL AND status IN ('pending', 'running', 'retrying');
+
+-- name: TaskDataKeyGet
+SELECT data_key FROM tasks WHERE id = ?;

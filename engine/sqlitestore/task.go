@@ -282,7 +282,7 @@ func insertTask(ctx context.Context, tx *txn, pl plan.StartPlan, now time.Time) 
 		pl.ID.String(), sc.Namespace, sc.Queue, sc.TaskType, sc.TypeVersion, sc.Priority, us(sc.RunAt),
 		sc.MaxAttempts, nullString(sc.IdempotencyKey), nullString(sc.TraceID), nullBytes(sc.Input), nullBytes(pl.Labels),
 		nullUS(sc.Deadline), nullUS(sc.StartDeadline), nullString(sc.FairnessKey), weight, us(fairAt),
-		nullString(sc.ParentID), parentPosition(sc), us(now), us(now))
+		nullString(sc.ParentID), parentPosition(sc), us(now), us(now), nullBlob(pl.DataKey))
 	if err != nil {
 		return store.TaskStartResult{}, interpret(err)
 	}

@@ -98,6 +98,16 @@ type Store interface {
 	// task's blobs with it.
 	BlobPut(ctx context.Context, b *Blob) error
 	BlobGet(ctx context.Context, namespace, key string) (*Blob, error)
+	// Data keys (engine.Codec's encryption at rest). TaskDataKeys returns
+	// the wrapped data keys of the tasks of ids that have one (a start
+	// writes it, [TaskStartParams.DataKey]; task_erased clears it in the
+	// append that writes the event). TaskDataKeySet gives key to a task
+	// still to finish that has none (one a schedule started, or started
+	// before its namespace was encrypted) and returns the key the task
+	// holds then: key, the one it had, or nil (finished without one,
+	// erased, or gone).
+	TaskDataKeys(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID][]byte, error)
+	TaskDataKeySet(ctx context.Context, id uuid.UUID, key []byte) ([]byte, error)
 	// NamespaceSet writes a namespace's settings. NamespaceList returns
 	// every namespace that has settings or finished tasks, by name (a
 	// namespace without settings has zero durations).

@@ -137,11 +137,25 @@ func generate(src source, opts Opts) []history.Event {
 	g.maxAttempts = src.intRange("max_attempts", 1, opts.MaxAttempts)
 	g.totalSteps = src.intRange("steps", 0, opts.MaxSteps)
 	g.run()
+	g.maybeErase()
 	if !opts.Complete && g.src.intRange("stop_early", 0, 2) == 0 {
 		n := g.rest[g.src.intRange("stop_at", 0, len(g.rest)-1)]
 		return g.events[:n]
 	}
 	return g.events
+}
+
+// maybeErase sometimes ends a finished history with task_erased, as an
+// operator answering an erasure request would.
+func (g *gen) maybeErase() {
+	s, err := history.Replay(g.events)
+	if err != nil || !s.Status.Terminal() || g.src.intRange("erase", 0, 9) != 0 {
+		return
+	}
+	g.at = g.at.Add(g.delay("erase_lag", 24*time.Hour))
+	g.emit(0, history.TaskErasedData{
+		By: g.pick("erased_by", []string{"", "alice@example.com"}), Reason: g.pick("erase_reason", []string{"", "GDPR art. 17 request"}),
+	}, true)
 }
 
 func (g *gen) full() bool { return g.limit > 0 && len(g.events) >= g.limit }

@@ -236,11 +236,22 @@ func nondeterministic(position int, recorded, called string) error {
 	return errmark.Mark(err, ErrNondeterministic)
 }
 
+// errSealed is the error of a payload this worker received still
+// encrypted: it has no keys for the task's namespace. Not permanent: a
+// worker with the keys, or this one once configured, runs it.
+func errSealed(what string) error {
+	return errors.WithHint(errors.Newf("%s is encrypted (cairn_sealed) and this worker cannot open it", what),
+		"give the worker the namespace's keys (WorkerConfig.Codec, --keys or CAIRN_KEYS_FILE)")
+}
+
 // Typed adapts a typed workflow function to a [Func]: it decodes the input
 // (an undecodable input is marked [ErrBadInput]) and encodes the output.
 func Typed[In, Out any](fn func(Context, In) (Out, error)) Func {
 	return func(ctx Context, raw json.RawMessage) (json.RawMessage, error) {
 		var in In
+		if history.MaybeSealed(raw) {
+			return nil, errSealed("the workflow's input")
+		}
 		if len(raw) > 0 {
 			if err := json.Unmarshal(raw, &in); err != nil {
 				return nil, errmark.Mark(errors.Wrap(err, "decode workflow input"), ErrBadInput)

@@ -143,6 +143,9 @@ func (s *runState) claim(name string, opts *StepOptions) (int, *history.Step, er
 // decodeRecorded is the recorded output of the step at pos.
 func decodeRecorded[Out any](s *runState, pos int, name string, rec *history.Step) (Out, error) {
 	var out, zero Out
+	if history.MaybeSealed(rec.Output) {
+		return zero, s.abort(errSealed(fmt.Sprintf("step %d (%s)'s recorded output", pos, name)), nil)
+	}
 	if len(rec.Output) > 0 {
 		if err := json.Unmarshal(rec.Output, &out); err != nil {
 			err = errors.Wrapf(err, "step %d (%s): decode recorded output", pos, name)

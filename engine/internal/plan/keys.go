@@ -34,10 +34,26 @@ func (h KeyHolder) SameStart(sched history.TaskScheduledData) bool {
 // the same digest are the same JSON value however each store wrote it
 // back. Text that is not JSON is digested as it is.
 func InputDigest(input []byte) []byte {
+	if sealed, ok := history.ParseSealed(input); ok && len(sealed.Digest) > 0 {
+		// An encrypted input is known by the keyed digest of its
+		// plaintext (engine.Codec), the same for every start of it.
+		return sealed.Digest
+	}
 	canonical, err := jsoncheck.Canonical(input)
 	if err != nil {
 		canonical = input
 	}
 	sum := sha256.Sum256(canonical)
 	return sum[:]
+}
+
+// Canonical is input's canonical JSON form (jsoncheck's), or input as it
+// is when it is not JSON: what a sealed input's keyed digest is taken of
+// (engine.Codec), so that two starts of the same value digest alike.
+func Canonical(input []byte) []byte {
+	canonical, err := jsoncheck.Canonical(input)
+	if err != nil {
+		return input
+	}
+	return canonical
 }

@@ -9,6 +9,7 @@
 package plan
 
 import (
+	"bytes"
 	"encoding/json"
 	"math/rand/v2"
 	"time"
@@ -260,12 +261,14 @@ const minSkippedTickRetry = 100 * time.Millisecond
 
 // StartPlan is a task start worked out before anything is written.
 type StartPlan struct {
-	ID        uuid.UUID                 // a new UUIDv7
+	ID        uuid.UUID                 // the start's ID, or a new UUIDv7
 	Scheduled history.TaskScheduledData // the task_scheduled payload: namespace set, times normalized, run time defaulted to now
 	Data      []byte                    // Scheduled, encoded
 	Labels    []byte                    // Scheduled.Labels as JSON; nil when none
 	// RefuseKeyReuse is the start's [store.TaskStartParams.RefuseKeyReuse].
 	RefuseKeyReuse bool
+	// DataKey is the start's [store.TaskStartParams.DataKey].
+	DataKey []byte
 }
 
 // SameStart reports whether a start (its type and input) is the one that
@@ -275,7 +278,17 @@ type StartPlan struct {
 // differently (jsonb normalizes it, SQLite keeps the text), which the
 // canonical form does not see.
 func SameStart(existingType string, existingInput []byte, sched history.TaskScheduledData) bool {
-	return existingType == sched.TaskType && jsoncheck.Equal(existingInput, sched.Input)
+	if existingType != sched.TaskType {
+		return false
+	}
+	a, aSealed := history.ParseSealed(existingInput)
+	b, bSealed := history.ParseSealed(sched.Input)
+	if aSealed || bSealed {
+		// Encrypted inputs: each start seals with a fresh nonce (and its
+		// own task's key), so compare the keyed digests of the plaintexts.
+		return aSealed && bSealed && len(a.Digest) > 0 && bytes.Equal(a.Digest, b.Digest)
+	}
+	return jsoncheck.Equal(existingInput, sched.Input)
 }
 
 // KeyReused is the error of a start [SameStart] refused: it names neither
@@ -312,11 +325,13 @@ func Start(p *store.TaskStartParams, now time.Time) (StartPlan, error) {
 	if err != nil {
 		return StartPlan{}, err
 	}
-	id, err := uuid.NewV7()
-	if err != nil {
-		return StartPlan{}, errors.Wrap(err, "new task id")
+	id := p.ID
+	if id == uuid.Nil {
+		if id, err = uuid.NewV7(); err != nil {
+			return StartPlan{}, errors.Wrap(err, "new task id")
+		}
 	}
-	out := StartPlan{ID: id, Scheduled: sched, Data: data, RefuseKeyReuse: p.RefuseKeyReuse}
+	out := StartPlan{ID: id, Scheduled: sched, Data: data, RefuseKeyReuse: p.RefuseKeyReuse, DataKey: p.DataKey}
 	if len(sched.Labels) > 0 {
 		if out.Labels, err = json.Marshal(sched.Labels); err != nil {
 			return StartPlan{}, errors.Wrap(err, "encode labels")

@@ -1,0 +1,83 @@
+package engine
+
+import (
+	"context"
+
+	"github.com/cockroachdb/errors"
+	"github.com/google/uuid"
+
+	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/internal/errmark"
+)
+
+// TaskEraseParams names the task to erase and who asks, and why (both
+// recorded in task_erased).
+type TaskEraseParams struct {
+	Namespace string
+	ID        uuid.UUID
+	By        string
+	Reason    string
+}
+
+// EraseTask destroys a finished task's data key (crypto-shredding) and
+// appends task_erased in the same write: the events stay (types, times,
+// attempts, error classes and messages, who did what), while every
+// payload sealed with the key (its input, step outputs, output, signal
+// payloads, blobs) is unreadable for good, in this database and in every
+// copy of it made from now on. It returns the task's state after it.
+//
+// A task not yet finished is refused ([store.ErrTaskState]), as is one
+// without a data key (its namespace was not encrypted when it ran:
+// nothing of it can be shredded). Erasing an erased task again returns
+// its state and writes nothing.
+func EraseTask(ctx context.Context, s store.Store, p *TaskEraseParams) (history.State, error) {
+	if p.By == "" {
+		return history.State{}, errors.New("erase: By (who asks) is empty")
+	}
+	for try := 0; try < maxRequeueTries; try++ {
+		state, err := eraseOnce(ctx, s, p)
+		if !errors.Is(err, store.ErrConflict) {
+			return state, err
+		}
+	}
+	return history.State{}, errmark.Mark(errors.Newf("erase task %s: it kept changing; try again", p.ID), store.ErrConflict)
+}
+
+func eraseOnce(ctx context.Context, s store.Store, p *TaskEraseParams) (history.State, error) {
+	if _, err := s.TaskGetByID(ctx, p.Namespace, p.ID); err != nil {
+		return history.State{}, errors.Wrapf(err, "erase task %s", p.ID)
+	}
+	events, err := s.EventListByTask(ctx, p.ID)
+	if err != nil {
+		return history.State{}, err
+	}
+	state, err := history.Replay(events)
+	if err != nil {
+		return history.State{}, errors.Wrapf(err, "erase task %s", p.ID)
+	}
+	switch {
+	case state.Erased:
+		return state, nil
+	case !state.Status.Terminal():
+		return state, errmark.Mark(errors.Newf("erase task %s: it is %s; only a finished task can be erased (cancel it first)", p.ID, state.Status), store.ErrTaskState)
+	}
+	keys, err := s.TaskDataKeys(ctx, []uuid.UUID{p.ID})
+	if err != nil {
+		return state, err
+	}
+	if keys[p.ID] == nil {
+		return state, errmark.Mark(errors.Newf("erase task %s: it has no data key (its namespace was not encrypted when it ran), so nothing of it can be shredded", p.ID), store.ErrTaskState)
+	}
+	next, err := s.EventAppend(ctx, &store.EventAppendParams{
+		TaskID: p.ID, State: state, At: Now(),
+		Payloads: []history.Payload{history.TaskErasedData{By: p.By, Reason: p.Reason}},
+	})
+	if err != nil {
+		return state, errors.Wrapf(err, "erase task %s", p.ID)
+	}
+	if sealed, ok := s.(*SealedStore); ok {
+		sealed.keys.drop(p.ID)
+	}
+	return next, nil
+}

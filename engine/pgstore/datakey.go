@@ -1,0 +1,42 @@
+package pgstore
+
+import (
+	"context"
+
+	"github.com/cockroachdb/errors"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// TaskDataKeys implements [store.Store].
+func (s *Store) TaskDataKeys(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID][]byte, error) {
+	out := make(map[uuid.UUID][]byte, len(ids))
+	if len(ids) == 0 {
+		return out, nil
+	}
+	rows, err := s.pool.Query(ctx, s.sql("TaskDataKeys"), pgx.NamedArgs{"ids": ids})
+	if err != nil {
+		return nil, errors.Wrap(interpretError(err), "read data keys")
+	}
+	var id uuid.UUID
+	var key []byte
+	_, err = pgx.ForEachRow(rows, []any{&id, &key}, func() error {
+		out[id] = key
+		key = nil // Scan reuses the slice otherwise
+		return nil
+	})
+	if err != nil {
+		return nil, errors.Wrap(interpretError(err), "read data keys")
+	}
+	return out, nil
+}
+
+// TaskDataKeySet implements [store.Store].
+func (s *Store) TaskDataKeySet(ctx context.Context, id uuid.UUID, key []byte) ([]byte, error) {
+	var held []byte
+	err := s.pool.QueryRow(ctx, s.sql("TaskDataKeySet"), pgx.NamedArgs{"id": id, "data_key": key}).Scan(&held)
+	if err != nil {
+		return nil, errors.Wrapf(interpretError(err), "set the data key of task %s", id)
+	}
+	return held, nil
+}

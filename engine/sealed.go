@@ -1,0 +1,710 @@
+package engine
+
+import (
+	"context"
+	"crypto/cipher"
+	"encoding/json"
+	"sync"
+	"time"
+
+	"github.com/cockroachdb/errors"
+	"github.com/google/uuid"
+
+	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/internal/errmark"
+)
+
+// SealedStore is a store decorator that encrypts at rest, with its
+// [Codec], the payloads of the namespaces the codec has keys for: it
+// seals inputs, step outputs, outputs, signal payloads, schedule inputs
+// and blobs on the way in, and opens them on the way out, so the runtime
+// above it (workers, the API, the CLI, the console) sees plaintext and the
+// database holds none. A payload it cannot open (the task was erased, or
+// its key is not configured here) is handed on sealed: readers show the
+// {"cairn_sealed": …} object, never garbage. Payloads of other namespaces
+// pass through as they are.
+//
+// Error messages, types, times, attempts, labels, idempotency keys and
+// who did what are not encrypted: they are the audit trail an erasure
+// keeps (docs/guarantees.md, Encryption and erasure).
+type SealedStore struct {
+	store.Store
+	codec *Codec
+	keys  keyCache
+}
+
+// SealStore returns st sealing with codec, or st itself when codec is
+// nil. A store already sealed is not sealed twice.
+func SealStore(st store.Store, codec *Codec) store.Store {
+	if codec == nil {
+		return st
+	}
+	if s, ok := st.(*SealedStore); ok && s.codec == codec {
+		return s
+	}
+	return &SealedStore{Store: st, codec: codec, keys: keyCache{m: map[uuid.UUID]cachedKey{}}}
+}
+
+// Unwrap returns the store under the decorator (a driver's own methods,
+// pgstore's TaskStartTx, take params [SealedStore.SealStart] sealed).
+func (s *SealedStore) Unwrap() store.Store { return s.Store }
+
+// Codec returns the decorator's codec.
+func (s *SealedStore) Codec() *Codec { return s.codec }
+
+// keyCache keeps opened data keys for a minute: a worker appends a
+// task's outputs with the key it read at the claim. An erasure, which
+// only a finished task allows, evicts its key here; another process may
+// keep opening its payloads for up to keyTTL (docs/guarantees.md).
+type keyCache struct {
+	mu sync.Mutex
+	m  map[uuid.UUID]cachedKey
+}
+
+type cachedKey struct {
+	aead cipher.AEAD
+	at   time.Time
+}
+
+const (
+	keyTTL      = time.Minute
+	maxKeyCache = 20_000
+)
+
+func (c *keyCache) get(id uuid.UUID) cipher.AEAD {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	k, ok := c.m[id]
+	if !ok || time.Since(k.at) > keyTTL {
+		return nil
+	}
+	return k.aead
+}
+
+func (c *keyCache) put(id uuid.UUID, aead cipher.AEAD) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.m) >= maxKeyCache {
+		clear(c.m) // rare: refilled from the database as needed
+	}
+	c.m[id] = cachedKey{aead: aead, at: time.Now()}
+}
+
+func (c *keyCache) drop(id uuid.UUID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.m, id)
+}
+
+// SealStart returns p with its input sealed under a new data key of its
+// own task, and ID and DataKey set; p itself when its namespace is not
+// encrypted. p is not modified.
+func (s *SealedStore) SealStart(p *store.TaskStartParams) (*store.TaskStartParams, error) {
+	if !s.codec.Encrypts(p.Namespace) {
+		return p, nil
+	}
+	q := *p
+	if q.ID == uuid.Nil {
+		var err error
+		if q.ID, err = uuid.NewV7(); err != nil {
+			return nil, errors.Wrap(err, "new task id")
+		}
+	}
+	aead, wrapped, err := s.codec.newDataKey(p.Namespace, q.ID)
+	if err != nil {
+		return nil, err
+	}
+	q.DataKey = wrapped
+	if in := p.Scheduled.Input; len(in) > 0 && !history.MaybeSealed(in) {
+		var digest []byte
+		if p.Scheduled.IdempotencyKey != "" {
+			digest = s.codec.digest(p.Namespace, in)
+		}
+		q.Scheduled.Input = sealPayload(aead, q.ID, in, digest)
+	}
+	s.keys.put(q.ID, aead)
+	return &q, nil
+}
+
+func (s *SealedStore) sealStarts(ps []*store.TaskStartParams) ([]*store.TaskStartParams, error) {
+	out := make([]*store.TaskStartParams, len(ps))
+	for i, p := range ps {
+		var err error
+		if out[i], err = s.SealStart(p); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// TaskStart implements [store.Store].
+func (s *SealedStore) TaskStart(ctx context.Context, p *store.TaskStartParams) (store.TaskStartResult, error) {
+	q, err := s.SealStart(p)
+	if err != nil {
+		return store.TaskStartResult{}, err
+	}
+	return s.Store.TaskStart(ctx, q)
+}
+
+// TaskStartMany implements [store.Store].
+func (s *SealedStore) TaskStartMany(ctx context.Context, ps []*store.TaskStartParams) ([]store.TaskStartResult, error) {
+	qs, err := s.sealStarts(ps)
+	if err != nil {
+		return nil, err
+	}
+	return s.Store.TaskStartMany(ctx, qs)
+}
+
+// TaskStartChildren implements [store.Store].
+func (s *SealedStore) TaskStartChildren(ctx context.Context, p *store.ChildStartParams) (store.ChildStartResult, error) {
+	q := *p
+	q.Children = make([]store.ChildStart, len(p.Children))
+	for i, c := range p.Children {
+		sealed, err := s.SealStart(&c.Task)
+		if err != nil {
+			return store.ChildStartResult{State: p.Parent.State}, err
+		}
+		c.Task = *sealed
+		q.Children[i] = c
+	}
+	parent, err := s.sealAppend(ctx, &p.Parent)
+	if err != nil {
+		return store.ChildStartResult{State: p.Parent.State}, err
+	}
+	q.Parent = *parent
+	res, err := s.Store.TaskStartChildren(ctx, &q)
+	res.State = s.openState(ctx, res.State)
+	return res, err
+}
+
+// EventAppend implements [store.Store].
+func (s *SealedStore) EventAppend(ctx context.Context, p *store.EventAppendParams) (history.State, error) {
+	q, err := s.sealAppend(ctx, p)
+	if err != nil {
+		return p.State, err
+	}
+	next, err := s.Store.EventAppend(ctx, q)
+	if err != nil {
+		return p.State, err
+	}
+	return s.openState(ctx, next), nil
+}
+
+// EventAppendMany implements [store.Store].
+func (s *SealedStore) EventAppendMany(ctx context.Context, ps []*store.EventAppendParams) ([]store.AppendResult, error) {
+	qs := make([]*store.EventAppendParams, len(ps))
+	for i, p := range ps {
+		var err error
+		if qs[i], err = s.sealAppend(ctx, p); err != nil {
+			return nil, err
+		}
+	}
+	res, err := s.Store.EventAppendMany(ctx, qs)
+	for i := range res {
+		if res[i].Err != nil {
+			res[i].State = ps[i].State
+			continue
+		}
+		res[i].State = s.openState(ctx, res[i].State)
+	}
+	return res, err
+}
+
+// sealAppend returns p with the payloads it writes sealed with its task's
+// data key (made now if the task has none), and its state's output as the
+// row holds it: the driver writes the projection's output column from the
+// state, which was replayed from opened events.
+func (s *SealedStore) sealAppend(ctx context.Context, p *store.EventAppendParams) (*store.EventAppendParams, error) {
+	ns := p.State.Scheduled.Namespace
+	if !s.codec.Encrypts(ns) {
+		return p, nil
+	}
+	q := *p
+	if out := p.State.Output; len(out) > 0 && !history.MaybeSealed(out) {
+		// An operator's append to a completed task (an erasure, a request
+		// to compensate): the state was replayed from opened events. The
+		// row keeps the output as its task_completed sealed it, the same
+		// bytes replay gives; sealing it again would differ from both.
+		t, err := s.Store.TaskGetByID(ctx, ns, p.TaskID)
+		if err != nil {
+			return nil, err
+		}
+		q.State.Output = t.Output
+	}
+	if !appendCarriesPayload(p) {
+		return &q, nil
+	}
+	aead, err := s.dataKey(ctx, ns, p.TaskID, true)
+	if err != nil {
+		return nil, err
+	}
+	seal := func(raw json.RawMessage) json.RawMessage {
+		if len(raw) == 0 || history.MaybeSealed(raw) {
+			return raw
+		}
+		return sealPayload(aead, p.TaskID, raw, nil)
+	}
+	q.Payloads = make([]history.Payload, len(p.Payloads))
+	for i, pl := range p.Payloads {
+		switch d := pl.(type) {
+		case history.StepCompletedData:
+			d.Output = seal(d.Output)
+			pl = d
+		case history.TaskCompletedData:
+			d.Output = seal(d.Output)
+			pl = d
+		case history.SignalReceivedData:
+			d.Payload = seal(d.Payload)
+			pl = d
+		}
+		q.Payloads[i] = pl
+	}
+	return &q, nil
+}
+
+// appendCarriesPayload reports whether p writes a payload to seal.
+func appendCarriesPayload(p *store.EventAppendParams) bool {
+	for _, pl := range p.Payloads {
+		switch d := pl.(type) {
+		case history.StepCompletedData:
+			if len(d.Output) > 0 {
+				return true
+			}
+		case history.TaskCompletedData:
+			if len(d.Output) > 0 {
+				return true
+			}
+		case history.SignalReceivedData:
+			if len(d.Payload) > 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// dataKey returns task id's data key: from the cache, else from its row;
+// with create, a task without one gets one (a task a schedule started).
+func (s *SealedStore) dataKey(ctx context.Context, ns string, id uuid.UUID, create bool) (cipher.AEAD, error) {
+	if aead := s.keys.get(id); aead != nil {
+		return aead, nil
+	}
+	keys, err := s.Store.TaskDataKeys(ctx, []uuid.UUID{id})
+	if err != nil {
+		return nil, err
+	}
+	wrapped := keys[id]
+	if wrapped == nil && create {
+		_, fresh, err := s.codec.newDataKey(ns, id)
+		if err != nil {
+			return nil, err
+		}
+		if wrapped, err = s.Store.TaskDataKeySet(ctx, id, fresh); err != nil {
+			return nil, err
+		}
+	}
+	if wrapped == nil {
+		return nil, errmark.Mark(errors.Newf("task %s has no data key: it was erased, or finished before its namespace was encrypted", id), ErrPayloadSealed)
+	}
+	aead, err := s.codec.unwrap(ns, id, wrapped)
+	if err != nil {
+		return nil, err
+	}
+	s.keys.put(id, aead)
+	return aead, nil
+}
+
+// TaskSignal implements [store.Store]. A signal to a task named by its
+// idempotency key is sealed with the namespace key (the task is not known
+// before the store finds it): an erasure of the task does not shred it.
+func (s *SealedStore) TaskSignal(ctx context.Context, p *store.TaskSignalParams) (store.SignalResult, error) {
+	if !s.codec.Encrypts(p.Namespace) || len(p.Payload) == 0 || history.MaybeSealed(p.Payload) {
+		return s.Store.TaskSignal(ctx, p)
+	}
+	q := *p
+	if p.TaskID == uuid.Nil {
+		q.Payload = s.codec.sealWithNamespaceKey(p.Namespace, p.Payload)
+		return s.Store.TaskSignal(ctx, &q)
+	}
+	aead, err := s.dataKey(ctx, p.Namespace, p.TaskID, true)
+	if errors.Is(err, ErrPayloadSealed) {
+		// Finished (the store refuses it) or gone (not found): let the
+		// store say which.
+		return s.Store.TaskSignal(ctx, p)
+	}
+	if err != nil {
+		return store.SignalResult{}, err
+	}
+	q.Payload = sealPayload(aead, p.TaskID, p.Payload, nil)
+	return s.Store.TaskSignal(ctx, &q)
+}
+
+// BlobPut implements [store.Store]: the blob's bytes are sealed with its
+// task's data key (the digest the caller recorded stays the plaintext's).
+func (s *SealedStore) BlobPut(ctx context.Context, b *store.Blob) error {
+	if !s.codec.Encrypts(b.Namespace) {
+		return s.Store.BlobPut(ctx, b)
+	}
+	aead, err := s.dataKey(ctx, b.Namespace, b.TaskID, true)
+	if err != nil {
+		return err
+	}
+	q := *b
+	q.Data = sealInto(aead, nil, b.Data, blobAD(b.Key))
+	return s.Store.BlobPut(ctx, &q)
+}
+
+// BlobGet implements [store.Store].
+func (s *SealedStore) BlobGet(ctx context.Context, namespace, key string) (*store.Blob, error) {
+	b, err := s.Store.BlobGet(ctx, namespace, key)
+	if err != nil || !s.codec.Encrypts(namespace) {
+		return b, err
+	}
+	aead, err := s.dataKey(ctx, namespace, b.TaskID, false)
+	if err != nil {
+		return nil, errors.Wrapf(err, "blob %s", key)
+	}
+	if b.Data, err = openFrom(aead, b.Data, blobAD(key)); err != nil {
+		return nil, errmark.Mark(errors.Newf("blob %s of task %s does not open with its task's key", key, b.TaskID), ErrPayloadCorrupt)
+	}
+	return b, nil
+}
+
+func blobAD(key string) []byte { return []byte("cairn blob " + key) }
+
+// ScheduleCreate implements [store.Store]: a schedule's input belongs to
+// no one task, so it is sealed with the namespace key itself.
+func (s *SealedStore) ScheduleCreate(ctx context.Context, sc store.Schedule) error {
+	if s.codec.Encrypts(sc.Namespace) && len(sc.Input) > 0 && !history.MaybeSealed(sc.Input) {
+		sc.Input = s.codec.sealWithNamespaceKey(sc.Namespace, sc.Input)
+	}
+	return s.Store.ScheduleCreate(ctx, sc)
+}
+
+// ScheduleList implements [store.Store].
+func (s *SealedStore) ScheduleList(ctx context.Context, namespace string) ([]store.Schedule, error) {
+	out, err := s.Store.ScheduleList(ctx, namespace)
+	if err != nil {
+		return nil, err
+	}
+	o := s.newOpener(ctx)
+	for i := range out {
+		out[i].Input = o.open(namespace, out[i].Input)
+	}
+	return out, nil
+}
+
+// TaskGetByID implements [store.Store].
+func (s *SealedStore) TaskGetByID(ctx context.Context, namespace string, id uuid.UUID) (*store.Task, error) {
+	t, err := s.Store.TaskGetByID(ctx, namespace, id)
+	if err != nil {
+		return nil, err
+	}
+	s.openTasks(ctx, []*store.Task{t})
+	return t, nil
+}
+
+// TaskGetManyByID implements [store.Store].
+func (s *SealedStore) TaskGetManyByID(ctx context.Context, ids []uuid.UUID) ([]*store.Task, error) {
+	ts, err := s.Store.TaskGetManyByID(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	s.openTasks(ctx, ts)
+	return ts, nil
+}
+
+// TaskList implements [store.Store].
+func (s *SealedStore) TaskList(ctx context.Context, p *store.TaskListParams) ([]*store.Task, error) {
+	ts, err := s.Store.TaskList(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	s.openTasks(ctx, ts)
+	return ts, nil
+}
+
+// DeadLetterList implements [store.Store].
+func (s *SealedStore) DeadLetterList(ctx context.Context, p *store.DeadLetterListParams) ([]*store.Task, error) {
+	ts, err := s.Store.DeadLetterList(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	s.openTasks(ctx, ts)
+	return ts, nil
+}
+
+// EventListByTask implements [store.Store].
+func (s *SealedStore) EventListByTask(ctx context.Context, id uuid.UUID) ([]history.Event, error) {
+	events, err := s.Store.EventListByTask(ctx, id)
+	if err != nil || len(events) == 0 {
+		return events, err
+	}
+	o := s.newOpener(ctx)
+	ns := namespaceOf(events)
+	for i := range events {
+		events[i] = o.openEvent(ns, events[i])
+	}
+	return events, nil
+}
+
+// EventListByTasks implements [store.Store].
+func (s *SealedStore) EventListByTasks(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID][]history.Event, error) {
+	all, err := s.Store.EventListByTasks(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	o := s.newOpener(ctx)
+	o.prefetch(taskIDs(all))
+	for _, events := range all {
+		ns := namespaceOf(events)
+		for i := range events {
+			events[i] = o.openEvent(ns, events[i])
+		}
+	}
+	return all, nil
+}
+
+// TaskClaim implements [store.Store].
+func (s *SealedStore) TaskClaim(ctx context.Context, p *store.TaskClaimManyParams) (store.ClaimResult, error) {
+	res, err := s.Store.TaskClaim(ctx, p)
+	if err != nil {
+		return res, err
+	}
+	s.openClaimed(ctx, res.Tasks)
+	return res, nil
+}
+
+// TaskClaimMany implements [store.Store].
+func (s *SealedStore) TaskClaimMany(ctx context.Context, p *store.TaskClaimManyParams) ([]*store.ClaimedTask, error) {
+	claimed, err := s.Store.TaskClaimMany(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	s.openClaimed(ctx, claimed)
+	return claimed, nil
+}
+
+func (s *SealedStore) openClaimed(ctx context.Context, claimed []*store.ClaimedTask) {
+	if len(claimed) == 0 {
+		return
+	}
+	o := s.newOpener(ctx)
+	ids := make([]uuid.UUID, 0, len(claimed))
+	for _, c := range claimed {
+		if c.Task != nil && s.codec.Encrypts(c.Task.Namespace) {
+			ids = append(ids, c.Task.ID)
+		}
+	}
+	o.prefetch(ids) // one read of the batch's keys
+	for _, c := range claimed {
+		if c.Task == nil || !s.codec.Encrypts(c.Task.Namespace) {
+			continue
+		}
+		ns := c.Task.Namespace
+		c.Task.Input, c.Task.Output = o.open(ns, c.Task.Input), o.open(ns, c.Task.Output)
+		for i := range c.Events {
+			c.Events[i] = o.openEvent(ns, c.Events[i])
+		}
+		c.State = o.openState(c.State)
+	}
+}
+
+// EventScan implements [store.Store].
+func (s *SealedStore) EventScan(ctx context.Context, p *store.EventScanParams) ([]store.AuditEvent, error) {
+	out, err := s.Store.EventScan(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	o := s.newOpener(ctx)
+	for i := range out {
+		e := &out[i]
+		if !s.codec.Encrypts(e.Namespace) {
+			continue
+		}
+		opened := o.openEvent(e.Namespace, e.Event)
+		if data, err := history.Encode(opened.Data); err == nil && o.changed {
+			e.Event, e.Data = opened, data
+		}
+		o.changed = false
+	}
+	return out, nil
+}
+
+func (s *SealedStore) openTasks(ctx context.Context, ts []*store.Task) {
+	o := s.newOpener(ctx)
+	for _, t := range ts {
+		if t == nil || !s.codec.Encrypts(t.Namespace) {
+			continue
+		}
+		t.Input, t.Output = o.open(t.Namespace, t.Input), o.open(t.Namespace, t.Output)
+	}
+}
+
+func (s *SealedStore) openState(ctx context.Context, st history.State) history.State {
+	if !s.codec.Encrypts(st.Scheduled.Namespace) {
+		return st
+	}
+	return s.newOpener(ctx).openState(st)
+}
+
+// opener opens the sealed payloads of one read, fetching the data keys it
+// needs once.
+type opener struct {
+	ctx     context.Context
+	s       *SealedStore
+	keys    map[uuid.UUID]cipher.AEAD // nil entry: no key (erased, or not configured here)
+	pending map[uuid.UUID][]byte      // wrapped keys prefetched, not yet opened
+	changed bool                      // a payload was opened since this was last reset
+}
+
+func (s *SealedStore) newOpener(ctx context.Context) *opener {
+	return &opener{ctx: ctx, s: s, keys: map[uuid.UUID]cipher.AEAD{}}
+}
+
+// prefetch reads the data keys of ids not cached, in one read.
+func (o *opener) prefetch(ids []uuid.UUID) {
+	var missing []uuid.UUID
+	for _, id := range ids {
+		if aead := o.s.keys.get(id); aead != nil {
+			o.keys[id] = aead
+		} else if _, seen := o.keys[id]; !seen {
+			missing = append(missing, id)
+		}
+	}
+	if len(missing) == 0 {
+		return
+	}
+	wrapped, err := o.s.Store.TaskDataKeys(o.ctx, missing)
+	if err != nil {
+		return // opened one by one, or left sealed
+	}
+	for _, id := range missing {
+		if wrapped[id] == nil {
+			o.keys[id] = nil
+		}
+	}
+	o.pending = wrapped
+}
+
+// key returns task id's data key in namespace ns, nil when there is none.
+func (o *opener) key(ns string, id uuid.UUID) cipher.AEAD {
+	if aead, seen := o.keys[id]; seen {
+		return aead
+	}
+	if wrapped, ok := o.pending[id]; ok {
+		delete(o.pending, id)
+		aead, err := o.s.codec.unwrap(ns, id, wrapped)
+		if err == nil {
+			o.s.keys.put(id, aead)
+		}
+		o.keys[id] = aead
+		return aead
+	}
+	aead, err := o.s.dataKey(o.ctx, ns, id, false)
+	if err != nil {
+		aead = nil
+	}
+	o.keys[id] = aead
+	return aead
+}
+
+// open returns raw opened, or raw as it is when it is not sealed or does
+// not open here.
+func (o *opener) open(ns string, raw json.RawMessage) json.RawMessage {
+	sealed, ok := history.ParseSealed(raw)
+	if !ok {
+		return raw
+	}
+	var plain []byte
+	var err error
+	if sealed.Key != "" {
+		plain, err = o.s.codec.openWithNamespaceKey(ns, sealed)
+	} else {
+		owner, perr := uuid.Parse(sealed.Task)
+		if perr != nil {
+			return raw
+		}
+		aead := o.key(ns, owner)
+		if aead == nil {
+			return raw
+		}
+		plain, err = openFrom(aead, sealed.Data, payloadAD(sealed.Task))
+	}
+	if err != nil {
+		return raw
+	}
+	o.changed = true
+	return plain
+}
+
+func (o *opener) openEvent(ns string, e history.Event) history.Event {
+	switch d := e.Data.(type) {
+	case history.TaskScheduledData:
+		d.Input = o.open(ns, d.Input)
+		e.Data = d
+	case history.StepCompletedData:
+		d.Output = o.open(ns, d.Output)
+		e.Data = d
+	case history.TaskCompletedData:
+		d.Output = o.open(ns, d.Output)
+		e.Data = d
+	case history.SignalReceivedData:
+		d.Payload = o.open(ns, d.Payload)
+		e.Data = d
+	case history.ChildFinishedData:
+		d.Output = o.open(ns, d.Output)
+		e.Data = d
+	}
+	return e
+}
+
+func (o *opener) openState(st history.State) history.State {
+	ns := st.Scheduled.Namespace
+	st.Scheduled.Input = o.open(ns, st.Scheduled.Input)
+	st.Output = o.open(ns, st.Output)
+	if len(st.Steps) > 0 {
+		steps := make([]history.Step, len(st.Steps))
+		copy(steps, st.Steps)
+		for i := range steps {
+			steps[i].Output = o.open(ns, steps[i].Output)
+		}
+		st.Steps = steps
+	}
+	if len(st.Signals) > 0 {
+		signals := make([]history.Signal, len(st.Signals))
+		copy(signals, st.Signals)
+		for i := range signals {
+			signals[i].Payload = o.open(ns, signals[i].Payload)
+		}
+		st.Signals = signals
+	}
+	if len(st.Children) > 0 {
+		children := make([]history.Child, len(st.Children))
+		copy(children, st.Children)
+		for i := range children {
+			children[i].Output = o.open(ns, children[i].Output)
+		}
+		st.Children = children
+	}
+	return st
+}
+
+func namespaceOf(events []history.Event) string {
+	if len(events) == 0 {
+		return ""
+	}
+	if sc, ok := events[0].Data.(history.TaskScheduledData); ok {
+		return sc.Namespace
+	}
+	return ""
+}
+
+func taskIDs(m map[uuid.UUID][]history.Event) []uuid.UUID {
+	out := make([]uuid.UUID, 0, len(m))
+	for id := range m {
+		out = append(out, id)
+	}
+	return out
+}

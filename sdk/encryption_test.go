@@ -1,0 +1,363 @@
+package sdk_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/cairnflow/cairn/activities"
+	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/engine/enginetest"
+	"github.com/cairnflow/cairn/engine/sqlitestore"
+	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/sdk"
+	"github.com/cairnflow/cairn/workflow"
+)
+
+// secret is what the encryption tests look for in the database's bytes:
+// it is in every payload (input, step outputs, a blob, a signal, the
+// output), so any of them stored in clear is found.
+const secret = "SECRET-PASSPORT-X7Q2"
+
+type claimForm struct {
+	Applicant string `json:"applicant"`
+}
+
+// kycWorkflow handles personal data: it keeps a scan as a blob, waits for
+// a reviewer's signal, and returns what it read.
+var kycWorkflow = sdk.NewWorkflow("kyc.check", 1, func(ctx workflow.Context, in claimForm) (string, error) {
+	scan, err := workflow.Step(ctx, "scan", func(ctx context.Context) (sdk.Blob, error) {
+		return activities.PutBlob(ctx, "image/png", []byte("png bytes of "+in.Applicant))
+	})
+	if err != nil {
+		return "", err
+	}
+	text, err := workflow.Step(ctx, "ocr", func(ctx context.Context) (string, error) {
+		data, err := activities.GetBlob(ctx, scan)
+		return "read: " + string(data) + strings.Repeat(" padding", 40), err // over the blob threshold
+	})
+	if err != nil {
+		return "", err
+	}
+	note, _, err := workflow.Receive[string](ctx, "review", time.Minute)
+	if err != nil {
+		return "", err
+	}
+	return text[:40] + " / " + note, nil
+})
+
+// keysJSON is a keys file for namespace "default" with the named keys,
+// the last current.
+func keysJSON(t *testing.T, keys map[string][]byte, order ...string) []byte {
+	t.Helper()
+	var entries []engine.KeyEntry
+	for _, id := range order {
+		entries = append(entries, engine.KeyEntry{ID: id, Key: base64.StdEncoding.EncodeToString(keys[id])})
+	}
+	cfg := engine.CodecConfig{Namespaces: map[string]engine.NamespaceKeys{
+		store.DefaultNamespace: {Current: order[len(order)-1], Keys: entries},
+	}}
+	data, err := json.Marshal(cfg)
+	require.NoError(t, err)
+	return data
+}
+
+func newKey(t *testing.T) []byte {
+	t.Helper()
+	k := make([]byte, 32)
+	_, err := rand.Read(k)
+	require.NoError(t, err)
+	return k
+}
+
+// encryptedEnv is one store with a codec: clients with and without it, a
+// worker with it, and a way to read the database's raw bytes.
+type encryptedEnv struct {
+	raw     store.Store // the driver, without the decorator
+	client  *sdk.Client // with the codec
+	blind   *sdk.Client // without it
+	worker  *sdk.Worker
+	rawScan func(t *testing.T, needle string) []string // where needle is found in the database, in clear
+}
+
+func newEncryptedEnv(t *testing.T, embedded bool, codec *sdk.Codec) *encryptedEnv {
+	t.Helper()
+	ctx := context.Background()
+	env := &encryptedEnv{}
+	if embedded {
+		dir := t.TempDir()
+		lite, err := sqlitestore.Open(ctx, filepath.Join(dir, "cairn.db"))
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = lite.Close() })
+		env.raw = lite
+		env.rawScan = func(t *testing.T, needle string) []string {
+			var found []string
+			entries, err := os.ReadDir(dir)
+			require.NoError(t, err)
+			for _, e := range entries { // the database and its write-ahead log
+				data, err := os.ReadFile(filepath.Join(dir, e.Name()))
+				require.NoError(t, err)
+				if bytes.Contains(data, []byte(needle)) {
+					found = append(found, e.Name())
+				}
+			}
+			return found
+		}
+	} else {
+		pg := enginetest.Store(t)
+		env.raw = pg
+		env.rawScan = func(t *testing.T, needle string) []string {
+			var found []string
+			for _, q := range []string{
+				"SELECT count(*) FROM " + enginetest.TableName(pg, "events") + " WHERE data::text LIKE '%' || $1 || '%'",
+				"SELECT count(*) FROM " + enginetest.TableName(pg, "tasks") + " WHERE coalesce(input::text, '') || coalesce(output::text, '') LIKE '%' || $1 || '%'",
+				"SELECT count(*) FROM " + enginetest.TableName(pg, "blobs") + " WHERE position(convert_to($1, 'UTF8') in data) > 0",
+			} {
+				var n int
+				require.NoError(t, pg.Pool().QueryRow(ctx, q, needle).Scan(&n))
+				if n > 0 {
+					found = append(found, q)
+				}
+			}
+			return found
+		}
+	}
+	var err error
+	env.client, err = sdk.NewClient(sdk.ClientConfig{Store: env.raw, Codec: codec, Identity: "dpo@example.com"})
+	require.NoError(t, err)
+	t.Cleanup(env.client.Close)
+	env.blind, err = sdk.NewClient(sdk.ClientConfig{Store: env.raw})
+	require.NoError(t, err)
+	t.Cleanup(env.blind.Close)
+	env.worker, err = sdk.NewWorker(sdk.WorkerConfig{Store: env.raw, Codec: codec, PollInterval: 50 * time.Millisecond, BlobThreshold: 200})
+	require.NoError(t, err)
+	sdk.Register(env.worker, kycWorkflow)
+	require.NoError(t, env.worker.Start(ctx))
+	t.Cleanup(func() { _ = env.worker.Stop(context.Background()) })
+	return env
+}
+
+func onEachStoreEmbedded(t *testing.T, test func(t *testing.T, embedded bool)) {
+	t.Run("PostgreSQL", func(t *testing.T) { t.Parallel(); test(t, false) })
+	t.Run("SQLite", func(t *testing.T) { t.Parallel(); test(t, true) })
+}
+
+// runKYC starts the workflow, signals it once it waits, and waits for it.
+func runKYC(t *testing.T, env *encryptedEnv, key string) (uuid.UUID, *sdk.TaskInfo) {
+	t.Helper()
+	ctx := context.Background()
+	res, err := sdk.Start(ctx, env.client, kycWorkflow, claimForm{Applicant: secret}, sdk.StartOpts{IdempotencyKey: key})
+	require.NoError(t, err)
+	enginetest.WaitFor(t, "the workflow waits for its review", func() bool {
+		info, err := env.client.Get(ctx, res.ID)
+		return err == nil && info.Status == history.StatusPending && info.Attempt > 0
+	})
+	_, err = env.client.Signal(ctx, res.ID, "review", "approved for "+secret)
+	require.NoError(t, err)
+	return res.ID, waitTask(t, env.client, res.ID)
+}
+
+// Every payload of an encrypted namespace is stored sealed, on both
+// stores: the database's bytes hold the secret nowhere, while a client
+// and a worker with the keys see plaintext (the workflow read its blob
+// and its signal, and the history reads back whole), a client without
+// them sees {"cairn_sealed": …}, and replay still equals the projection.
+func TestEncryptedNamespaceStoresNoPlaintext(t *testing.T) {
+	t.Parallel()
+	onEachStoreEmbedded(t, func(t *testing.T, embedded bool) {
+		ctx := context.Background()
+		codec, err := sdk.ParseCodec(keysJSON(t, map[string][]byte{"k1": newKey(t)}, "k1"))
+		require.NoError(t, err)
+		env := newEncryptedEnv(t, embedded, codec)
+
+		id, info := runKYC(t, env, "kyc-1")
+		require.Equal(t, history.StatusCompleted, info.Status, "%+v", info.LastError)
+		var out string
+		require.NoError(t, json.Unmarshal(info.Output, &out))
+		require.Equal(t, ("read: png bytes of " + secret + strings.Repeat(" padding", 40))[:40]+" / approved for "+secret, out)
+
+		require.Empty(t, env.rawScan(t, secret), "the secret is stored in clear")
+
+		events := taskHistory(t, env.client, id)
+		require.Contains(t, string(events[0].Data.(history.TaskScheduledData).Input), secret)
+		signals := eventsOf[history.SignalReceivedData](events)
+		require.Len(t, signals, 1)
+		require.Equal(t, `"approved for `+secret+`"`, string(signals[0].Payload))
+		steps := eventsOf[history.StepCompletedData](events)
+		require.Len(t, steps, 2)
+		require.Contains(t, string(steps[1].Output), secret, "History resolves the sealed blob")
+		rawEvents, err := env.client.RawHistory(ctx, id)
+		require.NoError(t, err)
+		require.NotNil(t, eventsOf[history.StepCompletedData](rawEvents)[1].OutputRef, "the ocr output is over the blob threshold")
+
+		blindEvents, err := env.blind.RawHistory(ctx, id)
+		require.NoError(t, err)
+		_, sealed := history.ParseSealed(blindEvents[0].Data.(history.TaskScheduledData).Input)
+		require.True(t, sealed, "without keys the input reads sealed: %s", blindEvents[0].Data.(history.TaskScheduledData).Input)
+		blindInfo, err := env.blind.Get(ctx, id)
+		require.NoError(t, err)
+		_, sealed = history.ParseSealed(blindInfo.Output)
+		require.True(t, sealed, "without keys the output reads sealed: %s", blindInfo.Output)
+
+		// The same start again is the same task: the sealed inputs are
+		// compared by their keyed digests (RefuseKeyReuse).
+		again, err := sdk.Start(ctx, env.client, kycWorkflow, claimForm{Applicant: secret}, sdk.StartOpts{IdempotencyKey: "kyc-1"})
+		require.NoError(t, err)
+		require.Equal(t, id, again.ID)
+		require.True(t, again.Existing)
+		_, err = sdk.Start(ctx, env.client, kycWorkflow, claimForm{Applicant: "someone else"}, sdk.StartOpts{IdempotencyKey: "kyc-1"})
+		require.ErrorIs(t, err, sdk.ErrIdempotencyKeyReused)
+
+		enginetest.RequireProjectionsMatch(t, env.client.Store())
+	})
+}
+
+// Erasing a finished task destroys its data key: its events stay, with
+// task_erased saying who and why, while every payload, the blob too,
+// stays sealed even for a client with the keys. A running task is not
+// erased, an erased one is neither retried nor compensated, and a task of
+// a namespace without encryption has nothing to shred.
+func TestEraseShredsAFinishedTasksPayloads(t *testing.T) {
+	t.Parallel()
+	onEachStoreEmbedded(t, func(t *testing.T, embedded bool) {
+		ctx := context.Background()
+		codec, err := sdk.ParseCodec(keysJSON(t, map[string][]byte{"k1": newKey(t)}, "k1"))
+		require.NoError(t, err)
+		env := newEncryptedEnv(t, embedded, codec)
+
+		waiting, err := sdk.Start(ctx, env.client, kycWorkflow, claimForm{Applicant: "pending"})
+		require.NoError(t, err)
+		enginetest.WaitFor(t, "the workflow waits for its review", func() bool {
+			info, err := env.client.Get(ctx, waiting.ID)
+			return err == nil && info.Attempt > 0 && info.Status == history.StatusPending
+		})
+		err = env.client.Erase(ctx, waiting.ID, "too early")
+		require.ErrorIs(t, err, store.ErrTaskState)
+		require.Contains(t, err.Error(), "only a finished task can be erased")
+
+		id, info := runKYC(t, env, "kyc-erase")
+		require.Equal(t, history.StatusCompleted, info.Status)
+		steps := eventsOf[history.StepCompletedData](taskHistory(t, env.client, id))
+		scan := steps[0]
+		var ref sdk.Blob
+		require.NoError(t, json.Unmarshal(scan.Output, &ref))
+		_, err = env.client.GetBlob(ctx, ref)
+		require.NoError(t, err)
+		before := len(taskHistory(t, env.client, id))
+
+		require.NoError(t, env.client.Erase(ctx, id, "GDPR art. 17 request #42"))
+
+		raw, err := env.client.RawHistory(ctx, id)
+		require.NoError(t, err)
+		require.Len(t, raw, before+1, "the events stay, one more")
+		erased, ok := raw[len(raw)-1].Data.(history.TaskErasedData)
+		require.True(t, ok, "%T", raw[len(raw)-1].Data)
+		require.Equal(t, history.TaskErasedData{By: "dpo@example.com", Reason: "GDPR art. 17 request #42"}, erased)
+		_, sealed := history.ParseSealed(raw[0].Data.(history.TaskScheduledData).Input)
+		require.True(t, sealed, "the input reads sealed after the erasure, keys or not")
+		for _, e := range raw {
+			if sig, ok := e.Data.(history.SignalReceivedData); ok {
+				_, sealed := history.ParseSealed(sig.Payload)
+				require.True(t, sealed, "the signal payload reads sealed after the erasure")
+			}
+		}
+		got, err := env.client.Get(ctx, id)
+		require.NoError(t, err)
+		_, sealed = history.ParseSealed(got.Output)
+		require.True(t, sealed, "the output reads sealed after the erasure: %s", got.Output)
+		require.Equal(t, history.StatusCompleted, got.Status, "the outcome stays")
+		_, err = env.client.GetBlob(ctx, ref)
+		require.ErrorIs(t, err, engine.ErrPayloadSealed, "the blob is shredded with the task")
+
+		require.NoError(t, env.client.Erase(ctx, id, "again"), "erasing twice changes nothing")
+		require.Len(t, taskHistory(t, env.client, id), before+1)
+		require.ErrorIs(t, env.client.Compensate(ctx, id, "undo"), store.ErrTaskState)
+		require.Empty(t, env.rawScan(t, secret))
+		enginetest.RequireProjectionsMatch(t, env.client.Store())
+
+		other, err := sdk.NewClient(sdk.ClientConfig{Store: env.raw, Namespace: "plain", Codec: codec})
+		require.NoError(t, err)
+		t.Cleanup(other.Close)
+		plain, err := other.StartDynamic(ctx, sdk.TypeRef{Name: "kyc.unregistered", Version: 1}, map[string]string{"a": "b"})
+		require.NoError(t, err)
+		require.NoError(t, other.Cancel(ctx, plain.ID, "not needed"))
+		err = other.Erase(ctx, plain.ID, "nothing to shred")
+		require.ErrorIs(t, err, store.ErrTaskState)
+		require.Contains(t, err.Error(), "no data key")
+	})
+}
+
+// A key rotation: tasks started after the current key changed are sealed
+// with the new key, those before stay readable while the old key is
+// listed, and a codec without the old key reads them sealed.
+func TestKeyRotationKeepsOldTasksReadable(t *testing.T) {
+	t.Parallel()
+	onEachStoreEmbedded(t, func(t *testing.T, embedded bool) {
+		ctx := context.Background()
+		keys := map[string][]byte{"2026-11": newKey(t), "2026-12": newKey(t)}
+		old, err := sdk.ParseCodec(keysJSON(t, keys, "2026-11"))
+		require.NoError(t, err)
+		env := newEncryptedEnv(t, embedded, old)
+		first, _ := runKYC(t, env, "kyc-before")
+
+		rotated, err := sdk.ParseCodec(keysJSON(t, keys, "2026-11", "2026-12"))
+		require.NoError(t, err)
+		c, err := sdk.NewClient(sdk.ClientConfig{Store: env.raw, Codec: rotated})
+		require.NoError(t, err)
+		t.Cleanup(c.Close)
+		second, err := sdk.Start(ctx, c, kycWorkflow, claimForm{Applicant: secret + "-2"})
+		require.NoError(t, err)
+
+		wrapped, err := env.raw.TaskDataKeys(ctx, []uuid.UUID{first, second.ID})
+		require.NoError(t, err)
+		require.True(t, strings.HasPrefix(string(wrapped[first]), "ck1:2026-11:"), "the first task's key is wrapped by the old key")
+		require.True(t, strings.HasPrefix(string(wrapped[second.ID]), "ck1:2026-12:"), "the second task's key is wrapped by the new key")
+		for _, id := range []uuid.UUID{first, second.ID} {
+			info, err := c.Get(ctx, id)
+			require.NoError(t, err)
+			require.Contains(t, string(info.Input), secret, "the rotated codec reads task %s", id)
+		}
+
+		newOnly, err := sdk.ParseCodec(keysJSON(t, map[string][]byte{"2026-12": keys["2026-12"]}, "2026-12"))
+		require.NoError(t, err)
+		c2, err := sdk.NewClient(sdk.ClientConfig{Store: env.raw, Codec: newOnly})
+		require.NoError(t, err)
+		t.Cleanup(c2.Close)
+		info, err := c2.Get(ctx, first)
+		require.NoError(t, err)
+		_, sealed := history.ParseSealed(info.Input)
+		require.True(t, sealed, "without the old key the first task reads sealed")
+		info, err = c2.Get(ctx, second.ID)
+		require.NoError(t, err)
+		require.Contains(t, string(info.Input), secret)
+	})
+}
+
+// Keys files are checked when they are read, with errors that say what is
+// wrong.
+func TestParseCodecRefusesBadKeys(t *testing.T) {
+	t.Parallel()
+	good := base64.StdEncoding.EncodeToString(make([]byte, 32))
+	for _, c := range []struct{ json, want string }{
+		{`{"namespaces":{"default":{"current":"a","keys":[]}}}`, "no keys"},
+		{`{"namespaces":{"default":{"current":"b","keys":[{"id":"a","key":"` + good + `"}]}}}`, `current key "b" is not among the keys listed`},
+		{`{"namespaces":{"default":{"current":"a","keys":[{"id":"a","key":"c2hvcnQ="}]}}}`, "must be 32 bytes of base64"},
+		{`{"namespaces":{"default":{"current":"a:b","keys":[{"id":"a:b","key":"` + good + `"}]}}}`, "without ':'"},
+		{`{"namespaces":{"default":{"current":"a","keys":[{"id":"a","key":"` + good + `"},{"id":"a","key":"` + good + `"}]}}}`, "listed twice"},
+		{`{"namespace":{}}`, "unknown field"},
+	} {
+		_, err := sdk.ParseCodec([]byte(c.json))
+		require.ErrorContains(t, err, c.want, c.json)
+	}
+}
