@@ -50,6 +50,15 @@ func SealStore(st store.Store, codec *Codec) store.Store {
 // pgstore's TaskStartTx, take params [SealedStore.SealStart] sealed).
 func (s *SealedStore) Unwrap() store.Store { return s.Store }
 
+// Observer returns the observer the store under the decorator counts its
+// writes into, if it says (the drivers do): sealing counts nothing more.
+func (s *SealedStore) Observer() store.Observer {
+	if r, ok := s.Store.(interface{ Observer() store.Observer }); ok {
+		return r.Observer()
+	}
+	return nil
+}
+
 // Codec returns the decorator's codec.
 func (s *SealedStore) Codec() *Codec { return s.codec }
 

@@ -627,6 +627,11 @@ func prettyJSON(raw json.RawMessage, limit int) string {
 	if len(raw) == 0 {
 		return "—"
 	}
+	if sealed, ok := history.ParseSealed(raw); ok {
+		// Still sealed after the server's keys had their turn: the task
+		// was erased, or its key is not configured here.
+		return fmt.Sprintf("🔒 encrypted (%d bytes): erased, or the server has no key for it", len(sealed.Data))
+	}
 	var buf bytes.Buffer
 	if json.Indent(&buf, raw, "", "  ") != nil {
 		buf.Reset()

@@ -303,6 +303,7 @@ func (s *Server) routes() http.Handler {
 	mux.Handle("POST /v1/tasks/{id}/cancel", s.api(RoleOperate, s.cancelTask))
 	mux.Handle("POST /v1/tasks/{id}/retry", s.api(RoleOperate, s.retryTask))
 	mux.Handle("POST /v1/tasks/{id}/compensate", s.api(RoleOperate, s.compensateTask))
+	mux.Handle("POST /v1/tasks/{id}/erase", s.api(RoleAdmin, s.eraseTask))
 	mux.Handle("POST /v1/tasks/{id}/signals/{name}", s.api(RoleOperate, s.signalTask))
 	mux.Handle("POST /v1/tasks/by-key/{key}/signals/{name}", s.api(RoleOperate, s.signalTaskByKey))
 	if len(s.cfg.CallbackSecret) > 0 {

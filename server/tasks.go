@@ -317,7 +317,8 @@ func (s *Server) waitTask(w http.ResponseWriter, r *http.Request, c *call) {
 	writeJSON(w, http.StatusOK, info)
 }
 
-// actionRequest is the optional body of cancel, retry and compensate.
+// actionRequest is the optional body of cancel, retry, compensate and
+// erase.
 type actionRequest struct {
 	Reason string `json:"reason,omitempty"`
 }
@@ -332,6 +333,12 @@ func (s *Server) retryTask(w http.ResponseWriter, r *http.Request, c *call) {
 
 func (s *Server) compensateTask(w http.ResponseWriter, r *http.Request, c *call) {
 	s.act(w, r, c, c.client.Compensate)
+}
+
+// eraseTask destroys a finished task's data key (Client.Erase): an
+// administrator's request, as it cannot be undone.
+func (s *Server) eraseTask(w http.ResponseWriter, r *http.Request, c *call) {
+	s.act(w, r, c, c.client.Erase)
 }
 
 // act runs a request on a task (cancel, retry, compensate) and answers 202

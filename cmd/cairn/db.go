@@ -112,6 +112,35 @@ func (g *globals) url() string { return g.databaseURL.get() }
 // store opens the configured store: PostgreSQL when a database URL is set,
 // else the embedded SQLite store in --db (created if missing).
 func (g *globals) store(ctx context.Context, o storeOpts) (store.Store, func(), error) {
+	codec, err := g.codec()
+	if err != nil {
+		return nil, nil, err
+	}
+	s, closeStore, err := g.driver(ctx, o)
+	if err != nil {
+		return nil, nil, err
+	}
+	return engine.SealStore(s, codec), closeStore, nil
+}
+
+// codec is --keys's codec (or CAIRN_KEYS's), nil when neither is set.
+func (g *globals) codec() (*engine.Codec, error) {
+	var codec *engine.Codec
+	var err error
+	switch {
+	case g.keys != "":
+		codec, err = engine.LoadCodec(g.keys)
+	default:
+		codec, err = engine.CodecFromEnv()
+	}
+	if err != nil {
+		return nil, errmark.Mark(errors.Wrap(err, "--keys"), configError)
+	}
+	return codec, nil
+}
+
+// driver opens the configured store's driver, without the decorators.
+func (g *globals) driver(ctx context.Context, o storeOpts) (store.Store, func(), error) {
 	if g.embedded() {
 		_, statErr := os.Stat(g.dbPath)
 		s, err := sqlitestore.New(ctx, sqlitestore.Config{Path: g.dbPath, Metrics: o.metrics})

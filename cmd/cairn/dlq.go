@@ -40,6 +40,18 @@ ends cancelled. Only a completed task with compensable steps qualifies.`,
 		(*sdk.Client).Compensate)
 }
 
+func newTaskEraseCmd(g *globals) *cobra.Command {
+	return newTaskRequestCmd(g, "erase", "erased", "Erase a finished task's data (crypto-shredding)",
+		`Destroys a finished task's data key: every payload of the task (input,
+step outputs, output, signal payloads, blobs), encrypted at rest with it,
+is unreadable for good, in this database and in any later copy of it. The
+events stay: types, times, attempts, errors, who did what; the history ends
+with task_erased recording who asked and --reason. It needs no keys. A task
+not yet finished is refused (cancel it first), as is a task of a namespace
+that was not encrypted (--keys) when it ran.`,
+		(*sdk.Client).Erase)
+}
+
 // newTaskRequestCmd is a command that asks something of one task, with a
 // reason recorded in its history.
 func newTaskRequestCmd(g *globals, verb, done, short, long string, request func(*sdk.Client, context.Context, uuid.UUID, string) error) *cobra.Command {

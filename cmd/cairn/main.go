@@ -15,6 +15,7 @@ import (
 	"github.com/cockroachdb/errors"
 	"github.com/spf13/cobra"
 
+	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/engine/pgstore"
 	"github.com/cairnflow/cairn/internal/errmark"
 	"github.com/cairnflow/cairn/sdk"
@@ -68,6 +69,9 @@ type globals struct {
 	// and where the leader writes them, for namespaces without an archive
 	// of their own (read with defaultArchive()).
 	archive string
+	// keys is --keys: the keys file of the namespaces whose payloads are
+	// encrypted at rest (engine.Codec); CAIRN_KEYS may hold its JSON instead.
+	keys string
 }
 
 func newRootCmd() *cobra.Command {
@@ -109,6 +113,8 @@ store: one SQLite file (--db, default ./cairn-dev.db), for one process.`,
 		"the most bytes of JSON a task's input may hold (a schedule's, a start through the API); a worker bounds outputs the same")
 	pf.StringVar(&g.archive, "default-archive", os.Getenv("CAIRN_DEFAULT_ARCHIVE"),
 		"where the histories of tasks retention removed are kept, for namespaces without an archive of their own: a directory or s3://bucket/prefix?endpoint=host:port (credentials from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY); read by task history and audit --archive, written by the leader of server and dev (env CAIRN_DEFAULT_ARCHIVE; default with the embedded store: the directory <db>.archive beside it)")
+	pf.StringVar(&g.keys, "keys", os.Getenv(engine.EnvKeysFile),
+		"keys file of the namespaces whose payloads are encrypted at rest (AES-256-GCM, a data key per task); every process of those namespaces needs it: servers and workers seal and open, the CLI opens (env CAIRN_KEYS_FILE; CAIRN_KEYS may hold the file's JSON instead)")
 	pf.IntVar(&g.filters.MaxScan, "filter-max-scan", sdk.DefaultFilterScan, "the most rows a command or request with a filter reads to evaluate it")
 	root.AddCommand(newMigrateCmd(g), newTaskCmd(g), newDLQCmd(g), newQueueCmd(g), newNamespaceCmd(g), newScheduleCmd(g), newDemoCmd(g))
 	root.AddCommand(newServerCmd(g), newDevCmd(g), newTokenCmd())

@@ -27,7 +27,7 @@ var statuses = []history.Status{
 func newTaskCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "task", Short: "Ask about tasks: their state, their history"}
 	cmd.AddCommand(newTaskShowCmd(g), newTaskHistoryCmd(g), newTaskListCmd(g), newTaskRetryCmd(g),
-		newTaskCancelCmd(g), newTaskCompensateCmd(g), newTaskSignalCmd(g))
+		newTaskCancelCmd(g), newTaskCompensateCmd(g), newTaskEraseCmd(g), newTaskSignalCmd(g))
 	return cmd
 }
 

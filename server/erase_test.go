@@ -1,0 +1,83 @@
+package server
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/history"
+)
+
+// A server with the namespace's keys shows an encrypted task's payloads
+// in clear while the database holds them sealed, and an administrator's
+// POST /v1/tasks/{id}/erase shreds them: the history keeps its events and
+// ends with task_erased, the input then reads {"cairn_sealed": …}. A
+// running task is refused with 409, and an operator may not erase.
+func TestEraseOverHTTP(t *testing.T) {
+	t.Parallel()
+	const adminToken, operatorToken = "admin-secret", "operator-secret"
+	tokens := []Token{
+		{Name: "dpo", SHA256: HashToken(adminToken), Namespaces: []string{AllNamespaces}, Roles: []Role{RoleAdmin}},
+		{Name: "ops", SHA256: HashToken(operatorToken), Namespaces: []string{AllNamespaces}, Roles: []Role{RoleOperate, RoleRead, RoleSubmit}},
+	}
+	key := base64.StdEncoding.EncodeToString([]byte(strings.Repeat("k", 32)))
+	codec, err := engine.ParseCodec([]byte(`{"namespaces":{"default":{"current":"k1","keys":[{"id":"k1","key":"` + key + `"}]}}}`))
+	require.NoError(t, err)
+	for _, st := range bothStores(t) {
+		t.Run(st.name, func(t *testing.T) {
+			t.Parallel()
+			registerDoc(t, st.store, "default")
+			h := testServer(t, engine.SealStore(st.store, codec), tokens...)
+			as := func(token string) []string { return []string{"Authorization", "Bearer " + token} }
+
+			started := send(t, h, "POST", "/v1/tasks", []byte(`{"type":"doc","input":{"passport":"P-123-SECRET"}}`), as(operatorToken)...)
+			require.Equal(t, http.StatusAccepted, started.status, "%s", started.body)
+			var task struct {
+				ID    string          `json:"id"`
+				Input json.RawMessage `json:"input"`
+			}
+			require.NoError(t, json.Unmarshal(started.body, &task))
+			got := send(t, h, "GET", "/v1/tasks/"+task.ID, nil, as(operatorToken)...)
+			require.Contains(t, string(got.body), "P-123-SECRET", "the server opens the input")
+			raw, err := st.store.EventListByTask(t.Context(), uuid.MustParse(task.ID))
+			require.NoError(t, err)
+			encoded, err := json.Marshal(raw[0].Data)
+			require.NoError(t, err)
+			require.NotContains(t, string(encoded), "P-123-SECRET", "the store holds it sealed")
+
+			pending := send(t, h, "POST", "/v1/tasks/"+task.ID+"/erase", []byte(`{"reason":"too early"}`), as(adminToken)...)
+			require.Equal(t, http.StatusConflict, pending.status, "%s", pending.body)
+			require.Contains(t, pending.problem.Detail, "only a finished task can be erased")
+
+			cancelled := send(t, h, "POST", "/v1/tasks/"+task.ID+"/cancel", []byte(`{}`), as(operatorToken)...)
+			require.Equal(t, http.StatusAccepted, cancelled.status, "%s", cancelled.body)
+			forbidden := send(t, h, "POST", "/v1/tasks/"+task.ID+"/erase", []byte(`{}`), as(operatorToken)...)
+			require.Equal(t, http.StatusForbidden, forbidden.status)
+
+			erased := send(t, h, "POST", "/v1/tasks/"+task.ID+"/erase", []byte(`{"reason":"GDPR request 7"}`), as(adminToken)...)
+			require.Equal(t, http.StatusAccepted, erased.status, "%s", erased.body)
+			hist := send(t, h, "GET", "/v1/tasks/"+task.ID+"/history", nil, as(operatorToken)...)
+			require.Equal(t, http.StatusOK, hist.status, "%s", hist.body)
+			require.NotContains(t, string(hist.body), "P-123-SECRET")
+			require.Contains(t, string(hist.body), `"cairn_sealed"`)
+			require.Contains(t, string(hist.body), `"task_erased"`)
+			require.Contains(t, string(hist.body), fmt.Sprintf(`"reason":%q`, "GDPR request 7"))
+		})
+	}
+}
+
+// The console shows a payload still sealed (an erased task's, or one whose
+// key the server lacks) as encrypted, not as its ciphertext.
+func TestConsoleShowsSealedPayloadsAsEncrypted(t *testing.T) {
+	t.Parallel()
+	sealed := history.Sealed{V: 1, Task: "01a23434-ccaa-76fa-9f11-fe3743ae6937", Data: make([]byte, 44)}.Encode()
+	require.Equal(t, "🔒 encrypted (44 bytes): erased, or the server has no key for it", prettyJSON(sealed, consoleJSONLimit))
+	require.Equal(t, "{\n  \"a\": 1\n}", prettyJSON(json.RawMessage(`{"a":1}`), consoleJSONLimit))
+}
