@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"crypto/cipher"
 	"encoding/json"
@@ -197,7 +198,7 @@ func (s *SealedStore) EventAppend(ctx context.Context, p *store.EventAppendParam
 	if err != nil {
 		return p.State, err
 	}
-	return s.openState(ctx, next), nil
+	return s.openAppended(ctx, p, q, next), nil
 }
 
 // EventAppendMany implements [store.Store].
@@ -215,9 +216,43 @@ func (s *SealedStore) EventAppendMany(ctx context.Context, ps []*store.EventAppe
 			res[i].State = ps[i].State
 			continue
 		}
-		res[i].State = s.openState(ctx, res[i].State)
+		res[i].State = s.openAppended(ctx, ps[i], qs[i], res[i].State)
 	}
 	return res, err
+}
+
+// openAppended opens the state an append of q (p sealed) led to: the
+// payloads it sealed are p's, so nothing is decrypted for them, and the
+// rest of the state was p's own, open already (a child's output the
+// driver wrote into it aside, which is opened).
+func (s *SealedStore) openAppended(ctx context.Context, p, q *store.EventAppendParams, next history.State) history.State {
+	if p == q || !s.codec.Encrypts(next.Scheduled.Namespace) {
+		return next
+	}
+	o := s.newOpener(ctx)
+	for i, pl := range q.Payloads {
+		sealedRaw, plainRaw := payloadRaw(pl), payloadRaw(p.Payloads[i])
+		if len(sealedRaw) > 0 {
+			o.opened[string(sealedRaw)] = plainRaw
+		}
+	}
+	if len(q.State.Output) > 0 {
+		o.opened[string(q.State.Output)] = p.State.Output
+	}
+	return o.openState(next)
+}
+
+// payloadRaw is the payload a sealing append seals in pl, if any.
+func payloadRaw(pl history.Payload) json.RawMessage {
+	switch d := pl.(type) {
+	case history.StepCompletedData:
+		return d.Output
+	case history.TaskCompletedData:
+		return d.Output
+	case history.SignalReceivedData:
+		return d.Payload
+	}
+	return nil
 }
 
 // sealAppend returns p with the payloads it writes sealed with its task's
@@ -565,11 +600,15 @@ type opener struct {
 	s       *SealedStore
 	keys    map[uuid.UUID]cipher.AEAD // nil entry: no key (erased, or not configured here)
 	pending map[uuid.UUID][]byte      // wrapped keys prefetched, not yet opened
-	changed bool                      // a payload was opened since this was last reset
+	// opened memoizes open by the sealed bytes: a claimed task's input is
+	// in its row, its first event and its state, the same bytes thrice.
+	// An append's result also finds here the plaintexts it sealed.
+	opened  map[string]json.RawMessage
+	changed bool // a payload was opened since this was last reset
 }
 
 func (s *SealedStore) newOpener(ctx context.Context) *opener {
-	return &opener{ctx: ctx, s: s, keys: map[uuid.UUID]cipher.AEAD{}}
+	return &opener{ctx: ctx, s: s, keys: map[uuid.UUID]cipher.AEAD{}, opened: map[string]json.RawMessage{}}
 }
 
 // prefetch reads the data keys of ids not cached, in one read.
@@ -622,6 +661,23 @@ func (o *opener) key(ns string, id uuid.UUID) cipher.AEAD {
 // open returns raw opened, or raw as it is when it is not sealed or does
 // not open here.
 func (o *opener) open(ns string, raw json.RawMessage) json.RawMessage {
+	if !history.MaybeSealed(raw) {
+		return raw
+	}
+	if plain, ok := o.opened[string(raw)]; ok {
+		o.changed = true
+		return plain
+	}
+	plain := o.openSealed(ns, raw)
+	if len(plain) > 0 && !bytes.Equal(plain, raw) {
+		o.opened[string(raw)] = plain
+		o.changed = true
+	}
+	return plain
+}
+
+// openSealed is open without the memo.
+func (o *opener) openSealed(ns string, raw json.RawMessage) json.RawMessage {
 	sealed, ok := history.ParseSealed(raw)
 	if !ok {
 		return raw
@@ -644,7 +700,6 @@ func (o *opener) open(ns string, raw json.RawMessage) json.RawMessage {
 	if err != nil {
 		return raw
 	}
-	o.changed = true
 	return plain
 }
 

@@ -2,7 +2,9 @@ package history
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
+	"strconv"
 )
 
 // SealedMember is the one member of a sealed payload's JSON object.
@@ -27,32 +29,55 @@ type Sealed struct {
 	Data   []byte `json:"data"`
 }
 
-// Encode returns the sealed payload's JSON.
+// Encode returns the sealed payload's JSON, as encoding/json would write
+// it, without its reflection (a worker seals every output it records).
 func (s Sealed) Encode() json.RawMessage {
-	out, err := json.Marshal(map[string]Sealed{SealedMember: s})
-	if err != nil {
-		panic(err) // a struct of strings and byte slices always marshals
+	b64 := base64.StdEncoding
+	out := make([]byte, 0, 64+len(s.Task)+len(s.Key)+b64.EncodedLen(len(s.Digest))+b64.EncodedLen(len(s.Data)))
+	out = append(out, `{"`+SealedMember+`":{"v":`...)
+	out = strconv.AppendInt(out, int64(s.V), 10)
+	if s.Task != "" {
+		out = append(out, `,"task":`...)
+		out = appendJSONString(out, s.Task)
 	}
-	return out
+	if s.Key != "" {
+		out = append(out, `,"key":`...)
+		out = appendJSONString(out, s.Key)
+	}
+	if len(s.Digest) > 0 {
+		out = append(out, `,"digest":"`...)
+		out = b64.AppendEncode(out, s.Digest)
+		out = append(out, '"')
+	}
+	out = append(out, `,"data":"`...)
+	out = b64.AppendEncode(out, s.Data)
+	return append(out, `"}}`...)
 }
 
-// ParseSealed reports whether raw is a sealed payload, and returns it.
-// Any other JSON, including an object that has other members beside
-// cairn_sealed, is not one.
+func appendJSONString(out []byte, v string) []byte {
+	quoted, err := json.Marshal(v)
+	if err != nil {
+		panic(err) // a string always marshals
+	}
+	return append(out, quoted...)
+}
+
+// ParseSealed reports whether raw is a sealed payload, and returns it:
+// an object whose first member is cairn_sealed, holding version 1, data,
+// and one of task and key. (A user's object of that shape would not open:
+// the codec authenticates what it sealed.)
 func ParseSealed(raw json.RawMessage) (Sealed, bool) {
 	if !MaybeSealed(raw) {
 		return Sealed{}, false
 	}
-	var outer map[string]json.RawMessage
-	if json.Unmarshal(raw, &outer) != nil || len(outer) != 1 {
+	var outer struct {
+		S *Sealed `json:"cairn_sealed"`
+	}
+	if json.Unmarshal(raw, &outer) != nil || outer.S == nil {
 		return Sealed{}, false
 	}
-	inner, ok := outer[SealedMember]
-	if !ok {
-		return Sealed{}, false
-	}
-	var s Sealed
-	if json.Unmarshal(inner, &s) != nil || s.V != 1 || len(s.Data) == 0 || (s.Task == "") == (s.Key == "") {
+	s := *outer.S
+	if s.V != 1 || len(s.Data) == 0 || (s.Task == "") == (s.Key == "") {
 		return Sealed{}, false
 	}
 	return s, true

@@ -58,7 +58,13 @@ func benchConfig(cmd *cobra.Command, g *globals) bench.Config {
 // whose configuration errors exit as the CLI's do.
 func benchRunE(g *globals, run func(*cobra.Command, bench.Config) error) func(*cobra.Command, []string) error {
 	return func(cmd *cobra.Command, _ []string) error {
-		err := run(cmd, benchConfig(cmd, g))
+		cfg := benchConfig(cmd, g)
+		codec, err := g.codec()
+		if err != nil {
+			return err
+		}
+		cfg.Codec = codec // --keys: the bench's payloads encrypted at rest, to measure what it costs
+		err = run(cmd, cfg)
 		if errors.Is(err, bench.ErrConfig) {
 			return errmark.Mark(err, configError)
 		}

@@ -92,6 +92,10 @@ type Config struct {
 	// Worker reads its orders from Stdin (default os.Stdin).
 	Stdout, Stderr io.Writer
 	Stdin          io.Reader
+	// Codec, when set, encrypts the payloads of the namespaces it has keys
+	// for (the bench's own when it lists it): its clients and workers seal
+	// and open, to measure what encryption at rest costs.
+	Codec *engine.Codec
 }
 
 // withDefaults fills the zero values Config documents.
@@ -353,7 +357,7 @@ func newBenchWorkerWithMetrics(t benchTarget, cfg *Config, concurrency int, onSt
 		Pool: t.pool, Store: t.store(), Schema: cfg.Schema, Namespace: cfg.Namespace, Concurrency: concurrency,
 		PollInterval: benchWorkerPollInterval,
 		Logger:       slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
-		Metrics:      metrics, DefaultRetention: retention,
+		Metrics:      metrics, DefaultRetention: retention, Codec: cfg.Codec,
 	})
 	if err != nil {
 		return nil, err
