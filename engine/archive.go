@@ -56,11 +56,18 @@ func (a *Archives) open(location string) (archive.Bucket, error) {
 // archive at location: the copy with the most events. A task not there is
 // an error marked [ErrNotArchived].
 func (a *Archives) History(ctx context.Context, location, namespace string, id uuid.UUID) ([]history.Event, error) {
+	r, err := a.Record(ctx, location, namespace, id)
+	return r.Events, err
+}
+
+// Record is [Archives.History] with the rest of the task's record (its
+// wrapped data key, for [SealedStore.OpenArchived]).
+func (a *Archives) Record(ctx context.Context, location, namespace string, id uuid.UUID) (ArchivedTask, error) {
 	b, err := a.open(location)
 	if err != nil {
-		return nil, err
+		return ArchivedTask{}, err
 	}
-	return archive.Find(ctx, b, namespace, id)
+	return archive.FindRecord(ctx, b, namespace, id)
 }
 
 // Scan calls fn with every task of namespace archived at location that
@@ -92,7 +99,17 @@ func archiveThenRemove(ctx context.Context, s store.Store, archives *Archives, l
 	if err != nil || len(ids) == 0 {
 		return store.RemoveResult{}, err
 	}
-	events, err := s.EventListByTasks(ctx, ids)
+	// The archive keeps what the database holds: sealed payloads stay
+	// sealed, with the task's wrapped data key beside them.
+	raw := s
+	if sealed, ok := s.(*SealedStore); ok {
+		raw = sealed.Unwrap()
+	}
+	events, err := raw.EventListByTasks(ctx, ids)
+	if err != nil {
+		return store.RemoveResult{}, err
+	}
+	dataKeys, err := raw.TaskDataKeys(ctx, ids)
 	if err != nil {
 		return store.RemoveResult{}, err
 	}
@@ -103,7 +120,7 @@ func archiveThenRemove(ctx context.Context, s store.Store, archives *Archives, l
 		if len(evs) == 0 {
 			continue // removed meanwhile by another pass
 		}
-		records = append(records, archive.Record{Namespace: p.Namespace, TaskID: id, Events: evs})
+		records = append(records, archive.Record{Namespace: p.Namespace, TaskID: id, Events: evs, DataKey: dataKeys[id]})
 		only[id] = evs[len(evs)-1].Seq
 	}
 	// A store that does not answer must not hold the leader's pass (its

@@ -46,6 +46,15 @@ func (c *Client) archiveLocations(ctx context.Context) ([]string, error) {
 	return out, nil
 }
 
+// openArchived opens an archived task's sealed payloads with the client's
+// codec, if it has one.
+func (c *Client) openArchived(ctx context.Context, t engine.ArchivedTask) engine.ArchivedTask {
+	if sealed, ok := c.store.(*engine.SealedStore); ok {
+		return sealed.OpenArchived(ctx, t)
+	}
+	return t
+}
+
 // archivedHistory reads task id's history from the namespace's archives.
 func (c *Client) archivedHistory(ctx context.Context, id uuid.UUID) ([]history.Event, error) {
 	locations, err := c.archiveLocations(ctx)
@@ -53,9 +62,9 @@ func (c *Client) archivedHistory(ctx context.Context, id uuid.UUID) ([]history.E
 		return nil, err
 	}
 	for _, location := range locations {
-		events, herr := c.archives.History(ctx, location, c.namespace, id)
+		rec, herr := c.archives.Record(ctx, location, c.namespace, id)
 		if !errors.Is(herr, engine.ErrNotArchived) {
-			return events, herr
+			return c.openArchived(ctx, rec).Events, herr
 		}
 		err = herr // not there: the next location, or this answer
 	}
@@ -87,6 +96,7 @@ func (c *Client) AuditArchive(ctx context.Context, p AuditParams, fn func(AuditR
 	var order []uuid.UUID
 	for _, location := range locations {
 		err = c.archives.Scan(ctx, location, c.namespace, until, func(t engine.ArchivedTask) error {
+			t = c.openArchived(ctx, t)
 			prev, seen := fullest[t.TaskID]
 			if !seen {
 				order = append(order, t.TaskID)

@@ -2,10 +2,12 @@ package sdk_test
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -93,6 +95,14 @@ type encryptedEnv struct {
 
 func newEncryptedEnv(t *testing.T, embedded bool, codec *sdk.Codec) *encryptedEnv {
 	t.Helper()
+	return newEncryptedEnvArchiving(t, embedded, codec, "")
+}
+
+// newEncryptedEnvArchiving is newEncryptedEnv whose worker's leader archives
+// to archive (a directory, "" for none) what retention removes, and whose
+// clients read it there.
+func newEncryptedEnvArchiving(t *testing.T, embedded bool, codec *sdk.Codec, archive string) *encryptedEnv {
+	t.Helper()
 	ctx := context.Background()
 	env := &encryptedEnv{}
 	if embedded {
@@ -134,13 +144,14 @@ func newEncryptedEnv(t *testing.T, embedded bool, codec *sdk.Codec) *encryptedEn
 		}
 	}
 	var err error
-	env.client, err = sdk.NewClient(sdk.ClientConfig{Store: env.raw, Codec: codec, Identity: "dpo@example.com"})
+	env.client, err = sdk.NewClient(sdk.ClientConfig{Store: env.raw, Codec: codec, Identity: "dpo@example.com", DefaultArchive: archive})
 	require.NoError(t, err)
 	t.Cleanup(env.client.Close)
-	env.blind, err = sdk.NewClient(sdk.ClientConfig{Store: env.raw})
+	env.blind, err = sdk.NewClient(sdk.ClientConfig{Store: env.raw, DefaultArchive: archive})
 	require.NoError(t, err)
 	t.Cleanup(env.blind.Close)
-	env.worker, err = sdk.NewWorker(sdk.WorkerConfig{Store: env.raw, Codec: codec, PollInterval: 50 * time.Millisecond, BlobThreshold: 200})
+	env.worker, err = sdk.NewWorker(sdk.WorkerConfig{Store: env.raw, Codec: codec, PollInterval: 50 * time.Millisecond, BlobThreshold: 200,
+		DefaultArchive: archive, RescueInterval: 20 * time.Millisecond})
 	require.NoError(t, err)
 	sdk.Register(env.worker, kycWorkflow)
 	require.NoError(t, env.worker.Start(ctx))
@@ -360,4 +371,60 @@ func TestParseCodecRefusesBadKeys(t *testing.T) {
 		_, err := sdk.ParseCodec([]byte(c.json))
 		require.ErrorContains(t, err, c.want, c.json)
 	}
+}
+
+// Retention archives an encrypted task as the database held it: sealed,
+// with its wrapped data key. A client with the keys reads the archived
+// history in clear, one without reads it sealed, an erased task's stays
+// sealed, and the archive's bytes hold the secret nowhere.
+func TestEncryptedTasksAreArchivedSealed(t *testing.T) {
+	t.Parallel()
+	onEachStoreEmbedded(t, func(t *testing.T, embedded bool) {
+		ctx := context.Background()
+		codec, err := sdk.ParseCodec(keysJSON(t, map[string][]byte{"k1": newKey(t)}, "k1"))
+		require.NoError(t, err)
+		dir := t.TempDir()
+		env := newEncryptedEnvArchiving(t, embedded, codec, "file://"+filepath.ToSlash(dir))
+		kept, _ := runKYC(t, env, "kyc-kept")
+		erased, _ := runKYC(t, env, "kyc-erased")
+		require.NoError(t, env.client.Erase(ctx, erased, "closed account"))
+		require.NoError(t, env.client.SetNamespace(ctx, store.DefaultNamespace, sdk.NamespaceSettings{Retention: time.Millisecond}))
+		for _, id := range []uuid.UUID{kept, erased} {
+			require.Eventually(t, func() bool {
+				_, err := env.raw.TaskGetByID(ctx, store.DefaultNamespace, id)
+				return err != nil
+			}, 10*time.Second, 20*time.Millisecond, "task %s is removed", id)
+		}
+
+		events, err := env.client.History(ctx, kept)
+		require.NoError(t, err)
+		require.Contains(t, string(events[0].Data.(history.TaskScheduledData).Input), secret, "opened from the archive")
+		blind, err := env.blind.History(ctx, kept)
+		require.NoError(t, err)
+		_, sealed := history.ParseSealed(blind[0].Data.(history.TaskScheduledData).Input)
+		require.True(t, sealed, "without keys the archived input reads sealed")
+		gone, err := env.client.History(ctx, erased)
+		require.NoError(t, err)
+		_, sealed = history.ParseSealed(gone[0].Data.(history.TaskScheduledData).Input)
+		require.True(t, sealed, "an erased task's archived input stays sealed")
+		require.Equal(t, history.TaskErased, gone[len(gone)-1].Type())
+
+		var objects int
+		require.NoError(t, filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+			if err != nil || d.IsDir() {
+				return err
+			}
+			objects++
+			f, err := os.Open(path)
+			require.NoError(t, err)
+			defer f.Close()
+			zr, err := gzip.NewReader(f)
+			require.NoError(t, err)
+			data, err := io.ReadAll(zr)
+			require.NoError(t, err)
+			require.NotContains(t, string(data), secret, path)
+			return nil
+		}))
+		require.Positive(t, objects)
+	})
 }

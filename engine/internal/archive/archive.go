@@ -46,6 +46,10 @@ type Record struct {
 	Namespace string          `json:"namespace"`
 	TaskID    uuid.UUID       `json:"task_id"`
 	Events    []history.Event `json:"events"`
+	// DataKey is the task's wrapped data key when its payloads are
+	// encrypted (engine.Codec): the events hold them sealed, and only the
+	// namespace's key opens this. An erased task has none.
+	DataKey []byte `json:"data_key,omitempty"`
 }
 
 // lastSeq is the seq of the record's last event.
@@ -168,8 +172,14 @@ func Write(ctx context.Context, b Bucket, records []Record) error {
 // with the most events. A task not archived is an error marked
 // [ErrNotArchived].
 func Find(ctx context.Context, b Bucket, namespace string, id uuid.UUID) ([]history.Event, error) {
+	r, err := FindRecord(ctx, b, namespace, id)
+	return r.Events, err
+}
+
+// FindRecord is [Find] returning the whole record.
+func FindRecord(ctx context.Context, b Bucket, namespace string, id uuid.UUID) (Record, error) {
 	if err := checkNamespace(namespace); err != nil {
-		return nil, err
+		return Record{}, err
 	}
 	prefix := namespace + "/" + hourOf(id) + "/" // one hour's objects (or those of ids without a time)
 	var found *Record
@@ -180,12 +190,12 @@ func Find(ctx context.Context, b Bucket, namespace string, id uuid.UUID) ([]hist
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return Record{}, err
 	}
 	if found == nil {
-		return nil, errmark.Mark(errors.Newf("task %s is not in the archive %s", id, b), ErrNotArchived)
+		return Record{}, errmark.Mark(errors.Newf("task %s is not in the archive %s", id, b), ErrNotArchived)
 	}
-	return found.Events, nil
+	return *found, nil
 }
 
 // Scan calls fn with every record of namespace, object by object in key
