@@ -49,7 +49,7 @@ func tests() []conformanceTest {
 	var all []conformanceTest
 	for _, group := range [][]conformanceTest{
 		taskTests, claimTests, appendTests, leaseTests, requestTests, queueTests, leaderTests, scheduleTests, taskTypeTests, readTests,
-		listingTests, seriesTests, flowTests, signalTests, childTests, retentionTests, blobTests,
+		listingTests, seriesTests, flowTests, signalTests, childTests, retentionTests, blobTests, dataKeyTests,
 	} {
 		all = append(all, group...)
 	}
