@@ -1,5 +1,10 @@
 package history
 
+import (
+	"bytes"
+	"encoding/json"
+)
+
 // BlobRef is a payload kept out of the history: the history holds this
 // reference, the bytes are in a blob store (the database's blobs table).
 // A reader checks the bytes against Size and SHA256 before using them.
@@ -18,3 +23,36 @@ type BlobRef struct {
 
 // BlobStoreDB is [BlobRef.Store] for the database's own blobs table.
 const BlobStoreDB = "db"
+
+// BlobMember is the one member of an output kept by reference: a
+// workflow's output over the worker's blob threshold is recorded as the
+// JSON object {"cairn_blob": <BlobRef>} in task_completed (and so in the
+// task's output, and in a parent's child_finished); readers resolve it.
+const BlobMember = "cairn_blob"
+
+// BlobEnvelope returns the JSON that stands for a payload kept as ref.
+func BlobEnvelope(ref BlobRef) json.RawMessage {
+	out, err := json.Marshal(map[string]BlobRef{BlobMember: ref})
+	if err != nil {
+		panic(err) // strings and an integer always marshal
+	}
+	return out
+}
+
+// ParseBlobEnvelope reports whether raw stands for a payload kept by
+// reference, and returns the reference.
+func ParseBlobEnvelope(raw json.RawMessage) (BlobRef, bool) {
+	trimmed := bytes.TrimLeft(raw, " \t\r\n")
+	if len(trimmed) == 0 || trimmed[0] != '{' || !bytes.HasPrefix(bytes.TrimLeft(trimmed[1:], " \t\r\n"), []byte(`"`+BlobMember+`"`)) {
+		return BlobRef{}, false
+	}
+	var outer map[string]json.RawMessage
+	if json.Unmarshal(raw, &outer) != nil || len(outer) != 1 {
+		return BlobRef{}, false
+	}
+	var ref BlobRef
+	if json.Unmarshal(outer[BlobMember], &ref) != nil || ref.Key == "" || ref.Store == "" || ref.SHA256 == "" {
+		return BlobRef{}, false
+	}
+	return ref, true
+}

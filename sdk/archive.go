@@ -2,6 +2,7 @@ package sdk
 
 import (
 	"context"
+	"encoding/json"
 	"slices"
 	"time"
 
@@ -202,6 +203,15 @@ func (c *Client) ReadBlob(ctx context.Context, key string) (data []byte, content
 func (c *Client) resolveOutputs(ctx context.Context, events []history.Event) ([]history.Event, error) {
 	var out []history.Event
 	for i, e := range events {
+		if resolved, changed, err := c.resolveEnvelope(ctx, e); err != nil {
+			return nil, err
+		} else if changed {
+			if out == nil {
+				out = append([]history.Event(nil), events...)
+			}
+			out[i] = resolved
+			continue
+		}
 		step, ok := e.Data.(history.StepCompletedData)
 		if !ok || step.OutputRef == nil {
 			continue
@@ -223,4 +233,35 @@ func (c *Client) resolveOutputs(ctx context.Context, events []history.Event) ([]
 		return events, nil
 	}
 	return out, nil
+}
+
+// resolveEnvelope reads back the output e keeps as a blob ({"cairn_blob":
+// …}: a workflow's output in task_completed, a child's in
+// child_finished), reporting whether there was one to read.
+func (c *Client) resolveEnvelope(ctx context.Context, e history.Event) (history.Event, bool, error) {
+	var raw json.RawMessage
+	switch d := e.Data.(type) {
+	case history.TaskCompletedData:
+		raw = d.Output
+	case history.ChildFinishedData:
+		raw = d.Output
+	default:
+		return e, false, nil
+	}
+	if _, ok := history.ParseBlobEnvelope(raw); !ok {
+		return e, false, nil
+	}
+	data, err := c.resolvePayload(ctx, raw)
+	if err != nil {
+		return e, false, errors.Wrapf(err, "the output in event %d", e.Seq)
+	}
+	switch d := e.Data.(type) {
+	case history.TaskCompletedData:
+		d.Output = data
+		e.Data = d
+	case history.ChildFinishedData:
+		d.Output = data
+		e.Data = d
+	}
+	return e, true, nil
 }

@@ -229,3 +229,65 @@ func TestLargeStepOutputsAreKeptByReference(t *testing.T) {
 		stopWorker(t, b.worker)
 	})
 }
+
+// A workflow's output over the threshold is kept as a blob: task_completed
+// holds {"cairn_blob": ref}, while Get, Result and History read the output
+// back, and a parent awaiting the child gets the output itself. On both
+// stores.
+func TestLargeWorkflowOutputsAreKeptByReference(t *testing.T) {
+	t.Parallel()
+	onEachStore(t, func(t *testing.T, setup setupFunc) {
+		b := setup(t, sdk.WorkerConfig{Concurrency: 4, BlobThreshold: 1000})
+		report := sdk.NewWorkflow("report.render", 1, func(ctx workflow.Context, n int) (string, error) {
+			return strings.Repeat("row ", n), nil
+		})
+		digest := sdk.NewWorkflow("report.digest", 1, func(ctx workflow.Context, n int) (int, error) {
+			out, err := workflow.StartChild(ctx, report, n).Result(ctx)
+			return len(out), err
+		})
+		sdk.Register(b.worker, report)
+		sdk.Register(b.worker, digest)
+		startWorker(t, b.worker)
+		ctx := context.Background()
+
+		res, err := sdk.Start(ctx, b.client, report, 5000)
+		require.NoError(t, err)
+		out, err := res.Result(ctx)
+		require.NoError(t, err)
+		require.Equal(t, strings.Repeat("row ", 5000), out, "Result reads the blob back")
+		info, err := b.client.Get(ctx, res.ID)
+		require.NoError(t, err)
+		require.Equal(t, `"`+strings.Repeat("row ", 5000)+`"`, string(info.Output))
+
+		raw, err := b.client.RawHistory(ctx, res.ID)
+		require.NoError(t, err)
+		done := raw[len(raw)-1].Data.(history.TaskCompletedData)
+		ref, ok := history.ParseBlobEnvelope(done.Output)
+		require.True(t, ok, "task_completed keeps the reference: %s", done.Output)
+		require.Equal(t, int64(len(info.Output)), ref.Size)
+		resolved, err := b.client.History(ctx, res.ID)
+		require.NoError(t, err)
+		require.Equal(t, info.Output, resolved[len(resolved)-1].Data.(history.TaskCompletedData).Output)
+
+		byRef, err := sdk.NewClient(sdk.ClientConfig{Store: b.client.Store(), OutputsByReference: true})
+		require.NoError(t, err)
+		t.Cleanup(byRef.Close)
+		linked, err := byRef.Get(ctx, res.ID)
+		require.NoError(t, err)
+		require.JSONEq(t, string(done.Output), string(linked.Output), "OutputsByReference answers the reference")
+
+		small, err := sdk.Start(ctx, b.client, report, 3)
+		require.NoError(t, err)
+		_, err = small.Result(ctx)
+		require.NoError(t, err)
+		raw, err = b.client.RawHistory(ctx, small.ID)
+		require.NoError(t, err)
+		require.Equal(t, `"row row row "`, string(raw[len(raw)-1].Data.(history.TaskCompletedData).Output), "under the threshold: in place")
+
+		parent, err := sdk.Start(ctx, b.client, digest, 4000)
+		require.NoError(t, err)
+		n, err := parent.Result(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 4*4000, n, "the parent read its child's output back")
+	})
+}

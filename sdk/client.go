@@ -88,6 +88,12 @@ type ClientConfig struct {
 	// servers of those namespaces the same keys. Default nil: payloads
 	// are stored as they are, and sealed ones read back sealed.
 	Codec *Codec
+	// OutputsByReference makes Get and Wait return an output kept as a
+	// blob (over the worker's BlobThreshold) as its {"cairn_blob": …}
+	// reference instead of reading it: what the HTTP API answers, a link
+	// to GET /v1/blobs/{key} rather than the bytes. Default false: the
+	// output is read back and checked.
+	OutputsByReference bool
 }
 
 // Client starts tasks and asks about them. It is safe for concurrent use.
@@ -101,6 +107,7 @@ type Client struct {
 	maxPayload     int          // MaxPayloadBytes, default filled
 	archives       *engine.Archives
 	defaultArchive string
+	outputsByRef   bool
 
 	listenOnce sync.Once
 	listener   *engine.Notifier // started by the first Wait; stopped by Close
@@ -163,7 +170,7 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 		cfg.Archives = &engine.Archives{}
 	}
 	c := &Client{store: st, namespace: ns, identity: identity, filterLimits: cfg.FilterLimits.withDefaults(), maxPayload: maxPayload,
-		archives: cfg.Archives, defaultArchive: cfg.DefaultArchive}
+		archives: cfg.Archives, defaultArchive: cfg.DefaultArchive, outputsByRef: cfg.OutputsByReference}
 	if cfg.Notifier != nil {
 		c.listenOnce.Do(func() { c.listener, c.shared = cfg.Notifier, true })
 	}
@@ -514,7 +521,29 @@ func (c *Client) Get(ctx context.Context, id uuid.UUID) (*TaskInfo, error) {
 	if err != nil {
 		return nil, err
 	}
-	return taskInfo(t), nil
+	info := taskInfo(t)
+	if !c.outputsByRef {
+		if info.Output, err = c.resolvePayload(ctx, info.Output); err != nil {
+			return nil, errors.Wrapf(err, "the output of task %s", id)
+		}
+	}
+	return info, nil
+}
+
+// resolvePayload reads back a payload kept as a blob ({"cairn_blob": …}),
+// checked against its digest; any other payload is returned as it is, and
+// so is a reference whose blob is gone (removed with its task) or shredded
+// (an erased task's).
+func (c *Client) resolvePayload(ctx context.Context, raw json.RawMessage) (json.RawMessage, error) {
+	ref, ok := history.ParseBlobEnvelope(raw)
+	if !ok {
+		return raw, nil
+	}
+	data, err := c.GetBlob(ctx, ref)
+	if errors.Is(err, ErrNotFound) || errors.Is(err, engine.ErrPayloadSealed) {
+		return raw, nil
+	}
+	return data, err
 }
 
 // Wait returns the task once it is finished (completed, failed, cancelled

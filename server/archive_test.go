@@ -3,8 +3,12 @@ package server
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -129,5 +133,57 @@ func damage(t *testing.T, s store.Store, key string) {
 		require.NoError(t, err)
 	default:
 		t.Fatalf("no way to damage a blob in %T", s)
+	}
+}
+
+// An output kept as a blob is answered by reference over HTTP (a link,
+// not the bytes: {"cairn_blob": …}, downloaded from GET /v1/blobs/{key}),
+// and the console's task page shows its size with a download link that
+// sends the bytes. On both stores.
+func TestOutputKeptAsABlobIsALink(t *testing.T) {
+	t.Parallel()
+	for _, st := range bothStores(t) {
+		t.Run(st.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			registerDoc(t, st.store, "default")
+			res, err := st.store.TaskStart(ctx, &store.TaskStartParams{Namespace: "default", Scheduled: history.TaskScheduledData{
+				TaskType: "doc", TypeVersion: 1, Queue: "default", MaxAttempts: 3}})
+			require.NoError(t, err)
+			claimed, err := st.store.TaskClaimMany(ctx, &store.TaskClaimManyParams{Namespace: "default", Queues: []string{"default"},
+				Types: []store.TypeKey{{Type: "doc", Version: 1}}, Owner: "w", Max: 1, LeaseTTL: time.Minute})
+			require.NoError(t, err)
+			require.Len(t, claimed, 1)
+			c := claimed[0]
+			output := []byte(`"` + strings.Repeat("report line\n", 10_000) + `"`)
+			ref, err := engine.TaskBlobs{Store: st.store, Namespace: "default", TaskID: res.ID}.PutBlob(ctx, "application/json", output)
+			require.NoError(t, err)
+			_, err = st.store.EventAppend(ctx, &store.EventAppendParams{TaskID: c.Task.ID, State: c.State, Epoch: c.State.Lease.Epoch,
+				Attempt: c.State.Attempt, Payloads: []history.Payload{history.TaskCompletedData{Output: history.BlobEnvelope(ref)}}})
+			require.NoError(t, err)
+
+			h := testServer(t, st.store)
+			got := send(t, h, "GET", "/v1/tasks/"+res.ID.String(), nil)
+			require.Equal(t, http.StatusOK, got.status, "%s", got.body)
+			var info struct {
+				Output json.RawMessage `json:"output"`
+			}
+			require.NoError(t, json.Unmarshal(got.body, &info))
+			linked, ok := history.ParseBlobEnvelope(info.Output)
+			require.True(t, ok, "the API answers the reference: %s", info.Output)
+			require.Equal(t, ref, linked)
+
+			page := sendHTML(t, h, "/console/tasks/"+res.ID.String(), http.StatusOK)
+			require.Contains(t, page, fmt.Sprintf("Kept as a blob: %d bytes (application/json)", len(output)))
+			link := "/console/blobs/" + ref.Key + "?namespace=default"
+			require.Contains(t, page, `href="`+link+`"`)
+			r := httptest.NewRequest(http.MethodGet, link, nil)
+			r.Host = "localhost"
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, r)
+			require.Equal(t, http.StatusOK, w.Code, "%s", w.Body)
+			require.Equal(t, output, w.Body.Bytes())
+			require.Equal(t, "attachment", w.Header().Get("Content-Disposition"))
+		})
 	}
 }

@@ -135,6 +135,7 @@ func (s *Server) consoleRoutes(mux *http.ServeMux) {
 	mux.Handle("GET /console/{$}", s.console(RoleRead, s.consoleOverview))
 	mux.Handle("GET /console/tasks", s.console(RoleRead, s.consoleTasks))
 	mux.Handle("GET /console/tasks/{id}", s.console(RoleRead, s.consoleTask))
+	mux.Handle("GET /console/blobs/{key}", s.console(RoleRead, s.consoleBlob))
 	mux.Handle("POST /console/tasks/{id}/{action}", s.console(RoleOperate, s.consoleTaskAction))
 	mux.Handle("POST /console/tasks/{id}/signals/{name}", s.console(RoleOperate, s.consoleSignal))
 	mux.Handle("GET /console/waiting", s.console(RoleRead, s.consoleWaiting))

@@ -6,6 +6,8 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/cockroachdb/errors"
+
 	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/sdk"
 	"github.com/google/uuid"
@@ -17,11 +19,14 @@ type taskData struct {
 	Finished                           bool
 	CanCancel, CanRetry, CanCompensate bool
 	Input, Output                      string
-	Timeline                           []*timelineBlock
-	Axis                               *timeAxis       // the same history on a time axis
-	Events                             []history.Event // the first consoleEventRows of them
-	MoreEvents                         int             // those past consoleEventRows, not listed
-	Cost                               string
+	// OutputBlob, for an output kept as a blob, is its size, type and the
+	// console's download link.
+	OutputBlob *blobLink
+	Timeline   []*timelineBlock
+	Axis       *timeAxis       // the same history on a time axis
+	Events     []history.Event // the first consoleEventRows of them
+	MoreEvents int             // those past consoleEventRows, not listed
+	Cost       string
 	// Wait is the signal the task's workflow waits for, if it does: the
 	// page offers a form to send it.
 	Wait *waitingTask
@@ -92,6 +97,10 @@ func (s *Server) consoleTask(w http.ResponseWriter, r *http.Request, c *call, pa
 		CanCancel: !finished, CanRetry: info.Status == history.StatusDeadLettered, CanCompensate: info.Status == history.StatusCompleted,
 		Input: prettyJSON(info.Input, consoleJSONLimit), Output: prettyJSON(info.Output, consoleJSONLimit),
 		Timeline: buildTimeline(events), Axis: buildTimeAxis(events, finished, time.Now()), Cost: usageSummary(events), Wait: currentWait(info, events),
+	}
+	if ref, ok := history.ParseBlobEnvelope(info.Output); ok {
+		data.OutputBlob = &blobLink{Size: ref.Size, ContentType: ref.ContentType,
+			URL: s.path("/console/blobs/" + url.PathEscape(ref.Key) + "?namespace=" + url.QueryEscape(c.namespace))}
 	}
 	data.Events, data.MoreEvents = listedEvents(events)
 	if err := s.consoleChildren(r.Context(), c, info, events, r.URL.Query(), data); err != nil {
@@ -343,4 +352,26 @@ func usageSummary(events []history.Event) string {
 		return ""
 	}
 	return fmt.Sprintf("%d tokens · $%.4f", tokens, cost)
+}
+
+// blobLink is a payload kept as a blob, as the task page offers it.
+type blobLink struct {
+	Size        int64
+	ContentType string
+	URL         string
+}
+
+// consoleBlob downloads a blob of the namespace (an output kept by
+// reference), checked against its digest as every read is.
+func (s *Server) consoleBlob(w http.ResponseWriter, r *http.Request, c *call, page *consolePage) {
+	data, contentType, err := c.client.ReadBlob(r.Context(), r.PathValue("key"))
+	if err != nil {
+		status := http.StatusInternalServerError
+		if errors.Is(err, sdk.ErrNotFound) {
+			status = http.StatusNotFound
+		}
+		s.consoleFail(w, r, page, status, s.consoleError(r, err))
+		return
+	}
+	writeBlob(w, data, contentType)
 }

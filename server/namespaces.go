@@ -136,6 +136,11 @@ func (s *Server) getBlob(w http.ResponseWriter, r *http.Request, c *call) {
 		s.writeError(w, r, err)
 		return
 	}
+	writeBlob(w, data, contentType)
+}
+
+// writeBlob sends a blob's bytes as a download, never rendered in place.
+func writeBlob(w http.ResponseWriter, data []byte, contentType string) {
 	if contentType == "" {
 		contentType = "application/octet-stream"
 	}

@@ -390,7 +390,7 @@ func (s *Server) client(namespace string) (*sdk.Client, error) {
 	}
 	c, err := sdk.NewClient(sdk.ClientConfig{Store: s.cfg.Store, Namespace: namespace, Identity: "api",
 		Notifier: s.notifier, FilterLimits: s.cfg.FilterLimits, MaxPayloadBytes: s.cfg.MaxPayloadBytes,
-		DefaultArchive: s.cfg.DefaultArchive, Archives: &s.archives})
+		DefaultArchive: s.cfg.DefaultArchive, Archives: &s.archives, OutputsByReference: true})
 	if err != nil {
 		return nil, errmark.Mark(err, sdk.ErrInvalid)
 	}

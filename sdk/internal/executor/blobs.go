@@ -2,6 +2,7 @@ package executor
 
 import (
 	"context"
+	"encoding/json"
 
 	"github.com/cockroachdb/errors"
 
@@ -54,6 +55,53 @@ func (h *Handler) offload(a *engine.Attempt, p history.Payload) (history.Payload
 	}
 	step.Output, step.OutputRef = nil, &ref
 	return step, nil
+}
+
+// offloadOutput keeps a workflow's output over the blob threshold in the
+// task's blobs: task_completed records {"cairn_blob": ref} in its place
+// (history.BlobEnvelope), which readers resolve. One over MaxBlobBytes
+// fails as an output over the limit does.
+func (h *Handler) offloadOutput(a *engine.Attempt, out json.RawMessage) (json.RawMessage, error) {
+	if h.blobThreshold <= 0 || len(out) <= h.blobThreshold {
+		return out, nil
+	}
+	ref, err := a.Blobs().PutBlob(a.DurableContext(), "application/json", out)
+	if errors.Is(err, engine.ErrPayloadTooLarge) {
+		return nil, payloadTooLarge("the workflow's output", len(out), engine.MaxBlobBytes)
+	}
+	if err != nil {
+		return nil, errors.Wrap(err, "keep the workflow's output as a blob")
+	}
+	return history.BlobEnvelope(ref), nil
+}
+
+// resolvedChildren returns children with the outputs kept by reference
+// (a child's output over its worker's threshold) read back, each blob once
+// per attempt (cache).
+func resolvedChildren(ctx context.Context, a *engine.Attempt, children []history.Child, cache map[string]json.RawMessage) []history.Child {
+	var out []history.Child
+	for i, c := range children {
+		ref, ok := history.ParseBlobEnvelope(c.Output)
+		if !ok {
+			continue
+		}
+		data, seen := cache[ref.Key]
+		if !seen {
+			var err error
+			if data, err = a.Blobs().GetBlob(ctx, ref); err != nil {
+				continue // left as the reference: the child's decode says what it is
+			}
+			cache[ref.Key] = data
+		}
+		if out == nil {
+			out = append([]history.Child(nil), children...)
+		}
+		out[i].Output = data
+	}
+	if out == nil {
+		return children
+	}
+	return out
 }
 
 // resolveOutputs returns state with the outputs its history keeps by

@@ -2,6 +2,7 @@ package executor
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -183,7 +184,8 @@ func (h *Handler) handleAttempt(ctx context.Context, a *engine.Attempt, tr *atte
 		irreversibleCtx, cancelIrreversible = context.WithDeadlineCause(irreversibleCtx, *dl, errDeadline)
 		defer cancelIrreversible()
 	}
-	var refused *history.StepCompletedData // the step whose output Record refused as too large
+	var refused *history.StepCompletedData       // the step whose output Record refused as too large
+	childOutputs := map[string]json.RawMessage{} // children's outputs kept by reference, read this attempt
 	res := interpreter.Run(interpreter.RunParams{
 		TaskID: taskID, Attempt: state.Attempt, Steps: state.Steps,
 		Context: runCtx, Stopping: a.Stopping(),
@@ -201,7 +203,9 @@ func (h *Handler) handleAttempt(ctx context.Context, a *engine.Attempt, tr *atte
 		},
 		StepDone: tr.stepDone,
 		Timer:    state.Timer, Mailbox: func() interpreter.Mailbox { return interpreter.MailboxOf(a.State()) }, Now: engine.Now,
-		Children:           func() []history.Child { return a.State().Children },
+		Children: func() []history.Child {
+			return resolvedChildren(a.DurableContext(), a, a.State().Children, childOutputs)
+		},
 		StartChildren:      func(reqs []interpreter.ChildRequest) error { return startChildren(a, reqs) },
 		MaxRunningChildren: typ.MaxRunningChildren,
 		Record: func(step history.Payload) error {
@@ -223,6 +227,11 @@ func (h *Handler) handleAttempt(ctx context.Context, a *engine.Attempt, tr *atte
 	if res.Pending != nil {
 		if res.Pending, err = h.offload(a, res.Pending); err != nil && res.Err == nil {
 			res.Pending, res.Err = nil, err
+		}
+	}
+	if res.Err == nil {
+		if res.Output, err = h.offloadOutput(a, res.Output); err != nil {
+			res.Err = err
 		}
 	}
 	res = h.limitOutputs(res, refused)
