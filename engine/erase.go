@@ -28,9 +28,9 @@ type TaskEraseParams struct {
 // copy of it made from now on. It returns the task's state after it.
 //
 // A task not yet finished is refused ([store.ErrTaskState]), as is one
-// without a data key (its namespace was not encrypted when it ran:
-// nothing of it can be shredded). Erasing an erased task again returns
-// its state and writes nothing.
+// without a data key (its namespace was not encrypted when it ran, or it
+// never wrote a payload under encryption: nothing of it can be shredded).
+// Erasing an erased task again returns its state and writes nothing.
 func EraseTask(ctx context.Context, s store.Store, p *TaskEraseParams) (history.State, error) {
 	if p.By == "" {
 		return history.State{}, errors.New("erase: By (who asks) is empty")
@@ -67,7 +67,7 @@ func eraseOnce(ctx context.Context, s store.Store, p *TaskEraseParams) (history.
 		return state, err
 	}
 	if keys[p.ID] == nil {
-		return state, errmark.Mark(errors.Newf("erase task %s: it has no data key (its namespace was not encrypted when it ran), so nothing of it can be shredded", p.ID), store.ErrTaskState)
+		return state, errmark.Mark(errors.Newf("erase task %s: it has no data key (its namespace was not encrypted when it ran, or it wrote no payload under encryption), so nothing of it can be shredded", p.ID), store.ErrTaskState)
 	}
 	next, err := s.EventAppend(ctx, &store.EventAppendParams{
 		TaskID: p.ID, State: state, At: Now(),

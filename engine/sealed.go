@@ -111,7 +111,9 @@ func (c *keyCache) drop(id uuid.UUID) {
 // own task, and ID and DataKey set; p itself when its namespace is not
 // encrypted. p is not modified.
 func (s *SealedStore) SealStart(p *store.TaskStartParams) (*store.TaskStartParams, error) {
-	if !s.codec.Encrypts(p.Namespace) {
+	if !s.codec.Encrypts(p.Namespace) || p.DataKey != nil {
+		// Sealed already (a decorator over this one made its key and
+		// sealed its input): a second key would orphan the input's.
 		return p, nil
 	}
 	q := *p
@@ -126,7 +128,7 @@ func (s *SealedStore) SealStart(p *store.TaskStartParams) (*store.TaskStartParam
 		return nil, err
 	}
 	q.DataKey = wrapped
-	if in := p.Scheduled.Input; len(in) > 0 && !history.MaybeSealed(in) {
+	if in := p.Scheduled.Input; len(in) > 0 {
 		var digest []byte
 		if p.Scheduled.IdempotencyKey != "" {
 			digest = s.codec.digest(p.Namespace, in)
@@ -284,9 +286,11 @@ func (s *SealedStore) sealAppend(ctx context.Context, p *store.EventAppendParams
 		return nil, err
 	}
 	seal := func(raw json.RawMessage) json.RawMessage {
-		if len(raw) == 0 || history.MaybeSealed(raw) {
+		if len(raw) == 0 {
 			return raw
 		}
+		// Whatever it looks like: a user's value shaped like a sealed one
+		// is sealed too, never stored as it is.
 		return sealPayload(aead, p.TaskID, raw, nil)
 	}
 	q.Payloads = make([]history.Payload, len(p.Payloads))
@@ -349,7 +353,7 @@ func (s *SealedStore) dataKey(ctx context.Context, ns string, id uuid.UUID, crea
 		}
 	}
 	if wrapped == nil {
-		return nil, errmark.Mark(errors.Newf("task %s has no data key: it was erased, or finished before its namespace was encrypted", id), ErrPayloadSealed)
+		return nil, errmark.Mark(errors.Wrapf(errNoDataKey, "task %s", id), ErrPayloadSealed)
 	}
 	aead, err := s.codec.unwrap(ns, id, wrapped)
 	if err != nil {
@@ -359,11 +363,15 @@ func (s *SealedStore) dataKey(ctx context.Context, ns string, id uuid.UUID, crea
 	return aead, nil
 }
 
+// errNoDataKey is dataKey's error for a task without a data key: erased,
+// gone, or finished without one.
+var errNoDataKey = errors.New("the task has no data key: it was erased, or finished without writing a payload under encryption")
+
 // TaskSignal implements [store.Store]. A signal to a task named by its
 // idempotency key is sealed with the namespace key (the task is not known
 // before the store finds it): an erasure of the task does not shred it.
 func (s *SealedStore) TaskSignal(ctx context.Context, p *store.TaskSignalParams) (store.SignalResult, error) {
-	if !s.codec.Encrypts(p.Namespace) || len(p.Payload) == 0 || history.MaybeSealed(p.Payload) {
+	if !s.codec.Encrypts(p.Namespace) || len(p.Payload) == 0 {
 		return s.Store.TaskSignal(ctx, p)
 	}
 	q := *p
@@ -372,10 +380,12 @@ func (s *SealedStore) TaskSignal(ctx context.Context, p *store.TaskSignalParams)
 		return s.Store.TaskSignal(ctx, &q)
 	}
 	aead, err := s.dataKey(ctx, p.Namespace, p.TaskID, true)
-	if errors.Is(err, ErrPayloadSealed) {
-		// Finished (the store refuses it) or gone (not found): let the
-		// store say which.
-		return s.Store.TaskSignal(ctx, p)
+	if errors.Is(err, errNoDataKey) {
+		// No key, and none can be given: the task has finished (the store
+		// refuses the signal) or is gone (not found). Nothing is written
+		// either way; the store says which.
+		q.Payload = s.codec.sealWithNamespaceKey(p.Namespace, p.Payload)
+		return s.Store.TaskSignal(ctx, &q)
 	}
 	if err != nil {
 		return store.SignalResult{}, err
@@ -395,21 +405,25 @@ func (s *SealedStore) BlobPut(ctx context.Context, b *store.Blob) error {
 		return err
 	}
 	q := *b
-	q.Data = sealInto(aead, nil, b.Data, blobAD(b.Key))
+	q.Data = sealInto(aead, []byte(sealedBlobMagic), b.Data, blobAD(b.Key))
 	return s.Store.BlobPut(ctx, &q)
 }
+
+// sealedBlobMagic begins a sealed blob's bytes: a blob written before its
+// namespace was encrypted has none, and is read as it is.
+const sealedBlobMagic = "\x00cairn-sealed-blob-v1\x00"
 
 // BlobGet implements [store.Store].
 func (s *SealedStore) BlobGet(ctx context.Context, namespace, key string) (*store.Blob, error) {
 	b, err := s.Store.BlobGet(ctx, namespace, key)
-	if err != nil || !s.codec.Encrypts(namespace) {
+	if err != nil || !bytes.HasPrefix(b.Data, []byte(sealedBlobMagic)) {
 		return b, err
 	}
 	aead, err := s.dataKey(ctx, namespace, b.TaskID, false)
 	if err != nil {
 		return nil, errors.Wrapf(err, "blob %s", key)
 	}
-	if b.Data, err = openFrom(aead, b.Data, blobAD(key)); err != nil {
+	if b.Data, err = openFrom(aead, b.Data[len(sealedBlobMagic):], blobAD(key)); err != nil {
 		return nil, errmark.Mark(errors.Newf("blob %s of task %s does not open with its task's key", key, b.TaskID), ErrPayloadCorrupt)
 	}
 	return b, nil
@@ -420,7 +434,7 @@ func blobAD(key string) []byte { return []byte("cairn blob " + key) }
 // ScheduleCreate implements [store.Store]: a schedule's input belongs to
 // no one task, so it is sealed with the namespace key itself.
 func (s *SealedStore) ScheduleCreate(ctx context.Context, sc store.Schedule) error {
-	if s.codec.Encrypts(sc.Namespace) && len(sc.Input) > 0 && !history.MaybeSealed(sc.Input) {
+	if s.codec.Encrypts(sc.Namespace) && len(sc.Input) > 0 {
 		sc.Input = s.codec.sealWithNamespaceKey(sc.Namespace, sc.Input)
 	}
 	return s.Store.ScheduleCreate(ctx, sc)
@@ -436,7 +450,7 @@ func (s *SealedStore) ScheduleList(ctx context.Context, namespace string) ([]sto
 	for i := range out {
 		out[i].Input = o.open(namespace, out[i].Input)
 	}
-	return out, nil
+	return out, o.err
 }
 
 // TaskGetByID implements [store.Store].
@@ -445,8 +459,7 @@ func (s *SealedStore) TaskGetByID(ctx context.Context, namespace string, id uuid
 	if err != nil {
 		return nil, err
 	}
-	s.openTasks(ctx, []*store.Task{t})
-	return t, nil
+	return t, s.openTasks(ctx, []*store.Task{t})
 }
 
 // TaskGetManyByID implements [store.Store].
@@ -455,8 +468,7 @@ func (s *SealedStore) TaskGetManyByID(ctx context.Context, ids []uuid.UUID) ([]*
 	if err != nil {
 		return nil, err
 	}
-	s.openTasks(ctx, ts)
-	return ts, nil
+	return ts, s.openTasks(ctx, ts)
 }
 
 // TaskList implements [store.Store].
@@ -465,8 +477,7 @@ func (s *SealedStore) TaskList(ctx context.Context, p *store.TaskListParams) ([]
 	if err != nil {
 		return nil, err
 	}
-	s.openTasks(ctx, ts)
-	return ts, nil
+	return ts, s.openTasks(ctx, ts)
 }
 
 // DeadLetterList implements [store.Store].
@@ -475,8 +486,7 @@ func (s *SealedStore) DeadLetterList(ctx context.Context, p *store.DeadLetterLis
 	if err != nil {
 		return nil, err
 	}
-	s.openTasks(ctx, ts)
-	return ts, nil
+	return ts, s.openTasks(ctx, ts)
 }
 
 // EventListByTask implements [store.Store].
@@ -490,7 +500,7 @@ func (s *SealedStore) EventListByTask(ctx context.Context, id uuid.UUID) ([]hist
 	for i := range events {
 		events[i] = o.openEvent(ns, events[i])
 	}
-	return events, nil
+	return events, o.err
 }
 
 // EventListByTasks implements [store.Store].
@@ -507,7 +517,7 @@ func (s *SealedStore) EventListByTasks(ctx context.Context, ids []uuid.UUID) (ma
 			events[i] = o.openEvent(ns, events[i])
 		}
 	}
-	return all, nil
+	return all, o.err
 }
 
 // TaskClaim implements [store.Store].
@@ -573,10 +583,10 @@ func (s *SealedStore) EventScan(ctx context.Context, p *store.EventScanParams) (
 		}
 		o.changed = false
 	}
-	return out, nil
+	return out, o.err
 }
 
-func (s *SealedStore) openTasks(ctx context.Context, ts []*store.Task) {
+func (s *SealedStore) openTasks(ctx context.Context, ts []*store.Task) error {
 	o := s.newOpener(ctx)
 	for _, t := range ts {
 		if t == nil || !s.codec.Encrypts(t.Namespace) {
@@ -584,6 +594,7 @@ func (s *SealedStore) openTasks(ctx context.Context, ts []*store.Task) {
 		}
 		t.Input, t.Output = o.open(t.Namespace, t.Input), o.open(t.Namespace, t.Output)
 	}
+	return o.err
 }
 
 func (s *SealedStore) openState(ctx context.Context, st history.State) history.State {
@@ -605,6 +616,9 @@ type opener struct {
 	// An append's result also finds here the plaintexts it sealed.
 	opened  map[string]json.RawMessage
 	changed bool // a payload was opened since this was last reset
+	// err is the first failure to read keys from the database: a read
+	// reports it rather than handing payloads on sealed as if erased.
+	err error
 }
 
 func (s *SealedStore) newOpener(ctx context.Context) *opener {
@@ -626,7 +640,8 @@ func (o *opener) prefetch(ids []uuid.UUID) {
 	}
 	wrapped, err := o.s.Store.TaskDataKeys(o.ctx, missing)
 	if err != nil {
-		return // opened one by one, or left sealed
+		o.fail(err)
+		return
 	}
 	for _, id := range missing {
 		if wrapped[id] == nil {
@@ -652,10 +667,19 @@ func (o *opener) key(ns string, id uuid.UUID) cipher.AEAD {
 	}
 	aead, err := o.s.dataKey(o.ctx, ns, id, false)
 	if err != nil {
+		o.fail(err)
 		aead = nil
 	}
 	o.keys[id] = aead
 	return aead
+}
+
+// fail records err unless it only says a payload stays sealed (no key
+// for it, or one that does not open it).
+func (o *opener) fail(err error) {
+	if o.err == nil && !errors.Is(err, ErrPayloadSealed) && !errors.Is(err, ErrPayloadCorrupt) {
+		o.err = errors.Wrap(err, "read the data keys to open payloads")
+	}
 }
 
 // open returns raw opened, or raw as it is when it is not sealed or does

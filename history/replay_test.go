@@ -593,3 +593,30 @@ func TestApplyAllEqualsRepeatedApplyAndDoesNotAlias(t *testing.T) {
 	require.True(t, errors.Is(err, history.ErrInvalidHistory))
 	require.Equal(t, base, same)
 }
+
+// task_erased ends a finished task's history: it keeps the outcome and
+// times, and nothing may follow it; an unfinished task is not erased, nor
+// one erased already.
+func TestTaskErasedRules(t *testing.T) {
+	t.Parallel()
+	erased := historytest.E{Data: history.TaskErasedData{By: "dpo", Reason: "request"}}
+	done, err := history.Replay(historytest.Build(historytest.Scheduled(), historytest.Started(1, 1), historytest.Completed(1)))
+	require.NoError(t, err)
+	s, err := history.Replay(historytest.Build(historytest.Scheduled(), historytest.Started(1, 1), historytest.Completed(1), erased))
+	require.NoError(t, err)
+	require.True(t, s.Erased)
+	require.Equal(t, history.StatusCompleted, s.Status)
+	require.Equal(t, done.FinishedAt, s.FinishedAt)
+
+	for name, events := range map[string][]historytest.E{
+		"running":      {historytest.Scheduled(), historytest.Started(1, 1), erased},
+		"pending":      {historytest.Scheduled(), erased},
+		"twice":        {historytest.Scheduled(), historytest.Started(1, 1), historytest.Completed(1), erased, erased},
+		"requeued":     {historytest.Scheduled(), historytest.Started(1, 1), historytest.DeadLettered(1, "gave up"), erased, historytest.Requeued("again")},
+		"compensated":  {historytest.Scheduled(), historytest.Started(1, 1), historytest.Completed(1), erased, {Data: history.CompensationRequestedData{By: "ops"}}},
+		"signal after": {historytest.Scheduled(), historytest.Started(1, 1), historytest.Completed(1), erased, historytest.Signal("x", "", "")},
+	} {
+		_, err := history.Replay(historytest.Build(events...))
+		require.ErrorIs(t, err, history.ErrInvalidHistory, name)
+	}
+}

@@ -137,11 +137,10 @@ func (c *Client) waitListener() *engine.Notifier {
 
 // NewClient returns a client. It does not touch the database.
 func NewClient(cfg ClientConfig) (*Client, error) {
-	st, err := configuredStore(cfg.Store, cfg.Pool, cfg.Schema, cfg.Metrics)
+	st, err := sealedStore(cfg.Store, cfg.Pool, cfg.Schema, cfg.Metrics, cfg.Codec)
 	if err != nil {
 		return nil, err
 	}
-	st = engine.SealStore(st, cfg.Codec)
 	ns := cfg.Namespace
 	if ns == "" {
 		ns = store.DefaultNamespace

@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -426,5 +427,123 @@ func TestEncryptedTasksAreArchivedSealed(t *testing.T) {
 			return nil
 		}))
 		require.Positive(t, objects)
+	})
+}
+
+type amount struct {
+	Cents int `json:"cents"`
+}
+
+var (
+	payoutChild = sdk.NewWorkflow("payout.amount", 1, func(ctx workflow.Context, in claimForm) (amount, error) {
+		return amount{Cents: 4200}, nil
+	}, sdk.WorkflowOpts{Queue: "children"})
+	payoutParent = sdk.NewWorkflow("payout.run", 1, func(ctx workflow.Context, in claimForm) (int, error) {
+		a, err := workflow.StartChild(ctx, payoutChild, in).Result(ctx)
+		return a.Cents, err
+	}, sdk.WorkflowOpts{Queue: "parents", Retry: &activities.RetryPolicy{MaxAttempts: 2, InitialInterval: time.Millisecond}})
+)
+
+// A parent whose finished child was erased before it read the child's
+// output does not read a zero value: its run ends with an error saying the
+// output is encrypted, and it never completes with a made-up amount.
+func TestParentDoesNotReadAnErasedChildsOutput(t *testing.T) {
+	t.Parallel()
+	onEachStoreEmbedded(t, func(t *testing.T, embedded bool) {
+		ctx := context.Background()
+		codec, err := sdk.ParseCodec(keysJSON(t, map[string][]byte{"k1": newKey(t)}, "k1"))
+		require.NoError(t, err)
+		env := newEncryptedEnv(t, embedded, codec)
+		newWorker := func(queue string) *sdk.Worker {
+			w, err := sdk.NewWorker(sdk.WorkerConfig{Store: env.raw, Codec: codec, Queues: []string{queue}, PollInterval: 20 * time.Millisecond})
+			require.NoError(t, err)
+			sdk.Register(w, payoutParent)
+			sdk.Register(w, payoutChild)
+			require.NoError(t, w.Start(ctx))
+			return w
+		}
+		parents := newWorker("parents")
+		res, err := sdk.Start(ctx, env.client, payoutParent, claimForm{Applicant: secret})
+		require.NoError(t, err)
+		enginetest.WaitFor(t, "the parent awaits its child", func() bool {
+			return slices.Contains(eventTypesOf(t, env.client, res.ID), history.ChildWaitStarted)
+		})
+		require.NoError(t, parents.Stop(ctx))
+		children := newWorker("children")
+		t.Cleanup(func() { _ = children.Stop(context.Background()) })
+		events := taskHistory(t, env.client, res.ID)
+		child := eventsOf[history.ChildStartedData](events)[0].ChildID
+		childInfo := waitTask(t, env.client, uuid.MustParse(child))
+		require.Equal(t, history.StatusCompleted, childInfo.Status)
+		require.NoError(t, env.client.Erase(ctx, childInfo.ID, "erased before the parent read it"))
+
+		parents = newWorker("parents")
+		t.Cleanup(func() { _ = parents.Stop(context.Background()) })
+		info := waitTask(t, env.client, res.ID)
+		require.NotEqual(t, history.StatusCompleted, info.Status, "the parent did not complete on a zero value")
+		require.NotNil(t, info.LastError)
+		require.Contains(t, info.LastError.Message, "the output of child 0 is encrypted")
+	})
+}
+
+// Review findings, each a way a payload could reach the database in clear
+// or be lost: a signal from a process without the task's key id, a start
+// through two decorators, a value shaped like a sealed one, and a blob
+// written before encryption (read back as it is).
+func TestSealingHasNoBackDoors(t *testing.T) {
+	t.Parallel()
+	onEachStoreEmbedded(t, func(t *testing.T, embedded bool) {
+		ctx := context.Background()
+		keys := map[string][]byte{"k1": newKey(t), "k2": newKey(t)}
+		rotated, err := sdk.ParseCodec(keysJSON(t, keys, "k1", "k2"))
+		require.NoError(t, err)
+		old, err := sdk.ParseCodec(keysJSON(t, keys, "k1"))
+		require.NoError(t, err)
+		env := newEncryptedEnv(t, embedded, rotated)
+
+		waiting, err := sdk.Start(ctx, env.client, kycWorkflow, claimForm{Applicant: "a"})
+		require.NoError(t, err)
+		enginetest.WaitFor(t, "the workflow waits for its review", func() bool {
+			info, err := env.client.Get(ctx, waiting.ID)
+			return err == nil && info.Status == history.StatusPending && info.Attempt > 0
+		})
+		behind, err := sdk.NewClient(sdk.ClientConfig{Store: env.raw, Codec: old})
+		require.NoError(t, err)
+		t.Cleanup(behind.Close)
+		_, err = behind.Signal(ctx, waiting.ID, "review", "note "+secret)
+		require.ErrorIs(t, err, engine.ErrPayloadSealed, "a process without the task's key id writes nothing")
+
+		twice := engine.SealStore(engine.SealStore(env.raw, rotated), old)
+		c, err := sdk.NewClient(sdk.ClientConfig{Store: twice})
+		require.NoError(t, err)
+		t.Cleanup(c.Close)
+		res, err := c.StartDynamic(ctx, sdk.TypeRef{Name: "kyc.other", Version: 1}, map[string]string{"a": secret})
+		require.NoError(t, err)
+		fresh, err := sdk.NewClient(sdk.ClientConfig{Store: env.raw, Codec: rotated})
+		require.NoError(t, err)
+		t.Cleanup(fresh.Close)
+		info, err := fresh.Get(ctx, res.ID)
+		require.NoError(t, err)
+		require.Contains(t, string(info.Input), secret, "a start through two decorators opens in another process")
+
+		lookalike, err := env.client.StartDynamic(ctx, sdk.TypeRef{Name: "kyc.other", Version: 1},
+			json.RawMessage(`{"cairn_sealed":{"v":1,"task":"x","data":"AA=="},"ssn":"`+secret+`"}`))
+		require.NoError(t, err)
+		info, err = env.client.Get(ctx, lookalike.ID)
+		require.NoError(t, err)
+		require.Contains(t, string(info.Input), secret)
+
+		require.Empty(t, env.rawScan(t, secret), "the secret is stored in clear")
+
+		plainNS, err := sdk.NewClient(sdk.ClientConfig{Store: env.raw})
+		require.NoError(t, err)
+		t.Cleanup(plainNS.Close)
+		before, err := plainNS.StartDynamic(ctx, sdk.TypeRef{Name: "kyc.other", Version: 1}, nil)
+		require.NoError(t, err)
+		ref, err := engine.TaskBlobs{Store: env.raw, Namespace: store.DefaultNamespace, TaskID: before.ID}.PutBlob(ctx, "text/plain", []byte("written before encryption"))
+		require.NoError(t, err)
+		data, err := env.client.GetBlob(ctx, ref)
+		require.NoError(t, err)
+		require.Equal(t, "written before encryption", string(data))
 	})
 }

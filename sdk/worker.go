@@ -142,11 +142,10 @@ type registered struct {
 
 // NewWorker returns a worker; it does nothing until started.
 func NewWorker(cfg WorkerConfig) (*Worker, error) {
-	st, err := configuredStore(cfg.Store, cfg.Pool, cfg.Schema, cfg.Metrics)
+	st, err := sealedStore(cfg.Store, cfg.Pool, cfg.Schema, cfg.Metrics, cfg.Codec)
 	if err != nil {
 		return nil, err
 	}
-	st = engine.SealStore(st, cfg.Codec)
 	if err := validateWorkerConfig(&cfg); err != nil {
 		return nil, err
 	}

@@ -137,11 +137,13 @@ func generate(src source, opts Opts) []history.Event {
 	g.maxAttempts = src.intRange("max_attempts", 1, opts.MaxAttempts)
 	g.totalSteps = src.intRange("steps", 0, opts.MaxSteps)
 	g.run()
-	g.maybeErase()
 	if !opts.Complete && g.src.intRange("stop_early", 0, 2) == 0 {
 		n := g.rest[g.src.intRange("stop_at", 0, len(g.rest)-1)]
 		return g.events[:n]
 	}
+	// Drawn last, so the histories of earlier seeds (and recorded failure
+	// files) stay what they were.
+	g.maybeErase()
 	return g.events
 }
 

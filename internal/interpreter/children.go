@@ -140,6 +140,11 @@ func ChildResult(ctx Context, h ChildHandle) (json.RawMessage, error) {
 		return nil, err
 	}
 	out, err, _ := finishedChild(ctx.run().children(), h.Position)
+	if err == nil && history.MaybeSealed(out) {
+		// Decoded as it is, it would read as a zero value: the child was
+		// erased, or this worker has no key for it. The run ends.
+		return nil, ctx.run().abort(errSealed(fmt.Sprintf("the output of child %d", h.Position)), nil)
+	}
 	return out, err
 }
 

@@ -85,9 +85,19 @@ func ReceiveSignal(ctx Context, name string, timeout time.Duration) (sig history
 	return receive(ctx, name, timeout)
 }
 
-// receive is Receive without the decoding: the signal taken (ok), or none
-// when the receive timed out or the run must stop (err).
+// receive is receiveAny refusing a signal whose payload is still sealed:
+// decoded as it is, it would read as a zero value. The run ends.
 func receive(ctx Context, name string, timeout time.Duration) (history.Signal, int, bool, error) {
+	sig, pos, ok, err := receiveAny(ctx, name, timeout)
+	if err == nil && ok && history.MaybeSealed(sig.Payload) {
+		return history.Signal{}, pos, false, ctx.run().abort(errSealed(fmt.Sprintf("the payload of signal %q (event %d)", name, sig.Seq)), nil)
+	}
+	return sig, pos, ok, err
+}
+
+// receiveAny is Receive without the decoding: the signal taken (ok), or
+// none when the receive timed out or the run must stop (err).
+func receiveAny(ctx Context, name string, timeout time.Duration) (history.Signal, int, bool, error) {
 	var zero history.Signal
 	s := ctx.run()
 	if err := s.enter("Receive"); err != nil {
