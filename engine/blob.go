@@ -42,22 +42,33 @@ func (a *Attempt) Blobs() TaskBlobs {
 
 // PutBlob writes data as a blob of the task and returns its reference.
 func (b TaskBlobs) PutBlob(ctx context.Context, contentType string, data []byte) (history.BlobRef, error) {
+	ref, blob, err := NewBlob(b.Namespace, b.TaskID, contentType, data)
+	if err != nil {
+		return history.BlobRef{}, err
+	}
+	if err := b.Store.BlobPut(ctx, blob); err != nil {
+		return history.BlobRef{}, err
+	}
+	return ref, nil
+}
+
+// NewBlob makes the blob of data owned by task id of namespace, and the
+// reference a history keeps of it, writing nothing: a start writes it
+// with its task (store.TaskStartParams.Blobs). Over MaxBlobBytes it is
+// refused with [ErrPayloadTooLarge].
+func NewBlob(namespace string, id uuid.UUID, contentType string, data []byte) (history.BlobRef, *store.Blob, error) {
 	if len(data) > MaxBlobBytes {
-		return history.BlobRef{}, errmark.Mark(errors.Newf("blob of task %s: %d bytes, over the limit of %d bytes",
-			b.TaskID, len(data), MaxBlobBytes), ErrPayloadTooLarge)
+		return history.BlobRef{}, nil, errmark.Mark(errors.Newf("blob of task %s: %d bytes, over the limit of %d bytes",
+			id, len(data), MaxBlobBytes), ErrPayloadTooLarge)
 	}
 	sum := sha256.Sum256(data)
 	key, err := uuid.NewV7()
 	if err != nil {
-		return history.BlobRef{}, err
+		return history.BlobRef{}, nil, err
 	}
-	err = b.Store.BlobPut(ctx, &store.Blob{Namespace: b.Namespace, Key: key.String(), TaskID: b.TaskID,
-		ContentType: contentType, SHA256: sum[:], Data: data})
-	if err != nil {
-		return history.BlobRef{}, err
-	}
+	blob := &store.Blob{Namespace: namespace, Key: key.String(), TaskID: id, ContentType: contentType, SHA256: sum[:], Data: data}
 	return history.BlobRef{Store: history.BlobStoreDB, Key: key.String(), Size: int64(len(data)),
-		SHA256: hex.EncodeToString(sum[:]), ContentType: contentType}, nil
+		SHA256: hex.EncodeToString(sum[:]), ContentType: contentType}, blob, nil
 }
 
 // GetBlob reads the blob ref names in the task's namespace and checks its

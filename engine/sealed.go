@@ -135,6 +135,14 @@ func (s *SealedStore) SealStart(p *store.TaskStartParams) (*store.TaskStartParam
 		}
 		q.Scheduled.Input = sealPayload(aead, q.ID, in, digest)
 	}
+	if len(p.Blobs) > 0 {
+		q.Blobs = make([]*store.Blob, len(p.Blobs))
+		for i, b := range p.Blobs {
+			sealed := *b
+			sealed.Data = sealInto(aead, []byte(sealedBlobMagic), b.Data, blobAD(b.Key))
+			q.Blobs[i] = &sealed
+		}
+	}
 	s.keys.put(q.ID, aead)
 	return &q, nil
 }

@@ -42,8 +42,7 @@ func BlobEnvelope(ref BlobRef) json.RawMessage {
 // ParseBlobEnvelope reports whether raw stands for a payload kept by
 // reference, and returns the reference.
 func ParseBlobEnvelope(raw json.RawMessage) (BlobRef, bool) {
-	trimmed := bytes.TrimLeft(raw, " \t\r\n")
-	if len(trimmed) == 0 || trimmed[0] != '{' || !bytes.HasPrefix(bytes.TrimLeft(trimmed[1:], " \t\r\n"), []byte(`"`+BlobMember+`"`)) {
+	if !MaybeBlobEnvelope(raw) {
 		return BlobRef{}, false
 	}
 	var outer map[string]json.RawMessage
@@ -55,4 +54,12 @@ func ParseBlobEnvelope(raw json.RawMessage) (BlobRef, bool) {
 		return BlobRef{}, false
 	}
 	return ref, true
+}
+
+// MaybeBlobEnvelope is ParseBlobEnvelope's cheap first test: raw is an
+// object whose first member is cairn_blob (however the store spaced it).
+func MaybeBlobEnvelope(raw json.RawMessage) bool {
+	trimmed := bytes.TrimLeft(raw, " \t\r\n")
+	return len(trimmed) > 0 && trimmed[0] == '{' &&
+		bytes.HasPrefix(bytes.TrimLeft(trimmed[1:], " \t\r\n"), []byte(`"`+BlobMember+`"`))
 }

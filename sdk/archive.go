@@ -235,12 +235,15 @@ func (c *Client) resolveOutputs(ctx context.Context, events []history.Event) ([]
 	return out, nil
 }
 
-// resolveEnvelope reads back the output e keeps as a blob ({"cairn_blob":
-// …}: a workflow's output in task_completed, a child's in
-// child_finished), reporting whether there was one to read.
+// resolveEnvelope reads back the payload e keeps as a blob ({"cairn_blob":
+// …}: a start's input in task_scheduled, a workflow's output in
+// task_completed, a child's in child_finished), reporting whether there
+// was one to read.
 func (c *Client) resolveEnvelope(ctx context.Context, e history.Event) (history.Event, bool, error) {
 	var raw json.RawMessage
 	switch d := e.Data.(type) {
+	case history.TaskScheduledData:
+		raw = d.Input
 	case history.TaskCompletedData:
 		raw = d.Output
 	case history.ChildFinishedData:
@@ -256,6 +259,9 @@ func (c *Client) resolveEnvelope(ctx context.Context, e history.Event) (history.
 		return e, false, errors.Wrapf(err, "the output in event %d", e.Seq)
 	}
 	switch d := e.Data.(type) {
+	case history.TaskScheduledData:
+		d.Input = data
+		e.Data = d
 	case history.TaskCompletedData:
 		d.Output = data
 		e.Data = d

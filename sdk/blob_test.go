@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"strings"
 	"sync/atomic"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/cairnflow/cairn/activities"
 	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/engine/enginetest"
 	"github.com/cairnflow/cairn/engine/sqlitestore"
 	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/sdk"
@@ -289,5 +291,61 @@ func TestLargeWorkflowOutputsAreKeptByReference(t *testing.T) {
 		n, err := parent.Result(ctx)
 		require.NoError(t, err)
 		require.Equal(t, 4*4000, n, "the parent read its child's output back")
+	})
+}
+
+// An input over the client's blob threshold goes by reference: the blob
+// is written with the task, task_scheduled records {"cairn_blob": ref},
+// and every attempt reads the input back; a keyed start of the same input
+// is the same task, of another input a reuse; Get and History read it
+// back. On both stores.
+func TestLargeInputsAreKeptByReference(t *testing.T) {
+	t.Parallel()
+	onEachStore(t, func(t *testing.T, setup setupFunc) {
+		b := setup(t, sdk.WorkerConfig{Concurrency: 2})
+		var attempts atomic.Int32
+		wf := sdk.NewWorkflow("doc.index", 1, func(ctx workflow.Context, doc string) (int, error) {
+			return workflow.Step(ctx, "index", func(context.Context) (int, error) {
+				if attempts.Add(1) == 1 {
+					return 0, activities.Transient(errors.New("index busy"))
+				}
+				return len(doc), nil
+			}, workflow.StepOpts{Retry: &activities.RetryPolicy{MaxAttempts: 3, InitialInterval: time.Millisecond}})
+		})
+		sdk.Register(b.worker, wf)
+		startWorker(t, b.worker)
+		ctx := context.Background()
+		doc := strings.Repeat("scanned page text ", 1_200_000) // about 21 MB
+
+		res, err := sdk.Start(ctx, b.client, wf, doc, sdk.StartOpts{IdempotencyKey: "doc-1"})
+		require.NoError(t, err)
+		n, err := res.Result(ctx)
+		require.NoError(t, err)
+		require.Equal(t, len(doc), n, "the step saw the whole input")
+		require.Equal(t, int32(2), attempts.Load(), "the retry read the input back too")
+
+		raw, err := b.client.RawHistory(ctx, res.ID)
+		require.NoError(t, err)
+		sched := raw[0].Data.(history.TaskScheduledData)
+		ref, ok := history.ParseBlobEnvelope(sched.Input)
+		require.True(t, ok, "task_scheduled keeps the reference")
+		require.Equal(t, int64(len(doc)+2), ref.Size)
+		encoded, err := json.Marshal(raw)
+		require.NoError(t, err)
+		require.Less(t, len(encoded), 10_000, "the history holds a reference, not 21 MB")
+		info, err := b.client.Get(ctx, res.ID)
+		require.NoError(t, err)
+		require.Equal(t, `"`+doc+`"`, string(info.Input))
+		events, err := b.client.History(ctx, res.ID)
+		require.NoError(t, err)
+		require.Equal(t, info.Input, events[0].Data.(history.TaskScheduledData).Input)
+
+		again, err := sdk.Start(ctx, b.client, wf, doc, sdk.StartOpts{IdempotencyKey: "doc-1"})
+		require.NoError(t, err)
+		require.True(t, again.Existing, "the same input is the same start, whatever blob key it got")
+		require.Equal(t, res.ID, again.ID)
+		_, err = sdk.Start(ctx, b.client, wf, doc+"!", sdk.StartOpts{IdempotencyKey: "doc-1"})
+		require.ErrorIs(t, err, sdk.ErrIdempotencyKeyReused)
+		enginetest.RequireProjectionsMatch(t, b.client.Store())
 	})
 }

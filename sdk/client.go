@@ -68,8 +68,9 @@ type ClientConfig struct {
 	// defaults ([DefaultFilterTimeout], [DefaultFilterCost],
 	// [DefaultFilterScan]).
 	FilterLimits FilterLimits
-	// MaxPayloadBytes bounds the JSON of a task's input (Start, StartMany,
-	// StartTx, a schedule's input): a start over it fails with
+	// MaxPayloadBytes bounds the JSON of a task's input kept in place (a
+	// start's at most BlobThreshold, the rest going by reference; a
+	// schedule's input always): a start over it fails with
 	// [ErrPayloadTooLarge] and writes nothing. Default
 	// [DefaultMaxPayloadBytes] (1 MiB); negative is refused. Give workers
 	// the same bound for outputs ([WorkerConfig.MaxPayloadBytes]).
@@ -94,6 +95,14 @@ type ClientConfig struct {
 	// to GET /v1/blobs/{key} rather than the bytes. Default false: the
 	// output is read back and checked.
 	OutputsByReference bool
+	// BlobThreshold: a start's input of more bytes of JSON is kept as a
+	// blob written with the task (in its transaction), and task_scheduled
+	// records {"cairn_blob": ref} in its place, which workers read back
+	// (checked) before the workflow runs. Such an input may hold up to
+	// engine.MaxBlobBytes; MaxPayloadBytes bounds inputs kept in place (a
+	// schedule's always are). Default [DefaultBlobThreshold] (64 KiB), as
+	// [WorkerConfig.BlobThreshold]; negative: inputs stay in place.
+	BlobThreshold int
 }
 
 // Client starts tasks and asks about them. It is safe for concurrent use.
@@ -108,6 +117,7 @@ type Client struct {
 	archives       *engine.Archives
 	defaultArchive string
 	outputsByRef   bool
+	blobThreshold  int // 0: inputs stay in place
 
 	listenOnce sync.Once
 	listener   *engine.Notifier // started by the first Wait; stopped by Close
@@ -169,7 +179,8 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 		cfg.Archives = &engine.Archives{}
 	}
 	c := &Client{store: st, namespace: ns, identity: identity, filterLimits: cfg.FilterLimits.withDefaults(), maxPayload: maxPayload,
-		archives: cfg.Archives, defaultArchive: cfg.DefaultArchive, outputsByRef: cfg.OutputsByReference}
+		archives: cfg.Archives, defaultArchive: cfg.DefaultArchive, outputsByRef: cfg.OutputsByReference,
+		blobThreshold: blobThreshold(cfg.BlobThreshold)}
 	if cfg.Notifier != nil {
 		c.listenOnce.Do(func() { c.listener, c.shared = cfg.Notifier, true })
 	}
@@ -250,6 +261,9 @@ func (c *Client) StartDynamic(ctx context.Context, wf WorkflowRef, input any, op
 	if err != nil {
 		return StartResult{}, err
 	}
+	if p, err = c.inputByReference(p); err != nil {
+		return StartResult{}, err
+	}
 	res, err := c.store.TaskStart(ctx, p)
 	return StartResult(res), err
 }
@@ -265,6 +279,9 @@ func (c *Client) StartDynamicTx(ctx context.Context, tx pgx.Tx, wf WorkflowRef, 
 	}
 	p, err := c.startParams(wf, input, opts)
 	if err != nil {
+		return StartResult{}, err
+	}
+	if p, err = c.inputByReference(p); err != nil {
 		return StartResult{}, err
 	}
 	if sealed, ok := c.store.(*engine.SealedStore); ok {
@@ -355,7 +372,11 @@ func (c *Client) checkedStartParams(wf WorkflowRef, input any, opts *StartOpts) 
 			return nil, errors.Wrapf(err, "start %s", wf.TypeName())
 		}
 	}
-	if err := checkPayloadSize("input", raw, c.maxPayload); err != nil {
+	limit := c.maxPayload
+	if c.blobThreshold > 0 && len(raw) > c.blobThreshold {
+		limit = engine.MaxBlobBytes // kept by reference (inputByReference), unless a schedule's (CreateSchedule checks again)
+	}
+	if err := checkPayloadSize("input", raw, limit); err != nil {
 		return nil, errors.Wrapf(err, "start %s", wf.TypeName())
 	}
 	if interpreter.HasNULEscape(raw) {
@@ -524,6 +545,9 @@ func (c *Client) Get(ctx context.Context, id uuid.UUID) (*TaskInfo, error) {
 	if !c.outputsByRef {
 		if info.Output, err = c.resolvePayload(ctx, info.Output); err != nil {
 			return nil, errors.Wrapf(err, "the output of task %s", id)
+		}
+		if info.Input, err = c.resolvePayload(ctx, info.Input); err != nil {
+			return nil, errors.Wrapf(err, "the input of task %s", id)
 		}
 	}
 	return info, nil
@@ -866,6 +890,9 @@ func (c *Client) StartMany(ctx context.Context, starts []StartParams) ([]StartRe
 		if s.misuse != nil {
 			err = s.misuse
 		}
+		if err == nil {
+			p, err = c.inputByReference(p)
+		}
 		if err != nil {
 			return nil, errors.Wrapf(err, "start %d of %d", i+1, len(starts))
 		}
@@ -880,4 +907,38 @@ func (c *Client) StartMany(ctx context.Context, starts []StartParams) ([]StartRe
 		out[i] = StartResult(r)
 	}
 	return out, nil
+}
+
+// blobThreshold fills the default of a BlobThreshold setting: 0 takes
+// DefaultBlobThreshold, negative turns it off (0).
+func blobThreshold(n int) int {
+	switch {
+	case n == 0:
+		return DefaultBlobThreshold
+	case n < 0:
+		return 0
+	}
+	return n
+}
+
+// inputByReference returns p with an input over the client's blob
+// threshold moved into a blob written with the task: the task's id is
+// chosen here, and task_scheduled records the reference.
+func (c *Client) inputByReference(p *store.TaskStartParams) (*store.TaskStartParams, error) {
+	in := p.Scheduled.Input
+	if c.blobThreshold <= 0 || len(in) <= c.blobThreshold {
+		return p, nil
+	}
+	id, err := uuid.NewV7()
+	if err != nil {
+		return nil, errors.Wrap(err, "new task id")
+	}
+	ref, blob, err := engine.NewBlob(p.Namespace, id, "application/json", in)
+	if err != nil {
+		return nil, errors.Wrapf(err, "start %s: keep the input as a blob", p.Scheduled.TaskType)
+	}
+	q := *p
+	q.ID, q.Blobs = id, []*store.Blob{blob}
+	q.Scheduled.Input = history.BlobEnvelope(ref)
+	return &q, nil
 }

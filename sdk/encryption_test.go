@@ -199,6 +199,12 @@ func TestEncryptedNamespaceStoresNoPlaintext(t *testing.T) {
 		require.NoError(t, json.Unmarshal(info.Output, &out))
 		require.Equal(t, ("read: png bytes of " + secret + strings.Repeat(" padding", 40))[:40]+" / approved for "+secret, out)
 
+		big, err := env.client.StartDynamic(ctx, sdk.TypeRef{Name: "kyc.bulk", Version: 1}, strings.Repeat(secret+" ", 10_000))
+		require.NoError(t, err)
+		bigInfo, err := env.client.Get(ctx, big.ID)
+		require.NoError(t, err)
+		require.Len(t, bigInfo.Input, 10_000*(len(secret)+1)+2, "an input kept by reference reads back whole")
+
 		require.Empty(t, env.rawScan(t, secret), "the secret is stored in clear")
 
 		events := taskHistory(t, env.client, id)

@@ -50,12 +50,22 @@ func TestStartRefusesAnInputOverMaxPayloadBytes(t *testing.T) {
 		}
 		require.Equal(t, 1, enginetest.RequireProjectionsMatch(t, b.client.Store()), "only the accepted start was written")
 
-		// The default: 1 MiB of JSON.
-		_, err = b.client.StartDynamic(ctx, echo, strings.Repeat("x", sdk.DefaultMaxPayloadBytes-2))
+		// The default: 1 MiB of JSON in place; with inputs kept by
+		// reference turned off, what is over it is refused.
+		inPlace, err := sdk.NewClient(sdk.ClientConfig{Store: b.client.Store(), BlobThreshold: -1})
 		require.NoError(t, err)
-		_, err = b.client.StartDynamic(ctx, echo, strings.Repeat("x", sdk.DefaultMaxPayloadBytes-1))
+		defer inPlace.Close()
+		_, err = inPlace.StartDynamic(ctx, echo, strings.Repeat("x", sdk.DefaultMaxPayloadBytes-2))
+		require.NoError(t, err)
+		_, err = inPlace.StartDynamic(ctx, echo, strings.Repeat("x", sdk.DefaultMaxPayloadBytes-1))
 		require.True(t, errors.Is(err, sdk.ErrPayloadTooLarge), "%v", err)
 		require.Equal(t, 1<<20, sdk.DefaultMaxPayloadBytes, "the README and the API's docs say 1 MiB")
+		// By default an input over the blob threshold goes by reference, up
+		// to what a blob holds; a schedule's stays in place, bounded.
+		_, err = b.client.StartDynamic(ctx, echo, strings.Repeat("x", sdk.DefaultMaxPayloadBytes+10))
+		require.NoError(t, err)
+		err = b.client.CreateSchedule(ctx, sdk.ScheduleParams{Name: "big", Cron: "* * * * *", Workflow: echo, Input: strings.Repeat("x", sdk.DefaultMaxPayloadBytes)})
+		require.True(t, errors.Is(err, sdk.ErrPayloadTooLarge), "%v", err)
 
 		_, err = sdk.NewClient(sdk.ClientConfig{Store: b.client.Store(), MaxPayloadBytes: -1})
 		require.ErrorContains(t, err, "MaxPayloadBytes -1 must not be negative")

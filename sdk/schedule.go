@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 
 	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/internal/errmark"
 	"github.com/cockroachdb/errors"
 )
 
@@ -39,6 +40,10 @@ func (c *Client) CreateSchedule(ctx context.Context, p ScheduleParams) error {
 		return errors.Wrapf(err, "schedule %s", p.Name)
 	}
 	sc := start.Scheduled
+	if err := checkPayloadSize("input", sc.Input, c.maxPayload); err != nil {
+		// Every tick copies it into a task: it stays in place.
+		return errors.Wrapf(errmark.Mark(err, ErrInvalid), "schedule %s", p.Name)
+	}
 	if _, _, err := store.ParseCron(p.Cron, p.Timezone); err != nil {
 		return errors.Wrapf(err, "schedule %s", p.Name)
 	}

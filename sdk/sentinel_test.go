@@ -50,6 +50,9 @@ func TestEverySentinelMatchesWithBothErrorLibraries(t *testing.T) {
 			FilterLimits: sdk.FilterLimits{Cost: 1}})
 		require.NoError(t, err)
 		t.Cleanup(stingy.Close)
+		inPlace, err := sdk.NewClient(sdk.ClientConfig{Pool: b.pool, Schema: b.schema, Store: b.store, BlobThreshold: -1})
+		require.NoError(t, err)
+		t.Cleanup(inPlace.Close)
 		missing := uuid.New()
 
 		cases := []struct {
@@ -78,7 +81,7 @@ func TestEverySentinelMatchesWithBothErrorLibraries(t *testing.T) {
 				return err
 			}},
 			{sdk.ErrPayloadTooLarge, "Start", func() error {
-				_, err := sdk.Start(ctx, c, echo, strings.Repeat("x", sdk.DefaultMaxPayloadBytes))
+				_, err := sdk.Start(ctx, inPlace, echo, strings.Repeat("x", sdk.DefaultMaxPayloadBytes))
 				return err
 			}},
 			{sdk.ErrBlobCorrupt, "GetBlob", func() error {

@@ -46,11 +46,12 @@ type Config struct {
 	// SessionTTL is how long a console sign-in lasts. Default
 	// DefaultSessionTTL.
 	SessionTTL time.Duration
-	// MaxPayloadBytes bounds the JSON of a task's input, as
-	// [sdk.ClientConfig.MaxPayloadBytes] does (a start over it is a 413
-	// payload_too_large naming its size and the limit). A start's body
-	// may hold 64 KiB besides the input. Default
-	// [sdk.DefaultMaxPayloadBytes] (1 MiB).
+	// MaxPayloadBytes bounds the JSON of a task's input in a start's
+	// body (a start over it is a 413 payload_too_large naming its size
+	// and the limit); one over the blob threshold (64 KiB) is kept as a
+	// blob with its task, as the SDK's client does. A start's body may
+	// hold 64 KiB besides the input. Default [sdk.DefaultMaxPayloadBytes]
+	// (1 MiB).
 	MaxPayloadBytes int
 	// DefaultArchive is where the histories of tasks retention removed are
 	// read from in a namespace without an archive of its own (the

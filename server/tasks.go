@@ -80,6 +80,12 @@ func (s *Server) startTask(w http.ResponseWriter, r *http.Request, c *call) {
 	if len(input) == 0 {
 		input = json.RawMessage("null")
 	}
+	if len(input) > s.cfg.MaxPayloadBytes {
+		// The client would keep it as a blob; over HTTP the limit holds
+		// (large data is put by reference, e.g. a URL, not in a body).
+		s.writeError(w, r, &sdk.PayloadTooLargeError{What: "input", Size: len(input), Limit: s.cfg.MaxPayloadBytes})
+		return
+	}
 	res, err := c.client.StartDynamic(r.Context(), ref, input, opts)
 	if err != nil {
 		s.writeError(w, r, err)

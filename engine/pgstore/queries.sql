@@ -893,3 +893,13 @@ WITH upd AS (
     RETURNING data_key
 )
 SELECT coalesce((SELECT data_key FROM upd), (SELECT data_key FROM /* TEMPLATE: schema */tasks WHERE id = @id::uuid));
+
+-- name: BlobInsertForStarted
+-- The blobs of starts (an input kept by reference), written in the start's
+-- transaction, after its insert: only those whose task the insert created
+-- (a start whose idempotency key was taken made none).
+INSERT INTO /* TEMPLATE: schema */blobs (namespace, key, task_id, content_type, size, sha256, data, created_at)
+SELECT b.namespace, b.key, b.task_id, b.content_type, b.size, b.sha256, b.data, now()
+FROM unnest(@namespaces::text[], @keys::text[], @task_ids::uuid[], @content_types::text[], @sizes::bigint[],
+            @sha256s::bytea[], @datas::bytea[]) AS b(namespace, key, task_id, content_type, size, sha256, data)
+WHERE EXISTS (SELECT 1 FROM /* TEMPLATE: schema */tasks AS t WHERE t.id = b.task_id AND t.created_at = @at);

@@ -431,6 +431,9 @@ func (s *Store) insertTasks(ctx context.Context, q querier, query string, args p
 		}
 		batch.Queue("SELECT " + genericPlanSettings)
 		batch.Queue(s.sql(query), args).Query(collect)
+		if blobs := startBlobs(plans, args["at"]); blobs != nil {
+			batch.Queue(s.sql("BlobInsertForStarted"), blobs)
+		}
 		if keyed != nil {
 			batch.Queue(s.sql("RetiredKeysRecheck"), pgx.NamedArgs{"ids": keyed, "at": args["at"]})
 			batch.Queue("COMMIT")
@@ -440,6 +443,9 @@ func (s *Store) insertTasks(ctx context.Context, q querier, query string, args p
 		var rows pgx.Rows
 		if rows, err = q.Query(ctx, s.sql(query), args); err == nil {
 			err = collect(rows)
+		}
+		if blobs := startBlobs(plans, args["at"]); err == nil && blobs != nil {
+			_, err = q.Exec(ctx, s.sql("BlobInsertForStarted"), blobs)
 		}
 		if keyed := args["keyed_ids"]; err == nil && keyed != nil {
 			_, err = q.Exec(ctx, s.sql("RetiredKeysRecheck"), pgx.NamedArgs{"ids": keyed, "at": args["at"]})
@@ -663,4 +669,26 @@ func scheduledData(sched history.TaskScheduledData, data []byte) (string, error)
 	sched.Input = nil
 	lean, err := history.Encode(sched)
 	return string(lean), err
+}
+
+// startBlobs are the arguments of BlobInsertForStarted for the blobs of
+// plans, nil when they have none.
+func startBlobs(plans []plan.StartPlan, at any) pgx.NamedArgs {
+	var namespaces, keys []string
+	var taskIDs [][16]byte
+	var contentTypes []*string
+	var sizes []int64
+	var sums, datas [][]byte
+	for _, pl := range plans {
+		for _, b := range pl.Blobs {
+			namespaces, keys, taskIDs = append(namespaces, b.Namespace), append(keys, b.Key), append(taskIDs, b.TaskID)
+			contentTypes, sizes = append(contentTypes, nullString(b.ContentType)), append(sizes, int64(len(b.Data)))
+			sums, datas = append(sums, b.SHA256), append(datas, b.Data)
+		}
+	}
+	if keys == nil {
+		return nil
+	}
+	return pgx.NamedArgs{"namespaces": namespaces, "keys": keys, "task_ids": taskIDs, "content_types": contentTypes,
+		"sizes": sizes, "sha256s": sums, "datas": datas, "at": at}
 }

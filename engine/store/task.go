@@ -139,6 +139,10 @@ type TaskStartParams struct {
 	// kept on its row (tasks.data_key) from the insert on: a start that
 	// finds its idempotency key taken writes none.
 	DataKey []byte
+	// Blobs are written with the task, in its transaction, each owned by
+	// it (TaskID is ID, which must be set): an input kept by reference.
+	// A start that finds its idempotency key taken writes none.
+	Blobs []*Blob
 }
 
 // TaskStartResult says which task a start refers to.

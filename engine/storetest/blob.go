@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"bytes"
+	"fmt"
 	"testing"
 	"time"
 
@@ -15,6 +16,53 @@ import (
 var blobTests = []conformanceTest{
 	{"BlobsAreWrittenOnceAndReadInTheirNamespace", testBlobPutGet},
 	{"BlobsGoWithTheirTaskWhenRetentionRemovesIt", testBlobsRemovedWithTask},
+	{"AStartWritesItsBlobsOnlyWithTheTaskItCreates", testStartBlobs},
+}
+
+func testStartBlobs(t *testing.T, s store.Store) {
+	ctx := testContext(t)
+	startWith := func(key string, blobKeys ...string) store.TaskStartResult {
+		t.Helper()
+		p := spec{IdempotencyKey: key}.params()
+		p.ID = uuid.Must(uuid.NewV7())
+		for _, k := range blobKeys {
+			p.Blobs = append(p.Blobs, &store.Blob{Namespace: store.DefaultNamespace, Key: k, TaskID: p.ID,
+				ContentType: "application/json", SHA256: []byte("sum"), Data: []byte(`"` + k + `"`)})
+		}
+		res, err := s.TaskStart(ctx, p)
+		require.NoError(t, err)
+		return res
+	}
+	first := startWith("k", "in-1", "in-2")
+	for _, k := range []string{"in-1", "in-2"} {
+		got, err := s.BlobGet(ctx, store.DefaultNamespace, k)
+		require.NoError(t, err, k)
+		require.Equal(t, first.ID, got.TaskID)
+		require.Equal(t, `"`+k+`"`, string(got.Data))
+	}
+	dup := startWith("k", "in-3")
+	require.True(t, dup.Existing)
+	_, err := s.BlobGet(ctx, store.DefaultNamespace, "in-3")
+	require.ErrorIs(t, err, store.ErrNotFound, "a start that made no task wrote no blob")
+
+	batch := []*store.TaskStartParams{spec{}.params(), spec{IdempotencyKey: "k"}.params()}
+	for i, p := range batch {
+		p.ID = uuid.Must(uuid.NewV7())
+		p.Blobs = []*store.Blob{{Namespace: store.DefaultNamespace, Key: fmt.Sprintf("batch-%d", i), TaskID: p.ID, SHA256: []byte("x"), Data: []byte("1")}}
+	}
+	res, err := s.TaskStartMany(ctx, batch)
+	require.NoError(t, err)
+	require.False(t, res[0].Existing)
+	require.True(t, res[1].Existing)
+	_, err = s.BlobGet(ctx, store.DefaultNamespace, "batch-0")
+	require.NoError(t, err)
+	_, err = s.BlobGet(ctx, store.DefaultNamespace, "batch-1")
+	require.ErrorIs(t, err, store.ErrNotFound)
+
+	orphan := spec{}.params()
+	orphan.Blobs = []*store.Blob{{Namespace: store.DefaultNamespace, Key: "x", SHA256: []byte("x"), Data: []byte("1")}}
+	_, err = s.TaskStart(ctx, orphan)
+	require.Error(t, err, "blobs need the start's ID")
 }
 
 func testBlobPutGet(t *testing.T, s store.Store) {

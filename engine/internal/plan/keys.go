@@ -3,6 +3,7 @@ package plan
 import (
 	"bytes"
 	"crypto/sha256"
+	"fmt"
 
 	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/internal/jsoncheck"
@@ -39,18 +40,20 @@ func InputDigest(input []byte) []byte {
 		// plaintext (engine.Codec), the same for every start of it.
 		return sealed.Digest
 	}
-	canonical, err := jsoncheck.Canonical(input)
-	if err != nil {
-		canonical = input
-	}
-	sum := sha256.Sum256(canonical)
+	sum := sha256.Sum256(Canonical(input))
 	return sum[:]
 }
 
-// Canonical is input's canonical JSON form (jsoncheck's), or input as it
-// is when it is not JSON: what a sealed input's keyed digest is taken of
-// (engine.Codec), so that two starts of the same value digest alike.
+// Canonical is what identifies a start's input: its canonical JSON form
+// (jsoncheck's), or input as it is when it is not JSON; for an input kept
+// by reference ({"cairn_blob": …}, a new blob key each start), its
+// content's digest and size. Two starts of the same value give the same
+// bytes: what a sealed input's keyed digest is taken of (engine.Codec),
+// and what RefuseKeyReuse compares.
 func Canonical(input []byte) []byte {
+	if ref, ok := history.ParseBlobEnvelope(input); ok {
+		return []byte(fmt.Sprintf("cairn_blob:%s:%d", ref.SHA256, ref.Size))
+	}
 	canonical, err := jsoncheck.Canonical(input)
 	if err != nil {
 		return input

@@ -269,6 +269,8 @@ type StartPlan struct {
 	RefuseKeyReuse bool
 	// DataKey is the start's [store.TaskStartParams.DataKey].
 	DataKey []byte
+	// Blobs are the start's [store.TaskStartParams.Blobs].
+	Blobs []*store.Blob
 }
 
 // SameStart reports whether a start (its type and input) is the one that
@@ -287,6 +289,11 @@ func SameStart(existingType string, existingInput []byte, sched history.TaskSche
 		// Encrypted inputs: each start seals with a fresh nonce (and its
 		// own task's key), so compare the keyed digests of the plaintexts.
 		return aSealed && bSealed && len(a.Digest) > 0 && bytes.Equal(a.Digest, b.Digest)
+	}
+	if history.MaybeBlobEnvelope(existingInput) || history.MaybeBlobEnvelope(sched.Input) {
+		// Kept by reference: each start names a new blob; compare what
+		// they hold.
+		return bytes.Equal(Canonical(existingInput), Canonical(sched.Input))
 	}
 	return jsoncheck.Equal(existingInput, sched.Input)
 }
@@ -331,7 +338,12 @@ func Start(p *store.TaskStartParams, now time.Time) (StartPlan, error) {
 			return StartPlan{}, errors.Wrap(err, "new task id")
 		}
 	}
-	out := StartPlan{ID: id, Scheduled: sched, Data: data, RefuseKeyReuse: p.RefuseKeyReuse, DataKey: p.DataKey}
+	for _, b := range p.Blobs {
+		if p.ID == uuid.Nil || b.TaskID != p.ID || b.Namespace != p.Namespace {
+			return StartPlan{}, errors.New("a start's blobs need its ID, and belong to it and its namespace")
+		}
+	}
+	out := StartPlan{ID: id, Scheduled: sched, Data: data, RefuseKeyReuse: p.RefuseKeyReuse, DataKey: p.DataKey, Blobs: p.Blobs}
 	if len(sched.Labels) > 0 {
 		if out.Labels, err = json.Marshal(sched.Labels); err != nil {
 			return StartPlan{}, errors.Wrap(err, "encode labels")

@@ -104,6 +104,17 @@ func resolvedChildren(ctx context.Context, a *engine.Attempt, children []history
 	return out
 }
 
+// resolveInput is the task's input, read back (checked) when the client
+// kept it as a blob ({"cairn_blob": …}).
+func resolveInput(ctx context.Context, a *engine.Attempt) (json.RawMessage, error) {
+	ref, ok := history.ParseBlobEnvelope(a.Task.Input)
+	if !ok {
+		return a.Task.Input, nil
+	}
+	data, err := a.Blobs().GetBlob(ctx, ref)
+	return data, errors.Wrap(err, "read the task's input")
+}
+
 // resolveOutputs returns state with the outputs its history keeps by
 // reference read back from the task's blobs (a copy of the steps, when any
 // is), so the workflow replays over the outputs themselves.
@@ -137,5 +148,5 @@ func (h *Handler) unreadableOutput(typ Type, state history.State, err error) ([]
 		return nil, err
 	}
 	info := history.ErrorInfo{Class: history.Permanent, Kind: KindBlobCorrupt, ClassifiedBy: "rule:" + KindBlobCorrupt, Message: err.Error()}
-	return h.giveUp(typ, state, info, "a recorded step output cannot be read"), nil
+	return h.giveUp(typ, state, info, "a payload kept by reference cannot be read"), nil
 }

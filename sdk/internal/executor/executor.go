@@ -165,6 +165,10 @@ func (h *Handler) handleAttempt(ctx context.Context, a *engine.Attempt, tr *atte
 	if err != nil {
 		return h.unreadableOutput(typ, state, err)
 	}
+	input, err := resolveInput(ctx, a)
+	if err != nil {
+		return h.unreadableOutput(typ, state, err)
+	}
 	taskID := a.Task.ID.String()
 	runCtx, irreversibleCtx := ctx, a.LeaseContext()
 	if dl := state.Scheduled.Deadline; dl != nil {
@@ -223,7 +227,7 @@ func (h *Handler) handleAttempt(ctx context.Context, a *engine.Attempt, tr *atte
 			}
 			return a.Append(a.DurableContext(), step)
 		},
-	}, typ.Func, a.Task.Input)
+	}, typ.Func, input)
 	if res.Pending != nil {
 		if res.Pending, err = h.offload(a, res.Pending); err != nil && res.Err == nil {
 			res.Pending, res.Err = nil, err
