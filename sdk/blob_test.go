@@ -349,3 +349,41 @@ func TestLargeInputsAreKeptByReference(t *testing.T) {
 		enginetest.RequireProjectionsMatch(t, b.client.Store())
 	})
 }
+
+// A signal payload over the client's blob threshold, to a task named by
+// id, goes by reference: signal_received records {"cairn_blob": ref} and
+// the workflow receives the payload itself; a payload shaped like the
+// reference is refused at the edge. On both stores.
+func TestLargeSignalPayloadsAreKeptByReference(t *testing.T) {
+	t.Parallel()
+	onEachStore(t, func(t *testing.T, setup setupFunc) {
+		b := setup(t, sdk.WorkerConfig{Concurrency: 2})
+		wf := sdk.NewWorkflow("doc.review", 1, func(ctx workflow.Context, _ string) (int, error) {
+			note, _, err := workflow.Receive[string](ctx, "annotated", time.Minute)
+			return len(note), err
+		})
+		sdk.Register(b.worker, wf)
+		startWorker(t, b.worker)
+		ctx := context.Background()
+		res, err := sdk.Start(ctx, b.client, wf, "doc")
+		require.NoError(t, err)
+		note := strings.Repeat("margin note ", 100_000) // 1.2 MB, over MaxPayloadBytes too
+		_, err = b.client.Signal(ctx, res.ID, "annotated", note)
+		require.NoError(t, err)
+		n, err := res.Result(ctx)
+		require.NoError(t, err)
+		require.Equal(t, len(note), n, "the workflow received the payload itself")
+		raw, err := b.client.RawHistory(ctx, res.ID)
+		require.NoError(t, err)
+		sigs := eventsOf[history.SignalReceivedData](raw)
+		require.Len(t, sigs, 1)
+		_, ok := history.ParseBlobEnvelope(sigs[0].Payload)
+		require.True(t, ok, "signal_received keeps the reference")
+
+		_, err = b.client.Signal(ctx, res.ID, "annotated", note)
+		require.ErrorIs(t, err, sdk.ErrTaskState, "a finished task gets no blob and no signal")
+		_, err = b.client.Signal(ctx, res.ID, "x", json.RawMessage(`{"cairn_blob":{"store":"db","key":"k","size":1,"sha256":"00"}}`))
+		require.ErrorIs(t, err, sdk.ErrInvalid)
+		enginetest.RequireProjectionsMatch(t, b.client.Store())
+	})
+}

@@ -372,6 +372,9 @@ func (c *Client) checkedStartParams(wf WorkflowRef, input any, opts *StartOpts) 
 			return nil, errors.Wrapf(err, "start %s", wf.TypeName())
 		}
 	}
+	if err := checkReserved("input", raw); err != nil {
+		return nil, errors.Wrapf(err, "start %s", wf.TypeName())
+	}
 	limit := c.maxPayload
 	if c.blobThreshold > 0 && len(raw) > c.blobThreshold {
 		limit = engine.MaxBlobBytes // kept by reference (inputByReference), unless a schedule's (CreateSchedule checks again)
@@ -941,4 +944,17 @@ func (c *Client) inputByReference(p *store.TaskStartParams) (*store.TaskStartPar
 	q.ID, q.Blobs = id, []*store.Blob{blob}
 	q.Scheduled.Input = history.BlobEnvelope(ref)
 	return &q, nil
+}
+
+// checkReserved refuses a payload shaped like the objects cairn writes in
+// a payload's place, {"cairn_blob": …} and {"cairn_sealed": …}: readers
+// would take it for one.
+func checkReserved(what string, raw json.RawMessage) error {
+	switch {
+	case history.MaybeBlobEnvelope(raw):
+		return errors.Newf("%s is an object whose first member is %q, which cairn reserves for payloads kept by reference", what, history.BlobMember)
+	case history.MaybeSealed(raw):
+		return errors.Newf("%s is an object whose first member is %q, which cairn reserves for encrypted payloads", what, history.SealedMember)
+	}
+	return nil
 }

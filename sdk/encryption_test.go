@@ -532,12 +532,15 @@ func TestSealingHasNoBackDoors(t *testing.T) {
 		require.NoError(t, err)
 		require.Contains(t, string(info.Input), secret, "a start through two decorators opens in another process")
 
-		lookalike, err := env.client.StartDynamic(ctx, sdk.TypeRef{Name: "kyc.other", Version: 1},
-			json.RawMessage(`{"cairn_sealed":{"v":1,"task":"x","data":"AA=="},"ssn":"`+secret+`"}`))
+		shaped := json.RawMessage(`{"cairn_sealed":{"v":1,"task":"x","data":"AA=="},"ssn":"` + secret + `"}`)
+		_, err = env.client.StartDynamic(ctx, sdk.TypeRef{Name: "kyc.other", Version: 1}, shaped)
+		require.ErrorIs(t, err, sdk.ErrInvalid, "the client refuses a payload shaped like a sealed one")
+		lookalike, err := env.client.Store().TaskStart(ctx, &store.TaskStartParams{Namespace: store.DefaultNamespace,
+			Scheduled: history.TaskScheduledData{TaskType: "kyc.other", TypeVersion: 1, Queue: "default", Input: shaped}})
 		require.NoError(t, err)
 		info, err = env.client.Get(ctx, lookalike.ID)
 		require.NoError(t, err)
-		require.Contains(t, string(info.Input), secret)
+		require.Contains(t, string(info.Input), secret, "the store decorator sealed it all the same")
 
 		require.Empty(t, env.rawScan(t, secret), "the secret is stored in clear")
 

@@ -7,7 +7,9 @@ import (
 	"github.com/cockroachdb/errors"
 	"github.com/google/uuid"
 
+	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/internal/errmark"
 	"github.com/cairnflow/cairn/internal/interpreter"
 	"github.com/cairnflow/cairn/internal/jsoncheck"
@@ -65,6 +67,9 @@ func (c *Client) signal(ctx context.Context, p *store.TaskSignalParams, name str
 	if err := c.fillSignal(ctx, p, name, payload, opts); err != nil {
 		return SignalResult{}, errmark.Mark(err, ErrInvalid)
 	}
+	if err := c.signalByReference(ctx, p); err != nil {
+		return SignalResult{}, err
+	}
 	res, err := c.store.TaskSignal(ctx, p)
 	if err != nil {
 		return SignalResult{}, err
@@ -81,7 +86,7 @@ func (c *Client) fillSignal(ctx context.Context, p *store.TaskSignalParams, name
 	if name == "" {
 		return errors.New("signal: name is empty")
 	}
-	raw, err := c.signalPayload(name, payload)
+	raw, err := c.signalPayload(name, payload, p.TaskID != uuid.Nil && c.blobThreshold > 0)
 	if err != nil {
 		return err
 	}
@@ -94,7 +99,7 @@ func (c *Client) fillSignal(ctx context.Context, p *store.TaskSignalParams, name
 
 // signalPayload encodes a signal's payload and checks it as a start's
 // input is checked.
-func (c *Client) signalPayload(name string, payload any) (json.RawMessage, error) {
+func (c *Client) signalPayload(name string, payload any, byReference bool) (json.RawMessage, error) {
 	if payload == nil {
 		return nil, nil
 	}
@@ -118,11 +123,43 @@ func (c *Client) signalPayload(name string, payload any) (json.RawMessage, error
 			return nil, errors.Wrapf(err, "signal %q", name)
 		}
 	}
-	if err := checkPayloadSize("payload", raw, c.maxPayload); err != nil {
+	if err := checkReserved("payload", raw); err != nil {
+		return nil, errors.Wrapf(err, "signal %q", name)
+	}
+	limit := c.maxPayload
+	if byReference && len(raw) > c.blobThreshold {
+		limit = engine.MaxBlobBytes // kept as a blob of the task (signalByReference)
+	}
+	if err := checkPayloadSize("payload", raw, limit); err != nil {
 		return nil, errors.Wrapf(err, "signal %q", name)
 	}
 	if interpreter.HasNULEscape(raw) {
 		return nil, errors.Newf("signal %q: payload contains the character U+0000, which PostgreSQL cannot store in JSON", name)
 	}
 	return raw, nil
+}
+
+// signalByReference keeps a payload over the client's blob threshold, of a
+// signal to a task named by id, as a blob of that task (removed with it):
+// signal_received records {"cairn_blob": ref}, which the receiving
+// workflow reads back. A task gone or finished is answered as the signal
+// would be, and no blob is written for it. A signal by idempotency key
+// keeps its payload in place.
+func (c *Client) signalByReference(ctx context.Context, p *store.TaskSignalParams) error {
+	if p.TaskID == uuid.Nil || c.blobThreshold <= 0 || len(p.Payload) <= c.blobThreshold {
+		return nil
+	}
+	t, err := c.store.TaskGetByID(ctx, p.Namespace, p.TaskID)
+	if err != nil {
+		return errors.Wrapf(err, "signal %q to task %s", p.Name, p.TaskID)
+	}
+	if t.Status.Terminal() {
+		return errmark.Mark(errors.Newf("signal %q: task %s has finished (%s)", p.Name, p.TaskID, t.Status), store.ErrTaskState)
+	}
+	ref, err := engine.TaskBlobs{Store: c.store, Namespace: p.Namespace, TaskID: p.TaskID}.PutBlob(ctx, "application/json", p.Payload)
+	if err != nil {
+		return errors.Wrapf(err, "signal %q: keep the payload as a blob", p.Name)
+	}
+	p.Payload = history.BlobEnvelope(ref)
+	return nil
 }

@@ -145,6 +145,9 @@ func ChildResult(ctx Context, h ChildHandle) (json.RawMessage, error) {
 		// erased, or this worker has no key for it. The run ends.
 		return nil, ctx.run().abort(errSealed(fmt.Sprintf("the output of child %d", h.Position)), nil)
 	}
+	if err == nil && history.MaybeBlobEnvelope(out) {
+		return nil, ctx.run().abort(errUnreadBlob(fmt.Sprintf("the output of child %d", h.Position)), nil)
+	}
 	return out, err
 }
 

@@ -244,6 +244,13 @@ func errSealed(what string) error {
 		"give the worker the namespace's keys (WorkerConfig.Codec, --keys or CAIRN_KEYS_FILE)")
 }
 
+// errUnreadBlob is the error of a payload kept as a blob that reached the
+// workflow unread: its blob could not be read (gone with its task, or the
+// database out of reach). Not permanent: the next attempt reads again.
+func errUnreadBlob(what string) error {
+	return errors.Newf("%s is kept as a blob ({\"cairn_blob\": …}) that could not be read", what)
+}
+
 // Typed adapts a typed workflow function to a [Func]: it decodes the input
 // (an undecodable input is marked [ErrBadInput]) and encodes the output.
 func Typed[In, Out any](fn func(Context, In) (Out, error)) Func {

@@ -92,6 +92,9 @@ func receive(ctx Context, name string, timeout time.Duration) (history.Signal, i
 	if err == nil && ok && history.MaybeSealed(sig.Payload) {
 		return history.Signal{}, pos, false, ctx.run().abort(errSealed(fmt.Sprintf("the payload of signal %q (event %d)", name, sig.Seq)), nil)
 	}
+	if err == nil && ok && history.MaybeBlobEnvelope(sig.Payload) {
+		return history.Signal{}, pos, false, ctx.run().abort(errUnreadBlob(fmt.Sprintf("the payload of signal %q (event %d)", name, sig.Seq)), nil)
+	}
 	return sig, pos, ok, err
 }
 

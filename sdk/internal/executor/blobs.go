@@ -75,23 +75,55 @@ func (h *Handler) offloadOutput(a *engine.Attempt, out json.RawMessage) (json.Ra
 	return history.BlobEnvelope(ref), nil
 }
 
+// resolvedSignals returns signals with the payloads kept by reference (a
+// sender's over its client's threshold) read back, each blob once per
+// attempt (cache).
+func resolvedSignals(ctx context.Context, a *engine.Attempt, signals []history.Signal, cache map[string]json.RawMessage) []history.Signal {
+	var out []history.Signal
+	for i, sig := range signals {
+		data, ok := readReferenced(ctx, a, sig.Payload, cache)
+		if !ok {
+			continue
+		}
+		if out == nil {
+			out = append([]history.Signal(nil), signals...)
+		}
+		out[i].Payload = data
+	}
+	if out == nil {
+		return signals
+	}
+	return out
+}
+
+// readReferenced reads back raw when it is a reference ({"cairn_blob":
+// …}), through cache; ok is false when it is not one, or its blob cannot
+// be read (the reference is left for the decode to refuse).
+func readReferenced(ctx context.Context, a *engine.Attempt, raw json.RawMessage, cache map[string]json.RawMessage) (json.RawMessage, bool) {
+	ref, ok := history.ParseBlobEnvelope(raw)
+	if !ok {
+		return nil, false
+	}
+	if data, seen := cache[ref.Key]; seen {
+		return data, true
+	}
+	data, err := a.Blobs().GetBlob(ctx, ref)
+	if err != nil {
+		return nil, false
+	}
+	cache[ref.Key] = data
+	return data, true
+}
+
 // resolvedChildren returns children with the outputs kept by reference
 // (a child's output over its worker's threshold) read back, each blob once
 // per attempt (cache).
 func resolvedChildren(ctx context.Context, a *engine.Attempt, children []history.Child, cache map[string]json.RawMessage) []history.Child {
 	var out []history.Child
 	for i, c := range children {
-		ref, ok := history.ParseBlobEnvelope(c.Output)
+		data, ok := readReferenced(ctx, a, c.Output, cache)
 		if !ok {
 			continue
-		}
-		data, seen := cache[ref.Key]
-		if !seen {
-			var err error
-			if data, err = a.Blobs().GetBlob(ctx, ref); err != nil {
-				continue // left as the reference: the child's decode says what it is
-			}
-			cache[ref.Key] = data
 		}
 		if out == nil {
 			out = append([]history.Child(nil), children...)

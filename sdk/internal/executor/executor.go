@@ -206,7 +206,11 @@ func (h *Handler) handleAttempt(ctx context.Context, a *engine.Attempt, tr *atte
 			})
 		},
 		StepDone: tr.stepDone,
-		Timer:    state.Timer, Mailbox: func() interpreter.Mailbox { return interpreter.MailboxOf(a.State()) }, Now: engine.Now,
+		Timer:    state.Timer, Mailbox: func() interpreter.Mailbox {
+			state := a.State()
+			state.Signals = resolvedSignals(a.DurableContext(), a, state.Signals, childOutputs)
+			return interpreter.MailboxOf(state)
+		}, Now: engine.Now,
 		Children: func() []history.Child {
 			return resolvedChildren(a.DurableContext(), a, a.State().Children, childOutputs)
 		},
