@@ -79,3 +79,7 @@ func ParseCodec(data []byte) (*Codec, error) { return engine.ParseCodec(data) }
 // CodecFromEnv returns the codec of CAIRN_KEYS or CAIRN_KEYS_FILE, nil
 // when neither is set ([engine.CodecFromEnv]).
 func CodecFromEnv() (*Codec, error) { return engine.CodecFromEnv() }
+
+// DefaultMaxHistoryEvents is the default of [WorkerConfig.MaxHistoryEvents]:
+// a task's history of 50,000 events (Temporal's bound is 51,200).
+const DefaultMaxHistoryEvents = 50_000

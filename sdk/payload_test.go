@@ -3,6 +3,7 @@ package sdk_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -130,5 +131,45 @@ func TestOutputsOverMaxPayloadBytesFailPermanently(t *testing.T) {
 		res, err := sdk.Start(ctx, b.client, bigOutputs, "none")
 		require.NoError(t, err)
 		require.Equal(t, history.StatusCompleted, waitTask(t, b.client, res.ID).Status)
+	})
+}
+
+// A task whose history reaches the worker's MaxHistoryEvents ends for good
+// (kind history_too_large, naming the limit) instead of growing on; below
+// it nothing changes. On both stores.
+func TestHistoryOverMaxHistoryEventsEndsTheTask(t *testing.T) {
+	t.Parallel()
+	onEachStore(t, func(t *testing.T, setup setupFunc) {
+		b := setup(t, sdk.WorkerConfig{MaxHistoryEvents: 8})
+		wf := sdk.NewWorkflow("loop.forever", 1, func(ctx workflow.Context, steps int) (int, error) {
+			for i := range steps {
+				if _, err := workflow.Step(ctx, fmt.Sprintf("s%d", i), func(context.Context) (int, error) { return i, nil }); err != nil {
+					return 0, err
+				}
+			}
+			return steps, nil
+		})
+		sdk.Register(b.worker, wf)
+		startWorker(t, b.worker)
+		ctx := context.Background()
+
+		short, err := sdk.Start(ctx, b.client, wf, 3)
+		require.NoError(t, err)
+		n, err := short.Result(ctx)
+		require.NoError(t, err, "3 steps stay under 8 events")
+		require.Equal(t, 3, n)
+
+		long, err := sdk.Start(ctx, b.client, wf, 50)
+		require.NoError(t, err)
+		info := waitTask(t, b.client, long.ID)
+		require.Equal(t, history.StatusDeadLettered, info.Status)
+		require.NotNil(t, info.LastError)
+		require.Equal(t, "history_too_large", info.LastError.Kind)
+		require.Equal(t, history.Permanent, info.LastError.Class)
+		require.Contains(t, info.LastError.Message, "at the limit of 8 (MaxHistoryEvents)")
+		events := taskHistory(t, b.client, long.ID)
+		require.LessOrEqual(t, len(events), 8+2, "the history stopped at the limit (and its end)")
+		_, err = sdk.NewWorker(sdk.WorkerConfig{Store: b.client.Store(), MaxHistoryEvents: -1})
+		require.NoError(t, err, "negative: no bound")
 	})
 }

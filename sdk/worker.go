@@ -99,6 +99,13 @@ type WorkerConfig struct {
 	// [DefaultMaxPayloadBytes] (1 MiB), as [ClientConfig.MaxPayloadBytes];
 	// negative is refused.
 	MaxPayloadBytes int
+	// MaxHistoryEvents bounds each task's history: a task whose history
+	// reaches it fails permanently (kind history_too_large, dead-lettered
+	// unless its type skips dead letters, compensated first if it has
+	// compensable steps) rather than growing without end, each attempt
+	// replaying more. Default [DefaultMaxHistoryEvents] (50,000);
+	// negative: no bound.
+	MaxHistoryEvents int
 	// BlobThreshold: a step's output of more bytes of JSON is kept in the
 	// task's blobs (the database's blobs table) and the history records a
 	// reference to it; replays, compensators and [Client.History] read it
@@ -157,6 +164,12 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	}
 	if cfg.MaxPayloadBytes, err = payloadLimit("worker: MaxPayloadBytes", cfg.MaxPayloadBytes); err != nil {
 		return nil, err
+	}
+	switch {
+	case cfg.MaxHistoryEvents == 0:
+		cfg.MaxHistoryEvents = DefaultMaxHistoryEvents
+	case cfg.MaxHistoryEvents < 0:
+		cfg.MaxHistoryEvents = 0
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -283,7 +296,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	}
 	handler := executor.NewHandler(executor.HandlerConfig{
 		Types: types, WorkerID: w.cfg.WorkerID, Logger: w.cfg.Logger, TracerProvider: w.cfg.TracerProvider,
-		MaxPayloadBytes: w.cfg.MaxPayloadBytes, BlobThreshold: w.cfg.BlobThreshold,
+		MaxPayloadBytes: w.cfg.MaxPayloadBytes, BlobThreshold: w.cfg.BlobThreshold, MaxHistoryEvents: w.cfg.MaxHistoryEvents,
 	})
 	// Record the types so producers without this code (the HTTP API) can
 	// start them with the definition's defaults.

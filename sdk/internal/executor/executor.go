@@ -57,6 +57,10 @@ type HandlerConfig struct {
 	// blobs and the history records a reference (OutputRef). 0: no step
 	// output is moved.
 	BlobThreshold int
+	// MaxHistoryEvents bounds a task's history: an attempt that finds it
+	// at the bound, or would write past it, fails the task permanently
+	// (kind history_too_large). 0: no bound.
+	MaxHistoryEvents int
 }
 
 // Handler runs the attempts the engine's processor claims: it is the
@@ -70,6 +74,7 @@ type Handler struct {
 	tracerProvider trace.TracerProvider // nil: no spans
 	maxPayload     int                  // 0: outputs are not bounded
 	blobThreshold  int                  // 0: step outputs stay in the history
+	maxHistory     int64                // 0: histories are not bounded
 }
 
 // NewHandler returns a handler for cfg.
@@ -78,7 +83,7 @@ func NewHandler(cfg HandlerConfig) *Handler {
 		cfg.Logger = slog.Default()
 	}
 	return &Handler{types: cfg.Types, workerID: cfg.WorkerID, logger: cfg.Logger, tracerProvider: cfg.TracerProvider,
-		maxPayload: cfg.MaxPayloadBytes, blobThreshold: cfg.BlobThreshold}
+		maxPayload: cfg.MaxPayloadBytes, blobThreshold: cfg.BlobThreshold, maxHistory: int64(cfg.MaxHistoryEvents)}
 }
 
 // HandleAttempt implements [engine.Handler]: it runs the workflow against
@@ -161,6 +166,14 @@ func (h *Handler) handleAttempt(ctx context.Context, a *engine.Attempt, tr *atte
 		}
 		return h.compensate(a, typ, compensationReason(state), cause, nil)
 	}
+	if h.maxHistory > 0 && state.LastSeq >= h.maxHistory {
+		info := history.ErrorInfo{Class: history.Permanent, Kind: KindHistoryTooLarge, ClassifiedBy: "rule:" + KindHistoryTooLarge,
+			Message: h.historyTooLarge(state.LastSeq).Error()}
+		if len(compensablePositions(state)) > 0 {
+			return h.compensate(a, typ, history.CompensateFailed, &info, nil)
+		}
+		return h.giveUp(typ, state, info, "history too large"), nil
+	}
 	state, err := resolveOutputs(ctx, a, state)
 	if err != nil {
 		return h.unreadableOutput(typ, state, err)
@@ -220,6 +233,9 @@ func (h *Handler) handleAttempt(ctx context.Context, a *engine.Attempt, tr *atte
 			// Record even if the attempt context was cancelled by a stop
 			// while the step ran: the step did finish. The lease fence
 			// still refuses a stale attempt.
+			if n := a.State().LastSeq; h.maxHistory > 0 && n+1 > h.maxHistory {
+				return activities.WithKind(activities.Permanent(h.historyTooLarge(n)), KindHistoryTooLarge)
+			}
 			step, err := h.offload(a, step)
 			if err != nil {
 				return err
@@ -381,3 +397,11 @@ func withStepUsage(payloads []history.Payload, usage []history.Usage) []history.
 }
 
 var _ engine.Handler = (*Handler)(nil)
+
+// KindHistoryTooLarge is the error kind of a task whose history reached
+// the worker's MaxHistoryEvents.
+const KindHistoryTooLarge = "history_too_large"
+
+func (h *Handler) historyTooLarge(events int64) error {
+	return errors.Newf("the history holds %d events, at the limit of %d (MaxHistoryEvents): a workflow this long should continue as a new task, or hand work to children", events, h.maxHistory)
+}
