@@ -124,7 +124,7 @@ func removeFinished(ctx context.Context, s store.Store, clock Clock, cfg Retenti
 		if keyRetention == 0 {
 			keyRetention = cfg.KeyDefault
 		}
-		if retention == 0 {
+		if retention == 0 && len(ns.TypeRetention) == 0 {
 			continue
 		}
 		location := ns.Archive
@@ -134,7 +134,16 @@ func removeFinished(ctx context.Context, s store.Store, clock Clock, cfg Retenti
 		for {
 			now := clock.Now()
 			p := &store.RemoveFinishedParams{
-				Namespace: ns.Name, Before: now.Add(-retention), Max: cfg.Batch, KeysUntil: now.Add(keyRetention),
+				Namespace: ns.Name, Max: cfg.Batch, KeysUntil: now.Add(keyRetention),
+			}
+			if retention > 0 { // else only the types with a retention of their own go
+				p.Before = now.Add(-retention)
+			}
+			if len(ns.TypeRetention) > 0 {
+				p.TypeBefore = make(map[string]time.Time, len(ns.TypeRetention))
+				for typ, d := range ns.TypeRetention {
+					p.TypeBefore[typ] = now.Add(-d)
+				}
 			}
 			var res store.RemoveResult
 			var err error

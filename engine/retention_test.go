@@ -210,3 +210,35 @@ func TestLeadersShareTheDefaultArchive(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, string(before), string(after))
 }
+
+// A task type's own retention removes its tasks even where the namespace
+// keeps its own (no retention, no default), and leaves the other types'.
+func TestRescuerRemovesByATypesOwnRetention(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := enginetest.Store(t)
+	finish := func(typ string) uuid.UUID {
+		t.Helper()
+		opts := &enginetest.TaskOpts{Namespace: "typed", Type: typ}
+		id := enginetest.StartTask(t, s, opts)
+		p := enginetest.ClaimParams("w", 1, time.Minute)
+		p.Namespace, p.Types = "typed", []store.TypeKey{opts.TypeKey()}
+		claimed := enginetest.Claim(t, s, p)
+		require.Len(t, claimed, 1)
+		enginetest.Complete(t, s, claimed[0])
+		return id
+	}
+	report, kept := finish("report"), finish("invoice")
+	require.NoError(t, s.NamespaceSet(ctx, store.NamespaceConfig{Name: "typed", TypeRetention: map[string]time.Duration{"report": 10 * time.Millisecond}}))
+	r, err := engine.NewRescuer(engine.RescuerConfig{Store: s, Owner: "leader", Interval: 20 * time.Millisecond, Logger: enginetest.Logger(t)})
+	require.NoError(t, err)
+	require.NoError(t, r.Start(ctx))
+	t.Cleanup(r.Stop)
+	enginetest.WaitFor(t, "the report task removed", func() bool {
+		_, err := s.TaskGetByID(ctx, "typed", report)
+		return err != nil
+	})
+	time.Sleep(100 * time.Millisecond) // a few more passes
+	_, err = s.TaskGetByID(ctx, "typed", kept)
+	require.NoError(t, err, "the namespace's own tasks stay: it has no retention")
+}

@@ -2,6 +2,7 @@ package sdk
 
 import (
 	"context"
+	"github.com/cockroachdb/errors"
 	"slices"
 	"time"
 
@@ -86,6 +87,11 @@ type NamespaceSettings struct {
 	// [engine.CheckArchive]). Empty: the leader's default
 	// ([WorkerConfig.DefaultArchive]), or none.
 	Archive string
+	// TypeRetention gives task types a retention of their own, in place
+	// of Retention for their tasks (at least 1ms each; at most
+	// store.MaxTypeRetentions types): a type listed keeps its tasks that
+	// long even when the namespace keeps its own forever.
+	TypeRetention map[string]time.Duration
 }
 
 // SetNamespace sets the retention settings of namespace (any namespace,
@@ -99,7 +105,16 @@ func (c *Client) SetNamespace(ctx context.Context, namespace string, s Namespace
 			return errmark.Mark(err, ErrInvalid)
 		}
 	}
-	return c.store.NamespaceSet(ctx, store.NamespaceConfig{Name: namespace, Retention: s.Retention, KeyRetention: s.KeyRetention, Archive: s.Archive})
+	for typ := range s.TypeRetention {
+		if err := validateTypeName(typ); err != nil {
+			return errmark.Mark(errors.Wrap(err, "type retention"), ErrInvalid)
+		}
+	}
+	cfg := store.NamespaceConfig{Name: namespace, Retention: s.Retention, KeyRetention: s.KeyRetention, Archive: s.Archive, TypeRetention: s.TypeRetention}
+	if err := cfg.Validate(); err != nil {
+		return errmark.Mark(err, ErrInvalid)
+	}
+	return c.store.NamespaceSet(ctx, cfg)
 }
 
 // NamespaceConfig returns namespace's settings and oldest finished task;

@@ -25,6 +25,9 @@ type namespaceView struct {
 	// OldestFinishedAt is when the oldest finished task the namespace
 	// still keeps finished (absent: it keeps none).
 	OldestFinishedAt *time.Time `json:"oldest_finished_at,omitempty"`
+	// TypeRetentionSeconds are the task types with a retention of their
+	// own, in place of the namespace's for their tasks.
+	TypeRetentionSeconds map[string]float64 `json:"type_retention_seconds,omitempty"`
 }
 
 // namespaceRequest is the body of PUT /v1/namespace. A setting left out
@@ -36,6 +39,9 @@ type namespaceRequest struct {
 	// endpoint it signs requests to with its credentials) is set with the
 	// CLI or the SDK by whoever runs it, not by a token holder.
 	Archive *string `json:"archive"`
+	// TypeRetentionSeconds replaces the task types' own retentions (left
+	// out: none).
+	TypeRetentionSeconds map[string]*float64 `json:"type_retention_seconds"`
 }
 
 // maxRetention bounds a retention setting well inside time.Duration.
@@ -55,6 +61,12 @@ func (s *Server) getNamespace(w http.ResponseWriter, r *http.Request, c *call) {
 	if !ns.OldestFinished.IsZero() {
 		at := ns.OldestFinished.UTC()
 		view.OldestFinishedAt = &at
+	}
+	for typ, d := range ns.TypeRetention {
+		if view.TypeRetentionSeconds == nil {
+			view.TypeRetentionSeconds = map[string]float64{}
+		}
+		view.TypeRetentionSeconds[typ] = d.Seconds()
 	}
 	writeJSON(w, http.StatusOK, view)
 }
@@ -82,6 +94,22 @@ func (s *Server) putNamespace(w http.ResponseWriter, r *http.Request, c *call) {
 			return
 		}
 		*f.out = d
+	}
+	for typ, v := range req.TypeRetentionSeconds {
+		if v == nil {
+			s.writeProblem(w, r, problem(http.StatusBadRequest, codeInvalidRequest,
+				"type_retention_seconds of "+strconv.Quote(typ)+" is null: leave the type out to give it the namespace's retention"))
+			return
+		}
+		d, p := retentionSetting("type_retention_seconds of "+strconv.Quote(typ), v)
+		if p != nil {
+			s.writeProblem(w, r, p)
+			return
+		}
+		if settings.TypeRetention == nil {
+			settings.TypeRetention = map[string]time.Duration{}
+		}
+		settings.TypeRetention[typ] = d
 	}
 	if req.Archive != nil {
 		s.writeProblem(w, r, problem(http.StatusBadRequest, codeInvalidRequest,

@@ -57,6 +57,20 @@ func TestNamespaceSettingsOverHTTP(t *testing.T) {
 			got = send(t, h, "GET", "/v1/namespace?namespace=tenant-b", nil, as(adminToken)...)
 			require.JSONEq(t, want, string(got.body), "refused settings wrote nothing")
 
+			typed := send(t, h, "PUT", "/v1/namespace?namespace=tenant-b",
+				[]byte(`{"retention_seconds":2592000,"type_retention_seconds":{"report.render":3600,"ocr.page":0.5}}`), as(adminToken)...)
+			require.Equal(t, http.StatusOK, typed.status, "%s", typed.body)
+			require.JSONEq(t, `{"namespace":"tenant-b","retention_seconds":2592000,"key_retention_seconds":null,"archive":"s3://bucket/cairn?endpoint=127.0.0.1:9000",`+
+				`"type_retention_seconds":{"report.render":3600,"ocr.page":0.5}}`, string(typed.body))
+			for body, says := range map[string]string{
+				`{"type_retention_seconds":{"report":null}}`: `type_retention_seconds of "report" is null`,
+				`{"type_retention_seconds":{"report":-1}}`:   `type_retention_seconds of "report" -1 is not a number of seconds`,
+				`{"type_retention_seconds":{"":60}}`:         "type",
+			} {
+				bad := send(t, h, "PUT", "/v1/namespace?namespace=tenant-b", []byte(body), as(adminToken)...)
+				require.Equal(t, http.StatusBadRequest, bad.status, "%s: %s", body, bad.body)
+				require.Contains(t, bad.problem.Detail, says, body)
+			}
 			reset := send(t, h, "PUT", "/v1/namespace?namespace=tenant-b", []byte(`{"retention_seconds":null}`), as(adminToken)...)
 			require.Equal(t, http.StatusOK, reset.status, "%s", reset.body)
 			require.JSONEq(t, `{"namespace":"tenant-b","retention_seconds":null,"key_retention_seconds":null,"archive":"s3://bucket/cairn?endpoint=127.0.0.1:9000"}`, string(reset.body),

@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -11,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/internal/errmark"
 	"github.com/cairnflow/cairn/sdk"
 )
 
@@ -23,6 +26,7 @@ func newNamespaceCmd(g *globals) *cobra.Command {
 func newNamespaceSetCmd(g *globals) *cobra.Command {
 	var retention, keyRetention retentionFlag
 	var archive string
+	var typeRetention []string
 	cmd := &cobra.Command{
 		Use:   "set NAME",
 		Short: "Set a namespace's retention (how long finished tasks are kept) and key retention",
@@ -32,7 +36,10 @@ with their history. A removed task's idempotency key stays taken for
 --key-retention after the removal, so a late duplicate start still names it.
 Durations are Go durations with days allowed: 30d, 36h, 1d12h, 90s. A flag
 not given keeps the namespace's current setting; 0 takes the default of the process that runs the leader (none, and 24h, unless
-cairn server --default-retention / --default-key-retention say otherwise).`,
+cairn server --default-retention / --default-key-retention say otherwise).
+--type-retention TYPE=DURATION (repeatable) gives a task type a retention
+of its own, in place of the namespace's for its tasks; TYPE=default
+removes it.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, closeDB, err := g.client(cmd.Context())
@@ -59,14 +66,22 @@ cairn server --default-retention / --default-key-retention say otherwise).`,
 					}
 				}
 			}
+			if s.TypeRetention, err = applyTypeRetention(s.TypeRetention, typeRetention); err != nil {
+				return err
+			}
 			if err := c.SetNamespace(cmd.Context(), args[0], s); err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "namespace %s: retention %s, key retention %s, archive %s\n",
+			line := fmt.Sprintf("namespace %s: retention %s, key retention %s, archive %s",
 				args[0], retentionText(s.Retention), retentionText(s.KeyRetention), archiveText(s.Archive))
+			if len(s.TypeRetention) > 0 {
+				line += ", types " + typeRetentionText(s.TypeRetention)
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), line)
 			return nil
 		},
 	}
+	cmd.Flags().StringArrayVar(&typeRetention, "type-retention", nil, "TYPE=DURATION: a task type's own retention, e.g. report.render=7d (TYPE=default removes it); repeatable")
 	cmd.Flags().Var(&retention, "retention", "how long finished tasks are kept, e.g. 30d (0: the default)")
 	cmd.Flags().Var(&keyRetention, "key-retention", "how long a removed task's idempotency key stays taken, e.g. 24h (0: the default)")
 	cmd.Flags().StringVar(&archive, "archive", "", `where the histories of removed tasks are written first: a directory or s3://bucket/prefix?endpoint=host:port ("": the leader's default, --default-archive)`)
@@ -76,7 +91,44 @@ cairn server --default-retention / --default-key-retention say otherwise).`,
 // currentSettings returns namespace's settings (zero when it has none).
 func currentSettings(cmd *cobra.Command, c *sdk.Client, namespace string) (sdk.NamespaceSettings, error) {
 	ns, err := c.NamespaceConfig(cmd.Context(), namespace)
-	return sdk.NamespaceSettings{Retention: ns.Retention, KeyRetention: ns.KeyRetention, Archive: ns.Archive}, err
+	return sdk.NamespaceSettings{Retention: ns.Retention, KeyRetention: ns.KeyRetention, Archive: ns.Archive, TypeRetention: ns.TypeRetention}, err
+}
+
+// applyTypeRetention returns current with the --type-retention flags
+// applied: TYPE=DURATION sets a type's own retention, TYPE=default removes
+// it.
+func applyTypeRetention(current map[string]time.Duration, flags []string) (map[string]time.Duration, error) {
+	if len(flags) == 0 {
+		return current, nil
+	}
+	out := make(map[string]time.Duration, len(current)+len(flags))
+	maps.Copy(out, current)
+	for _, f := range flags {
+		typ, value, ok := strings.Cut(f, "=")
+		if !ok || typ == "" {
+			return nil, errmark.Mark(errors.Newf("--type-retention %q: use TYPE=DURATION (e.g. report.render=7d) or TYPE=default", f), configError)
+		}
+		if value == "default" {
+			delete(out, typ)
+			continue
+		}
+		d, err := parseRetention(value)
+		if err != nil || d <= 0 {
+			return nil, errmark.Mark(errors.Newf("--type-retention %q: %q is not a positive duration (30d, 36h, 90s) or default", f, value), configError)
+		}
+		out[typ] = d
+	}
+	return out, nil
+}
+
+// typeRetentionText shows per-type retentions, by type: "a=7d b=36h".
+func typeRetentionText(m map[string]time.Duration) string {
+	types := slices.Sorted(maps.Keys(m))
+	parts := make([]string, len(types))
+	for i, typ := range types {
+		parts[i] = typ + "=" + retentionText(m[typ])
+	}
+	return strings.Join(parts, " ")
 }
 
 // namespaceView is a namespace as `cairn namespace list -o json` prints
@@ -89,12 +141,15 @@ type namespaceView struct {
 	// finished (absent: none is kept).
 	OldestFinishedAt *time.Time `json:"oldest_finished_at,omitempty"`
 	Archive          string     `json:"archive,omitempty"`
-	settings         store.NamespaceConfig
+	// TypeRetentionSeconds are the task types with a retention of their
+	// own.
+	TypeRetentionSeconds map[string]float64 `json:"type_retention_seconds,omitempty"`
+	settings             store.NamespaceConfig
 }
 
 func newNamespaceListCmd(g *globals) *cobra.Command {
 	return listCmd(g, "list", "List the namespaces with settings or finished tasks, and their retention",
-		"NAMESPACE\tRETENTION\tKEY RETENTION\tOLDEST FINISHED\tARCHIVE",
+		"NAMESPACE\tRETENTION\tKEY RETENTION\tOLDEST FINISHED\tARCHIVE\tTYPES",
 		func(c *sdk.Client, ctx context.Context) ([]namespaceView, error) {
 			namespaces, err := c.Namespaces(ctx)
 			views := make([]namespaceView, len(namespaces))
@@ -105,6 +160,12 @@ func newNamespaceListCmd(g *globals) *cobra.Command {
 					at := ns.OldestFinished.UTC()
 					views[i].OldestFinishedAt = &at
 				}
+				for typ, d := range ns.TypeRetention {
+					if views[i].TypeRetentionSeconds == nil {
+						views[i].TypeRetentionSeconds = map[string]float64{}
+					}
+					views[i].TypeRetentionSeconds[typ] = d.Seconds()
+				}
 			}
 			return views, err
 		},
@@ -113,8 +174,12 @@ func newNamespaceListCmd(g *globals) *cobra.Command {
 			if v.OldestFinishedAt != nil {
 				oldest = v.OldestFinishedAt.Format(time.RFC3339)
 			}
-			return fmt.Sprintf("%s\t%s\t%s\t%s\t%s", v.Name, retentionText(v.settings.Retention), retentionText(v.settings.KeyRetention), oldest,
-				archiveText(v.Archive))
+			types := "-"
+			if len(v.settings.TypeRetention) > 0 {
+				types = typeRetentionText(v.settings.TypeRetention)
+			}
+			return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s", v.Name, retentionText(v.settings.Retention), retentionText(v.settings.KeyRetention), oldest,
+				archiveText(v.Archive), types)
 		})
 }
 

@@ -58,6 +58,20 @@ func TestNamespaceCommands(t *testing.T) {
 			var views []namespaceView
 			require.NoError(t, json.Unmarshal([]byte(out), &views), out)
 			require.Equal(t, []namespaceView{{Name: "tenant-a", RetentionSeconds: 30 * 86400, KeyRetentionSeconds: 36 * 3600}}, views)
+
+			out, _ = tg.mustRun(t, "namespace", "set", "tenant-a", "--type-retention", "report.render=7d", "--type-retention", "ocr.page=90s")
+			require.Equal(t, "namespace tenant-a: retention 30d, key retention 36h0m0s, archive default, types ocr.page=1m30s report.render=7d\n", out)
+			out, _ = tg.mustRun(t, "namespace", "set", "tenant-a", "--type-retention", "ocr.page=default")
+			require.Equal(t, "namespace tenant-a: retention 30d, key retention 36h0m0s, archive default, types report.render=7d\n", out,
+				"TYPE=default removes one, the others stay")
+			out, _ = tg.mustRun(t, "namespace", "list")
+			require.Contains(t, out, "report.render=7d")
+			_, stderr, err = tg.run(t, "namespace", "set", "tenant-a", "--type-retention", "report.render")
+			require.Error(t, err)
+			require.Contains(t, stderr+err.Error(), "use TYPE=DURATION")
+			_, stderr, err = tg.run(t, "namespace", "set", "tenant-a", "--type-retention", "report.render=-1d")
+			require.Error(t, err)
+			require.Contains(t, stderr+err.Error(), "is not a positive duration")
 		})
 	}
 }

@@ -787,7 +787,10 @@ ORDER BY queue, priority DESC;
 -- (tasks_parent_idx) nor a child whose parent has not finished.
 SELECT t.id, t.idempotency_key, t.type, CASE WHEN t.idempotency_key IS NOT NULL THEN t.input END
 FROM /* TEMPLATE: schema */tasks AS t
-WHERE t.namespace = @namespace AND t.finished_at IS NOT NULL AND t.finished_at < @before
+WHERE t.namespace = @namespace AND t.finished_at IS NOT NULL AND t.finished_at < @scan_before
+  -- A type with a retention of its own goes by its cutoff.
+  AND t.finished_at < coalesce((SELECT u.cutoff FROM unnest(@type_names::text[], @type_cutoffs::timestamptz[]) AS u(name, cutoff)
+                                WHERE u.name = t.type), @before)
   AND t.status IN ('completed', 'failed', 'cancelled', 'dead_lettered', 'expired')
   AND NOT EXISTS (SELECT 1 FROM /* TEMPLATE: schema */tasks AS c
                   WHERE c.parent_id = t.id AND c.finished_at IS NULL)
@@ -805,7 +808,10 @@ FOR UPDATE OF t SKIP LOCKED;
 -- archival reads before the removal.
 SELECT t.id
 FROM /* TEMPLATE: schema */tasks AS t
-WHERE t.namespace = @namespace AND t.finished_at IS NOT NULL AND t.finished_at < @before
+WHERE t.namespace = @namespace AND t.finished_at IS NOT NULL AND t.finished_at < @scan_before
+  -- A type with a retention of its own goes by its cutoff.
+  AND t.finished_at < coalesce((SELECT u.cutoff FROM unnest(@type_names::text[], @type_cutoffs::timestamptz[]) AS u(name, cutoff)
+                                WHERE u.name = t.type), @before)
   AND t.status IN ('completed', 'failed', 'cancelled', 'dead_lettered', 'expired')
   AND NOT EXISTS (SELECT 1 FROM /* TEMPLATE: schema */tasks AS c
                   WHERE c.parent_id = t.id AND c.finished_at IS NULL)
@@ -844,11 +850,11 @@ WHERE (namespace, idempotency_key) IN (
     WHERE expires_at <= @now ORDER BY expires_at LIMIT @max FOR UPDATE SKIP LOCKED);
 
 -- name: NamespaceUpsert
-INSERT INTO /* TEMPLATE: schema */namespaces (name, retention_ms, key_retention_ms, archive, updated_at)
-VALUES (@name, @retention_ms, @key_retention_ms, @archive, now())
+INSERT INTO /* TEMPLATE: schema */namespaces (name, retention_ms, key_retention_ms, archive, type_retention, updated_at)
+VALUES (@name, @retention_ms, @key_retention_ms, @archive, @type_retention::jsonb, now())
 ON CONFLICT (name) DO UPDATE
 SET retention_ms = excluded.retention_ms, key_retention_ms = excluded.key_retention_ms, archive = excluded.archive,
-    updated_at = now();
+    type_retention = excluded.type_retention, updated_at = now();
 
 -- name: NamespaceList
 -- The namespaces with settings, and those with finished tasks, found by a
@@ -861,7 +867,7 @@ WITH RECURSIVE seen AS (
             WHERE t.finished_at IS NOT NULL AND t.namespace > seen.namespace ORDER BY t.namespace LIMIT 1)
     FROM seen WHERE seen.namespace IS NOT NULL
 )
-SELECT coalesce(n.name, s.namespace), n.retention_ms, n.key_retention_ms, n.archive,
+SELECT coalesce(n.name, s.namespace), n.retention_ms, n.key_retention_ms, n.archive, n.type_retention::text,
     -- The oldest finished task kept: the namespace's first entry of
     -- tasks_finished_idx.
     (SELECT min(t.finished_at) FROM /* TEMPLATE: schema */tasks AS t

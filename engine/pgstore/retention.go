@@ -26,8 +26,10 @@ func (s *Store) TaskRemoveFinished(ctx context.Context, p *store.RemoveFinishedP
 			return err
 		}
 		onlyIDs, onlySeqs := onlyArgs(p.Only)
+		cut := plan.Cutoffs(p)
 		rows, err := tx.Query(ctx, s.sql("TaskRemovableLock"), pgx.NamedArgs{
-			"namespace": p.Namespace, "before": p.Before, "max": p.Max, "only_ids": onlyIDs, "only_seqs": onlySeqs,
+			"namespace": p.Namespace, "before": cut.Before, "scan_before": cut.Scan, "type_names": cut.Types, "type_cutoffs": cut.Cutoffs,
+			"max": p.Max, "only_ids": onlyIDs, "only_seqs": onlySeqs,
 		})
 		if err != nil {
 			return err
@@ -89,8 +91,10 @@ func onlyArgs(only map[uuid.UUID]int64) ([][16]byte, []int64) {
 
 // TaskRemovableList implements [store.Store].
 func (s *Store) TaskRemovableList(ctx context.Context, p *store.RemoveFinishedParams) ([]uuid.UUID, error) {
+	cut := plan.Cutoffs(p)
 	rows, err := s.pool.Query(ctx, s.sql("TaskRemovableList"), pgx.NamedArgs{
-		"namespace": p.Namespace, "before": p.Before, "max": p.Max,
+		"namespace": p.Namespace, "before": cut.Before, "scan_before": cut.Scan, "type_names": cut.Types, "type_cutoffs": cut.Cutoffs,
+		"max": p.Max,
 	})
 	if err != nil {
 		return nil, errors.Wrapf(interpretError(err), "list removable tasks of namespace %s", p.Namespace)
@@ -104,9 +108,13 @@ func (s *Store) NamespaceSet(ctx context.Context, c store.NamespaceConfig) error
 	if err := c.Validate(); err != nil {
 		return err
 	}
-	_, err := s.pool.Exec(ctx, s.sql("NamespaceUpsert"), pgx.NamedArgs{
+	types, err := plan.EncodeTypeRetention(c.TypeRetention)
+	if err != nil {
+		return err
+	}
+	_, err = s.pool.Exec(ctx, s.sql("NamespaceUpsert"), pgx.NamedArgs{
 		"name": c.Name, "retention_ms": nullMillis(c.Retention), "key_retention_ms": nullMillis(c.KeyRetention),
-		"archive": nullString(c.Archive),
+		"archive": nullString(c.Archive), "type_retention": nullJSONString(types),
 	})
 	return errors.Wrapf(interpretError(err), "set namespace %s", c.Name)
 }
@@ -121,11 +129,15 @@ func (s *Store) NamespaceList(ctx context.Context) ([]store.NamespaceConfig, err
 	var name string
 	var retention, keyRetention *int64
 	var oldest *time.Time
-	var archive *string
-	_, err = pgx.ForEachRow(rows, []any{&name, &retention, &keyRetention, &archive, &oldest}, func() error {
+	var archive, types *string
+	_, err = pgx.ForEachRow(rows, []any{&name, &retention, &keyRetention, &archive, &types, &oldest}, func() error {
+		typeRetention, err := plan.DecodeTypeRetention([]byte(deref(types)))
+		if err != nil {
+			return errors.Wrapf(err, "namespace %s", name)
+		}
 		out = append(out, store.NamespaceConfig{
 			Name: name, Retention: millis(retention), KeyRetention: millis(keyRetention), OldestFinished: deref(utcPtr(oldest)),
-			Archive: deref(archive),
+			Archive: deref(archive), TypeRetention: typeRetention,
 		})
 		return nil
 	})

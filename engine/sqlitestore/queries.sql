@@ -275,9 +275,11 @@ ORDER BY n.queue;
 
 -- name: TaskRemovable
 -- As PostgreSQL's TaskRemovableLock (the write transaction is the lock):
--- ?1 namespace, ?2 finished before (µs), ?3 max.
+-- ?1 namespace, ?2 finished before (µs), ?3 max, ?5 the types with
+-- their own cutoff ([[type, µs], …]), ?6 the latest cutoff of all.
 SELECT t.id, t.idempotency_key, t.type, CASE WHEN t.idempotency_key IS NOT NULL THEN t.input END FROM tasks AS t
-WHERE t.namespace = ?1 AND t.finished_at IS NOT NULL AND t.finished_at < ?2
+WHERE t.namespace = ?1 AND t.finished_at IS NOT NULL AND t.finished_at < ?6
+  AND t.finished_at < coalesce((SELECT o.value ->> 1 FROM json_each(?5) AS o WHERE o.value ->> 0 = t.type), ?2)
   AND t.status IN ('completed', 'failed', 'cancelled', 'dead_lettered', 'expired')
   AND NOT EXISTS (SELECT 1 FROM tasks AS c WHERE c.parent_id = t.id AND c.finished_at IS NULL)
   AND (t.parent_id IS NULL OR NOT EXISTS (SELECT 1 FROM tasks AS p WHERE p.id = t.parent_id AND p.finished_at IS NULL))
@@ -290,9 +292,11 @@ LIMIT ?3;
 
 -- name: TaskRemovableList
 -- The tasks TaskRemovable would take (?1 namespace, ?2 finished before
--- (µs), ?3 max), for archival to read before the removal.
+-- (µs), ?3 max, ?4 and ?5 as TaskRemovable's ?5 and ?6), for archival to
+-- read before the removal.
 SELECT t.id FROM tasks AS t
-WHERE t.namespace = ?1 AND t.finished_at IS NOT NULL AND t.finished_at < ?2
+WHERE t.namespace = ?1 AND t.finished_at IS NOT NULL AND t.finished_at < ?5
+  AND t.finished_at < coalesce((SELECT o.value ->> 1 FROM json_each(?4) AS o WHERE o.value ->> 0 = t.type), ?2)
   AND t.status IN ('completed', 'failed', 'cancelled', 'dead_lettered', 'expired')
   AND NOT EXISTS (SELECT 1 FROM tasks AS c WHERE c.parent_id = t.id AND c.finished_at IS NULL)
   AND (t.parent_id IS NULL OR NOT EXISTS (SELECT 1 FROM tasks AS p WHERE p.id = t.parent_id AND p.finished_at IS NULL))
@@ -326,10 +330,10 @@ DELETE FROM retired_keys WHERE rowid IN (
     SELECT rowid FROM retired_keys WHERE expires_at <= ?1 ORDER BY expires_at LIMIT ?2);
 
 -- name: NamespaceUpsert
-INSERT INTO namespaces (name, retention_ms, key_retention_ms, updated_at, archive) VALUES (?1, ?2, ?3, ?4, ?5)
+INSERT INTO namespaces (name, retention_ms, key_retention_ms, updated_at, archive, type_retention) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
 ON CONFLICT (name) DO UPDATE
 SET retention_ms = excluded.retention_ms, key_retention_ms = excluded.key_retention_ms, updated_at = excluded.updated_at,
-    archive = excluded.archive;
+    archive = excluded.archive, type_retention = excluded.type_retention;
 
 -- name: NamespaceList
 -- The namespaces with settings, and those with finished tasks, found by a
@@ -341,14 +345,14 @@ WITH RECURSIVE seen(ns) AS (
     SELECT (SELECT min(namespace) FROM tasks WHERE finished_at IS NOT NULL AND namespace > seen.ns)
     FROM seen WHERE seen.ns IS NOT NULL
 )
-SELECT name, max(retention_ms), max(key_retention_ms), max(archive),
+SELECT name, max(retention_ms), max(key_retention_ms), max(archive), max(type_retention),
     -- The oldest finished task kept: the namespace's first entry of
     -- tasks_finished_idx.
     (SELECT min(t.finished_at) FROM tasks AS t WHERE t.namespace = name AND t.finished_at IS NOT NULL)
 FROM (
-    SELECT name, retention_ms, key_retention_ms, archive FROM namespaces
+    SELECT name, retention_ms, key_retention_ms, archive, type_retention FROM namespaces
     UNION ALL
-    SELECT ns, NULL, NULL, NULL FROM seen WHERE ns IS NOT NULL
+    SELECT ns, NULL, NULL, NULL, NULL FROM seen WHERE ns IS NOT NULL
 ) GROUP BY name ORDER BY name;
 
 -- name: BlobInsert

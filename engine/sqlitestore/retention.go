@@ -30,7 +30,8 @@ func (s *Store) TaskRemoveFinished(ctx context.Context, p *store.RemoveFinishedP
 		if err != nil {
 			return err
 		}
-		rows, err := tx.query(ctx, "TaskRemovable", p.Namespace, us(p.Before), p.Max, only)
+		cut, scan := typeCutoffs(p)
+		rows, err := tx.query(ctx, "TaskRemovable", p.Namespace, us(p.Before), p.Max, only, cut, scan)
 		if err != nil {
 			return err
 		}
@@ -113,7 +114,8 @@ func onlyJSON(only map[uuid.UUID]int64) (any, error) {
 
 // TaskRemovableList implements [store.Store].
 func (s *Store) TaskRemovableList(ctx context.Context, p *store.RemoveFinishedParams) ([]uuid.UUID, error) {
-	rows, err := s.q.query(ctx, "TaskRemovableList", p.Namespace, us(p.Before), p.Max)
+	cut, scan := typeCutoffs(p)
+	rows, err := s.q.query(ctx, "TaskRemovableList", p.Namespace, us(p.Before), p.Max, cut, scan)
 	if err != nil {
 		return nil, errors.Wrapf(interpret(err), "list removable tasks of namespace %s", p.Namespace)
 	}
@@ -138,7 +140,11 @@ func (s *Store) NamespaceSet(ctx context.Context, c store.NamespaceConfig) error
 	if err := c.Validate(); err != nil {
 		return err
 	}
-	_, err := s.q.exec(ctx, "NamespaceUpsert", c.Name, nullMillis(c.Retention), nullMillis(c.KeyRetention), us(s.now()), nullString(c.Archive))
+	types, err := plan.EncodeTypeRetention(c.TypeRetention)
+	if err != nil {
+		return err
+	}
+	_, err = s.q.exec(ctx, "NamespaceUpsert", c.Name, nullMillis(c.Retention), nullMillis(c.KeyRetention), us(s.now()), nullString(c.Archive), nullBytes(types))
 	return errors.Wrapf(interpret(err), "set namespace %s", c.Name)
 }
 
@@ -153,9 +159,13 @@ func (s *Store) NamespaceList(ctx context.Context) ([]store.NamespaceConfig, err
 	for rows.Next() {
 		var c store.NamespaceConfig
 		var retention, keyRetention, oldest sql.NullInt64
-		var archive sql.NullString
-		if err := rows.Scan(&c.Name, &retention, &keyRetention, &archive, &oldest); err != nil {
+		var archive, types sql.NullString
+		if err := rows.Scan(&c.Name, &retention, &keyRetention, &archive, &types, &oldest); err != nil {
 			return nil, errors.Wrap(interpret(err), "list namespaces")
+		}
+		var err error
+		if c.TypeRetention, err = plan.DecodeTypeRetention([]byte(types.String)); err != nil {
+			return nil, errors.Wrapf(err, "namespace %s", c.Name)
 		}
 		c.Archive = archive.String
 		if oldest.Valid {
@@ -171,4 +181,23 @@ func (s *Store) NamespaceList(ctx context.Context) ([]store.NamespaceConfig, err
 // nullMillis is d in milliseconds, NULL for 0.
 func nullMillis(d time.Duration) sql.NullInt64 {
 	return sql.NullInt64{Int64: d.Milliseconds(), Valid: d > 0}
+}
+
+// typeCutoffs are p's per-type cutoffs as TaskRemovable takes them: a JSON
+// array of [type, µs] pairs (NULL for none), and the latest cutoff of all,
+// Before included.
+func typeCutoffs(p *store.RemoveFinishedParams) (any, int64) {
+	cut := plan.Cutoffs(p)
+	if len(cut.Types) == 0 {
+		return nil, us(cut.Scan)
+	}
+	pairs := make([][2]any, len(cut.Types))
+	for i, typ := range cut.Types {
+		pairs[i] = [2]any{typ, us(cut.Cutoffs[i])}
+	}
+	data, err := json.Marshal(pairs)
+	if err != nil {
+		panic(err) // strings and integers always marshal
+	}
+	return string(data), us(cut.Scan)
 }

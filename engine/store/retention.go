@@ -16,7 +16,10 @@ import (
 type RemoveFinishedParams struct {
 	Namespace string
 	Before    time.Time
-	Max       int
+	// TypeBefore, for the types it names, replaces Before: their tasks
+	// go when they finished before its time (a type's own retention).
+	TypeBefore map[string]time.Time
+	Max        int
 	// KeysUntil is how long the idempotency keys of the removed tasks stay
 	// taken (retired_keys): a start with such a key until then is a
 	// duplicate of the removed task. Zero: the keys are freed with their
@@ -53,6 +56,10 @@ type NamespaceConfig struct {
 	// kept finished; zero when it keeps none. NamespaceList reads it (how
 	// far behind retention is); NamespaceSet ignores it.
 	OldestFinished time.Time
+	// TypeRetention gives task types of the namespace a retention of
+	// their own, in place of Retention for their tasks (a type listed
+	// with a retention keeps it even when the namespace has none).
+	TypeRetention map[string]time.Duration
 	// Archive is where retention writes the namespace's histories before
 	// it removes them (file:///dir, s3://bucket/prefix); empty: the
 	// default of the process that runs retention, or none.
@@ -72,6 +79,20 @@ func (c NamespaceConfig) Validate() error {
 		return errors.Newf("namespace %s: the archive location must be at most 2000 characters, without control characters", c.Name)
 	case c.Retention > 0 && c.Retention < time.Millisecond, c.KeyRetention > 0 && c.KeyRetention < time.Millisecond:
 		return errors.Newf("namespace %s: retention is kept in milliseconds; use at least 1ms", c.Name)
+	case len(c.TypeRetention) > MaxTypeRetentions:
+		return errors.Newf("namespace %s: %d task types with a retention of their own, at most %d", c.Name, len(c.TypeRetention), MaxTypeRetentions)
+	}
+	for typ, d := range c.TypeRetention {
+		switch {
+		case typ == "" || len(typ) > 200 || strings.ContainsFunc(typ, unicode.IsControl):
+			return errors.Newf("namespace %s: task type %q of a type retention must be 1-200 characters without control characters", c.Name, typ)
+		case d < time.Millisecond:
+			return errors.Newf("namespace %s: retention %s of task type %s is not at least 1ms", c.Name, d, typ)
+		}
 	}
 	return nil
 }
+
+// MaxTypeRetentions bounds the task types of a namespace with a retention
+// of their own: each pass compares every removable task's type with them.
+const MaxTypeRetentions = 100

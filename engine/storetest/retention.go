@@ -23,6 +23,56 @@ var retentionTests = []conformanceTest{
 	{"KeyIsFreedWithoutOrAfterItsWindow", testKeyFreedWithoutRetirement},
 	{"NamespaceSettingsAreSetAndListed", testNamespaceSettings},
 	{"RemovableListAndRemovalOfOnlyTheTasksArchived", testRemoveOnly},
+	{"ATypesOwnRetentionReplacesTheNamespaces", testTypeRetention},
+}
+
+func testTypeRetention(t *testing.T, s store.Store) {
+	ctx := testContext(t)
+	finish := func(typ string) uuid.UUID {
+		t.Helper()
+		id := start(t, s, spec{Type: typ})
+		p := claimParams("w", 1, time.Minute)
+		p.Types = []store.TypeKey{{Type: typ, Version: 1}}
+		claimed := claim(t, s, p)
+		require.Len(t, claimed, 1)
+		complete(t, s, claimed[0])
+		return id
+	}
+	report, ocr, other := finish("report"), finish("ocr"), finish(defaultType)
+	now := time.Now()
+	// Only "report" goes: the namespace keeps its tasks (no Before), and
+	// "ocr"'s own retention is longer than their age.
+	p := &store.RemoveFinishedParams{Namespace: store.DefaultNamespace, Max: 10,
+		TypeBefore: map[string]time.Time{"report": now.Add(time.Minute), "ocr": now.Add(-time.Hour)}}
+	ids, err := s.TaskRemovableList(ctx, p)
+	require.NoError(t, err)
+	require.Equal(t, []uuid.UUID{report}, ids)
+	res, err := s.TaskRemoveFinished(ctx, p)
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Tasks)
+	requireRemoved(t, s, report)
+	// The namespace's cutoff for the rest; "ocr" keeps its own.
+	p.Before = now.Add(time.Minute)
+	res, err = s.TaskRemoveFinished(ctx, p)
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Tasks)
+	requireRemoved(t, s, other)
+	getTask(t, s, ocr)
+
+	require.NoError(t, s.NamespaceSet(ctx, store.NamespaceConfig{Name: "typed", Retention: time.Hour,
+		TypeRetention: map[string]time.Duration{"report": 90 * time.Second, "ocr.page": 7 * 24 * time.Hour}}))
+	list, err := s.NamespaceList(ctx)
+	require.NoError(t, err)
+	var typed *store.NamespaceConfig
+	for i := range list {
+		if list[i].Name == "typed" {
+			typed = &list[i]
+		}
+	}
+	require.NotNil(t, typed)
+	require.Equal(t, map[string]time.Duration{"report": 90 * time.Second, "ocr.page": 7 * 24 * time.Hour}, typed.TypeRetention)
+	err = s.NamespaceSet(ctx, store.NamespaceConfig{Name: "typed", TypeRetention: map[string]time.Duration{"report": 0}})
+	require.ErrorContains(t, err, "retention 0s of task type report is not at least 1ms")
 }
 
 // removeFinished removes what finished before before, up to max.
