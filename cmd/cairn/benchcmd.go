@@ -33,7 +33,7 @@ func newBenchCmd(g *globals) *cobra.Command {
 		Short: "Measure throughput, latency, replay cost and scaling (drops and recreates its own schema)",
 		Long:  benchLong,
 	}
-	cmd.AddCommand(newBenchThroughputCmd(g), newBenchWorkflowCmd(g), newBenchLatencyCmd(g),
+	cmd.AddCommand(newBenchThroughputCmd(g), newBenchWorkflowCmd(g), newBenchLatencyCmd(g), newBenchSteadyCmd(g),
 		newBenchReplayCmd(g), newBenchScaleCmd(g), newBenchAuditCmd(g), newBenchWorkerCmd(g))
 	return cmd
 }
@@ -174,6 +174,36 @@ of it.`,
 	}
 	cmd.Flags().IntVar(&p.Rate, "rate", 100, "tasks started per second")
 	cmd.Flags().DurationVar(&p.Duration, "duration", 10*time.Second, "how long each sub-run produces")
+	addBenchWorkerFlags(cmd, p, true)
+	return cmd
+}
+
+func newBenchSteadyCmd(g *globals) *cobra.Command {
+	p := &bench.Params{}
+	var vacuum bool
+	cmd := &cobra.Command{
+		Use:   "steady",
+		Short: "Steady state with retention: keyed tasks at --rate for --duration, removed --retention after they finish; table sizes sampled",
+		Long: benchLong + `
+
+steady starts --workers in-process workers whose leader removes finished
+tasks --retention after they finish (their idempotency keys stay retired
+for 1s), and a producer that starts keyed one-step tasks at --rate for
+--duration. Twelve times in the run it reads the live rows and the total
+size (indexes and TOAST included) of tasks, events, retired_keys and blobs,
+after a VACUUM of each unless --vacuum=false (a stand-in for autovacuum,
+which reuses removed rows' space the same way). With retention keeping up
+the sizes plateau: the report ends with the largest total size over the
+smallest in the run's second half. PostgreSQL only.`,
+		Args: cobra.NoArgs,
+		RunE: benchRunE(g, func(cmd *cobra.Command, cfg bench.Config) error {
+			return bench.Steady(cmd.Context(), cfg, *p, vacuum)
+		}),
+	}
+	cmd.Flags().IntVar(&p.Rate, "rate", 500, "tasks started per second")
+	cmd.Flags().DurationVar(&p.Duration, "duration", 2*time.Minute, "how long the producer runs")
+	cmd.Flags().DurationVar(&p.Retention, "retention", 3*time.Second, "the workers' default retention")
+	cmd.Flags().BoolVar(&vacuum, "vacuum", true, "VACUUM the tables at each sample, as autovacuum would")
 	addBenchWorkerFlags(cmd, p, true)
 	return cmd
 }
