@@ -82,6 +82,48 @@ func (a *Archives) Scan(ctx context.Context, location, namespace string, until t
 	return archive.Scan(ctx, b, namespace, until, fn)
 }
 
+// archiveBlobs copies the blobs of the archived tasks to the archive
+// before the removal takes them, each on its own (a blob may be large),
+// as the database holds them (sealed when encrypted): references in the
+// archived histories stay readable ([Archives.Blob]).
+func archiveBlobs(ctx context.Context, raw store.Store, b archive.Bucket, namespace string, records []archive.Record) error {
+	ids := make([]uuid.UUID, len(records))
+	for i, r := range records {
+		ids[i] = r.TaskID
+	}
+	keys, err := raw.BlobKeysByTasks(ctx, namespace, ids)
+	if err != nil {
+		return err
+	}
+	for _, id := range ids {
+		for _, key := range keys[id] {
+			blob, err := raw.BlobGet(ctx, namespace, key)
+			if err != nil {
+				return err
+			}
+			wctx, cancel := context.WithTimeout(ctx, archiveTimeout+time.Duration(len(blob.Data)>>20)*time.Second)
+			err = archive.WriteBlob(wctx, b, namespace, id, key, blob.Data)
+			cancel()
+			if err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// Blob reads blob key of namespace from the archive at location, with the
+// task that wrote it: the bytes as the database held them (sealed when
+// encrypted; see [SealedStore.OpenArchivedBlob]). A blob not there is an
+// error marked [ErrNotArchived].
+func (a *Archives) Blob(ctx context.Context, location, namespace, key string) (uuid.UUID, []byte, error) {
+	b, err := a.open(location)
+	if err != nil {
+		return uuid.Nil, nil, err
+	}
+	return archive.FindBlob(ctx, b, namespace, key)
+}
+
 // archiveTimeout bounds the writing of one batch to its archive.
 const archiveTimeout = 10 * time.Second
 
@@ -128,6 +170,9 @@ func archiveThenRemove(ctx context.Context, s store.Store, archives *Archives, l
 	wctx, cancel := context.WithTimeout(ctx, archiveTimeout)
 	defer cancel()
 	if err := archive.Write(wctx, b, records); err != nil {
+		return store.RemoveResult{}, errors.Wrapf(err, "archive namespace %s", p.Namespace)
+	}
+	if err := archiveBlobs(ctx, raw, b, p.Namespace, records); err != nil {
 		return store.RemoveResult{}, errors.Wrapf(err, "archive namespace %s", p.Namespace)
 	}
 	q := *p

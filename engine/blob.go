@@ -91,12 +91,23 @@ func GetBlob(ctx context.Context, s store.Store, namespace string, ref history.B
 	if err != nil {
 		return nil, err
 	}
-	sum := sha256.Sum256(blob.Data)
-	if int64(len(blob.Data)) != ref.Size || !bytes.Equal(sum[:], want) {
-		return nil, errmark.Mark(errors.Newf("blob %s of task %s is damaged: its reference records %d bytes with SHA-256 %s, the store holds %d bytes with SHA-256 %s",
-			ref.Key, blob.TaskID, ref.Size, ref.SHA256, len(blob.Data), hex.EncodeToString(sum[:])), ErrBlobCorrupt)
+	return CheckBlob(ref, blob.TaskID, blob.Data)
+}
+
+// CheckBlob returns data when it is what ref records (its size and
+// SHA-256), else an error marked [ErrBlobCorrupt] naming the blob and
+// task id that wrote it.
+func CheckBlob(ref history.BlobRef, id uuid.UUID, data []byte) ([]byte, error) {
+	want, err := hex.DecodeString(ref.SHA256)
+	if err != nil || len(want) != sha256.Size {
+		return nil, errors.Newf("blob %s: sha256 %q is not a hex SHA-256 digest", ref.Key, ref.SHA256)
 	}
-	return blob.Data, nil
+	sum := sha256.Sum256(data)
+	if int64(len(data)) != ref.Size || !bytes.Equal(sum[:], want) {
+		return nil, errmark.Mark(errors.Newf("blob %s of task %s is damaged: its reference records %d bytes with SHA-256 %s, the store holds %d bytes with SHA-256 %s",
+			ref.Key, id, ref.Size, ref.SHA256, len(data), hex.EncodeToString(sum[:])), ErrBlobCorrupt)
+	}
+	return data, nil
 }
 
 // ReadBlob reads the blob key of namespace, checked against the digest

@@ -828,3 +828,28 @@ func (s *SealedStore) OpenArchived(ctx context.Context, t ArchivedTask) Archived
 	t.Events = events
 	return t
 }
+
+// OpenArchivedBlob opens the bytes of an archived blob of task id with the
+// wrapped data key of the task's archived record (sealed bytes only; a
+// blob written in clear is returned as it is).
+func (s *SealedStore) OpenArchivedBlob(namespace string, id uuid.UUID, wrapped []byte, key string, data []byte) ([]byte, error) {
+	if !bytes.HasPrefix(data, []byte(sealedBlobMagic)) {
+		return data, nil
+	}
+	if len(wrapped) == 0 {
+		return nil, errmark.Mark(errors.Newf("blob %s of task %s: the task was erased", key, id), ErrPayloadSealed)
+	}
+	aead, err := s.codec.unwrap(namespace, id, wrapped)
+	if err != nil {
+		return nil, errors.Wrapf(err, "blob %s", key)
+	}
+	out, err := openFrom(aead, data[len(sealedBlobMagic):], blobAD(key))
+	if err != nil {
+		return nil, errmark.Mark(errors.Newf("blob %s of task %s does not open with its task's key", key, id), ErrPayloadCorrupt)
+	}
+	return out, nil
+}
+
+// BlobSealed reports whether blob bytes, as a database or an archive
+// holds them, are sealed (encrypted with their task's data key).
+func BlobSealed(data []byte) bool { return bytes.HasPrefix(data, []byte(sealedBlobMagic)) }

@@ -12,6 +12,7 @@ import (
 	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/internal/errmark"
 )
 
 // errNoArchive: the namespace has no archive, nor the client a default.
@@ -183,7 +184,49 @@ var ErrBlobCorrupt = engine.ErrBlobCorrupt
 // checked against its size and SHA-256: a blob whose bytes do not match is
 // an error marked [ErrBlobCorrupt] naming the task that wrote it.
 func (c *Client) GetBlob(ctx context.Context, ref Blob) ([]byte, error) {
-	return engine.GetBlob(ctx, c.store, c.namespace, ref)
+	data, err := engine.GetBlob(ctx, c.store, c.namespace, ref)
+	if !errors.Is(err, ErrNotFound) {
+		return data, err
+	}
+	// Removed with its task: the archive may hold it.
+	if archived, aerr := c.archivedBlob(ctx, ref); aerr == nil || !errors.Is(aerr, engine.ErrNotArchived) && !errors.Is(aerr, errNoArchive) {
+		return archived, aerr
+	}
+	return nil, err
+}
+
+// archivedBlob reads ref's blob from the namespace's archives, opened
+// with the archived task's data key when it is sealed, and checked.
+func (c *Client) archivedBlob(ctx context.Context, ref Blob) ([]byte, error) {
+	locations, err := c.archiveLocations(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, location := range locations {
+		id, data, berr := c.archives.Blob(ctx, location, c.namespace, ref.Key)
+		if errors.Is(berr, engine.ErrNotArchived) {
+			err = berr
+			continue
+		}
+		if berr != nil {
+			return nil, berr
+		}
+		sealed, ok := c.store.(*engine.SealedStore)
+		if !ok && engine.BlobSealed(data) {
+			return nil, errmark.Mark(errors.Newf("blob %s of task %s is encrypted: the client has no keys (ClientConfig.Codec)", ref.Key, id), engine.ErrPayloadSealed)
+		}
+		if ok {
+			rec, rerr := c.archives.Record(ctx, location, c.namespace, id)
+			if rerr != nil && !errors.Is(rerr, engine.ErrNotArchived) {
+				return nil, rerr
+			}
+			if data, berr = sealed.OpenArchivedBlob(c.namespace, id, rec.DataKey, ref.Key, data); berr != nil {
+				return nil, berr
+			}
+		}
+		return engine.CheckBlob(ref, id, data)
+	}
+	return nil, err
 }
 
 // ReadBlob returns the blob key of the client's namespace with its content

@@ -416,23 +416,40 @@ func TestEncryptedTasksAreArchivedSealed(t *testing.T) {
 		require.True(t, sealed, "an erased task's archived input stays sealed")
 		require.Equal(t, history.TaskErased, gone[len(gone)-1].Type())
 
-		var objects int
+		// The blobs went to the archive with their histories: the ocr
+		// output (kept by reference) and the scan read back, opened.
+		steps := eventsOf[history.StepCompletedData](events)
+		require.Contains(t, string(steps[1].Output), secret, "the archived blob of the ocr output, opened")
+		var scan sdk.Blob
+		require.NoError(t, json.Unmarshal(steps[0].Output, &scan))
+		data, err := env.client.GetBlob(ctx, scan)
+		require.NoError(t, err)
+		require.Equal(t, "png bytes of "+secret, string(data))
+		_, err = env.blind.GetBlob(ctx, scan)
+		require.ErrorIs(t, err, engine.ErrPayloadSealed, "without keys an archived blob stays sealed")
+
+		var histories, blobs int
 		require.NoError(t, filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
 			if err != nil || d.IsDir() {
 				return err
 			}
-			objects++
-			f, err := os.Open(path)
+			data, err := os.ReadFile(path)
 			require.NoError(t, err)
-			defer f.Close()
-			zr, err := gzip.NewReader(f)
-			require.NoError(t, err)
-			data, err := io.ReadAll(zr)
-			require.NoError(t, err)
+			if strings.HasSuffix(path, ".blob") {
+				blobs++
+			} else {
+				histories++
+				zr, err := gzip.NewReader(bytes.NewReader(data))
+				require.NoError(t, err)
+				if data, err = io.ReadAll(zr); err != nil {
+					return err
+				}
+			}
 			require.NotContains(t, string(data), secret, path)
 			return nil
 		}))
-		require.Positive(t, objects)
+		require.Positive(t, histories)
+		require.Equal(t, 4, blobs, "two blobs of each task: the scan and the ocr output")
 	})
 }
 

@@ -4,13 +4,16 @@ import (
 	"context"
 	"encoding/json"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/cairnflow/cairn/activities"
 	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/internal/s3test"
 	"github.com/cairnflow/cairn/sdk"
 	"github.com/cairnflow/cairn/workflow"
@@ -120,5 +123,52 @@ func TestRemovedTasksAreReadFromTheArchive(t *testing.T) {
 		_, err = reader.History(ctx, uuid.Must(uuid.NewV7()))
 		require.ErrorIs(t, err, sdk.ErrNotFound, "a task in neither the database nor an archive is not found")
 		stopWorker(t, b.worker)
+	})
+}
+
+// Blobs are archived with their tasks' histories: after the removal, a
+// step's blob and a step output kept by reference read back from the
+// archive, checked against their references. On both stores.
+func TestArchivedBlobsReadBack(t *testing.T) {
+	t.Parallel()
+	onEachStore(t, func(t *testing.T, setup setupFunc) {
+		dir := "file://" + filepath.ToSlash(t.TempDir())
+		b := setup(t, sdk.WorkerConfig{Concurrency: 2, RescueInterval: 20 * time.Millisecond, DefaultArchive: dir, BlobThreshold: 100})
+		wf := sdk.NewWorkflow("doc.keep", 1, func(ctx workflow.Context, n int) (sdk.Blob, error) {
+			if _, err := workflow.Step(ctx, "long", func(context.Context) (string, error) { return strings.Repeat("x", 500), nil }); err != nil {
+				return sdk.Blob{}, err
+			}
+			return workflow.Step(ctx, "put", func(ctx context.Context) (sdk.Blob, error) {
+				return activities.PutBlob(ctx, "text/plain", []byte(strings.Repeat("page ", n)))
+			})
+		})
+		sdk.Register(b.worker, wf)
+		startWorker(t, b.worker)
+		ctx := context.Background()
+		res, err := sdk.Start(ctx, b.client, wf, 1000)
+		require.NoError(t, err)
+		ref, err := res.Result(ctx)
+		require.NoError(t, err)
+		require.NoError(t, b.client.SetNamespace(ctx, "default", sdk.NamespaceSettings{Retention: time.Millisecond}))
+		require.Eventually(t, func() bool {
+			_, err := b.client.Get(ctx, res.ID)
+			return err != nil
+		}, 10*time.Second, 20*time.Millisecond, "the finished task is removed")
+
+		reader, err := sdk.NewClient(sdk.ClientConfig{Store: b.client.Store(), DefaultArchive: dir})
+		require.NoError(t, err)
+		t.Cleanup(reader.Close)
+		data, err := reader.GetBlob(ctx, ref)
+		require.NoError(t, err, "the blob is read from the archive")
+		require.Equal(t, strings.Repeat("page ", 1000), string(data))
+		events, err := reader.History(ctx, res.ID)
+		require.NoError(t, err)
+		steps := eventsOf[history.StepCompletedData](events)
+		require.Equal(t, `"`+strings.Repeat("x", 500)+`"`, string(steps[0].Output), "the output kept by reference, read from the archive")
+		require.Nil(t, steps[0].OutputRef)
+		bad := ref
+		bad.SHA256 = strings.Repeat("0", 64)
+		_, err = reader.GetBlob(ctx, bad)
+		require.ErrorIs(t, err, sdk.ErrBlobCorrupt, "an archived blob is checked too")
 	})
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/cockroachdb/errors"
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/cairnflow/cairn/engine/store"
@@ -29,4 +30,23 @@ func (s *Store) BlobGet(ctx context.Context, namespace, key string) (*store.Blob
 	}
 	b.ContentType, b.CreatedAt = deref(contentType), b.CreatedAt.UTC()
 	return b, nil
+}
+
+// BlobKeysByTasks implements [store.Store].
+func (s *Store) BlobKeysByTasks(ctx context.Context, namespace string, ids []uuid.UUID) (map[uuid.UUID][]string, error) {
+	out := map[uuid.UUID][]string{}
+	if len(ids) == 0 {
+		return out, nil
+	}
+	rows, err := s.pool.Query(ctx, s.sql("BlobKeysByTasks"), pgx.NamedArgs{"namespace": namespace, "ids": ids})
+	if err != nil {
+		return nil, errors.Wrap(interpretError(err), "list blobs")
+	}
+	var id uuid.UUID
+	var key string
+	_, err = pgx.ForEachRow(rows, []any{&id, &key}, func() error {
+		out[id] = append(out[id], key)
+		return nil
+	})
+	return out, errors.Wrap(interpretError(err), "list blobs")
 }

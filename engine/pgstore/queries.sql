@@ -909,3 +909,7 @@ SELECT b.namespace, b.key, b.task_id, b.content_type, b.size, b.sha256, b.data, 
 FROM unnest(@namespaces::text[], @keys::text[], @task_ids::uuid[], @content_types::text[], @sizes::bigint[],
             @sha256s::bytea[], @datas::bytea[]) AS b(namespace, key, task_id, content_type, size, sha256, data)
 WHERE EXISTS (SELECT 1 FROM /* TEMPLATE: schema */tasks AS t WHERE t.id = b.task_id AND t.created_at = @at);
+
+-- name: BlobKeysByTasks
+SELECT task_id, key FROM /* TEMPLATE: schema */blobs
+WHERE namespace = @namespace AND task_id = ANY(@ids::uuid[]) ORDER BY task_id, key;

@@ -36,3 +36,28 @@ func (s *Store) BlobGet(ctx context.Context, namespace, key string) (*store.Blob
 	b.ContentType, b.CreatedAt = contentType.String, fromUS(created)
 	return b, nil
 }
+
+// BlobKeysByTasks implements [store.Store].
+func (s *Store) BlobKeysByTasks(ctx context.Context, namespace string, ids []uuid.UUID) (map[uuid.UUID][]string, error) {
+	out := map[uuid.UUID][]string{}
+	if len(ids) == 0 {
+		return out, nil
+	}
+	rows, err := s.q.query(ctx, "BlobKeysByTasks", namespace, jsonIDs(ids))
+	if err != nil {
+		return nil, errors.Wrap(interpret(err), "list blobs")
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var idText, key string
+		if err := rows.Scan(&idText, &key); err != nil {
+			return nil, errors.Wrap(interpret(err), "list blobs")
+		}
+		id, err := uuid.Parse(idText)
+		if err != nil {
+			return nil, errors.Wrapf(err, "blob %s: task id %q", key, idText)
+		}
+		out[id] = append(out[id], key)
+	}
+	return out, errors.Wrap(interpret(rows.Err()), "list blobs")
+}

@@ -383,3 +383,7 @@ WHERE id = ?1 AND data_key IS NULL AND status IN ('pending', 'running', 'retryin
 
 -- name: TaskDataKeyGet
 SELECT data_key FROM tasks WHERE id = ?;
+
+-- name: BlobKeysByTasks
+-- ?1 namespace, ?2 a JSON array of task ids.
+SELECT task_id, key FROM blobs WHERE namespace = ?1 AND task_id IN (SELECT value FROM json_each(?2)) ORDER BY task_id, key;

@@ -98,6 +98,9 @@ type Store interface {
 	// task's blobs with it.
 	BlobPut(ctx context.Context, b *Blob) error
 	BlobGet(ctx context.Context, namespace, key string) (*Blob, error)
+	// BlobKeysByTasks returns the keys of the blobs each task of ids
+	// wrote in namespace (what archival copies before the removal).
+	BlobKeysByTasks(ctx context.Context, namespace string, ids []uuid.UUID) (map[uuid.UUID][]string, error)
 	// Data keys (engine.Codec's encryption at rest). TaskDataKeys returns
 	// the wrapped data keys of the tasks of ids that have one (a start
 	// writes it, [TaskStartParams.DataKey]; task_erased clears it in the

@@ -303,3 +303,52 @@ func decode(body []byte, fn func(Record) error) error {
 	_, err = io.Copy(io.Discard, zr)
 	return err
 }
+
+// blobSuffix ends a blob's object name: <namespace>/blobs/<key>/<task>.blob.
+const blobSuffix = ".blob"
+
+// WriteBlob writes the bytes of blob key of task id of namespace (as the
+// database holds them: sealed, when the task's payloads are encrypted).
+func WriteBlob(ctx context.Context, b Bucket, namespace string, id uuid.UUID, key string, data []byte) error {
+	if err := checkNamespace(namespace); err != nil {
+		return err
+	}
+	if err := checkBlobKey(key); err != nil {
+		return err
+	}
+	return errors.Wrapf(b.Put(ctx, namespace+"/blobs/"+key+"/"+id.String()+blobSuffix, data), "archive blob %s to %s", key, b)
+}
+
+// FindBlob reads blob key of namespace from the archive, with the task
+// that wrote it. A blob not there is an error marked [ErrNotArchived].
+func FindBlob(ctx context.Context, b Bucket, namespace, key string) (uuid.UUID, []byte, error) {
+	if err := checkNamespace(namespace); err != nil {
+		return uuid.Nil, nil, err
+	}
+	if err := checkBlobKey(key); err != nil {
+		return uuid.Nil, nil, err
+	}
+	prefix := namespace + "/blobs/" + key + "/"
+	keys, err := b.List(ctx, prefix)
+	if err != nil {
+		return uuid.Nil, nil, errors.Wrapf(err, "list the archive %s", b)
+	}
+	for _, k := range keys {
+		name, ok := strings.CutSuffix(strings.TrimPrefix(k, prefix), blobSuffix)
+		id, err := uuid.Parse(name)
+		if !ok || err != nil {
+			continue // not a blob object
+		}
+		data, err := b.Get(ctx, k)
+		return id, data, errors.Wrapf(err, "read blob %s from the archive %s", key, b)
+	}
+	return uuid.Nil, nil, errmark.Mark(errors.Newf("blob %s is not in the archive %s", key, b), ErrNotArchived)
+}
+
+// checkBlobKey refuses a blob key that is not one path segment.
+func checkBlobKey(key string) error {
+	if key == "" || key == "." || key == ".." || strings.ContainsAny(key, "/\\\x00") || len(key) > 200 {
+		return errors.Newf("blob key %q is not one folder name", key)
+	}
+	return nil
+}
