@@ -233,7 +233,7 @@ func (c *Codec) unwrap(namespace string, id uuid.UUID, wrapped []byte) (cipher.A
 // without their plaintexts.
 func (c *Codec) digest(namespace string, input []byte) []byte {
 	mac := hmac.New(sha256.New, c.namespaces[namespace].digest)
-	mac.Write(plan.Canonical(input))
+	mac.Write(plan.InputIdentity(input)) // the same for an input in place and by reference
 	return mac.Sum(nil)
 }
 

@@ -46,7 +46,10 @@ func ParseBlobEnvelope(raw json.RawMessage) (BlobRef, bool) {
 		return BlobRef{}, false
 	}
 	var outer map[string]json.RawMessage
-	if json.Unmarshal(raw, &outer) != nil || len(outer) != 1 {
+	if json.Unmarshal(raw, &outer) != nil || len(outer) > 2 {
+		return BlobRef{}, false
+	}
+	if _, extra := outer[CanonicalMember]; len(outer) == 2 && !extra {
 		return BlobRef{}, false
 	}
 	var ref BlobRef
@@ -62,4 +65,38 @@ func MaybeBlobEnvelope(raw json.RawMessage) bool {
 	trimmed := bytes.TrimLeft(raw, " \t\r\n")
 	return len(trimmed) > 0 && trimmed[0] == '{' &&
 		bytes.HasPrefix(bytes.TrimLeft(trimmed[1:], " \t\r\n"), []byte(`"`+BlobMember+`"`))
+}
+
+// CanonicalMember is the optional second member of an input kept by
+// reference: the hex SHA-256 of the input's canonical JSON (key order,
+// spacing and number spelling aside), which identifies the start's input
+// as an inline input's canonical form does (idempotency keys' reuse).
+const CanonicalMember = "canonical_sha256"
+
+// InputEnvelope is BlobEnvelope for a start's input, with its canonical
+// digest.
+func InputEnvelope(ref BlobRef, canonicalSHA256 string) json.RawMessage {
+	out, err := json.Marshal(struct {
+		Ref       BlobRef `json:"cairn_blob"`
+		Canonical string  `json:"canonical_sha256"`
+	}{ref, canonicalSHA256})
+	if err != nil {
+		panic(err) // strings and an integer always marshal
+	}
+	return out
+}
+
+// EnvelopeCanonical returns the canonical digest an input kept by
+// reference carries, if it does.
+func EnvelopeCanonical(raw json.RawMessage) (string, bool) {
+	if _, ok := ParseBlobEnvelope(raw); !ok {
+		return "", false
+	}
+	var outer struct {
+		Canonical string `json:"canonical_sha256"`
+	}
+	if json.Unmarshal(raw, &outer) != nil || outer.Canonical == "" {
+		return "", false
+	}
+	return outer.Canonical, true
 }

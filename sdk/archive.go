@@ -291,6 +291,8 @@ func (c *Client) resolveEnvelope(ctx context.Context, e history.Event) (history.
 		raw = d.Output
 	case history.ChildFinishedData:
 		raw = d.Output
+	case history.SignalReceivedData:
+		raw = d.Payload
 	default:
 		return e, false, nil
 	}
@@ -310,6 +312,9 @@ func (c *Client) resolveEnvelope(ctx context.Context, e history.Event) (history.
 		e.Data = d
 	case history.ChildFinishedData:
 		d.Output = data
+		e.Data = d
+	case history.SignalReceivedData:
+		d.Payload = data
 		e.Data = d
 	}
 	return e, true, nil

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -385,5 +386,79 @@ func TestLargeSignalPayloadsAreKeptByReference(t *testing.T) {
 		_, err = b.client.Signal(ctx, res.ID, "x", json.RawMessage(`{"cairn_blob":{"store":"db","key":"k","size":1,"sha256":"00"}}`))
 		require.ErrorIs(t, err, sdk.ErrInvalid)
 		enginetest.RequireProjectionsMatch(t, b.client.Store())
+	})
+}
+
+type bigOrder struct {
+	ID    string `json:"id"`
+	Lines string `json:"lines"`
+}
+
+// The compensators of a task whose input is kept by reference are handed
+// the input itself: compensation replays the workflow over the input read
+// back, not over its reference. On both stores.
+func TestCompensationReadsAnInputKeptByReference(t *testing.T) {
+	t.Parallel()
+	onEachStore(t, func(t *testing.T, setup setupFunc) {
+		b := setup(t, sdk.WorkerConfig{})
+		refunded := make(chan string, 1)
+		wf := sdk.NewWorkflow("order.charge", 1, func(ctx workflow.Context, in bigOrder) (string, error) {
+			return workflow.Step(ctx, "charge", func(context.Context) (string, error) { return "charged " + in.ID, nil },
+				workflow.StepOpts{Compensate: workflow.Compensate(func(context.Context, string) error {
+					refunded <- in.ID
+					return nil
+				})})
+		})
+		sdk.Register(b.worker, wf)
+		startWorker(t, b.worker)
+		ctx := context.Background()
+		res, err := sdk.Start(ctx, b.client, wf, bigOrder{ID: "o-42", Lines: strings.Repeat("line ", 20_000)})
+		require.NoError(t, err)
+		_, err = res.Result(ctx)
+		require.NoError(t, err)
+		raw, err := b.client.RawHistory(ctx, res.ID)
+		require.NoError(t, err)
+		_, byRef := history.ParseBlobEnvelope(raw[0].Data.(history.TaskScheduledData).Input)
+		require.True(t, byRef)
+		require.NoError(t, b.client.Compensate(ctx, res.ID, "customer returned it"))
+		select {
+		case id := <-refunded:
+			require.Equal(t, "o-42", id, "the compensator saw the input, not a zero value")
+		case <-time.After(30 * time.Second):
+			t.Fatal("the compensator did not run")
+		}
+	})
+}
+
+// An input in place and the same input by reference are the same start
+// for its idempotency key, whichever came first, and whatever the order
+// of its keys: clients with other blob thresholds, or a start from before
+// an upgrade, retry into the task they made. On both stores.
+func TestAnInputInPlaceAndByReferenceAreTheSameStart(t *testing.T) {
+	t.Parallel()
+	onEachStore(t, func(t *testing.T, setup setupFunc) {
+		b := setup(t, sdk.WorkerConfig{})
+		ctx := context.Background()
+		inPlace, err := sdk.NewClient(sdk.ClientConfig{Store: b.client.Store(), BlobThreshold: -1})
+		require.NoError(t, err)
+		t.Cleanup(inPlace.Close)
+		lines := strings.Repeat("l", 100_000)
+		ab := json.RawMessage(`{"a":1,"lines":"` + lines + `"}`)
+		ba := json.RawMessage(`{"lines":"` + lines + `", "a":1.0}`)
+		ref := sdk.TypeRef{Name: "order.charge", Version: 1}
+		for i, c := range []struct {
+			first, second *sdk.Client
+			input         json.RawMessage
+		}{{inPlace, b.client, ab}, {b.client, inPlace, ab}, {b.client, b.client, ba}} {
+			key := fmt.Sprintf("order-%d", i)
+			first, err := c.first.StartDynamic(ctx, ref, ab, sdk.StartOpts{IdempotencyKey: key})
+			require.NoError(t, err, "case %d", i)
+			again, err := c.second.StartDynamic(ctx, ref, c.input, sdk.StartOpts{IdempotencyKey: key})
+			require.NoError(t, err, "case %d: the same start", i)
+			require.True(t, again.Existing, "case %d", i)
+			require.Equal(t, first.ID, again.ID, "case %d", i)
+			_, err = c.second.StartDynamic(ctx, ref, json.RawMessage(`{"a":2,"lines":"`+lines+`"}`), sdk.StartOpts{IdempotencyKey: key})
+			require.ErrorIs(t, err, sdk.ErrIdempotencyKeyReused, "case %d: another input", i)
+		}
 	})
 }

@@ -2,6 +2,8 @@ package sdk
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"math"
 	"os"
@@ -540,11 +542,27 @@ func parentOf(t *store.Task) *uuid.UUID {
 // Get returns a task's current state. A task id not in the client's
 // namespace is [ErrNotFound].
 func (c *Client) Get(ctx context.Context, id uuid.UUID) (*TaskInfo, error) {
+	info, err := c.getStored(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return c.resolved(ctx, info)
+}
+
+// getStored is Get without reading payloads kept by reference back.
+func (c *Client) getStored(ctx context.Context, id uuid.UUID) (*TaskInfo, error) {
 	t, err := c.store.TaskGetByID(ctx, c.namespace, id)
 	if err != nil {
 		return nil, err
 	}
-	info := taskInfo(t)
+	return taskInfo(t), nil
+}
+
+// resolved is info with its input and output read back when they are kept
+// by reference (unless the client answers references).
+func (c *Client) resolved(ctx context.Context, info *TaskInfo) (*TaskInfo, error) {
+	id := info.ID
+	var err error
 	if !c.outputsByRef {
 		if info.Output, err = c.resolvePayload(ctx, info.Output); err != nil {
 			return nil, errors.Wrapf(err, "the output of task %s", id)
@@ -593,16 +611,17 @@ func (c *Client) Wait(ctx context.Context, id uuid.UUID) (*TaskInfo, error) {
 	timer := time.NewTimer(interval)
 	defer timer.Stop()
 	for {
-		info, err := c.Get(ctx, id)
+		// The payloads are read back once, at the end, not at every poll.
+		info, err := c.getStored(ctx, id)
 		if err != nil {
 			return nil, err
 		}
 		if info.Status.Terminal() {
-			return info, nil
+			return c.resolved(ctx, info)
 		}
 		select {
 		case <-ctx.Done():
-			return info, ctx.Err()
+			return info, ctx.Err() // not finished: no output to read back
 		case <-finished:
 		case <-timer.C:
 			interval = min(2*interval, time.Second)
@@ -940,9 +959,14 @@ func (c *Client) inputByReference(p *store.TaskStartParams) (*store.TaskStartPar
 	if err != nil {
 		return nil, errors.Wrapf(err, "start %s: keep the input as a blob", p.Scheduled.TaskType)
 	}
+	canonical, err := jsoncheck.Canonical(in)
+	if err != nil {
+		canonical = in
+	}
+	sum := sha256.Sum256(canonical)
 	q := *p
 	q.ID, q.Blobs = id, []*store.Blob{blob}
-	q.Scheduled.Input = history.BlobEnvelope(ref)
+	q.Scheduled.Input = history.InputEnvelope(ref, hex.EncodeToString(sum[:]))
 	return &q, nil
 }
 

@@ -40,7 +40,7 @@ type namespaceRequest struct {
 	// CLI or the SDK by whoever runs it, not by a token holder.
 	Archive *string `json:"archive"`
 	// TypeRetentionSeconds replaces the task types' own retentions (left
-	// out: none).
+	// out: they stay as they are; {}: none).
 	TypeRetentionSeconds map[string]*float64 `json:"type_retention_seconds"`
 }
 
@@ -123,6 +123,12 @@ func (s *Server) putNamespace(w http.ResponseWriter, r *http.Request, c *call) {
 		return
 	}
 	settings.Archive = current.Archive
+	if req.TypeRetentionSeconds == nil {
+		// Left out: the types keep theirs (a type on a legal hold is not
+		// moved to the namespace's retention by a PUT about the rest);
+		// {} removes them.
+		settings.TypeRetention = current.TypeRetention
+	}
 	if err := c.client.SetNamespace(r.Context(), c.namespace, settings); err != nil {
 		s.writeError(w, r, err)
 		return

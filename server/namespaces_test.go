@@ -62,6 +62,9 @@ func TestNamespaceSettingsOverHTTP(t *testing.T) {
 			require.Equal(t, http.StatusOK, typed.status, "%s", typed.body)
 			require.JSONEq(t, `{"namespace":"tenant-b","retention_seconds":2592000,"key_retention_seconds":null,"archive":"s3://bucket/cairn?endpoint=127.0.0.1:9000",`+
 				`"type_retention_seconds":{"report.render":3600,"ocr.page":0.5}}`, string(typed.body))
+			kept := send(t, h, "PUT", "/v1/namespace?namespace=tenant-b", []byte(`{"retention_seconds":60}`), as(adminToken)...)
+			require.Equal(t, http.StatusOK, kept.status, "%s", kept.body)
+			require.Contains(t, string(kept.body), `"type_retention_seconds":{`, "left out, the types keep theirs")
 			for body, says := range map[string]string{
 				`{"type_retention_seconds":{"report":null}}`: `type_retention_seconds of "report" is null`,
 				`{"type_retention_seconds":{"report":-1}}`:   `type_retention_seconds of "report" -1 is not a number of seconds`,
@@ -71,7 +74,7 @@ func TestNamespaceSettingsOverHTTP(t *testing.T) {
 				require.Equal(t, http.StatusBadRequest, bad.status, "%s: %s", body, bad.body)
 				require.Contains(t, bad.problem.Detail, says, body)
 			}
-			reset := send(t, h, "PUT", "/v1/namespace?namespace=tenant-b", []byte(`{"retention_seconds":null}`), as(adminToken)...)
+			reset := send(t, h, "PUT", "/v1/namespace?namespace=tenant-b", []byte(`{"retention_seconds":null,"type_retention_seconds":{}}`), as(adminToken)...)
 			require.Equal(t, http.StatusOK, reset.status, "%s", reset.body)
 			require.JSONEq(t, `{"namespace":"tenant-b","retention_seconds":null,"key_retention_seconds":null,"archive":"s3://bucket/cairn?endpoint=127.0.0.1:9000"}`, string(reset.body),
 				"a setting left out or null takes the default")

@@ -9,6 +9,7 @@ import (
 
 	"github.com/cockroachdb/errors"
 
+	"github.com/cairnflow/cairn/activities"
 	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/internal/errmark"
 )
@@ -240,15 +241,15 @@ func nondeterministic(position int, recorded, called string) error {
 // encrypted: it has no keys for the task's namespace. Not permanent: a
 // worker with the keys, or this one once configured, runs it.
 func errSealed(what string) error {
-	return errors.WithHint(errors.Newf("%s is encrypted (cairn_sealed) and this worker cannot open it", what),
-		"give the worker the namespace's keys (WorkerConfig.Codec, --keys or CAIRN_KEYS_FILE)")
+	return activities.Transient(errors.WithHint(errors.Newf("%s is encrypted (cairn_sealed) and this worker cannot open it", what),
+		"give the worker the namespace's keys (WorkerConfig.Codec, --keys or CAIRN_KEYS_FILE)"))
 }
 
 // errUnreadBlob is the error of a payload kept as a blob that reached the
 // workflow unread: its blob could not be read (gone with its task, or the
 // database out of reach). Not permanent: the next attempt reads again.
 func errUnreadBlob(what string) error {
-	return errors.Newf("%s is kept as a blob ({\"cairn_blob\": …}) that could not be read", what)
+	return activities.Transient(errors.Newf("%s is kept as a blob ({\"cairn_blob\": …}) that could not be read", what))
 }
 
 // Typed adapts a typed workflow function to a [Func]: it decodes the input

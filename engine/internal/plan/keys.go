@@ -3,6 +3,7 @@ package plan
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 
 	"github.com/cairnflow/cairn/history"
@@ -39,6 +40,19 @@ func InputDigest(input []byte) []byte {
 		// An encrypted input is known by the keyed digest of its
 		// plaintext (engine.Codec), the same for every start of it.
 		return sealed.Digest
+	}
+	return InputIdentity(input)
+}
+
+// InputIdentity is the SHA-256 of input's canonical JSON form: for an
+// input kept by reference, the digest its envelope carries (of the same
+// canonical form), so an input in place and one by reference of the same
+// value are the same start.
+func InputIdentity(input []byte) []byte {
+	if canonical, ok := history.EnvelopeCanonical(input); ok {
+		if sum, err := hex.DecodeString(canonical); err == nil && len(sum) == sha256.Size {
+			return sum
+		}
 	}
 	sum := sha256.Sum256(Canonical(input))
 	return sum[:]

@@ -291,9 +291,9 @@ func SameStart(existingType string, existingInput []byte, sched history.TaskSche
 		return aSealed && bSealed && len(a.Digest) > 0 && bytes.Equal(a.Digest, b.Digest)
 	}
 	if history.MaybeBlobEnvelope(existingInput) || history.MaybeBlobEnvelope(sched.Input) {
-		// Kept by reference: each start names a new blob; compare what
-		// they hold.
-		return bytes.Equal(Canonical(existingInput), Canonical(sched.Input))
+		// Kept by reference: each start names a new blob; compare the
+		// canonical digests of what they hold.
+		return bytes.Equal(InputIdentity(existingInput), InputIdentity(sched.Input))
 	}
 	return jsoncheck.Equal(existingInput, sched.Input)
 }

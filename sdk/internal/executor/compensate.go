@@ -69,10 +69,14 @@ func (h *Handler) compensate(a *engine.Attempt, typ Type, reason string, cause *
 		return nil, err
 	}
 	steps := resolved.Steps
+	input, err := resolveInput(ctx, a) // an input kept by reference, read back
+	if err != nil {
+		return nil, err
+	}
 	collected := interpreter.Run(interpreter.RunParams{
 		TaskID: taskID, Attempt: state.Attempt, Steps: steps, Context: ctx, CollectOnly: true,
 		Record: func(history.Payload) error { return errors.New("a collect-only run records nothing") },
-	}, typ.Func, a.Task.Input)
+	}, typ.Func, input)
 	for len(state.Compensation.Pending) > 0 {
 		select {
 		case <-a.Stopping():

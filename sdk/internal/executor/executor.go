@@ -233,9 +233,6 @@ func (h *Handler) handleAttempt(ctx context.Context, a *engine.Attempt, tr *atte
 			// Record even if the attempt context was cancelled by a stop
 			// while the step ran: the step did finish. The lease fence
 			// still refuses a stale attempt.
-			if n := a.State().LastSeq; h.maxHistory > 0 && n+1 > h.maxHistory {
-				return activities.WithKind(activities.Permanent(h.historyTooLarge(n)), KindHistoryTooLarge)
-			}
 			step, err := h.offload(a, step)
 			if err != nil {
 				return err
@@ -245,7 +242,15 @@ func (h *Handler) handleAttempt(ctx context.Context, a *engine.Attempt, tr *atte
 				refused = &done
 				return err
 			}
-			return a.Append(a.DurableContext(), step)
+			if err := a.Append(a.DurableContext(), step); err != nil {
+				return err
+			}
+			// The step ran and is recorded (so compensated if it must be);
+			// past the bound the run ends here.
+			if n := a.State().LastSeq; h.maxHistory > 0 && n >= h.maxHistory {
+				return activities.WithKind(activities.Permanent(h.historyTooLarge(n)), KindHistoryTooLarge)
+			}
+			return nil
 		},
 	}, typ.Func, input)
 	if res.Pending != nil {
