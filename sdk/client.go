@@ -105,6 +105,12 @@ type ClientConfig struct {
 	// schedule's always are). Default [DefaultBlobThreshold] (64 KiB), as
 	// [WorkerConfig.BlobThreshold]; negative: inputs stay in place.
 	BlobThreshold int
+	// BlobStore, when set, is where the blobs this client writes (inputs
+	// and signal payloads kept by reference) keep their bytes: a directory
+	// or an S3-compatible bucket, as [engine.CheckArchive] takes it; the
+	// database's blobs table then holds a row naming it. Blobs are read
+	// from wherever their rows say. Default: the database.
+	BlobStore string
 }
 
 // Client starts tasks and asks about them. It is safe for concurrent use.
@@ -149,7 +155,7 @@ func (c *Client) waitListener() *engine.Notifier {
 
 // NewClient returns a client. It does not touch the database.
 func NewClient(cfg ClientConfig) (*Client, error) {
-	st, err := sealedStore(cfg.Store, cfg.Pool, cfg.Schema, cfg.Metrics, cfg.Codec)
+	st, err := sealedStore(cfg.Store, cfg.Pool, cfg.Schema, cfg.Metrics, cfg.Codec, cfg.BlobStore)
 	if err != nil {
 		return nil, err
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/cairnflow/cairn/engine/pgstore"
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/internal/errmark"
 )
 
 // configuredStore is the store a Client or Worker writes through: st when
@@ -20,16 +21,28 @@ import (
 // set too, must be the same), with the metrics' wrapper put under it: two
 // decorators, or one hidden under the metrics', would seal twice or not
 // be found (StartDynamicTx, archives, erasure look for it).
-func sealedStore(st store.Store, pool *pgxpool.Pool, schema string, metrics *engine.Metrics, codec *engine.Codec) (store.Store, error) {
+func sealedStore(st store.Store, pool *pgxpool.Pool, schema string, metrics *engine.Metrics, codec *engine.Codec, blobStore string) (store.Store, error) {
 	if sealed, ok := st.(*engine.SealedStore); ok {
 		if codec != nil && codec != sealed.Codec() {
 			return nil, errors.New("sdk: Codec is set in the config and, to another codec, on its Store: set it in one place")
 		}
 		codec, st = sealed.Codec(), sealed.Unwrap()
 	}
+	if blobs, ok := st.(*engine.BlobStore); ok {
+		switch {
+		case blobStore == "":
+			blobStore = blobs.Location()
+		case blobs.Location() != "" && blobs.Location() != blobStore:
+			return nil, errors.New("sdk: BlobStore is set in the config and, to another location, on its Store (engine.BlobStoreOver): set it in one place")
+		}
+		st = blobs.Unwrap()
+	}
 	st, err := configuredStore(st, pool, schema, metrics)
 	if err != nil {
 		return nil, err
+	}
+	if st, err = engine.BlobStoreOver(st, blobStore, nil); err != nil {
+		return nil, errmark.Mark(err, ErrInvalid)
 	}
 	return engine.SealStore(st, codec), nil
 }
@@ -148,6 +161,9 @@ func (s *observedStore) TaskRemoveFinished(ctx context.Context, p *store.RemoveF
 func baseStore(st store.Store) store.Store {
 	if sealed, ok := st.(*engine.SealedStore); ok {
 		st = sealed.Unwrap()
+	}
+	if blobs, ok := st.(*engine.BlobStore); ok {
+		st = blobs.Unwrap()
 	}
 	if o, ok := st.(*observedStore); ok {
 		return o.Store

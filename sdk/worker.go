@@ -106,6 +106,12 @@ type WorkerConfig struct {
 	// replaying more. Default [DefaultMaxHistoryEvents] (50,000);
 	// negative: no bound.
 	MaxHistoryEvents int
+	// BlobStore, when set, is where the blobs this worker writes (step
+	// outputs and workflow outputs over BlobThreshold, activities.PutBlob)
+	// keep their bytes: a directory or an S3-compatible bucket
+	// ([engine.CheckArchive]'s locations). Retention deletes them with
+	// their tasks. Default: the database's blobs table.
+	BlobStore string
 	// BlobThreshold: a step's output of more bytes of JSON is kept in the
 	// task's blobs (the database's blobs table) and the history records a
 	// reference to it; replays, compensators and [Client.History] read it
@@ -149,7 +155,7 @@ type registered struct {
 
 // NewWorker returns a worker; it does nothing until started.
 func NewWorker(cfg WorkerConfig) (*Worker, error) {
-	st, err := sealedStore(cfg.Store, cfg.Pool, cfg.Schema, cfg.Metrics, cfg.Codec)
+	st, err := sealedStore(cfg.Store, cfg.Pool, cfg.Schema, cfg.Metrics, cfg.Codec, cfg.BlobStore)
 	if err != nil {
 		return nil, err
 	}

@@ -116,11 +116,22 @@ func (g *globals) store(ctx context.Context, o storeOpts) (store.Store, func(), 
 	if err != nil {
 		return nil, nil, err
 	}
+	location := ""
+	if g.blobStore != "" {
+		if location, err = archiveLocation(g.blobStore); err != nil {
+			return nil, nil, errors.Wrap(err, "--blob-store")
+		}
+	}
 	s, closeStore, err := g.driver(ctx, o)
 	if err != nil {
 		return nil, nil, err
 	}
-	return engine.SealStore(s, codec), closeStore, nil
+	blobs, err := engine.BlobStoreOver(s, location, nil)
+	if err != nil {
+		closeStore()
+		return nil, nil, errmark.Mark(errors.Wrap(err, "--blob-store"), configError)
+	}
+	return engine.SealStore(blobs, codec), closeStore, nil
 }
 
 // codec is --keys's codec (or CAIRN_KEYS's), nil when neither is set.

@@ -72,6 +72,9 @@ type globals struct {
 	// keys is --keys: the keys file of the namespaces whose payloads are
 	// encrypted at rest (engine.Codec); CAIRN_KEYS may hold its JSON instead.
 	keys string
+	// blobStore is --blob-store: where the blobs this process writes keep
+	// their bytes ("": the database).
+	blobStore string
 }
 
 func newRootCmd() *cobra.Command {
@@ -115,6 +118,8 @@ store: one SQLite file (--db, default ./cairn-dev.db), for one process.`,
 		"where the histories of tasks retention removed are kept, for namespaces without an archive of their own: a directory or s3://bucket/prefix?endpoint=host:port (credentials from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY); read by task history and audit --archive, written by the leader of server and dev (env CAIRN_DEFAULT_ARCHIVE; default with the embedded store: the directory <db>.archive beside it)")
 	pf.StringVar(&g.keys, "keys", os.Getenv(engine.EnvKeysFile),
 		"keys file of the namespaces whose payloads are encrypted at rest (AES-256-GCM, a data key per task); every process of those namespaces needs it: servers and workers seal and open, the CLI opens (env CAIRN_KEYS_FILE; CAIRN_KEYS may hold the file's JSON instead)")
+	pf.StringVar(&g.blobStore, "blob-store", os.Getenv("CAIRN_BLOB_STORE"),
+		"where the blobs this process writes (payloads kept by reference, activities.PutBlob) keep their bytes: a directory or s3://bucket/prefix?endpoint=host:port (credentials from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY); blobs are read from wherever they were written (env CAIRN_BLOB_STORE; default: the database)")
 	pf.IntVar(&g.filters.MaxScan, "filter-max-scan", sdk.DefaultFilterScan, "the most rows a command or request with a filter reads to evaluate it")
 	root.AddCommand(newMigrateCmd(g), newTaskCmd(g), newDLQCmd(g), newQueueCmd(g), newNamespaceCmd(g), newScheduleCmd(g), newDemoCmd(g))
 	root.AddCommand(newServerCmd(g), newDevCmd(g), newTokenCmd())

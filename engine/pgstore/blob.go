@@ -14,7 +14,7 @@ import (
 func (s *Store) BlobPut(ctx context.Context, b *store.Blob) error {
 	_, err := s.pool.Exec(ctx, s.sql("BlobInsert"), pgx.NamedArgs{
 		"namespace": b.Namespace, "key": b.Key, "task_id": b.TaskID, "content_type": nullString(b.ContentType),
-		"size": int64(len(b.Data)), "sha256": b.SHA256, "data": b.Data,
+		"size": int64(len(b.Data)), "sha256": b.SHA256, "data": blobData(b.Data), "location": nullString(b.Location),
 	})
 	return errors.Wrapf(interpretError(err), "put blob %s of task %s", b.Key, b.TaskID)
 }
@@ -22,13 +22,13 @@ func (s *Store) BlobPut(ctx context.Context, b *store.Blob) error {
 // BlobGet implements [store.Store].
 func (s *Store) BlobGet(ctx context.Context, namespace, key string) (*store.Blob, error) {
 	b := &store.Blob{Namespace: namespace, Key: key}
-	var contentType *string
+	var contentType, location *string
 	err := s.pool.QueryRow(ctx, s.sql("BlobGet"), pgx.NamedArgs{"namespace": namespace, "key": key}).
-		Scan(&b.TaskID, &contentType, &b.SHA256, &b.Data, &b.CreatedAt)
+		Scan(&b.TaskID, &contentType, &b.SHA256, &b.Data, &b.CreatedAt, &location)
 	if err != nil {
 		return nil, errors.Wrapf(interpretError(err), "get blob %s", key)
 	}
-	b.ContentType, b.CreatedAt = deref(contentType), b.CreatedAt.UTC()
+	b.ContentType, b.CreatedAt, b.Location = deref(contentType), b.CreatedAt.UTC(), deref(location)
 	return b, nil
 }
 
@@ -49,4 +49,13 @@ func (s *Store) BlobKeysByTasks(ctx context.Context, namespace string, ids []uui
 		return nil
 	})
 	return out, errors.Wrap(interpretError(err), "list blobs")
+}
+
+// blobData is a blob's data column: never NULL (a blob kept in a blob
+// store has an empty one).
+func blobData(data []byte) []byte {
+	if data == nil {
+		return []byte{}
+	}
+	return data
 }

@@ -835,11 +835,15 @@ WITH retired AS (
 ), ev AS (
     DELETE FROM /* TEMPLATE: schema */events WHERE task_id = ANY(@ids::uuid[]) RETURNING 1
 ), blobs AS (
-    DELETE FROM /* TEMPLATE: schema */blobs WHERE task_id = ANY(@ids::uuid[])
+    DELETE FROM /* TEMPLATE: schema */blobs WHERE task_id = ANY(@ids::uuid[]) RETURNING key, task_id, location
 ), gone AS (
     DELETE FROM /* TEMPLATE: schema */tasks WHERE id = ANY(@ids::uuid[]) RETURNING 1
 )
-SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM ev);
+SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM ev),
+    -- The blobs whose bytes are in a blob store: the caller deletes them.
+    (SELECT coalesce(array_agg(key), '{}') FROM blobs WHERE location IS NOT NULL),
+    (SELECT coalesce(array_agg(task_id), '{}') FROM blobs WHERE location IS NOT NULL),
+    (SELECT coalesce(array_agg(location), '{}') FROM blobs WHERE location IS NOT NULL);
 
 -- name: RetiredKeysExpire
 -- Drops up to @max retired keys past their time by the store's clock
@@ -877,11 +881,11 @@ FULL JOIN (SELECT namespace FROM seen WHERE namespace IS NOT NULL) AS s ON s.nam
 ORDER BY 1;
 
 -- name: BlobInsert
-INSERT INTO /* TEMPLATE: schema */blobs (namespace, key, task_id, content_type, size, sha256, data, created_at)
-VALUES (@namespace, @key, @task_id, @content_type, @size, @sha256, @data, now());
+INSERT INTO /* TEMPLATE: schema */blobs (namespace, key, task_id, content_type, size, sha256, data, created_at, location)
+VALUES (@namespace, @key, @task_id, @content_type, @size, @sha256, @data, now(), @location);
 
 -- name: BlobGet
-SELECT task_id, content_type, sha256, data, created_at FROM /* TEMPLATE: schema */blobs
+SELECT task_id, content_type, sha256, data, created_at, location FROM /* TEMPLATE: schema */blobs
 WHERE namespace = @namespace AND key = @key;
 
 -- name: TaskDataKeys
@@ -904,10 +908,10 @@ SELECT coalesce((SELECT data_key FROM upd), (SELECT data_key FROM /* TEMPLATE: s
 -- The blobs of starts (an input kept by reference), written in the start's
 -- transaction, after its insert: only those whose task the insert created
 -- (a start whose idempotency key was taken made none).
-INSERT INTO /* TEMPLATE: schema */blobs (namespace, key, task_id, content_type, size, sha256, data, created_at)
-SELECT b.namespace, b.key, b.task_id, b.content_type, b.size, b.sha256, b.data, now()
+INSERT INTO /* TEMPLATE: schema */blobs (namespace, key, task_id, content_type, size, sha256, data, created_at, location)
+SELECT b.namespace, b.key, b.task_id, b.content_type, b.size, b.sha256, b.data, now(), b.location
 FROM unnest(@namespaces::text[], @keys::text[], @task_ids::uuid[], @content_types::text[], @sizes::bigint[],
-            @sha256s::bytea[], @datas::bytea[]) AS b(namespace, key, task_id, content_type, size, sha256, data)
+            @sha256s::bytea[], @datas::bytea[], @locations::text[]) AS b(namespace, key, task_id, content_type, size, sha256, data, location)
 WHERE EXISTS (SELECT 1 FROM /* TEMPLATE: schema */tasks AS t WHERE t.id = b.task_id AND t.created_at = @at);
 
 -- name: BlobKeysByTasks

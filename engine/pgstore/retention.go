@@ -61,10 +61,15 @@ func (s *Store) TaskRemoveFinished(ctx context.Context, p *store.RemoveFinishedP
 			keysUntil = p.KeysUntil
 		}
 		var tasks, events int64
+		var blobKeys, blobLocations []string
+		var blobTasks []uuid.UUID
 		err = tx.QueryRow(ctx, s.sql("TaskRemove"), pgx.NamedArgs{
 			"namespace": p.Namespace, "ids": ids, "keys": keys, "types": types, "digests": digests, "keys_until": keysUntil, "now": now,
-		}).Scan(&tasks, &events)
+		}).Scan(&tasks, &events, &blobKeys, &blobTasks, &blobLocations)
 		res = store.RemoveResult{Tasks: int(tasks), Events: int(events)}
+		for i, key := range blobKeys {
+			res.StoredBlobs = append(res.StoredBlobs, store.Blob{Namespace: p.Namespace, Key: key, TaskID: blobTasks[i], Location: blobLocations[i]})
+		}
 		return err
 	})
 	if err != nil {

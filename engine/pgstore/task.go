@@ -676,19 +676,20 @@ func scheduledData(sched history.TaskScheduledData, data []byte) (string, error)
 func startBlobs(plans []plan.StartPlan, at any) pgx.NamedArgs {
 	var namespaces, keys []string
 	var taskIDs [][16]byte
-	var contentTypes []*string
+	var contentTypes, locations []*string
 	var sizes []int64
 	var sums, datas [][]byte
 	for _, pl := range plans {
 		for _, b := range pl.Blobs {
 			namespaces, keys, taskIDs = append(namespaces, b.Namespace), append(keys, b.Key), append(taskIDs, b.TaskID)
 			contentTypes, sizes = append(contentTypes, nullString(b.ContentType)), append(sizes, int64(len(b.Data)))
-			sums, datas = append(sums, b.SHA256), append(datas, b.Data)
+			sums, datas = append(sums, b.SHA256), append(datas, blobData(b.Data))
+			locations = append(locations, nullString(b.Location))
 		}
 	}
 	if keys == nil {
 		return nil
 	}
 	return pgx.NamedArgs{"namespaces": namespaces, "keys": keys, "task_ids": taskIDs, "content_types": contentTypes,
-		"sizes": sizes, "sha256s": sums, "datas": datas, "at": at}
+		"sizes": sizes, "sha256s": sums, "datas": datas, "locations": locations, "at": at}
 }

@@ -14,7 +14,7 @@ import (
 func (s *Store) BlobPut(ctx context.Context, b *store.Blob) error {
 	err := s.tx(ctx, func(tx *txn) error {
 		_, err := tx.exec(ctx, "BlobInsert", b.Namespace, b.Key, b.TaskID.String(), nullString(b.ContentType),
-			int64(len(b.Data)), b.SHA256, b.Data, us(s.now()))
+			int64(len(b.Data)), b.SHA256, blobData(b.Data), us(s.now()), nullString(b.Location))
 		return err
 	})
 	return errors.Wrapf(interpret(err), "put blob %s of task %s", b.Key, b.TaskID)
@@ -24,16 +24,16 @@ func (s *Store) BlobPut(ctx context.Context, b *store.Blob) error {
 func (s *Store) BlobGet(ctx context.Context, namespace, key string) (*store.Blob, error) {
 	b := &store.Blob{Namespace: namespace, Key: key}
 	var taskID string
-	var contentType sql.NullString
+	var contentType, location sql.NullString
 	var created int64
-	err := s.q.queryRow(ctx, "BlobGet", namespace, key).Scan(&taskID, &contentType, &b.SHA256, &b.Data, &created)
+	err := s.q.queryRow(ctx, "BlobGet", namespace, key).Scan(&taskID, &contentType, &b.SHA256, &b.Data, &created, &location)
 	if err != nil {
 		return nil, errors.Wrapf(interpret(err), "get blob %s", key)
 	}
 	if b.TaskID, err = uuid.Parse(taskID); err != nil {
 		return nil, errors.Wrapf(err, "blob %s: task id %q", key, taskID)
 	}
-	b.ContentType, b.CreatedAt = contentType.String, fromUS(created)
+	b.ContentType, b.CreatedAt, b.Location = contentType.String, fromUS(created), location.String
 	return b, nil
 }
 
@@ -60,4 +60,13 @@ func (s *Store) BlobKeysByTasks(ctx context.Context, namespace string, ids []uui
 		out[id] = append(out[id], key)
 	}
 	return out, errors.Wrap(interpret(rows.Err()), "list blobs")
+}
+
+// blobData is a blob's data column: never NULL (a blob kept in a blob
+// store has an empty one).
+func blobData(data []byte) []byte {
+	if data == nil {
+		return []byte{}
+	}
+	return data
 }

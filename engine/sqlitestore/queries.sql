@@ -357,12 +357,16 @@ FROM (
 
 -- name: BlobInsert
 -- ?1 namespace, ?2 key, ?3 task id, ?4 content type, ?5 size, ?6 sha256,
--- ?7 data, ?8 now (µs).
-INSERT INTO blobs (namespace, key, task_id, content_type, size, sha256, data, created_at)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8);
+-- ?7 data, ?8 now (µs), ?9 location (NULL: the bytes are here).
+INSERT INTO blobs (namespace, key, task_id, content_type, size, sha256, data, created_at, location)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9);
 
 -- name: BlobGet
-SELECT task_id, content_type, sha256, data, created_at FROM blobs WHERE namespace = ?1 AND key = ?2;
+SELECT task_id, content_type, sha256, data, created_at, location FROM blobs WHERE namespace = ?1 AND key = ?2;
+
+-- name: BlobsStoredOfRemoving
+-- The blobs of the tasks listed in removing whose bytes are in a blob store.
+SELECT key, task_id, location FROM blobs WHERE task_id IN (SELECT task_id FROM removing) AND location IS NOT NULL;
 
 -- name: BlobsRemove
 -- The blobs of the tasks listed in removing.

@@ -74,6 +74,10 @@ func (s *Store) TaskRemoveFinished(ctx context.Context, p *store.RemoveFinishedP
 		if err != nil {
 			return err
 		}
+		stored, err := storedBlobsOfRemoving(ctx, tx, p.Namespace)
+		if err != nil {
+			return err
+		}
 		if _, err := tx.exec(ctx, "BlobsRemove"); err != nil {
 			return err
 		}
@@ -86,7 +90,7 @@ func (s *Store) TaskRemoveFinished(ctx context.Context, p *store.RemoveFinishedP
 		}
 		nEvents, _ := evs.RowsAffected()
 		nTasks, _ := tasks.RowsAffected()
-		res = store.RemoveResult{Tasks: int(nTasks), Events: int(nEvents)}
+		res = store.RemoveResult{Tasks: int(nTasks), Events: int(nEvents), StoredBlobs: stored}
 		return nil
 	})
 	if err != nil {
@@ -200,4 +204,27 @@ func typeCutoffs(p *store.RemoveFinishedParams) (any, int64) {
 		panic(err) // strings and integers always marshal
 	}
 	return string(data), us(cut.Scan)
+}
+
+// storedBlobsOfRemoving are the blobs of the tasks being removed whose
+// bytes are in a blob store.
+func storedBlobsOfRemoving(ctx context.Context, tx *txn, namespace string) ([]store.Blob, error) {
+	rows, err := tx.query(ctx, "BlobsStoredOfRemoving")
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []store.Blob
+	for rows.Next() {
+		var key, idText, location string
+		if err := rows.Scan(&key, &idText, &location); err != nil {
+			return nil, err
+		}
+		id, err := uuid.Parse(idText)
+		if err != nil {
+			return nil, errors.Wrapf(err, "blob %s: task id %q", key, idText)
+		}
+		out = append(out, store.Blob{Namespace: namespace, Key: key, TaskID: id, Location: location})
+	}
+	return out, rows.Err()
 }

@@ -16,4 +16,9 @@ type Blob struct {
 	SHA256      []byte
 	Data        []byte
 	CreatedAt   time.Time
+	// Location, when set, is the blob store holding the bytes (a
+	// directory or an S3-compatible bucket, engine.CheckArchive's form):
+	// the row keeps no data, and a decorator (engine.BlobStoreOver) moves
+	// the bytes. Empty: the bytes are in the database.
+	Location string
 }

@@ -33,6 +33,10 @@ type RemoveFinishedParams struct {
 // RemoveResult says what one [Store.TaskRemoveFinished] removed.
 type RemoveResult struct {
 	Tasks, Events int
+	// StoredBlobs are the blobs the removal took whose bytes are in a blob
+	// store (Location set, no Data): their objects are the caller's to
+	// delete.
+	StoredBlobs []Blob
 }
 
 // DefaultsRow is the name of the namespaces row that holds the defaults

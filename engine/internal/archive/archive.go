@@ -37,6 +37,8 @@ type Bucket interface {
 	Get(ctx context.Context, key string) ([]byte, error)
 	// List returns the keys under prefix, in order.
 	List(ctx context.Context, prefix string) ([]string, error)
+	// Delete removes an object (one not there is no error).
+	Delete(ctx context.Context, key string) error
 	// String names the location, for messages.
 	String() string
 }
@@ -310,13 +312,11 @@ const blobSuffix = ".blob"
 // WriteBlob writes the bytes of blob key of task id of namespace (as the
 // database holds them: sealed, when the task's payloads are encrypted).
 func WriteBlob(ctx context.Context, b Bucket, namespace string, id uuid.UUID, key string, data []byte) error {
-	if err := checkNamespace(namespace); err != nil {
+	name, err := BlobObject(namespace, id, key)
+	if err != nil {
 		return err
 	}
-	if err := checkBlobKey(key); err != nil {
-		return err
-	}
-	return errors.Wrapf(b.Put(ctx, namespace+"/blobs/"+key+"/"+id.String()+blobSuffix, data), "archive blob %s to %s", key, b)
+	return errors.Wrapf(b.Put(ctx, name, data), "archive blob %s to %s", key, b)
 }
 
 // FindBlob reads blob key of namespace from the archive, with the task
@@ -351,4 +351,16 @@ func checkBlobKey(key string) error {
 		return errors.Newf("blob key %q is not one folder name", key)
 	}
 	return nil
+}
+
+// BlobObject is the name of blob key of task id of namespace in a bucket:
+// where archival copies it, and where a blob store keeps it.
+func BlobObject(namespace string, id uuid.UUID, key string) (string, error) {
+	if err := checkNamespace(namespace); err != nil {
+		return "", err
+	}
+	if err := checkBlobKey(key); err != nil {
+		return "", err
+	}
+	return namespace + "/blobs/" + key + "/" + id.String() + blobSuffix, nil
 }

@@ -63,6 +63,15 @@ func syncDir(dir string) error {
 	return f.Sync()
 }
 
+// Delete removes an object; one already gone is no error.
+func (d *dirBucket) Delete(_ context.Context, key string) error {
+	err := os.Remove(filepath.Join(d.root, filepath.FromSlash(key)))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	return err
+}
+
 func (d *dirBucket) Get(_ context.Context, key string) ([]byte, error) {
 	return os.ReadFile(filepath.Join(d.root, filepath.FromSlash(key)))
 }

@@ -42,9 +42,16 @@ func openS3(u *url.URL) (*s3Bucket, error) {
 func (s *s3Bucket) String() string { return s.location }
 
 func (s *s3Bucket) Put(ctx context.Context, key string, body []byte) error {
-	_, err := s.client.PutObject(ctx, s.bucket, s.prefix+key, bytes.NewReader(body), int64(len(body)),
-		minio.PutObjectOptions{ContentType: "application/x-ndjson", ContentEncoding: "gzip"})
+	opts := minio.PutObjectOptions{ContentType: "application/octet-stream"} // a blob's bytes, as they are
+	if strings.HasSuffix(key, ".jsonl.gz") {
+		opts = minio.PutObjectOptions{ContentType: "application/x-ndjson", ContentEncoding: "gzip"}
+	}
+	_, err := s.client.PutObject(ctx, s.bucket, s.prefix+key, bytes.NewReader(body), int64(len(body)), opts)
 	return err
+}
+
+func (s *s3Bucket) Delete(ctx context.Context, key string) error {
+	return s.client.RemoveObject(ctx, s.bucket, s.prefix+key, minio.RemoveObjectOptions{})
 }
 
 func (s *s3Bucket) Get(ctx context.Context, key string) ([]byte, error) {

@@ -1,0 +1,174 @@
+package engine
+
+import (
+	"context"
+
+	"github.com/cockroachdb/errors"
+
+	"github.com/cairnflow/cairn/engine/internal/archive"
+	"github.com/cairnflow/cairn/engine/store"
+)
+
+// BlobStore is a store decorator that keeps blobs' bytes in a blob store
+// (a directory or an S3-compatible bucket, [CheckArchive]'s locations)
+// instead of the database: a blob written through it goes to
+// <namespace>/blobs/<key>/<task>.blob at Location, and its row in the
+// blobs table names the location and holds no data. Reads follow the
+// row's location, whatever this process writes to, so every process
+// reads every blob; a removal deletes the objects of the blobs it took.
+// With Location empty it only reads (blobs are written to the database).
+//
+// It goes under [SealedStore], which seals the bytes first: a bucket
+// holds what the database would.
+type BlobStore struct {
+	store.Store
+	location string
+	buckets  *Archives
+}
+
+// BlobStoreOver returns st keeping new blobs at location ("" for the
+// database), reading blobs from wherever their rows say, through buckets
+// (shared with the archives' readers; nil: its own).
+func BlobStoreOver(st store.Store, location string, buckets *Archives) (*BlobStore, error) {
+	if location != "" {
+		if err := CheckArchive(location); err != nil {
+			return nil, errors.Wrap(err, "blob store")
+		}
+	}
+	if buckets == nil {
+		buckets = &Archives{}
+	}
+	return &BlobStore{Store: st, location: location, buckets: buckets}, nil
+}
+
+// Unwrap returns the store under the decorator.
+func (s *BlobStore) Unwrap() store.Store { return s.Store }
+
+// Location is where the decorator writes blobs ("": the database).
+func (s *BlobStore) Location() string { return s.location }
+
+// Observer is the store under it's, if it says (see [SealedStore.Observer]).
+func (s *BlobStore) Observer() store.Observer {
+	if r, ok := s.Store.(interface{ Observer() store.Observer }); ok {
+		return r.Observer()
+	}
+	return nil
+}
+
+// put writes b's bytes to the blob store and returns the row to write in
+// their place (b itself when blobs stay in the database).
+func (s *BlobStore) put(ctx context.Context, b *store.Blob) (*store.Blob, error) {
+	if s.location == "" || b.Location != "" {
+		return b, nil
+	}
+	bucket, err := s.buckets.open(s.location)
+	if err != nil {
+		return nil, err
+	}
+	name, err := archive.BlobObject(b.Namespace, b.TaskID, b.Key)
+	if err != nil {
+		return nil, err
+	}
+	if err := bucket.Put(ctx, name, b.Data); err != nil {
+		return nil, errors.Wrapf(err, "write blob %s to %s", b.Key, bucket)
+	}
+	row := *b
+	row.Data, row.Location = nil, s.location
+	return &row, nil
+}
+
+// BlobPut implements [store.Store].
+func (s *BlobStore) BlobPut(ctx context.Context, b *store.Blob) error {
+	row, err := s.put(ctx, b)
+	if err != nil {
+		return err
+	}
+	return s.Store.BlobPut(ctx, row)
+}
+
+// BlobGet implements [store.Store]: the bytes from the row's location.
+func (s *BlobStore) BlobGet(ctx context.Context, namespace, key string) (*store.Blob, error) {
+	b, err := s.Store.BlobGet(ctx, namespace, key)
+	if err != nil || b.Location == "" {
+		return b, err
+	}
+	bucket, err := s.buckets.open(b.Location)
+	if err != nil {
+		return nil, errors.Wrapf(err, "blob %s", key)
+	}
+	name, err := archive.BlobObject(namespace, b.TaskID, key)
+	if err != nil {
+		return nil, err
+	}
+	if b.Data, err = bucket.Get(ctx, name); err != nil {
+		return nil, errors.Wrapf(err, "read blob %s from %s", key, bucket)
+	}
+	return b, nil
+}
+
+// startBlobs writes the bytes of starts' blobs (inputs kept by reference)
+// and returns the starts with their rows in place. A start that finds its
+// key taken writes no row; its object stays, unreferenced (docs).
+func (s *BlobStore) startBlobs(ctx context.Context, ps []*store.TaskStartParams) ([]*store.TaskStartParams, error) {
+	if s.location == "" {
+		return ps, nil
+	}
+	out := make([]*store.TaskStartParams, len(ps))
+	for i, p := range ps {
+		out[i] = p
+		if len(p.Blobs) == 0 {
+			continue
+		}
+		q := *p
+		q.Blobs = make([]*store.Blob, len(p.Blobs))
+		for j, b := range p.Blobs {
+			row, err := s.put(ctx, b)
+			if err != nil {
+				return nil, err
+			}
+			q.Blobs[j] = row
+		}
+		out[i] = &q
+	}
+	return out, nil
+}
+
+// TaskStart implements [store.Store].
+func (s *BlobStore) TaskStart(ctx context.Context, p *store.TaskStartParams) (store.TaskStartResult, error) {
+	ps, err := s.startBlobs(ctx, []*store.TaskStartParams{p})
+	if err != nil {
+		return store.TaskStartResult{}, err
+	}
+	return s.Store.TaskStart(ctx, ps[0])
+}
+
+// TaskStartMany implements [store.Store].
+func (s *BlobStore) TaskStartMany(ctx context.Context, ps []*store.TaskStartParams) ([]store.TaskStartResult, error) {
+	qs, err := s.startBlobs(ctx, ps)
+	if err != nil {
+		return nil, err
+	}
+	return s.Store.TaskStartMany(ctx, qs)
+}
+
+// TaskRemoveFinished implements [store.Store]: after the removal, the
+// objects of the blobs it took are deleted. One that cannot be is an
+// error (the tasks are removed all the same; the object stays, unread).
+func (s *BlobStore) TaskRemoveFinished(ctx context.Context, p *store.RemoveFinishedParams) (store.RemoveResult, error) {
+	res, err := s.Store.TaskRemoveFinished(ctx, p)
+	if err != nil {
+		return res, err
+	}
+	var errs error
+	for _, b := range res.StoredBlobs {
+		bucket, err := s.buckets.open(b.Location)
+		if err == nil {
+			var name string
+			if name, err = archive.BlobObject(b.Namespace, b.TaskID, b.Key); err == nil {
+				err = bucket.Delete(ctx, name)
+			}
+		}
+		errs = errors.CombineErrors(errs, errors.Wrapf(err, "delete blob %s of removed task %s", b.Key, b.TaskID))
+	}
+	return res, errs
+}

@@ -1,0 +1,98 @@
+package sdk_test
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/cairnflow/cairn/activities"
+	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/internal/s3test"
+	"github.com/cairnflow/cairn/sdk"
+	"github.com/cairnflow/cairn/workflow"
+)
+
+// With a blob store, blobs keep their bytes in a directory or an
+// S3-compatible bucket (a real S3-protocol server on loopback) instead of
+// the database: the row names the location and holds no data; every
+// client reads them, with or without a blob store of its own; an input by
+// reference goes there too; an encrypted namespace's objects are sealed;
+// retention deletes the objects with their tasks. On both stores.
+func TestBlobStoresKeepTheBytesOutOfTheDatabase(t *testing.T) {
+	t.Parallel()
+	onEachStore(t, func(t *testing.T, setup setupFunc) {
+		for name, location := range map[string]string{
+			"directory": "file://" + filepath.ToSlash(t.TempDir()),
+			"S3":        s3test.Start(t, "blobs", "cairn"),
+		} {
+			t.Run(name, func(t *testing.T) {
+				codec, err := sdk.ParseCodec(keysJSON(t, map[string][]byte{"k1": newKey(t)}, "k1"))
+				require.NoError(t, err)
+				b := setup(t, sdk.WorkerConfig{BlobStore: location, BlobThreshold: 100, RescueInterval: 20 * time.Millisecond, Codec: codec})
+				wf := sdk.NewWorkflow("scan.keep", 1, func(ctx workflow.Context, in string) (sdk.Blob, error) {
+					if _, err := workflow.Step(ctx, "ocr", func(context.Context) (string, error) { return strings.Repeat("text ", 100), nil }); err != nil {
+						return sdk.Blob{}, err
+					}
+					return workflow.Step(ctx, "keep", func(ctx context.Context) (sdk.Blob, error) {
+						return activities.PutBlob(ctx, "image/png", []byte("png of "+secret+" "+in[:10]))
+					})
+				})
+				sdk.Register(b.worker, wf)
+				startWorker(t, b.worker)
+				ctx := context.Background()
+				writer, err := sdk.NewClient(sdk.ClientConfig{Store: b.client.Store(), BlobStore: location, Codec: codec})
+				require.NoError(t, err)
+				t.Cleanup(writer.Close)
+				input := strings.Repeat("scan ", 30_000) // by reference, into the blob store
+				res, err := sdk.Start(ctx, writer, wf, input)
+				require.NoError(t, err)
+				ref, err := res.Result(ctx)
+				require.NoError(t, err)
+
+				row, err := b.client.Store().BlobGet(ctx, store.DefaultNamespace, ref.Key)
+				require.NoError(t, err)
+				require.Equal(t, location, row.Location)
+				data, err := writer.GetBlob(ctx, ref)
+				require.NoError(t, err)
+				require.Equal(t, "png of "+secret+" scan scan ", string(data))
+				reader, err := sdk.NewClient(sdk.ClientConfig{Store: b.client.Store(), Codec: codec})
+				require.NoError(t, err)
+				t.Cleanup(reader.Close)
+				data, err = reader.GetBlob(ctx, ref)
+				require.NoError(t, err, "a client without a blob store reads where the row says")
+				require.Equal(t, "png of "+secret+" scan scan ", string(data))
+				raw, err := reader.RawHistory(ctx, res.ID)
+				require.NoError(t, err)
+				inRef, ok := history.ParseBlobEnvelope(raw[0].Data.(history.TaskScheduledData).Input)
+				require.True(t, ok)
+				info, err := reader.Get(ctx, res.ID)
+				require.NoError(t, err)
+				require.Equal(t, `"`+input+`"`, string(info.Input))
+
+				archives := &engine.Archives{}
+				_, object, err := archives.Blob(ctx, location, store.DefaultNamespace, ref.Key)
+				require.NoError(t, err, "the bytes are in the blob store")
+				require.True(t, engine.BlobSealed(object), "sealed before they left")
+				require.NotContains(t, string(object), secret)
+				_, _, err = archives.Blob(ctx, location, store.DefaultNamespace, inRef.Key)
+				require.NoError(t, err, "the input kept by reference too")
+
+				require.NoError(t, b.client.SetNamespace(ctx, store.DefaultNamespace, sdk.NamespaceSettings{Retention: time.Millisecond}))
+				require.Eventually(t, func() bool {
+					_, _, err := archives.Blob(ctx, location, store.DefaultNamespace, ref.Key)
+					return err != nil
+				}, 10*time.Second, 20*time.Millisecond, "retention deletes the objects with their task")
+				_, _, err = archives.Blob(ctx, location, store.DefaultNamespace, inRef.Key)
+				require.ErrorIs(t, err, engine.ErrNotArchived)
+				_, err = b.client.Get(ctx, res.ID)
+				require.ErrorIs(t, err, sdk.ErrNotFound)
+			})
+		}
+	})
+}
