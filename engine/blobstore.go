@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/cockroachdb/errors"
+	"github.com/google/uuid"
 
 	"github.com/cairnflow/cairn/engine/internal/archive"
 	"github.com/cairnflow/cairn/engine/store"
@@ -12,7 +13,7 @@ import (
 // BlobStore is a store decorator that keeps blobs' bytes in a blob store
 // (a directory or an S3-compatible bucket, [CheckArchive]'s locations)
 // instead of the database: a blob written through it goes to
-// <namespace>/blobs/<key>/<task>.blob at Location, and its row in the
+// <namespace>/blobstore/<key>/<task>.blob at Location, and its row in the
 // blobs table names the location and holds no data. Reads follow the
 // row's location, whatever this process writes to, so every process
 // reads every blob; a removal deletes the objects of the blobs it took.
@@ -65,7 +66,7 @@ func (s *BlobStore) put(ctx context.Context, b *store.Blob) (*store.Blob, error)
 	if err != nil {
 		return nil, err
 	}
-	name, err := archive.BlobObject(b.Namespace, b.TaskID, b.Key)
+	name, err := archive.StoredBlobObject(b.Namespace, b.TaskID, b.Key)
 	if err != nil {
 		return nil, err
 	}
@@ -73,8 +74,48 @@ func (s *BlobStore) put(ctx context.Context, b *store.Blob) (*store.Blob, error)
 		return nil, errors.Wrapf(err, "write blob %s to %s", b.Key, bucket)
 	}
 	row := *b
-	row.Data, row.Location = nil, s.location
+	row.Data, row.Size, row.Location = nil, int64(len(b.Data)), s.location
 	return &row, nil
+}
+
+// drop deletes the objects put wrote for rows that were not written (a
+// start that found its key taken, or failed), best effort.
+func (s *BlobStore) drop(ctx context.Context, rows []*store.Blob) {
+	for _, b := range rows {
+		if b.Location == "" {
+			continue
+		}
+		if bucket, err := s.buckets.open(b.Location); err == nil {
+			if name, err := archive.StoredBlobObject(b.Namespace, b.TaskID, b.Key); err == nil {
+				_ = bucket.Delete(ctx, name)
+			}
+		}
+	}
+}
+
+// Object reads the object holding blob key of task id of namespace in the
+// decorator's blob store (what an operator, or a test, checks).
+func (s *BlobStore) Object(ctx context.Context, namespace string, id uuid.UUID, key string) ([]byte, error) {
+	bucket, err := s.buckets.open(s.location)
+	if err != nil {
+		return nil, err
+	}
+	name, err := archive.StoredBlobObject(namespace, id, key)
+	if err != nil {
+		return nil, err
+	}
+	return bucket.Get(ctx, name)
+}
+
+// PutStartBlobs writes the bytes of p's blobs and returns p with their
+// rows in place: for a start made through a driver's own method
+// (pgstore.TaskStartTx) under the decorator.
+func (s *BlobStore) PutStartBlobs(ctx context.Context, p *store.TaskStartParams) (*store.TaskStartParams, error) {
+	ps, err := s.startBlobs(ctx, []*store.TaskStartParams{p})
+	if err != nil {
+		return nil, err
+	}
+	return ps[0], nil
 }
 
 // BlobPut implements [store.Store].
@@ -83,7 +124,11 @@ func (s *BlobStore) BlobPut(ctx context.Context, b *store.Blob) error {
 	if err != nil {
 		return err
 	}
-	return s.Store.BlobPut(ctx, row)
+	if err := s.Store.BlobPut(ctx, row); err != nil {
+		s.drop(ctx, []*store.Blob{row})
+		return err
+	}
+	return nil
 }
 
 // BlobGet implements [store.Store]: the bytes from the row's location.
@@ -96,7 +141,7 @@ func (s *BlobStore) BlobGet(ctx context.Context, namespace, key string) (*store.
 	if err != nil {
 		return nil, errors.Wrapf(err, "blob %s", key)
 	}
-	name, err := archive.BlobObject(namespace, b.TaskID, key)
+	name, err := archive.StoredBlobObject(namespace, b.TaskID, key)
 	if err != nil {
 		return nil, err
 	}
@@ -107,8 +152,7 @@ func (s *BlobStore) BlobGet(ctx context.Context, namespace, key string) (*store.
 }
 
 // startBlobs writes the bytes of starts' blobs (inputs kept by reference)
-// and returns the starts with their rows in place. A start that finds its
-// key taken writes no row; its object stays, unreferenced (docs).
+// and returns the starts with their rows in place.
 func (s *BlobStore) startBlobs(ctx context.Context, ps []*store.TaskStartParams) ([]*store.TaskStartParams, error) {
 	if s.location == "" {
 		return ps, nil
@@ -135,20 +179,35 @@ func (s *BlobStore) startBlobs(ctx context.Context, ps []*store.TaskStartParams)
 
 // TaskStart implements [store.Store].
 func (s *BlobStore) TaskStart(ctx context.Context, p *store.TaskStartParams) (store.TaskStartResult, error) {
-	ps, err := s.startBlobs(ctx, []*store.TaskStartParams{p})
+	res, err := s.TaskStartMany(ctx, []*store.TaskStartParams{p})
 	if err != nil {
 		return store.TaskStartResult{}, err
 	}
-	return s.Store.TaskStart(ctx, ps[0])
+	return res[0], nil
 }
 
-// TaskStartMany implements [store.Store].
+// TaskStartMany implements [store.Store]: the objects of a start that
+// made no task (its key was taken, or the batch failed) are deleted.
 func (s *BlobStore) TaskStartMany(ctx context.Context, ps []*store.TaskStartParams) ([]store.TaskStartResult, error) {
 	qs, err := s.startBlobs(ctx, ps)
 	if err != nil {
 		return nil, err
 	}
-	return s.Store.TaskStartMany(ctx, qs)
+	var res []store.TaskStartResult
+	if len(qs) == 1 {
+		var one store.TaskStartResult
+		if one, err = s.Store.TaskStart(ctx, qs[0]); err == nil {
+			res = []store.TaskStartResult{one}
+		}
+	} else {
+		res, err = s.Store.TaskStartMany(ctx, qs)
+	}
+	for i, q := range qs {
+		if len(q.Blobs) > 0 && (err != nil || res[i].Existing) {
+			s.drop(ctx, q.Blobs)
+		}
+	}
+	return res, err
 }
 
 // TaskRemoveFinished implements [store.Store]: after the removal, the
@@ -164,7 +223,7 @@ func (s *BlobStore) TaskRemoveFinished(ctx context.Context, p *store.RemoveFinis
 		bucket, err := s.buckets.open(b.Location)
 		if err == nil {
 			var name string
-			if name, err = archive.BlobObject(b.Namespace, b.TaskID, b.Key); err == nil {
+			if name, err = archive.StoredBlobObject(b.Namespace, b.TaskID, b.Key); err == nil {
 				err = bucket.Delete(ctx, name)
 			}
 		}

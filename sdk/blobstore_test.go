@@ -2,11 +2,13 @@ package sdk_test
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/cairnflow/cairn/activities"
@@ -34,7 +36,10 @@ func TestBlobStoresKeepTheBytesOutOfTheDatabase(t *testing.T) {
 			t.Run(name, func(t *testing.T) {
 				codec, err := sdk.ParseCodec(keysJSON(t, map[string][]byte{"k1": newKey(t)}, "k1"))
 				require.NoError(t, err)
-				b := setup(t, sdk.WorkerConfig{BlobStore: location, BlobThreshold: 100, RescueInterval: 20 * time.Millisecond, Codec: codec})
+				// One location for the blob store and the archive: their
+				// object names must not meet.
+				b := setup(t, sdk.WorkerConfig{BlobStore: location, DefaultArchive: location, BlobThreshold: 100,
+					RescueInterval: 20 * time.Millisecond, Codec: codec})
 				wf := sdk.NewWorkflow("scan.keep", 1, func(ctx workflow.Context, in string) (sdk.Blob, error) {
 					if _, err := workflow.Step(ctx, "ocr", func(context.Context) (string, error) { return strings.Repeat("text ", 100), nil }); err != nil {
 						return sdk.Blob{}, err
@@ -58,6 +63,17 @@ func TestBlobStoresKeepTheBytesOutOfTheDatabase(t *testing.T) {
 				row, err := b.client.Store().BlobGet(ctx, store.DefaultNamespace, ref.Key)
 				require.NoError(t, err)
 				require.Equal(t, location, row.Location)
+				// The database's row itself: the location, the size, no data.
+				var dataLen, size int64
+				if b.store != nil {
+					raw, err := b.store.BlobGet(ctx, store.DefaultNamespace, ref.Key)
+					require.NoError(t, err)
+					dataLen, size = int64(len(raw.Data)), raw.Length()
+				} else {
+					require.NoError(t, b.pool.QueryRow(ctx, "SELECT length(data), size FROM "+pgx.Identifier{b.schema, "blobs"}.Sanitize()+" WHERE key = $1", ref.Key).Scan(&dataLen, &size))
+				}
+				require.Zero(t, dataLen, "the row holds no data")
+				require.Positive(t, size, "but the blob's size")
 				data, err := writer.GetBlob(ctx, ref)
 				require.NoError(t, err)
 				require.Equal(t, "png of "+secret+" scan scan ", string(data))
@@ -75,23 +91,40 @@ func TestBlobStoresKeepTheBytesOutOfTheDatabase(t *testing.T) {
 				require.NoError(t, err)
 				require.Equal(t, `"`+input+`"`, string(info.Input))
 
-				archives := &engine.Archives{}
-				_, object, err := archives.Blob(ctx, location, store.DefaultNamespace, ref.Key)
+				blobs := writer.Store().(*engine.SealedStore).Unwrap().(*engine.BlobStore)
+				object, err := blobs.Object(ctx, store.DefaultNamespace, res.ID, ref.Key)
 				require.NoError(t, err, "the bytes are in the blob store")
 				require.True(t, engine.BlobSealed(object), "sealed before they left")
 				require.NotContains(t, string(object), secret)
-				_, _, err = archives.Blob(ctx, location, store.DefaultNamespace, inRef.Key)
+				_, err = blobs.Object(ctx, store.DefaultNamespace, res.ID, inRef.Key)
 				require.NoError(t, err, "the input kept by reference too")
 
 				require.NoError(t, b.client.SetNamespace(ctx, store.DefaultNamespace, sdk.NamespaceSettings{Retention: time.Millisecond}))
 				require.Eventually(t, func() bool {
-					_, _, err := archives.Blob(ctx, location, store.DefaultNamespace, ref.Key)
-					return err != nil
-				}, 10*time.Second, 20*time.Millisecond, "retention deletes the objects with their task")
-				_, _, err = archives.Blob(ctx, location, store.DefaultNamespace, inRef.Key)
-				require.ErrorIs(t, err, engine.ErrNotArchived)
-				_, err = b.client.Get(ctx, res.ID)
-				require.ErrorIs(t, err, sdk.ErrNotFound)
+					_, err := b.client.Get(ctx, res.ID)
+					return errors.Is(err, sdk.ErrNotFound)
+				}, 10*time.Second, 20*time.Millisecond, "retention removes the task")
+				for _, key := range []string{ref.Key, inRef.Key} {
+					// The objects go right after the removal commits.
+					require.Eventually(t, func() bool {
+						_, err := blobs.Object(ctx, store.DefaultNamespace, res.ID, key)
+						return err != nil
+					}, 10*time.Second, 20*time.Millisecond, "retention deletes the blob store's object %s", key)
+				}
+				data, err = reader.GetBlob(ctx, ref)
+				require.NoError(t, err, "the archived copy, in the same location, outlives the blob store's object")
+				require.Equal(t, "png of "+secret+" scan scan ", string(data))
+
+				again, err := sdk.Start(ctx, writer, wf, input, sdk.StartOpts{IdempotencyKey: "once"})
+				require.NoError(t, err)
+				dup, err := sdk.Start(ctx, writer, wf, input, sdk.StartOpts{IdempotencyKey: "once"})
+				require.NoError(t, err)
+				require.True(t, dup.Existing)
+				raw, err = reader.RawHistory(ctx, again.ID)
+				require.NoError(t, err)
+				kept, _ := history.ParseBlobEnvelope(raw[0].Data.(history.TaskScheduledData).Input)
+				_, err = blobs.Object(ctx, store.DefaultNamespace, again.ID, kept.Key)
+				require.NoError(t, err, "the first start's input object stays")
 			})
 		}
 	})

@@ -292,9 +292,17 @@ func (c *Client) StartDynamicTx(ctx context.Context, tx pgx.Tx, wf WorkflowRef, 
 	if p, err = c.inputByReference(p); err != nil {
 		return StartResult{}, err
 	}
-	if sealed, ok := c.store.(*engine.SealedStore); ok {
-		// The driver's own method is under the decorator: seal first.
+	// The driver's own method is under the decorators: seal first, then
+	// put the blobs' bytes in the blob store.
+	st := c.store
+	if sealed, ok := st.(*engine.SealedStore); ok {
 		if p, err = sealed.SealStart(p); err != nil {
+			return StartResult{}, err
+		}
+		st = sealed.Unwrap()
+	}
+	if blobs, ok := st.(*engine.BlobStore); ok {
+		if p, err = blobs.PutStartBlobs(ctx, p); err != nil {
 			return StartResult{}, err
 		}
 	}

@@ -14,7 +14,7 @@ import (
 func (s *Store) BlobPut(ctx context.Context, b *store.Blob) error {
 	_, err := s.pool.Exec(ctx, s.sql("BlobInsert"), pgx.NamedArgs{
 		"namespace": b.Namespace, "key": b.Key, "task_id": b.TaskID, "content_type": nullString(b.ContentType),
-		"size": int64(len(b.Data)), "sha256": b.SHA256, "data": blobData(b.Data), "location": nullString(b.Location),
+		"size": b.Length(), "sha256": b.SHA256, "data": blobData(b.Data), "location": nullString(b.Location),
 	})
 	return errors.Wrapf(interpretError(err), "put blob %s of task %s", b.Key, b.TaskID)
 }
@@ -24,7 +24,7 @@ func (s *Store) BlobGet(ctx context.Context, namespace, key string) (*store.Blob
 	b := &store.Blob{Namespace: namespace, Key: key}
 	var contentType, location *string
 	err := s.pool.QueryRow(ctx, s.sql("BlobGet"), pgx.NamedArgs{"namespace": namespace, "key": key}).
-		Scan(&b.TaskID, &contentType, &b.SHA256, &b.Data, &b.CreatedAt, &location)
+		Scan(&b.TaskID, &contentType, &b.SHA256, &b.Data, &b.CreatedAt, &location, &b.Size)
 	if err != nil {
 		return nil, errors.Wrapf(interpretError(err), "get blob %s", key)
 	}

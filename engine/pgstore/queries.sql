@@ -841,9 +841,10 @@ WITH retired AS (
 )
 SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM ev),
     -- The blobs whose bytes are in a blob store: the caller deletes them.
-    (SELECT coalesce(array_agg(key), '{}') FROM blobs WHERE location IS NOT NULL),
-    (SELECT coalesce(array_agg(task_id), '{}') FROM blobs WHERE location IS NOT NULL),
-    (SELECT coalesce(array_agg(location), '{}') FROM blobs WHERE location IS NOT NULL);
+    -- Three arrays in one order (by key, unique in the namespace).
+    (SELECT coalesce(array_agg(key ORDER BY key), '{}') FROM blobs WHERE location IS NOT NULL),
+    (SELECT coalesce(array_agg(task_id ORDER BY key), '{}') FROM blobs WHERE location IS NOT NULL),
+    (SELECT coalesce(array_agg(location ORDER BY key), '{}') FROM blobs WHERE location IS NOT NULL);
 
 -- name: RetiredKeysExpire
 -- Drops up to @max retired keys past their time by the store's clock
@@ -885,7 +886,7 @@ INSERT INTO /* TEMPLATE: schema */blobs (namespace, key, task_id, content_type, 
 VALUES (@namespace, @key, @task_id, @content_type, @size, @sha256, @data, now(), @location);
 
 -- name: BlobGet
-SELECT task_id, content_type, sha256, data, created_at, location FROM /* TEMPLATE: schema */blobs
+SELECT task_id, content_type, sha256, data, created_at, location, size FROM /* TEMPLATE: schema */blobs
 WHERE namespace = @namespace AND key = @key;
 
 -- name: TaskDataKeys

@@ -682,7 +682,7 @@ func startBlobs(plans []plan.StartPlan, at any) pgx.NamedArgs {
 	for _, pl := range plans {
 		for _, b := range pl.Blobs {
 			namespaces, keys, taskIDs = append(namespaces, b.Namespace), append(keys, b.Key), append(taskIDs, b.TaskID)
-			contentTypes, sizes = append(contentTypes, nullString(b.ContentType)), append(sizes, int64(len(b.Data)))
+			contentTypes, sizes = append(contentTypes, nullString(b.ContentType)), append(sizes, b.Length())
 			sums, datas = append(sums, b.SHA256), append(datas, blobData(b.Data))
 			locations = append(locations, nullString(b.Location))
 		}

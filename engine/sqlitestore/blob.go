@@ -14,7 +14,7 @@ import (
 func (s *Store) BlobPut(ctx context.Context, b *store.Blob) error {
 	err := s.tx(ctx, func(tx *txn) error {
 		_, err := tx.exec(ctx, "BlobInsert", b.Namespace, b.Key, b.TaskID.String(), nullString(b.ContentType),
-			int64(len(b.Data)), b.SHA256, blobData(b.Data), us(s.now()), nullString(b.Location))
+			b.Length(), b.SHA256, blobData(b.Data), us(s.now()), nullString(b.Location))
 		return err
 	})
 	return errors.Wrapf(interpret(err), "put blob %s of task %s", b.Key, b.TaskID)
@@ -26,7 +26,7 @@ func (s *Store) BlobGet(ctx context.Context, namespace, key string) (*store.Blob
 	var taskID string
 	var contentType, location sql.NullString
 	var created int64
-	err := s.q.queryRow(ctx, "BlobGet", namespace, key).Scan(&taskID, &contentType, &b.SHA256, &b.Data, &created, &location)
+	err := s.q.queryRow(ctx, "BlobGet", namespace, key).Scan(&taskID, &contentType, &b.SHA256, &b.Data, &created, &location, &b.Size)
 	if err != nil {
 		return nil, errors.Wrapf(interpret(err), "get blob %s", key)
 	}

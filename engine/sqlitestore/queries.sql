@@ -362,7 +362,7 @@ INSERT INTO blobs (namespace, key, task_id, content_type, size, sha256, data, cr
 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9);
 
 -- name: BlobGet
-SELECT task_id, content_type, sha256, data, created_at, location FROM blobs WHERE namespace = ?1 AND key = ?2;
+SELECT task_id, content_type, sha256, data, created_at, location, size FROM blobs WHERE namespace = ?1 AND key = ?2;
 
 -- name: BlobsStoredOfRemoving
 -- The blobs of the tasks listed in removing whose bytes are in a blob store.

@@ -292,7 +292,7 @@ func insertTask(ctx context.Context, tx *txn, pl plan.StartPlan, now time.Time) 
 	}
 	for _, b := range pl.Blobs { // an input kept by reference, with its task
 		if _, err := tx.exec(ctx, "BlobInsert", b.Namespace, b.Key, b.TaskID.String(), nullString(b.ContentType),
-			int64(len(b.Data)), b.SHA256, blobData(b.Data), us(now), nullString(b.Location)); err != nil {
+			b.Length(), b.SHA256, blobData(b.Data), us(now), nullString(b.Location)); err != nil {
 			return store.TaskStartResult{}, errors.Wrapf(interpret(err), "blob %s", b.Key)
 		}
 	}

@@ -15,10 +15,21 @@ type Blob struct {
 	ContentType string
 	SHA256      []byte
 	Data        []byte
-	CreatedAt   time.Time
+	// Size is the blob's length when Data is not here (a blob store's);
+	// 0: len(Data).
+	Size      int64
+	CreatedAt time.Time
 	// Location, when set, is the blob store holding the bytes (a
 	// directory or an S3-compatible bucket, engine.CheckArchive's form):
 	// the row keeps no data, and a decorator (engine.BlobStoreOver) moves
 	// the bytes. Empty: the bytes are in the database.
 	Location string
+}
+
+// Length is the blob's size: Size, else len(Data).
+func (b *Blob) Length() int64 {
+	if b.Size > 0 {
+		return b.Size
+	}
+	return int64(len(b.Data))
 }

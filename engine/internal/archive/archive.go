@@ -364,3 +364,16 @@ func BlobObject(namespace string, id uuid.UUID, key string) (string, error) {
 	}
 	return namespace + "/blobs/" + key + "/" + id.String() + blobSuffix, nil
 }
+
+// StoredBlobObject is the name of blob key of task id of namespace in a
+// blob store: apart from an archive's copies (BlobObject), so one bucket
+// can be both and a removal's delete never takes an archived copy.
+func StoredBlobObject(namespace string, id uuid.UUID, key string) (string, error) {
+	if err := checkNamespace(namespace); err != nil {
+		return "", err
+	}
+	if err := checkBlobKey(key); err != nil {
+		return "", err
+	}
+	return namespace + "/blobstore/" + key + "/" + id.String() + blobSuffix, nil
+}

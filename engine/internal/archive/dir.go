@@ -65,9 +65,13 @@ func syncDir(dir string) error {
 
 // Delete removes an object; one already gone is no error.
 func (d *dirBucket) Delete(_ context.Context, key string) error {
-	err := os.Remove(filepath.Join(d.root, filepath.FromSlash(key)))
+	path := filepath.Join(d.root, filepath.FromSlash(key))
+	err := os.Remove(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
+	}
+	if err == nil {
+		_ = os.Remove(filepath.Dir(path)) // the object's own folder, when empty (a blob's)
 	}
 	return err
 }
