@@ -147,8 +147,13 @@ func TestOutputKeptAsABlobIsALink(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			registerDoc(t, st.store, "default")
-			res, err := st.store.TaskStart(ctx, &store.TaskStartParams{Namespace: "default", Scheduled: history.TaskScheduledData{
-				TaskType: "doc", TypeVersion: 1, Queue: "default", MaxAttempts: 3}})
+			id := uuid.Must(uuid.NewV7())
+			input := []byte(`"` + strings.Repeat("scanned page\n", 8_000) + `"`)
+			inRef, inBlob, err := engine.NewBlob("default", id, "application/json", input)
+			require.NoError(t, err)
+			res, err := st.store.TaskStart(ctx, &store.TaskStartParams{Namespace: "default", ID: id, Blobs: []*store.Blob{inBlob},
+				Scheduled: history.TaskScheduledData{TaskType: "doc", TypeVersion: 1, Queue: "default", MaxAttempts: 3,
+					Input: history.InputEnvelope(inRef, strings.Repeat("0", 64))}})
 			require.NoError(t, err)
 			claimed, err := st.store.TaskClaimMany(ctx, &store.TaskClaimManyParams{Namespace: "default", Queues: []string{"default"},
 				Types: []store.TypeKey{{Type: "doc", Version: 1}}, Owner: "w", Max: 1, LeaseTTL: time.Minute})
@@ -175,6 +180,8 @@ func TestOutputKeptAsABlobIsALink(t *testing.T) {
 
 			page := sendHTML(t, h, "/console/tasks/"+res.ID.String(), http.StatusOK)
 			require.Contains(t, page, fmt.Sprintf("Kept as a blob: %d bytes (application/json)", len(output)))
+			require.Contains(t, page, fmt.Sprintf("Kept as a blob: %d bytes (application/json)", len(input)), "the input's link too")
+			require.Contains(t, page, `href="/console/blobs/`+inRef.Key+`?namespace=default"`)
 			link := "/console/blobs/" + ref.Key + "?namespace=default"
 			require.Contains(t, page, `href="`+link+`"`)
 			r := httptest.NewRequest(http.MethodGet, link, nil)

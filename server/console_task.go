@@ -1,6 +1,7 @@
 package server
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -19,14 +20,14 @@ type taskData struct {
 	Finished                           bool
 	CanCancel, CanRetry, CanCompensate bool
 	Input, Output                      string
-	// OutputBlob, for an output kept as a blob, is its size, type and the
-	// console's download link.
-	OutputBlob *blobLink
-	Timeline   []*timelineBlock
-	Axis       *timeAxis       // the same history on a time axis
-	Events     []history.Event // the first consoleEventRows of them
-	MoreEvents int             // those past consoleEventRows, not listed
-	Cost       string
+	// InputBlob and OutputBlob, for an input or output kept as a blob,
+	// are its size, type and the console's download link.
+	InputBlob, OutputBlob *blobLink
+	Timeline              []*timelineBlock
+	Axis                  *timeAxis       // the same history on a time axis
+	Events                []history.Event // the first consoleEventRows of them
+	MoreEvents            int             // those past consoleEventRows, not listed
+	Cost                  string
 	// Wait is the signal the task's workflow waits for, if it does: the
 	// page offers a form to send it.
 	Wait *waitingTask
@@ -98,10 +99,7 @@ func (s *Server) consoleTask(w http.ResponseWriter, r *http.Request, c *call, pa
 		Input: prettyJSON(info.Input, consoleJSONLimit), Output: prettyJSON(info.Output, consoleJSONLimit),
 		Timeline: buildTimeline(events), Axis: buildTimeAxis(events, finished, time.Now()), Cost: usageSummary(events), Wait: currentWait(info, events),
 	}
-	if ref, ok := history.ParseBlobEnvelope(info.Output); ok {
-		data.OutputBlob = &blobLink{Size: ref.Size, ContentType: ref.ContentType,
-			URL: s.path("/console/blobs/" + url.PathEscape(ref.Key) + "?namespace=" + url.QueryEscape(c.namespace))}
-	}
+	data.InputBlob, data.OutputBlob = s.blobLinkOf(c, info.Input), s.blobLinkOf(c, info.Output)
 	data.Events, data.MoreEvents = listedEvents(events)
 	if err := s.consoleChildren(r.Context(), c, info, events, r.URL.Query(), data); err != nil {
 		s.consoleFail(w, r, page, http.StatusInternalServerError, s.consoleError(r, err))
@@ -374,4 +372,15 @@ func (s *Server) consoleBlob(w http.ResponseWriter, r *http.Request, c *call, pa
 		return
 	}
 	writeBlob(w, data, contentType)
+}
+
+// blobLinkOf is the download link of a payload kept as a blob, nil for
+// any other payload.
+func (s *Server) blobLinkOf(c *call, raw json.RawMessage) *blobLink {
+	ref, ok := history.ParseBlobEnvelope(raw)
+	if !ok {
+		return nil
+	}
+	return &blobLink{Size: ref.Size, ContentType: ref.ContentType,
+		URL: s.path("/console/blobs/" + url.PathEscape(ref.Key) + "?namespace=" + url.QueryEscape(c.namespace))}
 }
