@@ -5,6 +5,8 @@ import (
 	"context"
 	"crypto/cipher"
 	"encoding/json"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -252,15 +254,14 @@ func (s *SealedStore) openAppended(ctx context.Context, p, q *store.EventAppendP
 	return o.openState(next)
 }
 
-// payloadRaw is the payload a sealing append seals in pl, if any.
+// payloadRaw is the payload a sealing append seals in pl, if any: what a
+// worker's appends write (steps, outcomes, signals). A child's outcome
+// comes sealed with the child's key; a task_scheduled is no append's.
 func payloadRaw(pl history.Payload) json.RawMessage {
-	switch d := pl.(type) {
-	case history.StepCompletedData:
-		return d.Output
-	case history.TaskCompletedData:
-		return d.Output
-	case history.SignalReceivedData:
-		return d.Payload
+	switch pl.(type) {
+	case history.StepCompletedData, history.TaskCompletedData, history.SignalReceivedData:
+		data, _ := history.UserData(pl)
+		return data
 	}
 	return nil
 }
@@ -293,26 +294,13 @@ func (s *SealedStore) sealAppend(ctx context.Context, p *store.EventAppendParams
 	if err != nil {
 		return nil, err
 	}
-	seal := func(raw json.RawMessage) json.RawMessage {
-		if len(raw) == 0 {
-			return raw
-		}
-		// Whatever it looks like: a user's value shaped like a sealed one
-		// is sealed too, never stored as it is.
-		return sealPayload(aead, p.TaskID, raw, nil)
-	}
+	// Whatever it looks like: a user's value shaped like a sealed one is
+	// sealed too, never stored as it is.
+	seal := func(raw json.RawMessage) json.RawMessage { return sealPayload(aead, p.TaskID, raw, nil) }
 	q.Payloads = make([]history.Payload, len(p.Payloads))
 	for i, pl := range p.Payloads {
-		switch d := pl.(type) {
-		case history.StepCompletedData:
-			d.Output = seal(d.Output)
-			pl = d
-		case history.TaskCompletedData:
-			d.Output = seal(d.Output)
-			pl = d
-		case history.SignalReceivedData:
-			d.Payload = seal(d.Payload)
-			pl = d
+		if raw := payloadRaw(pl); len(raw) > 0 {
+			pl = history.WithUserData(pl, seal(raw))
 		}
 		q.Payloads[i] = pl
 	}
@@ -322,19 +310,8 @@ func (s *SealedStore) sealAppend(ctx context.Context, p *store.EventAppendParams
 // appendCarriesPayload reports whether p writes a payload to seal.
 func appendCarriesPayload(p *store.EventAppendParams) bool {
 	for _, pl := range p.Payloads {
-		switch d := pl.(type) {
-		case history.StepCompletedData:
-			if len(d.Output) > 0 {
-				return true
-			}
-		case history.TaskCompletedData:
-			if len(d.Output) > 0 {
-				return true
-			}
-		case history.SignalReceivedData:
-			if len(d.Payload) > 0 {
-				return true
-			}
+		if len(payloadRaw(pl)) > 0 {
+			return true
 		}
 	}
 	return false
@@ -518,7 +495,7 @@ func (s *SealedStore) EventListByTasks(ctx context.Context, ids []uuid.UUID) (ma
 		return nil, err
 	}
 	o := s.newOpener(ctx)
-	o.prefetch(taskIDs(all))
+	o.prefetch(slices.Collect(maps.Keys(all)))
 	for _, events := range all {
 		ns := namespaceOf(events)
 		for i := range events {
@@ -736,22 +713,8 @@ func (o *opener) openSealed(ns string, raw json.RawMessage) json.RawMessage {
 }
 
 func (o *opener) openEvent(ns string, e history.Event) history.Event {
-	switch d := e.Data.(type) {
-	case history.TaskScheduledData:
-		d.Input = o.open(ns, d.Input)
-		e.Data = d
-	case history.StepCompletedData:
-		d.Output = o.open(ns, d.Output)
-		e.Data = d
-	case history.TaskCompletedData:
-		d.Output = o.open(ns, d.Output)
-		e.Data = d
-	case history.SignalReceivedData:
-		d.Payload = o.open(ns, d.Payload)
-		e.Data = d
-	case history.ChildFinishedData:
-		d.Output = o.open(ns, d.Output)
-		e.Data = d
+	if raw, ok := history.UserData(e.Data); ok {
+		e.Data = history.WithUserData(e.Data, o.open(ns, raw))
 	}
 	return e
 }
@@ -760,31 +723,23 @@ func (o *opener) openState(st history.State) history.State {
 	ns := st.Scheduled.Namespace
 	st.Scheduled.Input = o.open(ns, st.Scheduled.Input)
 	st.Output = o.open(ns, st.Output)
-	if len(st.Steps) > 0 {
-		steps := make([]history.Step, len(st.Steps))
-		copy(steps, st.Steps)
-		for i := range steps {
-			steps[i].Output = o.open(ns, steps[i].Output)
-		}
-		st.Steps = steps
-	}
-	if len(st.Signals) > 0 {
-		signals := make([]history.Signal, len(st.Signals))
-		copy(signals, st.Signals)
-		for i := range signals {
-			signals[i].Payload = o.open(ns, signals[i].Payload)
-		}
-		st.Signals = signals
-	}
-	if len(st.Children) > 0 {
-		children := make([]history.Child, len(st.Children))
-		copy(children, st.Children)
-		for i := range children {
-			children[i].Output = o.open(ns, children[i].Output)
-		}
-		st.Children = children
-	}
+	st.Steps = openEach(st.Steps, func(x *history.Step) { x.Output = o.open(ns, x.Output) })
+	st.Signals = openEach(st.Signals, func(x *history.Signal) { x.Payload = o.open(ns, x.Payload) })
+	st.Children = openEach(st.Children, func(x *history.Child) { x.Output = o.open(ns, x.Output) })
 	return st
+}
+
+// openEach returns a copy of xs with open applied to each (xs itself when
+// empty): a state's slices may be shared with the caller's.
+func openEach[T any](xs []T, open func(*T)) []T {
+	if len(xs) == 0 {
+		return xs
+	}
+	out := slices.Clone(xs)
+	for i := range out {
+		open(&out[i])
+	}
+	return out
 }
 
 func namespaceOf(events []history.Event) string {
@@ -795,14 +750,6 @@ func namespaceOf(events []history.Event) string {
 		return sc.Namespace
 	}
 	return ""
-}
-
-func taskIDs(m map[uuid.UUID][]history.Event) []uuid.UUID {
-	out := make([]uuid.UUID, 0, len(m))
-	for id := range m {
-		out = append(out, id)
-	}
-	return out
 }
 
 // OpenArchived opens the sealed payloads of an archived task with the

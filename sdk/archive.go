@@ -2,7 +2,6 @@ package sdk
 
 import (
 	"context"
-	"encoding/json"
 	"slices"
 	"time"
 
@@ -283,18 +282,9 @@ func (c *Client) resolveOutputs(ctx context.Context, events []history.Event) ([]
 // task_completed, a child's in child_finished), reporting whether there
 // was one to read.
 func (c *Client) resolveEnvelope(ctx context.Context, e history.Event) (history.Event, bool, error) {
-	var raw json.RawMessage
-	switch d := e.Data.(type) {
-	case history.TaskScheduledData:
-		raw = d.Input
-	case history.TaskCompletedData:
-		raw = d.Output
-	case history.ChildFinishedData:
-		raw = d.Output
-	case history.SignalReceivedData:
-		raw = d.Payload
-	default:
-		return e, false, nil
+	raw, ok := history.UserData(e.Data)
+	if _, isStep := e.Data.(history.StepCompletedData); isStep || !ok {
+		return e, false, nil // a step's output by reference is its OutputRef
 	}
 	if _, ok := history.ParseBlobEnvelope(raw); !ok {
 		return e, false, nil
@@ -303,19 +293,6 @@ func (c *Client) resolveEnvelope(ctx context.Context, e history.Event) (history.
 	if err != nil {
 		return e, false, errors.Wrapf(err, "the output in event %d", e.Seq)
 	}
-	switch d := e.Data.(type) {
-	case history.TaskScheduledData:
-		d.Input = data
-		e.Data = d
-	case history.TaskCompletedData:
-		d.Output = data
-		e.Data = d
-	case history.ChildFinishedData:
-		d.Output = data
-		e.Data = d
-	case history.SignalReceivedData:
-		d.Payload = data
-		e.Data = d
-	}
+	e.Data = history.WithUserData(e.Data, data)
 	return e, true, nil
 }
