@@ -3,6 +3,7 @@ package engine
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -25,6 +26,7 @@ import (
 // it, not after a fixed interval.
 type appender struct {
 	store  store.Store
+	logger *slog.Logger
 	outage *outage         // database trouble, logged once per change of state
 	ctx    context.Context // the worker's base context, set by start: ends every write and wait
 	reqs   chan *appendReq // written by attempts; read by flushers; never closed
@@ -59,7 +61,7 @@ const (
 )
 
 func newAppender(s store.Store, queue int, logger *slog.Logger) *appender {
-	return &appender{store: s, outage: newOutage(logger, "appender"),
+	return &appender{store: s, logger: logger, outage: newOutage(logger, "appender"),
 		reqs: make(chan *appendReq, queue), quit: make(chan struct{}), done: make(chan struct{})}
 }
 
@@ -237,13 +239,22 @@ func (a *appender) flushLoop(ctx context.Context) {
 // even if a try committed before its connection dropped: the appends are
 // fenced by sequence and epoch, so a second write of the same events is
 // refused, never doubled.
+//
+// A try whose connection dropped may have committed all the same (the
+// commit reached the database, its answer did not reach us: a primary
+// failing over). The next try is then refused, and the refusal is checked
+// against the log: an append whose events are there already, as its own
+// (same attempt, same payloads, in the seqs it expected), succeeded, and
+// its attempt goes on rather than being abandoned to the rescuer.
 func (a *appender) write(ctx context.Context, params []*store.EventAppendParams) ([]store.AppendResult, error) {
 	results, err := a.store.EventAppendMany(ctx, params)
 	for try := 1; try < 5 && errors.Is(err, store.ErrRetryable); try++ {
 		results, err = a.store.EventAppendMany(ctx, params)
 	}
+	uncertain := false
 	deadline := time.Now().Add(maxOutageRetry)
 	for wait := time.Duration(0); isConnectionError(err) && time.Now().Before(deadline); {
+		uncertain = true
 		a.outage.failed(err)
 		wait = nextBackoff(wait, workBackoff)
 		if !sleepCtx(ctx, wait) {
@@ -253,8 +264,72 @@ func (a *appender) write(ctx context.Context, params []*store.EventAppendParams)
 	}
 	if err == nil {
 		a.outage.ok()
+		if uncertain {
+			a.recognizeOwnCommits(ctx, params, results)
+		}
 	}
 	return results, err
+}
+
+// recognizeOwnCommits turns the refusals among results that an earlier,
+// unanswered try of the same appends caused into the successes they are
+// (see write). results are updated in place.
+func (a *appender) recognizeOwnCommits(ctx context.Context, params []*store.EventAppendParams, results []store.AppendResult) {
+	var refused []int
+	var ids []uuid.UUID
+	for i, r := range results {
+		if errors.Is(r.Err, store.ErrConflict) || errors.Is(r.Err, store.ErrFenced) {
+			refused, ids = append(refused, i), append(ids, params[i].TaskID)
+		}
+	}
+	if len(refused) == 0 {
+		return
+	}
+	events, err := a.store.EventListByTasks(ctx, ids)
+	if err != nil {
+		return // the refusals stand: the rescuer will see to those tasks
+	}
+	for _, i := range refused {
+		if state, ok := committedAlready(params[i], events[params[i].TaskID]); ok {
+			a.logger.Info("appender: an append whose commit went unanswered was committed; its attempt goes on",
+				slog.String("task_id", params[i].TaskID.String()), slog.Int64("seq", params[i].State.LastSeq+1))
+			results[i] = store.AppendResult{State: state}
+		}
+	}
+}
+
+// committedAlready reports whether p's events are in the task's log
+// (events, whole) right after p.State: the same payloads, of p's attempt,
+// at the seqs p expected. Only the holder of p's lease writes an attempt's
+// events, so finding them there means p's own write committed. It returns
+// the state after them.
+func committedAlready(p *store.EventAppendParams, events []history.Event) (history.State, bool) {
+	from, n := p.State.LastSeq, int64(len(p.Payloads))
+	if n == 0 || int64(len(events)) < from+n {
+		return p.State, false
+	}
+	state := p.State
+	for k, e := range events[from : from+n] {
+		if e.Seq != from+int64(k)+1 || e.Attempt != p.Attempt || !samePayload(e.Data, p.Payloads[k]) {
+			return p.State, false
+		}
+		var err error
+		if state, err = history.Apply(state, e); err != nil {
+			return p.State, false
+		}
+	}
+	return state, true
+}
+
+// samePayload reports whether two payloads are the same event: the same
+// type and the same JSON.
+func samePayload(a, b history.Payload) bool {
+	if a == nil || b == nil || a.EventType() != b.EventType() {
+		return false
+	}
+	ja, errA := json.Marshal(a)
+	jb, errB := json.Marshal(b)
+	return errA == nil && errB == nil && bytes.Equal(ja, jb)
 }
 
 // maxRebaseRounds bounds how often an attempt's append is rebased onto

@@ -123,7 +123,7 @@ func (p *Processor) waitToClaim(ctx context.Context, next nextClaim, wake <-chan
 		freed = p.slotFreed
 	}
 	for {
-		wait := p.cfg.PollInterval
+		wait := p.pollInterval()
 		if !next.full && !next.pollOnly { // with no slot free, a due task waits for one anyway
 			if at := earliest(next.at, p.localDue.earliest()); !at.IsZero() {
 				wait = min(wait, max(time.Until(at), minClaimWait))
@@ -267,4 +267,14 @@ func (p *Processor) inflightCount() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return len(p.inflight)
+}
+
+// pollInterval is the wait between claims when nothing wakes the loop: the
+// configured interval, or FallbackPollInterval if shorter while the
+// notifier knows notifications are not arriving.
+func (p *Processor) pollInterval() time.Duration {
+	if n := p.cfg.Notifier; n != nil && !n.Live() {
+		return min(p.cfg.PollInterval, FallbackPollInterval)
+	}
+	return p.cfg.PollInterval
 }

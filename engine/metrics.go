@@ -43,6 +43,8 @@ type Metrics struct {
 	waitsTimedOut    *prometheus.CounterVec
 	childrenStarted  *prometheus.CounterVec
 	childrenFinished *prometheus.CounterVec
+	probesLost       prometheus.Counter
+	notifiersPolling prometheus.Gauge
 
 	labelKeys []string // task label keys that are metric labels too (MetricsOpts.TaskLabels)
 }
@@ -199,6 +201,10 @@ func newMetrics(extra []string) *Metrics {
 		removedEvents: counter("retention_removed_events_total",
 			"Events removed with the tasks retention removed, by namespace.",
 			"namespace"),
+		probesLost: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "cairn", Name: "notification_probes_lost_total",
+			Help: "Probes a notifier sent itself through the database that did not come back in time: notifications are not arriving."}),
+		notifiersPolling: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "cairn", Name: "notifiers_polling",
+			Help: "Notifiers of this process whose notifications are not arriving (their last probe was lost), so their workers poll in their place."}),
 	}
 }
 
@@ -207,7 +213,27 @@ func (m *Metrics) collectors() []prometheus.Collector {
 		m.tasksFinished, m.retries, m.deadLetters, m.leaseExpirations, m.cancellations, m.compensations,
 		m.attemptDuration, m.stepDuration, m.scheduleToStart, m.aiTokens, m.aiCost, m.scheduleSkipped,
 		m.signals, m.waitsStarted, m.waitsTimedOut, m.childrenStarted, m.childrenFinished,
-		m.removedTasks, m.removedEvents,
+		m.removedTasks, m.removedEvents, m.probesLost, m.notifiersPolling,
+	}
+}
+
+// notificationProbeLost counts a notifier's probe that did not come back.
+func (m *Metrics) notificationProbeLost() {
+	if m != nil {
+		m.probesLost.Inc()
+	}
+}
+
+// notifierPolling counts a notifier in (polling) or out of the notifiers
+// whose notifications are not arriving.
+func (m *Metrics) notifierPolling(polling bool) {
+	if m == nil {
+		return
+	}
+	if polling {
+		m.notifiersPolling.Inc()
+	} else {
+		m.notifiersPolling.Dec()
 	}
 }
 

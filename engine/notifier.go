@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"log/slog"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,9 +23,15 @@ import (
 type Notifier struct {
 	store  store.Store
 	logger *slog.Logger
+	opts   NotifierOpts
 	svc    service
 
 	listening atomic.Bool // true while the listener is connected
+	// deaf: the last probe did not come back in time, so notifications
+	// are not arriving though the listener is connected (LISTEN through a
+	// pooler in transaction mode); workers poll at fallbackPollInterval.
+	deaf      atomic.Bool
+	probeSeen atomic.Uint64 // the newest probe token that came back
 
 	mu      sync.Mutex
 	subs    map[chan struct{}]struct{}               // ready subscribers; written under mu by Subscribe and its cancel; read by the run loop
@@ -32,12 +39,45 @@ type Notifier struct {
 	waiters map[uuid.UUID]map[chan struct{}]struct{} // per-task finish waiters; same discipline
 }
 
+// NotifierOpts configure [NewNotifierWithOpts].
+type NotifierOpts struct {
+	// Logger receives the notifier's warnings. Default slog.Default().
+	Logger *slog.Logger
+	// Metrics counts lost probes and notifiers polling in their place. Nil:
+	// none.
+	Metrics *Metrics
+	// ProbeInterval is how often the notifier checks that notifications
+	// arrive: it sends one to itself through the store, as writers send
+	// theirs. Default 10s.
+	ProbeInterval time.Duration
+	// ProbeTimeout is how long a probe may take to come back before
+	// notifications count as lost and workers poll every
+	// [FallbackPollInterval] instead. Default 2s.
+	ProbeTimeout time.Duration
+}
+
+// FallbackPollInterval is how often a worker polls while its notifier
+// knows notifications are not arriving (not connected, or its probes lost),
+// when its own poll interval is longer.
+const FallbackPollInterval = 100 * time.Millisecond
+
 // NewNotifier returns a notifier for s; it listens once started.
 func NewNotifier(s store.Store, logger *slog.Logger) *Notifier {
-	if logger == nil {
-		logger = slog.Default()
+	return NewNotifierWithOpts(s, NotifierOpts{Logger: logger})
+}
+
+// NewNotifierWithOpts is [NewNotifier] with options.
+func NewNotifierWithOpts(s store.Store, opts NotifierOpts) *Notifier {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
 	}
-	return &Notifier{store: s, logger: logger, subs: map[chan struct{}]struct{}{},
+	if opts.ProbeInterval <= 0 {
+		opts.ProbeInterval = 10 * time.Second
+	}
+	if opts.ProbeTimeout <= 0 {
+		opts.ProbeTimeout = 2 * time.Second
+	}
+	return &Notifier{store: s, logger: opts.Logger, opts: opts, subs: map[chan struct{}]struct{}{},
 		waiters: map[uuid.UUID]map[chan struct{}]struct{}{}, cancels: map[*func(uuid.UUID)]struct{}{}}
 }
 
@@ -84,6 +124,11 @@ func (n *Notifier) cancelled(ids []uuid.UUID) {
 // Listening reports whether the notifier's connection is listening now, so
 // notifications are being relayed.
 func (n *Notifier) Listening() bool { return n.listening.Load() }
+
+// Live reports whether notifications are arriving: the listener is
+// connected and its last probe came back in time. While it is not, workers
+// poll every [FallbackPollInterval].
+func (n *Notifier) Live() bool { return n.listening.Load() && !n.deaf.Load() }
 
 // WaitFor returns a channel that receives a value when task id may have
 // finished (it is announced on the done channel, or the listener
@@ -149,6 +194,11 @@ func (n *Notifier) wakeSubscribers() {
 }
 
 func (n *Notifier) relay(note store.Notification) {
+	for _, token := range note.Probes {
+		if v, err := strconv.ParseUint(token, 10, 64); err == nil && v > n.probeSeen.Load() {
+			n.probeSeen.Store(v)
+		}
+	}
 	if len(note.Done) > 0 {
 		n.finished(note.Done)
 	}
@@ -165,6 +215,11 @@ func (n *Notifier) Start(ctx context.Context) error {
 	return n.svc.start(ctx, func(ctx context.Context) {
 		l := n.store.NewListener()
 		defer func() { _ = l.Close(context.WithoutCancel(ctx)) }()
+		defer func() {
+			if n.deaf.Swap(false) {
+				n.opts.Metrics.notifierPolling(false) // a stopped notifier is no longer polling
+			}
+		}()
 		backoff := minBackoff
 		down := newOutage(n.logger, "notifier (polling continues)")
 		for ctx.Err() == nil {
@@ -191,10 +246,19 @@ func (n *Notifier) listen(ctx context.Context, l store.Listener, up func()) erro
 	}
 	defer func() { _ = l.Close(context.WithoutCancel(ctx)) }()
 	n.listening.Store(true)
-	defer n.listening.Store(false)
+	defer func() {
+		n.listening.Store(false)
+		// Workers waiting out a long poll interval poll at the fallback
+		// pace from now on: wake them to take it up.
+		n.wakeSubscribers()
+	}()
 	up()
 	// Anything may have become ready, or finished, while not listening.
 	n.broadcast()
+	probeCtx, stopProbing := context.WithCancel(ctx)
+	probing := make(chan struct{})
+	go func() { defer close(probing); n.probe(probeCtx, l) }()
+	defer func() { stopProbing(); <-probing }()
 	for {
 		note, err := l.WaitForNotification(ctx)
 		if err != nil {
@@ -202,6 +266,68 @@ func (n *Notifier) listen(ctx context.Context, l store.Listener, up func()) erro
 		}
 		n.relay(note)
 	}
+}
+
+// probe checks, every ProbeInterval while l is connected, that a
+// notification sent through the store comes back within ProbeTimeout. A
+// connection that LISTENs through a pooler in transaction mode stays
+// connected and hears nothing: only a probe tells.
+func (n *Notifier) probe(ctx context.Context, l store.Listener) {
+	var token uint64
+	for {
+		token++
+		sent := time.Now()
+		err := l.Probe(ctx, strconv.FormatUint(token, 10))
+		if ctx.Err() != nil {
+			return
+		}
+		if err == nil {
+			n.awaitProbe(ctx, token, sent)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Until(sent.Add(n.opts.ProbeInterval))):
+		}
+	}
+}
+
+// awaitProbe waits up to ProbeTimeout for probe token to come back, and
+// records whether notifications are arriving.
+func (n *Notifier) awaitProbe(ctx context.Context, token uint64, sent time.Time) {
+	tick := time.NewTicker(n.opts.ProbeTimeout / 20)
+	defer tick.Stop()
+	deadline := sent.Add(n.opts.ProbeTimeout)
+	for n.probeSeen.Load() < token {
+		if time.Now().After(deadline) {
+			n.setDeaf(true)
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+	n.setDeaf(false)
+}
+
+func (n *Notifier) setDeaf(deaf bool) {
+	if deaf {
+		n.opts.Metrics.notificationProbeLost()
+	}
+	if n.deaf.Swap(deaf) == deaf {
+		return
+	}
+	n.opts.Metrics.notifierPolling(deaf)
+	if deaf {
+		n.wakeSubscribers() // as when the listener drops: see listen
+		n.logger.Warn("notifier: notifications are not arriving (a probe sent through the database did not come back; "+
+			"is the listener going through a pooler in transaction mode? give it a direct or session-mode URL): workers poll every "+
+			FallbackPollInterval.String()+" until they do", slog.Duration("probe_timeout", n.opts.ProbeTimeout))
+		return
+	}
+	n.logger.Info("notifier: notifications arrive again")
 }
 
 // Stop stops listening and waits. It is idempotent.

@@ -30,6 +30,7 @@ type cli struct {
 	url    string
 	schema string
 	dbPath string
+	env    []string // more environment of every command
 }
 
 func newCLI(t *testing.T) *cli {
@@ -57,7 +58,7 @@ func (c *cli) command(args ...string) *exec.Cmd {
 		return cmd
 	}
 	cmd := exec.Command(c.bin, append(args, "--schema", c.schema)...)
-	cmd.Env = append(os.Environ(), "CAIRN_DATABASE_URL="+c.url)
+	cmd.Env = append(append(os.Environ(), "CAIRN_DATABASE_URL="+c.url), c.env...)
 	return cmd
 }
 

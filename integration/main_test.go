@@ -36,6 +36,12 @@ func runHelper(name string) int {
 			return 1
 		}
 		return 0
+	case "server-port":
+		if err := runServerPort(); err != nil {
+			fmt.Fprintln(os.Stderr, "server-port:", err)
+			return 1
+		}
+		return 0
 	case "crash-worker":
 		if err := runCrashWorker(); err != nil {
 			fmt.Fprintln(os.Stderr, "crash-worker:", err)

@@ -50,6 +50,11 @@ type ClientConfig struct {
 	Store store.Store
 	// Schema holding cairn's tables. Default pgstore.DefaultSchema ("cairn").
 	Schema string
+	// ListenURL, with Pool, is the connection string of the connection
+	// that LISTENs for wake-ups (pgstore.Config.ListenURL): needed when Pool
+	// goes through a pooler in transaction mode, which cannot carry LISTEN.
+	// Default: Pool's own configuration.
+	ListenURL string
 	// Namespace tasks are started in and looked up in. Default "default".
 	Namespace string
 	// Identity names who acts through this client in the history of the
@@ -125,7 +130,8 @@ type Client struct {
 	archives       *engine.Archives
 	defaultArchive string
 	outputsByRef   bool
-	blobThreshold  int // 0: inputs stay in place
+	blobThreshold  int             // 0: inputs stay in place
+	metrics        *engine.Metrics // ClientConfig.Metrics: counts the Wait listener's lost probes
 
 	listenOnce sync.Once
 	listener   *engine.Notifier // started by the first Wait; stopped by Close
@@ -145,7 +151,7 @@ func (c *Client) Close() {
 // on first use.
 func (c *Client) waitListener() *engine.Notifier {
 	c.listenOnce.Do(func() {
-		n := engine.NewNotifier(c.store, nil)
+		n := engine.NewNotifierWithOpts(c.store, engine.NotifierOpts{Metrics: c.metrics})
 		if err := n.Start(context.Background()); err == nil {
 			c.listener = n
 		}
@@ -155,7 +161,7 @@ func (c *Client) waitListener() *engine.Notifier {
 
 // NewClient returns a client. It does not touch the database.
 func NewClient(cfg ClientConfig) (*Client, error) {
-	st, err := sealedStore(cfg.Store, cfg.Pool, cfg.Schema, cfg.Metrics, cfg.Codec, cfg.BlobStore)
+	st, err := sealedStore(cfg.Store, pgstore.Config{Pool: cfg.Pool, Schema: cfg.Schema, ListenURL: cfg.ListenURL}, cfg.Metrics, cfg.Codec, cfg.BlobStore)
 	if err != nil {
 		return nil, err
 	}
@@ -188,7 +194,7 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	}
 	c := &Client{store: st, namespace: ns, identity: identity, filterLimits: cfg.FilterLimits.withDefaults(), maxPayload: maxPayload,
 		archives: cfg.Archives, defaultArchive: cfg.DefaultArchive, outputsByRef: cfg.OutputsByReference,
-		blobThreshold: blobThreshold(cfg.BlobThreshold)}
+		blobThreshold: blobThreshold(cfg.BlobThreshold), metrics: cfg.Metrics}
 	if cfg.Notifier != nil {
 		c.listenOnce.Do(func() { c.listener, c.shared = cfg.Notifier, true })
 	}
@@ -616,7 +622,7 @@ func (c *Client) Wait(ctx context.Context, id uuid.UUID) (*TaskInfo, error) {
 		ch, stop := l.WaitFor(id)
 		defer stop()
 		finished = ch
-		if l.Listening() {
+		if l.Live() {
 			// The notification will come; re-reading is only the fallback
 			// for one lost, and needs not load the database.
 			interval = 100 * time.Millisecond

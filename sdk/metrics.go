@@ -4,7 +4,6 @@ import (
 	"context"
 
 	"github.com/cockroachdb/errors"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/engine/pgstore"
@@ -14,14 +13,14 @@ import (
 )
 
 // configuredStore is the store a Client or Worker writes through: st when
-// set, else a PostgreSQL store over pool; in both cases counting into
+// set, else a PostgreSQL store of pg; in both cases counting into
 // metrics when it is set (see observedStore).
 // sealedStore is configuredStore with encryption: codec's decorator over
 // it, outermost. A Store sealed already keeps its own codec (codec, when
 // set too, must be the same), with the metrics' wrapper put under it: two
 // decorators, or one hidden under the metrics', would seal twice or not
 // be found (StartDynamicTx, archives, erasure look for it).
-func sealedStore(st store.Store, pool *pgxpool.Pool, schema string, metrics *engine.Metrics, codec *engine.Codec, blobStore string) (store.Store, error) {
+func sealedStore(st store.Store, pg pgstore.Config, metrics *engine.Metrics, codec *engine.Codec, blobStore string) (store.Store, error) {
 	if sealed, ok := st.(*engine.SealedStore); ok {
 		if codec != nil && codec != sealed.Codec() {
 			return nil, errors.New("sdk: Codec is set in the config and, to another codec, on its Store: set it in one place")
@@ -37,7 +36,7 @@ func sealedStore(st store.Store, pool *pgxpool.Pool, schema string, metrics *eng
 		}
 		st = blobs.Unwrap()
 	}
-	st, err := configuredStore(st, pool, schema, metrics)
+	st, err := configuredStore(st, pg, metrics)
 	if err != nil {
 		return nil, err
 	}
@@ -47,9 +46,12 @@ func sealedStore(st store.Store, pool *pgxpool.Pool, schema string, metrics *eng
 	return engine.SealStore(st, codec), nil
 }
 
-func configuredStore(st store.Store, pool *pgxpool.Pool, schema string, metrics *engine.Metrics) (store.Store, error) {
+func configuredStore(st store.Store, pg pgstore.Config, metrics *engine.Metrics) (store.Store, error) {
 	if st == nil {
-		return pgstore.New(pgstore.Config{Pool: pool, Schema: schema, Metrics: metrics})
+		if metrics != nil {
+			pg.Metrics = metrics
+		}
+		return pgstore.New(pg)
 	}
 	if metrics == nil {
 		return st, nil

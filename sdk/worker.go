@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/engine/pgstore"
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/internal/interpreter"
 	"github.com/cairnflow/cairn/sdk/internal/executor"
@@ -27,6 +28,11 @@ type WorkerConfig struct {
 	Store store.Store
 	// Schema holding cairn's tables. Default pgstore.DefaultSchema ("cairn").
 	Schema string
+	// ListenURL, with Pool, is the connection string of the connection
+	// that LISTENs for wake-ups (pgstore.Config.ListenURL): needed when Pool
+	// goes through a pooler in transaction mode, which cannot carry LISTEN.
+	// Default: Pool's own configuration.
+	ListenURL string
 	// Namespace whose tasks this worker runs. Default "default".
 	Namespace string
 	// Queues this worker serves. Default ["default"].
@@ -155,7 +161,7 @@ type registered struct {
 
 // NewWorker returns a worker; it does nothing until started.
 func NewWorker(cfg WorkerConfig) (*Worker, error) {
-	st, err := sealedStore(cfg.Store, cfg.Pool, cfg.Schema, cfg.Metrics, cfg.Codec, cfg.BlobStore)
+	st, err := sealedStore(cfg.Store, pgstore.Config{Pool: cfg.Pool, Schema: cfg.Schema, ListenURL: cfg.ListenURL}, cfg.Metrics, cfg.Codec, cfg.BlobStore)
 	if err != nil {
 		return nil, err
 	}
@@ -319,7 +325,7 @@ func (w *Worker) Start(ctx context.Context) error {
 			abandon()
 		}
 	}()
-	w.notifier = engine.NewNotifier(w.store, w.cfg.Logger)
+	w.notifier = engine.NewNotifierWithOpts(w.store, engine.NotifierOpts{Logger: w.cfg.Logger, Metrics: w.cfg.Metrics})
 	processor, err := engine.NewProcessor(engine.ProcessorConfig{
 		Store: w.store, Notifier: w.notifier, Namespace: w.cfg.Namespace, Queues: w.cfg.Queues,
 		Types: keys, Handler: handler, Concurrency: w.cfg.Concurrency, LeaseTTL: w.cfg.LeaseTTL,

@@ -23,32 +23,44 @@ import (
 
 const databaseHint = "set --database-url or CAIRN_DATABASE_URL to a reachable PostgreSQL, e.g. postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
 
-// connect opens a pool and checks the database answers. Every failure is a
+// connect opens a pool of maxConns connections (unless the URL sets
+// pool_max_conns) and checks the database answers. Every failure is a
 // configError with one line saying what to set.
 func (g *globals) connect(ctx context.Context, maxConns int32) (*pgxpool.Pool, error) {
+	cfg, err := g.poolConfig(maxConns)
+	if err != nil {
+		return nil, err
+	}
+	return g.open(ctx, cfg)
+}
+
+// poolConfig is the pool configuration of the database URL, with maxConns
+// connections unless the URL sets pool_max_conns.
+func (g *globals) poolConfig(maxConns int32) (*pgxpool.Config, error) {
 	if g.url() == "" {
 		return nil, errmark.Mark(errors.New("no database configured: "+databaseHint), configError)
 	}
 	if err := pgstore.ValidateSchemaName(g.schema); err != nil {
 		return nil, errmark.Mark(err, configError)
 	}
-	cfg, err := pgxpool.ParseConfig(g.url())
+	pooler, err := pgstore.ParsePooler(g.pooler)
+	if err != nil {
+		return nil, errmark.Mark(errors.Wrap(err, "--pooler"), configError)
+	}
+	cfg, err := pgstore.ParsePoolConfig(g.url(), pgstore.PoolOptions{MaxConns: maxConns, Pooler: pooler})
 	if err != nil {
 		return nil, errmark.Mark(errors.Newf("database URL does not parse (%s): %s", redactedCause(err), databaseHint), configError)
 	}
-	if maxConns > 0 {
-		cfg.MaxConns = maxConns
-	}
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		return nil, errmark.Mark(errors.Newf("cannot open database: %s", databaseHint), configError)
-	}
+	return cfg, nil
+}
+
+// open opens a pool of cfg and checks the database answers.
+func (g *globals) open(ctx context.Context, cfg *pgxpool.Config) (*pgxpool.Pool, error) {
 	pingCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if err := pool.Ping(pingCtx); err != nil {
-		pool.Close()
-		return nil, errmark.Mark(errors.Newf("cannot reach the database at %s:%d (%s): %s",
-			cfg.ConnConfig.Host, cfg.ConnConfig.Port, redactedCause(err), databaseHint), configError)
+	pool, err := pgstore.NewPool(pingCtx, cfg)
+	if err != nil {
+		return nil, errmark.Mark(errors.Newf("%s: %s", err.Error(), databaseHint), configError)
 	}
 	return pool, nil
 }
@@ -67,9 +79,13 @@ func redactedCause(err error) string {
 
 // storeOpts says how a command wants its store.
 type storeOpts struct {
-	maxConns int32           // PostgreSQL pool size
-	migrate  bool            // apply PostgreSQL migrations (the embedded store always migrates)
-	metrics  *engine.Metrics // counts the events the store writes; nil: none
+	// runsWorkers: the process runs workers or a server, so maxConns is
+	// shared out by splitBudget (a listener, a reserved connection); else
+	// it is the pool's size.
+	runsWorkers bool
+	maxConns    int32           // the most connections the store opens, its listener's included (see splitBudget)
+	migrate     bool            // apply PostgreSQL migrations (the embedded store always migrates)
+	metrics     *engine.Metrics // counts the events the store writes; nil: none
 }
 
 // embedded reports whether commands use the embedded store: no PostgreSQL
@@ -165,22 +181,69 @@ func (g *globals) driver(ctx context.Context, o storeOpts) (store.Store, func(),
 		}
 		return s, func() { _ = s.Close() }, nil
 	}
-	pool, err := g.connect(ctx, o.maxConns)
+	budget := connBudget{pool: o.maxConns}
+	if o.runsWorkers {
+		budget = splitBudget(o.maxConns)
+	}
+	pool, err := g.connect(ctx, budget.pool)
 	if err != nil {
 		return nil, nil, err
 	}
-	if o.migrate {
-		if _, err := pgstore.Migrate(ctx, pool, g.schema); err != nil {
+	closeAll := pool.Close
+	var control *pgxpool.Pool
+	if budget.control > 0 {
+		cfg := pool.Config()
+		cfg.MaxConns = budget.control // whatever pool_max_conns says: it sizes the pool
+		if control, err = g.open(ctx, cfg); err != nil {
 			pool.Close()
 			return nil, nil, err
 		}
+		closeAll = func() { control.Close(); pool.Close() }
 	}
-	s, err := pgstore.New(pgstore.Config{Pool: pool, Schema: g.schema, Metrics: o.metrics})
+	if o.migrate {
+		if _, err := pgstore.Migrate(ctx, pool, g.schema); err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+	}
+	s, err := pgstore.New(pgstore.Config{Pool: pool, ControlPool: control, Schema: g.schema, Metrics: o.metrics, ListenURL: g.listenURL.get()})
 	if err != nil {
-		pool.Close()
-		return nil, nil, err
+		closeAll()
+		return nil, nil, errmark.Mark(errors.Wrap(err, "--listen-database-url"), configError)
 	}
-	return s, pool.Close, nil
+	return s, closeAll, nil
+}
+
+// maxConnsHelp is --max-conns's help, for the commands that run workers.
+const maxConnsHelp = "the most connections this process opens to PostgreSQL: one listens for wake-ups, one carries heartbeats and leadership, the rest claims, appends and requests; pool_max_conns in --database-url sets the last part instead"
+
+// defaultServerConns is cairn server's --max-conns.
+const defaultServerConns = 20
+
+// workerConns is a worker process's connections unless --max-conns says:
+// the sizing rule of the README's deployment section. Steps' appends are
+// committed in batches and claims take many tasks at once, so connections
+// grow with concurrency far slower than slots do.
+func workerConns(concurrency int) int {
+	return min(4+concurrency/16, 20)
+}
+
+// connBudget is how a process's connections are shared out.
+type connBudget struct {
+	pool    int32 // claims, appends, requests
+	control int32 // heartbeats and leadership (0: they use pool)
+}
+
+// splitBudget shares out the --max-conns of a process that runs workers or
+// a server: one connection is the listener's, one carries heartbeats and
+// leadership attempts so that claims and appends cannot make them late,
+// and the rest form the pool. Below three there is nothing to reserve: the
+// listener and a pool of the rest.
+func splitBudget(maxConns int32) connBudget {
+	if maxConns < 3 {
+		return connBudget{pool: max(maxConns-1, 1)}
+	}
+	return connBudget{pool: maxConns - 2, control: 1}
 }
 
 // client opens the configured store and returns an sdk client over it.

@@ -28,6 +28,7 @@ import (
 type demoFlags struct {
 	documents       int
 	concurrency     int
+	maxConns        int // --max-conns; 0: workerConns(concurrency)
 	failureRate     float64
 	latency         time.Duration
 	seed            uint64
@@ -75,6 +76,8 @@ func (f *demoFlags) validate() error {
 		return errmark.Mark(errors.Newf("--documents %d: use 1 to 1000000", f.documents), configError)
 	case f.concurrency < 1 || f.concurrency > 1000:
 		return errmark.Mark(errors.Newf("--concurrency %d: use 1 to 1000", f.concurrency), configError)
+	case f.maxConns != 0 && (f.maxConns < 2 || f.maxConns > 1000):
+		return errmark.Mark(errors.Newf("--max-conns %d: use 2 to 1000", f.maxConns), configError)
 	case f.failureRate < 0 || f.failureRate >= 1:
 		return errmark.Mark(errors.Newf("--failure-rate %g: use 0 up to (not including) 1", f.failureRate), configError)
 	case f.latency < 0:
@@ -125,6 +128,7 @@ to answer it (the console's Waiting page, cairn task signal ID approval
 	pf := cmd.PersistentFlags()
 	pf.IntVar(&f.documents, "documents", 100, "number of sample documents")
 	pf.IntVar(&f.concurrency, "concurrency", 32, "tasks a worker runs at once")
+	pf.IntVar(&f.maxConns, "max-conns", 0, maxConnsHelp+" (default: 4 + concurrency/16, at most 20)")
 	pf.Float64Var(&f.failureRate, "failure-rate", 0.1, "chance a simulated OCR or LLM call fails transiently")
 	pf.DurationVar(&f.latency, "latency", 20*time.Millisecond, "typical simulated step latency")
 	pf.Uint64Var(&f.seed, "seed", uint64(time.Now().UnixNano()), "seed for generated documents")
@@ -157,7 +161,11 @@ func demoSetup(ctx context.Context, g *globals, f *demoFlags) (*sdk.Client, func
 	if err := f.validate(); err != nil {
 		return nil, nil, err
 	}
-	return g.clientWith(ctx, storeOpts{maxConns: int32(min(f.concurrency+8, 64)), migrate: true})
+	maxConns := f.maxConns
+	if maxConns == 0 {
+		maxConns = workerConns(f.concurrency)
+	}
+	return g.clientWith(ctx, storeOpts{maxConns: int32(maxConns), runsWorkers: true, migrate: true})
 }
 
 // demoReviewers is who hears of the approvals the demo's worker asks for,

@@ -56,9 +56,14 @@ func reportError(w io.Writer, err error) int {
 type globals struct {
 	databaseURL envFlag // read with url(): a URL may hold a password, so --help never shows it
 	dbPath      string  // the embedded store's file, used when databaseURL is empty
-	schema      string
-	namespace   string
-	output      string
+	// listenURL is --listen-database-url: the listener's own connection
+	// string ("": the database URL's).
+	listenURL envFlag
+	// pooler is --pooler: what the database URL points at (pgstore.Pooler).
+	pooler    string
+	schema    string
+	namespace string
+	output    string
 	// filters bound every filtered command and, for server and dev, every
 	// filtered request (zero fields: the sdk's defaults).
 	filters sdk.FilterLimits
@@ -106,6 +111,9 @@ store: one SQLite file (--db, default ./cairn-dev.db), for one process.`,
 	pf := root.PersistentFlags()
 	g.databaseURL.env = "CAIRN_DATABASE_URL"
 	pf.Var(&g.databaseURL, "database-url", "PostgreSQL URL (env CAIRN_DATABASE_URL); unset: the embedded store in --db")
+	g.listenURL.env = "CAIRN_LISTEN_DATABASE_URL"
+	pf.Var(&g.listenURL, "listen-database-url", "PostgreSQL URL of the connection that LISTENs for wake-ups, when --database-url goes through a pooler in transaction mode: PostgreSQL itself or a session-mode pool (env CAIRN_LISTEN_DATABASE_URL; default: --database-url)")
+	pf.StringVar(&g.pooler, "pooler", envOr("CAIRN_POOLER", string(pgstore.PoolerNone)), "what --database-url points at: none (PostgreSQL, or a TCP proxy), session (a pooler in session mode) or transaction (PgBouncer pool_mode=transaction: statements are sent unnamed, as it needs) (env CAIRN_POOLER)")
 	pf.StringVar(&g.dbPath, "db", envOr("CAIRN_DB", "cairn-dev.db"), "the embedded SQLite store's file, used when no --database-url is set (env CAIRN_DB)")
 	pf.StringVar(&g.schema, "schema", envOr("CAIRN_SCHEMA", pgstore.DefaultSchema), "schema holding cairn's tables (env CAIRN_SCHEMA)")
 	pf.StringVar(&g.namespace, "namespace", envOr("CAIRN_NAMESPACE", "default"), "namespace of tasks (env CAIRN_NAMESPACE)")

@@ -29,6 +29,7 @@ type serverFlags struct {
 	listen          string
 	tokensFile      string
 	maxListPayload  int // bytes of inputs and outputs a listing page that includes them carries
+	maxConns        int // --max-conns: the process's connections (splitBudget); 0: defaultServerConns
 	rescueInterval  time.Duration
 	retention       retentionFlag // --default-retention
 	keyRetention    retentionFlag // --default-key-retention
@@ -97,6 +98,7 @@ See docs/guarantees.md ("Security").`,
 	_ = fl.MarkDeprecated("max-input-bytes", "use --max-payload-bytes")
 	fl.IntVar(&f.maxListPayload, "max-list-payload-bytes", sdk.DefaultMaxListPayloadBytes,
 		"bytes of inputs and outputs one page of GET /v1/tasks?include=input,output carries at most")
+	fl.IntVar(&f.maxConns, "max-conns", defaultServerConns, maxConnsHelp)
 	fl.DurationVar(&f.rescueInterval, "rescue-interval", 5*time.Second, "how often the leader looks for expired leases; the leader lease lasts three")
 	fl.Var(&f.retention, "default-retention", "how long the leader keeps finished tasks of namespaces without a retention of their own, e.g. 30d (0: forever)")
 	fl.Var(&f.keyRetention, "default-key-retention", "how long a removed task's idempotency key stays taken in namespaces without their own (0: 24h)")
@@ -137,6 +139,12 @@ func runServerWith(cmd *cobra.Command, g *globals, f *serverFlags, also alongsid
 	if err := checkExposure(f, len(tokens) > 0); err != nil {
 		return err
 	}
+	if f.maxConns == 0 { // cairn dev's flags, which have no --max-conns
+		f.maxConns = defaultServerConns
+	}
+	if f.maxConns < 2 || f.maxConns > 1000 {
+		return errmark.Mark(errors.Newf("--max-conns %d: use 2 to 1000", f.maxConns), configError)
+	}
 	if f.maxListPayload < 1 {
 		return errmark.Mark(errors.Newf("--max-list-payload-bytes %d: must be positive", f.maxListPayload), configError)
 	}
@@ -149,7 +157,7 @@ func runServerWith(cmd *cobra.Command, g *globals, f *serverFlags, also alongsid
 	if err != nil {
 		return errmark.Mark(err, configError)
 	}
-	store, closeStore, err := g.store(ctx, storeOpts{maxConns: 20, migrate: f.migrate, metrics: metrics})
+	store, closeStore, err := g.store(ctx, storeOpts{maxConns: int32(f.maxConns), runsWorkers: true, migrate: f.migrate, metrics: metrics})
 	if err != nil {
 		return err
 	}

@@ -137,7 +137,7 @@ func (s *Store) LeaseExtendMany(ctx context.Context, leases []store.LeaseRef, tt
 	for i, l := range sorted {
 		ids[i], epochs[i] = l.TaskID, l.Epoch
 	}
-	rows, err := s.pool.Query(ctx, s.sql("LeaseExtendMany"), pgx.NamedArgs{
+	rows, err := s.control.Query(ctx, s.sql("LeaseExtendMany"), pgx.NamedArgs{
 		"ids": ids, "epochs": epochs, "lease_seconds": ttl.Seconds(),
 	})
 	if err != nil {

@@ -1,6 +1,7 @@
 package pgstore_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"sync"
@@ -410,4 +411,50 @@ func TestLeaseExtendMany(t *testing.T) {
 	require.Equal(t, map[uuid.UUID]store.LeaseRenewal{a.Task.ID: {CancelRequested: true}}, held)
 
 	require.Equal(t, 3, enginetest.RequireProjectionsMatch(t, s))
+}
+
+// TestLeaseExtendManyLocksInIDOrder: a heartbeat waiting for the lowest of
+// its rows, which another transaction holds, holds none of the others
+// meanwhile: it takes its locks in id order, as the batched append does,
+// so the two cannot wait for each other in a cycle. The higher row is put
+// first in the table (updated in place, its new version at the end), so a
+// walk in the table's order would lock it first.
+func TestLeaseExtendManyLocksInIDOrder(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := enginetest.Store(t)
+	enginetest.StartTasks(t, s, 2, nil)
+	claimed := enginetest.Claim(t, s, enginetest.ClaimParams("w", 2, time.Minute))
+	require.Len(t, claimed, 2)
+	low, high := claimed[0], claimed[1]
+	if bytes.Compare(low.Task.ID[:], high.Task.ID[:]) > 0 {
+		low, high = high, low
+	}
+	tasks := s.Schema() + ".tasks"
+	_, err := s.Pool().Exec(ctx, "UPDATE "+tasks+" SET updated_at = updated_at WHERE id = $1", low.Task.ID)
+	require.NoError(t, err)
+
+	holder, err := s.Pool().Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = holder.Rollback(ctx) }()
+	_, err = holder.Exec(ctx, "SELECT 1 FROM "+tasks+" WHERE id = $1 FOR UPDATE", low.Task.ID)
+	require.NoError(t, err)
+
+	heartbeat := make(chan error, 1)
+	go func() {
+		_, err := s.LeaseExtendMany(ctx, []store.LeaseRef{
+			{TaskID: high.Task.ID, Epoch: high.State.Lease.Epoch}, {TaskID: low.Task.ID, Epoch: low.State.Lease.Epoch},
+		}, time.Hour)
+		heartbeat <- err
+	}()
+	require.Eventually(t, func() bool {
+		var waiting bool
+		err := s.Pool().QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND query LIKE '%lease_expires_at = now()%' AND query LIKE '%' || $1 || '%')`, s.Schema()).Scan(&waiting)
+		return err == nil && waiting
+	}, 10*time.Second, 10*time.Millisecond, "the heartbeat waits for the row held")
+	_, err = holder.Exec(ctx, "SELECT 1 FROM "+tasks+" WHERE id = $1 FOR UPDATE NOWAIT", high.Task.ID)
+	require.NoError(t, err, "the heartbeat holds the higher row while it waits for the lower")
+	require.NoError(t, holder.Rollback(ctx))
+	require.NoError(t, <-heartbeat)
 }

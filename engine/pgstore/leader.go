@@ -59,7 +59,7 @@ func (s *Store) DeadLetterList(ctx context.Context, p *store.DeadLetterListParam
 // leader afterwards.
 func (s *Store) LeaderAttempt(ctx context.Context, name, owner string, ttl time.Duration) (bool, error) {
 	var got string
-	err := s.pool.QueryRow(ctx, s.sql("LeaderAttempt"), pgx.NamedArgs{
+	err := s.control.QueryRow(ctx, s.sql("LeaderAttempt"), pgx.NamedArgs{
 		"name": name, "owner": owner, "ttl_seconds": ttl.Seconds(),
 	}).Scan(&got)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -74,6 +74,6 @@ func (s *Store) LeaderAttempt(ctx context.Context, name, owner string, ttl time.
 // LeaderResign gives up owner's leader lease for name, if it holds it, so
 // another process can take over without waiting for expiry.
 func (s *Store) LeaderResign(ctx context.Context, name, owner string) error {
-	_, err := s.pool.Exec(ctx, s.sql("LeaderResign"), pgx.NamedArgs{"name": name, "owner": owner})
+	_, err := s.control.Exec(ctx, s.sql("LeaderResign"), pgx.NamedArgs{"name": name, "owner": owner})
 	return errors.Wrapf(interpretError(err), "resign leadership of %s", name)
 }

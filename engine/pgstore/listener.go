@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"context"
+	"encoding/hex"
 	"strings"
 
 	"github.com/cairnflow/cairn/engine/store"
@@ -16,21 +17,27 @@ import (
 type listener struct {
 	s    *Store
 	conn *pgx.Conn // nil while not connected; used by the notifier's goroutine only
+	// probeChannel is this listener's own channel for its probes, so no
+	// other listener hears them.
+	probeChannel string
 }
 
 // NewListener returns a listener on the store's NOTIFY channels, not yet
 // connected.
-func (s *Store) NewListener() store.Listener { return &listener{s: s} }
+func (s *Store) NewListener() store.Listener {
+	id := uuid.New()
+	return &listener{s: s, probeChannel: s.probeChannel + "." + hex.EncodeToString(id[:4])}
+}
 
 func (l *listener) Connect(ctx context.Context) error {
 	if l.conn != nil {
 		return errors.AssertionFailedf("pgstore: listener connected twice")
 	}
-	conn, err := pgx.ConnectConfig(ctx, l.s.pool.Config().ConnConfig.Copy())
+	conn, err := pgx.ConnectConfig(ctx, l.s.listenConf.Copy())
 	if err != nil {
 		return errors.Wrap(interpretError(err), "connect the listener")
 	}
-	for _, channel := range []string{l.s.channel, l.s.doneChannel, l.s.cancelChannel} {
+	for _, channel := range []string{l.s.channel, l.s.doneChannel, l.s.cancelChannel, l.probeChannel} {
 		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
 			_ = conn.Close(context.WithoutCancel(ctx))
 			return errors.Wrapf(interpretError(err), "listen on %s", channel)
@@ -54,6 +61,8 @@ func (l *listener) WaitForNotification(ctx context.Context) (store.Notification,
 		return store.Notification{Done: parseIDs(note.Payload)}, nil
 	case l.s.cancelChannel:
 		return store.Notification{Cancel: parseIDs(note.Payload)}, nil
+	case l.probeChannel:
+		return store.Notification{Probes: []string{note.Payload}}, nil
 	default:
 		return store.Notification{Ready: true}, nil
 	}
@@ -66,6 +75,13 @@ func (l *listener) Close(ctx context.Context) error {
 	conn := l.conn
 	l.conn = nil
 	return errors.Wrap(conn.Close(ctx), "close the listener")
+}
+
+// Probe notifies the listener's probe channel through the store's pool,
+// the way every writer's notifications go.
+func (l *listener) Probe(ctx context.Context, token string) error {
+	_, err := l.s.pool.Exec(ctx, "SELECT pg_notify($1, $2)", l.probeChannel, token)
+	return errors.Wrap(interpretError(err), "probe the listener")
 }
 
 // parseIDs reads a NOTIFY payload of comma-separated task ids, skipping

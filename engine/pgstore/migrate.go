@@ -14,43 +14,69 @@ import (
 )
 
 // Migrate applies every pending migration to schema (created if missing) and
-// returns the ones it applied. It holds a PostgreSQL advisory lock for the
-// schema throughout, so processes migrating at once take turns and each
-// migration is applied exactly once. Each migration runs in its own
-// transaction together with its record in schema_migrations.
+// returns the ones it applied. Each migration runs in its own transaction
+// together with its record in schema_migrations, under a transaction-scoped
+// advisory lock for the schema taken first (pg_advisory_xact_lock), so
+// processes migrating at once take turns and each migration is applied
+// exactly once. A transaction-scoped lock ends with its transaction whatever
+// happens to the session, which is what makes migrating through a pooler in
+// transaction mode safe: a session-level lock would stay with whichever
+// server connection took it.
 func Migrate(ctx context.Context, pool *pgxpool.Pool, schema string) ([]store.MigrationState, error) {
+	if err := ValidateSchemaName(schema); err != nil {
+		return nil, err
+	}
 	all, err := migrations.All()
 	if err != nil {
 		return nil, err
 	}
+	// Nothing to do is found out without DDL or locks, so a role that may
+	// only read and write cairn's tables (see the deployment guide) can
+	// start a process that migrates on start once the schema is current.
+	if current, err := upToDate(ctx, pool, schema, all); err != nil || current {
+		return nil, err
+	}
+	var done map[int]time.Time
+	err = withMigrationLock(ctx, pool, schema, func(tx pgx.Tx) error {
+		var err error
+		done, err = appliedVersions(ctx, tx, schema)
+		return err
+	})
+	if err != nil {
+		return nil, interpretError(err)
+	}
+	prefix := pgx.Identifier{schema}.Sanitize() + "."
 	var applied []store.MigrationState
-	err = withMigrationLock(ctx, pool, schema, func(conn *pgxpool.Conn) error {
-		done, err := appliedVersions(ctx, conn, schema)
-		if err != nil {
-			return err
+	for _, m := range all {
+		if _, ok := done[m.Version]; ok {
+			continue
 		}
-		prefix := pgx.Identifier{schema}.Sanitize() + "."
-		for _, m := range all {
-			if _, ok := done[m.Version]; ok {
-				continue
+		ran := false
+		err := withMigrationLock(ctx, pool, schema, func(tx pgx.Tx) error {
+			// Another process may have applied it since the versions were read.
+			var exists bool
+			if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+prefix+"schema_migrations WHERE version = $1)", m.Version).Scan(&exists); err != nil {
+				return errors.Wrap(err, "read schema_migrations")
 			}
-			sql := strings.ReplaceAll(m.SQL, migrations.SchemaMarker, prefix)
-			err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-				if _, err := tx.Exec(ctx, sql); err != nil {
-					return err
-				}
-				_, err := tx.Exec(ctx, "INSERT INTO "+prefix+"schema_migrations (version, name) VALUES ($1, $2)", m.Version, m.Name)
+			if exists {
+				return nil
+			}
+			if _, err := tx.Exec(ctx, strings.ReplaceAll(m.SQL, migrations.SchemaMarker, prefix)); err != nil {
 				return err
-			})
-			if err != nil {
-				return errors.Wrapf(err, "apply migration %04d_%s to schema %s", m.Version, m.Name, schema)
 			}
+			_, err := tx.Exec(ctx, "INSERT INTO "+prefix+"schema_migrations (version, name) VALUES ($1, $2)", m.Version, m.Name)
+			ran = err == nil
+			return err
+		})
+		if err != nil {
+			return applied, errors.Wrapf(interpretError(err), "apply migration %04d_%s to schema %s", m.Version, m.Name, schema)
+		}
+		if ran {
 			now := time.Now()
 			applied = append(applied, store.MigrationState{Version: m.Version, Name: m.Name, AppliedAt: &now})
 		}
-		return nil
-	})
-	return applied, err
+	}
+	return applied, nil
 }
 
 // MigrationStatus lists every known migration with the time it was applied
@@ -89,38 +115,50 @@ func MigrationStatus(ctx context.Context, pool *pgxpool.Pool, schema string) ([]
 	return out, nil
 }
 
-func withMigrationLock(ctx context.Context, pool *pgxpool.Pool, schema string, fn func(*pgxpool.Conn) error) error {
-	if err := ValidateSchemaName(schema); err != nil {
-		return err
+// upToDate reports whether schema has every migration of all applied.
+func upToDate(ctx context.Context, pool *pgxpool.Pool, schema string, all []migrations.Migration) (bool, error) {
+	var exists bool
+	if err := pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", pgx.Identifier{schema, "schema_migrations"}.Sanitize()).Scan(&exists); err != nil {
+		return false, errors.Wrap(interpretError(err), "look up schema_migrations")
 	}
-	conn, err := pool.Acquire(ctx)
+	if !exists {
+		return false, nil
+	}
+	done, err := appliedVersions(ctx, pool, schema)
 	if err != nil {
-		return errors.Wrap(err, "connect")
+		return false, err
 	}
-	defer conn.Release()
-	key := migrationLockKey(schema)
-	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", key); err != nil {
-		return errors.Wrapf(err, "take migration lock for schema %s", schema)
+	for _, m := range all {
+		if _, ok := done[m.Version]; !ok {
+			return false, nil
+		}
 	}
-	defer func() {
-		// Unlock even when ctx is done; a dropped connection releases it too.
-		_, _ = conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", key)
-	}()
-	prefix := pgx.Identifier{schema}.Sanitize()
-	if _, err := conn.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+prefix); err != nil {
-		return errors.Wrapf(err, "create schema %s", schema)
-	}
-	_, err = conn.Exec(ctx, "CREATE TABLE IF NOT EXISTS "+prefix+`.schema_migrations (
-		version    integer PRIMARY KEY,
-		name       text NOT NULL,
-		applied_at timestamptz NOT NULL DEFAULT now())`)
-	if err != nil {
-		return errors.Wrapf(err, "create schema_migrations in %s", schema)
-	}
-	return fn(conn)
+	return true, nil
 }
 
-func appliedVersions(ctx context.Context, conn *pgxpool.Conn, schema string) (map[int]time.Time, error) {
+// withMigrationLock runs fn in a transaction that holds schema's migration
+// lock and in which the schema and its schema_migrations exist.
+func withMigrationLock(ctx context.Context, pool *pgxpool.Pool, schema string, fn func(pgx.Tx) error) error {
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", migrationLockKey(schema)); err != nil {
+			return errors.Wrapf(err, "take migration lock for schema %s", schema)
+		}
+		prefix := pgx.Identifier{schema}.Sanitize()
+		if _, err := tx.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+prefix); err != nil {
+			return errors.Wrapf(err, "create schema %s", schema)
+		}
+		_, err := tx.Exec(ctx, "CREATE TABLE IF NOT EXISTS "+prefix+`.schema_migrations (
+			version    integer PRIMARY KEY,
+			name       text NOT NULL,
+			applied_at timestamptz NOT NULL DEFAULT now())`)
+		if err != nil {
+			return errors.Wrapf(err, "create schema_migrations in %s", schema)
+		}
+		return fn(tx)
+	})
+}
+
+func appliedVersions(ctx context.Context, conn querier, schema string) (map[int]time.Time, error) {
 	rows, err := conn.Query(ctx, "SELECT version, applied_at FROM "+pgx.Identifier{schema, "schema_migrations"}.Sanitize())
 	if err != nil {
 		return nil, errors.Wrap(err, "read schema_migrations")

@@ -450,11 +450,23 @@ SELECT last_seq, lease_epoch, lease_owner IS NOT NULL FROM /* TEMPLATE: schema *
 
 -- name: LeaseExtendMany
 -- Extends the leases still held under the given epochs; a lease not returned
--- is lost. The reply says which of the tasks have a cancel request.
+-- is lost. The reply says which of the tasks have a cancel request. The
+-- rows are locked first, in id order, as the batched append locks them (its
+-- batches are sorted by id and walked in that order), so a heartbeat and an
+-- append never wait for each other in a cycle (40P01); the lock's recheck
+-- drops a row whose lease moved on meanwhile.
+WITH held AS (
+    SELECT t.id
+    FROM unnest(@ids::uuid[], @epochs::bigint[]) AS l(id, epoch)
+    JOIN /* TEMPLATE: schema */tasks AS t ON t.id = l.id AND t.lease_epoch = l.epoch
+    WHERE t.status = 'running'
+    ORDER BY t.id
+    FOR UPDATE OF t
+)
 UPDATE /* TEMPLATE: schema */tasks AS t
 SET lease_expires_at = now() + make_interval(secs => @lease_seconds)
-FROM unnest(@ids::uuid[], @epochs::bigint[]) AS l(id, epoch)
-WHERE t.id = l.id AND t.lease_epoch = l.epoch AND t.status = 'running'
+FROM held
+WHERE t.id = held.id
 RETURNING t.id, t.cancel_requested;
 
 -- name: TaskListExpired

@@ -61,14 +61,27 @@ type Config struct {
 	// Clock tells the time of the events the store writes. Default
 	// [store.WallClock].
 	Clock store.Clock
+	// ControlPool, when set, carries the statements that must not wait
+	// behind claims and appends for a connection: lease heartbeats and
+	// leadership attempts (a late heartbeat loses leases, a late attempt
+	// loses leadership). A pool of one connection is enough. Nil: Pool.
+	ControlPool *pgxpool.Pool
+	// ListenURL, when set, is the connection string of the listener's own
+	// connection (LISTEN needs a session of its own: through a pooler in
+	// transaction mode, point it at PostgreSQL itself or at a session-mode
+	// pool). Empty: Pool's configuration.
+	ListenURL string
 }
 
 // Store is cairn's PostgreSQL store. It is safe for concurrent use.
 type Store struct {
-	pool        *pgxpool.Pool
-	schema      string
-	channel     string // NOTIFY channel: work became ready; payload is the queue
-	doneChannel string // NOTIFY channel: tasks finished; payload is their ids, comma-separated
+	pool         *pgxpool.Pool
+	control      *pgxpool.Pool   // heartbeats and leadership: Config.ControlPool, else pool
+	listenConf   *pgx.ConnConfig // the listener's connection
+	probeChannel string          // NOTIFY channel: the listeners' liveness probes; payload is the probe's token
+	schema       string
+	channel      string // NOTIFY channel: work became ready; payload is the queue
+	doneChannel  string // NOTIFY channel: tasks finished; payload is their ids, comma-separated
 	// cancelChannel: running tasks whose cancel was requested; payload is
 	// their ids, comma-separated.
 	cancelChannel string
@@ -94,7 +107,18 @@ func New(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{pool: cfg.Pool, schema: schema, channel: schema + ".ready", doneChannel: schema + ".done", cancelChannel: schema + ".cancel", q: q,
+	listenConf := cfg.Pool.Config().ConnConfig
+	if cfg.ListenURL != "" {
+		if listenConf, err = pgx.ParseConfig(cfg.ListenURL); err != nil {
+			return nil, errors.Newf("pgstore: Config.ListenURL does not parse (%s)", lastClause(err.Error()))
+		}
+	}
+	control := cfg.ControlPool
+	if control == nil {
+		control = cfg.Pool
+	}
+	return &Store{pool: cfg.Pool, control: control, listenConf: listenConf, schema: schema,
+		channel: schema + ".ready", doneChannel: schema + ".done", cancelChannel: schema + ".cancel", probeChannel: schema + ".probe", q: q,
 		metrics: cfg.Metrics, clock: cfg.Clock}, nil
 }
 
@@ -165,6 +189,8 @@ func interpretError(err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		switch pgErr.Code {
+		case "42P05", "26000": // duplicate_prepared_statement, invalid_sql_statement_name
+			return errors.Wrap(err, errPooledStatements)
 		case "23505": // unique_violation
 			return errmark.Mark(err, store.ErrConflict)
 		case "40P01", "40001": // deadlock_detected, serialization_failure
@@ -173,6 +199,13 @@ func interpretError(err error) error {
 	}
 	return err
 }
+
+// errPooledStatements explains the errors pgx's prepared
+// statements meet through a pooler in transaction mode: a statement
+// prepared on one server connection is found on another, or not found.
+const errPooledStatements = "prepared statements do not survive a pooler in transaction mode: " +
+	"if the database URL points at one (PgBouncer pool_mode=transaction), set --pooler transaction " +
+	"(env CAIRN_POOLER; pgstore.PoolerTransaction, or default_query_exec_mode=cache_describe in the URL)"
 
 // isKeyRetiredMidStart reports whether err is refuse_retired_keys' refusal
 // of a start (migration 0011).

@@ -45,6 +45,7 @@ func (l *listener) add(n store.Notification) {
 	l.pending.Ready = l.pending.Ready || n.Ready
 	l.pending.Done = append(l.pending.Done, n.Done...)
 	l.pending.Cancel = append(l.pending.Cancel, n.Cancel...)
+	l.pending.Probes = append(l.pending.Probes, n.Probes...)
 	l.mu.Unlock()
 	select {
 	case l.signal <- struct{}{}:
@@ -62,8 +63,8 @@ func (l *listener) WaitForNotification(ctx context.Context) (store.Notification,
 		if !connected {
 			return store.Notification{}, errors.New("sqlitestore: listener not connected")
 		}
-		if n.Ready || len(n.Done) > 0 || len(n.Cancel) > 0 {
-			n.Done, n.Cancel = slices.Clip(n.Done), slices.Clip(n.Cancel)
+		if n.Ready || len(n.Done) > 0 || len(n.Cancel) > 0 || len(n.Probes) > 0 {
+			n.Done, n.Cancel, n.Probes = slices.Clip(n.Done), slices.Clip(n.Cancel), slices.Clip(n.Probes)
 			return n, nil
 		}
 		select {
@@ -86,5 +87,18 @@ func (l *listener) Close(context.Context) error {
 	case l.signal <- struct{}{}:
 	default:
 	}
+	return nil
+}
+
+// Probe announces token to this listener alone: announcements are in
+// process, so it comes back unless the listener is closed.
+func (l *listener) Probe(_ context.Context, token string) error {
+	l.mu.Lock()
+	connected := l.stop != nil
+	l.mu.Unlock()
+	if !connected {
+		return errors.New("sqlitestore: listener not connected")
+	}
+	l.add(store.Notification{Probes: []string{token}})
 	return nil
 }

@@ -168,6 +168,10 @@ type Listener interface {
 	// Close stops listening. It is safe to call on a listener that is not
 	// connected.
 	Close(ctx context.Context) error
+	// Probe sends this listener, the way writers send their notifications,
+	// a notification whose Probes holds token, to check that notifications
+	// arrive. It may be called while WaitForNotification waits.
+	Probe(ctx context.Context, token string) error
 }
 
 // Notification is what a store announces after a commit. A driver may
@@ -176,6 +180,7 @@ type Notification struct {
 	Ready  bool        // work became ready in some queue
 	Done   []uuid.UUID // tasks that finished
 	Cancel []uuid.UUID // running tasks whose cancel was requested
+	Probes []string    // the tokens of this listener's probes (Listener.Probe) that came back
 }
 
 // Observer counts what a store writes, after the write has committed:

@@ -19,6 +19,7 @@ var flowTests = []conformanceTest{
 	{"ClaimSaysWhenARateLimitHasATokenAgain", testClaimNextToken},
 	{"FinishedTaskOfALimitedQueueWakesListeners", testFreedSlotNotifies},
 	{"RaisedLimitWakesListeners", testRaisedLimitNotifies},
+	{"ListenerProbeComesBackToItsListenerOnly", testListenerProbe},
 	{"WorkerKeepsALimitedQueueBusyWithoutPolling", testLimitedQueueBusy},
 	{"FreedSlotWakesAnotherWorkerWithoutPolling", testFreedSlotWakesOtherWorker},
 	{"WorkerWakesForItsTimersAndRetriesWithoutPolling", testOwnTimersWithoutPolling},
@@ -199,5 +200,34 @@ func waitAllCompleted(t *testing.T, s store.Store) {
 		waitFor(t, "task "+id.String()+" to be completed", func() bool {
 			return getTask(t, s, id).Status == history.StatusCompleted
 		})
+	}
+}
+
+// testListenerProbe: a probe comes back to the listener that sent it, with
+// its token, and to no other listener (the notifier's liveness check).
+func testListenerProbe(t *testing.T, s store.Store) {
+	ctx := testContext(t)
+	connect := func() store.Listener {
+		l := s.NewListener()
+		require.NoError(t, l.Connect(ctx))
+		t.Cleanup(func() { _ = l.Close(context.Background()) })
+		return l
+	}
+	prober, other := connect(), connect()
+	require.NoError(t, prober.Probe(ctx, "7"))
+	note, err := prober.WaitForNotification(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []string{"7"}, note.Probes)
+
+	// The other listener hears the next task start, and no probe before it.
+	require.NoError(t, prober.Probe(ctx, "8"))
+	start(t, s, spec{})
+	for {
+		note, err := other.WaitForNotification(ctx)
+		require.NoError(t, err)
+		require.Empty(t, note.Probes, "another listener's probe arrived")
+		if note.Ready {
+			return
+		}
 	}
 }

@@ -83,6 +83,9 @@ type Config struct {
 	// JSON prints the report as one JSON object on Stdout and no progress
 	// lines; otherwise the report is a table and progress goes to Stderr.
 	JSON bool
+	// ListenURL is the workers' and clients' listener's own connection
+	// string (--listen-database-url; "": the pool's).
+	ListenURL string
 	// ConnectFunc opens a pool of maxConns connections to DatabaseURL,
 	// checking Schema's name first. Its errors are one line saying what to
 	// set. Required unless the run is on the embedded store.
@@ -354,7 +357,7 @@ func (t benchTarget) store() store.Store {
 // tasks older than retention (0: none), to measure what retention costs.
 func newBenchWorkerWithMetrics(t benchTarget, cfg *Config, concurrency int, onStep func(context.Context), metrics *engine.Metrics, retention time.Duration) (*sdk.Worker, error) {
 	w, err := sdk.NewWorker(sdk.WorkerConfig{
-		Pool: t.pool, Store: t.store(), Schema: cfg.Schema, Namespace: cfg.Namespace, Concurrency: concurrency,
+		Pool: t.pool, Store: t.store(), Schema: cfg.Schema, ListenURL: cfg.ListenURL, Namespace: cfg.Namespace, Concurrency: concurrency,
 		PollInterval: benchWorkerPollInterval,
 		Logger:       slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		Metrics:      metrics, DefaultRetention: retention, Codec: cfg.Codec,

@@ -62,12 +62,12 @@ func (e *benchEnv) clientConfig() sdk.ClientConfig {
 	if e.lite != nil {
 		return sdk.ClientConfig{Store: e.lite, Namespace: e.cfg.Namespace, Codec: e.cfg.Codec}
 	}
-	return sdk.ClientConfig{Pool: e.obs.pool, Schema: e.cfg.Schema, Namespace: e.cfg.Namespace, Codec: e.cfg.Codec}
+	return sdk.ClientConfig{Pool: e.obs.pool, Schema: e.cfg.Schema, ListenURL: e.cfg.ListenURL, Namespace: e.cfg.Namespace, Codec: e.cfg.Codec}
 }
 
 // clientConfig is the configuration of a client on t.
 func (t benchTarget) clientConfig(cfg Config) sdk.ClientConfig {
-	return sdk.ClientConfig{Pool: t.pool, Store: t.store(), Schema: cfg.Schema, Namespace: cfg.Namespace, Codec: cfg.Codec}
+	return sdk.ClientConfig{Pool: t.pool, Store: t.store(), Schema: cfg.Schema, ListenURL: cfg.ListenURL, Namespace: cfg.Namespace, Codec: cfg.Codec}
 }
 
 // target opens what the workers use: a pool of maxConns on PostgreSQL, the

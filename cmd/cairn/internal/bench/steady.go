@@ -93,7 +93,7 @@ func Steady(ctx context.Context, cfg Config, p Params, vacuum bool) error {
 	workers := make([]*sdk.Worker, 0, f.Workers)
 	for range f.Workers {
 		w, err := sdk.NewWorker(sdk.WorkerConfig{
-			Pool: target.pool, Schema: env.cfg.Schema, Namespace: env.cfg.Namespace, Concurrency: f.Concurrency,
+			Pool: target.pool, Schema: env.cfg.Schema, ListenURL: env.cfg.ListenURL, Namespace: env.cfg.Namespace, Concurrency: f.Concurrency,
 			PollInterval: benchWorkerPollInterval, RescueInterval: time.Second,
 			DefaultRetention: f.Retention, DefaultKeyRetention: steadyKeyRetention, Codec: env.cfg.Codec,
 			Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),

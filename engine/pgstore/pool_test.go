@@ -1,0 +1,74 @@
+package pgstore_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/cairnflow/cairn/engine/enginetest"
+	"github.com/cairnflow/cairn/engine/pgstore"
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+)
+
+// TestParsePoolConfig: cairn's defaults apply only where the connection
+// string is silent; an operator's pool_* and exec mode settings win.
+func TestParsePoolConfig(t *testing.T) {
+	t.Parallel()
+	const base = "postgres://u@127.0.0.1:5432/db"
+	cfg, err := pgstore.ParsePoolConfig(base, pgstore.PoolOptions{MaxConns: 3})
+	require.NoError(t, err)
+	require.EqualValues(t, 3, cfg.MaxConns)
+	require.Equal(t, pgstore.DefaultMaxConnIdleTime, cfg.MaxConnIdleTime)
+	require.Equal(t, pgx.QueryExecModeCacheStatement, cfg.ConnConfig.DefaultQueryExecMode)
+
+	cfg, err = pgstore.ParsePoolConfig(base+"?pool_max_conns=7&pool_max_conn_idle_time=10s", pgstore.PoolOptions{MaxConns: 3})
+	require.NoError(t, err)
+	require.EqualValues(t, 7, cfg.MaxConns, "the URL's pool_max_conns wins")
+	require.Equal(t, 10*time.Second, cfg.MaxConnIdleTime)
+
+	cfg, err = pgstore.ParsePoolConfig("host=127.0.0.1 user=u dbname=db pool_max_conns=5", pgstore.PoolOptions{MaxConns: 3, Pooler: pgstore.PoolerTransaction})
+	require.NoError(t, err)
+	require.EqualValues(t, 5, cfg.MaxConns, "a keyword/value string's pool_max_conns wins")
+	require.Equal(t, pgx.QueryExecModeCacheDescribe, cfg.ConnConfig.DefaultQueryExecMode, "a transaction pooler needs unnamed statements")
+
+	cfg, err = pgstore.ParsePoolConfig(base+"?default_query_exec_mode=exec", pgstore.PoolOptions{Pooler: pgstore.PoolerTransaction})
+	require.NoError(t, err)
+	require.Equal(t, pgx.QueryExecModeExec, cfg.ConnConfig.DefaultQueryExecMode, "the URL's exec mode wins")
+
+	_, err = pgstore.ParsePoolConfig(base, pgstore.PoolOptions{Pooler: "statement"})
+	require.ErrorContains(t, err, `pooler "statement": use none, session or transaction`)
+}
+
+// TestOpenPoolNamesEveryHost: a multi-host URL's failure says, for each
+// host, why it refused (the first host's name on the second's reason was
+// what an outage looked like).
+func TestOpenPoolNamesEveryHost(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	closed := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	live, err := url.Parse(enginetest.DatabaseURL(t))
+	require.NoError(t, err)
+	u := *live
+	u.Host = closed + "," + live.Host
+	q := u.Query()
+	q.Set("target_session_attrs", "standby") // the test server is a primary: it refuses too
+	q.Set("connect_timeout", "5")
+	u.RawQuery = q.Encode()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	_, err = pgstore.OpenPool(ctx, u.String(), pgstore.PoolOptions{MaxConns: 1})
+	require.Error(t, err)
+	msg := err.Error()
+	require.Contains(t, msg, fmt.Sprintf("cannot reach the database at %s, %s", closed, live.Host))
+	require.Contains(t, msg, closed+": ")
+	require.Contains(t, msg, "connection refused")
+	require.Contains(t, msg, live.Host+": ")
+	require.Contains(t, msg, "standby")
+}
