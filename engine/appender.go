@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"slices"
 	"sync"
 	"time"
@@ -322,14 +323,28 @@ func committedAlready(p *store.EventAppendParams, events []history.Event) (histo
 }
 
 // samePayload reports whether two payloads are the same event: the same
-// type and the same JSON.
+// type and the same JSON value. Values, not bytes: PostgreSQL's jsonb keeps
+// an object's keys in an order of its own, so an output read back is not
+// the bytes that were written.
 func samePayload(a, b history.Payload) bool {
 	if a == nil || b == nil || a.EventType() != b.EventType() {
 		return false
 	}
-	ja, errA := json.Marshal(a)
-	jb, errB := json.Marshal(b)
-	return errA == nil && errB == nil && bytes.Equal(ja, jb)
+	va, okA := jsonValue(a)
+	vb, okB := jsonValue(b)
+	return okA && okB && reflect.DeepEqual(va, vb)
+}
+
+// jsonValue is p's JSON decoded into maps, slices and json.Numbers.
+func jsonValue(p history.Payload) (any, bool) {
+	raw, err := json.Marshal(p)
+	if err != nil {
+		return nil, false
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var v any
+	return v, dec.Decode(&v) == nil
 }
 
 // maxRebaseRounds bounds how often an attempt's append is rebased onto

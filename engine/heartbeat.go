@@ -57,6 +57,15 @@ func (p *Processor) heartbeat(ctx context.Context) {
 		}
 		renewal, ok := held[ref.TaskID]
 		switch {
+		case err == nil && ok && renewal.Busy:
+			// Held, not extended: as a failed heartbeat, the attempt stops
+			// only if the lease is about to run out.
+			if now.Sub(in.lastRenewed) > p.cfg.LeaseTTL-p.cfg.HeartbeatInterval {
+				in.cancel(ErrLeaseLost)
+			}
+			if renewal.CancelRequested {
+				in.requestCancel(ErrCancelRequested)
+			}
 		case err == nil && ok:
 			in.lastRenewed = sent
 			if renewal.CancelRequested {

@@ -32,6 +32,7 @@ type Notifier struct {
 	// pooler in transaction mode); workers poll at fallbackPollInterval.
 	deaf      atomic.Bool
 	probeSeen atomic.Uint64 // the newest probe token that came back
+	probeNext atomic.Uint64 // the last probe token sent: tokens grow across reconnects, so an old one never answers a new probe
 
 	mu      sync.Mutex
 	subs    map[chan struct{}]struct{}               // ready subscribers; written under mu by Subscribe and its cancel; read by the run loop
@@ -273,21 +274,22 @@ func (n *Notifier) listen(ctx context.Context, l store.Listener, up func()) erro
 // connection that LISTENs through a pooler in transaction mode stays
 // connected and hears nothing: only a probe tells.
 func (n *Notifier) probe(ctx context.Context, l store.Listener) {
-	var token uint64
 	for {
-		token++
-		sent := time.Now()
+		began := time.Now()
+		token := n.probeNext.Add(1)
 		err := l.Probe(ctx, strconv.FormatUint(token, 10))
 		if ctx.Err() != nil {
 			return
 		}
 		if err == nil {
-			n.awaitProbe(ctx, token, sent)
+			// The clock starts once the probe is committed: a wait for a
+			// connection of a busy pool is not a lost notification.
+			n.awaitProbe(ctx, token, time.Now())
 		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(time.Until(sent.Add(n.opts.ProbeInterval))):
+		case <-time.After(time.Until(began.Add(n.opts.ProbeInterval))):
 		}
 	}
 }
@@ -295,7 +297,7 @@ func (n *Notifier) probe(ctx context.Context, l store.Listener) {
 // awaitProbe waits up to ProbeTimeout for probe token to come back, and
 // records whether notifications are arriving.
 func (n *Notifier) awaitProbe(ctx context.Context, token uint64, sent time.Time) {
-	tick := time.NewTicker(n.opts.ProbeTimeout / 20)
+	tick := time.NewTicker(max(n.opts.ProbeTimeout/20, time.Millisecond))
 	defer tick.Stop()
 	deadline := sent.Add(n.opts.ProbeTimeout)
 	for n.probeSeen.Load() < token {

@@ -54,7 +54,10 @@ func TestAppendWhoseCommitWentUnansweredGoesOn(t *testing.T) {
 	pg := enginetest.Store(t)
 	s := &lostAckStore{Store: pg}
 	h := &testHandler{fn: func(ctx context.Context, a *engine.Attempt) ([]history.Payload, error) {
-		if err := a.Append(ctx, history.StepCompletedData{Position: 0, Name: "ocr", Output: json.RawMessage(`"text"`)}); err != nil {
+		// An object whose keys jsonb stores in another order: read back,
+		// it is not the bytes written.
+		output := json.RawMessage(`{"text": "scanned page", "id": 1, "pages": [1, 2]}`)
+		if err := a.Append(ctx, history.StepCompletedData{Position: 0, Name: "ocr", Output: output}); err != nil {
 			return nil, err
 		}
 		return []history.Payload{history.TaskCompletedData{Output: json.RawMessage(`"done"`)}}, nil

@@ -204,8 +204,10 @@ func TestPgBouncerTransactionModeConformance(t *testing.T) {
 
 // TestNotifierNoticesLostNotifications: a listener that LISTENs through a
 // transaction pooler stays connected and hears nothing. The notifier's
-// probe finds out, counts it, and the worker polls in its place, so a task
-// is still run long before the worker's own (minute-long) poll.
+// probe finds out and counts it (the test's own notifier, with short
+// probes); the worker's notifier (default probes) finds out too, and its
+// worker polls in its place, so a task is still run long before the
+// worker's own (minute-long) poll.
 func TestNotifierNoticesLostNotifications(t *testing.T) {
 	t.Parallel()
 	b := startPgBouncer(t, "transaction")

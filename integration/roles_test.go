@@ -17,11 +17,11 @@ import (
 
 // leastPrivilegeGrants is the deployment guide's role setup (docs/
 // deployment.md), with the schema and role names filled in: an owner that
-// migrates, and an application role that only reads and writes rows.
+// migrates (given the schema by an administrator: no CREATE on the
+// database), and an application role that only reads and writes rows.
 const leastPrivilegeGrants = `
 CREATE ROLE {owner} LOGIN;
 CREATE ROLE {app} LOGIN;
-GRANT CREATE ON DATABASE {db} TO {owner};
 CREATE SCHEMA {schema} AUTHORIZATION {owner};
 GRANT USAGE ON SCHEMA {schema} TO {app};
 ALTER DEFAULT PRIVILEGES FOR ROLE {owner} IN SCHEMA {schema} GRANT SELECT, INSERT, UPDATE, DELETE ON TABLES TO {app};
@@ -47,7 +47,6 @@ func TestLeastPrivilegeRoles(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		for _, q := range []string{"DROP SCHEMA IF EXISTS " + schema + " CASCADE",
-			fmt.Sprintf("REVOKE CREATE ON DATABASE %s FROM %s", db, owner),
 			"DROP OWNED BY " + app, "DROP OWNED BY " + owner, "DROP ROLE " + app, "DROP ROLE " + owner} {
 			if _, err := pool.Exec(context.Background(), q); err != nil {
 				t.Logf("%s: %v", q, err)

@@ -156,8 +156,16 @@ func TestChildWaitsSpendNoRetryBudget(t *testing.T) {
 	t.Parallel()
 	onEachStore(t, func(t *testing.T, setup setupFunc) {
 		b := setup(t, sdk.WorkerConfig{Concurrency: 4})
-		runs := make([]atomic.Int32, 8)
-		child := doubler("budget.double", &runs)
+		// Each child takes long enough that its parent, held to one
+		// running child, reaches its wait before the child ends: the
+		// parent waits for every child (finished children are not waited
+		// for, which made the count depend on the machine's speed).
+		child := sdk.NewWorkflow("budget.double", 1, func(ctx workflow.Context, n int) (int, error) {
+			return workflow.Step(ctx, "double", func(context.Context) (int, error) {
+				time.Sleep(50 * time.Millisecond)
+				return 2 * n, nil
+			})
+		})
 		var fails atomic.Int32
 		parent := sdk.NewWorkflow("budget.parent", 1, func(ctx workflow.Context, n int) (int, error) {
 			ins := make([]int, n)

@@ -209,7 +209,10 @@ func (g *globals) driver(ctx context.Context, o storeOpts) (store.Store, func(),
 	s, err := pgstore.New(pgstore.Config{Pool: pool, ControlPool: control, Schema: g.schema, Metrics: o.metrics, ListenURL: g.listenURL.get()})
 	if err != nil {
 		closeAll()
-		return nil, nil, errmark.Mark(errors.Wrap(err, "--listen-database-url"), configError)
+		if g.listenURL.get() != "" {
+			err = errors.Wrap(err, "--listen-database-url")
+		}
+		return nil, nil, errmark.Mark(err, configError)
 	}
 	return s, closeAll, nil
 }

@@ -21,7 +21,7 @@ import (
 const devApprovalTimeout = 5 * time.Minute
 
 func newDevCmd(g *globals) *cobra.Command {
-	sf := &serverFlags{migrate: true, maxListPayload: sdk.DefaultMaxListPayloadBytes, rescueInterval: time.Second, shutdownTimeout: 5 * time.Second, consoleHint: true}
+	sf := &serverFlags{migrate: true, maxConns: defaultServerConns, maxListPayload: sdk.DefaultMaxListPayloadBytes, rescueInterval: time.Second, shutdownTimeout: 5 * time.Second, consoleHint: true}
 	df := &demoFlags{leaseTTL: engine.DefaultLeaseTTL, rescueInterval: time.Second, shutdownTimeout: 5 * time.Second, approve: approveManual}
 	cmd := &cobra.Command{
 		Use:   "dev",

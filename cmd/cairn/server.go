@@ -29,7 +29,7 @@ type serverFlags struct {
 	listen          string
 	tokensFile      string
 	maxListPayload  int // bytes of inputs and outputs a listing page that includes them carries
-	maxConns        int // --max-conns: the process's connections (splitBudget); 0: defaultServerConns
+	maxConns        int // --max-conns: the process's connections (splitBudget)
 	rescueInterval  time.Duration
 	retention       retentionFlag // --default-retention
 	keyRetention    retentionFlag // --default-key-retention
@@ -138,9 +138,6 @@ func runServerWith(cmd *cobra.Command, g *globals, f *serverFlags, also alongsid
 	}
 	if err := checkExposure(f, len(tokens) > 0); err != nil {
 		return err
-	}
-	if f.maxConns == 0 { // cairn dev's flags, which have no --max-conns
-		f.maxConns = defaultServerConns
 	}
 	if f.maxConns < 2 || f.maxConns > 1000 {
 		return errmark.Mark(errors.Newf("--max-conns %d: use 2 to 1000", f.maxConns), configError)

@@ -1,9 +1,7 @@
 package pgstore
 
 import (
-	"bytes"
 	"context"
-	"slices"
 	"time"
 
 	"github.com/cairnflow/cairn/engine/internal/plan"
@@ -129,12 +127,9 @@ func (r outlookRow) Scan(dest ...any) error {
 // clock and returns the leases it extended, by task id; the others are lost
 // (the task moved to another epoch or finished).
 func (s *Store) LeaseExtendMany(ctx context.Context, leases []store.LeaseRef, ttl time.Duration) (map[uuid.UUID]store.LeaseRenewal, error) {
-	// Lock in id order, as appends do, so the two rarely deadlock.
-	sorted := slices.Clone(leases)
-	slices.SortFunc(sorted, func(a, b store.LeaseRef) int { return bytes.Compare(a.TaskID[:], b.TaskID[:]) })
-	ids := make([][16]byte, len(sorted))
-	epochs := make([]int64, len(sorted))
-	for i, l := range sorted {
+	ids := make([][16]byte, len(leases))
+	epochs := make([]int64, len(leases))
+	for i, l := range leases {
 		ids[i], epochs[i] = l.TaskID, l.Epoch
 	}
 	rows, err := s.control.Query(ctx, s.sql("LeaseExtendMany"), pgx.NamedArgs{
@@ -145,9 +140,9 @@ func (s *Store) LeaseExtendMany(ctx context.Context, leases []store.LeaseRef, tt
 	}
 	held := make(map[uuid.UUID]store.LeaseRenewal, len(leases))
 	var id uuid.UUID
-	var cancel bool
-	_, err = pgx.ForEachRow(rows, []any{&id, &cancel}, func() error {
-		held[id] = store.LeaseRenewal{CancelRequested: cancel}
+	var cancel, busy bool
+	_, err = pgx.ForEachRow(rows, []any{&id, &cancel, &busy}, func() error {
+		held[id] = store.LeaseRenewal{CancelRequested: cancel, Busy: busy}
 		return nil
 	})
 	if err != nil {

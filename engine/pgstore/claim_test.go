@@ -1,7 +1,6 @@
 package pgstore_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"sync"
@@ -413,48 +412,38 @@ func TestLeaseExtendMany(t *testing.T) {
 	require.Equal(t, 3, enginetest.RequireProjectionsMatch(t, s))
 }
 
-// TestLeaseExtendManyLocksInIDOrder: a heartbeat waiting for the lowest of
-// its rows, which another transaction holds, holds none of the others
-// meanwhile: it takes its locks in id order, as the batched append does,
-// so the two cannot wait for each other in a cycle. The higher row is put
-// first in the table (updated in place, its new version at the end), so a
-// walk in the table's order would lock it first.
-func TestLeaseExtendManyLocksInIDOrder(t *testing.T) {
+// TestLeaseExtendManyDoesNotWaitForRowLocks: a heartbeat meeting a row
+// another transaction has locked (an append under the lease, say) does not
+// wait for it, so it cannot be part of a deadlock: it renews the others,
+// and reports the locked one held but busy (not extended, not lost).
+func TestLeaseExtendManyDoesNotWaitForRowLocks(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := enginetest.Store(t)
 	enginetest.StartTasks(t, s, 2, nil)
 	claimed := enginetest.Claim(t, s, enginetest.ClaimParams("w", 2, time.Minute))
 	require.Len(t, claimed, 2)
-	low, high := claimed[0], claimed[1]
-	if bytes.Compare(low.Task.ID[:], high.Task.ID[:]) > 0 {
-		low, high = high, low
-	}
-	tasks := s.Schema() + ".tasks"
-	_, err := s.Pool().Exec(ctx, "UPDATE "+tasks+" SET updated_at = updated_at WHERE id = $1", low.Task.ID)
-	require.NoError(t, err)
+	locked, free := claimed[0], claimed[1]
 
 	holder, err := s.Pool().Begin(ctx)
 	require.NoError(t, err)
 	defer func() { _ = holder.Rollback(ctx) }()
-	_, err = holder.Exec(ctx, "SELECT 1 FROM "+tasks+" WHERE id = $1 FOR UPDATE", low.Task.ID)
+	_, err = holder.Exec(ctx, "SELECT 1 FROM "+s.Schema()+".tasks WHERE id = $1 FOR UPDATE", locked.Task.ID)
 	require.NoError(t, err)
 
-	heartbeat := make(chan error, 1)
-	go func() {
-		_, err := s.LeaseExtendMany(ctx, []store.LeaseRef{
-			{TaskID: high.Task.ID, Epoch: high.State.Lease.Epoch}, {TaskID: low.Task.ID, Epoch: low.State.Lease.Epoch},
-		}, time.Hour)
-		heartbeat <- err
-	}()
-	require.Eventually(t, func() bool {
-		var waiting bool
-		err := s.Pool().QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
-			WHERE wait_event_type = 'Lock' AND query LIKE '%lease_expires_at = now()%' AND query LIKE '%' || $1 || '%')`, s.Schema()).Scan(&waiting)
-		return err == nil && waiting
-	}, 10*time.Second, 10*time.Millisecond, "the heartbeat waits for the row held")
-	_, err = holder.Exec(ctx, "SELECT 1 FROM "+tasks+" WHERE id = $1 FOR UPDATE NOWAIT", high.Task.ID)
-	require.NoError(t, err, "the heartbeat holds the higher row while it waits for the lower")
+	hbCtx, cancel := context.WithTimeout(ctx, 10*time.Second) // a heartbeat that waits fails here
+	defer cancel()
+	held, err := s.LeaseExtendMany(hbCtx, []store.LeaseRef{
+		{TaskID: locked.Task.ID, Epoch: locked.State.Lease.Epoch}, {TaskID: free.Task.ID, Epoch: free.State.Lease.Epoch},
+	}, time.Hour)
+	require.NoError(t, err, "the heartbeat waited for the locked row")
+	require.Equal(t, map[uuid.UUID]store.LeaseRenewal{locked.Task.ID: {Busy: true}, free.Task.ID: {}}, held)
 	require.NoError(t, holder.Rollback(ctx))
-	require.NoError(t, <-heartbeat)
+	require.True(t, enginetest.GetTask(t, s, free.Task.ID).LeaseExpiresAt.After(time.Now().Add(30*time.Minute)), "the free row is renewed")
+	require.True(t, enginetest.GetTask(t, s, locked.Task.ID).LeaseExpiresAt.Before(time.Now().Add(2*time.Minute)), "the busy row is not")
+
+	// Once the row is free again, the next heartbeat renews it.
+	held, err = s.LeaseExtendMany(ctx, []store.LeaseRef{{TaskID: locked.Task.ID, Epoch: locked.State.Lease.Epoch}}, time.Hour)
+	require.NoError(t, err)
+	require.Equal(t, map[uuid.UUID]store.LeaseRenewal{locked.Task.ID: {}}, held)
 }

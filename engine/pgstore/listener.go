@@ -77,10 +77,11 @@ func (l *listener) Close(ctx context.Context) error {
 	return errors.Wrap(conn.Close(ctx), "close the listener")
 }
 
-// Probe notifies the listener's probe channel through the store's pool,
-// the way every writer's notifications go.
+// Probe notifies the listener's probe channel the way every writer's
+// notifications go (through the pool's URL, a pooler included), on the
+// control pool, so that a pool busy with claims does not delay it.
 func (l *listener) Probe(ctx context.Context, token string) error {
-	_, err := l.s.pool.Exec(ctx, "SELECT pg_notify($1, $2)", l.probeChannel, token)
+	_, err := l.s.control.Exec(ctx, "SELECT pg_notify($1, $2)", l.probeChannel, token)
 	return errors.Wrap(interpretError(err), "probe the listener")
 }
 

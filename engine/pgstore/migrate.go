@@ -144,8 +144,17 @@ func withMigrationLock(ctx context.Context, pool *pgxpool.Pool, schema string, f
 			return errors.Wrapf(err, "take migration lock for schema %s", schema)
 		}
 		prefix := pgx.Identifier{schema}.Sanitize()
-		if _, err := tx.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+prefix); err != nil {
-			return errors.Wrapf(err, "create schema %s", schema)
+		// CREATE SCHEMA IF NOT EXISTS needs CREATE on the database even
+		// when the schema exists: an owner given only the schema (the
+		// deployment guide's roles) must not be asked for it.
+		var exists bool
+		if err := tx.QueryRow(ctx, "SELECT to_regnamespace($1) IS NOT NULL", prefix).Scan(&exists); err != nil {
+			return errors.Wrapf(err, "look up schema %s", schema)
+		}
+		if !exists {
+			if _, err := tx.Exec(ctx, "CREATE SCHEMA "+prefix); err != nil {
+				return errors.Wrapf(err, "create schema %s", schema)
+			}
 		}
 		_, err := tx.Exec(ctx, "CREATE TABLE IF NOT EXISTS "+prefix+`.schema_migrations (
 			version    integer PRIMARY KEY,

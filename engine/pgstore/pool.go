@@ -5,6 +5,7 @@ import (
 	stderrors "errors"
 	"fmt"
 	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -69,6 +70,11 @@ type PoolOptions struct {
 	MaxConns int32
 	// Pooler says what the URL points at. Default [PoolerNone].
 	Pooler Pooler
+	// NoTimelineGuard turns the stale-primary guard off: for a cluster
+	// restored so that it writes on a timeline older than one this
+	// process has written on (a file-system snapshot), until the process
+	// restarts.
+	NoTimelineGuard bool
 }
 
 // ParsePoolConfig parses a PostgreSQL URL (or keyword/value string) into a
@@ -98,7 +104,9 @@ func ParsePoolConfig(connString string, o PoolOptions) (*pgxpool.Config, error) 
 	if pooler == PoolerTransaction && !sets["default_query_exec_mode"] {
 		cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
 	}
-	guardTimelines(&cfg.ConnConfig.Config)
+	if !o.NoTimelineGuard {
+		guardTimelines(&cfg.ConnConfig.Config)
+	}
 	return cfg, nil
 }
 
@@ -114,13 +122,16 @@ func connStringKeys(connString string) map[string]bool {
 		}
 		return keys
 	}
-	for _, field := range strings.Fields(connString) {
-		if k, _, ok := strings.Cut(field, "="); ok {
-			keys[strings.TrimSpace(k)] = true
-		}
+	for _, m := range keywordPattern.FindAllStringSubmatch(connString, -1) {
+		keys[m[1]] = true
 	}
 	return keys
 }
+
+// keywordPattern finds a keyword/value string's keywords: a word followed
+// by '=' (libpq allows spaces around it), where a value cannot be, skipping
+// single-quoted values.
+var keywordPattern = regexp.MustCompile(`(?:^|\s)([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(?:'(?:[^'\\]|\\.)*'|\S*)`)
 
 // OpenPool opens a pool on connString with o's defaults ([ParsePoolConfig])
 // and checks that the database answers ([NewPool]).
@@ -263,45 +274,74 @@ func seeTimeline(cluster string, timeline uint64) (newest uint64, ok bool) {
 func guardTimelines(cfg *pgconn.Config) {
 	validate := cfg.ValidateConnect
 	cfg.ValidateConnect = func(ctx context.Context, conn *pgconn.PgConn) error {
+		var err error
 		if validate != nil {
-			if err := validate(ctx, conn); err != nil {
+			err = validate(ctx, conn)
+			// A server only "not preferred" (prefer-standby) may be used
+			// on a second pass: it must pass the guard too.
+			var notPreferred *pgconn.NotPreferredError
+			if err != nil && !stderrors.As(err, &notPreferred) {
 				return err
 			}
 		}
-		cluster, timeline, err := serverTimeline(ctx, conn)
-		if err != nil || timeline == 0 {
-			return err
+		if refused := refuseFormerPrimary(ctx, conn); refused != nil {
+			return refused
 		}
-		if newest, ok := seeTimeline(cluster, timeline); !ok {
-			return errors.Newf("a former primary: it writes on timeline %d of cluster %s, and this process has seen timeline %d (a standby promoted since); refused",
-				timeline, cluster, newest)
-		}
+		return err
+	}
+}
+
+// refuseFormerPrimary returns an error when conn is to a primary on an
+// older timeline than its cluster's newest seen. A server whose timeline
+// cannot be read (the functions revoked from PUBLIC, a proxy that answers
+// otherwise) is accepted: the guard only refuses what it knows to be stale.
+func refuseFormerPrimary(ctx context.Context, conn *pgconn.PgConn) error {
+	cluster, timeline, err := serverTimeline(ctx, conn)
+	if err != nil || timeline == 0 {
 		return nil
 	}
+	if newest, ok := seeTimeline(cluster, timeline); !ok {
+		return errors.Newf("refused a former primary: it writes on timeline %d of cluster %s, and this process has seen timeline %d (a standby promoted since)",
+			timeline, cluster, newest)
+	}
+	return nil
 }
 
 // surveyTimelines reads the timeline of every primary among cfg's hosts
 // (with a multi-host URL), so that the guard knows the newest before the
-// pool's first connection. Hosts that do not answer are skipped.
+// pool's first connection. The hosts are read at once, each within
+// surveyTimeout whatever cfg's connect_timeout; hosts that do not answer in
+// time are skipped.
 func surveyTimelines(ctx context.Context, cfg *pgconn.Config) {
 	if len(cfg.Fallbacks) == 0 {
 		return
 	}
-	hosts := append([]*pgconn.FallbackConfig{{Host: cfg.Host, Port: cfg.Port, TLSConfig: cfg.TLSConfig}}, cfg.Fallbacks...)
-	for _, h := range hosts {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), surveyTimeout)
+	defer cancel()
+	seen := map[string]bool{}
+	var wg sync.WaitGroup
+	for _, h := range append([]*pgconn.FallbackConfig{{Host: cfg.Host, Port: cfg.Port, TLSConfig: cfg.TLSConfig}}, cfg.Fallbacks...) {
+		addr := fmt.Sprintf("%s:%d", h.Host, h.Port)
+		if seen[addr] { // sslmode=prefer lists each host twice, with and without TLS
+			continue
+		}
+		seen[addr] = true
 		one := cfg.Copy()
 		one.Host, one.Port, one.TLSConfig, one.Fallbacks = h.Host, h.Port, h.TLSConfig, nil
 		one.ValidateConnect, one.AfterConnect = nil, nil
-		if one.ConnectTimeout == 0 || one.ConnectTimeout > 2*time.Second {
-			one.ConnectTimeout = 2 * time.Second
-		}
-		conn, err := pgconn.ConnectConfig(ctx, one)
-		if err != nil {
-			continue
-		}
-		if cluster, timeline, err := serverTimeline(ctx, conn); err == nil && timeline > 0 {
-			seeTimeline(cluster, timeline)
-		}
-		_ = conn.Close(ctx)
+		wg.Go(func() {
+			conn, err := pgconn.ConnectConfig(ctx, one)
+			if err != nil {
+				return
+			}
+			defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
+			if cluster, timeline, err := serverTimeline(ctx, conn); err == nil && timeline > 0 {
+				seeTimeline(cluster, timeline)
+			}
+		})
 	}
+	wg.Wait()
 }
+
+// surveyTimeout bounds surveyTimelines.
+const surveyTimeout = 2 * time.Second

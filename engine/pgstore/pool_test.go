@@ -35,6 +35,11 @@ func TestParsePoolConfig(t *testing.T) {
 	require.EqualValues(t, 5, cfg.MaxConns, "a keyword/value string's pool_max_conns wins")
 	require.Equal(t, pgx.QueryExecModeCacheDescribe, cfg.ConnConfig.DefaultQueryExecMode, "a transaction pooler needs unnamed statements")
 
+	cfg, err = pgstore.ParsePoolConfig("host=127.0.0.1 password='a b=c' pool_max_conns = 6 dbname=db", pgstore.PoolOptions{MaxConns: 3})
+	require.NoError(t, err)
+	require.EqualValues(t, 6, cfg.MaxConns, "spaces around '=' are allowed")
+	require.Equal(t, "a b=c", cfg.ConnConfig.Password)
+
 	cfg, err = pgstore.ParsePoolConfig(base+"?default_query_exec_mode=exec", pgstore.PoolOptions{Pooler: pgstore.PoolerTransaction})
 	require.NoError(t, err)
 	require.Equal(t, pgx.QueryExecModeExec, cfg.ConnConfig.DefaultQueryExecMode, "the URL's exec mode wins")

@@ -450,24 +450,34 @@ SELECT last_seq, lease_epoch, lease_owner IS NOT NULL FROM /* TEMPLATE: schema *
 
 -- name: LeaseExtendMany
 -- Extends the leases still held under the given epochs; a lease not returned
--- is lost. The reply says which of the tasks have a cancel request. The
--- rows are locked first, in id order, as the batched append locks them (its
--- batches are sorted by id and walked in that order), so a heartbeat and an
--- append never wait for each other in a cycle (40P01); the lock's recheck
--- drops a row whose lease moved on meanwhile.
-WITH held AS (
+-- is lost. The reply says which of the tasks have a cancel request, and which
+-- were busy: their rows locked by another writer at that moment (an append
+-- under the lease, a cancel request), so not extended this time, but still
+-- under the epoch. A heartbeat never waits for a row lock (SKIP LOCKED), so
+-- it cannot deadlock with the batched append, whatever order either walks
+-- its rows in (40P01 cost about a second each), nor queue behind a long
+-- transaction and let leases run out.
+WITH wanted AS (
+    SELECT t.id, t.cancel_requested
+    FROM unnest(@ids::uuid[], @epochs::bigint[]) AS l(id, epoch)
+    JOIN /* TEMPLATE: schema */tasks AS t ON t.id = l.id AND t.lease_epoch = l.epoch
+    WHERE t.status = 'running'
+), held AS (
     SELECT t.id
     FROM unnest(@ids::uuid[], @epochs::bigint[]) AS l(id, epoch)
     JOIN /* TEMPLATE: schema */tasks AS t ON t.id = l.id AND t.lease_epoch = l.epoch
     WHERE t.status = 'running'
-    ORDER BY t.id
-    FOR UPDATE OF t
+    FOR UPDATE OF t SKIP LOCKED
+), renewed AS (
+    UPDATE /* TEMPLATE: schema */tasks AS t
+    SET lease_expires_at = now() + make_interval(secs => @lease_seconds)
+    FROM held
+    WHERE t.id = held.id
+    RETURNING t.id, t.cancel_requested
 )
-UPDATE /* TEMPLATE: schema */tasks AS t
-SET lease_expires_at = now() + make_interval(secs => @lease_seconds)
-FROM held
-WHERE t.id = held.id
-RETURNING t.id, t.cancel_requested;
+SELECT id, cancel_requested, false AS busy FROM renewed
+UNION ALL
+SELECT id, cancel_requested, true FROM wanted WHERE id NOT IN (SELECT id FROM renewed);
 
 -- name: TaskListExpired
 -- Running tasks whose lease is past its expiry, oldest first.

@@ -74,4 +74,8 @@ type LeaseRenewal struct {
 	// CancelRequested says the task's cancel was requested: its attempt
 	// should stop at its next checkpoint.
 	CancelRequested bool
+	// Busy says the lease is still held but was not extended this time:
+	// another writer had the task's row locked (PostgreSQL's heartbeat does
+	// not wait for row locks). The next heartbeat extends it.
+	Busy bool
 }
