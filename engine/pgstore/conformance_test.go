@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/cairnflow/cairn/engine/enginetest"
+	"github.com/cairnflow/cairn/engine/pgstore"
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/engine/storetest"
 	"github.com/stretchr/testify/require"
@@ -25,5 +26,20 @@ func TestBrokenScheduleIsSkipped(t *testing.T) {
 		_, err := s.Pool().Exec(context.Background(),
 			`UPDATE `+s.Schema()+`.schedules SET task_type = '' WHERE namespace = $1 AND name = $2`, namespace, name)
 		require.NoError(t, err)
+	})
+}
+
+// TestStoreConformanceWithoutPreparedStatements runs the suite on stores
+// whose pool sends unnamed statements (the mode of a pooler in transaction
+// mode), so the hot statements go through their functions (hot.go).
+func TestStoreConformanceWithoutPreparedStatements(t *testing.T) {
+	pool, err := pgstore.OpenPool(context.Background(), enginetest.DatabaseURL(t), pgstore.PoolOptions{MaxConns: 10, Pooler: pgstore.PoolerTransaction})
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	storetest.Run(t, func(t *testing.T) store.Store {
+		s, err := pgstore.New(pgstore.Config{Pool: pool, Schema: enginetest.Schema(t)})
+		require.NoError(t, err)
+		require.Contains(t, s.SQL("TaskClaimMany"), `."hot_taskclaimmany_`, "the claim goes through its function")
+		return s
 	})
 }

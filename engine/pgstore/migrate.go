@@ -36,8 +36,17 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, schema string) ([]store.Mi
 	if current, err := upToDate(ctx, pool, schema, all); err != nil || current {
 		return nil, err
 	}
+	applied, err := applyMigrations(ctx, pool, schema, all)
+	if err != nil {
+		return applied, err
+	}
+	return applied, errors.Wrapf(interpretError(ensureHotFunctions(ctx, pool, schema)), "schema %s", schema)
+}
+
+// applyMigrations applies the migrations of all that schema lacks.
+func applyMigrations(ctx context.Context, pool *pgxpool.Pool, schema string, all []migrations.Migration) ([]store.MigrationState, error) {
 	var done map[int]time.Time
-	err = withMigrationLock(ctx, pool, schema, func(tx pgx.Tx) error {
+	err := withMigrationLock(ctx, pool, schema, func(tx pgx.Tx) error {
 		var err error
 		done, err = appliedVersions(ctx, tx, schema)
 		return err
@@ -115,7 +124,8 @@ func MigrationStatus(ctx context.Context, pool *pgxpool.Pool, schema string) ([]
 	return out, nil
 }
 
-// upToDate reports whether schema has every migration of all applied.
+// upToDate reports whether schema has every migration of all applied, and
+// every hot function of this version.
 func upToDate(ctx context.Context, pool *pgxpool.Pool, schema string, all []migrations.Migration) (bool, error) {
 	var exists bool
 	if err := pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", pgx.Identifier{schema, "schema_migrations"}.Sanitize()).Scan(&exists); err != nil {
@@ -133,7 +143,12 @@ func upToDate(ctx context.Context, pool *pgxpool.Pool, schema string, all []migr
 			return false, nil
 		}
 	}
-	return true, nil
+	queries, err := loadQueries(schema)
+	if err != nil {
+		return false, err
+	}
+	missing, err := missingHotFunctions(ctx, pool, schema, hotFunctions(queries))
+	return len(missing) == 0, err
 }
 
 // withMigrationLock runs fn in a transaction that holds schema's migration

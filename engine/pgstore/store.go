@@ -107,6 +107,11 @@ func New(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
+	if !preparesStatements(cfg.Pool) {
+		for _, f := range hotFunctions(q) {
+			q[f.query] = f.call(schema)
+		}
+	}
 	listenConf := cfg.Pool.Config().ConnConfig
 	if cfg.ListenURL != "" {
 		if listenConf, err = pgx.ParseConfig(cfg.ListenURL); err != nil {
