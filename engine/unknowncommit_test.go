@@ -80,3 +80,38 @@ func TestAppendWhoseCommitWentUnansweredGoesOn(t *testing.T) {
 	require.Equal(t, []history.Type{history.TaskScheduled, history.AttemptStarted, history.StepCompleted, history.TaskCompleted}, types)
 	require.Equal(t, 1, enginetest.RequireProjectionsMatch(t, pg))
 }
+
+// busyStore answers every heartbeat that the lease is held but its row
+// was busy, as PostgreSQL's does when another writer holds the row.
+type busyStore struct{ store.Store }
+
+func (s *busyStore) LeaseExtendMany(_ context.Context, leases []store.LeaseRef, _ time.Duration) (map[uuid.UUID]store.LeaseRenewal, error) {
+	held := map[uuid.UUID]store.LeaseRenewal{}
+	for _, l := range leases {
+		held[l.TaskID] = store.LeaseRenewal{Busy: true}
+	}
+	return held, nil
+}
+
+// A busy lease is held but not renewed: heartbeats that keep finding the
+// row busy stop the attempt, as missed ones do, before the database could
+// let its lease expire (were busy taken for renewed, it would run on).
+func TestBusyHeartbeatsAreMissedRenewals(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pg := enginetest.Store(t)
+	s := &busyStore{Store: pg}
+	stopped := make(chan error, 1)
+	h := &testHandler{fn: func(ctx context.Context, a *engine.Attempt) ([]history.Payload, error) {
+		<-ctx.Done()
+		stopped <- context.Cause(ctx)
+		return nil, context.Cause(ctx)
+	}}
+	p, err := engine.NewProcessor(engine.ProcessorConfig{Store: s, Handler: h, Types: []store.TypeKey{enginetest.TestKey},
+		LeaseTTL: 600 * time.Millisecond, HeartbeatInterval: 100 * time.Millisecond, PollInterval: 20 * time.Millisecond, Logger: enginetest.Logger(t)})
+	require.NoError(t, err)
+	enginetest.StartTask(t, pg, nil)
+	require.NoError(t, p.Start(ctx))
+	t.Cleanup(func() { stopProcessor(t, p) })
+	require.ErrorIs(t, recv(t, stopped, "the attempt to stop"), engine.ErrLeaseLost)
+}

@@ -26,11 +26,15 @@ CREATE SCHEMA {schema} AUTHORIZATION {owner};
 GRANT USAGE ON SCHEMA {schema} TO {app};
 ALTER DEFAULT PRIVILEGES FOR ROLE {owner} IN SCHEMA {schema} GRANT SELECT, INSERT, UPDATE, DELETE ON TABLES TO {app};
 ALTER DEFAULT PRIVILEGES FOR ROLE {owner} IN SCHEMA {schema} GRANT USAGE, SELECT ON SEQUENCES TO {app};
+ALTER DEFAULT PRIVILEGES FOR ROLE {owner} REVOKE EXECUTE ON FUNCTIONS FROM PUBLIC;
+ALTER DEFAULT PRIVILEGES FOR ROLE {owner} IN SCHEMA {schema} GRANT EXECUTE ON FUNCTIONS TO {app};
 `
 
 // TestLeastPrivilegeRoles: the owner role migrates; the application role,
-// with only the guide's grants, runs the demo (claims, appends, NOTIFY,
-// leadership, retention's deletes) and the CLI's reads.
+// with only the guide's grants (EXECUTE on cairn's functions given to it,
+// none to PUBLIC, as a hardened database does), runs the demo (claims,
+// appends, NOTIFY, leadership, retention's deletes) both with prepared
+// statements and through the hot functions, and the CLI's reads.
 func TestLeastPrivilegeRoles(t *testing.T) {
 	t.Parallel()
 	var b [4]byte
@@ -62,11 +66,15 @@ func TestLeastPrivilegeRoles(t *testing.T) {
 	_, err = pool.Exec(ctx, fmt.Sprintf("SELECT 1 FROM %s.tasks", schema))
 	require.NoError(t, err)
 	appCLI := as(app)
-	var summary struct{ Documents, Unfinished int }
-	out := appCLI.run("demo", "run", "--documents", "20", "--latency", "2ms", "-o", "json")
-	require.NoError(t, json.Unmarshal(out, &summary), "%s", out)
-	require.Equal(t, 20, summary.Documents)
-	require.Zero(t, summary.Unfinished)
+	// Both ways of sending the hot statements: prepared, and through the
+	// hot functions (--pooler transaction, here without a pooler).
+	for _, pooler := range []string{"none", "transaction"} {
+		var summary struct{ Documents, Unfinished int }
+		out := appCLI.run("demo", "run", "--documents", "20", "--latency", "2ms", "--pooler", pooler, "-o", "json")
+		require.NoError(t, json.Unmarshal(out, &summary), "%s", out)
+		require.Equal(t, 20, summary.Documents)
+		require.Zero(t, summary.Unfinished, "--pooler %s", pooler)
+	}
 	require.Contains(t, string(appCLI.run("task", "list", "--limit", "5")), "document.process")
 
 	// The application role cannot change the schema.

@@ -42,6 +42,16 @@ func All() ([]Migration, error) {
 	return FromFS(files)
 }
 
+// Latest is the version of the newest embedded migration (0 if they do not
+// parse, which their tests rule out).
+func Latest() int {
+	all, err := All()
+	if err != nil || len(all) == 0 {
+		return 0
+	}
+	return all[len(all)-1].Version
+}
+
 // SQLite returns the embedded store's migrations (directory sqlite/) in
 // version order. Each has a PostgreSQL twin of the same version and name,
 // written for SQLite's types; they use no schema marker (a SQLite file

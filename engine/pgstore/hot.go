@@ -12,6 +12,8 @@ import (
 	"github.com/cockroachdb/errors"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/cairnflow/cairn/migrations"
 )
 
 // Hot functions. Without prepared statements (a pooler in transaction
@@ -36,11 +38,15 @@ type hotFunction struct {
 	query string   // the statement's name
 	name  string   // the function's name, unqualified
 	sql   string   // the statement, with named arguments
-	args  []string // its named arguments, in the order of their first use
+	args  []string // its named arguments, in pgx's order ($1, $2, ...); nil if unknown
 }
 
-func newHotFunction(query, sql string) hotFunction {
-	sum := sha256.Sum256([]byte(sql))
+// newHotFunction names the function of statement query (its text sql) at
+// migration version: the hash covers both, since the function's parameter
+// and result types are the tables' when it was made, and a migration may
+// change a column's type without changing the statement.
+func newHotFunction(query, sql string, version int) hotFunction {
+	sum := sha256.Sum256(fmt.Appendf(nil, "%s\x00%d", sql, version))
 	return hotFunction{query: query, name: "hot_" + strings.ToLower(query) + "_" + hex.EncodeToString(sum[:4]), sql: sql, args: namedArgs(sql)}
 }
 
@@ -62,23 +68,46 @@ var (
 	sqlNoise = regexp.MustCompile(`--[^\n]*|'(?:[^']|'')*'`)
 )
 
-// namedArgs lists a statement's named arguments in the order of their
-// first use, as pgx.NamedArgs numbers them.
+// namedArgs lists a statement's named arguments in the order pgx.NamedArgs
+// numbers them: the names a pattern finds, ordered by pgx's own rewriting
+// (its lexer knows comments and quotes as a pattern cannot), or nil if the
+// two disagree on the names.
 func namedArgs(sql string) []string {
-	var names []string
+	var found []string
 	for _, m := range namedArgPattern.FindAllStringSubmatch(sqlNoise.ReplaceAllString(sql, ""), -1) {
-		if !slices.Contains(names, m[1]) {
-			names = append(names, m[1])
+		if !slices.Contains(found, m[1]) {
+			found = append(found, m[1])
 		}
 	}
-	return names
+	marked := pgx.NamedArgs{}
+	for i, name := range found {
+		marked[name] = i
+	}
+	_, values, err := marked.RewriteQuery(context.Background(), nil, sql, nil)
+	if err != nil || len(values) != len(found) {
+		return nil
+	}
+	ordered := make([]string, len(values))
+	for i, v := range values {
+		at, ok := v.(int)
+		if !ok {
+			return nil // a name pgx found and the pattern did not
+		}
+		ordered[i] = found[at]
+	}
+	return ordered
 }
 
-// hotFunctions are the hot statements' functions for queries (loadQueries').
+// hotFunctions are the hot statements' functions for queries (loadQueries')
+// at this version's latest migration; those whose arguments could not be
+// ordered are left out (their statements are sent as they are).
 func hotFunctions(queries map[string]string) []hotFunction {
-	fns := make([]hotFunction, len(hotQueries))
-	for i, q := range hotQueries {
-		fns[i] = newHotFunction(q, queries[q])
+	version := migrations.Latest()
+	var fns []hotFunction
+	for _, q := range hotQueries {
+		if f := newHotFunction(q, queries[q], version); f.args != nil {
+			fns = append(fns, f)
+		}
 	}
 	return fns
 }
@@ -110,18 +139,9 @@ func missingHotFunctions(ctx context.Context, q querier, schema string, fns []ho
 // createHotFunction creates f in schema: the statement described by the
 // server gives the function's parameter and result types.
 func createHotFunction(ctx context.Context, tx pgx.Tx, schema string, f hotFunction) error {
-	marked := pgx.NamedArgs{}
-	for i, a := range f.args {
-		marked[a] = i
-	}
-	positional, values, err := marked.RewriteQuery(ctx, tx.Conn(), f.sql, nil)
+	positional, _, err := pgx.NamedArgs{}.RewriteQuery(ctx, tx.Conn(), f.sql, nil)
 	if err != nil {
 		return errors.Wrapf(err, "hot function of %s", f.query)
-	}
-	for i, v := range values {
-		if v != i {
-			return errors.AssertionFailedf("hot function of %s: pgx numbers its arguments otherwise (%v)", f.query, values)
-		}
 	}
 	desc, err := tx.Prepare(ctx, "", positional)
 	if err != nil {
@@ -150,7 +170,11 @@ func createHotFunction(ctx context.Context, tx pgx.Tx, schema string, f hotFunct
 	if strings.Contains(body, "$cairn$") {
 		return errors.AssertionFailedf("hot function of %s: its text holds the quote $cairn$", f.query)
 	}
-	ddl := fmt.Sprintf("CREATE FUNCTION %s(%s) RETURNS TABLE (%s) LANGUAGE plpgsql AS $cairn$\nBEGIN\nRETURN QUERY %s;\nEND\n$cairn$",
+	// The result columns c1, c2, ... are variables in the body too: a
+	// column of the same name wins. A domain-typed column would be
+	// described as its base type and refused at the first call: the
+	// tables have none.
+	ddl := fmt.Sprintf("CREATE FUNCTION %s(%s) RETURNS TABLE (%s) LANGUAGE plpgsql AS $cairn$\n#variable_conflict use_column\nBEGIN\nRETURN QUERY %s;\nEND\n$cairn$",
 		pgx.Identifier{schema, f.name}.Sanitize(), strings.Join(params, ", "), strings.Join(cols, ", "), body)
 	_, err = tx.Exec(ctx, ddl)
 	return errors.Wrapf(err, "create the hot function of %s", f.query)

@@ -10,6 +10,7 @@ import (
 	"github.com/cairnflow/cairn/migrations"
 	"github.com/cockroachdb/errors"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -33,14 +34,27 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, schema string) ([]store.Mi
 	// Nothing to do is found out without DDL or locks, so a role that may
 	// only read and write cairn's tables (see the deployment guide) can
 	// start a process that migrates on start once the schema is current.
-	if current, err := upToDate(ctx, pool, schema, all); err != nil || current {
+	versionsCurrent, functionsCurrent, err := upToDate(ctx, pool, schema, all)
+	if err != nil || (versionsCurrent && functionsCurrent) {
 		return nil, err
 	}
-	applied, err := applyMigrations(ctx, pool, schema, all)
-	if err != nil {
-		return applied, err
+	var applied []store.MigrationState
+	if !versionsCurrent {
+		if applied, err = applyMigrations(ctx, pool, schema, all); err != nil {
+			return applied, err
+		}
 	}
-	return applied, errors.Wrapf(interpretError(ensureHotFunctions(ctx, pool, schema)), "schema %s", schema)
+	err = ensureHotFunctions(ctx, pool, schema)
+	var pgErr *pgconn.PgError
+	if versionsCurrent && errors.As(err, &pgErr) && pgErr.Code == "42501" {
+		// A role that may not create functions (the application's) starting
+		// a process that migrates on start, after an upgrade the owner has
+		// not migrated yet: the tables are current, so it may start. Only a
+		// store without prepared statements needs the functions, and its
+		// calls say what to run.
+		return nil, nil
+	}
+	return applied, errors.Wrapf(interpretError(err), "schema %s", schema)
 }
 
 // applyMigrations applies the migrations of all that schema lacks.
@@ -124,37 +138,39 @@ func MigrationStatus(ctx context.Context, pool *pgxpool.Pool, schema string) ([]
 	return out, nil
 }
 
-// upToDate reports whether schema has every migration of all applied, and
-// every hot function of this version.
-func upToDate(ctx context.Context, pool *pgxpool.Pool, schema string, all []migrations.Migration) (bool, error) {
+// upToDate reports whether schema has every migration of all applied
+// (versions), and every hot function of this version (functions).
+func upToDate(ctx context.Context, pool *pgxpool.Pool, schema string, all []migrations.Migration) (versions, functions bool, err error) {
 	var exists bool
 	if err := pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", pgx.Identifier{schema, "schema_migrations"}.Sanitize()).Scan(&exists); err != nil {
-		return false, errors.Wrap(interpretError(err), "look up schema_migrations")
+		return false, false, errors.Wrap(interpretError(err), "look up schema_migrations")
 	}
 	if !exists {
-		return false, nil
+		return false, false, nil
 	}
 	done, err := appliedVersions(ctx, pool, schema)
 	if err != nil {
-		return false, err
+		return false, false, err
 	}
 	for _, m := range all {
 		if _, ok := done[m.Version]; !ok {
-			return false, nil
+			return false, false, nil
 		}
 	}
 	queries, err := loadQueries(schema)
 	if err != nil {
-		return false, err
+		return true, false, err
 	}
 	missing, err := missingHotFunctions(ctx, pool, schema, hotFunctions(queries))
-	return len(missing) == 0, err
+	return true, len(missing) == 0, err
 }
 
 // withMigrationLock runs fn in a transaction that holds schema's migration
 // lock and in which the schema and its schema_migrations exist.
 func withMigrationLock(ctx context.Context, pool *pgxpool.Pool, schema string, fn func(pgx.Tx) error) error {
-	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+	// Read committed whatever the server's default: each statement sees
+	// what the process that held the lock before committed.
+	return pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", migrationLockKey(schema)); err != nil {
 			return errors.Wrapf(err, "take migration lock for schema %s", schema)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/cairnflow/cairn/engine/enginetest"
 	"github.com/cairnflow/cairn/engine/pgstore"
@@ -160,4 +161,41 @@ func TestMigrate(t *testing.T) {
 			require.Error(t, err, "%q", name)
 		}
 	})
+}
+
+// TestMigrateMakesMissingHotFunctions: a schema whose migrations are all
+// applied but which lacks this version's hot functions (an upgrade that
+// changed a hot statement) gets them from Migrate, and a store without
+// prepared statements works on it.
+func TestMigrateMakesMissingHotFunctions(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := enginetest.Pool(t)
+	schema := enginetest.Schema(t)
+	countHot := func() int {
+		var n int
+		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM pg_proc AS p JOIN pg_namespace AS n ON n.oid = p.pronamespace
+			WHERE n.nspname = $1 AND p.proname LIKE 'hot\_%'`, schema).Scan(&n))
+		return n
+	}
+	made := countHot()
+	require.Positive(t, made)
+	_, err := pool.Exec(ctx, `DO $$ DECLARE f regprocedure; BEGIN
+		FOR f IN SELECT p.oid FROM pg_proc AS p JOIN pg_namespace AS n ON n.oid = p.pronamespace WHERE n.nspname = '`+schema+`' AND p.proname LIKE 'hot\_%'
+		LOOP EXECUTE 'DROP FUNCTION ' || f; END LOOP; END $$`)
+	require.NoError(t, err)
+	require.Zero(t, countHot())
+
+	applied, err := pgstore.Migrate(ctx, pool, schema)
+	require.NoError(t, err)
+	require.Empty(t, applied, "no migration was pending")
+	require.Equal(t, made, countHot())
+
+	unprepared, err := pgstore.OpenPool(ctx, enginetest.DatabaseURL(t), pgstore.PoolOptions{MaxConns: 2, Pooler: pgstore.PoolerTransaction})
+	require.NoError(t, err)
+	defer unprepared.Close()
+	s, err := pgstore.New(pgstore.Config{Pool: unprepared, Schema: schema})
+	require.NoError(t, err)
+	enginetest.StartTask(t, s, nil)
+	require.Len(t, enginetest.Claim(t, s, enginetest.ClaimParams("w", 5, time.Minute)), 1)
 }

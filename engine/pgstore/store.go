@@ -196,6 +196,10 @@ func interpretError(err error) error {
 		switch pgErr.Code {
 		case "42P05", "26000": // duplicate_prepared_statement, invalid_sql_statement_name
 			return errors.Wrap(err, errPooledStatements)
+		case "42883": // undefined_function
+			if strings.Contains(pgErr.Message, ".hot_") || strings.Contains(pgErr.Message, " hot_") {
+				return errors.Wrap(err, "the hot functions of this version of cairn are missing from its schema (a store without prepared statements calls them): run cairn migrate up with this version, as the schema's owner")
+			}
 		case "23505": // unique_violation
 			return errmark.Mark(err, store.ErrConflict)
 		case "40P01", "40001": // deadlock_detected, serialization_failure
