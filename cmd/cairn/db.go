@@ -122,8 +122,32 @@ func archiveLocation(v string) (string, error) {
 	return v, nil
 }
 
-// url is the PostgreSQL URL: --database-url, else CAIRN_DATABASE_URL.
-func (g *globals) url() string { return g.databaseURL.get() }
+// url is the PostgreSQL URL: --namespace's cell of --placement, else
+// --database-url, else CAIRN_DATABASE_URL.
+func (g *globals) url() string {
+	if g.placed != "" {
+		return g.placed
+	}
+	return g.databaseURL.get()
+}
+
+// place reads --placement, if set, and finds --namespace's cell in it.
+func (g *globals) place() error {
+	if g.placement == "" {
+		return nil
+	}
+	if g.databaseURL.get() != "" {
+		return errmark.Mark(errors.New("--placement and --database-url (or CAIRN_DATABASE_URL) are both set: the placement map says which database holds the namespace; set one"), configError)
+	}
+	p, err := pgstore.LoadPlacement(g.placement)
+	if err != nil {
+		return errmark.Mark(errors.Wrap(err, "--placement"), configError)
+	}
+	if _, g.placed, err = p.CellOf(g.namespace); err != nil {
+		return errmark.Mark(errors.Wrap(err, "--placement"), configError)
+	}
+	return nil
+}
 
 // store opens the configured store: PostgreSQL when a database URL is set,
 // else the embedded SQLite store in --db (created if missing).

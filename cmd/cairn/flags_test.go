@@ -1,6 +1,8 @@
 package main
 
 import (
+	"io"
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -36,4 +38,27 @@ func TestCallbackSecretFromTheEnvironmentStaysOutOfHelp(t *testing.T) {
 		require.Contains(t, stdout, "--callback-secret", "cairn %v", args)
 		require.NotContains(t, stdout+stderr, "callback-s3cret", "cairn %v prints the secret", args)
 	}
+}
+
+// --placement picks --namespace's cell as the database, and refuses a
+// namespace it does not place, before anything connects.
+func TestPlacementMapChoosesTheNamespacesCell(t *testing.T) {
+	t.Setenv("CAIRN_DATABASE_URL", "")
+	path := filepath.Join(t.TempDir(), "placement.json")
+	require.NoError(t, os.WriteFile(path, []byte(`{"cells": {"eu": "postgres://u:s3cret@127.0.0.1:1/eu?connect_timeout=2", "us": "postgres://u@127.0.0.1:2/us?connect_timeout=2"},
+		"namespaces": {"acme": "eu", "globex": "us"}}`), 0o600))
+	var tg cliTarget
+	_, _, err := tg.run(t, "--placement", path, "--namespace", "initech", "task", "list")
+	require.Error(t, err)
+	require.Equal(t, exitConfig, reportError(io.Discard, err))
+	require.Contains(t, err.Error(), `namespace "initech" is in no cell of the placement map (it places "acme", "globex")`)
+
+	_, _, err = tg.run(t, "--placement", path, "--namespace", "globex", "task", "list")
+	require.ErrorContains(t, err, "127.0.0.1:2", "globex's cell is the database")
+	_, _, err = tg.run(t, "--placement", path, "--namespace", "acme", "task", "list")
+	require.ErrorContains(t, err, "127.0.0.1:1", "acme's cell is the database")
+	require.NotContains(t, err.Error(), "s3cret")
+
+	_, _, err = tg.run(t, "--placement", path, "--database-url", "postgres://u@127.0.0.1:3/x", "task", "list")
+	require.ErrorContains(t, err, "--placement and --database-url")
 }

@@ -60,10 +60,13 @@ type globals struct {
 	// string ("": the database URL's).
 	listenURL envFlag
 	// pooler is --pooler: what the database URL points at (pgstore.Pooler).
-	pooler    string
-	schema    string
-	namespace string
-	output    string
+	pooler string
+	// placement is --placement: the placement map's file; placed is the
+	// URL of --namespace's cell in it, set before the command runs.
+	placement, placed string
+	schema            string
+	namespace         string
+	output            string
 	// filters bound every filtered command and, for server and dev, every
 	// filtered request (zero fields: the sdk's defaults).
 	filters sdk.FilterLimits
@@ -102,7 +105,7 @@ store: one SQLite file (--db, default ./cairn-dev.db), for one process.`,
 			if g.maxPayload < 1 {
 				return errmark.Mark(errors.Newf("--max-payload-bytes %d: must be positive", g.maxPayload), configError)
 			}
-			return nil
+			return g.place()
 		},
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
@@ -113,6 +116,7 @@ store: one SQLite file (--db, default ./cairn-dev.db), for one process.`,
 	pf.Var(&g.databaseURL, "database-url", "PostgreSQL URL (env CAIRN_DATABASE_URL); unset: the embedded store in --db")
 	g.listenURL.env = "CAIRN_LISTEN_DATABASE_URL"
 	pf.Var(&g.listenURL, "listen-database-url", "PostgreSQL URL of the connection that LISTENs for wake-ups, when --database-url goes through a pooler in transaction mode: PostgreSQL itself or a session-mode pool (env CAIRN_LISTEN_DATABASE_URL; default: --database-url)")
+	pf.StringVar(&g.placement, "placement", os.Getenv("CAIRN_PLACEMENT"), `placement map: a JSON file {"cells": {name: URL}, "namespaces": {namespace: cell}} saying which PostgreSQL holds each namespace; --namespace's cell is the database (env CAIRN_PLACEMENT; instead of --database-url)`)
 	pf.StringVar(&g.pooler, "pooler", envOr("CAIRN_POOLER", string(pgstore.PoolerNone)), "what --database-url points at: none (PostgreSQL, or a TCP proxy), session (a pooler in session mode) or transaction (PgBouncer pool_mode=transaction: statements are sent unnamed, as it needs) (env CAIRN_POOLER)")
 	pf.StringVar(&g.dbPath, "db", envOr("CAIRN_DB", "cairn-dev.db"), "the embedded SQLite store's file, used when no --database-url is set (env CAIRN_DB)")
 	pf.StringVar(&g.schema, "schema", envOr("CAIRN_SCHEMA", pgstore.DefaultSchema), "schema holding cairn's tables (env CAIRN_SCHEMA)")

@@ -1,0 +1,33 @@
+package pgstore_test
+
+import (
+	"testing"
+
+	"github.com/cairnflow/cairn/engine/pgstore"
+	"github.com/stretchr/testify/require"
+)
+
+func TestPlacement(t *testing.T) {
+	t.Parallel()
+	p, err := pgstore.ParsePlacement([]byte(`{"cells": {"eu": "postgres://u:secret@eu-db:5432/cairn", "us": "postgres://u@us-db/cairn"},
+		"namespaces": {"acme": "eu", "globex": "us"}}`))
+	require.NoError(t, err)
+	cell, url, err := p.CellOf("acme")
+	require.NoError(t, err)
+	require.Equal(t, "eu", cell)
+	require.Equal(t, "postgres://u:secret@eu-db:5432/cairn", url)
+
+	_, _, err = p.CellOf("initech")
+	require.EqualError(t, err, `namespace "initech" is in no cell of the placement map (it places "acme", "globex"): add it under "namespaces"`)
+
+	for doc, want := range map[string]string{
+		`{"cells": {}}`: "placement map: no cells",
+		`{"cells": {"eu": "postgres://u@h/db"}, "namespaces": {"acme": "us"}}`: `namespace "acme" is placed in cell "us", which it does not define (cells: "eu")`,
+		`{"cells": {"eu": "postgres://u:secret@h:notaport/db"}}`:               `cell "eu": its URL does not parse`,
+		`{"cells": {"eu": "postgres://u@h/db"}, "namespace": {}}`:              `unknown field "namespace"`,
+	} {
+		_, err := pgstore.ParsePlacement([]byte(doc))
+		require.ErrorContains(t, err, want, doc)
+		require.NotContains(t, err.Error(), "secret", "an error repeats a URL")
+	}
+}
