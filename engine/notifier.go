@@ -29,7 +29,7 @@ type Notifier struct {
 	listening atomic.Bool // true while the listener is connected
 	// deaf: the last probe did not come back in time, so notifications
 	// are not arriving though the listener is connected (LISTEN through a
-	// pooler in transaction mode); workers poll at fallbackPollInterval.
+	// pooler in transaction mode); workers poll at FallbackPollInterval.
 	deaf      atomic.Bool
 	probeSeen atomic.Uint64 // the newest probe token that came back
 	probeNext atomic.Uint64 // the last probe token sent: tokens grow across reconnects, so an old one never answers a new probe

@@ -49,7 +49,7 @@ func (g *globals) poolConfig(maxConns int32) (*pgxpool.Config, error) {
 	}
 	cfg, err := pgstore.ParsePoolConfig(g.url(), pgstore.PoolOptions{MaxConns: maxConns, Pooler: pooler})
 	if err != nil {
-		return nil, errmark.Mark(errors.Newf("database URL does not parse (%s): %s", redactedCause(err), databaseHint), configError)
+		return nil, errmark.Mark(errors.Newf("database URL does not parse (%s): %s", pgstore.ConnectFailure(err), databaseHint), configError)
 	}
 	return cfg, nil
 }
@@ -63,18 +63,6 @@ func (g *globals) open(ctx context.Context, cfg *pgxpool.Config) (*pgxpool.Pool,
 		return nil, errmark.Mark(errors.Newf("%s: %s", err.Error(), databaseHint), configError)
 	}
 	return pool, nil
-}
-
-// redactedCause shortens a connection error to its last part, which names
-// the cause without repeating the URL (and its password).
-func redactedCause(err error) string {
-	msg := err.Error()
-	for i := len(msg) - 2; i > 0; i-- {
-		if msg[i] == ':' && msg[i+1] == ' ' {
-			return msg[i+2:]
-		}
-	}
-	return msg
 }
 
 // storeOpts says how a command wants its store.

@@ -159,8 +159,9 @@ func NewPool(ctx context.Context, cfg *pgxpool.Config) (*pgxpool.Pool, error) {
 	return pool, nil
 }
 
-// ConnectFailure says why a connection failed, without the connection
-// string (which may hold a password): each host tried, with its own reason
+// ConnectFailure says why a connection failed (or a connection string did
+// not parse), without the connection string (which may hold a password):
+// each host tried, with its own reason
 // ("127.0.0.1:5441: server is in hot standby mode; 127.0.0.1:5442: connection
 // refused"), or the error's last clause for any other error.
 func ConnectFailure(err error) string {

@@ -78,7 +78,7 @@ type Store struct {
 	pool         *pgxpool.Pool
 	control      *pgxpool.Pool   // heartbeats and leadership: Config.ControlPool, else pool
 	listenConf   *pgx.ConnConfig // the listener's connection
-	probeChannel string          // NOTIFY channel: the listeners' liveness probes; payload is the probe's token
+	probeChannel string          // the prefix of each listener's own probe channel (<prefix>.<8 hex>); payload is the probe's token
 	schema       string
 	channel      string // NOTIFY channel: work became ready; payload is the queue
 	doneChannel  string // NOTIFY channel: tasks finished; payload is their ids, comma-separated
