@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/cairnflow/cairn/engine/store"
@@ -418,6 +419,8 @@ var queueGaugeStatuses = []history.Status{
 // workers and clients change them.
 type queueCollector struct {
 	store          store.Store
+	cells          *Cells           // instead of store: every cell's, and cellUp
+	cellUp         *prometheus.Desc // with cells only
 	tasks          *prometheus.Desc
 	oldest         *prometheus.Desc
 	oldestFinished *prometheus.Desc
@@ -442,6 +445,25 @@ type queueCollector struct {
 // rather than stale or zero figures. Register it with one process's
 // registry only: every process would report the same figures.
 func NewQueueCollector(s store.Store) prometheus.Collector {
+	return newQueueCollector(s)
+}
+
+// NewCellQueueCollector is [NewQueueCollector] over every cell of cells,
+// with one gauge more, cairn_cell_up{cell}: 1 when the cell's database
+// answered the scrape, else 0. A cell that does not answer leaves its
+// series out of the scrape, which the others' still fill: one cell down
+// must not blind the monitoring of the rest. Each cell reports the
+// namespaces the placement puts in it, and only those.
+func NewCellQueueCollector(cells *Cells) prometheus.Collector {
+	c := newQueueCollector(nil)
+	c.cells = cells
+	c.cellUp = prometheus.NewDesc("cairn_cell_up",
+		"1 when the cell's database answered the scrape, else 0 (its queues' series are then left out).",
+		[]string{"cell"}, nil)
+	return c
+}
+
+func newQueueCollector(s store.Store) *queueCollector {
 	return &queueCollector{
 		store: s,
 		tasks: prometheus.NewDesc("cairn_queue_tasks",
@@ -458,6 +480,9 @@ func NewQueueCollector(s store.Store) prometheus.Collector {
 
 // Describe implements prometheus.Collector.
 func (c *queueCollector) Describe(ch chan<- *prometheus.Desc) {
+	if c.cellUp != nil {
+		ch <- c.cellUp
+	}
 	ch <- c.tasks
 	ch <- c.oldest
 	ch <- c.oldestFinished
@@ -465,33 +490,95 @@ func (c *queueCollector) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect implements prometheus.Collector.
 func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), queueScrapeTimeout)
+	defer cancel()
+	if c.cells != nil {
+		c.collectCells(ctx, ch)
+		return
+	}
 	if c.store == nil {
 		ch <- prometheus.NewInvalidMetric(c.tasks, errors.New("engine: queue collector has no store"))
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), queueScrapeTimeout)
-	defer cancel()
-	depths, err := c.store.QueueGaugeList(ctx)
+	metrics, err := c.read(ctx, c.store, nil)
 	if err != nil {
 		ch <- prometheus.NewInvalidMetric(c.tasks, err)
 		return
 	}
-	for _, q := range depths {
-		for _, status := range queueGaugeStatuses {
-			ch <- prometheus.MustNewConstMetric(c.tasks, prometheus.GaugeValue, float64(q.Tasks[status]), q.Namespace, q.Queue, string(status))
-		}
-		ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, q.OldestDue.Seconds(), q.Namespace, q.Queue)
+	for _, m := range metrics {
+		ch <- m
 	}
-	namespaces, err := c.store.NamespaceList(ctx)
+}
+
+// collectCells reads every cell at once and sends the series of those
+// that answered, and each one's cairn_cell_up.
+func (c *queueCollector) collectCells(ctx context.Context, ch chan<- prometheus.Metric) {
+	names := c.cells.Names()
+	read := make([][]prometheus.Metric, len(names))
+	failed := make([]bool, len(names))
+	var wg sync.WaitGroup
+	for i, name := range names {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var err error
+			read[i], err = c.read(ctx, c.cells.Store(name), c.placedIn(name))
+			failed[i] = err != nil
+		}()
+	}
+	wg.Wait()
+	for i, name := range names {
+		up := 1.0
+		if failed[i] {
+			up = 0
+		}
+		ch <- prometheus.MustNewConstMetric(c.cellUp, prometheus.GaugeValue, up, name)
+		for _, m := range read[i] {
+			ch <- m
+		}
+	}
+}
+
+// placedIn returns whether a namespace is placed in cell: a cell's rows
+// of a namespace placed elsewhere (left there by a move, say) are not its
+// to report, and would repeat the other cell's series.
+func (c *queueCollector) placedIn(cell string) func(namespace string) bool {
+	return func(namespace string) bool {
+		in, _, err := c.cells.Of(namespace)
+		return err == nil && in == cell
+	}
+}
+
+// read reads one store's gauges, of the namespaces keep accepts (nil: all):
+// all of them, or an error.
+func (c *queueCollector) read(ctx context.Context, s store.Store, keep func(namespace string) bool) ([]prometheus.Metric, error) {
+	depths, err := s.QueueGaugeList(ctx)
 	if err != nil {
-		ch <- prometheus.NewInvalidMetric(c.oldestFinished, err)
-		return
+		return nil, err
+	}
+	var out []prometheus.Metric
+	for _, q := range depths {
+		if keep != nil && !keep(q.Namespace) {
+			continue
+		}
+		for _, status := range queueGaugeStatuses {
+			out = append(out, prometheus.MustNewConstMetric(c.tasks, prometheus.GaugeValue, float64(q.Tasks[status]), q.Namespace, q.Queue, string(status)))
+		}
+		out = append(out, prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, q.OldestDue.Seconds(), q.Namespace, q.Queue))
+	}
+	namespaces, err := s.NamespaceList(ctx)
+	if err != nil {
+		return nil, err
 	}
 	for _, ns := range namespaces {
+		if keep != nil && !keep(ns.Name) {
+			continue
+		}
 		if !ns.OldestFinished.IsZero() && ns.Name != store.DefaultsRow {
-			ch <- prometheus.MustNewConstMetric(c.oldestFinished, prometheus.GaugeValue, time.Since(ns.OldestFinished).Seconds(), ns.Name)
+			out = append(out, prometheus.MustNewConstMetric(c.oldestFinished, prometheus.GaugeValue, time.Since(ns.OldestFinished).Seconds(), ns.Name))
 		}
 	}
+	return out, nil
 }
 
 var _ store.Observer = (*Metrics)(nil)

@@ -115,6 +115,9 @@ func TestBlobStoresKeepTheBytesOutOfTheDatabase(t *testing.T) {
 				require.NoError(t, err, "the archived copy, in the same location, outlives the blob store's object")
 				require.Equal(t, "png of "+secret+" scan scan ", string(data))
 
+				// Retention of a millisecond would remove the next task, and its
+				// object, as soon as it finished: before the check below.
+				require.NoError(t, b.client.SetNamespace(ctx, store.DefaultNamespace, sdk.NamespaceSettings{Retention: 24 * time.Hour}))
 				again, err := sdk.Start(ctx, writer, wf, input, sdk.StartOpts{IdempotencyKey: "once"})
 				require.NoError(t, err)
 				dup, err := sdk.Start(ctx, writer, wf, input, sdk.StartOpts{IdempotencyKey: "once"})

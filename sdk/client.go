@@ -48,6 +48,11 @@ type ClientConfig struct {
 	// over Pool (the embedded store of engine/sqlitestore, say). Schema is
 	// then the store's own business; Metrics still counts (see Metrics).
 	Store store.Store
+	// Cells, when set, places namespaces on several databases (see
+	// [engine.Cells] and [pgstore.OpenCells]): the client works in the
+	// store of its Namespace's cell, and a Namespace the placement does
+	// not name is refused. Set it instead of Pool and Store.
+	Cells *engine.Cells
 	// Schema holding cairn's tables. Default pgstore.DefaultSchema ("cairn").
 	Schema string
 	// ListenURL, with Pool, is the connection string of the connection
@@ -132,6 +137,8 @@ type Client struct {
 	outputsByRef   bool
 	blobThreshold  int             // 0: inputs stay in place
 	metrics        *engine.Metrics // ClientConfig.Metrics: counts the Wait listener's lost probes
+	cells          *engine.Cells   // ClientConfig.Cells; nil without
+	cell           string          // the client's namespace's cell, with cells
 
 	listenOnce sync.Once
 	listener   *engine.Notifier // started by the first Wait; stopped by Close
@@ -161,15 +168,19 @@ func (c *Client) waitListener() *engine.Notifier {
 
 // NewClient returns a client. It does not touch the database.
 func NewClient(cfg ClientConfig) (*Client, error) {
-	st, err := sealedStore(cfg.Store, pgstore.Config{Pool: cfg.Pool, Schema: cfg.Schema, ListenURL: cfg.ListenURL}, cfg.Metrics, cfg.Codec, cfg.BlobStore)
-	if err != nil {
-		return nil, err
-	}
 	ns := cfg.Namespace
 	if ns == "" {
 		ns = store.DefaultNamespace
 	}
 	if err := validateName("namespace", ns); err != nil {
+		return nil, err
+	}
+	base, err := placedStore(cfg.Cells, ns, cfg)
+	if err != nil {
+		return nil, errors.Wrap(err, "client")
+	}
+	st, err := sealedStore(base, pgstore.Config{Pool: cfg.Pool, Schema: cfg.Schema, ListenURL: cfg.ListenURL}, cfg.Metrics, cfg.Codec, cfg.BlobStore)
+	if err != nil {
 		return nil, err
 	}
 	identity := cfg.Identity
@@ -194,7 +205,10 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	}
 	c := &Client{store: st, namespace: ns, identity: identity, filterLimits: cfg.FilterLimits.withDefaults(), maxPayload: maxPayload,
 		archives: cfg.Archives, defaultArchive: cfg.DefaultArchive, outputsByRef: cfg.OutputsByReference,
-		blobThreshold: blobThreshold(cfg.BlobThreshold), metrics: cfg.Metrics}
+		blobThreshold: blobThreshold(cfg.BlobThreshold), metrics: cfg.Metrics, cells: cfg.Cells}
+	if cfg.Cells != nil {
+		c.cell, _, _ = cfg.Cells.Of(ns) // placedStore found it
+	}
 	if cfg.Notifier != nil {
 		c.listenOnce.Do(func() { c.listener, c.shared = cfg.Notifier, true })
 	}

@@ -43,6 +43,13 @@
 // Metrics ([WorkerConfig.Metrics], [ClientConfig.Metrics]) count whatever
 // the store: a PostgreSQL pool, or a Store such as engine/sqlitestore's.
 //
+// Namespaces may live on several databases (cells): open them with
+// pgstore.OpenCells, place them with engine.NewCells, and give the result
+// as [ClientConfig.Cells] or [WorkerConfig.Cells]. A client works in its
+// namespace's cell; a worker serves [WorkerConfig.Namespaces] across cells,
+// with a notifier and a leader per cell, so a cell that is down stops only
+// its namespaces.
+//
 // The worker classifies each failed attempt (rules, marks, CEL policy,
 // default), decides on a retry from the retry budget, and dead-letters what
 // it gives up on; [Client.Retry] and [Client.RetryDeadLetters] bring dead

@@ -172,3 +172,28 @@ func baseStore(st store.Store) store.Store {
 	}
 	return st
 }
+
+// placedStore is the store a namespace's client uses: its cell's, when
+// cells are set, else st (nil: a PostgreSQL store over the pool).
+func placedStore(cells *engine.Cells, namespace string, cfg ClientConfig) (store.Store, error) {
+	if cells == nil {
+		return cfg.Store, nil
+	}
+	if err := cellsAlone(cfg.Store, cfg.Pool != nil, cfg.Schema, cfg.ListenURL); err != nil {
+		return nil, err
+	}
+	_, st, err := cells.Of(namespace)
+	if err != nil {
+		return nil, errmark.Mark(err, ErrInvalid)
+	}
+	return st, nil
+}
+
+// cellsAlone refuses, beside Cells, the settings the cells' stores already
+// have: they would be ignored.
+func cellsAlone(st store.Store, pool bool, schema, listenURL string) error {
+	if st != nil || pool || schema != "" || listenURL != "" {
+		return errmark.Mark(errors.New("sdk: Cells is set with Store, Pool, Schema or ListenURL: the cells' stores have their own; set Cells alone"), ErrInvalid)
+	}
+	return nil
+}

@@ -95,9 +95,13 @@ type NamespaceSettings struct {
 }
 
 // SetNamespace sets the retention settings of namespace (any namespace,
-// not only the client's). They apply from the rescuer's next pass.
+// not only the client's; with [ClientConfig.Cells], any of its cell's).
+// They apply from the rescuer's next pass.
 func (c *Client) SetNamespace(ctx context.Context, namespace string, s NamespaceSettings) error {
 	if err := validateName("namespace", namespace); err != nil {
+		return err
+	}
+	if err := c.inCell(namespace); err != nil {
 		return err
 	}
 	if s.Archive != "" {
@@ -120,6 +124,9 @@ func (c *Client) SetNamespace(ctx context.Context, namespace string, s Namespace
 // NamespaceConfig returns namespace's settings and oldest finished task;
 // a namespace without either has only its name set.
 func (c *Client) NamespaceConfig(ctx context.Context, namespace string) (store.NamespaceConfig, error) {
+	if err := c.inCell(namespace); err != nil {
+		return store.NamespaceConfig{}, err
+	}
 	all, err := c.Namespaces(ctx)
 	if err != nil {
 		return store.NamespaceConfig{}, err
@@ -133,8 +140,26 @@ func (c *Client) NamespaceConfig(ctx context.Context, namespace string) (store.N
 }
 
 // Namespaces returns every namespace with settings or finished tasks, by
-// name, with its settings (zero: the default).
+// name, with its settings (zero: the default); with [ClientConfig.Cells],
+// those of the client's cell.
 func (c *Client) Namespaces(ctx context.Context) ([]store.NamespaceConfig, error) {
 	all, err := c.store.NamespaceList(ctx)
 	return slices.DeleteFunc(all, func(ns store.NamespaceConfig) bool { return ns.Name == store.DefaultsRow }), err
+}
+
+// inCell refuses a namespace of another cell than the client's: its
+// settings live in that cell's database, which this client does not reach.
+func (c *Client) inCell(namespace string) error {
+	if c.cells == nil || namespace == store.DefaultsRow {
+		return nil
+	}
+	cell, _, err := c.cells.Of(namespace)
+	if err != nil {
+		return errmark.Mark(err, ErrInvalid)
+	}
+	if cell != c.cell {
+		return errmark.Mark(errors.Newf("namespace %q is in cell %q, this client's %q is in cell %q: use a client of %q",
+			namespace, cell, c.namespace, c.cell, namespace), ErrInvalid)
+	}
+	return nil
 }

@@ -68,30 +68,47 @@ func (r registeredRef) typeDefaults() workflowDefaults {
 	return workflowDefaults{queue: r.t.Queue, retry: retry, scheduleToClose: r.t.ScheduleToClose}
 }
 
-// registerTypes records the worker's types in the registry. A worker that
-// starts while the database is out of reach waits for it (with backoff,
-// until ctx ends) rather than failing: it is the same wait its claims
-// would make.
-func (w *Worker) registerTypes(ctx context.Context) error {
+// typeRecords is the worker's types as the registry records them.
+func (w *Worker) typeRecords() []store.TaskType {
 	types := make([]store.TaskType, 0, len(w.types))
 	for k, reg := range w.types {
 		types = append(types, store.TaskType{Type: k.Type, Version: k.Version, Queue: reg.defaults.queue,
 			MaxAttempts: reg.defaults.retry.MaxAttempts, ScheduleToClose: reg.defaults.scheduleToClose})
 	}
-	warned := false
-	for backoff := 100 * time.Millisecond; ; backoff = min(2*backoff, 5*time.Second) {
-		err := w.store.TaskTypeRegister(ctx, w.cfg.Namespace, w.cfg.WorkerID, types)
-		if err == nil || !errors.Is(err, store.ErrUnavailable) {
-			return err
-		}
-		if !warned {
-			w.cfg.Logger.Warn("worker: database unavailable at start; waiting for it", "err", err.Error())
-			warned = true
-		}
-		select {
-		case <-ctx.Done():
-			return errors.Wrap(err, "worker start: the database stayed out of reach")
-		case <-time.After(backoff):
+	return types
+}
+
+// registerTypes records types in the registry of each of c's namespaces.
+// A worker that starts while the database is out of reach waits for it
+// (with backoff, until ctx ends) rather than failing: it is the same wait
+// its claims would make. In the background (a cell's record, made while
+// the worker runs), it tries again after any error, logging each new one,
+// as there is no caller to report it to.
+func (w *Worker) registerTypes(ctx context.Context, c *workerCell, types []store.TaskType, background bool) error {
+	logger := w.cellLogger(c)
+	var lastErr string
+	for _, ns := range c.namespaces {
+		for backoff := 100 * time.Millisecond; ; backoff = min(2*backoff, 5*time.Second) {
+			err := c.store.TaskTypeRegister(ctx, ns, w.cfg.WorkerID, types)
+			if err == nil {
+				break
+			}
+			if !background && !errors.Is(err, store.ErrUnavailable) {
+				return err
+			}
+			if ctx.Err() != nil {
+				return errors.Wrap(err, "worker start: the database stayed out of reach")
+			}
+			if err.Error() != lastErr {
+				logger.Warn("worker: could not record its types yet; trying again", "namespace", ns, "err", err.Error())
+				lastErr = err.Error()
+			}
+			select {
+			case <-ctx.Done():
+				return errors.Wrap(err, "worker start: the database stayed out of reach")
+			case <-time.After(backoff):
+			}
 		}
 	}
+	return nil
 }

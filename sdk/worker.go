@@ -3,12 +3,15 @@ package sdk
 import (
 	"context"
 	"log/slog"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/engine/pgstore"
 	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/internal/errmark"
 	"github.com/cairnflow/cairn/internal/interpreter"
 	"github.com/cairnflow/cairn/sdk/internal/executor"
 	"github.com/cockroachdb/errors"
@@ -26,6 +29,14 @@ type WorkerConfig struct {
 	// over Pool (the embedded store of engine/sqlitestore, say). Schema is
 	// then the store's own business; Metrics still counts (see Metrics).
 	Store store.Store
+	// Cells, when set, places namespaces on several databases (see
+	// [engine.Cells] and [pgstore.OpenCells]): the worker runs each of
+	// its Namespaces in its cell's store, with a notifier and a rescuer
+	// per cell, so a cell that is down stops only its namespaces. It
+	// records its types in each cell in the background, so a cell out of
+	// reach at Start delays only its own namespaces. Set it instead of
+	// Pool and Store.
+	Cells *engine.Cells
 	// Schema holding cairn's tables. Default pgstore.DefaultSchema ("cairn").
 	Schema string
 	// ListenURL, with Pool, is the connection string of the connection
@@ -35,6 +46,11 @@ type WorkerConfig struct {
 	ListenURL string
 	// Namespace whose tasks this worker runs. Default "default".
 	Namespace string
+	// Namespaces, instead of Namespace, are the namespaces whose tasks
+	// this worker runs, each with its own claims and Concurrency slots
+	// (a worker serving two namespaces runs up to twice Concurrency
+	// tasks, and a busy namespace cannot take another's slots).
+	Namespaces []string
 	// Queues this worker serves. Default ["default"].
 	Queues []string
 	// Concurrency is how many tasks run at once. Default 10.
@@ -134,13 +150,13 @@ const DefaultStopTimeout = 30 * time.Second
 // Start, and Stop to shut down gracefully).
 type Worker struct {
 	cfg   WorkerConfig
-	store store.Store
+	store store.Store   // the first cell's: the only one without Cells
+	cells []*workerCell // by cell name; one, named "", without Cells
 
-	mu        sync.Mutex
-	types     map[store.TypeKey]registered // written by Register before Start; read by Start
-	processor *engine.Processor
-	notifier  *engine.Notifier
-	rescuer   *engine.Rescuer
+	mu          sync.Mutex
+	types       map[store.TypeKey]registered // written by Register before Start; read by Start
+	started     bool
+	registering sync.WaitGroup // the background records of types (with Cells), until the stop
 	// abandon ends the context the runtime runs on: the crash path, which
 	// writes nothing more. Only tests take it (export_test.go); Start's
 	// context stops the worker gracefully instead.
@@ -153,6 +169,17 @@ type Worker struct {
 	stopErr  error
 }
 
+// workerCell is the part of a worker that works in one store: a notifier,
+// a rescuer and a processor per namespace, set by Start.
+type workerCell struct {
+	name       string // the cell's name; "" without Cells
+	store      store.Store
+	namespaces []string
+	notifier   *engine.Notifier
+	rescuer    *engine.Rescuer
+	processors []*engine.Processor
+}
+
 // registered is a workflow type as Register recorded it.
 type registered struct {
 	fn       interpreter.Func
@@ -161,11 +188,11 @@ type registered struct {
 
 // NewWorker returns a worker; it does nothing until started.
 func NewWorker(cfg WorkerConfig) (*Worker, error) {
-	st, err := sealedStore(cfg.Store, pgstore.Config{Pool: cfg.Pool, Schema: cfg.Schema, ListenURL: cfg.ListenURL}, cfg.Metrics, cfg.Codec, cfg.BlobStore)
-	if err != nil {
+	if err := validateWorkerConfig(&cfg); err != nil {
 		return nil, err
 	}
-	if err := validateWorkerConfig(&cfg); err != nil {
+	cells, err := workerCells(cfg)
+	if err != nil {
 		return nil, err
 	}
 	switch {
@@ -189,14 +216,47 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	if cfg.WorkerID == "" {
 		cfg.WorkerID = engine.NewWorkerID()
 	}
-	if cfg.Namespace == "" {
-		cfg.Namespace = store.DefaultNamespace
-	}
 	if cfg.StopTimeout == 0 {
 		cfg.StopTimeout = DefaultStopTimeout
 	}
-	return &Worker{cfg: cfg, store: st, types: map[store.TypeKey]registered{},
+	return &Worker{cfg: cfg, store: cells[0].store, cells: cells, types: map[store.TypeKey]registered{},
 		stopping: make(chan struct{}), stopped: make(chan struct{})}, nil
+}
+
+// workerCells groups the worker's namespaces by the store they run in:
+// their cell's with Cells (sorted by cell name), else one store for all.
+func workerCells(cfg WorkerConfig) ([]*workerCell, error) {
+	if cfg.Cells == nil {
+		st, err := sealedStore(cfg.Store, pgstore.Config{Pool: cfg.Pool, Schema: cfg.Schema, ListenURL: cfg.ListenURL}, cfg.Metrics, cfg.Codec, cfg.BlobStore)
+		if err != nil {
+			return nil, err
+		}
+		return []*workerCell{{store: st, namespaces: cfg.Namespaces}}, nil
+	}
+	if err := cellsAlone(cfg.Store, cfg.Pool != nil, cfg.Schema, cfg.ListenURL); err != nil {
+		return nil, errors.Wrap(err, "worker")
+	}
+	byName := map[string]*workerCell{}
+	var cells []*workerCell
+	for _, ns := range cfg.Namespaces {
+		name, base, err := cfg.Cells.Of(ns)
+		if err != nil {
+			return nil, errors.Wrap(errmark.Mark(err, ErrInvalid), "worker")
+		}
+		c, ok := byName[name]
+		if !ok {
+			st, err := sealedStore(base, pgstore.Config{}, cfg.Metrics, cfg.Codec, cfg.BlobStore)
+			if err != nil {
+				return nil, errors.Wrapf(err, "worker: cell %q", name)
+			}
+			c = &workerCell{name: name, store: st}
+			byName[name] = c
+			cells = append(cells, c)
+		}
+		c.namespaces = append(c.namespaces, ns)
+	}
+	slices.SortFunc(cells, func(a, b *workerCell) int { return strings.Compare(a.name, b.name) })
+	return cells, nil
 }
 
 // validateWorkerConfig reports a bad setting when the worker is made, not
@@ -210,6 +270,9 @@ func validateWorkerConfig(cfg *WorkerConfig) error {
 	}
 	if cfg.StopTimeout < 0 {
 		return errors.Newf("worker: StopTimeout %s is negative", cfg.StopTimeout)
+	}
+	if err := workerNamespaces(cfg); err != nil {
+		return err
 	}
 	if cfg.DefaultRetention < 0 || cfg.DefaultKeyRetention < 0 {
 		return errors.New("worker: DefaultRetention and DefaultKeyRetention must not be negative (0: none, and 24h)")
@@ -226,6 +289,32 @@ func validateWorkerConfig(cfg *WorkerConfig) error {
 			return errors.Wrap(err, "worker")
 		}
 	}
+	return nil
+}
+
+// workerNamespaces checks Namespace and Namespaces and leaves the
+// namespaces to run in Namespaces: Namespace, or "default", without a list.
+func workerNamespaces(cfg *WorkerConfig) error {
+	if len(cfg.Namespaces) == 0 {
+		ns := cfg.Namespace
+		if ns == "" {
+			ns = store.DefaultNamespace
+		}
+		cfg.Namespaces = []string{ns}
+	} else if cfg.Namespace != "" {
+		return errors.Newf("worker: Namespace %q and Namespaces are both set: set one", cfg.Namespace)
+	}
+	seen := map[string]bool{}
+	for _, ns := range cfg.Namespaces {
+		if err := validateName("namespace", ns); err != nil {
+			return errors.Wrap(err, "worker")
+		}
+		if seen[ns] {
+			return errors.Newf("worker: Namespaces names %q twice", ns)
+		}
+		seen[ns] = true
+	}
+	cfg.Namespaces = slices.Clone(cfg.Namespaces)
 	return nil
 }
 
@@ -246,7 +335,7 @@ func RegisterSafely[In, Out any](w *Worker, wf *Workflow[In, Out]) error {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.processor != nil {
+	if w.started {
 		return errors.Newf("register %s@%d: worker already started", wf.name, wf.version)
 	}
 	key := store.TypeKey{Type: wf.name, Version: wf.version}
@@ -296,7 +385,7 @@ func (w *Worker) Run(ctx context.Context) error {
 func (w *Worker) Start(ctx context.Context) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.processor != nil {
+	if w.started {
 		return errors.New("worker already started")
 	}
 	keys := make([]store.TypeKey, 0, len(w.types))
@@ -311,52 +400,93 @@ func (w *Worker) Start(ctx context.Context) error {
 		MaxPayloadBytes: w.cfg.MaxPayloadBytes, BlobThreshold: w.cfg.BlobThreshold, MaxHistoryEvents: w.cfg.MaxHistoryEvents,
 	})
 	// Record the types so producers without this code (the HTTP API) can
-	// start them with the definition's defaults.
-	if err := w.registerTypes(ctx); err != nil {
-		return err
+	// start them with the definition's defaults. In one store, Start
+	// waits for it; across cells, each cell's record is made in the
+	// background, so a cell out of reach holds up only its namespaces.
+	records := w.typeRecords()
+	if w.cfg.Cells == nil {
+		if err := w.registerTypes(ctx, w.cells[0], records, false); err != nil {
+			return err
+		}
+	}
+	// Everything that can refuse its configuration is made before anything
+	// starts, so a refusal leaves nothing running.
+	for _, c := range w.cells {
+		if err := w.buildCell(c, handler, keys); err != nil {
+			for _, c := range w.cells {
+				c.notifier, c.rescuer, c.processors = nil, nil, nil // a later Start begins afresh
+			}
+			return err
+		}
 	}
 	// The runtime runs on a context of its own, so that cancelling ctx
 	// hands tasks back (stopOnDone) instead of abandoning them as the
 	// engine does when its context ends.
 	runCtx, abandon := context.WithCancel(context.WithoutCancel(ctx))
-	started := false
-	defer func() {
-		if !started {
-			abandon()
+	for _, c := range w.cells {
+		w.startCell(runCtx, c)
+		if w.cfg.Cells != nil {
+			w.registering.Add(1)
+			go func() {
+				defer w.registering.Done()
+				_ = w.registerTypes(runCtx, c, records, true)
+			}()
 		}
-	}()
-	w.notifier = engine.NewNotifierWithOpts(w.store, engine.NotifierOpts{Logger: w.cfg.Logger, Metrics: w.cfg.Metrics})
-	processor, err := engine.NewProcessor(engine.ProcessorConfig{
-		Store: w.store, Notifier: w.notifier, Namespace: w.cfg.Namespace, Queues: w.cfg.Queues,
-		Types: keys, Handler: handler, Concurrency: w.cfg.Concurrency, LeaseTTL: w.cfg.LeaseTTL,
-		HeartbeatInterval: w.cfg.HeartbeatInterval, PollInterval: w.cfg.PollInterval,
-		WorkerID: w.cfg.WorkerID, Logger: w.cfg.Logger, StrictPriority: w.cfg.StrictPriority,
-	})
-	if err != nil {
-		return err
+	}
+	w.started, w.abandon, w.startCtx = true, abandon, ctx
+	go w.stopOnDone(ctx, runCtx)
+	return nil
+}
+
+// buildCell makes the runtime of one cell: its notifier, its rescuer, and
+// a processor per namespace.
+func (w *Worker) buildCell(c *workerCell, handler engine.Handler, keys []store.TypeKey) error {
+	logger := w.cellLogger(c)
+	c.notifier = engine.NewNotifierWithOpts(c.store, engine.NotifierOpts{Logger: logger, Metrics: w.cfg.Metrics})
+	for _, ns := range c.namespaces {
+		processor, err := engine.NewProcessor(engine.ProcessorConfig{
+			Store: c.store, Notifier: c.notifier, Namespace: ns, Queues: w.cfg.Queues,
+			Types: keys, Handler: handler, Concurrency: w.cfg.Concurrency, LeaseTTL: w.cfg.LeaseTTL,
+			HeartbeatInterval: w.cfg.HeartbeatInterval, PollInterval: w.cfg.PollInterval,
+			WorkerID: w.cfg.WorkerID, Logger: logger, StrictPriority: w.cfg.StrictPriority,
+		})
+		if err != nil {
+			return err
+		}
+		c.processors = append(c.processors, processor)
 	}
 	if w.cfg.RescueInterval >= 0 {
-		w.rescuer, err = engine.NewRescuer(engine.RescuerConfig{
-			Store: w.store, Owner: w.cfg.WorkerID, Interval: w.cfg.RescueInterval, Logger: w.cfg.Logger,
+		rescuer, err := engine.NewRescuer(engine.RescuerConfig{
+			Store: c.store, Owner: w.cfg.WorkerID, Interval: w.cfg.RescueInterval, Logger: logger,
 			Retention: engine.RetentionConfig{Default: w.cfg.DefaultRetention, KeyDefault: w.cfg.DefaultKeyRetention,
 				DefaultArchive: w.cfg.DefaultArchive},
 		})
 		if err != nil {
 			return err
 		}
-		if err := w.rescuer.Start(runCtx); err != nil {
-			return err
-		}
+		c.rescuer = rescuer
 	}
-	if err := w.notifier.Start(runCtx); err != nil {
-		return err
-	}
-	if err := processor.Start(runCtx); err != nil {
-		return err
-	}
-	w.processor, w.abandon, w.startCtx, started = processor, abandon, ctx, true
-	go w.stopOnDone(ctx, runCtx)
 	return nil
+}
+
+// startCell starts what buildCell made. Each Start refuses only a second
+// start, which a built cell never had.
+func (w *Worker) startCell(runCtx context.Context, c *workerCell) {
+	if c.rescuer != nil {
+		_ = c.rescuer.Start(runCtx)
+	}
+	_ = c.notifier.Start(runCtx)
+	for _, p := range c.processors {
+		_ = p.Start(runCtx)
+	}
+}
+
+// cellLogger is the worker's logger, naming the cell when there are cells.
+func (w *Worker) cellLogger(c *workerCell) *slog.Logger {
+	if c.name == "" {
+		return w.cfg.Logger
+	}
+	return w.cfg.Logger.With("cell", c.name)
 }
 
 // stopOnDone stops the worker gracefully, within StopTimeout, once ctx
@@ -389,9 +519,9 @@ func (w *Worker) StopAndCancel(ctx context.Context) error { return w.stop(ctx, t
 
 func (w *Worker) stop(ctx context.Context, cancel bool) error {
 	w.mu.Lock()
-	processor, notifier, rescuer, abandon, startCtx := w.processor, w.notifier, w.rescuer, w.abandon, w.startCtx
+	started, abandon, startCtx := w.started, w.abandon, w.startCtx
 	w.mu.Unlock()
-	if processor == nil {
+	if !started {
 		return nil
 	}
 	first := false
@@ -413,23 +543,53 @@ func (w *Worker) stop(ctx context.Context, cancel bool) error {
 	ctx = bounded
 	w.cfg.Logger.Info("worker: stopping: running steps may finish, then their tasks are released",
 		"worker_id", w.cfg.WorkerID, "cancel_steps", cancel)
-	var err error
-	if cancel {
-		err = processor.StopAndCancel(ctx)
-	} else {
-		err = processor.Stop(ctx)
-	}
+	err := w.stopCells(ctx, cancel)
 	if err != nil && bounded.expired() {
 		err = context.DeadlineExceeded
 	}
-	notifier.Stop()
-	if rescuer != nil {
-		rescuer.Stop()
-	}
-	abandon() // everything has stopped: this only frees the context
+	abandon()            // everything has stopped: this only frees the context
+	w.registering.Wait() // and ends the background records of types
 	w.stopErr = err
 	close(w.stopped)
 	return err
+}
+
+// stopCells stops every processor at once (each lets its steps finish,
+// unless cancel, within ctx), then the notifiers and rescuers. It returns
+// the first processor's error.
+func (w *Worker) stopCells(ctx context.Context, cancel bool) error {
+	var processors []*engine.Processor
+	for _, c := range w.cells {
+		processors = append(processors, c.processors...)
+	}
+	errs := make([]error, len(processors))
+	var wg sync.WaitGroup
+	for i, p := range processors {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if cancel {
+				errs[i] = p.StopAndCancel(ctx)
+			} else {
+				errs[i] = p.Stop(ctx)
+			}
+		}()
+	}
+	wg.Wait()
+	for _, c := range w.cells {
+		if c.notifier != nil {
+			c.notifier.Stop()
+		}
+		if c.rescuer != nil {
+			c.rescuer.Stop()
+		}
+	}
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // timeoutCtx is a stop's context: the caller's, and done as well once

@@ -61,6 +61,7 @@ const (
 	codeNotReady        = "not_ready"
 	codeInternal        = "internal"
 	codeTooSlow         = "diagnosis_too_slow"
+	codeUnavailable     = "database_unavailable"
 	codeUnsupported     = "unsupported"
 	// The guard's (guard.go).
 	codeHostNotAllowed   = "host_not_allowed"
@@ -89,6 +90,7 @@ var titles = map[string]string{
 	codeNotReady:         "The server is not ready",
 	codeInternal:         "Internal server error",
 	codeTooSlow:          "The diagnosis took too long; try a shorter window",
+	codeUnavailable:      "The database holding the namespace does not answer",
 	codeUnsupported:      "The server's store does not support this",
 	codeHostNotAllowed:   "The server does not answer requests for this host name",
 	codeCrossOrigin:      "Cross-origin request refused",
@@ -157,6 +159,13 @@ func problemFor(err error) *Problem {
 		return problem(http.StatusConflict, codeConflict, err.Error())
 	case errors.Is(err, store.ErrDiagnosisTooSlow):
 		return problem(http.StatusServiceUnavailable, codeTooSlow, err.Error())
+	case errors.Is(err, store.ErrUnavailable):
+		// Not the driver's text: it names hosts. With cells, only the
+		// namespaces of the cell that is down answer this.
+		p := problem(http.StatusServiceUnavailable, codeUnavailable, "the database holding this namespace is out of reach; try again")
+		p.retryAfter = time.Second
+		p.RetryAfterSeconds = 1
+		return p
 	case errors.Is(err, store.ErrUnsupported):
 		return problem(http.StatusNotImplemented, codeUnsupported, err.Error())
 	}
@@ -189,6 +198,11 @@ func (s *Server) writeProblem(w http.ResponseWriter, r *http.Request, p *Problem
 // error, logged with the request.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	if p := problemFor(err); p != nil {
+		if p.Code == codeUnavailable {
+			// The answer hides the hosts; the log keeps them for the
+			// operator.
+			s.log.Warn("database unavailable", "method", r.Method, "path", r.URL.Path, slog.String("error", err.Error()))
+		}
 		s.writeProblem(w, r, p)
 		return
 	}

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"path"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -25,9 +26,16 @@ import (
 // Config configures a [Server].
 type Config struct {
 	// Store is the database: a PostgreSQL store or the embedded one.
-	// Required. The events the API's requests write are counted by the
-	// store's own metrics, if it has any.
+	// Required, unless Cells is set. The events the API's requests write
+	// are counted by the store's own metrics, if it has any.
 	Store store.Store
+	// Cells, instead of Store, places namespaces on several databases
+	// ([engine.Cells]): each request works in its namespace's cell; one
+	// for a namespace the placement does not name is a 400 saying so,
+	// and one for a cell that is down a 503, while the other cells'
+	// namespaces are served. /readyz answers ready while any cell does,
+	// and names each cell's state.
+	Cells *engine.Cells
 	// Tokens, when any, are required on every /v1 request and by the
 	// console. None: no authentication, for a server on localhost: it then
 	// answers only requests whose Host is a loopback name or address, or
@@ -119,9 +127,10 @@ type Server struct {
 	pages    map[string]*template.Template // the console's pages, their URLs under cfg.Prefix
 	draining atomic.Bool
 
-	notifier *engine.Notifier // one listening connection for every namespace's waits; runs from Start to Stop
-	archives engine.Archives  // the archives every namespace's client reads through
-	drained  chan struct{}    // closed by Drain: long polls answer at once
+	cells     *engine.Cells               // Config.Cells; nil: Config.Store holds every namespace
+	notifiers map[string]*engine.Notifier // by cell: one listening connection for all its namespaces' waits; run from Start to Stop
+	archives  engine.Archives             // the archives every namespace's client reads through
+	drained   chan struct{}               // closed by Drain: long polls answer at once
 
 	life    sync.Mutex // guards started and stopped; held by Start and Stop
 	started bool       // Start succeeded
@@ -141,8 +150,9 @@ const maxClients = 10_000
 // New checks cfg, fills its defaults and returns a server. It is pure: it
 // opens no connection and starts no goroutine; [Server.Start] does.
 func New(cfg Config) (*Server, error) {
-	if cfg.Store == nil {
-		return nil, errors.New("server: Config.Store is required")
+	stores, err := serverStores(cfg)
+	if err != nil {
+		return nil, err
 	}
 	if err := ValidateTokens(cfg.Tokens); err != nil {
 		return nil, err
@@ -181,10 +191,43 @@ func New(cfg Config) (*Server, error) {
 			cfg.FilterLimits.Timeout, cfg.FilterLimits.MaxScan)
 	}
 	s := &Server{cfg: cfg, tokens: cfg.Tokens, log: cfg.Logger, clients: map[string]*sdk.Client{},
-		notifier: engine.NewNotifier(cfg.Store, cfg.Logger), drained: make(chan struct{}), sessions: newSessions(cfg.SessionTTL)}
+		cells: cfg.Cells, notifiers: map[string]*engine.Notifier{}, drained: make(chan struct{}), sessions: newSessions(cfg.SessionTTL)}
+	for name, st := range stores {
+		logger := cfg.Logger
+		if name != "" {
+			logger = logger.With("cell", name)
+		}
+		s.notifiers[name] = engine.NewNotifier(st, logger)
+	}
 	s.pages = consoleTemplates(cfg.Prefix)
 	s.handler = s.routes()
 	return s, nil
+}
+
+// serverStores is the stores the server works in, by cell: Config.Cells',
+// or Config.Store as the one cell, named "", of every namespace.
+func serverStores(cfg Config) (map[string]store.Store, error) {
+	switch {
+	case cfg.Store != nil && cfg.Cells != nil:
+		return nil, errors.New("server: Config.Store and Config.Cells are both set: set one")
+	case cfg.Store != nil:
+		return map[string]store.Store{"": cfg.Store}, nil
+	case cfg.Cells == nil:
+		return nil, errors.New("server: Config.Store (or Config.Cells) is required")
+	}
+	return cfg.Cells.Stores(), nil
+}
+
+// storeOf is the store holding namespace, and its cell's notifier.
+func (s *Server) storeOf(namespace string) (store.Store, *engine.Notifier, error) {
+	if s.cells == nil {
+		return s.cfg.Store, s.notifiers[""], nil
+	}
+	cell, st, err := s.cells.Of(namespace)
+	if err != nil {
+		return nil, nil, errmark.Mark(err, sdk.ErrInvalid)
+	}
+	return st, s.notifiers[cell], nil
 }
 
 // allowedHost normalizes an entry of Config.AllowedHosts as hostName
@@ -247,8 +290,13 @@ func (s *Server) Start(ctx context.Context) error {
 	case s.started:
 		return errors.New("server: already started")
 	}
-	if err := s.notifier.Start(ctx); err != nil {
-		return errors.Wrap(err, "server: start the notifier")
+	for name, n := range s.notifiers {
+		if err := n.Start(ctx); err != nil {
+			for _, started := range s.notifiers {
+				started.Stop() // a notifier not started stops at once
+			}
+			return errors.Wrapf(err, "server: start the notifier%s", cellSuffix(name))
+		}
 	}
 	s.started = true
 	return nil
@@ -265,9 +313,11 @@ func (s *Server) Stop(ctx context.Context) error {
 	s.stopped = true
 	s.life.Unlock()
 	done := make(chan struct{})
-	go func() { // bounded: the notifier's loop ends once cancelled
+	go func() { // bounded: each notifier's loop ends once cancelled
 		defer close(done)
-		s.notifier.Stop()
+		for _, n := range s.notifiers {
+			n.Stop()
+		}
 	}()
 	select {
 	case <-done:
@@ -389,8 +439,12 @@ func (s *Server) client(namespace string) (*sdk.Client, error) {
 	if c, ok := s.clients[namespace]; ok {
 		return c, nil
 	}
-	c, err := sdk.NewClient(sdk.ClientConfig{Store: s.cfg.Store, Namespace: namespace, Identity: "api",
-		Notifier: s.notifier, FilterLimits: s.cfg.FilterLimits, MaxPayloadBytes: s.cfg.MaxPayloadBytes,
+	st, notifier, err := s.storeOf(namespace)
+	if err != nil {
+		return nil, err
+	}
+	c, err := sdk.NewClient(sdk.ClientConfig{Store: st, Namespace: namespace, Identity: "api",
+		Notifier: notifier, FilterLimits: s.cfg.FilterLimits, MaxPayloadBytes: s.cfg.MaxPayloadBytes,
 		DefaultArchive: s.cfg.DefaultArchive, Archives: &s.archives, OutputsByReference: true})
 	if err != nil {
 		return nil, errmark.Mark(err, sdk.ErrInvalid)
@@ -406,7 +460,10 @@ func (s *Server) client(namespace string) (*sdk.Client, error) {
 func validNamespace(ns string) error { return sdk.ValidateName("namespace", ns) }
 
 // ready answers 200 when the database answers within two seconds and the
-// server is not draining, else 503.
+// server is not draining, else 503. With cells it answers 200 while any
+// cell answers, and names each cell's state: a cell that is down stops
+// only its namespaces, so it must not take the server out of a load
+// balancer that serves the others.
 func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 	if s.draining.Load() {
 		s.writeProblem(w, r, problem(http.StatusServiceUnavailable, codeNotReady, "the server is shutting down"))
@@ -414,11 +471,54 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
-	if err := s.cfg.Store.Ping(ctx); err != nil {
-		s.writeProblem(w, r, problem(http.StatusServiceUnavailable, codeNotReady, "the database does not answer"))
+	if s.cells == nil {
+		if err := s.cfg.Store.Ping(ctx); err != nil {
+			s.writeProblem(w, r, problem(http.StatusServiceUnavailable, codeNotReady, "the database does not answer"))
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+	states, up := s.pingCells(ctx)
+	if up == 0 {
+		s.writeProblem(w, r, problem(http.StatusServiceUnavailable, codeNotReady, "no cell's database answers"))
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"status": "ready", "cells": states})
+}
+
+// pingCells pings every cell at once: each one's state ("ready" or
+// "unreachable") and how many answered.
+func (s *Server) pingCells(ctx context.Context) (map[string]string, int) {
+	names := s.cells.Names()
+	answered := make([]bool, len(names))
+	var wg sync.WaitGroup
+	for i, name := range names {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			answered[i] = s.cells.Store(name).Ping(ctx) == nil
+		}()
+	}
+	wg.Wait()
+	states, up := map[string]string{}, 0
+	for i, name := range names {
+		states[name] = "unreachable"
+		if answered[i] {
+			states[name] = "ready"
+			up++
+		}
+	}
+	return states, up
+}
+
+// cellSuffix is " of cell NAME", or nothing for the one cell of a server
+// without cells.
+func cellSuffix(name string) string {
+	if name == "" {
+		return ""
+	}
+	return " of cell " + strconv.Quote(name)
 }
 
 // recoverer turns a handler's panic into a logged 500 rather than a

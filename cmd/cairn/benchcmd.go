@@ -48,7 +48,7 @@ func benchConfig(cmd *cobra.Command, g *globals) bench.Config {
 		bg.schema = bench.DefaultSchema
 	}
 	return bench.Config{
-		DatabaseURL: bg.url(), ListenURL: bg.listenURL.get(), Schema: bg.schema, Namespace: bg.namespace, JSON: g.output == "json",
+		DatabaseURL: bg.url(), ListenURL: bg.listenDatabaseURL(), Schema: bg.schema, Namespace: bg.namespace, JSON: g.output == "json",
 		ConnectFunc: bg.connect,
 		Stdout:      cmd.OutOrStdout(), Stderr: cmd.ErrOrStderr(), Stdin: cmd.InOrStdin(),
 	}

@@ -3,15 +3,19 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"maps"
 	"net/url"
 	"os"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/cockroachdb/errors"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/spf13/cobra"
 
 	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/engine/pgstore"
@@ -74,11 +78,16 @@ type storeOpts struct {
 	maxConns    int32           // the most connections the store opens, its listener's included (see splitBudget)
 	migrate     bool            // apply PostgreSQL migrations (the embedded store always migrates)
 	metrics     *engine.Metrics // counts the events the store writes; nil: none
+	// cellsDown, with --placement, opens the cells that do not answer
+	// anyway (unmigrated), and warns of each there: a server restarted
+	// while one cell is down serves the others. nil: every cell must
+	// answer.
+	cellsDown *slog.Logger
 }
 
 // embedded reports whether commands use the embedded store: no PostgreSQL
 // URL is configured.
-func (g *globals) embedded() bool { return g.url() == "" }
+func (g *globals) embedded() bool { return g.url() == "" && g.placement == "" }
 
 // defaultArchive is --default-archive as a location, else, with the embedded
 // store, the directory <db>.archive beside its file (cairn dev's archive);
@@ -119,8 +128,13 @@ func (g *globals) url() string {
 	return g.databaseURL.get()
 }
 
-// place reads --placement, if set, and finds --namespace's cell in it.
-func (g *globals) place() error {
+// everyCellAnnotation marks the commands that work in every cell of
+// --placement (cairn server, cairn migrate up) rather than in --namespace's.
+const everyCellAnnotation = "cairn/every-cell"
+
+// place reads --placement, if set, and finds --namespace's cell in it,
+// unless cmd works in every cell.
+func (g *globals) place(cmd *cobra.Command) error {
 	if g.placement == "" {
 		return nil
 	}
@@ -131,8 +145,100 @@ func (g *globals) place() error {
 	if err != nil {
 		return errmark.Mark(errors.Wrap(err, "--placement"), configError)
 	}
-	if _, g.placed, err = p.CellOf(g.namespace); err != nil {
+	if g.listenURL.get() != "" {
+		return errmark.Mark(errors.New(`--listen-database-url (or CAIRN_LISTEN_DATABASE_URL) with --placement: give each cell its own "listen_url" in the placement map`), configError)
+	}
+	if cmd.Annotations[everyCellAnnotation] != "" {
+		g.cells = p
+		return nil
+	}
+	_, cell, err := p.CellOf(g.namespace)
+	if err != nil {
 		return errmark.Mark(errors.Wrap(err, "--placement"), configError)
+	}
+	g.placed, g.placedListen = cell.URL, cell.ListenURL
+	return nil
+}
+
+// listenDatabaseURL is the listener's own URL: --listen-database-url, or
+// the listen_url of --namespace's cell (--placement refuses the flag);
+// empty: the pool's.
+func (g *globals) listenDatabaseURL() string {
+	if v := g.listenURL.get(); v != "" {
+		return v
+	}
+	return g.placedListen
+}
+
+// everyCell reports whether the command works in every cell of --placement.
+func (g *globals) everyCell() bool { return g.cells != nil }
+
+// openCells opens every cell of --placement as o says (each cell gets
+// o.maxConns, shared out as one process's are), with the decorators
+// g.store puts on a store, placed as the map says.
+func (g *globals) openCells(ctx context.Context, o storeOpts) (*engine.Cells, func(), error) {
+	if err := pgstore.ValidateSchemaName(g.schema); err != nil {
+		return nil, nil, errmark.Mark(err, configError)
+	}
+	pooler, err := pgstore.ParsePooler(g.pooler)
+	if err != nil {
+		return nil, nil, errmark.Mark(errors.Wrap(err, "--pooler"), configError)
+	}
+	budget := connBudget{pool: o.maxConns}
+	if o.runsWorkers {
+		budget = splitBudget(o.maxConns)
+	}
+	opened, err := pgstore.OpenCells(ctx, g.cells, pgstore.CellOptions{Schema: g.schema, Migrate: o.migrate, Metrics: o.metrics,
+		Pool: pgstore.PoolOptions{MaxConns: budget.pool, Pooler: pooler}, ControlConns: budget.control,
+		AllowUnreachable: o.cellsDown != nil})
+	if err != nil {
+		return nil, nil, errmark.Mark(errors.Wrap(err, "--placement"), configError)
+	}
+	if err := warnCellsDown(opened, o.cellsDown, o.migrate); err != nil {
+		opened.Close()
+		return nil, nil, err
+	}
+	decorate, err := g.decorator()
+	if err != nil {
+		opened.Close()
+		return nil, nil, err
+	}
+	decorated := map[string]store.Store{}
+	for name, st := range opened.Stores {
+		if decorated[name], err = decorate(st); err != nil {
+			opened.Close()
+			return nil, nil, err
+		}
+	}
+	cells, err := engine.NewCells(decorated, g.cells.Namespaces)
+	if err != nil {
+		opened.Close()
+		return nil, nil, errmark.Mark(errors.Wrap(err, "--placement"), configError)
+	}
+	return cells, opened.Close, nil
+}
+
+// warnCellsDown logs each cell that did not answer when opened, and
+// refuses when none did: a process with no database at all is better
+// stopped, as it is without --placement.
+func warnCellsDown(opened *pgstore.CellStores, logger *slog.Logger, migrate bool) error {
+	if len(opened.Unreachable) == 0 {
+		return nil
+	}
+	names := slices.Sorted(maps.Keys(opened.Unreachable))
+	if len(names) == len(opened.Stores) {
+		failed := make([]string, len(names))
+		for i, name := range names {
+			failed[i] = fmt.Sprintf("cell %q: %s", name, opened.Unreachable[name])
+		}
+		return errmark.Mark(errors.Newf("--placement: no cell answers: %s", strings.Join(failed, "; ")), configError)
+	}
+	msg := "cell does not answer: its namespaces fail until it is back"
+	if migrate {
+		msg += " (not migrated: run cairn migrate up --placement then)"
+	}
+	for _, name := range names {
+		logger.Warn(msg, "cell", name, slog.String("error", opened.Unreachable[name].Error()))
 	}
 	return nil
 }
@@ -140,26 +246,41 @@ func (g *globals) place() error {
 // store opens the configured store: PostgreSQL when a database URL is set,
 // else the embedded SQLite store in --db (created if missing).
 func (g *globals) store(ctx context.Context, o storeOpts) (store.Store, func(), error) {
-	codec, err := g.codec()
-	if err != nil {
-		return nil, nil, err
-	}
-	location := ""
-	if g.blobStore != "" {
-		if location, err = archiveLocation(g.blobStore); err != nil {
-			return nil, nil, errors.Wrap(err, "--blob-store")
-		}
-	}
 	s, closeStore, err := g.driver(ctx, o)
 	if err != nil {
 		return nil, nil, err
 	}
-	blobs, err := engine.BlobStoreOver(s, location, nil)
+	decorate, err := g.decorator()
+	if err == nil {
+		s, err = decorate(s)
+	}
 	if err != nil {
 		closeStore()
-		return nil, nil, errmark.Mark(errors.Wrap(err, "--blob-store"), configError)
+		return nil, nil, err
 	}
-	return engine.SealStore(blobs, codec), closeStore, nil
+	return s, closeStore, nil
+}
+
+// decorator returns what puts on a driver's store what --blob-store and
+// --keys ask for, reading them once.
+func (g *globals) decorator() (func(store.Store) (store.Store, error), error) {
+	codec, err := g.codec()
+	if err != nil {
+		return nil, err
+	}
+	location := ""
+	if g.blobStore != "" {
+		if location, err = archiveLocation(g.blobStore); err != nil {
+			return nil, errors.Wrap(err, "--blob-store")
+		}
+	}
+	return func(s store.Store) (store.Store, error) {
+		blobs, err := engine.BlobStoreOver(s, location, nil)
+		if err != nil {
+			return nil, errmark.Mark(errors.Wrap(err, "--blob-store"), configError)
+		}
+		return engine.SealStore(blobs, codec), nil
+	}, nil
 }
 
 // codec is --keys's codec (or CAIRN_KEYS's), nil when neither is set.
@@ -218,10 +339,10 @@ func (g *globals) driver(ctx context.Context, o storeOpts) (store.Store, func(),
 			return nil, nil, err
 		}
 	}
-	s, err := pgstore.New(pgstore.Config{Pool: pool, ControlPool: control, Schema: g.schema, Metrics: o.metrics, ListenURL: g.listenURL.get()})
+	s, err := pgstore.New(pgstore.Config{Pool: pool, ControlPool: control, Schema: g.schema, Metrics: o.metrics, ListenURL: g.listenDatabaseURL()})
 	if err != nil {
 		closeAll()
-		if g.listenURL.get() != "" {
+		if g.listenDatabaseURL() != "" {
 			err = errors.Wrap(err, "--listen-database-url")
 		}
 		return nil, nil, errmark.Mark(err, configError)

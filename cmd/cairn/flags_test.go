@@ -61,4 +61,18 @@ func TestPlacementMapChoosesTheNamespacesCell(t *testing.T) {
 
 	_, _, err = tg.run(t, "--placement", path, "--database-url", "postgres://u@127.0.0.1:3/x", "task", "list")
 	require.ErrorContains(t, err, "--placement and --database-url")
+
+	// The commands that work in every cell open them all, and name each
+	// that does not answer (never its password).
+	_, _, err = tg.run(t, "--placement", path, "migrate", "up")
+	require.ErrorContains(t, err, `cell "eu": cannot reach the database at 127.0.0.1:1`)
+	require.ErrorContains(t, err, `cell "us": cannot reach the database at 127.0.0.1:2`)
+	require.NotContains(t, err.Error(), "s3cret")
+	_, _, err = tg.run(t, "--placement", path, "server", "--listen", "127.0.0.1:0")
+	require.ErrorContains(t, err, `cell "eu": cannot reach the database at 127.0.0.1:1`)
+	require.ErrorContains(t, err, `cell "us": cannot reach the database at 127.0.0.1:2`)
+	_, _, err = tg.run(t, "--placement", path, "--listen-database-url", "postgres://u@127.0.0.1:3/x", "server")
+	require.ErrorContains(t, err, `give each cell its own "listen_url"`)
+	_, _, err = tg.run(t, "--placement", path, "--namespace", "acme", "dev")
+	require.ErrorContains(t, err, "cairn dev runs on one database")
 }

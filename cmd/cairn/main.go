@@ -64,6 +64,8 @@ type globals struct {
 	// placement is --placement: the placement map's file; placed is the
 	// URL of --namespace's cell in it, set before the command runs.
 	placement, placed string
+	placedListen      string             // the listen_url of --namespace's cell
+	cells             *pgstore.Placement // the placement map, for a command that works in every cell
 	schema            string
 	namespace         string
 	output            string
@@ -105,7 +107,7 @@ store: one SQLite file (--db, default ./cairn-dev.db), for one process.`,
 			if g.maxPayload < 1 {
 				return errmark.Mark(errors.Newf("--max-payload-bytes %d: must be positive", g.maxPayload), configError)
 			}
-			return g.place()
+			return g.place(cmd)
 		},
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {

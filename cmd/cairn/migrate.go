@@ -1,7 +1,11 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/cockroachdb/errors"
@@ -16,10 +20,14 @@ import (
 func newMigrateCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "migrate", Short: "Apply or inspect cairn's schema migrations"}
 	cmd.AddCommand(&cobra.Command{
-		Use:   "up",
-		Short: "Apply pending migrations (safe to run from several processes at once)",
-		Args:  cobra.NoArgs,
+		Use:         "up",
+		Short:       "Apply pending migrations (safe to run from several processes at once); with --placement, to every cell",
+		Args:        cobra.NoArgs,
+		Annotations: map[string]string{everyCellAnnotation: "yes"},
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if g.everyCell() {
+				return migrateCells(cmd, g)
+			}
 			if g.embedded() {
 				// The embedded store applies its migrations when it opens.
 				states, err := embeddedMigrations(cmd, g)
@@ -120,4 +128,53 @@ func embeddedMigrations(cmd *cobra.Command, g *globals) ([]store.MigrationState,
 	}
 	defer func() { _ = store.Close() }()
 	return store.MigrationStatus(cmd.Context())
+}
+
+// migrateCells applies the migrations to every cell of --placement, one
+// after the other, each under its own lock, and reports each; a cell that
+// fails does not stop the others, and the error names every one that did.
+func migrateCells(cmd *cobra.Command, g *globals) error {
+	pooler, err := pgstore.ParsePooler(g.pooler)
+	if err != nil {
+		return errmark.Mark(errors.Wrap(err, "--pooler"), configError)
+	}
+	applied := map[string][]migrationRow{}
+	var failed []string
+	for _, name := range slices.Sorted(maps.Keys(g.cells.Cells)) {
+		states, err := migrateCell(cmd.Context(), g.cells.Cells[name], g.schema, pooler)
+		if err != nil {
+			failed = append(failed, fmt.Sprintf("cell %q: %s", name, err))
+			continue
+		}
+		applied[name] = migrationRows(states)
+		if g.output == "json" {
+			continue
+		}
+		if len(states) == 0 {
+			fmt.Fprintf(cmd.OutOrStdout(), "cell %s: schema %s is up to date\n", name, g.schema)
+		}
+		for _, m := range states {
+			fmt.Fprintf(cmd.OutOrStdout(), "cell %s: applied %04d_%s to schema %s\n", name, m.Version, m.Name, g.schema)
+		}
+	}
+	if g.output == "json" {
+		if err := printJSON(cmd, applied); err != nil {
+			return err
+		}
+	}
+	if len(failed) > 0 {
+		return errors.Newf("migrate: %s", strings.Join(failed, "; "))
+	}
+	return nil
+}
+
+func migrateCell(ctx context.Context, cell pgstore.Cell, schema string, pooler pgstore.Pooler) ([]store.MigrationState, error) {
+	openCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	pool, err := pgstore.OpenPool(openCtx, cell.URL, pgstore.PoolOptions{MaxConns: 2, Pooler: pooler})
+	if err != nil {
+		return nil, err
+	}
+	defer pool.Close()
+	return pgstore.Migrate(ctx, pool, schema)
 }

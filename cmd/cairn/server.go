@@ -86,9 +86,17 @@ application/json; the console's forms are accepted only from its own pages.
 /metrics needs --metrics-token when set; otherwise, with --tokens, an API
 token that may read every namespace. --metrics-addr serves it on an address
 of its own instead.
-See docs/guarantees.md ("Security").`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return runServer(cmd, g, f) },
+
+With --placement it serves every namespace the placement map places, each
+in its cell's database; each cell gets --max-conns and a leader of its own,
+and a cell that is down stops only its namespaces (their requests answer
+503 database_unavailable; /readyz stays ready while any cell answers). It
+starts while a cell is down (warning, and leaving that cell unmigrated), not
+while every cell is.
+See docs/guarantees.md ("Security") and docs/deployment.md ("Cells").`,
+		Args:        cobra.NoArgs,
+		Annotations: map[string]string{everyCellAnnotation: "yes"},
+		RunE:        func(cmd *cobra.Command, _ []string) error { return runServer(cmd, g, f) },
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.listen, "listen", envOr("CAIRN_LISTEN", "127.0.0.1:7233"), "address to serve on (env CAIRN_LISTEN)")
@@ -154,17 +162,18 @@ func runServerWith(cmd *cobra.Command, g *globals, f *serverFlags, also alongsid
 	if err != nil {
 		return errmark.Mark(err, configError)
 	}
-	store, closeStore, err := g.store(ctx, storeOpts{maxConns: int32(f.maxConns), runsWorkers: true, migrate: f.migrate, metrics: metrics})
+	dbs, closeDBs, err := serverDatabases(ctx, g, storeOpts{maxConns: int32(f.maxConns), runsWorkers: true, migrate: f.migrate, metrics: metrics,
+		cellsDown: logger})
 	if err != nil {
 		return err
 	}
-	defer closeStore()
-	reg.MustRegister(engine.NewQueueCollector(store))
+	defer closeDBs()
+	reg.MustRegister(dbs.collector())
 	archive, err := g.defaultArchive()
 	if err != nil {
 		return err
 	}
-	srv, err := server.New(server.Config{Store: store, Tokens: tokens, MaxPayloadBytes: g.maxPayload, DefaultArchive: archive,
+	srv, err := server.New(server.Config{Store: dbs.store, Cells: dbs.cells, Tokens: tokens, MaxPayloadBytes: g.maxPayload, DefaultArchive: archive,
 		MaxListPayloadBytes: f.maxListPayload, Gatherer: reg, Logger: logger, FilterLimits: g.filters,
 		AllowedHosts: f.allowedHosts, SecureCookies: f.secureCookies, SessionTTL: f.sessionTTL,
 		MetricsToken: f.metricsToken.get(), MetricsApart: f.metricsAddr != "",
@@ -178,26 +187,65 @@ func runServerWith(cmd *cobra.Command, g *globals, f *serverFlags, also alongsid
 	// serve stops the server in order (drain, HTTP shutdown, Stop); this
 	// one is for the returns before it, and finds nothing left to do after.
 	defer func() { _ = srv.Stop(context.Background()) }()
-	rescuer, err := engine.NewRescuer(engine.RescuerConfig{Store: store, Owner: serverID(), Interval: f.rescueInterval, Logger: logger,
-		Retention: engine.RetentionConfig{Default: time.Duration(f.retention), KeyDefault: time.Duration(f.keyRetention),
-			DefaultArchive: archive}})
-	if err != nil {
-		return err
+	for cell, st := range dbs.byCell() {
+		cellLogger := logger
+		if cell != "" {
+			cellLogger = logger.With("cell", cell)
+		}
+		rescuer, err := engine.NewRescuer(engine.RescuerConfig{Store: st, Owner: serverID(), Interval: f.rescueInterval, Logger: cellLogger,
+			Retention: engine.RetentionConfig{Default: time.Duration(f.retention), KeyDefault: time.Duration(f.keyRetention),
+				DefaultArchive: archive}})
+		if err != nil {
+			return err
+		}
+		// The rescuer outlives the signal context, so its stop resigns the
+		// leader lease and another process takes over at once.
+		if err := rescuer.Start(context.WithoutCancel(ctx)); err != nil {
+			return err
+		}
+		defer rescuer.Stop()
 	}
-	// The rescuer outlives the signal context, so its stop resigns the
-	// leader lease and another process takes over at once.
-	if err := rescuer.Start(context.WithoutCancel(ctx)); err != nil {
-		return err
-	}
-	defer rescuer.Stop()
 	if also != nil {
-		stop, err := also(ctx, store, logger)
+		stop, err := also(ctx, dbs.store, logger)
 		if err != nil {
 			return err
 		}
 		defer stop()
 	}
 	return serve(ctx, cmd.ErrOrStderr(), srv, f, logger)
+}
+
+// serverDBs is what a server works in: one store, or, with --placement,
+// every cell.
+type serverDBs struct {
+	store store.Store
+	cells *engine.Cells
+}
+
+// serverDatabases opens the server's store, or every cell of --placement.
+func serverDatabases(ctx context.Context, g *globals, o storeOpts) (serverDBs, func(), error) {
+	if g.everyCell() {
+		cells, closeCells, err := g.openCells(ctx, o)
+		return serverDBs{cells: cells}, closeCells, err
+	}
+	st, closeStore, err := g.store(ctx, o)
+	return serverDBs{store: st}, closeStore, err
+}
+
+// byCell is every store by cell name ("" for the one store).
+func (d serverDBs) byCell() map[string]store.Store {
+	if d.cells == nil {
+		return map[string]store.Store{"": d.store}
+	}
+	return d.cells.Stores()
+}
+
+// collector is the queue gauges' collector over every database.
+func (d serverDBs) collector() prometheus.Collector {
+	if d.cells != nil {
+		return engine.NewCellQueueCollector(d.cells)
+	}
+	return engine.NewQueueCollector(d.store)
 }
 
 // serve listens until ctx ends, then drains: /readyz turns not ready, and

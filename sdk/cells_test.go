@@ -1,0 +1,110 @@
+package sdk_test
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+
+	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/engine/enginetest"
+	"github.com/cairnflow/cairn/engine/sqlitestore"
+	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/sdk"
+	"github.com/cairnflow/cairn/workflow"
+	"github.com/stretchr/testify/require"
+)
+
+var namespacedEcho = sdk.NewWorkflow("cells.echo", 1, func(ctx workflow.Context, in string) (string, error) {
+	return workflow.Step(ctx, "echo", func(context.Context) (string, error) { return in, nil })
+})
+
+// One worker serves several namespaces of one store, each with its own
+// claims: every task of each finishes, recorded in its own namespace.
+func TestWorkerServesSeveralNamespaces(t *testing.T) {
+	t.Parallel()
+	onEachStore(t, func(t *testing.T, setup setupFunc) {
+		b := setup(t, sdk.WorkerConfig{})
+		w := b.newWorker(t, sdk.WorkerConfig{Namespaces: []string{"acme", "globex"}})
+		sdk.Register(w, namespacedEcho)
+		startWorker(t, w)
+		for _, ns := range []string{"acme", "globex"} {
+			c := namespaceClient(t, b, ns)
+			res, err := sdk.Start(context.Background(), c, namespacedEcho, ns)
+			require.NoError(t, err)
+			info := waitTask(t, c, res.ID)
+			require.Equal(t, history.StatusCompleted, info.Status)
+			require.Equal(t, ns, info.Namespace)
+			require.JSONEq(t, `"`+ns+`"`, string(info.Output))
+		}
+	})
+}
+
+// namespaceClient is a client of b's store in namespace ns.
+func namespaceClient(t *testing.T, b *testBundle, ns string) *sdk.Client {
+	t.Helper()
+	cfg := sdk.ClientConfig{Store: b.store, Namespace: ns}
+	if b.store == nil {
+		cfg.Pool, cfg.Schema = b.pool, b.schema
+	}
+	c, err := sdk.NewClient(cfg)
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	return c
+}
+
+// A worker over cells runs each namespace in its cell's store: a task
+// started in acme's cell is invisible in the other cell, and both finish.
+func TestWorkerOverCells(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	stores := map[string]store.Store{}
+	for _, name := range []string{"eu", "us"} {
+		s, err := sqlitestore.Open(ctx, filepath.Join(t.TempDir(), name+".db"))
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = s.Close() })
+		stores[name] = s
+	}
+	cells, err := engine.NewCells(stores, map[string]string{"acme": "eu", "globex": "us"})
+	require.NoError(t, err)
+	w, err := sdk.NewWorker(sdk.WorkerConfig{Cells: cells, Namespaces: []string{"globex", "acme"}, Logger: enginetest.Logger(t)})
+	require.NoError(t, err)
+	sdk.Register(w, namespacedEcho)
+	startWorker(t, w)
+	for ns, other := range map[string]string{"acme": "us", "globex": "eu"} {
+		c, err := sdk.NewClient(sdk.ClientConfig{Cells: cells, Namespace: ns})
+		require.NoError(t, err)
+		t.Cleanup(c.Close)
+		res, err := sdk.Start(ctx, c, namespacedEcho, ns)
+		require.NoError(t, err)
+		require.Equal(t, history.StatusCompleted, waitTask(t, c, res.ID).Status)
+		_, err = stores[other].TaskGetByID(ctx, ns, res.ID)
+		require.ErrorIs(t, err, store.ErrNotFound, "a task of %s in cell %s", ns, other)
+	}
+}
+
+// The settings that cannot work are refused when the worker or client is
+// made, each with what to change.
+func TestNamespacesAndCellsAreChecked(t *testing.T) {
+	t.Parallel()
+	s, err := sqlitestore.Open(context.Background(), filepath.Join(t.TempDir(), "eu.db"))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	cells, err := engine.NewCells(map[string]store.Store{"eu": s}, map[string]string{"acme": "eu"})
+	require.NoError(t, err)
+	for want, cfg := range map[string]sdk.WorkerConfig{
+		`Namespace "acme" and Namespaces are both set`:       {Store: s, Namespace: "acme", Namespaces: []string{"globex"}},
+		`Namespaces names "acme" twice`:                      {Store: s, Namespaces: []string{"acme", "acme"}},
+		`namespace "Bad Name"`:                               {Store: s, Namespaces: []string{"Bad Name"}},
+		`Cells is set with Store, Pool, Schema or ListenURL`: {Store: s, Cells: cells, Namespaces: []string{"acme"}},
+		`namespace "initech" is in no cell`:                  {Cells: cells, Namespaces: []string{"acme", "initech"}},
+	} {
+		_, err := sdk.NewWorker(cfg)
+		require.ErrorContains(t, err, want)
+	}
+	_, err = sdk.NewClient(sdk.ClientConfig{Cells: cells, Namespace: "initech"})
+	require.ErrorIs(t, err, sdk.ErrInvalid)
+	require.ErrorIs(t, err, engine.ErrNotPlaced)
+	_, err = sdk.NewClient(sdk.ClientConfig{Cells: cells})
+	require.ErrorContains(t, err, `namespace "default" is in no cell`, "the default namespace is placed like any other")
+}
