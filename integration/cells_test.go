@@ -52,6 +52,17 @@ func TestCellDownStopsOnlyItsNamespaces(t *testing.T) {
 	require.NoError(t, err, "%s", out)
 	require.Contains(t, string(out), "cell eu: applied 0001_")
 	require.Contains(t, string(out), "cell us: applied 0001_")
+	out, err = exec.Command(cairnBinary(t), "-o", "json", "migrate", "status", "--placement", path, "--schema", cellsSchema).Output()
+	require.NoError(t, err, "%s", out)
+	var migrations map[string][]struct{ Applied bool }
+	require.NoError(t, json.Unmarshal(out, &migrations))
+	require.ElementsMatch(t, []string{"eu", "us"}, slices.Collect(maps.Keys(migrations)))
+	for cell, rows := range migrations {
+		require.NotEmpty(t, rows, "cell %s", cell)
+		for _, r := range rows {
+			require.True(t, r.Applied, "cell %s has a pending migration", cell)
+		}
+	}
 
 	ctx := context.Background()
 	placement, err := pgstore.LoadPlacement(path)

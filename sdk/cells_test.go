@@ -3,7 +3,10 @@ package sdk_test
 import (
 	"context"
 	"path/filepath"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/engine/enginetest"
@@ -107,4 +110,79 @@ func TestNamespacesAndCellsAreChecked(t *testing.T) {
 	require.ErrorIs(t, err, engine.ErrNotPlaced)
 	_, err = sdk.NewClient(sdk.ClientConfig{Cells: cells})
 	require.ErrorContains(t, err, `namespace "default" is in no cell`, "the default namespace is placed like any other")
+}
+
+// stuckClaims is a cell cut off mid-claim: once stuck, a claim blocks,
+// whatever its context, until released (a connection that neither answers
+// nor fails).
+type stuckClaims struct {
+	store.Store
+	stuck   atomic.Bool
+	blocked chan struct{} // closed when a claim first blocks
+	once    sync.Once
+	release chan struct{}
+}
+
+func (s *stuckClaims) TaskClaim(ctx context.Context, p *store.TaskClaimManyParams) (store.ClaimResult, error) {
+	if s.stuck.Load() {
+		s.once.Do(func() { close(s.blocked) })
+		<-s.release
+	}
+	return s.Store.TaskClaim(ctx, p)
+}
+
+// resignations tells when the cell's rescuer gives up its leadership.
+type resignations struct {
+	store.Store
+	resigned chan struct{}
+	once     sync.Once
+}
+
+func (s *resignations) LeaderResign(ctx context.Context, name, owner string) error {
+	s.once.Do(func() { close(s.resigned) })
+	return s.Store.LeaderResign(ctx, name, owner)
+}
+
+// A worker stopping over a cell whose claim is stuck stops the other cells
+// at once: their rescuers resign while the stuck cell still waits, so
+// another process takes their leadership over without waiting for it.
+func TestStuckCellDoesNotHoldUpTheOthersStop(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	open := func(name string) store.Store {
+		s, err := sqlitestore.Open(ctx, filepath.Join(t.TempDir(), name+".db"))
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	}
+	eu := &resignations{Store: open("eu"), resigned: make(chan struct{})}
+	us := &stuckClaims{Store: open("us"), blocked: make(chan struct{}), release: make(chan struct{})}
+	cells, err := engine.NewCells(map[string]store.Store{"eu": eu, "us": us}, map[string]string{"acme": "eu", "globex": "us"})
+	require.NoError(t, err)
+	w, err := sdk.NewWorker(sdk.WorkerConfig{Cells: cells, Namespaces: []string{"acme", "globex"},
+		PollInterval: 10 * time.Millisecond, Logger: enginetest.Logger(t)})
+	require.NoError(t, err)
+	sdk.Register(w, namespacedEcho)
+	require.NoError(t, w.Start(ctx))
+	release := sync.OnceFunc(func() { close(us.release) })
+	t.Cleanup(release) // a failed test does not leave the stop hanging
+	us.stuck.Store(true)
+	<-us.blocked
+
+	stopped := make(chan error, 1)
+	go func() { stopped <- w.Stop(ctx) }()
+	select {
+	case <-eu.resigned:
+	case err := <-stopped:
+		t.Fatalf("the stop ended (%v) with cell us's claim still stuck", err)
+	case <-time.After(testTimeout):
+		t.Fatal("cell eu's rescuer did not resign while cell us's claim was stuck")
+	}
+	select {
+	case err := <-stopped:
+		t.Fatalf("the stop ended (%v) with cell us's claim still stuck", err)
+	default:
+	}
+	release()
+	require.NoError(t, <-stopped)
 }

@@ -554,17 +554,39 @@ func (w *Worker) stop(ctx context.Context, cancel bool) error {
 	return err
 }
 
-// stopCells stops every processor at once (each lets its steps finish,
-// unless cancel, within ctx), then the notifiers and rescuers. It returns
-// the first processor's error.
+// stopCells stops every cell at once, each on its own: its processors
+// together (each lets its steps finish, unless cancel, within ctx), then
+// its notifier and rescuer. A cell whose database is cut off, its claim
+// stuck until the claim's timeout, so holds up only itself: the other
+// cells' rescuers resign their leadership as soon as their processors are
+// done. It returns the first processor's error.
 func (w *Worker) stopCells(ctx context.Context, cancel bool) error {
-	var processors []*engine.Processor
-	for _, c := range w.cells {
-		processors = append(processors, c.processors...)
-	}
-	errs := make([]error, len(processors))
+	errs := make([][]error, len(w.cells))
 	var wg sync.WaitGroup
-	for i, p := range processors {
+	for i, c := range w.cells {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = c.stop(ctx, cancel)
+		}()
+	}
+	wg.Wait()
+	for _, cellErrs := range errs {
+		for _, err := range cellErrs {
+			if err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// stop stops the cell's processors at once, then its notifier and
+// rescuer; it returns each processor's error.
+func (c *workerCell) stop(ctx context.Context, cancel bool) []error {
+	errs := make([]error, len(c.processors))
+	var wg sync.WaitGroup
+	for i, p := range c.processors {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -576,20 +598,13 @@ func (w *Worker) stopCells(ctx context.Context, cancel bool) error {
 		}()
 	}
 	wg.Wait()
-	for _, c := range w.cells {
-		if c.notifier != nil {
-			c.notifier.Stop()
-		}
-		if c.rescuer != nil {
-			c.rescuer.Stop()
-		}
+	if c.notifier != nil {
+		c.notifier.Stop()
 	}
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
+	if c.rescuer != nil {
+		c.rescuer.Stop()
 	}
-	return nil
+	return errs
 }
 
 // timeoutCtx is a stop's context: the caller's, and done as well once

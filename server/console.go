@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"html/template"
 	"io/fs"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"strings"
@@ -236,6 +237,11 @@ func (s *Server) console(role Role, h func(http.ResponseWriter, *http.Request, *
 		}
 		c, err := s.client(ns)
 		if err != nil {
+			if p := problemFor(err); p != nil { // a namespace the placement map does not place
+				s.consoleFail(w, r, page, p.Status, p.Detail)
+				return
+			}
+			s.log.Error("console: client", "namespace", ns, slog.String("error", err.Error()))
 			s.consoleFail(w, r, page, http.StatusInternalServerError, "internal error")
 			return
 		}

@@ -479,13 +479,21 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 		return
 	}
-	states, up := s.pingCells(ctx)
+	// A probe gives up after about a second (Kubernetes' default): one
+	// cell out of reach must not make every answer that slow.
+	cellsCtx, cancelCells := context.WithTimeout(r.Context(), cellPingTimeout)
+	defer cancelCells()
+	states, up := s.pingCells(cellsCtx)
 	if up == 0 {
 		s.writeProblem(w, r, problem(http.StatusServiceUnavailable, codeNotReady, "no cell's database answers"))
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"status": "ready", "cells": states})
 }
+
+// cellPingTimeout bounds /readyz's wait for each cell: one that has not
+// answered by then counts as unreachable.
+const cellPingTimeout = 500 * time.Millisecond
 
 // pingCells pings every cell at once: each one's state ("ready" or
 // "unreachable") and how many answered.

@@ -53,9 +53,18 @@ func (g *globals) poolConfig(maxConns int32) (*pgxpool.Config, error) {
 	}
 	cfg, err := pgstore.ParsePoolConfig(g.url(), pgstore.PoolOptions{MaxConns: maxConns, Pooler: pooler})
 	if err != nil {
-		return nil, errmark.Mark(errors.Newf("database URL does not parse (%s): %s", pgstore.ConnectFailure(err), databaseHint), configError)
+		return nil, errmark.Mark(errors.Newf("database URL does not parse (%s): %s", pgstore.ConnectFailure(err), g.hint()), configError)
 	}
 	return cfg, nil
+}
+
+// hint says what to check when the database does not answer: the flag,
+// or with --placement the namespace's cell.
+func (g *globals) hint() string {
+	if g.placedCell != "" {
+		return fmt.Sprintf("it is cell %q of the placement map (--placement %s): check that its database is up", g.placedCell, g.placement)
+	}
+	return databaseHint
 }
 
 // open opens a pool of cfg and checks the database answers.
@@ -64,7 +73,7 @@ func (g *globals) open(ctx context.Context, cfg *pgxpool.Config) (*pgxpool.Pool,
 	defer cancel()
 	pool, err := pgstore.NewPool(pingCtx, cfg)
 	if err != nil {
-		return nil, errmark.Mark(errors.Newf("%s: %s", err.Error(), databaseHint), configError)
+		return nil, errmark.Mark(errors.Newf("%s: %s", err.Error(), g.hint()), configError)
 	}
 	return pool, nil
 }
@@ -129,14 +138,43 @@ func (g *globals) url() string {
 }
 
 // everyCellAnnotation marks the commands that work in every cell of
-// --placement (cairn server, cairn migrate up) rather than in --namespace's.
+// --placement (cairn server, cairn migrate up and status) rather than in
+// --namespace's.
 const everyCellAnnotation = "cairn/every-cell"
 
-// place reads --placement, if set, and finds --namespace's cell in it,
-// unless cmd works in every cell.
-func (g *globals) place(cmd *cobra.Command) error {
-	if g.placement == "" {
+// noDatabaseAnnotation marks the commands (and groups) that open no
+// database, which --placement leaves alone.
+const noDatabaseAnnotation = "cairn/no-database"
+
+// oneDatabaseAnnotation marks the commands that refuse --placement, with
+// its value as the reason.
+const oneDatabaseAnnotation = "cairn/one-database"
+
+// cellOfArgAnnotation marks the commands whose first argument names the
+// namespace they change (cairn namespace set NAME): its cell is the
+// database, not --namespace's.
+const cellOfArgAnnotation = "cairn/cell-of-arg"
+
+// opensNoDatabase reports whether cmd, or a group above it, opens no
+// database; cobra's own completion and help commands open none either.
+func opensNoDatabase(cmd *cobra.Command) bool {
+	for c := cmd; c != nil; c = c.Parent() {
+		if c.Annotations[noDatabaseAnnotation] != "" || c.Name() == "completion" || c.Name() == "help" {
+			return true
+		}
+	}
+	return false
+}
+
+// place reads --placement, if set, and finds the cell of --namespace (or
+// of the namespace cmd's argument names) in it, unless cmd works in every
+// cell or opens no database.
+func (g *globals) place(cmd *cobra.Command, args []string) error {
+	if g.placement == "" || opensNoDatabase(cmd) {
 		return nil
+	}
+	if why := cmd.Annotations[oneDatabaseAnnotation]; why != "" {
+		return errmark.Mark(errors.New("--placement: "+why), configError)
 	}
 	if g.databaseURL.get() != "" {
 		return errmark.Mark(errors.New("--placement and --database-url (or CAIRN_DATABASE_URL) are both set: the placement map says which database holds the namespace; set one"), configError)
@@ -145,6 +183,12 @@ func (g *globals) place(cmd *cobra.Command) error {
 	if err != nil {
 		return errmark.Mark(errors.Wrap(err, "--placement"), configError)
 	}
+	// A namespace no request could name is a mistake in the map.
+	for _, ns := range slices.Sorted(maps.Keys(p.Namespaces)) {
+		if err := sdk.ValidateName("namespace", ns); err != nil {
+			return errmark.Mark(errors.Wrap(err, "--placement: placement map"), configError)
+		}
+	}
 	if g.listenURL.get() != "" {
 		return errmark.Mark(errors.New(`--listen-database-url (or CAIRN_LISTEN_DATABASE_URL) with --placement: give each cell its own "listen_url" in the placement map`), configError)
 	}
@@ -152,11 +196,15 @@ func (g *globals) place(cmd *cobra.Command) error {
 		g.cells = p
 		return nil
 	}
-	_, cell, err := p.CellOf(g.namespace)
+	namespace := g.namespace
+	if cmd.Annotations[cellOfArgAnnotation] != "" && len(args) > 0 {
+		namespace = args[0]
+	}
+	name, cell, err := p.CellOf(namespace)
 	if err != nil {
 		return errmark.Mark(errors.Wrap(err, "--placement"), configError)
 	}
-	g.placed, g.placedListen = cell.URL, cell.ListenURL
+	g.placed, g.placedListen, g.placedCell = cell.URL, cell.ListenURL, name
 	return nil
 }
 

@@ -45,12 +45,10 @@ It has no authentication: it answers only requests for localhost or a
 loopback address (add names with --allowed-hosts), and listens on another
 address only when told --insecure-no-auth. See docs/guarantees.md ("Security").`,
 		Args: cobra.NoArgs,
+		// Its server would take any namespace into the one database,
+		// where the map places only some.
+		Annotations: map[string]string{oneDatabaseAnnotation: "cairn dev runs on one database (--db or --database-url); serve cells with cairn server --placement"},
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if g.placement != "" {
-				// Its server would take any namespace into the one
-				// database, where the map places only some.
-				return errmark.Mark(errors.New("--placement: cairn dev runs on one database (--db or --database-url); serve cells with cairn server --placement"), configError)
-			}
 			if df.documents < 0 || df.documents > 100_000 {
 				return errmark.Mark(errors.Newf("--documents %d: use 0 to 100000", df.documents), configError)
 			}

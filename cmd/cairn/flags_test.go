@@ -55,6 +55,8 @@ func TestPlacementMapChoosesTheNamespacesCell(t *testing.T) {
 
 	_, _, err = tg.run(t, "--placement", path, "--namespace", "globex", "task", "list")
 	require.ErrorContains(t, err, "127.0.0.1:2", "globex's cell is the database")
+	require.ErrorContains(t, err, `it is cell "us" of the placement map`)
+	require.NotContains(t, err.Error(), "--database-url", "a flag --placement refuses is no advice")
 	_, _, err = tg.run(t, "--placement", path, "--namespace", "acme", "task", "list")
 	require.ErrorContains(t, err, "127.0.0.1:1", "acme's cell is the database")
 	require.NotContains(t, err.Error(), "s3cret")
@@ -68,11 +70,30 @@ func TestPlacementMapChoosesTheNamespacesCell(t *testing.T) {
 	require.ErrorContains(t, err, `cell "eu": cannot reach the database at 127.0.0.1:1`)
 	require.ErrorContains(t, err, `cell "us": cannot reach the database at 127.0.0.1:2`)
 	require.NotContains(t, err.Error(), "s3cret")
+	_, _, err = tg.run(t, "--placement", path, "migrate", "status")
+	require.ErrorContains(t, err, `migrate status: cell "eu": cannot reach the database at 127.0.0.1:1`)
+	require.ErrorContains(t, err, `cell "us": cannot reach the database at 127.0.0.1:2`)
 	_, _, err = tg.run(t, "--placement", path, "server", "--listen", "127.0.0.1:0")
 	require.ErrorContains(t, err, `cell "eu": cannot reach the database at 127.0.0.1:1`)
 	require.ErrorContains(t, err, `cell "us": cannot reach the database at 127.0.0.1:2`)
 	_, _, err = tg.run(t, "--placement", path, "--listen-database-url", "postgres://u@127.0.0.1:3/x", "server")
 	require.ErrorContains(t, err, `give each cell its own "listen_url"`)
-	_, _, err = tg.run(t, "--placement", path, "--namespace", "acme", "dev")
-	require.ErrorContains(t, err, "cairn dev runs on one database")
+	_, _, err = tg.run(t, "--placement", path, "dev")
+	require.ErrorContains(t, err, "cairn dev runs on one database", "said before any namespace is looked up")
+
+	// cairn namespace set NAME changes NAME, so it works in NAME's cell.
+	_, _, err = tg.run(t, "--placement", path, "--namespace", "acme", "namespace", "set", "globex", "--retention", "1d")
+	require.ErrorContains(t, err, "127.0.0.1:2", "globex's cell, not acme's")
+	_, _, err = tg.run(t, "--placement", path, "namespace", "set", "initech", "--retention", "1d")
+	require.ErrorContains(t, err, `namespace "initech" is in no cell`)
+
+	bad := filepath.Join(t.TempDir(), "bad.json")
+	require.NoError(t, os.WriteFile(bad, []byte(`{"cells": {"eu": "postgres://u@127.0.0.1:1/eu"}, "namespaces": {"Acme Corp": "eu"}}`), 0o600))
+	_, _, err = tg.run(t, "--placement", bad, "server")
+	require.ErrorContains(t, err, `--placement: placement map: namespace "Acme Corp": use letters, digits`)
+
+	// Commands that open no database do not read the map's cells.
+	out, _, err := tg.run(t, "--placement", path, "--namespace", "initech", "token", "new", "bot", "--namespace", "acme", "--role", "read")
+	require.NoError(t, err)
+	require.Contains(t, out, "bot")
 }

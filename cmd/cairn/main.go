@@ -65,6 +65,7 @@ type globals struct {
 	// URL of --namespace's cell in it, set before the command runs.
 	placement, placed string
 	placedListen      string             // the listen_url of --namespace's cell
+	placedCell        string             // the name of --namespace's cell, for errors
 	cells             *pgstore.Placement // the placement map, for a command that works in every cell
 	schema            string
 	namespace         string
@@ -100,14 +101,14 @@ Without --database-url (or CAIRN_DATABASE_URL), commands use the embedded
 store: one SQLite file (--db, default ./cairn-dev.db), for one process.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
-		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
 			if g.output != "text" && g.output != "json" {
 				return errmark.Mark(errors.Newf("--output %q: use text or json", g.output), configError)
 			}
 			if g.maxPayload < 1 {
 				return errmark.Mark(errors.Newf("--max-payload-bytes %d: must be positive", g.maxPayload), configError)
 			}
-			return g.place(cmd)
+			return g.place(cmd, args)
 		},
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {

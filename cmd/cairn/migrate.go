@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/errors"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
 	"github.com/cairnflow/cairn/engine/pgstore"
@@ -61,10 +62,14 @@ func newMigrateCmd(g *globals) *cobra.Command {
 			return nil
 		},
 	}, &cobra.Command{
-		Use:   "status",
-		Short: "List migrations and whether each is applied",
-		Args:  cobra.NoArgs,
+		Use:         "status",
+		Short:       "List migrations and whether each is applied; with --placement, in every cell",
+		Args:        cobra.NoArgs,
+		Annotations: map[string]string{everyCellAnnotation: "yes"},
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if g.everyCell() {
+				return cellsMigrationStatus(cmd, g)
+			}
 			var states []store.MigrationState
 			var err error
 			if g.embedded() {
@@ -131,44 +136,77 @@ func embeddedMigrations(cmd *cobra.Command, g *globals) ([]store.MigrationState,
 }
 
 // migrateCells applies the migrations to every cell of --placement, one
-// after the other, each under its own lock, and reports each; a cell that
-// fails does not stop the others, and the error names every one that did.
+// after the other, each under its own lock, and reports each.
 func migrateCells(cmd *cobra.Command, g *globals) error {
-	pooler, err := pgstore.ParsePooler(g.pooler)
-	if err != nil {
-		return errmark.Mark(errors.Wrap(err, "--pooler"), configError)
-	}
-	applied := map[string][]migrationRow{}
-	var failed []string
-	for _, name := range slices.Sorted(maps.Keys(g.cells.Cells)) {
-		states, err := migrateCell(cmd.Context(), g.cells.Cells[name], g.schema, pooler)
-		if err != nil {
-			failed = append(failed, fmt.Sprintf("cell %q: %s", name, err))
-			continue
-		}
-		applied[name] = migrationRows(states)
-		if g.output == "json" {
-			continue
-		}
+	return eachCell(cmd, g, "migrate", pgstore.Migrate, func(name string, states []store.MigrationState) {
 		if len(states) == 0 {
 			fmt.Fprintf(cmd.OutOrStdout(), "cell %s: schema %s is up to date\n", name, g.schema)
 		}
 		for _, m := range states {
 			fmt.Fprintf(cmd.OutOrStdout(), "cell %s: applied %04d_%s to schema %s\n", name, m.Version, m.Name, g.schema)
 		}
+	})
+}
+
+// cellsMigrationStatus lists every cell's migrations, a table per cell.
+func cellsMigrationStatus(cmd *cobra.Command, g *globals) error {
+	w := newTable(cmd)
+	fmt.Fprintln(w, "CELL\tVERSION\tNAME\tAPPLIED AT")
+	err := eachCell(cmd, g, "migrate status", pgstore.MigrationStatus, func(name string, states []store.MigrationState) {
+		for _, m := range states {
+			at := "pending"
+			if m.AppliedAt != nil {
+				at = m.AppliedAt.UTC().Format(time.RFC3339)
+			}
+			fmt.Fprintf(w, "%s\t%04d\t%s\t%s\n", name, m.Version, m.Name, at)
+		}
+	})
+	if g.output != "json" {
+		if flushErr := w.Flush(); err == nil {
+			err = flushErr
+		}
+	}
+	return err
+}
+
+// eachCell runs do on every cell of --placement, one after the other, and
+// shows each cell's migrations (as text by show, or all of them as one JSON
+// object by cell); a cell that fails does not stop the others, and the
+// error names every one that did.
+func eachCell(cmd *cobra.Command, g *globals, what string,
+	do func(context.Context, *pgxpool.Pool, string) ([]store.MigrationState, error),
+	show func(cell string, states []store.MigrationState)) error {
+	pooler, err := pgstore.ParsePooler(g.pooler)
+	if err != nil {
+		return errmark.Mark(errors.Wrap(err, "--pooler"), configError)
+	}
+	byCell := map[string][]migrationRow{}
+	var failed []string
+	for _, name := range slices.Sorted(maps.Keys(g.cells.Cells)) {
+		states, err := inCell(cmd.Context(), g.cells.Cells[name], g.schema, pooler, do)
+		if err != nil {
+			failed = append(failed, fmt.Sprintf("cell %q: %s", name, err))
+			continue
+		}
+		byCell[name] = migrationRows(states)
+		if g.output != "json" {
+			show(name, states)
+		}
 	}
 	if g.output == "json" {
-		if err := printJSON(cmd, applied); err != nil {
+		if err := printJSON(cmd, byCell); err != nil {
 			return err
 		}
 	}
 	if len(failed) > 0 {
-		return errors.Newf("migrate: %s", strings.Join(failed, "; "))
+		return errors.Newf("%s: %s", what, strings.Join(failed, "; "))
 	}
 	return nil
 }
 
-func migrateCell(ctx context.Context, cell pgstore.Cell, schema string, pooler pgstore.Pooler) ([]store.MigrationState, error) {
+// inCell opens a small pool on cell and runs do on its schema.
+func inCell(ctx context.Context, cell pgstore.Cell, schema string, pooler pgstore.Pooler,
+	do func(context.Context, *pgxpool.Pool, string) ([]store.MigrationState, error)) ([]store.MigrationState, error) {
 	openCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	pool, err := pgstore.OpenPool(openCtx, cell.URL, pgstore.PoolOptions{MaxConns: 2, Pooler: pooler})
@@ -176,5 +214,5 @@ func migrateCell(ctx context.Context, cell pgstore.Cell, schema string, pooler p
 		return nil, err
 	}
 	defer pool.Close()
-	return pgstore.Migrate(ctx, pool, schema)
+	return do(ctx, pool, schema)
 }

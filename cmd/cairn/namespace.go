@@ -39,8 +39,11 @@ not given keeps the namespace's current setting; 0 takes the default of the proc
 cairn server --default-retention / --default-key-retention say otherwise).
 --type-retention TYPE=DURATION (repeatable) gives a task type a retention
 of its own, in place of the namespace's for its tasks; TYPE=default
-removes it.`,
-		Args: cobra.ExactArgs(1),
+removes it.
+
+With --placement it works in NAME's cell.`,
+		Args:        cobra.ExactArgs(1),
+		Annotations: map[string]string{cellOfArgAnnotation: "yes"},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, closeDB, err := g.client(cmd.Context())
 			if err != nil {

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/cockroachdb/errors"
@@ -187,6 +188,11 @@ func runServerWith(cmd *cobra.Command, g *globals, f *serverFlags, also alongsid
 	// serve stops the server in order (drain, HTTP shutdown, Stop); this
 	// one is for the returns before it, and finds nothing left to do after.
 	defer func() { _ = srv.Stop(context.Background()) }()
+	var rescuers []*engine.Rescuer
+	// All at once: a cell cut off, its resignation waiting out its timeout,
+	// must not hold up the others' (another process takes over there at
+	// once).
+	defer func() { stopAll(rescuers) }()
 	for cell, st := range dbs.byCell() {
 		cellLogger := logger
 		if cell != "" {
@@ -203,7 +209,7 @@ func runServerWith(cmd *cobra.Command, g *globals, f *serverFlags, also alongsid
 		if err := rescuer.Start(context.WithoutCancel(ctx)); err != nil {
 			return err
 		}
-		defer rescuer.Stop()
+		rescuers = append(rescuers, rescuer)
 	}
 	if also != nil {
 		stop, err := also(ctx, dbs.store, logger)
@@ -213,6 +219,19 @@ func runServerWith(cmd *cobra.Command, g *globals, f *serverFlags, also alongsid
 		defer stop()
 	}
 	return serve(ctx, cmd.ErrOrStderr(), srv, f, logger)
+}
+
+// stopAll stops every rescuer at once and returns when all have stopped.
+func stopAll(rescuers []*engine.Rescuer) {
+	var wg sync.WaitGroup
+	for _, r := range rescuers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.Stop()
+		}()
+	}
+	wg.Wait()
 }
 
 // serverDBs is what a server works in: one store, or, with --placement,
@@ -368,7 +387,8 @@ func serverID() string {
 }
 
 func newTokenCmd() *cobra.Command {
-	cmd := &cobra.Command{Use: "token", Short: "Make API tokens and their hashes for the tokens file"}
+	cmd := &cobra.Command{Use: "token", Short: "Make API tokens and their hashes for the tokens file",
+		Annotations: map[string]string{noDatabaseAnnotation: "yes"}}
 	var namespaces, roles []string
 	newCmd := &cobra.Command{
 		Use:   "new NAME",

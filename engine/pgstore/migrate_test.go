@@ -199,3 +199,15 @@ func TestMigrateMakesMissingHotFunctions(t *testing.T) {
 	enginetest.StartTask(t, s, nil)
 	require.Len(t, enginetest.Claim(t, s, enginetest.ClaimParams("w", 5, time.Minute)), 1)
 }
+
+// A schema never migrated (a cell opened while it was down, then back)
+// fails as out of reach, saying what to run, so the server answers 503
+// and the runtime retries rather than treating it as a bug.
+func TestUnmigratedSchemaSaysToMigrate(t *testing.T) {
+	t.Parallel()
+	s, err := pgstore.New(pgstore.Config{Pool: enginetest.Pool(t), Schema: "never_migrated"})
+	require.NoError(t, err)
+	_, err = s.NamespaceList(context.Background())
+	require.ErrorIs(t, err, store.ErrUnavailable)
+	require.ErrorContains(t, err, "run cairn migrate up")
+}

@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/internal/jsoncheck"
 )
 
 // Placement says which PostgreSQL cluster (a cell) holds each namespace:
@@ -79,6 +80,11 @@ func ParsePlacement(data []byte) (*Placement, error) {
 	var p Placement
 	if err := dec.Decode(&p); err != nil {
 		return nil, errors.Wrap(err, `placement map: want {"cells": {name: URL}, "namespaces": {namespace: cell}}`)
+	}
+	// encoding/json lets the last of two members of one name win: a
+	// namespace named twice would go to one cell silently.
+	if err := jsoncheck.Check(data, ""); err != nil {
+		return nil, errors.Newf("placement map: %s", err)
 	}
 	if len(p.Cells) == 0 {
 		return nil, errors.New("placement map: no cells")
@@ -260,7 +266,13 @@ func openCell(ctx context.Context, cell Cell, o CellOptions) (c cellOpened) {
 	if o.ControlConns > 0 {
 		cfg := pool.Config()
 		cfg.MaxConns = o.ControlConns
-		if control, _, err = openCellPool(ctx, cfg, o); err != nil {
+		if down != nil {
+			// The cell did not answer once: no second wait for it.
+			control, err = pgxpool.NewWithConfig(ctx, cfg)
+		} else {
+			control, _, err = openCellPool(ctx, cfg, o)
+		}
+		if err != nil {
 			c.err = err
 			return c
 		}

@@ -30,12 +30,16 @@ func TestPlacement(t *testing.T) {
 
 	for doc, want := range map[string]string{
 		`{"cells": {}}`: "placement map: no cells",
-		`{"cells": {"eu": "postgres://u@h/db"}, "namespaces": {"acme": "us"}}`:                        `namespace "acme" is placed in cell "us", which it does not define (cells: "eu")`,
-		`{"cells": {"eu": "postgres://u:secret@h:notaport/db"}}`:                                      `cell "eu": its URL does not parse`,
-		`{"cells": {"eu": "postgres://u@h/db"}, "namespace": {}}`:                                     `unknown field "namespace"`,
-		`{"cells": {"eu": {"listen_url": "postgres://u@h/db"}}}`:                                      `cell "eu" has no url`,
-		`{"cells": {"eu": {"url": "postgres://u@h/db", "listen": "x"}}}`:                              `unknown field "listen"`,
-		`{"cells": {"eu": {"url": "postgres://u@h/db", "listen_url": "postgres://u:secret@h:x/db"}}}`: `cell "eu": its listen_url does not parse`,
+		`{"cells": {"eu": "postgres://u@h/db", "us": "postgres://u@h/db"}, "namespaces": {"acme": "eu", "acme": "us"}}`: `placement map: namespaces.acme is named twice`,
+		`{"cells": {"eu": "postgres://u@h/db", "eu": "postgres://u@g/db"}}`:                                             `placement map: cells.eu is named twice`,
+		`{"cells": {"eu": "postgres://u@h/db"}} {"cells": {}}`:                                                          `placement map: text after the JSON value`,
+		`{"cells": {"eu": "postgres://u@h/db"}, "namespaces": {"acme": "us"}}`:                                          `namespace "acme" is placed in cell "us", which it does not define (cells: "eu")`,
+		`{"cells": {"eu": "postgres://u:secret@h:notaport/db"}}`:                                                        `cell "eu": its URL does not parse (invalid port)`,
+		`{"cells": {"eu": "postgres://u:secret@h/db?pool_max_conns=abc"}}`:                                              `cell "eu": its URL does not parse (cannot parse pool_max_conns (strconv.ParseInt: parsing "abc": invalid syntax))`,
+		`{"cells": {"eu": "postgres://u@h/db"}, "namespace": {}}`:                                                       `unknown field "namespace"`,
+		`{"cells": {"eu": {"listen_url": "postgres://u@h/db"}}}`:                                                        `cell "eu" has no url`,
+		`{"cells": {"eu": {"url": "postgres://u@h/db", "listen": "x"}}}`:                                                `unknown field "listen"`,
+		`{"cells": {"eu": {"url": "postgres://u@h/db", "listen_url": "postgres://u:secret@h:x/db"}}}`:                   `cell "eu": its listen_url does not parse`,
 	} {
 		_, err := pgstore.ParsePlacement([]byte(doc))
 		require.ErrorContains(t, err, want, doc)

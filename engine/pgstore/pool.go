@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/url"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -59,6 +60,11 @@ const (
 	// DefaultHealthCheckPeriod: how often the pool closes idle and expired
 	// connections.
 	DefaultHealthCheckPeriod = 30 * time.Second
+	// DefaultConnectTimeout bounds a new connection's dial and start-up
+	// when the URL sets no connect_timeout (libpq's default is none): a
+	// host that drops packets, or accepts and never answers, fails its
+	// requests with store.ErrUnavailable in seconds, not minutes.
+	DefaultConnectTimeout = 10 * time.Second
 )
 
 // PoolOptions are a caller's defaults for a pool: each applies only where
@@ -100,6 +106,9 @@ func ParsePoolConfig(connString string, o PoolOptions) (*pgxpool.Config, error) 
 	}
 	if !sets["pool_health_check_period"] {
 		cfg.HealthCheckPeriod = DefaultHealthCheckPeriod
+	}
+	if cfg.ConnConfig.ConnectTimeout == 0 { // neither connect_timeout nor PGCONNECT_TIMEOUT
+		cfg.ConnConfig.ConnectTimeout = DefaultConnectTimeout
 	}
 	if pooler == PoolerTransaction && !sets["default_query_exec_mode"] {
 		cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
@@ -167,6 +176,14 @@ func NewPool(ctx context.Context, cfg *pgxpool.Config) (*pgxpool.Pool, error) {
 func ConnectFailure(err error) string {
 	var connectErr *pgconn.ConnectError
 	if !stderrors.As(err, &connectErr) {
+		// pgx's parse errors quote the string first ("cannot parse
+		// `URL`: cannot parse pool_max_conns (…)"): what follows names
+		// the setting and the cause, without the string.
+		if rest, ok := strings.CutPrefix(err.Error(), "cannot parse `"); ok {
+			if i := strings.Index(rest, "`: "); i >= 0 {
+				return rest[i+3:]
+			}
+		}
 		return lastClause(err.Error())
 	}
 	inner := stderrors.Unwrap(connectErr)
@@ -178,7 +195,11 @@ func ConnectFailure(err error) string {
 	}
 	reasons := make([]string, 0, len(each))
 	for _, e := range each {
-		reasons = append(reasons, perHostReason(e))
+		// sslmode=prefer tries each address twice, with and without
+		// TLS: the same reason once is enough.
+		if r := perHostReason(e); !slices.Contains(reasons, r) {
+			reasons = append(reasons, r)
+		}
 	}
 	return strings.Join(reasons, "; ")
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -24,6 +25,10 @@ func TestParsePoolConfig(t *testing.T) {
 	require.EqualValues(t, 3, cfg.MaxConns)
 	require.Equal(t, pgstore.DefaultMaxConnIdleTime, cfg.MaxConnIdleTime)
 	require.Equal(t, pgx.QueryExecModeCacheStatement, cfg.ConnConfig.DefaultQueryExecMode)
+	require.Equal(t, pgstore.DefaultConnectTimeout, cfg.ConnConfig.ConnectTimeout)
+	cfg, err = pgstore.ParsePoolConfig(base+"?connect_timeout=3", pgstore.PoolOptions{})
+	require.NoError(t, err)
+	require.Equal(t, 3*time.Second, cfg.ConnConfig.ConnectTimeout, "the URL's connect_timeout wins")
 
 	cfg, err = pgstore.ParsePoolConfig(base+"?pool_max_conns=7&pool_max_conn_idle_time=10s", pgstore.PoolOptions{MaxConns: 3})
 	require.NoError(t, err)
@@ -64,6 +69,7 @@ func TestOpenPoolNamesEveryHost(t *testing.T) {
 	q := u.Query()
 	q.Set("target_session_attrs", "standby") // the test server is a primary: it refuses too
 	q.Set("connect_timeout", "5")
+	q.Set("sslmode", "prefer") // each address tried twice, with TLS and without
 	u.RawQuery = q.Encode()
 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -72,8 +78,39 @@ func TestOpenPoolNamesEveryHost(t *testing.T) {
 	require.Error(t, err)
 	msg := err.Error()
 	require.Contains(t, msg, fmt.Sprintf("cannot reach the database at %s, %s", closed, live.Host))
-	require.Contains(t, msg, closed+": ")
+	require.Equal(t, 1, strings.Count(msg, closed+": "), "each reason named once: %s", msg)
 	require.Contains(t, msg, "connection refused")
 	require.Contains(t, msg, live.Host+": ")
 	require.Contains(t, msg, "standby")
+}
+
+// TestSilentHostFailsInSeconds: a host that accepts connections and never
+// answers (a cell cut off behind a proxy, a hung server) fails a pool's
+// connect after DefaultConnectTimeout, even under a context without a
+// deadline: without it, every request waited for the OS, or forever.
+func TestSilentHostFailsInSeconds(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer func() { _ = ln.Close() }()
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer func() { _ = conn.Close() }() // held open, never answered
+		}
+	}()
+	done := make(chan error, 1)
+	go func() {
+		_, err := pgstore.OpenPool(context.Background(), "postgres://u@"+ln.Addr().String()+"/db?sslmode=disable", pgstore.PoolOptions{MaxConns: 1})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		require.ErrorContains(t, err, "cannot reach the database at "+ln.Addr().String())
+	case <-time.After(3 * pgstore.DefaultConnectTimeout):
+		t.Fatal("a silent host held the connect past three connect timeouts")
+	}
 }

@@ -200,6 +200,8 @@ func interpretError(err error) error {
 			if strings.Contains(pgErr.Message, ".hot_") || strings.Contains(pgErr.Message, " hot_") {
 				return errors.Wrap(err, "the hot functions of this version of cairn are missing from its schema (a store without prepared statements calls them): run cairn migrate up with this version, as the schema's owner")
 			}
+		case "42P01": // undefined_table: a schema never migrated (a cell opened while down)
+			return errmark.Mark(errors.Wrap(err, "cairn's tables are missing from this schema: run cairn migrate up"), store.ErrUnavailable)
 		case "23505": // unique_violation
 			return errmark.Mark(err, store.ErrConflict)
 		case "40P01", "40001": // deadlock_detected, serialization_failure
