@@ -21,7 +21,7 @@ var allowedImports = map[string][]string{
 	"activities":               {"history", "internal/celenv"},
 	"engine/store":             {"history"},
 	"engine/internal/plan":     {"engine/store", "history", "internal/jsoncheck"},
-	"engine/pgstore":           {"engine/store", "engine/internal/plan", "internal/namedsql", "history", "migrations"},
+	"engine/pgstore":           {"engine/store", "engine/internal/plan", "internal/namedsql", "internal/jsoncheck", "history", "migrations"},
 	"engine/sqlitestore":       {"engine/store", "engine/internal/plan", "internal/namedsql", "history", "migrations"},
 	"engine":                   {"engine/store", "engine/internal/plan", "engine/internal/archive", "history"},
 	"engine/internal/archive":  {"history"},
