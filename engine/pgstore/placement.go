@@ -89,16 +89,26 @@ func ParsePlacement(data []byte) (*Placement, error) {
 	if len(p.Cells) == 0 {
 		return nil, errors.New("placement map: no cells")
 	}
-	for name, cell := range p.Cells {
+	databases := map[string]string{} // hosts and database → the cell naming them
+	for _, name := range slices.Sorted(maps.Keys(p.Cells)) {
+		cell := p.Cells[name]
 		if strings.TrimSpace(name) == "" {
 			return nil, errors.New("placement map: a cell has an empty name")
 		}
 		if cell.URL == "" {
 			return nil, errors.Newf("placement map: cell %q has no url", name)
 		}
-		if _, err := ParsePoolConfig(cell.URL, PoolOptions{}); err != nil {
+		cfg, err := ParsePoolConfig(cell.URL, PoolOptions{})
+		if err != nil {
 			return nil, errors.Newf("placement map: cell %q: its URL does not parse (%s)", name, ConnectFailure(err))
 		}
+		// Two cells on one database would be one cell with two leaders,
+		// each cell's collector seeing the other's rows.
+		database := Hosts(cfg.ConnConfig) + "/" + cfg.ConnConfig.Database
+		if other, ok := databases[database]; ok {
+			return nil, errors.Newf("placement map: cells %q and %q are the same database (%s): give each cell a database of its own", other, name, database)
+		}
+		databases[database] = name
 		if cell.ListenURL == "" {
 			continue
 		}

@@ -30,6 +30,7 @@ func TestPlacement(t *testing.T) {
 
 	for doc, want := range map[string]string{
 		`{"cells": {}}`: "placement map: no cells",
+		`{"cells": {"eu": "postgres://u:secret@h:5432/db", "us": "postgres://v@h/db?sslmode=disable"}}`:                 `placement map: cells "eu" and "us" are the same database (h:5432/db)`,
 		`{"cells": {"eu": "postgres://u@h/db", "us": "postgres://u@h/db"}, "namespaces": {"acme": "eu", "acme": "us"}}`: `placement map: namespaces.acme is named twice`,
 		`{"cells": {"eu": "postgres://u@h/db", "eu": "postgres://u@g/db"}}`:                                             `placement map: cells.eu is named twice`,
 		`{"cells": {"eu": "postgres://u@h/db"}} {"cells": {}}`:                                                          `placement map: text after the JSON value`,
