@@ -518,13 +518,11 @@ func (c *queueCollector) collectCells(ctx context.Context, ch chan<- prometheus.
 	failed := make([]bool, len(names))
 	var wg sync.WaitGroup
 	for i, name := range names {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			var err error
 			read[i], err = c.read(ctx, c.cells.Store(name), c.placedIn(name))
 			failed[i] = err != nil
-		}()
+		})
 	}
 	wg.Wait()
 	for i, name := range names {

@@ -175,7 +175,7 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	if err := validateName("namespace", ns); err != nil {
 		return nil, err
 	}
-	base, err := placedStore(cfg.Cells, ns, cfg)
+	base, err := placedStore(cfg, ns)
 	if err != nil {
 		return nil, errors.Wrap(err, "client")
 	}

@@ -174,15 +174,15 @@ func baseStore(st store.Store) store.Store {
 }
 
 // placedStore is the store a namespace's client uses: its cell's, when
-// cells are set, else st (nil: a PostgreSQL store over the pool).
-func placedStore(cells *engine.Cells, namespace string, cfg ClientConfig) (store.Store, error) {
-	if cells == nil {
+// cfg.Cells is set, else cfg.Store (nil: a PostgreSQL store over the pool).
+func placedStore(cfg ClientConfig, namespace string) (store.Store, error) {
+	if cfg.Cells == nil {
 		return cfg.Store, nil
 	}
 	if err := cellsAlone(cfg.Store, cfg.Pool != nil, cfg.Schema, cfg.ListenURL); err != nil {
 		return nil, err
 	}
-	_, st, err := cells.Of(namespace)
+	_, st, err := cfg.Cells.Of(namespace)
 	if err != nil {
 		return nil, errmark.Mark(err, ErrInvalid)
 	}

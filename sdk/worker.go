@@ -561,41 +561,28 @@ func (w *Worker) stop(ctx context.Context, cancel bool) error {
 // cells' rescuers resign their leadership as soon as their processors are
 // done. It returns the first processor's error.
 func (w *Worker) stopCells(ctx context.Context, cancel bool) error {
-	errs := make([][]error, len(w.cells))
+	errs := make([]error, len(w.cells))
 	var wg sync.WaitGroup
 	for i, c := range w.cells {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = c.stop(ctx, cancel)
-		}()
+		wg.Go(func() { errs[i] = c.stop(ctx, cancel) })
 	}
 	wg.Wait()
-	for _, cellErrs := range errs {
-		for _, err := range cellErrs {
-			if err != nil {
-				return err
-			}
-		}
-	}
-	return nil
+	return firstError(errs)
 }
 
 // stop stops the cell's processors at once, then its notifier and
-// rescuer; it returns each processor's error.
-func (c *workerCell) stop(ctx context.Context, cancel bool) []error {
+// rescuer; it returns the first processor's error.
+func (c *workerCell) stop(ctx context.Context, cancel bool) error {
 	errs := make([]error, len(c.processors))
 	var wg sync.WaitGroup
 	for i, p := range c.processors {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			if cancel {
 				errs[i] = p.StopAndCancel(ctx)
 			} else {
 				errs[i] = p.Stop(ctx)
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	if c.notifier != nil {
@@ -604,7 +591,17 @@ func (c *workerCell) stop(ctx context.Context, cancel bool) []error {
 	if c.rescuer != nil {
 		c.rescuer.Stop()
 	}
-	return errs
+	return firstError(errs)
+}
+
+// firstError is the first of errs that is not nil, else nil.
+func firstError(errs []error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // timeoutCtx is a stop's context: the caller's, and done as well once

@@ -469,9 +469,9 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 		s.writeProblem(w, r, problem(http.StatusServiceUnavailable, codeNotReady, "the server is shutting down"))
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-	defer cancel()
 	if s.cells == nil {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
 		if err := s.cfg.Store.Ping(ctx); err != nil {
 			s.writeProblem(w, r, problem(http.StatusServiceUnavailable, codeNotReady, "the database does not answer"))
 			return
@@ -481,9 +481,9 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 	}
 	// A probe gives up after about a second (Kubernetes' default): one
 	// cell out of reach must not make every answer that slow.
-	cellsCtx, cancelCells := context.WithTimeout(r.Context(), cellPingTimeout)
-	defer cancelCells()
-	states, up := s.pingCells(cellsCtx)
+	ctx, cancel := context.WithTimeout(r.Context(), cellPingTimeout)
+	defer cancel()
+	states, up := s.pingCells(ctx)
 	if up == 0 {
 		s.writeProblem(w, r, problem(http.StatusServiceUnavailable, codeNotReady, "no cell's database answers"))
 		return
@@ -502,11 +502,9 @@ func (s *Server) pingCells(ctx context.Context) (map[string]string, int) {
 	answered := make([]bool, len(names))
 	var wg sync.WaitGroup
 	for i, name := range names {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			answered[i] = s.cells.Store(name).Ping(ctx) == nil
-		}()
+		})
 	}
 	wg.Wait()
 	states, up := map[string]string{}, 0

@@ -242,28 +242,35 @@ func (g *globals) openCells(ctx context.Context, o storeOpts) (*engine.Cells, fu
 	if err != nil {
 		return nil, nil, errmark.Mark(errors.Wrap(err, "--placement"), configError)
 	}
-	if err := warnCellsDown(opened, o.cellsDown, o.migrate); err != nil {
-		opened.Close()
-		return nil, nil, err
-	}
-	decorate, err := g.decorator()
+	cells, err := g.placeCells(opened, o)
 	if err != nil {
 		opened.Close()
 		return nil, nil, err
+	}
+	return cells, opened.Close, nil
+}
+
+// placeCells warns of the cells that did not answer, decorates every
+// cell's store as g.store does, and places them as the map says.
+func (g *globals) placeCells(opened *pgstore.CellStores, o storeOpts) (*engine.Cells, error) {
+	if err := warnCellsDown(opened, o.cellsDown, o.migrate); err != nil {
+		return nil, err
+	}
+	decorate, err := g.decorator()
+	if err != nil {
+		return nil, err
 	}
 	decorated := map[string]store.Store{}
 	for name, st := range opened.Stores {
 		if decorated[name], err = decorate(st); err != nil {
-			opened.Close()
-			return nil, nil, err
+			return nil, err
 		}
 	}
 	cells, err := engine.NewCells(decorated, g.cells.Namespaces)
 	if err != nil {
-		opened.Close()
-		return nil, nil, errmark.Mark(errors.Wrap(err, "--placement"), configError)
+		return nil, errmark.Mark(errors.Wrap(err, "--placement"), configError)
 	}
-	return cells, opened.Close, nil
+	return cells, nil
 }
 
 // warnCellsDown logs each cell that did not answer when opened, and

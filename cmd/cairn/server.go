@@ -225,11 +225,9 @@ func runServerWith(cmd *cobra.Command, g *globals, f *serverFlags, also alongsid
 func stopAll(rescuers []*engine.Rescuer) {
 	var wg sync.WaitGroup
 	for _, r := range rescuers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			r.Stop()
-		}()
+		})
 	}
 	wg.Wait()
 }

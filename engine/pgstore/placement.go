@@ -225,11 +225,9 @@ func OpenCells(ctx context.Context, p *Placement, o CellOptions) (*CellStores, e
 	opened := make([]cellOpened, len(names))
 	var wg sync.WaitGroup
 	for i, name := range names {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			opened[i] = openCell(ctx, p.Cells[name], o)
-		}()
+		})
 	}
 	wg.Wait()
 	cs := &CellStores{Stores: map[string]store.Store{}, Unreachable: map[string]error{}}
