@@ -1,10 +1,12 @@
 package pgstore
 
 import (
+	"bytes"
 	"context"
 	"time"
 
 	"github.com/cockroachdb/errors"
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/cairnflow/cairn/engine/internal/plan"
@@ -124,9 +126,86 @@ func (s *Store) EventAppend(ctx context.Context, p *store.EventAppendParams) (hi
 
 // EventAppendMany appends to many tasks' logs in one statement: the group
 // commit behind worker outcomes. Each append succeeds or is refused on its
-// own (see [Store.EventAppend]); the returned error is for the statement as
-// a whole, and then nothing was written. ps must not name a task twice.
+// own (see [Store.EventAppend]); the returned error is for the batch as a
+// whole, and then nothing was written.
+//
+// ps may name a task more than once (a stale attempt's outcome queued
+// beside the new attempt's append): such appends are judged one after
+// another in the order of ps, each against the task as the ones before it
+// left it, as SQLite's loop judges them. The statement holds one append per
+// task (it writes a task's events by its id), so such a batch is written in
+// rounds, the k-th append of each task in the k-th, in one transaction.
 func (s *Store) EventAppendMany(ctx context.Context, ps []*store.EventAppendParams) ([]store.AppendResult, error) {
+	rounds := appendRounds(ps)
+	if rounds == nil {
+		out, parents, err := s.appendRound(ctx, s.pool, ps)
+		if err != nil {
+			return nil, errors.Wrap(interpretError(err), "append events")
+		}
+		s.appended(ps, out, parents)
+		return out, nil
+	}
+	out := make([]store.AppendResult, len(ps))
+	var parents []parentWrite
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		parents = nil
+		for _, round := range rounds {
+			sub := make([]*store.EventAppendParams, len(round))
+			for k, i := range round {
+				sub[k] = ps[i]
+			}
+			res, written, err := s.appendRound(ctx, tx, sub)
+			if err != nil {
+				return err
+			}
+			for k, i := range round {
+				out[i] = res[k]
+			}
+			parents = append(parents, written...)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, errors.Wrap(interpretError(err), "append events")
+	}
+	s.appended(ps, out, parents)
+	return out, nil
+}
+
+// appendRounds splits ps into rounds when it names a task more than once:
+// the indexes of each task's first append, then of its second, and so on,
+// each in the order of ps. It returns nil when ps names every task once;
+// the appender's batches, in id order, are seen to without a map.
+func appendRounds(ps []*store.EventAppendParams) [][]int {
+	ascending := true
+	for i := 1; i < len(ps) && ascending; i++ {
+		ascending = bytes.Compare(ps[i-1].TaskID[:], ps[i].TaskID[:]) < 0
+	}
+	if ascending {
+		return nil
+	}
+	seen := make(map[uuid.UUID]int, len(ps))
+	var rounds [][]int
+	for i, p := range ps {
+		r := seen[p.TaskID]
+		seen[p.TaskID] = r + 1
+		if r == len(rounds) {
+			rounds = append(rounds, nil)
+		}
+		rounds[r] = append(rounds[r], i)
+	}
+	if len(rounds) == 1 {
+		return nil
+	}
+	return rounds
+}
+
+// appendRound runs EventAppendMany's statement for ps, which names each
+// task once, on q (the pool, or the transaction of a batch in rounds), and
+// finds out on q why each refused append was refused. It returns the
+// results and the parents' appends of the children it ended; nothing is
+// observed or cached until the caller knows they committed.
+func (s *Store) appendRound(ctx context.Context, q txQuerier, ps []*store.EventAppendParams) ([]store.AppendResult, []parentWrite, error) {
 	batch, now := newAppendBatch(len(ps)), s.now()
 	out := make([]store.AppendResult, len(ps))
 	valid := 0
@@ -141,41 +220,44 @@ func (s *Store) EventAppendMany(ctx context.Context, ps []*store.EventAppendPara
 		valid++
 	}
 	if valid == 0 {
-		return out, nil
+		return out, nil, nil
 	}
 	var ok map[[16]byte]bool
 	var parents []parentWrite
+	var err error
 	if endsAChild(ps, out) {
-		var err error
-		if ok, parents, err = s.appendReporting(ctx, ps, out, batch); err != nil {
-			return nil, errors.Wrap(interpretError(err), "append events")
-		}
+		ok, parents, err = s.appendReporting(ctx, q, ps, out, batch)
 	} else {
-		var err error
-		if ok, err = s.writeBatch(ctx, s.pool, batch); err != nil {
-			return nil, errors.Wrap(interpretError(err), "append events")
-		}
+		ok, err = s.writeBatch(ctx, q, batch)
 	}
-	s.rememberParents(parents)
-	if s.metrics != nil {
-		for _, w := range parents {
-			s.metrics.ObserveAppended(w.p, w.next)
-		}
+	if err != nil {
+		return nil, nil, err
 	}
 	for i, p := range ps {
-		if out[i].Err == nil && ok[p.TaskID] {
-			// Committed: the rows are all read, so the statement is over.
-			if s.metrics != nil {
-				s.metrics.ObserveAppended(p, out[i].State)
-			}
-		}
 		if out[i].Err != nil || ok[p.TaskID] {
 			continue
 		}
 		out[i].State = p.State
-		out[i].Err = s.explainRefusal(ctx, s.pool, p)
+		out[i].Err = s.explainRefusal(ctx, q, p)
 	}
-	return out, nil
+	return out, parents, nil
+}
+
+// appended records a committed batch: the parents' states are cached, and
+// its writes counted.
+func (s *Store) appended(ps []*store.EventAppendParams, out []store.AppendResult, parents []parentWrite) {
+	s.rememberParents(parents)
+	if s.metrics == nil {
+		return
+	}
+	for _, w := range parents {
+		s.metrics.ObserveAppended(w.p, w.next)
+	}
+	for i, p := range ps {
+		if out[i].Err == nil {
+			s.metrics.ObserveAppended(p, out[i].State)
+		}
+	}
 }
 
 // explainRefusal finds out why an append wrote nothing.

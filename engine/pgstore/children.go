@@ -104,10 +104,11 @@ func endsAChild(ps []*store.EventAppendParams, out []store.AppendResult) bool {
 // wait for each other rather than deadlock; the parents' histories are
 // read under the lock, after the batch's own writes, and cannot move
 // before the commit. It returns the ids written and the parents' appends.
-func (s *Store) appendReporting(ctx context.Context, ps []*store.EventAppendParams, out []store.AppendResult, batch *appendBatch) (map[[16]byte]bool, []parentWrite, error) {
+// On a transaction q (a batch in rounds) its own is a savepoint.
+func (s *Store) appendReporting(ctx context.Context, q txQuerier, ps []*store.EventAppendParams, out []store.AppendResult, batch *appendBatch) (map[[16]byte]bool, []parentWrite, error) {
 	var ok map[[16]byte]bool
 	var parents []parentWrite
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, q, func(tx pgx.Tx) error {
 		ok, parents = nil, nil
 		lock := make([]uuid.UUID, 0, len(ps)+1)
 		for i, p := range ps {

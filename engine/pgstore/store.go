@@ -49,6 +49,13 @@ type querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
+// txQuerier is the pool or a transaction: what runs on either and opens a
+// transaction of its own (a savepoint within one).
+type txQuerier interface {
+	querier
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
 // Config configures a [Store].
 type Config struct {
 	// Pool is the connection pool. Required.

@@ -22,6 +22,7 @@ var appendTests = []conformanceTest{
 	{"AppendFailureThenTerminalFailsTheTask", testAppendFailureThenTerminal},
 	{"AppendRetryReschedules", testAppendRetryReschedules},
 	{"EventAppendManyJudgesEachAppendAlone", testEventAppendManyEachAlone},
+	{"EventAppendManyNamingATaskTwiceJudgesEachInTurn", testEventAppendManyNamesATaskTwice},
 }
 
 func stepPayload(pos int) history.StepCompletedData {
@@ -232,4 +233,102 @@ func testEventAppendManyEachAlone(t *testing.T, s store.Store) {
 	require.JSONEq(t, `"a"`, string(getTask(t, s, a).Output))
 	requireUnchanged(t, s, b, 2)
 	require.Equal(t, history.StatusRunning, getTask(t, s, b).Status)
+}
+
+// reclaimed claims a fresh task for owner, hands it back and claims it
+// again: the attempt a failover leaves behind. It returns the first
+// (stale) claim and the second (current) one.
+func reclaimed(t *testing.T, s store.Store, owner string) (stale, current *store.ClaimedTask) {
+	t.Helper()
+	id := start(t, s, spec{})
+	stale = claimOne(t, s, owner, time.Minute)
+	require.Equal(t, id, stale.Task.ID)
+	_, err := appendFenced(t, s, stale, history.TaskReleasedData{WorkerID: owner, LeaseEpoch: stale.State.Lease.Epoch})
+	require.NoError(t, err)
+	current = claimWhenDue(t, s, claimParams(owner, 1, time.Minute))
+	require.Equal(t, id, current.Task.ID)
+	require.Greater(t, current.State.Lease.Epoch, stale.State.Lease.Epoch)
+	return stale, current
+}
+
+// testEventAppendManyNamesATaskTwice: a batch may name a task more than
+// once (a stale attempt's outcome queued beside the new attempt's append,
+// after a failover lost the first lease). Its appends are judged one after
+// another in the batch's order, each against the task as the appends
+// before it left it: a stale one is fenced whichever comes first, of two
+// appends at the same seq the first is written and the second conflicts,
+// an append that follows the one before it is written too, and the other
+// tasks' appends are written as if the task were named once.
+func testEventAppendManyNamesATaskTwice(t *testing.T, s store.Store) {
+	xStale, x := reclaimed(t, s, "w")
+	vStale, v := reclaimed(t, s, "w")
+	start(t, s, spec{})
+	y := claimOne(t, s, "w", time.Minute)
+	start(t, s, spec{})
+	z := claimOne(t, s, "w", time.Minute)
+	a, b := start(t, s, spec{}), start(t, s, spec{})
+	claimed := claim(t, s, claimParams("w", 2, time.Minute))
+	require.Len(t, claimed, 2)
+	require.Equal(t, map[uuid.UUID]bool{a: true, b: true}, claimedIDs(claimed))
+
+	step := func(ct *store.ClaimedTask, state history.State, pos int, output string) *store.EventAppendParams {
+		return &store.EventAppendParams{TaskID: ct.Task.ID, State: state, Epoch: ct.State.Lease.Epoch, Attempt: ct.State.Attempt,
+			Payloads: []history.Payload{history.StepCompletedData{Position: pos, Name: "step", Output: json.RawMessage(output)}}}
+	}
+	done := func(ct *store.ClaimedTask) *store.EventAppendParams {
+		return &store.EventAppendParams{TaskID: ct.Task.ID, State: ct.State, Epoch: ct.State.Lease.Epoch, Attempt: ct.State.Attempt,
+			Payloads: []history.Payload{history.TaskCompletedData{Output: completedOutput}}}
+	}
+	// z's second append follows its first.
+	zAfter, err := history.Apply(z.State, history.Event{Seq: z.State.LastSeq + 1, At: time.Now(), Attempt: z.State.Attempt, Data: stepPayload(0)})
+	require.NoError(t, err)
+	ps := []*store.EventAppendParams{
+		done(claimed[0]),
+		step(xStale, xStale.State, 0, `"stale"`),
+		step(y, y.State, 0, `"first"`),
+		step(x, x.State, 0, `"x"`),
+		step(v, v.State, 0, `"v"`),
+		step(y, y.State, 0, `"second"`),
+		step(z, z.State, 0, `{"pos": 1}`),
+		step(z, zAfter, 1, `"z"`),
+		step(vStale, vStale.State, 0, `"stale"`),
+		done(claimed[1]),
+	}
+	res, err := s.EventAppendMany(testContext(t), ps)
+	require.NoError(t, err, "a batch naming a task twice is judged append by append")
+	require.Len(t, res, len(ps))
+
+	for _, i := range []int{0, 9} {
+		require.NoError(t, res[i].Err, "another task's append %d", i)
+		require.Equal(t, history.StatusCompleted, res[i].State.Status)
+		require.Equal(t, history.StatusCompleted, getTask(t, s, ps[i].TaskID).Status)
+	}
+	for _, i := range []int{1, 8} {
+		requireIs(t, res[i].Err, store.ErrFenced, "the stale attempt's append %d", i)
+		require.Equal(t, ps[i].State.LastSeq, res[i].State.LastSeq, "a refused append returns the old state")
+	}
+	for _, i := range []int{2, 3, 4, 6, 7} {
+		require.NoError(t, res[i].Err, "append %d", i)
+		require.Equal(t, ps[i].State.LastSeq+1, res[i].State.LastSeq)
+	}
+	requireIs(t, res[5].Err, store.ErrConflict, "the second append at y's seq")
+	require.Equal(t, y.State.LastSeq, res[5].State.LastSeq)
+
+	// What each task's log holds: the current attempt's step after the
+	// hand-back, not the stale one; y's first step; both of z's.
+	for _, c := range []struct {
+		ct     *store.ClaimedTask
+		output string
+		steps  int
+	}{{x, `"x"`, 1}, {v, `"v"`, 1}, {y, `"first"`, 1}, {z, `"z"`, 2}} {
+		task := getTask(t, s, c.ct.Task.ID)
+		require.Equal(t, history.StatusRunning, task.Status)
+		require.Equal(t, c.ct.State.LastSeq+int64(c.steps), task.LastSeq)
+		evs := events(t, s, c.ct.Task.ID)
+		require.Len(t, evs, int(task.LastSeq))
+		last := evs[len(evs)-1].Data.(history.StepCompletedData)
+		require.JSONEq(t, c.output, string(last.Output))
+		require.Equal(t, c.ct.State.Attempt, evs[len(evs)-1].Attempt)
+	}
+	require.Equal(t, 6, requireReplayMatches(t, s))
 }

@@ -19,6 +19,7 @@ var childTests = []conformanceTest{
 	{"StartChildrenFencedWritesNothing", testStartChildrenFenced},
 	{"ChildEndReportsToItsAwaitingParent", testChildReportsToParent},
 	{"ChildrenEndingInOneBatchReportInOneAppend", testChildrenReportInOneBatch},
+	{"ChildEndInABatchNamingItTwiceReportsOnce", testChildEndNamedTwiceReportsOnce},
 	{"FailedChildReportsItsEvidence", testFailedChildReports},
 	{"ChildOfFinishedParentReportsNothing", testChildOfFinishedParent},
 }
@@ -178,4 +179,51 @@ func allTaskIDs(t *testing.T, s store.Store) []uuid.UUID {
 	ids, err := s.TaskIDListAll(testContext(t))
 	require.NoError(t, err)
 	return ids
+}
+
+// testChildEndNamedTwiceReportsOnce: a batch naming a child twice (its
+// stale attempt's end and its current attempt's), beside another child's
+// end, writes each end in turn; the parent hears of each child once, from
+// the append that was written.
+func testChildEndNamedTwiceReportsOnce(t *testing.T, s store.Store) {
+	parent, res := startChildren(t, s, 2)
+	awaitChildren(t, s, parent, 0, 1)
+	claimed := claim(t, s, claimParams("w", 2, time.Minute))
+	require.Len(t, claimed, 2)
+	other, stale := claimed[0], claimed[1]
+	_, err := appendFenced(t, s, stale, history.TaskReleasedData{WorkerID: "w", LeaseEpoch: stale.State.Lease.Epoch})
+	require.NoError(t, err)
+	current := claimWhenDue(t, s, claimParams("w", 1, time.Minute))
+	require.Equal(t, stale.Task.ID, current.Task.ID)
+
+	end := func(ct *store.ClaimedTask, output string) *store.EventAppendParams {
+		return &store.EventAppendParams{TaskID: ct.Task.ID, State: ct.State, Epoch: ct.State.Lease.Epoch, Attempt: ct.State.Attempt,
+			Payloads: []history.Payload{history.TaskCompletedData{Output: json.RawMessage(output)}}}
+	}
+	out, err := s.EventAppendMany(testContext(t), []*store.EventAppendParams{
+		end(stale, `"stale"`), end(other, `"other"`), end(current, `"current"`),
+	})
+	require.NoError(t, err)
+	requireIs(t, out[0].Err, store.ErrFenced)
+	require.NoError(t, out[1].Err)
+	require.NoError(t, out[2].Err)
+
+	var finished []int
+	for _, e := range events(t, s, parent.Task.ID) {
+		if f, ok := e.Data.(history.ChildFinishedData); ok {
+			finished = append(finished, f.Position)
+		}
+	}
+	require.ElementsMatch(t, []int{0, 1}, finished, "each child reported once")
+	ps := stateOf(t, s, parent.Task.ID)
+	for pos, id := range res.IDs {
+		want := `"other"`
+		if id == current.Task.ID {
+			want = `"current"`
+		}
+		require.True(t, ps.Children[pos].Finished)
+		requireJSONEqual(t, json.RawMessage(want), ps.Children[pos].Output, "child %d", pos)
+	}
+	require.Equal(t, history.StatusPending, ps.Status, "both children it awaited finished")
+	require.Equal(t, 3, requireReplayMatches(t, s))
 }
