@@ -301,12 +301,16 @@ func (a *appender) recognizeOwnCommits(ctx context.Context, params []*store.Even
 
 // committedAlready reports whether p's events are in the task's log
 // (events, whole) right after p.State: the same payloads, of p's attempt,
-// at the seqs p expected. Only the holder of p's lease writes an attempt's
-// events, so finding them there means p's own write committed. It returns
-// the state after them.
+// at the seqs p expected, under p's lease. Only the holder of p's lease
+// writes an attempt's events, so finding them there means p's own write
+// committed. It returns the state after them.
+//
+// The lease matters: a claim lost in a failover leaves its attempt running
+// while the same worker claims the task again, and the new attempt has the
+// same number and writes the same steps, under another epoch.
 func committedAlready(p *store.EventAppendParams, events []history.Event) (history.State, bool) {
 	from, n := p.State.LastSeq, int64(len(p.Payloads))
-	if n == 0 || int64(len(events)) < from+n {
+	if n == 0 || int64(len(events)) < from+n || leaseEpochAt(events[:from]) != p.Epoch {
 		return p.State, false
 	}
 	state := p.State
@@ -320,6 +324,17 @@ func committedAlready(p *store.EventAppendParams, events []history.Event) (histo
 		}
 	}
 	return state, true
+}
+
+// leaseEpochAt is the epoch of the last attempt_started in events: the
+// lease the next events of a running attempt are written under (0 if none).
+func leaseEpochAt(events []history.Event) int64 {
+	for i := len(events) - 1; i >= 0; i-- {
+		if started, ok := events[i].Data.(history.AttemptStartedData); ok {
+			return started.LeaseEpoch
+		}
+	}
+	return 0
 }
 
 // samePayload reports whether two payloads are the same event: the same
