@@ -269,7 +269,7 @@ type RetryPolicy struct {
 // DefaultRetryPolicy is used where none is given: 10 attempts, backoff from
 // 1s doubling to at most 5m, with full jitter, no time budget.
 var DefaultRetryPolicy = RetryPolicy{
-	MaxAttempts:     10,
+	MaxAttempts:     history.DefaultMaxAttempts, // what a task recorded without a budget gets
 	InitialInterval: time.Second,
 	Multiplier:      2,
 	MaxInterval:     5 * time.Minute,

@@ -146,16 +146,26 @@ func TestRescueExpired(t *testing.T) {
 		require.Equal(t, 1, enginetest.RequireProjectionsMatch(t, s))
 	})
 
-	t.Run("NoLimitRetriesForever", func(t *testing.T) {
+	t.Run("NoBudgetIsTheDefaultBudget", func(t *testing.T) {
 		t.Parallel()
+		// max_attempts 0 (a child started before children recorded their
+		// type's budget) is the default budget, never unlimited.
 		s := enginetest.Store(t)
 		id := enginetest.StartTask(t, s, &enginetest.TaskOpts{MaxAttempts: 0})
-		for attempt := 1; attempt <= 3; attempt++ {
+		for attempt := 1; attempt <= history.DefaultMaxAttempts; attempt++ {
 			ct := enginetest.ClaimOne(t, s, fmt.Sprintf("w%d", attempt), tinyTTL)
 			require.Equal(t, attempt, ct.Task.Attempt)
 			enginetest.RescueOne(t, s)
-			require.Equal(t, history.StatusRetrying, enginetest.GetTask(t, s, id).Status)
+			if attempt < history.DefaultMaxAttempts {
+				require.Equal(t, history.StatusRetrying, enginetest.GetTask(t, s, id).Status, "attempt %d", attempt)
+			}
 		}
+		task := enginetest.GetTask(t, s, id)
+		require.Equal(t, history.StatusDeadLettered, task.Status, "dead-lettered at the default budget")
+		evs := enginetest.Events(t, s, id)
+		dead, ok := evs[len(evs)-1].Data.(history.TaskDeadLetteredData)
+		require.True(t, ok)
+		require.Equal(t, fmt.Sprintf("lease expired on attempt %d of %d", history.DefaultMaxAttempts, history.DefaultMaxAttempts), dead.Reason)
 		require.Equal(t, 1, enginetest.RequireProjectionsMatch(t, s))
 	})
 

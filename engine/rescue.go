@@ -112,8 +112,10 @@ func rescuePayloads(state history.State, now time.Time) []history.Payload {
 		Message:      fmt.Sprintf("worker %s stopped renewing its lease", state.Lease.Owner),
 		ClassifiedBy: "rule:lease_expired",
 	}
-	switch max := state.Scheduled.MaxAttempts; {
-	case max > 0 && state.Budget.Attempts >= max:
+	// A task recorded without a budget (0) has the default one, never
+	// none: a step that keeps killing its worker is dead-lettered too.
+	switch max := history.AttemptBudget(state.Scheduled.MaxAttempts); {
+	case state.Budget.Attempts >= max:
 		out = append(out, history.TaskDeadLetteredData{
 			Reason: fmt.Sprintf("lease expired on attempt %d of %d", state.Budget.Attempts, max),
 			Error:  evidence,

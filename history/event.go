@@ -91,7 +91,10 @@ type TaskScheduledData struct {
 	IdempotencyKey string            `json:"idempotency_key,omitempty"`
 	TraceID        string            `json:"trace_id,omitempty"`
 	Labels         map[string]string `json:"labels,omitempty"`
-	MaxAttempts    int               `json:"max_attempts"`
+	// MaxAttempts is the retry budget: the most attempts a step gets. 0
+	// (a history written without one) means DefaultMaxAttempts, never
+	// unlimited: read it through AttemptBudget.
+	MaxAttempts int `json:"max_attempts"`
 	// Deadline, when set, is the schedule-to-close deadline: the task is
 	// given up (dead-lettered) rather than started or retried after it.
 	Deadline *time.Time `json:"deadline,omitempty"`
@@ -112,6 +115,20 @@ type TaskScheduledData struct {
 	// (child_finished).
 	ParentID       string `json:"parent_id,omitempty"`
 	ParentPosition int    `json:"parent_position,omitempty"`
+}
+
+// DefaultMaxAttempts is the retry budget of a task scheduled without one
+// (max_attempts 0), and the default retry policy's.
+const DefaultMaxAttempts = 10
+
+// AttemptBudget is the retry budget max_attempts n stands for: n, or
+// DefaultMaxAttempts when n is 0 (or less). No budget is unlimited: a step
+// that keeps crashing its worker is dead-lettered at it.
+func AttemptBudget(n int) int {
+	if n <= 0 {
+		return DefaultMaxAttempts
+	}
+	return n
 }
 
 // MaxFairnessWeight bounds [TaskScheduledData.FairnessWeight].

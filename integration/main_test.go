@@ -48,6 +48,12 @@ func runHelper(name string) int {
 			return 1
 		}
 		return 0
+	case "crash-kids-worker":
+		if err := runCrashKidsWorker(); err != nil {
+			fmt.Fprintln(os.Stderr, "crash-kids-worker:", err)
+			return 1
+		}
+		return 0
 	}
 	fmt.Fprintln(os.Stderr, "unknown helper", name)
 	return 2

@@ -390,6 +390,9 @@ func (c *Client) checkedStartParams(wf WorkflowRef, input any, opts *StartOpts) 
 	if opts.MaxAttempts > 0 {
 		maxAttempts = opts.MaxAttempts
 	}
+	// A type registered without a budget gets the default: a start always
+	// records one.
+	maxAttempts = history.AttemptBudget(maxAttempts)
 	var raw json.RawMessage
 	if r, ok := input.(json.RawMessage); ok {
 		if !json.Valid(r) {
@@ -555,7 +558,7 @@ type TaskInfo struct {
 func taskInfo(t *store.Task) *TaskInfo {
 	return &TaskInfo{
 		ID: t.ID, Namespace: t.Namespace, Type: t.Type, TypeVersion: t.TypeVersion, Queue: t.Queue,
-		Status: t.Status, Priority: t.Priority, Attempt: t.Attempt, MaxAttempts: t.MaxAttempts,
+		Status: t.Status, Priority: t.Priority, Attempt: t.Attempt, MaxAttempts: history.AttemptBudget(t.MaxAttempts),
 		IdempotencyKey: t.IdempotencyKey, TraceID: t.TraceID, Input: t.Input, Output: t.Output,
 		LastError: t.LastError, LeaseOwner: t.LeaseOwner, RunAt: t.RunAt, CreatedAt: t.CreatedAt,
 		UpdatedAt: t.UpdatedAt, StartedAt: t.StartedAt, FinishedAt: t.FinishedAt, Deadline: t.Deadline,

@@ -147,9 +147,11 @@ func (w *Workflow[In, Out]) TypeVersion() int { return w.version }
 func (w *Workflow[In, Out]) typeDefaults() workflowDefaults { return w.defaults }
 
 // ChildDefaults implements [workflow.Definition]: a child of this type
-// goes to the type's queue, under its ScheduleToClose.
+// goes to the type's queue, with its retry budget, under its
+// ScheduleToClose, as a task of the type started on its own does.
 func (w *Workflow[In, Out]) ChildDefaults() workflow.ChildDefaults {
-	return workflow.ChildDefaults{Queue: w.defaults.queue, ScheduleToClose: w.defaults.scheduleToClose}
+	return workflow.ChildDefaults{Queue: w.defaults.queue, MaxAttempts: w.defaults.retry.MaxAttempts,
+		ScheduleToClose: w.defaults.scheduleToClose}
 }
 
 // Func implements [workflow.Definition]: the workflow function.

@@ -2,6 +2,7 @@ package workflow
 
 import (
 	"encoding/json"
+	"math"
 	"time"
 
 	"github.com/cockroachdb/errors"
@@ -25,7 +26,11 @@ type Definition[In, Out any] interface {
 // ChildDefaults are a workflow type's defaults for its tasks started as
 // children.
 type ChildDefaults struct {
-	Queue           string        // default "default"
+	Queue string // default "default"
+	// MaxAttempts is the type's retry budget, which the child's rescues
+	// count against too (a step that kills its worker). 0: the default
+	// policy's (history.DefaultMaxAttempts), never unlimited.
+	MaxAttempts     int
 	ScheduleToClose time.Duration // 0: no deadline
 }
 
@@ -50,7 +55,8 @@ type ChildOpts struct {
 	Queue string
 	// Priority of the child in its queue (higher first).
 	Priority int
-	// MaxAttempts overrides the child type's retry budget.
+	// MaxAttempts overrides the child type's retry budget
+	// (ChildDefaults.MaxAttempts); 0 keeps it. At most math.MaxInt32.
 	MaxAttempts int
 	// Labels of the child task.
 	Labels map[string]string
@@ -106,16 +112,27 @@ func StartChild[In, Out any](ctx Context, wf Definition[In, Out], input In, opts
 	if err != nil {
 		return &Child[Out]{err: errors.Wrapf(err, "workflow.StartChild %s: encode input", wf.TypeName())}
 	}
+	defaults := wf.ChildDefaults()
 	queue := o.Queue
 	if queue == "" {
-		queue = wf.ChildDefaults().Queue
+		queue = defaults.Queue
+	}
+	if o.MaxAttempts < 0 || o.MaxAttempts > math.MaxInt32 {
+		return &Child[Out]{err: errors.Newf("workflow.StartChild %s: MaxAttempts %d is outside 0..%d", wf.TypeName(), o.MaxAttempts, math.MaxInt32)}
+	}
+	// The child's budget is recorded with it, as a start of its type on
+	// its own records the type's: the rescuer, which runs no user code,
+	// counts its crashed attempts against it.
+	maxAttempts := o.MaxAttempts
+	if maxAttempts == 0 {
+		maxAttempts = history.AttemptBudget(defaults.MaxAttempts)
 	}
 	h, err := interpreter.StartChild(ctx, interpreter.ChildRequest{
 		TaskType: wf.TypeName(), TypeVersion: wf.TypeVersion(), Input: raw,
 		Options: interpreter.ChildOptions{
-			Queue: queue, Priority: o.Priority, MaxAttempts: o.MaxAttempts, Labels: o.Labels,
+			Queue: queue, Priority: o.Priority, MaxAttempts: maxAttempts, Labels: o.Labels,
 			FairnessKey: o.FairnessKey, OnParentClose: string(o.OnParentClose),
-			ScheduleToClose: wf.ChildDefaults().ScheduleToClose,
+			ScheduleToClose: defaults.ScheduleToClose,
 		},
 	})
 	return &Child[Out]{h: h, err: err}

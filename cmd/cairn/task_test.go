@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -13,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/sdk"
 	"github.com/cairnflow/cairn/server"
 	"github.com/cockroachdb/errors"
@@ -275,6 +277,26 @@ func TestCLITaskSignal(t *testing.T) {
 			tg.mustRun(t, "task", "cancel", id)
 			_, _, err = tg.run(t, "task", "signal", id, "approval")
 			require.ErrorIs(t, err, sdk.ErrTaskState)
+		})
+	}
+}
+
+// TestCLITaskShowNamesTheBudget: a task recorded without a retry budget
+// (max_attempts 0, as children were before they recorded their type's) is
+// shown with the budget it has, the default, not "of 0".
+func TestCLITaskShowNamesTheBudget(t *testing.T) {
+	for name, target := range cliTargets {
+		t.Run(name, func(t *testing.T) {
+			tg := target(t)
+			var id uuid.UUID
+			tg.withStore(t, func(s store.Store) {
+				res, err := s.TaskStart(context.Background(), &store.TaskStartParams{Namespace: "clitest",
+					Scheduled: history.TaskScheduledData{TaskType: "cli.test", TypeVersion: 1, Queue: "default"}})
+				require.NoError(t, err)
+				id = res.ID
+			})
+			out, _ := tg.mustRun(t, "task", "show", id.String())
+			require.Regexp(t, fmt.Sprintf(`(?m)^attempt:\s+0 of %d$`, history.DefaultMaxAttempts), out)
 		})
 	}
 }

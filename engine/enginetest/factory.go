@@ -26,7 +26,7 @@ type TaskOpts struct {
 	Version        int    // default 1
 	Priority       int
 	RunAt          time.Time // default now
-	MaxAttempts    int       // 0: no limit
+	MaxAttempts    int       // 0: history.DefaultMaxAttempts
 	IdempotencyKey string
 	Input          json.RawMessage
 	FairnessKey    string

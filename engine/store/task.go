@@ -186,7 +186,7 @@ type TaskType struct {
 	Type            string        `json:"type"`
 	Version         int           `json:"version"`
 	Queue           string        `json:"queue"`
-	MaxAttempts     int           `json:"max_attempts"`                // 0: no limit
+	MaxAttempts     int           `json:"max_attempts"`                // 0: history.DefaultMaxAttempts
 	ScheduleToClose time.Duration `json:"schedule_to_close,omitempty"` // 0: none
 	RegisteredBy    string        `json:"registered_by"`
 	RegisteredAt    time.Time     `json:"registered_at"`

@@ -102,7 +102,7 @@ type spec struct {
 	Version        int    // default 1
 	Priority       int
 	RunAt          time.Time // default now
-	MaxAttempts    int       // 0: no limit
+	MaxAttempts    int       // 0: history.DefaultMaxAttempts
 	IdempotencyKey string
 	Input          json.RawMessage
 	Labels         map[string]string

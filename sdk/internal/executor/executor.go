@@ -131,7 +131,7 @@ func startChildren(a *engine.Attempt, reqs []interpreter.ChildRequest) error {
 	for i, r := range reqs {
 		sched := history.TaskScheduledData{
 			TaskType: r.TaskType, TypeVersion: r.TypeVersion, Queue: r.Options.Queue, Priority: r.Options.Priority,
-			Input: r.Input, MaxAttempts: r.Options.MaxAttempts, Labels: r.Options.Labels, FairnessKey: r.Options.FairnessKey,
+			Input: r.Input, MaxAttempts: history.AttemptBudget(r.Options.MaxAttempts), Labels: r.Options.Labels, FairnessKey: r.Options.FairnessKey,
 			TraceID: a.Task.TraceID,
 		}
 		if sched.Queue == "" {
@@ -351,9 +351,9 @@ func (h *Handler) outcome(ctx context.Context, a *engine.Attempt, typ Type, res 
 	elapsed := now.Sub(state.Budget.Since)
 	info := h.classify(a, typ, res, state.Budget.Attempts, elapsed)
 	policy := typ.Retry
-	if max := state.Scheduled.MaxAttempts; max > 0 {
-		policy.MaxAttempts = max // as started: StartOpts.MaxAttempts may override the type's
-	}
+	// As started (StartOpts.MaxAttempts, ChildOpts.MaxAttempts may override
+	// the type's), read as the rescuer reads it: 0 is the default budget.
+	policy.MaxAttempts = history.AttemptBudget(state.Scheduled.MaxAttempts)
 	if res.StepOptions != nil && res.StepOptions.Retry != nil {
 		policy = *res.StepOptions.Retry
 	}
