@@ -78,8 +78,46 @@ func (b TaskBlobs) GetBlob(ctx context.Context, ref history.BlobRef) ([]byte, er
 	return GetBlob(ctx, b.Store, b.Namespace, ref)
 }
 
+// GetOwnBlob reads a blob of the task's own, checked against ref: see
+// [GetTaskBlob].
+func (b TaskBlobs) GetOwnBlob(ctx context.Context, ref history.BlobRef) ([]byte, error) {
+	return GetTaskBlob(ctx, b.Store, b.Namespace, ref, b.TaskID)
+}
+
+// GetBlobOf reads a blob task owner wrote (a child's output, read by its
+// parent), checked against ref: see [GetTaskBlob].
+func (b TaskBlobs) GetBlobOf(ctx context.Context, ref history.BlobRef, owner uuid.UUID) ([]byte, error) {
+	return GetTaskBlob(ctx, b.Store, b.Namespace, ref, owner)
+}
+
 // GetBlob reads the blob ref names in namespace, checked against ref.
 func GetBlob(ctx context.Context, s store.Store, namespace string, ref history.BlobRef) ([]byte, error) {
+	blob, err := blobOf(ctx, s, namespace, ref)
+	if err != nil {
+		return nil, err
+	}
+	return CheckBlob(ref, blob.TaskID, blob.Data)
+}
+
+// GetTaskBlob is GetBlob for a reference that cairn resolves by itself on
+// behalf of task owner (its input, a signal's payload, a step's or a
+// child's output kept by reference): the blob must be one owner wrote,
+// as every such reference cairn writes is. A reference to another task's
+// blob, forged into a payload, is answered as a blob that does not exist
+// (marked store.ErrNotFound), and its bytes are never handed out.
+func GetTaskBlob(ctx context.Context, s store.Store, namespace string, ref history.BlobRef, owner uuid.UUID) ([]byte, error) {
+	blob, err := blobOf(ctx, s, namespace, ref)
+	if err != nil {
+		return nil, err
+	}
+	if blob.TaskID != owner {
+		return nil, errmark.Mark(errors.Newf("blob %s: no such blob of task %s", ref.Key, owner), store.ErrNotFound)
+	}
+	return CheckBlob(ref, blob.TaskID, blob.Data)
+}
+
+// blobOf reads the blob ref names in namespace, unchecked.
+func blobOf(ctx context.Context, s store.Store, namespace string, ref history.BlobRef) (*store.Blob, error) {
 	if ref.Store != history.BlobStoreDB {
 		return nil, errors.Newf("blob %s: store %q is not one this cairn reads (%q)", ref.Key, ref.Store, history.BlobStoreDB)
 	}
@@ -87,11 +125,7 @@ func GetBlob(ctx context.Context, s store.Store, namespace string, ref history.B
 	if err != nil || len(want) != sha256.Size {
 		return nil, errors.Newf("blob %s: sha256 %q is not a hex SHA-256 digest", ref.Key, ref.SHA256)
 	}
-	blob, err := s.BlobGet(ctx, namespace, ref.Key)
-	if err != nil {
-		return nil, err
-	}
-	return CheckBlob(ref, blob.TaskID, blob.Data)
+	return s.BlobGet(ctx, namespace, ref.Key)
 }
 
 // CheckBlob returns data when it is what ref records (its size and

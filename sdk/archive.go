@@ -183,20 +183,34 @@ var ErrBlobCorrupt = engine.ErrBlobCorrupt
 // checked against its size and SHA-256: a blob whose bytes do not match is
 // an error marked [ErrBlobCorrupt] naming the task that wrote it.
 func (c *Client) GetBlob(ctx context.Context, ref Blob) ([]byte, error) {
-	data, err := engine.GetBlob(ctx, c.store, c.namespace, ref)
+	return c.blobOf(ctx, ref, uuid.Nil)
+}
+
+// blobOf is GetBlob; with an owner, for a reference the client resolves
+// by itself in a task's payload, only a blob that task wrote is read (see
+// engine.GetTaskBlob): another's is answered as not found.
+func (c *Client) blobOf(ctx context.Context, ref Blob, owner uuid.UUID) ([]byte, error) {
+	var data []byte
+	var err error
+	if owner == uuid.Nil {
+		data, err = engine.GetBlob(ctx, c.store, c.namespace, ref)
+	} else {
+		data, err = engine.GetTaskBlob(ctx, c.store, c.namespace, ref, owner)
+	}
 	if !errors.Is(err, ErrNotFound) {
 		return data, err
 	}
 	// Removed with its task: the archive may hold it.
-	if archived, aerr := c.archivedBlob(ctx, ref); aerr == nil || !errors.Is(aerr, engine.ErrNotArchived) && !errors.Is(aerr, errNoArchive) {
+	if archived, aerr := c.archivedBlob(ctx, ref, owner); aerr == nil || !errors.Is(aerr, engine.ErrNotArchived) && !errors.Is(aerr, errNoArchive) {
 		return archived, aerr
 	}
 	return nil, err
 }
 
 // archivedBlob reads ref's blob from the namespace's archives, opened
-// with the archived task's data key when it is sealed, and checked.
-func (c *Client) archivedBlob(ctx context.Context, ref Blob) ([]byte, error) {
+// with the archived task's data key when it is sealed, and checked; with
+// an owner, only one that task wrote.
+func (c *Client) archivedBlob(ctx context.Context, ref Blob, owner uuid.UUID) ([]byte, error) {
 	locations, err := c.archiveLocations(ctx)
 	if err != nil {
 		return nil, err
@@ -209,6 +223,9 @@ func (c *Client) archivedBlob(ctx context.Context, ref Blob) ([]byte, error) {
 		}
 		if berr != nil {
 			return nil, berr
+		}
+		if owner != uuid.Nil && id != owner {
+			return nil, errmark.Mark(errors.Newf("blob %s: no such blob of task %s", ref.Key, owner), ErrNotFound)
 		}
 		sealed, ok := c.store.(*engine.SealedStore)
 		if !ok && engine.BlobSealed(data) {
@@ -239,13 +256,13 @@ func (c *Client) ReadBlob(ctx context.Context, key string) (data []byte, content
 	return b.Data, b.ContentType, nil
 }
 
-// resolveOutputs reads back the step outputs events keep by reference, in
-// a copy of the events where any is: each such event then reads as if
-// the output were kept in place.
-func (c *Client) resolveOutputs(ctx context.Context, events []history.Event) ([]history.Event, error) {
+// resolveOutputs reads back the step outputs events (task id's) keep by
+// reference, in a copy of the events where any is: each such event then
+// reads as if the output were kept in place.
+func (c *Client) resolveOutputs(ctx context.Context, id uuid.UUID, events []history.Event) ([]history.Event, error) {
 	var out []history.Event
 	for i, e := range events {
-		if resolved, changed, err := c.resolveEnvelope(ctx, e); err != nil {
+		if resolved, changed, err := c.resolveEnvelope(ctx, id, e); err != nil {
 			return nil, err
 		} else if changed {
 			if out == nil {
@@ -258,7 +275,7 @@ func (c *Client) resolveOutputs(ctx context.Context, events []history.Event) ([]
 		if !ok || step.OutputRef == nil {
 			continue
 		}
-		data, err := c.GetBlob(ctx, *step.OutputRef)
+		data, err := c.blobOf(ctx, *step.OutputRef, id)
 		if errors.Is(err, ErrNotFound) || errors.Is(err, engine.ErrPayloadSealed) {
 			continue // removed with its task, or shredded: the reference is all there is
 		}
@@ -277,11 +294,11 @@ func (c *Client) resolveOutputs(ctx context.Context, events []history.Event) ([]
 	return out, nil
 }
 
-// resolveEnvelope reads back the payload e keeps as a blob ({"cairn_blob":
-// …}: a start's input in task_scheduled, a workflow's output in
-// task_completed, a child's in child_finished), reporting whether there
-// was one to read.
-func (c *Client) resolveEnvelope(ctx context.Context, e history.Event) (history.Event, bool, error) {
+// resolveEnvelope reads back the payload e, an event of task id, keeps as
+// a blob ({"cairn_blob": …}: a start's input in task_scheduled, a
+// workflow's output in task_completed, a child's in child_finished, a
+// signal's payload), reporting whether there was one to read.
+func (c *Client) resolveEnvelope(ctx context.Context, id uuid.UUID, e history.Event) (history.Event, bool, error) {
 	raw, ok := history.UserData(e.Data)
 	if _, isStep := e.Data.(history.StepCompletedData); isStep || !ok {
 		return e, false, nil // a step's output by reference is its OutputRef
@@ -289,7 +306,15 @@ func (c *Client) resolveEnvelope(ctx context.Context, e history.Event) (history.
 	if _, ok := history.ParseBlobEnvelope(raw); !ok {
 		return e, false, nil
 	}
-	data, err := c.resolvePayload(ctx, raw)
+	owner := id // the blob's writer: the task, or for a child's output the child
+	if fin, ok := e.Data.(history.ChildFinishedData); ok {
+		child, err := uuid.Parse(fin.ChildID)
+		if err != nil {
+			return e, false, nil
+		}
+		owner = child
+	}
+	data, err := c.resolvePayload(ctx, raw, owner)
 	if err != nil {
 		return e, false, errors.Wrapf(err, "the output in event %d", e.Seq)
 	}

@@ -1,6 +1,7 @@
 package sdk
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -601,26 +602,26 @@ func (c *Client) resolved(ctx context.Context, info *TaskInfo) (*TaskInfo, error
 	id := info.ID
 	var err error
 	if !c.outputsByRef {
-		if info.Output, err = c.resolvePayload(ctx, info.Output); err != nil {
+		if info.Output, err = c.resolvePayload(ctx, info.Output, id); err != nil {
 			return nil, errors.Wrapf(err, "the output of task %s", id)
 		}
-		if info.Input, err = c.resolvePayload(ctx, info.Input); err != nil {
+		if info.Input, err = c.resolvePayload(ctx, info.Input, id); err != nil {
 			return nil, errors.Wrapf(err, "the input of task %s", id)
 		}
 	}
 	return info, nil
 }
 
-// resolvePayload reads back a payload kept as a blob ({"cairn_blob": …}),
-// checked against its digest; any other payload is returned as it is, and
-// so is a reference whose blob is gone (removed with its task) or shredded
-// (an erased task's).
-func (c *Client) resolvePayload(ctx context.Context, raw json.RawMessage) (json.RawMessage, error) {
+// resolvePayload reads back a payload kept as a blob ({"cairn_blob": …})
+// of task owner, checked against its digest; any other payload is
+// returned as it is, and so is a reference whose blob is gone (removed
+// with its task), shredded (an erased task's) or another task's (forged).
+func (c *Client) resolvePayload(ctx context.Context, raw json.RawMessage, owner uuid.UUID) (json.RawMessage, error) {
 	ref, ok := history.ParseBlobEnvelope(raw)
 	if !ok {
 		return raw, nil
 	}
-	data, err := c.GetBlob(ctx, ref)
+	data, err := c.blobOf(ctx, ref, owner)
 	if errors.Is(err, ErrNotFound) || errors.Is(err, engine.ErrPayloadSealed) {
 		return raw, nil
 	}
@@ -678,7 +679,7 @@ func (c *Client) History(ctx context.Context, id uuid.UUID) ([]history.Event, er
 	if err != nil {
 		return nil, err
 	}
-	return c.resolveOutputs(ctx, events)
+	return c.resolveOutputs(ctx, id, events)
 }
 
 // RawHistory is [Client.History] with the references left as they are
@@ -1009,13 +1010,45 @@ func (c *Client) inputByReference(p *store.TaskStartParams) (*store.TaskStartPar
 
 // checkReserved refuses a payload shaped like the objects cairn writes in
 // a payload's place, {"cairn_blob": …} and {"cairn_sealed": …}: readers
-// would take it for one.
+// would take it for one. The object's member names are decoded as a store
+// reads them back (PostgreSQL's jsonb unescapes names and orders members
+// by length), so a reserved name anywhere among them, escaped or not, is
+// refused: {"canonical_sha256": "x", "cairn_blob": …} is stored as
+// {"cairn_blob": …, "canonical_sha256": "x"}, which is a reference.
 func checkReserved(what string, raw json.RawMessage) error {
-	switch {
-	case history.MaybeBlobEnvelope(raw):
-		return errors.Newf("%s is an object whose first member is %q, which cairn reserves for payloads kept by reference", what, history.BlobMember)
-	case history.MaybeSealed(raw):
-		return errors.Newf("%s is an object whose first member is %q, which cairn reserves for encrypted payloads", what, history.SealedMember)
+	switch reservedMember(raw) {
+	case history.BlobMember:
+		return errors.Newf("%s is an object with a member named %q, which cairn reserves for payloads kept by reference", what, history.BlobMember)
+	case history.SealedMember:
+		return errors.Newf("%s is an object with a member named %q, which cairn reserves for encrypted payloads", what, history.SealedMember)
 	}
 	return nil
+}
+
+// reservedMember returns the first reserved name among the members of the
+// object raw is (as decoded: escapes resolved), or "" when it names none
+// or is no object. raw is JSON already checked.
+func reservedMember(raw json.RawMessage) string {
+	trimmed := bytes.TrimLeft(raw, " \t\r\n")
+	if len(trimmed) == 0 || trimmed[0] != '{' {
+		return ""
+	}
+	dec := json.NewDecoder(bytes.NewReader(trimmed))
+	if _, err := dec.Token(); err != nil { // {
+		return ""
+	}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return ""
+		}
+		if name, _ := tok.(string); name == history.BlobMember || name == history.SealedMember {
+			return name
+		}
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return ""
+		}
+	}
+	return ""
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 
 	"github.com/cockroachdb/errors"
+	"github.com/google/uuid"
 
 	"github.com/cairnflow/cairn/activities"
 	"github.com/cairnflow/cairn/engine"
@@ -81,7 +82,7 @@ func (h *Handler) offloadOutput(a *engine.Attempt, out json.RawMessage) (json.Ra
 func resolvedSignals(ctx context.Context, a *engine.Attempt, signals []history.Signal, cache map[string]json.RawMessage) []history.Signal {
 	var out []history.Signal
 	for i, sig := range signals {
-		data, ok := readReferenced(ctx, a, sig.Payload, cache)
+		data, ok := readReferenced(ctx, a, sig.Payload, a.Task.ID, cache) // kept as a blob of the task
 		if !ok {
 			continue
 		}
@@ -97,21 +98,24 @@ func resolvedSignals(ctx context.Context, a *engine.Attempt, signals []history.S
 }
 
 // readReferenced reads back raw when it is a reference ({"cairn_blob":
-// …}), through cache; ok is false when it is not one, or its blob cannot
-// be read (the reference is left for the decode to refuse).
-func readReferenced(ctx context.Context, a *engine.Attempt, raw json.RawMessage, cache map[string]json.RawMessage) (json.RawMessage, bool) {
+// …}) to a blob of task owner, through cache; ok is false when it is not
+// one, or its blob cannot be read (the reference is left for the decode to
+// refuse). A reference to a blob of another task than owner is not read
+// (engine.GetTaskBlob): cairn never writes one.
+func readReferenced(ctx context.Context, a *engine.Attempt, raw json.RawMessage, owner uuid.UUID, cache map[string]json.RawMessage) (json.RawMessage, bool) {
 	ref, ok := history.ParseBlobEnvelope(raw)
 	if !ok {
 		return nil, false
 	}
-	if data, seen := cache[ref.Key]; seen {
+	key := owner.String() + "/" + ref.Key
+	if data, seen := cache[key]; seen {
 		return data, true
 	}
-	data, err := a.Blobs().GetBlob(ctx, ref)
+	data, err := a.Blobs().GetBlobOf(ctx, ref, owner)
 	if err != nil {
 		return nil, false
 	}
-	cache[ref.Key] = data
+	cache[key] = data
 	return data, true
 }
 
@@ -121,7 +125,11 @@ func readReferenced(ctx context.Context, a *engine.Attempt, raw json.RawMessage,
 func resolvedChildren(ctx context.Context, a *engine.Attempt, children []history.Child, cache map[string]json.RawMessage) []history.Child {
 	var out []history.Child
 	for i, c := range children {
-		data, ok := readReferenced(ctx, a, c.Output, cache)
+		owner, err := uuid.Parse(c.ID)
+		if err != nil {
+			continue
+		}
+		data, ok := readReferenced(ctx, a, c.Output, owner, cache) // kept as a blob of the child
 		if !ok {
 			continue
 		}
@@ -143,7 +151,7 @@ func resolveInput(ctx context.Context, a *engine.Attempt) (json.RawMessage, erro
 	if !ok {
 		return a.Task.Input, nil
 	}
-	data, err := a.Blobs().GetBlob(ctx, ref)
+	data, err := a.Blobs().GetOwnBlob(ctx, ref)
 	return data, errors.Wrap(err, "read the task's input")
 }
 
@@ -159,7 +167,7 @@ func resolveOutputs(ctx context.Context, a *engine.Attempt, state history.State)
 		if steps == nil {
 			steps = append([]history.Step(nil), state.Steps...)
 		}
-		out, err := a.Blobs().GetBlob(ctx, *s.OutputRef)
+		out, err := a.Blobs().GetOwnBlob(ctx, *s.OutputRef)
 		if err != nil {
 			return state, errors.Wrapf(err, "read the output of step %d (%s)", s.Position, s.Name)
 		}

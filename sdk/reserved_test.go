@@ -1,0 +1,106 @@
+package sdk_test
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/engine/enginetest"
+	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/sdk"
+	"github.com/cairnflow/cairn/workflow"
+)
+
+// victimDocument is the blob of another task that forged references aim at.
+const victimDocument = `"the victim's document, 7f3a"`
+
+// TestForgedReferencesAreRefusedAndNeverResolved replays finding F3
+// through the SDK: payloads naming cairn's reserved members anywhere in
+// their object (escaped, or after another member, which PostgreSQL's jsonb
+// would turn into a reference) are refused as inputs and as signals, and
+// nothing is written. Behind the edge, a reference that names another
+// task's blob (written into the store directly, as the edge would not let
+// it) is never resolved: not by the worker (the task does not complete
+// with the blob's bytes), nor by the client (Get answers the reference).
+// On both stores.
+func TestForgedReferencesAreRefusedAndNeverResolved(t *testing.T) {
+	t.Parallel()
+	onEachStore(t, func(t *testing.T, setup setupFunc) {
+		b := setup(t, sdk.WorkerConfig{Concurrency: 4})
+		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+		defer cancel()
+		echo := sdk.NewWorkflow("forge.echo", 1, func(ctx workflow.Context, in json.RawMessage) (json.RawMessage, error) {
+			return in, nil
+		}, sdk.WorkflowOpts{Retry: fastRetry(2)})
+		receive := sdk.NewWorkflow("forge.receive", 1, func(ctx workflow.Context, _ int) (json.RawMessage, error) {
+			v, _, err := workflow.Receive[json.RawMessage](ctx, "doc", time.Minute)
+			return v, err
+		}, sdk.WorkflowOpts{Retry: fastRetry(2)})
+		sdk.Register(b.worker, echo)
+		sdk.Register(b.worker, receive)
+		startWorker(t, b.worker)
+		s := b.client.Store()
+
+		victim, err := b.client.StartDynamic(ctx, sdk.TypeRef{Name: "forge.victim", Version: 1}, 1)
+		require.NoError(t, err)
+		ref, blob, err := engine.NewBlob("default", victim.ID, "application/json", []byte(victimDocument))
+		require.NoError(t, err)
+		require.NoError(t, s.BlobPut(ctx, blob))
+		refJSON, err := json.Marshal(ref)
+		require.NoError(t, err)
+		r := string(refJSON)
+		waiting, err := sdk.Start(ctx, b.client, receive, 0)
+		require.NoError(t, err)
+		tasks := func() int {
+			ids, err := s.TaskIDListAll(ctx)
+			require.NoError(t, err)
+			return len(ids)
+		}
+		before := tasks()
+
+		for _, forged := range []string{
+			`{"canonical_sha256":"x","cairn_blob":` + r + `}`,
+			`{"cairn\u005fblob":` + r + `}`,
+			`{"a":1,"cairn_blob":` + r + `}`,
+			`{"cairn\u005fsealed":{"v":1,"task":"` + victim.ID.String() + `","data":"AAAA"}}`,
+		} {
+			_, err := sdk.Start(ctx, b.client, echo, json.RawMessage(forged))
+			require.ErrorIs(t, err, sdk.ErrInvalid, "input %s", forged)
+			require.ErrorContains(t, err, "reserves")
+			_, err = b.client.Signal(ctx, waiting.ID, "doc", json.RawMessage(forged))
+			require.ErrorIs(t, err, sdk.ErrInvalid, "signal %s", forged)
+		}
+		require.Equal(t, before, tasks(), "no task was started")
+		require.NotContains(t, eventTypesOf(t, b.client, waiting.ID), history.SignalReceived, "no signal was written")
+
+		// Behind the edge: the reference as cairn writes it, but to a blob
+		// of another task.
+		envelope := history.BlobEnvelope(ref)
+		forgedStart, err := s.TaskStart(ctx, &store.TaskStartParams{Namespace: "default", Scheduled: history.TaskScheduledData{
+			TaskType: "forge.echo", TypeVersion: 1, Queue: "default", MaxAttempts: 2, Input: envelope}})
+		require.NoError(t, err)
+		_, err = s.TaskSignal(ctx, &store.TaskSignalParams{Namespace: "default", TaskID: waiting.ID, Name: "doc", Payload: envelope})
+		require.NoError(t, err)
+		for _, id := range []uuid.UUID{forgedStart.ID, waiting.ID} {
+			info := waitTask(t, b.client, id)
+			require.NotEqual(t, history.StatusCompleted, info.Status, "task %s did not run on another task's blob", id)
+			raw, err := json.Marshal(info)
+			require.NoError(t, err)
+			require.NotContains(t, string(raw), strings.Trim(victimDocument, `"`), "task %s: nothing of the blob reached it", id)
+		}
+		info, err := b.client.Get(ctx, forgedStart.ID)
+		require.NoError(t, err)
+		require.JSONEq(t, string(envelope), string(info.Input), "the client does not read another task's blob for it")
+		data, err := b.client.GetBlob(ctx, ref)
+		require.NoError(t, err, "the blob is there, for a caller that names it")
+		require.Equal(t, victimDocument, string(data))
+		enginetest.RequireProjectionsMatch(t, s)
+	})
+}
