@@ -230,7 +230,8 @@ type StartOpts struct {
 	// nothing. A start with the key and another type or input fails with
 	// [ErrIdempotencyKeyReused]. The other options (queue, run time,
 	// labels, version, …) are not compared: the first start's stand. Keys
-	// are compared byte for byte, and must be valid UTF-8 without NUL.
+	// are compared byte for byte, and must be valid UTF-8 without NUL,
+	// not beginning with [ReservedKeyPrefix] ("cairn:").
 	IdempotencyKey string
 	// Queue overrides the workflow's queue.
 	Queue string
@@ -379,6 +380,10 @@ func (c *Client) checkedStartParams(wf WorkflowRef, input any, opts *StartOpts) 
 			return nil, errors.Wrapf(err, "start %s", wf.TypeName())
 		}
 	}
+	if strings.HasPrefix(opts.IdempotencyKey, ReservedKeyPrefix) {
+		return nil, errors.Newf("start %s: idempotency key %q: the prefix %q is cairn's own (a child's key is derived from its parent and position); choose another",
+			wf.TypeName(), opts.IdempotencyKey, ReservedKeyPrefix)
+	}
 	// Stored as PostgreSQL integers: a larger value would wrap, and the
 	// row would no longer equal the history.
 	if opts.Priority < math.MinInt32 || opts.Priority > math.MaxInt32 {
@@ -475,6 +480,12 @@ func (c *Client) checkedStartParams(wf WorkflowRef, input any, opts *StartOpts) 
 		FairnessKey: opts.FairnessKey, FairnessWeight: opts.FairnessWeight, Labels: opts.Labels,
 	}}, nil
 }
+
+// ReservedKeyPrefix begins the idempotency keys cairn gives the tasks it
+// starts itself (a child's: "cairn:child:<parent>:<position>"); a start
+// with a key that begins with it is refused ([ErrInvalid]), so no one can
+// take a key a parent's child will need.
+const ReservedKeyPrefix = "cairn:"
 
 // maxKeyLen bounds idempotency keys, trace ids and fairness keys, which
 // are indexed or stored on every row.

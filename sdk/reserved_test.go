@@ -104,3 +104,59 @@ func TestForgedReferencesAreRefusedAndNeverResolved(t *testing.T) {
 		enginetest.RequireProjectionsMatch(t, s)
 	})
 }
+
+// TestSquattedChildKeyFailsTheParent replays finding F4: a start with an
+// idempotency key of cairn's (the key a parent's child 0 gets) is refused
+// at the edge; and a task that holds such a key anyway (written into the
+// store directly) is not adopted as the child: the parent fails at once,
+// permanently, kind child_key_taken, instead of waiting forever for a
+// task that never reports to it. On both stores.
+func TestSquattedChildKeyFailsTheParent(t *testing.T) {
+	t.Parallel()
+	onEachStore(t, func(t *testing.T, setup setupFunc) {
+		b := setup(t, sdk.WorkerConfig{Concurrency: 4})
+		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+		defer cancel()
+		child := sdk.NewWorkflow("squat.child", 1, func(ctx workflow.Context, n int) (int, error) { return n, nil })
+		gate := make(chan struct{})
+		parent := sdk.NewWorkflow("squat.parent", 1, func(ctx workflow.Context, _ int) (int, error) {
+			if _, err := workflow.Step(ctx, "gate", func(context.Context) (int, error) {
+				<-gate
+				return 0, nil
+			}); err != nil {
+				return 0, err
+			}
+			return workflow.StartChild(ctx, child, 7).Result(ctx)
+		}, sdk.WorkflowOpts{SkipDeadLetter: true})
+		sdk.Register(b.worker, parent)
+		sdk.Register(b.worker, child)
+		startWorker(t, b.worker)
+
+		run, err := sdk.Start(ctx, b.client, parent, 0)
+		require.NoError(t, err)
+		key := "cairn:child:" + run.ID.String() + ":0"
+		_, err = sdk.Start(ctx, b.client, child, 1, sdk.StartOpts{IdempotencyKey: key})
+		require.ErrorIs(t, err, sdk.ErrInvalid)
+		require.ErrorContains(t, err, `the prefix "cairn:" is cairn's own`)
+		_, err = b.client.StartMany(ctx, []sdk.StartParams{{Workflow: child, Input: 1, Opts: sdk.StartOpts{IdempotencyKey: "cairn:x"}}})
+		require.ErrorIs(t, err, sdk.ErrInvalid)
+
+		// Behind the edge, the squat the probe made.
+		squat, err := b.client.Store().TaskStart(ctx, &store.TaskStartParams{Namespace: "default", Scheduled: history.TaskScheduledData{
+			TaskType: "squat.child", TypeVersion: 1, Queue: "default", MaxAttempts: 1, Input: json.RawMessage(`1`), IdempotencyKey: key}})
+		require.NoError(t, err)
+		close(gate)
+		_, err = run.Result(ctx)
+		var te *sdk.TaskError
+		require.ErrorAs(t, err, &te, "the parent ends, not waits")
+		require.Equal(t, history.StatusFailed, te.Status)
+		require.Equal(t, "child_key_taken", te.Kind)
+		require.Equal(t, history.Permanent, te.Class)
+		require.Contains(t, te.Message, "not this parent's child")
+		require.Empty(t, taskState(t, b.client, run.ID).Children, "nothing adopted")
+		require.Len(t, eventsOf[history.AttemptFailedData](taskHistory(t, b.client, run.ID)), 1, "failed once, not retried")
+		info := waitTask(t, b.client, squat.ID)
+		require.Nil(t, info.ParentID, "the squatter is no one's child")
+		enginetest.RequireProjectionsMatch(t, b.client.Store())
+	})
+}

@@ -88,3 +88,29 @@ func TestForgedReferencesAreRefusedAlikeOnBothStores(t *testing.T) {
 		})
 	}
 }
+
+// TestReservedKeyPrefixIsRefused replays finding F4's request: a submit
+// token starting a task with the idempotency key a parent's child will
+// have ("cairn:child:<parent>:0") is answered 400 naming the reserved
+// prefix, on both stores, and nothing is written.
+func TestReservedKeyPrefixIsRefused(t *testing.T) {
+	t.Parallel()
+	const submitToken = "submit-secret"
+	submitter := Token{Name: "submitter", SHA256: HashToken(submitToken), Namespaces: []string{"default"}, Roles: []Role{RoleSubmit}}
+	for _, st := range bothStores(t) {
+		t.Run(st.name, func(t *testing.T) {
+			t.Parallel()
+			registerDoc(t, st.store, "default")
+			h := testServer(t, st.store, submitter)
+			for _, key := range []string{"cairn:child:" + uuid.NewString() + ":0", "cairn:"} {
+				a := send(t, h, "POST", "/v1/tasks", []byte(`{"type":"doc","input":1,"idempotency_key":"`+key+`"}`), "Authorization", "Bearer "+submitToken)
+				require.Equal(t, http.StatusBadRequest, a.status, "%s: %s", key, a.body)
+				require.Equal(t, codeInvalidRequest, a.problem.Code, "%s", a.body)
+				require.Contains(t, a.problem.Detail, `the prefix "cairn:" is cairn's own`)
+			}
+			require.Zero(t, taskCount(t, st.store), "nothing was written")
+			a := send(t, h, "POST", "/v1/tasks", []byte(`{"type":"doc","input":1,"idempotency_key":"Cairn:mine"}`), "Authorization", "Bearer "+submitToken)
+			require.Equal(t, http.StatusAccepted, a.status, "another key is the user's: %s", a.body)
+		})
+	}
+}

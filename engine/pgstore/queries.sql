@@ -130,11 +130,12 @@ SELECT /* TEMPLATE: schema */refuse_retired_keys(@ids::uuid[], @at::timestamptz)
 -- What holds a key, with what a RefuseKeyReuse start compares (see
 -- plan.KeyHolder): a task, or else a task retention removed whose key is
 -- still retired at @at, the start's time (the clock the insert statements
--- judged the key by).
-(SELECT id, type, input, NULL::bytea AS input_sha256, false AS removed FROM /* TEMPLATE: schema */tasks
+-- judged the key by); and whose child a task is, for a child start.
+(SELECT id, type, input, NULL::bytea AS input_sha256, false AS removed, parent_id, parent_position
+ FROM /* TEMPLATE: schema */tasks
  WHERE namespace = @namespace AND idempotency_key = @idempotency_key)
 UNION ALL
-(SELECT task_id, task_type, NULL, input_sha256, true FROM /* TEMPLATE: schema */retired_keys
+(SELECT task_id, task_type, NULL, input_sha256, true, NULL::uuid, NULL::integer FROM /* TEMPLATE: schema */retired_keys
  WHERE namespace = @namespace AND idempotency_key = @idempotency_key AND expires_at > @at)
 LIMIT 1;
 

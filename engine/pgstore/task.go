@@ -474,14 +474,19 @@ func (s *Store) insertTasks(ctx context.Context, q querier, query string, args p
 		// statement runs after ours, so it sees the winner.
 		var existing uuid.UUID
 		var holder plan.KeyHolder
+		var parentID *uuid.UUID
+		var parentPosition *int32
 		err := q.QueryRow(ctx, s.sql("TaskIDByIdempotencyKey"), pgx.NamedArgs{
 			"namespace": pl.Scheduled.Namespace, "idempotency_key": pl.Scheduled.IdempotencyKey, "at": args["at"],
-		}).Scan(&existing, &holder.Type, &holder.Input, &holder.InputDigest, &holder.Removed)
+		}).Scan(&existing, &holder.Type, &holder.Input, &holder.InputDigest, &holder.Removed, &parentID, &parentPosition)
 		if err != nil {
 			return nil, errors.Wrapf(interpretError(err), "look up the task holding idempotency key of start %d", i)
 		}
-		if pl.RefuseKeyReuse && !holder.SameStart(pl.Scheduled) {
-			return nil, errors.Wrapf(plan.KeyReused(), "start task %d", i)
+		if parentID != nil && parentPosition != nil {
+			holder.ParentID, holder.ParentPosition = parentID.String(), int(*parentPosition)
+		}
+		if err := plan.CheckHolder(holder, pl.Scheduled, pl.RefuseKeyReuse); err != nil {
+			return nil, errors.Wrapf(err, "start task %d", i)
 		}
 		out[i] = store.TaskStartResult{ID: existing, Existing: true}
 	}

@@ -31,10 +31,10 @@ SELECT sqlite_version();
 -- name: TaskIDByIdempotencyKey
 -- What holds a key, with what a RefuseKeyReuse start compares (see
 -- plan.KeyHolder): a task, or else a task retention removed whose key is
--- still retired (?3: now, µs).
-SELECT id, type, input, NULL, 0 FROM tasks WHERE namespace = ?1 AND idempotency_key = ?2
+-- still retired (?3: now, µs); and whose child a task is, for a child start.
+SELECT id, type, input, NULL, 0, parent_id, parent_position FROM tasks WHERE namespace = ?1 AND idempotency_key = ?2
 UNION ALL
-SELECT task_id, task_type, NULL, input_sha256, 1 FROM retired_keys
+SELECT task_id, task_type, NULL, input_sha256, 1, NULL, NULL FROM retired_keys
 WHERE namespace = ?1 AND idempotency_key = ?2 AND expires_at > ?3
 LIMIT 1;
 

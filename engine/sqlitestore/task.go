@@ -249,15 +249,21 @@ func taskHoldingKey(ctx context.Context, tx *txn, pl plan.StartPlan, now time.Ti
 	sc := pl.Scheduled
 	var existing string
 	var holder plan.KeyHolder
+	var parentID sql.NullString
+	var parentPosition sql.NullInt64
 	err = tx.queryRow(ctx, "TaskIDByIdempotencyKey", sc.Namespace, sc.IdempotencyKey, us(now)).
-		Scan(&existing, &holder.Type, &holder.Input, &holder.InputDigest, &holder.Removed)
+		Scan(&existing, &holder.Type, &holder.Input, &holder.InputDigest, &holder.Removed, &parentID, &parentPosition)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return store.TaskStartResult{}, false, nil
 	case err != nil:
 		return store.TaskStartResult{}, false, interpret(err)
-	case pl.RefuseKeyReuse && !holder.SameStart(sc):
-		return store.TaskStartResult{}, false, plan.KeyReused()
+	}
+	if parentID.Valid && parentPosition.Valid {
+		holder.ParentID, holder.ParentPosition = parentID.String, int(parentPosition.Int64)
+	}
+	if err := plan.CheckHolder(holder, sc, pl.RefuseKeyReuse); err != nil {
+		return store.TaskStartResult{}, false, err
 	}
 	id, err := uuid.Parse(existing)
 	return store.TaskStartResult{ID: id, Existing: true}, true, err

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
@@ -22,6 +23,7 @@ var childTests = []conformanceTest{
 	{"ChildEndInABatchNamingItTwiceReportsOnce", testChildEndNamedTwiceReportsOnce},
 	{"FailedChildReportsItsEvidence", testFailedChildReports},
 	{"ChildOfFinishedParentReportsNothing", testChildOfFinishedParent},
+	{"SquattedChildKeyIsRefusedNotAdopted", testSquattedChildKey},
 }
 
 const parentType = "parent"
@@ -83,6 +85,29 @@ func testStartChildren(t *testing.T, s store.Store) {
 		require.Equal(t, pos, sc.ParentPosition)
 	}
 	require.NotEqual(t, getTask(t, s, res.IDs[0]).IdempotencyKey, getTask(t, s, res.IDs[1]).IdempotencyKey)
+}
+
+// testSquattedChildKey replays finding F4 behind the edge: a task started
+// with the idempotency key a parent's child 0 will have (the edge refuses
+// the key's cairn: prefix) is not adopted as that child: the start fails,
+// marked ErrIdempotencyKeyReused, and writes nothing.
+func testSquattedChildKey(t *testing.T, s store.Store) {
+	start(t, s, spec{Type: parentType})
+	claimed := claim(t, s, parentClaim())
+	require.Len(t, claimed, 1)
+	parent := claimed[0]
+	squatter := start(t, s, spec{IdempotencyKey: fmt.Sprintf("cairn:child:%s:0", parent.Task.ID)})
+	before := len(allTaskIDs(t, s))
+	_, err := s.TaskStartChildren(testContext(t), &store.ChildStartParams{
+		Parent:   store.EventAppendParams{TaskID: parent.Task.ID, State: parent.State, Epoch: parent.State.Lease.Epoch, Attempt: parent.State.Attempt},
+		Children: []store.ChildStart{{Task: *spec{}.params()}},
+	})
+	requireIs(t, err, store.ErrIdempotencyKeyReused)
+	require.ErrorContains(t, err, "not this parent's child")
+	require.Len(t, allTaskIDs(t, s), before, "no child was created")
+	require.Empty(t, stateOf(t, s, parent.Task.ID).Children, "the parent adopted nothing")
+	require.Equal(t, []history.Type{history.TaskScheduled, history.AttemptStarted}, eventTypes(t, s, parent.Task.ID))
+	require.Equal(t, uuid.Nil, getTask(t, s, squatter).ParentID, "the squatter is no one's child")
 }
 
 func testStartChildrenFenced(t *testing.T, s store.Store) {

@@ -6,7 +6,11 @@ import (
 	"encoding/hex"
 	"fmt"
 
+	"github.com/cockroachdb/errors"
+
+	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/internal/errmark"
 	"github.com/cairnflow/cairn/internal/jsoncheck"
 )
 
@@ -20,6 +24,42 @@ type KeyHolder struct {
 	Input       []byte // a task's input (Removed false)
 	InputDigest []byte // a removed task's InputDigest (Removed true)
 	Removed     bool
+	// ParentID and ParentPosition name the parent a task holding the key
+	// was started by, as its child ("" for a task started on its own, or
+	// removed).
+	ParentID       string
+	ParentPosition int
+}
+
+// ChildOf reports whether the holder is the child a child start sched
+// (ParentID set) makes: the task its parent started at that position.
+// A key held by anything else (a task someone started with the key, one
+// retention removed) is never adopted as a parent's child: its parent
+// would wait for a task that does not report to it.
+func (h KeyHolder) ChildOf(sched history.TaskScheduledData) bool {
+	return !h.Removed && h.ParentID == sched.ParentID && h.ParentPosition == sched.ParentPosition
+}
+
+// ChildKeyTaken is the error of a child start whose idempotency key is
+// held by a task that is not the parent's child (see [KeyHolder.ChildOf]),
+// marked store.ErrIdempotencyKeyReused.
+func ChildKeyTaken(sched history.TaskScheduledData) error {
+	return errmark.Mark(errors.Newf("child %d of task %s: its idempotency key %s is held by a task that is not this parent's child",
+		sched.ParentPosition, sched.ParentID, sched.IdempotencyKey), store.ErrIdempotencyKeyReused)
+}
+
+// CheckHolder refuses the start sched of a key holder holds: a child
+// start whose key is not its own child's ([ChildKeyTaken]), or a start
+// refusing its key's reuse (refuseReuse) that is not the holder's own
+// ([KeyReused]).
+func CheckHolder(h KeyHolder, sched history.TaskScheduledData, refuseReuse bool) error {
+	switch {
+	case sched.ParentID != "" && !h.ChildOf(sched):
+		return ChildKeyTaken(sched)
+	case refuseReuse && !h.SameStart(sched):
+		return KeyReused()
+	}
+	return nil
 }
 
 // SameStart reports whether sched is the start that made the holder, as

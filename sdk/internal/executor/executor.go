@@ -146,8 +146,17 @@ func startChildren(a *engine.Attempt, reqs []interpreter.ChildRequest) error {
 		}
 	}
 	_, err := a.StartChildren(a.DurableContext(), children)
+	if errors.Is(err, store.ErrIdempotencyKeyReused) {
+		// A child's key held by a task that is not this parent's child
+		// (squatted): starting again would find it again.
+		err = activities.WithKind(activities.Permanent(err), KindChildKeyTaken)
+	}
 	return err
 }
+
+// KindChildKeyTaken is the error kind of a parent whose child's
+// idempotency key is held by a task that is not its child.
+const KindChildKeyTaken = "child_key_taken"
 
 func (h *Handler) handleAttempt(ctx context.Context, a *engine.Attempt, tr *attemptTrace) ([]history.Payload, error) {
 	key := store.TypeKey{Type: a.Task.Type, Version: a.Task.TypeVersion}
