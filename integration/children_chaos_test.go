@@ -79,7 +79,8 @@ func newCrashKids(pool *pgxpool.Pool, schema string) crashKids {
 
 // runCrashKidsWorker is the helper process of
 // TestChaosCrashingChildrenDeadLetterAtTheirBudget: a worker of the
-// crashing type alone, which its first step kills.
+// crashing type alone, running one task at a time, which its first step
+// kills (so each attempt runs its step).
 func runCrashKidsWorker() error {
 	ctx := context.Background()
 	schema := os.Getenv("CAIRN_HELPER_SCHEMA")
@@ -88,7 +89,7 @@ func runCrashKidsWorker() error {
 		return err
 	}
 	w, err := sdk.NewWorker(sdk.WorkerConfig{Pool: pool, Schema: schema, WorkerID: os.Getenv("CAIRN_HELPER_WORKER_ID"),
-		Concurrency: 4, LeaseTTL: time.Second, HeartbeatInterval: 200 * time.Millisecond,
+		Concurrency: 1, LeaseTTL: time.Second, HeartbeatInterval: 200 * time.Millisecond,
 		PollInterval: 50 * time.Millisecond, RescueInterval: -1})
 	if err != nil {
 		return err
@@ -179,10 +180,11 @@ func TestChaosCrashingChildrenDeadLetterAtTheirBudget(t *testing.T) {
 		require.True(t, ok, "task %s ends task_dead_lettered", id)
 		require.Equal(t, fmt.Sprintf("lease expired on attempt %d of %d", crashKidsBudget, crashKidsBudget), dead.Reason)
 		require.Equal(t, crashKidsBudget, lostAttempts(events), "task %s: every attempt died with its worker", id)
-		require.NotZero(t, executionsOf(t, pool, schema, id), "task %s: its step ran, and killed its worker", id)
+		require.Equal(t, crashKidsBudget, executionsOf(t, pool, schema, id), "task %s: each attempt's step ran, and killed its worker", id)
 		ended[id] = true
 	}
 	require.Len(t, ended, 3, "two children and the lone task")
+	require.Equal(t, 3*crashKidsBudget, restarts, "one worker death per attempt")
 
 	done := mustGet(t, client, parent.ID)
 	require.Equal(t, history.StatusCompleted, done.Status, "%+v", done.LastError)
