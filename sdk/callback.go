@@ -84,8 +84,8 @@ func ParseCallbackToken(secret []byte, token string, now time.Time) (Callback, e
 	if len(secret) < MinCallbackSecretBytes {
 		return bad("no secret to check it with")
 	}
-	raw, err := base64.RawURLEncoding.DecodeString(token)
-	if err != nil || len(raw) < callbackFixed+3+sha256.Size {
+	raw, ok := decodeCallbackToken(token)
+	if !ok || len(raw) < callbackFixed+3+sha256.Size {
 		return bad("malformed")
 	}
 	body, mac := raw[:len(raw)-sha256.Size], raw[len(raw)-sha256.Size:]
@@ -103,7 +103,6 @@ func ParseCallbackToken(secret []byte, token string, now time.Time) (Callback, e
 		return bad("malformed")
 	}
 	cb.Wait, rest = int(wait), rest[n:]
-	var ok bool
 	if cb.Namespace, rest, ok = callbackString(rest); !ok {
 		return bad("malformed")
 	}
@@ -118,11 +117,30 @@ func ParseCallbackToken(secret []byte, token string, now time.Time) (Callback, e
 }
 
 // CallbackDedupID is the dedup id of the signal a callback token sends:
-// a hash of the token, so its second use is a duplicate and writes
-// nothing.
+// a hash of the token's canonical form (its bytes encoded again), so its
+// second use is a duplicate and writes nothing, however the second
+// spells it: base64 decoders skip line breaks and take any trailing bits,
+// so one token has many spellings. [ParseCallbackToken] refuses all but
+// the canonical one; the id does not depend on that check.
 func CallbackDedupID(token string) string {
+	if raw, err := base64.RawURLEncoding.DecodeString(token); err == nil {
+		token = base64.RawURLEncoding.EncodeToString(raw)
+	}
 	sum := sha256.Sum256([]byte(token))
 	return "callback:" + hex.EncodeToString(sum[:16])
+}
+
+// decodeCallbackToken decodes token, refusing every spelling but the
+// canonical one: Go's decoder skips '\r' and '\n' anywhere, and, even
+// strict, takes a last character whose unused bits are not zero, so
+// "…U" and "…V" could decode alike. Encoding the bytes again must give
+// the token back.
+func decodeCallbackToken(token string) ([]byte, bool) {
+	raw, err := base64.RawURLEncoding.Strict().DecodeString(token)
+	if err != nil || base64.RawURLEncoding.EncodeToString(raw) != token {
+		return nil, false
+	}
+	return raw, true
 }
 
 func callbackMAC(secret, body []byte) []byte {

@@ -2,6 +2,7 @@ package sdk_test
 
 import (
 	"encoding/base64"
+	"strings"
 	"testing"
 	"time"
 
@@ -91,4 +92,62 @@ func TestCallbackTokenRefused(t *testing.T) {
 	require.True(t, errors.Is(err, sdk.ErrInvalid), "short secret: %v", err)
 	_, err = sdk.CallbackToken(callbackSecret, sdk.Callback{Namespace: "billing", Name: "x", Expires: cb.Expires})
 	require.True(t, errors.Is(err, sdk.ErrInvalid), "no task: %v", err)
+}
+
+// otherSpellings are strings a lenient base64url decoder reads as token's
+// bytes: a line break inside (Go's decoder skips '\r' and '\n'), and the
+// last character with its unused low bits changed ("…U" for "…V").
+func otherSpellings(t *testing.T, token string) map[string]string {
+	t.Helper()
+	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+	raw, err := base64.RawURLEncoding.DecodeString(token)
+	require.NoError(t, err)
+	require.NotZero(t, len(raw)%3, "the token must end in a character with unused bits")
+	last := strings.IndexByte(alphabet, token[len(token)-1])
+	trailing := token[:len(token)-1] + string(alphabet[last^1])
+	variants := map[string]string{
+		"LF inside":      token[:10] + "\n" + token[10:],
+		"CR inside":      token[:10] + "\r" + token[10:],
+		"CRLF at end":    token + "\r\n",
+		"trailing bits":  trailing,
+		"both":           trailing[:5] + "\n" + trailing[5:],
+		"line-wrapped":   token[:20] + "\n" + token[20:40] + "\n" + token[40:],
+		"leading LF":     "\n" + token,
+		"padded":         token + strings.Repeat("=", (4-len(token)%4)%4),
+		"standard chars": strings.NewReplacer("-", "+", "_", "/").Replace(token),
+	}
+	for name, v := range variants {
+		if v == token {
+			delete(variants, name) // the token has no '-' or '_' to change
+			continue
+		}
+		if name == "padded" || name == "standard chars" {
+			continue // not even leniently the same: refused anyway
+		}
+		got, err := base64.RawURLEncoding.DecodeString(v)
+		require.NoError(t, err, name)
+		require.Equal(t, raw, got, "%s decodes to the token's bytes", name)
+	}
+	return variants
+}
+
+// A token has one spelling: every other string that a lenient decoder
+// reads as its bytes is refused, and all of them share its dedup id, so
+// none would be a new signal even if accepted (probe finding F1).
+func TestCallbackTokenHasOneSpelling(t *testing.T) {
+	t.Parallel()
+	cb := sdk.Callback{Namespace: "default", TaskID: uuid.New(), Name: "approve", Wait: 0,
+		Expires: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)}
+	token, err := sdk.CallbackToken(callbackSecret, cb)
+	require.NoError(t, err)
+	now := cb.Expires.Add(-time.Hour)
+	_, err = sdk.ParseCallbackToken(callbackSecret, token, now)
+	require.NoError(t, err)
+	for name, v := range otherSpellings(t, token) {
+		_, err := sdk.ParseCallbackToken(callbackSecret, v, now)
+		require.True(t, errors.Is(err, sdk.ErrBadCallbackToken), "%s %q: %v", name, v, err)
+		if name != "padded" && name != "standard chars" {
+			require.Equal(t, sdk.CallbackDedupID(token), sdk.CallbackDedupID(v), name)
+		}
+	}
 }
