@@ -131,6 +131,14 @@ func TestEverySentinelMatchesWithBothErrorLibraries(t *testing.T) {
 			{sdk.ErrFailed, "Result", func() error { _, err := runs.failed.Result(ctx); return err }},
 			{sdk.ErrCancelled, "Result", func() error { _, err := runs.cancelled.Result(ctx); return err }},
 			{sdk.ErrExpired, "Result", func() error { _, err := runs.expired.Result(ctx); return err }},
+			{sdk.ErrWaitEnded, "SignalForWaitOfFinished", func() error {
+				_, err := c.Signal(ctx, runs.completed.ID, "approve", nil, sdk.SignalOpts{ForWait: new(0)})
+				return err
+			}},
+			{sdk.ErrWaitNotReached, "SignalForWaitNotReached", func() error {
+				_, err := c.Signal(ctx, pending.ID, "approve", nil, sdk.SignalOpts{ForWait: new(0)})
+				return err
+			}},
 			{sdk.ErrBadCallbackToken, "ParseCallbackToken", func() error {
 				_, err := sdk.ParseCallbackToken([]byte("a callback secret of 16+ bytes"), "forged", time.Now())
 				return err
@@ -175,6 +183,7 @@ var exportedSentinels = map[string]error{
 	"ErrDeadLettered": sdk.ErrDeadLettered, "ErrCancelled": sdk.ErrCancelled, "ErrFailed": sdk.ErrFailed,
 	"ErrExpired": sdk.ErrExpired, "ErrPayloadTooLarge": sdk.ErrPayloadTooLarge, "ErrBlobCorrupt": sdk.ErrBlobCorrupt,
 	"ErrBadCallbackToken": sdk.ErrBadCallbackToken, "ErrCallbackExpired": sdk.ErrCallbackExpired,
+	"ErrWaitEnded": sdk.ErrWaitEnded, "ErrWaitNotReached": sdk.ErrWaitNotReached,
 }
 
 func sentinelName(err error) string {

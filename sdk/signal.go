@@ -26,7 +26,22 @@ type SignalOpts struct {
 	// Sender says who sent the signal, for the history. Default: the
 	// requester (see [WithRequester]), else the client's Identity.
 	Sender string
+	// ForWait, when set, sends the signal to one receive only: the one at
+	// this position (history.Wait's Position, a callback link's
+	// Callback.Wait). It is written only while the task waits there for
+	// a signal of this name; otherwise nothing is written and the error
+	// is marked [ErrWaitEnded] (the task went past that receive, or
+	// finished) or [ErrWaitNotReached], both marked [ErrTaskState] too.
+	ForWait *int
 }
+
+// ErrWaitEnded and ErrWaitNotReached mark a signal refused because it
+// named its receive ([SignalOpts.ForWait]) and the task does not wait
+// there: it went past it (or finished), or has not reached it.
+var (
+	ErrWaitEnded      = store.ErrWaitEnded
+	ErrWaitNotReached = store.ErrWaitNotReached
+)
 
 // SignalResult says what a signal did.
 type SignalResult struct {
@@ -90,7 +105,10 @@ func (c *Client) fillSignal(ctx context.Context, p *store.TaskSignalParams, name
 	if err != nil {
 		return err
 	}
-	p.Namespace, p.Name, p.Payload, p.DedupID, p.Sender = c.namespace, name, raw, o.DedupID, o.Sender
+	if o.ForWait != nil && *o.ForWait < 0 {
+		return errors.Newf("signal %q: SignalOpts.ForWait %d is not a receive position", name, *o.ForWait)
+	}
+	p.Namespace, p.Name, p.Payload, p.DedupID, p.Sender, p.ForWait = c.namespace, name, raw, o.DedupID, o.Sender, o.ForWait
 	if p.Sender == "" {
 		p.Sender = c.requester(ctx)
 	}

@@ -33,12 +33,22 @@ func (s *Server) CallbackURL(base string, cb sdk.Callback) (string, error) {
 	return strings.TrimSuffix(base, "/") + s.path("/v1/callbacks/"+token), nil
 }
 
+// callbackBodyBytes bounds a callback's body: a decision, or a small
+// JSON payload. It is the blob threshold, so a payload stays in its
+// signal_received and a refused link writes no blob either.
+const callbackBodyBytes = sdk.DefaultBlobThreshold
+
 // callback is POST /v1/callbacks/{token}, served without an API token:
 // the token is the capability. It sends the token's signal with the body
-// as its payload (none, a Decision, or any JSON), or, with
-// ?decision=approve|reject and no body, {"approved": true|false}. The
-// signal's dedup id is a hash of the token, so a token works once: a
-// forged, expired or reused token is a 403 and writes nothing.
+// as its payload (none, a Decision, or any JSON up to 64 KiB), or, with
+// ?decision=approve|reject and no body, {"approved": true|false}, to the
+// one receive the token names, and only while the task waits there. The
+// signal's dedup id is a hash of the token, so a token works once. Each
+// refusal writes nothing: a forged, malformed (any spelling but the
+// canonical one) or expired token is a 403; a used one a 410
+// callback_used; one whose wait has ended (answered another way, timed
+// out, the task finished) a 410 wait_ended; one whose wait the task has
+// not reached a 409 wait_not_reached.
 func (s *Server) callback(w http.ResponseWriter, r *http.Request) {
 	token := r.PathValue("token")
 	cb, err := sdk.ParseCallbackToken(s.cfg.CallbackSecret, token, time.Now())
@@ -58,7 +68,7 @@ func (s *Server) callback(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	var body json.RawMessage
-	if p := decodeBody(w, r, int64(s.cfg.MaxPayloadBytes)+envelopeBytes, &body, true); p != nil {
+	if p := decodeBody(w, r, callbackBodyBytes, &body, true); p != nil {
 		s.writeProblem(w, r, p)
 		return
 	}
@@ -87,15 +97,24 @@ func (s *Server) callback(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	res, err := c.Signal(sdk.WithRequester(r.Context(), callbackSender), cb.TaskID, cb.Name, payload,
-		sdk.SignalOpts{DedupID: sdk.CallbackDedupID(token), Sender: callbackSender})
-	if err != nil {
+		sdk.SignalOpts{DedupID: sdk.CallbackDedupID(token), Sender: callbackSender, ForWait: &cb.Wait})
+	switch {
+	case errors.Is(err, sdk.ErrWaitEnded):
+		s.writeProblem(w, r, problem(http.StatusGone, codeWaitEnded,
+			"the wait this link answers has ended: it was answered another way, timed out, or the task finished"))
+		return
+	case errors.Is(err, sdk.ErrWaitNotReached):
+		p := problem(http.StatusConflict, codeWaitNotReached, "the task does not wait for this decision yet; try again shortly")
+		p.retryAfter, p.RetryAfterSeconds = time.Second, 1
+		s.writeProblem(w, r, p)
+		return
+	case err != nil:
 		s.writeError(w, r, err)
 		return
-	}
-	if res.Duplicate {
+	case res.Duplicate:
 		// The store found the token's dedup id in the history and wrote
 		// nothing: the link was used already.
-		s.writeProblem(w, r, problem(http.StatusForbidden, codeForbidden, "the callback link was used already"))
+		s.writeProblem(w, r, problem(http.StatusGone, codeCallbackUsed, "the callback link was used already"))
 		return
 	}
 	writeJSON(w, http.StatusAccepted, signalResponse{TaskID: res.TaskID})

@@ -159,12 +159,12 @@ func TestCallbackDeliversADecisionOnce(t *testing.T) {
 			require.Equal(t, signalResponse{TaskID: id}, res)
 			require.Equal(t, workflow.Decision{Approved: true, Comment: "ship it", By: "callback"}, decisionOf(t, b.client, id))
 
-			// A second use, after the task finished: 403, nothing written.
+			// A second use, after the task finished: 410, nothing written.
 			after := eventCount(t, ns.store, id)
 			for _, body := range []string{`{"approved":true,"comment":"ship it"}`, `{"approved":false}`} {
 				a = send(t, b.h, "POST", target, []byte(body))
-				require.Equal(t, http.StatusForbidden, a.status, "%s", a.body)
-				require.Equal(t, codeForbidden, a.problem.Code)
+				require.Equal(t, http.StatusGone, a.status, "%s", a.body)
+				require.Equal(t, codeCallbackUsed, a.problem.Code)
 			}
 			require.Equal(t, after, eventCount(t, ns.store, id), "a reused link writes nothing")
 			events, err := ns.store.EventListByTask(context.Background(), id)
@@ -184,7 +184,7 @@ func TestCallbackDeliversADecisionOnce(t *testing.T) {
 }
 
 // A used link stays used while its task goes on: sent again while the task
-// waits for a second approval of the same name, it is a 403 and writes
+// waits for a second approval of the same name, it is a 410 and writes
 // nothing, where a signal would have answered that wait.
 func TestCallbackReusedWhileTheTaskWaitsAgainIsRefused(t *testing.T) {
 	t.Parallel()
@@ -211,8 +211,8 @@ func TestCallbackReusedWhileTheTaskWaitsAgainIsRefused(t *testing.T) {
 			require.Greater(t, pos2, pos)
 			before := eventCount(t, ns.store, id)
 			a = send(t, b.h, "POST", first, []byte(`{"approved":true,"comment":"legal"}`))
-			require.Equal(t, http.StatusForbidden, a.status, "%s", a.body)
-			require.Equal(t, codeForbidden, a.problem.Code)
+			require.Equal(t, http.StatusGone, a.status, "%s", a.body)
+			require.Equal(t, codeCallbackUsed, a.problem.Code)
 			require.Equal(t, before, eventCount(t, ns.store, id), "a reused link writes nothing")
 
 			second := b.url(t, sdk.Callback{Namespace: "default", TaskID: id, Name: "approve", Wait: pos2, Expires: time.Now().Add(time.Hour)})
@@ -288,4 +288,117 @@ func TestCallbackNeedsNoAPIToken(t *testing.T) {
 	a := send(t, srv.Handler(), "POST", strings.TrimPrefix(u, "https://cairn.example"), []byte(`{"approved":true,"by":"carol"}`))
 	require.Equal(t, http.StatusAccepted, a.status, "%s", a.body)
 	require.Equal(t, workflow.Decision{Approved: true, By: "carol"}, decisionOf(t, b.client, id))
+}
+
+// twoApprovals is a workflow waiting twice for the approval "approve",
+// as a first-level approver and then a supervisor would decide.
+func twoApprovals(name string) *sdk.Workflow[struct{}, workflow.Decision] {
+	return sdk.NewWorkflow(name, 1, func(ctx workflow.Context, _ struct{}) (workflow.Decision, error) {
+		first, _, err := workflow.AwaitApproval(ctx, "approve", time.Hour)
+		if err != nil {
+			return workflow.Decision{}, err
+		}
+		second, _, err := workflow.AwaitApproval(ctx, "approve", time.Hour)
+		if err != nil {
+			return workflow.Decision{}, err
+		}
+		return workflow.Decision{Approved: first.Approved && second.Approved, Comment: first.Comment + "+" + second.Comment}, nil
+	})
+}
+
+// signalsOf is the signals in task id's history.
+func signalsOf(t *testing.T, st store.Store, id uuid.UUID) []history.SignalReceivedData {
+	t.Helper()
+	events, err := st.EventListByTask(context.Background(), id)
+	require.NoError(t, err)
+	var sigs []history.SignalReceivedData
+	for _, e := range events {
+		if sig, ok := e.Data.(history.SignalReceivedData); ok {
+			sigs = append(sigs, sig)
+		}
+	}
+	return sigs
+}
+
+// Probe finding F1: a used link, spelled otherwise (a line break inside,
+// "%0A" in the URL, or its last character's unused bits changed), was a
+// new signal that answered the task's next wait of the name. Every other
+// spelling is now refused as not valid (403), and writes nothing.
+func TestCallbackUsedLinkSpelledOtherwiseIsRefused(t *testing.T) {
+	t.Parallel()
+	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+	for _, ns := range bothStores(t) {
+		t.Run(ns.name, func(t *testing.T) {
+			t.Parallel()
+			b := approvalSetupWith(t, ns.store, twoApprovals("callback.respelled"))
+			id, pos := b.startWaiting(t)
+			link := b.url(t, sdk.Callback{Namespace: "default", TaskID: id, Name: "approve", Wait: pos, Expires: time.Now().Add(time.Hour)})
+			a := send(t, b.h, "POST", link+"?decision=approve", nil, "Content-Type", "application/json")
+			require.Equal(t, http.StatusAccepted, a.status, "%s", a.body)
+			b.waitNumber(t, id, 2)
+
+			tok := strings.TrimPrefix(link, "/v1/callbacks/")
+			raw, err := base64.RawURLEncoding.DecodeString(tok)
+			require.NoError(t, err)
+			require.NotZero(t, len(raw)%3, "the token ends in a character with unused bits")
+			last := strings.IndexByte(alphabet, tok[len(tok)-1])
+			before := eventCount(t, ns.store, id)
+			for name, path := range map[string]string{
+				"%0A inside (the probe's request)": "/v1/callbacks/" + tok[:10] + "%0A" + tok[10:],
+				"%0D%0A at the end":                "/v1/callbacks/" + tok + "%0D%0A",
+				"last character's bits changed":    "/v1/callbacks/" + tok[:len(tok)-1] + string(alphabet[last^1]),
+			} {
+				a := send(t, b.h, "POST", path+"?decision=reject", nil, "Content-Type", "application/json")
+				require.Equal(t, http.StatusForbidden, a.status, "%s: %s", name, a.body)
+				require.Equal(t, codeForbidden, a.problem.Code, name)
+			}
+			require.Equal(t, before, eventCount(t, ns.store, id), "no spelling of a used link writes anything")
+			require.Len(t, signalsOf(t, ns.store, id), 1)
+		})
+	}
+}
+
+// Probe finding F2: a link names the receive it answers. An unused link
+// of the first wait, once that wait was answered another way (a signal
+// through the API), does not answer the second wait of the same name: it
+// is 410 Gone and writes nothing. A link of a wait the task has not
+// reached is 409, and works once the task waits there.
+func TestCallbackAnswersOnlyItsOwnWait(t *testing.T) {
+	t.Parallel()
+	for _, ns := range bothStores(t) {
+		t.Run(ns.name, func(t *testing.T) {
+			t.Parallel()
+			b := approvalSetupWith(t, ns.store, twoApprovals("callback.ownwait"))
+			id, pos := b.startWaiting(t)
+			first := b.url(t, sdk.Callback{Namespace: "default", TaskID: id, Name: "approve", Wait: pos, Expires: time.Now().Add(time.Hour)})
+			early := b.url(t, sdk.Callback{Namespace: "default", TaskID: id, Name: "approve", Wait: pos + 1, Expires: time.Now().Add(time.Hour)})
+
+			before := eventCount(t, ns.store, id)
+			a := send(t, b.h, "POST", early+"?decision=approve", nil, "Content-Type", "application/json")
+			require.Equal(t, http.StatusConflict, a.status, "a link of a wait not reached: %s", a.body)
+			require.Equal(t, codeWaitNotReached, a.problem.Code)
+			require.Equal(t, before, eventCount(t, ns.store, id))
+
+			_, err := b.client.Signal(context.Background(), id, "approve", workflow.Decision{Approved: true, Comment: "legal"})
+			require.NoError(t, err)
+			pos2 := b.waitNumber(t, id, 2)
+			require.Equal(t, pos+1, pos2)
+
+			before = eventCount(t, ns.store, id)
+			a = send(t, b.h, "POST", first+"?decision=reject", nil, "Content-Type", "application/json")
+			require.Equal(t, http.StatusGone, a.status, "the first wait's link after it was answered: %s", a.body)
+			require.Equal(t, codeWaitEnded, a.problem.Code)
+			require.Equal(t, before, eventCount(t, ns.store, id), "nothing written")
+			require.Len(t, signalsOf(t, ns.store, id), 1)
+
+			a = send(t, b.h, "POST", early, []byte(`{"approved":true,"comment":"supervisor"}`))
+			require.Equal(t, http.StatusAccepted, a.status, "the second wait's link, now: %s", a.body)
+			require.Equal(t, workflow.Decision{Approved: true, Comment: "legal+supervisor"}, decisionOf(t, b.client, id))
+
+			// The task finished: its links' waits have ended.
+			a = send(t, b.h, "POST", first+"?decision=approve", nil, "Content-Type", "application/json")
+			require.Equal(t, http.StatusGone, a.status, "%s", a.body)
+			enginetest.RequireProjectionsMatch(t, ns.store)
+		})
+	}
 }

@@ -70,6 +70,12 @@ const (
 
 	codeKeyReused   = "idempotency_key_reused"
 	codeBlobCorrupt = "blob_corrupt"
+	codeSealed      = "payload_sealed"
+	// The callback links' (callbacks.go).
+	codeCallbackUsed   = "callback_used"
+	codeWaitEnded      = "wait_ended"
+	codeWaitNotReached = "wait_not_reached"
+	codeTooManyWaits   = "too_many_long_polls"
 )
 
 var titles = map[string]string{
@@ -96,6 +102,12 @@ var titles = map[string]string{
 	codeCrossOrigin:      "Cross-origin request refused",
 	codeUnsupportedMedia: "The request body must be JSON",
 	codeKeyReused:        "The idempotency key was used for another start",
+	codeBlobCorrupt:      "The blob is damaged",
+	codeSealed:           "The payload is encrypted and cannot be opened",
+	codeCallbackUsed:     "The callback link was used already",
+	codeWaitEnded:        "The wait this callback link answers has ended",
+	codeWaitNotReached:   "The task does not wait at this callback link's wait yet",
+	codeTooManyWaits:     "Too many long polls are open; try again later",
 }
 
 func problem(status int, code, detail string) *Problem {

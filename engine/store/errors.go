@@ -63,6 +63,15 @@ var (
 	ErrIdempotencyKeyReused = errors.New("idempotency key reused with another type or input")
 )
 
+// ErrWaitEnded and ErrWaitNotReached mark a signal for one receive
+// ([TaskSignalParams.ForWait]) refused, with nothing written, because the
+// task does not wait there: it has gone past that receive (or finished),
+// or it has not reached it. Both are marked ErrTaskState too.
+var (
+	ErrWaitEnded      = errors.New("the wait has ended")
+	ErrWaitNotReached = errors.New("the task does not wait there yet")
+)
+
 // ErrUnavailable marks an error of the database being out of reach (a
 // refused, reset or dropped connection, a server shutting down or starting
 // up) rather than a refusal of the statement itself: worth trying again

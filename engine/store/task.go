@@ -210,6 +210,13 @@ type TaskSignalParams struct {
 	// DedupID, when set, makes the send idempotent: a signal with this id
 	// already in the task's history is not written again.
 	DedupID string
+	// ForWait, when set, is the one receive the signal is for (a
+	// history.Wait's Position): it is written only while the task waits
+	// there for a signal called Name, so that receive takes it and no
+	// other. Otherwise nothing is written and the error is marked
+	// ErrWaitEnded (the task has waited there or at a later receive, or
+	// has finished) or ErrWaitNotReached. The dedup id is checked first.
+	ForWait *int
 }
 
 // SignalResult says what a signal did.

@@ -25,6 +25,7 @@ var signalTests = []conformanceTest{
 	{"SignalMakingATaskDueNotifies", testSignalNotifies},
 	{"WaitIsClaimableAtItsDeadline", testWaitDeadline},
 	{"QueueOfTasksWaitingOnSignalsIsHealthy", testWaitingQueueHealthy},
+	{"SignalForOneWaitOnlyWhileItWaits", testSignalForWait},
 }
 
 // signal sends the signal name with payload to task id of the default
@@ -241,4 +242,38 @@ func testWaitingQueueHealthy(t *testing.T, s store.Store) {
 	require.Zero(t, d.Depth.OldestWait)
 	require.Empty(t, d.Causes, "causes: %+v", d.Causes)
 	require.True(t, d.Healthy, d.Summary)
+}
+
+// A signal for one receive (ForWait, a callback link's) is written only
+// while the task waits there; before, it is ErrWaitNotReached, after,
+// ErrWaitEnded, and neither writes anything.
+func testSignalForWait(t *testing.T, s store.Store) {
+	id := start(t, s, spec{})
+	forWait := func(name string, pos int) error {
+		_, err := s.TaskSignal(testContext(t), &store.TaskSignalParams{
+			Namespace: store.DefaultNamespace, TaskID: id, Name: name, Sender: "link", ForWait: &pos})
+		return err
+	}
+	count := func() int {
+		events, err := s.EventListByTask(testContext(t), id)
+		require.NoError(t, err)
+		return len(events)
+	}
+	before := count()
+	require.ErrorIs(t, forWait("approval", 0), store.ErrWaitNotReached, "not waiting yet")
+	waitForSignal(t, s, "approval", time.Now().Add(time.Hour))
+	before = count()
+	for name, err := range map[string]error{
+		"a later receive": forWait("approval", 1),
+		"another name":    forWait("other", 0),
+	} {
+		require.ErrorIs(t, err, store.ErrTaskState, name)
+		require.Equal(t, before, count(), name)
+	}
+	require.NoError(t, forWait("approval", 0))
+	require.Equal(t, before+1, count())
+	err := forWait("approval", 0)
+	require.ErrorIs(t, err, store.ErrWaitEnded, "its receive took a signal already")
+	require.ErrorIs(t, err, store.ErrTaskState)
+	require.Equal(t, before+1, count())
 }

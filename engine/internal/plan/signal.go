@@ -2,6 +2,7 @@ package plan
 
 import (
 	"context"
+	"slices"
 
 	"github.com/cockroachdb/errors"
 	"github.com/google/uuid"
@@ -56,6 +57,11 @@ func Signal(ctx context.Context, d SignalDriver, p *store.TaskSignalParams) (sto
 		if p.DedupID != "" && state.HasSignal(p.DedupID) {
 			return store.SignalResult{TaskID: id, Duplicate: true, State: state}, nil
 		}
+		if p.ForWait != nil {
+			if err := checkForWait(state, id, p.Name, *p.ForWait); err != nil {
+				return store.SignalResult{TaskID: id, State: state}, err
+			}
+		}
 		if state.Status.Terminal() {
 			return store.SignalResult{TaskID: id, State: state}, errmark.Mark(
 				errors.Newf("signal %q to task %s: it is %s; only a task that has not finished receives signals", p.Name, id, state.Status),
@@ -67,6 +73,26 @@ func Signal(ctx context.Context, d SignalDriver, p *store.TaskSignalParams) (sto
 		}
 		return store.SignalResult{TaskID: id, State: next}, err
 	}
+}
+
+// checkForWait refuses a signal for the receive at pos unless the task
+// waits there now for name: the next signal of the name appended is then
+// the one that receive takes (it found none before it waited, and a
+// signal appended before a timeout is taken, not timed out). A receive
+// that took a signal without waiting leaves no trace in the history, so
+// "not reached" may also mean passed without waiting; the task's next
+// wait, or its end, makes it "ended".
+func checkForWait(state history.State, id uuid.UUID, name string, pos int) error {
+	if w := state.Wait; w != nil && w.Position == pos && w.Name == name && !state.Status.Terminal() {
+		return nil
+	}
+	passed := slices.ContainsFunc(state.Waits, func(w history.Wait) bool { return w.Position >= pos })
+	if state.Status.Terminal() || passed {
+		err := errors.Newf("signal %q to task %s for receive %d: that wait has ended", name, id, pos)
+		return errmark.Mark(errmark.Mark(err, store.ErrWaitEnded), store.ErrTaskState)
+	}
+	err := errors.Newf("signal %q to task %s for receive %d: the task does not wait there yet", name, id, pos)
+	return errmark.Mark(errmark.Mark(err, store.ErrWaitNotReached), store.ErrTaskState)
 }
 
 func checkSignal(p *store.TaskSignalParams) error {
