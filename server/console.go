@@ -288,8 +288,15 @@ func (s *Server) consoleLogin(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, s.path("/console/"), http.StatusSeeOther)
 		return
 	}
+	if r.Method == http.MethodPost && r.URL.Query().Has("token") {
+		// A token in the URL lands in logs, histories and Referer
+		// headers: refused, even with a good one in the form.
+		page.Error = "Send the token in the form, never in the URL."
+		s.render(w, http.StatusBadRequest, "login", page)
+		return
+	}
 	if r.Method == http.MethodPost {
-		token := strings.TrimSpace(r.FormValue("token"))
+		token := strings.TrimSpace(r.PostFormValue("token"))
 		check := &http.Request{Header: http.Header{"Authorization": {"Bearer " + token}}}
 		if who, p := s.authenticate(check); p == nil {
 			if c, err := r.Cookie(consoleCookie); err == nil {

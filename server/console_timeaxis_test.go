@@ -357,7 +357,8 @@ func TestTaskPageShowsCallbackLinksThatDecide(t *testing.T) {
 			// Its twin is spent with it.
 			after := eventCount(t, ns.store, id)
 			a = send(t, h, http.MethodPost, strings.TrimPrefix(reject, "http://localhost"), []byte{})
-			require.Equal(t, http.StatusForbidden, a.status, "%s", a.body)
+			require.Equal(t, http.StatusGone, a.status, "%s", a.body)
+			require.Equal(t, codeCallbackUsed, a.problem.Code)
 			require.Equal(t, after, eventCount(t, ns.store, id))
 			a = send(t, h, http.MethodGet, taskPage, nil, ops...)
 			require.NotContains(t, string(a.body), "task-callback", "a finished task waits for nothing")

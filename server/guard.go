@@ -1,12 +1,16 @@
 package server
 
 import (
+	"fmt"
 	"mime"
 	"net"
 	"net/http"
 	"net/url"
+	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/cockroachdb/errors"
 )
 
 // The web defences every request passes before its handler (see
@@ -22,7 +26,10 @@ import (
 //     (Sec-Fetch-Site, else Origin) is refused;
 //   - a console POST must come from one of the console's own pages:
 //     Sec-Fetch-Site: same-origin, or, from a browser too old to send
-//     that, an Origin whose host is the request's Host;
+//     that, an Origin whose host is the request's Host; and its body is
+//     an application/x-www-form-urlencoded form within the API's limit
+//     for the same request, read here (never multipart: nothing is
+//     spooled to disk, before or after signing in);
 //   - every response says nosniff, same-origin referrers, and a content
 //     security policy that, among the rest, forbids framing.
 
@@ -65,6 +72,9 @@ func (s *Server) guard(next http.Handler) http.Handler {
 				}
 			case strings.HasPrefix(r.URL.Path, "/console/"):
 				p = checkSameOrigin(r)
+				if p == nil {
+					p = s.readConsoleForm(w, r)
+				}
 			}
 			if p != nil {
 				s.writeProblem(w, r, p)
@@ -176,3 +186,51 @@ func originIsHost(origin, host string) bool {
 	}
 	return strings.EqualFold(u.Host, host)
 }
+
+// readConsoleForm reads a console POST's form, refusing any body but
+// application/x-www-form-urlencoded (415; multipart would spool file
+// parts to the temporary directory, and POST /console/login takes it
+// unauthenticated) and one past [Server.consoleFormLimit] (413). The
+// handlers then find the form parsed in r.PostForm and r.Form.
+func (s *Server) readConsoleForm(w http.ResponseWriter, r *http.Request) *Problem {
+	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if r.ContentLength == 0 && r.Header.Get("Content-Type") == "" {
+		mt, err = "application/x-www-form-urlencoded", nil // a form without fields
+	}
+	if err != nil || mt != "application/x-www-form-urlencoded" {
+		return problem(http.StatusUnsupportedMediaType, codeUnsupportedForm,
+			"the console's forms are sent as application/x-www-form-urlencoded")
+	}
+	limit := s.consoleFormLimit(r)
+	if r.ContentLength > limit {
+		p := problem(http.StatusRequestEntityTooLarge, codePayloadTooLarge, fmt.Sprintf("the form is over %d bytes", limit))
+		p.SizeBytes, p.LimitBytes = r.ContentLength, limit
+		return p
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, limit)
+	if err := r.ParseForm(); err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			p := problem(http.StatusRequestEntityTooLarge, codePayloadTooLarge, fmt.Sprintf("the form is over %d bytes", limit))
+			p.LimitBytes = limit
+			return p
+		}
+		return problem(http.StatusBadRequest, codeInvalidRequest, "the form does not parse: "+err.Error())
+	}
+	return nil
+}
+
+// consoleFormLimit is the most a console form's body may hold: what the
+// API takes for the same request. A signal's form carries a payload, as
+// POST /v1/tasks/{id}/signals/{name} does (MaxPayloadBytes and 64 KiB);
+// every other form (sign-in, cancel and its reason, retries, schedules)
+// 64 KiB, as an action's JSON body.
+func (s *Server) consoleFormLimit(r *http.Request) int64 {
+	if consoleSignalPath.MatchString(r.URL.Path) {
+		return int64(s.cfg.MaxPayloadBytes) + envelopeBytes
+	}
+	return envelopeBytes
+}
+
+// consoleSignalPath is the path of the console's signal form.
+var consoleSignalPath = regexp.MustCompile(`^/console/tasks/[^/]+/signals/[^/]+$`)

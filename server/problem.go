@@ -67,6 +67,7 @@ const (
 	codeHostNotAllowed   = "host_not_allowed"
 	codeCrossOrigin      = "cross_origin"
 	codeUnsupportedMedia = "unsupported_media_type"
+	codeUnsupportedForm  = "unsupported_form_type"
 
 	codeKeyReused   = "idempotency_key_reused"
 	codeBlobCorrupt = "blob_corrupt"
@@ -101,6 +102,7 @@ var titles = map[string]string{
 	codeHostNotAllowed:   "The server does not answer requests for this host name",
 	codeCrossOrigin:      "Cross-origin request refused",
 	codeUnsupportedMedia: "The request body must be JSON",
+	codeUnsupportedForm:  "The console's forms are URL-encoded",
 	codeKeyReused:        "The idempotency key was used for another start",
 	codeBlobCorrupt:      "The blob is damaged",
 	codeSealed:           "The payload is encrypted and cannot be opened",

@@ -1,0 +1,136 @@
+package server
+
+import (
+	"bytes"
+	"io"
+	"mime/multipart"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/cairnflow/cairn/engine/enginetest"
+	"github.com/cairnflow/cairn/history"
+)
+
+// postConsole posts body with contentType to the console as one of its
+// own pages would (same origin), with a bearer token when token is set.
+func postConsole(t *testing.T, h http.Handler, target, contentType string, body io.Reader, token string) *httptest.ResponseRecorder {
+	t.Helper()
+	r := httptest.NewRequest("POST", target, body)
+	r.Host = "localhost"
+	r.Header.Set("Sec-Fetch-Site", "same-origin")
+	if contentType != "" {
+		r.Header.Set("Content-Type", contentType)
+	}
+	if token != "" {
+		r.Header.Set("Authorization", "Bearer "+token)
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w
+}
+
+// tempEntries is how many entries the temporary directory holds.
+func tempEntries(t *testing.T) int {
+	t.Helper()
+	entries, err := os.ReadDir(os.TempDir())
+	require.NoError(t, err)
+	return len(entries)
+}
+
+// Probe finding F6: POST /console/login, unauthenticated, took multipart
+// bodies without limit (file parts spooled to the temporary directory,
+// values held in memory). Every console form is now
+// application/x-www-form-urlencoded only (415 otherwise, the body not
+// read) and bounded (413 past the limit), and nobody is signed in.
+func TestConsoleFormsAreBoundedAndNotMultipart(t *testing.T) {
+	t.Setenv("TMPDIR", t.TempDir()) // multipart spools here: it must stay empty
+	st := enginetest.Store(t)
+	tokens := []Token{{Name: "ops", SHA256: HashToken("ops-token"), Namespaces: []string{"*"}, Roles: []Role{RoleAdmin}}}
+	srv, err := New(Config{Store: st, Tokens: tokens})
+	require.NoError(t, err)
+	h := srv.Handler()
+
+	var body bytes.Buffer
+	mw := multipart.NewWriter(&body)
+	require.NoError(t, mw.WriteField("token", "ops-token"))
+	part, err := mw.CreateFormFile("upload", "big.bin")
+	require.NoError(t, err)
+	_, err = part.Write(bytes.Repeat([]byte("x"), 40<<20)) // over multipart's 32 MB in memory: spooled to disk
+	require.NoError(t, err)
+	require.NoError(t, mw.Close())
+	before := tempEntries(t)
+	w := postConsole(t, h, "/console/login", mw.FormDataContentType(), &body, "")
+	require.Equal(t, http.StatusUnsupportedMediaType, w.Code, w.Body.String())
+	require.Empty(t, w.Result().Cookies(), "nobody signed in")
+	require.Equal(t, before, tempEntries(t), "nothing spooled to the temporary directory")
+
+	big := url.Values{"token": {"ops-token"}, "pad": {strings.Repeat("x", 2*envelopeBytes)}}.Encode()
+	w = postConsole(t, h, "/console/login", "application/x-www-form-urlencoded", strings.NewReader(big), "")
+	require.Equal(t, http.StatusRequestEntityTooLarge, w.Code, w.Body.String())
+	require.Empty(t, w.Result().Cookies())
+
+	for _, ct := range []string{"text/plain", "application/json", ""} {
+		w = postConsole(t, h, "/console/login", ct, strings.NewReader("token=ops-token"), "")
+		require.Equal(t, http.StatusUnsupportedMediaType, w.Code, "%q: %s", ct, w.Body.String())
+	}
+
+	// The token in the URL is refused, even a good one, and a form's
+	// token still signs in.
+	w = postConsole(t, h, "/console/login?token=ops-token", "application/x-www-form-urlencoded", strings.NewReader(""), "")
+	require.Equal(t, http.StatusBadRequest, w.Code, w.Body.String())
+	require.Empty(t, w.Result().Cookies())
+	w = postConsole(t, h, "/console/login?token=ops-token", "application/x-www-form-urlencoded", strings.NewReader("token=ops-token"), "")
+	require.Equal(t, http.StatusBadRequest, w.Code, w.Body.String())
+	require.Empty(t, w.Result().Cookies())
+	w = postConsole(t, h, "/console/login", "application/x-www-form-urlencoded", strings.NewReader("token=ops-token"), "")
+	require.Equal(t, http.StatusSeeOther, w.Code, w.Body.String())
+	require.NotEmpty(t, w.Result().Cookies())
+}
+
+// Probe findings F8/F9: the console's forms ignored the API's body
+// limits: a 9 MB signal payload was stored, and a 9 MB cancel reason
+// stored twice. They now take what the API takes: a signal's body up to
+// MaxPayloadBytes plus 64 KiB, any other form 64 KiB; past that 413 and
+// nothing written.
+func TestConsoleFormsTakeTheAPIsLimits(t *testing.T) {
+	t.Parallel()
+	for _, ns := range bothStores(t) {
+		t.Run(ns.name, func(t *testing.T) {
+			t.Parallel()
+			registerDoc(t, ns.store, "default")
+			srv, err := New(Config{Store: ns.store, MaxPayloadBytes: 256 << 10})
+			require.NoError(t, err)
+			h := srv.Handler()
+			id := startWaiting(t, h, ns.store, "documents")
+			before := eventCount(t, ns.store, id)
+
+			payload := `{"blob":"` + strings.Repeat("x", 1<<20) + `"}`
+			w := postConsole(t, h, "/console/tasks/"+id.String()+"/signals/documents", "application/x-www-form-urlencoded",
+				strings.NewReader(url.Values{"payload": {payload}}.Encode()), "")
+			require.Equal(t, http.StatusRequestEntityTooLarge, w.Code, w.Body.String())
+
+			reason := strings.Repeat("r", 2*envelopeBytes)
+			w = postConsole(t, h, "/console/tasks/"+id.String()+"/cancel", "application/x-www-form-urlencoded",
+				strings.NewReader(url.Values{"reason": {reason}}.Encode()), "")
+			require.Equal(t, http.StatusRequestEntityTooLarge, w.Code, w.Body.String())
+			require.Equal(t, before, eventCount(t, ns.store, id), "nothing written")
+
+			// Within the limits, both are taken.
+			small := `{"pages":3}`
+			w = postConsole(t, h, "/console/tasks/"+id.String()+"/signals/documents", "application/x-www-form-urlencoded",
+				strings.NewReader(url.Values{"payload": {small}}.Encode()), "")
+			require.Equal(t, http.StatusSeeOther, w.Code, w.Body.String())
+			require.Len(t, signalsOf(t, ns.store, id), 1)
+			require.JSONEq(t, small, string(signalsOf(t, ns.store, id)[0].Payload))
+			events, err := ns.store.EventListByTask(t.Context(), id)
+			require.NoError(t, err)
+			require.IsType(t, history.SignalReceivedData{}, events[len(events)-1].Data)
+		})
+	}
+}
