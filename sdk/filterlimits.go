@@ -102,7 +102,7 @@ func (e *FilterLimitError) Error() string {
 	var what string
 	switch e.Limit {
 	case FilterLimitEvalCost:
-		what = "one evaluation went over the cost limit of " + e.Max
+		what = "one evaluation went over (or was about to, making a long string) the cost limit of " + e.Max
 	case FilterLimitCost:
 		what = "the evaluations went over the request's cost budget of " + e.Max
 	case FilterLimitTime:

@@ -131,6 +131,38 @@ func TestFormatBombIsRefused(t *testing.T) {
 	})
 }
 
+// joinBomb is probe finding F7's filter shape: a string of 168,070
+// characters made by five levels of seven-fold joins, then one join of
+// 400 references to it (a 67 MB string in one call); 1,025 characters.
+var joinBomb = func() string {
+	f := `"aaaaaaaaaa"`
+	for range 5 {
+		f = "[" + f + `].map(x, [x,x,x,x,x,x,x].join())[0]`
+	}
+	return "[" + f + `].map(x, [` + strings.TrimSuffix(strings.Repeat("x,", 400), ",") + `].join())[0].size() > 0`
+}()
+
+// TestJoinBombIsRefused is probe finding F7: the join filter on a queue
+// of ten tasks is answered 422 having allocated a few megabytes; it
+// allocated 360 MB a task (the probe's server peaked at 1.08 GB, 3.6 GB
+// with four in parallel). Not parallel: the allocation count is the
+// process's.
+func TestJoinBombIsRefused(t *testing.T) {
+	filterStores(t, func(t *testing.T, s store.Store) {
+		enginetest.StartTasks(t, s, 10, &enginetest.TaskOpts{Queue: "ten-tasks"})
+		req := get("/v1/tasks", url.Values{"queue": {"ten-tasks"}, "filter": {joinBomb}})
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		rec := serve(t, server.Config{Store: s}, req, sdk.DefaultFilterTimeout+5*time.Second)
+		runtime.ReadMemStats(&after)
+		p := requireTooExpensive(t, rec, sdk.FilterLimitEvalCost)
+		allocated := after.TotalAlloc - before.TotalAlloc
+		t.Logf("422 %s; allocated %.1f MB", p.Detail, float64(allocated)/(1<<20))
+		require.Less(t, allocated, uint64(50<<20))
+	})
+}
+
 // TestNestedComprehensionsAreTooExpensive is finding 2: the two filters
 // that held cores for minutes are answered 422 filter_too_expensive.
 func TestNestedComprehensionsAreTooExpensive(t *testing.T) {

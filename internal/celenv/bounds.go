@@ -45,10 +45,15 @@ func ProgramOptions(costLimit uint64) []cel.ProgramOption {
 // estimated at most the format string plus every argument, so both the
 // cost limit of an evaluation and the cost estimate of a policy see it.
 // Every other function the extension adds has a cost model of cel-go's.
+// join, replace and format also refuse, before they run, to make a
+// string over [MaxStringBytes] (see builders).
 func Strings() cel.EnvOption {
 	return func(e *cel.Env) (*cel.Env, error) {
 		e, err := ext.Strings()(e)
 		if err != nil {
+			return nil, err
+		}
+		if e, err = boundBuilders(e); err != nil {
 			return nil, err
 		}
 		return cel.CostModel(formatCost)(e)
