@@ -29,8 +29,29 @@ func TestSessions(t *testing.T) {
 	ss.end(id)
 	require.Nil(t, ss.lookup(id), "ended")
 
-	for range maxSessions + 10 {
+	for range maxSessionsPerToken + 10 {
 		ss.create(who)
 	}
-	require.Len(t, ss.byID, maxSessions)
+	require.Len(t, ss.byID, maxSessionsPerToken)
+}
+
+// Probe finding: with a global cap, any token signed every console user
+// out by signing in 10,050 times (1.7 s). The cap is per token now: one
+// token's sign-ins end only its own oldest sessions.
+func TestSignInsOfOneTokenEndNoOtherTokensSession(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	ss := newSessions(time.Hour)
+	ss.now = func() time.Time { return now }
+	ops, reader := &principal{name: "ops"}, &principal{name: "reader"}
+	opsID, _ := ss.create(ops)
+	first, _ := ss.create(reader)
+	for range 10_050 {
+		now = now.Add(time.Millisecond) // each later sign-in expires later
+		ss.create(reader)
+	}
+	require.Same(t, ops, ss.lookup(opsID), "another token's session is kept")
+	require.Nil(t, ss.lookup(first), "the token's own oldest session ended")
+	require.Len(t, ss.byWho["reader"], maxSessionsPerToken)
+	require.Len(t, ss.byID, maxSessionsPerToken+1)
 }
