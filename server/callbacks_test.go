@@ -1,16 +1,21 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/errors"
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
+
+	"github.com/cairnflow/cairn/internal/errmark"
 
 	"github.com/cairnflow/cairn/engine/enginetest"
 	"github.com/cairnflow/cairn/engine/store"
@@ -401,4 +406,33 @@ func TestCallbackAnswersOnlyItsOwnWait(t *testing.T) {
 			enginetest.RequireProjectionsMatch(t, ns.store)
 		})
 	}
+}
+
+// unavailableStore is a store whose database stops answering signals:
+// TaskSignal fails as a dropped connection does.
+type unavailableStore struct{ store.Store }
+
+func (unavailableStore) TaskSignal(context.Context, *store.TaskSignalParams) (store.SignalResult, error) {
+	return store.SignalResult{}, errmark.Mark(errors.New("connection reset by peer"), store.ErrUnavailable)
+}
+
+// Probe finding: a callback whose delivery failed with a 5xx was logged
+// at WARN with its URL, which still worked. The token is left out of
+// every log line; the answer is the 503 it was.
+func TestCallbackTokenIsNotLogged(t *testing.T) {
+	t.Parallel()
+	st := enginetest.Store(t)
+	var logs bytes.Buffer
+	srv, err := New(Config{Store: unavailableStore{st}, CallbackSecret: testCallbackSecret,
+		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	require.NoError(t, err)
+	token, err := sdk.CallbackToken(testCallbackSecret, sdk.Callback{Namespace: "default", TaskID: uuid.New(), Name: "approve",
+		Expires: time.Now().Add(time.Hour)})
+	require.NoError(t, err)
+	a := send(t, srv.Handler(), "POST", "/v1/callbacks/"+token+"?decision=approve", nil, "Content-Type", "application/json")
+	require.Equal(t, http.StatusServiceUnavailable, a.status, "%s", a.body)
+	require.Contains(t, logs.String(), "database unavailable")
+	require.Contains(t, logs.String(), "/v1/callbacks/[redacted]")
+	require.NotContains(t, logs.String(), token)
+	require.NotContains(t, logs.String(), token[:20])
 }

@@ -278,7 +278,7 @@ func (s *Server) consoleError(r *http.Request, err error) string {
 		}
 		return p.Title
 	}
-	s.log.Error("console request failed", "path", r.URL.Path, "error", err.Error())
+	s.log.Error("console request failed", "path", logPath(r), "error", err.Error())
 	return "internal error"
 }
 

@@ -87,7 +87,7 @@ func (s *Server) auditEvents(w http.ResponseWriter, r *http.Request, c *call) {
 	case err != nil:
 		pr := problemFor(err)
 		if pr == nil {
-			s.log.Error("audit failed mid-stream", "path", r.URL.Path, "error", err.Error())
+			s.log.Error("audit failed mid-stream", "path", logPath(r), "error", err.Error())
 			pr = problem(http.StatusInternalServerError, codeInternal, "")
 		}
 		_ = enc.Encode(map[string]*Problem{"error": pr})

@@ -6,6 +6,7 @@ import (
 	"math"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/cairnflow/cairn/engine/store"
@@ -215,7 +216,7 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		if p.Code == codeUnavailable {
 			// The answer hides the hosts; the log keeps them for the
 			// operator.
-			s.log.Warn("database unavailable", "method", r.Method, "path", r.URL.Path, slog.String("error", err.Error()))
+			s.log.Warn("database unavailable", "method", r.Method, "path", logPath(r), slog.String("error", err.Error()))
 		}
 		s.writeProblem(w, r, p)
 		return
@@ -223,8 +224,18 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	if r.Context().Err() != nil {
 		return // the client went away: nobody to answer
 	}
-	s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, slog.String("error", err.Error()))
+	s.log.Error("request failed", "method", r.Method, "path", logPath(r), slog.String("error", err.Error()))
 	s.writeProblem(w, r, problem(http.StatusInternalServerError, codeInternal, ""))
+}
+
+// logPath is r's path as logs may keep it: a callback's token, a bearer
+// capability valid until its wait ends, is left out (a delivery that
+// fails with a 5xx is logged while the link still works).
+func logPath(r *http.Request) string {
+	if strings.HasPrefix(r.URL.Path, "/v1/callbacks/") {
+		return "/v1/callbacks/[redacted]"
+	}
+	return r.URL.Path
 }
 
 // writeJSON sends v with status.

@@ -536,7 +536,7 @@ func (s *Server) recoverer(next http.Handler) http.Handler {
 				if v == http.ErrAbortHandler {
 					panic(v)
 				}
-				s.log.Error("handler panicked", "method", r.Method, "path", r.URL.Path, "panic", v, "stack", string(debug.Stack()))
+				s.log.Error("handler panicked", "method", r.Method, "path", logPath(r), "panic", v, "stack", string(debug.Stack()))
 				s.writeProblem(w, r, problem(http.StatusInternalServerError, codeInternal, ""))
 			}
 		}()
