@@ -642,38 +642,51 @@ func (c *Client) resolvePayload(ctx context.Context, raw json.RawMessage, owner 
 // Wait returns the task once it is finished (completed, failed, cancelled
 // or dead-lettered), or ctx's error when ctx is done first. It learns of
 // the finish from a notification, so it returns within milliseconds of the
-// outcome being committed; it also re-reads the task now and then, since
-// notifications can be lost.
+// outcome being committed. It reads the task when it starts, on each
+// notification, and, while notifications are not arriving (the notifier
+// is not live: no listener, or its probe did not come back), every second
+// at most; once they arrive again it reads once more, for a finish
+// announced meanwhile. A live notifier re-reads nothing on its own: a
+// thousand idle waits cost the database nothing.
 func (c *Client) Wait(ctx context.Context, id uuid.UUID) (*TaskInfo, error) {
 	var finished <-chan struct{}
 	interval := 5 * time.Millisecond
-	if l := c.waitListener(); l != nil {
+	l := c.waitListener()
+	if l != nil {
 		ch, stop := l.WaitFor(id)
 		defer stop()
 		finished = ch
-		if l.Live() {
-			// The notification will come; re-reading is only the fallback
-			// for one lost, and needs not load the database.
-			interval = 100 * time.Millisecond
-		}
+	}
+	live := func() bool { return l != nil && l.Live() }
+	wasLive := live()
+	if wasLive {
+		interval = 100 * time.Millisecond // only a look at the notifier
 	}
 	timer := time.NewTimer(interval)
 	defer timer.Stop()
-	for {
-		// The payloads are read back once, at the end, not at every poll.
-		info, err := c.getStored(ctx, id)
-		if err != nil {
-			return nil, err
-		}
-		if info.Status.Terminal() {
-			return c.resolved(ctx, info)
+	var info *TaskInfo
+	for read := true; ; {
+		if read {
+			// The payloads are read back once, at the end, not at every
+			// read.
+			var err error
+			if info, err = c.getStored(ctx, id); err != nil {
+				return nil, err
+			}
+			if info.Status.Terminal() {
+				return c.resolved(ctx, info)
+			}
 		}
 		select {
 		case <-ctx.Done():
 			return info, ctx.Err() // not finished: no output to read back
 		case <-finished:
+			read = true
 		case <-timer.C:
 			interval = min(2*interval, time.Second)
+			now := live()
+			read = !now || !wasLive
+			wasLive = now
 		}
 		timer.Reset(interval)
 	}

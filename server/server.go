@@ -114,7 +114,17 @@ type Config struct {
 	// [sdk.MinCallbackSecretBytes] bytes, kept secret. None: the route
 	// answers 404.
 	CallbackSecret []byte
+	// MaxLongPolls bounds the long polls (GET /v1/tasks/{id}/wait) open at
+	// once; one past it is answered 429 too_many_long_polls with
+	// Retry-After: 1 at once. Default [DefaultMaxLongPolls].
+	MaxLongPolls int
 }
+
+// DefaultMaxLongPolls is the default of Config.MaxLongPolls. An open long
+// poll holds a goroutine and a notifier registration, and reads its task
+// only when notified (or every second while notifications are not
+// arriving).
+const DefaultMaxLongPolls = 1000
 
 // Server is the HTTP API and the console. Its handler is safe for
 // concurrent use, and serves from [New] on; [Server.Start] adds the
@@ -140,6 +150,8 @@ type Server struct {
 	clients map[string]*sdk.Client // by namespace, at most maxClients
 
 	sessions *sessions // the console's sign-ins
+
+	longPolls atomic.Int64 // open long polls, at most cfg.MaxLongPolls
 }
 
 // maxClients bounds the cached per-namespace clients; a request for a
@@ -168,6 +180,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.SessionTTL <= 0 {
 		cfg.SessionTTL = DefaultSessionTTL
+	}
+	if cfg.MaxLongPolls <= 0 {
+		cfg.MaxLongPolls = DefaultMaxLongPolls
 	}
 	for i, h := range cfg.AllowedHosts {
 		name, ok := allowedHost(h)

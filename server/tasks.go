@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"regexp"
@@ -289,6 +290,7 @@ const (
 
 // waitTask answers once the task is finished, or when the timeout passes
 // with the task as it is then (200 either way: the status says which).
+// Past Config.MaxLongPolls open at once it answers 429 at once.
 func (s *Server) waitTask(w http.ResponseWriter, r *http.Request, c *call) {
 	id, ok := s.taskID(w, r)
 	if !ok {
@@ -303,6 +305,15 @@ func (s *Server) waitTask(w http.ResponseWriter, r *http.Request, c *call) {
 		}
 		timeout = d
 	}
+	if s.longPolls.Add(1) > int64(s.cfg.MaxLongPolls) {
+		s.longPolls.Add(-1)
+		p := problem(http.StatusTooManyRequests, codeTooManyWaits,
+			fmt.Sprintf("the server holds its limit of %d long polls open; try again shortly", s.cfg.MaxLongPolls))
+		p.retryAfter, p.RetryAfterSeconds = time.Second, 1
+		s.writeProblem(w, r, p)
+		return
+	}
+	defer s.longPolls.Add(-1)
 	ctx, cancel := context.WithTimeout(r.Context(), timeout)
 	defer cancel()
 	go func() {
