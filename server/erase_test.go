@@ -81,3 +81,41 @@ func TestConsoleShowsSealedPayloadsAsEncrypted(t *testing.T) {
 	require.Equal(t, "🔒 encrypted (44 bytes): erased, or the server has no key for it", prettyJSON(sealed, consoleJSONLimit))
 	require.Equal(t, "{\n  \"a\": 1\n}", prettyJSON(json.RawMessage(`{"a":1}`), consoleJSONLimit))
 }
+
+// Probe finding: the blob of an erased task answered 500. Its bytes stay
+// sealed under a key that is gone: GET /v1/blobs/{key} is 410
+// payload_sealed, saying so.
+func TestErasedTasksBlobIsGone(t *testing.T) {
+	t.Parallel()
+	key := base64.StdEncoding.EncodeToString([]byte(strings.Repeat("k", 32)))
+	codec, err := engine.ParseCodec([]byte(`{"namespaces":{"default":{"current":"k1","keys":[{"id":"k1","key":"` + key + `"}]}}}`))
+	require.NoError(t, err)
+	for _, st := range bothStores(t) {
+		t.Run(st.name, func(t *testing.T) {
+			t.Parallel()
+			registerDoc(t, st.store, "default")
+			sealed := engine.SealStore(st.store, codec)
+			h := testServer(t, sealed)
+			big := `{"type":"doc","input":{"pages":"` + strings.Repeat("p", 100<<10) + `"}}`
+			started := send(t, h, "POST", "/v1/tasks", []byte(big))
+			require.Equal(t, http.StatusAccepted, started.status, "%s", started.body)
+			var task struct {
+				ID string `json:"id"`
+			}
+			require.NoError(t, json.Unmarshal(started.body, &task))
+			events, err := sealed.EventListByTask(t.Context(), uuid.MustParse(task.ID))
+			require.NoError(t, err)
+			ref, ok := history.ParseBlobEnvelope(events[0].Data.(history.TaskScheduledData).Input)
+			require.True(t, ok, "the input is kept as a blob")
+			blob := send(t, h, "GET", "/v1/blobs/"+ref.Key, nil)
+			require.Equal(t, http.StatusOK, blob.status, "%s", blob.problem.Detail)
+
+			require.Equal(t, http.StatusAccepted, send(t, h, "POST", "/v1/tasks/"+task.ID+"/cancel", []byte(`{}`)).status)
+			require.Equal(t, http.StatusAccepted, send(t, h, "POST", "/v1/tasks/"+task.ID+"/erase", []byte(`{}`)).status)
+			blob = send(t, h, "GET", "/v1/blobs/"+ref.Key, nil)
+			require.Equal(t, http.StatusGone, blob.status, "%s", blob.body)
+			require.Equal(t, codeSealed, blob.problem.Code)
+			require.Contains(t, blob.problem.Detail, "erased")
+		})
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/sdk"
 	"github.com/cockroachdb/errors"
@@ -155,6 +156,11 @@ func problemFor(err error) *Problem {
 			detail += " (hint: " + hint + ")"
 		}
 		return problem(http.StatusBadRequest, codeFilterFailed, detail)
+	case errors.Is(err, engine.ErrPayloadSealed):
+		// Its task was erased (its key destroyed), or this server has
+		// no key for it: either way it cannot be read, ever, here.
+		return problem(http.StatusGone, codeSealed,
+			"the payload stays encrypted: its task was erased (its key destroyed), or this server has no key for it")
 	case errors.Is(err, sdk.ErrBlobCorrupt):
 		return problem(http.StatusInternalServerError, codeBlobCorrupt, err.Error())
 	case errors.Is(err, sdk.ErrIdempotencyKeyReused):
