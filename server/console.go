@@ -225,8 +225,8 @@ func (s *Server) console(role Role, h func(http.ResponseWriter, *http.Request, *
 		if ns == "" {
 			ns = who.defaultNamespace()
 		}
-		page := &consolePage{Namespace: ns, Who: who.name, CanOperate: who.can(RoleOperate),
-			Notice: r.URL.Query().Get("notice"), Error: r.URL.Query().Get("error")}
+		page := &consolePage{Namespace: ns, Who: who.name, CanOperate: who.can(RoleOperate)}
+		page.Notice, page.Error = s.flashes.take(r.URL.Query().Get("flash"), who.name)
 		if err := validNamespace(ns); err != nil {
 			s.consoleFail(w, r, page, http.StatusBadRequest, err.Error())
 			return
@@ -554,6 +554,7 @@ func (s *Server) deadLetterOpts(r *http.Request, typ, filter string) (sdk.DeadLe
 
 func (s *Server) consoleRetryDeadLetters(w http.ResponseWriter, r *http.Request, c *call, page *consolePage) {
 	back := url.Values{"namespace": {c.namespace}, "type": {r.FormValue("type")}, "filter": {r.FormValue("filter")}}
+	var notice string
 	opts, errMsg := s.deadLetterOpts(r, r.FormValue("type"), r.FormValue("filter"))
 	if errMsg == "" {
 		opts.Limit = -1
@@ -562,13 +563,19 @@ func (s *Server) consoleRetryDeadLetters(w http.ResponseWriter, r *http.Request,
 		case err != nil:
 			errMsg = s.consoleError(r, err)
 		default:
-			back.Set("notice", fmt.Sprintf("Requeued %d dead letter(s); %d could not be.", len(report.Retried), len(report.Failed)))
+			notice = fmt.Sprintf("Requeued %d dead letter(s); %d could not be.", len(report.Retried), len(report.Failed))
 		}
 	}
-	if errMsg != "" {
-		back.Set("error", errMsg)
-	}
+	s.flash(back, c, notice, errMsg)
 	http.Redirect(w, r, s.path("/console/dead-letters?"+back.Encode()), http.StatusSeeOther)
+}
+
+// flash keeps what a form's redirect shows on its landing page, if
+// anything, and puts its id in back, the landing page's query.
+func (s *Server) flash(back url.Values, c *call, notice, errMsg string) {
+	if notice != "" || errMsg != "" {
+		back.Set("flash", s.flashes.put(c.who.name, notice, errMsg))
+	}
 }
 
 func consoleReason(r *http.Request, fallback string) string {
@@ -590,12 +597,12 @@ func (s *Server) consoleTaskAction(w http.ResponseWriter, r *http.Request, c *ca
 	back := url.Values{"namespace": {c.namespace}}
 	switch {
 	case do == nil:
-		back.Set("error", "unknown action "+r.PathValue("action"))
+		s.flash(back, c, "", "unknown action "+r.PathValue("action"))
 	default:
 		if err := do(r.Context(), id, consoleReason(r, r.PathValue("action")+" from the console")); err != nil {
-			back.Set("error", s.consoleError(r, err))
+			s.flash(back, c, "", s.consoleError(r, err))
 		} else {
-			back.Set("notice", actionNotice[r.PathValue("action")])
+			s.flash(back, c, actionNotice[r.PathValue("action")], "")
 		}
 	}
 	http.Redirect(w, r, s.path("/console/tasks/"+url.PathEscape(id.String())+"?"+back.Encode()), http.StatusSeeOther)
@@ -629,9 +636,9 @@ func (s *Server) consoleScheduleAction(w http.ResponseWriter, r *http.Request, c
 	}
 	back := url.Values{"namespace": {c.namespace}}
 	if err != nil {
-		back.Set("error", s.consoleError(r, err))
+		s.flash(back, c, "", s.consoleError(r, err))
 	} else {
-		back.Set("notice", "Schedule "+name+" "+r.PathValue("action")+"d.")
+		s.flash(back, c, "Schedule "+name+" "+r.PathValue("action")+"d.", "")
 	}
 	http.Redirect(w, r, s.path("/console/schedules?"+back.Encode()), http.StatusSeeOther)
 }

@@ -124,13 +124,13 @@ func (s *Server) consoleSignal(w http.ResponseWriter, r *http.Request, c *call, 
 	}
 	switch {
 	case err != nil:
-		back.Set("error", s.consoleError(r, err))
+		s.flash(back, c, "", s.consoleError(r, err))
 	case r.FormValue("approved") == "true":
-		back.Set("notice", "Approved: signal "+name+" sent.")
+		s.flash(back, c, "Approved: signal "+name+" sent.", "")
 	case r.FormValue("approved") == "false":
-		back.Set("notice", "Rejected: signal "+name+" sent.")
+		s.flash(back, c, "Rejected: signal "+name+" sent.", "")
 	default:
-		back.Set("notice", "Signal "+name+" sent.")
+		s.flash(back, c, "Signal "+name+" sent.", "")
 	}
 	http.Redirect(w, r, s.path("/console/tasks/"+url.PathEscape(id.String())+"?"+back.Encode()), http.StatusSeeOther)
 }

@@ -124,7 +124,8 @@ func TestConsoleWaitingTasksAndTheirSignal(t *testing.T) {
 			require.Equal(t, http.StatusForbidden, w.Code, "a read-only token cannot signal")
 			w = consoleForm(t, h, taskPage+"/signals/approval", "ops-token", form)
 			require.Equal(t, http.StatusSeeOther, w.Code, "%s", w.Body)
-			require.Contains(t, w.Header().Get("Location"), "notice=Approved")
+			landing := send(t, h, "GET", w.Header().Get("Location"), nil, ops...)
+			require.Contains(t, string(landing.body), "Approved: signal approval sent.")
 
 			events, err := ns.store.EventListByTask(context.Background(), waiting)
 			require.NoError(t, err)
@@ -170,9 +171,8 @@ func TestConsoleSignalFormSendsJSONPayload(t *testing.T) {
 			}
 			w := post(`{not json`)
 			require.Equal(t, http.StatusSeeOther, w.Code)
-			loc, err := url.Parse(w.Header().Get("Location"))
-			require.NoError(t, err)
-			require.Contains(t, loc.Query().Get("error"), "not JSON")
+			landing := send(t, h, "GET", w.Header().Get("Location"), nil)
+			require.Contains(t, string(landing.body), "not JSON")
 			w = post(`{"files": 3}`)
 			require.Equal(t, http.StatusSeeOther, w.Code, "%s", w.Body)
 			events, err := ns.store.EventListByTask(context.Background(), id)

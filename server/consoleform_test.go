@@ -134,3 +134,37 @@ func TestConsoleFormsTakeTheAPIsLimits(t *testing.T) {
 		})
 	}
 }
+
+// Probe finding: ?notice= and ?error= were shown in the console's system
+// notice as given, so a link could make the console say anything ("Your
+// token expired: sign in at https://evil.example"). The console shows
+// only the messages its own redirects kept on the server (?flash=), once,
+// to whom they were for.
+func TestConsoleShowsNoNoticeFromTheURL(t *testing.T) {
+	t.Parallel()
+	st := enginetest.Store(t)
+	tokens := []Token{
+		{Name: "ops", SHA256: HashToken("ops-token"), Namespaces: []string{"*"}, Roles: []Role{RoleAdmin}},
+		{Name: "other", SHA256: HashToken("other-token"), Namespaces: []string{"*"}, Roles: []Role{RoleAdmin}},
+	}
+	srv, err := New(Config{Store: st, Tokens: tokens})
+	require.NoError(t, err)
+	h := srv.Handler()
+	lure := "Your session expired: sign in again at https://evil.example"
+	for _, q := range []string{"notice", "error", "flash"} {
+		a := send(t, h, "GET", "/console/?"+url.Values{q: {lure}}.Encode(), nil, "Authorization", "Bearer ops-token")
+		require.Equal(t, http.StatusOK, a.status)
+		require.NotContains(t, string(a.body), "evil.example", q)
+	}
+
+	// A form's own message is shown once, to its poster only.
+	w := postConsole(t, h, "/console/schedules/nightly/pause", "application/x-www-form-urlencoded", strings.NewReader(""), "ops-token")
+	require.Equal(t, http.StatusSeeOther, w.Code, w.Body.String())
+	landing := w.Header().Get("Location")
+	other := send(t, h, "GET", landing, nil, "Authorization", "Bearer other-token")
+	require.NotContains(t, string(other.body), `class="notice error"`, "not shown to another token")
+	mine := send(t, h, "GET", landing, nil, "Authorization", "Bearer ops-token")
+	require.Contains(t, string(mine.body), `class="notice error"`, "the pause of an unknown schedule failed: %s", mine.body)
+	again := send(t, h, "GET", landing, nil, "Authorization", "Bearer ops-token")
+	require.NotContains(t, string(again.body), `class="notice error"`, "shown once")
+}

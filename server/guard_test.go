@@ -208,7 +208,10 @@ func TestTokenlessServerRefusesWebPages(t *testing.T) {
 		resp, _ = send(t, "POST", b.url+"/console/dead-letters/retry?namespace=default", url.Values{"reason": {"fixed"}}.Encode(),
 			"Content-Type", "application/x-www-form-urlencoded", "Origin", b.url, "Sec-Fetch-Site", "same-origin")
 		require.Equal(t, http.StatusSeeOther, resp.StatusCode)
-		require.Contains(t, resp.Header.Get("Location"), "Requeued+1+dead+letter")
+		require.Contains(t, resp.Header.Get("Location"), "flash=")
+		resp, body = send(t, "GET", b.url+resp.Header.Get("Location"), "")
+		require.Equal(t, http.StatusOK, resp.StatusCode, body)
+		require.Contains(t, body, "Requeued 1 dead letter(s)")
 	})
 }
 

@@ -150,6 +150,7 @@ type Server struct {
 	clients map[string]*sdk.Client // by namespace, at most maxClients
 
 	sessions *sessions // the console's sign-ins
+	flashes  *flashes  // the messages of the console's redirects
 
 	longPolls atomic.Int64 // open long polls, at most cfg.MaxLongPolls
 }
@@ -206,7 +207,7 @@ func New(cfg Config) (*Server, error) {
 			cfg.FilterLimits.Timeout, cfg.FilterLimits.MaxScan)
 	}
 	s := &Server{cfg: cfg, tokens: cfg.Tokens, log: cfg.Logger, clients: map[string]*sdk.Client{},
-		cells: cfg.Cells, notifiers: map[string]*engine.Notifier{}, drained: make(chan struct{}), sessions: newSessions(cfg.SessionTTL)}
+		cells: cfg.Cells, notifiers: map[string]*engine.Notifier{}, drained: make(chan struct{}), sessions: newSessions(cfg.SessionTTL), flashes: newFlashes()}
 	for name, st := range stores {
 		logger := cfg.Logger
 		if name != "" {
