@@ -3,6 +3,9 @@ package sdk
 import (
 	"context"
 	"encoding/json"
+	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/cockroachdb/errors"
 	"github.com/google/uuid"
@@ -98,8 +101,13 @@ func (c *Client) fillSignal(ctx context.Context, p *store.TaskSignalParams, name
 	if err != nil {
 		return err
 	}
-	if name == "" {
-		return errors.New("signal: name is empty")
+	if err := checkSignalText("name", name, MaxSignalNameBytes); err != nil {
+		return err
+	}
+	if o.DedupID != "" {
+		if err := checkSignalText("dedup id", o.DedupID, MaxDedupIDBytes); err != nil {
+			return err
+		}
 	}
 	raw, err := c.signalPayload(name, payload, p.TaskID != uuid.Nil && c.blobThreshold > 0)
 	if err != nil {
@@ -111,6 +119,29 @@ func (c *Client) fillSignal(ctx context.Context, p *store.TaskSignalParams, name
 	p.Namespace, p.Name, p.Payload, p.DedupID, p.Sender, p.ForWait = c.namespace, name, raw, o.DedupID, o.Sender, o.ForWait
 	if p.Sender == "" {
 		p.Sender = c.requester(ctx)
+	}
+	return nil
+}
+
+// The bounds of a signal's name and dedup id, checked by [Client.Signal]
+// and [Client.SignalByKey] (and so by the HTTP API and the CLI): each is
+// kept in every signal_received, and the name in the receive that waits.
+const (
+	MaxSignalNameBytes = 200
+	MaxDedupIDBytes    = 200
+)
+
+// checkSignalText refuses a signal's name or dedup id that is empty, over
+// max bytes, or not text both stores keep as given (invalid UTF-8, NUL or
+// another control character).
+func checkSignalText(what, v string, max int) error {
+	switch {
+	case v == "":
+		return errors.Newf("signal: %s is empty", what)
+	case len(v) > max:
+		return errors.Newf("signal: %s is %d bytes, at most %d allowed", what, len(v), max)
+	case !utf8.ValidString(v) || strings.IndexFunc(v, unicode.IsControl) >= 0:
+		return errors.Newf("signal: %s %q is not valid UTF-8 text without control characters", what, v)
 	}
 	return nil
 }

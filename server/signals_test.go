@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/google/uuid"
@@ -122,4 +123,38 @@ func TestSignalNeedsTheOperateRole(t *testing.T) {
 	events, err := s.EventListByTask(context.Background(), started.ID)
 	require.NoError(t, err)
 	require.Contains(t, events[len(events)-1].Data.(history.SignalReceivedData).Sender, "operator", "the token is recorded as the sender")
+}
+
+// Probe finding: signal names and dedup ids were unbounded (an
+// 8,000-character name was stored). The API, as the SDK and the CLI
+// (both through Client.Signal), takes names and dedup ids of at most
+// 200 bytes of text: past that, or with a control character, 400 and
+// nothing written, on both stores.
+func TestSignalNamesAndDedupIDsAreBounded(t *testing.T) {
+	t.Parallel()
+	for _, ns := range bothStores(t) {
+		t.Run(ns.name, func(t *testing.T) {
+			t.Parallel()
+			registerDoc(t, ns.store, "default")
+			h := testServer(t, ns.store)
+			id := startDoc(t, h, "order-9")
+			before := eventCount(t, ns.store, id)
+			long := strings.Repeat("n", 8000)
+			for what, c := range map[string]struct{ path, body string }{
+				"8,000-character name":     {"/v1/tasks/" + id.String() + "/signals/" + long, `{}`},
+				"201-byte name":            {"/v1/tasks/" + id.String() + "/signals/" + strings.Repeat("n", 201), `{}`},
+				"name by key":              {"/v1/tasks/by-key/order-9/signals/" + long, `{}`},
+				"control character":        {"/v1/tasks/" + id.String() + "/signals/a%0Ab", `{}`},
+				"8,000-character dedup id": {"/v1/tasks/" + id.String() + "/signals/approval", `{"dedup_id":"` + long + `"}`},
+			} {
+				a := send(t, h, "POST", c.path, []byte(c.body))
+				require.Equal(t, http.StatusBadRequest, a.status, "%s: %s", what, a.body)
+				require.Equal(t, codeInvalidRequest, a.problem.Code, what)
+			}
+			require.Equal(t, before, eventCount(t, ns.store, id), "nothing written")
+			a := send(t, h, "POST", "/v1/tasks/"+id.String()+"/signals/"+strings.Repeat("n", 200),
+				[]byte(`{"dedup_id":"`+strings.Repeat("d", 200)+`"}`))
+			require.Equal(t, http.StatusAccepted, a.status, "at the bounds: %s", a.body)
+		})
+	}
 }
