@@ -47,8 +47,9 @@ func TestAwaitApproval(t *testing.T) {
 	}{
 		{"approve", workflow.Decision{Approved: true, Comment: "looks good"}, sdk.SignalOpts{Sender: "alice"},
 			approvalResult{Decision: workflow.Decision{Approved: true, Comment: "looks good", By: "alice"}, OK: true}},
+		// The sender, not what the payload claims.
 		{"reject", json.RawMessage(`{"approved":false,"comment":"no","by":"bob"}`), sdk.SignalOpts{Sender: "api"},
-			approvalResult{Decision: workflow.Decision{Approved: false, Comment: "no", By: "bob"}, OK: true}},
+			approvalResult{Decision: workflow.Decision{Approved: false, Comment: "no", By: "api"}, OK: true}},
 		{"malformed", json.RawMessage(`{"comment":"which?"}`), sdk.SignalOpts{},
 			approvalResult{OK: true, Malformed: true}},
 		{"not-an-object", "yes", sdk.SignalOpts{}, approvalResult{OK: true, Malformed: true}},

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -292,7 +293,45 @@ func TestCallbackNeedsNoAPIToken(t *testing.T) {
 	require.NoError(t, err)
 	a := send(t, srv.Handler(), "POST", strings.TrimPrefix(u, "https://cairn.example"), []byte(`{"approved":true,"by":"carol"}`))
 	require.Equal(t, http.StatusAccepted, a.status, "%s", a.body)
-	require.Equal(t, workflow.Decision{Approved: true, By: "carol"}, decisionOf(t, b.client, id))
+	require.Equal(t, workflow.Decision{Approved: true, By: "callback"}, decisionOf(t, b.client, id),
+		"a link's decision is the link's, whatever its payload claims")
+}
+
+// Probe finding: Decision.By was whatever the payload said, not who sent
+// it. A decision sent through the API is by the token that sent it
+// (api:<name>), one from the console's form by console:<name>, whatever
+// the payload claims.
+func TestDecisionIsByItsAuthenticatedSender(t *testing.T) {
+	t.Parallel()
+	for _, ns := range bothStores(t) {
+		t.Run(ns.name, func(t *testing.T) {
+			t.Parallel()
+			b := approvalSetupWith(t, ns.store, sdk.NewWorkflow("callback.by", 1, func(ctx workflow.Context, _ struct{}) (workflow.Decision, error) {
+				var by []string
+				for range 2 {
+					d, _, err := workflow.AwaitApproval(ctx, "approve", time.Hour)
+					if err != nil {
+						return workflow.Decision{}, err
+					}
+					by = append(by, d.By)
+				}
+				return workflow.Decision{Approved: true, Comment: strings.Join(by, ",")}, nil
+			}))
+			tokens := []Token{{Name: "clerk", SHA256: HashToken("clerk-token"), Namespaces: []string{"*"}, Roles: []Role{RoleOperate}}}
+			srv, err := New(Config{Store: ns.store, Tokens: tokens})
+			require.NoError(t, err)
+			h := srv.Handler()
+			id, _ := b.startWaiting(t)
+			a := send(t, h, "POST", "/v1/tasks/"+id.String()+"/signals/approve",
+				[]byte(`{"payload":{"approved":true,"comment":"api","by":"the-ceo"}}`), "Authorization", "Bearer clerk-token")
+			require.Equal(t, http.StatusAccepted, a.status, "%s", a.body)
+			b.waitNumber(t, id, 2)
+			w := postConsole(t, h, "/console/tasks/"+id.String()+"/signals/approve", "application/x-www-form-urlencoded",
+				strings.NewReader(url.Values{"approved": {"true"}, "comment": {"console"}, "by": {"the-ceo"}}.Encode()), "clerk-token")
+			require.Equal(t, http.StatusSeeOther, w.Code, w.Body.String())
+			require.Equal(t, "api:clerk,console:clerk", decisionOf(t, b.client, id).Comment, "the decisions' By")
+		})
+	}
 }
 
 // twoApprovals is a workflow waiting twice for the approval "approve",

@@ -19,9 +19,11 @@ type Decision struct {
 	Approved bool `json:"approved"`
 	// Comment is what the person added, if anything.
 	Comment string `json:"comment,omitempty"`
-	// By is who decided: the payload's "by", else the signal's sender
-	// (the API token, the client's identity or requester, or "callback"
-	// for a signed callback URL).
+	// By is who decided: the signal's sender, which the sending side
+	// sets from who it authenticated ("api:<token>", "console:<token>",
+	// "callback" for a signed callback URL, the SDK client's
+	// SignalOpts.Sender, requester or identity), never what the payload
+	// claims. A payload's "by" counts only for a signal without a sender.
 	By string `json:"by,omitempty"`
 }
 
@@ -34,7 +36,7 @@ var ErrMalformedDecision = errors.New("malformed decision")
 // and returns its [Decision]; ok is false when timeout passed with none.
 // It is [Receive] (the same waiting, replay and ordering rules; it takes
 // one receive of name) with the payload read as a Decision whose By is
-// filled from the signal's sender when the payload does not say.
+// the signal's sender (see [Decision]).
 //
 // Send the decision with sdk.Client.Signal (payload workflow.Decision or
 // the same JSON), POST /v1/tasks/{id}/signals/{name}, cairn task signal,
@@ -52,7 +54,8 @@ func AwaitApproval(ctx Context, name string, timeout time.Duration) (Decision, b
 		err = errors.Wrapf(err, "approval %q (receive %d, event %d)", name, pos, sig.Seq)
 		return Decision{}, true, errmark.Mark(err, ErrMalformedDecision)
 	}
-	if d.By == "" {
+	if sig.Sender != "" {
+		// Who sent it, as authenticated: a payload may say anything.
 		d.By = sig.Sender
 	}
 	return d, true, nil

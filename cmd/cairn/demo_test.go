@@ -154,12 +154,12 @@ func TestDemoRunAnswersApprovals(t *testing.T) {
 				case r.Escalated:
 					require.Equal(t, []string{"request_review", "escalate"}, steps)
 					require.Equal(t, 1, timeouts, "task %s", info.ID)
-					require.Contains(t, senders, "demo-reviewer")
+					require.Contains(t, senders, "supervisor (simulated)")
 				default:
 					require.Equal(t, []string{"request_review"}, steps)
 					require.Zero(t, timeouts, "task %s", info.ID)
 					require.NotEmpty(t, senders, "task %s", info.ID)
-					require.Equal(t, "demo-reviewer", senders[0])
+					require.Equal(t, "reviewer (simulated)", senders[0])
 					require.Equal(t, "reviewer (simulated)", r.By)
 				}
 			}
@@ -344,6 +344,8 @@ func TestDemoManualPrintsSignedCallbackURLs(t *testing.T) {
 	require.Equal(t, 1, strings.Count(out, "how\n"))
 	require.Contains(t, out, "approval needed: document d-1 (invoice), confidence 0.61 below 0.80; task "+id.String()+" waits 1m0s")
 	require.Contains(t, out, "escalated: no decision on document d-1")
+	// Papercut: the line failed as pasted (415: no Content-Type).
+	require.Contains(t, out, "curl -X POST -H 'Content-Type: application/json' 'http://127.0.0.1:7233/v1/callbacks/")
 	i := strings.Index(out, "http://127.0.0.1:7233/v1/callbacks/")
 	require.Positive(t, i, out)
 	token := strings.TrimPrefix(strings.Fields(out[i:])[0], "http://127.0.0.1:7233/v1/callbacks/")

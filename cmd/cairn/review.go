@@ -133,7 +133,7 @@ func (r *simReviewer) notify(_ context.Context, req reviewRequest) error {
 		case <-time.After(r.reviewerDelay(req)):
 		}
 		_, err := r.client.Signal(r.ctx, req.TaskID, approvalSignal, d, sdk.SignalOpts{
-			DedupID: fmt.Sprintf("demo-review/%s/%d", req.TaskID, req.Stage), Sender: "demo-reviewer"})
+			DedupID: fmt.Sprintf("demo-review/%s/%d", req.TaskID, req.Stage), Sender: d.By}) // the decision's By is its sender
 		// A task that finished (the other stage's answer was enough) takes
 		// no more signals.
 		if err != nil && !errors.Is(err, sdk.ErrTaskState) && r.ctx.Err() == nil {
@@ -192,7 +192,10 @@ func (p *personNotifier) notify(_ context.Context, req reviewRequest) error {
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(&b, "  curl -X POST '%s/v1/callbacks/%s?decision=approve'   (or reject)\n", strings.TrimSuffix(p.callbackBase, "/"), token)
+		// The API takes only JSON writes (415 otherwise): the line must
+		// work as pasted.
+		fmt.Fprintf(&b, "  curl -X POST -H 'Content-Type: application/json' '%s/v1/callbacks/%s?decision=approve'   (or reject)\n",
+			strings.TrimSuffix(p.callbackBase, "/"), token)
 	}
 	_, err := io.WriteString(p.out, b.String())
 	return err
