@@ -261,6 +261,7 @@ func testSignalForWait(t *testing.T, s store.Store) {
 	}
 	before := count()
 	require.ErrorIs(t, forWait("approval", 0), store.ErrWaitNotReached, "not waiting yet")
+	require.Equal(t, before, count(), "nothing written")
 	waitForSignal(t, s, "approval", time.Now().Add(time.Hour))
 	before = count()
 	for name, err := range map[string]error{
