@@ -239,7 +239,12 @@ func scan(ctx context.Context, b Bucket, prefix string, fn func(Record) error, l
 		if err != nil {
 			return errors.Wrapf(err, "read archive object %s of %s", key, b)
 		}
-		if err := decode(body, fn); err != nil {
+		read := objectRead{Key: key, Compressed: int64(len(body))}
+		err = decode(body, &read, fn)
+		if readStats != nil {
+			readStats(read)
+		}
+		if err != nil {
 			return errors.Wrapf(err, "read archive object %s of %s", key, b)
 		}
 	}
@@ -283,11 +288,34 @@ func encode(records []Record) ([]byte, error) {
 // maxRecordBytes bounds one line: a history of the API's limits fits.
 const maxRecordBytes = 256 << 20
 
-func decode(body []byte, fn func(Record) error) error {
-	zr, err := gzip.NewReader(bytes.NewReader(body))
+// objectRead is what reading one object took: its bytes as stored, and
+// decompressed.
+type objectRead struct {
+	Key                      string
+	Compressed, Decompressed int64
+}
+
+// readStats, when set (by tests), learns what each object's read took.
+var readStats func(objectRead)
+
+// counter counts the bytes read through it.
+type counter struct {
+	r io.Reader
+	n *int64
+}
+
+func (c counter) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	*c.n += int64(n)
+	return n, err
+}
+
+func decode(body []byte, read *objectRead, fn func(Record) error) error {
+	gz, err := gzip.NewReader(bytes.NewReader(body))
 	if err != nil {
 		return err
 	}
+	zr := counter{gz, &read.Decompressed}
 	lines := bufio.NewScanner(zr)
 	lines.Buffer(make([]byte, 0, 64<<10), maxRecordBytes)
 	for lines.Scan() {

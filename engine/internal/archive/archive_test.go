@@ -27,7 +27,7 @@ func locations(t *testing.T) map[string]string {
 	}
 }
 
-func history3(t *testing.T, id uuid.UUID, n int) archive.Record {
+func history3(t testing.TB, id uuid.UUID, n int) archive.Record {
 	t.Helper()
 	at := time.Date(2026, 12, 1, 9, 30, 0, 123456000, time.UTC)
 	events := []history.Event{{Seq: 1, At: at, Data: history.TaskScheduledData{
