@@ -8,10 +8,15 @@
 // under the location's prefix; each line is a [Record]. A task may be in
 // more than one object (archived, then changed before its removal, then
 // archived again): a read keeps the copy with the most events.
+//
+// A read trusts no object to be one Write wrote (read.go): it takes at
+// most maxObjectBytes of an object, stored and decompressed, and
+// maxRecordBytes of a line; it parses only the head of the lines of tasks
+// it does not look for; and it refuses an object that is not as Write
+// writes it with an error marked [ErrCorrupt] that names the object.
 package archive
 
 import (
-	"bufio"
 	"bytes"
 	"compress/gzip"
 	"context"
@@ -35,6 +40,8 @@ type Bucket interface {
 	Put(ctx context.Context, key string, body []byte) error
 	// Get reads an object.
 	Get(ctx context.Context, key string) ([]byte, error)
+	// Open reads an object as it comes.
+	Open(ctx context.Context, key string) (io.ReadCloser, error)
 	// List returns the keys under prefix, in order.
 	List(ctx context.Context, prefix string) ([]string, error)
 	// Delete removes an object (one not there is no error).
@@ -140,7 +147,8 @@ func checkNamespace(namespace string) error {
 	return nil
 }
 
-// Write archives records in one object per namespace and creation hour.
+// Write archives records in one object per namespace and creation hour
+// (more when one would pass maxObjectBytes decompressed).
 func Write(ctx context.Context, b Bucket, records []Record) error {
 	for _, r := range records {
 		if err := checkNamespace(r.Namespace); err != nil {
@@ -158,13 +166,15 @@ func Write(ctx context.Context, b Bucket, records []Record) error {
 		groups[k] = append(groups[k], r)
 	}
 	for _, k := range order {
-		body, err := encode(groups[k])
+		bodies, err := encode(groups[k])
 		if err != nil {
 			return err
 		}
-		key := k.namespace + "/" + k.hour + "/" + uuid.Must(uuid.NewV7()).String() + ".jsonl.gz"
-		if err := b.Put(ctx, key, body); err != nil {
-			return errors.Wrapf(err, "archive %d tasks to %s", len(groups[k]), b)
+		for _, body := range bodies {
+			key := k.namespace + "/" + k.hour + "/" + uuid.Must(uuid.NewV7()).String() + ".jsonl.gz"
+			if err := b.Put(ctx, key, body); err != nil {
+				return errors.Wrapf(err, "archive %d tasks to %s", len(groups[k]), b)
+			}
 		}
 	}
 	return nil
@@ -185,8 +195,9 @@ func FindRecord(ctx context.Context, b Bucket, namespace string, id uuid.UUID) (
 	}
 	prefix := namespace + "/" + hourOf(id) + "/" // one hour's objects (or those of ids without a time)
 	var found *Record
-	err := scan(ctx, b, prefix, func(r Record) error {
-		if r.TaskID == id && r.Namespace == namespace && (found == nil || r.lastSeq() > found.lastSeq()) {
+	this := func(ns string, task uuid.UUID) bool { return task == id && ns == namespace }
+	err := scan(ctx, b, prefix, this, func(r Record) error {
+		if found == nil || r.lastSeq() > found.lastSeq() {
 			found = &r
 		}
 		return nil
@@ -213,17 +224,15 @@ func Scan(ctx context.Context, b Bucket, namespace string, until time.Time, fn f
 	if !until.IsZero() {
 		last = namespace + "/" + until.UTC().Format("2006/01/02/15") + "/~"
 	}
-	return scan(ctx, b, namespace+"/", func(r Record) error {
-		if r.Namespace != namespace {
-			return nil // another namespace's folder reached through a shared root
-		}
-		return fn(r)
-	}, last)
+	// Records name their namespace: another's folder reached through a
+	// shared root is not handed out.
+	ours := func(ns string, _ uuid.UUID) bool { return ns == namespace }
+	return scan(ctx, b, namespace+"/", ours, fn, last)
 }
 
 // scan reads every object under prefix (up to the key last, when set) and
-// hands fn its records.
-func scan(ctx context.Context, b Bucket, prefix string, fn func(Record) error, last ...string) error {
+// hands fn the records want selects.
+func scan(ctx context.Context, b Bucket, prefix string, want func(string, uuid.UUID) bool, fn func(Record) error, last ...string) error {
 	keys, err := b.List(ctx, prefix)
 	if err != nil {
 		return errors.Wrapf(err, "list the archive %s", b)
@@ -235,16 +244,7 @@ func scan(ctx context.Context, b Bucket, prefix string, fn func(Record) error, l
 		if len(last) > 0 && last[0] != "" && key > last[0] && !strings.HasPrefix(key, prefix+unknownHour+"/") {
 			continue
 		}
-		body, err := b.Get(ctx, key)
-		if err != nil {
-			return errors.Wrapf(err, "read archive object %s of %s", key, b)
-		}
-		read := objectRead{Key: key, Compressed: int64(len(body))}
-		err = decode(body, &read, fn)
-		if readStats != nil {
-			readStats(read)
-		}
-		if err != nil {
+		if err := readObject(ctx, b, key, want, fn); err != nil {
 			return errors.Wrapf(err, "read archive object %s of %s", key, b)
 		}
 	}
@@ -263,9 +263,23 @@ func hourOf(id uuid.UUID) string {
 	return time.Unix(sec, nsec).UTC().Format("2006/01/02/15")
 }
 
-func encode(records []Record) ([]byte, error) {
-	var buf bytes.Buffer
-	zw := gzip.NewWriter(&buf)
+// encode makes the objects of records: gzip-compressed JSON lines, in as
+// many objects as keep each within maxObjectBytes decompressed.
+func encode(records []Record) ([][]byte, error) {
+	var objects [][]byte
+	var buf *bytes.Buffer
+	var zw *gzip.Writer
+	var size int64 // decompressed, in the object being written
+	closeObject := func() error {
+		if err := zw.Close(); err != nil {
+			return err
+		}
+		if int64(buf.Len()) > maxObjectBytes { // incompressible JSON: not met in practice
+			return errors.Newf("an archive object of %d records would be %d bytes, over the archive's %d", len(records), buf.Len(), maxObjectBytes)
+		}
+		objects, zw = append(objects, buf.Bytes()), nil
+		return nil
+	}
 	for _, r := range records {
 		line, err := json.Marshal(r)
 		if err != nil {
@@ -275,63 +289,26 @@ func encode(records []Record) ([]byte, error) {
 			// It could not be read back: keep the task in the database.
 			return nil, errors.Newf("the history of task %s is %d bytes of JSON, over the archive's %d per task", r.TaskID, len(line), maxRecordBytes)
 		}
+		if zw != nil && size+int64(len(line))+1 > maxObjectBytes {
+			if err := closeObject(); err != nil {
+				return nil, err
+			}
+		}
+		if zw == nil {
+			buf, size = new(bytes.Buffer), 0
+			zw = gzip.NewWriter(buf)
+		}
 		if _, err := zw.Write(append(line, '\n')); err != nil {
 			return nil, err
 		}
+		size += int64(len(line)) + 1
 	}
-	if err := zw.Close(); err != nil {
-		return nil, err
-	}
-	return buf.Bytes(), nil
-}
-
-// maxRecordBytes bounds one line: a history of the API's limits fits.
-const maxRecordBytes = 256 << 20
-
-// objectRead is what reading one object took: its bytes as stored, and
-// decompressed.
-type objectRead struct {
-	Key                      string
-	Compressed, Decompressed int64
-}
-
-// readStats, when set (by tests), learns what each object's read took.
-var readStats func(objectRead)
-
-// counter counts the bytes read through it.
-type counter struct {
-	r io.Reader
-	n *int64
-}
-
-func (c counter) Read(p []byte) (int, error) {
-	n, err := c.r.Read(p)
-	*c.n += int64(n)
-	return n, err
-}
-
-func decode(body []byte, read *objectRead, fn func(Record) error) error {
-	gz, err := gzip.NewReader(bytes.NewReader(body))
-	if err != nil {
-		return err
-	}
-	zr := counter{gz, &read.Decompressed}
-	lines := bufio.NewScanner(zr)
-	lines.Buffer(make([]byte, 0, 64<<10), maxRecordBytes)
-	for lines.Scan() {
-		var r Record
-		if err := json.Unmarshal(lines.Bytes(), &r); err != nil {
-			return err
-		}
-		if err := fn(r); err != nil {
-			return err
+	if zw != nil {
+		if err := closeObject(); err != nil {
+			return nil, err
 		}
 	}
-	if err := lines.Err(); err != nil {
-		return err
-	}
-	_, err = io.Copy(io.Discard, zr)
-	return err
+	return objects, nil
 }
 
 // blobSuffix ends a blob's object name: <namespace>/blobs/<key>/<task>.blob.

@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
@@ -15,22 +14,25 @@ import (
 	"github.com/cairnflow/cairn/engine/internal/archive"
 )
 
-// plantedLine is the probe's object: 200 MB of one byte and no newline,
-// about 200 KB compressed.
+// plantedLine is the probe's object: a line of n bytes, head and then
+// one byte repeated, with no newline; about a thousandth of n as gzip.
+// It is made of 1 MiB gzip members (a gzip stream may be several), so
+// making it costs compressing 2 MiB, not n.
 func plantedLine(tb testing.TB, head string, n int) []byte {
 	tb.Helper()
-	var buf bytes.Buffer
-	zw, err := gzip.NewWriterLevel(&buf, gzip.BestCompression)
-	require.NoError(tb, err)
-	_, err = zw.Write([]byte(head))
-	require.NoError(tb, err)
-	chunk := []byte(strings.Repeat("a", 1<<20))
-	for left := n - len(head); left > 0; left -= len(chunk) {
-		_, err = zw.Write(chunk[:min(left, len(chunk))])
+	member := func(s string) []byte {
+		var buf bytes.Buffer
+		zw, err := gzip.NewWriterLevel(&buf, gzip.BestCompression)
 		require.NoError(tb, err)
+		_, err = zw.Write([]byte(s))
+		require.NoError(tb, err)
+		require.NoError(tb, zw.Close())
+		return buf.Bytes()
 	}
-	require.NoError(tb, zw.Close())
-	return buf.Bytes()
+	const mib = 1 << 20
+	body := member(head + strings.Repeat("a", mib-len(head)))
+	body = append(body, bytes.Repeat(member(strings.Repeat("a", mib)), n/mib-1)...)
+	return append(body, member(strings.Repeat("a", n%mib))...)
 }
 
 // BenchmarkFindBesidePlantedLine reads a task archived in the hour where
@@ -50,14 +52,21 @@ func BenchmarkFindBesidePlantedLine(b *testing.B) {
 			}
 			body := plantedLine(b, head, 200<<20)
 			b.Logf("planted object: %d bytes", len(body))
-			sec, _ := id.Time().UnixTime()
-			hour := time.Unix(sec, 0).UTC().Format("2006/01/02/15")
-			require.NoError(b, bucket.Put(ctx, "tenant-a/"+hour+"/00000000-0000-7000-8000-000000000000.jsonl.gz", body))
+			require.NoError(b, bucket.Put(ctx, hourKey(id, "00000000-0000-7000-8000-000000000000"), body))
+			reads := archive.WatchReads(b)
+			b.ReportAllocs()
 			b.ResetTimer()
 			for range b.N {
 				_, err := archive.Find(ctx, bucket, "tenant-a", id)
 				b.Logf("find: %v", err)
 			}
+			b.StopTimer()
+			var decompressed, held int64
+			for _, r := range *reads {
+				decompressed, held = decompressed+r.Decompressed, max(held, r.Held)
+			}
+			b.ReportMetric(float64(decompressed)/float64(b.N), "decompressed-B/op")
+			b.ReportMetric(float64(held), "held-B")
 		})
 	}
 }

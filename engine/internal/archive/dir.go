@@ -2,6 +2,7 @@ package archive
 
 import (
 	"context"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -78,6 +79,10 @@ func (d *dirBucket) Delete(_ context.Context, key string) error {
 
 func (d *dirBucket) Get(_ context.Context, key string) ([]byte, error) {
 	return os.ReadFile(filepath.Join(d.root, filepath.FromSlash(key)))
+}
+
+func (d *dirBucket) Open(_ context.Context, key string) (io.ReadCloser, error) {
+	return os.Open(filepath.Join(d.root, filepath.FromSlash(key)))
 }
 
 // List walks the directory of prefix; a prefix not yet written holds no

@@ -12,3 +12,11 @@ func WatchReads(t testing.TB) *[]ObjectRead {
 	t.Cleanup(func() { readStats = nil })
 	return &reads
 }
+
+// SetBounds lowers the bounds on a record's line and on an object until
+// the test ends.
+func SetBounds(t testing.TB, record int, object int64) {
+	r, o := maxRecordBytes, maxObjectBytes
+	maxRecordBytes, maxObjectBytes = record, object
+	t.Cleanup(func() { maxRecordBytes, maxObjectBytes = r, o })
+}

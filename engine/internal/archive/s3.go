@@ -63,6 +63,20 @@ func (s *s3Bucket) Get(ctx context.Context, key string) ([]byte, error) {
 	return io.ReadAll(obj)
 }
 
+// Open asks for the object at once, so that an object not there is an
+// error here rather than at the first read.
+func (s *s3Bucket) Open(ctx context.Context, key string) (io.ReadCloser, error) {
+	obj, err := s.client.GetObject(ctx, s.bucket, s.prefix+key, minio.GetObjectOptions{})
+	if err != nil {
+		return nil, err
+	}
+	if _, err := obj.Stat(); err != nil {
+		_ = obj.Close()
+		return nil, err
+	}
+	return obj, nil
+}
+
 func (s *s3Bucket) List(ctx context.Context, prefix string) ([]string, error) {
 	var keys []string
 	for obj := range s.client.ListObjects(ctx, s.bucket, minio.ListObjectsOptions{Prefix: s.prefix + prefix, Recursive: true}) {
