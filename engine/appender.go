@@ -376,7 +376,8 @@ const maxOutageRetry = 30 * time.Second
 // client appends cancel_requested or signal_received, and a child's
 // terminal append child_finished, to a running task without its lease, which moves the log past the attempt's expected seq. Such an
 // append is replayed onto the new events (one query for all of them) and written again, so the attempt's work is
-// kept and it learns of the cancel from the state it gets back. results are
+// kept and it learns of the cancel from the state it gets back (a
+// completion does not stand over a cancel: see releaseCancelledCompletion). results are
 // updated in place; an append that cannot be rebased keeps its conflict.
 func (a *appender) rebaseConflicts(ctx context.Context, params []*store.EventAppendParams, results []store.AppendResult, conflicted []int) {
 	ids := make([]uuid.UUID, len(conflicted))
@@ -426,9 +427,11 @@ func rebaseOntoRequests(p *store.EventAppendParams, events []history.Event) (*st
 	state := p.State
 	signalled := map[string]bool{}
 	finished := map[int]bool{}
+	cancelled := false
 	for _, e := range events[p.State.LastSeq:] {
 		switch d := e.Data.(type) {
 		case history.CancelRequestedData:
+			cancelled = true
 		case history.SignalReceivedData:
 			signalled[d.Name] = true
 		case history.ChildFinishedData:
@@ -445,10 +448,33 @@ func rebaseOntoRequests(p *store.EventAppendParams, events []history.Event) (*st
 	rebased.State = state
 	rebased.Payloads = releaseSignalledWait(p, signalled)
 	rebased.Payloads = releaseFinishedChildWait(p, rebased.Payloads, finished)
+	if cancelled {
+		rebased.Payloads = releaseCancelledCompletion(p, rebased.Payloads)
+	}
 	if !canFollow(state, rebased.Attempt, rebased.Payloads) {
 		return nil, false
 	}
 	return &rebased, true
+}
+
+// releaseCancelledCompletion returns payloads with a final task_completed
+// replaced by task_released: a cancel recorded before the task's terminal
+// event wins (see docs/guarantees.md, "Race with completion"). The steps
+// the attempt finished are kept; the task is due at once, and its next
+// attempt compensates them and ends cancelled.
+func releaseCancelledCompletion(p *store.EventAppendParams, payloads []history.Payload) []history.Payload {
+	n := len(payloads)
+	if n == 0 {
+		return payloads
+	}
+	if _, ok := payloads[n-1].(history.TaskCompletedData); !ok {
+		return payloads
+	}
+	out := append([]history.Payload(nil), payloads[:n-1]...)
+	return append(out, history.TaskReleasedData{
+		WorkerID: p.State.Lease.Owner, LeaseEpoch: p.State.Lease.Epoch,
+		Reason: "cancel requested as the task completed: it compensates instead",
+	})
 }
 
 // releaseSignalledWait returns p's payloads with a final wait_started for

@@ -72,3 +72,31 @@ func TestRebaseRefusesATimeoutAfterItsSignal(t *testing.T) {
 	_, ok := rebaseOntoRequests(p, events)
 	require.False(t, ok, "the receive takes the signal: the attempt is retried")
 }
+
+// A cancel appended while the attempt finished its last step wins: the
+// completion is not written over it. The step is kept, and the task is
+// handed back, so its next attempt compensates and ends cancelled.
+func TestRebaseNeverCompletesOverACancel(t *testing.T) {
+	t.Parallel()
+	state, events := rebaseCase(t, historytest.E{Data: history.CancelRequestedData{By: "ops", Reason: "fraud"}})
+	step := history.StepCompletedData{Position: 0, Name: "wire", Compensable: true}
+	p := &store.EventAppendParams{State: state, Epoch: 1, Attempt: 1, Payloads: []history.Payload{
+		step, history.TaskCompletedData{Output: []byte(`"w-1"`)},
+	}}
+	rebased, ok := rebaseOntoRequests(p, events)
+	require.True(t, ok)
+	require.Len(t, rebased.Payloads, 2)
+	require.Equal(t, step, rebased.Payloads[0])
+	released, isRelease := rebased.Payloads[1].(history.TaskReleasedData)
+	require.True(t, isRelease, "got %T", rebased.Payloads[1])
+	require.Equal(t, int64(1), released.LeaseEpoch)
+	require.True(t, rebased.State.CancelRequested)
+	require.True(t, canFollow(rebased.State, 1, rebased.Payloads))
+
+	// Without a cancel among the new events, the completion stands.
+	state, events = rebaseCase(t, historytest.Signal("approval", `1`, ""))
+	p.State = state
+	rebased, ok = rebaseOntoRequests(p, events)
+	require.True(t, ok)
+	require.IsType(t, history.TaskCompletedData{}, rebased.Payloads[1])
+}

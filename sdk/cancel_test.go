@@ -210,6 +210,44 @@ func TestCancelWhileIrreversibleStepRuns(t *testing.T) {
 	})
 }
 
+// A cancel accepted while the last step, an irreversible one, runs wins
+// when the step ends: the task does not complete; the step is recorded,
+// compensated, and the task ends cancelled listing it.
+func TestCancelWinsOverAnIrreversibleLastStep(t *testing.T) {
+	t.Parallel()
+	onEachStore(t, func(t *testing.T, setup setupFunc) {
+		b := setup(t, sdk.WorkerConfig{})
+		var e effects
+		started, release := make(chan struct{}), make(chan struct{})
+		wf := sdk.NewWorkflow("payment.settle", 1, func(ctx workflow.Context, _ string) (string, error) {
+			return workflow.Step(ctx, "wire", func(ctx context.Context) (string, error) {
+				close(started)
+				<-release
+				e.add("wire")
+				return "w-1", nil
+			}, workflow.StepOpts{Irreversible: true, Compensate: undo(&e, "wire")})
+		})
+		sdk.Register(b.worker, wf)
+		startWorker(t, b.worker)
+		ctx := context.Background()
+		res, err := sdk.Start(ctx, b.client, wf, "")
+		require.NoError(t, err)
+		waitSignal(t, started, "the irreversible step")
+		require.NoError(t, b.client.Cancel(ctx, res.ID, "fraud check"))
+		time.Sleep(100 * time.Millisecond) // let the cancel reach the worker, as it may or may not
+		close(release)
+		info := waitTask(t, b.client, res.ID)
+
+		events := taskHistory(t, b.client, res.ID)
+		require.Equal(t, history.StatusCancelled, info.Status, "history %v", eventTypes(events))
+		require.Equal(t, []string{"wire", "undo wire"}, e.all())
+		require.Empty(t, eventsOf[history.TaskCompletedData](events))
+		require.Equal(t, []int{0}, eventsOf[history.TaskCancelledData](events)[0].Compensated)
+		stopWorker(t, b.worker)
+		enginetest.RequireProjectionsMatch(t, b.client.Store())
+	})
+}
+
 func TestCompensatorFailingPermanentlyDeadLettersUntilRequeued(t *testing.T) {
 	t.Parallel()
 	onEachStore(t, func(t *testing.T, setup setupFunc) {

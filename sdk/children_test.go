@@ -195,6 +195,63 @@ func TestCancelledParentLeavesNoChildRunning(t *testing.T) {
 	})
 }
 
+// Children whose last step is irreversible, running when their parent is
+// cancelled, end cancelled when the step ends, not completed: the parent's
+// cancel reaches them (cancel_requested, by the default close policy)
+// before their terminal events, so it wins and their steps are undone. The
+// parent, with no compensable step of its own, ends cancelled with none
+// compensated.
+func TestCancelledParentsIrreversibleChildrenAreUndone(t *testing.T) {
+	t.Parallel()
+	onEachStore(t, func(t *testing.T, setup setupFunc) {
+		b := setup(t, sdk.WorkerConfig{Concurrency: 8})
+		var running, undone atomic.Int32
+		release := newSignal()
+		child := sdk.NewWorkflow("settle.child", 1, func(ctx workflow.Context, n int) (int, error) {
+			return workflow.Step(ctx, "transfer", func(context.Context) (int, error) {
+				running.Add(1)
+				<-release.ch
+				return n, nil
+			}, workflow.StepOpts{Irreversible: true, Compensate: workflow.Compensate(func(context.Context, int) error {
+				undone.Add(1)
+				return nil
+			})})
+		})
+		parent := sdk.NewWorkflow("settle.parent", 1, func(ctx workflow.Context, _ struct{}) (int, error) {
+			outs, err := workflow.MapChildren(ctx, child, []int{1, 2, 3})
+			return len(outs), err
+		})
+		sdk.Register(b.worker, parent)
+		sdk.Register(b.worker, child)
+		startWorker(t, b.worker)
+		ctx := context.Background()
+		run, err := sdk.Start(ctx, b.client, parent, struct{}{})
+		require.NoError(t, err)
+		require.Eventually(t, func() bool { return running.Load() == 3 }, testTimeout, 10*time.Millisecond, "three children run")
+		require.NoError(t, b.client.Cancel(ctx, run.ID, "order withdrawn"))
+		info := waitTask(t, b.client, run.ID)
+		require.Equal(t, history.StatusCancelled, info.Status)
+		events := taskHistory(t, b.client, run.ID)
+		require.Empty(t, eventsOf[history.TaskCancelledData](events)[0].Compensated, "the parent has no step of its own to undo")
+
+		kids := childrenOf(t, b.client, run.ID, child.TypeName(), 3)
+		for pos, k := range kids {
+			require.Eventually(t, func() bool {
+				return len(eventsOf[history.CancelRequestedData](taskHistory(t, b.client, k.ID))) == 1
+			}, testTimeout, 10*time.Millisecond, "child %d: its cancel is on record", pos)
+		}
+		release.fire()
+		for pos, k := range kids {
+			k = waitTask(t, b.client, k.ID)
+			require.Equal(t, history.StatusCancelled, k.Status, "child %d", pos)
+			events := taskHistory(t, b.client, k.ID)
+			require.Equal(t, []int{0}, eventsOf[history.TaskCancelledData](events)[0].Compensated, "child %d", pos)
+		}
+		require.Equal(t, int32(3), undone.Load())
+		enginetest.RequireProjectionsMatch(t, b.client.Store())
+	})
+}
+
 // TestFailedChildEvidenceReachesTheParent: a child that fails permanently
 // is a *workflow.ChildError in its parent, carrying the child's evidence;
 // a parent that returns it fails permanently with it.

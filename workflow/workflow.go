@@ -42,7 +42,8 @@ type StepOpts struct {
 	// Irreversible: once started, the step runs to completion even when
 	// the task's cancel arrives (its context ends only if the lease is lost,
 	// the worker stops hard, or the task's deadline passes). The cancel
-	// takes effect after it.
+	// takes effect after it: the task compensates and ends cancelled, even
+	// when this was its last step.
 	Irreversible bool
 	// Compensate undoes the step: it runs, with the step's recorded output,
 	// when the task is cancelled or fails permanently after the step

@@ -276,10 +276,11 @@ func (h *Handler) handleAttempt(ctx context.Context, a *engine.Attempt, tr *atte
 	if res.Err != nil && errors.Is(context.Cause(runCtx), errDeadline) {
 		res.Err = errmark.Mark(res.Err, errDeadline)
 	}
-	if res.Err != nil && !errors.Is(res.Err, interpreter.ErrStopping) &&
-		errors.Is(context.Cause(ctx), engine.ErrCancelRequested) && a.LeaseContext().Err() == nil {
+	if !errors.Is(res.Err, interpreter.ErrStopping) && cancelRequested(ctx, a) && a.LeaseContext().Err() == nil {
 		// Cancelled while running: it stopped at a checkpoint (or its step
-		// was cancelled); undo what it completed.
+		// was cancelled), or it finished with a step the cancel did not stop
+		// (an irreversible one): a cancel recorded before the task's end
+		// wins, so undo what it completed rather than complete.
 		return h.compensate(a, typ, history.CompensateCancelled, nil, res.Pending)
 	}
 	payloads, err := h.outcome(ctx, a, typ, res)
@@ -303,6 +304,13 @@ func (h *Handler) handleAttempt(ctx context.Context, a *engine.Attempt, tr *atte
 	// The last step's completion goes in the same append as the outcome:
 	// one round trip and one row update fewer per task.
 	return append([]history.Payload{res.Pending}, payloads...), nil
+}
+
+// cancelRequested says whether the task's cancel reached the attempt: its
+// context was cancelled for it, or an append of the attempt's brought the
+// cancel_requested into its state.
+func cancelRequested(ctx context.Context, a *engine.Attempt) bool {
+	return errors.Is(context.Cause(ctx), engine.ErrCancelRequested) || a.State().CancelRequested
 }
 
 // kindDeadline is the error kind of an attempt cut off by its task's
