@@ -86,7 +86,7 @@ func CompensateTask(ctx context.Context, s store.Store, p *TaskRequestParams) (h
 }
 
 func hasCompensable(state history.State) bool {
-	for _, st := range state.Steps {
+	for _, st := range state.CompletedSteps() {
 		if st.Compensable {
 			return true
 		}

@@ -724,6 +724,7 @@ func (o *opener) openState(st history.State) history.State {
 	st.Scheduled.Input = o.open(ns, st.Scheduled.Input)
 	st.Output = o.open(ns, st.Output)
 	st.Steps = openEach(st.Steps, func(x *history.Step) { x.Output = o.open(ns, x.Output) })
+	st.Ahead = openEach(st.Ahead, func(x *history.Step) { x.Output = o.open(ns, x.Output) })
 	st.Signals = openEach(st.Signals, func(x *history.Signal) { x.Payload = o.open(ns, x.Payload) })
 	st.Children = openEach(st.Children, func(x *history.Child) { x.Output = o.open(ns, x.Output) })
 	return st

@@ -12,6 +12,7 @@
 //     dead-lettered);
 //   - attempts are numbered 1, 2, … and each attempt_started raises the
 //     lease epoch;
-//   - steps complete in position order, within the attempt that holds the
-//     lease.
+//   - each step position completes once, within the attempt that holds the
+//     lease; parallel steps may complete ahead of a position not on record
+//     (State.Ahead).
 package history

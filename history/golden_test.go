@@ -285,14 +285,14 @@ func goldenBad(t *testing.T) map[string]struct {
 			}),
 			error: "event 7 (lease_expired): lease epoch 1, current is 2",
 		},
-		"step_position_skipped": {
+		"step_position_repeated": {
 			data: edit(flow, func(ev []history.Event) []history.Event {
 				p := ev[5].Data.(history.StepCompletedData)
-				p.Position = 2
+				p.Position = 0
 				ev[5].Data = p
 				return ev
 			}),
-			error: "event 6 (step_completed): position 2, expected 1",
+			error: "event 6 (step_completed): position 0, expected 1 or a later position not on record",
 		},
 		"step_while_retrying": {
 			data: edit(flow, func(ev []history.Event) []history.Event {

@@ -193,9 +193,14 @@ type State struct {
 	Budget    Budget
 	RunAt     time.Time // when the task is next due (or was, once running)
 	Lease     Lease
-	Steps     []Step // completed steps, by position
+	Steps     []Step // completed steps, by position, up to the first position not on record (see Ahead)
 	LastError *ErrorInfo
 	Output    json.RawMessage
+	// Ahead are the steps completed beyond the first position not on
+	// record, by position: parallel steps (workflow.Go, workflow.Map)
+	// that finished while one before them ran on or failed. They join
+	// Steps once the positions before them are on record.
+	Ahead []Step
 
 	CancelRequested bool
 	// Compensation is set once compensation of the task's steps has been
@@ -528,8 +533,8 @@ func (s *State) applyStepCompleted(e Event, p StepCompletedData, owned bool) err
 	if s.Wait != nil {
 		return invalidf(nil, "event %d (%s): receive %d waits for signal %q", e.Seq, StepCompleted, s.Wait.Position, s.Wait.Name)
 	}
-	if p.Position != len(s.Steps) {
-		return invalidf(nil, "event %d (%s): position %d, expected %d", e.Seq, StepCompleted, p.Position, len(s.Steps))
+	if _, done := s.StepAt(p.Position); done || p.Position < len(s.Steps) {
+		return invalidf(nil, "event %d (%s): position %d, expected %d or a later position not on record", e.Seq, StepCompleted, p.Position, len(s.Steps))
 	}
 	if p.Name == "" {
 		return invalidf(nil, "event %d (%s): no step name", e.Seq, StepCompleted)
@@ -537,10 +542,53 @@ func (s *State) applyStepCompleted(e Event, p StepCompletedData, owned bool) err
 	if p.OutputRef != nil && len(p.Output) > 0 {
 		return invalidf(nil, "event %d (%s): an output and an output reference", e.Seq, StepCompleted)
 	}
+	step := Step{Position: p.Position, Name: p.Name, Output: p.Output, OutputRef: p.OutputRef, Compensable: p.Compensable}
+	if p.Position > len(s.Steps) {
+		// A parallel step ahead of one not on record: that one's budget
+		// runs on.
+		s.addAhead(step)
+		return nil
+	}
 	// The next step's budget starts now, with this attempt as its first.
 	s.Budget = Budget{Attempts: 1, Since: e.At}
-	s.addStep(Step{Position: p.Position, Name: p.Name, Output: p.Output, OutputRef: p.OutputRef, Compensable: p.Compensable}, owned)
+	s.addStep(step, owned)
+	// The steps completed ahead of it that now follow on join Steps.
+	for len(s.Ahead) > 0 && s.Ahead[0].Position == len(s.Steps) {
+		s.addStep(s.Ahead[0], owned)
+		s.Ahead = s.Ahead[1:]
+	}
+	if len(s.Ahead) == 0 {
+		s.Ahead = nil
+	}
 	return nil
+}
+
+// addAhead adds a step completed beyond the first position not on record,
+// in position order. Ahead is always copied: it is short, and another State
+// may share it.
+func (s *State) addAhead(step Step) {
+	i, _ := slices.BinarySearchFunc(s.Ahead, step.Position, func(st Step, pos int) int { return st.Position - pos })
+	s.Ahead = slices.Insert(slices.Clone(s.Ahead), i, step)
+}
+
+// StepAt returns the completed step at position pos, in Steps or Ahead.
+func (s *State) StepAt(pos int) (Step, bool) {
+	if pos >= 0 && pos < len(s.Steps) {
+		return s.Steps[pos], true
+	}
+	if i, ok := slices.BinarySearchFunc(s.Ahead, pos, func(st Step, pos int) int { return st.Position - pos }); ok {
+		return s.Ahead[i], true
+	}
+	return Step{}, false
+}
+
+// CompletedSteps returns every completed step, Steps then Ahead: in
+// position order.
+func (s *State) CompletedSteps() []Step {
+	if len(s.Ahead) == 0 {
+		return s.Steps
+	}
+	return append(slices.Clip(s.Steps), s.Ahead...)
 }
 
 // addStep appends a completed step. owned says no other State shares s's
@@ -684,7 +732,7 @@ func (s *State) applyCompensationStarted(e Event, p CompensationStartedData) err
 	}
 	seen := make(map[int]bool, len(p.Steps))
 	for _, pos := range p.Steps {
-		if pos < 0 || pos >= len(s.Steps) || !s.Steps[pos].Compensable || seen[pos] {
+		if step, ok := s.StepAt(pos); !ok || !step.Compensable || seen[pos] {
 			return invalidf(nil, "event %d (%s): step %d is not a completed compensable step", e.Seq, CompensationStarted, pos)
 		}
 		seen[pos] = true
@@ -710,8 +758,8 @@ func (s *State) requireNextCompensation(e Event, position int, name string) erro
 	if len(s.Compensation.Pending) == 0 || s.Compensation.Pending[0] != position {
 		return invalidf(nil, "event %d (%s): step %d is not the next to compensate (pending %v)", e.Seq, e.Data.EventType(), position, s.Compensation.Pending)
 	}
-	if s.Steps[position].Name != name {
-		return invalidf(nil, "event %d (%s): step %d is %q, not %q", e.Seq, e.Data.EventType(), position, s.Steps[position].Name, name)
+	if step, _ := s.StepAt(position); step.Name != name {
+		return invalidf(nil, "event %d (%s): step %d is %q, not %q", e.Seq, e.Data.EventType(), position, step.Name, name)
 	}
 	return nil
 }
@@ -782,6 +830,10 @@ func (s *State) applyTimerStarted(e Event, p TimerStartedData) error {
 		return invalidf(nil, "event %d (%s): task is compensating", e.Seq, TimerStarted)
 	case p.Position != len(s.Steps):
 		return invalidf(nil, "event %d (%s): position %d, expected %d", e.Seq, TimerStarted, p.Position, len(s.Steps))
+	case len(s.Ahead) > 0:
+		// A sleep waits for every step before it: none can be on record
+		// after it.
+		return invalidf(nil, "event %d (%s): step %d is on record after the timer's position", e.Seq, TimerStarted, s.Ahead[0].Position)
 	}
 	// The attempt ends: the task waits, holding no lease, until the timer
 	// is due.

@@ -3,6 +3,7 @@ package history_test
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -397,7 +398,7 @@ func TestApplyInvalid(t *testing.T) {
 		{name: "step when pending", events: with(pending, step(0, 0, "reserve")), contains: "task is pending, not running"},
 		{name: "step when retrying", events: with(retrying, step(1, 0, "reserve")), contains: "task is retrying, not running"},
 		{name: "step after a final attempt_failed", events: with(ended, step(1, 0, "reserve")), contains: "attempt 1 already ended"},
-		{name: "step skips a position", events: with(running, step(1, 2, "ship")), contains: "position 2, expected 1"},
+		{name: "step repeats a position ahead", events: with(running, step(1, 3, "ship"), step(1, 3, "ship")), contains: "position 3, expected 1"},
 		{name: "step repeats a position", events: with(running, step(1, 0, "reserve")), contains: "position 0, expected 1"},
 		{name: "step negative position", events: with(running, step(1, -1, "x")), contains: "position -1, expected 1"},
 		{name: "step restarts after retry", events: with(running, retry(1, "x"), started(2, 2), step(2, 0, "reserve")), contains: "position 0, expected 1"},
@@ -619,4 +620,58 @@ func TestTaskErasedRules(t *testing.T) {
 		_, err := history.Replay(historytest.Build(events...))
 		require.ErrorIs(t, err, history.ErrInvalidHistory, name)
 	}
+}
+
+// Parallel steps that finish while one before them failed are on record
+// ahead of it (State.Ahead); they join Steps once it is recorded, in a
+// later attempt. Steps ahead neither reset the failing step's budget nor
+// may be recorded twice; they can be compensated; no timer may start
+// before them.
+func TestStepsRecordedAheadOfAGap(t *testing.T) {
+	t.Parallel()
+	compensable := func(e historytest.E) historytest.E {
+		p := e.Data.(history.StepCompletedData)
+		p.Compensable = true
+		e.Data = p
+		return e
+	}
+	failedAttempt := []historytest.E{scheduled(), started(1, 1), step(1, 0, "plan"),
+		compensable(step(1, 3, "ocr")), step(1, 2, "ocr"), retry(1, "ocr of item 0 failed")}
+	s := mustReplay(t, historytest.Build(failedAttempt...))
+	require.Len(t, s.Steps, 1)
+	require.Equal(t, []int{2, 3}, positionsOf(s.Ahead))
+	require.Equal(t, history.Budget{Attempts: 1, Since: at(3)}, s.Budget, "steps ahead do not restart the budget of the step before them")
+	got, ok := s.StepAt(3)
+	require.True(t, ok)
+	require.Equal(t, "ocr", got.Name)
+	_, ok = s.StepAt(1)
+	require.False(t, ok)
+	require.Equal(t, []int{0, 2, 3}, positionsOf(s.CompletedSteps()))
+
+	s = mustReplay(t, historytest.Build(append(failedAttempt, started(2, 2), step(2, 1, "ocr"), step(2, 4, "merge"))...))
+	require.Equal(t, []int{0, 1, 2, 3, 4}, positionsOf(s.Steps), "the gap closed: the steps ahead follow on")
+	require.Nil(t, s.Ahead)
+
+	withCompensation := append(failedAttempt, started(2, 2), historytest.E{Attempt: 2, Data: history.CompensationStartedData{Reason: history.CompensateFailed, Steps: []int{3}}},
+		historytest.E{Attempt: 2, Data: history.StepCompensatedData{Position: 3, Name: "ocr"}})
+	s = mustReplay(t, historytest.Build(withCompensation...))
+	require.Equal(t, []int{3}, s.Compensation.Done)
+
+	for name, tail := range map[string][]historytest.E{
+		"twice ahead":                    {started(2, 2), step(2, 3, "ocr")},
+		"timer before a step":            {started(2, 2), {Attempt: 2, Data: history.TimerStartedData{Position: 1, FireAt: at(9)}}},
+		"compensate a gap":               {started(2, 2), {Attempt: 2, Data: history.CompensationStartedData{Reason: history.CompensateFailed, Steps: []int{1}}}},
+		"compensate uncompensable ahead": {started(2, 2), {Attempt: 2, Data: history.CompensationStartedData{Reason: history.CompensateFailed, Steps: []int{2}}}},
+	} {
+		_, err := history.Replay(historytest.Build(append(slices.Clone(failedAttempt), tail...)...))
+		require.ErrorIs(t, err, history.ErrInvalidHistory, name)
+	}
+}
+
+func positionsOf(steps []history.Step) []int {
+	var out []int
+	for _, s := range steps {
+		out = append(out, s.Position)
+	}
+	return out
 }

@@ -156,12 +156,14 @@ func (f *Future[Out]) Get(ctx Context) (Out, error) { return f.f.Get(ctx) }
 // the recorded output. fn receives the activity context, with the step's
 // own position and idempotency key.
 //
-// Each finished step is recorded as its own step_completed, in position
-// order: a step that finishes before an earlier one is recorded once that
-// one is. After a crash or a failed attempt only the steps not on record
-// run again. Steps still running when the workflow body returns are
-// cancelled and not recorded. [Sleep] waits for the futures started before
-// it. Call Go from the workflow body: Step, Sleep or Go called from any
+// Each finished step is recorded as its own step_completed as soon as it
+// finishes, whatever the positions before it (a step on record ahead of
+// one still running or failed). After a crash or a failed attempt only the
+// steps not on record run again. When the body returns, steps still
+// running are waited for and recorded if the attempt ends otherwise than
+// completed (a step failed, a stop, a wait); when the workflow completes
+// they are cancelled and not recorded. [Sleep] waits for the futures
+// started before it. Call Go from the workflow body: Step, Sleep or Go called from any
 // other goroutine fails the task as non-deterministic. opts is optional:
 // pass at most one [StepOpts].
 func Go[Out any](ctx Context, name string, fn func(context.Context) (Out, error), opts ...StepOpts) *Future[Out] {
@@ -180,10 +182,16 @@ type MapOpts struct {
 // Map runs fn over items as concurrent steps (see [Go]), all called name,
 // at most opts.Concurrency at a time, and returns their outputs in item
 // order. Item i's step takes the i-th position after the steps before Map,
-// whatever order the steps finish in. The first error in item order is
-// returned; a failed item ends the attempt as a failed Step does, and the
-// retry runs only the items not on record. opts is optional: pass at most
-// one [MapOpts].
+// whatever order the steps finish in.
+//
+// When an item fails, Map starts no more items, waits for the items already
+// running to finish (each bounded by its step's timeouts; a cancel, a lost
+// lease or a hard stop end them sooner) so that what they finish is
+// recorded, and then returns the first error in item order among the items
+// it started. The failed item ends the attempt as a failed Step does (the
+// attempt's attempt_failed names the step that failed first in time), and
+// the retry runs only the items not on record: the failed ones and those
+// never started. opts is optional: pass at most one [MapOpts].
 func Map[In, Out any](ctx Context, name string, items []In, fn func(context.Context, In) (Out, error), opts ...MapOpts) ([]Out, error) {
 	var o MapOpts
 	var stepOpts *interpreter.StepOptions
@@ -200,24 +208,28 @@ func Map[In, Out any](ctx Context, name string, items []In, fn func(context.Cont
 	if limit <= 0 || limit > len(items) {
 		limit = len(items)
 	}
-	futures := make([]*Future[Out], len(items))
-	outs := make([]Out, len(items))
+	futures := make([]*Future[Out], 0, len(items))
 	for i, item := range items {
 		if i >= limit {
 			// Waiting for the item limit places before keeps at most limit
 			// running; which one to wait for never changes a position.
 			if _, err := futures[i-limit].Get(ctx); err != nil {
-				return nil, err
+				break // start no more; the started ones are joined below
 			}
 		}
-		futures[i] = &Future[Out]{f: interpreter.Go(ctx, name, func(ctx context.Context) (Out, error) { return fn(ctx, item) }, stepOpts)}
+		futures = append(futures, &Future[Out]{f: interpreter.Go(ctx, name, func(ctx context.Context) (Out, error) { return fn(ctx, item) }, stepOpts)})
 	}
+	outs := make([]Out, len(items))
+	var first error
 	for i, f := range futures {
-		out, err := f.Get(ctx)
-		if err != nil {
-			return nil, err
+		out, err := f.Get(ctx) // every started item, so what it finishes is recorded
+		if err != nil && first == nil {
+			first = err
 		}
 		outs[i] = out
+	}
+	if first != nil {
+		return nil, first
 	}
 	return outs, nil
 }

@@ -143,7 +143,7 @@ func TestEventAppend(t *testing.T) {
 		ctx := context.Background()
 		bundle := setup(t)
 		for name, payloads := range map[string][]history.Payload{
-			"position skipped":    {step(1)},
+			"position repeated":   {step(1), step(1)},
 			"second start":        {history.AttemptStartedData{WorkerID: "x", LeaseEpoch: 9}},
 			"valid then invalid":  {step(0), step(0)},
 			"wrong release epoch": {history.TaskReleasedData{WorkerID: "w", LeaseEpoch: 99}},

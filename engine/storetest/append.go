@@ -116,7 +116,7 @@ func testAppendInvalidWritesNothing(t *testing.T, s store.Store) {
 	ct := claimOne(t, s, "w", time.Minute)
 	before := events(t, s, id)
 	for name, payloads := range map[string][]history.Payload{
-		"position skipped":    {stepPayload(1)},
+		"position repeated":   {stepPayload(1), stepPayload(1)},
 		"second start":        {history.AttemptStartedData{WorkerID: "x", LeaseEpoch: ct.State.Lease.Epoch + 1}},
 		"valid then invalid":  {stepPayload(0), stepPayload(0)},
 		"wrong release epoch": {history.TaskReleasedData{WorkerID: "w", LeaseEpoch: ct.State.Lease.Epoch + 99}},

@@ -4,7 +4,7 @@
 // attempt. Steps already recorded return their recorded output without
 // running; a new step runs through the activity runtime and is recorded
 // before anything after it begins (futures, [Go], run concurrently and are
-// recorded in position order: see future.go); a step at a recorded position
+// recorded as each finishes: see future.go); a step at a recorded position
 // with another name is a non-determinism error ([ErrNondeterministic]), as
 // is a call from a goroutine other than the body's.
 //

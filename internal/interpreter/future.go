@@ -17,35 +17,36 @@ import (
 // takes its position when Go is called, on the body's goroutine, so a
 // replay assigns the same positions whatever order the steps finished in.
 //
-// Completions are recorded in position order, because history.Replay
-// requires each step_completed at the position after the last: a future
-// that finishes before an earlier one waits in futureSet.ready until the
-// earlier one is on record, and whichever goroutine closes the gap records
-// the run of ready completions after it (one at a time, under recMu, so
-// appends never overlap). A step that finished behind an unfinished one is
-// therefore not on record until that one finishes: after a crash it runs
-// again, like the unfinished one.
+// A future's completion is recorded as soon as it finishes (one record at
+// a time, under recMu, so appends never overlap), whatever the positions
+// before it: the history keeps steps on record ahead of a position not on
+// record (history.State.Ahead), so a step that finished is never run again
+// because one before it ran on, failed, or was cut off by a crash.
+//
+// When the body returns, futures still running are waited for, and
+// recorded when they finish, unless the run succeeded: an attempt that
+// ends otherwise (a step failed, a stop, a wait) keeps what its running
+// steps finish, as their effects have happened; their timeouts bound the
+// wait, and a cancel, a lost lease or a hard stop end their contexts. A
+// run that succeeded cancels them (errAbandoned) and records nothing more:
+// the task's result does not depend on them.
 
 // errAbandoned is the cause a future's step context ends with when the
-// workflow body returned while the step was still running.
+// workflow body returned, successfully, while the step was still running.
 var errAbandoned = errors.New("cairn/workflow: the workflow returned before this step finished")
 
-// futureSet is the run's bookkeeping of its futures and of the order
-// completions are recorded in. Fields are guarded by runState.mu, except
-// recMu and wg.
+// futureSet is the run's bookkeeping of its futures. Fields are guarded by
+// runState.mu, except recMu and wg.
 type futureSet struct {
 	recMu    sync.Mutex                      // held while a completion is being recorded
 	wg       sync.WaitGroup                  // the futures' goroutines
-	recNext  int                             // position of the next completion to record
-	ready    map[int]history.Payload         // completions waiting for an earlier position
 	inFlight map[int]context.CancelCauseFunc // running futures, by position
-	closed   bool                            // the body returned: nothing more is recorded
+	returned bool                            // the body returned: a step's failure no longer aborts the run
+	closed   bool                            // the run ended: nothing more is recorded
 	broken   bool                            // a record failed: nothing more is recorded
 }
 
-func (f *futureSet) init(recorded int) {
-	f.recNext = recorded
-	f.ready = map[int]history.Payload{}
+func (f *futureSet) init() {
 	f.inFlight = map[int]context.CancelCauseFunc{}
 }
 
@@ -110,43 +111,36 @@ func Go[Out any](ctx Context, name string, fn func(context.Context) (Out, error)
 		out, done, err := execute(s, stepCtx, info, fn, opts)
 		s.mu.Lock()
 		delete(s.futures.inFlight, pos)
-		if err == nil && !s.futures.closed {
-			s.futures.ready[pos] = done
+		record := err == nil && !s.futures.closed
+		if record {
 			s.visited[pos] = opts
 		}
 		s.mu.Unlock()
 		f.out, f.err = out, err
-		if err == nil {
-			s.drain()
+		if record {
+			// Before f.done: Get returns once the step is on record.
+			s.record(done)
 		}
 	}()
 	return f
 }
 
-// drain records the ready completions from the next position on, in
-// order, until it reaches a gap (a future still running).
-func (s *runState) drain() {
+// record records a completed step at once, behind the records under way,
+// unless nothing more may be recorded. A failed record aborts the run.
+func (s *runState) record(done history.Payload) {
 	f := &s.futures
 	f.recMu.Lock()
 	defer f.recMu.Unlock()
-	for {
+	s.mu.Lock()
+	skip := f.closed || f.broken
+	s.mu.Unlock()
+	if skip {
+		return
+	}
+	if err := s.p.Record(done); err != nil {
 		s.mu.Lock()
-		done, ok := f.ready[f.recNext]
-		if !ok || f.closed || f.broken {
-			s.mu.Unlock()
-			return
-		}
-		s.mu.Unlock()
-		err := s.p.Record(done)
-		s.mu.Lock()
-		if err != nil {
-			f.broken = true
-			s.abortLocked(recordFailed(done, err), nil)
-			s.mu.Unlock()
-			return
-		}
-		delete(f.ready, f.recNext)
-		f.recNext++
+		f.broken = true
+		s.abortLocked(recordFailed(done, err), nil)
 		s.mu.Unlock()
 	}
 }
@@ -155,18 +149,25 @@ func (s *runState) drain() {
 // if it could be, is on record).
 func (s *runState) awaitFutures() { s.futures.wg.Wait() }
 
-// abandonFutures ends the futures still running when the body returned:
-// their contexts are cancelled, and nothing they produce is recorded (nor
-// is a completion waiting behind one of them: the history cannot skip a
-// position). It returns once their goroutines have.
-func (s *runState) abandonFutures() {
+// endFutures settles the futures still running when the body returned:
+// after a successful run their contexts are cancelled and nothing they
+// produce is recorded; otherwise they run to their end and what they
+// finish is recorded (see the comment at the top of this file). It
+// returns once their goroutines have.
+func (s *runState) endFutures(succeeded bool) {
 	s.mu.Lock()
-	s.futures.closed = true
-	for _, cancel := range s.futures.inFlight {
-		cancel(errAbandoned)
+	s.futures.returned = true
+	if succeeded {
+		s.futures.closed = true
+		for _, cancel := range s.futures.inFlight {
+			cancel(errAbandoned)
+		}
 	}
 	s.mu.Unlock()
 	s.futures.wg.Wait()
+	s.mu.Lock()
+	s.futures.closed = true
+	s.mu.Unlock()
 }
 
 // enter admits a call of the workflow API (api names it) from the body's

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -30,7 +31,8 @@ func (b *testBundle) run(body func(workflow.Context) (any, error)) interpreter.R
 func page(i int) string { return fmt.Sprintf("page-%d", i) }
 
 // Ten futures that finish in reverse order of their Go calls are recorded
-// ten times, at positions in call order, each with its own output.
+// ten times, as each finishes, at positions in call order, each with its
+// own output.
 func TestGoRecordsEachStepAtItsCallPosition(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -64,15 +66,15 @@ func TestGoRecordsEachStepAtItsCallPosition(t *testing.T) {
 	require.Equal(t, n, res.Executed)
 	recorded := b.rec.recorded()
 	require.Len(t, recorded, n)
-	for i, step := range recorded {
+	for k, step := range recorded {
+		i := n - 1 - k // recorded as they finished: the last first
 		require.Equal(t, i, step.Position)
 		require.Equal(t, page(i), step.Name)
 		require.JSONEq(t, fmt.Sprintf("%q", "text of "+page(i)), string(step.Output))
 	}
 }
 
-// A replay over six recorded futures runs only the four others, and a
-// step after them that finished first waits for them to be recorded.
+// A replay over six recorded futures runs only the four others.
 func TestGoRunsOnlyTheStepsNotOnRecord(t *testing.T) {
 	t.Parallel()
 	var steps []history.Step
@@ -123,19 +125,21 @@ func TestGoRunsOnlyTheStepsNotOnRecord(t *testing.T) {
 	for _, step := range b.rec.recorded() {
 		positions = append(positions, step.Position)
 	}
-	require.Equal(t, []int{6, 7, 8, 9}, positions)
+	require.ElementsMatch(t, []int{6, 7, 8, 9}, positions)
 }
 
 // A failed future ends the run with its error and step; the futures
-// before it stay recorded, the ones still running when the body returns
-// are cancelled and not recorded.
+// before it stay recorded, and those still running when the body returns
+// run to their end and are recorded too, ahead of the failed one: their
+// effects have happened.
 func TestGoFailureKeepsTheFinishedSteps(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	var done sync.WaitGroup
 	done.Add(6)
 	boom := errors.New("ocr service unavailable")
-	var abandoned atomic.Int32
+	var cancelled atomic.Int32
+	failed := make(chan struct{})
 	allStarted := make(chan struct{})
 	res := b.run(func(ctx workflow.Context) (any, error) {
 		var futures []*workflow.Future[string]
@@ -148,11 +152,14 @@ func TestGoFailureKeepsTheFinishedSteps(t *testing.T) {
 				case i == 6:
 					done.Wait()
 					<-allStarted // so the failure refuses none of the Go calls
+					defer close(failed)
 					return "", boom
 				}
-				<-ctx.Done()
-				abandoned.Add(1)
-				return "", context.Cause(ctx)
+				<-failed // still running when the body returns
+				if ctx.Err() != nil {
+					cancelled.Add(1)
+				}
+				return "text of " + page(i), nil
 			}))
 		}
 		close(allStarted)
@@ -166,15 +173,81 @@ func TestGoFailureKeepsTheFinishedSteps(t *testing.T) {
 	require.ErrorIs(t, res.Err, boom)
 	require.NotNil(t, res.Step)
 	require.Equal(t, 6, res.Step.Position)
-	require.Equal(t, int32(3), abandoned.Load(), "the body's return cancels the running futures")
-	require.Len(t, b.rec.recorded(), 6)
-	for i, step := range b.rec.recorded() {
-		require.Equal(t, i, step.Position)
+	require.Zero(t, cancelled.Load(), "the body's return does not cancel the running futures of a failed run")
+	var positions []int
+	for _, step := range b.rec.recorded() {
+		positions = append(positions, step.Position)
+	}
+	require.ElementsMatch(t, []int{0, 1, 2, 3, 4, 5, 7, 8, 9}, positions)
+}
+
+// Map, when an item fails, starts no more items, lets the running ones
+// finish and records them (ahead of the failed one), and returns the first
+// error in item order. The retry runs only the failed item and those never
+// started.
+func TestMapFailureRecordsTheRunningItems(t *testing.T) {
+	t.Parallel()
+	const items, limit = 8, 4
+	boom := errors.New("ocr service unavailable")
+	var runs [items]atomic.Int32
+	var others sync.WaitGroup
+	others.Add(limit - 1)
+	failed := make(chan struct{})
+	ocr := func(fail bool) func(context.Context, int) (string, error) {
+		return func(_ context.Context, i int) (string, error) {
+			runs[i].Add(1)
+			if fail && i == 0 {
+				others.Wait() // items 1 to 3 started
+				close(failed)
+				return "", boom
+			}
+			if fail {
+				others.Done()
+				<-failed // running when item 0 fails; done after
+			}
+			return "text of " + page(i), nil
+		}
+	}
+	body := func(fn func(context.Context, int) (string, error)) func(workflow.Context) (any, error) {
+		return func(ctx workflow.Context) (any, error) {
+			return workflow.Map(ctx, "ocr", []int{0, 1, 2, 3, 4, 5, 6, 7}, fn, workflow.MapOpts{Concurrency: limit})
+		}
+	}
+	b := setup(t)
+	res := b.run(body(ocr(true)))
+	require.ErrorIs(t, res.Err, boom)
+	require.Equal(t, 0, res.Step.Position)
+	var ahead []history.Step
+	for _, done := range b.rec.recorded() {
+		ahead = append(ahead, history.Step{Position: done.Position, Name: done.Name, Output: done.Output})
+	}
+	slices.SortFunc(ahead, func(a, b history.Step) int { return a.Position - b.Position })
+	var positions []int
+	for _, st := range ahead {
+		positions = append(positions, st.Position)
+	}
+	require.Equal(t, []int{1, 2, 3}, positions, "the running items are recorded; no item starts after the failure")
+
+	b = setup(t)
+	b.params.Ahead = ahead
+	res = b.run(body(ocr(false)))
+	require.NoError(t, res.Err)
+	var got []string
+	require.NoError(t, json.Unmarshal(res.Output, &got))
+	for i, text := range got {
+		require.Equal(t, "text of "+page(i), text)
+	}
+	for i := range items {
+		want := int32(1)
+		if i == 0 {
+			want = 2
+		}
+		require.Equal(t, want, runs[i].Load(), "runs of item %d", i)
 	}
 }
 
-// A sequential Step after futures still running is recorded after them;
-// Sleep waits for them.
+// A sequential Step after a future still running is recorded whatever the
+// future does; the future is recorded when it finishes.
 func TestStepAfterFuturesIsRecordedInPositionOrder(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

@@ -71,8 +71,12 @@ func (i StepInfo) String() string { return fmt.Sprintf("step %d (%s)", i.Positio
 type RunParams struct {
 	TaskID  string
 	Attempt int
-	// Steps are the steps recorded so far, by position.
+	// Steps are the steps recorded so far, by position, up to the first
+	// position not on record; Ahead those recorded beyond it
+	// (history.State's), by position. A step on record at either is not
+	// run again.
 	Steps []history.Step
+	Ahead []history.Step
 	// Context is the attempt's context. A run stops at its next checkpoint
 	// once it is done.
 	Context context.Context
@@ -187,10 +191,10 @@ func Run(p RunParams, fn Func, input json.RawMessage) (res Result) {
 		p.Context = context.Background()
 	}
 	s := &runState{p: p, visited: map[int]*StepOptions{}}
-	s.futures.init(len(p.Steps))
+	s.futures.init()
 	defer func() {
 		if r := recover(); r != nil {
-			s.abandonFutures()
+			s.endFutures(false)
 			s.mu.Lock()
 			defer s.mu.Unlock()
 			err := errors.Newf("workflow panicked: %v", r)
@@ -207,7 +211,10 @@ func Run(p RunParams, fn Func, input json.RawMessage) (res Result) {
 		// Children started and not written yet are the body's too.
 		err = s.finishChildren()
 	}
-	s.abandonFutures()
+	s.mu.Lock()
+	succeeded := err == nil && s.aborted == nil
+	s.mu.Unlock()
+	s.endFutures(succeeded)
 	children := s.children() // before s.mu: a record takes recMu, then mu
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -219,8 +226,9 @@ func Run(p RunParams, fn Func, input json.RawMessage) (res Result) {
 		res.Err = s.aborted
 	case err != nil:
 		res.Err = err
-	case s.next < len(p.Steps):
-		res.Err = nondeterministic(s.next, p.Steps[s.next].Name, "(workflow returned)")
+	case s.next < s.recordedEnd():
+		rec := s.nextRecorded()
+		res.Err = nondeterministic(rec.Position, rec.Name, "(workflow returned)")
 	case s.child.next < len(children):
 		res.Err = nondeterministicChild(s.child.next, children[s.child.next].TaskType, "(workflow returned)")
 	default:

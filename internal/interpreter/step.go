@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/cockroachdb/errors"
@@ -94,18 +95,10 @@ func Step[Out any](ctx Context, name string, fn func(context.Context) (Out, erro
 		return zero, err
 	}
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	s.visited[pos] = opts
-	if pos == s.futures.recNext {
-		// Nothing before it waits to be recorded: keep it for the next
-		// call's flush, or for the caller's outcome append.
-		s.pending = done
-		s.mu.Unlock()
-		return out, nil
-	}
-	// A future before it is still running: it is recorded after that one.
-	s.futures.ready[pos] = done
-	s.mu.Unlock()
-	s.drain()
+	// Kept for the next call's flush, or for the caller's outcome append.
+	s.pending = done
 	return out, nil
 }
 
@@ -119,8 +112,7 @@ func (s *runState) claim(name string, opts *StepOptions) (int, *history.Step, er
 		return 0, nil, s.aborted
 	}
 	pos := s.next
-	if pos < len(s.p.Steps) {
-		rec := s.p.Steps[pos]
+	if rec, ok := s.recorded(pos); ok {
 		if rec.Name != name {
 			return pos, nil, s.abortLocked(nondeterministic(pos, rec.Name, name), nil)
 		}
@@ -134,10 +126,37 @@ func (s *runState) claim(name string, opts *StepOptions) (int, *history.Step, er
 		return pos, nil, s.abortLocked(nondeterministic(pos, "sleep", name), nil)
 	}
 	if s.p.CollectOnly {
+		if pos < s.recordedEnd() {
+			// A gap before steps on record ahead: this call fails, and the
+			// run goes on so their options are collected too.
+			s.next++
+			return pos, nil, ErrCollected
+		}
 		return pos, nil, s.abortLocked(ErrCollected, nil)
 	}
 	s.next++
 	return pos, nil, nil
+}
+
+// recorded returns the step the history recorded at pos, in Steps or
+// ahead of them.
+func (s *runState) recorded(pos int) (history.Step, bool) {
+	if pos < len(s.p.Steps) {
+		return s.p.Steps[pos], true
+	}
+	i, ok := slices.BinarySearchFunc(s.p.Ahead, pos, func(st history.Step, pos int) int { return st.Position - pos })
+	if !ok {
+		return history.Step{}, false
+	}
+	return s.p.Ahead[i], true
+}
+
+// recordedEnd is the position after the last step on record.
+func (s *runState) recordedEnd() int {
+	if n := len(s.p.Ahead); n > 0 {
+		return max(len(s.p.Steps), s.p.Ahead[n-1].Position+1)
+	}
+	return len(s.p.Steps)
 }
 
 // decodeRecorded is the recorded output of the step at pos.
@@ -183,8 +202,8 @@ func (s *runState) prepare(pos int, name string, opts *StepOptions) (StepInfo, c
 }
 
 // execute runs a new step and returns its output and its completion. Its
-// failure aborts the run, unless the body has already returned (the step
-// was abandoned: see abandonFutures).
+// failure aborts the run, unless the body has already returned (the run's
+// end is the body's: see endFutures).
 func execute[Out any](s *runState, stepCtx context.Context, info StepInfo, fn func(context.Context) (Out, error), opts *StepOptions) (Out, history.StepCompletedData, error) {
 	var zero Out
 	usage := activities.NewUsageRecorder()
@@ -212,7 +231,7 @@ func execute[Out any](s *runState, stepCtx context.Context, info StepInfo, fn fu
 	defer s.mu.Unlock()
 	s.executed++
 	if err != nil {
-		if s.aborted == nil && !s.futures.closed {
+		if s.aborted == nil && !s.futures.returned {
 			s.failedOp, s.failedUsage = opts, usage.Usage()
 			s.abortLocked(err, &info)
 		}
@@ -238,10 +257,10 @@ func (s *runState) flush() error {
 		s.mu.Unlock()
 		return s.recordNow(timedOut)
 	}
-	s.futures.ready[s.futures.recNext] = s.pending
+	done := s.pending
 	s.pending = nil
 	s.mu.Unlock()
-	s.drain()
+	s.record(done)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.aborted
@@ -391,8 +410,8 @@ func (s *runState) claimSleep() (pos int, recorded bool, err error) {
 		return 0, false, s.aborted
 	}
 	pos = s.next
-	if pos < len(s.p.Steps) {
-		if rec := s.p.Steps[pos]; rec.Name != history.SleepStepName {
+	if rec, ok := s.recorded(pos); ok {
+		if rec.Name != history.SleepStepName {
 			return pos, false, s.abortLocked(nondeterministic(pos, rec.Name, history.SleepStepName), nil)
 		}
 		s.next++
@@ -403,4 +422,17 @@ func (s *runState) claimSleep() (pos int, recorded bool, err error) {
 	}
 	s.next++
 	return pos, false, nil
+}
+
+// nextRecorded is the first step on record at s.next or after.
+func (s *runState) nextRecorded() history.Step {
+	if rec, ok := s.recorded(s.next); ok {
+		return rec
+	}
+	for _, rec := range s.p.Ahead {
+		if rec.Position >= s.next {
+			return rec
+		}
+	}
+	return history.Step{}
 }

@@ -157,26 +157,38 @@ func resolveInput(ctx context.Context, a *engine.Attempt) (json.RawMessage, erro
 
 // resolveOutputs returns state with the outputs its history keeps by
 // reference read back from the task's blobs (a copy of the steps, when any
-// is), so the workflow replays over the outputs themselves.
+// is), so the workflow replays over the outputs themselves: those of Steps
+// and of the steps on record ahead of them (Ahead).
 func resolveOutputs(ctx context.Context, a *engine.Attempt, state history.State) (history.State, error) {
+	var err error
+	if state.Steps, err = resolveStepOutputs(ctx, a, state.Steps); err != nil {
+		return state, err
+	}
+	state.Ahead, err = resolveStepOutputs(ctx, a, state.Ahead)
+	return state, err
+}
+
+// resolveStepOutputs returns steps with their outputs kept by reference
+// read back (a copy, when any is).
+func resolveStepOutputs(ctx context.Context, a *engine.Attempt, in []history.Step) ([]history.Step, error) {
 	var steps []history.Step
-	for i, s := range state.Steps {
+	for i, s := range in {
 		if s.OutputRef == nil {
 			continue
 		}
 		if steps == nil {
-			steps = append([]history.Step(nil), state.Steps...)
+			steps = append([]history.Step(nil), in...)
 		}
 		out, err := a.Blobs().GetOwnBlob(ctx, *s.OutputRef)
 		if err != nil {
-			return state, errors.Wrapf(err, "read the output of step %d (%s)", s.Position, s.Name)
+			return in, errors.Wrapf(err, "read the output of step %d (%s)", s.Position, s.Name)
 		}
 		steps[i].Output = out
 	}
 	if steps != nil {
-		state.Steps = steps
+		return steps, nil
 	}
-	return state, nil
+	return in, nil
 }
 
 // unreadableOutput ends an attempt whose recorded step outputs cannot be

@@ -68,13 +68,12 @@ func (h *Handler) compensate(a *engine.Attempt, typ Type, reason string, cause *
 	if err != nil {
 		return nil, err
 	}
-	steps := resolved.Steps
 	input, err := resolveInput(ctx, a) // an input kept by reference, read back
 	if err != nil {
 		return nil, err
 	}
 	collected := interpreter.Run(interpreter.RunParams{
-		TaskID: taskID, Attempt: state.Attempt, Steps: steps, Context: ctx, CollectOnly: true,
+		TaskID: taskID, Attempt: state.Attempt, Steps: resolved.Steps, Ahead: resolved.Ahead, Context: ctx, CollectOnly: true,
 		Record: func(history.Payload) error { return errors.New("a collect-only run records nothing") },
 	}, typ.Func, input)
 	for len(state.Compensation.Pending) > 0 {
@@ -86,7 +85,7 @@ func (h *Handler) compensate(a *engine.Attempt, typ Type, reason string, cause *
 		default:
 		}
 		pos := state.Compensation.Pending[0]
-		step := steps[pos]
+		step, _ := resolved.StepAt(pos) // compensation_started named completed steps
 		opts := collected.Visited[pos]
 		if opts == nil || opts.Compensate == nil {
 			info := history.ErrorInfo{Class: history.Permanent, Kind: "no_compensator", ClassifiedBy: "rule:no_compensator",
@@ -177,13 +176,15 @@ func compensationFailed(pos int, name string, info history.ErrorInfo) []history.
 	}
 }
 
-// compensablePositions returns the completed compensable steps, latest
-// first: the order they are compensated in.
+// compensablePositions returns the completed compensable steps (those on
+// record ahead of a gap too), latest position first: the order they are
+// compensated in.
 func compensablePositions(state history.State) []int {
 	var out []int
-	for pos := len(state.Steps) - 1; pos >= 0; pos-- {
-		if state.Steps[pos].Compensable {
-			out = append(out, pos)
+	steps := state.CompletedSteps()
+	for i := len(steps) - 1; i >= 0; i-- {
+		if steps[i].Compensable {
+			out = append(out, steps[i].Position)
 		}
 	}
 	return out

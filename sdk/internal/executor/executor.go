@@ -213,7 +213,7 @@ func (h *Handler) handleAttempt(ctx context.Context, a *engine.Attempt, tr *atte
 	var refused *history.StepCompletedData       // the step whose output Record refused as too large
 	childOutputs := map[string]json.RawMessage{} // children's outputs kept by reference, read this attempt
 	res := interpreter.Run(interpreter.RunParams{
-		TaskID: taskID, Attempt: state.Attempt, Steps: state.Steps,
+		TaskID: taskID, Attempt: state.Attempt, Steps: state.Steps, Ahead: state.Ahead,
 		Context: runCtx, Stopping: a.Stopping(),
 		StepContext: func(s interpreter.StepInfo) context.Context {
 			base := runCtx
