@@ -7,9 +7,10 @@
 //     them through a [Handler] with bounded concurrency; its claim loop
 //     (claimloop.go), lease renewal in batches (heartbeat.go) and the
 //     group-commit appender that writes outcomes (appender.go);
-//   - the leader's work (leader.go): one process at a time, by a lease row,
-//     rescues expired leases and ends tasks past their start deadline
-//     (rescue.go) and fires due schedules;
+//   - the rescuer (leader.go): in every process, rescues expired leases as
+//     they expire (rescue.go); one process at a time, by a lease row, ends
+//     tasks past their start deadline, fires due schedules and removes
+//     finished tasks;
 //   - the notifier (notifier.go): relays the store's [store.Listener] to
 //     workers and waiters, with polling as the fallback;
 //   - requests on tasks (cancel.go, requeue.go) and the queue diagnosis's

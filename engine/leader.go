@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"log/slog"
+	"math/rand/v2"
 	"time"
 
 	"github.com/cairnflow/cairn/engine/store"
@@ -14,7 +15,13 @@ type RescuerConfig struct {
 	Store store.Store
 	// Owner identifies this process in the leader lease. Required.
 	Owner string
-	// Interval between passes. Default 5s.
+	// Interval between passes. Default 5s. A pass takes or renews the
+	// leader lease (for three intervals), rescues, and does the leader's
+	// work. Rescues between passes are timed to the leases' expiry, which
+	// each pass and each rescue read again, so a lease taken after a pass
+	// is seen by the next one: keep Interval no longer than the shortest
+	// lease TTL of the workers, or a crash right after a claim may wait
+	// up to Interval − TTL more.
 	Interval time.Duration
 	// Clock tells the time of the rescues it writes; give the store the
 	// same one. Default [store.WallClock].
@@ -27,11 +34,24 @@ type RescuerConfig struct {
 	Logger *slog.Logger
 }
 
-// Rescuer is the leader-only service that runs [store.Store.RescueExpired]
-// periodically. Every process may run one; only the holder of the "rescuer"
-// leader lease does the work.
+// Rescuer rescues the tasks whose lease expired (see [RescueExpired]) and,
+// while it holds the "rescuer" leader lease, does the singleton work:
+// start deadlines, cron schedules, retention.
+//
+// Every process may run one, and every one rescues: a rescue is a fenced
+// append (see [RescueExpired]), safe whoever makes it, so a dead worker's
+// tasks do not wait for leadership to pass on when the dead worker led.
+// Each rescuer sleeps until the next lease expiry it knows of (read at
+// every pass and after every rescue) rather than for a fixed interval.
+// The leader rescues a lease as soon as it expires; the others only once
+// it has been expired for their grace (rescueGrace, and a share of it
+// drawn per rescuer), so they do not race a live leader for the same
+// histories but take over within the grace when it is dead or busy.
 type Rescuer struct {
-	cfg    RescuerConfig
+	cfg RescuerConfig
+	// grace is how long a lease must have been expired before this
+	// rescuer, when not the leader, rescues it.
+	grace  time.Duration
 	svc    service
 	outage *outage // the database out of reach, logged once per change of state
 	// firingFailed: the last firing of schedules failed, so the leader
@@ -64,8 +84,25 @@ func NewRescuer(cfg RescuerConfig) (*Rescuer, error) {
 	if cfg.Retention.Budget <= 0 {
 		cfg.Retention.Budget = cfg.Interval / 10
 	}
-	return &Rescuer{cfg: cfg, outage: newOutage(cfg.Logger, "rescuer")}, nil
+	grace := rescueGrace + rand.N(rescueGrace/2)
+	return &Rescuer{cfg: cfg, grace: grace, outage: newOutage(cfg.Logger, "rescuer")}, nil
 }
+
+// rescueGrace is the least time a lease must have been expired before a
+// rescuer that does not lead rescues it; each rescuer adds a random share
+// of up to half of it, so the others do not all wake at once. Short enough
+// that a dead worker's tasks run again within a second of their lease's
+// expiry whoever led; long enough for a live leader, which rescues at the
+// expiry, to get there first.
+const rescueGrace = 500 * time.Millisecond
+
+// rescueBatch is how many expired leases one rescue lists at a time.
+const rescueBatch = 100
+
+// leaseWaitSlack is added to the wait for a lease's expiry: the store
+// lists leases expired strictly before its now, so a wake exactly at the
+// expiry would find nothing and wait again.
+const leaseWaitSlack = time.Millisecond
 
 const rescuerLeaderName = "rescuer"
 
@@ -94,28 +131,65 @@ func (r *Rescuer) Start(ctx context.Context) error {
 const minScheduleWait = 10 * time.Millisecond
 
 // waitForPass waits for the next pass, and reports false when ctx ends
-// first. Meanwhile the leader fires each cron schedule at its tick rather
-// than at the next pass, so a schedule fires within milliseconds of its tick
-// (one created or resumed since the last pass is seen at the next one).
+// first. Meanwhile it rescues each lease at its expiry (the leader) or
+// its grace after (the others), and the leader fires each cron schedule
+// at its tick rather than at the next pass, so a schedule fires within
+// milliseconds of its tick (one created or resumed since the last pass is
+// seen at the next one).
 func (r *Rescuer) waitForPass(ctx context.Context, ticker *time.Ticker, leader bool) bool {
+	schedule, lease := time.NewTimer(time.Hour), time.NewTimer(time.Hour)
+	schedule.Stop()
+	lease.Stop()
+	defer schedule.Stop()
+	defer lease.Stop()
 	for {
-		var wake <-chan time.Time
+		var scheduleDue, leaseDue <-chan time.Time
 		if leader && !r.firingFailed {
 			if at, ok := r.nextScheduleTick(ctx); ok {
-				timer := time.NewTimer(max(time.Until(at), minScheduleWait))
-				defer timer.Stop() // at most one pending: a fired timer needs no stop
-				wake = timer.C
+				schedule.Reset(max(time.Until(at), minScheduleWait))
+				scheduleDue = schedule.C
 			}
+		}
+		if in, ok := r.nextLeaseExpiry(ctx, leader); ok {
+			lease.Reset(in + leaseWaitSlack)
+			leaseDue = lease.C
 		}
 		select {
 		case <-ctx.Done():
 			return false
 		case <-ticker.C:
 			return true
-		case <-wake:
+		case <-scheduleDue:
 			r.fireSchedules(ctx)
+		case <-leaseDue:
+			r.rescue(ctx, leader)
 		}
+		schedule.Stop()
+		lease.Stop()
 	}
+}
+
+// leaseParams selects the leases this rescuer rescues: every expired one
+// when it leads, else those expired for its grace.
+func (r *Rescuer) leaseParams(leader bool) *store.LeaseExpiryParams {
+	p := &store.LeaseExpiryParams{Max: rescueBatch}
+	if !leader {
+		p.ExpiredFor = r.grace
+	}
+	return p
+}
+
+// nextLeaseExpiry returns how long until the next lease this rescuer
+// would rescue expires (see leaseParams), if one is held.
+func (r *Rescuer) nextLeaseExpiry(ctx context.Context, leader bool) (time.Duration, bool) {
+	in, ok, err := r.cfg.Store.TaskLeaseNextExpiry(ctx, r.leaseParams(leader))
+	if err != nil {
+		if ctx.Err() == nil && !isConnectionError(err) {
+			r.cfg.Logger.Warn("rescuer: read the next lease expiry", errAttr(err))
+		}
+		return 0, false
+	}
+	return in, ok
 }
 
 // nextScheduleTick returns when the next active schedule is due, if one is.
@@ -145,34 +219,43 @@ func (r *Rescuer) pass(ctx context.Context, wasLeader bool) bool {
 		r.outage.failed(err)
 		return false
 	default:
+		// Not the leader this pass; the rescue needs no leadership.
 		r.cfg.Logger.Warn("rescuer: leader election", errAttr(err))
-		return false
 	}
 	if leader != wasLeader {
 		r.cfg.Logger.Debug("rescuer: leadership changed", "leader", leader, "owner", r.cfg.Owner)
 	}
+	r.rescue(ctx, leader)
 	if !leader {
 		return false
 	}
 	r.expireStartDeadlines(ctx)
 	r.fireSchedules(ctx)
+	r.removeFinished(ctx)
+	return true
+}
+
+// rescue rescues, in batches, the expired leases leaseParams selects. A
+// batch that rescued none of a full list (histories this process cannot
+// read, or another rescuer quicker at each) ends it, so it does not spin
+// on them; the next pass lists them again.
+func (r *Rescuer) rescue(ctx context.Context, leader bool) {
+	p := r.leaseParams(leader)
 	for {
-		n, err := rescueExpired(ctx, r.cfg.Store, r.cfg.Clock, 100)
+		n, listed, err := rescueExpired(ctx, r.cfg.Store, r.cfg.Clock, p)
 		if err != nil {
 			if ctx.Err() == nil {
 				r.cfg.Logger.Warn("rescuer: rescue expired leases", errAttr(err))
 			}
-			return true
+			return
 		}
 		if n > 0 {
-			r.cfg.Logger.Info("rescuer: rescued tasks with expired leases", "count", n)
+			r.cfg.Logger.Info("rescuer: rescued tasks with expired leases", "count", n, "leader", leader)
 		}
-		if n < 100 {
-			break
+		if listed < p.Max || n == 0 {
+			return
 		}
 	}
-	r.removeFinished(ctx)
-	return true
 }
 
 // removeFinished runs retention (see [RetentionConfig]) within its

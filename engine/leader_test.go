@@ -427,3 +427,57 @@ func TestRescuerResignsOnShutdown(t *testing.T) {
 		require.Zero(t, leaders(), "round %d (%s): the stopped leader still holds the lease", round, map[bool]string{true: "context cancelled", false: "Stop"}[round%2 == 0])
 	}
 }
+
+// TestRescuerRescuesWithoutLeadership: a worker that also led dies holding
+// a task. Its leader lease still runs (an hour here), and the rescuer left
+// passes only once an hour, yet the task is rescued once its lease has
+// expired: the rescue needs no leadership, and it is timed to the lease's
+// expiry, not to the next pass.
+func TestRescuerRescuesWithoutLeadership(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := enginetest.Store(t)
+	led, err := s.LeaderAttempt(ctx, "rescuer", "dead", time.Hour)
+	require.NoError(t, err)
+	require.True(t, led)
+	id := enginetest.StartTask(t, s, &enginetest.TaskOpts{MaxAttempts: 3})
+	enginetest.ClaimOne(t, s, "dead", 300*time.Millisecond)
+
+	r, err := engine.NewRescuer(engine.RescuerConfig{Store: s, Owner: "survivor", Interval: time.Hour, Logger: enginetest.Logger(t)})
+	require.NoError(t, err)
+	require.NoError(t, r.Start(ctx))
+	t.Cleanup(r.Stop)
+
+	enginetest.WaitStatus(t, s, id, history.StatusRetrying)
+	require.Equal(t, []history.Type{history.TaskScheduled, history.AttemptStarted, history.LeaseExpired},
+		enginetest.EventTypes(t, s, id), "rescued once")
+	var leader string
+	require.NoError(t, s.Pool().QueryRow(ctx, "SELECT owner FROM "+enginetest.TableName(s, "leaders")+" WHERE name = 'rescuer'").Scan(&leader))
+	require.Equal(t, "dead", leader, "the dead leader's lease still runs: the rescue did not wait for it")
+	r.Stop()
+	require.Equal(t, 1, enginetest.RequireProjectionsMatch(t, s))
+}
+
+// TestRescuerWakesAtLeaseExpiry: the leader's rescuer, passing once an
+// hour, rescues leases as they expire, each found by reading the next
+// expiry again after a rescue: a lease that expires later than the first
+// one is rescued at its own expiry too.
+func TestRescuerWakesAtLeaseExpiry(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := enginetest.Store(t)
+	first := enginetest.StartTask(t, s, &enginetest.TaskOpts{MaxAttempts: 3})
+	enginetest.ClaimOne(t, s, "crashed", 500*time.Millisecond)
+	second := enginetest.StartTask(t, s, &enginetest.TaskOpts{MaxAttempts: 3})
+	enginetest.ClaimOne(t, s, "crashed", time.Second)
+
+	r, err := engine.NewRescuer(engine.RescuerConfig{Store: s, Owner: "r", Interval: time.Hour, Logger: enginetest.Logger(t)})
+	require.NoError(t, err)
+	require.NoError(t, r.Start(ctx))
+	t.Cleanup(r.Stop)
+
+	enginetest.WaitStatus(t, s, first, history.StatusRetrying)
+	enginetest.WaitStatus(t, s, second, history.StatusRetrying)
+	r.Stop()
+	require.Equal(t, 2, enginetest.RequireProjectionsMatch(t, s))
+}

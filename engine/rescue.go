@@ -23,16 +23,19 @@ import (
 // append is fenced by the expired epoch and re-checks expiry by the database
 // clock, so a lease extended meanwhile is left alone.
 func RescueExpired(ctx context.Context, s store.Store, max int) (int, error) {
-	return rescueExpired(ctx, s, store.WallClock, max)
+	n, _, err := rescueExpired(ctx, s, store.WallClock, &store.LeaseExpiryParams{Max: max})
+	return n, err
 }
 
-// rescueExpired is [RescueExpired] with the time of the rescue from clock.
-func rescueExpired(ctx context.Context, s store.Store, clock Clock, max int) (int, error) {
-	ids, err := s.TaskListLeaseExpired(ctx, max)
+// rescueExpired is [RescueExpired] of the leases p selects, with the time
+// of the rescue from clock. It also returns how many leases it listed.
+func rescueExpired(ctx context.Context, s store.Store, clock Clock, p *store.LeaseExpiryParams) (rescued, listed int, err error) {
+	ids, err := s.TaskListLeaseExpired(ctx, p)
 	if err != nil || len(ids) == 0 {
-		return 0, err
+		return 0, 0, err
 	}
-	return rescueTasks(ctx, s, plan.Now(clock), ids)
+	rescued, err = rescueTasks(ctx, s, plan.Now(clock), ids)
+	return rescued, len(ids), err
 }
 
 // rescueTasks appends lease_expired to each of the listed tasks, fenced by

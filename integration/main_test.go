@@ -42,6 +42,12 @@ func runHelper(name string) int {
 			return 1
 		}
 		return 0
+	case "rescue-leader":
+		if err := runRescueLeader(); err != nil {
+			fmt.Fprintln(os.Stderr, "rescue-leader:", err)
+			return 1
+		}
+		return 0
 	case "crash-worker":
 		if err := runCrashWorker(); err != nil {
 			fmt.Fprintln(os.Stderr, "crash-worker:", err)
@@ -60,7 +66,7 @@ func runHelper(name string) int {
 }
 
 // startHelper starts this test binary as the named helper process.
-func startHelper(t *testing.T, name string, env ...string) *exec.Cmd {
+func startHelper(t testing.TB, name string, env ...string) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), append([]string{"CAIRN_HELPER=" + name}, env...)...)
@@ -104,7 +110,7 @@ func cairnBinary(t *testing.T) string {
 }
 
 // waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for !cond() {
@@ -129,7 +135,7 @@ func countEvents(t *testing.T, c *sdk.Client, id uuid.UUID, typ history.Type) in
 	return n
 }
 
-func eventTypes(t *testing.T, c *sdk.Client, id uuid.UUID) []history.Type {
+func eventTypes(t testing.TB, c *sdk.Client, id uuid.UUID) []history.Type {
 	t.Helper()
 	events, err := c.History(context.Background(), id)
 	require.NoError(t, err)

@@ -70,8 +70,14 @@ type WorkerConfig struct {
 	// starve lower priorities indefinitely.
 	StrictPriority bool
 	// RescueInterval between passes of the rescuer, which reschedules
-	// tasks whose lease expired. Default 5s. Negative disables this
-	// worker's rescuer (another process must run one).
+	// tasks whose lease expired (every worker's rescuer does, at the
+	// lease's expiry, whether or not it leads) and, in the one that holds
+	// the leader lease, expires start deadlines, fires cron schedules and
+	// removes finished tasks. Default 5s, or LeaseTTL when shorter: a lease
+	// taken just after a pass is seen at the next one, so an interval
+	// longer than the shortest lease of any worker can delay a rescue by
+	// the difference. Negative disables this worker's rescuer (another
+	// process must run one).
 	RescueInterval time.Duration
 	// DefaultRetention is how long after they finished the rescuer removes
 	// tasks (whole, with their history) in a namespace without a retention
@@ -457,7 +463,7 @@ func (w *Worker) buildCell(c *workerCell, handler engine.Handler, keys []store.T
 	}
 	if w.cfg.RescueInterval >= 0 {
 		rescuer, err := engine.NewRescuer(engine.RescuerConfig{
-			Store: c.store, Owner: w.cfg.WorkerID, Interval: w.cfg.RescueInterval, Logger: logger,
+			Store: c.store, Owner: w.cfg.WorkerID, Interval: w.rescueInterval(), Logger: logger,
 			Retention: engine.RetentionConfig{Default: w.cfg.DefaultRetention, KeyDefault: w.cfg.DefaultKeyRetention,
 				DefaultArchive: w.cfg.DefaultArchive},
 		})
@@ -468,6 +474,23 @@ func (w *Worker) buildCell(c *workerCell, handler engine.Handler, keys []store.T
 	}
 	return nil
 }
+
+// rescueInterval is RescueInterval with its default: 5s, or LeaseTTL when
+// shorter.
+func (w *Worker) rescueInterval() time.Duration {
+	if w.cfg.RescueInterval > 0 {
+		return w.cfg.RescueInterval
+	}
+	ttl := w.cfg.LeaseTTL
+	if ttl == 0 {
+		ttl = engine.DefaultLeaseTTL
+	}
+	return min(defaultRescueInterval, ttl)
+}
+
+// defaultRescueInterval is RescueInterval's default where leases are
+// longer.
+const defaultRescueInterval = 5 * time.Second
 
 // startCell starts what buildCell made. Each Start refuses only a second
 // start, which a built cell never had.

@@ -10,10 +10,33 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// TaskListLeaseExpired returns up to max running tasks whose lease has
-// expired by the database clock.
-func (s *Store) TaskListLeaseExpired(ctx context.Context, max int) ([]uuid.UUID, error) {
-	return s.listIDs(ctx, "TaskListExpired", max, "list expired leases")
+// TaskListLeaseExpired returns up to p.Max running tasks whose lease
+// expired p.ExpiredFor ago or earlier by the database clock, oldest expiry
+// first.
+func (s *Store) TaskListLeaseExpired(ctx context.Context, p *store.LeaseExpiryParams) ([]uuid.UUID, error) {
+	rows, err := s.pool.Query(ctx, s.sql("TaskListExpired"), pgx.NamedArgs{
+		"max": p.Max, "expired_for_seconds": p.ExpiredFor.Seconds()})
+	if err != nil {
+		return nil, errors.Wrap(interpretError(err), "list expired leases")
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	return ids, errors.Wrap(interpretError(err), "list expired leases")
+}
+
+// TaskLeaseNextExpiry returns how long until the next lease not yet listed
+// by TaskListLeaseExpired(p) will be, by the database clock: one probe of
+// tasks_lease_idx.
+func (s *Store) TaskLeaseNextExpiry(ctx context.Context, p *store.LeaseExpiryParams) (time.Duration, bool, error) {
+	var seconds *float64
+	err := s.pool.QueryRow(ctx, s.sql("TaskLeaseNextExpiry"), pgx.NamedArgs{
+		"expired_for_seconds": p.ExpiredFor.Seconds()}).Scan(&seconds)
+	if err != nil {
+		return 0, false, errors.Wrap(interpretError(err), "read the next lease expiry")
+	}
+	if seconds == nil {
+		return 0, false, nil
+	}
+	return max(0, time.Duration(*seconds*float64(time.Second))), true, nil
 }
 
 // TaskListStartExpired returns up to max pending tasks never started whose

@@ -481,11 +481,22 @@ UNION ALL
 SELECT id, cancel_requested, true FROM wanted WHERE id NOT IN (SELECT id FROM renewed);
 
 -- name: TaskListExpired
--- Running tasks whose lease is past its expiry, oldest first.
+-- Running tasks whose lease expired @expired_for_seconds ago or earlier,
+-- oldest first (tasks_lease_idx).
 SELECT id FROM /* TEMPLATE: schema */tasks
-WHERE status = 'running' AND lease_expires_at < now()
+WHERE status = 'running' AND lease_expires_at < now() - make_interval(secs => @expired_for_seconds)
 ORDER BY lease_expires_at
 LIMIT @max;
+
+-- name: TaskLeaseNextExpiry
+-- Seconds until the first lease TaskListExpired does not list yet will be
+-- listed (NULL: none): the first entry of tasks_lease_idx past the cut.
+SELECT extract(epoch FROM (
+    SELECT lease_expires_at FROM /* TEMPLATE: schema */tasks
+    WHERE status = 'running' AND lease_expires_at >= now() - make_interval(secs => @expired_for_seconds)
+    ORDER BY lease_expires_at
+    LIMIT 1
+) + make_interval(secs => @expired_for_seconds) - now())::double precision;
 
 -- name: TaskGetByID
 SELECT id, namespace, queue, type, type_version, status, priority, run_at,

@@ -38,7 +38,7 @@ func TestStoreKeepsTimeByItsClock(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, claimed, 1)
 
-	expired, err := s.TaskListLeaseExpired(ctx, 10)
+	expired, err := s.TaskListLeaseExpired(ctx, &store.LeaseExpiryParams{Max: 10})
 	require.NoError(t, err)
 	require.Empty(t, expired, "the lease runs for a minute of the store's clock")
 	n, err := engine.ExpireStartDeadlines(ctx, s, 10)

@@ -33,9 +33,22 @@ func (s *Store) DeadLetterList(ctx context.Context, p *store.DeadLetterListParam
 }
 
 // TaskListLeaseExpired implements [store.Store].
-func (s *Store) TaskListLeaseExpired(ctx context.Context, max int) ([]uuid.UUID, error) {
-	ids, err := queryIDs(ctx, s.q, "TaskListExpired", us(s.now()), max)
+func (s *Store) TaskListLeaseExpired(ctx context.Context, p *store.LeaseExpiryParams) ([]uuid.UUID, error) {
+	ids, err := queryIDs(ctx, s.q, "TaskListExpired", us(s.now().Add(-p.ExpiredFor)), p.Max)
 	return ids, errors.Wrap(err, "list expired leases")
+}
+
+// TaskLeaseNextExpiry implements [store.Store]: by the store's clock.
+func (s *Store) TaskLeaseNextExpiry(ctx context.Context, p *store.LeaseExpiryParams) (time.Duration, bool, error) {
+	now := s.now()
+	var next sql.NullInt64
+	if err := s.q.queryRow(ctx, "TaskLeaseNextExpiry", us(now.Add(-p.ExpiredFor))).Scan(&next); err != nil {
+		return 0, false, errors.Wrap(interpret(err), "read the next lease expiry")
+	}
+	if !next.Valid {
+		return 0, false, nil
+	}
+	return max(0, fromUS(next.Int64).Add(p.ExpiredFor).Sub(now)), true, nil
 }
 
 // TaskListStartExpired implements [store.Store].

@@ -177,9 +177,14 @@ ORDER BY finished_at DESC, id DESC
 LIMIT ?6;
 
 -- name: TaskListExpired
--- Running tasks whose lease has expired (tasks_lease_idx), oldest expiry
--- first.
+-- Running tasks whose lease expired before ? (now, less the time a lease
+-- must have been expired) (tasks_lease_idx), oldest expiry first.
 SELECT id FROM tasks WHERE status = 'running' AND lease_expires_at < ? ORDER BY lease_expires_at LIMIT ?;
+
+-- name: TaskLeaseNextExpiry
+-- The first lease expiry at or after ? that TaskListExpired does not list
+-- yet (NULL: none): the first entry of tasks_lease_idx past the cut.
+SELECT min(lease_expires_at) FROM tasks WHERE status = 'running' AND lease_expires_at >= ?;
 
 -- name: TaskListStartExpired
 SELECT id FROM tasks WHERE status = 'pending' AND attempt = 0 AND start_deadline IS NOT NULL

@@ -79,3 +79,19 @@ type LeaseRenewal struct {
 	// not wait for row locks). The next heartbeat extends it.
 	Busy bool
 }
+
+// LeaseExpiryParams selects the expired leases the rescue reads
+// ([Store.TaskListLeaseExpired], [Store.TaskLeaseNextExpiry]), by the
+// store's clock (PostgreSQL's now(); the embedded store's Clock).
+type LeaseExpiryParams struct {
+	// Max is how many tasks TaskListLeaseExpired returns at most, oldest
+	// expiry first. TaskLeaseNextExpiry ignores it.
+	Max int
+	// ExpiredFor counts a lease only once it has been expired this long:
+	// TaskListLeaseExpired lists the leases that expired before now −
+	// ExpiredFor, and TaskLeaseNextExpiry says how long until the next of
+	// the others will have. The leader lists at 0; the other processes
+	// wait a little longer, so they rescue what a dead or slow leader
+	// leaves without racing a live one. Not negative.
+	ExpiredFor time.Duration
+}

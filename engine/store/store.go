@@ -69,10 +69,16 @@ type Store interface {
 	// Dead letters.
 	DeadLetterList(ctx context.Context, p *DeadLetterListParams) ([]*Task, error)
 
-	// What the leader's singleton work reads and writes: tasks whose lease
-	// expired (by the database clock), tasks past their start deadline,
-	// the leader lease, due schedules.
-	TaskListLeaseExpired(ctx context.Context, max int) ([]uuid.UUID, error)
+	// What the rescue and the leader's singleton work read and write:
+	// tasks whose lease expired and when the next one does (both by the
+	// store's clock: see [LeaseExpiryParams]), tasks past their start
+	// deadline, the leader lease, due schedules.
+	// TaskLeaseNextExpiry returns how long until the next running task's
+	// lease that TaskListLeaseExpired would not list yet will be listed
+	// (0 or more: a duration by the store's clock, so the caller's clock
+	// need not agree with it); ok is false when no such lease exists.
+	TaskListLeaseExpired(ctx context.Context, p *LeaseExpiryParams) ([]uuid.UUID, error)
+	TaskLeaseNextExpiry(ctx context.Context, p *LeaseExpiryParams) (in time.Duration, ok bool, err error)
 	TaskListStartExpired(ctx context.Context, max int) ([]uuid.UUID, error)
 	LeaderAttempt(ctx context.Context, name, owner string, ttl time.Duration) (bool, error)
 	LeaderResign(ctx context.Context, name, owner string) error

@@ -17,6 +17,7 @@ var leaseTests = []conformanceTest{
 	{"ExpiredLeaseOnLastAttemptDeadLetters", testExpiredLeaseLastAttemptDeadLetters},
 	{"LiveLeaseIsNotRescued", testLiveLeaseNotRescued},
 	{"LeaseExtendManyExtendsHeldLeasesOnly", testLeaseExtendMany},
+	{"LeaseExpiryByHowLongExpired", testLeaseExpiryByHowLongExpired},
 }
 
 // shortTTL is a lease that expires while the test waits for it.
@@ -130,4 +131,44 @@ func testLeaseExtendMany(t *testing.T, s store.Store) {
 	require.NoError(t, err)
 	require.Zero(t, n, "the heartbeat kept the lease")
 	require.Equal(t, history.StatusRunning, getTask(t, s, d).Status)
+}
+
+// testLeaseExpiryByHowLongExpired: the rescue's reads count a lease as
+// expired once it has been for ExpiredFor, and say how long until the next
+// one will have been, by the store's clock.
+func testLeaseExpiryByHowLongExpired(t *testing.T, s store.Store) {
+	ctx := testContext(t)
+	next := func(expiredFor time.Duration) (time.Duration, bool) {
+		t.Helper()
+		in, ok, err := s.TaskLeaseNextExpiry(ctx, &store.LeaseExpiryParams{ExpiredFor: expiredFor})
+		require.NoError(t, err)
+		return in, ok
+	}
+	list := func(expiredFor time.Duration) []uuid.UUID {
+		t.Helper()
+		ids, err := s.TaskListLeaseExpired(ctx, &store.LeaseExpiryParams{Max: 10, ExpiredFor: expiredFor})
+		require.NoError(t, err)
+		return ids
+	}
+	start(t, s, spec{})
+	_, ok := next(0)
+	require.False(t, ok, "no task is running")
+
+	long := claimOne(t, s, "w", 2*time.Hour)
+	start(t, s, spec{})
+	short := claimOne(t, s, "w", shortTTL)
+	time.Sleep(shortTTL + 10*time.Millisecond)
+
+	require.Equal(t, []uuid.UUID{short.Task.ID}, list(0))
+	require.Empty(t, list(time.Hour), "expired, but not for an hour")
+	in, ok := next(0)
+	require.True(t, ok)
+	require.InDelta(t, (2 * time.Hour).Seconds(), in.Seconds(), 60, "the long lease is next; the expired one is listed, not waited for")
+	in, ok = next(time.Hour)
+	require.True(t, ok)
+	require.InDelta(t, time.Hour.Seconds(), in.Seconds(), 60, "the short lease will have been expired for an hour in an hour")
+
+	complete(t, s, long)
+	in, ok = next(0)
+	require.False(t, ok, "the one running task left is expired: nothing to wait for (%s)", in)
 }
