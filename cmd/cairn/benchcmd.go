@@ -34,7 +34,7 @@ func newBenchCmd(g *globals) *cobra.Command {
 		Long:  benchLong,
 	}
 	cmd.AddCommand(newBenchThroughputCmd(g), newBenchWorkflowCmd(g), newBenchLatencyCmd(g), newBenchSteadyCmd(g),
-		newBenchReplayCmd(g), newBenchScaleCmd(g), newBenchAuditCmd(g), newBenchWorkerCmd(g))
+		newBenchReplayCmd(g), newBenchScaleCmd(g), newBenchAuditCmd(g), newBenchWaitingCmd(g), newBenchWorkerCmd(g))
 	return cmd
 }
 
@@ -254,6 +254,39 @@ measures the drain as throughput does.`,
 	cmd.Flags().IntSliceVar(&p.Processes, "processes", []int{1, 2, 4}, "worker process counts, one drain each")
 	addBenchWorkerFlags(cmd, p, false)
 	addBenchDrainFlags(cmd, p)
+	return cmd
+}
+
+func newBenchWaitingCmd(g *globals) *cobra.Command {
+	p := &bench.Params{}
+	var vacuum bool
+	cmd := &cobra.Command{
+		Use:   "waiting",
+		Short: "What tasks waiting for a signal cost an idle database: rows read a second with 1,000 and 50,000 waiting",
+		Long: benchLong + `
+
+waiting runs once per entry of --waiting: it resets the schema, starts that
+many tasks whose workflow receives a signal (with a 30-day timeout, like an
+approval), and lets one worker (default settings, --concurrency slots) park
+them all: each attempt ends with wait_started and holds no slot. It then
+vacuums the tables unless --vacuum=false (as autovacuum would once they
+stop changing), waits 12s
+for the backends' statistics to arrive, and reads PostgreSQL's statistics
+(pg_stat_user_tables, pg_stat_user_indexes, pg_stat_database) before and
+after --window while only that idle worker runs. The report gives the rows
+and index entries read a second in the bench's tables, by relation, and
+the ratio of the largest waiting set's reads to the smallest's (1: reads
+independent of the number of waiting tasks). PostgreSQL only.`,
+		Args: cobra.NoArgs,
+		RunE: benchRunE(g, func(cmd *cobra.Command, cfg bench.Config) error {
+			return bench.Waiting(cmd.Context(), cfg, *p, vacuum)
+		}),
+	}
+	cmd.Flags().IntSliceVar(&p.Waiting, "waiting", []int{1_000, 50_000}, "sizes of the waiting set, one run each")
+	cmd.Flags().DurationVar(&p.Window, "window", 30*time.Second, "how long each run reads the database's statistics")
+	cmd.Flags().IntVar(&p.Batch, "batch", 5000, "tasks per Client.StartMany call when starting")
+	cmd.Flags().BoolVar(&vacuum, "vacuum", true, "VACUUM (ANALYZE) the tables once the tasks are parked, as autovacuum would")
+	addBenchWorkerFlags(cmd, p, false)
 	return cmd
 }
 

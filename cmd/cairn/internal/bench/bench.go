@@ -5,8 +5,8 @@
 // workflow also run on the embedded store.
 //
 // cmd/cairn parses the flags and calls one entry point per mode
-// ([Throughput], [Workflow], [Latency], [Replay], [Scale], [Audit], and
-// [Worker] in the processes [Scale] spawns) with a [Config] and the mode's
+// ([Throughput], [Workflow], [Latency], [Replay], [Scale], [Audit],
+// [Steady], [Waiting], and [Worker] in the processes [Scale] spawns) with a [Config] and the mode's
 // parameters. Reports are printed as tables, or as one JSON object that
 // scripts/compare-peers.sh reads. The statements the bench runs itself (to
 // reset its schema and to observe it) are in bench.sql and audit.sql
@@ -176,6 +176,8 @@ type Params struct {
 	Retention   time.Duration // --retention: the workers' default retention (0: none)
 	InputBytes  int           // --input-bytes: each task's input is padded to about this many bytes
 	Metrics     bool          // --metrics: workers count Prometheus metrics
+	Waiting     []int         // --waiting: sizes of the waiting set, one window each (Waiting)
+	Window      time.Duration // --window: how long Waiting reads the database's statistics
 }
 
 func (f *Params) validate() error {

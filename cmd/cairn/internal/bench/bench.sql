@@ -86,3 +86,42 @@ SELECT t.id, e.seq, e.type, now(), e.attempt, e.data::jsonb FROM t CROSS JOIN (V
     (2, 'attempt_started', 1, '{"v":1,"worker_id":"prefill","lease_epoch":1,"lease_expires_at":"2026-01-01T00:00:00Z"}'),
     (3, 'step_completed', 1, '{"v":1,"position":0,"name":"noop","output":1}'),
     (4, 'task_completed', 1, '{"v":1,"output":1}')) AS e(seq, type, attempt, data);
+
+-- name: TaskWaitingCount
+-- The waiting mode's tasks that wait (pending, not due before their
+-- receive's deadline), and those not finished: the worker has parked every
+-- task when both are the same.
+SELECT count(*) FILTER (WHERE status = 'pending' AND run_at > now() AND attempt > 0),
+       count(*) FILTER (WHERE status IN ('pending', 'retrying', 'running'))
+FROM /* TEMPLATE: schema */tasks;
+
+-- name: TablesVacuum
+-- What autovacuum does for a table that stops changing, done at once so
+-- the idle window is measured in its steady state: visibility map set,
+-- statistics of the waiting set.
+VACUUM (ANALYZE) /* TEMPLATE: schema */tasks, /* TEMPLATE: schema */events;
+
+-- name: StatReads
+-- Cumulative reads of the bench schema's relations, from the statistics
+-- PostgreSQL keeps: per table, the rows its sequential scans read and the
+-- heap rows its index scans fetched; per index, the entries its scans
+-- returned (what pg_stat_database.tup_returned sums; entries an index scan
+-- skips by a condition on a later key column are not counted); and per
+-- relation the buffers read (hit or not), which count every page a scan
+-- walks.
+SELECT 'table ' || t.relname, coalesce(t.seq_scan, 0), coalesce(t.seq_tup_read, 0), coalesce(t.idx_tup_fetch, 0),
+    coalesce(io.heap_blks_hit, 0) + coalesce(io.heap_blks_read, 0)
+FROM pg_catalog.pg_stat_user_tables AS t
+JOIN pg_catalog.pg_statio_user_tables AS io ON io.relid = t.relid
+WHERE t.schemaname = @schema
+UNION ALL
+SELECT 'index ' || i.indexrelname, coalesce(i.idx_scan, 0), coalesce(i.idx_tup_read, 0), 0::bigint,
+    coalesce(io.idx_blks_hit, 0) + coalesce(io.idx_blks_read, 0)
+FROM pg_catalog.pg_stat_user_indexes AS i
+JOIN pg_catalog.pg_statio_user_indexes AS io ON io.indexrelid = i.indexrelid
+WHERE i.schemaname = @schema;
+
+-- name: StatDatabase
+-- The database's own counters: committed transactions, rows returned
+-- (sequential rows and index entries read) and fetched.
+SELECT xact_commit, tup_returned, tup_fetched FROM pg_catalog.pg_stat_database WHERE datname = current_database();
