@@ -112,3 +112,8 @@ func newBenchStore(tb testing.TB) store.Store { return enginetest.Store(tb) }
 func BenchmarkLimitedQueue(b *testing.B)  { storetest.BenchLimitedQueue(b, newBenchStore) }
 func BenchmarkTimerLateness(b *testing.B) { storetest.BenchTimerLateness(b, newBenchStore) }
 func BenchmarkRetryLateness(b *testing.B) { storetest.BenchRetryLateness(b, newBenchStore) }
+
+// BenchmarkIdleClaim: see storetest.BenchIdleClaim.
+func BenchmarkIdleClaim(b *testing.B) {
+	storetest.BenchIdleClaim(b, func(tb testing.TB) store.Store { return enginetest.Store(tb) })
+}

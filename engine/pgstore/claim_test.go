@@ -2,6 +2,7 @@ package pgstore_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sync"
 	"testing"
@@ -9,9 +10,12 @@ import (
 
 	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/engine/enginetest"
+	"github.com/cairnflow/cairn/engine/pgstore"
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 )
 
@@ -446,4 +450,84 @@ func TestLeaseExtendManyDoesNotWaitForRowLocks(t *testing.T) {
 	held, err = s.LeaseExtendMany(ctx, []store.LeaseRef{{TaskID: locked.Task.ID, Epoch: locked.State.Lease.Epoch}}, time.Hour)
 	require.NoError(t, err)
 	require.Equal(t, map[uuid.UUID]store.LeaseRenewal{locked.Task.ID: {}}, held)
+}
+
+// TestClaimDoesNotWalkTasksNotYetDue: a claim reads as much with 100 tasks
+// not yet due as with 5,000 (delayed starts here; waits for a signal or a
+// child, and timers, are the same to the claim: pending, run_at ahead),
+// whether nothing is due (an idle worker's poll) or a little is. The plan
+// is steered to the walk of tasks_claim_idx (no sort), the plan a due
+// backlog's statistics give the claim's generic plan, which used to walk on
+// through every task not yet due after the due ones. Counted in buffers,
+// which include the index entries a scan skips without returning; rows
+// would not see them.
+func TestClaimDoesNotWalkTasksNotYetDue(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	claimBuffers := func(s *pgstore.Store, conn *pgxpool.Conn, wantClaimed int) int {
+		tx, err := conn.Begin(ctx)
+		require.NoError(t, err)
+		defer func() { _ = tx.Rollback(ctx) }()
+		_, err = tx.Exec(ctx, "SET LOCAL enable_sort = off; SET LOCAL enable_bitmapscan = off; SET LOCAL plan_cache_mode = force_generic_plan")
+		require.NoError(t, err)
+		var out []byte
+		err = tx.QueryRow(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+s.SQL("TaskClaimMany"), pgx.NamedArgs{
+			"namespace": store.DefaultNamespace, "queues": []string{"default"}, "types": []string{enginetest.TestKey.Type},
+			"versions": []int32{int32(enginetest.TestKey.Version)}, "max": 100, "aging": 12, // one slot in eight, as plan.AgingSlots
+			"owner": "w", "lease_seconds": 60.0,
+		}).Scan(&out)
+		require.NoError(t, err)
+		var explained []struct {
+			Plan struct {
+				Hit  int `json:"Shared Hit Blocks"`
+				Read int `json:"Shared Read Blocks"`
+				Rows int `json:"Actual Rows"`
+			} `json:"Plan"`
+		}
+		require.NoError(t, json.Unmarshal(out, &explained))
+		require.Len(t, explained, 1)
+		if wantClaimed == 0 {
+			wantClaimed = 1 // the outlook's row
+		}
+		require.Equal(t, wantClaimed, explained[0].Plan.Rows, "the claim takes the due tasks, and only them")
+		return explained[0].Plan.Hit + explained[0].Plan.Read
+	}
+	// measure returns the buffers of a claim that finds nothing due and of
+	// one that finds two due tasks, among notYetDue tasks not yet due.
+	measure := func(notYetDue int) (idle, little int) {
+		s := enginetest.Store(t)
+		future := &enginetest.TaskOpts{RunAt: time.Now().Add(30 * 24 * time.Hour)}
+		ps := make([]*store.TaskStartParams, notYetDue)
+		for i := range ps {
+			ps[i] = future.Params()
+		}
+		_, err := s.TaskStartMany(ctx, ps)
+		require.NoError(t, err)
+		_, err = s.Pool().Exec(ctx, "VACUUM (ANALYZE) "+enginetest.TableName(s, "tasks"))
+		require.NoError(t, err)
+		// Every claim is rolled back and made a few times on one
+		// connection; the least is its cost, without the catalog reads of
+		// a connection's first use of the relations.
+		conn, err := s.Pool().Acquire(ctx)
+		require.NoError(t, err)
+		defer conn.Release()
+		least := func(claimed int) int {
+			n := claimBuffers(s, conn, claimed)
+			for range 3 {
+				n = min(n, claimBuffers(s, conn, claimed))
+			}
+			return n
+		}
+		idle = least(0)
+		enginetest.StartTasks(t, s, 2, nil)
+		return idle, least(2)
+	}
+	fewIdle, fewLittle := measure(100)
+	manyIdle, manyLittle := measure(5_000)
+	t.Logf("buffers read by a claim with 100 / 5,000 tasks not yet due: nothing due %d / %d, two due %d / %d",
+		fewIdle, manyIdle, fewLittle, manyLittle)
+	// Slack for the indexes' depth: one level more with 5,000 entries, on
+	// each probe and, for the tasks claimed, each index entry written.
+	require.LessOrEqual(t, manyIdle, fewIdle+5, "an idle claim's reads grow with the tasks not yet due")
+	require.LessOrEqual(t, manyLittle, fewLittle+30, "a claim's reads grow with the tasks not yet due")
 }

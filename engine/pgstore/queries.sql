@@ -185,6 +185,24 @@ WITH caps AS (
     CROSS JOIN unnest(@types::text[], @versions::integer[]) AS k(type, version)
     LEFT JOIN rates ON rates.task_type = k.type
     CROSS JOIN LATERAL (
+        -- How many of the key's tasks are due, up to @max: the due range
+        -- of tasks_age_idx (ORDER BY run_at keeps the plan on it), which
+        -- ends where the work not yet due begins. tasks_claim_idx orders
+        -- tasks not yet due (waits for a signal or a child, timers,
+        -- delayed starts) among the due ones, and its "due now" test only
+        -- skips them: a walk that finds fewer than its limit would go on
+        -- through every one of them, at every claim of an idle worker. No
+        -- more than this many, it stops at the last due task instead.
+        SELECT count(*)::integer AS n FROM (
+            SELECT 1 FROM /* TEMPLATE: schema */tasks AS t
+            WHERE t.namespace = @namespace AND t.queue = q.queue
+              AND t.type = k.type AND t.type_version = k.version
+              AND t.status IN ('pending', 'retrying') AND t.run_at <= now()
+            ORDER BY t.run_at
+            LIMIT @max
+        ) AS d
+    ) AS due
+    CROSS JOIN LATERAL (
         SELECT t.id, t.priority, t.fair_at, t.run_at FROM /* TEMPLATE: schema */tasks AS t
         WHERE t.namespace = @namespace AND t.queue = q.queue
           AND t.type = k.type AND t.type_version = k.version
@@ -195,7 +213,7 @@ WITH caps AS (
         -- By priority, then virtual start time: round robin across
         -- fairness keys, run time order for tasks without one.
         ORDER BY t.priority DESC, t.fair_at, t.run_at, t.id
-        LIMIT least(@max, coalesce(caps.free, @max), coalesce(rates.free, @max))
+        LIMIT least(@max, coalesce(caps.free, @max), coalesce(rates.free, @max), due.n)
         FOR UPDATE SKIP LOCKED
     ) AS c
 ), aged AS (
@@ -287,6 +305,9 @@ WITH caps AS (
           AND t.status IN ('pending', 'retrying') AND t.run_at <= now()
           AND (t.start_deadline IS NULL OR t.attempt > 0 OR t.start_deadline > now())
           AND t.id NOT IN (SELECT id FROM claimed)
+        -- The due range of tasks_age_idx: never a walk past the tasks not
+        -- yet due.
+        ORDER BY t.run_at
         LIMIT 1
     ) AS t
 ), outlook AS (

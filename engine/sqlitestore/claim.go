@@ -205,6 +205,12 @@ func pickDue(ctx context.Context, tx *txn, p *store.TaskClaimManyParams, now tim
 			if limit <= 0 {
 				continue
 			}
+			// No more than are due: see ClaimDueCount.
+			due, err := countDue(ctx, tx, p.Namespace, q, k, now, limit)
+			if err != nil {
+				return nil, err
+			}
+			limit = min(limit, due)
 			a, err := walkDue(ctx, tx, "ClaimWalkByAge", p.Namespace, q, k, now, min(aging, limit))
 			if err != nil {
 				return nil, err
@@ -250,6 +256,14 @@ func pickDue(ctx context.Context, tx *txn, p *store.TaskClaimManyParams, now tim
 type candidate struct {
 	t      *store.Task
 	fairAt int64
+}
+
+// countDue returns how many tasks of one queue and type key are due, up to
+// limit.
+func countDue(ctx context.Context, tx *txn, namespace, queue string, k store.TypeKey, now time.Time, limit int) (int, error) {
+	var n int
+	err := tx.queryRow(ctx, "ClaimDueCount", namespace, queue, k.Type, k.Version, us(now), limit).Scan(&n)
+	return n, interpret(err)
 }
 
 // walkDue returns up to limit due tasks of one queue and type key in the

@@ -17,6 +17,18 @@ FROM queues AS q WHERE q.namespace = ? AND q.concurrency IS NOT NULL
 SELECT task_type, max_starts, per_ms, tokens, refilled_at FROM rate_limits
 WHERE namespace = ? AND task_type IN (SELECT value FROM json_each(?));
 
+-- name: ClaimDueCount
+-- How many tasks of one queue and type key are due, up to a limit: the due
+-- range of tasks_age_idx, which ends where the work not yet due begins.
+-- ClaimWalkByPriority takes no more: tasks_claim_idx orders the tasks not
+-- yet due (waits for a signal or a child, timers, delayed starts) among
+-- the due ones, and a walk that finds fewer than its limit would go on
+-- through every one of them, at every claim of an idle worker.
+SELECT count(*) FROM (SELECT 1 FROM tasks INDEXED BY tasks_age_idx
+    WHERE namespace = ? AND queue = ? AND type = ? AND type_version = ?
+      AND status IN ('pending', 'retrying') AND run_at <= ?
+    ORDER BY run_at LIMIT ?);
+
 -- name: ClaimWalkByPriority
 -- Up to a limit of the tasks of one queue and type key due now (passed
 -- twice), by priority and virtual start time: an ordered, limited walk of
@@ -46,9 +58,12 @@ LIMIT ?;
 -- the next run time of its work not yet due (NULL: none), and whether due
 -- work is still waiting. Read after the claim's own writes, so what it took
 -- is no longer pending.
-SELECT (SELECT min(run_at) FROM tasks
+SELECT (SELECT run_at FROM tasks
         WHERE namespace = ? AND queue = ? AND type = ? AND type_version = ?
-          AND status IN ('pending', 'retrying') AND run_at > ?),
+          AND status IN ('pending', 'retrying') AND run_at > ?
+        -- The first entry of the range, not min() over it: min() read every
+        -- task not yet due.
+        ORDER BY run_at LIMIT 1),
     EXISTS (SELECT 1 FROM tasks
         WHERE namespace = ? AND queue = ? AND type = ? AND type_version = ?
           AND status IN ('pending', 'retrying') AND run_at <= ?

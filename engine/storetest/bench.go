@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -104,4 +105,25 @@ func startMany(tb testing.TB, s store.Store, n int, runAt time.Time) {
 	}
 	_, err := s.TaskStartMany(context.Background(), ps)
 	require.NoError(tb, err)
+}
+
+// BenchIdleClaim measures the poll of an idle worker: a claim that finds
+// nothing due among 1,000 and 10,000 tasks not yet due (delayed starts, as
+// waits and timers are to the claim). Its cost should not depend on how
+// many wait.
+func BenchIdleClaim(b *testing.B, newStore func(tb testing.TB) store.Store) {
+	for _, waiting := range []int{1_000, 10_000} {
+		b.Run(fmt.Sprintf("waiting=%d", waiting), func(b *testing.B) {
+			s := newStore(b)
+			for done := 0; done < waiting; done += 1000 {
+				startMany(b, s, 1000, time.Now().Add(30*24*time.Hour))
+			}
+			p := claimParams("w", 100, time.Minute)
+			for b.Loop() {
+				claimed, err := s.TaskClaimMany(context.Background(), p)
+				require.NoError(b, err)
+				require.Empty(b, claimed)
+			}
+		})
+	}
 }

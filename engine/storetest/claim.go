@@ -20,6 +20,7 @@ var claimTests = []conformanceTest{
 	{"ClaimSkipsTasksWhileTheirLeaseIsHeld", testClaimSkipsHeldLeases},
 	{"ReclaimGetsAGreaterEpoch", testReclaimGetsGreaterEpoch},
 	{"ClaimServesFairnessKeysRoundRobin", testClaimFairnessKeys},
+	{"ClaimTakesDueTasksAmongTasksNotYetDue", testClaimDueAmongNotYetDue},
 }
 
 // testClaimFairnessKeys: key a floods the queue, then key b sends two
@@ -96,6 +97,30 @@ func testClaimTakesDueTasksOnly(t *testing.T, s store.Store) {
 	require.Equal(t, map[uuid.UUID]bool{now: true, past: true}, claimedIDs(claimed))
 	require.Equal(t, history.StatusPending, getTask(t, s, later).Status, "a task not yet due stays pending")
 	require.Empty(t, claim(t, s, claimParams("w", 10, time.Minute)))
+}
+
+// testClaimDueAmongNotYetDue: a claim takes no more than are due (it counts
+// them first, so its walk stops at the last), yet in priority order, not
+// the oldest due first; tasks not yet due of a higher priority, or keyed
+// among due ones of their key, stay where they are.
+func testClaimDueAmongNotYetDue(t *testing.T, s store.Store) {
+	later := time.Now().Add(time.Hour)
+	for range 3 {
+		start(t, s, spec{Priority: 9, RunAt: later})
+		start(t, s, spec{FairnessKey: "k", RunAt: later})
+	}
+	old := []uuid.UUID{start(t, s, spec{RunAt: time.Now().Add(-time.Hour)}), start(t, s, spec{RunAt: time.Now().Add(-time.Hour)})}
+	keyed := start(t, s, spec{FairnessKey: "k"})
+	urgent := []uuid.UUID{start(t, s, spec{Priority: 5}), start(t, s, spec{Priority: 5})}
+
+	p := claimParams("w", 2, time.Minute)
+	p.StrictPriority = true
+	require.Equal(t, map[uuid.UUID]bool{urgent[0]: true, urgent[1]: true}, claimedIDs(claim(t, s, p)),
+		"two of five due: the higher priority, though the oldest due are others")
+	p.Max = 10
+	require.Equal(t, map[uuid.UUID]bool{old[0]: true, old[1]: true, keyed: true}, claimedIDs(claim(t, s, p)),
+		"the rest of the due tasks, and no task not yet due")
+	require.Empty(t, claim(t, s, p))
 }
 
 func testClaimOnlyMatching(t *testing.T, s store.Store) {
