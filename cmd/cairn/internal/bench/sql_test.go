@@ -23,6 +23,7 @@ func TestQueryFiles(t *testing.T) {
 		"ServerVersion", "SchemaContents", "SchemaDrop", "TaskForeignExists", "TablesAnalyze",
 		"TaskUnfinishedExists", "TaskUnfinishedCount", "DrainSummary", "TaskPrefillFinished",
 		"AuditFill", "AuditSummarizeBRIN", "EventCount",
+		"TaskWaitingCount", "TablesVacuum", "StatReads", "StatDatabase",
 	}, keys(pg))
 	lite, err := liteQueries()
 	require.NoError(t, err)
