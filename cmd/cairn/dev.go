@@ -14,6 +14,7 @@ import (
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/internal/errmark"
 	"github.com/cairnflow/cairn/sdk"
+	"github.com/cairnflow/cairn/server"
 )
 
 // devApprovalTimeout is how long cairn dev's approvals wait for a person
@@ -21,7 +22,7 @@ import (
 const devApprovalTimeout = 5 * time.Minute
 
 func newDevCmd(g *globals) *cobra.Command {
-	sf := &serverFlags{migrate: true, maxConns: defaultServerConns, maxListPayload: sdk.DefaultMaxListPayloadBytes, rescueInterval: time.Second, shutdownTimeout: 5 * time.Second, consoleHint: true}
+	sf := &serverFlags{migrate: true, maxConns: defaultServerConns, maxListPayload: sdk.DefaultMaxListPayloadBytes, maxLongPolls: server.DefaultMaxLongPolls, rescueInterval: time.Second, shutdownTimeout: 5 * time.Second, consoleHint: true}
 	df := &demoFlags{leaseTTL: engine.DefaultLeaseTTL, rescueInterval: time.Second, shutdownTimeout: 5 * time.Second, approve: approveManual}
 	cmd := &cobra.Command{
 		Use:   "dev",

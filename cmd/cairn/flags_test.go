@@ -97,3 +97,18 @@ func TestPlacementMapChoosesTheNamespacesCell(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, out, "bot")
 }
+
+// --max-long-polls sets server.Config.MaxLongPolls: its help gives the
+// default and the bound, and a value out of bounds is refused before
+// anything connects.
+func TestServerMaxLongPollsFlag(t *testing.T) {
+	var tg cliTarget
+	stdout, _, err := tg.run(t, "server", "--help")
+	require.NoError(t, err)
+	require.Regexp(t, `--max-long-polls int +long polls \(GET /v1/tasks/\{id\}/wait\) open at once, 1 to 100000; .*\(default 1000\)`, stdout)
+	for _, bad := range []string{"0", "-1", "100001"} {
+		_, _, err := tg.run(t, "--db", filepath.Join(t.TempDir(), "unused.db"), "server", "--max-long-polls", bad)
+		require.ErrorContains(t, err, "--max-long-polls "+bad+": use 1 to 100000")
+		require.Equal(t, exitConfig, reportError(io.Discard, err))
+	}
+}

@@ -30,6 +30,7 @@ type serverFlags struct {
 	listen          string
 	tokensFile      string
 	maxListPayload  int // bytes of inputs and outputs a listing page that includes them carries
+	maxLongPolls    int // --max-long-polls: GET /v1/tasks/{id}/wait open at once (server.Config.MaxLongPolls)
 	maxConns        int // --max-conns: the process's connections (splitBudget)
 	rescueInterval  time.Duration
 	retention       retentionFlag // --default-retention
@@ -64,6 +65,11 @@ func addExposureFlags(cmd *cobra.Command, f *serverFlags) {
 		`without --tokens, host names besides localhost and loopback addresses the server answers requests for ("*": any) (env CAIRN_ALLOWED_HOSTS)`)
 	fl.BoolVar(&f.insecureNoAuth, "insecure-no-auth", false, "serve without --tokens on an address that is not loopback: anyone who reaches it may do anything")
 }
+
+// maxLongPollsFlag bounds --max-long-polls: an open poll holds a goroutine
+// and a timer (a few KiB), so a million would be gigabytes of a server
+// that answers nothing else.
+const maxLongPollsFlag = 100_000
 
 func newServerCmd(g *globals) *cobra.Command {
 	f := &serverFlags{}
@@ -107,6 +113,8 @@ See docs/guarantees.md ("Security") and docs/deployment.md ("Cells").`,
 	_ = fl.MarkDeprecated("max-input-bytes", "use --max-payload-bytes")
 	fl.IntVar(&f.maxListPayload, "max-list-payload-bytes", sdk.DefaultMaxListPayloadBytes,
 		"bytes of inputs and outputs one page of GET /v1/tasks?include=input,output carries at most")
+	fl.IntVar(&f.maxLongPolls, "max-long-polls", server.DefaultMaxLongPolls,
+		fmt.Sprintf("long polls (GET /v1/tasks/{id}/wait) open at once, 1 to %d; past it a poll is answered 429 too_many_long_polls with Retry-After: 1", maxLongPollsFlag))
 	fl.IntVar(&f.maxConns, "max-conns", defaultServerConns, maxConnsHelp)
 	fl.DurationVar(&f.rescueInterval, "rescue-interval", 5*time.Second, "how often the leader looks for expired leases; the leader lease lasts three")
 	fl.Var(&f.retention, "default-retention", "how long the leader keeps finished tasks of namespaces without a retention of their own, e.g. 30d (0: forever)")
@@ -154,6 +162,9 @@ func runServerWith(cmd *cobra.Command, g *globals, f *serverFlags, also alongsid
 	if f.maxListPayload < 1 {
 		return errmark.Mark(errors.Newf("--max-list-payload-bytes %d: must be positive", f.maxListPayload), configError)
 	}
+	if f.maxLongPolls < 1 || f.maxLongPolls > maxLongPollsFlag {
+		return errmark.Mark(errors.Newf("--max-long-polls %d: use 1 to %d", f.maxLongPolls, maxLongPollsFlag), configError)
+	}
 	// Metrics: what this process writes (cancels through the API, the
 	// rescuer's lease expirations), and queue depths read from the
 	// database at each scrape, right whichever process changed them.
@@ -175,7 +186,7 @@ func runServerWith(cmd *cobra.Command, g *globals, f *serverFlags, also alongsid
 		return err
 	}
 	srv, err := server.New(server.Config{Store: dbs.store, Cells: dbs.cells, Tokens: tokens, MaxPayloadBytes: g.maxPayload, DefaultArchive: archive,
-		MaxListPayloadBytes: f.maxListPayload, Gatherer: reg, Logger: logger, FilterLimits: g.filters,
+		MaxListPayloadBytes: f.maxListPayload, MaxLongPolls: f.maxLongPolls, Gatherer: reg, Logger: logger, FilterLimits: g.filters,
 		AllowedHosts: f.allowedHosts, SecureCookies: f.secureCookies, SessionTTL: f.sessionTTL,
 		MetricsToken: f.metricsToken.get(), MetricsApart: f.metricsAddr != "",
 		CallbackSecret: callbackSecret(f)})
