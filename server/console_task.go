@@ -190,11 +190,11 @@ const (
 // failedStep is the bar of the step an attempt failed in: from the
 // attempt's previous event to the failure, since a failing step records
 // no step_completed (and so no duration of its own).
-func failedStep(open *timelineBlock, at time.Time, info history.ErrorInfo) {
+func failedStep(open *timelineBlock, at time.Time, info history.ErrorInfo, labels stepLabels) {
 	if open == nil || info.Step == "" {
 		return
 	}
-	open.Steps = append(open.Steps, timelineStep{Name: info.Step, Duration: at.Sub(open.last), Failed: true})
+	open.Steps = append(open.Steps, timelineStep{Name: labels.of(info.Position, info.Step), Duration: at.Sub(open.last), Failed: true})
 }
 
 // consoleTime is a time on the task page: UTC with milliseconds, so a
@@ -208,6 +208,7 @@ func consoleTime(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:0
 func buildTimeline(events []history.Event) []*timelineBlock {
 	var blocks []*timelineBlock
 	var open *timelineBlock // the attempt running, if any
+	labels := newStepLabels(events)
 	note := func(at time.Time, title, text string) {
 		if open != nil {
 			open.Notes = append(open.Notes, text)
@@ -238,7 +239,7 @@ func buildTimeline(events []history.Event) []*timelineBlock {
 			if d == 0 {
 				d = e.At.Sub(open.last)
 			}
-			open.Steps = append(open.Steps, timelineStep{Name: p.Name, Duration: d})
+			open.Steps = append(open.Steps, timelineStep{Name: labels.of(p.Position, p.Name), Duration: d})
 		case history.TimerStartedData:
 			note(e.At, "Sleep", "sleeping until "+consoleTime(p.FireAt))
 			end(e.At, blockOK)
@@ -259,7 +260,7 @@ func buildTimeline(events []history.Event) []*timelineBlock {
 			}
 			note(e.At, "Signal", text)
 		case history.AttemptFailedData:
-			failedStep(open, e.At, p.Error)
+			failedStep(open, e.At, p.Error, labels)
 			if open != nil {
 				open.Error, open.Retry = &p.Error, p.NextRunAt
 			} else if p.NextRunAt != nil {
@@ -293,7 +294,7 @@ func buildTimeline(events []history.Event) []*timelineBlock {
 		case history.TaskFailedData:
 			if open != nil {
 				if open.Error == nil {
-					failedStep(open, e.At, p.Error)
+					failedStep(open, e.At, p.Error, labels)
 				}
 				open.Error = &p.Error
 			} else {
@@ -303,7 +304,7 @@ func buildTimeline(events []history.Event) []*timelineBlock {
 			end(e.At, blockFailed)
 		case history.TaskDeadLetteredData:
 			if open != nil && open.Error == nil {
-				failedStep(open, e.At, p.Error)
+				failedStep(open, e.At, p.Error, labels)
 				open.Error = &p.Error
 			}
 			note(e.At, "Dead-lettered", "dead-lettered: "+p.Reason)

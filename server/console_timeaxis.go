@@ -112,6 +112,7 @@ func buildTimeAxis(events []history.Event, finished bool, now time.Time) *timeAx
 		awaitN, gotN int
 		kids         []*childSpan // by position
 		kidsAt       = -1         // index in ax.Rows of the children's place
+		labels       = newStepLabels(events)
 	)
 	add := func(r *axisRow) *axisRow {
 		ax.Rows = append(ax.Rows, r)
@@ -154,9 +155,9 @@ func buildTimeAxis(events []history.Event, finished bool, now time.Time) *timeAx
 			if p.DurationMillis == 0 && attempt != nil {
 				start = last // written before durations were: since the previous event
 			}
-			ran := roundDuration(e.At.Sub(start))
-			add(&axisRow{Kind: rowStep, Class: blockOK, Label: p.Name, Start: start, End: e.At, Detail: ran.String(),
-				Text: fmt.Sprintf("step %d %s ran %s, from %s to %s", p.Position, p.Name, ran, consoleTime(start), consoleTime(e.At))})
+			ran, name := roundDuration(e.At.Sub(start)), labels.of(p.Position, p.Name)
+			add(&axisRow{Kind: rowStep, Class: blockOK, Label: name, Start: start, End: e.At, Detail: ran.String(),
+				Text: fmt.Sprintf("step %d %s ran %s, from %s to %s", p.Position, name, ran, consoleTime(start), consoleTime(e.At))})
 		case history.TimerStartedData:
 			sleep = add(&axisRow{Kind: rowSleep, Class: rowWaiting, Label: "sleep", Start: e.At, Open: true,
 				Detail: "until " + consoleTime(p.FireAt)})
@@ -240,7 +241,7 @@ func buildTimeAxis(events []history.Event, finished bool, now time.Time) *timeAx
 				wait = nil
 			}
 		case history.AttemptFailedData:
-			failedStepRow(ax, attempt, last, e.At, p.Error)
+			failedStepRow(ax, attempt, last, e.At, p.Error, labels)
 			endAttempt(e.At, blockFailed)
 		case history.LeaseExpiredData:
 			endAttempt(e.At, blockFailed)
@@ -250,11 +251,11 @@ func buildTimeAxis(events []history.Event, finished bool, now time.Time) *timeAx
 			endAttempt(e.At, blockOK)
 			ended(e.At)
 		case history.TaskFailedData:
-			failedStepRow(ax, attempt, last, e.At, p.Error)
+			failedStepRow(ax, attempt, last, e.At, p.Error, labels)
 			endAttempt(e.At, blockFailed)
 			ended(e.At)
 		case history.TaskDeadLetteredData:
-			failedStepRow(ax, attempt, last, e.At, p.Error)
+			failedStepRow(ax, attempt, last, e.At, p.Error, labels)
 			endAttempt(e.At, blockFailed)
 			ended(e.At)
 		case history.TaskCancelledData:
@@ -301,13 +302,13 @@ func buildTimeAxis(events []history.Event, finished bool, now time.Time) *timeAx
 // failedStepRow adds the bar of the step an attempt failed in, as the
 // attempt list does (failedStep): from the attempt's previous event to
 // the failure.
-func failedStepRow(ax *timeAxis, attempt *axisRow, last, at time.Time, info history.ErrorInfo) {
+func failedStepRow(ax *timeAxis, attempt *axisRow, last, at time.Time, info history.ErrorInfo, labels stepLabels) {
 	if attempt == nil || info.Step == "" {
 		return
 	}
-	ran := roundDuration(at.Sub(last))
-	ax.Rows = append(ax.Rows, &axisRow{Kind: rowStep, Class: blockFailed, Label: info.Step, Start: last, End: at, Detail: "failed · " + ran.String(),
-		Text: fmt.Sprintf("step %d %s failed after %s, from %s to %s", info.Position, info.Step, ran, consoleTime(last), consoleTime(at))})
+	ran, name := roundDuration(at.Sub(last)), labels.of(info.Position, info.Step)
+	ax.Rows = append(ax.Rows, &axisRow{Kind: rowStep, Class: blockFailed, Label: name, Start: last, End: at, Detail: "failed · " + ran.String(),
+		Text: fmt.Sprintf("step %d %s failed after %s, from %s to %s", info.Position, name, ran, consoleTime(last), consoleTime(at))})
 }
 
 // describe is a row's text when it has none of its own.
