@@ -65,11 +65,14 @@ var consoleFuncs = template.FuncMap{
 		return roundDuration(d).String()
 	},
 	"dur": func(d time.Duration) string { return roundDuration(d).String() },
-	"rate": func(perSecond float64) string {
-		if perSecond*60 >= 1 {
-			return fmt.Sprintf("%.1f/min", perSecond*60)
+	// completedPerMinute is the overview's rate: the queue's completed
+	// tasks per minute over its window, the quantity and unit of the
+	// throughput chart beside it.
+	"completedPerMinute": func(q store.QueueStats) string {
+		if q.Window <= 0 {
+			return perMinute(0)
 		}
-		return fmt.Sprintf("%.1f/h", perSecond*3600)
+		return perMinute(float64(q.Completed) / q.Window.Minutes())
 	},
 	"span": func(d time.Duration) string {
 		switch {
@@ -88,7 +91,7 @@ var consoleFuncs = template.FuncMap{
 		}
 		return roundDuration(d).String()
 	},
-	"percent": func(f float64) string { return fmt.Sprintf("%.1f%%", f*100) },
+	"percent": func(f float64) string { return fmt.Sprintf("%.0f%%", f*100) },
 	"short":   func(id uuid.UUID) string { return id.String()[:8] + "…" + id.String()[32:] },
 	// seg escapes a value put in a URL path as one segment: a name with
 	// '/', '?', '#' or dots stored before names were checked stays one.

@@ -224,8 +224,8 @@ func TestQueueChartsScaleTheSeries(t *testing.T) {
 	require.Equal(t, "4", load.YMax)
 	require.Equal(t, "44.0,18.0 155.0,74.0 266.0,46.0", load.Lines[0].Points, "waiting: 4 at the top, 0, 2 half way")
 	require.Equal(t, "Tasks of queue docs over the last 1h, now 2 waiting, 0 due, 1 running", load.Summary)
-	require.Equal(t, "6.0/min", charts[1].Latest)
-	require.Equal(t, "50%", charts[2].Latest)
+	require.Equal(t, "6.0/min · last 1 min", charts[1].Latest)
+	require.Equal(t, "50% · last 1 min", charts[2].Latest)
 	require.Equal(t, "1.5s", charts[3].Latest)
 	require.Equal(t, "−1h", load.From)
 }
