@@ -565,6 +565,10 @@ type TaskInfo struct {
 	// for a task started on its own.
 	ParentID       *uuid.UUID `json:"parent_id,omitempty"`
 	ParentPosition int        `json:"parent_position,omitempty"`
+	// Waiting says what a pending task waits for (a signal, its
+	// children, a timer) when its workflow is in a wait; nil otherwise.
+	// Get and List read it from the task's history.
+	Waiting *Waiting `json:"waiting,omitempty"`
 }
 
 func taskInfo(t *store.Task) *TaskInfo {
@@ -593,6 +597,9 @@ func parentOf(t *store.Task) *uuid.UUID {
 func (c *Client) Get(ctx context.Context, id uuid.UUID) (*TaskInfo, error) {
 	info, err := c.getStored(ctx, id)
 	if err != nil {
+		return nil, err
+	}
+	if err := c.setWaiting(ctx, []*TaskInfo{info}); err != nil {
 		return nil, err
 	}
 	return c.resolved(ctx, info)
@@ -846,6 +853,9 @@ func (c *Client) ListPage(ctx context.Context, given ...ListOpts) (ListPage, err
 			p.MaxPayloadBytes = l.payloadBudget
 		}
 		done, err := c.listBatch(ctx, l, p)
+		if err == nil && (done || l.scanned >= l.maxScan) {
+			err = c.setWaiting(ctx, l.page.Tasks)
+		}
 		if err != nil || done {
 			return l.page, err
 		}

@@ -97,6 +97,10 @@ var consoleFuncs = template.FuncMap{
 	// '/', '?', '#' or dots stored before names were checked stays one.
 	"seg":  func(v any) string { return url.PathEscape(fmt.Sprint(v)) },
 	"when": consoleTime,
+	// waitingShort and waitingLong say what a pending task waits for: in
+	// its status cell, and in that cell's title with the deadline.
+	"waitingShort": waitingShort,
+	"waitingLong":  waitingLong,
 	"truncate": func(s string, n int) string {
 		if len(s) <= n {
 			return s

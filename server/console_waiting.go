@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
@@ -53,6 +54,43 @@ func currentWait(info *sdk.TaskInfo, events []history.Event) *waitingTask {
 		}
 	}
 	return w
+}
+
+// waitingShort is a wait in a status cell: "waiting · approval
+// invoice-review" (an approval-style signal), "waiting · signal ping",
+// "waiting · 2 of 3 children", "sleeping".
+func waitingShort(w *sdk.Waiting) string {
+	switch w.Kind {
+	case sdk.WaitingSignal:
+		if isApprovalSignal(w.Name) {
+			return "waiting · approval " + w.Name
+		}
+		return "waiting · signal " + w.Name
+	case sdk.WaitingChildren:
+		return fmt.Sprintf("waiting · %d of %d children", w.Children, w.Of)
+	case sdk.WaitingTimer:
+		return "sleeping"
+	}
+	return "waiting · " + w.Kind
+}
+
+// waitingLong is a wait in a sentence, with its deadline.
+func waitingLong(w *sdk.Waiting) string {
+	var text string
+	switch w.Kind {
+	case sdk.WaitingSignal:
+		text = "waiting for signal " + w.Name
+	case sdk.WaitingChildren:
+		text = fmt.Sprintf("waiting for %d of %d children, %d finished", w.Children, w.Of, w.Finished)
+	case sdk.WaitingTimer:
+		text = "sleeping"
+	default:
+		text = "waiting for " + w.Kind
+	}
+	if w.Deadline != nil {
+		text += " until " + consoleTime(*w.Deadline)
+	}
+	return text
 }
 
 // waitingTasks lists the tasks of c's namespace waiting for a signal,

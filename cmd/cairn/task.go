@@ -66,7 +66,7 @@ func newTaskShowCmd(g *globals) *cobra.Command {
 			row("id", info.ID.String())
 			row("type", fmt.Sprintf("%s@%d", info.Type, info.TypeVersion))
 			row("queue", info.Queue)
-			row("status", string(info.Status))
+			row("status", statusText(info, true))
 			row("attempt", fmt.Sprintf("%d of %d", info.Attempt, info.MaxAttempts))
 			if info.IdempotencyKey != "" {
 				row("idempotency key", info.IdempotencyKey)
@@ -443,7 +443,7 @@ func newTaskListPrinter(w io.Writer, asJSON bool) *taskListPrinter {
 func (p *taskListPrinter) page(tasks []*sdk.TaskInfo) error {
 	for _, t := range tasks {
 		if !p.json {
-			fmt.Fprintf(p.table, "%s\t%s@%d\t%s\t%d\t%s\n", t.ID, t.Type, t.TypeVersion, t.Status, t.Attempt, formatTime(&t.CreatedAt))
+			fmt.Fprintf(p.table, "%s\t%s@%d\t%s\t%d\t%s\n", t.ID, t.Type, t.TypeVersion, statusText(t, false), t.Attempt, formatTime(&t.CreatedAt))
 			continue
 		}
 		b, err := json.MarshalIndent(listed(t, p.input, p.output), "  ", "  ")
@@ -500,6 +500,31 @@ func notFoundAs(err error, id uuid.UUID, namespace string) error {
 		return errors.Newf("task %s not found in namespace %s", id, namespace)
 	}
 	return err
+}
+
+// statusText is a task's status, with what a pending task waits for:
+// `pending (waiting for signal "approval" until …)`; the deadline only
+// when long (task show), not in a listing's column.
+func statusText(info *sdk.TaskInfo, long bool) string {
+	w := info.Waiting
+	if w == nil {
+		return string(info.Status)
+	}
+	var what string
+	switch w.Kind {
+	case sdk.WaitingSignal:
+		what = fmt.Sprintf("waiting for signal %q", w.Name)
+	case sdk.WaitingChildren:
+		what = fmt.Sprintf("waiting for %d of %d children, %d finished", w.Children, w.Of, w.Finished)
+	case sdk.WaitingTimer:
+		what = "sleeping"
+	default:
+		what = "waiting for " + w.Kind
+	}
+	if long && w.Deadline != nil {
+		what += " until " + formatTime(w.Deadline)
+	}
+	return fmt.Sprintf("%s (%s)", info.Status, what)
 }
 
 func formatTime(t *time.Time) string {

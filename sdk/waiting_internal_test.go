@@ -1,0 +1,55 @@
+package sdk
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/cairnflow/cairn/history"
+)
+
+// waitingOf names each wait a replayed task can be in: a signal's, its
+// children's (how many must finish, of how many, how many have), a
+// sleep's; none once the attempt runs again.
+func TestWaitingOfEachKindOfWait(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	lease := t0.Add(time.Minute)
+	start := []history.Event{
+		{Seq: 1, At: t0, Data: history.TaskScheduledData{TaskType: "t", TypeVersion: 1, Queue: "default", RunAt: t0}},
+		{Seq: 2, At: t0, Attempt: 1, Data: history.AttemptStartedData{WorkerID: "w", LeaseEpoch: 1, LeaseExpiresAt: lease}},
+	}
+	with := func(data ...history.Payload) []history.Event {
+		events := append([]history.Event(nil), start...)
+		for _, d := range data {
+			attempt := 1
+			if _, ok := d.(history.ChildFinishedData); ok {
+				attempt = 0
+			}
+			events = append(events, history.Event{Seq: int64(len(events) + 1), At: t0, Attempt: attempt, Data: d})
+		}
+		return events
+	}
+	fire, deadline := t0.Add(time.Hour), t0.Add(2*time.Hour)
+	for name, c := range map[string]struct {
+		events []history.Event
+		want   *Waiting
+	}{
+		"running": {start, nil},
+		"signal": {with(history.WaitStartedData{Name: "approval", Position: 0, Deadline: deadline}),
+			&Waiting{Kind: WaitingSignal, Name: "approval", Deadline: &deadline}},
+		"timer": {with(history.TimerStartedData{Position: 0, FireAt: fire}), &Waiting{Kind: WaitingTimer, Deadline: &fire}},
+		"children": {with(
+			history.ChildStartedData{Position: 0, ChildID: "a", TaskType: "c"},
+			history.ChildStartedData{Position: 1, ChildID: "b", TaskType: "c"},
+			history.ChildStartedData{Position: 2, ChildID: "c", TaskType: "c"},
+			history.ChildWaitStartedData{Positions: []int{0, 1, 2}, Count: 2},
+			history.ChildFinishedData{Position: 1, ChildID: "b", Status: history.StatusCompleted},
+		), &Waiting{Kind: WaitingChildren, Children: 2, Of: 3, Finished: 1}},
+	} {
+		state, err := history.Replay(c.events)
+		require.NoError(t, err, name)
+		require.Equal(t, c.want, waitingOf(state), name)
+	}
+}
