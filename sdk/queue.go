@@ -17,6 +17,12 @@ import (
 // the start was written.
 var ErrQueueFull = store.ErrQueueFull
 
+// ErrHistoryFull is returned (marked) by a signal refused because the
+// task's history is at its bound (the store's [store.HistoryLimits]: by
+// default 50,000 events or 64 MiB of event data); errors.As finds a
+// [*store.HistoryFullError] saying which. Nothing was written.
+var ErrHistoryFull = store.ErrHistoryFull
+
 // QueueSettings are a queue's limits. Zero values mean no limit.
 type QueueSettings struct {
 	// MaxWaiting bounds the tasks waiting (pending or retrying) in the

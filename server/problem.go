@@ -40,6 +40,12 @@ type Problem struct {
 	// over the limit gave no Content-Length.
 	SizeBytes  int64 `json:"size_bytes,omitempty"`
 	LimitBytes int64 `json:"limit_bytes,omitempty"`
+	// HistoryEvents and HistoryBytes are what the task's history holds,
+	// and MaxHistoryEvents or LimitBytes the bound it is at (code
+	// history_full).
+	HistoryEvents    int64 `json:"history_events,omitempty"`
+	HistoryBytes     int64 `json:"history_bytes,omitempty"`
+	MaxHistoryEvents int64 `json:"max_history_events,omitempty"`
 
 	retryAfter time.Duration
 }
@@ -58,6 +64,7 @@ const (
 	codeConflict        = "conflict"
 	codePayloadTooLarge = "payload_too_large"
 	codeQueueFull       = "queue_full"
+	codeHistoryFull     = "history_full"
 	codeUnauthorized    = "unauthorized"
 	codeForbidden       = "forbidden"
 	codeNotReady        = "not_ready"
@@ -94,6 +101,7 @@ var titles = map[string]string{
 	codeConflict:         "The task changed concurrently; try again",
 	codePayloadTooLarge:  "The task input is larger than the server accepts",
 	codeQueueFull:        "The queue is full",
+	codeHistoryFull:      "The task's history is at its bound and takes no more signals",
 	codeUnauthorized:     "Authentication required",
 	codeForbidden:        "The token does not allow this",
 	codeNotReady:         "The server is not ready",
@@ -126,7 +134,19 @@ func problemFor(err error) *Problem {
 	var syntax *sdk.FilterSyntaxError
 	var limit *sdk.FilterLimitError
 	var tooLarge *sdk.PayloadTooLargeError
+	var historyFull *store.HistoryFullError
 	switch {
+	case errors.As(err, &historyFull):
+		// 409, not 413: the request is not too large; the task can take
+		// no more, whatever is sent.
+		p := problem(http.StatusConflict, codeHistoryFull, historyFull.Error())
+		p.HistoryEvents, p.HistoryBytes = historyFull.Events, historyFull.Bytes
+		if historyFull.MaxEvents > 0 && historyFull.Events+historyFull.Adding > historyFull.MaxEvents {
+			p.MaxHistoryEvents = historyFull.MaxEvents
+		} else {
+			p.SizeBytes, p.LimitBytes = historyFull.AddingBytes, historyFull.MaxBytes
+		}
+		return p
 	case errors.As(err, &tooLarge):
 		p := problem(http.StatusRequestEntityTooLarge, codePayloadTooLarge, tooLarge.Error())
 		p.SizeBytes, p.LimitBytes = int64(tooLarge.Size), int64(tooLarge.Limit)

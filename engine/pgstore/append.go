@@ -26,6 +26,15 @@ type appendBatch struct {
 	erased                                              []bool // the append erases the task (task_erased)
 	attempts, evAttempts                                []int32
 	leaseOwners, outputs, lastErrors                    []*string
+	addedBytes, maxBytes                                []int64
+	// planned keeps each append's plan and byte bound, for explainRefusal.
+	planned map[[16]byte]plannedAppend
+}
+
+// plannedAppend is what explainRefusal needs of an append's plan.
+type plannedAppend struct {
+	plan     plan.AppendPlan
+	maxBytes int64
 }
 
 func newAppendBatch(n int) *appendBatch {
@@ -36,16 +45,24 @@ func newAppendBatch(n int) *appendBatch {
 		outputs: make([]*string, 0, n), lastErrors: make([]*string, 0, n), cancelRequesteds: make([]bool, 0, n),
 		lastSeqs: make([]int64, 0, n), updatedAts: make([]time.Time, 0, n), startedAts: make([]*time.Time, 0, n),
 		finishedAts: make([]*time.Time, 0, n), erased: make([]bool, 0, n),
+		addedBytes: make([]int64, 0, n), maxBytes: make([]int64, 0, n), planned: make(map[[16]byte]plannedAppend, n),
 	}
 }
 
-// add plans p at now (see [plan.Append]) and adds its projection row and
-// events to the batch.
-func (b *appendBatch) add(p *store.EventAppendParams, now time.Time) (history.State, error) {
+// add plans p at now (see [plan.Append]), checks it against the history
+// limits, and adds its projection row and events to the batch.
+func (b *appendBatch) add(p *store.EventAppendParams, now time.Time, limits store.HistoryLimits) (history.State, error) {
 	ap, err := plan.Append(p, now)
 	if err != nil {
 		return p.State, err
 	}
+	maxBytes, err := plan.HistoryBound(p, ap, limits)
+	if err != nil {
+		return p.State, err
+	}
+	b.addedBytes = append(b.addedBytes, ap.Bytes)
+	b.maxBytes = append(b.maxBytes, maxBytes)
+	b.planned[p.TaskID] = plannedAppend{plan: ap, maxBytes: maxBytes}
 	for _, ev := range ap.Events {
 		b.evTaskIDs = append(b.evTaskIDs, p.TaskID)
 		b.evSeqs = append(b.evSeqs, ev.Seq)
@@ -89,7 +106,7 @@ func (b *appendBatch) args(doneChannel, readyChannel, cancelChannel string) pgx.
 		"started_ats": b.startedAts, "finished_ats": b.finishedAts, "erased": b.erased,
 		"ev_task_ids": b.evTaskIDs, "ev_seqs": b.evSeqs, "ev_types": b.evTypes, "ev_ats": b.evAts,
 		"ev_attempts": b.evAttempts, "ev_datas": b.evDatas, "done_channel": doneChannel, "ready_channel": readyChannel,
-		"cancel_channel": cancelChannel,
+		"cancel_channel": cancelChannel, "added_bytes": b.addedBytes, "max_bytes": b.maxBytes,
 	}
 }
 
@@ -211,7 +228,7 @@ func (s *Store) appendRound(ctx context.Context, q txQuerier, ps []*store.EventA
 	valid := 0
 	for i, p := range ps {
 		out[i].State = p.State
-		next, err := batch.add(p, now)
+		next, err := batch.add(p, now, s.limits)
 		if err != nil {
 			out[i].Err = err
 			continue
@@ -238,7 +255,7 @@ func (s *Store) appendRound(ctx context.Context, q txQuerier, ps []*store.EventA
 			continue
 		}
 		out[i].State = p.State
-		out[i].Err = s.explainRefusal(ctx, q, p)
+		out[i].Err = s.explainRefusal(ctx, q, p, batch.planned[p.TaskID])
 	}
 	return out, parents, nil
 }
@@ -261,10 +278,11 @@ func (s *Store) appended(ps []*store.EventAppendParams, out []store.AppendResult
 }
 
 // explainRefusal finds out why an append wrote nothing.
-func (s *Store) explainRefusal(ctx context.Context, q querier, p *store.EventAppendParams) error {
-	var lastSeq, epoch int64
+func (s *Store) explainRefusal(ctx context.Context, q querier, p *store.EventAppendParams, planned plannedAppend) error {
+	var lastSeq, epoch, historyBytes int64
 	var leased bool
-	err := q.QueryRow(ctx, s.sql("TaskFenceByID"), pgx.NamedArgs{"id": p.TaskID}).Scan(&lastSeq, &epoch, &leased)
+	err := q.QueryRow(ctx, s.sql("TaskFenceByID"), pgx.NamedArgs{"id": p.TaskID}).Scan(&lastSeq, &epoch, &leased, &historyBytes)
+	full := plan.HistoryBytesRefusal(p, planned.plan, planned.maxBytes, historyBytes)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return errmark.Mark(errors.Newf("append to task %s: no such task", p.TaskID), store.ErrNotFound)
@@ -278,6 +296,8 @@ func (s *Store) explainRefusal(ctx context.Context, q querier, p *store.EventApp
 		return errmark.Mark(errors.Newf("append to task %s: lease epoch %d has ended", p.TaskID, p.Epoch), store.ErrFenced)
 	case lastSeq != p.State.LastSeq:
 		return errmark.Mark(errors.Newf("append to task %s: expected seq %d, log is at %d", p.TaskID, p.State.LastSeq, lastSeq), store.ErrConflict)
+	case full != nil:
+		return full
 	default:
 		// Same seq and epoch: only ExpiredOnly can have refused it.
 		return errmark.Mark(errors.Newf("append to task %s: lease has not expired", p.TaskID), store.ErrConflict)

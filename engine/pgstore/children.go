@@ -51,7 +51,7 @@ func (s *Store) TaskStartChildren(ctx context.Context, p *store.ChildStartParams
 // statement, and returns why when it is refused.
 func (s *Store) appendInTx(ctx context.Context, tx pgx.Tx, p *store.EventAppendParams) (history.State, error) {
 	batch := newAppendBatch(1)
-	next, err := batch.add(p, s.now())
+	next, err := batch.add(p, s.now(), s.limits)
 	if err != nil {
 		return p.State, err
 	}
@@ -60,7 +60,7 @@ func (s *Store) appendInTx(ctx context.Context, tx pgx.Tx, p *store.EventAppendP
 		return p.State, interpretError(err)
 	}
 	if !written[p.TaskID] {
-		return p.State, s.explainRefusal(ctx, tx, p)
+		return p.State, s.explainRefusal(ctx, tx, p, batch.planned[p.TaskID])
 	}
 	return next, nil
 }
@@ -195,7 +195,7 @@ func (s *Store) reportToParents(ctx context.Context, tx pgx.Tx, ids []uuid.UUID,
 		if ap == nil {
 			continue
 		}
-		next, err := batch.add(ap, now)
+		next, err := batch.add(ap, now, s.limits)
 		if err != nil {
 			return nil, errors.Wrapf(err, "report to parent %s", id)
 		}

@@ -43,3 +43,12 @@ func TestStoreConformanceWithoutPreparedStatements(t *testing.T) {
 		return s
 	})
 }
+
+// TestHistoryBounds runs the conformance tests of history limits.
+func TestHistoryBounds(t *testing.T) {
+	storetest.RunHistoryBounds(t, func(t *testing.T, limits store.HistoryLimits) store.Store {
+		s, err := pgstore.New(pgstore.Config{Pool: enginetest.Pool(t), Schema: enginetest.Schema(t), HistoryLimits: limits})
+		require.NoError(t, err)
+		return s
+	})
+}

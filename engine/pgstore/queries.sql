@@ -381,10 +381,10 @@ WITH input AS (
         @statuses::text[], @run_ats::timestamptz[], @attempts::integer[], @lease_owners::text[],
         @lease_epochs::bigint[], @outputs::jsonb[], @last_errors::jsonb[], @cancel_requesteds::boolean[],
         @last_seqs::bigint[], @updated_ats::timestamptz[], @started_ats::timestamptz[], @finished_ats::timestamptz[],
-        @fair_ats::timestamptz[], @erased::boolean[])
+        @fair_ats::timestamptz[], @erased::boolean[], @added_bytes::bigint[], @max_bytes::bigint[])
         AS i(id, expected_seq, epoch, expired_only, status, run_at, attempt, lease_owner,
              lease_epoch, output, last_error, cancel_requested, last_seq, updated_at, started_at, finished_at, fair_at,
-             erased)
+             erased, added_bytes, max_bytes)
 ), upd AS (
     UPDATE /* TEMPLATE: schema */tasks AS t SET
         status = i.status,
@@ -406,12 +406,15 @@ WITH input AS (
         started_at = i.started_at,
         finished_at = i.finished_at,
         -- task_erased destroys the data key with the event (crypto-shredding).
-        data_key = CASE WHEN i.erased THEN NULL ELSE t.data_key END
+        data_key = CASE WHEN i.erased THEN NULL ELSE t.data_key END,
+        history_bytes = t.history_bytes + i.added_bytes
     FROM input AS i
     WHERE t.id = i.id
       AND t.last_seq = i.expected_seq
       AND (i.epoch = 0 OR t.lease_epoch = i.epoch)
       AND (NOT i.expired_only OR t.lease_expires_at < now())
+      -- A signal's bound on the history's bytes (plan.HistoryBound).
+      AND (i.max_bytes = 0 OR t.history_bytes + i.added_bytes <= i.max_bytes)
     RETURNING t.id, t.namespace, t.status, t.queue, t.run_at, t.cancel_requested
 ), ev AS (
     INSERT INTO /* TEMPLATE: schema */events (task_id, seq, type, at, attempt, data)
@@ -467,8 +470,8 @@ JOIN /* TEMPLATE: schema */events AS e ON e.task_id = a.id AND e.seq > a.after
 ORDER BY e.task_id, e.seq;
 
 -- name: TaskFenceByID
--- Tells a refused append apart: not found, moved on, or fenced.
-SELECT last_seq, lease_epoch, lease_owner IS NOT NULL FROM /* TEMPLATE: schema */tasks WHERE id = @id;
+-- Tells a refused append apart: not found, moved on, fenced, or full.
+SELECT last_seq, lease_epoch, lease_owner IS NOT NULL, history_bytes FROM /* TEMPLATE: schema */tasks WHERE id = @id;
 
 -- name: LeaseExtendMany
 -- Extends the leases still held under the given epochs; a lease not returned

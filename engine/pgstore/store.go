@@ -78,6 +78,9 @@ type Config struct {
 	// transaction mode, point it at PostgreSQL itself or at a session-mode
 	// pool). Empty: Pool's configuration.
 	ListenURL string
+	// HistoryLimits bound what signals may add to a task's history; the
+	// zero value takes the defaults ([store.HistoryLimits]).
+	HistoryLimits store.HistoryLimits
 }
 
 // Store is cairn's PostgreSQL store. It is safe for concurrent use.
@@ -95,7 +98,8 @@ type Store struct {
 	q             map[string]string
 	metrics       store.Observer // nil: none
 	clock         store.Clock
-	parents       plan.ParentStates // parents whose children end here: see reportToParents
+	parents       plan.ParentStates   // parents whose children end here: see reportToParents
+	limits        store.HistoryLimits // resolved: 0 is no bound
 }
 
 // New returns a store over cfg.Pool. It does not touch the database.
@@ -131,7 +135,7 @@ func New(cfg Config) (*Store, error) {
 	}
 	return &Store{pool: cfg.Pool, control: control, listenConf: listenConf, schema: schema,
 		channel: schema + ".ready", doneChannel: schema + ".done", cancelChannel: schema + ".cancel", probeChannel: schema + ".probe", q: q,
-		metrics: cfg.Metrics, clock: cfg.Clock}, nil
+		metrics: cfg.Metrics, clock: cfg.Clock, limits: cfg.HistoryLimits.Resolved()}, nil
 }
 
 // Pool returns the store's connection pool.

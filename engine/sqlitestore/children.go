@@ -33,7 +33,7 @@ func (s *Store) TaskStartChildren(ctx context.Context, p *store.ChildStartParams
 		}
 		var ids []uuid.UUID
 		ap, ids = plan.ChildStartedAppend(p, started)
-		w := &appendWriter{tx: tx, now: now, note: &note, limited: queueLimits{}}
+		w := &appendWriter{tx: tx, now: now, note: &note, limited: queueLimits{}, limits: s.limits}
 		next, err := w.appendOne(ctx, ap)
 		if err != nil {
 			return err

@@ -418,9 +418,12 @@ func writeClaimedRow(ctx context.Context, tx *txn, id uuid.UUID, plan plan.Appen
 // checked in the UPDATE itself (the seq; the epoch when set; for the
 // rescuer, the lease's expiry), as PostgreSQL's append does. It reports
 // whether it wrote.
-func writeFencedRow(ctx context.Context, tx *txn, p *store.EventAppendParams, plan plan.AppendPlan, now time.Time) (bool, error) {
-	// The new owner in the eighth place: the expiry stays while a lease goes on.
-	args := append(rowArgs(p.TaskID, plan, nullString(plan.Next.Lease.Owner)), p.State.LastSeq, p.Epoch, p.Epoch, p.ExpiredOnly, us(now))
+func writeFencedRow(ctx context.Context, tx *txn, p *store.EventAppendParams, plan plan.AppendPlan, now time.Time, maxBytes int64) (bool, error) {
+	// The new owner in the eighth place: the expiry stays while a lease
+	// goes on. The history's bytes grow by the events', within maxBytes
+	// (0: no bound).
+	args := append(rowArgs(p.TaskID, plan, nullString(plan.Next.Lease.Owner)), plan.Bytes,
+		p.State.LastSeq, p.Epoch, p.Epoch, p.ExpiredOnly, us(now), maxBytes, plan.Bytes, maxBytes)
 	res, err := tx.exec(ctx, "TaskWriteFenced", args...)
 	if err != nil {
 		return false, interpret(err)
@@ -467,7 +470,7 @@ func (s *Store) EventAppendMany(ctx context.Context, ps []*store.EventAppendPara
 	var parents []parentWrite
 	err := s.tx(ctx, func(tx *txn) error {
 		note, parents = store.Notification{}, nil
-		w := &appendWriter{tx: tx, now: s.now(), note: &note, limited: queueLimits{}}
+		w := &appendWriter{tx: tx, now: s.now(), note: &note, limited: queueLimits{}, limits: s.limits}
 		for i, p := range ps {
 			if plans[i] == nil {
 				continue
@@ -515,18 +518,23 @@ type appendWriter struct {
 	now     time.Time
 	note    *store.Notification
 	limited queueLimits
+	limits  store.HistoryLimits // resolved: 0 is no bound
 }
 
 // write writes the planned append p: its row fenced, its events, and what
 // it announces. refused says why the fence refused it (nothing written).
 func (w *appendWriter) write(ctx context.Context, p *store.EventAppendParams, planned plan.AppendPlan) (refused, err error) {
-	written, err := writeFencedRow(ctx, w.tx, p, planned, w.now)
+	maxBytes, refused := plan.HistoryBound(p, planned, w.limits)
+	if refused != nil {
+		return refused, nil
+	}
+	written, err := writeFencedRow(ctx, w.tx, p, planned, w.now, maxBytes)
 	if err != nil {
 		return nil, err
 	}
 	if !written {
 		// Refused: find out why, as PostgreSQL's explainRefusal.
-		refused, err := fence(ctx, w.tx, p, w.now)
+		refused, err := fence(ctx, w.tx, p, w.now, planned, maxBytes)
 		if err != nil {
 			return nil, err
 		}
@@ -641,11 +649,11 @@ func (l queueLimits) has(ctx context.Context, tx *txn, sc history.TaskScheduledD
 // task is not at p's seq, not under p's epoch (when set) or, for
 // ExpiredOnly, not past its lease. refused is marked as engine/pgstore's
 // refusals are; err is the database failing, which fails the whole batch.
-func fence(ctx context.Context, tx *txn, p *store.EventAppendParams, now time.Time) (refused, err error) {
-	var lastSeq, epoch int64
+func fence(ctx context.Context, tx *txn, p *store.EventAppendParams, now time.Time, planned plan.AppendPlan, maxBytes int64) (refused, err error) {
+	var lastSeq, epoch, historyBytes int64
 	var owner sql.NullString
 	var expires sql.NullInt64
-	err = tx.queryRow(ctx, "TaskFenceByID", p.TaskID.String()).Scan(&lastSeq, &epoch, &owner, &expires)
+	err = tx.queryRow(ctx, "TaskFenceByID", p.TaskID.String()).Scan(&lastSeq, &epoch, &owner, &expires, &historyBytes)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return errmark.Mark(errors.Newf("append to task %s: no such task", p.TaskID), store.ErrNotFound), nil
@@ -661,7 +669,7 @@ func fence(ctx context.Context, tx *txn, p *store.EventAppendParams, now time.Ti
 	case p.ExpiredOnly && (!expires.Valid || expires.Int64 >= us(now)):
 		return errmark.Mark(errors.Newf("append to task %s: lease has not expired", p.TaskID), store.ErrConflict), nil
 	}
-	return nil, nil
+	return plan.HistoryBytesRefusal(p, planned, maxBytes, historyBytes), nil
 }
 
 // LeaseExtendMany implements [store.Store].

@@ -92,15 +92,19 @@ RETURNING /* TASK_COLUMNS */;
 -- epoch when that is not 0 (passed twice) and, for the rescuer, past its
 -- lease now. The lease's expiry is kept while the lease goes on (the
 -- eighth parameter is the new owner, again) and cleared when it ends. A
--- keyed task due again keeps its place among its key's tasks.
+-- keyed task due again keeps its place among its key's tasks. The
+-- history's bytes grow by the seventeenth parameter; the id is the
+-- sixteenth, as in rowArgs, and the parameters after it follow from 18.
 UPDATE tasks SET status = ?, run_at = ?,
     fair_at = CASE WHEN fairness_key IS NULL THEN ? ELSE max(?, fair_at) END,
     attempt = ?, lease_owner = ?, lease_epoch = ?,
     lease_expires_at = CASE WHEN ? IS NULL THEN NULL ELSE lease_expires_at END,
     output = ?, last_error = ?, cancel_requested = ?, last_seq = ?, updated_at = ?,
-    started_at = ?, finished_at = ?
-WHERE id = ? AND last_seq = ? AND (? = 0 OR lease_epoch = ?)
-  AND (NOT ? OR lease_expires_at < ?);
+    started_at = ?, finished_at = ?, history_bytes = history_bytes + ?17
+WHERE id = ?16 AND last_seq = ? AND (? = 0 OR lease_epoch = ?)
+  AND (NOT ? OR lease_expires_at < ?)
+  -- A signal's bound on the history's bytes (plan.HistoryBound); 0: none.
+  AND (? = 0 OR history_bytes + ? <= ?);
 
 -- name: TaskLeaseUnreadable
 -- Leases a task whose history cannot be read, from its row alone.
@@ -120,7 +124,7 @@ INSERT INTO events (task_id, seq, type, at, attempt, data) VALUES (?, ?, ?, ?, ?
 
 -- name: TaskFenceByID
 -- What an append's fence is checked against, to say why it refused.
-SELECT last_seq, lease_epoch, lease_owner, lease_expires_at FROM tasks WHERE id = ?;
+SELECT last_seq, lease_epoch, lease_owner, lease_expires_at, history_bytes FROM tasks WHERE id = ?;
 
 -- name: LeaseExtend
 -- Extends a running task's lease if it is still under the epoch given.

@@ -13,7 +13,14 @@ import (
 // newStore opens a fresh store in a file of the test's own.
 func newStore(t testing.TB) *sqlitestore.Store {
 	t.Helper()
-	s, err := sqlitestore.Open(context.Background(), filepath.Join(t.TempDir(), "cairn.db"))
+	return newStoreWith(t, sqlitestore.Config{})
+}
+
+// newStoreWith is newStore with cfg (its Path set here).
+func newStoreWith(t testing.TB, cfg sqlitestore.Config) *sqlitestore.Store {
+	t.Helper()
+	cfg.Path = filepath.Join(t.TempDir(), "cairn.db")
+	s, err := sqlitestore.New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,5 +43,12 @@ func TestBrokenScheduleIsSkipped(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+	})
+}
+
+// TestHistoryBounds runs the conformance tests of history limits.
+func TestHistoryBounds(t *testing.T) {
+	storetest.RunHistoryBounds(t, func(t *testing.T, limits store.HistoryLimits) store.Store {
+		return newStoreWith(t, sqlitestore.Config{HistoryLimits: limits})
 	})
 }

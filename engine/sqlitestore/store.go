@@ -70,7 +70,8 @@ type Store struct {
 	path    string
 	metrics store.Observer // nil: none
 	clock   store.Clock
-	q       *stmtCache // prepared statements of db's one connection
+	q       *stmtCache          // prepared statements of db's one connection
+	limits  store.HistoryLimits // resolved: 0 is no bound
 
 	mu        sync.Mutex
 	listeners map[*func(store.Notification)]struct{}
@@ -89,6 +90,9 @@ type Config struct {
 	// Clock tells the time of the events the store writes. Default
 	// [store.WallClock].
 	Clock store.Clock
+	// HistoryLimits bound what signals may add to a task's history; the
+	// zero value takes the defaults ([store.HistoryLimits]).
+	HistoryLimits store.HistoryLimits
 }
 
 // Open opens (creating it if missing) the store in the SQLite file at path
@@ -128,7 +132,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		_ = db.Close()
 		return nil, err
 	}
-	s := &Store{db: db, path: path, metrics: cfg.Metrics, clock: cfg.Clock,
+	s := &Store{db: db, path: path, metrics: cfg.Metrics, clock: cfg.Clock, limits: cfg.HistoryLimits.Resolved(),
 		q:         &stmtCache{db: db, queries: queries, stmts: map[string]*sql.Stmt{}},
 		listeners: map[*func(store.Notification)]struct{}{}}
 	if err := s.migrate(ctx); err != nil {

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/errors"
+	"github.com/google/uuid"
 )
 
 // ErrDiagnosisTooSlow marks a diagnosis that gave up reading its window's
@@ -77,3 +78,32 @@ var (
 // up) rather than a refusal of the statement itself: worth trying again
 // after a pause. Drivers mark it where they interpret their errors.
 var ErrUnavailable = errors.New("database unavailable")
+
+// ErrHistoryFull marks a signal refused because its task's history is at
+// its bound: as many events as [HistoryLimits.MaxEvents] allows, or the
+// signal would take its event bytes past [HistoryLimits.MaxBytes]. The
+// error is a [*HistoryFullError]; nothing was written.
+var ErrHistoryFull = errors.New("history full")
+
+// HistoryFullError says which bound refused an append to a task's history.
+type HistoryFullError struct {
+	TaskID uuid.UUID
+	// Events is the number of events the history holds; Bytes the bytes of
+	// their data the bound counts (see [HistoryLimits]). Adding and
+	// AddingBytes are what the refused append would have added.
+	Events, Adding      int64
+	Bytes, AddingBytes  int64
+	MaxEvents, MaxBytes int64
+}
+
+func (e *HistoryFullError) Error() string {
+	if e.MaxEvents > 0 && e.Events+e.Adding > e.MaxEvents {
+		return fmt.Sprintf("task %s: its history holds %d events, at the limit of %d: no more signals are accepted (a workflow this long should continue as a new task)",
+			e.TaskID, e.Events, e.MaxEvents)
+	}
+	return fmt.Sprintf("task %s: its history holds %d bytes of events, and %d more would pass the limit of %d: no more signals are accepted",
+		e.TaskID, e.Bytes, e.AddingBytes, e.MaxBytes)
+}
+
+// Is makes errors.Is(err, ErrHistoryFull) hold.
+func (e *HistoryFullError) Is(target error) bool { return target == ErrHistoryFull }

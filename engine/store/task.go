@@ -260,3 +260,48 @@ type ChildStartResult struct {
 	State history.State // the parent's, after its child_started events
 	IDs   []uuid.UUID   // the children's task ids, in the order started
 }
+
+// HistoryLimits bound what a task's history takes from outside its runs: a
+// signal that would take the history past either bound is refused with a
+// [*HistoryFullError] and writes nothing. Both drivers take them in their
+// Config and check them in their append, so no caller can go around them.
+//
+// The bounds apply to signals, the one append that anyone may repeat
+// without limit. The task's own runs are bounded by the worker
+// (WorkerConfig.MaxHistoryEvents, checked when an attempt starts), and the
+// requests an operator makes of a task (cancel, compensate, requeue,
+// erase) append one event each and are how a task at its bound is ended,
+// so they are let through.
+type HistoryLimits struct {
+	// MaxEvents is the most events a history may hold after a signal.
+	// 0: [DefaultMaxHistoryEvents]; negative: no bound.
+	MaxEvents int64
+	// MaxBytes is the most bytes of event data (the JSON of each event's
+	// payload, as written) a history may hold after a signal, counted over
+	// the events appended after the start: a task's input and the
+	// fixed-size attempt_started events are bounded otherwise (the
+	// payload limit; MaxEvents) and not counted. 0:
+	// [DefaultMaxHistoryBytes]; negative: no bound.
+	MaxBytes int64
+}
+
+// The defaults of [HistoryLimits]: the worker's default MaxHistoryEvents,
+// and 64 MiB of event data.
+const (
+	DefaultMaxHistoryEvents = 50_000
+	DefaultMaxHistoryBytes  = 64 << 20
+)
+
+// Resolved returns l with its defaults filled in and "no bound" as 0.
+func (l HistoryLimits) Resolved() HistoryLimits {
+	resolve := func(v, def int64) int64 {
+		switch {
+		case v == 0:
+			return def
+		case v < 0:
+			return 0
+		}
+		return v
+	}
+	return HistoryLimits{MaxEvents: resolve(l.MaxEvents, DefaultMaxHistoryEvents), MaxBytes: resolve(l.MaxBytes, DefaultMaxHistoryBytes)}
+}

@@ -46,6 +46,11 @@ type AppendPlan struct {
 	// children woke, which is placed at its creation, ahead of its own
 	// children and of all work younger than it (see [WokenParentFairAt]).
 	FairAt time.Time
+	// Bytes is the length of the new events' data, which the task's
+	// history_bytes grows by; Signal is set when they include a signal,
+	// the append [HistoryBound] bounds.
+	Bytes  int64
+	Signal bool
 }
 
 // Append replays p's events onto p.State and encodes them: what every
@@ -87,6 +92,8 @@ func Append(p *store.EventAppendParams, now time.Time) (AppendPlan, error) {
 			return AppendPlan{}, err
 		}
 		plan.Events[i] = EncodedEvent{Seq: ev.Seq, Type: ev.Type(), At: at, Attempt: p.Attempt, Data: data}
+		plan.Bytes += int64(len(data))
+		plan.Signal = plan.Signal || ev.Type() == history.SignalReceived
 	}
 	if next.LastError != nil {
 		if plan.LastError, err = json.Marshal(next.LastError); err != nil {

@@ -1,0 +1,56 @@
+package server
+
+import (
+	"context"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/cairnflow/cairn/engine/enginetest"
+	"github.com/cairnflow/cairn/engine/pgstore"
+	"github.com/cairnflow/cairn/engine/sqlitestore"
+	"github.com/cairnflow/cairn/engine/store"
+)
+
+// boundedStores are bothStores with history limits.
+func boundedStores(t *testing.T, limits store.HistoryLimits) []namedStore {
+	t.Helper()
+	lite, err := sqlitestore.New(context.Background(), sqlitestore.Config{Path: filepath.Join(t.TempDir(), "cairn.db"), HistoryLimits: limits})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = lite.Close() })
+	pg, err := pgstore.New(pgstore.Config{Pool: enginetest.Pool(t), Schema: enginetest.Schema(t), HistoryLimits: limits})
+	require.NoError(t, err)
+	return []namedStore{{"PostgreSQL", pg}, {"SQLite", lite}}
+}
+
+// TestSignalToAFullHistoryIsRefused replays the probe's F5 request (signal
+// after signal of a large payload): at the bound the API answers 409
+// history_full, with the figures, and writes nothing.
+func TestSignalToAFullHistoryIsRefused(t *testing.T) {
+	t.Parallel()
+	for _, ns := range boundedStores(t, store.HistoryLimits{MaxBytes: 100_000}) {
+		t.Run(ns.name, func(t *testing.T) {
+			registerDoc(t, ns.store, "default")
+			h := testServer(t, ns.store)
+			id := startDoc(t, h, "")
+			target := "/v1/tasks/" + id.String() + "/signals/big"
+			body := []byte(`{"payload":"` + strings.Repeat("x", 30_000) + `"}`)
+			for range 3 {
+				a := send(t, h, "POST", target, body)
+				require.Equal(t, http.StatusAccepted, a.status, "%s", a.body)
+			}
+			a := send(t, h, "POST", target, body)
+			require.Equal(t, http.StatusConflict, a.status, "%s", a.body)
+			require.Equal(t, codeHistoryFull, a.problem.Code)
+			require.Equal(t, int64(100_000), a.problem.LimitBytes)
+			require.Greater(t, a.problem.HistoryBytes, int64(90_000))
+			require.Contains(t, a.problem.Detail, "no more signals")
+			events, err := ns.store.EventListByTask(context.Background(), id)
+			require.NoError(t, err)
+			require.Len(t, events, 4, "nothing written")
+		})
+	}
+}
