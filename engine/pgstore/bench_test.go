@@ -117,3 +117,4 @@ func BenchmarkRetryLateness(b *testing.B) { storetest.BenchRetryLateness(b, newB
 func BenchmarkIdleClaim(b *testing.B) {
 	storetest.BenchIdleClaim(b, func(tb testing.TB) store.Store { return enginetest.Store(tb) })
 }
+func BenchmarkSignalToLongHistory(b *testing.B) { storetest.BenchSignalToLongHistory(b, newBenchStore) }

@@ -976,3 +976,25 @@ WHERE EXISTS (SELECT 1 FROM /* TEMPLATE: schema */tasks AS t WHERE t.id = b.task
 -- name: BlobKeysByTasks
 SELECT task_id, key FROM /* TEMPLATE: schema */blobs
 WHERE namespace = @namespace AND task_id = ANY(@ids::uuid[]) ORDER BY task_id, key;
+
+-- name: SignalSeen
+-- Whether a task received a signal with this dedup id, by the partial
+-- index events_signal_dedup (not by reading the signals).
+SELECT EXISTS (SELECT 1 FROM /* TEMPLATE: schema */events
+               WHERE task_id = @task_id AND type = 'signal_received' AND data ->> 'dedup_id' = @dedup_id::text);
+
+-- name: WaitOpen
+-- The wait_started of the wait a task is in after its first @last_seq
+-- events (history.State.Wait): its last wait_started or wait_timed_out, if
+-- a wait_started and no signal of the wait's name came after it. By the
+-- partial indexes events_waits and events_signal_name: no payload but the
+-- wait's own is read.
+SELECT w.data FROM (
+    SELECT seq, type, data FROM /* TEMPLATE: schema */events
+    WHERE task_id = @task_id AND seq <= @last_seq AND type IN ('wait_started', 'wait_timed_out')
+    ORDER BY seq DESC LIMIT 1
+) AS w
+WHERE w.type = 'wait_started'
+  AND NOT EXISTS (SELECT 1 FROM /* TEMPLATE: schema */events AS s
+                  WHERE s.task_id = @task_id AND s.type = 'signal_received' AND s.data ->> 'name' = w.data ->> 'name'
+                    AND s.seq > w.seq AND s.seq <= @last_seq);

@@ -9,6 +9,7 @@ import (
 
 	"github.com/cairnflow/cairn/engine/internal/plan"
 	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/history"
 )
 
 // TaskSignal implements [store.Store]: see [plan.Signal]. The append is
@@ -29,4 +30,24 @@ func (s *Store) TaskIDByKey(ctx context.Context, namespace, key string) (uuid.UU
 		return uuid.Nil, errors.Wrapf(interpretError(err), "find the task holding idempotency key %q", key)
 	}
 	return id, nil
+}
+
+// SignalSeen implements [plan.SignalDriver].
+func (s *Store) SignalSeen(ctx context.Context, id uuid.UUID, dedupID string) (bool, error) {
+	var seen bool
+	err := s.pool.QueryRow(ctx, s.sql("SignalSeen"), pgx.NamedArgs{"task_id": id, "dedup_id": dedupID}).Scan(&seen)
+	return seen, errors.Wrap(interpretError(err), "look up a signal's dedup id")
+}
+
+// OpenWait implements [plan.SignalDriver].
+func (s *Store) OpenWait(ctx context.Context, id uuid.UUID, lastSeq int64) (*history.WaitStartedData, error) {
+	var data []byte
+	err := s.pool.QueryRow(ctx, s.sql("WaitOpen"), pgx.NamedArgs{"task_id": id, "last_seq": lastSeq}).Scan(&data)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, errors.Wrap(interpretError(err), "read the wait a task is in")
+	}
+	return plan.DecodeWait(data)
 }

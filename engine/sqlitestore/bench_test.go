@@ -13,3 +13,5 @@ func BenchmarkLimitedQueue(b *testing.B)  { storetest.BenchLimitedQueue(b, newBe
 func BenchmarkTimerLateness(b *testing.B) { storetest.BenchTimerLateness(b, newBenchStore) }
 func BenchmarkRetryLateness(b *testing.B) { storetest.BenchRetryLateness(b, newBenchStore) }
 func BenchmarkIdleClaim(b *testing.B)     { storetest.BenchIdleClaim(b, newBenchStore) }
+
+func BenchmarkSignalToLongHistory(b *testing.B) { storetest.BenchSignalToLongHistory(b, newBenchStore) }

@@ -396,3 +396,26 @@ SELECT data_key FROM tasks WHERE id = ?;
 -- name: BlobKeysByTasks
 -- ?1 namespace, ?2 a JSON array of task ids.
 SELECT task_id, key FROM blobs WHERE namespace = ?1 AND task_id IN (SELECT value FROM json_each(?2)) ORDER BY task_id, key;
+
+-- name: SignalSeen
+-- Whether task ?1 received a signal with dedup id ?2, by the partial
+-- index events_signal_dedup (its expression, as SQLite requires; named,
+-- as without statistics the planner walks the primary key, reading every
+-- event's data).
+SELECT EXISTS (SELECT 1 FROM events INDEXED BY events_signal_dedup
+               WHERE task_id = ?1 AND type = 'signal_received' AND json_extract(data, '$.dedup_id') = ?2);
+
+-- name: WaitOpen
+-- PostgreSQL's WaitOpen: the wait_started of the wait task ?1 is in after
+-- its first ?2 events, by the partial indexes events_waits and
+-- events_signal_name, named as in SignalSeen.
+SELECT w.data FROM (
+    SELECT seq, type, data FROM events INDEXED BY events_waits
+    WHERE task_id = ?1 AND seq <= ?2 AND type IN ('wait_started', 'wait_timed_out')
+    ORDER BY seq DESC LIMIT 1
+) AS w
+WHERE w.type = 'wait_started'
+  AND NOT EXISTS (SELECT 1 FROM events AS s INDEXED BY events_signal_name
+                  WHERE s.task_id = ?1 AND s.type = 'signal_received'
+                    AND json_extract(s.data, '$.name') = json_extract(w.data, '$.name')
+                    AND s.seq > w.seq AND s.seq <= ?2);

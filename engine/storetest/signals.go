@@ -26,6 +26,7 @@ var signalTests = []conformanceTest{
 	{"WaitIsClaimableAtItsDeadline", testWaitDeadline},
 	{"QueueOfTasksWaitingOnSignalsIsHealthy", testWaitingQueueHealthy},
 	{"SignalForOneWaitOnlyWhileItWaits", testSignalForWait},
+	{"SignalIsDecidedAsTheReplayWouldDecideIt", testSignalAsReplay},
 }
 
 // signal sends the signal name with payload to task id of the default
@@ -277,4 +278,54 @@ func testSignalForWait(t *testing.T, s store.Store) {
 	require.ErrorIs(t, err, store.ErrWaitEnded, "its receive took a signal already")
 	require.ErrorIs(t, err, store.ErrTaskState)
 	require.Equal(t, before+1, count())
+}
+
+// testSignalAsReplay: a signal is decided from the task's row and the wait
+// it is in, not from its whole history; across waits that end by a
+// signal, by a timeout, and by a signal of another name first, each
+// signal's state agrees with the replay of the history it was appended to
+// (the suite's end checks every row against its replay).
+func testSignalAsReplay(t *testing.T, s store.Store) {
+	id := start(t, s, spec{})
+	requireAsReplay := func(res store.SignalResult) {
+		t.Helper()
+		want := stateOf(t, s, id)
+		require.Equal(t, want.LastSeq, res.State.LastSeq)
+		require.Equal(t, want.Status, res.State.Status)
+		require.Equal(t, want.RunAt, res.State.RunAt)
+		require.Equal(t, want.Wait, res.State.Wait)
+	}
+	sig := func(name, dedup string) store.SignalResult {
+		t.Helper()
+		res, err := signal(t, s, id, name, `{"n":1}`, dedup)
+		require.NoError(t, err)
+		requireAsReplay(res)
+		return res
+	}
+	sig("early", "e-1") // before any wait: kept for a later receive
+	// Receive 0 waits for "a"; a signal of another name leaves the wait,
+	// one of its name ends it.
+	ct := claimOne(t, s, "w", time.Minute)
+	_, err := appendFenced(t, s, ct, history.WaitStartedData{Name: "a", Position: 0, Deadline: time.Now().Add(time.Hour)})
+	require.NoError(t, err)
+	require.NotNil(t, sig("b", "b-1").State.Wait, "another name leaves the wait")
+	require.True(t, sig("b", "b-1").Duplicate, "a seen dedup id")
+	require.Nil(t, sig("a", "a-1").State.Wait, "its name ends the wait")
+	// Receive 1 waits for "b" until its deadline, which passes: timed out,
+	// a later "b" is kept and leaves the task as it is.
+	ct = claimWhenDue(t, s, claimParams("w", 1, time.Minute))
+	st, err := appendFenced(t, s, ct, history.WaitStartedData{Name: "b", Position: 1, Deadline: time.Now().Add(20 * time.Millisecond)})
+	require.NoError(t, err)
+	require.NotNil(t, st.Wait)
+	ct = claimWhenDue(t, s, claimParams("w", 1, time.Minute))
+	_, err = appendFenced(t, s, ct, history.WaitTimedOutData{Name: "b", Position: 1},
+		history.WaitStartedData{Name: "c", Position: 2, Deadline: time.Now().Add(time.Hour)})
+	require.NoError(t, err)
+	require.Equal(t, "c", sig("b", "").State.Wait.Name, "receive 2 still waits for c")
+	require.Nil(t, sig("c", "").State.Wait)
+	// A running task keeps running and its lease, whatever it is sent.
+	ct = claimWhenDue(t, s, claimParams("w", 1, time.Minute))
+	res := sig("c", "")
+	require.Equal(t, history.StatusRunning, res.State.Status)
+	require.Equal(t, ct.State.Lease.Epoch, getTask(t, s, id).LeaseEpoch)
 }
