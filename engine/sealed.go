@@ -488,6 +488,20 @@ func (s *SealedStore) EventListByTask(ctx context.Context, id uuid.UUID) ([]hist
 	return events, o.err
 }
 
+// EventListPage implements [store.Store]: the page's payloads opened
+// with the keys of p's namespace and task.
+func (s *SealedStore) EventListPage(ctx context.Context, p *store.EventPageParams) ([]history.Event, error) {
+	events, err := s.Store.EventListPage(ctx, p)
+	if err != nil || len(events) == 0 {
+		return events, err
+	}
+	o := s.newOpener(ctx)
+	for i := range events {
+		events[i] = o.openEvent(p.Namespace, events[i])
+	}
+	return events, o.err
+}
+
 // EventListByTasks implements [store.Store].
 func (s *SealedStore) EventListByTasks(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID][]history.Event, error) {
 	all, err := s.Store.EventListByTasks(ctx, ids)

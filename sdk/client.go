@@ -704,7 +704,8 @@ func (c *Client) Wait(ctx context.Context, id uuid.UUID) (*TaskInfo, error) {
 // into Output (the reference then cleared); a blob that is gone (its task removed) stays a reference,
 // a damaged one is an error marked [ErrBlobCorrupt]. A task retention
 // removed is read from its namespace's archive (or the client's
-// DefaultArchive), when it was archived.
+// DefaultArchive), when it was archived. It holds the whole history in
+// memory: [Client.HistoryPage] reads one page at a time.
 func (c *Client) History(ctx context.Context, id uuid.UUID) ([]history.Event, error) {
 	events, err := c.RawHistory(ctx, id)
 	if err != nil {
@@ -715,28 +716,112 @@ func (c *Client) History(ctx context.Context, id uuid.UUID) ([]history.Event, er
 
 // RawHistory is [Client.History] with the references left as they are
 // stored: what the HTTP API answers (a reference's key downloads it from
-// GET /v1/blobs/{key}).
+// GET /v1/blobs/{key}). It reads the history page by page
+// ([Client.RawHistoryPage]), each page one statement.
 func (c *Client) RawHistory(ctx context.Context, id uuid.UUID) ([]history.Event, error) {
-	_, err := c.store.TaskGetByID(ctx, c.namespace, id)
-	var events []history.Event
-	if err == nil {
-		if events, err = c.store.EventListByTask(ctx, id); err != nil || len(events) > 0 {
-			return events, err
+	var all []history.Event
+	opts := HistoryPageOpts{Limit: MaxHistoryPageLimit}
+	for {
+		page, err := c.RawHistoryPage(ctx, id, opts)
+		if err != nil {
+			return nil, err
 		}
-		// Removed between the two reads: the archive may have it.
+		all = append(all, page.Events...)
+		if page.Next == 0 {
+			return all, nil
+		}
+		opts.After = page.Next
+	}
+}
+
+// HistoryPageOpts page through a task's history ([Client.HistoryPage]),
+// passed by value; the zero value reads the first page with the defaults.
+type HistoryPageOpts struct {
+	// After is the cursor: the Next of the previous page; 0 for the first.
+	After int64
+	// Limit bounds the events of a page: 1 to [MaxHistoryPageLimit], 0
+	// for [DefaultHistoryPageLimit].
+	Limit int
+	// MaxBytes bounds the event data of a page (the JSON of the payloads,
+	// as stored): a page ends before the event that would go past it, but
+	// holds at least one. 0: [DefaultHistoryPageBytes].
+	MaxBytes int64
+}
+
+// The bounds of a [HistoryPageOpts] page.
+const (
+	DefaultHistoryPageLimit = store.DefaultEventPageLimit // 100
+	MaxHistoryPageLimit     = store.MaxEventPageLimit     // 1,000
+	DefaultHistoryPageBytes = store.DefaultEventPageBytes // 4 MiB
+)
+
+// HistoryPage is a page of a task's history.
+type HistoryPage struct {
+	Events []history.Event
+	// Next is the cursor of the next page (HistoryPageOpts.After); 0 when
+	// this page reached the last event the task had when it was read.
+	Next int64
+}
+
+// HistoryPage is [Client.History] one page at a time, keyset by seq, so a
+// reader of a long history holds one page: at most opts.Limit events and
+// opts.MaxBytes of their data. A task read from the archive (removed by
+// retention) comes back whole, as one page: the archive keeps it as one
+// record.
+func (c *Client) HistoryPage(ctx context.Context, id uuid.UUID, opts HistoryPageOpts) (HistoryPage, error) {
+	page, err := c.RawHistoryPage(ctx, id, opts)
+	if err != nil {
+		return HistoryPage{}, err
+	}
+	page.Events, err = c.resolveOutputs(ctx, id, page.Events)
+	return page, err
+}
+
+// RawHistoryPage is [Client.HistoryPage] with the references left as they
+// are stored, as [Client.RawHistory].
+func (c *Client) RawHistoryPage(ctx context.Context, id uuid.UUID, opts HistoryPageOpts) (HistoryPage, error) {
+	switch {
+	case opts.After < 0:
+		return HistoryPage{}, errmark.Mark(errors.Newf("history page: after %d: use 0 or a page's Next", opts.After), ErrInvalid)
+	case opts.Limit < 0 || opts.Limit > MaxHistoryPageLimit:
+		return HistoryPage{}, errmark.Mark(errors.Newf("history page: limit %d: use 1 to %d (0 for %d)", opts.Limit, MaxHistoryPageLimit, DefaultHistoryPageLimit), ErrInvalid)
+	case opts.MaxBytes < 0:
+		return HistoryPage{}, errmark.Mark(errors.Newf("history page: max bytes %d: use 1 or more (0 for %d)", opts.MaxBytes, DefaultHistoryPageBytes), ErrInvalid)
+	}
+	t, err := c.store.TaskGetByID(ctx, c.namespace, id)
+	if err == nil {
+		var events []history.Event
+		events, err = c.store.EventListPage(ctx, &store.EventPageParams{
+			Namespace: c.namespace, TaskID: id, After: opts.After, Limit: opts.Limit, MaxBytes: opts.MaxBytes,
+		})
+		if err != nil {
+			return HistoryPage{}, err
+		}
+		if n := len(events); n > 0 || opts.After >= t.LastSeq {
+			page := HistoryPage{Events: events}
+			if n > 0 && events[n-1].Seq < t.LastSeq {
+				page.Next = events[n-1].Seq
+			}
+			return page, nil
+		}
+		// Removed since it was read: the archive may have it.
 		err = errmark.Mark(errors.Newf("task %s: no such task", id), store.ErrNotFound)
 	}
 	if !errors.Is(err, store.ErrNotFound) {
-		return nil, err
+		return HistoryPage{}, err
 	}
 	archived, aerr := c.archivedHistory(ctx, id)
 	switch {
 	case aerr == nil:
-		return archived, nil
+		i := 0
+		for i < len(archived) && archived[i].Seq <= opts.After {
+			i++
+		}
+		return HistoryPage{Events: archived[i:]}, nil
 	case errors.Is(aerr, errNoArchive), errors.Is(aerr, engine.ErrNotArchived):
-		return nil, err
+		return HistoryPage{}, err
 	}
-	return nil, errors.Wrapf(aerr, "task %s is not in the database; reading the archive", id)
+	return HistoryPage{}, errors.Wrapf(aerr, "task %s is not in the database; reading the archive", id)
 }
 
 // ListOpts filter [Client.List] and [Client.ListPage], passed by value and

@@ -76,8 +76,11 @@ func (s *Server) auditEvents(w http.ResponseWriter, r *http.Request, c *call) {
 		if err := enc.Encode(rec); err != nil {
 			return err
 		}
-		if written++; written%500 == 0 && flusher != nil {
-			flusher.Flush()
+		if written++; written%500 == 0 {
+			s.extendWrite(w, 0) // the client reads on: it may read more
+			if flusher != nil {
+				flusher.Flush()
+			}
 		}
 		return nil
 	})

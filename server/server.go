@@ -54,6 +54,14 @@ type Config struct {
 	// SessionTTL is how long a console sign-in lasts. Default
 	// DefaultSessionTTL.
 	SessionTTL time.Duration
+	// WriteTimeout bounds how long writing a response may take, so a
+	// client that never reads its answer cannot hold the memory of the
+	// request for long: each request's write deadline is this far off
+	// when it starts. A long poll's is its wait plus this; a streamed
+	// answer (a task's history, the audit) moves its deadline this far
+	// off at each chunk it writes, so it may run long while the client
+	// keeps reading. Default [DefaultWriteTimeout].
+	WriteTimeout time.Duration
 	// MaxPayloadBytes bounds the JSON of a task's input in a start's
 	// body (a start over it is a 413 payload_too_large naming its size
 	// and the limit); one over the blob threshold (64 KiB) is kept as a
@@ -184,6 +192,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.MaxLongPolls <= 0 {
 		cfg.MaxLongPolls = DefaultMaxLongPolls
+	}
+	if cfg.WriteTimeout <= 0 {
+		cfg.WriteTimeout = DefaultWriteTimeout
 	}
 	for i, h := range cfg.AllowedHosts {
 		name, ok := allowedHost(h)
@@ -394,7 +405,26 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.writeProblem(w, r, problem(http.StatusNotFound, codeNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path))
 	})
-	return s.recoverer(s.guard(mux))
+	return s.recoverer(s.writeDeadline(s.guard(mux)))
+}
+
+// DefaultWriteTimeout is the default of [Config.WriteTimeout].
+const DefaultWriteTimeout = time.Minute
+
+// writeDeadline sets each request's write deadline Config.WriteTimeout
+// off (see [Server.extendWrite]).
+func (s *Server) writeDeadline(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.extendWrite(w, 0)
+		next.ServeHTTP(w, r)
+	})
+}
+
+// extendWrite moves the response's write deadline to Config.WriteTimeout
+// plus more from now. A writer without deadlines (a test's recorder) is
+// left as it is.
+func (s *Server) extendWrite(w http.ResponseWriter, more time.Duration) {
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout + more))
 }
 
 // call is what an API handler acts with: who asks, in which namespace,

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -269,17 +270,77 @@ func (s *Server) getTask(w http.ResponseWriter, r *http.Request, c *call) {
 	writeJSON(w, http.StatusOK, info)
 }
 
+// historyPageBytes bounds the event data of each page a history is
+// streamed by: what one request holds at a time (with its encoding).
+const historyPageBytes = 1 << 20
+
+// taskHistory answers {"events":[…],"id":…}, as one JSON document,
+// streamed: the history is read a page at a time (sdk.RawHistoryPage)
+// and each page written and flushed before the next is read, so a long
+// history costs a page of memory, not its size. A failure before the
+// first byte is a problem; after it, the connection is cut, so the
+// client sees a truncated document, never a complete wrong one.
 func (s *Server) taskHistory(w http.ResponseWriter, r *http.Request, c *call) {
 	id, ok := s.taskID(w, r)
 	if !ok {
 		return
 	}
-	events, err := c.client.RawHistory(r.Context(), id)
+	opts := sdk.HistoryPageOpts{MaxBytes: historyPageBytes}
+	page, err := c.client.RawHistoryPage(r.Context(), id, opts)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"id": id, "events": events})
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	buf := bufio.NewWriterSize(w, 64<<10)
+	_, _ = buf.WriteString(`{"events":[`)
+	first := true
+	for {
+		for _, e := range page.Events {
+			if !first {
+				_ = buf.WriteByte(',')
+			}
+			first = false
+			data, err := json.Marshal(e)
+			if err != nil {
+				s.abortStream(r, err)
+			}
+			if _, err := buf.Write(data); err != nil {
+				s.abortStream(r, err)
+			}
+		}
+		if page.Next == 0 {
+			break
+		}
+		s.extendWrite(w, 0)
+		if err := buf.Flush(); err != nil {
+			s.abortStream(r, err)
+		}
+		_ = rc.Flush()
+		opts.After = page.Next
+		if page, err = c.client.RawHistoryPage(r.Context(), id, opts); err != nil {
+			s.abortStream(r, err)
+		}
+	}
+	idJSON, _ := json.Marshal(id)
+	_, _ = buf.WriteString(`],"id":`)
+	_, _ = buf.Write(idJSON)
+	_, _ = buf.WriteString("}\n")
+	s.extendWrite(w, 0)
+	_ = buf.Flush()
+}
+
+// abortStream ends a streamed answer that failed after its first byte:
+// the connection is cut (http.ErrAbortHandler), so the client cannot take
+// what it got for the whole answer.
+func (s *Server) abortStream(r *http.Request, err error) {
+	if r.Context().Err() == nil {
+		s.log.Warn("streamed answer cut", "method", r.Method, "path", r.URL.Path, "error", err.Error())
+	}
+	panic(http.ErrAbortHandler)
 }
 
 // Long polls wait 30 s unless told otherwise, and never more than 5 min.
@@ -314,6 +375,7 @@ func (s *Server) waitTask(w http.ResponseWriter, r *http.Request, c *call) {
 		return
 	}
 	defer s.longPolls.Add(-1)
+	s.extendWrite(w, timeout)
 	ctx, cancel := context.WithTimeout(r.Context(), timeout)
 	defer cancel()
 	go func() {

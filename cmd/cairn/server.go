@@ -284,8 +284,11 @@ func serve(ctx context.Context, stderr io.Writer, srv *server.Server, f *serverF
 	if err != nil {
 		return errmark.Mark(errors.Wrapf(err, "--listen %s", f.listen), configError)
 	}
-	// No write timeout: a long poll answers after up to five minutes. The
-	// read timeout bounds a body trickled in slowly.
+	// No server-wide write timeout: the handler sets each request's write
+	// deadline itself (server.Config.WriteTimeout, a minute), a long
+	// poll's past its wait and a streamed answer's at each chunk, so a
+	// client that never reads its answer is cut off. The read timeout
+	// bounds a body trickled in slowly.
 	httpServer := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute,
 		IdleTimeout: 2 * time.Minute, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
 	// The metrics' own listener, when --metrics-addr asks for one.

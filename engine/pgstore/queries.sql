@@ -998,3 +998,13 @@ WHERE w.type = 'wait_started'
   AND NOT EXISTS (SELECT 1 FROM /* TEMPLATE: schema */events AS s
                   WHERE s.task_id = @task_id AND s.type = 'signal_received' AND s.data ->> 'name' = w.data ->> 'name'
                     AND s.seq > w.seq AND s.seq <= @last_seq);
+
+-- name: EventListPage
+-- A page of a task's events after a seq, by the primary key; nothing when
+-- the task is not in the namespace. The reader stops at its byte bound
+-- (EventPageParams.MaxBytes): the rows it does not read are not kept.
+SELECT e.seq, e.type, e.at, e.attempt, e.data FROM /* TEMPLATE: schema */events AS e
+WHERE e.task_id = @task_id AND e.seq > @after
+  AND EXISTS (SELECT 1 FROM /* TEMPLATE: schema */tasks AS t WHERE t.id = @task_id AND t.namespace = @namespace)
+ORDER BY e.seq
+LIMIT @limit;

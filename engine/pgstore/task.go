@@ -698,3 +698,44 @@ func startBlobs(plans []plan.StartPlan, at any) pgx.NamedArgs {
 	return pgx.NamedArgs{"namespaces": namespaces, "keys": keys, "task_ids": taskIDs, "content_types": contentTypes,
 		"sizes": sizes, "sha256s": sums, "datas": datas, "locations": locations, "at": at}
 }
+
+// EventListPage implements [store.Store]. The rows are read one at a
+// time, and the page ends at its byte bound: the rest of the statement's
+// rows are discarded as they arrive, never held.
+func (s *Store) EventListPage(ctx context.Context, p *store.EventPageParams) ([]history.Event, error) {
+	limit, maxBytes, err := plan.EventPageBounds(p)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := s.pool.Query(ctx, s.sql("EventListPage"), pgx.NamedArgs{
+		"task_id": p.TaskID, "namespace": p.Namespace, "after": p.After, "limit": limit,
+	})
+	if err != nil {
+		return nil, errors.Wrapf(interpretError(err), "list events of task %s", p.TaskID)
+	}
+	defer rows.Close()
+	var (
+		out       []history.Event
+		bytes     int64
+		seq       int64
+		at        time.Time
+		attempt   int
+		typ, data pgtype.DriverBytes // read in place: Decode copies what it keeps
+	)
+	for rows.Next() {
+		if err := rows.Scan(&seq, &typ, &at, &attempt, &data); err != nil {
+			return nil, errors.Wrapf(interpretError(err), "list events of task %s", p.TaskID)
+		}
+		if plan.PageFull(len(out), bytes, int64(len(data)), maxBytes) {
+			break
+		}
+		bytes += int64(len(data))
+		ev, err := plan.DecodeEvent(seq, plan.EventType(typ), at, attempt, data)
+		if err != nil {
+			return nil, errors.Wrapf(err, "task %s", p.TaskID)
+		}
+		out = append(out, ev)
+	}
+	rows.Close()
+	return out, errors.Wrapf(interpretError(rows.Err()), "list events of task %s", p.TaskID)
+}

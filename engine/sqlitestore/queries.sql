@@ -419,3 +419,12 @@ WHERE w.type = 'wait_started'
                   WHERE s.task_id = ?1 AND s.type = 'signal_received'
                     AND json_extract(s.data, '$.name') = json_extract(w.data, '$.name')
                     AND s.seq > w.seq AND s.seq <= ?2);
+
+-- name: EventListPage
+-- PostgreSQL's EventListPage: events of task ?1 in namespace ?2 after seq
+-- ?3, at most ?4.
+SELECT e.seq, e.type, e.at, e.attempt, e.data FROM events AS e
+WHERE e.task_id = ?1 AND e.seq > ?3
+  AND EXISTS (SELECT 1 FROM tasks AS t WHERE t.id = ?1 AND t.namespace = ?2)
+ORDER BY e.seq
+LIMIT ?4;

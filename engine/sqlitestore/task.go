@@ -505,3 +505,42 @@ func parentPosition(sc history.TaskScheduledData) sql.NullInt64 {
 	}
 	return sql.NullInt64{Int64: int64(sc.ParentPosition), Valid: true}
 }
+
+// EventListPage implements [store.Store], as PostgreSQL's: the page ends
+// at its byte bound, the rows after it not read.
+func (s *Store) EventListPage(ctx context.Context, p *store.EventPageParams) ([]history.Event, error) {
+	limit, maxBytes, err := plan.EventPageBounds(p)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := s.q.query(ctx, "EventListPage", p.TaskID.String(), p.Namespace, p.After, limit)
+	if err != nil {
+		return nil, errors.Wrapf(interpret(err), "list events of task %s", p.TaskID)
+	}
+	defer rows.Close()
+	var (
+		out       []history.Event
+		bytes     int64
+		typ, data sql.RawBytes // read in place: Decode copies what it keeps
+		seq, at   int64
+		attempt   int
+	)
+	for rows.Next() {
+		if err := rows.Scan(&seq, &typ, &at, &attempt, &data); err != nil {
+			return nil, errors.Wrapf(interpret(err), "list events of task %s", p.TaskID)
+		}
+		if plan.PageFull(len(out), bytes, int64(len(data)), maxBytes) {
+			break
+		}
+		bytes += int64(len(data))
+		ev, err := plan.DecodeEvent(seq, plan.EventType(typ), fromUS(at), attempt, data)
+		if err != nil {
+			return nil, errors.Wrapf(err, "task %s", p.TaskID)
+		}
+		out = append(out, ev)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, errors.Wrapf(interpret(err), "list events of task %s", p.TaskID)
+	}
+	return out, errors.Wrapf(interpret(rows.Err()), "list events of task %s", p.TaskID)
+}

@@ -35,6 +35,10 @@ type Store interface {
 	TaskIDListAll(ctx context.Context) ([]uuid.UUID, error)
 	EventListByTask(ctx context.Context, id uuid.UUID) ([]history.Event, error)
 	EventListByTasks(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID][]history.Event, error)
+	// EventListPage returns a page of a task's events after p.After, in
+	// order, bounded in events and bytes ([EventPageParams]); empty past
+	// the last event, or when the task is not in p.Namespace.
+	EventListPage(ctx context.Context, p *EventPageParams) ([]history.Event, error)
 
 	// The execution path: claims, fenced appends, leases.
 	// TaskClaim claims as TaskClaimMany does, in the same statement, and

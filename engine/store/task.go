@@ -305,3 +305,27 @@ func (l HistoryLimits) Resolved() HistoryLimits {
 	}
 	return HistoryLimits{MaxEvents: resolve(l.MaxEvents, DefaultMaxHistoryEvents), MaxBytes: resolve(l.MaxBytes, DefaultMaxHistoryBytes)}
 }
+
+// EventPageParams pages through a task's events in order, keyset by seq:
+// a reader of a long history holds one page at a time (Store.EventListPage).
+type EventPageParams struct {
+	Namespace string
+	TaskID    uuid.UUID
+	// After is the seq of the last event of the previous page; 0 starts
+	// at the first event.
+	After int64
+	// Limit bounds the events of the page: 1 to [MaxEventPageLimit], 0
+	// for [DefaultEventPageLimit].
+	Limit int
+	// MaxBytes bounds the page's event data (the JSON of the payloads, as
+	// stored): the page ends before the event that would go past it, but
+	// holds at least one event. 0: [DefaultEventPageBytes].
+	MaxBytes int64
+}
+
+// The bounds of an [EventPageParams] page.
+const (
+	DefaultEventPageLimit = 100
+	MaxEventPageLimit     = 1000
+	DefaultEventPageBytes = 4 << 20
+)

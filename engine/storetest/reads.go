@@ -20,6 +20,7 @@ var readTests = []conformanceTest{
 	{"DiagnosisOfAnEmptyQueue", testDiagnoseEmptyQueue},
 	{"DiagnosisRefusesBadParams", testDiagnoseRefusals},
 	{"DiagnosisCountsWhatHappened", testDiagnoseCounts},
+	{"EventPagesAreBoundedInEventsAndBytes", testEventPages},
 }
 
 // testEventScan: the audit scan returns a namespace's events in (at, task,

@@ -1,8 +1,11 @@
 package plan
 
 import (
-	"github.com/cairnflow/cairn/history"
+	"github.com/cockroachdb/errors"
 	"github.com/google/uuid"
+
+	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/history"
 )
 
 // eventTypes maps a stored type name to its history.Type, so reading an
@@ -70,4 +73,33 @@ func (g *EventGroups) ByTask() map[uuid.UUID][]history.Event {
 		g.byTask = map[uuid.UUID][]history.Event{}
 	}
 	return g.byTask
+}
+
+// EventPageBounds checks p and returns its bounds with the defaults
+// filled in: what every store's EventListPage starts from.
+func EventPageBounds(p *store.EventPageParams) (limit int, maxBytes int64, err error) {
+	limit, maxBytes = p.Limit, p.MaxBytes
+	switch {
+	case p.Namespace == "":
+		return 0, 0, errors.New("list events: namespace is empty")
+	case p.After < 0:
+		return 0, 0, errors.Newf("list events: after seq %d: use 0 or more", p.After)
+	case limit < 0 || limit > store.MaxEventPageLimit:
+		return 0, 0, errors.Newf("list events: limit %d: use 1 to %d (0 for %d)", limit, store.MaxEventPageLimit, store.DefaultEventPageLimit)
+	case maxBytes < 0:
+		return 0, 0, errors.Newf("list events: max bytes %d: use 1 or more (0 for %d)", maxBytes, store.DefaultEventPageBytes)
+	}
+	if limit == 0 {
+		limit = store.DefaultEventPageLimit
+	}
+	if maxBytes == 0 {
+		maxBytes = store.DefaultEventPageBytes
+	}
+	return limit, maxBytes, nil
+}
+
+// PageFull says whether a page holding bytes of event data is full
+// before an event of size more: a page holds at least one event.
+func PageFull(events int, bytes, more, maxBytes int64) bool {
+	return events > 0 && bytes+more > maxBytes
 }
