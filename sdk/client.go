@@ -720,17 +720,38 @@ func (c *Client) History(ctx context.Context, id uuid.UUID) ([]history.Event, er
 // ([Client.RawHistoryPage]), each page one statement.
 func (c *Client) RawHistory(ctx context.Context, id uuid.UUID) ([]history.Event, error) {
 	var all []history.Event
-	opts := HistoryPageOpts{Limit: MaxHistoryPageLimit}
+	err := c.RawHistoryPages(ctx, id, 0, func(events []history.Event) error {
+		all = append(all, events...)
+		return nil
+	})
+	return all, err
+}
+
+// RawHistoryPages calls fn with each page of a task's history, in order,
+// as [Client.RawHistoryPage] reads them: each within maxBytes of event
+// data (0: [DefaultHistoryPageBytes]). fn's error ends the reading and is
+// returned. The events a page asks for follow the sizes of the last
+// page's, so a page its byte bound cuts short costs the store one event
+// more than it holds, not a page more.
+func (c *Client) RawHistoryPages(ctx context.Context, id uuid.UUID, maxBytes int64, fn func(events []history.Event) error) error {
+	opts := HistoryPageOpts{MaxBytes: maxBytes, Limit: DefaultHistoryPageLimit}
 	for {
 		page, err := c.RawHistoryPage(ctx, id, opts)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		all = append(all, page.Events...)
+		if err := fn(page.Events); err != nil {
+			return err
+		}
 		if page.Next == 0 {
-			return all, nil
+			return nil
 		}
 		opts.After = page.Next
+		if n := len(page.Events); n < opts.Limit {
+			opts.Limit = n + 1 // cut by bytes: what fitted, and one to tell
+		} else {
+			opts.Limit = min(2*opts.Limit, MaxHistoryPageLimit)
+		}
 	}
 }
 

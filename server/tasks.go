@@ -275,7 +275,7 @@ func (s *Server) getTask(w http.ResponseWriter, r *http.Request, c *call) {
 const historyPageBytes = 1 << 20
 
 // taskHistory answers {"events":[…],"id":…}, as one JSON document,
-// streamed: the history is read a page at a time (sdk.RawHistoryPage)
+// streamed: the history is read a page at a time (sdk.RawHistoryPages)
 // and each page written and flushed before the next is read, so a long
 // history costs a page of memory, not its size. A failure before the
 // first byte is a problem; after it, the connection is cut, so the
@@ -285,45 +285,46 @@ func (s *Server) taskHistory(w http.ResponseWriter, r *http.Request, c *call) {
 	if !ok {
 		return
 	}
-	opts := sdk.HistoryPageOpts{MaxBytes: historyPageBytes}
-	page, err := c.client.RawHistoryPage(r.Context(), id, opts)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(http.StatusOK)
+	var buf *bufio.Writer
 	rc := http.NewResponseController(w)
-	buf := bufio.NewWriterSize(w, 64<<10)
-	_, _ = buf.WriteString(`{"events":[`)
 	first := true
-	for {
-		for _, e := range page.Events {
+	err := c.client.RawHistoryPages(r.Context(), id, historyPageBytes, func(events []history.Event) error {
+		if buf == nil {
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("Cache-Control", "no-store")
+			w.WriteHeader(http.StatusOK)
+			buf = bufio.NewWriterSize(w, 64<<10)
+			_, _ = buf.WriteString(`{"events":[`)
+		} else {
+			s.extendWrite(w, 0) // the client reads on: it may read more
+		}
+		for _, e := range events {
 			if !first {
 				_ = buf.WriteByte(',')
 			}
 			first = false
 			data, err := json.Marshal(e)
 			if err != nil {
-				s.abortStream(r, err)
+				return err
 			}
 			if _, err := buf.Write(data); err != nil {
-				s.abortStream(r, err)
+				return err
 			}
 		}
-		if page.Next == 0 {
-			break
-		}
-		s.extendWrite(w, 0)
 		if err := buf.Flush(); err != nil {
-			s.abortStream(r, err)
+			return err
 		}
-		_ = rc.Flush()
-		opts.After = page.Next
-		if page, err = c.client.RawHistoryPage(r.Context(), id, opts); err != nil {
-			s.abortStream(r, err)
+		if err := rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
+			return err
 		}
+		return nil
+	})
+	switch {
+	case err != nil && buf == nil:
+		s.writeError(w, r, err)
+		return
+	case err != nil:
+		s.abortStream(r, err)
 	}
 	idJSON, _ := json.Marshal(id)
 	_, _ = buf.WriteString(`],"id":`)
