@@ -18,6 +18,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/engine/pgstore"
+	"github.com/cairnflow/cairn/engine/sqlitestore"
+	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/sdk"
 )
 
@@ -54,6 +57,7 @@ func TestEverySentinelMatchesWithBothErrorLibraries(t *testing.T) {
 		require.NoError(t, err)
 		t.Cleanup(inPlace.Close)
 		missing := uuid.New()
+		bounded := boundedClient(t, b, store.HistoryLimits{MaxEvents: 1})
 
 		cases := []struct {
 			sentinel error
@@ -76,6 +80,7 @@ func TestEverySentinelMatchesWithBothErrorLibraries(t *testing.T) {
 				_, err = sdk.Output[string](info)
 				return err
 			}},
+			{sdk.ErrHistoryFull, "Signal", func() error { _, err := bounded.Signal(ctx, pending.ID, "note", nil); return err }},
 			{sdk.ErrQueueFull, "Start", func() error {
 				_, err := sdk.Start(ctx, c, echo, "over", sdk.StartOpts{Queue: "tight"})
 				return err
@@ -177,6 +182,7 @@ func TestEverySentinelMatchesWithBothErrorLibraries(t *testing.T) {
 // TestExportedSentinelsAreListed keeps it whole.
 var exportedSentinels = map[string]error{
 	"ErrNotFound": sdk.ErrNotFound, "ErrTaskState": sdk.ErrTaskState, "ErrQueueFull": sdk.ErrQueueFull,
+	"ErrHistoryFull":          sdk.ErrHistoryFull,
 	"ErrIdempotencyKeyReused": sdk.ErrIdempotencyKeyReused, "ErrInvalid": sdk.ErrInvalid,
 	"ErrUnknownType": sdk.ErrUnknownType, "ErrBadFilter": sdk.ErrBadFilter,
 	"ErrFilterEvaluation": sdk.ErrFilterEvaluation, "ErrFilterTooExpensive": sdk.ErrFilterTooExpensive,
@@ -184,6 +190,27 @@ var exportedSentinels = map[string]error{
 	"ErrExpired": sdk.ErrExpired, "ErrPayloadTooLarge": sdk.ErrPayloadTooLarge, "ErrBlobCorrupt": sdk.ErrBlobCorrupt,
 	"ErrBadCallbackToken": sdk.ErrBadCallbackToken, "ErrCallbackExpired": sdk.ErrCallbackExpired,
 	"ErrWaitEnded": sdk.ErrWaitEnded, "ErrWaitNotReached": sdk.ErrWaitNotReached,
+}
+
+// boundedClient is a client of b's database through a store of its own,
+// with limits.
+func boundedClient(t *testing.T, b *testBundle, limits store.HistoryLimits) *sdk.Client {
+	t.Helper()
+	var st store.Store
+	if lite, ok := b.store.(*sqlitestore.Store); ok {
+		s, err := sqlitestore.New(context.Background(), sqlitestore.Config{Path: lite.Path(), HistoryLimits: limits})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = s.Close() })
+		st = s
+	} else {
+		s, err := pgstore.New(pgstore.Config{Pool: b.pool, Schema: b.schema, HistoryLimits: limits})
+		require.NoError(t, err)
+		st = s
+	}
+	c, err := sdk.NewClient(sdk.ClientConfig{Store: st})
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	return c
 }
 
 func sentinelName(err error) string {
