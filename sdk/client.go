@@ -569,6 +569,8 @@ type TaskInfo struct {
 	// children, a timer) when its workflow is in a wait; nil otherwise.
 	// Get and List read it from the task's history.
 	Waiting *Waiting `json:"waiting,omitempty"`
+
+	lastSeq int64 // the history's length, where its wait is looked for
 }
 
 func taskInfo(t *store.Task) *TaskInfo {
@@ -580,7 +582,7 @@ func taskInfo(t *store.Task) *TaskInfo {
 		UpdatedAt: t.UpdatedAt, StartedAt: t.StartedAt, FinishedAt: t.FinishedAt, Deadline: t.Deadline,
 		StartDeadline: t.StartDeadline,
 		Labels:        t.Labels, FairnessKey: t.FairnessKey, FairnessWeight: t.FairnessWeight,
-		ParentID: parentOf(t), ParentPosition: t.ParentPosition,
+		ParentID: parentOf(t), ParentPosition: t.ParentPosition, lastSeq: t.LastSeq,
 	}
 }
 
@@ -599,7 +601,7 @@ func (c *Client) Get(ctx context.Context, id uuid.UUID) (*TaskInfo, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := c.setWaiting(ctx, []*TaskInfo{info}); err != nil {
+	if err := c.setWaiting(ctx, []*TaskInfo{info}, waitScanOne); err != nil {
 		return nil, err
 	}
 	return c.resolved(ctx, info)
@@ -960,7 +962,7 @@ func (c *Client) ListPage(ctx context.Context, given ...ListOpts) (ListPage, err
 		}
 		done, err := c.listBatch(ctx, l, p)
 		if err == nil && (done || l.scanned >= l.maxScan) {
-			err = c.setWaiting(ctx, l.page.Tasks)
+			err = c.setWaiting(ctx, l.page.Tasks, waitScanListed)
 		}
 		if err != nil || done {
 			return l.page, err

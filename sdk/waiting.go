@@ -2,10 +2,10 @@ package sdk
 
 import (
 	"context"
+	"slices"
 	"time"
 
-	"github.com/google/uuid"
-
+	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
 )
 
@@ -36,61 +36,109 @@ type Waiting struct {
 	Deadline *time.Time `json:"deadline,omitempty"`
 }
 
-// waitingOf reads what a task in state waits for, or nil.
-func waitingOf(state history.State) *Waiting {
-	if state.Status != history.StatusPending {
-		return nil
-	}
-	at := func(t time.Time) *time.Time {
-		if t.IsZero() || !t.Before(history.Never) {
-			return nil
-		}
-		t = t.UTC()
-		return &t
-	}
-	switch {
-	case state.Wait != nil:
-		return &Waiting{Kind: WaitingSignal, Name: state.Wait.Name, Deadline: at(state.Wait.Deadline)}
-	case state.ChildWait != nil:
-		w := state.ChildWait
-		return &Waiting{Kind: WaitingChildren, Children: max(w.Count, 1), Of: len(w.Positions), Finished: w.Finished, Deadline: at(state.RunAt)}
-	case state.Timer != nil:
-		return &Waiting{Kind: WaitingTimer, Deadline: at(state.Timer.FireAt)}
-	}
-	return nil
-}
+// How far back a task's wait is looked for: the events at the end of its
+// history read to find it, one bounded page at a time, keeping only what
+// the wait needs. A history's length does not bound the read (a history
+// may hold 64 MiB), so a wait that began further back than this (a parent
+// that saw more of its children finish, a task that took many signals of
+// other names since) is not described: Waiting is nil.
+const (
+	waitScanOne       = 1000 // Get: one task
+	waitScanListed    = 100  // List: each waiting task of the page
+	waitScanPageBytes = 256 << 10
+)
 
 // setWaiting fills in Waiting for the tasks among infos that may be
 // waiting: pending and due later (a wait makes its task due at its
 // deadline, history.Never without one). The tasks row does not say why a
-// task is not due, so their histories are read, in one read, and
-// replayed; a task due now (about to run, or woken by a cancel) reads
-// nothing.
-func (c *Client) setWaiting(ctx context.Context, infos []*TaskInfo) error {
+// task is not due, so the last scan events of their histories are read
+// (see [waitScanOne]); a task due now (about to run, or woken by a
+// cancel) reads nothing.
+func (c *Client) setWaiting(ctx context.Context, infos []*TaskInfo, scan int64) error {
 	now := time.Now()
-	var ids []uuid.UUID
 	for _, info := range infos {
-		if info.Status == history.StatusPending && info.RunAt.After(now) {
-			ids = append(ids, info.ID)
-		}
-	}
-	if len(ids) == 0 {
-		return nil
-	}
-	histories, err := c.store.EventListByTasks(ctx, ids)
-	if err != nil {
-		return err
-	}
-	for _, info := range infos {
-		events := histories[info.ID]
-		if len(events) == 0 {
+		if info.Status != history.StatusPending || !info.RunAt.After(now) {
 			continue
 		}
-		state, err := history.Replay(events)
+		w, err := c.scanWait(ctx, info, scan)
 		if err != nil {
-			continue // the projection is what Get answers; a history it cannot fold waits for nothing it can tell
+			return err
 		}
-		info.Waiting = waitingOf(state)
+		info.Waiting = w
 	}
 	return nil
+}
+
+// scanWait reads the last scan events of info's history, a page at a
+// time, for the wait that began last and what has happened to it since.
+func (c *Client) scanWait(ctx context.Context, info *TaskInfo, scan int64) (*Waiting, error) {
+	var tail waitTail
+	after := max(info.lastSeq-scan, 0)
+	for after < info.lastSeq {
+		events, err := c.store.EventListPage(ctx, &store.EventPageParams{
+			Namespace: c.namespace, TaskID: info.ID, After: after,
+			Limit: int(min(info.lastSeq-after, store.MaxEventPageLimit)), MaxBytes: waitScanPageBytes,
+		})
+		if err != nil {
+			return nil, err
+		}
+		if len(events) == 0 {
+			break
+		}
+		for _, e := range events {
+			tail.apply(e)
+		}
+		after = events[len(events)-1].Seq
+	}
+	return tail.waiting(info.RunAt), nil
+}
+
+// waitTail is what a forward scan of a history's tail keeps: the wait
+// begun last (wait_started, child_wait_started or timer_started), unless
+// an attempt started after it, and the awaited children finished since.
+type waitTail struct {
+	signal   *history.WaitStartedData
+	children *history.ChildWaitStartedData
+	timer    *history.TimerStartedData
+	finished int
+}
+
+func (t *waitTail) apply(e history.Event) {
+	switch d := e.Data.(type) {
+	case history.AttemptStartedData:
+		*t = waitTail{}
+	case history.WaitStartedData:
+		*t = waitTail{signal: &d}
+	case history.ChildWaitStartedData:
+		*t = waitTail{children: &d}
+	case history.TimerStartedData:
+		*t = waitTail{timer: &d}
+	case history.ChildFinishedData:
+		if t.children != nil && slices.Contains(t.children.Positions, d.Position) {
+			t.finished++
+		}
+	}
+}
+
+// waiting is the [Waiting] the scan found, nil for none; runAt is the
+// task's, the end of a wait for children.
+func (t *waitTail) waiting(runAt time.Time) *Waiting {
+	switch {
+	case t.signal != nil:
+		return &Waiting{Kind: WaitingSignal, Name: t.signal.Name, Deadline: waitDeadline(t.signal.Deadline)}
+	case t.children != nil:
+		w := t.children
+		return &Waiting{Kind: WaitingChildren, Children: max(w.Count, 1), Of: len(w.Positions), Finished: t.finished, Deadline: waitDeadline(runAt)}
+	case t.timer != nil:
+		return &Waiting{Kind: WaitingTimer, Deadline: waitDeadline(t.timer.FireAt)}
+	}
+	return nil
+}
+
+func waitDeadline(t time.Time) *time.Time {
+	if t.IsZero() || !t.Before(history.Never) {
+		return nil
+	}
+	t = t.UTC()
+	return &t
 }

@@ -51,5 +51,28 @@ func TestWaitingOfEachKindOfWait(t *testing.T) {
 		state, err := history.Replay(c.events)
 		require.NoError(t, err, name)
 		require.Equal(t, c.want, waitingOf(state), name)
+		var tail waitTail
+		for _, e := range c.events {
+			tail.apply(e)
+		}
+		require.Equal(t, c.want, tail.waiting(state.RunAt), name+": the tail scan")
 	}
+}
+
+// waitingOf reads what a task in state waits for, or nil: the replay's
+// answer, which the tail scan Get and List use must give.
+func waitingOf(state history.State) *Waiting {
+	if state.Status != history.StatusPending {
+		return nil
+	}
+	switch {
+	case state.Wait != nil:
+		return &Waiting{Kind: WaitingSignal, Name: state.Wait.Name, Deadline: waitDeadline(state.Wait.Deadline)}
+	case state.ChildWait != nil:
+		w := state.ChildWait
+		return &Waiting{Kind: WaitingChildren, Children: max(w.Count, 1), Of: len(w.Positions), Finished: w.Finished, Deadline: waitDeadline(state.RunAt)}
+	case state.Timer != nil:
+		return &Waiting{Kind: WaitingTimer, Deadline: waitDeadline(state.Timer.FireAt)}
+	}
+	return nil
 }
