@@ -132,10 +132,27 @@ func (r *simReviewer) notify(_ context.Context, req reviewRequest) error {
 			return
 		case <-time.After(r.reviewerDelay(req)):
 		}
-		_, err := r.client.Signal(r.ctx, req.TaskID, approvalSignal, d, sdk.SignalOpts{
-			DedupID: fmt.Sprintf("demo-review/%s/%d", req.TaskID, req.Stage), Sender: d.By}) // the decision's By is its sender
-		// A task that finished (the other stage's answer was enough) takes
-		// no more signals.
+		// ForWait: an answer for the first stage that comes after its wait
+		// timed out must not decide the supervisor's escalation.
+		// A task not waiting there yet (its request_review step ran, its
+		// receive has not begun) is asked again shortly.
+		wait := req.Wait
+		var err error
+		for try := 0; try < 100; try++ {
+			_, err = r.client.Signal(r.ctx, req.TaskID, approvalSignal, d, sdk.SignalOpts{
+				DedupID: fmt.Sprintf("demo-review/%s/%d", req.TaskID, req.Stage), Sender: d.By, // the decision's By is its sender
+				ForWait: &wait})
+			if !errors.Is(err, sdk.ErrWaitNotReached) {
+				break
+			}
+			select {
+			case <-r.ctx.Done():
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+		// A task that finished (the other stage's answer was enough), or
+		// whose wait ended, takes no more signals.
 		if err != nil && !errors.Is(err, sdk.ErrTaskState) && r.ctx.Err() == nil {
 			fmt.Fprintf(r.errOut, "simulated reviewer: task %s: %s\n", req.TaskID, redact(err.Error()))
 		}
