@@ -432,7 +432,7 @@ func TestConsoleChartsInABrowser(t *testing.T) {
 	}
 	labels := evaluate[[]string](t, ctx, `Array.from(document.querySelectorAll("#queue-charts svg")).map(s => s.getAttribute("aria-label"))`)
 	require.Contains(t, labels, "Tasks of queue default over the last 1h, now 1 waiting, 0 due, 0 running")
-	require.Contains(t, labels[2], "Error rate of queue default over the last 1h, now ")
+	require.Contains(t, labels[2], "Failed attempts of queue default over the last 1h, now ")
 
 	// The queue's page, through the list of queues, over 15 minutes.
 	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(srv.url+"/console/queues"), visible("#queue-list"),
@@ -440,9 +440,9 @@ func TestConsoleChartsInABrowser(t *testing.T) {
 		chromedp.Navigate(srv.url+"/console/queues/default?window=15m"), visible("#queue-charts svg")))
 	require.Equal(t, 6, len(evaluate[[]int](t, ctx, points)))
 	completed := evaluate[string](t, ctx, `document.querySelector("#q-default-throughput").getAttribute("aria-label")`)
-	require.Contains(t, completed, "Throughput of queue default over the last 15m")
+	require.Contains(t, completed, "Completed/min of queue default over the last 15m")
 	title := evaluate[string](t, ctx, `document.querySelector("#q-default-errors title").textContent`)
-	require.True(t, strings.HasPrefix(title, "Error rate of queue default"), title)
+	require.True(t, strings.HasPrefix(title, "Failed attempts of queue default"), title)
 	require.NoError(t, chromedp.Do(ctx, chromedp.EmulateViewport(1280, 900), docScreenshot(t, "queue-charts.png")))
 
 	// The failed step's bar is red (the console's --bad).
