@@ -16,8 +16,9 @@ import (
 const benchLong = `Benchmarks cairn against the PostgreSQL of --database-url (env
 CAIRN_DATABASE_URL), with the method of the peer benchmarks: tasks are
 inserted first (Client.StartMany), then workers drain them, writing every
-event of every task. Without a database URL, throughput, workflow, latency
-and replay run on the embedded store, in a fresh file removed after.
+event of every task. Without a database URL, throughput, workflow, latency,
+replay and children run on the embedded store, in a fresh file removed
+after.
 
 The bench works in its own schema, cairn_bench unless --schema is given on
 the command line (CAIRN_SCHEMA is ignored). That schema is DROPPED and
@@ -34,7 +35,7 @@ func newBenchCmd(g *globals) *cobra.Command {
 		Long:  benchLong,
 	}
 	cmd.AddCommand(newBenchThroughputCmd(g), newBenchWorkflowCmd(g), newBenchLatencyCmd(g), newBenchSteadyCmd(g),
-		newBenchReplayCmd(g), newBenchScaleCmd(g), newBenchAuditCmd(g), newBenchWaitingCmd(g), newBenchWorkerCmd(g))
+		newBenchReplayCmd(g), newBenchScaleCmd(g), newBenchAuditCmd(g), newBenchWaitingCmd(g), newBenchChildrenCmd(g), newBenchWorkerCmd(g))
 	return cmd
 }
 
@@ -333,5 +334,39 @@ the median is reported.`,
 	}
 	cmd.Flags().IntVar(&p.Events, "events", 1_000_000, "events to write (about; tasks have 10 or 12)")
 	cmd.Flags().IntVar(&p.Reps, "reps", 3, "times each audit runs")
+	return cmd
+}
+
+func newBenchChildrenCmd(g *globals) *cobra.Command {
+	p := &bench.ChildrenParams{}
+	cmd := &cobra.Command{
+		Use:   "children",
+		Short: "Fan-out: one parent workflow with -n children (workflow.MapChildren); time and CPU per child, parent wakes",
+		Long: benchLong + `
+
+children starts --workers in-process workers, then one parent workflow
+whose workflow.MapChildren starts -n children that return their input, and
+waits until every task has finished. It reports the wall time from the
+parent's start, the CPU of this process (the workers, parent and children
+alike, run in it: getrusage; the database's CPU is not counted), both per
+child, the parent's attempts (one per wake) and its history's length.
+
+--strategy flat is one parent starting every child; auto is flat up to
+10,000 children. The parent type's MaxRunningChildren is --max-running
+(0: the default, 100).`,
+		Args: cobra.NoArgs,
+		RunE: benchRunE(g, func(cmd *cobra.Command, cfg bench.Config) error {
+			return bench.Children(cmd.Context(), cfg, *p)
+		}),
+	}
+	cmd.Flags().IntVarP(&p.Children, "children", "n", 1_000, "children of the one parent")
+	cmd.Flags().IntVar(&p.Workers, "workers", 1, "in-process workers (each with --concurrency slots) sharing one pool")
+	cmd.Flags().IntVar(&p.Concurrency, "concurrency", 200, "tasks one worker runs at once")
+	cmd.Flags().IntVar(&p.MaxConns, "max-conns", 16, "connections in the workers' pool")
+	cmd.Flags().IntVar(&p.MaxRunning, "max-running", 0, "the parent type's MaxRunningChildren (0: the default, 100)")
+	cmd.Flags().StringVar(&p.Strategy, "strategy", bench.StrategyAuto, "flat (one parent starts every child) or auto")
+	cmd.Flags().DurationVar(&p.Timeout, "timeout", 30*time.Minute, "give up after this long")
+	cmd.Flags().DurationVar(&p.DrainPoll, "poll-interval", bench.DefaultDrainPoll, "how often the run asks the database whether all tasks are done")
+	cmd.Flags().StringVar(&p.CPUProfile, "cpuprofile", "", "write a Go CPU profile of the run to this file")
 	return cmd
 }

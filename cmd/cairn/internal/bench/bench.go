@@ -361,13 +361,18 @@ func newBenchWorkerWithMetrics(t benchTarget, cfg *Config, concurrency int, onSt
 	w, err := sdk.NewWorker(sdk.WorkerConfig{
 		Pool: t.pool, Store: t.store(), Schema: cfg.Schema, ListenURL: cfg.ListenURL, Namespace: cfg.Namespace, Concurrency: concurrency,
 		PollInterval: benchWorkerPollInterval,
-		Logger:       slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Logger:       benchLogger(),
 		Metrics:      metrics, DefaultRetention: retention, Codec: cfg.Codec,
 	})
 	if err != nil {
 		return nil, err
 	}
 	return w, sdk.RegisterSafely(w, newBenchWorkflow(onStep))
+}
+
+// benchLogger is the bench workers' logger: warnings and errors only.
+func benchLogger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 }
 
 // stopWorkers stops workers gracefully, giving them a bounded time.

@@ -24,8 +24,8 @@ import (
 
 // openEmbeddedBench opens a fresh embedded store for a drain mode.
 func openEmbeddedBench(ctx context.Context, cfg Config, mode string) (*benchEnv, func(), error) {
-	if mode != "throughput" && mode != "workflow" && mode != "latency" && mode != "replay" {
-		return nil, nil, errmark.Mark(errors.Newf("bench %s needs PostgreSQL: set --database-url (throughput, workflow, latency and replay also run on the embedded store)", mode), ErrConfig)
+	if mode != "throughput" && mode != "workflow" && mode != "latency" && mode != "replay" && mode != "children" {
+		return nil, nil, errmark.Mark(errors.Newf("bench %s needs PostgreSQL: set --database-url (throughput, workflow, latency, replay and children also run on the embedded store)", mode), ErrConfig)
 	}
 	queries, err := liteQueries()
 	if err != nil {
