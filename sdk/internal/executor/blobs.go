@@ -3,6 +3,7 @@ package executor
 import (
 	"context"
 	"encoding/json"
+	"sync"
 
 	"github.com/cockroachdb/errors"
 	"github.com/google/uuid"
@@ -142,6 +143,34 @@ func resolvedChildren(ctx context.Context, a *engine.Attempt, children []history
 		return children
 	}
 	return out
+}
+
+// childrenView is the attempt's children as the workflow reads them
+// (resolvedChildren), kept while the attempt's state stays at one
+// sequence number: StartChild asks for them on every call, and resolving
+// them each time made a fan-out of n children cost O(n²) per attempt.
+// Its mutex is for safety's sake: the interpreter reads children under
+// its own lock already.
+type childrenView struct {
+	mu    sync.Mutex
+	seq   int64 // LastSeq of the state children was resolved from
+	valid bool
+	kids  []history.Child
+	cache map[string]json.RawMessage // the attempt's blobs read, shared with the signals
+}
+
+// get returns the children of a's state now, resolved.
+func (v *childrenView) get(ctx context.Context, a *engine.Attempt) []history.Child {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	state := a.State()
+	if v.valid && v.seq == state.LastSeq {
+		return v.kids
+	}
+	// A state's sequence number names its history: the attempt's state
+	// moves only by appends, each of which raises it.
+	v.kids, v.seq, v.valid = resolvedChildren(ctx, a, state.Children, v.cache), state.LastSeq, true
+	return v.kids
 }
 
 // resolveInput is the task's input, read back (checked) when the client

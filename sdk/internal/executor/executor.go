@@ -212,6 +212,7 @@ func (h *Handler) handleAttempt(ctx context.Context, a *engine.Attempt, tr *atte
 	}
 	var refused *history.StepCompletedData       // the step whose output Record refused as too large
 	childOutputs := map[string]json.RawMessage{} // children's outputs kept by reference, read this attempt
+	children := &childrenView{cache: childOutputs}
 	res := interpreter.Run(interpreter.RunParams{
 		TaskID: taskID, Attempt: state.Attempt, Steps: state.Steps, Ahead: state.Ahead,
 		Context: runCtx, Stopping: a.Stopping(),
@@ -233,9 +234,7 @@ func (h *Handler) handleAttempt(ctx context.Context, a *engine.Attempt, tr *atte
 			state.Signals = resolvedSignals(a.DurableContext(), a, state.Signals, childOutputs)
 			return interpreter.MailboxOf(state)
 		}, Now: engine.Now,
-		Children: func() []history.Child {
-			return resolvedChildren(a.DurableContext(), a, a.State().Children, childOutputs)
-		},
+		Children: func() []history.Child { return children.get(a.DurableContext(), a) },
 		StartChildren:      func(reqs []interpreter.ChildRequest) error { return startChildren(a, reqs) },
 		MaxRunningChildren: typ.MaxRunningChildren,
 		Record: func(step history.Payload) error {
