@@ -351,9 +351,11 @@ parent's start, the CPU of this process (the workers, parent and children
 alike, run in it: getrusage; the database's CPU is not counted), both per
 child, the parent's attempts (one per wake) and its history's length.
 
---strategy flat is one parent starting every child; auto is flat up to
-10,000 children. The parent type's MaxRunningChildren is --max-running
-(0: the default, 100).`,
+--strategy flat is one parent starting every child (workflow.MapChildren);
+tree is one parent starting a chunk child per --chunk children
+(workflow.MapChunks), each chunk the parent of its children; auto is flat
+up to --chunk children, a tree above. The MaxRunningChildren of the parent
+and the chunk types is --max-running (0: the default, 100).`,
 		Args: cobra.NoArgs,
 		RunE: benchRunE(g, func(cmd *cobra.Command, cfg bench.Config) error {
 			return bench.Children(cmd.Context(), cfg, *p)
@@ -364,7 +366,8 @@ child, the parent's attempts (one per wake) and its history's length.
 	cmd.Flags().IntVar(&p.Concurrency, "concurrency", 200, "tasks one worker runs at once")
 	cmd.Flags().IntVar(&p.MaxConns, "max-conns", 16, "connections in the workers' pool")
 	cmd.Flags().IntVar(&p.MaxRunning, "max-running", 0, "the parent type's MaxRunningChildren (0: the default, 100)")
-	cmd.Flags().StringVar(&p.Strategy, "strategy", bench.StrategyAuto, "flat (one parent starts every child) or auto")
+	cmd.Flags().StringVar(&p.Strategy, "strategy", bench.StrategyAuto, "flat (one parent starts every child), tree (chunks of --chunk children, workflow.MapChunks) or auto (flat up to --chunk children)")
+	cmd.Flags().IntVar(&p.Chunk, "chunk", 1_000, "children per chunk of a tree")
 	cmd.Flags().DurationVar(&p.Timeout, "timeout", 30*time.Minute, "give up after this long")
 	cmd.Flags().DurationVar(&p.DrainPoll, "poll-interval", bench.DefaultDrainPoll, "how often the run asks the database whether all tasks are done")
 	cmd.Flags().StringVar(&p.CPUProfile, "cpuprofile", "", "write a Go CPU profile of the run to this file")

@@ -23,6 +23,7 @@ import (
 const (
 	benchFanoutType      = "bench.fanout"
 	benchFanoutChildType = "bench.fanout.child"
+	benchFanoutChunkType = "bench.fanout.chunk"
 	// maxBenchChildren bounds -n.
 	maxBenchChildren = 1_000_000
 )
@@ -31,14 +32,12 @@ const (
 const (
 	// StrategyFlat is one parent whose MapChildren starts every child.
 	StrategyFlat = "flat"
-	// StrategyAuto is flat up to [autoFlatChildren] children.
+	// StrategyTree is one parent whose workflow.MapChunks starts a chunk
+	// child per --chunk children, each the parent of its chunk's.
+	StrategyTree = "tree"
+	// StrategyAuto is flat up to --chunk children, a tree above.
 	StrategyAuto = "auto"
 )
-
-// autoFlatChildren is the most children --strategy auto runs flat: a
-// parent's history holds about two events per child, and the workers'
-// MaxHistoryEvents (50,000 by default) stops a parent well before 25,000.
-const autoFlatChildren = 10_000
 
 // ChildrenParams are the parameters of [Children], one field per flag of
 // `cairn bench children`.
@@ -48,7 +47,8 @@ type ChildrenParams struct {
 	Concurrency int           // --concurrency: tasks one worker runs at once
 	MaxConns    int           // --max-conns: connections in the workers' pool
 	MaxRunning  int           // --max-running: the parent type's MaxRunningChildren (0: the default, 100)
-	Strategy    string        // --strategy: flat, or auto
+	Strategy    string        // --strategy: flat, tree, or auto
+	Chunk       int           // --chunk: children per chunk of a tree
 	Timeout     time.Duration // --timeout: give up after this long
 	DrainPoll   time.Duration // --poll-interval: how often the run polls for the end
 	CPUProfile  string        // --cpuprofile: a Go CPU profile of the run goes here
@@ -69,8 +69,10 @@ func (p *ChildrenParams) validate() error {
 		return bad("--max-conns %d: use 1 to 1000", p.MaxConns)
 	case p.MaxRunning < 0 || p.MaxRunning > maxBenchChildren:
 		return bad("--max-running %d: use 0 (the default, %d) to %d", p.MaxRunning, 100, maxBenchChildren)
-	case p.Strategy != StrategyFlat && p.Strategy != StrategyAuto:
-		return bad("--strategy %q: use flat or auto", p.Strategy)
+	case p.Strategy != StrategyFlat && p.Strategy != StrategyTree && p.Strategy != StrategyAuto:
+		return bad("--strategy %q: use flat, tree or auto", p.Strategy)
+	case p.Chunk < 1 || p.Chunk > 20_000:
+		return bad("--chunk %d: use 1 to 20000 children per chunk", p.Chunk)
 	case p.Timeout <= 0:
 		return bad("--timeout %s: must be positive", p.Timeout)
 	case p.DrainPoll < time.Millisecond || p.DrainPoll > 10*time.Second:
@@ -82,26 +84,51 @@ func (p *ChildrenParams) validate() error {
 // fanoutInput is the bench parent's input.
 type fanoutInput struct {
 	Children int `json:"children"`
+	// Chunk, when set, fans out in a tree: workflow.MapChunks of this
+	// many children per chunk.
+	Chunk int `json:"chunk,omitempty"`
 }
 
-// newFanoutWorkflows returns the bench's parent type, whose MapChildren
-// starts in.Children children of the child type, which returns its input.
-func newFanoutWorkflows(maxRunning int) (*sdk.Workflow[fanoutInput, int], *sdk.Workflow[int, int]) {
-	child := sdk.NewWorkflow(benchFanoutChildType, 1, func(_ workflow.Context, in int) (int, error) {
+// fanoutTypes are the bench's workflow types: the parent, the chunk of a
+// tree, and the child, which returns its input.
+type fanoutTypes struct {
+	parent *sdk.Workflow[fanoutInput, int]
+	chunk  *sdk.Workflow[[]int, []int]
+	child  *sdk.Workflow[int, int]
+}
+
+// newFanoutWorkflows returns the bench's types; maxRunning is the
+// MaxRunningChildren of the parent and the chunk.
+func newFanoutWorkflows(maxRunning int) fanoutTypes {
+	var t fanoutTypes
+	opts := sdk.WorkflowOpts{MaxRunningChildren: maxRunning}
+	t.child = sdk.NewWorkflow(benchFanoutChildType, 1, func(_ workflow.Context, in int) (int, error) {
 		return in, nil
 	})
-	parent := sdk.NewWorkflow(benchFanoutType, 1, func(ctx workflow.Context, in fanoutInput) (int, error) {
+	t.chunk = sdk.NewWorkflow(benchFanoutChunkType, 1, workflow.Chunk(t.child), opts)
+	t.parent = sdk.NewWorkflow(benchFanoutType, 1, func(ctx workflow.Context, in fanoutInput) (int, error) {
 		inputs := make([]int, in.Children)
 		for i := range inputs {
 			inputs[i] = i
 		}
-		outs, err := workflow.MapChildren(ctx, child, inputs)
+		var outs []int
+		var err error
+		if in.Chunk > 0 {
+			outs, err = workflow.MapChunks(ctx, t.chunk, inputs, in.Chunk)
+		} else {
+			outs, err = workflow.MapChildren(ctx, t.child, inputs)
+		}
 		if err != nil {
 			return 0, err
 		}
+		for i, out := range outs {
+			if out != i {
+				return 0, errors.Newf("output %d is %d", i, out)
+			}
+		}
 		return len(outs), nil
-	}, sdk.WorkflowOpts{MaxRunningChildren: maxRunning})
-	return parent, child
+	}, opts)
+	return t
 }
 
 // childrenResult is one fan-out's figures.
@@ -121,9 +148,14 @@ type childrenResult struct {
 	// ParentAttempts is the parent's attempts: one per wake.
 	ParentAttempts int `json:"parent_attempts"`
 	// ParentEvents is the length of the parent's history.
-	ParentEvents int   `json:"parent_events"`
-	Completed    int64 `json:"completed"`
-	Events       int64 `json:"events"`
+	ParentEvents int `json:"parent_events"`
+	// Of a tree: the chunks, their attempts in all, and the longest
+	// chunk history.
+	Chunks         int   `json:"chunks,omitempty"`
+	ChunkAttempts  int   `json:"chunk_attempts,omitempty"`
+	ChunkEventsMax int   `json:"chunk_events_max,omitempty"`
+	Completed      int64 `json:"completed"`
+	Events         int64 `json:"events"`
 }
 
 type childrenReport struct {
@@ -135,6 +167,7 @@ type childrenReport struct {
 		MaxConns    int    `json:"max_conns"`
 		MaxRunning  int    `json:"max_running_children"`
 		Strategy    string `json:"strategy"`
+		Chunk       int    `json:"chunk,omitempty"`
 		WorkersIn   string `json:"workers_in"`
 	} `json:"params"`
 	childrenResult
@@ -151,9 +184,13 @@ func Children(ctx context.Context, cfg Config, p ChildrenParams) error {
 	strategy := p.Strategy
 	if strategy == StrategyAuto {
 		strategy = StrategyFlat
-		if p.Children > autoFlatChildren {
-			return errmark.Mark(errors.Newf("-n %d: more than %d children need a tree of parents", p.Children, autoFlatChildren), ErrConfig)
+		if p.Children > p.Chunk {
+			strategy = StrategyTree
 		}
+	}
+	input := fanoutInput{Children: p.Children}
+	if strategy == StrategyTree {
+		input.Chunk = p.Chunk
 	}
 	env, closeEnv, err := openBench(ctx, cfg, "children")
 	if err != nil {
@@ -168,7 +205,7 @@ func Children(ctx context.Context, cfg Config, p ChildrenParams) error {
 		return err
 	}
 	defer closeTarget()
-	parent, child := newFanoutWorkflows(p.MaxRunning)
+	types := newFanoutWorkflows(p.MaxRunning)
 	workers := make([]*sdk.Worker, 0, p.Workers)
 	defer func() { _ = stopWorkers(workers) }()
 	for range p.Workers {
@@ -180,10 +217,9 @@ func Children(ctx context.Context, cfg Config, p ChildrenParams) error {
 		if err != nil {
 			return err
 		}
-		if err := sdk.RegisterSafely(w, parent); err != nil {
-			return err
-		}
-		if err := sdk.RegisterSafely(w, child); err != nil {
+		err = errors.CombineErrors(sdk.RegisterSafely(w, types.parent),
+			errors.CombineErrors(sdk.RegisterSafely(w, types.chunk), sdk.RegisterSafely(w, types.child)))
+		if err != nil {
 			return err
 		}
 		if err := w.Start(context.WithoutCancel(ctx)); err != nil {
@@ -206,7 +242,7 @@ func Children(ctx context.Context, cfg Config, p ChildrenParams) error {
 	cpu0 := processCPU()
 	var parentID uuid.UUID
 	timing, err := env.awaitDrain(ctx, func() error {
-		run, err := sdk.Start(ctx, client, parent, fanoutInput{Children: p.Children})
+		run, err := sdk.Start(ctx, client, types.parent, input)
 		if err != nil {
 			return err
 		}
@@ -225,6 +261,11 @@ func Children(ctx context.Context, cfg Config, p ChildrenParams) error {
 		return err
 	}
 	res.Strategy = strategy
+	if strategy == StrategyTree {
+		if err := chunkFigures(ctx, client, parentID, &res); err != nil {
+			return err
+		}
+	}
 	if err := stopWorkers(workers); err != nil {
 		return errors.Wrap(err, "stop workers")
 	}
@@ -261,11 +302,44 @@ func childrenFigures(ctx context.Context, env *benchEnv, client *sdk.Client, par
 	return r, nil
 }
 
+// chunkFigures adds the chunks' attempts and longest history to r.
+func chunkFigures(ctx context.Context, client *sdk.Client, parentID uuid.UUID, r *childrenResult) error {
+	events, err := client.History(ctx, parentID)
+	if err != nil {
+		return err
+	}
+	state, err := history.Replay(events)
+	if err != nil {
+		return err
+	}
+	for _, c := range state.Children {
+		id, err := uuid.Parse(c.ID)
+		if err != nil {
+			return errors.Wrapf(err, "chunk %d", c.Position)
+		}
+		info, err := client.Get(ctx, id)
+		if err != nil {
+			return err
+		}
+		chunkEvents, err := client.History(ctx, id)
+		if err != nil {
+			return err
+		}
+		r.Chunks++
+		r.ChunkAttempts += info.Attempt
+		r.ChunkEventsMax = max(r.ChunkEventsMax, len(chunkEvents))
+	}
+	return nil
+}
+
 func printChildren(env *benchEnv, p *ChildrenParams, r childrenResult) error {
 	if env.cfg.JSON {
 		rep := childrenReport{benchHeader: env.header, childrenResult: r}
 		rep.Params.Children, rep.Params.Workers, rep.Params.Concurrency = p.Children, p.Workers, p.Concurrency
 		rep.Params.MaxConns, rep.Params.MaxRunning, rep.Params.Strategy = p.MaxConns, p.MaxRunning, r.Strategy
+		if r.Strategy == StrategyTree {
+			rep.Params.Chunk = p.Chunk
+		}
 		rep.Params.WorkersIn = "the bench process"
 		return printJSON(env.cfg.Stdout, rep)
 	}
@@ -274,13 +348,20 @@ func printChildren(env *benchEnv, p *ChildrenParams, r childrenResult) error {
 	if p.MaxRunning == 0 {
 		maxRunning = "default (100)"
 	}
+	strategy := r.Strategy
+	if strategy == StrategyTree {
+		strategy = fmt.Sprintf("tree of chunks of %d (workflow.MapChunks)", p.Chunk)
+	}
 	fmt.Fprintf(w, "mode:\tchildren: one parent, %d children, %s; MaxRunningChildren %s; %d in-process worker(s) × %d slots, pool of %d\n",
-		p.Children, r.Strategy, maxRunning, p.Workers, p.Concurrency, p.MaxConns)
+		p.Children, strategy, maxRunning, p.Workers, p.Concurrency, p.MaxConns)
 	fmt.Fprintf(w, "wall:\t%.3f s\t%.3f ms per child (parent start → poll saw all finished); parent created → finished %.3f s\n",
 		r.WallSeconds, r.WallMsPerChild, r.ParentSeconds)
 	fmt.Fprintf(w, "cpu:\t%.3f s\t%.3f ms per child (this process: workers, client, poll; not the database's)\n",
 		r.CPUSeconds, r.CPUMsPerChild)
 	fmt.Fprintf(w, "parent:\t%d attempts\t%d events in its history\n", r.ParentAttempts, r.ParentEvents)
+	if r.Chunks > 0 {
+		fmt.Fprintf(w, "chunks:\t%d attempts\t%d chunks, the longest history %d events\n", r.ChunkAttempts, r.Chunks, r.ChunkEventsMax)
+	}
 	fmt.Fprintf(w, "tasks:\t%d completed\t%d events written\n", r.Completed, r.Events)
 	printBenchEnv(w, env.header)
 	return w.Flush()
