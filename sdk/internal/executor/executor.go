@@ -234,7 +234,7 @@ func (h *Handler) handleAttempt(ctx context.Context, a *engine.Attempt, tr *atte
 			state.Signals = resolvedSignals(a.DurableContext(), a, state.Signals, childOutputs)
 			return interpreter.MailboxOf(state)
 		}, Now: engine.Now,
-		Children: func() []history.Child { return children.get(a.DurableContext(), a) },
+		Children:           func() []history.Child { return children.get(a.DurableContext(), a) },
 		StartChildren:      func(reqs []interpreter.ChildRequest) error { return startChildren(a, reqs) },
 		MaxRunningChildren: typ.MaxRunningChildren,
 		Record: func(step history.Payload) error {

@@ -53,3 +53,31 @@ func TestReplayOnTheEmbeddedStore(t *testing.T) {
 		require.Positive(t, report.Rows[i].EventsPerSecond)
 	}
 }
+
+// TestChildrenOnTheEmbeddedStore runs the children mode flat and as a
+// tree without PostgreSQL and checks that every child ran and the report
+// counts the parents' wakes and histories.
+func TestChildrenOnTheEmbeddedStore(t *testing.T) {
+	for _, strategy := range []string{StrategyFlat, StrategyTree} {
+		var out bytes.Buffer
+		err := Children(context.Background(), embeddedConfig(&out), ChildrenParams{
+			Children: 30, Workers: 1, Concurrency: 20, MaxConns: 4, MaxRunning: 8, Strategy: strategy, Chunk: 10,
+			Timeout: time.Minute, DrainPoll: 10 * time.Millisecond,
+		})
+		require.NoError(t, err, strategy)
+		var report childrenReport
+		require.NoError(t, json.Unmarshal(out.Bytes(), &report))
+		require.NotEmpty(t, report.SQLiteVersion)
+		require.Equal(t, strategy, report.Strategy)
+		require.Positive(t, report.ParentAttempts)
+		if strategy == StrategyFlat {
+			require.EqualValues(t, 31, report.Completed, "the parent and its 30 children")
+			require.Equal(t, 1+30*2+2*report.ParentAttempts, report.ParentEvents,
+				"task_scheduled, two events per child, a start and an end of each attempt")
+		} else {
+			require.EqualValues(t, 34, report.Completed, "the parent, its 3 chunks and their 30 children")
+			require.Equal(t, 3, report.Chunks)
+			require.Positive(t, report.ChunkEventsMax)
+		}
+	}
+}
