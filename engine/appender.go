@@ -375,16 +375,19 @@ const maxOutageRetry = 30 * time.Second
 // which lost a race to a cancel request, a signal or a child's end: a
 // client appends cancel_requested or signal_received, and a child's
 // terminal append child_finished, to a running task without its lease, which moves the log past the attempt's expected seq. Such an
-// append is replayed onto the new events (one query for all of them) and written again, so the attempt's work is
+// append is replayed onto the new events (one query for all of them, of the events after each append's state) and written again, so the attempt's work is
 // kept and it learns of the cancel from the state it gets back (a
 // completion does not stand over a cancel: see releaseCancelledCompletion). results are
 // updated in place; an append that cannot be rebased keeps its conflict.
 func (a *appender) rebaseConflicts(ctx context.Context, params []*store.EventAppendParams, results []store.AppendResult, conflicted []int) {
-	ids := make([]uuid.UUID, len(conflicted))
-	for k, i := range conflicted {
-		ids[k] = params[i].TaskID
+	after := make(map[uuid.UUID]int64, len(conflicted))
+	for _, i := range conflicted {
+		p := params[i]
+		if seq, ok := after[p.TaskID]; !ok || p.State.LastSeq < seq {
+			after[p.TaskID] = p.State.LastSeq
+		}
 	}
-	events, err := a.store.EventListByTasks(ctx, ids)
+	events, err := a.store.EventListAfter(ctx, after)
 	if err != nil {
 		return
 	}
@@ -410,7 +413,7 @@ func (a *appender) rebaseConflicts(ctx context.Context, params []*store.EventApp
 }
 
 // rebaseOntoRequests returns p moved onto the task's events after p.State
-// (events is the task's whole log), if those are only the appends other
+// (events is the task's log, whole or after p.State), if those are only the appends other
 // writers make to a running task without its lease (cancel_requested,
 // signal_received, child_finished) and p's events can follow them, and false otherwise.
 //
@@ -421,13 +424,13 @@ func (a *appender) rebaseConflicts(ctx context.Context, params []*store.EventApp
 // first, so the receive takes it): that append keeps its conflict, and the
 // attempt is retried.
 func rebaseOntoRequests(p *store.EventAppendParams, events []history.Event) (*store.EventAppendParams, bool) {
-	if int64(len(events)) < p.State.LastSeq {
+	since, ok := eventsAfter(events, p.State.LastSeq)
+	if !ok {
 		return nil, false
 	}
 	signalled := map[string]bool{}
 	finished := map[int]bool{}
 	cancelled := false
-	since := events[p.State.LastSeq:]
 	for _, e := range since {
 		switch d := e.Data.(type) {
 		case history.CancelRequestedData:
@@ -477,6 +480,20 @@ func releaseCancelledCompletion(p *store.EventAppendParams, payloads []history.P
 		WorkerID: p.State.Lease.Owner, LeaseEpoch: p.State.Lease.Epoch,
 		Reason: "cancel requested as the task completed: it compensates instead",
 	})
+}
+
+// eventsAfter returns the events after seq of a task's log given whole or
+// from after seq on, and false when they do not follow seq (a whole log
+// shorter than the state).
+func eventsAfter(events []history.Event, seq int64) ([]history.Event, bool) {
+	i := 0
+	for i < len(events) && events[i].Seq <= seq {
+		i++
+	}
+	if (i > 0 && events[i-1].Seq != seq) || (i < len(events) && events[i].Seq != seq+1) {
+		return nil, false
+	}
+	return events[i:], true
 }
 
 // releaseSignalledWait returns p's payloads with a final wait_started for

@@ -43,13 +43,14 @@ func (a *Attempt) StartChildren(ctx context.Context, children []store.ChildStart
 
 // syncRequests brings the attempt's state up to date with what others
 // appended to the task since (see [rebaseOntoRequests]); anything else is
-// an error marked ErrConflict.
+// an error marked ErrConflict. It reads only the events after the state:
+// a parent's children end into its log all the while it starts more.
 func (a *Attempt) syncRequests(ctx context.Context) error {
-	events, err := a.proc.cfg.Store.EventListByTask(ctx, a.Task.ID)
+	since, err := a.proc.cfg.Store.EventListAfter(ctx, map[uuid.UUID]int64{a.Task.ID: a.state.LastSeq})
 	if err != nil {
 		return err
 	}
-	rebased, ok := rebaseOntoRequests(&store.EventAppendParams{TaskID: a.Task.ID, State: a.state}, events)
+	rebased, ok := rebaseOntoRequests(&store.EventAppendParams{TaskID: a.Task.ID, State: a.state}, since[a.Task.ID])
 	if !ok {
 		return errmark.Mark(errors.Newf("task %s: its history moved on other than by a cancel request, a signal or a child's end", a.Task.ID), store.ErrConflict)
 	}

@@ -100,3 +100,22 @@ func TestRebaseNeverCompletesOverACancel(t *testing.T) {
 	require.True(t, ok)
 	require.IsType(t, history.TaskCompletedData{}, rebased.Payloads[1])
 }
+
+func TestRebaseTakesTheLogFromAfterTheStateOrWhole(t *testing.T) {
+	t.Parallel()
+	state, events := rebaseCase(t, historytest.Signal("approval", `1`, ""), historytest.Signal("other", `2`, ""))
+	p := &store.EventAppendParams{State: state, Epoch: 1, Attempt: 1, Payloads: []history.Payload{
+		history.StepCompletedData{Position: 0, Name: "reserve"},
+	}}
+	whole, ok := rebaseOntoRequests(p, events)
+	require.True(t, ok)
+	tail, ok := rebaseOntoRequests(p, events[state.LastSeq:])
+	require.True(t, ok, "the events after the state (what EventListAfter reads)")
+	require.Equal(t, whole.State, tail.State)
+	require.Len(t, tail.State.Signals, 2)
+
+	_, ok = rebaseOntoRequests(p, events[state.LastSeq+1:])
+	require.False(t, ok, "a tail that skips an event does not follow the state")
+	_, ok = rebaseOntoRequests(p, events[:state.LastSeq-1])
+	require.False(t, ok, "a whole log shorter than the state")
+}

@@ -508,15 +508,62 @@ func (s *SealedStore) EventListByTasks(ctx context.Context, ids []uuid.UUID) (ma
 	if err != nil {
 		return nil, err
 	}
+	return all, s.openEventsByTask(ctx, all, nil)
+}
+
+// EventListAfter implements [store.Store]. A task's namespace, which
+// opening takes, is in its first event: for a part of a log without it
+// that holds a sealed payload, it is read from the task's row.
+func (s *SealedStore) EventListAfter(ctx context.Context, after map[uuid.UUID]int64) (map[uuid.UUID][]history.Event, error) {
+	all, err := s.Store.EventListAfter(ctx, after)
+	if err != nil {
+		return nil, err
+	}
+	var unknown []uuid.UUID
+	for id, events := range all {
+		if namespaceOf(events) == "" && anySealed(events) {
+			unknown = append(unknown, id)
+		}
+	}
+	namespaces := map[uuid.UUID]string{}
+	if len(unknown) > 0 {
+		tasks, err := s.Store.TaskGetManyByID(ctx, unknown)
+		if err != nil {
+			return nil, err
+		}
+		for _, t := range tasks {
+			namespaces[t.ID] = t.Namespace
+		}
+	}
+	return all, s.openEventsByTask(ctx, all, namespaces)
+}
+
+// anySealed reports whether an event of events has a payload that may be
+// sealed.
+func anySealed(events []history.Event) bool {
+	for _, e := range events {
+		if raw, ok := history.UserData(e.Data); ok && history.MaybeSealed(raw) {
+			return true
+		}
+	}
+	return false
+}
+
+// openEventsByTask opens the payloads of events of several tasks, in
+// place, each in its namespace: namespaces's, or its first event's.
+func (s *SealedStore) openEventsByTask(ctx context.Context, all map[uuid.UUID][]history.Event, namespaces map[uuid.UUID]string) error {
 	o := s.newOpener(ctx)
 	o.prefetch(slices.Collect(maps.Keys(all)))
-	for _, events := range all {
-		ns := namespaceOf(events)
+	for id, events := range all {
+		ns, ok := namespaces[id]
+		if !ok {
+			ns = namespaceOf(events)
+		}
 		for i := range events {
 			events[i] = o.openEvent(ns, events[i])
 		}
 	}
-	return all, o.err
+	return o.err
 }
 
 // TaskClaim implements [store.Store].

@@ -573,3 +573,38 @@ func TestSealingHasNoBackDoors(t *testing.T) {
 		require.Equal(t, "written before encryption", string(data))
 	})
 }
+
+// The events after a seq (what an append that lost a race reads to catch
+// up) open as the whole log's do, though they lack the task_scheduled
+// that names the namespace: the signal's payload reads in clear.
+func TestSealedEventsAfterASeqOpen(t *testing.T) {
+	t.Parallel()
+	onEachStoreEmbedded(t, func(t *testing.T, embedded bool) {
+		ctx := context.Background()
+		codec, err := sdk.ParseCodec(keysJSON(t, map[string][]byte{"k1": newKey(t)}, "k1"))
+		require.NoError(t, err)
+		env := newEncryptedEnv(t, embedded, codec)
+		id, info := runKYC(t, env, "kyc-after")
+		require.Equal(t, history.StatusCompleted, info.Status, "%+v", info.LastError)
+
+		whole, err := env.client.Store().EventListByTask(ctx, id)
+		require.NoError(t, err)
+		var signalSeq int64
+		for _, e := range whole {
+			if _, ok := e.Data.(history.SignalReceivedData); ok {
+				signalSeq = e.Seq
+			}
+		}
+		require.NotZero(t, signalSeq)
+		raw, err := env.raw.EventListAfter(ctx, map[uuid.UUID]int64{id: signalSeq - 1})
+		require.NoError(t, err)
+		_, sealed := history.ParseSealed(raw[id][0].Data.(history.SignalReceivedData).Payload)
+		require.True(t, sealed, "the database holds the signal sealed")
+
+		// A decorator of its own: no data key cached from the reads above.
+		after, err := engine.SealStore(env.raw, codec).EventListAfter(ctx, map[uuid.UUID]int64{id: signalSeq - 1})
+		require.NoError(t, err)
+		require.Equal(t, whole[signalSeq-1:], after[id])
+		require.Equal(t, `"approved for `+secret+`"`, string(after[id][0].Data.(history.SignalReceivedData).Payload))
+	})
+}

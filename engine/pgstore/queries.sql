@@ -463,7 +463,7 @@ SELECT id, last_seq FROM /* TEMPLATE: schema */tasks WHERE id = ANY(@ids::uuid[]
 
 -- name: EventListAfter
 -- The events of tasks after a seq each (a parent's since the state this
--- process has of it), by the primary key.
+-- process has of it; an attempt's since its state), by the primary key.
 SELECT e.task_id, e.seq, e.type, e.at, e.attempt, e.data
 FROM unnest(@ids::uuid[], @afters::bigint[]) AS a(id, after)
 JOIN /* TEMPLATE: schema */events AS e ON e.task_id = a.id AND e.seq > a.after

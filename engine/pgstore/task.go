@@ -575,6 +575,17 @@ func (s *Store) EventListByTasks(ctx context.Context, ids []uuid.UUID) (map[uuid
 	return byTask, errors.Wrap(interpretError(err), "list events")
 }
 
+// EventListAfter returns the events of tasks after a seq each, by task id.
+func (s *Store) EventListAfter(ctx context.Context, after map[uuid.UUID]int64) (map[uuid.UUID][]history.Event, error) {
+	ids := make([]uuid.UUID, 0, len(after))
+	afters := make([]int64, 0, len(after))
+	for id, seq := range after {
+		ids, afters = append(ids, id), append(afters, seq)
+	}
+	byTask, err := s.eventsQuery(ctx, s.pool, s.sql("EventListAfter"), pgx.NamedArgs{"ids": ids, "afters": afters})
+	return byTask, errors.Wrap(interpretError(err), "list events")
+}
+
 func (s *Store) eventsQuery(ctx context.Context, q querier, sql string, args pgx.NamedArgs) (map[uuid.UUID][]history.Event, error) {
 	rows, err := q.Query(ctx, sql, args)
 	if err != nil {

@@ -156,6 +156,14 @@ SELECT task_id, seq, type, at, attempt, data FROM events
 WHERE task_id IN (SELECT value FROM json_each(?))
 ORDER BY task_id, seq;
 
+-- name: EventListAfter
+-- ?: a JSON array of [task id, seq] pairs; the events of each task after
+-- its seq, by the primary key.
+SELECT e.task_id, e.seq, e.type, e.at, e.attempt, e.data
+FROM json_each(?) AS a
+JOIN events AS e ON e.task_id = a.value ->> 0 AND e.seq > a.value ->> 1
+ORDER BY e.task_id, e.seq;
+
 -- name: DeadLetterList
 -- A page of a namespace's dead letters, newest first, from
 -- tasks_dead_letter_idx; when ?3 (paged), the page starts after the

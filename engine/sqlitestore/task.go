@@ -463,6 +463,23 @@ func (s *Store) EventListByTasks(ctx context.Context, ids []uuid.UUID) (map[uuid
 	return queryEvents(ctx, s.q, "EventListByTasks", jsonIDs(ids))
 }
 
+// EventListAfter implements [store.Store]: the (id, seq) pairs are one
+// parameter, a JSON array of pairs.
+func (s *Store) EventListAfter(ctx context.Context, after map[uuid.UUID]int64) (map[uuid.UUID][]history.Event, error) {
+	if len(after) == 0 {
+		return map[uuid.UUID][]history.Event{}, nil
+	}
+	pairs := make([][2]any, 0, len(after))
+	for id, seq := range after {
+		pairs = append(pairs, [2]any{id.String(), seq})
+	}
+	raw, err := json.Marshal(pairs)
+	if err != nil {
+		return nil, err
+	}
+	return queryEvents(ctx, s.q, "EventListAfter", string(raw))
+}
+
 func queryEvents(ctx context.Context, q querier, name string, args ...any) (map[uuid.UUID][]history.Event, error) {
 	rows, err := q.query(ctx, name, args...)
 	if err != nil {

@@ -39,6 +39,13 @@ type Store interface {
 	// order, bounded in events and bytes ([EventPageParams]); empty past
 	// the last event, or when the task is not in p.Namespace.
 	EventListPage(ctx context.Context, p *EventPageParams) ([]history.Event, error)
+	// EventListAfter returns, by task id, the events of each task of
+	// after with a seq above its value there (0: the whole log), in
+	// order: what was appended to a task since a state of it, read
+	// without its whole history (an append that lost a race to a
+	// signal, a cancel request or a child's end catches up this way).
+	// A task with none, or unknown, has no entry.
+	EventListAfter(ctx context.Context, after map[uuid.UUID]int64) (map[uuid.UUID][]history.Event, error)
 
 	// The execution path: claims, fenced appends, leases.
 	// TaskClaim claims as TaskClaimMany does, in the same statement, and

@@ -9,6 +9,7 @@ import (
 	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 )
 
@@ -21,6 +22,36 @@ var readTests = []conformanceTest{
 	{"DiagnosisRefusesBadParams", testDiagnoseRefusals},
 	{"DiagnosisCountsWhatHappened", testDiagnoseCounts},
 	{"EventPagesAreBoundedInEventsAndBytes", testEventPages},
+	{"EventListAfterReadsTheEventsAfterASeqEach", testEventListAfter},
+}
+
+// testEventListAfter: the events of each task after its seq, in order,
+// the same as those of the whole log; after 0 is the whole log; a task
+// with nothing after its seq, or unknown, has no entry.
+func testEventListAfter(t *testing.T, s store.Store) {
+	ctx := testContext(t)
+	long := start(t, s, spec{})
+	other := start(t, s, spec{Type: "other"})
+	ct := claimOne(t, s, "w", time.Minute)
+	require.Equal(t, long, ct.Task.ID)
+	_, err := appendFenced(t, s, ct, history.StepCompletedData{Position: 0, Name: "a", Output: json.RawMessage(`1`)},
+		history.StepCompletedData{Position: 1, Name: "b", Output: json.RawMessage(`2`)})
+	require.NoError(t, err)
+	whole := events(t, s, long)
+	require.Len(t, whole, 4)
+
+	got, err := s.EventListAfter(ctx, map[uuid.UUID]int64{long: 2, other: 0, uuid.New(): 0})
+	require.NoError(t, err)
+	require.Len(t, got, 2, "no entry for the unknown task")
+	require.Equal(t, whole[2:], got[long], "the events after seq 2")
+	require.Equal(t, events(t, s, other), got[other], "after 0: the whole log")
+
+	got, err = s.EventListAfter(ctx, map[uuid.UUID]int64{long: 4, other: 1})
+	require.NoError(t, err)
+	require.Empty(t, got, "nothing after the last seqs")
+	got, err = s.EventListAfter(ctx, nil)
+	require.NoError(t, err)
+	require.Empty(t, got)
 }
 
 // testEventScan: the audit scan returns a namespace's events in (at, task,
