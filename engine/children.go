@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/cockroachdb/errors"
 	"github.com/google/uuid"
@@ -59,6 +60,60 @@ func (a *Attempt) syncRequests(ctx context.Context) error {
 		a.proc.requestCancel(a.Task.ID)
 	}
 	return nil
+}
+
+// Polls of [Attempt.AwaitChildEnds]: from the first to the last interval,
+// doubling.
+const (
+	childPollFirst = 10 * time.Millisecond
+	childPollLast  = 200 * time.Millisecond
+)
+
+// AwaitChildEnds waits within the attempt, up to within, until count of
+// the task's children at positions have finished, reading what was
+// appended to the task since its state (children's ends, and signals and
+// cancel requests, which join the state as a rebase would take them). It
+// reports whether they did. It is what a parent whose starts the cap on
+// running children holds back does before it ends its attempt to wait: a
+// wake reads and replays the whole history, so a flat fan-out that
+// started its next children in the same attempt wakes its parent far
+// less often. false leaves the attempt to record its wait: within passed,
+// ctx ended, the worker is stopping, a cancel was requested, or the read
+// failed or met a history moved other than by those appends. Only the attempt's
+// goroutine that appends may call it, with nothing of its own unwritten.
+func (a *Attempt) AwaitChildEnds(ctx context.Context, positions []int, count int, within time.Duration) bool {
+	deadline := time.Now().Add(within)
+	poll := childPollFirst
+	for {
+		if finishedAmong(a.state.Children, positions) >= count {
+			return true
+		}
+		if a.state.CancelRequested || !time.Now().Add(poll).Before(deadline) {
+			return false
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-a.proc.stopping:
+			return false
+		case <-time.After(poll):
+		}
+		poll = min(2*poll, childPollLast)
+		if err := a.syncRequests(ctx); err != nil {
+			return false // the recorded wait meets what this read met
+		}
+	}
+}
+
+// finishedAmong counts the children at positions that have finished.
+func finishedAmong(children []history.Child, positions []int) int {
+	n := 0
+	for _, pos := range positions {
+		if pos < len(children) && children[pos].Finished {
+			n++
+		}
+	}
+	return n
 }
 
 // CloseChildren applies the parent close policy of the task's unfinished

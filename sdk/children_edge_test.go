@@ -184,6 +184,9 @@ func TestChildWaitsSpendNoRetryBudget(t *testing.T) {
 		}, sdk.WorkflowOpts{MaxRunningChildren: 1, Retry: &activities.RetryPolicy{MaxAttempts: 3, InitialInterval: 10 * time.Millisecond}})
 		sdk.Register(b.worker, parent)
 		sdk.Register(b.worker, child)
+		// Every wait recorded, as for children slower than a parent
+		// waits for them within its attempt.
+		sdk.SetHeldBackLinger(b.worker, -1)
 		startWorker(t, b.worker)
 		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 		defer cancel()

@@ -1,5 +1,7 @@
 package sdk
 
+import "time"
+
 // AbandonWorker stops w as a crash would: its attempts are cancelled and
 // nothing more is written for them, so their tasks wait for their leases to
 // expire. Tests of crash recovery use it; Start's context no longer does
@@ -11,4 +13,13 @@ func AbandonWorker(w *Worker) {
 	if abandon != nil {
 		abandon()
 	}
+}
+
+// SetHeldBackLinger sets how long w's parents whose starts the cap holds
+// back wait for their children within an attempt (negative: not at all,
+// every such wait is recorded). Call it before Start.
+func SetHeldBackLinger(w *Worker, d time.Duration) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.heldBackLinger = d
 }

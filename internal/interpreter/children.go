@@ -170,19 +170,48 @@ func AwaitChildren(ctx Context, hs []ChildHandle) error {
 	if err := s.settle(); err != nil {
 		return err
 	}
-	// Writing may have brought a child's end into the attempt's state.
-	children := s.children()
-	waiting := unfinishedOf(children, hs)
-	s.mu.Lock()
-	held := len(s.child.queued) > 0
-	s.mu.Unlock()
-	switch {
-	case len(waiting) == 0:
-		return nil
-	case held:
-		return s.abort(heldBackWait(children), nil)
+	for {
+		// Writing may have brought a child's end into the attempt's state.
+		children := s.children()
+		waiting := unfinishedOf(children, hs)
+		switch {
+		case len(waiting) == 0:
+			return nil
+		case s.held():
+			if err := s.startHeldBack(heldBackWait(children)); err != nil {
+				return err
+			}
+			continue
+		}
+		return s.abort(&ChildWaitRequest{Positions: waiting, Count: len(waiting)}, nil)
 	}
-	return s.abort(&ChildWaitRequest{Positions: waiting, Count: len(waiting)}, nil)
+}
+
+// held reports whether the cap holds starts back.
+func (s *runState) held() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.child.queued) > 0
+}
+
+// startHeldBack waits for w's children within the attempt
+// (RunParams.AwaitChildEnds) and starts as many more as the cap then
+// allows, or, when they do not end in time, ends the run with w.
+func (s *runState) startHeldBack(w *ChildWaitRequest) error {
+	if !s.awaitHeldBack(w) {
+		return s.abort(w, nil)
+	}
+	return s.startQueued()
+}
+
+// awaitHeldBack reports whether w's children ended within the attempt.
+func (s *runState) awaitHeldBack(w *ChildWaitRequest) bool {
+	if s.p.AwaitChildEnds == nil || s.p.CollectOnly {
+		return false
+	}
+	s.futures.recMu.Lock() // as a record does: the wait writes the attempt's state
+	defer s.futures.recMu.Unlock()
+	return s.p.AwaitChildEnds(w.Positions, w.Count)
 }
 
 // settle is what a run does before it may end its attempt to wait (for a
@@ -303,13 +332,16 @@ func (s *runState) finishChildren() error {
 	if err := s.startQueued(); err != nil {
 		return err
 	}
-	s.mu.Lock()
-	held := len(s.child.queued) > 0
-	s.mu.Unlock()
-	if !held {
-		return nil
+	for s.held() {
+		w := heldBackWait(s.children())
+		if !s.awaitHeldBack(w) {
+			return w
+		}
+		if err := s.startQueued(); err != nil {
+			return err
+		}
 	}
-	return heldBackWait(s.children())
+	return nil
 }
 
 // children reads the task's children as the attempt knows them, behind

@@ -117,6 +117,13 @@ type RunParams struct {
 	// MaxRunningChildren caps how many of the task's children run at
 	// once; 0 is DefaultMaxRunningChildren.
 	MaxRunningChildren int
+	// AwaitChildEnds waits, within the attempt and for a bounded time,
+	// until count of the children at positions have finished, bringing
+	// them into what Children returns, and reports whether they did. A
+	// run whose starts the cap holds back calls it before it ends to
+	// wait, and on true starts more in the same attempt. Optional: a run
+	// without it ends to wait at once.
+	AwaitChildEnds func(positions []int, count int) bool
 	// Now is the clock Sleep reads. Default time.Now.
 	Now func() time.Time
 	// CollectOnly runs the workflow over its recorded steps only, to learn

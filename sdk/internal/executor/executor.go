@@ -61,6 +61,11 @@ type HandlerConfig struct {
 	// at the bound, or would write past it, fails the task permanently
 	// (kind history_too_large). 0: no bound.
 	MaxHistoryEvents int
+	// HeldBackLinger bounds how long a parent whose starts the cap on
+	// running children holds back waits for them within its attempt
+	// before it records the wait. 0: DefaultHeldBackLinger; negative:
+	// it records the wait at once.
+	HeldBackLinger time.Duration
 }
 
 // Handler runs the attempts the engine's processor claims: it is the
@@ -75,6 +80,7 @@ type Handler struct {
 	maxPayload     int                  // 0: outputs are not bounded
 	blobThreshold  int                  // 0: step outputs stay in the history
 	maxHistory     int64                // 0: histories are not bounded
+	linger         time.Duration        // HandlerConfig.HeldBackLinger; <= 0: none
 }
 
 // NewHandler returns a handler for cfg.
@@ -82,8 +88,12 @@ func NewHandler(cfg HandlerConfig) *Handler {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.HeldBackLinger == 0 {
+		cfg.HeldBackLinger = DefaultHeldBackLinger
+	}
 	return &Handler{types: cfg.Types, workerID: cfg.WorkerID, logger: cfg.Logger, tracerProvider: cfg.TracerProvider,
-		maxPayload: cfg.MaxPayloadBytes, blobThreshold: cfg.BlobThreshold, maxHistory: int64(cfg.MaxHistoryEvents)}
+		maxPayload: cfg.MaxPayloadBytes, blobThreshold: cfg.BlobThreshold, maxHistory: int64(cfg.MaxHistoryEvents),
+		linger: cfg.HeldBackLinger}
 }
 
 // HandleAttempt implements [engine.Handler]: it runs the workflow against
@@ -237,6 +247,9 @@ func (h *Handler) handleAttempt(ctx context.Context, a *engine.Attempt, tr *atte
 		Children:           func() []history.Child { return children.get(a.DurableContext(), a) },
 		StartChildren:      func(reqs []interpreter.ChildRequest) error { return startChildren(a, reqs) },
 		MaxRunningChildren: typ.MaxRunningChildren,
+		AwaitChildEnds: func(positions []int, count int) bool {
+			return h.linger > 0 && a.AwaitChildEnds(runCtx, positions, count, h.linger)
+		},
 		Record: func(step history.Payload) error {
 			// Record even if the attempt context was cancelled by a stop
 			// while the step ran: the step did finish. The lease fence
@@ -311,6 +324,13 @@ func (h *Handler) handleAttempt(ctx context.Context, a *engine.Attempt, tr *atte
 func cancelRequested(ctx context.Context, a *engine.Attempt) bool {
 	return errors.Is(context.Cause(ctx), engine.ErrCancelRequested) || a.State().CancelRequested
 }
+
+// DefaultHeldBackLinger bounds how long a parent whose starts the cap on running
+// children holds back waits within its attempt for its running children
+// to end (half of them) before it records the wait and gives its slot
+// back: children quicker than that are started in the same attempt, not
+// by a wake that reads and replays the whole history again.
+const DefaultHeldBackLinger = time.Second
 
 // kindDeadline is the error kind of an attempt cut off by its task's
 // schedule-to-close deadline. It is always permanent.
