@@ -65,8 +65,8 @@ func (a *Attempt) syncRequests(ctx context.Context) error {
 // Polls of [Attempt.AwaitChildEnds]: from the first to the last interval,
 // doubling.
 const (
-	childPollFirst = 10 * time.Millisecond
-	childPollLast  = 200 * time.Millisecond
+	childPollFirst = 5 * time.Millisecond
+	childPollLast  = 50 * time.Millisecond
 )
 
 // AwaitChildEnds waits within the attempt, up to within, until count of

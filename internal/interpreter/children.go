@@ -196,7 +196,9 @@ func (s *runState) held() bool {
 
 // startHeldBack waits for w's children within the attempt
 // (RunParams.AwaitChildEnds) and starts as many more as the cap then
-// allows, or, when they do not end in time, ends the run with w.
+// allows, or, when they do not end in time, ends the run with w. Within
+// the attempt a round costs a write, not a replay of the history, so it
+// waits for a tenth of the running children rather than w's half.
 func (s *runState) startHeldBack(w *ChildWaitRequest) error {
 	if !s.awaitHeldBack(w) {
 		return s.abort(w, nil)
@@ -204,14 +206,15 @@ func (s *runState) startHeldBack(w *ChildWaitRequest) error {
 	return s.startQueued()
 }
 
-// awaitHeldBack reports whether w's children ended within the attempt.
+// awaitHeldBack reports whether a tenth of w's children (at least one)
+// ended within the attempt.
 func (s *runState) awaitHeldBack(w *ChildWaitRequest) bool {
 	if s.p.AwaitChildEnds == nil || s.p.CollectOnly {
 		return false
 	}
 	s.futures.recMu.Lock() // as a record does: the wait writes the attempt's state
 	defer s.futures.recMu.Unlock()
-	return s.p.AwaitChildEnds(w.Positions, w.Count)
+	return s.p.AwaitChildEnds(w.Positions, max(len(w.Positions)/10, 1))
 }
 
 // settle is what a run does before it may end its attempt to wait (for a

@@ -325,11 +325,11 @@ func cancelRequested(ctx context.Context, a *engine.Attempt) bool {
 	return errors.Is(context.Cause(ctx), engine.ErrCancelRequested) || a.State().CancelRequested
 }
 
-// DefaultHeldBackLinger bounds how long a parent whose starts the cap on running
-// children holds back waits within its attempt for its running children
-// to end (half of them) before it records the wait and gives its slot
-// back: children quicker than that are started in the same attempt, not
-// by a wake that reads and replays the whole history again.
+// DefaultHeldBackLinger bounds how long a parent whose starts the cap on
+// running children holds back waits within its attempt for some of them
+// to end (a tenth, to start more) before it records the wait and gives
+// its slot back: children quicker than that are started in the same
+// attempt, not by a wake that reads and replays the whole history again.
 const DefaultHeldBackLinger = time.Second
 
 // kindDeadline is the error kind of an attempt cut off by its task's
