@@ -186,7 +186,7 @@ func TestChildWaitsSpendNoRetryBudget(t *testing.T) {
 		sdk.Register(b.worker, child)
 		// Every wait recorded, as for children slower than a parent
 		// waits for them within its attempt.
-		sdk.SetHeldBackLinger(b.worker, -1)
+		sdk.SetHeldBackLinger(b.worker, -1, 0)
 		startWorker(t, b.worker)
 		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 		defer cancel()
@@ -247,6 +247,53 @@ func TestChildrenAwaitedOutOfOrderAndLeftBehindTheCap(t *testing.T) {
 				in = 10 + pos - 5
 			}
 			require.Equal(t, int32(1), runs[in].Load(), "child %d (input %d) ran once", pos, in)
+		}
+		enginetest.RequireProjectionsMatch(t, b.client.Store())
+	})
+}
+
+// TestHeldBackChildrenStartWithinTheAttempt: a parent whose starts the cap
+// holds back waits within its attempt for its running children and starts
+// the next ones there (made to from the first event, with time to spare),
+// both while it awaits results and once its body has returned with starts
+// still held back: each child starts once, at its position, and runs
+// once, and the parent completes with every result in order.
+func TestHeldBackChildrenStartWithinTheAttempt(t *testing.T) {
+	t.Parallel()
+	onEachStore(t, func(t *testing.T, setup setupFunc) {
+		b := setup(t, sdk.WorkerConfig{Concurrency: 4})
+		runs := make([]atomic.Int32, 20)
+		child := doubler("linger.double", &runs)
+		parent := sdk.NewWorkflow("linger.parent", 1, func(ctx workflow.Context, n int) ([]int, error) {
+			ins := make([]int, n)
+			for i := range ins {
+				ins[i] = i
+			}
+			outs, err := workflow.MapChildren(ctx, child, ins)
+			for i := range 4 {
+				workflow.StartChild(ctx, child, n+i) // never awaited
+			}
+			return outs, err
+		}, sdk.WorkflowOpts{MaxRunningChildren: 3})
+		sdk.Register(b.worker, parent)
+		sdk.Register(b.worker, child)
+		sdk.SetHeldBackLinger(b.worker, 10*time.Second, -1)
+		startWorker(t, b.worker)
+		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+		defer cancel()
+		run, err := sdk.Start(ctx, b.client, parent, 16)
+		require.NoError(t, err)
+		out, err := run.Result(ctx)
+		require.NoError(t, err)
+		want := make([]int, 16)
+		for i := range want {
+			want[i] = 2 * i
+		}
+		require.Equal(t, want, out)
+		kids := childrenOf(t, b.client, run.ID, child.TypeName(), 20)
+		for pos, k := range kids {
+			waitTask(t, b.client, k.ID)
+			require.Equal(t, int32(1), runs[pos].Load(), "child %d ran once", pos)
 		}
 		enginetest.RequireProjectionsMatch(t, b.client.Store())
 	})

@@ -17,9 +17,10 @@ func AbandonWorker(w *Worker) {
 
 // SetHeldBackLinger sets how long w's parents whose starts the cap holds
 // back wait for their children within an attempt (negative: not at all,
-// every such wait is recorded). Call it before Start.
-func SetHeldBackLinger(w *Worker, d time.Duration) {
+// every such wait is recorded), and from which history length (negative:
+// any). Call it before Start.
+func SetHeldBackLinger(w *Worker, d time.Duration, fromEvents int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.heldBackLinger = d
+	w.heldBackLinger, w.heldBackLingerFrom = d, fromEvents
 }

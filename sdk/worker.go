@@ -168,9 +168,11 @@ type Worker struct {
 	// context stops the worker gracefully instead.
 	abandon  context.CancelFunc
 	startCtx context.Context // Start's: once it is done, a stop is bounded by StopTimeout
-	// heldBackLinger is the handler's HeldBackLinger (0: its default);
-	// only tests set it (export_test.go).
-	heldBackLinger time.Duration
+	// heldBackLinger and heldBackLingerFrom are the handler's
+	// HeldBackLinger and HeldBackLingerFrom (0: its defaults); only tests
+	// set them (export_test.go).
+	heldBackLinger     time.Duration
+	heldBackLingerFrom int
 
 	stopOnce sync.Once
 	stopping chan struct{} // closed when the first stop begins
@@ -407,7 +409,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	handler := executor.NewHandler(executor.HandlerConfig{
 		Types: types, WorkerID: w.cfg.WorkerID, Logger: w.cfg.Logger, TracerProvider: w.cfg.TracerProvider,
 		MaxPayloadBytes: w.cfg.MaxPayloadBytes, BlobThreshold: w.cfg.BlobThreshold, MaxHistoryEvents: w.cfg.MaxHistoryEvents,
-		HeldBackLinger: w.heldBackLinger,
+		HeldBackLinger: w.heldBackLinger, HeldBackLingerFrom: w.heldBackLingerFrom,
 	})
 	// Record the types so producers without this code (the HTTP API) can
 	// start them with the definition's defaults. In one store, Start

@@ -66,6 +66,11 @@ type HandlerConfig struct {
 	// before it records the wait. 0: DefaultHeldBackLinger; negative:
 	// it records the wait at once.
 	HeldBackLinger time.Duration
+	// HeldBackLingerFrom is the history length (events) from which such
+	// a parent waits within its attempt: a shorter history replays
+	// cheaply, and a waiting parent holds its slot. 0:
+	// DefaultHeldBackLingerFrom; negative: any length.
+	HeldBackLingerFrom int
 }
 
 // Handler runs the attempts the engine's processor claims: it is the
@@ -81,6 +86,7 @@ type Handler struct {
 	blobThreshold  int                  // 0: step outputs stay in the history
 	maxHistory     int64                // 0: histories are not bounded
 	linger         time.Duration        // HandlerConfig.HeldBackLinger; <= 0: none
+	lingerFrom     int64                // HandlerConfig.HeldBackLingerFrom
 }
 
 // NewHandler returns a handler for cfg.
@@ -91,9 +97,12 @@ func NewHandler(cfg HandlerConfig) *Handler {
 	if cfg.HeldBackLinger == 0 {
 		cfg.HeldBackLinger = DefaultHeldBackLinger
 	}
+	if cfg.HeldBackLingerFrom == 0 {
+		cfg.HeldBackLingerFrom = DefaultHeldBackLingerFrom
+	}
 	return &Handler{types: cfg.Types, workerID: cfg.WorkerID, logger: cfg.Logger, tracerProvider: cfg.TracerProvider,
 		maxPayload: cfg.MaxPayloadBytes, blobThreshold: cfg.BlobThreshold, maxHistory: int64(cfg.MaxHistoryEvents),
-		linger: cfg.HeldBackLinger}
+		linger: cfg.HeldBackLinger, lingerFrom: int64(cfg.HeldBackLingerFrom)}
 }
 
 // HandleAttempt implements [engine.Handler]: it runs the workflow against
@@ -248,7 +257,11 @@ func (h *Handler) handleAttempt(ctx context.Context, a *engine.Attempt, tr *atte
 		StartChildren:      func(reqs []interpreter.ChildRequest) error { return startChildren(a, reqs) },
 		MaxRunningChildren: typ.MaxRunningChildren,
 		AwaitChildEnds: func(positions []int, count int) bool {
-			return h.linger > 0 && a.AwaitChildEnds(runCtx, positions, count, h.linger)
+			// At the history's bound the wait is recorded, and the next
+			// attempt ends the task as any at the bound.
+			n := a.State().LastSeq
+			atBound := h.maxHistory > 0 && n >= h.maxHistory
+			return h.linger > 0 && n >= h.lingerFrom && !atBound && a.AwaitChildEnds(runCtx, positions, count, h.linger)
 		},
 		Record: func(step history.Payload) error {
 			// Record even if the attempt context was cancelled by a stop
@@ -331,6 +344,12 @@ func cancelRequested(ctx context.Context, a *engine.Attempt) bool {
 // its slot back: children quicker than that are started in the same
 // attempt, not by a wake that reads and replays the whole history again.
 const DefaultHeldBackLinger = time.Second
+
+// DefaultHeldBackLingerFrom is the history length from which a held-back
+// parent waits within its attempt: some 2,000 children. Below it a wake
+// costs little, and a parent waiting holds a worker slot (a tree's
+// chunks, 1,000 children each, would hold a slot each).
+const DefaultHeldBackLingerFrom = 4_000
 
 // kindDeadline is the error kind of an attempt cut off by its task's
 // schedule-to-close deadline. It is always permanent.
