@@ -79,8 +79,9 @@ const (
 // started its next children in the same attempt wakes its parent far
 // less often. false leaves the attempt to record its wait: within passed,
 // ctx ended, the worker is stopping, a cancel was requested, or the read
-// failed or met a history moved other than by those appends. Only the attempt's
-// goroutine that appends may call it, with nothing of its own unwritten.
+// failed or met a history moved other than by those appends. Only the
+// attempt's goroutine that appends may call it, with nothing of its own
+// unwritten.
 func (a *Attempt) AwaitChildEnds(ctx context.Context, positions []int, count int, within time.Duration) bool {
 	deadline := time.Now().Add(within)
 	poll := childPollFirst
