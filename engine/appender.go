@@ -462,7 +462,8 @@ func rebaseOntoRequests(p *store.EventAppendParams, events []history.Event) (*st
 	return &rebased, true
 }
 
-// releaseCancelledCompletion returns payloads with a final task_completed
+// releaseCancelledCompletion returns payloads with a final task_completed,
+// or a final wait (wait_started, timer_started, child_wait_started),
 // replaced by task_released: a cancel recorded before the task's terminal
 // event wins (see docs/guarantees.md, "Race with completion"). The steps
 // the attempt finished are kept; the task is due at once, and its next
@@ -472,13 +473,20 @@ func releaseCancelledCompletion(p *store.EventAppendParams, payloads []history.P
 	if n == 0 {
 		return payloads
 	}
-	if _, ok := payloads[n-1].(history.TaskCompletedData); !ok {
+	reason := ""
+	switch payloads[n-1].(type) {
+	case history.TaskCompletedData:
+		reason = "cancel requested as the task completed: it compensates instead"
+	case history.WaitStartedData, history.TimerStartedData, history.ChildWaitStartedData:
+		// Parked at the wait's end (or never), the task would not see
+		// its cancel until then: it is due at once instead.
+		reason = "cancel requested as the task began to wait: it compensates instead"
+	default:
 		return payloads
 	}
 	out := append([]history.Payload(nil), payloads[:n-1]...)
 	return append(out, history.TaskReleasedData{
-		WorkerID: p.State.Lease.Owner, LeaseEpoch: p.State.Lease.Epoch,
-		Reason: "cancel requested as the task completed: it compensates instead",
+		WorkerID: p.State.Lease.Owner, LeaseEpoch: p.State.Lease.Epoch, Reason: reason,
 	})
 }
 

@@ -101,6 +101,34 @@ func TestRebaseNeverCompletesOverACancel(t *testing.T) {
 	require.IsType(t, history.TaskCompletedData{}, rebased.Payloads[1])
 }
 
+// A cancel appended as the attempt began to wait is not parked with the
+// wait (until its deadline, or forever): the wait becomes task_released,
+// so the task is due at once and its next attempt compensates.
+func TestRebaseNeverParksACancel(t *testing.T) {
+	t.Parallel()
+	for name, wait := range map[string]history.Payload{
+		"receive":  history.WaitStartedData{Name: "approval", Position: 0, Deadline: history.Never},
+		"timer":    history.TimerStartedData{Position: 1, FireAt: historytest.Base.Add(time.Hour)},
+		"children": history.ChildWaitStartedData{Positions: []int{0}, Count: 1},
+	} {
+		state, events := rebaseCase(t, historytest.E{Data: history.CancelRequestedData{By: "ops", Reason: "fraud"}})
+		payloads := []history.Payload{history.StepCompletedData{Position: 0, Name: "ask"}, wait}
+		if _, ok := wait.(history.ChildWaitStartedData); ok {
+			payloads = []history.Payload{history.ChildStartedData{Position: 0, ChildID: "c", TaskType: "child", TypeVersion: 1}, wait}
+		}
+		p := &store.EventAppendParams{State: state, Epoch: 1, Attempt: 1, Payloads: payloads}
+		rebased, ok := rebaseOntoRequests(p, events)
+		require.True(t, ok, name)
+		require.IsType(t, history.TaskReleasedData{}, rebased.Payloads[1], name)
+		require.True(t, canFollow(rebased.State, 1, rebased.Payloads), name)
+		next, err := history.ApplyAll(rebased.State, asEvents(rebased.State.LastSeq, rebased.Payloads))
+		require.NoError(t, err, name)
+		require.Equal(t, history.StatusPending, next.Status, name)
+		require.True(t, next.RunAt.Before(history.Never), "%s: due, not parked: %s", name, next.RunAt)
+		require.True(t, next.CancelRequested, name)
+	}
+}
+
 func TestRebaseTakesTheLogFromAfterTheStateOrWhole(t *testing.T) {
 	t.Parallel()
 	state, events := rebaseCase(t, historytest.Signal("approval", `1`, ""), historytest.Signal("other", `2`, ""))
@@ -118,4 +146,13 @@ func TestRebaseTakesTheLogFromAfterTheStateOrWhole(t *testing.T) {
 	require.False(t, ok, "a tail that skips an event does not follow the state")
 	_, ok = rebaseOntoRequests(p, events[:state.LastSeq-1])
 	require.False(t, ok, "a whole log shorter than the state")
+}
+
+// asEvents numbers payloads as the attempt's events after seq.
+func asEvents(seq int64, payloads []history.Payload) []history.Event {
+	out := make([]history.Event, len(payloads))
+	for i, d := range payloads {
+		out[i] = history.Event{Seq: seq + int64(i) + 1, At: historytest.Base.Add(time.Minute), Attempt: 1, Data: d}
+	}
+	return out
 }

@@ -113,6 +113,12 @@ func (t *waitTail) apply(e history.Event) {
 		*t = waitTail{children: &d}
 	case history.TimerStartedData:
 		*t = waitTail{timer: &d}
+	case history.SignalReceivedData:
+		// A signal of the awaited name ends the wait (the task is due),
+		// as the replay's State.Wait says, whatever the clocks.
+		if t.signal != nil && d.Name == t.signal.Name {
+			t.signal = nil
+		}
 	case history.ChildFinishedData:
 		if t.children != nil && slices.Contains(t.children.Positions, d.Position) {
 			t.finished++

@@ -39,6 +39,8 @@ func TestWaitingOfEachKindOfWait(t *testing.T) {
 		"running": {start, nil},
 		"signal": {with(history.WaitStartedData{Name: "approval", Position: 0, Deadline: deadline}),
 			&Waiting{Kind: WaitingSignal, Name: "approval", Deadline: &deadline}},
+		"signal answered": {with(history.WaitStartedData{Name: "approval", Position: 0, Deadline: deadline},
+			history.SignalReceivedData{Name: "approval"}), nil},
 		"timer": {with(history.TimerStartedData{Position: 0, FireAt: fire}), &Waiting{Kind: WaitingTimer, Deadline: &fire}},
 		"children": {with(
 			history.ChildStartedData{Position: 0, ChildID: "a", TaskType: "c"},

@@ -64,7 +64,15 @@ func Signal(ctx context.Context, d SignalDriver, p *store.TaskSignalParams) (sto
 			return store.SignalResult{TaskID: id, Duplicate: true, State: state}, nil
 		}
 		if p.ForWait != nil {
-			if err := checkForWait(ctx, d, state, id, p.Name, *p.ForWait); err != nil {
+			err := checkForWait(ctx, d, state, id, p.Name, *p.ForWait)
+			if errors.Is(err, errHistoryMoved) {
+				if try+1 < maxSignalTries {
+					continue
+				}
+				err = errmark.Mark(errmark.Mark(errors.Newf("signal %q to task %s for receive %d: the task moves on too fast to tell; try again",
+					p.Name, id, *p.ForWait), store.ErrWaitNotReached), store.ErrTaskState)
+			}
+			if err != nil {
 				return store.SignalResult{TaskID: id, State: state}, err
 			}
 		}
@@ -80,6 +88,11 @@ func Signal(ctx context.Context, d SignalDriver, p *store.TaskSignalParams) (sto
 		return store.SignalResult{TaskID: id, State: next}, err
 	}
 }
+
+// errHistoryMoved is checkForWait's answer when the history it read is
+// longer than the row the signal is decided on: the signal is decided
+// again.
+var errHistoryMoved = errors.New("the task's history moved on since its row was read")
 
 // checkForWait refuses a signal for the receive at pos unless the task
 // waits there now for name: the next signal of the name appended is then
@@ -99,6 +112,12 @@ func checkForWait(ctx context.Context, d SignalDriver, state history.State, id u
 		events, err := d.EventListByTask(ctx, id)
 		if err != nil {
 			return errors.Wrapf(err, "signal task %s", id)
+		}
+		if int64(len(events)) > state.LastSeq {
+			// The task moved on since its row was read (it may have begun
+			// this very wait): decide again from a fresh row, not from a
+			// history the row's state does not describe.
+			return errHistoryMoved
 		}
 		replayed, err := history.Replay(events)
 		if err != nil {
