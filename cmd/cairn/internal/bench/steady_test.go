@@ -4,16 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
-	"io"
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
-
-	"github.com/cairnflow/cairn/engine/enginetest"
 )
 
 // The steady mode samples the tables while retention removes what the
@@ -21,25 +15,8 @@ import (
 // (it fails if nothing is removed), and every sample names every table.
 func TestSteadyStateSamplesWhileRetentionRemoves(t *testing.T) {
 	t.Parallel()
-	url := enginetest.DatabaseURL(t)
-	schema := fmt.Sprintf("bench_steady_%x", uuid.New().ID())
 	var out bytes.Buffer
-	cfg := Config{DatabaseURL: url, Schema: schema, Namespace: "default", JSON: true, Stdout: &out, Stderr: io.Discard,
-		ConnectFunc: func(ctx context.Context, maxConns int32) (*pgxpool.Pool, error) {
-			pc, err := pgxpool.ParseConfig(url)
-			if err != nil {
-				return nil, err
-			}
-			pc.MaxConns = maxConns
-			return pgxpool.NewWithConfig(ctx, pc)
-		}}
-	t.Cleanup(func() {
-		pool, err := pgxpool.New(context.Background(), url)
-		if err == nil {
-			_, _ = pool.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+schema+" CASCADE")
-			pool.Close()
-		}
-	})
+	cfg := pgConfig(t, "bench_steady", &out)
 	err := Steady(context.Background(), cfg, Params{Rate: 200, Duration: 10 * time.Second, Retention: 2 * time.Second,
 		Workers: 1, Concurrency: 50, MaxConns: 8}, true)
 	require.NoError(t, err)

@@ -4,16 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
-	"io"
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
-
-	"github.com/cairnflow/cairn/engine/enginetest"
 )
 
 // The waiting mode parks its tasks and reads the statistics of every
@@ -21,25 +15,8 @@ import (
 // and a window out of range.
 func TestWaitingParksTasksAndReadsTheStatistics(t *testing.T) {
 	t.Parallel()
-	url := enginetest.DatabaseURL(t)
-	schema := fmt.Sprintf("bench_waiting_%x", uuid.New().ID())
 	var out bytes.Buffer
-	cfg := Config{DatabaseURL: url, Schema: schema, Namespace: "default", JSON: true, Stdout: &out, Stderr: io.Discard,
-		ConnectFunc: func(ctx context.Context, maxConns int32) (*pgxpool.Pool, error) {
-			pc, err := pgxpool.ParseConfig(url)
-			if err != nil {
-				return nil, err
-			}
-			pc.MaxConns = maxConns
-			return pgxpool.NewWithConfig(ctx, pc)
-		}}
-	t.Cleanup(func() {
-		pool, err := pgxpool.New(context.Background(), url)
-		if err == nil {
-			_, _ = pool.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+schema+" CASCADE")
-			pool.Close()
-		}
-	})
+	cfg := pgConfig(t, "bench_waiting", &out)
 	p := Params{Waiting: []int{30}, Window: time.Second, Batch: 10, Concurrency: 10, MaxConns: 4}
 	require.NoError(t, Waiting(context.Background(), cfg, p, true))
 	var report waitingReport
