@@ -513,7 +513,8 @@ func (s *SealedStore) EventListByTasks(ctx context.Context, ids []uuid.UUID) (ma
 
 // EventListAfter implements [store.Store]. A task's namespace, which
 // opening takes, is in its first event: for a part of a log without it
-// that holds a sealed payload, it is read from the task's row.
+// that holds a sealed payload, it is read from the task's row unless the
+// task's key is cached (a parent polled for its children's ends).
 func (s *SealedStore) EventListAfter(ctx context.Context, after map[uuid.UUID]int64) (map[uuid.UUID][]history.Event, error) {
 	all, err := s.Store.EventListAfter(ctx, after)
 	if err != nil {
@@ -521,7 +522,7 @@ func (s *SealedStore) EventListAfter(ctx context.Context, after map[uuid.UUID]in
 	}
 	var unknown []uuid.UUID
 	for id, events := range all {
-		if namespaceOf(events) == "" && anySealed(events) {
+		if namespaceOf(events) == "" && anySealed(events) && s.keys.get(id) == nil {
 			unknown = append(unknown, id)
 		}
 	}

@@ -14,13 +14,8 @@ import (
 // expired p.ExpiredFor ago or earlier by the database clock, oldest expiry
 // first.
 func (s *Store) TaskListLeaseExpired(ctx context.Context, p *store.LeaseExpiryParams) ([]uuid.UUID, error) {
-	rows, err := s.pool.Query(ctx, s.sql("TaskListExpired"), pgx.NamedArgs{
-		"max": p.Max, "expired_for_seconds": p.ExpiredFor.Seconds()})
-	if err != nil {
-		return nil, errors.Wrap(interpretError(err), "list expired leases")
-	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
-	return ids, errors.Wrap(interpretError(err), "list expired leases")
+	return s.listIDs(ctx, "TaskListExpired", pgx.NamedArgs{"max": p.Max, "expired_for_seconds": p.ExpiredFor.Seconds()},
+		"list expired leases")
 }
 
 // TaskLeaseNextExpiry returns how long until the next lease not yet listed
@@ -42,11 +37,11 @@ func (s *Store) TaskLeaseNextExpiry(ctx context.Context, p *store.LeaseExpiryPar
 // TaskListStartExpired returns up to max pending tasks never started whose
 // start deadline has passed.
 func (s *Store) TaskListStartExpired(ctx context.Context, max int) ([]uuid.UUID, error) {
-	return s.listIDs(ctx, "TaskListStartExpired", max, "list tasks past their start deadline")
+	return s.listIDs(ctx, "TaskListStartExpired", pgx.NamedArgs{"max": max}, "list tasks past their start deadline")
 }
 
-func (s *Store) listIDs(ctx context.Context, query string, max int, what string) ([]uuid.UUID, error) {
-	rows, err := s.pool.Query(ctx, s.sql(query), pgx.NamedArgs{"max": max})
+func (s *Store) listIDs(ctx context.Context, query string, args pgx.NamedArgs, what string) ([]uuid.UUID, error) {
+	rows, err := s.pool.Query(ctx, s.sql(query), args)
 	if err != nil {
 		return nil, errors.Wrap(interpretError(err), what)
 	}

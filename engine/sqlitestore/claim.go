@@ -211,6 +211,9 @@ func pickDue(ctx context.Context, tx *txn, p *store.TaskClaimManyParams, now tim
 				return nil, err
 			}
 			limit = min(limit, due)
+			if limit == 0 {
+				continue // nothing due: no walk (an idle claim's common case)
+			}
 			a, err := walkDue(ctx, tx, "ClaimWalkByAge", p.Namespace, q, k, now, min(aging, limit))
 			if err != nil {
 				return nil, err

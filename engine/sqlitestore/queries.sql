@@ -192,7 +192,9 @@ SELECT id FROM tasks WHERE status = 'running' AND lease_expires_at < ? ORDER BY 
 -- name: TaskLeaseNextExpiry
 -- The first lease expiry at or after ? that TaskListExpired does not list
 -- yet (NULL: none): the first entry of tasks_lease_idx past the cut.
-SELECT min(lease_expires_at) FROM tasks WHERE status = 'running' AND lease_expires_at >= ?;
+-- The first entry, not min(): see ClaimOutlook.
+SELECT (SELECT lease_expires_at FROM tasks WHERE status = 'running' AND lease_expires_at >= ?
+    ORDER BY lease_expires_at LIMIT 1);
 
 -- name: TaskListStartExpired
 SELECT id FROM tasks WHERE status = 'pending' AND attempt = 0 AND start_deadline IS NOT NULL

@@ -2,7 +2,6 @@ package celenv
 
 import (
 	"strings"
-	"unicode/utf8"
 
 	"cel.dev/cel-go/cel"
 	"cel.dev/cel-go/common/functions"
@@ -139,9 +138,6 @@ func replacedSize(args []ref.Val, limit int64) uint64 {
 		return 0
 	}
 	matches := uint64(strings.Count(string(s), string(old))) // "" matches before each rune and at the end
-	if old == "" {
-		matches = uint64(utf8.RuneCountInString(string(s))) + 1
-	}
 	if limit >= 0 && uint64(limit) < matches {
 		matches = uint64(limit)
 	}

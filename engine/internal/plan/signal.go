@@ -69,8 +69,8 @@ func Signal(ctx context.Context, d SignalDriver, p *store.TaskSignalParams) (sto
 				if try+1 < maxSignalTries {
 					continue
 				}
-				err = errmark.Mark(errmark.Mark(errors.Newf("signal %q to task %s for receive %d: the task moves on too fast to tell; try again",
-					p.Name, id, *p.ForWait), store.ErrWaitNotReached), store.ErrTaskState)
+				err = waitRefused(errors.Newf("signal %q to task %s for receive %d: the task moves on too fast to tell; try again",
+					p.Name, id, *p.ForWait), store.ErrWaitNotReached)
 			}
 			if err != nil {
 				return store.SignalResult{TaskID: id, State: state}, err
@@ -127,10 +127,16 @@ func checkForWait(ctx context.Context, d SignalDriver, state history.State, id u
 	}
 	if passed {
 		err := errors.Newf("signal %q to task %s for receive %d: that wait has ended", name, id, pos)
-		return errmark.Mark(errmark.Mark(err, store.ErrWaitEnded), store.ErrTaskState)
+		return waitRefused(err, store.ErrWaitEnded)
 	}
 	err := errors.Newf("signal %q to task %s for receive %d: the task does not wait there yet", name, id, pos)
-	return errmark.Mark(errmark.Mark(err, store.ErrWaitNotReached), store.ErrTaskState)
+	return waitRefused(err, store.ErrWaitNotReached)
+}
+
+// waitRefused marks err, a signal for one receive refused, with sentinel
+// (ErrWaitEnded or ErrWaitNotReached) and ErrTaskState.
+func waitRefused(err, sentinel error) error {
+	return errmark.Mark(errmark.Mark(err, sentinel), store.ErrTaskState)
 }
 
 // signalState reads what a signal to task id is decided on: the state the
