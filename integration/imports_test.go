@@ -36,9 +36,10 @@ var allowedImports = map[string][]string{
 	"internal/jsoncheck":       {},
 	"internal/errmark":         {},
 	"internal/interpreter":     {"history", "activities"},
-	"cmd/cairn":                {"sdk", "engine", "engine/store", "engine/pgstore", "engine/sqlitestore", "history", "activities", "workflow", "server", "cmd/cairn/internal/bench"},
+	"cmd/cairn":                {"sdk", "engine", "engine/store", "engine/pgstore", "engine/sqlitestore", "history", "server", "cmd/cairn/internal/bench", "examples/intake"},
 	"server":                   {"sdk", "engine", "engine/store", "history", "internal/jsoncheck"},
 	"cmd/cairn/internal/bench": {"internal/namedsql", "sdk", "engine", "engine/store", "engine/pgstore", "engine/sqlitestore", "history", "activities", "workflow"},
+	"examples/intake":          {"sdk", "workflow", "activities", "history"},
 	"integration":              {},
 }
 

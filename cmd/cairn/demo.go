@@ -1,17 +1,14 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"os"
 	"slices"
 	"strings"
-	"text/tabwriter"
+	"sync"
 	"time"
 
 	"github.com/cockroachdb/errors"
@@ -19,7 +16,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cairnflow/cairn/engine"
-	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/engine/pgstore"
+	"github.com/cairnflow/cairn/examples/intake"
 	"github.com/cairnflow/cairn/internal/errmark"
 	"github.com/cairnflow/cairn/sdk"
 )
@@ -38,7 +36,7 @@ type demoFlags struct {
 	// lowConfidence is the share of documents that are poor scans, read
 	// with low confidence: each waits for an approval.
 	lowConfidence float64
-	// approve says who answers the approvals (approveModes).
+	// approve says who answers the approvals (intake.ApproveModes).
 	approve string
 	// approvalTimeout is the first wait for a decision; 0: the mode's
 	// simulatedApprovalTimeout, or personApprovalTimeout for manual.
@@ -60,14 +58,16 @@ func (f *demoFlags) timeout() time.Duration {
 	switch {
 	case f.approvalTimeout > 0:
 		return f.approvalTimeout
-	case f.approve == approveManual:
+	case f.approve == intake.ApproveManual:
 		return personApprovalTimeout
 	}
 	return simulatedApprovalTimeout
 }
 
-func (f *demoFlags) pipeline(reviewers reviewNotifier) pipelineConfig {
-	return pipelineConfig{failureRate: f.failureRate, latency: f.latency, approvalTimeout: f.timeout(), reviewers: reviewers}
+// config is the demo workflows' configuration, with reviewers hearing of
+// the approvals.
+func (f *demoFlags) config(reviewers intake.Notifier) intake.Config {
+	return intake.Config{FailureRate: f.failureRate, Latency: f.latency, ApprovalTimeout: f.timeout(), Reviewers: reviewers}
 }
 
 func (f *demoFlags) validate() error {
@@ -86,8 +86,8 @@ func (f *demoFlags) validate() error {
 		return errmark.Mark(errors.Newf("--lease-ttl %s: use at least 300ms", f.leaseTTL), configError)
 	case f.lowConfidence < 0 || f.lowConfidence > 1:
 		return errmark.Mark(errors.Newf("--low-confidence %g: use 0 to 1", f.lowConfidence), configError)
-	case !slices.Contains(approveModes, f.approve):
-		return errmark.Mark(errors.Newf("--approve %q: use one of %s", f.approve, strings.Join(approveModes, ", ")), configError)
+	case !slices.Contains(intake.ApproveModes(), f.approve):
+		return errmark.Mark(errors.Newf("--approve %q: use one of %s", f.approve, strings.Join(intake.ApproveModes(), ", ")), configError)
 	case f.approvalTimeout < 0 || f.reviewerDelay < 0:
 		return errmark.Mark(errors.New("--approval-timeout and --reviewer-delay must not be negative"), configError)
 	case f.approvalTimeout > 0 && f.approvalTimeout < 10*time.Millisecond:
@@ -145,7 +145,7 @@ to answer it (the console's Waiting page, cairn task signal ID approval
 func addApprovalFlags(cmd *cobra.Command, f *demoFlags) {
 	pf := cmd.PersistentFlags()
 	pf.Float64Var(&f.lowConfidence, "low-confidence", 0.15, "share of documents read with low confidence, which wait for an approval (0 to 1)")
-	pf.StringVar(&f.approve, "approve", approveAuto, "who answers approvals: auto, approve, reject (a simulated reviewer), timeout (nobody), manual (a person)")
+	pf.StringVar(&f.approve, "approve", intake.ApproveAuto, "who answers approvals: auto, approve, reject (a simulated reviewer), timeout (nobody), manual (a person)")
 	pf.DurationVar(&f.approvalTimeout, "approval-timeout", 0,
 		fmt.Sprintf("how long an approval waits before it escalates (then 3× as long again); 0: %s, or %s with --approve manual",
 			simulatedApprovalTimeout, personApprovalTimeout))
@@ -170,22 +170,26 @@ func demoSetup(ctx context.Context, g *globals, f *demoFlags) (*sdk.Client, func
 
 // demoReviewers is who hears of the approvals the demo's worker asks for,
 // as --approve says, and how to stop them (after the worker).
-func demoReviewers(c *sdk.Client, g *globals, f *demoFlags, out io.Writer) (reviewNotifier, func()) {
-	if f.approve != approveManual {
-		r := newSimReviewer(c, f.approve, f.reviewerDelay, out)
-		return r, r.stop
+func demoReviewers(c *sdk.Client, g *globals, f *demoFlags, out io.Writer) (intake.Notifier, func()) {
+	if f.approve != intake.ApproveManual {
+		r := intake.NewSimulatedReviewer(c, f.approve, f.reviewerDelay, func(task uuid.UUID, err error) {
+			fmt.Fprintf(out, "simulated reviewer: task %s: %s\n", task, redact(err.Error()))
+		})
+		return r, r.Stop
 	}
 	howTo := fmt.Sprintf(`approvals: --approve manual: each low-confidence document waits up to %s for your decision, then a
 supervisor is notified and it waits %s more, then it is rejected ("no decision"). Answer each with
   the web console: run cairn server on the same store, open http://127.0.0.1:7233/console/waiting, Approve or Reject;
   the command line: %s ID %s --payload '{"approved":true,"comment":"ok"}';
   or a signed URL, printed for each when --callback-secret is set (the secret cairn server has).
-`, f.timeout(), f.timeout()*escalationFactor, signalCommand(g), approvalSignal)
-	return &personNotifier{out: out, howTo: howTo, signal: signalCommand(g), namespace: g.namespace,
-		callbackSecret: []byte(f.callbackSecret.get()), callbackBase: f.callbackBase}, func() {}
+`, f.timeout(), f.timeout()*intake.EscalationFactor, signalCommand(g), intake.ApprovalSignal)
+	return &intake.PersonNotifier{Out: out, HowTo: howTo, Signal: signalCommand(g), Namespace: g.namespace,
+		CallbackSecret: []byte(f.callbackSecret.get()), CallbackBase: f.callbackBase}, func() {}
 }
 
-func newDemoWorker(c *sdk.Client, g *globals, f *demoFlags, reviewers reviewNotifier) (*sdk.Worker, error) {
+// newDemoWorker is a worker over c's store that runs the demo's
+// workflows, as f configures them.
+func newDemoWorker(c *sdk.Client, g *globals, f *demoFlags, reviewers intake.Notifier) (*sdk.Worker, error) {
 	archive, err := g.defaultArchive()
 	if err != nil {
 		return nil, err
@@ -199,39 +203,14 @@ func newDemoWorker(c *sdk.Client, g *globals, f *demoFlags, reviewers reviewNoti
 	if err != nil {
 		return nil, err
 	}
-	doc := newDocumentPipeline(f.pipeline(reviewers))
-	if err := sdk.RegisterSafely(w, doc); err != nil {
-		return nil, err
-	}
-	return w, sdk.RegisterSafely(w, newBatchWorkflow(doc))
+	return w, intake.Register(w, f.config(reviewers))
 }
 
 // submitDocuments starts document.process for each of --documents
 // generated documents, each a task of its own (idempotency key
 // demo/<document id>).
 func submitDocuments(ctx context.Context, c *sdk.Client, f *demoFlags) ([]uuid.UUID, error) {
-	batch := newBatchID()
-	docs := generateDocuments(f.documents, f.seed, batch, f.lowConfidence)
-	ids := make([]uuid.UUID, 0, len(docs))
-	// Batches of 1,000 in one statement each, as an API taking an upload
-	// of many documents would.
-	for start := 0; start < len(docs); start += 1000 {
-		batch := docs[start:min(start+1000, len(docs))]
-		starts := make([]sdk.StartParams, len(batch))
-		for i, doc := range batch {
-			starts[i] = sdk.StartParams{Workflow: demoTypeRef, Input: doc, Opts: sdk.StartOpts{
-				IdempotencyKey: "demo/" + doc.ID, MaxAttempts: demoRetry.MaxAttempts,
-			}}
-		}
-		res, err := c.StartMany(ctx, starts)
-		if err != nil {
-			return ids, err
-		}
-		for _, r := range res {
-			ids = append(ids, r.ID)
-		}
-	}
-	return ids, nil
+	return intake.Submit(ctx, c, intake.GenerateDocuments(f.documents, f.seed, intake.NewBatchID(), f.lowConfidence))
 }
 
 func newDemoSubmitCmd(g *globals, f *demoFlags) *cobra.Command {
@@ -285,7 +264,7 @@ func newDemoWorkerCmd(g *globals, f *demoFlags) *cobra.Command {
 				return err
 			}
 			fmt.Fprintf(out, "worker %s running %s@%d with concurrency %d, approvals --approve %s; SIGINT or SIGTERM stops it\n",
-				w.WorkerID(), demoTypeName, demoTypeVersion, f.concurrency, f.approve)
+				w.WorkerID(), intake.DocumentType, intake.DocumentVersion, f.concurrency, f.approve)
 			<-ctx.Done()
 			fmt.Fprintf(out, "worker %s stopping: finishing running steps (up to %s)\n", w.WorkerID(), f.shutdownTimeout)
 			stopCtx, cancel := context.WithTimeout(context.Background(), f.shutdownTimeout)
@@ -297,48 +276,6 @@ func newDemoWorkerCmd(g *globals, f *demoFlags) *cobra.Command {
 			return nil
 		},
 	}
-}
-
-// demoSummary is what `demo run` reports.
-type demoSummary struct {
-	Documents    int `json:"documents"`
-	Completed    int `json:"completed"`
-	Failed       int `json:"failed"`
-	DeadLettered int `json:"dead_lettered"`
-	Unfinished   int `json:"unfinished"`
-	// Outcomes counts the completed documents by Extraction.Outcome.
-	Outcomes map[string]int `json:"outcomes"`
-	// Retried counts the tasks with a failed attempt, retried; a task's
-	// attempts count the resumptions after its waits for approval too.
-	Retried        int             `json:"retried"`
-	FailedAttempts int             `json:"failed_attempts"`
-	Attempts       int             `json:"attempts"`
-	Approvals      approvalSummary `json:"approvals"`
-	Pages          int             `json:"ocr_pages"`
-	LLMTokens      int64           `json:"llm_tokens"`
-	LLMCostUSD     float64         `json:"llm_cost_usd"`
-	P50Millis      float64         `json:"p50_ms"`
-	P99Millis      float64         `json:"p99_ms"`
-	WallSeconds    float64         `json:"wall_seconds"`
-	TasksPerSec    float64         `json:"tasks_per_second"`
-	ExampleID      string          `json:"example_task_id,omitempty"`
-	ReviewedID     string          `json:"example_reviewed_task_id,omitempty"`
-	// Approve and ApprovalTimeout are who answered and the first wait.
-	Approve         string  `json:"approve"`
-	ApprovalTimeout float64 `json:"approval_timeout_seconds"`
-	// Batches is what the batch parents reported.
-	Batches batchSummary `json:"batches"`
-}
-
-// approvalSummary counts the approvals the finished documents asked for.
-type approvalSummary struct {
-	Asked    int `json:"asked"`
-	Approved int `json:"approved"`
-	Rejected int `json:"rejected"` // by a reviewer
-	// Escalated: the first wait timed out, a supervisor was notified.
-	Escalated int `json:"escalated"`
-	// TimedOut: the second wait timed out too; the default rejected them.
-	TimedOut int `json:"timed_out"`
 }
 
 func newDemoRunCmd(g *globals, f *demoFlags) *cobra.Command {
@@ -369,236 +306,61 @@ func newDemoRunCmd(g *globals, f *demoFlags) *cobra.Command {
 				_ = w.Stop(stopCtx)
 			}()
 			started := time.Now()
-			batchID := newBatchID()
-			docs := generateDocuments(f.documents, f.seed, batchID, f.lowConfidence)
-			parents, err := submitBatches(ctx, c, newBatchWorkflow(newDocumentPipeline(pipelineConfig{})), batchID, docs)
+			batchID := intake.NewBatchID()
+			docs := intake.GenerateDocuments(f.documents, f.seed, batchID, f.lowConfidence)
+			parents, err := intake.SubmitBatches(ctx, c, batchID, docs)
 			if err != nil {
 				return err
 			}
-			var progress io.Writer = out
-			if g.output == "json" {
-				progress = nil
-			}
-			if progress != nil {
-				fmt.Fprintf(progress, "submitted %d documents in %d batch workflow(s) (%s, a child per document) in %s; worker %s running with concurrency %d; approvals: --approve %s\n",
-					len(docs), len(parents), batchTypeName, time.Since(started).Round(time.Millisecond), w.WorkerID(), f.concurrency, f.approve)
-			}
-			batches, err := waitAll(ctx, c, parents, func(int, map[history.Status]int) {
-				if progress == nil {
-					return
+			var progress func(finished int)
+			if g.output != "json" {
+				fmt.Fprintf(out, "submitted %d documents in %d batch workflow(s) (%s, a child per document) in %s; worker %s running with concurrency %d; approvals: --approve %s\n",
+					len(docs), len(parents), intake.BatchType, time.Since(started).Round(time.Millisecond), w.WorkerID(), f.concurrency, f.approve)
+				progress = func(finished int) {
+					fmt.Fprintf(out, "progress: %d/%d documents finished\n", finished, len(docs))
 				}
-				if _, finished, err := batchChildren(ctx, c, parents); err == nil {
-					fmt.Fprintf(progress, "progress: %d/%d documents finished\n", finished, len(docs))
-				}
-			})
-			if err != nil {
-				return err
 			}
-			wall := time.Since(started)
-			infos, err := batchInfos(ctx, c, parents)
+			s, err := intake.Await(ctx, c, parents, started, progress)
 			if err != nil {
-				return err
-			}
-			s, err := summarize(ctx, c, infos, wall)
-			if err != nil {
-				return err
-			}
-			if s.Batches, err = summarizeBatches(ctx, c, batches); err != nil {
 				return err
 			}
 			s.Approve, s.ApprovalTimeout = f.approve, f.timeout().Seconds()
 			if g.output == "json" {
 				return printJSON(cmd, s)
 			}
-			printSummary(cmd, s, f)
+			_ = intake.WriteSummary(cmd.OutOrStdout(), s, f.timeout())
 			return nil
 		},
 	}
 }
 
-// waitAll polls until every task is finished, reporting progress.
-func waitAll(ctx context.Context, c *sdk.Client, ids []uuid.UUID, report func(int, map[history.Status]int)) ([]*sdk.TaskInfo, error) {
-	infos := make(map[uuid.UUID]*sdk.TaskInfo, len(ids))
-	lastReport, lastDone := time.Now(), -1
-	for {
-		counts := map[history.Status]int{}
-		done := 0
-		for _, id := range ids {
-			if info := infos[id]; info != nil && info.Status.Terminal() {
-				counts[info.Status]++
-				done++
-				continue
-			}
-			info, err := c.Get(ctx, id)
-			if err != nil {
-				return nil, err
-			}
-			infos[id] = info
-			if info.Status.Terminal() {
-				counts[info.Status]++
-				done++
-			}
-		}
-		// About once a second while tasks finish; while they wait (for a
-		// person, say) every 15 seconds.
-		if since := time.Since(lastReport); done == len(ids) || since >= 15*time.Second || since >= time.Second && done != lastDone {
-			report(done, counts)
-			lastReport, lastDone = time.Now(), done
-		}
-		if done == len(ids) {
-			out := make([]*sdk.TaskInfo, 0, len(ids))
-			for _, id := range ids {
-				out = append(out, infos[id])
-			}
-			return out, nil
-		}
-		select {
-		case <-ctx.Done():
-			return nil, errors.Wrap(ctx.Err(), "waiting for tasks")
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+// lockedWriter serializes writes to w: the demo's progress and the
+// notifications of steps running concurrently share the terminal.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
 }
 
-// summarize reads what the finished tasks returned and what their
-// histories say: failed attempts, and the AI usage of every step and
-// failed attempt (a failed call is paid for too).
-func summarize(ctx context.Context, c *sdk.Client, infos []*sdk.TaskInfo, wall time.Duration) (demoSummary, error) {
-	s := demoSummary{Documents: len(infos), WallSeconds: wall.Seconds(), Outcomes: map[string]int{}}
-	var durations []time.Duration
-	for start := 0; start < len(infos); start += 1000 {
-		chunk := infos[start:min(start+1000, len(infos))]
-		ids := make([]uuid.UUID, len(chunk))
-		for i, info := range chunk {
-			ids[i] = info.ID
-		}
-		histories, err := c.Store().EventListByTasks(ctx, ids)
-		if err != nil {
-			return s, errors.Wrap(err, "read the histories")
-		}
-		for _, info := range chunk {
-			s.count(info, histories[info.ID])
-			if info.FinishedAt != nil {
-				durations = append(durations, info.FinishedAt.Sub(info.CreatedAt))
-			}
-		}
-	}
-	slices.Sort(durations)
-	s.P50Millis = percentileMillis(durations, 0.50)
-	s.P99Millis = percentileMillis(durations, 0.99)
-	if wall > 0 {
-		s.TasksPerSec = float64(len(infos)) / wall.Seconds()
-	}
-	s.LLMCostUSD = math.Round(s.LLMCostUSD*1e6) / 1e6
-	return s, nil
+func (l *lockedWriter) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(b)
 }
 
-// count adds one task to the summary.
-func (s *demoSummary) count(info *sdk.TaskInfo, events []history.Event) {
-	switch info.Status {
-	case history.StatusCompleted:
-		s.Completed++
-	case history.StatusFailed:
-		s.Failed++
-	case history.StatusDeadLettered:
-		s.DeadLettered++
-	default:
-		s.Unfinished++
+// signalCommand is the command line that signals a task in g's store.
+func signalCommand(g *globals) string {
+	cmd := "cairn"
+	if g.embedded() && g.dbPath != "cairn-dev.db" {
+		cmd += " --db " + g.dbPath
 	}
-	s.Attempts += info.Attempt
-	failed := 0
-	addUsage := func(us []history.Usage) {
-		for _, u := range us {
-			s.LLMTokens += u.InputTokens + u.OutputTokens
-			s.LLMCostUSD += u.CostUSD
+	if !g.embedded() {
+		cmd += " --database-url \"$CAIRN_DATABASE_URL\""
+		if g.schema != pgstore.DefaultSchema {
+			cmd += " --schema " + g.schema
 		}
 	}
-	for _, e := range events {
-		switch p := e.Data.(type) {
-		case history.AttemptFailedData:
-			failed++
-			addUsage(p.Usage)
-		case history.StepCompletedData:
-			addUsage(p.Usage)
-		}
+	if g.namespace != "default" {
+		cmd += " --namespace " + g.namespace
 	}
-	s.FailedAttempts += failed
-	if failed > 0 {
-		s.Retried++
-		if s.ExampleID == "" {
-			s.ExampleID = info.ID.String()
-		}
-	}
-	var out Extraction
-	if info.Status != history.StatusCompleted || json.Unmarshal(info.Output, &out) != nil {
-		return
-	}
-	s.Outcomes[out.Outcome]++
-	s.Pages += out.Pages
-	if r := out.Review; r != nil {
-		a := &s.Approvals
-		a.Asked++
-		switch {
-		case r.Approved:
-			a.Approved++
-		case r.TimedOut:
-			a.TimedOut++
-		default:
-			a.Rejected++
-		}
-		if r.Escalated {
-			a.Escalated++
-		}
-		if s.ReviewedID == "" || r.Escalated {
-			s.ReviewedID = info.ID.String()
-		}
-	}
-}
-
-func percentileMillis(sorted []time.Duration, p float64) float64 {
-	if len(sorted) == 0 {
-		return 0
-	}
-	i := int(p*float64(len(sorted))+0.5) - 1
-	i = max(0, min(i, len(sorted)-1))
-	return float64(sorted[i].Microseconds()) / 1000
-}
-
-func printSummary(cmd *cobra.Command, s demoSummary, f *demoFlags) {
-	var table bytes.Buffer
-	w := tabwriter.NewWriter(&table, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(w, "documents:\t%d\t\n", s.Documents)
-	fmt.Fprintf(w, "completed:\t%d\t(%d accepted with confidence, %d approved, %d rejected, %d left for manual review)\n", s.Completed,
-		s.Outcomes[outcomeAccepted], s.Outcomes[outcomeApproved], s.Outcomes[outcomeRejected], s.Outcomes[outcomeManualReview])
-	fmt.Fprintf(w, "failed:\t%d\t\n", s.Failed)
-	fmt.Fprintf(w, "dead-lettered:\t%d\t(corrupt documents, not retried, and exhausted retries: see cairn dlq list)\n", s.DeadLettered)
-	fmt.Fprintf(w, "retried:\t%d\t(tasks with a failed attempt; %d failed attempts, each resumed at the step that failed)\n", s.Retried, s.FailedAttempts)
-	a := s.Approvals
-	who := map[string]string{approveAuto: "a simulated reviewer", approveAll: "a simulated reviewer approving all",
-		approveReject: "a simulated reviewer rejecting all", approveTimeout: "nobody", approveManual: "you"}[s.Approve]
-	fmt.Fprintf(w, "approvals:\t%d\t(confidence below %.2f: asked, answered by %s, --approve %s)\n", a.Asked, confidenceThreshold, who, s.Approve)
-	fmt.Fprintf(w, "  approved:\t%d\t\n", a.Approved)
-	fmt.Fprintf(w, "  rejected:\t%d\t\n", a.Rejected)
-	timeout := f.timeout()
-	fmt.Fprintf(w, "  escalated:\t%d\t(no decision in %s: a supervisor was notified, and they waited %s more)\n", a.Escalated, timeout, timeout*escalationFactor)
-	fmt.Fprintf(w, "  timed out:\t%d\t(no decision after the escalation either: rejected, \"no decision\", left for manual review)\n", a.TimedOut)
-	fmt.Fprintf(w, "ocr pages:\t%d\t(a step a page, up to %d at once a document)\n", s.Pages, ocrConcurrency)
-	fmt.Fprintf(w, "llm tokens:\t%d\t($%.4f on the simulated %s, failed calls included)\n", s.LLMTokens, s.LLMCostUSD, llmModel)
-	fmt.Fprintf(w, "duration p50:\t%.1f ms\t(submitted → finished, waits for approval included)\n", s.P50Millis)
-	fmt.Fprintf(w, "duration p99:\t%.1f ms\t\n", s.P99Millis)
-	fmt.Fprintf(w, "wall time:\t%.2f s\t(%.1f tasks/s)\n", s.WallSeconds, s.TasksPerSec)
-	if b := s.Batches; b.Parents > 0 {
-		fmt.Fprintf(w, "batches:\t%d\t(%s parents, a child per document; their reports: %d completed, %d not; last child to batch done: %.1f ms)\n",
-			b.Parents, batchTypeName, b.Completed, b.NotCompleted, b.FanInMillis)
-	}
-	_ = w.Flush()
-	for line := range strings.Lines(table.String()) {
-		fmt.Fprintln(cmd.OutOrStdout(), strings.TrimRight(line, " \n"))
-	}
-	if s.ExampleID != "" {
-		fmt.Fprintf(cmd.OutOrStdout(), "\na retried task's history: cairn task history %s\n", s.ExampleID)
-	}
-	if s.ReviewedID != "" {
-		fmt.Fprintf(cmd.OutOrStdout(), "a reviewed task's history: cairn task history %s\n", s.ReviewedID)
-	}
+	return cmd + " task signal"
 }

@@ -13,23 +13,24 @@ import (
 
 	"github.com/cairnflow/cairn/engine/enginetest"
 	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/examples/intake"
 	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/sdk"
 	"github.com/cairnflow/cairn/workflow"
 )
 
 // demoRun runs `demo run -o json` with args and decodes its summary.
-func demoRun(t *testing.T, tg cliTarget, args ...string) (demoSummary, string) {
+func demoRun(t *testing.T, tg cliTarget, args ...string) (intake.Summary, string) {
 	t.Helper()
 	stdout, stderr := tg.mustRun(t, append([]string{"demo", "run", "-o", "json", "--latency", "2ms"}, args...)...)
-	var s demoSummary
+	var s intake.Summary
 	require.NoError(t, json.Unmarshal([]byte(stdout), &s), "stdout: %s", stdout)
 	return s, stderr
 }
 
 // requireAccountedFor checks every document finished and the summary's
 // counts add up.
-func requireAccountedFor(t *testing.T, s demoSummary, documents int) {
+func requireAccountedFor(t *testing.T, s intake.Summary, documents int) {
 	t.Helper()
 	require.Equal(t, documents, s.Documents)
 	require.Zero(t, s.Unfinished)
@@ -41,10 +42,10 @@ func requireAccountedFor(t *testing.T, s demoSummary, documents int) {
 	require.Equal(t, s.Completed, outcomes, "every completed document has an outcome: %+v", s.Outcomes)
 	a := s.Approvals
 	require.Equal(t, a.Asked, a.Approved+a.Rejected+a.TimedOut, "every approval asked was decided: %+v", a)
-	require.Equal(t, a.Approved, s.Outcomes[outcomeApproved])
-	require.Equal(t, a.Rejected, s.Outcomes[outcomeRejected])
-	require.Equal(t, a.TimedOut, s.Outcomes[outcomeManualReview])
-	require.Equal(t, s.Completed-a.Asked, s.Outcomes[outcomeAccepted])
+	require.Equal(t, a.Approved, s.Outcomes[intake.OutcomeApproved])
+	require.Equal(t, a.Rejected, s.Outcomes[intake.OutcomeRejected])
+	require.Equal(t, a.TimedOut, s.Outcomes[intake.OutcomeManualReview])
+	require.Equal(t, s.Completed-a.Asked, s.Outcomes[intake.OutcomeAccepted])
 	require.LessOrEqual(t, a.TimedOut, a.Escalated)
 	require.Positive(t, s.Pages)
 	require.Positive(t, s.LLMTokens)
@@ -58,7 +59,7 @@ func demoTasks(t *testing.T, tg cliTarget) (infos []*sdk.TaskInfo, histories map
 		require.NoError(t, err)
 		defer c.Close()
 		ctx := context.Background()
-		infos, err = c.List(ctx, sdk.ListOpts{Type: demoTypeName, Limit: sdk.MaxListLimit, IncludeOutput: true})
+		infos, err = c.List(ctx, sdk.ListOpts{Type: intake.DocumentType, Limit: sdk.MaxListLimit, IncludeOutput: true})
 		require.NoError(t, err)
 		ids := make([]uuid.UUID, len(infos))
 		for i, info := range infos {
@@ -102,7 +103,7 @@ func TestDemoRunAnswersApprovals(t *testing.T) {
 			a := s.Approvals
 			require.Equal(t, 10, a.Asked, "a quarter of 40 are poor scans, and none is corrupt: %+v", s)
 			require.Positive(t, a.Approved, "%+v", a)
-			require.Equal(t, approveAuto, s.Approve)
+			require.Equal(t, intake.ApproveAuto, s.Approve)
 			require.NotContains(t, stderr, "approval needed", "nobody is asked to answer")
 			require.Positive(t, s.Retried, "a 10%% failure rate retries some tasks")
 			require.GreaterOrEqual(t, s.FailedAttempts, s.Retried)
@@ -120,13 +121,13 @@ func TestDemoRunAnswersApprovals(t *testing.T) {
 			reviewed := 0
 			for _, info := range infos {
 				require.True(t, info.Status.Terminal(), "task %s is %s", info.ID, info.Status)
-				require.Equal(t, demoTypeVersion, info.TypeVersion)
+				require.Equal(t, intake.DocumentVersion, info.TypeVersion)
 				steps, senders, timeouts := reviewOf(histories[info.ID])
 				if info.Status != history.StatusCompleted {
 					require.Empty(t, steps, "a failed document is not reviewed")
 					continue
 				}
-				var out Extraction
+				var out intake.Extraction
 				require.NoError(t, json.Unmarshal(info.Output, &out))
 				ocr := 0
 				for _, e := range histories[info.ID] {
@@ -136,19 +137,19 @@ func TestDemoRunAnswersApprovals(t *testing.T) {
 				}
 				require.Equal(t, out.Pages, ocr, "task %s: a step a page", info.ID)
 				if out.Review == nil {
-					require.Equal(t, outcomeAccepted, out.Outcome)
-					require.GreaterOrEqual(t, out.Confidence, confidenceThreshold)
+					require.Equal(t, intake.OutcomeAccepted, out.Outcome)
+					require.GreaterOrEqual(t, out.Confidence, intake.ConfidenceThreshold)
 					require.Empty(t, steps, "task %s: a confident document asks no one", info.ID)
 					continue
 				}
 				reviewed++
-				require.Less(t, out.Confidence, confidenceThreshold)
+				require.Less(t, out.Confidence, intake.ConfidenceThreshold)
 				r := out.Review
 				switch {
 				case r.TimedOut:
 					require.Equal(t, []string{"request_review", "escalate"}, steps)
 					require.Equal(t, 2, timeouts, "task %s", info.ID)
-					require.Equal(t, outcomeManualReview, out.Outcome)
+					require.Equal(t, intake.OutcomeManualReview, out.Outcome)
 					require.Equal(t, workflow.Decision{By: "default", Comment: "no decision"},
 						workflow.Decision{Approved: r.Approved, By: r.By, Comment: r.Comment})
 				case r.Escalated:
@@ -178,16 +179,16 @@ func TestDemoRunApproveChoices(t *testing.T) {
 	for _, tc := range []struct {
 		approve string
 		args    []string
-		check   func(t *testing.T, a approvalSummary)
+		check   func(t *testing.T, a intake.ApprovalSummary)
 	}{
-		{approveAll, nil, func(t *testing.T, a approvalSummary) {
-			require.Equal(t, approvalSummary{Asked: 6, Approved: 6, Escalated: a.Escalated}, a)
+		{intake.ApproveAll, nil, func(t *testing.T, a intake.ApprovalSummary) {
+			require.Equal(t, intake.ApprovalSummary{Asked: 6, Approved: 6, Escalated: a.Escalated}, a)
 		}},
-		{approveReject, nil, func(t *testing.T, a approvalSummary) {
-			require.Equal(t, approvalSummary{Asked: 6, Rejected: 6, Escalated: a.Escalated}, a)
+		{intake.ApproveReject, nil, func(t *testing.T, a intake.ApprovalSummary) {
+			require.Equal(t, intake.ApprovalSummary{Asked: 6, Rejected: 6, Escalated: a.Escalated}, a)
 		}},
-		{approveTimeout, []string{"--approval-timeout", "50ms"}, func(t *testing.T, a approvalSummary) {
-			require.Equal(t, approvalSummary{Asked: 6, Escalated: 6, TimedOut: 6}, a)
+		{intake.ApproveTimeout, []string{"--approval-timeout", "50ms"}, func(t *testing.T, a intake.ApprovalSummary) {
+			require.Equal(t, intake.ApprovalSummary{Asked: 6, Escalated: 6, TimedOut: 6}, a)
 		}},
 	} {
 		t.Run(tc.approve, func(t *testing.T) {
@@ -214,7 +215,7 @@ func waitingForApproval(t *testing.T, tg cliTarget) (waiting []uuid.UUID, finish
 		}
 		state, err := history.Replay(histories[info.ID])
 		require.NoError(t, err)
-		if state.Wait != nil && state.Wait.Name == approvalSignal {
+		if state.Wait != nil && state.Wait.Name == intake.ApprovalSignal {
 			waiting = append(waiting, info.ID)
 		}
 	}
@@ -273,7 +274,7 @@ func TestDemoRunManualLeavesApprovalsWaiting(t *testing.T) {
 				// expected seq 17"), which left the task to its lease's
 				// expiry (30 s). An engine matter, reported, not this
 				// test's.
-				_, err = c.Signal(context.Background(), waiting[0], approvalSignal, json.RawMessage(`{"comment":"which?"}`))
+				_, err = c.Signal(context.Background(), waiting[0], intake.ApprovalSignal, json.RawMessage(`{"comment":"which?"}`))
 				require.NoError(t, err)
 				require.Eventually(t, func() bool {
 					events, err := s.EventListByTask(context.Background(), waiting[0])
@@ -283,11 +284,11 @@ func TestDemoRunManualLeavesApprovalsWaiting(t *testing.T) {
 					return state.Wait != nil && state.Wait.Position == 1
 				}, time.Minute, 20*time.Millisecond, "the task waits again after a signal that is not a decision")
 				for _, id := range waiting[:2] {
-					_, err := c.Signal(context.Background(), id, approvalSignal, workflow.Decision{Approved: true, Comment: "fine"}, sdk.SignalOpts{Sender: "alice"})
+					_, err := c.Signal(context.Background(), id, intake.ApprovalSignal, workflow.Decision{Approved: true, Comment: "fine"}, sdk.SignalOpts{Sender: "alice"})
 					require.NoError(t, err)
 				}
 			})
-			out, _ := tg.mustRun(t, "task", "signal", waiting[2].String(), approvalSignal, "--payload", `{"approved":false,"comment":"blurry"}`)
+			out, _ := tg.mustRun(t, "task", "signal", waiting[2].String(), intake.ApprovalSignal, "--payload", `{"approved":false,"comment":"blurry"}`)
 			require.Contains(t, out, "signal approval sent")
 
 			var r result
@@ -297,12 +298,12 @@ func TestDemoRunManualLeavesApprovalsWaiting(t *testing.T) {
 				require.FailNow(t, "demo run did not finish once its approvals were answered")
 			}
 			require.NoError(t, r.err, "stderr: %s", r.stderr)
-			var s demoSummary
+			var s intake.Summary
 			require.NoError(t, json.Unmarshal([]byte(r.stdout), &s), "stdout: %s", r.stdout)
 			requireAccountedFor(t, s, 6)
-			require.Equal(t, approvalSummary{Asked: 3, Approved: 2, Rejected: 1}, s.Approvals)
-			require.Equal(t, 3, s.Outcomes[outcomeAccepted])
-			require.Equal(t, approveManual, s.Approve)
+			require.Equal(t, intake.ApprovalSummary{Asked: 3, Approved: 2, Rejected: 1}, s.Approvals)
+			require.Equal(t, 3, s.Outcomes[intake.OutcomeAccepted])
+			require.Equal(t, intake.ApproveManual, s.Approve)
 			require.Equal(t, personApprovalTimeout.Seconds(), s.ApprovalTimeout)
 
 			// The person was told, once, how to answer, and of each approval.
@@ -314,7 +315,7 @@ func TestDemoRunManualLeavesApprovalsWaiting(t *testing.T) {
 			infos, _ := demoTasks(t, tg)
 			by := map[string]int{}
 			for _, info := range infos {
-				var out Extraction
+				var out intake.Extraction
 				require.NoError(t, json.Unmarshal(info.Output, &out))
 				if out.Review != nil {
 					by[out.Review.By]++
@@ -324,34 +325,4 @@ func TestDemoRunManualLeavesApprovalsWaiting(t *testing.T) {
 			require.Equal(t, 1, by[cliIdentity()], "cairn task signal sends as the CLI's identity: %v", by)
 		})
 	}
-}
-
-// A signed callback URL is printed for each approval with
-// --callback-secret, and it is one the server accepts: sdk.ParseCallbackToken
-// reads the task and the signal back.
-func TestDemoManualPrintsSignedCallbackURLs(t *testing.T) {
-	t.Parallel()
-	secret := []byte("0123456789abcdef-secret")
-	var b strings.Builder
-	id := uuid.New()
-	p := &personNotifier{out: &lockedWriter{w: &b}, howTo: "how\n", signal: "cairn task signal", namespace: "ns",
-		callbackSecret: secret, callbackBase: "http://127.0.0.1:7233/"}
-	req := reviewRequest{TaskID: id, DocumentID: "d-1", Kind: "invoice", Reason: "confidence 0.61 below 0.80", Wait: 1, Timeout: time.Minute}
-	require.NoError(t, p.notify(context.Background(), req))
-	req.Stage = 1
-	require.NoError(t, p.notify(context.Background(), req))
-	out := b.String()
-	require.Equal(t, 1, strings.Count(out, "how\n"))
-	require.Contains(t, out, "approval needed: document d-1 (invoice), confidence 0.61 below 0.80; task "+id.String()+" waits 1m0s")
-	require.Contains(t, out, "escalated: no decision on document d-1")
-	// Papercut: the line failed as pasted (415: no Content-Type).
-	require.Contains(t, out, "curl -X POST -H 'Content-Type: application/json' 'http://127.0.0.1:7233/v1/callbacks/")
-	i := strings.Index(out, "http://127.0.0.1:7233/v1/callbacks/")
-	require.Positive(t, i, out)
-	token := strings.TrimPrefix(strings.Fields(out[i:])[0], "http://127.0.0.1:7233/v1/callbacks/")
-	token = strings.TrimSuffix(token, "?decision=approve'")
-	cb, err := sdk.ParseCallbackToken(secret, token, time.Now())
-	require.NoError(t, err, "token %q", token)
-	require.Equal(t, sdk.Callback{Namespace: "ns", TaskID: id, Name: approvalSignal, Wait: 1, Expires: cb.Expires}, cb)
-	require.WithinDuration(t, time.Now().Add(2*time.Minute), cb.Expires, 5*time.Second)
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/examples/intake"
 	"github.com/cairnflow/cairn/internal/errmark"
 	"github.com/cairnflow/cairn/sdk"
 	"github.com/cairnflow/cairn/server"
@@ -23,7 +24,7 @@ const devApprovalTimeout = 5 * time.Minute
 
 func newDevCmd(g *globals) *cobra.Command {
 	sf := &serverFlags{migrate: true, maxConns: defaultServerConns, maxListPayload: sdk.DefaultMaxListPayloadBytes, maxLongPolls: server.DefaultMaxLongPolls, rescueInterval: time.Second, shutdownTimeout: 5 * time.Second, consoleHint: true}
-	df := &demoFlags{leaseTTL: engine.DefaultLeaseTTL, rescueInterval: time.Second, shutdownTimeout: 5 * time.Second, approve: approveManual}
+	df := &demoFlags{leaseTTL: engine.DefaultLeaseTTL, rescueInterval: time.Second, shutdownTimeout: 5 * time.Second, approve: intake.ApproveManual}
 	cmd := &cobra.Command{
 		Use:   "dev",
 		Short: "Server, console and the demo worker in one process, on the embedded store: no PostgreSQL needed",
@@ -90,11 +91,11 @@ func startDevWorker(ctx context.Context, cmd *cobra.Command, g *globals, df *dem
 		return nil, err
 	}
 	base := "http://" + sf.listen
-	reviewers := &personNotifier{out: &lockedWriter{w: cmd.ErrOrStderr()}, signal: signalCommand(g), console: base,
-		namespace: g.namespace, callbackSecret: callbackSecret(sf), callbackBase: base,
-		howTo: fmt.Sprintf("approvals: a document read with low confidence waits up to %s for you (then a supervisor is notified, and it waits %s more);\n"+
+	reviewers := &intake.PersonNotifier{Out: &lockedWriter{w: cmd.ErrOrStderr()}, Signal: signalCommand(g), Console: base,
+		Namespace: g.namespace, CallbackSecret: callbackSecret(sf), CallbackBase: base,
+		HowTo: fmt.Sprintf("approvals: a document read with low confidence waits up to %s for you (then a supervisor is notified, and it waits %s more);\n"+
 			"answer on the console (%s/console/waiting: Approve or Reject), or as printed below\n",
-			df.timeout(), df.timeout()*escalationFactor, base)}
+			df.timeout(), df.timeout()*intake.EscalationFactor, base)}
 	w, err := newDemoWorker(c, g, df, reviewers)
 	if err != nil {
 		c.Close()
@@ -120,6 +121,6 @@ func startDevWorker(ctx context.Context, cmd *cobra.Command, g *globals, df *dem
 		fmt.Fprintf(out, "submitted %d sample documents (example task %s); %d of them are poor scans that will wait for your approval\n",
 			len(ids), ids[0], int(math.Round(df.lowConfidence*float64(len(ids)))))
 	}
-	fmt.Fprintf(out, "cairn dev on %s, with a worker for %s@%d\n", where, demoTypeName, demoTypeVersion)
+	fmt.Fprintf(out, "cairn dev on %s, with a worker for %s@%d\n", where, intake.DocumentType, intake.DocumentVersion)
 	return stop, nil
 }

@@ -1,4 +1,4 @@
-package main
+package intake
 
 import (
 	"context"
@@ -17,12 +17,14 @@ import (
 	"github.com/cairnflow/cairn/workflow"
 )
 
-// The document intake demo: OCR of every page in parallel → extraction by
-// a (simulated) LLM → validation with a confidence score → for a
-// low-confidence document, a person's approval, escalated to a supervisor
-// when nobody answers. Latency and flaky services are simulated.
+// The workflow document.process: OCR of every page in parallel →
+// extraction by a (simulated) LLM → validation with a confidence score →
+// for a low-confidence document, a person's approval, escalated to a
+// supervisor when nobody answers. Latency and flaky services are
+// simulated.
 
-// Document is the demo workflow's input.
+// Document is the input of document.process ([DocumentWorkflow]): one
+// scanned document.
 type Document struct {
 	ID    string `json:"id"`
 	Kind  string `json:"kind"`
@@ -42,7 +44,7 @@ type PageText struct {
 	Confidence float64 `json:"confidence"`
 }
 
-// Extraction is the demo workflow's output.
+// Extraction is the output of document.process ([DocumentWorkflow]).
 type Extraction struct {
 	DocumentID string            `json:"document_id"`
 	Fields     map[string]string `json:"fields"`
@@ -60,12 +62,12 @@ type Extraction struct {
 	LLM activities.Usage `json:"llm"`
 }
 
-// The outcomes of a document.
+// The outcomes of a document, [Extraction.Outcome].
 const (
-	outcomeAccepted     = "accepted"
-	outcomeApproved     = "approved"
-	outcomeRejected     = "rejected"
-	outcomeManualReview = "manual_review"
+	OutcomeAccepted     = "accepted"      // confident enough: nobody was asked
+	OutcomeApproved     = "approved"      // a reviewer approved it
+	OutcomeRejected     = "rejected"      // a reviewer rejected it
+	OutcomeManualReview = "manual_review" // no decision came: the default rejected it
 )
 
 // Review is how a low-confidence document's approval went.
@@ -80,21 +82,23 @@ type Review struct {
 	TimedOut bool `json:"timed_out,omitempty"`
 }
 
-// pipelineConfig tunes the simulation and the approvals.
-type pipelineConfig struct {
-	failureRate float64       // chance a call to a flaky service fails transiently
-	latency     time.Duration // typical step latency
-	// approvalTimeout is how long a low-confidence document waits for a
+// Config tunes the simulation and the approvals of the workflows a worker
+// runs ([Register]).
+type Config struct {
+	FailureRate float64       // chance a call to a flaky service fails transiently, 0 up to 1
+	Latency     time.Duration // typical step latency
+	// ApprovalTimeout is how long a low-confidence document waits for a
 	// decision before a supervisor is notified; it then waits
-	// escalationFactor times as long again before the default decides.
-	approvalTimeout time.Duration
-	// reviewers hears of every approval asked for and every escalation.
-	reviewers reviewNotifier
+	// [EscalationFactor] times as long again before the default decides.
+	ApprovalTimeout time.Duration
+	// Reviewers hears of every approval asked for and every escalation;
+	// nil: nobody does (the steps say so).
+	Reviewers Notifier
 }
 
-// demoRetry retries what an HTTP service says is worth retrying: 429 and
+// documentRetry retries what an HTTP service says is worth retrying: 429 and
 // 5xx. Corrupt documents are marked permanent in Go and never retried.
-var demoRetry = activities.RetryPolicy{
+var documentRetry = activities.RetryPolicy{
 	MaxAttempts:     6,
 	InitialInterval: 50 * time.Millisecond,
 	Multiplier:      2,
@@ -103,21 +107,22 @@ var demoRetry = activities.RetryPolicy{
 }
 
 const (
-	demoTypeName = "document.process"
-	// demoTypeVersion 2 is the intake with parallel OCR and approvals;
+	// DocumentType is the workflow type of one document's intake.
+	DocumentType = "document.process"
+	// DocumentVersion 2 is the intake with parallel OCR and approvals;
 	// version 1 (ocr → extract → validate, one step each) is no longer
 	// registered, so its tasks wait for a worker that still runs it.
-	demoTypeVersion = 2
-	// approvalSignal is the signal a low-confidence document's approval
+	DocumentVersion = 2
+	// ApprovalSignal is the signal a low-confidence document's approval
 	// waits for (workflow.AwaitApproval): {"approved": true|false,
 	// "comment": "..."}. The console shows Approve and Reject for it.
-	approvalSignal = "approval"
-	// confidenceThreshold: a document read with less confidence waits
+	ApprovalSignal = "approval"
+	// ConfidenceThreshold: a document read with less confidence waits
 	// for a person.
-	confidenceThreshold = 0.8
-	// escalationFactor: the wait after an escalation is this many times
+	ConfidenceThreshold = 0.8
+	// EscalationFactor: the wait after an escalation is this many times
 	// the first.
-	escalationFactor = 3
+	EscalationFactor = 3
 	// ocrConcurrency bounds the pages of one document OCR'd at once.
 	ocrConcurrency = 4
 	// llmModel is the simulated model extraction reports usage for.
@@ -127,19 +132,19 @@ const (
 	maxMalformed = 3
 )
 
-// newDocumentPipeline is the workflow type document.process, one
-// document's intake. It is a registered type of its own, so anything that
-// starts workflows may start it: the demo's submit loop, or a parent
-// workflow as a child.
-func newDocumentPipeline(cfg pipelineConfig) *sdk.Workflow[Document, Extraction] {
-	return sdk.NewWorkflow(demoTypeName, demoTypeVersion, cfg.processDocument, sdk.WorkflowOpts{Retry: &demoRetry})
+// DocumentWorkflow is the workflow type document.process, one document's
+// intake, running with cfg. It is a registered type of its own, so
+// anything that starts workflows may start it ([sdk.Start]; cfg does not
+// matter to a start): [Submit], or the batch parent as a child.
+func DocumentWorkflow(cfg Config) *sdk.Workflow[Document, Extraction] {
+	return sdk.NewWorkflow(DocumentType, DocumentVersion, cfg.processDocument, sdk.WorkflowOpts{Retry: &documentRetry})
 }
 
-// demoTypeRef names the workflow type, for starting it.
-var demoTypeRef = sdk.TypeRef{Name: demoTypeName, Version: demoTypeVersion}
+// documentRef names the workflow type, for starting it.
+var documentRef = sdk.TypeRef{Name: DocumentType, Version: DocumentVersion}
 
 // processDocument is the workflow's body.
-func (cfg pipelineConfig) processDocument(ctx workflow.Context, doc Document) (Extraction, error) {
+func (cfg Config) processDocument(ctx workflow.Context, doc Document) (Extraction, error) {
 	pages := make([]int, doc.Pages)
 	for i := range pages {
 		pages[i] = i + 1
@@ -172,8 +177,8 @@ func (cfg pipelineConfig) processDocument(ctx workflow.Context, doc Document) (E
 		return Extraction{}, err
 	}
 	out := Extraction{DocumentID: doc.ID, Fields: ext.Fields, Confidence: v.Confidence, Pages: doc.Pages, LLM: ext.Usage}
-	if v.Confidence >= confidenceThreshold {
-		out.Valid, out.Outcome = true, outcomeAccepted
+	if v.Confidence >= ConfidenceThreshold {
+		out.Valid, out.Outcome = true, OutcomeAccepted
 		return out, nil
 	}
 	review, err := cfg.review(ctx, doc, v)
@@ -183,11 +188,11 @@ func (cfg pipelineConfig) processDocument(ctx workflow.Context, doc Document) (E
 	out.Review = &review
 	switch {
 	case review.Approved:
-		out.Valid, out.Outcome = true, outcomeApproved
+		out.Valid, out.Outcome = true, OutcomeApproved
 	case review.TimedOut:
-		out.Outcome = outcomeManualReview
+		out.Outcome = OutcomeManualReview
 	default:
-		out.Outcome = outcomeRejected
+		out.Outcome = OutcomeRejected
 	}
 	return out, nil
 }
@@ -202,7 +207,7 @@ type extracted struct {
 // extract is the simulated LLM call: it reads the pages' text and reports
 // the tokens it used, which the history records with the step (a failed
 // call is paid for too).
-func (cfg pipelineConfig) extract(ctx context.Context, doc Document, texts []PageText) (extracted, error) {
+func (cfg Config) extract(ctx context.Context, doc Document, texts []PageText) (extracted, error) {
 	u := activities.Usage{Model: llmModel, InputTokens: int64(600 + 350*len(texts)), OutputTokens: 180}
 	u.CostUSD = float64(u.InputTokens)*0.15e-6 + float64(u.OutputTokens)*0.6e-6
 	activities.RecordUsage(ctx, u)
@@ -238,8 +243,8 @@ func validate(texts []PageText, ext extracted) validation {
 		}
 	}
 	v := validation{Confidence: roundConfidence(0.7*worst.Confidence + 0.3*ext.Confidence)}
-	if v.Confidence < confidenceThreshold {
-		v.Reason = fmt.Sprintf("confidence %.2f below %.2f (page %d read with %.2f)", v.Confidence, confidenceThreshold, worst.Page, worst.Confidence)
+	if v.Confidence < ConfidenceThreshold {
+		v.Reason = fmt.Sprintf("confidence %.2f below %.2f (page %d read with %.2f)", v.Confidence, ConfidenceThreshold, worst.Page, worst.Confidence)
 	}
 	return v
 }
@@ -258,15 +263,15 @@ func roundConfidence(c float64) float64 { return math.Round(c*1000) / 1000 }
 // review waits for a person's decision on a low-confidence document: the
 // reviewers are told (a step), and the workflow waits up to
 // approvalTimeout; with no answer by then a supervisor is notified (a
-// step) and it waits escalationFactor times as long again. With no answer
+// step) and it waits EscalationFactor times as long again. With no answer
 // after that, the default decides: rejected, "no decision", left for
 // manual review. A signal that is not a decision is waited past, at most
 // maxMalformed times.
-func (cfg pipelineConfig) review(ctx workflow.Context, doc Document, v validation) (Review, error) {
-	timeout := cfg.approvalTimeout
+func (cfg Config) review(ctx workflow.Context, doc Document, v validation) (Review, error) {
+	timeout := cfg.ApprovalTimeout
 	receives, malformed := 0, 0
 	for stage := range 2 {
-		req := reviewRequest{DocumentID: doc.ID, Kind: doc.Kind, Confidence: v.Confidence, Reason: v.Reason,
+		req := ReviewRequest{DocumentID: doc.ID, Kind: doc.Kind, Confidence: v.Confidence, Reason: v.Reason,
 			Stage: stage, Wait: receives, Timeout: timeout}
 		step := "request_review"
 		if stage == 1 {
@@ -278,7 +283,7 @@ func (cfg pipelineConfig) review(ctx workflow.Context, doc Document, v validatio
 			return Review{}, err
 		}
 		for {
-			d, ok, err := workflow.AwaitApproval(ctx, approvalSignal, timeout)
+			d, ok, err := workflow.AwaitApproval(ctx, ApprovalSignal, timeout)
 			receives++
 			if errors.Is(err, workflow.ErrMalformedDecision) {
 				if malformed++; malformed <= maxMalformed {
@@ -294,14 +299,14 @@ func (cfg pipelineConfig) review(ctx workflow.Context, doc Document, v validatio
 			}
 			break
 		}
-		timeout *= escalationFactor
+		timeout *= EscalationFactor
 	}
 	return Review{Approved: false, By: "default", Comment: "no decision", Escalated: true, TimedOut: true}, nil
 }
 
 // notify is the review steps' work: tell the reviewers (stage 0) or a
 // supervisor (stage 1), as a chat message or an e-mail would.
-func (cfg pipelineConfig) notify(ctx context.Context, req reviewRequest) (string, error) {
+func (cfg Config) notify(ctx context.Context, req ReviewRequest) (string, error) {
 	info, _ := activities.GetInfo(ctx)
 	id, err := uuid.Parse(info.TaskID)
 	if err != nil {
@@ -315,10 +320,10 @@ func (cfg pipelineConfig) notify(ctx context.Context, req reviewRequest) (string
 	if req.Stage == 1 {
 		who = "supervisor"
 	}
-	if cfg.reviewers == nil {
+	if cfg.Reviewers == nil {
 		return "no " + who + " to notify", nil
 	}
-	if err := cfg.reviewers.notify(ctx, req); err != nil {
+	if err := cfg.Reviewers.Notify(ctx, req); err != nil {
 		return "", errors.Wrapf(err, "notify %s", who)
 	}
 	return fmt.Sprintf("notified %s: %s", who, req.Reason), nil
@@ -341,18 +346,18 @@ func (e *serviceError) ErrorStatus() int  { return e.status }
 // and then with failure (never, when failure is nil). Randomness comes
 // from the step's idempotency key and attempt, so each attempt of each
 // step draws its own luck.
-func (cfg pipelineConfig) simulate(ctx context.Context, units int, failure *serviceError) error {
+func (cfg Config) simulate(ctx context.Context, units int, failure *serviceError) error {
 	info, _ := activities.GetInfo(ctx)
 	h := fnv.New64a()
 	_, _ = fmt.Fprintf(h, "%s#%d", info.IdempotencyKey, info.Attempt)
 	r := rand.New(rand.NewPCG(h.Sum64(), 7))
-	d := time.Duration(float64(cfg.latency) * (0.5 + r.Float64()) * (1 + 0.1*float64(units)))
+	d := time.Duration(float64(cfg.Latency) * (0.5 + r.Float64()) * (1 + 0.1*float64(units)))
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-time.After(d):
 	}
-	if failure != nil && r.Float64() < cfg.failureRate {
+	if failure != nil && r.Float64() < cfg.FailureRate {
 		return failure
 	}
 	return nil
@@ -360,11 +365,11 @@ func (cfg pipelineConfig) simulate(ctx context.Context, units int, failure *serv
 
 var documentKinds = []string{"invoice", "receipt", "contract", "id-card", "bank-statement"}
 
-// generateDocuments makes n sample documents: about one in fifty is
-// corrupt, and lowConfidence of them (rounded; never a corrupt one) are
-// poor scans, read with low confidence. The same seed gives the same
-// documents.
-func generateDocuments(n int, seed uint64, batch string, lowConfidence float64) []Document {
+// GenerateDocuments makes n sample documents of batch ([NewBatchID]):
+// about one in fifty is corrupt, and lowConfidence of them (rounded; never
+// a corrupt one) are poor scans, read with low confidence. The same seed
+// gives the same documents.
+func GenerateDocuments(n int, seed uint64, batch string, lowConfidence float64) []Document {
 	r := rand.New(rand.NewPCG(seed, 11))
 	docs := make([]Document, n)
 	for i := range docs {
@@ -387,7 +392,9 @@ func generateDocuments(n int, seed uint64, batch string, lowConfidence float64) 
 	return docs
 }
 
-func newBatchID() string {
+// NewBatchID names a batch of documents by the time it is made: their ids
+// are <batch>-0001 and so on.
+func NewBatchID() string {
 	return strings.ToLower(time.Now().UTC().Format("20060102T150405.000"))
 }
 

@@ -1,4 +1,4 @@
-package main
+package intake
 
 import (
 	"context"
@@ -12,14 +12,15 @@ import (
 	"github.com/cairnflow/cairn/workflow"
 )
 
-// The demo's batch intake: demo run submits its documents as batches, each
-// one parent workflow (demo.batch) that starts document.process as a child
-// per document and reports the batch once every child has finished. The
+// The batch intake: [SubmitBatches] submits documents as batches, each one
+// parent workflow (demo.batch) that starts document.process as a child per
+// document and reports the batch once every child has finished. The
 // children run on their own (own histories, retries, approvals); the
 // parent holds no worker slot while they do.
 
 const (
-	batchTypeName = "demo.batch"
+	// BatchType is the workflow type of a batch parent.
+	BatchType = "demo.batch"
 	// maxBatchDocuments is the most documents one batch parent takes.
 	maxBatchDocuments = 500
 )
@@ -42,12 +43,12 @@ type BatchReport struct {
 	NotCompleted map[string]int `json:"not_completed,omitempty"`
 }
 
-// newBatchWorkflow is demo.batch over the document workflow doc.
-func newBatchWorkflow(doc *sdk.Workflow[Document, Extraction]) *sdk.Workflow[Batch, BatchReport] {
-	return sdk.NewWorkflow(batchTypeName, 1, func(ctx workflow.Context, b Batch) (BatchReport, error) {
+// batchWorkflow is demo.batch over the document workflow doc.
+func batchWorkflow(doc *sdk.Workflow[Document, Extraction]) *sdk.Workflow[Batch, BatchReport] {
+	return sdk.NewWorkflow(BatchType, 1, func(ctx workflow.Context, b Batch) (BatchReport, error) {
 		children := make([]*workflow.Child[Extraction], len(b.Documents))
 		for i, d := range b.Documents {
-			children[i] = workflow.StartChild(ctx, doc, d, workflow.ChildOpts{MaxAttempts: demoRetry.MaxAttempts})
+			children[i] = workflow.StartChild(ctx, doc, d, workflow.ChildOpts{MaxAttempts: documentRetry.MaxAttempts})
 		}
 		rep := BatchReport{Batch: b.ID, Documents: len(b.Documents), Outcomes: map[string]int{}}
 		for _, c := range children {
@@ -71,9 +72,12 @@ func newBatchWorkflow(doc *sdk.Workflow[Document, Extraction]) *sdk.Workflow[Bat
 	}, sdk.WorkflowOpts{MaxRunningChildren: maxBatchDocuments})
 }
 
-// submitBatches starts demo.batch parents for docs, maxBatchDocuments
-// each, and returns their ids.
-func submitBatches(ctx context.Context, c *sdk.Client, batch *sdk.Workflow[Batch, BatchReport], batchID string, docs []Document) ([]uuid.UUID, error) {
+// SubmitBatches starts demo.batch parents for docs of the batch batchID
+// ([GenerateDocuments]), 500 documents each, and returns their ids, for
+// [Await]. Each start's idempotency key is demo/<batchID>/<its first
+// document's id>.
+func SubmitBatches(ctx context.Context, c *sdk.Client, batchID string, docs []Document) ([]uuid.UUID, error) {
+	batch := batchWorkflow(DocumentWorkflow(Config{}))
 	var ids []uuid.UUID
 	for start := 0; start < len(docs); start += maxBatchDocuments {
 		part := docs[start:min(start+maxBatchDocuments, len(docs))]
@@ -139,8 +143,8 @@ func fanInMillis(ctx context.Context, c *sdk.Client, parents []uuid.UUID) (float
 	return float64(longest.Microseconds()) / 1000, nil
 }
 
-// batchSummary is what the batch parents of a demo run reported.
-type batchSummary struct {
+// BatchSummary is what the batch parents reported.
+type BatchSummary struct {
 	Parents      int      `json:"parents"`
 	IDs          []string `json:"ids"`
 	Completed    int      `json:"completed"`
@@ -151,8 +155,8 @@ type batchSummary struct {
 }
 
 // summarizeBatches adds up the batch parents' reports.
-func summarizeBatches(ctx context.Context, c *sdk.Client, parents []*sdk.TaskInfo) (batchSummary, error) {
-	s := batchSummary{Parents: len(parents)}
+func summarizeBatches(ctx context.Context, c *sdk.Client, parents []*sdk.TaskInfo) (BatchSummary, error) {
+	s := BatchSummary{Parents: len(parents)}
 	ids := make([]uuid.UUID, len(parents))
 	for i, p := range parents {
 		ids[i] = p.ID
