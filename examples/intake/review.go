@@ -69,6 +69,10 @@ type SimulatedReviewer struct {
 	delay  time.Duration
 	// onError hears of an answer that could not be sent; nil: nobody.
 	onError func(task uuid.UUID, err error)
+	// tries and retryEvery bound the sends of an answer to a task that
+	// does not wait for it yet.
+	tries      int
+	retryEvery time.Duration
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -85,7 +89,8 @@ type SimulatedReviewer struct {
 // whose steps it hears from.
 func NewSimulatedReviewer(c *sdk.Client, mode string, delay time.Duration, onError func(task uuid.UUID, err error)) *SimulatedReviewer {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &SimulatedReviewer{client: c, mode: mode, delay: delay, onError: onError, ctx: ctx, cancel: cancel}
+	return &SimulatedReviewer{client: c, mode: mode, delay: delay, onError: onError, tries: 100, retryEvery: 50 * time.Millisecond,
+		ctx: ctx, cancel: cancel}
 }
 
 // decide is the simulated reviewer's answer to req, if it gives one.
@@ -153,7 +158,7 @@ func (r *SimulatedReviewer) Notify(_ context.Context, req ReviewRequest) error {
 		// receive has not begun) is asked again shortly.
 		wait := req.Wait
 		var err error
-		for try := 0; try < 100; try++ {
+		for try := 0; try < r.tries; try++ {
 			_, err = r.client.Signal(r.ctx, req.TaskID, ApprovalSignal, d, sdk.SignalOpts{
 				DedupID: fmt.Sprintf("demo-review/%s/%d", req.TaskID, req.Stage), Sender: d.By, // the decision's By is its sender
 				ForWait: &wait})
@@ -163,12 +168,15 @@ func (r *SimulatedReviewer) Notify(_ context.Context, req ReviewRequest) error {
 			select {
 			case <-r.ctx.Done():
 				return
-			case <-time.After(50 * time.Millisecond):
+			case <-time.After(r.retryEvery):
 			}
 		}
 		// A task that finished (the other stage's answer was enough), or
-		// whose wait ended, takes no more signals.
-		if err != nil && !errors.Is(err, sdk.ErrTaskState) && r.ctx.Err() == nil && r.onError != nil {
+		// whose wait ended, takes no more signals. One that has not reached
+		// the wait yet would still take the answer: giving up on it is
+		// reported, not dropped.
+		tookNoMore := errors.Is(err, sdk.ErrTaskState) && !errors.Is(err, sdk.ErrWaitNotReached)
+		if err != nil && !tookNoMore && r.ctx.Err() == nil && r.onError != nil {
 			r.onError(req.TaskID, err)
 		}
 	}()

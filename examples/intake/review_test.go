@@ -2,13 +2,17 @@ package intake
 
 import (
 	"context"
+	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/errors"
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/cairnflow/cairn/engine/sqlitestore"
 	"github.com/cairnflow/cairn/sdk"
 )
 
@@ -40,4 +44,41 @@ func TestDemoManualPrintsSignedCallbackURLs(t *testing.T) {
 	require.NoError(t, err, "token %q", token)
 	require.Equal(t, sdk.Callback{Namespace: "ns", TaskID: id, Name: ApprovalSignal, Wait: 1, Expires: cb.Expires}, cb)
 	require.WithinDuration(t, time.Now().Add(2*time.Minute), cb.Expires, 5*time.Second)
+}
+
+// An answer the simulated reviewer gives up on, because the task never
+// reached the wait it is for, is reported (onError), not dropped: the task
+// would still take it. An answer for a wait that has ended (here: the task
+// was cancelled) is not reported: the task takes no more.
+func TestSimulatedReviewerReportsAnAnswerItGivesUpOn(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, err := sqlitestore.Open(ctx, filepath.Join(t.TempDir(), "intake.db"))
+	require.NoError(t, err)
+	defer func() { require.NoError(t, st.Close()) }()
+	c, err := sdk.NewClient(sdk.ClientConfig{Store: st})
+	require.NoError(t, err)
+	defer c.Close()
+	// No worker runs: the tasks never reach their wait for approval.
+	ids, err := Submit(ctx, c, GenerateDocuments(2, 1, "b", 0))
+	require.NoError(t, err)
+	require.NoError(t, c.Cancel(ctx, ids[1], "no longer needed"))
+
+	var mu sync.Mutex
+	reported := map[uuid.UUID]error{}
+	r := NewSimulatedReviewer(c, ApproveAll, 0, func(task uuid.UUID, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		reported[task] = err
+	})
+	r.tries, r.retryEvery = 3, time.Millisecond
+	for _, id := range ids {
+		require.NoError(t, r.Notify(ctx, ReviewRequest{TaskID: id, DocumentID: "b-0001", Stage: 0, Wait: 0}))
+	}
+	r.wg.Wait() // the answers were sent, or given up on
+	r.Stop()
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, reported, 1, "%v", reported)
+	require.True(t, errors.Is(reported[ids[0]], sdk.ErrWaitNotReached), "%v", reported[ids[0]])
 }
