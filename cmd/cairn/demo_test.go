@@ -102,7 +102,11 @@ func TestDemoRunAnswersApprovals(t *testing.T) {
 			requireAccountedFor(t, s, 40)
 			a := s.Approvals
 			require.Equal(t, 10, a.Asked, "a quarter of 40 are poor scans, and none is corrupt: %+v", s)
-			require.Positive(t, a.Approved, "%+v", a)
+			// How many the reviewer answered within the default 300ms (the
+			// others escalated) depends on how fast the machine is, so it is
+			// not counted here: TestDemoRunApproveChoices counts the answers,
+			// with waits that do not expire; here each decision must agree
+			// with its history.
 			require.Equal(t, intake.ApproveAuto, s.Approve)
 			require.NotContains(t, stderr, "approval needed", "nobody is asked to answer")
 			require.Positive(t, s.Retried, "a 10%% failure rate retries some tasks")
@@ -156,6 +160,7 @@ func TestDemoRunAnswersApprovals(t *testing.T) {
 					require.Equal(t, []string{"request_review", "escalate"}, steps)
 					require.Equal(t, 1, timeouts, "task %s", info.ID)
 					require.Contains(t, senders, "supervisor (simulated)")
+					require.Equal(t, "supervisor (simulated)", r.By, "task %s: the reviewer's late answer did not decide", info.ID)
 				default:
 					require.Equal(t, []string{"request_review"}, steps)
 					require.Zero(t, timeouts, "task %s", info.ID)
@@ -174,30 +179,31 @@ func TestDemoRunAnswersApprovals(t *testing.T) {
 
 // The other --approve choices: every approval approved, every one
 // rejected, or none answered (each escalates, then the default rejects it).
+// The simulated reviewer's answers are waited for a minute: what the
+// summary counts must not depend on how fast the machine is (a loaded one
+// took seconds to send an answer, which then came after the default 300ms
+// wait and escalated), only on what the reviewer decides. On both stores.
 func TestDemoRunApproveChoices(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		approve string
 		args    []string
-		check   func(t *testing.T, a intake.ApprovalSummary)
+		want    intake.ApprovalSummary
 	}{
-		{intake.ApproveAll, nil, func(t *testing.T, a intake.ApprovalSummary) {
-			require.Equal(t, intake.ApprovalSummary{Asked: 6, Approved: 6, Escalated: a.Escalated}, a)
-		}},
-		{intake.ApproveReject, nil, func(t *testing.T, a intake.ApprovalSummary) {
-			require.Equal(t, intake.ApprovalSummary{Asked: 6, Rejected: 6, Escalated: a.Escalated}, a)
-		}},
-		{intake.ApproveTimeout, []string{"--approval-timeout", "50ms"}, func(t *testing.T, a intake.ApprovalSummary) {
-			require.Equal(t, intake.ApprovalSummary{Asked: 6, Escalated: 6, TimedOut: 6}, a)
-		}},
+		{intake.ApproveAll, []string{"--approval-timeout", "1m"}, intake.ApprovalSummary{Asked: 6, Approved: 6}},
+		{intake.ApproveReject, []string{"--approval-timeout", "1m"}, intake.ApprovalSummary{Asked: 6, Rejected: 6}},
+		{intake.ApproveTimeout, []string{"--approval-timeout", "50ms"}, intake.ApprovalSummary{Asked: 6, Escalated: 6, TimedOut: 6}},
 	} {
-		t.Run(tc.approve, func(t *testing.T) {
-			t.Parallel()
-			tg := cliTargets["embedded"](t)
-			s, _ := demoRun(t, tg, append([]string{"--documents", "12", "--low-confidence", "0.5", "--approve", tc.approve}, tc.args...)...)
-			requireAccountedFor(t, s, 12)
-			tc.check(t, s.Approvals)
-		})
+		for name, target := range cliTargets {
+			t.Run(tc.approve+"/"+name, func(t *testing.T) {
+				t.Parallel()
+				tg := target(t)
+				s, stderr := demoRun(t, tg, append([]string{"--documents", "12", "--low-confidence", "0.5", "--approve", tc.approve}, tc.args...)...)
+				requireAccountedFor(t, s, 12)
+				require.Equal(t, tc.want, s.Approvals)
+				require.NotContains(t, stderr, "simulated reviewer:", "every answer was sent")
+			})
+		}
 	}
 	_, _, err := cliTarget{}.run(t, "demo", "run", "--approve", "maybe")
 	require.ErrorContains(t, err, `--approve "maybe": use one of auto, approve, reject, timeout, manual`)
