@@ -1,15 +1,12 @@
 package activities_test
 
 import (
-	"context"
-	stderrors "errors"
 	"fmt"
 	"math"
 	"testing"
 	"time"
 
 	"github.com/cairnflow/cairn/activities"
-	"github.com/cairnflow/cairn/history"
 	"github.com/cockroachdb/errors"
 	"github.com/stretchr/testify/require"
 )
@@ -35,115 +32,6 @@ func TestMarksSurviveWrapping(t *testing.T) {
 	require.NoError(t, activities.Permanent(nil))
 	require.NoError(t, activities.Transient(nil))
 	require.False(t, errors.Is(base, activities.ErrPermanent), "marking returns a new error and leaves base alone")
-}
-
-type kindError struct{ kind string }
-
-func (e *kindError) Error() string     { return "kind error " + e.kind }
-func (e *kindError) ErrorKind() string { return e.kind }
-
-type statusError struct{ status int }
-
-func (e statusError) Error() string    { return fmt.Sprintf("http %d", e.status) }
-func (e statusError) ErrorStatus() int { return e.status }
-
-// bothError has a kind and a status, as an HTTP client error might.
-type bothError struct{}
-
-func (bothError) Error() string     { return "too many requests" }
-func (bothError) ErrorKind() string { return "rate_limited" }
-func (bothError) ErrorStatus() int  { return 429 }
-
-type leafError struct{}
-
-func (*leafError) Error() string { return "leaf" }
-
-func TestDescribe(t *testing.T) {
-	t.Parallel()
-	tests := []struct {
-		name         string
-		err          error
-		defaultClass history.Class
-		want         history.ErrorInfo
-	}{
-		{
-			name: "PlainTakesDefaultTransient", err: errors.New("boom"), defaultClass: history.Transient,
-			want: history.ErrorInfo{ClassifiedBy: "default", Class: history.Transient, Message: "boom"},
-		},
-		{
-			name: "PlainTakesDefaultPermanent", err: errors.New("boom"), defaultClass: history.Permanent,
-			want: history.ErrorInfo{ClassifiedBy: "default", Class: history.Permanent, Message: "boom"},
-		},
-		{
-			name: "PermanentMarkWins", err: errors.Wrap(activities.Permanent(errors.New("bad document")), "extract"),
-			defaultClass: history.Transient,
-			want:         history.ErrorInfo{ClassifiedBy: "mark:permanent", Class: history.Permanent, Message: "extract: bad document"},
-		},
-		{
-			name: "TransientMarkWins", err: errors.Wrap(activities.Transient(errors.New("503")), "extract"),
-			defaultClass: history.Permanent,
-			want:         history.ErrorInfo{ClassifiedBy: "mark:transient", Class: history.Transient, Message: "extract: 503"},
-		},
-		{
-			// With both marks on the chain, the permanent one wins wherever
-			// it sits: refusing to retry is the safe reading of a conflict.
-			name: "PermanentWinsOverTransient", err: activities.Transient(errors.Wrap(activities.Permanent(errors.New("bad")), "x")),
-			defaultClass: history.Transient,
-			want:         history.ErrorInfo{ClassifiedBy: "mark:permanent", Class: history.Permanent, Message: "x: bad"},
-		},
-		{
-			name: "ContextCanceledIsTransient", err: context.Canceled, defaultClass: history.Permanent,
-			want: history.ErrorInfo{ClassifiedBy: "rule:interrupted", Class: history.Transient, Message: "context canceled"},
-		},
-		{
-			name: "WrappedContextCanceledIsTransient", err: errors.Wrap(context.Canceled, "call model"),
-			defaultClass: history.Permanent,
-			want:         history.ErrorInfo{ClassifiedBy: "rule:interrupted", Class: history.Transient, Message: "call model: context canceled"},
-		},
-		{
-			name: "DeadlineExceededIsTransient", err: fmt.Errorf("call model: %w", context.DeadlineExceeded),
-			defaultClass: history.Permanent,
-			want: history.ErrorInfo{ClassifiedBy: "rule:interrupted", Class: history.Transient, Message: "call model: context deadline exceeded",
-				Kind: "context.deadlineExceededError"},
-		},
-		{
-			name: "MarkedCanceledStaysPermanent", err: activities.Permanent(context.Canceled),
-			defaultClass: history.Transient,
-			want:         history.ErrorInfo{ClassifiedBy: "mark:permanent", Class: history.Permanent, Message: "context canceled"},
-		},
-		{
-			name: "KindFromKindError", err: errors.Wrap(&kindError{kind: "quota_exceeded"}, "call model"),
-			defaultClass: history.Transient,
-			want: history.ErrorInfo{ClassifiedBy: "default", Class: history.Transient, Message: "call model: kind error quota_exceeded",
-				Kind: "quota_exceeded"},
-		},
-		{
-			name: "StatusFromStatusError", err: errors.Wrap(activities.Permanent(statusError{status: 404}), "fetch"),
-			defaultClass: history.Transient,
-			want: history.ErrorInfo{ClassifiedBy: "mark:permanent", Class: history.Permanent, Message: "fetch: http 404",
-				Kind: "activities_test.statusError", Status: 404},
-		},
-		{
-			name: "KindAndStatus", err: fmt.Errorf("send: %w", bothError{}), defaultClass: history.Transient,
-			want: history.ErrorInfo{ClassifiedBy: "default", Class: history.Transient, Message: "send: too many requests",
-				Kind: "rate_limited", Status: 429},
-		},
-		{
-			name: "KindDefaultsToInnermostType", err: errors.Wrap(errors.Wrap(&leafError{}, "a"), "b"),
-			defaultClass: history.Transient,
-			want:         history.ErrorInfo{ClassifiedBy: "default", Class: history.Transient, Message: "b: a: leaf", Kind: "*activities_test.leafError"},
-		},
-		{
-			name: "StdlibPlainMessageHasNoKind", err: stderrors.New("plain"), defaultClass: history.Transient,
-			want: history.ErrorInfo{ClassifiedBy: "default", Class: history.Transient, Message: "plain"},
-		},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			require.Equal(t, tt.want, activities.Describe(tt.err, tt.defaultClass))
-		})
-	}
 }
 
 func TestRetryPolicyValidate(t *testing.T) {
@@ -265,53 +153,6 @@ func TestRetryPolicyBackoffFullJitter(t *testing.T) {
 	calls := 0
 	_ = p.Backoff(1, func() float64 { calls++; return 0.25 })
 	require.Equal(t, 1, calls, "one draw per backoff")
-}
-
-func TestIdempotencyKey(t *testing.T) {
-	t.Parallel()
-	id := "0190f5a4-7c1e-7b3a-9f00-000000000001"
-	require.Equal(t, id+"/0/ocr", activities.IdempotencyKey(id, 0, "ocr"))
-	require.Equal(t, id+"/12/send.reply", activities.IdempotencyKey(id, 12, "send.reply"))
-	require.Equal(t, activities.IdempotencyKey(id, 3, "x"), activities.IdempotencyKey(id, 3, "x"), "stable")
-	require.NotEqual(t, activities.IdempotencyKey(id, 3, "x"), activities.IdempotencyKey(id, 4, "x"))
-	require.NotEqual(t, activities.IdempotencyKey(id, 3, "x"), activities.IdempotencyKey(id, 3, "y"))
-}
-
-func TestWithInfoGetInfo(t *testing.T) {
-	t.Parallel()
-	_, ok := activities.GetInfo(context.Background())
-	require.False(t, ok, "a plain context carries no info")
-
-	info := activities.Info{
-		TaskID: "task-1", TaskType: "doc.process", Attempt: 2, WorkerID: "w-1", Step: "ocr", Position: 0,
-		IdempotencyKey: activities.IdempotencyKey("task-1", 0, "ocr"),
-	}
-	type otherKey struct{}
-	ctx := context.WithValue(activities.WithInfo(context.Background(), info), otherKey{}, "x")
-	got, ok := activities.GetInfo(ctx)
-	require.True(t, ok)
-	require.Equal(t, info, got)
-
-	next := info
-	next.Step, next.Position, next.IdempotencyKey = "extract", 1, activities.IdempotencyKey("task-1", 1, "extract")
-	inner := activities.WithInfo(ctx, next)
-	got, ok = activities.GetInfo(inner)
-	require.True(t, ok)
-	require.Equal(t, next, got, "the innermost info wins")
-	got, _ = activities.GetInfo(ctx)
-	require.Equal(t, info, got, "the parent context is unchanged")
-
-	cancelled, cancel := context.WithCancel(inner)
-	cancel()
-	got, ok = activities.GetInfo(cancelled)
-	require.True(t, ok, "derived contexts keep the info")
-	require.Equal(t, next, got)
-}
-
-func TestDescribeReplacesNUL(t *testing.T) {
-	t.Parallel()
-	info := activities.Describe(errors.New("bad byte \x00 in page"), history.Transient)
-	require.Equal(t, "bad byte \uFFFD in page", info.Message)
 }
 
 // A policy that sets only what it means is whole: its zero fields take

@@ -2,42 +2,25 @@ package activities
 
 import (
 	"context"
-	"fmt"
+
+	"github.com/cairnflow/cairn/internal/activity"
 )
 
-// Info describes the step an activity context belongs to.
-type Info struct {
-	TaskID   string
-	TaskType string
-	Attempt  int
-	WorkerID string
-	Step     string
-	Position int
-	// IdempotencyKey is the same on every attempt of this step of this
-	// task: hand it to external APIs so a retried step has its effect once.
-	IdempotencyKey string
-	// TraceID is the trace the task was started under, as given at
-	// submission (a W3C traceparent or a trace id); empty when none.
-	TraceID string
-}
-
-// IdempotencyKey returns the key of the step at position with name in a
-// task: "<task id>/<position>/<name>".
-func IdempotencyKey(taskID string, position int, name string) string {
-	return fmt.Sprintf("%s/%d/%s", taskID, position, name)
-}
-
-type infoKey struct{}
-
-// WithInfo returns a context carrying info. The sdk calls it when it starts
-// a step.
-func WithInfo(ctx context.Context, info Info) context.Context {
-	return context.WithValue(ctx, infoKey{}, info)
-}
+// Info describes the step an activity context belongs to: TaskID,
+// TaskType, Attempt (from 1), WorkerID, Step (its name) and Position, the
+// step's IdempotencyKey ("<task id>/<position>/<name>", the same on every
+// attempt of this step of this task: hand it to external APIs so a retried
+// step has its effect once), and TraceID (the trace the task was started
+// under, as given at submission; empty when none). It is the worker's own
+// type, so what a step reads is what the worker set.
+type Info = activity.Info
 
 // GetInfo returns the step info carried by ctx, and false if ctx is not an
 // activity context.
-func GetInfo(ctx context.Context) (Info, bool) {
-	info, ok := ctx.Value(infoKey{}).(Info)
-	return info, ok
-}
+func GetInfo(ctx context.Context) (Info, bool) { return activity.GetInfo(ctx) }
+
+// Heartbeat tells the worker that the step running under ctx is alive.
+// Call it from long-running steps at least once per heartbeat timeout
+// (workflow.StepOpts.HeartbeatTimeout). It does nothing outside a step with
+// a heartbeat timeout.
+func Heartbeat(ctx context.Context) { activity.Heartbeat(ctx) }

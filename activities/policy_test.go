@@ -1,7 +1,6 @@
 package activities_test
 
 import (
-	"context"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -140,54 +139,6 @@ func TestPolicySeesBoundedInput(t *testing.T) {
 	require.Equal(t, history.Transient, class)
 }
 
-func TestClassifyOrder(t *testing.T) {
-	t.Parallel()
-	http := activities.MustPolicy("http", "error.status == 429 || error.status >= 500")
-	failure := func(err error) activities.Failure {
-		return activities.Failure{Err: err, Default: history.Transient, DefaultBy: "default:step", Attempt: 1,
-			Step: activities.PolicyStep{Name: "push"}}
-	}
-
-	// A mark in Go code wins over the policy.
-	info := activities.Classify(failure(activities.Permanent(activities.WithStatus(errors.New("503"), 503))), http)
-	require.Equal(t, history.Permanent, info.Class)
-	require.Equal(t, "mark:permanent", info.ClassifiedBy)
-	require.Empty(t, info.Policy)
-
-	// Unmarked: the policy decides, and the evidence names it.
-	info = activities.Classify(failure(errors.Wrap(activities.WithStatus(errors.New("bad request"), 400), "push")), http)
-	require.Equal(t, history.Permanent, info.Class)
-	require.Equal(t, "policy:http", info.ClassifiedBy)
-	require.Equal(t, http.Expression(), info.Policy)
-	require.Equal(t, 400, info.Status)
-
-	// No policy: the default.
-	info = activities.Classify(failure(errors.New("boom")), nil)
-	require.Equal(t, history.Transient, info.Class)
-	require.Equal(t, "default:step", info.ClassifiedBy)
-
-	// A policy that fails to evaluate counts as permanent, with the reason.
-	strict := activities.MustPolicy("strict", `error.attrs["provider"] == "openai"`)
-	info = activities.Classify(failure(errors.New("boom")), strict)
-	require.Equal(t, history.Permanent, info.Class)
-	require.Equal(t, "policy:strict", info.ClassifiedBy)
-	require.Contains(t, info.PolicyError, "no such key")
-
-	// Retry-after is a transient mark and carries its hint.
-	info = activities.Classify(failure(activities.RetryAfter(activities.WithStatus(errors.New("slow down"), 429), 1500*time.Millisecond)), http)
-	require.Equal(t, history.Transient, info.Class)
-	require.Equal(t, "mark:retry_after", info.ClassifiedBy)
-	require.Equal(t, int64(1500), info.RetryAfterMillis)
-	require.Equal(t, 429, info.Status)
-
-	// Kind, status and attributes survive wrapping; outer attributes win.
-	err := activities.WithAttrs(errors.Wrap(activities.WithAttrs(activities.WithKind(errors.New("quota"), "rate_limited"),
-		map[string]string{"provider": "inner", "model": "m1"}), "call"), map[string]string{"provider": "outer"})
-	info = activities.Classify(failure(err), nil)
-	require.Equal(t, "rate_limited", info.Kind)
-	require.Equal(t, map[string]string{"provider": "outer", "model": "m1"}, info.Attrs)
-}
-
 func TestDecide(t *testing.T) {
 	t.Parallel()
 	p := activities.RetryPolicy{MaxAttempts: 4, InitialInterval: time.Second, Multiplier: 2, MaxInterval: 10 * time.Second,
@@ -275,81 +226,6 @@ func TestRetryPolicyProperties(t *testing.T) {
 			}
 			runAt = next
 		}
-	})
-}
-
-func TestRunStepTimeouts(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-
-	t.Run("HeartbeatTimeout", func(t *testing.T) {
-		t.Parallel()
-		_, err := activities.RunStep(ctx, activities.Timeouts{Heartbeat: 50 * time.Millisecond}, func(ctx context.Context) (int, error) {
-			<-ctx.Done() // hangs without heartbeating
-			return 0, ctx.Err()
-		})
-		require.Error(t, err)
-		info := activities.Describe(err, history.Permanent)
-		require.Equal(t, history.Transient, info.Class)
-		require.Equal(t, activities.KindHeartbeatTimeout, info.Kind)
-		require.Contains(t, info.Message, "no heartbeat for 50ms")
-	})
-
-	t.Run("HeartbeatsKeepAStepAlive", func(t *testing.T) {
-		t.Parallel()
-		out, err := activities.RunStep(ctx, activities.Timeouts{Heartbeat: 100 * time.Millisecond}, func(ctx context.Context) (int, error) {
-			for range 10 { // 300ms in all: three heartbeat timeouts, each beaten
-				select {
-				case <-ctx.Done():
-					return 0, ctx.Err()
-				case <-time.After(30 * time.Millisecond):
-					activities.Heartbeat(ctx)
-				}
-			}
-			return 7, nil
-		})
-		require.NoError(t, err)
-		require.Equal(t, 7, out)
-	})
-
-	t.Run("StartToClose", func(t *testing.T) {
-		t.Parallel()
-		_, err := activities.RunStep(ctx, activities.Timeouts{StartToClose: 50 * time.Millisecond}, func(ctx context.Context) (int, error) {
-			<-ctx.Done()
-			return 0, errors.Wrap(ctx.Err(), "call model")
-		})
-		info := activities.Describe(err, history.Permanent)
-		require.Equal(t, history.Transient, info.Class)
-		require.Equal(t, activities.KindStartToCloseTimeout, info.Kind)
-	})
-
-	t.Run("AStepIgnoringItsContextIsAbandoned", func(t *testing.T) {
-		t.Parallel()
-		release := make(chan struct{})
-		defer close(release)
-		_, err := activities.RunStep(ctx, activities.Timeouts{StartToClose: 20 * time.Millisecond}, func(context.Context) (int, error) {
-			<-release // ignores its context
-			return 1, nil
-		})
-		info := activities.Describe(err, history.Permanent)
-		require.Equal(t, activities.KindStartToCloseTimeout, info.Kind)
-		require.Contains(t, err.Error(), "timed out")
-	})
-
-	t.Run("NoLimits", func(t *testing.T) {
-		t.Parallel()
-		out, err := activities.RunStep(ctx, activities.Timeouts{}, func(context.Context) (string, error) { return "ok", nil })
-		require.NoError(t, err)
-		require.Equal(t, "ok", out)
-		activities.Heartbeat(ctx) // outside a step with a heartbeat timeout: nothing happens
-	})
-
-	t.Run("PanicIsAnError", func(t *testing.T) {
-		t.Parallel()
-		_, err := activities.RunStep(ctx, activities.Timeouts{StartToClose: time.Second}, func(context.Context) (int, error) {
-			panic("kaboom")
-		})
-		require.ErrorContains(t, err, "step panicked: kaboom")
 	})
 }
 

@@ -28,7 +28,8 @@ var ErrBlobCorrupt = errors.New("blob does not match its reference")
 var ErrPayloadTooLarge = errors.New("payload too large")
 
 // TaskBlobs keeps the blobs of one task in the store's blobs table.
-// Its methods have the signatures of activities.BlobStore.
+// Its methods have the signatures of the activity.BlobStore the executor
+// puts into every step's context (internal/activity).
 type TaskBlobs struct {
 	Store     store.Store
 	Namespace string

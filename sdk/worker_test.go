@@ -12,6 +12,7 @@ import (
 	"github.com/cairnflow/cairn/activities"
 	"github.com/cairnflow/cairn/engine/enginetest"
 	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/internal/activity"
 	"github.com/cairnflow/cairn/sdk"
 	"github.com/cairnflow/cairn/workflow"
 	"github.com/cockroachdb/errors"
@@ -449,7 +450,7 @@ func TestStepsGetActivityInfo(t *testing.T) {
 		for pos, name := range []string{"first", "second"} {
 			require.Equal(t, activities.Info{
 				TaskID: id, TaskType: "info.check", Attempt: 1, WorkerID: "worker-info", Step: name, Position: pos,
-				IdempotencyKey: activities.IdempotencyKey(id, pos, name),
+				IdempotencyKey: activity.IdempotencyKey(id, pos, name),
 			}, <-got)
 		}
 		stopWorker(t, b.worker)

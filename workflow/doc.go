@@ -26,6 +26,6 @@
 //
 // The package holds the author's API only; the interpreter that runs a
 // workflow against its history is internal (internal/interpreter). It
-// imports activities (the step runtime) and that interpreter, and nothing
-// else of cairn.
+// imports activities (the step author's API) and that interpreter, and
+// nothing else of cairn.
 package workflow

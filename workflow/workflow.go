@@ -35,8 +35,12 @@ type StepOpts struct {
 	// fields take activities.DefaultRetryPolicy's (see
 	// [activities.RetryPolicy.WithDefaults]).
 	Retry *activities.RetryPolicy
-	// StartToClose and HeartbeatTimeout bound one run of the step (see
-	// [activities.Timeouts]); hitting either is a transient failure.
+	// StartToClose bounds one run of the step; HeartbeatTimeout is how
+	// long it may go without calling [activities.Heartbeat] (set it for long
+	// steps, such as a large OCR job or a streamed LLM response, so a step
+	// that hangs is noticed long before StartToClose). Hitting either is a
+	// transient failure (kind [activities.KindStartToCloseTimeout] or
+	// [activities.KindHeartbeatTimeout]). Zero means no limit.
 	StartToClose     time.Duration
 	HeartbeatTimeout time.Duration
 	// Irreversible: once started, the step runs to completion even when
@@ -72,13 +76,14 @@ func stepOptions(opts []StepOpts) *interpreter.StepOptions {
 
 // options translates o for the interpreter.
 func (o StepOpts) options() *interpreter.StepOptions {
-	return &interpreter.StepOptions{
+	opts := &interpreter.StepOptions{
 		Retry:             withDefaults(o.Retry),
-		Timeouts:          activities.Timeouts{StartToClose: o.StartToClose, Heartbeat: o.HeartbeatTimeout},
 		Irreversible:      o.Irreversible,
 		Compensate:        o.Compensate,
 		CompensationRetry: withDefaults(o.CompensationRetry),
 	}
+	opts.Timeouts.StartToClose, opts.Timeouts.Heartbeat = o.StartToClose, o.HeartbeatTimeout
+	return opts
 }
 
 // withDefaults is r with its zero fields filled; nil stays nil.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/cairnflow/cairn/activities"
 	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/internal/activity"
 	"github.com/cairnflow/cairn/internal/interpreter"
 	"github.com/cairnflow/cairn/workflow"
 	"github.com/cockroachdb/errors"
@@ -51,7 +52,7 @@ func TestStepOptsReachTheInterpreter(t *testing.T) {
 		require.NotNil(t, got)
 		require.Equal(t, *retry, *got.Retry, "a whole policy reaches it as it is")
 		require.Equal(t, *compRetry, *got.CompensationRetry)
-		require.Equal(t, activities.Timeouts{StartToClose: time.Minute, Heartbeat: time.Second}, got.Timeouts)
+		require.Equal(t, activity.Timeouts{StartToClose: time.Minute, Heartbeat: time.Second}, got.Timeouts)
 		require.False(t, got.Irreversible)
 		require.NotNil(t, got.Compensate)
 	}

@@ -18,8 +18,9 @@
 // package workflow re-exports.
 //
 // The package is internal so that workflow exports only the author's API.
-// It imports history and activities and nothing else of cairn; workflow and
-// the sdk (its executor and its registration) import it. It does no I/O of
-// its own: the caller supplies how a step's context is made and how a
-// completed step is recorded.
+// It imports history, activities and internal/activity (RunStep, the usage
+// recorder) and nothing else of cairn; workflow and the sdk (its executor
+// and its registration) import it. It does no I/O of its own: the caller
+// supplies how a step's context is made and how a completed step is
+// recorded.
 package interpreter

@@ -11,6 +11,7 @@ import (
 
 	"github.com/cairnflow/cairn/activities"
 	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/internal/activity"
 	"github.com/cairnflow/cairn/internal/errmark"
 )
 
@@ -23,7 +24,7 @@ type StepOptions struct {
 	// failures.
 	Retry *activities.RetryPolicy
 	// Timeouts bound one run of the step (and of its compensator).
-	Timeouts activities.Timeouts
+	Timeouts activity.Timeouts
 	// Irreversible: once started, the step runs to completion even when
 	// the task's cancel arrives.
 	Irreversible bool
@@ -53,15 +54,15 @@ func (o *StepOptions) validate() error {
 			return err
 		}
 	}
-	if o.Irreversible && o.Timeouts != (activities.Timeouts{}) {
+	if o.Irreversible && o.Timeouts != (activity.Timeouts{}) {
 		return errors.New("an irreversible step runs to completion: it takes no StartToClose or HeartbeatTimeout")
 	}
 	return o.Timeouts.Validate()
 }
 
-func (o *StepOptions) timeouts() activities.Timeouts {
+func (o *StepOptions) timeouts() activity.Timeouts {
 	if o == nil {
-		return activities.Timeouts{}
+		return activity.Timeouts{}
 	}
 	return o.Timeouts
 }
@@ -206,10 +207,10 @@ func (s *runState) prepare(pos int, name string, opts *StepOptions) (StepInfo, c
 // end is the body's: see endFutures).
 func execute[Out any](s *runState, stepCtx context.Context, info StepInfo, fn func(context.Context) (Out, error), opts *StepOptions) (Out, history.StepCompletedData, error) {
 	var zero Out
-	usage := activities.NewUsageRecorder()
-	stepCtx = activities.WithUsageRecorder(stepCtx, usage)
+	usage := activity.NewUsageRecorder()
+	stepCtx = activity.WithUsageRecorder(stepCtx, usage)
 	started := time.Now()
-	out, err := activities.RunStep(stepCtx, opts.timeouts(), func(ctx context.Context) (Out, error) {
+	out, err := activity.RunStep(stepCtx, opts.timeouts(), func(ctx context.Context) (Out, error) {
 		return callStep(ctx, fn)
 	})
 	ran := time.Since(started)

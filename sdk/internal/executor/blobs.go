@@ -14,7 +14,7 @@ import (
 	"github.com/cairnflow/cairn/history"
 )
 
-// stepBlobs is a step's activities.BlobStore: the task's blobs, with
+// stepBlobs is a step's activity.BlobStore: the task's blobs, with
 // errors that name the step.
 type stepBlobs struct {
 	engine.TaskBlobs

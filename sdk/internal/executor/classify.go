@@ -6,6 +6,7 @@ import (
 	"github.com/cairnflow/cairn/activities"
 	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/internal/activity"
 	"github.com/cairnflow/cairn/internal/interpreter"
 	"github.com/cockroachdb/errors"
 )
@@ -31,7 +32,7 @@ func (t Type) retryFor(override *activities.RetryPolicy) activities.RetryPolicy 
 // is transient for a step's errors and permanent for the workflow body's
 // own (re-running the same code on the same history gives the same error).
 func (h *Handler) classify(a *engine.Attempt, typ Type, res interpreter.Result, attempts int, elapsed time.Duration) history.ErrorInfo {
-	f := activities.Failure{
+	f := failure{
 		Err: res.Err, Default: history.Permanent, DefaultBy: "default:workflow",
 		Attempt: attempts, Elapsed: elapsed,
 		Task: activities.PolicyTask{Type: a.Task.Type, Queue: a.Task.Queue},
@@ -46,17 +47,54 @@ func (h *Handler) classify(a *engine.Attempt, typ Type, res interpreter.Result, 
 	policy := typ.retryFor(override).Classifier
 	var info history.ErrorInfo
 	if kind := alwaysPermanent(res.Err); kind != "" {
-		info = activities.Describe(res.Err, history.Permanent)
+		info = activity.Describe(res.Err, history.Permanent)
 		info.Class, info.Kind, info.ClassifiedBy = history.Permanent, kind, "rule:"+kind
 	} else {
-		info = activities.Classify(f, policy)
+		info = classifyFailure(f, policy)
 	}
-	if errors.Is(res.Err, interpreter.ErrRecordFailed) && !activities.Marked(info) {
+	if errors.Is(res.Err, interpreter.ErrRecordFailed) && !activity.Marked(info) {
 		// The step finished but its result was not saved: run it again.
 		info.Class, info.Kind, info.ClassifiedBy = history.Transient, "record_failed", "rule:record_failed"
 	}
 	if res.Step != nil {
 		info.Step, info.Position = res.Step.Name, res.Step.Position
+	}
+	return info
+}
+
+// failure is a failed attempt, or compensator, as classifyFailure sees it.
+type failure struct {
+	Err error
+	// Default is the class when neither a mark nor a policy decides, and
+	// DefaultBy what ClassifiedBy then says.
+	Default   history.Class
+	DefaultBy string
+	Attempt   int
+	Elapsed   time.Duration
+	Task      activities.PolicyTask
+	Step      activities.PolicyStep
+}
+
+// classifyFailure describes f.Err and decides its class: a mark in Go code
+// wins; otherwise policy, if not nil; otherwise f.Default. A policy whose
+// evaluation fails classifies the error as permanent, and the evaluation
+// error is recorded in the evidence.
+func classifyFailure(f failure, policy *activities.Policy) history.ErrorInfo {
+	info := activity.Describe(f.Err, f.Default)
+	if activity.Marked(info) {
+		return info
+	}
+	info.ClassifiedBy = f.DefaultBy
+	if policy == nil {
+		return info
+	}
+	class, err := policy.Classify(activities.PolicyInput{
+		Error:   activities.PolicyError{Message: info.Message, Kind: info.Kind, Status: info.Status, Attrs: info.Attrs},
+		Attempt: f.Attempt, Elapsed: f.Elapsed, Task: f.Task, Step: f.Step,
+	})
+	info.Class, info.ClassifiedBy, info.Policy = class, "policy:"+policy.Name(), policy.Expression()
+	if err != nil {
+		info.PolicyError = activity.Storable(err.Error())
 	}
 	return info
 }

@@ -92,3 +92,53 @@ func TestClassifyOrder(t *testing.T) {
 		require.Equal(t, "default:workflow", info.ClassifiedBy)
 	})
 }
+
+// classifyFailure's order, under the rules: a mark in Go code, then the
+// policy, then the default.
+func TestClassifyFailure(t *testing.T) {
+	t.Parallel()
+	http := activities.MustPolicy("http", "error.status == 429 || error.status >= 500")
+	failed := func(err error) failure {
+		return failure{Err: err, Default: history.Transient, DefaultBy: "default:step", Attempt: 1,
+			Step: activities.PolicyStep{Name: "push"}}
+	}
+
+	// A mark in Go code wins over the policy.
+	info := classifyFailure(failed(activities.Permanent(activities.WithStatus(errors.New("503"), 503))), http)
+	require.Equal(t, history.Permanent, info.Class)
+	require.Equal(t, "mark:permanent", info.ClassifiedBy)
+	require.Empty(t, info.Policy)
+
+	// Unmarked: the policy decides, and the evidence names it.
+	info = classifyFailure(failed(errors.Wrap(activities.WithStatus(errors.New("bad request"), 400), "push")), http)
+	require.Equal(t, history.Permanent, info.Class)
+	require.Equal(t, "policy:http", info.ClassifiedBy)
+	require.Equal(t, http.Expression(), info.Policy)
+	require.Equal(t, 400, info.Status)
+
+	// No policy: the default.
+	info = classifyFailure(failed(errors.New("boom")), nil)
+	require.Equal(t, history.Transient, info.Class)
+	require.Equal(t, "default:step", info.ClassifiedBy)
+
+	// A policy that fails to evaluate counts as permanent, with the reason.
+	strict := activities.MustPolicy("strict", `error.attrs["provider"] == "openai"`)
+	info = classifyFailure(failed(errors.New("boom")), strict)
+	require.Equal(t, history.Permanent, info.Class)
+	require.Equal(t, "policy:strict", info.ClassifiedBy)
+	require.Contains(t, info.PolicyError, "no such key")
+
+	// Retry-after is a transient mark and carries its hint.
+	info = classifyFailure(failed(activities.RetryAfter(activities.WithStatus(errors.New("slow down"), 429), 1500*time.Millisecond)), http)
+	require.Equal(t, history.Transient, info.Class)
+	require.Equal(t, "mark:retry_after", info.ClassifiedBy)
+	require.Equal(t, int64(1500), info.RetryAfterMillis)
+	require.Equal(t, 429, info.Status)
+
+	// Kind, status and attributes survive wrapping; outer attributes win.
+	err := activities.WithAttrs(errors.Wrap(activities.WithAttrs(activities.WithKind(errors.New("quota"), "rate_limited"),
+		map[string]string{"provider": "inner", "model": "m1"}), "call"), map[string]string{"provider": "outer"})
+	info = classifyFailure(failed(err), nil)
+	require.Equal(t, "rate_limited", info.Kind)
+	require.Equal(t, map[string]string{"provider": "outer", "model": "m1"}, info.Attrs)
+}

@@ -8,6 +8,7 @@ import (
 	"github.com/cairnflow/cairn/activities"
 	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/internal/activity"
 	"github.com/cairnflow/cairn/internal/interpreter"
 	"github.com/cockroachdb/errors"
 )
@@ -131,12 +132,12 @@ func interrupted(a *engine.Attempt, ctx context.Context) error {
 // the step's StartToClose and HeartbeatTimeout, so a hung compensator
 // cannot hold the task forever.
 func runCompensator(ctx context.Context, a *engine.Attempt, taskID string, step history.Step, opts *interpreter.StepOptions) error {
-	ctx = activities.WithInfo(activities.WithBlobs(ctx, stepBlobs{a.Blobs(), step.Name, step.Position}), activities.Info{
+	ctx = activity.WithInfo(activity.WithBlobs(ctx, stepBlobs{a.Blobs(), step.Name, step.Position}), activities.Info{
 		TaskID: taskID, TaskType: a.Task.Type, Attempt: a.State().Attempt, WorkerID: a.WorkerID(),
 		Step: step.Name, Position: step.Position,
-		IdempotencyKey: activities.IdempotencyKey(taskID, step.Position, step.Name) + "/compensate",
+		IdempotencyKey: activity.IdempotencyKey(taskID, step.Position, step.Name) + "/compensate",
 	})
-	_, err := activities.RunStep(ctx, opts.Timeouts, func(ctx context.Context) (struct{}, error) {
+	_, err := activity.RunStep(ctx, opts.Timeouts, func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, opts.Compensate(ctx, step.Output)
 	})
 	return err
@@ -152,7 +153,7 @@ func (h *Handler) compensatorFailed(a *engine.Attempt, typ Type, state history.S
 	policy := typ.retryFor(override)
 	now := engine.Now()
 	elapsed := now.Sub(state.Budget.Since)
-	info := activities.Classify(activities.Failure{
+	info := classifyFailure(failure{
 		Err: err, Default: history.Transient, DefaultBy: "default:compensation",
 		Attempt: state.Budget.Attempts, Elapsed: elapsed,
 		Task: activities.PolicyTask{Type: a.Task.Type, Queue: a.Task.Queue}, Step: activities.PolicyStep{Name: step.Name},

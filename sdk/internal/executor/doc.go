@@ -19,6 +19,7 @@
 //   - an OpenTelemetry span per attempt and per step, when configured.
 //
 // It is internal to the sdk, whose Worker is its only user: the sdk's
-// public face stays thin. It imports engine, history, activities and
+// public face stays thin. It imports engine, history, activities,
+// internal/activity (the activity context it sets up for each step) and
 // internal/interpreter, never workflow or the sdk.
 package executor

@@ -15,6 +15,7 @@ import (
 	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/internal/activity"
 	"github.com/cairnflow/cairn/internal/errmark"
 	"github.com/cairnflow/cairn/internal/interpreter"
 )
@@ -240,10 +241,10 @@ func (h *Handler) handleAttempt(ctx context.Context, a *engine.Attempt, tr *atte
 			if s.Irreversible {
 				base = irreversibleCtx // a cancel request does not stop it
 			}
-			return activities.WithInfo(activities.WithBlobs(tr.stepContext(base, s), stepBlobs{a.Blobs(), s.Name, s.Position}), activities.Info{
+			return activity.WithInfo(activity.WithBlobs(tr.stepContext(base, s), stepBlobs{a.Blobs(), s.Name, s.Position}), activities.Info{
 				TaskID: taskID, TaskType: a.Task.Type, Attempt: state.Attempt, WorkerID: a.WorkerID(),
 				Step: s.Name, Position: s.Position,
-				IdempotencyKey: activities.IdempotencyKey(taskID, s.Position, s.Name),
+				IdempotencyKey: activity.IdempotencyKey(taskID, s.Position, s.Name),
 				TraceID:        a.Task.TraceID,
 			})
 		},

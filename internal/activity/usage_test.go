@@ -1,4 +1,4 @@
-package activities_test
+package activity_test
 
 import (
 	"context"
@@ -6,14 +6,16 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/cairnflow/cairn/activities"
 	"github.com/stretchr/testify/require"
+
+	"github.com/cairnflow/cairn/activities"
+	"github.com/cairnflow/cairn/internal/activity"
 )
 
 func TestRecordUsageAddsUpPerModel(t *testing.T) {
 	t.Parallel()
-	r := activities.NewUsageRecorder()
-	ctx := activities.WithUsageRecorder(context.Background(), r)
+	r := activity.NewUsageRecorder()
+	ctx := activity.WithUsageRecorder(context.Background(), r)
 
 	activities.RecordUsage(ctx, activities.Usage{Model: "opus", InputTokens: 100, OutputTokens: 50, CostUSD: 0.01})
 	activities.RecordUsage(ctx, activities.Usage{Model: "haiku", InputTokens: 10, OutputTokens: 5, CostUSD: 0.001})
@@ -34,15 +36,15 @@ func TestRecordUsageOutsideAStepDoesNothing(t *testing.T) {
 	require.NotPanics(t, func() {
 		activities.RecordUsage(context.Background(), activities.Usage{Model: "m", InputTokens: 1})
 	})
-	require.Nil(t, activities.NewUsageRecorder().Usage(), "nothing recorded: no usage to write")
+	require.Nil(t, activity.NewUsageRecorder().Usage(), "nothing recorded: no usage to write")
 }
 
 // Figures that cannot be stored (JSON has no NaN) or that would make a
 // counter go down count as zero; the model still shows it was called.
 func TestRecordUsageRefusesImpossibleFigures(t *testing.T) {
 	t.Parallel()
-	r := activities.NewUsageRecorder()
-	ctx := activities.WithUsageRecorder(context.Background(), r)
+	r := activity.NewUsageRecorder()
+	ctx := activity.WithUsageRecorder(context.Background(), r)
 	activities.RecordUsage(ctx, activities.Usage{Model: "m", InputTokens: -5, OutputTokens: 3, CostUSD: math.NaN()})
 	activities.RecordUsage(ctx, activities.Usage{Model: "m", CostUSD: math.Inf(1)})
 	activities.RecordUsage(ctx, activities.Usage{Model: "m", CostUSD: -1})
@@ -51,8 +53,8 @@ func TestRecordUsageRefusesImpossibleFigures(t *testing.T) {
 
 func TestRecordUsageFromManyGoroutines(t *testing.T) {
 	t.Parallel()
-	r := activities.NewUsageRecorder()
-	ctx := activities.WithUsageRecorder(context.Background(), r)
+	r := activity.NewUsageRecorder()
+	ctx := activity.WithUsageRecorder(context.Background(), r)
 	var wg sync.WaitGroup
 	for range 50 {
 		wg.Go(func() {

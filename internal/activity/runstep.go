@@ -1,4 +1,4 @@
-package activities
+package activity
 
 import (
 	"context"
@@ -9,13 +9,16 @@ import (
 	"github.com/cockroachdb/errors"
 )
 
-// Timeouts bound one run of a step. Zero values mean no limit.
+// Timeouts bound one run of a step: workflow.StepOpts' StartToClose and
+// HeartbeatTimeout, as the interpreter hands them to [RunStep]. Zero values
+// mean no limit.
 type Timeouts struct {
 	// StartToClose is how long one run of the step may take.
 	StartToClose time.Duration
-	// Heartbeat is how long the step may go without calling [Heartbeat].
-	// Set it for long steps (a large OCR job, a streamed LLM response) so a
-	// step that hangs is noticed long before StartToClose.
+	// Heartbeat is how long the step may go without calling [Heartbeat]
+	// (activities.Heartbeat). Set for long steps (a large OCR job, a
+	// streamed LLM response) so a step that hangs is noticed long before
+	// StartToClose.
 	Heartbeat time.Duration
 }
 
@@ -28,6 +31,7 @@ func (t Timeouts) Validate() error {
 }
 
 // Kinds of the timeout errors [RunStep] returns. Both are transient.
+// activities re-exports them: step authors match on them in policies.
 const (
 	KindStartToCloseTimeout = "start_to_close_timeout"
 	KindHeartbeatTimeout    = "heartbeat_timeout"
@@ -51,9 +55,9 @@ type heartbeatState struct {
 	last  atomic.Int64 // nanoseconds since start
 }
 
-// Heartbeat tells the step runtime that the step running under ctx is
-// alive. Call it from long-running steps at least once per heartbeat
-// timeout. It does nothing outside a step with a heartbeat timeout.
+// Heartbeat tells [RunStep] that the step running under ctx is alive:
+// what activities.Heartbeat does. It does nothing outside a step with a
+// heartbeat timeout.
 func Heartbeat(ctx context.Context) {
 	if hb, ok := ctx.Value(heartbeatKey{}).(*heartbeatState); ok {
 		hb.last.Store(int64(time.Since(hb.start)))
