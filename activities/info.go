@@ -11,8 +11,8 @@ import (
 // step's IdempotencyKey ("<task id>/<position>/<name>", the same on every
 // attempt of this step of this task: hand it to external APIs so a retried
 // step has its effect once), and TraceID (the trace the task was started
-// under, as given at submission; empty when none). It is the worker's own
-// type, so what a step reads is what the worker set.
+// under, as given at submission; empty when none). It is an alias of the
+// type the worker fills in when it starts the step.
 type Info = activity.Info
 
 // GetInfo returns the step info carried by ctx, and false if ctx is not an
