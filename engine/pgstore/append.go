@@ -155,7 +155,7 @@ func (s *Store) EventAppend(ctx context.Context, p *store.EventAppendParams) (hi
 func (s *Store) EventAppendMany(ctx context.Context, ps []*store.EventAppendParams) ([]store.AppendResult, error) {
 	rounds := appendRounds(ps)
 	if rounds == nil {
-		out, parents, err := s.appendRound(ctx, s.pool, ps)
+		out, parents, err := s.appendRound(ctx, s.db, ps)
 		if err != nil {
 			return nil, errors.Wrap(interpretError(err), "append events")
 		}
@@ -164,7 +164,7 @@ func (s *Store) EventAppendMany(ctx context.Context, ps []*store.EventAppendPara
 	}
 	out := make([]store.AppendResult, len(ps))
 	var parents []parentWrite
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
 		parents = nil
 		for _, round := range rounds {
 			sub := make([]*store.EventAppendParams, len(round))

@@ -23,7 +23,7 @@ func (s *Store) EventScan(ctx context.Context, p *store.EventScanParams) ([]stor
 	if err != nil {
 		return nil, err
 	}
-	rows, err := s.pool.Query(ctx, s.sql("EventScan"), args)
+	rows, err := s.db.Query(ctx, s.sql("EventScan"), args)
 	if err != nil {
 		return nil, errors.Wrap(interpretError(err), "scan events")
 	}

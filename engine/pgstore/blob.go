@@ -12,7 +12,7 @@ import (
 
 // BlobPut implements [store.Store].
 func (s *Store) BlobPut(ctx context.Context, b *store.Blob) error {
-	_, err := s.pool.Exec(ctx, s.sql("BlobInsert"), pgx.NamedArgs{
+	_, err := s.db.Exec(ctx, s.sql("BlobInsert"), pgx.NamedArgs{
 		"namespace": b.Namespace, "key": b.Key, "task_id": b.TaskID, "content_type": nullString(b.ContentType),
 		"size": b.Length(), "sha256": b.SHA256, "data": blobData(b.Data), "location": nullString(b.Location),
 	})
@@ -23,7 +23,7 @@ func (s *Store) BlobPut(ctx context.Context, b *store.Blob) error {
 func (s *Store) BlobGet(ctx context.Context, namespace, key string) (*store.Blob, error) {
 	b := &store.Blob{Namespace: namespace, Key: key}
 	var contentType, location *string
-	err := s.pool.QueryRow(ctx, s.sql("BlobGet"), pgx.NamedArgs{"namespace": namespace, "key": key}).
+	err := s.db.QueryRow(ctx, s.sql("BlobGet"), pgx.NamedArgs{"namespace": namespace, "key": key}).
 		Scan(&b.TaskID, &contentType, &b.SHA256, &b.Data, &b.CreatedAt, &location, &b.Size)
 	if err != nil {
 		return nil, errors.Wrapf(interpretError(err), "get blob %s", key)
@@ -38,7 +38,7 @@ func (s *Store) BlobKeysByTasks(ctx context.Context, namespace string, ids []uui
 	if len(ids) == 0 {
 		return out, nil
 	}
-	rows, err := s.pool.Query(ctx, s.sql("BlobKeysByTasks"), pgx.NamedArgs{"namespace": namespace, "ids": ids})
+	rows, err := s.db.Query(ctx, s.sql("BlobKeysByTasks"), pgx.NamedArgs{"namespace": namespace, "ids": ids})
 	if err != nil {
 		return nil, errors.Wrap(interpretError(err), "list blobs")
 	}

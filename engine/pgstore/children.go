@@ -24,7 +24,7 @@ func (s *Store) TaskStartChildren(ctx context.Context, p *store.ChildStartParams
 	}
 	var res store.ChildStartResult
 	var ap *store.EventAppendParams
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
 		started, err := s.taskStartMany(ctx, tx, starts)
 		if err != nil {
 			return err
@@ -217,9 +217,14 @@ func (s *Store) reportToParents(ctx context.Context, tx pgx.Tx, ids []uuid.UUID,
 }
 
 // rememberParents caches the parents' states once their appends have
-// committed.
+// committed (in a transaction, at its commit).
 func (s *Store) rememberParents(parents []parentWrite) {
-	for _, w := range parents {
-		s.parents.Put(w.p.TaskID, w.next)
+	if len(parents) == 0 {
+		return
 	}
+	s.afterCommit(func() {
+		for _, w := range parents {
+			s.parents.Put(w.p.TaskID, w.next)
+		}
+	})
 }

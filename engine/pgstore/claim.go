@@ -57,8 +57,13 @@ func (s *Store) TaskClaim(ctx context.Context, p *store.TaskClaimManyParams) (st
 	// an index walk keyed by the parameters. JIT is off for it: the generic
 	// plan's row estimates (a LIMIT it cannot see) put its cost past
 	// jit_above_cost, and compiling it takes 100-160 ms.
+	//
+	// In a transaction (see tx.go) the settings are left out: they would
+	// last until its commit, and the caller's writes must wait for theirs.
 	batch := &pgx.Batch{}
-	batch.Queue("SELECT set_config('synchronous_commit', 'off', true), " + genericPlanSettings)
+	if s.txn == nil {
+		batch.Queue("SELECT set_config('synchronous_commit', 'off', true), " + genericPlanSettings)
+	}
 	// Concurrency-limited queues and rate-limited types: lock their rows
 	// first (a separate statement, so the claim's snapshot is taken after
 	// the lock and sees every claim committed before it).
@@ -71,7 +76,7 @@ func (s *Store) TaskClaim(ctx context.Context, p *store.TaskClaimManyParams) (st
 		res, err = collectClaim(rows)
 		return err
 	})
-	if err := s.pool.SendBatch(ctx, batch).Close(); err != nil {
+	if err := s.db.SendBatch(ctx, batch).Close(); err != nil {
 		return store.ClaimResult{}, errors.Wrap(interpretError(err), "claim tasks")
 	}
 	if err := s.rereadStaleClaims(ctx, res.Tasks); err != nil {

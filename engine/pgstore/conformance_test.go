@@ -17,6 +17,29 @@ func TestStoreConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) store.Store { return enginetest.Store(t) })
 }
 
+// TestTransactionsOnACallersTx runs the conformance tests of
+// transactions on the caller's pgx transactions (Store.WithTx).
+func TestTransactionsOnACallersTx(t *testing.T) {
+	storetest.RunTransactions(t, func(t *testing.T) store.Store { return enginetest.Store(t) },
+		func(ctx context.Context, s store.Store) (store.Tx, error) {
+			pg := s.(*pgstore.Store)
+			tx, err := pg.Pool().Begin(ctx)
+			if err != nil {
+				return nil, err
+			}
+			return pg.WithTx(tx), nil
+		})
+}
+
+// TestObserver runs the conformance tests of what the store counts.
+func TestObserver(t *testing.T) {
+	storetest.RunObserver(t, func(t *testing.T, obs store.Observer) store.Store {
+		s, err := pgstore.New(pgstore.Config{Pool: enginetest.Pool(t), Schema: enginetest.Schema(t), Metrics: obs})
+		require.NoError(t, err)
+		return s
+	})
+}
+
 // TestBrokenScheduleIsSkipped spoils a schedule's row under the store (an
 // empty task type, which no start accepts).
 func TestBrokenScheduleIsSkipped(t *testing.T) {

@@ -14,7 +14,7 @@ func (s *Store) TaskDataKeys(ctx context.Context, ids []uuid.UUID) (map[uuid.UUI
 	if len(ids) == 0 {
 		return out, nil
 	}
-	rows, err := s.pool.Query(ctx, s.sql("TaskDataKeys"), pgx.NamedArgs{"ids": ids})
+	rows, err := s.db.Query(ctx, s.sql("TaskDataKeys"), pgx.NamedArgs{"ids": ids})
 	if err != nil {
 		return nil, errors.Wrap(interpretError(err), "read data keys")
 	}
@@ -34,7 +34,7 @@ func (s *Store) TaskDataKeys(ctx context.Context, ids []uuid.UUID) (map[uuid.UUI
 // TaskDataKeySet implements [store.Store].
 func (s *Store) TaskDataKeySet(ctx context.Context, id uuid.UUID, key []byte) ([]byte, error) {
 	var held []byte
-	err := s.pool.QueryRow(ctx, s.sql("TaskDataKeySet"), pgx.NamedArgs{"id": id, "data_key": key}).Scan(&held)
+	err := s.db.QueryRow(ctx, s.sql("TaskDataKeySet"), pgx.NamedArgs{"id": id, "data_key": key}).Scan(&held)
 	if err != nil {
 		return nil, errors.Wrapf(interpretError(err), "set the data key of task %s", id)
 	}

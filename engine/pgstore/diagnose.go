@@ -32,7 +32,7 @@ func (s *Store) QueueMeasure(ctx context.Context, p *store.QueueDiagnoseParams) 
 	}
 	d := &store.QueueDiagnosis{Namespace: p.Namespace, Queue: p.Queue, Window: store.MillisOf(p.Window)}
 	opts := pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}
-	err := pgx.BeginTxFunc(ctx, s.pool, opts, func(tx pgx.Tx) error {
+	err := s.readTx(ctx, opts, func(tx pgx.Tx) error {
 		return s.measureQueue(ctx, tx, p.Window, d)
 	})
 	if isStatementTimeout(err) && ctx.Err() == nil { // a cancelled context is cancelled the same way

@@ -23,7 +23,7 @@ func (s *Store) TaskListLeaseExpired(ctx context.Context, p *store.LeaseExpiryPa
 // tasks_lease_idx.
 func (s *Store) TaskLeaseNextExpiry(ctx context.Context, p *store.LeaseExpiryParams) (time.Duration, bool, error) {
 	var seconds *float64
-	err := s.pool.QueryRow(ctx, s.sql("TaskLeaseNextExpiry"), pgx.NamedArgs{
+	err := s.db.QueryRow(ctx, s.sql("TaskLeaseNextExpiry"), pgx.NamedArgs{
 		"expired_for_seconds": p.ExpiredFor.Seconds()}).Scan(&seconds)
 	if err != nil {
 		return 0, false, errors.Wrap(interpretError(err), "read the next lease expiry")
@@ -41,7 +41,7 @@ func (s *Store) TaskListStartExpired(ctx context.Context, max int) ([]uuid.UUID,
 }
 
 func (s *Store) listIDs(ctx context.Context, query string, args pgx.NamedArgs, what string) ([]uuid.UUID, error) {
-	rows, err := s.pool.Query(ctx, s.sql(query), args)
+	rows, err := s.db.Query(ctx, s.sql(query), args)
 	if err != nil {
 		return nil, errors.Wrap(interpretError(err), what)
 	}
@@ -64,7 +64,7 @@ func (s *Store) DeadLetterList(ctx context.Context, p *store.DeadLetterListParam
 	if p.OmitPayloads {
 		query = "DeadLetterListLean"
 	}
-	rows, err := s.pool.Query(ctx, s.sql(query), args)
+	rows, err := s.db.Query(ctx, s.sql(query), args)
 	if err != nil {
 		return nil, errors.Wrap(interpretError(err), "list dead letters")
 	}

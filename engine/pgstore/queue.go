@@ -14,7 +14,7 @@ import (
 // QueueGaugeList reads the task counts of every queue by status, in one
 // grouped query.
 func (s *Store) QueueGaugeList(ctx context.Context) ([]*store.QueueGauge, error) {
-	rows, err := s.pool.Query(ctx, s.sql("MetricsQueueDepths"))
+	rows, err := s.db.Query(ctx, s.sql("MetricsQueueDepths"))
 	if err != nil {
 		return nil, errors.Wrap(interpretError(err), "read queue depths")
 	}
@@ -48,7 +48,7 @@ func (s *Store) QueueSet(ctx context.Context, c store.QueueConfig) error {
 	if err := c.Validate(); err != nil {
 		return err
 	}
-	_, err := s.pool.Exec(ctx, s.sql("QueueUpsert"), pgx.NamedArgs{
+	_, err := s.db.Exec(ctx, s.sql("QueueUpsert"), pgx.NamedArgs{
 		"namespace": c.Namespace, "name": c.Name, "max_waiting": nullPositive(c.MaxWaiting), "concurrency": nullPositive(c.Concurrency),
 		"channel": s.channel,
 	})
@@ -57,7 +57,7 @@ func (s *Store) QueueSet(ctx context.Context, c store.QueueConfig) error {
 
 // QueueList returns the configured queues of namespace with their load.
 func (s *Store) QueueList(ctx context.Context, namespace string) ([]store.QueueInfo, error) {
-	rows, err := s.pool.Query(ctx, s.sql("QueueList"), pgx.NamedArgs{"namespace": namespace})
+	rows, err := s.db.Query(ctx, s.sql("QueueList"), pgx.NamedArgs{"namespace": namespace})
 	if err != nil {
 		return nil, errors.Wrap(interpretError(err), "list queues")
 	}
@@ -213,7 +213,7 @@ func (s *Store) freshStarts(ctx context.Context, tx pgx.Tx, plans []plan.StartPl
 // QueueWaits returns, per queue and priority of namespace, the due tasks
 // waiting and the run time of the oldest: what starvation would look like.
 func (s *Store) QueueWaits(ctx context.Context, namespace string) ([]store.QueueWait, error) {
-	rows, err := s.pool.Query(ctx, s.sql("QueueWaits"), pgx.NamedArgs{"namespace": namespace})
+	rows, err := s.db.Query(ctx, s.sql("QueueWaits"), pgx.NamedArgs{"namespace": namespace})
 	if err != nil {
 		return nil, errors.Wrap(interpretError(err), "queue waits")
 	}
@@ -236,7 +236,7 @@ func (s *Store) RateLimitSet(ctx context.Context, namespace, taskType string, ma
 	if err := store.CheckRateLimit(taskType, maxStarts, per); err != nil {
 		return err
 	}
-	_, err := s.pool.Exec(ctx, s.sql("RateLimitUpsert"), pgx.NamedArgs{
+	_, err := s.db.Exec(ctx, s.sql("RateLimitUpsert"), pgx.NamedArgs{
 		"namespace": namespace, "task_type": taskType, "max_starts": maxStarts, "per_ms": per.Milliseconds(),
 	})
 	return errors.Wrapf(interpretError(err), "set rate limit of %s", taskType)
@@ -244,7 +244,7 @@ func (s *Store) RateLimitSet(ctx context.Context, namespace, taskType string, ma
 
 // RateLimitDelete removes taskType's rate limit.
 func (s *Store) RateLimitDelete(ctx context.Context, namespace, taskType string) error {
-	_, err := s.pool.Exec(ctx, s.sql("RateLimitDelete"), pgx.NamedArgs{"namespace": namespace, "task_type": taskType})
+	_, err := s.db.Exec(ctx, s.sql("RateLimitDelete"), pgx.NamedArgs{"namespace": namespace, "task_type": taskType})
 	return errors.Wrapf(interpretError(err), "delete rate limit of %s", taskType)
 }
 
@@ -254,7 +254,7 @@ func (s *Store) QueueStatsList(ctx context.Context, namespace string, window tim
 	if window <= 0 {
 		return nil, errors.Newf("queue stats: window %s is not positive", window)
 	}
-	rows, err := s.pool.Query(ctx, s.sql("QueueStats"), pgx.NamedArgs{"namespace": namespace, "window_seconds": window.Seconds()})
+	rows, err := s.db.Query(ctx, s.sql("QueueStats"), pgx.NamedArgs{"namespace": namespace, "window_seconds": window.Seconds()})
 	if err != nil {
 		return nil, errors.Wrap(interpretError(err), "queue stats")
 	}

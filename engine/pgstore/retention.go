@@ -20,7 +20,7 @@ func (s *Store) TaskRemoveFinished(ctx context.Context, p *store.RemoveFinishedP
 	if p.Max <= 0 {
 		return res, nil
 	}
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
 		now := s.now()
 		if _, err := tx.Exec(ctx, s.sql("RetiredKeysExpire"), pgx.NamedArgs{"max": p.Max, "now": now}); err != nil {
 			return err
@@ -97,7 +97,7 @@ func onlyArgs(only map[uuid.UUID]int64) ([][16]byte, []int64) {
 // TaskRemovableList implements [store.Store].
 func (s *Store) TaskRemovableList(ctx context.Context, p *store.RemoveFinishedParams) ([]uuid.UUID, error) {
 	cut := plan.Cutoffs(p)
-	rows, err := s.pool.Query(ctx, s.sql("TaskRemovableList"), pgx.NamedArgs{
+	rows, err := s.db.Query(ctx, s.sql("TaskRemovableList"), pgx.NamedArgs{
 		"namespace": p.Namespace, "before": cut.Before, "scan_before": cut.Scan, "type_names": cut.Types, "type_cutoffs": cut.Cutoffs,
 		"max": p.Max,
 	})
@@ -117,7 +117,7 @@ func (s *Store) NamespaceSet(ctx context.Context, c store.NamespaceConfig) error
 	if err != nil {
 		return err
 	}
-	_, err = s.pool.Exec(ctx, s.sql("NamespaceUpsert"), pgx.NamedArgs{
+	_, err = s.db.Exec(ctx, s.sql("NamespaceUpsert"), pgx.NamedArgs{
 		"name": c.Name, "retention_ms": nullMillis(c.Retention), "key_retention_ms": nullMillis(c.KeyRetention),
 		"archive": nullString(c.Archive), "type_retention": nullJSONString(types),
 	})
@@ -126,7 +126,7 @@ func (s *Store) NamespaceSet(ctx context.Context, c store.NamespaceConfig) error
 
 // NamespaceList implements [store.Store].
 func (s *Store) NamespaceList(ctx context.Context) ([]store.NamespaceConfig, error) {
-	rows, err := s.pool.Query(ctx, s.sql("NamespaceList"))
+	rows, err := s.db.Query(ctx, s.sql("NamespaceList"))
 	if err != nil {
 		return nil, errors.Wrap(interpretError(err), "list namespaces")
 	}

@@ -19,7 +19,7 @@ func (s *Store) ScheduleCreate(ctx context.Context, sc store.Schedule) error {
 	if err != nil {
 		return err
 	}
-	tag, err := s.pool.Exec(ctx, s.sql("ScheduleInsert"), pgx.NamedArgs{
+	tag, err := s.db.Exec(ctx, s.sql("ScheduleInsert"), pgx.NamedArgs{
 		"namespace": sc.Namespace, "name": sc.Name, "cron": sc.Cron, "timezone": sc.Timezone,
 		"task_type": sc.TaskType, "type_version": sc.TypeVersion, "queue": sc.Queue, "input": nullJSONString(sc.Input),
 		"max_attempts": sc.MaxAttempts, "next_run_at": sched.Next(s.now().In(loc)),
@@ -35,7 +35,7 @@ func (s *Store) ScheduleCreate(ctx context.Context, sc store.Schedule) error {
 
 // ScheduleList returns a namespace's schedules by name.
 func (s *Store) ScheduleList(ctx context.Context, namespace string) ([]store.Schedule, error) {
-	rows, err := s.pool.Query(ctx, s.sql("ScheduleList"), pgx.NamedArgs{"namespace": namespace})
+	rows, err := s.db.Query(ctx, s.sql("ScheduleList"), pgx.NamedArgs{"namespace": namespace})
 	if err != nil {
 		return nil, errors.Wrap(interpretError(err), "list schedules")
 	}
@@ -47,7 +47,7 @@ func (s *Store) ScheduleList(ctx context.Context, namespace string) ([]store.Sch
 // schedule fires from its next tick after now: ticks while paused are not
 // made up.
 func (s *Store) SchedulePause(ctx context.Context, namespace, name string, paused bool) error {
-	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	return pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, s.sql("ScheduleGetForUpdate"), pgx.NamedArgs{"namespace": namespace, "name": name})
 		if err != nil {
 			return errors.Wrap(interpretError(err), "read schedule")
@@ -72,7 +72,7 @@ func (s *Store) SchedulePause(ctx context.Context, namespace, name string, pause
 
 // ScheduleDelete removes a schedule; tasks it started are not touched.
 func (s *Store) ScheduleDelete(ctx context.Context, namespace, name string) error {
-	tag, err := s.pool.Exec(ctx, s.sql("ScheduleDelete"), pgx.NamedArgs{"namespace": namespace, "name": name})
+	tag, err := s.db.Exec(ctx, s.sql("ScheduleDelete"), pgx.NamedArgs{"namespace": namespace, "name": name})
 	if err != nil {
 		return errors.Wrapf(interpretError(err), "delete schedule %s", name)
 	}
@@ -92,7 +92,7 @@ func (s *Store) ScheduleDelete(ctx context.Context, namespace, name string) erro
 // [plan.SkippedTickRetry], and the other schedules fire all the same. It is
 // the leader's work (the rescuer's pass calls it).
 func (s *Store) ScheduleFireDue(ctx context.Context, max int) ([]store.ScheduleFiring, error) {
-	rows, err := s.pool.Query(ctx, s.sql("ScheduleListDue"), pgx.NamedArgs{"max": max})
+	rows, err := s.db.Query(ctx, s.sql("ScheduleListDue"), pgx.NamedArgs{"max": max})
 	if err != nil {
 		return nil, errors.Wrap(interpretError(err), "list due schedules")
 	}
@@ -133,7 +133,7 @@ type scheduleRef struct{ Namespace, Name string }
 // fireSchedule fires one due schedule in a transaction of its own; ok is
 // false when it is no longer due or another firer holds it.
 func (s *Store) fireSchedule(ctx context.Context, ref scheduleRef) (f store.ScheduleFiring, ok bool, err error) {
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, s.sql("ScheduleGetDueForUpdate"), pgx.NamedArgs{"namespace": ref.Namespace, "name": ref.Name})
 		if err != nil {
 			return errors.Wrapf(interpretError(err), "read schedule %s", ref.Name)
@@ -157,8 +157,8 @@ func (s *Store) fireSchedule(ctx context.Context, ref scheduleRef) (f store.Sche
 		// for recording the skip.
 		var full *store.QueueFullError
 		err = pgx.BeginFunc(ctx, tx, func(sp pgx.Tx) error {
-			res, err := s.TaskStartTx(ctx, sp, sc.TaskAt(tick))
-			f.Started = err == nil && !res.Existing
+			res, err := s.taskStartMany(ctx, sp, []*store.TaskStartParams{sc.TaskAt(tick)})
+			f.Started = err == nil && !res[0].Existing
 			return err
 		})
 		switch {
@@ -194,7 +194,7 @@ func (s *Store) fireSchedule(ctx context.Context, ref scheduleRef) (f store.Sche
 // namespace is due; ok is false when there is none.
 func (s *Store) ScheduleNextDue(ctx context.Context) (at time.Time, ok bool, err error) {
 	var next *time.Time
-	if err := s.pool.QueryRow(ctx, s.sql("ScheduleNextDue")).Scan(&next); err != nil {
+	if err := s.db.QueryRow(ctx, s.sql("ScheduleNextDue")).Scan(&next); err != nil {
 		return time.Time{}, false, errors.Wrap(interpretError(err), "read the next schedule tick")
 	}
 	if next == nil {

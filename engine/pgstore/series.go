@@ -23,7 +23,7 @@ func (s *Store) QueueSeries(ctx context.Context, p *store.QueueSeriesParams) ([]
 	}
 	var out []store.QueueSeries
 	opts := pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}
-	err := pgx.BeginTxFunc(ctx, s.pool, opts, func(tx pgx.Tx) error {
+	err := s.readTx(ctx, opts, func(tx pgx.Tx) error {
 		var now time.Time
 		err := tx.QueryRow(ctx, s.sql("SeriesBegin"), pgx.NamedArgs{
 			"statement_timeout": fmt.Sprint(diagnoseStatementTimeout.Milliseconds()),

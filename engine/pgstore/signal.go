@@ -23,7 +23,7 @@ func (s *Store) TaskSignal(ctx context.Context, p *store.TaskSignalParams) (stor
 // for [plan.Signal].
 func (s *Store) TaskIDByKey(ctx context.Context, namespace, key string) (uuid.UUID, error) {
 	var id uuid.UUID
-	err := s.pool.QueryRow(ctx, s.sql("TaskIDByKey"), pgx.NamedArgs{
+	err := s.db.QueryRow(ctx, s.sql("TaskIDByKey"), pgx.NamedArgs{
 		"namespace": namespace, "idempotency_key": key,
 	}).Scan(&id)
 	if err != nil {
@@ -35,14 +35,14 @@ func (s *Store) TaskIDByKey(ctx context.Context, namespace, key string) (uuid.UU
 // SignalSeen implements [plan.SignalDriver].
 func (s *Store) SignalSeen(ctx context.Context, id uuid.UUID, dedupID string) (bool, error) {
 	var seen bool
-	err := s.pool.QueryRow(ctx, s.sql("SignalSeen"), pgx.NamedArgs{"task_id": id, "dedup_id": dedupID}).Scan(&seen)
+	err := s.db.QueryRow(ctx, s.sql("SignalSeen"), pgx.NamedArgs{"task_id": id, "dedup_id": dedupID}).Scan(&seen)
 	return seen, errors.Wrap(interpretError(err), "look up a signal's dedup id")
 }
 
 // OpenWait implements [plan.SignalDriver].
 func (s *Store) OpenWait(ctx context.Context, id uuid.UUID, lastSeq int64) (*history.WaitStartedData, error) {
 	var data []byte
-	err := s.pool.QueryRow(ctx, s.sql("WaitOpen"), pgx.NamedArgs{"task_id": id, "last_seq": lastSeq}).Scan(&data)
+	err := s.db.QueryRow(ctx, s.sql("WaitOpen"), pgx.NamedArgs{"task_id": id, "last_seq": lastSeq}).Scan(&data)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}

@@ -1,8 +1,8 @@
 // Package pgstore is cairn's PostgreSQL driver: the [store.Store] over a
 // pgx v5 pool, its SQL (named queries in the embedded *.sql files), the
 // translation of PostgreSQL's errors into the store's marks, LISTEN/NOTIFY
-// as its [store.Listener], the migration runner, and [Store.TaskStartTx],
-// which joins a caller's transaction (the outbox).
+// as its [store.Listener], the migration runner, and transactions: its own
+// ([Store.Begin]) and the caller's ([Store.WithTx], the outbox).
 //
 // It imports engine/store, engine/internal/plan (what both drivers do
 // alike before they write), history and migrations, and never the engine
@@ -54,6 +54,7 @@ type querier interface {
 type txQuerier interface {
 	querier
 	Begin(ctx context.Context) (pgx.Tx, error)
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
 
 // Config configures a [Store].
@@ -85,8 +86,13 @@ type Config struct {
 
 // Store is cairn's PostgreSQL store. It is safe for concurrent use.
 type Store struct {
-	pool         *pgxpool.Pool
-	control      *pgxpool.Pool   // heartbeats and leadership: Config.ControlPool, else pool
+	pool *pgxpool.Pool
+	// db runs the statements: pool, or, in a store bound to a
+	// transaction (see tx.go), the transaction.
+	db txQuerier
+	// control runs heartbeats and leadership: Config.ControlPool, else
+	// pool; in a store bound to a transaction, the transaction.
+	control      querier
 	listenConf   *pgx.ConnConfig // the listener's connection
 	probeChannel string          // the prefix of each listener's own probe channel (<prefix>.<8 hex>); payload is the probe's token
 	schema       string
@@ -96,10 +102,16 @@ type Store struct {
 	// their ids, comma-separated.
 	cancelChannel string
 	q             map[string]string
-	metrics       store.Observer // nil: none
-	clock         store.Clock
-	parents       plan.ParentStates   // parents whose children end here: see reportToParents
-	limits        store.HistoryLimits // resolved: 0 is no bound
+	observer      store.Observer // Config.Metrics; nil: none
+	// metrics is what the store counts its writes into: observer, or, in a
+	// store bound to a transaction, observer's calls held until the commit.
+	metrics store.Observer
+	clock   store.Clock
+	parents *plan.ParentStates  // parents whose children end here: see reportToParents
+	limits  store.HistoryLimits // resolved: 0 is no bound
+	// txn is the transaction a store bound to one runs in (see tx.go);
+	// nil on the store itself.
+	txn *txState
 }
 
 // New returns a store over cfg.Pool. It does not touch the database.
@@ -133,9 +145,9 @@ func New(cfg Config) (*Store, error) {
 	if control == nil {
 		control = cfg.Pool
 	}
-	return &Store{pool: cfg.Pool, control: control, listenConf: listenConf, schema: schema,
+	return &Store{pool: cfg.Pool, db: cfg.Pool, control: control, listenConf: listenConf, schema: schema,
 		channel: schema + ".ready", doneChannel: schema + ".done", cancelChannel: schema + ".cancel", probeChannel: schema + ".probe", q: q,
-		metrics: cfg.Metrics, clock: cfg.Clock, limits: cfg.HistoryLimits.Resolved()}, nil
+		observer: cfg.Metrics, metrics: cfg.Metrics, clock: cfg.Clock, parents: &plan.ParentStates{}, limits: cfg.HistoryLimits.Resolved()}, nil
 }
 
 // Pool returns the store's connection pool.
@@ -144,7 +156,7 @@ func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 // Observer returns the observer the store counts its writes into
 // (Config.Metrics), or nil: the SDK reads it so as not to count a store's
 // writes twice.
-func (s *Store) Observer() store.Observer { return s.metrics }
+func (s *Store) Observer() store.Observer { return s.observer }
 
 // Schema returns the schema the store works in.
 func (s *Store) Schema() string { return s.schema }

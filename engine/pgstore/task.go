@@ -214,7 +214,7 @@ func deref[T any](p *T) T {
 // second start with an idempotency key already used in the namespace creates
 // nothing and returns the existing task's id.
 func (s *Store) TaskStart(ctx context.Context, p *store.TaskStartParams) (store.TaskStartResult, error) {
-	res, err := s.taskStartMany(ctx, s.pool, []*store.TaskStartParams{p})
+	res, err := s.taskStartMany(ctx, s.db, []*store.TaskStartParams{p})
 	if err != nil {
 		return store.TaskStartResult{}, err
 	}
@@ -222,26 +222,24 @@ func (s *Store) TaskStart(ctx context.Context, p *store.TaskStartParams) (store.
 }
 
 // TaskStartTx is [Store.TaskStart] inside the caller's transaction (the
-// outbox): the task exists if and only if tx commits, and workers are
-// notified on commit.
+// outbox): s.WithTx(tx).TaskStart(ctx, p). To be removed once its callers
+// use [Store.WithTx].
 func (s *Store) TaskStartTx(ctx context.Context, tx pgx.Tx, p *store.TaskStartParams) (store.TaskStartResult, error) {
-	res, err := s.taskStartMany(ctx, tx, []*store.TaskStartParams{p})
-	if err != nil {
-		return store.TaskStartResult{}, err
-	}
-	return res[0], nil
+	return s.WithTx(tx).TaskStart(ctx, p)
 }
 
 // TaskStartMany is [Store.TaskStart] for many tasks in one statement (plus
 // one lookup per idempotency key found taken). Results are in the order of
 // ps.
 func (s *Store) TaskStartMany(ctx context.Context, ps []*store.TaskStartParams) ([]store.TaskStartResult, error) {
-	return s.taskStartMany(ctx, s.pool, ps)
+	return s.taskStartMany(ctx, s.db, ps)
 }
 
-// TaskStartManyTx is [Store.TaskStartMany] inside the caller's transaction.
+// TaskStartManyTx is [Store.TaskStartMany] inside the caller's
+// transaction: s.WithTx(tx).TaskStartMany(ctx, ps). To be removed once its
+// callers use [Store.WithTx].
 func (s *Store) TaskStartManyTx(ctx context.Context, tx pgx.Tx, ps []*store.TaskStartParams) ([]store.TaskStartResult, error) {
-	return s.taskStartMany(ctx, tx, ps)
+	return s.WithTx(tx).TaskStartMany(ctx, ps)
 }
 
 func (s *Store) taskStartMany(ctx context.Context, q querier, ps []*store.TaskStartParams) ([]store.TaskStartResult, error) {
@@ -496,7 +494,7 @@ func (s *Store) insertTasks(ctx context.Context, q querier, query string, args p
 // TaskGetByID returns the task with id in namespace, or an error marked
 // [ErrNotFound].
 func (s *Store) TaskGetByID(ctx context.Context, namespace string, id uuid.UUID) (*store.Task, error) {
-	rows, err := s.pool.Query(ctx, s.sql("TaskGetByID"), pgx.NamedArgs{"id": id, "namespace": namespace})
+	rows, err := s.db.Query(ctx, s.sql("TaskGetByID"), pgx.NamedArgs{"id": id, "namespace": namespace})
 	if err != nil {
 		return nil, errors.Wrapf(interpretError(err), "get task %s", id)
 	}
@@ -531,7 +529,7 @@ func (s *Store) TaskList(ctx context.Context, p *store.TaskListParams) ([]*store
 			args["max_bytes"] = int64(p.MaxPayloadBytes)
 		}
 	}
-	rows, err := s.pool.Query(ctx, s.sql(query), args)
+	rows, err := s.db.Query(ctx, s.sql(query), args)
 	if err != nil {
 		return nil, errors.Wrap(interpretError(err), "list tasks")
 	}
@@ -542,7 +540,7 @@ func (s *Store) TaskList(ctx context.Context, p *store.TaskListParams) ([]*store
 // TaskIDListAll returns the id of every task in the schema, in every
 // namespace. It exists for checks over a whole (test) database.
 func (s *Store) TaskIDListAll(ctx context.Context) ([]uuid.UUID, error) {
-	rows, err := s.pool.Query(ctx, s.sql("TaskIDListAll"))
+	rows, err := s.db.Query(ctx, s.sql("TaskIDListAll"))
 	if err != nil {
 		return nil, errors.Wrap(interpretError(err), "list task ids")
 	}
@@ -552,7 +550,7 @@ func (s *Store) TaskIDListAll(ctx context.Context) ([]uuid.UUID, error) {
 
 // TaskGetManyByID returns the tasks with the given ids, in any namespace.
 func (s *Store) TaskGetManyByID(ctx context.Context, ids []uuid.UUID) ([]*store.Task, error) {
-	rows, err := s.pool.Query(ctx, s.sql("TaskGetManyByID"), pgx.NamedArgs{"ids": ids})
+	rows, err := s.db.Query(ctx, s.sql("TaskGetManyByID"), pgx.NamedArgs{"ids": ids})
 	if err != nil {
 		return nil, errors.Wrap(interpretError(err), "get tasks")
 	}
@@ -562,7 +560,7 @@ func (s *Store) TaskGetManyByID(ctx context.Context, ids []uuid.UUID) ([]*store.
 
 // EventListByTask returns a task's events in order, decoded.
 func (s *Store) EventListByTask(ctx context.Context, id uuid.UUID) ([]history.Event, error) {
-	byTask, err := s.eventsQuery(ctx, s.pool, s.sql("EventListByTask"), pgx.NamedArgs{"task_id": id})
+	byTask, err := s.eventsQuery(ctx, s.db, s.sql("EventListByTask"), pgx.NamedArgs{"task_id": id})
 	if err != nil {
 		return nil, errors.Wrapf(interpretError(err), "list events of task %s", id)
 	}
@@ -571,7 +569,7 @@ func (s *Store) EventListByTask(ctx context.Context, id uuid.UUID) ([]history.Ev
 
 // EventListByTasks returns the events of several tasks, by task id.
 func (s *Store) EventListByTasks(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID][]history.Event, error) {
-	byTask, err := s.eventsQuery(ctx, s.pool, s.sql("EventListByTasks"), pgx.NamedArgs{"ids": ids})
+	byTask, err := s.eventsQuery(ctx, s.db, s.sql("EventListByTasks"), pgx.NamedArgs{"ids": ids})
 	return byTask, errors.Wrap(interpretError(err), "list events")
 }
 
@@ -582,7 +580,7 @@ func (s *Store) EventListAfter(ctx context.Context, after map[uuid.UUID]int64) (
 	for id, seq := range after {
 		ids, afters = append(ids, id), append(afters, seq)
 	}
-	byTask, err := s.eventsQuery(ctx, s.pool, s.sql("EventListAfter"), pgx.NamedArgs{"ids": ids, "afters": afters})
+	byTask, err := s.eventsQuery(ctx, s.db, s.sql("EventListAfter"), pgx.NamedArgs{"ids": ids, "afters": afters})
 	return byTask, errors.Wrap(interpretError(err), "list events")
 }
 
@@ -629,7 +627,7 @@ func (s *Store) TaskTypeRegister(ctx context.Context, namespace, worker string, 
 			scheduleToClose[i] = ptr(t.ScheduleToClose.Milliseconds())
 		}
 	}
-	_, err := s.pool.Exec(ctx, s.sql("TaskTypeRegister"), pgx.NamedArgs{
+	_, err := s.db.Exec(ctx, s.sql("TaskTypeRegister"), pgx.NamedArgs{
 		"namespace": namespace, "registered_by": worker, "types": names, "versions": versions,
 		"queues": queues, "max_attempts": attempts, "schedule_to_close_ms": scheduleToClose,
 	})
@@ -639,7 +637,7 @@ func (s *Store) TaskTypeRegister(ctx context.Context, namespace, worker string, 
 // TaskTypeList returns the task types registered in namespace, by name and
 // version.
 func (s *Store) TaskTypeList(ctx context.Context, namespace string) ([]store.TaskType, error) {
-	rows, err := s.pool.Query(ctx, s.sql("TaskTypeList"), pgx.NamedArgs{"namespace": namespace})
+	rows, err := s.db.Query(ctx, s.sql("TaskTypeList"), pgx.NamedArgs{"namespace": namespace})
 	if err != nil {
 		return nil, errors.Wrap(interpretError(err), "list task types")
 	}
@@ -718,7 +716,7 @@ func (s *Store) EventListPage(ctx context.Context, p *store.EventPageParams) ([]
 	if err != nil {
 		return nil, err
 	}
-	rows, err := s.pool.Query(ctx, s.sql("EventListPage"), pgx.NamedArgs{
+	rows, err := s.db.Query(ctx, s.sql("EventListPage"), pgx.NamedArgs{
 		"task_id": p.TaskID, "namespace": p.Namespace, "after": p.After, "limit": limit,
 	})
 	if err != nil {

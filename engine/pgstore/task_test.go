@@ -283,6 +283,43 @@ func TestTaskStartTxOutbox(t *testing.T) {
 		require.NoError(t, tx.Commit(ctx))
 		require.Equal(t, 1, enginetest.RequireProjectionsMatch(t, s))
 	})
+
+	t.Run("WithTxStatementsCommitWithTheCallersTx", func(t *testing.T) {
+		t.Parallel()
+		ctx := context.Background()
+		s := enginetest.Store(t)
+		conn := listener(t, s)
+		tx := mustBegin(t, s)
+		// The service's own write, in the same transaction.
+		_, err := tx.Exec(ctx, "CREATE TABLE "+enginetest.TableName(s, "orders")+" (id int)")
+		require.NoError(t, err)
+		in := s.WithTx(tx)
+		res, err := in.TaskStart(ctx, defaultParams())
+		require.NoError(t, err)
+		task, err := in.TaskGetByID(ctx, store.DefaultNamespace, res.ID)
+		require.NoError(t, err)
+		require.Equal(t, history.StatusPending, task.Status, "the transaction sees its own start")
+		require.Zero(t, enginetest.CountRows(t, s, "tasks"), "an uncommitted task is invisible")
+		notifyMarker(t, s, "marker")
+		require.Equal(t, "marker", nextNotification(t, conn), "notified before commit")
+		require.NoError(t, tx.Commit(ctx), "the caller commits its own transaction")
+		require.Equal(t, "default", nextNotification(t, conn))
+		require.NoError(t, in.Rollback(ctx), "the caller's commit ended it")
+
+		ct := enginetest.ClaimOne(t, s, "w", time.Minute)
+		require.Equal(t, res.ID, ct.Task.ID)
+		require.Equal(t, 1, enginetest.RequireProjectionsMatch(t, s))
+	})
+}
+
+// mustBegin begins a transaction on the store's pool, rolled back when the
+// test ends (a no-op once committed).
+func mustBegin(t *testing.T, s *pgstore.Store) pgx.Tx {
+	t.Helper()
+	tx, err := s.Pool().Begin(context.Background())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	return tx
 }
 
 func defaultParams() *store.TaskStartParams { return (*enginetest.TaskOpts)(nil).Params() }

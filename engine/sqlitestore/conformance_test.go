@@ -32,6 +32,13 @@ func TestStoreConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) store.Store { return newStore(t) })
 }
 
+// TestObserver runs the conformance tests of what the store counts.
+func TestObserver(t *testing.T) {
+	storetest.RunObserver(t, func(t *testing.T, obs store.Observer) store.Store {
+		return newStoreWith(t, sqlitestore.Config{Metrics: obs})
+	})
+}
+
 // TestBrokenScheduleIsSkipped spoils a schedule's row under the store (an
 // empty task type, which no start accepts).
 func TestBrokenScheduleIsSkipped(t *testing.T) {

@@ -58,8 +58,8 @@ func newInternalStore(t *testing.T) *Store {
 func TestEveryQueryPrepares(t *testing.T) {
 	t.Parallel()
 	s := newInternalStore(t)
-	require.NotEmpty(t, s.q.queries)
-	for name, text := range s.q.queries {
+	require.NotEmpty(t, s.cache.queries)
+	for name, text := range s.cache.queries {
 		require.NotContains(t, text, "/*", "query %s: a marker left", name)
 		st, err := s.db.PrepareContext(context.Background(), text)
 		require.NoError(t, err, "query %s", name)
@@ -120,7 +120,7 @@ func TestClaimWalksFollowTheirIndexes(t *testing.T) {
 	t.Parallel()
 	s := newInternalStore(t)
 	for walk, index := range map[string]string{"ClaimWalkByPriority": "tasks_claim_idx", "ClaimWalkByAge": "tasks_age_idx"} {
-		rows, err := s.db.QueryContext(context.Background(), "EXPLAIN QUERY PLAN "+s.q.queries[walk],
+		rows, err := s.db.QueryContext(context.Background(), "EXPLAIN QUERY PLAN "+s.cache.queries[walk],
 			"default", "default", "doc", 1, 0, 0, 10)
 		require.NoError(t, err, walk)
 		var plan []string

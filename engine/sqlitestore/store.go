@@ -66,13 +66,26 @@ var queryFiles embed.FS
 // Store is the embedded store. It is safe for concurrent use by the
 // goroutines of one process.
 type Store struct {
-	db      *sql.DB
-	path    string
-	metrics store.Observer // nil: none
+	db       *sql.DB
+	path     string
+	observer store.Observer // Config.Metrics; nil: none
+	// metrics is what the store counts its writes into: observer, or, in a
+	// store bound to a transaction, observer's calls held until the commit.
+	metrics store.Observer
 	clock   store.Clock
-	q       *stmtCache          // prepared statements of db's one connection
-	limits  store.HistoryLimits // resolved: 0 is no bound
+	cache   *stmtCache // prepared statements of db's one connection
+	// q runs the named queries: cache, or, in a store bound to a
+	// transaction (see tx.go), the transaction.
+	q      querier
+	limits store.HistoryLimits // resolved: 0 is no bound
+	hub    *hub                // the listeners of the store's announcements
+	// cur is the transaction a store bound to one runs in (see tx.go);
+	// nil on the store itself.
+	cur *txState
+}
 
+// hub holds the listeners of a store's announcements.
+type hub struct {
 	mu        sync.Mutex
 	listeners map[*func(store.Notification)]struct{}
 }
@@ -132,9 +145,9 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		_ = db.Close()
 		return nil, err
 	}
-	s := &Store{db: db, path: path, metrics: cfg.Metrics, clock: cfg.Clock, limits: cfg.HistoryLimits.Resolved(),
-		q:         &stmtCache{db: db, queries: queries, stmts: map[string]*sql.Stmt{}},
-		listeners: map[*func(store.Notification)]struct{}{}}
+	cache := &stmtCache{db: db, queries: queries, stmts: map[string]*sql.Stmt{}}
+	s := &Store{db: db, path: path, observer: cfg.Metrics, metrics: cfg.Metrics, clock: cfg.Clock, limits: cfg.HistoryLimits.Resolved(),
+		cache: cache, q: cache, hub: &hub{listeners: map[*func(store.Notification)]struct{}{}}}
 	if err := s.migrate(ctx); err != nil {
 		_ = db.Close()
 		return nil, err
@@ -151,7 +164,7 @@ func (s *Store) Path() string { return s.path }
 // Observer returns the observer the store counts its writes into
 // (Config.Metrics), or nil: the SDK reads it so as not to count a store's
 // writes twice.
-func (s *Store) Observer() store.Observer { return s.metrics }
+func (s *Store) Observer() store.Observer { return s.observer }
 
 // Ping checks that the database answers.
 func (s *Store) Ping(ctx context.Context) error {
@@ -188,8 +201,13 @@ func (s *Store) migrate(ctx context.Context) error {
 }
 
 // tx runs fn in a write transaction (BEGIN IMMEDIATE: the write lock is
-// taken at the start, so what fn reads stays true until it commits).
+// taken at the start, so what fn reads stays true until it commits); on a
+// store bound to a transaction, in a savepoint of it, released when fn
+// succeeds and rolled back to when it fails.
 func (s *Store) tx(ctx context.Context, fn func(*txn) error) error {
+	if s.cur != nil {
+		return s.cur.inSavepoint(ctx, fn)
+	}
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return interpret(err)
@@ -197,19 +215,24 @@ func (s *Store) tx(ctx context.Context, fn func(*txn) error) error {
 	// Rolled back on every way out but a commit, a panic included: the
 	// store's one connection must not stay in a transaction.
 	defer func() { _ = tx.Rollback() }()
-	t := &txn{tx: tx, cache: s.q}
+	t := &txn{tx: tx, cache: s.cache}
 	if err := fn(t); err != nil {
 		return err
 	}
 	if err := tx.Commit(); err != nil {
 		return interpret(err)
 	}
-	// The connection is free again: prepare what the transaction ran
-	// unprepared, for the next one.
-	for _, q := range t.missed {
-		s.q.prepare(ctx, q)
-	}
+	s.prepareMissed(ctx, t)
 	return nil
+}
+
+// prepareMissed prepares, once a transaction has ended and the connection
+// is free again, what it ran unprepared, for the next one.
+func (s *Store) prepareMissed(ctx context.Context, t *txn) {
+	for _, q := range t.missed {
+		s.cache.prepare(ctx, q)
+	}
+	t.missed = nil
 }
 
 // loadQueries parses every embedded query file and fills in the column
@@ -368,24 +391,35 @@ func (t *txn) exec(ctx context.Context, name string, args ...any) (sql.Result, e
 // tasks or requests cancels, until stop is called. fn runs on the
 // committing goroutine and must return quickly.
 func (s *Store) subscribe(fn func(store.Notification)) (stop func()) {
-	key := &fn
-	s.mu.Lock()
-	s.listeners[key] = struct{}{}
-	s.mu.Unlock()
+	h, key := s.hub, &fn
+	h.mu.Lock()
+	h.listeners[key] = struct{}{}
+	h.mu.Unlock()
 	return func() {
-		s.mu.Lock()
-		delete(s.listeners, key)
-		s.mu.Unlock()
+		h.mu.Lock()
+		delete(h.listeners, key)
+		h.mu.Unlock()
 	}
 }
 
+// announce tells the listeners of a commit's wake-ups: at once on the
+// store itself, which announces after its own commits; in a transaction,
+// after the outermost commit (never, if it rolls back).
 func (s *Store) announce(a store.Notification) {
 	if !a.Ready && len(a.Done) == 0 && len(a.Cancel) == 0 {
 		return
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for fn := range s.listeners {
+	if s.cur != nil {
+		s.cur.after.Do(func() { s.hub.announce(a) })
+		return
+	}
+	s.hub.announce(a)
+}
+
+func (h *hub) announce(a store.Notification) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for fn := range h.listeners {
 		(*fn)(a)
 	}
 }

@@ -1,5 +1,6 @@
 // Package store is the seam between cairn's runtime and a database: the
-// [Store] interface of statement-level operations, the values they take
+// [Executor] interface of statement-level operations, run on a [Store] or
+// in a transaction of it ([Tx], from [Executor.Begin]), the values they take
 // and return ([Task], [ClaimedTask], [Schedule], [QueueInfo],
 // [QueueDiagnosis], [AuditEvent], ...), the sentinel errors drivers mark
 // their errors with, the [Listener] each driver implements for wake-ups,

@@ -8,24 +8,67 @@ import (
 	"github.com/google/uuid"
 )
 
-// Store is the seam between cairn's runtime and a database: statement-level
-// operations on the event log and its projection, claims under leases with
-// fencing, timers, schedules, queue settings and the reads operators make,
-// each taking its parameters and returning values of this package. What a
-// request means (cancel, compensate, requeue, rescue, expiry, a diagnosis's
-// causes) is decided once, above the seam, in package engine.
+// Store is the seam between cairn's runtime and a database: the
+// statements of [Executor], run on the store (each committed when it
+// returns) or in a transaction of it ([Executor.Begin]), and the store's
+// notifications ([Listener]). What a request means (cancel, compensate,
+// requeue, rescue, expiry, a diagnosis's causes) is decided once, above
+// the seam, in package engine.
 //
 // Two drivers implement it with the same semantics: engine/pgstore
 // (PostgreSQL, any number of processes) and engine/sqlitestore (one SQLite
 // file, one process). The conformance suite in engine/storetest runs
 // against both. A driver may offer more outside the interface (pgstore's
-// TaskStartTx joins a caller's pgx transaction); a caller that needs it and
-// has another store returns an error marked [ErrUnsupported].
+// WithTx runs the statements in a caller's pgx transaction, River's
+// UnwrapExecutor); a caller that needs it and has another store returns an
+// error marked [ErrUnsupported].
 //
 // The interface is for drivers and for decorators of them (tracing, fault
 // injection); it grows as the engine needs, so implementing it outside
 // cairn means following its changes.
 type Store interface {
+	Executor
+
+	// NewListener returns a listener for the store's notifications, not yet
+	// connected. Each call returns a new one.
+	NewListener() Listener
+
+	// Ping checks that the database answers.
+	Ping(ctx context.Context) error
+}
+
+// Executor is the seam's statements: what runs on a [Store], each call
+// committed when it returns, and in a [Tx], where its writes are the
+// transaction's. Every method is valid in both; what a [Store] adds
+// (NewListener, Ping) is not a statement and is not on a Tx.
+//
+// A method that writes in several statements where it would open a
+// transaction of its own on the store (a start into a bounded queue,
+// TaskStartChildren, EventAppendMany in rounds or ending children,
+// ScheduleFireDue, TaskRemoveFinished) runs them in a nested transaction
+// of the Tx (a savepoint), so it is as atomic in a Tx as on the store. The
+// refusals a method documents (ErrConflict, ErrFenced, ErrQueueFull,
+// ErrNotFound, ...) leave the Tx usable; after another error (a lost
+// connection, a unique violation of BlobPut) roll it back, as PostgreSQL
+// aborts a transaction whose statement failed.
+//
+// Methods that read in one snapshot on the store (QueueMeasure,
+// QueueSeries) read in a Tx's snapshots instead: one per statement in a
+// PostgreSQL transaction at READ COMMITTED, its default.
+type Executor interface {
+	// Begin opens a transaction: on a [Store], a new one; on a [Tx], a
+	// nested one (a savepoint), whose Commit makes its writes the outer
+	// transaction's and whose Rollback undoes only them. ctx bounds the
+	// opening; on SQLite, whose transactions database/sql ties to the
+	// context they began with, the transaction is rolled back if ctx ends
+	// before it does, so give it a context that lives as long.
+	//
+	// A Tx holds a connection until it ends. On SQLite it holds the
+	// store's one connection and its write lock: every other call on the
+	// store waits for it to end, so the goroutine that holds a Tx must
+	// not call the store (only the Tx) before it commits or rolls back.
+	Begin(ctx context.Context) (Tx, error)
+
 	// Tasks: start, read, list.
 	TaskStart(ctx context.Context, p *TaskStartParams) (TaskStartResult, error)
 	TaskStartMany(ctx context.Context, ps []*TaskStartParams) ([]TaskStartResult, error)
@@ -158,13 +201,36 @@ type Store interface {
 	// queue (the console's charts); the fold is shared by the drivers.
 	QueueSeries(ctx context.Context, p *QueueSeriesParams) ([]QueueSeries, error)
 	EventScan(ctx context.Context, p *EventScanParams) ([]AuditEvent, error)
+}
 
-	// NewListener returns a listener for the store's notifications, not yet
-	// connected. Each call returns a new one.
-	NewListener() Listener
+// Tx is a transaction on a store, from [Executor.Begin] (or pgstore's
+// WithTx over a caller's pgx transaction). Its statements see its own
+// writes; nothing else sees them before Commit, and Rollback undoes them.
+//
+// What its writes announce (work ready, tasks finished, cancels requested:
+// see [Listener]) is delivered after Commit, as PostgreSQL delivers a
+// NOTIFY at commit, and never after Rollback; the store's [Observer]
+// counts its writes after Commit as well. A nested Tx's announcements and
+// counts wait for the outermost commit.
+//
+// On PostgreSQL the database clock of a Tx's statements (now(), which
+// leases, claims and timers read) is the time the transaction began: a
+// task it starts due at once by the writer's clock is not due yet to a
+// claim in the same Tx. Keep a Tx short.
+//
+// A Tx is not safe for concurrent use: one goroutine at a time. After
+// Commit or Rollback it may not be used again, except that Rollback after
+// either returns nil, so a deferred Rollback is safe.
+type Tx interface {
+	Executor
 
-	// Ping checks that the database answers.
-	Ping(ctx context.Context) error
+	// Commit commits the transaction (on a nested Tx, releases its
+	// savepoint into the outer one). An error means nothing was
+	// committed.
+	Commit(ctx context.Context) error
+	// Rollback rolls the transaction back (on a nested Tx, to its
+	// savepoint). It returns nil on a Tx already committed or rolled back.
+	Rollback(ctx context.Context) error
 }
 
 // Listener receives a store's notifications after its commits: work became

@@ -30,7 +30,7 @@ const parentType = "parent"
 
 // startChildren claims a parent of type parentType and starts n children
 // of the default type under its attempt's lease.
-func startChildren(t *testing.T, s store.Store, n int) (*store.ClaimedTask, store.ChildStartResult) {
+func startChildren(t *testing.T, s store.Executor, n int) (*store.ClaimedTask, store.ChildStartResult) {
 	t.Helper()
 	start(t, s, spec{Type: parentType})
 	claimed := claim(t, s, parentClaim())
@@ -58,7 +58,7 @@ func parentClaim() *store.TaskClaimManyParams {
 
 // awaitChildren ends the parent's attempt awaiting the children at
 // positions.
-func awaitChildren(t *testing.T, s store.Store, parent *store.ClaimedTask, positions ...int) history.State {
+func awaitChildren(t *testing.T, s store.Executor, parent *store.ClaimedTask, positions ...int) history.State {
 	t.Helper()
 	st, err := appendFenced(t, s, parent, history.ChildWaitStartedData{Positions: positions})
 	require.NoError(t, err)

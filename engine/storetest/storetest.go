@@ -53,7 +53,7 @@ func tests() []conformanceTest {
 	} {
 		all = append(all, group...)
 	}
-	return all
+	return append(all, transactionTests()...)
 }
 
 // Run runs every conformance test against stores made by newStore; each
@@ -133,7 +133,7 @@ func (sp spec) params() *store.TaskStartParams {
 }
 
 // start starts the task sp describes and returns its id.
-func start(t *testing.T, s store.Store, sp spec) uuid.UUID {
+func start(t *testing.T, s store.Executor, sp spec) uuid.UUID {
 	t.Helper()
 	res, err := s.TaskStart(testContext(t), sp.params())
 	require.NoError(t, err)
@@ -151,7 +151,7 @@ func claimParams(owner string, max int, ttl time.Duration) *store.TaskClaimManyP
 	}
 }
 
-func claim(t *testing.T, s store.Store, p *store.TaskClaimManyParams) []*store.ClaimedTask {
+func claim(t *testing.T, s store.Executor, p *store.TaskClaimManyParams) []*store.ClaimedTask {
 	t.Helper()
 	claimed, err := s.TaskClaimMany(testContext(t), p)
 	require.NoError(t, err)
@@ -162,7 +162,7 @@ func claim(t *testing.T, s store.Store, p *store.TaskClaimManyParams) []*store.C
 }
 
 // claimOne claims exactly one default task for owner.
-func claimOne(t *testing.T, s store.Store, owner string, ttl time.Duration) *store.ClaimedTask {
+func claimOne(t *testing.T, s store.Executor, owner string, ttl time.Duration) *store.ClaimedTask {
 	t.Helper()
 	claimed := claim(t, s, claimParams(owner, 1, ttl))
 	require.Len(t, claimed, 1)
@@ -193,7 +193,7 @@ func claimedIDs(claimed []*store.ClaimedTask) map[uuid.UUID]bool {
 
 // appendFenced appends payloads for ct's attempt, fenced by its epoch, onto
 // the state the claim returned.
-func appendFenced(t *testing.T, s store.Store, ct *store.ClaimedTask, payloads ...history.Payload) (history.State, error) {
+func appendFenced(t *testing.T, s store.Executor, ct *store.ClaimedTask, payloads ...history.Payload) (history.State, error) {
 	t.Helper()
 	return s.EventAppend(testContext(t), &store.EventAppendParams{
 		TaskID: ct.Task.ID, State: ct.State, Epoch: ct.State.Lease.Epoch,
@@ -205,7 +205,7 @@ func appendFenced(t *testing.T, s store.Store, ct *store.ClaimedTask, payloads .
 var completedOutput = json.RawMessage(`{"ok":true}`)
 
 // complete completes ct's task in its attempt.
-func complete(t *testing.T, s store.Store, ct *store.ClaimedTask) history.State {
+func complete(t *testing.T, s store.Executor, ct *store.ClaimedTask) history.State {
 	t.Helper()
 	st, err := appendFenced(t, s, ct, history.TaskCompletedData{Output: completedOutput})
 	require.NoError(t, err)
@@ -214,7 +214,7 @@ func complete(t *testing.T, s store.Store, ct *store.ClaimedTask) history.State 
 }
 
 // getTask returns task id of the default namespace.
-func getTask(t *testing.T, s store.Store, id uuid.UUID) *store.Task {
+func getTask(t *testing.T, s store.Executor, id uuid.UUID) *store.Task {
 	t.Helper()
 	task, err := s.TaskGetByID(testContext(t), store.DefaultNamespace, id)
 	require.NoError(t, err)
@@ -222,14 +222,14 @@ func getTask(t *testing.T, s store.Store, id uuid.UUID) *store.Task {
 	return task
 }
 
-func events(t *testing.T, s store.Store, id uuid.UUID) []history.Event {
+func events(t *testing.T, s store.Executor, id uuid.UUID) []history.Event {
 	t.Helper()
 	evs, err := s.EventListByTask(testContext(t), id)
 	require.NoError(t, err)
 	return evs
 }
 
-func eventTypes(t *testing.T, s store.Store, id uuid.UUID) []history.Type {
+func eventTypes(t *testing.T, s store.Executor, id uuid.UUID) []history.Type {
 	t.Helper()
 	evs := events(t, s, id)
 	out := make([]history.Type, len(evs))
@@ -240,7 +240,7 @@ func eventTypes(t *testing.T, s store.Store, id uuid.UUID) []history.Type {
 }
 
 // stateOf replays task id's stored history.
-func stateOf(t *testing.T, s store.Store, id uuid.UUID) history.State {
+func stateOf(t *testing.T, s store.Executor, id uuid.UUID) history.State {
 	t.Helper()
 	state, err := history.Replay(events(t, s, id))
 	require.NoError(t, err, "replay task %s", id)

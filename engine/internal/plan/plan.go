@@ -2,7 +2,8 @@
 // checking and encoding a start, replaying an append onto the caller's
 // state (so the projection row is written from the replay), decoding
 // stored events, rebuilding a fresh task's task_scheduled from its row, and
-// the small rules of claims, schedules and scans they share. It is
+// the small rules of claims, schedules and scans they share, and what a
+// transaction holds back until its commit ([AfterCommit]). It is
 // internal to engine: the drivers import it, nothing else should.
 //
 // It imports engine/store and history.
