@@ -193,8 +193,7 @@ func (r *failoverRun) finishedTasks(pool *pgxpool.Pool) map[uuid.UUID][]history.
 		err := pool.QueryRow(ctx, "SELECT count(*) FROM "+failoverSchema+".tasks WHERE finished_at IS NULL").Scan(&open)
 		return err == nil && open == 0
 	})
-	ids, err := s.TaskIDListAll(ctx)
-	require.NoError(r.t, err)
+	ids := enginetest.TaskIDs(r.t, s)
 	events, err := s.EventListByTasks(ctx, ids)
 	require.NoError(r.t, err)
 	require.Equal(r.t, len(ids), enginetest.RequireProjectionsMatch(r.t, s))

@@ -134,8 +134,7 @@ func Store(tb testing.TB) *pgstore.Store {
 func RequireProjectionsMatch(tb testing.TB, s store.Store) int {
 	tb.Helper()
 	ctx := context.Background()
-	ids, err := s.TaskIDListAll(ctx)
-	require.NoError(tb, err)
+	ids := TaskIDs(tb, s)
 	const chunk = 500
 	for start := 0; start < len(ids); start += chunk {
 		part := ids[start:min(start+chunk, len(ids))]

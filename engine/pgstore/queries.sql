@@ -618,9 +618,6 @@ FROM walk AS w JOIN /* TEMPLATE: schema */tasks AS t ON t.id = w.wid
 WHERE w.n = 1 OR w.bytes <= @max_bytes::bigint
 ORDER BY t.id DESC;
 
--- name: TaskIDListAll
-SELECT id FROM /* TEMPLATE: schema */tasks ORDER BY id;
-
 -- name: EventListByTask
 SELECT task_id, seq, type, at, attempt, data FROM /* TEMPLATE: schema */events
 WHERE task_id = @task_id ORDER BY seq;

@@ -15,9 +15,7 @@ import (
 
 func taskCount(t *testing.T, s *pgstore.Store) int {
 	t.Helper()
-	ids, err := s.TaskIDListAll(context.Background())
-	require.NoError(t, err)
-	return len(ids)
+	return len(enginetest.TaskIDs(t, s))
 }
 
 func TestBoundedQueue(t *testing.T) {

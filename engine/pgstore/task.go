@@ -537,17 +537,6 @@ func (s *Store) TaskList(ctx context.Context, p *store.TaskListParams) ([]*store
 	return tasks, errors.Wrap(interpretError(err), "list tasks")
 }
 
-// TaskIDListAll returns the id of every task in the schema, in every
-// namespace. It exists for checks over a whole (test) database.
-func (s *Store) TaskIDListAll(ctx context.Context) ([]uuid.UUID, error) {
-	rows, err := s.db.Query(ctx, s.sql("TaskIDListAll"))
-	if err != nil {
-		return nil, errors.Wrap(interpretError(err), "list task ids")
-	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
-	return ids, errors.Wrap(interpretError(err), "list task ids")
-}
-
 // TaskGetManyByID returns the tasks with the given ids, in any namespace.
 func (s *Store) TaskGetManyByID(ctx context.Context, ids []uuid.UUID) ([]*store.Task, error) {
 	rows, err := s.db.Query(ctx, s.sql("TaskGetManyByID"), pgx.NamedArgs{"ids": ids})

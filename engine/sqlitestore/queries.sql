@@ -144,9 +144,6 @@ FROM walk AS w JOIN tasks AS t ON t.id = w.wid
 WHERE w.n = 1 OR w.bytes <= ?9
 ORDER BY t.id DESC;
 
--- name: TaskIDListAll
-SELECT id FROM tasks ORDER BY id;
-
 -- name: EventListByTask
 SELECT task_id, seq, type, at, attempt, data FROM events WHERE task_id = ? ORDER BY seq;
 

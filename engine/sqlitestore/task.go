@@ -418,11 +418,6 @@ func (s *Store) TaskList(ctx context.Context, p *store.TaskListParams) ([]*store
 	return tasks, errors.Wrap(err, "list tasks")
 }
 
-// TaskIDListAll implements [store.Store].
-func (s *Store) TaskIDListAll(ctx context.Context) ([]uuid.UUID, error) {
-	return queryIDs(ctx, s.q, "TaskIDListAll")
-}
-
 func queryIDs(ctx context.Context, q querier, name string, args ...any) ([]uuid.UUID, error) {
 	rows, err := q.query(ctx, name, args...)
 	if err != nil {

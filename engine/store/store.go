@@ -75,7 +75,6 @@ type Executor interface {
 	TaskGetByID(ctx context.Context, namespace string, id uuid.UUID) (*Task, error)
 	TaskGetManyByID(ctx context.Context, ids []uuid.UUID) ([]*Task, error)
 	TaskList(ctx context.Context, p *TaskListParams) ([]*Task, error)
-	TaskIDListAll(ctx context.Context) ([]uuid.UUID, error)
 	EventListByTask(ctx context.Context, id uuid.UUID) ([]history.Event, error)
 	EventListByTasks(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID][]history.Event, error)
 	// EventListPage returns a page of a task's events after p.After, in

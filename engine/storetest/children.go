@@ -199,13 +199,6 @@ func testChildOfFinishedParent(t *testing.T, s store.Store) {
 	require.Len(t, events(t, s, parent.Task.ID), before, "a finished parent's log is final")
 }
 
-func allTaskIDs(t *testing.T, s store.Store) []uuid.UUID {
-	t.Helper()
-	ids, err := s.TaskIDListAll(testContext(t))
-	require.NoError(t, err)
-	return ids
-}
-
 // testChildEndNamedTwiceReportsOnce: a batch naming a child twice (its
 // stale attempt's end and its current attempt's), beside another child's
 // end, writes each end in turn; the parent hears of each child once, from

@@ -194,9 +194,7 @@ func testDelayedStartWithoutPolling(t *testing.T, s store.Store) {
 // counts itself done before its outcome is written.
 func waitAllCompleted(t *testing.T, s store.Store) {
 	t.Helper()
-	ids, err := s.TaskIDListAll(testContext(t))
-	require.NoError(t, err)
-	for _, id := range ids {
+	for _, id := range allTaskIDs(t, s) {
 		waitFor(t, "task "+id.String()+" to be completed", func() bool {
 			return getTask(t, s, id).Status == history.StatusCompleted
 		})
