@@ -17,7 +17,7 @@ import (
 // position, from its own history (child_started, child_finished), a page
 // of them at a time. A finished child's status, times and error are in
 // the parent's log; only the unfinished children of the page shown are
-// read from the store, in one TaskGetManyByID, for their current status.
+// read, in one [sdk.Client.Statuses], for their current status.
 // A fan-out of thousands thus costs the page one history read (which the
 // page makes anyway) and one query of at most childrenPageSize rows.
 
@@ -225,20 +225,8 @@ func (s *Server) consoleChildren(ctx context.Context, c *call, info *sdk.TaskInf
 		v.Set("namespace", c.namespace)
 		return s.path("/console/tasks/"+url.PathEscape(info.ID.String())+"?"+v.Encode()) + "#task-children"
 	}
-	rowsOf := func(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID]history.Status, error) {
-		tasks, err := c.client.Store().TaskGetManyByID(ctx, ids)
-		if err != nil {
-			return nil, err
-		}
-		out := make(map[uuid.UUID]history.Status, len(tasks))
-		for _, t := range tasks {
-			if t.Namespace == info.Namespace { // a child is in its parent's namespace
-				out[t.ID] = t.Status
-			}
-		}
-		return out, nil
-	}
-	panel, err := buildChildrenPanel(ctx, events, q.Get("children"), page, link, rowsOf)
+	// A child is in its parent's namespace, the client's.
+	panel, err := buildChildrenPanel(ctx, events, q.Get("children"), page, link, c.client.Statuses)
 	if err != nil {
 		return err
 	}

@@ -114,7 +114,7 @@ func waitingTasks(ctx context.Context, c *sdk.Client) (tasks []*waitingTask, sca
 	}
 	// One read for every candidate's history, not a query per task. The
 	// ids come from the namespace's listing; one deleted since has none.
-	histories, err := c.Store().EventListByTasks(ctx, ids)
+	histories, err := c.RawHistories(ctx, ids)
 	if err != nil {
 		return nil, false, err
 	}
