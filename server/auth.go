@@ -1,163 +1,40 @@
 package server
 
-import (
-	"crypto/sha256"
-	"crypto/subtle"
-	"encoding/hex"
-	"encoding/json"
-	"net/http"
-	"os"
-	"slices"
-	"strings"
+import "github.com/cairnflow/cairn/server/internal/web"
 
-	"github.com/cockroachdb/errors"
-)
+// The API tokens the API and the console both check. These are aliases:
+// the console's configuration takes the same types.
 
 // Role is what a token may do.
-type Role string
+type Role = web.Role
 
 // The roles. Admin implies the others; operate implies read.
 const (
-	RoleSubmit  Role = "submit"  // start tasks
-	RoleRead    Role = "read"    // read tasks, histories, queues, audit events
-	RoleOperate Role = "operate" // cancel, retry, compensate
-	RoleAdmin   Role = "admin"   // everything
+	RoleSubmit  = web.RoleSubmit  // start tasks
+	RoleRead    = web.RoleRead    // read tasks, histories, queues, audit events
+	RoleOperate = web.RoleOperate // cancel, retry, compensate
+	RoleAdmin   = web.RoleAdmin   // everything
 )
 
 // AllNamespaces in a token's namespaces lets it act in every namespace.
-const AllNamespaces = "*"
+const AllNamespaces = web.AllNamespaces
 
 // Token is an API token as configured: its SHA-256 (hex), never the token
-// itself, so a leaked configuration leaks no credential.
-type Token struct {
-	Name       string   `json:"name"` // recorded as "api:<name>" in the histories of what it asks
-	SHA256     string   `json:"sha256"`
-	Namespaces []string `json:"namespaces"`
-	Roles      []Role   `json:"roles"`
-}
+// itself, so a leaked configuration leaks no credential. Its fields are
+// Name (recorded as "api:<name>" in the histories of what it asks),
+// SHA256, Namespaces and Roles, in JSON name, sha256, namespaces and
+// roles.
+type Token = web.Token
 
-// TokenFile is the JSON a tokens file holds.
-type TokenFile struct {
-	Tokens []Token `json:"tokens"`
-}
+// TokenFile is the JSON a tokens file holds: {"tokens": [Token, …]}.
+type TokenFile = web.TokenFile
 
 // LoadTokens reads and checks a tokens file.
-func LoadTokens(path string) ([]Token, error) {
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		return nil, errors.Wrap(err, "read tokens file")
-	}
-	dec := json.NewDecoder(strings.NewReader(string(raw)))
-	dec.DisallowUnknownFields()
-	var f TokenFile
-	if err := dec.Decode(&f); err != nil {
-		return nil, errors.Wrapf(err, "tokens file %s", path)
-	}
-	if err := ValidateTokens(f.Tokens); err != nil {
-		return nil, errors.Wrapf(err, "tokens file %s", path)
-	}
-	return f.Tokens, nil
-}
+func LoadTokens(path string) ([]Token, error) { return web.LoadTokens(path) }
 
 // ValidateTokens checks names are unique, hashes well formed, and every
 // token has a namespace and a known role.
-func ValidateTokens(tokens []Token) error {
-	seen, hashes := map[string]bool{}, map[string]string{}
-	for i, t := range tokens {
-		what := "token " + t.Name
-		if t.Name == "" {
-			return errors.Newf("token %d has no name", i+1)
-		}
-		if seen[t.Name] {
-			return errors.Newf("%s: name used twice", what)
-		}
-		seen[t.Name] = true
-		if b, err := hex.DecodeString(t.SHA256); err != nil || len(b) != sha256.Size {
-			return errors.Newf("%s: sha256 must be 64 hex digits (cairn token hash prints it)", what)
-		}
-		if other, dup := hashes[strings.ToLower(t.SHA256)]; dup {
-			return errors.Newf("%s: same token hash as token %s", what, other)
-		}
-		hashes[strings.ToLower(t.SHA256)] = t.Name
-		if len(t.Namespaces) == 0 {
-			return errors.Newf("%s: no namespaces (use %q for all)", what, AllNamespaces)
-		}
-		if len(t.Roles) == 0 {
-			return errors.Newf("%s: no roles (submit, read, operate, admin)", what)
-		}
-		for _, r := range t.Roles {
-			if !slices.Contains([]Role{RoleSubmit, RoleRead, RoleOperate, RoleAdmin}, r) {
-				return errors.Newf("%s: unknown role %q (submit, read, operate, admin)", what, r)
-			}
-		}
-	}
-	return nil
-}
+func ValidateTokens(tokens []Token) error { return web.ValidateTokens(tokens) }
 
 // HashToken returns the hex SHA-256 a tokens file holds for token.
-func HashToken(token string) string {
-	sum := sha256.Sum256([]byte(token))
-	return hex.EncodeToString(sum[:])
-}
-
-// principal is who a request acts for.
-type principal struct {
-	name       string // "" when tokens are off
-	namespaces []string
-	roles      []Role
-}
-
-// anonymous acts for every request when no tokens are configured: a local
-// server, everything allowed.
-var anonymous = &principal{namespaces: []string{AllNamespaces}, roles: []Role{RoleAdmin}}
-
-func (p *principal) can(role Role) bool {
-	if slices.Contains(p.roles, RoleAdmin) || slices.Contains(p.roles, role) {
-		return true
-	}
-	return role == RoleRead && slices.Contains(p.roles, RoleOperate)
-}
-
-func (p *principal) inNamespace(ns string) bool {
-	return slices.Contains(p.namespaces, AllNamespaces) || slices.Contains(p.namespaces, ns)
-}
-
-// defaultNamespace is where a request that names none acts.
-func (p *principal) defaultNamespace() string {
-	if len(p.namespaces) == 0 || p.namespaces[0] == AllNamespaces {
-		return "default"
-	}
-	return p.namespaces[0]
-}
-
-// requester is recorded as "by" in the histories of what p asks.
-func (p *principal) requester() string {
-	if p.name == "" {
-		return "api"
-	}
-	return "api:" + p.name
-}
-
-type principalKey struct{}
-
-// authenticate resolves the bearer token of r to its principal, comparing
-// hashes in constant time. With no tokens configured, everyone is
-// anonymous.
-func (s *Server) authenticate(r *http.Request) (*principal, *Problem) {
-	if len(s.tokens) == 0 {
-		return anonymous, nil
-	}
-	scheme, raw, _ := strings.Cut(r.Header.Get("Authorization"), " ")
-	raw = strings.TrimSpace(raw)
-	if !strings.EqualFold(scheme, "Bearer") || raw == "" {
-		return nil, problem(http.StatusUnauthorized, codeUnauthorized, "send an API token as Authorization: Bearer <token>")
-	}
-	sum := sha256.Sum256([]byte(raw))
-	for _, t := range s.tokens {
-		want, _ := hex.DecodeString(t.SHA256)
-		if subtle.ConstantTimeCompare(sum[:], want) == 1 {
-			return &principal{name: t.Name, namespaces: t.Namespaces, roles: t.Roles}, nil
-		}
-	}
-	return nil, problem(http.StatusUnauthorized, codeUnauthorized, "the API token is not known")
-}
+func HashToken(token string) string { return web.HashToken(token) }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/cairnflow/cairn/internal/errmark"
 	"github.com/cairnflow/cairn/sdk"
+	"github.com/cairnflow/cairn/server/internal/web"
 )
 
 // callbackSender is the sender recorded for a signal sent through a
@@ -57,13 +58,13 @@ func (s *Server) callback(w http.ResponseWriter, r *http.Request) {
 		if errors.Is(err, sdk.ErrCallbackExpired) {
 			detail = "the callback link has expired"
 		}
-		s.writeProblem(w, r, problem(http.StatusForbidden, codeForbidden, detail))
+		s.writeProblem(w, r, web.NewProblem(http.StatusForbidden, web.CodeForbidden, detail))
 		return
 	}
 	q := r.URL.Query()
 	for k := range q {
 		if k != "decision" {
-			s.writeProblem(w, r, problem(http.StatusBadRequest, codeInvalidRequest, "unknown query parameter "+k+": a callback takes only decision=approve|reject"))
+			s.writeProblem(w, r, web.NewProblem(http.StatusBadRequest, web.CodeInvalidRequest, "unknown query parameter "+k+": a callback takes only decision=approve|reject"))
 			return
 		}
 	}
@@ -78,7 +79,7 @@ func (s *Server) callback(w http.ResponseWriter, r *http.Request) {
 	}
 	if q.Has("decision") {
 		if payload != nil {
-			s.writeProblem(w, r, problem(http.StatusBadRequest, codeInvalidRequest, "send a decision either as ?decision= or as the body, not both"))
+			s.writeProblem(w, r, web.NewProblem(http.StatusBadRequest, web.CodeInvalidRequest, "send a decision either as ?decision= or as the body, not both"))
 			return
 		}
 		switch q.Get("decision") {
@@ -87,7 +88,7 @@ func (s *Server) callback(w http.ResponseWriter, r *http.Request) {
 		case "reject":
 			payload = json.RawMessage(`{"approved":false}`)
 		default:
-			s.writeProblem(w, r, problem(http.StatusBadRequest, codeInvalidRequest, "decision must be approve or reject"))
+			s.writeProblem(w, r, web.NewProblem(http.StatusBadRequest, web.CodeInvalidRequest, "decision must be approve or reject"))
 			return
 		}
 	}
@@ -100,12 +101,12 @@ func (s *Server) callback(w http.ResponseWriter, r *http.Request) {
 		sdk.SignalOpts{DedupID: sdk.CallbackDedupID(token), Sender: callbackSender, ForWait: &cb.Wait})
 	switch {
 	case errors.Is(err, sdk.ErrWaitEnded):
-		s.writeProblem(w, r, problem(http.StatusGone, codeWaitEnded,
+		s.writeProblem(w, r, web.NewProblem(http.StatusGone, web.CodeWaitEnded,
 			"the wait this link answers has ended: it was answered another way, timed out, or the task finished"))
 		return
 	case errors.Is(err, sdk.ErrWaitNotReached):
-		p := problem(http.StatusConflict, codeWaitNotReached, "the task does not wait for this decision yet; try again shortly")
-		p.retryAfter, p.RetryAfterSeconds = time.Second, 1
+		p := web.NewProblem(http.StatusConflict, web.CodeWaitNotReached, "the task does not wait for this decision yet; try again shortly")
+		web.RetryAfter(p, time.Second)
 		s.writeProblem(w, r, p)
 		return
 	case err != nil:
@@ -114,7 +115,7 @@ func (s *Server) callback(w http.ResponseWriter, r *http.Request) {
 	case res.Duplicate:
 		// The store found the token's dedup id in the history and wrote
 		// nothing: the link was used already.
-		s.writeProblem(w, r, problem(http.StatusGone, codeCallbackUsed, "the callback link was used already"))
+		s.writeProblem(w, r, web.NewProblem(http.StatusGone, web.CodeCallbackUsed, "the callback link was used already"))
 		return
 	}
 	writeJSON(w, http.StatusAccepted, signalResponse{TaskID: res.TaskID})

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cairnflow/cairn/internal/errmark"
+	"github.com/cairnflow/cairn/server/internal/web"
 
 	"github.com/cairnflow/cairn/engine/enginetest"
 	"github.com/cairnflow/cairn/engine/store"
@@ -154,7 +155,7 @@ func TestCallbackDeliversADecisionOnce(t *testing.T) {
 			} {
 				a := send(t, b.h, "POST", path, []byte(`{"approved":true}`))
 				require.Equal(t, http.StatusForbidden, a.status, "%s: %s", name, a.body)
-				require.Equal(t, codeForbidden, a.problem.Code, name)
+				require.Equal(t, web.CodeForbidden, a.problem.Code, name)
 			}
 			require.Equal(t, before, eventCount(t, ns.store, id), "refused links write nothing")
 
@@ -170,7 +171,7 @@ func TestCallbackDeliversADecisionOnce(t *testing.T) {
 			for _, body := range []string{`{"approved":true,"comment":"ship it"}`, `{"approved":false}`} {
 				a = send(t, b.h, "POST", target, []byte(body))
 				require.Equal(t, http.StatusGone, a.status, "%s", a.body)
-				require.Equal(t, codeCallbackUsed, a.problem.Code)
+				require.Equal(t, web.CodeCallbackUsed, a.problem.Code)
 			}
 			require.Equal(t, after, eventCount(t, ns.store, id), "a reused link writes nothing")
 			events, err := ns.store.EventListByTask(context.Background(), id)
@@ -218,7 +219,7 @@ func TestCallbackReusedWhileTheTaskWaitsAgainIsRefused(t *testing.T) {
 			before := eventCount(t, ns.store, id)
 			a = send(t, b.h, "POST", first, []byte(`{"approved":true,"comment":"legal"}`))
 			require.Equal(t, http.StatusGone, a.status, "%s", a.body)
-			require.Equal(t, codeCallbackUsed, a.problem.Code)
+			require.Equal(t, web.CodeCallbackUsed, a.problem.Code)
 			require.Equal(t, before, eventCount(t, ns.store, id), "a reused link writes nothing")
 
 			second := b.url(t, sdk.Callback{Namespace: "default", TaskID: id, Name: "approve", Wait: pos2, Expires: time.Now().Add(time.Hour)})
@@ -271,7 +272,7 @@ func TestCallbackWithoutASecretIsNotFound(t *testing.T) {
 	require.NoError(t, err)
 	a := send(t, testServer(t, st), "POST", "/v1/callbacks/"+token, []byte(`{"approved":true}`))
 	require.Equal(t, http.StatusNotFound, a.status, "%s", a.body)
-	require.Equal(t, codeNotFound, a.problem.Code)
+	require.Equal(t, web.CodeNotFound, a.problem.Code)
 
 	srv, err := New(Config{Store: st})
 	require.NoError(t, err)
@@ -394,7 +395,7 @@ func TestCallbackUsedLinkSpelledOtherwiseIsRefused(t *testing.T) {
 			} {
 				a := send(t, b.h, "POST", path+"?decision=reject", nil, "Content-Type", "application/json")
 				require.Equal(t, http.StatusForbidden, a.status, "%s: %s", name, a.body)
-				require.Equal(t, codeForbidden, a.problem.Code, name)
+				require.Equal(t, web.CodeForbidden, a.problem.Code, name)
 			}
 			require.Equal(t, before, eventCount(t, ns.store, id), "no spelling of a used link writes anything")
 			require.Len(t, signalsOf(t, ns.store, id), 1)
@@ -420,7 +421,7 @@ func TestCallbackAnswersOnlyItsOwnWait(t *testing.T) {
 			before := eventCount(t, ns.store, id)
 			a := send(t, b.h, "POST", early+"?decision=approve", nil, "Content-Type", "application/json")
 			require.Equal(t, http.StatusConflict, a.status, "a link of a wait not reached: %s", a.body)
-			require.Equal(t, codeWaitNotReached, a.problem.Code)
+			require.Equal(t, web.CodeWaitNotReached, a.problem.Code)
 			require.Equal(t, before, eventCount(t, ns.store, id))
 
 			_, err := b.client.Signal(context.Background(), id, "approve", workflow.Decision{Approved: true, Comment: "legal"})
@@ -431,7 +432,7 @@ func TestCallbackAnswersOnlyItsOwnWait(t *testing.T) {
 			before = eventCount(t, ns.store, id)
 			a = send(t, b.h, "POST", first+"?decision=reject", nil, "Content-Type", "application/json")
 			require.Equal(t, http.StatusGone, a.status, "the first wait's link after it was answered: %s", a.body)
-			require.Equal(t, codeWaitEnded, a.problem.Code)
+			require.Equal(t, web.CodeWaitEnded, a.problem.Code)
 			require.Equal(t, before, eventCount(t, ns.store, id), "nothing written")
 			require.Len(t, signalsOf(t, ns.store, id), 1)
 

@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/cairnflow/cairn/internal/jsoncheck"
+	"github.com/cairnflow/cairn/server/internal/web"
 	"github.com/cockroachdb/errors"
 )
 
@@ -26,12 +27,12 @@ func strictJSON(raw []byte, v any) *Problem {
 	if err := jsoncheck.Check(raw, ""); err != nil {
 		var je *jsoncheck.Error
 		if !errors.As(err, &je) {
-			return problem(http.StatusBadRequest, codeMalformedJSON, err.Error())
+			return web.NewProblem(http.StatusBadRequest, web.CodeMalformedJSON, err.Error())
 		}
 		if je.Path == "" {
-			return problem(http.StatusBadRequest, codeInvalidRequest, "the request body "+je.Reason)
+			return web.NewProblem(http.StatusBadRequest, web.CodeInvalidRequest, "the request body "+je.Reason)
 		}
-		return problem(http.StatusBadRequest, codeInvalidRequest, "field "+je.Path+" "+je.Reason)
+		return web.NewProblem(http.StatusBadRequest, web.CodeInvalidRequest, "field "+je.Path+" "+je.Reason)
 	}
 	return exactNames(raw, reflect.TypeOf(v), "")
 }
@@ -69,7 +70,7 @@ func exactNames(raw []byte, t reflect.Type, path string) *Problem {
 					break
 				}
 			}
-			return problem(http.StatusBadRequest, codeUnknownField, detail)
+			return web.NewProblem(http.StatusBadRequest, web.CodeUnknownField, detail)
 		}
 		if p := exactNames(members[name], ft, path+name+"."); p != nil {
 			return p
@@ -103,7 +104,7 @@ func jsonFields(t reflect.Type) map[string]reflect.Type {
 // names the parameter.
 func checkQuery(r *http.Request) *Problem {
 	if !validText(r.URL.Path) {
-		return problem(http.StatusBadRequest, codeInvalidRequest, "the path "+strconv.Quote(r.URL.Path)+" is not valid UTF-8 text without NUL characters")
+		return web.NewProblem(http.StatusBadRequest, web.CodeInvalidRequest, "the path "+strconv.Quote(r.URL.Path)+" is not valid UTF-8 text without NUL characters")
 	}
 	q, _ := url.ParseQuery(r.URL.RawQuery) // as r.URL.Query() reads it
 	keys := make([]string, 0, len(q))
@@ -117,7 +118,7 @@ func checkQuery(r *http.Request) *Problem {
 			bad = bad || !validText(v)
 		}
 		if bad {
-			return problem(http.StatusBadRequest, codeInvalidRequest,
+			return web.NewProblem(http.StatusBadRequest, web.CodeInvalidRequest,
 				"query parameter "+strconv.Quote(k)+" is not valid UTF-8 text without NUL characters")
 		}
 	}

@@ -1,9 +1,10 @@
-// Package server is cairn's HTTP API and web console as one http.Handler,
-// for `cairn server` and `cairn dev` and for any Go service that mounts
-// them: tasks (start, get, history, wait, cancel, retry, compensate,
-// list), queues and their diagnosis, audit events, health and Prometheus
-// metrics, with API tokens scoped to namespaces and roles; and the console
-// (queues, tasks and their timelines, dead letters, schedules), server
+// Package server is cairn's HTTP API, with the web console mounted beside
+// it, as one http.Handler, for `cairn server` and `cairn dev` and for any
+// Go service that mounts them: tasks (start, get, history, wait, cancel,
+// retry, compensate, list), queues and their diagnosis, audit events,
+// health and Prometheus metrics, with API tokens scoped to namespaces and
+// roles; and, under /console/, the console (package server/console:
+// queues, tasks and their timelines, dead letters, schedules), server
 // rendered over the same calls. Errors are RFC 9457 problem details with a
 // stable code.
 //
@@ -24,17 +25,19 @@
 //
 // Every request passes the web defences of guard.go first: without
 // tokens only loopback Hosts (and [Config.AllowedHosts]) are answered,
-// API writes must be JSON, console forms must come from the console's own
-// origin, and every response carries CSP, frame and nosniff headers. The
-// console signs in to server-side sessions (session.go), never keeping the
-// token in the browser. docs/guarantees.md ("Security") has the threat model.
+// API writes must be JSON, and every response carries CSP, frame and
+// nosniff headers; the console then checks that its forms come from its
+// own origin. The console signs in to server-side sessions, never keeping
+// the token in the browser. docs/guarantees.md ("Security") has the
+// threat model.
 //
-// The console's Go code is in this package, beside the API, because it
-// shares the API's authentication, per-namespace clients and error
-// mapping; its templates and static files (htmx, vendored by
-// scripts/vendor-htmx.sh) are embedded from console/.
+// The server hands the console (package server/console) its
+// per-namespace clients, its tokens and its callback signer; what the two
+// share, problem details, tokens and principals, the host rule, is in
+// server/internal/web ([Token], [Role] and [Problem] are aliases of its
+// types).
 //
-// It imports sdk, engine (the [store.Store] it serves, the notifier) and
-// history (the events the console reads) of cairn; nothing imports it but
-// cmd/cairn and services.
+// It imports sdk, engine (the [store.Store] it serves, the notifier),
+// history, server/console and server/internal/web of cairn; nothing
+// imports it but cmd/cairn and services.
 package server

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cairnflow/cairn/sdk"
+	"github.com/cairnflow/cairn/server/internal/web"
 	"github.com/cockroachdb/errors"
 )
 
@@ -31,20 +32,20 @@ func (s *Server) auditEvents(w http.ResponseWriter, r *http.Request, c *call) {
 	var err error
 	if v := q.Get("since"); v != "" {
 		if p.Since, err = ParseAuditTime(v, now); err != nil {
-			s.writeProblem(w, r, problem(http.StatusBadRequest, codeInvalidRequest, "since: "+err.Error()))
+			s.writeProblem(w, r, web.NewProblem(http.StatusBadRequest, web.CodeInvalidRequest, "since: "+err.Error()))
 			return
 		}
 	}
 	if v := q.Get("until"); v != "" {
 		if p.Until, err = ParseAuditTime(v, now); err != nil {
-			s.writeProblem(w, r, problem(http.StatusBadRequest, codeInvalidRequest, "until: "+err.Error()))
+			s.writeProblem(w, r, web.NewProblem(http.StatusBadRequest, web.CodeInvalidRequest, "until: "+err.Error()))
 			return
 		}
 	}
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > maxAuditLimit {
-			s.writeProblem(w, r, problem(http.StatusBadRequest, codeInvalidRequest, "limit "+strconv.Quote(v)+" is not a number from 1 to 1000000"))
+			s.writeProblem(w, r, web.NewProblem(http.StatusBadRequest, web.CodeInvalidRequest, "limit "+strconv.Quote(v)+" is not a number from 1 to 1000000"))
 			return
 		}
 		p.Limit = n
@@ -60,7 +61,7 @@ func (s *Server) auditEvents(w http.ResponseWriter, r *http.Request, c *call) {
 		until = now
 	}
 	if !p.Since.Before(until) {
-		s.writeProblem(w, r, problem(http.StatusBadRequest, codeInvalidRequest, "since is not before until"))
+		s.writeProblem(w, r, web.NewProblem(http.StatusBadRequest, web.CodeInvalidRequest, "since is not before until"))
 		return
 	}
 	flusher, _ := w.(http.Flusher)
@@ -88,10 +89,10 @@ func (s *Server) auditEvents(w http.ResponseWriter, r *http.Request, c *call) {
 	case err != nil && !started:
 		s.writeError(w, r, err)
 	case err != nil:
-		pr := problemFor(err)
+		pr := web.ProblemFor(err)
 		if pr == nil {
 			s.log.Error("audit failed mid-stream", "path", logPath(r), "error", err.Error())
-			pr = problem(http.StatusInternalServerError, codeInternal, "")
+			pr = web.NewProblem(http.StatusInternalServerError, web.CodeInternal, "")
 		}
 		_ = enc.Encode(map[string]*Problem{"error": pr})
 	case !started:

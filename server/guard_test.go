@@ -20,6 +20,7 @@ import (
 	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/sdk"
 	"github.com/cairnflow/cairn/server"
+	"github.com/cairnflow/cairn/server/console"
 	"github.com/cairnflow/cairn/workflow"
 	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
@@ -279,7 +280,7 @@ func TestConsoleRefusesCrossOriginForms(t *testing.T) {
 		require.True(t, cookie.Secure, "Config.SecureCookies")
 		require.Equal(t, http.SameSiteStrictMode, cookie.SameSite)
 		require.Positive(t, cookie.MaxAge)
-		require.WithinDuration(t, time.Now().Add(server.DefaultSessionTTL), cookie.Expires, time.Minute)
+		require.WithinDuration(t, time.Now().Add(console.DefaultSessionTTL), cookie.Expires, time.Minute)
 		withCookie := "cairn_session=" + cookie.Value
 
 		cancel := b.url + "/console/tasks/" + b.pending.String() + "/cancel?namespace=default"

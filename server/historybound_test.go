@@ -13,6 +13,7 @@ import (
 	"github.com/cairnflow/cairn/engine/pgstore"
 	"github.com/cairnflow/cairn/engine/sqlitestore"
 	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/server/internal/web"
 )
 
 // boundedStores are bothStores with history limits.
@@ -44,7 +45,7 @@ func TestSignalToAFullHistoryIsRefused(t *testing.T) {
 			}
 			a := send(t, h, "POST", target, body)
 			require.Equal(t, http.StatusConflict, a.status, "%s", a.body)
-			require.Equal(t, codeHistoryFull, a.problem.Code)
+			require.Equal(t, web.CodeHistoryFull, a.problem.Code)
 			require.Equal(t, int64(100_000), a.problem.LimitBytes)
 			require.Greater(t, a.problem.HistoryBytes, int64(90_000))
 			require.Contains(t, a.problem.Detail, "no more signals")

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/server/internal/web"
 )
 
 // growTaskHistory gives task id n signals of a payload of size bytes,
@@ -61,7 +62,7 @@ func TestHistoryIsStreamedInPages(t *testing.T) {
 
 			a = send(t, h, "GET", "/v1/tasks/"+uuid.NewString()+"/history", nil)
 			require.Equal(t, http.StatusNotFound, a.status)
-			require.Equal(t, codeNotFound, a.problem.Code)
+			require.Equal(t, web.CodeNotFound, a.problem.Code)
 		})
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/cairnflow/cairn/engine/enginetest"
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/server/internal/web"
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 )
@@ -30,19 +31,19 @@ func TestStrictInputIsRefusedAlikeOnBothStores(t *testing.T) {
 				name, method, target, body string
 				code, names                string // the problem's code, and what its detail names
 			}{
-				{"LoneSurrogateInInput", "POST", "/v1/tasks", `{"type":"doc","input":{"id":"\ud800"}}`, codeInvalidRequest, "field input.id"},
-				{"InvalidUTF8InInput", "POST", "/v1/tasks", "{\"type\":\"doc\",\"input\":{\"id\":\"a\xffb\"}}", codeInvalidRequest, "field input.id"},
-				{"TypeNUL", "GET", "/v1/tasks?type=%00", "", codeInvalidRequest, `query parameter "type"`},
-				{"QueueNUL", "GET", "/v1/tasks?queue=%00", "", codeInvalidRequest, `query parameter "queue"`},
-				{"TypeInvalidUTF8", "GET", "/v1/tasks?type=%ff", "", codeInvalidRequest, `query parameter "type"`},
-				{"FieldNameCase", "POST", "/v1/tasks", `{"Type":"doc"}`, codeUnknownField, `unknown field "Type" (field names are case-sensitive: "type")`},
-				{"FieldNameCaseBesideTheField", "POST", "/v1/tasks", `{"type":"doc","Type":"other"}`, codeUnknownField, `"Type"`},
-				{"FieldTwice", "POST", "/v1/tasks", `{"type":"doc","input":1,"input":2}`, codeInvalidRequest, "field input is named twice"},
-				{"MemberTwiceInInput", "POST", "/v1/tasks", `{"type":"doc","input":{"a":1,"a":2}}`, codeInvalidRequest, "field input.a is named twice"},
-				{"KeyInvalidUTF8", "POST", "/v1/tasks", "{\"type\":\"doc\",\"idempotency_key\":\"a\xffb\"}", codeInvalidRequest, "field idempotency_key"},
-				{"KeyLoneSurrogate", "POST", "/v1/tasks", `{"type":"doc","idempotency_key":"a\udfffb"}`, codeInvalidRequest, "field idempotency_key"},
-				{"NumberOutOfRange", "POST", "/v1/tasks", `{"type":"doc","input":{"n":1e1000000}}`, codeInvalidRequest, "field input.n"},
-				{"ReasonInvalidUTF8", "POST", "/v1/tasks/" + uuid.NewString() + "/cancel", "{\"reason\":\"\xff\"}", codeInvalidRequest, "field reason"},
+				{"LoneSurrogateInInput", "POST", "/v1/tasks", `{"type":"doc","input":{"id":"\ud800"}}`, web.CodeInvalidRequest, "field input.id"},
+				{"InvalidUTF8InInput", "POST", "/v1/tasks", "{\"type\":\"doc\",\"input\":{\"id\":\"a\xffb\"}}", web.CodeInvalidRequest, "field input.id"},
+				{"TypeNUL", "GET", "/v1/tasks?type=%00", "", web.CodeInvalidRequest, `query parameter "type"`},
+				{"QueueNUL", "GET", "/v1/tasks?queue=%00", "", web.CodeInvalidRequest, `query parameter "queue"`},
+				{"TypeInvalidUTF8", "GET", "/v1/tasks?type=%ff", "", web.CodeInvalidRequest, `query parameter "type"`},
+				{"FieldNameCase", "POST", "/v1/tasks", `{"Type":"doc"}`, web.CodeUnknownField, `unknown field "Type" (field names are case-sensitive: "type")`},
+				{"FieldNameCaseBesideTheField", "POST", "/v1/tasks", `{"type":"doc","Type":"other"}`, web.CodeUnknownField, `"Type"`},
+				{"FieldTwice", "POST", "/v1/tasks", `{"type":"doc","input":1,"input":2}`, web.CodeInvalidRequest, "field input is named twice"},
+				{"MemberTwiceInInput", "POST", "/v1/tasks", `{"type":"doc","input":{"a":1,"a":2}}`, web.CodeInvalidRequest, "field input.a is named twice"},
+				{"KeyInvalidUTF8", "POST", "/v1/tasks", "{\"type\":\"doc\",\"idempotency_key\":\"a\xffb\"}", web.CodeInvalidRequest, "field idempotency_key"},
+				{"KeyLoneSurrogate", "POST", "/v1/tasks", `{"type":"doc","idempotency_key":"a\udfffb"}`, web.CodeInvalidRequest, "field idempotency_key"},
+				{"NumberOutOfRange", "POST", "/v1/tasks", `{"type":"doc","input":{"n":1e1000000}}`, web.CodeInvalidRequest, "field input.n"},
+				{"ReasonInvalidUTF8", "POST", "/v1/tasks/" + uuid.NewString() + "/cancel", "{\"reason\":\"\xff\"}", web.CodeInvalidRequest, "field reason"},
 			} {
 				var body []byte
 				if c.body != "" {
@@ -114,7 +115,7 @@ func TestIdempotencyKeyReuseIsAConflictOnBothStores(t *testing.T) {
 				for _, token := range []string{submitToken, adminToken} {
 					a := post(token, body)
 					require.Equal(t, http.StatusConflict, a.status, "%s", a.body)
-					require.Equal(t, codeKeyReused, a.problem.Code, "%s", a.body)
+					require.Equal(t, web.CodeKeyReused, a.problem.Code, "%s", a.body)
 					require.NotContains(t, string(a.body), created.ID.String())
 					require.NotContains(t, string(a.body), "pending")
 				}

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/server/internal/web"
 )
 
 // readCountingStore counts the reads of one task's row.
@@ -77,7 +78,7 @@ func TestLongPollsAreCapped(t *testing.T) {
 
 	a := send(t, h, "GET", "/v1/tasks/"+id.String()+"/wait?timeout=1m", nil)
 	require.Equal(t, http.StatusTooManyRequests, a.status, "%s", a.body)
-	require.Equal(t, codeTooManyWaits, a.problem.Code)
+	require.Equal(t, web.CodeTooManyWaits, a.problem.Code)
 	require.Equal(t, 1, a.problem.RetryAfterSeconds)
 
 	srv.Drain() // answers the open poll at once

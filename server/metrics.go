@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/cairnflow/cairn/server/internal/web"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
@@ -18,9 +19,9 @@ import (
 func (s *Server) MetricsHandler() http.Handler {
 	return s.recoverer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("X-Content-Type-Options", "nosniff")
-		w.Header().Set("Content-Security-Policy", apiCSP)
+		w.Header().Set("Content-Security-Policy", web.APICSP)
 		if s.cfg.Gatherer == nil {
-			s.writeProblem(w, r, problem(http.StatusNotFound, codeNotFound, "no metrics are configured"))
+			s.writeProblem(w, r, web.NewProblem(http.StatusNotFound, web.CodeNotFound, "no metrics are configured"))
 			return
 		}
 		if s.cfg.MetricsToken == "" {
@@ -44,17 +45,17 @@ func (s *Server) metrics(onAPI bool) http.Handler {
 			scheme, raw, _ := strings.Cut(r.Header.Get("Authorization"), " ")
 			got, want := sha256.Sum256([]byte(strings.TrimSpace(raw))), sha256.Sum256([]byte(s.cfg.MetricsToken))
 			if !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
-				s.writeProblem(w, r, problem(http.StatusUnauthorized, codeUnauthorized, "send the metrics token as Authorization: Bearer <token>"))
+				s.writeProblem(w, r, web.NewProblem(http.StatusUnauthorized, web.CodeUnauthorized, "send the metrics token as Authorization: Bearer <token>"))
 				return
 			}
 		case onAPI && len(s.tokens) > 0:
-			who, p := s.authenticate(r)
+			who, p := web.Authenticate(s.tokens, r)
 			if p != nil {
 				s.writeProblem(w, r, p)
 				return
 			}
-			if !who.can(RoleRead) || !who.inNamespace(AllNamespaces) {
-				s.writeProblem(w, r, problem(http.StatusForbidden, codeForbidden,
+			if !who.Can(RoleRead) || !who.InNamespace(AllNamespaces) {
+				s.writeProblem(w, r, web.NewProblem(http.StatusForbidden, web.CodeForbidden,
 					`the metrics cover every namespace: use a token that may read in "*", or the metrics token`))
 				return
 			}

@@ -10,6 +10,7 @@ import (
 	"github.com/cockroachdb/errors"
 
 	"github.com/cairnflow/cairn/sdk"
+	"github.com/cairnflow/cairn/server/internal/web"
 )
 
 // namespaceView is GET/PUT /v1/namespace: the request's namespace's
@@ -75,7 +76,7 @@ func (s *Server) getNamespace(w http.ResponseWriter, r *http.Request, c *call) {
 // leader's next pass.
 func (s *Server) putNamespace(w http.ResponseWriter, r *http.Request, c *call) {
 	var req namespaceRequest
-	if p := decodeBody(w, r, envelopeBytes, &req, false); p != nil {
+	if p := decodeBody(w, r, web.EnvelopeBytes, &req, false); p != nil {
 		s.writeProblem(w, r, p)
 		return
 	}
@@ -97,7 +98,7 @@ func (s *Server) putNamespace(w http.ResponseWriter, r *http.Request, c *call) {
 	}
 	for typ, v := range req.TypeRetentionSeconds {
 		if v == nil {
-			s.writeProblem(w, r, problem(http.StatusBadRequest, codeInvalidRequest,
+			s.writeProblem(w, r, web.NewProblem(http.StatusBadRequest, web.CodeInvalidRequest,
 				"type_retention_seconds of "+strconv.Quote(typ)+" is null: leave the type out to give it the namespace's retention"))
 			return
 		}
@@ -112,7 +113,7 @@ func (s *Server) putNamespace(w http.ResponseWriter, r *http.Request, c *call) {
 		settings.TypeRetention[typ] = d
 	}
 	if req.Archive != nil {
-		s.writeProblem(w, r, problem(http.StatusBadRequest, codeInvalidRequest,
+		s.writeProblem(w, r, web.NewProblem(http.StatusBadRequest, web.CodeInvalidRequest,
 			"archive is not set over HTTP (it names where the server writes, with its credentials): use cairn namespace set --archive"))
 		return
 	}
@@ -143,7 +144,7 @@ func retentionSetting(name string, v *float64) (time.Duration, *Problem) {
 		return 0, nil
 	}
 	if math.IsNaN(*v) || *v < 0.001 || *v > maxRetention.Seconds() {
-		return 0, problem(http.StatusBadRequest, codeInvalidRequest, name+" "+strconv.FormatFloat(*v, 'g', -1, 64)+
+		return 0, web.NewProblem(http.StatusBadRequest, web.CodeInvalidRequest, name+" "+strconv.FormatFloat(*v, 'g', -1, 64)+
 			" is not a number of seconds between 0.001 and "+strconv.FormatFloat(maxRetention.Seconds(), 'f', 0, 64)+" (null: the default)")
 	}
 	return time.Duration(*v * float64(time.Second)), nil
@@ -170,19 +171,5 @@ func (s *Server) getBlob(w http.ResponseWriter, r *http.Request, c *call) {
 		s.writeError(w, r, err)
 		return
 	}
-	writeBlob(w, data, contentType)
-}
-
-// writeBlob sends a blob's bytes as a download, never rendered in place.
-func writeBlob(w http.ResponseWriter, data []byte, contentType string) {
-	if contentType == "" {
-		contentType = "application/octet-stream"
-	}
-	w.Header().Set("Content-Type", contentType)
-	w.Header().Set("Content-Length", strconv.Itoa(len(data)))
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.Header().Set("Content-Disposition", "attachment")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(data)
+	web.WriteBlob(w, data, contentType)
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/cairnflow/cairn/sdk"
+	"github.com/cairnflow/cairn/server/internal/web"
 	"github.com/stretchr/testify/require"
 )
 
@@ -31,7 +32,7 @@ func TestStartInputOverMaxPayloadBytesIs413(t *testing.T) {
 			require.Equal(t, http.StatusAccepted, a.status, "an input of exactly the limit: %s", a.body)
 			a = send(t, h, "POST", "/v1/tasks", body(1001, ""))
 			require.Equal(t, http.StatusRequestEntityTooLarge, a.status, "%s", a.body)
-			require.Equal(t, codePayloadTooLarge, a.problem.Code)
+			require.Equal(t, web.CodePayloadTooLarge, a.problem.Code)
 			require.Contains(t, a.problem.Detail, "input is 1001 bytes of JSON, over the limit of 1000 bytes (MaxPayloadBytes)")
 			require.Equal(t, [2]int64{1001, 1000}, [2]int64{a.problem.SizeBytes, a.problem.LimitBytes})
 
@@ -39,10 +40,10 @@ func TestStartInputOverMaxPayloadBytesIs413(t *testing.T) {
 			labels := `"idempotency_key":"` + strings.Repeat("k", 200) + `",`
 			a = send(t, h, "POST", "/v1/tasks", body(1000, labels))
 			require.Equal(t, http.StatusAccepted, a.status, "%s", a.body)
-			huge := body(1000, `"trace_id":"`+strings.Repeat(" ", envelopeBytes)+`",`)
+			huge := body(1000, `"trace_id":"`+strings.Repeat(" ", web.EnvelopeBytes)+`",`)
 			a = send(t, h, "POST", "/v1/tasks", huge)
 			require.Equal(t, http.StatusRequestEntityTooLarge, a.status, "%s", a.body)
-			require.Equal(t, codePayloadTooLarge, a.problem.Code)
+			require.Equal(t, web.CodePayloadTooLarge, a.problem.Code)
 			require.Contains(t, a.problem.Detail, "the request body is "+strconv.Itoa(len(huge))+" bytes; a task's input may be at most 1000 bytes of JSON (MaxPayloadBytes), the rest of the body 65536 bytes")
 			require.Equal(t, [2]int64{int64(len(huge)), 1000}, [2]int64{a.problem.SizeBytes, a.problem.LimitBytes})
 			require.Equal(t, 2, taskCount(t, st.store), "only the accepted starts were written")

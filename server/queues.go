@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/server/internal/web"
 )
 
 // queueView is a queue in GET /v1/queues, durations in seconds.
@@ -44,7 +45,7 @@ func (s *Server) listQueues(w http.ResponseWriter, r *http.Request, c *call) {
 	if v := r.URL.Query().Get("window"); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil || d <= 0 || d > maxQueueWindow {
-			s.writeProblem(w, r, problem(http.StatusBadRequest, codeInvalidRequest, "window "+strconv.Quote(v)+" is not a duration between 1s and 24h"))
+			s.writeProblem(w, r, web.NewProblem(http.StatusBadRequest, web.CodeInvalidRequest, "window "+strconv.Quote(v)+" is not a duration between 1s and 24h"))
 			return
 		}
 		window = d
@@ -70,7 +71,7 @@ func (s *Server) diagnoseQueue(w http.ResponseWriter, r *http.Request, c *call) 
 	if v := r.URL.Query().Get("window"); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil {
-			s.writeProblem(w, r, problem(http.StatusBadRequest, codeInvalidRequest, "window "+strconv.Quote(v)+" is not a duration such as \"15m\""))
+			s.writeProblem(w, r, web.NewProblem(http.StatusBadRequest, web.CodeInvalidRequest, "window "+strconv.Quote(v)+" is not a duration such as \"15m\""))
 			return
 		}
 		window = d

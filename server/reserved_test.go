@@ -10,6 +10,7 @@ import (
 
 	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/server/internal/web"
 )
 
 // forgedPayloads are the probe's payloads (finding F3) and their kin:
@@ -66,12 +67,12 @@ func TestForgedReferencesAreRefusedAlikeOnBothStores(t *testing.T) {
 			for name, payload := range forgedPayloads(ref, victim.ID) {
 				a := send(t, h, "POST", "/v1/tasks", []byte(`{"type":"doc","input":`+payload+`}`), "Authorization", "Bearer "+submitToken)
 				require.Equal(t, http.StatusBadRequest, a.status, "%s: input: %s", name, a.body)
-				require.Equal(t, codeInvalidRequest, a.problem.Code, "%s: %s", name, a.body)
+				require.Equal(t, web.CodeInvalidRequest, a.problem.Code, "%s: %s", name, a.body)
 				require.Contains(t, a.problem.Detail, "reserves", name)
 				for _, target := range []string{"/v1/tasks/" + victim.ID.String() + "/signals/doc", "/v1/tasks/by-key/victim/signals/doc"} {
 					a = send(t, h, "POST", target, []byte(`{"payload":`+payload+`}`), "Authorization", "Bearer "+operateToken)
 					require.Equal(t, http.StatusBadRequest, a.status, "%s: signal: %s", name, a.body)
-					require.Equal(t, codeInvalidRequest, a.problem.Code, "%s: %s", name, a.body)
+					require.Equal(t, web.CodeInvalidRequest, a.problem.Code, "%s: %s", name, a.body)
 				}
 			}
 			require.Equal(t, 1, taskCount(t, st.store), "no task was started")
@@ -105,7 +106,7 @@ func TestReservedKeyPrefixIsRefused(t *testing.T) {
 			for _, key := range []string{"cairn:child:" + uuid.NewString() + ":0", "cairn:"} {
 				a := send(t, h, "POST", "/v1/tasks", []byte(`{"type":"doc","input":1,"idempotency_key":"`+key+`"}`), "Authorization", "Bearer "+submitToken)
 				require.Equal(t, http.StatusBadRequest, a.status, "%s: %s", key, a.body)
-				require.Equal(t, codeInvalidRequest, a.problem.Code, "%s", a.body)
+				require.Equal(t, web.CodeInvalidRequest, a.problem.Code, "%s", a.body)
 				require.Contains(t, a.problem.Detail, `the prefix "cairn:" is cairn's own`)
 			}
 			require.Zero(t, taskCount(t, st.store), "nothing was written")

@@ -2,14 +2,10 @@ package server
 
 import (
 	"context"
-	"html/template"
 	"log/slog"
-	"net"
 	"net/http"
-	"path"
 	"runtime/debug"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,6 +17,8 @@ import (
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/internal/errmark"
 	"github.com/cairnflow/cairn/sdk"
+	"github.com/cairnflow/cairn/server/console"
+	"github.com/cairnflow/cairn/server/internal/web"
 )
 
 // Config configures a [Server].
@@ -52,7 +50,7 @@ type Config struct {
 	// TLS-terminating proxy. A request served over TLS gets Secure anyway.
 	SecureCookies bool
 	// SessionTTL is how long a console sign-in lasts. Default
-	// DefaultSessionTTL.
+	// [console.DefaultSessionTTL].
 	SessionTTL time.Duration
 	// WriteTimeout bounds how long writing a response may take, so a
 	// client that never reads its answer cannot hold the memory of the
@@ -142,7 +140,7 @@ type Server struct {
 	tokens   []Token
 	log      *slog.Logger
 	handler  http.Handler
-	pages    map[string]*template.Template // the console's pages, their URLs under cfg.Prefix
+	console  *console.Console // served under /console/ (and /, which redirects there)
 	draining atomic.Bool
 
 	cells     *engine.Cells               // Config.Cells; nil: Config.Store holds every namespace
@@ -156,9 +154,6 @@ type Server struct {
 
 	mu      sync.Mutex
 	clients map[string]*sdk.Client // by namespace, at most maxClients
-
-	sessions *sessions // the console's sign-ins
-	flashes  *flashes  // the messages of the console's redirects
 
 	longPolls atomic.Int64 // open long polls, at most cfg.MaxLongPolls
 }
@@ -187,9 +182,6 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	if cfg.SessionTTL <= 0 {
-		cfg.SessionTTL = DefaultSessionTTL
-	}
 	if cfg.MaxLongPolls <= 0 {
 		cfg.MaxLongPolls = DefaultMaxLongPolls
 	}
@@ -197,7 +189,7 @@ func New(cfg Config) (*Server, error) {
 		cfg.WriteTimeout = DefaultWriteTimeout
 	}
 	for i, h := range cfg.AllowedHosts {
-		name, ok := allowedHost(h)
+		name, ok := web.AllowedHost(h)
 		if !ok {
 			return nil, errors.WithHint(errors.Newf("server: Config.AllowedHosts[%d] %q is not a host name", i, h),
 				`give names or addresses without a port or scheme, such as "cairn.internal" or "10.0.0.5", or "*" for any`)
@@ -218,7 +210,7 @@ func New(cfg Config) (*Server, error) {
 			cfg.FilterLimits.Timeout, cfg.FilterLimits.MaxScan)
 	}
 	s := &Server{cfg: cfg, tokens: cfg.Tokens, log: cfg.Logger, clients: map[string]*sdk.Client{},
-		cells: cfg.Cells, notifiers: map[string]*engine.Notifier{}, drained: make(chan struct{}), sessions: newSessions(cfg.SessionTTL), flashes: newFlashes()}
+		cells: cfg.Cells, notifiers: map[string]*engine.Notifier{}, drained: make(chan struct{})}
 	for name, st := range stores {
 		logger := cfg.Logger
 		if name != "" {
@@ -226,7 +218,15 @@ func New(cfg Config) (*Server, error) {
 		}
 		s.notifiers[name] = engine.NewNotifier(st, logger)
 	}
-	s.pages = consoleTemplates(cfg.Prefix)
+	consoleCfg := console.Config{Client: s.client, Tokens: cfg.Tokens, AllowedHosts: cfg.AllowedHosts,
+		SecureCookies: cfg.SecureCookies, SessionTTL: cfg.SessionTTL, MaxPayloadBytes: cfg.MaxPayloadBytes,
+		Logger: cfg.Logger, Prefix: cfg.Prefix}
+	if len(cfg.CallbackSecret) > 0 {
+		consoleCfg.CallbackURL = s.CallbackURL
+	}
+	if s.console, err = console.New(consoleCfg); err != nil {
+		return nil, err
+	}
 	s.handler = s.routes()
 	return s, nil
 }
@@ -257,39 +257,13 @@ func (s *Server) storeOf(namespace string) (store.Store, *engine.Notifier, error
 	return st, s.notifiers[cell], nil
 }
 
-// allowedHost normalizes an entry of Config.AllowedHosts as hostName
-// reads a Host header: lower case, no trailing dot, IPv6 without
-// brackets. It refuses ports, schemes and paths.
-func allowedHost(h string) (string, bool) {
-	h = strings.TrimSpace(h)
-	switch {
-	case h == "*":
-		return h, true
-	case h == "" || strings.ContainsAny(h, "/?#@ \t"):
-		return "", false
-	}
-	if ip := net.ParseIP(strings.TrimSuffix(strings.TrimPrefix(h, "["), "]")); ip != nil {
-		return ip.String(), true
-	}
-	if strings.Contains(h, ":") {
-		return "", false
-	}
-	return strings.TrimSuffix(strings.ToLower(h), "."), true
-}
-
 // validPrefix checks a Config.Prefix other than the root.
 func validPrefix(prefix string) error {
-	if prefix == "" {
+	if prefix == "" || web.ValidPrefix(prefix) {
 		return nil
 	}
-	bad := strings.IndexFunc(prefix, func(r rune) bool {
-		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("/-._~", r))
-	}) >= 0
-	if bad || prefix[0] != '/' || strings.HasSuffix(prefix, "/") || path.Clean(prefix) != prefix {
-		return errors.WithHint(errors.Newf("server: Config.Prefix %q is not a mount path", prefix),
-			`use a clean path such as "/cairn": a leading "/", no trailing "/", letters, digits and "-._~"`)
-	}
-	return nil
+	return errors.WithHint(errors.Newf("server: Config.Prefix %q is not a mount path", prefix),
+		`use a clean path such as "/cairn": a leading "/", no trailing "/", letters, digits and "-._~"`)
 }
 
 // path returns the URL of p, a path of the handler's such as
@@ -401,9 +375,10 @@ func (s *Server) routes() http.Handler {
 	if s.cfg.Gatherer != nil && !s.cfg.MetricsApart {
 		mux.Handle("GET /metrics", s.metrics(true))
 	}
-	s.consoleRoutes(mux)
+	mux.Handle("GET /{$}", s.console)
+	mux.Handle("/console/", s.console)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		s.writeProblem(w, r, problem(http.StatusNotFound, codeNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path))
+		s.writeProblem(w, r, web.NewProblem(http.StatusNotFound, web.CodeNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path))
 	})
 	return s.recoverer(s.writeDeadline(s.guard(mux)))
 }
@@ -430,7 +405,7 @@ func (s *Server) extendWrite(w http.ResponseWriter, more time.Duration) {
 // call is what an API handler acts with: who asks, in which namespace,
 // through which client.
 type call struct {
-	who       *principal
+	who       *web.Principal
 	namespace string
 	client    *sdk.Client
 }
@@ -440,13 +415,13 @@ type call struct {
 // else the token's first), and record the requester for the histories.
 func (s *Server) api(role Role, h func(http.ResponseWriter, *http.Request, *call)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		who, p := s.authenticate(r)
+		who, p := web.Authenticate(s.tokens, r)
 		if p != nil {
 			s.writeProblem(w, r, p)
 			return
 		}
-		if !who.can(role) {
-			s.writeProblem(w, r, problem(http.StatusForbidden, codeForbidden, "the token's roles do not include "+string(role)))
+		if !who.Can(role) {
+			s.writeProblem(w, r, web.NewProblem(http.StatusForbidden, web.CodeForbidden, "the token's roles do not include "+string(role)))
 			return
 		}
 		if p := checkQuery(r); p != nil {
@@ -458,14 +433,14 @@ func (s *Server) api(role Role, h func(http.ResponseWriter, *http.Request, *call
 			ns = r.Header.Get("Cairn-Namespace")
 		}
 		if ns == "" {
-			ns = who.defaultNamespace()
+			ns = who.DefaultNamespace()
 		}
 		if err := validNamespace(ns); err != nil {
-			s.writeProblem(w, r, problem(http.StatusBadRequest, codeInvalidRequest, err.Error()))
+			s.writeProblem(w, r, web.NewProblem(http.StatusBadRequest, web.CodeInvalidRequest, err.Error()))
 			return
 		}
-		if !who.inNamespace(ns) {
-			s.writeProblem(w, r, problem(http.StatusForbidden, codeForbidden, "the token may not act in namespace "+ns))
+		if !who.InNamespace(ns) {
+			s.writeProblem(w, r, web.NewProblem(http.StatusForbidden, web.CodeForbidden, "the token may not act in namespace "+ns))
 			return
 		}
 		c, err := s.client(ns)
@@ -473,7 +448,7 @@ func (s *Server) api(role Role, h func(http.ResponseWriter, *http.Request, *call
 			s.writeError(w, r, err)
 			return
 		}
-		ctx := sdk.WithRequester(context.WithValue(r.Context(), principalKey{}, who), who.requester())
+		ctx := sdk.WithRequester(r.Context(), who.Requester())
 		h(w, r.WithContext(ctx), &call{who: who, namespace: ns, client: c})
 	})
 }
@@ -512,14 +487,14 @@ func validNamespace(ns string) error { return sdk.ValidateName("namespace", ns) 
 // balancer that serves the others.
 func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 	if s.draining.Load() {
-		s.writeProblem(w, r, problem(http.StatusServiceUnavailable, codeNotReady, "the server is shutting down"))
+		s.writeProblem(w, r, web.NewProblem(http.StatusServiceUnavailable, web.CodeNotReady, "the server is shutting down"))
 		return
 	}
 	if s.cells == nil {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
 		if err := s.cfg.Store.Ping(ctx); err != nil {
-			s.writeProblem(w, r, problem(http.StatusServiceUnavailable, codeNotReady, "the database does not answer"))
+			s.writeProblem(w, r, web.NewProblem(http.StatusServiceUnavailable, web.CodeNotReady, "the database does not answer"))
 			return
 		}
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
@@ -531,7 +506,7 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	states, up := s.pingCells(ctx)
 	if up == 0 {
-		s.writeProblem(w, r, problem(http.StatusServiceUnavailable, codeNotReady, "no cell's database answers"))
+		s.writeProblem(w, r, web.NewProblem(http.StatusServiceUnavailable, web.CodeNotReady, "no cell's database answers"))
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"status": "ready", "cells": states})
@@ -583,7 +558,7 @@ func (s *Server) recoverer(next http.Handler) http.Handler {
 					panic(v)
 				}
 				s.log.Error("handler panicked", "method", r.Method, "path", logPath(r), "panic", v, "stack", string(debug.Stack()))
-				s.writeProblem(w, r, problem(http.StatusInternalServerError, codeInternal, ""))
+				s.writeProblem(w, r, web.NewProblem(http.StatusInternalServerError, web.CodeInternal, ""))
 			}
 		}()
 		next.ServeHTTP(w, r)

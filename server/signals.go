@@ -7,6 +7,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/cairnflow/cairn/sdk"
+	"github.com/cairnflow/cairn/server/internal/web"
 )
 
 // signalRequest is the optional body of a signal: its payload, and the
@@ -48,7 +49,7 @@ func (s *Server) signalTaskByKey(w http.ResponseWriter, r *http.Request, c *call
 // The sender recorded is the caller (the requester api sets).
 func (s *Server) sendSignal(w http.ResponseWriter, r *http.Request, send func(string, json.RawMessage, sdk.SignalOpts) (sdk.SignalResult, error)) {
 	var req signalRequest
-	if p := decodeBody(w, r, int64(s.cfg.MaxPayloadBytes)+envelopeBytes, &req, true); p != nil {
+	if p := decodeBody(w, r, int64(s.cfg.MaxPayloadBytes)+web.EnvelopeBytes, &req, true); p != nil {
 		s.writeProblem(w, r, p)
 		return
 	}

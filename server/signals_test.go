@@ -12,6 +12,7 @@ import (
 
 	"github.com/cairnflow/cairn/engine/enginetest"
 	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/server/internal/web"
 )
 
 // startDoc starts a "doc" task through the API and returns its id.
@@ -73,11 +74,11 @@ func TestSignalEndpoints(t *testing.T) {
 				status int
 				code   string
 			}{
-				{"/v1/tasks/" + uuid.NewString() + "/signals/approval", "", http.StatusNotFound, codeNotFound},
-				{"/v1/tasks/by-key/order-2/signals/approval", "", http.StatusNotFound, codeNotFound},
-				{"/v1/tasks/not-a-uuid/signals/approval", "", http.StatusBadRequest, codeInvalidRequest},
-				{target, `{"payload":{"a":1,"a":2}}`, http.StatusBadRequest, codeInvalidRequest},
-				{target, `{"sender":"me"}`, http.StatusBadRequest, codeUnknownField},
+				{"/v1/tasks/" + uuid.NewString() + "/signals/approval", "", http.StatusNotFound, web.CodeNotFound},
+				{"/v1/tasks/by-key/order-2/signals/approval", "", http.StatusNotFound, web.CodeNotFound},
+				{"/v1/tasks/not-a-uuid/signals/approval", "", http.StatusBadRequest, web.CodeInvalidRequest},
+				{target, `{"payload":{"a":1,"a":2}}`, http.StatusBadRequest, web.CodeInvalidRequest},
+				{target, `{"sender":"me"}`, http.StatusBadRequest, web.CodeUnknownField},
 			} {
 				body := c.body
 				if body == "" {
@@ -95,7 +96,7 @@ func TestSignalEndpoints(t *testing.T) {
 			before := eventCount(t, ns.store, done)
 			a = send(t, h, "POST", "/v1/tasks/"+done.String()+"/signals/approval", []byte(`{}`))
 			require.Equal(t, http.StatusConflict, a.status, "%s", a.body)
-			require.Equal(t, codeTaskState, a.problem.Code)
+			require.Equal(t, web.CodeTaskState, a.problem.Code)
 			require.Equal(t, before, eventCount(t, ns.store, done), "a refused signal writes nothing")
 			enginetest.RequireProjectionsMatch(t, ns.store)
 		})
@@ -149,7 +150,7 @@ func TestSignalNamesAndDedupIDsAreBounded(t *testing.T) {
 			} {
 				a := send(t, h, "POST", c.path, []byte(c.body))
 				require.Equal(t, http.StatusBadRequest, a.status, "%s: %s", what, a.body)
-				require.Equal(t, codeInvalidRequest, a.problem.Code, what)
+				require.Equal(t, web.CodeInvalidRequest, a.problem.Code, what)
 			}
 			require.Equal(t, before, eventCount(t, ns.store, id), "nothing written")
 			a := send(t, h, "POST", "/v1/tasks/"+id.String()+"/signals/"+strings.Repeat("n", 200),

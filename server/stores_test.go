@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -92,4 +93,34 @@ func send(tb testing.TB, h http.Handler, method, target string, body []byte, hea
 func taskCount(tb testing.TB, s store.Store) int {
 	tb.Helper()
 	return len(enginetest.TaskIDs(tb, s))
+}
+
+// sendHTML gets a console page and checks it is HTML with status.
+func sendHTML(t *testing.T, h http.Handler, target string, status int) string {
+	t.Helper()
+	r := httptest.NewRequest(http.MethodGet, target, nil)
+	r.Host = "localhost"
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	require.Equal(t, status, w.Code, "%s: %s", target, w.Body)
+	require.Equal(t, "text/html; charset=utf-8", w.Header().Get("Content-Type"), target)
+	return w.Body.String()
+}
+
+// postConsole posts body with contentType to the console as one of its
+// own pages would (same origin), with a bearer token when token is set.
+func postConsole(t *testing.T, h http.Handler, target, contentType string, body io.Reader, token string) *httptest.ResponseRecorder {
+	t.Helper()
+	r := httptest.NewRequest("POST", target, body)
+	r.Host = "localhost"
+	r.Header.Set("Sec-Fetch-Site", "same-origin")
+	if contentType != "" {
+		r.Header.Set("Content-Type", contentType)
+	}
+	if token != "" {
+		r.Header.Set("Authorization", "Bearer "+token)
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w
 }

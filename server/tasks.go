@@ -15,6 +15,7 @@ import (
 
 	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/sdk"
+	"github.com/cairnflow/cairn/server/internal/web"
 	"github.com/cockroachdb/errors"
 	"github.com/google/uuid"
 )
@@ -49,16 +50,10 @@ type startResponse struct {
 	Existing bool           `json:"existing"`
 }
 
-// envelopeBytes is what a request body may hold besides a task's input: a
-// start body may be MaxPayloadBytes + envelopeBytes long (the input field
-// itself is held to MaxPayloadBytes by the sdk), and an action's body
-// envelopeBytes.
-const envelopeBytes = 64 << 10
-
 func (s *Server) startTask(w http.ResponseWriter, r *http.Request, c *call) {
 	var req startRequest
 	if p := decodeBody(w, r, s.startBodyLimit(), &req, false); p != nil {
-		if p.Code == codePayloadTooLarge {
+		if p.Code == web.CodePayloadTooLarge {
 			p = s.startBodyTooLarge(r)
 		}
 		s.writeProblem(w, r, p)
@@ -70,7 +65,7 @@ func (s *Server) startTask(w http.ResponseWriter, r *http.Request, c *call) {
 		return
 	}
 	if req.Type == "" {
-		s.writeProblem(w, r, problem(http.StatusBadRequest, codeInvalidRequest, "type is required"))
+		s.writeProblem(w, r, web.NewProblem(http.StatusBadRequest, web.CodeInvalidRequest, "type is required"))
 		return
 	}
 	ref, err := c.client.RegisteredType(r.Context(), req.Type, req.Version)
@@ -98,7 +93,7 @@ func (s *Server) startTask(w http.ResponseWriter, r *http.Request, c *call) {
 		writeJSON(w, http.StatusAccepted, startResponse{ID: res.ID, Status: history.StatusPending})
 		return
 	}
-	if !c.who.can(RoleRead) {
+	if !c.who.Can(RoleRead) {
 		// A submit-only token learns that its start was made before, not
 		// how the task fares.
 		writeJSON(w, http.StatusOK, startResponse{ID: res.ID, Existing: true})
@@ -120,7 +115,7 @@ func (s *Server) startTask(w http.ResponseWriter, r *http.Request, c *call) {
 
 // startBodyLimit is the most bytes a start's body may hold: the input
 // limit and the envelope around it.
-func (s *Server) startBodyLimit() int64 { return int64(s.cfg.MaxPayloadBytes) + envelopeBytes }
+func (s *Server) startBodyLimit() int64 { return int64(s.cfg.MaxPayloadBytes) + web.EnvelopeBytes }
 
 // startBodyTooLarge is the problem of a start body over startBodyLimit:
 // it says the input limit, which is what the caller controls.
@@ -129,9 +124,9 @@ func (s *Server) startBodyTooLarge(r *http.Request) *Problem {
 	if r.ContentLength > 0 {
 		size = strconv.FormatInt(r.ContentLength, 10) + " bytes"
 	}
-	p := problem(http.StatusRequestEntityTooLarge, codePayloadTooLarge, "the request body is "+size+
+	p := web.NewProblem(http.StatusRequestEntityTooLarge, web.CodePayloadTooLarge, "the request body is "+size+
 		"; a task's input may be at most "+strconv.Itoa(s.cfg.MaxPayloadBytes)+" bytes of JSON (MaxPayloadBytes), the rest of the body "+
-		strconv.Itoa(envelopeBytes)+" bytes: pass large data by reference (a URL or an object key)")
+		strconv.Itoa(web.EnvelopeBytes)+" bytes: pass large data by reference (a URL or an object key)")
 	p.SizeBytes, p.LimitBytes = max(r.ContentLength, 0), int64(s.cfg.MaxPayloadBytes)
 	return p
 }
@@ -143,7 +138,7 @@ var traceparentRE = regexp.MustCompile(`^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[
 // header) and builds the start options.
 func (req *startRequest) startOpts(traceparent string) (sdk.StartOpts, *Problem) {
 	invalid := func(detail string) (sdk.StartOpts, *Problem) {
-		return sdk.StartOpts{}, problem(http.StatusBadRequest, codeInvalidRequest, detail)
+		return sdk.StartOpts{}, web.NewProblem(http.StatusBadRequest, web.CodeInvalidRequest, detail)
 	}
 	opts := sdk.StartOpts{
 		IdempotencyKey: req.IdempotencyKey, Queue: req.Queue, Priority: req.Priority, TraceID: req.TraceID,
@@ -187,10 +182,10 @@ func decodeBody(w http.ResponseWriter, r *http.Request, limit int64, v any, empt
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			return problem(http.StatusRequestEntityTooLarge, codePayloadTooLarge,
+			return web.NewProblem(http.StatusRequestEntityTooLarge, web.CodePayloadTooLarge,
 				"the request body is over "+strconv.FormatInt(limit, 10)+" bytes: pass large data by reference")
 		}
-		return problem(http.StatusBadRequest, codeMalformedJSON, "the request body could not be read")
+		return web.NewProblem(http.StatusBadRequest, web.CodeMalformedJSON, "the request body could not be read")
 	}
 	if len(raw) == 0 && emptyOK {
 		return nil
@@ -214,7 +209,7 @@ func decodeJSON(raw []byte, v any) *Problem {
 		// Anything but white space after the value is refused (More does
 		// not see a stray ']' or '}').
 		if len(bytes.TrimSpace(raw[dec.InputOffset():])) > 0 {
-			return problem(http.StatusBadRequest, codeMalformedJSON, "the request body holds more than one JSON value")
+			return web.NewProblem(http.StatusBadRequest, web.CodeMalformedJSON, "the request body holds more than one JSON value")
 		}
 		return nil
 	}
@@ -223,18 +218,18 @@ func decodeJSON(raw []byte, v any) *Problem {
 	var timeErr *time.ParseError
 	switch {
 	case errors.As(err, &syntax):
-		return problem(http.StatusBadRequest, codeMalformedJSON, "invalid JSON at byte "+strconv.FormatInt(syntax.Offset, 10)+": "+syntax.Error())
+		return web.NewProblem(http.StatusBadRequest, web.CodeMalformedJSON, "invalid JSON at byte "+strconv.FormatInt(syntax.Offset, 10)+": "+syntax.Error())
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
-		return problem(http.StatusBadRequest, codeMalformedJSON, "the request body is empty or cut short")
+		return web.NewProblem(http.StatusBadRequest, web.CodeMalformedJSON, "the request body is empty or cut short")
 	case errors.As(err, &typeErr):
-		return problem(http.StatusBadRequest, codeInvalidRequest, "field "+typeErr.Field+": expected "+typeErr.Type.String()+", got JSON "+typeErr.Value)
+		return web.NewProblem(http.StatusBadRequest, web.CodeInvalidRequest, "field "+typeErr.Field+": expected "+typeErr.Type.String()+", got JSON "+typeErr.Value)
 	case errors.As(err, &timeErr):
-		return problem(http.StatusBadRequest, codeInvalidRequest, "a time is not RFC 3339 (2026-11-29T12:00:00Z): "+timeErr.Error())
+		return web.NewProblem(http.StatusBadRequest, web.CodeInvalidRequest, "a time is not RFC 3339 (2026-11-29T12:00:00Z): "+timeErr.Error())
 	}
 	if field, ok := unknownField(err); ok {
-		return problem(http.StatusBadRequest, codeUnknownField, "unknown field "+field)
+		return web.NewProblem(http.StatusBadRequest, web.CodeUnknownField, "unknown field "+field)
 	}
-	return problem(http.StatusBadRequest, codeMalformedJSON, err.Error())
+	return web.NewProblem(http.StatusBadRequest, web.CodeMalformedJSON, err.Error())
 }
 
 // unknownField recognizes encoding/json's error for a field
@@ -251,7 +246,7 @@ func unknownField(err error) (string, bool) {
 func (s *Server) taskID(w http.ResponseWriter, r *http.Request) (uuid.UUID, bool) {
 	id, err := uuid.Parse(r.PathValue("id"))
 	if err != nil {
-		s.writeProblem(w, r, problem(http.StatusBadRequest, codeInvalidRequest, "task id "+strconv.Quote(r.PathValue("id"))+" is not a UUID"))
+		s.writeProblem(w, r, web.NewProblem(http.StatusBadRequest, web.CodeInvalidRequest, "task id "+strconv.Quote(r.PathValue("id"))+" is not a UUID"))
 		return uuid.Nil, false
 	}
 	return id, true
@@ -362,16 +357,16 @@ func (s *Server) waitTask(w http.ResponseWriter, r *http.Request, c *call) {
 	if v := r.URL.Query().Get("timeout"); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil || d < 0 || d > maxWait {
-			s.writeProblem(w, r, problem(http.StatusBadRequest, codeInvalidRequest, "timeout "+strconv.Quote(v)+" is not a duration between 0s and 5m"))
+			s.writeProblem(w, r, web.NewProblem(http.StatusBadRequest, web.CodeInvalidRequest, "timeout "+strconv.Quote(v)+" is not a duration between 0s and 5m"))
 			return
 		}
 		timeout = d
 	}
 	if s.longPolls.Add(1) > int64(s.cfg.MaxLongPolls) {
 		s.longPolls.Add(-1)
-		p := problem(http.StatusTooManyRequests, codeTooManyWaits,
+		p := web.NewProblem(http.StatusTooManyRequests, web.CodeTooManyWaits,
 			fmt.Sprintf("the server holds its limit of %d long polls open; try again shortly", s.cfg.MaxLongPolls))
-		p.retryAfter, p.RetryAfterSeconds = time.Second, 1
+		web.RetryAfter(p, time.Second)
 		s.writeProblem(w, r, p)
 		return
 	}
@@ -429,7 +424,7 @@ func (s *Server) act(w http.ResponseWriter, r *http.Request, c *call, do func(co
 		return
 	}
 	var req actionRequest
-	if p := decodeBody(w, r, envelopeBytes, &req, true); p != nil {
+	if p := decodeBody(w, r, web.EnvelopeBytes, &req, true); p != nil {
 		s.writeProblem(w, r, p)
 		return
 	}
@@ -483,7 +478,7 @@ func listInclude(values []string, opts *sdk.ListOpts) *Problem {
 				opts.IncludeOutput = true
 			case "":
 			default:
-				return problem(http.StatusBadRequest, codeInvalidRequest, "include "+strconv.Quote(name)+
+				return web.NewProblem(http.StatusBadRequest, web.CodeInvalidRequest, "include "+strconv.Quote(name)+
 					" is not a field a listing can include: use include=input, include=output or include=input,output")
 			}
 		}
@@ -500,13 +495,13 @@ func (s *Server) listTasks(w http.ResponseWriter, r *http.Request, c *call) {
 		return
 	}
 	if opts.Status != "" && !knownStatus(opts.Status) {
-		s.writeProblem(w, r, problem(http.StatusBadRequest, codeInvalidRequest, "status "+strconv.Quote(string(opts.Status))+" is not a task status"))
+		s.writeProblem(w, r, web.NewProblem(http.StatusBadRequest, web.CodeInvalidRequest, "status "+strconv.Quote(string(opts.Status))+" is not a task status"))
 		return
 	}
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > sdk.MaxListLimit {
-			s.writeProblem(w, r, problem(http.StatusBadRequest, codeInvalidRequest, "limit "+strconv.Quote(v)+" is not a number from 1 to "+strconv.Itoa(sdk.MaxListLimit)))
+			s.writeProblem(w, r, web.NewProblem(http.StatusBadRequest, web.CodeInvalidRequest, "limit "+strconv.Quote(v)+" is not a number from 1 to "+strconv.Itoa(sdk.MaxListLimit)))
 			return
 		}
 		opts.Limit = n
@@ -514,7 +509,7 @@ func (s *Server) listTasks(w http.ResponseWriter, r *http.Request, c *call) {
 	if v := q.Get("cursor"); v != "" {
 		id, err := ParseTaskCursor(v)
 		if err != nil {
-			s.writeProblem(w, r, problem(http.StatusBadRequest, codeInvalidRequest, "cursor "+strconv.Quote(v)+" is not one this API gave"))
+			s.writeProblem(w, r, web.NewProblem(http.StatusBadRequest, web.CodeInvalidRequest, "cursor "+strconv.Quote(v)+" is not one this API gave"))
 			return
 		}
 		opts.Before = id

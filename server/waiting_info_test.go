@@ -61,7 +61,7 @@ func TestAWaitingTaskSaysWhatItWaitsFor(t *testing.T) {
 			require.Len(t, list.Tasks, 1)
 			require.JSONEq(t, want, string(list.Tasks[0].Waiting))
 
-			title := `title="waiting for signal approve until ` + consoleTime(*info.Waiting.Deadline) + `"`
+			title := `title="waiting for signal approve until ` + info.Waiting.Deadline.UTC().Format("2006-01-02 15:04:05.000Z") + `"`
 			page := sendHTML(t, b.h, "/console/tasks/"+id.String(), http.StatusOK)
 			require.Contains(t, page, `id="task-status">pending</span> <span class="muted waiting" id="task-waiting" `+title+`>waiting · approval approve</span>`)
 			page = sendHTML(t, b.h, "/console/tasks", http.StatusOK)

@@ -24,6 +24,7 @@ import (
 	"github.com/cairnflow/cairn/internal/errmark"
 	"github.com/cairnflow/cairn/sdk"
 	"github.com/cairnflow/cairn/server"
+	"github.com/cairnflow/cairn/server/console"
 )
 
 type serverFlags struct {
@@ -126,7 +127,7 @@ See docs/guarantees.md ("Security") and docs/deployment.md ("Cells").`,
 	addExposureFlags(cmd, f)
 	addCallbackSecretFlag(cmd, f)
 	fl.BoolVar(&f.secureCookies, "secure-cookies", envBool("CAIRN_SECURE_COOKIES"), "mark the console's cookie Secure over plain HTTP too: behind a TLS-terminating proxy (env CAIRN_SECURE_COOKIES)")
-	fl.DurationVar(&f.sessionTTL, "session-ttl", server.DefaultSessionTTL, "how long a console sign-in lasts")
+	fl.DurationVar(&f.sessionTTL, "session-ttl", console.DefaultSessionTTL, "how long a console sign-in lasts")
 	f.metricsToken.env = "CAIRN_METRICS_TOKEN"
 	fl.Var(&f.metricsToken, "metrics-token", "bearer token /metrics requires (env CAIRN_METRICS_TOKEN, which ps does not show)")
 	fl.StringVar(&f.metricsAddr, "metrics-addr", os.Getenv("CAIRN_METRICS_ADDR"), "serve /metrics on this address instead of --listen (env CAIRN_METRICS_ADDR)")

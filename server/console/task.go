@@ -1,4 +1,4 @@
-package server
+package console
 
 import (
 	"encoding/json"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/sdk"
+	"github.com/cairnflow/cairn/server/internal/web"
 	"github.com/google/uuid"
 )
 
@@ -33,7 +34,7 @@ type taskData struct {
 	Wait *waitingTask
 	// Callback holds the signed one-time URLs that answer Wait, for an
 	// operator to pass on (a chat message, a ticket): only for a user
-	// with role operate, on a server with a Config.CallbackSecret.
+	// with role operate, on a console with a Config.CallbackURL.
 	Callback *callbackLinks
 	// Children is the panel of the task's child workflows, if it started
 	// any; Parent the way up, for a task that is a child.
@@ -71,7 +72,7 @@ func listedEvents(events []history.Event) ([]history.Event, int) {
 // The task page shows at most this much of an input or output.
 const consoleJSONLimit = 4 << 10
 
-func (s *Server) consoleTask(w http.ResponseWriter, r *http.Request, c *call, page *consolePage) {
+func (s *Console) consoleTask(w http.ResponseWriter, r *http.Request, c *call, page *consolePage) {
 	page.Title, page.Page = "Task", "tasks"
 	id, err := uuid.Parse(r.PathValue("id"))
 	if err != nil {
@@ -81,7 +82,7 @@ func (s *Server) consoleTask(w http.ResponseWriter, r *http.Request, c *call, pa
 	info, err := c.client.Get(r.Context(), id)
 	if err != nil {
 		status := http.StatusInternalServerError
-		if p := problemFor(err); p != nil {
+		if p := web.ProblemFor(err); p != nil {
 			status = p.Status
 		}
 		s.consoleFail(w, r, page, status, s.consoleError(r, err))
@@ -115,7 +116,7 @@ func (s *Server) consoleTask(w http.ResponseWriter, r *http.Request, c *call, pa
 // callbackLinks are the callback URLs of a wait: URL takes the signal's
 // payload as its JSON body (for an approval, a decision {"approved",
 // "comment"}); Approve and Reject are URL with ?decision=approve|reject,
-// which [Server.callback] takes with no body. They share one token, so
+// which the server's POST /v1/callbacks/{token} takes with no body. They share one token, so
 // the first of them used decides and the others are refused.
 type callbackLinks struct {
 	URL, Approve, Reject string
@@ -124,15 +125,15 @@ type callbackLinks struct {
 
 // callbackLinks signs the callback URLs of wait, valid until its
 // deadline (a signal sent after it would be kept for a later receive of
-// the name, not this one). Nil without a CallbackSecret, or for a wait
+// the name, not this one). Nil without a Config.CallbackURL, or for a wait
 // whose deadline has passed (it is about to time out). The token depends
 // only on the wait, so the page shows the same links on every load.
-func (s *Server) callbackLinks(r *http.Request, namespace string, wait *waitingTask, now time.Time) *callbackLinks {
-	if len(s.cfg.CallbackSecret) == 0 || !wait.Deadline.After(now.Add(time.Second)) {
+func (s *Console) callbackLinks(r *http.Request, namespace string, wait *waitingTask, now time.Time) *callbackLinks {
+	if s.cfg.CallbackURL == nil || !wait.Deadline.After(now.Add(time.Second)) {
 		return nil
 	}
 	cb := sdk.Callback{Namespace: namespace, TaskID: wait.Task.ID, Name: wait.Name, Wait: wait.Position, Expires: wait.Deadline}
-	u, err := s.CallbackURL(consoleOrigin(r, s.cfg.SecureCookies), cb)
+	u, err := s.cfg.CallbackURL(consoleOrigin(r, s.cfg.SecureCookies), cb)
 	if err != nil {
 		s.log.Error("console: sign a callback URL", "task", wait.Task.ID.String(), "error", err.Error())
 		return nil
@@ -362,7 +363,7 @@ type blobLink struct {
 
 // consoleBlob downloads a blob of the namespace (an output kept by
 // reference), checked against its digest as every read is.
-func (s *Server) consoleBlob(w http.ResponseWriter, r *http.Request, c *call, page *consolePage) {
+func (s *Console) consoleBlob(w http.ResponseWriter, r *http.Request, c *call, page *consolePage) {
 	data, contentType, err := c.client.ReadBlob(r.Context(), r.PathValue("key"))
 	if err != nil {
 		status := http.StatusInternalServerError
@@ -372,12 +373,12 @@ func (s *Server) consoleBlob(w http.ResponseWriter, r *http.Request, c *call, pa
 		s.consoleFail(w, r, page, status, s.consoleError(r, err))
 		return
 	}
-	writeBlob(w, data, contentType)
+	web.WriteBlob(w, data, contentType)
 }
 
 // blobLinkOf is the download link of a payload kept as a blob, nil for
 // any other payload.
-func (s *Server) blobLinkOf(c *call, raw json.RawMessage) *blobLink {
+func (s *Console) blobLinkOf(c *call, raw json.RawMessage) *blobLink {
 	ref, ok := history.ParseBlobEnvelope(raw)
 	if !ok {
 		return nil

@@ -1,11 +1,9 @@
-package server
+package console
 
 import (
 	"bytes"
-	"io"
 	"mime/multipart"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"os"
 	"strings"
@@ -15,25 +13,8 @@ import (
 
 	"github.com/cairnflow/cairn/engine/enginetest"
 	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/server/internal/web"
 )
-
-// postConsole posts body with contentType to the console as one of its
-// own pages would (same origin), with a bearer token when token is set.
-func postConsole(t *testing.T, h http.Handler, target, contentType string, body io.Reader, token string) *httptest.ResponseRecorder {
-	t.Helper()
-	r := httptest.NewRequest("POST", target, body)
-	r.Host = "localhost"
-	r.Header.Set("Sec-Fetch-Site", "same-origin")
-	if contentType != "" {
-		r.Header.Set("Content-Type", contentType)
-	}
-	if token != "" {
-		r.Header.Set("Authorization", "Bearer "+token)
-	}
-	w := httptest.NewRecorder()
-	h.ServeHTTP(w, r)
-	return w
-}
 
 // tempEntries is how many entries the temporary directory holds.
 func tempEntries(t *testing.T) int {
@@ -51,10 +32,8 @@ func tempEntries(t *testing.T) int {
 func TestConsoleFormsAreBoundedAndNotMultipart(t *testing.T) {
 	t.Setenv("TMPDIR", t.TempDir()) // multipart spools here: it must stay empty
 	st := enginetest.Store(t)
-	tokens := []Token{{Name: "ops", SHA256: HashToken("ops-token"), Namespaces: []string{"*"}, Roles: []Role{RoleAdmin}}}
-	srv, err := New(Config{Store: st, Tokens: tokens})
-	require.NoError(t, err)
-	h := srv.Handler()
+	tokens := []web.Token{{Name: "ops", SHA256: web.HashToken("ops-token"), Namespaces: []string{"*"}, Roles: []web.Role{web.RoleAdmin}}}
+	h := newTestConsole(t, st, Config{Tokens: tokens})
 
 	var body bytes.Buffer
 	mw := multipart.NewWriter(&body)
@@ -70,7 +49,7 @@ func TestConsoleFormsAreBoundedAndNotMultipart(t *testing.T) {
 	require.Empty(t, w.Result().Cookies(), "nobody signed in")
 	require.Equal(t, before, tempEntries(t), "nothing spooled to the temporary directory")
 
-	big := url.Values{"token": {"ops-token"}, "pad": {strings.Repeat("x", 2*envelopeBytes)}}.Encode()
+	big := url.Values{"token": {"ops-token"}, "pad": {strings.Repeat("x", 2*web.EnvelopeBytes)}}.Encode()
 	w = postConsole(t, h, "/console/login", "application/x-www-form-urlencoded", strings.NewReader(big), "")
 	require.Equal(t, http.StatusRequestEntityTooLarge, w.Code, w.Body.String())
 	require.Empty(t, w.Result().Cookies())
@@ -104,10 +83,8 @@ func TestConsoleFormsTakeTheAPIsLimits(t *testing.T) {
 		t.Run(ns.name, func(t *testing.T) {
 			t.Parallel()
 			registerDoc(t, ns.store, "default")
-			srv, err := New(Config{Store: ns.store, MaxPayloadBytes: 256 << 10})
-			require.NoError(t, err)
-			h := srv.Handler()
-			id := startWaiting(t, h, ns.store, "documents")
+			h := newTestConsole(t, ns.store, Config{MaxPayloadBytes: 256 << 10})
+			id := startWaiting(t, ns.store, "documents")
 			before := eventCount(t, ns.store, id)
 
 			payload := `{"blob":"` + strings.Repeat("x", 1<<20) + `"}`
@@ -115,7 +92,7 @@ func TestConsoleFormsTakeTheAPIsLimits(t *testing.T) {
 				strings.NewReader(url.Values{"payload": {payload}}.Encode()), "")
 			require.Equal(t, http.StatusRequestEntityTooLarge, w.Code, w.Body.String())
 
-			reason := strings.Repeat("r", 2*envelopeBytes)
+			reason := strings.Repeat("r", 2*web.EnvelopeBytes)
 			w = postConsole(t, h, "/console/tasks/"+id.String()+"/cancel", "application/x-www-form-urlencoded",
 				strings.NewReader(url.Values{"reason": {reason}}.Encode()), "")
 			require.Equal(t, http.StatusRequestEntityTooLarge, w.Code, w.Body.String())
@@ -143,13 +120,11 @@ func TestConsoleFormsTakeTheAPIsLimits(t *testing.T) {
 func TestConsoleShowsNoNoticeFromTheURL(t *testing.T) {
 	t.Parallel()
 	st := enginetest.Store(t)
-	tokens := []Token{
-		{Name: "ops", SHA256: HashToken("ops-token"), Namespaces: []string{"*"}, Roles: []Role{RoleAdmin}},
-		{Name: "other", SHA256: HashToken("other-token"), Namespaces: []string{"*"}, Roles: []Role{RoleAdmin}},
+	tokens := []web.Token{
+		{Name: "ops", SHA256: web.HashToken("ops-token"), Namespaces: []string{"*"}, Roles: []web.Role{web.RoleAdmin}},
+		{Name: "other", SHA256: web.HashToken("other-token"), Namespaces: []string{"*"}, Roles: []web.Role{web.RoleAdmin}},
 	}
-	srv, err := New(Config{Store: st, Tokens: tokens})
-	require.NoError(t, err)
-	h := srv.Handler()
+	h := newTestConsole(t, st, Config{Tokens: tokens})
 	lure := "Your session expired: sign in again at https://evil.example"
 	for _, q := range []string{"notice", "error", "flash"} {
 		a := send(t, h, "GET", "/console/?"+url.Values{q: {lure}}.Encode(), nil, "Authorization", "Bearer ops-token")

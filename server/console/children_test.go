@@ -1,4 +1,4 @@
-package server
+package console
 
 import (
 	"context"
@@ -140,7 +140,7 @@ func TestTaskPageShowsAParentsChildrenAndTheWayBack(t *testing.T) {
 			require.NoError(t, err)
 			require.False(t, waiting.Status.Terminal())
 
-			h := testServer(t, ns.store)
+			h := testConsole(t, ns.store)
 			page := getPage(t, h, "/console/tasks/"+run.ID.String())
 			require.Contains(t, page, `<p id="children-summary">4 children: 2 completed, 1 failed, 1 under way</p>`)
 			kids := panelChildren(t, page)
@@ -208,8 +208,8 @@ func TestTaskPageCapsABigFanOut(t *testing.T) {
 			ctx := context.Background()
 			s := ns.store
 			registerDoc(t, s, "default")
-			h := testServer(t, s)
-			parentID := startDoc(t, h, "")
+			h := testConsole(t, s)
+			parentID := startDoc(t, s)
 			parent := claimDoc(t, s)
 			require.Equal(t, parentID, parent.Task.ID)
 			starts := make([]store.ChildStart, n)

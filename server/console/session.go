@@ -1,4 +1,4 @@
-package server
+package console
 
 import (
 	"crypto/rand"
@@ -6,6 +6,8 @@ import (
 	"encoding/base64"
 	"sync"
 	"time"
+
+	"github.com/cairnflow/cairn/server/internal/web"
 )
 
 // DefaultSessionTTL is how long a console sign-in lasts.
@@ -35,7 +37,7 @@ type sessions struct {
 }
 
 type session struct {
-	who     *principal
+	who     *web.Principal
 	expires time.Time
 }
 
@@ -44,7 +46,7 @@ func newSessions(ttl time.Duration) *sessions {
 }
 
 // create starts a session for who and returns its id and expiry.
-func (ss *sessions) create(who *principal) (string, time.Time) {
+func (ss *sessions) create(who *web.Principal) (string, time.Time) {
 	raw := make([]byte, 32)
 	_, _ = rand.Read(raw) // crypto/rand.Read does not fail (it crashes the program instead)
 	id := base64.RawURLEncoding.EncodeToString(raw)
@@ -52,7 +54,7 @@ func (ss *sessions) create(who *principal) (string, time.Time) {
 	expires := now.Add(ss.ttl)
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	mine := ss.byWho[who.name]
+	mine := ss.byWho[who.Name()]
 	if len(mine) >= maxSessionsPerToken {
 		var soonest [32]byte
 		var at time.Time
@@ -66,21 +68,21 @@ func (ss *sessions) create(who *principal) (string, time.Time) {
 				soonest, at = k, s.expires
 			}
 		}
-		if len(ss.byWho[who.name]) >= maxSessionsPerToken {
+		if len(ss.byWho[who.Name()]) >= maxSessionsPerToken {
 			ss.remove(soonest)
 		}
 	}
 	key := sha256.Sum256([]byte(id))
 	ss.byID[key] = &session{who: who, expires: expires}
-	if ss.byWho[who.name] == nil {
-		ss.byWho[who.name] = map[[32]byte]struct{}{}
+	if ss.byWho[who.Name()] == nil {
+		ss.byWho[who.Name()] = map[[32]byte]struct{}{}
 	}
-	ss.byWho[who.name][key] = struct{}{}
+	ss.byWho[who.Name()][key] = struct{}{}
 	return id, expires
 }
 
 // lookup returns the principal of a session that has not expired, or nil.
-func (ss *sessions) lookup(id string) *principal {
+func (ss *sessions) lookup(id string) *web.Principal {
 	key := sha256.Sum256([]byte(id))
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
@@ -109,8 +111,8 @@ func (ss *sessions) remove(key [32]byte) {
 		return
 	}
 	delete(ss.byID, key)
-	delete(ss.byWho[s.who.name], key)
-	if len(ss.byWho[s.who.name]) == 0 {
-		delete(ss.byWho, s.who.name)
+	delete(ss.byWho[s.who.Name()], key)
+	if len(ss.byWho[s.who.Name()]) == 0 {
+		delete(ss.byWho, s.who.Name())
 	}
 }

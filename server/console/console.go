@@ -1,4 +1,4 @@
-package server
+package console
 
 import (
 	"bytes"
@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -21,28 +22,28 @@ import (
 	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/internal/errmark"
 	"github.com/cairnflow/cairn/sdk"
+	"github.com/cairnflow/cairn/server/internal/web"
 )
 
-// The console: server-rendered pages over the same sdk calls the API
-// makes, with the same tokens and roles. A few htmx attributes refresh a
-// page in place; everything works without them (forms post and redirect).
+// consoleFiles are the templates and the static files (htmx, vendored by
+// scripts/vendor-htmx.sh; the style sheet).
 //
-//go:embed console/templates/*.html console/static/*
+//go:embed templates/*.html static/*
 var consoleFiles embed.FS
 
 // consolePages are the templates, each page parsed with the layout. Their
-// "prefix" function is a placeholder: [consoleTemplates] gives each server
+// "prefix" function is a placeholder: [consoleTemplates] gives each console
 // copies whose prefix is its Config.Prefix.
 var consolePages = func() map[string]*template.Template {
 	pages := map[string]*template.Template{}
 	for _, page := range []string{"login", "overview", "tasks", "task", "waiting", "schedules", "queues", "queue"} {
 		pages[page] = template.Must(template.New(page).Funcs(consoleFuncs).Funcs(consolePrefix("")).
-			ParseFS(consoleFiles, "console/templates/layout.html", "console/templates/charts.html", "console/templates/"+page+".html"))
+			ParseFS(consoleFiles, "templates/layout.html", "templates/charts.html", "templates/"+page+".html"))
 	}
 	return pages
 }()
 
-// consoleTemplates returns copies of the console's pages for a server
+// consoleTemplates returns copies of the console's pages for a console
 // mounted at prefix: every URL a page holds starts with {{prefix}}.
 func consoleTemplates(prefix string) map[string]*template.Template {
 	pages := make(map[string]*template.Template, len(consolePages))
@@ -131,8 +132,9 @@ type consolePage struct {
 	Data          any
 }
 
-// consoleRoutes adds the console to mux.
-func (s *Server) consoleRoutes(mux *http.ServeMux) {
+// routes is the console's handler: its pages behind its defences.
+func (s *Console) routes() http.Handler {
+	mux := http.NewServeMux()
 	mux.Handle("GET /console/static/", s.consoleStatic())
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, s.path("/console/"), http.StatusFound)
@@ -140,36 +142,37 @@ func (s *Server) consoleRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /console/login", s.consoleLogin)
 	mux.HandleFunc("POST /console/login", s.consoleLogin)
 	mux.HandleFunc("POST /console/logout", s.consoleLogout)
-	mux.Handle("GET /console/{$}", s.console(RoleRead, s.consoleOverview))
-	mux.Handle("GET /console/tasks", s.console(RoleRead, s.consoleTasks))
-	mux.Handle("GET /console/tasks/{id}", s.console(RoleRead, s.consoleTask))
-	mux.Handle("GET /console/blobs/{key}", s.console(RoleRead, s.consoleBlob))
-	mux.Handle("POST /console/tasks/{id}/{action}", s.console(RoleOperate, s.consoleTaskAction))
-	mux.Handle("POST /console/tasks/{id}/signals/{name}", s.console(RoleOperate, s.consoleSignal))
-	mux.Handle("GET /console/waiting", s.console(RoleRead, s.consoleWaiting))
-	mux.Handle("GET /console/dead-letters", s.console(RoleRead, s.consoleDeadLetters))
-	mux.Handle("POST /console/dead-letters/retry", s.console(RoleOperate, s.consoleRetryDeadLetters))
-	mux.Handle("GET /console/schedules", s.console(RoleRead, s.consoleSchedules))
-	mux.Handle("POST /console/schedules/{name}/{action}", s.console(RoleOperate, s.consoleScheduleAction))
-	mux.Handle("GET /console/queues", s.console(RoleRead, s.consoleQueues))
-	mux.Handle("GET /console/queues/{queue}", s.console(RoleRead, s.consoleQueue))
+	mux.Handle("GET /console/{$}", s.console(web.RoleRead, s.consoleOverview))
+	mux.Handle("GET /console/tasks", s.console(web.RoleRead, s.consoleTasks))
+	mux.Handle("GET /console/tasks/{id}", s.console(web.RoleRead, s.consoleTask))
+	mux.Handle("GET /console/blobs/{key}", s.console(web.RoleRead, s.consoleBlob))
+	mux.Handle("POST /console/tasks/{id}/{action}", s.console(web.RoleOperate, s.consoleTaskAction))
+	mux.Handle("POST /console/tasks/{id}/signals/{name}", s.console(web.RoleOperate, s.consoleSignal))
+	mux.Handle("GET /console/waiting", s.console(web.RoleRead, s.consoleWaiting))
+	mux.Handle("GET /console/dead-letters", s.console(web.RoleRead, s.consoleDeadLetters))
+	mux.Handle("POST /console/dead-letters/retry", s.console(web.RoleOperate, s.consoleRetryDeadLetters))
+	mux.Handle("GET /console/schedules", s.console(web.RoleRead, s.consoleSchedules))
+	mux.Handle("POST /console/schedules/{name}/{action}", s.console(web.RoleOperate, s.consoleScheduleAction))
+	mux.Handle("GET /console/queues", s.console(web.RoleRead, s.consoleQueues))
+	mux.Handle("GET /console/queues/{queue}", s.console(web.RoleRead, s.consoleQueue))
 	// Any other console URL is an HTML page too, never the API's JSON.
-	mux.Handle("/console/", s.console(RoleRead, s.consoleNotFound))
+	mux.Handle("/console/", s.console(web.RoleRead, s.consoleNotFound))
+	return s.guard(mux)
 }
 
 // consoleNotFound answers a console URL that names no page.
-func (s *Server) consoleNotFound(w http.ResponseWriter, r *http.Request, _ *call, page *consolePage) {
+func (s *Console) consoleNotFound(w http.ResponseWriter, r *http.Request, _ *call, page *consolePage) {
 	s.consoleFail(w, r, page, http.StatusNotFound, "There is no console page at "+r.URL.Path+".")
 }
 
 // consoleStatic serves the console's embedded files, and 404 for
 // anything else, directories included: no listings.
-func (s *Server) consoleStatic() http.Handler {
-	static, _ := fs.Sub(consoleFiles, "console/static")
+func (s *Console) consoleStatic() http.Handler {
+	static, _ := fs.Sub(consoleFiles, "static")
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		name := strings.TrimPrefix(r.URL.Path, "/console/static/")
 		if fi, err := fs.Stat(static, name); err != nil || !fi.Mode().IsRegular() || !fs.ValidPath(name) {
-			s.writeProblem(w, r, problem(http.StatusNotFound, codeNotFound, "no such file"))
+			s.writeProblem(w, r, web.NewProblem(http.StatusNotFound, web.CodeNotFound, "no such file"))
 			return
 		}
 		http.ServeFileFS(w, r, static, name)
@@ -190,9 +193,9 @@ func legacyCookie(path string) *http.Cookie {
 // consoleWho is who a console request acts for: without tokens,
 // everyone, recorded as console:anonymous; with tokens, the session's
 // principal, or a bearer token sent by a script. Nil: sign in first.
-func (s *Server) consoleWho(r *http.Request) *principal {
+func (s *Console) consoleWho(r *http.Request) *web.Principal {
 	if len(s.tokens) == 0 {
-		return anonymous
+		return web.Anonymous
 	}
 	if c, err := r.Cookie(consoleCookie); err == nil && c.Value != "" {
 		if who := s.sessions.lookup(c.Value); who != nil {
@@ -200,7 +203,7 @@ func (s *Server) consoleWho(r *http.Request) *principal {
 		}
 	}
 	if r.Header.Get("Authorization") != "" {
-		if who, p := s.authenticate(r); p == nil {
+		if who, p := web.Authenticate(s.tokens, r); p == nil {
 			return who
 		}
 	}
@@ -211,17 +214,17 @@ func (s *Server) consoleWho(r *http.Request) *principal {
 // from the console: console:<token name>, or console:anonymous without
 // tokens (any request that reached the server, from a loopback Host or an
 // allowed one).
-func consoleRequester(who *principal) string {
-	if who.name == "" {
+func consoleRequester(who *web.Principal) string {
+	if who.Name() == "" {
 		return "console:anonymous"
 	}
-	return "console:" + who.name
+	return "console:" + who.Name()
 }
 
 // console wraps a console handler: who acts comes from the session (a
 // sign-in page asks for a token when tokens are configured), the role and
 // namespace are checked as for the API.
-func (s *Server) console(role Role, h func(http.ResponseWriter, *http.Request, *call, *consolePage)) http.Handler {
+func (s *Console) console(role web.Role, h func(http.ResponseWriter, *http.Request, *call, *consolePage)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		who := s.consoleWho(r)
 		if who == nil {
@@ -230,21 +233,21 @@ func (s *Server) console(role Role, h func(http.ResponseWriter, *http.Request, *
 		}
 		ns := r.URL.Query().Get("namespace")
 		if ns == "" {
-			ns = who.defaultNamespace()
+			ns = who.DefaultNamespace()
 		}
-		page := &consolePage{Namespace: ns, Who: who.name, CanOperate: who.can(RoleOperate)}
-		page.Notice, page.Error = s.flashes.take(r.URL.Query().Get("flash"), who.name)
-		if err := validNamespace(ns); err != nil {
+		page := &consolePage{Namespace: ns, Who: who.Name(), CanOperate: who.Can(web.RoleOperate)}
+		page.Notice, page.Error = s.flashes.take(r.URL.Query().Get("flash"), who.Name())
+		if err := sdk.ValidateName("namespace", ns); err != nil {
 			s.consoleFail(w, r, page, http.StatusBadRequest, err.Error())
 			return
 		}
-		if !who.can(role) || !who.inNamespace(ns) {
+		if !who.Can(role) || !who.InNamespace(ns) {
 			s.consoleFail(w, r, page, http.StatusForbidden, "your token does not allow this here")
 			return
 		}
-		c, err := s.client(ns)
+		c, err := s.cfg.Client(ns)
 		if err != nil {
-			if p := problemFor(err); p != nil { // a namespace the placement map does not place
+			if p := web.ProblemFor(err); p != nil { // a namespace the placement map does not place
 				s.consoleFail(w, r, page, p.Status, p.Detail)
 				return
 			}
@@ -256,7 +259,7 @@ func (s *Server) console(role Role, h func(http.ResponseWriter, *http.Request, *
 	})
 }
 
-func (s *Server) render(w http.ResponseWriter, status int, name string, page *consolePage) {
+func (s *Console) render(w http.ResponseWriter, status int, name string, page *consolePage) {
 	var buf bytes.Buffer
 	if err := s.pages[name].ExecuteTemplate(&buf, "layout", page); err != nil {
 		s.log.Error("console: render", "page", name, "error", err.Error())
@@ -270,7 +273,7 @@ func (s *Server) render(w http.ResponseWriter, status int, name string, page *co
 }
 
 // consoleFail shows an error on an empty page.
-func (s *Server) consoleFail(w http.ResponseWriter, r *http.Request, page *consolePage, status int, msg string) {
+func (s *Console) consoleFail(w http.ResponseWriter, r *http.Request, page *consolePage, status int, msg string) {
 	page.Title, page.Page, page.Error = "Error", "", msg
 	page.Data = overviewData{}
 	s.render(w, status, "overview", page)
@@ -278,18 +281,18 @@ func (s *Server) consoleFail(w http.ResponseWriter, r *http.Request, page *conso
 
 // consoleError turns an sdk error into what the page says: the problem's
 // detail for what the user got wrong, "internal error" for the rest.
-func (s *Server) consoleError(r *http.Request, err error) string {
-	if p := problemFor(err); p != nil {
+func (s *Console) consoleError(r *http.Request, err error) string {
+	if p := web.ProblemFor(err); p != nil {
 		if p.Detail != "" {
 			return p.Detail
 		}
 		return p.Title
 	}
-	s.log.Error("console request failed", "path", logPath(r), "error", err.Error())
+	s.log.Error("console request failed", "path", r.URL.Path, "error", err.Error())
 	return "internal error"
 }
 
-func (s *Server) consoleLogin(w http.ResponseWriter, r *http.Request) {
+func (s *Console) consoleLogin(w http.ResponseWriter, r *http.Request) {
 	page := &consolePage{Title: "Sign in", Page: "login", Namespace: "default"}
 	if len(s.tokens) == 0 {
 		http.Redirect(w, r, s.path("/console/"), http.StatusSeeOther)
@@ -305,7 +308,7 @@ func (s *Server) consoleLogin(w http.ResponseWriter, r *http.Request) {
 	if r.Method == http.MethodPost {
 		token := strings.TrimSpace(r.PostFormValue("token"))
 		check := &http.Request{Header: http.Header{"Authorization": {"Bearer " + token}}}
-		if who, p := s.authenticate(check); p == nil {
+		if who, p := web.Authenticate(s.tokens, check); p == nil {
 			if c, err := r.Cookie(consoleCookie); err == nil {
 				s.sessions.end(c.Value) // a session of another sign-in is not kept alive beside this one
 			}
@@ -321,7 +324,7 @@ func (s *Server) consoleLogin(w http.ResponseWriter, r *http.Request) {
 }
 
 // consoleLogout ends the session and clears its cookie.
-func (s *Server) consoleLogout(w http.ResponseWriter, r *http.Request) {
+func (s *Console) consoleLogout(w http.ResponseWriter, r *http.Request) {
 	if c, err := r.Cookie(consoleCookie); err == nil {
 		s.sessions.end(c.Value)
 	}
@@ -334,7 +337,7 @@ func (s *Server) consoleLogout(w http.ResponseWriter, r *http.Request) {
 
 // sessionCookie is the console's cookie holding session id, expiring at
 // expires (zero: now).
-func (s *Server) sessionCookie(r *http.Request, id string, expires time.Time) *http.Cookie {
+func (s *Console) sessionCookie(r *http.Request, id string, expires time.Time) *http.Cookie {
 	c := &http.Cookie{Name: consoleCookie, Value: id, Path: s.path("/console"), HttpOnly: true,
 		SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil || s.cfg.SecureCookies}
 	if !expires.IsZero() {
@@ -383,7 +386,7 @@ type windowLinks struct {
 	Windows       []string
 }
 
-func (s *Server) windowLinks(page string, c *call, current string) windowLinks {
+func (s *Console) windowLinks(page string, c *call, current string) windowLinks {
 	links := windowLinks{Base: s.path(page + "?" + url.Values{"namespace": {c.namespace}}.Encode() + "&"), Current: current}
 	for _, w := range chartWindows {
 		links.Windows = append(links.Windows, w.Name)
@@ -393,7 +396,7 @@ func (s *Server) windowLinks(page string, c *call, current string) windowLinks {
 
 // consoleOverview is every queue's load now and flow over the chosen
 // window (?window=, an hour by default), with a row of charts per queue.
-func (s *Server) consoleOverview(w http.ResponseWriter, r *http.Request, c *call, page *consolePage) {
+func (s *Console) consoleOverview(w http.ResponseWriter, r *http.Request, c *call, page *consolePage) {
 	page.Title, page.Page = "Queues", "overview"
 	name, window, err := chartWindow(r)
 	if err != nil {
@@ -420,7 +423,7 @@ func (s *Server) consoleOverview(w http.ResponseWriter, r *http.Request, c *call
 }
 
 // consoleQueues lists the queues, each linking to its page.
-func (s *Server) consoleQueues(w http.ResponseWriter, r *http.Request, c *call, page *consolePage) {
+func (s *Console) consoleQueues(w http.ResponseWriter, r *http.Request, c *call, page *consolePage) {
 	stats, err := c.client.QueueStats(r.Context(), time.Hour)
 	if err != nil {
 		page.Error = s.consoleError(r, err)
@@ -437,7 +440,7 @@ type queueData struct {
 
 // consoleQueue is one queue's page: its load and settings, and its charts
 // over the chosen window.
-func (s *Server) consoleQueue(w http.ResponseWriter, r *http.Request, c *call, page *consolePage) {
+func (s *Console) consoleQueue(w http.ResponseWriter, r *http.Request, c *call, page *consolePage) {
 	queue := r.PathValue("queue")
 	page.Title, page.Page = "Queue "+queue, "overview"
 	name, window, err := chartWindow(r)
@@ -481,12 +484,12 @@ type tasksData struct {
 var consoleStatuses = []history.Status{history.StatusPending, history.StatusRunning, history.StatusRetrying,
 	history.StatusCompleted, history.StatusFailed, history.StatusCancelled, history.StatusDeadLettered, history.StatusExpired}
 
-func (s *Server) consoleTasks(w http.ResponseWriter, r *http.Request, c *call, page *consolePage) {
+func (s *Console) consoleTasks(w http.ResponseWriter, r *http.Request, c *call, page *consolePage) {
 	q := r.URL.Query()
 	data := tasksData{Statuses: consoleStatuses, Status: q.Get("status"), Type: q.Get("type"), Queue: q.Get("queue"), Filter: q.Get("filter")}
 	page.Title, page.Page, page.Data = "Tasks", "tasks", &data
 	opts := sdk.ListOpts{Status: history.Status(data.Status), Type: data.Type, Queue: data.Queue, Limit: 50}
-	if data.Status != "" && !knownStatus(opts.Status) {
+	if data.Status != "" && !slices.Contains(consoleStatuses, opts.Status) { // the statuses there are
 		page.Error = "status " + data.Status + " is not a task status"
 		s.render(w, http.StatusBadRequest, "tasks", page)
 		return
@@ -528,7 +531,7 @@ func consoleStatus(err error) int {
 	return http.StatusOK
 }
 
-func (s *Server) consoleDeadLetters(w http.ResponseWriter, r *http.Request, c *call, page *consolePage) {
+func (s *Console) consoleDeadLetters(w http.ResponseWriter, r *http.Request, c *call, page *consolePage) {
 	q := r.URL.Query()
 	data := tasksData{DeadLetters: true, Type: q.Get("type"), Filter: q.Get("filter")}
 	page.Title, page.Page, page.Data = "Dead letters", "dead-letters", &data
@@ -547,7 +550,7 @@ func (s *Server) consoleDeadLetters(w http.ResponseWriter, r *http.Request, c *c
 	s.render(w, consoleStatus(err), "tasks", page)
 }
 
-func (s *Server) deadLetterOpts(r *http.Request, typ, filter string) (sdk.DeadLetterOpts, string) {
+func (s *Console) deadLetterOpts(r *http.Request, typ, filter string) (sdk.DeadLetterOpts, string) {
 	opts := sdk.DeadLetterOpts{Type: typ}
 	if filter != "" {
 		f, err := sdk.CompileTaskFilter(filter)
@@ -559,7 +562,7 @@ func (s *Server) deadLetterOpts(r *http.Request, typ, filter string) (sdk.DeadLe
 	return opts, ""
 }
 
-func (s *Server) consoleRetryDeadLetters(w http.ResponseWriter, r *http.Request, c *call, page *consolePage) {
+func (s *Console) consoleRetryDeadLetters(w http.ResponseWriter, r *http.Request, c *call, page *consolePage) {
 	back := url.Values{"namespace": {c.namespace}, "type": {r.FormValue("type")}, "filter": {r.FormValue("filter")}}
 	var notice string
 	opts, errMsg := s.deadLetterOpts(r, r.FormValue("type"), r.FormValue("filter"))
@@ -579,9 +582,9 @@ func (s *Server) consoleRetryDeadLetters(w http.ResponseWriter, r *http.Request,
 
 // flash keeps what a form's redirect shows on its landing page, if
 // anything, and puts its id in back, the landing page's query.
-func (s *Server) flash(back url.Values, c *call, notice, errMsg string) {
+func (s *Console) flash(back url.Values, c *call, notice, errMsg string) {
 	if notice != "" || errMsg != "" {
-		back.Set("flash", s.flashes.put(c.who.name, notice, errMsg))
+		back.Set("flash", s.flashes.put(c.who.Name(), notice, errMsg))
 	}
 }
 
@@ -592,7 +595,7 @@ func consoleReason(r *http.Request, fallback string) string {
 	return fallback
 }
 
-func (s *Server) consoleTaskAction(w http.ResponseWriter, r *http.Request, c *call, page *consolePage) {
+func (s *Console) consoleTaskAction(w http.ResponseWriter, r *http.Request, c *call, page *consolePage) {
 	id, err := uuid.Parse(r.PathValue("id"))
 	if err != nil {
 		s.consoleFail(w, r, page, http.StatusBadRequest, "not a task id")
@@ -621,7 +624,7 @@ var actionNotice = map[string]string{
 	"compensate": "Compensation requested.",
 }
 
-func (s *Server) consoleSchedules(w http.ResponseWriter, r *http.Request, c *call, page *consolePage) {
+func (s *Console) consoleSchedules(w http.ResponseWriter, r *http.Request, c *call, page *consolePage) {
 	schedules, err := c.client.Schedules(r.Context())
 	if err != nil {
 		page.Error = s.consoleError(r, err)
@@ -630,7 +633,7 @@ func (s *Server) consoleSchedules(w http.ResponseWriter, r *http.Request, c *cal
 	s.render(w, http.StatusOK, "schedules", page)
 }
 
-func (s *Server) consoleScheduleAction(w http.ResponseWriter, r *http.Request, c *call, page *consolePage) {
+func (s *Console) consoleScheduleAction(w http.ResponseWriter, r *http.Request, c *call, page *consolePage) {
 	name := r.PathValue("name")
 	var err error
 	switch r.PathValue("action") {

@@ -1,8 +1,7 @@
-package server
+package console
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -15,38 +14,8 @@ import (
 
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/server/internal/web"
 )
-
-// claimDoc claims the one due "doc" task of the default namespace.
-func claimDoc(t *testing.T, s store.Store) *store.ClaimedTask {
-	t.Helper()
-	claimed, err := s.TaskClaimMany(context.Background(), &store.TaskClaimManyParams{Namespace: "default", Queues: []string{"default"},
-		Types: []store.TypeKey{{Type: "doc", Version: 1}}, Owner: "w", Max: 1, LeaseTTL: time.Minute})
-	require.NoError(t, err)
-	require.Len(t, claimed, 1)
-	require.NoError(t, claimed[0].Err)
-	return claimed[0]
-}
-
-// appendFor appends payloads for ct's attempt.
-func appendFor(t *testing.T, s store.Store, ct *store.ClaimedTask, payloads ...history.Payload) history.State {
-	t.Helper()
-	st, err := s.EventAppend(context.Background(), &store.EventAppendParams{TaskID: ct.Task.ID, State: ct.State,
-		Epoch: ct.State.Lease.Epoch, Attempt: ct.State.Attempt, Payloads: payloads})
-	require.NoError(t, err)
-	return st
-}
-
-// startWaiting starts a doc task and ends its first attempt waiting for
-// the signal name for an hour, as a workflow's receive does.
-func startWaiting(t *testing.T, h http.Handler, s store.Store, name string) uuid.UUID {
-	t.Helper()
-	id := startDoc(t, h, "")
-	ct := claimDoc(t, s)
-	require.Equal(t, id, ct.Task.ID)
-	appendFor(t, s, ct, history.WaitStartedData{Name: name, Position: 0, Deadline: time.Now().Add(time.Hour)})
-	return id
-}
 
 // consoleForm posts form to the console as a page of its own would, with
 // token when it is not empty.
@@ -66,22 +35,16 @@ func consoleForm(t *testing.T, h http.Handler, target, token string, form url.Va
 
 func TestConsoleWaitingTasksAndTheirSignal(t *testing.T) {
 	t.Parallel()
-	tokens := []Token{
-		{Name: "ops", SHA256: HashToken("ops-token"), Namespaces: []string{"*"}, Roles: []Role{RoleRead, RoleSubmit, RoleOperate}},
-		{Name: "viewer", SHA256: HashToken("view-token"), Namespaces: []string{"*"}, Roles: []Role{RoleRead}},
+	tokens := []web.Token{
+		{Name: "ops", SHA256: web.HashToken("ops-token"), Namespaces: []string{"*"}, Roles: []web.Role{web.RoleRead, web.RoleSubmit, web.RoleOperate}},
+		{Name: "viewer", SHA256: web.HashToken("view-token"), Namespaces: []string{"*"}, Roles: []web.Role{web.RoleRead}},
 	}
 	for _, ns := range bothStores(t) {
 		t.Run(ns.name, func(t *testing.T) {
 			registerDoc(t, ns.store, "default")
-			h := testServer(t, ns.store, tokens...)
+			h := testConsole(t, ns.store, tokens...)
 			ops, viewer := []string{"Authorization", "Bearer ops-token"}, []string{"Authorization", "Bearer view-token"}
-			start := func() uuid.UUID {
-				a := send(t, h, "POST", "/v1/tasks", []byte(`{"type":"doc","input":{}}`), ops...)
-				require.Equal(t, http.StatusAccepted, a.status, "%s", a.body)
-				var res startResponse
-				require.NoError(t, json.Unmarshal(a.body, &res))
-				return res.ID
-			}
+			start := func() uuid.UUID { return startDoc(t, ns.store) }
 
 			// done waited, got its signal and finished; waiting waits.
 			done := start()
@@ -157,8 +120,8 @@ func TestConsoleSignalFormSendsJSONPayload(t *testing.T) {
 	for _, ns := range bothStores(t) {
 		t.Run(ns.name, func(t *testing.T) {
 			registerDoc(t, ns.store, "default")
-			h := testServer(t, ns.store)
-			id := startWaiting(t, h, ns.store, "documents")
+			h := testConsole(t, ns.store)
+			id := startWaiting(t, ns.store, "documents")
 			taskPage := "/console/tasks/" + id.String()
 			a := send(t, h, "GET", taskPage, nil)
 			require.Equal(t, http.StatusOK, a.status)

@@ -1,9 +1,10 @@
-package server
+package console
 
 import (
 	"testing"
 	"time"
 
+	"github.com/cairnflow/cairn/server/internal/web"
 	"github.com/stretchr/testify/require"
 )
 
@@ -14,7 +15,7 @@ func TestSessions(t *testing.T) {
 	now := time.Now()
 	ss := newSessions(time.Hour)
 	ss.now = func() time.Time { return now }
-	who := &principal{name: "ops"}
+	who := web.NewPrincipal(web.Token{Name: "ops"})
 	id, expires := ss.create(who)
 	require.Equal(t, now.Add(time.Hour), expires)
 	require.Len(t, id, 43, "32 random bytes")
@@ -43,7 +44,7 @@ func TestSignInsOfOneTokenEndNoOtherTokensSession(t *testing.T) {
 	now := time.Now()
 	ss := newSessions(time.Hour)
 	ss.now = func() time.Time { return now }
-	ops, reader := &principal{name: "ops"}, &principal{name: "reader"}
+	ops, reader := web.NewPrincipal(web.Token{Name: "ops"}), web.NewPrincipal(web.Token{Name: "reader"})
 	opsID, _ := ss.create(ops)
 	first, _ := ss.create(reader)
 	for range 10_050 {

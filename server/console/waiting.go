@@ -1,4 +1,4 @@
-package server
+package console
 
 import (
 	"context"
@@ -134,7 +134,7 @@ type waitingData struct {
 }
 
 // consoleWaiting lists the tasks waiting for a signal.
-func (s *Server) consoleWaiting(w http.ResponseWriter, r *http.Request, c *call, page *consolePage) {
+func (s *Console) consoleWaiting(w http.ResponseWriter, r *http.Request, c *call, page *consolePage) {
 	page.Title, page.Page = "Waiting", "waiting"
 	tasks, partial, err := waitingTasks(r.Context(), c.client)
 	if err != nil {
@@ -148,7 +148,7 @@ func (s *Server) consoleWaiting(w http.ResponseWriter, r *http.Request, c *call,
 // an approval's Approve or Reject with a comment ({"approved", "comment"}),
 // or a JSON payload. The sender is the console's requester,
 // console:<token name>.
-func (s *Server) consoleSignal(w http.ResponseWriter, r *http.Request, c *call, page *consolePage) {
+func (s *Console) consoleSignal(w http.ResponseWriter, r *http.Request, c *call, page *consolePage) {
 	id, err := uuid.Parse(r.PathValue("id"))
 	if err != nil {
 		s.consoleFail(w, r, page, http.StatusBadRequest, "not a task id")

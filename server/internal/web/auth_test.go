@@ -1,4 +1,4 @@
-package server
+package web
 
 import (
 	"net/http/httptest"
@@ -22,19 +22,19 @@ func TestRoles(t *testing.T) {
 		{roles: []Role{RoleOperate}, can: []Role{RoleOperate, RoleRead}, not: []Role{RoleSubmit, RoleAdmin}},
 		{roles: []Role{RoleAdmin}, can: []Role{RoleSubmit, RoleRead, RoleOperate, RoleAdmin}},
 	} {
-		p := &principal{roles: c.roles, namespaces: []string{"a"}}
+		p := &Principal{roles: c.roles, namespaces: []string{"a"}}
 		for _, r := range c.can {
-			require.True(t, p.can(r), "%v can %s", c.roles, r)
+			require.True(t, p.Can(r), "%v can %s", c.roles, r)
 		}
 		for _, r := range c.not {
-			require.False(t, p.can(r), "%v cannot %s", c.roles, r)
+			require.False(t, p.Can(r), "%v cannot %s", c.roles, r)
 		}
 	}
-	p := &principal{namespaces: []string{"a", "b"}}
-	require.True(t, p.inNamespace("b"))
-	require.False(t, p.inNamespace("c"))
-	require.Equal(t, "a", p.defaultNamespace())
-	require.True(t, (&principal{namespaces: []string{AllNamespaces}}).inNamespace("anything"))
+	p := &Principal{namespaces: []string{"a", "b"}}
+	require.True(t, p.InNamespace("b"))
+	require.False(t, p.InNamespace("c"))
+	require.Equal(t, "a", p.DefaultNamespace())
+	require.True(t, (&Principal{namespaces: []string{AllNamespaces}}).InNamespace("anything"))
 }
 
 func TestTokensFile(t *testing.T) {
@@ -66,21 +66,20 @@ func TestTokensFile(t *testing.T) {
 
 func TestAuthenticate(t *testing.T) {
 	t.Parallel()
-	s := &Server{tokens: []Token{{Name: "bot", SHA256: HashToken("secret"), Namespaces: []string{"a"}, Roles: []Role{RoleRead}}}}
+	tokens := []Token{{Name: "bot", SHA256: HashToken("secret"), Namespaces: []string{"a"}, Roles: []Role{RoleRead}}}
 	req := httptest.NewRequest("GET", "/v1/tasks", nil)
-	_, p := s.authenticate(req)
-	require.Equal(t, codeUnauthorized, p.Code)
+	_, p := Authenticate(tokens, req)
+	require.Equal(t, CodeUnauthorized, p.Code)
 	req.Header.Set("Authorization", "Bearer wrong")
-	_, p = s.authenticate(req)
-	require.Equal(t, codeUnauthorized, p.Code)
+	_, p = Authenticate(tokens, req)
+	require.Equal(t, CodeUnauthorized, p.Code)
 	require.False(t, strings.Contains(p.Detail, "wrong"), "the token is not echoed")
 	req.Header.Set("Authorization", "Bearer secret")
-	who, p := s.authenticate(req)
+	who, p := Authenticate(tokens, req)
 	require.Nil(t, p)
-	require.Equal(t, "bot", who.name)
-	require.Equal(t, "api:bot", who.requester())
-	open := &Server{}
-	who, p = open.authenticate(httptest.NewRequest("GET", "/", nil))
+	require.Equal(t, "bot", who.Name())
+	require.Equal(t, "api:bot", who.Requester())
+	who, p = Authenticate(nil, httptest.NewRequest("GET", "/", nil))
 	require.Nil(t, p)
-	require.Equal(t, anonymous, who)
+	require.Equal(t, Anonymous, who)
 }

@@ -1,17 +1,15 @@
-package server
+package console
 
 import (
-	"context"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/cairnflow/cairn/engine/sqlitestore"
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/sdk"
@@ -38,17 +36,6 @@ func failedThenRetried() []history.Event {
 			Error: history.ErrorInfo{Class: history.Transient, Message: "bad page", Step: "parse", Position: 1}}},
 		{Seq: 5, At: at(750), Attempt: 2, Data: history.AttemptStartedData{WorkerID: "w2", LeaseEpoch: 2}},
 	}
-}
-
-// consoleServer is a server over an empty embedded store, for rendering.
-func consoleServer(t *testing.T) (*Server, store.Store) {
-	t.Helper()
-	lite, err := sqlitestore.Open(context.Background(), filepath.Join(t.TempDir(), "cairn.db"))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = lite.Close() })
-	srv, err := New(Config{Store: lite})
-	require.NoError(t, err)
-	return srv, lite
 }
 
 // renderTask renders the task page of info with events, for an operator.
@@ -150,7 +137,7 @@ func TestTaskPageShowsNoEmptyActionsCard(t *testing.T) {
 func TestDeadLetterReasonFitsItsDefault(t *testing.T) {
 	t.Parallel()
 	srv, _ := consoleServer(t)
-	a := send(t, srv.Handler(), http.MethodGet, "/console/dead-letters", nil)
+	a := send(t, srv, http.MethodGet, "/console/dead-letters", nil)
 	require.Equal(t, http.StatusOK, a.status)
 	m := regexp.MustCompile(`<input id="reason-all" name="reason" value="([^"]*)" size="(\d+)"`).FindStringSubmatch(string(a.body))
 	require.NotNil(t, m, "%s", a.body)
@@ -168,9 +155,8 @@ func TestConsoleQueuePagesAreHTML(t *testing.T) {
 		t.Run(st.name, func(t *testing.T) {
 			t.Parallel()
 			registerDoc(t, st.store, "default")
-			h := testServer(t, st.store)
-			a := send(t, h, http.MethodPost, "/v1/tasks", []byte(`{"type":"doc","input":{}}`))
-			require.Equal(t, http.StatusAccepted, a.status, "%s", a.body)
+			h := testConsole(t, st.store)
+			startDoc(t, st.store)
 
 			list := sendHTML(t, h, "/console/queues", http.StatusOK)
 			require.Contains(t, list, `href="/console/queues/default?namespace=default"`)
@@ -198,18 +184,6 @@ func TestConsoleQueuePagesAreHTML(t *testing.T) {
 	}
 }
 
-// sendHTML gets a console page and checks it is HTML with status.
-func sendHTML(t *testing.T, h http.Handler, target string, status int) string {
-	t.Helper()
-	r := httptest.NewRequest(http.MethodGet, target, nil)
-	r.Host = "localhost"
-	w := httptest.NewRecorder()
-	h.ServeHTTP(w, r)
-	require.Equal(t, status, w.Code, "%s: %s", target, w.Body)
-	require.Equal(t, "text/html; charset=utf-8", w.Header().Get("Content-Type"), target)
-	return w.Body.String()
-}
-
 // A chart has a point per bucket scaled into its plot, its axis labels,
 // and says what it shows with the latest value.
 func TestQueueChartsScaleTheSeries(t *testing.T) {
@@ -228,4 +202,13 @@ func TestQueueChartsScaleTheSeries(t *testing.T) {
 	require.Equal(t, "50% · last 1 min", charts[2].Latest)
 	require.Equal(t, "1.5s", charts[3].Latest)
 	require.Equal(t, "−1h", load.From)
+}
+
+// The console shows a payload still sealed (an erased task's, or one whose
+// key the server lacks) as encrypted, not as its ciphertext.
+func TestConsoleShowsSealedPayloadsAsEncrypted(t *testing.T) {
+	t.Parallel()
+	sealed := history.Sealed{V: 1, Task: "01a23434-ccaa-76fa-9f11-fe3743ae6937", Data: make([]byte, 44)}.Encode()
+	require.Equal(t, "🔒 encrypted (44 bytes): erased, or the server has no key for it", prettyJSON(sealed, consoleJSONLimit))
+	require.Equal(t, "{\n  \"a\": 1\n}", prettyJSON(json.RawMessage(`{"a":1}`), consoleJSONLimit))
 }

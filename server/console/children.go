@@ -1,4 +1,4 @@
-package server
+package console
 
 import (
 	"context"
@@ -213,7 +213,7 @@ type parentLink struct {
 }
 
 // consoleChildren fills the task page's children panel and parent link.
-func (s *Server) consoleChildren(ctx context.Context, c *call, info *sdk.TaskInfo, events []history.Event, q url.Values, data *taskData) error {
+func (s *Console) consoleChildren(ctx context.Context, c *call, info *sdk.TaskInfo, events []history.Event, q url.Values, data *taskData) error {
 	if info.ParentID != nil {
 		data.Parent = &parentLink{ID: *info.ParentID, Position: info.ParentPosition}
 		if parent, err := c.client.Get(ctx, *info.ParentID); err == nil {

@@ -1,4 +1,4 @@
-package server
+package console
 
 import (
 	"context"
@@ -90,7 +90,7 @@ func TestTaskPageNumbersTheItemsOfARealMap(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, history.StatusCompleted, info.Status, "%+v", info.LastError)
 
-			a := send(t, testServer(t, ns.store), http.MethodGet, "/console/tasks/"+run.ID.String(), nil)
+			a := send(t, testConsole(t, ns.store), http.MethodGet, "/console/tasks/"+run.ID.String(), nil)
 			require.Equal(t, http.StatusOK, a.status, "%s", a.body)
 			bars := renderedBars(t, string(a.body))
 			for _, name := range []string{"step square [0]", "step square [1]", "step square [2]"} {

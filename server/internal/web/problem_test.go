@@ -1,4 +1,4 @@
-package server
+package web
 
 import (
 	"net/http"
@@ -20,14 +20,14 @@ func TestProblemForStoreErrors(t *testing.T) {
 		status int
 		code   string
 	}{
-		{store.ErrDiagnosisTooSlow, http.StatusServiceUnavailable, codeTooSlow},
-		{store.ErrUnsupported, http.StatusNotImplemented, codeUnsupported},
-		{store.ErrConflict, http.StatusConflict, codeConflict},
+		{store.ErrDiagnosisTooSlow, http.StatusServiceUnavailable, CodeTooSlow},
+		{store.ErrUnsupported, http.StatusNotImplemented, CodeUnsupported},
+		{store.ErrConflict, http.StatusConflict, CodeConflict},
 	} {
-		p := problemFor(errors.Wrap(errmark.Mark(errors.New("cause"), c.mark), "context"))
+		p := ProblemFor(errors.Wrap(errmark.Mark(errors.New("cause"), c.mark), "context"))
 		require.NotNil(t, p, "%v", c.mark)
 		require.Equal(t, c.status, p.Status, "%v", c.mark)
 		require.Equal(t, c.code, p.Code, "%v", c.mark)
 	}
-	require.Nil(t, problemFor(errors.New("anything else")), "other errors are 500s, decided by the caller")
+	require.Nil(t, ProblemFor(errors.New("anything else")), "other errors are 500s, decided by the caller")
 }
