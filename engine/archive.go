@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	"github.com/cockroachdb/errors"
@@ -11,6 +10,7 @@ import (
 	"github.com/cairnflow/cairn/engine/internal/archive"
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/internal/bucket"
 )
 
 // ArchivedTask is one task's history as an archive holds it.
@@ -24,33 +24,17 @@ var ErrNotArchived = archive.ErrNotArchived
 // defaults to AWS's; credentials come from AWS_ACCESS_KEY_ID and
 // AWS_SECRET_ACCESS_KEY, never from the location).
 func CheckArchive(location string) error {
-	_, err := archive.Parse(location)
+	_, err := bucket.Parse(location)
 	return err
 }
 
 // Archives opens archive locations once each and keeps them: the leader's
 // writes and the readers' lookups share connections.
 type Archives struct {
-	mu     sync.Mutex
-	opened map[string]archive.Bucket
+	buckets bucket.Set
 }
 
-func (a *Archives) open(location string) (archive.Bucket, error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if b, ok := a.opened[location]; ok {
-		return b, nil
-	}
-	b, err := archive.Open(location)
-	if err != nil {
-		return nil, err
-	}
-	if a.opened == nil {
-		a.opened = map[string]archive.Bucket{}
-	}
-	a.opened[location] = b
-	return b, nil
-}
+func (a *Archives) open(location string) (bucket.Bucket, error) { return a.buckets.Open(location) }
 
 // History returns the archived history of task id of namespace from the
 // archive at location: the copy with the most events. A task not there is
@@ -86,7 +70,7 @@ func (a *Archives) Scan(ctx context.Context, location, namespace string, until t
 // before the removal takes them, each on its own (a blob may be large),
 // as the database holds them (sealed when encrypted): references in the
 // archived histories stay readable ([Archives.Blob]).
-func archiveBlobs(ctx context.Context, raw store.Store, b archive.Bucket, namespace string, records []archive.Record) error {
+func archiveBlobs(ctx context.Context, raw store.Store, b bucket.Bucket, namespace string, records []archive.Record) error {
 	ids := make([]uuid.UUID, len(records))
 	for i, r := range records {
 		ids[i] = r.TaskID

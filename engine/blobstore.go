@@ -6,8 +6,8 @@ import (
 	"github.com/cockroachdb/errors"
 	"github.com/google/uuid"
 
-	"github.com/cairnflow/cairn/engine/internal/archive"
 	"github.com/cairnflow/cairn/engine/store"
+	object "github.com/cairnflow/cairn/internal/bucket"
 )
 
 // BlobStore is a store decorator that keeps blobs' bytes in a blob store
@@ -66,7 +66,7 @@ func (s *BlobStore) put(ctx context.Context, b *store.Blob) (*store.Blob, error)
 	if err != nil {
 		return nil, err
 	}
-	name, err := archive.StoredBlobObject(b.Namespace, b.TaskID, b.Key)
+	name, err := object.StoredBlob(b.Namespace, b.TaskID, b.Key)
 	if err != nil {
 		return nil, err
 	}
@@ -86,7 +86,7 @@ func (s *BlobStore) drop(ctx context.Context, rows []*store.Blob) {
 			continue
 		}
 		if bucket, err := s.buckets.open(b.Location); err == nil {
-			if name, err := archive.StoredBlobObject(b.Namespace, b.TaskID, b.Key); err == nil {
+			if name, err := object.StoredBlob(b.Namespace, b.TaskID, b.Key); err == nil {
 				_ = bucket.Delete(ctx, name)
 			}
 		}
@@ -100,7 +100,7 @@ func (s *BlobStore) Object(ctx context.Context, namespace string, id uuid.UUID, 
 	if err != nil {
 		return nil, err
 	}
-	name, err := archive.StoredBlobObject(namespace, id, key)
+	name, err := object.StoredBlob(namespace, id, key)
 	if err != nil {
 		return nil, err
 	}
@@ -141,7 +141,7 @@ func (s *BlobStore) BlobGet(ctx context.Context, namespace, key string) (*store.
 	if err != nil {
 		return nil, errors.Wrapf(err, "blob %s", key)
 	}
-	name, err := archive.StoredBlobObject(namespace, b.TaskID, key)
+	name, err := object.StoredBlob(namespace, b.TaskID, key)
 	if err != nil {
 		return nil, err
 	}
@@ -223,7 +223,7 @@ func (s *BlobStore) TaskRemoveFinished(ctx context.Context, p *store.RemoveFinis
 		bucket, err := s.buckets.open(b.Location)
 		if err == nil {
 			var name string
-			if name, err = archive.StoredBlobObject(b.Namespace, b.TaskID, b.Key); err == nil {
+			if name, err = object.StoredBlob(b.Namespace, b.TaskID, b.Key); err == nil {
 				err = bucket.Delete(ctx, name)
 			}
 		}

@@ -21,9 +21,6 @@ import (
 	"compress/gzip"
 	"context"
 	"encoding/json"
-	"io"
-	"net/url"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -31,24 +28,9 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/internal/bucket"
 	"github.com/cairnflow/cairn/internal/errmark"
 )
-
-// Bucket is where objects are kept: a directory or an S3 bucket's prefix.
-type Bucket interface {
-	// Put writes an object whole (a reader never sees a part of it).
-	Put(ctx context.Context, key string, body []byte) error
-	// Get reads an object.
-	Get(ctx context.Context, key string) ([]byte, error)
-	// Open reads an object as it comes.
-	Open(ctx context.Context, key string) (io.ReadCloser, error)
-	// List returns the keys under prefix, in order.
-	List(ctx context.Context, prefix string) ([]string, error)
-	// Delete removes an object (one not there is no error).
-	Delete(ctx context.Context, key string) error
-	// String names the location, for messages.
-	String() string
-}
 
 // Record is one task's history in an archive object.
 type Record struct {
@@ -72,86 +54,11 @@ func (r Record) lastSeq() int64 {
 // ErrNotArchived marks a read of a task the archive does not hold.
 var ErrNotArchived = errors.New("the task is not in the archive")
 
-// Open returns the bucket a location names: file:///absolute/dir, or
-// s3://bucket/prefix?endpoint=host:port&secure=false&region=r (the
-// endpoint defaults to AWS's; credentials come from the environment,
-// AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, never from the location).
-func Open(location string) (Bucket, error) {
-	u, err := Parse(location)
-	if err != nil {
-		return nil, err
-	}
-	if u.Scheme == "file" {
-		return &dirBucket{root: filepath.FromSlash(u.Path)}, nil
-	}
-	return openS3(u)
-}
-
-// Parse checks a location (see [Open]) and returns it as a URL. Its
-// messages name the location without its query or credentials.
-func Parse(location string) (*url.URL, error) {
-	u, err := url.Parse(location)
-	if err != nil {
-		return nil, errors.Newf("archive: %q is not a URL", redact(location))
-	}
-	shown := redact(location)
-	switch u.Scheme {
-	case "file":
-		if u.Host != "" || !strings.HasPrefix(u.Path, "/") || u.RawQuery != "" || u.Fragment != "" || strings.Contains(location, "#") {
-			return nil, errors.Newf("archive %q: a directory is file:///absolute/path, with no host, query or fragment", shown)
-		}
-	case "s3":
-		if u.Host == "" {
-			return nil, errors.Newf("archive %q: an S3 location is s3://bucket/prefix", shown)
-		}
-		if u.User != nil {
-			return nil, errors.Newf("archive %q: credentials do not belong in the location; set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY", shown)
-		}
-		if u.Fragment != "" {
-			return nil, errors.Newf("archive %q: no fragment", shown)
-		}
-		for k, v := range u.Query() {
-			if k != "endpoint" && k != "secure" && k != "region" {
-				return nil, errors.Newf("archive %q: unknown setting %q (endpoint, secure, region)", shown, k)
-			}
-			if k == "endpoint" && strings.Contains(strings.Join(v, ""), "/") {
-				return nil, errors.Newf("archive %q: endpoint is host:port, without a scheme or path (secure=false for plain HTTP)", shown)
-			}
-		}
-	default:
-		return nil, errors.Newf("archive %q: use file:///absolute/dir or s3://bucket/prefix", shown)
-	}
-	return u, nil
-}
-
-// redact is a location for messages: without its query, fragment and
-// user information.
-func redact(location string) string {
-	if i := strings.IndexAny(location, "?#"); i >= 0 {
-		location = location[:i]
-	}
-	if i := strings.Index(location, "://"); i >= 0 {
-		if at := strings.LastIndex(location[i+3:], "@"); at >= 0 {
-			location = location[:i+3] + location[i+3+at+1:]
-		}
-	}
-	return location
-}
-
-// checkNamespace refuses a namespace that is not one path segment: it
-// names a folder of the archive.
-func checkNamespace(namespace string) error {
-	if namespace == "" || namespace == "." || namespace == ".." || strings.ContainsAny(namespace, "/\\") {
-		return errors.Newf("archive: namespace %q cannot name a folder", namespace)
-	}
-	return nil
-}
-
 // Write archives records in one object per namespace and creation hour
 // (more when one would pass maxObjectBytes decompressed).
-func Write(ctx context.Context, b Bucket, records []Record) error {
+func Write(ctx context.Context, b bucket.Bucket, records []Record) error {
 	for _, r := range records {
-		if err := checkNamespace(r.Namespace); err != nil {
+		if err := bucket.CheckNamespace(r.Namespace); err != nil {
 			return err
 		}
 	}
@@ -183,14 +90,14 @@ func Write(ctx context.Context, b Bucket, records []Record) error {
 // Find returns the archived history of task id of namespace: the copy
 // with the most events. A task not archived is an error marked
 // [ErrNotArchived].
-func Find(ctx context.Context, b Bucket, namespace string, id uuid.UUID) ([]history.Event, error) {
+func Find(ctx context.Context, b bucket.Bucket, namespace string, id uuid.UUID) ([]history.Event, error) {
 	r, err := FindRecord(ctx, b, namespace, id)
 	return r.Events, err
 }
 
 // FindRecord is [Find] returning the whole record.
-func FindRecord(ctx context.Context, b Bucket, namespace string, id uuid.UUID) (Record, error) {
-	if err := checkNamespace(namespace); err != nil {
+func FindRecord(ctx context.Context, b bucket.Bucket, namespace string, id uuid.UUID) (Record, error) {
+	if err := bucket.CheckNamespace(namespace); err != nil {
 		return Record{}, err
 	}
 	prefix := namespace + "/" + hourOf(id) + "/" // one hour's objects (or those of ids without a time)
@@ -216,8 +123,8 @@ func FindRecord(ctx context.Context, b Bucket, namespace string, id uuid.UUID) (
 // twice.
 // Objects of tasks created at or after until (an hour's slice starting
 // then or later) are skipped; a zero until skips none.
-func Scan(ctx context.Context, b Bucket, namespace string, until time.Time, fn func(Record) error) error {
-	if err := checkNamespace(namespace); err != nil {
+func Scan(ctx context.Context, b bucket.Bucket, namespace string, until time.Time, fn func(Record) error) error {
+	if err := bucket.CheckNamespace(namespace); err != nil {
 		return err
 	}
 	var last string // the last hour slice that may hold events before until
@@ -232,7 +139,7 @@ func Scan(ctx context.Context, b Bucket, namespace string, until time.Time, fn f
 
 // scan reads every object under prefix (up to the key last, when set) and
 // hands fn the records want selects.
-func scan(ctx context.Context, b Bucket, prefix string, want func(string, uuid.UUID) bool, fn func(Record) error, last ...string) error {
+func scan(ctx context.Context, b bucket.Bucket, prefix string, want func(string, uuid.UUID) bool, fn func(Record) error, last ...string) error {
 	keys, err := b.List(ctx, prefix)
 	if err != nil {
 		return errors.Wrapf(err, "list the archive %s", b)
@@ -311,12 +218,9 @@ func encode(records []Record) ([][]byte, error) {
 	return objects, nil
 }
 
-// blobSuffix ends a blob's object name: <namespace>/blobs/<key>/<task>.blob.
-const blobSuffix = ".blob"
-
 // WriteBlob writes the bytes of blob key of task id of namespace (as the
 // database holds them: sealed, when the task's payloads are encrypted).
-func WriteBlob(ctx context.Context, b Bucket, namespace string, id uuid.UUID, key string, data []byte) error {
+func WriteBlob(ctx context.Context, b bucket.Bucket, namespace string, id uuid.UUID, key string, data []byte) error {
 	name, err := BlobObject(namespace, id, key)
 	if err != nil {
 		return err
@@ -326,11 +230,11 @@ func WriteBlob(ctx context.Context, b Bucket, namespace string, id uuid.UUID, ke
 
 // FindBlob reads blob key of namespace from the archive, with the task
 // that wrote it. A blob not there is an error marked [ErrNotArchived].
-func FindBlob(ctx context.Context, b Bucket, namespace, key string) (uuid.UUID, []byte, error) {
-	if err := checkNamespace(namespace); err != nil {
+func FindBlob(ctx context.Context, b bucket.Bucket, namespace, key string) (uuid.UUID, []byte, error) {
+	if err := bucket.CheckNamespace(namespace); err != nil {
 		return uuid.Nil, nil, err
 	}
-	if err := checkBlobKey(key); err != nil {
+	if err := bucket.CheckBlobKey(key); err != nil {
 		return uuid.Nil, nil, err
 	}
 	prefix := namespace + "/blobs/" + key + "/"
@@ -339,7 +243,7 @@ func FindBlob(ctx context.Context, b Bucket, namespace, key string) (uuid.UUID, 
 		return uuid.Nil, nil, errors.Wrapf(err, "list the archive %s", b)
 	}
 	for _, k := range keys {
-		name, ok := strings.CutSuffix(strings.TrimPrefix(k, prefix), blobSuffix)
+		name, ok := strings.CutSuffix(strings.TrimPrefix(k, prefix), bucket.BlobSuffix)
 		id, err := uuid.Parse(name)
 		if !ok || err != nil {
 			continue // not a blob object
@@ -350,35 +254,15 @@ func FindBlob(ctx context.Context, b Bucket, namespace, key string) (uuid.UUID, 
 	return uuid.Nil, nil, errmark.Mark(errors.Newf("blob %s is not in the archive %s", key, b), ErrNotArchived)
 }
 
-// checkBlobKey refuses a blob key that is not one path segment.
-func checkBlobKey(key string) error {
-	if key == "" || key == "." || key == ".." || strings.ContainsAny(key, "/\\\x00") || len(key) > 200 {
-		return errors.Newf("blob key %q is not one folder name", key)
-	}
-	return nil
-}
-
-// BlobObject is the name of blob key of task id of namespace in a bucket:
-// where archival copies it, and where a blob store keeps it.
+// BlobObject is the name of blob key of task id of namespace in an
+// archive, <namespace>/blobs/<key>/<task>.blob: where archival copies it
+// (a blob store keeps its own apart: bucket.StoredBlob).
 func BlobObject(namespace string, id uuid.UUID, key string) (string, error) {
-	if err := checkNamespace(namespace); err != nil {
+	if err := bucket.CheckNamespace(namespace); err != nil {
 		return "", err
 	}
-	if err := checkBlobKey(key); err != nil {
+	if err := bucket.CheckBlobKey(key); err != nil {
 		return "", err
 	}
-	return namespace + "/blobs/" + key + "/" + id.String() + blobSuffix, nil
-}
-
-// StoredBlobObject is the name of blob key of task id of namespace in a
-// blob store: apart from an archive's copies (BlobObject), so one bucket
-// can be both and a removal's delete never takes an archived copy.
-func StoredBlobObject(namespace string, id uuid.UUID, key string) (string, error) {
-	if err := checkNamespace(namespace); err != nil {
-		return "", err
-	}
-	if err := checkBlobKey(key); err != nil {
-		return "", err
-	}
-	return namespace + "/blobstore/" + key + "/" + id.String() + blobSuffix, nil
+	return namespace + "/blobs/" + key + "/" + id.String() + bucket.BlobSuffix, nil
 }

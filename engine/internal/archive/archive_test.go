@@ -13,6 +13,7 @@ import (
 
 	"github.com/cairnflow/cairn/engine/internal/archive"
 	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/internal/bucket"
 	"github.com/cairnflow/cairn/internal/s3test"
 )
 
@@ -46,7 +47,7 @@ func TestArchiveRoundTrip(t *testing.T) {
 	ctx := context.Background()
 	for name, location := range locations(t) {
 		t.Run(name, func(t *testing.T) {
-			b, err := archive.Open(location)
+			b, err := bucket.Open(location)
 			require.NoError(t, err)
 			a, c := uuid.Must(uuid.NewV7()), uuid.Must(uuid.NewV7())
 			old := uuid.Must(uuid.FromBytes(append([]byte{0, 0, 0x01, 0x80, 0, 0, 0x70, 0, 0x80}, make([]byte, 7)...)))
@@ -84,7 +85,7 @@ func TestArchiveRoundTrip(t *testing.T) {
 // namespace and the hour the tasks were created.
 func TestDirectoryArchiveLayout(t *testing.T) {
 	dir := t.TempDir()
-	b, err := archive.Open("file://" + filepath.ToSlash(dir))
+	b, err := bucket.Open("file://" + filepath.ToSlash(dir))
 	require.NoError(t, err)
 	id := uuid.Must(uuid.NewV7())
 	require.NoError(t, archive.Write(context.Background(), b, []archive.Record{history3(t, id, 2)}))
@@ -112,7 +113,7 @@ func TestOpenRefusesBadLocations(t *testing.T) {
 		"s3://bucket/prefix?endpoint=h&x=1": `unknown setting "x"`,
 		"https://example.com/archive":       "use file:///absolute/dir",
 	} {
-		_, err := archive.Open(location)
+		_, err := bucket.Open(location)
 		require.ErrorContains(t, err, says, location)
 	}
 }
@@ -123,7 +124,7 @@ func TestOpenRefusesBadLocations(t *testing.T) {
 func TestDirectoryArchiveSkipsWhatIsNotItsOwn(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	b, err := archive.Open("file://" + filepath.ToSlash(dir))
+	b, err := bucket.Open("file://" + filepath.ToSlash(dir))
 	require.NoError(t, err)
 	id := uuid.Must(uuid.NewV7())
 	require.NoError(t, archive.Write(ctx, b, []archive.Record{history3(t, id, 2)}))
@@ -134,7 +135,7 @@ func TestDirectoryArchiveSkipsWhatIsNotItsOwn(t *testing.T) {
 
 	// The namespace "tenant-a" seen through a root one level up, as the
 	// folder of namespace "x" would be if it pointed there.
-	up, err := archive.Open("file://" + filepath.ToSlash(filepath.Dir(dir)))
+	up, err := bucket.Open("file://" + filepath.ToSlash(filepath.Dir(dir)))
 	require.NoError(t, err)
 	n := 0
 	require.NoError(t, archive.Scan(ctx, up, filepath.Base(dir), time.Time{}, func(archive.Record) error { n++; return nil }))

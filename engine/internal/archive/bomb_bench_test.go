@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cairnflow/cairn/engine/internal/archive"
+	"github.com/cairnflow/cairn/internal/bucket"
 )
 
 // plantedLine is the probe's object: a line of n bytes, head and then
@@ -42,7 +43,7 @@ func BenchmarkFindBesidePlantedLine(b *testing.B) {
 	ctx := context.Background()
 	for _, kind := range []string{"Junk", "OtherTask"} {
 		b.Run(kind, func(b *testing.B) {
-			bucket, err := archive.Open("file://" + filepath.ToSlash(b.TempDir()))
+			bucket, err := bucket.Open("file://" + filepath.ToSlash(b.TempDir()))
 			require.NoError(b, err)
 			id := uuid.Must(uuid.NewV7())
 			require.NoError(b, archive.Write(ctx, bucket, []archive.Record{history3(b, id, 3)}))

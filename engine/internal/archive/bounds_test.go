@@ -18,6 +18,7 @@ import (
 
 	"github.com/cairnflow/cairn/engine/internal/archive"
 	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/internal/bucket"
 )
 
 // hourKey is the name of an object planted in the hour of task id.
@@ -38,7 +39,7 @@ func TestPlantedLineIsReadWithinBounds(t *testing.T) {
 	other := plantedLine(t, `{"namespace":"tenant-a","task_id":"`+uuid.Must(uuid.NewV7()).String()+`","events":[{"seq":1,"data":{"input":"`, 200<<20)
 	for name, location := range locations(t) {
 		t.Run(name, func(t *testing.T) {
-			b, err := archive.Open(location)
+			b, err := bucket.Open(location)
 			require.NoError(t, err)
 			id := uuid.Must(uuid.NewV7())
 			require.NoError(t, archive.Write(ctx, b, []archive.Record{history3(t, id, 3)}))
@@ -98,7 +99,7 @@ func gz(t testing.TB, body string) []byte {
 func TestWriteKeepsObjectsWithinTheBound(t *testing.T) {
 	ctx := context.Background()
 	archive.SetBounds(t, 100<<10, 256<<10)
-	b, err := archive.Open("file://" + filepath.ToSlash(t.TempDir()))
+	b, err := bucket.Open("file://" + filepath.ToSlash(t.TempDir()))
 	require.NoError(t, err)
 	var records []archive.Record
 	for range 10 {
@@ -154,7 +155,7 @@ func TestObjectsOverTheBoundsAreCorrupt(t *testing.T) {
 		"NotGzip":                  {[]byte(small), "not gzip", 64 << 10, 0},
 	} {
 		t.Run(name, func(t *testing.T) {
-			b, err := archive.Open("file://" + filepath.ToSlash(t.TempDir()))
+			b, err := bucket.Open("file://" + filepath.ToSlash(t.TempDir()))
 			require.NoError(t, err)
 			planted := hourKey(id, "00000000-0000-7000-8000-000000000001")
 			require.NoError(t, b.Put(ctx, planted, c.body))
@@ -172,7 +173,7 @@ func TestObjectsOverTheBoundsAreCorrupt(t *testing.T) {
 }
 
 // breaking is a bucket whose objects fail after their first bytes.
-type breaking struct{ archive.Bucket }
+type breaking struct{ bucket.Bucket }
 
 func (b breaking) Open(ctx context.Context, key string) (io.ReadCloser, error) {
 	body, err := b.Bucket.Get(ctx, key)
@@ -188,7 +189,7 @@ var errBroken = errors.New("connection reset")
 // not a corrupt object.
 func TestReadFailureIsNotCorruption(t *testing.T) {
 	ctx := context.Background()
-	b, err := archive.Open("file://" + filepath.ToSlash(t.TempDir()))
+	b, err := bucket.Open("file://" + filepath.ToSlash(t.TempDir()))
 	require.NoError(t, err)
 	id := uuid.Must(uuid.NewV7())
 	require.NoError(t, archive.Write(ctx, b, []archive.Record{history3(t, id, 30)}))

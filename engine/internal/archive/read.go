@@ -11,6 +11,7 @@ import (
 	"github.com/cockroachdb/errors"
 	"github.com/google/uuid"
 
+	"github.com/cairnflow/cairn/internal/bucket"
 	"github.com/cairnflow/cairn/internal/errmark"
 )
 
@@ -55,7 +56,7 @@ var readStats func(objectRead)
 // selects by the namespace and task at the head of their lines; the
 // others' lines are skipped without being parsed or held. The whole
 // object is read (its gzip checksum checked) unless fn fails.
-func readObject(ctx context.Context, b Bucket, key string, want func(namespace string, id uuid.UUID) bool, fn func(Record) error) error {
+func readObject(ctx context.Context, b bucket.Bucket, key string, want func(namespace string, id uuid.UUID) bool, fn func(Record) error) error {
 	read := objectRead{Key: key}
 	if readStats != nil {
 		defer func() { readStats(read) }()
