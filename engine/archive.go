@@ -45,7 +45,7 @@ func (a *Archives) History(ctx context.Context, location, namespace string, id u
 }
 
 // Record is [Archives.History] with the rest of the task's record (its
-// wrapped data key, for [SealedStore.OpenArchived]).
+// wrapped data key, which opens its sealed payloads: payload/seal).
 func (a *Archives) Record(ctx context.Context, location, namespace string, id uuid.UUID) (ArchivedTask, error) {
 	b, err := a.open(location)
 	if err != nil {
@@ -68,22 +68,28 @@ func (a *Archives) Scan(ctx context.Context, location, namespace string, until t
 
 // archiveBlobs copies the blobs of the archived tasks to the archive
 // before the removal takes them, each on its own (a blob may be large),
-// as the database holds them (sealed when encrypted): references in the
-// archived histories stay readable ([Archives.Blob]).
-func archiveBlobs(ctx context.Context, raw store.Store, b bucket.Bucket, namespace string, records []archive.Record) error {
+// as the store holds them (sealed when encrypted; from the bucket its row
+// names, for a blob kept in a blob store): references in the archived
+// histories stay readable ([Archives.Blob]).
+func archiveBlobs(ctx context.Context, s store.Store, archives *Archives, b bucket.Bucket, namespace string, records []archive.Record) error {
 	ids := make([]uuid.UUID, len(records))
 	for i, r := range records {
 		ids[i] = r.TaskID
 	}
-	keys, err := raw.BlobKeysByTasks(ctx, namespace, ids)
+	keys, err := s.BlobKeysByTasks(ctx, namespace, ids)
 	if err != nil {
 		return err
 	}
 	for _, id := range ids {
 		for _, key := range keys[id] {
-			blob, err := raw.BlobGet(ctx, namespace, key)
+			blob, err := s.BlobGet(ctx, namespace, key)
 			if err != nil {
 				return err
+			}
+			if blob.Location != "" {
+				if blob.Data, err = archives.storedBlob(ctx, blob); err != nil {
+					return err
+				}
 			}
 			wctx, cancel := context.WithTimeout(ctx, archiveTimeout+time.Duration(len(blob.Data)>>20)*time.Second)
 			err = archive.WriteBlob(wctx, b, namespace, id, key, blob.Data)
@@ -97,9 +103,9 @@ func archiveBlobs(ctx context.Context, raw store.Store, b bucket.Bucket, namespa
 }
 
 // Blob reads blob key of namespace from the archive at location, with the
-// task that wrote it: the bytes as the database held them (sealed when
-// encrypted; see [SealedStore.OpenArchivedBlob]). A blob not there is an
-// error marked [ErrNotArchived].
+// task that wrote it: the bytes as the store held them (sealed when
+// encrypted: payload/seal opens them with the record's data key). A blob
+// not there is an error marked [ErrNotArchived].
 func (a *Archives) Blob(ctx context.Context, location, namespace, key string) (uuid.UUID, []byte, error) {
 	b, err := a.open(location)
 	if err != nil {
@@ -127,15 +133,11 @@ func archiveThenRemove(ctx context.Context, s store.Store, archives *Archives, l
 	}
 	// The archive keeps what the database holds: sealed payloads stay
 	// sealed, with the task's wrapped data key beside them.
-	raw := s
-	if sealed, ok := s.(*SealedStore); ok {
-		raw = sealed.Unwrap()
-	}
-	events, err := raw.EventListByTasks(ctx, ids)
+	events, err := s.EventListByTasks(ctx, ids)
 	if err != nil {
 		return store.RemoveResult{}, err
 	}
-	dataKeys, err := raw.TaskDataKeys(ctx, ids)
+	dataKeys, err := s.TaskDataKeys(ctx, ids)
 	if err != nil {
 		return store.RemoveResult{}, err
 	}
@@ -156,10 +158,48 @@ func archiveThenRemove(ctx context.Context, s store.Store, archives *Archives, l
 	if err := archive.Write(wctx, b, records); err != nil {
 		return store.RemoveResult{}, errors.Wrapf(err, "archive namespace %s", p.Namespace)
 	}
-	if err := archiveBlobs(ctx, raw, b, p.Namespace, records); err != nil {
+	if err := archiveBlobs(ctx, s, archives, b, p.Namespace, records); err != nil {
 		return store.RemoveResult{}, errors.Wrapf(err, "archive namespace %s", p.Namespace)
 	}
 	q := *p
 	q.Only = only
-	return s.TaskRemoveFinished(ctx, &q)
+	return removeTasks(ctx, s, archives, &q)
+}
+
+// removeTasks removes what p names (store.Store.TaskRemoveFinished), then
+// deletes the objects of the blobs it took whose bytes were in a blob
+// store (payload/offload). An object that cannot be deleted is an error;
+// the tasks are removed all the same, and the object stays, unread.
+func removeTasks(ctx context.Context, s store.Store, archives *Archives, p *store.RemoveFinishedParams) (store.RemoveResult, error) {
+	res, err := s.TaskRemoveFinished(ctx, p)
+	if err != nil {
+		return res, err
+	}
+	var errs error
+	for _, b := range res.StoredBlobs {
+		bk, err := archives.open(b.Location)
+		if err == nil {
+			var name string
+			if name, err = bucket.StoredBlob(b.Namespace, b.TaskID, b.Key); err == nil {
+				err = bk.Delete(ctx, name)
+			}
+		}
+		errs = errors.CombineErrors(errs, errors.Wrapf(err, "delete blob %s of removed task %s", b.Key, b.TaskID))
+	}
+	return res, errs
+}
+
+// storedBlob reads the bytes of a blob kept in a blob store, from the
+// bucket its row names.
+func (a *Archives) storedBlob(ctx context.Context, b *store.Blob) ([]byte, error) {
+	bk, err := a.open(b.Location)
+	if err != nil {
+		return nil, errors.Wrapf(err, "blob %s", b.Key)
+	}
+	name, err := bucket.StoredBlob(b.Namespace, b.TaskID, b.Key)
+	if err != nil {
+		return nil, err
+	}
+	data, err := bk.Get(ctx, name)
+	return data, errors.Wrapf(err, "read blob %s from %s", b.Key, bk)
 }

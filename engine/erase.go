@@ -30,7 +30,8 @@ type TaskEraseParams struct {
 // A task not yet finished is refused ([store.ErrTaskState]), as is one
 // without a data key (its namespace was not encrypted when it ran, or it
 // never wrote a payload under encryption: nothing of it can be shredded).
-// Erasing an erased task again returns its state and writes nothing.
+// Erasing an erased task again returns its state and writes nothing. The
+// caller's codec forgets the key it may hold (payload/seal's Forget).
 func EraseTask(ctx context.Context, s store.Store, p *TaskEraseParams) (history.State, error) {
 	if p.By == "" {
 		return history.State{}, errors.New("erase: By (who asks) is empty")
@@ -75,9 +76,6 @@ func eraseOnce(ctx context.Context, s store.Store, p *TaskEraseParams) (history.
 	})
 	if err != nil {
 		return state, errors.Wrapf(err, "erase task %s", p.ID)
-	}
-	if sealed, ok := s.(*SealedStore); ok {
-		sealed.keys.drop(p.ID)
 	}
 	return next, nil
 }

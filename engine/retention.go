@@ -150,7 +150,7 @@ func removeFinished(ctx context.Context, s store.Store, clock Clock, cfg Retenti
 			if location != "" {
 				res, err = archiveThenRemove(ctx, s, cfg.Archives, location, p)
 			} else {
-				res, err = s.TaskRemoveFinished(ctx, p)
+				res, err = removeTasks(ctx, s, cfg.Archives, p)
 			}
 			total.Tasks, total.Events = total.Tasks+res.Tasks, total.Events+res.Events
 			if err != nil {

@@ -12,6 +12,8 @@ import (
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/internal/errmark"
+	"github.com/cairnflow/cairn/payload"
+	"github.com/cairnflow/cairn/payload/seal"
 )
 
 // errNoArchive: the namespace has no archive, nor the client a default.
@@ -47,17 +49,10 @@ func (c *Client) archiveLocations(ctx context.Context) ([]string, error) {
 	return out, nil
 }
 
-// openArchived opens an archived task's sealed payloads with the client's
-// codec, if it has one.
-func (c *Client) openArchived(ctx context.Context, t engine.ArchivedTask) engine.ArchivedTask {
-	if sealed, ok := c.store.(*engine.SealedStore); ok {
-		return sealed.OpenArchived(ctx, t)
-	}
-	return t
-}
-
-// archivedHistory reads task id's history from the namespace's archives.
-func (c *Client) archivedHistory(ctx context.Context, id uuid.UUID) ([]history.Event, error) {
+// archivedHistory reads task id's history from the namespace's archives,
+// its payloads decoded as keepRefs says (see [Client.decodeEvents]):
+// opened with the data key the record keeps.
+func (c *Client) archivedHistory(ctx context.Context, id uuid.UUID, keepRefs bool) ([]history.Event, error) {
 	locations, err := c.archiveLocations(ctx)
 	if err != nil {
 		return nil, err
@@ -65,11 +60,19 @@ func (c *Client) archivedHistory(ctx context.Context, id uuid.UUID) ([]history.E
 	for _, location := range locations {
 		rec, herr := c.archives.Record(ctx, location, c.namespace, id)
 		if !errors.Is(herr, engine.ErrNotArchived) {
-			return c.openArchived(ctx, rec).Events, herr
+			if herr != nil {
+				return nil, herr
+			}
+			return c.decodeEvents(ctx, id, rec.Events, archivedOf(rec), keepRefs)
 		}
 		err = herr // not there: the next location, or this answer
 	}
 	return nil, err
+}
+
+// archivedOf is what an archived task's record keeps beside its events.
+func archivedOf(t engine.ArchivedTask) *payload.Archived {
+	return &payload.Archived{Task: t.TaskID, DataKey: t.DataKey}
 }
 
 // AuditArchive is [Client.Audit] over the histories retention archived
@@ -97,7 +100,11 @@ func (c *Client) AuditArchive(ctx context.Context, p AuditParams, fn func(AuditR
 	var order []uuid.UUID
 	for _, location := range locations {
 		err = c.archives.Scan(ctx, location, c.namespace, until, func(t engine.ArchivedTask) error {
-			t = c.openArchived(ctx, t)
+			events, err := c.decodeEvents(ctx, t.TaskID, t.Events, archivedOf(t), true)
+			if err != nil {
+				return err
+			}
+			t.Events = events
 			prev, seen := fullest[t.TaskID]
 			if !seen {
 				order = append(order, t.TaskID)
@@ -177,147 +184,60 @@ type Blob = history.BlobRef
 
 // ErrBlobCorrupt marks a blob whose stored bytes do not match their digest:
 // the data is damaged, and is never handed out.
-var ErrBlobCorrupt = engine.ErrBlobCorrupt
+var ErrBlobCorrupt = payload.ErrBlobCorrupt
 
 // GetBlob returns the bytes ref names, from the client's namespace,
 // checked against its size and SHA-256: a blob whose bytes do not match is
-// an error marked [ErrBlobCorrupt] naming the task that wrote it.
+// an error marked [ErrBlobCorrupt] naming the task that wrote it. A blob
+// removed with its task is read from the archive, when it was archived.
 func (c *Client) GetBlob(ctx context.Context, ref Blob) ([]byte, error) {
-	return c.blobOf(ctx, ref, uuid.Nil)
+	return c.store.GetBlob(ctx, c.namespace, ref, uuid.Nil)
 }
 
-// blobOf is GetBlob; with an owner, for a reference the client resolves
-// by itself in a task's payload, only a blob that task wrote is read (see
-// engine.GetTaskBlob): another's is answered as not found.
-func (c *Client) blobOf(ctx context.Context, ref Blob, owner uuid.UUID) ([]byte, error) {
-	var data []byte
-	var err error
-	if owner == uuid.Nil {
-		data, err = engine.GetBlob(ctx, c.store, c.namespace, ref)
-	} else {
-		data, err = engine.GetTaskBlob(ctx, c.store, c.namespace, ref, owner)
-	}
-	if !errors.Is(err, ErrNotFound) {
-		return data, err
-	}
-	// Removed with its task: the archive may hold it.
-	if archived, aerr := c.archivedBlob(ctx, ref, owner); aerr == nil || !errors.Is(aerr, engine.ErrNotArchived) && !errors.Is(aerr, errNoArchive) {
-		return archived, aerr
-	}
-	return nil, err
-}
-
-// archivedBlob reads ref's blob from the namespace's archives, opened
-// with the archived task's data key when it is sealed, and checked; with
-// an owner, only one that task wrote.
-func (c *Client) archivedBlob(ctx context.Context, ref Blob, owner uuid.UUID) ([]byte, error) {
+// archivedBlob reads blob key of namespace from the namespace's archives,
+// with the data key of its task's archived record to open it with:
+// what the client's payload stage reads a blob the store no longer has
+// from. found is false when no archive holds it.
+func (c *Client) archivedBlob(ctx context.Context, namespace, key string) (*payload.Blob, bool, error) {
 	locations, err := c.archiveLocations(ctx)
+	if errors.Is(err, errNoArchive) {
+		return nil, false, nil
+	}
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	for _, location := range locations {
-		id, data, berr := c.archives.Blob(ctx, location, c.namespace, ref.Key)
+		id, data, berr := c.archives.Blob(ctx, location, namespace, key)
 		if errors.Is(berr, engine.ErrNotArchived) {
-			err = berr
 			continue
 		}
 		if berr != nil {
-			return nil, berr
+			return nil, false, berr
 		}
-		if owner != uuid.Nil && id != owner {
-			return nil, errmark.Mark(errors.Newf("blob %s: no such blob of task %s", ref.Key, owner), ErrNotFound)
-		}
-		sealed, ok := c.store.(*engine.SealedStore)
-		if !ok && engine.BlobSealed(data) {
-			return nil, errmark.Mark(errors.Newf("blob %s of task %s is encrypted: the client has no keys (ClientConfig.Codec)", ref.Key, id), engine.ErrPayloadSealed)
-		}
-		if ok {
-			rec, rerr := c.archives.Record(ctx, location, c.namespace, id)
-			if rerr != nil && !errors.Is(rerr, engine.ErrNotArchived) {
-				return nil, rerr
+		b := &payload.Blob{Namespace: namespace, Key: key, TaskID: id, Data: data, Archived: &payload.Archived{Task: id}}
+		if c.keys == nil {
+			if seal.BlobSealed(data) {
+				return nil, false, errmark.Mark(errors.Newf("blob %s of task %s is encrypted: the client has no keys (ClientConfig.Keys)", key, id), payload.ErrSealed)
 			}
-			if data, berr = sealed.OpenArchivedBlob(c.namespace, id, rec.DataKey, ref.Key, data); berr != nil {
-				return nil, berr
-			}
+			return b, true, nil
 		}
-		return engine.CheckBlob(ref, id, data)
+		rec, rerr := c.archives.Record(ctx, location, namespace, id)
+		if rerr != nil && !errors.Is(rerr, engine.ErrNotArchived) {
+			return nil, false, rerr
+		}
+		b.Archived.DataKey = rec.DataKey
+		return b, true, nil
 	}
-	return nil, err
+	return nil, false, nil
 }
 
 // ReadBlob returns the blob key of the client's namespace with its content
 // type, checked against the digest written with it (for a reader that has
 // the key but not the reference, such as a download link).
 func (c *Client) ReadBlob(ctx context.Context, key string) (data []byte, contentType string, err error) {
-	b, err := engine.ReadBlob(ctx, c.store, c.namespace, key)
+	b, err := c.store.ReadBlob(ctx, c.namespace, key)
 	if err != nil {
 		return nil, "", err
 	}
 	return b.Data, b.ContentType, nil
-}
-
-// resolveOutputs reads back the step outputs events (task id's) keep by
-// reference, in a copy of the events where any is: each such event then
-// reads as if the output were kept in place.
-func (c *Client) resolveOutputs(ctx context.Context, id uuid.UUID, events []history.Event) ([]history.Event, error) {
-	var out []history.Event
-	for i, e := range events {
-		if resolved, changed, err := c.resolveEnvelope(ctx, id, e); err != nil {
-			return nil, err
-		} else if changed {
-			if out == nil {
-				out = append([]history.Event(nil), events...)
-			}
-			out[i] = resolved
-			continue
-		}
-		step, ok := e.Data.(history.StepCompletedData)
-		if !ok || step.OutputRef == nil {
-			continue
-		}
-		data, err := c.blobOf(ctx, *step.OutputRef, id)
-		if errors.Is(err, ErrNotFound) || errors.Is(err, engine.ErrPayloadSealed) {
-			continue // removed with its task, or shredded: the reference is all there is
-		}
-		if err != nil {
-			return nil, errors.Wrapf(err, "the output of step %d (%s)", step.Position, step.Name)
-		}
-		if out == nil {
-			out = append([]history.Event(nil), events...)
-		}
-		step.Output, step.OutputRef = data, nil // as if kept in place: replayable as it is
-		out[i].Data = step
-	}
-	if out == nil {
-		return events, nil
-	}
-	return out, nil
-}
-
-// resolveEnvelope reads back the payload e, an event of task id, keeps as
-// a blob ({"cairn_blob": …}: a start's input in task_scheduled, a
-// workflow's output in task_completed, a child's in child_finished, a
-// signal's payload), reporting whether there was one to read.
-func (c *Client) resolveEnvelope(ctx context.Context, id uuid.UUID, e history.Event) (history.Event, bool, error) {
-	raw, ok := history.UserData(e.Data)
-	if _, isStep := e.Data.(history.StepCompletedData); isStep || !ok {
-		return e, false, nil // a step's output by reference is its OutputRef
-	}
-	if _, ok := history.ParseBlobEnvelope(raw); !ok {
-		return e, false, nil
-	}
-	owner := id // the blob's writer: the task, or for a child's output the child
-	if fin, ok := e.Data.(history.ChildFinishedData); ok {
-		child, err := uuid.Parse(fin.ChildID)
-		if err != nil {
-			return e, false, nil
-		}
-		owner = child
-	}
-	data, err := c.resolvePayload(ctx, raw, owner)
-	if err != nil {
-		return e, false, errors.Wrapf(err, "the output in event %d", e.Seq)
-	}
-	e.Data = history.WithUserData(e.Data, data)
-	return e, true, nil
 }

@@ -424,7 +424,7 @@ type audit struct {
 // the audit.
 func (a *audit) page(ctx context.Context, walk *auditWalk, room int) ([]AuditRecord, error) {
 	if a.filter == nil {
-		page, err := walk.next(ctx, a.client.store)
+		page, err := walk.next(ctx, a.client)
 		if err != nil {
 			return nil, errors.Wrap(err, "audit")
 		}
@@ -439,7 +439,7 @@ func (a *audit) page(ctx context.Context, walk *auditWalk, room int) ([]AuditRec
 	}
 	ctx, done := a.budget.page(ctx)
 	defer done()
-	page, err := walk.next(ctx, a.client.store)
+	page, err := walk.next(ctx, a.client)
 	if err != nil {
 		return nil, errors.Wrap(a.budget.readErr(ctx, err), "audit")
 	}
@@ -494,13 +494,16 @@ type auditWalk struct {
 func (w *auditWalk) done() bool { return !w.lo.Before(w.until) }
 
 // next reads the next page of the current window and moves the window on.
-func (w *auditWalk) next(ctx context.Context, st store.Store) ([]store.AuditEvent, error) {
+func (w *auditWalk) next(ctx context.Context, c *Client) ([]store.AuditEvent, error) {
 	hi := w.until
 	if w.until.Sub(w.lo) > w.window {
 		hi = w.lo.Add(w.window)
 	}
 	w.params.Since, w.params.Until = w.lo, hi
-	page, err := st.EventScan(ctx, &w.params)
+	page, err := c.store.EventScan(ctx, &w.params)
+	if err == nil {
+		err = c.openAudit(ctx, page)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -17,10 +17,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cairnflow/cairn/activities"
-	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/engine/enginetest"
 	"github.com/cairnflow/cairn/engine/sqlitestore"
 	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/payload"
 	"github.com/cairnflow/cairn/sdk"
 	"github.com/cairnflow/cairn/workflow"
 )
@@ -138,7 +138,7 @@ func TestLargeDocumentPassesThroughStepsByReference(t *testing.T) {
 
 		corrupt(t, b, out.Doc.Key)
 		_, err = b.client.GetBlob(ctx, out.Doc)
-		require.ErrorIs(t, err, engine.ErrBlobCorrupt)
+		require.ErrorIs(t, err, payload.ErrBlobCorrupt)
 		require.ErrorContains(t, err, "blob "+out.Doc.Key+" of task "+bigRun.String()+" is damaged")
 
 		// A step reading the damaged blob fails at once, permanently, naming

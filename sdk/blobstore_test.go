@@ -12,10 +12,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cairnflow/cairn/activities"
-	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/internal/s3test"
+	"github.com/cairnflow/cairn/payload/offload"
+	"github.com/cairnflow/cairn/payload/seal"
 	"github.com/cairnflow/cairn/sdk"
 	"github.com/cairnflow/cairn/workflow"
 )
@@ -34,12 +35,12 @@ func TestBlobStoresKeepTheBytesOutOfTheDatabase(t *testing.T) {
 			"S3":        s3test.Start(t, "blobs", "cairn"),
 		} {
 			t.Run(name, func(t *testing.T) {
-				codec, err := sdk.ParseCodec(keysJSON(t, map[string][]byte{"k1": newKey(t)}, "k1"))
+				codec, err := seal.ParseKeys(keysJSON(t, map[string][]byte{"k1": newKey(t)}, "k1"))
 				require.NoError(t, err)
 				// One location for the blob store and the archive: their
 				// object names must not meet.
 				b := setup(t, sdk.WorkerConfig{BlobStore: location, DefaultArchive: location, BlobThreshold: 100,
-					RescueInterval: 20 * time.Millisecond, Codec: codec})
+					RescueInterval: 20 * time.Millisecond, Keys: codec})
 				wf := sdk.NewWorkflow("scan.keep", 1, func(ctx workflow.Context, in string) (sdk.Blob, error) {
 					if _, err := workflow.Step(ctx, "ocr", func(context.Context) (string, error) { return strings.Repeat("text ", 100), nil }); err != nil {
 						return sdk.Blob{}, err
@@ -51,7 +52,7 @@ func TestBlobStoresKeepTheBytesOutOfTheDatabase(t *testing.T) {
 				sdk.Register(b.worker, wf)
 				startWorker(t, b.worker)
 				ctx := context.Background()
-				writer, err := sdk.NewClient(sdk.ClientConfig{Store: b.client.Store(), BlobStore: location, Codec: codec})
+				writer, err := sdk.NewClient(sdk.ClientConfig{Store: b.client.Store(), BlobStore: location, Keys: codec})
 				require.NoError(t, err)
 				t.Cleanup(writer.Close)
 				input := strings.Repeat("scan ", 30_000) // by reference, into the blob store
@@ -77,7 +78,7 @@ func TestBlobStoresKeepTheBytesOutOfTheDatabase(t *testing.T) {
 				data, err := writer.GetBlob(ctx, ref)
 				require.NoError(t, err)
 				require.Equal(t, "png of "+secret+" scan scan ", string(data))
-				reader, err := sdk.NewClient(sdk.ClientConfig{Store: b.client.Store(), Codec: codec})
+				reader, err := sdk.NewClient(sdk.ClientConfig{Store: b.client.Store(), Keys: codec})
 				require.NoError(t, err)
 				t.Cleanup(reader.Close)
 				data, err = reader.GetBlob(ctx, ref)
@@ -91,12 +92,11 @@ func TestBlobStoresKeepTheBytesOutOfTheDatabase(t *testing.T) {
 				require.NoError(t, err)
 				require.Equal(t, `"`+input+`"`, string(info.Input))
 
-				blobs := writer.Store().(*engine.SealedStore).Unwrap().(*engine.BlobStore)
-				object, err := blobs.Object(ctx, store.DefaultNamespace, res.ID, ref.Key)
+				object, err := offload.Object(ctx, location, store.DefaultNamespace, res.ID, ref.Key)
 				require.NoError(t, err, "the bytes are in the blob store")
-				require.True(t, engine.BlobSealed(object), "sealed before they left")
+				require.True(t, seal.BlobSealed(object), "sealed before they left")
 				require.NotContains(t, string(object), secret)
-				_, err = blobs.Object(ctx, store.DefaultNamespace, res.ID, inRef.Key)
+				_, err = offload.Object(ctx, location, store.DefaultNamespace, res.ID, inRef.Key)
 				require.NoError(t, err, "the input kept by reference too")
 
 				require.NoError(t, b.client.SetNamespace(ctx, store.DefaultNamespace, sdk.NamespaceSettings{Retention: time.Millisecond}))
@@ -107,7 +107,7 @@ func TestBlobStoresKeepTheBytesOutOfTheDatabase(t *testing.T) {
 				for _, key := range []string{ref.Key, inRef.Key} {
 					// The objects go right after the removal commits.
 					require.Eventually(t, func() bool {
-						_, err := blobs.Object(ctx, store.DefaultNamespace, res.ID, key)
+						_, err := offload.Object(ctx, location, store.DefaultNamespace, res.ID, key)
 						return err != nil
 					}, 10*time.Second, 20*time.Millisecond, "retention deletes the blob store's object %s", key)
 				}
@@ -126,7 +126,7 @@ func TestBlobStoresKeepTheBytesOutOfTheDatabase(t *testing.T) {
 				raw, err = reader.RawHistory(ctx, again.ID)
 				require.NoError(t, err)
 				kept, _ := history.ParseBlobEnvelope(raw[0].Data.(history.TaskScheduledData).Input)
-				_, err = blobs.Object(ctx, store.DefaultNamespace, again.ID, kept.Key)
+				_, err = offload.Object(ctx, location, store.DefaultNamespace, again.ID, kept.Key)
 				require.NoError(t, err, "the first start's input object stays")
 			})
 		}

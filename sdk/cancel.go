@@ -19,7 +19,7 @@ import (
 // completed, with the cancel request in its history; [Client.Compensate]
 // undoes it.
 func (c *Client) Cancel(ctx context.Context, id uuid.UUID, reason string) error {
-	_, err := engine.CancelTask(ctx, c.store, &engine.TaskRequestParams{Namespace: c.namespace, ID: id, By: c.requester(ctx), Reason: reason})
+	_, err := engine.CancelTask(ctx, c.store.Engine(), &engine.TaskRequestParams{Namespace: c.namespace, ID: id, By: c.requester(ctx), Reason: reason})
 	return err
 }
 
@@ -28,7 +28,7 @@ func (c *Client) Cancel(ctx context.Context, id uuid.UUID, reason string) error 
 // recorded, and the task ends cancelled. A task that is not completed, or
 // has no step with a compensator, is an error marked [ErrTaskState].
 func (c *Client) Compensate(ctx context.Context, id uuid.UUID, reason string) error {
-	_, err := engine.CompensateTask(ctx, c.store, &engine.TaskRequestParams{Namespace: c.namespace, ID: id, By: c.requester(ctx), Reason: reason})
+	_, err := engine.CompensateTask(ctx, c.store.Engine(), &engine.TaskRequestParams{Namespace: c.namespace, ID: id, By: c.requester(ctx), Reason: reason})
 	return err
 }
 
@@ -41,8 +41,12 @@ func (c *Client) Compensate(ctx context.Context, id uuid.UUID, reason string) er
 //
 // A task not yet finished is refused ([store.ErrTaskState]: cancel it and
 // wait for it first), as is one of a namespace that was not encrypted
-// when it ran ([Codec]); erasing an erased task again changes nothing.
+// when it ran ([ClientConfig.Keys]); erasing an erased task again changes
+// nothing.
 func (c *Client) Erase(ctx context.Context, id uuid.UUID, reason string) error {
-	_, err := engine.EraseTask(ctx, c.store, &engine.TaskEraseParams{Namespace: c.namespace, ID: id, By: c.requester(ctx), Reason: reason})
+	_, err := engine.EraseTask(ctx, c.store.Engine(), &engine.TaskEraseParams{Namespace: c.namespace, ID: id, By: c.requester(ctx), Reason: reason})
+	if err == nil {
+		c.store.Forget(id) // its data key, if this client's stage holds it
+	}
 	return err
 }

@@ -3,8 +3,6 @@ package sdk
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"math"
 	"os"
@@ -26,6 +24,9 @@ import (
 	"github.com/cairnflow/cairn/internal/errmark"
 	"github.com/cairnflow/cairn/internal/interpreter"
 	"github.com/cairnflow/cairn/internal/jsoncheck"
+	"github.com/cairnflow/cairn/payload"
+	"github.com/cairnflow/cairn/payload/seal"
+	"github.com/cairnflow/cairn/sdk/internal/edge"
 )
 
 // ErrNotFound is returned (marked) for a task id that does not exist in the
@@ -96,12 +97,12 @@ type ClientConfig struct {
 	// Archives, when set, are the archives to read through, shared with
 	// other clients; default the client's own.
 	Archives *engine.Archives
-	// Codec, when set, encrypts at rest the payloads of the namespaces it
-	// has keys for (see [Codec]): inputs are sealed before they are sent,
-	// and everything the client reads is opened. Give the workers and
-	// servers of those namespaces the same keys. Default nil: payloads
+	// Keys, when set, encrypt at rest the payloads of the namespaces they
+	// have keys for (see [seal.Keys]): inputs are sealed before they are
+	// sent, and everything the client reads is opened. Give the workers
+	// and servers of those namespaces the same keys. Default nil: payloads
 	// are stored as they are, and sealed ones read back sealed.
-	Codec *Codec
+	Keys *seal.Keys
 	// OutputsByReference makes Get and Wait return an output kept as a
 	// blob (over the worker's BlobThreshold) as its {"cairn_blob": …}
 	// reference instead of reading it: what the HTTP API answers, a link
@@ -112,7 +113,7 @@ type ClientConfig struct {
 	// blob written with the task (in its transaction), and task_scheduled
 	// records {"cairn_blob": ref} in its place, which workers read back
 	// (checked) before the workflow runs. Such an input may hold up to
-	// engine.MaxBlobBytes; MaxPayloadBytes bounds inputs kept in place (a
+	// payload.MaxBlobBytes; MaxPayloadBytes bounds inputs kept in place (a
 	// schedule's always are). Default [DefaultBlobThreshold] (64 KiB), as
 	// [WorkerConfig.BlobThreshold]; negative: inputs stay in place.
 	BlobThreshold int
@@ -128,7 +129,8 @@ type ClientConfig struct {
 // A client that has waited for a task holds a listening connection until
 // [Client.Close].
 type Client struct {
-	store          store.Store
+	store          *edge.Store // the store behind the payload stage: its only writer of payloads
+	keys           *seal.Keys  // ClientConfig.Keys; nil without
 	namespace      string
 	identity       string
 	filterLimits   FilterLimits // with defaults filled
@@ -159,7 +161,7 @@ func (c *Client) Close() {
 // on first use.
 func (c *Client) waitListener() *engine.Notifier {
 	c.listenOnce.Do(func() {
-		n := engine.NewNotifierWithOpts(c.store, engine.NotifierOpts{Metrics: c.metrics})
+		n := engine.NewNotifierWithOpts(c.store.Engine(), engine.NotifierOpts{Metrics: c.metrics})
 		if err := n.Start(context.Background()); err == nil {
 			c.listener = n
 		}
@@ -180,7 +182,7 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	if err != nil {
 		return nil, errors.Wrap(err, "client")
 	}
-	st, err := sealedStore(base, pgstore.Config{Pool: cfg.Pool, Schema: cfg.Schema, ListenURL: cfg.ListenURL}, cfg.Metrics, cfg.Codec, cfg.BlobStore)
+	st, err := configuredStore(base, pgstore.Config{Pool: cfg.Pool, Schema: cfg.Schema, ListenURL: cfg.ListenURL}, cfg.Metrics)
 	if err != nil {
 		return nil, err
 	}
@@ -204,9 +206,15 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	if cfg.Archives == nil {
 		cfg.Archives = &engine.Archives{}
 	}
-	c := &Client{store: st, namespace: ns, identity: identity, filterLimits: cfg.FilterLimits.withDefaults(), maxPayload: maxPayload,
+	c := &Client{keys: cfg.Keys, namespace: ns, identity: identity, filterLimits: cfg.FilterLimits.withDefaults(), maxPayload: maxPayload,
 		archives: cfg.Archives, defaultArchive: cfg.DefaultArchive, outputsByRef: cfg.OutputsByReference,
 		blobThreshold: blobThreshold(cfg.BlobThreshold), metrics: cfg.Metrics, cells: cfg.Cells}
+	// The client keeps inputs and signals by reference, and reads what it
+	// no longer finds in the store from the archives.
+	if c.store, err = newEdge(st, stageConfig{keys: cfg.Keys, blobStore: cfg.BlobStore, blobThreshold: c.blobThreshold,
+		byReference: []payload.Kind{payload.Input, payload.Signal}, archivedBlob: c.archivedBlob}); err != nil {
+		return nil, err
+	}
 	if cfg.Cells != nil {
 		c.cell, _, _ = cfg.Cells.Of(ns) // placedStore found it
 	}
@@ -217,8 +225,10 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 }
 
 // Store returns the client's engine store, for tools that need the lower
-// level (the CLI, tests). Most callers never need it.
-func (c *Client) Store() store.Store { return c.store }
+// level (the CLI, tests). Most callers never need it. Payloads there are
+// as stored: encoded by the client's payload stage (sealed, kept by
+// reference), never to be written through it.
+func (c *Client) Store() store.Store { return c.store.Engine() }
 
 // StartOpts are per-start options, passed by value and at most once; none,
 // or the zero value, takes every default.
@@ -291,11 +301,11 @@ func (c *Client) StartDynamic(ctx context.Context, wf WorkflowRef, input any, op
 	if err != nil {
 		return StartResult{}, err
 	}
-	if p, err = c.inputByReference(p); err != nil {
+	res, err := c.store.Start(ctx, []*store.TaskStartParams{p})
+	if err != nil {
 		return StartResult{}, err
 	}
-	res, err := c.store.TaskStart(ctx, p)
-	return StartResult(res), err
+	return StartResult(res[0]), nil
 }
 
 // StartDynamicTx is [Client.StartDynamic] inside the caller's transaction
@@ -303,32 +313,14 @@ func (c *Client) StartDynamic(ctx context.Context, wf WorkflowRef, input any, op
 // commits. It needs the PostgreSQL store; on another it fails with an
 // error marked [store.ErrUnsupported]. [StartTx] is the typed form.
 func (c *Client) StartDynamicTx(ctx context.Context, tx pgx.Tx, wf WorkflowRef, input any, opts ...StartOpts) (StartResult, error) {
-	pg, ok := baseStore(c.store).(*pgstore.Store)
-	if !ok {
-		return StartResult{}, errmark.Mark(errors.Newf("StartDynamicTx: a pgx transaction needs the PostgreSQL store, not %T", baseStore(c.store)), store.ErrUnsupported)
+	if _, ok := c.store.Engine().(*pgstore.Store); !ok {
+		return StartResult{}, errmark.Mark(errors.Newf("StartDynamicTx: a pgx transaction needs the PostgreSQL store, not %T", c.store.Engine()), store.ErrUnsupported)
 	}
 	p, err := c.startParams(wf, input, opts)
 	if err != nil {
 		return StartResult{}, err
 	}
-	if p, err = c.inputByReference(p); err != nil {
-		return StartResult{}, err
-	}
-	// The driver's own method is under the decorators: seal first, then
-	// put the blobs' bytes in the blob store.
-	st := c.store
-	if sealed, ok := st.(*engine.SealedStore); ok {
-		if p, err = sealed.SealStart(p); err != nil {
-			return StartResult{}, err
-		}
-		st = sealed.Unwrap()
-	}
-	if blobs, ok := st.(*engine.BlobStore); ok {
-		if p, err = blobs.PutStartBlobs(ctx, p); err != nil {
-			return StartResult{}, err
-		}
-	}
-	res, err := pg.TaskStartTx(ctx, tx, p)
+	res, err := c.store.StartTx(ctx, tx, p)
 	return StartResult(res), err
 }
 
@@ -422,7 +414,7 @@ func (c *Client) checkedStartParams(wf WorkflowRef, input any, opts *StartOpts) 
 	}
 	limit := c.maxPayload
 	if c.blobThreshold > 0 && len(raw) > c.blobThreshold {
-		limit = engine.MaxBlobBytes // kept by reference (inputByReference), unless a schedule's (CreateSchedule checks again)
+		limit = payload.MaxBlobBytes // kept by reference by the payload stage, unless a schedule's (CreateSchedule checks again)
 	}
 	if err := checkPayloadSize("input", raw, limit); err != nil {
 		return nil, errors.Wrapf(err, "start %s", wf.TypeName())
@@ -607,7 +599,7 @@ func (c *Client) Get(ctx context.Context, id uuid.UUID) (*TaskInfo, error) {
 	return c.resolved(ctx, info)
 }
 
-// getStored is Get without reading payloads kept by reference back.
+// getStored is Get without decoding the payloads: they are as stored.
 func (c *Client) getStored(ctx context.Context, id uuid.UUID) (*TaskInfo, error) {
 	t, err := c.store.TaskGetByID(ctx, c.namespace, id)
 	if err != nil {
@@ -616,36 +608,46 @@ func (c *Client) getStored(ctx context.Context, id uuid.UUID) (*TaskInfo, error)
 	return taskInfo(t), nil
 }
 
-// resolved is info with its input and output read back when they are kept
-// by reference (unless the client answers references).
+// resolved is info with its input and output decoded: opened, and read
+// back when they are kept by reference (unless the client answers
+// references). A reference whose blob is gone (removed with its task),
+// shredded (an erased task's) or another task's (forged) stays as it is.
 func (c *Client) resolved(ctx context.Context, info *TaskInfo) (*TaskInfo, error) {
+	return c.decodeInfo(ctx, info, c.outputsByRef)
+}
+
+// opened is info with its input and output opened, references left as
+// they are stored.
+func (c *Client) opened(ctx context.Context, info *TaskInfo) (*TaskInfo, error) {
+	return c.decodeInfo(ctx, info, true)
+}
+
+func (c *Client) decodeInfo(ctx context.Context, info *TaskInfo, keepRefs bool) (*TaskInfo, error) {
 	id := info.ID
-	var err error
-	if !c.outputsByRef {
-		if info.Output, err = c.resolvePayload(ctx, info.Output, id); err != nil {
-			return nil, errors.Wrapf(err, "the output of task %s", id)
-		}
-		if info.Input, err = c.resolvePayload(ctx, info.Input, id); err != nil {
-			return nil, errors.Wrapf(err, "the input of task %s", id)
-		}
+	out := &payload.Payload{Namespace: info.Namespace, Task: id, Kind: payload.Output, Data: info.Output, KeepRefs: keepRefs}
+	in := &payload.Payload{Namespace: info.Namespace, Task: id, Kind: payload.Input, Data: info.Input, KeepRefs: keepRefs}
+	if err := c.store.Decode(ctx, []*payload.Payload{out, in}); err != nil {
+		return nil, err
 	}
+	if err := unresolved(out.Err); err != nil {
+		return nil, errors.Wrapf(err, "the output of task %s", id)
+	}
+	if err := unresolved(in.Err); err != nil {
+		return nil, errors.Wrapf(err, "the input of task %s", id)
+	}
+	info.Output, info.Input = out.Data, in.Data
 	return info, nil
 }
 
-// resolvePayload reads back a payload kept as a blob ({"cairn_blob": …})
-// of task owner, checked against its digest; any other payload is
-// returned as it is, and so is a reference whose blob is gone (removed
-// with its task), shredded (an erased task's) or another task's (forged).
-func (c *Client) resolvePayload(ctx context.Context, raw json.RawMessage, owner uuid.UUID) (json.RawMessage, error) {
-	ref, ok := history.ParseBlobEnvelope(raw)
-	if !ok {
-		return raw, nil
+// unresolved is the error a read reports for a payload's reference that
+// could not be read back: nil when its blob is gone (removed with its
+// task), shredded (an erased task's) or another task's (forged), which
+// leave the reference as it is.
+func unresolved(err error) error {
+	if errors.Is(err, ErrNotFound) || errors.Is(err, payload.ErrSealed) {
+		return nil
 	}
-	data, err := c.blobOf(ctx, ref, owner)
-	if errors.Is(err, ErrNotFound) || errors.Is(err, engine.ErrPayloadSealed) {
-		return raw, nil
-	}
-	return data, err
+	return err
 }
 
 // Wait returns the task once it is finished (completed, failed, cancelled
@@ -688,6 +690,9 @@ func (c *Client) Wait(ctx context.Context, id uuid.UUID) (*TaskInfo, error) {
 		}
 		select {
 		case <-ctx.Done():
+			if opened, err := c.opened(ctx, info); err == nil {
+				info = opened
+			}
 			return info, ctx.Err() // not finished: no output to read back
 		case <-finished:
 			read = true
@@ -709,11 +714,12 @@ func (c *Client) Wait(ctx context.Context, id uuid.UUID) (*TaskInfo, error) {
 // DefaultArchive), when it was archived. It holds the whole history in
 // memory: [Client.HistoryPage] reads one page at a time.
 func (c *Client) History(ctx context.Context, id uuid.UUID) ([]history.Event, error) {
-	events, err := c.RawHistory(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	return c.resolveOutputs(ctx, id, events)
+	var all []history.Event
+	err := c.historyPages(ctx, id, 0, false, func(events []history.Event) error {
+		all = append(all, events...)
+		return nil
+	})
+	return all, err
 }
 
 // RawHistory is [Client.History] with the references left as they are
@@ -736,9 +742,14 @@ func (c *Client) RawHistory(ctx context.Context, id uuid.UUID) ([]history.Event,
 // page's, so a page its byte bound cuts short costs the store one event
 // more than it holds, not a page more.
 func (c *Client) RawHistoryPages(ctx context.Context, id uuid.UUID, maxBytes int64, fn func(events []history.Event) error) error {
+	return c.historyPages(ctx, id, maxBytes, true, fn)
+}
+
+// historyPages is RawHistoryPages, references read back unless keepRefs.
+func (c *Client) historyPages(ctx context.Context, id uuid.UUID, maxBytes int64, keepRefs bool, fn func(events []history.Event) error) error {
 	opts := HistoryPageOpts{MaxBytes: maxBytes, Limit: DefaultHistoryPageLimit}
 	for {
-		page, err := c.RawHistoryPage(ctx, id, opts)
+		page, err := c.historyPage(ctx, id, opts, keepRefs)
 		if err != nil {
 			return err
 		}
@@ -792,17 +803,17 @@ type HistoryPage struct {
 // retention) comes back whole, as one page: the archive keeps it as one
 // record.
 func (c *Client) HistoryPage(ctx context.Context, id uuid.UUID, opts HistoryPageOpts) (HistoryPage, error) {
-	page, err := c.RawHistoryPage(ctx, id, opts)
-	if err != nil {
-		return HistoryPage{}, err
-	}
-	page.Events, err = c.resolveOutputs(ctx, id, page.Events)
-	return page, err
+	return c.historyPage(ctx, id, opts, false)
 }
 
 // RawHistoryPage is [Client.HistoryPage] with the references left as they
 // are stored, as [Client.RawHistory].
 func (c *Client) RawHistoryPage(ctx context.Context, id uuid.UUID, opts HistoryPageOpts) (HistoryPage, error) {
+	return c.historyPage(ctx, id, opts, true)
+}
+
+// historyPage is HistoryPage, references read back unless keepRefs.
+func (c *Client) historyPage(ctx context.Context, id uuid.UUID, opts HistoryPageOpts, keepRefs bool) (HistoryPage, error) {
 	switch {
 	case opts.After < 0:
 		return HistoryPage{}, errmark.Mark(errors.Newf("history page: after %d: use 0 or a page's Next", opts.After), ErrInvalid)
@@ -817,6 +828,9 @@ func (c *Client) RawHistoryPage(ctx context.Context, id uuid.UUID, opts HistoryP
 		events, err = c.store.EventListPage(ctx, &store.EventPageParams{
 			Namespace: c.namespace, TaskID: id, After: opts.After, Limit: opts.Limit, MaxBytes: opts.MaxBytes,
 		})
+		if err == nil {
+			events, err = c.decodeEvents(ctx, id, events, nil, keepRefs)
+		}
 		if err != nil {
 			return HistoryPage{}, err
 		}
@@ -833,7 +847,7 @@ func (c *Client) RawHistoryPage(ctx context.Context, id uuid.UUID, opts HistoryP
 	if !errors.Is(err, store.ErrNotFound) {
 		return HistoryPage{}, err
 	}
-	archived, aerr := c.archivedHistory(ctx, id)
+	archived, aerr := c.archivedHistory(ctx, id, keepRefs)
 	switch {
 	case aerr == nil:
 		i := 0
@@ -996,6 +1010,9 @@ func (c *Client) listBatch(ctx context.Context, l *listing, p *store.TaskListPar
 		defer done()
 	}
 	tasks, err := c.store.TaskList(ctx, p)
+	if err == nil {
+		err = c.openTasks(ctx, tasks)
+	}
 	if err != nil {
 		if l.budget != nil {
 			return true, l.budget.readErr(ctx, err)
@@ -1092,15 +1109,12 @@ func (c *Client) StartMany(ctx context.Context, starts []StartParams) ([]StartRe
 		if s.misuse != nil {
 			err = s.misuse
 		}
-		if err == nil {
-			p, err = c.inputByReference(p)
-		}
 		if err != nil {
 			return nil, errors.Wrapf(err, "start %d of %d", i+1, len(starts))
 		}
 		params[i] = p
 	}
-	res, err := c.store.TaskStartMany(ctx, params)
+	res, err := c.store.Start(ctx, params)
 	if err != nil {
 		return nil, err
 	}
@@ -1121,33 +1135,6 @@ func blobThreshold(n int) int {
 		return 0
 	}
 	return n
-}
-
-// inputByReference returns p with an input over the client's blob
-// threshold moved into a blob written with the task: the task's id is
-// chosen here, and task_scheduled records the reference.
-func (c *Client) inputByReference(p *store.TaskStartParams) (*store.TaskStartParams, error) {
-	in := p.Scheduled.Input
-	if c.blobThreshold <= 0 || len(in) <= c.blobThreshold {
-		return p, nil
-	}
-	id, err := uuid.NewV7()
-	if err != nil {
-		return nil, errors.Wrap(err, "new task id")
-	}
-	ref, blob, err := engine.NewBlob(p.Namespace, id, "application/json", in)
-	if err != nil {
-		return nil, errors.Wrapf(err, "start %s: keep the input as a blob", p.Scheduled.TaskType)
-	}
-	canonical, err := jsoncheck.Canonical(in)
-	if err != nil {
-		canonical = in
-	}
-	sum := sha256.Sum256(canonical)
-	q := *p
-	q.ID, q.Blobs = id, []*store.Blob{blob}
-	q.Scheduled.Input = history.InputEnvelope(ref, hex.EncodeToString(sum[:]))
-	return &q, nil
 }
 
 // checkReserved refuses a payload shaped like the objects cairn writes in

@@ -38,5 +38,5 @@ func (c *Client) DiagnoseQueue(ctx context.Context, queue string, window time.Du
 		return nil, errmark.Mark(errors.Newf("diagnose queue %s: window %s must be between %s and %s",
 			queue, window, MinDiagnoseWindow, MaxDiagnoseWindow), ErrInvalid)
 	}
-	return engine.DiagnoseQueue(ctx, c.store, &store.QueueDiagnoseParams{Namespace: c.namespace, Queue: queue, Window: window})
+	return engine.DiagnoseQueue(ctx, c.store.Engine(), &store.QueueDiagnoseParams{Namespace: c.namespace, Queue: queue, Window: window})
 }

@@ -19,11 +19,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cairnflow/cairn/activities"
-	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/engine/enginetest"
 	"github.com/cairnflow/cairn/engine/sqlitestore"
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/payload"
+	"github.com/cairnflow/cairn/payload/seal"
 	"github.com/cairnflow/cairn/sdk"
 	"github.com/cairnflow/cairn/workflow"
 )
@@ -64,11 +65,11 @@ var kycWorkflow = sdk.NewWorkflow("kyc.check", 1, func(ctx workflow.Context, in 
 // the last current.
 func keysJSON(t *testing.T, keys map[string][]byte, order ...string) []byte {
 	t.Helper()
-	var entries []engine.KeyEntry
+	var entries []seal.KeyEntry
 	for _, id := range order {
-		entries = append(entries, engine.KeyEntry{ID: id, Key: base64.StdEncoding.EncodeToString(keys[id])})
+		entries = append(entries, seal.KeyEntry{ID: id, Key: base64.StdEncoding.EncodeToString(keys[id])})
 	}
-	cfg := engine.CodecConfig{Namespaces: map[string]engine.NamespaceKeys{
+	cfg := seal.Config{Namespaces: map[string]seal.NamespaceKeys{
 		store.DefaultNamespace: {Current: order[len(order)-1], Keys: entries},
 	}}
 	data, err := json.Marshal(cfg)
@@ -94,7 +95,7 @@ type encryptedEnv struct {
 	rawScan func(t *testing.T, needle string) []string // where needle is found in the database, in clear
 }
 
-func newEncryptedEnv(t *testing.T, embedded bool, codec *sdk.Codec) *encryptedEnv {
+func newEncryptedEnv(t *testing.T, embedded bool, codec *seal.Keys) *encryptedEnv {
 	t.Helper()
 	return newEncryptedEnvArchiving(t, embedded, codec, "")
 }
@@ -102,7 +103,7 @@ func newEncryptedEnv(t *testing.T, embedded bool, codec *sdk.Codec) *encryptedEn
 // newEncryptedEnvArchiving is newEncryptedEnv whose worker's leader archives
 // to archive (a directory, "" for none) what retention removes, and whose
 // clients read it there.
-func newEncryptedEnvArchiving(t *testing.T, embedded bool, codec *sdk.Codec, archive string) *encryptedEnv {
+func newEncryptedEnvArchiving(t *testing.T, embedded bool, codec *seal.Keys, archive string) *encryptedEnv {
 	t.Helper()
 	ctx := context.Background()
 	env := &encryptedEnv{}
@@ -145,13 +146,13 @@ func newEncryptedEnvArchiving(t *testing.T, embedded bool, codec *sdk.Codec, arc
 		}
 	}
 	var err error
-	env.client, err = sdk.NewClient(sdk.ClientConfig{Store: env.raw, Codec: codec, Identity: "dpo@example.com", DefaultArchive: archive})
+	env.client, err = sdk.NewClient(sdk.ClientConfig{Store: env.raw, Keys: codec, Identity: "dpo@example.com", DefaultArchive: archive})
 	require.NoError(t, err)
 	t.Cleanup(env.client.Close)
 	env.blind, err = sdk.NewClient(sdk.ClientConfig{Store: env.raw, DefaultArchive: archive})
 	require.NoError(t, err)
 	t.Cleanup(env.blind.Close)
-	env.worker, err = sdk.NewWorker(sdk.WorkerConfig{Store: env.raw, Codec: codec, PollInterval: 50 * time.Millisecond, BlobThreshold: 200,
+	env.worker, err = sdk.NewWorker(sdk.WorkerConfig{Store: env.raw, Keys: codec, PollInterval: 50 * time.Millisecond, BlobThreshold: 200,
 		DefaultArchive: archive, RescueInterval: 20 * time.Millisecond})
 	require.NoError(t, err)
 	sdk.Register(env.worker, kycWorkflow)
@@ -189,7 +190,7 @@ func TestEncryptedNamespaceStoresNoPlaintext(t *testing.T) {
 	t.Parallel()
 	onEachStoreEmbedded(t, func(t *testing.T, embedded bool) {
 		ctx := context.Background()
-		codec, err := sdk.ParseCodec(keysJSON(t, map[string][]byte{"k1": newKey(t)}, "k1"))
+		codec, err := seal.ParseKeys(keysJSON(t, map[string][]byte{"k1": newKey(t)}, "k1"))
 		require.NoError(t, err)
 		env := newEncryptedEnv(t, embedded, codec)
 
@@ -250,7 +251,7 @@ func TestEraseShredsAFinishedTasksPayloads(t *testing.T) {
 	t.Parallel()
 	onEachStoreEmbedded(t, func(t *testing.T, embedded bool) {
 		ctx := context.Background()
-		codec, err := sdk.ParseCodec(keysJSON(t, map[string][]byte{"k1": newKey(t)}, "k1"))
+		codec, err := seal.ParseKeys(keysJSON(t, map[string][]byte{"k1": newKey(t)}, "k1"))
 		require.NoError(t, err)
 		env := newEncryptedEnv(t, embedded, codec)
 
@@ -296,7 +297,7 @@ func TestEraseShredsAFinishedTasksPayloads(t *testing.T) {
 		require.True(t, sealed, "the output reads sealed after the erasure: %s", got.Output)
 		require.Equal(t, history.StatusCompleted, got.Status, "the outcome stays")
 		_, err = env.client.GetBlob(ctx, ref)
-		require.ErrorIs(t, err, engine.ErrPayloadSealed, "the blob is shredded with the task")
+		require.ErrorIs(t, err, payload.ErrSealed, "the blob is shredded with the task")
 
 		require.NoError(t, env.client.Erase(ctx, id, "again"), "erasing twice changes nothing")
 		require.Len(t, taskHistory(t, env.client, id), before+1)
@@ -304,7 +305,7 @@ func TestEraseShredsAFinishedTasksPayloads(t *testing.T) {
 		require.Empty(t, env.rawScan(t, secret))
 		enginetest.RequireProjectionsMatch(t, env.client.Store())
 
-		other, err := sdk.NewClient(sdk.ClientConfig{Store: env.raw, Namespace: "plain", Codec: codec})
+		other, err := sdk.NewClient(sdk.ClientConfig{Store: env.raw, Namespace: "plain", Keys: codec})
 		require.NoError(t, err)
 		t.Cleanup(other.Close)
 		plain, err := other.StartDynamic(ctx, sdk.TypeRef{Name: "kyc.unregistered", Version: 1}, map[string]string{"a": "b"})
@@ -324,14 +325,14 @@ func TestKeyRotationKeepsOldTasksReadable(t *testing.T) {
 	onEachStoreEmbedded(t, func(t *testing.T, embedded bool) {
 		ctx := context.Background()
 		keys := map[string][]byte{"2026-11": newKey(t), "2026-12": newKey(t)}
-		old, err := sdk.ParseCodec(keysJSON(t, keys, "2026-11"))
+		old, err := seal.ParseKeys(keysJSON(t, keys, "2026-11"))
 		require.NoError(t, err)
 		env := newEncryptedEnv(t, embedded, old)
 		first, _ := runKYC(t, env, "kyc-before")
 
-		rotated, err := sdk.ParseCodec(keysJSON(t, keys, "2026-11", "2026-12"))
+		rotated, err := seal.ParseKeys(keysJSON(t, keys, "2026-11", "2026-12"))
 		require.NoError(t, err)
-		c, err := sdk.NewClient(sdk.ClientConfig{Store: env.raw, Codec: rotated})
+		c, err := sdk.NewClient(sdk.ClientConfig{Store: env.raw, Keys: rotated})
 		require.NoError(t, err)
 		t.Cleanup(c.Close)
 		second, err := sdk.Start(ctx, c, kycWorkflow, claimForm{Applicant: secret + "-2"})
@@ -347,9 +348,9 @@ func TestKeyRotationKeepsOldTasksReadable(t *testing.T) {
 			require.Contains(t, string(info.Input), secret, "the rotated codec reads task %s", id)
 		}
 
-		newOnly, err := sdk.ParseCodec(keysJSON(t, map[string][]byte{"2026-12": keys["2026-12"]}, "2026-12"))
+		newOnly, err := seal.ParseKeys(keysJSON(t, map[string][]byte{"2026-12": keys["2026-12"]}, "2026-12"))
 		require.NoError(t, err)
-		c2, err := sdk.NewClient(sdk.ClientConfig{Store: env.raw, Codec: newOnly})
+		c2, err := sdk.NewClient(sdk.ClientConfig{Store: env.raw, Keys: newOnly})
 		require.NoError(t, err)
 		t.Cleanup(c2.Close)
 		info, err := c2.Get(ctx, first)
@@ -364,7 +365,7 @@ func TestKeyRotationKeepsOldTasksReadable(t *testing.T) {
 
 // Keys files are checked when they are read, with errors that say what is
 // wrong.
-func TestParseCodecRefusesBadKeys(t *testing.T) {
+func TestParseKeysRefusesBadKeys(t *testing.T) {
 	t.Parallel()
 	good := base64.StdEncoding.EncodeToString(make([]byte, 32))
 	for _, c := range []struct{ json, want string }{
@@ -375,7 +376,7 @@ func TestParseCodecRefusesBadKeys(t *testing.T) {
 		{`{"namespaces":{"default":{"current":"a","keys":[{"id":"a","key":"` + good + `"},{"id":"a","key":"` + good + `"}]}}}`, "listed twice"},
 		{`{"namespace":{}}`, "unknown field"},
 	} {
-		_, err := sdk.ParseCodec([]byte(c.json))
+		_, err := seal.ParseKeys([]byte(c.json))
 		require.ErrorContains(t, err, c.want, c.json)
 	}
 }
@@ -388,7 +389,7 @@ func TestEncryptedTasksAreArchivedSealed(t *testing.T) {
 	t.Parallel()
 	onEachStoreEmbedded(t, func(t *testing.T, embedded bool) {
 		ctx := context.Background()
-		codec, err := sdk.ParseCodec(keysJSON(t, map[string][]byte{"k1": newKey(t)}, "k1"))
+		codec, err := seal.ParseKeys(keysJSON(t, map[string][]byte{"k1": newKey(t)}, "k1"))
 		require.NoError(t, err)
 		dir := t.TempDir()
 		env := newEncryptedEnvArchiving(t, embedded, codec, "file://"+filepath.ToSlash(dir))
@@ -426,7 +427,7 @@ func TestEncryptedTasksAreArchivedSealed(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, "png bytes of "+secret, string(data))
 		_, err = env.blind.GetBlob(ctx, scan)
-		require.ErrorIs(t, err, engine.ErrPayloadSealed, "without keys an archived blob stays sealed")
+		require.ErrorIs(t, err, payload.ErrSealed, "without keys an archived blob stays sealed")
 
 		var histories, blobs int
 		require.NoError(t, filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
@@ -474,11 +475,11 @@ func TestParentDoesNotReadAnErasedChildsOutput(t *testing.T) {
 	t.Parallel()
 	onEachStoreEmbedded(t, func(t *testing.T, embedded bool) {
 		ctx := context.Background()
-		codec, err := sdk.ParseCodec(keysJSON(t, map[string][]byte{"k1": newKey(t)}, "k1"))
+		codec, err := seal.ParseKeys(keysJSON(t, map[string][]byte{"k1": newKey(t)}, "k1"))
 		require.NoError(t, err)
 		env := newEncryptedEnv(t, embedded, codec)
 		newWorker := func(queue string) *sdk.Worker {
-			w, err := sdk.NewWorker(sdk.WorkerConfig{Store: env.raw, Codec: codec, Queues: []string{queue}, PollInterval: 20 * time.Millisecond})
+			w, err := sdk.NewWorker(sdk.WorkerConfig{Store: env.raw, Keys: codec, Queues: []string{queue}, PollInterval: 20 * time.Millisecond})
 			require.NoError(t, err)
 			sdk.Register(w, payoutParent)
 			sdk.Register(w, payoutChild)
@@ -511,16 +512,20 @@ func TestParentDoesNotReadAnErasedChildsOutput(t *testing.T) {
 
 // Review findings, each a way a payload could reach the database in clear
 // or be lost: a signal from a process without the task's key id, a start
-// through two decorators, a value shaped like a sealed one, and a blob
-// written before encryption (read back as it is).
+// through a client with other keys, a value shaped like a sealed one, and
+// a blob written before encryption (read back as it is). That every write
+// of the SDK passes through the payload stage is by construction (the
+// sdk's edge alone holds the store's payload-writing methods, and they
+// take only what the stage encoded: TestOnlyTheEdgeWritesPayloads); this
+// proves the stage itself lets nothing through.
 func TestSealingHasNoBackDoors(t *testing.T) {
 	t.Parallel()
 	onEachStoreEmbedded(t, func(t *testing.T, embedded bool) {
 		ctx := context.Background()
 		keys := map[string][]byte{"k1": newKey(t), "k2": newKey(t)}
-		rotated, err := sdk.ParseCodec(keysJSON(t, keys, "k1", "k2"))
+		rotated, err := seal.ParseKeys(keysJSON(t, keys, "k1", "k2"))
 		require.NoError(t, err)
-		old, err := sdk.ParseCodec(keysJSON(t, keys, "k1"))
+		old, err := seal.ParseKeys(keysJSON(t, keys, "k1"))
 		require.NoError(t, err)
 		env := newEncryptedEnv(t, embedded, rotated)
 
@@ -530,34 +535,44 @@ func TestSealingHasNoBackDoors(t *testing.T) {
 			info, err := env.client.Get(ctx, waiting.ID)
 			return err == nil && info.Status == history.StatusPending && info.Attempt > 0
 		})
-		behind, err := sdk.NewClient(sdk.ClientConfig{Store: env.raw, Codec: old})
+		behind, err := sdk.NewClient(sdk.ClientConfig{Store: env.raw, Keys: old})
 		require.NoError(t, err)
 		t.Cleanup(behind.Close)
 		_, err = behind.Signal(ctx, waiting.ID, "review", "note "+secret)
-		require.ErrorIs(t, err, engine.ErrPayloadSealed, "a process without the task's key id writes nothing")
+		require.ErrorIs(t, err, payload.ErrSealed, "a process without the task's key id writes nothing")
 
-		twice := engine.SealStore(engine.SealStore(env.raw, rotated), old)
-		c, err := sdk.NewClient(sdk.ClientConfig{Store: twice})
+		// A client over another client's store, with other keys: its own
+		// stage seals, and another process opens.
+		c, err := sdk.NewClient(sdk.ClientConfig{Store: env.client.Store(), Keys: old})
 		require.NoError(t, err)
 		t.Cleanup(c.Close)
 		res, err := c.StartDynamic(ctx, sdk.TypeRef{Name: "kyc.other", Version: 1}, map[string]string{"a": secret})
 		require.NoError(t, err)
-		fresh, err := sdk.NewClient(sdk.ClientConfig{Store: env.raw, Codec: rotated})
+		fresh, err := sdk.NewClient(sdk.ClientConfig{Store: env.raw, Keys: rotated})
 		require.NoError(t, err)
 		t.Cleanup(fresh.Close)
 		info, err := fresh.Get(ctx, res.ID)
 		require.NoError(t, err)
-		require.Contains(t, string(info.Input), secret, "a start through two decorators opens in another process")
+		require.Contains(t, string(info.Input), secret, "a start through another client opens in another process")
 
 		shaped := json.RawMessage(`{"cairn_sealed":{"v":1,"task":"x","data":"AA=="},"ssn":"` + secret + `"}`)
 		_, err = env.client.StartDynamic(ctx, sdk.TypeRef{Name: "kyc.other", Version: 1}, shaped)
 		require.ErrorIs(t, err, sdk.ErrInvalid, "the client refuses a payload shaped like a sealed one")
-		lookalike, err := env.client.Store().TaskStart(ctx, &store.TaskStartParams{Namespace: store.DefaultNamespace,
-			Scheduled: history.TaskScheduledData{TaskType: "kyc.other", TypeVersion: 1, Queue: "default", Input: shaped}})
+		// A step's output and a workflow's shaped like one are sealed all
+		// the same.
+		echo := sdk.NewWorkflow("kyc.shaped", 1, func(ctx workflow.Context, _ struct{}) (json.RawMessage, error) {
+			return workflow.Step(ctx, "echo", func(context.Context) (json.RawMessage, error) { return shaped, nil })
+		}, sdk.WorkflowOpts{Queue: "shaped"})
+		w, err := sdk.NewWorker(sdk.WorkerConfig{Store: env.raw, Keys: rotated, Queues: []string{"shaped"}, PollInterval: 20 * time.Millisecond})
 		require.NoError(t, err)
-		info, err = env.client.Get(ctx, lookalike.ID)
+		sdk.Register(w, echo)
+		require.NoError(t, w.Start(ctx))
+		t.Cleanup(func() { _ = w.Stop(context.Background()) })
+		lookalike, err := sdk.Start(ctx, env.client, echo, struct{}{})
 		require.NoError(t, err)
-		require.Contains(t, string(info.Input), secret, "the store decorator sealed it all the same")
+		info = waitTask(t, env.client, lookalike.ID)
+		require.Equal(t, history.StatusCompleted, info.Status, "%+v", info.LastError)
+		require.Contains(t, string(info.Output), secret, "the worker's stage sealed it all the same")
 
 		require.Empty(t, env.rawScan(t, secret), "the secret is stored in clear")
 
@@ -566,28 +581,28 @@ func TestSealingHasNoBackDoors(t *testing.T) {
 		t.Cleanup(plainNS.Close)
 		before, err := plainNS.StartDynamic(ctx, sdk.TypeRef{Name: "kyc.other", Version: 1}, nil)
 		require.NoError(t, err)
-		ref, err := engine.TaskBlobs{Store: env.raw, Namespace: store.DefaultNamespace, TaskID: before.ID}.PutBlob(ctx, "text/plain", []byte("written before encryption"))
-		require.NoError(t, err)
+		ref := putPlainBlob(t, env.raw, store.DefaultNamespace, before.ID, "text/plain", []byte("written before encryption"))
 		data, err := env.client.GetBlob(ctx, ref)
 		require.NoError(t, err)
 		require.Equal(t, "written before encryption", string(data))
 	})
 }
 
-// The events after a seq (what an append that lost a race reads to catch
-// up) open as the whole log's do, though they lack the task_scheduled
-// that names the namespace: the signal's payload reads in clear.
+// The events after a seq (a page of a history that lacks the
+// task_scheduled naming the namespace) open as the whole log's do, in a
+// client that has read nothing of the task before: the signal's payload
+// reads in clear.
 func TestSealedEventsAfterASeqOpen(t *testing.T) {
 	t.Parallel()
 	onEachStoreEmbedded(t, func(t *testing.T, embedded bool) {
 		ctx := context.Background()
-		codec, err := sdk.ParseCodec(keysJSON(t, map[string][]byte{"k1": newKey(t)}, "k1"))
+		codec, err := seal.ParseKeys(keysJSON(t, map[string][]byte{"k1": newKey(t)}, "k1"))
 		require.NoError(t, err)
 		env := newEncryptedEnv(t, embedded, codec)
 		id, info := runKYC(t, env, "kyc-after")
 		require.Equal(t, history.StatusCompleted, info.Status, "%+v", info.LastError)
 
-		whole, err := env.client.Store().EventListByTask(ctx, id)
+		whole, err := env.client.RawHistory(ctx, id)
 		require.NoError(t, err)
 		var signalSeq int64
 		for _, e := range whole {
@@ -601,10 +616,13 @@ func TestSealedEventsAfterASeqOpen(t *testing.T) {
 		_, sealed := history.ParseSealed(raw[id][0].Data.(history.SignalReceivedData).Payload)
 		require.True(t, sealed, "the database holds the signal sealed")
 
-		// A decorator of its own: no data key cached from the reads above.
-		after, err := engine.SealStore(env.raw, codec).EventListAfter(ctx, map[uuid.UUID]int64{id: signalSeq - 1})
+		// A client of its own: no data key cached from the reads above.
+		other, err := sdk.NewClient(sdk.ClientConfig{Store: env.raw, Keys: codec})
 		require.NoError(t, err)
-		require.Equal(t, whole[signalSeq-1:], after[id])
-		require.Equal(t, `"approved for `+secret+`"`, string(after[id][0].Data.(history.SignalReceivedData).Payload))
+		t.Cleanup(other.Close)
+		after, err := other.RawHistoryPage(ctx, id, sdk.HistoryPageOpts{After: signalSeq - 1})
+		require.NoError(t, err)
+		require.Equal(t, whole[signalSeq-1:], after.Events)
+		require.Equal(t, `"approved for `+secret+`"`, string(after.Events[0].Data.(history.SignalReceivedData).Payload))
 	})
 }

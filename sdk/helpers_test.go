@@ -6,11 +6,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairnflow/cairn/activities"
-	"github.com/cairnflow/cairn/history"
-	"github.com/cairnflow/cairn/sdk"
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
+
+	"github.com/cairnflow/cairn/activities"
+	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/payload"
+	"github.com/cairnflow/cairn/sdk"
 )
 
 // testTimeout bounds every wait in these tests. It is a deadline against
@@ -172,4 +175,16 @@ func eventTypesOf(t *testing.T, c *sdk.Client, id uuid.UUID) []history.Type {
 		out[i] = e.Type()
 	}
 	return out
+}
+
+// putPlainBlob writes data as a blob of task id of namespace straight into
+// the store, as a process without a payload stage would have (before its
+// namespace was encrypted), and returns its reference.
+func putPlainBlob(t *testing.T, st store.Store, namespace string, id uuid.UUID, contentType string, data []byte) sdk.Blob {
+	t.Helper()
+	ref, b, err := payload.NewBlob(namespace, id, contentType, data)
+	require.NoError(t, err)
+	require.NoError(t, st.BlobPut(context.Background(), &store.Blob{Namespace: b.Namespace, Key: b.Key, TaskID: b.TaskID,
+		ContentType: b.ContentType, SHA256: b.SHA256, Data: b.Data}))
+	return ref
 }

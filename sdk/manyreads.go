@@ -53,5 +53,9 @@ func (c *Client) RawHistories(ctx context.Context, ids []uuid.UUID) (map[uuid.UU
 	if len(mine) == 0 {
 		return map[uuid.UUID][]history.Event{}, nil
 	}
-	return c.store.EventListByTasks(ctx, mine)
+	histories, err := c.store.EventListByTasks(ctx, mine)
+	if err != nil {
+		return nil, err
+	}
+	return histories, c.openHistories(ctx, histories)
 }

@@ -5,8 +5,8 @@ import (
 
 	"github.com/cockroachdb/errors"
 
-	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/internal/errmark"
+	"github.com/cairnflow/cairn/payload"
 )
 
 // DefaultMaxPayloadBytes is the default of [ClientConfig.MaxPayloadBytes]
@@ -25,8 +25,8 @@ const DefaultBlobThreshold = 64 << 10
 // input) is over the client's MaxPayloadBytes; nothing was written. The
 // error is a [*PayloadTooLargeError] (errors.As finds it) and is marked
 // [ErrInvalid] too. The HTTP API answers it 413 payload_too_large. A blob
-// over [engine.MaxBlobBytes] is refused with it too.
-var ErrPayloadTooLarge = engine.ErrPayloadTooLarge
+// over [payload.MaxBlobBytes] is refused with it too.
+var ErrPayloadTooLarge = payload.ErrTooLarge
 
 // PayloadTooLargeError says which payload was over the limit, and by how
 // much.
@@ -60,25 +60,6 @@ func payloadLimit(what string, n int) (int, error) {
 	}
 	return n, nil
 }
-
-// Codec encrypts payloads at rest (AES-256-GCM, a data key per task
-// wrapped by the namespace's key); see [engine.Codec]. Make one with
-// [LoadCodec], [ParseCodec] or [CodecFromEnv] and set it in
-// [ClientConfig.Codec] and [WorkerConfig.Codec].
-type Codec = engine.Codec
-
-// CodecConfig is a keys file's content; see [engine.CodecConfig].
-type CodecConfig = engine.CodecConfig
-
-// LoadCodec reads a keys file ([engine.LoadCodec]).
-func LoadCodec(path string) (*Codec, error) { return engine.LoadCodec(path) }
-
-// ParseCodec reads a keys file's JSON ([engine.ParseCodec]).
-func ParseCodec(data []byte) (*Codec, error) { return engine.ParseCodec(data) }
-
-// CodecFromEnv returns the codec of CAIRN_KEYS or CAIRN_KEYS_FILE, nil
-// when neither is set ([engine.CodecFromEnv]).
-func CodecFromEnv() (*Codec, error) { return engine.CodecFromEnv() }
 
 // DefaultMaxHistoryEvents is the default of [WorkerConfig.MaxHistoryEvents]:
 // a task's history of 50,000 events (Temporal's bound is 51,200).

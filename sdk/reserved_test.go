@@ -10,7 +10,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
-	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/engine/enginetest"
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
@@ -50,9 +49,7 @@ func TestForgedReferencesAreRefusedAndNeverResolved(t *testing.T) {
 
 		victim, err := b.client.StartDynamic(ctx, sdk.TypeRef{Name: "forge.victim", Version: 1}, 1)
 		require.NoError(t, err)
-		ref, blob, err := engine.NewBlob("default", victim.ID, "application/json", []byte(victimDocument))
-		require.NoError(t, err)
-		require.NoError(t, s.BlobPut(ctx, blob))
+		ref := putPlainBlob(t, s, "default", victim.ID, "application/json", []byte(victimDocument))
 		refJSON, err := json.Marshal(ref)
 		require.NoError(t, err)
 		r := string(refJSON)

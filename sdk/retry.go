@@ -19,7 +19,7 @@ var ErrTaskState = store.ErrTaskState
 // budget. A task in any other status is [ErrTaskState]; one not in the
 // client's namespace is [ErrNotFound].
 func (c *Client) Retry(ctx context.Context, id uuid.UUID, reason string) error {
-	res, err := engine.RequeueTasks(ctx, c.store, &engine.TaskRequeueParams{
+	res, err := engine.RequeueTasks(ctx, c.store.Engine(), &engine.TaskRequeueParams{
 		Namespace: c.namespace, IDs: []uuid.UUID{id}, By: c.requester(ctx), Reason: reason,
 	})
 	if err != nil {
@@ -79,7 +79,7 @@ func (c *Client) RetryDeadLetters(ctx context.Context, reason string, opts ...De
 		for i, t := range page {
 			ids[i] = t.ID
 		}
-		res, err := engine.RequeueTasks(ctx, c.store, &engine.TaskRequeueParams{
+		res, err := engine.RequeueTasks(ctx, c.store.Engine(), &engine.TaskRequeueParams{
 			Namespace: c.namespace, IDs: ids, By: c.requester(ctx), Reason: reason,
 		})
 		if err != nil {
@@ -161,6 +161,9 @@ func (c *Client) deadLetterPage(ctx context.Context, budget *filterBudget, param
 		defer done()
 	}
 	tasks, err := c.store.DeadLetterList(readCtx, params)
+	if err == nil {
+		err = c.openTasks(readCtx, tasks)
+	}
 	if err != nil {
 		if filter != nil {
 			err = budget.readErr(readCtx, err)

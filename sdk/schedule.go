@@ -47,7 +47,7 @@ func (c *Client) CreateSchedule(ctx context.Context, p ScheduleParams) error {
 	if _, _, err := store.ParseCron(p.Cron, p.Timezone); err != nil {
 		return errors.Wrapf(err, "schedule %s", p.Name)
 	}
-	return c.store.ScheduleCreate(ctx, store.Schedule{
+	return c.store.Schedule(ctx, store.Schedule{
 		Namespace: c.namespace, Name: p.Name, Cron: p.Cron, Timezone: p.Timezone,
 		TaskType: sc.TaskType, TypeVersion: sc.TypeVersion, Queue: sc.Queue, Input: json.RawMessage(sc.Input),
 		MaxAttempts: sc.MaxAttempts,
@@ -56,7 +56,11 @@ func (c *Client) CreateSchedule(ctx context.Context, p ScheduleParams) error {
 
 // Schedules lists the client's namespace's schedules.
 func (c *Client) Schedules(ctx context.Context) ([]store.Schedule, error) {
-	return c.store.ScheduleList(ctx, c.namespace)
+	schedules, err := c.store.ScheduleList(ctx, c.namespace)
+	if err != nil {
+		return nil, err
+	}
+	return schedules, c.openSchedules(ctx, schedules)
 }
 
 // PauseSchedule pauses a schedule: it fires no tick until resumed.

@@ -17,7 +17,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
-	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/engine/pgstore"
 	"github.com/cairnflow/cairn/engine/sqlitestore"
 	"github.com/cairnflow/cairn/engine/store"
@@ -90,8 +89,7 @@ func TestEverySentinelMatchesWithBothErrorLibraries(t *testing.T) {
 				return err
 			}},
 			{sdk.ErrBlobCorrupt, "GetBlob", func() error {
-				ref, err := engine.TaskBlobs{Store: c.Store(), Namespace: "default", TaskID: pending.ID}.PutBlob(ctx, "", []byte("page"))
-				require.NoError(t, err)
+				ref := putPlainBlob(t, c.Store(), "default", pending.ID, "", []byte("page"))
 				ref.SHA256 = strings.Repeat("0", 64) // a reference the bytes do not match
 				_, err = c.GetBlob(ctx, ref)
 				return err

@@ -10,12 +10,11 @@ import (
 	"github.com/cockroachdb/errors"
 	"github.com/google/uuid"
 
-	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/engine/store"
-	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/internal/errmark"
 	"github.com/cairnflow/cairn/internal/interpreter"
 	"github.com/cairnflow/cairn/internal/jsoncheck"
+	"github.com/cairnflow/cairn/payload"
 )
 
 // SignalOpts are the options of [Client.Signal] and [Client.SignalByKey],
@@ -88,7 +87,7 @@ func (c *Client) signal(ctx context.Context, p *store.TaskSignalParams, name str
 	if err := c.signalByReference(ctx, p); err != nil {
 		return SignalResult{}, err
 	}
-	res, err := c.store.TaskSignal(ctx, p)
+	res, err := c.store.Signal(ctx, p)
 	if err != nil {
 		return SignalResult{}, err
 	}
@@ -148,11 +147,11 @@ func checkSignalText(what, v string, max int) error {
 
 // signalPayload encodes a signal's payload and checks it as a start's
 // input is checked.
-func (c *Client) signalPayload(name string, payload any, byReference bool) (json.RawMessage, error) {
-	if payload == nil {
+func (c *Client) signalPayload(name string, value any, byReference bool) (json.RawMessage, error) {
+	if value == nil {
 		return nil, nil
 	}
-	raw, ok := payload.(json.RawMessage)
+	raw, ok := value.(json.RawMessage)
 	if ok {
 		if len(raw) == 0 {
 			return nil, nil // none
@@ -165,7 +164,7 @@ func (c *Client) signalPayload(name string, payload any, byReference bool) (json
 		}
 	} else {
 		var err error
-		if raw, err = json.Marshal(payload); err != nil {
+		if raw, err = json.Marshal(value); err != nil {
 			return nil, errors.Wrapf(err, "signal %q: encode payload", name)
 		}
 		if err := jsoncheck.CheckMarshaled(raw, "payload"); err != nil {
@@ -177,7 +176,7 @@ func (c *Client) signalPayload(name string, payload any, byReference bool) (json
 	}
 	limit := c.maxPayload
 	if byReference && len(raw) > c.blobThreshold {
-		limit = engine.MaxBlobBytes // kept as a blob of the task (signalByReference)
+		limit = payload.MaxBlobBytes // kept as a blob of the task by the payload stage
 	}
 	if err := checkPayloadSize("payload", raw, limit); err != nil {
 		return nil, errors.Wrapf(err, "signal %q", name)
@@ -188,12 +187,13 @@ func (c *Client) signalPayload(name string, payload any, byReference bool) (json
 	return raw, nil
 }
 
-// signalByReference keeps a payload over the client's blob threshold, of a
-// signal to a task named by id, as a blob of that task (removed with it):
-// signal_received records {"cairn_blob": ref}, which the receiving
-// workflow reads back. A task gone or finished is answered as the signal
-// would be, and no blob is written for it. A signal by idempotency key
-// keeps its payload in place.
+// signalByReference checks, before a signal to a task named by id whose
+// payload is over the client's blob threshold is sent, that the task is
+// there and not finished: the payload stage keeps such a payload as a
+// blob of the task (removed with it), which signal_received records as
+// {"cairn_blob": ref} and the receiving workflow reads back, and no blob
+// is written for a task gone or finished (the signal is answered as it
+// would be). A signal by idempotency key keeps its payload in place.
 func (c *Client) signalByReference(ctx context.Context, p *store.TaskSignalParams) error {
 	if p.TaskID == uuid.Nil || c.blobThreshold <= 0 || len(p.Payload) <= c.blobThreshold {
 		return nil
@@ -205,10 +205,5 @@ func (c *Client) signalByReference(ctx context.Context, p *store.TaskSignalParam
 	if t.Status.Terminal() {
 		return errmark.Mark(errors.Newf("signal %q: task %s has finished (%s)", p.Name, p.TaskID, t.Status), store.ErrTaskState)
 	}
-	ref, err := engine.TaskBlobs{Store: c.store, Namespace: p.Namespace, TaskID: p.TaskID}.PutBlob(ctx, "application/json", p.Payload)
-	if err != nil {
-		return errors.Wrapf(err, "signal %q: keep the payload as a blob", p.Name)
-	}
-	p.Payload = history.BlobEnvelope(ref)
 	return nil
 }

@@ -13,6 +13,9 @@ import (
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/internal/errmark"
 	"github.com/cairnflow/cairn/internal/interpreter"
+	"github.com/cairnflow/cairn/payload"
+	"github.com/cairnflow/cairn/payload/seal"
+	"github.com/cairnflow/cairn/sdk/internal/edge"
 	"github.com/cairnflow/cairn/sdk/internal/executor"
 	"github.com/cockroachdb/errors"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -115,11 +118,11 @@ type WorkerConfig struct {
 	// with (StartOpts.TraceID: a W3C traceparent or a trace id). Default
 	// nil: no spans.
 	TracerProvider trace.TracerProvider
-	// Codec, when set, encrypts at rest the payloads of the namespaces it
-	// has keys for: the worker opens the inputs and steps it replays and
-	// seals what it records (see [Codec]). Default nil: a sealed input
-	// fails its attempt with a message saying the keys are missing.
-	Codec *Codec
+	// Keys, when set, encrypt at rest the payloads of the namespaces they
+	// have keys for: the worker opens the inputs and steps it replays and
+	// seals what it records (see [seal.Keys]). Default nil: a sealed
+	// input fails its attempt with a message saying the keys are missing.
+	Keys *seal.Keys
 	// MaxPayloadBytes bounds the JSON of each step's output and each
 	// workflow's output: an attempt with one over it fails permanently
 	// (error kind payload_too_large, dead-lettered unless the type skips
@@ -145,7 +148,7 @@ type WorkerConfig struct {
 	// reference to it; replays, compensators and [Client.History] read it
 	// back. Default [DefaultBlobThreshold] (64 KiB); negative: outputs stay
 	// in the history. An output kept as a blob is bounded by
-	// [engine.MaxBlobBytes] instead of MaxPayloadBytes.
+	// [payload.MaxBlobBytes] instead of MaxPayloadBytes.
 	BlobThreshold int
 }
 
@@ -156,7 +159,6 @@ const DefaultStopTimeout = 30 * time.Second
 // Start, and Stop to shut down gracefully).
 type Worker struct {
 	cfg   WorkerConfig
-	store store.Store   // the first cell's: the only one without Cells
 	cells []*workerCell // by cell name; one, named "", without Cells
 
 	mu          sync.Mutex
@@ -183,8 +185,8 @@ type Worker struct {
 // workerCell is the part of a worker that works in one store: a notifier,
 // a rescuer and a processor per namespace, set by Start.
 type workerCell struct {
-	name       string // the cell's name; "" without Cells
-	store      store.Store
+	name       string      // the cell's name; "" without Cells
+	store      *edge.Store // the cell's store behind the worker's payload stage
 	namespaces []string
 	notifier   *engine.Notifier
 	rescuer    *engine.Rescuer
@@ -230,7 +232,7 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	if cfg.StopTimeout == 0 {
 		cfg.StopTimeout = DefaultStopTimeout
 	}
-	return &Worker{cfg: cfg, store: cells[0].store, cells: cells, types: map[store.TypeKey]registered{},
+	return &Worker{cfg: cfg, cells: cells, types: map[store.TypeKey]registered{},
 		stopping: make(chan struct{}), stopped: make(chan struct{})}, nil
 }
 
@@ -238,7 +240,7 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 // their cell's with Cells (sorted by cell name), else one store for all.
 func workerCells(cfg WorkerConfig) ([]*workerCell, error) {
 	if cfg.Cells == nil {
-		st, err := sealedStore(cfg.Store, pgstore.Config{Pool: cfg.Pool, Schema: cfg.Schema, ListenURL: cfg.ListenURL}, cfg.Metrics, cfg.Codec, cfg.BlobStore)
+		st, err := workerStore(cfg, cfg.Store, pgstore.Config{Pool: cfg.Pool, Schema: cfg.Schema, ListenURL: cfg.ListenURL})
 		if err != nil {
 			return nil, err
 		}
@@ -256,7 +258,7 @@ func workerCells(cfg WorkerConfig) ([]*workerCell, error) {
 		}
 		c, ok := byName[name]
 		if !ok {
-			st, err := sealedStore(base, pgstore.Config{}, cfg.Metrics, cfg.Codec, cfg.BlobStore)
+			st, err := workerStore(cfg, base, pgstore.Config{})
 			if err != nil {
 				return nil, errors.Wrapf(err, "worker: cell %q", name)
 			}
@@ -268,6 +270,18 @@ func workerCells(cfg WorkerConfig) ([]*workerCell, error) {
 	}
 	slices.SortFunc(cells, func(a, b *workerCell) int { return strings.Compare(a.name, b.name) })
 	return cells, nil
+}
+
+// workerStore is the store a worker's cell works in (st, else one over
+// pg), behind the worker's payload stage: it keeps step outputs and
+// workflow outputs over BlobThreshold by reference.
+func workerStore(cfg WorkerConfig, st store.Store, pg pgstore.Config) (*edge.Store, error) {
+	st, err := configuredStore(st, pg, cfg.Metrics)
+	if err != nil {
+		return nil, err
+	}
+	return newEdge(st, stageConfig{keys: cfg.Keys, blobStore: cfg.BlobStore, blobThreshold: blobThreshold(cfg.BlobThreshold),
+		byReference: []payload.Kind{payload.StepOutput, payload.Output}})
 }
 
 // validateWorkerConfig reports a bad setting when the worker is made, not
@@ -452,13 +466,14 @@ func (w *Worker) Start(ctx context.Context) error {
 
 // buildCell makes the runtime of one cell: its notifier, its rescuer, and
 // a processor per namespace.
-func (w *Worker) buildCell(c *workerCell, handler engine.Handler, keys []store.TypeKey) error {
+func (w *Worker) buildCell(c *workerCell, handler edge.Handler, keys []store.TypeKey) error {
 	logger := w.cellLogger(c)
-	c.notifier = engine.NewNotifierWithOpts(c.store, engine.NotifierOpts{Logger: logger, Metrics: w.cfg.Metrics})
+	st := c.store.Engine()
+	c.notifier = engine.NewNotifierWithOpts(st, engine.NotifierOpts{Logger: logger, Metrics: w.cfg.Metrics})
 	for _, ns := range c.namespaces {
 		processor, err := engine.NewProcessor(engine.ProcessorConfig{
-			Store: c.store, Notifier: c.notifier, Namespace: ns, Queues: w.cfg.Queues,
-			Types: keys, Handler: handler, Concurrency: w.cfg.Concurrency, LeaseTTL: w.cfg.LeaseTTL,
+			Store: st, Notifier: c.notifier, Namespace: ns, Queues: w.cfg.Queues,
+			Types: keys, Handler: c.store.Handler(handler), Concurrency: w.cfg.Concurrency, LeaseTTL: w.cfg.LeaseTTL,
 			HeartbeatInterval: w.cfg.HeartbeatInterval, PollInterval: w.cfg.PollInterval,
 			WorkerID: w.cfg.WorkerID, Logger: logger, StrictPriority: w.cfg.StrictPriority,
 		})
@@ -469,7 +484,7 @@ func (w *Worker) buildCell(c *workerCell, handler engine.Handler, keys []store.T
 	}
 	if w.cfg.RescueInterval >= 0 {
 		rescuer, err := engine.NewRescuer(engine.RescuerConfig{
-			Store: c.store, Owner: w.cfg.WorkerID, Interval: w.rescueInterval(), Logger: logger,
+			Store: st, Owner: w.cfg.WorkerID, Interval: w.rescueInterval(), Logger: logger,
 			Retention: engine.RetentionConfig{Default: w.cfg.DefaultRetention, KeyDefault: w.cfg.DefaultKeyRetention,
 				DefaultArchive: w.cfg.DefaultArchive},
 		})

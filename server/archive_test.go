@@ -22,6 +22,7 @@ import (
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/internal/s3test"
+	"github.com/cairnflow/cairn/payload"
 )
 
 // GET /v1/tasks/{id}/history answers for a task retention archived and
@@ -99,12 +100,10 @@ func TestBlobDownload(t *testing.T) {
 	for _, st := range bothStores(t) {
 		t.Run(st.name, func(t *testing.T) {
 			t.Parallel()
-			ctx := context.Background()
 			id, err := uuid.Parse(finishTask(t, st.store, "default"))
 			require.NoError(t, err)
 			data := bytes.Repeat([]byte("%PDF\x00\xff"), 50_000)
-			ref, err := engine.TaskBlobs{Store: st.store, Namespace: "default", TaskID: id}.PutBlob(ctx, "application/pdf", data)
-			require.NoError(t, err)
+			ref := putBlob(t, st.store, "default", id, "application/pdf", data)
 			h := testServer(t, st.store)
 			got := send(t, h, "GET", "/v1/blobs/"+ref.Key, nil)
 			require.Equal(t, http.StatusOK, got.status)
@@ -149,9 +148,10 @@ func TestOutputKeptAsABlobIsALink(t *testing.T) {
 			registerDoc(t, st.store, "default")
 			id := uuid.Must(uuid.NewV7())
 			input := []byte(`"` + strings.Repeat("scanned page\n", 8_000) + `"`)
-			inRef, inBlob, err := engine.NewBlob("default", id, "application/json", input)
+			inRef, inBlob, err := payload.NewBlob("default", id, "application/json", input)
 			require.NoError(t, err)
-			res, err := st.store.TaskStart(ctx, &store.TaskStartParams{Namespace: "default", ID: id, Blobs: []*store.Blob{inBlob},
+			res, err := st.store.TaskStart(ctx, &store.TaskStartParams{Namespace: "default", ID: id, Blobs: []*store.Blob{{
+				Namespace: inBlob.Namespace, Key: inBlob.Key, TaskID: inBlob.TaskID, ContentType: inBlob.ContentType, SHA256: inBlob.SHA256, Data: inBlob.Data}},
 				Scheduled: history.TaskScheduledData{TaskType: "doc", TypeVersion: 1, Queue: "default", MaxAttempts: 3,
 					Input: history.InputEnvelope(inRef, strings.Repeat("0", 64))}})
 			require.NoError(t, err)
@@ -161,8 +161,7 @@ func TestOutputKeptAsABlobIsALink(t *testing.T) {
 			require.Len(t, claimed, 1)
 			c := claimed[0]
 			output := []byte(`"` + strings.Repeat("report line\n", 10_000) + `"`)
-			ref, err := engine.TaskBlobs{Store: st.store, Namespace: "default", TaskID: res.ID}.PutBlob(ctx, "application/json", output)
-			require.NoError(t, err)
+			ref := putBlob(t, st.store, "default", res.ID, "application/json", output)
 			_, err = st.store.EventAppend(ctx, &store.EventAppendParams{TaskID: c.Task.ID, State: c.State, Epoch: c.State.Lease.Epoch,
 				Attempt: c.State.Attempt, Payloads: []history.Payload{history.TaskCompletedData{Output: history.BlobEnvelope(ref)}}})
 			require.NoError(t, err)

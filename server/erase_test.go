@@ -11,8 +11,9 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
-	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/payload/seal"
+	"github.com/cairnflow/cairn/sdk"
 	"github.com/cairnflow/cairn/server/internal/web"
 )
 
@@ -29,13 +30,13 @@ func TestEraseOverHTTP(t *testing.T) {
 		{Name: "ops", SHA256: HashToken(operatorToken), Namespaces: []string{AllNamespaces}, Roles: []Role{RoleOperate, RoleRead, RoleSubmit}},
 	}
 	key := base64.StdEncoding.EncodeToString([]byte(strings.Repeat("k", 32)))
-	codec, err := engine.ParseCodec([]byte(`{"namespaces":{"default":{"current":"k1","keys":[{"id":"k1","key":"` + key + `"}]}}}`))
+	codec, err := seal.ParseKeys([]byte(`{"namespaces":{"default":{"current":"k1","keys":[{"id":"k1","key":"` + key + `"}]}}}`))
 	require.NoError(t, err)
 	for _, st := range bothStores(t) {
 		t.Run(st.name, func(t *testing.T) {
 			t.Parallel()
 			registerDoc(t, st.store, "default")
-			h := testServer(t, engine.SealStore(st.store, codec), tokens...)
+			h := testServerKeys(t, st.store, codec, tokens...)
 			as := func(token string) []string { return []string{"Authorization", "Bearer " + token} }
 
 			started := send(t, h, "POST", "/v1/tasks", []byte(`{"type":"doc","input":{"passport":"P-123-SECRET"}}`), as(operatorToken)...)
@@ -80,14 +81,13 @@ func TestEraseOverHTTP(t *testing.T) {
 func TestErasedTasksBlobIsGone(t *testing.T) {
 	t.Parallel()
 	key := base64.StdEncoding.EncodeToString([]byte(strings.Repeat("k", 32)))
-	codec, err := engine.ParseCodec([]byte(`{"namespaces":{"default":{"current":"k1","keys":[{"id":"k1","key":"` + key + `"}]}}}`))
+	codec, err := seal.ParseKeys([]byte(`{"namespaces":{"default":{"current":"k1","keys":[{"id":"k1","key":"` + key + `"}]}}}`))
 	require.NoError(t, err)
 	for _, st := range bothStores(t) {
 		t.Run(st.name, func(t *testing.T) {
 			t.Parallel()
 			registerDoc(t, st.store, "default")
-			sealed := engine.SealStore(st.store, codec)
-			h := testServer(t, sealed)
+			h := testServerKeys(t, st.store, codec)
 			big := `{"type":"doc","input":{"pages":"` + strings.Repeat("p", 100<<10) + `"}}`
 			started := send(t, h, "POST", "/v1/tasks", []byte(big))
 			require.Equal(t, http.StatusAccepted, started.status, "%s", started.body)
@@ -95,7 +95,10 @@ func TestErasedTasksBlobIsGone(t *testing.T) {
 				ID string `json:"id"`
 			}
 			require.NoError(t, json.Unmarshal(started.body, &task))
-			events, err := sealed.EventListByTask(t.Context(), uuid.MustParse(task.ID))
+			c, err := sdk.NewClient(sdk.ClientConfig{Store: st.store, Keys: codec})
+			require.NoError(t, err)
+			t.Cleanup(c.Close)
+			events, err := c.RawHistory(t.Context(), uuid.MustParse(task.ID))
 			require.NoError(t, err)
 			ref, ok := history.ParseBlobEnvelope(events[0].Data.(history.TaskScheduledData).Input)
 			require.True(t, ok, "the input is kept as a blob")

@@ -8,7 +8,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
-	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/server/internal/web"
 )
@@ -60,9 +59,7 @@ func TestForgedReferencesAreRefusedAlikeOnBothStores(t *testing.T) {
 			var victim startResponse
 			require.NoError(t, json.Unmarshal(a.body, &victim))
 			// The blob a forged reference would have a worker read.
-			ref, blob, err := engine.NewBlob("default", victim.ID, "application/json", []byte(`"the victim's document"`))
-			require.NoError(t, err)
-			require.NoError(t, st.store.BlobPut(t.Context(), blob))
+			ref := putBlob(t, st.store, "default", victim.ID, "application/json", []byte(`"the victim's document"`))
 
 			for name, payload := range forgedPayloads(ref, victim.ID) {
 				a := send(t, h, "POST", "/v1/tasks", []byte(`{"type":"doc","input":`+payload+`}`), "Authorization", "Bearer "+submitToken)

@@ -16,6 +16,7 @@ import (
 	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/internal/errmark"
+	"github.com/cairnflow/cairn/payload/seal"
 	"github.com/cairnflow/cairn/sdk"
 	"github.com/cairnflow/cairn/server/console"
 	"github.com/cairnflow/cairn/server/internal/web"
@@ -67,6 +68,15 @@ type Config struct {
 	// hold 64 KiB besides the input. Default [sdk.DefaultMaxPayloadBytes]
 	// (1 MiB).
 	MaxPayloadBytes int
+	// Keys, when set, encrypt at rest the payloads of the namespaces they
+	// have keys for, as [sdk.ClientConfig.Keys]: what the API starts and
+	// signals is sealed, and what it reads is opened. Nil: payloads are
+	// stored as they are, and sealed ones read back sealed.
+	Keys *seal.Keys
+	// BlobStore is where the blobs the API writes (inputs and signal
+	// payloads kept by reference) keep their bytes, as
+	// [sdk.ClientConfig.BlobStore]. Default: the database.
+	BlobStore string
 	// DefaultArchive is where the histories of tasks retention removed are
 	// read from in a namespace without an archive of its own (the
 	// leader's default), as [sdk.ClientConfig.DefaultArchive]: GET
@@ -466,7 +476,8 @@ func (s *Server) client(namespace string) (*sdk.Client, error) {
 	}
 	c, err := sdk.NewClient(sdk.ClientConfig{Store: st, Namespace: namespace, Identity: "api",
 		Notifier: notifier, FilterLimits: s.cfg.FilterLimits, MaxPayloadBytes: s.cfg.MaxPayloadBytes,
-		DefaultArchive: s.cfg.DefaultArchive, Archives: &s.archives, OutputsByReference: true})
+		DefaultArchive: s.cfg.DefaultArchive, Archives: &s.archives, OutputsByReference: true,
+		Keys: s.cfg.Keys, BlobStore: s.cfg.BlobStore})
 	if err != nil {
 		return nil, errmark.Mark(err, sdk.ErrInvalid)
 	}

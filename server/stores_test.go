@@ -11,10 +11,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
 	"github.com/cairnflow/cairn/engine/enginetest"
 	"github.com/cairnflow/cairn/engine/sqlitestore"
 	"github.com/cairnflow/cairn/engine/store"
-	"github.com/stretchr/testify/require"
+	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/payload"
+	"github.com/cairnflow/cairn/payload/seal"
 )
 
 // namedStore is one of the two stores a request is tried on.
@@ -46,9 +51,27 @@ func registerDoc(tb testing.TB, s store.Store, namespace string) {
 // (nothing here waits for a task).
 func testServer(tb testing.TB, s store.Store, tokens ...Token) http.Handler {
 	tb.Helper()
-	srv, err := New(Config{Store: s, Tokens: tokens})
+	return testServerKeys(tb, s, nil, tokens...)
+}
+
+// testServerKeys is testServer encrypting with keys.
+func testServerKeys(tb testing.TB, s store.Store, keys *seal.Keys, tokens ...Token) http.Handler {
+	tb.Helper()
+	srv, err := New(Config{Store: s, Keys: keys, Tokens: tokens})
 	require.NoError(tb, err)
 	return srv.Handler()
+}
+
+// putBlob writes data as a blob of task id of namespace straight into the
+// store, as a worker without a payload stage of its own would have, and
+// returns its reference.
+func putBlob(tb testing.TB, s store.Store, namespace string, id uuid.UUID, contentType string, data []byte) history.BlobRef {
+	tb.Helper()
+	ref, b, err := payload.NewBlob(namespace, id, contentType, data)
+	require.NoError(tb, err)
+	require.NoError(tb, s.BlobPut(context.Background(), &store.Blob{Namespace: b.Namespace, Key: b.Key, TaskID: b.TaskID,
+		ContentType: b.ContentType, SHA256: b.SHA256, Data: b.Data}))
+	return ref
 }
 
 // answer is a response, its problem decoded when it is one.

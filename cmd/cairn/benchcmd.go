@@ -60,11 +60,11 @@ func benchConfig(cmd *cobra.Command, g *globals) bench.Config {
 func benchRunE(g *globals, run func(*cobra.Command, bench.Config) error) func(*cobra.Command, []string) error {
 	return func(cmd *cobra.Command, _ []string) error {
 		cfg := benchConfig(cmd, g)
-		codec, err := g.codec()
+		keys, err := g.readKeys()
 		if err != nil {
 			return err
 		}
-		cfg.Codec = codec // --keys: the bench's payloads encrypted at rest, to measure what it costs
+		cfg.Keys = keys // --keys: the bench's payloads encrypted at rest, to measure what it costs
 		err = run(cmd, cfg)
 		if errors.Is(err, bench.ErrConfig) {
 			return errmark.Mark(err, configError)

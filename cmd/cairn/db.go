@@ -22,6 +22,7 @@ import (
 	"github.com/cairnflow/cairn/engine/sqlitestore"
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/internal/errmark"
+	"github.com/cairnflow/cairn/payload/seal"
 	"github.com/cairnflow/cairn/sdk"
 )
 
@@ -222,8 +223,7 @@ func (g *globals) listenDatabaseURL() string {
 func (g *globals) everyCell() bool { return g.cells != nil }
 
 // openCells opens every cell of --placement as o says (each cell gets
-// o.maxConns, shared out as one process's are), with the decorators
-// g.store puts on a store, placed as the map says.
+// o.maxConns, shared out as one process's are), placed as the map says.
 func (g *globals) openCells(ctx context.Context, o storeOpts) (*engine.Cells, func(), error) {
 	if err := pgstore.ValidateSchemaName(g.schema); err != nil {
 		return nil, nil, errmark.Mark(err, configError)
@@ -250,23 +250,16 @@ func (g *globals) openCells(ctx context.Context, o storeOpts) (*engine.Cells, fu
 	return cells, opened.Close, nil
 }
 
-// placeCells warns of the cells that did not answer, decorates every
-// cell's store as g.store does, and places them as the map says.
+// placeCells warns of the cells that did not answer, checks --keys and
+// --blob-store as g.store does, and places the cells as the map says.
 func (g *globals) placeCells(opened *pgstore.CellStores, o storeOpts) (*engine.Cells, error) {
 	if err := warnCellsDown(opened, o.cellsDown, o.migrate); err != nil {
 		return nil, err
 	}
-	decorate, err := g.decorator()
-	if err != nil {
+	if _, err := g.payloadStage(); err != nil {
 		return nil, err
 	}
-	decorated := map[string]store.Store{}
-	for name, st := range opened.Stores {
-		if decorated[name], err = decorate(st); err != nil {
-			return nil, err
-		}
-	}
-	cells, err := engine.NewCells(decorated, g.cells.Namespaces)
+	cells, err := engine.NewCells(opened.Stores, g.cells.Namespaces)
 	if err != nil {
 		return nil, errmark.Mark(errors.Wrap(err, "--placement"), configError)
 	}
@@ -299,62 +292,66 @@ func warnCellsDown(opened *pgstore.CellStores, logger *slog.Logger, migrate bool
 }
 
 // store opens the configured store: PostgreSQL when a database URL is set,
-// else the embedded SQLite store in --db (created if missing).
+// else the embedded SQLite store in --db (created if missing). It checks
+// --keys and --blob-store too, which the clients, workers and servers
+// over it take (g.payloadStage).
 func (g *globals) store(ctx context.Context, o storeOpts) (store.Store, func(), error) {
 	s, closeStore, err := g.driver(ctx, o)
 	if err != nil {
 		return nil, nil, err
 	}
-	decorate, err := g.decorator()
-	if err == nil {
-		s, err = decorate(s)
-	}
-	if err != nil {
+	if _, err := g.payloadStage(); err != nil {
 		closeStore()
 		return nil, nil, err
 	}
 	return s, closeStore, nil
 }
 
-// decorator returns what puts on a driver's store what --blob-store and
-// --keys ask for, reading them once.
-func (g *globals) decorator() (func(store.Store) (store.Store, error), error) {
-	codec, err := g.codec()
+// payloadStage is what --keys and --blob-store configure: the keys of the
+// namespaces encrypted at rest and where blobs keep their bytes, given to
+// every client, worker and server the command makes. They are read once.
+func (g *globals) payloadStage() (payloadStage, error) {
+	if g.stage != nil {
+		return *g.stage, nil
+	}
+	keys, err := g.readKeys()
 	if err != nil {
-		return nil, err
+		return payloadStage{}, err
 	}
-	location := ""
+	st := payloadStage{keys: keys}
 	if g.blobStore != "" {
-		if location, err = archiveLocation(g.blobStore); err != nil {
-			return nil, errors.Wrap(err, "--blob-store")
+		if st.blobStore, err = archiveLocation(g.blobStore); err != nil {
+			return payloadStage{}, errors.Wrap(err, "--blob-store")
 		}
 	}
-	return func(s store.Store) (store.Store, error) {
-		blobs, err := engine.BlobStoreOver(s, location, nil)
-		if err != nil {
-			return nil, errmark.Mark(errors.Wrap(err, "--blob-store"), configError)
-		}
-		return engine.SealStore(blobs, codec), nil
-	}, nil
+	g.stage = &st
+	return st, nil
 }
 
-// codec is --keys's codec (or CAIRN_KEYS's), nil when neither is set.
-func (g *globals) codec() (*engine.Codec, error) {
-	var codec *engine.Codec
+// payloadStage is what [globals.payloadStage] reads.
+type payloadStage struct {
+	keys      *seal.Keys
+	blobStore string // a location; "": the database
+}
+
+// readKeys reads --keys's keys (or CAIRN_KEYS's), nil when neither is
+// set.
+func (g *globals) readKeys() (*seal.Keys, error) {
+	var keys *seal.Keys
 	var err error
 	switch {
 	case g.keys != "":
-		codec, err = engine.LoadCodec(g.keys)
+		keys, err = seal.LoadKeys(g.keys)
 	default:
-		codec, err = engine.CodecFromEnv()
+		keys, err = seal.KeysFromEnv()
 	}
 	if err != nil {
 		return nil, errmark.Mark(errors.Wrap(err, "--keys"), configError)
 	}
-	return codec, nil
+	return keys, nil
 }
 
-// driver opens the configured store's driver, without the decorators.
+// driver opens the configured store's driver.
 func (g *globals) driver(ctx context.Context, o storeOpts) (store.Store, func(), error) {
 	if g.embedded() {
 		_, statErr := os.Stat(g.dbPath)
@@ -452,8 +449,9 @@ func (g *globals) clientWith(ctx context.Context, o storeOpts) (*sdk.Client, fun
 		closeStore()
 		return nil, nil, err
 	}
+	stage, _ := g.payloadStage() // g.store read it
 	c, err := sdk.NewClient(sdk.ClientConfig{Store: store, Namespace: g.namespace, Identity: cliIdentity(), FilterLimits: g.filters,
-		MaxPayloadBytes: g.maxPayload, DefaultArchive: archive})
+		MaxPayloadBytes: g.maxPayload, DefaultArchive: archive, Keys: stage.keys, BlobStore: stage.blobStore})
 	if err != nil {
 		closeStore()
 		return nil, nil, err

@@ -194,8 +194,13 @@ func newDemoWorker(c *sdk.Client, g *globals, f *demoFlags, reviewers intake.Not
 	if err != nil {
 		return nil, err
 	}
+	stage, err := g.payloadStage()
+	if err != nil {
+		return nil, err
+	}
 	w, err := sdk.NewWorker(sdk.WorkerConfig{
 		Store: c.Store(), Namespace: g.namespace, Concurrency: f.concurrency, DefaultArchive: archive,
+		Keys: stage.keys, BlobStore: stage.blobStore,
 		LeaseTTL: f.leaseTTL, RescueInterval: f.rescueInterval, PollInterval: 500 * time.Millisecond,
 		MaxPayloadBytes: g.maxPayload,
 		Logger:          newRedactingLogger(os.Stderr, slog.LevelWarn),

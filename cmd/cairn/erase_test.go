@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/payload/seal"
 	"github.com/cairnflow/cairn/sdk"
 )
 
@@ -27,11 +28,11 @@ func TestEncryptedTasksThroughTheCLI(t *testing.T) {
 			keys := filepath.Join(t.TempDir(), "keys.json")
 			key := base64.StdEncoding.EncodeToString([]byte(strings.Repeat("c", 32)))
 			require.NoError(t, os.WriteFile(keys, []byte(`{"namespaces":{"clitest":{"current":"k1","keys":[{"id":"k1","key":"`+key+`"}]}}}`), 0o600))
-			codec, err := sdk.LoadCodec(keys)
+			codec, err := seal.LoadKeys(keys)
 			require.NoError(t, err)
 			var id uuid.UUID
 			tg.withStore(t, func(s store.Store) {
-				c, err := sdk.NewClient(sdk.ClientConfig{Store: s, Namespace: "clitest", Codec: codec})
+				c, err := sdk.NewClient(sdk.ClientConfig{Store: s, Namespace: "clitest", Keys: codec})
 				require.NoError(t, err)
 				defer c.Close()
 				res, err := c.StartDynamic(context.Background(), sdk.TypeRef{Name: "cli.test", Version: 1}, map[string]string{"iban": "DE-SECRET-1"})

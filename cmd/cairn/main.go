@@ -15,9 +15,9 @@ import (
 	"github.com/cockroachdb/errors"
 	"github.com/spf13/cobra"
 
-	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/engine/pgstore"
 	"github.com/cairnflow/cairn/internal/errmark"
+	"github.com/cairnflow/cairn/payload/seal"
 	"github.com/cairnflow/cairn/sdk"
 )
 
@@ -81,11 +81,14 @@ type globals struct {
 	// of their own (read with defaultArchive()).
 	archive string
 	// keys is --keys: the keys file of the namespaces whose payloads are
-	// encrypted at rest (engine.Codec); CAIRN_KEYS may hold its JSON instead.
+	// encrypted at rest (payload/seal); CAIRN_KEYS may hold its JSON instead.
 	keys string
 	// blobStore is --blob-store: where the blobs this process writes keep
 	// their bytes ("": the database).
 	blobStore string
+	// stage is what keys and blobStore configure, once read
+	// (payloadStage).
+	stage *payloadStage
 }
 
 func newRootCmd() *cobra.Command {
@@ -131,7 +134,7 @@ store: one SQLite file (--db, default ./cairn-dev.db), for one process.`,
 		"the most bytes of JSON a task's input may hold (a schedule's, a start through the API); a worker bounds outputs the same")
 	pf.StringVar(&g.archive, "default-archive", os.Getenv("CAIRN_DEFAULT_ARCHIVE"),
 		"where the histories of tasks retention removed are kept, for namespaces without an archive of their own: a directory or s3://bucket/prefix?endpoint=host:port (credentials from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY); read by task history and audit --archive, written by the leader of server and dev (env CAIRN_DEFAULT_ARCHIVE; default with the embedded store: the directory <db>.archive beside it)")
-	pf.StringVar(&g.keys, "keys", os.Getenv(engine.EnvKeysFile),
+	pf.StringVar(&g.keys, "keys", os.Getenv(seal.EnvKeysFile),
 		"keys file of the namespaces whose payloads are encrypted at rest (AES-256-GCM, a data key per task); every process of those namespaces needs it: servers and workers seal and open, the CLI opens (env CAIRN_KEYS_FILE; CAIRN_KEYS may hold the file's JSON instead)")
 	pf.StringVar(&g.blobStore, "blob-store", os.Getenv("CAIRN_BLOB_STORE"),
 		"where the blobs this process writes (payloads kept by reference, activities.PutBlob) keep their bytes: a directory or s3://bucket/prefix?endpoint=host:port (credentials from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY); blobs are read from wherever they were written (env CAIRN_BLOB_STORE; default: the database)")

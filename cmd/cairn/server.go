@@ -186,7 +186,12 @@ func runServerWith(cmd *cobra.Command, g *globals, f *serverFlags, also alongsid
 	if err != nil {
 		return err
 	}
+	stage, err := g.payloadStage() // serverDatabases read it
+	if err != nil {
+		return err
+	}
 	srv, err := server.New(server.Config{Store: dbs.store, Cells: dbs.cells, Tokens: tokens, MaxPayloadBytes: g.maxPayload, DefaultArchive: archive,
+		Keys: stage.keys, BlobStore: stage.blobStore,
 		MaxListPayloadBytes: f.maxListPayload, MaxLongPolls: f.maxLongPolls, Gatherer: reg, Logger: logger, FilterLimits: g.filters,
 		AllowedHosts: f.allowedHosts, SecureCookies: f.secureCookies, SessionTTL: f.sessionTTL,
 		MetricsToken: f.metricsToken.get(), MetricsApart: f.metricsAddr != "",

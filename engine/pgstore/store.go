@@ -102,7 +102,7 @@ type Store struct {
 	// their ids, comma-separated.
 	cancelChannel string
 	q             map[string]string
-	observer      store.Observer // Config.Metrics; nil: none
+	observer      *store.ObserverSlot // Config.Metrics, or one attached later (ObserverAttach)
 	// metrics is what the store counts its writes into: observer, or, in a
 	// store bound to a transaction, observer's calls held until the commit.
 	metrics store.Observer
@@ -145,18 +145,21 @@ func New(cfg Config) (*Store, error) {
 	if control == nil {
 		control = cfg.Pool
 	}
+	slot := store.NewObserverSlot(cfg.Metrics)
 	return &Store{pool: cfg.Pool, db: cfg.Pool, control: control, listenConf: listenConf, schema: schema,
 		channel: schema + ".ready", doneChannel: schema + ".done", cancelChannel: schema + ".cancel", probeChannel: schema + ".probe", q: q,
-		observer: cfg.Metrics, metrics: cfg.Metrics, clock: cfg.Clock, parents: &plan.ParentStates{}, limits: cfg.HistoryLimits.Resolved()}, nil
+		observer: slot, metrics: slot, clock: cfg.Clock, parents: &plan.ParentStates{}, limits: cfg.HistoryLimits.Resolved()}, nil
 }
 
 // Pool returns the store's connection pool.
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 
 // Observer returns the observer the store counts its writes into
-// (Config.Metrics), or nil: the SDK reads it so as not to count a store's
-// writes twice.
-func (s *Store) Observer() store.Observer { return s.observer }
+// (Config.Metrics, or one attached), or nil.
+func (s *Store) Observer() store.Observer { return s.observer.Observer() }
+
+// ObserverAttach implements [store.Store].
+func (s *Store) ObserverAttach(o store.Observer) store.Observer { return s.observer.Attach(o) }
 
 // Schema returns the schema the store works in.
 func (s *Store) Schema() string { return s.schema }

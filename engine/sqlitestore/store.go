@@ -68,7 +68,7 @@ var queryFiles embed.FS
 type Store struct {
 	db       *sql.DB
 	path     string
-	observer store.Observer // Config.Metrics; nil: none
+	observer *store.ObserverSlot // Config.Metrics, or one attached later (ObserverAttach)
 	// metrics is what the store counts its writes into: observer, or, in a
 	// store bound to a transaction, observer's calls held until the commit.
 	metrics store.Observer
@@ -146,7 +146,8 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	cache := &stmtCache{db: db, queries: queries, stmts: map[string]*sql.Stmt{}}
-	s := &Store{db: db, path: path, observer: cfg.Metrics, metrics: cfg.Metrics, clock: cfg.Clock, limits: cfg.HistoryLimits.Resolved(),
+	slot := store.NewObserverSlot(cfg.Metrics)
+	s := &Store{db: db, path: path, observer: slot, metrics: slot, clock: cfg.Clock, limits: cfg.HistoryLimits.Resolved(),
 		cache: cache, q: cache, hub: &hub{listeners: map[*func(store.Notification)]struct{}{}}}
 	if err := s.migrate(ctx); err != nil {
 		_ = db.Close()
@@ -162,9 +163,11 @@ func (s *Store) Close() error { return s.db.Close() }
 func (s *Store) Path() string { return s.path }
 
 // Observer returns the observer the store counts its writes into
-// (Config.Metrics), or nil: the SDK reads it so as not to count a store's
-// writes twice.
-func (s *Store) Observer() store.Observer { return s.observer }
+// (Config.Metrics, or one attached), or nil.
+func (s *Store) Observer() store.Observer { return s.observer.Observer() }
+
+// ObserverAttach implements [store.Store].
+func (s *Store) ObserverAttach(o store.Observer) store.Observer { return s.observer.Attach(o) }
 
 // Ping checks that the database answers.
 func (s *Store) Ping(ctx context.Context) error {

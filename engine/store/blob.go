@@ -21,8 +21,10 @@ type Blob struct {
 	CreatedAt time.Time
 	// Location, when set, is the blob store holding the bytes (a
 	// directory or an S3-compatible bucket, engine.CheckArchive's form):
-	// the row keeps no data, and a decorator (engine.BlobStoreOver) moves
-	// the bytes. Empty: the bytes are in the database.
+	// the row keeps no data; the payload stage's blob store
+	// (payload/offload) writes and reads the bytes, and retention deletes
+	// them after the removal (RemoveResult.StoredBlobs). Empty: the bytes
+	// are in the database.
 	Location string
 }
 

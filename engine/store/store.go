@@ -2,6 +2,8 @@ package store
 
 import (
 	"context"
+	"reflect"
+	"sync/atomic"
 	"time"
 
 	"github.com/cairnflow/cairn/history"
@@ -35,12 +37,21 @@ type Store interface {
 
 	// Ping checks that the database answers.
 	Ping(ctx context.Context) error
+
+	// ObserverAttach makes the store count its committed writes into o
+	// (engine.Metrics) from now on, unless it counts into an observer
+	// already (the driver's Config.Metrics, or an earlier attach), and
+	// returns the observer it counts into then: o, or the one it had. The
+	// SDK attaches its configured metrics this way to a store a caller
+	// made, rather than wrapping the store.
+	ObserverAttach(o Observer) Observer
 }
 
 // Executor is the seam's statements: what runs on a [Store], each call
 // committed when it returns, and in a [Tx], where its writes are the
 // transaction's. Every method is valid in both; what a [Store] adds
-// (NewListener, Ping) is not a statement and is not on a Tx.
+// (NewListener, Ping, ObserverAttach) is not a statement and is not on a
+// Tx.
 //
 // A method that writes in several statements where it would open a
 // transaction of its own on the store (a start into a bounded queue,
@@ -160,7 +171,7 @@ type Executor interface {
 	// BlobKeysByTasks returns the keys of the blobs each task of ids
 	// wrote in namespace (what archival copies before the removal).
 	BlobKeysByTasks(ctx context.Context, namespace string, ids []uuid.UUID) (map[uuid.UUID][]string, error)
-	// Data keys (engine.Codec's encryption at rest). TaskDataKeys returns
+	// Data keys (payload/seal's encryption at rest). TaskDataKeys returns
 	// the wrapped data keys of the tasks of ids that have one (a start
 	// writes it, [TaskStartParams.DataKey]; task_erased clears it in the
 	// append that writes the event). TaskDataKeySet gives key to a task
@@ -266,8 +277,8 @@ type Notification struct {
 }
 
 // Observer counts what a store writes, after the write has committed:
-// engine.Metrics implements it. Drivers call it; nil is allowed and costs a
-// nil check.
+// engine.Metrics implements it. Drivers call it, through their
+// [ObserverSlot].
 type Observer interface {
 	// ObserveAppended is called for each append that was written, with the
 	// state it replayed to.
@@ -280,4 +291,77 @@ type Observer interface {
 	// ObserveRemoved is called for each TaskRemoveFinished that removed
 	// tasks, with what it removed from namespace.
 	ObserveRemoved(namespace string, res RemoveResult)
+}
+
+// ObserverSlot holds the observer a driver counts its committed writes
+// into: the one it was made with (its Config.Metrics), or one attached
+// later ([Store.ObserverAttach]), once. Its Observe methods pass each
+// write on, and do nothing while it holds none. It is safe for concurrent
+// use.
+type ObserverSlot struct {
+	o atomic.Pointer[Observer]
+}
+
+// NewObserverSlot returns a slot holding o: none when o is nil, or a nil
+// pointer (a nil *engine.Metrics counts nothing).
+func NewObserverSlot(o Observer) *ObserverSlot {
+	s := &ObserverSlot{}
+	if !nilObserver(o) {
+		s.o.Store(&o)
+	}
+	return s
+}
+
+// nilObserver reports whether o is nil, or a nil pointer in an interface.
+func nilObserver(o Observer) bool {
+	if o == nil {
+		return true
+	}
+	v := reflect.ValueOf(o)
+	return v.Kind() == reflect.Pointer && v.IsNil()
+}
+
+// Observer returns the observer the slot holds, nil when none.
+func (s *ObserverSlot) Observer() Observer {
+	if p := s.o.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// Attach makes o the slot's observer when it holds none, and returns the
+// one it holds then (see [Store.ObserverAttach]).
+func (s *ObserverSlot) Attach(o Observer) Observer {
+	if !nilObserver(o) && s.o.CompareAndSwap(nil, &o) {
+		return o
+	}
+	return s.Observer()
+}
+
+// ObserveAppended implements [Observer].
+func (s *ObserverSlot) ObserveAppended(p *EventAppendParams, next history.State) {
+	if o := s.Observer(); o != nil {
+		o.ObserveAppended(p, next)
+	}
+}
+
+// ObserveClaimed implements [Observer].
+func (s *ObserverSlot) ObserveClaimed(claimed []*ClaimedTask) {
+	if o := s.Observer(); o != nil {
+		o.ObserveClaimed(claimed)
+	}
+}
+
+// ObserveScheduleSkipped implements [Observer].
+func (s *ObserverSlot) ObserveScheduleSkipped(f ScheduleFiring) {
+	if o := s.Observer(); o != nil {
+		o.ObserveScheduleSkipped(f)
+	}
+}
+
+// ObserveRemoved implements [Observer].
+func (s *ObserverSlot) ObserveRemoved(namespace string, res RemoveResult) {
+	if o := s.Observer(); o != nil {
+		o.ObserveRemoved(namespace, res)
+	}
 }

@@ -132,10 +132,10 @@ type TaskStartParams struct {
 	// ticks rely on it).
 	RefuseKeyReuse bool
 	// ID, when set, is the new task's id (a UUIDv7, so ids stay time
-	// ordered); zero, the driver makes one. A decorator that seals the
-	// input with the task's own key needs it before the insert.
+	// ordered); zero, the driver makes one. The payload stage, which seals
+	// the input with the task's own key, chooses it before the insert.
 	ID uuid.UUID
-	// DataKey, when set, is the task's wrapped data key (engine.Codec),
+	// DataKey, when set, is the task's wrapped data key (payload/seal),
 	// kept on its row (tasks.data_key) from the insert on: a start that
 	// finds its idempotency key taken writes none.
 	DataKey []byte

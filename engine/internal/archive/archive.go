@@ -38,7 +38,7 @@ type Record struct {
 	TaskID    uuid.UUID       `json:"task_id"`
 	Events    []history.Event `json:"events"`
 	// DataKey is the task's wrapped data key when its payloads are
-	// encrypted (engine.Codec): the events hold them sealed, and only the
+	// encrypted (payload/seal): the events hold them sealed, and only the
 	// namespace's key opens this. An erased task has none.
 	DataKey []byte `json:"data_key,omitempty"`
 }

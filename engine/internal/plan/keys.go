@@ -78,7 +78,7 @@ func (h KeyHolder) SameStart(sched history.TaskScheduledData) bool {
 func InputDigest(input []byte) []byte {
 	if sealed, ok := history.ParseSealed(input); ok && len(sealed.Digest) > 0 {
 		// An encrypted input is known by the keyed digest of its
-		// plaintext (engine.Codec), the same for every start of it.
+		// plaintext (payload/seal), the same for every start of it.
 		return sealed.Digest
 	}
 	return InputIdentity(input)
@@ -102,7 +102,7 @@ func InputIdentity(input []byte) []byte {
 // (jsoncheck's), or input as it is when it is not JSON; for an input kept
 // by reference ({"cairn_blob": …}, a new blob key each start), its
 // content's digest and size. Two starts of the same value give the same
-// bytes: what a sealed input's keyed digest is taken of (engine.Codec),
+// bytes: what a sealed input's keyed digest is taken of (payload/seal),
 // and what RefuseKeyReuse compares.
 func Canonical(input []byte) []byte {
 	if ref, ok := history.ParseBlobEnvelope(input); ok {

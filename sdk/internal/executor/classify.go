@@ -4,7 +4,7 @@ import (
 	"time"
 
 	"github.com/cairnflow/cairn/activities"
-	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/internal/activity"
 	"github.com/cairnflow/cairn/internal/interpreter"
@@ -31,11 +31,11 @@ func (t Type) retryFor(override *activities.RetryPolicy) activities.RetryPolicy 
 // policy of the failed step, else of the workflow type; the default, which
 // is transient for a step's errors and permanent for the workflow body's
 // own (re-running the same code on the same history gives the same error).
-func (h *Handler) classify(a *engine.Attempt, typ Type, res interpreter.Result, attempts int, elapsed time.Duration) history.ErrorInfo {
+func (h *Handler) classify(task *store.Task, typ Type, res interpreter.Result, attempts int, elapsed time.Duration) history.ErrorInfo {
 	f := failure{
 		Err: res.Err, Default: history.Permanent, DefaultBy: "default:workflow",
 		Attempt: attempts, Elapsed: elapsed,
-		Task: activities.PolicyTask{Type: a.Task.Type, Queue: a.Task.Queue},
+		Task: activities.PolicyTask{Type: task.Type, Queue: task.Queue},
 	}
 	if res.Step != nil {
 		f.Default, f.DefaultBy, f.Step.Name = history.Transient, "default:step", res.Step.Name

@@ -10,7 +10,6 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/cairnflow/cairn/activities"
-	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/internal/errmark"
@@ -64,10 +63,10 @@ func TestClassifyOrder(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			a := &engine.Attempt{Task: &store.Task{Type: "doc", Queue: "default"}}
+			task := &store.Task{Type: "doc", Queue: "default"}
 			h := NewHandler(HandlerConfig{})
 			res := interpreter.Result{Err: tt.err, Step: tt.step, StepOptions: tt.opts}
-			info := h.classify(a, typ, res, 1, time.Second)
+			info := h.classify(task, typ, res, 1, time.Second)
 			require.Equal(t, tt.class, info.Class)
 			require.Equal(t, tt.by, info.ClassifiedBy)
 			if tt.kind != "" {
@@ -81,13 +80,13 @@ func TestClassifyOrder(t *testing.T) {
 	}
 	t.Run("Defaults", func(t *testing.T) {
 		t.Parallel()
-		a := &engine.Attempt{Task: &store.Task{Type: "doc", Queue: "default"}}
+		task := &store.Task{Type: "doc", Queue: "default"}
 		h := NewHandler(HandlerConfig{})
 		plain := Type{Retry: activities.DefaultRetryPolicy}
-		info := h.classify(a, plain, interpreter.Result{Err: errors.New("boom"), Step: step}, 1, time.Second)
+		info := h.classify(task, plain, interpreter.Result{Err: errors.New("boom"), Step: step}, 1, time.Second)
 		require.Equal(t, history.Transient, info.Class, "a step's error is transient by default")
 		require.Equal(t, "default:step", info.ClassifiedBy)
-		info = h.classify(a, plain, interpreter.Result{Err: errors.New("refused")}, 1, time.Second)
+		info = h.classify(task, plain, interpreter.Result{Err: errors.New("refused")}, 1, time.Second)
 		require.Equal(t, history.Permanent, info.Class, "the body's own error is permanent by default")
 		require.Equal(t, "default:workflow", info.ClassifiedBy)
 	})

@@ -10,6 +10,7 @@ import (
 	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/internal/activity"
 	"github.com/cairnflow/cairn/internal/interpreter"
+	"github.com/cairnflow/cairn/sdk/internal/edge"
 	"github.com/cockroachdb/errors"
 )
 
@@ -34,18 +35,18 @@ func compensationReason(state history.State) string {
 // attempt_failed with a retry when a compensator failed transiently;
 // compensation_failed and task_dead_lettered when one failed for good.
 // pending is a step the attempt completed but has not recorded yet.
-func (h *Handler) compensate(a *engine.Attempt, typ Type, reason string, cause *history.ErrorInfo, pending history.Payload) ([]history.Payload, error) {
+func (h *Handler) compensate(a *edge.Attempt, typ Type, reason string, cause *history.ErrorInfo, pending edge.Events) (edge.Events, error) {
 	durable := a.DurableContext()
 	if reason == history.CompensateCancelled {
 		// The cancel may have reached this attempt (notification,
 		// heartbeat) before its history showed it.
 		if err := a.SyncCancel(durable); err != nil {
-			return nil, err
+			return edge.Events{}, err
 		}
 	}
-	if pending != nil {
+	if pending.Len() > 0 {
 		if err := a.Append(durable, pending); err != nil {
-			return nil, errors.Wrap(err, "record the last step before compensating")
+			return edge.Events{}, errors.Wrap(err, "record the last step before compensating")
 		}
 	}
 	ctx := a.LeaseContext() // a cancel request must not stop compensation
@@ -53,10 +54,10 @@ func (h *Handler) compensate(a *engine.Attempt, typ Type, reason string, cause *
 	if !state.Compensation.IsStarted() {
 		steps := compensablePositions(state)
 		if len(steps) == 0 && reason != history.CompensateFailed {
-			return []history.Payload{history.TaskCancelledData{Reason: reason}}, nil
+			return a.Encode(durable, history.TaskCancelledData{Reason: reason})
 		}
-		if err := a.Append(durable, history.CompensationStartedData{Reason: reason, Steps: steps, Error: cause}); err != nil {
-			return nil, errors.Wrap(err, "record compensation_started")
+		if err := appendEvents(a, history.CompensationStartedData{Reason: reason, Steps: steps, Error: cause}); err != nil {
+			return edge.Events{}, errors.Wrap(err, "record compensation_started")
 		}
 		state = a.State()
 	}
@@ -67,11 +68,11 @@ func (h *Handler) compensate(a *engine.Attempt, typ Type, reason string, cause *
 	// and a compensator is handed its step's output.
 	resolved, err := resolveOutputs(ctx, a, state)
 	if err != nil {
-		return nil, err
+		return edge.Events{}, err
 	}
-	input, err := resolveInput(ctx, a) // an input kept by reference, read back
+	input, err := a.Input(ctx) // an input kept by reference, read back
 	if err != nil {
-		return nil, err
+		return edge.Events{}, err
 	}
 	collected := interpreter.Run(interpreter.RunParams{
 		TaskID: taskID, Attempt: state.Attempt, Steps: resolved.Steps, Ahead: resolved.Ahead, Context: ctx, CollectOnly: true,
@@ -82,7 +83,7 @@ func (h *Handler) compensate(a *engine.Attempt, typ Type, reason string, cause *
 		case <-a.Stopping():
 			// Hand the task back between compensators: the next attempt
 			// resumes with the next one.
-			return nil, engine.ErrReleased
+			return edge.Events{}, engine.ErrReleased
 		default:
 		}
 		pos := state.Compensation.Pending[0]
@@ -92,31 +93,40 @@ func (h *Handler) compensate(a *engine.Attempt, typ Type, reason string, cause *
 			info := history.ErrorInfo{Class: history.Permanent, Kind: "no_compensator", ClassifiedBy: "rule:no_compensator",
 				Step: step.Name, Position: pos,
 				Message: fmt.Sprintf("step %d (%s) was recorded as compensable, but the workflow no longer gives it a compensator", pos, step.Name)}
-			return compensationFailed(pos, step.Name, info), nil
+			return a.Encode(durable, compensationFailed(pos, step.Name, info)...)
 		}
 		err := runCompensator(ctx, a, taskID, step, opts)
 		if err != nil {
 			if ctx.Err() != nil {
-				return nil, interrupted(a, ctx)
+				return edge.Events{}, interrupted(a, ctx)
 			}
-			return h.compensatorFailed(a, typ, state, step, opts, err), nil
+			return a.Encode(durable, h.compensatorFailed(a, typ, state, step, opts, err)...)
 		}
-		if err := a.Append(durable, history.StepCompensatedData{Position: pos, Name: step.Name}); err != nil {
-			return nil, errors.Wrap(err, "record step_compensated")
+		if err := appendEvents(a, history.StepCompensatedData{Position: pos, Name: step.Name}); err != nil {
+			return edge.Events{}, errors.Wrap(err, "record step_compensated")
 		}
 		state = a.State()
 	}
 	done := state.Compensation.Done
 	if state.Compensation.Reason == history.CompensateFailed && state.Compensation.Cause != nil {
-		return []history.Payload{history.TaskFailedData{Error: *state.Compensation.Cause, Compensated: done}}, nil
+		return a.Encode(durable, history.TaskFailedData{Error: *state.Compensation.Cause, Compensated: done})
 	}
-	return []history.Payload{history.TaskCancelledData{Reason: state.Compensation.Reason, Compensated: done}}, nil
+	return a.Encode(durable, history.TaskCancelledData{Reason: state.Compensation.Reason, Compensated: done})
+}
+
+// appendEvents appends events that carry no payload for a's attempt.
+func appendEvents(a *edge.Attempt, ps ...history.Payload) error {
+	ev, err := a.Encode(a.DurableContext(), ps...)
+	if err != nil {
+		return err
+	}
+	return a.Append(a.DurableContext(), ev)
 }
 
 // interrupted says what to do when the lease context ended mid-compensation:
 // hand the task back if the worker is stopping (unless the lease was lost),
 // else write nothing (the lease is gone).
-func interrupted(a *engine.Attempt, ctx context.Context) error {
+func interrupted(a *edge.Attempt, ctx context.Context) error {
 	select {
 	case <-a.Stopping():
 		if !errors.Is(context.Cause(ctx), engine.ErrLeaseLost) {
@@ -131,7 +141,7 @@ func interrupted(a *engine.Attempt, ctx context.Context) error {
 // (the idempotency key is the step's with "/compensate" appended), under
 // the step's StartToClose and HeartbeatTimeout, so a hung compensator
 // cannot hold the task forever.
-func runCompensator(ctx context.Context, a *engine.Attempt, taskID string, step history.Step, opts *interpreter.StepOptions) error {
+func runCompensator(ctx context.Context, a *edge.Attempt, taskID string, step history.Step, opts *interpreter.StepOptions) error {
 	ctx = activity.WithInfo(activity.WithBlobs(ctx, stepBlobs{a.Blobs(), step.Name, step.Position}), activities.Info{
 		TaskID: taskID, TaskType: a.Task.Type, Attempt: a.State().Attempt, WorkerID: a.WorkerID(),
 		Step: step.Name, Position: step.Position,
@@ -145,7 +155,7 @@ func runCompensator(ctx context.Context, a *engine.Attempt, taskID string, step 
 
 // compensatorFailed classifies a compensator's error under its retry
 // policy: retry later, or give the task to a person.
-func (h *Handler) compensatorFailed(a *engine.Attempt, typ Type, state history.State, step history.Step, opts *interpreter.StepOptions, err error) []history.Payload {
+func (h *Handler) compensatorFailed(a *edge.Attempt, typ Type, state history.State, step history.Step, opts *interpreter.StepOptions, err error) []history.Payload {
 	override := opts.CompensationRetry
 	if override == nil {
 		override = opts.Retry

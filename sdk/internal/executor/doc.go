@@ -1,5 +1,7 @@
-// Package executor is cairn's attempt executor: the [engine.Handler] a
-// worker hands to the engine's processor. For each claimed attempt it runs
+// Package executor is cairn's attempt executor: the handler a worker hands
+// to the engine's processor, behind the SDK's edge (sdk/internal/edge),
+// which decodes the payloads it reads and encodes those it records (so it
+// never holds the engine's attempt itself). For each claimed attempt it runs
 // the workflow against the task's history (internal/interpreter), with an
 // activity context per step, and turns how the run ended into the events
 // that end the attempt:
@@ -19,7 +21,8 @@
 //   - an OpenTelemetry span per attempt and per step, when configured.
 //
 // It is internal to the sdk, whose Worker is its only user: the sdk's
-// public face stays thin. It imports engine, history, activities,
-// internal/activity (the activity context it sets up for each step) and
-// internal/interpreter, never workflow or the sdk.
+// public face stays thin. It imports engine, engine/store, history,
+// payload, activities, internal/activity (the activity context it sets up
+// for each step), internal/interpreter and sdk/internal/edge, never
+// workflow or the sdk.
 package executor

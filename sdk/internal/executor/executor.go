@@ -2,7 +2,6 @@ package executor
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -18,6 +17,7 @@ import (
 	"github.com/cairnflow/cairn/internal/activity"
 	"github.com/cairnflow/cairn/internal/errmark"
 	"github.com/cairnflow/cairn/internal/interpreter"
+	"github.com/cairnflow/cairn/sdk/internal/edge"
 )
 
 // Type is a registered workflow type as the executor runs it.
@@ -54,9 +54,10 @@ type HandlerConfig struct {
 	// (kind payload_too_large) and the output is not recorded. 0: no
 	// bound.
 	MaxPayloadBytes int
-	// BlobThreshold: a step output of more bytes is kept in the task's
-	// blobs and the history records a reference (OutputRef). 0: no step
-	// output is moved.
+	// BlobThreshold is the blob threshold of the worker's payload stage: a
+	// step's output, or a workflow's, of more bytes is kept in the task's
+	// blobs when it is encoded, so MaxPayloadBytes does not bound it. 0:
+	// no output is moved.
 	BlobThreshold int
 	// MaxHistoryEvents bounds a task's history: an attempt that finds it
 	// at the bound, or would write past it, fails the task permanently
@@ -74,17 +75,18 @@ type HandlerConfig struct {
 	HeldBackLingerFrom int
 }
 
-// Handler runs the attempts the engine's processor claims: it is the
-// [engine.Handler] a worker hands to [engine.NewProcessor]. It holds no
-// mutable state: each call works on its own attempt, so calls may run
-// concurrently.
+// Handler runs the attempts the engine's processor claims, behind the
+// SDK's edge: a worker hands the engine's processors the [engine.Handler]
+// that sdk/internal/edge makes of it, which decodes what the attempt
+// reads and takes only encoded events back. It holds no mutable state:
+// each call works on its own attempt, so calls may run concurrently.
 type Handler struct {
 	types          map[store.TypeKey]Type // read-only after NewHandler
 	workerID       string
 	logger         *slog.Logger
 	tracerProvider trace.TracerProvider // nil: no spans
 	maxPayload     int                  // 0: outputs are not bounded
-	blobThreshold  int                  // 0: step outputs stay in the history
+	blobThreshold  int                  // 0: outputs stay in the history
 	maxHistory     int64                // 0: histories are not bounded
 	linger         time.Duration        // HandlerConfig.HeldBackLinger; <= 0: none
 	lingerFrom     int64                // HandlerConfig.HeldBackLingerFrom
@@ -106,24 +108,24 @@ func NewHandler(cfg HandlerConfig) *Handler {
 		linger: cfg.HeldBackLinger, lingerFrom: int64(cfg.HeldBackLingerFrom)}
 }
 
-// HandleAttempt implements [engine.Handler]: it runs the workflow against
+// HandleAttempt implements [edge.Handler]: it runs the workflow against
 // the task's history and turns the run's result into the events that end
 // the attempt. The engine's processor calls it, on the attempt's goroutine.
-func (h *Handler) HandleAttempt(ctx context.Context, a *engine.Attempt) (payloads []history.Payload, err error) {
+func (h *Handler) HandleAttempt(ctx context.Context, a *edge.Attempt) (events edge.Events, err error) {
 	ctx, tr := h.startAttemptTrace(ctx, a, a.State().Attempt)
-	defer func() { tr.end(err, payloads) }()
-	payloads, err = h.handleAttempt(ctx, a, tr)
+	defer func() { tr.end(err, events.Payloads()) }()
+	events, err = h.handleAttempt(ctx, a, tr)
 	if err == nil {
-		err = closeChildren(a, payloads)
+		err = closeChildren(a, events.Payloads())
 	}
-	return payloads, err
+	return events, err
 }
 
 // closeChildren applies the parent close policy of the task's unfinished
 // children when payloads end it other than completed, before they are
 // appended: a crash between the two runs the attempt again, which closes
 // them again (harmlessly) before it ends the task.
-func closeChildren(a *engine.Attempt, payloads []history.Payload) error {
+func closeChildren(a *edge.Attempt, payloads []history.Payload) error {
 	if len(payloads) == 0 || len(a.State().Children) == 0 {
 		return nil
 	}
@@ -145,7 +147,7 @@ func closeChildren(a *engine.Attempt, payloads []history.Payload) error {
 }
 
 // startChildren writes a run's child starts for attempt a.
-func startChildren(a *engine.Attempt, reqs []interpreter.ChildRequest) error {
+func startChildren(a *edge.Attempt, reqs []interpreter.ChildRequest) error {
 	children := make([]store.ChildStart, len(reqs))
 	now := engine.Now()
 	for i, r := range reqs {
@@ -178,13 +180,13 @@ func startChildren(a *engine.Attempt, reqs []interpreter.ChildRequest) error {
 // idempotency key is held by a task that is not its child.
 const KindChildKeyTaken = "child_key_taken"
 
-func (h *Handler) handleAttempt(ctx context.Context, a *engine.Attempt, tr *attemptTrace) ([]history.Payload, error) {
+func (h *Handler) handleAttempt(ctx context.Context, a *edge.Attempt, tr *attemptTrace) (edge.Events, error) {
 	key := store.TypeKey{Type: a.Task.Type, Version: a.Task.TypeVersion}
 	typ, ok := h.types[key]
 	state := a.State()
 	if !ok {
 		// Claims filter by registered types, so this is a wiring bug.
-		return nil, errors.AssertionFailedf("claimed task %s of unregistered type %s", a.Task.ID, key)
+		return edge.Events{}, errors.AssertionFailedf("claimed task %s of unregistered type %s", a.Task.ID, key)
 	}
 	if state.Compensation != nil || state.CancelRequested {
 		// A cancel or compensation request, or compensation cut short by
@@ -193,23 +195,23 @@ func (h *Handler) handleAttempt(ctx context.Context, a *engine.Attempt, tr *atte
 		if state.Compensation != nil {
 			cause = state.Compensation.Cause
 		}
-		return h.compensate(a, typ, compensationReason(state), cause, nil)
+		return h.compensate(a, typ, compensationReason(state), cause, edge.Events{})
 	}
 	if h.maxHistory > 0 && state.LastSeq >= h.maxHistory {
 		info := history.ErrorInfo{Class: history.Permanent, Kind: KindHistoryTooLarge, ClassifiedBy: "rule:" + KindHistoryTooLarge,
 			Message: h.historyTooLarge(state.LastSeq).Error()}
 		if len(compensablePositions(state)) > 0 {
-			return h.compensate(a, typ, history.CompensateFailed, &info, nil)
+			return h.compensate(a, typ, history.CompensateFailed, &info, edge.Events{})
 		}
-		return h.giveUp(typ, state, info, "history too large"), nil
+		return a.Encode(ctx, h.giveUp(typ, state, info, "history too large")...)
 	}
 	state, err := resolveOutputs(ctx, a, state)
 	if err != nil {
-		return h.unreadableOutput(typ, state, err)
+		return h.unreadableOutput(ctx, a, typ, state, err)
 	}
-	input, err := resolveInput(ctx, a)
+	input, err := a.Input(ctx)
 	if err != nil {
-		return h.unreadableOutput(typ, state, err)
+		return h.unreadableOutput(ctx, a, typ, state, err)
 	}
 	taskID := a.Task.ID.String()
 	runCtx, irreversibleCtx := ctx, a.LeaseContext()
@@ -220,9 +222,9 @@ func (h *Handler) handleAttempt(ctx context.Context, a *engine.Attempt, tr *atte
 				Message: fmt.Sprintf("deadline %s passed before attempt %d began", dl.Format(time.RFC3339), state.Attempt),
 			}
 			if len(compensablePositions(state)) > 0 {
-				return h.compensate(a, typ, history.CompensateFailed, &info, nil)
+				return h.compensate(a, typ, history.CompensateFailed, &info, edge.Events{})
 			}
-			return h.giveUp(typ, state, info, "deadline passed"), nil
+			return a.Encode(ctx, h.giveUp(typ, state, info, "deadline passed")...)
 		}
 		var cancel, cancelIrreversible context.CancelFunc
 		runCtx, cancel = context.WithDeadlineCause(ctx, *dl, errDeadline)
@@ -230,9 +232,8 @@ func (h *Handler) handleAttempt(ctx context.Context, a *engine.Attempt, tr *atte
 		irreversibleCtx, cancelIrreversible = context.WithDeadlineCause(irreversibleCtx, *dl, errDeadline)
 		defer cancelIrreversible()
 	}
-	var refused *history.StepCompletedData       // the step whose output Record refused as too large
-	childOutputs := map[string]json.RawMessage{} // children's outputs kept by reference, read this attempt
-	children := &childrenView{cache: childOutputs}
+	var refused *history.StepCompletedData // the step whose output Record refused as too large
+	children := &childrenView{}
 	res := interpreter.Run(interpreter.RunParams{
 		TaskID: taskID, Attempt: state.Attempt, Steps: state.Steps, Ahead: state.Ahead,
 		Context: runCtx, Stopping: a.Stopping(),
@@ -251,7 +252,7 @@ func (h *Handler) handleAttempt(ctx context.Context, a *engine.Attempt, tr *atte
 		StepDone: tr.stepDone,
 		Timer:    state.Timer, Mailbox: func() interpreter.Mailbox {
 			state := a.State()
-			state.Signals = resolvedSignals(a.DurableContext(), a, state.Signals, childOutputs)
+			state.Signals = a.Signals(a.DurableContext(), state.Signals)
 			return interpreter.MailboxOf(state)
 		}, Now: engine.Now,
 		Children:           func() []history.Child { return children.get(a.DurableContext(), a) },
@@ -268,16 +269,16 @@ func (h *Handler) handleAttempt(ctx context.Context, a *engine.Attempt, tr *atte
 			// Record even if the attempt context was cancelled by a stop
 			// while the step ran: the step did finish. The lease fence
 			// still refuses a stale attempt.
-			step, err := h.offload(a, step)
-			if err != nil {
-				return err
-			}
 			if err := h.oversizedStep(step); err != nil {
 				done := step.(history.StepCompletedData)
 				refused = &done
 				return err
 			}
-			if err := a.Append(a.DurableContext(), step); err != nil {
+			ev, err := h.encodeStep(a, step)
+			if err != nil {
+				return err
+			}
+			if err := a.Append(a.DurableContext(), ev); err != nil {
 				return err
 			}
 			// The step ran and is recorded (so compensated if it must be);
@@ -288,17 +289,25 @@ func (h *Handler) handleAttempt(ctx context.Context, a *engine.Attempt, tr *atte
 			return nil
 		},
 	}, typ.Func, input)
+	// The outputs are checked as they are before they pass through the
+	// stage (one kept by reference is not over the limit), then encoded
+	// (kept as blobs, sealed): a failure there fails the run.
+	res = h.limitOutputs(res, refused)
+	var pending edge.Events // res.Pending, encoded
 	if res.Pending != nil {
-		if res.Pending, err = h.offload(a, res.Pending); err != nil && res.Err == nil {
-			res.Pending, res.Err = nil, err
+		if pending, err = h.encodeStep(a, res.Pending); err != nil {
+			if res.Err == nil {
+				res.Err = err
+			}
+			res.Pending = nil
 		}
 	}
+	var completed edge.Events // task_completed with res.Output, encoded
 	if res.Err == nil {
-		if res.Output, err = h.offloadOutput(a, res.Output); err != nil {
+		if completed, err = h.encodeOutput(a, res.Output); err != nil {
 			res.Err = err
 		}
 	}
-	res = h.limitOutputs(res, refused)
 	if res.Err != nil && errors.Is(context.Cause(runCtx), errDeadline) {
 		res.Err = errmark.Mark(res.Err, errDeadline)
 	}
@@ -307,35 +316,43 @@ func (h *Handler) handleAttempt(ctx context.Context, a *engine.Attempt, tr *atte
 		// was cancelled), or it finished with a step the cancel did not stop
 		// (an irreversible one): a cancel recorded before the task's end
 		// wins, so undo what it completed rather than complete.
-		return h.compensate(a, typ, history.CompensateCancelled, nil, res.Pending)
+		return h.compensate(a, typ, history.CompensateCancelled, nil, pending)
 	}
-	payloads, err := h.outcome(ctx, a, typ, res)
-	payloads = withStepUsage(payloads, res.StepUsage)
-	var ec *errCompensate
-	if errors.As(err, &ec) {
-		return h.compensate(a, typ, history.CompensateFailed, &ec.cause, res.Pending)
+	events := completed
+	if res.Err != nil {
+		payloads, err := h.outcome(ctx, a, typ, res)
+		payloads = withStepUsage(payloads, res.StepUsage)
+		var ec *errCompensate
+		if errors.As(err, &ec) {
+			return h.compensate(a, typ, history.CompensateFailed, &ec.cause, pending)
+		}
+		if err != nil {
+			if res.Pending != nil {
+				// No outcome to write it with (the task is released, or the
+				// attempt interrupted): record the finished step on its own,
+				// so it does not run again.
+				if recErr := a.Append(a.DurableContext(), pending); recErr != nil {
+					h.logger.Warn("worker: record last step", "task_id", a.Task.ID, "err", recErr.Error())
+				}
+			}
+			return edge.Events{}, err
+		}
+		if events, err = a.Encode(ctx, payloads...); err != nil {
+			return edge.Events{}, err
+		}
 	}
 	if res.Pending == nil {
-		return payloads, err
-	}
-	if err != nil {
-		// No outcome to write it with (the task is released, or the
-		// attempt interrupted): record the finished step on its own, so it
-		// does not run again.
-		if recErr := a.Append(a.DurableContext(), res.Pending); recErr != nil {
-			h.logger.Warn("worker: record last step", "task_id", a.Task.ID, "err", recErr.Error())
-		}
-		return payloads, err
+		return events, nil
 	}
 	// The last step's completion goes in the same append as the outcome:
 	// one round trip and one row update fewer per task.
-	return append([]history.Payload{res.Pending}, payloads...), nil
+	return pending.Then(events), nil
 }
 
 // cancelRequested says whether the task's cancel reached the attempt: its
 // context was cancelled for it, or an append of the attempt's brought the
 // cancel_requested into its state.
-func cancelRequested(ctx context.Context, a *engine.Attempt) bool {
+func cancelRequested(ctx context.Context, a *edge.Attempt) bool {
 	return errors.Is(context.Cause(ctx), engine.ErrCancelRequested) || a.State().CancelRequested
 }
 
@@ -358,11 +375,9 @@ const kindDeadline = "schedule_to_close_timeout"
 
 var errDeadline = errors.New("task deadline passed")
 
-// outcome maps a run's result to the events that end the attempt.
-func (h *Handler) outcome(ctx context.Context, a *engine.Attempt, typ Type, res interpreter.Result) ([]history.Payload, error) {
-	if res.Err == nil {
-		return []history.Payload{history.TaskCompletedData{Output: res.Output}}, nil
-	}
+// outcome maps the result of a run that did not complete (res.Err) to
+// the events that end the attempt.
+func (h *Handler) outcome(ctx context.Context, a *edge.Attempt, typ Type, res interpreter.Result) ([]history.Payload, error) {
 	var sleep *interpreter.SleepRequest
 	if errors.As(res.Err, &sleep) {
 		// The attempt ends here; the task is due again when the timer fires.
@@ -405,7 +420,7 @@ func (h *Handler) outcome(ctx context.Context, a *engine.Attempt, typ Type, res 
 		}
 	}
 	elapsed := now.Sub(state.Budget.Since)
-	info := h.classify(a, typ, res, state.Budget.Attempts, elapsed)
+	info := h.classify(a.Task, typ, res, state.Budget.Attempts, elapsed)
 	policy := typ.Retry
 	// As started (StartOpts.MaxAttempts, ChildOpts.MaxAttempts may override
 	// the type's), read as the rescuer reads it: 0 is the default budget.
@@ -457,7 +472,7 @@ func withStepUsage(payloads []history.Payload, usage []history.Usage) []history.
 	return payloads
 }
 
-var _ engine.Handler = (*Handler)(nil)
+var _ edge.Handler = (*Handler)(nil)
 
 // KindHistoryTooLarge is the error kind of a task whose history reached
 // the worker's MaxHistoryEvents.

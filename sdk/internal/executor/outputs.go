@@ -27,13 +27,21 @@ func payloadTooLarge(what string, size, limit int) error {
 }
 
 // oversizedStep returns the error for p when it is a step's completion
-// with an output over the handler's limit, else nil.
+// with an output over the handler's limit that stays in place, else nil.
 func (h *Handler) oversizedStep(p history.Payload) error {
 	step, ok := p.(history.StepCompletedData)
-	if !ok || h.maxPayload <= 0 || len(step.Output) <= h.maxPayload {
+	if !ok || !h.overLimit(step.Output) {
 		return nil
 	}
 	return payloadTooLarge(fmt.Sprintf("the output of step %d (%s)", step.Position, step.Name), len(step.Output), h.maxPayload)
+}
+
+// overLimit reports whether an output is over MaxPayloadBytes and stays
+// in the history: one over the blob threshold is kept by reference when
+// it is encoded (bounded by payload.MaxBlobBytes then).
+func (h *Handler) overLimit(out []byte) bool {
+	byReference := h.blobThreshold > 0 && len(out) > h.blobThreshold
+	return h.maxPayload > 0 && len(out) > h.maxPayload && !byReference
 }
 
 // limitOutputs turns a run whose unrecorded last step (res.Pending) or
@@ -48,7 +56,7 @@ func (h *Handler) limitOutputs(res interpreter.Result, refused *history.StepComp
 	if err := h.oversizedStep(res.Pending); err != nil {
 		return failedOnOutput(res, err, res.Pending.(history.StepCompletedData))
 	}
-	if res.Err == nil && h.maxPayload > 0 && len(res.Output) > h.maxPayload {
+	if res.Err == nil && h.overLimit(res.Output) {
 		res.Err, res.Output = payloadTooLarge("the workflow's output", len(res.Output), h.maxPayload), nil
 	}
 	return res

@@ -5,9 +5,9 @@ import (
 	"strconv"
 	"sync"
 
-	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/internal/interpreter"
+	"github.com/cairnflow/cairn/sdk/internal/edge"
 	"github.com/cockroachdb/errors"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -33,7 +33,7 @@ type attemptTrace struct {
 // startAttemptTrace begins the attempt's span: a child of the task's
 // trace context (its trace id, a W3C traceparent or 32 hex digits), or a
 // new trace when it has none.
-func (h *Handler) startAttemptTrace(ctx context.Context, a *engine.Attempt, attempt int) (context.Context, *attemptTrace) {
+func (h *Handler) startAttemptTrace(ctx context.Context, a *edge.Attempt, attempt int) (context.Context, *attemptTrace) {
 	if h.tracerProvider == nil {
 		return ctx, &attemptTrace{}
 	}

@@ -7,10 +7,11 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/cairnflow/cairn/engine"
-	"github.com/cairnflow/cairn/engine/store"
-	"github.com/cairnflow/cairn/sdk"
 	"github.com/cockroachdb/errors"
+
+	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/payload"
+	"github.com/cairnflow/cairn/sdk"
 )
 
 // Problem is an RFC 9457 problem detail, the body of every error response
@@ -176,7 +177,7 @@ func ProblemFor(err error) *Problem {
 			detail += " (hint: " + hint + ")"
 		}
 		return NewProblem(http.StatusBadRequest, CodeFilterFailed, detail)
-	case errors.Is(err, engine.ErrPayloadSealed):
+	case errors.Is(err, payload.ErrSealed):
 		// Its task was erased (its key destroyed), or this server has
 		// no key for it: either way it cannot be read, ever, here.
 		return NewProblem(http.StatusGone, CodeSealed,

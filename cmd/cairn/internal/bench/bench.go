@@ -37,6 +37,7 @@ import (
 	"github.com/cairnflow/cairn/engine/sqlitestore"
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/internal/errmark"
+	"github.com/cairnflow/cairn/payload/seal"
 	"github.com/cairnflow/cairn/sdk"
 	"github.com/cairnflow/cairn/workflow"
 )
@@ -95,10 +96,10 @@ type Config struct {
 	// Worker reads its orders from Stdin (default os.Stdin).
 	Stdout, Stderr io.Writer
 	Stdin          io.Reader
-	// Codec, when set, encrypts the payloads of the namespaces it has keys
-	// for (the bench's own when it lists it): its clients and workers seal
-	// and open, to measure what encryption at rest costs.
-	Codec *engine.Codec
+	// Keys, when set, encrypt the payloads of the namespaces they have
+	// keys for (the bench's own when they list it): its clients and
+	// workers seal and open, to measure what encryption at rest costs.
+	Keys *seal.Keys
 }
 
 // withDefaults fills the zero values Config documents.
@@ -362,7 +363,7 @@ func newBenchWorkerWithMetrics(t benchTarget, cfg *Config, concurrency int, onSt
 		Pool: t.pool, Store: t.store(), Schema: cfg.Schema, ListenURL: cfg.ListenURL, Namespace: cfg.Namespace, Concurrency: concurrency,
 		PollInterval: benchWorkerPollInterval,
 		Logger:       benchLogger(),
-		Metrics:      metrics, DefaultRetention: retention, Codec: cfg.Codec,
+		Metrics:      metrics, DefaultRetention: retention, Keys: cfg.Keys,
 	})
 	if err != nil {
 		return nil, err

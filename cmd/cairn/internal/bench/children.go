@@ -212,7 +212,7 @@ func Children(ctx context.Context, cfg Config, p ChildrenParams) error {
 		w, err := sdk.NewWorker(sdk.WorkerConfig{
 			Pool: target.pool, Store: target.store(), Schema: env.cfg.Schema, ListenURL: env.cfg.ListenURL,
 			Namespace: env.cfg.Namespace, Concurrency: p.Concurrency, PollInterval: benchWorkerPollInterval,
-			Logger: benchLogger(), Codec: env.cfg.Codec,
+			Logger: benchLogger(), Keys: env.cfg.Keys,
 		})
 		if err != nil {
 			return err

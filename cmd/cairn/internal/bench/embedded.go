@@ -60,14 +60,14 @@ func openEmbeddedBench(ctx context.Context, cfg Config, mode string) (*benchEnv,
 // clientConfig is the configuration of a client on the bench's database.
 func (e *benchEnv) clientConfig() sdk.ClientConfig {
 	if e.lite != nil {
-		return sdk.ClientConfig{Store: e.lite, Namespace: e.cfg.Namespace, Codec: e.cfg.Codec}
+		return sdk.ClientConfig{Store: e.lite, Namespace: e.cfg.Namespace, Keys: e.cfg.Keys}
 	}
-	return sdk.ClientConfig{Pool: e.obs.pool, Schema: e.cfg.Schema, ListenURL: e.cfg.ListenURL, Namespace: e.cfg.Namespace, Codec: e.cfg.Codec}
+	return sdk.ClientConfig{Pool: e.obs.pool, Schema: e.cfg.Schema, ListenURL: e.cfg.ListenURL, Namespace: e.cfg.Namespace, Keys: e.cfg.Keys}
 }
 
 // clientConfig is the configuration of a client on t.
 func (t benchTarget) clientConfig(cfg Config) sdk.ClientConfig {
-	return sdk.ClientConfig{Pool: t.pool, Store: t.store(), Schema: cfg.Schema, ListenURL: cfg.ListenURL, Namespace: cfg.Namespace, Codec: cfg.Codec}
+	return sdk.ClientConfig{Pool: t.pool, Store: t.store(), Schema: cfg.Schema, ListenURL: cfg.ListenURL, Namespace: cfg.Namespace, Keys: cfg.Keys}
 }
 
 // target opens what the workers use: a pool of maxConns on PostgreSQL, the

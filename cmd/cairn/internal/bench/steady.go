@@ -95,7 +95,7 @@ func Steady(ctx context.Context, cfg Config, p Params, vacuum bool) error {
 		w, err := sdk.NewWorker(sdk.WorkerConfig{
 			Pool: target.pool, Schema: env.cfg.Schema, ListenURL: env.cfg.ListenURL, Namespace: env.cfg.Namespace, Concurrency: f.Concurrency,
 			PollInterval: benchWorkerPollInterval, RescueInterval: time.Second,
-			DefaultRetention: f.Retention, DefaultKeyRetention: steadyKeyRetention, Codec: env.cfg.Codec,
+			DefaultRetention: f.Retention, DefaultKeyRetention: steadyKeyRetention, Keys: env.cfg.Keys,
 			Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		})
 		if err != nil {

@@ -206,7 +206,7 @@ func waitingRun(ctx context.Context, env *benchEnv, f *Params, n int, vacuum boo
 	// but room to park the backlog quickly.
 	w, err := sdk.NewWorker(sdk.WorkerConfig{
 		Pool: target.pool, Schema: env.cfg.Schema, ListenURL: env.cfg.ListenURL, Namespace: env.cfg.Namespace,
-		Concurrency: f.Concurrency, Codec: env.cfg.Codec,
+		Concurrency: f.Concurrency, Keys: env.cfg.Keys,
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
 	if err != nil {

@@ -1,0 +1,107 @@
+package edge
+
+import (
+	"context"
+
+	"github.com/cockroachdb/errors"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/cairnflow/cairn/engine/pgstore"
+	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/internal/errmark"
+	"github.com/cairnflow/cairn/payload"
+)
+
+// Start writes the tasks ps start, their inputs encoded: in one statement
+// for one task, in one transaction for many (see store.Store's
+// TaskStart and TaskStartMany). Each start gets its id here, which the
+// stage keeps its blobs and data key under. What encoding readied for a
+// start that made no task (its key was taken, or the batch failed) is
+// undone.
+func (e *Store) Start(ctx context.Context, ps []*store.TaskStartParams) ([]store.TaskStartResult, error) {
+	enc, err := e.encodeStarts(ctx, ps)
+	if err != nil {
+		return nil, err
+	}
+	qs := startParams(ps, enc)
+	var res []store.TaskStartResult
+	if len(qs) == 1 {
+		var one store.TaskStartResult
+		if one, err = e.st.TaskStart(ctx, qs[0]); err == nil {
+			res = []store.TaskStartResult{one}
+		}
+	} else {
+		res, err = e.st.TaskStartMany(ctx, qs)
+	}
+	e.stage.Discard(ctx, enc, func(i int) bool { return err == nil && !res[i].Existing })
+	return res, err
+}
+
+// StartTx is [Store.Start] of one task inside the caller's transaction
+// (pgstore's TaskStartTx): on another store than PostgreSQL's it fails
+// with an error marked [store.ErrUnsupported].
+func (e *Store) StartTx(ctx context.Context, tx pgx.Tx, p *store.TaskStartParams) (store.TaskStartResult, error) {
+	pg, ok := e.st.(*pgstore.Store)
+	if !ok {
+		return store.TaskStartResult{}, errmark.Mark(errors.Newf("a pgx transaction needs the PostgreSQL store, not %T", e.st), store.ErrUnsupported)
+	}
+	enc, err := e.encodeStarts(ctx, []*store.TaskStartParams{p})
+	if err != nil {
+		return store.TaskStartResult{}, err
+	}
+	return pg.TaskStartTx(ctx, tx, startParams([]*store.TaskStartParams{p}, enc)[0])
+}
+
+// encodeStarts encodes the inputs of ps, each a new task's.
+func (e *Store) encodeStarts(ctx context.Context, ps []*store.TaskStartParams) (payload.Encoded, error) {
+	batch := make([]*payload.Payload, len(ps))
+	for i, p := range ps {
+		id := p.ID
+		if id == uuid.Nil {
+			var err error
+			if id, err = uuid.NewV7(); err != nil {
+				return payload.Encoded{}, errors.Wrap(err, "new task id")
+			}
+		}
+		batch[i] = &payload.Payload{Namespace: p.Namespace, Task: id, Kind: payload.Input, Data: p.Scheduled.Input,
+			Start: &payload.Start{Keyed: p.Scheduled.IdempotencyKey != ""}}
+	}
+	return e.stage.Encode(ctx, batch)
+}
+
+// startParams returns ps with what enc holds of them in place: their ids,
+// inputs, data keys and blobs. It is where a start takes its payload.
+func startParams(ps []*store.TaskStartParams, enc payload.Encoded) []*store.TaskStartParams {
+	out := make([]*store.TaskStartParams, len(ps))
+	for i, p := range ps {
+		pl := enc.At(i)
+		q := *p
+		q.ID, q.Scheduled.Input, q.DataKey, q.Blobs = pl.Task, pl.Data, pl.Start.DataKey, storeBlobs(pl.Start.Blobs)
+		out[i] = &q
+	}
+	return out
+}
+
+// Signal writes the signal p describes, its payload encoded (kept as a
+// blob of the task when it is over the threshold and sent by id).
+func (e *Store) Signal(ctx context.Context, p *store.TaskSignalParams) (store.SignalResult, error) {
+	enc, err := e.stage.Encode(ctx, []*payload.Payload{{Namespace: p.Namespace, Task: p.TaskID, Kind: payload.Signal, Data: p.Payload}})
+	if err != nil {
+		return store.SignalResult{}, errors.Wrapf(err, "signal %q: encode the payload", p.Name)
+	}
+	q := *p
+	q.Payload = enc.At(0).Data
+	return e.st.TaskSignal(ctx, &q)
+}
+
+// Schedule writes a schedule, its input encoded: it belongs to no
+// task, so it is sealed with the namespace's key and stays in place.
+func (e *Store) Schedule(ctx context.Context, sc store.Schedule) error {
+	enc, err := e.stage.Encode(ctx, []*payload.Payload{{Namespace: sc.Namespace, Kind: payload.ScheduleInput, Data: sc.Input}})
+	if err != nil {
+		return errors.Wrapf(err, "schedule %s: encode the input", sc.Name)
+	}
+	sc.Input = enc.At(0).Data
+	return e.st.ScheduleCreate(ctx, sc)
+}
