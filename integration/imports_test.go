@@ -29,7 +29,7 @@ var allowedImports = map[string][]string{
 	"internal/bucket":          {},
 	"internal/s3test":          {},
 	"engine/enginetest":        {"engine", "engine/store", "engine/pgstore", "engine/sqlitestore", "history"},
-	"engine/storetest":         {"engine", "engine/store", "engine/enginetest", "history"},
+	"engine/storetest":         {"engine", "engine/store", "engine/enginetest", "history", "payload", "payload/seal", "payload/offload"},
 	"history/historytest":      {"history"},
 	"payload":                  {"history"},
 	"payload/seal":             {"history", "payload", "internal/jsoncheck"},

@@ -19,9 +19,9 @@ import (
 // such listing (only tests need one), so TaskIDs reads the driver under s
 // with SQL of its own: a [pgstore.Store]'s schema, a [sqlitestore.Store]'s
 // file. A decorator over the seam (one with an Unwrap method, or one that
-// embeds a store.Store, as engine.SealedStore, engine.BlobStore and the
-// SDK's metrics decorator do) is looked through. Another store fails the
-// test.
+// embeds a store.Store, as the tests' fault injectors and the conformance
+// suite's wiring under the payload codecs do) is looked through. Another
+// store fails the test.
 func TaskIDs(tb testing.TB, s store.Store) []uuid.UUID {
 	tb.Helper()
 	ctx := context.Background()

@@ -39,6 +39,13 @@ func TestObserver(t *testing.T) {
 	})
 }
 
+// TestStoreConformanceEncoded runs the suite under the payload codecs
+// (offloading, encryption), as production writes: the driver holds only
+// encoded payloads.
+func TestStoreConformanceEncoded(t *testing.T) {
+	storetest.RunEncoded(t, func(t *testing.T) store.Store { return newStore(t) })
+}
+
 // TestBrokenScheduleIsSkipped spoils a schedule's row under the store (an
 // empty task type, which no start accepts).
 func TestBrokenScheduleIsSkipped(t *testing.T) {

@@ -46,15 +46,25 @@ type conformanceTest struct {
 }
 
 // tests lists the suite, grouped by area; each group lives in its own file.
-func tests() []conformanceTest {
+// Under the payload codecs ([RunEncoded]) the groups of what the codecs
+// own themselves (blob rows, data keys), which their tests write and read
+// as the codecs would, are left out.
+func tests(encoded bool) []conformanceTest {
 	var all []conformanceTest
 	for _, group := range [][]conformanceTest{
 		taskTests, claimTests, appendTests, leaseTests, requestTests, queueTests, leaderTests, scheduleTests, taskTypeTests, readTests,
-		listingTests, seriesTests, flowTests, signalTests, childTests, retentionTests, blobTests, dataKeyTests,
+		listingTests, seriesTests, flowTests, signalTests, childTests, retentionTests,
 	} {
 		all = append(all, group...)
 	}
-	return append(all, transactionTests()...)
+	if !encoded {
+		// What the payload codecs own (blob rows, data keys), and the
+		// transactions, whose statements the SDK's edge does not run yet.
+		all = append(all, blobTests...)
+		all = append(all, dataKeyTests...)
+		all = append(all, transactionTests()...)
+	}
+	return all
 }
 
 // Run runs every conformance test against stores made by newStore; each
@@ -65,14 +75,28 @@ func tests() []conformanceTest {
 // agrees with its projection row.
 func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 	t.Helper()
-	for _, tc := range tests() {
+	run(t, newStore, nil)
+}
+
+// run runs the suite; each test writes through wrap(s) when wrap is set,
+// and ends by checking the store s itself.
+func run(t *testing.T, newStore func(t *testing.T) store.Store, wrap func(t *testing.T, s store.Store) store.Store) {
+	t.Helper()
+	for _, tc := range tests(wrap != nil) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			s := newStore(t)
 			require.NotNil(t, s, "newStore returned nil")
-			tc.run(t, s)
+			through := s
+			if wrap != nil {
+				through = wrap(t, s)
+			}
+			tc.run(t, through)
 			if !t.Failed() {
 				requireReplayMatches(t, s)
+			}
+			if wrap != nil && !t.Failed() {
+				requireEncoded(t, s)
 			}
 		})
 	}

@@ -135,21 +135,16 @@ func (c *Codec) encode(ctx context.Context, p *payload.Payload) error {
 		p.Data = sealInto(aead, []byte(sealedBlobMagic), p.Data, blobAD(p.BlobKey))
 	case p.Task == uuid.Nil:
 		p.Data = c.keys.sealWithNamespaceKey(ns, p.Data)
-	case p.Kind == payload.Signal:
-		aead, err := c.dataKey(ctx, ns, p.Task, true)
-		if errors.Is(err, errNoDataKey) {
-			// No key, and none can be given: the task has finished (the
-			// store refuses the signal) or is gone (not found). Nothing is
-			// written either way; the store says which.
+	default:
+		aead, err := c.keyOf(ctx, p)
+		if p.Start == nil && errors.Is(err, errNoDataKey) {
+			// No key, and none can be given: the task has finished or is
+			// gone, and the store refuses what carries the payload (a
+			// signal, an append) as it would refuse it in clear, saying
+			// which. It is sealed all the same, with the namespace key.
 			p.Data = c.keys.sealWithNamespaceKey(ns, p.Data)
 			return nil
 		}
-		if err != nil {
-			return err
-		}
-		p.Data = sealPayload(aead, p.Task, p.Data, nil)
-	default:
-		aead, err := c.keyOf(ctx, p)
 		if err != nil {
 			return err
 		}
