@@ -20,7 +20,7 @@ const SealedMember = "cairn_sealed"
 // the ciphertext.
 //
 // The history package only recognises the shape; the cryptography is
-// engine's (engine.Codec).
+// payload/seal's.
 type Sealed struct {
 	V      int    `json:"v"`
 	Task   string `json:"task,omitempty"`

@@ -41,7 +41,17 @@
 // dies (SIGKILL, a crash) leaves its tasks to their leases' expiry.
 //
 // Metrics ([WorkerConfig.Metrics], [ClientConfig.Metrics]) count whatever
-// the store: a PostgreSQL pool, or a Store such as engine/sqlitestore's.
+// the store: a PostgreSQL pool, or a Store such as engine/sqlitestore's
+// (attached to it, store.Store.ObserverAttach; a store made with its own
+// Config.Metrics counts into those).
+//
+// Every payload passes through the payload stage (package payload) at the
+// SDK's edge, sdk/internal/edge, the only writer of payloads: inputs kept
+// by reference over [ClientConfig.BlobThreshold] (outputs over
+// [WorkerConfig.BlobThreshold]) and sealed when [ClientConfig.Keys] and
+// [WorkerConfig.Keys] encrypt the namespace (payload/seal); what the
+// client and the worker read is decoded there. The store holds only what
+// the stage encoded.
 //
 // Namespaces may live on several databases (cells): open them with
 // pgstore.OpenCells, place them with engine.NewCells, and give the result
@@ -69,7 +79,7 @@
 // programming model) and activities (step runtime, retries). What happens
 // to an attempt (running the workflow, classifying a failure, deciding on
 // a retry, compensating) is the attempt executor's, in sdk/internal/executor,
-// which the Worker hands to the engine; the interpreter that runs a
+// which the Worker hands to the engine behind the edge; the interpreter that runs a
 // workflow against its history is internal/interpreter. The package may
 // import all of them.
 package sdk

@@ -15,13 +15,12 @@ import (
 	"github.com/cairnflow/cairn/payload/seal"
 )
 
-// memKeys keeps data keys in memory, as the tasks' rows would: a task of
-// running holds one, a finished one gets none.
+// memKeys keeps data keys in memory, as the tasks' rows would: a running
+// task may be given one, a finished one may not.
 type memKeys struct {
 	mu      sync.Mutex
 	keys    map[uuid.UUID][]byte
 	running map[uuid.UUID]bool
-	lookups int
 }
 
 func newMemKeys() *memKeys {
