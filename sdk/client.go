@@ -690,10 +690,12 @@ func (c *Client) Wait(ctx context.Context, id uuid.UUID) (*TaskInfo, error) {
 		}
 		select {
 		case <-ctx.Done():
-			if opened, err := c.opened(ctx, info); err == nil {
+			// Not finished: no output to read back, the input opened (past
+			// the caller's end: a key read, at most).
+			if opened, err := c.opened(context.WithoutCancel(ctx), info); err == nil {
 				info = opened
 			}
-			return info, ctx.Err() // not finished: no output to read back
+			return info, ctx.Err()
 		case <-finished:
 			read = true
 		case <-timer.C:
