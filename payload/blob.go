@@ -14,7 +14,7 @@ import (
 	"github.com/cairnflow/cairn/internal/errmark"
 )
 
-// Blob is a blob as a [BlobStore] keeps it: bytes a task owns, removed
+// Blob is a blob as a [Blobs] keeps it: bytes a task owns, removed
 // with it. Data is as the stage encoded it (sealed, when the task's
 // payloads are encrypted); SHA256 is always the digest of the bytes
 // before encoding, what a reference records.
@@ -37,11 +37,11 @@ type Blob struct {
 	Archived *Archived
 }
 
-// BlobStore keeps blobs for a [Stage]: the database's blobs table, with
+// Blobs keeps blobs for a [Stage]: the database's blobs table, with
 // the bytes in the database or in a bucket beside it (payload/offload's
 // Store). The SDK adapts its store to it. Its methods are called from the
 // goroutine of the read or write; it is safe for concurrent use.
-type BlobStore interface {
+type Blobs interface {
 	// BlobPut writes a blob now, bytes and row. A key is written once.
 	BlobPut(ctx context.Context, b *Blob) error
 	// BlobGet reads blob key of namespace with its bytes; a blob not

@@ -26,7 +26,7 @@
 // This package makes and opens them.
 //
 // Codecs that need storage (data keys, blobs) take small interfaces
-// declared here and in their packages ([BlobStore], seal.DataKeys); the
+// declared here and in their packages ([Blobs], seal.DataKeys); the
 // SDK adapts its store to them.
 //
 // It imports history and leaf helpers only.

@@ -155,7 +155,7 @@ var (
 	// and the limit.
 	ErrTooLarge = errors.New("payload too large")
 	// ErrNotFound marks a blob that does not exist in the namespace, or is
-	// not one of the task a reference was resolved for. A [BlobStore]
+	// not one of the task a reference was resolved for. A [Blobs]
 	// marks its own misses with it.
 	ErrNotFound = errors.New("blob not found")
 )

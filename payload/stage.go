@@ -14,12 +14,12 @@ import (
 // through between a store and its users. It is safe for concurrent use.
 type Stage struct {
 	codecs []Codec
-	blobs  BlobStore
+	blobs  Blobs
 }
 
 // NewStage returns the stage of codecs, in their encoding order, keeping
 // blobs in blobs. With no codec, payloads pass as they are.
-func NewStage(blobs BlobStore, codecs ...Codec) *Stage {
+func NewStage(blobs Blobs, codecs ...Codec) *Stage {
 	return &Stage{codecs: codecs, blobs: blobs}
 }
 

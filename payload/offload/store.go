@@ -18,7 +18,7 @@ type Table interface {
 	BlobGet(ctx context.Context, namespace, key string) (*payload.Blob, error)
 }
 
-// Store is the [payload.BlobStore] of a blobs table, keeping the bytes of
+// Store is the [payload.Blobs] of a blobs table, keeping the bytes of
 // the blobs it writes at a location (a directory or an S3-compatible
 // bucket): a blob goes to <namespace>/blobstore/<key>/<task>.blob there,
 // and its row names the location and holds no data. Reads follow the
@@ -43,7 +43,7 @@ func NewStore(table Table, location string) (*Store, error) {
 	return &Store{table: table, location: location}, nil
 }
 
-var _ payload.BlobStore = (*Store)(nil)
+var _ payload.Blobs = (*Store)(nil)
 
 // CheckLocation checks a blob store's location: file:///absolute/dir, or
 // s3://bucket/prefix?endpoint=host:port&secure=false&region=r, as an
@@ -57,7 +57,7 @@ func CheckLocation(location string) error {
 // Location is where the store writes blobs ("": the table).
 func (s *Store) Location() string { return s.location }
 
-// BlobPrepare implements [payload.BlobStore]: it writes b's bytes to the
+// BlobPrepare implements [payload.Blobs]: it writes b's bytes to the
 // bucket and returns the row to write in their place (b itself when
 // blobs stay in the table).
 func (s *Store) BlobPrepare(ctx context.Context, b *payload.Blob) (*payload.Blob, error) {
@@ -80,7 +80,7 @@ func (s *Store) BlobPrepare(ctx context.Context, b *payload.Blob) (*payload.Blob
 	return &row, nil
 }
 
-// BlobDiscard implements [payload.BlobStore]: it deletes the objects
+// BlobDiscard implements [payload.Blobs]: it deletes the objects
 // BlobPrepare wrote for rows that were not written, best effort.
 func (s *Store) BlobDiscard(ctx context.Context, rows []*payload.Blob) {
 	for _, b := range rows {
@@ -95,7 +95,7 @@ func (s *Store) BlobDiscard(ctx context.Context, rows []*payload.Blob) {
 	}
 }
 
-// BlobPut implements [payload.BlobStore].
+// BlobPut implements [payload.Blobs].
 func (s *Store) BlobPut(ctx context.Context, b *payload.Blob) error {
 	row, err := s.BlobPrepare(ctx, b)
 	if err != nil {
@@ -108,7 +108,7 @@ func (s *Store) BlobPut(ctx context.Context, b *payload.Blob) error {
 	return nil
 }
 
-// BlobGet implements [payload.BlobStore]: the bytes from the row's
+// BlobGet implements [payload.Blobs]: the bytes from the row's
 // location.
 func (s *Store) BlobGet(ctx context.Context, namespace, key string) (*payload.Blob, error) {
 	b, err := s.table.BlobGet(ctx, namespace, key)

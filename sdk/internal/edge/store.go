@@ -80,7 +80,7 @@ func New(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	var kept payload.BlobStore = blobs
+	var kept payload.Blobs = blobs
 	if cfg.ArchivedBlob != nil {
 		kept = archiving{Store: blobs, archived: cfg.ArchivedBlob}
 	}
