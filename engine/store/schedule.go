@@ -4,12 +4,15 @@ import (
 	"encoding/json"
 	"time"
 
+	"github.com/cairnflow/cairn/cairntype"
 	"github.com/cairnflow/cairn/history"
 	"github.com/cockroachdb/errors"
 	"github.com/robfig/cron/v3"
 )
 
-// Schedule is a cron schedule: at each tick, the leader starts a task of
+// Schedule is a cron schedule as the seam reads and writes it (users get
+// it back as a [cairntype.Schedule], which has the same fields, so one
+// converts to the other): at each tick, the leader starts a task of
 // TaskType with Input. Ticks missed while no leader ran (or while paused)
 // are not made up: the policy is "run the latest once" — one task for the
 // latest missed tick, then on schedule again.
@@ -38,16 +41,17 @@ type Schedule struct {
 	LastSkipReason string     // why: ScheduleSkipQueueFull or ScheduleSkipStartFailed; "" if no tick was ever skipped
 }
 
-// ScheduleSkipQueueFull is the reason of a tick skipped because its queue
-// was full (the start failed with ErrQueueFull).
-const ScheduleSkipQueueFull = "queue_full"
-
-// ScheduleSkipStartFailed is the reason of a tick skipped because its
-// task could not be started for another reason than a full queue (its
-// idempotency key taken by another input, say): the schedule is tried
-// again at its next tick or after ScheduleStartRetry, whichever is first,
-// so one broken schedule neither spins the leader nor holds the others.
-const ScheduleSkipStartFailed = "start_failed"
+// The reasons of a skipped tick (Schedule.LastSkipReason), cairntype's:
+// ScheduleSkipQueueFull when its queue was full (the start failed with
+// ErrQueueFull), ScheduleSkipStartFailed when its task could not be
+// started for another reason (its idempotency key taken by another input,
+// say): the schedule is tried again at its next tick or after
+// ScheduleStartRetry, whichever is first, so one broken schedule neither
+// spins the leader nor holds the others.
+const (
+	ScheduleSkipQueueFull   = cairntype.ScheduleSkipQueueFull
+	ScheduleSkipStartFailed = cairntype.ScheduleSkipStartFailed
+)
 
 // ScheduleStartRetry is how long a schedule whose start failed waits
 // before it is tried again (unless its next tick comes first).

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"time"
 
+	"github.com/cairnflow/cairn/cairntype"
 	"github.com/cairnflow/cairn/history"
 	"github.com/google/uuid"
 )
@@ -178,19 +179,10 @@ type TaskListParams struct {
 	MaxPayloadBytes int
 }
 
-// TaskType is a task type at one version that a worker has registered in a
-// namespace, with the defaults its definition gives: what a producer that
-// does not link the workflow code (the HTTP API) may start, and how.
-type TaskType struct {
-	Namespace       string        `json:"namespace"`
-	Type            string        `json:"type"`
-	Version         int           `json:"version"`
-	Queue           string        `json:"queue"`
-	MaxAttempts     int           `json:"max_attempts"`                // 0: history.DefaultMaxAttempts
-	ScheduleToClose time.Duration `json:"schedule_to_close,omitempty"` // 0: none
-	RegisteredBy    string        `json:"registered_by"`
-	RegisteredAt    time.Time     `json:"registered_at"`
-}
+// TaskType is [cairntype.TaskType]: the seam records and lists the value
+// users get back, under its seam name until the seam names cairntype
+// itself.
+type TaskType = cairntype.TaskType
 
 // TaskSignalParams describes a signal sent to a task: signal_received
 // appended to its history.
