@@ -71,7 +71,7 @@ type auditLine struct {
 func TestCLIAuditPrintsMatchingEventsAsJSONLines(t *testing.T) {
 	t.Parallel()
 	c := newCLI(t)
-	store := newClient(t, c.schema).Store()
+	store := newStore(t, enginetest.Pool(t), c.schema)
 	crm := failWith(t, store, "crm.sync", 429, 503, 429)
 	ocr := failWith(t, store, "ocr.scan", 503, 429)
 	failWith(t, store, "mail.send", 500)

@@ -153,7 +153,7 @@ func TestCancelRace(t *testing.T) {
 	require.Equal(t, tasks, counts[history.StatusCompleted]+counts[history.StatusCancelled], "every task ends completed or cancelled")
 	require.Positive(t, counts[history.StatusCancelled])
 	require.Positive(t, compensated, "some tasks were cancelled mid-run and compensated")
-	enginetest.RequireProjectionsMatch(t, client.Store())
+	enginetest.RequireProjectionsMatch(t, newStore(t, enginetest.Pool(t), schema))
 }
 
 // checkCancelledHistory checks one task of the race against its history and

@@ -266,7 +266,7 @@ func TestChaos(t *testing.T) {
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*), coalesce(sum(count - 1), 0) FROM `+chaosSchema+`.chaos_effects`).
 		Scan(&effects, &duplicates))
 	require.Equal(t, 3*len(accepted), effects, "each task's three steps had their effect")
-	enginetest.RequireProjectionsMatch(t, client.Store())
+	enginetest.RequireProjectionsMatch(t, newStore(t, pool, chaosSchema))
 
 	// How long a killed worker's tasks waited to run again.
 	var longest time.Duration

@@ -203,7 +203,7 @@ func TestChaosCrashingChildrenDeadLetterAtTheirBudget(t *testing.T) {
 		statuses[f.Position] = f.Status
 	}
 	require.Equal(t, map[int]history.Status{0: history.StatusDeadLettered, 1: history.StatusCompleted, 2: history.StatusDeadLettered}, statuses)
-	enginetest.RequireProjectionsMatch(t, client.Store())
+	enginetest.RequireProjectionsMatch(t, newStore(t, enginetest.Pool(t), schema))
 	t.Logf("crashing children: %d worker processes SIGKILLed by their step; each crashing task dead-lettered at attempt %d of %d",
 		restarts, crashKidsBudget, crashKidsBudget)
 }

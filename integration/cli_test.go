@@ -15,6 +15,7 @@ import (
 
 	"github.com/cairnflow/cairn/engine/enginetest"
 	"github.com/cairnflow/cairn/engine/sqlitestore"
+	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/sdk"
 	"github.com/google/uuid"
@@ -68,13 +69,23 @@ func (c *cli) client(t *testing.T) *sdk.Client {
 	if c.dbPath == "" {
 		return newClient(t, c.schema)
 	}
-	store, err := sqlitestore.Open(context.Background(), c.dbPath)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = store.Close() })
-	client, err := sdk.NewClient(sdk.ClientConfig{Store: store})
+	client, err := sdk.NewClient(sdk.ClientConfig{Store: c.store(t)})
 	require.NoError(t, err)
 	t.Cleanup(client.Close)
 	return client
+}
+
+// store opens the store the commands work in (the test schema, or the
+// embedded store's file), to read under the client.
+func (c *cli) store(t *testing.T) store.Store {
+	t.Helper()
+	if c.dbPath == "" {
+		return newStore(t, enginetest.Pool(t), c.schema)
+	}
+	s, err := sqlitestore.Open(context.Background(), c.dbPath)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	return s
 }
 
 // run runs a command to completion and returns its stdout; it fails the
@@ -166,7 +177,7 @@ func testDemoRunFinishesEveryTask(t *testing.T, c *cli) {
 	require.Contains(t, []history.Type{history.TaskCompleted, history.TaskFailed, history.TaskDeadLettered}, events[len(events)-1].Type)
 	require.Contains(t, typesOf(events), history.AttemptFailed, "a retried task's history shows the failed attempt")
 
-	enginetest.RequireProjectionsMatch(t, c.client(t).Store())
+	enginetest.RequireProjectionsMatch(t, c.store(t))
 }
 
 func typesOf(events []eventJSON) []history.Type {
@@ -226,7 +237,7 @@ func testDemoWorkersFinishEverythingWhenOneIsKilled(t *testing.T, c *cli) {
 	require.NoError(t, workers[1].Process.Signal(syscall.SIGTERM))
 	require.NoError(t, workers[1].Wait(), "the surviving worker shuts down cleanly on SIGTERM")
 
-	byTask, err := client.Store().EventListByTasks(context.Background(), ids)
+	byTask, err := c.store(t).EventListByTasks(context.Background(), ids)
 	require.NoError(t, err)
 	rescued := 0
 	for _, id := range ids {
@@ -250,7 +261,7 @@ func testDemoWorkersFinishEverythingWhenOneIsKilled(t *testing.T, c *cli) {
 		require.Equal(t, 1, terminal, "task %s finished exactly once", id)
 	}
 	require.Positive(t, rescued, "the killed worker's tasks were rescued after their leases expired")
-	require.Equal(t, len(ids), enginetest.RequireProjectionsMatch(t, client.Store()))
+	require.Equal(t, len(ids), enginetest.RequireProjectionsMatch(t, c.store(t)))
 }
 
 func TestCLIWithUnreachableDatabaseSaysWhatToSet(t *testing.T) {
@@ -307,5 +318,5 @@ func TestReadmeFirstCommandNeedsNoDatabase(t *testing.T) {
 	require.FileExists(t, filepath.Join(dir, "cairn-dev.db"))
 
 	c := &cli{t: t, dbPath: filepath.Join(dir, "cairn-dev.db")}
-	require.Equal(t, 201, enginetest.RequireProjectionsMatch(t, c.client(t).Store()), "200 documents and their batch")
+	require.Equal(t, 201, enginetest.RequireProjectionsMatch(t, c.store(t)), "200 documents and their batch")
 }

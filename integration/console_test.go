@@ -188,7 +188,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	// Readable on a phone: the same page at 390 px wide.
 	require.NoError(t, chromedp.Do(ctx, chromedp.EmulateViewport(390, 844),
 		chromedp.Navigate(srv.url+"/console/tasks/"+done.String()), visible("#task-status"), screenshot(t, "task-phone.png")))
-	enginetest.RequireProjectionsMatch(t, client.Store())
+	enginetest.RequireProjectionsMatch(t, newStore(t, enginetest.Pool(t), schema))
 }
 
 // With tokens configured the console asks for one, and honours its scope:
@@ -362,7 +362,7 @@ func TestConsoleRefusesFormsFromAnotherOrigin(t *testing.T) {
 		chromedp.WaitVisible(chromedp.CSS("#cancel-task")), chromedp.Click(chromedp.CSS("#cancel-task")),
 		chromedp.WaitVisible(chromedp.CSS(`p[role="status"]`))))
 	require.Equal(t, 1, countEvents(t, client, later, history.CancelRequested))
-	enginetest.RequireProjectionsMatch(t, client.Store())
+	enginetest.RequireProjectionsMatch(t, newStore(t, enginetest.Pool(t), schema))
 }
 
 // docScreenshot saves a screenshot for the documentation under
@@ -402,7 +402,6 @@ func TestConsoleChartsInABrowser(t *testing.T) {
 	schema := enginetest.Schema(t)
 	srv := startServer(t, schema)
 	startE2EWorker(t, schema, "default")
-	client := newClient(t, schema)
 	ctx := browser(t)
 	css := func(sel string) chromedp.CSS { return chromedp.CSS(sel) }
 	visible := func(sel string) chromedp.Action[chromedp.Void] { return chromedp.WaitVisible(css(sel)) }
@@ -459,5 +458,5 @@ func TestConsoleChartsInABrowser(t *testing.T) {
 	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(srv.url+"/console/dead-letters"), visible("#reason-all")))
 	require.True(t, evaluate[bool](t, ctx, `(e => e.scrollWidth <= e.clientWidth)(document.querySelector("#reason-all"))`),
 		"the reason box is not cut off")
-	enginetest.RequireProjectionsMatch(t, client.Store())
+	enginetest.RequireProjectionsMatch(t, newStore(t, enginetest.Pool(t), schema))
 }

@@ -130,7 +130,7 @@ func resumeAfter(t *testing.T, pool *pgxpool.Pool, schema string, client *sdk.Cl
 		ended,
 		history.AttemptStarted, history.StepCompleted, history.TaskCompleted,
 	}, eventTypes(t, client, id))
-	enginetest.RequireProjectionsMatch(t, client.Store())
+	enginetest.RequireProjectionsMatch(t, newStore(t, pool, schema))
 }
 
 // Cancelling a worker's Start context is a graceful stop, not a crash: the

@@ -181,7 +181,7 @@ func TestCRMFailures(t *testing.T) {
 	crm.mu.Unlock()
 
 	require.NoError(t, worker.Stop(context.Background()))
-	enginetest.RequireProjectionsMatch(t, client.Store())
+	enginetest.RequireProjectionsMatch(t, newStore(t, enginetest.Pool(t), c.schema))
 }
 
 func waitDone(t *testing.T, c *sdk.Client, id uuid.UUID) *sdk.TaskInfo {

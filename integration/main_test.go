@@ -12,9 +12,12 @@ import (
 	"time"
 
 	"github.com/cairnflow/cairn/engine/enginetest"
+	"github.com/cairnflow/cairn/engine/pgstore"
+	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/sdk"
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 )
 
@@ -151,4 +154,14 @@ func newClient(t *testing.T, schema string) *sdk.Client {
 	c, err := sdk.NewClient(sdk.ClientConfig{Pool: enginetest.Pool(t), Schema: schema})
 	require.NoError(t, err)
 	return c
+}
+
+// newStore is a PostgreSQL store over pool and schema, as newClient's
+// client makes its own: what a test reads under the client with (the
+// projections of what the processes wrote, their histories).
+func newStore(tb testing.TB, pool *pgxpool.Pool, schema string) store.Store {
+	tb.Helper()
+	s, err := pgstore.New(pgstore.Config{Pool: pool, Schema: schema})
+	require.NoError(tb, err)
+	return s
 }

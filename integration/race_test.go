@@ -91,7 +91,7 @@ func TestTwoWorkersRaceOverThousandTasks(t *testing.T) {
 		require.NoError(t, w.Stop(ctx))
 	}
 
-	byTask, err := client.Store().EventListByTasks(ctx, ids)
+	byTask, err := newStore(t, enginetest.Pool(t), schema).EventListByTasks(ctx, ids)
 	require.NoError(t, err)
 	claimedBy := map[string]int{}
 	for _, id := range ids {
@@ -115,7 +115,7 @@ func TestTwoWorkersRaceOverThousandTasks(t *testing.T) {
 	}
 	t.Logf("attempts started by worker: %v", claimedBy)
 	require.Len(t, claimedBy, 2, "both workers took part")
-	require.Equal(t, tasks, enginetest.RequireProjectionsMatch(t, client.Store()))
+	require.Equal(t, tasks, enginetest.RequireProjectionsMatch(t, newStore(t, enginetest.Pool(t), schema)))
 }
 
 func describeHistory(events []history.Event) string {

@@ -171,7 +171,7 @@ func runLeaderKill(tb testing.TB, ttl, rescue time.Duration) leaderKill {
 			history.AttemptStarted, history.StepCompleted, history.TaskCompleted}, eventTypes(tb, client, id))
 	}
 	require.NoError(tb, survivor.Stop(ctx))
-	enginetest.RequireProjectionsMatch(tb, client.Store())
+	enginetest.RequireProjectionsMatch(tb, newStore(tb, pool, schema))
 	return out
 }
 

@@ -297,7 +297,6 @@ func TestServerEndToEnd(t *testing.T) {
 	schema := enginetest.Schema(t)
 	srv := startServer(t, schema)
 	wfs := startE2EWorker(t, schema, "default")
-	client := newClient(t, schema)
 
 	// Submit, and the same idempotency key again: the first task's id.
 	traceparent := "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
@@ -455,7 +454,7 @@ func TestServerEndToEnd(t *testing.T) {
 	for _, id := range append(seen, first.ID) {
 		srv.wait(id)
 	}
-	enginetest.RequireProjectionsMatch(t, client.Store())
+	enginetest.RequireProjectionsMatch(t, newStore(t, enginetest.Pool(t), schema))
 }
 
 func urlQuery(s string) string {
@@ -648,7 +647,7 @@ func TestServerErrors(t *testing.T) {
 	}
 	base.as("read-token").expect(http.StatusOK, &types, "GET", "/v1/task-types", nil)
 	require.Len(t, types.TaskTypes, 5)
-	enginetest.RequireProjectionsMatch(t, client.Store())
+	enginetest.RequireProjectionsMatch(t, newStore(t, enginetest.Pool(t), schema))
 }
 
 // A server told to stop answers its open long polls with the task as it

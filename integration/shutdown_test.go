@@ -118,5 +118,5 @@ func TestSIGTERMStopsTheREADMEWorkerGracefully(t *testing.T) {
 		"released at the next step boundary (or completed, had the step ended first): %v", types)
 	info := mustGet(t, client, res.ID)
 	require.Empty(t, info.LeaseOwner, "no lease left to expire")
-	enginetest.RequireProjectionsMatch(t, client.Store())
+	enginetest.RequireProjectionsMatch(t, newStore(t, enginetest.Pool(t), schema))
 }

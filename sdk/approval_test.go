@@ -73,7 +73,7 @@ func TestAwaitApproval(t *testing.T) {
 				var got approvalResult
 				require.NoError(t, json.Unmarshal(info.Output, &got))
 				require.Equal(t, c.want, got)
-				enginetest.RequireProjectionsMatch(t, b.client.Store())
+				enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client))
 			})
 		})
 	}

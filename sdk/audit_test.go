@@ -96,7 +96,7 @@ func newAuditWorld(t *testing.T) *auditWorld {
 	client, err := sdk.NewClient(sdk.ClientConfig{Pool: pool, Schema: schema})
 	require.NoError(t, err)
 	t.Cleanup(client.Close)
-	return &auditWorld{store: client.Store(), client: client, base: time.Now().UTC().Add(-2 * time.Hour).Truncate(time.Second), ids: map[string]uuid.UUID{}}
+	return &auditWorld{store: sdk.ClientStore(client), client: client, base: time.Now().UTC().Add(-2 * time.Hour).Truncate(time.Second), ids: map[string]uuid.UUID{}}
 }
 
 func (w *auditWorld) minute(m int) time.Time { return w.base.Add(time.Duration(m) * time.Minute) }

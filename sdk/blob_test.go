@@ -272,7 +272,7 @@ func TestLargeWorkflowOutputsAreKeptByReference(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, info.Output, resolved[len(resolved)-1].Data.(history.TaskCompletedData).Output)
 
-		byRef, err := sdk.NewClient(sdk.ClientConfig{Store: b.client.Store(), OutputsByReference: true})
+		byRef, err := sdk.NewClient(sdk.ClientConfig{Store: sdk.ClientStore(b.client), OutputsByReference: true})
 		require.NoError(t, err)
 		t.Cleanup(byRef.Close)
 		linked, err := byRef.Get(ctx, res.ID)
@@ -347,7 +347,7 @@ func TestLargeInputsAreKeptByReference(t *testing.T) {
 		require.Equal(t, res.ID, again.ID)
 		_, err = sdk.Start(ctx, b.client, wf, doc+"!", sdk.StartOpts{IdempotencyKey: "doc-1"})
 		require.ErrorIs(t, err, sdk.ErrIdempotencyKeyReused)
-		enginetest.RequireProjectionsMatch(t, b.client.Store())
+		enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client))
 	})
 }
 
@@ -385,7 +385,7 @@ func TestLargeSignalPayloadsAreKeptByReference(t *testing.T) {
 		require.ErrorIs(t, err, sdk.ErrTaskState, "a finished task gets no blob and no signal")
 		_, err = b.client.Signal(ctx, res.ID, "x", json.RawMessage(`{"cairn_blob":{"store":"db","key":"k","size":1,"sha256":"00"}}`))
 		require.ErrorIs(t, err, sdk.ErrInvalid)
-		enginetest.RequireProjectionsMatch(t, b.client.Store())
+		enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client))
 	})
 }
 
@@ -439,7 +439,7 @@ func TestAnInputInPlaceAndByReferenceAreTheSameStart(t *testing.T) {
 	onEachStore(t, func(t *testing.T, setup setupFunc) {
 		b := setup(t, sdk.WorkerConfig{})
 		ctx := context.Background()
-		inPlace, err := sdk.NewClient(sdk.ClientConfig{Store: b.client.Store(), BlobThreshold: -1})
+		inPlace, err := sdk.NewClient(sdk.ClientConfig{Store: sdk.ClientStore(b.client), BlobThreshold: -1})
 		require.NoError(t, err)
 		t.Cleanup(inPlace.Close)
 		lines := strings.Repeat("l", 100_000)

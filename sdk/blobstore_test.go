@@ -52,7 +52,7 @@ func TestBlobStoresKeepTheBytesOutOfTheDatabase(t *testing.T) {
 				sdk.Register(b.worker, wf)
 				startWorker(t, b.worker)
 				ctx := context.Background()
-				writer, err := sdk.NewClient(sdk.ClientConfig{Store: b.client.Store(), BlobStore: location, Keys: codec})
+				writer, err := sdk.NewClient(sdk.ClientConfig{Store: sdk.ClientStore(b.client), BlobStore: location, Keys: codec})
 				require.NoError(t, err)
 				t.Cleanup(writer.Close)
 				input := strings.Repeat("scan ", 30_000) // by reference, into the blob store
@@ -61,7 +61,7 @@ func TestBlobStoresKeepTheBytesOutOfTheDatabase(t *testing.T) {
 				ref, err := res.Result(ctx)
 				require.NoError(t, err)
 
-				row, err := b.client.Store().BlobGet(ctx, store.DefaultNamespace, ref.Key)
+				row, err := sdk.ClientStore(b.client).BlobGet(ctx, store.DefaultNamespace, ref.Key)
 				require.NoError(t, err)
 				require.Equal(t, location, row.Location)
 				// The database's row itself: the location, the size, no data.
@@ -78,7 +78,7 @@ func TestBlobStoresKeepTheBytesOutOfTheDatabase(t *testing.T) {
 				data, err := writer.GetBlob(ctx, ref)
 				require.NoError(t, err)
 				require.Equal(t, "png of "+secret+" scan scan ", string(data))
-				reader, err := sdk.NewClient(sdk.ClientConfig{Store: b.client.Store(), Keys: codec})
+				reader, err := sdk.NewClient(sdk.ClientConfig{Store: sdk.ClientStore(b.client), Keys: codec})
 				require.NoError(t, err)
 				t.Cleanup(reader.Close)
 				data, err = reader.GetBlob(ctx, ref)

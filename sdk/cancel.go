@@ -39,7 +39,7 @@ func (c *Client) Compensate(ctx context.Context, id uuid.UUID, reason string) er
 // blobs) is unreadable for good, here and in any later copy of the
 // database. It needs no keys: only the task's wrapped key is destroyed.
 //
-// A task not yet finished is refused ([store.ErrTaskState]: cancel it and
+// A task not yet finished is refused ([ErrTaskState]: cancel it and
 // wait for it first), as is one of a namespace that was not encrypted
 // when it ran ([ClientConfig.Keys]); erasing an erased task again changes
 // nothing.

@@ -82,7 +82,7 @@ func TestCancelPendingTaskNeverRuns(t *testing.T) {
 		events := taskHistory(t, b.client, res.ID)
 		require.Equal(t, []history.Type{history.TaskScheduled, history.CancelRequested, history.TaskCancelled}, eventTypes(events))
 		require.Equal(t, "no longer needed", eventsOf[history.CancelRequestedData](events)[0].Reason)
-		enginetest.RequireProjectionsMatch(t, b.client.Store())
+		enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client))
 	})
 }
 
@@ -160,7 +160,7 @@ func TestCancelDuringStepTwoOfFour(t *testing.T) {
 		require.Equal(t, []int{0}, eventsOf[history.CompensationStartedData](events)[0].Steps)
 		require.Equal(t, []int{0}, eventsOf[history.TaskCancelledData](events)[0].Compensated)
 		stopWorker(t, b.worker)
-		enginetest.RequireProjectionsMatch(t, b.client.Store())
+		enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client))
 	})
 }
 
@@ -206,7 +206,7 @@ func TestCancelWhileIrreversibleStepRuns(t *testing.T) {
 			history.StepCompleted, history.CompensationStarted, history.StepCompensated, history.TaskCancelled},
 			eventTypes(taskHistory(t, b.client, res.ID)))
 		stopWorker(t, b.worker)
-		enginetest.RequireProjectionsMatch(t, b.client.Store())
+		enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client))
 	})
 }
 
@@ -244,7 +244,7 @@ func TestCancelWinsOverAnIrreversibleLastStep(t *testing.T) {
 		require.Empty(t, eventsOf[history.TaskCompletedData](events))
 		require.Equal(t, []int{0}, eventsOf[history.TaskCancelledData](events)[0].Compensated)
 		stopWorker(t, b.worker)
-		enginetest.RequireProjectionsMatch(t, b.client.Store())
+		enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client))
 	})
 }
 
@@ -307,7 +307,7 @@ func TestCompensatorFailingPermanentlyDeadLettersUntilRequeued(t *testing.T) {
 		events = taskHistory(t, b.client, res.ID)
 		require.Equal(t, []int{1, 0}, eventsOf[history.TaskCancelledData](events)[0].Compensated)
 		stopWorker(t, b.worker)
-		enginetest.RequireProjectionsMatch(t, b.client.Store())
+		enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client))
 	})
 }
 
@@ -344,7 +344,7 @@ func TestCompensateCompletedTask(t *testing.T) {
 			history.CompensationStarted, history.StepCompensated, history.StepCompensated, history.TaskCancelled}, eventTypes(events))
 		require.Equal(t, "requested", eventsOf[history.CompensationStartedData](events)[0].Reason)
 		stopWorker(t, b.worker)
-		enginetest.RequireProjectionsMatch(t, b.client.Store())
+		enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client))
 	})
 }
 
@@ -377,7 +377,7 @@ func TestPermanentFailureCompensatesAndFails(t *testing.T) {
 			history.CompensationStarted, history.StepCompensated, history.TaskFailed}, eventTypes(events))
 		require.Equal(t, []int{0}, eventsOf[history.TaskFailedData](events)[0].Compensated)
 		stopWorker(t, b.worker)
-		enginetest.RequireProjectionsMatch(t, b.client.Store())
+		enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client))
 	})
 }
 
@@ -425,7 +425,7 @@ func TestCancelSurvivesAWorkerCrash(t *testing.T) {
 			history.StepCompensated, history.TaskCancelled}, eventTypes(taskHistory(t, b.client, res.ID)))
 		stopWorker(t, second)
 		_ = b.worker.Stop(ctx)
-		enginetest.RequireProjectionsMatch(t, b.client.Store())
+		enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client))
 	})
 }
 
@@ -458,7 +458,7 @@ func TestDeadlineGiveUpCompensates(t *testing.T) {
 		require.Equal(t, []history.Type{history.TaskScheduled, history.AttemptStarted, history.StepCompleted,
 			history.CompensationStarted, history.StepCompensated, history.TaskFailed}, eventTypes(taskHistory(t, b.client, res.ID)))
 		stopWorker(t, b.worker)
-		enginetest.RequireProjectionsMatch(t, b.client.Store())
+		enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client))
 	})
 }
 
@@ -516,6 +516,6 @@ func TestGracefulStopDuringCompensationHandsTheTaskBack(t *testing.T) {
 			history.CancelRequested, history.CompensationStarted, history.StepCompensated, history.TaskReleased,
 			history.AttemptStarted, history.StepCompensated, history.TaskCancelled}, eventTypes(taskHistory(t, b.client, res.ID)))
 		stopWorker(t, second)
-		enginetest.RequireProjectionsMatch(t, b.client.Store())
+		enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client))
 	})
 }

@@ -107,7 +107,7 @@ func TestCrashingChildDeadLettersAtItsTypesBudget(t *testing.T) {
 		fin := eventsOf[history.ChildFinishedData](taskHistory(t, b.client, run.ID))
 		require.Len(t, fin, 3)
 		require.Equal(t, history.StatusDeadLettered, fin[2].Status, "the parent's child_finished says how the child ended")
-		enginetest.RequireProjectionsMatch(t, b.client.Store())
+		enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client))
 	})
 }
 

@@ -46,7 +46,7 @@ func TestChildEndWakesItsParentWithoutAPoll(t *testing.T) {
 		out, err := run.Result(ctx)
 		require.NoError(t, err, "only a notification could have woken the parent before the deadline")
 		require.Equal(t, 4, out)
-		enginetest.RequireProjectionsMatch(t, b.client.Store())
+		enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client))
 	})
 }
 
@@ -96,7 +96,7 @@ func TestStartChildWhileFuturesRecord(t *testing.T) {
 		sum, err := run.Result(ctx)
 		require.NoError(t, err)
 		require.Equal(t, 32*31, sum)
-		enginetest.RequireProjectionsMatch(t, b.client.Store())
+		enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client))
 	})
 }
 
@@ -145,7 +145,7 @@ func TestRescuedParentClosesItsChildren(t *testing.T) {
 		childID := uuid.MustParse(st.Children[0].ID)
 		child := waitTask(t, b.client, childID)
 		require.Equal(t, history.StatusCancelled, child.Status, "the dead-lettered parent's child was cancelled")
-		enginetest.RequireProjectionsMatch(t, b.client.Store())
+		enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client))
 	})
 }
 
@@ -196,7 +196,7 @@ func TestChildWaitsSpendNoRetryBudget(t *testing.T) {
 		require.NoError(t, err, "two failures of three allowed attempts")
 		require.Equal(t, 7, out)
 		require.GreaterOrEqual(t, len(eventsOf[history.ChildWaitStartedData](taskHistory(t, b.client, run.ID))), 4, "it waited again and again")
-		enginetest.RequireProjectionsMatch(t, b.client.Store())
+		enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client))
 	})
 }
 
@@ -248,7 +248,7 @@ func TestChildrenAwaitedOutOfOrderAndLeftBehindTheCap(t *testing.T) {
 			}
 			require.Equal(t, int32(1), runs[in].Load(), "child %d (input %d) ran once", pos, in)
 		}
-		enginetest.RequireProjectionsMatch(t, b.client.Store())
+		enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client))
 	})
 }
 
@@ -295,6 +295,6 @@ func TestHeldBackChildrenStartWithinTheAttempt(t *testing.T) {
 			waitTask(t, b.client, k.ID)
 			require.Equal(t, int32(1), runs[pos].Load(), "child %d ran once", pos)
 		}
-		enginetest.RequireProjectionsMatch(t, b.client.Store())
+		enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client))
 	})
 }

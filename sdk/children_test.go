@@ -132,7 +132,7 @@ func TestThousandChildrenEachStartedOnceAcrossAParentCrash(t *testing.T) {
 			require.True(t, c.Finished)
 		}
 		stopWorker(t, second)
-		enginetest.RequireProjectionsMatch(t, b.client.Store())
+		enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client))
 	})
 }
 
@@ -191,7 +191,7 @@ func TestCancelledParentLeavesNoChildRunning(t *testing.T) {
 		release.fire()
 		require.Equal(t, history.StatusCompleted, waitTask(t, b.client, kids[0].ID).Status)
 		require.Equal(t, int32(6), running.Load(), "the held-back children never started")
-		enginetest.RequireProjectionsMatch(t, b.client.Store())
+		enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client))
 	})
 }
 
@@ -248,7 +248,7 @@ func TestCancelledParentsIrreversibleChildrenAreUndone(t *testing.T) {
 			require.Equal(t, []int{0}, eventsOf[history.TaskCancelledData](events)[0].Compensated, "child %d", pos)
 		}
 		require.Equal(t, int32(3), undone.Load())
-		enginetest.RequireProjectionsMatch(t, b.client.Store())
+		enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client))
 	})
 }
 
@@ -322,7 +322,7 @@ func TestFailedChildEvidenceReachesTheParent(t *testing.T) {
 		require.Contains(t, types, history.ChildFinished)
 		require.Equal(t, []history.Type{history.AttemptFailed, history.TaskFailed}, types[len(types)-2:])
 		require.Len(t, eventsOf[history.AttemptFailedData](taskHistory(t, b.client, failed.ID)), 1, "a child's outcome is not retried")
-		enginetest.RequireProjectionsMatch(t, b.client.Store())
+		enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client))
 	})
 }
 
@@ -356,7 +356,7 @@ func TestReorderedChildIsNondeterministic(t *testing.T) {
 		require.ErrorAs(t, err, &te)
 		require.Equal(t, "nondeterminism", te.Kind)
 		require.Contains(t, te.Message, `child 0: history recorded a child of type "reorder.first", workflow started a child of type "reorder.second"`)
-		enginetest.RequireProjectionsMatch(t, b.client.Store())
+		enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client))
 	})
 }
 

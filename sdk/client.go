@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/cairnflow/cairn/activities"
+	"github.com/cairnflow/cairn/cairntype"
 	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/engine/pgstore"
 	"github.com/cairnflow/cairn/engine/store"
@@ -31,7 +32,7 @@ import (
 
 // ErrNotFound is returned (marked) for a task id that does not exist in the
 // client's namespace.
-var ErrNotFound = store.ErrNotFound
+var ErrNotFound = cairntype.ErrNotFound
 
 // ErrIdempotencyKeyReused is returned (marked) by [Start], [StartTx],
 // [Client.StartDynamic], [Client.StartDynamicTx] and [Client.StartMany] for a start whose idempotency key
@@ -39,7 +40,7 @@ var ErrNotFound = store.ErrNotFound
 // [StartOpts.IdempotencyKey]). Nothing was written (in a StartMany, none of
 // the batch), and the error names neither the task that holds the key nor
 // its state. It is never returned for the same start repeated.
-var ErrIdempotencyKeyReused = store.ErrIdempotencyKeyReused
+var ErrIdempotencyKeyReused = cairntype.ErrIdempotencyKeyReused
 
 // ClientConfig configures a [Client].
 type ClientConfig struct {
@@ -224,12 +225,6 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	return c, nil
 }
 
-// Store returns the client's engine store, for tools that need the lower
-// level (the CLI, tests). Most callers never need it. Payloads there are
-// as stored: encoded by the client's payload stage (sealed, kept by
-// reference), never to be written through it.
-func (c *Client) Store() store.Store { return c.store.Engine() }
-
 // StartOpts are per-start options, passed by value and at most once; none,
 // or the zero value, takes every default.
 type StartOpts struct {
@@ -311,7 +306,7 @@ func (c *Client) StartDynamic(ctx context.Context, wf WorkflowRef, input any, op
 // StartDynamicTx is [Client.StartDynamic] inside the caller's transaction
 // (the outbox pattern): the task exists, and workers hear of it, only if tx
 // commits. It needs the PostgreSQL store; on another it fails with an
-// error marked [store.ErrUnsupported]. [StartTx] is the typed form.
+// error marked [cairntype.ErrUnsupported]. [StartTx] is the typed form.
 func (c *Client) StartDynamicTx(ctx context.Context, tx pgx.Tx, wf WorkflowRef, input any, opts ...StartOpts) (StartResult, error) {
 	if _, ok := c.store.Engine().(*pgstore.Store); !ok {
 		return StartResult{}, errmark.Mark(errors.Newf("StartDynamicTx: a pgx transaction needs the PostgreSQL store, not %T", c.store.Engine()), store.ErrUnsupported)
@@ -784,11 +779,12 @@ type HistoryPageOpts struct {
 	MaxBytes int64
 }
 
-// The bounds of a [HistoryPageOpts] page.
+// The bounds of a [HistoryPageOpts] page: the stores' own bounds of a
+// page of events.
 const (
-	DefaultHistoryPageLimit = store.DefaultEventPageLimit // 100
-	MaxHistoryPageLimit     = store.MaxEventPageLimit     // 1,000
-	DefaultHistoryPageBytes = store.DefaultEventPageBytes // 4 MiB
+	DefaultHistoryPageLimit = 100
+	MaxHistoryPageLimit     = 1000
+	DefaultHistoryPageBytes = 4 << 20 // 4 MiB
 )
 
 // HistoryPage is a page of a task's history.

@@ -64,7 +64,7 @@ func TestStartWithIdempotencyKeyStartsOnce(t *testing.T) {
 		require.NotEqual(t, noKey1.ID, noKey2.ID)
 		require.False(t, noKey2.Existing)
 
-		require.Equal(t, 4, enginetest.RequireProjectionsMatch(t, b.client.Store()))
+		require.Equal(t, 4, enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client)))
 	})
 }
 
@@ -102,7 +102,7 @@ func TestStartTxRolledBackLeavesNoTask(t *testing.T) {
 	require.Equal(t, history.StatusCompleted, info.Status)
 	stopWorker(t, b.worker)
 
-	require.Equal(t, 1, enginetest.RequireProjectionsMatch(t, b.client.Store()))
+	require.Equal(t, 1, enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client)))
 }
 
 func TestGetOtherNamespacesTaskIsNotFound(t *testing.T) {
@@ -131,7 +131,7 @@ func TestGetOtherNamespacesTaskIsNotFound(t *testing.T) {
 		_, err = tenantA.Get(ctx, uuid.New())
 		require.True(t, errors.Is(err, sdk.ErrNotFound), "got %v", err)
 
-		require.Equal(t, 1, enginetest.RequireProjectionsMatch(t, b.client.Store()))
+		require.Equal(t, 1, enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client)))
 	})
 }
 
@@ -189,7 +189,7 @@ func TestListFiltersByStatusAndType(t *testing.T) {
 		require.Equal(t, []uuid.UUID{started[4], started[3]}, ids(sdk.ListOpts{Limit: 2}))
 		require.Equal(t, []uuid.UUID{started[4]}, ids(sdk.ListOpts{Type: "mail.reply", Limit: 1}))
 
-		require.Equal(t, 6, enginetest.RequireProjectionsMatch(t, b.client.Store()))
+		require.Equal(t, 6, enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client)))
 	})
 }
 
@@ -214,7 +214,7 @@ func TestWaitReturnsContextErrorWhenNobodyRunsTask(t *testing.T) {
 		info, err := b.client.Get(ctx, res.ID)
 		require.NoError(t, err)
 		require.Equal(t, history.StatusPending, info.Status)
-		require.Equal(t, 1, enginetest.RequireProjectionsMatch(t, b.client.Store()))
+		require.Equal(t, 1, enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client)))
 	})
 }
 
@@ -258,7 +258,7 @@ func TestStartOptsAreRecorded(t *testing.T) {
 		require.Equal(t, "default", info.Queue)
 		require.JSONEq(t, `{"raw": true}`, string(info.Input))
 
-		require.Equal(t, 3, enginetest.RequireProjectionsMatch(t, b.client.Store()))
+		require.Equal(t, 3, enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client)))
 	})
 }
 
@@ -291,7 +291,7 @@ func TestStartRejectsInvalidRequests(t *testing.T) {
 		}
 		_, err := sdk.Start(ctx, b.client, echo, "x", sdk.StartOpts{IdempotencyKey: strings.Repeat("k", 512)})
 		require.NoError(t, err, "a 512-byte key is allowed")
-		require.Equal(t, 1, enginetest.RequireProjectionsMatch(t, b.client.Store()), "nothing else was created")
+		require.Equal(t, 1, enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client)), "nothing else was created")
 	})
 }
 
@@ -346,6 +346,6 @@ func TestStartManyInsertsInOrderAndHonoursIdempotencyKeys(t *testing.T) {
 		tasks, err := b.client.List(ctx, sdk.ListOpts{Type: "doc.batch", Limit: 100})
 		require.NoError(t, err)
 		require.Len(t, tasks, 4, "earlier + a + c + e")
-		require.Equal(t, 4, enginetest.RequireProjectionsMatch(t, b.client.Store()))
+		require.Equal(t, 4, enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client)))
 	})
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/cockroachdb/errors"
 
+	"github.com/cairnflow/cairn/cairntype"
 	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/internal/errmark"
@@ -17,8 +18,8 @@ import (
 // its cost stays a bounded range scan. A quarter of an hour (the CLI's
 // default) suits most questions; a few seconds suits tests.
 const (
-	MinDiagnoseWindow = store.MinDiagnoseWindow
-	MaxDiagnoseWindow = store.MaxDiagnoseWindow
+	MinDiagnoseWindow = cairntype.MinDiagnoseWindow
+	MaxDiagnoseWindow = cairntype.MaxDiagnoseWindow
 )
 
 // DiagnoseQueue answers "why is this queue growing?" from its history over
@@ -30,7 +31,7 @@ const (
 // concurrency_capped, rate_limited, unserved_type), each with the numbers
 // that point at it. A queue where nothing looks wrong has no causes and is
 // Healthy. The queue is in the client's namespace.
-func (c *Client) DiagnoseQueue(ctx context.Context, queue string, window time.Duration) (*store.QueueDiagnosis, error) {
+func (c *Client) DiagnoseQueue(ctx context.Context, queue string, window time.Duration) (*cairntype.QueueDiagnosis, error) {
 	if err := validateName("queue", queue); err != nil {
 		return nil, errmark.Mark(errors.Wrap(err, "diagnose queue"), ErrInvalid)
 	}

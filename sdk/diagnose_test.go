@@ -115,7 +115,7 @@ func TestDiagnoseQueueNamesLostConsumers(t *testing.T) {
 	require.Positive(t, d.Depth.Due)
 	require.Equal(t, 1.0, lost.Score)
 	require.False(t, d.Healthy)
-	enginetest.RequireProjectionsMatch(t, b.client.Store())
+	enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client))
 }
 
 // A type whose every attempt fails transiently loops on retries beside a
@@ -195,7 +195,7 @@ func TestDiagnoseQueueOfASteadyWorkloadIsHealthy(t *testing.T) {
 	require.Equal(t, "work", d.Now.Steps[0].Step)
 	require.GreaterOrEqual(t, d.Now.Steps[0].Duration.P50.Duration(), 5*time.Millisecond, "the step sleeps 5ms")
 	stopWorker(t, b.worker)
-	enginetest.RequireProjectionsMatch(t, b.client.Store())
+	enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client))
 }
 
 func TestDiagnoseQueueValidatesItsInputs(t *testing.T) {

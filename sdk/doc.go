@@ -82,4 +82,11 @@
 // which the Worker hands to the engine behind the edge; the interpreter that runs a
 // workflow against its history is internal/interpreter. The package may
 // import all of them.
+//
+// The values a client hands back about queues, schedules, namespaces,
+// registered types and a diagnosis are package cairntype's, as are the
+// errors it re-exports (ErrNotFound is cairntype.ErrNotFound). The store
+// seam, engine/store, appears only as the type of [ClientConfig.Store] and
+// [WorkerConfig.Store]: the driver the client or worker is configured
+// with. A client hands no store out.
 package sdk

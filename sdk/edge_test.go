@@ -28,7 +28,7 @@ var payloadWrites = []string{"TaskStart", "TaskStartMany", "TaskStartTx", "TaskS
 // appends take encoded events, never the engine's. This checks the two
 // halves the compiler does not: edge.Reads grows none of those methods,
 // and no other file of the SDK, its executor, the server, its console or
-// the example calls one by name (on the store Client.Store hands out, say).
+// the example calls one by name (on a store of their own, say).
 func TestOnlyTheEdgeWritesPayloads(t *testing.T) {
 	t.Parallel()
 	reads := reflect.TypeOf((*edge.Reads)(nil)).Elem()

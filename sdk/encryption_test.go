@@ -238,7 +238,7 @@ func TestEncryptedNamespaceStoresNoPlaintext(t *testing.T) {
 		_, err = sdk.Start(ctx, env.client, kycWorkflow, claimForm{Applicant: "someone else"}, sdk.StartOpts{IdempotencyKey: "kyc-1"})
 		require.ErrorIs(t, err, sdk.ErrIdempotencyKeyReused)
 
-		enginetest.RequireProjectionsMatch(t, env.client.Store())
+		enginetest.RequireProjectionsMatch(t, sdk.ClientStore(env.client))
 	})
 }
 
@@ -303,7 +303,7 @@ func TestEraseShredsAFinishedTasksPayloads(t *testing.T) {
 		require.Len(t, taskHistory(t, env.client, id), before+1)
 		require.ErrorIs(t, env.client.Compensate(ctx, id, "undo"), store.ErrTaskState)
 		require.Empty(t, env.rawScan(t, secret))
-		enginetest.RequireProjectionsMatch(t, env.client.Store())
+		enginetest.RequireProjectionsMatch(t, sdk.ClientStore(env.client))
 
 		other, err := sdk.NewClient(sdk.ClientConfig{Store: env.raw, Namespace: "plain", Keys: codec})
 		require.NoError(t, err)
@@ -543,7 +543,7 @@ func TestSealingHasNoBackDoors(t *testing.T) {
 
 		// A client over another client's store, with other keys: its own
 		// stage seals, and another process opens.
-		c, err := sdk.NewClient(sdk.ClientConfig{Store: env.client.Store(), Keys: old})
+		c, err := sdk.NewClient(sdk.ClientConfig{Store: sdk.ClientStore(env.client), Keys: old})
 		require.NoError(t, err)
 		t.Cleanup(c.Close)
 		res, err := c.StartDynamic(ctx, sdk.TypeRef{Name: "kyc.other", Version: 1}, map[string]string{"a": secret})

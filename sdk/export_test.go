@@ -1,6 +1,10 @@
 package sdk
 
-import "time"
+import (
+	"time"
+
+	"github.com/cairnflow/cairn/engine/store"
+)
 
 // AbandonWorker stops w as a crash would: its attempts are cancelled and
 // nothing more is written for them, so their tasks wait for their leases to
@@ -24,3 +28,8 @@ func SetHeldBackLinger(w *Worker, d time.Duration, fromEvents int) {
 	defer w.mu.Unlock()
 	w.heldBackLinger, w.heldBackLingerFrom = d, fromEvents
 }
+
+// ClientStore is the store c works in, under its payload stage: tests read
+// and write under the client with it (payloads there are as stored), and
+// check the projections of what it wrote.
+func ClientStore(c *Client) store.Store { return c.store.Engine() }

@@ -69,7 +69,7 @@ func TestPolicyRetries429And503ButNot400(t *testing.T) {
 		}
 
 		stopWorker(t, b.worker)
-		enginetest.RequireProjectionsMatch(t, b.client.Store())
+		enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client))
 	})
 }
 
@@ -102,7 +102,7 @@ func TestStepPolicyOverridesTheWorkflows(t *testing.T) {
 		require.Contains(t, dead[0].Reason, "retries exhausted: attempt 2 of 2")
 
 		stopWorker(t, b.worker)
-		enginetest.RequireProjectionsMatch(t, b.client.Store())
+		enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client))
 	})
 }
 
@@ -153,7 +153,7 @@ func TestRetryAfterHintIsHonoured(t *testing.T) {
 		require.False(t, secondStart.Before(*failed.NextRunAt), "attempt 2 began at %s, before %s", secondStart, failed.NextRunAt)
 
 		stopWorker(t, b.worker)
-		enginetest.RequireProjectionsMatch(t, b.client.Store())
+		enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client))
 	})
 }
 
@@ -194,7 +194,7 @@ func TestExhaustedTimeBudgetDeadLetters(t *testing.T) {
 		}
 
 		stopWorker(t, b.worker)
-		enginetest.RequireProjectionsMatch(t, b.client.Store())
+		enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client))
 	})
 }
 
@@ -247,7 +247,7 @@ func TestRequeuedTaskRunsAgainAndCompletes(t *testing.T) {
 		require.Contains(t, requeue.By, "sdk@", "the client's identity is recorded")
 
 		stopWorker(t, b.worker)
-		enginetest.RequireProjectionsMatch(t, b.client.Store())
+		enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client))
 	})
 }
 
@@ -302,7 +302,7 @@ func TestRetryDeadLettersByFilter(t *testing.T) {
 		require.Equal(t, history.StatusDeadLettered, info.Status, "the filter left the 401 alone")
 
 		stopWorker(t, b.worker)
-		enginetest.RequireProjectionsMatch(t, b.client.Store())
+		enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client))
 	})
 }
 
@@ -336,7 +336,7 @@ func TestHeartbeatTimeoutFailsTheAttemptTransiently(t *testing.T) {
 		require.Equal(t, "ocr", failed[0].Error.Step)
 
 		stopWorker(t, b.worker)
-		enginetest.RequireProjectionsMatch(t, b.client.Store())
+		enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client))
 	})
 }
 
@@ -393,7 +393,7 @@ func TestScheduleToCloseDeadline(t *testing.T) {
 		require.Contains(t, dead[0].Reason, "deadline")
 
 		stopWorker(t, b.worker)
-		enginetest.RequireProjectionsMatch(t, b.client.Store())
+		enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client))
 	})
 }
 
@@ -492,6 +492,6 @@ func TestBodyErrorAfterARetriedStepGetsAFreshBudget(t *testing.T) {
 		require.Equal(t, int32(3), bodyRuns.Load(), "what follows fetch had a budget of three attempts of its own")
 		require.Equal(t, 5, info.Attempt)
 		stopWorker(t, b.worker)
-		enginetest.RequireProjectionsMatch(t, b.client.Store())
+		enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client))
 	})
 }

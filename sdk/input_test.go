@@ -51,7 +51,7 @@ func TestStartRefusesTextTheStoresWouldDisagreeOn(t *testing.T) {
 			_, err = b.client.StartMany(ctx, []sdk.StartParams{{Workflow: echo, Input: "fine"}, {Workflow: echo, Input: tc.input, Opts: tc.opts}})
 			require.True(t, errors.Is(err, sdk.ErrInvalid), "%s: %v", tc.name, err)
 		}
-		require.Zero(t, enginetest.RequireProjectionsMatch(t, b.client.Store()), "nothing was written")
+		require.Zero(t, enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client)), "nothing was written")
 
 		// A real U+FFFD, a surrogate pair and escapes are text like any other.
 		res, err := b.client.StartDynamic(ctx, echo, json.RawMessage(`{"id":"\ufffd \ud83d\ude00 é"}`), sdk.StartOpts{IdempotencyKey: "a\uFFFDb"})
@@ -128,7 +128,7 @@ func TestStartReusingAKeyWithAnotherInputIsRefused(t *testing.T) {
 			require.Equal(t, sdk.StartResult{}, res, name)
 			require.NotContains(t, err.Error(), first.ID.String(), name)
 		}
-		require.Equal(t, 1, enginetest.RequireProjectionsMatch(t, b.client.Store()), "the refused starts wrote nothing")
+		require.Equal(t, 1, enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client)), "the refused starts wrote nothing")
 		require.Len(t, taskHistory(t, b.client, first.ID), 1, "nothing appended to the existing task")
 	})
 }
@@ -160,5 +160,5 @@ func TestStartTxReusingAKeyLeavesTheTransactionClean(t *testing.T) {
 	for _, task := range tasks {
 		require.Contains(t, []string{first.ID.String(), kept.ID.String()}, task.ID.String())
 	}
-	require.Equal(t, 2, enginetest.RequireProjectionsMatch(t, b.client.Store()))
+	require.Equal(t, 2, enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client)))
 }

@@ -34,7 +34,7 @@ func TestMetricsOfAKnownWorkload(t *testing.T) {
 	t.Cleanup(client.Close)
 	worker, err := sdk.NewWorker(sdk.WorkerConfig{Pool: pool, Schema: schema, Metrics: metrics, PollInterval: 50 * time.Millisecond})
 	require.NoError(t, err)
-	require.NoError(t, reg.Register(engine.NewQueueCollector(client.Store())))
+	require.NoError(t, reg.Register(engine.NewQueueCollector(sdk.ClientStore(client))))
 
 	okWF, flakyWF, brokenWF := registerMetricsWorkflows(worker)
 	ctx := context.Background()
@@ -106,7 +106,7 @@ func TestMetricsOfAKnownWorkload(t *testing.T) {
 	failed := eventsOf[history.AttemptFailedData](taskHistory(t, client, broken))
 	require.Len(t, failed, 1)
 	require.Equal(t, []history.Usage{{Model: "claude-test", InputTokens: 7}}, failed[0].Usage)
-	enginetest.RequireProjectionsMatch(t, client.Store())
+	enginetest.RequireProjectionsMatch(t, sdk.ClientStore(client))
 }
 
 // registerMetricsWorkflows registers the workload's three types: ok (one

@@ -41,7 +41,7 @@ func TestScheduleAndNamespaceNamesArePathSafe(t *testing.T) {
 		require.NoError(t, err)
 		require.Empty(t, schedules, "nothing stored")
 
-		_, err = sdk.NewClient(sdk.ClientConfig{Store: b.client.Store(), Namespace: "a/b"})
+		_, err = sdk.NewClient(sdk.ClientConfig{Store: sdk.ClientStore(b.client), Namespace: "a/b"})
 		require.ErrorContains(t, err, "namespace")
 	})
 }

@@ -199,5 +199,5 @@ func TestWorkerRidesOutADatabaseOutage(t *testing.T) {
 		require.Equal(t, down, back, "%s reports the end of the outage it reported", component)
 	}
 	require.GreaterOrEqual(t, unavailable, 2, "the components that touched the database during the outage reported it")
-	enginetest.RequireProjectionsMatch(t, b.client.Store())
+	enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client))
 }

@@ -88,7 +88,7 @@ func TestMapRecordsEachParallelStep(t *testing.T) {
 			require.JSONEq(t, fmt.Sprintf("%q", fmt.Sprintf("text of page %d", i)), string(step.Output))
 		}
 		stopWorker(t, b.worker)
-		enginetest.RequireProjectionsMatch(t, b.client.Store())
+		enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client))
 	})
 }
 
@@ -172,7 +172,7 @@ func TestParallelStepsRetryOnlyTheUnfinished(t *testing.T) {
 		require.Len(t, failed, 1)
 		require.Equal(t, 6, failed[0].Error.Position)
 		stopWorker(t, b.worker)
-		enginetest.RequireProjectionsMatch(t, b.client.Store())
+		enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client))
 	})
 }
 
@@ -238,7 +238,7 @@ func TestMapFailureKeepsTheRunningItems(t *testing.T) {
 		require.Len(t, failedAt, 1)
 		require.Equal(t, 0, failedAt[0].Error.Position)
 		stopWorker(t, b.worker)
-		enginetest.RequireProjectionsMatch(t, b.client.Store())
+		enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client))
 	})
 }
 
@@ -279,7 +279,7 @@ func TestMapItemsRecordedAheadOfAFailureAreCompensated(t *testing.T) {
 		require.ElementsMatch(t, []string{"reserve 1", "reserve 2", "reserve 3"}, e.all()[:3])
 		require.Equal(t, []string{"release seat 3", "release seat 2", "release seat 1"}, e.all()[3:])
 		stopWorker(t, b.worker)
-		enginetest.RequireProjectionsMatch(t, b.client.Store())
+		enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client))
 	})
 }
 
@@ -320,6 +320,6 @@ func TestStepFromUnmanagedGoroutineFailsTheTask(t *testing.T) {
 		require.Zero(t, ran.Load())
 		require.Empty(t, eventsOf[history.StepCompletedData](taskHistory(t, b.client, run.ID)))
 		stopWorker(t, b.worker)
-		enginetest.RequireProjectionsMatch(t, b.client.Store())
+		enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client))
 	})
 }

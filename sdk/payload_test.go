@@ -23,7 +23,7 @@ func TestStartRefusesAnInputOverMaxPayloadBytes(t *testing.T) {
 	onEachStore(t, func(t *testing.T, setup setupFunc) {
 		b := setup(t, sdk.WorkerConfig{})
 		ctx := context.Background()
-		small, err := sdk.NewClient(sdk.ClientConfig{Store: b.client.Store(), MaxPayloadBytes: 100})
+		small, err := sdk.NewClient(sdk.ClientConfig{Store: sdk.ClientStore(b.client), MaxPayloadBytes: 100})
 		require.NoError(t, err)
 		defer small.Close()
 
@@ -49,11 +49,11 @@ func TestStartRefusesAnInputOverMaxPayloadBytes(t *testing.T) {
 			require.Equal(t, sdk.PayloadTooLargeError{What: "input", Size: 101, Limit: 100}, *tooLarge, name)
 			require.ErrorContains(t, err, "input is 101 bytes of JSON, over the limit of 100 bytes (MaxPayloadBytes)", name)
 		}
-		require.Equal(t, 1, enginetest.RequireProjectionsMatch(t, b.client.Store()), "only the accepted start was written")
+		require.Equal(t, 1, enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client)), "only the accepted start was written")
 
 		// The default: 1 MiB of JSON in place; with inputs kept by
 		// reference turned off, what is over it is refused.
-		inPlace, err := sdk.NewClient(sdk.ClientConfig{Store: b.client.Store(), BlobThreshold: -1})
+		inPlace, err := sdk.NewClient(sdk.ClientConfig{Store: sdk.ClientStore(b.client), BlobThreshold: -1})
 		require.NoError(t, err)
 		defer inPlace.Close()
 		_, err = inPlace.StartDynamic(ctx, echo, strings.Repeat("x", sdk.DefaultMaxPayloadBytes-2))
@@ -68,7 +68,7 @@ func TestStartRefusesAnInputOverMaxPayloadBytes(t *testing.T) {
 		err = b.client.CreateSchedule(ctx, sdk.ScheduleParams{Name: "big", Cron: "* * * * *", Workflow: echo, Input: strings.Repeat("x", sdk.DefaultMaxPayloadBytes)})
 		require.True(t, errors.Is(err, sdk.ErrPayloadTooLarge), "%v", err)
 
-		_, err = sdk.NewClient(sdk.ClientConfig{Store: b.client.Store(), MaxPayloadBytes: -1})
+		_, err = sdk.NewClient(sdk.ClientConfig{Store: sdk.ClientStore(b.client), MaxPayloadBytes: -1})
 		require.ErrorContains(t, err, "MaxPayloadBytes -1 must not be negative")
 	})
 }
@@ -169,7 +169,7 @@ func TestHistoryOverMaxHistoryEventsEndsTheTask(t *testing.T) {
 		require.Contains(t, info.LastError.Message, "at the limit of 8 (MaxHistoryEvents)")
 		events := taskHistory(t, b.client, long.ID)
 		require.LessOrEqual(t, len(events), 8+2, "the history stopped at the limit (and its end)")
-		_, err = sdk.NewWorker(sdk.WorkerConfig{Store: b.client.Store(), MaxHistoryEvents: -1})
+		_, err = sdk.NewWorker(sdk.WorkerConfig{Store: sdk.ClientStore(b.client), MaxHistoryEvents: -1})
 		require.NoError(t, err, "negative: no bound")
 	})
 }

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/cairnflow/cairn/cairntype"
 	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/internal/errmark"
@@ -13,15 +14,16 @@ import (
 
 // ErrQueueFull is returned (marked) by a start refused because a bounded
 // queue holds its maximum of waiting tasks; errors.As finds an
-// [*store.QueueFullError] with the queue and a retry-after hint. Nothing of
-// the start was written.
-var ErrQueueFull = store.ErrQueueFull
+// [*cairntype.QueueFullError] with the queue and a retry-after hint.
+// Nothing of the start was written.
+var ErrQueueFull = cairntype.ErrQueueFull
 
 // ErrHistoryFull is returned (marked) by a signal refused because the
-// task's history is at its bound (the store's [store.HistoryLimits]: by
-// default 50,000 events or 64 MiB of event data); errors.As finds a
-// [*store.HistoryFullError] saying which. Nothing was written.
-var ErrHistoryFull = store.ErrHistoryFull
+// task's history is at its bound (the store's HistoryLimits, as its
+// driver's Config sets them: by default 50,000 events or 64 MiB of event
+// data); errors.As finds a [*cairntype.HistoryFullError] saying which.
+// Nothing was written.
+var ErrHistoryFull = cairntype.ErrHistoryFull
 
 // QueueSettings are a queue's limits. Zero values mean no limit.
 type QueueSettings struct {
@@ -44,13 +46,13 @@ func (c *Client) SetQueue(ctx context.Context, queue string, s QueueSettings) er
 
 // Queues returns the queues with settings in the client's namespace, with
 // how many tasks wait and run in each.
-func (c *Client) Queues(ctx context.Context) ([]store.QueueInfo, error) {
+func (c *Client) Queues(ctx context.Context) ([]cairntype.QueueInfo, error) {
 	return c.store.QueueList(ctx, c.namespace)
 }
 
 // QueueWaits returns, per queue and priority, how many due tasks wait and
 // the run time of the one waiting longest.
-func (c *Client) QueueWaits(ctx context.Context) ([]store.QueueWait, error) {
+func (c *Client) QueueWaits(ctx context.Context) ([]cairntype.QueueWait, error) {
 	return c.store.QueueWaits(ctx, c.namespace)
 }
 
@@ -73,7 +75,7 @@ func (c *Client) RemoveRateLimit(ctx context.Context, typeName string) error {
 // QueueStats returns every queue of the client's namespace that has
 // unfinished tasks, settings, or tasks finished within window: load now,
 // throughput and failures over the window.
-func (c *Client) QueueStats(ctx context.Context, window time.Duration) ([]store.QueueStats, error) {
+func (c *Client) QueueStats(ctx context.Context, window time.Duration) ([]cairntype.QueueStats, error) {
 	return c.store.QueueStatsList(ctx, c.namespace, window)
 }
 
@@ -95,7 +97,7 @@ type NamespaceSettings struct {
 	Archive string
 	// TypeRetention gives task types a retention of their own, in place
 	// of Retention for their tasks (at least 1ms each; at most
-	// store.MaxTypeRetentions types): a type listed keeps its tasks that
+	// [cairntype.MaxTypeRetentions] types): a type listed keeps its tasks that
 	// long even when the namespace keeps its own forever.
 	TypeRetention map[string]time.Duration
 }
@@ -129,28 +131,28 @@ func (c *Client) SetNamespace(ctx context.Context, namespace string, s Namespace
 
 // NamespaceConfig returns namespace's settings and oldest finished task;
 // a namespace without either has only its name set.
-func (c *Client) NamespaceConfig(ctx context.Context, namespace string) (store.NamespaceConfig, error) {
+func (c *Client) NamespaceConfig(ctx context.Context, namespace string) (cairntype.NamespaceConfig, error) {
 	if err := c.inCell(namespace); err != nil {
-		return store.NamespaceConfig{}, err
+		return cairntype.NamespaceConfig{}, err
 	}
 	all, err := c.Namespaces(ctx)
 	if err != nil {
-		return store.NamespaceConfig{}, err
+		return cairntype.NamespaceConfig{}, err
 	}
 	for _, ns := range all {
 		if ns.Name == namespace {
 			return ns, nil
 		}
 	}
-	return store.NamespaceConfig{Name: namespace}, nil
+	return cairntype.NamespaceConfig{Name: namespace}, nil
 }
 
 // Namespaces returns every namespace with settings or finished tasks, by
 // name, with its settings (zero: the default); with [ClientConfig.Cells],
 // those of the client's cell.
-func (c *Client) Namespaces(ctx context.Context) ([]store.NamespaceConfig, error) {
+func (c *Client) Namespaces(ctx context.Context) ([]cairntype.NamespaceConfig, error) {
 	all, err := c.store.NamespaceList(ctx)
-	return slices.DeleteFunc(all, func(ns store.NamespaceConfig) bool { return ns.Name == store.DefaultsRow }), err
+	return slices.DeleteFunc(all, func(ns cairntype.NamespaceConfig) bool { return ns.Name == store.DefaultsRow }), err
 }
 
 // inCell refuses a namespace of another cell than the client's: its

@@ -62,7 +62,7 @@ func TestQueueConcurrencyLimitAcrossWorkers(t *testing.T) {
 		for _, w := range workers {
 			stopWorker(t, w)
 		}
-		enginetest.RequireProjectionsMatch(t, b.client.Store())
+		enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client))
 	})
 }
 
@@ -89,7 +89,7 @@ func TestFullQueueRefusesStart(t *testing.T) {
 		require.Len(t, queues, 1)
 		require.Equal(t, 2, queues[0].Waiting, "the refused start wrote nothing")
 		require.Error(t, b.client.SetQueue(ctx, "bad queue", sdk.QueueSettings{}))
-		enginetest.RequireProjectionsMatch(t, b.client.Store())
+		enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client))
 	})
 }
 
@@ -118,7 +118,7 @@ func TestDelayedTaskNeverStartsEarly(t *testing.T) {
 			require.False(t, info.StartedAt.Before(info.RunAt), "started %s, due %s", info.StartedAt, info.RunAt)
 		}
 		stopWorker(t, b.worker)
-		enginetest.RequireProjectionsMatch(t, b.client.Store())
+		enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client))
 	})
 }
 
@@ -150,7 +150,7 @@ func TestTaskPastItsStartDeadlineExpires(t *testing.T) {
 		require.Equal(t, history.StatusCompleted, waitTask(t, b.client, fresh.ID).Status)
 		require.Equal(t, int32(1), runs.Load(), "only the task within its start deadline ran")
 		stopWorker(t, b.worker)
-		enginetest.RequireProjectionsMatch(t, b.client.Store())
+		enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client))
 	})
 }
 
@@ -225,7 +225,7 @@ func TestDurableSleepHoldsNoSlot(t *testing.T) {
 			require.Equal(t, []string{"schedule", "sleep", "send"}, stepNames(events))
 		}
 		stopWorker(t, b.worker)
-		enginetest.RequireProjectionsMatch(t, b.client.Store())
+		enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client))
 	})
 }
 
@@ -304,7 +304,7 @@ func TestScheduleFiresOncePerTickAcrossProcesses(t *testing.T) {
 		require.NotNil(t, schedules[0].LastTick)
 		require.NoError(t, b.client.DeleteSchedule(ctx, "every-second"))
 		require.True(t, errors.Is(b.client.DeleteSchedule(ctx, "every-second"), sdk.ErrNotFound))
-		enginetest.RequireProjectionsMatch(t, b.client.Store())
+		enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client))
 	})
 }
 
@@ -333,7 +333,7 @@ func TestScheduleFiresAtItsTick(t *testing.T) {
 			require.GreaterOrEqual(t, late, time.Duration(0), "tick %s fired early", tick)
 			require.Less(t, late, time.Second, "tick %s fired %s late", tick, late)
 		}
-		enginetest.RequireProjectionsMatch(t, b.client.Store())
+		enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client))
 	})
 }
 
@@ -385,7 +385,7 @@ func TestLowPriorityIsNotStarved(t *testing.T) {
 			require.Less(t, before, 300, "a low-priority task waited for %d of %d high-priority ones", before, flood)
 		}
 		stopWorker(t, b.worker)
-		enginetest.RequireProjectionsMatch(t, b.client.Store())
+		enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client))
 	})
 }
 
@@ -435,7 +435,7 @@ func TestFairnessKeysServeTenantsRoundRobin(t *testing.T) {
 	t.Logf("tenant a's tasks started before tenant b's last: %d of %d", aBefore, flood)
 	require.Less(t, aBefore, flood/10, "tenant b waited behind %d of tenant a's %d tasks", aBefore, flood)
 	stopWorker(t, b.worker)
-	enginetest.RequireProjectionsMatch(t, b.client.Store())
+	enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client))
 }
 
 // Killing the leader: another worker takes the leader lease over within
@@ -496,7 +496,7 @@ func TestLeaderCrashHandsOverSchedules(t *testing.T) {
 	for i := 1; i < len(ticks); i++ {
 		require.Equal(t, time.Second, ticks[i].Sub(ticks[i-1]), "no tick lost or doubled across the hand-over: %v", ticks)
 	}
-	enginetest.RequireProjectionsMatch(t, b.client.Store())
+	enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client))
 }
 
 // A rate limit of 10 starts per second holds across two workers: the
@@ -542,7 +542,7 @@ func TestRateLimitAcrossWorkers(t *testing.T) {
 			stopWorker(t, w)
 		}
 		require.NoError(t, b.client.RemoveRateLimit(ctx, "llm.call"))
-		enginetest.RequireProjectionsMatch(t, b.client.Store())
+		enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client))
 	})
 }
 
@@ -616,9 +616,9 @@ func TestOverloadedProducerLosesNothingAccepted(t *testing.T) {
 		for _, r := range accepted {
 			require.Equal(t, history.StatusCompleted, waitTask(t, b.client, r.ID).Status)
 		}
-		require.Len(t, enginetest.TaskIDs(t, b.client.Store()), len(accepted), "a refused start wrote nothing")
+		require.Len(t, enginetest.TaskIDs(t, sdk.ClientStore(b.client)), len(accepted), "a refused start wrote nothing")
 		t.Logf("accepted %d, refused %d", len(accepted), refused)
 		stopWorker(t, b.worker)
-		enginetest.RequireProjectionsMatch(t, b.client.Store())
+		enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client))
 	})
 }

@@ -45,7 +45,7 @@ func TestForgedReferencesAreRefusedAndNeverResolved(t *testing.T) {
 		sdk.Register(b.worker, echo)
 		sdk.Register(b.worker, receive)
 		startWorker(t, b.worker)
-		s := b.client.Store()
+		s := sdk.ClientStore(b.client)
 
 		victim, err := b.client.StartDynamic(ctx, sdk.TypeRef{Name: "forge.victim", Version: 1}, 1)
 		require.NoError(t, err)
@@ -137,7 +137,7 @@ func TestSquattedChildKeyFailsTheParent(t *testing.T) {
 		require.ErrorIs(t, err, sdk.ErrInvalid)
 
 		// Behind the edge, the squat the probe made.
-		squat, err := b.client.Store().TaskStart(ctx, &store.TaskStartParams{Namespace: "default", Scheduled: history.TaskScheduledData{
+		squat, err := sdk.ClientStore(b.client).TaskStart(ctx, &store.TaskStartParams{Namespace: "default", Scheduled: history.TaskScheduledData{
 			TaskType: "squat.child", TypeVersion: 1, Queue: "default", MaxAttempts: 1, Input: json.RawMessage(`1`), IdempotencyKey: key}})
 		require.NoError(t, err)
 		close(gate)
@@ -152,6 +152,6 @@ func TestSquattedChildKeyFailsTheParent(t *testing.T) {
 		require.Len(t, eventsOf[history.AttemptFailedData](taskHistory(t, b.client, run.ID)), 1, "failed once, not retried")
 		info := waitTask(t, b.client, squat.ID)
 		require.Nil(t, info.ParentID, "the squatter is no one's child")
-		enginetest.RequireProjectionsMatch(t, b.client.Store())
+		enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client))
 	})
 }

@@ -75,7 +75,7 @@ func TestRemovedTasksAreReadFromTheArchive(t *testing.T) {
 		sdk.Register(b.worker, wf)
 		ctx := context.Background()
 		require.ErrorIs(t, b.client.SetNamespace(ctx, "default", sdk.NamespaceSettings{Archive: "s3://"}), sdk.ErrInvalid)
-		reader, err := sdk.NewClient(sdk.ClientConfig{Store: b.client.Store(), DefaultArchive: dir})
+		reader, err := sdk.NewClient(sdk.ClientConfig{Store: sdk.ClientStore(b.client), DefaultArchive: dir})
 		require.NoError(t, err)
 		t.Cleanup(reader.Close)
 		startWorker(t, b.worker)
@@ -155,7 +155,7 @@ func TestArchivedBlobsReadBack(t *testing.T) {
 			return err != nil
 		}, 10*time.Second, 20*time.Millisecond, "the finished task is removed")
 
-		reader, err := sdk.NewClient(sdk.ClientConfig{Store: b.client.Store(), DefaultArchive: dir})
+		reader, err := sdk.NewClient(sdk.ClientConfig{Store: sdk.ClientStore(b.client), DefaultArchive: dir})
 		require.NoError(t, err)
 		t.Cleanup(reader.Close)
 		data, err := reader.GetBlob(ctx, ref)

@@ -3,6 +3,7 @@ package sdk
 import (
 	"context"
 
+	"github.com/cairnflow/cairn/cairntype"
 	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cockroachdb/errors"
@@ -11,7 +12,7 @@ import (
 
 // ErrTaskState is returned (marked) when a task's status does not allow
 // the request, such as retrying a task that is not dead-lettered.
-var ErrTaskState = store.ErrTaskState
+var ErrTaskState = cairntype.ErrTaskState
 
 // Retry sends a dead-lettered task back to its queue for reason: the
 // history records task_requeued with the client's Identity and reason; the

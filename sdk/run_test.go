@@ -77,7 +77,7 @@ func startEndedRuns(t *testing.T, b *testBundle) endedRuns {
 	expireCtx, cancel := context.WithTimeout(ctx, testTimeout)
 	defer cancel()
 	for {
-		n, err := engine.ExpireStartDeadlines(expireCtx, b.client.Store(), 10)
+		n, err := engine.ExpireStartDeadlines(expireCtx, sdk.ClientStore(b.client), 10)
 		require.NoError(t, err)
 		if n > 0 {
 			break

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 
+	"github.com/cairnflow/cairn/cairntype"
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/internal/errmark"
 	"github.com/cockroachdb/errors"
@@ -30,7 +31,7 @@ type ScheduleParams struct {
 // per tick whatever the number of workers. Ticks missed while no worker
 // ran fire once, for the latest of them. A tick its full queue refuses is
 // skipped and tried again later; other schedules are not held up (see
-// [store.Schedule]).
+// [cairntype.Schedule]).
 func (c *Client) CreateSchedule(ctx context.Context, p ScheduleParams) error {
 	if err := validateName("schedule name", p.Name); err != nil {
 		return err
@@ -55,12 +56,20 @@ func (c *Client) CreateSchedule(ctx context.Context, p ScheduleParams) error {
 }
 
 // Schedules lists the client's namespace's schedules.
-func (c *Client) Schedules(ctx context.Context) ([]store.Schedule, error) {
-	schedules, err := c.store.ScheduleList(ctx, c.namespace)
+func (c *Client) Schedules(ctx context.Context) ([]cairntype.Schedule, error) {
+	rows, err := c.store.ScheduleList(ctx, c.namespace)
 	if err != nil {
 		return nil, err
 	}
-	return schedules, c.openSchedules(ctx, schedules)
+	err = c.openSchedules(ctx, rows)
+	if rows == nil {
+		return nil, err
+	}
+	schedules := make([]cairntype.Schedule, len(rows))
+	for i, sc := range rows {
+		schedules[i] = cairntype.Schedule(sc) // the same fields: see store.Schedule
+	}
+	return schedules, err
 }
 
 // PauseSchedule pauses a schedule: it fires no tick until resumed.

@@ -138,6 +138,6 @@ func TestWorkflowRetriesFailedStepWithoutRerunningEarlierSteps(t *testing.T) {
 		require.Equal(t, []history.Type{history.TaskScheduled, history.AttemptStarted, history.StepCompleted,
 			history.AttemptFailed, history.AttemptStarted, history.StepCompleted, history.StepCompleted,
 			history.TaskCompleted}, types)
-		enginetest.RequireProjectionsMatch(t, b.client.Store())
+		enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client))
 	})
 }

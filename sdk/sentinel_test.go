@@ -89,7 +89,7 @@ func TestEverySentinelMatchesWithBothErrorLibraries(t *testing.T) {
 				return err
 			}},
 			{sdk.ErrBlobCorrupt, "GetBlob", func() error {
-				ref := putPlainBlob(t, c.Store(), "default", pending.ID, "", []byte("page"))
+				ref := putPlainBlob(t, sdk.ClientStore(c), "default", pending.ID, "", []byte("page"))
 				ref.SHA256 = strings.Repeat("0", 64) // a reference the bytes do not match
 				_, err = c.GetBlob(ctx, ref)
 				return err

@@ -10,6 +10,7 @@ import (
 	"github.com/cockroachdb/errors"
 	"github.com/google/uuid"
 
+	"github.com/cairnflow/cairn/cairntype"
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/internal/errmark"
 	"github.com/cairnflow/cairn/internal/interpreter"
@@ -41,8 +42,8 @@ type SignalOpts struct {
 // named its receive ([SignalOpts.ForWait]) and the task does not wait
 // there: it went past it (or finished), or has not reached it.
 var (
-	ErrWaitEnded      = store.ErrWaitEnded
-	ErrWaitNotReached = store.ErrWaitNotReached
+	ErrWaitEnded      = cairntype.ErrWaitEnded
+	ErrWaitNotReached = cairntype.ErrWaitNotReached
 )
 
 // SignalResult says what a signal did.

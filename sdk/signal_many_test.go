@@ -89,7 +89,7 @@ func TestManyWaitingTasksFinishWithFewWorkerSlots(t *testing.T) {
 		waitQueue(t, b.client, queue, func(q store.QueueInfo, due int) bool {
 			return q.Waiting == manyWaiters && q.Running == 0 && due == 0
 		})
-		requireEachTask(t, b.client.Store(), ids, func(task *store.Task, events []history.Event) {
+		requireEachTask(t, sdk.ClientStore(b.client), ids, func(task *store.Task, events []history.Event) {
 			require.Equal(t, history.StatusPending, task.Status, "task %s", task.ID)
 			require.NotEmpty(t, events)
 			require.Equal(t, history.WaitStarted, events[len(events)-1].Type(), "task %s waits in its receive", task.ID)
@@ -104,7 +104,7 @@ func TestManyWaitingTasksFinishWithFewWorkerSlots(t *testing.T) {
 			return q.Waiting == 0 && q.Running == 0
 		})
 		finished := time.Now()
-		requireEachTask(t, b.client.Store(), ids, func(task *store.Task, events []history.Event) {
+		requireEachTask(t, sdk.ClientStore(b.client), ids, func(task *store.Task, events []history.Event) {
 			require.Equal(t, history.StatusCompleted, task.Status, "task %s: last error %+v", task.ID, task.LastError)
 			var in int
 			require.NoError(t, json.Unmarshal(task.Input, &in))
@@ -117,7 +117,7 @@ func TestManyWaitingTasksFinishWithFewWorkerSlots(t *testing.T) {
 			}, eventTypes(events), "task %s", task.ID)
 		})
 		stopWorker(t, b.worker)
-		require.Equal(t, manyWaiters, enginetest.RequireProjectionsMatch(t, b.client.Store()))
+		require.Equal(t, manyWaiters, enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client)))
 		t.Logf("%d waiting tasks, %d slots: started in %v, all waiting after %v more, signalled in %v, finished %v after the last signal; %v in all",
 			manyWaiters, manySlots, started.Sub(began).Round(time.Millisecond), waiting.Sub(started).Round(time.Millisecond),
 			signalled.Sub(waiting).Round(time.Millisecond), finished.Sub(signalled).Round(time.Millisecond),
@@ -136,7 +136,7 @@ func TestManyWaitingTasksFinishWithFewWorkerSlots(t *testing.T) {
 func signalAll(t *testing.T, c *sdk.Client, ids []uuid.UUID, name string, payload func(i int) string) {
 	t.Helper()
 	const senders, chunk = 4, 250
-	s := c.Store()
+	s := sdk.ClientStore(c)
 	ctx := context.Background()
 	var next atomic.Int64
 	var wg sync.WaitGroup

@@ -81,7 +81,7 @@ func TestSignalSentBeforeTheReceiveIsTakenAtOnce(t *testing.T) {
 		startWorker(t, b.worker)
 		requireReceived(t, waitTask(t, b.client, run.ID), []received{{"yes", true}})
 		require.NotContains(t, eventTypesOf(t, b.client, run.ID), history.WaitStarted, "nothing to wait for")
-		enginetest.RequireProjectionsMatch(t, b.client.Store())
+		enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client))
 	})
 }
 
@@ -102,7 +102,7 @@ func TestSignalWakesAWaitingReceive(t *testing.T) {
 		sigs := eventsOf[history.SignalReceivedData](taskHistory(t, b.client, run.ID))
 		require.Len(t, sigs, 1)
 		require.Equal(t, "alice", sigs[0].Sender)
-		enginetest.RequireProjectionsMatch(t, b.client.Store())
+		enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client))
 	})
 }
 
@@ -147,7 +147,7 @@ func TestSignalAfterATimeoutStaysForTheNextReceive(t *testing.T) {
 		requireReceived(t, waitTask(t, b.client, run.ID), []received{{"", false}, {"late", true}})
 		types := eventTypesOf(t, b.client, run.ID)
 		require.Less(t, indexOf(types, history.WaitTimedOut), indexOf(types, history.SignalReceived), "the signal came after the timeout")
-		enginetest.RequireProjectionsMatch(t, b.client.Store())
+		enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client))
 	})
 }
 
@@ -181,7 +181,7 @@ func TestSignalAfterTheDeadlineButBeforeTheTimeoutIsTaken(t *testing.T) {
 			history.TaskScheduled, history.AttemptStarted, history.WaitStarted,
 			history.SignalReceived, history.AttemptStarted, history.TaskCompleted,
 		}, eventTypesOf(t, b.client, run.ID))
-		enginetest.RequireProjectionsMatch(t, b.client.Store())
+		enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client))
 	})
 }
 
@@ -254,7 +254,7 @@ func TestSignalWithARepeatedDedupIDIsDeliveredOnce(t *testing.T) {
 		startWorker(t, b.worker)
 		requireReceived(t, waitTask(t, b.client, run.ID), []received{{"yes", true}, {"", false}})
 		require.Len(t, eventsOf[history.SignalReceivedData](taskHistory(t, b.client, run.ID)), 1)
-		enginetest.RequireProjectionsMatch(t, b.client.Store())
+		enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client))
 	})
 }
 
@@ -278,7 +278,7 @@ func TestWaitingTaskSurvivesItsWorkerStopping(t *testing.T) {
 		sdk.Register(other, wf)
 		startWorker(t, other)
 		requireReceived(t, waitTask(t, b.client, run.ID), []received{{"yes", true}})
-		enginetest.RequireProjectionsMatch(t, b.client.Store())
+		enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client))
 	})
 }
 
@@ -330,7 +330,7 @@ func TestWaitingTaskSurvivesItsWorkerCrashing(t *testing.T) {
 			eventTypesOf(t, b.client, run.ID))
 		stopWorker(t, other)
 		_ = b.worker.Stop(ctx) // frees what the abandoned worker holds
-		enginetest.RequireProjectionsMatch(t, b.client.Store())
+		enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client))
 	})
 }
 
@@ -387,7 +387,7 @@ func TestSignalSurvivesACrashOfTheAttemptThatTookIt(t *testing.T) {
 			eventTypesOf(t, b.client, run.ID))
 		require.Len(t, eventsOf[history.SignalReceivedData](taskHistory(t, b.client, run.ID)), 1)
 		stopWorker(t, other)
-		enginetest.RequireProjectionsMatch(t, b.client.Store())
+		enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client))
 	})
 }
 
@@ -410,7 +410,7 @@ func TestWaitTimesOutAtItsDeadline(t *testing.T) {
 		_, err = b.client.Signal(ctx, run.ID, "approval", "too late")
 		require.ErrorIs(t, err, sdk.ErrTaskState)
 		require.NotContains(t, eventTypesOf(t, b.client, run.ID), history.SignalReceived)
-		enginetest.RequireProjectionsMatch(t, b.client.Store())
+		enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client))
 	})
 }
 
@@ -447,7 +447,7 @@ func TestReorderedReceiveIsNondeterministic(t *testing.T) {
 		require.NotEqual(t, history.StatusCompleted, info.Status)
 		require.NotNil(t, info.LastError)
 		require.Contains(t, info.LastError.Message, `receive 0: history recorded a receive of signal "a", workflow called a receive of "b"`)
-		enginetest.RequireProjectionsMatch(t, b.client.Store())
+		enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client))
 	})
 }
 

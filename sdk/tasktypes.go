@@ -9,6 +9,7 @@ import (
 	"github.com/cockroachdb/errors"
 
 	"github.com/cairnflow/cairn/activities"
+	"github.com/cairnflow/cairn/cairntype"
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/internal/errmark"
 )
@@ -20,7 +21,7 @@ var ErrUnknownType = errors.New("unknown task type")
 // TaskTypes returns the workflow types workers of the client's namespace
 // have registered (each worker records its types when it starts), with the
 // defaults their definitions give.
-func (c *Client) TaskTypes(ctx context.Context) ([]store.TaskType, error) {
+func (c *Client) TaskTypes(ctx context.Context) ([]cairntype.TaskType, error) {
 	return c.store.TaskTypeList(ctx, c.namespace)
 }
 

@@ -87,5 +87,5 @@ func TestAttemptsAndStepsAreSpansUnderTheTasksTrace(t *testing.T) {
 	require.Equal(t, 1, failed, "the failed step's span says so")
 	// Attempt 1: ocr, extract (fails); attempt 2 replays ocr and runs extract.
 	require.ElementsMatch(t, []string{"cairn.step ocr", "cairn.step extract", "cairn.step extract"}, names)
-	enginetest.RequireProjectionsMatch(t, b.client.Store())
+	enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client))
 }

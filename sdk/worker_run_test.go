@@ -92,7 +92,7 @@ func TestRunStopsGracefullyWhenItsContextEnds(t *testing.T) {
 		require.NoError(t, b.worker.Stop(context.Background()), "a second stop is a no-op")
 
 		requireStoppedGracefully(t, b.client, res.ID, "draft")
-		enginetest.RequireProjectionsMatch(t, b.client.Store())
+		enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client))
 	})
 }
 
@@ -151,7 +151,7 @@ func TestRunCancelsStepsThatOutliveStopTimeout(t *testing.T) {
 		info, err := b.client.Get(context.Background(), res.ID)
 		require.NoError(t, err)
 		require.Equal(t, history.StatusPending, info.Status)
-		enginetest.RequireProjectionsMatch(t, b.client.Store())
+		enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client))
 	})
 }
 

@@ -66,7 +66,7 @@ func TestPermanentStepErrorDeadLettersAfterOneAttempt(t *testing.T) {
 		require.Equal(t, "mark:permanent", info.LastError.ClassifiedBy)
 
 		stopWorker(t, b.worker)
-		enginetest.RequireProjectionsMatch(t, b.client.Store())
+		enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client))
 	})
 }
 
@@ -135,7 +135,7 @@ func TestTransientErrorsExhaustAttemptsAndDeadLetter(t *testing.T) {
 		mu.Unlock()
 
 		stopWorker(t, b.worker)
-		require.Equal(t, 2, enginetest.RequireProjectionsMatch(t, b.client.Store()))
+		require.Equal(t, 2, enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client)))
 	})
 }
 
@@ -173,7 +173,7 @@ func TestBodyErrorIsPermanentUnlessMarked(t *testing.T) {
 		require.Equal(t, 2, info.Attempt)
 
 		stopWorker(t, b.worker)
-		enginetest.RequireProjectionsMatch(t, b.client.Store())
+		enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client))
 	})
 }
 
@@ -240,7 +240,7 @@ func TestNondeterministicWorkflowFailsTask(t *testing.T) {
 			history.AttemptStarted, history.AttemptFailed, history.TaskFailed}, eventTypes(events))
 
 		stopWorker(t, second)
-		enginetest.RequireProjectionsMatch(t, b.client.Store())
+		enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client))
 	})
 }
 
@@ -285,7 +285,7 @@ func TestBadInputDeadLettersOnFirstAttempt(t *testing.T) {
 		require.Equal(t, int32(1), bodyRuns.Load(), "the body ran only for the good input")
 
 		stopWorker(t, b.worker)
-		enginetest.RequireProjectionsMatch(t, b.client.Store())
+		enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client))
 	})
 }
 
@@ -334,7 +334,7 @@ func TestWorkerRunsOnlyRegisteredVersions(t *testing.T) {
 		require.Equal(t, second.WorkerID(), eventsOf[history.AttemptStartedData](taskHistory(t, b.client, newer.ID))[0].WorkerID)
 
 		stopWorker(t, second)
-		require.Equal(t, 2, enginetest.RequireProjectionsMatch(t, b.client.Store()))
+		require.Equal(t, 2, enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client)))
 	})
 }
 
@@ -416,7 +416,7 @@ func TestGracefulStopReleasesTaskAtNextStep(t *testing.T) {
 		require.Equal(t, second.WorkerID(), started[1].WorkerID)
 
 		stopWorker(t, second)
-		enginetest.RequireProjectionsMatch(t, b.client.Store())
+		enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client))
 	})
 }
 
@@ -454,7 +454,7 @@ func TestStepsGetActivityInfo(t *testing.T) {
 			}, <-got)
 		}
 		stopWorker(t, b.worker)
-		enginetest.RequireProjectionsMatch(t, b.client.Store())
+		enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client))
 	})
 }
 
@@ -491,7 +491,7 @@ func TestRegisterSafely(t *testing.T) {
 		require.Error(t, empty.Start(context.Background()), "a worker with nothing registered has nothing to run")
 		require.NoError(t, empty.Stop(context.Background()))
 
-		require.Zero(t, enginetest.RequireProjectionsMatch(t, b.client.Store()))
+		require.Zero(t, enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client)))
 	})
 }
 
@@ -627,7 +627,7 @@ func TestStopCancelsStepsItCannotWaitFor(t *testing.T) {
 				require.Equal(t, history.StatusCompleted, info.Status)
 				require.Equal(t, int32(2), runs.Load())
 				stopWorker(t, second)
-				enginetest.RequireProjectionsMatch(t, b.client.Store())
+				enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client))
 			})
 		}
 	})
@@ -691,6 +691,6 @@ func TestAbandonedAttemptGoesToRescuer(t *testing.T) {
 			eventTypes(taskHistory(t, b.client, res.ID)))
 
 		stopWorker(t, second)
-		enginetest.RequireProjectionsMatch(t, b.client.Store())
+		enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client))
 	})
 }

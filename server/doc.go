@@ -37,7 +37,8 @@
 // server/internal/web ([Token], [Role] and [Problem] are aliases of its
 // types).
 //
-// It imports sdk, engine (the [store.Store] it serves, the notifier),
-// history, server/console and server/internal/web of cairn; nothing
-// imports it but cmd/cairn and services.
+// It imports sdk, engine/store (only for the [store.Store] it is
+// configured with), engine (the notifier), cairntype (the values it
+// serves), history, server/console and server/internal/web of cairn;
+// nothing imports it but cmd/cairn and services.
 package server

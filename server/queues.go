@@ -5,7 +5,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/cairntype"
 	"github.com/cairnflow/cairn/server/internal/web"
 )
 
@@ -26,7 +26,7 @@ type queueView struct {
 	Concurrency      int     `json:"concurrency,omitempty"`
 }
 
-func newQueueView(q store.QueueStats) queueView {
+func newQueueView(q cairntype.QueueStats) queueView {
 	return queueView{
 		Queue: q.Queue, Waiting: q.Waiting, Due: q.Due, Running: q.Running, OldestDueSeconds: q.OldestDueAge.Seconds(),
 		Completed: q.Completed, Failed: q.Failed, AttemptsFailed: q.AttemptsFailed, Throughput: q.Throughput(),
@@ -65,7 +65,7 @@ func (s *Server) listQueues(w http.ResponseWriter, r *http.Request, c *call) {
 // The window of a diagnosis unless the request gives one.
 const defaultDiagnoseWindow = 15 * time.Minute
 
-// diagnoseQueue answers "why is this queue growing?" (store.QueueDiagnosis).
+// diagnoseQueue answers "why is this queue growing?" (cairntype.QueueDiagnosis).
 func (s *Server) diagnoseQueue(w http.ResponseWriter, r *http.Request, c *call) {
 	window := defaultDiagnoseWindow
 	if v := r.URL.Query().Get("window"); v != "" {

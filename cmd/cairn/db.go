@@ -440,23 +440,30 @@ func (g *globals) client(ctx context.Context) (*sdk.Client, func(), error) {
 }
 
 func (g *globals) clientWith(ctx context.Context, o storeOpts) (*sdk.Client, func(), error) {
+	c, _, closeAll, err := g.clientAndStore(ctx, o)
+	return c, closeAll, err
+}
+
+// clientAndStore is clientWith, returning too the store the client works
+// in, for a worker beside the client (cairn demo).
+func (g *globals) clientAndStore(ctx context.Context, o storeOpts) (*sdk.Client, store.Store, func(), error) {
 	store, closeStore, err := g.store(ctx, o)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	archive, err := g.defaultArchive()
 	if err != nil {
 		closeStore()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	stage, _ := g.payloadStage() // g.store read it
 	c, err := sdk.NewClient(sdk.ClientConfig{Store: store, Namespace: g.namespace, Identity: cliIdentity(), FilterLimits: g.filters,
 		MaxPayloadBytes: g.maxPayload, DefaultArchive: archive, Keys: stage.keys, BlobStore: stage.blobStore})
 	if err != nil {
 		closeStore()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return c, func() { c.Close(); closeStore() }, nil
+	return c, store, func() { c.Close(); closeStore() }, nil
 }
 
 // cliIdentity names the person at the terminal in the histories of tasks

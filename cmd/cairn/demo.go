@@ -17,6 +17,7 @@ import (
 
 	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/engine/pgstore"
+	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/examples/intake"
 	"github.com/cairnflow/cairn/internal/errmark"
 	"github.com/cairnflow/cairn/sdk"
@@ -156,16 +157,17 @@ func addApprovalFlags(cmd *cobra.Command, f *demoFlags) {
 	pf.StringVar(&f.callbackBase, "callback-base", "http://127.0.0.1:7233", "the address of the server the callback URLs are for")
 }
 
-// demoSetup opens the configured store (migrated) and a client over it.
-func demoSetup(ctx context.Context, g *globals, f *demoFlags) (*sdk.Client, func(), error) {
+// demoSetup opens the configured store (migrated) and a client over it;
+// it returns the store too, for the demo's worker.
+func demoSetup(ctx context.Context, g *globals, f *demoFlags) (*sdk.Client, store.Store, func(), error) {
 	if err := f.validate(); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	maxConns := f.maxConns
 	if maxConns == 0 {
 		maxConns = workerConns(f.concurrency)
 	}
-	return g.clientWith(ctx, storeOpts{maxConns: int32(maxConns), runsWorkers: true, migrate: true})
+	return g.clientAndStore(ctx, storeOpts{maxConns: int32(maxConns), runsWorkers: true, migrate: true})
 }
 
 // demoReviewers is who hears of the approvals the demo's worker asks for,
@@ -187,9 +189,9 @@ supervisor is notified and it waits %s more, then it is rejected ("no decision")
 		CallbackSecret: []byte(f.callbackSecret.get()), CallbackBase: f.callbackBase}, func() {}
 }
 
-// newDemoWorker is a worker over c's store that runs the demo's
-// workflows, as f configures them.
-func newDemoWorker(c *sdk.Client, g *globals, f *demoFlags, reviewers intake.Notifier) (*sdk.Worker, error) {
+// newDemoWorker is a worker over st, the store of the demo's client, that
+// runs the demo's workflows, as f configures them.
+func newDemoWorker(st store.Store, g *globals, f *demoFlags, reviewers intake.Notifier) (*sdk.Worker, error) {
 	archive, err := g.defaultArchive()
 	if err != nil {
 		return nil, err
@@ -199,7 +201,7 @@ func newDemoWorker(c *sdk.Client, g *globals, f *demoFlags, reviewers intake.Not
 		return nil, err
 	}
 	w, err := sdk.NewWorker(sdk.WorkerConfig{
-		Store: c.Store(), Namespace: g.namespace, Concurrency: f.concurrency, DefaultArchive: archive,
+		Store: st, Namespace: g.namespace, Concurrency: f.concurrency, DefaultArchive: archive,
 		Keys: stage.keys, BlobStore: stage.blobStore,
 		LeaseTTL: f.leaseTTL, RescueInterval: f.rescueInterval, PollInterval: 500 * time.Millisecond,
 		MaxPayloadBytes: g.maxPayload,
@@ -224,7 +226,7 @@ func newDemoSubmitCmd(g *globals, f *demoFlags) *cobra.Command {
 		Short: "Submit --documents sample documents and print their task ids",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, closeDB, err := demoSetup(cmd.Context(), g, f)
+			c, _, closeDB, err := demoSetup(cmd.Context(), g, f)
 			if err != nil {
 				return err
 			}
@@ -251,7 +253,7 @@ func newDemoWorkerCmd(g *globals, f *demoFlags) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			c, closeDB, err := demoSetup(ctx, g, f)
+			c, st, closeDB, err := demoSetup(ctx, g, f)
 			if err != nil {
 				return err
 			}
@@ -259,7 +261,7 @@ func newDemoWorkerCmd(g *globals, f *demoFlags) *cobra.Command {
 			out := &lockedWriter{w: cmd.ErrOrStderr()}
 			reviewers, stopReviewers := demoReviewers(c, g, f, out)
 			defer stopReviewers()
-			w, err := newDemoWorker(c, g, f, reviewers)
+			w, err := newDemoWorker(st, g, f, reviewers)
 			if err != nil {
 				return err
 			}
@@ -290,7 +292,7 @@ func newDemoRunCmd(g *globals, f *demoFlags) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			c, closeDB, err := demoSetup(ctx, g, f)
+			c, st, closeDB, err := demoSetup(ctx, g, f)
 			if err != nil {
 				return err
 			}
@@ -298,7 +300,7 @@ func newDemoRunCmd(g *globals, f *demoFlags) *cobra.Command {
 			out := &lockedWriter{w: cmd.ErrOrStderr()}
 			reviewers, stopReviewers := demoReviewers(c, g, f, out)
 			defer stopReviewers()
-			w, err := newDemoWorker(c, g, f, reviewers)
+			w, err := newDemoWorker(st, g, f, reviewers)
 			if err != nil {
 				return err
 			}

@@ -12,7 +12,7 @@ import (
 	"github.com/cockroachdb/errors"
 	"github.com/spf13/cobra"
 
-	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/cairntype"
 	"github.com/cairnflow/cairn/internal/errmark"
 	"github.com/cairnflow/cairn/sdk"
 )
@@ -147,7 +147,7 @@ type namespaceView struct {
 	// TypeRetentionSeconds are the task types with a retention of their
 	// own.
 	TypeRetentionSeconds map[string]float64 `json:"type_retention_seconds,omitempty"`
-	settings             store.NamespaceConfig
+	settings             cairntype.NamespaceConfig
 }
 
 func newNamespaceListCmd(g *globals) *cobra.Command {

@@ -11,7 +11,7 @@ import (
 	"github.com/cockroachdb/errors"
 	"github.com/spf13/cobra"
 
-	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/cairntype"
 	"github.com/cairnflow/cairn/internal/errmark"
 	"github.com/cairnflow/cairn/sdk"
 )
@@ -107,7 +107,7 @@ func limit(n int) string {
 func newQueueWaitsCmd(g *globals) *cobra.Command {
 	return listCmd(g, "waits", "Due tasks waiting per queue and priority, and how long the oldest has waited",
 		"QUEUE\tPRIORITY\tWAITING\tOLDEST WAITING", (*sdk.Client).QueueWaits,
-		func(q store.QueueWait) string {
+		func(q cairntype.QueueWait) string {
 			return fmt.Sprintf("%s\t%d\t%d\t%s", q.Queue, q.Priority, q.Waiting, time.Since(q.Oldest).Round(time.Millisecond))
 		})
 }
@@ -151,7 +151,7 @@ unserved_type), each with the numbers behind it. --window is between 2s and
 
 // printDiagnosis writes a diagnosis for people: the halves side by side,
 // the queue now, then the causes with their evidence.
-func printDiagnosis(out io.Writer, d *store.QueueDiagnosis) error {
+func printDiagnosis(out io.Writer, d *cairntype.QueueDiagnosis) error {
 	half := (d.Window / 2).String()
 	fmt.Fprintf(out, "queue %s (namespace %s), window %s ending %s\n\n", d.Queue, d.Namespace, d.Window, d.At.Format(time.RFC3339))
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
@@ -167,31 +167,31 @@ func printDiagnosis(out io.Writer, d *store.QueueDiagnosis) error {
 	return nil
 }
 
-func printHalves(w io.Writer, then, now store.DiagnosisHalf) {
-	row := func(label string, f func(h store.DiagnosisHalf) string) {
+func printHalves(w io.Writer, then, now cairntype.DiagnosisHalf) {
+	row := func(label string, f func(h cairntype.DiagnosisHalf) string) {
 		fmt.Fprintf(w, "%s\t%s\t%s\n", label, f(then), f(now))
 	}
-	row("inflow", func(h store.DiagnosisHalf) string { return fmt.Sprint(h.Inflow) })
-	row("outflow (completed)", func(h store.DiagnosisHalf) string { return fmt.Sprintf("%d (%d)", h.Outflow, h.Completed) })
-	row("attempts started", func(h store.DiagnosisHalf) string { return fmt.Sprint(h.AttemptsStarted) })
-	row("retries (share)", func(h store.DiagnosisHalf) string { return fmt.Sprintf("%d (%.0f%%)", h.Retries, 100*h.RetryShare) })
-	row("attempts failed", func(h store.DiagnosisHalf) string { return fmt.Sprint(h.AttemptsFailed) })
-	row("leases expired", func(h store.DiagnosisHalf) string { return fmt.Sprint(h.LeasesExpired) })
-	row("live workers", func(h store.DiagnosisHalf) string { return fmt.Sprint(h.Workers) })
-	row("attempt p50 / p95", func(h store.DiagnosisHalf) string { return durations(h.Attempts) })
+	row("inflow", func(h cairntype.DiagnosisHalf) string { return fmt.Sprint(h.Inflow) })
+	row("outflow (completed)", func(h cairntype.DiagnosisHalf) string { return fmt.Sprintf("%d (%d)", h.Outflow, h.Completed) })
+	row("attempts started", func(h cairntype.DiagnosisHalf) string { return fmt.Sprint(h.AttemptsStarted) })
+	row("retries (share)", func(h cairntype.DiagnosisHalf) string { return fmt.Sprintf("%d (%.0f%%)", h.Retries, 100*h.RetryShare) })
+	row("attempts failed", func(h cairntype.DiagnosisHalf) string { return fmt.Sprint(h.AttemptsFailed) })
+	row("leases expired", func(h cairntype.DiagnosisHalf) string { return fmt.Sprint(h.LeasesExpired) })
+	row("live workers", func(h cairntype.DiagnosisHalf) string { return fmt.Sprint(h.Workers) })
+	row("attempt p50 / p95", func(h cairntype.DiagnosisHalf) string { return durations(h.Attempts) })
 }
 
 // durations formats a median and 95th percentile, or "-" without samples.
-func durations(s store.DurationStats) string {
+func durations(s cairntype.DurationStats) string {
 	if s.Count == 0 {
 		return "-"
 	}
 	return fmt.Sprintf("%s / %s (%d)", s.P50, s.P95, s.Count)
 }
 
-func printTypeDurations(w io.Writer, then, now store.DiagnosisHalf) {
+func printTypeDurations(w io.Writer, then, now cairntype.DiagnosisHalf) {
 	for _, name := range typesOf(then, now) {
-		var a, b store.DurationStats
+		var a, b cairntype.DurationStats
 		for _, t := range then.Types {
 			if t.Type == name {
 				a = t.Attempts
@@ -206,11 +206,11 @@ func printTypeDurations(w io.Writer, then, now store.DiagnosisHalf) {
 	}
 }
 
-func printStepDurations(w io.Writer, then, now store.DiagnosisHalf) {
+func printStepDurations(w io.Writer, then, now cairntype.DiagnosisHalf) {
 	type key struct{ typ, step string }
 	var keys []key
-	stats := map[key][2]store.DurationStats{}
-	for i, h := range []store.DiagnosisHalf{then, now} {
+	stats := map[key][2]cairntype.DurationStats{}
+	for i, h := range []cairntype.DiagnosisHalf{then, now} {
 		for _, s := range h.Steps {
 			k := key{s.Type, s.Step}
 			v, seen := stats[k]
@@ -228,7 +228,7 @@ func printStepDurations(w io.Writer, then, now store.DiagnosisHalf) {
 
 // typesOf lists the task types of both halves, each once, in order of
 // appearance.
-func typesOf(halves ...store.DiagnosisHalf) []string {
+func typesOf(halves ...cairntype.DiagnosisHalf) []string {
 	var names []string
 	for _, h := range halves {
 		for _, t := range h.Types {
@@ -240,7 +240,7 @@ func typesOf(halves ...store.DiagnosisHalf) []string {
 	return names
 }
 
-func printQueueState(out io.Writer, d *store.QueueDiagnosis) {
+func printQueueState(out io.Writer, d *cairntype.QueueDiagnosis) {
 	dp := d.Depth
 	fmt.Fprintf(out, "\nnow: %d pending, %d retrying, %d running; %d due, the oldest waiting %s", dp.Pending, dp.Retrying, dp.Running, dp.Due, dp.OldestWait)
 	if dp.ExpiredLeases > 0 {
@@ -267,7 +267,7 @@ func printQueueState(out io.Writer, d *store.QueueDiagnosis) {
 	}
 }
 
-func printCauses(out io.Writer, d *store.QueueDiagnosis) {
+func printCauses(out io.Writer, d *cairntype.QueueDiagnosis) {
 	if len(d.Causes) == 0 {
 		fmt.Fprintf(out, "\nno cause found: %s\n", d.Summary)
 		return

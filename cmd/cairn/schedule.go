@@ -8,7 +8,7 @@ import (
 	"github.com/cockroachdb/errors"
 	"github.com/spf13/cobra"
 
-	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/cairntype"
 	"github.com/cairnflow/cairn/internal/errmark"
 	"github.com/cairnflow/cairn/sdk"
 )
@@ -72,7 +72,7 @@ is skipped (schedule list shows it) and tried again later.
 func newScheduleListCmd(g *globals) *cobra.Command {
 	return listCmd(g, "list", "List schedules with their next and last tick",
 		"NAME\tCRON\tTZ\tTYPE\tSTATE\tNEXT\tLAST", (*sdk.Client).Schedules,
-		func(s store.Schedule) string {
+		func(s cairntype.Schedule) string {
 			state := "active"
 			switch {
 			case s.Paused:

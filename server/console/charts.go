@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/cairntype"
 )
 
 // The windows a console chart may show (?window=), and the default.
@@ -75,23 +75,23 @@ func (chart) MiddleY() int { return (plotTop + plotBottom) / 2 }
 
 // queueCharts are the four charts of a queue's series: its load (waiting,
 // due, running), throughput, error rate and schedule-to-start latency.
-func queueCharts(q store.QueueSeries, window string) []chart {
+func queueCharts(q cairntype.QueueSeries, window string) []chart {
 	id := "q-" + chartID(q.Queue)
 	from := "−" + window
-	pick := func(f func(store.SeriesPoint) float64) []float64 {
+	pick := func(f func(cairntype.SeriesPoint) float64) []float64 {
 		out := make([]float64, len(q.Points))
 		for i, p := range q.Points {
 			out[i] = f(p)
 		}
 		return out
 	}
-	waiting := pick(func(p store.SeriesPoint) float64 { return float64(p.Waiting) })
-	due := pick(func(p store.SeriesPoint) float64 { return float64(p.Due) })
-	running := pick(func(p store.SeriesPoint) float64 { return float64(p.Running) })
-	throughput := pick(func(p store.SeriesPoint) float64 { return p.Throughput(q.Step) })
-	errorRate := pick(func(p store.SeriesPoint) float64 { return 100 * p.ErrorRate() })
-	latency := pick(func(p store.SeriesPoint) float64 { return p.MeanLatency().Seconds() })
-	last := store.SeriesPoint{}
+	waiting := pick(func(p cairntype.SeriesPoint) float64 { return float64(p.Waiting) })
+	due := pick(func(p cairntype.SeriesPoint) float64 { return float64(p.Due) })
+	running := pick(func(p cairntype.SeriesPoint) float64 { return float64(p.Running) })
+	throughput := pick(func(p cairntype.SeriesPoint) float64 { return p.Throughput(q.Step) })
+	errorRate := pick(func(p cairntype.SeriesPoint) float64 { return 100 * p.ErrorRate() })
+	latency := pick(func(p cairntype.SeriesPoint) float64 { return p.MeanLatency().Seconds() })
+	last := cairntype.SeriesPoint{}
 	if len(q.Points) > 0 {
 		last = q.Points[len(q.Points)-1]
 	}

@@ -18,7 +18,7 @@ import (
 	"github.com/cockroachdb/errors"
 	"github.com/google/uuid"
 
-	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/cairntype"
 	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/internal/errmark"
 	"github.com/cairnflow/cairn/sdk"
@@ -69,7 +69,7 @@ var consoleFuncs = template.FuncMap{
 	// completedPerMinute is the overview's rate: the queue's completed
 	// tasks per minute over its window, the quantity and unit of the
 	// throughput chart beside it.
-	"completedPerMinute": func(q store.QueueStats) string {
+	"completedPerMinute": func(q cairntype.QueueStats) string {
 		if q.Window <= 0 {
 			return perMinute(0)
 		}
@@ -348,7 +348,7 @@ func (s *Console) sessionCookie(r *http.Request, id string, expires time.Time) *
 
 type overviewData struct {
 	Window    time.Duration
-	Queues    []store.QueueStats
+	Queues    []cairntype.QueueStats
 	Windows   windowLinks
 	Charts    []queueChartRow
 	Retention retentionView
@@ -409,7 +409,7 @@ func (s *Console) consoleOverview(w http.ResponseWriter, r *http.Request, c *cal
 		data.Retention, err = namespaceRetention(r.Context(), c.client, c.namespace)
 	}
 	if err == nil {
-		var series []store.QueueSeries
+		var series []cairntype.QueueSeries
 		series, err = c.client.QueueSeries(r.Context(), "", window, chartBuckets)
 		for _, q := range series {
 			data.Charts = append(data.Charts, queueChartRow{Queue: q.Queue, Charts: queueCharts(q, name)})
@@ -433,7 +433,7 @@ func (s *Console) consoleQueues(w http.ResponseWriter, r *http.Request, c *call,
 }
 
 type queueData struct {
-	Stats   store.QueueStats
+	Stats   cairntype.QueueStats
 	Windows windowLinks
 	Charts  []chart
 }
@@ -448,7 +448,7 @@ func (s *Console) consoleQueue(w http.ResponseWriter, r *http.Request, c *call, 
 		s.consoleFail(w, r, page, http.StatusBadRequest, err.Error())
 		return
 	}
-	data := &queueData{Stats: store.QueueStats{Queue: queue, Window: window},
+	data := &queueData{Stats: cairntype.QueueStats{Queue: queue, Window: window},
 		Windows: s.windowLinks("/console/queues/"+url.PathEscape(queue), c, name)}
 	stats, err := c.client.QueueStats(r.Context(), window)
 	for _, q := range stats {
@@ -456,7 +456,7 @@ func (s *Console) consoleQueue(w http.ResponseWriter, r *http.Request, c *call, 
 			data.Stats = q
 		}
 	}
-	series := []store.QueueSeries{{Queue: queue}}
+	series := []cairntype.QueueSeries{{Queue: queue}}
 	if err == nil {
 		series, err = c.client.QueueSeries(r.Context(), queue, window, chartBuckets)
 	}
@@ -464,7 +464,7 @@ func (s *Console) consoleQueue(w http.ResponseWriter, r *http.Request, c *call, 
 		page.Error = s.consoleError(r, err)
 	}
 	if len(series) == 0 { // a queue with no history in the window: flat charts
-		series = []store.QueueSeries{{Queue: queue, Step: window / chartBuckets, Points: make([]store.SeriesPoint, chartBuckets)}}
+		series = []cairntype.QueueSeries{{Queue: queue, Step: window / chartBuckets, Points: make([]cairntype.SeriesPoint, chartBuckets)}}
 	}
 	data.Charts = queueCharts(series[0], name)
 	page.Data = data
@@ -629,7 +629,7 @@ func (s *Console) consoleSchedules(w http.ResponseWriter, r *http.Request, c *ca
 	if err != nil {
 		page.Error = s.consoleError(r, err)
 	}
-	page.Title, page.Page, page.Data = "Schedules", "schedules", struct{ Schedules []store.Schedule }{schedules}
+	page.Title, page.Page, page.Data = "Schedules", "schedules", struct{ Schedules []cairntype.Schedule }{schedules}
 	s.render(w, http.StatusOK, "schedules", page)
 }
 

@@ -25,7 +25,7 @@
 // scripts/vendor-htmx.sh) are embedded from templates/ and static/.
 //
 // It imports sdk (every read and action), history (the events it lays
-// out), engine/store (the values sdk returns for queue stats, series and
+// out), cairntype (the values sdk returns for queue stats, series and
 // schedules) and server/internal/web of cairn; server imports it, and
 // cmd/cairn for its defaults.
 package console

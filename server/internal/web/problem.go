@@ -9,7 +9,7 @@ import (
 
 	"github.com/cockroachdb/errors"
 
-	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/cairntype"
 	"github.com/cairnflow/cairn/payload"
 	"github.com/cairnflow/cairn/sdk"
 )
@@ -131,11 +131,11 @@ func NewProblem(status int, code, detail string) *Problem {
 // an error it does not recognize, which the caller answers as internal:
 // logged in full, answered without detail.
 func ProblemFor(err error) *Problem {
-	var full *store.QueueFullError
+	var full *cairntype.QueueFullError
 	var syntax *sdk.FilterSyntaxError
 	var limit *sdk.FilterLimitError
 	var tooLarge *sdk.PayloadTooLargeError
-	var historyFull *store.HistoryFullError
+	var historyFull *cairntype.HistoryFullError
 	switch {
 	case errors.As(err, &historyFull):
 		// 409, not 413: the request is not too large; the task can take
@@ -197,18 +197,18 @@ func ProblemFor(err error) *Problem {
 		return NewProblem(http.StatusNotFound, CodeNotFound, "no such task")
 	case errors.Is(err, sdk.ErrTaskState):
 		return NewProblem(http.StatusConflict, CodeTaskState, err.Error())
-	case errors.Is(err, store.ErrConflict), errors.Is(err, store.ErrRetryable):
+	case errors.Is(err, cairntype.ErrConflict), errors.Is(err, cairntype.ErrRetryable):
 		return NewProblem(http.StatusConflict, CodeConflict, err.Error())
-	case errors.Is(err, store.ErrDiagnosisTooSlow):
+	case errors.Is(err, cairntype.ErrDiagnosisTooSlow):
 		return NewProblem(http.StatusServiceUnavailable, CodeTooSlow, err.Error())
-	case errors.Is(err, store.ErrUnavailable):
+	case errors.Is(err, cairntype.ErrUnavailable):
 		// Not the driver's text: it names hosts. With cells, only the
 		// namespaces of the cell that is down answer this.
 		p := NewProblem(http.StatusServiceUnavailable, CodeUnavailable, "the database holding this namespace is out of reach; try again")
 		p.retryAfter = time.Second
 		p.RetryAfterSeconds = 1
 		return p
-	case errors.Is(err, store.ErrUnsupported):
+	case errors.Is(err, cairntype.ErrUnsupported):
 		return NewProblem(http.StatusNotImplemented, CodeUnsupported, err.Error())
 	}
 	return nil

@@ -12,7 +12,9 @@ import (
 	"github.com/cockroachdb/errors"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/cairnflow/cairn/engine/pgstore"
 	"github.com/cairnflow/cairn/engine/sqlitestore"
+	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/internal/errmark"
 	"github.com/cairnflow/cairn/sdk"
 )
@@ -63,6 +65,16 @@ func (e *benchEnv) clientConfig() sdk.ClientConfig {
 		return sdk.ClientConfig{Store: e.lite, Namespace: e.cfg.Namespace, Keys: e.cfg.Keys}
 	}
 	return sdk.ClientConfig{Pool: e.obs.pool, Schema: e.cfg.Schema, ListenURL: e.cfg.ListenURL, Namespace: e.cfg.Namespace, Keys: e.cfg.Keys}
+}
+
+// workerStore is the store the bench writes in where it acts below the
+// client (replay claims its tasks and appends their events itself), and
+// reads back from as stored: the driver the client works in.
+func (e *benchEnv) workerStore() (store.Store, error) {
+	if e.lite != nil {
+		return e.lite, nil
+	}
+	return pgstore.New(pgstore.Config{Pool: e.obs.pool, Schema: e.cfg.Schema})
 }
 
 // clientConfig is the configuration of a client on t.

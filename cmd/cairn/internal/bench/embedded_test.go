@@ -3,12 +3,16 @@ package bench
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"encoding/json"
 	"io"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/cairnflow/cairn/payload/seal"
 )
 
 // embeddedConfig is a bench configuration without a database URL: the
@@ -52,6 +56,27 @@ func TestReplayOnTheEmbeddedStore(t *testing.T) {
 		require.Equal(t, size, report.Rows[i].Events)
 		require.Positive(t, report.Rows[i].EventsPerSecond)
 	}
+}
+
+// TestReplayWithKeys builds and replays histories of tasks a client with
+// keys started (cairn bench replay --keys): the bench appends in the
+// store the client works in, below its payload stage.
+func TestReplayWithKeys(t *testing.T) {
+	key := make([]byte, 32)
+	_, err := rand.Read(key)
+	require.NoError(t, err)
+	keys, err := seal.NewKeys(seal.Config{Namespaces: map[string]seal.NamespaceKeys{
+		"default": {Current: "k1", Keys: []seal.KeyEntry{{ID: "k1", Key: base64.StdEncoding.EncodeToString(key)}}},
+	}})
+	require.NoError(t, err)
+	var out bytes.Buffer
+	cfg := embeddedConfig(&out)
+	cfg.Keys = keys
+	require.NoError(t, Replay(context.Background(), cfg, Params{Sizes: []int{10}}))
+	var report replayReport
+	require.NoError(t, json.Unmarshal(out.Bytes(), &report))
+	require.Len(t, report.Rows, 1)
+	require.Equal(t, 10, report.Rows[0].Events)
 }
 
 // TestChildrenOnTheEmbeddedStore runs the children mode flat and as a
