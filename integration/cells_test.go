@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/engine/enginetest"
 	"github.com/cairnflow/cairn/engine/pgstore"
 	"github.com/cairnflow/cairn/engine/store"
@@ -70,7 +69,7 @@ func TestCellDownStopsOnlyItsNamespaces(t *testing.T) {
 	opened, err := pgstore.OpenCells(ctx, placement, pgstore.CellOptions{Schema: cellsSchema, Pool: pgstore.PoolOptions{MaxConns: 6}})
 	require.NoError(t, err)
 	t.Cleanup(opened.Close)
-	cells, err := engine.NewCells(opened.Stores, placement.Namespaces)
+	cells, err := sdk.NewCells(opened.Stores, placement.Namespaces)
 	require.NoError(t, err)
 
 	first := startCellWorker(t, cells)
@@ -107,7 +106,7 @@ func TestCellDownStopsOnlyItsNamespaces(t *testing.T) {
 	t.Cleanup(reopened.Close)
 	require.Equal(t, []string{"us"}, slices.Collect(maps.Keys(reopened.Unreachable)))
 	require.ErrorContains(t, reopened.Unreachable["us"], fmt.Sprintf("cannot reach the database at 127.0.0.1:%d", us.port))
-	laterCells, err := engine.NewCells(reopened.Stores, placement.Namespaces)
+	laterCells, err := sdk.NewCells(reopened.Stores, placement.Namespaces)
 	require.NoError(t, err)
 	startCellWorker(t, laterCells)
 	laterSrv := startListening(t, exec.Command(cairnBinary(t), "server", "--listen", "127.0.0.1:0", "--placement", path,
@@ -159,7 +158,7 @@ func TestCellDownStopsOnlyItsNamespaces(t *testing.T) {
 }
 
 // startCellWorker starts a worker serving acme and globex, in their cells.
-func startCellWorker(t *testing.T, cells *engine.Cells) *sdk.Worker {
+func startCellWorker(t *testing.T, cells *sdk.Cells) *sdk.Worker {
 	t.Helper()
 	w, err := sdk.NewWorker(sdk.WorkerConfig{Cells: cells, Namespaces: []string{"acme", "globex"}, Concurrency: 8,
 		LeaseTTL: 5 * time.Second, HeartbeatInterval: time.Second, PollInterval: 100 * time.Millisecond,
@@ -175,7 +174,7 @@ func startCellWorker(t *testing.T, cells *engine.Cells) *sdk.Worker {
 	return w
 }
 
-func cellClient(t *testing.T, cells *engine.Cells, namespace string) *sdk.Client {
+func cellClient(t *testing.T, cells *sdk.Cells, namespace string) *sdk.Client {
 	t.Helper()
 	c, err := sdk.NewClient(sdk.ClientConfig{Cells: cells, Namespace: namespace})
 	require.NoError(t, err)

@@ -219,9 +219,9 @@ func TestNotifierNoticesLostNotifications(t *testing.T) {
 	require.NoError(t, err)
 
 	reg := prometheus.NewRegistry()
-	metrics, err := engine.NewMetrics(reg)
+	metrics, err := sdk.NewMetrics(reg, nil)
 	require.NoError(t, err)
-	n := engine.NewNotifierWithOpts(s, engine.NotifierOpts{Logger: enginetest.Logger(t), Metrics: metrics,
+	n := engine.NewNotifier(s, &engine.NotifierOpts{Logger: enginetest.Logger(t), Metrics: metrics,
 		ProbeInterval: 500 * time.Millisecond, ProbeTimeout: 300 * time.Millisecond})
 	require.NoError(t, n.Start(context.Background()))
 	t.Cleanup(n.Stop)

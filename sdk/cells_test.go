@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/engine/enginetest"
 	"github.com/cairnflow/cairn/engine/sqlitestore"
 	"github.com/cairnflow/cairn/engine/store"
@@ -68,7 +67,7 @@ func TestWorkerOverCells(t *testing.T) {
 		t.Cleanup(func() { _ = s.Close() })
 		stores[name] = s
 	}
-	cells, err := engine.NewCells(stores, map[string]string{"acme": "eu", "globex": "us"})
+	cells, err := sdk.NewCells(stores, map[string]string{"acme": "eu", "globex": "us"})
 	require.NoError(t, err)
 	w, err := sdk.NewWorker(sdk.WorkerConfig{Cells: cells, Namespaces: []string{"globex", "acme"}, Logger: enginetest.Logger(t)})
 	require.NoError(t, err)
@@ -93,7 +92,7 @@ func TestNamespacesAndCellsAreChecked(t *testing.T) {
 	s, err := sqlitestore.Open(context.Background(), filepath.Join(t.TempDir(), "eu.db"))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close() })
-	cells, err := engine.NewCells(map[string]store.Store{"eu": s}, map[string]string{"acme": "eu"})
+	cells, err := sdk.NewCells(map[string]store.Store{"eu": s}, map[string]string{"acme": "eu"})
 	require.NoError(t, err)
 	for want, cfg := range map[string]sdk.WorkerConfig{
 		`Namespace "acme" and Namespaces are both set`:       {Store: s, Namespace: "acme", Namespaces: []string{"globex"}},
@@ -107,7 +106,7 @@ func TestNamespacesAndCellsAreChecked(t *testing.T) {
 	}
 	_, err = sdk.NewClient(sdk.ClientConfig{Cells: cells, Namespace: "initech"})
 	require.ErrorIs(t, err, sdk.ErrInvalid)
-	require.ErrorIs(t, err, engine.ErrNotPlaced)
+	require.ErrorIs(t, err, sdk.ErrNotPlaced)
 	_, err = sdk.NewClient(sdk.ClientConfig{Cells: cells})
 	require.ErrorContains(t, err, `namespace "default" is in no cell`, "the default namespace is placed like any other")
 }
@@ -157,7 +156,7 @@ func TestStuckCellDoesNotHoldUpTheOthersStop(t *testing.T) {
 	}
 	eu := &resignations{Store: open("eu"), resigned: make(chan struct{})}
 	us := &stuckClaims{Store: open("us"), blocked: make(chan struct{}), release: make(chan struct{})}
-	cells, err := engine.NewCells(map[string]store.Store{"eu": eu, "us": us}, map[string]string{"acme": "eu", "globex": "us"})
+	cells, err := sdk.NewCells(map[string]store.Store{"eu": eu, "us": us}, map[string]string{"acme": "eu", "globex": "us"})
 	require.NoError(t, err)
 	w, err := sdk.NewWorker(sdk.WorkerConfig{Cells: cells, Namespaces: []string{"acme", "globex"},
 		PollInterval: 10 * time.Millisecond, Logger: enginetest.Logger(t)})

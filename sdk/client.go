@@ -52,10 +52,10 @@ type ClientConfig struct {
 	// then the store's own business; Metrics still counts (see Metrics).
 	Store store.Store
 	// Cells, when set, places namespaces on several databases (see
-	// [engine.Cells] and [pgstore.OpenCells]): the client works in the
+	// [Cells] and [pgstore.OpenCells]): the client works in the
 	// store of its Namespace's cell, and a Namespace the placement does
 	// not name is refused. Set it instead of Pool and Store.
-	Cells *engine.Cells
+	Cells *Cells
 	// Schema holding cairn's tables. Default pgstore.DefaultSchema ("cairn").
 	Schema string
 	// ListenURL, with Pool, is the connection string of the connection
@@ -141,7 +141,7 @@ type Client struct {
 	outputsByRef   bool
 	blobThreshold  int             // 0: inputs stay in place
 	metrics        *engine.Metrics // ClientConfig.Metrics: counts the Wait listener's lost probes
-	cells          *engine.Cells   // ClientConfig.Cells; nil without
+	cells          *Cells          // ClientConfig.Cells; nil without
 	cell           string          // the client's namespace's cell, with cells
 
 	listenOnce sync.Once
@@ -162,7 +162,7 @@ func (c *Client) Close() {
 // on first use.
 func (c *Client) waitListener() *engine.Notifier {
 	c.listenOnce.Do(func() {
-		n := engine.NewNotifierWithOpts(c.store.Engine(), engine.NotifierOpts{Metrics: c.metrics})
+		n := engine.NewNotifier(c.store.Engine(), &engine.NotifierOpts{Metrics: c.metrics})
 		if err := n.Start(context.Background()); err == nil {
 			c.listener = n
 		}

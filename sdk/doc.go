@@ -54,7 +54,7 @@
 // the stage encoded.
 //
 // Namespaces may live on several databases (cells): open them with
-// pgstore.OpenCells, place them with engine.NewCells, and give the result
+// pgstore.OpenCells, place them with NewCells, and give the result
 // as [ClientConfig.Cells] or [WorkerConfig.Cells]. A client works in its
 // namespace's cell; a worker serves [WorkerConfig.Namespaces] across cells,
 // with a notifier and a leader per cell, so a cell that is down stops only

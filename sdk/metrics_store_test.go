@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/engine/enginetest"
 	"github.com/cairnflow/cairn/engine/pgstore"
 	"github.com/cairnflow/cairn/engine/sqlitestore"
@@ -57,7 +56,7 @@ func TestMetricsInConfigCountOnAnyStore(t *testing.T) {
 			t.Run(tt.name, func(t *testing.T) {
 				t.Parallel()
 				reg := prometheus.NewRegistry()
-				metrics, err := engine.NewMetrics(reg)
+				metrics, err := sdk.NewMetrics(reg, nil)
 				require.NoError(t, err)
 				var own store.Observer
 				if tt.ownToo {
@@ -98,9 +97,9 @@ func TestMetricsInConfigCountOnAnyStore(t *testing.T) {
 func TestMetricsOnStoreAndOtherMetricsInConfigRefused(t *testing.T) {
 	t.Parallel()
 	onEachDriver(t, func(t *testing.T, newStore makeStore) {
-		storeMetrics, err := engine.NewMetrics(prometheus.NewRegistry())
+		storeMetrics, err := sdk.NewMetrics(prometheus.NewRegistry(), nil)
 		require.NoError(t, err)
-		configMetrics, err := engine.NewMetrics(prometheus.NewRegistry())
+		configMetrics, err := sdk.NewMetrics(prometheus.NewRegistry(), nil)
 		require.NoError(t, err)
 		st := newStore(t, storeMetrics)
 
@@ -124,7 +123,7 @@ func TestStartTxThroughMetricsOnAGivenStore(t *testing.T) {
 	pool := enginetest.Pool(t)
 	st, err := pgstore.New(pgstore.Config{Pool: pool, Schema: enginetest.Schema(t)})
 	require.NoError(t, err)
-	metrics, err := engine.NewMetrics(prometheus.NewRegistry())
+	metrics, err := sdk.NewMetrics(prometheus.NewRegistry(), nil)
 	require.NoError(t, err)
 	client, err := sdk.NewClient(sdk.ClientConfig{Store: st, Metrics: metrics})
 	require.NoError(t, err)

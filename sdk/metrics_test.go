@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/cairnflow/cairn/activities"
-	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/engine/enginetest"
 	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/sdk"
@@ -26,7 +25,7 @@ import (
 func TestMetricsOfAKnownWorkload(t *testing.T) {
 	t.Parallel()
 	reg := prometheus.NewRegistry()
-	metrics, err := engine.NewMetrics(reg)
+	metrics, err := sdk.NewMetrics(reg, nil)
 	require.NoError(t, err)
 	pool, schema := enginetest.Pool(t), enginetest.Schema(t)
 	client, err := sdk.NewClient(sdk.ClientConfig{Pool: pool, Schema: schema, Metrics: metrics})
@@ -34,7 +33,7 @@ func TestMetricsOfAKnownWorkload(t *testing.T) {
 	t.Cleanup(client.Close)
 	worker, err := sdk.NewWorker(sdk.WorkerConfig{Pool: pool, Schema: schema, Metrics: metrics, PollInterval: 50 * time.Millisecond})
 	require.NoError(t, err)
-	require.NoError(t, reg.Register(engine.NewQueueCollector(sdk.ClientStore(client))))
+	require.NoError(t, reg.Register(sdk.NewQueueCollector(sdk.ClientStore(client))))
 
 	okWF, flakyWF, brokenWF := registerMetricsWorkflows(worker)
 	ctx := context.Background()

@@ -142,6 +142,12 @@ func TestEverySentinelMatchesWithBothErrorLibraries(t *testing.T) {
 				_, err := c.Signal(ctx, pending.ID, "approve", nil, sdk.SignalOpts{ForWait: new(0)})
 				return err
 			}},
+			{sdk.ErrNotPlaced, "NewClient", func() error {
+				cells, err := sdk.NewCells(map[string]store.Store{"eu": sdk.ClientStore(c)}, map[string]string{"acme": "eu"})
+				require.NoError(t, err)
+				_, err = sdk.NewClient(sdk.ClientConfig{Cells: cells, Namespace: "initech"})
+				return err
+			}},
 			{sdk.ErrBadCallbackToken, "ParseCallbackToken", func() error {
 				_, err := sdk.ParseCallbackToken([]byte("a callback secret of 16+ bytes"), "forged", time.Now())
 				return err
@@ -188,6 +194,7 @@ var exportedSentinels = map[string]error{
 	"ErrExpired": sdk.ErrExpired, "ErrPayloadTooLarge": sdk.ErrPayloadTooLarge, "ErrBlobCorrupt": sdk.ErrBlobCorrupt,
 	"ErrBadCallbackToken": sdk.ErrBadCallbackToken, "ErrCallbackExpired": sdk.ErrCallbackExpired,
 	"ErrWaitEnded": sdk.ErrWaitEnded, "ErrWaitNotReached": sdk.ErrWaitNotReached,
+	"ErrNotPlaced": sdk.ErrNotPlaced,
 }
 
 // boundedClient is a client of b's database through a store of its own,

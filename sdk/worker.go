@@ -33,13 +33,13 @@ type WorkerConfig struct {
 	// then the store's own business; Metrics still counts (see Metrics).
 	Store store.Store
 	// Cells, when set, places namespaces on several databases (see
-	// [engine.Cells] and [pgstore.OpenCells]): the worker runs each of
+	// [Cells] and [pgstore.OpenCells]): the worker runs each of
 	// its Namespaces in its cell's store, with a notifier and a rescuer
 	// per cell, so a cell that is down stops only its namespaces. It
 	// records its types in each cell in the background, so a cell out of
 	// reach at Start delays only its own namespaces. Set it instead of
 	// Pool and Store.
-	Cells *engine.Cells
+	Cells *Cells
 	// Schema holding cairn's tables. Default pgstore.DefaultSchema ("cairn").
 	Schema string
 	// ListenURL, with Pool, is the connection string of the connection
@@ -469,7 +469,7 @@ func (w *Worker) Start(ctx context.Context) error {
 func (w *Worker) buildCell(c *workerCell, handler edge.Handler, keys []store.TypeKey) error {
 	logger := w.cellLogger(c)
 	st := c.store.Engine()
-	c.notifier = engine.NewNotifierWithOpts(st, engine.NotifierOpts{Logger: logger, Metrics: w.cfg.Metrics})
+	c.notifier = engine.NewNotifier(st, &engine.NotifierOpts{Logger: logger, Metrics: w.cfg.Metrics})
 	for _, ns := range c.namespaces {
 		processor, err := engine.NewProcessor(engine.ProcessorConfig{
 			Store: st, Notifier: c.notifier, Namespace: ns, Queues: w.cfg.Queues,

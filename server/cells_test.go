@@ -7,10 +7,10 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/engine/enginetest"
 	"github.com/cairnflow/cairn/engine/sqlitestore"
 	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/sdk"
 	"github.com/stretchr/testify/require"
 )
 
@@ -29,7 +29,7 @@ func TestServerOverCells(t *testing.T) {
 	eu, us := open("eu"), open("us")
 	registerDoc(t, eu, "acme")
 	registerDoc(t, us, "globex")
-	cells, err := engine.NewCells(map[string]store.Store{"eu": eu, "us": us}, map[string]string{"acme": "eu", "globex": "us"})
+	cells, err := sdk.NewCells(map[string]store.Store{"eu": eu, "us": us}, map[string]string{"acme": "eu", "globex": "us"})
 	require.NoError(t, err)
 	srv, err := New(Config{Cells: cells})
 	require.NoError(t, err)

@@ -29,12 +29,12 @@ type Config struct {
 	// are counted by the store's own metrics, if it has any.
 	Store store.Store
 	// Cells, instead of Store, places namespaces on several databases
-	// ([engine.Cells]): each request works in its namespace's cell; one
+	// ([sdk.Cells]): each request works in its namespace's cell; one
 	// for a namespace the placement does not name is a 400 saying so,
 	// and one for a cell that is down a 503, while the other cells'
 	// namespaces are served. /readyz answers ready while any cell does,
 	// and names each cell's state.
-	Cells *engine.Cells
+	Cells *sdk.Cells
 	// Tokens, when any, are required on every /v1 request and by the
 	// console. None: no authentication, for a server on localhost: it then
 	// answers only requests whose Host is a loopback name or address, or
@@ -153,7 +153,7 @@ type Server struct {
 	console  *console.Console // served under /console/ (and /, which redirects there)
 	draining atomic.Bool
 
-	cells     *engine.Cells               // Config.Cells; nil: Config.Store holds every namespace
+	cells     *sdk.Cells                  // Config.Cells; nil: Config.Store holds every namespace
 	notifiers map[string]*engine.Notifier // by cell: one listening connection for all its namespaces' waits; run from Start to Stop
 	archives  engine.Archives             // the archives every namespace's client reads through
 	drained   chan struct{}               // closed by Drain: long polls answer at once
@@ -226,7 +226,7 @@ func New(cfg Config) (*Server, error) {
 		if name != "" {
 			logger = logger.With("cell", name)
 		}
-		s.notifiers[name] = engine.NewNotifier(st, logger)
+		s.notifiers[name] = engine.NewNotifier(st, &engine.NotifierOpts{Logger: logger})
 	}
 	consoleCfg := console.Config{Client: s.client, Tokens: cfg.Tokens, AllowedHosts: cfg.AllowedHosts,
 		SecureCookies: cfg.SecureCookies, SessionTTL: cfg.SessionTTL, MaxPayloadBytes: cfg.MaxPayloadBytes,

@@ -85,9 +85,9 @@ type storeOpts struct {
 	// shared out by splitBudget (a listener, a reserved connection); else
 	// it is the pool's size.
 	runsWorkers bool
-	maxConns    int32           // the most connections the store opens, its listener's included (see splitBudget)
-	migrate     bool            // apply PostgreSQL migrations (the embedded store always migrates)
-	metrics     *engine.Metrics // counts the events the store writes; nil: none
+	maxConns    int32        // the most connections the store opens, its listener's included (see splitBudget)
+	migrate     bool         // apply PostgreSQL migrations (the embedded store always migrates)
+	metrics     *sdk.Metrics // counts the events the store writes; nil: none
 	// cellsDown, with --placement, opens the cells that do not answer
 	// anyway (unmigrated), and warns of each there: a server restarted
 	// while one cell is down serves the others. nil: every cell must
@@ -224,7 +224,7 @@ func (g *globals) everyCell() bool { return g.cells != nil }
 
 // openCells opens every cell of --placement as o says (each cell gets
 // o.maxConns, shared out as one process's are), placed as the map says.
-func (g *globals) openCells(ctx context.Context, o storeOpts) (*engine.Cells, func(), error) {
+func (g *globals) openCells(ctx context.Context, o storeOpts) (*sdk.Cells, func(), error) {
 	if err := pgstore.ValidateSchemaName(g.schema); err != nil {
 		return nil, nil, errmark.Mark(err, configError)
 	}
@@ -252,14 +252,14 @@ func (g *globals) openCells(ctx context.Context, o storeOpts) (*engine.Cells, fu
 
 // placeCells warns of the cells that did not answer, checks --keys and
 // --blob-store as g.store does, and places the cells as the map says.
-func (g *globals) placeCells(opened *pgstore.CellStores, o storeOpts) (*engine.Cells, error) {
+func (g *globals) placeCells(opened *pgstore.CellStores, o storeOpts) (*sdk.Cells, error) {
 	if err := warnCellsDown(opened, o.cellsDown, o.migrate); err != nil {
 		return nil, err
 	}
 	if _, err := g.payloadStage(); err != nil {
 		return nil, err
 	}
-	cells, err := engine.NewCells(opened.Stores, g.cells.Namespaces)
+	cells, err := sdk.NewCells(opened.Stores, g.cells.Namespaces)
 	if err != nil {
 		return nil, errmark.Mark(errors.Wrap(err, "--placement"), configError)
 	}

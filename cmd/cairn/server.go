@@ -171,7 +171,7 @@ func runServerWith(cmd *cobra.Command, g *globals, f *serverFlags, also alongsid
 	// database at each scrape, right whichever process changed them.
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	metrics, err := engine.NewMetricsWithOpts(reg, engine.MetricsOpts{TaskLabels: f.metricLabels})
+	metrics, err := sdk.NewMetrics(reg, &sdk.MetricsOpts{TaskLabels: f.metricLabels})
 	if err != nil {
 		return errmark.Mark(err, configError)
 	}
@@ -253,7 +253,7 @@ func stopAll(rescuers []*engine.Rescuer) {
 // every cell.
 type serverDBs struct {
 	store store.Store
-	cells *engine.Cells
+	cells *sdk.Cells
 }
 
 // serverDatabases opens the server's store, or every cell of --placement.
@@ -277,9 +277,9 @@ func (d serverDBs) byCell() map[string]store.Store {
 // collector is the queue gauges' collector over every database.
 func (d serverDBs) collector() prometheus.Collector {
 	if d.cells != nil {
-		return engine.NewCellQueueCollector(d.cells)
+		return sdk.NewCellQueueCollector(d.cells)
 	}
-	return engine.NewQueueCollector(d.store)
+	return sdk.NewQueueCollector(d.store)
 }
 
 // serve listens until ctx ends, then drains: /readyz turns not ready, and

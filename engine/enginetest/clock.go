@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// Clock is a clock a test moves by hand (an engine.Clock): it starts at the
+// Clock is a clock a test moves by hand (a store.Clock): it starts at the
 // wall clock's now and moves only when Advance is called, so a test can
 // pass a lease's expiry or a start deadline at once instead of sleeping.
 // Only the embedded store keeps leases by the Go clock; PostgreSQL's are by

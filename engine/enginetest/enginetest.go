@@ -20,7 +20,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/engine/pgstore"
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
@@ -145,7 +144,7 @@ func RequireProjectionsMatch(tb testing.TB, s store.Store) int {
 		for _, t := range tasks {
 			state, err := history.Replay(events[t.ID])
 			require.NoError(tb, err, "replay task %s", t.ID)
-			require.Empty(tb, engine.ProjectionDiff(t, state), "task %s: projection differs from replay", t.ID)
+			require.Empty(tb, ProjectionDiff(t, state), "task %s: projection differs from replay", t.ID)
 		}
 	}
 	return len(ids)

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/engine/internal/maintenance"
 	"github.com/cairnflow/cairn/engine/pgstore"
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
@@ -132,7 +132,7 @@ func RescueOne(tb testing.TB, s store.Store) {
 	tb.Helper()
 	total := 0
 	WaitFor(tb, "an expired lease to be rescued", func() bool {
-		n, err := engine.RescueExpired(context.Background(), s, 100)
+		n, err := maintenance.RescueExpired(context.Background(), s, 100)
 		require.NoError(tb, err)
 		total += n
 		return total > 0

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/engine/enginetest"
+	"github.com/cairnflow/cairn/engine/internal/plan"
 	"github.com/cairnflow/cairn/engine/pgstore"
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
@@ -234,7 +234,7 @@ func TestEventAppend(t *testing.T) {
 		st := bundle.ct.State
 		_, err := bundle.store.EventAppend(context.Background(), &store.EventAppendParams{
 			TaskID: bundle.ct.Task.ID, State: st, Epoch: st.Lease.Epoch, ExpiredOnly: true, Attempt: 1,
-			Payloads: []history.Payload{history.LeaseExpiredData{WorkerID: "w", LeaseEpoch: st.Lease.Epoch, NextRunAt: engine.Now()}},
+			Payloads: []history.Payload{history.LeaseExpiredData{WorkerID: "w", LeaseEpoch: st.Lease.Epoch, NextRunAt: plan.Now(nil)}},
 		})
 		require.True(t, errors.Is(err, store.ErrConflict), "got %v", err)
 		requireUnchanged(t, bundle, 2)

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/engine/enginetest"
+	"github.com/cairnflow/cairn/engine/internal/plan"
 	"github.com/cairnflow/cairn/engine/pgstore"
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
@@ -27,7 +27,7 @@ type auditTimeline struct {
 }
 
 func newAuditTimeline(t *testing.T) *auditTimeline {
-	return &auditTimeline{s: enginetest.Store(t), base: engine.Now().Add(time.Hour).Truncate(time.Minute)}
+	return &auditTimeline{s: enginetest.Store(t), base: plan.Now(nil).Add(time.Hour).Truncate(time.Minute)}
 }
 
 // minute is the time of the step of the task built with that minute.
@@ -129,7 +129,7 @@ func TestEventScan(t *testing.T) {
 			Labels: map[string]string{"team": "ap"}, FairnessKey: "tenant-7", Input: json.RawMessage(`{"doc":1}`),
 		}})
 		require.NoError(t, err)
-		page := scan(t, s, store.EventScanParams{Namespace: "ns", Until: engine.Now().Add(time.Minute)})
+		page := scan(t, s, store.EventScanParams{Namespace: "ns", Until: plan.Now(nil).Add(time.Minute)})
 		require.Len(t, page, 1)
 		e := page[0]
 		require.Equal(t, res.ID, e.TaskID)

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/engine/enginetest"
+	"github.com/cairnflow/cairn/engine/internal/requests"
 	"github.com/cairnflow/cairn/engine/pgstore"
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
@@ -289,7 +289,7 @@ func TestTaskClaimMany(t *testing.T) {
 		require.True(t, ev.At.Equal(*task.StartedAt))
 
 		require.Equal(t, history.StatusRunning, ct.State.Status)
-		require.Equal(t, engine.ProjectionDiff(task, ct.State), []string(nil))
+		require.Equal(t, enginetest.ProjectionDiff(task, ct.State), []string(nil))
 		require.Equal(t, enginetest.Events(t, s, id), ct.Events)
 
 		// Release it, claim again: a new attempt under a higher epoch, and
@@ -407,7 +407,7 @@ func TestLeaseExtendMany(t *testing.T) {
 	require.Empty(t, held)
 
 	// The reply carries a cancel request.
-	_, err = engine.CancelTask(ctx, s, &engine.TaskRequestParams{Namespace: "default", ID: a.Task.ID, By: "api"})
+	_, err = requests.Cancel(ctx, s, &requests.Params{Namespace: "default", ID: a.Task.ID, By: "api"})
 	require.NoError(t, err)
 	held, err = s.LeaseExtendMany(ctx, []store.LeaseRef{{TaskID: a.Task.ID, Epoch: a.State.Lease.Epoch}}, time.Hour)
 	require.NoError(t, err)

@@ -194,7 +194,7 @@ type CellOptions struct {
 // [OpenCells], with the pools under them.
 type CellStores struct {
 	// Stores holds each cell's store by cell name: with the map's
-	// Namespaces they make an engine.Cells.
+	// Namespaces they make an sdk.Cells (sdk.NewCells).
 	Stores map[string]store.Store
 	// Unreachable holds, with [CellOptions.AllowUnreachable], why each
 	// cell that did not answer when opened did not (its store is in

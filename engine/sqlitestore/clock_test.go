@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/engine/enginetest"
+	"github.com/cairnflow/cairn/engine/internal/maintenance"
 	"github.com/cairnflow/cairn/engine/sqlitestore"
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
@@ -41,12 +41,12 @@ func TestStoreKeepsTimeByItsClock(t *testing.T) {
 	expired, err := s.TaskListLeaseExpired(ctx, &store.LeaseExpiryParams{Max: 10})
 	require.NoError(t, err)
 	require.Empty(t, expired, "the lease runs for a minute of the store's clock")
-	n, err := engine.ExpireStartDeadlines(ctx, s, 10)
+	n, err := maintenance.ExpireStartDeadlines(ctx, s, 10)
 	require.NoError(t, err)
 	require.Zero(t, n, "the start deadline is an hour away")
 
 	clock.Advance(2 * time.Hour)
-	r, err := engine.NewRescuer(engine.RescuerConfig{Store: s, Owner: "r", Interval: 10 * time.Millisecond, Clock: clock})
+	r, err := maintenance.NewRescuer(maintenance.RescuerConfig{Store: s, Owner: "r", Interval: 10 * time.Millisecond, Clock: clock})
 	require.NoError(t, err)
 	require.NoError(t, r.Start(ctx))
 	t.Cleanup(r.Stop)

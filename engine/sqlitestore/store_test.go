@@ -7,7 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/engine/internal/diagnosis"
+	"github.com/cairnflow/cairn/engine/internal/metrics"
+	"github.com/cairnflow/cairn/engine/internal/requests"
 	"github.com/cairnflow/cairn/engine/sqlitestore"
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/engine/storetest"
@@ -23,7 +25,7 @@ func TestStoreCountsItsWritesInMetrics(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	reg := prometheus.NewRegistry()
-	metrics, err := engine.NewMetrics(reg)
+	metrics, err := metrics.New(reg, metrics.Opts{})
 	require.NoError(t, err)
 	s, err := sqlitestore.New(ctx, sqlitestore.Config{Path: filepath.Join(t.TempDir(), "m.db"), Metrics: metrics})
 	require.NoError(t, err)
@@ -165,7 +167,7 @@ func TestListenerHearsTheStoresCommits(t *testing.T) {
 	require.NoError(t, err)
 	next()
 	c = claim()
-	_, err = engine.CancelTask(ctx, s, &engine.TaskRequestParams{Namespace: "default", ID: c.Task.ID, By: "test"})
+	_, err = requests.Cancel(ctx, s, &requests.Params{Namespace: "default", ID: c.Task.ID, By: "test"})
 	require.NoError(t, err)
 	require.Equal(t, store.Notification{Cancel: []uuid.UUID{c.Task.ID}}, next(), "a running task's cancel is announced")
 
@@ -214,7 +216,7 @@ func TestClaimLeasesATaskItCannotRead(t *testing.T) {
 	require.Equal(t, other, second.Task.ID, "the next claim takes the next task")
 	require.NoError(t, second.Err)
 
-	d, err := engine.DiagnoseQueue(ctx, s, &store.QueueDiagnoseParams{Namespace: "default", Queue: "q", Window: time.Minute})
+	d, err := diagnosis.Diagnose(ctx, s, &store.QueueDiagnoseParams{Namespace: "default", Queue: "q", Window: time.Minute})
 	require.NoError(t, err, "a diagnosis leaves out what it cannot read")
 	require.Equal(t, 1, d.Now.Inflow, "the readable task's task_scheduled")
 }

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/engine/internal/diagnosis"
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/stretchr/testify/require"
 )
@@ -90,7 +90,7 @@ func DiagnoseHandBuiltHistory(t *testing.T, s store.Store, insert func([]BuiltTa
 			scheduled(5), started(5, 1, "w8"), {"task_completed", 4, 1, ""}}},
 	})
 
-	d, err := engine.DiagnoseQueue(ctx, s, &store.QueueDiagnoseParams{Namespace: "default", Queue: "docs", Window: 20 * time.Second})
+	d, err := diagnosis.Diagnose(ctx, s, &store.QueueDiagnoseParams{Namespace: "default", Queue: "docs", Window: 20 * time.Second})
 	require.NoError(t, err)
 	require.Equal(t, store.Millis(20000), d.Window)
 	require.Equal(t, 10*time.Second, d.Now.To.Sub(d.Now.From))

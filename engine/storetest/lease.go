@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/engine/internal/maintenance"
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
 	"github.com/google/uuid"
@@ -56,7 +56,7 @@ func testExpiredLeaseRescued(t *testing.T, s store.Store) {
 	// The crashed worker comes back: its writes are fenced off.
 	_, err = appendFenced(t, s, first, history.TaskCompletedData{})
 	requireIs(t, err, store.ErrFenced)
-	n, err := engine.RescueExpired(testContext(t), s, 100)
+	n, err := maintenance.RescueExpired(testContext(t), s, 100)
 	require.NoError(t, err)
 	require.Zero(t, n, "the new lease is live")
 	complete(t, s, second)
@@ -81,7 +81,7 @@ func testLiveLeaseNotRescued(t *testing.T, s store.Store) {
 	live := start(t, s, spec{})
 	claimOne(t, s, "w", time.Hour)
 	start(t, s, spec{}) // pending
-	n, err := engine.RescueExpired(testContext(t), s, 100)
+	n, err := maintenance.RescueExpired(testContext(t), s, 100)
 	require.NoError(t, err)
 	require.Zero(t, n)
 	require.Equal(t, history.StatusRunning, getTask(t, s, live).Status)
@@ -127,7 +127,7 @@ func testLeaseExtendMany(t *testing.T, s store.Store) {
 	require.NoError(t, err)
 	require.Contains(t, held, d)
 	time.Sleep(time.Until(*cd.Task.LeaseExpiresAt) + 100*time.Millisecond) // past the first term
-	n, err := engine.RescueExpired(ctx, s, 100)
+	n, err := maintenance.RescueExpired(ctx, s, 100)
 	require.NoError(t, err)
 	require.Zero(t, n, "the heartbeat kept the lease")
 	require.Equal(t, history.StatusRunning, getTask(t, s, d).Status)

@@ -6,7 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/engine/internal/diagnosis"
+	"github.com/cairnflow/cairn/engine/internal/plan"
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
 	"github.com/google/uuid"
@@ -59,7 +60,7 @@ func testEventListAfter(t *testing.T, s store.Store) {
 // task type and time, with each event's task.
 func testEventScan(t *testing.T, s store.Store) {
 	ctx := testContext(t)
-	since := engine.Now().Add(-time.Second)
+	since := plan.Now(nil).Add(-time.Second)
 	start(t, s, spec{Type: "other"})
 	start(t, s, spec{Namespace: "elsewhere"})
 	for range 3 {
@@ -68,7 +69,7 @@ func testEventScan(t *testing.T, s store.Store) {
 	for range 3 {
 		complete(t, s, claimOne(t, s, "w", time.Minute))
 	}
-	until := engine.Now().Add(time.Second)
+	until := plan.Now(nil).Add(time.Second)
 
 	var all []store.AuditEvent
 	var after *store.EventCursor
@@ -123,9 +124,9 @@ func testEventScan(t *testing.T, s store.Store) {
 func testEventScanRefusals(t *testing.T, s store.Store) {
 	ctx := testContext(t)
 	for name, p := range map[string]*store.EventScanParams{
-		"no namespace": {Until: engine.Now()},
+		"no namespace": {Until: plan.Now(nil)},
 		"no until":     {Namespace: store.DefaultNamespace},
-		"limit":        {Namespace: store.DefaultNamespace, Until: engine.Now(), Limit: store.MaxEventScanLimit + 1},
+		"limit":        {Namespace: store.DefaultNamespace, Until: plan.Now(nil), Limit: store.MaxEventScanLimit + 1},
 	} {
 		_, err := s.EventScan(ctx, p)
 		require.Error(t, err, name)
@@ -140,7 +141,7 @@ func testQueueStats(t *testing.T, s store.Store) {
 	for range 4 {
 		start(t, s, spec{})
 	}
-	start(t, s, spec{RunAt: engine.Now().Add(time.Hour)})
+	start(t, s, spec{RunAt: plan.Now(nil).Add(time.Hour)})
 	complete(t, s, claimOne(t, s, "w", time.Minute))
 	claimOne(t, s, "w", time.Minute)
 
@@ -185,7 +186,7 @@ func testQueueGauges(t *testing.T, s store.Store) {
 // A queue with no history at all: a healthy diagnosis whose lists are
 // empty, never null, in JSON.
 func testDiagnoseEmptyQueue(t *testing.T, s store.Store) {
-	d, err := engine.DiagnoseQueue(testContext(t), s, &store.QueueDiagnoseParams{Namespace: "default", Queue: "idle", Window: time.Minute})
+	d, err := diagnosis.Diagnose(testContext(t), s, &store.QueueDiagnoseParams{Namespace: "default", Queue: "idle", Window: time.Minute})
 	require.NoError(t, err)
 	require.True(t, d.Healthy)
 	require.Empty(t, d.Causes)
@@ -207,10 +208,10 @@ func testDiagnoseRefusals(t *testing.T, s store.Store) {
 		{Namespace: "default", Queue: "q", Window: time.Second},
 		{Namespace: "default", Queue: "q", Window: 25 * time.Hour},
 	} {
-		_, err := engine.DiagnoseQueue(ctx, s, p)
+		_, err := diagnosis.Diagnose(ctx, s, p)
 		require.Error(t, err, "%+v", p)
 	}
-	_, err := engine.DiagnoseQueue(ctx, s, &store.QueueDiagnoseParams{Namespace: "default", Queue: "q", Window: time.Second})
+	_, err := diagnosis.Diagnose(ctx, s, &store.QueueDiagnoseParams{Namespace: "default", Queue: "q", Window: time.Second})
 	require.ErrorContains(t, err, "window 1s must be between 2s and 24h0m0s")
 }
 
@@ -226,12 +227,12 @@ func testDiagnoseCounts(t *testing.T, s store.Store) {
 	failed := claimOne(t, s, "w2", time.Minute)
 	_, err := appendFenced(t, s, failed, history.AttemptFailedData{
 		Error:     history.ErrorInfo{Class: history.Transient, Kind: "unavailable", Status: 503, Message: "try later"},
-		NextRunAt: ptrTime(engine.Now().Add(time.Hour)),
+		NextRunAt: ptrTime(plan.Now(nil).Add(time.Hour)),
 	})
 	require.NoError(t, err)
 	claimOne(t, s, "w3", time.Minute)
 
-	d, err := engine.DiagnoseQueue(ctx, s, &store.QueueDiagnoseParams{Namespace: store.DefaultNamespace, Queue: defaultQueue, Window: 2 * time.Minute})
+	d, err := diagnosis.Diagnose(ctx, s, &store.QueueDiagnoseParams{Namespace: store.DefaultNamespace, Queue: defaultQueue, Window: 2 * time.Minute})
 	require.NoError(t, err)
 	now := d.Now
 	require.Equal(t, []int{4, 1, 1, 3, 0, 1}, []int{now.Inflow, now.Outflow, now.Completed, now.AttemptsStarted, now.Retries, now.AttemptsFailed},

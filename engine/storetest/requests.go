@@ -5,7 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/engine/internal/maintenance"
+	"github.com/cairnflow/cairn/engine/internal/requests"
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
 	"github.com/google/uuid"
@@ -26,7 +27,7 @@ var requestTests = []conformanceTest{
 
 func testCancelPending(t *testing.T, s store.Store) {
 	id := start(t, s, spec{})
-	res, err := engine.CancelTask(testContext(t), s, &engine.TaskRequestParams{
+	res, err := requests.Cancel(testContext(t), s, &requests.Params{
 		Namespace: store.DefaultNamespace, ID: id, By: "ops", Reason: "not needed",
 	})
 	require.NoError(t, err)
@@ -47,8 +48,8 @@ func testCancelRunning(t *testing.T, s store.Store) {
 	ctx := testContext(t)
 	id := start(t, s, spec{})
 	ct := claimOne(t, s, "w", time.Minute)
-	req := &engine.TaskRequestParams{Namespace: store.DefaultNamespace, ID: id, By: "ops"}
-	res, err := engine.CancelTask(ctx, s, req)
+	req := &requests.Params{Namespace: store.DefaultNamespace, ID: id, By: "ops"}
+	res, err := requests.Cancel(ctx, s, req)
 	require.NoError(t, err)
 	require.False(t, res.AlreadyRequested)
 	require.Equal(t, history.StatusRunning, res.State.Status, "a running task stops at its next checkpoint")
@@ -60,7 +61,7 @@ func testCancelRunning(t *testing.T, s store.Store) {
 	require.Equal(t, "w", task.LeaseOwner, "the worker keeps its lease")
 	require.Equal(t, []history.Type{history.TaskScheduled, history.AttemptStarted, history.CancelRequested}, eventTypes(t, s, id))
 
-	again, err := engine.CancelTask(ctx, s, req)
+	again, err := requests.Cancel(ctx, s, req)
 	require.NoError(t, err, "cancelling twice is not an error")
 	require.True(t, again.AlreadyRequested)
 	require.Equal(t, int64(3), getTask(t, s, id).LastSeq, "nothing appended the second time")
@@ -89,11 +90,11 @@ func testCancelRunning(t *testing.T, s store.Store) {
 func testCancelRefusals(t *testing.T, s store.Store) {
 	ctx := testContext(t)
 	id := start(t, s, spec{Namespace: "tenant-a"})
-	_, err := engine.CancelTask(ctx, s, &engine.TaskRequestParams{Namespace: "tenant-a", ID: id})
+	_, err := requests.Cancel(ctx, s, &requests.Params{Namespace: "tenant-a", ID: id})
 	require.Error(t, err, "By is required")
-	_, err = engine.CancelTask(ctx, s, &engine.TaskRequestParams{Namespace: "tenant-b", ID: id, By: "ops"})
+	_, err = requests.Cancel(ctx, s, &requests.Params{Namespace: "tenant-b", ID: id, By: "ops"})
 	requireIs(t, err, store.ErrNotFound, "another namespace's task")
-	_, err = engine.CancelTask(ctx, s, &engine.TaskRequestParams{Namespace: "tenant-a", ID: uuid.New(), By: "ops"})
+	_, err = requests.Cancel(ctx, s, &requests.Params{Namespace: "tenant-a", ID: uuid.New(), By: "ops"})
 	requireIs(t, err, store.ErrNotFound)
 	task, err := s.TaskGetByID(ctx, "tenant-a", id)
 	require.NoError(t, err)
@@ -102,7 +103,7 @@ func testCancelRefusals(t *testing.T, s store.Store) {
 
 	done := start(t, s, spec{})
 	complete(t, s, claimOne(t, s, "w", time.Minute))
-	_, err = engine.CancelTask(ctx, s, &engine.TaskRequestParams{Namespace: store.DefaultNamespace, ID: done, By: "ops"})
+	_, err = requests.Cancel(ctx, s, &requests.Params{Namespace: store.DefaultNamespace, ID: done, By: "ops"})
 	requireIs(t, err, store.ErrTaskState, "a finished task is not cancelled")
 	require.Equal(t, history.StatusCompleted, getTask(t, s, done).Status)
 }
@@ -116,7 +117,7 @@ func testCompensateCompleted(t *testing.T, s store.Store) {
 		history.TaskCompletedData{Output: json.RawMessage(`"done"`)})
 	require.NoError(t, err)
 
-	st, err := engine.CompensateTask(ctx, s, &engine.TaskRequestParams{Namespace: store.DefaultNamespace, ID: id, By: "ops", Reason: "refund"})
+	st, err := requests.Compensate(ctx, s, &requests.Params{Namespace: store.DefaultNamespace, ID: id, By: "ops", Reason: "refund"})
 	require.NoError(t, err)
 	require.Equal(t, history.StatusPending, st.Status, "due again, to undo its steps")
 	require.NotNil(t, st.Compensation)
@@ -133,10 +134,10 @@ func testCompensateCompleted(t *testing.T, s store.Store) {
 	// A task without compensable steps, and one not completed, are refused.
 	plain := start(t, s, spec{})
 	complete(t, s, claimOne(t, s, "w", time.Minute))
-	_, err = engine.CompensateTask(ctx, s, &engine.TaskRequestParams{Namespace: store.DefaultNamespace, ID: plain, By: "ops"})
+	_, err = requests.Compensate(ctx, s, &requests.Params{Namespace: store.DefaultNamespace, ID: plain, By: "ops"})
 	requireIs(t, err, store.ErrTaskState)
 	pending := start(t, s, spec{RunAt: time.Now().Add(time.Hour)})
-	_, err = engine.CompensateTask(ctx, s, &engine.TaskRequestParams{Namespace: store.DefaultNamespace, ID: pending, By: "ops"})
+	_, err = requests.Compensate(ctx, s, &requests.Params{Namespace: store.DefaultNamespace, ID: pending, By: "ops"})
 	requireIs(t, err, store.ErrTaskState)
 }
 
@@ -179,7 +180,7 @@ func testDeadLetterListAndRequeue(t *testing.T, s store.Store) {
 	require.NoError(t, err)
 	require.Empty(t, typed, "filtered by type")
 
-	res, err := engine.RequeueTasks(ctx, s, &engine.TaskRequeueParams{
+	res, err := requests.Requeue(ctx, s, &requests.RequeueParams{
 		Namespace: store.DefaultNamespace, IDs: []uuid.UUID{dead}, By: "ops@example.com", Reason: "fixed",
 	})
 	require.NoError(t, err)
@@ -213,9 +214,9 @@ func testRequeueRefusals(t *testing.T, s store.Store) {
 	other := start(t, s, spec{Namespace: "tenant-b", RunAt: time.Now().Add(time.Hour)})
 	missing := uuid.New()
 
-	_, err := engine.RequeueTasks(ctx, s, &engine.TaskRequeueParams{Namespace: store.DefaultNamespace, IDs: []uuid.UUID{dead}})
+	_, err := requests.Requeue(ctx, s, &requests.RequeueParams{Namespace: store.DefaultNamespace, IDs: []uuid.UUID{dead}})
 	require.Error(t, err, "By is required")
-	res, err := engine.RequeueTasks(ctx, s, &engine.TaskRequeueParams{
+	res, err := requests.Requeue(ctx, s, &requests.RequeueParams{
 		Namespace: store.DefaultNamespace, IDs: []uuid.UUID{pending, other, missing}, By: "ops",
 	})
 	require.NoError(t, err, "each task succeeds or fails on its own")
@@ -235,7 +236,7 @@ func testStartDeadlineExpires(t *testing.T, s store.Store) {
 	inTime := start(t, s, spec{StartDeadline: &future, RunAt: time.Now().Add(time.Hour)})
 
 	require.Empty(t, claim(t, s, claimParams("w", 10, time.Minute)), "never a first start past the start deadline")
-	n, err := engine.ExpireStartDeadlines(ctx, s, 100)
+	n, err := maintenance.ExpireStartDeadlines(ctx, s, 100)
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
 
@@ -247,7 +248,7 @@ func testStartDeadlineExpires(t *testing.T, s store.Store) {
 	require.Equal(t, history.StatusPending, getTask(t, s, inTime).Status, "a task within its start deadline is left alone")
 
 	require.Empty(t, claim(t, s, claimParams("w", 10, time.Minute)))
-	n, err = engine.ExpireStartDeadlines(ctx, s, 100)
+	n, err = maintenance.ExpireStartDeadlines(ctx, s, 100)
 	require.NoError(t, err)
 	require.Zero(t, n, "expired once")
 }

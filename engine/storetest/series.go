@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/engine/internal/plan"
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
 	"github.com/stretchr/testify/require"
@@ -37,13 +37,13 @@ func testQueueSeries(t *testing.T, s store.Store) {
 	for range 5 {
 		start(t, s, spec{})
 	}
-	start(t, s, spec{RunAt: engine.Now().Add(time.Hour)})
+	start(t, s, spec{RunAt: plan.Now(nil).Add(time.Hour)})
 	start(t, s, spec{Queue: "other"})
 	complete(t, s, claimOne(t, s, "w1", time.Minute))
 	retried := claimOne(t, s, "w2", time.Minute)
 	_, err := appendFenced(t, s, retried, history.AttemptFailedData{
 		Error:     history.ErrorInfo{Class: history.Transient, Message: "try later"},
-		NextRunAt: ptrTime(engine.Now().Add(time.Hour)),
+		NextRunAt: ptrTime(plan.Now(nil).Add(time.Hour)),
 	})
 	require.NoError(t, err)
 	dead := claimOne(t, s, "w3", time.Minute)
@@ -59,7 +59,7 @@ func testQueueSeries(t *testing.T, s store.Store) {
 	require.Len(t, q.Points, store.DefaultSeriesBuckets)
 	require.Equal(t, time.Minute, q.Step)
 	last := q.Points[len(q.Points)-1]
-	require.WithinDuration(t, engine.Now(), last.End, time.Minute, "the last bucket ends now")
+	require.WithinDuration(t, plan.Now(nil), last.End, time.Minute, "the last bucket ends now")
 	require.Equal(t, q.From.Add(time.Hour), last.End)
 	stats, err := s.QueueStatsList(ctx, store.DefaultNamespace, time.Hour)
 	require.NoError(t, err)

@@ -6,7 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/engine/internal/diagnosis"
+	"github.com/cairnflow/cairn/engine/internal/plan"
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
 	"github.com/google/uuid"
@@ -216,7 +217,7 @@ func testWaitingQueueHealthy(t *testing.T, s store.Store) {
 	}
 	claimed := claim(t, s, claimParams("w", n, time.Minute))
 	require.Len(t, claimed, n)
-	deadline := engine.Now().Add(time.Hour)
+	deadline := plan.Now(nil).Add(time.Hour)
 	for _, ct := range claimed {
 		st, err := appendFenced(t, s, ct, history.WaitStartedData{Name: "approval", Position: 0, Deadline: deadline})
 		require.NoError(t, err)
@@ -237,7 +238,7 @@ func testWaitingQueueHealthy(t *testing.T, s store.Store) {
 	require.Zero(t, q.Running)
 	require.Zero(t, q.OldestDueAge)
 
-	d, err := engine.DiagnoseQueue(ctx, s, &store.QueueDiagnoseParams{Namespace: store.DefaultNamespace, Queue: defaultQueue, Window: 2 * time.Minute})
+	d, err := diagnosis.Diagnose(ctx, s, &store.QueueDiagnoseParams{Namespace: store.DefaultNamespace, Queue: defaultQueue, Window: 2 * time.Minute})
 	require.NoError(t, err)
 	require.Zero(t, d.Depth.Due)
 	require.Zero(t, d.Depth.OldestWait)

@@ -20,8 +20,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/engine/enginetest"
+	"github.com/cairnflow/cairn/engine/internal/maintenance"
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
 	"github.com/cockroachdb/errors"
@@ -313,7 +313,7 @@ func rescueOne(t *testing.T, s store.Store) {
 	t.Helper()
 	total := 0
 	waitFor(t, "an expired lease to be rescued", func() bool {
-		n, err := engine.RescueExpired(testContext(t), s, 100)
+		n, err := maintenance.RescueExpired(testContext(t), s, 100)
 		require.NoError(t, err)
 		total += n
 		return total > 0

@@ -7,21 +7,22 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/engine/internal/notifier"
+	"github.com/cairnflow/cairn/engine/internal/processor"
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
 	"github.com/stretchr/testify/require"
 )
 
-// What the processor-level tests and benchmarks run: an engine.Processor
+// What the processor-level tests and benchmarks run: an processor.Processor
 // (with a notifier, as a worker has) over the store under test, and
 // handlers that sleep, wait on a timer or fail once, written with the
 // engine's payloads alone (no SDK).
 
-// handlerFunc adapts a function to [engine.Handler].
-type handlerFunc func(ctx context.Context, a *engine.Attempt) ([]history.Payload, error)
+// handlerFunc adapts a function to [processor.Handler].
+type handlerFunc func(ctx context.Context, a *processor.Attempt) ([]history.Payload, error)
 
-func (f handlerFunc) HandleAttempt(ctx context.Context, a *engine.Attempt) ([]history.Payload, error) {
+func (f handlerFunc) HandleAttempt(ctx context.Context, a *processor.Attempt) ([]history.Payload, error) {
 	return f(ctx, a)
 }
 
@@ -37,19 +38,19 @@ type workerOpts struct {
 
 // runWorker starts a processor over s until the test ends (stopped then,
 // its notifier too) and returns it.
-func runWorker(tb testing.TB, s store.Store, h engine.Handler, o workerOpts) *engine.Processor {
+func runWorker(tb testing.TB, s store.Store, h processor.Handler, o workerOpts) *processor.Processor {
 	tb.Helper()
 	if len(o.Types) == 0 {
 		o.Types = []store.TypeKey{defaultKey}
 	}
-	var notifier *engine.Notifier
+	var n *notifier.Notifier
 	if !o.NoNotifier {
-		notifier = engine.NewNotifier(s, quietLogger())
-		require.NoError(tb, notifier.Start(context.Background()))
-		waitListening(tb, notifier)
+		n = notifier.New(s, notifier.Opts{Logger: quietLogger()})
+		require.NoError(tb, n.Start(context.Background()))
+		waitListening(tb, n)
 	}
-	p, err := engine.NewProcessor(engine.ProcessorConfig{
-		Store: s, Notifier: notifier, Queues: o.Queues, Types: o.Types, Handler: h,
+	p, err := processor.New(processor.Config{
+		Store: s, Notifier: n, Queues: o.Queues, Types: o.Types, Handler: h,
 		Concurrency: o.Concurrency, PollInterval: o.PollInterval, Logger: quietLogger(),
 	})
 	require.NoError(tb, err)
@@ -58,8 +59,8 @@ func runWorker(tb testing.TB, s store.Store, h engine.Handler, o workerOpts) *en
 		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 		defer cancel()
 		_ = p.StopAndCancel(ctx)
-		if notifier != nil {
-			notifier.Stop()
+		if n != nil {
+			n.Stop()
 		}
 	})
 	return p
@@ -67,7 +68,7 @@ func runWorker(tb testing.TB, s store.Store, h engine.Handler, o workerOpts) *en
 
 // waitListening waits until n's listener is connected, so a notification
 // sent from now on reaches its subscribers.
-func waitListening(tb testing.TB, n *engine.Notifier) {
+func waitListening(tb testing.TB, n *notifier.Notifier) {
 	tb.Helper()
 	deadline := time.Now().Add(waitTimeout)
 	for !n.Listening() {
@@ -125,7 +126,7 @@ type busyHandler struct {
 	running, peak int
 }
 
-func (h *busyHandler) HandleAttempt(ctx context.Context, a *engine.Attempt) ([]history.Payload, error) {
+func (h *busyHandler) HandleAttempt(ctx context.Context, a *processor.Attempt) ([]history.Payload, error) {
 	h.mu.Lock()
 	h.running++
 	h.peak = max(h.peak, h.running)
@@ -138,7 +139,7 @@ func (h *busyHandler) HandleAttempt(ctx context.Context, a *engine.Attempt) ([]h
 	select {
 	case <-time.After(h.d):
 	case <-ctx.Done():
-		return nil, engine.ErrReleased
+		return nil, processor.ErrReleased
 	}
 	h.finished.Done()
 	return []history.Payload{history.TaskCompletedData{}}, nil
@@ -163,8 +164,8 @@ func (l *lateness) record(d time.Duration) {
 // for d (timer_started, as workflow.Sleep ends an attempt) and whose
 // second, once the timer is due, fires it and completes, recording how late
 // after the timer's fire time it began.
-func sleepOnce(d time.Duration, l *lateness) engine.Handler {
-	return handlerFunc(func(ctx context.Context, a *engine.Attempt) ([]history.Payload, error) {
+func sleepOnce(d time.Duration, l *lateness) processor.Handler {
+	return handlerFunc(func(ctx context.Context, a *processor.Attempt) ([]history.Payload, error) {
 		state := a.State()
 		if state.Timer == nil {
 			return []history.Payload{history.TimerStartedData{Position: len(state.Steps), FireAt: time.Now().Add(d)}}, nil
@@ -177,8 +178,8 @@ func sleepOnce(d time.Duration, l *lateness) engine.Handler {
 // failOnce returns a handler whose first attempt fails with a retry after
 // backoff and whose second completes, recording how late after the retry's
 // next run time it began.
-func failOnce(backoff time.Duration, l *lateness) engine.Handler {
-	return handlerFunc(func(ctx context.Context, a *engine.Attempt) ([]history.Payload, error) {
+func failOnce(backoff time.Duration, l *lateness) processor.Handler {
+	return handlerFunc(func(ctx context.Context, a *processor.Attempt) ([]history.Payload, error) {
 		state := a.State()
 		if state.Attempt == 1 {
 			next := time.Now().Add(backoff)

@@ -32,7 +32,6 @@ import (
 	"github.com/cockroachdb/errors"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/engine/pgstore"
 	"github.com/cairnflow/cairn/engine/sqlitestore"
 	"github.com/cairnflow/cairn/engine/store"
@@ -358,7 +357,7 @@ func (t benchTarget) store() store.Store {
 // newBenchWorkerWithMetrics is newBenchWorker counting into metrics (nil:
 // none), to measure what metrics cost, and whose rescuer removes finished
 // tasks older than retention (0: none), to measure what retention costs.
-func newBenchWorkerWithMetrics(t benchTarget, cfg *Config, concurrency int, onStep func(context.Context), metrics *engine.Metrics, retention time.Duration) (*sdk.Worker, error) {
+func newBenchWorkerWithMetrics(t benchTarget, cfg *Config, concurrency int, onStep func(context.Context), metrics *sdk.Metrics, retention time.Duration) (*sdk.Worker, error) {
 	w, err := sdk.NewWorker(sdk.WorkerConfig{
 		Pool: t.pool, Store: t.store(), Schema: cfg.Schema, ListenURL: cfg.ListenURL, Namespace: cfg.Namespace, Concurrency: concurrency,
 		PollInterval: benchWorkerPollInterval,

@@ -1,7 +1,7 @@
 package bench
 
 import (
-	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/sdk"
 	"github.com/cockroachdb/errors"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -11,12 +11,12 @@ import (
 
 // newMetrics returns the metrics the workers count into and their
 // registry, or nils without --metrics.
-func (f *Params) newMetrics() (*engine.Metrics, *prometheus.Registry, error) {
+func (f *Params) newMetrics() (*sdk.Metrics, *prometheus.Registry, error) {
 	if !f.Metrics {
 		return nil, nil, nil
 	}
 	reg := prometheus.NewRegistry()
-	m, err := engine.NewMetrics(reg)
+	m, err := sdk.NewMetrics(reg, nil)
 	return m, reg, err
 }
 

@@ -1,0 +1,9 @@
+// Package requests decides what others ask of a task: cancel and
+// compensate (cancel.go), requeue from the dead letters (requeue.go), and
+// the cancel of a parent's unfinished children when it ends
+// (children.go). Each reads the task's history, replays it, decides, and
+// appends unfenced (a request is no attempt's), trying again when a
+// worker appended first.
+//
+// It imports engine/store, engine/internal/plan and history.
+package requests

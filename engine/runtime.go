@@ -1,0 +1,149 @@
+package engine
+
+import (
+	"context"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cairnflow/cairn/engine/internal/diagnosis"
+	"github.com/cairnflow/cairn/engine/internal/maintenance"
+	"github.com/cairnflow/cairn/engine/internal/metrics"
+	"github.com/cairnflow/cairn/engine/internal/notifier"
+	"github.com/cairnflow/cairn/engine/internal/processor"
+	"github.com/cairnflow/cairn/engine/internal/requests"
+	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/history"
+)
+
+// The doors into the runtime's rooms, for the SDK (package sdk and its
+// attempt executor, sdk/internal/executor), not for users: Go lets only
+// code under engine/ import engine/internal, and the SDK drives the
+// runtime from outside it. Each name is its room's own; its documentation
+// is there.
+
+// Handler runs attempts of claimed tasks: the SDK's attempt executor. See
+// processor.Handler.
+type Handler = processor.Handler
+
+// Attempt is one claimed attempt of a task, handed to a [Handler]. See
+// processor.Attempt.
+type Attempt = processor.Attempt
+
+// The causes of an attempt's end a [Handler] tells apart; see the
+// processor's.
+var (
+	ErrReleased        = processor.ErrReleased
+	ErrLeaseLost       = processor.ErrLeaseLost
+	ErrCancelRequested = processor.ErrCancelRequested
+)
+
+// DefaultLeaseTTL is a lease's length unless configured otherwise.
+const DefaultLeaseTTL = processor.DefaultLeaseTTL
+
+// NewWorkerID returns an id naming this process: host, pid and a random
+// suffix.
+func NewWorkerID() string { return processor.NewWorkerID() }
+
+// Processor claims tasks under leases and runs them through a [Handler].
+type Processor = processor.Processor
+
+// ProcessorConfig configures a [Processor].
+type ProcessorConfig = processor.Config
+
+// NewProcessor returns a processor; see processor.New.
+func NewProcessor(cfg ProcessorConfig) (*Processor, error) { return processor.New(cfg) }
+
+// Notifier relays the store's notifications to workers and waiters.
+type Notifier = notifier.Notifier
+
+// NotifierOpts configure [NewNotifier].
+type NotifierOpts = notifier.Opts
+
+// NewNotifier returns a notifier for s; it listens once started. opts nil
+// takes the defaults.
+func NewNotifier(s store.Store, opts *NotifierOpts) *Notifier {
+	if opts == nil {
+		opts = &NotifierOpts{}
+	}
+	return notifier.New(s, *opts)
+}
+
+// Rescuer runs the maintenance of one store.
+type Rescuer = maintenance.Rescuer
+
+// RescuerConfig configures a [Rescuer].
+type RescuerConfig = maintenance.RescuerConfig
+
+// RetentionConfig is what the leader removes.
+type RetentionConfig = maintenance.RetentionConfig
+
+// NewRescuer returns a rescuer; it does nothing until started.
+func NewRescuer(cfg RescuerConfig) (*Rescuer, error) { return maintenance.NewRescuer(cfg) }
+
+// TaskRequestParams names a task and who asks something of it, and why.
+type TaskRequestParams = requests.Params
+
+// TaskCancelResult says what a cancel did.
+type TaskCancelResult = requests.CancelResult
+
+// CancelTask requests the task's cancellation; see requests.Cancel.
+func CancelTask(ctx context.Context, s store.Store, p *TaskRequestParams) (TaskCancelResult, error) {
+	return requests.Cancel(ctx, s, p)
+}
+
+// CompensateTask asks for a completed task's compensators to run; see
+// requests.Compensate.
+func CompensateTask(ctx context.Context, s store.Store, p *TaskRequestParams) (history.State, error) {
+	return requests.Compensate(ctx, s, p)
+}
+
+// TaskRequeueParams describes a requeue of dead-lettered tasks.
+type TaskRequeueParams = requests.RequeueParams
+
+// RequeueResult is the outcome of one task's requeue.
+type RequeueResult = requests.RequeueResult
+
+// RequeueTasks sends dead-lettered tasks back to their queue; see
+// requests.Requeue.
+func RequeueTasks(ctx context.Context, s store.Store, p *TaskRequeueParams) ([]RequeueResult, error) {
+	return requests.Requeue(ctx, s, p)
+}
+
+// maxRequeueTries bounds the retries of an erasure that raced another
+// writer, as a requeue's.
+const maxRequeueTries = requests.MaxRequeueTries
+
+// DiagnoseQueue measures a queue and ranks the likely causes of its
+// growth; see diagnosis.Diagnose.
+func DiagnoseQueue(ctx context.Context, s store.Store, p *store.QueueDiagnoseParams) (*store.QueueDiagnosis, error) {
+	return diagnosis.Diagnose(ctx, s, p)
+}
+
+// Metrics counts what a store writes, for Prometheus (users:
+// sdk.Metrics).
+type Metrics = metrics.Metrics
+
+// NewMetrics makes cairn's metrics, with taskLabels as metric labels too,
+// and registers them with reg; see metrics.New.
+func NewMetrics(reg prometheus.Registerer, taskLabels []string) (*Metrics, error) {
+	return metrics.New(reg, metrics.Opts{TaskLabels: taskLabels})
+}
+
+// QueueCell is one cell of a placement, for [NewCellQueueCollector].
+type QueueCell = metrics.Cell
+
+// NewQueueCollector returns the collector of queue gauges read from s at
+// each scrape; see metrics.NewQueueCollector.
+func NewQueueCollector(s store.Store) prometheus.Collector { return metrics.NewQueueCollector(s) }
+
+// NewCellQueueCollector is [NewQueueCollector] over every cell; see
+// metrics.NewCellQueueCollector.
+func NewCellQueueCollector(cells []QueueCell) prometheus.Collector {
+	return metrics.NewCellQueueCollector(cells)
+}
+
+// ExpireStartDeadlines ends up to max tasks not started by their start
+// deadline; see maintenance.ExpireStartDeadlines.
+func ExpireStartDeadlines(ctx context.Context, s store.Store, max int) (int, error) {
+	return maintenance.ExpireStartDeadlines(ctx, s, max)
+}
