@@ -68,17 +68,19 @@ func NewNotifier(s store.Store, opts *NotifierOpts) *Notifier {
 	return notifier.New(s, *opts)
 }
 
-// Rescuer runs the maintenance of one store.
-type Rescuer = maintenance.Rescuer
+// Maintainer runs the maintenance services of one store: the lease
+// rescuer, and under the leader lease the start-deadline expirer, cron,
+// retention and the archiver.
+type Maintainer = maintenance.Maintainer
 
-// RescuerConfig configures a [Rescuer].
-type RescuerConfig = maintenance.RescuerConfig
+// MaintainerConfig configures a [Maintainer].
+type MaintainerConfig = maintenance.Config
 
 // RetentionConfig is what the leader removes.
 type RetentionConfig = maintenance.RetentionConfig
 
-// NewRescuer returns a rescuer; it does nothing until started.
-func NewRescuer(cfg RescuerConfig) (*Rescuer, error) { return maintenance.NewRescuer(cfg) }
+// NewMaintainer returns a maintainer; it does nothing until started.
+func NewMaintainer(cfg MaintainerConfig) (*Maintainer, error) { return maintenance.New(cfg) }
 
 // TaskRequestParams names a task and who asks something of it, and why.
 type TaskRequestParams = requests.Params

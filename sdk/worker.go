@@ -183,13 +183,14 @@ type Worker struct {
 }
 
 // workerCell is the part of a worker that works in one store: a notifier,
-// a rescuer and a processor per namespace, set by Start.
+// a maintainer (the rescuer and the leader's work) and a processor per
+// namespace, set by Start.
 type workerCell struct {
 	name       string      // the cell's name; "" without Cells
 	store      *edge.Store // the cell's store behind the worker's payload stage
 	namespaces []string
 	notifier   *engine.Notifier
-	rescuer    *engine.Rescuer
+	maintainer *engine.Maintainer
 	processors []*engine.Processor
 }
 
@@ -440,7 +441,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	for _, c := range w.cells {
 		if err := w.buildCell(c, handler, keys); err != nil {
 			for _, c := range w.cells {
-				c.notifier, c.rescuer, c.processors = nil, nil, nil // a later Start begins afresh
+				c.notifier, c.maintainer, c.processors = nil, nil, nil // a later Start begins afresh
 			}
 			return err
 		}
@@ -464,8 +465,8 @@ func (w *Worker) Start(ctx context.Context) error {
 	return nil
 }
 
-// buildCell makes the runtime of one cell: its notifier, its rescuer, and
-// a processor per namespace.
+// buildCell makes the runtime of one cell: its notifier, its maintainer,
+// and a processor per namespace.
 func (w *Worker) buildCell(c *workerCell, handler edge.Handler, keys []store.TypeKey) error {
 	logger := w.cellLogger(c)
 	st := c.store.Engine()
@@ -483,7 +484,7 @@ func (w *Worker) buildCell(c *workerCell, handler edge.Handler, keys []store.Typ
 		c.processors = append(c.processors, processor)
 	}
 	if w.cfg.RescueInterval >= 0 {
-		rescuer, err := engine.NewRescuer(engine.RescuerConfig{
+		maintainer, err := engine.NewMaintainer(engine.MaintainerConfig{
 			Store: st, Owner: w.cfg.WorkerID, Interval: w.rescueInterval(), Logger: logger,
 			Retention: engine.RetentionConfig{Default: w.cfg.DefaultRetention, KeyDefault: w.cfg.DefaultKeyRetention,
 				DefaultArchive: w.cfg.DefaultArchive},
@@ -491,7 +492,7 @@ func (w *Worker) buildCell(c *workerCell, handler edge.Handler, keys []store.Typ
 		if err != nil {
 			return err
 		}
-		c.rescuer = rescuer
+		c.maintainer = maintainer
 	}
 	return nil
 }
@@ -516,8 +517,8 @@ const defaultRescueInterval = 5 * time.Second
 // startCell starts what buildCell made. Each Start refuses only a second
 // start, which a built cell never had.
 func (w *Worker) startCell(runCtx context.Context, c *workerCell) {
-	if c.rescuer != nil {
-		_ = c.rescuer.Start(runCtx)
+	if c.maintainer != nil {
+		_ = c.maintainer.Start(runCtx)
 	}
 	_ = c.notifier.Start(runCtx)
 	for _, p := range c.processors {
@@ -632,8 +633,8 @@ func (c *workerCell) stop(ctx context.Context, cancel bool) error {
 	if c.notifier != nil {
 		c.notifier.Stop()
 	}
-	if c.rescuer != nil {
-		c.rescuer.Stop()
+	if c.maintainer != nil {
+		c.maintainer.Stop()
 	}
 	return firstError(errs)
 }

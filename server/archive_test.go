@@ -51,7 +51,7 @@ func TestHistoryOfAnArchivedTaskIsTheSameOverHTTP(t *testing.T) {
 				require.Equal(t, http.StatusOK, a.status, "%s", a.body)
 				before[ns] = a.body
 			}
-			r, err := engine.NewRescuer(engine.RescuerConfig{Store: st.store, Owner: "leader", Interval: 20 * time.Millisecond,
+			r, err := engine.NewMaintainer(engine.MaintainerConfig{Store: st.store, Owner: "leader", Interval: 20 * time.Millisecond,
 				Logger: enginetest.Logger(t), Retention: engine.RetentionConfig{Default: time.Millisecond, DefaultArchive: dir}})
 			require.NoError(t, err)
 			require.NoError(t, r.Start(ctx))

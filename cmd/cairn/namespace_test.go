@@ -141,7 +141,7 @@ func completeAll(t *testing.T, s store.Store, namespace string) {
 func runRetention(t *testing.T, s store.Store, defaultArchive string, id uuid.UUID) {
 	t.Helper()
 	ctx := context.Background()
-	r, err := engine.NewRescuer(engine.RescuerConfig{Store: s, Owner: "leader", Interval: 20 * time.Millisecond,
+	r, err := engine.NewMaintainer(engine.MaintainerConfig{Store: s, Owner: "leader", Interval: 20 * time.Millisecond,
 		Logger: enginetest.Logger(t), Retention: engine.RetentionConfig{DefaultArchive: defaultArchive}})
 	require.NoError(t, err)
 	require.NoError(t, r.Start(ctx))

@@ -205,7 +205,7 @@ func runServerWith(cmd *cobra.Command, g *globals, f *serverFlags, also alongsid
 	// serve stops the server in order (drain, HTTP shutdown, Stop); this
 	// one is for the returns before it, and finds nothing left to do after.
 	defer func() { _ = srv.Stop(context.Background()) }()
-	var rescuers []*engine.Rescuer
+	var rescuers []*engine.Maintainer
 	// All at once: a cell cut off, its resignation waiting out its timeout,
 	// must not hold up the others' (another process takes over there at
 	// once).
@@ -215,7 +215,7 @@ func runServerWith(cmd *cobra.Command, g *globals, f *serverFlags, also alongsid
 		if cell != "" {
 			cellLogger = logger.With("cell", cell)
 		}
-		rescuer, err := engine.NewRescuer(engine.RescuerConfig{Store: st, Owner: serverID(), Interval: f.rescueInterval, Logger: cellLogger,
+		rescuer, err := engine.NewMaintainer(engine.MaintainerConfig{Store: st, Owner: serverID(), Interval: f.rescueInterval, Logger: cellLogger,
 			Retention: engine.RetentionConfig{Default: time.Duration(f.retention), KeyDefault: time.Duration(f.keyRetention),
 				DefaultArchive: archive}})
 		if err != nil {
@@ -239,7 +239,7 @@ func runServerWith(cmd *cobra.Command, g *globals, f *serverFlags, also alongsid
 }
 
 // stopAll stops every rescuer at once and returns when all have stopped.
-func stopAll(rescuers []*engine.Rescuer) {
+func stopAll(rescuers []*engine.Maintainer) {
 	var wg sync.WaitGroup
 	for _, r := range rescuers {
 		wg.Go(func() {

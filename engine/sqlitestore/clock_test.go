@@ -46,7 +46,7 @@ func TestStoreKeepsTimeByItsClock(t *testing.T) {
 	require.Zero(t, n, "the start deadline is an hour away")
 
 	clock.Advance(2 * time.Hour)
-	r, err := maintenance.NewRescuer(maintenance.RescuerConfig{Store: s, Owner: "r", Interval: 10 * time.Millisecond, Clock: clock})
+	r, err := maintenance.New(maintenance.Config{Store: s, Owner: "r", Interval: 10 * time.Millisecond, Clock: clock})
 	require.NoError(t, err)
 	require.NoError(t, r.Start(ctx))
 	t.Cleanup(r.Stop)

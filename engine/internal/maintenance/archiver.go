@@ -8,9 +8,39 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/cairnflow/cairn/engine/internal/archive"
+	"github.com/cairnflow/cairn/engine/internal/service"
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/internal/bucket"
 )
+
+// archiver is the leader's service that removes, at each pass, the
+// finished tasks past their retention in the namespaces whose tasks go to
+// an archive (their own, or the default), writing their histories and
+// blobs there first (see archiveThenRemove); it records the default
+// archive it was given in the database, for leaders given none. Retention
+// does the same without a copy where there is no archive.
+type archiver struct {
+	cfg Config
+	svc service.Base
+	// next is the namespace the next pass begins with (see
+	// removeFinished). Only the service's goroutine uses it.
+	next string
+}
+
+// Start archives and removes finished tasks until Stop or until ctx is
+// done.
+func (a *archiver) Start(ctx context.Context) error {
+	return a.svc.Start(ctx, func(ctx context.Context) { every(ctx, a.cfg.Interval, a.pass) })
+}
+
+// Stop stops archiving and waits.
+func (a *archiver) Stop() { a.svc.Stop() }
+
+// pass archives and removes within the budget.
+func (a *archiver) pass(ctx context.Context) {
+	res, err := removeFinished(ctx, a.cfg.Store, a.cfg.Stored, a.cfg.Clock, a.cfg.Retention, a.cfg.Retention.Budget, &a.next, true)
+	logRemoved(ctx, a.cfg.Logger, res, err)
+}
 
 // archiveBlobs copies the blobs of the archived tasks to the archive
 // before the removal takes them, each on its own (a blob may be large),

@@ -1,12 +1,22 @@
 // Package maintenance keeps the tasks of a store moving when nobody else
-// would: it rescues the tasks whose lease expired (rescue.go), in every
-// process, and, in the one that holds the leader lease, ends the tasks not
-// started by their start deadline, fires cron schedules, and removes
-// finished tasks past their retention (retention.go) after writing their
-// histories to their archive (archiver.go). [Rescuer] runs it all
-// (rescuer.go).
+// would, with one service per job, as River's internal/maintenance has:
+//
+//   - the lease rescuer (rescuer.go, rescue.go), in every process: it
+//     turns expired leases into lease_expired and a reschedule, timed to
+//     each lease's expiry;
+//   - and, in the one process that holds the leader lease, the
+//     start-deadline expirer (deadlines.go), the cron firer (cron.go),
+//     retention (retention.go), which removes finished tasks past their
+//     retention, and the archiver (archiver.go), which does so where the
+//     tasks go to an archive, writing their histories there first.
+//
+// [Maintainer] (maintainer.go) runs them: an elector of
+// engine/internal/leadership takes and renews the lease at every pass, and
+// the leader's services start when this process becomes the leader and
+// stop when it no longer is.
 //
 // It imports engine/store, history, engine/internal/archive,
-// engine/internal/plan, engine/internal/requests (a dead-lettered
-// parent's children) and engine/internal/service.
+// engine/internal/leadership, engine/internal/plan,
+// engine/internal/requests (a dead-lettered parent's children) and
+// engine/internal/service.
 package maintenance

@@ -134,51 +134,6 @@ func rescuePayloads(state history.State, now time.Time) []history.Payload {
 	return out
 }
 
-// ExpireStartDeadlines ends up to max tasks that were not started by their
-// start deadline with task_expired, and returns how many it ended. The
-// claim never starts such a task, so it cannot race a worker; each append
-// is still fenced by the task's seq.
-func ExpireStartDeadlines(ctx context.Context, s store.Store, max int) (int, error) {
-	ids, err := s.TaskListStartExpired(ctx, max)
-	if err != nil || len(ids) == 0 {
-		return 0, err
-	}
-	return expireTasks(ctx, s, ids)
-}
-
-// expireTasks appends task_expired to each of the listed tasks still
-// pending, unstarted, with a start deadline.
-func expireTasks(ctx context.Context, s store.Store, ids []uuid.UUID) (int, error) {
-	events, err := s.EventListByTasks(ctx, ids)
-	if err != nil {
-		return 0, err
-	}
-	appends := make([]*store.EventAppendParams, 0, len(ids))
-	for _, id := range ids {
-		state, err := history.Replay(events[id])
-		if err != nil || state.Status != history.StatusPending || state.Attempt != 0 || state.Scheduled.StartDeadline == nil {
-			continue // unreadable here, or it moved on
-		}
-		appends = append(appends, &store.EventAppendParams{TaskID: id, State: state, Payloads: []history.Payload{history.TaskExpiredData{
-			Reason: fmt.Sprintf("not started by its start deadline %s", state.Scheduled.StartDeadline.Format(time.RFC3339Nano)),
-		}}})
-	}
-	if len(appends) == 0 {
-		return 0, nil
-	}
-	results, err := s.EventAppendMany(ctx, appends)
-	if err != nil {
-		return 0, err
-	}
-	expired := 0
-	for _, res := range results {
-		if res.Err == nil {
-			expired++
-		}
-	}
-	return expired, nil
-}
-
 // attemptStart returns when the latest attempt in events began (zero if
 // none did), for the attempt duration of an append made without the
 // attempt's own record of it (the rescuer's): its

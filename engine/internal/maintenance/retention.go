@@ -2,17 +2,20 @@ package maintenance
 
 import (
 	"context"
+	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/cockroachdb/errors"
 
 	"github.com/cairnflow/cairn/engine/internal/archive"
+	"github.com/cairnflow/cairn/engine/internal/service"
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/internal/bucket"
 )
 
-// RetentionConfig is what the leader's pass removes: the tasks of each
-// namespace that finished longer ago than its retention, whole, with their
+// RetentionConfig is what the leader's retention and archiver remove: the
+// tasks of each namespace that finished longer ago than its retention, whole, with their
 // logs. A namespace's own settings ([store.Store.NamespaceSet]) win over
 // these defaults.
 type RetentionConfig struct {
@@ -25,18 +28,18 @@ type RetentionConfig struct {
 	// Batch is the most tasks one removal transaction takes. Default 500,
 	// at most maxRetentionBatch.
 	Batch int
-	// Budget is the most time one leader pass spends removing; the rest
-	// waits for the next pass. Default a tenth of the pass interval, so
-	// that a backlog of removals (a retention shortened, a first run over
-	// a large table) takes a bounded share of the database from the work
-	// running meanwhile.
+	// Budget is the most time one pass of retention, and one of the
+	// archiver, spends removing; the rest waits for the next pass. Default
+	// a tenth of the pass interval, so that a backlog of removals (a
+	// retention shortened, a first run over a large table) takes a bounded
+	// share of the database from the work running meanwhile.
 	Budget time.Duration
 	// DefaultArchive is where a namespace without an archive of its own
 	// has its histories written before they are removed (see
 	// bucket.Open); empty: such namespaces' tasks are removed without
 	// a copy.
 	DefaultArchive string
-	// Archives opens the archives; nil: the rescuer's own.
+	// Archives opens the archives; nil: the maintainer's own.
 	Archives *archive.Buckets
 }
 
@@ -70,23 +73,63 @@ func (c RetentionConfig) validate() error {
 	return nil
 }
 
-// removeFinished runs retention for every namespace, batch after batch,
-// until nothing is left to remove or the pass has used its budget (the
-// rest waits for the next pass, so rescues and schedules are never held
-// up by a backlog of removals). It reports the tasks and events removed;
-// a namespace whose removal fails is reported and the others go on.
-// A pass begins with the namespace after *next (the first one the last
-// pass did not reach) and sets it for the next pass, so a namespace that
-// uses up the budget, or fails slowly, does not keep the others waiting.
-func removeFinished(ctx context.Context, s, stored store.Store, clock store.Clock, cfg RetentionConfig, budget time.Duration, next *string) (store.RemoveResult, error) {
+// retention is the leader's service that removes, at each pass, the
+// finished tasks past their retention (whole, with their logs) in the
+// namespaces whose tasks go to no archive. The archiver does the same
+// where they go to one.
+type retention struct {
+	cfg Config
+	svc service.Base
+	// next is the namespace the next pass begins with (see
+	// removeFinished). Only the service's goroutine uses it.
+	next string
+}
+
+// Start removes finished tasks until Stop or until ctx is done.
+func (r *retention) Start(ctx context.Context) error {
+	return r.svc.Start(ctx, func(ctx context.Context) { every(ctx, r.cfg.Interval, r.pass) })
+}
+
+// Stop stops removing and waits.
+func (r *retention) Stop() { r.svc.Stop() }
+
+// pass removes within the budget.
+func (r *retention) pass(ctx context.Context) {
+	res, err := removeFinished(ctx, r.cfg.Store, r.cfg.Stored, r.cfg.Clock, r.cfg.Retention, r.cfg.Retention.Budget, &r.next, false)
+	logRemoved(ctx, r.cfg.Logger, res, err)
+}
+
+// logRemoved logs what a pass of retention or of the archiver removed, and
+// its failure.
+func logRemoved(ctx context.Context, logger *slog.Logger, res store.RemoveResult, err error) {
+	if res.Tasks > 0 {
+		logger.Info("rescuer: removed finished tasks past their retention", "tasks", res.Tasks, "events", res.Events)
+	}
+	if err != nil && ctx.Err() == nil {
+		logger.Warn("rescuer: remove finished tasks", service.ErrAttr(err))
+	}
+}
+
+// removeFinished runs retention for every namespace whose removed tasks
+// go to an archive (archived) or for every one whose do not (!archived),
+// batch after batch, until nothing is left to remove or the pass has used
+// its budget (the rest waits for the next pass, so a backlog of removals
+// takes a bounded share of the database). It reports the tasks and events
+// removed; a namespace whose removal fails is reported and the others go
+// on. A pass begins with the namespace after *next (the first one the
+// last pass did not reach) and sets it for the next pass, so a namespace
+// that uses up the budget, or fails slowly, does not keep the others
+// waiting.
+func removeFinished(ctx context.Context, s, stored store.Store, clock store.Clock, cfg RetentionConfig, budget time.Duration, next *string, archived bool) (store.RemoveResult, error) {
 	var total store.RemoveResult
 	namespaces, err := s.NamespaceList(ctx)
 	if err != nil {
 		return total, err
 	}
 	// The default archive is shared through the database: a leader given
-	// one records it, a leader without one takes the recorded one, so no
-	// leader removes without the copy another was told to make.
+	// one records it (its archiver does), a leader without one takes the
+	// recorded one, so no leader removes without the copy another was told
+	// to make.
 	var recorded string
 	for i, ns := range namespaces {
 		if ns.Name == store.DefaultsRow {
@@ -99,12 +142,17 @@ func removeFinished(ctx context.Context, s, stored store.Store, clock store.Cloc
 	switch {
 	case defaultArchive == "":
 		defaultArchive = recorded
-	case defaultArchive != recorded:
+	case defaultArchive != recorded && archived:
 		err := s.NamespaceSet(ctx, store.NamespaceConfig{Name: store.DefaultsRow, Archive: defaultArchive})
 		if err != nil {
 			return total, errors.Wrap(err, "record the default archive")
 		}
 	}
+	// This pass's namespaces: those whose tasks go to an archive, or
+	// those whose do not.
+	namespaces = slices.DeleteFunc(namespaces, func(ns store.NamespaceConfig) bool {
+		return (archiveOf(ns, defaultArchive) != "") != archived
+	})
 	// Round robin: namespaces from *next on, then the ones before it.
 	first := 0
 	for first < len(namespaces) && namespaces[first].Name < *next {
@@ -129,10 +177,7 @@ func removeFinished(ctx context.Context, s, stored store.Store, clock store.Cloc
 		if retention == 0 && len(ns.TypeRetention) == 0 {
 			continue
 		}
-		location := ns.Archive
-		if location == "" {
-			location = defaultArchive
-		}
+		location := archiveOf(ns, defaultArchive)
 		for {
 			now := clock.Now()
 			p := &store.RemoveFinishedParams{
@@ -171,4 +216,13 @@ func removeFinished(ctx context.Context, s, stored store.Store, clock store.Cloc
 		}
 	}
 	return total, errs
+}
+
+// archiveOf is where the removed tasks of ns go: its own archive, else the
+// default ("": none).
+func archiveOf(ns store.NamespaceConfig, defaultArchive string) string {
+	if ns.Archive != "" {
+		return ns.Archive
+	}
+	return defaultArchive
 }

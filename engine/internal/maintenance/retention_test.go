@@ -44,7 +44,7 @@ func TestRescuerRemovesFinishedTasksPastRetention(t *testing.T) {
 	keyed := finish("keyed")
 	require.NoError(t, s.NamespaceSet(ctx, store.NamespaceConfig{Name: "own", Retention: 20 * time.Millisecond}))
 
-	r, err := maintenance.NewRescuer(maintenance.RescuerConfig{
+	r, err := maintenance.New(maintenance.Config{
 		Store: s, Owner: "leader", Interval: 20 * time.Millisecond, Logger: enginetest.Logger(t),
 		Retention: maintenance.RetentionConfig{Default: 50 * time.Millisecond, Batch: 1},
 	})
@@ -78,7 +78,7 @@ func TestRescuerRefusesNegativeRetention(t *testing.T) {
 	t.Parallel()
 	s := enginetest.Store(t)
 	for _, r := range []maintenance.RetentionConfig{{Default: -time.Hour}, {KeyDefault: -1}, {Budget: -time.Second}} {
-		_, err := maintenance.NewRescuer(maintenance.RescuerConfig{Store: s, Owner: "o", Retention: r})
+		_, err := maintenance.New(maintenance.Config{Store: s, Owner: "o", Retention: r})
 		require.Error(t, err, "%+v is refused: a negative default would remove every finished task", r)
 	}
 }
@@ -91,7 +91,7 @@ func TestRetentionWithoutDefaultKeepsNamespacesWithoutSettings(t *testing.T) {
 	s := enginetest.Store(t)
 	id := enginetest.StartTask(t, s, &enginetest.TaskOpts{})
 	enginetest.Complete(t, s, enginetest.ClaimOne(t, s, "w", time.Minute))
-	r, err := maintenance.NewRescuer(maintenance.RescuerConfig{Store: s, Owner: "leader", Interval: 10 * time.Millisecond, Logger: enginetest.Logger(t)})
+	r, err := maintenance.New(maintenance.Config{Store: s, Owner: "leader", Interval: 10 * time.Millisecond, Logger: enginetest.Logger(t)})
 	require.NoError(t, err)
 	require.NoError(t, r.Start(ctx))
 	// A nonzero default of any length would have removed the task within
@@ -139,7 +139,7 @@ func TestRescuerArchivesBeforeRemoving(t *testing.T) {
 	kept, _ := finish("broken")
 
 	archives := &archive.Buckets{}
-	r, err := maintenance.NewRescuer(maintenance.RescuerConfig{
+	r, err := maintenance.New(maintenance.Config{
 		Store: s, Owner: "leader", Interval: 20 * time.Millisecond, Logger: enginetest.Logger(t),
 		Retention: maintenance.RetentionConfig{Default: time.Millisecond, DefaultArchive: dir, Archives: archives},
 	})
@@ -169,7 +169,7 @@ func TestRescuerArchivesBeforeRemoving(t *testing.T) {
 	require.Equal(t, history.StatusCompleted, task.Status)
 	require.Equal(t, 1, enginetest.RequireProjectionsMatch(t, s))
 
-	_, err = maintenance.NewRescuer(maintenance.RescuerConfig{Store: s, Owner: "o", Retention: maintenance.RetentionConfig{DefaultArchive: "relative/dir"}})
+	_, err = maintenance.New(maintenance.Config{Store: s, Owner: "o", Retention: maintenance.RetentionConfig{DefaultArchive: "relative/dir"}})
 	require.ErrorContains(t, err, "use file:///absolute/dir or s3://bucket/prefix")
 }
 
@@ -183,7 +183,7 @@ func TestLeadersShareTheDefaultArchive(t *testing.T) {
 	dir := "file://" + filepath.ToSlash(t.TempDir())
 	run := func(cfg maintenance.RetentionConfig, until func() bool) {
 		t.Helper()
-		r, err := maintenance.NewRescuer(maintenance.RescuerConfig{Store: s, Owner: "leader", Interval: 20 * time.Millisecond,
+		r, err := maintenance.New(maintenance.Config{Store: s, Owner: "leader", Interval: 20 * time.Millisecond,
 			Logger: enginetest.Logger(t), Retention: cfg})
 		require.NoError(t, err)
 		require.NoError(t, r.Start(ctx))
@@ -231,7 +231,7 @@ func TestRescuerRemovesByATypesOwnRetention(t *testing.T) {
 	}
 	report, kept := finish("report"), finish("invoice")
 	require.NoError(t, s.NamespaceSet(ctx, store.NamespaceConfig{Name: "typed", TypeRetention: map[string]time.Duration{"report": 10 * time.Millisecond}}))
-	r, err := maintenance.NewRescuer(maintenance.RescuerConfig{Store: s, Owner: "leader", Interval: 20 * time.Millisecond, Logger: enginetest.Logger(t)})
+	r, err := maintenance.New(maintenance.Config{Store: s, Owner: "leader", Interval: 20 * time.Millisecond, Logger: enginetest.Logger(t)})
 	require.NoError(t, err)
 	require.NoError(t, r.Start(ctx))
 	t.Cleanup(r.Stop)

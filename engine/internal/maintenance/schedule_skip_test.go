@@ -94,7 +94,7 @@ func TestFullQueueScheduleDoesNotStopOthers(t *testing.T) {
 	logs := newLogRecorder(t)
 	// An hour between passes: every firing below is the leader's wait for
 	// the next schedule tick.
-	r, err := maintenance.NewRescuer(maintenance.RescuerConfig{Store: s, Owner: "leader", Interval: time.Hour, Logger: slog.New(logs)})
+	r, err := maintenance.New(maintenance.Config{Store: s, Owner: "leader", Interval: time.Hour, Logger: slog.New(logs)})
 	require.NoError(t, err)
 	require.NoError(t, r.Start(ctx))
 	t.Cleanup(r.Stop)
