@@ -143,9 +143,3 @@ func NewQueueCollector(s store.Store) prometheus.Collector { return metrics.NewQ
 func NewCellQueueCollector(cells []QueueCell) prometheus.Collector {
 	return metrics.NewCellQueueCollector(cells)
 }
-
-// ExpireStartDeadlines ends up to max tasks not started by their start
-// deadline; see maintenance.ExpireStartDeadlines.
-func ExpireStartDeadlines(ctx context.Context, s store.Store, max int) (int, error) {
-	return maintenance.ExpireStartDeadlines(ctx, s, max)
-}

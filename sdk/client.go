@@ -69,15 +69,15 @@ type ClientConfig struct {
 	// tasks it retries (task_requeued's "by"). Default "sdk@<hostname>".
 	Identity string
 	// Metrics counts the events this client's requests write (a cancel,
-	// a task cancelled before it ran; see [engine.NewMetrics]), whatever
-	// the store, as [WorkerConfig.Metrics] does. Default nil: no metrics.
-	Metrics *engine.Metrics
+	// a task cancelled before it ran; see [NewMetrics]), whatever the
+	// store, as [WorkerConfig.Metrics] does. Default nil: no metrics.
+	Metrics *Metrics
 	// Notifier, when set, is a started notifier on the same schema that
 	// Wait listens with, shared with other clients (a server with a client
 	// per namespace holds one listening connection, not one each). The
 	// client does not stop it. Default: the client starts its own on its
 	// first Wait and stops it on Close.
-	Notifier *engine.Notifier
+	Notifier *Notifier
 	// FilterLimits bound the work of each call with a filter ([ListOpts],
 	// [DeadLetterOpts] and [AuditParams] Filter). Zero fields take the
 	// defaults ([DefaultFilterTimeout], [DefaultFilterCost],
@@ -93,11 +93,11 @@ type ClientConfig struct {
 	// DefaultArchive is where the histories of tasks retention removed
 	// are read from in a namespace without an archive of its own (the
 	// leader's default, [WorkerConfig.DefaultArchive]); see
-	// [engine.CheckArchive]. Empty: such tasks are not found once removed.
+	// [CheckArchive]. Empty: such tasks are not found once removed.
 	DefaultArchive string
 	// Archives, when set, are the archives to read through, shared with
 	// other clients; default the client's own.
-	Archives *engine.Archives
+	Archives *Archives
 	// Keys, when set, encrypt at rest the payloads of the namespaces they
 	// have keys for (see [seal.Keys]): inputs are sealed before they are
 	// sent, and everything the client reads is opened. Give the workers
@@ -120,7 +120,7 @@ type ClientConfig struct {
 	BlobThreshold int
 	// BlobStore, when set, is where the blobs this client writes (inputs
 	// and signal payloads kept by reference) keep their bytes: a directory
-	// or an S3-compatible bucket, as [engine.CheckArchive] takes it; the
+	// or an S3-compatible bucket, as [CheckArchive] takes it; the
 	// database's blobs table then holds a row naming it. Blobs are read
 	// from wherever their rows say. Default: the database.
 	BlobStore string
@@ -136,13 +136,13 @@ type Client struct {
 	identity       string
 	filterLimits   FilterLimits // with defaults filled
 	maxPayload     int          // MaxPayloadBytes, default filled
-	archives       *engine.Archives
+	archives       *Archives
 	defaultArchive string
 	outputsByRef   bool
-	blobThreshold  int             // 0: inputs stay in place
-	metrics        *engine.Metrics // ClientConfig.Metrics: counts the Wait listener's lost probes
-	cells          *Cells          // ClientConfig.Cells; nil without
-	cell           string          // the client's namespace's cell, with cells
+	blobThreshold  int      // 0: inputs stay in place
+	metrics        *Metrics // ClientConfig.Metrics: counts the Wait listener's lost probes
+	cells          *Cells   // ClientConfig.Cells; nil without
+	cell           string   // the client's namespace's cell, with cells
 
 	listenOnce sync.Once
 	listener   *engine.Notifier // started by the first Wait; stopped by Close
@@ -200,12 +200,12 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 		return nil, err
 	}
 	if cfg.DefaultArchive != "" {
-		if err := engine.CheckArchive(cfg.DefaultArchive); err != nil {
+		if err := CheckArchive(cfg.DefaultArchive); err != nil {
 			return nil, errors.Wrap(err, "ClientConfig.DefaultArchive")
 		}
 	}
 	if cfg.Archives == nil {
-		cfg.Archives = &engine.Archives{}
+		cfg.Archives = &Archives{}
 	}
 	c := &Client{keys: cfg.Keys, namespace: ns, identity: identity, filterLimits: cfg.FilterLimits.withDefaults(), maxPayload: maxPayload,
 		archives: cfg.Archives, defaultArchive: cfg.DefaultArchive, outputsByRef: cfg.OutputsByReference,
@@ -220,7 +220,7 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 		c.cell, _, _ = cfg.Cells.Of(ns) // placedStore found it
 	}
 	if cfg.Notifier != nil {
-		c.listenOnce.Do(func() { c.listener, c.shared = cfg.Notifier, true })
+		c.listenOnce.Do(func() { c.listener, c.shared = cfg.Notifier.n, true })
 	}
 	return c, nil
 }

@@ -40,10 +40,11 @@
 // Cancelling [Worker.Start]'s context does the same. Only a process that
 // dies (SIGKILL, a crash) leaves its tasks to their leases' expiry.
 //
-// Metrics ([WorkerConfig.Metrics], [ClientConfig.Metrics]) count whatever
-// the store: a PostgreSQL pool, or a Store such as engine/sqlitestore's
-// (attached to it, store.Store.ObserverAttach; a store made with its own
-// Config.Metrics counts into those).
+// Metrics ([NewMetrics]; [WorkerConfig.Metrics], [ClientConfig.Metrics])
+// count whatever the store: a PostgreSQL pool, or a Store such as
+// engine/sqlitestore's (attached to it, store.Store.ObserverAttach; a
+// store made with its own Config.Metrics counts into those);
+// [NewQueueCollector] reads queue depths at scrape time.
 //
 // Every payload passes through the payload stage (package payload) at the
 // SDK's edge, sdk/internal/edge, the only writer of payloads: inputs kept
@@ -53,8 +54,13 @@
 // client and the worker read is decoded there. The store holds only what
 // the stage encoded.
 //
+// Every worker runs cairn's maintenance (the rescue of expired leases and,
+// under a leader lease, start deadlines, cron schedules, retention and
+// archival); a [Maintainer] runs it where no worker does, as `cairn
+// server` does.
+//
 // Namespaces may live on several databases (cells): open them with
-// pgstore.OpenCells, place them with NewCells, and give the result
+// pgstore.OpenCells, place them with [NewCells], and give the result
 // as [ClientConfig.Cells] or [WorkerConfig.Cells]. A client works in its
 // namespace's cell; a worker serves [WorkerConfig.Namespaces] across cells,
 // with a notifier and a leader per cell, so a cell that is down stops only

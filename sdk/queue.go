@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/cairnflow/cairn/cairntype"
-	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/internal/errmark"
 )
@@ -92,7 +91,7 @@ type NamespaceSettings struct {
 	KeyRetention time.Duration
 	// Archive is where retention writes the namespace's histories before
 	// removing them: file:///absolute/dir or s3://bucket/prefix (see
-	// [engine.CheckArchive]). Empty: the leader's default
+	// [CheckArchive]). Empty: the leader's default
 	// ([WorkerConfig.DefaultArchive]), or none.
 	Archive string
 	// TypeRetention gives task types a retention of their own, in place
@@ -113,7 +112,7 @@ func (c *Client) SetNamespace(ctx context.Context, namespace string, s Namespace
 		return err
 	}
 	if s.Archive != "" {
-		if err := engine.CheckArchive(s.Archive); err != nil {
+		if err := CheckArchive(s.Archive); err != nil {
 			return errmark.Mark(err, ErrInvalid)
 		}
 	}

@@ -12,7 +12,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cairnflow/cairn/activities"
-	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/sdk"
 	"github.com/cairnflow/cairn/workflow"
@@ -74,17 +73,13 @@ func startEndedRuns(t *testing.T, b *testBundle) endedRuns {
 
 	startDeadline := time.Now().Add(20 * time.Millisecond)
 	runs.expired = start(dl, order{ID: "o-5", Cents: 1}, sdk.StartOpts{Queue: "nobody-claims", StartDeadline: startDeadline})
-	expireCtx, cancel := context.WithTimeout(ctx, testTimeout)
-	defer cancel()
-	for {
-		n, err := engine.ExpireStartDeadlines(expireCtx, sdk.ClientStore(b.client), 10)
-		require.NoError(t, err)
-		if n > 0 {
-			break
-		}
-		// Not past its start deadline by the store's clock yet.
-		time.Sleep(5 * time.Millisecond)
-	}
+	// A leader's start-deadline expirer ends it (its first passes may come
+	// before the deadline by the store's clock).
+	m, err := sdk.NewMaintainer(sdk.MaintainerConfig{Store: sdk.ClientStore(b.client), Owner: "expirer", Interval: 5 * time.Millisecond})
+	require.NoError(t, err)
+	require.NoError(t, m.Start(ctx))
+	require.Equal(t, history.StatusExpired, waitTask(t, b.client, runs.expired.ID).Status)
+	m.Stop()
 	startWorker(t, b.worker)
 	return runs
 }

@@ -60,7 +60,7 @@ type WorkerConfig struct {
 	Concurrency int
 	// LeaseTTL is how long a claimed task stays leased without a
 	// heartbeat; a crashed worker's tasks are picked up again after it.
-	// Default engine.DefaultLeaseTTL (30s).
+	// Default [DefaultLeaseTTL] (30s).
 	LeaseTTL time.Duration
 	// HeartbeatInterval between lease renewals. Default LeaseTTL/3.
 	HeartbeatInterval time.Duration
@@ -92,7 +92,7 @@ type WorkerConfig struct {
 	DefaultKeyRetention time.Duration
 	// DefaultArchive is where the rescuer writes the histories of the
 	// tasks it removes, first, in a namespace without an archive of its
-	// own (file:///dir or s3://bucket/prefix, see [engine.CheckArchive]).
+	// own (file:///dir or s3://bucket/prefix, see [CheckArchive]).
 	// Empty: such tasks are removed without a copy.
 	DefaultArchive string
 	// WorkerID names this worker in leases and history. Default
@@ -100,12 +100,12 @@ type WorkerConfig struct {
 	WorkerID string
 	// Logger. Default slog.Default().
 	Logger *slog.Logger
-	// Metrics counts what this worker records (see [engine.NewMetrics]),
+	// Metrics counts what this worker records (see [NewMetrics]),
 	// whatever the store: over Pool, or a Store the caller made. A Store
 	// already made with the same Metrics (sqlitestore.Config.Metrics) is
 	// counted once; one made with other metrics is refused, as each
 	// event would be counted twice. Default nil: no metrics.
-	Metrics *engine.Metrics
+	Metrics *Metrics
 	// StopTimeout bounds the graceful stop that [Worker.Run], and a
 	// cancelled [Worker.Start] context, perform: running steps get this
 	// long to finish, then they are cancelled and their tasks released.
@@ -140,7 +140,7 @@ type WorkerConfig struct {
 	// BlobStore, when set, is where the blobs this worker writes (step
 	// outputs and workflow outputs over BlobThreshold, activities.PutBlob)
 	// keep their bytes: a directory or an S3-compatible bucket
-	// ([engine.CheckArchive]'s locations). Retention deletes them with
+	// ([CheckArchive]'s locations). Retention deletes them with
 	// their tasks. Default: the database's blobs table.
 	BlobStore string
 	// BlobThreshold: a step's output of more bytes of JSON is kept in the
@@ -154,6 +154,11 @@ type WorkerConfig struct {
 
 // DefaultStopTimeout is [WorkerConfig.StopTimeout]'s default.
 const DefaultStopTimeout = 30 * time.Second
+
+// DefaultLeaseTTL is [WorkerConfig.LeaseTTL]'s default: a crashed
+// worker's tasks are picked up again about this long after it stopped
+// renewing their leases.
+const DefaultLeaseTTL = engine.DefaultLeaseTTL
 
 // Worker runs registered workflow types. Register workflows, then Run (or
 // Start, and Stop to shut down gracefully).
@@ -305,7 +310,7 @@ func validateWorkerConfig(cfg *WorkerConfig) error {
 	}
 	ttl := cfg.LeaseTTL
 	if ttl == 0 {
-		ttl = engine.DefaultLeaseTTL
+		ttl = DefaultLeaseTTL
 	}
 	if cfg.HeartbeatInterval >= ttl {
 		return errors.Newf("worker: HeartbeatInterval %s must be shorter than LeaseTTL %s", cfg.HeartbeatInterval, ttl)
@@ -505,7 +510,7 @@ func (w *Worker) rescueInterval() time.Duration {
 	}
 	ttl := w.cfg.LeaseTTL
 	if ttl == 0 {
-		ttl = engine.DefaultLeaseTTL
+		ttl = DefaultLeaseTTL
 	}
 	return min(defaultRescueInterval, ttl)
 }

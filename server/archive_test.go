@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/cairnflow/cairn/sdk"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -15,7 +16,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
-	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/engine/enginetest"
 	"github.com/cairnflow/cairn/engine/pgstore"
 	"github.com/cairnflow/cairn/engine/sqlitestore"
@@ -51,8 +51,8 @@ func TestHistoryOfAnArchivedTaskIsTheSameOverHTTP(t *testing.T) {
 				require.Equal(t, http.StatusOK, a.status, "%s", a.body)
 				before[ns] = a.body
 			}
-			r, err := engine.NewMaintainer(engine.MaintainerConfig{Store: st.store, Owner: "leader", Interval: 20 * time.Millisecond,
-				Logger: enginetest.Logger(t), Retention: engine.RetentionConfig{Default: time.Millisecond, DefaultArchive: dir}})
+			r, err := sdk.NewMaintainer(sdk.MaintainerConfig{Store: st.store, Owner: "leader", Interval: 20 * time.Millisecond,
+				Logger: enginetest.Logger(t), DefaultRetention: time.Millisecond, DefaultArchive: dir})
 			require.NoError(t, err)
 			require.NoError(t, r.Start(ctx))
 			t.Cleanup(r.Stop)

@@ -37,8 +37,9 @@
 // server/internal/web ([Token], [Role] and [Problem] are aliases of its
 // types).
 //
-// It imports sdk, engine/store (only for the [store.Store] it is
-// configured with), engine (the notifier), cairntype (the values it
-// serves), history, server/console and server/internal/web of cairn;
-// nothing imports it but cmd/cairn and services.
+// It imports sdk (the clients, the notifier its long polls share),
+// engine/store (only for the [store.Store] it is configured with),
+// cairntype (the values it serves), history, server/console and
+// server/internal/web of cairn; nothing imports it but cmd/cairn and
+// services.
 package server

@@ -13,7 +13,6 @@ import (
 	"github.com/cockroachdb/errors"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/internal/errmark"
 	"github.com/cairnflow/cairn/payload/seal"
@@ -153,10 +152,10 @@ type Server struct {
 	console  *console.Console // served under /console/ (and /, which redirects there)
 	draining atomic.Bool
 
-	cells     *sdk.Cells                  // Config.Cells; nil: Config.Store holds every namespace
-	notifiers map[string]*engine.Notifier // by cell: one listening connection for all its namespaces' waits; run from Start to Stop
-	archives  engine.Archives             // the archives every namespace's client reads through
-	drained   chan struct{}               // closed by Drain: long polls answer at once
+	cells     *sdk.Cells               // Config.Cells; nil: Config.Store holds every namespace
+	notifiers map[string]*sdk.Notifier // by cell: one listening connection for all its namespaces' waits; run from Start to Stop
+	archives  sdk.Archives             // the archives every namespace's client reads through
+	drained   chan struct{}            // closed by Drain: long polls answer at once
 
 	life    sync.Mutex // guards started and stopped; held by Start and Stop
 	started bool       // Start succeeded
@@ -220,13 +219,13 @@ func New(cfg Config) (*Server, error) {
 			cfg.FilterLimits.Timeout, cfg.FilterLimits.MaxScan)
 	}
 	s := &Server{cfg: cfg, tokens: cfg.Tokens, log: cfg.Logger, clients: map[string]*sdk.Client{},
-		cells: cfg.Cells, notifiers: map[string]*engine.Notifier{}, drained: make(chan struct{})}
+		cells: cfg.Cells, notifiers: map[string]*sdk.Notifier{}, drained: make(chan struct{})}
 	for name, st := range stores {
 		logger := cfg.Logger
 		if name != "" {
 			logger = logger.With("cell", name)
 		}
-		s.notifiers[name] = engine.NewNotifier(st, &engine.NotifierOpts{Logger: logger})
+		s.notifiers[name] = sdk.NewNotifier(st, logger)
 	}
 	consoleCfg := console.Config{Client: s.client, Tokens: cfg.Tokens, AllowedHosts: cfg.AllowedHosts,
 		SecureCookies: cfg.SecureCookies, SessionTTL: cfg.SessionTTL, MaxPayloadBytes: cfg.MaxPayloadBytes,
@@ -256,7 +255,7 @@ func serverStores(cfg Config) (map[string]store.Store, error) {
 }
 
 // storeOf is the store holding namespace, and its cell's notifier.
-func (s *Server) storeOf(namespace string) (store.Store, *engine.Notifier, error) {
+func (s *Server) storeOf(namespace string) (store.Store, *sdk.Notifier, error) {
 	if s.cells == nil {
 		return s.cfg.Store, s.notifiers[""], nil
 	}

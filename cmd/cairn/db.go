@@ -17,7 +17,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
-	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/engine/pgstore"
 	"github.com/cairnflow/cairn/engine/sqlitestore"
 	"github.com/cairnflow/cairn/engine/store"
@@ -123,7 +122,7 @@ func archiveLocation(v string) (string, error) {
 		}
 		v = (&url.URL{Scheme: "file", Path: filepath.ToSlash(abs)}).String()
 	}
-	if err := engine.CheckArchive(v); err != nil {
+	if err := sdk.CheckArchive(v); err != nil {
 		return "", errmark.Mark(err, configError)
 	}
 	return v, nil

@@ -15,7 +15,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/spf13/cobra"
 
-	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/engine/pgstore"
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/examples/intake"
@@ -133,7 +132,7 @@ to answer it (the console's Waiting page, cairn task signal ID approval
 	pf.Float64Var(&f.failureRate, "failure-rate", 0.1, "chance a simulated OCR or LLM call fails transiently")
 	pf.DurationVar(&f.latency, "latency", 20*time.Millisecond, "typical simulated step latency")
 	pf.Uint64Var(&f.seed, "seed", uint64(time.Now().UnixNano()), "seed for generated documents")
-	pf.DurationVar(&f.leaseTTL, "lease-ttl", engine.DefaultLeaseTTL, "worker lease TTL: a crashed worker's tasks resume after it")
+	pf.DurationVar(&f.leaseTTL, "lease-ttl", sdk.DefaultLeaseTTL, "worker lease TTL: a crashed worker's tasks resume after it")
 	pf.DurationVar(&f.rescueInterval, "rescue-interval", 5*time.Second, "how often the rescuer looks for expired leases")
 	pf.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a stopping worker lets running steps finish")
 	addApprovalFlags(cmd, f)

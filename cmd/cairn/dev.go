@@ -10,7 +10,6 @@ import (
 	"github.com/cockroachdb/errors"
 	"github.com/spf13/cobra"
 
-	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/examples/intake"
 	"github.com/cairnflow/cairn/internal/errmark"
@@ -24,7 +23,7 @@ const devApprovalTimeout = 5 * time.Minute
 
 func newDevCmd(g *globals) *cobra.Command {
 	sf := &serverFlags{migrate: true, maxConns: defaultServerConns, maxListPayload: sdk.DefaultMaxListPayloadBytes, maxLongPolls: server.DefaultMaxLongPolls, rescueInterval: time.Second, shutdownTimeout: 5 * time.Second, consoleHint: true}
-	df := &demoFlags{leaseTTL: engine.DefaultLeaseTTL, rescueInterval: time.Second, shutdownTimeout: 5 * time.Second, approve: intake.ApproveManual}
+	df := &demoFlags{leaseTTL: sdk.DefaultLeaseTTL, rescueInterval: time.Second, shutdownTimeout: 5 * time.Second, approve: intake.ApproveManual}
 	cmd := &cobra.Command{
 		Use:   "dev",
 		Short: "Server, console and the demo worker in one process, on the embedded store: no PostgreSQL needed",

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"github.com/cairnflow/cairn/sdk"
 	"path/filepath"
 	"testing"
 	"time"
@@ -10,7 +11,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
-	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/engine/enginetest"
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
@@ -141,8 +141,8 @@ func completeAll(t *testing.T, s store.Store, namespace string) {
 func runRetention(t *testing.T, s store.Store, defaultArchive string, id uuid.UUID) {
 	t.Helper()
 	ctx := context.Background()
-	r, err := engine.NewMaintainer(engine.MaintainerConfig{Store: s, Owner: "leader", Interval: 20 * time.Millisecond,
-		Logger: enginetest.Logger(t), Retention: engine.RetentionConfig{DefaultArchive: defaultArchive}})
+	r, err := sdk.NewMaintainer(sdk.MaintainerConfig{Store: s, Owner: "leader", Interval: 20 * time.Millisecond,
+		Logger: enginetest.Logger(t), DefaultArchive: defaultArchive})
 	require.NoError(t, err)
 	require.NoError(t, r.Start(ctx))
 	defer r.Stop()

@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"os"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/cockroachdb/errors"
@@ -19,7 +18,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
 
-	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/internal/errmark"
 	"github.com/cairnflow/cairn/sdk"
@@ -205,29 +203,20 @@ func runServerWith(cmd *cobra.Command, g *globals, f *serverFlags, also alongsid
 	// serve stops the server in order (drain, HTTP shutdown, Stop); this
 	// one is for the returns before it, and finds nothing left to do after.
 	defer func() { _ = srv.Stop(context.Background()) }()
-	var rescuers []*engine.Maintainer
-	// All at once: a cell cut off, its resignation waiting out its timeout,
-	// must not hold up the others' (another process takes over there at
-	// once).
-	defer func() { stopAll(rescuers) }()
-	for cell, st := range dbs.byCell() {
-		cellLogger := logger
-		if cell != "" {
-			cellLogger = logger.With("cell", cell)
-		}
-		rescuer, err := engine.NewMaintainer(engine.MaintainerConfig{Store: st, Owner: serverID(), Interval: f.rescueInterval, Logger: cellLogger,
-			Retention: engine.RetentionConfig{Default: time.Duration(f.retention), KeyDefault: time.Duration(f.keyRetention),
-				DefaultArchive: archive}})
-		if err != nil {
-			return err
-		}
-		// The rescuer outlives the signal context, so its stop resigns the
-		// leader lease and another process takes over at once.
-		if err := rescuer.Start(context.WithoutCancel(ctx)); err != nil {
-			return err
-		}
-		rescuers = append(rescuers, rescuer)
+	// The leader's work (rescues, start deadlines, cron, retention), one
+	// leader lease per cell.
+	maintainer, err := sdk.NewMaintainer(sdk.MaintainerConfig{Store: dbs.store, Cells: dbs.cells, Owner: serverID(),
+		Interval: f.rescueInterval, Logger: logger, DefaultRetention: time.Duration(f.retention),
+		DefaultKeyRetention: time.Duration(f.keyRetention), DefaultArchive: archive})
+	if err != nil {
+		return err
 	}
+	// The maintainer outlives the signal context, so its stop resigns the
+	// leader lease and another process takes over at once.
+	if err := maintainer.Start(context.WithoutCancel(ctx)); err != nil {
+		return err
+	}
+	defer maintainer.Stop()
 	if also != nil {
 		stop, err := also(ctx, dbs.store, logger)
 		if err != nil {
@@ -236,17 +225,6 @@ func runServerWith(cmd *cobra.Command, g *globals, f *serverFlags, also alongsid
 		defer stop()
 	}
 	return serve(ctx, cmd.ErrOrStderr(), srv, f, logger)
-}
-
-// stopAll stops every rescuer at once and returns when all have stopped.
-func stopAll(rescuers []*engine.Maintainer) {
-	var wg sync.WaitGroup
-	for _, r := range rescuers {
-		wg.Go(func() {
-			r.Stop()
-		})
-	}
-	wg.Wait()
 }
 
 // serverDBs is what a server works in: one store, or, with --placement,
@@ -264,14 +242,6 @@ func serverDatabases(ctx context.Context, g *globals, o storeOpts) (serverDBs, f
 	}
 	st, closeStore, err := g.store(ctx, o)
 	return serverDBs{store: st}, closeStore, err
-}
-
-// byCell is every store by cell name ("" for the one store).
-func (d serverDBs) byCell() map[string]store.Store {
-	if d.cells == nil {
-		return map[string]store.Store{"": d.store}
-	}
-	return d.cells.Stores()
 }
 
 // collector is the queue gauges' collector over every database.
