@@ -11,19 +11,25 @@
 //     running parent's children (children.go);
 //   - notifier: relays the store's [store.Listener] to workers and
 //     waiters, with polling as the fallback (notifier.go);
-//   - maintenance: rescues expired leases in every process (rescue.go)
-//     and, under the leader lease, ends tasks past their start deadline,
-//     fires cron schedules, removes finished tasks (retention.go) after
-//     archiving them (archiver.go) (rescuer.go);
+//   - leadership: the elector that takes and renews the leader lease
+//     (elector.go);
+//   - maintenance: one service per job, run by the maintainer
+//     (maintainer.go): the lease rescuer in every process (rescuer.go,
+//     rescue.go), and, while this process leads, the start-deadline
+//     expirer (deadlines.go), cron (cron.go), retention (retention.go) and
+//     the archiver (archiver.go);
 //   - requests: operator requests on tasks, cancel and compensate
 //     (cancel.go), requeue (requeue.go), a parent's close of its children
 //     (children.go): read, replay, decide, fenced append;
 //   - diagnosis: the judgement of a queue's measurements (diagnosis.go);
 //   - metrics: the drivers' [store.Observer] and the queue collectors
 //     (metrics.go);
-//   - archive: archived histories in a directory or an S3-compatible
-//     bucket (archive.go, read.go, dir.go, s3.go, buckets.go);
-//   - plan: what both drivers do alike before they write;
+//   - archive: archived histories in a bucket, a directory or an
+//     S3-compatible bucket's prefix (package internal/bucket) (archive.go,
+//     read.go, buckets.go);
+//   - plan: what both drivers do alike before they write, imported by
+//     them only (plan.go, events.go, aftercommit.go, bound.go, children.go,
+//     keys.go, retention.go, series.go, signal.go);
 //   - service: what every long-lived part shares: start and stop, the
 //     outage log, backoff (service.go, outage.go).
 //
@@ -33,10 +39,14 @@
 // it. runtime.go names what the SDK uses, each an alias of or a call into
 // its room; users configure everything through package sdk (metrics,
 // placement in cells, archives, retention, the leader's maintenance). Its
-// other files are the payload codecs' until they move to their own
-// package: encryption at rest (codec.go, sealed.go), blobs by reference
-// (blob.go, blobstore.go), archive locations (archive.go), erasure
-// (erase.go), and the clock (clock.go).
+// other files are archive locations (archive.go), erasure (erase.go) and
+// the clock (clock.go). The runtime sees payloads only as the SDK's
+// payload stage (package payload, at sdk/internal/edge) encoded them:
+// sealed or kept by reference, it stores and archives them as they are.
+//
+// Beside the runtime under engine/ are the seam (engine/store), the
+// drivers (engine/pgstore, engine/sqlitestore) and the test helpers
+// (engine/storetest, the conformance suite; engine/enginetest).
 //
 // The rooms import engine/store, history and each other, never a driver,
 // and reach user code only through the small non-generic [Handler]

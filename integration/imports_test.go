@@ -53,11 +53,11 @@ var allowedImports = map[string][]string{
 	"internal/jsoncheck":       {},
 	"internal/errmark":         {},
 	"internal/interpreter":     {"history", "activities", "internal/activity"},
-	"cmd/cairn":                {"sdk", "cairntype", "engine", "engine/store", "engine/pgstore", "engine/sqlitestore", "history", "server", "server/console", "cmd/cairn/internal/bench", "examples/intake", "payload/seal"},
+	"cmd/cairn":                {"sdk", "cairntype", "engine/store", "engine/pgstore", "engine/sqlitestore", "history", "server", "server/console", "cmd/cairn/internal/bench", "examples/intake", "payload/seal"},
 	"server":                   {"sdk", "cairntype", "engine/store", "history", "internal/jsoncheck", "server/console", "server/internal/web", "payload/seal"},
 	"server/console":           {"sdk", "cairntype", "history", "server/internal/web"},
 	"server/internal/web":      {"sdk", "cairntype", "payload"},
-	"cmd/cairn/internal/bench": {"internal/namedsql", "sdk", "engine", "engine/store", "engine/pgstore", "engine/sqlitestore", "history", "activities", "workflow", "payload/seal"},
+	"cmd/cairn/internal/bench": {"internal/namedsql", "sdk", "engine/store", "engine/pgstore", "engine/sqlitestore", "history", "activities", "workflow", "payload/seal"},
 	"examples/intake":          {"sdk", "workflow", "activities", "history"},
 	"integration":              {},
 }
