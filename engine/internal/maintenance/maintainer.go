@@ -68,7 +68,9 @@ type Maintainer struct {
 	cfg     Config
 	svc     service.Base
 	elector *leadership.Elector
-	rescuer *rescuer
+	// grace is how long a lease must have been expired before this
+	// process's rescuer, when not the leader, rescues it.
+	grace time.Duration
 	// leading are the leader's services, started and stopped by the run
 	// loop only.
 	leading []leaderService
@@ -113,7 +115,7 @@ func New(cfg Config) (*Maintainer, error) {
 	return &Maintainer{
 		cfg:     cfg,
 		elector: elector,
-		rescuer: newRescuer(cfg, rescueGrace+rand.N(rescueGrace/2)),
+		grace:   rescueGrace + rand.N(rescueGrace/2),
 		leading: []leaderService{
 			&expirer{cfg: cfg},
 			&cron{cfg: cfg},
@@ -136,21 +138,24 @@ func (m *Maintainer) run(ctx context.Context) {
 	// The elector runs until the leader's services have stopped, so its
 	// resignation comes after their last write.
 	_ = m.elector.Start(context.WithoutCancel(ctx))
-	_ = m.rescuer.Start(ctx)
+	// A rescuer of this run's own: none of an earlier run's attempts
+	// reaches it.
+	rescuer := newRescuer(m.cfg, m.grace)
+	_ = rescuer.Start(ctx)
 	leading := false
 	defer func() {
 		if leading {
 			m.stopLeading()
 		}
 		m.elector.Stop()
-		m.rescuer.Stop()
+		rescuer.Stop()
 	}()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case a := <-m.elector.Attempts():
-			m.rescuer.elected(a)
+			rescuer.elected(a)
 			switch {
 			case a.Leader && !leading:
 				for _, s := range m.leading {
