@@ -38,7 +38,7 @@ func (a *archiver) Stop() { a.svc.Stop() }
 
 // pass archives and removes within the budget.
 func (a *archiver) pass(ctx context.Context) {
-	res, err := removeFinished(ctx, a.cfg.Store, a.cfg.Stored, a.cfg.Clock, a.cfg.Retention, a.cfg.Retention.Budget, &a.next, true)
+	res, err := removeFinished(ctx, a.cfg.Store, a.cfg.Clock, a.cfg.Retention, a.cfg.Retention.Budget, &a.next, true)
 	logRemoved(ctx, a.cfg.Logger, res, err)
 }
 
@@ -47,18 +47,18 @@ func (a *archiver) pass(ctx context.Context) {
 // as the store holds them (sealed when encrypted; from the bucket its row
 // names, for a blob kept in a blob store): references in the archived
 // histories stay readable (archive.Buckets.Blob).
-func archiveBlobs(ctx context.Context, raw store.Store, archives *archive.Buckets, b bucket.Bucket, namespace string, records []archive.Record) error {
+func archiveBlobs(ctx context.Context, s store.Store, archives *archive.Buckets, b bucket.Bucket, namespace string, records []archive.Record) error {
 	ids := make([]uuid.UUID, len(records))
 	for i, r := range records {
 		ids[i] = r.TaskID
 	}
-	keys, err := raw.BlobKeysByTasks(ctx, namespace, ids)
+	keys, err := s.BlobKeysByTasks(ctx, namespace, ids)
 	if err != nil {
 		return err
 	}
 	for _, id := range ids {
 		for _, key := range keys[id] {
-			blob, err := raw.BlobGet(ctx, namespace, key)
+			blob, err := s.BlobGet(ctx, namespace, key)
 			if err != nil {
 				return err
 			}
@@ -86,7 +86,7 @@ const archiveTimeout = 10 * time.Second
 // takes only the tasks archived, each at the last seq archived, so no
 // event is removed that the archive does not hold. A task that changed
 // in between is kept for a later pass (and archived again then).
-func archiveThenRemove(ctx context.Context, s, stored store.Store, archives *archive.Buckets, location string, p *store.RemoveFinishedParams) (store.RemoveResult, error) {
+func archiveThenRemove(ctx context.Context, s store.Store, archives *archive.Buckets, location string, p *store.RemoveFinishedParams) (store.RemoveResult, error) {
 	b, err := archives.Open(location)
 	if err != nil {
 		return store.RemoveResult{}, errors.Wrapf(err, "archive of namespace %s", p.Namespace)
@@ -97,12 +97,11 @@ func archiveThenRemove(ctx context.Context, s, stored store.Store, archives *arc
 	}
 	// The archive keeps what the database holds: sealed payloads stay
 	// sealed, with the task's wrapped data key beside them.
-	raw := stored
-	events, err := raw.EventListByTasks(ctx, ids)
+	events, err := s.EventListByTasks(ctx, ids)
 	if err != nil {
 		return store.RemoveResult{}, err
 	}
-	dataKeys, err := raw.TaskDataKeys(ctx, ids)
+	dataKeys, err := s.TaskDataKeys(ctx, ids)
 	if err != nil {
 		return store.RemoveResult{}, err
 	}
@@ -123,7 +122,7 @@ func archiveThenRemove(ctx context.Context, s, stored store.Store, archives *arc
 	if err := archive.Write(wctx, b, records); err != nil {
 		return store.RemoveResult{}, errors.Wrapf(err, "archive namespace %s", p.Namespace)
 	}
-	if err := archiveBlobs(ctx, raw, archives, b, p.Namespace, records); err != nil {
+	if err := archiveBlobs(ctx, s, archives, b, p.Namespace, records); err != nil {
 		return store.RemoveResult{}, errors.Wrapf(err, "archive namespace %s", p.Namespace)
 	}
 	q := *p

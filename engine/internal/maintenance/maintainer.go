@@ -37,10 +37,6 @@ type Config struct {
 	Retention RetentionConfig
 	// Logger. Default slog.Default().
 	Logger *slog.Logger
-	// Stored is Store as the database holds payloads (the store under
-	// the encryption decorator, engine.SealedStore), which archives copy
-	// as they are. Default Store.
-	Stored store.Store
 }
 
 // leaderName is the leader lease's name. It says "rescuer" because the
@@ -96,9 +92,6 @@ func New(cfg Config) (*Maintainer, error) {
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = store.WallClock
-	}
-	if cfg.Stored == nil {
-		cfg.Stored = cfg.Store
 	}
 	if err := cfg.Retention.validate(); err != nil {
 		return nil, err

@@ -95,7 +95,7 @@ func (r *retention) Stop() { r.svc.Stop() }
 
 // pass removes within the budget.
 func (r *retention) pass(ctx context.Context) {
-	res, err := removeFinished(ctx, r.cfg.Store, r.cfg.Stored, r.cfg.Clock, r.cfg.Retention, r.cfg.Retention.Budget, &r.next, false)
+	res, err := removeFinished(ctx, r.cfg.Store, r.cfg.Clock, r.cfg.Retention, r.cfg.Retention.Budget, &r.next, false)
 	logRemoved(ctx, r.cfg.Logger, res, err)
 }
 
@@ -120,7 +120,7 @@ func logRemoved(ctx context.Context, logger *slog.Logger, res store.RemoveResult
 // last pass did not reach) and sets it for the next pass, so a namespace
 // that uses up the budget, or fails slowly, does not keep the others
 // waiting.
-func removeFinished(ctx context.Context, s, stored store.Store, clock store.Clock, cfg RetentionConfig, budget time.Duration, next *string, archived bool) (store.RemoveResult, error) {
+func removeFinished(ctx context.Context, s store.Store, clock store.Clock, cfg RetentionConfig, budget time.Duration, next *string, archived bool) (store.RemoveResult, error) {
 	var total store.RemoveResult
 	namespaces, err := s.NamespaceList(ctx)
 	if err != nil {
@@ -195,7 +195,7 @@ func removeFinished(ctx context.Context, s, stored store.Store, clock store.Cloc
 			var res store.RemoveResult
 			var err error
 			if location != "" {
-				res, err = archiveThenRemove(ctx, s, stored, cfg.Archives, location, p)
+				res, err = archiveThenRemove(ctx, s, cfg.Archives, location, p)
 			} else {
 				res, err = removeTasks(ctx, s, cfg.Archives, p)
 			}
