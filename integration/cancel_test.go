@@ -48,8 +48,8 @@ func taskOf(ctx context.Context) string {
 }
 
 // raceStepOpts: steps 0 and 2 can be undone; step 1 is irreversible.
-func raceStepOpts(log *stepLog, pos int) workflow.StepOpts {
-	opts := workflow.StepOpts{}
+func raceStepOpts(log *stepLog, pos int) *workflow.StepOpts {
+	opts := &workflow.StepOpts{}
 	if pos == 1 {
 		opts.Irreversible = true
 	}
@@ -88,7 +88,7 @@ func TestCancelRace(t *testing.T) {
 			}
 		}
 		return 4, nil
-	})
+	}, nil)
 	var workers []*sdk.Worker
 	for range 2 {
 		w, err := sdk.NewWorker(sdk.WorkerConfig{Pool: pool, Schema: schema, Concurrency: 16, PollInterval: 50 * time.Millisecond})
@@ -102,7 +102,7 @@ func TestCancelRace(t *testing.T) {
 	ctx := context.Background()
 	starts := make([]sdk.StartParams, tasks)
 	for i := range starts {
-		starts[i] = sdk.StartEntry(wf, uint64(i))
+		starts[i] = sdk.StartEntry(wf, uint64(i), nil)
 	}
 	results, err := client.StartMany(ctx, starts)
 	require.NoError(t, err)
@@ -251,7 +251,7 @@ func TestCLICancel(t *testing.T) {
 	c := newCLI(t)
 	client := newClient(t, c.schema)
 	ctx := context.Background()
-	res, err := client.StartDynamic(ctx, sdk.TypeRef{Name: "report.build", Version: 1}, "q3", sdk.StartOpts{Delay: time.Hour})
+	res, err := client.StartDynamic(ctx, sdk.TypeRef{Name: "report.build", Version: 1}, "q3", &sdk.StartOpts{Delay: time.Hour})
 	require.NoError(t, err)
 
 	out := string(c.run("task", "cancel", res.ID.String(), "--reason", "not needed"))

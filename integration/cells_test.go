@@ -28,8 +28,8 @@ const cellsSchema = "cells"
 
 // cellsWorkflow is one quick step.
 var cellsWorkflow = sdk.NewWorkflow("cells.echo", 1, func(ctx workflow.Context, n int) (int, error) {
-	return workflow.Step(ctx, "echo", func(context.Context) (int, error) { return n, nil })
-})
+	return workflow.Step(ctx, "echo", func(context.Context) (int, error) { return n, nil }, nil)
+}, nil)
 
 // Two clusters, two cells: namespace acme in cell eu, globex in cell us.
 // One worker process serves both, one server serves both. The test checks
@@ -116,7 +116,7 @@ func TestCellDownStopsOnlyItsNamespaces(t *testing.T) {
 	cancel()
 	downIDs := startEach(t, acme, 20)
 	waitAllDone(t, acme, downIDs)
-	_, err = globex.StartDynamic(ctx, cellsWorkflow, 1)
+	_, err = globex.StartDynamic(ctx, cellsWorkflow, 1, nil)
 	require.ErrorIs(t, err, store.ErrUnavailable, "a start in the cell that is down")
 
 	for _, s := range []*apiServer{srv, laterSrv} {
@@ -141,7 +141,7 @@ func TestCellDownStopsOnlyItsNamespaces(t *testing.T) {
 	require.NoError(t, us.start())
 	var backIDs []uuid.UUID
 	waitFor(t, 30*time.Second, "a start in cell us once it is back", func() bool {
-		res, err := globex.StartDynamic(ctx, cellsWorkflow, 2)
+		res, err := globex.StartDynamic(ctx, cellsWorkflow, 2, nil)
 		if err == nil {
 			backIDs = append(backIDs, res.ID)
 		}
@@ -187,7 +187,7 @@ func startEach(t *testing.T, c *sdk.Client, n int) []uuid.UUID {
 	t.Helper()
 	ids := make([]uuid.UUID, 0, n)
 	for i := range n {
-		res, err := c.StartDynamic(context.Background(), cellsWorkflow, i)
+		res, err := c.StartDynamic(context.Background(), cellsWorkflow, i, nil)
 		require.NoError(t, err)
 		ids = append(ids, res.ID)
 	}

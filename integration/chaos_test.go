@@ -67,12 +67,12 @@ func chaosWorkflow(pool *pgxpool.Pool) *sdk.Workflow[int, string] {
 	retry.MaxAttempts, retry.InitialInterval, retry.MaxInterval = 100, 50*time.Millisecond, time.Second
 	return sdk.NewWorkflow("chaos.pipeline", 1, func(ctx workflow.Context, _ int) (string, error) {
 		for _, name := range []string{"fetch", "extract", "store"} {
-			if _, err := workflow.Step(ctx, name, step(name)); err != nil {
+			if _, err := workflow.Step(ctx, name, step(name), nil); err != nil {
 				return "", err
 			}
 		}
 		return "ok", nil
-	}, sdk.WorkflowOpts{Retry: &retry})
+	}, &sdk.WorkflowOpts{Retry: &retry})
 }
 
 // runChaosWorker is the worker process: it runs until SIGKILL, or until
@@ -169,7 +169,7 @@ func (r *chaosRun) submit(ctx context.Context, wf sdk.WorkflowRef) {
 	for i := 0; ctx.Err() == nil; i++ {
 		key := fmt.Sprintf("chaos-%d", i)
 		for backoff := 50 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
-			res, err := r.client.StartDynamic(context.Background(), wf, i, sdk.StartOpts{IdempotencyKey: key})
+			res, err := r.client.StartDynamic(context.Background(), wf, i, &sdk.StartOpts{IdempotencyKey: key})
 			if err == nil {
 				r.mu.Lock()
 				r.accepted = append(r.accepted, res.ID)

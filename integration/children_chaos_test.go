@@ -50,14 +50,14 @@ func newCrashKids(pool *pgxpool.Pool, schema string) crashKids {
 			}
 			<-ctx.Done()
 			return "", errors.CombineErrors(err, ctx.Err())
-		})
-	}, sdk.WorkflowOpts{Retry: &retry})
+		}, nil)
+	}, &sdk.WorkflowOpts{Retry: &retry})
 	k.steady = sdk.NewWorkflow("kids.steady", 1, func(ctx workflow.Context, _ int) (string, error) {
 		return "ok", nil
-	})
+	}, nil)
 	k.parent = sdk.NewWorkflow("kids.parent", 1, func(ctx workflow.Context, _ int) ([]string, error) {
 		kids := []*workflow.Child[string]{
-			workflow.StartChild(ctx, k.crash, 0), workflow.StartChild(ctx, k.steady, 1), workflow.StartChild(ctx, k.crash, 2),
+			workflow.StartChild(ctx, k.crash, 0, nil), workflow.StartChild(ctx, k.steady, 1, nil), workflow.StartChild(ctx, k.crash, 2, nil),
 		}
 		out := make([]string, len(kids))
 		for i, c := range kids {
@@ -73,7 +73,7 @@ func newCrashKids(pool *pgxpool.Pool, schema string) crashKids {
 			}
 		}
 		return out, nil
-	})
+	}, nil)
 	return k
 }
 
@@ -125,9 +125,9 @@ func TestChaosCrashingChildrenDeadLetterAtTheirBudget(t *testing.T) {
 	require.NoError(t, w.Start(ctx))
 	t.Cleanup(func() { require.NoError(t, w.Stop(ctx)) })
 
-	parent, err := sdk.Start(ctx, client, kids.parent, 0)
+	parent, err := sdk.Start(ctx, client, kids.parent, 0, nil)
 	require.NoError(t, err)
-	alone, err := sdk.Start(ctx, client, kids.crash, 0) // the same type, on its own
+	alone, err := sdk.Start(ctx, client, kids.crash, 0, nil) // the same type, on its own
 	require.NoError(t, err)
 	crashing := func() []uuid.UUID {
 		ids := []uuid.UUID{alone.ID}

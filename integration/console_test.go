@@ -202,7 +202,7 @@ func TestConsoleAsksForAToken(t *testing.T) {
 	srv := startServer(t, schema, "--tokens", tokens)
 	startE2EWorker(t, schema, "default")
 	client := newClient(t, schema)
-	res, err := client.StartDynamic(context.Background(), sdk.TypeRef{Name: "e2e.echo", Version: 1}, "x")
+	res, err := client.StartDynamic(context.Background(), sdk.TypeRef{Name: "e2e.echo", Version: 1}, "x", nil)
 	require.NoError(t, err)
 	ctx := browser(t)
 	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(srv.url+"/console/"), chromedp.WaitVisible(chromedp.CSS("#token")),
@@ -304,7 +304,7 @@ func TestConsoleRefusesFormsFromAnotherOrigin(t *testing.T) {
 	fragile := open.start(map[string]any{"type": "e2e.fragile", "input": "doc"})
 	require.Equal(t, history.StatusDeadLettered, open.wait(fragile).Status)
 	later := open.start(map[string]any{"type": "e2e.echo", "input": "x", "delay": "1h"})
-	tasksBefore, err := client.List(bg, sdk.ListOpts{Limit: 100})
+	tasksBefore, err := client.List(bg, &sdk.ListOpts{Limit: 100})
 	require.NoError(t, err)
 	untouched := func(what string) {
 		t.Helper()
@@ -313,7 +313,7 @@ func TestConsoleRefusesFormsFromAnotherOrigin(t *testing.T) {
 		info, err := client.Get(bg, fragile)
 		require.NoError(t, err)
 		require.Equal(t, history.StatusDeadLettered, info.Status, what)
-		tasks, err := client.List(bg, sdk.ListOpts{Limit: 100})
+		tasks, err := client.List(bg, &sdk.ListOpts{Limit: 100})
 		require.NoError(t, err)
 		require.Len(t, tasks, len(tasksBefore), "%s: no task started", what)
 	}

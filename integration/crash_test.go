@@ -52,14 +52,14 @@ func newCrashWorkflow(pool *pgxpool.Pool, schema, worker, block string) *sdk.Wor
 	return sdk.NewWorkflow(crashType, 1, func(ctx workflow.Context, in string) (string, error) {
 		out := in
 		for _, name := range crashSteps {
-			res, err := workflow.Step(ctx, name, run(name))
+			res, err := workflow.Step(ctx, name, run(name), nil)
 			if err != nil {
 				return "", err
 			}
 			out += "|" + res
 		}
 		return out, nil
-	})
+	}, nil)
 }
 
 // executions returns how many times each step ran for task id, by worker.
@@ -155,7 +155,7 @@ func TestCancelledWorkerContextReleasesTask(t *testing.T) {
 	sdk.Register(a, newCrashWorkflow(pool, schema, "worker-a", "validate"))
 	require.NoError(t, a.Start(workerCtx))
 
-	res, err := client.StartDynamic(context.Background(), sdk.TypeRef{Name: crashType, Version: 1}, "doc")
+	res, err := client.StartDynamic(context.Background(), sdk.TypeRef{Name: crashType, Version: 1}, "doc", nil)
 	require.NoError(t, err)
 	waitFor(t, 20*time.Second, "steps 1 and 2 recorded", func() bool {
 		return countEvents(t, client, res.ID, history.StepCompleted) == 2 &&
@@ -180,7 +180,7 @@ func TestCrashResumeAfterWorkerProcessKilled(t *testing.T) {
 	createExecutionsTable(t, pool, schema)
 	client := newClient(t, schema)
 
-	res, err := client.StartDynamic(context.Background(), sdk.TypeRef{Name: crashType, Version: 1}, "doc")
+	res, err := client.StartDynamic(context.Background(), sdk.TypeRef{Name: crashType, Version: 1}, "doc", nil)
 	require.NoError(t, err)
 	proc := startHelper(t, "crash-worker",
 		"CAIRN_HELPER_DATABASE_URL="+enginetest.DatabaseURL(t), "CAIRN_HELPER_SCHEMA="+schema)

@@ -88,12 +88,12 @@ var failoverWorkflow = sdk.NewWorkflow("failover.pipeline", 1, func(ctx workflow
 		if _, err := workflow.Step(ctx, name, func(context.Context) (int, error) {
 			time.Sleep(5 * time.Millisecond)
 			return n, nil
-		}); err != nil {
+		}, nil); err != nil {
 			return 0, err
 		}
 	}
 	return n, nil
-})
+}, nil)
 
 // startWorkers starts the workers, each on a pool of its own, recording
 // when each last started an attempt.
@@ -106,7 +106,7 @@ func (r *failoverRun) startWorkers() {
 		wf := sdk.NewWorkflow(failoverWorkflow.TypeName(), failoverWorkflow.TypeVersion(), func(ctx workflow.Context, n int) (int, error) {
 			r.claimed[i].Store(time.Now().UnixNano())
 			return failoverWorkflow.Func()(ctx, n)
-		})
+		}, nil)
 		sdk.Register(w, wf)
 		require.NoError(r.t, w.Start(context.Background()))
 		r.t.Cleanup(func() {
@@ -121,7 +121,7 @@ func (r *failoverRun) startWorkers() {
 // refused while no primary answers are tried again.
 func (r *failoverRun) submit(ctx context.Context, client *sdk.Client) {
 	for n := 0; ctx.Err() == nil; n++ {
-		res, err := client.StartDynamic(ctx, failoverWorkflow, n)
+		res, err := client.StartDynamic(ctx, failoverWorkflow, n, nil)
 		if err != nil {
 			time.Sleep(20 * time.Millisecond)
 			continue

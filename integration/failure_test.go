@@ -90,8 +90,8 @@ func TestCRMFailures(t *testing.T) {
 	wf := sdk.NewWorkflow("crm.sync", 1, func(ctx workflow.Context, contact string) (string, error) {
 		return workflow.Step(ctx, "push", func(ctx context.Context) (string, error) {
 			return pushContact(ctx, server.URL, token.Load().(string), contact)
-		})
-	}, sdk.WorkflowOpts{Retry: retry})
+		}, nil)
+	}, &sdk.WorkflowOpts{Retry: retry})
 	worker, err := sdk.NewWorker(sdk.WorkerConfig{Pool: pool, Schema: c.schema, PollInterval: 50 * time.Millisecond})
 	require.NoError(t, err)
 	sdk.Register(worker, wf)
@@ -100,7 +100,7 @@ func TestCRMFailures(t *testing.T) {
 
 	token.Store("good")
 	ctx := context.Background()
-	flaky, err := sdk.Start(ctx, client, wf, "c-503")
+	flaky, err := sdk.Start(ctx, client, wf, "c-503", nil)
 	require.NoError(t, err)
 	info := waitDone(t, client, flaky.ID)
 	require.Equal(t, history.StatusCompleted, info.Status)
@@ -128,7 +128,7 @@ func TestCRMFailures(t *testing.T) {
 	require.Equal(t, 3, failures)
 
 	token.Store("stale")
-	locked, err := sdk.Start(ctx, client, wf, "c-401")
+	locked, err := sdk.Start(ctx, client, wf, "c-401", nil)
 	require.NoError(t, err)
 	info = waitDone(t, client, locked.ID)
 	require.Equal(t, history.StatusDeadLettered, info.Status)

@@ -234,14 +234,14 @@ func TestNotifierNoticesLostNotifications(t *testing.T) {
 	t.Cleanup(client.Close)
 	w, err := sdk.NewWorker(sdk.WorkerConfig{Store: s, PollInterval: time.Minute, Logger: enginetest.Logger(t)})
 	require.NoError(t, err)
-	echo := sdk.NewWorkflow("pgbouncer.echo", 1, func(ctx workflow.Context, in string) (string, error) { return in, nil })
+	echo := sdk.NewWorkflow("pgbouncer.echo", 1, func(ctx workflow.Context, in string) (string, error) { return in, nil }, nil)
 	sdk.Register(w, echo)
 	require.NoError(t, w.Start(context.Background()))
 	t.Cleanup(func() { w.Stop(context.Background()) })
 	// The worker's first claim comes before the task; after it, only
 	// polling can find the task, and its own poll is a minute away.
 	time.Sleep(time.Second)
-	started, err := client.StartDynamic(context.Background(), echo, "hi")
+	started, err := client.StartDynamic(context.Background(), echo, "hi", nil)
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -43,15 +43,15 @@ func TestTwoWorkersRaceOverThousandTasks(t *testing.T) {
 		a, err := workflow.Step(ctx, "first", func(ctx context.Context) (int, error) {
 			log.record(ctx, "first")
 			return n + 1, nil
-		})
+		}, nil)
 		if err != nil {
 			return 0, err
 		}
 		return workflow.Step(ctx, "second", func(ctx context.Context) (int, error) {
 			log.record(ctx, "second")
 			return a * 2, nil
-		})
-	})
+		}, nil)
+	}, nil)
 
 	var workers []*sdk.Worker
 	for i := range 2 {
@@ -70,7 +70,7 @@ func TestTwoWorkersRaceOverThousandTasks(t *testing.T) {
 	g.SetLimit(8)
 	for i := range tasks {
 		g.Go(func() error {
-			res, err := sdk.Start(ctx, client, wf, i)
+			res, err := sdk.Start(ctx, client, wf, i, nil)
 			ids[i] = res.ID
 			return err
 		})

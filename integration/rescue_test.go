@@ -45,8 +45,8 @@ func newRescueWorkflow(ran func(id uuid.UUID, attempt int)) *sdk.Workflow[string
 			info, _ := activities.GetInfo(ctx)
 			ran(uuid.MustParse(info.TaskID), info.Attempt)
 			return in, nil
-		})
-	})
+		}, nil)
+	}, nil)
 }
 
 func rescueWorkerConfig(pool *pgxpool.Pool, schema, id string, ttl, rescue time.Duration) sdk.WorkerConfig {
@@ -107,7 +107,7 @@ func runLeaderKill(tb testing.TB, ttl, rescue time.Duration) leaderKill {
 
 	ids := make([]uuid.UUID, rescueTasks)
 	for i := range ids {
-		run, err := sdk.Start(ctx, client, newRescueWorkflow(nil), "doc "+strconv.Itoa(i))
+		run, err := sdk.Start(ctx, client, newRescueWorkflow(nil), "doc "+strconv.Itoa(i), nil)
 		require.NoError(tb, err)
 		ids[i] = run.ID
 	}

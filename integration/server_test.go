@@ -195,8 +195,8 @@ func startE2EWorker(t *testing.T, schema, namespace string) *e2eWorkflows {
 	t.Helper()
 	wfs := &e2eWorkflows{}
 	echo := sdk.NewWorkflow("e2e.echo", 1, func(ctx workflow.Context, in json.RawMessage) (json.RawMessage, error) {
-		return workflow.Step(ctx, "echo", func(context.Context) (json.RawMessage, error) { return in, nil })
-	}, sdk.WorkflowOpts{Retry: sevenAttempts()})
+		return workflow.Step(ctx, "echo", func(context.Context) (json.RawMessage, error) { return in, nil }, nil)
+	}, &sdk.WorkflowOpts{Retry: sevenAttempts()})
 	slow := sdk.NewWorkflow("e2e.slow", 1, func(ctx workflow.Context, ms int) (string, error) {
 		return workflow.Step(ctx, "wait", func(ctx context.Context) (string, error) {
 			select {
@@ -205,23 +205,23 @@ func startE2EWorker(t *testing.T, schema, namespace string) *e2eWorkflows {
 			case <-ctx.Done():
 				return "", ctx.Err()
 			}
-		})
-	})
+		}, nil)
+	}, nil)
 	fragile := sdk.NewWorkflow("e2e.fragile", 1, func(ctx workflow.Context, _ string) (string, error) {
 		return workflow.Step(ctx, "parse", func(context.Context) (string, error) {
 			if !wfs.fixed.Load() {
 				return "", activities.Permanent(errors.New("parser bug"))
 			}
 			return "parsed", nil
-		})
-	})
+		}, nil)
+	}, nil)
 	booking := sdk.NewWorkflow("e2e.booking", 1, func(ctx workflow.Context, _ string) (string, error) {
 		return workflow.Step(ctx, "reserve", func(context.Context) (string, error) { return "seat-12", nil },
-			workflow.StepOpts{Compensate: workflow.Compensate(func(context.Context, string) error {
+			&workflow.StepOpts{Compensate: workflow.Compensate(func(context.Context, string) error {
 				wfs.released.Add(1)
 				return nil
 			})})
-	})
+	}, nil)
 	// approval waits up to an hour for the signal "approval" and says what
 	// it decided.
 	approval := sdk.NewWorkflow("e2e.approval", 1, func(ctx workflow.Context, _ string) (string, error) {
@@ -238,7 +238,7 @@ func startE2EWorker(t *testing.T, schema, namespace string) *e2eWorkflows {
 			return "approved: " + d.Comment, nil
 		}
 		return "rejected: " + d.Comment, nil
-	})
+	}, nil)
 	wfs.echo, wfs.slow, wfs.fragile, wfs.booking, wfs.approval = echo, slow, fragile, booking, approval
 	w, err := sdk.NewWorker(sdk.WorkerConfig{Pool: enginetest.Pool(t), Schema: schema, Namespace: namespace,
 		Concurrency: 8, PollInterval: 100 * time.Millisecond, RescueInterval: -1})
@@ -535,7 +535,7 @@ func TestServerErrors(t *testing.T) {
 	require.Equal(t, history.StatusCompleted, admin.wait(done).Status)
 	other, err := sdk.NewClient(sdk.ClientConfig{Pool: enginetest.Pool(t), Schema: schema, Namespace: "tenant-b"})
 	require.NoError(t, err)
-	inB, err := other.StartDynamic(ctx, sdk.TypeRef{Name: "e2e.echo", Version: 1}, "b")
+	inB, err := other.StartDynamic(ctx, sdk.TypeRef{Name: "e2e.echo", Version: 1}, "b", nil)
 	require.NoError(t, err)
 	require.NoError(t, client.SetQueue(ctx, "tiny", sdk.QueueSettings{MaxWaiting: 1}))
 	admin.start(map[string]any{"type": "e2e.echo", "queue": "tiny", "input": "fills it", "delay": "1h"})

@@ -64,7 +64,7 @@ func TestSIGTERMStopsTheREADMEWorkerGracefully(t *testing.T) {
 	stepDir := t.TempDir()
 
 	res, err := client.StartDynamic(context.Background(), sdk.TypeRef{Name: "document.process", Version: 1},
-		json.RawMessage(`{"ID":"inv-1"}`))
+		json.RawMessage(`{"ID":"inv-1"}`), nil)
 
 	require.NoError(t, err)
 	base := filepath.Join(stepDir, res.ID.String())

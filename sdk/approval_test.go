@@ -34,7 +34,7 @@ func awaitApproval(typ string, timeout time.Duration) *sdk.Workflow[struct{}, ap
 			return approvalResult{}, err
 		}
 		return approvalResult{Decision: d, OK: ok}, nil
-	})
+	}, nil)
 }
 
 func TestAwaitApproval(t *testing.T) {
@@ -62,11 +62,11 @@ func TestAwaitApproval(t *testing.T) {
 				wf := awaitApproval("approval."+c.name, time.Hour)
 				sdk.Register(b.worker, wf)
 				ctx := context.Background()
-				run, err := sdk.Start(ctx, b.client, wf, struct{}{})
+				run, err := sdk.Start(ctx, b.client, wf, struct{}{}, nil)
 				require.NoError(t, err)
 				startWorker(t, b.worker)
 				waitForEvent(t, b.client, run.ID, history.WaitStarted)
-				_, err = b.client.Signal(ctx, run.ID, "approve", c.payload, c.opts)
+				_, err = b.client.Signal(ctx, run.ID, "approve", c.payload, &c.opts)
 				require.NoError(t, err)
 				info := waitTask(t, b.client, run.ID)
 				require.Equal(t, history.StatusCompleted, info.Status, "last error: %+v", info.LastError)
@@ -86,7 +86,7 @@ func TestAwaitApprovalTimesOut(t *testing.T) {
 		wf := awaitApproval("approval.timeout", 50*time.Millisecond)
 		sdk.Register(b.worker, wf)
 		ctx := context.Background()
-		run, err := sdk.Start(ctx, b.client, wf, struct{}{})
+		run, err := sdk.Start(ctx, b.client, wf, struct{}{}, nil)
 		require.NoError(t, err)
 		startWorker(t, b.worker)
 		info := waitTask(t, b.client, run.ID)

@@ -42,7 +42,7 @@ type fetchParams struct{ Size, Seed int }
 var documentWorkflow = sdk.NewWorkflow("doc.pipeline", 1, func(ctx workflow.Context, in fetchParams) (summary, error) {
 	doc, err := workflow.Step(ctx, "fetch", func(ctx context.Context) (sdk.Blob, error) {
 		return activities.PutBlob(ctx, "application/pdf", document(in.Size, in.Seed))
-	})
+	}, nil)
 	if err != nil {
 		return summary{}, err
 	}
@@ -53,24 +53,24 @@ var documentWorkflow = sdk.NewWorkflow("doc.pipeline", 1, func(ctx workflow.Cont
 		}
 		sum := sha256.Sum256(data)
 		return hex.EncodeToString(sum[:]), nil
-	})
+	}, nil)
 	if err != nil {
 		return summary{}, err
 	}
 	n, err := workflow.Step(ctx, "check", func(ctx context.Context) (int, error) {
 		data, err := activities.GetBlob(ctx, doc)
 		return len(data), err
-	})
+	}, nil)
 	return summary{Doc: doc, Size: n, SHA256: digest}, err
-})
+}, nil)
 
 // rereadWorkflow reads a blob in a step.
 var rereadWorkflow = sdk.NewWorkflow("doc.reread", 1, func(ctx workflow.Context, doc sdk.Blob) (int, error) {
 	return workflow.Step(ctx, "reread", func(ctx context.Context) (int, error) {
 		data, err := activities.GetBlob(ctx, doc)
 		return len(data), err
-	})
-})
+	}, nil)
+}, nil)
 
 // document is size bytes of a fake PDF, different per seed.
 func document(size, seed int) []byte {
@@ -107,7 +107,7 @@ func TestLargeDocumentPassesThroughStepsByReference(t *testing.T) {
 		}
 		run := func(in fetchParams) (uuid.UUID, summary) {
 			t.Helper()
-			res, err := sdk.Start(ctx, b.client, documentWorkflow, in)
+			res, err := sdk.Start(ctx, b.client, documentWorkflow, in, nil)
 			require.NoError(t, err)
 			out, err := res.Result(ctx)
 			require.NoError(t, err)
@@ -143,7 +143,7 @@ func TestLargeDocumentPassesThroughStepsByReference(t *testing.T) {
 
 		// A step reading the damaged blob fails at once, permanently, naming
 		// itself, the task and the blob.
-		res, err := sdk.Start(ctx, b.client, rereadWorkflow, out.Doc)
+		res, err := sdk.Start(ctx, b.client, rereadWorkflow, out.Doc, nil)
 		require.NoError(t, err)
 		_, err = res.Result(ctx)
 		require.Error(t, err)
@@ -184,7 +184,7 @@ func TestLargeStepOutputsAreKeptByReference(t *testing.T) {
 		wf := sdk.NewWorkflow("ocr.pages", 1, func(ctx workflow.Context, pages int) (int, error) {
 			text, err := workflow.Step(ctx, "ocr", func(context.Context) (string, error) {
 				return strings.Repeat("lorem ipsum ", pages*100), nil
-			})
+			}, nil)
 			if err != nil {
 				return 0, err
 			}
@@ -193,12 +193,12 @@ func TestLargeStepOutputsAreKeptByReference(t *testing.T) {
 					return 0, activities.Transient(errors.New("model busy"))
 				}
 				return len(text), nil
-			}, workflow.StepOpts{Retry: &activities.RetryPolicy{MaxAttempts: 3, InitialInterval: time.Millisecond}})
-		})
+			}, &workflow.StepOpts{Retry: &activities.RetryPolicy{MaxAttempts: 3, InitialInterval: time.Millisecond}})
+		}, nil)
 		sdk.Register(b.worker, wf)
 		startWorker(t, b.worker)
 		ctx := context.Background()
-		res, err := sdk.Start(ctx, b.client, wf, 20)
+		res, err := sdk.Start(ctx, b.client, wf, 20, nil)
 		require.NoError(t, err)
 		n, err := res.Result(ctx)
 		require.NoError(t, err)
@@ -243,17 +243,17 @@ func TestLargeWorkflowOutputsAreKeptByReference(t *testing.T) {
 		b := setup(t, sdk.WorkerConfig{Concurrency: 4, BlobThreshold: 1000})
 		report := sdk.NewWorkflow("report.render", 1, func(ctx workflow.Context, n int) (string, error) {
 			return strings.Repeat("row ", n), nil
-		})
+		}, nil)
 		digest := sdk.NewWorkflow("report.digest", 1, func(ctx workflow.Context, n int) (int, error) {
-			out, err := workflow.StartChild(ctx, report, n).Result(ctx)
+			out, err := workflow.StartChild(ctx, report, n, nil).Result(ctx)
 			return len(out), err
-		})
+		}, nil)
 		sdk.Register(b.worker, report)
 		sdk.Register(b.worker, digest)
 		startWorker(t, b.worker)
 		ctx := context.Background()
 
-		res, err := sdk.Start(ctx, b.client, report, 5000)
+		res, err := sdk.Start(ctx, b.client, report, 5000, nil)
 		require.NoError(t, err)
 		out, err := res.Result(ctx)
 		require.NoError(t, err)
@@ -279,7 +279,7 @@ func TestLargeWorkflowOutputsAreKeptByReference(t *testing.T) {
 		require.NoError(t, err)
 		require.JSONEq(t, string(done.Output), string(linked.Output), "OutputsByReference answers the reference")
 
-		small, err := sdk.Start(ctx, b.client, report, 3)
+		small, err := sdk.Start(ctx, b.client, report, 3, nil)
 		require.NoError(t, err)
 		_, err = small.Result(ctx)
 		require.NoError(t, err)
@@ -287,7 +287,7 @@ func TestLargeWorkflowOutputsAreKeptByReference(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, `"row row row "`, string(raw[len(raw)-1].Data.(history.TaskCompletedData).Output), "under the threshold: in place")
 
-		parent, err := sdk.Start(ctx, b.client, digest, 4000)
+		parent, err := sdk.Start(ctx, b.client, digest, 4000, nil)
 		require.NoError(t, err)
 		n, err := parent.Result(ctx)
 		require.NoError(t, err)
@@ -311,14 +311,14 @@ func TestLargeInputsAreKeptByReference(t *testing.T) {
 					return 0, activities.Transient(errors.New("index busy"))
 				}
 				return len(doc), nil
-			}, workflow.StepOpts{Retry: &activities.RetryPolicy{MaxAttempts: 3, InitialInterval: time.Millisecond}})
-		})
+			}, &workflow.StepOpts{Retry: &activities.RetryPolicy{MaxAttempts: 3, InitialInterval: time.Millisecond}})
+		}, nil)
 		sdk.Register(b.worker, wf)
 		startWorker(t, b.worker)
 		ctx := context.Background()
 		doc := strings.Repeat("scanned page text ", 1_200_000) // about 21 MB
 
-		res, err := sdk.Start(ctx, b.client, wf, doc, sdk.StartOpts{IdempotencyKey: "doc-1"})
+		res, err := sdk.Start(ctx, b.client, wf, doc, &sdk.StartOpts{IdempotencyKey: "doc-1"})
 		require.NoError(t, err)
 		n, err := res.Result(ctx)
 		require.NoError(t, err)
@@ -341,11 +341,11 @@ func TestLargeInputsAreKeptByReference(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, info.Input, events[0].Data.(history.TaskScheduledData).Input)
 
-		again, err := sdk.Start(ctx, b.client, wf, doc, sdk.StartOpts{IdempotencyKey: "doc-1"})
+		again, err := sdk.Start(ctx, b.client, wf, doc, &sdk.StartOpts{IdempotencyKey: "doc-1"})
 		require.NoError(t, err)
 		require.True(t, again.Existing, "the same input is the same start, whatever blob key it got")
 		require.Equal(t, res.ID, again.ID)
-		_, err = sdk.Start(ctx, b.client, wf, doc+"!", sdk.StartOpts{IdempotencyKey: "doc-1"})
+		_, err = sdk.Start(ctx, b.client, wf, doc+"!", &sdk.StartOpts{IdempotencyKey: "doc-1"})
 		require.ErrorIs(t, err, sdk.ErrIdempotencyKeyReused)
 		enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client))
 	})
@@ -362,14 +362,14 @@ func TestLargeSignalPayloadsAreKeptByReference(t *testing.T) {
 		wf := sdk.NewWorkflow("doc.review", 1, func(ctx workflow.Context, _ string) (int, error) {
 			note, _, err := workflow.Receive[string](ctx, "annotated", time.Minute)
 			return len(note), err
-		})
+		}, nil)
 		sdk.Register(b.worker, wf)
 		startWorker(t, b.worker)
 		ctx := context.Background()
-		res, err := sdk.Start(ctx, b.client, wf, "doc")
+		res, err := sdk.Start(ctx, b.client, wf, "doc", nil)
 		require.NoError(t, err)
 		note := strings.Repeat("margin note ", 100_000) // 1.2 MB, over MaxPayloadBytes too
-		_, err = b.client.Signal(ctx, res.ID, "annotated", note)
+		_, err = b.client.Signal(ctx, res.ID, "annotated", note, nil)
 		require.NoError(t, err)
 		n, err := res.Result(ctx)
 		require.NoError(t, err)
@@ -381,9 +381,9 @@ func TestLargeSignalPayloadsAreKeptByReference(t *testing.T) {
 		_, ok := history.ParseBlobEnvelope(sigs[0].Payload)
 		require.True(t, ok, "signal_received keeps the reference")
 
-		_, err = b.client.Signal(ctx, res.ID, "annotated", note)
+		_, err = b.client.Signal(ctx, res.ID, "annotated", note, nil)
 		require.ErrorIs(t, err, sdk.ErrTaskState, "a finished task gets no blob and no signal")
-		_, err = b.client.Signal(ctx, res.ID, "x", json.RawMessage(`{"cairn_blob":{"store":"db","key":"k","size":1,"sha256":"00"}}`))
+		_, err = b.client.Signal(ctx, res.ID, "x", json.RawMessage(`{"cairn_blob":{"store":"db","key":"k","size":1,"sha256":"00"}}`), nil)
 		require.ErrorIs(t, err, sdk.ErrInvalid)
 		enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client))
 	})
@@ -404,15 +404,15 @@ func TestCompensationReadsAnInputKeptByReference(t *testing.T) {
 		refunded := make(chan string, 1)
 		wf := sdk.NewWorkflow("order.charge", 1, func(ctx workflow.Context, in bigOrder) (string, error) {
 			return workflow.Step(ctx, "charge", func(context.Context) (string, error) { return "charged " + in.ID, nil },
-				workflow.StepOpts{Compensate: workflow.Compensate(func(context.Context, string) error {
+				&workflow.StepOpts{Compensate: workflow.Compensate(func(context.Context, string) error {
 					refunded <- in.ID
 					return nil
 				})})
-		})
+		}, nil)
 		sdk.Register(b.worker, wf)
 		startWorker(t, b.worker)
 		ctx := context.Background()
-		res, err := sdk.Start(ctx, b.client, wf, bigOrder{ID: "o-42", Lines: strings.Repeat("line ", 20_000)})
+		res, err := sdk.Start(ctx, b.client, wf, bigOrder{ID: "o-42", Lines: strings.Repeat("line ", 20_000)}, nil)
 		require.NoError(t, err)
 		_, err = res.Result(ctx)
 		require.NoError(t, err)
@@ -451,13 +451,13 @@ func TestAnInputInPlaceAndByReferenceAreTheSameStart(t *testing.T) {
 			input         json.RawMessage
 		}{{inPlace, b.client, ab}, {b.client, inPlace, ab}, {b.client, b.client, ba}} {
 			key := fmt.Sprintf("order-%d", i)
-			first, err := c.first.StartDynamic(ctx, ref, ab, sdk.StartOpts{IdempotencyKey: key})
+			first, err := c.first.StartDynamic(ctx, ref, ab, &sdk.StartOpts{IdempotencyKey: key})
 			require.NoError(t, err, "case %d", i)
-			again, err := c.second.StartDynamic(ctx, ref, c.input, sdk.StartOpts{IdempotencyKey: key})
+			again, err := c.second.StartDynamic(ctx, ref, c.input, &sdk.StartOpts{IdempotencyKey: key})
 			require.NoError(t, err, "case %d: the same start", i)
 			require.True(t, again.Existing, "case %d", i)
 			require.Equal(t, first.ID, again.ID, "case %d", i)
-			_, err = c.second.StartDynamic(ctx, ref, json.RawMessage(`{"a":2,"lines":"`+lines+`"}`), sdk.StartOpts{IdempotencyKey: key})
+			_, err = c.second.StartDynamic(ctx, ref, json.RawMessage(`{"a":2,"lines":"`+lines+`"}`), &sdk.StartOpts{IdempotencyKey: key})
 			require.ErrorIs(t, err, sdk.ErrIdempotencyKeyReused, "case %d: another input", i)
 		}
 	})

@@ -42,13 +42,13 @@ func TestBlobStoresKeepTheBytesOutOfTheDatabase(t *testing.T) {
 				b := setup(t, sdk.WorkerConfig{BlobStore: location, DefaultArchive: location, BlobThreshold: 100,
 					RescueInterval: 20 * time.Millisecond, Keys: codec})
 				wf := sdk.NewWorkflow("scan.keep", 1, func(ctx workflow.Context, in string) (sdk.Blob, error) {
-					if _, err := workflow.Step(ctx, "ocr", func(context.Context) (string, error) { return strings.Repeat("text ", 100), nil }); err != nil {
+					if _, err := workflow.Step(ctx, "ocr", func(context.Context) (string, error) { return strings.Repeat("text ", 100), nil }, nil); err != nil {
 						return sdk.Blob{}, err
 					}
 					return workflow.Step(ctx, "keep", func(ctx context.Context) (sdk.Blob, error) {
 						return activities.PutBlob(ctx, "image/png", []byte("png of "+secret+" "+in[:10]))
-					})
-				})
+					}, nil)
+				}, nil)
 				sdk.Register(b.worker, wf)
 				startWorker(t, b.worker)
 				ctx := context.Background()
@@ -56,7 +56,7 @@ func TestBlobStoresKeepTheBytesOutOfTheDatabase(t *testing.T) {
 				require.NoError(t, err)
 				t.Cleanup(writer.Close)
 				input := strings.Repeat("scan ", 30_000) // by reference, into the blob store
-				res, err := sdk.Start(ctx, writer, wf, input)
+				res, err := sdk.Start(ctx, writer, wf, input, nil)
 				require.NoError(t, err)
 				ref, err := res.Result(ctx)
 				require.NoError(t, err)
@@ -118,9 +118,9 @@ func TestBlobStoresKeepTheBytesOutOfTheDatabase(t *testing.T) {
 				// Retention of a millisecond would remove the next task, and its
 				// object, as soon as it finished: before the check below.
 				require.NoError(t, b.client.SetNamespace(ctx, store.DefaultNamespace, sdk.NamespaceSettings{Retention: 24 * time.Hour}))
-				again, err := sdk.Start(ctx, writer, wf, input, sdk.StartOpts{IdempotencyKey: "once"})
+				again, err := sdk.Start(ctx, writer, wf, input, &sdk.StartOpts{IdempotencyKey: "once"})
 				require.NoError(t, err)
-				dup, err := sdk.Start(ctx, writer, wf, input, sdk.StartOpts{IdempotencyKey: "once"})
+				dup, err := sdk.Start(ctx, writer, wf, input, &sdk.StartOpts{IdempotencyKey: "once"})
 				require.NoError(t, err)
 				require.True(t, dup.Existing)
 				raw, err = reader.RawHistory(ctx, again.ID)

@@ -33,8 +33,8 @@ func BenchmarkCancelToContextCancelled(b *testing.B) {
 			<-ctx.Done()
 			cancelled <- time.Now()
 			return "", ctx.Err()
-		})
-	})
+		}, nil)
+	}, nil)
 	sdk.Register(worker, wf)
 	require.NoError(b, worker.Start(context.Background()))
 	defer func() { _ = worker.StopAndCancel(context.Background()) }()
@@ -43,7 +43,7 @@ func BenchmarkCancelToContextCancelled(b *testing.B) {
 	latencies := make([]time.Duration, 0, b.N)
 	b.ResetTimer()
 	for i := range b.N {
-		res, err := sdk.Start(ctx, client, wf, i)
+		res, err := sdk.Start(ctx, client, wf, i, nil)
 		require.NoError(b, err)
 		<-started
 		sent := time.Now()

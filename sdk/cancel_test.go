@@ -62,11 +62,11 @@ func TestCancelPendingTaskNeverRuns(t *testing.T) {
 			return workflow.Step(ctx, "build", func(context.Context) (string, error) {
 				runs.Add(1)
 				return "report", nil
-			})
-		})
+			}, nil)
+		}, nil)
 		sdk.Register(b.worker, wf)
 		ctx := context.Background()
-		res, err := sdk.Start(ctx, b.client, wf, "q3", sdk.StartOpts{Delay: time.Hour})
+		res, err := sdk.Start(ctx, b.client, wf, "q3", &sdk.StartOpts{Delay: time.Hour})
 		require.NoError(t, err)
 
 		require.NoError(t, b.client.Cancel(ctx, res.ID, "no longer needed"))
@@ -90,11 +90,11 @@ func TestCancelFinishedTaskSaysItsState(t *testing.T) {
 	t.Parallel()
 	onEachStore(t, func(t *testing.T, setup setupFunc) {
 		b := setup(t, sdk.WorkerConfig{})
-		wf := sdk.NewWorkflow("x.done", 1, func(ctx workflow.Context, _ string) (string, error) { return "ok", nil })
+		wf := sdk.NewWorkflow("x.done", 1, func(ctx workflow.Context, _ string) (string, error) { return "ok", nil }, nil)
 		sdk.Register(b.worker, wf)
 		startWorker(t, b.worker)
 		ctx := context.Background()
-		res, err := sdk.Start(ctx, b.client, wf, "")
+		res, err := sdk.Start(ctx, b.client, wf, "", nil)
 		require.NoError(t, err)
 		waitTask(t, b.client, res.ID)
 		err = b.client.Cancel(ctx, res.ID, "too late")
@@ -120,7 +120,7 @@ func TestCancelDuringStepTwoOfFour(t *testing.T) {
 			if _, err := workflow.Step(ctx, "reserve", func(context.Context) (string, error) {
 				e.add("reserve")
 				return "r-1", nil
-			}, workflow.StepOpts{Compensate: undo(&e, "reserve")}); err != nil {
+			}, &workflow.StepOpts{Compensate: undo(&e, "reserve")}); err != nil {
 				return "", err
 			}
 			if _, err := workflow.Step(ctx, "charge", func(ctx context.Context) (string, error) {
@@ -129,23 +129,23 @@ func TestCancelDuringStepTwoOfFour(t *testing.T) {
 				<-ctx.Done()
 				cause2.Store(context.Cause(ctx))
 				return "", ctx.Err()
-			}, workflow.StepOpts{Compensate: undo(&e, "charge")}); err != nil {
+			}, &workflow.StepOpts{Compensate: undo(&e, "charge")}); err != nil {
 				return "", err
 			}
 			for _, name := range []string{"ship", "notify"} {
 				if _, err := workflow.Step(ctx, name, func(context.Context) (string, error) {
 					e.add(name)
 					return name, nil
-				}); err != nil {
+				}, nil); err != nil {
 					return "", err
 				}
 			}
 			return "done", nil
-		}, sdk.WorkflowOpts{Retry: fastRetry(3)})
+		}, &sdk.WorkflowOpts{Retry: fastRetry(3)})
 		sdk.Register(b.worker, wf)
 		startWorker(t, b.worker)
 		ctx := context.Background()
-		res, err := sdk.Start(ctx, b.client, wf, "order-7")
+		res, err := sdk.Start(ctx, b.client, wf, "order-7", nil)
 		require.NoError(t, err)
 		waitSignal(t, started2, "step 2")
 		require.NoError(t, b.client.Cancel(ctx, res.ID, "customer changed their mind"))
@@ -178,18 +178,18 @@ func TestCancelWhileIrreversibleStepRuns(t *testing.T) {
 				ctxErr.Store(fmt.Sprint(ctx.Err()))
 				e.add("wire")
 				return "w-1", nil
-			}, workflow.StepOpts{Irreversible: true, Compensate: undo(&e, "wire")}); err != nil {
+			}, &workflow.StepOpts{Irreversible: true, Compensate: undo(&e, "wire")}); err != nil {
 				return "", err
 			}
 			return workflow.Step(ctx, "receipt", func(context.Context) (string, error) {
 				e.add("receipt")
 				return "sent", nil
-			})
-		})
+			}, nil)
+		}, nil)
 		sdk.Register(b.worker, wf)
 		startWorker(t, b.worker)
 		ctx := context.Background()
-		res, err := sdk.Start(ctx, b.client, wf, "")
+		res, err := sdk.Start(ctx, b.client, wf, "", nil)
 		require.NoError(t, err)
 		waitSignal(t, started, "the irreversible step")
 		require.NoError(t, b.client.Cancel(ctx, res.ID, "fraud check"))
@@ -225,12 +225,12 @@ func TestCancelWinsOverAnIrreversibleLastStep(t *testing.T) {
 				<-release
 				e.add("wire")
 				return "w-1", nil
-			}, workflow.StepOpts{Irreversible: true, Compensate: undo(&e, "wire")})
-		})
+			}, &workflow.StepOpts{Irreversible: true, Compensate: undo(&e, "wire")})
+		}, nil)
 		sdk.Register(b.worker, wf)
 		startWorker(t, b.worker)
 		ctx := context.Background()
-		res, err := sdk.Start(ctx, b.client, wf, "")
+		res, err := sdk.Start(ctx, b.client, wf, "", nil)
 		require.NoError(t, err)
 		waitSignal(t, started, "the irreversible step")
 		require.NoError(t, b.client.Cancel(ctx, res.ID, "fraud check"))
@@ -259,13 +259,13 @@ func TestCompensatorFailingPermanentlyDeadLettersUntilRequeued(t *testing.T) {
 			if _, err := workflow.Step(ctx, "hotel", func(context.Context) (string, error) {
 				e.add("hotel")
 				return "h-1", nil
-			}, workflow.StepOpts{Compensate: undo(&e, "hotel")}); err != nil {
+			}, &workflow.StepOpts{Compensate: undo(&e, "hotel")}); err != nil {
 				return "", err
 			}
 			if _, err := workflow.Step(ctx, "flight", func(context.Context) (string, error) {
 				e.add("flight")
 				return "f-1", nil
-			}, workflow.StepOpts{Compensate: workflow.Compensate(func(_ context.Context, booking string) error {
+			}, &workflow.StepOpts{Compensate: workflow.Compensate(func(_ context.Context, booking string) error {
 				if !refundWorks.Load() {
 					return activities.Permanent(activities.WithStatus(errors.Newf("refund of %s refused", booking), 409))
 				}
@@ -278,12 +278,12 @@ func TestCompensatorFailingPermanentlyDeadLettersUntilRequeued(t *testing.T) {
 				close(started)
 				<-ctx.Done()
 				return "", ctx.Err()
-			})
-		}, sdk.WorkflowOpts{Retry: fastRetry(3)})
+			}, nil)
+		}, &sdk.WorkflowOpts{Retry: fastRetry(3)})
 		sdk.Register(b.worker, wf)
 		startWorker(t, b.worker)
 		ctx := context.Background()
-		res, err := sdk.Start(ctx, b.client, wf, "")
+		res, err := sdk.Start(ctx, b.client, wf, "", nil)
 		require.NoError(t, err)
 		waitSignal(t, started, "the last step")
 		require.NoError(t, b.client.Cancel(ctx, res.ID, "trip called off"))
@@ -321,16 +321,16 @@ func TestCompensateCompletedTask(t *testing.T) {
 				if _, err := workflow.Step(ctx, name, func(context.Context) (string, error) {
 					e.add(name)
 					return name, nil
-				}, workflow.StepOpts{Compensate: undo(&e, name)}); err != nil {
+				}, &workflow.StepOpts{Compensate: undo(&e, name)}); err != nil {
 					return "", err
 				}
 			}
 			return "sent", nil
-		})
+		}, nil)
 		sdk.Register(b.worker, wf)
 		startWorker(t, b.worker)
 		ctx := context.Background()
-		res, err := sdk.Start(ctx, b.client, wf, "")
+		res, err := sdk.Start(ctx, b.client, wf, "", nil)
 		require.NoError(t, err)
 		require.Equal(t, history.StatusCompleted, waitTask(t, b.client, res.ID).Status)
 
@@ -357,16 +357,16 @@ func TestPermanentFailureCompensatesAndFails(t *testing.T) {
 			if _, err := workflow.Step(ctx, "create", func(context.Context) (string, error) {
 				e.add("create")
 				return "acct-1", nil
-			}, workflow.StepOpts{Compensate: undo(&e, "create")}); err != nil {
+			}, &workflow.StepOpts{Compensate: undo(&e, "create")}); err != nil {
 				return "", err
 			}
 			return workflow.Step(ctx, "verify", func(context.Context) (string, error) {
 				return "", activities.Permanent(errors.New("identity check refused"))
-			})
-		}, sdk.WorkflowOpts{Retry: fastRetry(3)})
+			}, nil)
+		}, &sdk.WorkflowOpts{Retry: fastRetry(3)})
 		sdk.Register(b.worker, wf)
 		startWorker(t, b.worker)
-		res, err := sdk.Start(context.Background(), b.client, wf, "")
+		res, err := sdk.Start(context.Background(), b.client, wf, "", nil)
 		require.NoError(t, err)
 		info := waitTask(t, b.client, res.ID)
 		require.Equal(t, history.StatusFailed, info.Status)
@@ -395,7 +395,7 @@ func TestCancelSurvivesAWorkerCrash(t *testing.T) {
 			if _, err := workflow.Step(ctx, "create", func(context.Context) (string, error) {
 				e.add("create")
 				return "c-1", nil
-			}, workflow.StepOpts{Compensate: undo(&e, "create")}); err != nil {
+			}, &workflow.StepOpts{Compensate: undo(&e, "create")}); err != nil {
 				return "", err
 			}
 			return workflow.Step(ctx, "push", func(ctx context.Context) (string, error) {
@@ -403,12 +403,12 @@ func TestCancelSurvivesAWorkerCrash(t *testing.T) {
 				hungOnce.Do(func() { close(hung) })
 				<-ctx.Done() // the lease context: ends when the worker is abandoned
 				return "", ctx.Err()
-			}, workflow.StepOpts{Irreversible: true})
-		})
+			}, &workflow.StepOpts{Irreversible: true})
+		}, nil)
 		sdk.Register(b.worker, wf)
 		require.NoError(t, b.worker.Start(context.Background()))
 		ctx := context.Background()
-		res, err := sdk.Start(ctx, b.client, wf, "")
+		res, err := sdk.Start(ctx, b.client, wf, "", nil)
 		require.NoError(t, err)
 		waitSignal(t, hung, "the step the worker dies in")
 		require.NoError(t, b.client.Cancel(ctx, res.ID, "user left"))
@@ -440,17 +440,17 @@ func TestDeadlineGiveUpCompensates(t *testing.T) {
 			if _, err := workflow.Step(ctx, "hold", func(context.Context) (string, error) {
 				e.add("hold")
 				return "h-1", nil
-			}, workflow.StepOpts{Compensate: undo(&e, "hold")}); err != nil {
+			}, &workflow.StepOpts{Compensate: undo(&e, "hold")}); err != nil {
 				return "", err
 			}
 			return workflow.Step(ctx, "price", func(context.Context) (string, error) {
 				return "", errors.New("pricing service unavailable")
-			})
-		}, sdk.WorkflowOpts{Retry: &activities.RetryPolicy{MaxAttempts: 5, InitialInterval: time.Minute, Multiplier: 2,
+			}, nil)
+		}, &sdk.WorkflowOpts{Retry: &activities.RetryPolicy{MaxAttempts: 5, InitialInterval: time.Minute, Multiplier: 2,
 			MaxInterval: time.Hour, Jitter: activities.NoJitter}})
 		sdk.Register(b.worker, wf)
 		startWorker(t, b.worker)
-		res, err := sdk.Start(context.Background(), b.client, wf, "", sdk.StartOpts{Deadline: time.Now().Add(5 * time.Second)})
+		res, err := sdk.Start(context.Background(), b.client, wf, "", &sdk.StartOpts{Deadline: time.Now().Add(5 * time.Second)})
 		require.NoError(t, err)
 		info := waitTask(t, b.client, res.ID)
 		require.Equal(t, history.StatusFailed, info.Status)
@@ -477,13 +477,13 @@ func TestGracefulStopDuringCompensationHandsTheTaskBack(t *testing.T) {
 			if _, err := workflow.Step(ctx, "reserve", func(context.Context) (string, error) {
 				e.add("reserve")
 				return "r", nil
-			}, workflow.StepOpts{Compensate: undo(&e, "reserve")}); err != nil {
+			}, &workflow.StepOpts{Compensate: undo(&e, "reserve")}); err != nil {
 				return "", err
 			}
 			if _, err := workflow.Step(ctx, "charge", func(context.Context) (string, error) {
 				e.add("charge")
 				return "c", nil
-			}, workflow.StepOpts{Compensate: workflow.Compensate(func(context.Context, string) error {
+			}, &workflow.StepOpts{Compensate: workflow.Compensate(func(context.Context, string) error {
 				once.Do(func() { close(compensating) })
 				<-release
 				e.add("undo charge")
@@ -495,12 +495,12 @@ func TestGracefulStopDuringCompensationHandsTheTaskBack(t *testing.T) {
 				close(started)
 				<-ctx.Done()
 				return "", ctx.Err()
-			})
-		})
+			}, nil)
+		}, nil)
 		sdk.Register(b.worker, wf)
 		startWorker(t, b.worker)
 		ctx := context.Background()
-		res, err := sdk.Start(ctx, b.client, wf, "")
+		res, err := sdk.Start(ctx, b.client, wf, "", nil)
 		require.NoError(t, err)
 		waitSignal(t, started, "the last step")
 		require.NoError(t, b.client.Cancel(ctx, res.ID, "out of stock"))

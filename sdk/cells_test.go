@@ -18,8 +18,8 @@ import (
 )
 
 var namespacedEcho = sdk.NewWorkflow("cells.echo", 1, func(ctx workflow.Context, in string) (string, error) {
-	return workflow.Step(ctx, "echo", func(context.Context) (string, error) { return in, nil })
-})
+	return workflow.Step(ctx, "echo", func(context.Context) (string, error) { return in, nil }, nil)
+}, nil)
 
 // One worker serves several namespaces of one store, each with its own
 // claims: every task of each finishes, recorded in its own namespace.
@@ -32,7 +32,7 @@ func TestWorkerServesSeveralNamespaces(t *testing.T) {
 		startWorker(t, w)
 		for _, ns := range []string{"acme", "globex"} {
 			c := namespaceClient(t, b, ns)
-			res, err := sdk.Start(context.Background(), c, namespacedEcho, ns)
+			res, err := sdk.Start(context.Background(), c, namespacedEcho, ns, nil)
 			require.NoError(t, err)
 			info := waitTask(t, c, res.ID)
 			require.Equal(t, history.StatusCompleted, info.Status)
@@ -77,7 +77,7 @@ func TestWorkerOverCells(t *testing.T) {
 		c, err := sdk.NewClient(sdk.ClientConfig{Cells: cells, Namespace: ns})
 		require.NoError(t, err)
 		t.Cleanup(c.Close)
-		res, err := sdk.Start(ctx, c, namespacedEcho, ns)
+		res, err := sdk.Start(ctx, c, namespacedEcho, ns, nil)
 		require.NoError(t, err)
 		require.Equal(t, history.StatusCompleted, waitTask(t, c, res.ID).Status)
 		_, err = stores[other].TaskGetByID(ctx, ns, res.ID)

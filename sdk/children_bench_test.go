@@ -42,20 +42,20 @@ func benchFanOut(b *testing.B, parents, fanOut int) {
 	worker, err := sdk.NewWorker(sdk.WorkerConfig{Pool: pool, Schema: schema, Concurrency: 100, Queues: []string{"default", "bench-children"}})
 	require.NoError(b, err)
 	child := sdk.NewWorkflow("bench.child", 1, func(ctx workflow.Context, n int) (int, error) {
-		return workflow.Step(ctx, "double", func(context.Context) (int, error) { return 2 * n, nil })
-	})
+		return workflow.Step(ctx, "double", func(context.Context) (int, error) { return 2 * n, nil }, nil)
+	}, nil)
 	parent := sdk.NewWorkflow("bench.parent", 1, func(ctx workflow.Context, n int) (int, error) {
 		inputs := make([]int, n)
 		for i := range inputs {
 			inputs[i] = i
 		}
-		outs, err := workflow.MapChildren(ctx, child, inputs, workflow.ChildOpts{Queue: "bench-children"})
+		outs, err := workflow.MapChildren(ctx, child, inputs, &workflow.ChildOpts{Queue: "bench-children"})
 		sum := 0
 		for _, v := range outs {
 			sum += v
 		}
 		return sum, err
-	})
+	}, nil)
 	sdk.Register(worker, child)
 	sdk.Register(worker, parent)
 	require.NoError(b, worker.Start(context.Background()))
@@ -69,7 +69,7 @@ func benchFanOut(b *testing.B, parents, fanOut int) {
 		began := time.Now()
 		runs := make([]*sdk.Run[int], parents)
 		for i := range runs {
-			runs[i], err = sdk.Start(ctx, client, parent, fanOut)
+			runs[i], err = sdk.Start(ctx, client, parent, fanOut, nil)
 			require.NoError(b, err)
 		}
 		for _, run := range runs {

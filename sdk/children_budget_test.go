@@ -37,28 +37,28 @@ func TestCrashingChildDeadLettersAtItsTypesBudget(t *testing.T) {
 				crashed <- struct{}{}
 				<-ctx.Done() // the worker dies here
 				return 0, ctx.Err()
-			})
-		}, sdk.WorkflowOpts{Retry: fastRetry(2)})
-		plain := sdk.NewWorkflow("budget.plain", 1, func(ctx workflow.Context, n int) (int, error) { return n, nil })
+			}, nil)
+		}, &sdk.WorkflowOpts{Retry: fastRetry(2)})
+		plain := sdk.NewWorkflow("budget.plain", 1, func(ctx workflow.Context, n int) (int, error) { return n, nil }, nil)
 		parent := sdk.NewWorkflow("budget.parent", 1, func(ctx workflow.Context, _ int) (string, error) {
-			byDefault := workflow.StartChild(ctx, plain, 1)
-			overridden := workflow.StartChild(ctx, plain, 2, workflow.ChildOpts{MaxAttempts: 5})
+			byDefault := workflow.StartChild(ctx, plain, 1, nil)
+			overridden := workflow.StartChild(ctx, plain, 2, &workflow.ChildOpts{MaxAttempts: 5})
 			for _, c := range []*workflow.Child[int]{byDefault, overridden} {
 				if _, err := c.Result(ctx); err != nil {
 					return "", err
 				}
 			}
-			_, err := workflow.StartChild(ctx, crashing, 3).Result(ctx)
+			_, err := workflow.StartChild(ctx, crashing, 3, nil).Result(ctx)
 			var ce *workflow.ChildError
 			if !errors.As(err, &ce) {
 				return "", fmt.Errorf("want a ChildError, got %v", err)
 			}
 			return "child " + string(ce.Status), nil
-		})
+		}, nil)
 		sdk.Register(b.worker, parent)
 		sdk.Register(b.worker, plain)
 		startWorker(t, b.worker)
-		run, err := sdk.Start(ctx, b.client, parent, 0)
+		run, err := sdk.Start(ctx, b.client, parent, 0, nil)
 		require.NoError(t, err)
 		finished := make(chan struct{})
 		go func() {

@@ -29,11 +29,11 @@ func TestChildEndWakesItsParentWithoutAPoll(t *testing.T) {
 	onEachStore(t, func(t *testing.T, setup setupFunc) {
 		b := setup(t, sdk.WorkerConfig{Concurrency: 4, PollInterval: time.Hour})
 		child := sdk.NewWorkflow("wake.child", 1, func(ctx workflow.Context, n int) (int, error) {
-			return workflow.Step(ctx, "double", func(context.Context) (int, error) { return 2 * n, nil })
-		})
+			return workflow.Step(ctx, "double", func(context.Context) (int, error) { return 2 * n, nil }, nil)
+		}, nil)
 		parent := sdk.NewWorkflow("wake.parent", 1, func(ctx workflow.Context, n int) (int, error) {
-			return workflow.StartChild(ctx, child, n, workflow.ChildOpts{Queue: "kids"}).Result(ctx)
-		})
+			return workflow.StartChild(ctx, child, n, &workflow.ChildOpts{Queue: "kids"}).Result(ctx)
+		}, nil)
 		sdk.Register(b.worker, parent)
 		kids := b.newWorker(t, sdk.WorkerConfig{Concurrency: 4, Queues: []string{"kids"}, PollInterval: time.Hour})
 		sdk.Register(kids, child)
@@ -41,7 +41,7 @@ func TestChildEndWakesItsParentWithoutAPoll(t *testing.T) {
 		startWorker(t, kids)
 		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 		defer cancel()
-		run, err := sdk.Start(ctx, b.client, parent, 2)
+		run, err := sdk.Start(ctx, b.client, parent, 2, nil)
 		require.NoError(t, err)
 		out, err := run.Result(ctx)
 		require.NoError(t, err, "only a notification could have woken the parent before the deadline")
@@ -65,11 +65,11 @@ func TestStartChildWhileFuturesRecord(t *testing.T) {
 				fs[i] = workflow.Go(ctx, "f", func(context.Context) (int, error) {
 					time.Sleep(time.Duration(i) * 300 * time.Microsecond)
 					return i, nil
-				})
+				}, nil)
 			}
 			cs := make([]*workflow.Child[int], n)
 			for i := range cs {
-				cs[i] = workflow.StartChild(ctx, child, i)
+				cs[i] = workflow.StartChild(ctx, child, i, nil)
 			}
 			for _, f := range fs {
 				if _, err := f.Get(ctx); err != nil {
@@ -85,13 +85,13 @@ func TestStartChildWhileFuturesRecord(t *testing.T) {
 				sum += v
 			}
 			return sum, nil
-		})
+		}, nil)
 		sdk.Register(b.worker, parent)
 		sdk.Register(b.worker, child)
 		startWorker(t, b.worker)
 		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 		defer cancel()
-		run, err := sdk.Start(ctx, b.client, parent, 32)
+		run, err := sdk.Start(ctx, b.client, parent, 32, nil)
 		require.NoError(t, err)
 		sum, err := run.Result(ctx)
 		require.NoError(t, err)
@@ -110,23 +110,23 @@ func TestRescuedParentClosesItsChildren(t *testing.T) {
 		waiting := sdk.NewWorkflow("rescue.child", 1, func(ctx workflow.Context, n int) (int, error) {
 			v, _, err := workflow.Receive[int](ctx, "go", time.Hour)
 			return v, err
-		})
+		}, nil)
 		blocked := newSignal()
 		parent := sdk.NewWorkflow("rescue.parent", 1, func(ctx workflow.Context, n int) (int, error) {
-			c := workflow.StartChild(ctx, waiting, n) // started before the step runs
+			c := workflow.StartChild(ctx, waiting, n, nil) // started before the step runs
 			if _, err := workflow.Step(ctx, "hang", func(ctx context.Context) (int, error) {
 				blocked.fire()
 				<-ctx.Done() // the worker dies here
 				return 0, ctx.Err()
-			}); err != nil {
+			}, nil); err != nil {
 				return 0, err
 			}
 			return c.Result(ctx)
-		})
+		}, nil)
 		sdk.Register(b.worker, parent)
 		sdk.Register(b.worker, waiting)
 		require.NoError(t, b.worker.Start(context.Background()))
-		run, err := sdk.Start(context.Background(), b.client, parent, 1, sdk.StartOpts{MaxAttempts: 1})
+		run, err := sdk.Start(context.Background(), b.client, parent, 1, &sdk.StartOpts{MaxAttempts: 1})
 		require.NoError(t, err)
 		select {
 		case <-blocked.ch:
@@ -164,15 +164,15 @@ func TestChildWaitsSpendNoRetryBudget(t *testing.T) {
 			return workflow.Step(ctx, "double", func(context.Context) (int, error) {
 				time.Sleep(50 * time.Millisecond)
 				return 2 * n, nil
-			})
-		})
+			}, nil)
+		}, nil)
 		var fails atomic.Int32
 		parent := sdk.NewWorkflow("budget.parent", 1, func(ctx workflow.Context, n int) (int, error) {
 			ins := make([]int, n)
 			for i := range ins {
 				ins[i] = i
 			}
-			if _, err := workflow.MapChildren(ctx, child, ins); err != nil {
+			if _, err := workflow.MapChildren(ctx, child, ins, nil); err != nil {
 				return 0, err
 			}
 			return workflow.Step(ctx, "flaky", func(context.Context) (int, error) {
@@ -180,8 +180,8 @@ func TestChildWaitsSpendNoRetryBudget(t *testing.T) {
 					return 0, errors.New("transient blip")
 				}
 				return 7, nil
-			})
-		}, sdk.WorkflowOpts{MaxRunningChildren: 1, Retry: &activities.RetryPolicy{MaxAttempts: 3, InitialInterval: 10 * time.Millisecond}})
+			}, nil)
+		}, &sdk.WorkflowOpts{MaxRunningChildren: 1, Retry: &activities.RetryPolicy{MaxAttempts: 3, InitialInterval: 10 * time.Millisecond}})
 		sdk.Register(b.worker, parent)
 		sdk.Register(b.worker, child)
 		// Every wait recorded, as for children slower than a parent
@@ -190,7 +190,7 @@ func TestChildWaitsSpendNoRetryBudget(t *testing.T) {
 		startWorker(t, b.worker)
 		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 		defer cancel()
-		run, err := sdk.Start(ctx, b.client, parent, 6)
+		run, err := sdk.Start(ctx, b.client, parent, 6, nil)
 		require.NoError(t, err)
 		out, err := run.Result(ctx)
 		require.NoError(t, err, "two failures of three allowed attempts")
@@ -213,7 +213,7 @@ func TestChildrenAwaitedOutOfOrderAndLeftBehindTheCap(t *testing.T) {
 		parent := sdk.NewWorkflow("order.parent", 1, func(ctx workflow.Context, n int) (int, error) {
 			cs := make([]*workflow.Child[int], n)
 			for i := range cs {
-				cs[i] = workflow.StartChild(ctx, child, i)
+				cs[i] = workflow.StartChild(ctx, child, i, nil)
 			}
 			sum := 0
 			for i := n - 1; i >= 0; i-- {
@@ -224,16 +224,16 @@ func TestChildrenAwaitedOutOfOrderAndLeftBehindTheCap(t *testing.T) {
 				sum += v
 			}
 			for i := range 5 {
-				workflow.StartChild(ctx, child, 10+i) // never awaited
+				workflow.StartChild(ctx, child, 10+i, nil) // never awaited
 			}
 			return sum, nil
-		}, sdk.WorkflowOpts{MaxRunningChildren: 2})
+		}, &sdk.WorkflowOpts{MaxRunningChildren: 2})
 		sdk.Register(b.worker, parent)
 		sdk.Register(b.worker, child)
 		startWorker(t, b.worker)
 		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 		defer cancel()
-		run, err := sdk.Start(ctx, b.client, parent, 5)
+		run, err := sdk.Start(ctx, b.client, parent, 5, nil)
 		require.NoError(t, err)
 		out, err := run.Result(ctx)
 		require.NoError(t, err)
@@ -269,19 +269,19 @@ func TestHeldBackChildrenStartWithinTheAttempt(t *testing.T) {
 			for i := range ins {
 				ins[i] = i
 			}
-			outs, err := workflow.MapChildren(ctx, child, ins)
+			outs, err := workflow.MapChildren(ctx, child, ins, nil)
 			for i := range 4 {
-				workflow.StartChild(ctx, child, n+i) // never awaited
+				workflow.StartChild(ctx, child, n+i, nil) // never awaited
 			}
 			return outs, err
-		}, sdk.WorkflowOpts{MaxRunningChildren: 3})
+		}, &sdk.WorkflowOpts{MaxRunningChildren: 3})
 		sdk.Register(b.worker, parent)
 		sdk.Register(b.worker, child)
 		sdk.SetHeldBackLinger(b.worker, 10*time.Second, -1)
 		startWorker(t, b.worker)
 		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 		defer cancel()
-		run, err := sdk.Start(ctx, b.client, parent, 16)
+		run, err := sdk.Start(ctx, b.client, parent, 16, nil)
 		require.NoError(t, err)
 		out, err := run.Result(ctx)
 		require.NoError(t, err)

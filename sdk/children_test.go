@@ -25,8 +25,8 @@ func doubler(typ string, runs *[]atomic.Int32) *sdk.Workflow[int, int] {
 		return workflow.Step(ctx, "double", func(context.Context) (int, error) {
 			(*runs)[n].Add(1)
 			return 2 * n, nil
-		})
-	})
+		}, nil)
+	}, nil)
 }
 
 // childrenOf returns the tasks of type typ, all of which must be children
@@ -73,7 +73,7 @@ func TestThousandChildrenEachStartedOnceAcrossAParentCrash(t *testing.T) {
 			for i := range inputs {
 				inputs[i] = i
 			}
-			first, err := workflow.MapChildren(ctx, child, inputs[:count/2])
+			first, err := workflow.MapChildren(ctx, child, inputs[:count/2], nil)
 			if err != nil {
 				return 0, err
 			}
@@ -84,10 +84,10 @@ func TestThousandChildrenEachStartedOnceAcrossAParentCrash(t *testing.T) {
 					return 0, ctx.Err()
 				}
 				return 0, nil
-			}); err != nil {
+			}, nil); err != nil {
 				return 0, err
 			}
-			second, err := workflow.MapChildren(ctx, child, inputs[count/2:])
+			second, err := workflow.MapChildren(ctx, child, inputs[count/2:], nil)
 			if err != nil {
 				return 0, err
 			}
@@ -96,11 +96,11 @@ func TestThousandChildrenEachStartedOnceAcrossAParentCrash(t *testing.T) {
 				sum += v
 			}
 			return sum, nil
-		})
+		}, nil)
 		sdk.Register(b.worker, parent)
 		sdk.Register(b.worker, child)
 		require.NoError(t, b.worker.Start(context.Background()))
-		run, err := sdk.Start(context.Background(), b.client, parent, n)
+		run, err := sdk.Start(context.Background(), b.client, parent, n, nil)
 		require.NoError(t, err)
 		select {
 		case <-blocked.ch:
@@ -154,23 +154,23 @@ func TestCancelledParentLeavesNoChildRunning(t *testing.T) {
 				case <-release.ch:
 					return n, nil
 				}
-			})
-		})
+			}, nil)
+		}, nil)
 		parent := sdk.NewWorkflow("cancel.parent", 1, func(ctx workflow.Context, _ struct{}) (int, error) {
-			kept := workflow.StartChild(ctx, child, -1, workflow.ChildOpts{OnParentClose: workflow.ParentCloseAbandon})
+			kept := workflow.StartChild(ctx, child, -1, &workflow.ChildOpts{OnParentClose: workflow.ParentCloseAbandon})
 			inputs := make([]int, 20)
-			outs, err := workflow.MapChildren(ctx, child, inputs)
+			outs, err := workflow.MapChildren(ctx, child, inputs, nil)
 			if err != nil {
 				return 0, err
 			}
 			_, _ = kept.Result(ctx)
 			return len(outs), nil
-		}, sdk.WorkflowOpts{MaxRunningChildren: 6})
+		}, &sdk.WorkflowOpts{MaxRunningChildren: 6})
 		sdk.Register(b.worker, parent)
 		sdk.Register(b.worker, child)
 		startWorker(t, b.worker)
 		ctx := context.Background()
-		run, err := sdk.Start(ctx, b.client, parent, struct{}{})
+		run, err := sdk.Start(ctx, b.client, parent, struct{}{}, nil)
 		require.NoError(t, err)
 		require.Eventually(t, func() bool { return running.Load() == 6 }, testTimeout, 10*time.Millisecond, "six children run")
 		require.NoError(t, b.client.Cancel(ctx, run.ID, "no longer needed"))
@@ -212,20 +212,20 @@ func TestCancelledParentsIrreversibleChildrenAreUndone(t *testing.T) {
 				running.Add(1)
 				<-release.ch
 				return n, nil
-			}, workflow.StepOpts{Irreversible: true, Compensate: workflow.Compensate(func(context.Context, int) error {
+			}, &workflow.StepOpts{Irreversible: true, Compensate: workflow.Compensate(func(context.Context, int) error {
 				undone.Add(1)
 				return nil
 			})})
-		})
+		}, nil)
 		parent := sdk.NewWorkflow("settle.parent", 1, func(ctx workflow.Context, _ struct{}) (int, error) {
-			outs, err := workflow.MapChildren(ctx, child, []int{1, 2, 3})
+			outs, err := workflow.MapChildren(ctx, child, []int{1, 2, 3}, nil)
 			return len(outs), err
-		})
+		}, nil)
 		sdk.Register(b.worker, parent)
 		sdk.Register(b.worker, child)
 		startWorker(t, b.worker)
 		ctx := context.Background()
-		run, err := sdk.Start(ctx, b.client, parent, struct{}{})
+		run, err := sdk.Start(ctx, b.client, parent, struct{}{}, nil)
 		require.NoError(t, err)
 		require.Eventually(t, func() bool { return running.Load() == 3 }, testTimeout, 10*time.Millisecond, "three children run")
 		require.NoError(t, b.client.Cancel(ctx, run.ID, "order withdrawn"))
@@ -262,23 +262,23 @@ func TestFailedChildEvidenceReachesTheParent(t *testing.T) {
 		child := sdk.NewWorkflow("evidence.child", 1, func(ctx workflow.Context, page int) (int, error) {
 			return workflow.Step(ctx, "ocr", func(context.Context) (int, error) {
 				return 0, activities.Permanent(errors.Newf("page %d unreadable", page))
-			})
-		}, sdk.WorkflowOpts{SkipDeadLetter: true})
+			}, nil)
+		}, &sdk.WorkflowOpts{SkipDeadLetter: true})
 		type seen struct {
 			Status, Message, Step string
 			Position              int
 		}
 		catching := sdk.NewWorkflow("evidence.catch", 1, func(ctx workflow.Context, _ struct{}) (seen, error) {
-			_, err := workflow.StartChild(ctx, child, 3).Result(ctx)
+			_, err := workflow.StartChild(ctx, child, 3, nil).Result(ctx)
 			var ce *workflow.ChildError
 			if !errors.As(err, &ce) {
 				return seen{}, fmt.Errorf("want a ChildError, got %v", err)
 			}
 			return seen{Status: string(ce.Status), Message: ce.Info.Message, Step: ce.Info.Step, Position: ce.Position}, nil
-		})
+		}, nil)
 		failing := sdk.NewWorkflow("evidence.fail", 1, func(ctx workflow.Context, _ struct{}) (int, error) {
-			return workflow.StartChild(ctx, child, 7).Result(ctx)
-		}, sdk.WorkflowOpts{SkipDeadLetter: true})
+			return workflow.StartChild(ctx, child, 7, nil).Result(ctx)
+		}, &sdk.WorkflowOpts{SkipDeadLetter: true})
 		sdk.Register(b.worker, child)
 		sdk.Register(b.worker, catching)
 		sdk.Register(b.worker, failing)
@@ -286,13 +286,13 @@ func TestFailedChildEvidenceReachesTheParent(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 		defer cancel()
 
-		caught, err := sdk.Start(ctx, b.client, catching, struct{}{})
+		caught, err := sdk.Start(ctx, b.client, catching, struct{}{}, nil)
 		require.NoError(t, err)
 		got, err := caught.Result(ctx)
 		require.NoError(t, err)
 		require.Equal(t, seen{Status: "failed", Message: "page 3 unreadable", Step: "ocr", Position: 0}, got)
 
-		failed, err := sdk.Start(ctx, b.client, failing, struct{}{})
+		failed, err := sdk.Start(ctx, b.client, failing, struct{}{}, nil)
 		require.NoError(t, err)
 		_, err = failed.Result(ctx)
 		var te *sdk.TaskError
@@ -338,10 +338,10 @@ func TestReorderedChildIsNondeterministic(t *testing.T) {
 		var attempts atomic.Int32
 		parent := sdk.NewWorkflow("reorder.parent", 1, func(ctx workflow.Context, _ struct{}) (int, error) {
 			if attempts.Add(1) == 1 {
-				return workflow.StartChild(ctx, first, 1).Result(ctx)
+				return workflow.StartChild(ctx, first, 1, nil).Result(ctx)
 			}
-			return workflow.StartChild(ctx, second, 1).Result(ctx)
-		}, sdk.WorkflowOpts{SkipDeadLetter: true})
+			return workflow.StartChild(ctx, second, 1, nil).Result(ctx)
+		}, &sdk.WorkflowOpts{SkipDeadLetter: true})
 		for _, wf := range []*sdk.Workflow[int, int]{first, second} {
 			sdk.Register(b.worker, wf)
 		}
@@ -349,7 +349,7 @@ func TestReorderedChildIsNondeterministic(t *testing.T) {
 		startWorker(t, b.worker)
 		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 		defer cancel()
-		run, err := sdk.Start(ctx, b.client, parent, struct{}{})
+		run, err := sdk.Start(ctx, b.client, parent, struct{}{}, nil)
 		require.NoError(t, err)
 		_, err = run.Result(ctx)
 		var te *sdk.TaskError
@@ -401,7 +401,7 @@ func tasksOfType(ctx context.Context, c *sdk.Client, typ string) ([]*sdk.TaskInf
 	var all []*sdk.TaskInfo
 	var before uuid.UUID
 	for {
-		page, err := c.List(ctx, sdk.ListOpts{Type: typ, Limit: sdk.MaxListLimit, Before: before})
+		page, err := c.List(ctx, &sdk.ListOpts{Type: typ, Limit: sdk.MaxListLimit, Before: before})
 		if err != nil {
 			return nil, err
 		}

@@ -225,8 +225,8 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	return c, nil
 }
 
-// StartOpts are per-start options, passed by value and at most once; none,
-// or the zero value, takes every default.
+// StartOpts are per-start options; nil, or the zero value, takes every
+// default.
 type StartOpts struct {
 	// IdempotencyKey makes the start happen once per namespace: a second
 	// start with the same key, the same workflow type and an input holding
@@ -290,8 +290,8 @@ type StartResult struct {
 // that the stores would not keep alike is refused with [ErrInvalid] naming
 // the field: a string (or member name) that is not valid UTF-8 or holds a
 // lone surrogate escape, a member named twice, a number beyond 1000 digits
-// or an exponent beyond ±1000. opts is optional: at most one [StartOpts].
-func (c *Client) StartDynamic(ctx context.Context, wf WorkflowRef, input any, opts ...StartOpts) (StartResult, error) {
+// or an exponent beyond ±1000. opts nil takes every default.
+func (c *Client) StartDynamic(ctx context.Context, wf WorkflowRef, input any, opts *StartOpts) (StartResult, error) {
 	p, err := c.startParams(wf, input, opts)
 	if err != nil {
 		return StartResult{}, err
@@ -307,7 +307,7 @@ func (c *Client) StartDynamic(ctx context.Context, wf WorkflowRef, input any, op
 // (the outbox pattern): the task exists, and workers hear of it, only if tx
 // commits. It needs the PostgreSQL store; on another it fails with an
 // error marked [cairntype.ErrUnsupported]. [StartTx] is the typed form.
-func (c *Client) StartDynamicTx(ctx context.Context, tx pgx.Tx, wf WorkflowRef, input any, opts ...StartOpts) (StartResult, error) {
+func (c *Client) StartDynamicTx(ctx context.Context, tx pgx.Tx, wf WorkflowRef, input any, opts *StartOpts) (StartResult, error) {
 	if _, ok := c.store.Engine().(*pgstore.Store); !ok {
 		return StartResult{}, errmark.Mark(errors.Newf("StartDynamicTx: a pgx transaction needs the PostgreSQL store, not %T", c.store.Engine()), store.ErrUnsupported)
 	}
@@ -324,11 +324,9 @@ func (c *Client) StartDynamicTx(ctx context.Context, tx pgx.Tx, wf WorkflowRef, 
 // window); the message says what was wrong. Nothing was written.
 var ErrInvalid = errors.New("invalid request")
 
-func (c *Client) startParams(wf WorkflowRef, input any, opts []StartOpts) (*store.TaskStartParams, error) {
-	o, err := oneOpts("StartOpts", opts)
-	if err != nil {
-		return nil, err
-	}
+func (c *Client) startParams(wf WorkflowRef, input any, opts *StartOpts) (*store.TaskStartParams, error) {
+	// A copy: the params keep pointers into it (the deadlines).
+	o := orZero(opts)
 	p, err := c.checkedStartParams(wf, input, &o)
 	if err != nil {
 		return nil, errmark.Mark(err, ErrInvalid)
@@ -859,8 +857,8 @@ func (c *Client) historyPage(ctx context.Context, id uuid.UUID, opts HistoryPage
 	return HistoryPage{}, errors.Wrapf(aerr, "task %s is not in the database; reading the archive", id)
 }
 
-// ListOpts filter [Client.List] and [Client.ListPage], passed by value and
-// at most once. None, or the zero value, lists the newest 100.
+// ListOpts filter [Client.List] and [Client.ListPage]; nil, or the zero
+// value, lists the newest 100.
 type ListOpts struct {
 	Status history.Status
 	Type   string
@@ -918,9 +916,10 @@ const DefaultMaxListPayloadBytes = 8 << 20
 // filter is set.
 const maxFilterScan = 10_000
 
-// List returns tasks of the client's namespace, newest first.
-func (c *Client) List(ctx context.Context, opts ...ListOpts) ([]*TaskInfo, error) {
-	page, err := c.ListPage(ctx, opts...)
+// List returns tasks of the client's namespace, newest first: the first
+// page of [Client.ListPage]. opts nil takes every default.
+func (c *Client) List(ctx context.Context, opts *ListOpts) ([]*TaskInfo, error) {
+	page, err := c.ListPage(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -933,34 +932,32 @@ func (c *Client) List(ctx context.Context, opts ...ListOpts) ([]*TaskInfo, error
 // it may hold fewer than Limit while Next is set. A filter over the
 // client's [FilterLimits] stops the page with [ErrFilterTooExpensive]. A
 // page that includes payloads ends where ListOpts.MaxPayloadBytes says, so
-// it too may hold fewer than Limit while Next is set.
-func (c *Client) ListPage(ctx context.Context, given ...ListOpts) (ListPage, error) {
-	opts, err := oneOpts("ListOpts", given)
-	if err != nil {
-		return ListPage{}, err
-	}
-	limit := opts.Limit
+// it too may hold fewer than Limit while Next is set. opts nil takes every
+// default.
+func (c *Client) ListPage(ctx context.Context, opts *ListOpts) (ListPage, error) {
+	o := orZero(opts)
+	limit := o.Limit
 	switch {
 	case limit < 0 || limit > MaxListLimit:
 		return ListPage{}, errors.Newf("list: limit %d is outside 1..%d", limit, MaxListLimit)
 	case limit == 0:
 		limit = 100
 	}
-	for _, f := range []struct{ what, value string }{{"status", string(opts.Status)}, {"type", opts.Type}, {"queue", opts.Queue}} {
+	for _, f := range []struct{ what, value string }{{"status", string(o.Status)}, {"type", o.Type}, {"queue", o.Queue}} {
 		if !validText(f.value) {
 			return ListPage{}, errmark.Mark(errors.Newf("list: %s is not valid UTF-8 text without NUL characters", f.what), ErrInvalid)
 		}
 	}
-	l := &listing{limit: limit, payloadBudget: opts.MaxPayloadBytes, payloads: opts.IncludeInput || opts.IncludeOutput,
-		filter: opts.Filter, maxScan: maxFilterScan}
+	l := &listing{limit: limit, payloadBudget: o.MaxPayloadBytes, payloads: o.IncludeInput || o.IncludeOutput,
+		filter: o.Filter, maxScan: maxFilterScan}
 	switch {
 	case l.payloadBudget < 0:
 		return ListPage{}, errors.Newf("list: max payload bytes %d is negative", l.payloadBudget)
 	case l.payloadBudget == 0:
 		l.payloadBudget = DefaultMaxListPayloadBytes
 	}
-	p := &store.TaskListParams{Namespace: c.namespace, Status: opts.Status, Type: opts.Type, Queue: opts.Queue,
-		Before: opts.Before, Limit: limit, OmitInput: !opts.IncludeInput, OmitOutput: !opts.IncludeOutput}
+	p := &store.TaskListParams{Namespace: c.namespace, Status: o.Status, Type: o.Type, Queue: o.Queue,
+		Before: o.Before, Limit: limit, OmitInput: !o.IncludeInput, OmitOutput: !o.IncludeOutput}
 	if l.filter != nil {
 		p.Limit = max(limit, 500) // read in larger pages: most may not match
 		l.budget = c.newFilterBudget()
@@ -1091,8 +1088,6 @@ type StartParams struct {
 	Workflow WorkflowRef
 	Input    any
 	Opts     StartOpts
-
-	misuse error // how StartEntry was called wrongly (more than one StartOpts)
 }
 
 // StartMany starts many tasks in one round trip (a batched insert) and
@@ -1103,10 +1098,7 @@ type StartParams struct {
 func (c *Client) StartMany(ctx context.Context, starts []StartParams) ([]StartResult, error) {
 	params := make([]*store.TaskStartParams, len(starts))
 	for i, s := range starts {
-		p, err := c.startParams(s.Workflow, s.Input, []StartOpts{s.Opts})
-		if s.misuse != nil {
-			err = s.misuse
-		}
+		p, err := c.startParams(s.Workflow, s.Input, &s.Opts)
 		if err != nil {
 			return nil, errors.Wrapf(err, "start %d of %d", i+1, len(starts))
 		}

@@ -17,7 +17,7 @@ import (
 )
 
 // echo is a workflow for client tests; most of them never run it.
-var echo = sdk.NewWorkflow("echo", 1, func(_ workflow.Context, in string) (string, error) { return in, nil })
+var echo = sdk.NewWorkflow("echo", 1, func(_ workflow.Context, in string) (string, error) { return in, nil }, nil)
 
 func (b *testBundle) newClient(t *testing.T, namespace string) *sdk.Client {
 	t.Helper()
@@ -34,32 +34,32 @@ func TestStartWithIdempotencyKeyStartsOnce(t *testing.T) {
 		ctx := context.Background()
 		opts := sdk.StartOpts{IdempotencyKey: "webhook-123"}
 
-		first, err := sdk.Start(ctx, b.client, echo, "first", opts)
+		first, err := sdk.Start(ctx, b.client, echo, "first", &opts)
 		require.NoError(t, err)
 		require.False(t, first.Existing)
-		second, err := sdk.Start(ctx, b.client, echo, "first", opts)
+		second, err := sdk.Start(ctx, b.client, echo, "first", &opts)
 		require.NoError(t, err)
 		require.True(t, second.Existing)
 		require.Equal(t, first.ID, second.ID)
-		_, err = sdk.Start(ctx, b.client, echo, "second", opts)
+		_, err = sdk.Start(ctx, b.client, echo, "second", &opts)
 		require.True(t, errors.Is(err, sdk.ErrIdempotencyKeyReused), "another input: %v", err)
 
 		info, err := b.client.Get(ctx, first.ID)
 		require.NoError(t, err)
 		require.Equal(t, "webhook-123", info.IdempotencyKey)
 		require.JSONEq(t, `"first"`, string(info.Input), "the second start changed nothing")
-		tasks, err := b.client.List(ctx)
+		tasks, err := b.client.List(ctx, nil)
 		require.NoError(t, err)
 		require.Len(t, tasks, 1)
 
 		// Keys are unique per namespace, and a task without a key never collides.
-		other, err := sdk.Start(ctx, b.newClient(t, "tenant-b"), echo, "other", opts)
+		other, err := sdk.Start(ctx, b.newClient(t, "tenant-b"), echo, "other", &opts)
 		require.NoError(t, err)
 		require.False(t, other.Existing)
 		require.NotEqual(t, first.ID, other.ID)
-		noKey1, err := sdk.Start(ctx, b.client, echo, "x")
+		noKey1, err := sdk.Start(ctx, b.client, echo, "x", nil)
 		require.NoError(t, err)
-		noKey2, err := sdk.Start(ctx, b.client, echo, "x")
+		noKey2, err := sdk.Start(ctx, b.client, echo, "x", nil)
 		require.NoError(t, err)
 		require.NotEqual(t, noKey1.ID, noKey2.ID)
 		require.False(t, noKey2.Existing)
@@ -75,7 +75,7 @@ func TestStartTxRolledBackLeavesNoTask(t *testing.T) {
 
 	tx, err := b.pool.Begin(ctx)
 	require.NoError(t, err)
-	rolledBack, err := sdk.StartTx(ctx, b.client, tx, echo, "never")
+	rolledBack, err := sdk.StartTx(ctx, b.client, tx, echo, "never", nil)
 	require.NoError(t, err)
 	_, err = b.client.Get(ctx, rolledBack.ID)
 	require.True(t, errors.Is(err, sdk.ErrNotFound), "an uncommitted task is invisible outside its transaction, got %v", err)
@@ -87,7 +87,7 @@ func TestStartTxRolledBackLeavesNoTask(t *testing.T) {
 
 	tx, err = b.pool.Begin(ctx)
 	require.NoError(t, err)
-	committed, err := sdk.StartTx(ctx, b.client, tx, echo, "kept", sdk.StartOpts{IdempotencyKey: "order-7"})
+	committed, err := sdk.StartTx(ctx, b.client, tx, echo, "kept", &sdk.StartOpts{IdempotencyKey: "order-7"})
 	require.NoError(t, err)
 	require.NoError(t, tx.Commit(ctx))
 	info, err := b.client.Get(ctx, committed.ID)
@@ -111,7 +111,7 @@ func TestGetOtherNamespacesTaskIsNotFound(t *testing.T) {
 		b := setup(t, sdk.WorkerConfig{})
 		ctx := context.Background()
 		tenantA, tenantB := b.newClient(t, "tenant-a"), b.newClient(t, "tenant-b")
-		res, err := sdk.Start(ctx, tenantA, echo, "secret")
+		res, err := sdk.Start(ctx, tenantA, echo, "secret", nil)
 		require.NoError(t, err)
 
 		info, err := tenantA.Get(ctx, res.ID)
@@ -140,16 +140,16 @@ func TestListFiltersByStatusAndType(t *testing.T) {
 	onEachStore(t, func(t *testing.T, setup setupFunc) {
 		b := setup(t, sdk.WorkerConfig{})
 		ctx := context.Background()
-		ocr := sdk.NewWorkflow("doc.ocr", 1, func(_ workflow.Context, in string) (string, error) { return "ocr:" + in, nil })
-		reply := sdk.NewWorkflow("mail.reply", 1, func(_ workflow.Context, in string) (string, error) { return in, nil })
+		ocr := sdk.NewWorkflow("doc.ocr", 1, func(_ workflow.Context, in string) (string, error) { return "ocr:" + in, nil }, nil)
+		reply := sdk.NewWorkflow("mail.reply", 1, func(_ workflow.Context, in string) (string, error) { return in, nil }, nil)
 
 		var started []uuid.UUID // in start order
 		for i, wf := range []sdk.WorkflowRef{ocr, reply, ocr, reply, reply} {
-			res, err := b.client.StartDynamic(ctx, wf, string(rune('a'+i)))
+			res, err := b.client.StartDynamic(ctx, wf, string(rune('a'+i)), nil)
 			require.NoError(t, err)
 			started = append(started, res.ID)
 		}
-		_, err := sdk.Start(ctx, b.newClient(t, "elsewhere"), ocr, "z")
+		_, err := sdk.Start(ctx, b.newClient(t, "elsewhere"), ocr, "z", nil)
 		require.NoError(t, err)
 
 		// Only doc.ocr runs, so its tasks complete and mail.reply stays pending.
@@ -161,7 +161,7 @@ func TestListFiltersByStatusAndType(t *testing.T) {
 
 		ids := func(opts sdk.ListOpts) []uuid.UUID {
 			t.Helper()
-			tasks, err := b.client.List(ctx, opts)
+			tasks, err := b.client.List(ctx, &opts)
 			require.NoError(t, err)
 			out := []uuid.UUID{}
 			for _, task := range tasks {
@@ -198,7 +198,7 @@ func TestWaitReturnsContextErrorWhenNobodyRunsTask(t *testing.T) {
 	onEachStore(t, func(t *testing.T, setup setupFunc) {
 		b := setup(t, sdk.WorkerConfig{})
 		ctx := context.Background()
-		res, err := sdk.Start(ctx, b.client, echo, "orphan")
+		res, err := sdk.Start(ctx, b.client, echo, "orphan", nil)
 		require.NoError(t, err)
 
 		waitCtx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
@@ -224,10 +224,10 @@ func TestStartOptsAreRecorded(t *testing.T) {
 		b := setup(t, sdk.WorkerConfig{})
 		ctx := context.Background()
 		wf := sdk.NewWorkflow("doc.queue", 3, func(_ workflow.Context, in int) (int, error) { return in, nil },
-			sdk.WorkflowOpts{Queue: "ocr", Retry: fastRetry(4)})
+			&sdk.WorkflowOpts{Queue: "ocr", Retry: fastRetry(4)})
 		runAt := time.Now().Add(time.Hour).UTC().Truncate(time.Microsecond)
 
-		byDefault, err := sdk.Start(ctx, b.client, wf, 1)
+		byDefault, err := sdk.Start(ctx, b.client, wf, 1, nil)
 		require.NoError(t, err)
 		info, err := b.client.Get(ctx, byDefault.ID)
 		require.NoError(t, err)
@@ -238,7 +238,7 @@ func TestStartOptsAreRecorded(t *testing.T) {
 		require.Equal(t, history.StatusPending, info.Status)
 		require.JSONEq(t, `1`, string(info.Input))
 
-		overridden, err := sdk.Start(ctx, b.client, wf, 2, sdk.StartOpts{
+		overridden, err := sdk.Start(ctx, b.client, wf, 2, &sdk.StartOpts{
 			Queue: "urgent", Priority: 5, RunAt: runAt, MaxAttempts: 9, TraceID: "trace-1",
 		})
 		require.NoError(t, err)
@@ -251,7 +251,7 @@ func TestStartOptsAreRecorded(t *testing.T) {
 		require.Equal(t, "trace-1", info.TraceID)
 
 		// A name-only reference gets the default queue and retry limits.
-		byRef, err := b.client.StartDynamic(ctx, sdk.TypeRef{Name: "doc.queue", Version: 3}, json.RawMessage(`{"raw": true}`))
+		byRef, err := b.client.StartDynamic(ctx, sdk.TypeRef{Name: "doc.queue", Version: 3}, json.RawMessage(`{"raw": true}`), nil)
 		require.NoError(t, err)
 		info, err = b.client.Get(ctx, byRef.ID)
 		require.NoError(t, err)
@@ -268,28 +268,32 @@ func TestStartRejectsInvalidRequests(t *testing.T) {
 		b := setup(t, sdk.WorkerConfig{})
 		ctx := context.Background()
 		for name, start := range map[string]func() (sdk.StartResult, error){
-			"NilWorkflow": func() (sdk.StartResult, error) { return b.client.StartDynamic(ctx, nil, "x") },
-			"EmptyName":   func() (sdk.StartResult, error) { return b.client.StartDynamic(ctx, sdk.TypeRef{Version: 1}, "x") },
+			"NilWorkflow": func() (sdk.StartResult, error) { return b.client.StartDynamic(ctx, nil, "x", nil) },
+			"EmptyName":   func() (sdk.StartResult, error) { return b.client.StartDynamic(ctx, sdk.TypeRef{Version: 1}, "x", nil) },
 			"NameWithAt": func() (sdk.StartResult, error) {
-				return b.client.StartDynamic(ctx, sdk.TypeRef{Name: "a@1", Version: 1}, "x")
+				return b.client.StartDynamic(ctx, sdk.TypeRef{Name: "a@1", Version: 1}, "x", nil)
 			},
-			"ZeroVersion": func() (sdk.StartResult, error) { return b.client.StartDynamic(ctx, sdk.TypeRef{Name: "echo"}, "x") },
+			"ZeroVersion": func() (sdk.StartResult, error) {
+				return b.client.StartDynamic(ctx, sdk.TypeRef{Name: "echo"}, "x", nil)
+			},
 			"NegativeMax": func() (sdk.StartResult, error) {
-				return b.client.StartDynamic(ctx, echo, "x", sdk.StartOpts{MaxAttempts: -1})
+				return b.client.StartDynamic(ctx, echo, "x", &sdk.StartOpts{MaxAttempts: -1})
 			},
-			"InvalidRawJSON":  func() (sdk.StartResult, error) { return b.client.StartDynamic(ctx, echo, json.RawMessage(`{"a":`)) },
-			"UnencodableJSON": func() (sdk.StartResult, error) { return b.client.StartDynamic(ctx, echo, make(chan int)) },
+			"InvalidRawJSON": func() (sdk.StartResult, error) {
+				return b.client.StartDynamic(ctx, echo, json.RawMessage(`{"a":`), nil)
+			},
+			"UnencodableJSON": func() (sdk.StartResult, error) { return b.client.StartDynamic(ctx, echo, make(chan int), nil) },
 			"BadQueue": func() (sdk.StartResult, error) {
-				return b.client.StartDynamic(ctx, echo, "x", sdk.StartOpts{Queue: "ocr queue"})
+				return b.client.StartDynamic(ctx, echo, "x", &sdk.StartOpts{Queue: "ocr queue"})
 			},
 			"LongKey": func() (sdk.StartResult, error) {
-				return b.client.StartDynamic(ctx, echo, "x", sdk.StartOpts{IdempotencyKey: strings.Repeat("k", 513)})
+				return b.client.StartDynamic(ctx, echo, "x", &sdk.StartOpts{IdempotencyKey: strings.Repeat("k", 513)})
 			},
 		} {
 			_, err := start()
 			require.Error(t, err, name)
 		}
-		_, err := sdk.Start(ctx, b.client, echo, "x", sdk.StartOpts{IdempotencyKey: strings.Repeat("k", 512)})
+		_, err := sdk.Start(ctx, b.client, echo, "x", &sdk.StartOpts{IdempotencyKey: strings.Repeat("k", 512)})
 		require.NoError(t, err, "a 512-byte key is allowed")
 		require.Equal(t, 1, enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client)), "nothing else was created")
 	})
@@ -312,7 +316,7 @@ func TestStartManyInsertsInOrderAndHonoursIdempotencyKeys(t *testing.T) {
 		b := setup(t, sdk.WorkerConfig{})
 		ctx := context.Background()
 		wf := sdk.TypeRef{Name: "doc.batch", Version: 1}
-		first, err := b.client.StartDynamic(ctx, wf, "earlier", sdk.StartOpts{IdempotencyKey: "taken"})
+		first, err := b.client.StartDynamic(ctx, wf, "earlier", &sdk.StartOpts{IdempotencyKey: "taken"})
 		require.NoError(t, err)
 
 		res, err := b.client.StartMany(ctx, []sdk.StartParams{
@@ -343,7 +347,7 @@ func TestStartManyInsertsInOrderAndHonoursIdempotencyKeys(t *testing.T) {
 		// A bad start anywhere refuses the whole batch before anything is written.
 		_, err = b.client.StartMany(ctx, []sdk.StartParams{{Workflow: wf, Input: "f"}, {Workflow: sdk.TypeRef{Name: "bad name", Version: 1}}})
 		require.Error(t, err)
-		tasks, err := b.client.List(ctx, sdk.ListOpts{Type: "doc.batch", Limit: 100})
+		tasks, err := b.client.List(ctx, &sdk.ListOpts{Type: "doc.batch", Limit: 100})
 		require.NoError(t, err)
 		require.Len(t, tasks, 4, "earlier + a + c + e")
 		require.Equal(t, 4, enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client)))

@@ -31,7 +31,7 @@ func produce(t *testing.T, c *sdk.Client, wf sdk.WorkflowRef, every time.Duratio
 		defer ticker.Stop()
 		n := 0
 		for {
-			if _, err := c.StartDynamic(context.Background(), wf, n); err != nil {
+			if _, err := c.StartDynamic(context.Background(), wf, n, nil); err != nil {
 				t.Errorf("start task %d: %v", n, err)
 			}
 			n++
@@ -55,8 +55,8 @@ func sleepStep(name, queue string, d time.Duration) *sdk.Workflow[int, int] {
 		return workflow.Step(ctx, "work", func(context.Context) (int, error) {
 			time.Sleep(d)
 			return in, nil
-		})
-	}, sdk.WorkflowOpts{Queue: queue})
+		}, nil)
+	}, &sdk.WorkflowOpts{Queue: queue})
 }
 
 func diagnose(t *testing.T, c *sdk.Client, queue string, window time.Duration) *store.QueueDiagnosis {
@@ -129,8 +129,8 @@ func TestDiagnoseQueueNamesPoisonRetries(t *testing.T) {
 		return workflow.Step(ctx, "parse", func(context.Context) (int, error) {
 			err := activities.WithKind(errors.New("pdf service answered 503"), "upstream_unavailable")
 			return 0, activities.WithStatus(err, 503)
-		})
-	}, sdk.WorkflowOpts{Queue: "reports", Retry: &activities.RetryPolicy{
+		}, nil)
+	}, &sdk.WorkflowOpts{Queue: "reports", Retry: &activities.RetryPolicy{
 		MaxAttempts: 100_000, InitialInterval: 20 * time.Millisecond, Multiplier: 1.5, MaxInterval: 50 * time.Millisecond,
 	}})
 	sdk.Register(b.worker, good)
@@ -138,7 +138,7 @@ func TestDiagnoseQueueNamesPoisonRetries(t *testing.T) {
 	startWorker(t, b.worker)
 	begin := time.Now()
 	for i := range 3 {
-		_, err := sdk.Start(context.Background(), b.client, poison, i)
+		_, err := sdk.Start(context.Background(), b.client, poison, i, nil)
 		require.NoError(t, err)
 	}
 	stop := produce(t, b.client, good, 100*time.Millisecond)

@@ -6,9 +6,9 @@
 //		func(ctx workflow.Context, doc Document) (Result, error) {
 //			text, err := workflow.Step(ctx, "ocr", func(ctx context.Context) (string, error) {
 //				return ocr(ctx, doc)
-//			})
+//			}, nil) // nil: the default StepOpts
 //			...
-//		}, sdk.WorkflowOpts{Queue: "documents"}) // options are optional
+//		}, &sdk.WorkflowOpts{Queue: "documents"})
 //
 //	worker, _ := sdk.NewWorker(sdk.WorkerConfig{Pool: pool})
 //	sdk.Register(worker, process)
@@ -17,8 +17,8 @@
 //	err := worker.Run(ctx) // until SIGTERM; then a graceful stop
 //
 //	client, _ := sdk.NewClient(sdk.ClientConfig{Pool: pool})
-//	run, _ := sdk.Start(ctx, client, process, Document{...}) // a Document, or it does not compile
-//	out, err := run.Result(ctx)                               // a Result, or a *TaskError
+//	run, _ := sdk.Start(ctx, client, process, Document{...}, nil) // a Document, or it does not compile
+//	out, err := run.Result(ctx)                                    // a Result, or a *TaskError
 //
 // [Start], [StartTx] and [StartEntry] (for [Client.StartMany]) are typed by
 // the workflow; the [Run] they return waits for the output with
@@ -30,8 +30,8 @@
 // holding a workflow's name and its input as data (the HTTP API, the CLI).
 //
 // Options ([StartOpts], [WorkflowOpts], [ListOpts], [DeadLetterOpts],
-// workflow.StepOpts) are an optional trailing value: leave them out for the
-// defaults; more than one is refused.
+// [SignalOpts], workflow.StepOpts) are the last parameter, a pointer: nil
+// takes every default. The callee never writes through it.
 //
 // [Worker.Run] stops gracefully when its context ends, as [Worker.Stop]
 // does: running steps finish within [WorkerConfig.StopTimeout] and their

@@ -43,14 +43,14 @@ type claimForm struct {
 var kycWorkflow = sdk.NewWorkflow("kyc.check", 1, func(ctx workflow.Context, in claimForm) (string, error) {
 	scan, err := workflow.Step(ctx, "scan", func(ctx context.Context) (sdk.Blob, error) {
 		return activities.PutBlob(ctx, "image/png", []byte("png bytes of "+in.Applicant))
-	})
+	}, nil)
 	if err != nil {
 		return "", err
 	}
 	text, err := workflow.Step(ctx, "ocr", func(ctx context.Context) (string, error) {
 		data, err := activities.GetBlob(ctx, scan)
 		return "read: " + string(data) + strings.Repeat(" padding", 40), err // over the blob threshold
-	})
+	}, nil)
 	if err != nil {
 		return "", err
 	}
@@ -59,7 +59,7 @@ var kycWorkflow = sdk.NewWorkflow("kyc.check", 1, func(ctx workflow.Context, in 
 		return "", err
 	}
 	return text[:40] + " / " + note, nil
-})
+}, nil)
 
 // keysJSON is a keys file for namespace "default" with the named keys,
 // the last current.
@@ -170,13 +170,13 @@ func onEachStoreEmbedded(t *testing.T, test func(t *testing.T, embedded bool)) {
 func runKYC(t *testing.T, env *encryptedEnv, key string) (uuid.UUID, *sdk.TaskInfo) {
 	t.Helper()
 	ctx := context.Background()
-	res, err := sdk.Start(ctx, env.client, kycWorkflow, claimForm{Applicant: secret}, sdk.StartOpts{IdempotencyKey: key})
+	res, err := sdk.Start(ctx, env.client, kycWorkflow, claimForm{Applicant: secret}, &sdk.StartOpts{IdempotencyKey: key})
 	require.NoError(t, err)
 	enginetest.WaitFor(t, "the workflow waits for its review", func() bool {
 		info, err := env.client.Get(ctx, res.ID)
 		return err == nil && info.Status == history.StatusPending && info.Attempt > 0
 	})
-	_, err = env.client.Signal(ctx, res.ID, "review", "approved for "+secret)
+	_, err = env.client.Signal(ctx, res.ID, "review", "approved for "+secret, nil)
 	require.NoError(t, err)
 	return res.ID, waitTask(t, env.client, res.ID)
 }
@@ -200,7 +200,7 @@ func TestEncryptedNamespaceStoresNoPlaintext(t *testing.T) {
 		require.NoError(t, json.Unmarshal(info.Output, &out))
 		require.Equal(t, ("read: png bytes of " + secret + strings.Repeat(" padding", 40))[:40]+" / approved for "+secret, out)
 
-		big, err := env.client.StartDynamic(ctx, sdk.TypeRef{Name: "kyc.bulk", Version: 1}, strings.Repeat(secret+" ", 10_000))
+		big, err := env.client.StartDynamic(ctx, sdk.TypeRef{Name: "kyc.bulk", Version: 1}, strings.Repeat(secret+" ", 10_000), nil)
 		require.NoError(t, err)
 		bigInfo, err := env.client.Get(ctx, big.ID)
 		require.NoError(t, err)
@@ -231,11 +231,11 @@ func TestEncryptedNamespaceStoresNoPlaintext(t *testing.T) {
 
 		// The same start again is the same task: the sealed inputs are
 		// compared by their keyed digests (RefuseKeyReuse).
-		again, err := sdk.Start(ctx, env.client, kycWorkflow, claimForm{Applicant: secret}, sdk.StartOpts{IdempotencyKey: "kyc-1"})
+		again, err := sdk.Start(ctx, env.client, kycWorkflow, claimForm{Applicant: secret}, &sdk.StartOpts{IdempotencyKey: "kyc-1"})
 		require.NoError(t, err)
 		require.Equal(t, id, again.ID)
 		require.True(t, again.Existing)
-		_, err = sdk.Start(ctx, env.client, kycWorkflow, claimForm{Applicant: "someone else"}, sdk.StartOpts{IdempotencyKey: "kyc-1"})
+		_, err = sdk.Start(ctx, env.client, kycWorkflow, claimForm{Applicant: "someone else"}, &sdk.StartOpts{IdempotencyKey: "kyc-1"})
 		require.ErrorIs(t, err, sdk.ErrIdempotencyKeyReused)
 
 		enginetest.RequireProjectionsMatch(t, sdk.ClientStore(env.client))
@@ -255,7 +255,7 @@ func TestEraseShredsAFinishedTasksPayloads(t *testing.T) {
 		require.NoError(t, err)
 		env := newEncryptedEnv(t, embedded, codec)
 
-		waiting, err := sdk.Start(ctx, env.client, kycWorkflow, claimForm{Applicant: "pending"})
+		waiting, err := sdk.Start(ctx, env.client, kycWorkflow, claimForm{Applicant: "pending"}, nil)
 		require.NoError(t, err)
 		enginetest.WaitFor(t, "the workflow waits for its review", func() bool {
 			info, err := env.client.Get(ctx, waiting.ID)
@@ -308,7 +308,7 @@ func TestEraseShredsAFinishedTasksPayloads(t *testing.T) {
 		other, err := sdk.NewClient(sdk.ClientConfig{Store: env.raw, Namespace: "plain", Keys: codec})
 		require.NoError(t, err)
 		t.Cleanup(other.Close)
-		plain, err := other.StartDynamic(ctx, sdk.TypeRef{Name: "kyc.unregistered", Version: 1}, map[string]string{"a": "b"})
+		plain, err := other.StartDynamic(ctx, sdk.TypeRef{Name: "kyc.unregistered", Version: 1}, map[string]string{"a": "b"}, nil)
 		require.NoError(t, err)
 		require.NoError(t, other.Cancel(ctx, plain.ID, "not needed"))
 		err = other.Erase(ctx, plain.ID, "nothing to shred")
@@ -335,7 +335,7 @@ func TestKeyRotationKeepsOldTasksReadable(t *testing.T) {
 		c, err := sdk.NewClient(sdk.ClientConfig{Store: env.raw, Keys: rotated})
 		require.NoError(t, err)
 		t.Cleanup(c.Close)
-		second, err := sdk.Start(ctx, c, kycWorkflow, claimForm{Applicant: secret + "-2"})
+		second, err := sdk.Start(ctx, c, kycWorkflow, claimForm{Applicant: secret + "-2"}, nil)
 		require.NoError(t, err)
 
 		wrapped, err := env.raw.TaskDataKeys(ctx, []uuid.UUID{first, second.ID})
@@ -461,11 +461,11 @@ type amount struct {
 var (
 	payoutChild = sdk.NewWorkflow("payout.amount", 1, func(ctx workflow.Context, in claimForm) (amount, error) {
 		return amount{Cents: 4200}, nil
-	}, sdk.WorkflowOpts{Queue: "children"})
+	}, &sdk.WorkflowOpts{Queue: "children"})
 	payoutParent = sdk.NewWorkflow("payout.run", 1, func(ctx workflow.Context, in claimForm) (int, error) {
-		a, err := workflow.StartChild(ctx, payoutChild, in).Result(ctx)
+		a, err := workflow.StartChild(ctx, payoutChild, in, nil).Result(ctx)
 		return a.Cents, err
-	}, sdk.WorkflowOpts{Queue: "parents", Retry: &activities.RetryPolicy{MaxAttempts: 2, InitialInterval: time.Millisecond}})
+	}, &sdk.WorkflowOpts{Queue: "parents", Retry: &activities.RetryPolicy{MaxAttempts: 2, InitialInterval: time.Millisecond}})
 )
 
 // A parent whose finished child was erased before it read the child's
@@ -487,7 +487,7 @@ func TestParentDoesNotReadAnErasedChildsOutput(t *testing.T) {
 			return w
 		}
 		parents := newWorker("parents")
-		res, err := sdk.Start(ctx, env.client, payoutParent, claimForm{Applicant: secret})
+		res, err := sdk.Start(ctx, env.client, payoutParent, claimForm{Applicant: secret}, nil)
 		require.NoError(t, err)
 		enginetest.WaitFor(t, "the parent awaits its child", func() bool {
 			return slices.Contains(eventTypesOf(t, env.client, res.ID), history.ChildWaitStarted)
@@ -529,7 +529,7 @@ func TestSealingHasNoBackDoors(t *testing.T) {
 		require.NoError(t, err)
 		env := newEncryptedEnv(t, embedded, rotated)
 
-		waiting, err := sdk.Start(ctx, env.client, kycWorkflow, claimForm{Applicant: "a"})
+		waiting, err := sdk.Start(ctx, env.client, kycWorkflow, claimForm{Applicant: "a"}, nil)
 		require.NoError(t, err)
 		enginetest.WaitFor(t, "the workflow waits for its review", func() bool {
 			info, err := env.client.Get(ctx, waiting.ID)
@@ -538,7 +538,7 @@ func TestSealingHasNoBackDoors(t *testing.T) {
 		behind, err := sdk.NewClient(sdk.ClientConfig{Store: env.raw, Keys: old})
 		require.NoError(t, err)
 		t.Cleanup(behind.Close)
-		_, err = behind.Signal(ctx, waiting.ID, "review", "note "+secret)
+		_, err = behind.Signal(ctx, waiting.ID, "review", "note "+secret, nil)
 		require.ErrorIs(t, err, payload.ErrSealed, "a process without the task's key id writes nothing")
 
 		// A client over another client's store, with other keys: its own
@@ -546,7 +546,7 @@ func TestSealingHasNoBackDoors(t *testing.T) {
 		c, err := sdk.NewClient(sdk.ClientConfig{Store: sdk.ClientStore(env.client), Keys: old})
 		require.NoError(t, err)
 		t.Cleanup(c.Close)
-		res, err := c.StartDynamic(ctx, sdk.TypeRef{Name: "kyc.other", Version: 1}, map[string]string{"a": secret})
+		res, err := c.StartDynamic(ctx, sdk.TypeRef{Name: "kyc.other", Version: 1}, map[string]string{"a": secret}, nil)
 		require.NoError(t, err)
 		fresh, err := sdk.NewClient(sdk.ClientConfig{Store: env.raw, Keys: rotated})
 		require.NoError(t, err)
@@ -556,19 +556,19 @@ func TestSealingHasNoBackDoors(t *testing.T) {
 		require.Contains(t, string(info.Input), secret, "a start through another client opens in another process")
 
 		shaped := json.RawMessage(`{"cairn_sealed":{"v":1,"task":"x","data":"AA=="},"ssn":"` + secret + `"}`)
-		_, err = env.client.StartDynamic(ctx, sdk.TypeRef{Name: "kyc.other", Version: 1}, shaped)
+		_, err = env.client.StartDynamic(ctx, sdk.TypeRef{Name: "kyc.other", Version: 1}, shaped, nil)
 		require.ErrorIs(t, err, sdk.ErrInvalid, "the client refuses a payload shaped like a sealed one")
 		// A step's output and a workflow's shaped like one are sealed all
 		// the same.
 		echo := sdk.NewWorkflow("kyc.shaped", 1, func(ctx workflow.Context, _ struct{}) (json.RawMessage, error) {
-			return workflow.Step(ctx, "echo", func(context.Context) (json.RawMessage, error) { return shaped, nil })
-		}, sdk.WorkflowOpts{Queue: "shaped"})
+			return workflow.Step(ctx, "echo", func(context.Context) (json.RawMessage, error) { return shaped, nil }, nil)
+		}, &sdk.WorkflowOpts{Queue: "shaped"})
 		w, err := sdk.NewWorker(sdk.WorkerConfig{Store: env.raw, Keys: rotated, Queues: []string{"shaped"}, PollInterval: 20 * time.Millisecond})
 		require.NoError(t, err)
 		sdk.Register(w, echo)
 		require.NoError(t, w.Start(ctx))
 		t.Cleanup(func() { _ = w.Stop(context.Background()) })
-		lookalike, err := sdk.Start(ctx, env.client, echo, struct{}{})
+		lookalike, err := sdk.Start(ctx, env.client, echo, struct{}{}, nil)
 		require.NoError(t, err)
 		info = waitTask(t, env.client, lookalike.ID)
 		require.Equal(t, history.StatusCompleted, info.Status, "%+v", info.LastError)
@@ -579,7 +579,7 @@ func TestSealingHasNoBackDoors(t *testing.T) {
 		plainNS, err := sdk.NewClient(sdk.ClientConfig{Store: env.raw})
 		require.NoError(t, err)
 		t.Cleanup(plainNS.Close)
-		before, err := plainNS.StartDynamic(ctx, sdk.TypeRef{Name: "kyc.other", Version: 1}, nil)
+		before, err := plainNS.StartDynamic(ctx, sdk.TypeRef{Name: "kyc.other", Version: 1}, nil, nil)
 		require.NoError(t, err)
 		ref := putPlainBlob(t, env.raw, store.DefaultNamespace, before.ID, "text/plain", []byte("written before encryption"))
 		data, err := env.client.GetBlob(ctx, ref)

@@ -78,14 +78,14 @@ func Example() {
 			// replayed instead.
 			text, err := workflow.Step(ctx, "ocr", func(ctx context.Context) (string, error) {
 				return strings.ToUpper(doc.Body), nil // call the OCR service here
-			})
+			}, nil)
 			if err != nil {
 				return Extracted{}, err
 			}
 			return workflow.Step(ctx, "extract", func(ctx context.Context) (Extracted, error) {
 				return Extracted{DocumentID: doc.ID, Words: len(strings.Fields(text))}, nil
-			})
-		})
+			}, nil)
+		}, nil)
 
 	worker, err := sdk.NewWorker(sdk.WorkerConfig{Pool: pool, Schema: schema, PollInterval: 100 * time.Millisecond})
 	if err != nil {
@@ -103,7 +103,7 @@ func Example() {
 	}
 	defer client.Close()
 	// The input must be a Document: sdk.Start is typed by the workflow.
-	run, err := sdk.Start(ctx, client, process, Document{ID: "doc-1", Body: "invoice total 42 EUR"})
+	run, err := sdk.Start(ctx, client, process, Document{ID: "doc-1", Body: "invoice total 42 EUR"}, nil)
 	if err != nil {
 		panic(err)
 	}
@@ -132,8 +132,8 @@ func Example_permanentError() {
 					return "", activities.Permanent(errors.Newf("amount %d is not positive", cents))
 				}
 				return "charged", nil
-			})
-		}, sdk.WorkflowOpts{Retry: &activities.RetryPolicy{
+			}, nil)
+		}, &sdk.WorkflowOpts{Retry: &activities.RetryPolicy{
 			MaxAttempts: 5, InitialInterval: time.Second, Multiplier: 2, MaxInterval: time.Minute,
 		}})
 
@@ -152,7 +152,7 @@ func Example_permanentError() {
 		panic(err)
 	}
 	defer client.Close()
-	run, err := sdk.Start(ctx, client, charge, -5)
+	run, err := sdk.Start(ctx, client, charge, -5, nil)
 	if err != nil {
 		panic(err)
 	}
@@ -179,7 +179,7 @@ func ExampleStartTx() {
 	defer done()
 
 	notify := sdk.NewWorkflow("order.notify", 1,
-		func(ctx workflow.Context, orderID string) (string, error) { return "notified " + orderID, nil })
+		func(ctx workflow.Context, orderID string) (string, error) { return "notified " + orderID, nil }, nil)
 	client, err := sdk.NewClient(sdk.ClientConfig{Pool: pool, Schema: schema})
 	if err != nil {
 		panic(err)
@@ -191,7 +191,7 @@ func ExampleStartTx() {
 		panic(err)
 	}
 	// ... write the service's own rows with tx ...
-	res, err := sdk.StartTx(ctx, client, tx, notify, "order-7")
+	res, err := sdk.StartTx(ctx, client, tx, notify, "order-7", nil)
 	if err != nil {
 		panic(err)
 	}
@@ -205,7 +205,7 @@ func ExampleStartTx() {
 	if err != nil {
 		panic(err)
 	}
-	res, err = sdk.StartTx(ctx, client, tx, notify, "order-8")
+	res, err = sdk.StartTx(ctx, client, tx, notify, "order-8", nil)
 	if err != nil {
 		panic(err)
 	}
@@ -230,18 +230,18 @@ func ExampleStartOpts_idempotencyKey() {
 	defer done()
 
 	reply := sdk.NewWorkflow("webhook.reply", 1,
-		func(ctx workflow.Context, body string) (string, error) { return body, nil })
+		func(ctx workflow.Context, body string) (string, error) { return body, nil }, nil)
 	client, err := sdk.NewClient(sdk.ClientConfig{Pool: pool, Schema: schema})
 	if err != nil {
 		panic(err)
 	}
 	defer client.Close()
 	opts := sdk.StartOpts{IdempotencyKey: "webhook-delivery-123"}
-	first, err := sdk.Start(ctx, client, reply, "hello", opts)
+	first, err := sdk.Start(ctx, client, reply, "hello", &opts)
 	if err != nil {
 		panic(err)
 	}
-	again, err := sdk.Start(ctx, client, reply, "hello", opts)
+	again, err := sdk.Start(ctx, client, reply, "hello", &opts)
 	if err != nil {
 		panic(err)
 	}
@@ -267,11 +267,11 @@ func ExampleTypeRef() {
 	defer client.Close()
 	ref := sdk.TypeRef{Name: "document.process", Version: 1}
 	for _, input := range []string{`{"id": "a"}`, `{"id": "b"}`} {
-		if _, err := client.StartDynamic(ctx, ref, json.RawMessage(input)); err != nil {
+		if _, err := client.StartDynamic(ctx, ref, json.RawMessage(input), nil); err != nil {
 			panic(err)
 		}
 	}
-	tasks, err := client.List(ctx, sdk.ListOpts{Type: "document.process", Status: history.StatusPending})
+	tasks, err := client.List(ctx, &sdk.ListOpts{Type: "document.process", Status: history.StatusPending})
 	if err != nil {
 		panic(err)
 	}

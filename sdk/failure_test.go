@@ -35,14 +35,14 @@ func TestPolicyRetries429And503ButNot400(t *testing.T) {
 				runs[status]++
 				mu.Unlock()
 				return "", activities.WithStatus(errors.Newf("crm answered %d", status), status)
-			})
-		}, sdk.WorkflowOpts{Retry: retry})
+			}, nil)
+		}, &sdk.WorkflowOpts{Retry: retry})
 		sdk.Register(b.worker, wf)
 		startWorker(t, b.worker)
 
 		ids := map[int]uuid.UUID{}
 		for _, status := range []int{429, 503, 400} {
-			res, err := sdk.Start(context.Background(), b.client, wf, status)
+			res, err := sdk.Start(context.Background(), b.client, wf, status, nil)
 			require.NoError(t, err)
 			ids[status] = res.ID
 		}
@@ -86,12 +86,12 @@ func TestStepPolicyOverridesTheWorkflows(t *testing.T) {
 			return workflow.Step(ctx, "call_model", func(context.Context) (string, error) {
 				runs.Add(1)
 				return "", activities.WithKind(errors.New("model did not answer"), "timeout")
-			}, workflow.StepOpts{Retry: stepRetry})
-		}, sdk.WorkflowOpts{Retry: typeRetry})
+			}, &workflow.StepOpts{Retry: stepRetry})
+		}, &sdk.WorkflowOpts{Retry: typeRetry})
 		sdk.Register(b.worker, wf)
 		startWorker(t, b.worker)
 
-		res, err := sdk.Start(context.Background(), b.client, wf, "doc")
+		res, err := sdk.Start(context.Background(), b.client, wf, "doc", nil)
 		require.NoError(t, err)
 		info := waitTask(t, b.client, res.ID)
 		require.Equal(t, history.StatusDeadLettered, info.Status)
@@ -118,12 +118,12 @@ func TestRetryAfterHintIsHonoured(t *testing.T) {
 					return "", activities.RetryAfter(activities.WithStatus(errors.New("rate limited"), 429), hint)
 				}
 				return "vector", nil
-			})
-		}, sdk.WorkflowOpts{Retry: fastRetry(3)})
+			}, nil)
+		}, &sdk.WorkflowOpts{Retry: fastRetry(3)})
 		sdk.Register(b.worker, wf)
 		startWorker(t, b.worker)
 
-		res, err := sdk.Start(context.Background(), b.client, wf, "doc")
+		res, err := sdk.Start(context.Background(), b.client, wf, "doc", nil)
 		require.NoError(t, err)
 		info := waitTask(t, b.client, res.ID)
 		require.Equal(t, history.StatusCompleted, info.Status)
@@ -168,12 +168,12 @@ func TestExhaustedTimeBudgetDeadLetters(t *testing.T) {
 			return workflow.Step(ctx, "ocr", func(context.Context) (string, error) {
 				runs.Add(1)
 				return "", errors.New("ocr service unavailable")
-			})
-		}, sdk.WorkflowOpts{Retry: retry})
+			}, nil)
+		}, &sdk.WorkflowOpts{Retry: retry})
 		sdk.Register(b.worker, wf)
 		startWorker(t, b.worker)
 
-		res, err := sdk.Start(context.Background(), b.client, wf, "page-1")
+		res, err := sdk.Start(context.Background(), b.client, wf, "page-1", nil)
 		require.NoError(t, err)
 		info := waitTask(t, b.client, res.ID)
 		require.Equal(t, history.StatusDeadLettered, info.Status)
@@ -209,13 +209,13 @@ func TestRequeuedTaskRunsAgainAndCompletes(t *testing.T) {
 					return "", activities.Permanent(activities.WithKind(errors.New("unsupported PDF version"), "bad_document"))
 				}
 				return "parsed", nil
-			})
-		}, sdk.WorkflowOpts{Retry: fastRetry(3)})
+			}, nil)
+		}, &sdk.WorkflowOpts{Retry: fastRetry(3)})
 		sdk.Register(b.worker, wf)
 		startWorker(t, b.worker)
 
 		ctx := context.Background()
-		res, err := sdk.Start(ctx, b.client, wf, "scan.pdf")
+		res, err := sdk.Start(ctx, b.client, wf, "scan.pdf", nil)
 		require.NoError(t, err)
 		info := waitTask(t, b.client, res.ID)
 		require.Equal(t, history.StatusDeadLettered, info.Status)
@@ -262,15 +262,15 @@ func TestRetryDeadLettersByFilter(t *testing.T) {
 					return status, nil
 				}
 				return 0, activities.Permanent(activities.WithStatus(errors.Newf("crm %d", status), status))
-			})
-		}, sdk.WorkflowOpts{Retry: fastRetry(1)})
+			}, nil)
+		}, &sdk.WorkflowOpts{Retry: fastRetry(1)})
 		sdk.Register(b.worker, wf)
 		startWorker(t, b.worker)
 
 		ctx := context.Background()
 		ids := map[int]uuid.UUID{}
 		for _, status := range []int{503, 503, 401} {
-			res, err := sdk.Start(ctx, b.client, wf, status, sdk.StartOpts{IdempotencyKey: "k" + strconv.Itoa(len(ids))})
+			res, err := sdk.Start(ctx, b.client, wf, status, &sdk.StartOpts{IdempotencyKey: "k" + strconv.Itoa(len(ids))})
 			require.NoError(t, err)
 			waitTask(t, b.client, res.ID)
 			if status == 503 && ids[503] != uuid.Nil {
@@ -285,12 +285,12 @@ func TestRetryDeadLettersByFilter(t *testing.T) {
 
 		filter, err := sdk.CompileTaskFilter(`error.status == 503 && task.type == "crm.sync"`)
 		require.NoError(t, err)
-		listed, err := b.client.DeadLetters(ctx, sdk.DeadLetterOpts{Filter: filter})
+		listed, err := b.client.DeadLetters(ctx, &sdk.DeadLetterOpts{Filter: filter})
 		require.NoError(t, err)
 		require.Len(t, listed, 2)
 
 		recovered.Store(true)
-		report, err := b.client.RetryDeadLetters(ctx, "crm back up", sdk.DeadLetterOpts{Filter: filter, Limit: -1})
+		report, err := b.client.RetryDeadLetters(ctx, "crm back up", &sdk.DeadLetterOpts{Filter: filter, Limit: -1})
 		require.NoError(t, err)
 		require.ElementsMatch(t, []uuid.UUID{ids[503], ids[504]}, report.Retried)
 		require.Empty(t, report.Failed)
@@ -319,12 +319,12 @@ func TestHeartbeatTimeoutFailsTheAttemptTransiently(t *testing.T) {
 				}
 				activities.Heartbeat(ctx)
 				return "text", nil
-			}, workflow.StepOpts{HeartbeatTimeout: 100 * time.Millisecond})
-		}, sdk.WorkflowOpts{Retry: fastRetry(3)})
+			}, &workflow.StepOpts{HeartbeatTimeout: 100 * time.Millisecond})
+		}, &sdk.WorkflowOpts{Retry: fastRetry(3)})
 		sdk.Register(b.worker, wf)
 		startWorker(t, b.worker)
 
-		res, err := sdk.Start(context.Background(), b.client, wf, "book.pdf")
+		res, err := sdk.Start(context.Background(), b.client, wf, "book.pdf", nil)
 		require.NoError(t, err)
 		info := waitTask(t, b.client, res.ID)
 		require.Equal(t, history.StatusCompleted, info.Status)
@@ -347,8 +347,8 @@ func TestScheduleToCloseDeadline(t *testing.T) {
 		wf := sdk.NewWorkflow("reply.send", 1, func(ctx workflow.Context, _ string) (string, error) {
 			return workflow.Step(ctx, "send", func(context.Context) (string, error) {
 				return "", errors.New("smtp 451")
-			})
-		}, sdk.WorkflowOpts{
+			}, nil)
+		}, &sdk.WorkflowOpts{
 			Retry: &activities.RetryPolicy{MaxAttempts: 10, InitialInterval: time.Minute, Multiplier: 2, MaxInterval: time.Hour,
 				Jitter: activities.NoJitter}, // the first retry is a minute away, past the 2s deadline
 			ScheduleToClose: time.Hour,
@@ -357,17 +357,17 @@ func TestScheduleToCloseDeadline(t *testing.T) {
 
 		ctx := context.Background()
 		// Started with a deadline that passes before any worker runs it.
-		late, err := sdk.Start(ctx, b.client, wf, "late", sdk.StartOpts{Deadline: time.Now().Add(50 * time.Millisecond)})
+		late, err := sdk.Start(ctx, b.client, wf, "late", &sdk.StartOpts{Deadline: time.Now().Add(50 * time.Millisecond)})
 		require.NoError(t, err)
 		// Within the type's hour, but its first retry (up to a minute away) is
 		// scheduled past a deadline two seconds out.
-		soon, err := sdk.Start(ctx, b.client, wf, "soon", sdk.StartOpts{Deadline: time.Now().Add(2 * time.Second)})
+		soon, err := sdk.Start(ctx, b.client, wf, "soon", &sdk.StartOpts{Deadline: time.Now().Add(2 * time.Second)})
 		require.NoError(t, err)
 		typed, err := b.client.Get(ctx, soon.ID)
 		require.NoError(t, err)
 		require.NotNil(t, typed.Deadline)
 
-		_, err = sdk.Start(ctx, b.client, wf, "bad", sdk.StartOpts{Delay: time.Hour, Deadline: time.Now().Add(time.Minute)})
+		_, err = sdk.Start(ctx, b.client, wf, "bad", &sdk.StartOpts{Delay: time.Hour, Deadline: time.Now().Add(time.Minute)})
 		require.ErrorContains(t, err, "is not after the task's run time")
 
 		time.Sleep(100 * time.Millisecond) // let late's deadline pass before any worker claims it
@@ -383,7 +383,7 @@ func TestScheduleToCloseDeadline(t *testing.T) {
 		err = b.client.Retry(ctx, late.ID, "try anyway")
 		require.True(t, errors.Is(err, sdk.ErrTaskState), "%v", err)
 		require.ErrorContains(t, err, "deadline")
-		_, err = sdk.Start(ctx, b.client, wf, "past", sdk.StartOpts{Deadline: time.Now().Add(-time.Hour)})
+		_, err = sdk.Start(ctx, b.client, wf, "past", &sdk.StartOpts{Deadline: time.Now().Add(-time.Hour)})
 		require.ErrorContains(t, err, "is not after the task's run time")
 
 		info = waitTask(t, b.client, soon.ID)
@@ -400,16 +400,16 @@ func TestScheduleToCloseDeadline(t *testing.T) {
 func TestInvalidRetryPolicyIsRefusedAtDefinition(t *testing.T) {
 	t.Parallel()
 	noop := func(workflow.Context, string) (string, error) { return "", nil }
-	_, err := sdk.NewWorkflowSafely("x.bad", 1, noop, sdk.WorkflowOpts{Retry: &activities.RetryPolicy{MaxAttempts: -1}})
+	_, err := sdk.NewWorkflowSafely("x.bad", 1, noop, &sdk.WorkflowOpts{Retry: &activities.RetryPolicy{MaxAttempts: -1}})
 	require.ErrorContains(t, err, "MaxAttempts -1 must be at least 1")
 	// A partial policy is whole: its zero fields take the defaults (it
 	// panicked on Multiplier 0 before).
-	_, err = sdk.NewWorkflowSafely("x.partial", 1, noop, sdk.WorkflowOpts{Retry: &activities.RetryPolicy{MaxAttempts: 3}})
+	_, err = sdk.NewWorkflowSafely("x.partial", 1, noop, &sdk.WorkflowOpts{Retry: &activities.RetryPolicy{MaxAttempts: 3}})
 	require.NoError(t, err)
-	_, err = sdk.NewWorkflowSafely("x.bad", 1, noop, sdk.WorkflowOpts{Retry: &activities.RetryPolicy{
+	_, err = sdk.NewWorkflowSafely("x.bad", 1, noop, &sdk.WorkflowOpts{Retry: &activities.RetryPolicy{
 		MaxAttempts: 3, Multiplier: 2, MaxElapsed: -time.Second}})
 	require.ErrorContains(t, err, "must not be negative")
-	_, err = sdk.NewWorkflowSafely("x.bad", 1, noop, sdk.WorkflowOpts{ScheduleToClose: -time.Second})
+	_, err = sdk.NewWorkflowSafely("x.bad", 1, noop, &sdk.WorkflowOpts{ScheduleToClose: -time.Second})
 	require.ErrorContains(t, err, "ScheduleToClose")
 }
 
@@ -422,11 +422,11 @@ func TestBadStepOptionsArePermanent(t *testing.T) {
 			return workflow.Step(ctx, "s", func(context.Context) (string, error) {
 				runs.Add(1)
 				return "", nil
-			}, workflow.StepOpts{StartToClose: -time.Second})
-		}, sdk.WorkflowOpts{Retry: fastRetry(5)})
+			}, &workflow.StepOpts{StartToClose: -time.Second})
+		}, &sdk.WorkflowOpts{Retry: fastRetry(5)})
 		sdk.Register(b.worker, wf)
 		startWorker(t, b.worker)
-		res, err := sdk.Start(context.Background(), b.client, wf, "")
+		res, err := sdk.Start(context.Background(), b.client, wf, "", nil)
 		require.NoError(t, err)
 		info := waitTask(t, b.client, res.ID)
 		require.Equal(t, history.StatusDeadLettered, info.Status)
@@ -448,11 +448,11 @@ func TestStepRetryWithoutClassifierKeepsTheTypesPolicy(t *testing.T) {
 			return workflow.Step(ctx, "call_model", func(context.Context) (string, error) {
 				runs.Add(1)
 				return "", errors.New("model error")
-			}, workflow.StepOpts{Retry: fastRetry(3)}) // a budget of its own, no policy
-		}, sdk.WorkflowOpts{Retry: typeRetry})
+			}, &workflow.StepOpts{Retry: fastRetry(3)}) // a budget of its own, no policy
+		}, &sdk.WorkflowOpts{Retry: typeRetry})
 		sdk.Register(b.worker, wf)
 		startWorker(t, b.worker)
-		res, err := sdk.Start(context.Background(), b.client, wf, "doc")
+		res, err := sdk.Start(context.Background(), b.client, wf, "doc", nil)
 		require.NoError(t, err)
 		info := waitTask(t, b.client, res.ID)
 		require.Equal(t, history.StatusDeadLettered, info.Status)
@@ -475,16 +475,16 @@ func TestBodyErrorAfterARetriedStepGetsAFreshBudget(t *testing.T) {
 					return "", errors.New("fetch failed")
 				}
 				return "data", nil
-			})
+			}, nil)
 			if err != nil {
 				return "", err
 			}
 			bodyRuns.Add(1)
 			return "", activities.Transient(errors.Newf("index not ready for %s", out))
-		}, sdk.WorkflowOpts{Retry: fastRetry(3)})
+		}, &sdk.WorkflowOpts{Retry: fastRetry(3)})
 		sdk.Register(b.worker, wf)
 		startWorker(t, b.worker)
-		res, err := sdk.Start(context.Background(), b.client, wf, "doc")
+		res, err := sdk.Start(context.Background(), b.client, wf, "doc", nil)
 		require.NoError(t, err)
 		info := waitTask(t, b.client, res.ID)
 		require.Equal(t, history.StatusDeadLettered, info.Status)

@@ -43,7 +43,7 @@ func TestStartRefusesTextTheStoresWouldDisagreeOn(t *testing.T) {
 			{"QueueInvalidUTF8", "x", sdk.StartOpts{Queue: "q\xff"}, "queue"},
 			{"LabelInvalidUTF8", "x", sdk.StartOpts{Labels: map[string]string{"tenant": "a\xffb"}}, "label tenant"},
 		} {
-			_, err := b.client.StartDynamic(ctx, echo, tc.input, tc.opts)
+			_, err := b.client.StartDynamic(ctx, echo, tc.input, &tc.opts)
 			require.Error(t, err, tc.name)
 			require.True(t, errors.Is(err, sdk.ErrInvalid), "%s: %v", tc.name, err)
 			require.Contains(t, err.Error(), tc.names, tc.name)
@@ -54,7 +54,7 @@ func TestStartRefusesTextTheStoresWouldDisagreeOn(t *testing.T) {
 		require.Zero(t, enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client)), "nothing was written")
 
 		// A real U+FFFD, a surrogate pair and escapes are text like any other.
-		res, err := b.client.StartDynamic(ctx, echo, json.RawMessage(`{"id":"\ufffd \ud83d\ude00 é"}`), sdk.StartOpts{IdempotencyKey: "a\uFFFDb"})
+		res, err := b.client.StartDynamic(ctx, echo, json.RawMessage(`{"id":"\ufffd \ud83d\ude00 é"}`), &sdk.StartOpts{IdempotencyKey: "a\uFFFDb"})
 		require.NoError(t, err)
 		info, err := b.client.Get(ctx, res.ID)
 		require.NoError(t, err)
@@ -74,7 +74,7 @@ func TestListRefusesFiltersTheStoresWouldDisagreeOn(t *testing.T) {
 		b := setup(t, sdk.WorkerConfig{})
 		ctx := context.Background()
 		for _, opts := range []sdk.ListOpts{{Type: "\x00"}, {Queue: "\x00"}, {Type: "\xff"}, {Status: history.Status("\xff")}} {
-			_, err := b.client.ListPage(ctx, opts)
+			_, err := b.client.ListPage(ctx, &opts)
 			require.True(t, errors.Is(err, sdk.ErrInvalid), "%+v: %v", opts, err)
 		}
 	})
@@ -91,19 +91,19 @@ func TestStartReusingAKeyWithAnotherInputIsRefused(t *testing.T) {
 		b := setup(t, sdk.WorkerConfig{})
 		ctx := context.Background()
 		opts := sdk.StartOpts{IdempotencyKey: "invoice-42"}
-		first, err := b.client.StartDynamic(ctx, echo, json.RawMessage(`{"invoice":42,"pages":[1,2]}`), opts)
+		first, err := b.client.StartDynamic(ctx, echo, json.RawMessage(`{"invoice":42,"pages":[1,2]}`), &opts)
 		require.NoError(t, err)
 
-		again, err := b.client.StartDynamic(ctx, echo, map[string]any{"pages": []int{1, 2}, "invoice": 42.0}, opts)
+		again, err := b.client.StartDynamic(ctx, echo, map[string]any{"pages": []int{1, 2}, "invoice": 42.0}, &opts)
 		require.NoError(t, err, "the same value, encoded otherwise")
 		require.Equal(t, sdk.StartResult{ID: first.ID, Existing: true}, again)
 
 		for name, start := range map[string]func() (sdk.StartResult, error){
 			"AnotherInput": func() (sdk.StartResult, error) {
-				return b.client.StartDynamic(ctx, echo, json.RawMessage(`{"invoice":43,"pages":[1,2]}`), opts)
+				return b.client.StartDynamic(ctx, echo, json.RawMessage(`{"invoice":43,"pages":[1,2]}`), &opts)
 			},
 			"AnotherType": func() (sdk.StartResult, error) {
-				return b.client.StartDynamic(ctx, sdk.TypeRef{Name: "other", Version: 1}, json.RawMessage(`{"invoice":42,"pages":[1,2]}`), opts)
+				return b.client.StartDynamic(ctx, sdk.TypeRef{Name: "other", Version: 1}, json.RawMessage(`{"invoice":42,"pages":[1,2]}`), &opts)
 			},
 			"InABatch": func() (sdk.StartResult, error) {
 				res, err := b.client.StartMany(ctx, []sdk.StartParams{
@@ -143,18 +143,18 @@ func TestStartTxReusingAKeyLeavesTheTransactionClean(t *testing.T) {
 	tx, err := b.pool.Begin(ctx)
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(ctx) }()
-	first, err := sdk.StartTx(ctx, b.client, tx, echo, "a", sdk.StartOpts{IdempotencyKey: "outbox-1"})
+	first, err := sdk.StartTx(ctx, b.client, tx, echo, "a", &sdk.StartOpts{IdempotencyKey: "outbox-1"})
 	require.NoError(t, err)
-	same, err := sdk.StartTx(ctx, b.client, tx, echo, "a", sdk.StartOpts{IdempotencyKey: "outbox-1"})
+	same, err := sdk.StartTx(ctx, b.client, tx, echo, "a", &sdk.StartOpts{IdempotencyKey: "outbox-1"})
 	require.NoError(t, err, "the holder is in the same transaction")
 	require.True(t, same.Existing)
 	require.Equal(t, first.ID, same.ID)
-	_, err = sdk.StartTx(ctx, b.client, tx, echo, "b", sdk.StartOpts{IdempotencyKey: "outbox-1"})
+	_, err = sdk.StartTx(ctx, b.client, tx, echo, "b", &sdk.StartOpts{IdempotencyKey: "outbox-1"})
 	require.True(t, errors.Is(err, sdk.ErrIdempotencyKeyReused), "%v", err)
-	kept, err := sdk.StartTx(ctx, b.client, tx, echo, "c")
+	kept, err := sdk.StartTx(ctx, b.client, tx, echo, "c", nil)
 	require.NoError(t, err, "the transaction is still usable")
 	require.NoError(t, tx.Commit(ctx))
-	tasks, err := b.client.List(ctx)
+	tasks, err := b.client.List(ctx, nil)
 	require.NoError(t, err)
 	require.Len(t, tasks, 2)
 	for _, task := range tasks {

@@ -14,19 +14,19 @@ import (
 
 // manyReadsWorkflow is a workflow nobody runs here: its tasks stay
 // pending unless a test cancels them.
-var manyReadsWorkflow = sdk.NewWorkflow("many.reads", 1, func(ctx workflow.Context, in int) (int, error) { return in, nil })
+var manyReadsWorkflow = sdk.NewWorkflow("many.reads", 1, func(ctx workflow.Context, in int) (int, error) { return in, nil }, nil)
 
 // manyReadsTasks starts two tasks in the bundle's namespace (the second
 // cancelled) and one in namespace "other" of the same store.
 func manyReadsTasks(t *testing.T, b *testBundle) (pending, cancelled, elsewhere uuid.UUID) {
 	t.Helper()
 	ctx := context.Background()
-	first, err := sdk.Start(ctx, b.client, manyReadsWorkflow, 1)
+	first, err := sdk.Start(ctx, b.client, manyReadsWorkflow, 1, nil)
 	require.NoError(t, err)
-	second, err := sdk.Start(ctx, b.client, manyReadsWorkflow, 2)
+	second, err := sdk.Start(ctx, b.client, manyReadsWorkflow, 2, nil)
 	require.NoError(t, err)
 	require.NoError(t, b.client.Cancel(ctx, second.ID, "not needed"))
-	other, err := sdk.Start(ctx, namespaceClient(t, b, "other"), manyReadsWorkflow, 3)
+	other, err := sdk.Start(ctx, namespaceClient(t, b, "other"), manyReadsWorkflow, 3, nil)
 	require.NoError(t, err)
 	return first.ID, second.ID, other.ID
 }
@@ -61,7 +61,7 @@ func TestRawHistoriesOfManyTasks(t *testing.T) {
 	onEachStore(t, func(t *testing.T, setup setupFunc) {
 		b := setup(t, sdk.WorkerConfig{})
 		pending, cancelled, elsewhere := manyReadsTasks(t, b)
-		_, err := b.client.Signal(t.Context(), pending, "ping", map[string]int{"n": 1})
+		_, err := b.client.Signal(t.Context(), pending, "ping", map[string]int{"n": 1}, nil)
 		require.NoError(t, err)
 
 		got, err := b.client.RawHistories(t.Context(), []uuid.UUID{pending, cancelled, elsewhere, uuid.New(), pending})

@@ -70,8 +70,8 @@ func TestMetricsInConfigCountOnAnyStore(t *testing.T) {
 				require.NoError(t, err)
 				okWF, _, _ := registerMetricsWorkflows(worker)
 
-				done := startTask(t, client, okWF, 0) // reports 100/50 tokens
-				cancelled := startTask(t, client, okWF, 1, sdk.StartOpts{Delay: time.Hour})
+				done := startTask(t, client, okWF, 0, nil) // reports 100/50 tokens
+				cancelled := startTask(t, client, okWF, 1, &sdk.StartOpts{Delay: time.Hour})
 				require.NoError(t, client.Cancel(context.Background(), cancelled, "not needed"))
 				startWorker(t, worker)
 				waitTask(t, client, done)
@@ -131,7 +131,7 @@ func TestStartTxThroughMetricsOnAGivenStore(t *testing.T) {
 	ctx := context.Background()
 	tx, err := pool.Begin(ctx)
 	require.NoError(t, err)
-	res, err := client.StartDynamicTx(ctx, tx, sdk.TypeRef{Name: "outbox.send", Version: 1}, "mail")
+	res, err := client.StartDynamicTx(ctx, tx, sdk.TypeRef{Name: "outbox.send", Version: 1}, "mail", nil)
 	require.NoError(t, err)
 	require.NoError(t, tx.Commit(ctx))
 	_, err = client.Get(ctx, res.ID)

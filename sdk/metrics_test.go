@@ -39,14 +39,14 @@ func TestMetricsOfAKnownWorkload(t *testing.T) {
 	ctx := context.Background()
 	var ids []uuid.UUID
 	for i := range 5 {
-		ids = append(ids, startTask(t, client, okWF, i))
+		ids = append(ids, startTask(t, client, okWF, i, nil))
 	}
 	for i := range 2 {
-		ids = append(ids, startTask(t, client, flakyWF, i))
+		ids = append(ids, startTask(t, client, flakyWF, i, nil))
 	}
-	broken := startTask(t, client, brokenWF, 0)
+	broken := startTask(t, client, brokenWF, 0, nil)
 	ids = append(ids, broken)
-	cancelled := startTask(t, client, okWF, 99, sdk.StartOpts{Delay: time.Hour})
+	cancelled := startTask(t, client, okWF, 99, &sdk.StartOpts{Delay: time.Hour})
 	require.NoError(t, client.Cancel(ctx, cancelled, "changed my mind"))
 
 	g := enginetest.Gather(t, reg)
@@ -119,31 +119,31 @@ func registerMetricsWorkflows(w *sdk.Worker) (ok, flaky, broken *sdk.Workflow[in
 				activities.RecordUsage(ctx, activities.Usage{Model: "claude-test", InputTokens: 100, OutputTokens: 50, CostUSD: 0.01})
 			}
 			return in, nil
-		})
-	})
+		}, nil)
+	}, nil)
 	flaky = sdk.NewWorkflow("metrics.flaky", 1, func(ctx workflow.Context, in int) (int, error) {
 		return workflow.Step(ctx, "call", func(ctx context.Context) (int, error) {
 			if info, _ := activities.GetInfo(ctx); info.Attempt == 1 {
 				return 0, errors.New("503 from upstream")
 			}
 			return in, nil
-		})
-	}, sdk.WorkflowOpts{Retry: fastRetry(3)})
+		}, nil)
+	}, &sdk.WorkflowOpts{Retry: fastRetry(3)})
 	broken = sdk.NewWorkflow("metrics.broken", 1, func(ctx workflow.Context, in int) (int, error) {
 		return workflow.Step(ctx, "call", func(ctx context.Context) (int, error) {
 			activities.RecordUsage(ctx, activities.Usage{Model: "claude-test", InputTokens: 7})
 			return 0, activities.Permanent(errors.New("400: the prompt is malformed"))
-		})
-	}, sdk.WorkflowOpts{Retry: fastRetry(3)})
+		}, nil)
+	}, &sdk.WorkflowOpts{Retry: fastRetry(3)})
 	sdk.Register(w, ok)
 	sdk.Register(w, flaky)
 	sdk.Register(w, broken)
 	return ok, flaky, broken
 }
 
-func startTask(t *testing.T, c *sdk.Client, wf *sdk.Workflow[int, int], in int, opts ...sdk.StartOpts) uuid.UUID {
+func startTask(t *testing.T, c *sdk.Client, wf *sdk.Workflow[int, int], in int, opts *sdk.StartOpts) uuid.UUID {
 	t.Helper()
-	res, err := sdk.Start(context.Background(), c, wf, in, opts...)
+	res, err := sdk.Start(context.Background(), c, wf, in, opts)
 	require.NoError(t, err)
 	return res.ID
 }

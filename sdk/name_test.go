@@ -32,7 +32,7 @@ func TestScheduleAndNamespaceNamesArePathSafe(t *testing.T) {
 	onEachStore(t, func(t *testing.T, setup setupFunc) {
 		b := setup(t, sdk.WorkerConfig{})
 		ctx := context.Background()
-		wf := sdk.NewWorkflow("report.tick", 1, func(ctx workflow.Context, in string) (string, error) { return in, nil })
+		wf := sdk.NewWorkflow("report.tick", 1, func(ctx workflow.Context, in string) (string, error) { return in, nil }, nil)
 		for _, name := range []string{"../tasks/0b6c2f5e-3f1e-4d59-9d7e-6f0a3b1c2d4e/cancel?x=", "a/b", "a#b", ".."} {
 			err := b.client.CreateSchedule(ctx, sdk.ScheduleParams{Name: name, Cron: "@daily", Workflow: wf})
 			require.ErrorContains(t, err, "schedule name", name)

@@ -150,15 +150,15 @@ func TestWorkerRidesOutADatabaseOutage(t *testing.T) {
 		return workflow.Step(ctx, "work", func(context.Context) (string, error) {
 			time.Sleep(20 * time.Millisecond)
 			return "done", nil
-		})
-	}, sdk.WorkflowOpts{Retry: fastRetry(20)})
+		}, nil)
+	}, &sdk.WorkflowOpts{Retry: fastRetry(20)})
 	sdk.Register(w, wf)
 	startWorker(t, w)
 	ctx := context.Background()
 	var ids []*sdk.Run[string]
 	start := func(n int) {
 		for i := range n {
-			r, err := sdk.Start(ctx, b.client, wf, i) // the client's pool bypasses the proxy
+			r, err := sdk.Start(ctx, b.client, wf, i, nil) // the client's pool bypasses the proxy
 			require.NoError(t, err)
 			ids = append(ids, r)
 		}

@@ -61,11 +61,11 @@ func TestMapRecordsEachParallelStep(t *testing.T) {
 					return "", activities.Permanent(errors.Newf("idempotency key %s reused", info.IdempotencyKey))
 				}
 				return fmt.Sprintf("text of page %d", page), nil
-			}, workflow.MapOpts{Concurrency: limit})
-		})
+			}, &workflow.MapOpts{Concurrency: limit})
+		}, nil)
 		sdk.Register(b.worker, wf)
 		startWorker(t, b.worker)
-		run, err := sdk.Start(context.Background(), b.client, wf, pages)
+		run, err := sdk.Start(context.Background(), b.client, wf, pages, nil)
 		require.NoError(t, err)
 		info := waitTask(t, b.client, run.ID)
 		require.Equal(t, history.StatusCompleted, info.Status, "%v", info.LastError)
@@ -129,7 +129,7 @@ func TestParallelStepsRetryOnlyTheUnfinished(t *testing.T) {
 						}
 					}
 					return fmt.Sprintf("text of page %d", page), nil
-				})
+				}, nil)
 			}
 			if ctx.Attempt() == 1 {
 				close(allStarted)
@@ -143,10 +143,10 @@ func TestParallelStepsRetryOnlyTheUnfinished(t *testing.T) {
 				texts[page] = text
 			}
 			return texts, nil
-		}, sdk.WorkflowOpts{Retry: fastRetry(3)})
+		}, &sdk.WorkflowOpts{Retry: fastRetry(3)})
 		sdk.Register(b.worker, wf)
 		startWorker(t, b.worker)
-		run, err := sdk.Start(context.Background(), b.client, wf, pages)
+		run, err := sdk.Start(context.Background(), b.client, wf, pages, nil)
 		require.NoError(t, err)
 		info := waitTask(t, b.client, run.ID)
 		require.Equal(t, history.StatusCompleted, info.Status, "%v", info.LastError)
@@ -203,11 +203,11 @@ func TestMapFailureKeepsTheRunningItems(t *testing.T) {
 					<-failed // still running when item 0 fails; done shortly after
 				}
 				return fmt.Sprintf("vector %d", item), nil
-			})
-		}, sdk.WorkflowOpts{Retry: fastRetry(3)})
+			}, nil)
+		}, &sdk.WorkflowOpts{Retry: fastRetry(3)})
 		sdk.Register(b.worker, wf)
 		startWorker(t, b.worker)
-		run, err := sdk.Start(context.Background(), b.client, wf, items)
+		run, err := sdk.Start(context.Background(), b.client, wf, items, nil)
 		require.NoError(t, err)
 		info := waitTask(t, b.client, run.ID)
 		require.Equal(t, history.StatusCompleted, info.Status, "%v", info.LastError)
@@ -263,14 +263,14 @@ func TestMapItemsRecordedAheadOfAFailureAreCompensated(t *testing.T) {
 				<-failed
 				e.add(fmt.Sprintf("reserve %d", item))
 				return fmt.Sprintf("seat %d", item), nil
-			}, workflow.MapOpts{Step: workflow.StepOpts{Compensate: workflow.Compensate(func(_ context.Context, seat string) error {
+			}, &workflow.MapOpts{Step: workflow.StepOpts{Compensate: workflow.Compensate(func(_ context.Context, seat string) error {
 				e.add("release " + seat)
 				return nil
 			})}})
-		}, sdk.WorkflowOpts{SkipDeadLetter: true})
+		}, &sdk.WorkflowOpts{SkipDeadLetter: true})
 		sdk.Register(b.worker, wf)
 		startWorker(t, b.worker)
-		run, err := sdk.Start(context.Background(), b.client, wf, 4)
+		run, err := sdk.Start(context.Background(), b.client, wf, 4, nil)
 		require.NoError(t, err)
 		info := waitTask(t, b.client, run.ID)
 		require.Equal(t, history.StatusFailed, info.Status)
@@ -300,15 +300,15 @@ func TestStepFromUnmanagedGoroutineFailsTheTask(t *testing.T) {
 					texts[page], errs[page] = workflow.Step(ctx, "ocr", func(context.Context) (string, error) {
 						ran.Add(1)
 						return fmt.Sprintf("text of page %d", page), nil
-					})
+					}, nil)
 				})
 			}
 			wg.Wait()
 			return texts, errors.Join(errs...)
-		}, sdk.WorkflowOpts{Retry: fastRetry(3), SkipDeadLetter: true})
+		}, &sdk.WorkflowOpts{Retry: fastRetry(3), SkipDeadLetter: true})
 		sdk.Register(b.worker, wf)
 		startWorker(t, b.worker)
-		run, err := sdk.Start(context.Background(), b.client, wf, 10)
+		run, err := sdk.Start(context.Background(), b.client, wf, 10, nil)
 		require.NoError(t, err)
 		info := waitTask(t, b.client, run.ID)
 

@@ -28,11 +28,11 @@ func TestStartRefusesAnInputOverMaxPayloadBytes(t *testing.T) {
 		defer small.Close()
 
 		exact := json.RawMessage(`"` + strings.Repeat("x", 98) + `"`) // 100 bytes
-		_, err = small.StartDynamic(ctx, echo, exact)
+		_, err = small.StartDynamic(ctx, echo, exact, nil)
 		require.NoError(t, err, "an input of exactly the limit is accepted")
 		over := json.RawMessage(`"` + strings.Repeat("x", 99) + `"`)
 		for name, start := range map[string]func() error{
-			"Start": func() error { _, err := small.StartDynamic(ctx, echo, over); return err },
+			"Start": func() error { _, err := small.StartDynamic(ctx, echo, over, nil); return err },
 			"StartMany": func() error {
 				_, err := small.StartMany(ctx, []sdk.StartParams{{Workflow: echo, Input: over}})
 				return err
@@ -56,14 +56,14 @@ func TestStartRefusesAnInputOverMaxPayloadBytes(t *testing.T) {
 		inPlace, err := sdk.NewClient(sdk.ClientConfig{Store: sdk.ClientStore(b.client), BlobThreshold: -1})
 		require.NoError(t, err)
 		defer inPlace.Close()
-		_, err = inPlace.StartDynamic(ctx, echo, strings.Repeat("x", sdk.DefaultMaxPayloadBytes-2))
+		_, err = inPlace.StartDynamic(ctx, echo, strings.Repeat("x", sdk.DefaultMaxPayloadBytes-2), nil)
 		require.NoError(t, err)
-		_, err = inPlace.StartDynamic(ctx, echo, strings.Repeat("x", sdk.DefaultMaxPayloadBytes-1))
+		_, err = inPlace.StartDynamic(ctx, echo, strings.Repeat("x", sdk.DefaultMaxPayloadBytes-1), nil)
 		require.True(t, errors.Is(err, sdk.ErrPayloadTooLarge), "%v", err)
 		require.Equal(t, 1<<20, sdk.DefaultMaxPayloadBytes, "the README and the API's docs say 1 MiB")
 		// By default an input over the blob threshold goes by reference, up
 		// to what a blob holds; a schedule's stays in place, bounded.
-		_, err = b.client.StartDynamic(ctx, echo, strings.Repeat("x", sdk.DefaultMaxPayloadBytes+10))
+		_, err = b.client.StartDynamic(ctx, echo, strings.Repeat("x", sdk.DefaultMaxPayloadBytes+10), nil)
 		require.NoError(t, err)
 		err = b.client.CreateSchedule(ctx, sdk.ScheduleParams{Name: "big", Cron: "* * * * *", Workflow: echo, Input: strings.Repeat("x", sdk.DefaultMaxPayloadBytes)})
 		require.True(t, errors.Is(err, sdk.ErrPayloadTooLarge), "%v", err)
@@ -85,14 +85,14 @@ var bigOutputs = sdk.NewWorkflow("payload.big", 1, func(ctx workflow.Context, wh
 		}
 		return "ok"
 	}
-	if _, err := workflow.Step(ctx, "first", func(context.Context) (string, error) { return size("first"), nil }); err != nil {
+	if _, err := workflow.Step(ctx, "first", func(context.Context) (string, error) { return size("first"), nil }, nil); err != nil {
 		return "", err
 	}
-	if _, err := workflow.Step(ctx, "last", func(context.Context) (string, error) { return size("last"), nil }); err != nil {
+	if _, err := workflow.Step(ctx, "last", func(context.Context) (string, error) { return size("last"), nil }, nil); err != nil {
 		return "", err
 	}
 	return size("output"), nil
-}, sdk.WorkflowOpts{Retry: fastRetry(3)})
+}, &sdk.WorkflowOpts{Retry: fastRetry(3)})
 
 // An output over the worker's MaxPayloadBytes is not recorded: the attempt
 // fails permanently (kind payload_too_large) and the task is dead-lettered,
@@ -113,7 +113,7 @@ func TestOutputsOverMaxPayloadBytesFailPermanently(t *testing.T) {
 			{"last", "last", 1, "the output of step 1 (last) is 102 bytes"},
 			{"output", "", 2, "the workflow's output is 102 bytes"},
 		} {
-			res, err := sdk.Start(ctx, b.client, bigOutputs, tc.which)
+			res, err := sdk.Start(ctx, b.client, bigOutputs, tc.which, nil)
 			require.NoError(t, err)
 			info := waitTask(t, b.client, res.ID)
 			require.Equal(t, history.StatusDeadLettered, info.Status, tc.which)
@@ -128,7 +128,7 @@ func TestOutputsOverMaxPayloadBytesFailPermanently(t *testing.T) {
 			completed := eventsOf[history.StepCompletedData](taskHistory(t, b.client, res.ID))
 			require.Len(t, completed, tc.steps, "%s: the oversized output is not recorded", tc.which)
 		}
-		res, err := sdk.Start(ctx, b.client, bigOutputs, "none")
+		res, err := sdk.Start(ctx, b.client, bigOutputs, "none", nil)
 		require.NoError(t, err)
 		require.Equal(t, history.StatusCompleted, waitTask(t, b.client, res.ID).Status)
 	})
@@ -143,23 +143,23 @@ func TestHistoryOverMaxHistoryEventsEndsTheTask(t *testing.T) {
 		b := setup(t, sdk.WorkerConfig{MaxHistoryEvents: 8})
 		wf := sdk.NewWorkflow("loop.forever", 1, func(ctx workflow.Context, steps int) (int, error) {
 			for i := range steps {
-				if _, err := workflow.Step(ctx, fmt.Sprintf("s%d", i), func(context.Context) (int, error) { return i, nil }); err != nil {
+				if _, err := workflow.Step(ctx, fmt.Sprintf("s%d", i), func(context.Context) (int, error) { return i, nil }, nil); err != nil {
 					return 0, err
 				}
 			}
 			return steps, nil
-		})
+		}, nil)
 		sdk.Register(b.worker, wf)
 		startWorker(t, b.worker)
 		ctx := context.Background()
 
-		short, err := sdk.Start(ctx, b.client, wf, 3)
+		short, err := sdk.Start(ctx, b.client, wf, 3, nil)
 		require.NoError(t, err)
 		n, err := short.Result(ctx)
 		require.NoError(t, err, "3 steps stay under 8 events")
 		require.Equal(t, 3, n)
 
-		long, err := sdk.Start(ctx, b.client, wf, 50)
+		long, err := sdk.Start(ctx, b.client, wf, 50, nil)
 		require.NoError(t, err)
 		info := waitTask(t, b.client, long.ID)
 		require.Equal(t, history.StatusDeadLettered, info.Status)

@@ -39,8 +39,8 @@ func TestQueueConcurrencyLimitAcrossWorkers(t *testing.T) {
 				}
 				time.Sleep(30 * time.Millisecond)
 				return "text", nil
-			})
-		}, sdk.WorkflowOpts{Queue: "gpu"})
+			}, nil)
+		}, &sdk.WorkflowOpts{Queue: "gpu"})
 		workers := []*sdk.Worker{b.worker,
 			b.newWorker(t, sdk.WorkerConfig{Queues: []string{"gpu"}, Concurrency: 5}),
 			b.newWorker(t, sdk.WorkerConfig{Queues: []string{"gpu"}, Concurrency: 5})}
@@ -50,7 +50,7 @@ func TestQueueConcurrencyLimitAcrossWorkers(t *testing.T) {
 		}
 		starts := make([]sdk.StartParams, 30)
 		for i := range starts {
-			starts[i] = sdk.StartEntry(wf, i)
+			starts[i] = sdk.StartEntry(wf, i, nil)
 		}
 		res, err := b.client.StartMany(context.Background(), starts)
 		require.NoError(t, err)
@@ -72,13 +72,13 @@ func TestFullQueueRefusesStart(t *testing.T) {
 		b := setup(t, sdk.WorkerConfig{})
 		ctx := context.Background()
 		wf := sdk.NewWorkflow("mail.send", 1, func(workflow.Context, string) (string, error) { return "", nil },
-			sdk.WorkflowOpts{Queue: "mail"})
+			&sdk.WorkflowOpts{Queue: "mail"})
 		require.NoError(t, b.client.SetQueue(ctx, "mail", sdk.QueueSettings{MaxWaiting: 2}))
 		for range 2 {
-			_, err := sdk.Start(ctx, b.client, wf, "x")
+			_, err := sdk.Start(ctx, b.client, wf, "x", nil)
 			require.NoError(t, err)
 		}
-		_, err := sdk.Start(ctx, b.client, wf, "x")
+		_, err := sdk.Start(ctx, b.client, wf, "x", nil)
 		require.True(t, errors.Is(err, sdk.ErrQueueFull), "%v", err)
 		var full *store.QueueFullError
 		require.True(t, errors.As(err, &full))
@@ -99,17 +99,17 @@ func TestDelayedTaskNeverStartsEarly(t *testing.T) {
 	t.Parallel()
 	onEachStore(t, func(t *testing.T, setup setupFunc) {
 		b := setup(t, sdk.WorkerConfig{})
-		wf := sdk.NewWorkflow("followup.send", 1, func(workflow.Context, int) (int, error) { return 0, nil })
+		wf := sdk.NewWorkflow("followup.send", 1, func(workflow.Context, int) (int, error) { return 0, nil }, nil)
 		sdk.Register(b.worker, wf)
 		startWorker(t, b.worker)
 		ctx := context.Background()
 		var ids []*sdk.Run[int]
 		for i := range 5 {
-			r, err := sdk.Start(ctx, b.client, wf, i, sdk.StartOpts{Delay: time.Duration(i+1) * 150 * time.Millisecond})
+			r, err := sdk.Start(ctx, b.client, wf, i, &sdk.StartOpts{Delay: time.Duration(i+1) * 150 * time.Millisecond})
 			require.NoError(t, err)
 			ids = append(ids, r)
 		}
-		r, err := sdk.Start(ctx, b.client, wf, 9, sdk.StartOpts{RunAt: time.Now().Add(400 * time.Millisecond)})
+		r, err := sdk.Start(ctx, b.client, wf, 9, &sdk.StartOpts{RunAt: time.Now().Add(400 * time.Millisecond)})
 		require.NoError(t, err)
 		ids = append(ids, r)
 		for _, r := range ids {
@@ -130,14 +130,14 @@ func TestTaskPastItsStartDeadlineExpires(t *testing.T) {
 		wf := sdk.NewWorkflow("reply.typing", 1, func(ctx workflow.Context, _ string) (string, error) {
 			runs.Add(1)
 			return "", nil
-		})
+		}, nil)
 		sdk.Register(b.worker, wf)
 		ctx := context.Background()
-		res, err := sdk.Start(ctx, b.client, wf, "", sdk.StartOpts{StartDeadline: time.Now().Add(50 * time.Millisecond)})
+		res, err := sdk.Start(ctx, b.client, wf, "", &sdk.StartOpts{StartDeadline: time.Now().Add(50 * time.Millisecond)})
 		require.NoError(t, err)
-		fresh, err := sdk.Start(ctx, b.client, wf, "", sdk.StartOpts{StartDeadline: time.Now().Add(time.Hour)})
+		fresh, err := sdk.Start(ctx, b.client, wf, "", &sdk.StartOpts{StartDeadline: time.Now().Add(time.Hour)})
 		require.NoError(t, err)
-		_, err = sdk.Start(ctx, b.client, wf, "", sdk.StartOpts{StartDeadline: time.Now().Add(-time.Second)})
+		_, err = sdk.Start(ctx, b.client, wf, "", &sdk.StartOpts{StartDeadline: time.Now().Add(-time.Second)})
 		require.ErrorContains(t, err, "StartDeadline")
 		time.Sleep(100 * time.Millisecond) // the first one's start deadline passes with no worker running
 		startWorker(t, b.worker)
@@ -166,27 +166,27 @@ func TestDurableSleepHoldsNoSlot(t *testing.T) {
 		const nap = 3 * time.Second
 		var otherDone atomic.Int64
 		sleeper := sdk.NewWorkflow("reminder.send", 1, func(ctx workflow.Context, _ int) (string, error) {
-			if _, err := workflow.Step(ctx, "schedule", func(context.Context) (string, error) { return "ok", nil }); err != nil {
+			if _, err := workflow.Step(ctx, "schedule", func(context.Context) (string, error) { return "ok", nil }, nil); err != nil {
 				return "", err
 			}
 			if err := workflow.Sleep(ctx, nap); err != nil {
 				return "", err
 			}
-			return workflow.Step(ctx, "send", func(context.Context) (string, error) { return "sent", nil })
-		})
+			return workflow.Step(ctx, "send", func(context.Context) (string, error) { return "sent", nil }, nil)
+		}, nil)
 		other := sdk.NewWorkflow("reply.now", 1, func(ctx workflow.Context, _ string) (string, error) {
 			return workflow.Step(ctx, "reply", func(context.Context) (string, error) {
 				otherDone.Store(time.Now().UnixNano())
 				return "replied", nil
-			})
-		})
+			}, nil)
+		}, nil)
 		sdk.Register(b.worker, sleeper)
 		sdk.Register(b.worker, other)
 		startWorker(t, b.worker)
 		ctx := context.Background()
 		var sleepers []*sdk.Run[string]
 		for i := range 10 {
-			res, err := sdk.Start(ctx, b.client, sleeper, i)
+			res, err := sdk.Start(ctx, b.client, sleeper, i, nil)
 			require.NoError(t, err)
 			sleepers = append(sleepers, res)
 		}
@@ -199,7 +199,7 @@ func TestDurableSleepHoldsNoSlot(t *testing.T) {
 			}
 			return true
 		}, testTimeout, 10*time.Millisecond)
-		res, err := sdk.Start(ctx, b.client, other, "hi")
+		res, err := sdk.Start(ctx, b.client, other, "hi", nil)
 		require.NoError(t, err)
 		require.Equal(t, history.StatusCompleted, waitTask(t, b.client, res.ID).Status)
 
@@ -253,7 +253,7 @@ func TestScheduleFiresOncePerTickAcrossProcesses(t *testing.T) {
 		wf := sdk.NewWorkflow("report.tick", 1, func(ctx workflow.Context, in map[string]string) (string, error) {
 			runs.Add(1)
 			return in["report"], nil
-		})
+		}, nil)
 		ctx := context.Background()
 		require.NoError(t, b.client.CreateSchedule(ctx, sdk.ScheduleParams{Name: "every-second", Cron: "* * * * * *",
 			Timezone: "Europe/Berlin", Workflow: wf, Input: map[string]string{"report": "weekly"}}))
@@ -275,7 +275,7 @@ func TestScheduleFiresOncePerTickAcrossProcesses(t *testing.T) {
 			stopWorker(t, w)
 		}
 
-		tasks, err := b.client.List(ctx, sdk.ListOpts{Type: "report.tick", Limit: 100, IncludeInput: true})
+		tasks, err := b.client.List(ctx, &sdk.ListOpts{Type: "report.tick", Limit: 100, IncludeInput: true})
 		require.NoError(t, err)
 		require.GreaterOrEqual(t, len(tasks), 2)
 		seen := map[string]bool{}
@@ -315,7 +315,7 @@ func TestScheduleFiresAtItsTick(t *testing.T) {
 	t.Parallel()
 	onEachStore(t, func(t *testing.T, setup setupFunc) {
 		b := setup(t, sdk.WorkerConfig{RescueInterval: 10 * time.Second})
-		wf := sdk.NewWorkflow("report.precise", 1, func(ctx workflow.Context, _ string) (string, error) { return "", nil })
+		wf := sdk.NewWorkflow("report.precise", 1, func(ctx workflow.Context, _ string) (string, error) { return "", nil }, nil)
 		sdk.Register(b.worker, wf)
 		ctx := context.Background()
 		require.NoError(t, b.client.CreateSchedule(ctx, sdk.ScheduleParams{Name: "precise", Cron: "* * * * * *", Workflow: wf}))
@@ -323,7 +323,7 @@ func TestScheduleFiresAtItsTick(t *testing.T) {
 		time.Sleep(3500 * time.Millisecond)
 		require.NoError(t, b.client.PauseSchedule(ctx, "precise"))
 		stopWorker(t, b.worker)
-		tasks, err := b.client.List(ctx, sdk.ListOpts{Type: "report.precise", Limit: 100})
+		tasks, err := b.client.List(ctx, &sdk.ListOpts{Type: "report.precise", Limit: 100})
 		require.NoError(t, err)
 		require.GreaterOrEqual(t, len(tasks), 2, "ticks fired between rescue passes")
 		for _, task := range tasks {
@@ -343,19 +343,19 @@ func TestLowPriorityIsNotStarved(t *testing.T) {
 	t.Parallel()
 	onEachStore(t, func(t *testing.T, setup setupFunc) {
 		b := setup(t, sdk.WorkerConfig{Concurrency: 10})
-		wf := sdk.NewWorkflow("work.any", 1, func(ctx workflow.Context, _ int) (int, error) { return 0, nil })
+		wf := sdk.NewWorkflow("work.any", 1, func(ctx workflow.Context, _ int) (int, error) { return 0, nil }, nil)
 		sdk.Register(b.worker, wf)
 		ctx := context.Background()
 		var low []sdk.StartParams
 		for i := range 5 {
-			low = append(low, sdk.StartEntry(wf, i, sdk.StartOpts{Priority: -10}))
+			low = append(low, sdk.StartEntry(wf, i, &sdk.StartOpts{Priority: -10}))
 		}
 		lowRes, err := b.client.StartMany(ctx, low)
 		require.NoError(t, err)
 		const flood = 1500
 		high := make([]sdk.StartParams, flood)
 		for i := range high {
-			high[i] = sdk.StartEntry(wf, i, sdk.StartOpts{Priority: 10})
+			high[i] = sdk.StartEntry(wf, i, &sdk.StartOpts{Priority: 10})
 		}
 		highRes, err := b.client.StartMany(ctx, high)
 		require.NoError(t, err)
@@ -398,21 +398,21 @@ func TestFairnessKeysServeTenantsRoundRobin(t *testing.T) {
 	wf := sdk.NewWorkflow("chat.reply", 1, func(ctx workflow.Context, _ int) (int, error) {
 		return workflow.Step(ctx, "reply", func(context.Context) (int, error) {
 			return 0, nil
-		})
-	})
+		}, nil)
+	}, nil)
 	sdk.Register(b.worker, wf)
 	startWorker(t, b.worker)
 	ctx := context.Background()
 	const flood = 5000
 	starts := make([]sdk.StartParams, flood)
 	for i := range starts {
-		starts[i] = sdk.StartEntry(wf, i, sdk.StartOpts{FairnessKey: "tenant-a"})
+		starts[i] = sdk.StartEntry(wf, i, &sdk.StartOpts{FairnessKey: "tenant-a"})
 	}
 	aRes, err := b.client.StartMany(ctx, starts)
 	require.NoError(t, err)
 	var bIDs []*sdk.Run[int]
 	for i := range 10 {
-		r, err := sdk.Start(ctx, b.client, wf, i, sdk.StartOpts{FairnessKey: "tenant-b"})
+		r, err := sdk.Start(ctx, b.client, wf, i, &sdk.StartOpts{FairnessKey: "tenant-b"})
 		require.NoError(t, err)
 		bIDs = append(bIDs, r)
 	}
@@ -444,7 +444,7 @@ func TestLeaderCrashHandsOverSchedules(t *testing.T) {
 	t.Parallel()
 	cfg := sdk.WorkerConfig{RescueInterval: 50 * time.Millisecond}
 	b := setup(t, cfg)
-	wf := sdk.NewWorkflow("report.tick", 1, func(workflow.Context, string) (string, error) { return "", nil })
+	wf := sdk.NewWorkflow("report.tick", 1, func(workflow.Context, string) (string, error) { return "", nil }, nil)
 	ctx := context.Background()
 	require.NoError(t, b.client.CreateSchedule(ctx, sdk.ScheduleParams{Name: "tick", Cron: "* * * * * *", Workflow: wf}))
 	workers := map[string]*sdk.Worker{}
@@ -483,7 +483,7 @@ func TestLeaderCrashHandsOverSchedules(t *testing.T) {
 	_ = workers[survivor].Stop(ctx)
 	_ = workers[first].Stop(ctx)
 
-	tasks, err := b.client.List(ctx, sdk.ListOpts{Type: "report.tick", Limit: 100})
+	tasks, err := b.client.List(ctx, &sdk.ListOpts{Type: "report.tick", Limit: 100})
 	require.NoError(t, err)
 	var ticks []time.Time
 	for _, task := range tasks {
@@ -505,14 +505,14 @@ func TestRateLimitAcrossWorkers(t *testing.T) {
 	t.Parallel()
 	onEachStore(t, func(t *testing.T, setup setupFunc) {
 		b := setup(t, sdk.WorkerConfig{Concurrency: 8, PollInterval: 20 * time.Millisecond})
-		wf := sdk.NewWorkflow("llm.call", 1, func(ctx workflow.Context, _ int) (int, error) { return 0, nil })
+		wf := sdk.NewWorkflow("llm.call", 1, func(ctx workflow.Context, _ int) (int, error) { return 0, nil }, nil)
 		ctx := context.Background()
 		const perSecond = 10
 		require.NoError(t, b.client.SetRateLimit(ctx, "llm.call", perSecond, time.Second))
 		require.Error(t, b.client.SetRateLimit(ctx, "llm.call", 0, time.Second))
 		starts := make([]sdk.StartParams, 30)
 		for i := range starts {
-			starts[i] = sdk.StartEntry(wf, i)
+			starts[i] = sdk.StartEntry(wf, i, nil)
 		}
 		res, err := b.client.StartMany(ctx, starts)
 		require.NoError(t, err)
@@ -560,8 +560,8 @@ func TestOverloadedProducerLosesNothingAccepted(t *testing.T) {
 			return workflow.Step(ctx, "ocr", func(context.Context) (int, error) {
 				time.Sleep(5 * time.Millisecond)
 				return 1, nil
-			})
-		}, sdk.WorkflowOpts{Queue: "ocr"})
+			}, nil)
+		}, &sdk.WorkflowOpts{Queue: "ocr"})
 		sdk.Register(b.worker, wf)
 		var (
 			mu       sync.Mutex
@@ -572,7 +572,7 @@ func TestOverloadedProducerLosesNothingAccepted(t *testing.T) {
 		// them and drain it while they push.
 		fill := make([]sdk.StartParams, 50)
 		for i := range fill {
-			fill[i] = sdk.StartEntry(wf, -i)
+			fill[i] = sdk.StartEntry(wf, -i, nil)
 		}
 		filled, err := b.client.StartMany(ctx, fill)
 		require.NoError(t, err)
@@ -580,7 +580,7 @@ func TestOverloadedProducerLosesNothingAccepted(t *testing.T) {
 			accepted = append(accepted, sdk.RunOf(b.client, wf, f.ID))
 		}
 		// Full, and nobody drains it yet: the producer is pushed back.
-		_, err = sdk.Start(ctx, b.client, wf, -1000)
+		_, err = sdk.Start(ctx, b.client, wf, -1000, nil)
 		require.True(t, errors.Is(err, sdk.ErrQueueFull), "a start into the full queue: %v", err)
 		refused++
 		// Then the workers drain it while producers push, until the queue
@@ -594,7 +594,7 @@ func TestOverloadedProducerLosesNothingAccepted(t *testing.T) {
 		for p := range 6 {
 			wg.Go(func() {
 				for i := 0; produce.Err() == nil; i++ {
-					res, err := sdk.Start(ctx, b.client, wf, p*100000+i)
+					res, err := sdk.Start(ctx, b.client, wf, p*100000+i, nil)
 					mu.Lock()
 					switch {
 					case err == nil:

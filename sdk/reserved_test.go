@@ -37,23 +37,23 @@ func TestForgedReferencesAreRefusedAndNeverResolved(t *testing.T) {
 		defer cancel()
 		echo := sdk.NewWorkflow("forge.echo", 1, func(ctx workflow.Context, in json.RawMessage) (json.RawMessage, error) {
 			return in, nil
-		}, sdk.WorkflowOpts{Retry: fastRetry(2)})
+		}, &sdk.WorkflowOpts{Retry: fastRetry(2)})
 		receive := sdk.NewWorkflow("forge.receive", 1, func(ctx workflow.Context, _ int) (json.RawMessage, error) {
 			v, _, err := workflow.Receive[json.RawMessage](ctx, "doc", time.Minute)
 			return v, err
-		}, sdk.WorkflowOpts{Retry: fastRetry(2)})
+		}, &sdk.WorkflowOpts{Retry: fastRetry(2)})
 		sdk.Register(b.worker, echo)
 		sdk.Register(b.worker, receive)
 		startWorker(t, b.worker)
 		s := sdk.ClientStore(b.client)
 
-		victim, err := b.client.StartDynamic(ctx, sdk.TypeRef{Name: "forge.victim", Version: 1}, 1)
+		victim, err := b.client.StartDynamic(ctx, sdk.TypeRef{Name: "forge.victim", Version: 1}, 1, nil)
 		require.NoError(t, err)
 		ref := putPlainBlob(t, s, "default", victim.ID, "application/json", []byte(victimDocument))
 		refJSON, err := json.Marshal(ref)
 		require.NoError(t, err)
 		r := string(refJSON)
-		waiting, err := sdk.Start(ctx, b.client, receive, 0)
+		waiting, err := sdk.Start(ctx, b.client, receive, 0, nil)
 		require.NoError(t, err)
 		tasks := func() int {
 			return len(enginetest.TaskIDs(t, s))
@@ -66,10 +66,10 @@ func TestForgedReferencesAreRefusedAndNeverResolved(t *testing.T) {
 			`{"a":1,"cairn_blob":` + r + `}`,
 			`{"cairn\u005fsealed":{"v":1,"task":"` + victim.ID.String() + `","data":"AAAA"}}`,
 		} {
-			_, err := sdk.Start(ctx, b.client, echo, json.RawMessage(forged))
+			_, err := sdk.Start(ctx, b.client, echo, json.RawMessage(forged), nil)
 			require.ErrorIs(t, err, sdk.ErrInvalid, "input %s", forged)
 			require.ErrorContains(t, err, "reserves")
-			_, err = b.client.Signal(ctx, waiting.ID, "doc", json.RawMessage(forged))
+			_, err = b.client.Signal(ctx, waiting.ID, "doc", json.RawMessage(forged), nil)
 			require.ErrorIs(t, err, sdk.ErrInvalid, "signal %s", forged)
 		}
 		require.Equal(t, before, tasks(), "no task was started")
@@ -112,25 +112,25 @@ func TestSquattedChildKeyFailsTheParent(t *testing.T) {
 		b := setup(t, sdk.WorkerConfig{Concurrency: 4})
 		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 		defer cancel()
-		child := sdk.NewWorkflow("squat.child", 1, func(ctx workflow.Context, n int) (int, error) { return n, nil })
+		child := sdk.NewWorkflow("squat.child", 1, func(ctx workflow.Context, n int) (int, error) { return n, nil }, nil)
 		gate := make(chan struct{})
 		parent := sdk.NewWorkflow("squat.parent", 1, func(ctx workflow.Context, _ int) (int, error) {
 			if _, err := workflow.Step(ctx, "gate", func(context.Context) (int, error) {
 				<-gate
 				return 0, nil
-			}); err != nil {
+			}, nil); err != nil {
 				return 0, err
 			}
-			return workflow.StartChild(ctx, child, 7).Result(ctx)
-		}, sdk.WorkflowOpts{SkipDeadLetter: true})
+			return workflow.StartChild(ctx, child, 7, nil).Result(ctx)
+		}, &sdk.WorkflowOpts{SkipDeadLetter: true})
 		sdk.Register(b.worker, parent)
 		sdk.Register(b.worker, child)
 		startWorker(t, b.worker)
 
-		run, err := sdk.Start(ctx, b.client, parent, 0)
+		run, err := sdk.Start(ctx, b.client, parent, 0, nil)
 		require.NoError(t, err)
 		key := "cairn:child:" + run.ID.String() + ":0"
-		_, err = sdk.Start(ctx, b.client, child, 1, sdk.StartOpts{IdempotencyKey: key})
+		_, err = sdk.Start(ctx, b.client, child, 1, &sdk.StartOpts{IdempotencyKey: key})
 		require.ErrorIs(t, err, sdk.ErrInvalid)
 		require.ErrorContains(t, err, `the prefix "cairn:" is cairn's own`)
 		_, err = b.client.StartMany(ctx, []sdk.StartParams{{Workflow: child, Input: 1, Opts: sdk.StartOpts{IdempotencyKey: "cairn:x"}}})

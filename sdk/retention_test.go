@@ -27,7 +27,7 @@ func TestNamespaceRetentionRemovesFinishedTasks(t *testing.T) {
 	t.Parallel()
 	onEachStore(t, func(t *testing.T, setup setupFunc) {
 		b := setup(t, sdk.WorkerConfig{Concurrency: 4, RescueInterval: 20 * time.Millisecond})
-		wf := sdk.NewWorkflow("report.build", 1, func(ctx workflow.Context, n int) (int, error) { return n, nil })
+		wf := sdk.NewWorkflow("report.build", 1, func(ctx workflow.Context, n int) (int, error) { return n, nil }, nil)
 		sdk.Register(b.worker, wf)
 		ctx := context.Background()
 		require.Error(t, b.client.SetNamespace(ctx, "bad name", sdk.NamespaceSettings{Retention: time.Hour}))
@@ -37,7 +37,7 @@ func TestNamespaceRetentionRemovesFinishedTasks(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, []store.NamespaceConfig{{Name: "default", Retention: 100 * time.Millisecond, KeyRetention: time.Hour}}, got)
 
-		res, err := sdk.Start(ctx, b.client, wf, 7, sdk.StartOpts{IdempotencyKey: "report-7"})
+		res, err := sdk.Start(ctx, b.client, wf, 7, &sdk.StartOpts{IdempotencyKey: "report-7"})
 		require.NoError(t, err)
 		startWorker(t, b.worker)
 		out, err := res.Result(ctx)
@@ -49,7 +49,7 @@ func TestNamespaceRetentionRemovesFinishedTasks(t *testing.T) {
 		}, 10*time.Second, 20*time.Millisecond, "the finished task is removed after its retention")
 		_, err = b.client.Get(ctx, res.ID)
 		require.ErrorIs(t, err, sdk.ErrNotFound)
-		again, err := sdk.Start(ctx, b.client, wf, 7, sdk.StartOpts{IdempotencyKey: "report-7"})
+		again, err := sdk.Start(ctx, b.client, wf, 7, &sdk.StartOpts{IdempotencyKey: "report-7"})
 		require.NoError(t, err)
 		require.Equal(t, res.ID, again.ID, "the key stays taken: the late duplicate names the removed task")
 		require.True(t, again.Existing)
@@ -70,8 +70,8 @@ func TestRemovedTasksAreReadFromTheArchive(t *testing.T) {
 		s3 := s3test.Start(t, "archive", "histories")
 		b := setup(t, sdk.WorkerConfig{Concurrency: 4, RescueInterval: 20 * time.Millisecond, DefaultArchive: dir})
 		wf := sdk.NewWorkflow("report.build", 1, func(ctx workflow.Context, n int) (int, error) {
-			return workflow.Step(ctx, "double", func(context.Context) (int, error) { return 2 * n, nil })
-		})
+			return workflow.Step(ctx, "double", func(context.Context) (int, error) { return 2 * n, nil }, nil)
+		}, nil)
 		sdk.Register(b.worker, wf)
 		ctx := context.Background()
 		require.ErrorIs(t, b.client.SetNamespace(ctx, "default", sdk.NamespaceSettings{Archive: "s3://"}), sdk.ErrInvalid)
@@ -84,7 +84,7 @@ func TestRemovedTasksAreReadFromTheArchive(t *testing.T) {
 		var befores []string
 		for i, archive := range []string{"", s3} {
 			require.NoError(t, b.client.SetNamespace(ctx, "default", sdk.NamespaceSettings{Archive: archive}))
-			res, err := sdk.Start(ctx, b.client, wf, i+1)
+			res, err := sdk.Start(ctx, b.client, wf, i+1, nil)
 			require.NoError(t, err)
 			_, err = res.Result(ctx)
 			require.NoError(t, err)
@@ -135,17 +135,17 @@ func TestArchivedBlobsReadBack(t *testing.T) {
 		dir := "file://" + filepath.ToSlash(t.TempDir())
 		b := setup(t, sdk.WorkerConfig{Concurrency: 2, RescueInterval: 20 * time.Millisecond, DefaultArchive: dir, BlobThreshold: 100})
 		wf := sdk.NewWorkflow("doc.keep", 1, func(ctx workflow.Context, n int) (sdk.Blob, error) {
-			if _, err := workflow.Step(ctx, "long", func(context.Context) (string, error) { return strings.Repeat("x", 500), nil }); err != nil {
+			if _, err := workflow.Step(ctx, "long", func(context.Context) (string, error) { return strings.Repeat("x", 500), nil }, nil); err != nil {
 				return sdk.Blob{}, err
 			}
 			return workflow.Step(ctx, "put", func(ctx context.Context) (sdk.Blob, error) {
 				return activities.PutBlob(ctx, "text/plain", []byte(strings.Repeat("page ", n)))
-			})
-		})
+			}, nil)
+		}, nil)
 		sdk.Register(b.worker, wf)
 		startWorker(t, b.worker)
 		ctx := context.Background()
-		res, err := sdk.Start(ctx, b.client, wf, 1000)
+		res, err := sdk.Start(ctx, b.client, wf, 1000, nil)
 		require.NoError(t, err)
 		ref, err := res.Result(ctx)
 		require.NoError(t, err)

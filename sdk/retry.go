@@ -30,8 +30,8 @@ func (c *Client) Retry(ctx context.Context, id uuid.UUID, reason string) error {
 }
 
 // DeadLetterOpts select dead letters for [Client.DeadLetters] and
-// [Client.RetryDeadLetters], passed by value and at most once; none, or
-// the zero value, selects the newest 100.
+// [Client.RetryDeadLetters]; nil, or the zero value, selects the newest
+// 100.
 type DeadLetterOpts struct {
 	Type   string      // only tasks of this type; "" for all
 	Filter *TaskFilter // only tasks it matches; nil for all
@@ -53,7 +53,7 @@ const deadLetterPage = 500
 // match opts, newest first. A task the filter cannot be evaluated on is
 // skipped and its error returned with the
 // others; a missing label is not such an error (it reads as "").
-func (c *Client) DeadLetters(ctx context.Context, opts ...DeadLetterOpts) ([]*TaskInfo, error) {
+func (c *Client) DeadLetters(ctx context.Context, opts *DeadLetterOpts) ([]*TaskInfo, error) {
 	var out []*TaskInfo
 	err := c.eachDeadLetter(ctx, opts, func(page []*TaskInfo) error {
 		out = append(out, page...)
@@ -73,7 +73,7 @@ type RetryReport struct {
 // RetryDeadLetters requeues, as [Client.Retry] does, every dead letter that
 // matches opts, in batches, up to opts.Limit (100 by default; negative for
 // no limit). It returns what it did even when it stops on an error.
-func (c *Client) RetryDeadLetters(ctx context.Context, reason string, opts ...DeadLetterOpts) (RetryReport, error) {
+func (c *Client) RetryDeadLetters(ctx context.Context, reason string, opts *DeadLetterOpts) (RetryReport, error) {
 	report := RetryReport{Failed: map[uuid.UUID]error{}}
 	err := c.eachDeadLetter(ctx, opts, func(page []*TaskInfo) error {
 		ids := make([]uuid.UUID, len(page))
@@ -103,11 +103,8 @@ func (c *Client) RetryDeadLetters(ctx context.Context, reason string, opts ...De
 // by cursor is not disturbed by fn requeueing what it is handed. With a
 // filter, the reading and evaluating (not fn) is bounded by the client's
 // [FilterLimits].
-func (c *Client) eachDeadLetter(ctx context.Context, given []DeadLetterOpts, fn func([]*TaskInfo) error) error {
-	opts, err := oneOpts("DeadLetterOpts", given)
-	if err != nil {
-		return err
-	}
+func (c *Client) eachDeadLetter(ctx context.Context, given *DeadLetterOpts, fn func([]*TaskInfo) error) error {
+	opts := orZero(given)
 	limit := opts.Limit
 	if limit == 0 {
 		limit = 100

@@ -27,10 +27,10 @@ type Run[Out any] struct {
 // Start persists a task of wf with input in, and returns a handle on it
 // once it is committed. It is the typed start: in must be wf's input type,
 // so a mistyped input does not compile. Inputs and options are checked as
-// [Client.StartDynamic] checks them ([ErrInvalid]); opts is optional, at
-// most one [StartOpts].
-func Start[In, Out any](ctx context.Context, c *Client, wf *Workflow[In, Out], in In, opts ...StartOpts) (*Run[Out], error) {
-	res, err := c.StartDynamic(ctx, wf, in, opts...)
+// [Client.StartDynamic] checks them ([ErrInvalid]); opts nil takes every
+// default.
+func Start[In, Out any](ctx context.Context, c *Client, wf *Workflow[In, Out], in In, opts *StartOpts) (*Run[Out], error) {
+	res, err := c.StartDynamic(ctx, wf, in, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -40,8 +40,8 @@ func Start[In, Out any](ctx context.Context, c *Client, wf *Workflow[In, Out], i
 // StartTx is [Start] inside the caller's transaction (the outbox pattern):
 // the task exists, and workers hear of it, only if tx commits. It needs the
 // PostgreSQL store (see [Client.StartDynamicTx]).
-func StartTx[In, Out any](ctx context.Context, c *Client, tx pgx.Tx, wf *Workflow[In, Out], in In, opts ...StartOpts) (*Run[Out], error) {
-	res, err := c.StartDynamicTx(ctx, tx, wf, in, opts...)
+func StartTx[In, Out any](ctx context.Context, c *Client, tx pgx.Tx, wf *Workflow[In, Out], in In, opts *StartOpts) (*Run[Out], error) {
+	res, err := c.StartDynamicTx(ctx, tx, wf, in, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -49,11 +49,10 @@ func StartTx[In, Out any](ctx context.Context, c *Client, tx pgx.Tx, wf *Workflo
 }
 
 // StartEntry is one typed start of a [Client.StartMany]: in must be wf's
-// input type. opts is optional, at most one [StartOpts]; more fail the
-// StartMany with [ErrInvalid]. [RunOf] makes a handle on each result.
-func StartEntry[In, Out any](wf *Workflow[In, Out], in In, opts ...StartOpts) StartParams {
-	o, err := oneOpts("StartOpts", opts)
-	return StartParams{Workflow: wf, Input: in, Opts: o, misuse: err}
+// input type; opts nil takes every default. The entry holds a copy of
+// *opts. [RunOf] makes a handle on each result.
+func StartEntry[In, Out any](wf *Workflow[In, Out], in In, opts *StartOpts) StartParams {
+	return StartParams{Workflow: wf, Input: in, Opts: orZero(opts)}
 }
 
 // RunOf is a handle on the task id of wf, started earlier (by an id kept

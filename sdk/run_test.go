@@ -3,7 +3,6 @@ package sdk_test
 import (
 	"context"
 	stderrors "errors"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -39,8 +38,8 @@ func charge(name string, skipDeadLetter bool) *sdk.Workflow[order, receipt] {
 				return receipt{}, activities.Permanent(errors.Newf("amount %d is not positive", o.Cents))
 			}
 			return receipt{OrderID: o.ID, Charged: o.Cents}, nil
-		})
-	}, sdk.WorkflowOpts{SkipDeadLetter: skipDeadLetter})
+		}, nil)
+	}, &sdk.WorkflowOpts{SkipDeadLetter: skipDeadLetter})
 }
 
 // endedRuns starts, on b, a task of each end a task can come to: completed,
@@ -57,22 +56,22 @@ func startEndedRuns(t *testing.T, b *testBundle) endedRuns {
 	dl, fail := charge("shop.charge", false), charge("shop.charge_once", true)
 	sdk.Register(b.worker, dl)
 	sdk.Register(b.worker, fail)
-	start := func(wf *sdk.Workflow[order, receipt], in order, opts ...sdk.StartOpts) *sdk.Run[receipt] {
+	start := func(wf *sdk.Workflow[order, receipt], in order, opts *sdk.StartOpts) *sdk.Run[receipt] {
 		t.Helper()
-		run, err := sdk.Start(ctx, b.client, wf, in, opts...)
+		run, err := sdk.Start(ctx, b.client, wf, in, opts)
 		require.NoError(t, err)
 		return run
 	}
 	runs := endedRuns{
-		completed:    start(dl, order{ID: "o-1", Cents: 250}),
-		deadLettered: start(dl, order{ID: "o-2", Cents: -5}),
-		failed:       start(fail, order{ID: "o-3", Cents: 0}),
-		cancelled:    start(dl, order{ID: "o-4", Cents: 1}, sdk.StartOpts{Delay: time.Hour}),
+		completed:    start(dl, order{ID: "o-1", Cents: 250}, nil),
+		deadLettered: start(dl, order{ID: "o-2", Cents: -5}, nil),
+		failed:       start(fail, order{ID: "o-3", Cents: 0}, nil),
+		cancelled:    start(dl, order{ID: "o-4", Cents: 1}, &sdk.StartOpts{Delay: time.Hour}),
 	}
 	require.NoError(t, b.client.Cancel(ctx, runs.cancelled.ID, "customer changed their mind"))
 
 	startDeadline := time.Now().Add(20 * time.Millisecond)
-	runs.expired = start(dl, order{ID: "o-5", Cents: 1}, sdk.StartOpts{Queue: "nobody-claims", StartDeadline: startDeadline})
+	runs.expired = start(dl, order{ID: "o-5", Cents: 1}, &sdk.StartOpts{Queue: "nobody-claims", StartDeadline: startDeadline})
 	// A leader's start-deadline expirer ends it (its first passes may come
 	// before the deadline by the store's clock).
 	m, err := sdk.NewMaintainer(sdk.MaintainerConfig{Store: sdk.ClientStore(b.client), Owner: "expirer", Interval: 5 * time.Millisecond})
@@ -160,8 +159,8 @@ func TestRunOfMakesAHandleOnAKnownTask(t *testing.T) {
 		sdk.Register(b.worker, wf)
 		ctx := context.Background()
 		started, err := b.client.StartMany(ctx, []sdk.StartParams{
-			sdk.StartEntry(wf, order{ID: "o-1", Cents: 3}),
-			sdk.StartEntry(wf, order{ID: "o-2", Cents: 4}, sdk.StartOpts{IdempotencyKey: "o-2"}),
+			sdk.StartEntry(wf, order{ID: "o-1", Cents: 3}, nil),
+			sdk.StartEntry(wf, order{ID: "o-2", Cents: 4}, &sdk.StartOpts{IdempotencyKey: "o-2"}),
 		})
 		require.NoError(t, err)
 		startWorker(t, b.worker)
@@ -171,14 +170,14 @@ func TestRunOfMakesAHandleOnAKnownTask(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, want, out)
 		}
-		again, err := sdk.Start(ctx, b.client, wf, order{ID: "o-2", Cents: 4}, sdk.StartOpts{IdempotencyKey: "o-2"})
+		again, err := sdk.Start(ctx, b.client, wf, order{ID: "o-2", Cents: 4}, &sdk.StartOpts{IdempotencyKey: "o-2"})
 		require.NoError(t, err)
 		require.True(t, again.Existing)
 		require.Equal(t, started[1].ID, again.ID)
 
 		// A handle of another workflow type refuses the task: its output
 		// is not that type's.
-		other := sdk.NewWorkflow("shop.refund", 1, func(workflow.Context, order) (string, error) { return "", nil })
+		other := sdk.NewWorkflow("shop.refund", 1, func(workflow.Context, order) (string, error) { return "", nil }, nil)
 		_, err = sdk.RunOf(b.client, other, started[0].ID).Result(ctx)
 		require.True(t, stderrors.Is(err, sdk.ErrInvalid), "%v", err)
 		require.ErrorContains(t, err, "shop.charge, not shop.refund")
@@ -195,7 +194,7 @@ func TestRunOfMakesAHandleOnAKnownTask(t *testing.T) {
 func TestRunResultStopsWithItsContext(t *testing.T) {
 	t.Parallel()
 	b := setupEmbedded(t, sdk.WorkerConfig{})
-	run, err := sdk.Start(context.Background(), b.client, echo, "later", sdk.StartOpts{Delay: time.Hour})
+	run, err := sdk.Start(context.Background(), b.client, echo, "later", &sdk.StartOpts{Delay: time.Hour})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -203,65 +202,4 @@ func TestRunResultStopsWithItsContext(t *testing.T) {
 	require.True(t, stderrors.Is(err, context.Canceled), "%v", err)
 	var te *sdk.TaskError
 	require.False(t, stderrors.As(err, &te))
-}
-
-// More than one options struct is refused wherever options are taken.
-func TestMoreThanOneOptionsStructIsRefused(t *testing.T) {
-	t.Parallel()
-	b := setupEmbedded(t, sdk.WorkerConfig{})
-	ctx := context.Background()
-	a, z := sdk.StartOpts{Queue: "a"}, sdk.StartOpts{Queue: "z"}
-	_, err := sdk.Start(ctx, b.client, echo, "x", a, z)
-	requireInvalid(t, err, "2 StartOpts given")
-	_, err = b.client.StartDynamic(ctx, echo, "x", a, z)
-	requireInvalid(t, err, "2 StartOpts given")
-	_, err = b.client.StartMany(ctx, []sdk.StartParams{sdk.StartEntry(echo, "x"), sdk.StartEntry(echo, "y", a, z, a)})
-	requireInvalid(t, err, "start 2 of 2: 3 StartOpts given")
-	_, err = b.client.List(ctx, sdk.ListOpts{}, sdk.ListOpts{})
-	requireInvalid(t, err, "2 ListOpts given")
-	_, err = b.client.DeadLetters(ctx, sdk.DeadLetterOpts{}, sdk.DeadLetterOpts{})
-	requireInvalid(t, err, "2 DeadLetterOpts given")
-	_, err = b.client.RetryDeadLetters(ctx, "why", sdk.DeadLetterOpts{}, sdk.DeadLetterOpts{})
-	requireInvalid(t, err, "2 DeadLetterOpts given")
-	fn := func(workflow.Context, string) (string, error) { return "", nil }
-	_, err = sdk.NewWorkflowSafely("two.opts", 1, fn, sdk.WorkflowOpts{}, sdk.WorkflowOpts{})
-	requireInvalid(t, err, "workflow two.opts: 2 WorkflowOpts given")
-	require.PanicsWithError(t, "workflow two.opts: 2 WorkflowOpts given, at most one is allowed", func() {
-		sdk.NewWorkflow("two.opts", 1, fn, sdk.WorkflowOpts{}, sdk.WorkflowOpts{})
-	})
-	tasks, err := b.client.List(ctx)
-	require.NoError(t, err)
-	require.Empty(t, tasks, "nothing was started")
-}
-
-func requireInvalid(t *testing.T, err error, contains string) {
-	t.Helper()
-	require.True(t, stderrors.Is(err, sdk.ErrInvalid), "not ErrInvalid: %v", err)
-	require.ErrorContains(t, err, contains)
-}
-
-// A step given two StepOpts fails its task permanently, as a step with an
-// invalid option does: the body does not panic in the worker.
-func TestStepWithTwoOptionsFailsTheTaskPermanently(t *testing.T) {
-	t.Parallel()
-	b := setupEmbedded(t, sdk.WorkerConfig{})
-	var ran atomic.Bool
-	wf := sdk.NewWorkflow("two.step_opts", 1, func(ctx workflow.Context, in string) (string, error) {
-		return workflow.Step(ctx, "s", func(context.Context) (string, error) {
-			ran.Store(true)
-			return in, nil
-		}, workflow.StepOpts{}, workflow.StepOpts{Irreversible: true})
-	})
-	sdk.Register(b.worker, wf)
-	startWorker(t, b.worker)
-	run, err := sdk.Start(context.Background(), b.client, wf, "x")
-	require.NoError(t, err)
-	_, err = resultOf(t, run)
-	var te *sdk.TaskError
-	require.True(t, stderrors.As(err, &te), "%v", err)
-	require.Equal(t, history.StatusDeadLettered, te.Status)
-	require.Equal(t, history.Permanent, te.Class)
-	require.Contains(t, te.Message, "2 StepOpts given, at most one is allowed")
-	stopWorker(t, b.worker)
-	require.False(t, ran.Load(), "the step did not run")
 }

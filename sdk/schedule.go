@@ -36,7 +36,7 @@ func (c *Client) CreateSchedule(ctx context.Context, p ScheduleParams) error {
 	if err := validateName("schedule name", p.Name); err != nil {
 		return err
 	}
-	start, err := c.startParams(p.Workflow, p.Input, []StartOpts{{Queue: p.Queue}})
+	start, err := c.startParams(p.Workflow, p.Input, &StartOpts{Queue: p.Queue})
 	if err != nil {
 		return errors.Wrapf(err, "schedule %s", p.Name)
 	}

@@ -92,7 +92,7 @@ func TestWorkflowRetriesFailedStepWithoutRerunningEarlierSteps(t *testing.T) {
 					return "", errors.New("no activity info")
 				}
 				return "text:" + in, nil
-			})
+			}, nil)
 			if err != nil {
 				return "", err
 			}
@@ -101,21 +101,21 @@ func TestWorkflowRetriesFailedStepWithoutRerunningEarlierSteps(t *testing.T) {
 					return "", errors.New("llm 503")
 				}
 				return "fields:" + text, nil
-			})
+			}, nil)
 			if err != nil {
 				return "", err
 			}
 			return workflow.Step(ctx, "validate", func(ctx context.Context) (string, error) {
 				validateRuns.Add(1)
 				return "ok:" + fields, nil
-			})
-		}, sdk.WorkflowOpts{Retry: &retry})
+			}, nil)
+		}, &sdk.WorkflowOpts{Retry: &retry})
 		sdk.Register(b.worker, wf)
 		ctx := context.Background()
 		require.NoError(t, b.worker.Start(ctx))
 		defer func() { require.NoError(t, b.worker.Stop(ctx)) }()
 
-		res, err := sdk.Start(ctx, b.client, wf, "a")
+		res, err := sdk.Start(ctx, b.client, wf, "a", nil)
 		require.NoError(t, err)
 		waitCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()

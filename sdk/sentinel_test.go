@@ -43,10 +43,10 @@ func TestEverySentinelMatchesWithBothErrorLibraries(t *testing.T) {
 		// pending (which the cancel would stop).
 		_, err := resultOf(t, runs.completed)
 		require.NoError(t, err)
-		pending, err := sdk.Start(ctx, c, echo, "waits", sdk.StartOpts{Delay: time.Hour, IdempotencyKey: "key-1"})
+		pending, err := sdk.Start(ctx, c, echo, "waits", &sdk.StartOpts{Delay: time.Hour, IdempotencyKey: "key-1"})
 		require.NoError(t, err)
 		require.NoError(t, c.SetQueue(ctx, "tight", sdk.QueueSettings{MaxWaiting: 1}))
-		_, err = sdk.Start(ctx, c, echo, "fills", sdk.StartOpts{Queue: "tight", Delay: time.Hour})
+		_, err = sdk.Start(ctx, c, echo, "fills", &sdk.StartOpts{Queue: "tight", Delay: time.Hour})
 		require.NoError(t, err)
 		stingy, err := sdk.NewClient(sdk.ClientConfig{Pool: b.pool, Schema: b.schema, Store: b.store,
 			FilterLimits: sdk.FilterLimits{Cost: 1}})
@@ -79,13 +79,13 @@ func TestEverySentinelMatchesWithBothErrorLibraries(t *testing.T) {
 				_, err = sdk.Output[string](info)
 				return err
 			}},
-			{sdk.ErrHistoryFull, "Signal", func() error { _, err := bounded.Signal(ctx, pending.ID, "note", nil); return err }},
+			{sdk.ErrHistoryFull, "Signal", func() error { _, err := bounded.Signal(ctx, pending.ID, "note", nil, nil); return err }},
 			{sdk.ErrQueueFull, "Start", func() error {
-				_, err := sdk.Start(ctx, c, echo, "over", sdk.StartOpts{Queue: "tight"})
+				_, err := sdk.Start(ctx, c, echo, "over", &sdk.StartOpts{Queue: "tight"})
 				return err
 			}},
 			{sdk.ErrPayloadTooLarge, "Start", func() error {
-				_, err := sdk.Start(ctx, inPlace, echo, strings.Repeat("x", sdk.DefaultMaxPayloadBytes))
+				_, err := sdk.Start(ctx, inPlace, echo, strings.Repeat("x", sdk.DefaultMaxPayloadBytes), nil)
 				return err
 			}},
 			{sdk.ErrBlobCorrupt, "GetBlob", func() error {
@@ -95,22 +95,21 @@ func TestEverySentinelMatchesWithBothErrorLibraries(t *testing.T) {
 				return err
 			}},
 			{sdk.ErrIdempotencyKeyReused, "Start", func() error {
-				_, err := sdk.Start(ctx, c, echo, "another input", sdk.StartOpts{IdempotencyKey: "key-1"})
+				_, err := sdk.Start(ctx, c, echo, "another input", &sdk.StartOpts{IdempotencyKey: "key-1"})
 				return err
 			}},
 			{sdk.ErrIdempotencyKeyReused, "StartMany", func() error {
-				_, err := c.StartMany(ctx, []sdk.StartParams{sdk.StartEntry(echo, "other", sdk.StartOpts{IdempotencyKey: "key-1"})})
+				_, err := c.StartMany(ctx, []sdk.StartParams{sdk.StartEntry(echo, "other", &sdk.StartOpts{IdempotencyKey: "key-1"})})
 				return err
 			}},
 			{sdk.ErrInvalid, "Queue", func() error {
-				_, err := sdk.Start(ctx, c, echo, "x", sdk.StartOpts{Queue: "no spaces"})
+				_, err := sdk.Start(ctx, c, echo, "x", &sdk.StartOpts{Queue: "no spaces"})
 				return err
 			}},
 			{sdk.ErrInvalid, "RawInput", func() error {
-				_, err := c.StartDynamic(ctx, echo, json.RawMessage(`{"a":`))
+				_, err := c.StartDynamic(ctx, echo, json.RawMessage(`{"a":`), nil)
 				return err
 			}},
-			{sdk.ErrInvalid, "TwoOpts", func() error { _, err := c.List(ctx, sdk.ListOpts{}, sdk.ListOpts{}); return err }},
 			{sdk.ErrInvalid, "RunOfAnotherType", func() error {
 				_, err := sdk.RunOf(c, echo, runs.completed.ID).Info(ctx)
 				return err
@@ -127,7 +126,7 @@ func TestEverySentinelMatchesWithBothErrorLibraries(t *testing.T) {
 			{sdk.ErrFilterTooExpensive, "List", func() error {
 				f, err := sdk.CompileTaskFilter(`task.type == "echo" && task.queue == "default"`)
 				require.NoError(t, err)
-				_, err = stingy.List(ctx, sdk.ListOpts{Filter: f})
+				_, err = stingy.List(ctx, &sdk.ListOpts{Filter: f})
 				return err
 			}},
 			{sdk.ErrDeadLettered, "Result", func() error { _, err := runs.deadLettered.Result(ctx); return err }},
@@ -135,11 +134,11 @@ func TestEverySentinelMatchesWithBothErrorLibraries(t *testing.T) {
 			{sdk.ErrCancelled, "Result", func() error { _, err := runs.cancelled.Result(ctx); return err }},
 			{sdk.ErrExpired, "Result", func() error { _, err := runs.expired.Result(ctx); return err }},
 			{sdk.ErrWaitEnded, "SignalForWaitOfFinished", func() error {
-				_, err := c.Signal(ctx, runs.completed.ID, "approve", nil, sdk.SignalOpts{ForWait: new(0)})
+				_, err := c.Signal(ctx, runs.completed.ID, "approve", nil, &sdk.SignalOpts{ForWait: new(0)})
 				return err
 			}},
 			{sdk.ErrWaitNotReached, "SignalForWaitNotReached", func() error {
-				_, err := c.Signal(ctx, pending.ID, "approve", nil, sdk.SignalOpts{ForWait: new(0)})
+				_, err := c.Signal(ctx, pending.ID, "approve", nil, &sdk.SignalOpts{ForWait: new(0)})
 				return err
 			}},
 			{sdk.ErrNotPlaced, "NewClient", func() error {

@@ -18,8 +18,8 @@ import (
 	"github.com/cairnflow/cairn/payload"
 )
 
-// SignalOpts are the options of [Client.Signal] and [Client.SignalByKey],
-// passed at most once; none, or the zero value, takes every default.
+// SignalOpts are the options of [Client.Signal] and [Client.SignalByKey];
+// nil, or the zero value, takes every default.
 type SignalOpts struct {
 	// DedupID makes the send idempotent: a signal with this id already in
 	// the task's history is not written again (the send still succeeds,
@@ -61,10 +61,9 @@ type SignalResult struct {
 // send with a DedupID is written once) and each receive takes exactly one.
 // A task that has finished is an error marked [ErrTaskState] and nothing is
 // written; an unknown task is [ErrNotFound]; invalid arguments (no name, a
-// payload that is not storable JSON or over the payload limit, more than
-// one SignalOpts) are [ErrInvalid]. opts is optional: pass at most one
-// [SignalOpts].
-func (c *Client) Signal(ctx context.Context, id uuid.UUID, name string, payload any, opts ...SignalOpts) (SignalResult, error) {
+// payload that is not storable JSON or over the payload limit) are
+// [ErrInvalid]. opts nil takes every default.
+func (c *Client) Signal(ctx context.Context, id uuid.UUID, name string, payload any, opts *SignalOpts) (SignalResult, error) {
 	if id == uuid.Nil {
 		return SignalResult{}, errmark.Mark(errors.New("signal: no task id"), ErrInvalid)
 	}
@@ -74,14 +73,14 @@ func (c *Client) Signal(ctx context.Context, id uuid.UUID, name string, payload 
 // SignalByKey is [Client.Signal] to the task started with idempotencyKey
 // (StartOpts.IdempotencyKey) in the client's namespace: for a sender that
 // knows the business key (an order id, say) but not the task id.
-func (c *Client) SignalByKey(ctx context.Context, idempotencyKey, name string, payload any, opts ...SignalOpts) (SignalResult, error) {
+func (c *Client) SignalByKey(ctx context.Context, idempotencyKey, name string, payload any, opts *SignalOpts) (SignalResult, error) {
 	if idempotencyKey == "" {
 		return SignalResult{}, errmark.Mark(errors.New("signal: no idempotency key"), ErrInvalid)
 	}
 	return c.signal(ctx, &store.TaskSignalParams{IdempotencyKey: idempotencyKey}, name, payload, opts)
 }
 
-func (c *Client) signal(ctx context.Context, p *store.TaskSignalParams, name string, payload any, opts []SignalOpts) (SignalResult, error) {
+func (c *Client) signal(ctx context.Context, p *store.TaskSignalParams, name string, payload any, opts *SignalOpts) (SignalResult, error) {
 	if err := c.fillSignal(ctx, p, name, payload, opts); err != nil {
 		return SignalResult{}, errmark.Mark(err, ErrInvalid)
 	}
@@ -96,11 +95,8 @@ func (c *Client) signal(ctx context.Context, p *store.TaskSignalParams, name str
 }
 
 // fillSignal checks a signal's arguments and fills p with them.
-func (c *Client) fillSignal(ctx context.Context, p *store.TaskSignalParams, name string, payload any, opts []SignalOpts) error {
-	o, err := oneOpts("SignalOpts", opts)
-	if err != nil {
-		return err
-	}
+func (c *Client) fillSignal(ctx context.Context, p *store.TaskSignalParams, name string, payload any, opts *SignalOpts) error {
+	o := orZero(opts)
 	if err := checkSignalText("name", name, MaxSignalNameBytes); err != nil {
 		return err
 	}

@@ -42,7 +42,7 @@ func BenchmarkSignalToWorkflowResumed(b *testing.B) {
 			}
 		}
 		return v, err
-	})
+	}, nil)
 	sdk.Register(worker, wf)
 	require.NoError(b, worker.Start(context.Background()))
 	defer func() { _ = worker.StopAndCancel(context.Background()) }()
@@ -51,11 +51,11 @@ func BenchmarkSignalToWorkflowResumed(b *testing.B) {
 	latencies := make([]time.Duration, 0, b.N)
 	b.ResetTimer()
 	for i := range b.N {
-		res, err := sdk.Start(ctx, client, wf, i)
+		res, err := sdk.Start(ctx, client, wf, i, nil)
 		require.NoError(b, err)
 		waitForWait(b, client, res.ID)
 		sent := time.Now()
-		_, err = client.Signal(ctx, res.ID, "go", "now")
+		_, err = client.Signal(ctx, res.ID, "go", "now", nil)
 		require.NoError(b, err)
 		latencies = append(latencies, (<-resumed).Sub(sent))
 		waitCtx, cancel := context.WithTimeout(ctx, 30*time.Second)

@@ -58,7 +58,7 @@ func TestManyWaitingTasksFinishWithFewWorkerSlots(t *testing.T) {
 				return "timed out", nil // the output check fails it
 			}
 			return strconv.Itoa(i) + ":" + v, nil
-		}, sdk.WorkflowOpts{Queue: queue})
+		}, &sdk.WorkflowOpts{Queue: queue})
 		sdk.Register(b.worker, wf)
 		ctx := context.Background()
 		// A waiting task is pending (its run time the wait's deadline), so
@@ -72,7 +72,7 @@ func TestManyWaitingTasksFinishWithFewWorkerSlots(t *testing.T) {
 		for start := 0; start < manyWaiters; start += batch {
 			starts := make([]sdk.StartParams, 0, batch)
 			for i := start; i < min(start+batch, manyWaiters); i++ {
-				starts = append(starts, sdk.StartEntry(wf, i))
+				starts = append(starts, sdk.StartEntry(wf, i, nil))
 			}
 			res, err := b.client.StartMany(ctx, starts)
 			require.NoError(t, err)
@@ -176,7 +176,7 @@ func signalAll(t *testing.T, c *sdk.Client, ids []uuid.UUID, name string, payloa
 					}
 					for j, r := range res {
 						if errors.Is(r.Err, store.ErrConflict) {
-							_, r.Err = c.Signal(ctx, part[j], name, payload(start+j))
+							_, r.Err = c.Signal(ctx, part[j], name, payload(start+j), nil)
 						}
 						if r.Err != nil {
 							return r.Err

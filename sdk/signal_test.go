@@ -38,7 +38,7 @@ func receiveAll(typ string, names []string, timeouts []time.Duration) *sdk.Workf
 			out = append(out, received{v, ok})
 		}
 		return out, nil
-	})
+	}, nil)
 }
 
 // waitForEvent polls the task's history until it holds an event of typ.
@@ -73,9 +73,9 @@ func TestSignalSentBeforeTheReceiveIsTakenAtOnce(t *testing.T) {
 		wf := receiveAll("approve.early", []string{"approval"}, []time.Duration{time.Hour})
 		sdk.Register(b.worker, wf)
 		ctx := context.Background()
-		run, err := sdk.Start(ctx, b.client, wf, struct{}{})
+		run, err := sdk.Start(ctx, b.client, wf, struct{}{}, nil)
 		require.NoError(t, err)
-		res, err := b.client.Signal(ctx, run.ID, "approval", "yes")
+		res, err := b.client.Signal(ctx, run.ID, "approval", "yes", nil)
 		require.NoError(t, err)
 		require.False(t, res.Duplicate)
 		startWorker(t, b.worker)
@@ -92,11 +92,11 @@ func TestSignalWakesAWaitingReceive(t *testing.T) {
 		wf := receiveAll("approve.wait", []string{"approval"}, []time.Duration{time.Hour})
 		sdk.Register(b.worker, wf)
 		ctx := context.Background()
-		run, err := sdk.Start(ctx, b.client, wf, struct{}{})
+		run, err := sdk.Start(ctx, b.client, wf, struct{}{}, nil)
 		require.NoError(t, err)
 		startWorker(t, b.worker)
 		waitForEvent(t, b.client, run.ID, history.WaitStarted)
-		_, err = b.client.Signal(ctx, run.ID, "approval", "yes", sdk.SignalOpts{Sender: "alice"})
+		_, err = b.client.Signal(ctx, run.ID, "approval", "yes", &sdk.SignalOpts{Sender: "alice"})
 		require.NoError(t, err)
 		requireReceived(t, waitTask(t, b.client, run.ID), []received{{"yes", true}})
 		sigs := eventsOf[history.SignalReceivedData](taskHistory(t, b.client, run.ID))
@@ -125,7 +125,7 @@ func TestSignalAfterATimeoutStaysForTheNextReceive(t *testing.T) {
 				}
 				<-sent
 				return true, nil
-			}); err != nil {
+			}, nil); err != nil {
 				return nil, err
 			}
 			second, ok2, err := workflow.Receive[string](ctx, "approval", time.Hour)
@@ -133,15 +133,15 @@ func TestSignalAfterATimeoutStaysForTheNextReceive(t *testing.T) {
 				return nil, err
 			}
 			return []received{{first, ok1}, {second, ok2}}, nil
-		})
+		}, nil)
 		sdk.Register(b.worker, wf)
 		ctx := context.Background()
-		run, err := sdk.Start(ctx, b.client, wf, struct{}{})
+		run, err := sdk.Start(ctx, b.client, wf, struct{}{}, nil)
 		require.NoError(t, err)
 		startWorker(t, b.worker)
 		waitSignal(t, timedOut, "the first receive to time out")
 		waitForEvent(t, b.client, run.ID, history.WaitTimedOut)
-		_, err = b.client.Signal(ctx, run.ID, "approval", "late")
+		_, err = b.client.Signal(ctx, run.ID, "approval", "late", nil)
 		require.NoError(t, err)
 		close(sent)
 		requireReceived(t, waitTask(t, b.client, run.ID), []received{{"", false}, {"late", true}})
@@ -162,7 +162,7 @@ func TestSignalAfterTheDeadlineButBeforeTheTimeoutIsTaken(t *testing.T) {
 		wf := receiveAll("approve.race", []string{"approval"}, []time.Duration{2 * time.Second})
 		sdk.Register(b.worker, wf)
 		ctx := context.Background()
-		run, err := sdk.Start(ctx, b.client, wf, struct{}{})
+		run, err := sdk.Start(ctx, b.client, wf, struct{}{}, nil)
 		require.NoError(t, err)
 		require.NoError(t, b.worker.Start(ctx))
 		waitForEvent(t, b.client, run.ID, history.WaitStarted)
@@ -171,7 +171,7 @@ func TestSignalAfterTheDeadlineButBeforeTheTimeoutIsTaken(t *testing.T) {
 		require.Len(t, waits, 1)
 		require.NotContains(t, eventTypesOf(t, b.client, run.ID), history.WaitTimedOut, "stopped before the deadline")
 		time.Sleep(time.Until(waits[0].Deadline) + 100*time.Millisecond) // the deadline passes
-		_, err = b.client.Signal(ctx, run.ID, "approval", "just in time")
+		_, err = b.client.Signal(ctx, run.ID, "approval", "just in time", nil)
 		require.NoError(t, err)
 		other := b.newWorker(t, sdk.WorkerConfig{})
 		sdk.Register(other, wf)
@@ -216,7 +216,7 @@ func TestSignalWhileItsReceiveTimesOutIsTaken(t *testing.T) {
 	wf := receiveAll("approve.skew", []string{"approval"}, []time.Duration{4500 * time.Millisecond})
 	sdk.Register(worker, wf)
 	ctx := context.Background()
-	run, err := sdk.Start(ctx, client, wf, struct{}{})
+	run, err := sdk.Start(ctx, client, wf, struct{}{}, nil)
 	require.NoError(t, err)
 	startWorker(t, worker)
 	deciding := []history.Type{history.TaskScheduled, history.AttemptStarted, history.WaitStarted, history.AttemptStarted}
@@ -225,7 +225,7 @@ func TestSignalWhileItsReceiveTimesOutIsTaken(t *testing.T) {
 		require.True(t, time.Now().Before(deadline), "no attempt woke at the deadline: %v", eventTypesOf(t, client, run.ID))
 		time.Sleep(10 * time.Millisecond)
 	}
-	_, err = client.Signal(ctx, run.ID, "approval", "in the nick of time")
+	_, err = client.Signal(ctx, run.ID, "approval", "in the nick of time", nil)
 	require.NoError(t, err)
 	requireReceived(t, waitTask(t, client, run.ID), []received{{"in the nick of time", true}})
 	types := eventTypesOf(t, client, run.ID)
@@ -242,12 +242,12 @@ func TestSignalWithARepeatedDedupIDIsDeliveredOnce(t *testing.T) {
 		wf := receiveAll("approve.dedup", []string{"approval", "approval"}, []time.Duration{time.Hour, 50 * time.Millisecond})
 		sdk.Register(b.worker, wf)
 		ctx := context.Background()
-		run, err := sdk.Start(ctx, b.client, wf, struct{}{}, sdk.StartOpts{IdempotencyKey: "order-7"})
+		run, err := sdk.Start(ctx, b.client, wf, struct{}{}, &sdk.StartOpts{IdempotencyKey: "order-7"})
 		require.NoError(t, err)
-		first, err := b.client.Signal(ctx, run.ID, "approval", "yes", sdk.SignalOpts{DedupID: "click-1"})
+		first, err := b.client.Signal(ctx, run.ID, "approval", "yes", &sdk.SignalOpts{DedupID: "click-1"})
 		require.NoError(t, err)
 		require.False(t, first.Duplicate)
-		again, err := b.client.SignalByKey(ctx, "order-7", "approval", "yes", sdk.SignalOpts{DedupID: "click-1"})
+		again, err := b.client.SignalByKey(ctx, "order-7", "approval", "yes", &sdk.SignalOpts{DedupID: "click-1"})
 		require.NoError(t, err)
 		require.True(t, again.Duplicate, "the retried send is not written again")
 		require.Equal(t, run.ID, again.TaskID)
@@ -265,14 +265,14 @@ func TestWaitingTaskSurvivesItsWorkerStopping(t *testing.T) {
 		wf := receiveAll("approve.crash", []string{"approval"}, []time.Duration{time.Hour})
 		sdk.Register(b.worker, wf)
 		ctx := context.Background()
-		run, err := sdk.Start(ctx, b.client, wf, struct{}{})
+		run, err := sdk.Start(ctx, b.client, wf, struct{}{}, nil)
 		require.NoError(t, err)
 		startWorker(t, b.worker)
 		waitForEvent(t, b.client, run.ID, history.WaitStarted)
 		// The worker goes away while the task waits: it holds nothing of
 		// the task, so nothing is lost.
 		require.NoError(t, b.worker.StopAndCancel(ctx))
-		_, err = b.client.Signal(ctx, run.ID, "approval", "yes")
+		_, err = b.client.Signal(ctx, run.ID, "approval", "yes", nil)
 		require.NoError(t, err)
 		other := b.newWorker(t, sdk.WorkerConfig{})
 		sdk.Register(other, wf)
@@ -296,26 +296,26 @@ func TestWaitingTaskSurvivesItsWorkerCrashing(t *testing.T) {
 			if _, err := workflow.Step(ctx, "prepare", func(context.Context) (bool, error) {
 				prepares.Add(1)
 				return true, nil
-			}); err != nil {
+			}, nil); err != nil {
 				return "", err
 			}
 			v, ok, err := workflow.Receive[string](ctx, "approval", time.Hour)
 			if err != nil || !ok {
 				return "", err
 			}
-			return workflow.Step(ctx, "ship", func(context.Context) (string, error) { return "shipped:" + v, nil })
-		})
+			return workflow.Step(ctx, "ship", func(context.Context) (string, error) { return "shipped:" + v, nil }, nil)
+		}, nil)
 		sdk.Register(b.worker, wf)
 		ctx := context.Background()
 		require.NoError(t, b.worker.Start(ctx))
-		run, err := sdk.Start(ctx, b.client, wf, struct{}{})
+		run, err := sdk.Start(ctx, b.client, wf, struct{}{}, nil)
 		require.NoError(t, err)
 		waitForEvent(t, b.client, run.ID, history.WaitStarted)
 		sdk.AbandonWorker(b.worker) // the worker dies while the task waits
 		waiting := []history.Type{history.TaskScheduled, history.AttemptStarted, history.StepCompleted, history.WaitStarted}
 		require.Equal(t, waiting, eventTypesOf(t, b.client, run.ID))
 
-		_, err = b.client.Signal(ctx, run.ID, "approval", "yes")
+		_, err = b.client.Signal(ctx, run.ID, "approval", "yes", nil)
 		require.NoError(t, err)
 		other := b.newWorker(t, cfg) // no rescuer: nothing is left to rescue
 		sdk.Register(other, wf)
@@ -357,15 +357,15 @@ func TestSignalSurvivesACrashOfTheAttemptThatTookIt(t *testing.T) {
 					return "", ctx.Err()
 				}
 				return "shipped:" + v, nil
-			})
-		})
+			}, nil)
+		}, nil)
 		sdk.Register(b.worker, wf)
 		ctx := context.Background()
 		require.NoError(t, b.worker.Start(ctx))
-		run, err := sdk.Start(ctx, b.client, wf, struct{}{})
+		run, err := sdk.Start(ctx, b.client, wf, struct{}{}, nil)
 		require.NoError(t, err)
 		waitForEvent(t, b.client, run.ID, history.WaitStarted)
-		_, err = b.client.Signal(ctx, run.ID, "approval", "yes")
+		_, err = b.client.Signal(ctx, run.ID, "approval", "yes", nil)
 		require.NoError(t, err)
 		waitSignal(t, hung.ch, "the step after the receive")
 		sdk.AbandonWorker(b.worker) // the worker dies holding the signalled task
@@ -398,7 +398,7 @@ func TestWaitTimesOutAtItsDeadline(t *testing.T) {
 		wf := receiveAll("approve.timeout", []string{"approval"}, []time.Duration{50 * time.Millisecond})
 		sdk.Register(b.worker, wf)
 		ctx := context.Background()
-		run, err := sdk.Start(ctx, b.client, wf, struct{}{})
+		run, err := sdk.Start(ctx, b.client, wf, struct{}{}, nil)
 		require.NoError(t, err)
 		startWorker(t, b.worker)
 		requireReceived(t, waitTask(t, b.client, run.ID), []received{{"", false}})
@@ -407,7 +407,7 @@ func TestWaitTimesOutAtItsDeadline(t *testing.T) {
 			history.AttemptStarted, history.WaitTimedOut, history.TaskCompleted,
 		}, eventTypesOf(t, b.client, run.ID))
 		// Finished: a signal now is refused, and nothing is written.
-		_, err = b.client.Signal(ctx, run.ID, "approval", "too late")
+		_, err = b.client.Signal(ctx, run.ID, "approval", "too late", nil)
 		require.ErrorIs(t, err, sdk.ErrTaskState)
 		require.NotContains(t, eventTypesOf(t, b.client, run.ID), history.SignalReceived)
 		enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client))
@@ -430,16 +430,16 @@ func TestReorderedReceiveIsNondeterministic(t *testing.T) {
 				}
 			}
 			return "done", nil
-		})
+		}, nil)
 		sdk.Register(b.worker, wf)
 		ctx := context.Background()
-		run, err := sdk.Start(ctx, b.client, wf, struct{}{})
+		run, err := sdk.Start(ctx, b.client, wf, struct{}{}, nil)
 		require.NoError(t, err)
 		startWorker(t, b.worker)
 		waitForEvent(t, b.client, run.ID, history.WaitStarted)
 		reordered.Store(true)
 		for _, name := range []string{"b", "a"} {
-			_, err := b.client.Signal(ctx, run.ID, name, name)
+			_, err := b.client.Signal(ctx, run.ID, name, name, nil)
 			require.NoError(t, err)
 		}
 		info := waitTask(t, b.client, run.ID)
@@ -456,14 +456,12 @@ func TestSignalRefusals(t *testing.T) {
 	onEachStore(t, func(t *testing.T, setup setupFunc) {
 		b := setup(t, sdk.WorkerConfig{})
 		ctx := context.Background()
-		_, err := b.client.Signal(ctx, uuid.New(), "approval", nil)
+		_, err := b.client.Signal(ctx, uuid.New(), "approval", nil, nil)
 		require.ErrorIs(t, err, sdk.ErrNotFound)
-		_, err = b.client.SignalByKey(ctx, "no-such-key", "approval", nil)
+		_, err = b.client.SignalByKey(ctx, "no-such-key", "approval", nil, nil)
 		require.ErrorIs(t, err, sdk.ErrNotFound)
-		_, err = b.client.Signal(ctx, uuid.New(), "", nil)
+		_, err = b.client.Signal(ctx, uuid.New(), "", nil, nil)
 		require.Error(t, err)
-		_, err = b.client.Signal(ctx, uuid.New(), "approval", nil, sdk.SignalOpts{}, sdk.SignalOpts{})
-		require.ErrorContains(t, err, "at most one")
 	})
 }
 

@@ -33,7 +33,7 @@ func TestAttemptsAndStepsAreSpansUnderTheTasksTrace(t *testing.T) {
 			info, _ := activities.GetInfo(ctx)
 			seenTrace.Store(info.TraceID)
 			return "text", nil
-		}); err != nil {
+		}, nil); err != nil {
 			return "", err
 		}
 		return workflow.Step(ctx, "extract", func(context.Context) (string, error) {
@@ -41,11 +41,11 @@ func TestAttemptsAndStepsAreSpansUnderTheTasksTrace(t *testing.T) {
 				return "", activities.Transient(errors.New("model overloaded"))
 			}
 			return "fields", nil
-		})
-	}, sdk.WorkflowOpts{Retry: fastRetry(3)})
+		}, nil)
+	}, &sdk.WorkflowOpts{Retry: fastRetry(3)})
 	sdk.Register(b.worker, wf)
 	startWorker(t, b.worker)
-	res, err := sdk.Start(context.Background(), b.client, wf, "doc", sdk.StartOpts{TraceID: traceparent})
+	res, err := sdk.Start(context.Background(), b.client, wf, "doc", &sdk.StartOpts{TraceID: traceparent})
 	require.NoError(t, err)
 	require.Equal(t, history.StatusCompleted, waitTask(t, b.client, res.ID).Status)
 	stopWorker(t, b.worker)

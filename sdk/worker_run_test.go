@@ -71,17 +71,17 @@ func TestRunStopsGracefullyWhenItsContextEnds(t *testing.T) {
 				blocked.fire()
 				<-release // not the step's context: a graceful stop lets it finish
 				return "draft:" + in, nil
-			})
+			}, nil)
 			if err != nil {
 				return "", err
 			}
-			return workflow.Step(ctx, "send", func(context.Context) (string, error) { return "sent:" + draft, nil })
-		})
+			return workflow.Step(ctx, "send", func(context.Context) (string, error) { return "sent:" + draft, nil }, nil)
+		}, nil)
 		sdk.Register(b.worker, wf)
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		ran := runInBackground(ctx, b.worker)
-		res, err := sdk.Start(context.Background(), b.client, wf, "hi")
+		res, err := sdk.Start(context.Background(), b.client, wf, "hi", nil)
 		require.NoError(t, err)
 		receive(t, blocked.ch, "the step to start")
 
@@ -131,13 +131,13 @@ func TestRunCancelsStepsThatOutliveStopTimeout(t *testing.T) {
 				blocked.fire()
 				<-ctx.Done() // only the stop's timeout ends it
 				return "", ctx.Err()
-			})
-		})
+			}, nil)
+		}, nil)
 		sdk.Register(b.worker, wf)
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		ran := runInBackground(ctx, b.worker)
-		res, err := sdk.Start(context.Background(), b.client, wf, "q")
+		res, err := sdk.Start(context.Background(), b.client, wf, "q", nil)
 		require.NoError(t, err)
 		receive(t, blocked.ch, "the step to start")
 
@@ -168,13 +168,13 @@ func TestStopTimeoutBoundsAStopBegunBeforeTheContextEnded(t *testing.T) {
 			blocked.fire()
 			<-ctx.Done() // only a cancelled stop ends it
 			return "", ctx.Err()
-		})
-	})
+		}, nil)
+	}, nil)
 	sdk.Register(b.worker, wf)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	ran := runInBackground(ctx, b.worker)
-	res, err := sdk.Start(context.Background(), b.client, wf, "q")
+	res, err := sdk.Start(context.Background(), b.client, wf, "q", nil)
 	require.NoError(t, err)
 	receive(t, blocked.ch, "the step to start")
 
@@ -202,7 +202,7 @@ func TestNegativeStopTimeoutRefused(t *testing.T) {
 func TestStopEndsRun(t *testing.T) {
 	t.Parallel()
 	b := setupEmbedded(t, sdk.WorkerConfig{})
-	sdk.Register(b.worker, sdk.NewWorkflow("noop", 1, func(workflow.Context, string) (string, error) { return "", nil }))
+	sdk.Register(b.worker, sdk.NewWorkflow("noop", 1, func(workflow.Context, string) (string, error) { return "", nil }, nil))
 	ran := runInBackground(context.Background(), b.worker)
 	// Start registers the types while it holds the worker, so a Stop after
 	// that finds the worker started.

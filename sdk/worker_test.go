@@ -25,20 +25,20 @@ func TestPermanentStepErrorDeadLettersAfterOneAttempt(t *testing.T) {
 		b := setup(t, sdk.WorkerConfig{})
 		var validateRuns atomic.Int32
 		wf := sdk.NewWorkflow("invoice.check", 1, func(ctx workflow.Context, in string) (string, error) {
-			text, err := workflow.Step(ctx, "ocr", func(context.Context) (string, error) { return "text:" + in, nil })
+			text, err := workflow.Step(ctx, "ocr", func(context.Context) (string, error) { return "text:" + in, nil }, nil)
 			if err != nil {
 				return "", err
 			}
 			return workflow.Step(ctx, "validate", func(context.Context) (string, error) {
 				validateRuns.Add(1)
 				return "", errors.Wrap(activities.Permanent(errors.New("total does not match line items")), "validate "+text)
-			})
-		}, sdk.WorkflowOpts{Retry: fastRetry(5)})
+			}, nil)
+		}, &sdk.WorkflowOpts{Retry: fastRetry(5)})
 		sdk.Register(b.worker, wf)
 		startWorker(t, b.worker)
 
 		ctx := context.Background()
-		res, err := sdk.Start(ctx, b.client, wf, "inv-1")
+		res, err := sdk.Start(ctx, b.client, wf, "inv-1", nil)
 		require.NoError(t, err)
 		info := waitTask(t, b.client, res.ID)
 
@@ -82,15 +82,15 @@ func TestTransientErrorsExhaustAttemptsAndDeadLetter(t *testing.T) {
 				runs[in]++
 				mu.Unlock()
 				return "", errors.New("smtp 451: try again later") // unmarked step errors are transient
-			})
-		}, sdk.WorkflowOpts{Retry: fastRetry(3)})
+			}, nil)
+		}, &sdk.WorkflowOpts{Retry: fastRetry(3)})
 		sdk.Register(b.worker, wf)
 		startWorker(t, b.worker)
 
 		ctx := context.Background()
-		byPolicy, err := sdk.Start(ctx, b.client, wf, "policy")
+		byPolicy, err := sdk.Start(ctx, b.client, wf, "policy", nil)
 		require.NoError(t, err)
-		byOpts, err := sdk.Start(ctx, b.client, wf, "opts", sdk.StartOpts{MaxAttempts: 2})
+		byOpts, err := sdk.Start(ctx, b.client, wf, "opts", &sdk.StartOpts{MaxAttempts: 2})
 		require.NoError(t, err)
 
 		for _, tc := range []struct {
@@ -144,21 +144,21 @@ func TestBodyErrorIsPermanentUnlessMarked(t *testing.T) {
 	onEachStore(t, func(t *testing.T, setup setupFunc) {
 		b := setup(t, sdk.WorkerConfig{})
 		wf := sdk.NewWorkflow("doc.route", 1, func(ctx workflow.Context, in string) (string, error) {
-			if _, err := workflow.Step(ctx, "classify", func(context.Context) (string, error) { return in, nil }); err != nil {
+			if _, err := workflow.Step(ctx, "classify", func(context.Context) (string, error) { return in, nil }, nil); err != nil {
 				return "", err
 			}
 			if in == "retry" {
 				return "", activities.Transient(errors.New("routing table not loaded"))
 			}
 			return "", errors.New("no route for document")
-		}, sdk.WorkflowOpts{Retry: fastRetry(2)})
+		}, &sdk.WorkflowOpts{Retry: fastRetry(2)})
 		sdk.Register(b.worker, wf)
 		startWorker(t, b.worker)
 
 		ctx := context.Background()
-		plain, err := sdk.Start(ctx, b.client, wf, "plain")
+		plain, err := sdk.Start(ctx, b.client, wf, "plain", nil)
 		require.NoError(t, err)
-		retry, err := sdk.Start(ctx, b.client, wf, "retry")
+		retry, err := sdk.Start(ctx, b.client, wf, "retry", nil)
 		require.NoError(t, err)
 
 		info := waitTask(t, b.client, plain.ID)
@@ -184,7 +184,7 @@ func TestNondeterministicWorkflowFailsTask(t *testing.T) {
 		extractBlocked, releaseExtract := make(chan struct{}), make(chan struct{})
 		// Version 1 as first deployed: ocr, extract, validate.
 		v1 := sdk.NewWorkflow("doc.process", 1, func(ctx workflow.Context, in string) (string, error) {
-			text, err := workflow.Step(ctx, "ocr", func(context.Context) (string, error) { return "text:" + in, nil })
+			text, err := workflow.Step(ctx, "ocr", func(context.Context) (string, error) { return "text:" + in, nil }, nil)
 			if err != nil {
 				return "", err
 			}
@@ -196,15 +196,15 @@ func TestNondeterministicWorkflowFailsTask(t *testing.T) {
 				case <-ctx.Done():
 					return "", ctx.Err()
 				}
-			})
+			}, nil)
 			if err != nil {
 				return "", err
 			}
-			return workflow.Step(ctx, "validate", func(context.Context) (string, error) { return fields, nil })
-		})
+			return workflow.Step(ctx, "validate", func(context.Context) (string, error) { return fields, nil }, nil)
+		}, nil)
 		sdk.Register(b.worker, v1)
 		startWorker(t, b.worker)
-		res, err := sdk.Start(context.Background(), b.client, v1, "a")
+		res, err := sdk.Start(context.Background(), b.client, v1, "a", nil)
 		require.NoError(t, err)
 		// The first worker stops after extract: the history holds ocr and extract.
 		stopWhileStepBlocked(t, b.worker, extractBlocked, releaseExtract)
@@ -212,14 +212,14 @@ func TestNondeterministicWorkflowFailsTask(t *testing.T) {
 		// The same name and version, changed in place: classify replaces extract.
 		var classifyRuns atomic.Int32
 		changed := sdk.NewWorkflow("doc.process", 1, func(ctx workflow.Context, in string) (string, error) {
-			if _, err := workflow.Step(ctx, "ocr", func(context.Context) (string, error) { return "text:" + in, nil }); err != nil {
+			if _, err := workflow.Step(ctx, "ocr", func(context.Context) (string, error) { return "text:" + in, nil }, nil); err != nil {
 				return "", err
 			}
 			return workflow.Step(ctx, "classify", func(context.Context) (string, error) {
 				classifyRuns.Add(1)
 				return "invoice", nil
-			})
-		}, sdk.WorkflowOpts{Retry: fastRetry(5), SkipDeadLetter: true})
+			}, nil)
+		}, &sdk.WorkflowOpts{Retry: fastRetry(5), SkipDeadLetter: true})
 		second := b.newWorker(t, sdk.WorkerConfig{})
 		sdk.Register(second, changed)
 		startWorker(t, second)
@@ -256,15 +256,15 @@ func TestBadInputDeadLettersOnFirstAttempt(t *testing.T) {
 		wf := sdk.NewWorkflow("doc.pages", 1, func(ctx workflow.Context, in document) (int, error) {
 			bodyRuns.Add(1)
 			return in.Pages, nil
-		})
+		}, nil)
 		sdk.Register(b.worker, wf)
 		startWorker(t, b.worker)
 
 		ctx := context.Background()
 		// A caller without the Go type (the CLI, another service) sends the wrong shape.
-		bad, err := b.client.StartDynamic(ctx, sdk.TypeRef{Name: "doc.pages", Version: 1}, json.RawMessage(`{"pages": "three"}`))
+		bad, err := b.client.StartDynamic(ctx, sdk.TypeRef{Name: "doc.pages", Version: 1}, json.RawMessage(`{"pages": "three"}`), nil)
 		require.NoError(t, err)
-		good, err := b.client.StartDynamic(ctx, sdk.TypeRef{Name: "doc.pages", Version: 1}, json.RawMessage(`{"pages": 3}`))
+		good, err := b.client.StartDynamic(ctx, sdk.TypeRef{Name: "doc.pages", Version: 1}, json.RawMessage(`{"pages": 3}`), nil)
 		require.NoError(t, err)
 
 		info := waitTask(t, b.client, bad.ID)
@@ -297,17 +297,17 @@ func TestWorkerRunsOnlyRegisteredVersions(t *testing.T) {
 		v1 := sdk.NewWorkflow("doc.summarize", 1, func(ctx workflow.Context, in string) (string, error) {
 			v1Runs.Add(1)
 			return "v1:" + in, nil
-		})
+		}, nil)
 		v2 := sdk.NewWorkflow("doc.summarize", 2, func(ctx workflow.Context, in string) (string, error) {
 			v2Runs.Add(1)
-			return workflow.Step(ctx, "summarize", func(context.Context) (string, error) { return "v2:" + in, nil })
-		})
+			return workflow.Step(ctx, "summarize", func(context.Context) (string, error) { return "v2:" + in, nil }, nil)
+		}, nil)
 		ctx := context.Background()
 		// The v2 task is due before the v1 probe, so the claim that takes the
 		// probe would take it too if this worker could run it.
-		newer, err := sdk.Start(ctx, b.client, v2, "new")
+		newer, err := sdk.Start(ctx, b.client, v2, "new", nil)
 		require.NoError(t, err)
-		probe, err := sdk.Start(ctx, b.client, v1, "old")
+		probe, err := sdk.Start(ctx, b.client, v1, "old", nil)
 		require.NoError(t, err)
 
 		sdk.Register(b.worker, v1)
@@ -357,7 +357,7 @@ func TestGracefulStopReleasesTaskAtNextStep(t *testing.T) {
 				case <-ctx.Done():
 					return "", ctx.Err()
 				}
-			})
+			}, nil)
 			if err != nil {
 				return "", err
 			}
@@ -368,11 +368,11 @@ func TestGracefulStopReleasesTaskAtNextStep(t *testing.T) {
 				bWorkers = append(bWorkers, info.WorkerID)
 				mu.Unlock()
 				return "sent:" + draft, nil
-			})
-		})
+			}, nil)
+		}, nil)
 		sdk.Register(b.worker, wf)
 		startWorker(t, b.worker)
-		res, err := sdk.Start(context.Background(), b.client, wf, "hi")
+		res, err := sdk.Start(context.Background(), b.client, wf, "hi", nil)
 		require.NoError(t, err)
 
 		stopWhileStepBlocked(t, b.worker, aBlocked, releaseA)
@@ -434,15 +434,15 @@ func TestStepsGetActivityInfo(t *testing.T) {
 					}
 					got <- info
 					return true, nil
-				}); err != nil {
+				}, nil); err != nil {
 					return 0, err
 				}
 			}
 			return ctx.Attempt(), nil
-		})
+		}, nil)
 		sdk.Register(b.worker, wf)
 		startWorker(t, b.worker)
-		res, err := sdk.Start(context.Background(), b.client, wf, struct{}{})
+		res, err := sdk.Start(context.Background(), b.client, wf, struct{}{}, nil)
 		require.NoError(t, err)
 		info := waitTask(t, b.client, res.ID)
 		require.Equal(t, history.StatusCompleted, info.Status)
@@ -463,29 +463,29 @@ func TestRegisterSafely(t *testing.T) {
 	onEachStore(t, func(t *testing.T, setup setupFunc) {
 		b := setup(t, sdk.WorkerConfig{})
 		noop := func(workflow.Context, string) (string, error) { return "", nil }
-		v1 := sdk.NewWorkflow("doc.index", 1, noop)
+		v1 := sdk.NewWorkflow("doc.index", 1, noop, nil)
 
 		require.Error(t, sdk.RegisterSafely[string, string](b.worker, nil))
 		require.NoError(t, sdk.RegisterSafely(b.worker, v1))
 		err := sdk.RegisterSafely(b.worker, v1)
 		require.Error(t, err)
 		require.Contains(t, err.Error(), "already registered")
-		err = sdk.RegisterSafely(b.worker, sdk.NewWorkflow("doc.index", 1, noop))
+		err = sdk.RegisterSafely(b.worker, sdk.NewWorkflow("doc.index", 1, noop, nil))
 		require.Error(t, err, "another definition of the same type and version is a duplicate too")
 		require.Contains(t, err.Error(), "doc.index")
-		require.NoError(t, sdk.RegisterSafely(b.worker, sdk.NewWorkflow("doc.index", 2, noop)), "a new version is a new type")
-		require.NoError(t, sdk.RegisterSafely(b.worker, sdk.NewWorkflow("doc.other", 1, noop)))
+		require.NoError(t, sdk.RegisterSafely(b.worker, sdk.NewWorkflow("doc.index", 2, noop, nil)), "a new version is a new type")
+		require.NoError(t, sdk.RegisterSafely(b.worker, sdk.NewWorkflow("doc.other", 1, noop, nil)))
 		require.Panics(t, func() { sdk.Register(b.worker, v1) })
 
 		startWorker(t, b.worker)
-		err = sdk.RegisterSafely(b.worker, sdk.NewWorkflow("doc.late", 1, noop))
+		err = sdk.RegisterSafely(b.worker, sdk.NewWorkflow("doc.late", 1, noop, nil))
 		require.Error(t, err)
 		require.Contains(t, err.Error(), "started")
-		require.Panics(t, func() { sdk.Register(b.worker, sdk.NewWorkflow("doc.late", 1, noop)) })
+		require.Panics(t, func() { sdk.Register(b.worker, sdk.NewWorkflow("doc.late", 1, noop, nil)) })
 		require.Error(t, b.worker.Start(context.Background()), "a worker starts once")
 		stopWorker(t, b.worker)
 		require.NoError(t, b.worker.Stop(context.Background()), "Stop is idempotent")
-		require.Error(t, sdk.RegisterSafely(b.worker, sdk.NewWorkflow("doc.late", 1, noop)), "nor after Stop")
+		require.Error(t, sdk.RegisterSafely(b.worker, sdk.NewWorkflow("doc.late", 1, noop, nil)), "nor after Stop")
 
 		empty := b.newWorker(t, sdk.WorkerConfig{})
 		require.Error(t, empty.Start(context.Background()), "a worker with nothing registered has nothing to run")
@@ -551,18 +551,18 @@ func TestNewWorkflowSafely(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			wf, err := sdk.NewWorkflowSafely(tt.wfName, tt.version, tt.fn, tt.opts)
+			wf, err := sdk.NewWorkflowSafely(tt.wfName, tt.version, tt.fn, &tt.opts)
 			if tt.wantErr == "" {
 				require.NoError(t, err)
 				require.Equal(t, tt.wfName, wf.TypeName())
 				require.Equal(t, tt.version, wf.TypeVersion())
-				require.NotPanics(t, func() { sdk.NewWorkflow(tt.wfName, tt.version, tt.fn, tt.opts) })
+				require.NotPanics(t, func() { sdk.NewWorkflow(tt.wfName, tt.version, tt.fn, &tt.opts) })
 				return
 			}
 			require.Error(t, err)
 			require.Nil(t, wf)
 			require.Contains(t, err.Error(), tt.wantErr)
-			require.Panics(t, func() { sdk.NewWorkflow(tt.wfName, tt.version, tt.fn, tt.opts) })
+			require.Panics(t, func() { sdk.NewWorkflow(tt.wfName, tt.version, tt.fn, &tt.opts) })
 		})
 	}
 }
@@ -598,11 +598,11 @@ func TestStopCancelsStepsItCannotWaitFor(t *testing.T) {
 							return "", ctx.Err()
 						}
 						return "reply:" + in, nil
-					})
-				})
+					}, nil)
+				}, nil)
 				sdk.Register(b.worker, wf)
 				startWorker(t, b.worker)
-				res, err := sdk.Start(context.Background(), b.client, wf, "q")
+				res, err := sdk.Start(context.Background(), b.client, wf, "q", nil)
 				require.NoError(t, err)
 				select {
 				case <-blocked.ch:
@@ -648,7 +648,7 @@ func TestAbandonedAttemptGoesToRescuer(t *testing.T) {
 			body, err := workflow.Step(ctx, "fetch", func(context.Context) (string, error) {
 				fetchRuns.Add(1)
 				return "body:" + in, nil
-			})
+			}, nil)
 			if err != nil {
 				return "", err
 			}
@@ -659,11 +659,11 @@ func TestAbandonedAttemptGoesToRescuer(t *testing.T) {
 					return "", ctx.Err()
 				}
 				return "parsed:" + body, nil
-			})
-		})
+			}, nil)
+		}, nil)
 		sdk.Register(b.worker, wf)
 		require.NoError(t, b.worker.Start(context.Background()))
-		res, err := sdk.Start(context.Background(), b.client, wf, "feed")
+		res, err := sdk.Start(context.Background(), b.client, wf, "feed", nil)
 		require.NoError(t, err)
 		select {
 		case <-blocked.ch:

@@ -31,8 +31,8 @@ func (r TypeRef) TypeName() string { return r.Name }
 // TypeVersion implements [WorkflowRef].
 func (r TypeRef) TypeVersion() int { return r.Version }
 
-// WorkflowOpts are a workflow type's defaults, passed to [NewWorkflow] by
-// value and at most once; none, or the zero value, takes every default.
+// WorkflowOpts are a workflow type's defaults, given to [NewWorkflow]; nil,
+// or the zero value, takes every default.
 type WorkflowOpts struct {
 	// Queue tasks of this type go to unless started with another. Default
 	// "default".
@@ -76,11 +76,11 @@ type workflowDefaults struct {
 	maxChildren     int
 }
 
-// NewWorkflow defines a workflow type. opts is optional: pass at most one
-// [WorkflowOpts]. It panics on an invalid definition (more than one
-// WorkflowOpts included), as it runs at start-up; see [NewWorkflowSafely].
-func NewWorkflow[In, Out any](name string, version int, fn func(workflow.Context, In) (Out, error), opts ...WorkflowOpts) *Workflow[In, Out] {
-	wf, err := NewWorkflowSafely(name, version, fn, opts...)
+// NewWorkflow defines a workflow type; opts nil takes every default. It
+// panics on an invalid definition, as it runs at start-up; see
+// [NewWorkflowSafely].
+func NewWorkflow[In, Out any](name string, version int, fn func(workflow.Context, In) (Out, error), opts *WorkflowOpts) *Workflow[In, Out] {
+	wf, err := NewWorkflowSafely(name, version, fn, opts)
 	if err != nil {
 		panic(err)
 	}
@@ -89,19 +89,15 @@ func NewWorkflow[In, Out any](name string, version int, fn func(workflow.Context
 
 // NewWorkflowSafely is [NewWorkflow] returning an error instead of
 // panicking; its errors are marked [ErrInvalid].
-func NewWorkflowSafely[In, Out any](name string, version int, fn func(workflow.Context, In) (Out, error), opts ...WorkflowOpts) (*Workflow[In, Out], error) {
-	wf, err := newWorkflow(name, version, fn, opts)
+func NewWorkflowSafely[In, Out any](name string, version int, fn func(workflow.Context, In) (Out, error), opts *WorkflowOpts) (*Workflow[In, Out], error) {
+	wf, err := newWorkflow(name, version, fn, orZero(opts))
 	if err != nil {
 		return nil, errmark.Mark(err, ErrInvalid)
 	}
 	return wf, nil
 }
 
-func newWorkflow[In, Out any](name string, version int, fn func(workflow.Context, In) (Out, error), given []WorkflowOpts) (*Workflow[In, Out], error) {
-	opts, err := oneOpts("WorkflowOpts", given)
-	if err != nil {
-		return nil, errors.Wrapf(err, "workflow %s", name)
-	}
+func newWorkflow[In, Out any](name string, version int, fn func(workflow.Context, In) (Out, error), opts WorkflowOpts) (*Workflow[In, Out], error) {
 	if err := validateTypeName(name); err != nil {
 		return nil, err
 	}

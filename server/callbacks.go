@@ -98,7 +98,7 @@ func (s *Server) callback(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	res, err := c.Signal(sdk.WithRequester(r.Context(), callbackSender), cb.TaskID, cb.Name, payload,
-		sdk.SignalOpts{DedupID: sdk.CallbackDedupID(token), Sender: callbackSender, ForWait: &cb.Wait})
+		&sdk.SignalOpts{DedupID: sdk.CallbackDedupID(token), Sender: callbackSender, ForWait: &cb.Wait})
 	switch {
 	case errors.Is(err, sdk.ErrWaitEnded):
 		s.writeProblem(w, r, web.NewProblem(http.StatusGone, web.CodeWaitEnded,

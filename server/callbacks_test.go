@@ -43,7 +43,7 @@ func approvalSetup(t *testing.T, st store.Store) *approvalBundle {
 	return approvalSetupWith(t, st, sdk.NewWorkflow("callback.approval", 1, func(ctx workflow.Context, _ struct{}) (workflow.Decision, error) {
 		d, _, err := workflow.AwaitApproval(ctx, "approve", time.Hour)
 		return d, err
-	}))
+	}, nil))
 }
 
 // approvalSetupWith is approvalSetup running wf.
@@ -66,7 +66,7 @@ func approvalSetupWith(t *testing.T, st store.Store, wf *sdk.Workflow[struct{}, 
 // the wait it is in.
 func (b *approvalBundle) startWaiting(t *testing.T) (uuid.UUID, int) {
 	t.Helper()
-	run, err := sdk.Start(context.Background(), b.client, b.wf, struct{}{})
+	run, err := sdk.Start(context.Background(), b.client, b.wf, struct{}{}, nil)
 	require.NoError(t, err)
 	return run.ID, b.waitNumber(t, run.ID, 1)
 }
@@ -208,7 +208,7 @@ func TestCallbackReusedWhileTheTaskWaitsAgainIsRefused(t *testing.T) {
 					return workflow.Decision{}, err
 				}
 				return workflow.Decision{Approved: first.Approved && second.Approved, Comment: first.Comment + "+" + second.Comment}, nil
-			}))
+			}, nil))
 			id, pos := b.startWaiting(t)
 			first := b.url(t, sdk.Callback{Namespace: "default", TaskID: id, Name: "approve", Wait: pos, Expires: time.Now().Add(time.Hour)})
 			a := send(t, b.h, "POST", first, []byte(`{"approved":true,"comment":"legal"}`))
@@ -317,7 +317,7 @@ func TestDecisionIsByItsAuthenticatedSender(t *testing.T) {
 					by = append(by, d.By)
 				}
 				return workflow.Decision{Approved: true, Comment: strings.Join(by, ",")}, nil
-			}))
+			}, nil))
 			tokens := []Token{{Name: "clerk", SHA256: HashToken("clerk-token"), Namespaces: []string{"*"}, Roles: []Role{RoleOperate}}}
 			srv, err := New(Config{Store: ns.store, Tokens: tokens})
 			require.NoError(t, err)
@@ -348,7 +348,7 @@ func twoApprovals(name string) *sdk.Workflow[struct{}, workflow.Decision] {
 			return workflow.Decision{}, err
 		}
 		return workflow.Decision{Approved: first.Approved && second.Approved, Comment: first.Comment + "+" + second.Comment}, nil
-	})
+	}, nil)
 }
 
 // signalsOf is the signals in task id's history.
@@ -424,7 +424,7 @@ func TestCallbackAnswersOnlyItsOwnWait(t *testing.T) {
 			require.Equal(t, web.CodeWaitNotReached, a.problem.Code)
 			require.Equal(t, before, eventCount(t, ns.store, id))
 
-			_, err := b.client.Signal(context.Background(), id, "approve", workflow.Decision{Approved: true, Comment: "legal"})
+			_, err := b.client.Signal(context.Background(), id, "approve", workflow.Decision{Approved: true, Comment: "legal"}, nil)
 			require.NoError(t, err)
 			pos2 := b.waitNumber(t, id, 2)
 			require.Equal(t, pos+1, pos2)

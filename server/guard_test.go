@@ -68,12 +68,12 @@ func guardSetup(t *testing.T, st store.Store, cfg server.Config) *guardBundle {
 	ctx := context.Background()
 	echo := sdk.NewWorkflow("guard.echo", 1, func(ctx workflow.Context, in json.RawMessage) (json.RawMessage, error) {
 		return in, nil
-	})
+	}, nil)
 	broken := sdk.NewWorkflow("guard.broken", 1, func(ctx workflow.Context, _ string) (string, error) {
 		return workflow.Step(ctx, "parse", func(context.Context) (string, error) {
 			return "", activities.Permanent(errors.New("parser bug"))
-		})
-	})
+		}, nil)
+	}, nil)
 	w, err := sdk.NewWorker(sdk.WorkerConfig{Store: st, Concurrency: 2, PollInterval: 20 * time.Millisecond, RescueInterval: -1})
 	require.NoError(t, err)
 	sdk.Register(w, echo)
@@ -83,9 +83,9 @@ func guardSetup(t *testing.T, st store.Store, cfg server.Config) *guardBundle {
 	client, err := sdk.NewClient(sdk.ClientConfig{Store: st})
 	require.NoError(t, err)
 	t.Cleanup(client.Close)
-	pending, err := client.StartDynamic(ctx, echo, "stays", sdk.StartOpts{Queue: "parked"})
+	pending, err := client.StartDynamic(ctx, echo, "stays", &sdk.StartOpts{Queue: "parked"})
 	require.NoError(t, err)
-	dead, err := sdk.Start(ctx, client, broken, "doc")
+	dead, err := sdk.Start(ctx, client, broken, "doc", nil)
 	require.NoError(t, err)
 	waitCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -141,7 +141,7 @@ func requireProblem(t *testing.T, resp *http.Response, body string, status int, 
 // dead letter still dead-lettered with its events.
 func (b *guardBundle) snapshot(t *testing.T) [3]int {
 	t.Helper()
-	list, err := b.client.List(context.Background(), sdk.ListOpts{Limit: 100})
+	list, err := b.client.List(context.Background(), &sdk.ListOpts{Limit: 100})
 	require.NoError(t, err)
 	return [3]int{len(list), len(enginetest.Events(t, b.store, b.pending)), len(enginetest.Events(t, b.store, b.dead))}
 }

@@ -97,8 +97,8 @@ func requireUnderPrefix(t *testing.T, page string) map[string][]string {
 func TestMountUnderAPrefix(t *testing.T) {
 	store := enginetest.Store(t)
 	echo := sdk.NewWorkflow("mount.echo", 1, func(ctx workflow.Context, in json.RawMessage) (json.RawMessage, error) {
-		return workflow.Step(ctx, "echo", func(context.Context) (json.RawMessage, error) { return in, nil })
-	})
+		return workflow.Step(ctx, "echo", func(context.Context) (json.RawMessage, error) { return in, nil }, nil)
+	}, nil)
 	w, err := sdk.NewWorker(sdk.WorkerConfig{Store: store, Concurrency: 2, PollInterval: 50 * time.Millisecond, RescueInterval: -1})
 	require.NoError(t, err)
 	sdk.Register(w, echo)

@@ -31,7 +31,7 @@ func (s *Server) signalTask(w http.ResponseWriter, r *http.Request, c *call) {
 		return
 	}
 	s.sendSignal(w, r, func(name string, payload json.RawMessage, opts sdk.SignalOpts) (sdk.SignalResult, error) {
-		return c.client.Signal(r.Context(), id, name, payload, opts)
+		return c.client.Signal(r.Context(), id, name, payload, &opts)
 	})
 }
 
@@ -40,7 +40,7 @@ func (s *Server) signalTask(w http.ResponseWriter, r *http.Request, c *call) {
 func (s *Server) signalTaskByKey(w http.ResponseWriter, r *http.Request, c *call) {
 	key := r.PathValue("key")
 	s.sendSignal(w, r, func(name string, payload json.RawMessage, opts sdk.SignalOpts) (sdk.SignalResult, error) {
-		return c.client.SignalByKey(r.Context(), key, name, payload, opts)
+		return c.client.SignalByKey(r.Context(), key, name, payload, &opts)
 	})
 }
 

@@ -83,7 +83,7 @@ func (s *Server) startTask(w http.ResponseWriter, r *http.Request, c *call) {
 		s.writeError(w, r, &sdk.PayloadTooLargeError{What: "input", Size: len(input), Limit: s.cfg.MaxPayloadBytes})
 		return
 	}
-	res, err := c.client.StartDynamic(r.Context(), ref, input, opts)
+	res, err := c.client.StartDynamic(r.Context(), ref, input, &opts)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -522,7 +522,7 @@ func (s *Server) listTasks(w http.ResponseWriter, r *http.Request, c *call) {
 		}
 		opts.Filter = f
 	}
-	page, err := c.client.ListPage(r.Context(), opts)
+	page, err := c.client.ListPage(r.Context(), &opts)
 	if err != nil {
 		s.writeError(w, r, err)
 		return

@@ -34,7 +34,7 @@ func TestAWaitingTaskSaysWhatItWaitsFor(t *testing.T) {
 			require.NotNil(t, info.Waiting.Deadline)
 			require.WithinDuration(t, time.Now().Add(time.Hour), *info.Waiting.Deadline, time.Minute, "the wait's deadline: an hour")
 			require.Equal(t, sdk.Waiting{Kind: sdk.WaitingSignal, Name: "approve", Deadline: info.Waiting.Deadline}, *info.Waiting)
-			listed, err := b.client.List(ctx)
+			listed, err := b.client.List(ctx, nil)
 			require.NoError(t, err)
 			require.Len(t, listed, 1)
 			require.Equal(t, info.Waiting, listed[0].Waiting)
@@ -67,7 +67,7 @@ func TestAWaitingTaskSaysWhatItWaitsFor(t *testing.T) {
 			page = sendHTML(t, b.h, "/console/tasks", http.StatusOK)
 			require.Contains(t, page, `>pending</span> <span class="muted waiting" `+title+`>waiting · approval approve</span>`)
 
-			_, err = b.client.Signal(ctx, id, "approve", map[string]any{"approved": true}, sdk.SignalOpts{})
+			_, err = b.client.Signal(ctx, id, "approve", map[string]any{"approved": true}, &sdk.SignalOpts{})
 			require.NoError(t, err)
 			waitCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 			defer cancel()

@@ -48,8 +48,8 @@ const (
 	ParentCloseAbandon ParentClosePolicy = history.ParentCloseAbandon
 )
 
-// ChildOpts are a child's options, passed to [StartChild] by value and at
-// most once; none, or the zero value, takes every default.
+// ChildOpts are a child's options, given to [StartChild]; nil, or the zero
+// value, takes every default.
 type ChildOpts struct {
 	// Queue the child goes to. Default the child type's queue.
 	Queue string
@@ -99,14 +99,11 @@ type Child[Out any] struct {
 // Children are numbered in the order StartChild is called: on replay the
 // child at each position must be of the recorded type, or the run ends
 // with an error marked [ErrNondeterministic] naming both. Call it from the
-// workflow body's goroutine.
-func StartChild[In, Out any](ctx Context, wf Definition[In, Out], input In, opts ...ChildOpts) *Child[Out] {
-	if len(opts) > 1 {
-		return &Child[Out]{err: errors.Newf("workflow.StartChild: %d ChildOpts given; pass at most one", len(opts))}
-	}
+// workflow body's goroutine. opts nil takes every default.
+func StartChild[In, Out any](ctx Context, wf Definition[In, Out], input In, opts *ChildOpts) *Child[Out] {
 	var o ChildOpts
-	if len(opts) == 1 {
-		o = opts[0]
+	if opts != nil {
+		o = *opts
 	}
 	raw, err := json.Marshal(input)
 	if err != nil {
@@ -173,11 +170,12 @@ func (c *Child[Out]) Position() int { return c.h.Position }
 // them in one wait (it wakes when the last ends, not at each); the first
 // child (in input order) that did not complete is returned as a
 // [*ChildError] once all have finished, with the outputs of the others.
-func MapChildren[In, Out any](ctx Context, wf Definition[In, Out], inputs []In, opts ...ChildOpts) ([]Out, error) {
+// opts, the options of every child, nil takes every default.
+func MapChildren[In, Out any](ctx Context, wf Definition[In, Out], inputs []In, opts *ChildOpts) ([]Out, error) {
 	children := make([]*Child[Out], len(inputs))
 	handles := make([]interpreter.ChildHandle, 0, len(inputs))
 	for i, in := range inputs {
-		children[i] = StartChild(ctx, wf, in, opts...)
+		children[i] = StartChild(ctx, wf, in, opts)
 		if children[i].err != nil {
 			return make([]Out, len(inputs)), children[i].err
 		}

@@ -19,13 +19,19 @@ import (
 // type of its own, whose MaxRunningChildren caps the running children of
 // each chunk:
 //
-//	chunk := sdk.NewWorkflow("eval.chunk", 1, workflow.Chunk(evalItem))
+//	chunk := sdk.NewWorkflow("eval.chunk", 1, workflow.Chunk(evalItem, nil), nil)
 //
 // A chunk whose child did not complete fails with that child's
-// [*ChildError] once its other children have finished.
-func Chunk[In, Out any](wf Definition[In, Out], opts ...ChildOpts) func(Context, []In) ([]Out, error) {
+// [*ChildError] once its other children have finished. opts, the options
+// of every child, nil takes every default; the body keeps a copy of
+// *opts.
+func Chunk[In, Out any](wf Definition[In, Out], opts *ChildOpts) func(Context, []In) ([]Out, error) {
+	if opts != nil {
+		o := *opts
+		opts = &o
+	}
 	return func(ctx Context, inputs []In) ([]Out, error) {
-		return MapChildren(ctx, wf, inputs, opts...)
+		return MapChildren(ctx, wf, inputs, opts)
 	}
 }
 
@@ -35,8 +41,8 @@ func Chunk[In, Out any](wf Definition[In, Out], opts ...ChildOpts) func(Context,
 // input order. 100,000 inputs in chunks of 1,000 are 100 chunk children
 // of the workflow, each the parent of 1,000 children: no history holds
 // more than about 2,000 events, and the cost per child stays that of a
-// fan-out of 1,000. opts apply to the chunks; the chunk type's [Chunk]
-// has its own for the children. At most the workflow type's
+// fan-out of 1,000. opts (nil: every default) apply to the chunks; the
+// chunk type's [Chunk] has its own for the children. At most the workflow type's
 // MaxRunningChildren chunks run at once, each with at most the chunk
 // type's MaxRunningChildren children.
 //
@@ -45,13 +51,13 @@ func Chunk[In, Out any](wf Definition[In, Out], opts ...ChildOpts) func(Context,
 // [*ChildError] (whose Info's message names the child's) is returned once
 // every chunk has finished, with the outputs of the others. A size below
 // 1 is refused.
-func MapChunks[In, Out any](ctx Context, chunk Definition[[]In, []Out], inputs []In, size int, opts ...ChildOpts) ([]Out, error) {
+func MapChunks[In, Out any](ctx Context, chunk Definition[[]In, []Out], inputs []In, size int, opts *ChildOpts) ([]Out, error) {
 	outs := make([]Out, len(inputs))
 	if size < 1 {
 		return outs, errors.Newf("workflow.MapChunks %s: chunk size %d; use 1 or more", chunk.TypeName(), size)
 	}
 	chunks := slices.Collect(slices.Chunk(inputs, size))
-	parts, err := MapChildren(ctx, chunk, chunks, opts...)
+	parts, err := MapChildren(ctx, chunk, chunks, opts)
 	var ce *ChildError
 	if err != nil && !errors.As(err, &ce) {
 		return outs, err // the run must stop, or a start was refused

@@ -45,12 +45,12 @@ func runChildren(t *testing.T, children []history.Child, body func(workflow.Cont
 func TestMapChunksSplitsAndJoinsInOrder(t *testing.T) {
 	t.Parallel()
 	item := def[int, int]{name: "item"}
-	chunk := def[[]int, []int]{name: "chunk", fn: workflow.Chunk[int, int](item)}
+	chunk := def[[]int, []int]{name: "chunk", fn: workflow.Chunk[int, int](item, nil)}
 	inputs := []int{10, 11, 12, 13, 14}
 	var outs []int
 	var err error
 	body := func(ctx workflow.Context) error {
-		outs, err = workflow.MapChunks(ctx, chunk, inputs, 2)
+		outs, err = workflow.MapChunks(ctx, chunk, inputs, 2, nil)
 		return err
 	}
 
@@ -87,7 +87,7 @@ func TestMapChunksRefusesASizeBelowOne(t *testing.T) {
 	t.Parallel()
 	chunk := def[[]int, []int]{name: "chunk"}
 	_, res := runChildren(t, nil, func(ctx workflow.Context) error {
-		_, err := workflow.MapChunks(ctx, chunk, []int{1}, 0)
+		_, err := workflow.MapChunks(ctx, chunk, []int{1}, 0, nil)
 		return err
 	})
 	require.ErrorContains(t, res.Err, "chunk size 0")

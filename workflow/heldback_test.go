@@ -54,7 +54,7 @@ func (f *fanOut) run(t *testing.T, maxRunning int, inputs []int, ends bool) ([]i
 	}
 	res := interpreter.Run(p, func(ctx workflow.Context, _ json.RawMessage) (json.RawMessage, error) {
 		var err error
-		outs, err = workflow.MapChildren(ctx, item, inputs)
+		outs, err = workflow.MapChildren(ctx, item, inputs, nil)
 		return nil, err
 	}, nil)
 	return outs, res

@@ -27,8 +27,8 @@ var ErrNondeterministic = interpreter.ErrNondeterministic
 // context. Only cairn implements it; pass it to [Step] and [Sleep].
 type Context = interpreter.Context
 
-// StepOpts are per-step options, passed to [Step] by value and at most once;
-// none, or the zero value, takes every default.
+// StepOpts are per-step options, given to [Step] and [Go]; nil, or the zero
+// value, takes every default.
 type StepOpts struct {
 	// Retry overrides the workflow type's retry policy for this step's
 	// failures: its budget, backoff and classification policy. Its zero
@@ -62,16 +62,12 @@ type StepOpts struct {
 }
 
 // stepOptions translates the options a Step was given for the interpreter:
-// none is nil (every default); more than one is a misuse the interpreter
-// refuses when the step would run, like any invalid option.
-func stepOptions(opts []StepOpts) *interpreter.StepOptions {
-	switch len(opts) {
-	case 0:
+// nil is nil (every default).
+func stepOptions(opts *StepOpts) *interpreter.StepOptions {
+	if opts == nil {
 		return nil
-	case 1:
-		return opts[0].options()
 	}
-	return &interpreter.StepOptions{Misuse: errors.Newf("%d StepOpts given, at most one is allowed", len(opts))}
+	return opts.options()
 }
 
 // options translates o for the interpreter.
@@ -122,11 +118,11 @@ func Compensate[Out any](fn func(ctx context.Context, out Out) error) Compensato
 //
 // A step's error ends the attempt: Step returns it, and every later Step
 // call in the run returns it too without running anything. The task is then
-// retried from this step or fails, as the error's class decides. opts is
-// optional: pass at most one [StepOpts]. Invalid opts (a bad retry policy,
-// negative timeouts, timeouts on an irreversible step, more than one
-// StepOpts) fail the task permanently when the step would run.
-func Step[Out any](ctx Context, name string, fn func(context.Context) (Out, error), opts ...StepOpts) (Out, error) {
+// retried from this step or fails, as the error's class decides. opts nil
+// takes every default. Invalid opts (a bad retry policy, negative
+// timeouts, timeouts on an irreversible step) fail the task permanently
+// when the step would run.
+func Step[Out any](ctx Context, name string, fn func(context.Context) (Out, error), opts *StepOpts) (Out, error) {
 	return interpreter.Step(ctx, name, fn, stepOptions(opts))
 }
 
@@ -169,13 +165,14 @@ func (f *Future[Out]) Get(ctx Context) (Out, error) { return f.f.Get(ctx) }
 // completed (a step failed, a stop, a wait); when the workflow completes
 // they are cancelled and not recorded. [Sleep] waits for the futures
 // started before it. Call Go from the workflow body: Step, Sleep or Go called from any
-// other goroutine fails the task as non-deterministic. opts is optional:
-// pass at most one [StepOpts].
-func Go[Out any](ctx Context, name string, fn func(context.Context) (Out, error), opts ...StepOpts) *Future[Out] {
+// other goroutine fails the task as non-deterministic. opts nil takes
+// every default.
+func Go[Out any](ctx Context, name string, fn func(context.Context) (Out, error), opts *StepOpts) *Future[Out] {
 	return &Future[Out]{f: interpreter.Go(ctx, name, fn, stepOptions(opts))}
 }
 
-// MapOpts are the options of [Map], passed by value and at most once.
+// MapOpts are the options of [Map]; nil, or the zero value, takes every
+// default.
 type MapOpts struct {
 	// Concurrency bounds how many items' steps run at once. 0 or less:
 	// every item at once.
@@ -196,18 +193,13 @@ type MapOpts struct {
 // it started. The failed item ends the attempt as a failed Step does (the
 // attempt's attempt_failed names the step that failed first in time), and
 // the retry runs only the items not on record: the failed ones and those
-// never started. opts is optional: pass at most one [MapOpts].
-func Map[In, Out any](ctx Context, name string, items []In, fn func(context.Context, In) (Out, error), opts ...MapOpts) ([]Out, error) {
+// never started. opts nil takes every default.
+func Map[In, Out any](ctx Context, name string, items []In, fn func(context.Context, In) (Out, error), opts *MapOpts) ([]Out, error) {
 	var o MapOpts
 	var stepOpts *interpreter.StepOptions
-	switch len(opts) {
-	case 0:
-	case 1:
-		o = opts[0]
+	if opts != nil {
+		o = *opts
 		stepOpts = o.Step.options()
-	default:
-		// Refused when the first step would run, as Step refuses its own.
-		stepOpts = &interpreter.StepOptions{Misuse: errors.Newf("%d MapOpts given, at most one is allowed", len(opts))}
 	}
 	limit := o.Concurrency
 	if limit <= 0 || limit > len(items) {

@@ -59,7 +59,7 @@ func demoTasks(t *testing.T, tg cliTarget) (infos []*sdk.TaskInfo, histories map
 		require.NoError(t, err)
 		defer c.Close()
 		ctx := context.Background()
-		infos, err = c.List(ctx, sdk.ListOpts{Type: intake.DocumentType, Limit: sdk.MaxListLimit, IncludeOutput: true})
+		infos, err = c.List(ctx, &sdk.ListOpts{Type: intake.DocumentType, Limit: sdk.MaxListLimit, IncludeOutput: true})
 		require.NoError(t, err)
 		ids := make([]uuid.UUID, len(infos))
 		for i, info := range infos {
@@ -280,7 +280,7 @@ func TestDemoRunManualLeavesApprovalsWaiting(t *testing.T) {
 				// expected seq 17"), which left the task to its lease's
 				// expiry (30 s). An engine matter, reported, not this
 				// test's.
-				_, err = c.Signal(context.Background(), waiting[0], intake.ApprovalSignal, json.RawMessage(`{"comment":"which?"}`))
+				_, err = c.Signal(context.Background(), waiting[0], intake.ApprovalSignal, json.RawMessage(`{"comment":"which?"}`), nil)
 				require.NoError(t, err)
 				require.Eventually(t, func() bool {
 					events, err := s.EventListByTask(context.Background(), waiting[0])
@@ -290,7 +290,7 @@ func TestDemoRunManualLeavesApprovalsWaiting(t *testing.T) {
 					return state.Wait != nil && state.Wait.Position == 1
 				}, time.Minute, 20*time.Millisecond, "the task waits again after a signal that is not a decision")
 				for _, id := range waiting[:2] {
-					_, err := c.Signal(context.Background(), id, intake.ApprovalSignal, workflow.Decision{Approved: true, Comment: "fine"}, sdk.SignalOpts{Sender: "alice"})
+					_, err := c.Signal(context.Background(), id, intake.ApprovalSignal, workflow.Decision{Approved: true, Comment: "fine"}, &sdk.SignalOpts{Sender: "alice"})
 					require.NoError(t, err)
 				}
 			})

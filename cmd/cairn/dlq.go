@@ -145,7 +145,7 @@ func newDLQListCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer closeDB()
-			tasks, err := c.DeadLetters(cmd.Context(), opts)
+			tasks, err := c.DeadLetters(cmd.Context(), &opts)
 			if err != nil && len(tasks) == 0 {
 				return err
 			}
@@ -217,7 +217,7 @@ every dead letter of the namespace without a filter.`,
 				return err
 			}
 			defer closeDB()
-			report, err := c.RetryDeadLetters(cmd.Context(), reason, opts)
+			report, err := c.RetryDeadLetters(cmd.Context(), reason, &opts)
 			failed := make([]uuid.UUID, 0, len(report.Failed))
 			for id := range report.Failed {
 				failed = append(failed, id)

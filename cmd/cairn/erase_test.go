@@ -35,7 +35,7 @@ func TestEncryptedTasksThroughTheCLI(t *testing.T) {
 				c, err := sdk.NewClient(sdk.ClientConfig{Store: s, Namespace: "clitest", Keys: codec})
 				require.NoError(t, err)
 				defer c.Close()
-				res, err := c.StartDynamic(context.Background(), sdk.TypeRef{Name: "cli.test", Version: 1}, map[string]string{"iban": "DE-SECRET-1"})
+				res, err := c.StartDynamic(context.Background(), sdk.TypeRef{Name: "cli.test", Version: 1}, map[string]string{"iban": "DE-SECRET-1"}, nil)
 				require.NoError(t, err)
 				id = res.ID
 			})

@@ -39,7 +39,7 @@ again). A finished task cannot be signalled.`,
 				return err
 			}
 			defer closeDB()
-			res, err := c.Signal(cmd.Context(), id, args[1], raw, sdk.SignalOpts{DedupID: dedupID})
+			res, err := c.Signal(cmd.Context(), id, args[1], raw, &sdk.SignalOpts{DedupID: dedupID})
 			if err != nil {
 				return notFoundAs(err, id, g.namespace)
 			}

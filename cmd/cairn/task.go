@@ -387,7 +387,7 @@ func listTasks(cmd *cobra.Command, c *sdk.Client, opts sdk.ListOpts, all, asJSON
 	out := newTaskListPrinter(cmd.OutOrStdout(), asJSON)
 	out.input, out.output = opts.IncludeInput, opts.IncludeOutput
 	for {
-		page, err := c.ListPage(ctx, opts)
+		page, err := c.ListPage(ctx, &opts)
 		if err != nil {
 			return err
 		}
@@ -403,7 +403,7 @@ func listTasks(cmd *cobra.Command, c *sdk.Client, opts sdk.ListOpts, all, asJSON
 		}
 		// A full page may be the last: look one task further before
 		// saying more remain.
-		more, err := c.ListPage(ctx, sdk.ListOpts{Status: opts.Status, Type: opts.Type, Before: page.Next, Limit: 1})
+		more, err := c.ListPage(ctx, &sdk.ListOpts{Status: opts.Status, Type: opts.Type, Before: page.Next, Limit: 1})
 		if err != nil {
 			return err
 		}

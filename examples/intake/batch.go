@@ -48,7 +48,7 @@ func batchWorkflow(doc *sdk.Workflow[Document, Extraction]) *sdk.Workflow[Batch,
 	return sdk.NewWorkflow(BatchType, 1, func(ctx workflow.Context, b Batch) (BatchReport, error) {
 		children := make([]*workflow.Child[Extraction], len(b.Documents))
 		for i, d := range b.Documents {
-			children[i] = workflow.StartChild(ctx, doc, d, workflow.ChildOpts{MaxAttempts: documentRetry.MaxAttempts})
+			children[i] = workflow.StartChild(ctx, doc, d, &workflow.ChildOpts{MaxAttempts: documentRetry.MaxAttempts})
 		}
 		rep := BatchReport{Batch: b.ID, Documents: len(b.Documents), Outcomes: map[string]int{}}
 		for _, c := range children {
@@ -69,7 +69,7 @@ func batchWorkflow(doc *sdk.Workflow[Document, Extraction]) *sdk.Workflow[Batch,
 			}
 		}
 		return rep, nil
-	}, sdk.WorkflowOpts{MaxRunningChildren: maxBatchDocuments})
+	}, &sdk.WorkflowOpts{MaxRunningChildren: maxBatchDocuments})
 }
 
 // SubmitBatches starts demo.batch parents for docs of the batch batchID
@@ -81,7 +81,7 @@ func SubmitBatches(ctx context.Context, c *sdk.Client, batchID string, docs []Do
 	var ids []uuid.UUID
 	for start := 0; start < len(docs); start += maxBatchDocuments {
 		part := docs[start:min(start+maxBatchDocuments, len(docs))]
-		run, err := sdk.Start(ctx, c, batch, Batch{ID: batchID, Documents: part}, sdk.StartOpts{
+		run, err := sdk.Start(ctx, c, batch, Batch{ID: batchID, Documents: part}, &sdk.StartOpts{
 			IdempotencyKey: "demo/" + batchID + "/" + part[0].ID,
 		})
 		if err != nil {

@@ -137,7 +137,7 @@ const (
 // anything that starts workflows may start it ([sdk.Start]; cfg does not
 // matter to a start): [Submit], or the batch parent as a child.
 func DocumentWorkflow(cfg Config) *sdk.Workflow[Document, Extraction] {
-	return sdk.NewWorkflow(DocumentType, DocumentVersion, cfg.processDocument, sdk.WorkflowOpts{Retry: &documentRetry})
+	return sdk.NewWorkflow(DocumentType, DocumentVersion, cfg.processDocument, &sdk.WorkflowOpts{Retry: &documentRetry})
 }
 
 // documentRef names the workflow type, for starting it.
@@ -157,13 +157,13 @@ func (cfg Config) processDocument(ctx workflow.Context, doc Document) (Extractio
 		}
 		return PageText{Page: page, Text: fmt.Sprintf("%s %s, page %d of %d", doc.Kind, doc.ID, page, doc.Pages),
 			Confidence: pageConfidence(doc, page)}, nil
-	}, workflow.MapOpts{Concurrency: ocrConcurrency})
+	}, &workflow.MapOpts{Concurrency: ocrConcurrency})
 	if err != nil {
 		return Extraction{}, err
 	}
 	ext, err := workflow.Step(ctx, "extract", func(ctx context.Context) (extracted, error) {
 		return cfg.extract(ctx, doc, texts)
-	})
+	}, nil)
 	if err != nil {
 		return Extraction{}, err
 	}
@@ -172,7 +172,7 @@ func (cfg Config) processDocument(ctx workflow.Context, doc Document) (Extractio
 			return validation{}, activities.Permanent(&validationError{docID: doc.ID})
 		}
 		return validate(texts, ext), nil
-	})
+	}, nil)
 	if err != nil {
 		return Extraction{}, err
 	}
@@ -279,7 +279,7 @@ func (cfg Config) review(ctx workflow.Context, doc Document, v validation) (Revi
 		}
 		if _, err := workflow.Step(ctx, step, func(ctx context.Context) (string, error) {
 			return cfg.notify(ctx, req)
-		}); err != nil {
+		}, nil); err != nil {
 			return Review{}, err
 		}
 		for {

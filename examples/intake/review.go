@@ -159,7 +159,7 @@ func (r *SimulatedReviewer) Notify(_ context.Context, req ReviewRequest) error {
 		wait := req.Wait
 		var err error
 		for try := 0; try < r.tries; try++ {
-			_, err = r.client.Signal(r.ctx, req.TaskID, ApprovalSignal, d, sdk.SignalOpts{
+			_, err = r.client.Signal(r.ctx, req.TaskID, ApprovalSignal, d, &sdk.SignalOpts{
 				DedupID: fmt.Sprintf("demo-review/%s/%d", req.TaskID, req.Stage), Sender: d.By, // the decision's By is its sender
 				ForWait: &wait})
 			if !errors.Is(err, sdk.ErrWaitNotReached) {

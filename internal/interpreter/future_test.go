@@ -49,7 +49,7 @@ func TestGoRecordsEachStepAtItsCallPosition(t *testing.T) {
 				<-finished[i+1] // the later one first
 				defer close(finished[i])
 				return "text of " + page(i), nil
-			})
+			}, nil)
 		}
 		var texts []string
 		for _, f := range futures {
@@ -87,7 +87,7 @@ func TestGoRunsOnlyTheStepsNotOnRecord(t *testing.T) {
 		texts, err := workflow.Map(ctx, "ocr", []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, func(_ context.Context, i int) (string, error) {
 			runs[i].Add(1)
 			return "text of " + page(i), nil
-		}, workflow.MapOpts{Concurrency: 4})
+		}, &workflow.MapOpts{Concurrency: 4})
 		return texts, err
 	})
 	// The recorded steps are named page-i, Map calls them all "ocr".
@@ -100,7 +100,7 @@ func TestGoRunsOnlyTheStepsNotOnRecord(t *testing.T) {
 			futures = append(futures, workflow.Go(ctx, page(i), func(context.Context) (string, error) {
 				runs[i].Add(1)
 				return "text of " + page(i), nil
-			}))
+			}, nil))
 		}
 		var texts []string
 		for _, f := range futures {
@@ -160,7 +160,7 @@ func TestGoFailureKeepsTheFinishedSteps(t *testing.T) {
 					cancelled.Add(1)
 				}
 				return "text of " + page(i), nil
-			}))
+			}, nil))
 		}
 		close(allStarted)
 		for _, f := range futures {
@@ -210,7 +210,7 @@ func TestMapFailureRecordsTheRunningItems(t *testing.T) {
 	}
 	body := func(fn func(context.Context, int) (string, error)) func(workflow.Context) (any, error) {
 		return func(ctx workflow.Context) (any, error) {
-			return workflow.Map(ctx, "ocr", []int{0, 1, 2, 3, 4, 5, 6, 7}, fn, workflow.MapOpts{Concurrency: limit})
+			return workflow.Map(ctx, "ocr", []int{0, 1, 2, 3, 4, 5, 6, 7}, fn, &workflow.MapOpts{Concurrency: limit})
 		}
 	}
 	b := setup(t)
@@ -253,8 +253,8 @@ func TestStepAfterFuturesIsRecordedInPositionOrder(t *testing.T) {
 	b := setup(t)
 	release := make(chan struct{})
 	res := b.run(func(ctx workflow.Context) (any, error) {
-		slow := workflow.Go(ctx, "slow", func(context.Context) (int, error) { <-release; return 1, nil })
-		fast, err := workflow.Step(ctx, "fast", func(context.Context) (int, error) { return 2, nil })
+		slow := workflow.Go(ctx, "slow", func(context.Context) (int, error) { <-release; return 1, nil }, nil)
+		fast, err := workflow.Step(ctx, "fast", func(context.Context) (int, error) { return 2, nil }, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -288,7 +288,7 @@ func TestStepFromAnotherGoroutineIsNondeterministic(t *testing.T) {
 				var wg sync.WaitGroup
 				for i := range goroutines {
 					wg.Go(func() {
-						_, _ = workflow.Step(ctx, page(i), func(context.Context) (int, error) { ran.Add(1); return i, nil })
+						_, _ = workflow.Step(ctx, page(i), func(context.Context) (int, error) { ran.Add(1); return i, nil }, nil)
 					})
 				}
 				wg.Wait()
@@ -324,7 +324,7 @@ func TestMapKeepsItemOrderAndBoundsConcurrency(t *testing.T) {
 				}
 			}
 			return page(i), nil
-		}, workflow.MapOpts{Concurrency: limit})
+		}, &workflow.MapOpts{Concurrency: limit})
 	})
 	require.NoError(t, res.Err)
 	var got []string
@@ -345,7 +345,7 @@ func TestSleepWaitsForFuturesAndReturnAbandonsThem(t *testing.T) {
 	b := setup(t)
 	release := make(chan struct{})
 	res := b.run(func(ctx workflow.Context) (any, error) {
-		workflow.Go(ctx, "slow", func(context.Context) (int, error) { <-release; return 1, nil })
+		workflow.Go(ctx, "slow", func(context.Context) (int, error) { <-release; return 1, nil }, nil)
 		close(release)
 		return nil, workflow.Sleep(ctx, time.Hour)
 	})
@@ -361,7 +361,7 @@ func TestSleepWaitsForFuturesAndReturnAbandonsThem(t *testing.T) {
 			<-ctx.Done()
 			cause = context.Cause(ctx)
 			return 0, cause
-		})
+		}, nil)
 		return "done", nil
 	})
 	require.NoError(t, res.Err, "an abandoned future's error is not the run's")

@@ -91,15 +91,15 @@ func TestRunReplaysRecordedStepsWithoutRunningThem(t *testing.T) {
 	var gotFields extracted
 	res := interpreter.Run(b.params, interpreter.Typed(func(ctx workflow.Context, _ struct{}) (string, error) {
 		var err error
-		gotText, err = workflow.Step(ctx, "ocr", mustNotRun[string](t, "ocr"))
+		gotText, err = workflow.Step(ctx, "ocr", mustNotRun[string](t, "ocr"), nil)
 		if err != nil {
 			return "", err
 		}
-		gotFields, err = workflow.Step(ctx, "extract", mustNotRun[extracted](t, "extract"))
+		gotFields, err = workflow.Step(ctx, "extract", mustNotRun[extracted](t, "extract"), nil)
 		if err != nil {
 			return "", err
 		}
-		return workflow.Step(ctx, "validate", constStep("valid"))
+		return workflow.Step(ctx, "validate", constStep("valid"), nil)
 	}), nil)
 
 	require.NoError(t, res.Err)
@@ -138,7 +138,7 @@ func TestRunRecordsNewStepsAtIncreasingPositions(t *testing.T) {
 		require.Equal(t, 1, ctx.Attempt())
 		var outs []int
 		for _, name := range []string{"a", "b", "c"} {
-			out, err := workflow.Step(ctx, name, step)
+			out, err := workflow.Step(ctx, name, step, nil)
 			if err != nil {
 				return nil, err
 			}
@@ -169,7 +169,7 @@ func TestRunStepContextDefaultsToRunContext(t *testing.T) {
 		v, err := workflow.Step(ctx, "a", func(ctx context.Context) (string, error) {
 			s, _ := ctx.Value(key{}).(string)
 			return s, nil
-		})
+		}, nil)
 		require.Equal(t, "attempt ctx", v)
 		return nil, err
 	}, nil)
@@ -184,13 +184,13 @@ func TestRunRenamedStepIsNondeterministic(t *testing.T) {
 	)
 	var laterErr error
 	res := interpreter.Run(b.params, func(ctx workflow.Context, _ json.RawMessage) (json.RawMessage, error) {
-		if _, err := workflow.Step(ctx, "ocr", mustNotRun[string](t, "ocr")); err != nil {
+		if _, err := workflow.Step(ctx, "ocr", mustNotRun[string](t, "ocr"), nil); err != nil {
 			return nil, err
 		}
-		_, err := workflow.Step(ctx, "extract-v2", mustNotRun[string](t, "extract-v2"))
+		_, err := workflow.Step(ctx, "extract-v2", mustNotRun[string](t, "extract-v2"), nil)
 		require.Error(t, err)
 		// The body ignores the error and goes on: nothing more runs.
-		_, laterErr = workflow.Step(ctx, "validate", mustNotRun[string](t, "validate"))
+		_, laterErr = workflow.Step(ctx, "validate", mustNotRun[string](t, "validate"), nil)
 		return json.RawMessage(`"done"`), nil
 	}, nil)
 
@@ -212,7 +212,7 @@ func TestRunNondeterministicAtFirstNewPosition(t *testing.T) {
 	// A mismatch right at position 0 names it.
 	b := setup(t, recordedStep(t, 0, "ocr", "text"))
 	res := interpreter.Run(b.params, func(ctx workflow.Context, _ json.RawMessage) (json.RawMessage, error) {
-		_, err := workflow.Step(ctx, "fetch", mustNotRun[string](t, "fetch"))
+		_, err := workflow.Step(ctx, "fetch", mustNotRun[string](t, "fetch"), nil)
 		return nil, err
 	}, nil)
 	require.True(t, errors.Is(res.Err, workflow.ErrNondeterministic), "got %v", res.Err)
@@ -229,7 +229,7 @@ func TestRunHistoryWithMoreStepsIsNondeterministic(t *testing.T) {
 		recordedStep(t, 2, "validate", true),
 	)
 	res := interpreter.Run(b.params, interpreter.Typed(func(ctx workflow.Context, _ struct{}) (string, error) {
-		return workflow.Step(ctx, "ocr", mustNotRun[string](t, "ocr"))
+		return workflow.Step(ctx, "ocr", mustNotRun[string](t, "ocr"), nil)
 	}), nil)
 	require.True(t, errors.Is(res.Err, workflow.ErrNondeterministic), "got %v", res.Err)
 	require.Contains(t, res.Err.Error(), "step 1")
@@ -243,7 +243,7 @@ func TestRunUndecodableRecordedOutputIsNondeterministic(t *testing.T) {
 	// The step's output type changed since the history was recorded.
 	b := setup(t, recordedStep(t, 0, "count", "not a number"))
 	res := interpreter.Run(b.params, func(ctx workflow.Context, _ json.RawMessage) (json.RawMessage, error) {
-		_, err := workflow.Step(ctx, "count", mustNotRun[int](t, "count"))
+		_, err := workflow.Step(ctx, "count", mustNotRun[int](t, "count"), nil)
 		return nil, err
 	}, nil)
 	require.True(t, errors.Is(res.Err, workflow.ErrNondeterministic), "got %v", res.Err)
@@ -256,14 +256,14 @@ func TestRunStepErrorEndsRun(t *testing.T) {
 	errLLM := errors.New("llm 503")
 	var extractErr, validateErr error
 	res := interpreter.Run(b.params, interpreter.Typed(func(ctx workflow.Context, _ struct{}) (string, error) {
-		if _, err := workflow.Step(ctx, "ocr", constStep("text")); err != nil {
+		if _, err := workflow.Step(ctx, "ocr", constStep("text"), nil); err != nil {
 			return "", err
 		}
 		_, extractErr = workflow.Step(ctx, "extract", func(context.Context) (string, error) {
 			return "", errors.Wrap(errLLM, "call model")
-		})
+		}, nil)
 		// A body that swallows the error cannot go on.
-		_, validateErr = workflow.Step(ctx, "validate", mustNotRun[bool](t, "validate"))
+		_, validateErr = workflow.Step(ctx, "validate", mustNotRun[bool](t, "validate"), nil)
 		return "swallowed", nil
 	}), nil)
 
@@ -285,7 +285,7 @@ func TestRunBodyErrorEndsRun(t *testing.T) {
 	b := setup(t)
 	errRefused := errors.New("document refused")
 	res := interpreter.Run(b.params, interpreter.Typed(func(ctx workflow.Context, _ struct{}) (string, error) {
-		if _, err := workflow.Step(ctx, "ocr", constStep("text")); err != nil {
+		if _, err := workflow.Step(ctx, "ocr", constStep("text"), nil); err != nil {
 			return "", err
 		}
 		return "", errRefused
@@ -306,13 +306,13 @@ func TestRunStoppingStopsAtNextNewStep(t *testing.T) {
 	res := interpreter.Run(b.params, func(ctx workflow.Context, _ json.RawMessage) (json.RawMessage, error) {
 		var err error
 		// Replayed steps still replay while stopping: they run nothing.
-		replayed, err = workflow.Step(ctx, "ocr", mustNotRun[string](t, "ocr"))
+		replayed, err = workflow.Step(ctx, "ocr", mustNotRun[string](t, "ocr"), nil)
 		if err != nil {
 			return nil, err
 		}
-		_, err = workflow.Step(ctx, "extract", mustNotRun[string](t, "extract"))
+		_, err = workflow.Step(ctx, "extract", mustNotRun[string](t, "extract"), nil)
 		require.True(t, errors.Is(err, interpreter.ErrStopping), "got %v", err)
-		_, laterErr = workflow.Step(ctx, "validate", mustNotRun[string](t, "validate"))
+		_, laterErr = workflow.Step(ctx, "validate", mustNotRun[string](t, "validate"), nil)
 		return json.RawMessage(`"ignored"`), nil
 	}, nil)
 
@@ -334,10 +334,10 @@ func TestRunStoppingDuringStepRecordsItThenStops(t *testing.T) {
 		if _, err := workflow.Step(ctx, "ocr", func(context.Context) (string, error) {
 			close(stopping) // the worker begins to stop while the step runs
 			return "text", nil
-		}); err != nil {
+		}, nil); err != nil {
 			return nil, err
 		}
-		_, err := workflow.Step(ctx, "extract", mustNotRun[string](t, "extract"))
+		_, err := workflow.Step(ctx, "extract", mustNotRun[string](t, "extract"), nil)
 		return nil, err
 	}, nil)
 	require.True(t, errors.Is(res.Err, interpreter.ErrStopping), "got %v", res.Err)
@@ -353,16 +353,16 @@ func TestRunCancelledContextStopsBeforeNextNewStep(t *testing.T) {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	b.params.Context = ctx
 	res := interpreter.Run(b.params, func(wctx workflow.Context, _ json.RawMessage) (json.RawMessage, error) {
-		if _, err := workflow.Step(wctx, "ocr", mustNotRun[string](t, "ocr")); err != nil {
+		if _, err := workflow.Step(wctx, "ocr", mustNotRun[string](t, "ocr"), nil); err != nil {
 			return nil, err
 		}
 		if _, err := workflow.Step(wctx, "extract", func(context.Context) (string, error) {
 			cancel(errLeaseLost)
 			return "fields", nil
-		}); err != nil {
+		}, nil); err != nil {
 			return nil, err
 		}
-		_, err := workflow.Step(wctx, "validate", mustNotRun[bool](t, "validate"))
+		_, err := workflow.Step(wctx, "validate", mustNotRun[bool](t, "validate"), nil)
 		return nil, err
 	}, nil)
 
@@ -383,10 +383,10 @@ func TestRunContextCancelledBeforeRunReplaysThenStops(t *testing.T) {
 	var replayed string
 	res := interpreter.Run(b.params, func(wctx workflow.Context, _ json.RawMessage) (json.RawMessage, error) {
 		var err error
-		if replayed, err = workflow.Step(wctx, "ocr", mustNotRun[string](t, "ocr")); err != nil {
+		if replayed, err = workflow.Step(wctx, "ocr", mustNotRun[string](t, "ocr"), nil); err != nil {
 			return nil, err
 		}
-		_, err = workflow.Step(wctx, "extract", mustNotRun[string](t, "extract"))
+		_, err = workflow.Step(wctx, "extract", mustNotRun[string](t, "extract"), nil)
 		return nil, err
 	}, nil)
 	require.Equal(t, "text", replayed)
@@ -400,7 +400,7 @@ func TestRunBodyPanicBecomesError(t *testing.T) {
 	var res interpreter.Result
 	require.NotPanics(t, func() {
 		res = interpreter.Run(b.params, func(ctx workflow.Context, _ json.RawMessage) (json.RawMessage, error) {
-			if _, err := workflow.Step(ctx, "ocr", constStep("text")); err != nil {
+			if _, err := workflow.Step(ctx, "ocr", constStep("text"), nil); err != nil {
 				return nil, err
 			}
 			panic("body exploded")
@@ -424,8 +424,8 @@ func TestRunStepPanicBecomesStepError(t *testing.T) {
 		res = interpreter.Run(b.params, func(ctx workflow.Context, _ json.RawMessage) (json.RawMessage, error) {
 			_, stepErr = workflow.Step(ctx, "ocr", func(context.Context) (string, error) {
 				panic("ocr engine crashed")
-			})
-			_, _ = workflow.Step(ctx, "extract", mustNotRun[string](t, "extract"))
+			}, nil)
+			_, _ = workflow.Step(ctx, "extract", mustNotRun[string](t, "extract"), nil)
 			return nil, nil
 		}, nil)
 	})
@@ -450,7 +450,7 @@ func TestRunPanicAfterAbortKeepsAbortError(t *testing.T) {
 		close(stopping)
 		b.params.Stopping = stopping
 		res := interpreter.Run(b.params, func(ctx workflow.Context, _ json.RawMessage) (json.RawMessage, error) {
-			doc, _ := workflow.Step(ctx, "load", constStep(&extracted{Pages: 1}))
+			doc, _ := workflow.Step(ctx, "load", constStep(&extracted{Pages: 1}), nil)
 			return json.RawMessage(`"ignored"`), errors.Newf("pages: %d", doc.Pages) // nil dereference
 		}, nil)
 		require.True(t, errors.Is(res.Err, interpreter.ErrStopping), "got %v", res.Err)
@@ -460,7 +460,7 @@ func TestRunPanicAfterAbortKeepsAbortError(t *testing.T) {
 		b := setup(t)
 		errLLM := errors.New("llm 503")
 		res := interpreter.Run(b.params, func(ctx workflow.Context, _ json.RawMessage) (json.RawMessage, error) {
-			doc, _ := workflow.Step(ctx, "load", func(context.Context) (*extracted, error) { return nil, errLLM })
+			doc, _ := workflow.Step(ctx, "load", func(context.Context) (*extracted, error) { return nil, errLLM }, nil)
 			return json.RawMessage(`"ignored"`), errors.Newf("pages: %d", doc.Pages) // nil dereference
 		}, nil)
 		require.True(t, errors.Is(res.Err, errLLM), "got %v", res.Err)
@@ -475,9 +475,9 @@ func TestRunRecordFailureAbortsRun(t *testing.T) {
 	b.rec.err = errDB
 	var extractErr error
 	res := interpreter.Run(b.params, func(ctx workflow.Context, _ json.RawMessage) (json.RawMessage, error) {
-		_, err := workflow.Step(ctx, "ocr", constStep("text"))
+		_, err := workflow.Step(ctx, "ocr", constStep("text"), nil)
 		require.NoError(t, err, "ocr is recorded when the next step begins")
-		_, extractErr = workflow.Step(ctx, "extract", mustNotRun[string](t, "extract"))
+		_, extractErr = workflow.Step(ctx, "extract", mustNotRun[string](t, "extract"), nil)
 		return json.RawMessage(`"ignored"`), nil
 	}, nil)
 	require.True(t, errors.Is(res.Err, errDB), "got %v", res.Err)
@@ -492,7 +492,7 @@ func TestRunUnencodableStepOutputFailsStep(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	res := interpreter.Run(b.params, func(ctx workflow.Context, _ json.RawMessage) (json.RawMessage, error) {
-		_, err := workflow.Step(ctx, "open", constStep(make(chan int)))
+		_, err := workflow.Step(ctx, "open", constStep(make(chan int)), nil)
 		return nil, err
 	}, nil)
 	require.Error(t, res.Err)
@@ -506,7 +506,7 @@ func TestRunDefaultsNilContextAndStopping(t *testing.T) {
 	res := interpreter.Run(interpreter.RunParams{TaskID: "t", Attempt: 2, Record: rec.record},
 		interpreter.Typed(func(ctx workflow.Context, _ struct{}) (int, error) {
 			require.Equal(t, 2, ctx.Attempt())
-			return workflow.Step(ctx, "one", constStep(1))
+			return workflow.Step(ctx, "one", constStep(1), nil)
 		}), nil)
 	require.NoError(t, res.Err)
 	require.JSONEq(t, `1`, string(res.Output))
@@ -606,7 +606,7 @@ func TestStepOutputWithNULIsUnstorable(t *testing.T) {
 	res := interpreter.Run(b.params, func(ctx workflow.Context, _ json.RawMessage) (json.RawMessage, error) {
 		_, err := workflow.Step(ctx, "ocr", func(context.Context) (string, error) {
 			return "page\x00two", nil
-		})
+		}, nil)
 		return nil, err
 	}, nil)
 	require.True(t, errors.Is(res.Err, interpreter.ErrUnstorable), "got %v", res.Err)
@@ -629,14 +629,14 @@ func TestRunRecordsEachStepBeforeTheNextBegins(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	res := interpreter.Run(b.params, func(ctx workflow.Context, _ json.RawMessage) (json.RawMessage, error) {
-		if _, err := workflow.Step(ctx, "a", constStep(1)); err != nil {
+		if _, err := workflow.Step(ctx, "a", constStep(1), nil); err != nil {
 			return nil, err
 		}
 		require.Empty(t, b.rec.recorded(), "the last step waits to be written with what follows")
 		_, err := workflow.Step(ctx, "b", func(context.Context) (int, error) {
 			require.Len(t, b.rec.recorded(), 1, "step a is on record before step b begins")
 			return 2, nil
-		})
+		}, nil)
 		return nil, err
 	}, nil)
 	require.NoError(t, res.Err)
@@ -654,10 +654,10 @@ func TestStepWhereTheHistorySleepsIsNondeterministic(t *testing.T) {
 		Now:    time.Now,
 		Record: func(history.Payload) error { return nil },
 	}, interpreter.Typed(func(ctx workflow.Context, _ string) (string, error) {
-		if _, err := workflow.Step(ctx, "schedule", func(context.Context) (string, error) { return "ok", nil }); err != nil {
+		if _, err := workflow.Step(ctx, "schedule", func(context.Context) (string, error) { return "ok", nil }, nil); err != nil {
 			return "", err
 		}
-		return workflow.Step(ctx, "send", func(context.Context) (string, error) { return "sent", nil })
+		return workflow.Step(ctx, "send", func(context.Context) (string, error) { return "sent", nil }, nil)
 	}), json.RawMessage(`"in"`))
 	require.True(t, errors.Is(res.Err, workflow.ErrNondeterministic), "%v", res.Err)
 	require.Contains(t, res.Err.Error(), `history recorded "sleep", workflow called "send"`)

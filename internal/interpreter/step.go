@@ -33,18 +33,11 @@ type StepOptions struct {
 	// CompensationRetry is the retry policy of the compensator. Default:
 	// Retry, else the workflow type's.
 	CompensationRetry *activities.RetryPolicy
-	// Misuse, when set, says how the options were given wrongly (more than
-	// one workflow.StepOpts): the step is refused as any invalid option is,
-	// when it would run, rather than panicking inside a workflow body.
-	Misuse error
 }
 
 func (o *StepOptions) validate() error {
 	if o == nil {
 		return nil
-	}
-	if o.Misuse != nil {
-		return o.Misuse
 	}
 	for _, r := range []*activities.RetryPolicy{o.Retry, o.CompensationRetry} {
 		if r == nil {

@@ -18,7 +18,7 @@ func TestStepRecordsDurationAndUsage(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	fn := func(ctx workflow.Context, _ json.RawMessage) (json.RawMessage, error) {
-		if _, err := workflow.Step(ctx, "ocr", constStep(1)); err != nil {
+		if _, err := workflow.Step(ctx, "ocr", constStep(1), nil); err != nil {
 			return nil, err
 		}
 		_, err := workflow.Step(ctx, "extract", func(ctx context.Context) (string, error) {
@@ -26,7 +26,7 @@ func TestStepRecordsDurationAndUsage(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 			activities.RecordUsage(ctx, activities.Usage{Model: "m", InputTokens: 1})
 			return "fields", nil
-		}, workflow.StepOpts{StartToClose: time.Minute})
+		}, &workflow.StepOpts{StartToClose: time.Minute})
 		return nil, err
 	}
 	res := interpreter.Run(b.params, fn, nil)
@@ -52,7 +52,7 @@ func TestFailedStepReturnsItsUsage(t *testing.T) {
 		_, err := workflow.Step(ctx, "extract", func(ctx context.Context) (string, error) {
 			activities.RecordUsage(ctx, activities.Usage{Model: "m", InputTokens: 7, CostUSD: 0.5})
 			return "", errors.New("model returned garbage")
-		})
+		}, nil)
 		return nil, err
 	}
 	res := interpreter.Run(b.params, fn, nil)

@@ -86,24 +86,24 @@ func TestTaskPageShowsAParentsChildrenAndTheWayBack(t *testing.T) {
 						return 0, activities.Permanent(errors.Newf("page %d unreadable", n))
 					}
 					return 10 * n, nil
-				})
-			}, sdk.WorkflowOpts{SkipDeadLetter: true})
+				}, nil)
+			}, &sdk.WorkflowOpts{SkipDeadLetter: true})
 			waiter := sdk.NewWorkflow("console.waiter", 1, func(ctx workflow.Context, _ struct{}) (int, error) {
 				_, _, err := workflow.Receive[struct{}](ctx, "go", time.Hour)
 				return 7, err
-			})
+			}, nil)
 			parent := sdk.NewWorkflow("console.fan", 1, func(ctx workflow.Context, _ struct{}) (int, error) {
-				outs, err := workflow.MapChildren(ctx, kid, []int{1, 2, 3})
+				outs, err := workflow.MapChildren(ctx, kid, []int{1, 2, 3}, nil)
 				var ce *workflow.ChildError
 				if err != nil && !errors.As(err, &ce) {
 					return 0, err
 				}
-				n, err := workflow.StartChild(ctx, waiter, struct{}{}).Result(ctx)
+				n, err := workflow.StartChild(ctx, waiter, struct{}{}, nil).Result(ctx)
 				if err != nil {
 					return 0, err
 				}
 				return outs[0] + outs[2] + n, nil
-			})
+			}, nil)
 			w, err := sdk.NewWorker(sdk.WorkerConfig{Store: ns.store, Concurrency: 4, PollInterval: 20 * time.Millisecond, RescueInterval: -1})
 			require.NoError(t, err)
 			sdk.Register(w, kid)
@@ -116,7 +116,7 @@ func TestTaskPageShowsAParentsChildrenAndTheWayBack(t *testing.T) {
 			t.Cleanup(client.Close)
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			run, err := sdk.Start(ctx, client, parent, struct{}{})
+			run, err := sdk.Start(ctx, client, parent, struct{}{}, nil)
 			require.NoError(t, err)
 
 			// Wait until the parent awaits the waiter, which awaits its signal.
@@ -177,7 +177,7 @@ func TestTaskPageShowsAParentsChildrenAndTheWayBack(t *testing.T) {
 			require.Contains(t, page, `<div class="axis-row row-child failed"><span class="name" title="child 1 console.kid">`)
 			require.Contains(t, page, `<div class="axis-row row-wait waiting"><span class="name" title="wait child 3">`)
 
-			_, err = client.Signal(ctx, waiterID, "go", nil)
+			_, err = client.Signal(ctx, waiterID, "go", nil, nil)
 			require.NoError(t, err)
 			info, err := client.Wait(ctx, run.ID)
 			require.NoError(t, err)

@@ -506,7 +506,7 @@ func (s *Console) consoleTasks(w http.ResponseWriter, r *http.Request, c *call, 
 		}
 		opts.Filter = f
 	}
-	list, err := c.client.ListPage(r.Context(), opts)
+	list, err := c.client.ListPage(r.Context(), &opts)
 	if err != nil {
 		page.Error = s.consoleError(r, err)
 	}
@@ -542,7 +542,7 @@ func (s *Console) consoleDeadLetters(w http.ResponseWriter, r *http.Request, c *
 		return
 	}
 	opts.Limit = 100
-	tasks, err := c.client.DeadLetters(r.Context(), opts)
+	tasks, err := c.client.DeadLetters(r.Context(), &opts)
 	if err != nil {
 		page.Error = s.consoleError(r, err)
 	}
@@ -568,7 +568,7 @@ func (s *Console) consoleRetryDeadLetters(w http.ResponseWriter, r *http.Request
 	opts, errMsg := s.deadLetterOpts(r, r.FormValue("type"), r.FormValue("filter"))
 	if errMsg == "" {
 		opts.Limit = -1
-		report, err := c.client.RetryDeadLetters(r.Context(), consoleReason(r, "requeued from the console"), opts)
+		report, err := c.client.RetryDeadLetters(r.Context(), consoleReason(r, "requeued from the console"), &opts)
 		switch {
 		case err != nil:
 			errMsg = s.consoleError(r, err)

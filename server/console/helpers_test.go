@@ -177,7 +177,7 @@ func startDoc(t *testing.T, st store.Store) uuid.UUID {
 	defer c.Close()
 	ref, err := c.RegisteredType(context.Background(), "doc", 0)
 	require.NoError(t, err)
-	res, err := c.StartDynamic(context.Background(), ref, json.RawMessage(`{}`))
+	res, err := c.StartDynamic(context.Background(), ref, json.RawMessage(`{}`), nil)
 	require.NoError(t, err)
 	return res.ID
 }

@@ -72,8 +72,8 @@ func TestTaskPageNumbersTheItemsOfARealMap(t *testing.T) {
 		t.Run(ns.name, func(t *testing.T) {
 			t.Parallel()
 			wf := sdk.NewWorkflow("console.map", 1, func(ctx workflow.Context, items []int) ([]int, error) {
-				return workflow.Map(ctx, "square", items, func(_ context.Context, n int) (int, error) { return n * n, nil })
-			})
+				return workflow.Map(ctx, "square", items, func(_ context.Context, n int) (int, error) { return n * n, nil }, nil)
+			}, nil)
 			w, err := sdk.NewWorker(sdk.WorkerConfig{Store: ns.store, Concurrency: 2, PollInterval: 20 * time.Millisecond, RescueInterval: -1})
 			require.NoError(t, err)
 			sdk.Register(w, wf)
@@ -82,7 +82,7 @@ func TestTaskPageNumbersTheItemsOfARealMap(t *testing.T) {
 			client, err := sdk.NewClient(sdk.ClientConfig{Store: ns.store})
 			require.NoError(t, err)
 			t.Cleanup(client.Close)
-			run, err := sdk.Start(context.Background(), client, wf, []int{1, 2, 3})
+			run, err := sdk.Start(context.Background(), client, wf, []int{1, 2, 3}, nil)
 			require.NoError(t, err)
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()

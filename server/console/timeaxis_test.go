@@ -211,16 +211,16 @@ func TestTaskPageDrawsParallelStepsOfARealRun(t *testing.T) {
 				}
 			}
 			wf := sdk.NewWorkflow("console.parallel", 1, func(ctx workflow.Context, _ struct{}) (int, error) {
-				left := workflow.Go(ctx, "left", nap(300*time.Millisecond))
-				right := workflow.Go(ctx, "right", nap(200*time.Millisecond))
+				left := workflow.Go(ctx, "left", nap(300*time.Millisecond), nil)
+				right := workflow.Go(ctx, "right", nap(200*time.Millisecond), nil)
 				if _, err := left.Get(ctx); err != nil {
 					return 0, err
 				}
 				if _, err := right.Get(ctx); err != nil {
 					return 0, err
 				}
-				return workflow.Step(ctx, "after", nap(100*time.Millisecond))
-			})
+				return workflow.Step(ctx, "after", nap(100*time.Millisecond), nil)
+			}, nil)
 			w, err := sdk.NewWorker(sdk.WorkerConfig{Store: ns.store, Concurrency: 2, PollInterval: 20 * time.Millisecond, RescueInterval: -1})
 			require.NoError(t, err)
 			sdk.Register(w, wf)
@@ -229,7 +229,7 @@ func TestTaskPageDrawsParallelStepsOfARealRun(t *testing.T) {
 			client, err := sdk.NewClient(sdk.ClientConfig{Store: ns.store})
 			require.NoError(t, err)
 			t.Cleanup(client.Close)
-			run, err := sdk.Start(context.Background(), client, wf, struct{}{})
+			run, err := sdk.Start(context.Background(), client, wf, struct{}{}, nil)
 			require.NoError(t, err)
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()

@@ -97,7 +97,7 @@ func waitingLong(w *sdk.Waiting) string {
 // among the newest [consoleWaitingScan] pending tasks due later. Scanned
 // says whether that bound was reached (older waits may be left out).
 func waitingTasks(ctx context.Context, c *sdk.Client) (tasks []*waitingTask, scanned bool, err error) {
-	list, err := c.ListPage(ctx, sdk.ListOpts{Status: history.StatusPending, Limit: consoleWaitingScan})
+	list, err := c.ListPage(ctx, &sdk.ListOpts{Status: history.StatusPending, Limit: consoleWaitingScan})
 	if err != nil {
 		return nil, false, err
 	}
@@ -158,7 +158,7 @@ func (s *Console) consoleSignal(w http.ResponseWriter, r *http.Request, c *call,
 	back := url.Values{"namespace": {c.namespace}}
 	payload, err := consoleSignalPayload(r)
 	if err == nil {
-		_, err = c.client.Signal(r.Context(), id, name, payload, sdk.SignalOpts{Sender: consoleRequester(c.who)})
+		_, err = c.client.Signal(r.Context(), id, name, payload, &sdk.SignalOpts{Sender: consoleRequester(c.who)})
 	}
 	switch {
 	case err != nil:

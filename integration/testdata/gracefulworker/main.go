@@ -33,14 +33,14 @@ var process = sdk.NewWorkflow("document.process", 1,
 		text, err := workflow.Step(ctx, "ocr", func(ctx context.Context) (string, error) {
 			info, _ := activities.GetInfo(ctx)
 			return ocr(ctx, info.TaskID, doc)
-		})
+		}, nil)
 		if err != nil {
 			return "", err
 		}
 		return workflow.Step(ctx, "extract", func(context.Context) (string, error) {
 			return "fields of " + text, nil
-		})
-	})
+		}, nil)
+	}, nil)
 
 // ocr is a step the test holds mid-way: it returns once the release file
 // exists, or fails when its context ends (the stop's timeout, a crash).

@@ -144,13 +144,13 @@ func newBenchWorkflow(onStep func(context.Context)) *sdk.Workflow[benchInput, in
 					onStep(sctx)
 				}
 				return struct{}{}, nil
-			})
+			}, nil)
 			if err != nil {
 				return 0, err
 			}
 		}
 		return in.Steps, nil
-	})
+	}, nil)
 }
 
 // Params are the parameters of Throughput, Workflow, Latency, Replay,

@@ -104,8 +104,8 @@ func newFanoutWorkflows(maxRunning int) fanoutTypes {
 	opts := sdk.WorkflowOpts{MaxRunningChildren: maxRunning}
 	t.child = sdk.NewWorkflow(benchFanoutChildType, 1, func(_ workflow.Context, in int) (int, error) {
 		return in, nil
-	})
-	t.chunk = sdk.NewWorkflow(benchFanoutChunkType, 1, workflow.Chunk(t.child), opts)
+	}, nil)
+	t.chunk = sdk.NewWorkflow(benchFanoutChunkType, 1, workflow.Chunk(t.child, nil), &opts)
 	t.parent = sdk.NewWorkflow(benchFanoutType, 1, func(ctx workflow.Context, in fanoutInput) (int, error) {
 		inputs := make([]int, in.Children)
 		for i := range inputs {
@@ -114,9 +114,9 @@ func newFanoutWorkflows(maxRunning int) fanoutTypes {
 		var outs []int
 		var err error
 		if in.Chunk > 0 {
-			outs, err = workflow.MapChunks(ctx, t.chunk, inputs, in.Chunk)
+			outs, err = workflow.MapChunks(ctx, t.chunk, inputs, in.Chunk, nil)
 		} else {
-			outs, err = workflow.MapChildren(ctx, t.child, inputs)
+			outs, err = workflow.MapChildren(ctx, t.child, inputs, nil)
 		}
 		if err != nil {
 			return 0, err
@@ -127,7 +127,7 @@ func newFanoutWorkflows(maxRunning int) fanoutTypes {
 			}
 		}
 		return len(outs), nil
-	}, opts)
+	}, &opts)
 	return t
 }
 
@@ -242,7 +242,7 @@ func Children(ctx context.Context, cfg Config, p ChildrenParams) error {
 	cpu0 := processCPU()
 	var parentID uuid.UUID
 	timing, err := env.awaitDrain(ctx, func() error {
-		run, err := sdk.Start(ctx, client, types.parent, input)
+		run, err := sdk.Start(ctx, client, types.parent, input, nil)
 		if err != nil {
 			return err
 		}

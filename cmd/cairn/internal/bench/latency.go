@@ -258,7 +258,7 @@ func latencySubRun(ctx context.Context, client *sdk.Client, starts *stepStarts, 
 	wf := sdk.TypeRef{Name: benchNoopType, Version: 1}
 	one := func(ctx context.Context, s *latencySample) {
 		s.called = time.Now()
-		res, err := client.StartDynamic(ctx, wf, json.RawMessage(input))
+		res, err := client.StartDynamic(ctx, wf, json.RawMessage(input), nil)
 		if err != nil {
 			s.err = err
 			return

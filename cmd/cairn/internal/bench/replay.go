@@ -144,7 +144,7 @@ func Replay(ctx context.Context, cfg Config, p Params) error {
 // buildHistory makes a completed task with exactly events events: client
 // starts it, and st, as a worker's, claims it and appends its events.
 func buildHistory(ctx context.Context, client *sdk.Client, st store.Store, namespace string, events int) (uuid.UUID, error) {
-	res, err := client.StartDynamic(ctx, sdk.TypeRef{Name: benchReplayType, Version: 1}, json.RawMessage(`{}`))
+	res, err := client.StartDynamic(ctx, sdk.TypeRef{Name: benchReplayType, Version: 1}, json.RawMessage(`{}`), nil)
 	if err != nil {
 		return uuid.Nil, err
 	}

@@ -46,7 +46,7 @@ func newWaitWorkflow() *sdk.Workflow[struct{}, bool] {
 	return sdk.NewWorkflow(benchWaitType, 1, func(ctx workflow.Context, _ struct{}) (bool, error) {
 		_, ok, err := workflow.Receive[json.RawMessage](ctx, benchWaitSignal, benchWaitTimeout)
 		return ok, err
-	})
+	}, nil)
 }
 
 // waitingRow is one size's window.
@@ -190,7 +190,7 @@ func waitingRun(ctx context.Context, env *benchEnv, f *Params, n int, vacuum boo
 		k := min(f.Batch, n-done)
 		starts := make([]sdk.StartParams, k)
 		for i := range starts {
-			starts[i] = sdk.StartEntry(wf, struct{}{})
+			starts[i] = sdk.StartEntry(wf, struct{}{}, nil)
 		}
 		if _, err := client.StartMany(ctx, starts); err != nil {
 			return row, errors.Wrapf(err, "start tasks %d to %d", done+1, done+k)

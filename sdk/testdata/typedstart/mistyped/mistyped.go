@@ -14,7 +14,7 @@ type Document struct{ ID string }
 type Result struct{ Words int }
 
 var process = sdk.NewWorkflow("document.process", 1,
-	func(ctx workflow.Context, doc Document) (Result, error) { return Result{}, nil })
+	func(ctx workflow.Context, doc Document) (Result, error) { return Result{}, nil }, nil)
 
 // Use starts the workflow.
 func Use() {
@@ -23,12 +23,12 @@ func Use() {
 	if err != nil {
 		return
 	}
-	run, err := sdk.Start(ctx, client, process, "not a Document")
+	run, err := sdk.Start(ctx, client, process, "not a Document", nil)
 	if err != nil {
 		return
 	}
 	var out Result
 	out, _ = run.Result(ctx)
 	_ = out
-	_ = sdk.StartEntry(process, 42, sdk.StartOpts{Priority: 1})
+	_ = sdk.StartEntry(process, 42, &sdk.StartOpts{Priority: 1})
 }

@@ -15,7 +15,7 @@ type Document struct{ ID string }
 type Result struct{ Words int }
 
 var process = sdk.NewWorkflow("document.process", 1,
-	func(ctx workflow.Context, doc Document) (Result, error) { return Result{}, nil })
+	func(ctx workflow.Context, doc Document) (Result, error) { return Result{}, nil }, nil)
 
 // Use starts the workflow.
 func Use() {
@@ -24,12 +24,12 @@ func Use() {
 	if err != nil {
 		return
 	}
-	run, err := sdk.Start(ctx, client, process, Document{ID: "doc-1"})
+	run, err := sdk.Start(ctx, client, process, Document{ID: "doc-1"}, nil)
 	if err != nil {
 		return
 	}
 	var out Result
 	out, _ = run.Result(ctx)
 	_ = out
-	_ = sdk.StartEntry(process, Document{ID: "doc-2"}, sdk.StartOpts{Priority: 1})
+	_ = sdk.StartEntry(process, Document{ID: "doc-2"}, &sdk.StartOpts{Priority: 1})
 }
