@@ -100,7 +100,7 @@ func addBenchProfileFlags(cmd *cobra.Command, p *bench.Params) {
 }
 
 func addBenchMetricsFlag(cmd *cobra.Command, p *bench.Params) {
-	cmd.Flags().BoolVar(&p.Metrics, "metrics", false, "workers count Prometheus metrics (engine.NewMetrics, a registry of the run's own), to measure their cost")
+	cmd.Flags().BoolVar(&p.Metrics, "metrics", false, "workers count Prometheus metrics (sdk.NewMetrics, a registry of the run's own), to measure their cost")
 }
 
 func newBenchThroughputCmd(g *globals) *cobra.Command {
