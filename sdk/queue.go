@@ -40,19 +40,19 @@ func (c *Client) SetQueue(ctx context.Context, queue string, s QueueSettings) er
 	if err := validateName("queue", queue); err != nil {
 		return err
 	}
-	return c.store.QueueSet(ctx, store.QueueConfig{Namespace: c.namespace, Name: queue, MaxWaiting: s.MaxWaiting, Concurrency: s.Concurrency})
+	return c.store.QueueSet(ctx, &store.QueueSetParams{Namespace: c.namespace, Name: queue, MaxWaiting: s.MaxWaiting, Concurrency: s.Concurrency})
 }
 
 // Queues returns the queues with settings in the client's namespace, with
 // how many tasks wait and run in each.
 func (c *Client) Queues(ctx context.Context) ([]cairntype.QueueInfo, error) {
-	return c.store.QueueList(ctx, c.namespace)
+	return c.store.QueueList(ctx, &store.QueueListParams{Namespace: c.namespace})
 }
 
 // QueueWaits returns, per queue and priority, how many due tasks wait and
 // the run time of the one waiting longest.
 func (c *Client) QueueWaits(ctx context.Context) ([]cairntype.QueueWait, error) {
-	return c.store.QueueWaits(ctx, c.namespace)
+	return c.store.QueueWaitList(ctx, &store.QueueWaitListParams{Namespace: c.namespace})
 }
 
 // SetRateLimit limits how many attempts of the workflow type (every
@@ -63,19 +63,19 @@ func (c *Client) SetRateLimit(ctx context.Context, typeName string, maxStarts in
 	if err := validateTypeName(typeName); err != nil {
 		return err
 	}
-	return c.store.RateLimitSet(ctx, c.namespace, typeName, maxStarts, per)
+	return c.store.RateLimitSet(ctx, &store.RateLimitSetParams{Namespace: c.namespace, TaskType: typeName, MaxStarts: maxStarts, Per: per})
 }
 
 // RemoveRateLimit removes the workflow type's rate limit.
 func (c *Client) RemoveRateLimit(ctx context.Context, typeName string) error {
-	return c.store.RateLimitDelete(ctx, c.namespace, typeName)
+	return c.store.RateLimitDelete(ctx, &store.RateLimitDeleteParams{Namespace: c.namespace, TaskType: typeName})
 }
 
 // QueueStats returns every queue of the client's namespace that has
 // unfinished tasks, settings, or tasks finished within window: load now,
 // throughput and failures over the window.
 func (c *Client) QueueStats(ctx context.Context, window time.Duration) ([]cairntype.QueueStats, error) {
-	return c.store.QueueStatsList(ctx, c.namespace, window)
+	return c.store.QueueStatsList(ctx, &store.QueueStatsListParams{Namespace: c.namespace, Window: window})
 }
 
 // NamespaceSettings are a namespace's retention settings. A zero duration

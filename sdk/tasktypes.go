@@ -22,7 +22,7 @@ var ErrUnknownType = errors.New("unknown task type")
 // have registered (each worker records its types when it starts), with the
 // defaults their definitions give.
 func (c *Client) TaskTypes(ctx context.Context) ([]cairntype.TaskType, error) {
-	return c.store.TaskTypeList(ctx, c.namespace)
+	return c.store.TaskTypeList(ctx, &store.TaskTypeListParams{Namespace: c.namespace})
 }
 
 // RegisteredType returns a [WorkflowRef] for a type a worker registered,
@@ -90,7 +90,7 @@ func (w *Worker) registerTypes(ctx context.Context, c *workerCell, types []store
 	var lastErr string
 	for _, ns := range c.namespaces {
 		for backoff := 100 * time.Millisecond; ; backoff = min(2*backoff, 5*time.Second) {
-			err := c.store.TaskTypeRegister(ctx, ns, w.cfg.WorkerID, types)
+			err := c.store.TaskTypeRegister(ctx, &store.TaskTypeRegisterParams{Namespace: ns, Worker: w.cfg.WorkerID, Types: types})
 			if err == nil {
 				break
 			}

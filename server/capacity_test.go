@@ -21,7 +21,7 @@ func TestRetriedStartIntoFullQueueIsExisting(t *testing.T) {
 			t.Parallel()
 			registerDoc(t, ns.store, store.DefaultNamespace)
 			require.NoError(t, ns.store.QueueSet(context.Background(),
-				store.QueueConfig{Namespace: store.DefaultNamespace, Name: "default", MaxWaiting: 2}))
+				&store.QueueSetParams{Namespace: store.DefaultNamespace, Name: "default", MaxWaiting: 2}))
 			h := testServer(t, ns.store)
 			startWithKey := func(key string) answer {
 				return send(t, h, "POST", "/v1/tasks", []byte(`{"type":"doc","input":{"id":"`+key+`"},"idempotency_key":"`+key+`"}`))

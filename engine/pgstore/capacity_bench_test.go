@@ -15,7 +15,7 @@ import (
 func BenchmarkTaskStartBoundedKeyed(b *testing.B) {
 	ctx := context.Background()
 	s := enginetest.Store(b)
-	if err := s.QueueSet(ctx, store.QueueConfig{Namespace: store.DefaultNamespace, Name: "default", MaxWaiting: 1 << 30}); err != nil {
+	if err := s.QueueSet(ctx, &store.QueueSetParams{Namespace: store.DefaultNamespace, Name: "default", MaxWaiting: 1 << 30}); err != nil {
 		b.Fatal(err)
 	}
 	i := 0

@@ -51,6 +51,9 @@ func (s *Store) listIDs(ctx context.Context, query string, args pgx.NamedArgs, w
 
 // DeadLetterList returns a page of dead-lettered tasks, newest first.
 func (s *Store) DeadLetterList(ctx context.Context, p *store.DeadLetterListParams) ([]*store.Task, error) {
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
 	limit := p.Limit
 	if limit <= 0 {
 		limit = 100

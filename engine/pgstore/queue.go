@@ -11,10 +11,10 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// QueueGaugeList reads the task counts of every queue by status, in one
-// grouped query.
-func (s *Store) QueueGaugeList(ctx context.Context) ([]*store.QueueGauge, error) {
-	rows, err := s.db.Query(ctx, s.sql("MetricsQueueDepths"))
+// QueueGaugeList reads the task counts of every queue by status (of
+// p.Namespace's queues, when set), in one grouped query.
+func (s *Store) QueueGaugeList(ctx context.Context, p *store.QueueGaugeListParams) ([]*store.QueueGauge, error) {
+	rows, err := s.db.Query(ctx, s.sql("MetricsQueueDepths"), pgx.NamedArgs{"namespace": p.Namespace})
 	if err != nil {
 		return nil, errors.Wrap(interpretError(err), "read queue depths")
 	}
@@ -44,19 +44,23 @@ func (s *Store) QueueGaugeList(ctx context.Context) ([]*store.QueueGauge, error)
 }
 
 // QueueSet creates or replaces a queue's settings.
-func (s *Store) QueueSet(ctx context.Context, c store.QueueConfig) error {
-	if err := c.Validate(); err != nil {
+func (s *Store) QueueSet(ctx context.Context, p *store.QueueSetParams) error {
+	if err := p.Validate(); err != nil {
 		return err
 	}
 	_, err := s.db.Exec(ctx, s.sql("QueueUpsert"), pgx.NamedArgs{
-		"namespace": c.Namespace, "name": c.Name, "max_waiting": nullPositive(c.MaxWaiting), "concurrency": nullPositive(c.Concurrency),
+		"namespace": p.Namespace, "name": p.Name, "max_waiting": nullPositive(p.MaxWaiting), "concurrency": nullPositive(p.Concurrency),
 		"channel": s.channel,
 	})
-	return errors.Wrapf(interpretError(err), "set queue %s", c.Name)
+	return errors.Wrapf(interpretError(err), "set queue %s", p.Name)
 }
 
-// QueueList returns the configured queues of namespace with their load.
-func (s *Store) QueueList(ctx context.Context, namespace string) ([]store.QueueInfo, error) {
+// QueueList returns the configured queues of p.Namespace with their load.
+func (s *Store) QueueList(ctx context.Context, p *store.QueueListParams) ([]store.QueueInfo, error) {
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	namespace := p.Namespace
 	rows, err := s.db.Query(ctx, s.sql("QueueList"), pgx.NamedArgs{"namespace": namespace})
 	if err != nil {
 		return nil, errors.Wrap(interpretError(err), "list queues")
@@ -210,10 +214,14 @@ func (s *Store) freshStarts(ctx context.Context, tx pgx.Tx, plans []plan.StartPl
 	return fresh, nil
 }
 
-// QueueWaits returns, per queue and priority of namespace, the due tasks
-// waiting and the run time of the oldest: what starvation would look like.
-func (s *Store) QueueWaits(ctx context.Context, namespace string) ([]store.QueueWait, error) {
-	rows, err := s.db.Query(ctx, s.sql("QueueWaits"), pgx.NamedArgs{"namespace": namespace})
+// QueueWaitList returns, per queue and priority of p.Namespace, the due
+// tasks waiting and the run time of the oldest: what starvation would look
+// like.
+func (s *Store) QueueWaitList(ctx context.Context, p *store.QueueWaitListParams) ([]store.QueueWait, error) {
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	rows, err := s.db.Query(ctx, s.sql("QueueWaits"), pgx.NamedArgs{"namespace": p.Namespace})
 	if err != nil {
 		return nil, errors.Wrap(interpretError(err), "queue waits")
 	}
@@ -229,32 +237,36 @@ func (s *Store) QueueWaits(ctx context.Context, namespace string) ([]store.Queue
 	return out, errors.Wrap(interpretError(err), "queue waits")
 }
 
-// RateLimitSet limits the attempts of taskType (every version) that start
-// in namespace to maxStarts per interval, across all workers: a token
-// bucket of maxStarts, refilled continuously, which claims spend.
-func (s *Store) RateLimitSet(ctx context.Context, namespace, taskType string, maxStarts int, per time.Duration) error {
-	if err := store.CheckRateLimit(taskType, maxStarts, per); err != nil {
+// RateLimitSet limits the attempts of p.TaskType (every version) that
+// start in p.Namespace to p.MaxStarts per p.Per, across all workers: a
+// token bucket of MaxStarts, refilled continuously, which claims spend.
+func (s *Store) RateLimitSet(ctx context.Context, p *store.RateLimitSetParams) error {
+	if err := p.Validate(); err != nil {
 		return err
 	}
 	_, err := s.db.Exec(ctx, s.sql("RateLimitUpsert"), pgx.NamedArgs{
-		"namespace": namespace, "task_type": taskType, "max_starts": maxStarts, "per_ms": per.Milliseconds(),
+		"namespace": p.Namespace, "task_type": p.TaskType, "max_starts": p.MaxStarts, "per_ms": p.Per.Milliseconds(),
 	})
-	return errors.Wrapf(interpretError(err), "set rate limit of %s", taskType)
+	return errors.Wrapf(interpretError(err), "set rate limit of %s", p.TaskType)
 }
 
-// RateLimitDelete removes taskType's rate limit.
-func (s *Store) RateLimitDelete(ctx context.Context, namespace, taskType string) error {
-	_, err := s.db.Exec(ctx, s.sql("RateLimitDelete"), pgx.NamedArgs{"namespace": namespace, "task_type": taskType})
-	return errors.Wrapf(interpretError(err), "delete rate limit of %s", taskType)
-}
-
-// QueueStatsList returns every queue of namespace that has unfinished
-// tasks, settings, or tasks finished within window, by name.
-func (s *Store) QueueStatsList(ctx context.Context, namespace string, window time.Duration) ([]store.QueueStats, error) {
-	if window <= 0 {
-		return nil, errors.Newf("queue stats: window %s is not positive", window)
+// RateLimitDelete removes p.TaskType's rate limit.
+func (s *Store) RateLimitDelete(ctx context.Context, p *store.RateLimitDeleteParams) error {
+	if err := p.Validate(); err != nil {
+		return err
 	}
-	rows, err := s.db.Query(ctx, s.sql("QueueStats"), pgx.NamedArgs{"namespace": namespace, "window_seconds": window.Seconds()})
+	_, err := s.db.Exec(ctx, s.sql("RateLimitDelete"), pgx.NamedArgs{"namespace": p.Namespace, "task_type": p.TaskType})
+	return errors.Wrapf(interpretError(err), "delete rate limit of %s", p.TaskType)
+}
+
+// QueueStatsList returns every queue of p.Namespace that has unfinished
+// tasks, settings, or tasks finished within p.Window, by name.
+func (s *Store) QueueStatsList(ctx context.Context, p *store.QueueStatsListParams) ([]store.QueueStats, error) {
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	window := p.Window
+	rows, err := s.db.Query(ctx, s.sql("QueueStats"), pgx.NamedArgs{"namespace": p.Namespace, "window_seconds": window.Seconds()})
 	if err != nil {
 		return nil, errors.Wrap(interpretError(err), "queue stats")
 	}

@@ -22,7 +22,7 @@ func TestBoundedQueue(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := enginetest.Store(t)
-	require.NoError(t, s.QueueSet(ctx, store.QueueConfig{Namespace: "default", Name: "llm", MaxWaiting: 3}))
+	require.NoError(t, s.QueueSet(ctx, &store.QueueSetParams{Namespace: "default", Name: "llm", MaxWaiting: 3}))
 	llm := &enginetest.TaskOpts{Queue: "llm"}
 	enginetest.StartTasks(t, s, 2, llm)
 
@@ -56,7 +56,7 @@ func TestBoundedQueue(t *testing.T) {
 	require.GreaterOrEqual(t, full.RetryAfter, 100*time.Millisecond, "the hint's floor")
 	require.Less(t, full.RetryAfter, 30*time.Second, "a queue being served is not idle")
 
-	queues, err := s.QueueList(ctx, "default")
+	queues, err := s.QueueList(ctx, &store.QueueListParams{Namespace: "default"})
 	require.NoError(t, err)
 	require.Equal(t, []store.QueueInfo{{QueueConfig: store.QueueConfig{Namespace: "default", Name: "llm", MaxWaiting: 3},
 		Waiting: 3, Running: 1}}, queues)
@@ -68,7 +68,7 @@ func TestBoundedQueueUnderConcurrentStarts(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := enginetest.Store(t)
-	require.NoError(t, s.QueueSet(ctx, store.QueueConfig{Namespace: "default", Name: "q", MaxWaiting: 5}))
+	require.NoError(t, s.QueueSet(ctx, &store.QueueSetParams{Namespace: "default", Name: "q", MaxWaiting: 5}))
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	accepted, refused := 0, 0
@@ -97,7 +97,7 @@ func TestStartTxIntoBoundedQueue(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := enginetest.Store(t)
-	require.NoError(t, s.QueueSet(ctx, store.QueueConfig{Namespace: "default", Name: "q", MaxWaiting: 1}))
+	require.NoError(t, s.QueueSet(ctx, &store.QueueSetParams{Namespace: "default", Name: "q", MaxWaiting: 1}))
 	tx, err := s.Pool().Begin(ctx)
 	require.NoError(t, err)
 	_, err = s.TaskStartTx(ctx, tx, (&enginetest.TaskOpts{Queue: "q"}).Params())
@@ -107,7 +107,7 @@ func TestStartTxIntoBoundedQueue(t *testing.T) {
 	require.NoError(t, tx.Rollback(ctx))
 	require.Zero(t, taskCount(t, s))
 
-	require.Error(t, s.QueueSet(ctx, store.QueueConfig{Namespace: "default", Name: "q", MaxWaiting: -1}))
+	require.Error(t, s.QueueSet(ctx, &store.QueueSetParams{Namespace: "default", Name: "q", MaxWaiting: -1}))
 }
 
 // A claim that started before another but locked the rate-limit row after
@@ -117,7 +117,7 @@ func TestRateLimitRefillTimeAheadOfTheClaim(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := enginetest.Store(t)
-	require.NoError(t, s.RateLimitSet(ctx, "default", "test", 5, time.Second))
+	require.NoError(t, s.RateLimitSet(ctx, &store.RateLimitSetParams{Namespace: "default", TaskType: "test", MaxStarts: 5, Per: time.Second}))
 	enginetest.StartTasks(t, s, 3, nil)
 	_, err := s.Pool().Exec(ctx, "UPDATE "+enginetest.TableName(s, "rate_limits")+" SET tokens = 0, refilled_at = now() + interval '1 second'")
 	require.NoError(t, err)

@@ -509,6 +509,9 @@ func (s *Store) TaskGetByID(ctx context.Context, namespace string, id uuid.UUID)
 // the payload columns (TaskListLean), or the payloads asked for within
 // p.MaxPayloadBytes (TaskListPayloads).
 func (s *Store) TaskList(ctx context.Context, p *store.TaskListParams) ([]*store.Task, error) {
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
 	limit := p.Limit
 	if limit <= 0 {
 		limit = 100
@@ -600,9 +603,13 @@ func (s *Store) eventsQuery(ctx context.Context, q querier, sql string, args pgx
 	return groups.ByTask(), rows.Err()
 }
 
-// TaskTypeRegister records types (all of namespace) as registered by
-// worker. A type already registered takes these defaults.
-func (s *Store) TaskTypeRegister(ctx context.Context, namespace, worker string, types []store.TaskType) error {
+// TaskTypeRegister records p.Types (all of p.Namespace) as registered by
+// p.Worker. A type already registered takes these defaults.
+func (s *Store) TaskTypeRegister(ctx context.Context, p *store.TaskTypeRegisterParams) error {
+	if err := p.Validate(); err != nil {
+		return err
+	}
+	types := p.Types
 	n := len(types)
 	if n == 0 {
 		return nil
@@ -617,16 +624,19 @@ func (s *Store) TaskTypeRegister(ctx context.Context, namespace, worker string, 
 		}
 	}
 	_, err := s.db.Exec(ctx, s.sql("TaskTypeRegister"), pgx.NamedArgs{
-		"namespace": namespace, "registered_by": worker, "types": names, "versions": versions,
+		"namespace": p.Namespace, "registered_by": p.Worker, "types": names, "versions": versions,
 		"queues": queues, "max_attempts": attempts, "schedule_to_close_ms": scheduleToClose,
 	})
 	return errors.Wrap(interpretError(err), "register task types")
 }
 
-// TaskTypeList returns the task types registered in namespace, by name and
-// version.
-func (s *Store) TaskTypeList(ctx context.Context, namespace string) ([]store.TaskType, error) {
-	rows, err := s.db.Query(ctx, s.sql("TaskTypeList"), pgx.NamedArgs{"namespace": namespace})
+// TaskTypeList returns the task types registered in p.Namespace, by name
+// and version.
+func (s *Store) TaskTypeList(ctx context.Context, p *store.TaskTypeListParams) ([]store.TaskType, error) {
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	rows, err := s.db.Query(ctx, s.sql("TaskTypeList"), pgx.NamedArgs{"namespace": p.Namespace})
 	if err != nil {
 		return nil, errors.Wrap(interpretError(err), "list task types")
 	}

@@ -15,6 +15,9 @@ import (
 
 // DeadLetterList implements [store.Store]: newest first.
 func (s *Store) DeadLetterList(ctx context.Context, p *store.DeadLetterListParams) ([]*store.Task, error) {
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
 	limit := p.Limit
 	if limit <= 0 {
 		limit = 100
@@ -81,23 +84,27 @@ func (s *Store) LeaderResign(ctx context.Context, name, owner string) error {
 }
 
 // QueueSet implements [store.Store].
-func (s *Store) QueueSet(ctx context.Context, c store.QueueConfig) error {
-	if err := c.Validate(); err != nil {
+func (s *Store) QueueSet(ctx context.Context, p *store.QueueSetParams) error {
+	if err := p.Validate(); err != nil {
 		return err
 	}
 	_, err := s.q.exec(ctx, "QueueUpsert",
-		c.Namespace, c.Name, nullPositive(c.MaxWaiting), nullPositive(c.Concurrency), us(s.now()))
+		p.Namespace, p.Name, nullPositive(p.MaxWaiting), nullPositive(p.Concurrency), us(s.now()))
 	if err == nil {
 		// A limit raised or lifted may free a queue's waiting tasks.
 		s.announce(store.Notification{Ready: true})
 	}
-	return errors.Wrapf(interpret(err), "set queue %s", c.Name)
+	return errors.Wrapf(interpret(err), "set queue %s", p.Name)
 }
 
 func nullPositive(n int) sql.NullInt64 { return sql.NullInt64{Int64: int64(n), Valid: n > 0} }
 
 // QueueList implements [store.Store].
-func (s *Store) QueueList(ctx context.Context, namespace string) ([]store.QueueInfo, error) {
+func (s *Store) QueueList(ctx context.Context, p *store.QueueListParams) ([]store.QueueInfo, error) {
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	namespace := p.Namespace
 	rows, err := s.q.query(ctx, "QueueList", namespace)
 	if err != nil {
 		return nil, errors.Wrap(interpret(err), "list queues")
@@ -114,9 +121,12 @@ func (s *Store) QueueList(ctx context.Context, namespace string) ([]store.QueueI
 	return out, errors.Wrap(interpret(rows.Err()), "list queues")
 }
 
-// QueueWaits implements [store.Store].
-func (s *Store) QueueWaits(ctx context.Context, namespace string) ([]store.QueueWait, error) {
-	rows, err := s.q.query(ctx, "QueueWaits", namespace, us(s.now()))
+// QueueWaitList implements [store.Store].
+func (s *Store) QueueWaitList(ctx context.Context, p *store.QueueWaitListParams) ([]store.QueueWait, error) {
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	rows, err := s.q.query(ctx, "QueueWaits", p.Namespace, us(s.now()))
 	if err != nil {
 		return nil, errors.Wrap(interpret(err), "queue waits")
 	}
@@ -135,38 +145,44 @@ func (s *Store) QueueWaits(ctx context.Context, namespace string) ([]store.Queue
 }
 
 // RateLimitSet implements [store.Store]: the bucket starts full.
-func (s *Store) RateLimitSet(ctx context.Context, namespace, taskType string, maxStarts int, per time.Duration) error {
-	if err := store.CheckRateLimit(taskType, maxStarts, per); err != nil {
+func (s *Store) RateLimitSet(ctx context.Context, p *store.RateLimitSetParams) error {
+	if err := p.Validate(); err != nil {
 		return err
 	}
 	_, err := s.q.exec(ctx, "RateLimitUpsert",
-		namespace, taskType, maxStarts, per.Milliseconds(), float64(maxStarts), us(s.now()))
-	return errors.Wrapf(interpret(err), "set rate limit of %s", taskType)
+		p.Namespace, p.TaskType, p.MaxStarts, p.Per.Milliseconds(), float64(p.MaxStarts), us(s.now()))
+	return errors.Wrapf(interpret(err), "set rate limit of %s", p.TaskType)
 }
 
 // RateLimitDelete implements [store.Store].
-func (s *Store) RateLimitDelete(ctx context.Context, namespace, taskType string) error {
-	_, err := s.q.exec(ctx, "RateLimitDelete", namespace, taskType)
+func (s *Store) RateLimitDelete(ctx context.Context, p *store.RateLimitDeleteParams) error {
+	if err := p.Validate(); err != nil {
+		return err
+	}
+	_, err := s.q.exec(ctx, "RateLimitDelete", p.Namespace, p.TaskType)
 	if err == nil {
 		s.announce(store.Notification{Ready: true})
 	}
-	return errors.Wrapf(interpret(err), "delete rate limit of %s", taskType)
+	return errors.Wrapf(interpret(err), "delete rate limit of %s", p.TaskType)
 }
 
 // TaskTypeRegister implements [store.Store].
-func (s *Store) TaskTypeRegister(ctx context.Context, namespace, worker string, types []store.TaskType) error {
-	if len(types) == 0 {
+func (s *Store) TaskTypeRegister(ctx context.Context, p *store.TaskTypeRegisterParams) error {
+	if err := p.Validate(); err != nil {
+		return err
+	}
+	if len(p.Types) == 0 {
 		return nil
 	}
 	return errors.Wrap(s.tx(ctx, func(tx *txn) error {
 		now := us(s.now())
-		for _, t := range types {
+		for _, t := range p.Types {
 			var stc sql.NullInt64
 			if t.ScheduleToClose > 0 {
 				stc = sql.NullInt64{Int64: t.ScheduleToClose.Milliseconds(), Valid: true}
 			}
 			if _, err := tx.exec(ctx, "TaskTypeRegister",
-				namespace, t.Type, t.Version, t.Queue, t.MaxAttempts, stc, worker, now); err != nil {
+				p.Namespace, t.Type, t.Version, t.Queue, t.MaxAttempts, stc, p.Worker, now); err != nil {
 				return interpret(err)
 			}
 		}
@@ -175,8 +191,11 @@ func (s *Store) TaskTypeRegister(ctx context.Context, namespace, worker string, 
 }
 
 // TaskTypeList implements [store.Store].
-func (s *Store) TaskTypeList(ctx context.Context, namespace string) ([]store.TaskType, error) {
-	rows, err := s.q.query(ctx, "TaskTypeList", namespace)
+func (s *Store) TaskTypeList(ctx context.Context, p *store.TaskTypeListParams) ([]store.TaskType, error) {
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	rows, err := s.q.query(ctx, "TaskTypeList", p.Namespace)
 	if err != nil {
 		return nil, errors.Wrap(interpret(err), "list task types")
 	}
@@ -197,9 +216,9 @@ func (s *Store) TaskTypeList(ctx context.Context, namespace string) ([]store.Tas
 }
 
 // QueueGaugeList implements [store.Store].
-func (s *Store) QueueGaugeList(ctx context.Context) ([]*store.QueueGauge, error) {
+func (s *Store) QueueGaugeList(ctx context.Context, p *store.QueueGaugeListParams) ([]*store.QueueGauge, error) {
 	now := us(s.now())
-	rows, err := s.q.query(ctx, "MetricsQueueDepths", now)
+	rows, err := s.q.query(ctx, "MetricsQueueDepths", now, p.Namespace)
 	if err != nil {
 		return nil, errors.Wrap(interpret(err), "read queue depths")
 	}
@@ -227,11 +246,15 @@ func (s *Store) QueueGaugeList(ctx context.Context) ([]*store.QueueGauge, error)
 	return out, errors.Wrap(interpret(rows.Err()), "read queue depths")
 }
 
-// QueueStatsList implements [store.Store]: every queue of namespace with
+// QueueStatsList implements [store.Store]: every queue of p.Namespace with
 // unfinished tasks, settings, or finishes in the window.
-func (s *Store) QueueStatsList(ctx context.Context, namespace string, window time.Duration) ([]store.QueueStats, error) {
+func (s *Store) QueueStatsList(ctx context.Context, p *store.QueueStatsListParams) ([]store.QueueStats, error) {
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	window := p.Window
 	now := us(s.now())
-	rows, err := s.q.query(ctx, "QueueStats", namespace, now, now-window.Microseconds())
+	rows, err := s.q.query(ctx, "QueueStats", p.Namespace, now, now-window.Microseconds())
 	if err != nil {
 		return nil, errors.Wrap(interpret(err), "queue stats")
 	}

@@ -247,11 +247,12 @@ SELECT namespace, type, version, queue, max_attempts, schedule_to_close_ms, regi
 FROM task_types WHERE namespace = ? ORDER BY type, version;
 
 -- name: MetricsQueueDepths
--- Tasks by namespace, queue and status, with the oldest due run time of
--- the waiting ones.
+-- Tasks by namespace, queue and status (of namespace ?2 only, unless it is
+-- ''), with the oldest due run time (before ?1) of the waiting ones.
 SELECT namespace, queue, status, count(*),
-    min(CASE WHEN run_at <= ? AND status IN ('pending', 'retrying') THEN run_at END)
+    min(CASE WHEN run_at <= ?1 AND status IN ('pending', 'retrying') THEN run_at END)
 FROM tasks WHERE status IN ('pending', 'retrying', 'running', 'dead_lettered')
+    AND (?2 = '' OR namespace = ?2)
 GROUP BY namespace, queue, status ORDER BY namespace, queue, status;
 
 -- name: QueueStats

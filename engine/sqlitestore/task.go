@@ -393,6 +393,9 @@ func (s *Store) TaskGetManyByID(ctx context.Context, ids []uuid.UUID) ([]*store.
 // (TaskList), none of the payload columns (TaskListLean), or the payloads
 // asked for within p.MaxPayloadBytes (TaskListPayloads).
 func (s *Store) TaskList(ctx context.Context, p *store.TaskListParams) ([]*store.Task, error) {
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
 	limit := p.Limit
 	if limit <= 0 {
 		limit = 100

@@ -193,19 +193,25 @@ type Executor interface {
 	SchedulePause(ctx context.Context, namespace, name string, paused bool) error
 	ScheduleDelete(ctx context.Context, namespace, name string) error
 
-	// Queue settings, rate limits, registered types.
-	QueueSet(ctx context.Context, c QueueConfig) error
-	QueueList(ctx context.Context, namespace string) ([]QueueInfo, error)
-	QueueWaits(ctx context.Context, namespace string) ([]QueueWait, error)
-	RateLimitSet(ctx context.Context, namespace, taskType string, maxStarts int, per time.Duration) error
-	RateLimitDelete(ctx context.Context, namespace, taskType string) error
-	TaskTypeRegister(ctx context.Context, namespace, worker string, types []TaskType) error
-	TaskTypeList(ctx context.Context, namespace string) ([]TaskType, error)
+	// Queue settings, rate limits, registered types. RateLimitSet and
+	// RateLimitDelete stay two methods, each one statement: a set refuses
+	// a limit of no starts ([RateLimitSetParams.Validate]) rather than
+	// reading a zero as a removal, which would lift a limit a caller
+	// forgot to fill in.
+	QueueSet(ctx context.Context, p *QueueSetParams) error
+	QueueList(ctx context.Context, p *QueueListParams) ([]QueueInfo, error)
+	QueueWaitList(ctx context.Context, p *QueueWaitListParams) ([]QueueWait, error)
+	RateLimitSet(ctx context.Context, p *RateLimitSetParams) error
+	RateLimitDelete(ctx context.Context, p *RateLimitDeleteParams) error
+	TaskTypeRegister(ctx context.Context, p *TaskTypeRegisterParams) error
+	TaskTypeList(ctx context.Context, p *TaskTypeListParams) ([]TaskType, error)
 
 	// Operators' reads. QueueMeasure measures a queue over a window; the
 	// causes are judged above the seam (engine.DiagnoseQueue).
-	QueueStatsList(ctx context.Context, namespace string, window time.Duration) ([]QueueStats, error)
-	QueueGaugeList(ctx context.Context) ([]*QueueGauge, error)
+	// QueueGaugeList is the metrics collector's read of every namespace
+	// (see [QueueGaugeListParams]).
+	QueueStatsList(ctx context.Context, p *QueueStatsListParams) ([]QueueStats, error)
+	QueueGaugeList(ctx context.Context, p *QueueGaugeListParams) ([]*QueueGauge, error)
 	QueueMeasure(ctx context.Context, p *QueueDiagnoseParams) (*QueueDiagnosis, error)
 	// QueueSeries folds the window's events into bucketed time series per
 	// queue (the console's charts); the fold is shared by the drivers.

@@ -51,6 +51,7 @@ type MigrationState struct {
 // DeadLetterListParams pages through a namespace's dead letters, newest
 // first.
 type DeadLetterListParams struct {
+	// Namespace is the dead letters' namespace. Required.
 	Namespace string
 	Type      string // "" for every type
 	// Before continues a listing: only tasks that were dead-lettered
@@ -60,6 +61,11 @@ type DeadLetterListParams struct {
 	// OmitPayloads leaves the tasks' Input and Output nil, and the driver
 	// does not read those columns.
 	OmitPayloads bool
+}
+
+// Validate checks the parameters: what every store does first.
+func (p *DeadLetterListParams) Validate() error {
+	return namespaceRequired("list dead letters", p == nil || p.Namespace == "")
 }
 
 // DeadLetterCursor is where a page of dead letters ended.
@@ -154,8 +160,10 @@ type TaskStartResult struct {
 	Existing bool
 }
 
-// TaskListParams filters [Store.TaskList]. Empty strings match everything.
+// TaskListParams filters [Store.TaskList]. Empty filters match
+// everything.
 type TaskListParams struct {
+	// Namespace is the tasks' namespace. Required.
 	Namespace string
 	Status    history.Status
 	Type      string
@@ -179,10 +187,46 @@ type TaskListParams struct {
 	MaxPayloadBytes int
 }
 
+// Validate checks the parameters: what every store does first.
+func (p *TaskListParams) Validate() error {
+	return namespaceRequired("list tasks", p == nil || p.Namespace == "")
+}
+
 // TaskType is [cairntype.TaskType]: the seam records and lists the value
 // users get back, under its seam name until the seam names cairntype
 // itself.
 type TaskType = cairntype.TaskType
+
+// TaskTypeRegisterParams records task types as registered by a worker
+// ([Store.TaskTypeRegister]): a type already registered takes these
+// defaults.
+type TaskTypeRegisterParams struct {
+	// Namespace is the types' namespace. Required.
+	Namespace string
+	// Worker is the worker's id, recorded as each type's RegisteredBy.
+	Worker string
+	// Types are the types with their defaults (their Namespace,
+	// RegisteredBy and RegisteredAt are not read). None: nothing is
+	// written.
+	Types []TaskType
+}
+
+// Validate checks the parameters: what every store does first.
+func (p *TaskTypeRegisterParams) Validate() error {
+	return namespaceRequired("register task types", p == nil || p.Namespace == "")
+}
+
+// TaskTypeListParams lists the task types registered in a namespace, by
+// name and version ([Store.TaskTypeList]).
+type TaskTypeListParams struct {
+	// Namespace is the types' namespace. Required.
+	Namespace string
+}
+
+// Validate checks the parameters: what every store does first.
+func (p *TaskTypeListParams) Validate() error {
+	return namespaceRequired("list task types", p == nil || p.Namespace == "")
+}
 
 // TaskSignalParams describes a signal sent to a task: signal_received
 // appended to its history.

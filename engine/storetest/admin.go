@@ -28,8 +28,9 @@ var queueTests = []conformanceTest{
 // slots, one of each, rather than losing a slot to the limited type.
 func testRateLimitAndConcurrency(t *testing.T, s store.Store) {
 	ctx := testContext(t)
-	require.NoError(t, s.QueueSet(ctx, store.QueueConfig{Namespace: store.DefaultNamespace, Name: defaultQueue, Concurrency: 2}))
-	require.NoError(t, s.RateLimitSet(ctx, store.DefaultNamespace, "limited", 1, time.Hour))
+	require.NoError(t, s.QueueSet(ctx, &store.QueueSetParams{Namespace: store.DefaultNamespace, Name: defaultQueue, Concurrency: 2}))
+	require.NoError(t, s.RateLimitSet(ctx, &store.RateLimitSetParams{Namespace: store.DefaultNamespace, TaskType: "limited",
+		MaxStarts: 1, Per: time.Hour}))
 	start(t, s, spec{Type: "limited"})
 	start(t, s, spec{Type: "limited"})
 	free := start(t, s, spec{Type: "free"})
@@ -65,7 +66,7 @@ var taskTypeTests = []conformanceTest{
 
 func testBoundedQueue(t *testing.T, s store.Store) {
 	ctx := testContext(t)
-	require.NoError(t, s.QueueSet(ctx, store.QueueConfig{Namespace: store.DefaultNamespace, Name: "llm", MaxWaiting: 2}))
+	require.NoError(t, s.QueueSet(ctx, &store.QueueSetParams{Namespace: store.DefaultNamespace, Name: "llm", MaxWaiting: 2}))
 	llm := spec{Queue: "llm"}
 	start(t, s, llm)
 	start(t, s, llm)
@@ -93,7 +94,7 @@ func testBoundedQueue(t *testing.T, s store.Store) {
 	start(t, s, spec{Queue: "llm", Namespace: "tenant-b"})
 	require.Equal(t, 4, taskCount(t, s))
 
-	queues, err := s.QueueList(ctx, store.DefaultNamespace)
+	queues, err := s.QueueList(ctx, &store.QueueListParams{Namespace: store.DefaultNamespace})
 	require.NoError(t, err)
 	require.Equal(t, []store.QueueInfo{{QueueConfig: store.QueueConfig{Namespace: store.DefaultNamespace, Name: "llm", MaxWaiting: 2},
 		Waiting: 2, Running: 0}}, queues)
@@ -110,7 +111,7 @@ func testBoundedQueue(t *testing.T, s store.Store) {
 
 func testQueueConcurrency(t *testing.T, s store.Store) {
 	ctx := testContext(t)
-	require.NoError(t, s.QueueSet(ctx, store.QueueConfig{Namespace: store.DefaultNamespace, Name: "gpu", Concurrency: 1}))
+	require.NoError(t, s.QueueSet(ctx, &store.QueueSetParams{Namespace: store.DefaultNamespace, Name: "gpu", Concurrency: 1}))
 	for range 3 {
 		start(t, s, spec{Queue: "gpu"})
 	}
@@ -120,7 +121,7 @@ func testQueueConcurrency(t *testing.T, s store.Store) {
 	require.Len(t, first, 1, "one may run at once")
 	require.Empty(t, claim(t, s, p), "none while one runs")
 
-	queues, err := s.QueueList(ctx, store.DefaultNamespace)
+	queues, err := s.QueueList(ctx, &store.QueueListParams{Namespace: store.DefaultNamespace})
 	require.NoError(t, err)
 	require.Equal(t, []store.QueueInfo{{QueueConfig: store.QueueConfig{Namespace: store.DefaultNamespace, Name: "gpu", Concurrency: 1},
 		Waiting: 2, Running: 1}}, queues)
@@ -131,29 +132,30 @@ func testQueueConcurrency(t *testing.T, s store.Store) {
 	require.NotEqual(t, first[0].Task.ID, second[0].Task.ID)
 
 	// Raising the limit lets more run.
-	require.NoError(t, s.QueueSet(ctx, store.QueueConfig{Namespace: store.DefaultNamespace, Name: "gpu", Concurrency: 3}))
+	require.NoError(t, s.QueueSet(ctx, &store.QueueSetParams{Namespace: store.DefaultNamespace, Name: "gpu", Concurrency: 3}))
 	require.Len(t, claim(t, s, p), 1, "the last waiting task")
 }
 
 func testQueueSetRefusals(t *testing.T, s store.Store) {
 	ctx := testContext(t)
-	require.Error(t, s.QueueSet(ctx, store.QueueConfig{Namespace: store.DefaultNamespace, Name: "q", MaxWaiting: -1}))
-	require.Error(t, s.QueueSet(ctx, store.QueueConfig{Namespace: store.DefaultNamespace, Name: "q", Concurrency: -1}))
-	require.Error(t, s.QueueSet(ctx, store.QueueConfig{Namespace: store.DefaultNamespace, MaxWaiting: 1}), "no name")
-	queues, err := s.QueueList(ctx, store.DefaultNamespace)
+	require.Error(t, s.QueueSet(ctx, &store.QueueSetParams{Namespace: store.DefaultNamespace, Name: "q", MaxWaiting: -1}))
+	require.Error(t, s.QueueSet(ctx, &store.QueueSetParams{Namespace: store.DefaultNamespace, Name: "q", Concurrency: -1}))
+	require.Error(t, s.QueueSet(ctx, &store.QueueSetParams{Namespace: store.DefaultNamespace, MaxWaiting: 1}), "no name")
+	queues, err := s.QueueList(ctx, &store.QueueListParams{Namespace: store.DefaultNamespace})
 	require.NoError(t, err)
 	require.Empty(t, queues)
 }
 
 func testRateLimit(t *testing.T, s store.Store) {
 	ctx := testContext(t)
-	require.NoError(t, s.RateLimitSet(ctx, store.DefaultNamespace, defaultType, 2, time.Hour))
+	require.NoError(t, s.RateLimitSet(ctx, &store.RateLimitSetParams{Namespace: store.DefaultNamespace, TaskType: defaultType,
+		MaxStarts: 2, Per: time.Hour}))
 	for range 4 {
 		start(t, s, spec{})
 	}
 	require.Len(t, claim(t, s, claimParams("w", 5, time.Minute)), 2, "two starts per hour")
 	require.Empty(t, claim(t, s, claimParams("w", 5, time.Minute)), "the bucket is empty")
-	require.NoError(t, s.RateLimitDelete(ctx, store.DefaultNamespace, defaultType))
+	require.NoError(t, s.RateLimitDelete(ctx, &store.RateLimitDeleteParams{Namespace: store.DefaultNamespace, TaskType: defaultType}))
 	require.Len(t, claim(t, s, claimParams("w", 5, time.Minute)), 2, "no limit once deleted")
 }
 
@@ -326,14 +328,16 @@ func testScheduleFires(t *testing.T, s store.Store) {
 func testTaskTypes(t *testing.T, s store.Store) {
 	ctx := testContext(t)
 	before := time.Now().Add(-time.Minute)
-	require.NoError(t, s.TaskTypeRegister(ctx, store.DefaultNamespace, "worker-1", []store.TaskType{
-		{Type: "mail", Version: 2, Queue: "default"},
-		{Type: "doc", Version: 1, Queue: "docs", MaxAttempts: 3, ScheduleToClose: time.Minute},
-	}))
-	require.NoError(t, s.TaskTypeRegister(ctx, "tenant-b", "worker-9", []store.TaskType{{Type: "other", Version: 1, Queue: "q"}}))
-	require.NoError(t, s.TaskTypeRegister(ctx, store.DefaultNamespace, "worker-1", nil))
+	require.NoError(t, s.TaskTypeRegister(ctx, &store.TaskTypeRegisterParams{Namespace: store.DefaultNamespace, Worker: "worker-1",
+		Types: []store.TaskType{
+			{Type: "mail", Version: 2, Queue: "default"},
+			{Type: "doc", Version: 1, Queue: "docs", MaxAttempts: 3, ScheduleToClose: time.Minute},
+		}}))
+	require.NoError(t, s.TaskTypeRegister(ctx, &store.TaskTypeRegisterParams{Namespace: "tenant-b", Worker: "worker-9",
+		Types: []store.TaskType{{Type: "other", Version: 1, Queue: "q"}}}))
+	require.NoError(t, s.TaskTypeRegister(ctx, &store.TaskTypeRegisterParams{Namespace: store.DefaultNamespace, Worker: "worker-1"}))
 
-	types, err := s.TaskTypeList(ctx, store.DefaultNamespace)
+	types, err := s.TaskTypeList(ctx, &store.TaskTypeListParams{Namespace: store.DefaultNamespace})
 	require.NoError(t, err)
 	require.Len(t, types, 2)
 	require.Equal(t, "doc", types[0].Type, "by name")
@@ -351,10 +355,9 @@ func testTaskTypes(t *testing.T, s store.Store) {
 	require.Zero(t, types[1].ScheduleToClose)
 
 	// Registered again: the latest worker's defaults.
-	require.NoError(t, s.TaskTypeRegister(ctx, store.DefaultNamespace, "worker-2", []store.TaskType{
-		{Type: "doc", Version: 1, Queue: "docs-v2", MaxAttempts: 5},
-	}))
-	types, err = s.TaskTypeList(ctx, store.DefaultNamespace)
+	require.NoError(t, s.TaskTypeRegister(ctx, &store.TaskTypeRegisterParams{Namespace: store.DefaultNamespace, Worker: "worker-2",
+		Types: []store.TaskType{{Type: "doc", Version: 1, Queue: "docs-v2", MaxAttempts: 5}}}))
+	types, err = s.TaskTypeList(ctx, &store.TaskTypeListParams{Namespace: store.DefaultNamespace})
 	require.NoError(t, err)
 	require.Len(t, types, 2)
 	require.Equal(t, "docs-v2", types[0].Queue)
@@ -362,11 +365,11 @@ func testTaskTypes(t *testing.T, s store.Store) {
 	require.Zero(t, types[0].ScheduleToClose)
 	require.Equal(t, "worker-2", types[0].RegisteredBy)
 
-	other, err := s.TaskTypeList(ctx, "tenant-b")
+	other, err := s.TaskTypeList(ctx, &store.TaskTypeListParams{Namespace: "tenant-b"})
 	require.NoError(t, err)
 	require.Len(t, other, 1)
 	require.Equal(t, "other", other[0].Type)
-	none, err := s.TaskTypeList(ctx, "nobody")
+	none, err := s.TaskTypeList(ctx, &store.TaskTypeListParams{Namespace: "nobody"})
 	require.NoError(t, err)
 	require.Empty(t, none)
 }

@@ -32,7 +32,7 @@ const (
 func BenchLimitedQueue(b *testing.B, newStore func(tb testing.TB) store.Store) {
 	s := newStore(b)
 	ctx := context.Background()
-	require.NoError(b, s.QueueSet(ctx, store.QueueConfig{Namespace: store.DefaultNamespace, Name: defaultQueue, Concurrency: limitedSlots}))
+	require.NoError(b, s.QueueSet(ctx, &store.QueueSetParams{Namespace: store.DefaultNamespace, Name: defaultQueue, Concurrency: limitedSlots}))
 	h := &busyHandler{d: limitedTaskTime, finished: newCountdown(0)}
 	runWorker(b, s, h, workerOpts{Concurrency: limitedConcurrency})
 	var ran int

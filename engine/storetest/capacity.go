@@ -14,7 +14,7 @@ import (
 // too.
 func testIdempotencyKeyBeforeCapacity(t *testing.T, s store.Store) {
 	ctx := testContext(t)
-	require.NoError(t, s.QueueSet(ctx, store.QueueConfig{Namespace: store.DefaultNamespace, Name: "llm", MaxWaiting: 2}))
+	require.NoError(t, s.QueueSet(ctx, &store.QueueSetParams{Namespace: store.DefaultNamespace, Name: "llm", MaxWaiting: 2}))
 	keyed := func(key string) *store.TaskStartParams {
 		p := spec{Queue: "llm", IdempotencyKey: key, Input: json.RawMessage(`{"doc": "` + key + `"}`)}.params()
 		p.RefuseKeyReuse = true // as every SDK and HTTP start
@@ -53,7 +53,7 @@ func testIdempotencyKeyBeforeCapacity(t *testing.T, s store.Store) {
 
 	// With room for one: the mixed batch's one new entry (named twice)
 	// fits, the repeats are its existing tasks.
-	require.NoError(t, s.QueueSet(ctx, store.QueueConfig{Namespace: store.DefaultNamespace, Name: "llm", MaxWaiting: 3}))
+	require.NoError(t, s.QueueSet(ctx, &store.QueueSetParams{Namespace: store.DefaultNamespace, Name: "llm", MaxWaiting: 3}))
 	batch, err = s.TaskStartMany(ctx, []*store.TaskStartParams{keyed("k1"), keyed("k3"), keyed("k2"), keyed("k3")})
 	require.NoError(t, err, "one new entry fits")
 	require.Equal(t, store.TaskStartResult{ID: k1.ID, Existing: true}, batch[0])
@@ -75,7 +75,7 @@ func testIdempotencyKeyBeforeCapacity(t *testing.T, s store.Store) {
 // tasks, and each counts against its own namespace's queue.
 func testKeyPerNamespaceCountsAgainstCapacity(t *testing.T, s store.Store) {
 	ctx := testContext(t)
-	require.NoError(t, s.QueueSet(ctx, store.QueueConfig{Namespace: "tenant-b", Name: "llm", MaxWaiting: 1}))
+	require.NoError(t, s.QueueSet(ctx, &store.QueueSetParams{Namespace: "tenant-b", Name: "llm", MaxWaiting: 1}))
 	_, err := s.TaskStart(ctx, spec{Namespace: "tenant-b", Queue: "llm"}.params())
 	require.NoError(t, err)
 	keyed := func(namespace string) *store.TaskStartParams {

@@ -54,9 +54,9 @@ func scheduled(ago float64) BuiltEvent { return BuiltEvent{Type: "task_scheduled
 func DiagnoseHandBuiltHistory(t *testing.T, s store.Store, insert func([]BuiltTask)) {
 	t.Helper()
 	ctx := context.Background()
-	require.NoError(t, s.QueueSet(ctx, store.QueueConfig{Namespace: "default", Name: "docs", Concurrency: 4}))
-	require.NoError(t, s.RateLimitSet(ctx, "default", "ocr", 10, time.Second))
-	require.NoError(t, s.RateLimitSet(ctx, "default", "unrelated", 1, time.Second))
+	require.NoError(t, s.QueueSet(ctx, &store.QueueSetParams{Namespace: "default", Name: "docs", Concurrency: 4}))
+	require.NoError(t, s.RateLimitSet(ctx, &store.RateLimitSetParams{Namespace: "default", TaskType: "ocr", MaxStarts: 10, Per: time.Second}))
+	require.NoError(t, s.RateLimitSet(ctx, &store.RateLimitSetParams{Namespace: "default", TaskType: "unrelated", MaxStarts: 1, Per: time.Second}))
 	timeout := `"error":{"class":"transient","kind":"timeout","status":504,"step":"read","message":"ocr timed out"},"next_run_at":"2030-01-01T00:00:00Z"`
 	insert([]BuiltTask{
 		// Completed then: one attempt of 500ms with a step of 200ms.

@@ -38,7 +38,7 @@ func testClaimHeldBack(t *testing.T, s store.Store) {
 	require.False(t, res.HeldBack, "an empty store holds nothing back")
 	require.True(t, res.NextAt.IsZero(), "an empty store knows of nothing due")
 
-	require.NoError(t, s.QueueSet(ctx, store.QueueConfig{Namespace: store.DefaultNamespace, Name: defaultQueue, Concurrency: 1}))
+	require.NoError(t, s.QueueSet(ctx, &store.QueueSetParams{Namespace: store.DefaultNamespace, Name: defaultQueue, Concurrency: 1}))
 	for range 3 {
 		start(t, s, spec{})
 	}
@@ -90,7 +90,8 @@ func testClaimNextAt(t *testing.T, s store.Store) {
 
 func testClaimNextToken(t *testing.T, s store.Store) {
 	ctx := testContext(t)
-	require.NoError(t, s.RateLimitSet(ctx, store.DefaultNamespace, defaultType, 1, time.Hour))
+	require.NoError(t, s.RateLimitSet(ctx, &store.RateLimitSetParams{Namespace: store.DefaultNamespace, TaskType: defaultType,
+		MaxStarts: 1, Per: time.Hour}))
 	start(t, s, spec{})
 	start(t, s, spec{})
 	before := time.Now()
@@ -103,7 +104,7 @@ func testClaimNextToken(t *testing.T, s store.Store) {
 
 func testFreedSlotNotifies(t *testing.T, s store.Store) {
 	ctx := testContext(t)
-	require.NoError(t, s.QueueSet(ctx, store.QueueConfig{Namespace: store.DefaultNamespace, Name: defaultQueue, Concurrency: 1}))
+	require.NoError(t, s.QueueSet(ctx, &store.QueueSetParams{Namespace: store.DefaultNamespace, Name: defaultQueue, Concurrency: 1}))
 	start(t, s, spec{})
 	ct := claimOne(t, s, "w", time.Minute)
 	l := s.NewListener()
@@ -124,7 +125,7 @@ func testFreedSlotNotifies(t *testing.T, s store.Store) {
 func testRaisedLimitNotifies(t *testing.T, s store.Store) {
 	ctx := testContext(t)
 	limit := func(n int) error {
-		return s.QueueSet(ctx, store.QueueConfig{Namespace: store.DefaultNamespace, Name: defaultQueue, Concurrency: n})
+		return s.QueueSet(ctx, &store.QueueSetParams{Namespace: store.DefaultNamespace, Name: defaultQueue, Concurrency: n})
 	}
 	require.NoError(t, limit(1))
 	l := s.NewListener()
@@ -142,7 +143,7 @@ func testRaisedLimitNotifies(t *testing.T, s store.Store) {
 
 func testLimitedQueueBusy(t *testing.T, s store.Store) {
 	const tasks = 12
-	require.NoError(t, s.QueueSet(testContext(t), store.QueueConfig{Namespace: store.DefaultNamespace, Name: defaultQueue, Concurrency: 3}))
+	require.NoError(t, s.QueueSet(testContext(t), &store.QueueSetParams{Namespace: store.DefaultNamespace, Name: defaultQueue, Concurrency: 3}))
 	startMany(t, s, tasks, time.Time{})
 	h := &busyHandler{d: 20 * time.Millisecond, finished: newCountdown(tasks)}
 	// No notifier: the worker's own freed slots must bring the next claims.
@@ -155,7 +156,7 @@ func testLimitedQueueBusy(t *testing.T, s store.Store) {
 }
 
 func testFreedSlotWakesOtherWorker(t *testing.T, s store.Store) {
-	require.NoError(t, s.QueueSet(testContext(t), store.QueueConfig{Namespace: store.DefaultNamespace, Name: defaultQueue, Concurrency: 1}))
+	require.NoError(t, s.QueueSet(testContext(t), &store.QueueSetParams{Namespace: store.DefaultNamespace, Name: defaultQueue, Concurrency: 1}))
 	start(t, s, spec{Type: "a"})
 	start(t, s, spec{Type: "b"})
 	done := newCountdown(2)

@@ -137,7 +137,7 @@ func testEventScanRefusals(t *testing.T, s store.Store) {
 // what finished in the window.
 func testQueueStats(t *testing.T, s store.Store) {
 	ctx := testContext(t)
-	require.NoError(t, s.QueueSet(ctx, store.QueueConfig{Namespace: store.DefaultNamespace, Name: "idle", MaxWaiting: 5}))
+	require.NoError(t, s.QueueSet(ctx, &store.QueueSetParams{Namespace: store.DefaultNamespace, Name: "idle", MaxWaiting: 5}))
 	for range 4 {
 		start(t, s, spec{})
 	}
@@ -145,7 +145,7 @@ func testQueueStats(t *testing.T, s store.Store) {
 	complete(t, s, claimOne(t, s, "w", time.Minute))
 	claimOne(t, s, "w", time.Minute)
 
-	stats, err := s.QueueStatsList(ctx, store.DefaultNamespace, time.Hour)
+	stats, err := s.QueueStatsList(ctx, &store.QueueStatsListParams{Namespace: store.DefaultNamespace, Window: time.Hour})
 	require.NoError(t, err)
 	byQueue := map[string]store.QueueStats{}
 	for _, q := range stats {
@@ -172,7 +172,7 @@ func testQueueGauges(t *testing.T, s store.Store) {
 	}
 	start(t, s, spec{Namespace: "elsewhere"})
 	claimOne(t, s, "w", time.Minute)
-	gauges, err := s.QueueGaugeList(ctx)
+	gauges, err := s.QueueGaugeList(ctx, &store.QueueGaugeListParams{})
 	require.NoError(t, err)
 	got := map[string]map[history.Status]int64{}
 	for _, g := range gauges {

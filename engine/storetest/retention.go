@@ -205,7 +205,7 @@ func testRetiredKeyIsStillTaken(t *testing.T, s store.Store) {
 		_, err = startKeyed(t, s, "order-1", `{"n": 2}`, true, many)
 		require.ErrorIs(t, err, store.ErrIdempotencyKeyReused, "many=%v: another input under a retired key is refused", many)
 	}
-	require.NoError(t, s.QueueSet(testContext(t), store.QueueConfig{Namespace: store.DefaultNamespace, Name: defaultQueue, MaxWaiting: 100}))
+	require.NoError(t, s.QueueSet(testContext(t), &store.QueueSetParams{Namespace: store.DefaultNamespace, Name: defaultQueue, MaxWaiting: 100}))
 	bounded, err := startKeyed(t, s, "order-1", `{"n":1}`, false, false)
 	require.NoError(t, err)
 	require.Equal(t, store.TaskStartResult{ID: first.ID, Existing: true}, bounded, "through a bounded queue too")

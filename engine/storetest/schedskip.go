@@ -16,7 +16,7 @@ import (
 // stays.
 func testScheduleSkipsFullQueue(t *testing.T, s store.Store) {
 	ctx := testContext(t)
-	require.NoError(t, s.QueueSet(ctx, store.QueueConfig{Namespace: store.DefaultNamespace, Name: "full", MaxWaiting: 1}))
+	require.NoError(t, s.QueueSet(ctx, &store.QueueSetParams{Namespace: store.DefaultNamespace, Name: "full", MaxWaiting: 1}))
 	filler := start(t, s, spec{Queue: "full"})
 	blocked := schedule(store.DefaultNamespace, "blocked")
 	blocked.Cron, blocked.Queue = "@every 1s", "full"

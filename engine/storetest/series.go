@@ -61,7 +61,7 @@ func testQueueSeries(t *testing.T, s store.Store) {
 	last := q.Points[len(q.Points)-1]
 	require.WithinDuration(t, plan.Now(nil), last.End, time.Minute, "the last bucket ends now")
 	require.Equal(t, q.From.Add(time.Hour), last.End)
-	stats, err := s.QueueStatsList(ctx, store.DefaultNamespace, time.Hour)
+	stats, err := s.QueueStatsList(ctx, &store.QueueStatsListParams{Namespace: store.DefaultNamespace, Window: time.Hour})
 	require.NoError(t, err)
 	for _, st := range stats {
 		if st.Queue == defaultQueue {

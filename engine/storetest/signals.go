@@ -225,7 +225,7 @@ func testWaitingQueueHealthy(t *testing.T, s store.Store) {
 	}
 	require.Empty(t, claim(t, s, claimParams("w2", n, time.Minute)), "no waiting task is due")
 
-	stats, err := s.QueueStatsList(ctx, store.DefaultNamespace, time.Hour)
+	stats, err := s.QueueStatsList(ctx, &store.QueueStatsListParams{Namespace: store.DefaultNamespace, Window: time.Hour})
 	require.NoError(t, err)
 	var q store.QueueStats
 	for _, qs := range stats {

@@ -173,7 +173,7 @@ func testTxRollback(t *testing.T, s store.Store, begin Begin) {
 	require.Equal(t, kept, ct.Task.ID)
 	complete(t, tx, ct)
 	require.NoError(t, tx.ScheduleCreate(ctx, schedule(store.DefaultNamespace, "nightly")))
-	require.NoError(t, tx.QueueSet(ctx, store.QueueConfig{Namespace: store.DefaultNamespace, Name: "llm", Concurrency: 2}))
+	require.NoError(t, tx.QueueSet(ctx, &store.QueueSetParams{Namespace: store.DefaultNamespace, Name: "llm", Concurrency: 2}))
 
 	require.NoError(t, tx.Rollback(ctx))
 	require.Error(t, tx.Commit(ctx), "a rolled back transaction does not commit")
@@ -187,7 +187,7 @@ func testTxRollback(t *testing.T, s store.Store, begin Begin) {
 	schedules, err := s.ScheduleList(ctx, store.DefaultNamespace)
 	require.NoError(t, err)
 	require.Empty(t, schedules)
-	queues, err := s.QueueList(ctx, store.DefaultNamespace)
+	queues, err := s.QueueList(ctx, &store.QueueListParams{Namespace: store.DefaultNamespace})
 	require.NoError(t, err)
 	for _, q := range queues {
 		require.NotEqual(t, "llm", q.Name, "the queue setting was rolled back")
@@ -266,7 +266,7 @@ func testTxNested(t *testing.T, s store.Store, begin Begin) {
 
 func testTxRefusals(t *testing.T, s store.Store, begin Begin) {
 	ctx := testContext(t)
-	require.NoError(t, s.QueueSet(ctx, store.QueueConfig{Namespace: store.DefaultNamespace, Name: "llm", MaxWaiting: 1}))
+	require.NoError(t, s.QueueSet(ctx, &store.QueueSetParams{Namespace: store.DefaultNamespace, Name: "llm", MaxWaiting: 1}))
 	id := start(t, s, spec{})
 	ct := claimOne(t, s, "w", time.Minute)
 	tx := beginTx(t, s, begin)

@@ -55,8 +55,8 @@ func liteStore(tb testing.TB) store.Store {
 // worker would, so tasks of it can start.
 func registerDoc(tb testing.TB, s store.Store, namespace string) {
 	tb.Helper()
-	err := s.TaskTypeRegister(context.Background(), namespace, "test-worker",
-		[]store.TaskType{{Namespace: namespace, Type: "doc", Version: 1, Queue: "default", MaxAttempts: 3}})
+	err := s.TaskTypeRegister(context.Background(), &store.TaskTypeRegisterParams{Namespace: namespace, Worker: "test-worker",
+		Types: []store.TaskType{{Namespace: namespace, Type: "doc", Version: 1, Queue: "default", MaxAttempts: 3}}})
 	require.NoError(tb, err)
 }
 

@@ -82,7 +82,7 @@ func TestFullQueueScheduleDoesNotStopOthers(t *testing.T) {
 	ctx := context.Background()
 	pg, reg := metricsStore(t)
 	s := &firingCounter{Store: pg}
-	require.NoError(t, s.QueueSet(ctx, store.QueueConfig{Namespace: store.DefaultNamespace, Name: "full", MaxWaiting: 1}))
+	require.NoError(t, s.QueueSet(ctx, &store.QueueSetParams{Namespace: store.DefaultNamespace, Name: "full", MaxWaiting: 1}))
 	filler := enginetest.StartTask(t, s, &enginetest.TaskOpts{Queue: "full"})
 	for _, sc := range []store.Schedule{
 		{Namespace: store.DefaultNamespace, Name: "blocked", Cron: "@every 1s", TaskType: "test", TypeVersion: 1, Queue: "full", Input: json.RawMessage(`{}`)},

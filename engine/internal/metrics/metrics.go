@@ -541,7 +541,7 @@ func (c *queueCollector) collectCells(ctx context.Context, ch chan<- prometheus.
 // read reads one store's gauges, of the namespaces keep accepts (nil: all):
 // all of them, or an error.
 func (c *queueCollector) read(ctx context.Context, s store.Store, keep func(namespace string) bool) ([]prometheus.Metric, error) {
-	depths, err := s.QueueGaugeList(ctx)
+	depths, err := s.QueueGaugeList(ctx, &store.QueueGaugeListParams{})
 	if err != nil {
 		return nil, err
 	}

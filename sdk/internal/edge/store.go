@@ -2,7 +2,6 @@ package edge
 
 import (
 	"context"
-	"time"
 
 	"github.com/cockroachdb/errors"
 	"github.com/google/uuid"
@@ -63,14 +62,14 @@ type Reads interface {
 	ScheduleList(ctx context.Context, namespace string) ([]store.Schedule, error)
 	SchedulePause(ctx context.Context, namespace, name string, paused bool) error
 	ScheduleDelete(ctx context.Context, namespace, name string) error
-	QueueSet(ctx context.Context, c store.QueueConfig) error
-	QueueList(ctx context.Context, namespace string) ([]store.QueueInfo, error)
-	QueueWaits(ctx context.Context, namespace string) ([]store.QueueWait, error)
-	RateLimitSet(ctx context.Context, namespace, taskType string, maxStarts int, per time.Duration) error
-	RateLimitDelete(ctx context.Context, namespace, taskType string) error
-	TaskTypeRegister(ctx context.Context, namespace, worker string, types []store.TaskType) error
-	TaskTypeList(ctx context.Context, namespace string) ([]store.TaskType, error)
-	QueueStatsList(ctx context.Context, namespace string, window time.Duration) ([]store.QueueStats, error)
+	QueueSet(ctx context.Context, p *store.QueueSetParams) error
+	QueueList(ctx context.Context, p *store.QueueListParams) ([]store.QueueInfo, error)
+	QueueWaitList(ctx context.Context, p *store.QueueWaitListParams) ([]store.QueueWait, error)
+	RateLimitSet(ctx context.Context, p *store.RateLimitSetParams) error
+	RateLimitDelete(ctx context.Context, p *store.RateLimitDeleteParams) error
+	TaskTypeRegister(ctx context.Context, p *store.TaskTypeRegisterParams) error
+	TaskTypeList(ctx context.Context, p *store.TaskTypeListParams) ([]store.TaskType, error)
+	QueueStatsList(ctx context.Context, p *store.QueueStatsListParams) ([]store.QueueStats, error)
 	QueueSeries(ctx context.Context, p *store.QueueSeriesParams) ([]store.QueueSeries, error)
 }
 
