@@ -19,6 +19,8 @@ var readTests = []conformanceTest{
 	{"EventScanRefusesBadParams", testEventScanRefusals},
 	{"QueueStatsCountWaitingRunningAndFinished", testQueueStats},
 	{"QueueGaugesCountByStatus", testQueueGauges},
+	{"QueueWaitListCountsDueTasksByPriority", testQueueWaits},
+	{"NamespacedReadsAndWritesRefuseNoNamespace", testNamespaceRequired},
 	{"DiagnosisOfAnEmptyQueue", testDiagnoseEmptyQueue},
 	{"DiagnosisRefusesBadParams", testDiagnoseRefusals},
 	{"DiagnosisCountsWhatHappened", testDiagnoseCounts},
@@ -181,6 +183,83 @@ func testQueueGauges(t *testing.T, s store.Store) {
 	require.Equal(t, int64(2), got[store.DefaultNamespace+"/"+defaultQueue][history.StatusPending])
 	require.Equal(t, int64(1), got[store.DefaultNamespace+"/"+defaultQueue][history.StatusRunning])
 	require.Equal(t, int64(1), got["elsewhere/"+defaultQueue][history.StatusPending])
+
+	// A namespace named: its gauges only.
+	gauges, err = s.QueueGaugeList(ctx, &store.QueueGaugeListParams{Namespace: "elsewhere"})
+	require.NoError(t, err)
+	require.Len(t, gauges, 1)
+	require.Equal(t, "elsewhere", gauges[0].Namespace)
+	require.Equal(t, map[history.Status]int64{history.StatusPending: 1}, gauges[0].Tasks)
+}
+
+// testQueueWaits: per queue and priority, the due waiting tasks and the
+// run time of the oldest, highest priority first; tasks not yet due,
+// running, or of another namespace are not waiting.
+func testQueueWaits(t *testing.T, s store.Store) {
+	ctx := testContext(t)
+	now := plan.Now(nil)
+	start(t, s, spec{RunAt: now.Add(-time.Minute)})
+	start(t, s, spec{RunAt: now.Add(-30 * time.Second)})
+	running := start(t, s, spec{Priority: 5, RunAt: now.Add(-2 * time.Minute)})
+	start(t, s, spec{Priority: 5, RunAt: now.Add(-time.Second)})
+	start(t, s, spec{RunAt: now.Add(time.Hour)})
+	start(t, s, spec{Namespace: "elsewhere", RunAt: now.Add(-time.Minute)})
+	start(t, s, spec{Queue: "other", RunAt: now.Add(-time.Minute)})
+	require.Equal(t, running, claimOne(t, s, "w", time.Minute).Task.ID, "the oldest due of the highest priority")
+
+	waits, err := s.QueueWaitList(ctx, &store.QueueWaitListParams{Namespace: store.DefaultNamespace})
+	require.NoError(t, err)
+	require.Len(t, waits, 3, "%+v", waits)
+	require.Equal(t, []string{defaultQueue, defaultQueue, "other"}, []string{waits[0].Queue, waits[1].Queue, waits[2].Queue})
+	require.Equal(t, []int{5, 0, 0}, []int{waits[0].Priority, waits[1].Priority, waits[2].Priority}, "by queue, highest priority first")
+	require.Equal(t, []int{1, 2, 1}, []int{waits[0].Waiting, waits[1].Waiting, waits[2].Waiting},
+		"neither the running task nor the one due in an hour")
+	require.WithinDuration(t, now.Add(-time.Minute), waits[1].Oldest, time.Millisecond, "the oldest's run time")
+
+	none, err := s.QueueWaitList(ctx, &store.QueueWaitListParams{Namespace: "nobody"})
+	require.NoError(t, err)
+	require.Empty(t, none)
+}
+
+// testNamespaceRequired: the reads and writes of a namespace's queues,
+// types, tasks and dead letters refuse parameters that name none (or
+// none at all) rather than read or write the namespace "".
+func testNamespaceRequired(t *testing.T, s store.Store) {
+	ctx := testContext(t)
+	start(t, s, spec{})
+	refused := func(name string, err error) {
+		t.Helper()
+		require.Error(t, err, name)
+		require.Contains(t, err.Error(), "namespace", name)
+	}
+	_, err := s.QueueList(ctx, &store.QueueListParams{})
+	refused("QueueList", err)
+	_, err = s.QueueList(ctx, nil)
+	refused("QueueList nil", err)
+	_, err = s.QueueWaitList(ctx, &store.QueueWaitListParams{})
+	refused("QueueWaitList", err)
+	_, err = s.QueueStatsList(ctx, &store.QueueStatsListParams{Window: time.Hour})
+	refused("QueueStatsList", err)
+	_, err = s.TaskTypeList(ctx, &store.TaskTypeListParams{})
+	refused("TaskTypeList", err)
+	_, err = s.TaskList(ctx, &store.TaskListParams{})
+	refused("TaskList", err)
+	_, err = s.DeadLetterList(ctx, &store.DeadLetterListParams{})
+	refused("DeadLetterList", err)
+	refused("QueueSet", s.QueueSet(ctx, &store.QueueSetParams{Name: "q"}))
+	refused("RateLimitSet", s.RateLimitSet(ctx, &store.RateLimitSetParams{TaskType: defaultType, MaxStarts: 1, Per: time.Second}))
+	refused("RateLimitDelete", s.RateLimitDelete(ctx, &store.RateLimitDeleteParams{TaskType: defaultType}))
+	refused("TaskTypeRegister", s.TaskTypeRegister(ctx, &store.TaskTypeRegisterParams{Worker: "w",
+		Types: []store.TaskType{{Type: defaultType, Version: 1, Queue: defaultQueue}}}))
+
+	// The other refusals of these parameters.
+	_, err = s.QueueStatsList(ctx, &store.QueueStatsListParams{Namespace: store.DefaultNamespace})
+	require.Error(t, err, "no window")
+	require.Error(t, s.RateLimitSet(ctx, &store.RateLimitSetParams{Namespace: store.DefaultNamespace, TaskType: defaultType, Per: time.Second}),
+		"no starts")
+	require.Error(t, s.RateLimitSet(ctx, &store.RateLimitSetParams{Namespace: store.DefaultNamespace, MaxStarts: 1, Per: time.Second}),
+		"no type")
+	require.Len(t, claim(t, s, claimParams("w", 5, time.Minute)), 1, "nothing limits the task")
 }
 
 // A queue with no history at all: a healthy diagnosis whose lists are
