@@ -20,7 +20,8 @@
 //     the archiver (archiver.go);
 //   - requests: operator requests on tasks, cancel and compensate
 //     (cancel.go), requeue (requeue.go), a parent's close of its children
-//     (children.go): read, replay, decide, fenced append;
+//     (children.go): read, replay, decide, fenced append; and a running
+//     parent's start of children (children.go), over a transaction;
 //   - diagnosis: the judgement of a queue's measurements (diagnosis.go);
 //   - metrics: the drivers' [store.Observer] and the queue collectors
 //     (metrics.go);

@@ -5,5 +5,9 @@
 // appends unfenced (a request is no attempt's), trying again when a
 // worker appended first.
 //
+// It also writes a running parent's start of children (StartChildren, in
+// children.go), once for every driver: the children's starts and the
+// parent's fenced child_started, in one transaction of the seam.
+//
 // It imports engine/store, engine/internal/plan and history.
 package requests
