@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cairnflow/cairn/engine/internal/maintenance"
+	"github.com/cairnflow/cairn/engine/internal/requests"
 	"github.com/cairnflow/cairn/engine/pgstore"
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
@@ -56,6 +57,13 @@ func AppendFenced(ctx context.Context, s store.Store, ct *store.ClaimedTask, pay
 		TaskID: ct.Task.ID, State: ct.State, Epoch: ct.State.Lease.Epoch,
 		Attempt: ct.State.Attempt, Payloads: payloads,
 	})
+}
+
+// StartChildren starts children of a running parent over s, a store or a
+// transaction of one, as the runtime does (engine/internal/requests'
+// StartChildren): for the tests outside engine/, which cannot import it.
+func StartChildren(ctx context.Context, s store.Executor, p *store.ChildStartParams) (store.ChildStartResult, error) {
+	return requests.StartChildren(ctx, s, p)
 }
 
 // Complete completes ct's attempt.

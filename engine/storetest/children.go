@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"testing"
@@ -9,12 +10,14 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/cairnflow/cairn/engine/internal/requests"
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
 )
 
-// childTests: child workflows started by a parent (TaskStartChildren) and
-// the child_finished their terminal appends write into the parent.
+// childTests: child workflows started by a parent (requests.StartChildren,
+// over the driver's statements) and the child_finished their terminal
+// appends write into the parent.
 var childTests = []conformanceTest{
 	{"StartChildrenWritesChildrenAndChildStartedTogether", testStartChildren},
 	{"StartChildrenFencedWritesNothing", testStartChildrenFenced},
@@ -40,13 +43,23 @@ func startChildren(t *testing.T, s store.Executor, n int) (*store.ClaimedTask, s
 	for i := range children {
 		children[i] = store.ChildStart{Task: *spec{Input: json.RawMessage(`{"page":1}`)}.params()}
 	}
-	res, err := s.TaskStartChildren(testContext(t), &store.ChildStartParams{
+	res, err := startChildrenOn(testContext(t), s, &store.ChildStartParams{
 		Parent:   store.EventAppendParams{TaskID: parent.Task.ID, State: parent.State, Epoch: parent.State.Lease.Epoch, Attempt: parent.State.Attempt},
 		Children: children,
 	})
 	require.NoError(t, err)
 	parent.State = res.State
 	return parent, res
+}
+
+// startChildrenOn starts children over s as the runtime does
+// ([requests.StartChildren]); under the payload codecs, with their inputs
+// encoded first, as the SDK's edge encodes them.
+func startChildrenOn(ctx context.Context, s store.Executor, p *store.ChildStartParams) (store.ChildStartResult, error) {
+	if enc, ok := s.(*encodedStore); ok {
+		return enc.startChildren(ctx, p)
+	}
+	return requests.StartChildren(ctx, s, p)
 }
 
 // parentClaim claims one task of type parentType.
@@ -98,7 +111,7 @@ func testSquattedChildKey(t *testing.T, s store.Store) {
 	parent := claimed[0]
 	squatter := start(t, s, spec{IdempotencyKey: fmt.Sprintf("cairn:child:%s:0", parent.Task.ID)})
 	before := len(allTaskIDs(t, s))
-	_, err := s.TaskStartChildren(testContext(t), &store.ChildStartParams{
+	_, err := startChildrenOn(testContext(t), s, &store.ChildStartParams{
 		Parent:   store.EventAppendParams{TaskID: parent.Task.ID, State: parent.State, Epoch: parent.State.Lease.Epoch, Attempt: parent.State.Attempt},
 		Children: []store.ChildStart{{Task: *spec{}.params()}},
 	})
@@ -115,7 +128,7 @@ func testStartChildrenFenced(t *testing.T, s store.Store) {
 	before := len(allTaskIDs(t, s))
 	stale := parent.State
 	stale.Lease.Epoch-- // an attempt the task has moved past
-	_, err := s.TaskStartChildren(testContext(t), &store.ChildStartParams{
+	_, err := startChildrenOn(testContext(t), s, &store.ChildStartParams{
 		Parent:   store.EventAppendParams{TaskID: parent.Task.ID, State: stale, Epoch: stale.Lease.Epoch + 5, Attempt: stale.Attempt},
 		Children: []store.ChildStart{{Task: *spec{}.params()}},
 	})

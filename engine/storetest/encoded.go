@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/cairnflow/cairn/engine/internal/requests"
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/internal/errmark"
@@ -275,8 +276,10 @@ func (s *encodedStore) EventAppendMany(ctx context.Context, ps []*store.EventApp
 	return res, err
 }
 
-// TaskStartChildren implements [store.Store].
-func (s *encodedStore) TaskStartChildren(ctx context.Context, p *store.ChildStartParams) (store.ChildStartResult, error) {
+// startChildren starts children as [requests.StartChildren] does over
+// the driver, their inputs (and the parent's append) encoded first, as
+// the SDK's edge encodes them before the engine's attempt starts them.
+func (s *encodedStore) startChildren(ctx context.Context, p *store.ChildStartParams) (store.ChildStartResult, error) {
 	q := *p
 	starts := make([]*store.TaskStartParams, len(p.Children))
 	for i := range p.Children {
@@ -295,7 +298,7 @@ func (s *encodedStore) TaskStartChildren(ctx context.Context, p *store.ChildStar
 		return store.ChildStartResult{State: p.Parent.State}, err
 	}
 	q.Parent = *parent
-	res, err := s.Store.TaskStartChildren(ctx, &q)
+	res, err := requests.StartChildren(ctx, s.Store, &q)
 	s.stage.Discard(ctx, enc, func(int) bool { return err == nil })
 	if err != nil {
 		res.State = p.Parent.State

@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cairnflow/cairn/activities"
+	"github.com/cairnflow/cairn/engine/enginetest"
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/sdk"
@@ -217,7 +218,7 @@ func TestTaskPageCapsABigFanOut(t *testing.T) {
 				starts[i] = store.ChildStart{Task: store.TaskStartParams{Namespace: "default", Scheduled: history.TaskScheduledData{
 					TaskType: "kid", TypeVersion: 1, Queue: "kids", MaxAttempts: 1, Input: json.RawMessage(strconv.Itoa(i))}}}
 			}
-			res, err := s.TaskStartChildren(ctx, &store.ChildStartParams{
+			res, err := enginetest.StartChildren(ctx, s, &store.ChildStartParams{
 				Parent:   store.EventAppendParams{TaskID: parent.Task.ID, State: parent.State, Epoch: parent.State.Lease.Epoch, Attempt: parent.State.Attempt},
 				Children: starts,
 			})

@@ -279,7 +279,7 @@ func TestMetricsCountSignalsAndWaits(t *testing.T) {
 			enginetest.StartTask(t, s, nil)
 			parent := enginetest.ClaimOne(t, s, "w1", time.Minute)
 			kids := []store.ChildStart{{Task: *(&enginetest.TaskOpts{}).Params()}, {Task: *(&enginetest.TaskOpts{}).Params()}}
-			_, err = s.TaskStartChildren(ctx, &store.ChildStartParams{
+			_, err = requests.StartChildren(ctx, s, &store.ChildStartParams{
 				Parent:   store.EventAppendParams{TaskID: parent.Task.ID, State: parent.State, Epoch: parent.State.Lease.Epoch, Attempt: parent.State.Attempt},
 				Children: kids,
 			})

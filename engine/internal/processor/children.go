@@ -19,13 +19,13 @@ import (
 const maxChildStartTries = 5
 
 // StartChildren starts children of the attempt's task, fenced by its
-// lease (see [store.Store.TaskStartChildren]), and returns their task
-// ids in order. A signal, cancel request or child's end appended to the
+// lease (see [requests.StartChildren]), and returns their task ids in
+// order. A signal, cancel request or child's end appended to the
 // task meanwhile is taken into the attempt's state and the start tried
 // again, as the attempt's appends are rebased onto them.
 func (a *Attempt) StartChildren(ctx context.Context, children []store.ChildStart) ([]uuid.UUID, error) {
 	for try := 0; ; try++ {
-		res, err := a.proc.cfg.Store.TaskStartChildren(ctx, &store.ChildStartParams{
+		res, err := requests.StartChildren(ctx, a.proc.cfg.Store, &store.ChildStartParams{
 			Parent: *a.appendParams(nil), Children: children,
 		})
 		if errors.Is(err, store.ErrConflict) && try+1 < maxChildStartTries {

@@ -120,7 +120,7 @@ func TestRequeueRefusesAChildWhoseParentWasRemoved(t *testing.T) {
 	parentID := enginetest.StartTask(t, s, nil)
 	parent := enginetest.ClaimOne(t, s, "w1", time.Minute)
 	require.Equal(t, parentID, parent.Task.ID)
-	res, err := s.TaskStartChildren(ctx, &store.ChildStartParams{
+	res, err := requests.StartChildren(ctx, s, &store.ChildStartParams{
 		Parent:   store.EventAppendParams{TaskID: parentID, State: parent.State, Epoch: parent.State.Lease.Epoch, Attempt: parent.State.Attempt},
 		Children: []store.ChildStart{{Task: *(*enginetest.TaskOpts)(nil).Params()}},
 	})
