@@ -16,8 +16,10 @@ import (
 
 // payloadWrites are the methods of store.Store (and pgstore's TaskStartTx)
 // that write a payload: a start's input and its blobs, a signal's
-// payload, a schedule's input, an append's outputs, children's inputs.
-var payloadWrites = []string{"TaskStart", "TaskStartMany", "TaskStartTx", "TaskSignal", "TaskStartChildren",
+// payload, a schedule's input, an append's outputs. Children's inputs are
+// starts' (TaskStartMany, in the engine's child start, which the SDK
+// reaches through the edge's attempt only).
+var payloadWrites = []string{"TaskStart", "TaskStartMany", "TaskStartTx", "TaskSignal",
 	"EventAppend", "EventAppendMany", "BlobPut", "ScheduleCreate"}
 
 // Every payload the SDK writes passes through its payload stage by

@@ -12,59 +12,6 @@ import (
 	"github.com/cairnflow/cairn/history"
 )
 
-// TaskStartChildren implements [store.Store]: the children are inserted
-// (TaskInsertMany, or TaskInsertOne for one child, with their bounded
-// queues' checks) and the parent's
-// child_started appended (EventAppendMany's statement), in one
-// transaction; a refused parent append rolls the children back.
-func (s *Store) TaskStartChildren(ctx context.Context, p *store.ChildStartParams) (store.ChildStartResult, error) {
-	starts, err := plan.ChildStarts(p)
-	if err != nil {
-		return store.ChildStartResult{}, err
-	}
-	var res store.ChildStartResult
-	var ap *store.EventAppendParams
-	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
-		started, err := s.taskStartMany(ctx, tx, starts)
-		if err != nil {
-			return err
-		}
-		var ids []uuid.UUID
-		ap, ids = plan.ChildStartedAppend(p, started)
-		next, err := s.appendInTx(ctx, tx, ap)
-		if err != nil {
-			return err
-		}
-		res = store.ChildStartResult{State: next, IDs: ids}
-		return nil
-	})
-	if err != nil {
-		return store.ChildStartResult{State: p.Parent.State}, errors.Wrapf(interpretError(err), "start children of task %s", p.Parent.TaskID)
-	}
-	if s.metrics != nil {
-		s.metrics.ObserveAppended(ap, res.State)
-	}
-	return res, nil
-}
-
-// appendInTx writes one append inside tx with EventAppendMany's
-// statement, and returns why when it is refused.
-func (s *Store) appendInTx(ctx context.Context, tx pgx.Tx, p *store.EventAppendParams) (history.State, error) {
-	batch := newAppendBatch(1)
-	next, err := batch.add(p, s.now(), s.limits)
-	if err != nil {
-		return p.State, err
-	}
-	written, err := s.writeBatch(ctx, tx, batch)
-	if err != nil {
-		return p.State, interpretError(err)
-	}
-	if !written[p.TaskID] {
-		return p.State, s.explainRefusal(ctx, tx, p, batch.planned[p.TaskID])
-	}
-	return next, nil
-}
-
 // writeBatch runs EventAppendMany's statement for batch on q and returns
 // the ids of the tasks it wrote.
 func (s *Store) writeBatch(ctx context.Context, q querier, batch *appendBatch) (map[[16]byte]bool, error) {

@@ -145,7 +145,7 @@ func (s *Store) TaskStartMany(ctx context.Context, ps []*store.TaskStartParams) 
 	var out []store.TaskStartResult
 	err := s.tx(ctx, func(tx *txn) error {
 		now := s.now()
-		planned, err := planStarts(ps, now, "start task")
+		planned, err := planStarts(ps, now)
 		if err != nil {
 			return err
 		}
@@ -159,14 +159,13 @@ func (s *Store) TaskStartMany(ctx context.Context, ps []*store.TaskStartParams) 
 	return out, nil
 }
 
-// planStarts plans the starts ps at now (see [plan.Start]); what names a
-// refused start in its error ("start task", "start child").
-func planStarts(ps []*store.TaskStartParams, now time.Time, what string) ([]plan.StartPlan, error) {
+// planStarts plans the starts ps at now (see [plan.Start]).
+func planStarts(ps []*store.TaskStartParams, now time.Time) ([]plan.StartPlan, error) {
 	planned := make([]plan.StartPlan, len(ps))
 	for i, p := range ps {
 		var err error
 		if planned[i], err = plan.Start(p, now); err != nil {
-			return nil, errors.Wrapf(err, "%s %d", what, i)
+			return nil, errors.Wrapf(err, "start task %d", i)
 		}
 	}
 	return planned, nil

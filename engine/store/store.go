@@ -55,7 +55,7 @@ type Store interface {
 //
 // A method that writes in several statements where it would open a
 // transaction of its own on the store (a start into a bounded queue,
-// TaskStartChildren, EventAppendMany in rounds or ending children,
+// EventAppendMany in rounds or ending children,
 // ScheduleFireDue, TaskRemoveFinished) runs them in a nested transaction
 // of the Tx (a savepoint), so it is as atomic in a Tx as on the store. The
 // refusals a method documents (ErrConflict, ErrFenced, ErrQueueFull,
@@ -119,16 +119,13 @@ type Executor interface {
 	// unknown task is [ErrNotFound].
 	TaskSignal(ctx context.Context, p *TaskSignalParams) (SignalResult, error)
 
-	// TaskStartChildren starts children of a running parent (see
-	// [ChildStartParams]): the children's tasks and the parent's
-	// child_started events in one transaction, the parent's append fenced
-	// and refused as [Store.EventAppend]'s would be, and then nothing is
-	// written. A child's terminal append, through EventAppend or
-	// EventAppendMany, writes child_finished into its parent's log in the
-	// same transaction (nothing when the parent has finished, or already
-	// has the child's outcome), which makes a parent awaiting the child
-	// due at once.
-	TaskStartChildren(ctx context.Context, p *ChildStartParams) (ChildStartResult, error)
+	// Children are started above the seam ([ChildStartParams]: the
+	// children's TaskStartMany and the parent's fenced EventAppend of
+	// child_started, in one transaction). A child's terminal append,
+	// through EventAppend or EventAppendMany, writes child_finished into
+	// its parent's log in the same transaction (nothing when the parent
+	// has finished, or already has the child's outcome), which makes a
+	// parent awaiting the child due at once.
 
 	// Dead letters.
 	DeadLetterList(ctx context.Context, p *DeadLetterListParams) ([]*Task, error)

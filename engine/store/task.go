@@ -268,15 +268,17 @@ type SignalResult struct {
 
 // ChildStartParams starts children of a running parent: the children's
 // tasks and the parent's child_started events, in one transaction, so a
-// child exists exactly when its parent's history says so.
+// child exists exactly when its parent's history says so. The start is
+// written above the seam, once for every driver (engine/internal/requests'
+// StartChildren: TaskStartMany, then the parent's EventAppend).
 type ChildStartParams struct {
 	// Parent is the parent's append, fenced by its attempt's lease as the
-	// attempt's other appends are; Payloads must be empty: the store
+	// attempt's other appends are; Payloads must be empty: the start
 	// writes one child_started per child, with the child's task id.
 	Parent EventAppendParams
 	// Children are the children to start, at the parent's next positions
 	// in order. Their Scheduled.ParentID, ParentPosition and
-	// IdempotencyKey are set by the store (the key from the parent and
+	// IdempotencyKey are set by the start (the key from the parent and
 	// the position, so a retried parent never starts a second child);
 	// their namespace must be the parent's.
 	Children []ChildStart
