@@ -63,7 +63,7 @@ func eraseOnce(ctx context.Context, s store.Store, p *TaskEraseParams) (history.
 	case !state.Status.Terminal():
 		return state, errmark.Mark(errors.Newf("erase task %s: it is %s; only a finished task can be erased (cancel it first)", p.ID, state.Status), store.ErrTaskState)
 	}
-	keys, err := s.TaskDataKeys(ctx, []uuid.UUID{p.ID})
+	keys, err := s.TaskDataKeys(ctx, &store.TaskDataKeysParams{Namespace: p.Namespace, IDs: []uuid.UUID{p.ID}})
 	if err != nil {
 		return state, err
 	}

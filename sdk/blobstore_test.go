@@ -61,13 +61,13 @@ func TestBlobStoresKeepTheBytesOutOfTheDatabase(t *testing.T) {
 				ref, err := res.Result(ctx)
 				require.NoError(t, err)
 
-				row, err := sdk.ClientStore(b.client).BlobGet(ctx, store.DefaultNamespace, ref.Key)
+				row, err := sdk.ClientStore(b.client).BlobGet(ctx, &store.BlobGetParams{Namespace: store.DefaultNamespace, Key: ref.Key})
 				require.NoError(t, err)
 				require.Equal(t, location, row.Location)
 				// The database's row itself: the location, the size, no data.
 				var dataLen, size int64
 				if b.store != nil {
-					raw, err := b.store.BlobGet(ctx, store.DefaultNamespace, ref.Key)
+					raw, err := b.store.BlobGet(ctx, &store.BlobGetParams{Namespace: store.DefaultNamespace, Key: ref.Key})
 					require.NoError(t, err)
 					dataLen, size = int64(len(raw.Data)), raw.Length()
 				} else {

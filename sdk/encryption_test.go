@@ -338,7 +338,7 @@ func TestKeyRotationKeepsOldTasksReadable(t *testing.T) {
 		second, err := sdk.Start(ctx, c, kycWorkflow, claimForm{Applicant: secret + "-2"}, nil)
 		require.NoError(t, err)
 
-		wrapped, err := env.raw.TaskDataKeys(ctx, []uuid.UUID{first, second.ID})
+		wrapped, err := env.raw.TaskDataKeys(ctx, &store.TaskDataKeysParams{Namespace: store.DefaultNamespace, IDs: []uuid.UUID{first, second.ID}})
 		require.NoError(t, err)
 		require.True(t, strings.HasPrefix(string(wrapped[first]), "ck1:2026-11:"), "the first task's key is wrapped by the old key")
 		require.True(t, strings.HasPrefix(string(wrapped[second.ID]), "ck1:2026-12:"), "the second task's key is wrapped by the new key")

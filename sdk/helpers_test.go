@@ -184,7 +184,7 @@ func putPlainBlob(t *testing.T, st store.Store, namespace string, id uuid.UUID, 
 	t.Helper()
 	ref, b, err := payload.NewBlob(namespace, id, contentType, data)
 	require.NoError(t, err)
-	require.NoError(t, st.BlobPut(context.Background(), &store.Blob{Namespace: b.Namespace, Key: b.Key, TaskID: b.TaskID,
+	require.NoError(t, st.BlobPut(context.Background(), &store.BlobPutParams{Namespace: b.Namespace, Key: b.Key, TaskID: b.TaskID,
 		ContentType: b.ContentType, SHA256: b.SHA256, Data: b.Data}))
 	return ref
 }

@@ -69,7 +69,7 @@ func putBlob(tb testing.TB, s store.Store, namespace string, id uuid.UUID, conte
 	tb.Helper()
 	ref, b, err := payload.NewBlob(namespace, id, contentType, data)
 	require.NoError(tb, err)
-	require.NoError(tb, s.BlobPut(context.Background(), &store.Blob{Namespace: b.Namespace, Key: b.Key, TaskID: b.TaskID,
+	require.NoError(tb, s.BlobPut(context.Background(), &store.BlobPutParams{Namespace: b.Namespace, Key: b.Key, TaskID: b.TaskID,
 		ContentType: b.ContentType, SHA256: b.SHA256, Data: b.Data}))
 	return ref
 }

@@ -11,7 +11,7 @@ import (
 )
 
 // BlobPut implements [store.Store].
-func (s *Store) BlobPut(ctx context.Context, b *store.Blob) error {
+func (s *Store) BlobPut(ctx context.Context, b *store.BlobPutParams) error {
 	_, err := s.db.Exec(ctx, s.sql("BlobInsert"), pgx.NamedArgs{
 		"namespace": b.Namespace, "key": b.Key, "task_id": b.TaskID, "content_type": nullString(b.ContentType),
 		"size": b.Length(), "sha256": b.SHA256, "data": blobData(b.Data), "location": nullString(b.Location),
@@ -20,7 +20,11 @@ func (s *Store) BlobPut(ctx context.Context, b *store.Blob) error {
 }
 
 // BlobGet implements [store.Store].
-func (s *Store) BlobGet(ctx context.Context, namespace, key string) (*store.Blob, error) {
+func (s *Store) BlobGet(ctx context.Context, p *store.BlobGetParams) (*store.Blob, error) {
+	namespace, key := p.Namespace, p.Key
+	if namespace == "" {
+		return nil, errors.Newf("get blob %s: namespace is required", key)
+	}
 	b := &store.Blob{Namespace: namespace, Key: key}
 	var contentType, location *string
 	err := s.db.QueryRow(ctx, s.sql("BlobGet"), pgx.NamedArgs{"namespace": namespace, "key": key}).
@@ -33,7 +37,11 @@ func (s *Store) BlobGet(ctx context.Context, namespace, key string) (*store.Blob
 }
 
 // BlobKeysByTasks implements [store.Store].
-func (s *Store) BlobKeysByTasks(ctx context.Context, namespace string, ids []uuid.UUID) (map[uuid.UUID][]string, error) {
+func (s *Store) BlobKeysByTasks(ctx context.Context, p *store.BlobKeysByTasksParams) (map[uuid.UUID][]string, error) {
+	namespace, ids := p.Namespace, p.IDs
+	if namespace == "" {
+		return nil, errors.New("list blobs: namespace is required")
+	}
 	out := map[uuid.UUID][]string{}
 	if len(ids) == 0 {
 		return out, nil

@@ -6,15 +6,18 @@ import (
 	"github.com/cockroachdb/errors"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/cairnflow/cairn/engine/store"
 )
 
 // TaskDataKeys implements [store.Store].
-func (s *Store) TaskDataKeys(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID][]byte, error) {
+func (s *Store) TaskDataKeys(ctx context.Context, p *store.TaskDataKeysParams) (map[uuid.UUID][]byte, error) {
+	ids := p.IDs
 	out := make(map[uuid.UUID][]byte, len(ids))
 	if len(ids) == 0 {
 		return out, nil
 	}
-	rows, err := s.db.Query(ctx, s.sql("TaskDataKeys"), pgx.NamedArgs{"ids": ids})
+	rows, err := s.db.Query(ctx, s.sql("TaskDataKeys"), pgx.NamedArgs{"namespace": p.Namespace, "ids": ids})
 	if err != nil {
 		return nil, errors.Wrap(interpretError(err), "read data keys")
 	}
@@ -32,11 +35,11 @@ func (s *Store) TaskDataKeys(ctx context.Context, ids []uuid.UUID) (map[uuid.UUI
 }
 
 // TaskDataKeySet implements [store.Store].
-func (s *Store) TaskDataKeySet(ctx context.Context, id uuid.UUID, key []byte) ([]byte, error) {
+func (s *Store) TaskDataKeySet(ctx context.Context, p *store.TaskDataKeySetParams) ([]byte, error) {
 	var held []byte
-	err := s.db.QueryRow(ctx, s.sql("TaskDataKeySet"), pgx.NamedArgs{"id": id, "data_key": key}).Scan(&held)
+	err := s.db.QueryRow(ctx, s.sql("TaskDataKeySet"), pgx.NamedArgs{"id": p.ID, "data_key": p.DataKey}).Scan(&held)
 	if err != nil {
-		return nil, errors.Wrapf(interpretError(err), "set the data key of task %s", id)
+		return nil, errors.Wrapf(interpretError(err), "set the data key of task %s", p.ID)
 	}
 	return held, nil
 }

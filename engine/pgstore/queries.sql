@@ -945,9 +945,10 @@ SELECT task_id, content_type, sha256, data, created_at, location, size FROM /* T
 WHERE namespace = @namespace AND key = @key;
 
 -- name: TaskDataKeys
--- The wrapped data keys of the tasks of @ids that have one.
+-- The wrapped data keys of the tasks of @ids that have one (in
+-- @namespace, unless it is '').
 SELECT id, data_key FROM /* TEMPLATE: schema */tasks
-WHERE id = ANY(@ids::uuid[]) AND data_key IS NOT NULL;
+WHERE id = ANY(@ids::uuid[]) AND data_key IS NOT NULL AND (@namespace::text = '' OR namespace = @namespace);
 
 -- name: TaskDataKeySet
 -- Gives a task still to finish that has no data key @data_key, and returns

@@ -11,7 +11,7 @@ import (
 )
 
 // BlobPut implements [store.Store].
-func (s *Store) BlobPut(ctx context.Context, b *store.Blob) error {
+func (s *Store) BlobPut(ctx context.Context, b *store.BlobPutParams) error {
 	err := s.tx(ctx, func(tx *txn) error {
 		_, err := tx.exec(ctx, "BlobInsert", b.Namespace, b.Key, b.TaskID.String(), nullString(b.ContentType),
 			b.Length(), b.SHA256, blobData(b.Data), us(s.now()), nullString(b.Location))
@@ -21,7 +21,11 @@ func (s *Store) BlobPut(ctx context.Context, b *store.Blob) error {
 }
 
 // BlobGet implements [store.Store].
-func (s *Store) BlobGet(ctx context.Context, namespace, key string) (*store.Blob, error) {
+func (s *Store) BlobGet(ctx context.Context, p *store.BlobGetParams) (*store.Blob, error) {
+	namespace, key := p.Namespace, p.Key
+	if namespace == "" {
+		return nil, errors.Newf("get blob %s: namespace is required", key)
+	}
 	b := &store.Blob{Namespace: namespace, Key: key}
 	var taskID string
 	var contentType, location sql.NullString
@@ -38,7 +42,11 @@ func (s *Store) BlobGet(ctx context.Context, namespace, key string) (*store.Blob
 }
 
 // BlobKeysByTasks implements [store.Store].
-func (s *Store) BlobKeysByTasks(ctx context.Context, namespace string, ids []uuid.UUID) (map[uuid.UUID][]string, error) {
+func (s *Store) BlobKeysByTasks(ctx context.Context, p *store.BlobKeysByTasksParams) (map[uuid.UUID][]string, error) {
+	namespace, ids := p.Namespace, p.IDs
+	if namespace == "" {
+		return nil, errors.New("list blobs: namespace is required")
+	}
 	out := map[uuid.UUID][]string{}
 	if len(ids) == 0 {
 		return out, nil

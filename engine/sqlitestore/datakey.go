@@ -6,15 +6,18 @@ import (
 
 	"github.com/cockroachdb/errors"
 	"github.com/google/uuid"
+
+	"github.com/cairnflow/cairn/engine/store"
 )
 
 // TaskDataKeys implements [store.Store].
-func (s *Store) TaskDataKeys(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID][]byte, error) {
+func (s *Store) TaskDataKeys(ctx context.Context, p *store.TaskDataKeysParams) (map[uuid.UUID][]byte, error) {
+	ids := p.IDs
 	out := make(map[uuid.UUID][]byte, len(ids))
 	if len(ids) == 0 {
 		return out, nil
 	}
-	rows, err := s.q.query(ctx, "TaskDataKeys", jsonIDs(ids))
+	rows, err := s.q.query(ctx, "TaskDataKeys", jsonIDs(ids), p.Namespace)
 	if err != nil {
 		return nil, errors.Wrap(interpret(err), "read data keys")
 	}
@@ -35,7 +38,8 @@ func (s *Store) TaskDataKeys(ctx context.Context, ids []uuid.UUID) (map[uuid.UUI
 }
 
 // TaskDataKeySet implements [store.Store].
-func (s *Store) TaskDataKeySet(ctx context.Context, id uuid.UUID, key []byte) ([]byte, error) {
+func (s *Store) TaskDataKeySet(ctx context.Context, p *store.TaskDataKeySetParams) ([]byte, error) {
+	id, key := p.ID, p.DataKey
 	var held []byte
 	err := s.tx(ctx, func(tx *txn) error {
 		if _, err := tx.exec(ctx, "TaskDataKeySet", id.String(), key); err != nil {

@@ -390,8 +390,10 @@ DELETE FROM blobs WHERE task_id IN (SELECT task_id FROM removing);
 UPDATE tasks SET data_key = NULL WHERE id = ?;
 
 -- name: TaskDataKeys
--- ?: a JSON array of task ids, of any length.
-SELECT id, data_key FROM tasks WHERE id IN (SELECT value FROM json_each(?)) AND data_key IS NOT NULL;
+-- ?1: a JSON array of task ids, of any length; ?2 their namespace, or ''
+-- for any.
+SELECT id, data_key FROM tasks WHERE id IN (SELECT value FROM json_each(?1)) AND data_key IS NOT NULL
+  AND (?2 = '' OR namespace = ?2);
 
 -- name: TaskDataKeySet
 -- As PostgreSQL's TaskDataKeySet; TaskDataKeyGet then reads what it holds.

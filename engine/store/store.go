@@ -163,21 +163,21 @@ type Executor interface {
 	// marked ErrConflict). BlobGet reads one (ErrNotFound when there is
 	// none); the caller checks its digest. TaskRemoveFinished removes a
 	// task's blobs with it.
-	BlobPut(ctx context.Context, b *Blob) error
-	BlobGet(ctx context.Context, namespace, key string) (*Blob, error)
-	// BlobKeysByTasks returns the keys of the blobs each task of ids
-	// wrote in namespace (what archival copies before the removal).
-	BlobKeysByTasks(ctx context.Context, namespace string, ids []uuid.UUID) (map[uuid.UUID][]string, error)
+	BlobPut(ctx context.Context, p *BlobPutParams) error
+	BlobGet(ctx context.Context, p *BlobGetParams) (*Blob, error)
+	// BlobKeysByTasks returns the keys of the blobs each task of p.IDs
+	// wrote in p.Namespace (what archival copies before the removal).
+	BlobKeysByTasks(ctx context.Context, p *BlobKeysByTasksParams) (map[uuid.UUID][]string, error)
 	// Data keys (payload/seal's encryption at rest). TaskDataKeys returns
-	// the wrapped data keys of the tasks of ids that have one (a start
+	// the wrapped data keys of the tasks of p.IDs that have one (a start
 	// writes it, [TaskStartParams.DataKey]; task_erased clears it in the
-	// append that writes the event). TaskDataKeySet gives key to a task
-	// still to finish that has none (one a schedule started, or started
-	// before its namespace was encrypted) and returns the key the task
-	// holds then: key, the one it had, or nil (finished without one,
-	// erased, or gone).
-	TaskDataKeys(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID][]byte, error)
-	TaskDataKeySet(ctx context.Context, id uuid.UUID, key []byte) ([]byte, error)
+	// append that writes the event). TaskDataKeySet gives p.DataKey to a
+	// task still to finish that has none (one a schedule started, or
+	// started before its namespace was encrypted) and returns the key the
+	// task holds then: p.DataKey, the one it had, or nil (finished without
+	// one, erased, or gone).
+	TaskDataKeys(ctx context.Context, p *TaskDataKeysParams) (map[uuid.UUID][]byte, error)
+	TaskDataKeySet(ctx context.Context, p *TaskDataKeySetParams) ([]byte, error)
 	// NamespaceSet writes a namespace's settings. NamespaceList returns
 	// every namespace that has settings or finished tasks, by name (a
 	// namespace without settings has zero durations).

@@ -83,7 +83,7 @@ type encodedStore struct {
 func newEncodedStore(t *testing.T, s store.Store, keys *seal.Keys) *encodedStore {
 	blobs, err := offload.NewStore(blobTable{s}, "file://"+filepath.ToSlash(t.TempDir()))
 	require.NoError(t, err)
-	stage := payload.NewStage(blobs, offload.New(encodedThreshold), seal.New(keys, s))
+	stage := payload.NewStage(blobs, offload.New(encodedThreshold), seal.New(keys, dataKeys{s}))
 	return &encodedStore{Store: s, stage: stage, blobs: blobs, namespaces: map[uuid.UUID]string{}}
 }
 
@@ -91,11 +91,12 @@ func newEncodedStore(t *testing.T, s store.Store, keys *seal.Keys) *encodedStore
 type blobTable struct{ s store.Store }
 
 func (t blobTable) BlobPut(ctx context.Context, b *payload.Blob) error {
-	return t.s.BlobPut(ctx, storeBlob(b))
+	return t.s.BlobPut(ctx, &store.BlobPutParams{Namespace: b.Namespace, Key: b.Key, TaskID: b.TaskID, ContentType: b.ContentType,
+		SHA256: b.SHA256, Data: b.Data, Size: b.Size, Location: b.Location})
 }
 
 func (t blobTable) BlobGet(ctx context.Context, namespace, key string) (*payload.Blob, error) {
-	b, err := t.s.BlobGet(ctx, namespace, key)
+	b, err := t.s.BlobGet(ctx, &store.BlobGetParams{Namespace: namespace, Key: key})
 	if err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			err = errmark.Mark(err, payload.ErrNotFound)
@@ -104,6 +105,18 @@ func (t blobTable) BlobGet(ctx context.Context, namespace, key string) (*payload
 	}
 	return &payload.Blob{Namespace: b.Namespace, Key: b.Key, TaskID: b.TaskID, ContentType: b.ContentType,
 		SHA256: b.SHA256, Data: b.Data, Size: b.Size, CreatedAt: b.CreatedAt, Location: b.Location}, nil
+}
+
+// dataKeys are a store's data keys as payload/seal takes them, as the
+// SDK's edge adapts its own.
+type dataKeys struct{ s store.Store }
+
+func (d dataKeys) TaskDataKeys(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID][]byte, error) {
+	return d.s.TaskDataKeys(ctx, &store.TaskDataKeysParams{IDs: ids})
+}
+
+func (d dataKeys) TaskDataKeySet(ctx context.Context, id uuid.UUID, key []byte) ([]byte, error) {
+	return d.s.TaskDataKeySet(ctx, &store.TaskDataKeySetParams{ID: id, DataKey: key})
 }
 
 func storeBlob(b *payload.Blob) *store.Blob {
@@ -335,8 +348,8 @@ func (s *encodedStore) ScheduleCreate(ctx context.Context, sc store.Schedule) er
 }
 
 // BlobGet implements [store.Store]: the bytes from where the row says.
-func (s *encodedStore) BlobGet(ctx context.Context, namespace, key string) (*store.Blob, error) {
-	b, err := s.blobs.BlobGet(ctx, namespace, key)
+func (s *encodedStore) BlobGet(ctx context.Context, p *store.BlobGetParams) (*store.Blob, error) {
+	b, err := s.blobs.BlobGet(ctx, p.Namespace, p.Key)
 	if err != nil {
 		return nil, err
 	}

@@ -52,13 +52,13 @@ func archiveBlobs(ctx context.Context, s store.Store, archives *archive.Buckets,
 	for i, r := range records {
 		ids[i] = r.TaskID
 	}
-	keys, err := s.BlobKeysByTasks(ctx, namespace, ids)
+	keys, err := s.BlobKeysByTasks(ctx, &store.BlobKeysByTasksParams{Namespace: namespace, IDs: ids})
 	if err != nil {
 		return err
 	}
 	for _, id := range ids {
 		for _, key := range keys[id] {
-			blob, err := s.BlobGet(ctx, namespace, key)
+			blob, err := s.BlobGet(ctx, &store.BlobGetParams{Namespace: namespace, Key: key})
 			if err != nil {
 				return err
 			}
@@ -101,7 +101,7 @@ func archiveThenRemove(ctx context.Context, s store.Store, archives *archive.Buc
 	if err != nil {
 		return store.RemoveResult{}, err
 	}
-	dataKeys, err := s.TaskDataKeys(ctx, ids)
+	dataKeys, err := s.TaskDataKeys(ctx, &store.TaskDataKeysParams{Namespace: p.Namespace, IDs: ids})
 	if err != nil {
 		return store.RemoveResult{}, err
 	}

@@ -86,7 +86,7 @@ func New(cfg Config) (*Store, error) {
 	codecs := []payload.Codec{offload.New(cfg.BlobThreshold, cfg.ByReference...)}
 	var sealing *seal.Codec
 	if cfg.Keys != nil {
-		sealing = seal.New(cfg.Keys, cfg.Store)
+		sealing = seal.New(cfg.Keys, dataKeys{cfg.Store})
 		codecs = append(codecs, sealing)
 	}
 	return &Store{Reads: cfg.Store, st: cfg.Store, stage: payload.NewStage(kept, codecs...), blobs: blobs, seal: sealing}, nil
@@ -130,12 +130,12 @@ func notFound(err error) error {
 type table struct{ st store.Store }
 
 func (t table) BlobPut(ctx context.Context, b *payload.Blob) error {
-	return t.st.BlobPut(ctx, &store.Blob{Namespace: b.Namespace, Key: b.Key, TaskID: b.TaskID, ContentType: b.ContentType,
-		SHA256: b.SHA256, Data: b.Data, Size: b.Size, CreatedAt: b.CreatedAt, Location: b.Location})
+	return t.st.BlobPut(ctx, &store.BlobPutParams{Namespace: b.Namespace, Key: b.Key, TaskID: b.TaskID, ContentType: b.ContentType,
+		SHA256: b.SHA256, Data: b.Data, Size: b.Size, Location: b.Location})
 }
 
 func (t table) BlobGet(ctx context.Context, namespace, key string) (*payload.Blob, error) {
-	b, err := t.st.BlobGet(ctx, namespace, key)
+	b, err := t.st.BlobGet(ctx, &store.BlobGetParams{Namespace: namespace, Key: key})
 	if err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			err = errmark.Mark(err, payload.ErrNotFound)
@@ -144,6 +144,19 @@ func (t table) BlobGet(ctx context.Context, namespace, key string) (*payload.Blo
 	}
 	return &payload.Blob{Namespace: b.Namespace, Key: b.Key, TaskID: b.TaskID, ContentType: b.ContentType,
 		SHA256: b.SHA256, Data: b.Data, Size: b.Size, CreatedAt: b.CreatedAt, Location: b.Location}, nil
+}
+
+// dataKeys are the tasks' data keys as payload/seal takes them: read by
+// the ids of the tasks whose payloads the stage holds, in their own
+// namespaces.
+type dataKeys struct{ st store.Store }
+
+func (d dataKeys) TaskDataKeys(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID][]byte, error) {
+	return d.st.TaskDataKeys(ctx, &store.TaskDataKeysParams{IDs: ids})
+}
+
+func (d dataKeys) TaskDataKeySet(ctx context.Context, id uuid.UUID, key []byte) ([]byte, error) {
+	return d.st.TaskDataKeySet(ctx, &store.TaskDataKeySetParams{ID: id, DataKey: key})
 }
 
 // storeBlobs are blobs as the store's start takes them.
