@@ -24,7 +24,7 @@ var errNoArchive = errors.New("no archive is configured")
 // namespace's archive may have been set after some of its tasks went to
 // the default).
 func (c *Client) archiveLocations(ctx context.Context) ([]string, error) {
-	namespaces, err := c.store.NamespaceList(ctx)
+	namespaces, err := c.store.NamespaceList(ctx, &store.NamespaceListParams{})
 	if err != nil {
 		return nil, err
 	}

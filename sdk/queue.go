@@ -121,11 +121,11 @@ func (c *Client) SetNamespace(ctx context.Context, namespace string, s Namespace
 			return errmark.Mark(errors.Wrap(err, "type retention"), ErrInvalid)
 		}
 	}
-	cfg := store.NamespaceConfig{Name: namespace, Retention: s.Retention, KeyRetention: s.KeyRetention, Archive: s.Archive, TypeRetention: s.TypeRetention}
-	if err := cfg.Validate(); err != nil {
+	p := &store.NamespaceSetParams{Namespace: namespace, Retention: s.Retention, KeyRetention: s.KeyRetention, Archive: s.Archive, TypeRetention: s.TypeRetention}
+	if err := p.Config().Validate(); err != nil {
 		return errmark.Mark(err, ErrInvalid)
 	}
-	return c.store.NamespaceSet(ctx, cfg)
+	return c.store.NamespaceSet(ctx, p)
 }
 
 // NamespaceConfig returns namespace's settings and oldest finished task;
@@ -150,7 +150,7 @@ func (c *Client) NamespaceConfig(ctx context.Context, namespace string) (cairnty
 // name, with its settings (zero: the default); with [ClientConfig.Cells],
 // those of the client's cell.
 func (c *Client) Namespaces(ctx context.Context) ([]cairntype.NamespaceConfig, error) {
-	all, err := c.store.NamespaceList(ctx)
+	all, err := c.store.NamespaceList(ctx, &store.NamespaceListParams{})
 	return slices.DeleteFunc(all, func(ns cairntype.NamespaceConfig) bool { return ns.Name == store.DefaultsRow }), err
 }
 

@@ -37,7 +37,7 @@ func TestHistoryOfAnArchivedTaskIsTheSameOverHTTP(t *testing.T) {
 			ctx := context.Background()
 			dir := "file://" + filepath.ToSlash(t.TempDir())
 			s3 := s3test.Start(t, "archive", "cairn")
-			require.NoError(t, st.store.NamespaceSet(ctx, store.NamespaceConfig{Name: "on-s3", Archive: s3}))
+			require.NoError(t, st.store.NamespaceSet(ctx, &store.NamespaceSetParams{Namespace: "on-s3", Archive: s3}))
 			srv, err := New(Config{Store: st.store, DefaultArchive: dir})
 			require.NoError(t, err)
 			h := srv.Handler()

@@ -27,7 +27,7 @@ func TestNamespaceSettingsOverHTTP(t *testing.T) {
 			as := func(token string) []string { return []string{"Authorization", "Bearer " + token} }
 
 			// The archive is set by whoever runs the server; PUT keeps it.
-			require.NoError(t, st.store.NamespaceSet(t.Context(), store.NamespaceConfig{Name: "tenant-b", Archive: "s3://bucket/cairn?endpoint=127.0.0.1:9000"}))
+			require.NoError(t, st.store.NamespaceSet(t.Context(), &store.NamespaceSetParams{Namespace: "tenant-b", Archive: "s3://bucket/cairn?endpoint=127.0.0.1:9000"}))
 			got := send(t, h, "GET", "/v1/namespace?namespace=tenant-b", nil, as(adminToken)...)
 			require.Equal(t, http.StatusOK, got.status, "%s", got.body)
 			require.JSONEq(t, `{"namespace":"tenant-b","retention_seconds":null,"key_retention_seconds":null,"archive":"s3://bucket/cairn?endpoint=127.0.0.1:9000"}`, string(got.body))

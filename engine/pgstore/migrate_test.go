@@ -207,7 +207,7 @@ func TestUnmigratedSchemaSaysToMigrate(t *testing.T) {
 	t.Parallel()
 	s, err := pgstore.New(pgstore.Config{Pool: enginetest.Pool(t), Schema: "never_migrated"})
 	require.NoError(t, err)
-	_, err = s.NamespaceList(context.Background())
+	_, err = s.NamespaceList(context.Background(), &store.NamespaceListParams{})
 	require.ErrorIs(t, err, store.ErrUnavailable)
 	require.ErrorContains(t, err, "run cairn migrate up")
 }

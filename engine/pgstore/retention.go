@@ -109,7 +109,8 @@ func (s *Store) TaskRemovableList(ctx context.Context, p *store.RemoveFinishedPa
 }
 
 // NamespaceSet implements [store.Store].
-func (s *Store) NamespaceSet(ctx context.Context, c store.NamespaceConfig) error {
+func (s *Store) NamespaceSet(ctx context.Context, p *store.NamespaceSetParams) error {
+	c := p.Config()
 	if err := c.Validate(); err != nil {
 		return err
 	}
@@ -125,7 +126,7 @@ func (s *Store) NamespaceSet(ctx context.Context, c store.NamespaceConfig) error
 }
 
 // NamespaceList implements [store.Store].
-func (s *Store) NamespaceList(ctx context.Context) ([]store.NamespaceConfig, error) {
+func (s *Store) NamespaceList(ctx context.Context, p *store.NamespaceListParams) ([]store.NamespaceConfig, error) {
 	rows, err := s.db.Query(ctx, s.sql("NamespaceList"))
 	if err != nil {
 		return nil, errors.Wrap(interpretError(err), "list namespaces")
@@ -139,6 +140,9 @@ func (s *Store) NamespaceList(ctx context.Context) ([]store.NamespaceConfig, err
 		typeRetention, err := plan.DecodeTypeRetention([]byte(deref(types)))
 		if err != nil {
 			return errors.Wrapf(err, "namespace %s", name)
+		}
+		if p.Namespace != "" && name != p.Namespace {
+			return nil
 		}
 		out = append(out, store.NamespaceConfig{
 			Name: name, Retention: millis(retention), KeyRetention: millis(keyRetention), OldestFinished: deref(utcPtr(oldest)),

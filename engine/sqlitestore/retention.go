@@ -140,7 +140,8 @@ func (s *Store) TaskRemovableList(ctx context.Context, p *store.RemoveFinishedPa
 }
 
 // NamespaceSet implements [store.Store].
-func (s *Store) NamespaceSet(ctx context.Context, c store.NamespaceConfig) error {
+func (s *Store) NamespaceSet(ctx context.Context, p *store.NamespaceSetParams) error {
+	c := p.Config()
 	if err := c.Validate(); err != nil {
 		return err
 	}
@@ -153,7 +154,7 @@ func (s *Store) NamespaceSet(ctx context.Context, c store.NamespaceConfig) error
 }
 
 // NamespaceList implements [store.Store].
-func (s *Store) NamespaceList(ctx context.Context) ([]store.NamespaceConfig, error) {
+func (s *Store) NamespaceList(ctx context.Context, p *store.NamespaceListParams) ([]store.NamespaceConfig, error) {
 	rows, err := s.q.query(ctx, "NamespaceList")
 	if err != nil {
 		return nil, errors.Wrap(interpret(err), "list namespaces")
@@ -166,6 +167,9 @@ func (s *Store) NamespaceList(ctx context.Context) ([]store.NamespaceConfig, err
 		var archive, types sql.NullString
 		if err := rows.Scan(&c.Name, &retention, &keyRetention, &archive, &types, &oldest); err != nil {
 			return nil, errors.Wrap(interpret(err), "list namespaces")
+		}
+		if p.Namespace != "" && c.Name != p.Namespace {
+			continue
 		}
 		var err error
 		if c.TypeRetention, err = plan.DecodeTypeRetention([]byte(types.String)); err != nil {

@@ -50,3 +50,28 @@ type NamespaceConfig = cairntype.NamespaceConfig
 
 // MaxTypeRetentions is [cairntype.MaxTypeRetentions].
 const MaxTypeRetentions = cairntype.MaxTypeRetentions
+
+// NamespaceSetParams are the settings [Executor.NamespaceSet] writes for
+// a namespace (see [cairntype.NamespaceConfig] for each).
+type NamespaceSetParams struct {
+	// Namespace names the namespace (or [DefaultsRow]). Required.
+	Namespace     string
+	Retention     time.Duration
+	KeyRetention  time.Duration
+	TypeRetention map[string]time.Duration
+	Archive       string
+}
+
+// Config is p as the namespace's settings, to validate.
+func (p *NamespaceSetParams) Config() NamespaceConfig {
+	return NamespaceConfig{Name: p.Namespace, Retention: p.Retention, KeyRetention: p.KeyRetention,
+		TypeRetention: p.TypeRetention, Archive: p.Archive}
+}
+
+// NamespaceListParams select what [Executor.NamespaceList] lists.
+type NamespaceListParams struct {
+	// Namespace, when set, lists only that namespace (nothing when it has
+	// neither settings nor finished tasks); "": every namespace, and the
+	// [DefaultsRow].
+	Namespace string
+}

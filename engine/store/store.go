@@ -180,9 +180,10 @@ type Executor interface {
 	TaskDataKeySet(ctx context.Context, p *TaskDataKeySetParams) ([]byte, error)
 	// NamespaceSet writes a namespace's settings. NamespaceList returns
 	// every namespace that has settings or finished tasks, by name (a
-	// namespace without settings has zero durations).
-	NamespaceSet(ctx context.Context, c NamespaceConfig) error
-	NamespaceList(ctx context.Context) ([]NamespaceConfig, error)
+	// namespace without settings has zero durations), or only
+	// p.Namespace.
+	NamespaceSet(ctx context.Context, p *NamespaceSetParams) error
+	NamespaceList(ctx context.Context, p *NamespaceListParams) ([]NamespaceConfig, error)
 
 	// Schedules.
 	ScheduleCreate(ctx context.Context, sc Schedule) error

@@ -59,9 +59,9 @@ func testTypeRetention(t *testing.T, s store.Store) {
 	requireRemoved(t, s, other)
 	getTask(t, s, ocr)
 
-	require.NoError(t, s.NamespaceSet(ctx, store.NamespaceConfig{Name: "typed", Retention: time.Hour,
+	require.NoError(t, s.NamespaceSet(ctx, &store.NamespaceSetParams{Namespace: "typed", Retention: time.Hour,
 		TypeRetention: map[string]time.Duration{"report": 90 * time.Second, "ocr.page": 7 * 24 * time.Hour}}))
-	list, err := s.NamespaceList(ctx)
+	list, err := s.NamespaceList(ctx, &store.NamespaceListParams{})
 	require.NoError(t, err)
 	var typed *store.NamespaceConfig
 	for i := range list {
@@ -71,7 +71,7 @@ func testTypeRetention(t *testing.T, s store.Store) {
 	}
 	require.NotNil(t, typed)
 	require.Equal(t, map[string]time.Duration{"report": 90 * time.Second, "ocr.page": 7 * 24 * time.Hour}, typed.TypeRetention)
-	err = s.NamespaceSet(ctx, store.NamespaceConfig{Name: "typed", TypeRetention: map[string]time.Duration{"report": 0}})
+	err = s.NamespaceSet(ctx, &store.NamespaceSetParams{Namespace: "typed", TypeRetention: map[string]time.Duration{"report": 0}})
 	require.ErrorContains(t, err, "retention 0s of task type report is not at least 1ms")
 }
 
@@ -238,35 +238,42 @@ func testNamespaceSettings(t *testing.T, s store.Store) {
 	ctx := testContext(t)
 	list := func() []store.NamespaceConfig {
 		t.Helper()
-		got, err := s.NamespaceList(ctx)
+		got, err := s.NamespaceList(ctx, &store.NamespaceListParams{})
 		require.NoError(t, err)
 		return got
 	}
 	require.Empty(t, list(), "no settings and no finished task: no namespace to list")
-	require.NoError(t, s.NamespaceSet(ctx, store.NamespaceConfig{Name: "tenant-b", Retention: 30 * 24 * time.Hour}))
+	require.NoError(t, s.NamespaceSet(ctx, &store.NamespaceSetParams{Namespace: "tenant-b", Retention: 30 * 24 * time.Hour}))
 	first := start(t, s, spec{})
 	require.Equal(t, []store.NamespaceConfig{{Name: "tenant-b", Retention: 30 * 24 * time.Hour}}, list(),
 		"a namespace whose tasks have not finished is not listed without settings")
 	complete(t, s, claimOne(t, s, "w", time.Minute))
 	start(t, s, spec{})
 	complete(t, s, claimOne(t, s, "w", time.Minute))
-	require.NoError(t, s.NamespaceSet(ctx, store.NamespaceConfig{Name: "tenant-b", Retention: 90 * time.Second, KeyRetention: time.Hour}))
+	require.NoError(t, s.NamespaceSet(ctx, &store.NamespaceSetParams{Namespace: "tenant-b", Retention: 90 * time.Second, KeyRetention: time.Hour}))
 	oldest := *getTask(t, s, first).FinishedAt
 	require.Equal(t, []store.NamespaceConfig{
 		{Name: store.DefaultNamespace, OldestFinished: oldest},
 		{Name: "tenant-b", Retention: 90 * time.Second, KeyRetention: time.Hour},
 	}, list(), "settings are replaced; a namespace with finished tasks is listed with the defaults and its oldest finished task")
-	require.NoError(t, s.NamespaceSet(ctx, store.NamespaceConfig{Name: "tenant-b", Retention: 90 * time.Second, KeyRetention: time.Hour,
-		OldestFinished: time.Now()}), "OldestFinished is not a setting: it is ignored")
+	require.NoError(t, s.NamespaceSet(ctx, &store.NamespaceSetParams{Namespace: "tenant-b", Retention: 90 * time.Second, KeyRetention: time.Hour}),
+		"OldestFinished is not a setting: NamespaceSetParams has none")
 	require.True(t, list()[1].OldestFinished.IsZero())
-	require.NoError(t, s.NamespaceSet(ctx, store.NamespaceConfig{Name: "tenant-b", Archive: "s3://bucket/cairn?endpoint=127.0.0.1:9000"}))
+	only, err := s.NamespaceList(ctx, &store.NamespaceListParams{Namespace: "tenant-b"})
+	require.NoError(t, err)
+	require.Equal(t, list()[1:], only, "one namespace listed alone")
+	only, err = s.NamespaceList(ctx, &store.NamespaceListParams{Namespace: "nowhere"})
+	require.NoError(t, err)
+	require.Empty(t, only)
+	require.NoError(t, s.NamespaceSet(ctx, &store.NamespaceSetParams{Namespace: "tenant-b", Archive: "s3://bucket/cairn?endpoint=127.0.0.1:9000"}))
 	require.Equal(t, store.NamespaceConfig{Name: "tenant-b", Archive: "s3://bucket/cairn?endpoint=127.0.0.1:9000"}, list()[1])
 
 	for _, bad := range []store.NamespaceConfig{
 		{Name: ""}, {Name: "x", Retention: -time.Second}, {Name: "x", KeyRetention: -1}, {Name: "x", Retention: time.Microsecond},
 		{Name: "x", Archive: "file:///a\nb"},
 	} {
-		require.Error(t, s.NamespaceSet(ctx, bad), "%+v is refused", bad)
+		require.Error(t, s.NamespaceSet(ctx, &store.NamespaceSetParams{Namespace: bad.Name, Retention: bad.Retention,
+			KeyRetention: bad.KeyRetention, Archive: bad.Archive}), "%+v is refused", bad)
 	}
 	require.Len(t, list(), 2, "a refused setting writes nothing")
 }

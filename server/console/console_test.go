@@ -172,7 +172,7 @@ func TestConsoleQueuePagesAreHTML(t *testing.T) {
 			require.Contains(t, overview, "flow over the last 6 h")
 			require.Contains(t, overview, "kept as long as the server's default says")
 			require.Contains(t, overview, "No finished task is kept.")
-			require.NoError(t, st.store.NamespaceSet(t.Context(), store.NamespaceConfig{Name: "default", Retention: 30 * 24 * time.Hour, KeyRetention: 90 * time.Minute}))
+			require.NoError(t, st.store.NamespaceSet(t.Context(), &store.NamespaceSetParams{Namespace: "default", Retention: 30 * 24 * time.Hour, KeyRetention: 90 * time.Minute}))
 			overview = sendHTML(t, h, "/console/", http.StatusOK)
 			require.Contains(t, overview, "Finished tasks are kept 30 days, their idempotency keys 1h30m0s after that.")
 

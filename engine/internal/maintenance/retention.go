@@ -122,7 +122,7 @@ func logRemoved(ctx context.Context, logger *slog.Logger, res store.RemoveResult
 // waiting.
 func removeFinished(ctx context.Context, s store.Store, clock store.Clock, cfg RetentionConfig, budget time.Duration, next *string, archived bool) (store.RemoveResult, error) {
 	var total store.RemoveResult
-	namespaces, err := s.NamespaceList(ctx)
+	namespaces, err := s.NamespaceList(ctx, &store.NamespaceListParams{})
 	if err != nil {
 		return total, err
 	}
@@ -143,7 +143,7 @@ func removeFinished(ctx context.Context, s store.Store, clock store.Clock, cfg R
 	case defaultArchive == "":
 		defaultArchive = recorded
 	case defaultArchive != recorded && archived:
-		err := s.NamespaceSet(ctx, store.NamespaceConfig{Name: store.DefaultsRow, Archive: defaultArchive})
+		err := s.NamespaceSet(ctx, &store.NamespaceSetParams{Namespace: store.DefaultsRow, Archive: defaultArchive})
 		if err != nil {
 			return total, errors.Wrap(err, "record the default archive")
 		}

@@ -40,9 +40,9 @@ func TestRescuerRemovesFinishedTasksPastRetention(t *testing.T) {
 	}
 	own, byDefault := finish("own"), finish(store.DefaultNamespace)
 	pending := enginetest.StartTask(t, s, &enginetest.TaskOpts{})
-	require.NoError(t, s.NamespaceSet(ctx, store.NamespaceConfig{Name: "keyed", KeyRetention: time.Hour}))
+	require.NoError(t, s.NamespaceSet(ctx, &store.NamespaceSetParams{Namespace: "keyed", KeyRetention: time.Hour}))
 	keyed := finish("keyed")
-	require.NoError(t, s.NamespaceSet(ctx, store.NamespaceConfig{Name: "own", Retention: 20 * time.Millisecond}))
+	require.NoError(t, s.NamespaceSet(ctx, &store.NamespaceSetParams{Namespace: "own", Retention: 20 * time.Millisecond}))
 
 	r, err := maintenance.New(maintenance.Config{
 		Store: s, Owner: "leader", Interval: 20 * time.Millisecond, Logger: enginetest.Logger(t),
@@ -132,8 +132,8 @@ func TestRescuerArchivesBeforeRemoving(t *testing.T) {
 		require.NoError(t, err)
 		return id, string(before)
 	}
-	require.NoError(t, s.NamespaceSet(ctx, store.NamespaceConfig{Name: "on-s3", Archive: s3}))
-	require.NoError(t, s.NamespaceSet(ctx, store.NamespaceConfig{Name: "broken", Archive: "file://" + filepath.ToSlash(blocked)}))
+	require.NoError(t, s.NamespaceSet(ctx, &store.NamespaceSetParams{Namespace: "on-s3", Archive: s3}))
+	require.NoError(t, s.NamespaceSet(ctx, &store.NamespaceSetParams{Namespace: "broken", Archive: "file://" + filepath.ToSlash(blocked)}))
 	onS3, onS3JSON := finish("on-s3")
 	inDir, inDirJSON := finish(store.DefaultNamespace)
 	kept, _ := finish("broken")
@@ -192,7 +192,7 @@ func TestLeadersShareTheDefaultArchive(t *testing.T) {
 	}
 	// A leader with the default and nothing to remove yet (no retention).
 	run(maintenance.RetentionConfig{DefaultArchive: dir}, func() bool {
-		all, err := s.NamespaceList(ctx)
+		all, err := s.NamespaceList(ctx, &store.NamespaceListParams{})
 		require.NoError(t, err)
 		return slices.ContainsFunc(all, func(ns store.NamespaceConfig) bool { return ns.Name == store.DefaultsRow && ns.Archive == dir })
 	})
@@ -230,7 +230,7 @@ func TestRescuerRemovesByATypesOwnRetention(t *testing.T) {
 		return id
 	}
 	report, kept := finish("report"), finish("invoice")
-	require.NoError(t, s.NamespaceSet(ctx, store.NamespaceConfig{Name: "typed", TypeRetention: map[string]time.Duration{"report": 10 * time.Millisecond}}))
+	require.NoError(t, s.NamespaceSet(ctx, &store.NamespaceSetParams{Namespace: "typed", TypeRetention: map[string]time.Duration{"report": 10 * time.Millisecond}}))
 	r, err := maintenance.New(maintenance.Config{Store: s, Owner: "leader", Interval: 20 * time.Millisecond, Logger: enginetest.Logger(t)})
 	require.NoError(t, err)
 	require.NoError(t, r.Start(ctx))

@@ -555,7 +555,7 @@ func (c *queueCollector) read(ctx context.Context, s store.Store, keep func(name
 		}
 		out = append(out, prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, q.OldestDue.Seconds(), q.Namespace, q.Queue))
 	}
-	namespaces, err := s.NamespaceList(ctx)
+	namespaces, err := s.NamespaceList(ctx, &store.NamespaceListParams{})
 	if err != nil {
 		return nil, err
 	}

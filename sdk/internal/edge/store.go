@@ -57,8 +57,8 @@ type Reads interface {
 	DeadLetterList(ctx context.Context, p *store.DeadLetterListParams) ([]*store.Task, error)
 	EventListPage(ctx context.Context, p *store.EventPageParams) ([]history.Event, error)
 	EventScan(ctx context.Context, p *store.EventScanParams) ([]store.AuditEvent, error)
-	NamespaceSet(ctx context.Context, c store.NamespaceConfig) error
-	NamespaceList(ctx context.Context) ([]store.NamespaceConfig, error)
+	NamespaceSet(ctx context.Context, p *store.NamespaceSetParams) error
+	NamespaceList(ctx context.Context, p *store.NamespaceListParams) ([]store.NamespaceConfig, error)
 	ScheduleList(ctx context.Context, namespace string) ([]store.Schedule, error)
 	SchedulePause(ctx context.Context, namespace, name string, paused bool) error
 	ScheduleDelete(ctx context.Context, namespace, name string) error
