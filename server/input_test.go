@@ -156,7 +156,7 @@ func TestStartWithARetiredKeyAnswersTheRemovedTask(t *testing.T) {
 			_, err = st.store.EventAppend(t.Context(), &store.EventAppendParams{TaskID: c.Task.ID, State: c.State, Epoch: c.State.Lease.Epoch,
 				Attempt: c.State.Attempt, Payloads: []history.Payload{history.TaskCompletedData{Output: []byte(`1`)}}})
 			require.NoError(t, err)
-			removed, err := st.store.TaskRemoveFinished(t.Context(), &store.RemoveFinishedParams{Namespace: "default",
+			removed, err := enginetest.RemoveFinished(t.Context(), st.store, &store.RemoveFinishedParams{Namespace: "default",
 				Before: time.Now().Add(time.Hour), Max: 10, KeysUntil: time.Now().Add(time.Hour)})
 			require.NoError(t, err)
 			require.Equal(t, 1, removed.Tasks)

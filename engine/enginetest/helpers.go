@@ -148,6 +148,13 @@ func RescueOne(tb testing.TB, s store.Store) {
 	require.Equal(tb, 1, total)
 }
 
+// RemoveFinished removes finished tasks as retention does, in one
+// transaction of s (engine/internal/maintenance.RemoveFinished): for tests
+// outside engine, which cannot import the runtime's packages.
+func RemoveFinished(ctx context.Context, s store.Executor, p *store.RemoveFinishedParams) (store.RemoveResult, error) {
+	return maintenance.RemoveFinished(ctx, s, p)
+}
+
 // Logger sends a service's log to the test's log, so a failing test shows
 // what its services said and a passing one stays quiet.
 func Logger(tb testing.TB) *slog.Logger {

@@ -13,57 +13,116 @@ import (
 	"github.com/cairnflow/cairn/engine/store"
 )
 
-// TaskRemoveFinished implements [store.Store] in one write transaction:
-// the removable tasks are listed in removing, which lets the append-only
-// trigger delete their events, and the list is emptied before the commit.
-func (s *Store) TaskRemoveFinished(ctx context.Context, p *store.RemoveFinishedParams) (store.RemoveResult, error) {
+// TaskRemovableList implements [store.Store]. With p.Lock the tasks are
+// read in the caller's transaction, whose write lock is theirs.
+func (s *Store) TaskRemovableList(ctx context.Context, p *store.TaskRemovableListParams) ([]store.RemovableTask, error) {
+	if p.Namespace == "" {
+		return nil, errors.New("list removable tasks: namespace is required")
+	}
+	var out []store.RemovableTask
+	var err error
+	if p.Lock {
+		out, err = s.removableLock(ctx, p)
+	} else {
+		out, err = s.removableList(ctx, p)
+	}
+	if err != nil {
+		return nil, errors.Wrapf(interpret(err), "list removable tasks of namespace %s", p.Namespace)
+	}
+	return out, nil
+}
+
+// removableList runs TaskRemovableList: the removable tasks' ids.
+func (s *Store) removableList(ctx context.Context, p *store.TaskRemovableListParams) ([]store.RemovableTask, error) {
+	cut, scan := typeCutoffs(p)
+	rows, err := s.q.query(ctx, "TaskRemovableList", p.Namespace, us(p.Before), p.Max, cut, scan)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []store.RemovableTask
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		parsed, err := uuid.Parse(id)
+		if err != nil {
+			return nil, errors.Wrapf(err, "task id %q", id)
+		}
+		out = append(out, store.RemovableTask{ID: parsed})
+	}
+	return out, rows.Err()
+}
+
+// removableLock runs TaskRemovable: the removable tasks with what their
+// removal retires.
+func (s *Store) removableLock(ctx context.Context, p *store.TaskRemovableListParams) ([]store.RemovableTask, error) {
+	only, err := onlyJSON(p.Only)
+	if err != nil {
+		return nil, err
+	}
+	cut, scan := typeCutoffs(p)
+	rows, err := s.q.query(ctx, "TaskRemovable", p.Namespace, us(p.Before), p.Max, only, cut, scan)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []store.RemovableTask
+	for rows.Next() {
+		var id, typ string
+		var key sql.NullString
+		var input []byte
+		if err := rows.Scan(&id, &key, &typ, &input); err != nil {
+			return nil, err
+		}
+		t := store.RemovableTask{Type: typ}
+		if t.ID, err = uuid.Parse(id); err != nil {
+			return nil, errors.Wrapf(err, "task id %q", id)
+		}
+		if key.Valid {
+			t.IdempotencyKey, t.InputDigest = key.String, plan.InputDigest(input)
+		}
+		out = append(out, t)
+	}
+	return out, rows.Err()
+}
+
+// onlyJSON is TaskRemovableListParams.Only as TaskRemovable's JSON array
+// of [id, last seq] pairs; NULL for none.
+func onlyJSON(only map[uuid.UUID]int64) (any, error) {
+	if only == nil {
+		return nil, nil
+	}
+	pairs := make([][2]any, 0, len(only))
+	for id, seq := range only {
+		pairs = append(pairs, [2]any{id.String(), seq})
+	}
+	b, err := json.Marshal(pairs)
+	return string(b), err
+}
+
+// TaskRemoveMany implements [store.Store] in one write transaction (a
+// savepoint in a Tx): the tasks are listed in removing, which lets the
+// append-only trigger delete their events, and the list is emptied before
+// the commit.
+func (s *Store) TaskRemoveMany(ctx context.Context, p *store.TaskRemoveManyParams) (store.RemoveResult, error) {
 	var res store.RemoveResult
-	if p.Max <= 0 {
+	if len(p.Tasks) == 0 {
 		return res, nil
+	}
+	if p.Namespace == "" {
+		return res, errors.New("remove tasks: namespace is required")
 	}
 	err := s.tx(ctx, func(tx *txn) error {
 		now := us(s.now())
-		if _, err := tx.exec(ctx, "RetiredKeysExpire", now, p.Max); err != nil {
-			return err
-		}
-		only, err := onlyJSON(p.Only)
-		if err != nil {
-			return err
-		}
-		cut, scan := typeCutoffs(p)
-		rows, err := tx.query(ctx, "TaskRemovable", p.Namespace, us(p.Before), p.Max, only, cut, scan)
-		if err != nil {
-			return err
-		}
-		type removable struct {
-			id, typ string
-			key     sql.NullString
-			input   []byte
-		}
-		var found []removable
-		for rows.Next() {
-			var r removable
-			if err := rows.Scan(&r.id, &r.key, &r.typ, &r.input); err != nil {
-				_ = rows.Close()
-				return err
-			}
-			found = append(found, r)
-		}
-		if err := rows.Close(); err != nil {
-			return err
-		}
-		if len(found) == 0 {
-			return nil
-		}
-		ids := make([]uuid.UUID, len(found))
-		for i, r := range found {
-			if ids[i], err = uuid.Parse(r.id); err != nil {
-				return err
-			}
-			if !r.key.Valid || !p.KeysUntil.After(s.now()) {
+		ids := make([]uuid.UUID, len(p.Tasks))
+		for i, t := range p.Tasks {
+			ids[i] = t.ID
+			if t.IdempotencyKey == "" || !p.KeysUntil.After(s.now()) {
 				continue
 			}
-			if _, err := tx.exec(ctx, "RetiredKeyInsert", p.Namespace, r.key.String, r.id, r.typ, plan.InputDigest(r.input), now, us(p.KeysUntil)); err != nil {
+			if _, err := tx.exec(ctx, "RetiredKeyInsert", p.Namespace, t.IdempotencyKey, t.ID.String(), t.Type, t.InputDigest, now, us(p.KeysUntil)); err != nil {
 				return err
 			}
 		}
@@ -94,7 +153,7 @@ func (s *Store) TaskRemoveFinished(ctx context.Context, p *store.RemoveFinishedP
 		return nil
 	})
 	if err != nil {
-		return store.RemoveResult{}, errors.Wrapf(interpret(err), "remove finished tasks of namespace %s", p.Namespace)
+		return store.RemoveResult{}, errors.Wrapf(interpret(err), "remove tasks of namespace %s", p.Namespace)
 	}
 	if s.metrics != nil && res.Tasks > 0 {
 		s.metrics.ObserveRemoved(p.Namespace, res)
@@ -102,41 +161,24 @@ func (s *Store) TaskRemoveFinished(ctx context.Context, p *store.RemoveFinishedP
 	return res, nil
 }
 
-// onlyJSON is RemoveFinishedParams.Only as TaskRemovable's JSON array of
-// [id, last seq] pairs; NULL for none.
-func onlyJSON(only map[uuid.UUID]int64) (any, error) {
-	if only == nil {
-		return nil, nil
+// RetiredKeyDeleteExpired implements [store.Store].
+func (s *Store) RetiredKeyDeleteExpired(ctx context.Context, p *store.RetiredKeyDeleteExpiredParams) (int, error) {
+	if p.Max <= 0 {
+		return 0, nil
 	}
-	pairs := make([][2]any, 0, len(only))
-	for id, seq := range only {
-		pairs = append(pairs, [2]any{id.String(), seq})
-	}
-	b, err := json.Marshal(pairs)
-	return string(b), err
-}
-
-// TaskRemovableList implements [store.Store].
-func (s *Store) TaskRemovableList(ctx context.Context, p *store.RemoveFinishedParams) ([]uuid.UUID, error) {
-	cut, scan := typeCutoffs(p)
-	rows, err := s.q.query(ctx, "TaskRemovableList", p.Namespace, us(p.Before), p.Max, cut, scan)
-	if err != nil {
-		return nil, errors.Wrapf(interpret(err), "list removable tasks of namespace %s", p.Namespace)
-	}
-	defer rows.Close()
-	var ids []uuid.UUID
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			return nil, errors.Wrapf(interpret(err), "list removable tasks of namespace %s", p.Namespace)
-		}
-		parsed, err := uuid.Parse(id)
+	var n int64
+	err := s.tx(ctx, func(tx *txn) error {
+		res, err := tx.exec(ctx, "RetiredKeysExpire", us(s.now()), p.Max)
 		if err != nil {
-			return nil, errors.Wrapf(err, "task id %q", id)
+			return err
 		}
-		ids = append(ids, parsed)
+		n, err = res.RowsAffected()
+		return err
+	})
+	if err != nil {
+		return 0, errors.Wrap(interpret(err), "drop expired retired keys")
 	}
-	return ids, errors.Wrapf(interpret(rows.Err()), "list removable tasks of namespace %s", p.Namespace)
+	return int(n), nil
 }
 
 // NamespaceSet implements [store.Store].
@@ -194,7 +236,7 @@ func nullMillis(d time.Duration) sql.NullInt64 {
 // typeCutoffs are p's per-type cutoffs as TaskRemovable takes them: a JSON
 // array of [type, µs] pairs (NULL for none), and the latest cutoff of all,
 // Before included.
-func typeCutoffs(p *store.RemoveFinishedParams) (any, int64) {
+func typeCutoffs(p *store.TaskRemovableListParams) (any, int64) {
 	cut := plan.Cutoffs(p)
 	if len(cut.Types) == 0 {
 		return nil, us(cut.Scan)

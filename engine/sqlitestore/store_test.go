@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cairnflow/cairn/engine/internal/diagnosis"
+	"github.com/cairnflow/cairn/engine/internal/maintenance"
 	"github.com/cairnflow/cairn/engine/internal/metrics"
 	"github.com/cairnflow/cairn/engine/internal/requests"
 	"github.com/cairnflow/cairn/engine/sqlitestore"
@@ -46,7 +47,7 @@ func TestStoreCountsItsWritesInMetrics(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1.0, total(t, reg, "cairn_tasks_finished_total"), "one task completed")
 
-	removed, err := s.TaskRemoveFinished(ctx, &store.RemoveFinishedParams{Namespace: "default", Before: time.Now().Add(time.Hour), Max: 10})
+	removed, err := maintenance.RemoveFinished(ctx, s, &store.RemoveFinishedParams{Namespace: "default", Before: time.Now().Add(time.Hour), Max: 10})
 	require.NoError(t, err)
 	require.Equal(t, store.RemoveResult{Tasks: 1, Events: 3}, removed)
 	require.Equal(t, 1.0, total(t, reg, "cairn_retention_removed_tasks_total"), "retention's removal counted")

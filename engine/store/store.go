@@ -56,7 +56,7 @@ type Store interface {
 // A method that writes in several statements where it would open a
 // transaction of its own on the store (a start into a bounded queue,
 // EventAppendMany in rounds or ending children,
-// ScheduleFireDue, TaskRemoveFinished) runs them in a nested transaction
+// ScheduleFireDue, TaskRemoveMany) runs them in a nested transaction
 // of the Tx (a savepoint), so it is as atomic in a Tx as on the store. The
 // refusals a method documents (ErrConflict, ErrFenced, ErrQueueFull,
 // ErrNotFound, ...) leave the Tx usable; after another error (a lost
@@ -146,22 +146,26 @@ type Executor interface {
 	ScheduleFireDue(ctx context.Context, max int) ([]ScheduleFiring, error)
 	ScheduleNextDue(ctx context.Context) (at time.Time, ok bool, err error)
 
-	// Retention: TaskRemoveFinished removes, in one transaction, up to
-	// p.Max tasks of p.Namespace that finished before p.Before (completed,
-	// failed, cancelled, dead-lettered, expired), oldest first, each with
-	// its whole log; never a task with a child not yet finished, nor a
-	// child whose parent has not finished. Their idempotency keys stay
-	// taken until p.KeysUntil; retired keys past their time are dropped.
-	// With p.Only, only the tasks it names, each only at its last seq
-	// there (what an archive holds of it).
-	TaskRemoveFinished(ctx context.Context, p *RemoveFinishedParams) (RemoveResult, error)
-	// TaskRemovableList returns the ids of the tasks TaskRemoveFinished
-	// would remove now (p.Only aside), oldest first, without locking them:
-	// what archival reads before the removal.
-	TaskRemovableList(ctx context.Context, p *RemoveFinishedParams) ([]uuid.UUID, error)
+	// Retention's statements; the removal is written once above the
+	// seam (engine/internal/maintenance.RemoveFinished), in a [Tx]:
+	// RetiredKeyDeleteExpired, TaskRemovableList with Lock, TaskRemoveMany.
+	//
+	// TaskRemovableList lists up to p.Max tasks of p.Namespace that
+	// finished before p.Before, oldest first ([TaskRemovableListParams]);
+	// with p.Lock it locks them (skipping those another transaction
+	// holds) and reads what their removal retires.
+	TaskRemovableList(ctx context.Context, p *TaskRemovableListParams) ([]RemovableTask, error)
+	// TaskRemoveMany removes the tasks of p, each with its whole log and
+	// its blobs, and keeps their idempotency keys taken until
+	// p.KeysUntil; it returns what it removed.
+	TaskRemoveMany(ctx context.Context, p *TaskRemoveManyParams) (RemoveResult, error)
+	// RetiredKeyDeleteExpired drops up to p.Max retired idempotency keys
+	// past their time by the store's clock, skipping those a start holds,
+	// and returns how many it dropped.
+	RetiredKeyDeleteExpired(ctx context.Context, p *RetiredKeyDeleteExpiredParams) (int, error)
 	// BlobPut writes a blob (a key is written once: a second put of it is
 	// marked ErrConflict). BlobGet reads one (ErrNotFound when there is
-	// none); the caller checks its digest. TaskRemoveFinished removes a
+	// none); the caller checks its digest. TaskRemoveMany removes a
 	// task's blobs with it.
 	BlobPut(ctx context.Context, p *BlobPutParams) error
 	BlobGet(ctx context.Context, p *BlobGetParams) (*Blob, error)
@@ -292,7 +296,7 @@ type Observer interface {
 	// ObserveScheduleSkipped is called for each schedule tick skipped
 	// (ScheduleFireDue recorded the skip).
 	ObserveScheduleSkipped(f ScheduleFiring)
-	// ObserveRemoved is called for each TaskRemoveFinished that removed
+	// ObserveRemoved is called for each TaskRemoveMany that removed
 	// tasks, with what it removed from namespace.
 	ObserveRemoved(namespace string, res RemoveResult)
 }

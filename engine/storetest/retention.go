@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"context"
 	"encoding/json"
 	"testing"
 	"time"
@@ -8,12 +9,14 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/cairnflow/cairn/engine/internal/maintenance"
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
 )
 
-// retentionTests: TaskRemoveFinished, the removal of finished tasks' whole
-// logs.
+// retentionTests: the removal of finished tasks' whole logs, through
+// retention's transaction over the store (maintenance.RemoveFinished), and
+// its listing (TaskRemovableList).
 var retentionTests = []conformanceTest{
 	{"RemoveFinishedRemovesWholeLogsOfFinishedTasksOnly", testRemoveFinishedOnly},
 	{"RemoveFinishedKeepsTasksInsideTheWindow", testRemoveKeepsWindow},
@@ -44,16 +47,16 @@ func testTypeRetention(t *testing.T, s store.Store) {
 	// "ocr"'s own retention is longer than their age.
 	p := &store.RemoveFinishedParams{Namespace: store.DefaultNamespace, Max: 10,
 		TypeBefore: map[string]time.Time{"report": now.Add(time.Minute), "ocr": now.Add(-time.Hour)}}
-	ids, err := s.TaskRemovableList(ctx, p)
+	ids, err := removableIDs(ctx, s, p)
 	require.NoError(t, err)
 	require.Equal(t, []uuid.UUID{report}, ids)
-	res, err := s.TaskRemoveFinished(ctx, p)
+	res, err := maintenance.RemoveFinished(ctx, s, p)
 	require.NoError(t, err)
 	require.Equal(t, 1, res.Tasks)
 	requireRemoved(t, s, report)
 	// The namespace's cutoff for the rest; "ocr" keeps its own.
 	p.Before = now.Add(time.Minute)
-	res, err = s.TaskRemoveFinished(ctx, p)
+	res, err = maintenance.RemoveFinished(ctx, s, p)
 	require.NoError(t, err)
 	require.Equal(t, 1, res.Tasks)
 	requireRemoved(t, s, other)
@@ -78,11 +81,23 @@ func testTypeRetention(t *testing.T, s store.Store) {
 // removeFinished removes what finished before before, up to max.
 func removeFinished(t *testing.T, s store.Store, before time.Time, max int) store.RemoveResult {
 	t.Helper()
-	res, err := s.TaskRemoveFinished(testContext(t), &store.RemoveFinishedParams{
+	res, err := maintenance.RemoveFinished(testContext(t), s, &store.RemoveFinishedParams{
 		Namespace: store.DefaultNamespace, Before: before, Max: max,
 	})
 	require.NoError(t, err)
 	return res
+}
+
+// removableIDs are the ids TaskRemovableList lists (unlocked) for p.
+func removableIDs(ctx context.Context, s store.Store, p *store.RemoveFinishedParams) ([]uuid.UUID, error) {
+	found, err := s.TaskRemovableList(ctx, &store.TaskRemovableListParams{
+		Namespace: p.Namespace, Before: p.Before, TypeBefore: p.TypeBefore, Max: p.Max,
+	})
+	var ids []uuid.UUID
+	for _, r := range found {
+		ids = append(ids, r.ID)
+	}
+	return ids, err
 }
 
 // requireRemoved checks that id is gone whole: no row, no event.
@@ -187,7 +202,7 @@ func testRetiredKeyIsStillTaken(t *testing.T, s store.Store) {
 	first, err := startKeyed(t, s, "order-1", `{"n": 1}`, false, false)
 	require.NoError(t, err)
 	complete(t, s, claimOne(t, s, "w", time.Minute))
-	res, err := s.TaskRemoveFinished(testContext(t), &store.RemoveFinishedParams{
+	res, err := maintenance.RemoveFinished(testContext(t), s, &store.RemoveFinishedParams{
 		Namespace: store.DefaultNamespace, Before: time.Now().Add(time.Hour), Max: 10, KeysUntil: time.Now().Add(time.Hour),
 	})
 	require.NoError(t, err)
@@ -223,7 +238,7 @@ func testKeyFreedWithoutRetirement(t *testing.T, s store.Store) {
 	require.NotEqual(t, first.ID, again.ID)
 
 	complete(t, s, claimOne(t, s, "w", time.Minute))
-	_, err = s.TaskRemoveFinished(testContext(t), &store.RemoveFinishedParams{
+	_, err = maintenance.RemoveFinished(testContext(t), s, &store.RemoveFinishedParams{
 		Namespace: store.DefaultNamespace, Before: time.Now().Add(time.Hour), Max: 10, KeysUntil: time.Now().Add(300 * time.Millisecond),
 	})
 	require.NoError(t, err)
@@ -291,19 +306,33 @@ func testRemoveOnly(t *testing.T, s store.Store) {
 	}
 	start(t, s, spec{}) // pending: never listed
 	p := &store.RemoveFinishedParams{Namespace: store.DefaultNamespace, Before: time.Now().Add(time.Hour), Max: 10}
-	listed, err := s.TaskRemovableList(ctx, p)
+	listed, err := removableIDs(ctx, s, p)
 	require.NoError(t, err)
 	require.Equal(t, ids, listed, "the finished tasks, oldest first")
 	p.Max = 2
-	listed, err = s.TaskRemovableList(ctx, p)
+	listed, err = removableIDs(ctx, s, p)
 	require.NoError(t, err)
 	require.Equal(t, ids[:2], listed)
 	require.Len(t, events(t, s, ids[0]), len(events(t, s, ids[1])), "listing removed nothing")
+	_, err = s.TaskRemovableList(ctx, &store.TaskRemovableListParams{Before: p.Before, Max: 10})
+	require.Error(t, err, "the namespace is required")
+
+	// Locked, in the transaction that would remove them: the same tasks,
+	// with what their removal retires.
+	tx, err := s.Begin(ctx)
+	require.NoError(t, err)
+	locked, err := tx.TaskRemovableList(ctx, &store.TaskRemovableListParams{Namespace: store.DefaultNamespace, Before: p.Before, Max: 2, Lock: true})
+	require.NoError(t, err)
+	require.NoError(t, tx.Rollback(ctx))
+	require.Len(t, locked, 2)
+	for i, r := range locked {
+		require.Equal(t, store.RemovableTask{ID: ids[i], Type: defaultType}, r, "a task without a key has no digest")
+	}
 
 	last := func(id uuid.UUID) int64 { evs := events(t, s, id); return evs[len(evs)-1].Seq }
 	p.Max = 10
 	p.Only = map[uuid.UUID]int64{ids[0]: last(ids[0]), ids[1]: last(ids[1]) - 1}
-	res, err := s.TaskRemoveFinished(ctx, p)
+	res, err := maintenance.RemoveFinished(ctx, s, p)
 	require.NoError(t, err)
 	require.Equal(t, 1, res.Tasks, "only the task named at its last seq")
 	requireRemoved(t, s, ids[0])

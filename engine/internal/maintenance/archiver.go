@@ -91,9 +91,15 @@ func archiveThenRemove(ctx context.Context, s store.Store, archives *archive.Buc
 	if err != nil {
 		return store.RemoveResult{}, errors.Wrapf(err, "archive of namespace %s", p.Namespace)
 	}
-	ids, err := s.TaskRemovableList(ctx, p)
-	if err != nil || len(ids) == 0 {
+	removable, err := s.TaskRemovableList(ctx, &store.TaskRemovableListParams{
+		Namespace: p.Namespace, Before: p.Before, TypeBefore: p.TypeBefore, Max: p.Max,
+	})
+	if err != nil || len(removable) == 0 {
 		return store.RemoveResult{}, err
+	}
+	ids := make([]uuid.UUID, len(removable))
+	for i, t := range removable {
+		ids[i] = t.ID
 	}
 	// The archive keeps what the database holds: sealed payloads stay
 	// sealed, with the task's wrapped data key beside them.
@@ -130,12 +136,12 @@ func archiveThenRemove(ctx context.Context, s store.Store, archives *archive.Buc
 	return removeTasks(ctx, s, archives, &q)
 }
 
-// removeTasks removes what p names (store.Store.TaskRemoveFinished), then
+// removeTasks removes what p names (RemoveFinished), then
 // deletes the objects of the blobs it took whose bytes were in a blob
 // store (payload/offload). An object that cannot be deleted is an error;
 // the tasks are removed all the same, and the object stays, unread.
 func removeTasks(ctx context.Context, s store.Store, archives *archive.Buckets, p *store.RemoveFinishedParams) (store.RemoveResult, error) {
-	res, err := s.TaskRemoveFinished(ctx, p)
+	res, err := RemoveFinished(ctx, s, p)
 	if err != nil {
 		return res, err
 	}

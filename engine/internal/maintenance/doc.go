@@ -8,7 +8,9 @@
 //     start-deadline expirer (deadlines.go), the cron firer (cron.go),
 //     retention (retention.go), which removes finished tasks past their
 //     retention, and the archiver (archiver.go), which does so where the
-//     tasks go to an archive, writing their histories there first.
+//     tasks go to an archive, writing their histories there first. Both
+//     remove through [RemoveFinished] (remove.go): one transaction over
+//     the seam's statements, written once for every driver.
 //
 // [Maintainer] (maintainer.go) runs them: an elector of
 // engine/internal/leadership takes and renews the lease at every pass, and

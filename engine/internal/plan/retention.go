@@ -22,7 +22,7 @@ type RemovalCutoffs struct {
 }
 
 // Cutoffs returns p's removal cutoffs.
-func Cutoffs(p *store.RemoveFinishedParams) RemovalCutoffs {
+func Cutoffs(p *store.TaskRemovableListParams) RemovalCutoffs {
 	c := RemovalCutoffs{Before: p.Before, Scan: p.Before}
 	for typ := range p.TypeBefore {
 		c.Types = append(c.Types, typ)

@@ -131,7 +131,7 @@ func TestRequeueRefusesAChildWhoseParentWasRemoved(t *testing.T) {
 	deadLetter(t, s, child)
 
 	// The parent finished first, so a removal of one task takes it.
-	removed, err := s.TaskRemoveFinished(ctx, &store.RemoveFinishedParams{
+	removed, err := enginetest.RemoveFinished(ctx, s, &store.RemoveFinishedParams{
 		Namespace: store.DefaultNamespace, Before: time.Now().Add(time.Hour), Max: 1,
 	})
 	require.NoError(t, err)
