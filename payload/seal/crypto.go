@@ -4,17 +4,13 @@ import (
 	"crypto/aes"
 	"crypto/cipher"
 	"crypto/rand"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
-	"fmt"
 
 	"github.com/cockroachdb/errors"
 	"github.com/google/uuid"
 
 	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/internal/errmark"
-	"github.com/cairnflow/cairn/internal/jsoncheck"
 	"github.com/cairnflow/cairn/payload"
 )
 
@@ -88,33 +84,4 @@ func openFrom(aead cipher.AEAD, data, ad []byte) ([]byte, error) {
 		return nil, errors.New("too short")
 	}
 	return aead.Open(nil, data[:n], data[n:], ad)
-}
-
-// inputIdentity is the SHA-256 of input's canonical JSON form: for an
-// input kept by reference, the digest its envelope carries (of the same
-// canonical form), so an input in place and one by reference of the same
-// value are the same start. It is the drivers' plan.InputIdentity: a
-// keyed digest is taken of it.
-func inputIdentity(input []byte) []byte {
-	if canonical, ok := history.EnvelopeCanonical(input); ok {
-		if sum, err := hex.DecodeString(canonical); err == nil && len(sum) == sha256.Size {
-			return sum
-		}
-	}
-	sum := sha256.Sum256(canonicalInput(input))
-	return sum[:]
-}
-
-// canonicalInput is what identifies a start's input: its canonical JSON
-// form, or input as it is when it is not JSON; for an input kept by
-// reference, its content's digest and size.
-func canonicalInput(input []byte) []byte {
-	if ref, ok := history.ParseBlobEnvelope(input); ok {
-		return []byte(fmt.Sprintf("cairn_blob:%s:%d", ref.SHA256, ref.Size))
-	}
-	canonical, err := jsoncheck.Canonical(input)
-	if err != nil {
-		return input
-	}
-	return canonical
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/cairnflow/cairn/internal/errmark"
+	"github.com/cairnflow/cairn/internal/inputid"
 	"github.com/cairnflow/cairn/payload"
 )
 
@@ -215,6 +216,6 @@ func (k *Keys) unwrap(namespace string, id uuid.UUID, wrapped []byte) (cipher.AE
 // without their plaintexts.
 func (k *Keys) digest(namespace string, input []byte) []byte {
 	mac := hmac.New(sha256.New, k.namespaces[namespace].digest)
-	mac.Write(inputIdentity(input)) // the same for an input in place and by reference
+	mac.Write(inputid.Digest(input)) // the same for an input in place and by reference
 	return mac.Sum(nil)
 }

@@ -2,16 +2,13 @@ package plan
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
-	"fmt"
 
 	"github.com/cockroachdb/errors"
 
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/internal/errmark"
-	"github.com/cairnflow/cairn/internal/jsoncheck"
+	"github.com/cairnflow/cairn/internal/inputid"
 )
 
 // KeyHolder is what holds an idempotency key: a task, or a task that
@@ -81,36 +78,5 @@ func InputDigest(input []byte) []byte {
 		// plaintext (payload/seal), the same for every start of it.
 		return sealed.Digest
 	}
-	return InputIdentity(input)
-}
-
-// InputIdentity is the SHA-256 of input's canonical JSON form: for an
-// input kept by reference, the digest its envelope carries (of the same
-// canonical form), so an input in place and one by reference of the same
-// value are the same start.
-func InputIdentity(input []byte) []byte {
-	if canonical, ok := history.EnvelopeCanonical(input); ok {
-		if sum, err := hex.DecodeString(canonical); err == nil && len(sum) == sha256.Size {
-			return sum
-		}
-	}
-	sum := sha256.Sum256(Canonical(input))
-	return sum[:]
-}
-
-// Canonical is what identifies a start's input: its canonical JSON form
-// (jsoncheck's), or input as it is when it is not JSON; for an input kept
-// by reference ({"cairn_blob": …}, a new blob key each start), its
-// content's digest and size. Two starts of the same value give the same
-// bytes: what a sealed input's keyed digest is taken of (payload/seal),
-// and what RefuseKeyReuse compares.
-func Canonical(input []byte) []byte {
-	if ref, ok := history.ParseBlobEnvelope(input); ok {
-		return []byte(fmt.Sprintf("cairn_blob:%s:%d", ref.SHA256, ref.Size))
-	}
-	canonical, err := jsoncheck.Canonical(input)
-	if err != nil {
-		return input
-	}
-	return canonical
+	return inputid.Digest(input)
 }

@@ -6,7 +6,8 @@
 // transaction holds back until its commit ([AfterCommit]). It is
 // internal to engine: the drivers import it, nothing else should.
 //
-// It imports engine/store and history.
+// It imports engine/store, history, internal/jsoncheck and
+// internal/inputid.
 package plan
 
 import (
@@ -22,6 +23,7 @@ import (
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/internal/errmark"
+	"github.com/cairnflow/cairn/internal/inputid"
 	"github.com/cairnflow/cairn/internal/jsoncheck"
 )
 
@@ -301,7 +303,7 @@ func SameStart(existingType string, existingInput []byte, sched history.TaskSche
 	if history.MaybeBlobEnvelope(existingInput) || history.MaybeBlobEnvelope(sched.Input) {
 		// Kept by reference: each start names a new blob; compare the
 		// canonical digests of what they hold.
-		return bytes.Equal(InputIdentity(existingInput), InputIdentity(sched.Input))
+		return bytes.Equal(inputid.Digest(existingInput), inputid.Digest(sched.Input))
 	}
 	return jsoncheck.Equal(existingInput, sched.Input)
 }
