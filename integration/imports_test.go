@@ -61,6 +61,8 @@ var allowedImports = map[string][]string{
 	"cmd/cairn/internal/bench": {"internal/namedsql", "sdk", "engine/store", "engine/pgstore", "engine/sqlitestore", "history", "activities", "workflow", "payload/seal"},
 	"examples/intake":          {"sdk", "workflow", "activities", "history"},
 	"integration":              {},
+	"server/internal/servertest": {"engine/enginetest", "engine/sqlitestore", "engine/store", "history",
+		"server/internal/web"},
 }
 
 // everywhere are leaf packages any package may import, but history, which
@@ -69,7 +71,7 @@ var everywhere = []string{"internal/errmark"}
 
 // testOnly are the packages of test helpers: imported from _test.go files
 // only, never by code that ships (but by each other, as the table allows).
-var testOnly = []string{"engine/storetest", "engine/enginetest", "history/historytest", "internal/s3test"}
+var testOnly = []string{"engine/storetest", "engine/enginetest", "history/historytest", "internal/s3test", "server/internal/servertest"}
 
 func TestPackageImportsFollowTheArchitecture(t *testing.T) {
 	t.Parallel()

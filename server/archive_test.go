@@ -23,6 +23,7 @@ import (
 	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/internal/s3test"
 	"github.com/cairnflow/cairn/payload"
+	"github.com/cairnflow/cairn/server/internal/servertest"
 )
 
 // GET /v1/tasks/{id}/history answers for a task retention archived and
@@ -31,41 +32,41 @@ import (
 // directory), on both stores.
 func TestHistoryOfAnArchivedTaskIsTheSameOverHTTP(t *testing.T) {
 	t.Parallel()
-	for _, st := range bothStores(t) {
-		t.Run(st.name, func(t *testing.T) {
+	for _, st := range servertest.BothStores(t) {
+		t.Run(st.Name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			dir := "file://" + filepath.ToSlash(t.TempDir())
 			s3 := s3test.Start(t, "archive", "cairn")
-			require.NoError(t, st.store.NamespaceSet(ctx, &store.NamespaceSetParams{Namespace: "on-s3", Archive: s3}))
-			srv, err := New(Config{Store: st.store, DefaultArchive: dir})
+			require.NoError(t, st.Store.NamespaceSet(ctx, &store.NamespaceSetParams{Namespace: "on-s3", Archive: s3}))
+			srv, err := New(Config{Store: st.Store, DefaultArchive: dir})
 			require.NoError(t, err)
 			h := srv.Handler()
 
 			ids := map[string]string{}
 			before := map[string][]byte{}
 			for _, ns := range []string{"default", "on-s3"} {
-				id := finishTask(t, st.store, ns)
+				id := finishTask(t, st.Store, ns)
 				ids[ns] = id
-				a := send(t, h, "GET", "/v1/tasks/"+id+"/history?namespace="+ns, nil)
-				require.Equal(t, http.StatusOK, a.status, "%s", a.body)
-				before[ns] = a.body
+				a := servertest.Send(t, h, "GET", "/v1/tasks/"+id+"/history?namespace="+ns, nil)
+				require.Equal(t, http.StatusOK, a.Status, "%s", a.Body)
+				before[ns] = a.Body
 			}
-			r, err := sdk.NewMaintainer(sdk.MaintainerConfig{Store: st.store, Owner: "leader", Interval: 20 * time.Millisecond,
+			r, err := sdk.NewMaintainer(sdk.MaintainerConfig{Store: st.Store, Owner: "leader", Interval: 20 * time.Millisecond,
 				Logger: enginetest.Logger(t), DefaultRetention: time.Millisecond, DefaultArchive: dir})
 			require.NoError(t, err)
 			require.NoError(t, r.Start(ctx))
 			t.Cleanup(r.Stop)
 			for ns, id := range ids {
 				enginetest.WaitFor(t, "the task of "+ns+" removed", func() bool {
-					return send(t, h, "GET", "/v1/tasks/"+id+"?namespace="+ns, nil).status == http.StatusNotFound
+					return servertest.Send(t, h, "GET", "/v1/tasks/"+id+"?namespace="+ns, nil).Status == http.StatusNotFound
 				})
-				after := send(t, h, "GET", "/v1/tasks/"+id+"/history?namespace="+ns, nil)
-				require.Equal(t, http.StatusOK, after.status, "%s", after.body)
-				require.Equal(t, string(before[ns]), string(after.body), "the archived history of %s, byte for byte", ns)
+				after := servertest.Send(t, h, "GET", "/v1/tasks/"+id+"/history?namespace="+ns, nil)
+				require.Equal(t, http.StatusOK, after.Status, "%s", after.Body)
+				require.Equal(t, string(before[ns]), string(after.Body), "the archived history of %s, byte for byte", ns)
 			}
-			other := send(t, h, "GET", "/v1/tasks/"+ids["on-s3"]+"/history?namespace=default", nil)
-			require.Equal(t, http.StatusNotFound, other.status, "another namespace's archived task is not found")
+			other := servertest.Send(t, h, "GET", "/v1/tasks/"+ids["on-s3"]+"/history?namespace=default", nil)
+			require.Equal(t, http.StatusNotFound, other.Status, "another namespace's archived task is not found")
 		})
 	}
 }
@@ -75,7 +76,7 @@ func TestHistoryOfAnArchivedTaskIsTheSameOverHTTP(t *testing.T) {
 func finishTask(t *testing.T, s store.Store, namespace string) string {
 	t.Helper()
 	ctx := context.Background()
-	registerDoc(t, s, namespace)
+	servertest.RegisterDoc(t, s, namespace)
 	res, err := s.TaskStart(ctx, &store.TaskStartParams{Namespace: namespace, Scheduled: history.TaskScheduledData{
 		TaskType: "doc", TypeVersion: 1, Queue: "default", MaxAttempts: 3, Input: []byte(`{"invoice":"n°7"}`)}})
 	require.NoError(t, err)
@@ -97,24 +98,24 @@ func finishTask(t *testing.T, s store.Store, namespace string) string {
 // namespace's blob is not found.
 func TestBlobDownload(t *testing.T) {
 	t.Parallel()
-	for _, st := range bothStores(t) {
-		t.Run(st.name, func(t *testing.T) {
+	for _, st := range servertest.BothStores(t) {
+		t.Run(st.Name, func(t *testing.T) {
 			t.Parallel()
-			id, err := uuid.Parse(finishTask(t, st.store, "default"))
+			id, err := uuid.Parse(finishTask(t, st.Store, "default"))
 			require.NoError(t, err)
 			data := bytes.Repeat([]byte("%PDF\x00\xff"), 50_000)
-			ref := putBlob(t, st.store, "default", id, "application/pdf", data)
-			h := testServer(t, st.store)
-			got := send(t, h, "GET", "/v1/blobs/"+ref.Key, nil)
-			require.Equal(t, http.StatusOK, got.status)
-			require.True(t, bytes.Equal(data, got.body))
-			require.Equal(t, http.StatusNotFound, send(t, h, "GET", "/v1/blobs/"+ref.Key+"?namespace=other", nil).status)
+			ref := putBlob(t, st.Store, "default", id, "application/pdf", data)
+			h := testServer(t, st.Store)
+			got := servertest.Send(t, h, "GET", "/v1/blobs/"+ref.Key, nil)
+			require.Equal(t, http.StatusOK, got.Status)
+			require.True(t, bytes.Equal(data, got.Body))
+			require.Equal(t, http.StatusNotFound, servertest.Send(t, h, "GET", "/v1/blobs/"+ref.Key+"?namespace=other", nil).Status)
 
-			damage(t, st.store, ref.Key)
-			bad := send(t, h, "GET", "/v1/blobs/"+ref.Key, nil)
-			require.Equal(t, http.StatusInternalServerError, bad.status)
-			require.Equal(t, "blob_corrupt", bad.problem.Code)
-			require.Contains(t, bad.problem.Detail, "blob "+ref.Key+" of task "+id.String()+" is damaged")
+			damage(t, st.Store, ref.Key)
+			bad := servertest.Send(t, h, "GET", "/v1/blobs/"+ref.Key, nil)
+			require.Equal(t, http.StatusInternalServerError, bad.Status)
+			require.Equal(t, "blob_corrupt", bad.Problem.Code)
+			require.Contains(t, bad.Problem.Detail, "blob "+ref.Key+" of task "+id.String()+" is damaged")
 		})
 	}
 }
@@ -141,43 +142,43 @@ func damage(t *testing.T, s store.Store, key string) {
 // sends the bytes. On both stores.
 func TestOutputKeptAsABlobIsALink(t *testing.T) {
 	t.Parallel()
-	for _, st := range bothStores(t) {
-		t.Run(st.name, func(t *testing.T) {
+	for _, st := range servertest.BothStores(t) {
+		t.Run(st.Name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			registerDoc(t, st.store, "default")
+			servertest.RegisterDoc(t, st.Store, "default")
 			id := uuid.Must(uuid.NewV7())
 			input := []byte(`"` + strings.Repeat("scanned page\n", 8_000) + `"`)
 			inRef, inBlob, err := payload.NewBlob("default", id, "application/json", input)
 			require.NoError(t, err)
-			res, err := st.store.TaskStart(ctx, &store.TaskStartParams{Namespace: "default", ID: id, Blobs: []*store.Blob{{
+			res, err := st.Store.TaskStart(ctx, &store.TaskStartParams{Namespace: "default", ID: id, Blobs: []*store.Blob{{
 				Namespace: inBlob.Namespace, Key: inBlob.Key, TaskID: inBlob.TaskID, ContentType: inBlob.ContentType, SHA256: inBlob.SHA256, Data: inBlob.Data}},
 				Scheduled: history.TaskScheduledData{TaskType: "doc", TypeVersion: 1, Queue: "default", MaxAttempts: 3,
 					Input: history.InputEnvelope(inRef, strings.Repeat("0", 64))}})
 			require.NoError(t, err)
-			claimed, err := st.store.TaskClaimMany(ctx, &store.TaskClaimManyParams{Namespace: "default", Queues: []string{"default"},
+			claimed, err := st.Store.TaskClaimMany(ctx, &store.TaskClaimManyParams{Namespace: "default", Queues: []string{"default"},
 				Types: []store.TypeKey{{Type: "doc", Version: 1}}, Owner: "w", Max: 1, LeaseTTL: time.Minute})
 			require.NoError(t, err)
 			require.Len(t, claimed, 1)
 			c := claimed[0]
 			output := []byte(`"` + strings.Repeat("report line\n", 10_000) + `"`)
-			ref := putBlob(t, st.store, "default", res.ID, "application/json", output)
-			_, err = st.store.EventAppend(ctx, &store.EventAppendParams{TaskID: c.Task.ID, State: c.State, Epoch: c.State.Lease.Epoch,
+			ref := putBlob(t, st.Store, "default", res.ID, "application/json", output)
+			_, err = st.Store.EventAppend(ctx, &store.EventAppendParams{TaskID: c.Task.ID, State: c.State, Epoch: c.State.Lease.Epoch,
 				Attempt: c.State.Attempt, Payloads: []history.Payload{history.TaskCompletedData{Output: history.BlobEnvelope(ref)}}})
 			require.NoError(t, err)
 
-			h := testServer(t, st.store)
-			got := send(t, h, "GET", "/v1/tasks/"+res.ID.String(), nil)
-			require.Equal(t, http.StatusOK, got.status, "%s", got.body)
+			h := testServer(t, st.Store)
+			got := servertest.Send(t, h, "GET", "/v1/tasks/"+res.ID.String(), nil)
+			require.Equal(t, http.StatusOK, got.Status, "%s", got.Body)
 			var info struct {
 				Output json.RawMessage `json:"output"`
 			}
-			require.NoError(t, json.Unmarshal(got.body, &info))
+			require.NoError(t, json.Unmarshal(got.Body, &info))
 			linked, ok := history.ParseBlobEnvelope(info.Output)
 			require.True(t, ok, "the API answers the reference: %s", info.Output)
 			require.Equal(t, ref, linked)
 
-			page := sendHTML(t, h, "/console/tasks/"+res.ID.String(), http.StatusOK)
+			page := servertest.SendHTML(t, h, "/console/tasks/"+res.ID.String(), http.StatusOK)
 			require.Contains(t, page, fmt.Sprintf("Kept as a blob: %d bytes (application/json)", len(output)))
 			require.Contains(t, page, fmt.Sprintf("Kept as a blob: %d bytes (application/json)", len(input)), "the input's link too")
 			require.Contains(t, page, `href="/console/blobs/`+inRef.Key+`?namespace=default"`)

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cairnflow/cairn/internal/errmark"
+	"github.com/cairnflow/cairn/server/internal/servertest"
 	"github.com/cairnflow/cairn/server/internal/web"
 
 	"github.com/cairnflow/cairn/engine/enginetest"
@@ -101,13 +102,6 @@ func (b *approvalBundle) url(t *testing.T, cb sdk.Callback) string {
 	return path
 }
 
-func eventCount(t *testing.T, st store.Store, id uuid.UUID) int {
-	t.Helper()
-	events, err := st.EventListByTask(context.Background(), id)
-	require.NoError(t, err)
-	return len(events)
-}
-
 // decisionOf waits for the task and returns its output.
 func decisionOf(t *testing.T, c *sdk.Client, id uuid.UUID) workflow.Decision {
 	t.Helper()
@@ -123,10 +117,10 @@ func decisionOf(t *testing.T, c *sdk.Client, id uuid.UUID) workflow.Decision {
 
 func TestCallbackDeliversADecisionOnce(t *testing.T) {
 	t.Parallel()
-	for _, ns := range bothStores(t) {
-		t.Run(ns.name, func(t *testing.T) {
+	for _, ns := range servertest.BothStores(t) {
+		t.Run(ns.Name, func(t *testing.T) {
 			t.Parallel()
-			b := approvalSetup(t, ns.store)
+			b := approvalSetup(t, ns.Store)
 			id, pos := b.startWaiting(t)
 			cb := sdk.Callback{Namespace: "default", TaskID: id, Name: "approve", Wait: pos, Expires: time.Now().Add(time.Hour)}
 			target := b.url(t, cb)
@@ -144,7 +138,7 @@ func TestCallbackDeliversADecisionOnce(t *testing.T) {
 			raw[len(raw)-1] ^= 1
 			raw[9] ^= 1 // the task id's first byte
 			otherTask := base64.RawURLEncoding.EncodeToString(raw)
-			before := eventCount(t, ns.store, id)
+			before := servertest.EventCount(t, ns.Store, id)
 			for name, path := range map[string]string{
 				"wrong secret": "/v1/callbacks/" + forged,
 				"bad MAC":      "/v1/callbacks/" + badMAC,
@@ -153,28 +147,28 @@ func TestCallbackDeliversADecisionOnce(t *testing.T) {
 				"malformed":    "/v1/callbacks/not-a-token",
 				"empty-ish":    "/v1/callbacks/AAAA",
 			} {
-				a := send(t, b.h, "POST", path, []byte(`{"approved":true}`))
-				require.Equal(t, http.StatusForbidden, a.status, "%s: %s", name, a.body)
-				require.Equal(t, web.CodeForbidden, a.problem.Code, name)
+				a := servertest.Send(t, b.h, "POST", path, []byte(`{"approved":true}`))
+				require.Equal(t, http.StatusForbidden, a.Status, "%s: %s", name, a.Body)
+				require.Equal(t, web.CodeForbidden, a.Problem.Code, name)
 			}
-			require.Equal(t, before, eventCount(t, ns.store, id), "refused links write nothing")
+			require.Equal(t, before, servertest.EventCount(t, ns.Store, id), "refused links write nothing")
 
-			a := send(t, b.h, "POST", target, []byte(`{"approved":true,"comment":"ship it"}`))
-			require.Equal(t, http.StatusAccepted, a.status, "%s", a.body)
+			a := servertest.Send(t, b.h, "POST", target, []byte(`{"approved":true,"comment":"ship it"}`))
+			require.Equal(t, http.StatusAccepted, a.Status, "%s", a.Body)
 			var res signalResponse
-			require.NoError(t, json.Unmarshal(a.body, &res))
+			require.NoError(t, json.Unmarshal(a.Body, &res))
 			require.Equal(t, signalResponse{TaskID: id}, res)
 			require.Equal(t, workflow.Decision{Approved: true, Comment: "ship it", By: "callback"}, decisionOf(t, b.client, id))
 
 			// A second use, after the task finished: 410, nothing written.
-			after := eventCount(t, ns.store, id)
+			after := servertest.EventCount(t, ns.Store, id)
 			for _, body := range []string{`{"approved":true,"comment":"ship it"}`, `{"approved":false}`} {
-				a = send(t, b.h, "POST", target, []byte(body))
-				require.Equal(t, http.StatusGone, a.status, "%s", a.body)
-				require.Equal(t, web.CodeCallbackUsed, a.problem.Code)
+				a = servertest.Send(t, b.h, "POST", target, []byte(body))
+				require.Equal(t, http.StatusGone, a.Status, "%s", a.Body)
+				require.Equal(t, web.CodeCallbackUsed, a.Problem.Code)
 			}
-			require.Equal(t, after, eventCount(t, ns.store, id), "a reused link writes nothing")
-			events, err := ns.store.EventListByTask(context.Background(), id)
+			require.Equal(t, after, servertest.EventCount(t, ns.Store, id), "a reused link writes nothing")
+			events, err := ns.Store.EventListByTask(context.Background(), id)
 			require.NoError(t, err)
 			var sigs []history.SignalReceivedData
 			for _, e := range events {
@@ -185,7 +179,7 @@ func TestCallbackDeliversADecisionOnce(t *testing.T) {
 			require.Len(t, sigs, 1)
 			require.Equal(t, sdk.CallbackDedupID(token), sigs[0].DedupID)
 			require.Equal(t, "callback", sigs[0].Sender)
-			enginetest.RequireProjectionsMatch(t, ns.store)
+			enginetest.RequireProjectionsMatch(t, ns.Store)
 		})
 	}
 }
@@ -195,10 +189,10 @@ func TestCallbackDeliversADecisionOnce(t *testing.T) {
 // nothing, where a signal would have answered that wait.
 func TestCallbackReusedWhileTheTaskWaitsAgainIsRefused(t *testing.T) {
 	t.Parallel()
-	for _, ns := range bothStores(t) {
-		t.Run(ns.name, func(t *testing.T) {
+	for _, ns := range servertest.BothStores(t) {
+		t.Run(ns.Name, func(t *testing.T) {
 			t.Parallel()
-			b := approvalSetupWith(t, ns.store, sdk.NewWorkflow("callback.twice", 1, func(ctx workflow.Context, _ struct{}) (workflow.Decision, error) {
+			b := approvalSetupWith(t, ns.Store, sdk.NewWorkflow("callback.twice", 1, func(ctx workflow.Context, _ struct{}) (workflow.Decision, error) {
 				first, _, err := workflow.AwaitApproval(ctx, "approve", time.Hour)
 				if err != nil {
 					return workflow.Decision{}, err
@@ -211,22 +205,22 @@ func TestCallbackReusedWhileTheTaskWaitsAgainIsRefused(t *testing.T) {
 			}, nil))
 			id, pos := b.startWaiting(t)
 			first := b.url(t, sdk.Callback{Namespace: "default", TaskID: id, Name: "approve", Wait: pos, Expires: time.Now().Add(time.Hour)})
-			a := send(t, b.h, "POST", first, []byte(`{"approved":true,"comment":"legal"}`))
-			require.Equal(t, http.StatusAccepted, a.status, "%s", a.body)
+			a := servertest.Send(t, b.h, "POST", first, []byte(`{"approved":true,"comment":"legal"}`))
+			require.Equal(t, http.StatusAccepted, a.Status, "%s", a.Body)
 
 			pos2 := b.waitNumber(t, id, 2)
 			require.Greater(t, pos2, pos)
-			before := eventCount(t, ns.store, id)
-			a = send(t, b.h, "POST", first, []byte(`{"approved":true,"comment":"legal"}`))
-			require.Equal(t, http.StatusGone, a.status, "%s", a.body)
-			require.Equal(t, web.CodeCallbackUsed, a.problem.Code)
-			require.Equal(t, before, eventCount(t, ns.store, id), "a reused link writes nothing")
+			before := servertest.EventCount(t, ns.Store, id)
+			a = servertest.Send(t, b.h, "POST", first, []byte(`{"approved":true,"comment":"legal"}`))
+			require.Equal(t, http.StatusGone, a.Status, "%s", a.Body)
+			require.Equal(t, web.CodeCallbackUsed, a.Problem.Code)
+			require.Equal(t, before, servertest.EventCount(t, ns.Store, id), "a reused link writes nothing")
 
 			second := b.url(t, sdk.Callback{Namespace: "default", TaskID: id, Name: "approve", Wait: pos2, Expires: time.Now().Add(time.Hour)})
-			a = send(t, b.h, "POST", second, []byte(`{"approved":true,"comment":"finance"}`))
-			require.Equal(t, http.StatusAccepted, a.status, "%s", a.body)
+			a = servertest.Send(t, b.h, "POST", second, []byte(`{"approved":true,"comment":"finance"}`))
+			require.Equal(t, http.StatusAccepted, a.Status, "%s", a.Body)
 			require.Equal(t, workflow.Decision{Approved: true, Comment: "legal+finance"}, decisionOf(t, b.client, id))
-			events, err := ns.store.EventListByTask(context.Background(), id)
+			events, err := ns.Store.EventListByTask(context.Background(), id)
 			require.NoError(t, err)
 			var sigs int
 			for _, e := range events {
@@ -235,31 +229,31 @@ func TestCallbackReusedWhileTheTaskWaitsAgainIsRefused(t *testing.T) {
 				}
 			}
 			require.Equal(t, 2, sigs, "one signal per link")
-			enginetest.RequireProjectionsMatch(t, ns.store)
+			enginetest.RequireProjectionsMatch(t, ns.Store)
 		})
 	}
 }
 
 func TestCallbackDecisionQuery(t *testing.T) {
 	t.Parallel()
-	for _, ns := range bothStores(t) {
-		t.Run(ns.name, func(t *testing.T) {
+	for _, ns := range servertest.BothStores(t) {
+		t.Run(ns.Name, func(t *testing.T) {
 			t.Parallel()
-			b := approvalSetup(t, ns.store)
+			b := approvalSetup(t, ns.Store)
 			id, pos := b.startWaiting(t)
 			target := b.url(t, sdk.Callback{Namespace: "default", TaskID: id, Name: "approve", Wait: pos, Expires: time.Now().Add(time.Hour)})
-			before := eventCount(t, ns.store, id)
+			before := servertest.EventCount(t, ns.Store, id)
 			for _, c := range []struct{ query, body string }{
 				{"?decision=maybe", `{}`},
 				{"?decision=reject", `{"approved":true}`},
 				{"?other=1", `{}`},
 			} {
-				a := send(t, b.h, "POST", target+c.query, []byte(c.body))
-				require.Equal(t, http.StatusBadRequest, a.status, "%s %s: %s", c.query, c.body, a.body)
+				a := servertest.Send(t, b.h, "POST", target+c.query, []byte(c.body))
+				require.Equal(t, http.StatusBadRequest, a.Status, "%s %s: %s", c.query, c.body, a.Body)
 			}
-			require.Equal(t, before, eventCount(t, ns.store, id))
-			a := send(t, b.h, "POST", target+"?decision=reject", []byte(`{}`))
-			require.Equal(t, http.StatusAccepted, a.status, "%s", a.body)
+			require.Equal(t, before, servertest.EventCount(t, ns.Store, id))
+			a := servertest.Send(t, b.h, "POST", target+"?decision=reject", []byte(`{}`))
+			require.Equal(t, http.StatusAccepted, a.Status, "%s", a.Body)
 			require.Equal(t, workflow.Decision{Approved: false, By: "callback"}, decisionOf(t, b.client, id))
 		})
 	}
@@ -270,9 +264,9 @@ func TestCallbackWithoutASecretIsNotFound(t *testing.T) {
 	st := enginetest.Store(t)
 	token, err := sdk.CallbackToken(testCallbackSecret, sdk.Callback{Namespace: "default", TaskID: uuid.New(), Name: "approve", Expires: time.Now().Add(time.Hour)})
 	require.NoError(t, err)
-	a := send(t, testServer(t, st), "POST", "/v1/callbacks/"+token, []byte(`{"approved":true}`))
-	require.Equal(t, http.StatusNotFound, a.status, "%s", a.body)
-	require.Equal(t, web.CodeNotFound, a.problem.Code)
+	a := servertest.Send(t, testServer(t, st), "POST", "/v1/callbacks/"+token, []byte(`{"approved":true}`))
+	require.Equal(t, http.StatusNotFound, a.Status, "%s", a.Body)
+	require.Equal(t, web.CodeNotFound, a.Problem.Code)
 
 	srv, err := New(Config{Store: st})
 	require.NoError(t, err)
@@ -292,8 +286,8 @@ func TestCallbackNeedsNoAPIToken(t *testing.T) {
 	id, pos := b.startWaiting(t)
 	u, err := srv.CallbackURL("https://cairn.example", sdk.Callback{Namespace: "default", TaskID: id, Name: "approve", Wait: pos, Expires: time.Now().Add(time.Hour)})
 	require.NoError(t, err)
-	a := send(t, srv.Handler(), "POST", strings.TrimPrefix(u, "https://cairn.example"), []byte(`{"approved":true,"by":"carol"}`))
-	require.Equal(t, http.StatusAccepted, a.status, "%s", a.body)
+	a := servertest.Send(t, srv.Handler(), "POST", strings.TrimPrefix(u, "https://cairn.example"), []byte(`{"approved":true,"by":"carol"}`))
+	require.Equal(t, http.StatusAccepted, a.Status, "%s", a.Body)
 	require.Equal(t, workflow.Decision{Approved: true, By: "callback"}, decisionOf(t, b.client, id),
 		"a link's decision is the link's, whatever its payload claims")
 }
@@ -304,10 +298,10 @@ func TestCallbackNeedsNoAPIToken(t *testing.T) {
 // the payload claims.
 func TestDecisionIsByItsAuthenticatedSender(t *testing.T) {
 	t.Parallel()
-	for _, ns := range bothStores(t) {
-		t.Run(ns.name, func(t *testing.T) {
+	for _, ns := range servertest.BothStores(t) {
+		t.Run(ns.Name, func(t *testing.T) {
 			t.Parallel()
-			b := approvalSetupWith(t, ns.store, sdk.NewWorkflow("callback.by", 1, func(ctx workflow.Context, _ struct{}) (workflow.Decision, error) {
+			b := approvalSetupWith(t, ns.Store, sdk.NewWorkflow("callback.by", 1, func(ctx workflow.Context, _ struct{}) (workflow.Decision, error) {
 				var by []string
 				for range 2 {
 					d, _, err := workflow.AwaitApproval(ctx, "approve", time.Hour)
@@ -319,15 +313,15 @@ func TestDecisionIsByItsAuthenticatedSender(t *testing.T) {
 				return workflow.Decision{Approved: true, Comment: strings.Join(by, ",")}, nil
 			}, nil))
 			tokens := []Token{{Name: "clerk", SHA256: HashToken("clerk-token"), Namespaces: []string{"*"}, Roles: []Role{RoleOperate}}}
-			srv, err := New(Config{Store: ns.store, Tokens: tokens})
+			srv, err := New(Config{Store: ns.Store, Tokens: tokens})
 			require.NoError(t, err)
 			h := srv.Handler()
 			id, _ := b.startWaiting(t)
-			a := send(t, h, "POST", "/v1/tasks/"+id.String()+"/signals/approve",
+			a := servertest.Send(t, h, "POST", "/v1/tasks/"+id.String()+"/signals/approve",
 				[]byte(`{"payload":{"approved":true,"comment":"api","by":"the-ceo"}}`), "Authorization", "Bearer clerk-token")
-			require.Equal(t, http.StatusAccepted, a.status, "%s", a.body)
+			require.Equal(t, http.StatusAccepted, a.Status, "%s", a.Body)
 			b.waitNumber(t, id, 2)
-			w := postConsole(t, h, "/console/tasks/"+id.String()+"/signals/approve", "application/x-www-form-urlencoded",
+			w := servertest.PostConsole(t, h, "/console/tasks/"+id.String()+"/signals/approve", "application/x-www-form-urlencoded",
 				strings.NewReader(url.Values{"approved": {"true"}, "comment": {"console"}, "by": {"the-ceo"}}.Encode()), "clerk-token")
 			require.Equal(t, http.StatusSeeOther, w.Code, w.Body.String())
 			require.Equal(t, "api:clerk,console:clerk", decisionOf(t, b.client, id).Comment, "the decisions' By")
@@ -351,20 +345,6 @@ func twoApprovals(name string) *sdk.Workflow[struct{}, workflow.Decision] {
 	}, nil)
 }
 
-// signalsOf is the signals in task id's history.
-func signalsOf(t *testing.T, st store.Store, id uuid.UUID) []history.SignalReceivedData {
-	t.Helper()
-	events, err := st.EventListByTask(context.Background(), id)
-	require.NoError(t, err)
-	var sigs []history.SignalReceivedData
-	for _, e := range events {
-		if sig, ok := e.Data.(history.SignalReceivedData); ok {
-			sigs = append(sigs, sig)
-		}
-	}
-	return sigs
-}
-
 // Probe finding F1: a used link, spelled otherwise (a line break inside,
 // "%0A" in the URL, or its last character's unused bits changed), was a
 // new signal that answered the task's next wait of the name. Every other
@@ -372,14 +352,14 @@ func signalsOf(t *testing.T, st store.Store, id uuid.UUID) []history.SignalRecei
 func TestCallbackUsedLinkSpelledOtherwiseIsRefused(t *testing.T) {
 	t.Parallel()
 	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
-	for _, ns := range bothStores(t) {
-		t.Run(ns.name, func(t *testing.T) {
+	for _, ns := range servertest.BothStores(t) {
+		t.Run(ns.Name, func(t *testing.T) {
 			t.Parallel()
-			b := approvalSetupWith(t, ns.store, twoApprovals("callback.respelled"))
+			b := approvalSetupWith(t, ns.Store, twoApprovals("callback.respelled"))
 			id, pos := b.startWaiting(t)
 			link := b.url(t, sdk.Callback{Namespace: "default", TaskID: id, Name: "approve", Wait: pos, Expires: time.Now().Add(time.Hour)})
-			a := send(t, b.h, "POST", link+"?decision=approve", nil, "Content-Type", "application/json")
-			require.Equal(t, http.StatusAccepted, a.status, "%s", a.body)
+			a := servertest.Send(t, b.h, "POST", link+"?decision=approve", nil, "Content-Type", "application/json")
+			require.Equal(t, http.StatusAccepted, a.Status, "%s", a.Body)
 			b.waitNumber(t, id, 2)
 
 			tok := strings.TrimPrefix(link, "/v1/callbacks/")
@@ -387,18 +367,18 @@ func TestCallbackUsedLinkSpelledOtherwiseIsRefused(t *testing.T) {
 			require.NoError(t, err)
 			require.NotZero(t, len(raw)%3, "the token ends in a character with unused bits")
 			last := strings.IndexByte(alphabet, tok[len(tok)-1])
-			before := eventCount(t, ns.store, id)
+			before := servertest.EventCount(t, ns.Store, id)
 			for name, path := range map[string]string{
 				"%0A inside (the probe's request)": "/v1/callbacks/" + tok[:10] + "%0A" + tok[10:],
 				"%0D%0A at the end":                "/v1/callbacks/" + tok + "%0D%0A",
 				"last character's bits changed":    "/v1/callbacks/" + tok[:len(tok)-1] + string(alphabet[last^1]),
 			} {
-				a := send(t, b.h, "POST", path+"?decision=reject", nil, "Content-Type", "application/json")
-				require.Equal(t, http.StatusForbidden, a.status, "%s: %s", name, a.body)
-				require.Equal(t, web.CodeForbidden, a.problem.Code, name)
+				a := servertest.Send(t, b.h, "POST", path+"?decision=reject", nil, "Content-Type", "application/json")
+				require.Equal(t, http.StatusForbidden, a.Status, "%s: %s", name, a.Body)
+				require.Equal(t, web.CodeForbidden, a.Problem.Code, name)
 			}
-			require.Equal(t, before, eventCount(t, ns.store, id), "no spelling of a used link writes anything")
-			require.Len(t, signalsOf(t, ns.store, id), 1)
+			require.Equal(t, before, servertest.EventCount(t, ns.Store, id), "no spelling of a used link writes anything")
+			require.Len(t, servertest.SignalsOf(t, ns.Store, id), 1)
 		})
 	}
 }
@@ -410,40 +390,40 @@ func TestCallbackUsedLinkSpelledOtherwiseIsRefused(t *testing.T) {
 // reached is 409, and works once the task waits there.
 func TestCallbackAnswersOnlyItsOwnWait(t *testing.T) {
 	t.Parallel()
-	for _, ns := range bothStores(t) {
-		t.Run(ns.name, func(t *testing.T) {
+	for _, ns := range servertest.BothStores(t) {
+		t.Run(ns.Name, func(t *testing.T) {
 			t.Parallel()
-			b := approvalSetupWith(t, ns.store, twoApprovals("callback.ownwait"))
+			b := approvalSetupWith(t, ns.Store, twoApprovals("callback.ownwait"))
 			id, pos := b.startWaiting(t)
 			first := b.url(t, sdk.Callback{Namespace: "default", TaskID: id, Name: "approve", Wait: pos, Expires: time.Now().Add(time.Hour)})
 			early := b.url(t, sdk.Callback{Namespace: "default", TaskID: id, Name: "approve", Wait: pos + 1, Expires: time.Now().Add(time.Hour)})
 
-			before := eventCount(t, ns.store, id)
-			a := send(t, b.h, "POST", early+"?decision=approve", nil, "Content-Type", "application/json")
-			require.Equal(t, http.StatusConflict, a.status, "a link of a wait not reached: %s", a.body)
-			require.Equal(t, web.CodeWaitNotReached, a.problem.Code)
-			require.Equal(t, before, eventCount(t, ns.store, id))
+			before := servertest.EventCount(t, ns.Store, id)
+			a := servertest.Send(t, b.h, "POST", early+"?decision=approve", nil, "Content-Type", "application/json")
+			require.Equal(t, http.StatusConflict, a.Status, "a link of a wait not reached: %s", a.Body)
+			require.Equal(t, web.CodeWaitNotReached, a.Problem.Code)
+			require.Equal(t, before, servertest.EventCount(t, ns.Store, id))
 
 			_, err := b.client.Signal(context.Background(), id, "approve", workflow.Decision{Approved: true, Comment: "legal"}, nil)
 			require.NoError(t, err)
 			pos2 := b.waitNumber(t, id, 2)
 			require.Equal(t, pos+1, pos2)
 
-			before = eventCount(t, ns.store, id)
-			a = send(t, b.h, "POST", first+"?decision=reject", nil, "Content-Type", "application/json")
-			require.Equal(t, http.StatusGone, a.status, "the first wait's link after it was answered: %s", a.body)
-			require.Equal(t, web.CodeWaitEnded, a.problem.Code)
-			require.Equal(t, before, eventCount(t, ns.store, id), "nothing written")
-			require.Len(t, signalsOf(t, ns.store, id), 1)
+			before = servertest.EventCount(t, ns.Store, id)
+			a = servertest.Send(t, b.h, "POST", first+"?decision=reject", nil, "Content-Type", "application/json")
+			require.Equal(t, http.StatusGone, a.Status, "the first wait's link after it was answered: %s", a.Body)
+			require.Equal(t, web.CodeWaitEnded, a.Problem.Code)
+			require.Equal(t, before, servertest.EventCount(t, ns.Store, id), "nothing written")
+			require.Len(t, servertest.SignalsOf(t, ns.Store, id), 1)
 
-			a = send(t, b.h, "POST", early, []byte(`{"approved":true,"comment":"supervisor"}`))
-			require.Equal(t, http.StatusAccepted, a.status, "the second wait's link, now: %s", a.body)
+			a = servertest.Send(t, b.h, "POST", early, []byte(`{"approved":true,"comment":"supervisor"}`))
+			require.Equal(t, http.StatusAccepted, a.Status, "the second wait's link, now: %s", a.Body)
 			require.Equal(t, workflow.Decision{Approved: true, Comment: "legal+supervisor"}, decisionOf(t, b.client, id))
 
 			// The task finished: its links' waits have ended.
-			a = send(t, b.h, "POST", first+"?decision=approve", nil, "Content-Type", "application/json")
-			require.Equal(t, http.StatusGone, a.status, "%s", a.body)
-			enginetest.RequireProjectionsMatch(t, ns.store)
+			a = servertest.Send(t, b.h, "POST", first+"?decision=approve", nil, "Content-Type", "application/json")
+			require.Equal(t, http.StatusGone, a.Status, "%s", a.Body)
+			enginetest.RequireProjectionsMatch(t, ns.Store)
 		})
 	}
 }
@@ -469,8 +449,8 @@ func TestCallbackTokenIsNotLogged(t *testing.T) {
 	token, err := sdk.CallbackToken(testCallbackSecret, sdk.Callback{Namespace: "default", TaskID: uuid.New(), Name: "approve",
 		Expires: time.Now().Add(time.Hour)})
 	require.NoError(t, err)
-	a := send(t, srv.Handler(), "POST", "/v1/callbacks/"+token+"?decision=approve", nil, "Content-Type", "application/json")
-	require.Equal(t, http.StatusServiceUnavailable, a.status, "%s", a.body)
+	a := servertest.Send(t, srv.Handler(), "POST", "/v1/callbacks/"+token+"?decision=approve", nil, "Content-Type", "application/json")
+	require.Equal(t, http.StatusServiceUnavailable, a.Status, "%s", a.Body)
 	require.Contains(t, logs.String(), "database unavailable")
 	require.Contains(t, logs.String(), "/v1/callbacks/[redacted]")
 	require.NotContains(t, logs.String(), token)

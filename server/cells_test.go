@@ -11,6 +11,7 @@ import (
 	"github.com/cairnflow/cairn/engine/sqlitestore"
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/sdk"
+	"github.com/cairnflow/cairn/server/internal/servertest"
 	"github.com/stretchr/testify/require"
 )
 
@@ -27,40 +28,40 @@ func TestServerOverCells(t *testing.T) {
 		return s
 	}
 	eu, us := open("eu"), open("us")
-	registerDoc(t, eu, "acme")
-	registerDoc(t, us, "globex")
+	servertest.RegisterDoc(t, eu, "acme")
+	servertest.RegisterDoc(t, us, "globex")
 	cells, err := sdk.NewCells(map[string]store.Store{"eu": eu, "us": us}, map[string]string{"acme": "eu", "globex": "us"})
 	require.NoError(t, err)
 	srv, err := New(Config{Cells: cells})
 	require.NoError(t, err)
 	h := srv.Handler()
 
-	a := send(t, h, "POST", "/v1/tasks?namespace=acme", []byte(`{"type":"doc","input":{"id":"a"}}`))
-	require.Equal(t, http.StatusAccepted, a.status, "%s", a.body)
-	a = send(t, h, "POST", "/v1/tasks?namespace=globex", []byte(`{"type":"doc","input":{"id":"g"}}`))
-	require.Equal(t, http.StatusAccepted, a.status, "%s", a.body)
+	a := servertest.Send(t, h, "POST", "/v1/tasks?namespace=acme", []byte(`{"type":"doc","input":{"id":"a"}}`))
+	require.Equal(t, http.StatusAccepted, a.Status, "%s", a.Body)
+	a = servertest.Send(t, h, "POST", "/v1/tasks?namespace=globex", []byte(`{"type":"doc","input":{"id":"g"}}`))
+	require.Equal(t, http.StatusAccepted, a.Status, "%s", a.Body)
 	for st, want := range map[store.Store]int{eu: 1, us: 1} {
 		require.Len(t, enginetest.TaskIDs(t, st), want)
 	}
 	// acme's task is not found through globex's cell.
 	var started struct{ ID string }
-	a = send(t, h, "POST", "/v1/tasks?namespace=acme", []byte(`{"type":"doc","input":{"id":"b"}}`))
-	require.NoError(t, json.Unmarshal(a.body, &started))
-	require.Equal(t, http.StatusNotFound, send(t, h, "GET", "/v1/tasks/"+started.ID+"?namespace=globex", nil).status)
-	require.Equal(t, http.StatusOK, send(t, h, "GET", "/v1/tasks/"+started.ID+"?namespace=acme", nil).status)
+	a = servertest.Send(t, h, "POST", "/v1/tasks?namespace=acme", []byte(`{"type":"doc","input":{"id":"b"}}`))
+	require.NoError(t, json.Unmarshal(a.Body, &started))
+	require.Equal(t, http.StatusNotFound, servertest.Send(t, h, "GET", "/v1/tasks/"+started.ID+"?namespace=globex", nil).Status)
+	require.Equal(t, http.StatusOK, servertest.Send(t, h, "GET", "/v1/tasks/"+started.ID+"?namespace=acme", nil).Status)
 
-	a = send(t, h, "GET", "/v1/tasks?namespace=initech", nil)
-	require.Equal(t, http.StatusBadRequest, a.status)
-	require.Contains(t, a.problem.Detail, `namespace "initech" is in no cell of the placement map`)
-	a = send(t, h, "GET", "/console/?namespace=initech", nil)
-	require.Equal(t, http.StatusBadRequest, a.status, "the console says so too, not a 500")
-	require.Contains(t, string(a.body), "is in no cell of the placement map")
+	a = servertest.Send(t, h, "GET", "/v1/tasks?namespace=initech", nil)
+	require.Equal(t, http.StatusBadRequest, a.Status)
+	require.Contains(t, a.Problem.Detail, `namespace "initech" is in no cell of the placement map`)
+	a = servertest.Send(t, h, "GET", "/console/?namespace=initech", nil)
+	require.Equal(t, http.StatusBadRequest, a.Status, "the console says so too, not a 500")
+	require.Contains(t, string(a.Body), "is in no cell of the placement map")
 
 	ready := func() (int, map[string]string) {
-		a := send(t, h, "GET", "/readyz", nil)
+		a := servertest.Send(t, h, "GET", "/readyz", nil)
 		var body struct{ Cells map[string]string }
-		require.NoError(t, json.Unmarshal(a.body, &body), "%s", a.body)
-		return a.status, body.Cells
+		require.NoError(t, json.Unmarshal(a.Body, &body), "%s", a.Body)
+		return a.Status, body.Cells
 	}
 	status, states := ready()
 	require.Equal(t, http.StatusOK, status)

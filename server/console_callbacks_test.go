@@ -19,20 +19,10 @@ import (
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/sdk"
+	"github.com/cairnflow/cairn/server/internal/servertest"
 	"github.com/cairnflow/cairn/server/internal/web"
 	"github.com/cairnflow/cairn/workflow"
 )
-
-// claimDoc claims the one due "doc" task of the default namespace.
-func claimDoc(t *testing.T, s store.Store) *store.ClaimedTask {
-	t.Helper()
-	claimed, err := s.TaskClaimMany(context.Background(), &store.TaskClaimManyParams{Namespace: "default", Queues: []string{"default"},
-		Types: []store.TypeKey{{Type: "doc", Version: 1}}, Owner: "w", Max: 1, LeaseTTL: time.Minute})
-	require.NoError(t, err)
-	require.Len(t, claimed, 1)
-	require.NoError(t, claimed[0].Err)
-	return claimed[0]
-}
 
 // startWaiting starts a doc task through the API and ends its first
 // attempt waiting for the signal name for an hour, as a workflow's
@@ -40,12 +30,9 @@ func claimDoc(t *testing.T, s store.Store) *store.ClaimedTask {
 func startWaiting(t *testing.T, h http.Handler, s store.Store, name string) uuid.UUID {
 	t.Helper()
 	id := startDoc(t, h, "")
-	ct := claimDoc(t, s)
+	ct := servertest.ClaimDoc(t, s)
 	require.Equal(t, id, ct.Task.ID)
-	_, err := s.EventAppend(context.Background(), &store.EventAppendParams{TaskID: ct.Task.ID, State: ct.State,
-		Epoch: ct.State.Lease.Epoch, Attempt: ct.State.Attempt,
-		Payloads: []history.Payload{history.WaitStartedData{Name: name, Position: 0, Deadline: time.Now().Add(time.Hour)}}})
-	require.NoError(t, err)
+	servertest.AppendFor(t, s, ct, history.WaitStartedData{Name: name, Position: 0, Deadline: time.Now().Add(time.Hour)})
 	return id
 }
 
@@ -69,21 +56,21 @@ func callbackInput(t *testing.T, page, id string) string {
 // without a callback secret, gets no link.
 func TestTaskPageShowsCallbackLinksThatDecide(t *testing.T) {
 	t.Parallel()
-	for _, ns := range bothStores(t) {
-		t.Run(ns.name, func(t *testing.T) {
+	for _, ns := range servertest.BothStores(t) {
+		t.Run(ns.Name, func(t *testing.T) {
 			t.Parallel()
-			b := approvalSetup(t, ns.store)
-			srv, err := New(Config{Store: ns.store, Tokens: callbackTokens, CallbackSecret: testCallbackSecret})
+			b := approvalSetup(t, ns.Store)
+			srv, err := New(Config{Store: ns.Store, Tokens: callbackTokens, CallbackSecret: testCallbackSecret})
 			require.NoError(t, err)
 			h := srv.Handler()
-			noSecret := testServer(t, ns.store, callbackTokens...)
+			noSecret := testServer(t, ns.Store, callbackTokens...)
 			ops, viewer := []string{"Authorization", "Bearer ops-token"}, []string{"Authorization", "Bearer view-token"}
 			id, pos := b.startWaiting(t)
 			taskPage := "/console/tasks/" + id.String()
 
-			a := send(t, h, http.MethodGet, taskPage, nil, ops...)
-			require.Equal(t, http.StatusOK, a.status, "%s", a.body)
-			page := string(a.body)
+			a := servertest.Send(t, h, http.MethodGet, taskPage, nil, ops...)
+			require.Equal(t, http.StatusOK, a.Status, "%s", a.Body)
+			page := string(a.Body)
 			require.Contains(t, page, `id="task-callback"`)
 			approve := callbackInput(t, page, "callback-approve")
 			reject := callbackInput(t, page, "callback-reject")
@@ -99,8 +86,8 @@ func TestTaskPageShowsCallbackLinksThatDecide(t *testing.T) {
 			require.Equal(t, sdk.Callback{Namespace: "default", TaskID: id, Name: "approve", Wait: pos, Expires: cb.Expires}, cb)
 			require.WithinDuration(t, time.Now().Add(time.Hour), cb.Expires, time.Minute, "valid until the wait's deadline")
 			require.Contains(t, page, "curl -X POST -H 'Content-Type: application/json' '"+html.EscapeString(approve)+"'")
-			a = send(t, h, http.MethodGet, taskPage, nil, ops...)
-			require.Equal(t, approve, callbackInput(t, string(a.body), "callback-approve"), "the same link on every load")
+			a = servertest.Send(t, h, http.MethodGet, taskPage, nil, ops...)
+			require.Equal(t, approve, callbackInput(t, string(a.Body), "callback-approve"), "the same link on every load")
 
 			// A reader sees the wait but no link; neither does an operator
 			// on a server with no secret.
@@ -108,20 +95,20 @@ func TestTaskPageShowsCallbackLinksThatDecide(t *testing.T) {
 				h      http.Handler
 				header []string
 			}{"reader": {h, viewer}, "no secret": {noSecret, ops}} {
-				a = send(t, c.h, http.MethodGet, taskPage, nil, c.header...)
-				require.Equal(t, http.StatusOK, a.status, name)
-				require.Contains(t, string(a.body), "Waiting for signal", name)
-				require.NotContains(t, string(a.body), "task-callback", name)
-				require.NotContains(t, string(a.body), "/v1/callbacks/", name)
-				require.NotContains(t, string(a.body), path, name)
+				a = servertest.Send(t, c.h, http.MethodGet, taskPage, nil, c.header...)
+				require.Equal(t, http.StatusOK, a.Status, name)
+				require.Contains(t, string(a.Body), "Waiting for signal", name)
+				require.NotContains(t, string(a.Body), "task-callback", name)
+				require.NotContains(t, string(a.Body), "/v1/callbacks/", name)
+				require.NotContains(t, string(a.Body), path, name)
 			}
 
 			// The approve link, POSTed with no token and no body, decides.
-			before := eventCount(t, ns.store, id)
-			a = send(t, h, http.MethodPost, strings.TrimPrefix(approve, "http://localhost"), []byte{})
-			require.Equal(t, http.StatusAccepted, a.status, "%s", a.body)
+			before := servertest.EventCount(t, ns.Store, id)
+			a = servertest.Send(t, h, http.MethodPost, strings.TrimPrefix(approve, "http://localhost"), []byte{})
+			require.Equal(t, http.StatusAccepted, a.Status, "%s", a.Body)
 			require.Equal(t, workflow.Decision{Approved: true, By: "callback"}, decisionOf(t, b.client, id))
-			events, err := ns.store.EventListByTask(context.Background(), id)
+			events, err := ns.Store.EventListByTask(context.Background(), id)
 			require.NoError(t, err)
 			var sigs []history.SignalReceivedData
 			for _, e := range events[before:] {
@@ -133,13 +120,13 @@ func TestTaskPageShowsCallbackLinksThatDecide(t *testing.T) {
 			require.Equal(t, sdk.CallbackDedupID(path), sigs[0].DedupID)
 
 			// Its twin is spent with it.
-			after := eventCount(t, ns.store, id)
-			a = send(t, h, http.MethodPost, strings.TrimPrefix(reject, "http://localhost"), []byte{})
-			require.Equal(t, http.StatusGone, a.status, "%s", a.body)
-			require.Equal(t, web.CodeCallbackUsed, a.problem.Code)
-			require.Equal(t, after, eventCount(t, ns.store, id))
-			a = send(t, h, http.MethodGet, taskPage, nil, ops...)
-			require.NotContains(t, string(a.body), "task-callback", "a finished task waits for nothing")
+			after := servertest.EventCount(t, ns.Store, id)
+			a = servertest.Send(t, h, http.MethodPost, strings.TrimPrefix(reject, "http://localhost"), []byte{})
+			require.Equal(t, http.StatusGone, a.Status, "%s", a.Body)
+			require.Equal(t, web.CodeCallbackUsed, a.Problem.Code)
+			require.Equal(t, after, servertest.EventCount(t, ns.Store, id))
+			a = servertest.Send(t, h, http.MethodGet, taskPage, nil, ops...)
+			require.NotContains(t, string(a.Body), "task-callback", "a finished task waits for nothing")
 		})
 	}
 }
@@ -148,30 +135,30 @@ func TestTaskPageShowsCallbackLinksThatDecide(t *testing.T) {
 // signal's payload; the page's form and the link reach the same task.
 func TestTaskPageCallbackLinkOfASignal(t *testing.T) {
 	t.Parallel()
-	for _, ns := range bothStores(t) {
-		t.Run(ns.name, func(t *testing.T) {
+	for _, ns := range servertest.BothStores(t) {
+		t.Run(ns.Name, func(t *testing.T) {
 			t.Parallel()
-			registerDoc(t, ns.store, "default")
-			srv, err := New(Config{Store: ns.store, CallbackSecret: testCallbackSecret, SecureCookies: true})
+			servertest.RegisterDoc(t, ns.Store, "default")
+			srv, err := New(Config{Store: ns.Store, CallbackSecret: testCallbackSecret, SecureCookies: true})
 			require.NoError(t, err)
 			h := srv.Handler()
-			id := startWaiting(t, h, ns.store, "documents")
-			a := send(t, h, http.MethodGet, "/console/tasks/"+id.String(), nil)
-			require.Equal(t, http.StatusOK, a.status, "%s", a.body)
-			page := string(a.body)
+			id := startWaiting(t, h, ns.Store, "documents")
+			a := servertest.Send(t, h, http.MethodGet, "/console/tasks/"+id.String(), nil)
+			require.Equal(t, http.StatusOK, a.Status, "%s", a.Body)
+			page := string(a.Body)
 			require.NotContains(t, page, "callback-approve")
 			link := callbackInput(t, page, "callback-url")
 			path, ok := strings.CutPrefix(link, "https://localhost/v1/callbacks/")
 			require.True(t, ok, "https behind a TLS proxy (SecureCookies): %s", link)
-			a = send(t, h, http.MethodPost, "/v1/callbacks/"+path, []byte(`{"files":3}`))
-			require.Equal(t, http.StatusAccepted, a.status, "%s", a.body)
-			events, err := ns.store.EventListByTask(context.Background(), id)
+			a = servertest.Send(t, h, http.MethodPost, "/v1/callbacks/"+path, []byte(`{"files":3}`))
+			require.Equal(t, http.StatusAccepted, a.Status, "%s", a.Body)
+			events, err := ns.Store.EventListByTask(context.Background(), id)
 			require.NoError(t, err)
 			sig, ok := events[len(events)-1].Data.(history.SignalReceivedData)
 			require.True(t, ok, "%T", events[len(events)-1].Data)
 			require.JSONEq(t, `{"files":3}`, string(sig.Payload))
 			require.Equal(t, "callback", sig.Sender)
-			claimed := claimDoc(t, ns.store)
+			claimed := servertest.ClaimDoc(t, ns.Store)
 			require.Equal(t, id, claimed.Task.ID, "the signal woke the task")
 		})
 	}

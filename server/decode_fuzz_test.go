@@ -15,6 +15,7 @@ import (
 
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/internal/jsoncheck"
+	"github.com/cairnflow/cairn/server/internal/servertest"
 	"github.com/cairnflow/cairn/server/internal/web"
 	"github.com/stretchr/testify/require"
 )
@@ -89,10 +90,10 @@ func FuzzDecodeStartRequest(f *testing.F) {
 		f.Add([]byte(seed.body), seed.traceparent, uint16(len(seed.body)/2))
 	}
 
-	stores := bothStores(f)
+	stores := servertest.BothStores(f)
 	handlers := make([]http.Handler, len(stores))
 	for i, st := range stores {
-		handlers[i] = testServer(f, st.store)
+		handlers[i] = testServer(f, st.Store)
 	}
 	var namespaces atomic.Int64
 
@@ -165,17 +166,17 @@ func checkDecoding(t *testing.T, body []byte, traceparent string, limit uint16) 
 
 // sameOnBothStores is the second half of [FuzzDecodeStartRequest]: body
 // and a listing, sent to a handler over each store in namespace ns.
-func sameOnBothStores(t *testing.T, stores []namedStore, handlers []http.Handler, ns string, body []byte, traceparent string) {
-	answers := make([]answer, len(stores))
+func sameOnBothStores(t *testing.T, stores []servertest.NamedStore, handlers []http.Handler, ns string, body []byte, traceparent string) {
+	answers := make([]servertest.Answer, len(stores))
 	for i, st := range stores {
-		registerDoc(t, st.store, ns)
-		answers[i] = send(t, handlers[i], http.MethodPost, "/v1/tasks?namespace="+ns, body, "traceparent", traceparent)
-		require.Less(t, answers[i].status, 500, "%s answered %q with %s", st.name, body, answers[i].body)
+		servertest.RegisterDoc(t, st.Store, ns)
+		answers[i] = servertest.Send(t, handlers[i], http.MethodPost, "/v1/tasks?namespace="+ns, body, "traceparent", traceparent)
+		require.Less(t, answers[i].Status, 500, "%s answered %q with %s", st.Name, body, answers[i].Body)
 	}
 	pg, lite := answers[0], answers[1]
-	require.Equal(t, pg.status, lite.status, "%q: PostgreSQL %s, SQLite %s", body, pg.body, lite.body)
-	require.Equal(t, pg.problem.Code, lite.problem.Code, "%q: PostgreSQL %s, SQLite %s", body, pg.body, lite.body)
-	if pg.status == http.StatusAccepted {
+	require.Equal(t, pg.Status, lite.Status, "%q: PostgreSQL %s, SQLite %s", body, pg.Body, lite.Body)
+	require.Equal(t, pg.Problem.Code, lite.Problem.Code, "%q: PostgreSQL %s, SQLite %s", body, pg.Body, lite.Body)
+	if pg.Status == http.StatusAccepted {
 		var req startRequest
 		require.Nil(t, decodeJSON(body, &req), "the handler took %q", body)
 		sent, err := jsoncheck.Canonical(req.Input)
@@ -183,13 +184,13 @@ func sameOnBothStores(t *testing.T, stores []namedStore, handlers []http.Handler
 		var tasks []*store.Task
 		for i, st := range stores {
 			var res startResponse
-			require.NoError(t, json.Unmarshal(answers[i].body, &res))
-			task, err := st.store.TaskGetByID(t.Context(), ns, res.ID)
-			require.NoError(t, err, st.name)
+			require.NoError(t, json.Unmarshal(answers[i].Body, &res))
+			task, err := st.Store.TaskGetByID(t.Context(), ns, res.ID)
+			require.NoError(t, err, st.Name)
 			back, err := jsoncheck.Canonical(task.Input)
-			require.NoError(t, err, "%s gave back %q", st.name, task.Input)
-			require.Equal(t, string(sent), string(back), "%s: the input read back", st.name)
-			require.Equal(t, req.IdempotencyKey, task.IdempotencyKey, "%s: the key, byte for byte", st.name)
+			require.NoError(t, err, "%s gave back %q", st.Name, task.Input)
+			require.Equal(t, string(sent), string(back), "%s: the input read back", st.Name)
+			require.Equal(t, req.IdempotencyKey, task.IdempotencyKey, "%s: the key, byte for byte", st.Name)
 			tasks = append(tasks, task)
 		}
 		a, b := tasks[0], tasks[1]
@@ -200,14 +201,14 @@ func sameOnBothStores(t *testing.T, stores []namedStore, handlers []http.Handler
 	// A listing by type, the fuzzer's string as the parameter.
 	target := "/v1/tasks?" + url.Values{"namespace": {ns}, "type": {traceparent}}.Encode()
 	for i, st := range stores {
-		answers[i] = send(t, handlers[i], http.MethodGet, target, nil)
-		require.Less(t, answers[i].status, 500, "%s answered %s with %s", st.name, target, answers[i].body)
+		answers[i] = servertest.Send(t, handlers[i], http.MethodGet, target, nil)
+		require.Less(t, answers[i].Status, 500, "%s answered %s with %s", st.Name, target, answers[i].Body)
 	}
-	require.Equal(t, answers[0].status, answers[1].status, "%s: PostgreSQL %s, SQLite %s", target, answers[0].body, answers[1].body)
-	if answers[0].status == http.StatusOK {
+	require.Equal(t, answers[0].Status, answers[1].Status, "%s: PostgreSQL %s, SQLite %s", target, answers[0].Body, answers[1].Body)
+	if answers[0].Status == http.StatusOK {
 		var pgList, liteList listResponse
-		require.NoError(t, json.Unmarshal(answers[0].body, &pgList))
-		require.NoError(t, json.Unmarshal(answers[1].body, &liteList))
+		require.NoError(t, json.Unmarshal(answers[0].Body, &pgList))
+		require.NoError(t, json.Unmarshal(answers[1].Body, &liteList))
 		require.Len(t, liteList.Tasks, len(pgList.Tasks), target)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/payload/seal"
 	"github.com/cairnflow/cairn/sdk"
+	"github.com/cairnflow/cairn/server/internal/servertest"
 	"github.com/cairnflow/cairn/server/internal/web"
 )
 
@@ -32,45 +33,45 @@ func TestEraseOverHTTP(t *testing.T) {
 	key := base64.StdEncoding.EncodeToString([]byte(strings.Repeat("k", 32)))
 	codec, err := seal.ParseKeys([]byte(`{"namespaces":{"default":{"current":"k1","keys":[{"id":"k1","key":"` + key + `"}]}}}`))
 	require.NoError(t, err)
-	for _, st := range bothStores(t) {
-		t.Run(st.name, func(t *testing.T) {
+	for _, st := range servertest.BothStores(t) {
+		t.Run(st.Name, func(t *testing.T) {
 			t.Parallel()
-			registerDoc(t, st.store, "default")
-			h := testServerKeys(t, st.store, codec, tokens...)
+			servertest.RegisterDoc(t, st.Store, "default")
+			h := testServerKeys(t, st.Store, codec, tokens...)
 			as := func(token string) []string { return []string{"Authorization", "Bearer " + token} }
 
-			started := send(t, h, "POST", "/v1/tasks", []byte(`{"type":"doc","input":{"passport":"P-123-SECRET"}}`), as(operatorToken)...)
-			require.Equal(t, http.StatusAccepted, started.status, "%s", started.body)
+			started := servertest.Send(t, h, "POST", "/v1/tasks", []byte(`{"type":"doc","input":{"passport":"P-123-SECRET"}}`), as(operatorToken)...)
+			require.Equal(t, http.StatusAccepted, started.Status, "%s", started.Body)
 			var task struct {
 				ID    string          `json:"id"`
 				Input json.RawMessage `json:"input"`
 			}
-			require.NoError(t, json.Unmarshal(started.body, &task))
-			got := send(t, h, "GET", "/v1/tasks/"+task.ID, nil, as(operatorToken)...)
-			require.Contains(t, string(got.body), "P-123-SECRET", "the server opens the input")
-			raw, err := st.store.EventListByTask(t.Context(), uuid.MustParse(task.ID))
+			require.NoError(t, json.Unmarshal(started.Body, &task))
+			got := servertest.Send(t, h, "GET", "/v1/tasks/"+task.ID, nil, as(operatorToken)...)
+			require.Contains(t, string(got.Body), "P-123-SECRET", "the server opens the input")
+			raw, err := st.Store.EventListByTask(t.Context(), uuid.MustParse(task.ID))
 			require.NoError(t, err)
 			encoded, err := json.Marshal(raw[0].Data)
 			require.NoError(t, err)
 			require.NotContains(t, string(encoded), "P-123-SECRET", "the store holds it sealed")
 
-			pending := send(t, h, "POST", "/v1/tasks/"+task.ID+"/erase", []byte(`{"reason":"too early"}`), as(adminToken)...)
-			require.Equal(t, http.StatusConflict, pending.status, "%s", pending.body)
-			require.Contains(t, pending.problem.Detail, "only a finished task can be erased")
+			pending := servertest.Send(t, h, "POST", "/v1/tasks/"+task.ID+"/erase", []byte(`{"reason":"too early"}`), as(adminToken)...)
+			require.Equal(t, http.StatusConflict, pending.Status, "%s", pending.Body)
+			require.Contains(t, pending.Problem.Detail, "only a finished task can be erased")
 
-			cancelled := send(t, h, "POST", "/v1/tasks/"+task.ID+"/cancel", []byte(`{}`), as(operatorToken)...)
-			require.Equal(t, http.StatusAccepted, cancelled.status, "%s", cancelled.body)
-			forbidden := send(t, h, "POST", "/v1/tasks/"+task.ID+"/erase", []byte(`{}`), as(operatorToken)...)
-			require.Equal(t, http.StatusForbidden, forbidden.status)
+			cancelled := servertest.Send(t, h, "POST", "/v1/tasks/"+task.ID+"/cancel", []byte(`{}`), as(operatorToken)...)
+			require.Equal(t, http.StatusAccepted, cancelled.Status, "%s", cancelled.Body)
+			forbidden := servertest.Send(t, h, "POST", "/v1/tasks/"+task.ID+"/erase", []byte(`{}`), as(operatorToken)...)
+			require.Equal(t, http.StatusForbidden, forbidden.Status)
 
-			erased := send(t, h, "POST", "/v1/tasks/"+task.ID+"/erase", []byte(`{"reason":"GDPR request 7"}`), as(adminToken)...)
-			require.Equal(t, http.StatusAccepted, erased.status, "%s", erased.body)
-			hist := send(t, h, "GET", "/v1/tasks/"+task.ID+"/history", nil, as(operatorToken)...)
-			require.Equal(t, http.StatusOK, hist.status, "%s", hist.body)
-			require.NotContains(t, string(hist.body), "P-123-SECRET")
-			require.Contains(t, string(hist.body), `"cairn_sealed"`)
-			require.Contains(t, string(hist.body), `"task_erased"`)
-			require.Contains(t, string(hist.body), fmt.Sprintf(`"reason":%q`, "GDPR request 7"))
+			erased := servertest.Send(t, h, "POST", "/v1/tasks/"+task.ID+"/erase", []byte(`{"reason":"GDPR request 7"}`), as(adminToken)...)
+			require.Equal(t, http.StatusAccepted, erased.Status, "%s", erased.Body)
+			hist := servertest.Send(t, h, "GET", "/v1/tasks/"+task.ID+"/history", nil, as(operatorToken)...)
+			require.Equal(t, http.StatusOK, hist.Status, "%s", hist.Body)
+			require.NotContains(t, string(hist.Body), "P-123-SECRET")
+			require.Contains(t, string(hist.Body), `"cairn_sealed"`)
+			require.Contains(t, string(hist.Body), `"task_erased"`)
+			require.Contains(t, string(hist.Body), fmt.Sprintf(`"reason":%q`, "GDPR request 7"))
 		})
 	}
 }
@@ -83,34 +84,34 @@ func TestErasedTasksBlobIsGone(t *testing.T) {
 	key := base64.StdEncoding.EncodeToString([]byte(strings.Repeat("k", 32)))
 	codec, err := seal.ParseKeys([]byte(`{"namespaces":{"default":{"current":"k1","keys":[{"id":"k1","key":"` + key + `"}]}}}`))
 	require.NoError(t, err)
-	for _, st := range bothStores(t) {
-		t.Run(st.name, func(t *testing.T) {
+	for _, st := range servertest.BothStores(t) {
+		t.Run(st.Name, func(t *testing.T) {
 			t.Parallel()
-			registerDoc(t, st.store, "default")
-			h := testServerKeys(t, st.store, codec)
+			servertest.RegisterDoc(t, st.Store, "default")
+			h := testServerKeys(t, st.Store, codec)
 			big := `{"type":"doc","input":{"pages":"` + strings.Repeat("p", 100<<10) + `"}}`
-			started := send(t, h, "POST", "/v1/tasks", []byte(big))
-			require.Equal(t, http.StatusAccepted, started.status, "%s", started.body)
+			started := servertest.Send(t, h, "POST", "/v1/tasks", []byte(big))
+			require.Equal(t, http.StatusAccepted, started.Status, "%s", started.Body)
 			var task struct {
 				ID string `json:"id"`
 			}
-			require.NoError(t, json.Unmarshal(started.body, &task))
-			c, err := sdk.NewClient(sdk.ClientConfig{Store: st.store, Keys: codec})
+			require.NoError(t, json.Unmarshal(started.Body, &task))
+			c, err := sdk.NewClient(sdk.ClientConfig{Store: st.Store, Keys: codec})
 			require.NoError(t, err)
 			t.Cleanup(c.Close)
 			events, err := c.RawHistory(t.Context(), uuid.MustParse(task.ID))
 			require.NoError(t, err)
 			ref, ok := history.ParseBlobEnvelope(events[0].Data.(history.TaskScheduledData).Input)
 			require.True(t, ok, "the input is kept as a blob")
-			blob := send(t, h, "GET", "/v1/blobs/"+ref.Key, nil)
-			require.Equal(t, http.StatusOK, blob.status, "%s", blob.problem.Detail)
+			blob := servertest.Send(t, h, "GET", "/v1/blobs/"+ref.Key, nil)
+			require.Equal(t, http.StatusOK, blob.Status, "%s", blob.Problem.Detail)
 
-			require.Equal(t, http.StatusAccepted, send(t, h, "POST", "/v1/tasks/"+task.ID+"/cancel", []byte(`{}`)).status)
-			require.Equal(t, http.StatusAccepted, send(t, h, "POST", "/v1/tasks/"+task.ID+"/erase", []byte(`{}`)).status)
-			blob = send(t, h, "GET", "/v1/blobs/"+ref.Key, nil)
-			require.Equal(t, http.StatusGone, blob.status, "%s", blob.body)
-			require.Equal(t, web.CodeSealed, blob.problem.Code)
-			require.Contains(t, blob.problem.Detail, "erased")
+			require.Equal(t, http.StatusAccepted, servertest.Send(t, h, "POST", "/v1/tasks/"+task.ID+"/cancel", []byte(`{}`)).Status)
+			require.Equal(t, http.StatusAccepted, servertest.Send(t, h, "POST", "/v1/tasks/"+task.ID+"/erase", []byte(`{}`)).Status)
+			blob = servertest.Send(t, h, "GET", "/v1/blobs/"+ref.Key, nil)
+			require.Equal(t, http.StatusGone, blob.Status, "%s", blob.Body)
+			require.Equal(t, web.CodeSealed, blob.Problem.Code)
+			require.Contains(t, blob.Problem.Detail, "erased")
 		})
 	}
 }

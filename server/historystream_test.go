@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/server/internal/servertest"
 	"github.com/cairnflow/cairn/server/internal/web"
 )
 
@@ -37,21 +38,21 @@ func growTaskHistory(t *testing.T, s store.Store, id uuid.UUID, n, size int) {
 // as before, byte for byte: {"events":[…],"id":…} and a newline.
 func TestHistoryIsStreamedInPages(t *testing.T) {
 	t.Parallel()
-	for _, ns := range bothStores(t) {
-		t.Run(ns.name, func(t *testing.T) {
-			registerDoc(t, ns.store, "default")
-			h := testServer(t, ns.store)
+	for _, ns := range servertest.BothStores(t) {
+		t.Run(ns.Name, func(t *testing.T) {
+			servertest.RegisterDoc(t, ns.Store, "default")
+			h := testServer(t, ns.Store)
 			id := startDoc(t, h, "")
-			growTaskHistory(t, ns.store, id, 7, 400_000) // 2.8 MB: three pages of 1 MiB
-			events, err := ns.store.EventListByTask(context.Background(), id)
+			growTaskHistory(t, ns.Store, id, 7, 400_000) // 2.8 MB: three pages of 1 MiB
+			events, err := ns.Store.EventListByTask(context.Background(), id)
 			require.NoError(t, err)
 			require.Len(t, events, 8)
 			var want bytes.Buffer
 			require.NoError(t, json.NewEncoder(&want).Encode(map[string]any{"id": id, "events": events}))
 
-			a := send(t, h, "GET", "/v1/tasks/"+id.String()+"/history", nil)
-			require.Equal(t, http.StatusOK, a.status, "%.300s", a.body)
-			if got, want := string(a.body), want.String(); got != want {
+			a := servertest.Send(t, h, "GET", "/v1/tasks/"+id.String()+"/history", nil)
+			require.Equal(t, http.StatusOK, a.Status, "%.300s", a.Body)
+			if got, want := string(a.Body), want.String(); got != want {
 				i := 0
 				for i < len(got) && i < len(want) && got[i] == want[i] {
 					i++
@@ -60,9 +61,9 @@ func TestHistoryIsStreamedInPages(t *testing.T) {
 					i, len(got), len(want), got[max(0, i-100):], want[max(0, i-100):])
 			}
 
-			a = send(t, h, "GET", "/v1/tasks/"+uuid.NewString()+"/history", nil)
-			require.Equal(t, http.StatusNotFound, a.status)
-			require.Equal(t, web.CodeNotFound, a.problem.Code)
+			a = servertest.Send(t, h, "GET", "/v1/tasks/"+uuid.NewString()+"/history", nil)
+			require.Equal(t, http.StatusNotFound, a.Status)
+			require.Equal(t, web.CodeNotFound, a.Problem.Code)
 		})
 	}
 }
@@ -73,10 +74,10 @@ func TestHistoryIsStreamedInPages(t *testing.T) {
 // without one the handler would wait on the client for ever.
 func TestClientThatNeverReadsIsCutOff(t *testing.T) {
 	t.Parallel()
-	for _, ns := range bothStores(t) {
-		t.Run(ns.name, func(t *testing.T) {
-			registerDoc(t, ns.store, "default")
-			srv, err := New(Config{Store: ns.store, WriteTimeout: 200 * time.Millisecond})
+	for _, ns := range servertest.BothStores(t) {
+		t.Run(ns.Name, func(t *testing.T) {
+			servertest.RegisterDoc(t, ns.Store, "default")
+			srv, err := New(Config{Store: ns.Store, WriteTimeout: 200 * time.Millisecond})
 			require.NoError(t, err)
 			ended := make(chan struct{}, 1)
 			hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -90,7 +91,7 @@ func TestClientThatNeverReadsIsCutOff(t *testing.T) {
 			t.Cleanup(hs.Close)
 			id := startDoc(t, srv.Handler(), "")
 			// More than the loopback socket buffers hold (a few MB).
-			growTaskHistory(t, ns.store, id, 40, 800_000)
+			growTaskHistory(t, ns.Store, id, 40, 800_000)
 
 			conn, err := net.Dial("tcp", hs.Listener.Addr().String())
 			require.NoError(t, err)

@@ -10,6 +10,7 @@ import (
 	"github.com/cairnflow/cairn/engine/enginetest"
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/server/internal/servertest"
 	"github.com/cairnflow/cairn/server/internal/web"
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
@@ -22,11 +23,11 @@ import (
 // 400 naming the field, on both, and nothing is written.
 func TestStrictInputIsRefusedAlikeOnBothStores(t *testing.T) {
 	t.Parallel()
-	for _, st := range bothStores(t) {
-		t.Run(st.name, func(t *testing.T) {
+	for _, st := range servertest.BothStores(t) {
+		t.Run(st.Name, func(t *testing.T) {
 			t.Parallel()
-			registerDoc(t, st.store, "default")
-			h := testServer(t, st.store)
+			servertest.RegisterDoc(t, st.Store, "default")
+			h := testServer(t, st.Store)
 			for _, c := range []struct {
 				name, method, target, body string
 				code, names                string // the problem's code, and what its detail names
@@ -49,26 +50,26 @@ func TestStrictInputIsRefusedAlikeOnBothStores(t *testing.T) {
 				if c.body != "" {
 					body = []byte(c.body)
 				}
-				a := send(t, h, c.method, c.target, body)
-				require.Equal(t, http.StatusBadRequest, a.status, "%s: %s", c.name, a.body)
-				require.Equal(t, c.code, a.problem.Code, "%s: %s", c.name, a.body)
-				require.Contains(t, a.problem.Detail, c.names, c.name)
+				a := servertest.Send(t, h, c.method, c.target, body)
+				require.Equal(t, http.StatusBadRequest, a.Status, "%s: %s", c.name, a.Body)
+				require.Equal(t, c.code, a.Problem.Code, "%s: %s", c.name, a.Body)
+				require.Contains(t, a.Problem.Detail, c.names, c.name)
 			}
-			require.Zero(t, taskCount(t, st.store), "nothing was written")
+			require.Zero(t, taskCount(t, st.Store), "nothing was written")
 
 			// What is right is still taken: a real U+FFFD, a surrogate pair.
-			a := send(t, h, "POST", "/v1/tasks", []byte(`{"type":"doc","input":{"id":"\ufffd\ud83d\ude00"},"idempotency_key":"a\ufffdb"}`))
-			require.Equal(t, http.StatusAccepted, a.status, "%s", a.body)
+			a := servertest.Send(t, h, "POST", "/v1/tasks", []byte(`{"type":"doc","input":{"id":"\ufffd\ud83d\ude00"},"idempotency_key":"a\ufffdb"}`))
+			require.Equal(t, http.StatusAccepted, a.Status, "%s", a.Body)
 			var started startResponse
-			require.NoError(t, json.Unmarshal(a.body, &started))
-			task, err := st.store.TaskGetByID(t.Context(), "default", started.ID)
+			require.NoError(t, json.Unmarshal(a.Body, &started))
+			task, err := st.Store.TaskGetByID(t.Context(), "default", started.ID)
 			require.NoError(t, err)
 			require.Equal(t, "a\uFFFDb", task.IdempotencyKey)
 			var in struct{ ID string }
 			require.NoError(t, json.Unmarshal(task.Input, &in))
 			require.Equal(t, "\uFFFD\U0001F600", in.ID)
-			a = send(t, h, "GET", "/v1/tasks?type=doc&queue=default", nil)
-			require.Equal(t, http.StatusOK, a.status, "%s", a.body)
+			a = servertest.Send(t, h, "GET", "/v1/tasks?type=doc&queue=default", nil)
+			require.Equal(t, http.StatusOK, a.Status, "%s", a.Body)
 		})
 	}
 }
@@ -86,27 +87,27 @@ func TestIdempotencyKeyReuseIsAConflictOnBothStores(t *testing.T) {
 		{Name: "admin", SHA256: HashToken(adminToken), Namespaces: []string{AllNamespaces}, Roles: []Role{RoleAdmin}},
 		{Name: "submitter", SHA256: HashToken(submitToken), Namespaces: []string{"default"}, Roles: []Role{RoleSubmit}},
 	}
-	for _, st := range bothStores(t) {
-		t.Run(st.name, func(t *testing.T) {
+	for _, st := range servertest.BothStores(t) {
+		t.Run(st.Name, func(t *testing.T) {
 			t.Parallel()
-			registerDoc(t, st.store, "default")
-			h := testServer(t, st.store, tokens...)
-			post := func(token, body string) answer {
-				return send(t, h, "POST", "/v1/tasks", []byte(body), "Authorization", "Bearer "+token)
+			servertest.RegisterDoc(t, st.Store, "default")
+			h := testServer(t, st.Store, tokens...)
+			post := func(token, body string) servertest.Answer {
+				return servertest.Send(t, h, "POST", "/v1/tasks", []byte(body), "Authorization", "Bearer "+token)
 			}
 			first := post(submitToken, `{"type":"doc","input":{"invoice":42,"pages":[1,2]},"idempotency_key":"inv-42"}`)
-			require.Equal(t, http.StatusAccepted, first.status, "%s", first.body)
+			require.Equal(t, http.StatusAccepted, first.Status, "%s", first.Body)
 			var created startResponse
-			require.NoError(t, json.Unmarshal(first.body, &created))
+			require.NoError(t, json.Unmarshal(first.Body, &created))
 
 			// The same start, its input written otherwise.
 			same := `{"idempotency_key":"inv-42","input":{ "pages":[1.0, 2], "invoice":4.2e1 },"type":"doc"}`
 			again := post(adminToken, same)
-			require.Equal(t, http.StatusOK, again.status, "%s", again.body)
-			require.JSONEq(t, `{"id":"`+created.ID.String()+`","status":"pending","existing":true}`, string(again.body))
+			require.Equal(t, http.StatusOK, again.Status, "%s", again.Body)
+			require.JSONEq(t, `{"id":"`+created.ID.String()+`","status":"pending","existing":true}`, string(again.Body))
 			again = post(submitToken, same)
-			require.Equal(t, http.StatusOK, again.status, "%s", again.body)
-			require.JSONEq(t, `{"id":"`+created.ID.String()+`","existing":true}`, string(again.body), "a submit-only token learns no status")
+			require.Equal(t, http.StatusOK, again.Status, "%s", again.Body)
+			require.JSONEq(t, `{"id":"`+created.ID.String()+`","existing":true}`, string(again.Body), "a submit-only token learns no status")
 
 			for _, body := range []string{
 				`{"type":"doc","input":{"invoice":43,"pages":[1,2]},"idempotency_key":"inv-42"}`,
@@ -114,18 +115,18 @@ func TestIdempotencyKeyReuseIsAConflictOnBothStores(t *testing.T) {
 			} {
 				for _, token := range []string{submitToken, adminToken} {
 					a := post(token, body)
-					require.Equal(t, http.StatusConflict, a.status, "%s", a.body)
-					require.Equal(t, web.CodeKeyReused, a.problem.Code, "%s", a.body)
-					require.NotContains(t, string(a.body), created.ID.String())
-					require.NotContains(t, string(a.body), "pending")
+					require.Equal(t, http.StatusConflict, a.Status, "%s", a.Body)
+					require.Equal(t, web.CodeKeyReused, a.Problem.Code, "%s", a.Body)
+					require.NotContains(t, string(a.Body), created.ID.String())
+					require.NotContains(t, string(a.Body), "pending")
 				}
 			}
-			require.Equal(t, 1, taskCount(t, st.store), "the refused starts wrote nothing")
-			events, err := st.store.EventListByTask(t.Context(), created.ID)
+			require.Equal(t, 1, taskCount(t, st.Store), "the refused starts wrote nothing")
+			events, err := st.Store.EventListByTask(t.Context(), created.ID)
 			require.NoError(t, err)
 			require.Len(t, events, 1, "nothing appended to the existing task")
-			require.False(t, strings.Contains(string(again.body), "status"))
-			require.Equal(t, 1, enginetest.RequireProjectionsMatch(t, st.store))
+			require.False(t, strings.Contains(string(again.Body), "status"))
+			require.Equal(t, 1, enginetest.RequireProjectionsMatch(t, st.Store))
 		})
 	}
 }
@@ -138,34 +139,34 @@ func TestStartWithARetiredKeyAnswersTheRemovedTask(t *testing.T) {
 	t.Parallel()
 	const adminToken = "admin-secret"
 	admin := Token{Name: "admin", SHA256: HashToken(adminToken), Namespaces: []string{AllNamespaces}, Roles: []Role{RoleAdmin}}
-	for _, st := range bothStores(t) {
-		t.Run(st.name, func(t *testing.T) {
+	for _, st := range servertest.BothStores(t) {
+		t.Run(st.Name, func(t *testing.T) {
 			t.Parallel()
-			registerDoc(t, st.store, "default")
-			h := testServer(t, st.store, admin)
+			servertest.RegisterDoc(t, st.Store, "default")
+			h := testServer(t, st.Store, admin)
 			body := `{"type":"doc","input":{"invoice":7},"idempotency_key":"inv-7"}`
-			first := send(t, h, "POST", "/v1/tasks", []byte(body), "Authorization", "Bearer "+adminToken)
-			require.Equal(t, http.StatusAccepted, first.status, "%s", first.body)
+			first := servertest.Send(t, h, "POST", "/v1/tasks", []byte(body), "Authorization", "Bearer "+adminToken)
+			require.Equal(t, http.StatusAccepted, first.Status, "%s", first.Body)
 			var created startResponse
-			require.NoError(t, json.Unmarshal(first.body, &created))
-			claimed, err := st.store.TaskClaimMany(t.Context(), &store.TaskClaimManyParams{Namespace: "default", Queues: []string{"default"},
+			require.NoError(t, json.Unmarshal(first.Body, &created))
+			claimed, err := st.Store.TaskClaimMany(t.Context(), &store.TaskClaimManyParams{Namespace: "default", Queues: []string{"default"},
 				Types: []store.TypeKey{{Type: "doc", Version: 1}}, Owner: "w", Max: 1, LeaseTTL: time.Minute})
 			require.NoError(t, err)
 			require.Len(t, claimed, 1)
 			c := claimed[0]
-			_, err = st.store.EventAppend(t.Context(), &store.EventAppendParams{TaskID: c.Task.ID, State: c.State, Epoch: c.State.Lease.Epoch,
+			_, err = st.Store.EventAppend(t.Context(), &store.EventAppendParams{TaskID: c.Task.ID, State: c.State, Epoch: c.State.Lease.Epoch,
 				Attempt: c.State.Attempt, Payloads: []history.Payload{history.TaskCompletedData{Output: []byte(`1`)}}})
 			require.NoError(t, err)
-			removed, err := enginetest.RemoveFinished(t.Context(), st.store, &store.RemoveFinishedParams{Namespace: "default",
+			removed, err := enginetest.RemoveFinished(t.Context(), st.Store, &store.RemoveFinishedParams{Namespace: "default",
 				Before: time.Now().Add(time.Hour), Max: 10, KeysUntil: time.Now().Add(time.Hour)})
 			require.NoError(t, err)
 			require.Equal(t, 1, removed.Tasks)
 
-			again := send(t, h, "POST", "/v1/tasks", []byte(body), "Authorization", "Bearer "+adminToken)
-			require.Equal(t, http.StatusOK, again.status, "%s", again.body)
-			require.JSONEq(t, `{"id":"`+created.ID.String()+`","existing":true}`, string(again.body))
-			gone := send(t, h, "GET", "/v1/tasks/"+created.ID.String(), nil, "Authorization", "Bearer "+adminToken)
-			require.Equal(t, http.StatusNotFound, gone.status, "the task itself is gone")
+			again := servertest.Send(t, h, "POST", "/v1/tasks", []byte(body), "Authorization", "Bearer "+adminToken)
+			require.Equal(t, http.StatusOK, again.Status, "%s", again.Body)
+			require.JSONEq(t, `{"id":"`+created.ID.String()+`","existing":true}`, string(again.Body))
+			gone := servertest.Send(t, h, "GET", "/v1/tasks/"+created.ID.String(), nil, "Authorization", "Bearer "+adminToken)
+			require.Equal(t, http.StatusNotFound, gone.Status, "the task itself is gone")
 		})
 	}
 }

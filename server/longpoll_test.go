@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/server/internal/servertest"
 	"github.com/cairnflow/cairn/server/internal/web"
 )
 
@@ -47,16 +48,16 @@ func startedServer(t *testing.T, cfg Config) *Server {
 // times.)
 func TestLongPollReadsItsTaskOnlyWhenNotified(t *testing.T) {
 	t.Parallel()
-	for _, ns := range bothStores(t) {
-		t.Run(ns.name, func(t *testing.T) {
+	for _, ns := range servertest.BothStores(t) {
+		t.Run(ns.Name, func(t *testing.T) {
 			t.Parallel()
-			registerDoc(t, ns.store, "default")
-			id := startDoc(t, testServer(t, ns.store), "")
-			counting := &readCountingStore{Store: ns.store, id: id}
+			servertest.RegisterDoc(t, ns.Store, "default")
+			id := startDoc(t, testServer(t, ns.Store), "")
+			counting := &readCountingStore{Store: ns.Store, id: id}
 			srv := startedServer(t, Config{Store: counting})
-			a := send(t, srv.Handler(), "GET", "/v1/tasks/"+id.String()+"/wait?timeout=3s", nil)
-			require.Equal(t, http.StatusOK, a.status, "%s", a.body)
-			require.Contains(t, string(a.body), `"status":"pending"`)
+			a := servertest.Send(t, srv.Handler(), "GET", "/v1/tasks/"+id.String()+"/wait?timeout=3s", nil)
+			require.Equal(t, http.StatusOK, a.Status, "%s", a.Body)
+			require.Contains(t, string(a.Body), `"status":"pending"`)
 			require.LessOrEqual(t, counting.reads.Load(), int64(2), "one read to start, one when the timeout passed")
 		})
 	}
@@ -67,22 +68,22 @@ func TestLongPollReadsItsTaskOnlyWhenNotified(t *testing.T) {
 // poll that ended makes room.
 func TestLongPollsAreCapped(t *testing.T) {
 	t.Parallel()
-	st := bothStores(t)[1].store
-	registerDoc(t, st, "default")
+	st := servertest.BothStores(t)[1].Store
+	servertest.RegisterDoc(t, st, "default")
 	id := startDoc(t, testServer(t, st), "")
 	srv := startedServer(t, Config{Store: st, MaxLongPolls: 1})
 	h := srv.Handler()
-	done := make(chan answer, 1)
-	go func() { done <- send(t, h, "GET", "/v1/tasks/"+id.String()+"/wait?timeout=1m", nil) }()
+	done := make(chan servertest.Answer, 1)
+	go func() { done <- servertest.Send(t, h, "GET", "/v1/tasks/"+id.String()+"/wait?timeout=1m", nil) }()
 	require.Eventually(t, func() bool { return srv.longPolls.Load() == 1 }, 30*time.Second, time.Millisecond)
 
-	a := send(t, h, "GET", "/v1/tasks/"+id.String()+"/wait?timeout=1m", nil)
-	require.Equal(t, http.StatusTooManyRequests, a.status, "%s", a.body)
-	require.Equal(t, web.CodeTooManyWaits, a.problem.Code)
-	require.Equal(t, 1, a.problem.RetryAfterSeconds)
+	a := servertest.Send(t, h, "GET", "/v1/tasks/"+id.String()+"/wait?timeout=1m", nil)
+	require.Equal(t, http.StatusTooManyRequests, a.Status, "%s", a.Body)
+	require.Equal(t, web.CodeTooManyWaits, a.Problem.Code)
+	require.Equal(t, 1, a.Problem.RetryAfterSeconds)
 
 	srv.Drain() // answers the open poll at once
 	first := <-done
-	require.Equal(t, http.StatusOK, first.status, "%s", first.body)
+	require.Equal(t, http.StatusOK, first.Status, "%s", first.Body)
 	require.Zero(t, srv.longPolls.Load())
 }

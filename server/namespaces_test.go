@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/server/internal/servertest"
 )
 
 // GET and PUT /v1/namespace read and replace the request's namespace's
@@ -20,25 +21,25 @@ func TestNamespaceSettingsOverHTTP(t *testing.T) {
 		{Name: "admin", SHA256: HashToken(adminToken), Namespaces: []string{AllNamespaces}, Roles: []Role{RoleAdmin}},
 		{Name: "reader", SHA256: HashToken(readerToken), Namespaces: []string{"tenant-b"}, Roles: []Role{RoleRead}},
 	}
-	for _, st := range bothStores(t) {
-		t.Run(st.name, func(t *testing.T) {
+	for _, st := range servertest.BothStores(t) {
+		t.Run(st.Name, func(t *testing.T) {
 			t.Parallel()
-			h := testServer(t, st.store, tokens...)
+			h := testServer(t, st.Store, tokens...)
 			as := func(token string) []string { return []string{"Authorization", "Bearer " + token} }
 
 			// The archive is set by whoever runs the server; PUT keeps it.
-			require.NoError(t, st.store.NamespaceSet(t.Context(), &store.NamespaceSetParams{Namespace: "tenant-b", Archive: "s3://bucket/cairn?endpoint=127.0.0.1:9000"}))
-			got := send(t, h, "GET", "/v1/namespace?namespace=tenant-b", nil, as(adminToken)...)
-			require.Equal(t, http.StatusOK, got.status, "%s", got.body)
-			require.JSONEq(t, `{"namespace":"tenant-b","retention_seconds":null,"key_retention_seconds":null,"archive":"s3://bucket/cairn?endpoint=127.0.0.1:9000"}`, string(got.body))
+			require.NoError(t, st.Store.NamespaceSet(t.Context(), &store.NamespaceSetParams{Namespace: "tenant-b", Archive: "s3://bucket/cairn?endpoint=127.0.0.1:9000"}))
+			got := servertest.Send(t, h, "GET", "/v1/namespace?namespace=tenant-b", nil, as(adminToken)...)
+			require.Equal(t, http.StatusOK, got.Status, "%s", got.Body)
+			require.JSONEq(t, `{"namespace":"tenant-b","retention_seconds":null,"key_retention_seconds":null,"archive":"s3://bucket/cairn?endpoint=127.0.0.1:9000"}`, string(got.Body))
 
-			put := send(t, h, "PUT", "/v1/namespace?namespace=tenant-b",
+			put := servertest.Send(t, h, "PUT", "/v1/namespace?namespace=tenant-b",
 				[]byte(`{"retention_seconds":2592000,"key_retention_seconds":0.5}`), as(adminToken)...)
-			require.Equal(t, http.StatusOK, put.status, "%s", put.body)
+			require.Equal(t, http.StatusOK, put.Status, "%s", put.Body)
 			want := `{"namespace":"tenant-b","retention_seconds":2592000,"key_retention_seconds":0.5,"archive":"s3://bucket/cairn?endpoint=127.0.0.1:9000"}`
-			require.JSONEq(t, want, string(put.body))
-			got = send(t, h, "GET", "/v1/namespace", nil, append(as(readerToken), "Cairn-Namespace", "tenant-b")...)
-			require.JSONEq(t, want, string(got.body))
+			require.JSONEq(t, want, string(put.Body))
+			got = servertest.Send(t, h, "GET", "/v1/namespace", nil, append(as(readerToken), "Cairn-Namespace", "tenant-b")...)
+			require.JSONEq(t, want, string(got.Body))
 
 			for body, says := range map[string]string{
 				`{"retention_seconds":-1}`:         "retention_seconds -1 is not a number of seconds between 0.001 and",
@@ -48,35 +49,35 @@ func TestNamespaceSettingsOverHTTP(t *testing.T) {
 				`{"retention_seconds":"2592000"}`:  "retention_seconds",
 				``:                                 "",
 			} {
-				bad := send(t, h, "PUT", "/v1/namespace?namespace=tenant-b", []byte(body), as(adminToken)...)
-				require.Equal(t, http.StatusBadRequest, bad.status, "%s: %s", body, bad.body)
-				require.Contains(t, bad.problem.Detail, says, body)
+				bad := servertest.Send(t, h, "PUT", "/v1/namespace?namespace=tenant-b", []byte(body), as(adminToken)...)
+				require.Equal(t, http.StatusBadRequest, bad.Status, "%s: %s", body, bad.Body)
+				require.Contains(t, bad.Problem.Detail, says, body)
 			}
-			refused := send(t, h, "PUT", "/v1/namespace?namespace=tenant-b", []byte(`{}`), as(readerToken)...)
-			require.Equal(t, http.StatusForbidden, refused.status)
-			got = send(t, h, "GET", "/v1/namespace?namespace=tenant-b", nil, as(adminToken)...)
-			require.JSONEq(t, want, string(got.body), "refused settings wrote nothing")
+			refused := servertest.Send(t, h, "PUT", "/v1/namespace?namespace=tenant-b", []byte(`{}`), as(readerToken)...)
+			require.Equal(t, http.StatusForbidden, refused.Status)
+			got = servertest.Send(t, h, "GET", "/v1/namespace?namespace=tenant-b", nil, as(adminToken)...)
+			require.JSONEq(t, want, string(got.Body), "refused settings wrote nothing")
 
-			typed := send(t, h, "PUT", "/v1/namespace?namespace=tenant-b",
+			typed := servertest.Send(t, h, "PUT", "/v1/namespace?namespace=tenant-b",
 				[]byte(`{"retention_seconds":2592000,"type_retention_seconds":{"report.render":3600,"ocr.page":0.5}}`), as(adminToken)...)
-			require.Equal(t, http.StatusOK, typed.status, "%s", typed.body)
+			require.Equal(t, http.StatusOK, typed.Status, "%s", typed.Body)
 			require.JSONEq(t, `{"namespace":"tenant-b","retention_seconds":2592000,"key_retention_seconds":null,"archive":"s3://bucket/cairn?endpoint=127.0.0.1:9000",`+
-				`"type_retention_seconds":{"report.render":3600,"ocr.page":0.5}}`, string(typed.body))
-			kept := send(t, h, "PUT", "/v1/namespace?namespace=tenant-b", []byte(`{"retention_seconds":60}`), as(adminToken)...)
-			require.Equal(t, http.StatusOK, kept.status, "%s", kept.body)
-			require.Contains(t, string(kept.body), `"type_retention_seconds":{`, "left out, the types keep theirs")
+				`"type_retention_seconds":{"report.render":3600,"ocr.page":0.5}}`, string(typed.Body))
+			kept := servertest.Send(t, h, "PUT", "/v1/namespace?namespace=tenant-b", []byte(`{"retention_seconds":60}`), as(adminToken)...)
+			require.Equal(t, http.StatusOK, kept.Status, "%s", kept.Body)
+			require.Contains(t, string(kept.Body), `"type_retention_seconds":{`, "left out, the types keep theirs")
 			for body, says := range map[string]string{
 				`{"type_retention_seconds":{"report":null}}`: `type_retention_seconds of "report" is null`,
 				`{"type_retention_seconds":{"report":-1}}`:   `type_retention_seconds of "report" -1 is not a number of seconds`,
 				`{"type_retention_seconds":{"":60}}`:         "type",
 			} {
-				bad := send(t, h, "PUT", "/v1/namespace?namespace=tenant-b", []byte(body), as(adminToken)...)
-				require.Equal(t, http.StatusBadRequest, bad.status, "%s: %s", body, bad.body)
-				require.Contains(t, bad.problem.Detail, says, body)
+				bad := servertest.Send(t, h, "PUT", "/v1/namespace?namespace=tenant-b", []byte(body), as(adminToken)...)
+				require.Equal(t, http.StatusBadRequest, bad.Status, "%s: %s", body, bad.Body)
+				require.Contains(t, bad.Problem.Detail, says, body)
 			}
-			reset := send(t, h, "PUT", "/v1/namespace?namespace=tenant-b", []byte(`{"retention_seconds":null,"type_retention_seconds":{}}`), as(adminToken)...)
-			require.Equal(t, http.StatusOK, reset.status, "%s", reset.body)
-			require.JSONEq(t, `{"namespace":"tenant-b","retention_seconds":null,"key_retention_seconds":null,"archive":"s3://bucket/cairn?endpoint=127.0.0.1:9000"}`, string(reset.body),
+			reset := servertest.Send(t, h, "PUT", "/v1/namespace?namespace=tenant-b", []byte(`{"retention_seconds":null,"type_retention_seconds":{}}`), as(adminToken)...)
+			require.Equal(t, http.StatusOK, reset.Status, "%s", reset.Body)
+			require.JSONEq(t, `{"namespace":"tenant-b","retention_seconds":null,"key_retention_seconds":null,"archive":"s3://bucket/cairn?endpoint=127.0.0.1:9000"}`, string(reset.Body),
 				"a setting left out or null takes the default")
 		})
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/server/internal/servertest"
 	"github.com/cairnflow/cairn/server/internal/web"
 )
 
@@ -49,39 +50,39 @@ func TestForgedReferencesAreRefusedAlikeOnBothStores(t *testing.T) {
 		{Name: "submitter", SHA256: HashToken(submitToken), Namespaces: []string{"default"}, Roles: []Role{RoleSubmit}},
 		{Name: "operator", SHA256: HashToken(operateToken), Namespaces: []string{"default"}, Roles: []Role{RoleOperate}},
 	}
-	for _, st := range bothStores(t) {
-		t.Run(st.name, func(t *testing.T) {
+	for _, st := range servertest.BothStores(t) {
+		t.Run(st.Name, func(t *testing.T) {
 			t.Parallel()
-			registerDoc(t, st.store, "default")
-			h := testServer(t, st.store, tokens...)
-			a := send(t, h, "POST", "/v1/tasks", []byte(`{"type":"doc","input":1,"idempotency_key":"victim"}`), "Authorization", "Bearer "+adminToken)
-			require.Equal(t, http.StatusAccepted, a.status, "%s", a.body)
+			servertest.RegisterDoc(t, st.Store, "default")
+			h := testServer(t, st.Store, tokens...)
+			a := servertest.Send(t, h, "POST", "/v1/tasks", []byte(`{"type":"doc","input":1,"idempotency_key":"victim"}`), "Authorization", "Bearer "+adminToken)
+			require.Equal(t, http.StatusAccepted, a.Status, "%s", a.Body)
 			var victim startResponse
-			require.NoError(t, json.Unmarshal(a.body, &victim))
+			require.NoError(t, json.Unmarshal(a.Body, &victim))
 			// The blob a forged reference would have a worker read.
-			ref := putBlob(t, st.store, "default", victim.ID, "application/json", []byte(`"the victim's document"`))
+			ref := putBlob(t, st.Store, "default", victim.ID, "application/json", []byte(`"the victim's document"`))
 
 			for name, payload := range forgedPayloads(ref, victim.ID) {
-				a := send(t, h, "POST", "/v1/tasks", []byte(`{"type":"doc","input":`+payload+`}`), "Authorization", "Bearer "+submitToken)
-				require.Equal(t, http.StatusBadRequest, a.status, "%s: input: %s", name, a.body)
-				require.Equal(t, web.CodeInvalidRequest, a.problem.Code, "%s: %s", name, a.body)
-				require.Contains(t, a.problem.Detail, "reserves", name)
+				a := servertest.Send(t, h, "POST", "/v1/tasks", []byte(`{"type":"doc","input":`+payload+`}`), "Authorization", "Bearer "+submitToken)
+				require.Equal(t, http.StatusBadRequest, a.Status, "%s: input: %s", name, a.Body)
+				require.Equal(t, web.CodeInvalidRequest, a.Problem.Code, "%s: %s", name, a.Body)
+				require.Contains(t, a.Problem.Detail, "reserves", name)
 				for _, target := range []string{"/v1/tasks/" + victim.ID.String() + "/signals/doc", "/v1/tasks/by-key/victim/signals/doc"} {
-					a = send(t, h, "POST", target, []byte(`{"payload":`+payload+`}`), "Authorization", "Bearer "+operateToken)
-					require.Equal(t, http.StatusBadRequest, a.status, "%s: signal: %s", name, a.body)
-					require.Equal(t, web.CodeInvalidRequest, a.problem.Code, "%s: %s", name, a.body)
+					a = servertest.Send(t, h, "POST", target, []byte(`{"payload":`+payload+`}`), "Authorization", "Bearer "+operateToken)
+					require.Equal(t, http.StatusBadRequest, a.Status, "%s: signal: %s", name, a.Body)
+					require.Equal(t, web.CodeInvalidRequest, a.Problem.Code, "%s: %s", name, a.Body)
 				}
 			}
-			require.Equal(t, 1, taskCount(t, st.store), "no task was started")
-			events, err := st.store.EventListByTask(t.Context(), victim.ID)
+			require.Equal(t, 1, taskCount(t, st.Store), "no task was started")
+			events, err := st.Store.EventListByTask(t.Context(), victim.ID)
 			require.NoError(t, err)
 			require.Len(t, events, 1, "no signal was written")
 
 			// A reserved name deeper down is the user's own data, as is a
 			// member that only resembles one.
 			for _, input := range []string{`{"doc":{"cairn_blob":1}}`, `[{"cairn_blob":1}]`, `{"cairn_blobs":1,"Cairn_blob":2}`} {
-				a := send(t, h, "POST", "/v1/tasks", []byte(`{"type":"doc","input":`+input+`}`), "Authorization", "Bearer "+submitToken)
-				require.Equal(t, http.StatusAccepted, a.status, "%s: %s", input, a.body)
+				a := servertest.Send(t, h, "POST", "/v1/tasks", []byte(`{"type":"doc","input":`+input+`}`), "Authorization", "Bearer "+submitToken)
+				require.Equal(t, http.StatusAccepted, a.Status, "%s: %s", input, a.Body)
 			}
 		})
 	}
@@ -95,20 +96,20 @@ func TestReservedKeyPrefixIsRefused(t *testing.T) {
 	t.Parallel()
 	const submitToken = "submit-secret"
 	submitter := Token{Name: "submitter", SHA256: HashToken(submitToken), Namespaces: []string{"default"}, Roles: []Role{RoleSubmit}}
-	for _, st := range bothStores(t) {
-		t.Run(st.name, func(t *testing.T) {
+	for _, st := range servertest.BothStores(t) {
+		t.Run(st.Name, func(t *testing.T) {
 			t.Parallel()
-			registerDoc(t, st.store, "default")
-			h := testServer(t, st.store, submitter)
+			servertest.RegisterDoc(t, st.Store, "default")
+			h := testServer(t, st.Store, submitter)
 			for _, key := range []string{"cairn:child:" + uuid.NewString() + ":0", "cairn:"} {
-				a := send(t, h, "POST", "/v1/tasks", []byte(`{"type":"doc","input":1,"idempotency_key":"`+key+`"}`), "Authorization", "Bearer "+submitToken)
-				require.Equal(t, http.StatusBadRequest, a.status, "%s: %s", key, a.body)
-				require.Equal(t, web.CodeInvalidRequest, a.problem.Code, "%s", a.body)
-				require.Contains(t, a.problem.Detail, `the prefix "cairn:" is cairn's own`)
+				a := servertest.Send(t, h, "POST", "/v1/tasks", []byte(`{"type":"doc","input":1,"idempotency_key":"`+key+`"}`), "Authorization", "Bearer "+submitToken)
+				require.Equal(t, http.StatusBadRequest, a.Status, "%s: %s", key, a.Body)
+				require.Equal(t, web.CodeInvalidRequest, a.Problem.Code, "%s", a.Body)
+				require.Contains(t, a.Problem.Detail, `the prefix "cairn:" is cairn's own`)
 			}
-			require.Zero(t, taskCount(t, st.store), "nothing was written")
-			a := send(t, h, "POST", "/v1/tasks", []byte(`{"type":"doc","input":1,"idempotency_key":"Cairn:mine"}`), "Authorization", "Bearer "+submitToken)
-			require.Equal(t, http.StatusAccepted, a.status, "another key is the user's: %s", a.body)
+			require.Zero(t, taskCount(t, st.Store), "nothing was written")
+			a := servertest.Send(t, h, "POST", "/v1/tasks", []byte(`{"type":"doc","input":1,"idempotency_key":"Cairn:mine"}`), "Authorization", "Bearer "+submitToken)
+			require.Equal(t, http.StatusAccepted, a.Status, "another key is the user's: %s", a.Body)
 		})
 	}
 }

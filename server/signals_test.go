@@ -12,6 +12,7 @@ import (
 
 	"github.com/cairnflow/cairn/engine/enginetest"
 	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/server/internal/servertest"
 	"github.com/cairnflow/cairn/server/internal/web"
 )
 
@@ -22,39 +23,39 @@ func startDoc(t *testing.T, h http.Handler, key string) uuid.UUID {
 	if key != "" {
 		body = `{"type":"doc","input":{},"idempotency_key":"` + key + `"}`
 	}
-	a := send(t, h, "POST", "/v1/tasks", []byte(body))
-	require.Equal(t, http.StatusAccepted, a.status, "%s", a.body)
+	a := servertest.Send(t, h, "POST", "/v1/tasks", []byte(body))
+	require.Equal(t, http.StatusAccepted, a.Status, "%s", a.Body)
 	var res startResponse
-	require.NoError(t, json.Unmarshal(a.body, &res))
+	require.NoError(t, json.Unmarshal(a.Body, &res))
 	return res.ID
 }
 
 func TestSignalEndpoints(t *testing.T) {
 	t.Parallel()
-	for _, ns := range bothStores(t) {
-		t.Run(ns.name, func(t *testing.T) {
-			registerDoc(t, ns.store, "default")
-			h := testServer(t, ns.store)
+	for _, ns := range servertest.BothStores(t) {
+		t.Run(ns.Name, func(t *testing.T) {
+			servertest.RegisterDoc(t, ns.Store, "default")
+			h := testServer(t, ns.Store)
 			id := startDoc(t, h, "order-1")
 			target := "/v1/tasks/" + id.String() + "/signals/approval"
 
-			a := send(t, h, "POST", target, []byte(`{"payload":{"ok":true},"dedup_id":"click-1"}`))
-			require.Equal(t, http.StatusAccepted, a.status, "%s", a.body)
+			a := servertest.Send(t, h, "POST", target, []byte(`{"payload":{"ok":true},"dedup_id":"click-1"}`))
+			require.Equal(t, http.StatusAccepted, a.Status, "%s", a.Body)
 			var res signalResponse
-			require.NoError(t, json.Unmarshal(a.body, &res))
+			require.NoError(t, json.Unmarshal(a.Body, &res))
 			require.Equal(t, signalResponse{TaskID: id}, res)
 
-			a = send(t, h, "POST", target, []byte(`{"payload":{"ok":true},"dedup_id":"click-1"}`))
-			require.Equal(t, http.StatusOK, a.status, "a duplicate writes nothing: %s", a.body)
-			require.NoError(t, json.Unmarshal(a.body, &res))
+			a = servertest.Send(t, h, "POST", target, []byte(`{"payload":{"ok":true},"dedup_id":"click-1"}`))
+			require.Equal(t, http.StatusOK, a.Status, "a duplicate writes nothing: %s", a.Body)
+			require.NoError(t, json.Unmarshal(a.Body, &res))
 			require.True(t, res.Duplicate)
 
-			a = send(t, h, "POST", "/v1/tasks/by-key/order-1/signals/approval", []byte(`{}`))
-			require.Equal(t, http.StatusAccepted, a.status, "a signal without payload: %s", a.body)
-			require.NoError(t, json.Unmarshal(a.body, &res))
+			a = servertest.Send(t, h, "POST", "/v1/tasks/by-key/order-1/signals/approval", []byte(`{}`))
+			require.Equal(t, http.StatusAccepted, a.Status, "a signal without payload: %s", a.Body)
+			require.NoError(t, json.Unmarshal(a.Body, &res))
 			require.Equal(t, id, res.TaskID)
 
-			events, err := ns.store.EventListByTask(context.Background(), id)
+			events, err := ns.Store.EventListByTask(context.Background(), id)
 			require.NoError(t, err)
 			var sigs []history.SignalReceivedData
 			for _, e := range events {
@@ -84,21 +85,21 @@ func TestSignalEndpoints(t *testing.T) {
 				if body == "" {
 					body = "{}"
 				}
-				a := send(t, h, "POST", c.target, []byte(body))
-				require.Equal(t, c.status, a.status, "%s %s: %s", c.target, c.body, a.body)
-				require.Equal(t, c.code, a.problem.Code, "%s %s: %s", c.target, c.body, a.body)
+				a := servertest.Send(t, h, "POST", c.target, []byte(body))
+				require.Equal(t, c.status, a.Status, "%s %s: %s", c.target, c.body, a.Body)
+				require.Equal(t, c.code, a.Problem.Code, "%s %s: %s", c.target, c.body, a.Body)
 			}
 
 			// A finished task: 409, nothing written.
 			done := startDoc(t, h, "")
-			a = send(t, h, "POST", "/v1/tasks/"+done.String()+"/cancel", []byte(`{}`))
-			require.Equal(t, http.StatusAccepted, a.status, "%s", a.body)
-			before := eventCount(t, ns.store, done)
-			a = send(t, h, "POST", "/v1/tasks/"+done.String()+"/signals/approval", []byte(`{}`))
-			require.Equal(t, http.StatusConflict, a.status, "%s", a.body)
-			require.Equal(t, web.CodeTaskState, a.problem.Code)
-			require.Equal(t, before, eventCount(t, ns.store, done), "a refused signal writes nothing")
-			enginetest.RequireProjectionsMatch(t, ns.store)
+			a = servertest.Send(t, h, "POST", "/v1/tasks/"+done.String()+"/cancel", []byte(`{}`))
+			require.Equal(t, http.StatusAccepted, a.Status, "%s", a.Body)
+			before := servertest.EventCount(t, ns.Store, done)
+			a = servertest.Send(t, h, "POST", "/v1/tasks/"+done.String()+"/signals/approval", []byte(`{}`))
+			require.Equal(t, http.StatusConflict, a.Status, "%s", a.Body)
+			require.Equal(t, web.CodeTaskState, a.Problem.Code)
+			require.Equal(t, before, servertest.EventCount(t, ns.Store, done), "a refused signal writes nothing")
+			enginetest.RequireProjectionsMatch(t, ns.Store)
 		})
 	}
 }
@@ -106,21 +107,21 @@ func TestSignalEndpoints(t *testing.T) {
 func TestSignalNeedsTheOperateRole(t *testing.T) {
 	t.Parallel()
 	s := enginetest.Store(t)
-	registerDoc(t, s, "default")
+	servertest.RegisterDoc(t, s, "default")
 	tokens := []Token{
 		{Name: "submitter", SHA256: HashToken("submit"), Namespaces: []string{"default"}, Roles: []Role{RoleSubmit}},
 		{Name: "operator", SHA256: HashToken("operate"), Namespaces: []string{"default"}, Roles: []Role{RoleOperate}},
 	}
 	h := testServer(t, s, tokens...)
-	a := send(t, h, "POST", "/v1/tasks", []byte(`{"type":"doc","input":{}}`), "Authorization", "Bearer submit")
-	require.Equal(t, http.StatusAccepted, a.status, "%s", a.body)
+	a := servertest.Send(t, h, "POST", "/v1/tasks", []byte(`{"type":"doc","input":{}}`), "Authorization", "Bearer submit")
+	require.Equal(t, http.StatusAccepted, a.Status, "%s", a.Body)
 	var started startResponse
-	require.NoError(t, json.Unmarshal(a.body, &started))
+	require.NoError(t, json.Unmarshal(a.Body, &started))
 	target := "/v1/tasks/" + started.ID.String() + "/signals/approval"
-	a = send(t, h, "POST", target, []byte(`{}`), "Authorization", "Bearer submit")
-	require.Equal(t, http.StatusForbidden, a.status, "%s", a.body)
-	a = send(t, h, "POST", target, []byte(`{}`), "Authorization", "Bearer operate")
-	require.Equal(t, http.StatusAccepted, a.status, "%s", a.body)
+	a = servertest.Send(t, h, "POST", target, []byte(`{}`), "Authorization", "Bearer submit")
+	require.Equal(t, http.StatusForbidden, a.Status, "%s", a.Body)
+	a = servertest.Send(t, h, "POST", target, []byte(`{}`), "Authorization", "Bearer operate")
+	require.Equal(t, http.StatusAccepted, a.Status, "%s", a.Body)
 	events, err := s.EventListByTask(context.Background(), started.ID)
 	require.NoError(t, err)
 	require.Contains(t, events[len(events)-1].Data.(history.SignalReceivedData).Sender, "operator", "the token is recorded as the sender")
@@ -133,13 +134,13 @@ func TestSignalNeedsTheOperateRole(t *testing.T) {
 // nothing written, on both stores.
 func TestSignalNamesAndDedupIDsAreBounded(t *testing.T) {
 	t.Parallel()
-	for _, ns := range bothStores(t) {
-		t.Run(ns.name, func(t *testing.T) {
+	for _, ns := range servertest.BothStores(t) {
+		t.Run(ns.Name, func(t *testing.T) {
 			t.Parallel()
-			registerDoc(t, ns.store, "default")
-			h := testServer(t, ns.store)
+			servertest.RegisterDoc(t, ns.Store, "default")
+			h := testServer(t, ns.Store)
 			id := startDoc(t, h, "order-9")
-			before := eventCount(t, ns.store, id)
+			before := servertest.EventCount(t, ns.Store, id)
 			long := strings.Repeat("n", 8000)
 			for what, c := range map[string]struct{ path, body string }{
 				"8,000-character name":     {"/v1/tasks/" + id.String() + "/signals/" + long, `{}`},
@@ -148,14 +149,14 @@ func TestSignalNamesAndDedupIDsAreBounded(t *testing.T) {
 				"control character":        {"/v1/tasks/" + id.String() + "/signals/a%0Ab", `{}`},
 				"8,000-character dedup id": {"/v1/tasks/" + id.String() + "/signals/approval", `{"dedup_id":"` + long + `"}`},
 			} {
-				a := send(t, h, "POST", c.path, []byte(c.body))
-				require.Equal(t, http.StatusBadRequest, a.status, "%s: %s", what, a.body)
-				require.Equal(t, web.CodeInvalidRequest, a.problem.Code, what)
+				a := servertest.Send(t, h, "POST", c.path, []byte(c.body))
+				require.Equal(t, http.StatusBadRequest, a.Status, "%s: %s", what, a.Body)
+				require.Equal(t, web.CodeInvalidRequest, a.Problem.Code, what)
 			}
-			require.Equal(t, before, eventCount(t, ns.store, id), "nothing written")
-			a := send(t, h, "POST", "/v1/tasks/"+id.String()+"/signals/"+strings.Repeat("n", 200),
+			require.Equal(t, before, servertest.EventCount(t, ns.Store, id), "nothing written")
+			a := servertest.Send(t, h, "POST", "/v1/tasks/"+id.String()+"/signals/"+strings.Repeat("n", 200),
 				[]byte(`{"dedup_id":"`+strings.Repeat("d", 200)+`"}`))
-			require.Equal(t, http.StatusAccepted, a.status, "at the bounds: %s", a.body)
+			require.Equal(t, http.StatusAccepted, a.Status, "at the bounds: %s", a.Body)
 		})
 	}
 }

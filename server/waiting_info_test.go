@@ -11,6 +11,7 @@ import (
 
 	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/sdk"
+	"github.com/cairnflow/cairn/server/internal/servertest"
 )
 
 // A task whose workflow waits for an approval is pending, and says what
@@ -20,10 +21,10 @@ import (
 // them said "pending" only.
 func TestAWaitingTaskSaysWhatItWaitsFor(t *testing.T) {
 	t.Parallel()
-	for _, ns := range bothStores(t) {
-		t.Run(ns.name, func(t *testing.T) {
+	for _, ns := range servertest.BothStores(t) {
+		t.Run(ns.Name, func(t *testing.T) {
 			t.Parallel()
-			b := approvalSetup(t, ns.store)
+			b := approvalSetup(t, ns.Store)
 			id, _ := b.startWaiting(t)
 			ctx := context.Background()
 
@@ -41,30 +42,30 @@ func TestAWaitingTaskSaysWhatItWaitsFor(t *testing.T) {
 
 			deadline := info.Waiting.Deadline.Format(time.RFC3339Nano)
 			want := `{"kind":"signal","name":"approve","deadline":"` + deadline + `"}`
-			a := send(t, b.h, http.MethodGet, "/v1/tasks/"+id.String(), nil)
-			require.Equal(t, http.StatusOK, a.status, "%s", a.body)
+			a := servertest.Send(t, b.h, http.MethodGet, "/v1/tasks/"+id.String(), nil)
+			require.Equal(t, http.StatusOK, a.Status, "%s", a.Body)
 			var got struct {
 				Status  string          `json:"status"`
 				Waiting json.RawMessage `json:"waiting"`
 			}
-			require.NoError(t, json.Unmarshal(a.body, &got))
+			require.NoError(t, json.Unmarshal(a.Body, &got))
 			require.Equal(t, "pending", got.Status)
 			require.JSONEq(t, want, string(got.Waiting))
-			a = send(t, b.h, http.MethodGet, "/v1/tasks", nil)
-			require.Equal(t, http.StatusOK, a.status, "%s", a.body)
+			a = servertest.Send(t, b.h, http.MethodGet, "/v1/tasks", nil)
+			require.Equal(t, http.StatusOK, a.Status, "%s", a.Body)
 			var list struct {
 				Tasks []struct {
 					Waiting json.RawMessage `json:"waiting"`
 				} `json:"tasks"`
 			}
-			require.NoError(t, json.Unmarshal(a.body, &list))
+			require.NoError(t, json.Unmarshal(a.Body, &list))
 			require.Len(t, list.Tasks, 1)
 			require.JSONEq(t, want, string(list.Tasks[0].Waiting))
 
 			title := `title="waiting for signal approve until ` + info.Waiting.Deadline.UTC().Format("2006-01-02 15:04:05.000Z") + `"`
-			page := sendHTML(t, b.h, "/console/tasks/"+id.String(), http.StatusOK)
+			page := servertest.SendHTML(t, b.h, "/console/tasks/"+id.String(), http.StatusOK)
 			require.Contains(t, page, `id="task-status">pending</span> <span class="muted waiting" id="task-waiting" `+title+`>waiting · approval approve</span>`)
-			page = sendHTML(t, b.h, "/console/tasks", http.StatusOK)
+			page = servertest.SendHTML(t, b.h, "/console/tasks", http.StatusOK)
 			require.Contains(t, page, `>pending</span> <span class="muted waiting" `+title+`>waiting · approval approve</span>`)
 
 			_, err = b.client.Signal(ctx, id, "approve", map[string]any{"approved": true}, &sdk.SignalOpts{})
@@ -77,7 +78,7 @@ func TestAWaitingTaskSaysWhatItWaitsFor(t *testing.T) {
 			info, err = b.client.Get(ctx, id)
 			require.NoError(t, err)
 			require.Nil(t, info.Waiting, "a finished task waits for nothing")
-			page = sendHTML(t, b.h, "/console/tasks/"+id.String(), http.StatusOK)
+			page = servertest.SendHTML(t, b.h, "/console/tasks/"+id.String(), http.StatusOK)
 			require.NotContains(t, page, "task-waiting")
 		})
 	}

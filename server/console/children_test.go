@@ -22,6 +22,7 @@ import (
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/sdk"
+	"github.com/cairnflow/cairn/server/internal/servertest"
 	"github.com/cairnflow/cairn/workflow"
 )
 
@@ -66,9 +67,9 @@ func panelChildren(t *testing.T, page string) []panelChild {
 // getPage gets a console page and requires it is served.
 func getPage(t *testing.T, h http.Handler, target string) string {
 	t.Helper()
-	a := send(t, h, http.MethodGet, target, nil)
-	require.Equal(t, http.StatusOK, a.status, "%s", a.body)
-	return string(a.body)
+	a := servertest.Send(t, h, http.MethodGet, target, nil)
+	require.Equal(t, http.StatusOK, a.Status, "%s", a.Body)
+	return string(a.Body)
 }
 
 // A parent with a few children, run by a real worker: its page lists
@@ -78,8 +79,8 @@ func getPage(t *testing.T, h http.Handler, target string) string {
 // parent's wait for the one it awaits.
 func TestTaskPageShowsAParentsChildrenAndTheWayBack(t *testing.T) {
 	t.Parallel()
-	for _, ns := range bothStores(t) {
-		t.Run(ns.name, func(t *testing.T) {
+	for _, ns := range servertest.BothStores(t) {
+		t.Run(ns.Name, func(t *testing.T) {
 			t.Parallel()
 			kid := sdk.NewWorkflow("console.kid", 1, func(ctx workflow.Context, n int) (int, error) {
 				return workflow.Step(ctx, "work", func(context.Context) (int, error) {
@@ -105,14 +106,14 @@ func TestTaskPageShowsAParentsChildrenAndTheWayBack(t *testing.T) {
 				}
 				return outs[0] + outs[2] + n, nil
 			}, nil)
-			w, err := sdk.NewWorker(sdk.WorkerConfig{Store: ns.store, Concurrency: 4, PollInterval: 20 * time.Millisecond, RescueInterval: -1})
+			w, err := sdk.NewWorker(sdk.WorkerConfig{Store: ns.Store, Concurrency: 4, PollInterval: 20 * time.Millisecond, RescueInterval: -1})
 			require.NoError(t, err)
 			sdk.Register(w, kid)
 			sdk.Register(w, waiter)
 			sdk.Register(w, parent)
 			require.NoError(t, w.Start(context.Background()))
 			t.Cleanup(func() { require.NoError(t, w.StopAndCancel(context.Background())) })
-			client, err := sdk.NewClient(sdk.ClientConfig{Store: ns.store})
+			client, err := sdk.NewClient(sdk.ClientConfig{Store: ns.Store})
 			require.NoError(t, err)
 			t.Cleanup(client.Close)
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -141,7 +142,7 @@ func TestTaskPageShowsAParentsChildrenAndTheWayBack(t *testing.T) {
 			require.NoError(t, err)
 			require.False(t, waiting.Status.Terminal())
 
-			h := testConsole(t, ns.store)
+			h := testConsole(t, ns.Store)
 			page := getPage(t, h, "/console/tasks/"+run.ID.String())
 			require.Contains(t, page, `<p id="children-summary">4 children: 2 completed, 1 failed, 1 under way</p>`)
 			kids := panelChildren(t, page)
@@ -203,15 +204,15 @@ func TestTaskPageShowsAParentsChildrenAndTheWayBack(t *testing.T) {
 func TestTaskPageCapsABigFanOut(t *testing.T) {
 	t.Parallel()
 	const n, completed, failed = 300, 250, 30
-	for _, ns := range bothStores(t) {
-		t.Run(ns.name, func(t *testing.T) {
+	for _, ns := range servertest.BothStores(t) {
+		t.Run(ns.Name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			s := ns.store
-			registerDoc(t, s, "default")
+			s := ns.Store
+			servertest.RegisterDoc(t, s, "default")
 			h := testConsole(t, s)
 			parentID := startDoc(t, s)
-			parent := claimDoc(t, s)
+			parent := servertest.ClaimDoc(t, s)
 			require.Equal(t, parentID, parent.Task.ID)
 			starts := make([]store.ChildStart, n)
 			for i := range starts {
@@ -229,7 +230,7 @@ func TestTaskPageCapsABigFanOut(t *testing.T) {
 			for i := range all {
 				all[i] = i
 			}
-			appendFor(t, s, parent, history.ChildWaitStartedData{Positions: all, Count: n})
+			servertest.AppendFor(t, s, parent, history.ChildWaitStartedData{Positions: all, Count: n})
 
 			var claimed []*store.ClaimedTask
 			for len(claimed) < n {

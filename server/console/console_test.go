@@ -13,6 +13,7 @@ import (
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/sdk"
+	"github.com/cairnflow/cairn/server/internal/servertest"
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 )
@@ -137,10 +138,10 @@ func TestTaskPageShowsNoEmptyActionsCard(t *testing.T) {
 func TestDeadLetterReasonFitsItsDefault(t *testing.T) {
 	t.Parallel()
 	srv, _ := consoleServer(t)
-	a := send(t, srv, http.MethodGet, "/console/dead-letters", nil)
-	require.Equal(t, http.StatusOK, a.status)
-	m := regexp.MustCompile(`<input id="reason-all" name="reason" value="([^"]*)" size="(\d+)"`).FindStringSubmatch(string(a.body))
-	require.NotNil(t, m, "%s", a.body)
+	a := servertest.Send(t, srv, http.MethodGet, "/console/dead-letters", nil)
+	require.Equal(t, http.StatusOK, a.Status)
+	m := regexp.MustCompile(`<input id="reason-all" name="reason" value="([^"]*)" size="(\d+)"`).FindStringSubmatch(string(a.Body))
+	require.NotNil(t, m, "%s", a.Body)
 	size, err := strconv.Atoi(m[2])
 	require.NoError(t, err)
 	require.Greater(t, size, len(m[1]), "the box is wider than its default text")
@@ -151,34 +152,34 @@ func TestDeadLetterReasonFitsItsDefault(t *testing.T) {
 // page is an HTML 404, never the API's JSON.
 func TestConsoleQueuePagesAreHTML(t *testing.T) {
 	t.Parallel()
-	for _, st := range bothStores(t) {
-		t.Run(st.name, func(t *testing.T) {
+	for _, st := range servertest.BothStores(t) {
+		t.Run(st.Name, func(t *testing.T) {
 			t.Parallel()
-			registerDoc(t, st.store, "default")
-			h := testConsole(t, st.store)
-			startDoc(t, st.store)
+			servertest.RegisterDoc(t, st.Store, "default")
+			h := testConsole(t, st.Store)
+			startDoc(t, st.Store)
 
-			list := sendHTML(t, h, "/console/queues", http.StatusOK)
+			list := servertest.SendHTML(t, h, "/console/queues", http.StatusOK)
 			require.Contains(t, list, `href="/console/queues/default?namespace=default"`)
 
-			queue := sendHTML(t, h, "/console/queues/default?window=15m", http.StatusOK)
+			queue := servertest.SendHTML(t, h, "/console/queues/default?window=15m", http.StatusOK)
 			require.Contains(t, queue, "<h1>Queue default</h1>")
 			require.Equal(t, 4, strings.Count(queue, "<svg "), "load, throughput, error rate, latency")
 			require.Contains(t, queue, `aria-label="Tasks of queue default over the last 15m, now 1 waiting, 1 due, 0 running"`)
 			require.Contains(t, queue, `aria-current="true">15m</a>`)
 
-			overview := sendHTML(t, h, "/console/?window=6h", http.StatusOK)
+			overview := servertest.SendHTML(t, h, "/console/?window=6h", http.StatusOK)
 			require.Contains(t, overview, `aria-label="Charts of queue default"`)
 			require.Contains(t, overview, "flow over the last 6 h")
 			require.Contains(t, overview, "kept as long as the server's default says")
 			require.Contains(t, overview, "No finished task is kept.")
-			require.NoError(t, st.store.NamespaceSet(t.Context(), &store.NamespaceSetParams{Namespace: "default", Retention: 30 * 24 * time.Hour, KeyRetention: 90 * time.Minute}))
-			overview = sendHTML(t, h, "/console/", http.StatusOK)
+			require.NoError(t, st.Store.NamespaceSet(t.Context(), &store.NamespaceSetParams{Namespace: "default", Retention: 30 * 24 * time.Hour, KeyRetention: 90 * time.Minute}))
+			overview = servertest.SendHTML(t, h, "/console/", http.StatusOK)
 			require.Contains(t, overview, "Finished tasks are kept 30 days, their idempotency keys 1h30m0s after that.")
 
-			bad := sendHTML(t, h, "/console/queues/default?window=2d", http.StatusBadRequest)
+			bad := servertest.SendHTML(t, h, "/console/queues/default?window=2d", http.StatusBadRequest)
 			require.Contains(t, bad, `window &#34;2d&#34; is not one of 15m, 1h, 6h, 24h`)
-			missing := sendHTML(t, h, "/console/no-such-page", http.StatusNotFound)
+			missing := servertest.SendHTML(t, h, "/console/no-such-page", http.StatusNotFound)
 			require.Contains(t, missing, "There is no console page at /console/no-such-page.")
 		})
 	}

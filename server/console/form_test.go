@@ -13,6 +13,7 @@ import (
 
 	"github.com/cairnflow/cairn/engine/enginetest"
 	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/server/internal/servertest"
 	"github.com/cairnflow/cairn/server/internal/web"
 )
 
@@ -44,30 +45,30 @@ func TestConsoleFormsAreBoundedAndNotMultipart(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, mw.Close())
 	before := tempEntries(t)
-	w := postConsole(t, h, "/console/login", mw.FormDataContentType(), &body, "")
+	w := servertest.PostConsole(t, h, "/console/login", mw.FormDataContentType(), &body, "")
 	require.Equal(t, http.StatusUnsupportedMediaType, w.Code, w.Body.String())
 	require.Empty(t, w.Result().Cookies(), "nobody signed in")
 	require.Equal(t, before, tempEntries(t), "nothing spooled to the temporary directory")
 
 	big := url.Values{"token": {"ops-token"}, "pad": {strings.Repeat("x", 2*web.EnvelopeBytes)}}.Encode()
-	w = postConsole(t, h, "/console/login", "application/x-www-form-urlencoded", strings.NewReader(big), "")
+	w = servertest.PostConsole(t, h, "/console/login", "application/x-www-form-urlencoded", strings.NewReader(big), "")
 	require.Equal(t, http.StatusRequestEntityTooLarge, w.Code, w.Body.String())
 	require.Empty(t, w.Result().Cookies())
 
 	for _, ct := range []string{"text/plain", "application/json", ""} {
-		w = postConsole(t, h, "/console/login", ct, strings.NewReader("token=ops-token"), "")
+		w = servertest.PostConsole(t, h, "/console/login", ct, strings.NewReader("token=ops-token"), "")
 		require.Equal(t, http.StatusUnsupportedMediaType, w.Code, "%q: %s", ct, w.Body.String())
 	}
 
 	// The token in the URL is refused, even a good one, and a form's
 	// token still signs in.
-	w = postConsole(t, h, "/console/login?token=ops-token", "application/x-www-form-urlencoded", strings.NewReader(""), "")
+	w = servertest.PostConsole(t, h, "/console/login?token=ops-token", "application/x-www-form-urlencoded", strings.NewReader(""), "")
 	require.Equal(t, http.StatusBadRequest, w.Code, w.Body.String())
 	require.Empty(t, w.Result().Cookies())
-	w = postConsole(t, h, "/console/login?token=ops-token", "application/x-www-form-urlencoded", strings.NewReader("token=ops-token"), "")
+	w = servertest.PostConsole(t, h, "/console/login?token=ops-token", "application/x-www-form-urlencoded", strings.NewReader("token=ops-token"), "")
 	require.Equal(t, http.StatusBadRequest, w.Code, w.Body.String())
 	require.Empty(t, w.Result().Cookies())
-	w = postConsole(t, h, "/console/login", "application/x-www-form-urlencoded", strings.NewReader("token=ops-token"), "")
+	w = servertest.PostConsole(t, h, "/console/login", "application/x-www-form-urlencoded", strings.NewReader("token=ops-token"), "")
 	require.Equal(t, http.StatusSeeOther, w.Code, w.Body.String())
 	require.NotEmpty(t, w.Result().Cookies())
 }
@@ -79,33 +80,33 @@ func TestConsoleFormsAreBoundedAndNotMultipart(t *testing.T) {
 // nothing written.
 func TestConsoleFormsTakeTheAPIsLimits(t *testing.T) {
 	t.Parallel()
-	for _, ns := range bothStores(t) {
-		t.Run(ns.name, func(t *testing.T) {
+	for _, ns := range servertest.BothStores(t) {
+		t.Run(ns.Name, func(t *testing.T) {
 			t.Parallel()
-			registerDoc(t, ns.store, "default")
-			h := newTestConsole(t, ns.store, Config{MaxPayloadBytes: 256 << 10})
-			id := startWaiting(t, ns.store, "documents")
-			before := eventCount(t, ns.store, id)
+			servertest.RegisterDoc(t, ns.Store, "default")
+			h := newTestConsole(t, ns.Store, Config{MaxPayloadBytes: 256 << 10})
+			id := startWaiting(t, ns.Store, "documents")
+			before := servertest.EventCount(t, ns.Store, id)
 
 			payload := `{"blob":"` + strings.Repeat("x", 1<<20) + `"}`
-			w := postConsole(t, h, "/console/tasks/"+id.String()+"/signals/documents", "application/x-www-form-urlencoded",
+			w := servertest.PostConsole(t, h, "/console/tasks/"+id.String()+"/signals/documents", "application/x-www-form-urlencoded",
 				strings.NewReader(url.Values{"payload": {payload}}.Encode()), "")
 			require.Equal(t, http.StatusRequestEntityTooLarge, w.Code, w.Body.String())
 
 			reason := strings.Repeat("r", 2*web.EnvelopeBytes)
-			w = postConsole(t, h, "/console/tasks/"+id.String()+"/cancel", "application/x-www-form-urlencoded",
+			w = servertest.PostConsole(t, h, "/console/tasks/"+id.String()+"/cancel", "application/x-www-form-urlencoded",
 				strings.NewReader(url.Values{"reason": {reason}}.Encode()), "")
 			require.Equal(t, http.StatusRequestEntityTooLarge, w.Code, w.Body.String())
-			require.Equal(t, before, eventCount(t, ns.store, id), "nothing written")
+			require.Equal(t, before, servertest.EventCount(t, ns.Store, id), "nothing written")
 
 			// Within the limits, both are taken.
 			small := `{"pages":3}`
-			w = postConsole(t, h, "/console/tasks/"+id.String()+"/signals/documents", "application/x-www-form-urlencoded",
+			w = servertest.PostConsole(t, h, "/console/tasks/"+id.String()+"/signals/documents", "application/x-www-form-urlencoded",
 				strings.NewReader(url.Values{"payload": {small}}.Encode()), "")
 			require.Equal(t, http.StatusSeeOther, w.Code, w.Body.String())
-			require.Len(t, signalsOf(t, ns.store, id), 1)
-			require.JSONEq(t, small, string(signalsOf(t, ns.store, id)[0].Payload))
-			events, err := ns.store.EventListByTask(t.Context(), id)
+			require.Len(t, servertest.SignalsOf(t, ns.Store, id), 1)
+			require.JSONEq(t, small, string(servertest.SignalsOf(t, ns.Store, id)[0].Payload))
+			events, err := ns.Store.EventListByTask(t.Context(), id)
 			require.NoError(t, err)
 			require.IsType(t, history.SignalReceivedData{}, events[len(events)-1].Data)
 		})
@@ -127,19 +128,19 @@ func TestConsoleShowsNoNoticeFromTheURL(t *testing.T) {
 	h := newTestConsole(t, st, Config{Tokens: tokens})
 	lure := "Your session expired: sign in again at https://evil.example"
 	for _, q := range []string{"notice", "error", "flash"} {
-		a := send(t, h, "GET", "/console/?"+url.Values{q: {lure}}.Encode(), nil, "Authorization", "Bearer ops-token")
-		require.Equal(t, http.StatusOK, a.status)
-		require.NotContains(t, string(a.body), "evil.example", q)
+		a := servertest.Send(t, h, "GET", "/console/?"+url.Values{q: {lure}}.Encode(), nil, "Authorization", "Bearer ops-token")
+		require.Equal(t, http.StatusOK, a.Status)
+		require.NotContains(t, string(a.Body), "evil.example", q)
 	}
 
 	// A form's own message is shown once, to its poster only.
-	w := postConsole(t, h, "/console/schedules/nightly/pause", "application/x-www-form-urlencoded", strings.NewReader(""), "ops-token")
+	w := servertest.PostConsole(t, h, "/console/schedules/nightly/pause", "application/x-www-form-urlencoded", strings.NewReader(""), "ops-token")
 	require.Equal(t, http.StatusSeeOther, w.Code, w.Body.String())
 	landing := w.Header().Get("Location")
-	other := send(t, h, "GET", landing, nil, "Authorization", "Bearer other-token")
-	require.NotContains(t, string(other.body), `class="notice error"`, "not shown to another token")
-	mine := send(t, h, "GET", landing, nil, "Authorization", "Bearer ops-token")
-	require.Contains(t, string(mine.body), `class="notice error"`, "the pause of an unknown schedule failed: %s", mine.body)
-	again := send(t, h, "GET", landing, nil, "Authorization", "Bearer ops-token")
-	require.NotContains(t, string(again.body), `class="notice error"`, "shown once")
+	other := servertest.Send(t, h, "GET", landing, nil, "Authorization", "Bearer other-token")
+	require.NotContains(t, string(other.Body), `class="notice error"`, "not shown to another token")
+	mine := servertest.Send(t, h, "GET", landing, nil, "Authorization", "Bearer ops-token")
+	require.Contains(t, string(mine.Body), `class="notice error"`, "the pause of an unknown schedule failed: %s", mine.Body)
+	again := servertest.Send(t, h, "GET", landing, nil, "Authorization", "Bearer ops-token")
+	require.NotContains(t, string(again.Body), `class="notice error"`, "shown once")
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/sdk"
+	"github.com/cairnflow/cairn/server/internal/servertest"
 	"github.com/cairnflow/cairn/workflow"
 )
 
@@ -68,18 +69,18 @@ func TestTimelineNumbersTheItemsOfAMap(t *testing.T) {
 // task's page (before, three rows had the same name).
 func TestTaskPageNumbersTheItemsOfARealMap(t *testing.T) {
 	t.Parallel()
-	for _, ns := range bothStores(t) {
-		t.Run(ns.name, func(t *testing.T) {
+	for _, ns := range servertest.BothStores(t) {
+		t.Run(ns.Name, func(t *testing.T) {
 			t.Parallel()
 			wf := sdk.NewWorkflow("console.map", 1, func(ctx workflow.Context, items []int) ([]int, error) {
 				return workflow.Map(ctx, "square", items, func(_ context.Context, n int) (int, error) { return n * n, nil }, nil)
 			}, nil)
-			w, err := sdk.NewWorker(sdk.WorkerConfig{Store: ns.store, Concurrency: 2, PollInterval: 20 * time.Millisecond, RescueInterval: -1})
+			w, err := sdk.NewWorker(sdk.WorkerConfig{Store: ns.Store, Concurrency: 2, PollInterval: 20 * time.Millisecond, RescueInterval: -1})
 			require.NoError(t, err)
 			sdk.Register(w, wf)
 			require.NoError(t, w.Start(context.Background()))
 			t.Cleanup(func() { require.NoError(t, w.StopAndCancel(context.Background())) })
-			client, err := sdk.NewClient(sdk.ClientConfig{Store: ns.store})
+			client, err := sdk.NewClient(sdk.ClientConfig{Store: ns.Store})
 			require.NoError(t, err)
 			t.Cleanup(client.Close)
 			run, err := sdk.Start(context.Background(), client, wf, []int{1, 2, 3}, nil)
@@ -90,14 +91,14 @@ func TestTaskPageNumbersTheItemsOfARealMap(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, history.StatusCompleted, info.Status, "%+v", info.LastError)
 
-			a := send(t, testConsole(t, ns.store), http.MethodGet, "/console/tasks/"+run.ID.String(), nil)
-			require.Equal(t, http.StatusOK, a.status, "%s", a.body)
-			bars := renderedBars(t, string(a.body))
+			a := servertest.Send(t, testConsole(t, ns.Store), http.MethodGet, "/console/tasks/"+run.ID.String(), nil)
+			require.Equal(t, http.StatusOK, a.Status, "%s", a.Body)
+			bars := renderedBars(t, string(a.Body))
 			for _, name := range []string{"step square [0]", "step square [1]", "step square [2]"} {
 				require.Contains(t, bars, name)
 			}
 			require.NotContains(t, bars, "step square")
-			require.Contains(t, string(a.body), `aria-label="square [2] took`)
+			require.Contains(t, string(a.Body), `aria-label="square [2] took`)
 		})
 	}
 }

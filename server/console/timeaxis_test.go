@@ -17,6 +17,7 @@ import (
 
 	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/sdk"
+	"github.com/cairnflow/cairn/server/internal/servertest"
 	"github.com/cairnflow/cairn/workflow"
 )
 
@@ -197,8 +198,8 @@ func TestTimeAxisDrawsWaitsToTheirEnd(t *testing.T) {
 // both.
 func TestTaskPageDrawsParallelStepsOfARealRun(t *testing.T) {
 	t.Parallel()
-	for _, ns := range bothStores(t) {
-		t.Run(ns.name, func(t *testing.T) {
+	for _, ns := range servertest.BothStores(t) {
+		t.Run(ns.Name, func(t *testing.T) {
 			t.Parallel()
 			nap := func(d time.Duration) func(context.Context) (int, error) {
 				return func(ctx context.Context) (int, error) {
@@ -221,12 +222,12 @@ func TestTaskPageDrawsParallelStepsOfARealRun(t *testing.T) {
 				}
 				return workflow.Step(ctx, "after", nap(100*time.Millisecond), nil)
 			}, nil)
-			w, err := sdk.NewWorker(sdk.WorkerConfig{Store: ns.store, Concurrency: 2, PollInterval: 20 * time.Millisecond, RescueInterval: -1})
+			w, err := sdk.NewWorker(sdk.WorkerConfig{Store: ns.Store, Concurrency: 2, PollInterval: 20 * time.Millisecond, RescueInterval: -1})
 			require.NoError(t, err)
 			sdk.Register(w, wf)
 			require.NoError(t, w.Start(context.Background()))
 			t.Cleanup(func() { require.NoError(t, w.StopAndCancel(context.Background())) })
-			client, err := sdk.NewClient(sdk.ClientConfig{Store: ns.store})
+			client, err := sdk.NewClient(sdk.ClientConfig{Store: ns.Store})
 			require.NoError(t, err)
 			t.Cleanup(client.Close)
 			run, err := sdk.Start(context.Background(), client, wf, struct{}{}, nil)
@@ -237,10 +238,10 @@ func TestTaskPageDrawsParallelStepsOfARealRun(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, history.StatusCompleted, info.Status, "%+v", info.LastError)
 
-			h := testConsole(t, ns.store)
-			a := send(t, h, http.MethodGet, "/console/tasks/"+run.ID.String(), nil)
-			require.Equal(t, http.StatusOK, a.status, "%s", a.body)
-			bars := renderedBars(t, string(a.body))
+			h := testConsole(t, ns.Store)
+			a := servertest.Send(t, h, http.MethodGet, "/console/tasks/"+run.ID.String(), nil)
+			require.Equal(t, http.StatusOK, a.Status, "%s", a.Body)
+			bars := renderedBars(t, string(a.Body))
 			left, right, after := bars["step left"], bars["step right"], bars["step after"]
 			for name, b := range map[string]bar{"left": left, "right": right, "after": after} {
 				require.Positive(t, b.width, name)
