@@ -95,3 +95,25 @@ func startWaiting(t *testing.T, s store.Store, name string) uuid.UUID {
 	servertest.AppendFor(t, s, ct, history.WaitStartedData{Name: name, Position: 0, Deadline: time.Now().Add(time.Hour)})
 	return id
 }
+
+// runToCompletion runs wf on in over st, with a worker of its own, and
+// waits until it completes: it returns a client of st and the run.
+func runToCompletion[In, Out any](t *testing.T, st store.Store, wf *sdk.Workflow[In, Out], in In) (*sdk.Client, *sdk.Run[Out]) {
+	t.Helper()
+	w, err := sdk.NewWorker(sdk.WorkerConfig{Store: st, Concurrency: 2, PollInterval: 20 * time.Millisecond, RescueInterval: -1})
+	require.NoError(t, err)
+	sdk.Register(w, wf)
+	require.NoError(t, w.Start(context.Background()))
+	t.Cleanup(func() { require.NoError(t, w.StopAndCancel(context.Background())) })
+	client, err := sdk.NewClient(sdk.ClientConfig{Store: st})
+	require.NoError(t, err)
+	t.Cleanup(client.Close)
+	run, err := sdk.Start(context.Background(), client, wf, in, nil)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	info, err := client.Wait(ctx, run.ID)
+	require.NoError(t, err)
+	require.Equal(t, history.StatusCompleted, info.Status, "%+v", info.LastError)
+	return client, run
+}

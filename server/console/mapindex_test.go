@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/http"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -75,21 +74,7 @@ func TestTaskPageNumbersTheItemsOfARealMap(t *testing.T) {
 			wf := sdk.NewWorkflow("console.map", 1, func(ctx workflow.Context, items []int) ([]int, error) {
 				return workflow.Map(ctx, "square", items, func(_ context.Context, n int) (int, error) { return n * n, nil }, nil)
 			}, nil)
-			w, err := sdk.NewWorker(sdk.WorkerConfig{Store: ns.Store, Concurrency: 2, PollInterval: 20 * time.Millisecond, RescueInterval: -1})
-			require.NoError(t, err)
-			sdk.Register(w, wf)
-			require.NoError(t, w.Start(context.Background()))
-			t.Cleanup(func() { require.NoError(t, w.StopAndCancel(context.Background())) })
-			client, err := sdk.NewClient(sdk.ClientConfig{Store: ns.Store})
-			require.NoError(t, err)
-			t.Cleanup(client.Close)
-			run, err := sdk.Start(context.Background(), client, wf, []int{1, 2, 3}, nil)
-			require.NoError(t, err)
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			info, err := client.Wait(ctx, run.ID)
-			require.NoError(t, err)
-			require.Equal(t, history.StatusCompleted, info.Status, "%+v", info.LastError)
+			_, run := runToCompletion(t, ns.Store, wf, []int{1, 2, 3})
 
 			a := servertest.Send(t, testConsole(t, ns.Store), http.MethodGet, "/console/tasks/"+run.ID.String(), nil)
 			require.Equal(t, http.StatusOK, a.Status, "%s", a.Body)
