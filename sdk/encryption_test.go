@@ -85,6 +85,20 @@ func newKey(t *testing.T) []byte {
 	return k
 }
 
+// parseKeys is the codec of keysJSON(t, keys, order...).
+func parseKeys(t *testing.T, keys map[string][]byte, order ...string) *seal.Keys {
+	t.Helper()
+	codec, err := seal.ParseKeys(keysJSON(t, keys, order...))
+	require.NoError(t, err)
+	return codec
+}
+
+// oneKey is a codec for namespace "default" with one fresh key, "k1".
+func oneKey(t *testing.T) *seal.Keys {
+	t.Helper()
+	return parseKeys(t, map[string][]byte{"k1": newKey(t)}, "k1")
+}
+
 // encryptedEnv is one store with a codec: clients with and without it, a
 // worker with it, and a way to read the database's raw bytes.
 type encryptedEnv struct {
@@ -146,12 +160,8 @@ func newEncryptedEnvArchiving(t *testing.T, embedded bool, codec *seal.Keys, arc
 		}
 	}
 	var err error
-	env.client, err = sdk.NewClient(sdk.ClientConfig{Store: env.raw, Keys: codec, Identity: "dpo@example.com", DefaultArchive: archive})
-	require.NoError(t, err)
-	t.Cleanup(env.client.Close)
-	env.blind, err = sdk.NewClient(sdk.ClientConfig{Store: env.raw, DefaultArchive: archive})
-	require.NoError(t, err)
-	t.Cleanup(env.blind.Close)
+	env.client = newClient(t, sdk.ClientConfig{Store: env.raw, Keys: codec, Identity: "dpo@example.com", DefaultArchive: archive})
+	env.blind = newClient(t, sdk.ClientConfig{Store: env.raw, DefaultArchive: archive})
 	env.worker, err = sdk.NewWorker(sdk.WorkerConfig{Store: env.raw, Keys: codec, PollInterval: 50 * time.Millisecond, BlobThreshold: 200,
 		DefaultArchive: archive, RescueInterval: 20 * time.Millisecond})
 	require.NoError(t, err)
@@ -172,13 +182,21 @@ func runKYC(t *testing.T, env *encryptedEnv, key string) (uuid.UUID, *sdk.TaskIn
 	ctx := context.Background()
 	res, err := sdk.Start(ctx, env.client, kycWorkflow, claimForm{Applicant: secret}, &sdk.StartOpts{IdempotencyKey: key})
 	require.NoError(t, err)
-	enginetest.WaitFor(t, "the workflow waits for its review", func() bool {
-		info, err := env.client.Get(ctx, res.ID)
-		return err == nil && info.Status == history.StatusPending && info.Attempt > 0
-	})
+	waitForReview(t, env, res.ID)
 	_, err = env.client.Signal(ctx, res.ID, "review", "approved for "+secret, nil)
 	require.NoError(t, err)
 	return res.ID, waitTask(t, env.client, res.ID)
+}
+
+// waitForReview waits until task id, a kycWorkflow, waits for its
+// reviewer's signal.
+func waitForReview(t *testing.T, env *encryptedEnv, id uuid.UUID) {
+	t.Helper()
+	ctx := context.Background()
+	enginetest.WaitFor(t, "the workflow waits for its review", func() bool {
+		info, err := env.client.Get(ctx, id)
+		return err == nil && info.Status == history.StatusPending && info.Attempt > 0
+	})
 }
 
 // Every payload of an encrypted namespace is stored sealed, on both
@@ -190,9 +208,7 @@ func TestEncryptedNamespaceStoresNoPlaintext(t *testing.T) {
 	t.Parallel()
 	onEachStoreEmbedded(t, func(t *testing.T, embedded bool) {
 		ctx := context.Background()
-		codec, err := seal.ParseKeys(keysJSON(t, map[string][]byte{"k1": newKey(t)}, "k1"))
-		require.NoError(t, err)
-		env := newEncryptedEnv(t, embedded, codec)
+		env := newEncryptedEnv(t, embedded, oneKey(t))
 
 		id, info := runKYC(t, env, "kyc-1")
 		require.Equal(t, history.StatusCompleted, info.Status, "%+v", info.LastError)
@@ -251,16 +267,12 @@ func TestEraseShredsAFinishedTasksPayloads(t *testing.T) {
 	t.Parallel()
 	onEachStoreEmbedded(t, func(t *testing.T, embedded bool) {
 		ctx := context.Background()
-		codec, err := seal.ParseKeys(keysJSON(t, map[string][]byte{"k1": newKey(t)}, "k1"))
-		require.NoError(t, err)
+		codec := oneKey(t)
 		env := newEncryptedEnv(t, embedded, codec)
 
 		waiting, err := sdk.Start(ctx, env.client, kycWorkflow, claimForm{Applicant: "pending"}, nil)
 		require.NoError(t, err)
-		enginetest.WaitFor(t, "the workflow waits for its review", func() bool {
-			info, err := env.client.Get(ctx, waiting.ID)
-			return err == nil && info.Attempt > 0 && info.Status == history.StatusPending
-		})
+		waitForReview(t, env, waiting.ID)
 		err = env.client.Erase(ctx, waiting.ID, "too early")
 		require.ErrorIs(t, err, store.ErrTaskState)
 		require.Contains(t, err.Error(), "only a finished task can be erased")
@@ -305,9 +317,7 @@ func TestEraseShredsAFinishedTasksPayloads(t *testing.T) {
 		require.Empty(t, env.rawScan(t, secret))
 		enginetest.RequireProjectionsMatch(t, sdk.ClientStore(env.client))
 
-		other, err := sdk.NewClient(sdk.ClientConfig{Store: env.raw, Namespace: "plain", Keys: codec})
-		require.NoError(t, err)
-		t.Cleanup(other.Close)
+		other := newClient(t, sdk.ClientConfig{Store: env.raw, Namespace: "plain", Keys: codec})
 		plain, err := other.StartDynamic(ctx, sdk.TypeRef{Name: "kyc.unregistered", Version: 1}, map[string]string{"a": "b"}, nil)
 		require.NoError(t, err)
 		require.NoError(t, other.Cancel(ctx, plain.ID, "not needed"))
@@ -325,16 +335,12 @@ func TestKeyRotationKeepsOldTasksReadable(t *testing.T) {
 	onEachStoreEmbedded(t, func(t *testing.T, embedded bool) {
 		ctx := context.Background()
 		keys := map[string][]byte{"2026-11": newKey(t), "2026-12": newKey(t)}
-		old, err := seal.ParseKeys(keysJSON(t, keys, "2026-11"))
-		require.NoError(t, err)
+		old := parseKeys(t, keys, "2026-11")
 		env := newEncryptedEnv(t, embedded, old)
 		first, _ := runKYC(t, env, "kyc-before")
 
-		rotated, err := seal.ParseKeys(keysJSON(t, keys, "2026-11", "2026-12"))
-		require.NoError(t, err)
-		c, err := sdk.NewClient(sdk.ClientConfig{Store: env.raw, Keys: rotated})
-		require.NoError(t, err)
-		t.Cleanup(c.Close)
+		rotated := parseKeys(t, keys, "2026-11", "2026-12")
+		c := newClient(t, sdk.ClientConfig{Store: env.raw, Keys: rotated})
 		second, err := sdk.Start(ctx, c, kycWorkflow, claimForm{Applicant: secret + "-2"}, nil)
 		require.NoError(t, err)
 
@@ -348,11 +354,8 @@ func TestKeyRotationKeepsOldTasksReadable(t *testing.T) {
 			require.Contains(t, string(info.Input), secret, "the rotated codec reads task %s", id)
 		}
 
-		newOnly, err := seal.ParseKeys(keysJSON(t, map[string][]byte{"2026-12": keys["2026-12"]}, "2026-12"))
-		require.NoError(t, err)
-		c2, err := sdk.NewClient(sdk.ClientConfig{Store: env.raw, Keys: newOnly})
-		require.NoError(t, err)
-		t.Cleanup(c2.Close)
+		newOnly := parseKeys(t, map[string][]byte{"2026-12": keys["2026-12"]}, "2026-12")
+		c2 := newClient(t, sdk.ClientConfig{Store: env.raw, Keys: newOnly})
 		info, err := c2.Get(ctx, first)
 		require.NoError(t, err)
 		_, sealed := history.ParseSealed(info.Input)
@@ -389,10 +392,8 @@ func TestEncryptedTasksAreArchivedSealed(t *testing.T) {
 	t.Parallel()
 	onEachStoreEmbedded(t, func(t *testing.T, embedded bool) {
 		ctx := context.Background()
-		codec, err := seal.ParseKeys(keysJSON(t, map[string][]byte{"k1": newKey(t)}, "k1"))
-		require.NoError(t, err)
 		dir := t.TempDir()
-		env := newEncryptedEnvArchiving(t, embedded, codec, "file://"+filepath.ToSlash(dir))
+		env := newEncryptedEnvArchiving(t, embedded, oneKey(t), "file://"+filepath.ToSlash(dir))
 		kept, _ := runKYC(t, env, "kyc-kept")
 		erased, _ := runKYC(t, env, "kyc-erased")
 		require.NoError(t, env.client.Erase(ctx, erased, "closed account"))
@@ -475,8 +476,7 @@ func TestParentDoesNotReadAnErasedChildsOutput(t *testing.T) {
 	t.Parallel()
 	onEachStoreEmbedded(t, func(t *testing.T, embedded bool) {
 		ctx := context.Background()
-		codec, err := seal.ParseKeys(keysJSON(t, map[string][]byte{"k1": newKey(t)}, "k1"))
-		require.NoError(t, err)
+		codec := oneKey(t)
 		env := newEncryptedEnv(t, embedded, codec)
 		newWorker := func(queue string) *sdk.Worker {
 			w, err := sdk.NewWorker(sdk.WorkerConfig{Store: env.raw, Keys: codec, Queues: []string{queue}, PollInterval: 20 * time.Millisecond})
@@ -523,34 +523,23 @@ func TestSealingHasNoBackDoors(t *testing.T) {
 	onEachStoreEmbedded(t, func(t *testing.T, embedded bool) {
 		ctx := context.Background()
 		keys := map[string][]byte{"k1": newKey(t), "k2": newKey(t)}
-		rotated, err := seal.ParseKeys(keysJSON(t, keys, "k1", "k2"))
-		require.NoError(t, err)
-		old, err := seal.ParseKeys(keysJSON(t, keys, "k1"))
-		require.NoError(t, err)
+		rotated := parseKeys(t, keys, "k1", "k2")
+		old := parseKeys(t, keys, "k1")
 		env := newEncryptedEnv(t, embedded, rotated)
 
 		waiting, err := sdk.Start(ctx, env.client, kycWorkflow, claimForm{Applicant: "a"}, nil)
 		require.NoError(t, err)
-		enginetest.WaitFor(t, "the workflow waits for its review", func() bool {
-			info, err := env.client.Get(ctx, waiting.ID)
-			return err == nil && info.Status == history.StatusPending && info.Attempt > 0
-		})
-		behind, err := sdk.NewClient(sdk.ClientConfig{Store: env.raw, Keys: old})
-		require.NoError(t, err)
-		t.Cleanup(behind.Close)
+		waitForReview(t, env, waiting.ID)
+		behind := newClient(t, sdk.ClientConfig{Store: env.raw, Keys: old})
 		_, err = behind.Signal(ctx, waiting.ID, "review", "note "+secret, nil)
 		require.ErrorIs(t, err, payload.ErrSealed, "a process without the task's key id writes nothing")
 
 		// A client over another client's store, with other keys: its own
 		// stage seals, and another process opens.
-		c, err := sdk.NewClient(sdk.ClientConfig{Store: sdk.ClientStore(env.client), Keys: old})
-		require.NoError(t, err)
-		t.Cleanup(c.Close)
+		c := newClient(t, sdk.ClientConfig{Store: sdk.ClientStore(env.client), Keys: old})
 		res, err := c.StartDynamic(ctx, sdk.TypeRef{Name: "kyc.other", Version: 1}, map[string]string{"a": secret}, nil)
 		require.NoError(t, err)
-		fresh, err := sdk.NewClient(sdk.ClientConfig{Store: env.raw, Keys: rotated})
-		require.NoError(t, err)
-		t.Cleanup(fresh.Close)
+		fresh := newClient(t, sdk.ClientConfig{Store: env.raw, Keys: rotated})
 		info, err := fresh.Get(ctx, res.ID)
 		require.NoError(t, err)
 		require.Contains(t, string(info.Input), secret, "a start through another client opens in another process")
@@ -576,9 +565,7 @@ func TestSealingHasNoBackDoors(t *testing.T) {
 
 		require.Empty(t, env.rawScan(t, secret), "the secret is stored in clear")
 
-		plainNS, err := sdk.NewClient(sdk.ClientConfig{Store: env.raw})
-		require.NoError(t, err)
-		t.Cleanup(plainNS.Close)
+		plainNS := newClient(t, sdk.ClientConfig{Store: env.raw})
 		before, err := plainNS.StartDynamic(ctx, sdk.TypeRef{Name: "kyc.other", Version: 1}, nil, nil)
 		require.NoError(t, err)
 		ref := putPlainBlob(t, env.raw, store.DefaultNamespace, before.ID, "text/plain", []byte("written before encryption"))
@@ -596,8 +583,7 @@ func TestSealedEventsAfterASeqOpen(t *testing.T) {
 	t.Parallel()
 	onEachStoreEmbedded(t, func(t *testing.T, embedded bool) {
 		ctx := context.Background()
-		codec, err := seal.ParseKeys(keysJSON(t, map[string][]byte{"k1": newKey(t)}, "k1"))
-		require.NoError(t, err)
+		codec := oneKey(t)
 		env := newEncryptedEnv(t, embedded, codec)
 		id, info := runKYC(t, env, "kyc-after")
 		require.Equal(t, history.StatusCompleted, info.Status, "%+v", info.LastError)
@@ -617,9 +603,7 @@ func TestSealedEventsAfterASeqOpen(t *testing.T) {
 		require.True(t, sealed, "the database holds the signal sealed")
 
 		// A client of its own: no data key cached from the reads above.
-		other, err := sdk.NewClient(sdk.ClientConfig{Store: env.raw, Keys: codec})
-		require.NoError(t, err)
-		t.Cleanup(other.Close)
+		other := newClient(t, sdk.ClientConfig{Store: env.raw, Keys: codec})
 		after, err := other.RawHistoryPage(ctx, id, sdk.HistoryPageOpts{After: signalSeq - 1})
 		require.NoError(t, err)
 		require.Equal(t, whole[signalSeq-1:], after.Events)

@@ -67,6 +67,15 @@ func stopWorker(t *testing.T, w *sdk.Worker) {
 	require.NoError(t, w.Stop(ctx))
 }
 
+// newClient is a client of cfg, closed when the test ends.
+func newClient(t *testing.T, cfg sdk.ClientConfig) *sdk.Client {
+	t.Helper()
+	c, err := sdk.NewClient(cfg)
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	return c
+}
+
 // waitTask waits until the task is finished and returns it.
 func waitTask(t *testing.T, c *sdk.Client, id uuid.UUID) *sdk.TaskInfo {
 	t.Helper()
