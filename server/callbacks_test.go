@@ -168,14 +168,7 @@ func TestCallbackDeliversADecisionOnce(t *testing.T) {
 				require.Equal(t, web.CodeCallbackUsed, a.Problem.Code)
 			}
 			require.Equal(t, after, servertest.EventCount(t, ns.Store, id), "a reused link writes nothing")
-			events, err := ns.Store.EventListByTask(context.Background(), id)
-			require.NoError(t, err)
-			var sigs []history.SignalReceivedData
-			for _, e := range events {
-				if sig, ok := e.Data.(history.SignalReceivedData); ok {
-					sigs = append(sigs, sig)
-				}
-			}
+			sigs := servertest.SignalsOf(t, ns.Store, id)
 			require.Len(t, sigs, 1)
 			require.Equal(t, sdk.CallbackDedupID(token), sigs[0].DedupID)
 			require.Equal(t, "callback", sigs[0].Sender)

@@ -55,14 +55,7 @@ func TestSignalEndpoints(t *testing.T) {
 			require.NoError(t, json.Unmarshal(a.Body, &res))
 			require.Equal(t, id, res.TaskID)
 
-			events, err := ns.Store.EventListByTask(context.Background(), id)
-			require.NoError(t, err)
-			var sigs []history.SignalReceivedData
-			for _, e := range events {
-				if sig, ok := e.Data.(history.SignalReceivedData); ok {
-					sigs = append(sigs, sig)
-				}
-			}
+			sigs := servertest.SignalsOf(t, ns.Store, id)
 			require.Len(t, sigs, 2)
 			require.JSONEq(t, `{"ok":true}`, string(sigs[0].Payload))
 			require.Equal(t, "click-1", sigs[0].DedupID)
