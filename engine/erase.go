@@ -49,7 +49,7 @@ func eraseOnce(ctx context.Context, s store.Store, p *TaskEraseParams) (history.
 	if _, err := s.TaskGetByID(ctx, p.Namespace, p.ID); err != nil {
 		return history.State{}, errors.Wrapf(err, "erase task %s", p.ID)
 	}
-	events, err := s.EventListByTask(ctx, p.ID)
+	events, err := store.TaskEvents(ctx, s, p.Namespace, p.ID)
 	if err != nil {
 		return history.State{}, err
 	}

@@ -25,10 +25,11 @@ func failWith(t *testing.T, s store.Store, typ string, statuses ...int) uuid.UUI
 	opts := &enginetest.TaskOpts{Type: typ}
 	id := enginetest.StartTask(t, s, opts)
 	attempt := func(payloads ...history.Payload) {
-		claimed, err := s.TaskClaimMany(ctx, &store.TaskClaimManyParams{
+		claimedRes, err := s.TaskClaim(ctx, &store.TaskClaimParams{
 			Namespace: store.DefaultNamespace, Queues: []string{"default"}, Types: []store.TypeKey{opts.TypeKey()},
 			Owner: "audit-test", Max: 1, LeaseTTL: time.Minute,
 		})
+		claimed := claimedRes.Tasks
 		require.NoError(t, err)
 		require.Len(t, claimed, 1)
 		ct := claimed[0]

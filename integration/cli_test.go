@@ -237,7 +237,7 @@ func testDemoWorkersFinishEverythingWhenOneIsKilled(t *testing.T, c *cli) {
 	require.NoError(t, workers[1].Process.Signal(syscall.SIGTERM))
 	require.NoError(t, workers[1].Wait(), "the surviving worker shuts down cleanly on SIGTERM")
 
-	byTask, err := c.store(t).EventListByTasks(context.Background(), ids)
+	byTask, err := c.store(t).EventList(context.Background(), store.EventListAll("", ids...))
 	require.NoError(t, err)
 	rescued := 0
 	for _, id := range ids {

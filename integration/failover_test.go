@@ -14,6 +14,7 @@ import (
 
 	"github.com/cairnflow/cairn/engine/enginetest"
 	"github.com/cairnflow/cairn/engine/pgstore"
+	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/sdk"
 	"github.com/cairnflow/cairn/workflow"
@@ -194,7 +195,7 @@ func (r *failoverRun) finishedTasks(pool *pgxpool.Pool) map[uuid.UUID][]history.
 		return err == nil && open == 0
 	})
 	ids := enginetest.TaskIDs(r.t, s)
-	events, err := s.EventListByTasks(ctx, ids)
+	events, err := s.EventList(ctx, store.EventListAll("", ids...))
 	require.NoError(r.t, err)
 	require.Equal(r.t, len(ids), enginetest.RequireProjectionsMatch(r.t, s))
 	return events

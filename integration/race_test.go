@@ -10,6 +10,7 @@ import (
 
 	"github.com/cairnflow/cairn/activities"
 	"github.com/cairnflow/cairn/engine/enginetest"
+	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/sdk"
 	"github.com/cairnflow/cairn/workflow"
@@ -91,7 +92,7 @@ func TestTwoWorkersRaceOverThousandTasks(t *testing.T) {
 		require.NoError(t, w.Stop(ctx))
 	}
 
-	byTask, err := newStore(t, enginetest.Pool(t), schema).EventListByTasks(ctx, ids)
+	byTask, err := newStore(t, enginetest.Pool(t), schema).EventList(ctx, store.EventListAll("", ids...))
 	require.NoError(t, err)
 	claimedBy := map[string]int{}
 	for _, id := range ids {

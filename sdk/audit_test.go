@@ -114,10 +114,11 @@ func (w *auditWorld) attempts(t *testing.T, name string, opts *enginetest.TaskOp
 		if !ok {
 			continue
 		}
-		claimed, err := w.store.TaskClaimMany(ctx, &store.TaskClaimManyParams{
+		claimedRes, err := w.store.TaskClaim(ctx, &store.TaskClaimParams{
 			Namespace: p.Namespace, Queues: []string{p.Scheduled.Queue}, Types: []store.TypeKey{opts.TypeKey()},
 			Owner: "auditor", Max: 1, LeaseTTL: time.Hour,
 		})
+		claimed := claimedRes.Tasks
 		require.NoError(t, err)
 		require.Len(t, claimed, 1, "task %s at minute %d", name, m)
 		ct := claimed[0]

@@ -122,7 +122,7 @@ type stuckClaims struct {
 	release chan struct{}
 }
 
-func (s *stuckClaims) TaskClaim(ctx context.Context, p *store.TaskClaimManyParams) (store.ClaimResult, error) {
+func (s *stuckClaims) TaskClaim(ctx context.Context, p *store.TaskClaimParams) (store.ClaimResult, error) {
 	if s.stuck.Load() {
 		s.once.Do(func() { close(s.blocked) })
 		<-s.release
@@ -137,9 +137,9 @@ type resignations struct {
 	once     sync.Once
 }
 
-func (s *resignations) LeaderResign(ctx context.Context, name, owner string) error {
+func (s *resignations) LeaderResign(ctx context.Context, p *store.LeaderResignParams) error {
 	s.once.Do(func() { close(s.resigned) })
-	return s.Store.LeaderResign(ctx, name, owner)
+	return s.Store.LeaderResign(ctx, p)
 }
 
 // A worker stopping over a cell whose claim is stuck stops the other cells

@@ -597,7 +597,7 @@ func TestSealedEventsAfterASeqOpen(t *testing.T) {
 			}
 		}
 		require.NotZero(t, signalSeq)
-		raw, err := env.raw.EventListAfter(ctx, map[uuid.UUID]int64{id: signalSeq - 1})
+		raw, err := env.raw.EventList(ctx, &store.EventListParams{After: map[uuid.UUID]int64{id: signalSeq - 1}})
 		require.NoError(t, err)
 		_, sealed := history.ParseSealed(raw[id][0].Data.(history.SignalReceivedData).Payload)
 		require.True(t, sealed, "the database holds the signal sealed")

@@ -5,6 +5,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
 )
 
@@ -18,7 +19,7 @@ import (
 // out of the map. It reads the tasks' rows in one statement, and nothing
 // of their histories or payloads.
 func (c *Client) Statuses(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID]history.Status, error) {
-	tasks, err := c.store.TaskGetManyByID(ctx, ids)
+	tasks, err := c.store.TaskGetMany(ctx, &store.TaskGetManyParams{Namespace: c.namespace, IDs: ids})
 	if err != nil {
 		return nil, err
 	}
@@ -53,7 +54,7 @@ func (c *Client) RawHistories(ctx context.Context, ids []uuid.UUID) (map[uuid.UU
 	if len(mine) == 0 {
 		return map[uuid.UUID][]history.Event{}, nil
 	}
-	histories, err := c.store.EventListByTasks(ctx, mine)
+	histories, err := c.store.EventList(ctx, store.EventListAll(c.namespace, mine...))
 	if err != nil {
 		return nil, err
 	}

@@ -152,7 +152,7 @@ func signalAll(t *testing.T, c *sdk.Client, ids []uuid.UUID, name string, payloa
 						return nil
 					}
 					part := ids[start:min(start+chunk, len(ids))]
-					events, err := s.EventListByTasks(ctx, part)
+					events, err := s.EventList(ctx, store.EventListAll("", part...))
 					if err != nil {
 						return err
 					}
@@ -246,10 +246,10 @@ func requireEachTask(t *testing.T, s store.Store, ids []uuid.UUID, check func(*s
 	const chunk = 500
 	for start := 0; start < len(ids); start += chunk {
 		part := ids[start:min(start+chunk, len(ids))]
-		tasks, err := s.TaskGetManyByID(ctx, part)
+		tasks, err := s.TaskGetMany(ctx, &store.TaskGetManyParams{IDs: part})
 		require.NoError(t, err)
 		require.Len(t, tasks, len(part))
-		events, err := s.EventListByTasks(ctx, part)
+		events, err := s.EventList(ctx, store.EventListAll("", part...))
 		require.NoError(t, err)
 		for _, task := range tasks {
 			check(task, events[task.ID])

@@ -80,8 +80,9 @@ func finishTask(t *testing.T, s store.Store, namespace string) string {
 	res, err := s.TaskStart(ctx, &store.TaskStartParams{Namespace: namespace, Scheduled: history.TaskScheduledData{
 		TaskType: "doc", TypeVersion: 1, Queue: "default", MaxAttempts: 3, Input: []byte(`{"invoice":"n°7"}`)}})
 	require.NoError(t, err)
-	claimed, err := s.TaskClaimMany(ctx, &store.TaskClaimManyParams{Namespace: namespace, Queues: []string{"default"},
+	claimedRes, err := s.TaskClaim(ctx, &store.TaskClaimParams{Namespace: namespace, Queues: []string{"default"},
 		Types: []store.TypeKey{{Type: "doc", Version: 1}}, Owner: "w", Max: 1, LeaseTTL: time.Minute})
+	claimed := claimedRes.Tasks
 	require.NoError(t, err)
 	require.Len(t, claimed, 1)
 	c := claimed[0]
@@ -156,8 +157,9 @@ func TestOutputKeptAsABlobIsALink(t *testing.T) {
 				Scheduled: history.TaskScheduledData{TaskType: "doc", TypeVersion: 1, Queue: "default", MaxAttempts: 3,
 					Input: history.InputEnvelope(inRef, strings.Repeat("0", 64))}})
 			require.NoError(t, err)
-			claimed, err := st.Store.TaskClaimMany(ctx, &store.TaskClaimManyParams{Namespace: "default", Queues: []string{"default"},
+			claimedRes, err := st.Store.TaskClaim(ctx, &store.TaskClaimParams{Namespace: "default", Queues: []string{"default"},
 				Types: []store.TypeKey{{Type: "doc", Version: 1}}, Owner: "w", Max: 1, LeaseTTL: time.Minute})
+			claimed := claimedRes.Tasks
 			require.NoError(t, err)
 			require.Len(t, claimed, 1)
 			c := claimed[0]

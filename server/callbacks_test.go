@@ -213,7 +213,7 @@ func TestCallbackReusedWhileTheTaskWaitsAgainIsRefused(t *testing.T) {
 			a = servertest.Send(t, b.h, "POST", second, []byte(`{"approved":true,"comment":"finance"}`))
 			require.Equal(t, http.StatusAccepted, a.Status, "%s", a.Body)
 			require.Equal(t, workflow.Decision{Approved: true, Comment: "legal+finance"}, decisionOf(t, b.client, id))
-			events, err := ns.Store.EventListByTask(context.Background(), id)
+			events, err := store.TaskEvents(context.Background(), ns.Store, "", id)
 			require.NoError(t, err)
 			var sigs int
 			for _, e := range events {

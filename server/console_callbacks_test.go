@@ -108,7 +108,7 @@ func TestTaskPageShowsCallbackLinksThatDecide(t *testing.T) {
 			a = servertest.Send(t, h, http.MethodPost, strings.TrimPrefix(approve, "http://localhost"), []byte{})
 			require.Equal(t, http.StatusAccepted, a.Status, "%s", a.Body)
 			require.Equal(t, workflow.Decision{Approved: true, By: "callback"}, decisionOf(t, b.client, id))
-			events, err := ns.Store.EventListByTask(context.Background(), id)
+			events, err := store.TaskEvents(context.Background(), ns.Store, "", id)
 			require.NoError(t, err)
 			var sigs []history.SignalReceivedData
 			for _, e := range events[before:] {
@@ -152,7 +152,7 @@ func TestTaskPageCallbackLinkOfASignal(t *testing.T) {
 			require.True(t, ok, "https behind a TLS proxy (SecureCookies): %s", link)
 			a = servertest.Send(t, h, http.MethodPost, "/v1/callbacks/"+path, []byte(`{"files":3}`))
 			require.Equal(t, http.StatusAccepted, a.Status, "%s", a.Body)
-			events, err := ns.Store.EventListByTask(context.Background(), id)
+			events, err := store.TaskEvents(context.Background(), ns.Store, "", id)
 			require.NoError(t, err)
 			sig, ok := events[len(events)-1].Data.(history.SignalReceivedData)
 			require.True(t, ok, "%T", events[len(events)-1].Data)

@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/payload/seal"
 	"github.com/cairnflow/cairn/sdk"
@@ -49,7 +50,7 @@ func TestEraseOverHTTP(t *testing.T) {
 			require.NoError(t, json.Unmarshal(started.Body, &task))
 			got := servertest.Send(t, h, "GET", "/v1/tasks/"+task.ID, nil, as(operatorToken)...)
 			require.Contains(t, string(got.Body), "P-123-SECRET", "the server opens the input")
-			raw, err := st.Store.EventListByTask(t.Context(), uuid.MustParse(task.ID))
+			raw, err := store.TaskEvents(t.Context(), st.Store, "", uuid.MustParse(task.ID))
 			require.NoError(t, err)
 			encoded, err := json.Marshal(raw[0].Data)
 			require.NoError(t, err)

@@ -50,7 +50,7 @@ func TestSignalToAFullHistoryIsRefused(t *testing.T) {
 			require.Equal(t, int64(100_000), a.Problem.LimitBytes)
 			require.Greater(t, a.Problem.HistoryBytes, int64(90_000))
 			require.Contains(t, a.Problem.Detail, "no more signals")
-			events, err := ns.Store.EventListByTask(context.Background(), id)
+			events, err := store.TaskEvents(context.Background(), ns.Store, "", id)
 			require.NoError(t, err)
 			require.Len(t, events, 4, "nothing written")
 		})

@@ -44,7 +44,7 @@ func TestHistoryIsStreamedInPages(t *testing.T) {
 			h := testServer(t, ns.Store)
 			id := startDoc(t, h, "")
 			growTaskHistory(t, ns.Store, id, 7, 400_000) // 2.8 MB: three pages of 1 MiB
-			events, err := ns.Store.EventListByTask(context.Background(), id)
+			events, err := store.TaskEvents(context.Background(), ns.Store, "", id)
 			require.NoError(t, err)
 			require.Len(t, events, 8)
 			var want bytes.Buffer

@@ -122,7 +122,7 @@ func TestIdempotencyKeyReuseIsAConflictOnBothStores(t *testing.T) {
 				}
 			}
 			require.Equal(t, 1, taskCount(t, st.Store), "the refused starts wrote nothing")
-			events, err := st.Store.EventListByTask(t.Context(), created.ID)
+			events, err := store.TaskEvents(t.Context(), st.Store, "", created.ID)
 			require.NoError(t, err)
 			require.Len(t, events, 1, "nothing appended to the existing task")
 			require.False(t, strings.Contains(string(again.Body), "status"))
@@ -149,8 +149,9 @@ func TestStartWithARetiredKeyAnswersTheRemovedTask(t *testing.T) {
 			require.Equal(t, http.StatusAccepted, first.Status, "%s", first.Body)
 			var created startResponse
 			require.NoError(t, json.Unmarshal(first.Body, &created))
-			claimed, err := st.Store.TaskClaimMany(t.Context(), &store.TaskClaimManyParams{Namespace: "default", Queues: []string{"default"},
+			claimedRes, err := st.Store.TaskClaim(t.Context(), &store.TaskClaimParams{Namespace: "default", Queues: []string{"default"},
 				Types: []store.TypeKey{{Type: "doc", Version: 1}}, Owner: "w", Max: 1, LeaseTTL: time.Minute})
+			claimed := claimedRes.Tasks
 			require.NoError(t, err)
 			require.Len(t, claimed, 1)
 			c := claimed[0]

@@ -8,6 +8,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/server/internal/servertest"
 	"github.com/cairnflow/cairn/server/internal/web"
@@ -74,7 +75,7 @@ func TestForgedReferencesAreRefusedAlikeOnBothStores(t *testing.T) {
 				}
 			}
 			require.Equal(t, 1, taskCount(t, st.Store), "no task was started")
-			events, err := st.Store.EventListByTask(t.Context(), victim.ID)
+			events, err := store.TaskEvents(t.Context(), st.Store, "", victim.ID)
 			require.NoError(t, err)
 			require.Len(t, events, 1, "no signal was written")
 

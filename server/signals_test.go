@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cairnflow/cairn/engine/enginetest"
+	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/server/internal/servertest"
 	"github.com/cairnflow/cairn/server/internal/web"
@@ -115,7 +116,7 @@ func TestSignalNeedsTheOperateRole(t *testing.T) {
 	require.Equal(t, http.StatusForbidden, a.Status, "%s", a.Body)
 	a = servertest.Send(t, h, "POST", target, []byte(`{}`), "Authorization", "Bearer operate")
 	require.Equal(t, http.StatusAccepted, a.Status, "%s", a.Body)
-	events, err := s.EventListByTask(context.Background(), started.ID)
+	events, err := store.TaskEvents(context.Background(), s, "", started.ID)
 	require.NoError(t, err)
 	require.Contains(t, events[len(events)-1].Data.(history.SignalReceivedData).Sender, "operator", "the token is recorded as the sender")
 }

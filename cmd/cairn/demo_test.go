@@ -65,7 +65,7 @@ func demoTasks(t *testing.T, tg cliTarget) (infos []*sdk.TaskInfo, histories map
 		for i, info := range infos {
 			ids[i] = info.ID
 		}
-		histories, err = s.EventListByTasks(ctx, ids)
+		histories, err = s.EventList(ctx, store.EventListAll("", ids...))
 		require.NoError(t, err)
 	})
 	return infos, histories
@@ -283,7 +283,7 @@ func TestDemoRunManualLeavesApprovalsWaiting(t *testing.T) {
 				_, err = c.Signal(context.Background(), waiting[0], intake.ApprovalSignal, json.RawMessage(`{"comment":"which?"}`), nil)
 				require.NoError(t, err)
 				require.Eventually(t, func() bool {
-					events, err := s.EventListByTask(context.Background(), waiting[0])
+					events, err := store.TaskEvents(context.Background(), s, "", waiting[0])
 					require.NoError(t, err)
 					state, err := history.Replay(events)
 					require.NoError(t, err)

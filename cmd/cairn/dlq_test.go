@@ -19,10 +19,11 @@ func seedDeadLetters(t *testing.T, tg cliTarget, n int) {
 	seedTasks(t, tg, n)
 	tg.withStore(t, func(s store.Store) {
 		ctx := context.Background()
-		claimed, err := s.TaskClaimMany(ctx, &store.TaskClaimManyParams{
+		claimedRes, err := s.TaskClaim(ctx, &store.TaskClaimParams{
 			Namespace: "clitest", Queues: []string{"default"}, Types: []store.TypeKey{{Type: "cli.test", Version: 1}},
 			Owner: "cli-test", Max: n, LeaseTTL: time.Hour,
 		})
+		claimed := claimedRes.Tasks
 		require.NoError(t, err)
 		require.Len(t, claimed, n)
 		for _, c := range claimed {

@@ -127,8 +127,9 @@ func TestArchivedTasksThroughTheCLI(t *testing.T) {
 func completeAll(t *testing.T, s store.Store, namespace string) {
 	t.Helper()
 	ctx := context.Background()
-	claimed, err := s.TaskClaimMany(ctx, &store.TaskClaimManyParams{Namespace: namespace, Queues: []string{"default"},
+	claimedRes, err := s.TaskClaim(ctx, &store.TaskClaimParams{Namespace: namespace, Queues: []string{"default"},
 		Types: []store.TypeKey{{Type: "cli.test", Version: 1}}, Owner: "w", Max: 100, LeaseTTL: time.Minute})
+	claimed := claimedRes.Tasks
 	require.NoError(t, err)
 	for _, c := range claimed {
 		_, err := s.EventAppend(ctx, &store.EventAppendParams{TaskID: c.Task.ID, State: c.State, Epoch: c.State.Lease.Epoch,

@@ -29,8 +29,9 @@ func TestCLITaskShowsWhatAPendingTaskWaitsFor(t *testing.T) {
 					Scheduled: history.TaskScheduledData{TaskType: "cli.wait", TypeVersion: 1, Queue: "default"}})
 				require.NoError(t, err)
 				id = res.ID
-				claimed, err := s.TaskClaimMany(ctx, &store.TaskClaimManyParams{Namespace: "clitest", Queues: []string{"default"},
+				claimedRes, err := s.TaskClaim(ctx, &store.TaskClaimParams{Namespace: "clitest", Queues: []string{"default"},
 					Types: []store.TypeKey{{Type: "cli.wait", Version: 1}}, Owner: "w1", Max: 1, LeaseTTL: time.Minute})
+				claimed := claimedRes.Tasks
 				require.NoError(t, err)
 				require.Len(t, claimed, 1)
 				ct := claimed[0]

@@ -137,9 +137,9 @@ func RequireProjectionsMatch(tb testing.TB, s store.Store) int {
 	const chunk = 500
 	for start := 0; start < len(ids); start += chunk {
 		part := ids[start:min(start+chunk, len(ids))]
-		tasks, err := s.TaskGetManyByID(ctx, part)
+		tasks, err := s.TaskGetMany(ctx, &store.TaskGetManyParams{IDs: part})
 		require.NoError(tb, err)
-		events, err := s.EventListByTasks(ctx, part)
+		events, err := s.EventList(ctx, store.EventListAll("", part...))
 		require.NoError(tb, err)
 		for _, t := range tasks {
 			state, err := history.Replay(events[t.ID])

@@ -115,7 +115,7 @@ func StartTasks(tb testing.TB, s store.Store, n int, opts *TaskOpts) []uuid.UUID
 // EventTypes returns the types of a task's events, in order.
 func EventTypes(tb testing.TB, s store.Store, id uuid.UUID) []history.Type {
 	tb.Helper()
-	events, err := s.EventListByTask(context.Background(), id)
+	events, err := store.TaskEvents(context.Background(), s, "", id)
 	require.NoError(tb, err)
 	out := make([]history.Type, len(events))
 	for i, e := range events {

@@ -28,19 +28,19 @@ const WaitTimeout = 15 * time.Second
 const PollInterval = 10 * time.Millisecond
 
 // ClaimParams is a claim of default test tasks by owner.
-func ClaimParams(owner string, max int, ttl time.Duration) *store.TaskClaimManyParams {
-	return &store.TaskClaimManyParams{
+func ClaimParams(owner string, max int, ttl time.Duration) *store.TaskClaimParams {
+	return &store.TaskClaimParams{
 		Namespace: store.DefaultNamespace, Queues: []string{"default"}, Types: []store.TypeKey{TestKey},
 		Owner: owner, Max: max, LeaseTTL: ttl,
 	}
 }
 
 // Claim runs the claim p and fails the test on an error.
-func Claim(tb testing.TB, s store.Store, p *store.TaskClaimManyParams) []*store.ClaimedTask {
+func Claim(tb testing.TB, s store.Store, p *store.TaskClaimParams) []*store.ClaimedTask {
 	tb.Helper()
-	claimed, err := s.TaskClaimMany(context.Background(), p)
+	res, err := s.TaskClaim(context.Background(), p)
 	require.NoError(tb, err)
-	return claimed
+	return res.Tasks
 }
 
 // ClaimOne claims exactly one default test task for owner.
@@ -84,7 +84,7 @@ func GetTask(tb testing.TB, s store.Store, id uuid.UUID) *store.Task {
 // Events reads task id's events.
 func Events(tb testing.TB, s store.Store, id uuid.UUID) []history.Event {
 	tb.Helper()
-	evs, err := s.EventListByTask(context.Background(), id)
+	evs, err := store.TaskEvents(context.Background(), s, "", id)
 	require.NoError(tb, err)
 	return evs
 }

@@ -38,7 +38,7 @@ func (tl *auditTimeline) task(t *testing.T, opts *enginetest.TaskOpts, m int) uu
 	t.Helper()
 	id := enginetest.StartTask(t, tl.s, opts)
 	p := opts.Params()
-	claimed := enginetest.Claim(t, tl.s, &store.TaskClaimManyParams{
+	claimed := enginetest.Claim(t, tl.s, &store.TaskClaimParams{
 		Namespace: p.Namespace, Queues: []string{p.Scheduled.Queue}, Types: []store.TypeKey{opts.TypeKey()},
 		Owner: "auditor", Max: 1, LeaseTTL: time.Hour,
 	})

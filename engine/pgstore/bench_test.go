@@ -37,7 +37,8 @@ func BenchmarkTaskClaimMany(b *testing.B) {
 		b.StopTimer()
 		enginetest.StartTasks(b, s, batch, nil)
 		b.StartTimer()
-		got, err := s.TaskClaimMany(ctx, p)
+		gotRes, err := s.TaskClaim(ctx, p)
+		got := gotRes.Tasks
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -96,7 +97,8 @@ func BenchmarkTaskClaimPartial(b *testing.B) {
 		b.StopTimer()
 		enginetest.StartTasks(b, s, 1, nil)
 		b.StartTimer()
-		got, err := s.TaskClaimMany(ctx, p)
+		gotRes, err := s.TaskClaim(ctx, p)
+		got := gotRes.Tasks
 		if err != nil {
 			b.Fatal(err)
 		}

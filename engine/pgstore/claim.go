@@ -19,18 +19,11 @@ import (
 // passes (compiling it took 100-160 ms). See TaskClaim.
 const genericPlanSettings = "set_config('plan_cache_mode', 'force_generic_plan', true), set_config('jit', 'off', true)"
 
-// TaskClaimMany claims up to p.Max due tasks (see [Store.TaskClaim]) and
-// returns them.
-func (s *Store) TaskClaimMany(ctx context.Context, p *store.TaskClaimManyParams) ([]*store.ClaimedTask, error) {
-	res, err := s.TaskClaim(ctx, p)
-	return res.Tasks, err
-}
-
 // TaskClaim claims up to p.Max due tasks in one statement, one round
 // trip: FOR UPDATE SKIP LOCKED, a new lease epoch, attempt_started appended,
 // and each task returned with its history. The same statement reads the
 // claim's outlook when it took fewer than p.Max ([store.ClaimResult]).
-func (s *Store) TaskClaim(ctx context.Context, p *store.TaskClaimManyParams) (store.ClaimResult, error) {
+func (s *Store) TaskClaim(ctx context.Context, p *store.TaskClaimParams) (store.ClaimResult, error) {
 	var res store.ClaimResult
 	if p.Max <= 0 {
 		return res, nil
@@ -128,10 +121,11 @@ func (r outlookRow) Scan(dest ...any) error {
 	return r.CollectableRow.Scan(append([]any{r.next, r.heldBack}, dest...)...)
 }
 
-// LeaseExtendMany extends the given leases to ttl from now by the database
+// LeaseExtendMany extends p's leases to p.TTL from now by the database
 // clock and returns the leases it extended, by task id; the others are lost
 // (the task moved to another epoch or finished).
-func (s *Store) LeaseExtendMany(ctx context.Context, leases []store.LeaseRef, ttl time.Duration) (map[uuid.UUID]store.LeaseRenewal, error) {
+func (s *Store) LeaseExtendMany(ctx context.Context, p *store.LeaseExtendParams) (map[uuid.UUID]store.LeaseRenewal, error) {
+	leases, ttl := p.Leases, p.TTL
 	ids := make([][16]byte, len(leases))
 	epochs := make([]int64, len(leases))
 	for i, l := range leases {
@@ -176,7 +170,7 @@ func (s *Store) rereadStaleClaims(ctx context.Context, claimed []*store.ClaimedT
 	if len(stale) == 0 {
 		return nil
 	}
-	byTask, err := s.EventListByTasks(ctx, stale)
+	byTask, err := s.EventList(ctx, store.EventListAll("", stale...))
 	if err != nil {
 		return errors.Wrap(err, "read claimed tasks again")
 	}

@@ -57,7 +57,7 @@ func TestTaskClaimMany(t *testing.T) {
 		// "doc@1" must not match a type named "doc@" at version 1 or similar.
 		enginetest.StartTask(t, s, &enginetest.TaskOpts{Queue: "q1", Type: "do", Version: 11})
 
-		p := &store.TaskClaimManyParams{Namespace: store.DefaultNamespace, Queues: []string{"q1"},
+		p := &store.TaskClaimParams{Namespace: store.DefaultNamespace, Queues: []string{"q1"},
 			Types: []store.TypeKey{{Type: "doc", Version: 1}}, Owner: "w", Max: 10, LeaseTTL: time.Minute}
 		claimed := enginetest.Claim(t, s, p)
 		require.Len(t, claimed, 1)
@@ -181,7 +181,7 @@ func TestTaskClaimMany(t *testing.T) {
 		require.NotEqual(t, lost.Task.LeaseEpoch, again.Task.LeaseEpoch, "the lost claim's epoch is not handed out again")
 		_, err = enginetest.AppendFenced(ctx, s, lost, history.TaskCompletedData{})
 		require.Error(t, err, "the first worker's write is refused")
-		held, err := s.LeaseExtendMany(ctx, []store.LeaseRef{{TaskID: id, Epoch: lost.Task.LeaseEpoch}}, time.Minute)
+		held, err := s.LeaseExtendMany(ctx, &store.LeaseExtendParams{Leases: []store.LeaseRef{{TaskID: id, Epoch: lost.Task.LeaseEpoch}}, TTL: time.Minute})
 		require.NoError(t, err)
 		require.Empty(t, held, "and its heartbeat learns the lease is gone")
 		enginetest.Complete(t, s, again)
@@ -341,7 +341,8 @@ func TestTaskClaimMany(t *testing.T) {
 			wg.Go(func() {
 				<-start
 				for {
-					claimed, err := s.TaskClaimMany(context.Background(), enginetest.ClaimParams(owner, 7, time.Minute))
+					claimedRes, err := s.TaskClaim(context.Background(), enginetest.ClaimParams(owner, 7, time.Minute))
+					claimed := claimedRes.Tasks
 					mu.Lock()
 					if err != nil {
 						errs = append(errs, err)
@@ -386,12 +387,12 @@ func TestLeaseExtendMany(t *testing.T) {
 	c := enginetest.ClaimOne(t, s, "w", time.Minute)
 	enginetest.Complete(t, s, c)
 
-	held, err := s.LeaseExtendMany(ctx, []store.LeaseRef{
+	held, err := s.LeaseExtendMany(ctx, &store.LeaseExtendParams{Leases: []store.LeaseRef{
 		{TaskID: a.Task.ID, Epoch: a.State.Lease.Epoch},
 		{TaskID: b.Task.ID, Epoch: b.State.Lease.Epoch + 1}, // not the task's epoch
 		{TaskID: c.Task.ID, Epoch: c.State.Lease.Epoch},     // finished
 		{TaskID: uuid.New(), Epoch: 1},                      // no such task
-	}, time.Hour)
+	}, TTL: time.Hour})
 	require.NoError(t, err)
 	require.Equal(t, map[uuid.UUID]store.LeaseRenewal{a.Task.ID: {}}, held)
 
@@ -402,14 +403,14 @@ func TestLeaseExtendMany(t *testing.T) {
 	require.Nil(t, cNow.LeaseExpiresAt)
 	require.Equal(t, a.Task.LastSeq, aNow.LastSeq, "a heartbeat appends no event")
 
-	held, err = s.LeaseExtendMany(ctx, nil, time.Hour)
+	held, err = s.LeaseExtendMany(ctx, &store.LeaseExtendParams{TTL: time.Hour})
 	require.NoError(t, err)
 	require.Empty(t, held)
 
 	// The reply carries a cancel request.
 	_, err = requests.Cancel(ctx, s, &requests.Params{Namespace: "default", ID: a.Task.ID, By: "api"})
 	require.NoError(t, err)
-	held, err = s.LeaseExtendMany(ctx, []store.LeaseRef{{TaskID: a.Task.ID, Epoch: a.State.Lease.Epoch}}, time.Hour)
+	held, err = s.LeaseExtendMany(ctx, &store.LeaseExtendParams{Leases: []store.LeaseRef{{TaskID: a.Task.ID, Epoch: a.State.Lease.Epoch}}, TTL: time.Hour})
 	require.NoError(t, err)
 	require.Equal(t, map[uuid.UUID]store.LeaseRenewal{a.Task.ID: {CancelRequested: true}}, held)
 
@@ -437,9 +438,9 @@ func TestLeaseExtendManyDoesNotWaitForRowLocks(t *testing.T) {
 
 	hbCtx, cancel := context.WithTimeout(ctx, 10*time.Second) // a heartbeat that waits fails here
 	defer cancel()
-	held, err := s.LeaseExtendMany(hbCtx, []store.LeaseRef{
+	held, err := s.LeaseExtendMany(hbCtx, &store.LeaseExtendParams{Leases: []store.LeaseRef{
 		{TaskID: locked.Task.ID, Epoch: locked.State.Lease.Epoch}, {TaskID: free.Task.ID, Epoch: free.State.Lease.Epoch},
-	}, time.Hour)
+	}, TTL: time.Hour})
 	require.NoError(t, err, "the heartbeat waited for the locked row")
 	require.Equal(t, map[uuid.UUID]store.LeaseRenewal{locked.Task.ID: {Busy: true}, free.Task.ID: {}}, held)
 	require.NoError(t, holder.Rollback(ctx))
@@ -447,7 +448,7 @@ func TestLeaseExtendManyDoesNotWaitForRowLocks(t *testing.T) {
 	require.True(t, enginetest.GetTask(t, s, locked.Task.ID).LeaseExpiresAt.Before(time.Now().Add(2*time.Minute)), "the busy row is not")
 
 	// Once the row is free again, the next heartbeat renews it.
-	held, err = s.LeaseExtendMany(ctx, []store.LeaseRef{{TaskID: locked.Task.ID, Epoch: locked.State.Lease.Epoch}}, time.Hour)
+	held, err = s.LeaseExtendMany(ctx, &store.LeaseExtendParams{Leases: []store.LeaseRef{{TaskID: locked.Task.ID, Epoch: locked.State.Lease.Epoch}}, TTL: time.Hour})
 	require.NoError(t, err)
 	require.Equal(t, map[uuid.UUID]store.LeaseRenewal{locked.Task.ID: {}}, held)
 }

@@ -34,10 +34,10 @@ func (s *Store) TaskLeaseNextExpiry(ctx context.Context, p *store.LeaseExpiryPar
 	return max(0, time.Duration(*seconds*float64(time.Second))), true, nil
 }
 
-// TaskListStartExpired returns up to max pending tasks never started whose
-// start deadline has passed.
-func (s *Store) TaskListStartExpired(ctx context.Context, max int) ([]uuid.UUID, error) {
-	return s.listIDs(ctx, "TaskListStartExpired", pgx.NamedArgs{"max": max}, "list tasks past their start deadline")
+// TaskListStartExpired returns up to p.Max pending tasks never started
+// whose start deadline has passed.
+func (s *Store) TaskListStartExpired(ctx context.Context, p *store.TaskListStartExpiredParams) ([]uuid.UUID, error) {
+	return s.listIDs(ctx, "TaskListStartExpired", pgx.NamedArgs{"max": p.Max}, "list tasks past their start deadline")
 }
 
 func (s *Store) listIDs(ctx context.Context, query string, args pgx.NamedArgs, what string) ([]uuid.UUID, error) {
@@ -75,10 +75,11 @@ func (s *Store) DeadLetterList(ctx context.Context, p *store.DeadLetterListParam
 	return tasks, errors.Wrap(interpretError(err), "list dead letters")
 }
 
-// LeaderAttempt takes or renews the leader lease for the role name on behalf
-// of owner, for ttl by the database clock. It reports whether owner is the
-// leader afterwards.
-func (s *Store) LeaderAttempt(ctx context.Context, name, owner string, ttl time.Duration) (bool, error) {
+// LeaderAttempt takes or renews the leader lease for the role p.Name on
+// behalf of p.Owner, for p.TTL by the database clock. It reports whether
+// p.Owner is the leader afterwards.
+func (s *Store) LeaderAttempt(ctx context.Context, p *store.LeaderAttemptParams) (bool, error) {
+	name, owner, ttl := p.Name, p.Owner, p.TTL
 	var got string
 	err := s.control.QueryRow(ctx, s.sql("LeaderAttempt"), pgx.NamedArgs{
 		"name": name, "owner": owner, "ttl_seconds": ttl.Seconds(),
@@ -92,9 +93,9 @@ func (s *Store) LeaderAttempt(ctx context.Context, name, owner string, ttl time.
 	return got == owner, nil
 }
 
-// LeaderResign gives up owner's leader lease for name, if it holds it, so
-// another process can take over without waiting for expiry.
-func (s *Store) LeaderResign(ctx context.Context, name, owner string) error {
-	_, err := s.control.Exec(ctx, s.sql("LeaderResign"), pgx.NamedArgs{"name": name, "owner": owner})
-	return errors.Wrapf(interpretError(err), "resign leadership of %s", name)
+// LeaderResign gives up p.Owner's leader lease for p.Name, if it holds it,
+// so another process can take over without waiting for expiry.
+func (s *Store) LeaderResign(ctx context.Context, p *store.LeaderResignParams) error {
+	_, err := s.control.Exec(ctx, s.sql("LeaderResign"), pgx.NamedArgs{"name": p.Name, "owner": p.Owner})
+	return errors.Wrapf(interpretError(err), "resign leadership of %s", p.Name)
 }

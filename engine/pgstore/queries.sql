@@ -469,6 +469,14 @@ FROM unnest(@ids::uuid[], @afters::bigint[]) AS a(id, after)
 JOIN /* TEMPLATE: schema */events AS e ON e.task_id = a.id AND e.seq > a.after
 ORDER BY e.task_id, e.seq;
 
+-- name: EventListAfterIn
+-- EventListAfter of the tasks of @namespace only (a request's read).
+SELECT e.task_id, e.seq, e.type, e.at, e.attempt, e.data
+FROM unnest(@ids::uuid[], @afters::bigint[]) AS a(id, after)
+JOIN /* TEMPLATE: schema */tasks AS t ON t.id = a.id AND t.namespace = @namespace
+JOIN /* TEMPLATE: schema */events AS e ON e.task_id = a.id AND e.seq > a.after
+ORDER BY e.task_id, e.seq;
+
 -- name: TaskFenceByID
 -- Tells a refused append apart: not found, moved on, fenced, or full.
 SELECT last_seq, lease_epoch, lease_owner IS NOT NULL, history_bytes FROM /* TEMPLATE: schema */tasks WHERE id = @id;
@@ -530,13 +538,15 @@ SELECT id, namespace, queue, type, type_version, status, priority, run_at,
     fairness_key, fairness_weight, parent_id, parent_position
 FROM /* TEMPLATE: schema */tasks WHERE id = @id AND namespace = @namespace;
 
--- name: TaskGetManyByID
+-- name: TaskGetMany
+-- Tasks by id, of @namespace, or of any when it is ''.
 SELECT id, namespace, queue, type, type_version, status, priority, run_at,
     attempt, max_attempts, lease_owner, lease_epoch, lease_expires_at,
     idempotency_key, trace_id, input, output, last_error, cancel_requested,
     last_seq, created_at, updated_at, started_at, finished_at, labels, deadline, start_deadline,
     fairness_key, fairness_weight, parent_id, parent_position
-FROM /* TEMPLATE: schema */tasks WHERE id = ANY(@ids::uuid[]);
+FROM /* TEMPLATE: schema */tasks
+WHERE id = ANY(@ids::uuid[]) AND (@namespace::text = '' OR namespace = @namespace);
 
 -- name: TaskList
 SELECT id, namespace, queue, type, type_version, status, priority, run_at,

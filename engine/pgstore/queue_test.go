@@ -45,8 +45,9 @@ func TestBoundedQueue(t *testing.T) {
 	require.Equal(t, 5, taskCount(t, s))
 
 	// A claimed task no longer waits: there is room again.
-	claimed, err := s.TaskClaimMany(ctx, &store.TaskClaimManyParams{Namespace: "default", Queues: []string{"llm"},
+	claimedRes, err := s.TaskClaim(ctx, &store.TaskClaimParams{Namespace: "default", Queues: []string{"llm"},
 		Types: []store.TypeKey{llm.TypeKey()}, Owner: "w", Max: 1, LeaseTTL: time.Minute})
+	claimed := claimedRes.Tasks
 	require.NoError(t, err)
 	require.Len(t, claimed, 1)
 	enginetest.StartTask(t, s, llm)
@@ -121,11 +122,13 @@ func TestRateLimitRefillTimeAheadOfTheClaim(t *testing.T) {
 	enginetest.StartTasks(t, s, 3, nil)
 	_, err := s.Pool().Exec(ctx, "UPDATE "+enginetest.TableName(s, "rate_limits")+" SET tokens = 0, refilled_at = now() + interval '1 second'")
 	require.NoError(t, err)
-	claimed, err := s.TaskClaimMany(ctx, enginetest.ClaimParams("w", 3, time.Minute))
+	claimedRes, err := s.TaskClaim(ctx, enginetest.ClaimParams("w", 3, time.Minute))
+	claimed := claimedRes.Tasks
 	require.NoError(t, err, "an empty bucket claims nothing, without error")
 	require.Empty(t, claimed)
 	require.Eventually(t, func() bool {
-		claimed, err := s.TaskClaimMany(ctx, enginetest.ClaimParams("w", 3, time.Minute))
+		claimedRes, err := s.TaskClaim(ctx, enginetest.ClaimParams("w", 3, time.Minute))
+		claimed := claimedRes.Tasks
 		require.NoError(t, err)
 		return len(claimed) > 0
 	}, 10*time.Second, 50*time.Millisecond, "the bucket refills once its clock is passed")

@@ -21,10 +21,11 @@ func TestStartClaimComplete(t *testing.T) {
 		TaskType: "doc", TypeVersion: 1, Queue: "default", Input: json.RawMessage(`{"a": 1}`), MaxAttempts: 3,
 	}})
 	require.NoError(t, err)
-	claimed, err := s.TaskClaimMany(ctx, &store.TaskClaimManyParams{
+	claimedRes, err := s.TaskClaim(ctx, &store.TaskClaimParams{
 		Namespace: "default", Queues: []string{"default"}, Types: []store.TypeKey{{Type: "doc", Version: 1}},
 		Owner: "w1", Max: 10, LeaseTTL: time.Minute,
 	})
+	claimed := claimedRes.Tasks
 	require.NoError(t, err)
 	require.Len(t, claimed, 1)
 	ct := claimed[0]
@@ -60,14 +61,15 @@ func TestClaimOfFreshTaskEqualsReplayOfItsEvents(t *testing.T) {
 		Labels: map[string]string{"tenant": "acme", "tier": "gold"}, Deadline: &deadline,
 	}})
 	require.NoError(t, err)
-	claimed, err := s.TaskClaimMany(ctx, &store.TaskClaimManyParams{
+	claimedRes, err := s.TaskClaim(ctx, &store.TaskClaimParams{
 		Namespace: "default", Queues: []string{"default"}, Types: []store.TypeKey{{Type: "doc", Version: 1}},
 		Owner: "w1", Max: 10, LeaseTTL: time.Minute,
 	})
+	claimed := claimedRes.Tasks
 	require.NoError(t, err)
 	require.Len(t, claimed, 1)
 	require.NoError(t, claimed[0].Err)
-	stored, err := s.EventListByTask(ctx, claimed[0].Task.ID)
+	stored, err := store.TaskEvents(ctx, s, "", claimed[0].Task.ID)
 	require.NoError(t, err)
 	replayed, err := history.Replay(stored)
 	require.NoError(t, err)

@@ -540,9 +540,13 @@ func (s *Store) TaskList(ctx context.Context, p *store.TaskListParams) ([]*store
 	return tasks, errors.Wrap(interpretError(err), "list tasks")
 }
 
-// TaskGetManyByID returns the tasks with the given ids, in any namespace.
-func (s *Store) TaskGetManyByID(ctx context.Context, ids []uuid.UUID) ([]*store.Task, error) {
-	rows, err := s.db.Query(ctx, s.sql("TaskGetManyByID"), pgx.NamedArgs{"ids": ids})
+// TaskGetMany returns the tasks of p.IDs, of p.Namespace or, when it is
+// "", of any.
+func (s *Store) TaskGetMany(ctx context.Context, p *store.TaskGetManyParams) ([]*store.Task, error) {
+	if len(p.IDs) == 0 {
+		return nil, nil
+	}
+	rows, err := s.db.Query(ctx, s.sql("TaskGetMany"), pgx.NamedArgs{"ids": p.IDs, "namespace": p.Namespace})
 	if err != nil {
 		return nil, errors.Wrap(interpretError(err), "get tasks")
 	}
@@ -550,30 +554,44 @@ func (s *Store) TaskGetManyByID(ctx context.Context, ids []uuid.UUID) ([]*store.
 	return tasks, errors.Wrap(interpretError(err), "get tasks")
 }
 
-// EventListByTask returns a task's events in order, decoded.
-func (s *Store) EventListByTask(ctx context.Context, id uuid.UUID) ([]history.Event, error) {
-	byTask, err := s.eventsQuery(ctx, s.db, s.sql("EventListByTask"), pgx.NamedArgs{"task_id": id})
-	if err != nil {
-		return nil, errors.Wrapf(interpretError(err), "list events of task %s", id)
+// EventList returns the events of the tasks of p.After after a seq each,
+// by task id, decoded, in the cheapest statement for the case: without a
+// namespace, one task's whole log by task_id (EventListByTask), several
+// whole logs by task_id = ANY (EventListByTasks), and logs after a seq by
+// the primary key from (id, seq) pairs (EventListAfter), the statements
+// the processor's reads have always run; with one, the pairs joined to the
+// tasks of the namespace (EventListAfterIn).
+func (s *Store) EventList(ctx context.Context, p *store.EventListParams) (map[uuid.UUID][]history.Event, error) {
+	if len(p.After) == 0 {
+		return map[uuid.UUID][]history.Event{}, nil
 	}
-	return byTask[id], nil
-}
-
-// EventListByTasks returns the events of several tasks, by task id.
-func (s *Store) EventListByTasks(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID][]history.Event, error) {
-	byTask, err := s.eventsQuery(ctx, s.db, s.sql("EventListByTasks"), pgx.NamedArgs{"ids": ids})
-	return byTask, errors.Wrap(interpretError(err), "list events")
-}
-
-// EventListAfter returns the events of tasks after a seq each, by task id.
-func (s *Store) EventListAfter(ctx context.Context, after map[uuid.UUID]int64) (map[uuid.UUID][]history.Event, error) {
-	ids := make([]uuid.UUID, 0, len(after))
-	afters := make([]int64, 0, len(after))
-	for id, seq := range after {
+	ids := make([]uuid.UUID, 0, len(p.After))
+	afters := make([]int64, 0, len(p.After))
+	whole := true
+	for id, seq := range p.After {
 		ids, afters = append(ids, id), append(afters, seq)
+		whole = whole && seq <= 0
 	}
-	byTask, err := s.eventsQuery(ctx, s.db, s.sql("EventListAfter"), pgx.NamedArgs{"ids": ids, "afters": afters})
-	return byTask, errors.Wrap(interpretError(err), "list events")
+	var (
+		query = "EventListAfter"
+		args  = pgx.NamedArgs{"ids": ids, "afters": afters}
+	)
+	switch {
+	case p.Namespace != "":
+		query, args["namespace"] = "EventListAfterIn", p.Namespace
+	case whole && len(ids) == 1:
+		query, args = "EventListByTask", pgx.NamedArgs{"task_id": ids[0]}
+	case whole:
+		query, args = "EventListByTasks", pgx.NamedArgs{"ids": ids}
+	}
+	byTask, err := s.eventsQuery(ctx, s.db, s.sql(query), args)
+	if err != nil {
+		if len(ids) == 1 {
+			return nil, errors.Wrapf(interpretError(err), "list events of task %s", ids[0])
+		}
+		return nil, errors.Wrap(interpretError(err), "list events")
+	}
+	return byTask, nil
 }
 
 func (s *Store) eventsQuery(ctx context.Context, q querier, sql string, args pgx.NamedArgs) (map[uuid.UUID][]history.Event, error) {

@@ -422,14 +422,14 @@ func TestTaskList(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []uuid.UUID{c}, ids(limited))
 
-	ct := enginetest.Claim(t, s, &store.TaskClaimManyParams{Namespace: store.DefaultNamespace, Queues: []string{"default"},
+	ct := enginetest.Claim(t, s, &store.TaskClaimParams{Namespace: store.DefaultNamespace, Queues: []string{"default"},
 		Types: []store.TypeKey{{Type: "b", Version: 1}}, Owner: "w", Max: 1, LeaseTTL: time.Minute})
 	require.Len(t, ct, 1)
 	running, err := s.TaskList(ctx, &store.TaskListParams{Namespace: store.DefaultNamespace, Status: history.StatusRunning})
 	require.NoError(t, err)
 	require.Equal(t, []uuid.UUID{b}, ids(running))
 
-	many, err := s.TaskGetManyByID(ctx, []uuid.UUID{a, c, uuid.New()})
+	many, err := s.TaskGetMany(ctx, &store.TaskGetManyParams{IDs: []uuid.UUID{a, c, uuid.New()}})
 	require.NoError(t, err)
 	require.ElementsMatch(t, []uuid.UUID{a, c}, ids(many))
 	require.Equal(t, 4, enginetest.RequireProjectionsMatch(t, s))

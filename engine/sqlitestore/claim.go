@@ -18,19 +18,13 @@ import (
 	"github.com/cairnflow/cairn/internal/errmark"
 )
 
-// TaskClaimMany implements [store.Store]: [Store.TaskClaim]'s tasks.
-func (s *Store) TaskClaimMany(ctx context.Context, p *store.TaskClaimManyParams) ([]*store.ClaimedTask, error) {
-	res, err := s.TaskClaim(ctx, p)
-	return res.Tasks, err
-}
-
 // TaskClaim implements [store.Store]: in one write transaction, the
 // due tasks of the queues and type keys, by priority then virtual start
 // time (aging reserves one slot in eight for the longest-waiting), within
 // the queues' concurrency limits and the types' rate limits; each gets a
 // new lease epoch and attempt_started. A claim that took fewer than p.Max
 // reads its outlook in the same transaction, as PostgreSQL's does.
-func (s *Store) TaskClaim(ctx context.Context, p *store.TaskClaimManyParams) (store.ClaimResult, error) {
+func (s *Store) TaskClaim(ctx context.Context, p *store.TaskClaimParams) (store.ClaimResult, error) {
 	if p.Max <= 0 || len(p.Queues) == 0 || len(p.Types) == 0 {
 		return store.ClaimResult{}, nil
 	}
@@ -79,7 +73,7 @@ func (s *Store) TaskClaim(ctx context.Context, p *store.TaskClaimManyParams) (st
 // outlook reads what a claim left (see [store.ClaimResult]), after its
 // writes: free and tokens are the limited queues' slots and the rate-limited
 // types' tokens it left.
-func outlook(ctx context.Context, tx *txn, p *store.TaskClaimManyParams, now time.Time, free, tokens map[string]int) (store.ClaimResult, error) {
+func outlook(ctx context.Context, tx *txn, p *store.TaskClaimParams, now time.Time, free, tokens map[string]int) (store.ClaimResult, error) {
 	var res store.ClaimResult
 	waitingTypes := map[string]bool{}
 	for _, q := range p.Queues {
@@ -196,7 +190,7 @@ func (b bucket) refill(now time.Time) float64 {
 // first (the longest-waiting due tasks whatever their priority), then by
 // priority and virtual start time, within the queues' free slots and the
 // types' tokens.
-func pickDue(ctx context.Context, tx *txn, p *store.TaskClaimManyParams, now time.Time, free, tokens map[string]int) ([]*store.Task, error) {
+func pickDue(ctx context.Context, tx *txn, p *store.TaskClaimParams, now time.Time, free, tokens map[string]int) ([]*store.Task, error) {
 	aging := plan.AgingSlots(p.Max, p.StrictPriority)
 	var aged, ranked []candidate
 	for _, q := range p.Queues {
@@ -676,7 +670,8 @@ func fence(ctx context.Context, tx *txn, p *store.EventAppendParams, now time.Ti
 }
 
 // LeaseExtendMany implements [store.Store].
-func (s *Store) LeaseExtendMany(ctx context.Context, leases []store.LeaseRef, ttl time.Duration) (map[uuid.UUID]store.LeaseRenewal, error) {
+func (s *Store) LeaseExtendMany(ctx context.Context, p *store.LeaseExtendParams) (map[uuid.UUID]store.LeaseRenewal, error) {
+	leases, ttl := p.Leases, p.TTL
 	out := make(map[uuid.UUID]store.LeaseRenewal, len(leases))
 	if len(leases) == 0 {
 		return out, nil

@@ -33,8 +33,9 @@ func TestStoreKeepsTimeByItsClock(t *testing.T) {
 	late, err := s.TaskStart(ctx, &store.TaskStartParams{Namespace: "default",
 		Scheduled: history.TaskScheduledData{TaskType: "b", TypeVersion: 1, Queue: "q", StartDeadline: &deadline}})
 	require.NoError(t, err)
-	claimed, err := s.TaskClaimMany(ctx, &store.TaskClaimManyParams{Namespace: "default", Queues: []string{"q"},
+	claimedRes, err := s.TaskClaim(ctx, &store.TaskClaimParams{Namespace: "default", Queues: []string{"q"},
 		Types: []store.TypeKey{{Type: "a", Version: 1}}, Owner: "crashed", Max: 1, LeaseTTL: time.Minute})
+	claimed := claimedRes.Tasks
 	require.NoError(t, err)
 	require.Len(t, claimed, 1)
 
@@ -58,7 +59,7 @@ func TestStoreKeepsTimeByItsClock(t *testing.T) {
 		return a.Status == history.StatusRetrying && b.Status == history.StatusExpired
 	}, 15*time.Second, 10*time.Millisecond, "the rescuer takes the lease back and ends the task past its start deadline")
 
-	events, err := s.EventListByTask(ctx, leased.ID)
+	events, err := store.TaskEvents(ctx, s, "", leased.ID)
 	require.NoError(t, err)
 	last := events[len(events)-1]
 	require.Equal(t, history.LeaseExpired, last.Type())

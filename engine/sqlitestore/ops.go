@@ -55,13 +55,14 @@ func (s *Store) TaskLeaseNextExpiry(ctx context.Context, p *store.LeaseExpiryPar
 }
 
 // TaskListStartExpired implements [store.Store].
-func (s *Store) TaskListStartExpired(ctx context.Context, max int) ([]uuid.UUID, error) {
-	ids, err := queryIDs(ctx, s.q, "TaskListStartExpired", us(s.now()), max)
+func (s *Store) TaskListStartExpired(ctx context.Context, p *store.TaskListStartExpiredParams) ([]uuid.UUID, error) {
+	ids, err := queryIDs(ctx, s.q, "TaskListStartExpired", us(s.now()), p.Max)
 	return ids, errors.Wrap(err, "list tasks past their start deadline")
 }
 
 // LeaderAttempt implements [store.Store].
-func (s *Store) LeaderAttempt(ctx context.Context, name, owner string, ttl time.Duration) (bool, error) {
+func (s *Store) LeaderAttempt(ctx context.Context, p *store.LeaderAttemptParams) (bool, error) {
+	name, owner, ttl := p.Name, p.Owner, p.TTL
 	var got string
 	err := s.tx(ctx, func(tx *txn) error {
 		now := us(s.now())
@@ -78,9 +79,9 @@ func (s *Store) LeaderAttempt(ctx context.Context, name, owner string, ttl time.
 }
 
 // LeaderResign implements [store.Store].
-func (s *Store) LeaderResign(ctx context.Context, name, owner string) error {
-	_, err := s.q.exec(ctx, "LeaderResign", name, owner)
-	return errors.Wrapf(interpret(err), "resign leadership of %s", name)
+func (s *Store) LeaderResign(ctx context.Context, p *store.LeaderResignParams) error {
+	_, err := s.q.exec(ctx, "LeaderResign", p.Name, p.Owner)
+	return errors.Wrapf(interpret(err), "resign leadership of %s", p.Name)
 }
 
 // QueueSet implements [store.Store].

@@ -72,9 +72,10 @@ SELECT count(*), avg(started_at) FROM tasks WHERE namespace = ? AND queue = ? AN
 -- name: TaskGetByID
 SELECT /* TASK_COLUMNS */ FROM tasks WHERE id = ? AND namespace = ?;
 
--- name: TaskGetManyByID
--- ?: a JSON array of ids, of any length.
-SELECT /* TASK_COLUMNS */ FROM tasks WHERE id IN (SELECT value FROM json_each(?)) ORDER BY id;
+-- name: TaskGetMany
+-- ?1: a JSON array of ids, of any length; ?2: their namespace, '' for any.
+SELECT /* TASK_COLUMNS */ FROM tasks WHERE id IN (SELECT value FROM json_each(?1))
+  AND (?2 = '' OR namespace = ?2) ORDER BY id;
 
 -- name: TaskList
 -- A page of a namespace's tasks, newest first (UUIDv7), filtered by
@@ -158,6 +159,14 @@ ORDER BY task_id, seq;
 -- its seq, by the primary key.
 SELECT e.task_id, e.seq, e.type, e.at, e.attempt, e.data
 FROM json_each(?) AS a
+JOIN events AS e ON e.task_id = a.value ->> 0 AND e.seq > a.value ->> 1
+ORDER BY e.task_id, e.seq;
+
+-- name: EventListAfterIn
+-- EventListAfter (?1) of the tasks of namespace ?2 only (a request's read).
+SELECT e.task_id, e.seq, e.type, e.at, e.attempt, e.data
+FROM json_each(?1) AS a
+JOIN tasks AS t ON t.id = a.value ->> 0 AND t.namespace = ?2
 JOIN events AS e ON e.task_id = a.value ->> 0 AND e.seq > a.value ->> 1
 ORDER BY e.task_id, e.seq;
 

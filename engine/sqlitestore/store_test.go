@@ -35,8 +35,9 @@ func TestStoreCountsItsWritesInMetrics(t *testing.T) {
 	_, err = s.TaskStart(ctx, &store.TaskStartParams{Namespace: "default", Scheduled: history.TaskScheduledData{
 		TaskType: "m", TypeVersion: 1, Queue: "q"}})
 	require.NoError(t, err)
-	claimed, err := s.TaskClaimMany(ctx, &store.TaskClaimManyParams{Namespace: "default", Queues: []string{"q"},
+	claimedRes, err := s.TaskClaim(ctx, &store.TaskClaimParams{Namespace: "default", Queues: []string{"q"},
 		Types: []store.TypeKey{{Type: "m", Version: 1}}, Owner: "w", Max: 1, LeaseTTL: time.Minute})
+	claimed := claimedRes.Tasks
 	require.NoError(t, err)
 	require.Len(t, claimed, 1)
 	require.Equal(t, 1.0, total(t, reg, "cairn_schedule_to_start_seconds"), "the claim's wait observed")
@@ -147,8 +148,9 @@ func TestListenerHearsTheStoresCommits(t *testing.T) {
 	}
 	claim := func() *store.ClaimedTask {
 		t.Helper()
-		claimed, err := s.TaskClaimMany(ctx, &store.TaskClaimManyParams{Namespace: "default", Queues: []string{"q"},
+		claimedRes, err := s.TaskClaim(ctx, &store.TaskClaimParams{Namespace: "default", Queues: []string{"q"},
 			Types: []store.TypeKey{{Type: "a", Version: 1}}, Owner: "w", Max: 1, LeaseTTL: time.Minute})
+		claimed := claimedRes.Tasks
 		require.NoError(t, err)
 		require.Len(t, claimed, 1)
 		return claimed[0]
@@ -202,8 +204,9 @@ func TestClaimLeasesATaskItCannotRead(t *testing.T) {
 	other := start()
 	claim := func() *store.ClaimedTask {
 		t.Helper()
-		claimed, err := s.TaskClaimMany(ctx, &store.TaskClaimManyParams{Namespace: "default", Queues: []string{"q"},
+		claimedRes, err := s.TaskClaim(ctx, &store.TaskClaimParams{Namespace: "default", Queues: []string{"q"},
 			Types: []store.TypeKey{{Type: "u", Version: 1}}, Owner: "w", Max: 1, LeaseTTL: time.Minute})
+		claimed := claimedRes.Tasks
 		require.NoError(t, err)
 		require.Len(t, claimed, 1)
 		return claimed[0]
@@ -252,14 +255,14 @@ func TestManyIDsReadInOneQuery(t *testing.T) {
 	}
 	slices.Sort(want)
 
-	tasks, err := s.TaskGetManyByID(ctx, ids)
+	tasks, err := s.TaskGetMany(ctx, &store.TaskGetManyParams{IDs: ids})
 	require.NoError(t, err)
 	got := make([]string, len(tasks))
 	for i, task := range tasks {
 		got[i] = task.ID.String()
 	}
 	require.Equal(t, want, got, "each task once, by id")
-	events, err := s.EventListByTasks(ctx, ids)
+	events, err := s.EventList(ctx, store.EventListAll("", ids...))
 	require.NoError(t, err)
 	require.Len(t, events, len(started))
 	for _, r := range started {

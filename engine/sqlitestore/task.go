@@ -378,14 +378,14 @@ func (s *Store) TaskGetByID(ctx context.Context, namespace string, id uuid.UUID)
 	return t, nil
 }
 
-// TaskGetManyByID implements [store.Store]: by id. The ids are one
-// parameter (a JSON array), so a list of any length is one query, below
-// SQLite's limit of bound parameters.
-func (s *Store) TaskGetManyByID(ctx context.Context, ids []uuid.UUID) ([]*store.Task, error) {
-	if len(ids) == 0 {
+// TaskGetMany implements [store.Store]: by id, of p.Namespace or of any
+// when it is "". The ids are one parameter (a JSON array), so a list of
+// any length is one query, below SQLite's limit of bound parameters.
+func (s *Store) TaskGetMany(ctx context.Context, p *store.TaskGetManyParams) ([]*store.Task, error) {
+	if len(p.IDs) == 0 {
 		return nil, nil
 	}
-	return queryTasks(ctx, s.q, "TaskGetManyByID", jsonIDs(ids))
+	return queryTasks(ctx, s.q, "TaskGetMany", jsonIDs(p.IDs), p.Namespace)
 }
 
 // TaskList implements [store.Store]: newest first, with every column
@@ -441,38 +441,40 @@ func queryIDs(ctx context.Context, q querier, name string, args ...any) ([]uuid.
 	return out, interpret(rows.Err())
 }
 
-// EventListByTask implements [store.Store].
-func (s *Store) EventListByTask(ctx context.Context, id uuid.UUID) ([]history.Event, error) {
-	return listEvents(ctx, s.q, id)
-}
-
 func listEvents(ctx context.Context, q querier, id uuid.UUID) ([]history.Event, error) {
 	all, err := queryEvents(ctx, q, "EventListByTask", id.String())
 	return all[id], err
 }
 
-// EventListByTasks implements [store.Store]: the ids are one parameter, as
-// TaskGetManyByID's.
-func (s *Store) EventListByTasks(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID][]history.Event, error) {
-	if len(ids) == 0 {
+// EventList implements [store.Store], in the cheapest statement for the
+// case, as PostgreSQL's: without a namespace, one task's whole log
+// (EventListByTask), several whole logs (EventListByTasks, the ids one
+// parameter, as TaskGetMany's), or logs after a seq each (EventListAfter,
+// the (id, seq) pairs one parameter, a JSON array of pairs); with one,
+// the pairs joined to the tasks of the namespace (EventListAfterIn).
+func (s *Store) EventList(ctx context.Context, p *store.EventListParams) (map[uuid.UUID][]history.Event, error) {
+	if len(p.After) == 0 {
 		return map[uuid.UUID][]history.Event{}, nil
 	}
-	return queryEvents(ctx, s.q, "EventListByTasks", jsonIDs(ids))
-}
-
-// EventListAfter implements [store.Store]: the (id, seq) pairs are one
-// parameter, a JSON array of pairs.
-func (s *Store) EventListAfter(ctx context.Context, after map[uuid.UUID]int64) (map[uuid.UUID][]history.Event, error) {
-	if len(after) == 0 {
-		return map[uuid.UUID][]history.Event{}, nil
+	ids := make([]uuid.UUID, 0, len(p.After))
+	pairs := make([][2]any, 0, len(p.After))
+	whole := true
+	for id, seq := range p.After {
+		ids, pairs = append(ids, id), append(pairs, [2]any{id.String(), seq})
+		whole = whole && seq <= 0
 	}
-	pairs := make([][2]any, 0, len(after))
-	for id, seq := range after {
-		pairs = append(pairs, [2]any{id.String(), seq})
+	switch {
+	case p.Namespace == "" && whole && len(ids) == 1:
+		return queryEvents(ctx, s.q, "EventListByTask", ids[0].String())
+	case p.Namespace == "" && whole:
+		return queryEvents(ctx, s.q, "EventListByTasks", jsonIDs(ids))
 	}
 	raw, err := json.Marshal(pairs)
 	if err != nil {
 		return nil, err
+	}
+	if p.Namespace != "" {
+		return queryEvents(ctx, s.q, "EventListAfterIn", string(raw), p.Namespace)
 	}
 	return queryEvents(ctx, s.q, "EventListAfter", string(raw))
 }

@@ -16,8 +16,8 @@ type TypeKey struct {
 
 func (k TypeKey) String() string { return k.Type + "@" + strconv.Itoa(k.Version) }
 
-// TaskClaimManyParams describes a claim.
-type TaskClaimManyParams struct {
+// TaskClaimParams describes a claim ([Store.TaskClaim]).
+type TaskClaimParams struct {
 	Namespace string
 	Queues    []string
 	Types     []TypeKey // only tasks of these types and versions are claimed
@@ -68,6 +68,15 @@ type LeaseRef struct {
 	Epoch  int64
 }
 
+// LeaseExtendParams names the leases [Store.LeaseExtendMany] extends.
+type LeaseExtendParams struct {
+	// Leases are the leases the worker believes it holds; those still held
+	// under their epoch are extended.
+	Leases []LeaseRef
+	// TTL is the new lease's length, from now by the store's clock.
+	TTL time.Duration
+}
+
 // LeaseRenewal is the reply of [Store.LeaseExtendMany] for one lease still
 // held.
 type LeaseRenewal struct {
@@ -94,4 +103,28 @@ type LeaseExpiryParams struct {
 	// wait a little longer, so they rescue what a dead or slow leader
 	// leaves without racing a live one. Not negative.
 	ExpiredFor time.Duration
+}
+
+// TaskListStartExpiredParams selects the tasks past their start deadline
+// ([Store.TaskListStartExpired]): pending, never started, whose
+// start_deadline has passed by the store's clock, in any namespace (the
+// runtime's own read), earliest deadline first.
+type TaskListStartExpiredParams struct {
+	Max int // how many ids at most
+}
+
+// LeaderAttemptParams takes or renews a leader lease
+// ([Store.LeaderAttempt]): Owner takes the lease of the role Name when it
+// is free or has expired, and renews it when Owner holds it.
+type LeaderAttemptParams struct {
+	Name  string        // the role ("rescuer", "retention", ...)
+	Owner string        // the candidate (a process's id)
+	TTL   time.Duration // how long the lease lasts from now, by the store's clock
+}
+
+// LeaderResignParams gives up a leader lease ([Store.LeaderResign]), if
+// Owner holds the one of Name; otherwise it does nothing.
+type LeaderResignParams struct {
+	Name  string
+	Owner string
 }

@@ -84,31 +84,33 @@ type Executor interface {
 	TaskStart(ctx context.Context, p *TaskStartParams) (TaskStartResult, error)
 	TaskStartMany(ctx context.Context, ps []*TaskStartParams) ([]TaskStartResult, error)
 	TaskGetByID(ctx context.Context, namespace string, id uuid.UUID) (*Task, error)
-	TaskGetManyByID(ctx context.Context, ids []uuid.UUID) ([]*Task, error)
+	// TaskGetMany returns the tasks of p.IDs that exist (of p.Namespace,
+	// or of any when it is ""), in no particular order.
+	TaskGetMany(ctx context.Context, p *TaskGetManyParams) ([]*Task, error)
 	TaskList(ctx context.Context, p *TaskListParams) ([]*Task, error)
-	EventListByTask(ctx context.Context, id uuid.UUID) ([]history.Event, error)
-	EventListByTasks(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID][]history.Event, error)
+	// EventList returns, by task id, the events of each task of p.After
+	// with a seq above its value there (0: the whole log), in order: a
+	// task's history, several at once, or what was appended to a task
+	// since a state of it, read without its whole history (an append
+	// that lost a race to a signal, a cancel request or a child's end
+	// catches up this way). A task with none, unknown, or not in
+	// p.Namespace (when set) has no entry.
+	EventList(ctx context.Context, p *EventListParams) (map[uuid.UUID][]history.Event, error)
 	// EventListPage returns a page of a task's events after p.After, in
 	// order, bounded in events and bytes ([EventPageParams]); empty past
 	// the last event, or when the task is not in p.Namespace.
 	EventListPage(ctx context.Context, p *EventPageParams) ([]history.Event, error)
-	// EventListAfter returns, by task id, the events of each task of
-	// after with a seq above its value there (0: the whole log), in
-	// order: what was appended to a task since a state of it, read
-	// without its whole history (an append that lost a race to a
-	// signal, a cancel request or a child's end catches up this way).
-	// A task with none, or unknown, has no entry.
-	EventListAfter(ctx context.Context, after map[uuid.UUID]int64) (map[uuid.UUID][]history.Event, error)
 
 	// The execution path: claims, fenced appends, leases.
-	// TaskClaim claims as TaskClaimMany does, in the same statement, and
-	// says what held the rest back and when more is due ([ClaimResult]).
-	// TaskClaimMany returns its Tasks.
-	TaskClaim(ctx context.Context, p *TaskClaimManyParams) (ClaimResult, error)
-	TaskClaimMany(ctx context.Context, p *TaskClaimManyParams) ([]*ClaimedTask, error)
+	// TaskClaim claims up to p.Max due tasks in one statement and says
+	// what held the rest back and when more is due ([ClaimResult]).
+	TaskClaim(ctx context.Context, p *TaskClaimParams) (ClaimResult, error)
 	EventAppend(ctx context.Context, p *EventAppendParams) (history.State, error)
 	EventAppendMany(ctx context.Context, ps []*EventAppendParams) ([]AppendResult, error)
-	LeaseExtendMany(ctx context.Context, leases []LeaseRef, ttl time.Duration) (map[uuid.UUID]LeaseRenewal, error)
+	// LeaseExtendMany extends the leases of p still held, and says of
+	// each whether its cancel was requested; a lease it does not return
+	// is lost.
+	LeaseExtendMany(ctx context.Context, p *LeaseExtendParams) (map[uuid.UUID]LeaseRenewal, error)
 
 	// TaskSignal appends signal_received to a task, found by id or by
 	// idempotency key in p.Namespace: a dedup id already in its history
@@ -140,9 +142,12 @@ type Executor interface {
 	// need not agree with it); ok is false when no such lease exists.
 	TaskListLeaseExpired(ctx context.Context, p *LeaseExpiryParams) ([]uuid.UUID, error)
 	TaskLeaseNextExpiry(ctx context.Context, p *LeaseExpiryParams) (in time.Duration, ok bool, err error)
-	TaskListStartExpired(ctx context.Context, max int) ([]uuid.UUID, error)
-	LeaderAttempt(ctx context.Context, name, owner string, ttl time.Duration) (bool, error)
-	LeaderResign(ctx context.Context, name, owner string) error
+	TaskListStartExpired(ctx context.Context, p *TaskListStartExpiredParams) ([]uuid.UUID, error)
+	// LeaderAttempt takes or renews a leader lease ([LeaderAttemptParams])
+	// and reports whether p.Owner holds it afterwards; LeaderResign gives
+	// it up, if p.Owner holds it.
+	LeaderAttempt(ctx context.Context, p *LeaderAttemptParams) (bool, error)
+	LeaderResign(ctx context.Context, p *LeaderResignParams) error
 	ScheduleFireDue(ctx context.Context, max int) ([]ScheduleFiring, error)
 	ScheduleNextDue(ctx context.Context) (at time.Time, ok bool, err error)
 

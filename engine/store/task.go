@@ -1,6 +1,7 @@
 package store
 
 import (
+	"context"
 	"encoding/json"
 	"time"
 
@@ -342,6 +343,51 @@ func (l HistoryLimits) Resolved() HistoryLimits {
 		return v
 	}
 	return HistoryLimits{MaxEvents: resolve(l.MaxEvents, DefaultMaxHistoryEvents), MaxBytes: resolve(l.MaxBytes, DefaultMaxHistoryBytes)}
+}
+
+// TaskGetManyParams selects tasks by id ([Store.TaskGetMany]).
+type TaskGetManyParams struct {
+	// Namespace, when set, is the namespace the tasks must be of: a task
+	// of another is not returned. "" means the tasks' own namespaces,
+	// whatever they are: the runtime's reads of ids the store gave it.
+	Namespace string
+	IDs       []uuid.UUID
+}
+
+// EventListParams selects the events [Store.EventList] reads: of each
+// task of After, those with a seq above its value there.
+type EventListParams struct {
+	// Namespace, when set, is the namespace the tasks must be of: a task
+	// of another has no entry in the result. "" means the tasks' own
+	// namespaces, whatever they are: the runtime's reads (the processor,
+	// the rescuer, the deadlines) of ids the store gave it, which add no
+	// predicate to the statement.
+	Namespace string
+	// After maps each task to the seq after which its events are read: 0
+	// reads its whole log. Empty reads nothing.
+	After map[uuid.UUID]int64
+}
+
+// EventListAll returns the [EventListParams] of the whole logs of ids, in
+// namespace ("": the tasks' own).
+func EventListAll(namespace string, ids ...uuid.UUID) *EventListParams {
+	after := make(map[uuid.UUID]int64, len(ids))
+	for _, id := range ids {
+		after[id] = 0
+	}
+	return &EventListParams{Namespace: namespace, After: after}
+}
+
+// TaskEvents returns task id's whole log, in order, through e's
+// [Executor.EventList] (namespace "": the task's own; nil when the task
+// is unknown or not in namespace): the read of one history that requests,
+// the rescue and tests make.
+func TaskEvents(ctx context.Context, e Executor, namespace string, id uuid.UUID) ([]history.Event, error) {
+	byTask, err := e.EventList(ctx, EventListAll(namespace, id))
+	if err != nil {
+		return nil, err
+	}
+	return byTask[id], nil
 }
 
 // EventPageParams pages through a task's events in order, keyset by seq:

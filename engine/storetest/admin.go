@@ -100,7 +100,7 @@ func testBoundedQueue(t *testing.T, s store.Store) {
 		Waiting: 2, Running: 0}}, queues)
 
 	// A claimed task no longer waits: there is room for one more.
-	claimed := claim(t, s, &store.TaskClaimManyParams{Namespace: store.DefaultNamespace, Queues: []string{"llm"},
+	claimed := claim(t, s, &store.TaskClaimParams{Namespace: store.DefaultNamespace, Queues: []string{"llm"},
 		Types: []store.TypeKey{defaultKey}, Owner: "w", Max: 1, LeaseTTL: time.Minute})
 	require.Len(t, claimed, 1)
 	start(t, s, llm)
@@ -115,7 +115,7 @@ func testQueueConcurrency(t *testing.T, s store.Store) {
 	for range 3 {
 		start(t, s, spec{Queue: "gpu"})
 	}
-	p := &store.TaskClaimManyParams{Namespace: store.DefaultNamespace, Queues: []string{"gpu"},
+	p := &store.TaskClaimParams{Namespace: store.DefaultNamespace, Queues: []string{"gpu"},
 		Types: []store.TypeKey{defaultKey}, Owner: "w", Max: 5, LeaseTTL: time.Minute}
 	first := claim(t, s, p)
 	require.Len(t, first, 1, "one may run at once")
@@ -163,7 +163,7 @@ func testLeader(t *testing.T, s store.Store) {
 	ctx := testContext(t)
 	attempt := func(name, owner string) bool {
 		t.Helper()
-		ok, err := s.LeaderAttempt(ctx, name, owner, time.Hour)
+		ok, err := s.LeaderAttempt(ctx, &store.LeaderAttemptParams{Name: name, Owner: owner, TTL: time.Hour})
 		require.NoError(t, err)
 		return ok
 	}
@@ -172,14 +172,14 @@ func testLeader(t *testing.T, s store.Store) {
 	require.True(t, attempt("rescuer", "a"), "the owner renews")
 	require.True(t, attempt("cron", "b"), "roles are independent")
 
-	require.NoError(t, s.LeaderResign(ctx, "rescuer", "b"), "resigning a lease one does not hold does nothing")
+	require.NoError(t, s.LeaderResign(ctx, &store.LeaderResignParams{Name: "rescuer", Owner: "b"}), "resigning a lease one does not hold does nothing")
 	require.False(t, attempt("rescuer", "b"))
-	require.NoError(t, s.LeaderResign(ctx, "rescuer", "a"))
+	require.NoError(t, s.LeaderResign(ctx, &store.LeaderResignParams{Name: "rescuer", Owner: "a"}))
 	require.True(t, attempt("rescuer", "b"), "resigning hands over at once")
 	require.False(t, attempt("rescuer", "a"))
 
 	// An expired lease passes to the next taker.
-	ok, err := s.LeaderAttempt(ctx, "retention", "a", shortTTL)
+	ok, err := s.LeaderAttempt(ctx, &store.LeaderAttemptParams{Name: "retention", Owner: "a", TTL: shortTTL})
 	require.NoError(t, err)
 	require.True(t, ok)
 	waitFor(t, "b to take over the expired lease", func() bool { return attempt("retention", "b") })

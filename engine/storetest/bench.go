@@ -120,7 +120,8 @@ func BenchIdleClaim(b *testing.B, newStore func(tb testing.TB) store.Store) {
 			}
 			p := claimParams("w", 100, time.Minute)
 			for b.Loop() {
-				claimed, err := s.TaskClaimMany(context.Background(), p)
+				claimedRes, err := s.TaskClaim(context.Background(), p)
+				claimed := claimedRes.Tasks
 				require.NoError(b, err)
 				require.Empty(b, claimed)
 			}

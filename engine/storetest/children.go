@@ -63,7 +63,7 @@ func startChildrenOn(ctx context.Context, s store.Executor, p *store.ChildStartP
 }
 
 // parentClaim claims one task of type parentType.
-func parentClaim() *store.TaskClaimManyParams {
+func parentClaim() *store.TaskClaimParams {
 	p := claimParams("w", 1, time.Minute)
 	p.Types = []store.TypeKey{{Type: parentType, Version: 1}}
 	return p

@@ -132,7 +132,7 @@ func testClaimOnlyMatching(t *testing.T, s store.Store) {
 	// "doc" at version 1 must not match a type named "do" at version 11.
 	start(t, s, spec{Queue: "q1", Type: "do", Version: 11})
 
-	p := &store.TaskClaimManyParams{Namespace: store.DefaultNamespace, Queues: []string{"q1"},
+	p := &store.TaskClaimParams{Namespace: store.DefaultNamespace, Queues: []string{"q1"},
 		Types: []store.TypeKey{{Type: "doc", Version: 1}}, Owner: "w", Max: 10, LeaseTTL: time.Minute}
 	claimed := claim(t, s, p)
 	require.Len(t, claimed, 1)

@@ -143,7 +143,7 @@ func (s *encodedStore) namespaceOf(ctx context.Context, id uuid.UUID) string {
 	if ok {
 		return ns
 	}
-	tasks, err := s.Store.TaskGetManyByID(ctx, []uuid.UUID{id})
+	tasks, err := s.Store.TaskGetMany(ctx, &store.TaskGetManyParams{IDs: []uuid.UUID{id}})
 	if err != nil || len(tasks) == 0 {
 		return ""
 	}
@@ -461,9 +461,9 @@ func (s *encodedStore) TaskGetByID(ctx context.Context, namespace string, id uui
 	return t, s.decodeTasks(ctx, []*store.Task{t})
 }
 
-// TaskGetManyByID implements [store.Store].
-func (s *encodedStore) TaskGetManyByID(ctx context.Context, ids []uuid.UUID) ([]*store.Task, error) {
-	ts, err := s.Store.TaskGetManyByID(ctx, ids)
+// TaskGetMany implements [store.Store].
+func (s *encodedStore) TaskGetMany(ctx context.Context, p *store.TaskGetManyParams) ([]*store.Task, error) {
+	ts, err := s.Store.TaskGetMany(ctx, p)
 	if err != nil {
 		return nil, err
 	}
@@ -488,15 +488,6 @@ func (s *encodedStore) DeadLetterList(ctx context.Context, p *store.DeadLetterLi
 	return ts, s.decodeTasks(ctx, ts)
 }
 
-// EventListByTask implements [store.Store].
-func (s *encodedStore) EventListByTask(ctx context.Context, id uuid.UUID) ([]history.Event, error) {
-	events, err := s.Store.EventListByTask(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	return s.decodeEvents(ctx, "", id, events)
-}
-
 // EventListPage implements [store.Store].
 func (s *encodedStore) EventListPage(ctx context.Context, p *store.EventPageParams) ([]history.Event, error) {
 	events, err := s.Store.EventListPage(ctx, p)
@@ -506,23 +497,14 @@ func (s *encodedStore) EventListPage(ctx context.Context, p *store.EventPagePara
 	return s.decodeEvents(ctx, p.Namespace, p.TaskID, events)
 }
 
-// EventListByTasks implements [store.Store].
-func (s *encodedStore) EventListByTasks(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID][]history.Event, error) {
-	return s.decodeByTask(s.Store.EventListByTasks(ctx, ids))
-}
-
-// EventListAfter implements [store.Store].
-func (s *encodedStore) EventListAfter(ctx context.Context, after map[uuid.UUID]int64) (map[uuid.UUID][]history.Event, error) {
-	return s.decodeByTask(s.Store.EventListAfter(ctx, after))
-}
-
-func (s *encodedStore) decodeByTask(all map[uuid.UUID][]history.Event, err error) (map[uuid.UUID][]history.Event, error) {
+// EventList implements [store.Store].
+func (s *encodedStore) EventList(ctx context.Context, p *store.EventListParams) (map[uuid.UUID][]history.Event, error) {
+	all, err := s.Store.EventList(ctx, p)
 	if err != nil {
 		return nil, err
 	}
-	ctx := context.Background()
 	for id, events := range all {
-		if all[id], err = s.decodeEvents(ctx, "", id, events); err != nil {
+		if all[id], err = s.decodeEvents(ctx, p.Namespace, id, events); err != nil {
 			return nil, err
 		}
 	}
@@ -530,21 +512,12 @@ func (s *encodedStore) decodeByTask(all map[uuid.UUID][]history.Event, err error
 }
 
 // TaskClaim implements [store.Store].
-func (s *encodedStore) TaskClaim(ctx context.Context, p *store.TaskClaimManyParams) (store.ClaimResult, error) {
+func (s *encodedStore) TaskClaim(ctx context.Context, p *store.TaskClaimParams) (store.ClaimResult, error) {
 	res, err := s.Store.TaskClaim(ctx, p)
 	if err != nil {
 		return res, err
 	}
 	return res, s.decodeClaimed(ctx, res.Tasks)
-}
-
-// TaskClaimMany implements [store.Store].
-func (s *encodedStore) TaskClaimMany(ctx context.Context, p *store.TaskClaimManyParams) ([]*store.ClaimedTask, error) {
-	claimed, err := s.Store.TaskClaimMany(ctx, p)
-	if err != nil {
-		return nil, err
-	}
-	return claimed, s.decodeClaimed(ctx, claimed)
 }
 
 func (s *encodedStore) decodeClaimed(ctx context.Context, claimed []*store.ClaimedTask) error {
@@ -620,9 +593,9 @@ func requireEncoded(t *testing.T, s store.Store) {
 	t.Helper()
 	ctx := testContext(t)
 	ids := allTaskIDs(t, s)
-	tasks, err := s.TaskGetManyByID(ctx, ids)
+	tasks, err := s.TaskGetMany(ctx, &store.TaskGetManyParams{IDs: ids})
 	require.NoError(t, err)
-	byTask, err := s.EventListByTasks(ctx, ids)
+	byTask, err := s.EventList(ctx, store.EventListAll("", ids...))
 	require.NoError(t, err)
 	for _, task := range tasks {
 		if !slices.Contains(encodedNamespaces, task.Namespace) {

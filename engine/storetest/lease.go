@@ -44,7 +44,7 @@ func testExpiredLeaseRescued(t *testing.T, s store.Store) {
 	require.Equal(t, 1, evs[2].Attempt)
 
 	// The lost lease is not extended.
-	held, err := s.LeaseExtendMany(testContext(t), []store.LeaseRef{{TaskID: id, Epoch: first.Task.LeaseEpoch}}, time.Minute)
+	held, err := s.LeaseExtendMany(testContext(t), &store.LeaseExtendParams{Leases: []store.LeaseRef{{TaskID: id, Epoch: first.Task.LeaseEpoch}}, TTL: time.Minute})
 	require.NoError(t, err)
 	require.Empty(t, held, "a rescued lease is lost")
 
@@ -98,12 +98,12 @@ func testLeaseExtendMany(t *testing.T, s store.Store) {
 	c := claimOne(t, s, "w", time.Minute)
 	complete(t, s, c)
 
-	held, err := s.LeaseExtendMany(ctx, []store.LeaseRef{
+	held, err := s.LeaseExtendMany(ctx, &store.LeaseExtendParams{Leases: []store.LeaseRef{
 		{TaskID: a.Task.ID, Epoch: a.State.Lease.Epoch},
 		{TaskID: b.Task.ID, Epoch: b.State.Lease.Epoch + 1}, // not the task's epoch
 		{TaskID: c.Task.ID, Epoch: c.State.Lease.Epoch},     // finished
 		{TaskID: uuid.New(), Epoch: 1},                      // no such task
-	}, time.Hour)
+	}, TTL: time.Hour})
 	require.NoError(t, err)
 	require.Equal(t, map[uuid.UUID]store.LeaseRenewal{a.Task.ID: {}}, held, "only the held lease is extended")
 
@@ -114,7 +114,7 @@ func testLeaseExtendMany(t *testing.T, s store.Store) {
 	require.Nil(t, cNow.LeaseExpiresAt)
 	require.Equal(t, a.Task.LastSeq, aNow.LastSeq, "a heartbeat appends no event")
 
-	held, err = s.LeaseExtendMany(ctx, nil, time.Hour)
+	held, err = s.LeaseExtendMany(ctx, &store.LeaseExtendParams{TTL: time.Hour})
 	require.NoError(t, err)
 	require.Empty(t, held)
 
@@ -123,7 +123,7 @@ func testLeaseExtendMany(t *testing.T, s store.Store) {
 	d := start(t, s, spec{})
 	cd := claimOne(t, s, "w", 300*time.Millisecond)
 	require.Equal(t, d, cd.Task.ID)
-	held, err = s.LeaseExtendMany(ctx, []store.LeaseRef{{TaskID: d, Epoch: cd.State.Lease.Epoch}}, time.Hour)
+	held, err = s.LeaseExtendMany(ctx, &store.LeaseExtendParams{Leases: []store.LeaseRef{{TaskID: d, Epoch: cd.State.Lease.Epoch}}, TTL: time.Hour})
 	require.NoError(t, err)
 	require.Contains(t, held, d)
 	time.Sleep(time.Until(*cd.Task.LeaseExpiresAt) + 100*time.Millisecond) // past the first term

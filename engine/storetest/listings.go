@@ -31,7 +31,7 @@ func storedPayloadBytes(t *testing.T, s store.Store) map[uuid.UUID]int {
 	t.Helper()
 	ctx := testContext(t)
 	raw := stored(s)
-	tasks, err := raw.TaskGetManyByID(ctx, allTaskIDs(t, raw))
+	tasks, err := raw.TaskGetMany(ctx, &store.TaskGetManyParams{IDs: allTaskIDs(t, raw)})
 	require.NoError(t, err)
 	out := make(map[uuid.UUID]int, len(tasks))
 	for _, task := range tasks {

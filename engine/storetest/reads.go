@@ -25,13 +25,13 @@ var readTests = []conformanceTest{
 	{"DiagnosisRefusesBadParams", testDiagnoseRefusals},
 	{"DiagnosisCountsWhatHappened", testDiagnoseCounts},
 	{"EventPagesAreBoundedInEventsAndBytes", testEventPages},
-	{"EventListAfterReadsTheEventsAfterASeqEach", testEventListAfter},
+	{"EventListReadsTheEventsAfterASeqEach", testEventList},
 }
 
-// testEventListAfter: the events of each task after its seq, in order,
-// the same as those of the whole log; after 0 is the whole log; a task
-// with nothing after its seq, or unknown, has no entry.
-func testEventListAfter(t *testing.T, s store.Store) {
+// testEventList: the events of each task after its seq, in order, the
+// same as those of the whole log; after 0 is the whole log; a task with
+// nothing after its seq, or unknown, has no entry.
+func testEventList(t *testing.T, s store.Store) {
 	ctx := testContext(t)
 	long := start(t, s, spec{})
 	other := start(t, s, spec{Type: "other"})
@@ -43,16 +43,16 @@ func testEventListAfter(t *testing.T, s store.Store) {
 	whole := events(t, s, long)
 	require.Len(t, whole, 4)
 
-	got, err := s.EventListAfter(ctx, map[uuid.UUID]int64{long: 2, other: 0, uuid.New(): 0})
+	got, err := s.EventList(ctx, &store.EventListParams{After: map[uuid.UUID]int64{long: 2, other: 0, uuid.New(): 0}})
 	require.NoError(t, err)
 	require.Len(t, got, 2, "no entry for the unknown task")
 	require.Equal(t, whole[2:], got[long], "the events after seq 2")
 	require.Equal(t, events(t, s, other), got[other], "after 0: the whole log")
 
-	got, err = s.EventListAfter(ctx, map[uuid.UUID]int64{long: 4, other: 1})
+	got, err = s.EventList(ctx, &store.EventListParams{After: map[uuid.UUID]int64{long: 4, other: 1}})
 	require.NoError(t, err)
 	require.Empty(t, got, "nothing after the last seqs")
-	got, err = s.EventListAfter(ctx, nil)
+	got, err = s.EventList(ctx, &store.EventListParams{})
 	require.NoError(t, err)
 	require.Empty(t, got)
 }

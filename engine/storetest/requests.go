@@ -67,7 +67,7 @@ func testCancelRunning(t *testing.T, s store.Store) {
 	require.Equal(t, int64(3), getTask(t, s, id).LastSeq, "nothing appended the second time")
 
 	// The worker learns of it from its heartbeat.
-	held, err := s.LeaseExtendMany(ctx, []store.LeaseRef{{TaskID: id, Epoch: ct.State.Lease.Epoch}}, time.Minute)
+	held, err := s.LeaseExtendMany(ctx, &store.LeaseExtendParams{Leases: []store.LeaseRef{{TaskID: id, Epoch: ct.State.Lease.Epoch}}, TTL: time.Minute})
 	require.NoError(t, err)
 	require.Equal(t, map[uuid.UUID]store.LeaseRenewal{id: {CancelRequested: true}}, held)
 
@@ -82,7 +82,7 @@ func testCancelRunning(t *testing.T, s store.Store) {
 	require.Equal(t, history.StatusCancelled, st.Status)
 	require.Equal(t, history.StatusCancelled, getTask(t, s, id).Status)
 
-	held, err = s.LeaseExtendMany(ctx, []store.LeaseRef{{TaskID: id, Epoch: ct.State.Lease.Epoch}}, time.Minute)
+	held, err = s.LeaseExtendMany(ctx, &store.LeaseExtendParams{Leases: []store.LeaseRef{{TaskID: id, Epoch: ct.State.Lease.Epoch}}, TTL: time.Minute})
 	require.NoError(t, err)
 	require.Empty(t, held, "a finished task's lease is gone")
 }

@@ -91,7 +91,7 @@ func testScheduleSkipsFullQueue(t *testing.T, s store.Store) {
 	require.True(t, again.WasSkipped, "a skip after a skip")
 
 	// Room in the queue: the schedule fires its latest tick.
-	got := claim(t, s, &store.TaskClaimManyParams{Namespace: store.DefaultNamespace, Queues: []string{"full"},
+	got := claim(t, s, &store.TaskClaimParams{Namespace: store.DefaultNamespace, Queues: []string{"full"},
 		Types: []store.TypeKey{defaultKey}, Owner: "w", Max: 1, LeaseTTL: time.Minute})
 	require.Len(t, got, 1)
 	require.Equal(t, filler, got[0].Task.ID)

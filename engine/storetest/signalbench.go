@@ -58,7 +58,7 @@ func growHistory(tb testing.TB, s store.Store, id uuid.UUID, n, size int) {
 	ctx := context.Background()
 	payload := json.RawMessage(`"` + strings.Repeat("x", size) + `"`)
 	per := max(1, min(1000, (16<<20)/size))
-	evs, err := s.EventListByTask(ctx, id)
+	evs, err := store.TaskEvents(ctx, s, "", id)
 	require.NoError(tb, err)
 	state, err := history.Replay(evs)
 	require.NoError(tb, err)

@@ -257,7 +257,7 @@ func testSignalForWait(t *testing.T, s store.Store) {
 		return err
 	}
 	count := func() int {
-		events, err := s.EventListByTask(testContext(t), id)
+		events, err := store.TaskEvents(testContext(t), s, "", id)
 		require.NoError(t, err)
 		return len(events)
 	}

@@ -169,16 +169,17 @@ func start(t *testing.T, s store.Executor, sp spec) uuid.UUID {
 
 // claimParams is a claim of default tasks (default namespace, queue and
 // type) by owner.
-func claimParams(owner string, max int, ttl time.Duration) *store.TaskClaimManyParams {
-	return &store.TaskClaimManyParams{
+func claimParams(owner string, max int, ttl time.Duration) *store.TaskClaimParams {
+	return &store.TaskClaimParams{
 		Namespace: store.DefaultNamespace, Queues: []string{defaultQueue}, Types: []store.TypeKey{defaultKey},
 		Owner: owner, Max: max, LeaseTTL: ttl,
 	}
 }
 
-func claim(t *testing.T, s store.Executor, p *store.TaskClaimManyParams) []*store.ClaimedTask {
+func claim(t *testing.T, s store.Executor, p *store.TaskClaimParams) []*store.ClaimedTask {
 	t.Helper()
-	claimed, err := s.TaskClaimMany(testContext(t), p)
+	claimedRes, err := s.TaskClaim(testContext(t), p)
+	claimed := claimedRes.Tasks
 	require.NoError(t, err)
 	for _, ct := range claimed {
 		require.NoError(t, ct.Err, "claimed task %s", ct.Task.ID)
@@ -196,7 +197,7 @@ func claimOne(t *testing.T, s store.Executor, owner string, ttl time.Duration) *
 
 // claimWhenDue claims one task by p, waiting until one is due: for a task
 // made due "now" by the writer's clock, which the store's may trail.
-func claimWhenDue(t *testing.T, s store.Store, p *store.TaskClaimManyParams) *store.ClaimedTask {
+func claimWhenDue(t *testing.T, s store.Store, p *store.TaskClaimParams) *store.ClaimedTask {
 	t.Helper()
 	var claimed []*store.ClaimedTask
 	waitFor(t, "a task to be due", func() bool {
@@ -249,7 +250,7 @@ func getTask(t *testing.T, s store.Executor, id uuid.UUID) *store.Task {
 
 func events(t *testing.T, s store.Executor, id uuid.UUID) []history.Event {
 	t.Helper()
-	evs, err := s.EventListByTask(testContext(t), id)
+	evs, err := store.TaskEvents(testContext(t), s, "", id)
 	require.NoError(t, err)
 	return evs
 }
@@ -331,10 +332,10 @@ func requireReplayMatches(t *testing.T, s store.Store) int {
 	if len(ids) == 0 {
 		return 0
 	}
-	tasks, err := s.TaskGetManyByID(ctx, ids)
+	tasks, err := s.TaskGetMany(ctx, &store.TaskGetManyParams{IDs: ids})
 	require.NoError(t, err)
-	require.Len(t, tasks, len(ids), "TaskGetManyByID returns every task the store holds")
-	byTask, err := s.EventListByTasks(ctx, ids)
+	require.Len(t, tasks, len(ids), "TaskGetMany returns every task the store holds")
+	byTask, err := s.EventList(ctx, store.EventListAll("", ids...))
 	require.NoError(t, err)
 	for _, row := range tasks {
 		evs := byTask[row.ID]
@@ -343,9 +344,9 @@ func requireReplayMatches(t *testing.T, s store.Store) int {
 		for i, e := range evs {
 			require.Equal(t, int64(i+1), e.Seq, "task %s: events are numbered 1..n", row.ID)
 		}
-		one, err := s.EventListByTask(ctx, row.ID)
+		one, err := store.TaskEvents(ctx, s, "", row.ID)
 		require.NoError(t, err)
-		require.Len(t, one, len(evs), "task %s: EventListByTask and EventListByTasks agree", row.ID)
+		require.Len(t, one, len(evs), "task %s: EventList of the task alone and of all agree", row.ID)
 		byID, err := s.TaskGetByID(ctx, row.Namespace, row.ID)
 		require.NoError(t, err)
 		for _, task := range []*store.Task{row, byID} {

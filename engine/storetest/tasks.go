@@ -70,7 +70,7 @@ func testTaskStartThenGetByID(t *testing.T, s store.Store) {
 	require.Equal(t, "doc", sc.TaskType)
 	require.Equal(t, map[string]string{"team": "x"}, sc.Labels)
 
-	many, err := s.TaskGetManyByID(ctx, []uuid.UUID{res.ID, uuid.New()})
+	many, err := s.TaskGetMany(ctx, &store.TaskGetManyParams{IDs: []uuid.UUID{res.ID, uuid.New()}})
 	require.NoError(t, err)
 	require.Len(t, many, 1, "an unknown id is left out")
 	require.Equal(t, res.ID, many[0].ID)
@@ -181,7 +181,7 @@ func testTaskListFiltersNewestFirst(t *testing.T, s store.Store) {
 	b := start(t, s, spec{Type: "y", Queue: "q2"})
 	c := start(t, s, spec{Type: "x"})
 	d := start(t, s, spec{Type: "x", Namespace: "other"})
-	claimed := claim(t, s, &store.TaskClaimManyParams{Namespace: store.DefaultNamespace, Queues: []string{"q2"},
+	claimed := claim(t, s, &store.TaskClaimParams{Namespace: store.DefaultNamespace, Queues: []string{"q2"},
 		Types: []store.TypeKey{{Type: "y", Version: 1}}, Owner: "w", Max: 10, LeaseTTL: time.Minute})
 	require.Len(t, claimed, 1)
 	complete(t, s, claimed[0])

@@ -234,8 +234,9 @@ func TestTaskPageCapsABigFanOut(t *testing.T) {
 
 			var claimed []*store.ClaimedTask
 			for len(claimed) < n {
-				got, err := s.TaskClaimMany(ctx, &store.TaskClaimManyParams{Namespace: "default", Queues: []string{"kids"},
+				gotRes, err := s.TaskClaim(ctx, &store.TaskClaimParams{Namespace: "default", Queues: []string{"kids"},
 					Types: []store.TypeKey{{Type: "kid", Version: 1}}, Owner: "w", Max: n - len(claimed), LeaseTTL: time.Hour})
+				got := gotRes.Tasks
 				require.NoError(t, err)
 				require.NotEmpty(t, got, "claimed %d of %d children", len(claimed), n)
 				for _, ct := range got {

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cairnflow/cairn/engine/enginetest"
+	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/server/internal/servertest"
 	"github.com/cairnflow/cairn/server/internal/web"
@@ -106,7 +107,7 @@ func TestConsoleFormsTakeTheAPIsLimits(t *testing.T) {
 			require.Equal(t, http.StatusSeeOther, w.Code, w.Body.String())
 			require.Len(t, servertest.SignalsOf(t, ns.Store, id), 1)
 			require.JSONEq(t, small, string(servertest.SignalsOf(t, ns.Store, id)[0].Payload))
-			events, err := ns.Store.EventListByTask(t.Context(), id)
+			events, err := store.TaskEvents(t.Context(), ns.Store, "", id)
 			require.NoError(t, err)
 			require.IsType(t, history.SignalReceivedData{}, events[len(events)-1].Data)
 		})

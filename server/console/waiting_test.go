@@ -91,7 +91,7 @@ func TestConsoleWaitingTasksAndTheirSignal(t *testing.T) {
 			landing := servertest.Send(t, h, "GET", w.Header().Get("Location"), nil, ops...)
 			require.Contains(t, string(landing.Body), "Approved: signal approval sent.")
 
-			events, err := ns.Store.EventListByTask(context.Background(), waiting)
+			events, err := store.TaskEvents(context.Background(), ns.Store, "", waiting)
 			require.NoError(t, err)
 			var sigs []history.SignalReceivedData
 			for _, e := range events {
@@ -139,7 +139,7 @@ func TestConsoleSignalFormSendsJSONPayload(t *testing.T) {
 			require.Contains(t, string(landing.Body), "not JSON")
 			w = post(`{"files": 3}`)
 			require.Equal(t, http.StatusSeeOther, w.Code, "%s", w.Body)
-			events, err := ns.Store.EventListByTask(context.Background(), id)
+			events, err := store.TaskEvents(context.Background(), ns.Store, "", id)
 			require.NoError(t, err)
 			sig, ok := events[len(events)-1].Data.(history.SignalReceivedData)
 			require.True(t, ok, "%T", events[len(events)-1].Data)

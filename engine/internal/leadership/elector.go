@@ -110,7 +110,9 @@ func (e *Elector) attempt(ctx context.Context) (a Attempt, ok bool) {
 	// The lease outlives a few missed attempts, so one slow attempt does
 	// not hand leadership over.
 	electCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(3*e.cfg.Interval, 5*time.Second))
-	leader, err := e.cfg.Store.LeaderAttempt(electCtx, e.cfg.Name, e.cfg.Owner, 3*e.cfg.Interval)
+	leader, err := e.cfg.Store.LeaderAttempt(electCtx, &store.LeaderAttemptParams{
+		Name: e.cfg.Name, Owner: e.cfg.Owner, TTL: 3 * e.cfg.Interval,
+	})
 	cancel()
 	switch {
 	case err == nil:
@@ -131,5 +133,5 @@ func (e *Elector) attempt(ctx context.Context) (a Attempt, ok bool) {
 func (e *Elector) resign(ctx context.Context) {
 	resignCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	_ = e.cfg.Store.LeaderResign(resignCtx, e.cfg.Name, e.cfg.Owner)
+	_ = e.cfg.Store.LeaderResign(resignCtx, &store.LeaderResignParams{Name: e.cfg.Name, Owner: e.cfg.Owner})
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/cairnflow/cairn/engine/enginetest"
 	"github.com/cairnflow/cairn/engine/internal/leadership"
+	"github.com/cairnflow/cairn/engine/store"
 )
 
 // next waits for the elector's next attempt.
@@ -52,7 +53,7 @@ func TestElectorLeadsAndResigns(t *testing.T) {
 	a.Stop() // idempotent
 	enginetest.WaitFor(t, "b to lead once a resigned", func() bool { return next(t, b).Leader })
 	b.Stop()
-	led, err := s.LeaderAttempt(ctx, "rescuer", "c", time.Minute)
+	led, err := s.LeaderAttempt(ctx, &store.LeaderAttemptParams{Name: "rescuer", Owner: "c", TTL: time.Minute})
 	require.NoError(t, err)
 	require.True(t, led, "b resigned as it stopped")
 }

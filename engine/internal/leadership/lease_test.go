@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cairnflow/cairn/engine/enginetest"
+	"github.com/cairnflow/cairn/engine/store"
 	"github.com/stretchr/testify/require"
 )
 
@@ -19,7 +20,7 @@ func TestLeader(t *testing.T) {
 	s := enginetest.Store(t)
 	attempt := func(name, owner string, ttl time.Duration) bool {
 		t.Helper()
-		ok, err := s.LeaderAttempt(ctx, name, owner, ttl)
+		ok, err := s.LeaderAttempt(ctx, &store.LeaderAttemptParams{Name: name, Owner: owner, TTL: ttl})
 		require.NoError(t, err)
 		return ok
 	}
@@ -30,9 +31,9 @@ func TestLeader(t *testing.T) {
 	require.True(t, attempt("cron", "b", time.Hour), "roles are independent")
 
 	t.Log("resign hands over at once; resigning a lease one does not hold does nothing")
-	require.NoError(t, s.LeaderResign(ctx, "rescuer", "b"))
+	require.NoError(t, s.LeaderResign(ctx, &store.LeaderResignParams{Name: "rescuer", Owner: "b"}))
 	require.False(t, attempt("rescuer", "b", time.Hour))
-	require.NoError(t, s.LeaderResign(ctx, "rescuer", "a"))
+	require.NoError(t, s.LeaderResign(ctx, &store.LeaderResignParams{Name: "rescuer", Owner: "a"}))
 	require.True(t, attempt("rescuer", "b", time.Hour))
 	require.False(t, attempt("rescuer", "a", time.Hour))
 
@@ -58,7 +59,7 @@ func TestLeaderConcurrentAttempts(t *testing.T) {
 	for i := range n {
 		go func() {
 			<-start
-			ok, err := s.LeaderAttempt(context.Background(), "rescuer", fmt.Sprintf("owner-%d", i), time.Hour)
+			ok, err := s.LeaderAttempt(context.Background(), &store.LeaderAttemptParams{Name: "rescuer", Owner: fmt.Sprintf("owner-%d", i), TTL: time.Hour})
 			results <- ok
 			errs <- err
 			done <- struct{}{}

@@ -103,7 +103,7 @@ func archiveThenRemove(ctx context.Context, s store.Store, archives *archive.Buc
 	}
 	// The archive keeps what the database holds: sealed payloads stay
 	// sealed, with the task's wrapped data key beside them.
-	events, err := s.EventListByTasks(ctx, ids)
+	events, err := s.EventList(ctx, store.EventListAll("", ids...))
 	if err != nil {
 		return store.RemoveResult{}, err
 	}

@@ -56,7 +56,7 @@ func (e *expirer) expireStartDeadlines(ctx context.Context) {
 // claim never starts such a task, so it cannot race a worker; each append
 // is still fenced by the task's seq.
 func ExpireStartDeadlines(ctx context.Context, s store.Store, max int) (int, error) {
-	ids, err := s.TaskListStartExpired(ctx, max)
+	ids, err := s.TaskListStartExpired(ctx, &store.TaskListStartExpiredParams{Max: max})
 	if err != nil || len(ids) == 0 {
 		return 0, err
 	}
@@ -66,7 +66,7 @@ func ExpireStartDeadlines(ctx context.Context, s store.Store, max int) (int, err
 // expireTasks appends task_expired to each of the listed tasks still
 // pending, unstarted, with a start deadline.
 func expireTasks(ctx context.Context, s store.Store, ids []uuid.UUID) (int, error) {
-	events, err := s.EventListByTasks(ctx, ids)
+	events, err := s.EventList(ctx, store.EventListAll("", ids...))
 	if err != nil {
 		return 0, err
 	}

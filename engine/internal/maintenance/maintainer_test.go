@@ -8,6 +8,7 @@ import (
 
 	"github.com/cairnflow/cairn/engine/enginetest"
 	"github.com/cairnflow/cairn/engine/internal/maintenance"
+	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
 	"github.com/stretchr/testify/require"
 )
@@ -119,7 +120,7 @@ func TestRescuerRescuesWithoutLeadership(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := enginetest.Store(t)
-	led, err := s.LeaderAttempt(ctx, "rescuer", "dead", time.Hour)
+	led, err := s.LeaderAttempt(ctx, &store.LeaderAttemptParams{Name: "rescuer", Owner: "dead", TTL: time.Hour})
 	require.NoError(t, err)
 	require.True(t, led)
 	id := enginetest.StartTask(t, s, &enginetest.TaskOpts{MaxAttempts: 3})

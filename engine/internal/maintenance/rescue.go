@@ -52,7 +52,7 @@ func rescueTasks(ctx context.Context, s store.Store, now time.Time, ids []uuid.U
 	for _, id := range ids {
 		// Histories load one task at a time: rescue is rare, and one
 		// unreadable history must not hold back the rest.
-		events, err := s.EventListByTask(ctx, id)
+		events, err := store.TaskEvents(ctx, s, "", id)
 		if err != nil && !errors.Is(err, history.ErrInvalidHistory) {
 			return 0, err
 		}

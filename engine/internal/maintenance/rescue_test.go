@@ -177,7 +177,7 @@ func TestRescueExpired(t *testing.T) {
 		ct := enginetest.ClaimOne(t, s, "slow", tinyTTL)
 		waitLeaseExpired(t, s, id)
 		// The worker's heartbeat arrives before the rescuer looks.
-		held, err := s.LeaseExtendMany(ctx, []store.LeaseRef{{TaskID: id, Epoch: ct.State.Lease.Epoch}}, time.Hour)
+		held, err := s.LeaseExtendMany(ctx, &store.LeaseExtendParams{Leases: []store.LeaseRef{{TaskID: id, Epoch: ct.State.Lease.Epoch}}, TTL: time.Hour})
 		require.NoError(t, err)
 		require.Contains(t, held, id)
 		n, err := maintenance.RescueExpired(ctx, s, 100)

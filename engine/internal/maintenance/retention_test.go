@@ -62,7 +62,7 @@ func TestRescuerRemovesFinishedTasksPastRetention(t *testing.T) {
 		})
 		_, err := s.TaskGetByID(ctx, c.namespace, c.id)
 		require.ErrorIs(t, err, store.ErrNotFound)
-		evs, err := s.EventListByTask(ctx, c.id)
+		evs, err := store.TaskEvents(ctx, s, "", c.id)
 		require.NoError(t, err)
 		require.Empty(t, evs, "its log went with it")
 		again, err := s.TaskStart(ctx, (&enginetest.TaskOpts{Namespace: c.namespace, IdempotencyKey: "k-" + c.namespace}).Params())
@@ -98,7 +98,7 @@ func TestRetentionWithoutDefaultKeepsNamespacesWithoutSettings(t *testing.T) {
 	// these passes (ten and more); the lease, renewed under the rescuer's
 	// own owner, shows it led them.
 	time.Sleep(200 * time.Millisecond)
-	led, err := s.LeaderAttempt(ctx, "rescuer", "leader", time.Second)
+	led, err := s.LeaderAttempt(ctx, &store.LeaderAttemptParams{Name: "rescuer", Owner: "leader", TTL: time.Second})
 	require.NoError(t, err)
 	require.True(t, led, "the rescuer led the passes")
 	r.Stop()

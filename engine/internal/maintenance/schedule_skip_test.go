@@ -113,8 +113,9 @@ func TestFullQueueScheduleDoesNotStopOthers(t *testing.T) {
 	require.Zero(t, logs.count(slog.LevelWarn, "fire cron schedules"), "a full queue is no failure")
 
 	// Room in the queue: the blocked schedule fires again, logged once.
-	claimed, err := s.TaskClaimMany(ctx, &store.TaskClaimManyParams{Namespace: store.DefaultNamespace, Queues: []string{"full"},
+	claimedRes, err := s.TaskClaim(ctx, &store.TaskClaimParams{Namespace: store.DefaultNamespace, Queues: []string{"full"},
 		Types: []store.TypeKey{{Type: "test", Version: 1}}, Owner: "w", Max: 1, LeaseTTL: time.Minute})
+	claimed := claimedRes.Tasks
 	require.NoError(t, err)
 	require.Len(t, claimed, 1)
 	require.Equal(t, filler, claimed[0].Task.ID)

@@ -109,7 +109,7 @@ func checkForWait(ctx context.Context, d SignalDriver, state history.State, id u
 	}
 	passed := state.Status.Terminal() || (state.Wait != nil && state.Wait.Position > pos)
 	if !passed {
-		events, err := d.EventListByTask(ctx, id)
+		events, err := store.TaskEvents(ctx, d, "", id)
 		if err != nil {
 			return errors.Wrapf(err, "signal task %s", id)
 		}

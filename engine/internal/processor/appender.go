@@ -287,7 +287,7 @@ func (a *appender) recognizeOwnCommits(ctx context.Context, params []*store.Even
 	if len(refused) == 0 {
 		return
 	}
-	events, err := a.store.EventListByTasks(ctx, ids)
+	events, err := a.store.EventList(ctx, store.EventListAll("", ids...))
 	if err != nil {
 		return // the refusals stand: the rescuer will see to those tasks
 	}
@@ -388,7 +388,7 @@ func (a *appender) rebaseConflicts(ctx context.Context, params []*store.EventApp
 			after[p.TaskID] = p.State.LastSeq
 		}
 	}
-	events, err := a.store.EventListAfter(ctx, after)
+	events, err := a.store.EventList(ctx, &store.EventListParams{After: after})
 	if err != nil {
 		return
 	}

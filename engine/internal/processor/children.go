@@ -47,7 +47,7 @@ func (a *Attempt) StartChildren(ctx context.Context, children []store.ChildStart
 // an error marked ErrConflict. It reads only the events after the state:
 // a parent's children end into its log all the while it starts more.
 func (a *Attempt) syncRequests(ctx context.Context) error {
-	since, err := a.proc.cfg.Store.EventListAfter(ctx, map[uuid.UUID]int64{a.Task.ID: a.state.LastSeq})
+	since, err := a.proc.cfg.Store.EventList(ctx, &store.EventListParams{After: map[uuid.UUID]int64{a.Task.ID: a.state.LastSeq}})
 	if err != nil {
 		return err
 	}

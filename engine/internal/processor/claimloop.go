@@ -238,7 +238,7 @@ func (p *Processor) claim(ctx context.Context, max int) (store.ClaimResult, erro
 	claimCtx, cancel := context.WithTimeout(p.baseCtx, p.cfg.LeaseTTL)
 	defer cancel()
 	sent := time.Now()
-	res, err := p.cfg.Store.TaskClaim(claimCtx, &store.TaskClaimManyParams{
+	res, err := p.cfg.Store.TaskClaim(claimCtx, &store.TaskClaimParams{
 		Namespace: p.cfg.Namespace, Queues: p.cfg.Queues, Types: p.cfg.Types,
 		Owner: p.cfg.WorkerID, Max: max, LeaseTTL: p.cfg.LeaseTTL, StrictPriority: p.cfg.StrictPriority,
 	})

@@ -17,10 +17,10 @@ import (
 type claimRecorder struct {
 	store.Store
 	mu     sync.Mutex
-	claims []store.TaskClaimManyParams
+	claims []store.TaskClaimParams
 }
 
-func (s *claimRecorder) TaskClaim(ctx context.Context, p *store.TaskClaimManyParams) (store.ClaimResult, error) {
+func (s *claimRecorder) TaskClaim(ctx context.Context, p *store.TaskClaimParams) (store.ClaimResult, error) {
 	s.mu.Lock()
 	s.claims = append(s.claims, *p)
 	s.mu.Unlock()

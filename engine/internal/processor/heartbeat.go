@@ -46,7 +46,7 @@ func (p *Processor) heartbeat(ctx context.Context) {
 	// which is after sent: sent is the safe renewal time to remember.
 	sent := time.Now()
 	hbCtx, cancel := context.WithTimeout(ctx, p.cfg.HeartbeatInterval)
-	held, err := p.cfg.Store.LeaseExtendMany(hbCtx, leases, p.cfg.LeaseTTL)
+	held, err := p.cfg.Store.LeaseExtendMany(hbCtx, &store.LeaseExtendParams{Leases: leases, TTL: p.cfg.LeaseTTL})
 	cancel()
 	now := time.Now()
 	p.mu.Lock()

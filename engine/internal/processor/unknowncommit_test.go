@@ -71,7 +71,7 @@ func TestAppendWhoseCommitWentUnansweredGoesOn(t *testing.T) {
 	enginetest.WaitStatus(t, pg, id, history.StatusCompleted)
 	require.True(t, s.lost.Load(), "the step's commit went unanswered")
 
-	events, err := pg.EventListByTasks(ctx, []uuid.UUID{id})
+	events, err := pg.EventList(ctx, store.EventListAll("", id))
 	require.NoError(t, err)
 	var types []history.Type
 	for _, e := range events[id] {
@@ -85,9 +85,9 @@ func TestAppendWhoseCommitWentUnansweredGoesOn(t *testing.T) {
 // was busy, as PostgreSQL's does when another writer holds the row.
 type busyStore struct{ store.Store }
 
-func (s *busyStore) LeaseExtendMany(_ context.Context, leases []store.LeaseRef, _ time.Duration) (map[uuid.UUID]store.LeaseRenewal, error) {
+func (s *busyStore) LeaseExtendMany(_ context.Context, p *store.LeaseExtendParams) (map[uuid.UUID]store.LeaseRenewal, error) {
 	held := map[uuid.UUID]store.LeaseRenewal{}
-	for _, l := range leases {
+	for _, l := range p.Leases {
 		held[l.TaskID] = store.LeaseRenewal{Busy: true}
 	}
 	return held, nil

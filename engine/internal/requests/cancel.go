@@ -109,7 +109,7 @@ func requestOnTask(ctx context.Context, s store.Store, p *Params, decide func(hi
 		if _, err := s.TaskGetByID(ctx, p.Namespace, p.ID); err != nil {
 			return history.State{}, err
 		}
-		events, err := s.EventListByTask(ctx, p.ID)
+		events, err := store.TaskEvents(ctx, s, p.Namespace, p.ID)
 		if err != nil {
 			return history.State{}, err
 		}

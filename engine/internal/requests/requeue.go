@@ -68,7 +68,7 @@ func requeueOnce(ctx context.Context, s store.Store, p *RequeueParams, pending m
 	for id := range pending {
 		ids = append(ids, id)
 	}
-	tasks, err := s.TaskGetManyByID(ctx, ids)
+	tasks, err := s.TaskGetMany(ctx, &store.TaskGetManyParams{Namespace: p.Namespace, IDs: ids})
 	if err != nil {
 		return err
 	}
@@ -76,7 +76,7 @@ func requeueOnce(ctx context.Context, s store.Store, p *RequeueParams, pending m
 	for _, t := range tasks {
 		inNamespace[t.ID] = t.Namespace == p.Namespace
 	}
-	events, err := s.EventListByTasks(ctx, ids)
+	events, err := s.EventList(ctx, store.EventListAll(p.Namespace, ids...))
 	if err != nil {
 		return err
 	}
@@ -160,7 +160,9 @@ func removedParents(ctx context.Context, s store.Store, states map[uuid.UUID]his
 	if len(parents) == 0 {
 		return nil, nil
 	}
-	found, err := s.TaskGetManyByID(ctx, parents)
+	// The parents' ids come from the children's histories: "" reads them
+	// in whatever namespace they are.
+	found, err := s.TaskGetMany(ctx, &store.TaskGetManyParams{IDs: parents})
 	if err != nil {
 		return nil, err
 	}

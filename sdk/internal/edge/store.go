@@ -51,8 +51,8 @@ type Store struct {
 // and writes that carry no payload.
 type Reads interface {
 	TaskGetByID(ctx context.Context, namespace string, id uuid.UUID) (*store.Task, error)
-	TaskGetManyByID(ctx context.Context, ids []uuid.UUID) ([]*store.Task, error)
-	EventListByTasks(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID][]history.Event, error)
+	TaskGetMany(ctx context.Context, p *store.TaskGetManyParams) ([]*store.Task, error)
+	EventList(ctx context.Context, p *store.EventListParams) (map[uuid.UUID][]history.Event, error)
 	TaskList(ctx context.Context, p *store.TaskListParams) ([]*store.Task, error)
 	DeadLetterList(ctx context.Context, p *store.DeadLetterListParams) ([]*store.Task, error)
 	EventListPage(ctx context.Context, p *store.EventPageParams) ([]history.Event, error)

@@ -63,9 +63,10 @@ func RegisterDoc(tb testing.TB, s store.Store, namespace string) {
 // ClaimDoc claims the one due "doc" task of the default namespace.
 func ClaimDoc(tb testing.TB, s store.Store) *store.ClaimedTask {
 	tb.Helper()
-	claimed, err := s.TaskClaimMany(context.Background(), &store.TaskClaimManyParams{Namespace: "default", Queues: []string{"default"},
+	res, err := s.TaskClaim(context.Background(), &store.TaskClaimParams{Namespace: "default", Queues: []string{"default"},
 		Types: []store.TypeKey{{Type: "doc", Version: 1}}, Owner: "w", Max: 1, LeaseTTL: time.Minute})
 	require.NoError(tb, err)
+	claimed := res.Tasks
 	require.Len(tb, claimed, 1)
 	require.NoError(tb, claimed[0].Err)
 	return claimed[0]
@@ -83,7 +84,7 @@ func AppendFor(tb testing.TB, s store.Store, ct *store.ClaimedTask, payloads ...
 // EventCount is how many events task id's history holds.
 func EventCount(tb testing.TB, st store.Store, id uuid.UUID) int {
 	tb.Helper()
-	events, err := st.EventListByTask(context.Background(), id)
+	events, err := store.TaskEvents(context.Background(), st, "", id)
 	require.NoError(tb, err)
 	return len(events)
 }
@@ -91,7 +92,7 @@ func EventCount(tb testing.TB, st store.Store, id uuid.UUID) int {
 // SignalsOf is the signals in task id's history.
 func SignalsOf(tb testing.TB, st store.Store, id uuid.UUID) []history.SignalReceivedData {
 	tb.Helper()
-	events, err := st.EventListByTask(context.Background(), id)
+	events, err := store.TaskEvents(context.Background(), st, "", id)
 	require.NoError(tb, err)
 	var sigs []history.SignalReceivedData
 	for _, e := range events {

@@ -40,7 +40,7 @@ type replayRow struct {
 	Events       int     `json:"events"`
 	BuildSeconds float64 `json:"build_seconds"`
 	Reps         int     `json:"reps"`
-	// Medians over the repetitions: EventListByTask, history.Replay, both.
+	// Medians over the repetitions: EventList of the task, history.Replay, both.
 	LoadMs          float64 `json:"load_ms"`
 	ReplayMs        float64 `json:"replay_ms"`
 	TotalMs         float64 `json:"load_and_replay_ms"`
@@ -148,7 +148,7 @@ func buildHistory(ctx context.Context, client *sdk.Client, st store.Store, names
 	if err != nil {
 		return uuid.Nil, err
 	}
-	claimed, err := st.TaskClaimMany(ctx, &store.TaskClaimManyParams{
+	got, err := st.TaskClaim(ctx, &store.TaskClaimParams{
 		Namespace: namespace, Queues: []string{"default"},
 		Types: []store.TypeKey{{Type: benchReplayType, Version: 1}},
 		Owner: replayOwner, Max: 1, LeaseTTL: time.Hour,
@@ -156,6 +156,7 @@ func buildHistory(ctx context.Context, client *sdk.Client, st store.Store, names
 	if err != nil {
 		return uuid.Nil, err
 	}
+	claimed := got.Tasks
 	if len(claimed) != 1 || claimed[0].Task.ID != res.ID {
 		return uuid.Nil, errors.AssertionFailedf("claimed %d tasks, expected task %s", len(claimed), res.ID)
 	}
@@ -197,7 +198,7 @@ func measureReplay(ctx context.Context, st store.Store, id uuid.UUID, events int
 	runtime.ReadMemStats(&before)
 	for i := range reps {
 		t0 := time.Now()
-		evs, err := st.EventListByTask(ctx, id)
+		evs, err := store.TaskEvents(ctx, st, "", id)
 		if err != nil {
 			return replayRow{}, err
 		}
