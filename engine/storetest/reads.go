@@ -26,6 +26,7 @@ var readTests = []conformanceTest{
 	{"DiagnosisCountsWhatHappened", testDiagnoseCounts},
 	{"EventPagesAreBoundedInEventsAndBytes", testEventPages},
 	{"EventListReadsTheEventsAfterASeqEach", testEventList},
+	{"EventListAndTaskGetManyKeepToTheNamespace", testReadsByIDInNamespace},
 }
 
 // testEventList: the events of each task after its seq, in order, the
@@ -55,6 +56,47 @@ func testEventList(t *testing.T, s store.Store) {
 	got, err = s.EventList(ctx, &store.EventListParams{})
 	require.NoError(t, err)
 	require.Empty(t, got)
+}
+
+// testReadsByIDInNamespace: EventList and TaskGetMany with a namespace
+// read only the tasks of it (another's are left out as unknown ones are),
+// whether they read whole logs or after a seq; without one, the tasks of
+// every namespace.
+func testReadsByIDInNamespace(t *testing.T, s store.Store) {
+	ctx := testContext(t)
+	mine := start(t, s, spec{})
+	theirs := start(t, s, spec{Namespace: "elsewhere"})
+	unknown := uuid.New()
+	mineEvents, theirEvents := events(t, s, mine), events(t, s, theirs)
+	require.NotEmpty(t, mineEvents)
+	require.NotEmpty(t, theirEvents)
+
+	for _, after := range []int64{0, 1} {
+		got, err := s.EventList(ctx, &store.EventListParams{Namespace: store.DefaultNamespace,
+			After: map[uuid.UUID]int64{mine: 0, theirs: after, unknown: 0}})
+		require.NoError(t, err)
+		require.Equal(t, map[uuid.UUID][]history.Event{mine: mineEvents}, got, "only the namespace's task (after %d)", after)
+	}
+	got, err := s.EventList(ctx, &store.EventListParams{Namespace: "elsewhere", After: map[uuid.UUID]int64{mine: 0}})
+	require.NoError(t, err)
+	require.Empty(t, got, "a task of another namespace has no entry")
+	one, err := store.TaskEvents(ctx, s, "elsewhere", theirs)
+	require.NoError(t, err)
+	require.Equal(t, theirEvents, one)
+	got, err = s.EventList(ctx, store.EventListAll("", mine, theirs, unknown))
+	require.NoError(t, err)
+	require.Equal(t, map[uuid.UUID][]history.Event{mine: mineEvents, theirs: theirEvents}, got, "\"\": every namespace")
+
+	tasks, err := s.TaskGetMany(ctx, &store.TaskGetManyParams{Namespace: store.DefaultNamespace, IDs: []uuid.UUID{mine, theirs, unknown}})
+	require.NoError(t, err)
+	require.Len(t, tasks, 1)
+	require.Equal(t, mine, tasks[0].ID)
+	tasks, err = s.TaskGetMany(ctx, &store.TaskGetManyParams{IDs: []uuid.UUID{mine, theirs, unknown}})
+	require.NoError(t, err)
+	require.Len(t, tasks, 2, "\"\": every namespace")
+	tasks, err = s.TaskGetMany(ctx, &store.TaskGetManyParams{Namespace: store.DefaultNamespace})
+	require.NoError(t, err)
+	require.Empty(t, tasks)
 }
 
 // testEventScan: the audit scan returns a namespace's events in (at, task,
