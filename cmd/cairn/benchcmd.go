@@ -220,7 +220,7 @@ replay builds one task per entry of --sizes whose history has exactly that
 many events (task_scheduled, attempt_started, step_completed × (size-3),
 task_completed), written through the engine as a worker writes them: a
 claim, then appends fenced by the lease epoch, in chunks of 2,000 events.
-It then loads each history (Store.EventListByTask) and replays it
+It then loads each history (Store.EventList) and replays it
 (history.Replay) repeatedly and reports the median times, events/s, and
 bytes and allocations per event (runtime.MemStats).`,
 		Args: cobra.NoArgs,

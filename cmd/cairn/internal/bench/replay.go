@@ -131,7 +131,7 @@ func Replay(ctx context.Context, cfg Config, p Params) error {
 		return printJSON(env.cfg.Stdout, r)
 	}
 	w := newTable(env.cfg.Stdout)
-	fmt.Fprintf(w, "mode:\treplay: load (Store.EventListByTask) and replay (history.Replay) one task's history; medians\n")
+	fmt.Fprintf(w, "mode:\treplay: load (Store.EventList) and replay (history.Replay) one task's history; medians\n")
 	printBenchEnv(w, env.header)
 	fmt.Fprintf(w, "\nEVENTS\tBUILD S\tREPS\tLOAD MS\tREPLAY MS\tTOTAL MS\tEVENTS/S\tBYTES/EVENT\tALLOCS/EVENT\n")
 	for _, r := range rows {
