@@ -16,8 +16,7 @@ import (
 // hint, or the next tick if that comes first) and then fires its latest
 // tick, as after missed ticks. Other schedules fire meanwhile.
 //
-// Its fields are those of the store's row (engine/store's Schedule, which
-// converts to it).
+// It is the store's row as well: engine/store's Schedule is this type.
 type Schedule struct {
 	Namespace   string
 	Name        string

@@ -48,7 +48,7 @@ func (c *Client) CreateSchedule(ctx context.Context, p ScheduleParams) error {
 	if _, _, err := store.ParseCron(p.Cron, p.Timezone); err != nil {
 		return errors.Wrapf(err, "schedule %s", p.Name)
 	}
-	return c.store.Schedule(ctx, store.Schedule{
+	return c.store.Schedule(ctx, &store.ScheduleCreateParams{
 		Namespace: c.namespace, Name: p.Name, Cron: p.Cron, Timezone: p.Timezone,
 		TaskType: sc.TaskType, TypeVersion: sc.TypeVersion, Queue: sc.Queue, Input: json.RawMessage(sc.Input),
 		MaxAttempts: sc.MaxAttempts,
@@ -57,32 +57,24 @@ func (c *Client) CreateSchedule(ctx context.Context, p ScheduleParams) error {
 
 // Schedules lists the client's namespace's schedules.
 func (c *Client) Schedules(ctx context.Context) ([]cairntype.Schedule, error) {
-	rows, err := c.store.ScheduleList(ctx, c.namespace)
+	schedules, err := c.store.ScheduleList(ctx, &store.ScheduleListParams{Namespace: c.namespace})
 	if err != nil {
 		return nil, err
 	}
-	err = c.openSchedules(ctx, rows)
-	if rows == nil {
-		return nil, err
-	}
-	schedules := make([]cairntype.Schedule, len(rows))
-	for i, sc := range rows {
-		schedules[i] = cairntype.Schedule(sc) // the same fields: see store.Schedule
-	}
-	return schedules, err
+	return schedules, c.openSchedules(ctx, schedules)
 }
 
 // PauseSchedule pauses a schedule: it fires no tick until resumed.
 func (c *Client) PauseSchedule(ctx context.Context, name string) error {
-	return c.store.SchedulePause(ctx, c.namespace, name, true)
+	return c.store.SchedulePause(ctx, &store.SchedulePauseParams{Namespace: c.namespace, Name: name, Paused: true})
 }
 
 // ResumeSchedule resumes a paused schedule from its next tick.
 func (c *Client) ResumeSchedule(ctx context.Context, name string) error {
-	return c.store.SchedulePause(ctx, c.namespace, name, false)
+	return c.store.SchedulePause(ctx, &store.SchedulePauseParams{Namespace: c.namespace, Name: name})
 }
 
 // DeleteSchedule removes a schedule; the tasks it started stay.
 func (c *Client) DeleteSchedule(ctx context.Context, name string) error {
-	return c.store.ScheduleDelete(ctx, c.namespace, name)
+	return c.store.ScheduleDelete(ctx, &store.ScheduleDeleteParams{Namespace: c.namespace, Name: name})
 }

@@ -363,7 +363,7 @@ func TestScheduleButtonStaysOnItsSchedule(t *testing.T) {
 		b := setup(t, server.Config{})
 		ctx := context.Background()
 		name := "../tasks/" + b.pending.String() + "/cancel?x="
-		require.NoError(t, b.store.ScheduleCreate(ctx, store.Schedule{Namespace: "default", Name: name, Cron: "@daily",
+		require.NoError(t, b.store.ScheduleCreate(ctx, &store.ScheduleCreateParams{Namespace: "default", Name: name, Cron: "@daily",
 			TaskType: "guard.echo", TypeVersion: 1, Queue: "parked", Input: json.RawMessage(`"x"`)}))
 		resp, page := send(t, "GET", b.url+"/console/schedules", "")
 		require.Equal(t, http.StatusOK, resp.StatusCode)

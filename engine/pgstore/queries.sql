@@ -805,25 +805,23 @@ WHERE namespace = @namespace AND name = @name;
 DELETE FROM /* TEMPLATE: schema */schedules WHERE namespace = @namespace AND name = @name;
 
 -- name: ScheduleListDue
--- Due schedules (schedules_due_idx), earliest first: each is then fired
--- in a transaction of its own (ScheduleGetDueForUpdate). A skipped
--- schedule is due again at its retry_at.
-SELECT namespace, name FROM /* TEMPLATE: schema */schedules
-WHERE NOT paused AND coalesce(retry_at, next_run_at) <= now()
-ORDER BY coalesce(retry_at, next_run_at)
-LIMIT @max;
-
--- name: ScheduleGetDueForUpdate
--- A schedule, locked for firing if it is still due; another firer skips it.
+-- Due schedules (schedules_due_idx) of @namespace ('' for every one),
+-- earliest first, locked for firing until the transaction ends: another
+-- firer's list skips them. A skipped schedule is due again at its
+-- retry_at.
 SELECT namespace, name, cron, timezone, task_type, type_version, queue, input, max_attempts, paused, next_run_at, last_tick,
     retry_at, last_skipped_at, last_skip_reason
 FROM /* TEMPLATE: schema */schedules
-WHERE namespace = @namespace AND name = @name AND NOT paused AND coalesce(retry_at, next_run_at) <= now()
+WHERE NOT paused AND coalesce(retry_at, next_run_at) <= now() AND (@namespace::text = '' OR namespace = @namespace)
+ORDER BY coalesce(retry_at, next_run_at)
+LIMIT @max
 FOR UPDATE SKIP LOCKED;
 
 -- name: ScheduleNextDue
--- When the next active schedule is due (schedules_due_idx).
-SELECT min(coalesce(retry_at, next_run_at)) FROM /* TEMPLATE: schema */schedules WHERE NOT paused;
+-- When the next active schedule of @namespace ('' for every one) is due
+-- (schedules_due_idx).
+SELECT min(coalesce(retry_at, next_run_at)) FROM /* TEMPLATE: schema */schedules
+WHERE NOT paused AND (@namespace::text = '' OR namespace = @namespace);
 
 -- name: ScheduleFired
 UPDATE /* TEMPLATE: schema */schedules SET next_run_at = @next_run_at, last_tick = @last_tick, retry_at = NULL, updated_at = now()

@@ -7,7 +7,6 @@ import (
 
 	"github.com/cockroachdb/errors"
 
-	"github.com/cairnflow/cairn/engine/internal/plan"
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/internal/errmark"
 )
@@ -49,18 +48,19 @@ func querySchedules(ctx context.Context, q querier, name string, args ...any) ([
 	return out, interpret(rows.Err())
 }
 
-// ScheduleCreate implements [store.Store]: the first tick is the first
+// ScheduleCreate implements [store.Executor]: the first tick is the first
 // after now; a name taken in the namespace is an error marked
 // store.ErrConflict.
-func (s *Store) ScheduleCreate(ctx context.Context, sc store.Schedule) error {
-	sched, loc, err := sc.Check()
+func (s *Store) ScheduleCreate(ctx context.Context, p *store.ScheduleCreateParams) error {
+	sc := *p
+	now := s.now()
+	first, err := store.ScheduleCheck(&sc, now)
 	if err != nil {
 		return err
 	}
-	now := s.now()
 	res, err := s.q.exec(ctx, "ScheduleInsert",
 		sc.Namespace, sc.Name, sc.Cron, sc.Timezone, sc.TaskType, sc.TypeVersion, sc.Queue, nullBytes(sc.Input),
-		sc.MaxAttempts, us(sched.Next(now.In(loc))), us(now), us(now))
+		sc.MaxAttempts, us(first), us(now), us(now))
 	if err != nil {
 		return errors.Wrapf(interpret(err), "create schedule %s", sc.Name)
 	}
@@ -71,164 +71,77 @@ func (s *Store) ScheduleCreate(ctx context.Context, sc store.Schedule) error {
 	return nil
 }
 
-// ScheduleList implements [store.Store].
-func (s *Store) ScheduleList(ctx context.Context, namespace string) ([]store.Schedule, error) {
-	out, err := querySchedules(ctx, s.q, "ScheduleList", namespace)
+// ScheduleList implements [store.Executor].
+func (s *Store) ScheduleList(ctx context.Context, p *store.ScheduleListParams) ([]store.Schedule, error) {
+	out, err := querySchedules(ctx, s.q, "ScheduleList", p.Namespace)
 	return out, errors.Wrap(err, "list schedules")
 }
 
-// SchedulePause implements [store.Store]: a resumed schedule fires from
+// SchedulePause implements [store.Executor]: a resumed schedule fires from
 // its next tick after now.
-func (s *Store) SchedulePause(ctx context.Context, namespace, name string, paused bool) error {
+func (s *Store) SchedulePause(ctx context.Context, p *store.SchedulePauseParams) error {
 	return s.tx(ctx, func(tx *txn) error {
-		sc, err := scanSchedule(tx.queryRow(ctx, "ScheduleGet", namespace, name))
+		sc, err := scanSchedule(tx.queryRow(ctx, "ScheduleGet", p.Namespace, p.Name))
 		if errors.Is(err, sql.ErrNoRows) {
-			return errmark.Mark(errors.Newf("schedule %s not found in namespace %s", name, namespace), store.ErrNotFound)
+			return errmark.Mark(errors.Newf("schedule %s not found in namespace %s", p.Name, p.Namespace), store.ErrNotFound)
 		}
 		if err != nil {
 			return errors.Wrap(interpret(err), "read schedule")
 		}
-		sched, loc, err := store.ParseCron(sc.Cron, sc.Timezone)
+		now := s.now()
+		next, err := store.ScheduleNextTick(&sc, now)
 		if err != nil {
 			return err
 		}
-		_, err = tx.exec(ctx, "ScheduleSetPaused", paused, us(sched.Next(s.now().In(loc))), us(s.now()), namespace, name)
-		return errors.Wrapf(interpret(err), "pause schedule %s", name)
+		_, err = tx.exec(ctx, "ScheduleSetPaused", p.Paused, us(next), us(now), p.Namespace, p.Name)
+		return errors.Wrapf(interpret(err), "pause schedule %s", p.Name)
 	})
 }
 
-// ScheduleDelete implements [store.Store].
-func (s *Store) ScheduleDelete(ctx context.Context, namespace, name string) error {
-	res, err := s.q.exec(ctx, "ScheduleDelete", namespace, name)
+// ScheduleDelete implements [store.Executor].
+func (s *Store) ScheduleDelete(ctx context.Context, p *store.ScheduleDeleteParams) error {
+	res, err := s.q.exec(ctx, "ScheduleDelete", p.Namespace, p.Name)
 	if err != nil {
-		return errors.Wrapf(interpret(err), "delete schedule %s", name)
+		return errors.Wrapf(interpret(err), "delete schedule %s", p.Name)
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
-		return errmark.Mark(errors.Newf("schedule %s not found in namespace %s", name, namespace), store.ErrNotFound)
+		return errmark.Mark(errors.Newf("schedule %s not found in namespace %s", p.Name, p.Namespace), store.ErrNotFound)
 	}
 	return nil
 }
 
-// ScheduleFireDue implements [store.Store]: each due schedule, in a
-// transaction of its own, fires its latest tick not after now (a task whose
-// idempotency key is "schedule:<name>:<tick>") and moves to its next tick;
-// a tick its full queue refuses is skipped and recorded, and the schedule
-// is tried again at plan.SkippedTickRetry.
-func (s *Store) ScheduleFireDue(ctx context.Context, max int) ([]store.ScheduleFiring, error) {
-	due, err := querySchedules(ctx, s.q, "ScheduleListDue", us(s.now()), max)
+// ScheduleListDue implements [store.Executor]: the due schedules by the
+// store's clock, earliest first. In a transaction they stay the firer's
+// until it ends, as the transaction holds the store's one writer.
+func (s *Store) ScheduleListDue(ctx context.Context, p *store.ScheduleListDueParams) ([]store.Schedule, error) {
+	out, err := querySchedules(ctx, s.q, "ScheduleListDue", us(s.now()), p.Namespace, p.Namespace, p.Max)
+	return out, errors.Wrap(err, "list due schedules")
+}
+
+// ScheduleMarkFired implements [store.Executor].
+func (s *Store) ScheduleMarkFired(ctx context.Context, p *store.ScheduleMarkFiredParams) error {
+	_, err := s.q.exec(ctx, "ScheduleFired", us(p.NextRunAt), us(p.LastTick), us(s.now()), p.Namespace, p.Name)
+	return errors.Wrapf(interpret(err), "advance schedule %s", p.Name)
+}
+
+// ScheduleMarkSkipped implements [store.Executor]: the skip is counted once
+// it commits.
+func (s *Store) ScheduleMarkSkipped(ctx context.Context, p *store.ScheduleMarkSkippedParams) error {
+	_, err := s.q.exec(ctx, "ScheduleSkipped", us(p.Tick), us(p.RetryAt), us(p.SkippedAt), p.Reason, us(s.now()), p.Namespace, p.Name)
 	if err != nil {
-		return nil, errors.Wrap(err, "list due schedules")
+		return errors.Wrapf(interpret(err), "record the skipped tick of schedule %s", p.Name)
 	}
-	var out []store.ScheduleFiring
-	var errs []error
-	started := false
-	for _, sc := range due {
-		f, ok, err := s.fireSchedule(ctx, sc.Namespace, sc.Name)
-		if fs := (*failedStart)(nil); errors.As(err, &fs) {
-			f, ok, err = fs.f, true, s.recordFailedStart(ctx, fs)
-		}
-		if err != nil {
-			// One schedule's failure does not hold the others back.
-			errs = append(errs, err)
-			if ctx.Err() != nil {
-				break
-			}
-			continue
-		}
-		if !ok {
-			continue
-		}
-		out = append(out, f)
-		started = started || f.Started
-		if f.Skipped() && s.metrics != nil {
-			s.metrics.ObserveScheduleSkipped(f)
-		}
+	if s.metrics != nil {
+		s.metrics.ObserveScheduleSkipped(store.ScheduleFiring{Namespace: p.Namespace, Name: p.Name, Tick: p.Tick,
+			SkipReason: p.Reason, RetryAt: p.RetryAt})
 	}
-	if started {
-		s.announce(store.Notification{Ready: true})
-	}
-	return out, errors.Join(errs...)
+	return nil
 }
 
-// fireSchedule fires one schedule if it is still due, in a transaction of
-// its own; ok is false when it is not.
-func (s *Store) fireSchedule(ctx context.Context, namespace, name string) (f store.ScheduleFiring, ok bool, err error) {
-	err = s.tx(ctx, func(tx *txn) error {
-		now := s.now()
-		sc, err := scanSchedule(tx.queryRow(ctx, "ScheduleGet", namespace, name))
-		if errors.Is(err, sql.ErrNoRows) {
-			return nil
-		}
-		if err != nil {
-			return errors.Wrapf(interpret(err), "read schedule %s", name)
-		}
-		if sc.Paused || dueAt(sc).After(now) {
-			return nil
-		}
-		sched, loc, err := store.ParseCron(sc.Cron, sc.Timezone)
-		if err != nil {
-			return errors.Wrapf(err, "schedule %s", sc.Name)
-		}
-		tick := plan.LatestTick(sched, loc, sc.NextRunAt, now)
-		f = store.ScheduleFiring{Namespace: sc.Namespace, Name: sc.Name, Tick: tick, WasSkipped: sc.RetryAt != nil}
-		ok = true
-		res, err := startTaskTx(ctx, tx, sc.TaskAt(tick), now)
-		var full *store.QueueFullError
-		switch {
-		case errors.As(err, &full):
-			// The refusal wrote nothing: the transaction records the skip.
-			f.SkipReason, f.RetryAt = store.ScheduleSkipQueueFull, plan.SkippedTickRetry(sched, loc, now, full.RetryAfter)
-			_, err = tx.exec(ctx, "ScheduleSkipped", us(tick), us(f.RetryAt), us(now), f.SkipReason, us(now), sc.Namespace, sc.Name)
-			return errors.Wrapf(interpret(err), "record the skipped tick of schedule %s", sc.Name)
-		case err != nil && ctx.Err() == nil && !errors.Is(interpret(err), store.ErrUnavailable):
-			// Rolled back whole (the start may have written part of the
-			// task); ScheduleFireDue records the skip in a transaction of
-			// its own.
-			f.SkipReason, f.StartErr = store.ScheduleSkipStartFailed, errors.Wrapf(err, "start the task of schedule %s", sc.Name)
-			f.RetryAt = plan.SkippedTickRetry(sched, loc, now, store.ScheduleStartRetry)
-			return &failedStart{f: f, skippedAt: now}
-		case err != nil:
-			return errors.Wrapf(err, "fire schedule %s", sc.Name)
-		}
-		f.Started = !res.Existing
-		_, err = tx.exec(ctx, "ScheduleFired", us(sched.Next(now.In(loc))), us(tick), us(now), sc.Namespace, sc.Name)
-		return errors.Wrapf(interpret(err), "advance schedule %s", sc.Name)
-	})
-	return f, ok && err == nil, err
-}
-
-// failedStart is a schedule's start that failed for a reason of its own:
-// its firing transaction rolled back, the skip is still to record.
-type failedStart struct {
-	f         store.ScheduleFiring
-	skippedAt time.Time
-}
-
-func (e *failedStart) Error() string { return e.f.StartErr.Error() }
-
-// recordFailedStart records a failed start as a skipped tick, so the
-// schedule waits until f.RetryAt rather than staying first in the due list.
-func (s *Store) recordFailedStart(ctx context.Context, fs *failedStart) error {
-	f := fs.f
-	return s.tx(ctx, func(tx *txn) error {
-		_, err := tx.exec(ctx, "ScheduleSkipped", us(f.Tick), us(f.RetryAt), us(fs.skippedAt), f.SkipReason, us(fs.skippedAt), f.Namespace, f.Name)
-		return errors.Wrapf(interpret(err), "record the failed start of schedule %s", f.Name)
-	})
-}
-
-// dueAt is when a schedule is due: its retry time while skipped, else its
-// next tick.
-func dueAt(sc store.Schedule) time.Time {
-	if sc.RetryAt != nil {
-		return *sc.RetryAt
-	}
-	return sc.NextRunAt
-}
-
-// ScheduleNextDue implements [store.Store].
-func (s *Store) ScheduleNextDue(ctx context.Context) (time.Time, bool, error) {
+// ScheduleNextDue implements [store.Executor].
+func (s *Store) ScheduleNextDue(ctx context.Context, p *store.ScheduleNextDueParams) (time.Time, bool, error) {
 	var next sql.NullInt64
-	if err := s.q.queryRow(ctx, "ScheduleNextDue").Scan(&next); err != nil {
+	if err := s.q.queryRow(ctx, "ScheduleNextDue", p.Namespace, p.Namespace).Scan(&next); err != nil {
 		return time.Time{}, false, errors.Wrap(interpret(err), "read the next schedule tick")
 	}
 	if !next.Valid {

@@ -19,9 +19,11 @@ UPDATE schedules SET paused = ?, next_run_at = ?, retry_at = NULL, updated_at = 
 DELETE FROM schedules WHERE namespace = ? AND name = ?;
 
 -- name: ScheduleListDue
--- The due schedules (schedules_due_idx), earliest first; a skipped one is
--- due again at its retry_at. Each is then fired in a transaction of its own.
+-- The due schedules (schedules_due_idx) of a namespace ('' for every one),
+-- earliest first; a skipped one is due again at its retry_at. The firer
+-- lists them in its transaction, which holds the store's one writer.
 SELECT /* SCHEDULE_COLUMNS */ FROM schedules WHERE NOT paused AND coalesce(retry_at, next_run_at) <= ?
+    AND (? = '' OR namespace = ?)
 ORDER BY coalesce(retry_at, next_run_at) LIMIT ?;
 
 -- name: ScheduleFired
@@ -34,4 +36,5 @@ UPDATE schedules SET next_run_at = ?, retry_at = ?, last_skipped_at = ?, last_sk
 WHERE namespace = ? AND name = ?;
 
 -- name: ScheduleNextDue
-SELECT min(coalesce(retry_at, next_run_at)) FROM schedules WHERE NOT paused;
+-- When the next active schedule of a namespace ('' for every one) is due.
+SELECT min(coalesce(retry_at, next_run_at)) FROM schedules WHERE NOT paused AND (? = '' OR namespace = ?);

@@ -171,19 +171,6 @@ func planStarts(ps []*store.TaskStartParams, now time.Time) ([]plan.StartPlan, e
 	return planned, nil
 }
 
-// startTaskTx starts one task at now inside tx (the cron firer's).
-func startTaskTx(ctx context.Context, tx *txn, p *store.TaskStartParams, now time.Time) (store.TaskStartResult, error) {
-	pl, err := plan.Start(p, now)
-	if err != nil {
-		return store.TaskStartResult{}, err
-	}
-	out, err := startPlanned(ctx, tx, []plan.StartPlan{pl}, now)
-	if err != nil {
-		return store.TaskStartResult{}, err
-	}
-	return out[0], nil
-}
-
 // startPlanned writes the planned starts inside tx. The idempotency keys
 // come first: a start whose key is taken returns the task holding it, and
 // only the starts that would make a task count against a bounded queue's

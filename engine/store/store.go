@@ -56,7 +56,7 @@ type Store interface {
 // A method that writes in several statements where it would open a
 // transaction of its own on the store (a start into a bounded queue,
 // EventAppendMany in rounds or ending children,
-// ScheduleFireDue, TaskRemoveMany) runs them in a nested transaction
+// TaskRemoveMany) runs them in a nested transaction
 // of the Tx (a savepoint), so it is as atomic in a Tx as on the store. The
 // refusals a method documents (ErrConflict, ErrFenced, ErrQueueFull,
 // ErrNotFound, ...) leave the Tx usable; after another error (a lost
@@ -135,7 +135,7 @@ type Executor interface {
 	// What the rescue and the leader's singleton work read and write:
 	// tasks whose lease expired and when the next one does (both by the
 	// store's clock: see [LeaseExpiryParams]), tasks past their start
-	// deadline, the leader lease, due schedules.
+	// deadline, the leader lease.
 	// TaskLeaseNextExpiry returns how long until the next running task's
 	// lease that TaskListLeaseExpired would not list yet will be listed
 	// (0 or more: a duration by the store's clock, so the caller's clock
@@ -148,8 +148,6 @@ type Executor interface {
 	// it up, if p.Owner holds it.
 	LeaderAttempt(ctx context.Context, p *LeaderAttemptParams) (bool, error)
 	LeaderResign(ctx context.Context, p *LeaderResignParams) error
-	ScheduleFireDue(ctx context.Context, max int) ([]ScheduleFiring, error)
-	ScheduleNextDue(ctx context.Context) (at time.Time, ok bool, err error)
 
 	// Retention's statements; the removal is written once above the
 	// seam (engine/internal/maintenance.RemoveFinished), in a [Tx]:
@@ -194,11 +192,29 @@ type Executor interface {
 	NamespaceSet(ctx context.Context, p *NamespaceSetParams) error
 	NamespaceList(ctx context.Context, p *NamespaceListParams) ([]NamespaceConfig, error)
 
-	// Schedules.
-	ScheduleCreate(ctx context.Context, sc Schedule) error
-	ScheduleList(ctx context.Context, namespace string) ([]Schedule, error)
-	SchedulePause(ctx context.Context, namespace, name string, paused bool) error
-	ScheduleDelete(ctx context.Context, namespace, name string) error
+	// Schedules. ScheduleCreate writes a new schedule (its first tick the
+	// first after now; a name taken in the namespace is [ErrConflict]),
+	// ScheduleList lists a namespace's by name, SchedulePause pauses or
+	// resumes one and ScheduleDelete removes one (an unknown one is
+	// [ErrNotFound]; tasks it started are not touched).
+	ScheduleCreate(ctx context.Context, p *ScheduleCreateParams) error
+	ScheduleList(ctx context.Context, p *ScheduleListParams) ([]Schedule, error)
+	SchedulePause(ctx context.Context, p *SchedulePauseParams) error
+	ScheduleDelete(ctx context.Context, p *ScheduleDeleteParams) error
+	// What the cron service's firing (engine/internal/maintenance's
+	// FireSchedules) runs, in a Tx: ScheduleListDue lists the due active
+	// schedules (due at their retry time while skipped, else at their
+	// next run), earliest first, up to p.Max, locked until the Tx ends
+	// (another firer's list skips them: FOR UPDATE SKIP LOCKED on
+	// PostgreSQL, the single writer on SQLite); ScheduleMarkFired and
+	// ScheduleMarkSkipped record what became of a schedule's tick (a
+	// skip is counted into the store's [Observer] once it commits).
+	// ScheduleNextDue returns when the next active schedule is due; ok
+	// is false when there is none.
+	ScheduleListDue(ctx context.Context, p *ScheduleListDueParams) ([]Schedule, error)
+	ScheduleMarkFired(ctx context.Context, p *ScheduleMarkFiredParams) error
+	ScheduleMarkSkipped(ctx context.Context, p *ScheduleMarkSkippedParams) error
+	ScheduleNextDue(ctx context.Context, p *ScheduleNextDueParams) (at time.Time, ok bool, err error)
 
 	// Queue settings, rate limits, registered types. RateLimitSet and
 	// RateLimitDelete stay two methods, each one statement: a set refuses
@@ -299,7 +315,8 @@ type Observer interface {
 	// ObserveClaimed is called with each batch of claimed tasks.
 	ObserveClaimed(claimed []*ClaimedTask)
 	// ObserveScheduleSkipped is called for each schedule tick skipped
-	// (ScheduleFireDue recorded the skip).
+	// (ScheduleMarkSkipped recorded the skip), with the schedule, the
+	// tick, the reason and the retry time.
 	ObserveScheduleSkipped(f ScheduleFiring)
 	// ObserveRemoved is called for each TaskRemoveMany that removed
 	// tasks, with what it removed from namespace.

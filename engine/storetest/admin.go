@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairnflow/cairn/engine/internal/maintenance"
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
 	"github.com/cockroachdb/errors"
@@ -187,8 +188,8 @@ func testLeader(t *testing.T, s store.Store) {
 }
 
 // schedule is a valid schedule of namespace ns.
-func schedule(ns, name string) store.Schedule {
-	return store.Schedule{Namespace: ns, Name: name, Cron: "*/5 * * * *", TaskType: "report", TypeVersion: 1,
+func schedule(ns, name string) *store.ScheduleCreateParams {
+	return &store.ScheduleCreateParams{Namespace: ns, Name: name, Cron: "*/5 * * * *", TaskType: "report", TypeVersion: 1,
 		Queue: "reports", Input: json.RawMessage(`{"kind": "daily"}`), MaxAttempts: 3}
 }
 
@@ -199,7 +200,7 @@ func testScheduleRoundTrip(t *testing.T, s store.Store) {
 	require.NoError(t, s.ScheduleCreate(ctx, schedule(store.DefaultNamespace, "audit")))
 	require.NoError(t, s.ScheduleCreate(ctx, schedule("tenant-b", "nightly")))
 
-	list, err := s.ScheduleList(ctx, store.DefaultNamespace)
+	list, err := s.ScheduleList(ctx, &store.ScheduleListParams{Namespace: store.DefaultNamespace})
 	require.NoError(t, err)
 	require.Len(t, list, 2)
 	require.Equal(t, "audit", list[0].Name, "by name")
@@ -220,7 +221,7 @@ func testScheduleRoundTrip(t *testing.T, s store.Store) {
 	require.Zero(t, sc.NextRunAt.Minute()%5)
 
 	// The next due tick is the earliest of every namespace's schedules.
-	other, err := s.ScheduleList(ctx, "tenant-b")
+	other, err := s.ScheduleList(ctx, &store.ScheduleListParams{Namespace: "tenant-b"})
 	require.NoError(t, err)
 	require.Len(t, other, 1, "another namespace's schedule of the same name is its own")
 	earliest := other[0].NextRunAt
@@ -229,40 +230,40 @@ func testScheduleRoundTrip(t *testing.T, s store.Store) {
 			earliest = sc.NextRunAt
 		}
 	}
-	next, ok, err := s.ScheduleNextDue(ctx)
+	next, ok, err := s.ScheduleNextDue(ctx, &store.ScheduleNextDueParams{})
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.True(t, next.Equal(earliest), "the next due tick %s, the earliest schedule's %s", next, earliest)
 
-	require.NoError(t, s.SchedulePause(ctx, store.DefaultNamespace, "nightly", true))
-	list, err = s.ScheduleList(ctx, store.DefaultNamespace)
+	require.NoError(t, s.SchedulePause(ctx, &store.SchedulePauseParams{Namespace: store.DefaultNamespace, Name: "nightly", Paused: true}))
+	list, err = s.ScheduleList(ctx, &store.ScheduleListParams{Namespace: store.DefaultNamespace})
 	require.NoError(t, err)
 	require.Len(t, list, 2)
 	require.True(t, list[1].Paused)
 	require.False(t, list[0].Paused, "only the named schedule")
-	require.NoError(t, s.SchedulePause(ctx, store.DefaultNamespace, "nightly", false))
-	list, err = s.ScheduleList(ctx, store.DefaultNamespace)
+	require.NoError(t, s.SchedulePause(ctx, &store.SchedulePauseParams{Namespace: store.DefaultNamespace, Name: "nightly", Paused: false}))
+	list, err = s.ScheduleList(ctx, &store.ScheduleListParams{Namespace: store.DefaultNamespace})
 	require.NoError(t, err)
 	require.Len(t, list, 2)
 	require.False(t, list[1].Paused, "resumed")
-	requireIs(t, s.SchedulePause(ctx, store.DefaultNamespace, "nope", true), store.ErrNotFound)
+	requireIs(t, s.SchedulePause(ctx, &store.SchedulePauseParams{Namespace: store.DefaultNamespace, Name: "nope", Paused: true}), store.ErrNotFound)
 
-	require.NoError(t, s.ScheduleDelete(ctx, store.DefaultNamespace, "nightly"))
-	list, err = s.ScheduleList(ctx, store.DefaultNamespace)
+	require.NoError(t, s.ScheduleDelete(ctx, &store.ScheduleDeleteParams{Namespace: store.DefaultNamespace, Name: "nightly"}))
+	list, err = s.ScheduleList(ctx, &store.ScheduleListParams{Namespace: store.DefaultNamespace})
 	require.NoError(t, err)
 	require.Len(t, list, 1)
 	require.Equal(t, "audit", list[0].Name)
-	requireIs(t, s.ScheduleDelete(ctx, store.DefaultNamespace, "nightly"), store.ErrNotFound, "deleted already")
+	requireIs(t, s.ScheduleDelete(ctx, &store.ScheduleDeleteParams{Namespace: store.DefaultNamespace, Name: "nightly"}), store.ErrNotFound, "deleted already")
 
-	other, err = s.ScheduleList(ctx, "tenant-b")
+	other, err = s.ScheduleList(ctx, &store.ScheduleListParams{Namespace: "tenant-b"})
 	require.NoError(t, err)
 	require.Len(t, other, 1, "deleting one namespace's schedule leaves another's of the same name")
 	require.Equal(t, "nightly", other[0].Name)
 
 	// With every schedule paused, none is due.
-	require.NoError(t, s.SchedulePause(ctx, store.DefaultNamespace, "audit", true))
-	require.NoError(t, s.SchedulePause(ctx, "tenant-b", "nightly", true))
-	_, ok, err = s.ScheduleNextDue(ctx)
+	require.NoError(t, s.SchedulePause(ctx, &store.SchedulePauseParams{Namespace: store.DefaultNamespace, Name: "audit", Paused: true}))
+	require.NoError(t, s.SchedulePause(ctx, &store.SchedulePauseParams{Namespace: "tenant-b", Name: "nightly", Paused: true}))
+	_, ok, err = s.ScheduleNextDue(ctx, &store.ScheduleNextDueParams{})
 	require.NoError(t, err)
 	require.False(t, ok)
 }
@@ -282,7 +283,7 @@ func testScheduleRefusals(t *testing.T, s store.Store) {
 	bad.TaskType = ""
 	require.Error(t, s.ScheduleCreate(ctx, bad))
 
-	list, err := s.ScheduleList(ctx, store.DefaultNamespace)
+	list, err := s.ScheduleList(ctx, &store.ScheduleListParams{Namespace: store.DefaultNamespace})
 	require.NoError(t, err)
 	require.Len(t, list, 1, "nothing of a refused schedule is stored")
 }
@@ -293,7 +294,7 @@ func testScheduleFires(t *testing.T, s store.Store) {
 	sc.Cron = "@every 1s"
 	require.NoError(t, s.ScheduleCreate(ctx, sc))
 	waitFor(t, "the schedule's first tick", func() bool {
-		firings, err := s.ScheduleFireDue(ctx, 100)
+		firings, err := maintenance.FireSchedules(ctx, s, nil, 100)
 		require.NoError(t, err)
 		require.LessOrEqual(t, len(firings), 1)
 		return len(firings) == 1 && firings[0].Started
@@ -310,16 +311,16 @@ func testScheduleFires(t *testing.T, s store.Store) {
 	require.Equal(t, "often", task.Labels["schedule"])
 	require.True(t, strings.HasPrefix(task.IdempotencyKey, "schedule:often:"), "key %q", task.IdempotencyKey)
 
-	list, err := s.ScheduleList(ctx, store.DefaultNamespace)
+	list, err := s.ScheduleList(ctx, &store.ScheduleListParams{Namespace: store.DefaultNamespace})
 	require.NoError(t, err)
 	require.Len(t, list, 1)
 	require.NotNil(t, list[0].LastTick)
 	require.True(t, list[0].NextRunAt.After(*list[0].LastTick), "moved to the next tick")
 
 	// A paused schedule does not fire.
-	require.NoError(t, s.SchedulePause(ctx, store.DefaultNamespace, "often", true))
+	require.NoError(t, s.SchedulePause(ctx, &store.SchedulePauseParams{Namespace: store.DefaultNamespace, Name: "often", Paused: true}))
 	time.Sleep(1100 * time.Millisecond)
-	firings, err := s.ScheduleFireDue(ctx, 100)
+	firings, err := maintenance.FireSchedules(ctx, s, nil, 100)
 	require.NoError(t, err)
 	require.Empty(t, firings)
 	require.Equal(t, 1, taskCount(t, s))

@@ -338,13 +338,14 @@ func (s *encodedStore) TaskSignal(ctx context.Context, p *store.TaskSignalParams
 }
 
 // ScheduleCreate implements [store.Store].
-func (s *encodedStore) ScheduleCreate(ctx context.Context, sc store.Schedule) error {
-	enc, err := s.stage.Encode(ctx, []*payload.Payload{{Namespace: sc.Namespace, Kind: payload.ScheduleInput, Data: sc.Input}})
+func (s *encodedStore) ScheduleCreate(ctx context.Context, p *store.ScheduleCreateParams) error {
+	enc, err := s.stage.Encode(ctx, []*payload.Payload{{Namespace: p.Namespace, Kind: payload.ScheduleInput, Data: p.Input}})
 	if err != nil {
 		return err
 	}
-	sc.Input = enc.At(0).Data
-	return s.Store.ScheduleCreate(ctx, sc)
+	q := *p
+	q.Input = enc.At(0).Data
+	return s.Store.ScheduleCreate(ctx, &q)
 }
 
 // BlobGet implements [store.Store]: the bytes from where the row says.
@@ -559,14 +560,14 @@ func (s *encodedStore) EventScan(ctx context.Context, p *store.EventScanParams) 
 }
 
 // ScheduleList implements [store.Store].
-func (s *encodedStore) ScheduleList(ctx context.Context, namespace string) ([]store.Schedule, error) {
-	out, err := s.Store.ScheduleList(ctx, namespace)
+func (s *encodedStore) ScheduleList(ctx context.Context, p *store.ScheduleListParams) ([]store.Schedule, error) {
+	out, err := s.Store.ScheduleList(ctx, p)
 	if err != nil {
 		return nil, err
 	}
 	ps := make([]*payload.Payload, len(out))
 	for i, sc := range out {
-		ps[i] = &payload.Payload{Namespace: namespace, Kind: payload.ScheduleInput, Data: sc.Input}
+		ps[i] = &payload.Payload{Namespace: p.Namespace, Kind: payload.ScheduleInput, Data: sc.Input}
 	}
 	if err := s.decode(ctx, ps); err != nil {
 		return nil, err

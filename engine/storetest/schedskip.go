@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairnflow/cairn/engine/internal/maintenance"
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/stretchr/testify/require"
 )
@@ -33,7 +34,7 @@ func testScheduleSkipsFullQueue(t *testing.T, s store.Store) {
 		t.Helper()
 		var got *store.ScheduleFiring
 		waitFor(t, what, func() bool {
-			firings, err := s.ScheduleFireDue(ctx, 100)
+			firings, err := maintenance.FireSchedules(ctx, s, nil, 100)
 			require.NoError(t, err, "a full queue fails no firing")
 			for i, f := range firings {
 				last[f.Name] = f
@@ -62,12 +63,12 @@ func testScheduleSkipsFullQueue(t *testing.T, s store.Store) {
 
 	// Not due again before its retry time: the next due time is after the
 	// skip, and firing again at once does nothing with it.
-	next, ok, err := s.ScheduleNextDue(ctx)
+	next, ok, err := s.ScheduleNextDue(ctx, &store.ScheduleNextDueParams{})
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.True(t, next.After(skip.Tick), "the next due time %s moved past the skipped tick %s", next, skip.Tick)
 	if time.Now().Before(skip.RetryAt) {
-		firings, err := s.ScheduleFireDue(ctx, 100)
+		firings, err := maintenance.FireSchedules(ctx, s, nil, 100)
 		require.NoError(t, err)
 		for _, f := range firings {
 			require.NotEqual(t, "blocked", f.Name, "the skipped schedule is not retried before %s (skipped at %s)", skip.RetryAt, skippedAt)
@@ -115,7 +116,7 @@ func testScheduleSkipsFullQueue(t *testing.T, s store.Store) {
 
 func schedulesByName(t *testing.T, s store.Store) map[string]store.Schedule {
 	t.Helper()
-	list, err := s.ScheduleList(testContext(t), store.DefaultNamespace)
+	list, err := s.ScheduleList(testContext(t), &store.ScheduleListParams{Namespace: store.DefaultNamespace})
 	require.NoError(t, err)
 	out := map[string]store.Schedule{}
 	for _, sc := range list {

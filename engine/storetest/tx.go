@@ -184,7 +184,7 @@ func testTxRollback(t *testing.T, s store.Store, begin Begin) {
 	task := getTask(t, s, kept)
 	require.Equal(t, history.StatusPending, task.Status, "the claim was rolled back")
 	require.Equal(t, int64(1), task.LastSeq)
-	schedules, err := s.ScheduleList(ctx, store.DefaultNamespace)
+	schedules, err := s.ScheduleList(ctx, &store.ScheduleListParams{Namespace: store.DefaultNamespace})
 	require.NoError(t, err)
 	require.Empty(t, schedules)
 	queues, err := s.QueueList(ctx, &store.QueueListParams{Namespace: store.DefaultNamespace})

@@ -19,22 +19,47 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// firingCounter is a store that counts the leader's calls to fire
-// schedules and the skips they return.
+// firingCounter is a store that counts the leader's firings of schedules
+// (each lists the due schedules once, in its transaction) and the skips
+// they record.
 type firingCounter struct {
 	store.Store
 	calls, skips atomic.Int64
 }
 
-func (c *firingCounter) ScheduleFireDue(ctx context.Context, max int) ([]store.ScheduleFiring, error) {
-	c.calls.Add(1)
-	firings, err := c.Store.ScheduleFireDue(ctx, max)
-	for _, f := range firings {
-		if f.Skipped() {
-			c.skips.Add(1)
-		}
+func (c *firingCounter) Begin(ctx context.Context) (store.Tx, error) {
+	tx, err := c.Store.Begin(ctx)
+	if err != nil {
+		return nil, err
 	}
-	return firings, err
+	return &countingTx{Tx: tx, c: c}, nil
+}
+
+// countingTx is a transaction of a firingCounter, and its nested ones.
+type countingTx struct {
+	store.Tx
+	c *firingCounter
+}
+
+func (t *countingTx) Begin(ctx context.Context) (store.Tx, error) {
+	tx, err := t.Tx.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &countingTx{Tx: tx, c: t.c}, nil
+}
+
+func (t *countingTx) ScheduleListDue(ctx context.Context, p *store.ScheduleListDueParams) ([]store.Schedule, error) {
+	t.c.calls.Add(1)
+	return t.Tx.ScheduleListDue(ctx, p)
+}
+
+func (t *countingTx) ScheduleMarkSkipped(ctx context.Context, p *store.ScheduleMarkSkippedParams) error {
+	err := t.Tx.ScheduleMarkSkipped(ctx, p)
+	if err == nil {
+		t.c.skips.Add(1)
+	}
+	return err
 }
 
 // logRecorder keeps the messages logged at each level, and passes them on.
@@ -84,7 +109,7 @@ func TestFullQueueScheduleDoesNotStopOthers(t *testing.T) {
 	s := &firingCounter{Store: pg}
 	require.NoError(t, s.QueueSet(ctx, &store.QueueSetParams{Namespace: store.DefaultNamespace, Name: "full", MaxWaiting: 1}))
 	filler := enginetest.StartTask(t, s, &enginetest.TaskOpts{Queue: "full"})
-	for _, sc := range []store.Schedule{
+	for _, sc := range []*store.ScheduleCreateParams{
 		{Namespace: store.DefaultNamespace, Name: "blocked", Cron: "@every 1s", TaskType: "test", TypeVersion: 1, Queue: "full", Input: json.RawMessage(`{}`)},
 		{Namespace: store.DefaultNamespace, Name: "healthy", Cron: "@every 1s", TaskType: "test", TypeVersion: 1, Queue: "reports", Input: json.RawMessage(`{}`)},
 	} {

@@ -18,7 +18,6 @@ import (
 
 	"github.com/cockroachdb/errors"
 	"github.com/google/uuid"
-	"github.com/robfig/cron/v3"
 
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
@@ -237,38 +236,6 @@ func QueueFullRetryAfter(need, running int, meanAge time.Duration) time.Duration
 	return min(max(d, minQueueFullRetryAfter), maxQueueFullRetryAfter)
 }
 
-// LatestTick is the latest tick of sched (in loc) not after now, walking
-// from next, the schedule's next tick, which is due: under the policy "run
-// the latest once", the one missed tick that fires.
-func LatestTick(sched cron.Schedule, loc *time.Location, next, now time.Time) time.Time {
-	tick := next
-	for i := 0; i < maxMissedTicks; i++ {
-		n := sched.Next(tick.In(loc))
-		if n.After(now) {
-			break
-		}
-		tick = n
-	}
-	return NormalizeTime(tick)
-}
-
-// SkippedTickRetry is when a schedule whose tick its full queue refused at
-// now is tried again: after the queue's retry-after hint, but no later than
-// the schedule's next tick (which would fire then anyway, as the latest).
-// It is always after now: at least minSkippedTickRetry later, or at a tick
-// still to come, so a schedule that keeps being refused is not retried in a
-// loop.
-func SkippedTickRetry(sched cron.Schedule, loc *time.Location, now time.Time, retryAfter time.Duration) time.Time {
-	retry := now.Add(max(retryAfter, minSkippedTickRetry))
-	if next := sched.Next(now.In(loc)); next.Before(retry) {
-		retry = next
-	}
-	return NormalizeTime(retry)
-}
-
-// minSkippedTickRetry bounds how often a refused schedule is tried again.
-const minSkippedTickRetry = 100 * time.Millisecond
-
 // StartPlan is a task start worked out before anything is written.
 type StartPlan struct {
 	ID        uuid.UUID                 // the start's ID, or a new UUIDv7
@@ -384,9 +351,6 @@ func Now(c store.Clock) time.Time {
 }
 
 func NormalizeTime(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }
-
-// maxMissedTicks bounds the walk to the latest missed tick.
-const maxMissedTicks = 100_000
 
 // WokenParentFairAt is the fair_at of a task moving from prev to next: its
 // run time, but its creation time when the move ends its wait for its

@@ -4,7 +4,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/robfig/cron/v3"
 	"github.com/stretchr/testify/require"
 )
 
@@ -23,17 +22,4 @@ func TestQueueFullRetryAfter(t *testing.T) {
 	} {
 		require.Equal(t, c.want, QueueFullRetryAfter(c.need, c.running, c.meanAge), "%+v", c)
 	}
-}
-
-func TestSkippedTickRetry(t *testing.T) {
-	t.Parallel()
-	hourly, err := cron.ParseStandard("@hourly")
-	require.NoError(t, err)
-	now := time.Date(2025, 3, 1, 10, 20, 0, 0, time.UTC)
-	// The hint comes first: tried again after it.
-	require.Equal(t, now.Add(30*time.Second), SkippedTickRetry(hourly, time.UTC, now, 30*time.Second))
-	// The next tick comes first: tried at the tick.
-	require.Equal(t, time.Date(2025, 3, 1, 11, 0, 0, 0, time.UTC), SkippedTickRetry(hourly, time.UTC, now, 5*time.Minute*100))
-	// No hint: not at once.
-	require.Equal(t, now.Add(minSkippedTickRetry), SkippedTickRetry(hourly, time.UTC, now, 0))
 }

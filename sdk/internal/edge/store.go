@@ -59,9 +59,9 @@ type Reads interface {
 	EventScan(ctx context.Context, p *store.EventScanParams) ([]store.AuditEvent, error)
 	NamespaceSet(ctx context.Context, p *store.NamespaceSetParams) error
 	NamespaceList(ctx context.Context, p *store.NamespaceListParams) ([]store.NamespaceConfig, error)
-	ScheduleList(ctx context.Context, namespace string) ([]store.Schedule, error)
-	SchedulePause(ctx context.Context, namespace, name string, paused bool) error
-	ScheduleDelete(ctx context.Context, namespace, name string) error
+	ScheduleList(ctx context.Context, p *store.ScheduleListParams) ([]store.Schedule, error)
+	SchedulePause(ctx context.Context, p *store.SchedulePauseParams) error
+	ScheduleDelete(ctx context.Context, p *store.ScheduleDeleteParams) error
 	QueueSet(ctx context.Context, p *store.QueueSetParams) error
 	QueueList(ctx context.Context, p *store.QueueListParams) ([]store.QueueInfo, error)
 	QueueWaitList(ctx context.Context, p *store.QueueWaitListParams) ([]store.QueueWait, error)

@@ -97,11 +97,12 @@ func (e *Store) Signal(ctx context.Context, p *store.TaskSignalParams) (store.Si
 
 // Schedule writes a schedule, its input encoded: it belongs to no
 // task, so it is sealed with the namespace's key and stays in place.
-func (e *Store) Schedule(ctx context.Context, sc store.Schedule) error {
-	enc, err := e.stage.Encode(ctx, []*payload.Payload{{Namespace: sc.Namespace, Kind: payload.ScheduleInput, Data: sc.Input}})
+func (e *Store) Schedule(ctx context.Context, p *store.ScheduleCreateParams) error {
+	enc, err := e.stage.Encode(ctx, []*payload.Payload{{Namespace: p.Namespace, Kind: payload.ScheduleInput, Data: p.Input}})
 	if err != nil {
-		return errors.Wrapf(err, "schedule %s: encode the input", sc.Name)
+		return errors.Wrapf(err, "schedule %s: encode the input", p.Name)
 	}
-	sc.Input = enc.At(0).Data
-	return e.st.ScheduleCreate(ctx, sc)
+	q := *p
+	q.Input = enc.At(0).Data
+	return e.st.ScheduleCreate(ctx, &q)
 }
