@@ -234,6 +234,13 @@ func testScheduleRoundTrip(t *testing.T, s store.Store) {
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.True(t, next.Equal(earliest), "the next due tick %s, the earliest schedule's %s", next, earliest)
+	next, ok, err = s.ScheduleNextDue(ctx, &store.ScheduleNextDueParams{Namespace: "tenant-b"})
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.True(t, next.Equal(other[0].NextRunAt), "a namespace's next due tick is its own schedules'")
+	_, ok, err = s.ScheduleNextDue(ctx, &store.ScheduleNextDueParams{Namespace: "nobody"})
+	require.NoError(t, err)
+	require.False(t, ok, "a namespace without schedules has none due")
 
 	require.NoError(t, s.SchedulePause(ctx, &store.SchedulePauseParams{Namespace: store.DefaultNamespace, Name: "nightly", Paused: true}))
 	list, err = s.ScheduleList(ctx, &store.ScheduleListParams{Namespace: store.DefaultNamespace})

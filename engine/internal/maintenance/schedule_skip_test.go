@@ -173,3 +173,37 @@ func metricsStore(t *testing.T) (*pgstore.Store, *prometheus.Registry) {
 	require.NoError(t, err)
 	return s, reg
 }
+
+// A schedule another firer holds (listed due in its transaction, not yet
+// committed) is skipped, not fired twice nor waited for; once that firer
+// rolls back, the next firing fires it.
+func TestFiringSkipsSchedulesAnotherFirerHolds(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := metricsStore(t)
+	require.NoError(t, s.ScheduleCreate(ctx, &store.ScheduleCreateParams{Namespace: store.DefaultNamespace, Name: "often",
+		Cron: "@every 1s", TaskType: "test", TypeVersion: 1, Queue: "reports", Input: json.RawMessage(`{}`)}))
+
+	var held store.Tx
+	enginetest.WaitFor(t, "the schedule to be due", func() bool {
+		tx, err := s.Begin(ctx)
+		require.NoError(t, err)
+		due, err := tx.ScheduleListDue(ctx, &store.ScheduleListDueParams{Max: 10})
+		require.NoError(t, err)
+		if len(due) == 0 {
+			require.NoError(t, tx.Rollback(ctx))
+			return false
+		}
+		held = tx
+		return true
+	})
+	firings, err := maintenance.FireSchedules(ctx, s, nil, 100)
+	require.NoError(t, err)
+	require.Empty(t, firings, "the held schedule is skipped")
+	require.NoError(t, held.Rollback(ctx))
+
+	firings, err = maintenance.FireSchedules(ctx, s, nil, 100)
+	require.NoError(t, err)
+	require.Len(t, firings, 1)
+	require.True(t, firings[0].Started)
+}
