@@ -35,6 +35,9 @@ func (s *Store) ScheduleCreate(ctx context.Context, p *store.ScheduleCreateParam
 
 // ScheduleList returns a namespace's schedules by name.
 func (s *Store) ScheduleList(ctx context.Context, p *store.ScheduleListParams) ([]store.Schedule, error) {
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
 	rows, err := s.db.Query(ctx, s.sql("ScheduleList"), pgx.NamedArgs{"namespace": p.Namespace})
 	if err != nil {
 		return nil, errors.Wrap(interpretError(err), "list schedules")
@@ -47,6 +50,9 @@ func (s *Store) ScheduleList(ctx context.Context, p *store.ScheduleListParams) (
 // schedule fires from its next tick after now: ticks while paused are not
 // made up.
 func (s *Store) SchedulePause(ctx context.Context, p *store.SchedulePauseParams) error {
+	if err := p.Validate(); err != nil {
+		return err
+	}
 	return pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, s.sql("ScheduleGetForUpdate"), pgx.NamedArgs{"namespace": p.Namespace, "name": p.Name})
 		if err != nil {
@@ -72,6 +78,9 @@ func (s *Store) SchedulePause(ctx context.Context, p *store.SchedulePauseParams)
 
 // ScheduleDelete removes a schedule; tasks it started are not touched.
 func (s *Store) ScheduleDelete(ctx context.Context, p *store.ScheduleDeleteParams) error {
+	if err := p.Validate(); err != nil {
+		return err
+	}
 	tag, err := s.db.Exec(ctx, s.sql("ScheduleDelete"), pgx.NamedArgs{"namespace": p.Namespace, "name": p.Name})
 	if err != nil {
 		return errors.Wrapf(interpretError(err), "delete schedule %s", p.Name)

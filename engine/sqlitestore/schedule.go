@@ -73,6 +73,9 @@ func (s *Store) ScheduleCreate(ctx context.Context, p *store.ScheduleCreateParam
 
 // ScheduleList implements [store.Executor].
 func (s *Store) ScheduleList(ctx context.Context, p *store.ScheduleListParams) ([]store.Schedule, error) {
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
 	out, err := querySchedules(ctx, s.q, "ScheduleList", p.Namespace)
 	return out, errors.Wrap(err, "list schedules")
 }
@@ -80,6 +83,9 @@ func (s *Store) ScheduleList(ctx context.Context, p *store.ScheduleListParams) (
 // SchedulePause implements [store.Executor]: a resumed schedule fires from
 // its next tick after now.
 func (s *Store) SchedulePause(ctx context.Context, p *store.SchedulePauseParams) error {
+	if err := p.Validate(); err != nil {
+		return err
+	}
 	return s.tx(ctx, func(tx *txn) error {
 		sc, err := scanSchedule(tx.queryRow(ctx, "ScheduleGet", p.Namespace, p.Name))
 		if errors.Is(err, sql.ErrNoRows) {
@@ -100,6 +106,9 @@ func (s *Store) SchedulePause(ctx context.Context, p *store.SchedulePauseParams)
 
 // ScheduleDelete implements [store.Executor].
 func (s *Store) ScheduleDelete(ctx context.Context, p *store.ScheduleDeleteParams) error {
+	if err := p.Validate(); err != nil {
+		return err
+	}
 	res, err := s.q.exec(ctx, "ScheduleDelete", p.Namespace, p.Name)
 	if err != nil {
 		return errors.Wrapf(interpret(err), "delete schedule %s", p.Name)

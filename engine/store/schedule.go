@@ -58,6 +58,11 @@ type ScheduleListParams struct {
 	Namespace string // required
 }
 
+// Validate checks the parameters: what every store does first.
+func (p *ScheduleListParams) Validate() error {
+	return namespaceRequired("list schedules", p == nil || p.Namespace == "")
+}
+
 // SchedulePauseParams pauses or resumes a schedule
 // ([Executor.SchedulePause]).
 type SchedulePauseParams struct {
@@ -68,11 +73,21 @@ type SchedulePauseParams struct {
 	Paused bool
 }
 
+// Validate checks the parameters: what every store does first.
+func (p *SchedulePauseParams) Validate() error {
+	return namespaceRequired("pause schedule", p == nil || p.Namespace == "")
+}
+
 // ScheduleDeleteParams names a schedule to delete
 // ([Executor.ScheduleDelete]).
 type ScheduleDeleteParams struct {
 	Namespace string // required
 	Name      string
+}
+
+// Validate checks the parameters: what every store does first.
+func (p *ScheduleDeleteParams) Validate() error {
+	return namespaceRequired("delete schedule", p == nil || p.Namespace == "")
 }
 
 // ScheduleNextDueParams asks when the next active schedule is due
@@ -161,7 +176,7 @@ func ParseCron(spec, tz string) (cron.Schedule, *time.Location, error) {
 // ScheduleCheck checks a new schedule before a store writes it, setting
 // the default time zone, and returns its first tick: the first after now.
 func ScheduleCheck(p *ScheduleCreateParams, now time.Time) (first time.Time, err error) {
-	if p.Namespace == "" || p.Name == "" || p.TaskType == "" || p.Queue == "" || p.TypeVersion < 1 {
+	if p == nil || p.Namespace == "" || p.Name == "" || p.TaskType == "" || p.Queue == "" || p.TypeVersion < 1 {
 		return time.Time{}, errors.New("schedule: namespace, name, task type, version and queue are required")
 	}
 	if p.Timezone == "" {

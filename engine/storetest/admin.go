@@ -293,6 +293,16 @@ func testScheduleRefusals(t *testing.T, s store.Store) {
 	list, err := s.ScheduleList(ctx, &store.ScheduleListParams{Namespace: store.DefaultNamespace})
 	require.NoError(t, err)
 	require.Len(t, list, 1, "nothing of a refused schedule is stored")
+
+	// A namespace's requests name it.
+	_, err = s.ScheduleList(ctx, &store.ScheduleListParams{})
+	require.ErrorContains(t, err, "namespace is required")
+	require.ErrorContains(t, s.SchedulePause(ctx, &store.SchedulePauseParams{Name: "nightly", Paused: true}), "namespace is required")
+	require.ErrorContains(t, s.ScheduleDelete(ctx, &store.ScheduleDeleteParams{Name: "nightly"}), "namespace is required")
+	list, err = s.ScheduleList(ctx, &store.ScheduleListParams{Namespace: store.DefaultNamespace})
+	require.NoError(t, err)
+	require.Len(t, list, 1)
+	require.False(t, list[0].Paused, "a refused pause pauses nothing")
 }
 
 func testScheduleFires(t *testing.T, s store.Store) {
