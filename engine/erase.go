@@ -46,7 +46,7 @@ func EraseTask(ctx context.Context, s store.Store, p *TaskEraseParams) (history.
 }
 
 func eraseOnce(ctx context.Context, s store.Store, p *TaskEraseParams) (history.State, error) {
-	if _, err := s.TaskGetByID(ctx, p.Namespace, p.ID); err != nil {
+	if _, err := s.TaskGet(ctx, &store.TaskGetParams{Namespace: p.Namespace, ID: p.ID}); err != nil {
 		return history.State{}, errors.Wrapf(err, "erase task %s", p.ID)
 	}
 	events, err := store.TaskEvents(ctx, s, p.Namespace, p.ID)

@@ -99,6 +99,14 @@ func CompensateTask(ctx context.Context, s store.Store, p *TaskRequestParams) (h
 	return requests.Compensate(ctx, s, p)
 }
 
+// SignalTask sends a task a signal: signal_received appended to its
+// history, decided from its row and two indexed facts of its history,
+// over s's statements; see requests.Signal. The payload is written as it
+// is given: the SDK's edge encodes it first.
+func SignalTask(ctx context.Context, s store.Executor, p *store.TaskSignalParams) (store.SignalResult, error) {
+	return requests.Signal(ctx, s, p)
+}
+
 // TaskRequeueParams describes a requeue of dead-lettered tasks.
 type TaskRequeueParams = requests.RequeueParams
 

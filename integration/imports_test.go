@@ -32,7 +32,7 @@ var allowedImports = map[string][]string{
 	"engine/internal/notifier":    {"engine/store", "engine/internal/metrics", "engine/internal/service"},
 	"engine/internal/maintenance": {"engine/store", "engine/internal/archive", "engine/internal/leadership", "engine/internal/plan", "engine/internal/requests", "engine/internal/service", "internal/bucket", "history"},
 	"engine/internal/leadership":  {"engine/store", "engine/internal/service"},
-	"engine/internal/requests":    {"engine/store", "engine/internal/plan", "history"},
+	"engine/internal/requests":    {"engine/store", "engine/internal/plan", "history", "internal/jsoncheck"},
 	"engine/internal/diagnosis":   {"engine/store"},
 	"engine/internal/metrics":     {"engine/store", "history"},
 	"engine/internal/archive":     {"history", "internal/bucket"},

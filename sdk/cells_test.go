@@ -80,7 +80,7 @@ func TestWorkerOverCells(t *testing.T) {
 		res, err := sdk.Start(ctx, c, namespacedEcho, ns, nil)
 		require.NoError(t, err)
 		require.Equal(t, history.StatusCompleted, waitTask(t, c, res.ID).Status)
-		_, err = stores[other].TaskGetByID(ctx, ns, res.ID)
+		_, err = stores[other].TaskGet(ctx, &store.TaskGetParams{Namespace: ns, ID: res.ID})
 		require.ErrorIs(t, err, store.ErrNotFound, "a task of %s in cell %s", ns, other)
 	}
 }

@@ -594,7 +594,7 @@ func (c *Client) Get(ctx context.Context, id uuid.UUID) (*TaskInfo, error) {
 
 // getStored is Get without decoding the payloads: they are as stored.
 func (c *Client) getStored(ctx context.Context, id uuid.UUID) (*TaskInfo, error) {
-	t, err := c.store.TaskGetByID(ctx, c.namespace, id)
+	t, err := c.store.TaskGet(ctx, &store.TaskGetParams{Namespace: c.namespace, ID: id})
 	if err != nil {
 		return nil, err
 	}
@@ -818,7 +818,7 @@ func (c *Client) historyPage(ctx context.Context, id uuid.UUID, opts HistoryPage
 	case opts.MaxBytes < 0:
 		return HistoryPage{}, errmark.Mark(errors.Newf("history page: max bytes %d: use 1 or more (0 for %d)", opts.MaxBytes, DefaultHistoryPageBytes), ErrInvalid)
 	}
-	t, err := c.store.TaskGetByID(ctx, c.namespace, id)
+	t, err := c.store.TaskGet(ctx, &store.TaskGetParams{Namespace: c.namespace, ID: id})
 	if err == nil {
 		var events []history.Event
 		events, err = c.store.EventListPage(ctx, &store.EventPageParams{

@@ -400,7 +400,7 @@ func TestEncryptedTasksAreArchivedSealed(t *testing.T) {
 		require.NoError(t, env.client.SetNamespace(ctx, store.DefaultNamespace, sdk.NamespaceSettings{Retention: time.Millisecond}))
 		for _, id := range []uuid.UUID{kept, erased} {
 			require.Eventually(t, func() bool {
-				_, err := env.raw.TaskGetByID(ctx, store.DefaultNamespace, id)
+				_, err := env.raw.TaskGet(ctx, &store.TaskGetParams{Namespace: store.DefaultNamespace, ID: id})
 				return err != nil
 			}, 10*time.Second, 20*time.Millisecond, "task %s is removed", id)
 		}

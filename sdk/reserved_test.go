@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/engine/enginetest"
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
@@ -81,7 +82,7 @@ func TestForgedReferencesAreRefusedAndNeverResolved(t *testing.T) {
 		forgedStart, err := s.TaskStart(ctx, &store.TaskStartParams{Namespace: "default", Scheduled: history.TaskScheduledData{
 			TaskType: "forge.echo", TypeVersion: 1, Queue: "default", MaxAttempts: 2, Input: envelope}})
 		require.NoError(t, err)
-		_, err = s.TaskSignal(ctx, &store.TaskSignalParams{Namespace: "default", TaskID: waiting.ID, Name: "doc", Payload: envelope})
+		_, err = engine.SignalTask(ctx, s, &store.TaskSignalParams{Namespace: "default", TaskID: waiting.ID, Name: "doc", Payload: envelope})
 		require.NoError(t, err)
 		for _, id := range []uuid.UUID{forgedStart.ID, waiting.ID} {
 			info := waitTask(t, b.client, id)

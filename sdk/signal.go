@@ -195,7 +195,7 @@ func (c *Client) signalByReference(ctx context.Context, p *store.TaskSignalParam
 	if p.TaskID == uuid.Nil || c.blobThreshold <= 0 || len(p.Payload) <= c.blobThreshold {
 		return nil
 	}
-	t, err := c.store.TaskGetByID(ctx, p.Namespace, p.TaskID)
+	t, err := c.store.TaskGet(ctx, &store.TaskGetParams{Namespace: p.Namespace, ID: p.TaskID})
 	if err != nil {
 		return errors.Wrapf(err, "signal %q to task %s", p.Name, p.TaskID)
 	}

@@ -422,11 +422,11 @@ func TestCallbackAnswersOnlyItsOwnWait(t *testing.T) {
 }
 
 // unavailableStore is a store whose database stops answering signals:
-// TaskSignal fails as a dropped connection does.
+// TaskGet, a signal's first statement, fails as a dropped connection does.
 type unavailableStore struct{ store.Store }
 
-func (unavailableStore) TaskSignal(context.Context, *store.TaskSignalParams) (store.SignalResult, error) {
-	return store.SignalResult{}, errmark.Mark(errors.New("connection reset by peer"), store.ErrUnavailable)
+func (unavailableStore) TaskGet(context.Context, *store.TaskGetParams) (*store.Task, error) {
+	return nil, errmark.Mark(errors.New("connection reset by peer"), store.ErrUnavailable)
 }
 
 // Probe finding: a callback whose delivery failed with a 5xx was logged

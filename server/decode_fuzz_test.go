@@ -185,7 +185,7 @@ func sameOnBothStores(t *testing.T, stores []servertest.NamedStore, handlers []h
 		for i, st := range stores {
 			var res startResponse
 			require.NoError(t, json.Unmarshal(answers[i].Body, &res))
-			task, err := st.Store.TaskGetByID(t.Context(), ns, res.ID)
+			task, err := st.Store.TaskGet(t.Context(), &store.TaskGetParams{Namespace: ns, ID: res.ID})
 			require.NoError(t, err, st.Name)
 			back, err := jsoncheck.Canonical(task.Input)
 			require.NoError(t, err, "%s gave back %q", st.Name, task.Input)

@@ -16,6 +16,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/server/internal/servertest"
 	"github.com/cairnflow/cairn/server/internal/web"
@@ -27,7 +28,7 @@ func growTaskHistory(t *testing.T, s store.Store, id uuid.UUID, n, size int) {
 	t.Helper()
 	payload := json.RawMessage(`"` + strings.Repeat("x", size) + `"`)
 	for i := range n {
-		_, err := s.TaskSignal(context.Background(), &store.TaskSignalParams{
+		_, err := engine.SignalTask(context.Background(), s, &store.TaskSignalParams{
 			Namespace: store.DefaultNamespace, TaskID: id, Name: "fill", Payload: payload, Sender: "test", DedupID: fmt.Sprint(i),
 		})
 		require.NoError(t, err)

@@ -62,7 +62,7 @@ func TestStrictInputIsRefusedAlikeOnBothStores(t *testing.T) {
 			require.Equal(t, http.StatusAccepted, a.Status, "%s", a.Body)
 			var started startResponse
 			require.NoError(t, json.Unmarshal(a.Body, &started))
-			task, err := st.Store.TaskGetByID(t.Context(), "default", started.ID)
+			task, err := st.Store.TaskGet(t.Context(), &store.TaskGetParams{Namespace: "default", ID: started.ID})
 			require.NoError(t, err)
 			require.Equal(t, "a\uFFFDb", task.IdempotencyKey)
 			var in struct{ ID string }

@@ -22,11 +22,11 @@ type readCountingStore struct {
 	reads atomic.Int64
 }
 
-func (s *readCountingStore) TaskGetByID(ctx context.Context, namespace string, id uuid.UUID) (*store.Task, error) {
-	if id == s.id {
+func (s *readCountingStore) TaskGet(ctx context.Context, p *store.TaskGetParams) (*store.Task, error) {
+	if p.ID == s.id {
 		s.reads.Add(1)
 	}
-	return s.Store.TaskGetByID(ctx, namespace, id)
+	return s.Store.TaskGet(ctx, p)
 }
 
 // startedServer is a started server on st with cfg's other settings,

@@ -148,7 +148,7 @@ func runRetention(t *testing.T, s store.Store, defaultArchive string, id uuid.UU
 	require.NoError(t, r.Start(ctx))
 	defer r.Stop()
 	enginetest.WaitFor(t, "the task removed", func() bool {
-		_, err := s.TaskGetByID(ctx, "clitest", id)
+		_, err := s.TaskGet(ctx, &store.TaskGetParams{Namespace: "clitest", ID: id})
 		return err != nil
 	})
 }

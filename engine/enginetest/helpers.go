@@ -76,7 +76,7 @@ func Complete(tb testing.TB, s store.Store, ct *store.ClaimedTask) {
 // GetTask reads task id of the default namespace.
 func GetTask(tb testing.TB, s store.Store, id uuid.UUID) *store.Task {
 	tb.Helper()
-	task, err := s.TaskGetByID(context.Background(), store.DefaultNamespace, id)
+	task, err := s.TaskGet(context.Background(), &store.TaskGetParams{Namespace: store.DefaultNamespace, ID: id})
 	require.NoError(tb, err)
 	return task
 }
@@ -124,7 +124,7 @@ func WaitStatus(tb testing.TB, s store.Store, id uuid.UUID, want history.Status)
 	tb.Helper()
 	var task *store.Task
 	WaitFor(tb, "task "+id.String()+" to be "+string(want), func() bool {
-		got, err := s.TaskGetByID(context.Background(), store.DefaultNamespace, id)
+		got, err := s.TaskGet(context.Background(), &store.TaskGetParams{Namespace: store.DefaultNamespace, ID: id})
 		if err != nil {
 			return false
 		}

@@ -139,11 +139,6 @@ UNION ALL
  WHERE namespace = @namespace AND idempotency_key = @idempotency_key AND expires_at > @at)
 LIMIT 1;
 
--- name: TaskIDByKey
--- Only the id of the task holding a key (a signal by key): not its input.
-SELECT id FROM /* TEMPLATE: schema */tasks
-WHERE namespace = @namespace AND idempotency_key = @idempotency_key;
-
 -- name: TaskClaimMany
 -- Claims up to @max due tasks of the given queues and type keys in one round
 -- trip: locks them with SKIP LOCKED so concurrent claimers never block each
@@ -537,6 +532,16 @@ SELECT id, namespace, queue, type, type_version, status, priority, run_at,
     last_seq, created_at, updated_at, started_at, finished_at, labels, deadline, start_deadline,
     fairness_key, fairness_weight, parent_id, parent_position
 FROM /* TEMPLATE: schema */tasks WHERE id = @id AND namespace = @namespace;
+
+-- name: TaskGetByKey
+-- The task holding an idempotency key (a signal by key), by the key's
+-- unique index.
+SELECT id, namespace, queue, type, type_version, status, priority, run_at,
+    attempt, max_attempts, lease_owner, lease_epoch, lease_expires_at,
+    idempotency_key, trace_id, input, output, last_error, cancel_requested,
+    last_seq, created_at, updated_at, started_at, finished_at, labels, deadline, start_deadline,
+    fairness_key, fairness_weight, parent_id, parent_position
+FROM /* TEMPLATE: schema */tasks WHERE namespace = @namespace AND idempotency_key = @idempotency_key;
 
 -- name: TaskGetMany
 -- Tasks by id, of @namespace, or of any when it is ''.

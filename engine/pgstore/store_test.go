@@ -42,7 +42,7 @@ func TestStartClaimComplete(t *testing.T) {
 	_, err = s.EventAppend(ctx, &store.EventAppendParams{TaskID: ct.Task.ID, State: st, Epoch: st.Lease.Epoch,
 		Attempt: 1, Payloads: []history.Payload{history.TaskCompletedData{Output: json.RawMessage(`{"ok":true}`)}}})
 	require.NoError(t, err)
-	task, err := s.TaskGetByID(ctx, "default", ct.Task.ID)
+	task, err := s.TaskGet(ctx, &store.TaskGetParams{Namespace: "default", ID: ct.Task.ID})
 	require.NoError(t, err)
 	require.Equal(t, history.StatusCompleted, task.Status)
 	require.Equal(t, 1, enginetest.RequireProjectionsMatch(t, s))

@@ -491,18 +491,25 @@ func (s *Store) insertTasks(ctx context.Context, q querier, query string, args p
 	return out, nil
 }
 
-// TaskGetByID returns the task with id in namespace, or an error marked
-// [ErrNotFound].
-func (s *Store) TaskGetByID(ctx context.Context, namespace string, id uuid.UUID) (*store.Task, error) {
-	rows, err := s.db.Query(ctx, s.sql("TaskGetByID"), pgx.NamedArgs{"id": id, "namespace": namespace})
+// TaskGet returns the task p names (by id, or by idempotency key) in
+// p.Namespace, or an error marked [ErrNotFound].
+func (s *Store) TaskGet(ctx context.Context, p *store.TaskGetParams) (*store.Task, error) {
+	byID, err := plan.CheckTaskGet(p)
 	if err != nil {
-		return nil, errors.Wrapf(interpretError(err), "get task %s", id)
+		return nil, err
 	}
-	t, err := pgx.CollectExactlyOneRow(rows, scanTask)
-	if err != nil {
-		return nil, errors.Wrapf(interpretError(err), "get task %s", id)
+	query, args := "TaskGetByKey", pgx.NamedArgs{"namespace": p.Namespace, "idempotency_key": p.IdempotencyKey}
+	if byID {
+		query, args = "TaskGetByID", pgx.NamedArgs{"id": p.ID, "namespace": p.Namespace}
 	}
-	return t, nil
+	rows, err := s.db.Query(ctx, s.sql(query), args)
+	if err == nil {
+		var t *store.Task
+		if t, err = pgx.CollectExactlyOneRow(rows, scanTask); err == nil {
+			return t, nil
+		}
+	}
+	return nil, plan.TaskGetError(interpretError(err), p)
 }
 
 // TaskList returns tasks newest first: every column (TaskList), none of

@@ -78,7 +78,7 @@ func TestTaskStart(t *testing.T) {
 		require.False(t, res.Existing)
 		require.Equal(t, uuid.Version(7), res.ID.Version())
 
-		task, err := s.TaskGetByID(ctx, "ns1", res.ID)
+		task, err := s.TaskGet(ctx, &store.TaskGetParams{Namespace: "ns1", ID: res.ID})
 		require.NoError(t, err)
 		require.Equal(t, "ns1", task.Namespace, "the params' namespace wins over the payload's")
 		require.Equal(t, history.StatusPending, task.Status)
@@ -103,7 +103,7 @@ func TestTaskStart(t *testing.T) {
 		require.Equal(t, "ns1", sc.Namespace)
 		require.Equal(t, map[string]string{"team": "x"}, sc.Labels)
 
-		_, err = s.TaskGetByID(ctx, store.DefaultNamespace, res.ID)
+		_, err = s.TaskGet(ctx, &store.TaskGetParams{Namespace: store.DefaultNamespace, ID: res.ID})
 		require.True(t, errors.Is(err, store.ErrNotFound), "a task is found only in its namespace; got %v", err)
 		enginetest.RequireProjectionsMatch(t, s)
 	})
@@ -231,7 +231,7 @@ func TestTaskStartTxOutbox(t *testing.T) {
 		require.Zero(t, enginetest.CountRows(t, s, "tasks"), "an uncommitted task is invisible")
 		require.NoError(t, tx.Rollback(ctx))
 
-		_, err = s.TaskGetByID(ctx, store.DefaultNamespace, res.ID)
+		_, err = s.TaskGet(ctx, &store.TaskGetParams{Namespace: store.DefaultNamespace, ID: res.ID})
 		require.True(t, errors.Is(err, store.ErrNotFound), "got %v", err)
 		require.Empty(t, enginetest.Events(t, s, res.ID))
 		require.Zero(t, enginetest.CountRows(t, s, "tasks"))
@@ -296,7 +296,7 @@ func TestTaskStartTxOutbox(t *testing.T) {
 		in := s.WithTx(tx)
 		res, err := in.TaskStart(ctx, defaultParams())
 		require.NoError(t, err)
-		task, err := in.TaskGetByID(ctx, store.DefaultNamespace, res.ID)
+		task, err := in.TaskGet(ctx, &store.TaskGetParams{Namespace: store.DefaultNamespace, ID: res.ID})
 		require.NoError(t, err)
 		require.Equal(t, history.StatusPending, task.Status, "the transaction sees its own start")
 		require.Zero(t, enginetest.CountRows(t, s, "tasks"), "an uncommitted task is invisible")

@@ -52,8 +52,8 @@ func TestStoreKeepsTimeByItsClock(t *testing.T) {
 	require.NoError(t, r.Start(ctx))
 	t.Cleanup(r.Stop)
 	require.Eventually(t, func() bool {
-		a, errA := s.TaskGetByID(ctx, "default", leased.ID)
-		b, errB := s.TaskGetByID(ctx, "default", late.ID)
+		a, errA := s.TaskGet(ctx, &store.TaskGetParams{Namespace: "default", ID: leased.ID})
+		b, errB := s.TaskGet(ctx, &store.TaskGetParams{Namespace: "default", ID: late.ID})
 		require.NoError(t, errA)
 		require.NoError(t, errB)
 		return a.Status == history.StatusRetrying && b.Status == history.StatusExpired

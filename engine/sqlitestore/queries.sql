@@ -38,10 +38,6 @@ SELECT task_id, task_type, NULL, input_sha256, 1, NULL, NULL FROM retired_keys
 WHERE namespace = ?1 AND idempotency_key = ?2 AND expires_at > ?3
 LIMIT 1;
 
--- name: TaskIDByKey
--- Only the id of the task holding a key (a signal by key): not its input.
-SELECT id FROM tasks WHERE namespace = ? AND idempotency_key = ?;
-
 -- name: TaskFairAtLast
 -- The virtual start time of the last waiting task of a fairness key
 -- (tasks_fairness_idx).
@@ -71,6 +67,10 @@ SELECT count(*), avg(started_at) FROM tasks WHERE namespace = ? AND queue = ? AN
 
 -- name: TaskGetByID
 SELECT /* TASK_COLUMNS */ FROM tasks WHERE id = ? AND namespace = ?;
+
+-- name: TaskGetByKey
+-- The task holding an idempotency key (a signal by key).
+SELECT /* TASK_COLUMNS */ FROM tasks WHERE namespace = ? AND idempotency_key = ?;
 
 -- name: TaskGetMany
 -- ?1: a JSON array of ids, of any length; ?2: their namespace, '' for any.

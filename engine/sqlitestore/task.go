@@ -356,11 +356,19 @@ func checkCapacity(ctx context.Context, tx *txn, planned []plan.StartPlan, now t
 	return nil
 }
 
-// TaskGetByID implements [store.Store].
-func (s *Store) TaskGetByID(ctx context.Context, namespace string, id uuid.UUID) (*store.Task, error) {
-	t, err := scanTask(s.q.queryRow(ctx, "TaskGetByID", id.String(), namespace))
+// TaskGet implements [store.Store]: by id, or by idempotency key.
+func (s *Store) TaskGet(ctx context.Context, p *store.TaskGetParams) (*store.Task, error) {
+	byID, err := plan.CheckTaskGet(p)
 	if err != nil {
-		return nil, errors.Wrapf(interpret(err), "get task %s", id)
+		return nil, err
+	}
+	query, args := "TaskGetByKey", []any{p.Namespace, p.IdempotencyKey}
+	if byID {
+		query, args = "TaskGetByID", []any{p.ID.String(), p.Namespace}
+	}
+	t, err := scanTask(s.q.queryRow(ctx, query, args...))
+	if err != nil {
+		return nil, plan.TaskGetError(interpret(err), p)
 	}
 	return t, nil
 }

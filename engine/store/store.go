@@ -83,7 +83,9 @@ type Executor interface {
 	// Tasks: start, read, list.
 	TaskStart(ctx context.Context, p *TaskStartParams) (TaskStartResult, error)
 	TaskStartMany(ctx context.Context, ps []*TaskStartParams) ([]TaskStartResult, error)
-	TaskGetByID(ctx context.Context, namespace string, id uuid.UUID) (*Task, error)
+	// TaskGet returns the task p names, by id or by idempotency key, in
+	// p.Namespace, or an error marked [ErrNotFound].
+	TaskGet(ctx context.Context, p *TaskGetParams) (*Task, error)
 	// TaskGetMany returns the tasks of p.IDs that exist (of p.Namespace,
 	// or of any when it is ""), in no particular order.
 	TaskGetMany(ctx context.Context, p *TaskGetManyParams) ([]*Task, error)
@@ -112,14 +114,11 @@ type Executor interface {
 	// is lost.
 	LeaseExtendMany(ctx context.Context, p *LeaseExtendParams) (map[uuid.UUID]LeaseRenewal, error)
 
-	// TaskSignal appends signal_received to a task, found by id or by
-	// idempotency key in p.Namespace: a dedup id already in its history
-	// writes nothing (Duplicate); a finished task is an error marked
-	// [ErrTaskState] and nothing is written; a task waiting for a signal
-	// of that name is due at once (run_at is the signal's time) in the
-	// same write, and workers are woken as for any task due at once. An
-	// unknown task is [ErrNotFound].
-	TaskSignal(ctx context.Context, p *TaskSignalParams) (SignalResult, error)
+	// SignalLookup reads what a signal to a task depends on in its
+	// history (see [SignalLookupParams]), by the history's indexes: a
+	// signal (engine.SignalTask) is decided from these and the task's row,
+	// not from its whole history.
+	SignalLookup(ctx context.Context, p *SignalLookupParams) (SignalFacts, error)
 
 	// Children are started above the seam ([ChildStartParams]: the
 	// children's TaskStartMany and the parent's fenced EventAppend of

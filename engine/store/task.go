@@ -161,6 +161,20 @@ type TaskStartResult struct {
 	Existing bool
 }
 
+// TaskGetParams names one task to read ([Executor.TaskGet]): by ID or by
+// IdempotencyKey, not both, in Namespace. Neither is the zero id, which
+// no task has: [ErrNotFound].
+type TaskGetParams struct {
+	// Namespace is the task's namespace: a task of another namespace is
+	// not found (nor is any task when it is empty).
+	Namespace string
+	// ID names the task by its id.
+	ID uuid.UUID
+	// IdempotencyKey names the task started with this key in Namespace
+	// (TaskStartParams.Scheduled.IdempotencyKey).
+	IdempotencyKey string
+}
+
 // TaskListParams filters [Store.TaskList]. Empty filters match
 // everything.
 type TaskListParams struct {
@@ -230,7 +244,7 @@ func (p *TaskTypeListParams) Validate() error {
 }
 
 // TaskSignalParams describes a signal sent to a task: signal_received
-// appended to its history.
+// appended to its history (engine.SignalTask).
 type TaskSignalParams struct {
 	Namespace string
 	// TaskID names the task; when it is the zero UUID, IdempotencyKey
@@ -265,6 +279,36 @@ type SignalResult struct {
 	// State is the task's state after the signal (before it, when
 	// Duplicate).
 	State history.State
+}
+
+// SignalLookupParams asks [Executor.SignalLookup] for the facts of a task's
+// history a signal is decided on, each read through an index rather than
+// by reading the history.
+type SignalLookupParams struct {
+	// Namespace is the task's namespace, in which the caller found it
+	// ([Executor.TaskGet]). The lookup reads by TaskID and does not match
+	// it again; "" is allowed.
+	Namespace string
+	TaskID    uuid.UUID
+	// DedupID, when set, asks whether the task's history holds a
+	// signal_received with this dedup id ([SignalFacts.Seen]).
+	DedupID string
+	// OpenWait asks for the wait the task is in after its first LastSeq
+	// events ([SignalFacts.Wait]).
+	OpenWait bool
+	LastSeq  int64
+}
+
+// SignalFacts are what [Executor.SignalLookup] found.
+type SignalFacts struct {
+	// Seen is set when the history holds a signal with the dedup id asked
+	// about (false when none was asked about).
+	Seen bool
+	// Wait is the wait_started of the wait the task is in after its first
+	// LastSeq events (history.State.Wait): its last wait_started, unless
+	// a wait_timed_out or a signal of the wait's name follows it. nil
+	// when it is in none, or when it was not asked for.
+	Wait *history.WaitStartedData
 }
 
 // ChildStartParams starts children of a running parent: the children's

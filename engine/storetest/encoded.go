@@ -227,7 +227,7 @@ func (s *encodedStore) encodeAppend(ctx context.Context, p *store.EventAppendPar
 		ns = s.namespaceOf(ctx, p.TaskID)
 	}
 	if len(p.State.Output) > 0 {
-		t, err := s.Store.TaskGetByID(ctx, ns, p.TaskID)
+		t, err := s.Store.TaskGet(ctx, &store.TaskGetParams{Namespace: ns, ID: p.TaskID})
 		if err == nil {
 			q.State.Output = t.Output
 		}
@@ -254,7 +254,9 @@ func (s *encodedStore) encodeAppend(ctx context.Context, p *store.EventAppendPar
 	return &q, nil
 }
 
-// EventAppend implements [store.Store].
+// EventAppend implements [store.Store]. A signal (requests.Signal over
+// this store) writes through it too: its payload is encoded here, after
+// the signal checked it is JSON (sealed, the store could not tell).
 func (s *encodedStore) EventAppend(ctx context.Context, p *store.EventAppendParams) (history.State, error) {
 	q, err := s.encodeAppend(ctx, p)
 	if err != nil {
@@ -319,22 +321,6 @@ func (s *encodedStore) startChildren(ctx context.Context, p *store.ChildStartPar
 	}
 	res.State, err = s.decodeState(ctx, p.Parent.TaskID, res.State)
 	return res, err
-}
-
-// TaskSignal implements [store.Store]. A payload that is not JSON is
-// refused before it is encoded, as the SDK refuses it: sealed, the store
-// could not tell.
-func (s *encodedStore) TaskSignal(ctx context.Context, p *store.TaskSignalParams) (store.SignalResult, error) {
-	if len(p.Payload) > 0 && !json.Valid(p.Payload) {
-		return store.SignalResult{}, errors.Newf("signal %q: payload is not valid JSON", p.Name)
-	}
-	enc, err := s.stage.Encode(ctx, []*payload.Payload{{Namespace: p.Namespace, Task: p.TaskID, Kind: payload.Signal, Data: p.Payload}})
-	if err != nil {
-		return store.SignalResult{}, err
-	}
-	q := *p
-	q.Payload = enc.At(0).Data
-	return s.Store.TaskSignal(ctx, &q)
 }
 
 // ScheduleCreate implements [store.Store].
@@ -453,9 +439,9 @@ func (s *encodedStore) decodeState(ctx context.Context, id uuid.UUID, st history
 	return st, nil
 }
 
-// TaskGetByID implements [store.Store].
-func (s *encodedStore) TaskGetByID(ctx context.Context, namespace string, id uuid.UUID) (*store.Task, error) {
-	t, err := s.Store.TaskGetByID(ctx, namespace, id)
+// TaskGet implements [store.Store].
+func (s *encodedStore) TaskGet(ctx context.Context, p *store.TaskGetParams) (*store.Task, error) {
+	t, err := s.Store.TaskGet(ctx, p)
 	if err != nil {
 		return nil, err
 	}

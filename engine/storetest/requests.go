@@ -96,7 +96,7 @@ func testCancelRefusals(t *testing.T, s store.Store) {
 	requireIs(t, err, store.ErrNotFound, "another namespace's task")
 	_, err = requests.Cancel(ctx, s, &requests.Params{Namespace: "tenant-a", ID: uuid.New(), By: "ops"})
 	requireIs(t, err, store.ErrNotFound)
-	task, err := s.TaskGetByID(ctx, "tenant-a", id)
+	task, err := s.TaskGet(ctx, &store.TaskGetParams{Namespace: "tenant-a", ID: id})
 	require.NoError(t, err)
 	require.Equal(t, history.StatusPending, task.Status)
 	require.False(t, task.CancelRequest)

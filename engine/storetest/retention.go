@@ -103,7 +103,7 @@ func removableIDs(ctx context.Context, s store.Store, p *store.RemoveFinishedPar
 // requireRemoved checks that id is gone whole: no row, no event.
 func requireRemoved(t *testing.T, s store.Store, id uuid.UUID) {
 	t.Helper()
-	_, err := s.TaskGetByID(testContext(t), store.DefaultNamespace, id)
+	_, err := s.TaskGet(testContext(t), &store.TaskGetParams{Namespace: store.DefaultNamespace, ID: id})
 	require.ErrorIs(t, err, store.ErrNotFound, "task %s's row is gone", id)
 	require.Empty(t, events(t, s, id), "task %s's events are gone", id)
 }

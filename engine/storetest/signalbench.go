@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/cairnflow/cairn/engine/internal/requests"
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
 )
@@ -40,7 +41,7 @@ func BenchSignalToLongHistory(b *testing.B, newStore func(tb testing.TB) store.S
 			b.ReportAllocs()
 			i := 0
 			for b.Loop() {
-				_, err := s.TaskSignal(ctx, &store.TaskSignalParams{
+				_, err := requests.Signal(ctx, s, &store.TaskSignalParams{
 					Namespace: store.DefaultNamespace, TaskID: id, Name: "note", Payload: json.RawMessage(`"hello"`),
 					Sender: "bench", DedupID: fmt.Sprintf("bench-%d", i),
 				})

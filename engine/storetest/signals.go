@@ -8,13 +8,15 @@ import (
 
 	"github.com/cairnflow/cairn/engine/internal/diagnosis"
 	"github.com/cairnflow/cairn/engine/internal/plan"
+	"github.com/cairnflow/cairn/engine/internal/requests"
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 )
 
-// signalTests: signals sent to tasks (TaskSignal) and the waits they end.
+// signalTests: signals sent to tasks (requests.Signal, engine.SignalTask,
+// over the store's statements) and the waits they end.
 var signalTests = []conformanceTest{
 	{"SignalIsAppendedAndKeepsTheStatus", testSignalKeepsStatus},
 	{"SignalWithSeenDedupIDWritesNothing", testSignalDedup},
@@ -38,7 +40,7 @@ func signal(t *testing.T, s store.Store, id uuid.UUID, name, payload, dedupID st
 	if payload != "" {
 		raw = json.RawMessage(payload)
 	}
-	return s.TaskSignal(testContext(t), &store.TaskSignalParams{
+	return requests.Signal(testContext(t), s, &store.TaskSignalParams{
 		Namespace: store.DefaultNamespace, TaskID: id, Name: name, Payload: raw, Sender: "ops", DedupID: dedupID,
 	})
 }
@@ -116,13 +118,13 @@ func testSignalByKey(t *testing.T, s store.Store) {
 	ctx := testContext(t)
 	id := start(t, s, spec{IdempotencyKey: "order-7"})
 	other := start(t, s, spec{Namespace: "other", IdempotencyKey: "order-7"})
-	res, err := s.TaskSignal(ctx, &store.TaskSignalParams{Namespace: store.DefaultNamespace, IdempotencyKey: "order-7", Name: "approval"})
+	res, err := requests.Signal(ctx, s, &store.TaskSignalParams{Namespace: store.DefaultNamespace, IdempotencyKey: "order-7", Name: "approval"})
 	require.NoError(t, err)
 	require.Equal(t, id, res.TaskID)
 	require.Len(t, stateOf(t, s, id).Signals, 1)
 	require.Empty(t, stateOf(t, s, other).Signals, "a key is told apart per namespace")
 
-	_, err = s.TaskSignal(ctx, &store.TaskSignalParams{Namespace: store.DefaultNamespace, IdempotencyKey: "order-8", Name: "approval"})
+	_, err = requests.Signal(ctx, s, &store.TaskSignalParams{Namespace: store.DefaultNamespace, IdempotencyKey: "order-8", Name: "approval"})
 	requireIs(t, err, store.ErrNotFound)
 }
 
@@ -131,7 +133,7 @@ func testSignalRefusals(t *testing.T, s store.Store) {
 	id := start(t, s, spec{})
 	_, err := signal(t, s, uuid.New(), "approval", "", "")
 	requireIs(t, err, store.ErrNotFound, "no such task")
-	_, err = s.TaskSignal(ctx, &store.TaskSignalParams{Namespace: "other", TaskID: id, Name: "approval"})
+	_, err = requests.Signal(ctx, s, &store.TaskSignalParams{Namespace: "other", TaskID: id, Name: "approval"})
 	requireIs(t, err, store.ErrNotFound, "the task is in another namespace")
 	for _, p := range []*store.TaskSignalParams{
 		{Namespace: store.DefaultNamespace, TaskID: id},                                                  // no name
@@ -139,7 +141,7 @@ func testSignalRefusals(t *testing.T, s store.Store) {
 		{TaskID: id, Name: "approval"},                                                                   // no namespace
 		{Namespace: store.DefaultNamespace, TaskID: id, Name: "approval", Payload: json.RawMessage(`{`)}, // not JSON
 	} {
-		_, err := s.TaskSignal(ctx, p)
+		_, err := requests.Signal(ctx, s, p)
 		require.Error(t, err, "%+v", p)
 	}
 	require.Equal(t, []history.Type{history.TaskScheduled}, eventTypes(t, s, id), "nothing written")
@@ -252,7 +254,7 @@ func testWaitingQueueHealthy(t *testing.T, s store.Store) {
 func testSignalForWait(t *testing.T, s store.Store) {
 	id := start(t, s, spec{})
 	forWait := func(name string, pos int) error {
-		_, err := s.TaskSignal(testContext(t), &store.TaskSignalParams{
+		_, err := requests.Signal(testContext(t), s, &store.TaskSignalParams{
 			Namespace: store.DefaultNamespace, TaskID: id, Name: name, Sender: "link", ForWait: &pos})
 		return err
 	}

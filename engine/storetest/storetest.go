@@ -242,7 +242,7 @@ func complete(t *testing.T, s store.Executor, ct *store.ClaimedTask) history.Sta
 // getTask returns task id of the default namespace.
 func getTask(t *testing.T, s store.Executor, id uuid.UUID) *store.Task {
 	t.Helper()
-	task, err := s.TaskGetByID(testContext(t), store.DefaultNamespace, id)
+	task, err := s.TaskGet(testContext(t), &store.TaskGetParams{Namespace: store.DefaultNamespace, ID: id})
 	require.NoError(t, err)
 	require.Equal(t, id, task.ID)
 	return task
@@ -347,7 +347,7 @@ func requireReplayMatches(t *testing.T, s store.Store) int {
 		one, err := store.TaskEvents(ctx, s, "", row.ID)
 		require.NoError(t, err)
 		require.Len(t, one, len(evs), "task %s: EventList of the task alone and of all agree", row.ID)
-		byID, err := s.TaskGetByID(ctx, row.Namespace, row.ID)
+		byID, err := s.TaskGet(ctx, &store.TaskGetParams{Namespace: row.Namespace, ID: row.ID})
 		require.NoError(t, err)
 		for _, task := range []*store.Task{row, byID} {
 			requireRowMatchesState(t, task, state)

@@ -37,7 +37,7 @@ func testTaskStartThenGetByID(t *testing.T, s store.Store) {
 	require.False(t, res.Existing)
 	require.NotEqual(t, uuid.Nil, res.ID)
 
-	task, err := s.TaskGetByID(ctx, "ns1", res.ID)
+	task, err := s.TaskGet(ctx, &store.TaskGetParams{Namespace: "ns1", ID: res.ID})
 	require.NoError(t, err)
 	require.Equal(t, res.ID, task.ID)
 	require.Equal(t, "ns1", task.Namespace, "the params' namespace wins over the payload's")
@@ -79,17 +79,17 @@ func testTaskStartThenGetByID(t *testing.T, s store.Store) {
 
 func testTaskGetByIDUnknownIsNotFound(t *testing.T, s store.Store) {
 	start(t, s, spec{})
-	_, err := s.TaskGetByID(testContext(t), store.DefaultNamespace, uuid.New())
+	_, err := s.TaskGet(testContext(t), &store.TaskGetParams{Namespace: store.DefaultNamespace, ID: uuid.New()})
 	requireIs(t, err, store.ErrNotFound)
 }
 
 func testTaskGetByIDOtherNamespaceIsNotFound(t *testing.T, s store.Store) {
 	id := start(t, s, spec{Namespace: "tenant-a"})
-	_, err := s.TaskGetByID(testContext(t), "tenant-b", id)
+	_, err := s.TaskGet(testContext(t), &store.TaskGetParams{Namespace: "tenant-b", ID: id})
 	requireIs(t, err, store.ErrNotFound, "a task is found only in its own namespace")
-	_, err = s.TaskGetByID(testContext(t), store.DefaultNamespace, id)
+	_, err = s.TaskGet(testContext(t), &store.TaskGetParams{Namespace: store.DefaultNamespace, ID: id})
 	requireIs(t, err, store.ErrNotFound)
-	task, err := s.TaskGetByID(testContext(t), "tenant-a", id)
+	task, err := s.TaskGet(testContext(t), &store.TaskGetParams{Namespace: "tenant-a", ID: id})
 	require.NoError(t, err)
 	require.Equal(t, "tenant-a", task.Namespace)
 }

@@ -90,7 +90,7 @@ func requireUnseen(t *testing.T, s store.Store, id uuid.UUID) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(testContext(t), 200*time.Millisecond)
 	defer cancel()
-	_, err := s.TaskGetByID(ctx, store.DefaultNamespace, id)
+	_, err := s.TaskGet(ctx, &store.TaskGetParams{Namespace: store.DefaultNamespace, ID: id})
 	require.Error(t, err, "a task started in a transaction is seen outside it before the commit")
 	require.True(t, errors.Is(err, store.ErrNotFound) || errors.Is(err, context.DeadlineExceeded),
 		"not found, or the reader waits for the transaction to end: %v", err)
@@ -99,7 +99,7 @@ func requireUnseen(t *testing.T, s store.Store, id uuid.UUID) {
 // requireGone checks that the store has no task id.
 func requireGone(t *testing.T, s store.Executor, id uuid.UUID) {
 	t.Helper()
-	_, err := s.TaskGetByID(testContext(t), store.DefaultNamespace, id)
+	_, err := s.TaskGet(testContext(t), &store.TaskGetParams{Namespace: store.DefaultNamespace, ID: id})
 	requireIs(t, err, store.ErrNotFound, "task %s", id)
 }
 
@@ -274,7 +274,7 @@ func testTxRefusals(t *testing.T, s store.Store, begin Begin) {
 	_, err := tx.EventAppend(ctx, &store.EventAppendParams{TaskID: id, State: ct.State, Epoch: ct.State.Lease.Epoch + 1,
 		Attempt: ct.State.Attempt, Payloads: []history.Payload{history.TaskCompletedData{}}})
 	requireIs(t, err, store.ErrFenced)
-	_, err = tx.TaskGetByID(ctx, store.DefaultNamespace, uuid.New())
+	_, err = tx.TaskGet(ctx, &store.TaskGetParams{Namespace: store.DefaultNamespace, ID: uuid.New()})
 	requireIs(t, err, store.ErrNotFound)
 	start(t, tx, spec{Queue: "llm"})
 	_, err = tx.TaskStart(ctx, spec{Queue: "llm"}.params())

@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/server/internal/servertest"
@@ -51,7 +52,7 @@ func TestConsoleWaitingTasksAndTheirSignal(t *testing.T) {
 			done := start()
 			ct := servertest.ClaimDoc(t, ns.Store)
 			servertest.AppendFor(t, ns.Store, ct, history.WaitStartedData{Name: "approval", Position: 0, Deadline: time.Now().Add(time.Hour)})
-			_, err := ns.Store.TaskSignal(context.Background(), &store.TaskSignalParams{Namespace: "default", TaskID: done, Name: "approval", Sender: "ops"})
+			_, err := engine.SignalTask(context.Background(), ns.Store, &store.TaskSignalParams{Namespace: "default", TaskID: done, Name: "approval", Sender: "ops"})
 			require.NoError(t, err)
 			ct = servertest.ClaimDoc(t, ns.Store)
 			require.Equal(t, done, ct.Task.ID)

@@ -57,10 +57,10 @@ func TestRescuerRemovesFinishedTasksPastRetention(t *testing.T) {
 		id        uuid.UUID
 	}{{"own", own}, {store.DefaultNamespace, byDefault}, {"keyed", keyed}} {
 		enginetest.WaitFor(t, "task of "+c.namespace+" removed", func() bool {
-			_, err := s.TaskGetByID(ctx, c.namespace, c.id)
+			_, err := s.TaskGet(ctx, &store.TaskGetParams{Namespace: c.namespace, ID: c.id})
 			return err != nil
 		})
-		_, err := s.TaskGetByID(ctx, c.namespace, c.id)
+		_, err := s.TaskGet(ctx, &store.TaskGetParams{Namespace: c.namespace, ID: c.id})
 		require.ErrorIs(t, err, store.ErrNotFound)
 		evs, err := store.TaskEvents(ctx, s, "", c.id)
 		require.NoError(t, err)
@@ -152,7 +152,7 @@ func TestRescuerArchivesBeforeRemoving(t *testing.T) {
 		before              string
 	}{{"on-s3", s3, onS3, onS3JSON}, {store.DefaultNamespace, dir, inDir, inDirJSON}} {
 		enginetest.WaitFor(t, "task of "+c.namespace+" removed", func() bool {
-			_, err := s.TaskGetByID(ctx, c.namespace, c.id)
+			_, err := s.TaskGet(ctx, &store.TaskGetParams{Namespace: c.namespace, ID: c.id})
 			return err != nil
 		})
 		evs, err := archives.History(ctx, c.location, c.namespace, c.id)
@@ -164,7 +164,7 @@ func TestRescuerArchivesBeforeRemoving(t *testing.T) {
 		require.ErrorIs(t, err, archive.ErrNotArchived)
 	}
 	r.Stop()
-	task, err := s.TaskGetByID(ctx, "broken", kept)
+	task, err := s.TaskGet(ctx, &store.TaskGetParams{Namespace: "broken", ID: kept})
 	require.NoError(t, err, "a task whose archive cannot be written is not removed")
 	require.Equal(t, history.StatusCompleted, task.Status)
 	require.Equal(t, 1, enginetest.RequireProjectionsMatch(t, s))
@@ -202,7 +202,7 @@ func TestLeadersShareTheDefaultArchive(t *testing.T) {
 	require.NoError(t, err)
 	// A leader without one removes, archiving to the recorded default.
 	run(maintenance.RetentionConfig{Default: time.Millisecond}, func() bool {
-		_, err := s.TaskGetByID(ctx, store.DefaultNamespace, id)
+		_, err := s.TaskGet(ctx, &store.TaskGetParams{Namespace: store.DefaultNamespace, ID: id})
 		return err != nil
 	})
 	evs, err := (&archive.Buckets{}).History(ctx, dir, store.DefaultNamespace, id)
@@ -236,10 +236,10 @@ func TestRescuerRemovesByATypesOwnRetention(t *testing.T) {
 	require.NoError(t, r.Start(ctx))
 	t.Cleanup(r.Stop)
 	enginetest.WaitFor(t, "the report task removed", func() bool {
-		_, err := s.TaskGetByID(ctx, "typed", report)
+		_, err := s.TaskGet(ctx, &store.TaskGetParams{Namespace: "typed", ID: report})
 		return err != nil
 	})
 	time.Sleep(100 * time.Millisecond) // a few more passes
-	_, err = s.TaskGetByID(ctx, "typed", kept)
+	_, err = s.TaskGet(ctx, &store.TaskGetParams{Namespace: "typed", ID: kept})
 	require.NoError(t, err, "the namespace's own tasks stay: it has no retention")
 }

@@ -240,7 +240,7 @@ func TestMetricsCountSignalsAndWaits(t *testing.T) {
 			s := open(t, m)
 			ctx := context.Background()
 			signal := func(id uuid.UUID, name string) error {
-				_, err := s.TaskSignal(ctx, &store.TaskSignalParams{Namespace: store.DefaultNamespace, TaskID: id, Name: name, Sender: "ops"})
+				_, err := requests.Signal(ctx, s, &store.TaskSignalParams{Namespace: store.DefaultNamespace, TaskID: id, Name: name, Sender: "ops"})
 				return err
 			}
 

@@ -106,7 +106,7 @@ func requestOnTask(ctx context.Context, s store.Store, p *Params, decide func(hi
 		return history.State{}, errors.New("request on task: By (who asks) is empty")
 	}
 	for try := 0; ; try++ {
-		if _, err := s.TaskGetByID(ctx, p.Namespace, p.ID); err != nil {
+		if _, err := s.TaskGet(ctx, &store.TaskGetParams{Namespace: p.Namespace, ID: p.ID}); err != nil {
 			return history.State{}, err
 		}
 		events, err := store.TaskEvents(ctx, s, p.Namespace, p.ID)

@@ -136,7 +136,7 @@ func TestRequeueRefusesAChildWhoseParentWasRemoved(t *testing.T) {
 	})
 	require.NoError(t, err)
 	require.Equal(t, 1, removed.Tasks)
-	_, err = s.TaskGetByID(ctx, store.DefaultNamespace, parentID)
+	_, err = s.TaskGet(ctx, &store.TaskGetParams{Namespace: store.DefaultNamespace, ID: parentID})
 	require.ErrorIs(t, err, store.ErrNotFound)
 
 	out, err := requests.Requeue(ctx, s, &requests.RequeueParams{Namespace: "default", IDs: []uuid.UUID{child}, By: "ops"})

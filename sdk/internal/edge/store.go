@@ -50,7 +50,7 @@ type Store struct {
 // Reads are the methods of [store.Store] the SDK calls directly: reads,
 // and writes that carry no payload.
 type Reads interface {
-	TaskGetByID(ctx context.Context, namespace string, id uuid.UUID) (*store.Task, error)
+	TaskGet(ctx context.Context, p *store.TaskGetParams) (*store.Task, error)
 	TaskGetMany(ctx context.Context, p *store.TaskGetManyParams) ([]*store.Task, error)
 	EventList(ctx context.Context, p *store.EventListParams) (map[uuid.UUID][]history.Event, error)
 	TaskList(ctx context.Context, p *store.TaskListParams) ([]*store.Task, error)

@@ -7,6 +7,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/engine/pgstore"
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/internal/errmark"
@@ -92,7 +93,7 @@ func (e *Store) Signal(ctx context.Context, p *store.TaskSignalParams) (store.Si
 	}
 	q := *p
 	q.Payload = enc.At(0).Data
-	return e.st.TaskSignal(ctx, &q)
+	return engine.SignalTask(ctx, e.st, &q)
 }
 
 // Schedule writes a schedule, its input encoded: it belongs to no
