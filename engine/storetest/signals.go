@@ -30,6 +30,7 @@ var signalTests = []conformanceTest{
 	{"QueueOfTasksWaitingOnSignalsIsHealthy", testWaitingQueueHealthy},
 	{"SignalForOneWaitOnlyWhileItWaits", testSignalForWait},
 	{"SignalIsDecidedAsTheReplayWouldDecideIt", testSignalAsReplay},
+	{"SignalLookupReadsWhatItIsAsked", testSignalLookup},
 }
 
 // signal sends the signal name with payload to task id of the default
@@ -331,4 +332,35 @@ func testSignalAsReplay(t *testing.T, s store.Store) {
 	res := sig("c", "")
 	require.Equal(t, history.StatusRunning, res.State.Status)
 	require.Equal(t, ct.State.Lease.Epoch, getTask(t, s, id).LeaseEpoch)
+}
+
+// testSignalLookup: the statement a signal is decided on answers what it
+// is asked, each fact by itself: whether a dedup id was seen, and the wait
+// the task is in after a number of its events.
+func testSignalLookup(t *testing.T, s store.Store) {
+	ctx := testContext(t)
+	id := start(t, s, spec{})
+	_, err := signal(t, s, id, "early", "", "d-1")
+	require.NoError(t, err)
+	before := getTask(t, s, id).LastSeq
+	waitForSignal(t, s, "approval", time.Now().Add(time.Hour))
+	after := getTask(t, s, id).LastSeq
+	lookup := func(p store.SignalLookupParams) store.SignalFacts {
+		t.Helper()
+		p.Namespace, p.TaskID = store.DefaultNamespace, id
+		facts, err := s.SignalLookup(ctx, &p)
+		require.NoError(t, err)
+		return facts
+	}
+	facts := lookup(store.SignalLookupParams{DedupID: "d-1", OpenWait: true, LastSeq: after})
+	require.True(t, facts.Seen)
+	require.NotNil(t, facts.Wait)
+	require.Equal(t, "approval", facts.Wait.Name)
+	require.Zero(t, facts.Wait.Position)
+	require.Equal(t, store.SignalFacts{}, lookup(store.SignalLookupParams{DedupID: "d-2"}), "an unseen id, and no wait asked for")
+	require.Equal(t, store.SignalFacts{}, lookup(store.SignalLookupParams{OpenWait: true, LastSeq: before}), "no wait yet after those events")
+	require.True(t, lookup(store.SignalLookupParams{DedupID: "d-1"}).Seen)
+	_, err = signal(t, s, id, "approval", "", "")
+	require.NoError(t, err)
+	require.Nil(t, lookup(store.SignalLookupParams{OpenWait: true, LastSeq: getTask(t, s, id).LastSeq}).Wait, "a signal of its name ends the wait")
 }

@@ -16,6 +16,7 @@ var taskTests = []conformanceTest{
 	{"TaskStartThenGetByIDReturnsTheRow", testTaskStartThenGetByID},
 	{"TaskGetByIDUnknownIsNotFound", testTaskGetByIDUnknownIsNotFound},
 	{"TaskGetByIDOtherNamespaceIsNotFound", testTaskGetByIDOtherNamespaceIsNotFound},
+	{"TaskGetByIdempotencyKey", testTaskGetByKey},
 	{"TaskStartRefusesWhatCannotReplay", testTaskStartRefusesWhatCannotReplay},
 	{"IdempotencyKeyReturnsExistingTask", testIdempotencyKeyReturnsExistingTask},
 	{"IdempotencyKeyIsPerNamespace", testIdempotencyKeyIsPerNamespace},
@@ -92,6 +93,31 @@ func testTaskGetByIDOtherNamespaceIsNotFound(t *testing.T, s store.Store) {
 	task, err := s.TaskGet(testContext(t), &store.TaskGetParams{Namespace: "tenant-a", ID: id})
 	require.NoError(t, err)
 	require.Equal(t, "tenant-a", task.Namespace)
+}
+
+// testTaskGetByKey: a task is read by the idempotency key it was started
+// with, in its namespace; the params name one task, by id or by key.
+func testTaskGetByKey(t *testing.T, s store.Store) {
+	ctx := testContext(t)
+	a := start(t, s, spec{Namespace: "tenant-a", IdempotencyKey: "order-7"})
+	b := start(t, s, spec{Namespace: "tenant-b", IdempotencyKey: "order-7"})
+	for ns, want := range map[string]uuid.UUID{"tenant-a": a, "tenant-b": b} {
+		task, err := s.TaskGet(ctx, &store.TaskGetParams{Namespace: ns, IdempotencyKey: "order-7"})
+		require.NoError(t, err, ns)
+		require.Equal(t, want, task.ID, "a key is told apart per namespace")
+		require.Equal(t, ns, task.Namespace)
+		require.Equal(t, "order-7", task.IdempotencyKey)
+		require.Equal(t, int64(1), task.LastSeq)
+	}
+	_, err := s.TaskGet(ctx, &store.TaskGetParams{Namespace: store.DefaultNamespace, IdempotencyKey: "order-7"})
+	requireIs(t, err, store.ErrNotFound, "not in this namespace")
+	_, err = s.TaskGet(ctx, &store.TaskGetParams{Namespace: "tenant-a", IdempotencyKey: "order-8"})
+	requireIs(t, err, store.ErrNotFound, "no task holds the key")
+	_, err = s.TaskGet(ctx, &store.TaskGetParams{Namespace: "tenant-a"})
+	requireIs(t, err, store.ErrNotFound, "neither an id nor a key: no task")
+	_, err = s.TaskGet(ctx, &store.TaskGetParams{Namespace: "tenant-a", ID: a, IdempotencyKey: "order-7"})
+	require.Error(t, err, "an id and a key")
+	require.NotErrorIs(t, err, store.ErrNotFound)
 }
 
 func testTaskStartRefusesWhatCannotReplay(t *testing.T, s store.Store) {
