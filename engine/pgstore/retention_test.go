@@ -44,7 +44,7 @@ func TestStartRacingARemovalFindsTheRetiredKey(t *testing.T) {
 		},
 		"StartTx": func(ctx context.Context, s *pgstore.Store, p *store.TaskStartParams) (res store.TaskStartResult, err error) {
 			err = pgx.BeginFunc(ctx, s.Pool(), func(tx pgx.Tx) error {
-				res, err = s.TaskStartTx(ctx, tx, p)
+				res, err = s.WithTx(tx).TaskStart(ctx, p)
 				return err
 			})
 			return res, err

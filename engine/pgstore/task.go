@@ -221,25 +221,11 @@ func (s *Store) TaskStart(ctx context.Context, p *store.TaskStartParams) (store.
 	return res[0], nil
 }
 
-// TaskStartTx is [Store.TaskStart] inside the caller's transaction (the
-// outbox): s.WithTx(tx).TaskStart(ctx, p). To be removed once its callers
-// use [Store.WithTx].
-func (s *Store) TaskStartTx(ctx context.Context, tx pgx.Tx, p *store.TaskStartParams) (store.TaskStartResult, error) {
-	return s.WithTx(tx).TaskStart(ctx, p)
-}
-
 // TaskStartMany is [Store.TaskStart] for many tasks in one statement (plus
 // one lookup per idempotency key found taken). Results are in the order of
 // ps.
 func (s *Store) TaskStartMany(ctx context.Context, ps []*store.TaskStartParams) ([]store.TaskStartResult, error) {
 	return s.taskStartMany(ctx, s.db, ps)
-}
-
-// TaskStartManyTx is [Store.TaskStartMany] inside the caller's
-// transaction: s.WithTx(tx).TaskStartMany(ctx, ps). To be removed once its
-// callers use [Store.WithTx].
-func (s *Store) TaskStartManyTx(ctx context.Context, tx pgx.Tx, ps []*store.TaskStartParams) ([]store.TaskStartResult, error) {
-	return s.WithTx(tx).TaskStartMany(ctx, ps)
 }
 
 func (s *Store) taskStartMany(ctx context.Context, q querier, ps []*store.TaskStartParams) ([]store.TaskStartResult, error) {

@@ -213,7 +213,7 @@ func TestTaskStartIdempotency(t *testing.T) {
 	})
 }
 
-// TestTaskStartTxOutbox checks the outbox: a task started in the caller's
+// TestTaskStartTxOutbox checks the outbox (WithTx(tx).TaskStart): a task started in the caller's
 // transaction exists, and wakes workers, if and only if that transaction
 // commits.
 func TestTaskStartTxOutbox(t *testing.T) {
@@ -225,7 +225,7 @@ func TestTaskStartTxOutbox(t *testing.T) {
 		s := enginetest.Store(t)
 		tx, err := s.Pool().Begin(ctx)
 		require.NoError(t, err)
-		res, err := s.TaskStartTx(ctx, tx, (&enginetest.TaskOpts{IdempotencyKey: "k"}).Params())
+		res, err := s.WithTx(tx).TaskStart(ctx, (&enginetest.TaskOpts{IdempotencyKey: "k"}).Params())
 		require.NoError(t, err)
 		require.False(t, res.Existing)
 		require.Zero(t, enginetest.CountRows(t, s, "tasks"), "an uncommitted task is invisible")
@@ -255,7 +255,7 @@ func TestTaskStartTxOutbox(t *testing.T) {
 		// The service's own write, in the same transaction.
 		_, err = tx.Exec(ctx, "CREATE TABLE "+enginetest.TableName(s, "orders")+" (id int)")
 		require.NoError(t, err)
-		res, err := s.TaskStartTx(ctx, tx, defaultParams())
+		res, err := s.WithTx(tx).TaskStart(ctx, defaultParams())
 		require.NoError(t, err)
 		require.Empty(t, enginetest.Claim(t, s, enginetest.ClaimParams("w", 10, time.Minute)), "claimable before commit")
 		require.NoError(t, tx.Commit(ctx))
@@ -274,9 +274,9 @@ func TestTaskStartTxOutbox(t *testing.T) {
 		require.NoError(t, err)
 		defer func() { _ = tx.Rollback(ctx) }()
 		opts := &enginetest.TaskOpts{IdempotencyKey: "k"}
-		a, err := s.TaskStartTx(ctx, tx, opts.Params())
+		a, err := s.WithTx(tx).TaskStart(ctx, opts.Params())
 		require.NoError(t, err)
-		b, err := s.TaskStartTx(ctx, tx, opts.Params())
+		b, err := s.WithTx(tx).TaskStart(ctx, opts.Params())
 		require.NoError(t, err)
 		require.True(t, b.Existing)
 		require.Equal(t, a.ID, b.ID)
@@ -365,7 +365,7 @@ func TestTaskStartNotifiesOnCommit(t *testing.T) {
 	t.Log("a start in a transaction notifies when it commits, not before")
 	tx, err := s.Pool().Begin(ctx)
 	require.NoError(t, err)
-	_, err = s.TaskStartTx(ctx, tx, (&enginetest.TaskOpts{Queue: "mail"}).Params())
+	_, err = s.WithTx(tx).TaskStart(ctx, (&enginetest.TaskOpts{Queue: "mail"}).Params())
 	require.NoError(t, err)
 	notifyMarker(t, s, "marker-1")
 	require.Equal(t, "marker-1", nextNotification(t, conn), "notified before commit")
@@ -375,7 +375,7 @@ func TestTaskStartNotifiesOnCommit(t *testing.T) {
 	t.Log("a rolled back start never notifies")
 	tx, err = s.Pool().Begin(ctx)
 	require.NoError(t, err)
-	_, err = s.TaskStartTx(ctx, tx, (&enginetest.TaskOpts{Queue: "mail"}).Params())
+	_, err = s.WithTx(tx).TaskStart(ctx, (&enginetest.TaskOpts{Queue: "mail"}).Params())
 	require.NoError(t, err)
 	require.NoError(t, tx.Rollback(ctx))
 	notifyMarker(t, s, "marker-2")

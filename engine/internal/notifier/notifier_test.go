@@ -33,7 +33,7 @@ func TestNotifier(t *testing.T) {
 	tx, err := s.Pool().Begin(ctx)
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(ctx) }()
-	_, err = s.TaskStartTx(ctx, tx, (*enginetest.TaskOpts)(nil).Params())
+	_, err = s.WithTx(tx).TaskStart(ctx, (*enginetest.TaskOpts)(nil).Params())
 	require.NoError(t, err)
 	select {
 	case <-wake:

@@ -40,7 +40,7 @@ func (e *Store) Start(ctx context.Context, ps []*store.TaskStartParams) ([]store
 }
 
 // StartTx is [Store.Start] of one task inside the caller's transaction
-// (pgstore's TaskStartTx): on another store than PostgreSQL's it fails
+// (pgstore's WithTx): on another store than PostgreSQL's it fails
 // with an error marked [store.ErrUnsupported].
 func (e *Store) StartTx(ctx context.Context, tx pgx.Tx, p *store.TaskStartParams) (store.TaskStartResult, error) {
 	pg, ok := e.st.(*pgstore.Store)
@@ -51,7 +51,7 @@ func (e *Store) StartTx(ctx context.Context, tx pgx.Tx, p *store.TaskStartParams
 	if err != nil {
 		return store.TaskStartResult{}, err
 	}
-	return pg.TaskStartTx(ctx, tx, startParams([]*store.TaskStartParams{p}, enc)[0])
+	return pg.WithTx(tx).TaskStart(ctx, startParams([]*store.TaskStartParams{p}, enc)[0])
 }
 
 // encodeStarts encodes the inputs of ps, each a new task's.
