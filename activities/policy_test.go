@@ -229,8 +229,8 @@ func TestRetryPolicyProperties(t *testing.T) {
 	})
 }
 
-// The policies the README shows compile.
-func TestREADMEPoliciesCompile(t *testing.T) {
+// The policies docs/workflows.md shows compile.
+func TestDocumentedPoliciesCompile(t *testing.T) {
 	t.Parallel()
 	for name, expr := range map[string]string{
 		"llm":       `error.status == 429 || error.status == 529 || error.status >= 500 || error.kind == "timeout"`,

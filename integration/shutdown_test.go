@@ -20,7 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// buildGracefulWorker builds testdata/gracefulworker (the README's worker
+// buildGracefulWorker builds testdata/gracefulworker (the worker of docs/workflows.md
 // snippet as a program) into the test's temporary directory.
 func buildGracefulWorker(t *testing.T) string {
 	t.Helper()
@@ -52,7 +52,7 @@ func watchLines(r io.Reader, want string) <-chan struct{} {
 	return seen
 }
 
-// SIGTERM to a worker written as the README says (signal.NotifyContext and
+// SIGTERM to a worker written as docs/workflows.md says (signal.NotifyContext and
 // Worker.Run) is a graceful stop, not a crash (issue 17.5): the step under
 // way finishes and is recorded, the task is released for another worker at
 // once (no lease_expired, no wait for the lease), and the process exits 0.

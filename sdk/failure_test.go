@@ -18,7 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// httpPolicy is the policy the README recommends for HTTP APIs.
+// httpPolicy is the policy docs/workflows.md recommends for HTTP APIs.
 var httpPolicy = activities.MustPolicy("http", "error.status == 429 || error.status >= 500")
 
 func TestPolicyRetries429And503ButNot400(t *testing.T) {

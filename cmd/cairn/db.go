@@ -408,7 +408,7 @@ const maxConnsHelp = "the most connections this process opens to PostgreSQL: one
 const defaultServerConns = 20
 
 // workerConns is a worker process's connections unless --max-conns says:
-// the sizing rule of the README's deployment section. Steps' appends are
+// the sizing rule of docs/deployment.md. Steps' appends are
 // committed in batches and claims take many tasks at once, so connections
 // grow with concurrency far slower than slots do.
 func workerConns(concurrency int) int {

@@ -1,4 +1,4 @@
-// Command gracefulworker is the README's worker snippet as a program, for
+// Command gracefulworker is the worker snippet of docs/workflows.md as a program, for
 // integration/shutdown_test.go: a worker process stopped by SIGTERM through
 // signal.NotifyContext and Worker.Run.
 //
@@ -72,7 +72,7 @@ func main() {
 	}
 	defer pool.Close()
 
-	// In the worker process (README, "Using the SDK"):
+	// In the worker process (docs/workflows.md, "Using the SDK"):
 	worker, err := sdk.NewWorker(sdk.WorkerConfig{Pool: pool, Schema: os.Getenv("CAIRN_SCHEMA"), Concurrency: 20})
 	if err != nil {
 		log.Fatal(err)
