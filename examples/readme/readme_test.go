@@ -3,12 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
-	"os"
 	"path/filepath"
-	"regexp"
-	"strings"
 	"testing"
 	"time"
+
+	"github.com/cairnflow/cairn/internal/doccheck"
 )
 
 // TestReadmeExampleRuns runs the README's example on a fresh embedded
@@ -25,34 +24,9 @@ func TestReadmeExampleRuns(t *testing.T) {
 	}
 }
 
-// TestReadmeShowsThisCode holds the README's Go example to this file: every
-// line of the block, but the "// ..." elisions, is a line of main.go, in
-// the same order.
+// TestReadmeShowsThisCode holds the README's Go example to main.go.
 func TestReadmeShowsThisCode(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
-	if err != nil {
+	if err := doccheck.Check("../../README.md", "../.."); err != nil {
 		t.Fatal(err)
-	}
-	m := regexp.MustCompile("(?s)<!-- example: examples/readme/main.go -->\n```go\n(.*?)```").FindSubmatch(readme)
-	if m == nil {
-		t.Fatal("README.md has no Go block marked <!-- example: examples/readme/main.go -->")
-	}
-	src, err := os.ReadFile("main.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	lines := strings.Split(string(src), "\n")
-	at := 0
-	for _, want := range strings.Split(strings.TrimRight(string(m[1]), "\n"), "\n") {
-		if strings.TrimSpace(want) == "// ..." || strings.TrimSpace(want) == "" {
-			continue
-		}
-		for at < len(lines) && lines[at] != want {
-			at++
-		}
-		if at == len(lines) {
-			t.Fatalf("README line %q is not in main.go (in this order)", want)
-		}
-		at++
 	}
 }
