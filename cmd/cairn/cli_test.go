@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/sdk"
 	"github.com/google/uuid"
@@ -250,6 +251,7 @@ func TestCLIJSONShapes(t *testing.T) {
 func TestCLIQueueListShowsQueuesWithoutLimits(t *testing.T) {
 	t.Parallel()
 	tg := cliTargets["embedded"](t)
+	tg.withStore(t, func(store.Store) {}) // an empty store: queue list creates none
 	out, _ := tg.mustRun(t, "queue", "list")
 	require.Equal(t, 1, strings.Count(out, "\n"), "the header alone: %q", out)
 	seedTasks(t, tg, 4)

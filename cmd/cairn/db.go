@@ -84,9 +84,13 @@ type storeOpts struct {
 	// shared out by splitBudget (a listener, a reserved connection); else
 	// it is the pool's size.
 	runsWorkers bool
-	maxConns    int32        // the most connections the store opens, its listener's included (see splitBudget)
-	migrate     bool         // apply PostgreSQL migrations (the embedded store always migrates)
-	metrics     *sdk.Metrics // counts the events the store writes; nil: none
+	// existing: the command reads or acts on what a store holds, so on
+	// the embedded store it opens only a file that exists, and refuses
+	// (naming the file it looked for) rather than create an empty one.
+	existing bool
+	maxConns int32        // the most connections the store opens, its listener's included (see splitBudget)
+	migrate  bool         // apply PostgreSQL migrations (the embedded store always migrates)
+	metrics  *sdk.Metrics // counts the events the store writes; nil: none
 	// cellsDown, with --placement, opens the cells that do not answer
 	// anyway (unmigrated), and warns of each there: a server restarted
 	// while one cell is down serves the others. nil: every cell must
@@ -354,6 +358,9 @@ func (g *globals) readKeys() (*seal.Keys, error) {
 func (g *globals) driver(ctx context.Context, o storeOpts) (store.Store, func(), error) {
 	if g.embedded() {
 		_, statErr := os.Stat(g.dbPath)
+		if o.existing && errors.Is(statErr, os.ErrNotExist) {
+			return nil, nil, errmark.Mark(noEmbeddedStore(g.dbPath), configError)
+		}
 		s, err := sqlitestore.New(ctx, sqlitestore.Config{Path: g.dbPath, Metrics: o.metrics})
 		if err != nil {
 			return nil, nil, errmark.Mark(errors.Wrapf(err, "--db %s (or set --database-url to use PostgreSQL)", g.dbPath), configError)
@@ -433,9 +440,27 @@ func splitBudget(maxConns int32) connBudget {
 	return connBudget{pool: maxConns - 2, control: 1}
 }
 
-// client opens the configured store and returns an sdk client over it.
+// client opens the configured store, which must exist (see
+// storeOpts.existing), and returns an sdk client over it.
 func (g *globals) client(ctx context.Context) (*sdk.Client, func(), error) {
+	return g.clientWith(ctx, storeOpts{maxConns: 4, existing: true})
+}
+
+// clientCreating is client for a command that writes something new (a
+// start, a setting, a schedule): it creates the embedded store if missing.
+func (g *globals) clientCreating(ctx context.Context) (*sdk.Client, func(), error) {
 	return g.clientWith(ctx, storeOpts{maxConns: 4})
+}
+
+// noEmbeddedStore is the error of a command that needs an existing
+// embedded store when path holds none.
+func noEmbeddedStore(path string) error {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		abs = path
+	}
+	return errors.Newf("no embedded store at %s (--db, env CAIRN_DB; no --database-url set): this command reads a store and creates none; "+
+		"run it where the store is, pass --db PATH, or set --database-url for PostgreSQL", abs)
 }
 
 func (g *globals) clientWith(ctx context.Context, o storeOpts) (*sdk.Client, func(), error) {

@@ -45,7 +45,7 @@ With --placement it works in NAME's cell.`,
 		Args:        cobra.ExactArgs(1),
 		Annotations: map[string]string{cellOfArgAnnotation: "yes"},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, closeDB, err := g.client(cmd.Context())
+			c, closeDB, err := g.clientCreating(cmd.Context())
 			if err != nil {
 				return err
 			}

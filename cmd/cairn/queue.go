@@ -36,7 +36,7 @@ every worker; claims enforce it. 0 removes a limit.`,
 			if s.MaxWaiting < 0 || s.Concurrency < 0 {
 				return errmark.Mark(errors.New("--max-waiting and --concurrency must not be negative (0: no limit)"), configError)
 			}
-			c, closeDB, err := g.client(cmd.Context())
+			c, closeDB, err := g.clientCreating(cmd.Context())
 			if err != nil {
 				return err
 			}

@@ -48,7 +48,7 @@ is skipped (schedule list shows it) and tried again later.
 				return errmark.Mark(errors.Newf("--input %q is not valid JSON", input), configError)
 			}
 			p.Name, p.Workflow, p.Input = args[0], sdk.TypeRef{Name: typ, Version: version}, json.RawMessage(input)
-			c, closeDB, err := g.client(cmd.Context())
+			c, closeDB, err := g.clientCreating(cmd.Context())
 			if err != nil {
 				return err
 			}

@@ -25,8 +25,9 @@ var statuses = []history.Status{
 }
 
 func newTaskCmd(g *globals) *cobra.Command {
-	cmd := &cobra.Command{Use: "task", Short: "Ask about tasks: their state, their history"}
-	cmd.AddCommand(newTaskShowCmd(g), newTaskHistoryCmd(g), newTaskListCmd(g), newTaskRetryCmd(g),
+	cmd := &cobra.Command{Use: "task", Short: "Start tasks, wait for and watch them, ask about their state and history"}
+	cmd.AddCommand(newTaskStartCmd(g), newTaskWaitCmd(g), newTaskWatchCmd(g),
+		newTaskShowCmd(g), newTaskHistoryCmd(g), newTaskListCmd(g), newTaskRetryCmd(g),
 		newTaskCancelCmd(g), newTaskCompensateCmd(g), newTaskEraseCmd(g), newTaskSignalCmd(g))
 	return cmd
 }
@@ -58,37 +59,43 @@ func newTaskShowCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return notFoundAs(err, id, g.namespace)
 			}
-			if g.output == "json" {
-				return printJSON(cmd, info)
-			}
-			w := newTable(cmd)
-			row := func(k, v string) { fmt.Fprintf(w, "%s:\t%s\n", k, v) }
-			row("id", info.ID.String())
-			row("type", fmt.Sprintf("%s@%d", info.Type, info.TypeVersion))
-			row("queue", info.Queue)
-			row("status", statusText(info, true))
-			row("attempt", fmt.Sprintf("%d of %d", info.Attempt, info.MaxAttempts))
-			if info.IdempotencyKey != "" {
-				row("idempotency key", info.IdempotencyKey)
-			}
-			row("created", formatTime(&info.CreatedAt))
-			row("started", formatTime(info.StartedAt))
-			row("finished", formatTime(info.FinishedAt))
-			if !info.Status.Terminal() {
-				row("run at", formatTime(&info.RunAt))
-			}
-			if info.LeaseOwner != "" {
-				row("lease owner", info.LeaseOwner)
-			}
-			if len(info.Output) > 0 {
-				row("output", string(info.Output))
-			}
-			if e := info.LastError; e != nil {
-				row("last error", describeError(*e))
-			}
-			return w.Flush()
+			return printTask(cmd, g, info)
 		},
 	}
+}
+
+// printTask prints a task as `task show` does: a table, or one JSON
+// object with -o json.
+func printTask(cmd *cobra.Command, g *globals, info *sdk.TaskInfo) error {
+	if g.output == "json" {
+		return printJSON(cmd, info)
+	}
+	w := newTable(cmd)
+	row := func(k, v string) { fmt.Fprintf(w, "%s:\t%s\n", k, v) }
+	row("id", info.ID.String())
+	row("type", fmt.Sprintf("%s@%d", info.Type, info.TypeVersion))
+	row("queue", info.Queue)
+	row("status", statusText(info, true))
+	row("attempt", fmt.Sprintf("%d of %d", info.Attempt, info.MaxAttempts))
+	if info.IdempotencyKey != "" {
+		row("idempotency key", info.IdempotencyKey)
+	}
+	row("created", formatTime(&info.CreatedAt))
+	row("started", formatTime(info.StartedAt))
+	row("finished", formatTime(info.FinishedAt))
+	if !info.Status.Terminal() {
+		row("run at", formatTime(&info.RunAt))
+	}
+	if info.LeaseOwner != "" {
+		row("lease owner", info.LeaseOwner)
+	}
+	if len(info.Output) > 0 {
+		row("output", string(info.Output))
+	}
+	if e := info.LastError; e != nil {
+		row("last error", describeError(*e))
+	}
+	return w.Flush()
 }
 
 // eventJSON is one event as `task history -o json` prints it.

@@ -1,0 +1,277 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/cockroachdb/errors"
+	"github.com/google/uuid"
+	"github.com/spf13/cobra"
+
+	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/internal/errmark"
+	"github.com/cairnflow/cairn/sdk"
+)
+
+// The commands a person tries a workflow with from a shell: start one,
+// wait for it, watch its history grow.
+
+// maxWatchPoll bounds --poll: a watch reads the history at least this
+// often, so a watch left running does not go silent.
+const maxWatchPoll = time.Minute
+
+func newTaskStartCmd(g *globals) *cobra.Command {
+	var (
+		input, key, queue string
+		version           int
+		wait              bool
+		timeout           time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "start TYPE",
+		Short: "Start a task of a registered workflow type, and optionally wait for it",
+		Long: `Starts a task of the workflow type TYPE, as POST /v1/tasks does: --input
+is its input as JSON, --version the type's version (0: the highest a worker
+registered), --key an idempotency key (a second start with it returns the
+first task and creates nothing), --queue a queue other than the type's.
+It prints the task's id; with --wait it waits for the task to finish (at
+most --timeout) and prints it as "task show" does, exiting 1 when it did
+not complete.
+
+A type can be started once a worker that registers it has started (it
+records its types in the store): "cairn demo worker" registers
+document.process, for instance.`,
+		Example: `  cairn task start document.process --input '{"id":"doc-1","pages":2}' --wait
+  cairn task start report.weekly --key week-49 -o json`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if !json.Valid([]byte(input)) {
+				return errmark.Mark(errors.Newf("--input %q is not valid JSON", input), configError)
+			}
+			if version < 0 || timeout <= 0 {
+				return errmark.Mark(errors.New("--version must not be negative and --timeout must be positive"), configError)
+			}
+			c, closeDB, err := g.clientCreating(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer closeDB()
+			ref, err := c.RegisteredType(cmd.Context(), args[0], version)
+			if err != nil {
+				return err
+			}
+			started, err := c.StartDynamic(cmd.Context(), ref, json.RawMessage(input), &sdk.StartOpts{IdempotencyKey: key, Queue: queue})
+			if err != nil {
+				return err
+			}
+			if !wait {
+				if g.output == "json" {
+					return printJSON(cmd, map[string]any{"id": started.ID, "existing": started.Existing})
+				}
+				if started.Existing {
+					fmt.Fprintf(cmd.ErrOrStderr(), "idempotency key %q was used: this is the task it started\n", key)
+				}
+				fmt.Fprintln(cmd.OutOrStdout(), started.ID)
+				return nil
+			}
+			return waitAndPrint(cmd, g, c, started.ID, timeout)
+		},
+	}
+	cmd.Flags().StringVar(&input, "input", "null", "the task's input, as JSON")
+	cmd.Flags().IntVar(&version, "version", 0, "the workflow type's version (0: the highest registered)")
+	cmd.Flags().StringVar(&key, "key", "", "an idempotency key: a second start with it returns the first task")
+	cmd.Flags().StringVar(&queue, "queue", "", "a queue other than the type's")
+	cmd.Flags().BoolVar(&wait, "wait", false, "wait for the task to finish and print it; exit 1 unless it completed")
+	cmd.Flags().DurationVar(&timeout, "timeout", 10*time.Minute, "with --wait, how long to wait")
+	return cmd
+}
+
+func newTaskWaitCmd(g *globals) *cobra.Command {
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "wait ID",
+		Short: "Wait for a task to finish and print it; exit 1 unless it completed",
+		Long: `Waits until the task finishes (completed, failed, cancelled, dead-lettered
+or expired), at most --timeout, and prints it as "task show" does. It exits
+0 when the task completed and 1 otherwise, or when --timeout passed first.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := parseTaskID(args[0])
+			if err != nil {
+				return err
+			}
+			if timeout <= 0 {
+				return errmark.Mark(errors.New("--timeout must be positive"), configError)
+			}
+			c, closeDB, err := g.client(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer closeDB()
+			return waitAndPrint(cmd, g, c, id, timeout)
+		},
+	}
+	cmd.Flags().DurationVar(&timeout, "timeout", 10*time.Minute, "how long to wait")
+	return cmd
+}
+
+// waitAndPrint waits up to timeout for task id to finish and prints it; an
+// error (exit 1) when it did not complete, or is still running.
+func waitAndPrint(cmd *cobra.Command, g *globals, c *sdk.Client, id uuid.UUID, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+	defer cancel()
+	info, err := waitFinished(ctx, c, id)
+	if errors.Is(err, context.DeadlineExceeded) && cmd.Context().Err() == nil {
+		if info, err = c.Get(cmd.Context(), id); err != nil {
+			return notFoundAs(err, id, g.namespace)
+		}
+		if err := printTask(cmd, g, info); err != nil {
+			return err
+		}
+		return errors.Newf("task %s is still %s after %s", id, info.Status, timeout)
+	}
+	if err != nil {
+		return notFoundAs(err, id, g.namespace)
+	}
+	return endedAs(printTask(cmd, g, info), info)
+}
+
+// waitPoll is how long one Client.Wait of waitFinished lasts. The embedded
+// store announces a finish only to the process that wrote it, so a CLI
+// waiting on a task that `cairn dev` or a worker in another process runs
+// would never hear it: each wait ends after waitPoll, and the task is read
+// again.
+const waitPoll = time.Second
+
+// waitFinished is Client.Wait, reading the task again every waitPoll.
+func waitFinished(ctx context.Context, c *sdk.Client, id uuid.UUID) (*sdk.TaskInfo, error) {
+	for {
+		short, cancel := context.WithTimeout(ctx, waitPoll)
+		info, err := c.Wait(short, id)
+		cancel()
+		if err == nil || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
+			if err != nil && ctx.Err() != nil {
+				err = ctx.Err()
+			}
+			return info, err
+		}
+	}
+}
+
+// endedAs is err, or, when nil, an error unless the task completed.
+func endedAs(err error, info *sdk.TaskInfo) error {
+	if err != nil || info.Status == history.StatusCompleted {
+		return err
+	}
+	return errors.Newf("task %s ended %s", info.ID, info.Status)
+}
+
+func newTaskWatchCmd(g *globals) *cobra.Command {
+	var poll time.Duration
+	cmd := &cobra.Command{
+		Use:   "watch ID",
+		Short: "Print a task's events as they are appended, until it finishes",
+		Long: `Prints the task's history, then each event as it is appended, until the
+task finishes (then it exits 0 if the task completed, 1 otherwise) or you
+stop it. It reads the new events every --poll (at most 1m). -o json prints
+one JSON object per line, as "task history -o json" prints its array.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := parseTaskID(args[0])
+			if err != nil {
+				return err
+			}
+			if poll <= 0 || poll > maxWatchPoll {
+				return errmark.Mark(errors.Newf("--poll %s: want more than 0 and at most %s", poll, maxWatchPoll), configError)
+			}
+			c, closeDB, err := g.client(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer closeDB()
+			return watch(cmd, g, c, id, poll)
+		},
+	}
+	cmd.Flags().DurationVar(&poll, "poll", 250*time.Millisecond, "how often to read new events")
+	return cmd
+}
+
+// watch prints task id's events from the first, then those appended
+// since, until the task has finished and every event is printed.
+func watch(cmd *cobra.Command, g *globals, c *sdk.Client, id uuid.UUID, poll time.Duration) error {
+	ctx := cmd.Context()
+	printer := newEventPrinter(cmd, g.output == "json")
+	var after int64
+	for {
+		// Read the status first: events appended before it was read are
+		// printed below, so the last page after a finish holds the end.
+		info, err := c.Get(ctx, id)
+		if err != nil {
+			return notFoundAs(err, id, g.namespace)
+		}
+		for {
+			page, err := c.RawHistoryPage(ctx, id, sdk.HistoryPageOpts{After: after})
+			if err != nil {
+				return notFoundAs(err, id, g.namespace)
+			}
+			for _, e := range page.Events {
+				if err := printer.print(e); err != nil {
+					return err
+				}
+				after = e.Seq
+			}
+			if page.Next == 0 {
+				break
+			}
+		}
+		if info.Status.Terminal() {
+			return endedAs(nil, info)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(poll):
+		}
+	}
+}
+
+// eventPrinter prints events one at a time, as lines of `task history`'s
+// table (fixed widths, since the rows are not known ahead) or as JSON
+// lines.
+type eventPrinter struct {
+	cmd    *cobra.Command
+	asJSON bool
+	header bool
+}
+
+func newEventPrinter(cmd *cobra.Command, asJSON bool) *eventPrinter {
+	return &eventPrinter{cmd: cmd, asJSON: asJSON}
+}
+
+func (p *eventPrinter) print(e history.Event) error {
+	w := p.cmd.OutOrStdout()
+	if p.asJSON {
+		data, err := history.Encode(e.Data)
+		if err != nil {
+			return err
+		}
+		line, err := json.Marshal(eventJSON{Seq: e.Seq, Type: e.Type(), At: e.At, Attempt: e.Attempt, Data: data})
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(w, "%s\n", line)
+		return err
+	}
+	if !p.header {
+		fmt.Fprintf(w, "%-4s  %-15s  %-7s  %-20s  %s\n", "SEQ", "AT", "ATTEMPT", "EVENT", "DETAILS")
+		p.header = true
+	}
+	attempt := ""
+	if e.Attempt > 0 {
+		attempt = fmt.Sprint(e.Attempt)
+	}
+	_, err := fmt.Fprintf(w, "%-4d  %-15s  %-7s  %-20s  %s\n", e.Seq, e.At.Format("15:04:05.000000"), attempt, e.Type(), eventDetails(e.Data))
+	return err
+}
