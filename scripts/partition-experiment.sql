@@ -1,7 +1,7 @@
 -- Time-range partitioning of the event log against batched deletes (issue 20):
 -- psql "$URL" -A -f scripts/partition-experiment.sql (about 30 s; uses and
--- drops the schema partexp). Results and the decision: docs/architecture.md,
--- "Retention", "Partitioning, measured".
+-- drops the schema partexp). Results and the decision: docs/notes/2026-12-02-partitioning.md
+-- (linked from docs/internals/retention.md).
 \timing on
 DROP SCHEMA IF EXISTS partexp CASCADE;
 CREATE SCHEMA partexp;

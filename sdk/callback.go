@@ -47,7 +47,7 @@ const (
 // CallbackToken signs cb with secret (HMAC-SHA256) and returns the token
 // of a one-time callback URL, {base}/v1/callbacks/{token} on a server
 // whose Config.CallbackSecret is secret (see server.Server.CallbackURL).
-// The token carries cb in clear (base64url; see docs/architecture.md) and
+// The token carries cb in clear (base64url; see docs/internals/scheduling.md, "Approvals and callback tokens") and
 // is not a secret of the task's data, only a capability: whoever holds it
 // may send that one signal, once, before cb.Expires. The expiry is kept
 // to the second.

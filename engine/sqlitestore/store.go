@@ -10,7 +10,7 @@
 // cancel requested) are announced in process (the store's [store.Listener])
 // in place of PostgreSQL's NOTIFY. A second process on the same file would see the
 // data but not the wake-ups, and would contend for the lock: run one. To
-// grow beyond one node, move to PostgreSQL (see docs/architecture.md,
+// grow beyond one node, move to PostgreSQL (see docs/internals/stores.md,
 // "Embedded store").
 //
 // Its SQL lives in the embedded *.sql files beside the driver, as

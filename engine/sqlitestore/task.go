@@ -293,7 +293,7 @@ func insertTask(ctx context.Context, tx *txn, pl plan.StartPlan, now time.Time) 
 
 // placeFair is the task's virtual start time: its run time without a
 // fairness key; with one, a quantum (over its weight) after the last
-// waiting task of its key (see docs/architecture.md, "Fairness keys").
+// waiting task of its key (see docs/internals/scheduling.md, "Fairness keys").
 func placeFair(ctx context.Context, tx *txn, sc history.TaskScheduledData) (time.Time, error) {
 	if sc.FairnessKey == "" {
 		return sc.RunAt, nil

@@ -5,7 +5,7 @@
 // read from the projection, and heuristics here compare the halves and
 // rank the likely causes. The causes are found once, here, whichever store
 // measured them. The statements and the thresholds are described in
-// docs/architecture.md ("Queue diagnosis").
+// docs/internals/queues.md ("Queue diagnosis").
 //
 // It imports engine/store only.
 package diagnosis
