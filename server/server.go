@@ -34,10 +34,12 @@ type Config struct {
 	// namespaces are served. /readyz answers ready while any cell does,
 	// and names each cell's state.
 	Cells *sdk.Cells
-	// Tokens, when any, are required on every /v1 request and by the
-	// console. None: no authentication, for a server on localhost: it then
-	// answers only requests whose Host is a loopback name or address, or
-	// one of AllowedHosts.
+	// Tokens, when any, are required on every /v1 request (but POST
+	// /v1/callbacks/{token}, whose token is its capability, and GET
+	// /v1/openapi.yaml, the API's description) and by the console. None:
+	// no authentication, for a server on localhost: it then answers only
+	// requests whose Host is a loopback name or address, or one of
+	// AllowedHosts.
 	Tokens []Token
 	// AllowedHosts are the host names (no port; "*" for any) a server
 	// without Tokens answers besides localhost, *.localhost and loopback
@@ -165,6 +167,8 @@ type Server struct {
 	clients map[string]*sdk.Client // by namespace, at most maxClients
 
 	longPolls atomic.Int64 // open long polls, at most cfg.MaxLongPolls
+
+	routeList []route // what routes registered, in order
 }
 
 // maxClients bounds the cached per-namespace clients; a request for a
@@ -237,6 +241,9 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.handler = s.routes()
+	if testHookHandler != nil {
+		s.handler = testHookHandler(s.handler)
+	}
 	return s, nil
 }
 
@@ -279,7 +286,8 @@ func validPrefix(prefix string) error {
 // "/console/tasks", as clients see it: under Config.Prefix.
 func (s *Server) path(p string) string { return s.cfg.Prefix + p }
 
-// Handler returns the server's HTTP handler: the API under /v1, /healthz,
+// Handler returns the server's HTTP handler: the API under /v1 (described
+// by the OpenAPI document it serves at /v1/openapi.yaml), /healthz,
 // /readyz, /metrics and the console under /console/ (where / redirects),
 // all relative to [Config.Prefix]. It serves before [Server.Start] too;
 // long polls then notice a finished task by reading it again, up to a
@@ -355,7 +363,7 @@ func (s *Server) Drain() {
 }
 
 func (s *Server) routes() http.Handler {
-	mux := http.NewServeMux()
+	mux := newRouteMux()
 	mux.Handle("POST /v1/tasks", s.api(RoleSubmit, s.startTask))
 	mux.Handle("GET /v1/tasks", s.api(RoleRead, s.listTasks))
 	mux.Handle("GET /v1/tasks/{id}", s.api(RoleRead, s.getTask))
@@ -377,6 +385,7 @@ func (s *Server) routes() http.Handler {
 	mux.Handle("GET /v1/namespace", s.api(RoleRead, s.getNamespace))
 	mux.Handle("PUT /v1/namespace", s.api(RoleAdmin, s.putNamespace))
 	mux.Handle("GET /v1/events", s.api(RoleRead, s.auditEvents))
+	mux.HandleFunc("GET /v1/openapi.yaml", s.openAPI)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
@@ -389,6 +398,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.writeProblem(w, r, web.NewProblem(http.StatusNotFound, web.CodeNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path))
 	})
+	s.routeList = mux.routes
 	return s.recoverer(s.writeDeadline(s.guard(mux)))
 }
 
@@ -423,7 +433,7 @@ type call struct {
 // namespace (the "namespace" query parameter or Cairn-Namespace header,
 // else the token's first), and record the requester for the histories.
 func (s *Server) api(role Role, h func(http.ResponseWriter, *http.Request, *call)) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return apiHandler{role: role, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		who, p := web.Authenticate(s.tokens, r)
 		if p != nil {
 			s.writeProblem(w, r, p)
@@ -459,7 +469,7 @@ func (s *Server) api(role Role, h func(http.ResponseWriter, *http.Request, *call
 		}
 		ctx := sdk.WithRequester(r.Context(), who.Requester())
 		h(w, r.WithContext(ctx), &call{who: who, namespace: ns, client: c})
-	})
+	})}
 }
 
 // client returns the namespace's client, made on first use.
