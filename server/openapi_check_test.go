@@ -126,8 +126,10 @@ func checkedHandler(next http.Handler) http.Handler {
 		rec := &teeWriter{ResponseWriter: w, status: http.StatusOK}
 		aborted := true
 		defer func() {
-			if aborted {
-				return // a panic (a streamed answer cut on purpose): no whole answer to check
+			if aborted || r.Context().Err() != nil {
+				// A panic (a streamed answer cut on purpose), or a client
+				// that went away: nobody gets a whole answer to check.
+				return
 			}
 			if v := checkExchange(outer, in, rec); v != "" {
 				recordViolation(v)
