@@ -110,6 +110,8 @@ func Decode(typ Type, data []byte) (Payload, error) {
 		return decodeAs[ChildFinishedData](typ, data)
 	case TaskErased:
 		return decodeAs[TaskErasedData](typ, data)
+	case PatchRecorded:
+		return decodeAs[PatchRecordedData](typ, data)
 	default:
 		return nil, invalidf(nil, "decode payload: unknown event type %q", string(typ))
 	}

@@ -3,6 +3,10 @@ package history
 import (
 	"encoding/json"
 	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/cockroachdb/errors"
 )
 
 // Type names an event. The string values are stored in the database and
@@ -38,6 +42,7 @@ const (
 	ChildWaitStarted      Type = "child_wait_started"
 	ChildFinished         Type = "child_finished"
 	TaskErased            Type = "task_erased"
+	PatchRecorded         Type = "patch_recorded"
 )
 
 // Types lists every event type this version of the package understands, in
@@ -47,7 +52,7 @@ var Types = []Type{
 	TaskReleased, TaskCompleted, TaskFailed, TaskDeadLettered, TaskRequeued,
 	CancelRequested, CompensationRequested, CompensationStarted, StepCompensated, CompensationFailed, TaskCancelled,
 	TaskExpired, TimerStarted, TimerFired, SignalReceived, WaitStarted, WaitTimedOut,
-	ChildStarted, ChildWaitStarted, ChildFinished, TaskErased,
+	ChildStarted, ChildWaitStarted, ChildFinished, TaskErased, PatchRecorded,
 }
 
 // Event is one entry of a task's append-only log.
@@ -374,6 +379,43 @@ type WaitTimedOutData struct {
 	Position int    `json:"position"`
 }
 
+// PatchRecordedData is the payload of patch_recorded: the workflow's
+// code called workflow.Patched (or workflow.DeprecatePatch) for PatchID
+// and took the patched branch, on its first run past that point.
+// Position is the step position the run was at (its next step's), kept
+// for audit; the marker takes no step position of its own. A task's
+// later runs read the marker and take the patched branch again; a
+// history without it that has progress past the point was written by
+// code without the patch, and takes the old branch. An id is recorded at
+// most once per task.
+type PatchRecordedData struct {
+	PatchID  string `json:"patch_id"`
+	Position int    `json:"position"`
+}
+
+// MaxPatchIDBytes bounds a patch id's length in bytes.
+const MaxPatchIDBytes = 200
+
+// ValidPatchID returns why id cannot be a patch id, or nil: an id is
+// 1..[MaxPatchIDBytes] bytes of printable UTF-8 (spaces allowed, no
+// control characters).
+func ValidPatchID(id string) error {
+	switch {
+	case id == "":
+		return errors.New("a patch id must not be empty")
+	case len(id) > MaxPatchIDBytes:
+		return errors.Newf("patch id of %d bytes is over the limit of %d", len(id), MaxPatchIDBytes)
+	case !utf8.ValidString(id):
+		return errors.Newf("patch id %q is not valid UTF-8", id)
+	}
+	for _, r := range id {
+		if !unicode.IsPrint(r) {
+			return errors.Newf("patch id %q holds the unprintable character %U", id, r)
+		}
+	}
+	return nil
+}
+
 // What becomes of a parent's running child when the parent ends other
 // than by completing (cancelled, failed, dead-lettered): the child's
 // policy, chosen when it starts.
@@ -520,3 +562,6 @@ func (ChildWaitStartedData) EventType() Type { return ChildWaitStarted }
 // EventType implements [Payload].
 func (ChildFinishedData) EventType() Type { return ChildFinished }
 func (TaskErasedData) EventType() Type    { return TaskErased }
+
+// EventType implements [Payload].
+func (PatchRecordedData) EventType() Type { return PatchRecorded }

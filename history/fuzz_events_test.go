@@ -349,7 +349,8 @@ func plausible(s history.State) []history.Type {
 			history.TaskReleased, history.TaskCompleted, history.CancelRequested, history.CompensationStarted,
 			history.TimerStarted, history.TimerFired, history.TaskFailed, history.TaskDeadLettered, history.TaskCancelled,
 			history.SignalReceived, history.WaitStarted, history.WaitTimedOut,
-			history.ChildStarted, history.ChildStarted, history.ChildWaitStarted, history.ChildFinished}
+			history.ChildStarted, history.ChildStarted, history.ChildWaitStarted, history.ChildFinished,
+			history.PatchRecorded}
 	}
 	return history.Types
 }
@@ -617,6 +618,8 @@ func nextEvent(r *fuzzBytes, events []history.Event, s history.State) history.Ev
 			p = history.ChildWaitStartedData{Positions: pickOf(r, []int{childPos}, nil, []int{0, childPos}), Count: pickOf(r, 0, 1, 2, -1)}
 		case history.ChildFinished:
 			p = history.ChildFinishedData{Position: childPos, ChildID: childID(childPos), Status: childStatus, Output: output, Error: childErr}
+		case history.PatchRecorded:
+			p = history.PatchRecordedData{PatchID: pickOf(r, "add-classify", "", "patch-0", "bad\x00id"), Position: pickOf(r, len(s.Steps), 0, -1)}
 		default:
 			panic("no case for event type " + string(history.Types[k]))
 		}

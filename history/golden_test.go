@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -37,6 +38,7 @@ type goldenSummary struct {
 	Steps      []string       `json:"steps"`
 	LastError  string         `json:"last_error,omitempty"`
 	Output     string         `json:"output,omitempty"`
+	Patches    []string       `json:"patches,omitempty"` // id@position
 }
 
 func summarize(s history.State) goldenSummary {
@@ -50,6 +52,9 @@ func summarize(s history.State) goldenSummary {
 	}
 	if s.LastError != nil {
 		sum.LastError = s.LastError.Message
+	}
+	for _, p := range s.Patches {
+		sum.Patches = append(sum.Patches, fmt.Sprintf("%s@%d", p.ID, p.Position))
 	}
 	return sum
 }
@@ -181,6 +186,17 @@ func goldenGood() map[string]struct {
 				Error: &history.ErrorInfo{Class: history.Permanent, Message: "unreadable page"}}}),
 			after(8*sec, by("worker-2", started(3, 3))),
 			after(9*sec, completed(3)),
+		)},
+		// Patched: the workflow passed workflow.Patched("add-classify")
+		// at the frontier after its first step, and took the new branch.
+		"patched": {status: history.StatusCompleted, events: build(
+			after(0, scheduled()),
+			after(1*sec, started(1, 1)),
+			after(2*sec, step(1, 0, "extract")),
+			after(2*sec, historytest.E{Attempt: 1, Data: history.PatchRecordedData{PatchID: "add-classify", Position: 1}}),
+			after(3*sec, step(1, 1, "classify")),
+			after(4*sec, step(1, 2, "store")),
+			after(5*sec, completed(1)),
 		)},
 		// Still running: the second attempt holds the lease.
 		"in_flight": {status: history.StatusRunning, events: build(
@@ -354,6 +370,27 @@ func goldenBad(t *testing.T) map[string]struct {
 				return append(ev[:7], w)
 			}),
 			error: "event 8 (child_wait_started): child 0 has finished",
+		},
+		"patch_recorded_twice": {
+			data: edit("patched", func(ev []history.Event) []history.Event {
+				dup := ev[3]
+				dup.Seq = 5
+				return append(ev[:4], dup)
+			}),
+			error: `event 5 (patch_recorded): patch "add-classify" already recorded`,
+		},
+		"patch_without_id": {
+			data: edit("patched", func(ev []history.Event) []history.Event {
+				ev[3].Data = history.PatchRecordedData{Position: 1}
+				return ev[:4]
+			}),
+			error: "event 4 (patch_recorded): a patch id must not be empty",
+		},
+		"patch_outside_attempt": {
+			data: edit("failed_permanently", func(ev []history.Event) []history.Event {
+				return append(ev[:4], history.Event{Seq: 5, At: ev[3].At, Attempt: 1, Data: history.PatchRecordedData{PatchID: "p", Position: 1}})
+			}),
+			error: "event 5 (patch_recorded): attempt 1 already ended",
 		},
 		"unknown_schema_version": {
 			data:  raw("released_and_resumed", 3, history.StepCompleted, `{"v":2,"position":0,"name":"reserve"}`),

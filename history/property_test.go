@@ -300,6 +300,8 @@ func candidates(s history.State, at time.Time) []history.Event {
 	}
 	add(0, history.CancelRequestedData{By: "api"})
 	add(0, history.SignalReceivedData{Name: "approval"})
+	add(s.Attempt, history.PatchRecordedData{PatchID: "p", Position: len(s.Steps)})
+	add(s.Attempt, history.PatchRecordedData{PatchID: "patch-0", Position: len(s.Steps)})
 	return out
 }
 

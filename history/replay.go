@@ -140,6 +140,23 @@ func (s State) HasSignal(dedupID string) bool {
 	return false
 }
 
+// Patch is a patch marker (patch_recorded): the workflow took the branch
+// of patch ID, first at step position Position.
+type Patch struct {
+	ID       string
+	Position int
+}
+
+// HasPatch reports whether the task recorded the marker of patch id.
+func (s State) HasPatch(id string) bool {
+	for _, p := range s.Patches {
+		if p.ID == id {
+			return true
+		}
+	}
+	return false
+}
+
 // Compensation is the undoing of a task's completed steps.
 type Compensation struct {
 	// Reason is one of the Compensate* constants.
@@ -221,6 +238,10 @@ type State struct {
 	// from child_wait_started until one of them finishes.
 	Children  []Child
 	ChildWait *ChildWait
+	// Patches are the patch markers recorded (patch_recorded), in
+	// history order: the workflow.Patched calls that took the patched
+	// branch.
+	Patches []Patch
 	// Erased is set by task_erased: the task's data key is gone, its
 	// payloads unreadable, and nothing may reopen it.
 	Erased  bool
@@ -367,6 +388,8 @@ func apply(s State, e Event, owned bool) (State, error) {
 		err = s.applyChildWaitStarted(e, p)
 	case ChildFinishedData:
 		err = s.applyChildFinished(e, p, owned)
+	case PatchRecordedData:
+		err = s.applyPatchRecorded(e, p)
 	case TaskErasedData:
 		switch {
 		case !s.Status.Terminal():
@@ -450,6 +473,8 @@ func typeOf(p Payload) (Type, bool) {
 		return ChildFinished, true
 	case TaskErasedData:
 		return TaskErased, true
+	case PatchRecordedData:
+		return PatchRecorded, true
 	}
 	return "", false
 }
@@ -1041,5 +1066,23 @@ func (s *State) applyChildFinished(e Event, p ChildFinishedData, owned bool) err
 			}
 		}
 	}
+	return nil
+}
+
+func (s *State) applyPatchRecorded(e Event, p PatchRecordedData) error {
+	if err := s.requireLeasedAttempt(e); err != nil {
+		return err
+	}
+	if err := ValidPatchID(p.PatchID); err != nil {
+		return invalidf(err, "event %d (%s)", e.Seq, PatchRecorded)
+	}
+	if p.Position < 0 {
+		return invalidf(nil, "event %d (%s): position %d", e.Seq, PatchRecorded, p.Position)
+	}
+	if s.HasPatch(p.PatchID) {
+		return invalidf(nil, "event %d (%s): patch %q already recorded", e.Seq, PatchRecorded, p.PatchID)
+	}
+	// Clipped: a state shares its slices with those before it.
+	s.Patches = append(slices.Clip(s.Patches), Patch{ID: p.PatchID, Position: p.Position})
 	return nil
 }

@@ -545,7 +545,7 @@ func TestEventType(t *testing.T) {
 		history.TaskCancelledData{}, history.TaskExpiredData{}, history.TimerStartedData{}, history.TimerFiredData{},
 		history.SignalReceivedData{}, history.WaitStartedData{}, history.WaitTimedOutData{},
 		history.ChildStartedData{}, history.ChildWaitStartedData{}, history.ChildFinishedData{},
-		history.TaskErasedData{},
+		history.TaskErasedData{}, history.PatchRecordedData{},
 	}
 	require.Len(t, payloads, len(history.Types))
 	for i, p := range payloads {

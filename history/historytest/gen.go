@@ -119,6 +119,7 @@ type gen struct {
 	receives      int        // receives the workflow has made: the next one's position
 	unconsumed    int        // signals received that no receive has taken yet
 	children      int        // children started: the next one's position
+	patches       int        // patch markers recorded: the next one's id
 	unfinished    []int      // positions of the children not finished yet
 	awaiting      bool       // the attempt ended awaiting the last child started
 	comp          *compState // compensation in progress
@@ -525,6 +526,15 @@ func (g *gen) attempt(attempt int) bool {
 			g.runAt = deadline
 			g.waiting = true
 			return g.full()
+		}
+		if !g.endless && g.src.intRange("patch", 0, 7) == 0 {
+			// The workflow passes a workflow.Patched call at the frontier:
+			// a marker, at the next step's position, taking none.
+			g.emit(attempt, history.PatchRecordedData{PatchID: fmt.Sprintf("patch-%d", g.patches), Position: g.steps}, true)
+			g.patches++
+			if g.full() {
+				return true
+			}
 		}
 		compensable := g.src.intRange("compensable", 0, 1) == 1
 		g.emit(attempt, history.StepCompletedData{
