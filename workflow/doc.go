@@ -10,7 +10,9 @@
 // deterministic: the same steps, in the same order, with the same names.
 // A different sequence is a non-determinism error ([ErrNondeterministic]),
 // which ends the task permanently. Side effects belong in steps; durable
-// time comes from [Sleep], never the wall clock.
+// time comes from [Sleep], never the wall clock. To change the steps of a
+// workflow while its tasks are in flight, guard the new code with
+// [Patched] (docs/versioning.md).
 //
 // Steps run one after another unless started with [Go] (joined with
 // [Future.Get]) or [Map]: those run concurrently, take their positions in

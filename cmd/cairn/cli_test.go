@@ -293,6 +293,7 @@ func TestCLITaskHistoryShowsCostAndFireTime(t *testing.T) {
 		{history.ChildWaitStartedData{Positions: []int{0, 1, 2, 3}, Count: 2}, "awaits 2 of 4 children (0 to 3)"},
 		{history.ChildFinishedData{Position: 1, ChildID: "c-1", Status: history.StatusFailed,
 			Error: &history.ErrorInfo{Class: history.Permanent, Message: "unreadable"}}, "child 1 failed: task c-1: permanent: unreadable"},
+		{history.PatchRecordedData{PatchID: "add-classify", Position: 1}, "patch add-classify: new branch from step 1"},
 	} {
 		require.Equal(t, tc.want, eventDetails(tc.p))
 	}

@@ -179,6 +179,8 @@ func eventDetails(p history.Payload) string {
 		return fmt.Sprintf("receive %d waits for %s until %s", v.Position, v.Name, formatTime(&v.Deadline))
 	case history.WaitTimedOutData:
 		return fmt.Sprintf("receive %d of %s timed out", v.Position, v.Name)
+	case history.PatchRecordedData:
+		return fmt.Sprintf("patch %s: new branch from step %d", v.PatchID, v.Position)
 	case history.ChildStartedData:
 		s := fmt.Sprintf("child %d %s@%d: task %s", v.Position, v.TaskType, v.TypeVersion, v.ChildID)
 		if v.OnParentClose == history.ParentCloseAbandon {

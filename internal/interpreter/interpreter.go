@@ -128,8 +128,13 @@ type RunParams struct {
 	Now func() time.Time
 	// CollectOnly runs the workflow over its recorded steps only, to learn
 	// their options (compensators): the first step not on record ends the
-	// run with [ErrCollected] instead of running.
+	// run with [ErrCollected] instead of running. Such a run records no
+	// patch marker (see [Patched]).
 	CollectOnly bool
+	// Patches are the patch markers the history recorded
+	// (history.State.Patches): a [Patched] call of one of their ids takes
+	// the patched branch.
+	Patches []history.Patch
 }
 
 // Func is a workflow with its input and output in their JSON encodings:
@@ -178,6 +183,7 @@ type runState struct {
 	visited  map[int]*StepOptions
 	recv     receiveState
 	child    childState
+	patched  map[string]bool // the run's Patched decisions, by patch id
 
 	failedUsage []history.Usage // the AI usage the failed step reported
 

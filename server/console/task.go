@@ -254,6 +254,8 @@ func buildTimeline(events []history.Event) []*timelineBlock {
 			end(e.At, blockOK)
 		case history.WaitTimedOutData:
 			note(e.At, "Timed out", "no signal "+p.Name+" came before its deadline")
+		case history.PatchRecordedData:
+			note(e.At, "Patch", fmt.Sprintf("took the new branch of patch %s at step %d", p.PatchID, p.Position))
 		case history.SignalReceivedData:
 			text := "signal " + p.Name + " received"
 			if p.Sender != "" {

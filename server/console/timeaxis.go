@@ -44,6 +44,7 @@ const (
 	rowSleep   = "sleep"
 	rowWait    = "wait"
 	rowSignal  = "signal"
+	rowPatch   = "patch"    // a patch marker: the workflow took a patch's new branch
 	rowChild   = "child"    // one child workflow, start to finish
 	rowKids    = "children" // every child of a big fan-out, as start and finish ticks
 )
@@ -202,6 +203,11 @@ func buildTimeAxis(events []history.Event, finished bool, now time.Time) *timeAx
 			if p.Sender != "" {
 				r.Detail = "from " + p.Sender
 			}
+		case history.PatchRecordedData:
+			text := fmt.Sprintf("patch %s taken at step %d, %s", p.PatchID, p.Position, consoleTime(e.At))
+			add(&axisRow{Kind: rowPatch, Class: rowPatch, Label: "patch " + p.PatchID, Start: e.At, End: e.At,
+				Detail: fmt.Sprintf("new branch from step %d", p.Position), Text: text,
+				Marks: []axisMark{{Class: rowPatch, At: e.At, Text: text}}})
 		case history.ChildStartedData:
 			if kidsAt < 0 {
 				kidsAt = len(ax.Rows)
@@ -315,7 +321,7 @@ func failedStepRow(ax *timeAxis, attempt *axisRow, last, at time.Time, info hist
 func (r *axisRow) describe() string {
 	d := roundDuration(r.End.Sub(r.Start))
 	switch {
-	case r.Kind == rowSignal:
+	case r.Kind == rowSignal || r.Kind == rowPatch:
 		if len(r.Marks) > 0 {
 			return r.Marks[0].Text
 		}

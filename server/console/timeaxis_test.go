@@ -297,3 +297,33 @@ func TestCallbackLinksOfAWait(t *testing.T) {
 	wait.Deadline = now.Add(time.Hour)
 	require.Nil(t, none.callbackLinks(r, "shop", wait, now), "no secret")
 }
+
+// A patch marker is drawn as a mark of its own on the time axis, and
+// noted in its attempt on the timeline.
+func TestTaskPageShowsAPatchMarker(t *testing.T) {
+	t.Parallel()
+	events := []history.Event{
+		{Seq: 1, At: at(0), Data: history.TaskScheduledData{TaskType: "doc", Queue: "default", RunAt: at(0)}},
+		{Seq: 2, At: at(10), Attempt: 1, Data: history.AttemptStartedData{WorkerID: "w1", LeaseEpoch: 1}},
+		{Seq: 3, At: at(110), Attempt: 1, Data: history.StepCompletedData{Position: 0, Name: "extract", DurationMillis: 100}},
+		{Seq: 4, At: at(120), Attempt: 1, Data: history.PatchRecordedData{PatchID: "add-classify", Position: 1}},
+		{Seq: 5, At: at(220), Attempt: 1, Data: history.StepCompletedData{Position: 1, Name: "classify", DurationMillis: 100}},
+		{Seq: 6, At: at(230), Attempt: 1, Data: history.TaskCompletedData{}},
+	}
+	ax := buildTimeAxis(events, true, at(230))
+	var patch *axisRow
+	for _, r := range ax.Rows {
+		if r.Kind == rowPatch {
+			patch = r
+		}
+	}
+	require.NotNil(t, patch, "no patch row")
+	require.Equal(t, "patch add-classify", patch.Label)
+	require.Equal(t, "new branch from step 1", patch.Detail)
+	require.Len(t, patch.Marks, 1)
+	require.Contains(t, patch.Marks[0].Text, "patch add-classify taken at step 1")
+
+	page := renderTask(t, &sdk.TaskInfo{ID: uuid.New(), Status: history.StatusCompleted, Type: "doc", Queue: "default"}, events)
+	require.Contains(t, page, `class="axis-row row-patch patch"`)
+	require.Contains(t, page, "took the new branch of patch add-classify at step 1")
+}

@@ -49,8 +49,10 @@ const KindBlobCorrupt = "blob_corrupt"
 func (h *Handler) encodeStep(a *edge.Attempt, p history.Payload) (edge.Events, error) {
 	ev, err := a.Encode(a.DurableContext(), p)
 	if err != nil {
-		step := p.(history.StepCompletedData)
-		return edge.Events{}, errors.Wrapf(err, "record the output of step %d (%s)", step.Position, step.Name)
+		if step, ok := p.(history.StepCompletedData); ok {
+			return edge.Events{}, errors.Wrapf(err, "record the output of step %d (%s)", step.Position, step.Name)
+		}
+		return edge.Events{}, errors.Wrapf(err, "record %s", p.EventType())
 	}
 	return ev, nil
 }

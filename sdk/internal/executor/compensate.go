@@ -75,7 +75,7 @@ func (h *Handler) compensate(a *edge.Attempt, typ Type, reason string, cause *hi
 		return edge.Events{}, err
 	}
 	collected := interpreter.Run(interpreter.RunParams{
-		TaskID: taskID, Attempt: state.Attempt, Steps: resolved.Steps, Ahead: resolved.Ahead, Context: ctx, CollectOnly: true,
+		TaskID: taskID, Attempt: state.Attempt, Steps: resolved.Steps, Ahead: resolved.Ahead, Patches: state.Patches, Context: ctx, CollectOnly: true,
 		Record: func(history.Payload) error { return errors.New("a collect-only run records nothing") },
 	}, typ.Func, input)
 	for len(state.Compensation.Pending) > 0 {

@@ -235,7 +235,7 @@ func (h *Handler) handleAttempt(ctx context.Context, a *edge.Attempt, tr *attemp
 	var refused *history.StepCompletedData // the step whose output Record refused as too large
 	children := &childrenView{}
 	res := interpreter.Run(interpreter.RunParams{
-		TaskID: taskID, Attempt: state.Attempt, Steps: state.Steps, Ahead: state.Ahead,
+		TaskID: taskID, Attempt: state.Attempt, Steps: state.Steps, Ahead: state.Ahead, Patches: state.Patches,
 		Context: runCtx, Stopping: a.Stopping(),
 		StepContext: func(s interpreter.StepInfo) context.Context {
 			base := runCtx
