@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -23,6 +24,7 @@ var appendTests = []conformanceTest{
 	{"AppendRetryReschedules", testAppendRetryReschedules},
 	{"EventAppendManyJudgesEachAppendAlone", testEventAppendManyEachAlone},
 	{"EventAppendManyNamingATaskTwiceJudgesEachInTurn", testEventAppendManyNamesATaskTwice},
+	{"PatchMarkerIsAppendedFencedOnce", testPatchMarker},
 }
 
 func stepPayload(pos int) history.StepCompletedData {
@@ -331,4 +333,41 @@ func testEventAppendManyNamesATaskTwice(t *testing.T, s store.Store) {
 		require.Equal(t, c.ct.State.Attempt, evs[len(evs)-1].Attempt)
 	}
 	require.Equal(t, 6, requireReplayMatches(t, s))
+}
+
+// testPatchMarker: a patch marker (workflow.Patched) is an attempt's
+// write, fenced by its lease like a step: appended with the step before
+// it, read back in the task's state; a second marker of its id, an
+// invalid id, or a stale epoch is refused, writing nothing.
+func testPatchMarker(t *testing.T, s store.Store) {
+	id := start(t, s, spec{})
+	ct := claimOne(t, s, "w", time.Minute)
+	marker := history.PatchRecordedData{PatchID: "add-classify", Position: 1}
+	_, err := s.EventAppend(testContext(t), &store.EventAppendParams{
+		TaskID: id, State: ct.State, Epoch: ct.State.Lease.Epoch + 1, Attempt: 1, Payloads: []history.Payload{marker},
+	})
+	requireIs(t, err, store.ErrFenced)
+	requireUnchanged(t, s, id, 2)
+
+	st, err := appendFenced(t, s, ct, stepPayload(0), marker)
+	require.NoError(t, err)
+	require.Equal(t, []history.Patch{{ID: "add-classify", Position: 1}}, st.Patches)
+	require.Equal(t, []history.Patch{{ID: "add-classify", Position: 1}}, stateOf(t, s, id).Patches)
+	require.Equal(t, []history.Type{history.TaskScheduled, history.AttemptStarted, history.StepCompleted, history.PatchRecorded},
+		eventTypes(t, s, id))
+
+	next := *ct
+	next.State = st
+	for name, p := range map[string]history.PatchRecordedData{
+		"recorded twice": marker,
+		"no id":          {Position: 1},
+		"id too long":    {PatchID: strings.Repeat("p", history.MaxPatchIDBytes+1), Position: 1},
+		"control char":   {PatchID: "a\tb", Position: 1},
+	} {
+		_, err := appendFenced(t, s, &next, p)
+		requireIs(t, err, history.ErrInvalidHistory, name)
+	}
+	requireUnchanged(t, s, id, 4)
+	complete(t, s, &next)
+	require.Equal(t, 1, requireReplayMatches(t, s))
 }
