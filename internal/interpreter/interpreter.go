@@ -254,7 +254,7 @@ func nondeterministic(position int, recorded, called string) error {
 	err := errors.Newf("step %d: history recorded %q, workflow called %q", position, recorded, called)
 	err = errors.WithHint(err, "a workflow must call the same steps in the same order on every run; "+
 		"keep side effects and anything that varies (time, randomness, I/O) inside steps, "+
-		"and register a new workflow version to change the step sequence")
+		"and guard a change of the step sequence with workflow.Patched, or register a new workflow version (docs/versioning.md)")
 	return errmark.Mark(err, ErrNondeterministic)
 }
 
