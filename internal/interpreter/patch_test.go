@@ -441,3 +441,24 @@ func TestPatchedInACollectOnlyRun(t *testing.T) {
 	require.ErrorIs(t, res.Err, interpreter.ErrCollected)
 	require.Equal(t, []bool{false, true}, answers)
 }
+
+// A marker that cannot be recorded ends the run before anything after the
+// patch runs: the next attempt decides again.
+func TestPatchedMarkerNotRecordedEndsTheRun(t *testing.T) {
+	t.Parallel()
+	m := newPatchTask(t)
+	m.apply(1, history.AttemptStartedData{WorkerID: "w", LeaseEpoch: 1, LeaseExpiresAt: m.now.Add(time.Minute)})
+	p := m.params(1)
+	p.Record = func(rec history.Payload) error {
+		if _, ok := rec.(history.PatchRecordedData); ok {
+			return errors.New("database unreachable")
+		}
+		m.apply(1, rec)
+		return nil
+	}
+	res := interpreter.Run(p, m.v2(), nil)
+	require.ErrorIs(t, res.Err, interpreter.ErrRecordFailed)
+	require.Equal(t, []string{"extract"}, m.stepNames(), "the step before the patch is on record")
+	require.Zero(t, m.ran["classify"])
+	require.Empty(t, m.markers())
+}
