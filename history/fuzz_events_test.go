@@ -618,6 +618,8 @@ func nextEvent(r *fuzzBytes, events []history.Event, s history.State) history.Ev
 			p = history.ChildWaitStartedData{Positions: pickOf(r, []int{childPos}, nil, []int{0, childPos}), Count: pickOf(r, 0, 1, 2, -1)}
 		case history.ChildFinished:
 			p = history.ChildFinishedData{Position: childPos, ChildID: childID(childPos), Status: childStatus, Output: output, Error: childErr}
+		case history.TaskErased:
+			p = history.TaskErasedData{By: by, Reason: "erasure request"}
 		case history.PatchRecorded:
 			p = history.PatchRecordedData{PatchID: pickOf(r, "add-classify", "", "patch-0", "bad\x00id"), Position: pickOf(r, len(s.Steps), 0, -1)}
 		default:
