@@ -112,6 +112,8 @@ func Decode(typ Type, data []byte) (Payload, error) {
 		return decodeAs[TaskErasedData](typ, data)
 	case PatchRecorded:
 		return decodeAs[PatchRecordedData](typ, data)
+	case TaskContinued:
+		return decodeAs[TaskContinuedData](typ, data)
 	default:
 		return nil, invalidf(nil, "decode payload: unknown event type %q", string(typ))
 	}

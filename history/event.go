@@ -43,6 +43,7 @@ const (
 	ChildFinished         Type = "child_finished"
 	TaskErased            Type = "task_erased"
 	PatchRecorded         Type = "patch_recorded"
+	TaskContinued         Type = "task_continued"
 )
 
 // Types lists every event type this version of the package understands, in
@@ -52,7 +53,7 @@ var Types = []Type{
 	TaskReleased, TaskCompleted, TaskFailed, TaskDeadLettered, TaskRequeued,
 	CancelRequested, CompensationRequested, CompensationStarted, StepCompensated, CompensationFailed, TaskCancelled,
 	TaskExpired, TimerStarted, TimerFired, SignalReceived, WaitStarted, WaitTimedOut,
-	ChildStarted, ChildWaitStarted, ChildFinished, TaskErased, PatchRecorded,
+	ChildStarted, ChildWaitStarted, ChildFinished, TaskErased, PatchRecorded, TaskContinued,
 }
 
 // Event is one entry of a task's append-only log.
@@ -120,6 +121,14 @@ type TaskScheduledData struct {
 	// (child_finished).
 	ParentID       string `json:"parent_id,omitempty"`
 	ParentPosition int    `json:"parent_position,omitempty"`
+	// ContinuedFrom is the run this task continues as new (its
+	// task_continued names this task): empty for the first run of a
+	// chain. FirstRunID is the id of the chain's first run, set with
+	// ContinuedFrom: the id its starter knows (the one a parent's
+	// child_started names and an idempotency key resolves to), which the
+	// chain's last run reports to a parent as its child.
+	ContinuedFrom string `json:"continued_from,omitempty"`
+	FirstRunID    string `json:"first_run_id,omitempty"`
 }
 
 // DefaultMaxAttempts is the retry budget of a task scheduled without one
@@ -457,12 +466,26 @@ type ChildWaitStartedData struct {
 // Output when it completed and Error, its failure evidence, when it did
 // not. The child's terminal append writes it into the parent's log in the
 // same transaction; a parent waiting on the child is due at once.
+//
+// A child that continued as new reports when the last run of its chain
+// ends: ChildID is still the id the parent started (the chain's first
+// run), RunID the run that ended, whose Output it is.
 type ChildFinishedData struct {
 	Position int             `json:"position"`
 	ChildID  string          `json:"child_id"`
 	Status   Status          `json:"status"`
 	Output   json.RawMessage `json:"output,omitempty"`
 	Error    *ErrorInfo      `json:"error,omitempty"`
+	RunID    string          `json:"run_id,omitempty"`
+}
+
+// TaskContinuedData is the payload of task_continued: the workflow
+// continued as new (workflow.ContinueAsNew), so this run ended (status
+// continued) and task NextTaskID, of the same type and version, runs on
+// with a new input and a new history. The next run's task_scheduled is
+// written in the same transaction and names this task (continued_from).
+type TaskContinuedData struct {
+	NextTaskID string `json:"next_task_id"`
 }
 
 // TaskErasedData is the payload of task_erased: the finished task's data
@@ -565,3 +588,6 @@ func (TaskErasedData) EventType() Type    { return TaskErased }
 
 // EventType implements [Payload].
 func (PatchRecordedData) EventType() Type { return PatchRecorded }
+
+// EventType implements [Payload].
+func (TaskContinuedData) EventType() Type { return TaskContinued }

@@ -240,6 +240,7 @@ func requireStep(t *testing.T, prev, next history.State, e history.Event) {
 	case next.Status.Terminal():
 		require.Equal(t, e.At, next.FinishedAt)
 		require.Empty(t, next.Lease.Owner)
+		require.Equal(t, next.Status == history.StatusContinued, next.ContinuedAs != "", "a %s task names the run it continued as: %q", next.Status, next.ContinuedAs)
 	default:
 		require.True(t, next.FinishedAt.IsZero())
 	}
@@ -350,7 +351,7 @@ func plausible(s history.State) []history.Type {
 			history.TimerStarted, history.TimerFired, history.TaskFailed, history.TaskDeadLettered, history.TaskCancelled,
 			history.SignalReceived, history.WaitStarted, history.WaitTimedOut,
 			history.ChildStarted, history.ChildStarted, history.ChildWaitStarted, history.ChildFinished,
-			history.PatchRecorded}
+			history.PatchRecorded, history.TaskContinued}
 	}
 	return history.Types
 }
@@ -522,7 +523,7 @@ func nextEvent(r *fuzzBytes, events []history.Event, s history.State) history.Ev
 	// one off.
 	childPos := pickOf(r, len(s.Children), len(s.Children)-1, 0, -1, len(s.Children)+1)
 	childID := func(pos int) string { return pickOf(r, fmt.Sprintf("child-%d", pos), "", "child-0") }
-	childStatus := pickOf(r, history.StatusCompleted, history.StatusFailed, history.StatusCancelled, history.StatusRunning, "")
+	childStatus := pickOf(r, history.StatusCompleted, history.StatusFailed, history.StatusCancelled, history.StatusRunning, "", history.StatusContinued)
 	var childErr *history.ErrorInfo
 	if childStatus != history.StatusCompleted || r.intn(4) == 0 {
 		childErr = &info
@@ -617,11 +618,14 @@ func nextEvent(r *fuzzBytes, events []history.Event, s history.State) history.Ev
 		case history.ChildWaitStarted:
 			p = history.ChildWaitStartedData{Positions: pickOf(r, []int{childPos}, nil, []int{0, childPos}), Count: pickOf(r, 0, 1, 2, -1)}
 		case history.ChildFinished:
-			p = history.ChildFinishedData{Position: childPos, ChildID: childID(childPos), Status: childStatus, Output: output, Error: childErr}
+			p = history.ChildFinishedData{Position: childPos, ChildID: childID(childPos), Status: childStatus, Output: output, Error: childErr,
+				RunID: pickOf(r, "", "run-2")}
 		case history.TaskErased:
 			p = history.TaskErasedData{By: by, Reason: "erasure request"}
 		case history.PatchRecorded:
 			p = history.PatchRecordedData{PatchID: pickOf(r, "add-classify", "", "patch-0", "bad\x00id"), Position: pickOf(r, len(s.Steps), 0, -1)}
+		case history.TaskContinued:
+			p = history.TaskContinuedData{NextTaskID: pickOf(r, "run-2", "")}
 		default:
 			panic("no case for event type " + string(history.Types[k]))
 		}

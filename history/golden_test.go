@@ -198,6 +198,18 @@ func goldenGood() map[string]struct {
 			after(4*sec, step(1, 2, "store")),
 			after(5*sec, completed(1)),
 		)},
+		// A run that continued as new after a step: it ends continued,
+		// naming the next run; that run's task_scheduled names this one.
+		"continued": {status: history.StatusContinued, events: build(
+			after(0, historytest.E{Data: func() history.TaskScheduledData {
+				p := scheduled().Data.(history.TaskScheduledData)
+				p.ContinuedFrom, p.FirstRunID = "run-1", "run-1"
+				return p
+			}()}),
+			after(1*sec, started(1, 1)),
+			after(2*sec, step(1, 0, "poll")),
+			after(3*sec, historytest.E{Attempt: 1, Data: history.TaskContinuedData{NextTaskID: "run-3"}}),
+		)},
 		// Still running: the second attempt holds the lease.
 		"in_flight": {status: history.StatusRunning, events: build(
 			after(0, scheduled()),
@@ -391,6 +403,22 @@ func goldenBad(t *testing.T) map[string]struct {
 				return append(ev[:4], history.Event{Seq: 5, At: ev[3].At, Attempt: 1, Data: history.PatchRecordedData{PatchID: "p", Position: 1}})
 			}),
 			error: "event 5 (patch_recorded): attempt 1 already ended",
+		},
+		"continued_after_cancel": {
+			data: edit("continued", func(ev []history.Event) []history.Event {
+				cancel := history.Event{Seq: 4, At: ev[2].At, Data: history.CancelRequestedData{By: "ops"}}
+				cont := ev[3]
+				cont.Seq = 5
+				return append(ev[:3], cancel, cont)
+			}),
+			error: "event 5 (task_continued): the task's cancel was requested",
+		},
+		"continued_without_next": {
+			data: edit("continued", func(ev []history.Event) []history.Event {
+				ev[3].Data = history.TaskContinuedData{}
+				return ev
+			}),
+			error: "event 4 (task_continued): no next task id",
 		},
 		"unknown_schema_version": {
 			data:  raw("released_and_resumed", 3, history.StepCompleted, `{"v":2,"position":0,"name":"reserve"}`),

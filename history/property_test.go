@@ -73,6 +73,7 @@ func TestGenerator(t *testing.T) {
 	for _, st := range []history.Status{
 		history.StatusPending, history.StatusRunning, history.StatusRetrying,
 		history.StatusCompleted, history.StatusFailed, history.StatusDeadLettered, history.StatusCancelled, history.StatusExpired,
+		history.StatusContinued,
 	} {
 		require.Positive(t, statuses[st], "no history ends %s", st)
 	}

@@ -44,6 +44,10 @@ const (
 	StatusCancelled    Status = "cancelled"
 	StatusDeadLettered Status = "dead_lettered"
 	StatusExpired      Status = "expired" // not started by its start deadline
+	// StatusContinued is the end of a run that continued as new
+	// (task_continued): the task's work goes on in the run it names
+	// (State.ContinuedAs).
+	StatusContinued Status = "continued"
 )
 
 // AttemptsUsed is the number of attempts that count against max_attempts:
@@ -54,7 +58,7 @@ func (s State) AttemptsUsed() int { return s.Attempt - s.Released }
 // follow a task in status s.
 func (s Status) Terminal() bool {
 	switch s {
-	case StatusCompleted, StatusFailed, StatusCancelled, StatusDeadLettered, StatusExpired:
+	case StatusCompleted, StatusFailed, StatusCancelled, StatusDeadLettered, StatusExpired, StatusContinued:
 		return true
 	}
 	return false
@@ -110,6 +114,9 @@ type Child struct {
 	Output        json.RawMessage
 	Error         *ErrorInfo
 	FinishedSeq   int64 // seq of its child_finished
+	// RunID is the run that ended, when the child continued as new (its
+	// chain's last): the owner of Output. Empty otherwise.
+	RunID string
 }
 
 // ChildWait is a wait for Count of the children at Positions to finish;
@@ -244,8 +251,11 @@ type State struct {
 	Patches []Patch
 	// Erased is set by task_erased: the task's data key is gone, its
 	// payloads unreadable, and nothing may reopen it.
-	Erased  bool
-	LastSeq int64
+	Erased bool
+	// ContinuedAs is the id of the run this one continued as
+	// (task_continued), set with status continued.
+	ContinuedAs string
+	LastSeq     int64
 
 	CreatedAt  time.Time // at of task_scheduled
 	UpdatedAt  time.Time // at of the latest event
@@ -399,6 +409,8 @@ func apply(s State, e Event, owned bool) (State, error) {
 		default:
 			s.Erased = true
 		}
+	case TaskContinuedData:
+		err = s.applyContinued(e, p)
 	case TaskExpiredData:
 		if s.Status != StatusPending || s.Attempt != 0 {
 			err = invalidf(nil, "event %d (%s): task is %s after %d attempts; only a task never started expires", e.Seq, TaskExpired, s.Status, s.Attempt)
@@ -475,6 +487,8 @@ func typeOf(p Payload) (Type, bool) {
 		return TaskErased, true
 	case PatchRecordedData:
 		return PatchRecorded, true
+	case TaskContinuedData:
+		return TaskContinued, true
 	}
 	return "", false
 }
@@ -672,6 +686,25 @@ func (s *State) applyCompleted(e Event, p TaskCompletedData) error {
 	}
 	s.finish(e, StatusCompleted)
 	s.Output = p.Output
+	return nil
+}
+
+func (s *State) applyContinued(e Event, p TaskContinuedData) error {
+	if err := s.requireLeasedAttempt(e); err != nil {
+		return err
+	}
+	switch {
+	case p.NextTaskID == "":
+		return invalidf(nil, "event %d (%s): no next task id", e.Seq, TaskContinued)
+	case s.CancelRequested:
+		// A cancel recorded before the end wins: the task is cancelled,
+		// not continued.
+		return invalidf(nil, "event %d (%s): the task's cancel was requested", e.Seq, TaskContinued)
+	case s.Compensation != nil:
+		return invalidf(nil, "event %d (%s): task is compensating", e.Seq, TaskContinued)
+	}
+	s.finish(e, StatusContinued)
+	s.ContinuedAs = p.NextTaskID
 	return nil
 }
 
@@ -1039,12 +1072,12 @@ func (s *State) applyChildFinished(e Event, p ChildFinishedData, owned bool) err
 		return invalidf(nil, "event %d (%s): child %d is task %s, not %s", e.Seq, ChildFinished, p.Position, c.ID, p.ChildID)
 	case c.Finished:
 		return invalidf(nil, "event %d (%s): child %d has already finished", e.Seq, ChildFinished, p.Position)
-	case !p.Status.Terminal():
+	case !p.Status.Terminal() || p.Status == StatusContinued:
 		return invalidf(nil, "event %d (%s): status %q is not a terminal status", e.Seq, ChildFinished, p.Status)
 	case p.Status != StatusCompleted && p.Error == nil && p.Status != StatusCancelled && p.Status != StatusExpired:
 		return invalidf(nil, "event %d (%s): a %s child without its error", e.Seq, ChildFinished, p.Status)
 	}
-	c.Finished, c.Status, c.Output, c.Error, c.FinishedSeq = true, p.Status, p.Output, p.Error, e.Seq
+	c.Finished, c.Status, c.Output, c.Error, c.FinishedSeq, c.RunID = true, p.Status, p.Output, p.Error, e.Seq, p.RunID
 	if owned {
 		s.Children[p.Position] = c
 	} else {

@@ -524,6 +524,7 @@ func TestStatusTerminal(t *testing.T) {
 		{history.StatusFailed, true},
 		{history.StatusCancelled, true},
 		{history.StatusDeadLettered, true},
+		{history.StatusContinued, true},
 		{"", false},
 		{"bogus", false},
 	}
@@ -545,7 +546,7 @@ func TestEventType(t *testing.T) {
 		history.TaskCancelledData{}, history.TaskExpiredData{}, history.TimerStartedData{}, history.TimerFiredData{},
 		history.SignalReceivedData{}, history.WaitStartedData{}, history.WaitTimedOutData{},
 		history.ChildStartedData{}, history.ChildWaitStartedData{}, history.ChildFinishedData{},
-		history.TaskErasedData{}, history.PatchRecordedData{},
+		history.TaskErasedData{}, history.PatchRecordedData{}, history.TaskContinuedData{},
 	}
 	require.Len(t, payloads, len(history.Types))
 	for i, p := range payloads {

@@ -592,6 +592,12 @@ func (g *gen) attempt(attempt int) bool {
 	g.at = g.at.Add(g.delay("delay", 5*time.Second))
 	switch end {
 	case endComplete:
+		if g.src.intRange("continue", 0, 5) == 0 {
+			// The workflow continues as new: this run ends, the next
+			// (another history) goes on.
+			g.emit(attempt, history.TaskContinuedData{NextTaskID: fmt.Sprintf("run-%d", g.src.intRange("next_run", 1, 999))}, true)
+			return true
+		}
 		g.emit(attempt, history.TaskCompletedData{Output: g.rawOrNil("output", outputs)}, true)
 		if len(g.compensablePositions()) > 0 && g.src.intRange("compensate_completed", 0, 4) == 0 && !g.full() {
 			// Someone asks for the completed task's effects to be undone.
