@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 
+	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cairnflow/cairn/engine/internal/diagnosis"
@@ -35,6 +36,7 @@ var (
 	ErrReleased        = processor.ErrReleased
 	ErrLeaseLost       = processor.ErrLeaseLost
 	ErrCancelRequested = processor.ErrCancelRequested
+	ErrEnded           = processor.ErrEnded
 )
 
 // DefaultLeaseTTL is a lease's length unless configured otherwise.
@@ -151,3 +153,23 @@ func NewQueueCollector(s store.Store) prometheus.Collector { return metrics.NewQ
 func NewCellQueueCollector(cells []QueueCell) prometheus.Collector {
 	return metrics.NewCellQueueCollector(cells)
 }
+
+// LatestRun returns the row of the current run of the chain of runs
+// continued as new task id belongs to; see requests.LatestRun.
+func LatestRun(ctx context.Context, ex store.Executor, namespace string, id uuid.UUID) (*store.Task, error) {
+	return requests.LatestRun(ctx, ex, namespace, id)
+}
+
+// ContinuedAs returns the run a task that ended continued continued as;
+// see requests.ContinuedAs.
+func ContinuedAs(ctx context.Context, ex store.Executor, t *store.Task) (uuid.UUID, error) {
+	return requests.ContinuedAs(ctx, ex, t)
+}
+
+// MaxChainHops bounds the runs one request follows along a chain of runs
+// continued as new; see requests.MaxChainHops.
+const MaxChainHops = requests.MaxChainHops
+
+// ErrChainTooLong marks a request that met more than MaxChainHops runs
+// continued as new past the id it was given.
+var ErrChainTooLong = requests.ErrChainTooLong

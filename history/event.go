@@ -123,12 +123,10 @@ type TaskScheduledData struct {
 	ParentPosition int    `json:"parent_position,omitempty"`
 	// ContinuedFrom is the run this task continues as new (its
 	// task_continued names this task): empty for the first run of a
-	// chain. FirstRunID is the id of the chain's first run, set with
-	// ContinuedFrom: the id its starter knows (the one a parent's
-	// child_started names and an idempotency key resolves to), which the
-	// chain's last run reports to a parent as its child.
+	// chain. Unlike the fields above it is not kept on the task's row
+	// (readers take it from the history), so a state rebuilt from the
+	// row (a claim's) has it empty.
 	ContinuedFrom string `json:"continued_from,omitempty"`
-	FirstRunID    string `json:"first_run_id,omitempty"`
 }
 
 // DefaultMaxAttempts is the retry budget of a task scheduled without one
@@ -469,7 +467,8 @@ type ChildWaitStartedData struct {
 //
 // A child that continued as new reports when the last run of its chain
 // ends: ChildID is still the id the parent started (the chain's first
-// run), RunID the run that ended, whose Output it is.
+// run), RunID the run that ended, whose Output it is (the parent's
+// append of the report maps one to the other by the child's position).
 type ChildFinishedData struct {
 	Position int             `json:"position"`
 	ChildID  string          `json:"child_id"`

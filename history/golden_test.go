@@ -203,7 +203,7 @@ func goldenGood() map[string]struct {
 		"continued": {status: history.StatusContinued, events: build(
 			after(0, historytest.E{Data: func() history.TaskScheduledData {
 				p := scheduled().Data.(history.TaskScheduledData)
-				p.ContinuedFrom, p.FirstRunID = "run-1", "run-1"
+				p.ContinuedFrom = "run-1"
 				return p
 			}()}),
 			after(1*sec, started(1, 1)),

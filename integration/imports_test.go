@@ -47,7 +47,7 @@ var allowedImports = map[string][]string{
 	"payload/offload":                {"history", "payload", "internal/bucket", "internal/jsoncheck"},
 	"sdk":                            {"history", "cairntype", "workflow", "activities", "engine", "engine/store", "engine/pgstore", "internal/celenv", "internal/interpreter", "internal/jsoncheck", "payload", "payload/seal", "sdk/internal/edge", "sdk/internal/executor"},
 	"sdk/internal/edge":              {"engine", "engine/store", "engine/pgstore", "history", "payload", "payload/seal", "payload/offload"},
-	"sdk/internal/executor":          {"engine", "engine/store", "history", "activities", "internal/activity", "internal/interpreter", "payload", "sdk/internal/edge"},
+	"sdk/internal/executor":          {"engine", "engine/store", "history", "activities", "internal/activity", "internal/interpreter", "internal/jsoncheck", "payload", "sdk/internal/edge"},
 	"internal/celenv":                {},
 	"internal/namedsql":              {},
 	"internal/jsoncheck":             {},

@@ -550,6 +550,12 @@ type TaskInfo struct {
 	// for a task started on its own.
 	ParentID       *uuid.UUID `json:"parent_id,omitempty"`
 	ParentPosition int        `json:"parent_position,omitempty"`
+	// ContinuedFrom is the run this task continues as new
+	// (workflow.ContinueAsNew), ContinuedAs the run it continued as, when
+	// it ended continued; nil otherwise. Get reads them from the task's
+	// history; List leaves them nil.
+	ContinuedFrom *uuid.UUID `json:"continued_from,omitempty"`
+	ContinuedAs   *uuid.UUID `json:"continued_as,omitempty"`
 	// Waiting says what a pending task waits for (a signal, its
 	// children, a timer) when its workflow is in a wait; nil otherwise.
 	// Get and List read it from the task's history.
@@ -589,7 +595,35 @@ func (c *Client) Get(ctx context.Context, id uuid.UUID) (*TaskInfo, error) {
 	if err := c.setWaiting(ctx, []*TaskInfo{info}, waitScanOne); err != nil {
 		return nil, err
 	}
+	if err := c.setChainLinks(ctx, info); err != nil {
+		return nil, err
+	}
 	return c.resolved(ctx, info)
+}
+
+// setChainLinks fills info's ContinuedFrom (from its task_scheduled) and
+// ContinuedAs (from its task_continued, when it ended continued).
+func (c *Client) setChainLinks(ctx context.Context, info *TaskInfo) error {
+	first, err := c.store.EventListPage(ctx, &store.EventPageParams{Namespace: info.Namespace, TaskID: info.ID, Limit: 1})
+	if err != nil {
+		return err
+	}
+	if len(first) > 0 {
+		if sc, ok := first[0].Data.(history.TaskScheduledData); ok && sc.ContinuedFrom != "" {
+			if from, err := uuid.Parse(sc.ContinuedFrom); err == nil {
+				info.ContinuedFrom = &from
+			}
+		}
+	}
+	if info.Status != history.StatusContinued {
+		return nil
+	}
+	next, err := engine.ContinuedAs(ctx, c.store.Engine(), &store.Task{ID: info.ID, Namespace: info.Namespace, Status: info.Status, LastSeq: info.lastSeq})
+	if err != nil {
+		return err
+	}
+	info.ContinuedAs = &next
+	return nil
 }
 
 // getStored is Get without decoding the payloads: they are as stored.
@@ -644,7 +678,10 @@ func unresolved(err error) error {
 }
 
 // Wait returns the task once it is finished (completed, failed, cancelled
-// or dead-lettered), or ctx's error when ctx is done first. It learns of
+// or dead-lettered), or ctx's error when ctx is done first. A task that
+// continued as new (workflow.ContinueAsNew) is followed to its next run,
+// and on to the chain's last: Wait returns that run (its ID is the last
+// run's), however many runs the chain has; each hop is two small reads. It learns of
 // the finish from a notification, so it returns within milliseconds of the
 // outcome being committed. It reads the task when it starts, on each
 // notification, and, while notifications are not arriving (the notifier
@@ -653,6 +690,18 @@ func unresolved(err error) error {
 // announced meanwhile. A live notifier re-reads nothing on its own: a
 // thousand idle waits cost the database nothing.
 func (c *Client) Wait(ctx context.Context, id uuid.UUID) (*TaskInfo, error) {
+	for {
+		info, next, err := c.waitRun(ctx, id)
+		if err != nil || next == uuid.Nil {
+			return info, err
+		}
+		id = next
+	}
+}
+
+// waitRun is Wait on one run: it returns the run it continued as, when it
+// did, instead of the run.
+func (c *Client) waitRun(ctx context.Context, id uuid.UUID) (*TaskInfo, uuid.UUID, error) {
 	var finished <-chan struct{}
 	interval := 5 * time.Millisecond
 	l := c.waitListener()
@@ -675,10 +724,15 @@ func (c *Client) Wait(ctx context.Context, id uuid.UUID) (*TaskInfo, error) {
 			// read.
 			var err error
 			if info, err = c.getStored(ctx, id); err != nil {
-				return nil, err
+				return nil, uuid.Nil, err
+			}
+			if info.Status == history.StatusContinued {
+				next, err := engine.ContinuedAs(ctx, c.store.Engine(), &store.Task{ID: info.ID, Namespace: info.Namespace, Status: info.Status, LastSeq: info.lastSeq})
+				return nil, next, err
 			}
 			if info.Status.Terminal() {
-				return c.resolved(ctx, info)
+				info, err = c.resolved(ctx, info)
+				return info, uuid.Nil, err
 			}
 		}
 		select {
@@ -688,7 +742,7 @@ func (c *Client) Wait(ctx context.Context, id uuid.UUID) (*TaskInfo, error) {
 			if opened, err := c.opened(context.WithoutCancel(ctx), info); err == nil {
 				info = opened
 			}
-			return info, ctx.Err()
+			return info, uuid.Nil, ctx.Err()
 		case <-finished:
 			read = true
 		case <-timer.C:

@@ -561,7 +561,7 @@ func ParseTaskCursor(cursor string) (uuid.UUID, error) {
 func knownStatus(s history.Status) bool {
 	switch s {
 	case history.StatusPending, history.StatusRunning, history.StatusRetrying, history.StatusCompleted,
-		history.StatusFailed, history.StatusCancelled, history.StatusDeadLettered, history.StatusExpired:
+		history.StatusFailed, history.StatusCancelled, history.StatusDeadLettered, history.StatusExpired, history.StatusContinued:
 		return true
 	}
 	return false

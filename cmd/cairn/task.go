@@ -22,6 +22,7 @@ import (
 var statuses = []history.Status{
 	history.StatusPending, history.StatusRunning, history.StatusRetrying, history.StatusCompleted,
 	history.StatusFailed, history.StatusCancelled, history.StatusDeadLettered, history.StatusExpired,
+	history.StatusContinued,
 }
 
 func newTaskCmd(g *globals) *cobra.Command {

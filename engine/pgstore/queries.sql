@@ -420,7 +420,7 @@ WITH input AS (
 ), done AS (
     SELECT pg_notify(@done_channel, string_agg(id::text, ','))
     FROM (SELECT id, (row_number() OVER ()) / 200 AS chunk FROM upd
-          WHERE status IN ('completed', 'failed', 'cancelled', 'dead_lettered', 'expired')) AS finished
+          WHERE status IN ('completed', 'failed', 'cancelled', 'dead_lettered', 'expired', 'continued')) AS finished
     GROUP BY chunk
 ), ready AS (
     -- Released and rescued tasks are due at once: wake workers now rather
@@ -859,7 +859,7 @@ WHERE t.namespace = @namespace AND t.finished_at IS NOT NULL AND t.finished_at <
   -- A type with a retention of its own goes by its cutoff.
   AND t.finished_at < coalesce((SELECT u.cutoff FROM unnest(@type_names::text[], @type_cutoffs::timestamptz[]) AS u(name, cutoff)
                                 WHERE u.name = t.type), @before)
-  AND t.status IN ('completed', 'failed', 'cancelled', 'dead_lettered', 'expired')
+  AND t.status IN ('completed', 'failed', 'cancelled', 'dead_lettered', 'expired', 'continued')
   AND NOT EXISTS (SELECT 1 FROM /* TEMPLATE: schema */tasks AS c
                   WHERE c.parent_id = t.id AND c.finished_at IS NULL)
   AND (t.parent_id IS NULL OR NOT EXISTS (SELECT 1 FROM /* TEMPLATE: schema */tasks AS p
@@ -880,7 +880,7 @@ WHERE t.namespace = @namespace AND t.finished_at IS NOT NULL AND t.finished_at <
   -- A type with a retention of its own goes by its cutoff.
   AND t.finished_at < coalesce((SELECT u.cutoff FROM unnest(@type_names::text[], @type_cutoffs::timestamptz[]) AS u(name, cutoff)
                                 WHERE u.name = t.type), @before)
-  AND t.status IN ('completed', 'failed', 'cancelled', 'dead_lettered', 'expired')
+  AND t.status IN ('completed', 'failed', 'cancelled', 'dead_lettered', 'expired', 'continued')
   AND NOT EXISTS (SELECT 1 FROM /* TEMPLATE: schema */tasks AS c
                   WHERE c.parent_id = t.id AND c.finished_at IS NULL)
   AND (t.parent_id IS NULL OR NOT EXISTS (SELECT 1 FROM /* TEMPLATE: schema */tasks AS p

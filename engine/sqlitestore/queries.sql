@@ -302,7 +302,7 @@ ORDER BY n.queue;
 SELECT t.id, t.idempotency_key, t.type, CASE WHEN t.idempotency_key IS NOT NULL THEN t.input END FROM tasks AS t
 WHERE t.namespace = ?1 AND t.finished_at IS NOT NULL AND t.finished_at < ?6
   AND t.finished_at < coalesce((SELECT o.value ->> 1 FROM json_each(?5) AS o WHERE o.value ->> 0 = t.type), ?2)
-  AND t.status IN ('completed', 'failed', 'cancelled', 'dead_lettered', 'expired')
+  AND t.status IN ('completed', 'failed', 'cancelled', 'dead_lettered', 'expired', 'continued')
   AND NOT EXISTS (SELECT 1 FROM tasks AS c WHERE c.parent_id = t.id AND c.finished_at IS NULL)
   AND (t.parent_id IS NULL OR NOT EXISTS (SELECT 1 FROM tasks AS p WHERE p.id = t.parent_id AND p.finished_at IS NULL))
   -- ?4, when not NULL: only the tasks of its [id, last seq] pairs (what
@@ -319,7 +319,7 @@ LIMIT ?3;
 SELECT t.id FROM tasks AS t
 WHERE t.namespace = ?1 AND t.finished_at IS NOT NULL AND t.finished_at < ?5
   AND t.finished_at < coalesce((SELECT o.value ->> 1 FROM json_each(?4) AS o WHERE o.value ->> 0 = t.type), ?2)
-  AND t.status IN ('completed', 'failed', 'cancelled', 'dead_lettered', 'expired')
+  AND t.status IN ('completed', 'failed', 'cancelled', 'dead_lettered', 'expired', 'continued')
   AND NOT EXISTS (SELECT 1 FROM tasks AS c WHERE c.parent_id = t.id AND c.finished_at IS NULL)
   AND (t.parent_id IS NULL OR NOT EXISTS (SELECT 1 FROM tasks AS p WHERE p.id = t.parent_id AND p.finished_at IS NULL))
 ORDER BY t.finished_at

@@ -457,3 +457,26 @@ const (
 	MaxEventPageLimit     = 1000
 	DefaultEventPageBytes = 4 << 20
 )
+
+// ContinueParams continues a running task as new (workflow.ContinueAsNew):
+// the next run's start and the ending run's task_continued, in one
+// transaction, so the chain never loses a run and never forks. Written
+// above the seam, once for every driver (engine/internal/requests'
+// ContinueAsNew: TaskStart, then the run's fenced EventAppend).
+type ContinueParams struct {
+	// Run is the ending run's append, fenced by its attempt's lease as
+	// the attempt's other appends are. Its Payloads are what goes before
+	// the end (the last step's completion, if it is not on record yet);
+	// the composite adds task_continued, naming the next run.
+	Run EventAppendParams
+	// Next is the next run's start: of the run's namespace, type and
+	// version, its Scheduled.ContinuedFrom the run's id, without an
+	// idempotency key (the chain's first run keeps it).
+	Next TaskStartParams
+}
+
+// ContinueResult is what a continue wrote.
+type ContinueResult struct {
+	State  history.State // the ending run's, after task_continued
+	NextID uuid.UUID     // the next run's task id
+}

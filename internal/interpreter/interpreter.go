@@ -166,6 +166,9 @@ type Result struct {
 	// position (nil where a step had none): where compensation finds a
 	// step's compensator.
 	Visited map[int]*StepOptions
+	// Continue is set, with Err nil and no Output, when the body returned
+	// a [*ContinueAsNewRequest]: the run ends, a new one goes on.
+	Continue *ContinueAsNewRequest
 }
 
 // runState is one run's progress. The workflow body's goroutine drives it;
@@ -220,6 +223,11 @@ func Run(p RunParams, fn Func, input json.RawMessage) (res Result) {
 		}
 	}()
 	out, err := runBody(fn, runContext{s}, input)
+	cont := continueOf(err)
+	if cont != nil {
+		// Returned as a workflow returns its output: the run ends well.
+		out, err = nil, nil
+	}
 	if err == nil {
 		// Children started and not written yet are the body's too.
 		err = s.finishChildren()
@@ -244,6 +252,8 @@ func Run(p RunParams, fn Func, input json.RawMessage) (res Result) {
 		res.Err = nondeterministic(rec.Position, rec.Name, "(workflow returned)")
 	case s.child.next < len(children):
 		res.Err = nondeterministicChild(s.child.next, children[s.child.next].TaskType, "(workflow returned)")
+	case cont != nil:
+		res.Continue = cont
 	default:
 		res.Output = out
 	}

@@ -482,7 +482,8 @@ type tasksData struct {
 }
 
 var consoleStatuses = []history.Status{history.StatusPending, history.StatusRunning, history.StatusRetrying,
-	history.StatusCompleted, history.StatusFailed, history.StatusCancelled, history.StatusDeadLettered, history.StatusExpired}
+	history.StatusCompleted, history.StatusFailed, history.StatusCancelled, history.StatusDeadLettered, history.StatusExpired,
+	history.StatusContinued}
 
 func (s *Console) consoleTasks(w http.ResponseWriter, r *http.Request, c *call, page *consolePage) {
 	q := r.URL.Query()

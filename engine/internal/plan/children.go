@@ -82,6 +82,11 @@ func ChildReportOf(p *store.EventAppendParams, next history.State) (ChildReport,
 	if sc.ParentID == "" || !next.Status.Terminal() || p.State.Status.Terminal() {
 		return ChildReport{}, false
 	}
+	if next.Status == history.StatusContinued {
+		// The child goes on in its next run: the chain's last run
+		// reports.
+		return ChildReport{}, false
+	}
 	parent, err := uuid.Parse(sc.ParentID)
 	if err != nil {
 		return ChildReport{}, false // Replay accepted it; a start made by cairn names a parsed id
@@ -136,8 +141,16 @@ func ParentAppend(parent uuid.UUID, state history.State, reports []history.Child
 		if r.Position < 0 || r.Position >= len(state.Children) {
 			continue
 		}
-		if c := state.Children[r.Position]; c.Finished || c.ID != r.ChildID {
+		c := state.Children[r.Position]
+		if c.Finished {
 			continue
+		}
+		if c.ID != r.ChildID {
+			// The last run of a child that continued as new: only the
+			// child and the runs it continued as name the parent at its
+			// position (a squatter of the child's key is refused), and
+			// the parent knows the child by its first run's id.
+			r.ChildID, r.RunID = c.ID, r.ChildID
 		}
 		payloads = append(payloads, r)
 	}

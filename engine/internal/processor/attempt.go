@@ -20,6 +20,10 @@ var (
 	// ErrCancelRequested is the cancellation cause of an attempt's context
 	// when the task's cancel was requested.
 	ErrCancelRequested = errors.New("task cancel requested")
+	// ErrEnded is returned by a [Handler] that wrote the end of its
+	// attempt itself ([Attempt.ContinueAsNew]): the processor appends
+	// nothing and frees the attempt's slot.
+	ErrEnded = errors.New("attempt ended by its handler")
 )
 
 // Handler runs attempts of claimed tasks. The SDK's attempt executor

@@ -127,3 +127,34 @@ func finishedAmong(children []history.Child, positions []int) int {
 func (a *Attempt) CloseChildren(ctx context.Context, reason string) error {
 	return requests.CloseChildren(ctx, a.proc.cfg.Store, a.Task.Namespace, a.Task.ID, a.state, reason)
 }
+
+// ContinueAsNew ends the attempt's task continued as new, fenced by its
+// lease (see [requests.ContinueAsNew]): payloads (the last step's
+// completion, if not on record) and task_continued, with next's start, in
+// one transaction. It returns the next run's id. A signal or child's end
+// appended meanwhile is taken into the attempt's state and the continue
+// tried again; a cancel request appended meanwhile wins: nothing is
+// written, and the error is marked [ErrCancelRequested]. The handler then
+// ends the attempt as a cancelled one, or returns [ErrEnded] once this
+// succeeded.
+func (a *Attempt) ContinueAsNew(ctx context.Context, payloads []history.Payload, next store.TaskStartParams) (uuid.UUID, error) {
+	for try := 0; ; try++ {
+		if a.state.CancelRequested {
+			return uuid.Nil, errmark.Mark(errors.Newf("continue task %s as new: its cancel was requested", a.Task.ID), ErrCancelRequested)
+		}
+		res, err := requests.ContinueAsNew(ctx, a.proc.cfg.Store, &store.ContinueParams{
+			Run: *a.appendParams(payloads), Next: next,
+		})
+		if errors.Is(err, store.ErrConflict) && try+1 < maxChildStartTries {
+			if err := a.syncRequests(ctx); err != nil {
+				return uuid.Nil, err
+			}
+			continue
+		}
+		if err != nil {
+			return uuid.Nil, err
+		}
+		a.state = res.State
+		return res.NextID, nil
+	}
+}

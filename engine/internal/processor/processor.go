@@ -275,6 +275,10 @@ func (p *Processor) execute(a *Attempt) {
 		payloads = []history.Payload{history.TaskReleasedData{
 			WorkerID: p.cfg.WorkerID, LeaseEpoch: a.state.Lease.Epoch, Reason: "worker shutting down",
 		}}
+	case errors.Is(err, ErrEnded):
+		// Written already, with what ended it (a continue as new).
+		p.release(ref)
+		return
 	case err != nil:
 		if p.baseCtx.Err() == nil {
 			p.cfg.Logger.Warn("processor: attempt abandoned; the task is rescued when its lease expires",

@@ -39,9 +39,36 @@ type CancelResult struct {
 // ended otherwise than cancelled is an error marked [store.ErrTaskState]
 // naming its status; cancelling twice, or a cancelled task, is not an
 // error (AlreadyRequested is set and nothing is appended).
+//
+// A task that continued as new is a chain of runs: the cancel reaches the
+// chain's current run (following at most [MaxChainHops] runs), and that
+// run, cancelled, starts no next one.
 func Cancel(ctx context.Context, s store.Store, p *Params) (CancelResult, error) {
+	q := *p
+	for hop := 0; ; hop++ {
+		latest, err := LatestRun(ctx, s, p.Namespace, q.ID)
+		if err != nil {
+			return CancelResult{}, err
+		}
+		q.ID = latest.ID
+		res, err := cancelRun(ctx, s, &q)
+		if errors.Is(err, errContinued) && hop < maxRequestTries {
+			continue // it continued as new meanwhile: on to its next run
+		}
+		return res, err
+	}
+}
+
+// errContinued is what cancelRun returns for a run that continued as new
+// before the cancel was written.
+var errContinued = errors.New("task continued as new")
+
+func cancelRun(ctx context.Context, s store.Store, p *Params) (CancelResult, error) {
 	var res CancelResult
 	state, err := requestOnTask(ctx, s, p, func(state history.State) ([]history.Payload, error) {
+		if state.Status == history.StatusContinued {
+			return nil, errContinued
+		}
 		if state.Status == history.StatusCancelled {
 			res.AlreadyRequested = true // cancelling twice is not an error
 			return nil, nil

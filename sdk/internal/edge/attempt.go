@@ -224,7 +224,11 @@ func (a *Attempt) Children(ctx context.Context, children []history.Child) []hist
 	var out []history.Child
 	a.each(ctx, len(children), payload.Output,
 		func(i int) (uuid.UUID, json.RawMessage) {
-			owner, err := uuid.Parse(children[i].ID)
+			id := children[i].ID
+			if children[i].RunID != "" {
+				id = children[i].RunID // the output of the run that ended a chain is that run's
+			}
+			owner, err := uuid.Parse(id)
 			if err != nil {
 				return uuid.Nil, nil // not a child cairn started: left as it is
 			}
@@ -304,4 +308,19 @@ func (b TaskBlobs) PutBlob(ctx context.Context, contentType string, data []byte)
 // against the reference.
 func (b TaskBlobs) GetBlob(ctx context.Context, ref history.BlobRef) ([]byte, error) {
 	return b.e.GetBlob(ctx, b.namespace, ref, uuid.Nil)
+}
+
+// ContinueAsNew ends the attempt's task continued as new
+// ([engine.Attempt.ContinueAsNew]): pending (the last step's completion,
+// if not on record) and task_continued, with next's start, its input
+// encoded as a start's is. It returns the next run's id.
+func (a *Attempt) ContinueAsNew(ctx context.Context, pending Events, next store.TaskStartParams) (uuid.UUID, error) {
+	ps := []*store.TaskStartParams{&next}
+	enc, err := a.e.encodeStarts(ctx, ps)
+	if err != nil {
+		return uuid.Nil, err
+	}
+	id, err := a.a.ContinueAsNew(ctx, pending.ps, *startParams(ps, enc)[0])
+	a.e.stage.Discard(ctx, enc, func(int) bool { return err == nil })
+	return id, err
 }

@@ -113,7 +113,13 @@ func NewHandler(cfg HandlerConfig) *Handler {
 // the attempt. The engine's processor calls it, on the attempt's goroutine.
 func (h *Handler) HandleAttempt(ctx context.Context, a *edge.Attempt) (events edge.Events, err error) {
 	ctx, tr := h.startAttemptTrace(ctx, a, a.State().Attempt)
-	defer func() { tr.end(err, events.Payloads()) }()
+	defer func() {
+		if errors.Is(err, engine.ErrEnded) {
+			tr.end(nil, nil) // ended well: continued as new
+			return
+		}
+		tr.end(err, events.Payloads())
+	}()
 	events, err = h.handleAttempt(ctx, a, tr)
 	if err == nil {
 		err = closeChildren(a, events.Payloads())
@@ -302,8 +308,11 @@ func (h *Handler) handleAttempt(ctx context.Context, a *edge.Attempt, tr *attemp
 			res.Pending = nil
 		}
 	}
+	if res.Err == nil && res.Continue != nil {
+		res.Err = h.checkContinue(res.Continue)
+	}
 	var completed edge.Events // task_completed with res.Output, encoded
-	if res.Err == nil {
+	if res.Err == nil && res.Continue == nil {
 		if completed, err = h.encodeOutput(a, res.Output); err != nil {
 			res.Err = err
 		}
@@ -317,6 +326,14 @@ func (h *Handler) handleAttempt(ctx context.Context, a *edge.Attempt, tr *attemp
 		// (an irreversible one): a cancel recorded before the task's end
 		// wins, so undo what it completed rather than complete.
 		return h.compensate(a, typ, history.CompensateCancelled, nil, pending)
+	}
+	if res.Err == nil && res.Continue != nil {
+		events, done, err := h.continueAsNew(a, typ, res.Continue, pending)
+		if done {
+			return events, err
+		}
+		// Not written (a full queue): the attempt fails, to try again.
+		res.Err, res.Continue = err, nil
 	}
 	events := completed
 	if res.Err != nil {

@@ -1,0 +1,2 @@
+-- Reserved: see the PostgreSQL twin.
+SELECT 1;

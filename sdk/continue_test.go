@@ -1,0 +1,263 @@
+package sdk_test
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/sdk"
+	"github.com/cairnflow/cairn/workflow"
+)
+
+// loopState is what a looping workflow carries from run to run.
+type loopState struct {
+	Done  int `json:"done"`  // steps done before this run
+	Sum   int `json:"sum"`   // the sum of their outputs
+	Total int `json:"total"` // steps to do in all; 0: forever
+	Every int `json:"every"` // steps per run
+}
+
+// looper runs state.Every steps per run (as one workflow.Map), then
+// continues as new with what it has done, until Total steps are done.
+func looper(typ string) *sdk.Workflow[loopState, loopState] {
+	return sdk.NewWorkflow(typ, 1, func(ctx workflow.Context, s loopState) (loopState, error) {
+		items := make([]int, s.Every)
+		for i := range items {
+			items[i] = s.Done + i
+		}
+		outs, err := workflow.Map(ctx, "step", items, func(_ context.Context, n int) (int, error) { return n, nil }, nil)
+		if err != nil {
+			return s, err
+		}
+		for _, o := range outs {
+			s.Sum += o
+		}
+		s.Done += s.Every
+		if s.Total > 0 && s.Done >= s.Total {
+			return s, nil
+		}
+		return s, workflow.ContinueAsNew(ctx, s)
+	}, nil)
+}
+
+// chainOf walks the chain of runs from first by their links, checking each
+// link both ways, and returns the runs' infos in order.
+func chainOf(t *testing.T, c *sdk.Client, first uuid.UUID) []*sdk.TaskInfo {
+	t.Helper()
+	ctx := context.Background()
+	var runs []*sdk.TaskInfo
+	for id := first; ; {
+		info, err := c.Get(ctx, id)
+		require.NoError(t, err)
+		if len(runs) == 0 {
+			require.Nil(t, info.ContinuedFrom, "the first run continues none")
+		} else {
+			require.NotNil(t, info.ContinuedFrom, "run %d names no run it continues", len(runs))
+			require.Equal(t, runs[len(runs)-1].ID, *info.ContinuedFrom)
+		}
+		runs = append(runs, info)
+		if info.Status != history.StatusContinued {
+			require.Nil(t, info.ContinuedAs)
+			return runs
+		}
+		require.NotNil(t, info.ContinuedAs, "a continued run names its next")
+		id = *info.ContinuedAs
+	}
+}
+
+// TestContinueAsNewRunsALongLoop runs a workflow that continues as new
+// every 1,000 steps for 10,000 steps (100,000 with CAIRN_LONG=1): each run's
+// history stays under 1,100 events, Result on the first id returns the
+// last run's output, and the runs are linked both ways.
+func TestContinueAsNewRunsALongLoop(t *testing.T) {
+	t.Parallel()
+	total, every := 10_000, 1_000
+	if os.Getenv("CAIRN_LONG") == "1" {
+		total = 100_000
+	}
+	onEachStore(t, func(t *testing.T, setup setupFunc) {
+		b := setup(t, sdk.WorkerConfig{})
+		wf := looper("loop.long")
+		sdk.Register(b.worker, wf)
+		startWorker(t, b.worker)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+		defer cancel()
+
+		began := time.Now()
+		run, err := sdk.Start(ctx, b.client, wf, loopState{Total: total, Every: every}, nil)
+		require.NoError(t, err)
+		out, err := run.Result(ctx)
+		require.NoError(t, err)
+		took := time.Since(began)
+		require.Equal(t, total, out.Done)
+		require.Equal(t, total*(total-1)/2, out.Sum)
+
+		runs := chainOf(t, b.client, run.ID)
+		require.Len(t, runs, total/every)
+		require.Equal(t, history.StatusCompleted, runs[len(runs)-1].Status)
+		longest := 0
+		for i, r := range runs {
+			if i < len(runs)-1 {
+				require.Equal(t, history.StatusContinued, r.Status)
+			}
+			require.Equal(t, "loop.long", r.Type)
+			events, err := b.client.RawHistory(ctx, r.ID)
+			require.NoError(t, err)
+			longest = max(longest, len(events))
+			require.LessOrEqual(t, len(events), 1_100, "run %d's history", i)
+		}
+		t.Logf("%d steps in %d runs took %s; the longest history holds %d events", total, len(runs), took.Round(time.Millisecond), longest)
+	})
+}
+
+// TestContinueAsNewCancelOnTheFirstIDStopsTheChain cancels, by its first
+// id, a workflow that continues as new forever: the run current then ends
+// cancelled, and no further run starts.
+func TestContinueAsNewCancelOnTheFirstIDStopsTheChain(t *testing.T) {
+	t.Parallel()
+	onEachStore(t, func(t *testing.T, setup setupFunc) {
+		b := setup(t, sdk.WorkerConfig{})
+		wf := looper("loop.forever")
+		sdk.Register(b.worker, wf)
+		startWorker(t, b.worker)
+		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+		defer cancel()
+
+		run, err := sdk.Start(ctx, b.client, wf, loopState{Every: 5}, nil)
+		require.NoError(t, err)
+		// Mid-chain: the first run has continued.
+		require.Eventually(t, func() bool {
+			info, err := b.client.Get(ctx, run.ID)
+			return err == nil && info.ContinuedAs != nil
+		}, testTimeout, 10*time.Millisecond)
+
+		require.NoError(t, b.client.Cancel(ctx, run.ID, "enough"))
+		_, err = run.Result(ctx)
+		require.ErrorIs(t, err, sdk.ErrCancelled)
+
+		runs := chainOf(t, b.client, run.ID)
+		require.GreaterOrEqual(t, len(runs), 2)
+		last := runs[len(runs)-1]
+		require.Equal(t, history.StatusCancelled, last.Status)
+		all, err := tasksOfType(ctx, b.client, "loop.forever")
+		require.NoError(t, err)
+		require.Len(t, all, len(runs), "a run started after the cancel")
+		// Cancelling again, by any id of the chain, changes nothing.
+		require.NoError(t, b.client.Cancel(ctx, run.ID, "again"))
+	})
+}
+
+// TestContinueAsNewChildReportsItsLastRun: a child that continues as new
+// twice reports to its parent when its last run ends, with that run's
+// output; the parent knows it by its first run's id.
+func TestContinueAsNewChildReportsItsLastRun(t *testing.T) {
+	t.Parallel()
+	onEachStore(t, func(t *testing.T, setup setupFunc) {
+		b := setup(t, sdk.WorkerConfig{})
+		child := sdk.NewWorkflow("count.child", 1, func(ctx workflow.Context, n int) (int, error) {
+			n, err := workflow.Step(ctx, "inc", func(context.Context) (int, error) { return n + 1, nil }, nil)
+			if err != nil || n >= 3 {
+				return n * 10, err
+			}
+			return 0, workflow.ContinueAsNew(ctx, n)
+		}, nil)
+		parent := sdk.NewWorkflow("count.parent", 1, func(ctx workflow.Context, _ struct{}) (int, error) {
+			return workflow.StartChild(ctx, child, 0, nil).Result(ctx)
+		}, nil)
+		sdk.Register(b.worker, child)
+		sdk.Register(b.worker, parent)
+		startWorker(t, b.worker)
+		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+		defer cancel()
+
+		run, err := sdk.Start(ctx, b.client, parent, struct{}{}, nil)
+		require.NoError(t, err)
+		out, err := run.Result(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 30, out)
+
+		events := taskHistory(t, b.client, run.ID)
+		started := eventsOf[history.ChildStartedData](events)
+		finished := eventsOf[history.ChildFinishedData](events)
+		require.Len(t, started, 1)
+		require.Len(t, finished, 1)
+		runs := chainOf(t, b.client, uuid.MustParse(started[0].ChildID))
+		require.Len(t, runs, 3)
+		last := runs[2]
+		require.Equal(t, started[0].ChildID, finished[0].ChildID)
+		require.Equal(t, last.ID.String(), finished[0].RunID)
+		for _, r := range runs {
+			require.NotNil(t, r.ParentID, "run %s lost its parent", r.ID)
+			require.Equal(t, run.ID, *r.ParentID)
+		}
+	})
+}
+
+// TestContinueAsNewIdempotencyKeyResolvesToTheChain: a keyed start of a
+// chain returns the first run's id, again after it continued, and Result
+// on it follows the chain.
+func TestContinueAsNewIdempotencyKeyResolvesToTheChain(t *testing.T) {
+	t.Parallel()
+	onEachStore(t, func(t *testing.T, setup setupFunc) {
+		b := setup(t, sdk.WorkerConfig{})
+		wf := looper("loop.keyed")
+		sdk.Register(b.worker, wf)
+		startWorker(t, b.worker)
+		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+		defer cancel()
+
+		in := loopState{Total: 15, Every: 5}
+		opts := &sdk.StartOpts{IdempotencyKey: "order-7"}
+		first, err := sdk.Start(ctx, b.client, wf, in, opts)
+		require.NoError(t, err)
+		require.False(t, first.Existing)
+		out, err := first.Result(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 15, out.Done)
+
+		again, err := sdk.Start(ctx, b.client, wf, in, opts)
+		require.NoError(t, err)
+		require.True(t, again.Existing)
+		require.Equal(t, first.ID, again.ID)
+		out, err = again.Result(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 15, out.Done)
+		require.Len(t, chainOf(t, b.client, first.ID), 3)
+	})
+}
+
+// TestContinueAsNewRefusesAnInputOverTheLimit: the next run's input is
+// bounded as a start's: over the worker's MaxPayloadBytes, the run fails
+// permanently and no next run starts.
+func TestContinueAsNewRefusesAnInputOverTheLimit(t *testing.T) {
+	t.Parallel()
+	onEachStore(t, func(t *testing.T, setup setupFunc) {
+		b := setup(t, sdk.WorkerConfig{MaxPayloadBytes: 100})
+		wf := sdk.NewWorkflow("grow", 1, func(ctx workflow.Context, s string) (string, error) {
+			return "", workflow.ContinueAsNew(ctx, s+strings.Repeat("x", 200))
+		}, &sdk.WorkflowOpts{SkipDeadLetter: true})
+		sdk.Register(b.worker, wf)
+		startWorker(t, b.worker)
+		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+		defer cancel()
+
+		run, err := sdk.Start(ctx, b.client, wf, "", nil)
+		require.NoError(t, err)
+		_, err = run.Result(ctx)
+		require.ErrorIs(t, err, sdk.ErrFailed)
+		info := waitTask(t, b.client, run.ID)
+		require.Equal(t, run.ID, info.ID)
+		require.NotNil(t, info.LastError)
+		require.Equal(t, "bad_continue_input", info.LastError.Kind)
+		require.Contains(t, info.LastError.Message, "MaxPayloadBytes")
+		all, err := tasksOfType(ctx, b.client, "grow")
+		require.NoError(t, err)
+		require.Len(t, all, 1)
+	})
+}
