@@ -553,7 +553,8 @@ type TaskInfo struct {
 	// ContinuedFrom is the run this task continues as new
 	// (workflow.ContinueAsNew), ContinuedAs the run it continued as, when
 	// it ended continued; nil otherwise. Get reads them from the task's
-	// history; List leaves them nil.
+	// history; Wait sets ContinuedFrom of the run it returns when it
+	// followed a chain to it; List leaves them nil.
 	ContinuedFrom *uuid.UUID `json:"continued_from,omitempty"`
 	ContinuedAs   *uuid.UUID `json:"continued_as,omitempty"`
 	// Waiting says what a pending task waits for (a signal, its
@@ -690,12 +691,16 @@ func unresolved(err error) error {
 // announced meanwhile. A live notifier re-reads nothing on its own: a
 // thousand idle waits cost the database nothing.
 func (c *Client) Wait(ctx context.Context, id uuid.UUID) (*TaskInfo, error) {
+	var from uuid.UUID // the run followed to id, if one was
 	for {
 		info, next, err := c.waitRun(ctx, id)
 		if err != nil || next == uuid.Nil {
+			if info != nil && from != uuid.Nil {
+				info.ContinuedFrom = &from
+			}
 			return info, err
 		}
-		id = next
+		from, id = id, next
 	}
 }
 

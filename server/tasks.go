@@ -383,7 +383,12 @@ func (s *Server) waitTask(w http.ResponseWriter, r *http.Request, c *call) {
 	}()
 	info, err := c.client.Wait(ctx, id)
 	if err != nil && ctx.Err() != nil && r.Context().Err() == nil {
-		info, err = c.client.Get(r.Context(), id) // timed out: the task as it is
+		// Timed out: the task (the chain's current run, when it
+		// continued as new) as it is.
+		if info != nil {
+			id = info.ID
+		}
+		info, err = c.client.Get(r.Context(), id)
 	}
 	if err != nil {
 		s.writeError(w, r, err)

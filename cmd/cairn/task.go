@@ -45,6 +45,12 @@ func newTaskShowCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "show ID",
 		Short: "Show a task: status, attempt, output, last error, timestamps",
+		Long: `Show a task: status, attempt, output, last error, timestamps.
+
+A run of a workflow that continued as new names the run it continues
+("continued from") and, once it ended continued, the run it continued as
+("continued as"); "cairn task wait" on any run follows the chain to its
+last.`,
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id, err := parseTaskID(args[0])
@@ -80,6 +86,12 @@ func printTask(cmd *cobra.Command, g *globals, info *sdk.TaskInfo) error {
 	row("attempt", fmt.Sprintf("%d of %d", info.Attempt, info.MaxAttempts))
 	if info.IdempotencyKey != "" {
 		row("idempotency key", info.IdempotencyKey)
+	}
+	if info.ContinuedFrom != nil {
+		row("continued from", info.ContinuedFrom.String())
+	}
+	if info.ContinuedAs != nil {
+		row("continued as", info.ContinuedAs.String())
 	}
 	row("created", formatTime(&info.CreatedAt))
 	row("started", formatTime(info.StartedAt))

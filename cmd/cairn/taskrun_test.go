@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -45,8 +46,40 @@ func startCLIWorker(t *testing.T, tg cliTarget) {
 	sdk.Register(w, sdk.NewWorkflow("cli.reject", 1, func(ctx workflow.Context, _ struct{}) (string, error) {
 		return "", activities.Permanent(errors.New("not this one"))
 	}, nil))
+	sdk.Register(w, sdk.NewWorkflow("cli.chain", 1, func(ctx workflow.Context, n int) (int, error) {
+		if n == 0 {
+			return 0, workflow.ContinueAsNew(ctx, 1)
+		}
+		return n, nil
+	}, nil))
 	require.NoError(t, w.Start(context.Background()))
 	t.Cleanup(func() { require.NoError(t, w.Stop(context.Background())) })
+}
+
+// TestCLITaskShowNamesTheChain: a workflow that continued as new once;
+// wait on its first id prints its last run, which names the first, and
+// show on the first names the last.
+func TestCLITaskShowNamesTheChain(t *testing.T) {
+	for name, target := range cliTargets {
+		t.Run(name, func(t *testing.T) {
+			tg := target(t)
+			startCLIWorker(t, tg)
+
+			out, _ := tg.mustRun(t, "task", "start", "cli.chain", "--input", "0")
+			first := strings.TrimSpace(out)
+			out, _ = tg.mustRun(t, "task", "wait", first, "--timeout", "1m")
+			require.Regexp(t, `status:\s+completed`, out)
+			require.Regexp(t, `continued from:\s+`+first, out)
+			last := regexp.MustCompile(`id:\s+(\S+)`).FindStringSubmatch(out)
+			require.NotNil(t, last, out)
+			require.NotEqual(t, first, last[1])
+
+			out, _ = tg.mustRun(t, "task", "show", first)
+			require.Regexp(t, `status:\s+continued`, out)
+			require.Regexp(t, `continued as:\s+`+last[1], out)
+			require.NotContains(t, out, "continued from")
+		})
+	}
 }
 
 // TestCLITaskStartWaitWatch tries a workflow from a shell, as a person
