@@ -51,7 +51,7 @@ A run of a workflow that continued as new names the run it continues
 ("continued from") and, once it ended continued, the run it continued as
 ("continued as"); "cairn task wait" on any run follows the chain to its
 last.`,
-		Args:  cobra.ExactArgs(1),
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id, err := parseTaskID(args[0])
 			if err != nil {
