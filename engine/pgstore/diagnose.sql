@@ -44,7 +44,7 @@ WITH win AS (
             WHERE p.task_id = w.task_id AND p.seq = w.seq - 1), false)
         ELSE false END AS retry,
         CASE WHEN w.type IN ('attempt_failed', 'lease_expired', 'task_released', 'timer_started', 'wait_started', 'child_wait_started',
-                             'task_completed', 'task_failed', 'task_dead_lettered', 'task_cancelled') THEN (
+                             'task_completed', 'task_failed', 'task_dead_lettered', 'task_cancelled', 'task_continued') THEN (
             SELECT extract(epoch FROM w.at - s.at) * 1000
             FROM (
                 SELECT s.seq, s.at FROM /* TEMPLATE: schema */events AS s
@@ -56,13 +56,13 @@ WITH win AS (
                 SELECT 1 FROM /* TEMPLATE: schema */events AS x
                 WHERE x.task_id = w.task_id AND x.seq > s.seq AND x.seq < w.seq
                   AND x.type IN ('attempt_failed', 'lease_expired', 'task_released', 'timer_started', 'wait_started', 'child_wait_started',
-                                 'task_completed', 'task_failed', 'task_dead_lettered', 'task_cancelled')))
+                                 'task_completed', 'task_failed', 'task_dead_lettered', 'task_cancelled', 'task_continued')))
         END AS attempt_ms
     FROM win AS w
 )
 SELECT is_now, grouping(task_type) = 1 AS total, coalesce(task_type, ''),
     count(*) FILTER (WHERE type = 'task_scheduled'),
-    count(*) FILTER (WHERE type IN ('task_completed', 'task_failed', 'task_dead_lettered', 'task_cancelled', 'task_expired')),
+    count(*) FILTER (WHERE type IN ('task_completed', 'task_failed', 'task_dead_lettered', 'task_cancelled', 'task_expired', 'task_continued')),
     count(*) FILTER (WHERE type = 'task_completed'),
     count(*) FILTER (WHERE type = 'attempt_started'),
     count(*) FILTER (WHERE type = 'attempt_started' AND retry),

@@ -112,12 +112,13 @@ func windowHistories(ctx context.Context, tx *txn, namespace, queue string, from
 var attemptEnds = map[history.Type]bool{
 	history.AttemptFailed: true, history.LeaseExpired: true, history.TaskReleased: true, history.TimerStarted: true, history.WaitStarted: true, history.ChildWaitStarted: true,
 	history.TaskCompleted: true, history.TaskFailed: true, history.TaskDeadLettered: true, history.TaskCancelled: true,
+	history.TaskContinued: true,
 }
 
 // outflows are the events that finish a task.
 var outflows = map[history.Type]bool{
 	history.TaskCompleted: true, history.TaskFailed: true, history.TaskDeadLettered: true, history.TaskCancelled: true,
-	history.TaskExpired: true,
+	history.TaskExpired: true, history.TaskContinued: true,
 }
 
 type window struct{ from, mid, at time.Time }

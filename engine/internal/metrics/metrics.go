@@ -75,6 +75,7 @@ const (
 	outcomeCancelled    = "cancelled"
 	outcomeDeadLettered = "dead_lettered"
 	outcomeExpired      = "expired"
+	outcomeContinued    = "continued" // a run that continued as new
 )
 
 // The outcome label of cairn_compensations_total.
@@ -147,7 +148,7 @@ func newMetrics(extra []string) *Metrics {
 	}
 	return &Metrics{
 		tasksFinished: counter("tasks_finished_total",
-			"Tasks that reached a terminal status, by type and outcome (completed, failed, cancelled, dead_lettered, expired).",
+			"Tasks that reached a terminal status, by type and outcome (completed, failed, cancelled, dead_lettered, expired, continued).",
 			append([]string{"type", "outcome"}, extra...)...),
 		retries: counter("retries_total",
 			"Failed attempts that were scheduled to run again, by type and error class (transient, permanent).",
@@ -326,6 +327,8 @@ func (m *Metrics) observeEvent(taskType string, labels []string, payload history
 		m.finished(taskType, outcomeCancelled, labels)
 	case history.TaskExpiredData:
 		m.finished(taskType, outcomeExpired, labels)
+	case history.TaskContinuedData:
+		m.finished(taskType, outcomeContinued, labels)
 	case history.LeaseExpiredData:
 		m.leaseExpirations.WithLabelValues(taskType).Inc()
 	case history.CancelRequestedData:

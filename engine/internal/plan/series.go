@@ -115,7 +115,7 @@ func (s seriesState) next(e SeriesEvent) seriesState {
 		if s.status == seriesWaiting && e.At.Before(s.runAt) {
 			out.runAt = e.At // a cancel makes a waiting task due now
 		}
-	case history.TaskCompleted, history.TaskFailed, history.TaskDeadLettered, history.TaskCancelled, history.TaskExpired:
+	case history.TaskCompleted, history.TaskFailed, history.TaskDeadLettered, history.TaskCancelled, history.TaskExpired, history.TaskContinued:
 		out.status = seriesNone
 	}
 	return out
