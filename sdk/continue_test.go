@@ -261,3 +261,40 @@ func TestContinueAsNewRefusesAnInputOverTheLimit(t *testing.T) {
 		require.Len(t, all, 1)
 	})
 }
+
+// TestContinueAsNewClosesRunningChildren: a run that continues as new
+// with a child still running closes it by its policy (cancel, the
+// default), as a parent ending otherwise than completing does; the next
+// run goes on without it.
+func TestContinueAsNewClosesRunningChildren(t *testing.T) {
+	t.Parallel()
+	onEachStore(t, func(t *testing.T, setup setupFunc) {
+		b := setup(t, sdk.WorkerConfig{})
+		waiter := sdk.NewWorkflow("cont.waiter", 1, func(ctx workflow.Context, _ struct{}) (bool, error) {
+			ok, _, err := workflow.Receive[bool](ctx, "go", time.Hour)
+			return ok, err
+		}, nil)
+		parent := sdk.NewWorkflow("cont.parent", 1, func(ctx workflow.Context, n int) (int, error) {
+			if n == 0 {
+				workflow.StartChild(ctx, waiter, struct{}{}, nil)
+				return 0, workflow.ContinueAsNew(ctx, 1)
+			}
+			return n, nil
+		}, nil)
+		sdk.Register(b.worker, waiter)
+		sdk.Register(b.worker, parent)
+		startWorker(t, b.worker)
+		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+		defer cancel()
+
+		run, err := sdk.Start(ctx, b.client, parent, 0, nil)
+		require.NoError(t, err)
+		out, err := run.Result(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 1, out)
+		started := eventsOf[history.ChildStartedData](taskHistory(t, b.client, run.ID))
+		require.Len(t, started, 1)
+		child := waitTask(t, b.client, uuid.MustParse(started[0].ChildID))
+		require.Equal(t, history.StatusCancelled, child.Status)
+	})
+}
