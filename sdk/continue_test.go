@@ -298,3 +298,60 @@ func TestContinueAsNewClosesRunningChildren(t *testing.T) {
 		require.Equal(t, history.StatusCancelled, child.Status)
 	})
 }
+
+// TestContinueAsNewSignalsReachTheCurrentRun: an agent loop that takes a
+// message and continues as new: signals sent to its first id, or by its
+// idempotency key, reach the run current then; a signal for one receive
+// (ForWait) does not follow the chain.
+func TestContinueAsNewSignalsReachTheCurrentRun(t *testing.T) {
+	t.Parallel()
+	onEachStore(t, func(t *testing.T, setup setupFunc) {
+		b := setup(t, sdk.WorkerConfig{})
+		chat := sdk.NewWorkflow("chat", 1, func(ctx workflow.Context, heard []string) ([]string, error) {
+			msg, ok, err := workflow.Receive[string](ctx, "msg", time.Hour)
+			if err != nil || !ok {
+				return heard, err
+			}
+			heard = append(heard, msg)
+			if msg == "bye" {
+				return heard, nil
+			}
+			return nil, workflow.ContinueAsNew(ctx, heard)
+		}, nil)
+		sdk.Register(b.worker, chat)
+		startWorker(t, b.worker)
+		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+		defer cancel()
+
+		run, err := sdk.Start(ctx, b.client, chat, nil, &sdk.StartOpts{IdempotencyKey: "chat-1"})
+		require.NoError(t, err)
+		// runs waits until the chain has n runs.
+		runs := func(n int) {
+			require.Eventually(t, func() bool {
+				latest, err := b.client.Get(ctx, run.ID)
+				count := 1
+				for err == nil && latest.ContinuedAs != nil {
+					count++
+					latest, err = b.client.Get(ctx, *latest.ContinuedAs)
+				}
+				return err == nil && count >= n
+			}, testTimeout, 5*time.Millisecond)
+		}
+		_, err = b.client.Signal(ctx, run.ID, "msg", "hello", nil)
+		require.NoError(t, err)
+		runs(2)
+		res, err := b.client.Signal(ctx, run.ID, "msg", "again", nil)
+		require.NoError(t, err)
+		require.NotEqual(t, run.ID, res.TaskID, "the current run took it")
+		runs(3)
+		zero := 0
+		_, err = b.client.Signal(ctx, run.ID, "msg", "late", &sdk.SignalOpts{ForWait: &zero})
+		require.ErrorIs(t, err, sdk.ErrWaitEnded, "a signal for one receive of the first run")
+		_, err = b.client.SignalByKey(ctx, "chat-1", "msg", "bye", nil)
+		require.NoError(t, err)
+
+		heard, err := run.Result(ctx)
+		require.NoError(t, err)
+		require.Equal(t, []string{"hello", "again", "bye"}, heard)
+	})
+}

@@ -11,7 +11,9 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/cairnflow/cairn/cairntype"
+	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/internal/errmark"
 	"github.com/cairnflow/cairn/internal/interpreter"
 	"github.com/cairnflow/cairn/internal/jsoncheck"
@@ -60,7 +62,9 @@ type SignalResult struct {
 // for it is due at once. Signals reach the history at least once (a retried
 // send with a DedupID is written once) and each receive takes exactly one.
 // A task that has finished is an error marked [ErrTaskState] and nothing is
-// written; an unknown task is [ErrNotFound]; invalid arguments (no name, a
+// written, but a task that continued as new (workflow.ContinueAsNew) passes
+// the signal on to its chain's current run, unless opts.ForWait names a
+// receive (of the run given); an unknown task is [ErrNotFound]; invalid arguments (no name, a
 // payload that is not storable JSON or over the payload limit) are
 // [ErrInvalid]. opts nil takes every default.
 func (c *Client) Signal(ctx context.Context, id uuid.UUID, name string, payload any, opts *SignalOpts) (SignalResult, error) {
@@ -84,14 +88,45 @@ func (c *Client) signal(ctx context.Context, p *store.TaskSignalParams, name str
 	if err := c.fillSignal(ctx, p, name, payload, opts); err != nil {
 		return SignalResult{}, errmark.Mark(err, ErrInvalid)
 	}
-	if err := c.signalByReference(ctx, p); err != nil {
-		return SignalResult{}, err
+	res, err := c.sendSignal(ctx, p)
+	if errors.Is(err, ErrTaskState) && p.ForWait == nil {
+		// Finished: if it continued as new, the signal is for the
+		// chain's current run.
+		next, ok, ferr := c.currentRun(ctx, p)
+		if ferr != nil {
+			return SignalResult{}, ferr
+		}
+		if ok {
+			q := *p
+			q.TaskID, q.IdempotencyKey = next, ""
+			res, err = c.sendSignal(ctx, &q)
+		}
 	}
-	res, err := c.store.Signal(ctx, p)
 	if err != nil {
 		return SignalResult{}, err
 	}
 	return SignalResult{TaskID: res.TaskID, Duplicate: res.Duplicate}, nil
+}
+
+func (c *Client) sendSignal(ctx context.Context, p *store.TaskSignalParams) (store.SignalResult, error) {
+	if err := c.signalByReference(ctx, p); err != nil {
+		return store.SignalResult{}, err
+	}
+	return c.store.Signal(ctx, p)
+}
+
+// currentRun returns the current run of the chain the task p names
+// belongs to, when that task continued as new (ok).
+func (c *Client) currentRun(ctx context.Context, p *store.TaskSignalParams) (uuid.UUID, bool, error) {
+	t, err := c.store.TaskGet(ctx, &store.TaskGetParams{Namespace: p.Namespace, ID: p.TaskID, IdempotencyKey: p.IdempotencyKey})
+	if err != nil || t.Status != history.StatusContinued {
+		return uuid.Nil, false, err
+	}
+	latest, err := engine.LatestRun(ctx, c.store.Engine(), p.Namespace, t.ID)
+	if err != nil {
+		return uuid.Nil, false, err
+	}
+	return latest.ID, true, nil
 }
 
 // fillSignal checks a signal's arguments and fills p with them.
