@@ -17,7 +17,8 @@ import (
 // cancelled task, is not an error and appends nothing. A cancel that arrives
 // as the last step finishes can lose the race: the task then ends
 // completed, with the cancel request in its history; [Client.Compensate]
-// undoes it.
+// undoes it. On a task that continued as new (workflow.ContinueAsNew), the
+// cancel reaches its chain's current run, which then starts no next run.
 func (c *Client) Cancel(ctx context.Context, id uuid.UUID, reason string) error {
 	_, err := engine.CancelTask(ctx, c.store.Engine(), &engine.TaskRequestParams{Namespace: c.namespace, ID: id, By: c.requester(ctx), Reason: reason})
 	return err
