@@ -114,6 +114,8 @@ func Decode(typ Type, data []byte) (Payload, error) {
 		return decodeAs[PatchRecordedData](typ, data)
 	case TaskContinued:
 		return decodeAs[TaskContinuedData](typ, data)
+	case TaskForked:
+		return decodeAs[TaskForkedData](typ, data)
 	default:
 		return nil, invalidf(nil, "decode payload: unknown event type %q", string(typ))
 	}

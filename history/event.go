@@ -44,6 +44,7 @@ const (
 	TaskErased            Type = "task_erased"
 	PatchRecorded         Type = "patch_recorded"
 	TaskContinued         Type = "task_continued"
+	TaskForked            Type = "task_forked"
 )
 
 // Types lists every event type this version of the package understands, in
@@ -53,7 +54,7 @@ var Types = []Type{
 	TaskReleased, TaskCompleted, TaskFailed, TaskDeadLettered, TaskRequeued,
 	CancelRequested, CompensationRequested, CompensationStarted, StepCompensated, CompensationFailed, TaskCancelled,
 	TaskExpired, TimerStarted, TimerFired, SignalReceived, WaitStarted, WaitTimedOut,
-	ChildStarted, ChildWaitStarted, ChildFinished, TaskErased, PatchRecorded, TaskContinued,
+	ChildStarted, ChildWaitStarted, ChildFinished, TaskErased, PatchRecorded, TaskContinued, TaskForked,
 }
 
 // Event is one entry of a task's append-only log.
@@ -127,6 +128,20 @@ type TaskScheduledData struct {
 	// (readers take it from the history), so a state rebuilt from the
 	// row (a claim's) has it empty.
 	ContinuedFrom string `json:"continued_from,omitempty"`
+	// ForkedFrom, on a fork, names the task it was forked from and the
+	// position it was forked at: the events after this one, up to the
+	// first attempt, are copies of that task's steps at positions 0 to
+	// ForkedFrom.Position (StepCompletedData.CopiedFromSeq). nil for a
+	// task started otherwise.
+	ForkedFrom *ForkOrigin `json:"forked_from,omitempty"`
+}
+
+// ForkOrigin names the task a fork was made from, TaskID, and the step
+// position it was forked at: the fork holds copies of that task's steps
+// at positions 0 to Position and runs the rest itself.
+type ForkOrigin struct {
+	TaskID   string `json:"task_id"`
+	Position int    `json:"position"`
 }
 
 // DefaultMaxAttempts is the retry budget of a task scheduled without one
@@ -174,6 +189,14 @@ type StepCompletedData struct {
 	// Usage is what the step reported spending on AI models, one entry
 	// per model, in model order.
 	Usage []Usage `json:"usage,omitempty"`
+	// CopiedFromSeq, when above 0, marks a step a fork copied from the
+	// task it was forked from (TaskScheduledData.ForkedFrom): the seq of
+	// the event that recorded the step there (its step_completed, or the
+	// timer_fired of a sleep, copied as a step named "sleep"). A copy
+	// follows the fork's task_scheduled or another copy, belongs to no
+	// attempt (Attempt 0), and carries no usage: the step ran, and was
+	// paid for, in the original.
+	CopiedFromSeq int64 `json:"copied_from_seq,omitempty"`
 }
 
 // Usage is what a step spent on one AI model: the tokens sent and
@@ -496,6 +519,17 @@ type TaskErasedData struct {
 	Reason string `json:"reason,omitempty"`
 }
 
+// TaskForkedData is the payload of task_forked: task ForkTaskID was
+// forked from this one at step Position (Client.Fork), By asking. It may
+// follow any status, a finished one included, and changes none: the
+// original stays as it is (a reset cancels it by a request of its own).
+// An erased task is not forked: its outputs are unreadable.
+type TaskForkedData struct {
+	ForkTaskID string `json:"fork_task_id"`
+	Position   int    `json:"position"`
+	By         string `json:"by,omitempty"`
+}
+
 // Never is the run time of a task due at no particular time: a parent
 // awaiting its children, which their finishing makes due.
 var Never = time.Date(9999, time.January, 1, 0, 0, 0, 0, time.UTC)
@@ -590,3 +624,6 @@ func (PatchRecordedData) EventType() Type { return PatchRecorded }
 
 // EventType implements [Payload].
 func (TaskContinuedData) EventType() Type { return TaskContinued }
+
+// EventType implements [Payload].
+func (TaskForkedData) EventType() Type { return TaskForked }

@@ -237,6 +237,11 @@ func requireStep(t *testing.T, prev, next history.State, e history.Event) {
 		require.Equal(t, prev.Status, next.Status)
 		require.Equal(t, prev.FinishedAt, next.FinishedAt)
 		require.True(t, next.Erased)
+	case e.Type() == history.TaskForked:
+		// A fork changes nothing of the original but its list of forks.
+		require.Equal(t, prev.Status, next.Status)
+		require.Equal(t, prev.FinishedAt, next.FinishedAt)
+		require.Len(t, next.Forks, len(prev.Forks)+1)
 	case next.Status.Terminal():
 		require.Equal(t, e.At, next.FinishedAt)
 		require.Empty(t, next.Lease.Owner)
@@ -248,8 +253,8 @@ func requireStep(t *testing.T, prev, next history.State, e history.Event) {
 		require.Equal(t, history.StatusRunning, next.Status, "only a running task holds a lease")
 	}
 	if prev.Status.Terminal() {
-		require.Contains(t, []history.Type{history.TaskRequeued, history.CompensationRequested, history.TaskErased}, e.Type(),
-			"only a requeue, a compensation request or an erasure follows a %s task", prev.Status)
+		require.Contains(t, []history.Type{history.TaskRequeued, history.CompensationRequested, history.TaskErased, history.TaskForked}, e.Type(),
+			"only a requeue, a compensation request, an erasure or a fork follows a %s task", prev.Status)
 	}
 	if next.Timer != nil {
 		require.Equal(t, len(next.Steps), next.Timer.Position, "a timer runs at a position other than the next")
@@ -333,11 +338,11 @@ func plausible(s history.State) []history.Type {
 	case s.LastSeq == 0:
 		return []history.Type{history.TaskScheduled}
 	case s.Status == history.StatusDeadLettered:
-		return []history.Type{history.TaskRequeued}
+		return []history.Type{history.TaskRequeued, history.TaskForked}
 	case s.Status == history.StatusCompleted:
-		return []history.Type{history.CompensationRequested}
+		return []history.Type{history.CompensationRequested, history.TaskForked}
 	case s.Status == history.StatusPending || s.Status == history.StatusRetrying:
-		return []history.Type{history.AttemptStarted, history.AttemptStarted, history.AttemptStarted, history.CancelRequested,
+		return []history.Type{history.StepCompleted, history.TaskForked, history.AttemptStarted, history.AttemptStarted, history.AttemptStarted, history.CancelRequested,
 			history.TaskFailed, history.TaskDeadLettered, history.TaskExpired, history.TaskCancelled, history.SignalReceived,
 			history.ChildFinished}
 	case s.Status == history.StatusRunning && s.Lease.Owner == "":
@@ -556,13 +561,15 @@ func nextEvent(r *fuzzBytes, events []history.Event, s history.State) history.Ev
 			if r.intn(2) == 1 {
 				sched.Deadline = &later
 			}
+			sched.ForkedFrom = pickOf(r, nil, nil, &history.ForkOrigin{TaskID: "orig-1", Position: pickOf(r, 0, 1, -1)}, &history.ForkOrigin{})
 			p = sched
 		case history.AttemptStarted:
 			p = history.AttemptStartedData{WorkerID: pickOf(r, historytest.Worker, "", "w-2"),
 				LeaseEpoch: pickOf(r, s.Lease.Epoch+1, s.Lease.Epoch+2, s.Lease.Epoch, 0, -1), LeaseExpiresAt: later}
 		case history.StepCompleted:
 			p = history.StepCompletedData{Position: position, Name: name, Output: output, Compensable: r.intn(2) == 1,
-				DurationMillis: int64(r.intn(3)), Usage: pickOf(r, []history.Usage(nil), []history.Usage{{Model: "m", InputTokens: 3, CostUSD: 0.5}})}
+				DurationMillis: int64(r.intn(3)), Usage: pickOf(r, []history.Usage(nil), []history.Usage{{Model: "m", InputTokens: 3, CostUSD: 0.5}}),
+				CopiedFromSeq: pickOf(r, 0, 0, 1, int64(position)+2, -1)}
 		case history.AttemptFailed:
 			failed := history.AttemptFailedData{Error: info}
 			if r.intn(2) == 1 {
@@ -626,6 +633,8 @@ func nextEvent(r *fuzzBytes, events []history.Event, s history.State) history.Ev
 			p = history.PatchRecordedData{PatchID: pickOf(r, "add-classify", "", "patch-0", "bad\x00id"), Position: pickOf(r, len(s.Steps), 0, -1)}
 		case history.TaskContinued:
 			p = history.TaskContinuedData{NextTaskID: pickOf(r, "run-2", "")}
+		case history.TaskForked:
+			p = history.TaskForkedData{ForkTaskID: pickOf(r, "fork-1", ""), Position: pickOf(r, 0, position, position-1, -1), By: by}
 		default:
 			panic("no case for event type " + string(history.Types[k]))
 		}

@@ -210,6 +210,31 @@ func goldenGood() map[string]struct {
 			after(2*sec, step(1, 0, "poll")),
 			after(3*sec, historytest.E{Attempt: 1, Data: history.TaskContinuedData{NextTaskID: "run-3"}}),
 		)},
+		// A completed task forked at its second step, after it finished:
+		// task_forked names the fork; the status stays.
+		"fork_origin": {status: history.StatusCompleted, events: build(
+			after(0, scheduled()),
+			after(1*sec, started(1, 1)),
+			after(2*sec, step(1, 0, "reserve")),
+			after(3*sec, step(1, 1, "charge")),
+			after(4*sec, step(1, 2, "ship")),
+			after(5*sec, completed(1)),
+			after(60*sec, historytest.E{Data: history.TaskForkedData{ForkTaskID: "fork-1", Position: 1, By: "alice"}}),
+		)},
+		// The fork: its first two steps copied from the original (one
+		// with an edited output), the third run by its own attempt.
+		"forked": {status: history.StatusCompleted, events: build(
+			after(0, historytest.E{Data: func() history.TaskScheduledData {
+				p := scheduled().Data.(history.TaskScheduledData)
+				p.ForkedFrom = &history.ForkOrigin{TaskID: "orig-1", Position: 1}
+				return p
+			}()}),
+			after(0, historytest.E{Data: history.StepCompletedData{Position: 0, Name: "reserve", Output: json.RawMessage(`{"id":"r-1"}`), CopiedFromSeq: 3}}),
+			after(0, historytest.E{Data: history.StepCompletedData{Position: 1, Name: "charge", Output: json.RawMessage(`{"amount":12}`), CopiedFromSeq: 4}}),
+			after(1*sec, started(1, 1)),
+			after(2*sec, step(1, 2, "ship")),
+			after(3*sec, completed(1)),
+		)},
 		// Still running: the second attempt holds the lease.
 		"in_flight": {status: history.StatusRunning, events: build(
 			after(0, scheduled()),
@@ -419,6 +444,35 @@ func goldenBad(t *testing.T) map[string]struct {
 				return ev
 			}),
 			error: "event 4 (task_continued): no next task id",
+		},
+		"copy_after_attempt": {
+			data: edit("forked", func(ev []history.Event) []history.Event {
+				cp := ev[2]
+				cp.Seq, cp.Data = 6, history.StepCompletedData{Position: 3, Name: "late", CopiedFromSeq: 2}
+				return append(ev[:5], cp)
+			}),
+			error: "event 6 (step_completed): a copied step follows only task_scheduled and other copies",
+		},
+		"fork_missing_copies": {
+			data: edit("forked", func(ev []history.Event) []history.Event {
+				st := ev[3]
+				st.Seq = 3
+				return append(ev[:2], st)
+			}),
+			error: "event 3 (attempt_started): a fork at position 1 holds 1 copied steps, not 2",
+		},
+		"copy_outside_fork": {
+			data: edit("released_and_resumed", func(ev []history.Event) []history.Event {
+				return append(ev[:1], history.Event{Seq: 2, At: ev[0].At, Data: history.StepCompletedData{Position: 0, Name: "reserve", CopiedFromSeq: 2}})
+			}),
+			error: "event 2 (step_completed): a copied step in a task that is not a fork",
+		},
+		"forked_at_missing_step": {
+			data: edit("fork_origin", func(ev []history.Event) []history.Event {
+				ev[6].Data = history.TaskForkedData{ForkTaskID: "fork-1", Position: 3}
+				return ev
+			}),
+			error: "event 7 (task_forked): step 3 is not on record",
 		},
 		"unknown_schema_version": {
 			data:  raw("released_and_resumed", 3, history.StepCompleted, `{"v":2,"position":0,"name":"reserve"}`),

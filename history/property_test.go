@@ -144,6 +144,11 @@ func checkProperties(t require.TestingT, events []history.Event) {
 			require.Equal(t, pos, st.Position)
 		}
 		switch {
+		case e.Type() == history.TaskForked:
+			// A fork changes nothing of the original but its forks.
+			require.Equal(t, inc.Status, next.Status)
+			require.Equal(t, inc.FinishedAt, next.FinishedAt)
+			require.Len(t, next.Forks, len(inc.Forks)+1)
 		case e.Type() == history.TaskErased:
 			// The erasure ends the log; the task finished when it did.
 			require.Equal(t, n-1, i, "an event follows task_erased")
@@ -153,7 +158,7 @@ func checkProperties(t require.TestingT, events []history.Event) {
 			// Only an operator's requeue (of a dead letter), a request to
 			// compensate (a completed task) or an erasure may follow a
 			// terminal event.
-			if i < n-1 && events[i+1].Type() != history.TaskErased {
+			if i < n-1 && events[i+1].Type() != history.TaskErased && events[i+1].Type() != history.TaskForked {
 				reopen := map[history.Status]history.Type{
 					history.StatusDeadLettered: history.TaskRequeued,
 					history.StatusCompleted:    history.CompensationRequested,
@@ -224,8 +229,16 @@ func checkProperties(t require.TestingT, events []history.Event) {
 	}
 
 	if s.Status.Terminal() {
-		// Terminal is final: nothing can follow.
+		// Terminal is final: nothing can follow but a fork (of a step on
+		// record, of a task not erased), which changes no status.
 		for _, e := range candidates(s, last.At) {
+			if e.Type() == history.TaskForked {
+				got, err := history.Apply(s, e)
+				if err == nil {
+					require.Equal(t, s.Status, got.Status)
+				}
+				continue
+			}
 			got, err := history.Apply(s, e)
 			requireMarked(t, err)
 			require.Contains(t, err.Error(), "task is already "+string(s.Status))
@@ -284,6 +297,8 @@ func candidates(s history.State, at time.Time) []history.Event {
 		out = append(out, history.Event{Seq: seq, At: at, Attempt: attempt, Data: p})
 	}
 	add(0, history.TaskScheduledData{TaskType: "again", RunAt: at})
+	add(0, history.StepCompletedData{Position: len(s.Steps), Name: "copy", CopiedFromSeq: 2})
+	add(0, history.TaskForkedData{ForkTaskID: "fork", Position: 0})
 	for _, attempt := range []int{s.Attempt, s.Attempt + 1} {
 		for _, epoch := range []int64{s.Lease.Epoch, s.Lease.Epoch + 1} {
 			add(attempt, history.AttemptStartedData{WorkerID: "w", LeaseEpoch: epoch, LeaseExpiresAt: next})

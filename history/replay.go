@@ -190,6 +190,12 @@ type Lease struct {
 	ExpiresAt time.Time // as granted when the attempt started; heartbeats extend it outside the log
 }
 
+// Fork is a task forked from this one at step Position (task_forked).
+type Fork struct {
+	TaskID   string
+	Position int
+}
+
 // Step is a completed step as the history records it.
 type Step struct {
 	Position int
@@ -255,7 +261,10 @@ type State struct {
 	// ContinuedAs is the id of the run this one continued as
 	// (task_continued), set with status continued.
 	ContinuedAs string
-	LastSeq     int64
+	// Forks are the tasks forked from this one (task_forked), in history
+	// order.
+	Forks   []Fork
+	LastSeq int64
 
 	CreatedAt  time.Time // at of task_scheduled
 	UpdatedAt  time.Time // at of the latest event
@@ -332,7 +341,7 @@ func apply(s State, e Event, owned bool) (State, error) {
 	}
 	reopens := (typ == TaskRequeued && s.Status == StatusDeadLettered) ||
 		(typ == CompensationRequested && s.Status == StatusCompleted)
-	if s.Status.Terminal() && !reopens && typ != TaskErased {
+	if s.Status.Terminal() && !reopens && typ != TaskErased && typ != TaskForked {
 		return s, invalidf(nil, "event %d (%s): task is already %s", e.Seq, typ, s.Status)
 	}
 	if s.Erased && reopens {
@@ -411,6 +420,8 @@ func apply(s State, e Event, owned bool) (State, error) {
 		}
 	case TaskContinuedData:
 		err = s.applyContinued(e, p)
+	case TaskForkedData:
+		err = s.applyForked(e, p)
 	case TaskExpiredData:
 		if s.Status != StatusPending || s.Attempt != 0 {
 			err = invalidf(nil, "event %d (%s): task is %s after %d attempts; only a task never started expires", e.Seq, TaskExpired, s.Status, s.Attempt)
@@ -489,6 +500,8 @@ func typeOf(p Payload) (Type, bool) {
 		return PatchRecorded, true
 	case TaskContinuedData:
 		return TaskContinued, true
+	case TaskForkedData:
+		return TaskForked, true
 	}
 	return "", false
 }
@@ -508,6 +521,9 @@ func (s *State) applyScheduled(e Event, p TaskScheduledData) error {
 	}
 	if p.ParentPosition < 0 || (p.ParentPosition != 0 && p.ParentID == "") {
 		return invalidf(nil, "event %d (%s): parent position %d without a parent", e.Seq, TaskScheduled, p.ParentPosition)
+	}
+	if f := p.ForkedFrom; f != nil && (f.TaskID == "" || f.Position < 0) {
+		return invalidf(nil, "event %d (%s): forked from task %q at position %d", e.Seq, TaskScheduled, f.TaskID, f.Position)
 	}
 	s.Scheduled = p
 	s.Status = StatusPending
@@ -530,6 +546,9 @@ func (s *State) applyAttemptStarted(e Event, p AttemptStartedData) error {
 	// without one would leave the attempt unable to do anything but fail.
 	if p.WorkerID == "" {
 		return invalidf(nil, "event %d (%s): no worker id", e.Seq, AttemptStarted)
+	}
+	if f := s.Scheduled.ForkedFrom; f != nil && s.Attempt == 0 && len(s.Steps) != f.Position+1 {
+		return invalidf(nil, "event %d (%s): a fork at position %d holds %d copied steps, not %d", e.Seq, AttemptStarted, f.Position, len(s.Steps), f.Position+1)
 	}
 	s.Status = StatusRunning
 	s.Attempt = e.Attempt
@@ -558,6 +577,9 @@ func (s *State) requireCurrentAttempt(e Event) error {
 }
 
 func (s *State) applyStepCompleted(e Event, p StepCompletedData, owned bool) error {
+	if p.CopiedFromSeq != 0 {
+		return s.applyStepCopied(e, p, owned)
+	}
 	if err := s.requireLeasedAttempt(e); err != nil {
 		return err
 	}
@@ -599,6 +621,51 @@ func (s *State) applyStepCompleted(e Event, p StepCompletedData, owned bool) err
 	if len(s.Ahead) == 0 {
 		s.Ahead = nil
 	}
+	return nil
+}
+
+// applyStepCopied applies a fork's copy of a step of the task it was
+// forked from: only in the fork's prefix (task_scheduled, then copies, in
+// position order), before any attempt.
+func (s *State) applyStepCopied(e Event, p StepCompletedData, owned bool) error {
+	f := s.Scheduled.ForkedFrom
+	switch {
+	case p.CopiedFromSeq < 0:
+		return invalidf(nil, "event %d (%s): copied from seq %d", e.Seq, StepCompleted, p.CopiedFromSeq)
+	case f == nil:
+		return invalidf(nil, "event %d (%s): a copied step in a task that is not a fork", e.Seq, StepCompleted)
+	case e.Attempt != 0 || s.Attempt != 0 || s.LastSeq != int64(len(s.Steps))+1:
+		return invalidf(nil, "event %d (%s): a copied step follows only task_scheduled and other copies", e.Seq, StepCompleted)
+	case p.Position != len(s.Steps):
+		return invalidf(nil, "event %d (%s): copied step at position %d, expected %d", e.Seq, StepCompleted, p.Position, len(s.Steps))
+	case p.Position > f.Position:
+		return invalidf(nil, "event %d (%s): copied step at position %d, beyond the fork's position %d", e.Seq, StepCompleted, p.Position, f.Position)
+	case p.Name == "":
+		return invalidf(nil, "event %d (%s): no step name", e.Seq, StepCompleted)
+	case p.OutputRef != nil && len(p.Output) > 0:
+		return invalidf(nil, "event %d (%s): an output and an output reference", e.Seq, StepCompleted)
+	case len(p.Usage) > 0:
+		return invalidf(nil, "event %d (%s): a copied step with usage (it was paid for in the original)", e.Seq, StepCompleted)
+	}
+	s.addStep(Step{Position: p.Position, Name: p.Name, Output: p.Output, OutputRef: p.OutputRef, Compensable: p.Compensable}, owned)
+	return nil
+}
+
+// applyForked records a fork of the task (task_forked): in any status,
+// the status unchanged.
+func (s *State) applyForked(e Event, p TaskForkedData) error {
+	switch {
+	case p.ForkTaskID == "":
+		return invalidf(nil, "event %d (%s): no fork task id", e.Seq, TaskForked)
+	case p.Position < 0:
+		return invalidf(nil, "event %d (%s): position %d", e.Seq, TaskForked, p.Position)
+	case s.Erased:
+		return invalidf(nil, "event %d (%s): the task's data was erased", e.Seq, TaskForked)
+	}
+	if _, ok := s.StepAt(p.Position); !ok {
+		return invalidf(nil, "event %d (%s): step %d is not on record", e.Seq, TaskForked, p.Position)
+	}
+	s.Forks = append(slices.Clip(s.Forks), Fork{TaskID: p.ForkTaskID, Position: p.Position})
 	return nil
 }
 

@@ -546,7 +546,7 @@ func TestEventType(t *testing.T) {
 		history.TaskCancelledData{}, history.TaskExpiredData{}, history.TimerStartedData{}, history.TimerFiredData{},
 		history.SignalReceivedData{}, history.WaitStartedData{}, history.WaitTimedOutData{},
 		history.ChildStartedData{}, history.ChildWaitStartedData{}, history.ChildFinishedData{},
-		history.TaskErasedData{}, history.PatchRecordedData{}, history.TaskContinuedData{},
+		history.TaskErasedData{}, history.PatchRecordedData{}, history.TaskContinuedData{}, history.TaskForkedData{},
 	}
 	require.Len(t, payloads, len(history.Types))
 	for i, p := range payloads {

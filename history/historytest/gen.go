@@ -145,7 +145,56 @@ func generate(src source, opts Opts) []history.Event {
 	// Drawn last, so the histories of earlier seeds (and recorded failure
 	// files) stay what they were.
 	g.maybeErase()
+	g.maybeForked()
+	if g.src.intRange("fork", 0, 7) == 0 {
+		return g.forkOf()
+	}
 	return g.events
+}
+
+// forkID is the task id generated forks name.
+const forkID = "0190a000-0000-7000-8000-00000000f04c"
+
+// maybeForked sometimes ends a history not erased with task_forked: a
+// fork made from it at one of its completed steps, in any status.
+func (g *gen) maybeForked() {
+	s, err := history.Replay(g.events)
+	if err != nil || s.Erased || len(s.Steps) == 0 || g.src.intRange("forked", 0, 5) != 0 {
+		return
+	}
+	g.at = g.at.Add(g.delay("fork_lag", time.Hour))
+	g.emit(0, history.TaskForkedData{
+		ForkTaskID: forkID, Position: g.src.intRange("fork_position", 0, len(s.Steps)-1),
+		By: g.pick("forked_by", []string{"", "alice@example.com"}),
+	}, true)
+}
+
+// forkOf returns, in place of the history generated, a fork of it: its
+// task_scheduled forked from a task at one of the generated history's
+// steps, that step and those before it copied, then perhaps an attempt
+// that runs the next step and completes.
+func (g *gen) forkOf() []history.Event {
+	s, err := history.Replay(g.events)
+	if err != nil || len(s.Steps) == 0 {
+		return g.events
+	}
+	at := g.src.intRange("fork_at", 0, len(s.Steps)-1)
+	sched := s.Scheduled
+	sched.ForkedFrom = &history.ForkOrigin{TaskID: forkID, Position: at}
+	sched.RunAt = g.at
+	f := &gen{src: g.src, at: g.at}
+	f.emit(0, sched, true)
+	for _, st := range s.Steps[:at+1] {
+		f.emit(0, history.StepCompletedData{Position: st.Position, Name: st.Name, Output: st.Output, Compensable: st.Compensable,
+			CopiedFromSeq: int64(st.Position + 2)}, true)
+	}
+	if g.src.intRange("fork_runs", 0, 1) == 1 {
+		f.at = f.at.Add(g.delay("delay", time.Second))
+		f.emit(1, history.AttemptStartedData{WorkerID: "worker-1", LeaseEpoch: 1, LeaseExpiresAt: f.at.Add(time.Minute)}, true)
+		f.emit(1, history.StepCompletedData{Position: at + 1, Name: stepName(at + 1), Output: g.rawOrNil("output", outputs)}, true)
+		f.emit(1, history.TaskCompletedData{Output: g.rawOrNil("output", outputs)}, true)
+	}
+	return f.events
 }
 
 // maybeErase sometimes ends a finished history with task_erased, as an
