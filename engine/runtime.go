@@ -109,6 +109,28 @@ func SignalTask(ctx context.Context, s store.Executor, p *store.TaskSignalParams
 	return requests.Signal(ctx, s, p)
 }
 
+// ForkParams describes a fork; see requests.Fork.
+type ForkParams = requests.ForkParams
+
+// ForkResult says what a fork wrote.
+type ForkResult = requests.ForkResult
+
+// ForkCopy is a step a fork copies.
+type ForkCopy = requests.ForkCopy
+
+// ForkCopies returns the steps a fork at position at copies, or why
+// none can be made; see requests.ForkCopies.
+func ForkCopies(id uuid.UUID, events []history.Event, state history.State, at int) ([]ForkCopy, error) {
+	return requests.ForkCopies(id, events, state, at)
+}
+
+// ForkTask writes a fork in one transaction of ex: its start, its copied
+// steps and the original's task_forked; see requests.Fork. The payloads
+// are written as given: the SDK's edge encodes them first.
+func ForkTask(ctx context.Context, ex store.Executor, p *ForkParams) (ForkResult, error) {
+	return requests.Fork(ctx, ex, p)
+}
+
 // TaskRequeueParams describes a requeue of dead-lettered tasks.
 type TaskRequeueParams = requests.RequeueParams
 

@@ -192,8 +192,8 @@ type Lease struct {
 
 // Fork is a task forked from this one at step Position (task_forked).
 type Fork struct {
-	TaskID   string
-	Position int
+	TaskID   string `json:"task_id"`
+	Position int    `json:"position"`
 }
 
 // Step is a completed step as the history records it.

@@ -557,6 +557,10 @@ type TaskInfo struct {
 	// followed a chain to it; List leaves them nil.
 	ContinuedFrom *uuid.UUID `json:"continued_from,omitempty"`
 	ContinuedAs   *uuid.UUID `json:"continued_as,omitempty"`
+	// ForkedFrom, on a fork ([Client.Fork]), names the task it was
+	// forked from and the step position; nil otherwise. Get reads it
+	// from the task's history, as Wait does; listings leave it nil.
+	ForkedFrom *history.ForkOrigin `json:"forked_from,omitempty"`
 	// Waiting says what a pending task waits for (a signal, its
 	// children, a timer) when its workflow is in a wait; nil otherwise.
 	// Get and List read it from the task's history.
@@ -602,18 +606,20 @@ func (c *Client) Get(ctx context.Context, id uuid.UUID) (*TaskInfo, error) {
 	return c.resolved(ctx, info)
 }
 
-// setChainLinks fills info's ContinuedFrom (from its task_scheduled) and
-// ContinuedAs (from its task_continued, when it ended continued).
+// setChainLinks fills info's ContinuedFrom and ForkedFrom (from its
+// task_scheduled) and ContinuedAs (from its task_continued, when it ended
+// continued).
 func (c *Client) setChainLinks(ctx context.Context, info *TaskInfo) error {
 	first, err := c.store.EventListPage(ctx, &store.EventPageParams{Namespace: info.Namespace, TaskID: info.ID, Limit: 1})
 	if err != nil {
 		return err
 	}
 	if len(first) > 0 {
-		if sc, ok := first[0].Data.(history.TaskScheduledData); ok && sc.ContinuedFrom != "" {
-			if from, err := uuid.Parse(sc.ContinuedFrom); err == nil {
+		if sc, ok := first[0].Data.(history.TaskScheduledData); ok {
+			if from, err := uuid.Parse(sc.ContinuedFrom); err == nil && sc.ContinuedFrom != "" {
 				info.ContinuedFrom = &from
 			}
+			info.ForkedFrom = sc.ForkedFrom
 		}
 	}
 	if info.Status != history.StatusContinued {
@@ -736,6 +742,9 @@ func (c *Client) waitRun(ctx context.Context, id uuid.UUID) (*TaskInfo, uuid.UUI
 				return nil, next, err
 			}
 			if info.Status.Terminal() {
+				if info.ForkedFrom, err = c.forkedFrom(ctx, id); err != nil {
+					return nil, uuid.Nil, err
+				}
 				info, err = c.resolved(ctx, info)
 				return info, uuid.Nil, err
 			}

@@ -10,6 +10,7 @@ import (
 	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/engine/pgstore"
 	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/internal/errmark"
 	"github.com/cairnflow/cairn/payload"
 )
@@ -106,4 +107,59 @@ func (e *Store) Schedule(ctx context.Context, p *store.ScheduleCreateParams) err
 	q := *p
 	q.Input = enc.At(0).Data
 	return e.st.ScheduleCreate(ctx, &q)
+}
+
+// ForkRequest is a fork as the SDK asks for it, its payloads in clear:
+// the fork's start (its Scheduled.ForkedFrom set) and its copied steps,
+// their outputs decoded from the original's (or replaced).
+type ForkRequest struct {
+	Namespace   string
+	Original    uuid.UUID
+	OriginalSeq int64
+	Position    int
+	By          string
+	Start       *store.TaskStartParams
+	Copies      []history.StepCompletedData
+}
+
+// Fork writes the fork p asks for (engine.ForkTask, one transaction), its
+// input and copied outputs encoded for the fork's own task: sealed with
+// its data key, an input over the threshold kept as its blob. What
+// encoding readied is undone when no fork was written.
+func (e *Store) Fork(ctx context.Context, p *ForkRequest) (engine.ForkResult, error) {
+	enc, err := e.encodeStarts(ctx, []*store.TaskStartParams{p.Start})
+	if err != nil {
+		return engine.ForkResult{}, err
+	}
+	q := startParams([]*store.TaskStartParams{p.Start}, enc)[0]
+	// The outputs are the new task's, sealed with the data key its start
+	// made (or, without an input, the first of them makes).
+	steps := &payload.Start{DataKey: q.DataKey}
+	ps := make([]*payload.Payload, len(p.Copies))
+	for i, c := range p.Copies {
+		ps[i] = &payload.Payload{Namespace: p.Namespace, Task: q.ID, Kind: payload.StepOutput, Data: c.Output, Start: steps}
+	}
+	encSteps, err := e.stage.Encode(ctx, ps)
+	if err != nil {
+		e.stage.Discard(ctx, enc, func(int) bool { return false })
+		return engine.ForkResult{}, errors.Wrap(err, "fork: encode the copied outputs")
+	}
+	copies := make([]history.StepCompletedData, len(p.Copies))
+	for i, c := range p.Copies {
+		pl := encSteps.At(i)
+		c.Output, c.OutputRef = pl.Data, pl.Ref
+		copies[i] = c
+	}
+	if q.DataKey == nil {
+		q.DataKey = steps.DataKey
+	}
+	q.Blobs = append(q.Blobs, storeBlobs(steps.Blobs)...)
+	res, err := engine.ForkTask(ctx, e.st, &engine.ForkParams{
+		Namespace: p.Namespace, Original: p.Original, OriginalSeq: p.OriginalSeq, Position: p.Position, By: p.By,
+		Start: q, Copies: copies,
+	})
+	written := func(int) bool { return err == nil && !res.Existing }
+	e.stage.Discard(ctx, enc, written)
+	e.stage.Discard(ctx, encSteps, written)
+	return res, err
 }

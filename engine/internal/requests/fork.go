@@ -1,0 +1,216 @@
+package requests
+
+import (
+	"context"
+
+	"github.com/cockroachdb/errors"
+	"github.com/google/uuid"
+
+	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/internal/errmark"
+)
+
+// ForkCopy is one step a fork copies from the task it is forked from:
+// Step is the original's record of it as stored (a sleep's timer_fired
+// read as a step named "sleep"), Seq the seq of that record, which the
+// copy names (history.StepCompletedData.CopiedFromSeq).
+type ForkCopy struct {
+	Seq  int64
+	Step history.StepCompletedData
+	// Sleep says the step is a sleep (a timer that fired): it has no
+	// output to replace.
+	Sleep bool
+}
+
+// ForkCopies returns the steps a fork of the task whose history is events
+// (replayed: state) at position at copies, positions 0 to at, as stored
+// (their outputs encoded); what the edge decodes, re-encodes for the fork,
+// and gives [Fork]. It refuses, with an error that says why, what a fork
+// cannot be made of:
+//
+//   - an erased task ([store.ErrTaskState]: its outputs are unreadable);
+//   - a position not completed in order: beyond the steps on record, or
+//     held ahead of a position not on record, a parallel step that
+//     finished before one before it ([store.ErrTaskState]);
+//   - a step at or before the position that was compensated
+//     ([store.ErrTaskState]: its effect was undone);
+//   - a task whose history records a child started, a receive, or a
+//     signal before the step at the position completed
+//     ([store.ErrUnsupported]: a fork copies steps only, so it would
+//     start those children again or miss those signals).
+func ForkCopies(id uuid.UUID, events []history.Event, state history.State, at int) ([]ForkCopy, error) {
+	switch {
+	case state.Erased:
+		return nil, errmark.Mark(errors.Newf("fork task %s: its data was erased, so its step outputs cannot be copied", id), store.ErrTaskState)
+	case at < 0:
+		return nil, errors.Newf("fork task %s: position %d is negative", id, at)
+	case at >= len(state.Steps):
+		if _, ahead := state.StepAt(at); ahead {
+			return nil, errmark.Mark(errors.Newf("fork task %s at position %d: the step there completed ahead of position %d, which is not on record; fork at a position below %d",
+				id, at, len(state.Steps), len(state.Steps)), store.ErrTaskState)
+		}
+		return nil, errmark.Mark(errors.Newf("fork task %s at position %d: it has %d steps on record (positions 0 to %d)",
+			id, at, len(state.Steps), len(state.Steps)-1), store.ErrTaskState)
+	}
+	if c := state.Compensation; c != nil {
+		for _, pos := range c.Done {
+			if pos <= at {
+				return nil, errmark.Mark(errors.Newf("fork task %s at position %d: step %d was compensated, its effect undone; fork at a position below %d",
+					id, at, pos, pos), store.ErrTaskState)
+			}
+		}
+	}
+	copies := make([]ForkCopy, at+1)
+	found := 0
+	for _, e := range events {
+		var step history.StepCompletedData
+		sleep := false
+		switch d := e.Data.(type) {
+		case history.StepCompletedData:
+			step = d
+		case history.TimerFiredData:
+			step, sleep = history.StepCompletedData{Position: d.Position, Name: history.SleepStepName}, true
+		case history.ChildStartedData, history.WaitStartedData, history.SignalReceivedData:
+			if found <= at {
+				return nil, errmark.Mark(errors.Newf("fork task %s at position %d: its history records %s (event %d) before the step there completed; forking past children, receives or signals is not supported",
+					id, at, e.Type(), e.Seq), store.ErrUnsupported)
+			}
+			continue
+		default:
+			continue
+		}
+		if step.Position > at {
+			continue
+		}
+		if step.Position < 0 || copies[step.Position].Seq != 0 {
+			return nil, errors.AssertionFailedf("fork task %s: step %d recorded twice", id, step.Position)
+		}
+		// Usage stays the original's: the step ran, and was paid for,
+		// there.
+		step.Usage, step.CopiedFromSeq = nil, e.Seq
+		copies[step.Position] = ForkCopy{Seq: e.Seq, Step: step, Sleep: sleep}
+		found++
+	}
+	if found != at+1 {
+		return nil, errors.AssertionFailedf("fork task %s: %d of the %d steps to copy found in its history", id, found, at+1)
+	}
+	return copies, nil
+}
+
+// ForkParams describes a fork ([Fork]).
+type ForkParams struct {
+	Namespace string
+	// Original is the task forked from, whose history gets task_forked.
+	Original uuid.UUID
+	// OriginalSeq is the length of the original's history the copies were
+	// read from: the fork's copies are of events before it, which never
+	// change.
+	OriginalSeq int64
+	// Position is the step the fork is made at.
+	Position int
+	// By names who asks, for task_forked. Required.
+	By string
+	// Start is the fork's start, its payloads encoded: its ID set, its
+	// Scheduled.ForkedFrom naming Original and Position.
+	Start *store.TaskStartParams
+	// Copies are the fork's copied steps, positions 0 to Position in
+	// order, their outputs encoded for the fork (CopiedFromSeq set).
+	Copies []history.StepCompletedData
+}
+
+// ForkResult says what a fork wrote.
+type ForkResult struct {
+	ID uuid.UUID
+	// Existing is set when Start's idempotency key was taken: ID is the
+	// task that took it, and nothing was written.
+	Existing bool
+	// State is the fork's state after its copies (zero when Existing).
+	State history.State
+}
+
+// Fork writes a fork over ex, in one transaction: the fork's start
+// (TaskStart: task_scheduled, its row, its data key and blobs), its
+// copied steps (EventAppend, no attempt's), and task_forked in the
+// original's history (EventAppend, fenced by the original's log as read
+// in the transaction; the original may be in any status). A start whose
+// idempotency key was taken writes nothing and returns that task. A
+// concurrent append to the original (a running worker's) is retried, up
+// to a few times; then the error is marked [store.ErrConflict].
+func Fork(ctx context.Context, ex store.Executor, p *ForkParams) (ForkResult, error) {
+	switch {
+	case p.By == "":
+		return ForkResult{}, errors.New("fork: By (who asks) is empty")
+	case p.Start == nil || p.Start.ID == uuid.Nil:
+		return ForkResult{}, errors.AssertionFailedf("fork task %s: the fork's start has no id", p.Original)
+	case len(p.Copies) != p.Position+1:
+		return ForkResult{}, errors.AssertionFailedf("fork task %s at position %d: %d copies", p.Original, p.Position, len(p.Copies))
+	}
+	for try := 0; ; try++ {
+		res, err := forkOnce(ctx, ex, p)
+		if errors.Is(err, store.ErrConflict) && try+1 < maxRequestTries {
+			continue
+		}
+		if err != nil {
+			return ForkResult{}, errors.Wrapf(err, "fork task %s", p.Original)
+		}
+		return res, nil
+	}
+}
+
+func forkOnce(ctx context.Context, ex store.Executor, p *ForkParams) (ForkResult, error) {
+	tx, err := ex.Begin(ctx)
+	if err != nil {
+		return ForkResult{}, err
+	}
+	// A no-op after the commit; on the way out of a refusal it must roll
+	// back even when ctx has ended.
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if _, err := tx.TaskGet(ctx, &store.TaskGetParams{Namespace: p.Namespace, ID: p.Original}); err != nil {
+		return ForkResult{}, err
+	}
+	events, err := store.TaskEvents(ctx, tx, p.Namespace, p.Original)
+	if err != nil {
+		return ForkResult{}, err
+	}
+	original, err := history.Replay(events)
+	if err != nil {
+		return ForkResult{}, err
+	}
+	if original.LastSeq < p.OriginalSeq {
+		return ForkResult{}, errors.AssertionFailedf("the history is shorter (%d events) than when it was read (%d)", original.LastSeq, p.OriginalSeq)
+	}
+	if original.Erased {
+		return ForkResult{}, errmark.Mark(errors.New("its data was erased"), store.ErrTaskState)
+	}
+	started, err := tx.TaskStart(ctx, p.Start)
+	if err != nil {
+		return ForkResult{}, err
+	}
+	if started.Existing {
+		return ForkResult{ID: started.ID, Existing: true}, nil
+	}
+	forkEvents, err := store.TaskEvents(ctx, tx, p.Namespace, started.ID)
+	if err != nil {
+		return ForkResult{}, err
+	}
+	fork, err := history.Replay(forkEvents)
+	if err != nil {
+		return ForkResult{}, err
+	}
+	payloads := make([]history.Payload, len(p.Copies))
+	for i, c := range p.Copies {
+		payloads[i] = c
+	}
+	if fork, err = tx.EventAppend(ctx, &store.EventAppendParams{TaskID: started.ID, State: fork, At: fork.CreatedAt, Payloads: payloads}); err != nil {
+		return ForkResult{}, err
+	}
+	if _, err := tx.EventAppend(ctx, &store.EventAppendParams{TaskID: p.Original, State: original,
+		Payloads: []history.Payload{history.TaskForkedData{ForkTaskID: started.ID.String(), Position: p.Position, By: p.By}}}); err != nil {
+		return ForkResult{}, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return ForkResult{}, err
+	}
+	return ForkResult{ID: started.ID, State: fork}, nil
+}
