@@ -17,6 +17,7 @@ import (
 	"github.com/cairnflow/cairn/cairntype"
 	"github.com/cairnflow/cairn/engine/enginetest"
 	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/payload"
 	"github.com/cairnflow/cairn/sdk"
 	"github.com/cairnflow/cairn/workflow"
 )
@@ -368,5 +369,48 @@ func TestForkRefusals(t *testing.T) {
 		pg, lite := messages[t.Name()+"/PostgreSQL"], messages[t.Name()+"/SQLite"]
 		require.Len(t, pg, 7)
 		require.Equal(t, pg, lite, "both stores refuse with the same errors")
+	})
+}
+
+// A fork of an encrypted task holds its copies sealed with its own data
+// key: the database's bytes hold the secret nowhere, a client with the
+// keys reads the copies in clear (an output the original kept as a
+// sealed blob copied in place), one without them reads them sealed and
+// cannot fork.
+func TestForkOfAnEncryptedTask(t *testing.T) {
+	t.Parallel()
+	onEachStoreEmbedded(t, func(t *testing.T, embedded bool) {
+		ctx := context.Background()
+		env := newEncryptedEnv(t, embedded, oneKey(t))
+		id, info := runKYC(t, env, "kyc-fork")
+		require.Equal(t, history.StatusCompleted, info.Status, "%+v", info.LastError)
+
+		_, err := env.blind.Fork(ctx, id, sdk.ForkOpts{At: 1})
+		require.ErrorIs(t, err, payload.ErrSealed)
+		require.ErrorContains(t, err, "is encrypted and this client has no key for it")
+
+		forkID, err := env.client.Fork(ctx, id, sdk.ForkOpts{At: 1})
+		require.NoError(t, err)
+		waitForReview(t, env, forkID)
+		_, err = env.client.Signal(ctx, forkID, "review", "fork approved for "+secret, nil)
+		require.NoError(t, err)
+		fork := waitTask(t, env.client, forkID)
+		require.Equal(t, history.StatusCompleted, fork.Status, "%+v", fork.LastError)
+		out, err := sdk.Output[string](fork)
+		require.NoError(t, err)
+		require.Contains(t, out, "fork approved for "+secret)
+		require.Empty(t, env.rawScan(t, secret), "the secret is stored in clear")
+
+		steps := eventsOf[history.StepCompletedData](taskHistory(t, env.client, forkID))
+		require.Contains(t, string(steps[1].Output), secret, "the copy reads back in clear")
+		require.NotZero(t, steps[1].CopiedFromSeq)
+		blind, err := env.blind.RawHistory(ctx, forkID)
+		require.NoError(t, err)
+		for _, st := range eventsOf[history.StepCompletedData](blind)[:2] {
+			sealed, ok := history.ParseSealed(st.Output)
+			require.True(t, ok, "a copy is stored sealed: %s", st.Output)
+			require.Equal(t, forkID.String(), sealed.Task, "sealed with the fork's own key")
+		}
+		enginetest.RequireProjectionsMatch(t, sdk.ClientStore(env.client))
 	})
 }
