@@ -29,7 +29,8 @@ func newTaskCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "task", Short: "Start tasks, wait for and watch them, ask about their state and history"}
 	cmd.AddCommand(newTaskStartCmd(g), newTaskWaitCmd(g), newTaskWatchCmd(g),
 		newTaskShowCmd(g), newTaskHistoryCmd(g), newTaskListCmd(g), newTaskRetryCmd(g),
-		newTaskCancelCmd(g), newTaskCompensateCmd(g), newTaskEraseCmd(g), newTaskSignalCmd(g))
+		newTaskCancelCmd(g), newTaskCompensateCmd(g), newTaskEraseCmd(g), newTaskSignalCmd(g),
+		newTaskForkCmd(g), newTaskResetCmd(g))
 	return cmd
 }
 
@@ -66,15 +67,25 @@ last.`,
 			if err != nil {
 				return notFoundAs(err, id, g.namespace)
 			}
-			return printTask(cmd, g, info)
+			forks, err := c.Forks(cmd.Context(), id)
+			if err != nil {
+				return err
+			}
+			return printTask(cmd, g, info, forks)
 		},
 	}
 }
 
 // printTask prints a task as `task show` does: a table, or one JSON
 // object with -o json.
-func printTask(cmd *cobra.Command, g *globals, info *sdk.TaskInfo) error {
+func printTask(cmd *cobra.Command, g *globals, info *sdk.TaskInfo, forks []history.Fork) error {
 	if g.output == "json" {
+		if len(forks) > 0 {
+			return printJSON(cmd, struct {
+				*sdk.TaskInfo
+				Forks []history.Fork `json:"forks"`
+			}{info, forks})
+		}
 		return printJSON(cmd, info)
 	}
 	w := newTable(cmd)
@@ -107,6 +118,12 @@ func printTask(cmd *cobra.Command, g *globals, info *sdk.TaskInfo) error {
 	}
 	if e := info.LastError; e != nil {
 		row("last error", describeError(*e))
+	}
+	if f := info.ForkedFrom; f != nil {
+		row("forked from", fmt.Sprintf("task %s at step %d", f.TaskID, f.Position))
+	}
+	for _, f := range forks {
+		row("fork", fmt.Sprintf("task %s at step %d", f.TaskID, f.Position))
 	}
 	return w.Flush()
 }
@@ -167,11 +184,18 @@ func newTaskHistoryCmd(g *globals) *cobra.Command {
 func eventDetails(p history.Payload) string {
 	switch v := p.(type) {
 	case history.TaskScheduledData:
-		return fmt.Sprintf("%s@%d on queue %s, max %d attempts", v.TaskType, v.TypeVersion, v.Queue, v.MaxAttempts)
+		s := fmt.Sprintf("%s@%d on queue %s, max %d attempts", v.TaskType, v.TypeVersion, v.Queue, v.MaxAttempts)
+		if f := v.ForkedFrom; f != nil {
+			s += fmt.Sprintf(", forked from task %s at step %d", f.TaskID, f.Position)
+		}
+		return s
 	case history.AttemptStartedData:
 		return fmt.Sprintf("worker %s, lease epoch %d", v.WorkerID, v.LeaseEpoch)
 	case history.StepCompletedData:
 		s := fmt.Sprintf("step %d %s", v.Position, v.Name)
+		if v.CopiedFromSeq > 0 {
+			s += fmt.Sprintf(" (copied from event %d of the original)", v.CopiedFromSeq)
+		}
 		if v.DurationMillis > 0 {
 			s += fmt.Sprintf(" in %s", time.Duration(v.DurationMillis)*time.Millisecond)
 		}
@@ -237,6 +261,8 @@ func eventDetails(p history.Payload) string {
 		return fmt.Sprintf("step %d %s: %s", v.Position, v.Name, describeError(v.Error))
 	case history.TaskCancelledData:
 		return fmt.Sprintf("%s; compensated %v", v.Reason, v.Compensated)
+	case history.TaskForkedData:
+		return fmt.Sprintf("forked as task %s at step %d, %s", v.ForkTaskID, v.Position, byWhom(v.By, ""))
 	}
 	return ""
 }

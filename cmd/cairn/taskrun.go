@@ -127,7 +127,7 @@ func waitAndPrint(cmd *cobra.Command, g *globals, c *sdk.Client, id uuid.UUID, t
 		if info, err = c.Get(cmd.Context(), id); err != nil {
 			return notFoundAs(err, id, g.namespace)
 		}
-		if err := printTask(cmd, g, info); err != nil {
+		if err := printTask(cmd, g, info, nil); err != nil {
 			return err
 		}
 		return errors.Newf("task %s is still %s after %s", id, info.Status, timeout)
@@ -135,7 +135,7 @@ func waitAndPrint(cmd *cobra.Command, g *globals, c *sdk.Client, id uuid.UUID, t
 	if err != nil {
 		return notFoundAs(err, id, g.namespace)
 	}
-	return endedAs(printTask(cmd, g, info), info)
+	return endedAs(printTask(cmd, g, info, nil), info)
 }
 
 // waitPoll is how long one Client.Wait of waitFinished lasts. The embedded
