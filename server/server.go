@@ -373,6 +373,9 @@ func (s *Server) routes() http.Handler {
 	mux.Handle("POST /v1/tasks/{id}/retry", s.api(RoleOperate, s.retryTask))
 	mux.Handle("POST /v1/tasks/{id}/compensate", s.api(RoleOperate, s.compensateTask))
 	mux.Handle("POST /v1/tasks/{id}/erase", s.api(RoleAdmin, s.eraseTask))
+	mux.Handle("POST /v1/tasks/{id}/fork", s.api(RoleOperate, s.forkTask))
+	mux.Handle("POST /v1/tasks/{id}/reset", s.api(RoleOperate, s.resetTask))
+	mux.Handle("GET /v1/tasks/{id}/forks", s.api(RoleRead, s.taskForks))
 	mux.Handle("POST /v1/tasks/{id}/signals/{name}", s.api(RoleOperate, s.signalTask))
 	mux.Handle("POST /v1/tasks/by-key/{key}/signals/{name}", s.api(RoleOperate, s.signalTaskByKey))
 	if len(s.cfg.CallbackSecret) > 0 {

@@ -1,0 +1,42 @@
+package server
+
+import (
+	"encoding/json"
+	"net/http"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/sdk"
+	"github.com/cairnflow/cairn/server/internal/servertest"
+)
+
+// POST /v1/tasks/{id}/fork answers 201 with the new task, whose
+// forked_from names the original; GET …/forks lists it; the fork holds
+// the edited output. On both stores.
+func TestForkOverHTTP(t *testing.T) {
+	t.Parallel()
+	for _, st := range servertest.BothStores(t) {
+		t.Run(st.Name, func(t *testing.T) {
+			t.Parallel()
+			finished := finishTask(t, st.Store, "default")
+			h := testServer(t, st.Store)
+			a := servertest.Send(t, h, "POST", "/v1/tasks/"+finished+"/fork", []byte(`{"at":0,"output":{"text":"total 21,50 €"}}`))
+			require.Equal(t, http.StatusCreated, a.Status, "%s", a.Body)
+			var fork sdk.TaskInfo
+			require.NoError(t, json.Unmarshal(a.Body, &fork))
+			require.Equal(t, &history.ForkOrigin{TaskID: finished, Position: 0}, fork.ForkedFrom)
+			require.Equal(t, history.StatusPending, fork.Status)
+
+			got := servertest.Send(t, h, "GET", "/v1/tasks/"+finished+"/forks", nil)
+			require.Equal(t, http.StatusOK, got.Status)
+			require.JSONEq(t, `{"forks":[{"task_id":"`+fork.ID.String()+`","position":0}]}`, string(got.Body))
+
+			hist := servertest.Send(t, h, "GET", "/v1/tasks/"+fork.ID.String()+"/history", nil)
+			require.Equal(t, http.StatusOK, hist.Status)
+			require.Contains(t, string(hist.Body), `"copied_from_seq":3`)
+			require.Contains(t, string(hist.Body), `21,50`)
+		})
+	}
+}
