@@ -40,6 +40,12 @@ type taskData struct {
 	// any; Parent the way up, for a task that is a child.
 	Children *childrenPanel
 	Parent   *parentLink
+	// ForkedFrom, on a fork, is the task it was forked from, and
+	// ForkDiff its steps' outputs beside that task's; Forks are the
+	// tasks forked from this one.
+	ForkedFrom *forkLink
+	ForkDiff   *forkDiff
+	Forks      []forkLink
 }
 
 // LiveQuery is the query the page refreshes itself with: the namespace
@@ -106,6 +112,7 @@ func (s *Console) consoleTask(w http.ResponseWriter, r *http.Request, c *call, p
 		s.consoleFail(w, r, page, http.StatusInternalServerError, s.consoleError(r, err))
 		return
 	}
+	s.consoleFork(r.Context(), c, events, data)
 	if page.CanOperate && data.Wait != nil {
 		data.Callback = s.callbackLinks(r, c.namespace, data.Wait, time.Now())
 	}
