@@ -60,6 +60,7 @@ type FilterEventTask struct {
 //	event.type == "attempt_failed" && event.data.error.status == 429
 //	event.type in ["task_dead_lettered", "task_failed"] && task.labels["team"] == "ap"
 //	task.type == "invoice.extract" && event.type == "step_completed" && event.data.name == "ocr"
+//	event.type == "task_forked" && task.id == "0190…"  // every fork of a task (Client.Fork)
 //
 // Top-level conjuncts that compare event.type, task.type or task.queue
 // with string literals are also handed to the database, so fewer events

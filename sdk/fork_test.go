@@ -191,6 +191,27 @@ func TestForkRerunsFromAStepWithAnEditedOutput(t *testing.T) {
 		require.Equal(t, history.StatusCompleted, waitTask(t, b.client, second).Status)
 		require.Equal(t, map[int]int{0: 1, 2: 1, 3: 2, 4: 3}, r.counts())
 
+		// The audit finds every fork of a task: its task_forked events, or
+		// the forks' task_scheduled naming it.
+		for _, expr := range []string{
+			fmt.Sprintf(`event.type == "task_forked" && task.id == %q`, res.ID),
+			fmt.Sprintf(`event.type == "task_scheduled" && event.data.forked_from != null && event.data.forked_from.task_id == %q`, res.ID),
+		} {
+			filter, err := sdk.CompileEventFilter(expr)
+			require.NoError(t, err)
+			var found []string
+			require.NoError(t, b.client.Audit(ctx, sdk.AuditParams{Filter: filter}, func(r sdk.AuditRecord) error {
+				switch d := r.Event.Payload.(type) {
+				case history.TaskForkedData:
+					found = append(found, d.ForkTaskID)
+				case history.TaskScheduledData:
+					found = append(found, r.Task.ID.String())
+				}
+				return nil
+			}))
+			require.Equal(t, []string{forkID.String()}, found, expr)
+		}
+
 		stopWorker(t, b.worker)
 		require.Equal(t, 3, enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client)))
 	})
