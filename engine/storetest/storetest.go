@@ -63,6 +63,7 @@ func tests(encoded bool) []conformanceTest {
 		all = append(all, blobTests...)
 		all = append(all, dataKeyTests...)
 		all = append(all, transactionTests()...)
+		all = append(all, forkTests...)
 	}
 	return all
 }

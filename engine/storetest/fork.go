@@ -1,0 +1,147 @@
+package storetest
+
+import (
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/cairnflow/cairn/engine/internal/requests"
+	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/history"
+)
+
+// forkTests: a fork (requests.Fork, over a Tx of the store): the fork's
+// start, its copies and the original's task_forked in one transaction;
+// what the fold refuses writes nothing. Bare only: the payload codecs
+// are the SDK edge's, tested there.
+var forkTests = []conformanceTest{
+	{"ForkOfAFinishedTask", testForkFinished},
+	{"ForkRefusals", testForkRefusals},
+}
+
+// finishedWithSteps starts a task and completes it with steps named
+// names, their outputs the positions.
+func finishedWithSteps(t *testing.T, s store.Store, names ...string) uuid.UUID {
+	t.Helper()
+	id := start(t, s, spec{})
+	ct := claimOne(t, s, "w", time.Minute)
+	payloads := make([]history.Payload, 0, len(names)+1)
+	for i, n := range names {
+		payloads = append(payloads, history.StepCompletedData{Position: i, Name: n, Output: json.RawMessage(fmt.Sprintf(`{"n":%d}`, i)), Compensable: i == 0})
+	}
+	_, err := appendFenced(t, s, ct, append(payloads, history.TaskCompletedData{Output: json.RawMessage(`"done"`)})...)
+	require.NoError(t, err)
+	return id
+}
+
+// forkParams are the params of a fork of task id at position at, its
+// copies as ForkCopies finds them.
+func forkParams(t *testing.T, s store.Store, id uuid.UUID, at int) *requests.ForkParams {
+	t.Helper()
+	evs := events(t, s, id)
+	state, err := history.Replay(evs)
+	require.NoError(t, err)
+	copies, err := requests.ForkCopies(id, evs, state, at)
+	require.NoError(t, err)
+	steps := make([]history.StepCompletedData, len(copies))
+	for i, c := range copies {
+		steps[i] = c.Step
+	}
+	sc := state.Scheduled
+	sc.RunAt, sc.IdempotencyKey = time.Now(), ""
+	sc.ForkedFrom = &history.ForkOrigin{TaskID: id.String(), Position: at}
+	return &requests.ForkParams{
+		Namespace: store.DefaultNamespace, Original: id, OriginalSeq: state.LastSeq, Position: at, By: "ops",
+		Start:  &store.TaskStartParams{Namespace: store.DefaultNamespace, ID: uuid.Must(uuid.NewV7()), Scheduled: sc},
+		Copies: steps,
+	}
+}
+
+func testForkFinished(t *testing.T, s store.Store) {
+	ctx := testContext(t)
+	id := finishedWithSteps(t, s, "a", "b", "c")
+	p := forkParams(t, s, id, 1)
+	p.Copies[1].Output = json.RawMessage(`{"n":9}`)
+	res, err := requests.Fork(ctx, s, p)
+	require.NoError(t, err)
+	require.Equal(t, p.Start.ID, res.ID)
+	require.False(t, res.Existing)
+	require.Len(t, res.State.Steps, 2)
+
+	orig := events(t, s, id)
+	require.Equal(t, history.TaskForkedData{ForkTaskID: res.ID.String(), Position: 1, By: "ops"}, orig[len(orig)-1].Data)
+	require.Equal(t, history.StatusCompleted, getTask(t, s, id).Status, "the original keeps its status")
+
+	fork := events(t, s, res.ID)
+	require.Equal(t, []history.Type{history.TaskScheduled, history.StepCompleted, history.StepCompleted}, eventTypes(t, s, res.ID))
+	require.Equal(t, &history.ForkOrigin{TaskID: id.String(), Position: 1}, fork[0].Data.(history.TaskScheduledData).ForkedFrom)
+	require.Equal(t, orig[2].Seq, fork[1].Data.(history.StepCompletedData).CopiedFromSeq)
+	require.JSONEq(t, `{"n":9}`, string(fork[2].Data.(history.StepCompletedData).Output))
+	require.True(t, fork[1].Data.(history.StepCompletedData).Compensable)
+	require.Equal(t, history.StatusPending, getTask(t, s, res.ID).Status)
+
+	// The fork runs on from its copies.
+	ct := claimOne(t, s, "w2", time.Minute)
+	require.Equal(t, res.ID, ct.Task.ID)
+	require.Len(t, ct.State.Steps, 2)
+	_, err = appendFenced(t, s, ct, history.StepCompletedData{Position: 2, Name: "c"}, history.TaskCompletedData{})
+	require.NoError(t, err)
+
+	// A fork of the fork, with a key; again with the key is the same fork.
+	p2 := forkParams(t, s, res.ID, 0)
+	p2.Start.Scheduled.IdempotencyKey = "fix-1"
+	first, err := requests.Fork(ctx, s, p2)
+	require.NoError(t, err)
+	p3 := forkParams(t, s, res.ID, 0)
+	p3.Start.Scheduled.IdempotencyKey = "fix-1"
+	again, err := requests.Fork(ctx, s, p3)
+	require.NoError(t, err)
+	require.True(t, again.Existing)
+	require.Equal(t, first.ID, again.ID)
+	forked := 0
+	for _, e := range events(t, s, res.ID) {
+		if e.Type() == history.TaskForked {
+			forked++
+		}
+	}
+	require.Equal(t, 1, forked, "the second fork wrote nothing")
+}
+
+func testForkRefusals(t *testing.T, s store.Store) {
+	ctx := testContext(t)
+	id := finishedWithSteps(t, s, "a", "b")
+	evs := events(t, s, id)
+	state, err := history.Replay(evs)
+	require.NoError(t, err)
+	_, err = requests.ForkCopies(id, evs, state, 2)
+	requireIs(t, err, store.ErrTaskState)
+	require.ErrorContains(t, err, "it has 2 steps on record (positions 0 to 1)")
+	_, err = requests.ForkCopies(id, evs, state, -1)
+	require.ErrorContains(t, err, "position -1 is negative")
+
+	// Copies the fold refuses (a position skipped): nothing is written,
+	// neither the fork nor task_forked.
+	p := forkParams(t, s, id, 1)
+	p.Copies[1].Position = 3
+	_, err = requests.Fork(ctx, s, p)
+	requireIs(t, err, history.ErrInvalidHistory)
+	_, err = s.TaskGet(ctx, &store.TaskGetParams{Namespace: store.DefaultNamespace, ID: p.Start.ID})
+	requireIs(t, err, store.ErrNotFound)
+	require.Equal(t, state.LastSeq, getTask(t, s, id).LastSeq)
+
+	// A fork at a position the original does not have.
+	p = forkParams(t, s, id, 1)
+	p.Position = 0
+	_, err = requests.Fork(ctx, s, p)
+	require.ErrorContains(t, err, "copies")
+	p = forkParams(t, s, id, 1)
+	p.By = ""
+	_, err = requests.Fork(ctx, s, p)
+	require.ErrorContains(t, err, "By (who asks) is empty")
+	_, err = s.TaskGet(ctx, &store.TaskGetParams{Namespace: store.DefaultNamespace, ID: p.Start.ID})
+	requireIs(t, err, store.ErrNotFound)
+}
