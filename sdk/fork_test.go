@@ -435,3 +435,54 @@ func TestForkOfAnEncryptedTask(t *testing.T) {
 		enginetest.RequireProjectionsMatch(t, sdk.ClientStore(env.client))
 	})
 }
+
+// A fork of a task still running: task_forked lands between its worker's
+// appends, which catch up and finish; the fork runs on its own. Reset of
+// a running task cancels it at its next checkpoint.
+func TestForkOfARunningTask(t *testing.T) {
+	t.Parallel()
+	onEachStore(t, func(t *testing.T, setup setupFunc) {
+		b := setup(t, sdk.WorkerConfig{})
+		blocked, release := newSignal(), make(chan struct{})
+		var mu sync.Mutex
+		blocks := 1
+		wf := sdk.NewWorkflow("order.running", 1, func(ctx workflow.Context, _ string) (string, error) {
+			if _, err := workflow.Step(ctx, "first", func(context.Context) (string, error) { return "1", nil }, nil); err != nil {
+				return "", err
+			}
+			second, err := workflow.Step(ctx, "second", func(context.Context) (string, error) {
+				mu.Lock()
+				block := blocks > 0
+				blocks--
+				mu.Unlock()
+				if block {
+					blocked.fire()
+					<-release
+				}
+				return "2", nil
+			}, nil)
+			if err != nil {
+				return "", err
+			}
+			return workflow.Step(ctx, "third", func(context.Context) (string, error) { return second + "3", nil }, nil)
+		}, nil)
+		sdk.Register(b.worker, wf)
+		startWorker(t, b.worker)
+		ctx := context.Background()
+		res, err := sdk.Start(ctx, b.client, wf, "", nil)
+		require.NoError(t, err)
+		waitSignal(t, blocked.ch, "the second step runs")
+
+		forkID, err := b.client.Fork(ctx, res.ID, sdk.ForkOpts{At: 0})
+		require.NoError(t, err)
+		require.Equal(t, history.StatusCompleted, waitTask(t, b.client, forkID).Status)
+		close(release)
+		orig := waitTask(t, b.client, res.ID)
+		require.Equal(t, history.StatusCompleted, orig.Status, "%+v", orig.LastError)
+		types := eventTypesOf(t, b.client, res.ID)
+		require.Contains(t, types, history.TaskForked)
+		require.Equal(t, history.TaskCompleted, types[len(types)-1])
+		stopWorker(t, b.worker)
+		enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client))
+	})
+}

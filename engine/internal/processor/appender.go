@@ -416,7 +416,9 @@ func (a *appender) rebaseConflicts(ctx context.Context, params []*store.EventApp
 // rebaseOntoRequests returns p moved onto the task's events after p.State
 // (events is the task's log, whole or after p.State), if those are only the appends other
 // writers make to a running task without its lease (cancel_requested,
-// signal_received, child_finished) and p's events can follow them, and false otherwise.
+// signal_received, child_finished, and task_forked, which changes nothing
+// the attempt depends on) and p's events can follow them, and false
+// otherwise.
 //
 // A wait_started for a signal that came meanwhile would leave the task
 // waiting for what it has: it becomes task_released instead, so the task is
@@ -440,6 +442,8 @@ func rebaseOntoRequests(p *store.EventAppendParams, events []history.Event) (*st
 			signalled[d.Name] = true
 		case history.ChildFinishedData:
 			finished[d.Position] = true
+		case history.TaskForkedData:
+			// A fork made of the task meanwhile: nothing to take in.
 		default:
 			return nil, false
 		}

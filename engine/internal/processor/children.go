@@ -53,7 +53,7 @@ func (a *Attempt) syncRequests(ctx context.Context) error {
 	}
 	rebased, ok := rebaseOntoRequests(&store.EventAppendParams{TaskID: a.Task.ID, State: a.state}, since[a.Task.ID])
 	if !ok {
-		return errmark.Mark(errors.Newf("task %s: its history moved on other than by a cancel request, a signal or a child's end", a.Task.ID), store.ErrConflict)
+		return errmark.Mark(errors.Newf("task %s: its history moved on other than by a cancel request, a signal, a child's end or a fork", a.Task.ID), store.ErrConflict)
 	}
 	a.state = rebased.State
 	if a.state.CancelRequested {

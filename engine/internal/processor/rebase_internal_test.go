@@ -156,3 +156,20 @@ func asEvents(seq int64, payloads []history.Payload) []history.Event {
 	}
 	return out
 }
+
+// A fork made of a running task (task_forked) changes nothing the attempt
+// depends on: its append is rebased onto it as it is.
+func TestRebaseOverAForkKeepsTheAppend(t *testing.T) {
+	t.Parallel()
+	running := historytest.Build(historytest.Scheduled(), historytest.Started(1, 1), historytest.Step(1, 0, "reserve"))
+	state, err := history.Replay(running)
+	require.NoError(t, err)
+	events := append(running, history.Event{Seq: 4, At: running[2].At, Data: history.TaskForkedData{ForkTaskID: "fork-1", Position: 0, By: "ops"}})
+	p := &store.EventAppendParams{State: state, Epoch: 1, Attempt: 1, Payloads: []history.Payload{
+		history.StepCompletedData{Position: 1, Name: "charge"}, history.TaskCompletedData{},
+	}}
+	rebased, ok := rebaseOntoRequests(p, events)
+	require.True(t, ok)
+	require.Equal(t, p.Payloads, rebased.Payloads)
+	require.Equal(t, []history.Fork{{TaskID: "fork-1", Position: 0}}, rebased.State.Forks)
+}
