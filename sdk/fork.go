@@ -67,8 +67,9 @@ type ResetOpts struct {
 //
 // Refused, with nothing written:
 //
-//   - a negative position, an output or input that is not valid JSON or
-//     is over MaxPayloadBytes, an output for a sleep ([ErrInvalid]);
+//   - a negative position, an output or input that is not valid JSON, an
+//     output over MaxPayloadBytes, an input over a start's bound, an
+//     output for a sleep ([ErrInvalid]);
 //   - a position beyond the steps on record, a position held by a
 //     parallel step that completed ahead of a position before it, a
 //     compensated step at or before the position, an erased task
@@ -186,7 +187,7 @@ func (c *Client) fork(ctx context.Context, id uuid.UUID, opts ForkOpts, check fu
 		out := p.Data
 		if i == opts.At && opts.Output != nil {
 			out = opts.Output
-		} else if err := c.readable(p, fmt.Sprintf("the output of step %d (%s)", i, cp.Step.Name)); err != nil {
+		} else if err := c.readable(p, fmt.Sprintf("the output of step %d (%s)", i, cp.Step.Name), c.maxPayload); err != nil {
 			return uuid.Nil, false, errors.Wrapf(err, "fork task %s", id)
 		}
 		step := cp.Step
@@ -195,7 +196,7 @@ func (c *Client) fork(ctx context.Context, id uuid.UUID, opts ForkOpts, check fu
 	}
 	in := opts.Input
 	if in == nil {
-		if err := c.readable(input, "the input"); err != nil {
+		if err := c.readable(input, "the input", c.inputLimit(len(input.Data))); err != nil {
 			return uuid.Nil, false, errors.Wrapf(err, "fork task %s", id)
 		}
 		in = input.Data
@@ -218,9 +219,9 @@ func (c *Client) fork(ctx context.Context, id uuid.UUID, opts ForkOpts, check fu
 }
 
 // readable checks that p, one of the original's payloads decoded, is in
-// clear and within the client's payload bound: a fork holds its copies
-// in place, sealed with its own key.
-func (c *Client) readable(p *payload.Payload, what string) error {
+// clear and within limit: a fork holds its copied outputs in place (the
+// client's MaxPayloadBytes), its input as a start does.
+func (c *Client) readable(p *payload.Payload, what string, limit int) error {
 	switch {
 	case p.Err != nil:
 		return errors.Wrapf(p.Err, "%s cannot be read back", what)
@@ -228,10 +229,20 @@ func (c *Client) readable(p *payload.Payload, what string) error {
 		return errors.Newf("%s is kept by reference and was not read back", what)
 	case history.MaybeSealed(p.Data):
 		return errmark.Mark(errors.Newf("%s is encrypted and this client has no key for it", what), payload.ErrSealed)
-	case len(p.Data) > c.maxPayload:
-		return errmark.Mark(errors.Newf("%s is %d bytes, over the limit of %d bytes (MaxPayloadBytes): a fork copies outputs in place", what, len(p.Data), c.maxPayload), ErrInvalid)
+	case len(p.Data) > limit:
+		return errmark.Mark(errors.Newf("%s is %d bytes, over the limit of %d bytes (MaxPayloadBytes): a fork copies outputs in place", what, len(p.Data), limit), ErrInvalid)
 	}
 	return nil
+}
+
+// inputLimit is the bound of an input of n bytes, as a start's: the
+// client's MaxPayloadBytes, or payload.MaxBlobBytes for one the payload
+// stage keeps by reference.
+func (c *Client) inputLimit(n int) int {
+	if c.blobThreshold > 0 && n > c.blobThreshold {
+		return payload.MaxBlobBytes
+	}
+	return c.maxPayload
 }
 
 // checkForkOpts checks what a fork is given, before anything is read.
@@ -258,7 +269,11 @@ func (c *Client) checkForkOpts(id uuid.UUID, o *ForkOpts) error {
 		if err := checkReserved(v.what, v.raw); err != nil {
 			return errors.Wrapf(err, "fork task %s", id)
 		}
-		if err := checkPayloadSize(v.what, v.raw, c.maxPayload); err != nil {
+		limit := c.maxPayload
+		if v.what == "input" {
+			limit = c.inputLimit(len(v.raw))
+		}
+		if err := checkPayloadSize(v.what, v.raw, limit); err != nil {
 			return errors.Wrapf(err, "fork task %s", id)
 		}
 		if interpreter.HasNULEscape(v.raw) {
