@@ -432,6 +432,15 @@ func TestForkOfAnEncryptedTask(t *testing.T) {
 			require.True(t, ok, "a copy is stored sealed: %s", st.Output)
 			require.Equal(t, forkID.String(), sealed.Task, "sealed with the fork's own key")
 		}
+
+		// Erasing the original leaves the fork readable; an erased task
+		// is not forked.
+		require.NoError(t, env.client.Erase(ctx, id, "customer asked"))
+		_, err = env.client.Fork(ctx, id, sdk.ForkOpts{At: 0})
+		require.ErrorIs(t, err, sdk.ErrTaskState)
+		require.ErrorContains(t, err, "its data was erased")
+		steps = eventsOf[history.StepCompletedData](taskHistory(t, env.client, forkID))
+		require.Contains(t, string(steps[1].Output), secret, "the fork's copies are its own")
 		enginetest.RequireProjectionsMatch(t, sdk.ClientStore(env.client))
 	})
 }
