@@ -118,9 +118,9 @@ type ForkResult = requests.ForkResult
 // ForkCopy is a step a fork copies.
 type ForkCopy = requests.ForkCopy
 
-// ForkCopies returns the steps a fork at position at copies, or why
-// none can be made; see requests.ForkCopies.
-func ForkCopies(id uuid.UUID, events []history.Event, state history.State, at int) ([]ForkCopy, error) {
+// ForkCopies returns the steps and patch markers a fork at position at
+// copies, or why none can be made; see requests.ForkCopies.
+func ForkCopies(id uuid.UUID, events []history.Event, state history.State, at int) ([]ForkCopy, []history.PatchRecordedData, error) {
 	return requests.ForkCopies(id, events, state, at)
 }
 

@@ -421,6 +421,12 @@ type WaitTimedOutData struct {
 type PatchRecordedData struct {
 	PatchID  string `json:"patch_id"`
 	Position int    `json:"position"`
+	// CopiedFromSeq, when above 0, marks a marker a fork copied from the
+	// task it was forked from (TaskScheduledData.ForkedFrom), with the
+	// seq of its record there: like a copied step, it belongs to no
+	// attempt and is among the fork's copies, before the copied step at
+	// its position. The fork then takes the branch the original took.
+	CopiedFromSeq int64 `json:"copied_from_seq,omitempty"`
 }
 
 // MaxPatchIDBytes bounds a patch id's length in bytes.

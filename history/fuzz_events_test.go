@@ -342,7 +342,7 @@ func plausible(s history.State) []history.Type {
 	case s.Status == history.StatusCompleted:
 		return []history.Type{history.CompensationRequested, history.TaskForked}
 	case s.Status == history.StatusPending || s.Status == history.StatusRetrying:
-		return []history.Type{history.StepCompleted, history.TaskForked, history.AttemptStarted, history.AttemptStarted, history.AttemptStarted, history.CancelRequested,
+		return []history.Type{history.StepCompleted, history.PatchRecorded, history.TaskForked, history.AttemptStarted, history.AttemptStarted, history.AttemptStarted, history.CancelRequested,
 			history.TaskFailed, history.TaskDeadLettered, history.TaskExpired, history.TaskCancelled, history.SignalReceived,
 			history.ChildFinished}
 	case s.Status == history.StatusRunning && s.Lease.Owner == "":
@@ -630,7 +630,8 @@ func nextEvent(r *fuzzBytes, events []history.Event, s history.State) history.Ev
 		case history.TaskErased:
 			p = history.TaskErasedData{By: by, Reason: "erasure request"}
 		case history.PatchRecorded:
-			p = history.PatchRecordedData{PatchID: pickOf(r, "add-classify", "", "patch-0", "bad\x00id"), Position: pickOf(r, len(s.Steps), 0, -1)}
+			p = history.PatchRecordedData{PatchID: pickOf(r, "add-classify", "", "patch-0", "bad\x00id"), Position: pickOf(r, len(s.Steps), 0, -1),
+				CopiedFromSeq: pickOf[int64](r, 0, 0, 0, 1, -1)}
 		case history.TaskContinued:
 			p = history.TaskContinuedData{NextTaskID: pickOf(r, "run-2", "")}
 		case history.TaskForked:

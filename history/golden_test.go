@@ -235,6 +235,21 @@ func goldenGood() map[string]struct {
 			after(2*sec, step(1, 2, "ship")),
 			after(3*sec, completed(1)),
 		)},
+		// A fork of a patched task: the original's marker copied before
+		// the copied step at its position, so the fork takes the branch
+		// the original took.
+		"forked_patched": {status: history.StatusCompleted, events: build(
+			after(0, historytest.E{Data: func() history.TaskScheduledData {
+				p := scheduled().Data.(history.TaskScheduledData)
+				p.ForkedFrom = &history.ForkOrigin{TaskID: "orig-2", Position: 0}
+				return p
+			}()}),
+			after(0, historytest.E{Data: history.PatchRecordedData{PatchID: "add-classify", Position: 0, CopiedFromSeq: 3}}),
+			after(0, historytest.E{Data: history.StepCompletedData{Position: 0, Name: "classify", Output: json.RawMessage(`"invoice"`), CopiedFromSeq: 4}}),
+			after(1*sec, started(1, 1)),
+			after(2*sec, step(1, 1, "store")),
+			after(3*sec, completed(1)),
+		)},
 		// Still running: the second attempt holds the lease.
 		"in_flight": {status: history.StatusRunning, events: build(
 			after(0, scheduled()),
@@ -451,7 +466,7 @@ func goldenBad(t *testing.T) map[string]struct {
 				cp.Seq, cp.Data = 6, history.StepCompletedData{Position: 3, Name: "late", CopiedFromSeq: 2}
 				return append(ev[:5], cp)
 			}),
-			error: "event 6 (step_completed): a copied step follows only task_scheduled and other copies",
+			error: "event 6 (step_completed): a copy follows only task_scheduled and other copies",
 		},
 		"fork_missing_copies": {
 			data: edit("forked", func(ev []history.Event) []history.Event {
@@ -465,7 +480,20 @@ func goldenBad(t *testing.T) map[string]struct {
 			data: edit("released_and_resumed", func(ev []history.Event) []history.Event {
 				return append(ev[:1], history.Event{Seq: 2, At: ev[0].At, Data: history.StepCompletedData{Position: 0, Name: "reserve", CopiedFromSeq: 2}})
 			}),
-			error: "event 2 (step_completed): a copied step in a task that is not a fork",
+			error: "event 2 (step_completed): a copy in a task that is not a fork",
+		},
+		"patch_copy_beyond_fork": {
+			data: edit("forked_patched", func(ev []history.Event) []history.Event {
+				ev[1].Data = history.PatchRecordedData{PatchID: "add-classify", Position: 1, CopiedFromSeq: 3}
+				return ev[:2]
+			}),
+			error: "event 2 (patch_recorded): copied marker at position 1, beyond the fork's position 0",
+		},
+		"patch_copy_after_attempt": {
+			data: edit("forked_patched", func(ev []history.Event) []history.Event {
+				return append(ev[:5], history.Event{Seq: 6, At: ev[4].At, Data: history.PatchRecordedData{PatchID: "late", Position: 0, CopiedFromSeq: 3}})
+			}),
+			error: "event 6 (patch_recorded): a copy follows only task_scheduled and other copies",
 		},
 		"forked_at_missing_step": {
 			data: edit("fork_origin", func(ev []history.Event) []history.Event {

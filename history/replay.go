@@ -628,14 +628,11 @@ func (s *State) applyStepCompleted(e Event, p StepCompletedData, owned bool) err
 // forked from: only in the fork's prefix (task_scheduled, then copies, in
 // position order), before any attempt.
 func (s *State) applyStepCopied(e Event, p StepCompletedData, owned bool) error {
+	if err := s.requireForkPrefix(e, p.CopiedFromSeq); err != nil {
+		return err
+	}
 	f := s.Scheduled.ForkedFrom
 	switch {
-	case p.CopiedFromSeq < 0:
-		return invalidf(nil, "event %d (%s): copied from seq %d", e.Seq, StepCompleted, p.CopiedFromSeq)
-	case f == nil:
-		return invalidf(nil, "event %d (%s): a copied step in a task that is not a fork", e.Seq, StepCompleted)
-	case e.Attempt != 0 || s.Attempt != 0 || s.LastSeq != int64(len(s.Steps))+1:
-		return invalidf(nil, "event %d (%s): a copied step follows only task_scheduled and other copies", e.Seq, StepCompleted)
 	case p.Position != len(s.Steps):
 		return invalidf(nil, "event %d (%s): copied step at position %d, expected %d", e.Seq, StepCompleted, p.Position, len(s.Steps))
 	case p.Position > f.Position:
@@ -648,6 +645,21 @@ func (s *State) applyStepCopied(e Event, p StepCompletedData, owned bool) error 
 		return invalidf(nil, "event %d (%s): a copied step with usage (it was paid for in the original)", e.Seq, StepCompleted)
 	}
 	s.addStep(Step{Position: p.Position, Name: p.Name, Output: p.Output, OutputRef: p.OutputRef, Compensable: p.Compensable}, owned)
+	return nil
+}
+
+// requireForkPrefix checks that e, a copy (copied from seq), may follow
+// s: s is a fork, and everything in it so far is its task_scheduled and
+// other copies (steps and patch markers), before any attempt.
+func (s *State) requireForkPrefix(e Event, seq int64) error {
+	switch {
+	case seq < 0:
+		return invalidf(nil, "event %d (%s): copied from seq %d", e.Seq, e.Data.EventType(), seq)
+	case s.Scheduled.ForkedFrom == nil:
+		return invalidf(nil, "event %d (%s): a copy in a task that is not a fork", e.Seq, e.Data.EventType())
+	case e.Attempt != 0 || s.Attempt != 0 || s.LastSeq != int64(len(s.Steps)+len(s.Patches))+1:
+		return invalidf(nil, "event %d (%s): a copy follows only task_scheduled and other copies", e.Seq, e.Data.EventType())
+	}
 	return nil
 }
 
@@ -1170,7 +1182,14 @@ func (s *State) applyChildFinished(e Event, p ChildFinishedData, owned bool) err
 }
 
 func (s *State) applyPatchRecorded(e Event, p PatchRecordedData) error {
-	if err := s.requireLeasedAttempt(e); err != nil {
+	if p.CopiedFromSeq != 0 {
+		if err := s.requireForkPrefix(e, p.CopiedFromSeq); err != nil {
+			return err
+		}
+		if p.Position > s.Scheduled.ForkedFrom.Position {
+			return invalidf(nil, "event %d (%s): copied marker at position %d, beyond the fork's position %d", e.Seq, PatchRecorded, p.Position, s.Scheduled.ForkedFrom.Position)
+		}
+	} else if err := s.requireLeasedAttempt(e); err != nil {
 		return err
 	}
 	if err := ValidPatchID(p.PatchID); err != nil {

@@ -163,7 +163,7 @@ func (c *Client) fork(ctx context.Context, id uuid.UUID, opts ForkOpts, check fu
 			return uuid.Nil, false, err
 		}
 	}
-	copies, err := engine.ForkCopies(id, events, state, opts.At)
+	copies, patches, err := engine.ForkCopies(id, events, state, opts.At)
 	if err != nil {
 		return uuid.Nil, false, err
 	}
@@ -210,7 +210,7 @@ func (c *Client) fork(ctx context.Context, id uuid.UUID, opts ForkOpts, check fu
 	}}
 	res, err := c.store.Fork(ctx, &edge.ForkRequest{
 		Namespace: c.namespace, Original: id, OriginalSeq: state.LastSeq, Position: opts.At, By: c.requester(ctx),
-		Start: start, Copies: steps,
+		Start: start, Copies: steps, Patches: patches,
 	})
 	if err != nil {
 		return uuid.Nil, false, err

@@ -495,3 +495,60 @@ func TestForkOfARunningTask(t *testing.T) {
 		enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client))
 	})
 }
+
+// A fork of a patched task copies the patch markers recorded at the
+// positions it copies, so its replay takes the branch the original took
+// (without them, the copied step on the new branch would be
+// non-deterministic); a marker past the fork's position is not copied,
+// and the fork decides it afresh.
+func TestForkOfAPatchedTask(t *testing.T) {
+	t.Parallel()
+	onEachStore(t, func(t *testing.T, setup setupFunc) {
+		b := setup(t, sdk.WorkerConfig{})
+		var r runCounter
+		wf := sdk.NewWorkflow("order.patched", 1, func(ctx workflow.Context, _ string) (string, error) {
+			if _, err := workflow.Step(ctx, "a", func(context.Context) (string, error) { r.ran(0); return "a", nil }, nil); err != nil {
+				return "", err
+			}
+			name := "b-old"
+			if workflow.Patched(ctx, "new-b") {
+				name = "b-new"
+			}
+			b, err := workflow.Step(ctx, name, func(context.Context) (string, error) { r.ran(1); return name, nil }, nil)
+			if err != nil {
+				return "", err
+			}
+			return workflow.Step(ctx, "c", func(context.Context) (string, error) { r.ran(2); return b + "+c", nil }, nil)
+		}, nil)
+		sdk.Register(b.worker, wf)
+		startWorker(t, b.worker)
+		ctx := context.Background()
+		res, err := sdk.Start(ctx, b.client, wf, "", nil)
+		require.NoError(t, err)
+		require.Equal(t, history.StatusCompleted, waitTask(t, b.client, res.ID).Status)
+
+		at1, err := b.client.Fork(ctx, res.ID, sdk.ForkOpts{At: 1})
+		require.NoError(t, err)
+		fork := waitTask(t, b.client, at1)
+		require.Equal(t, history.StatusCompleted, fork.Status, "%+v", fork.LastError)
+		out, err := sdk.Output[string](fork)
+		require.NoError(t, err)
+		require.Equal(t, "b-new+c", out)
+		events := taskHistory(t, b.client, at1)
+		require.Equal(t, []history.Type{history.TaskScheduled, history.StepCompleted, history.PatchRecorded, history.StepCompleted,
+			history.AttemptStarted, history.StepCompleted, history.TaskCompleted}, eventTypes(events))
+		marker := eventsOf[history.PatchRecordedData](events)[0]
+		require.Equal(t, "new-b", marker.PatchID)
+		require.NotZero(t, marker.CopiedFromSeq)
+
+		at0, err := b.client.Fork(ctx, res.ID, sdk.ForkOpts{At: 0})
+		require.NoError(t, err)
+		require.Equal(t, history.StatusCompleted, waitTask(t, b.client, at0).Status)
+		markers := eventsOf[history.PatchRecordedData](taskHistory(t, b.client, at0))
+		require.Len(t, markers, 1)
+		require.Zero(t, markers[0].CopiedFromSeq, "decided afresh by the fork's own run")
+		require.Equal(t, map[int]int{0: 1, 1: 2, 2: 3}, r.counts())
+		stopWorker(t, b.worker)
+		enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client))
+	})
+}

@@ -45,7 +45,7 @@ func forkParams(t *testing.T, s store.Store, id uuid.UUID, at int) *requests.For
 	evs := events(t, s, id)
 	state, err := history.Replay(evs)
 	require.NoError(t, err)
-	copies, err := requests.ForkCopies(id, evs, state, at)
+	copies, patches, err := requests.ForkCopies(id, evs, state, at)
 	require.NoError(t, err)
 	steps := make([]history.StepCompletedData, len(copies))
 	for i, c := range copies {
@@ -57,7 +57,7 @@ func forkParams(t *testing.T, s store.Store, id uuid.UUID, at int) *requests.For
 	return &requests.ForkParams{
 		Namespace: store.DefaultNamespace, Original: id, OriginalSeq: state.LastSeq, Position: at, By: "ops",
 		Start:  &store.TaskStartParams{Namespace: store.DefaultNamespace, ID: uuid.Must(uuid.NewV7()), Scheduled: sc},
-		Copies: steps,
+		Copies: steps, Patches: patches,
 	}
 }
 
@@ -117,10 +117,10 @@ func testForkRefusals(t *testing.T, s store.Store) {
 	evs := events(t, s, id)
 	state, err := history.Replay(evs)
 	require.NoError(t, err)
-	_, err = requests.ForkCopies(id, evs, state, 2)
+	_, _, err = requests.ForkCopies(id, evs, state, 2)
 	requireIs(t, err, store.ErrTaskState)
 	require.ErrorContains(t, err, "it has 2 steps on record (positions 0 to 1)")
-	_, err = requests.ForkCopies(id, evs, state, -1)
+	_, _, err = requests.ForkCopies(id, evs, state, -1)
 	require.ErrorContains(t, err, "position -1 is negative")
 
 	// Copies the fold refuses (a position skipped): nothing is written,

@@ -185,6 +185,13 @@ func (g *gen) forkOf() []history.Event {
 	f := &gen{src: g.src, at: g.at}
 	f.emit(0, sched, true)
 	for _, st := range s.Steps[:at+1] {
+		// The original's markers at the step's position come before it,
+		// as they were recorded before it ran.
+		for _, p := range s.Patches {
+			if p.Position == st.Position {
+				f.emit(0, history.PatchRecordedData{PatchID: p.ID, Position: p.Position, CopiedFromSeq: 1}, true)
+			}
+		}
 		f.emit(0, history.StepCompletedData{Position: st.Position, Name: st.Name, Output: st.Output, Compensable: st.Compensable,
 			CopiedFromSeq: int64(st.Position + 2)}, true)
 	}

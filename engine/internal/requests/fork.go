@@ -25,8 +25,10 @@ type ForkCopy struct {
 
 // ForkCopies returns the steps a fork of the task whose history is events
 // (replayed: state) at position at copies, positions 0 to at, as stored
-// (their outputs encoded); what the edge decodes, re-encodes for the fork,
-// and gives [Fork]. It refuses, with an error that says why, what a fork
+// (their outputs encoded), what the edge decodes, re-encodes for the fork,
+// and gives [Fork]; and the patch markers it copies, those recorded at
+// those positions (workflow.Patched), so the fork takes the branches the
+// original took. It refuses, with an error that says why, what a fork
 // cannot be made of:
 //
 //   - an erased task ([store.ErrTaskState]: its outputs are unreadable);
@@ -39,7 +41,22 @@ type ForkCopy struct {
 //     signal before the step at the position completed
 //     ([store.ErrUnsupported]: a fork copies steps only, so it would
 //     start those children again or miss those signals).
-func ForkCopies(id uuid.UUID, events []history.Event, state history.State, at int) ([]ForkCopy, error) {
+func ForkCopies(id uuid.UUID, events []history.Event, state history.State, at int) ([]ForkCopy, []history.PatchRecordedData, error) {
+	copies, err := forkCopies(id, events, state, at)
+	if err != nil {
+		return nil, nil, err
+	}
+	var patches []history.PatchRecordedData
+	for _, e := range events {
+		if p, ok := e.Data.(history.PatchRecordedData); ok && p.Position <= at {
+			p.CopiedFromSeq = e.Seq
+			patches = append(patches, p)
+		}
+	}
+	return copies, patches, nil
+}
+
+func forkCopies(id uuid.UUID, events []history.Event, state history.State, at int) ([]ForkCopy, error) {
 	switch {
 	case state.Erased:
 		return nil, errmark.Mark(errors.Newf("fork task %s: its data was erased, so its step outputs cannot be copied", id), store.ErrTaskState)
@@ -117,6 +134,10 @@ type ForkParams struct {
 	// Copies are the fork's copied steps, positions 0 to Position in
 	// order, their outputs encoded for the fork (CopiedFromSeq set).
 	Copies []history.StepCompletedData
+	// Patches are the copied patch markers ([ForkCopies]), in the order
+	// the original recorded them: each is written before the copied step
+	// at its position.
+	Patches []history.PatchRecordedData
 }
 
 // ForkResult says what a fork wrote.
@@ -198,9 +219,14 @@ func forkOnce(ctx context.Context, ex store.Executor, p *ForkParams) (ForkResult
 	if err != nil {
 		return ForkResult{}, err
 	}
-	payloads := make([]history.Payload, len(p.Copies))
-	for i, c := range p.Copies {
-		payloads[i] = c
+	payloads := make([]history.Payload, 0, len(p.Copies)+len(p.Patches))
+	for _, c := range p.Copies {
+		for _, m := range p.Patches {
+			if m.Position == c.Position {
+				payloads = append(payloads, m)
+			}
+		}
+		payloads = append(payloads, c)
 	}
 	if fork, err = tx.EventAppend(ctx, &store.EventAppendParams{TaskID: started.ID, State: fork, At: fork.CreatedAt, Payloads: payloads}); err != nil {
 		return ForkResult{}, err

@@ -20,7 +20,8 @@ func forkCopies(t *testing.T, at int, es ...historytest.E) ([]requests.ForkCopy,
 	events := historytest.Build(es...)
 	state, err := history.Replay(events)
 	require.NoError(t, err)
-	return requests.ForkCopies(uuid.Nil, events, state, at)
+	copies, _, err := requests.ForkCopies(uuid.Nil, events, state, at)
+	return copies, err
 }
 
 // What a fork copies: the steps up to the position, a sleep as a step
@@ -84,4 +85,20 @@ func TestForkCopiesRefusals(t *testing.T) {
 	_, err := forkCopies(t, 0, sched, started, historytest.Step(1, 0, "a"),
 		historytest.E{Attempt: 1, Data: history.ChildStartedData{Position: 0, ChildID: "c-1", TaskType: "ocr"}})
 	require.NoError(t, err)
+}
+
+// The patch markers recorded at the positions a fork copies are copied
+// with the seq of their record; a marker past the position is not.
+func TestForkCopiesThePatchMarkersUpToThePosition(t *testing.T) {
+	t.Parallel()
+	events := historytest.Build(historytest.Scheduled(), historytest.Started(1, 1), historytest.Step(1, 0, "a"),
+		historytest.E{Attempt: 1, Data: history.PatchRecordedData{PatchID: "p1", Position: 1}},
+		historytest.Step(1, 1, "b"),
+		historytest.E{Attempt: 1, Data: history.PatchRecordedData{PatchID: "p2", Position: 2}},
+		historytest.Step(1, 2, "c"))
+	state, err := history.Replay(events)
+	require.NoError(t, err)
+	_, patches, err := requests.ForkCopies(uuid.Nil, events, state, 1)
+	require.NoError(t, err)
+	require.Equal(t, []history.PatchRecordedData{{PatchID: "p1", Position: 1, CopiedFromSeq: 4}}, patches)
 }
