@@ -87,9 +87,10 @@ func (c *Client) Fork(ctx context.Context, id uuid.UUID, opts ForkOpts) (uuid.UU
 
 // Reset forks task id ([Client.Fork]) and then ends the original: an
 // original not finished is cancelled ([Client.Cancel]; a running one
-// stops at its next checkpoint, its compensable steps undone); a
-// completed one is compensated when opts.Compensate is set
-// ([Client.Compensate]), else left as it is, as is one that failed,
+// stops at its next checkpoint, its compensable steps undone); one that
+// continued as new has its chain's current run cancelled, when that has
+// not finished; a completed one is compensated when opts.Compensate is
+// set ([Client.Compensate]), else left as it is, as is one that failed,
 // was cancelled or is dead-lettered. It returns the fork's id.
 //
 // Refused as Fork refuses, and, before anything is written, when
@@ -116,6 +117,13 @@ func (c *Client) Reset(ctx context.Context, id uuid.UUID, opts ResetOpts) (uuid.
 			return newID, errors.Wrapf(err, "reset task %s (forked as %s)", id, newID)
 		}
 		switch {
+		case info.Status == history.StatusContinued:
+			// The chain's current run is what runs now: the cancel
+			// follows the chain to it. One that has finished is left
+			// as it is.
+			if err = c.Cancel(ctx, id, reason); errors.Is(err, ErrTaskState) {
+				err = nil
+			}
 		case !info.Status.Terminal():
 			err = c.Cancel(ctx, id, reason)
 		case info.Status == history.StatusCompleted && opts.Compensate:

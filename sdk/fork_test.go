@@ -552,3 +552,52 @@ func TestForkOfAPatchedTask(t *testing.T) {
 		enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client))
 	})
 }
+
+// Reset of a run that continued as new cancels its chain's current run
+// (waiting in its second run), and the fork starts the first run's work
+// again from the copied step.
+func TestResetOfAContinuedRunCancelsItsChain(t *testing.T) {
+	t.Parallel()
+	onEachStore(t, func(t *testing.T, setup setupFunc) {
+		b := setup(t, sdk.WorkerConfig{})
+		wf := sdk.NewWorkflow("order.chain", 1, func(ctx workflow.Context, round int) (int, error) {
+			if _, err := workflow.Step(ctx, "work", func(context.Context) (int, error) { return round, nil }, nil); err != nil {
+				return 0, err
+			}
+			if round == 0 {
+				return 0, workflow.ContinueAsNew(ctx, round+1)
+			}
+			_, _, err := workflow.Receive[string](ctx, "go", time.Hour)
+			return round, err
+		}, nil)
+		sdk.Register(b.worker, wf)
+		startWorker(t, b.worker)
+		ctx := context.Background()
+		res, err := sdk.Start(ctx, b.client, wf, 0, nil)
+		require.NoError(t, err)
+		var next *uuid.UUID
+		enginetest.WaitFor(t, "the first run continued as new and the next one waits", func() bool {
+			info, err := b.client.Get(ctx, res.ID)
+			if err != nil || info.Status != history.StatusContinued || info.ContinuedAs == nil {
+				return false
+			}
+			next = info.ContinuedAs
+			cur, err := b.client.Get(ctx, *next)
+			return err == nil && cur.Waiting != nil
+		})
+		forkID, err := b.client.Reset(ctx, res.ID, sdk.ResetOpts{ForkOpts: sdk.ForkOpts{At: 0}})
+		require.NoError(t, err)
+		require.Equal(t, history.StatusCancelled, waitTask(t, b.client, *next).Status, "the chain's current run is cancelled")
+		orig, err := b.client.Get(ctx, res.ID)
+		require.NoError(t, err)
+		require.Equal(t, history.StatusContinued, orig.Status, "the run reset stays continued")
+		// The fork replays the first run's step and continues as new
+		// itself, into a run that waits.
+		enginetest.WaitFor(t, "the fork continued as new", func() bool {
+			info, err := b.client.Get(ctx, forkID)
+			return err == nil && info.Status == history.StatusContinued
+		})
+		stopWorker(t, b.worker)
+		enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client))
+	})
+}

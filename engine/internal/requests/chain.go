@@ -22,25 +22,40 @@ const MaxChainHops = 1000
 var ErrChainTooLong = errors.New("chain of continued runs too long")
 
 // ContinuedAs returns the run that task t, which ended continued, continued
-// as: its task_continued, the last event, read alone.
+// as: its task_continued, the last event, read alone; or the last but
+// the task_forked events that follow it (forks made of the run since),
+// read back in windows that grow fourfold.
 func ContinuedAs(ctx context.Context, ex store.Executor, t *store.Task) (uuid.UUID, error) {
 	if t.Status != history.StatusContinued {
 		return uuid.Nil, errors.AssertionFailedf("task %s is %s, not continued", t.ID, t.Status)
 	}
-	byTask, err := ex.EventList(ctx, &store.EventListParams{Namespace: t.Namespace, After: map[uuid.UUID]int64{t.ID: t.LastSeq - 1}})
-	if err != nil {
-		return uuid.Nil, err
+	for window := int64(1); ; window *= 4 {
+		after := max(t.LastSeq-window, 0)
+		byTask, err := ex.EventList(ctx, &store.EventListParams{Namespace: t.Namespace, After: map[uuid.UUID]int64{t.ID: after}})
+		if err != nil {
+			return uuid.Nil, err
+		}
+		events := byTask[t.ID]
+		if len(events) == 0 {
+			return uuid.Nil, errmark.Mark(errors.Newf("task %s: its last event is gone", t.ID), store.ErrNotFound)
+		}
+		i := len(events) - 1
+		for i >= 0 && events[i].Type() == history.TaskForked {
+			i--
+		}
+		if i < 0 && after > 0 {
+			continue // forks all the way back: look further
+		}
+		if i < 0 {
+			return uuid.Nil, errors.Newf("task %s is continued but has no task_continued", t.ID)
+		}
+		cont, ok := events[i].Data.(history.TaskContinuedData)
+		if !ok {
+			return uuid.Nil, errors.Newf("task %s is continued but its last event is %s", t.ID, events[i].Type())
+		}
+		next, err := uuid.Parse(cont.NextTaskID)
+		return next, errors.Wrapf(err, "task %s continued as %q", t.ID, cont.NextTaskID)
 	}
-	events := byTask[t.ID]
-	if len(events) == 0 {
-		return uuid.Nil, errmark.Mark(errors.Newf("task %s: its last event is gone", t.ID), store.ErrNotFound)
-	}
-	cont, ok := events[len(events)-1].Data.(history.TaskContinuedData)
-	if !ok {
-		return uuid.Nil, errors.Newf("task %s is continued but its last event is %s", t.ID, events[len(events)-1].Type())
-	}
-	next, err := uuid.Parse(cont.NextTaskID)
-	return next, errors.Wrapf(err, "task %s continued as %q", t.ID, cont.NextTaskID)
 }
 
 // LatestRun returns the row of the current run of the chain task id
