@@ -128,15 +128,6 @@ func printTask(cmd *cobra.Command, g *globals, info *sdk.TaskInfo, forks []histo
 	return w.Flush()
 }
 
-// eventJSON is one event as `task history -o json` prints it.
-type eventJSON struct {
-	Seq     int64           `json:"seq"`
-	Type    history.Type    `json:"type"`
-	At      time.Time       `json:"at"`
-	Attempt int             `json:"attempt,omitempty"`
-	Data    json.RawMessage `json:"data"`
-}
-
 func newTaskHistoryCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "history ID",
@@ -152,20 +143,16 @@ func newTaskHistoryCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer closeDB()
+			if g.output == "json" {
+				// One code path with the replayer's files (sdk.Replayer.ReplayFile).
+				if err := c.ExportHistory(cmd.Context(), id, cmd.OutOrStdout()); err != nil {
+					return notFoundAs(err, id, g.namespace)
+				}
+				return nil
+			}
 			events, err := c.RawHistory(cmd.Context(), id)
 			if err != nil {
 				return notFoundAs(err, id, g.namespace)
-			}
-			if g.output == "json" {
-				out := make([]eventJSON, 0, len(events))
-				for _, e := range events {
-					data, err := history.Encode(e.Data)
-					if err != nil {
-						return err
-					}
-					out = append(out, eventJSON{Seq: e.Seq, Type: e.Type(), At: e.At, Attempt: e.Attempt, Data: data})
-				}
-				return printJSON(cmd, out)
 			}
 			w := newTable(cmd)
 			fmt.Fprintln(w, "SEQ\tAT\tATTEMPT\tEVENT\tDETAILS")

@@ -253,11 +253,7 @@ func newEventPrinter(cmd *cobra.Command, asJSON bool) *eventPrinter {
 func (p *eventPrinter) print(e history.Event) error {
 	w := p.cmd.OutOrStdout()
 	if p.asJSON {
-		data, err := history.Encode(e.Data)
-		if err != nil {
-			return err
-		}
-		line, err := json.Marshal(eventJSON{Seq: e.Seq, Type: e.Type(), At: e.At, Attempt: e.Attempt, Data: data})
+		line, err := json.Marshal(e) // history.Event's JSON form, as `task history -o json`
 		if err != nil {
 			return err
 		}

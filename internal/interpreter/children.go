@@ -126,6 +126,11 @@ func StartChild(ctx Context, req ChildRequest) (ChildHandle, error) {
 		}
 		return ChildHandle{Position: pos}, nil
 	}
+	if s.p.Strict {
+		if err := s.strictNew(fmt.Sprintf("child %d of type %q", pos, req.TaskType), "child"); err != nil {
+			return ChildHandle{Position: pos}, s.abort(err, nil)
+		}
+	}
 	s.mu.Lock()
 	s.child.queued = append(s.child.queued, req)
 	s.mu.Unlock()
@@ -165,7 +170,7 @@ func AwaitChildren(ctx Context, hs []ChildHandle) error {
 		return nil
 	}
 	if s.p.CollectOnly {
-		return s.abort(ErrCollected, nil)
+		return s.abort(s.collect(fmt.Sprintf("await children %v", unfinishedOf(s.children(), hs)), "await"), nil)
 	}
 	if err := s.settle(); err != nil {
 		return err
@@ -372,7 +377,7 @@ func (s *runState) maxRunningChildren() int {
 }
 
 func nondeterministicChild(position int, recorded, called string) error {
-	err := errors.Newf("child %d: history recorded a child of type %q, workflow started a child of type %q", position, recorded, called)
+	err := errors.WithStack(&NondeterminismError{Kind: "child", Position: position, Recorded: recorded, Called: called})
 	err = errors.WithHint(err, "a workflow must start the same children in the same order on every run; "+
 		"register a new workflow version to change them")
 	return errmark.Mark(err, ErrNondeterministic)

@@ -135,6 +135,13 @@ type RunParams struct {
 	// (history.State.Patches): a [Patched] call of one of their ids takes
 	// the patched branch.
 	Patches []history.Patch
+	// Strict, with CollectOnly, makes the run a replay (see [Replay]):
+	// the workflow may do nothing the history has not recorded (a new
+	// step, sleep, waiting receive or child) while the history records a
+	// receive that waited or a child it has not reached yet; such a call
+	// ends the run as non-deterministic. The runtime does not need it (it
+	// never stops at such a point), a replay of an in-flight task does.
+	Strict bool
 }
 
 // Func is a workflow with its input and output in their JSON encodings:
@@ -169,6 +176,10 @@ type Result struct {
 	// Continue is set, with Err nil and no Output, when the body returned
 	// a [*ContinueAsNewRequest]: the run ends, a new one goes on.
 	Continue *ContinueAsNewRequest
+	// Collected describes the call that ended a collect-only run with
+	// [ErrCollected] (`step 3 "charge"`, `sleep at step 3`, …): the first
+	// thing the workflow would do that the history has not recorded.
+	Collected string
 }
 
 // runState is one run's progress. The workflow body's goroutine drives it;
@@ -191,6 +202,8 @@ type runState struct {
 	failedUsage []history.Usage // the AI usage the failed step reported
 
 	futures futureSet
+
+	collected string // what a collect-only run was called to do at its end, for a replay's report
 }
 
 type runContext struct{ s *runState }
@@ -239,7 +252,8 @@ func Run(p RunParams, fn Func, input json.RawMessage) (res Result) {
 	children := s.children() // before s.mu: a record takes recMu, then mu
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	res = Result{Step: s.failed, StepOptions: s.failedOp, StepUsage: s.failedUsage, Executed: s.executed, Pending: s.pending, Visited: s.visited}
+	res = Result{Step: s.failed, StepOptions: s.failedOp, StepUsage: s.failedUsage, Executed: s.executed, Pending: s.pending, Visited: s.visited,
+		Collected: s.collected}
 	switch {
 	case s.aborted != nil:
 		// A step's failure or a checkpoint stop ends the attempt, whatever
@@ -252,6 +266,9 @@ func Run(p RunParams, fn Func, input json.RawMessage) (res Result) {
 		res.Err = nondeterministic(rec.Position, rec.Name, "(workflow returned)")
 	case s.child.next < len(children):
 		res.Err = nondeterministicChild(s.child.next, children[s.child.next].TaskType, "(workflow returned)")
+	case s.p.Strict && s.unreachedWait() != nil:
+		w := s.unreachedWait()
+		res.Err = nondeterministicReceive(w.Position, w.Name, "(workflow returned)")
 	case cont != nil:
 		res.Continue = cont
 	default:
@@ -260,8 +277,36 @@ func Run(p RunParams, fn Func, input json.RawMessage) (res Result) {
 	return res
 }
 
+// NondeterminismError is the detail of an [ErrNondeterministic] error:
+// where a run and its history parted, and what each had there. Find it
+// with errors.As.
+type NondeterminismError struct {
+	// Kind is what the history recorded at Position: "step" (a step or a
+	// sleep, positions among steps), "receive" (a receive that waited,
+	// positions among receives) or "child" (positions among children).
+	Kind     string
+	Position int
+	// Recorded is what the history recorded there: a step's name (or
+	// "sleep"), the signal a receive waited for, a child's type.
+	Recorded string
+	// Called is what the workflow called instead, as Recorded names it, or
+	// a description in parentheses: "(workflow returned)", or, in a
+	// strict replay, the new call (`(step 2 "classify")`).
+	Called string
+}
+
+func (e *NondeterminismError) Error() string {
+	switch e.Kind {
+	case "receive":
+		return fmt.Sprintf("receive %d: history recorded a receive of signal %q, workflow called a receive of %q", e.Position, e.Recorded, e.Called)
+	case "child":
+		return fmt.Sprintf("child %d: history recorded a child of type %q, workflow started a child of type %q", e.Position, e.Recorded, e.Called)
+	}
+	return fmt.Sprintf("step %d: history recorded %q, workflow called %q", e.Position, e.Recorded, e.Called)
+}
+
 func nondeterministic(position int, recorded, called string) error {
-	err := errors.Newf("step %d: history recorded %q, workflow called %q", position, recorded, called)
+	err := errors.WithStack(&NondeterminismError{Kind: "step", Position: position, Recorded: recorded, Called: called})
 	err = errors.WithHint(err, "a workflow must call the same steps in the same order on every run; "+
 		"keep side effects and anything that varies (time, randomness, I/O) inside steps, "+
 		"and guard a change of the step sequence with workflow.Patched, or register a new workflow version (docs/versioning.md)")

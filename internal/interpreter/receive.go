@@ -125,7 +125,7 @@ func receiveAny(ctx Context, name string, timeout time.Duration) (history.Signal
 		return sig, pos, true, nil
 	}
 	if s.p.CollectOnly {
-		return zero, pos, false, s.abort(ErrCollected, nil)
+		return zero, pos, false, s.abort(s.collect(fmt.Sprintf("receive %d of %q", pos, name), "receive"), nil)
 	}
 	if err := s.settle(); err != nil {
 		return zero, pos, false, err
@@ -219,7 +219,7 @@ func (r *receiveState) take(name string) {
 }
 
 func nondeterministicReceive(position int, recorded, called string) error {
-	err := errors.Newf("receive %d: history recorded a receive of signal %q, workflow called a receive of %q", position, recorded, called)
+	err := errors.WithStack(&NondeterminismError{Kind: "receive", Position: position, Recorded: recorded, Called: called})
 	err = errors.WithHint(err, "a workflow must make the same receives in the same order on every run; "+
 		"register a new workflow version to change them")
 	return errmark.Mark(err, ErrNondeterministic)

@@ -126,7 +126,7 @@ func (s *runState) claim(name string, opts *StepOptions) (int, *history.Step, er
 			s.next++
 			return pos, nil, ErrCollected
 		}
-		return pos, nil, s.abortLocked(ErrCollected, nil)
+		return pos, nil, s.abortLocked(s.collectLocked(fmt.Sprintf("step %d %q", pos, name), "step"), nil)
 	}
 	s.next++
 	return pos, nil, nil
@@ -412,7 +412,7 @@ func (s *runState) claimSleep() (pos int, recorded bool, err error) {
 		return pos, true, nil
 	}
 	if s.p.CollectOnly {
-		return pos, false, s.abortLocked(ErrCollected, nil)
+		return pos, false, s.abortLocked(s.collectLocked(fmt.Sprintf("sleep at step %d", pos), "sleep"), nil)
 	}
 	s.next++
 	return pos, false, nil
