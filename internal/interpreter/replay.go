@@ -144,6 +144,7 @@ func (s *runState) waitFrom(from int) *history.Wait {
 	}
 	return nil
 }
+
 // Describe is a one-line account of e for reports: its kind, position,
 // and the recorded and called names.
 func (e *NondeterminismError) Describe() string {
