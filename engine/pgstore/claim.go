@@ -28,6 +28,13 @@ func (s *Store) TaskClaim(ctx context.Context, p *store.TaskClaimParams) (store.
 	if p.Max <= 0 {
 		return res, nil
 	}
+	if err := store.CheckClaimExclude(p); err != nil {
+		return res, err
+	}
+	exclude := make([][16]byte, len(p.Exclude)) // never nil: NULL would exclude every task
+	for i, id := range p.Exclude {
+		exclude[i] = id
+	}
 	types := make([]string, len(p.Types))
 	versions := make([]int32, len(p.Types))
 	for i, k := range p.Types {
@@ -63,7 +70,7 @@ func (s *Store) TaskClaim(ctx context.Context, p *store.TaskClaimParams) (store.
 	batch.Queue(s.sql("ClaimLocks"), pgx.NamedArgs{"namespace": p.Namespace, "queues": p.Queues, "types": types})
 	batch.Queue(s.sql("TaskClaimMany"), pgx.NamedArgs{
 		"namespace": p.Namespace, "queues": p.Queues, "types": types, "versions": versions, "max": p.Max, "aging": plan.AgingSlots(p.Max, p.StrictPriority),
-		"owner": p.Owner, "lease_seconds": p.LeaseTTL.Seconds(),
+		"owner": p.Owner, "lease_seconds": p.LeaseTTL.Seconds(), "exclude": exclude,
 	}).Query(func(rows pgx.Rows) error {
 		var err error
 		res, err = collectClaim(rows)

@@ -25,9 +25,13 @@ import (
 // new lease epoch and attempt_started. A claim that took fewer than p.Max
 // reads its outlook in the same transaction, as PostgreSQL's does.
 func (s *Store) TaskClaim(ctx context.Context, p *store.TaskClaimParams) (store.ClaimResult, error) {
+	if err := store.CheckClaimExclude(p); err != nil {
+		return store.ClaimResult{}, err
+	}
 	if p.Max <= 0 || len(p.Queues) == 0 || len(p.Types) == 0 {
 		return store.ClaimResult{}, nil
 	}
+	exclude := excludeJSON(p.Exclude)
 	var claimed []*store.ClaimedTask
 	var res store.ClaimResult
 	err := s.tx(ctx, func(tx *txn) error {
@@ -41,7 +45,7 @@ func (s *Store) TaskClaim(ctx context.Context, p *store.TaskClaimParams) (store.
 		if err != nil {
 			return err
 		}
-		picked, err := pickDue(ctx, tx, p, now, free, tokens)
+		picked, err := pickDue(ctx, tx, p, exclude, now, free, tokens)
 		if err != nil {
 			return err
 		}
@@ -56,7 +60,7 @@ func (s *Store) TaskClaim(ctx context.Context, p *store.TaskClaimParams) (store.
 			return err
 		}
 		if len(claimed) < p.Max {
-			res, err = outlook(ctx, tx, p, now, free, tokens)
+			res, err = outlook(ctx, tx, p, exclude, now, free, tokens)
 		}
 		return err
 	})
@@ -73,7 +77,7 @@ func (s *Store) TaskClaim(ctx context.Context, p *store.TaskClaimParams) (store.
 // outlook reads what a claim left (see [store.ClaimResult]), after its
 // writes: free and tokens are the limited queues' slots and the rate-limited
 // types' tokens it left.
-func outlook(ctx context.Context, tx *txn, p *store.TaskClaimParams, now time.Time, free, tokens map[string]int) (store.ClaimResult, error) {
+func outlook(ctx context.Context, tx *txn, p *store.TaskClaimParams, exclude string, now time.Time, free, tokens map[string]int) (store.ClaimResult, error) {
 	var res store.ClaimResult
 	waitingTypes := map[string]bool{}
 	for _, q := range p.Queues {
@@ -81,7 +85,7 @@ func outlook(ctx context.Context, tx *txn, p *store.TaskClaimParams, now time.Ti
 			var next sql.NullInt64
 			var waiting bool
 			err := tx.queryRow(ctx, "ClaimOutlook", p.Namespace, q, k.Type, k.Version, us(now),
-				p.Namespace, q, k.Type, k.Version, us(now), us(now)).Scan(&next, &waiting)
+				p.Namespace, q, k.Type, k.Version, us(now), us(now), exclude).Scan(&next, &waiting)
 			if err != nil {
 				return res, interpret(err)
 			}
@@ -190,7 +194,7 @@ func (b bucket) refill(now time.Time) float64 {
 // first (the longest-waiting due tasks whatever their priority), then by
 // priority and virtual start time, within the queues' free slots and the
 // types' tokens.
-func pickDue(ctx context.Context, tx *txn, p *store.TaskClaimParams, now time.Time, free, tokens map[string]int) ([]*store.Task, error) {
+func pickDue(ctx context.Context, tx *txn, p *store.TaskClaimParams, exclude string, now time.Time, free, tokens map[string]int) ([]*store.Task, error) {
 	aging := plan.AgingSlots(p.Max, p.StrictPriority)
 	var aged, ranked []candidate
 	for _, q := range p.Queues {
@@ -200,7 +204,7 @@ func pickDue(ctx context.Context, tx *txn, p *store.TaskClaimParams, now time.Ti
 				continue
 			}
 			// No more than are due: see ClaimDueCount.
-			due, err := countDue(ctx, tx, p.Namespace, q, k, now, limit)
+			due, err := countDue(ctx, tx, p.Namespace, q, k, exclude, now, limit)
 			if err != nil {
 				return nil, err
 			}
@@ -208,11 +212,11 @@ func pickDue(ctx context.Context, tx *txn, p *store.TaskClaimParams, now time.Ti
 			if limit == 0 {
 				continue // nothing due: no walk (an idle claim's common case)
 			}
-			a, err := walkDue(ctx, tx, "ClaimWalkByAge", p.Namespace, q, k, now, min(aging, limit))
+			a, err := walkDue(ctx, tx, "ClaimWalkByAge", p.Namespace, q, k, exclude, now, min(aging, limit))
 			if err != nil {
 				return nil, err
 			}
-			r, err := walkDue(ctx, tx, "ClaimWalkByPriority", p.Namespace, q, k, now, limit)
+			r, err := walkDue(ctx, tx, "ClaimWalkByPriority", p.Namespace, q, k, exclude, now, limit)
 			if err != nil {
 				return nil, err
 			}
@@ -257,20 +261,20 @@ type candidate struct {
 
 // countDue returns how many tasks of one queue and type key are due, up to
 // limit.
-func countDue(ctx context.Context, tx *txn, namespace, queue string, k store.TypeKey, now time.Time, limit int) (int, error) {
+func countDue(ctx context.Context, tx *txn, namespace, queue string, k store.TypeKey, exclude string, now time.Time, limit int) (int, error) {
 	var n int
-	err := tx.queryRow(ctx, "ClaimDueCount", namespace, queue, k.Type, k.Version, us(now), limit).Scan(&n)
+	err := tx.queryRow(ctx, "ClaimDueCount", namespace, queue, k.Type, k.Version, us(now), exclude, limit).Scan(&n)
 	return n, interpret(err)
 }
 
 // walkDue returns up to limit due tasks of one queue and type key in the
 // order of the walk named (ClaimWalkByPriority on tasks_claim_idx,
 // ClaimWalkByAge on tasks_age_idx).
-func walkDue(ctx context.Context, tx *txn, walk, namespace, queue string, k store.TypeKey, now time.Time, limit int) ([]candidate, error) {
+func walkDue(ctx context.Context, tx *txn, walk, namespace, queue string, k store.TypeKey, exclude string, now time.Time, limit int) ([]candidate, error) {
 	if limit <= 0 {
 		return nil, nil
 	}
-	rows, err := tx.query(ctx, walk, namespace, queue, k.Type, k.Version, us(now), us(now), limit)
+	rows, err := tx.query(ctx, walk, namespace, queue, k.Type, k.Version, us(now), us(now), exclude, limit)
 	if err != nil {
 		return nil, interpret(err)
 	}
@@ -695,4 +699,22 @@ func (s *Store) LeaseExtendMany(ctx context.Context, p *store.LeaseExtendParams)
 		return nil, errors.Wrap(err, "extend leases")
 	}
 	return out, nil
+}
+
+// excludeJSON is TaskClaimParams.Exclude as the claim's statements take
+// it: a JSON array of ids, "[]" for none.
+func excludeJSON(ids []uuid.UUID) string {
+	if len(ids) == 0 {
+		return "[]"
+	}
+	var b strings.Builder
+	b.WriteByte('[')
+	for i, id := range ids {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(`"` + id.String() + `"`)
+	}
+	b.WriteByte(']')
+	return b.String()
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/cairnflow/cairn/history"
+	"github.com/cockroachdb/errors"
 	"github.com/google/uuid"
 )
 
@@ -28,6 +29,26 @@ type TaskClaimParams struct {
 	// priority order only, and a flood of high-priority work can starve the
 	// rest. By default one slot in eight goes to the longest-waiting task.
 	StrictPriority bool
+	// Exclude are tasks the claim must not take, however due: those a
+	// worker found its code cannot replay (sdk.WorkerConfig.DeployCheck's
+	// skip policy), left for a worker with compatible code. At most
+	// [MaxClaimExclude]; a longer list is refused. Empty (the common
+	// case) costs the claim nothing measurable.
+	Exclude []uuid.UUID
+}
+
+// MaxClaimExclude bounds [TaskClaimParams.Exclude]: 10,000 task ids, a
+// claim's parameters staying small (160 KB) and its test against them
+// cheap.
+const MaxClaimExclude = 10_000
+
+// CheckClaimExclude refuses an Exclude list over [MaxClaimExclude]: what
+// both drivers' claims do.
+func CheckClaimExclude(p *TaskClaimParams) error {
+	if len(p.Exclude) > MaxClaimExclude {
+		return errors.Newf("claim: %d tasks excluded, more than the %d a claim takes", len(p.Exclude), MaxClaimExclude)
+	}
+	return nil
 }
 
 // ClaimResult is what [Store.TaskClaim] took, and what it saw of the work it

@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -21,6 +22,35 @@ var claimTests = []conformanceTest{
 	{"ReclaimGetsAGreaterEpoch", testReclaimGetsGreaterEpoch},
 	{"ClaimServesFairnessKeysRoundRobin", testClaimFairnessKeys},
 	{"ClaimTakesDueTasksAmongTasksNotYetDue", testClaimDueAmongNotYetDue},
+	{"ClaimLeavesExcludedTasks", testClaimExclude},
+}
+
+// testClaimExclude: a claim never takes an excluded task, in its walk by
+// priority or its aging slots, and does not report it as due work left
+// (a worker would claim again at once, forever); a list over
+// MaxClaimExclude is refused.
+func testClaimExclude(t *testing.T, s store.Store) {
+	old := start(t, s, spec{RunAt: time.Now().Add(-time.Hour)}) // the aging slot's pick
+	urgent := start(t, s, spec{Priority: 9})
+	other := start(t, s, spec{})
+	p := claimParams("w", 10, time.Minute)
+	p.Exclude = []uuid.UUID{old, urgent, uuid.New()}
+	res, err := s.TaskClaim(context.Background(), p)
+	require.NoError(t, err)
+	require.Equal(t, map[uuid.UUID]bool{other: true}, claimedIDs(res.Tasks))
+	res, err = s.TaskClaim(context.Background(), p)
+	require.NoError(t, err)
+	require.Empty(t, res.Tasks)
+	require.False(t, res.HeldBack, "excluded tasks are not due work left")
+	require.True(t, res.NextAt.IsZero(), "nor work to come: %v", res.NextAt)
+	require.Equal(t, history.StatusPending, getTask(t, s, old).Status)
+
+	p.Exclude = make([]uuid.UUID, store.MaxClaimExclude+1)
+	_, err = s.TaskClaim(context.Background(), p)
+	require.ErrorContains(t, err, "more than the 10000 a claim takes")
+	p.Exclude = []uuid.UUID{}
+	require.Equal(t, map[uuid.UUID]bool{old: true, urgent: true}, claimedIDs(claim(t, s, p)), "an empty list excludes none")
+	require.Equal(t, 3, requireReplayMatches(t, s))
 }
 
 // testClaimFairnessKeys: key a floods the queue, then key b sends two
