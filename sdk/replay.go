@@ -341,7 +341,7 @@ func (r *Replayer) ReplayTasks(ctx context.Context, c *Client, opts *ReplayTasks
 		}
 	}
 	for _, name := range names {
-		ids, err := c.taskIDs(ctx, name, o.Version, o.Statuses, o.Limit)
+		ids, err := c.tasksWhere(ctx, name, o.Version, o.Statuses, o.Limit, nil)
 		if err != nil {
 			return res, err
 		}
@@ -375,9 +375,10 @@ func (r *Replayer) replayTask(ctx context.Context, c *Client, t *TaskInfo) (*Div
 	return r.ReplayHistory(ctx, t.ID.String(), events), nil
 }
 
-// taskIDs lists up to limit tasks of type name (at version, when not 0)
-// in the given statuses (all when none), newest first.
-func (c *Client) taskIDs(ctx context.Context, name string, version int, statuses []history.Status, limit int) ([]*TaskInfo, error) {
+// tasksWhere lists up to limit tasks of type name (at version, when not
+// 0) in the given statuses (all when none) that keep accepts (all when
+// nil), newest first in each status.
+func (c *Client) tasksWhere(ctx context.Context, name string, version int, statuses []history.Status, limit int, keep func(*TaskInfo) bool) ([]*TaskInfo, error) {
 	if len(statuses) == 0 {
 		statuses = []history.Status{""}
 	}
@@ -390,7 +391,7 @@ func (c *Client) taskIDs(ctx context.Context, name string, version int, statuses
 				return nil, err
 			}
 			for _, t := range page.Tasks {
-				if (version == 0 || t.TypeVersion == version) && len(out) < limit {
+				if (version == 0 || t.TypeVersion == version) && (keep == nil || keep(t)) && len(out) < limit {
 					out = append(out, t)
 				}
 			}

@@ -18,6 +18,7 @@ import (
 	"github.com/cairnflow/cairn/sdk/internal/edge"
 	"github.com/cairnflow/cairn/sdk/internal/executor"
 	"github.com/cockroachdb/errors"
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -150,6 +151,11 @@ type WorkerConfig struct {
 	// in the history. An output kept as a blob is bounded by
 	// [payload.MaxBlobBytes] instead of MaxPayloadBytes.
 	BlobThreshold int
+	// DeployCheck is the check the worker makes when it starts, before it
+	// claims anything: it replays the in-flight tasks of its types
+	// against its code and skips (by default), refuses or ignores those
+	// that would not replay. See [DeployCheckConfig].
+	DeployCheck DeployCheckConfig
 }
 
 // DefaultStopTimeout is [WorkerConfig.StopTimeout]'s default.
@@ -180,6 +186,10 @@ type Worker struct {
 	// set them (export_test.go).
 	heldBackLinger     time.Duration
 	heldBackLingerFrom int
+
+	stranded  []StrandedTask // what the deploy check found at Start
+	excluded  strandSet      // tasks the claims leave (DeploySkip)
+	checkedAt time.Time      // when the deploy check began: tasks started before were in flight
 
 	stopOnce sync.Once
 	stopping chan struct{} // closed when the first stop begins
@@ -303,6 +313,9 @@ func validateWorkerConfig(cfg *WorkerConfig) error {
 		return errors.Newf("worker: StopTimeout %s is negative", cfg.StopTimeout)
 	}
 	if err := workerNamespaces(cfg); err != nil {
+		return err
+	}
+	if err := cfg.DeployCheck.validate(); err != nil {
 		return err
 	}
 	if cfg.DefaultRetention < 0 || cfg.DefaultKeyRetention < 0 {
@@ -430,6 +443,7 @@ func (w *Worker) Start(ctx context.Context) error {
 		Types: types, WorkerID: w.cfg.WorkerID, Logger: w.cfg.Logger, TracerProvider: w.cfg.TracerProvider,
 		MaxPayloadBytes: w.cfg.MaxPayloadBytes, BlobThreshold: w.cfg.BlobThreshold, MaxHistoryEvents: w.cfg.MaxHistoryEvents,
 		HeldBackLinger: w.heldBackLinger, HeldBackLingerFrom: w.heldBackLingerFrom,
+		Strand: w.strand,
 	})
 	// Record the types so producers without this code (the HTTP API) can
 	// start them with the definition's defaults. In one store, Start
@@ -439,6 +453,22 @@ func (w *Worker) Start(ctx context.Context) error {
 	if w.cfg.Cells == nil {
 		if err := w.registerTypes(ctx, w.cells[0], records, false); err != nil {
 			return err
+		}
+	}
+	// The deploy check, before anything is claimed: a refusal leaves
+	// nothing running.
+	stranded, err := w.deployCheck(ctx)
+	w.stranded = stranded
+	if err != nil {
+		return err
+	}
+	if w.cfg.DeployCheck.Policy == DeploySkip {
+		for _, s := range stranded {
+			if id, err := uuid.Parse(s.TaskID); err == nil && !w.excluded.add(id) {
+				w.cfg.Logger.Error("worker: deploy check: more stranded tasks than a claim can leave; the rest will fail when claimed",
+					"max", store.MaxClaimExclude)
+				break
+			}
 		}
 	}
 	// Everything that can refuse its configuration is made before anything
@@ -482,6 +512,7 @@ func (w *Worker) buildCell(c *workerCell, handler edge.Handler, keys []store.Typ
 			Types: keys, Handler: c.store.Handler(handler), Concurrency: w.cfg.Concurrency, LeaseTTL: w.cfg.LeaseTTL,
 			HeartbeatInterval: w.cfg.HeartbeatInterval, PollInterval: w.cfg.PollInterval,
 			WorkerID: w.cfg.WorkerID, Logger: logger, StrictPriority: w.cfg.StrictPriority,
+			Exclude: w.excluded.list,
 		})
 		if err != nil {
 			return err

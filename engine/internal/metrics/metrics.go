@@ -8,6 +8,7 @@ package metrics
 import (
 	"context"
 	"math"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -52,6 +53,7 @@ type Metrics struct {
 	childrenFinished *prometheus.CounterVec
 	probesLost       prometheus.Counter
 	notifiersPolling prometheus.Gauge
+	strandedTasks    *prometheus.GaugeVec
 
 	labelKeys []string // task label keys that are metric labels too (Opts.TaskLabels)
 }
@@ -206,6 +208,9 @@ func newMetrics(extra []string) *Metrics {
 			"namespace"),
 		probesLost: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "cairn", Name: "notification_probes_lost_total",
 			Help: "Probes a notifier sent itself through the database that did not come back in time: notifications are not arriving."}),
+		strandedTasks: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "cairn", Name: "stranded_tasks",
+			Help: "In-flight tasks this worker's code cannot replay (its deploy check), by namespace, type and version: left to a worker with compatible code, or refused its start."},
+			[]string{"namespace", "type", "version"}),
 		notifiersPolling: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "cairn", Name: "notifiers_polling",
 			Help: "Notifiers of this process whose notifications are not arriving (their last probe was lost), so their workers poll in their place."}),
 	}
@@ -216,7 +221,16 @@ func (m *Metrics) collectors() []prometheus.Collector {
 		m.tasksFinished, m.retries, m.deadLetters, m.leaseExpirations, m.cancellations, m.compensations,
 		m.attemptDuration, m.stepDuration, m.scheduleToStart, m.aiTokens, m.aiCost, m.scheduleSkipped,
 		m.signals, m.waitsStarted, m.waitsTimedOut, m.childrenStarted, m.childrenFinished,
-		m.removedTasks, m.removedEvents, m.probesLost, m.notifiersPolling,
+		m.removedTasks, m.removedEvents, m.probesLost, m.notifiersPolling, m.strandedTasks,
+	}
+}
+
+// Stranded sets how many in-flight tasks of namespace's type at version
+// a worker's deploy check found its code cannot replay. A nil *Metrics
+// counts nothing.
+func (m *Metrics) Stranded(namespace, typ string, version, n int) {
+	if m != nil {
+		m.strandedTasks.WithLabelValues(namespace, typ, strconv.Itoa(version)).Set(float64(n))
 	}
 }
 

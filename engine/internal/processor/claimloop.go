@@ -8,6 +8,7 @@ import (
 	"github.com/cairnflow/cairn/engine/internal/notifier"
 	"github.com/cairnflow/cairn/engine/internal/service"
 	"github.com/cairnflow/cairn/engine/store"
+	"github.com/google/uuid"
 )
 
 // claimLoop claims while slots are free and work is due, then waits for
@@ -238,9 +239,14 @@ func (p *Processor) claim(ctx context.Context, max int) (store.ClaimResult, erro
 	claimCtx, cancel := context.WithTimeout(p.baseCtx, p.cfg.LeaseTTL)
 	defer cancel()
 	sent := time.Now()
+	var exclude []uuid.UUID
+	if p.cfg.Exclude != nil {
+		exclude = p.cfg.Exclude()
+	}
 	res, err := p.cfg.Store.TaskClaim(claimCtx, &store.TaskClaimParams{
 		Namespace: p.cfg.Namespace, Queues: p.cfg.Queues, Types: p.cfg.Types,
 		Owner: p.cfg.WorkerID, Max: max, LeaseTTL: p.cfg.LeaseTTL, StrictPriority: p.cfg.StrictPriority,
+		Exclude: exclude,
 	})
 	if err != nil {
 		return res, err

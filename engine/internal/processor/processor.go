@@ -55,6 +55,11 @@ type Config struct {
 	// trades that guarantee away, so a steady flow of high-priority work
 	// can starve lower priorities indefinitely.
 	StrictPriority bool
+	// Exclude, when set, returns the tasks the claims must leave
+	// (store.TaskClaimParams.Exclude): those the worker's code cannot
+	// replay. Called before each claim; it must be cheap and return at
+	// most store.MaxClaimExclude ids.
+	Exclude func() []uuid.UUID
 }
 
 // Processor claims tasks under leases and runs them through a [Handler]:

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/errors"
+	"github.com/google/uuid"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/cairnflow/cairn/activities"
@@ -73,6 +74,12 @@ type HandlerConfig struct {
 	// cheaply, and a waiting parent holds its slot. 0:
 	// DefaultHeldBackLingerFrom; negative: any length.
 	HeldBackLingerFrom int
+	// Strand, when set, is asked about a task whose run is
+	// non-deterministic (with the time its first attempt started): true
+	// releases the task (task_released) instead of failing it, for a
+	// worker with compatible code (the deploy check's skip policy, which
+	// then no longer claims it).
+	Strand func(taskID uuid.UUID, key store.TypeKey, firstStarted time.Time, err error) bool
 }
 
 // Handler runs the attempts the engine's processor claims, behind the
@@ -90,6 +97,7 @@ type Handler struct {
 	maxHistory     int64                // 0: histories are not bounded
 	linger         time.Duration        // HandlerConfig.HeldBackLinger; <= 0: none
 	lingerFrom     int64                // HandlerConfig.HeldBackLingerFrom
+	strand         func(uuid.UUID, store.TypeKey, time.Time, error) bool
 }
 
 // NewHandler returns a handler for cfg.
@@ -105,7 +113,7 @@ func NewHandler(cfg HandlerConfig) *Handler {
 	}
 	return &Handler{types: cfg.Types, workerID: cfg.WorkerID, logger: cfg.Logger, tracerProvider: cfg.TracerProvider,
 		maxPayload: cfg.MaxPayloadBytes, blobThreshold: cfg.BlobThreshold, maxHistory: int64(cfg.MaxHistoryEvents),
-		linger: cfg.HeldBackLinger, lingerFrom: int64(cfg.HeldBackLingerFrom)}
+		linger: cfg.HeldBackLinger, lingerFrom: int64(cfg.HeldBackLingerFrom), strand: cfg.Strand}
 }
 
 // HandleAttempt implements [edge.Handler]: it runs the workflow against
@@ -413,6 +421,11 @@ func (h *Handler) outcome(ctx context.Context, a *edge.Attempt, typ Type, res in
 		return []history.Payload{history.WaitStartedData{Name: wait.Name, Position: wait.Position, Deadline: wait.Deadline}}, nil
 	}
 	if errors.Is(res.Err, interpreter.ErrStopping) {
+		return nil, engine.ErrReleased
+	}
+	if h.strand != nil && errors.Is(res.Err, interpreter.ErrNondeterministic) &&
+		h.strand(a.Task.ID, store.TypeKey{Type: a.Task.Type, Version: a.Task.TypeVersion}, a.State().StartedAt, res.Err) {
+		// Stranded: left to a worker whose code replays it.
 		return nil, engine.ErrReleased
 	}
 	if ctx.Err() != nil {
