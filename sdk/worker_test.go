@@ -220,7 +220,9 @@ func TestNondeterministicWorkflowFailsTask(t *testing.T) {
 				return "invoice", nil
 			}, nil)
 		}, &sdk.WorkflowOpts{Retry: fastRetry(5), SkipDeadLetter: true})
-		second := b.newWorker(t, sdk.WorkerConfig{})
+		// Ignore: without it, the deploy check (DeploySkip) would leave the
+		// task to a worker with v1's code (TestDeployCheckStrandedApprovals).
+		second := b.newWorker(t, sdk.WorkerConfig{DeployCheck: sdk.DeployCheckConfig{Policy: sdk.DeployIgnore}})
 		sdk.Register(second, changed)
 		startWorker(t, second)
 		info := waitTask(t, b.client, res.ID)
