@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -349,4 +350,27 @@ func TestReplayFileRefusesWhatIsNotAHistory(t *testing.T) {
 	require.Contains(t, string(b), `"kind":"error"`)
 	_, err = sdk.NewReplayer().ReplayDir(context.Background(), filepath.Join(dir, "missing"))
 	require.Error(t, err)
+}
+
+func TestReplayMainExitCodes(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	r := sdk.NewReplayer()
+	run := func(args ...string) (int, string, string) {
+		var out, errOut strings.Builder
+		code := sdk.ReplayMain(context.Background(), r, args, &sdk.ReplayMainOpts{Stdout: &out, Stderr: &errOut})
+		return code, out.String(), errOut.String()
+	}
+	code, out, _ := run("--dir", dir)
+	require.Equal(t, sdk.ReplayExitOK, code)
+	require.Equal(t, "0 histories replayed, 0 would not replay\n", out)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "bad.json"), []byte(`[]`), 0o600))
+	code, out, _ = run("--dir", dir, "--output", "json")
+	require.Equal(t, sdk.ReplayExitDiverged, code)
+	require.Contains(t, out, `"kind": "error"`)
+	for _, args := range [][]string{{"--nope"}, {"--dir", dir, "--database-url", "x"}, {"--dir", dir, "--status", "done"},
+		{"--database-url", "postgres://127.0.0.1:1/x", "--limit", "0"}, {"--dir", filepath.Join(dir, "missing")}, {"--dir", dir, "extra"}} {
+		code, _, stderr := run(args...)
+		require.Equal(t, sdk.ReplayExitUsage, code, "%v: %s", args, stderr)
+	}
 }

@@ -30,6 +30,16 @@ func Register(w *sdk.Worker, cfg Config) error {
 	return sdk.RegisterSafely(w, batchWorkflow(doc))
 }
 
+// RegisterReplay adds the intake's workflow types, as [Register]
+// registers them, to a replayer (what `cairn replay` replays against).
+func RegisterReplay(r *sdk.Replayer, cfg Config) error {
+	doc := DocumentWorkflow(cfg)
+	if err := sdk.RegisterReplay(r, doc); err != nil {
+		return err
+	}
+	return sdk.RegisterReplay(r, batchWorkflow(doc))
+}
+
 // Submit starts document.process for each of docs, each a task of its own
 // (idempotency key demo/<document id>), and returns their ids.
 func Submit(ctx context.Context, c *sdk.Client, docs []Document) ([]uuid.UUID, error) {
