@@ -1025,3 +1025,28 @@ WHERE e.task_id = @task_id AND e.seq > @after
   AND EXISTS (SELECT 1 FROM /* TEMPLATE: schema */tasks AS t WHERE t.id = @task_id AND t.namespace = @namespace)
 ORDER BY e.seq
 LIMIT @limit;
+
+-- name: StrandedDelete
+-- A worker's findings of one type and version, before it records new ones
+-- (StrandedInsert, in the same batch).
+DELETE FROM /* TEMPLATE: schema */stranded_tasks
+WHERE namespace = @namespace AND type = @type AND version = @version AND worker_id = @worker_id;
+
+-- name: StrandedInsert
+INSERT INTO /* TEMPLATE: schema */stranded_tasks (namespace, type, version, worker_id, task_id, kind, position,
+    recorded, called, error, found_at)
+SELECT @namespace, @type, @version, @worker_id, f.task_id, f.kind, f.position, f.recorded, f.called, f.error, now()
+FROM unnest(@task_ids::uuid[], @kinds::text[], @positions::integer[], @recorded::text[], @called::text[], @errors::text[])
+    AS f(task_id, kind, position, recorded, called, error);
+
+-- name: StrandedList
+-- Findings of tasks not finished, oldest found first, with the task's
+-- status and run time now.
+SELECT s.namespace, s.type, s.version, s.worker_id, s.task_id, s.kind, s.position, s.recorded, s.called, s.error,
+    s.found_at, t.status, t.run_at
+FROM /* TEMPLATE: schema */stranded_tasks AS s
+JOIN /* TEMPLATE: schema */tasks AS t ON t.id = s.task_id AND t.namespace = s.namespace
+WHERE s.namespace = @namespace AND (@type::text = '' OR s.type = @type)
+  AND t.status IN ('pending', 'running', 'retrying')
+ORDER BY s.found_at, s.task_id
+LIMIT @limit;

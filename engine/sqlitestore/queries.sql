@@ -447,3 +447,20 @@ WHERE e.task_id = ?1 AND e.seq > ?3
   AND EXISTS (SELECT 1 FROM tasks AS t WHERE t.id = ?1 AND t.namespace = ?2)
 ORDER BY e.seq
 LIMIT ?4;
+
+-- name: StrandedDelete
+DELETE FROM stranded_tasks WHERE namespace = ? AND type = ? AND version = ? AND worker_id = ?;
+
+-- name: StrandedInsert
+INSERT INTO stranded_tasks (namespace, type, version, worker_id, task_id, kind, position, recorded, called, error, found_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
+
+-- name: StrandedList
+-- Findings of tasks not finished, oldest found first (namespace, type or
+-- '' for all, limit).
+SELECT s.namespace, s.type, s.version, s.worker_id, s.task_id, s.kind, s.position, s.recorded, s.called, s.error,
+    s.found_at, t.status, t.run_at
+FROM stranded_tasks AS s JOIN tasks AS t ON t.id = s.task_id AND t.namespace = s.namespace
+WHERE s.namespace = ?1 AND (?2 = '' OR s.type = ?2) AND t.status IN ('pending', 'running', 'retrying')
+ORDER BY s.found_at, s.task_id
+LIMIT ?3;

@@ -227,6 +227,10 @@ type Executor interface {
 	RateLimitDelete(ctx context.Context, p *RateLimitDeleteParams) error
 	TaskTypeRegister(ctx context.Context, p *TaskTypeRegisterParams) error
 	TaskTypeList(ctx context.Context, p *TaskTypeListParams) ([]TaskType, error)
+	// Deploy-check findings: a worker replaces its findings of a type
+	// (one statement: a delete and an insert), operators list them.
+	StrandedReplace(ctx context.Context, p *StrandedReplaceParams) error
+	StrandedList(ctx context.Context, p *StrandedListParams) ([]StrandedTask, error)
 
 	// Operators' reads. QueueMeasure measures a queue over a window; the
 	// causes are judged above the seam (engine.DiagnoseQueue).

@@ -53,7 +53,7 @@ func tests(encoded bool) []conformanceTest {
 	var all []conformanceTest
 	for _, group := range [][]conformanceTest{
 		taskTests, claimTests, appendTests, leaseTests, requestTests, queueTests, leaderTests, scheduleTests, taskTypeTests, readTests,
-		listingTests, seriesTests, flowTests, signalTests, childTests, retentionTests, continueTests,
+		listingTests, seriesTests, flowTests, signalTests, childTests, retentionTests, continueTests, strandedTests,
 	} {
 		all = append(all, group...)
 	}
