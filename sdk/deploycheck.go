@@ -76,6 +76,38 @@ var ErrStranded = errors.New("in-flight tasks would not replay on this worker's 
 type StrandedTask struct {
 	Namespace string `json:"namespace"`
 	Divergence
+	// WorkerID, FoundAt and RunAt are set in [Client.StrandedTasks]'
+	// listing: the worker that found the task, when, and the task's run
+	// time (since when it has been due, once past).
+	WorkerID string    `json:"worker_id,omitempty"`
+	FoundAt  time.Time `json:"found_at,omitzero"`
+	RunAt    time.Time `json:"run_at,omitzero"`
+}
+
+// StrandedOpts filter [Client.StrandedTasks]; nil lists every type's.
+type StrandedOpts struct {
+	Type  string
+	Limit int // default 100, at most 1,000
+}
+
+// StrandedTasks lists what workers' deploy checks found in the client's
+// namespace (see [DeployCheckConfig]): in-flight tasks some worker's code
+// cannot replay, with where the code parts from the history, oldest found
+// first. Tasks that finished since are left out. A task found by several
+// workers is listed once per worker.
+func (c *Client) StrandedTasks(ctx context.Context, opts *StrandedOpts) ([]StrandedTask, error) {
+	o := orZero(opts)
+	rows, err := c.store.StrandedList(ctx, &store.StrandedListParams{Namespace: c.namespace, Type: o.Type, Limit: o.Limit})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]StrandedTask, len(rows))
+	for i, r := range rows {
+		out[i] = StrandedTask{Namespace: r.Namespace, WorkerID: r.WorkerID, FoundAt: r.FoundAt, RunAt: r.RunAt,
+			Divergence: Divergence{TaskID: r.TaskID.String(), Type: r.Type, TypeVersion: r.Version, Status: r.Status,
+				Kind: r.Kind, Position: r.Position, Recorded: r.Recorded, Called: r.Called, Error: r.Error}}
+	}
+	return out, nil
 }
 
 func (c *DeployCheckConfig) validate() error {
@@ -161,6 +193,7 @@ func (w *Worker) deployCheck(ctx context.Context) ([]StrandedTask, error) {
 					return nil, errors.Wrapf(err, "worker: deploy check of %s in namespace %q", k, ns)
 				}
 				w.cfg.Metrics.Stranded(ns, k.Type, k.Version, len(found))
+				w.recordStranded(ctx, c, ns, k, found)
 				stranded = append(stranded, found...)
 			}
 		}
@@ -216,6 +249,30 @@ func (w *Worker) checkType(ctx context.Context, r *Replayer, c *Client, ns strin
 		}
 	}
 	return out, nil
+}
+
+// recordStranded replaces the worker's findings of k in the store, for
+// the console and `cairn queue diagnose`; a failure is logged, not fatal:
+// the findings are also in the log and the metric.
+func (w *Worker) recordStranded(ctx context.Context, c *workerCell, ns string, k store.TypeKey, found []StrandedTask) {
+	p := &store.StrandedReplaceParams{Namespace: ns, Type: k.Type, Version: k.Version, WorkerID: w.cfg.WorkerID}
+	for _, s := range found[:min(len(found), store.MaxStrandedFindings)] {
+		id, err := uuid.Parse(s.TaskID)
+		if err != nil {
+			continue
+		}
+		p.Tasks = append(p.Tasks, store.StrandedTask{TaskID: id, Kind: s.Kind, Position: s.Position,
+			Recorded: storableText(s.Recorded), Called: storableText(s.Called), Error: storableText(s.Error)})
+	}
+	if err := c.store.Engine().StrandedReplace(ctx, p); err != nil {
+		w.cfg.Logger.Warn("worker: deploy check: could not record the findings", "namespace", ns, "type", k.Type,
+			"version", k.Version, "error", err)
+	}
+}
+
+// storableText is s as both stores keep text: valid UTF-8 without NUL.
+func storableText(s string) string {
+	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\\0")
 }
 
 // checkClient is a client of namespace ns over the cell's store, as the

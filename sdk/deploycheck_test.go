@@ -76,6 +76,12 @@ func TestDeployCheckStrandedApprovals(t *testing.T) {
 		}
 		require.Contains(t, err.Error(), `receive 0: recorded approve, called (step 1 "classify")`)
 		require.Equal(t, before, attempts(), "a refused worker claims nothing")
+		found, err := b.client.StrandedTasks(ctx, &sdk.StrandedOpts{Type: "dc.review", Limit: 1000})
+		require.NoError(t, err)
+		require.Len(t, found, 50, "recorded for the console and queue diagnose")
+		require.Equal(t, refusing.WorkerID(), found[0].WorkerID)
+		require.Equal(t, "receive", found[0].Kind)
+		require.Equal(t, "approve", found[0].Recorded)
 
 		// Skip: the 50 are approved (due now), new tasks run, and none of
 		// the 50 is claimed.

@@ -100,8 +100,10 @@ func testStrandedRefusesBadInput(t *testing.T, s store.Store) {
 		"twice": func(p *store.StrandedReplaceParams) {
 			p.Tasks = []store.StrandedTask{{TaskID: id}, {TaskID: id}}
 		},
-		"NUL":      func(p *store.StrandedReplaceParams) { p.Tasks = []store.StrandedTask{{TaskID: id, Called: "a\x00b"}} },
-		"too many": func(p *store.StrandedReplaceParams) { p.Tasks = make([]store.StrandedTask, store.MaxStrandedFindings+1) },
+		"NUL": func(p *store.StrandedReplaceParams) { p.Tasks = []store.StrandedTask{{TaskID: id, Called: "a\x00b"}} },
+		"too many": func(p *store.StrandedReplaceParams) {
+			p.Tasks = make([]store.StrandedTask, store.MaxStrandedFindings+1)
+		},
 	} {
 		p := ok
 		mutate(&p)

@@ -69,6 +69,7 @@ type Reads interface {
 	RateLimitDelete(ctx context.Context, p *store.RateLimitDeleteParams) error
 	TaskTypeRegister(ctx context.Context, p *store.TaskTypeRegisterParams) error
 	TaskTypeList(ctx context.Context, p *store.TaskTypeListParams) ([]store.TaskType, error)
+	StrandedList(ctx context.Context, p *store.StrandedListParams) ([]store.StrandedTask, error)
 	QueueStatsList(ctx context.Context, p *store.QueueStatsListParams) ([]store.QueueStats, error)
 	QueueSeries(ctx context.Context, p *store.QueueSeriesParams) ([]store.QueueSeries, error)
 }
