@@ -66,6 +66,12 @@ type QueueDiagnosis struct {
 	// most five); FairnessKeys is how many keys have waiting tasks.
 	WaitingByKey []WaitingKey `json:"waiting_by_fairness_key"`
 	FairnessKeys int          `json:"fairness_keys"`
+	// Stranded is the queue's in-flight tasks a worker's deploy check
+	// found its code cannot replay, by type and version (most first): the
+	// worker leaves them (or refused to start) until one whose code
+	// replays them claims them. Types whose version no worker runs at all
+	// are the unserved_type cause, from WaitingByType.
+	Stranded []StrandedType `json:"stranded"`
 	// Causes are the likely reasons of growth, most likely first. Empty
 	// when nothing looks wrong.
 	Causes []DiagnosisCause `json:"causes"`
@@ -204,6 +210,27 @@ type WaitingType struct {
 	// Served says whether an attempt of this type and version started in
 	// the window.
 	Served bool `json:"served"`
+}
+
+// StrandedType is the queue's stranded tasks of one type and version (see
+// QueueDiagnosis.Stranded), with where the first one found parts from
+// its history.
+type StrandedType struct {
+	Type    string `json:"type"`
+	Version int    `json:"version"`
+	Tasks   int    `json:"tasks"`
+	// Kind ("step", "receive", "child", "end"), Position, Recorded and
+	// Called are the first divergence found: what the history has there,
+	// and what the code called instead.
+	Kind     string `json:"kind"`
+	Position int    `json:"position"`
+	Recorded string `json:"recorded"`
+	Called   string `json:"called"`
+	// Workers are the workers that found them.
+	Workers []string `json:"workers"`
+	// OldestWait is how long the longest-waiting of them has been due
+	// (0 when none is due: waiting for a signal, a timer, a child).
+	OldestWait Millis `json:"oldest_wait_ms"`
 }
 
 // WaitingKey is the queue's waiting tasks of one fairness key.

@@ -2,13 +2,17 @@ package sdk
 
 import (
 	"context"
+	"slices"
 	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/cockroachdb/errors"
 
 	"github.com/cairnflow/cairn/cairntype"
 	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/internal/errmark"
 )
 
@@ -39,5 +43,45 @@ func (c *Client) DiagnoseQueue(ctx context.Context, queue string, window time.Du
 		return nil, errmark.Mark(errors.Newf("diagnose queue %s: window %s must be between %s and %s",
 			queue, window, MinDiagnoseWindow, MaxDiagnoseWindow), ErrInvalid)
 	}
-	return engine.DiagnoseQueue(ctx, c.store.Engine(), &store.QueueDiagnoseParams{Namespace: c.namespace, Queue: queue, Window: window})
+	d, err := engine.DiagnoseQueue(ctx, c.store.Engine(), &store.QueueDiagnoseParams{Namespace: c.namespace, Queue: queue, Window: window})
+	if err != nil {
+		return nil, err
+	}
+	found, err := c.store.StrandedList(ctx, &store.StrandedListParams{Namespace: c.namespace, Queue: queue, Limit: store.MaxStrandedList})
+	if err != nil {
+		return nil, err
+	}
+	d.Stranded = strandedTypes(found, d.At)
+	return d, nil
+}
+
+// strandedTypes groups deploy-check findings by type and version, most
+// tasks first; a task found by several workers counts once.
+func strandedTypes(found []store.StrandedTask, at time.Time) []cairntype.StrandedType {
+	out := []cairntype.StrandedType{}
+	index := map[store.TypeKey]int{}
+	seen := map[store.TypeKey]map[uuid.UUID]bool{}
+	for _, f := range found {
+		k := store.TypeKey{Type: f.Type, Version: f.Version}
+		i, ok := index[k]
+		if !ok {
+			i = len(out)
+			index[k], seen[k] = i, map[uuid.UUID]bool{}
+			out = append(out, cairntype.StrandedType{Type: f.Type, Version: f.Version, Kind: f.Kind, Position: f.Position,
+				Recorded: f.Recorded, Called: f.Called, Workers: []string{}})
+		}
+		t := &out[i]
+		if !slices.Contains(t.Workers, f.WorkerID) {
+			t.Workers = append(t.Workers, f.WorkerID)
+		}
+		if !seen[k][f.TaskID] {
+			seen[k][f.TaskID] = true
+			t.Tasks++
+			if (f.Status == history.StatusPending || f.Status == history.StatusRetrying) && f.RunAt.Before(at) {
+				t.OldestWait = max(t.OldestWait, cairntype.MillisOf(at.Sub(f.RunAt)))
+			}
+		}
+	}
+	slices.SortStableFunc(out, func(a, b cairntype.StrandedType) int { return b.Tasks - a.Tasks })
+	return out
 }

@@ -163,8 +163,38 @@ func printDiagnosis(out io.Writer, d *cairntype.QueueDiagnosis) error {
 		return err
 	}
 	printQueueState(out, d)
+	if err := printStranded(out, d); err != nil {
+		return err
+	}
 	printCauses(out, d)
 	return nil
+}
+
+// printStranded lists the tasks no worker will run: those a worker's
+// deploy check found its code cannot replay (with the first divergence),
+// and those of a type version no worker ran in the window, with how long
+// they have waited.
+func printStranded(out io.Writer, d *cairntype.QueueDiagnosis) error {
+	var unserved []cairntype.WaitingType
+	for _, w := range d.WaitingByType {
+		if !w.Served && w.Due > 0 {
+			unserved = append(unserved, w)
+		}
+	}
+	if len(d.Stranded) == 0 && len(unserved) == 0 {
+		return nil
+	}
+	fmt.Fprintln(out, "\nstranded: tasks no running worker will take")
+	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "TYPE\tTASKS\tWAITED\tWHY")
+	for _, s := range d.Stranded {
+		fmt.Fprintf(w, "%s@%d\t%d\t%s\tthe code of %s cannot replay them: %s %d recorded %s, called %s\n", s.Type, s.Version, s.Tasks,
+			s.OldestWait, strings.Join(s.Workers, ", "), s.Kind, s.Position, s.Recorded, s.Called)
+	}
+	for _, u := range unserved {
+		fmt.Fprintf(w, "%s@%d\t%d\t%s\tno worker runs this version (none started in the window)\n", u.Type, u.Version, u.Due, u.OldestWait)
+	}
+	return w.Flush()
 }
 
 func printHalves(w io.Writer, then, now cairntype.DiagnosisHalf) {

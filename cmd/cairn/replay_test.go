@@ -96,3 +96,40 @@ func TestCLIReplay(t *testing.T) {
 		})
 	}
 }
+
+// queue diagnose lists the tasks a worker's deploy check found stranded,
+// with the first divergence, and the versions no worker runs.
+func TestCLIQueueDiagnoseListsStrandedTasks(t *testing.T) {
+	for name, target := range cliTargets {
+		t.Run(name, func(t *testing.T) {
+			tg := target(t)
+			diverging, unknown := seedReplay(t, tg)
+			tg.withStore(t, func(s store.Store) {
+				require.NoError(t, s.StrandedReplace(context.Background(), &store.StrandedReplaceParams{Namespace: "clitest",
+					Type: intake.DocumentType, Version: intake.DocumentVersion, WorkerID: "w-new",
+					Tasks: []store.StrandedTask{{TaskID: diverging, Kind: "step", Position: 0, Recorded: "not-in-the-demo",
+						Called: "ocr", Error: "step 0: ..."}}}))
+				_, err := s.TaskStart(context.Background(), &store.TaskStartParams{Namespace: "clitest",
+					Scheduled: history.TaskScheduledData{TaskType: "cli.orphan", TypeVersion: 3, Queue: "default"}})
+				require.NoError(t, err)
+			})
+			_ = unknown
+			out, _ := tg.mustRun(t, "queue", "diagnose", "default", "--window", "10s")
+			require.Contains(t, out, "stranded: tasks no running worker will take")
+			require.Regexp(t, `document\.process@\d+\s+1\s+\S+\s+the code of w-new cannot replay them: step 0 recorded not-in-the-demo, called ocr`, out)
+			require.Regexp(t, `cli\.orphan@3\s+1\s+\S+\s+no worker runs this version`, out)
+			out, _ = tg.mustRun(t, "queue", "diagnose", "default", "--window", "10s", "-o", "json")
+			var d struct {
+				Stranded []struct {
+					Type    string   `json:"type"`
+					Tasks   int      `json:"tasks"`
+					Workers []string `json:"workers"`
+				} `json:"stranded"`
+			}
+			require.NoError(t, json.Unmarshal([]byte(out), &d))
+			require.Len(t, d.Stranded, 1)
+			require.Equal(t, intake.DocumentType, d.Stranded[0].Type)
+			require.Equal(t, []string{"w-new"}, d.Stranded[0].Workers)
+		})
+	}
+}

@@ -1043,10 +1043,10 @@ FROM unnest(@task_ids::uuid[], @kinds::text[], @positions::integer[], @recorded:
 -- Findings of tasks not finished, oldest found first, with the task's
 -- status and run time now.
 SELECT s.namespace, s.type, s.version, s.worker_id, s.task_id, s.kind, s.position, s.recorded, s.called, s.error,
-    s.found_at, t.status, t.run_at
+    s.found_at, t.status, t.run_at, t.queue
 FROM /* TEMPLATE: schema */stranded_tasks AS s
 JOIN /* TEMPLATE: schema */tasks AS t ON t.id = s.task_id AND t.namespace = s.namespace
-WHERE s.namespace = @namespace AND (@type::text = '' OR s.type = @type)
+WHERE s.namespace = @namespace AND (@type::text = '' OR s.type = @type) AND (@queue::text = '' OR t.queue = @queue)
   AND t.status IN ('pending', 'running', 'retrying')
 ORDER BY s.found_at, s.task_id
 LIMIT @limit;

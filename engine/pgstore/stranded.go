@@ -39,14 +39,14 @@ func (s *Store) StrandedList(ctx context.Context, p *store.StrandedListParams) (
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
-	rows, err := s.db.Query(ctx, s.sql("StrandedList"), pgx.NamedArgs{"namespace": p.Namespace, "type": p.Type, "limit": p.Limit})
+	rows, err := s.db.Query(ctx, s.sql("StrandedList"), pgx.NamedArgs{"namespace": p.Namespace, "type": p.Type, "queue": p.Queue, "limit": p.Limit})
 	if err != nil {
 		return nil, errors.Wrap(interpretError(err), "list stranded tasks")
 	}
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.StrandedTask, error) {
 		var t store.StrandedTask
 		err := row.Scan(&t.Namespace, &t.Type, &t.Version, &t.WorkerID, &t.TaskID, &t.Kind, &t.Position, &t.Recorded,
-			&t.Called, &t.Error, &t.FoundAt, &t.Status, &t.RunAt)
+			&t.Called, &t.Error, &t.FoundAt, &t.Status, &t.RunAt, &t.Queue)
 		t.FoundAt, t.RunAt = t.FoundAt.UTC(), t.RunAt.UTC()
 		return t, err
 	})

@@ -457,10 +457,10 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 
 -- name: StrandedList
 -- Findings of tasks not finished, oldest found first (namespace, type or
--- '' for all, limit).
+-- '' for all, limit, queue or '' for all).
 SELECT s.namespace, s.type, s.version, s.worker_id, s.task_id, s.kind, s.position, s.recorded, s.called, s.error,
-    s.found_at, t.status, t.run_at
+    s.found_at, t.status, t.run_at, t.queue
 FROM stranded_tasks AS s JOIN tasks AS t ON t.id = s.task_id AND t.namespace = s.namespace
-WHERE s.namespace = ?1 AND (?2 = '' OR s.type = ?2) AND t.status IN ('pending', 'running', 'retrying')
+WHERE s.namespace = ?1 AND (?2 = '' OR s.type = ?2) AND (?4 = '' OR t.queue = ?4) AND t.status IN ('pending', 'running', 'retrying')
 ORDER BY s.found_at, s.task_id
 LIMIT ?3;

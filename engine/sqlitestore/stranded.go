@@ -35,7 +35,7 @@ func (s *Store) StrandedList(ctx context.Context, p *store.StrandedListParams) (
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
-	rows, err := s.q.query(ctx, "StrandedList", p.Namespace, p.Type, p.Limit)
+	rows, err := s.q.query(ctx, "StrandedList", p.Namespace, p.Type, p.Limit, p.Queue)
 	if err != nil {
 		return nil, errors.Wrap(interpret(err), "list stranded tasks")
 	}
@@ -46,7 +46,7 @@ func (s *Store) StrandedList(ctx context.Context, p *store.StrandedListParams) (
 		var id, status string
 		var found, runAt int64
 		if err := rows.Scan(&t.Namespace, &t.Type, &t.Version, &t.WorkerID, &id, &t.Kind, &t.Position, &t.Recorded,
-			&t.Called, &t.Error, &found, &status, &runAt); err != nil {
+			&t.Called, &t.Error, &found, &status, &runAt, &t.Queue); err != nil {
 			return nil, err
 		}
 		if t.TaskID, err = uuid.Parse(id); err != nil {

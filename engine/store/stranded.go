@@ -33,6 +33,7 @@ type StrandedTask struct {
 	// (which lists tasks not finished only): how long it has waited.
 	Status history.Status
 	RunAt  time.Time
+	Queue  string
 }
 
 // MaxStrandedFindings bounds the findings of one replace: 10,000, as
@@ -87,6 +88,7 @@ const MaxStrandedList = 1000
 type StrandedListParams struct {
 	Namespace string
 	Type      string // "": every type
+	Queue     string // "": every queue
 	// Limit bounds the rows: 1 to [MaxStrandedList]; 0 is 100.
 	Limit int
 }

@@ -58,6 +58,10 @@ func testStrandedReplaceAndList(t *testing.T, s store.Store) {
 	require.Equal(t, history.StatusPending, fa.Status)
 	require.False(t, fa.FoundAt.IsZero())
 	require.False(t, fa.RunAt.IsZero())
+	require.Equal(t, "default", fa.Queue)
+	elsewhere, err := s.StrandedList(ctx, &store.StrandedListParams{Namespace: store.DefaultNamespace, Queue: "other"})
+	require.NoError(t, err)
+	require.Empty(t, elsewhere)
 
 	all, err := s.StrandedList(ctx, &store.StrandedListParams{Namespace: store.DefaultNamespace})
 	require.NoError(t, err)
