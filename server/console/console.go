@@ -36,7 +36,7 @@ var consoleFiles embed.FS
 // copies whose prefix is its Config.Prefix.
 var consolePages = func() map[string]*template.Template {
 	pages := map[string]*template.Template{}
-	for _, page := range []string{"login", "overview", "tasks", "task", "waiting", "schedules", "queues", "queue"} {
+	for _, page := range []string{"login", "overview", "tasks", "task", "waiting", "schedules", "queues", "queue", "stranded"} {
 		pages[page] = template.Must(template.New(page).Funcs(consoleFuncs).Funcs(consolePrefix("")).
 			ParseFS(consoleFiles, "templates/layout.html", "templates/charts.html", "templates/"+page+".html"))
 	}
@@ -149,6 +149,7 @@ func (s *Console) routes() http.Handler {
 	mux.Handle("POST /console/tasks/{id}/{action}", s.console(web.RoleOperate, s.consoleTaskAction))
 	mux.Handle("POST /console/tasks/{id}/signals/{name}", s.console(web.RoleOperate, s.consoleSignal))
 	mux.Handle("GET /console/waiting", s.console(web.RoleRead, s.consoleWaiting))
+	mux.Handle("GET /console/stranded", s.console(web.RoleRead, s.consoleStranded))
 	mux.Handle("GET /console/dead-letters", s.console(web.RoleRead, s.consoleDeadLetters))
 	mux.Handle("POST /console/dead-letters/retry", s.console(web.RoleOperate, s.consoleRetryDeadLetters))
 	mux.Handle("GET /console/schedules", s.console(web.RoleRead, s.consoleSchedules))
@@ -433,9 +434,10 @@ func (s *Console) consoleQueues(w http.ResponseWriter, r *http.Request, c *call,
 }
 
 type queueData struct {
-	Stats   cairntype.QueueStats
-	Windows windowLinks
-	Charts  []chart
+	Stranded queueStranded
+	Stats    cairntype.QueueStats
+	Windows  windowLinks
+	Charts   []chart
 }
 
 // consoleQueue is one queue's page: its load and settings, and its charts
@@ -467,6 +469,11 @@ func (s *Console) consoleQueue(w http.ResponseWriter, r *http.Request, c *call, 
 		series = []cairntype.QueueSeries{{Queue: queue, Step: window / chartBuckets, Points: make([]cairntype.SeriesPoint, chartBuckets)}}
 	}
 	data.Charts = queueCharts(series[0], name)
+	if d, derr := c.client.DiagnoseQueue(r.Context(), queue, queueStrandedWindow); derr == nil {
+		data.Stranded = strandedOf(d)
+	} else if page.Error == "" {
+		page.Error = s.consoleError(r, derr)
+	}
 	page.Data = data
 	s.render(w, http.StatusOK, "queue", page)
 }
