@@ -11,10 +11,12 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/cockroachdb/errors"
 	"github.com/google/uuid"
 
+	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/internal/errmark"
@@ -420,4 +422,75 @@ func (c *Client) ExportHistory(ctx context.Context, id uuid.UUID, w io.Writer) e
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(events)
+}
+
+// ReplayArchiveOpts select the archived histories [Replayer.ReplayArchive]
+// replays; nil takes every default.
+type ReplayArchiveOpts struct {
+	// Type, when set, replays tasks of this type only (Version, with it,
+	// of this version only).
+	Type    string
+	Version int
+	// Limit bounds how many archived tasks are replayed, in the order the
+	// archive holds them (by the hour they were created). Default 1,000;
+	// at most [MaxReplayTasks].
+	Limit int
+}
+
+// ReplayArchive replays the histories retention archived from c's
+// namespace (its archive and the client's DefaultArchive, as
+// [Client.History] reads them once a task is removed): finished tasks,
+// each replayed as [Replayer.ReplayHistory] does, the fullest copy of a
+// task archived twice.
+func (r *Replayer) ReplayArchive(ctx context.Context, c *Client, opts *ReplayArchiveOpts) (ReplayResult, error) {
+	o := orZero(opts)
+	var res ReplayResult
+	switch {
+	case o.Limit < 0 || o.Limit > MaxReplayTasks:
+		return res, errmark.Mark(errors.Newf("replay archive: limit %d is outside 1..%d (0: 1,000)", o.Limit, MaxReplayTasks), ErrInvalid)
+	case o.Limit == 0:
+		o.Limit = 1000
+	}
+	locations, err := c.archiveLocations(ctx)
+	if err != nil {
+		return res, errors.Wrap(err, "replay archive")
+	}
+	fullest := map[uuid.UUID]engine.ArchivedTask{}
+	var order []uuid.UUID
+	errFull := errors.New("limit reached")
+	for _, location := range locations {
+		err := c.archives.Scan(ctx, location, c.namespace, time.Time{}, func(t engine.ArchivedTask) error {
+			if len(t.Events) == 0 {
+				return nil
+			}
+			if s, ok := t.Events[0].Data.(history.TaskScheduledData); ok &&
+				(o.Type != "" && s.TaskType != o.Type || o.Version != 0 && s.TypeVersion != o.Version) {
+				return nil
+			}
+			prev, seen := fullest[t.TaskID]
+			if !seen {
+				if len(order) == o.Limit {
+					return errFull
+				}
+				order = append(order, t.TaskID)
+			}
+			if !seen || len(t.Events) > len(prev.Events) {
+				fullest[t.TaskID] = t
+			}
+			return nil
+		})
+		if err != nil && !errors.Is(err, errFull) {
+			return res, errors.Wrap(err, "replay archive")
+		}
+	}
+	for _, id := range order {
+		t := fullest[id]
+		events, err := c.decodeEvents(ctx, id, t.Events, archivedOf(t), false)
+		if err != nil {
+			res.add(&Divergence{TaskID: id.String(), Kind: DivergenceError, Error: "read archived history: " + err.Error()})
+			continue
+		}
+		res.add(r.ReplayHistory(ctx, id.String(), events))
+	}
+	return res, nil
 }

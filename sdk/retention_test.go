@@ -122,6 +122,24 @@ func TestRemovedTasksAreReadFromTheArchive(t *testing.T) {
 		require.ElementsMatch(t, ids, audited, "one step of each archived task")
 		_, err = reader.History(ctx, uuid.Must(uuid.NewV7()))
 		require.ErrorIs(t, err, sdk.ErrNotFound, "a task in neither the database nor an archive is not found")
+
+		// The archived histories replay on the same code, not on code
+		// that renamed the step.
+		same := sdk.NewReplayer()
+		require.NoError(t, sdk.RegisterReplay(same, wf))
+		replayed, err := same.ReplayArchive(ctx, reader, nil)
+		require.NoError(t, err)
+		require.Equal(t, 2, replayed.Replayed)
+		require.NoError(t, replayed.Err())
+		renamed := sdk.NewReplayer()
+		require.NoError(t, sdk.RegisterReplay(renamed, sdk.NewWorkflow("report.build", 1, func(ctx workflow.Context, n int) (int, error) {
+			return workflow.Step(ctx, "triple", func(context.Context) (int, error) { return 3 * n, nil }, nil)
+		}, nil)))
+		replayed, err = renamed.ReplayArchive(ctx, reader, &sdk.ReplayArchiveOpts{Type: "report.build", Limit: 1})
+		require.NoError(t, err)
+		require.Equal(t, 1, replayed.Replayed)
+		require.Len(t, replayed.Divergences, 1)
+		require.Equal(t, "double", replayed.Divergences[0].Recorded)
 		stopWorker(t, b.worker)
 	})
 }
