@@ -46,6 +46,7 @@ var allowedImports = map[string][]string{
 	"payload/seal":                   {"history", "payload", "internal/inputid"},
 	"payload/offload":                {"history", "payload", "internal/bucket", "internal/jsoncheck"},
 	"sdk":                            {"history", "cairntype", "workflow", "activities", "engine", "engine/store", "engine/pgstore", "internal/celenv", "internal/interpreter", "internal/jsoncheck", "payload", "payload/seal", "sdk/internal/edge", "sdk/internal/executor"},
+	"sdk/replaytest":                 {"sdk"},
 	"sdk/internal/edge":              {"engine", "engine/store", "engine/pgstore", "history", "payload", "payload/seal", "payload/offload"},
 	"sdk/internal/executor":          {"engine", "engine/store", "history", "activities", "internal/activity", "internal/interpreter", "internal/jsoncheck", "payload", "sdk/internal/edge"},
 	"internal/celenv":                {},
@@ -76,7 +77,7 @@ var everywhere = []string{"internal/errmark"}
 
 // testOnly are the packages of test helpers: imported from _test.go files
 // only, never by code that ships (but by each other, as the table allows).
-var testOnly = []string{"engine/storetest", "engine/enginetest", "history/historytest", "internal/s3test", "server/internal/servertest", "internal/doccheck", "internal/examplekit"}
+var testOnly = []string{"engine/storetest", "engine/enginetest", "history/historytest", "internal/s3test", "server/internal/servertest", "internal/doccheck", "internal/examplekit", "sdk/replaytest"}
 
 func TestPackageImportsFollowTheArchitecture(t *testing.T) {
 	t.Parallel()
