@@ -121,7 +121,9 @@ func TestReplayReportsWhatItCannotDecide(t *testing.T) {
 	})
 	require.ErrorContains(t, err, "boom")
 	nd, err := interpreter.Replay(context.Background(), "t", history.State{Status: history.StatusFailed, Steps: steps("a")},
-		func(interpreter.Context, json.RawMessage) (json.RawMessage, error) { return nil, errors.New("failed as before") })
+		func(interpreter.Context, json.RawMessage) (json.RawMessage, error) {
+			return nil, errors.New("failed as before")
+		})
 	require.NoError(t, err, "a failed history may replay to a failure")
 	require.Nil(t, nd)
 }
