@@ -31,10 +31,6 @@ func (s *Store) TaskClaim(ctx context.Context, p *store.TaskClaimParams) (store.
 	if err := store.CheckClaimExclude(p); err != nil {
 		return res, err
 	}
-	exclude := make([][16]byte, len(p.Exclude)) // never nil: NULL would exclude every task
-	for i, id := range p.Exclude {
-		exclude[i] = id
-	}
 	types := make([]string, len(p.Types))
 	versions := make([]int32, len(p.Types))
 	for i, k := range p.Types {
@@ -68,10 +64,18 @@ func (s *Store) TaskClaim(ctx context.Context, p *store.TaskClaimParams) (store.
 	// first (a separate statement, so the claim's snapshot is taken after
 	// the lock and sees every claim committed before it).
 	batch.Queue(s.sql("ClaimLocks"), pgx.NamedArgs{"namespace": p.Namespace, "queues": p.Queues, "types": types})
-	batch.Queue(s.sql("TaskClaimMany"), pgx.NamedArgs{
+	claim, args := "TaskClaimMany", pgx.NamedArgs{
 		"namespace": p.Namespace, "queues": p.Queues, "types": types, "versions": versions, "max": p.Max, "aging": plan.AgingSlots(p.Max, p.StrictPriority),
-		"owner": p.Owner, "lease_seconds": p.LeaseTTL.Seconds(), "exclude": exclude,
-	}).Query(func(rows pgx.Rows) error {
+		"owner": p.Owner, "lease_seconds": p.LeaseTTL.Seconds(),
+	}
+	if len(p.Exclude) > 0 {
+		exclude := make([][16]byte, len(p.Exclude))
+		for i, id := range p.Exclude {
+			exclude[i] = id
+		}
+		claim, args["exclude"] = claimExcluding, exclude
+	}
+	batch.Queue(s.sql(claim), args).Query(func(rows pgx.Rows) error {
 		var err error
 		res, err = collectClaim(rows)
 		return err

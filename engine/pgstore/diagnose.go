@@ -30,7 +30,8 @@ func (s *Store) QueueMeasure(ctx context.Context, p *store.QueueDiagnoseParams) 
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
-	d := &store.QueueDiagnosis{Namespace: p.Namespace, Queue: p.Queue, Window: store.MillisOf(p.Window)}
+	d := &store.QueueDiagnosis{Namespace: p.Namespace, Queue: p.Queue, Window: store.MillisOf(p.Window),
+		Stranded: []store.StrandedType{}} // filled above the seam (sdk.Client.DiagnoseQueue)
 	opts := pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}
 	err := s.readTx(ctx, opts, func(tx pgx.Tx) error {
 		return s.measureQueue(ctx, tx, p.Window, d)

@@ -31,7 +31,7 @@ import (
 // own next to the old one's (processes of both run during an upgrade).
 
 // hotQueries are the statements kept as functions.
-var hotQueries = []string{"TaskInsertOne", "TaskInsertMany", "ClaimLocks", "TaskClaimMany", "EventAppendMany", "LeaseExtendMany"}
+var hotQueries = []string{"TaskInsertOne", "TaskInsertMany", "ClaimLocks", "TaskClaimMany", claimExcluding, "EventAppendMany", "LeaseExtendMany"}
 
 // hotFunction is a hot statement's function in a schema.
 type hotFunction struct {

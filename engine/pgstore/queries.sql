@@ -193,7 +193,7 @@ WITH caps AS (
             WHERE t.namespace = @namespace AND t.queue = q.queue
               AND t.type = k.type AND t.type_version = k.version
               AND t.status IN ('pending', 'retrying') AND t.run_at <= now()
-              AND t.id <> ALL(@exclude::uuid[])
+              /* EXCLUDE */
             ORDER BY t.run_at
             LIMIT @max
         ) AS d
@@ -206,9 +206,9 @@ WITH caps AS (
           -- Never a first start past the start deadline: the sweep
           -- expires such a task instead.
           AND (t.start_deadline IS NULL OR t.attempt > 0 OR t.start_deadline > now())
-          -- Tasks the worker cannot replay (TaskClaimParams.Exclude):
-          -- an empty array is true at once.
-          AND t.id <> ALL(@exclude::uuid[])
+          -- Tasks the worker cannot replay (TaskClaimParams.Exclude): see
+          -- claimExcluding.
+          /* EXCLUDE */
         -- By priority, then virtual start time: round robin across
         -- fairness keys, run time order for tasks without one.
         ORDER BY t.priority DESC, t.fair_at, t.run_at, t.id
@@ -230,7 +230,7 @@ WITH caps AS (
           AND t.type = k.type AND t.type_version = k.version
           AND t.status IN ('pending', 'retrying') AND t.run_at <= now()
           AND (t.start_deadline IS NULL OR t.attempt > 0 OR t.start_deadline > now())
-          AND t.id <> ALL(@exclude::uuid[])
+          /* EXCLUDE */
         ORDER BY t.run_at, t.id
         LIMIT least(@aging::integer, coalesce(caps.free, @aging::integer), coalesce(rates.free, @aging::integer))
         FOR UPDATE SKIP LOCKED
@@ -305,7 +305,7 @@ WITH caps AS (
           AND t.status IN ('pending', 'retrying') AND t.run_at <= now()
           AND (t.start_deadline IS NULL OR t.attempt > 0 OR t.start_deadline > now())
           AND t.id NOT IN (SELECT id FROM claimed)
-          AND t.id <> ALL(@exclude::uuid[])
+          /* EXCLUDE */
         -- The due range of tasks_age_idx: never a walk past the tasks not
         -- yet due.
         ORDER BY t.run_at

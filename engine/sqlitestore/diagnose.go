@@ -24,7 +24,8 @@ func (s *Store) QueueMeasure(ctx context.Context, p *store.QueueDiagnoseParams) 
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
-	d := &store.QueueDiagnosis{Namespace: p.Namespace, Queue: p.Queue, Window: store.MillisOf(p.Window)}
+	d := &store.QueueDiagnosis{Namespace: p.Namespace, Queue: p.Queue, Window: store.MillisOf(p.Window),
+		Stranded: []store.StrandedType{}} // filled above the seam (sdk.Client.DiagnoseQueue)
 	// The reads hold the store's one connection: bounded as PostgreSQL's
 	// statements are.
 	readCtx, cancel := context.WithTimeout(ctx, diagnoseTimeout)

@@ -61,6 +61,8 @@ type (
 	RateLimit = cairntype.RateLimit
 	// WaitingType is [cairntype.WaitingType].
 	WaitingType = cairntype.WaitingType
+	// StrandedType is [cairntype.StrandedType].
+	StrandedType = cairntype.StrandedType
 	// WaitingKey is [cairntype.WaitingKey].
 	WaitingKey = cairntype.WaitingKey
 	// DiagnosisCause is [cairntype.DiagnosisCause].
