@@ -359,7 +359,7 @@ func (r *Replayer) ReplayTasks(ctx context.Context, c *Client, opts *ReplayTasks
 }
 
 var allStatuses = []history.Status{history.StatusPending, history.StatusRunning, history.StatusRetrying, history.StatusCompleted,
-	history.StatusFailed, history.StatusCancelled, history.StatusDeadLettered, history.StatusExpired}
+	history.StatusFailed, history.StatusCancelled, history.StatusDeadLettered, history.StatusExpired, history.StatusContinued}
 
 // replayTask replays one listed task. A task removed since it was listed
 // (and not archived) is not counted.

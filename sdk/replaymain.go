@@ -64,7 +64,7 @@ func ReplayMain(ctx context.Context, r *Replayer, args []string, opts *ReplayMai
 	schema := fs.String("schema", "", "the schema of cairn's tables (default cairn)")
 	namespace := fs.String("namespace", "", "the namespace of the tasks (default default)")
 	typ := fs.String("type", "", "replay tasks of this type only (default: every type the program defines)")
-	statuses := fs.String("status", "", "replay tasks in these statuses only, comma-separated (pending,running,retrying,completed,failed,cancelled,dead_lettered,expired)")
+	statuses := fs.String("status", "", "replay tasks in these statuses only, comma-separated (pending,running,retrying,completed,failed,cancelled,dead_lettered,expired,continued)")
 	limit := fs.Int("limit", 1000, fmt.Sprintf("replay at most this many tasks per type, newest first (1..%d)", MaxReplayTasks))
 	output := fs.String("output", "text", "the report's form: text or json")
 	if err := fs.Parse(args); err != nil {

@@ -1,2 +1,0 @@
--- Reserved: see the PostgreSQL twin.
-SELECT 1;
