@@ -144,3 +144,74 @@ func TestDeployCheckConfigIsValidated(t *testing.T) {
 		require.ErrorContains(t, err, "DeployCheck", "%+v", cfg)
 	}
 }
+
+// renamedV1 is approvalV1 with its first step renamed: the runtime itself
+// finds such a history non-deterministic.
+func renamedV1() *sdk.Workflow[int, int] {
+	return sdk.NewWorkflow("dc.review", 1, func(ctx workflow.Context, in int) (int, error) {
+		if _, err := workflow.Step(ctx, "extract-v2", one, nil); err != nil {
+			return 0, err
+		}
+		if _, _, err := workflow.AwaitApproval(ctx, "approve", time.Hour); err != nil {
+			return 0, err
+		}
+		return in, nil
+	}, nil)
+}
+
+// Under skip, a task in flight before the worker started that its check
+// did not sample (Sample 1) and that turns out non-deterministic when it
+// runs is released, not dead-lettered, and not claimed again.
+func TestDeployCheckSkipReleasesWhatItFindsAtRunTime(t *testing.T) {
+	t.Parallel()
+	onEachStore(t, func(t *testing.T, setup setupFunc) {
+		ctx := context.Background()
+		b := setup(t, sdk.WorkerConfig{})
+		sdk.Register(b.worker, approvalV1(false))
+		startWorker(t, b.worker)
+		waiting := make([]uuid.UUID, 5)
+		for i := range waiting {
+			run, err := sdk.Start(ctx, b.client, approvalV1(false), i, nil)
+			require.NoError(t, err)
+			waiting[i] = run.ID
+		}
+		for _, id := range waiting {
+			waitForEvent(t, b.client, id, history.WaitStarted)
+		}
+		stopWorker(t, b.worker)
+		for _, id := range waiting {
+			_, err := b.client.Signal(ctx, id, "approve", workflow.Decision{Approved: true}, nil)
+			require.NoError(t, err)
+		}
+
+		w := b.newWorker(t, sdk.WorkerConfig{DeployCheck: sdk.DeployCheckConfig{Sample: 1}})
+		sdk.Register(w, renamedV1())
+		startWorker(t, w)
+		require.Len(t, w.Stranded(), 1, "the sample of one")
+		sampled := w.Stranded()[0].TaskID
+		for _, id := range waiting {
+			if id.String() == sampled {
+				continue
+			}
+			waitForEvent(t, b.client, id, history.TaskReleased)
+		}
+		// New tasks run to their end meanwhile; the released ones are not
+		// claimed again.
+		fresh, err := sdk.Start(ctx, b.client, renamedV1(), 9, nil)
+		require.NoError(t, err)
+		waitForEvent(t, b.client, fresh.ID, history.WaitStarted)
+		_, err = b.client.Signal(ctx, fresh.ID, "approve", workflow.Decision{Approved: true}, nil)
+		require.NoError(t, err)
+		requireStatus(t, b.client, fresh.ID, history.StatusCompleted)
+		for _, id := range waiting {
+			info, err := b.client.Get(ctx, id)
+			require.NoError(t, err)
+			require.Equal(t, history.StatusPending, info.Status, "task %s", id)
+			want := 1 // the v1 attempt
+			if id.String() != sampled {
+				want = 2 // and the one that found it non-deterministic
+			}
+			require.Equal(t, want, info.Attempt, "task %s: %v", id, eventTypesOf(t, b.client, id))
+		}
+	})
+}
