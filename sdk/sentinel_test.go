@@ -20,6 +20,7 @@ import (
 	"github.com/cairnflow/cairn/engine/pgstore"
 	"github.com/cairnflow/cairn/engine/sqlitestore"
 	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/sdk"
 )
 
@@ -56,6 +57,15 @@ func TestEverySentinelMatchesWithBothErrorLibraries(t *testing.T) {
 		require.NoError(t, err)
 		t.Cleanup(inPlace.Close)
 		missing := uuid.New()
+		// A task waiting for its approval, for a worker whose code added a
+		// step before it (ErrStranded).
+		recorder := b.newWorker(t, sdk.WorkerConfig{})
+		sdk.Register(recorder, approvalV1(false))
+		startWorker(t, recorder)
+		review, err := sdk.Start(ctx, c, approvalV1(false), 1, nil)
+		require.NoError(t, err)
+		waitForEvent(t, c, review.ID, history.WaitStarted)
+		stopWorker(t, recorder)
 		bounded := boundedClient(t, b, store.HistoryLimits{MaxEvents: 1})
 
 		cases := []struct {
@@ -141,6 +151,11 @@ func TestEverySentinelMatchesWithBothErrorLibraries(t *testing.T) {
 				_, err := c.Signal(ctx, pending.ID, "approve", nil, &sdk.SignalOpts{ForWait: new(0)})
 				return err
 			}},
+			{sdk.ErrStranded, "WorkerStart", func() error {
+				w := b.newWorker(t, sdk.WorkerConfig{DeployCheck: sdk.DeployCheckConfig{Policy: sdk.DeployRefuse}})
+				sdk.Register(w, approvalV1(true))
+				return w.Start(ctx)
+			}},
 			{sdk.ErrNotPlaced, "NewClient", func() error {
 				cells, err := sdk.NewCells(map[string]store.Store{"eu": sdk.ClientStore(c)}, map[string]string{"acme": "eu"})
 				require.NoError(t, err)
@@ -193,7 +208,7 @@ var exportedSentinels = map[string]error{
 	"ErrExpired": sdk.ErrExpired, "ErrPayloadTooLarge": sdk.ErrPayloadTooLarge, "ErrBlobCorrupt": sdk.ErrBlobCorrupt,
 	"ErrBadCallbackToken": sdk.ErrBadCallbackToken, "ErrCallbackExpired": sdk.ErrCallbackExpired,
 	"ErrWaitEnded": sdk.ErrWaitEnded, "ErrWaitNotReached": sdk.ErrWaitNotReached,
-	"ErrNotPlaced": sdk.ErrNotPlaced,
+	"ErrNotPlaced": sdk.ErrNotPlaced, "ErrStranded": sdk.ErrStranded,
 }
 
 // boundedClient is a client of b's database through a store of its own,
