@@ -185,18 +185,18 @@ func (w *Worker) deployCheck(ctx context.Context) ([]StrandedTask, error) {
 	keys := r.Types()
 	var stranded []StrandedTask
 	for _, c := range w.cells {
-		for _, ns := range c.namespaces {
-			client := w.checkClient(c, ns)
-			for _, k := range keys {
-				found, err := w.checkType(ctx, r, client, ns, k, cfg.Sample)
-				if err != nil {
-					return nil, errors.Wrapf(err, "worker: deploy check of %s in namespace %q", k, ns)
-				}
-				w.cfg.Metrics.Stranded(ns, k.Type, k.Version, len(found))
-				w.recordStranded(ctx, c, ns, k, found)
-				stranded = append(stranded, found...)
+		found, err := w.checkCell(ctx, r, c, keys, cfg.Sample)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, errors.Wrap(err, "worker: deploy check")
 			}
+			// A store out of reach holds up nothing: the check of its
+			// namespaces is left out, and the runtime still fails (or,
+			// under skip, releases) what turns out non-deterministic.
+			w.cellLogger(c).Warn("worker: deploy check: could not read the in-flight tasks; they are not checked",
+				"namespaces", c.namespaces, "error", err)
 		}
+		stranded = append(stranded, found...)
 	}
 	for _, s := range stranded {
 		w.cfg.Logger.Warn("worker: deploy check: task would not replay on this code",
@@ -205,6 +205,35 @@ func (w *Worker) deployCheck(ctx context.Context) ([]StrandedTask, error) {
 	}
 	if len(stranded) > 0 && cfg.Policy == DeployRefuse {
 		return stranded, errmark.Mark(strandedError(stranded), ErrStranded)
+	}
+	return stranded, nil
+}
+
+// deployCheckCellTimeout bounds the deploy check of one cell's store when
+// the worker runs in cells, so a cell out of reach delays the start by at
+// most this.
+const deployCheckCellTimeout = 30 * time.Second
+
+// checkCell checks the worker's types in every namespace of cell c,
+// returning what it found before an error.
+func (w *Worker) checkCell(ctx context.Context, r *Replayer, c *workerCell, keys []store.TypeKey, sample int) ([]StrandedTask, error) {
+	if w.cfg.Cells != nil {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, deployCheckCellTimeout)
+		defer cancel()
+	}
+	var stranded []StrandedTask
+	for _, ns := range c.namespaces {
+		client := w.checkClient(c, ns)
+		for _, k := range keys {
+			found, err := w.checkType(ctx, r, client, ns, k, sample)
+			if err != nil {
+				return stranded, errors.Wrapf(err, "%s in namespace %q", k, ns)
+			}
+			w.cfg.Metrics.Stranded(ns, k.Type, k.Version, len(found))
+			w.recordStranded(ctx, c, ns, k, found)
+			stranded = append(stranded, found...)
+		}
 	}
 	return stranded, nil
 }
