@@ -21,6 +21,7 @@ var continueTests = []conformanceTest{
 	{"ContinueAsNewAfterACancelRequestWritesNothing", testContinueAsNewAfterCancel},
 	{"ContinuedChildReportsFromItsLastRunOnly", testContinuedChildReports},
 	{"RemoveFinishedRemovesContinuedRuns", testRemoveContinuedRuns},
+	{"ContinuedRunErasedStillLeadsToItsNextRun", testContinuedRunErased},
 }
 
 // continueParams continues claimed run ct with the next run's start.
@@ -127,4 +128,27 @@ func testRemoveContinuedRuns(t *testing.T, s store.Store) {
 	ids, err := removableIDs(testContext(t), s, p)
 	require.NoError(t, err)
 	require.Equal(t, []uuid.UUID{run}, ids, "the continued run, not the pending next")
+}
+
+func testContinuedRunErased(t *testing.T, s store.Store) {
+	ctx := testContext(t)
+	p := spec{}.params()
+	p.ID, p.DataKey = uuid.Must(uuid.NewV7()), []byte("wrapped")
+	_, err := s.TaskStart(ctx, p)
+	require.NoError(t, err)
+	run := p.ID
+	ct := claimOne(t, s, "w", time.Minute)
+	res, err := requests.ContinueAsNew(ctx, s, continueParams(ct))
+	require.NoError(t, err)
+	_, err = s.EventAppend(ctx, &store.EventAppendParams{TaskID: run, State: res.State, At: time.Now(),
+		Payloads: []history.Payload{history.TaskErasedData{By: "dpo"}}})
+	require.NoError(t, err, "a continued run is finished, so it may be erased")
+
+	latest, err := requests.LatestRun(ctx, s, store.DefaultNamespace, run)
+	require.NoError(t, err)
+	require.Equal(t, res.NextID, latest.ID, "task_erased after task_continued")
+	cancelled, err := requests.Cancel(ctx, s, &requests.Params{Namespace: store.DefaultNamespace, ID: run, By: "ops"})
+	require.NoError(t, err)
+	require.Equal(t, history.StatusCancelled, cancelled.State.Status, "the cancel reached the next run")
+	require.Equal(t, history.StatusCancelled, getTask(t, s, res.NextID).Status)
 }

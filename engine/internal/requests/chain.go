@@ -23,8 +23,9 @@ var ErrChainTooLong = errors.New("chain of continued runs too long")
 
 // ContinuedAs returns the run that task t, which ended continued, continued
 // as: its task_continued, the last event, read alone; or the last but
-// the task_forked events that follow it (forks made of the run since),
-// read back in windows that grow fourfold.
+// the events a finished run may still get (see [afterFinish]: forks made
+// of the run since, its erasure) that follow it, read back in windows
+// that grow fourfold.
 func ContinuedAs(ctx context.Context, ex store.Executor, t *store.Task) (uuid.UUID, error) {
 	if t.Status != history.StatusContinued {
 		return uuid.Nil, errors.AssertionFailedf("task %s is %s, not continued", t.ID, t.Status)
@@ -40,11 +41,11 @@ func ContinuedAs(ctx context.Context, ex store.Executor, t *store.Task) (uuid.UU
 			return uuid.Nil, errmark.Mark(errors.Newf("task %s: its last event is gone", t.ID), store.ErrNotFound)
 		}
 		i := len(events) - 1
-		for i >= 0 && events[i].Type() == history.TaskForked {
+		for i >= 0 && afterFinish(events[i].Type()) {
 			i--
 		}
 		if i < 0 && after > 0 {
-			continue // forks all the way back: look further
+			continue // such events all the way back: look further
 		}
 		if i < 0 {
 			return uuid.Nil, errors.Newf("task %s is continued but has no task_continued", t.ID)
@@ -76,4 +77,11 @@ func LatestRun(ctx context.Context, ex store.Executor, namespace string, id uuid
 			return nil, err
 		}
 	}
+}
+
+// afterFinish reports whether an event of type typ may follow a run's
+// task_continued: the fold (history.Replay) takes, after a finish that
+// nothing reopens, only task_forked and task_erased.
+func afterFinish(typ history.Type) bool {
+	return typ == history.TaskForked || typ == history.TaskErased
 }
