@@ -37,6 +37,7 @@ var (
 	ErrLeaseLost       = processor.ErrLeaseLost
 	ErrCancelRequested = processor.ErrCancelRequested
 	ErrEnded           = processor.ErrEnded
+	ErrSignalArrived   = processor.ErrSignalArrived
 )
 
 // DefaultLeaseTTL is a lease's length unless configured otherwise.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -353,5 +354,48 @@ func TestContinueAsNewSignalsReachTheCurrentRun(t *testing.T) {
 		heard, err := run.Result(ctx)
 		require.NoError(t, err)
 		require.Equal(t, []string{"hello", "again", "bye"}, heard)
+	})
+}
+
+// TestContinueAsNewAfterASignalReplays: a signal that reaches a run after
+// its workflow decided to continue, before the continue is written, hands
+// the attempt back (with the last step on record: it runs once), and the
+// next attempt replays with the signal in the history.
+func TestContinueAsNewAfterASignalReplays(t *testing.T) {
+	t.Parallel()
+	onEachStore(t, func(t *testing.T, setup setupFunc) {
+		b := setup(t, sdk.WorkerConfig{})
+		var pings atomic.Int32
+		key := "ping-" + uuid.NewString()
+		wf := sdk.NewWorkflow("pinger", 1, func(ctx workflow.Context, n int) (int, error) {
+			if _, err := workflow.Step(ctx, "ping", func(ctx context.Context) (int, error) {
+				if n == 0 {
+					pings.Add(1)
+					_, err := b.client.SignalByKey(ctx, key, "more", "x", nil)
+					return 0, err
+				}
+				return 0, nil
+			}, nil); err != nil {
+				return 0, err
+			}
+			if n == 0 {
+				return 0, workflow.ContinueAsNew(ctx, 1)
+			}
+			return n, nil
+		}, nil)
+		sdk.Register(b.worker, wf)
+		startWorker(t, b.worker)
+		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+		defer cancel()
+		run, err := sdk.Start(ctx, b.client, wf, 0, &sdk.StartOpts{IdempotencyKey: key})
+		require.NoError(t, err)
+		out, err := run.Result(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 1, out)
+		require.Equal(t, int32(1), pings.Load(), "the step ran once")
+		types := eventTypesOf(t, b.client, run.ID)
+		require.Contains(t, types, history.SignalReceived)
+		require.Contains(t, types, history.TaskReleased, "the continue after the signal handed the attempt back: %v", types)
+		require.Equal(t, history.TaskContinued, types[len(types)-1])
 	})
 }

@@ -24,6 +24,11 @@ var (
 	// attempt itself ([Attempt.ContinueAsNew]): the processor appends
 	// nothing and frees the attempt's slot.
 	ErrEnded = errors.New("attempt ended by its handler")
+	// ErrSignalArrived is returned by [Attempt.ContinueAsNew] when a
+	// signal reached the run before its continue was written: the handler
+	// hands the attempt back (task_released), so that the workflow
+	// replays with the signal.
+	ErrSignalArrived = errors.New("a signal arrived before the run continued as new")
 )
 
 // Handler runs attempts of claimed tasks. The SDK's attempt executor

@@ -134,9 +134,13 @@ func (a *Attempt) CloseChildren(ctx context.Context, reason string) error {
 // one transaction. It returns the next run's id. A signal or child's end
 // appended meanwhile is taken into the attempt's state and the continue
 // tried again; a cancel request appended meanwhile wins: nothing is
-// written, and the error is marked [ErrCancelRequested]. The handler then
-// ends the attempt as a cancelled one, or returns [ErrEnded] once this
-// succeeded.
+// written, and the error is marked [ErrCancelRequested]. A signal
+// appended meanwhile stops the continue too: the run decided to continue
+// without it, and the next run would never see it. Nothing is written,
+// and the error is marked [ErrSignalArrived]: the handler hands the
+// attempt back (payloads, then task_released), so the next attempt
+// replays with the signal in the history. The handler then ends the
+// attempt as a cancelled one, or returns [ErrEnded] once this succeeded.
 func (a *Attempt) ContinueAsNew(ctx context.Context, payloads []history.Payload, next store.TaskStartParams) (uuid.UUID, error) {
 	for try := 0; ; try++ {
 		if a.state.CancelRequested {
@@ -146,8 +150,12 @@ func (a *Attempt) ContinueAsNew(ctx context.Context, payloads []history.Payload,
 			Run: *a.appendParams(payloads), Next: next,
 		})
 		if errors.Is(err, store.ErrConflict) && try+1 < maxChildStartTries {
+			signals := len(a.state.Signals)
 			if err := a.syncRequests(ctx); err != nil {
 				return uuid.Nil, err
+			}
+			if len(a.state.Signals) > signals && !a.state.CancelRequested {
+				return uuid.Nil, errmark.Mark(errors.Newf("continue task %s as new: a signal arrived first", a.Task.ID), ErrSignalArrived)
 			}
 			continue
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/cairnflow/cairn/engine/internal/maintenance"
 	"github.com/cairnflow/cairn/engine/internal/notifier"
 	"github.com/cairnflow/cairn/engine/internal/processor"
+	"github.com/cairnflow/cairn/engine/internal/requests"
 	"github.com/cairnflow/cairn/engine/internal/service"
 	"github.com/cairnflow/cairn/engine/pgstore"
 	"github.com/cairnflow/cairn/engine/store"
@@ -591,4 +592,47 @@ func TestProcessorClaimsWorkThatArrivedWhileFullWhenASlotFrees(t *testing.T) {
 	require.Equal(t, second, recv(t, started, "the second task to start once the slot frees"))
 	stopProcessor(t, p)
 	enginetest.RequireProjectionsMatch(t, s)
+}
+
+// A signal that reaches a run between its attempt's read and its continue
+// as new stops the continue: the attempt is handed back, and the next one
+// replays with the signal (and continues, here).
+func TestContinueAsNewAfterASignalHandsTheAttemptBack(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := enginetest.Store(t)
+	id := enginetest.StartTask(t, s, nil)
+	results := make(chan error, 2)
+	var nextID atomic.Value
+	h := &testHandler{fn: func(ctx context.Context, a *processor.Attempt) ([]history.Payload, error) {
+		st := a.State()
+		if len(st.Signals) == 0 {
+			// Sent after the attempt read the task, before it continues.
+			_, err := requests.Signal(ctx, s, &store.TaskSignalParams{Namespace: a.Task.Namespace, TaskID: a.Task.ID, Name: "more", Sender: "test"})
+			require.NoError(t, err)
+		}
+		sc := st.Scheduled
+		next, err := a.ContinueAsNew(ctx, nil, store.TaskStartParams{Namespace: a.Task.Namespace, Scheduled: history.TaskScheduledData{
+			TaskType: sc.TaskType, TypeVersion: sc.TypeVersion, Queue: sc.Queue, RunAt: time.Now(), MaxAttempts: sc.MaxAttempts,
+			ContinuedFrom: a.Task.ID.String(),
+		}})
+		results <- err
+		if errors.Is(err, processor.ErrSignalArrived) {
+			return []history.Payload{history.TaskReleasedData{WorkerID: a.WorkerID(), LeaseEpoch: a.State().Lease.Epoch, Reason: "signalled"}}, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		nextID.Store(next)
+		return nil, processor.ErrEnded
+	}}
+	p := newProcessor(t, s, h, processor.Config{LeaseTTL: time.Hour, Types: []store.TypeKey{enginetest.TestKey}})
+	require.NoError(t, p.Start(ctx))
+	err := recv(t, results, "the first continue")
+	require.True(t, errors.Is(err, processor.ErrSignalArrived), "got %v", err)
+	require.NoError(t, recv(t, results, "the second continue"))
+	stopProcessor(t, p)
+	require.Equal(t, []history.Type{history.TaskScheduled, history.AttemptStarted, history.SignalReceived, history.TaskReleased,
+		history.AttemptStarted, history.TaskContinued}, enginetest.EventTypes(t, s, id))
+	require.NotNil(t, nextID.Load())
 }

@@ -57,7 +57,9 @@ func nextRun(a *edge.Attempt, input []byte) store.TaskStartParams {
 // continueAsNew ends a's run continued as new, after closing its
 // unfinished children by their policy. It returns engine.ErrEnded once
 // the end is written; a cancel requested first turns it into the
-// cancel's compensation; a full queue fails the attempt transiently
+// cancel's compensation; a signal that arrived first hands the attempt
+// back (task_released), for the workflow to replay with it; a full queue
+// fails the attempt transiently
 // (done false: the caller writes the outcome of res with that error).
 func (h *Handler) continueAsNew(a *edge.Attempt, typ Type, req *interpreter.ContinueAsNewRequest, pending edge.Events) (ev edge.Events, done bool, err error) {
 	durable := a.DurableContext()
@@ -73,6 +75,16 @@ func (h *Handler) continueAsNew(a *edge.Attempt, typ Type, req *interpreter.Cont
 	case errors.Is(err, engine.ErrCancelRequested):
 		ev, err := h.compensate(a, typ, history.CompensateCancelled, nil, pending)
 		return ev, true, err
+	case errors.Is(err, engine.ErrSignalArrived):
+		// A signal reached the run first: hand the attempt back (with the
+		// last step on record), so the next attempt replays with it.
+		released, err := a.Encode(durable, history.TaskReleasedData{
+			WorkerID: a.WorkerID(), LeaseEpoch: a.State().Lease.Epoch, Reason: "a signal arrived before the run continued as new",
+		})
+		if err != nil {
+			return edge.Events{}, true, err
+		}
+		return pending.Then(released), true, nil
 	case errors.Is(err, store.ErrQueueFull):
 		return edge.Events{}, false, activities.Transient(err)
 	}
