@@ -610,7 +610,7 @@ func (c *Client) Get(ctx context.Context, id uuid.UUID) (*TaskInfo, error) {
 // task_scheduled) and ContinuedAs (from its task_continued, when it ended
 // continued).
 func (c *Client) setChainLinks(ctx context.Context, info *TaskInfo) error {
-	first, err := c.store.EventListPage(ctx, &store.EventPageParams{Namespace: info.Namespace, TaskID: info.ID, Limit: 1})
+	first, err := c.store.EventListPage(ctx, &store.EventPageParams{Namespace: info.Namespace, TaskID: info.ID, Limit: 1, MaxBytes: 1})
 	if err != nil {
 		return err
 	}
