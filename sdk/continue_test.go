@@ -11,6 +11,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/cairnflow/cairn/activities"
+	"github.com/cairnflow/cairn/engine/sqlitestore"
 	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/sdk"
 	"github.com/cairnflow/cairn/workflow"
@@ -397,5 +399,46 @@ func TestContinueAsNewAfterASignalReplays(t *testing.T) {
 		require.Contains(t, types, history.SignalReceived)
 		require.Contains(t, types, history.TaskReleased, "the continue after the signal handed the attempt back: %v", types)
 		require.Equal(t, history.TaskContinued, types[len(types)-1])
+	})
+}
+
+// TestContinueAsNewFailureKeepsTheLastStep: a continue the database
+// refuses (here a trigger refuses every new task) fails the attempt
+// transiently, with its last step on record: the retry does not run the
+// step again.
+func TestContinueAsNewFailureKeepsTheLastStep(t *testing.T) {
+	t.Parallel()
+	onEachStore(t, func(t *testing.T, setup setupFunc) {
+		b := setup(t, sdk.WorkerConfig{})
+		var pings atomic.Int32
+		retry := activities.RetryPolicy{MaxAttempts: 2, InitialInterval: time.Millisecond, Multiplier: 2, MaxInterval: time.Millisecond}
+		wf := sdk.NewWorkflow("refused-continue", 1, func(ctx workflow.Context, n int) (int, error) {
+			if _, err := workflow.Step(ctx, "ping", func(context.Context) (int, error) { return int(pings.Add(1)), nil }, nil); err != nil {
+				return 0, err
+			}
+			return 0, workflow.ContinueAsNew(ctx, n+1)
+		}, &sdk.WorkflowOpts{Retry: &retry})
+		sdk.Register(b.worker, wf)
+		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+		defer cancel()
+		run, err := sdk.Start(ctx, b.client, wf, 0, nil)
+		require.NoError(t, err)
+		// From now on no task starts: the continue's next run is refused.
+		if b.store != nil {
+			_, err = b.store.(*sqlitestore.Store).DB().ExecContext(ctx, `CREATE TRIGGER refuse_starts BEFORE INSERT ON tasks BEGIN SELECT RAISE(ABORT, 'refused by the test'); END`)
+		} else {
+			_, err = b.pool.Exec(ctx, `CREATE FUNCTION `+b.schema+`.refuse_starts() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN RAISE EXCEPTION 'refused by the test'; END$$;
+				CREATE TRIGGER refuse_starts BEFORE INSERT ON `+b.schema+`.tasks FOR EACH ROW EXECUTE FUNCTION `+b.schema+`.refuse_starts()`)
+		}
+		require.NoError(t, err)
+		startWorker(t, b.worker)
+
+		info, err := b.client.Wait(ctx, run.ID)
+		require.NoError(t, err)
+		require.NotEqual(t, history.StatusContinued, info.Status)
+		require.Equal(t, 2, info.Attempt, "the refused continue failed the attempt, to retry")
+		require.Equal(t, int32(1), pings.Load(), "the step ran once")
+		require.NotNil(t, info.LastError)
+		require.Contains(t, info.LastError.Message, "refused by the test")
 	})
 }

@@ -58,14 +58,17 @@ func nextRun(a *edge.Attempt, input []byte) store.TaskStartParams {
 // unfinished children by their policy. It returns engine.ErrEnded once
 // the end is written; a cancel requested first turns it into the
 // cancel's compensation; a signal that arrived first hands the attempt
-// back (task_released), for the workflow to replay with it; a full queue
-// fails the attempt transiently
-// (done false: the caller writes the outcome of res with that error).
+// back (task_released), for the workflow to replay with it. Any other
+// failure (a full queue, a conflict that kept coming back, a database
+// error, closing the children) fails the attempt transiently (done false:
+// the caller writes the outcome of res with that error, and the last step
+// with it, so the step does not run again); only a lost lease writes
+// nothing, as another attempt owns the task.
 func (h *Handler) continueAsNew(a *edge.Attempt, typ Type, req *interpreter.ContinueAsNewRequest, pending edge.Events) (ev edge.Events, done bool, err error) {
 	durable := a.DurableContext()
 	if len(a.State().Children) > 0 {
 		if err := a.CloseChildren(durable, "continued as new"); err != nil {
-			return edge.Events{}, true, errors.Wrap(err, "close the task's children")
+			return edge.Events{}, false, activities.Transient(errors.Wrap(err, "close the task's children"))
 		}
 	}
 	_, err = a.ContinueAsNew(durable, pending, nextRun(a, req.Input))
@@ -85,8 +88,8 @@ func (h *Handler) continueAsNew(a *edge.Attempt, typ Type, req *interpreter.Cont
 			return edge.Events{}, true, err
 		}
 		return pending.Then(released), true, nil
-	case errors.Is(err, store.ErrQueueFull):
-		return edge.Events{}, false, activities.Transient(err)
+	case errors.Is(err, store.ErrFenced) || a.LeaseContext().Err() != nil:
+		return edge.Events{}, true, err
 	}
-	return edge.Events{}, true, err
+	return edge.Events{}, false, activities.Transient(err)
 }

@@ -340,7 +340,8 @@ func (h *Handler) handleAttempt(ctx context.Context, a *edge.Attempt, tr *attemp
 		if done {
 			return events, err
 		}
-		// Not written (a full queue): the attempt fails, to try again.
+		// Not written (a full queue, a database error, ...): the attempt
+		// fails, to try again, its last step recorded with the failure.
 		res.Err, res.Continue = err, nil
 	}
 	events := completed
