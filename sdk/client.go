@@ -686,9 +686,12 @@ func unresolved(err error) error {
 
 // Wait returns the task once it is finished (completed, failed, cancelled
 // or dead-lettered), or ctx's error when ctx is done first. A task that
-// continued as new (workflow.ContinueAsNew) is followed to its next run,
-// and on to the chain's last: Wait returns that run (its ID is the last
-// run's), however many runs the chain has; each hop is two small reads. It learns of
+// continued as new (workflow.ContinueAsNew) is followed to its chain's
+// current run first (at most [engine.MaxChainHops] runs past id: a longer
+// chain is an error marked engine.ErrChainTooLong, use a later run's id),
+// and Wait waits on that run, again each time the run it waits on
+// continues; it returns the last run (its ID is the last run's,
+// ContinuedFrom the run before). It learns of
 // the finish from a notification, so it returns within milliseconds of the
 // outcome being committed. It reads the task when it starts, on each
 // notification, and, while notifications are not arriving (the notifier
@@ -697,17 +700,44 @@ func unresolved(err error) error {
 // announced meanwhile. A live notifier re-reads nothing on its own: a
 // thousand idle waits cost the database nothing.
 func (c *Client) Wait(ctx context.Context, id uuid.UUID) (*TaskInfo, error) {
-	var from uuid.UUID // the run followed to id, if one was
+	var from uuid.UUID // the run before the one waited on, when known
+	jumped := false    // LatestRun skipped runs: from is read at the end
 	for {
-		info, next, err := c.waitRun(ctx, id)
+		latest, err := engine.LatestRun(ctx, c.store.Engine(), c.namespace, id)
+		if err != nil {
+			return nil, err
+		}
+		if latest.ID != id {
+			from, jumped = uuid.Nil, true
+		}
+		info, next, err := c.waitRun(ctx, latest.ID)
 		if err != nil || next == uuid.Nil {
+			if err == nil && jumped && from == uuid.Nil {
+				if from, err = c.continuedFrom(ctx, info.ID); err != nil {
+					return nil, err
+				}
+			}
 			if info != nil && from != uuid.Nil {
 				info.ContinuedFrom = &from
 			}
 			return info, err
 		}
-		from, id = id, next
+		from, id = latest.ID, next
 	}
+}
+
+// continuedFrom reads the run task id continued, from its task_scheduled:
+// uuid.Nil when it continues none.
+func (c *Client) continuedFrom(ctx context.Context, id uuid.UUID) (uuid.UUID, error) {
+	// MaxBytes 1: a page holds one event whatever its size.
+	events, err := c.store.EventListPage(ctx, &store.EventPageParams{Namespace: c.namespace, TaskID: id, Limit: 1, MaxBytes: 1})
+	if err != nil || len(events) == 0 {
+		return uuid.Nil, err
+	}
+	if sc, ok := events[0].Data.(history.TaskScheduledData); ok && sc.ContinuedFrom != "" {
+		return uuid.Parse(sc.ContinuedFrom)
+	}
+	return uuid.Nil, nil
 }
 
 // waitRun is Wait on one run: it returns the run it continued as, when it

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cairnflow/cairn/activities"
+	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/engine/sqlitestore"
 	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/sdk"
@@ -440,5 +441,37 @@ func TestContinueAsNewFailureKeepsTheLastStep(t *testing.T) {
 		require.Equal(t, int32(1), pings.Load(), "the step ran once")
 		require.NotNil(t, info.LastError)
 		require.Contains(t, info.LastError.Message, "refused by the test")
+	})
+}
+
+// TestContinueAsNewWaitIsBounded: Wait follows a live chain as it grows,
+// but on a finished chain jumps to its last run through at most
+// engine.MaxChainHops runs: past that, it is refused and a later run's id
+// waits.
+func TestContinueAsNewWaitIsBounded(t *testing.T) {
+	t.Parallel()
+	onEachStore(t, func(t *testing.T, setup setupFunc) {
+		b := setup(t, sdk.WorkerConfig{})
+		wf := looper("loop.hops")
+		sdk.Register(b.worker, wf)
+		startWorker(t, b.worker)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		total := engine.MaxChainHops + 2 // runs; all but the last continue
+		run, err := sdk.Start(ctx, b.client, wf, loopState{Total: total, Every: 1}, nil)
+		require.NoError(t, err)
+		last, err := b.client.Wait(ctx, run.ID)
+		require.NoError(t, err, "a live chain is followed run by run")
+		require.Equal(t, history.StatusCompleted, last.Status)
+		require.NotNil(t, last.ContinuedFrom)
+
+		_, err = b.client.Wait(ctx, run.ID)
+		require.ErrorIs(t, err, engine.ErrChainTooLong)
+		first, err := b.client.Get(ctx, run.ID)
+		require.NoError(t, err)
+		again, err := b.client.Wait(ctx, *first.ContinuedAs)
+		require.NoError(t, err, "%d runs past the second run", engine.MaxChainHops)
+		require.Equal(t, last.ID, again.ID)
+		require.Equal(t, *last.ContinuedFrom, *again.ContinuedFrom, "the run before the last, read from its history")
 	})
 }
