@@ -147,6 +147,8 @@ type Client struct {
 	listenOnce sync.Once
 	listener   *engine.Notifier // started by the first Wait; stopped by Close
 	shared     bool             // listener is ClientConfig.Notifier: not ours to stop
+
+	beforeForward func(run uuid.UUID) // tests: called before a signal is passed on to run
 }
 
 // Close stops the client's listener, if a Wait started one. The pool is the

@@ -475,3 +475,65 @@ func TestContinueAsNewWaitIsBounded(t *testing.T) {
 		require.Equal(t, *last.ContinuedFrom, *again.ContinuedFrom, "the run before the last, read from its history")
 	})
 }
+
+// TestContinueAsNewSignalFollowsARunThatContinuesMeanwhile: a signal
+// passed on to a chain's current run that continues before the signal
+// reaches it is passed on again, to the run after it.
+func TestContinueAsNewSignalFollowsARunThatContinuesMeanwhile(t *testing.T) {
+	t.Parallel()
+	onEachStore(t, func(t *testing.T, setup setupFunc) {
+		b := setup(t, sdk.WorkerConfig{})
+		chat := sdk.NewWorkflow("chat.race", 1, func(ctx workflow.Context, heard []string) ([]string, error) {
+			msg, ok, err := workflow.Receive[string](ctx, "msg", time.Hour)
+			if err != nil || !ok {
+				return heard, err
+			}
+			heard = append(heard, msg)
+			if msg == "bye" {
+				return heard, nil
+			}
+			return heard, workflow.ContinueAsNew(ctx, heard)
+		}, nil)
+		sdk.Register(b.worker, chat)
+		startWorker(t, b.worker)
+		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+		defer cancel()
+		continued := func(id uuid.UUID) *sdk.TaskInfo {
+			var info *sdk.TaskInfo
+			require.Eventually(t, func() bool {
+				var err error
+				info, err = b.client.Get(ctx, id)
+				return err == nil && info.Status == history.StatusContinued
+			}, testTimeout, 5*time.Millisecond)
+			return info
+		}
+
+		run, err := sdk.Start(ctx, b.client, chat, nil, nil)
+		require.NoError(t, err)
+		_, err = b.client.Signal(ctx, run.ID, "msg", "hello", nil)
+		require.NoError(t, err)
+		second := *continued(run.ID).ContinuedAs
+		var raced atomic.Bool
+		sdk.SetBeforeForward(b.client, func(to uuid.UUID) {
+			if raced.Swap(true) {
+				return
+			}
+			// The run the signal is about to be passed on to continues
+			// first.
+			require.Equal(t, second, to)
+			_, err := b.client.Signal(ctx, to, "msg", "between", nil)
+			require.NoError(t, err)
+			continued(to)
+		})
+		res, err := b.client.Signal(ctx, run.ID, "msg", "again", nil)
+		require.NoError(t, err, "the chain is alive: the signal reaches its run after")
+		third := *continued(second).ContinuedAs
+		require.Equal(t, third, res.TaskID)
+		continued(third) // a run takes one signal: the next is for the run after
+		_, err = b.client.Signal(ctx, run.ID, "msg", "bye", nil)
+		require.NoError(t, err)
+		heard, err := run.Result(ctx)
+		require.NoError(t, err)
+		require.Equal(t, []string{"hello", "between", "again", "bye"}, heard)
+	})
+}

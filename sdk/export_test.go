@@ -3,6 +3,8 @@ package sdk
 import (
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/cairnflow/cairn/engine/store"
 )
 
@@ -33,3 +35,7 @@ func SetHeldBackLinger(w *Worker, d time.Duration, fromEvents int) {
 // and write under the client with it (payloads there are as stored), and
 // check the projections of what it wrote.
 func ClientStore(c *Client) store.Store { return c.store.Engine() }
+
+// SetBeforeForward has c call fn before it passes a signal on to run,
+// the current run of the chain the signal's task continued as.
+func SetBeforeForward(c *Client, fn func(run uuid.UUID)) { c.beforeForward = fn }

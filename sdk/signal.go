@@ -89,24 +89,34 @@ func (c *Client) signal(ctx context.Context, p *store.TaskSignalParams, name str
 		return SignalResult{}, errmark.Mark(err, ErrInvalid)
 	}
 	res, err := c.sendSignal(ctx, p)
-	if errors.Is(err, ErrTaskState) && p.ForWait == nil {
+	q := *p
+	for try := 0; errors.Is(err, ErrTaskState) && q.ForWait == nil && try < maxForwardTries; try++ {
 		// Finished: if it continued as new, the signal is for the
-		// chain's current run.
-		next, ok, ferr := c.currentRun(ctx, p)
+		// chain's current run; if that run continues before the signal
+		// reaches it, on to the run after it.
+		next, ok, ferr := c.currentRun(ctx, &q)
 		if ferr != nil {
 			return SignalResult{}, ferr
 		}
-		if ok {
-			q := *p
-			q.TaskID, q.IdempotencyKey = next, ""
-			res, err = c.sendSignal(ctx, &q)
+		if !ok {
+			break
 		}
+		q.TaskID, q.IdempotencyKey = next, ""
+		if c.beforeForward != nil {
+			c.beforeForward(next)
+		}
+		res, err = c.sendSignal(ctx, &q)
 	}
 	if err != nil {
 		return SignalResult{}, err
 	}
 	return SignalResult{TaskID: res.TaskID, Duplicate: res.Duplicate}, nil
 }
+
+// maxForwardTries bounds the runs a signal is passed on to, each the
+// current run of its chain when looked up, that continued as new before
+// the signal reached it.
+const maxForwardTries = 5
 
 func (c *Client) sendSignal(ctx context.Context, p *store.TaskSignalParams) (store.SignalResult, error) {
 	if err := c.signalByReference(ctx, p); err != nil {
