@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -22,6 +23,7 @@ var continueTests = []conformanceTest{
 	{"ContinuedChildReportsFromItsLastRunOnly", testContinuedChildReports},
 	{"RemoveFinishedRemovesContinuedRuns", testRemoveContinuedRuns},
 	{"ContinuedRunErasedStillLeadsToItsNextRun", testContinuedRunErased},
+	{"CancelOfARunThatKeepsContinuingIsAConflict", testCancelKeepsContinuing},
 }
 
 // continueParams continues claimed run ct with the next run's start.
@@ -151,4 +153,33 @@ func testContinuedRunErased(t *testing.T, s store.Store) {
 	require.NoError(t, err)
 	require.Equal(t, history.StatusCancelled, cancelled.State.Status, "the cancel reached the next run")
 	require.Equal(t, history.StatusCancelled, getTask(t, s, res.NextID).Status)
+}
+
+// staleRow is s with task id's row read as if it were still running: a
+// chain whose current run continues as new between each read of its row
+// and the cancel's read of its history.
+type staleRow struct {
+	store.Store
+	id uuid.UUID
+}
+
+func (s staleRow) TaskGet(ctx context.Context, p *store.TaskGetParams) (*store.Task, error) {
+	t, err := s.Store.TaskGet(ctx, p)
+	if err == nil && t.ID == s.id {
+		stale := *t
+		stale.Status = history.StatusRunning
+		t = &stale
+	}
+	return t, err
+}
+
+func testCancelKeepsContinuing(t *testing.T, s store.Store) {
+	run := start(t, s, spec{})
+	ct := claimOne(t, s, "w", time.Minute)
+	res, err := requests.ContinueAsNew(testContext(t), s, continueParams(ct))
+	require.NoError(t, err)
+	_, err = requests.Cancel(testContext(t), staleRow{Store: s, id: run}, &requests.Params{Namespace: store.DefaultNamespace, ID: run, By: "ops"})
+	requireIs(t, err, store.ErrConflict)
+	require.ErrorContains(t, err, "kept continuing as new")
+	require.Equal(t, history.StatusPending, getTask(t, s, res.NextID).Status, "nothing was cancelled")
 }

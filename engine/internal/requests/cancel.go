@@ -52,8 +52,11 @@ func Cancel(ctx context.Context, s store.Store, p *Params) (CancelResult, error)
 		}
 		q.ID = latest.ID
 		res, err := cancelRun(ctx, s, &q)
-		if errors.Is(err, errContinued) && hop < maxRequestTries {
-			continue // it continued as new meanwhile: on to its next run
+		if errors.Is(err, errContinued) {
+			if hop < maxRequestTries {
+				continue // it continued as new meanwhile: on to its next run
+			}
+			err = errmark.Mark(errors.Wrapf(err, "cancel task %s: its chain's current run kept continuing as new; try again", p.ID), store.ErrConflict)
 		}
 		return res, err
 	}
