@@ -608,6 +608,19 @@ func (c *Client) Get(ctx context.Context, id uuid.UUID) (*TaskInfo, error) {
 	return c.resolved(ctx, info)
 }
 
+// CurrentRun is [Client.Get] of the current run of the chain of runs
+// task id belongs to (workflow.ContinueAsNew): id's own run when it did
+// not continue as new, else the run its chain continued as, last,
+// following at most [engine.MaxChainHops] runs (past that, an error marked
+// engine.ErrChainTooLong: use a later run's id).
+func (c *Client) CurrentRun(ctx context.Context, id uuid.UUID) (*TaskInfo, error) {
+	latest, err := engine.LatestRun(ctx, c.store.Engine(), c.namespace, id)
+	if err != nil {
+		return nil, err
+	}
+	return c.Get(ctx, latest.ID)
+}
+
 // setChainLinks fills info's ContinuedFrom and ForkedFrom (from its
 // task_scheduled) and ContinuedAs (from its task_continued, when it ended
 // continued).

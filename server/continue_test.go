@@ -84,3 +84,55 @@ func TestTaskJSONShowsTheChainAndWaitFollowsIt(t *testing.T) {
 		})
 	}
 }
+
+// A cancel on a chain's first run answers the run it cancelled, the
+// chain's current one, not the first (continued).
+func TestCancelOnAChainAnswersTheRunCancelled(t *testing.T) {
+	t.Parallel()
+	for _, ns := range servertest.BothStores(t) {
+		t.Run(ns.Name, func(t *testing.T) {
+			t.Parallel()
+			st := ns.Store
+			wf := sdk.NewWorkflow("chain.idle", 1, func(ctx workflow.Context, n int) (int, error) {
+				if n == 0 {
+					return 0, workflow.ContinueAsNew(ctx, 1)
+				}
+				_, _, err := workflow.Receive[string](ctx, "never", time.Hour)
+				return n, err
+			}, nil)
+			w, err := sdk.NewWorker(sdk.WorkerConfig{Store: st, PollInterval: 50 * time.Millisecond, RescueInterval: -1})
+			require.NoError(t, err)
+			sdk.Register(w, wf)
+			require.NoError(t, w.Start(context.Background()))
+			t.Cleanup(func() { require.NoError(t, w.Stop(context.Background())) })
+			client, err := sdk.NewClient(sdk.ClientConfig{Store: st})
+			require.NoError(t, err)
+			t.Cleanup(client.Close)
+			srv, err := server.New(server.Config{Store: st})
+			require.NoError(t, err)
+			h := srv.Handler()
+
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			run, err := sdk.Start(ctx, client, wf, 0, nil)
+			require.NoError(t, err)
+			var second uuid.UUID
+			require.Eventually(t, func() bool {
+				info, err := client.Get(ctx, run.ID)
+				if err != nil || info.ContinuedAs == nil {
+					return false
+				}
+				second = *info.ContinuedAs
+				return true
+			}, 30*time.Second, 5*time.Millisecond)
+
+			a := servertest.Send(t, h, "POST", "/v1/tasks/"+run.ID.String()+"/cancel", []byte(`{}`))
+			require.Equal(t, http.StatusAccepted, a.Status, "%s", a.Body)
+			var task chainTask
+			require.NoError(t, json.Unmarshal(a.Body, &task))
+			require.Equal(t, second, task.ID, "the answer is the run the cancel reached")
+			require.NotEqual(t, history.StatusContinued, task.Status)
+			require.Equal(t, run.ID, *task.ContinuedFrom)
+		})
+	}
+}

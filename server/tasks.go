@@ -403,8 +403,11 @@ type actionRequest struct {
 	Reason string `json:"reason,omitempty"`
 }
 
+// cancelTask answers the run the cancel reached: on a chain of runs
+// continued as new, its current run (which, cancelled, starts no next
+// one), not the run named.
 func (s *Server) cancelTask(w http.ResponseWriter, r *http.Request, c *call) {
-	s.act(w, r, c, c.client.Cancel)
+	s.actAnswering(w, r, c, c.client.Cancel, c.client.CurrentRun)
 }
 
 func (s *Server) retryTask(w http.ResponseWriter, r *http.Request, c *call) {
@@ -424,6 +427,12 @@ func (s *Server) eraseTask(w http.ResponseWriter, r *http.Request, c *call) {
 // act runs a request on a task (cancel, retry, compensate) and answers 202
 // with the task as it is after.
 func (s *Server) act(w http.ResponseWriter, r *http.Request, c *call, do func(context.Context, uuid.UUID, string) error) {
+	s.actAnswering(w, r, c, do, c.client.Get)
+}
+
+// actAnswering is act answering with the task answer reads after.
+func (s *Server) actAnswering(w http.ResponseWriter, r *http.Request, c *call, do func(context.Context, uuid.UUID, string) error,
+	answer func(context.Context, uuid.UUID) (*sdk.TaskInfo, error)) {
 	id, ok := s.taskID(w, r)
 	if !ok {
 		return
@@ -437,7 +446,7 @@ func (s *Server) act(w http.ResponseWriter, r *http.Request, c *call, do func(co
 		s.writeError(w, r, err)
 		return
 	}
-	info, err := c.client.Get(r.Context(), id)
+	info, err := answer(r.Context(), id)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
