@@ -211,3 +211,22 @@ func TestUnmigratedSchemaSaysToMigrate(t *testing.T) {
 	require.ErrorIs(t, err, store.ErrUnavailable)
 	require.ErrorContains(t, err, "run cairn migrate up")
 }
+
+// Migration 0019 replaces the status check without scanning tasks under
+// its lock (NOT VALID: every row passed the narrower check before), and
+// the check still refuses a status it does not name.
+func TestStatusCheckReplacedWithoutAScan(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := enginetest.Store(t)
+	pool, schema := s.Pool(), s.Schema()
+	var validated bool
+	require.NoError(t, pool.QueryRow(ctx, `SELECT convalidated FROM pg_constraint
+		WHERE conname = 'tasks_status_check' AND conrelid = $1::regclass`, pgx.Identifier{schema, "tasks"}.Sanitize()).Scan(&validated))
+	require.False(t, validated, "added NOT VALID: no scan of tasks")
+	id := enginetest.StartTask(t, s, nil)
+	_, err := pool.Exec(ctx, "UPDATE "+pgx.Identifier{schema, "tasks"}.Sanitize()+" SET status = 'bogus' WHERE id = $1", id)
+	require.ErrorContains(t, err, "tasks_status_check")
+	_, err = pool.Exec(ctx, "UPDATE "+pgx.Identifier{schema, "tasks"}.Sanitize()+" SET status = 'continued' WHERE id = $1", id)
+	require.NoError(t, err)
+}
