@@ -3,6 +3,7 @@ package sdk_test
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -13,7 +14,9 @@ import (
 
 	"github.com/cairnflow/cairn/activities"
 	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/engine/enginetest"
 	"github.com/cairnflow/cairn/engine/sqlitestore"
+	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/sdk"
 	"github.com/cairnflow/cairn/workflow"
@@ -535,5 +538,58 @@ func TestContinueAsNewSignalFollowsARunThatContinuesMeanwhile(t *testing.T) {
 		heard, err := run.Result(ctx)
 		require.NoError(t, err)
 		require.Equal(t, []string{"hello", "between", "again", "bye"}, heard)
+	})
+}
+
+// TestContinueAsNewChainOfAnErasedRun: a continued run is finished, so it
+// may be erased (encrypted namespace); its task_erased then follows its
+// task_continued, and Get, signals and Wait on its id still follow the
+// chain.
+func TestContinueAsNewChainOfAnErasedRun(t *testing.T) {
+	t.Parallel()
+	onEachStoreEmbedded(t, func(t *testing.T, embedded bool) {
+		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+		defer cancel()
+		var st store.Store
+		if embedded {
+			lite, err := sqlitestore.Open(ctx, filepath.Join(t.TempDir(), "cairn.db"))
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = lite.Close() })
+			st = lite
+		} else {
+			st = enginetest.Store(t)
+		}
+		codec := oneKey(t)
+		client := newClient(t, sdk.ClientConfig{Store: st, Keys: codec, Identity: "dpo"})
+		worker, err := sdk.NewWorker(sdk.WorkerConfig{Store: st, Keys: codec, PollInterval: 50 * time.Millisecond})
+		require.NoError(t, err)
+		wf := sdk.NewWorkflow("erased.chain", 1, func(ctx workflow.Context, n int) (int, error) {
+			if n == 0 {
+				return 0, workflow.ContinueAsNew(ctx, 1)
+			}
+			msg, _, err := workflow.Receive[int](ctx, "go", time.Hour)
+			return n + msg, err
+		}, nil)
+		sdk.Register(worker, wf)
+		startWorker(t, worker)
+
+		run, err := sdk.Start(ctx, client, wf, 0, nil)
+		require.NoError(t, err)
+		var first *sdk.TaskInfo
+		require.Eventually(t, func() bool {
+			first, err = client.Get(ctx, run.ID)
+			return err == nil && first.Status == history.StatusContinued
+		}, testTimeout, 5*time.Millisecond)
+		require.NoError(t, client.Erase(ctx, run.ID, "closed account"))
+
+		erased, err := client.Get(ctx, run.ID)
+		require.NoError(t, err, "Get reads past task_erased")
+		require.Equal(t, first.ContinuedAs, erased.ContinuedAs)
+		res, err := client.Signal(ctx, run.ID, "go", 41, nil)
+		require.NoError(t, err, "the signal is passed on")
+		require.Equal(t, *first.ContinuedAs, res.TaskID)
+		out, err := run.Result(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 42, out)
 	})
 }
