@@ -470,6 +470,7 @@ func TestContinueAsNewWaitIsBounded(t *testing.T) {
 
 		_, err = b.client.Wait(ctx, run.ID)
 		require.ErrorIs(t, err, engine.ErrChainTooLong)
+		require.ErrorIs(t, err, sdk.ErrTaskState, "the edge answers it as a refusal (409), not a failure")
 		first, err := b.client.Get(ctx, run.ID)
 		require.NoError(t, err)
 		again, err := b.client.Wait(ctx, *first.ContinuedAs)

@@ -71,7 +71,9 @@ func LatestRun(ctx context.Context, ex store.Executor, namespace string, id uuid
 			return t, err
 		}
 		if hop == MaxChainHops {
-			return nil, errmark.Mark(errors.Newf("task %s: more than %d runs continued as new follow it; use a later run's id", id, MaxChainHops), ErrChainTooLong)
+			// Also a task-state refusal, so the edge answers 409, not 500.
+			err := errors.Newf("task %s: more than %d runs continued as new follow it; use a later run's id", id, MaxChainHops)
+			return nil, errmark.Mark(errmark.Mark(err, ErrChainTooLong), store.ErrTaskState)
 		}
 		if id, err = ContinuedAs(ctx, ex, t); err != nil {
 			return nil, err
