@@ -40,3 +40,33 @@ func TestForkOverHTTP(t *testing.T) {
 		})
 	}
 }
+
+// A fork starts a task with an output of the caller's choice, so fork and
+// reset need submit as well as operate: an operate-only or submit-only
+// token is refused with 403 and nothing is forked.
+func TestForkNeedsSubmitAndOperate(t *testing.T) {
+	t.Parallel()
+	tokens := []Token{
+		{Name: "ops", SHA256: HashToken("ops-token"), Namespaces: []string{"default"}, Roles: []Role{RoleOperate}},
+		{Name: "bot", SHA256: HashToken("bot-token"), Namespaces: []string{"default"}, Roles: []Role{RoleSubmit, RoleRead}},
+		{Name: "both", SHA256: HashToken("both-token"), Namespaces: []string{"default"}, Roles: []Role{RoleOperate, RoleSubmit}},
+	}
+	for _, st := range servertest.BothStores(t) {
+		t.Run(st.Name, func(t *testing.T) {
+			t.Parallel()
+			finished := finishTask(t, st.Store, "default")
+			h := testServer(t, st.Store, tokens...)
+			as := func(token string) []string { return []string{"Authorization", "Bearer " + token} }
+			for _, route := range []string{"fork", "reset"} {
+				for _, token := range []string{"ops-token", "bot-token"} {
+					a := servertest.Send(t, h, "POST", "/v1/tasks/"+finished+"/"+route, []byte(`{"at":0,"output":{"text":"x"}}`), as(token)...)
+					require.Equal(t, http.StatusForbidden, a.Status, "%s with %s: %s", route, token, a.Body)
+				}
+			}
+			got := servertest.Send(t, h, "GET", "/v1/tasks/"+finished+"/forks", nil, as("ops-token")...)
+			require.JSONEq(t, `{"forks":[]}`, string(got.Body))
+			a := servertest.Send(t, h, "POST", "/v1/tasks/"+finished+"/fork", []byte(`{"at":0,"output":{"text":"x"}}`), as("both-token")...)
+			require.Equal(t, http.StatusCreated, a.Status, "%s", a.Body)
+		})
+	}
+}

@@ -23,12 +23,12 @@ func (s *Server) openAPI(w http.ResponseWriter, _ *http.Request) {
 	_, _ = w.Write(openAPIDoc)
 }
 
-// route is a pattern routes registered and the role its handler requires
-// ("" for one that is not an API call: probes, metrics, callbacks, the
-// console).
+// route is a pattern routes registered and the roles its handler requires,
+// all of them (none for one that is not an API call: probes, metrics,
+// callbacks, the console).
 type route struct {
 	pattern string
-	role    Role
+	roles   []Role
 }
 
 // routeMux is the mux routes registers on: an http.ServeMux that keeps
@@ -42,11 +42,11 @@ func newRouteMux() *routeMux { return &routeMux{ServeMux: http.NewServeMux()} }
 
 // Handle registers h for pattern, as http.ServeMux.Handle.
 func (m *routeMux) Handle(pattern string, h http.Handler) {
-	var role Role
+	var roles []Role
 	if a, ok := h.(apiHandler); ok {
-		role = a.role
+		roles = a.roles
 	}
-	m.routes = append(m.routes, route{pattern: pattern, role: role})
+	m.routes = append(m.routes, route{pattern: pattern, roles: roles})
 	m.ServeMux.Handle(pattern, h)
 }
 
@@ -55,11 +55,11 @@ func (m *routeMux) HandleFunc(pattern string, h func(http.ResponseWriter, *http.
 	m.Handle(pattern, http.HandlerFunc(h))
 }
 
-// apiHandler is an API call's handler ([Server.api]) and the role it
-// requires.
+// apiHandler is an API call's handler ([Server.api]) and the roles it
+// requires, all of them.
 type apiHandler struct {
 	http.Handler
-	role Role
+	roles []Role
 }
 
 // testHookHandler, set by this package's tests only, wraps the handler of

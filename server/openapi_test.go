@@ -82,8 +82,12 @@ func TestOpenAPIRolesAreTheRoutes(t *testing.T) {
 			}
 		}
 		switch {
-		case r.role != "":
-			require.Equal(t, []string{"apiToken:" + string(r.role)}, got, "%s requires role %s", r.pattern, r.role)
+		case len(r.roles) > 0:
+			want := "apiToken"
+			for _, role := range r.roles {
+				want += ":" + string(role)
+			}
+			require.Equal(t, []string{want}, got, "%s requires roles %v (all of them, in one requirement)", r.pattern, r.roles)
 		case slices.Contains(unauthenticated, r.pattern):
 			require.NotNil(t, op.Security, "%s says it requires nothing (security: [])", r.pattern)
 			require.Empty(t, got, "%s requires no token", r.pattern)

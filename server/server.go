@@ -373,8 +373,10 @@ func (s *Server) routes() http.Handler {
 	mux.Handle("POST /v1/tasks/{id}/retry", s.api(RoleOperate, s.retryTask))
 	mux.Handle("POST /v1/tasks/{id}/compensate", s.api(RoleOperate, s.compensateTask))
 	mux.Handle("POST /v1/tasks/{id}/erase", s.api(RoleAdmin, s.eraseTask))
-	mux.Handle("POST /v1/tasks/{id}/fork", s.api(RoleOperate, s.forkTask))
-	mux.Handle("POST /v1/tasks/{id}/reset", s.api(RoleOperate, s.resetTask))
+	// A fork starts a task with the caller's choice of output, so it needs
+	// submit as well as operate.
+	mux.Handle("POST /v1/tasks/{id}/fork", s.api(RoleOperate, s.forkTask, RoleSubmit))
+	mux.Handle("POST /v1/tasks/{id}/reset", s.api(RoleOperate, s.resetTask, RoleSubmit))
 	mux.Handle("GET /v1/tasks/{id}/forks", s.api(RoleRead, s.taskForks))
 	mux.Handle("POST /v1/tasks/{id}/signals/{name}", s.api(RoleOperate, s.signalTask))
 	mux.Handle("POST /v1/tasks/by-key/{key}/signals/{name}", s.api(RoleOperate, s.signalTaskByKey))
@@ -432,19 +434,23 @@ type call struct {
 	client    *sdk.Client
 }
 
-// api wraps an API handler: authenticate, check the role, resolve the
-// namespace (the "namespace" query parameter or Cairn-Namespace header,
-// else the token's first), and record the requester for the histories.
-func (s *Server) api(role Role, h func(http.ResponseWriter, *http.Request, *call)) http.Handler {
-	return apiHandler{role: role, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+// api wraps an API handler: authenticate, check the role (and each of
+// also: the token needs them all), resolve the namespace (the "namespace"
+// query parameter or Cairn-Namespace header, else the token's first), and
+// record the requester for the histories.
+func (s *Server) api(role Role, h func(http.ResponseWriter, *http.Request, *call), also ...Role) http.Handler {
+	roles := append([]Role{role}, also...)
+	return apiHandler{roles: roles, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		who, p := web.Authenticate(s.tokens, r)
 		if p != nil {
 			s.writeProblem(w, r, p)
 			return
 		}
-		if !who.Can(role) {
-			s.writeProblem(w, r, web.NewProblem(http.StatusForbidden, web.CodeForbidden, "the token's roles do not include "+string(role)))
-			return
+		for _, role := range roles {
+			if !who.Can(role) {
+				s.writeProblem(w, r, web.NewProblem(http.StatusForbidden, web.CodeForbidden, "the token's roles do not include "+string(role)))
+				return
+			}
 		}
 		if p := checkQuery(r); p != nil {
 			s.writeProblem(w, r, p)
