@@ -21,7 +21,7 @@ type forkFlags struct {
 
 func (f *forkFlags) register(cmd *cobra.Command) {
 	cmd.Flags().IntVar(&f.at, "at", -1, "the step position to fork at, as `task history` shows it (0-based; required)")
-	cmd.Flags().StringVar(&f.output, "output", "", "replace the output of the step at --at with this JSON")
+	cmd.Flags().StringVar(&f.output, "step-output", "", "replace the output of the step at --at with this JSON")
 	cmd.Flags().StringVar(&f.input, "input", "", "the new task's input, as JSON (default: the original's)")
 	cmd.Flags().StringVar(&f.key, "idempotency-key", "", "make the fork idempotent: a second with the key returns the first")
 }
@@ -34,7 +34,7 @@ func (f *forkFlags) opts() (sdk.ForkOpts, error) {
 	for _, v := range []struct {
 		flag, value string
 		into        *json.RawMessage
-	}{{"--output", f.output, &opts.Output}, {"--input", f.input, &opts.Input}} {
+	}{{"--step-output", f.output, &opts.Output}, {"--input", f.input, &opts.Input}} {
 		if v.value == "" {
 			continue
 		}
@@ -54,11 +54,11 @@ func newTaskForkCmd(g *globals) *cobra.Command {
 		Long: `Starts a new task of the same type, queue and namespace whose history holds
 copies of the original's steps at positions 0 to --at (as 'task history'
 shows them; a sleep counts as a step): those never run again, the rest run
-on the type's workers. --output replaces the output of the step at --at,
+on the type's workers. --step-output replaces the output of the step at --at,
 so the steps after it see the corrected value; --input gives the new task
 another input. The original is left as it is, and records task_forked
-naming the fork. Prints the new task's id, alone on its line (here
---output is the step's output, not the global output format).
+naming the fork. Prints the new task's id, alone on its line, whatever
+the global -o/--output format.
 
 Refused: a position beyond the steps on record or not completed in order,
 an erased task, a task that started children, received signals or waited
@@ -115,8 +115,7 @@ func runFork(cmd *cobra.Command, g *globals, arg string, f *forkFlags, reset boo
 	if err != nil {
 		return notFoundAs(err, id, g.namespace)
 	}
-	// The id alone, whatever the format: --output here is the step's
-	// output, in place of the global -o.
+	// The id alone, whatever the format, so a script can take it.
 	fmt.Fprintln(cmd.OutOrStdout(), forkID)
 	return nil
 }

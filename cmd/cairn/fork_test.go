@@ -53,7 +53,7 @@ func TestCLIForkAndReset(t *testing.T) {
 			tg := target(t)
 			id := seedCompleted(t, tg)
 
-			out, _ := tg.mustRun(t, "task", "fork", id.String(), "--at", "0", "--output", `{"rate":2}`)
+			out, _ := tg.mustRun(t, "task", "fork", id.String(), "--at", "0", "--step-output", `{"rate":2}`)
 			forkID, err := uuid.Parse(strings.TrimSpace(out))
 			require.NoError(t, err, "prints the new id: %q", out)
 
@@ -88,7 +88,7 @@ func TestCLIForkAndReset(t *testing.T) {
 			}{
 				{[]string{"task", "fork", id.String()}, "--at is required"},
 				{[]string{"task", "fork", id.String(), "--at", "2"}, "it has 2 steps on record (positions 0 to 1)"},
-				{[]string{"task", "fork", id.String(), "--at", "1", "--output", "{"}, "--output is not valid JSON"},
+				{[]string{"task", "fork", id.String(), "--at", "1", "--step-output", "{"}, "--step-output is not valid JSON"},
 				{[]string{"task", "fork", "not-a-uuid", "--at", "1"}, "is not a UUID"},
 				{[]string{"task", "fork", uuid.Must(uuid.NewV7()).String(), "--at", "0"}, "not found"},
 			} {
@@ -112,6 +112,20 @@ func TestCLIForkAndReset(t *testing.T) {
 			require.Contains(t, out, "never run again")
 			out, _ = tg.mustRun(t, "task", "reset", "--help")
 			require.Contains(t, out, "--compensate")
+		})
+	}
+}
+
+// The global -o/--output works on fork and reset: the step's output is
+// --step-output, which shadows nothing.
+func TestCLIForkTakesGlobalOutput(t *testing.T) {
+	for name, target := range cliTargets {
+		t.Run(name, func(t *testing.T) {
+			tg := target(t)
+			id := seedCompleted(t, tg)
+			out, _ := tg.mustRun(t, "-o", "json", "task", "fork", id.String(), "--at", "0", "--step-output", `{"rate":3}`)
+			_, err := uuid.Parse(strings.TrimSpace(out))
+			require.NoError(t, err, "prints the new id with -o json: %q", out)
 		})
 	}
 }

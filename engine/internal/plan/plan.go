@@ -196,9 +196,9 @@ func AgingSlots(max int, strict bool) int {
 }
 
 // ScheduledFromRow rebuilds a task's task_scheduled payload from its row,
-// which the projection invariant makes equal to it, but for ContinuedFrom,
-// which the row does not keep (informational: nothing the runtime decides
-// reads it).
+// which the projection invariant makes equal to it, but for ContinuedFrom
+// and ForkedFrom, which the row does not keep (informational: nothing the
+// runtime decides reads them).
 func ScheduledFromRow(t *store.Task) history.TaskScheduledData {
 	return history.TaskScheduledData{
 		Namespace: t.Namespace, TaskType: t.Type, TypeVersion: t.TypeVersion, Queue: t.Queue,
