@@ -81,7 +81,8 @@ func testForkFinished(t *testing.T, s store.Store) {
 	require.Equal(t, &history.ForkOrigin{TaskID: id.String(), Position: 1}, fork[0].Data.(history.TaskScheduledData).ForkedFrom)
 	require.Equal(t, orig[2].Seq, fork[1].Data.(history.StepCompletedData).CopiedFromSeq)
 	require.JSONEq(t, `{"n":9}`, string(fork[2].Data.(history.StepCompletedData).Output))
-	require.True(t, fork[1].Data.(history.StepCompletedData).Compensable)
+	require.True(t, orig[2].Data.(history.StepCompletedData).Compensable)
+	require.False(t, fork[1].Data.(history.StepCompletedData).Compensable, "a fork never undoes what it did not do")
 	require.Equal(t, history.StatusPending, getTask(t, s, res.ID).Status)
 
 	// The fork runs on from its copies.

@@ -25,7 +25,8 @@ type ForkCopy struct {
 
 // ForkCopies returns the steps a fork of the task whose history is events
 // (replayed: state) at position at copies, positions 0 to at, as stored
-// (their outputs encoded), what the edge decodes, re-encodes for the fork,
+// (their outputs encoded; not compensable, as the original owns their
+// undo), what the edge decodes, re-encodes for the fork,
 // and gives [Fork]; and the patch markers it copies, those recorded at
 // those positions (workflow.Patched), so the fork takes the branches the
 // original took. It refuses, with an error that says why, what a fork
@@ -104,8 +105,10 @@ func forkCopies(id uuid.UUID, events []history.Event, state history.State, at in
 			return nil, errors.AssertionFailedf("fork task %s: step %d recorded twice", id, step.Position)
 		}
 		// Usage stays the original's: the step ran, and was paid for,
-		// there.
-		step.Usage, step.CopiedFromSeq = nil, e.Seq
+		// there. So does its undo: a fork never undoes what it did not
+		// do, so the copy is not compensable (the original's cancel or
+		// compensation undoes the step, once).
+		step.Usage, step.CopiedFromSeq, step.Compensable = nil, e.Seq, false
 		copies[step.Position] = ForkCopy{Seq: e.Seq, Step: step, Sleep: sleep}
 		found++
 	}
@@ -132,7 +135,8 @@ type ForkParams struct {
 	// Scheduled.ForkedFrom naming Original and Position.
 	Start *store.TaskStartParams
 	// Copies are the fork's copied steps, positions 0 to Position in
-	// order, their outputs encoded for the fork (CopiedFromSeq set).
+	// order, their outputs encoded for the fork (CopiedFromSeq set,
+	// Compensable not: the original owns their undo).
 	Copies []history.StepCompletedData
 	// Patches are the copied patch markers ([ForkCopies]), in the order
 	// the original recorded them: each is written before the copied step
@@ -166,6 +170,12 @@ func Fork(ctx context.Context, ex store.Executor, p *ForkParams) (ForkResult, er
 		return ForkResult{}, errors.AssertionFailedf("fork task %s: the fork's start has no id", p.Original)
 	case len(p.Copies) != p.Position+1:
 		return ForkResult{}, errors.AssertionFailedf("fork task %s at position %d: %d copies", p.Original, p.Position, len(p.Copies))
+	}
+	for _, c := range p.Copies {
+		if c.Compensable || c.CopiedFromSeq == 0 {
+			return ForkResult{}, errors.AssertionFailedf("fork task %s: the copy of step %d is compensable or names no record (copied_from_seq %d)",
+				p.Original, c.Position, c.CopiedFromSeq)
+		}
 	}
 	for try := 0; ; try++ {
 		res, err := forkOnce(ctx, ex, p)
