@@ -21,6 +21,7 @@ import (
 var forkTests = []conformanceTest{
 	{"ForkOfAFinishedTask", testForkFinished},
 	{"ForkRefusals", testForkRefusals},
+	{"ForkRefusesAStepCompensatedSinceTheRead", testForkCompensatedMeanwhile},
 }
 
 // finishedWithSteps starts a task and completes it with steps named
@@ -145,4 +146,37 @@ func testForkRefusals(t *testing.T, s store.Store) {
 	require.ErrorContains(t, err, "By (who asks) is empty")
 	_, err = s.TaskGet(ctx, &store.TaskGetParams{Namespace: store.DefaultNamespace, ID: p.Start.ID})
 	requireIs(t, err, store.ErrNotFound)
+}
+
+// A step at or before the position compensated between the read that
+// planned the fork and its transaction: the fork is refused, nothing
+// written, not a fork holding a copy of an undone step. So is a plan
+// whose copies name other records than the history's.
+func testForkCompensatedMeanwhile(t *testing.T, s store.Store) {
+	ctx := testContext(t)
+	id := finishedWithSteps(t, s, "a", "b")
+	p := forkParams(t, s, id, 1)
+
+	p2 := forkParams(t, s, id, 1)
+	p2.Copies[0].CopiedFromSeq++
+	_, err := requests.Fork(ctx, s, p2)
+	requireIs(t, err, store.ErrTaskState)
+	require.ErrorContains(t, err, "no longer those read")
+
+	_, err = requests.Compensate(ctx, s, &requests.Params{Namespace: store.DefaultNamespace, ID: id, By: "ops"})
+	require.NoError(t, err)
+	ct := claimOne(t, s, "w", time.Minute)
+	require.Equal(t, id, ct.Task.ID)
+	_, err = appendFenced(t, s, ct,
+		history.CompensationStartedData{Reason: history.CompensateRequested, Steps: []int{0}},
+		history.StepCompensatedData{Position: 0, Name: "a"})
+	require.NoError(t, err)
+	before := getTask(t, s, id).LastSeq
+
+	_, err = requests.Fork(ctx, s, p)
+	requireIs(t, err, store.ErrTaskState)
+	require.ErrorContains(t, err, "step 0 was compensated")
+	_, err = s.TaskGet(ctx, &store.TaskGetParams{Namespace: store.DefaultNamespace, ID: p.Start.ID})
+	requireIs(t, err, store.ErrNotFound)
+	require.Equal(t, before, getTask(t, s, id).LastSeq)
 }

@@ -211,8 +211,8 @@ func forkOnce(ctx context.Context, ex store.Executor, p *ForkParams) (ForkResult
 	if original.LastSeq < p.OriginalSeq {
 		return ForkResult{}, errors.AssertionFailedf("the history is shorter (%d events) than when it was read (%d)", original.LastSeq, p.OriginalSeq)
 	}
-	if original.Erased {
-		return ForkResult{}, errmark.Mark(errors.New("its data was erased"), store.ErrTaskState)
+	if err := samePlan(p, events, original); err != nil {
+		return ForkResult{}, err
 	}
 	started, err := tx.TaskStart(ctx, p.Start)
 	if err != nil {
@@ -249,4 +249,29 @@ func forkOnce(ctx context.Context, ex store.Executor, p *ForkParams) (ForkResult
 		return ForkResult{}, err
 	}
 	return ForkResult{ID: started.ID, State: fork}, nil
+}
+
+// samePlan checks that the fork p plans is still the one the original's
+// history, as read in the transaction (events, replayed: original),
+// gives: ForkCopies refuses it as it would have (erased meanwhile, a step
+// at or before the position compensated meanwhile, …), and copies and
+// patch markers name the same records. The history only grows, so a
+// difference means it changed under the plan: refused, with nothing
+// written.
+func samePlan(p *ForkParams, events []history.Event, original history.State) error {
+	copies, patches, err := ForkCopies(p.Original, events, original, p.Position)
+	if err != nil {
+		return errors.Wrap(err, "the task changed since its history was read")
+	}
+	same := len(copies) == len(p.Copies) && len(patches) == len(p.Patches)
+	for i := 0; same && i < len(copies); i++ {
+		same = copies[i].Seq == p.Copies[i].CopiedFromSeq
+	}
+	for i := 0; same && i < len(patches); i++ {
+		same = patches[i].CopiedFromSeq == p.Patches[i].CopiedFromSeq
+	}
+	if !same {
+		return errmark.Mark(errors.Newf("at position %d: the steps to copy are no longer those read from its history; read it again", p.Position), store.ErrTaskState)
+	}
+	return nil
 }
