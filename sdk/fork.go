@@ -1,9 +1,11 @@
 package sdk
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"time"
 
 	"github.com/cockroachdb/errors"
@@ -34,8 +36,10 @@ type ForkOpts struct {
 	// (checked as a start's input is).
 	Input json.RawMessage
 	// IdempotencyKey, when set, makes the fork idempotent as a start is:
-	// a second fork with the key (of the same type and input) returns the
-	// first fork's id and writes nothing.
+	// a second fork with the key returns the first fork's id and writes
+	// nothing. It must be the same fork: of the same task at the same
+	// position, with the same input and output there; a key held by
+	// another start or fork is refused ([ErrIdempotencyKeyReused]).
 	IdempotencyKey string
 }
 
@@ -223,7 +227,57 @@ func (c *Client) fork(ctx context.Context, id uuid.UUID, opts ForkOpts, check fu
 	if err != nil {
 		return uuid.Nil, false, err
 	}
+	if res.Existing {
+		// The engine checked the holder is a fork of id at At; the
+		// output it holds there is for this side to compare, in clear.
+		if err := c.sameForkOutput(ctx, id, res.ID, opts, steps[opts.At].Output); err != nil {
+			return uuid.Nil, false, err
+		}
+	}
 	return res.ID, res.Existing, nil
+}
+
+// sameForkOutput checks that fork, which holds the idempotency key of a
+// fork of task id at opts.At, holds want there: a retry with another
+// output is no retry, and is refused ([ErrIdempotencyKeyReused]) rather
+// than answered with the first fork.
+func (c *Client) sameForkOutput(ctx context.Context, id, fork uuid.UUID, opts ForkOpts, want json.RawMessage) error {
+	var got *history.StepCompletedData
+	for after := int64(0); got == nil; {
+		events, err := c.store.EventListPage(ctx, &store.EventPageParams{Namespace: c.namespace, TaskID: fork, After: after, Limit: store.MaxEventPageLimit})
+		if err != nil || len(events) == 0 {
+			return err // removed since: taken as the fork, as a start's key is
+		}
+		for _, e := range events {
+			if st, ok := e.Data.(history.StepCompletedData); ok && st.CopiedFromSeq != 0 && st.Position == opts.At {
+				got = &st
+				break
+			}
+		}
+		after = events[len(events)-1].Seq
+	}
+	p := &payload.Payload{Namespace: c.namespace, Task: fork, Kind: payload.StepOutput, Data: got.Output, Ref: got.OutputRef}
+	if err := c.store.Decode(ctx, []*payload.Payload{p}); err != nil {
+		return err
+	}
+	if p.Err != nil || !sameJSON(p.Data, want) {
+		return errmark.Mark(errors.Newf("fork task %s: idempotency key %q is held by fork %s, whose output at position %d is not this fork's: use another key",
+			id, opts.IdempotencyKey, fork, opts.At), ErrIdempotencyKeyReused)
+	}
+	return nil
+}
+
+// sameJSON reports whether a and b are the same JSON value, whatever
+// their spacing or key order (a store may write JSON back normalized).
+func sameJSON(a, b []byte) bool {
+	var va, vb any
+	da, db := json.NewDecoder(bytes.NewReader(a)), json.NewDecoder(bytes.NewReader(b))
+	da.UseNumber()
+	db.UseNumber()
+	if da.Decode(&va) != nil || db.Decode(&vb) != nil {
+		return bytes.Equal(a, b)
+	}
+	return reflect.DeepEqual(va, vb)
 }
 
 // readable checks that p, one of the original's payloads decoded, is in

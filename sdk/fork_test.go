@@ -239,6 +239,34 @@ func TestForkIdempotencyKey(t *testing.T) {
 		forks, err := b.client.Forks(ctx, res.ID)
 		require.NoError(t, err)
 		require.Len(t, forks, 1, "the second fork wrote nothing")
+
+		// The key names one fork: of this task, at this position, with
+		// this output there. Another position, another output, or a key
+		// held by an ordinary start is refused, not answered with it.
+		_, err = b.client.Fork(ctx, res.ID, sdk.ForkOpts{At: 2, IdempotencyKey: "fix-o-2"})
+		require.ErrorIs(t, err, sdk.ErrIdempotencyKeyReused)
+		require.ErrorContains(t, err, "not a fork of task "+res.ID.String()+" at position 2")
+		_, err = b.client.Fork(ctx, res.ID, sdk.ForkOpts{At: 2, Output: json.RawMessage(`{"cents": 7}`), IdempotencyKey: "fix-o-2b"})
+		require.NoError(t, err)
+		_, err = b.client.Fork(ctx, res.ID, sdk.ForkOpts{At: 2, Output: json.RawMessage(`{"cents":7}`), IdempotencyKey: "fix-o-2b"})
+		require.NoError(t, err, "the same output, spaced otherwise")
+		_, err = b.client.Fork(ctx, res.ID, sdk.ForkOpts{At: 2, Output: json.RawMessage(`{"cents":8}`), IdempotencyKey: "fix-o-2b"})
+		require.ErrorIs(t, err, sdk.ErrIdempotencyKeyReused)
+		require.ErrorContains(t, err, "whose output at position 2 is not this fork's")
+		_, err = b.client.Fork(ctx, res.ID, sdk.ForkOpts{At: 2, IdempotencyKey: "fix-o-2b"})
+		require.ErrorIs(t, err, sdk.ErrIdempotencyKeyReused, "no output: the original's, which is not the fork's")
+		plain, err := sdk.Start(ctx, b.client, wf, "o-2", &sdk.StartOpts{IdempotencyKey: "plain-o-2"})
+		require.NoError(t, err)
+		_, err = b.client.Reset(ctx, res.ID, sdk.ResetOpts{ForkOpts: sdk.ForkOpts{At: 0, IdempotencyKey: "plain-o-2"}})
+		require.ErrorIs(t, err, sdk.ErrIdempotencyKeyReused)
+		require.ErrorContains(t, err, "a task that is no fork")
+		require.Equal(t, history.StatusCompleted, waitTask(t, b.client, plain.ID).Status)
+		forks, err = b.client.Forks(ctx, res.ID)
+		require.NoError(t, err)
+		require.Len(t, forks, 2)
+		for _, f := range forks {
+			waitTask(t, b.client, uuid.MustParse(f.TaskID))
+		}
 		stopWorker(t, b.worker)
 		enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client))
 	})

@@ -2,6 +2,7 @@ package requests
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/cockroachdb/errors"
 	"github.com/google/uuid"
@@ -219,6 +220,9 @@ func forkOnce(ctx context.Context, ex store.Executor, p *ForkParams) (ForkResult
 		return ForkResult{}, err
 	}
 	if started.Existing {
+		if err := sameFork(ctx, tx, p, started.ID); err != nil {
+			return ForkResult{}, err
+		}
 		return ForkResult{ID: started.ID, Existing: true}, nil
 	}
 	forkEvents, err := store.TaskEvents(ctx, tx, p.Namespace, started.ID)
@@ -272,6 +276,35 @@ func samePlan(p *ForkParams, events []history.Event, original history.State) err
 	}
 	if !same {
 		return errmark.Mark(errors.Newf("at position %d: the steps to copy are no longer those read from its history; read it again", p.Position), store.ErrTaskState)
+	}
+	return nil
+}
+
+// sameFork checks that existing, the task holding the fork's idempotency
+// key, is a fork of the same task at the same position: the store
+// compared type and input only, and a key held by an ordinary start, or
+// by a fork from elsewhere, is no retry of this fork. A holder removed
+// since (retention) cannot be read and is taken as the fork, as a start's
+// key is. Whether it holds the same output at the position is the edge's
+// to check, which reads the payloads in clear.
+func sameFork(ctx context.Context, ex store.Executor, p *ForkParams, existing uuid.UUID) error {
+	// MaxBytes 1: a page holds one event whatever its size.
+	first, err := ex.EventListPage(ctx, &store.EventPageParams{Namespace: p.Namespace, TaskID: existing, Limit: 1, MaxBytes: 1})
+	if err != nil || len(first) == 0 {
+		return err
+	}
+	sc, ok := first[0].Data.(history.TaskScheduledData)
+	if !ok {
+		return errors.AssertionFailedf("task %s: its first event is %s", existing, first[0].Type())
+	}
+	want := p.Start.Scheduled.ForkedFrom
+	if sc.ForkedFrom == nil || want == nil || *sc.ForkedFrom != *want {
+		what := "a task that is no fork"
+		if sc.ForkedFrom != nil {
+			what = fmt.Sprintf("a fork of task %s at position %d", sc.ForkedFrom.TaskID, sc.ForkedFrom.Position)
+		}
+		return errmark.Mark(errors.Newf("idempotency key %q is held by task %s, %s, not a fork of task %s at position %d: use another key",
+			p.Start.Scheduled.IdempotencyKey, existing, what, p.Original, p.Position), store.ErrIdempotencyKeyReused)
 	}
 	return nil
 }
