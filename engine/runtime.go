@@ -116,6 +116,10 @@ type ForkParams = requests.ForkParams
 // ForkResult says what a fork wrote.
 type ForkResult = requests.ForkResult
 
+// ForkReset is what a reset asks of the original, with its fork; see
+// requests.ForkReset.
+type ForkReset = requests.ForkReset
+
 // ForkCopy is a step a fork copies.
 type ForkCopy = requests.ForkCopy
 

@@ -85,24 +85,35 @@ type ResetOpts struct {
 //     key, a blob gone), or over MaxPayloadBytes: the fork holds its
 //     copies in place.
 func (c *Client) Fork(ctx context.Context, id uuid.UUID, opts ForkOpts) (uuid.UUID, error) {
-	newID, _, err := c.fork(ctx, id, opts, nil)
+	newID, _, err := c.fork(ctx, id, opts, nil, nil)
 	return newID, err
 }
 
-// Reset forks task id ([Client.Fork]) and then ends the original: an
+// Reset forks task id ([Client.Fork]) and ends the original: an
 // original not finished is cancelled ([Client.Cancel]; a running one
-// stops at its next checkpoint, its compensable steps undone); one that
-// continued as new has its chain's current run cancelled, when that has
-// not finished; a completed one is compensated when opts.Compensate is
-// set ([Client.Compensate]), else left as it is, as is one that failed,
-// was cancelled or is dead-lettered. It returns the fork's id.
+// stops at its next checkpoint, its compensable steps undone, those the
+// fork copied too); a completed one is compensated when opts.Compensate
+// is set ([Client.Compensate]), else left as it is, as is one that
+// failed, was cancelled or is dead-lettered. That request is decided on
+// the original's state as read in the fork's transaction and written in
+// it, with task_forked: there is no moment when the fork exists and the
+// original has not been asked to end. The fork is due at once, though: a
+// running original may still be running a step after opts.At when the
+// fork runs that step too, until the original's next checkpoint.
 //
-// Refused as Fork refuses, and, before anything is written, when
-// Compensate is set on a completed task with no compensable step
-// ([ErrTaskState]). If the fork is written but the request on the
-// original fails, the fork's id is returned with the error.
+// One that continued as new has its chain's current run cancelled, when
+// that has not finished, after the fork is written; so is an original
+// whose fork already existed (opts.IdempotencyKey, a fork written by an
+// earlier call). It returns the fork's id.
+//
+// Refused as Fork refuses, and, with nothing written, when Compensate is
+// set on a completed task with no compensable step ([ErrTaskState]). If
+// the fork is written but the later cancel fails, the fork's id is
+// returned with the error: retry with the fork's idempotency key, or
+// cancel the original yourself.
 func (c *Client) Reset(ctx context.Context, id uuid.UUID, opts ResetOpts) (uuid.UUID, error) {
-	newID, _, err := c.fork(ctx, id, opts.ForkOpts, func(state history.State) error {
+	reset := &engine.ForkReset{Compensate: opts.Compensate, Reason: opts.Reason}
+	newID, res, err := c.fork(ctx, id, opts.ForkOpts, reset, func(state history.State) error {
 		if opts.Compensate && state.Status == history.StatusCompleted && !hasCompensable(state) {
 			return errmark.Mark(errors.Newf("reset task %s: it completed and none of its steps has a compensator; reset without Compensate", id), store.ErrTaskState)
 		}
@@ -110,6 +121,9 @@ func (c *Client) Reset(ctx context.Context, id uuid.UUID, opts ResetOpts) (uuid.
 	})
 	if err != nil {
 		return uuid.Nil, err
+	}
+	if !res.Existing && !res.Continued {
+		return newID, nil // the fork's transaction asked the original to end
 	}
 	reason := opts.Reason
 	if reason == "" {
@@ -152,35 +166,36 @@ func hasCompensable(state history.State) bool {
 	return false
 }
 
-// fork is Fork, with check deciding on the original's state first.
-func (c *Client) fork(ctx context.Context, id uuid.UUID, opts ForkOpts, check func(history.State) error) (uuid.UUID, bool, error) {
+// fork is Fork, with check deciding on the original's state first, and
+// reset, when set, asking the original to end in the fork's transaction.
+func (c *Client) fork(ctx context.Context, id uuid.UUID, opts ForkOpts, reset *engine.ForkReset, check func(history.State) error) (uuid.UUID, engine.ForkResult, error) {
 	if err := c.checkForkOpts(id, &opts); err != nil {
-		return uuid.Nil, false, errmark.Mark(err, ErrInvalid)
+		return uuid.Nil, engine.ForkResult{}, errmark.Mark(err, ErrInvalid)
 	}
 	t, err := c.store.TaskGet(ctx, &store.TaskGetParams{Namespace: c.namespace, ID: id})
 	if err != nil {
-		return uuid.Nil, false, errors.Wrapf(err, "fork task %s", id)
+		return uuid.Nil, engine.ForkResult{}, errors.Wrapf(err, "fork task %s", id)
 	}
 	byTask, err := c.store.EventList(ctx, store.EventListAll(c.namespace, id))
 	if err != nil {
-		return uuid.Nil, false, err
+		return uuid.Nil, engine.ForkResult{}, err
 	}
 	events := byTask[id]
 	state, err := history.Replay(events)
 	if err != nil {
-		return uuid.Nil, false, errors.Wrapf(err, "fork task %s", id)
+		return uuid.Nil, engine.ForkResult{}, errors.Wrapf(err, "fork task %s", id)
 	}
 	if check != nil {
 		if err := check(state); err != nil {
-			return uuid.Nil, false, err
+			return uuid.Nil, engine.ForkResult{}, err
 		}
 	}
 	copies, patches, err := engine.ForkCopies(id, events, state, opts.At)
 	if err != nil {
-		return uuid.Nil, false, err
+		return uuid.Nil, engine.ForkResult{}, err
 	}
 	if opts.Output != nil && copies[opts.At].Sleep {
-		return uuid.Nil, false, errmark.Mark(errors.Newf("fork task %s at position %d: the step there is a sleep, which has no output to replace", id, opts.At), ErrInvalid)
+		return uuid.Nil, engine.ForkResult{}, errmark.Mark(errors.Newf("fork task %s at position %d: the step there is a sleep, which has no output to replace", id, opts.At), ErrInvalid)
 	}
 	// The original's payloads, read back in clear: the fork's are its
 	// own, sealed with its own key.
@@ -191,7 +206,7 @@ func (c *Client) fork(ctx context.Context, id uuid.UUID, opts ForkOpts, check fu
 	input := &payload.Payload{Namespace: c.namespace, Task: id, Kind: payload.Input, Data: t.Input}
 	ps = append(ps, input)
 	if err := c.store.Decode(ctx, ps); err != nil {
-		return uuid.Nil, false, err
+		return uuid.Nil, engine.ForkResult{}, err
 	}
 	steps := make([]history.StepCompletedData, len(copies))
 	for i, cp := range copies {
@@ -200,7 +215,7 @@ func (c *Client) fork(ctx context.Context, id uuid.UUID, opts ForkOpts, check fu
 		if i == opts.At && opts.Output != nil {
 			out = opts.Output
 		} else if err := c.readable(p, fmt.Sprintf("the output of step %d (%s)", i, cp.Step.Name), c.maxPayload); err != nil {
-			return uuid.Nil, false, errors.Wrapf(err, "fork task %s", id)
+			return uuid.Nil, engine.ForkResult{}, errors.Wrapf(err, "fork task %s", id)
 		}
 		step := cp.Step
 		step.Output, step.OutputRef = out, nil
@@ -209,7 +224,7 @@ func (c *Client) fork(ctx context.Context, id uuid.UUID, opts ForkOpts, check fu
 	in := opts.Input
 	if in == nil {
 		if err := c.readable(input, "the input", c.inputLimit(len(input.Data))); err != nil {
-			return uuid.Nil, false, errors.Wrapf(err, "fork task %s", id)
+			return uuid.Nil, engine.ForkResult{}, errors.Wrapf(err, "fork task %s", id)
 		}
 		in = input.Data
 	}
@@ -222,19 +237,19 @@ func (c *Client) fork(ctx context.Context, id uuid.UUID, opts ForkOpts, check fu
 	}}
 	res, err := c.store.Fork(ctx, &edge.ForkRequest{
 		Namespace: c.namespace, Original: id, OriginalSeq: state.LastSeq, Position: opts.At, By: c.requester(ctx),
-		Start: start, Copies: steps, Patches: patches,
+		Start: start, Copies: steps, Patches: patches, Reset: reset,
 	})
 	if err != nil {
-		return uuid.Nil, false, err
+		return uuid.Nil, engine.ForkResult{}, err
 	}
 	if res.Existing {
 		// The engine checked the holder is a fork of id at At; the
 		// output it holds there is for this side to compare, in clear.
 		if err := c.sameForkOutput(ctx, id, res.ID, opts, steps[opts.At].Output); err != nil {
-			return uuid.Nil, false, err
+			return uuid.Nil, engine.ForkResult{}, err
 		}
 	}
-	return res.ID, res.Existing, nil
+	return res.ID, res, nil
 }
 
 // sameForkOutput checks that fork, which holds the idempotency key of a

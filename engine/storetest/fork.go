@@ -22,6 +22,7 @@ var forkTests = []conformanceTest{
 	{"ForkOfAFinishedTask", testForkFinished},
 	{"ForkRefusals", testForkRefusals},
 	{"ForkRefusesAStepCompensatedSinceTheRead", testForkCompensatedMeanwhile},
+	{"ResetEndsTheOriginalInTheForksAppend", testForkReset},
 }
 
 // finishedWithSteps starts a task and completes it with steps named
@@ -179,4 +180,64 @@ func testForkCompensatedMeanwhile(t *testing.T, s store.Store) {
 	_, err = s.TaskGet(ctx, &store.TaskGetParams{Namespace: store.DefaultNamespace, ID: p.Start.ID})
 	requireIs(t, err, store.ErrNotFound)
 	require.Equal(t, before, getTask(t, s, id).LastSeq)
+}
+
+// A reset's request on the original (ForkParams.Reset) is decided in the
+// fork's transaction and appended with task_forked: a running original
+// gets cancel_requested, a completed one compensation_requested when
+// asked (else nothing more); compensation asked of a completed task with
+// no compensable step refuses the fork, nothing written.
+func testForkReset(t *testing.T, s store.Store) {
+	ctx := testContext(t)
+	running := start(t, s, spec{})
+	ct := claimOne(t, s, "w", time.Minute)
+	require.Equal(t, running, ct.Task.ID)
+	_, err := appendFenced(t, s, ct, history.StepCompletedData{Position: 0, Name: "a", Output: json.RawMessage(`1`)},
+		history.StepCompletedData{Position: 1, Name: "b", Output: json.RawMessage(`2`)})
+	require.NoError(t, err)
+	// The originals first: a fork is due, and would be claimed.
+	done := finishedWithSteps(t, s, "a", "b")
+	left := finishedWithSteps(t, s, "a")
+	plain := start(t, s, spec{})
+	ct = claimOne(t, s, "w", time.Minute)
+	require.Equal(t, plain, ct.Task.ID)
+	_, err = appendFenced(t, s, ct, history.StepCompletedData{Position: 0, Name: "a", Output: json.RawMessage(`1`)}, history.TaskCompletedData{})
+	require.NoError(t, err)
+	p := forkParams(t, s, running, 0)
+	p.Reset = &requests.ForkReset{Reason: "bad price"}
+	res, err := requests.Fork(ctx, s, p)
+	require.NoError(t, err)
+	orig := events(t, s, running)
+	n := len(orig)
+	require.Equal(t, history.TaskForkedData{ForkTaskID: res.ID.String(), Position: 0, By: "ops"}, orig[n-2].Data)
+	require.Equal(t, history.CancelRequestedData{By: "ops", Reason: "bad price"}, orig[n-1].Data)
+	require.Equal(t, orig[n-2].At, orig[n-1].At, "one append")
+
+	p = forkParams(t, s, done, 1)
+	p.Reset = &requests.ForkReset{Compensate: true}
+	res, err = requests.Fork(ctx, s, p)
+	require.NoError(t, err)
+	orig = events(t, s, done)
+	n = len(orig)
+	require.Equal(t, history.TaskForkedData{ForkTaskID: res.ID.String(), Position: 1, By: "ops"}, orig[n-2].Data)
+	require.Equal(t, history.CompensationRequestedData{By: "ops", Reason: "reset: forked as " + res.ID.String()}, orig[n-1].Data)
+
+	p = forkParams(t, s, left, 0)
+	p.Reset = &requests.ForkReset{}
+	_, err = requests.Fork(ctx, s, p)
+	require.NoError(t, err)
+	orig = events(t, s, left)
+	require.Equal(t, history.TaskForked, orig[len(orig)-1].Type(), "a completed original left as it is")
+
+	// Compensation asked of a completed task with no compensable step:
+	// the fork is refused with it.
+	p = forkParams(t, s, plain, 0)
+	p.Reset = &requests.ForkReset{Compensate: true}
+	before := getTask(t, s, plain).LastSeq
+	_, err = requests.Fork(ctx, s, p)
+	requireIs(t, err, store.ErrTaskState)
+	require.ErrorContains(t, err, "none of its steps has a compensator")
+	_, err = s.TaskGet(ctx, &store.TaskGetParams{Namespace: store.DefaultNamespace, ID: p.Start.ID})
+	requireIs(t, err, store.ErrNotFound)
+	require.Equal(t, before, getTask(t, s, plain).LastSeq)
 }

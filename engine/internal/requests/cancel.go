@@ -69,29 +69,35 @@ var errContinued = errors.New("task continued as new")
 func cancelRun(ctx context.Context, s store.Store, p *Params) (CancelResult, error) {
 	var res CancelResult
 	state, err := requestOnTask(ctx, s, p, func(state history.State) ([]history.Payload, error) {
-		if state.Status == history.StatusContinued {
-			return nil, errContinued
-		}
-		if state.Status == history.StatusCancelled {
-			res.AlreadyRequested = true // cancelling twice is not an error
-			return nil, nil
-		}
-		if state.Status.Terminal() {
-			return nil, errmark.Mark(errors.Newf("cancel task %s: it is %s; only a pending, retrying or running task can be cancelled",
-				p.ID, state.Status), store.ErrTaskState)
-		}
-		if state.CancelRequested {
-			res.AlreadyRequested = true
-			return nil, nil
-		}
-		payloads := []history.Payload{history.CancelRequestedData{By: p.By, Reason: p.Reason}}
-		if state.Status != history.StatusRunning && state.Compensation == nil && !hasCompensable(state) && !HasChildrenToClose(state) {
-			payloads = append(payloads, history.TaskCancelledData{Reason: p.Reason})
-		}
-		return payloads, nil
+		return decideCancel(p, state, &res)
 	})
 	res.State = state
 	return res, err
+}
+
+// decideCancel is what a cancel of the run in state appends (setting
+// res.AlreadyRequested when nothing is to be), or why it is refused.
+func decideCancel(p *Params, state history.State, res *CancelResult) ([]history.Payload, error) {
+	if state.Status == history.StatusContinued {
+		return nil, errContinued
+	}
+	if state.Status == history.StatusCancelled {
+		res.AlreadyRequested = true // cancelling twice is not an error
+		return nil, nil
+	}
+	if state.Status.Terminal() {
+		return nil, errmark.Mark(errors.Newf("cancel task %s: it is %s; only a pending, retrying or running task can be cancelled",
+			p.ID, state.Status), store.ErrTaskState)
+	}
+	if state.CancelRequested {
+		res.AlreadyRequested = true
+		return nil, nil
+	}
+	payloads := []history.Payload{history.CancelRequestedData{By: p.By, Reason: p.Reason}}
+	if state.Status != history.StatusRunning && state.Compensation == nil && !hasCompensable(state) && !HasChildrenToClose(state) {
+		payloads = append(payloads, history.TaskCancelledData{Reason: p.Reason})
+	}
+	return payloads, nil
 }
 
 // Compensate asks for the compensators of a completed task's steps to
@@ -101,18 +107,24 @@ func cancelRun(ctx context.Context, s store.Store, p *Params) (CancelResult, err
 // [store.ErrTaskState].
 func Compensate(ctx context.Context, s store.Store, p *Params) (history.State, error) {
 	return requestOnTask(ctx, s, p, func(state history.State) ([]history.Payload, error) {
-		if state.Status != history.StatusCompleted {
-			return nil, errmark.Mark(errors.Newf("compensate task %s: it is %s; only a completed task is compensated on request",
-				p.ID, state.Status), store.ErrTaskState)
-		}
-		if state.Erased {
-			return nil, errmark.Mark(errors.Newf("compensate task %s: its data was erased, so its steps cannot be undone", p.ID), store.ErrTaskState)
-		}
-		if !hasCompensable(state) {
-			return nil, errmark.Mark(errors.Newf("compensate task %s: none of its steps has a compensator", p.ID), store.ErrTaskState)
-		}
-		return []history.Payload{history.CompensationRequestedData{By: p.By, Reason: p.Reason}}, nil
+		return decideCompensate(p, state)
 	})
+}
+
+// decideCompensate is what a compensation request on the task in state
+// appends, or why it is refused.
+func decideCompensate(p *Params, state history.State) ([]history.Payload, error) {
+	if state.Status != history.StatusCompleted {
+		return nil, errmark.Mark(errors.Newf("compensate task %s: it is %s; only a completed task is compensated on request",
+			p.ID, state.Status), store.ErrTaskState)
+	}
+	if state.Erased {
+		return nil, errmark.Mark(errors.Newf("compensate task %s: its data was erased, so its steps cannot be undone", p.ID), store.ErrTaskState)
+	}
+	if !hasCompensable(state) {
+		return nil, errmark.Mark(errors.Newf("compensate task %s: none of its steps has a compensator", p.ID), store.ErrTaskState)
+	}
+	return []history.Payload{history.CompensationRequestedData{By: p.By, Reason: p.Reason}}, nil
 }
 
 func hasCompensable(state history.State) bool {

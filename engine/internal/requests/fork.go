@@ -143,6 +143,23 @@ type ForkParams struct {
 	// the original recorded them: each is written before the copied step
 	// at its position.
 	Patches []history.PatchRecordedData
+	// Reset, when set, ends the original in the same append as its
+	// task_forked ([ForkReset]).
+	Reset *ForkReset
+}
+
+// ForkReset is what a reset asks of the original, decided on its state as
+// read in the fork's transaction and appended with its task_forked, so
+// the cancel is decided with the fork, never after it: one not finished
+// is cancelled (as [Cancel] decides), a completed one compensated (as
+// [Compensate] decides) when Compensate is set, else nothing. One that
+// continued as new is the caller's to cancel ([Cancel] follows its chain):
+// [ForkResult.Continued] says so.
+type ForkReset struct {
+	Compensate bool
+	// Reason is recorded with the cancel or the compensation; "" records
+	// "reset: forked as <id>".
+	Reason string
 }
 
 // ForkResult says what a fork wrote.
@@ -153,6 +170,9 @@ type ForkResult struct {
 	Existing bool
 	// State is the fork's state after its copies (zero when Existing).
 	State history.State
+	// Continued, on a reset, says the original had continued as new: its
+	// chain's current run was not cancelled (the caller's to do).
+	Continued bool
 }
 
 // Fork writes a fork over ex, in one transaction: the fork's start
@@ -245,14 +265,41 @@ func forkOnce(ctx context.Context, ex store.Executor, p *ForkParams) (ForkResult
 	if fork, err = tx.EventAppend(ctx, &store.EventAppendParams{TaskID: started.ID, State: fork, At: fork.CreatedAt, Payloads: payloads}); err != nil {
 		return ForkResult{}, err
 	}
-	if _, err := tx.EventAppend(ctx, &store.EventAppendParams{TaskID: p.Original, State: original,
-		Payloads: []history.Payload{history.TaskForkedData{ForkTaskID: started.ID.String(), Position: p.Position, By: p.By}}}); err != nil {
+	onOriginal := []history.Payload{history.TaskForkedData{ForkTaskID: started.ID.String(), Position: p.Position, By: p.By}}
+	ending, err := p.resetPayloads(original, started.ID)
+	if err != nil {
+		return ForkResult{}, err
+	}
+	onOriginal = append(onOriginal, ending...)
+	if _, err := tx.EventAppend(ctx, &store.EventAppendParams{TaskID: p.Original, State: original, Payloads: onOriginal}); err != nil {
 		return ForkResult{}, err
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return ForkResult{}, err
 	}
-	return ForkResult{ID: started.ID, State: fork}, nil
+	return ForkResult{ID: started.ID, State: fork, Continued: p.Reset != nil && original.Status == history.StatusContinued}, nil
+}
+
+// resetPayloads is what p.Reset appends to the original, in state, after
+// its task_forked naming fork: as [Cancel] or [Compensate] decide.
+func (p *ForkParams) resetPayloads(state history.State, fork uuid.UUID) ([]history.Payload, error) {
+	if p.Reset == nil {
+		return nil, nil
+	}
+	q := &Params{Namespace: p.Namespace, ID: p.Original, By: p.By, Reason: p.Reset.Reason}
+	if q.Reason == "" {
+		q.Reason = "reset: forked as " + fork.String()
+	}
+	switch {
+	case state.Status == history.StatusContinued:
+		return nil, nil // its chain's current run is another task
+	case !state.Status.Terminal():
+		var res CancelResult
+		return decideCancel(q, state, &res)
+	case state.Status == history.StatusCompleted && p.Reset.Compensate:
+		return decideCompensate(q, state)
+	}
+	return nil, nil
 }
 
 // samePlan checks that the fork p plans is still the one the original's

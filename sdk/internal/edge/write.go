@@ -121,6 +121,7 @@ type ForkRequest struct {
 	Start       *store.TaskStartParams
 	Copies      []history.StepCompletedData
 	Patches     []history.PatchRecordedData // no payload: passed on as they are
+	Reset       *engine.ForkReset           // a reset's request on the original
 }
 
 // Fork writes the fork p asks for (engine.ForkTask, one transaction), its
@@ -157,7 +158,7 @@ func (e *Store) Fork(ctx context.Context, p *ForkRequest) (engine.ForkResult, er
 	q.Blobs = append(q.Blobs, storeBlobs(steps.Blobs)...)
 	res, err := engine.ForkTask(ctx, e.st, &engine.ForkParams{
 		Namespace: p.Namespace, Original: p.Original, OriginalSeq: p.OriginalSeq, Position: p.Position, By: p.By,
-		Start: q, Copies: copies, Patches: p.Patches,
+		Start: q, Copies: copies, Patches: p.Patches, Reset: p.Reset,
 	})
 	written := func(int) bool { return err == nil && !res.Existing }
 	e.stage.Discard(ctx, enc, written)
