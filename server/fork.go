@@ -2,7 +2,10 @@ package server
 
 import (
 	"encoding/json"
+	"log/slog"
 	"net/http"
+
+	"github.com/google/uuid"
 
 	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/sdk"
@@ -73,6 +76,10 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request, c *call, reset boo
 		forkID, err = c.client.Fork(r.Context(), id, opts)
 	}
 	if err != nil {
+		if reset && forkID != uuid.Nil {
+			s.writeResetError(w, r, forkID, err)
+			return
+		}
 		s.writeError(w, r, err)
 		return
 	}
@@ -83,6 +90,26 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request, c *call, reset boo
 	}
 	w.Header().Set("Location", s.path("/v1/tasks/"+forkID.String()))
 	writeJSON(w, http.StatusCreated, info)
+}
+
+// writeResetError answers a reset that wrote fork but failed to end the
+// original (err): err's problem, or an internal one, naming the fork
+// (fork_task_id, Location), which a retry without a key would make again.
+func (s *Server) writeResetError(w http.ResponseWriter, r *http.Request, fork uuid.UUID, err error) {
+	p := web.ProblemFor(err)
+	if p == nil {
+		s.log.Error("request failed", "method", r.Method, "path", logPath(r), slog.String("error", err.Error()))
+		p = web.NewProblem(http.StatusInternalServerError, web.CodeInternal, "")
+	}
+	p.ForkTaskID = fork.String()
+	note := "the fork " + fork.String() + " was written, but ending the original failed: retry with the fork's idempotency key, or cancel the original"
+	if p.Detail == "" {
+		p.Detail = note
+	} else {
+		p.Detail = note + ": " + p.Detail
+	}
+	w.Header().Set("Location", s.path("/v1/tasks/"+fork.String()))
+	s.writeProblem(w, r, p)
 }
 
 // taskForks answers the tasks forked from the task, in the order they

@@ -3,9 +3,14 @@ package server
 import (
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
 	"testing"
 
+	"github.com/cockroachdb/errors"
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
+
+	"github.com/cairnflow/cairn/internal/errmark"
 
 	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/sdk"
@@ -68,5 +73,31 @@ func TestForkNeedsSubmitAndOperate(t *testing.T) {
 			a := servertest.Send(t, h, "POST", "/v1/tasks/"+finished+"/fork", []byte(`{"at":0,"output":{"text":"x"}}`), as("both-token")...)
 			require.Equal(t, http.StatusCreated, a.Status, "%s", a.Body)
 		})
+	}
+}
+
+// A reset that wrote the fork but failed to end the original answers the
+// failure with the fork's id (fork_task_id, Location): a retry without a
+// key would fork again.
+func TestResetFailureNamesTheFork(t *testing.T) {
+	t.Parallel()
+	srv, err := New(Config{Store: servertest.LiteStore(t)})
+	require.NoError(t, err)
+	fork := uuid.Must(uuid.NewV7())
+	for _, tc := range []struct {
+		err    error
+		status int
+	}{
+		{errmark.Mark(errors.New("cancel task x: it is completed"), sdk.ErrTaskState), http.StatusConflict},
+		{errors.New("connection reset"), http.StatusInternalServerError},
+	} {
+		w := httptest.NewRecorder()
+		srv.writeResetError(w, httptest.NewRequest("POST", "/v1/tasks/x/reset", nil), fork, tc.err)
+		require.Equal(t, tc.status, w.Code)
+		require.Equal(t, "/v1/tasks/"+fork.String(), w.Header().Get("Location"))
+		var p Problem
+		require.NoError(t, json.Unmarshal(w.Body.Bytes(), &p))
+		require.Equal(t, fork.String(), p.ForkTaskID)
+		require.Contains(t, p.Detail, "the fork "+fork.String()+" was written")
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/cockroachdb/errors"
+	"github.com/google/uuid"
 	"github.com/spf13/cobra"
 
 	"github.com/cairnflow/cairn/internal/errmark"
@@ -79,8 +80,10 @@ func newTaskResetCmd(g *globals) *cobra.Command {
 		Short: "Fork a task from a step and cancel the original",
 		Long: `Forks the task as 'task fork' does, then ends the original: one not
 finished is cancelled (its compensable steps undone, as any cancel does);
-a completed one is compensated with --compensate, else left as it is.
-Prints the new task's id.`,
+a completed one is compensated with --compensate, else left as it is; the
+request on the original is written with the fork. Prints the new task's
+id; if the fork was written but ending the original failed (a run that
+continued as new, cancelled after), prints the id and then fails.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runFork(cmd, g, args[0], &f, true)
@@ -106,16 +109,26 @@ func runFork(cmd *cobra.Command, g *globals, arg string, f *forkFlags, reset boo
 		return err
 	}
 	defer closeDB()
-	var forkID = id
+	var forkID uuid.UUID
 	if reset {
 		forkID, err = c.Reset(cmd.Context(), id, sdk.ResetOpts{ForkOpts: opts, Compensate: f.compensate, Reason: f.reason})
 	} else {
 		forkID, err = c.Fork(cmd.Context(), id, opts)
 	}
-	if err != nil {
-		return notFoundAs(err, id, g.namespace)
+	return reportFork(cmd, id, forkID, err, g.namespace)
+}
+
+// reportFork prints the fork's id, alone on its line whatever the format,
+// so a script can take it; and fails with err when set. A reset that
+// wrote the fork but failed to end the original returns both: the id is
+// printed, then the error, since a retry without a key would fork again.
+func reportFork(cmd *cobra.Command, id, forkID uuid.UUID, err error, namespace string) error {
+	if err != nil && forkID == uuid.Nil {
+		return notFoundAs(err, id, namespace)
 	}
-	// The id alone, whatever the format, so a script can take it.
 	fmt.Fprintln(cmd.OutOrStdout(), forkID)
+	if err != nil {
+		return errors.Wrapf(err, "the fork %s was written, but ending the original failed (retry with the fork's --idempotency-key, or cancel the original)", forkID)
+	}
 	return nil
 }

@@ -1,13 +1,16 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/errors"
 	"github.com/google/uuid"
+	"github.com/spf13/cobra"
 	"github.com/stretchr/testify/require"
 
 	"github.com/cairnflow/cairn/engine/store"
@@ -128,4 +131,22 @@ func TestCLIForkTakesGlobalOutput(t *testing.T) {
 			require.NoError(t, err, "prints the new id with -o json: %q", out)
 		})
 	}
+}
+
+// A reset that wrote the fork but failed to end the original prints the
+// fork's id, then fails: a retry without a key would fork again.
+func TestCLIResetFailurePrintsTheFork(t *testing.T) {
+	t.Parallel()
+	fork := uuid.Must(uuid.NewV7())
+	var out bytes.Buffer
+	cmd := &cobra.Command{}
+	cmd.SetOut(&out)
+	err := reportFork(cmd, uuid.Must(uuid.NewV7()), fork, errors.New("cancel failed"), "default")
+	require.ErrorContains(t, err, "the fork "+fork.String()+" was written")
+	require.ErrorContains(t, err, "cancel failed")
+	require.Equal(t, fork.String()+"\n", out.String())
+
+	out.Reset()
+	require.Error(t, reportFork(cmd, uuid.Must(uuid.NewV7()), uuid.Nil, errors.New("refused"), "default"))
+	require.Empty(t, out.String(), "no fork, no id")
 }

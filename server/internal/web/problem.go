@@ -45,6 +45,10 @@ type Problem struct {
 	HistoryEvents    int64 `json:"history_events,omitempty"`
 	HistoryBytes     int64 `json:"history_bytes,omitempty"`
 	MaxHistoryEvents int64 `json:"max_history_events,omitempty"`
+	// ForkTaskID is the fork a reset wrote before its request on the
+	// original failed: the fork exists, so a retry without an idempotency
+	// key would fork again.
+	ForkTaskID string `json:"fork_task_id,omitempty"`
 
 	retryAfter time.Duration
 }
