@@ -1,14 +1,17 @@
 -- name: SeriesEvents
 -- The window (?2, ?3] of namespace ?1's events (of queue ?4, or all when
 -- it is empty), found by events_at_idx, and for each task they touch its
--- last event before the window (cancel_requested and signal_received
--- skipped: they keep the status), by the primary key. As PostgreSQL's SeriesEvents.
+-- last event before the window (cancel_requested, signal_received,
+-- child_finished, task_forked and patch_recorded skipped: they keep the
+-- status), by the primary key; a fork's copied steps (step_completed of
+-- attempt 0) left out of both. As PostgreSQL's SeriesEvents.
 WITH win AS (
     SELECT e.task_id, t.queue, e.seq, e.type, e.at,
         coalesce(json_extract(e.data, '$.run_at'), json_extract(e.data, '$.next_run_at'), json_extract(e.data, '$.fire_at'), json_extract(e.data, '$.deadline')) AS at_when
     FROM events AS e
     JOIN tasks AS t ON t.id = e.task_id
     WHERE e.at > ?2 AND e.at <= ?3 AND t.namespace = ?1 AND (?4 = '' OR t.queue = ?4)
+        AND NOT (e.type = 'step_completed' AND e.attempt = 0)
 ), firsts AS (
     SELECT task_id, queue, min(seq) AS seq FROM win GROUP BY task_id, queue
 )
@@ -19,7 +22,8 @@ SELECT f.task_id, f.queue, p.seq, p.type, p.at,
 FROM firsts AS f
 JOIN events AS p ON p.task_id = f.task_id AND p.seq = (
     SELECT max(b.seq) FROM events AS b
-    WHERE b.task_id = f.task_id AND b.seq < f.seq AND b.type NOT IN ('cancel_requested', 'signal_received', 'child_finished'))
+    WHERE b.task_id = f.task_id AND b.seq < f.seq AND b.type NOT IN ('cancel_requested', 'signal_received', 'child_finished', 'task_forked', 'patch_recorded')
+        AND NOT (b.type = 'step_completed' AND b.attempt = 0))
 ORDER BY 1, 3;
 
 -- name: SeriesLive

@@ -23,6 +23,7 @@ var forkTests = []conformanceTest{
 	{"ForkRefusals", testForkRefusals},
 	{"ForkRefusesAStepCompensatedSinceTheRead", testForkCompensatedMeanwhile},
 	{"ResetEndsTheOriginalInTheForksAppend", testForkReset},
+	{"QueueSeriesCountsAPendingForkAsWaiting", testQueueSeriesFork},
 }
 
 // finishedWithSteps starts a task and completes it with steps named
@@ -240,4 +241,19 @@ func testForkReset(t *testing.T, s store.Store) {
 	_, err = s.TaskGet(ctx, &store.TaskGetParams{Namespace: store.DefaultNamespace, ID: p.Start.ID})
 	requireIs(t, err, store.ErrNotFound)
 	require.Equal(t, before, getTask(t, s, plain).LastSeq)
+}
+
+// A fork's copied steps (step_completed of attempt 0) ran in the
+// original: the pending fork holding them is waiting and due, not
+// running; the original's task_forked keeps it completed.
+func testQueueSeriesFork(t *testing.T, s store.Store) {
+	ctx := testContext(t)
+	id := finishedWithSteps(t, s, "a", "b")
+	_, err := requests.Fork(ctx, s, forkParams(t, s, id, 1))
+	require.NoError(t, err)
+	all, err := s.QueueSeries(ctx, &store.QueueSeriesParams{Namespace: store.DefaultNamespace, Window: time.Hour})
+	require.NoError(t, err)
+	last := seriesOf(t, all, defaultQueue).Points[store.DefaultSeriesBuckets-1]
+	require.Equal(t, []int{1, 1, 0}, []int{last.Waiting, last.Due, last.Running}, "waiting, due, running")
+	require.Equal(t, []int{1, 1}, []int{last.Completed, last.Started}, "the original's run")
 }

@@ -48,8 +48,11 @@ func (w SeriesWindow) firstEdgeAtOrAfter(t time.Time) int {
 // SeriesEvent is one event a series is folded from, with the task's
 // queue. When is the time its payload names (run_at, next_run_at,
 // fire_at, a wait's deadline), nil where it names none. Before marks the
-// task's last event ahead of the window (cancel_requested and
-// signal_received and child_finished skipped, since they keep the status): the state the task entered the window in.
+// task's last event ahead of the window (cancel_requested,
+// signal_received, child_finished, task_forked and patch_recorded skipped,
+// since they keep the status): the state the task entered the window in.
+// The drivers leave a fork's copied steps (step_completed of attempt 0)
+// out: they ran in the original, and do not make the fork running.
 type SeriesEvent struct {
 	TaskID string
 	Queue  string
@@ -117,6 +120,9 @@ func (s seriesState) next(e SeriesEvent) seriesState {
 		}
 	case history.TaskCompleted, history.TaskFailed, history.TaskDeadLettered, history.TaskCancelled, history.TaskExpired, history.TaskContinued:
 		out.status = seriesNone
+	case history.TaskForked, history.PatchRecorded:
+		// Keep the status: a fork made of the task, a marker recorded
+		// as it runs (the drivers skip both as a Before event).
 	}
 	return out
 }
