@@ -1189,6 +1189,11 @@ func (s *State) applyPatchRecorded(e Event, p PatchRecordedData) error {
 		if p.Position > s.Scheduled.ForkedFrom.Position {
 			return invalidf(nil, "event %d (%s): copied marker at position %d, beyond the fork's position %d", e.Seq, PatchRecorded, p.Position, s.Scheduled.ForkedFrom.Position)
 		}
+		// A copied marker is written before the copy of the step at its
+		// position: the steps before that are copied already.
+		if p.Position > len(s.Steps) {
+			return invalidf(nil, "event %d (%s): copied marker at position %d ahead of the steps copied so far (%d): it precedes the copy of the step at its position", e.Seq, PatchRecorded, p.Position, len(s.Steps))
+		}
 	} else if err := s.requireLeasedAttempt(e); err != nil {
 		return err
 	}
