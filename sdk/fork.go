@@ -82,8 +82,9 @@ type ResetOpts struct {
 //     signal before the step at the position completed
 //     ([cairntype.ErrUnsupported]: the fork copies steps only);
 //   - a copied output this client cannot read back (sealed without the
-//     key, a blob gone), or over MaxPayloadBytes: the fork holds its
-//     copies in place.
+//     key, a blob gone), or over MaxPayloadBytes: the fork writes its
+//     copies as it writes any output (over the blob threshold, as a blob
+//     of its own).
 func (c *Client) Fork(ctx context.Context, id uuid.UUID, opts ForkOpts) (uuid.UUID, error) {
 	newID, _, err := c.fork(ctx, id, opts, nil, nil)
 	return newID, err
@@ -296,8 +297,8 @@ func sameJSON(a, b []byte) bool {
 }
 
 // readable checks that p, one of the original's payloads decoded, is in
-// clear and within limit: a fork holds its copied outputs in place (the
-// client's MaxPayloadBytes), its input as a start does.
+// clear and within limit: a fork writes its copied outputs as outputs
+// (the client's MaxPayloadBytes), its input as a start does.
 func (c *Client) readable(p *payload.Payload, what string, limit int) error {
 	switch {
 	case p.Err != nil:
@@ -307,7 +308,7 @@ func (c *Client) readable(p *payload.Payload, what string, limit int) error {
 	case history.MaybeSealed(p.Data):
 		return errmark.Mark(errors.Newf("%s is encrypted and this client has no key for it", what), payload.ErrSealed)
 	case len(p.Data) > limit:
-		return errmark.Mark(errors.Newf("%s is %d bytes, over the limit of %d bytes (MaxPayloadBytes): a fork copies outputs in place", what, len(p.Data), limit), ErrInvalid)
+		return errmark.Mark(errors.Newf("%s is %d bytes, over the limit of %d bytes (MaxPayloadBytes) of an output the fork writes", what, len(p.Data), limit), ErrInvalid)
 	}
 	return nil
 }

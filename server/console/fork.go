@@ -3,6 +3,8 @@ package console
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 
 	"github.com/google/uuid"
@@ -58,7 +60,7 @@ func forksOf(events []history.Event) []forkLink {
 
 // buildForkDiff compares the steps of a fork (events) with those of its
 // original (theirs), position by position, outputs as stored (a blob
-// shows as its reference).
+// shows as its reference, compared by its digest).
 func buildForkDiff(events, theirs []history.Event, at int) *forkDiff {
 	here, errHere := history.Replay(events)
 	there, errThere := history.Replay(theirs)
@@ -101,7 +103,7 @@ func buildForkDiff(events, theirs []history.Event, at int) *forkDiff {
 		if okT {
 			row.There = prettyJSON(thereOut, consoleDiffCell)
 		}
-		row.Differs = okH != okT || h.Name != t.Name || !sameJSON(hereOut, thereOut)
+		row.Differs = okH != okT || h.Name != t.Name || !sameOutput(h, t)
 		if row.Differs {
 			d.Differ++
 		}
@@ -120,6 +122,25 @@ func stepOutput(st history.Step) json.RawMessage {
 		}
 	}
 	return st.Output
+}
+
+// sameOutput reports whether two steps' outputs are the same content:
+// kept by reference (a blob; a fork re-encodes its copies, so a copy over
+// the blob threshold is a blob of its own, its key another), by the
+// digest the reference carries; in place, as JSON text.
+func sameOutput(a, b history.Step) bool {
+	digest := func(st history.Step) string {
+		if st.OutputRef != nil {
+			return st.OutputRef.SHA256
+		}
+		sum := sha256.Sum256(st.Output)
+		return hex.EncodeToString(sum[:])
+	}
+	if a.OutputRef != nil || b.OutputRef != nil {
+		da, db := digest(a), digest(b)
+		return da != "" && da == db
+	}
+	return sameJSON(a.Output, b.Output)
 }
 
 // sameJSON reports whether a and b are the same JSON text, white space

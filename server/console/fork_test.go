@@ -2,6 +2,8 @@ package console
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -53,4 +55,22 @@ func TestTaskPageShowsTheBranch(t *testing.T) {
 	require.Contains(t, orig, `id="task-forks"`)
 	require.Contains(t, orig, `href="/console/tasks/`+forkID.String()+`?namespace=default"`)
 	require.NotContains(t, orig, `id="task-fork-diff"`)
+}
+
+// A fork re-encodes its copies, so a copy over the blob threshold is a
+// blob of its own: the diff compares blobs by their digest, not their
+// keys, and an output in place with a blob of its bytes by digest too.
+func TestForkDiffComparesBlobsByDigest(t *testing.T) {
+	t.Parallel()
+	out := json.RawMessage(`{"n":1}`)
+	sum := sha256.Sum256(out)
+	digest := hex.EncodeToString(sum[:])
+	ref := func(key, sha string) history.Step {
+		return history.Step{Name: "a", OutputRef: &history.BlobRef{Store: "db", Key: key, Size: 7, SHA256: sha}}
+	}
+	require.True(t, sameOutput(ref("k1", digest), ref("k2", digest)), "the same bytes under two keys")
+	require.False(t, sameOutput(ref("k1", digest), ref("k2", "00")))
+	require.True(t, sameOutput(history.Step{Output: out}, ref("k2", digest)))
+	require.False(t, sameOutput(ref("k1", ""), ref("k2", "")), "no digest: not known the same")
+	require.True(t, sameOutput(history.Step{Output: json.RawMessage(`{"n": 1}`)}, history.Step{Output: out}))
 }
