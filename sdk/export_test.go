@@ -39,3 +39,11 @@ func ClientStore(c *Client) store.Store { return c.store.Engine() }
 // SetBeforeForward has c call fn before it passes a signal on to run,
 // the current run of the chain the signal's task continued as.
 func SetBeforeForward(c *Client, fn func(run uuid.UUID)) { c.beforeForward = fn }
+
+// SetMaxForksListed lowers what Client.Forks lists, for a test (not
+// parallel) of the bound; it returns the restore.
+func SetMaxForksListed(n int) (restore func()) {
+	was := maxForksListed
+	maxForksListed = n
+	return func() { maxForksListed = was }
+}

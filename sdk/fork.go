@@ -375,18 +375,26 @@ func (c *Client) forkedFrom(ctx context.Context, id uuid.UUID) (*history.ForkOri
 	return nil, nil
 }
 
+// MaxForksListed bounds what [Client.Forks] returns: the first this many
+// forks made of a task.
+const MaxForksListed = 1000
+
+// maxForksListed is MaxForksListed, which tests lower.
+var maxForksListed = MaxForksListed
+
 // Forks returns the tasks forked from task id ([Client.Fork],
-// [Client.Reset]), in the order they were made, read from its history's
-// task_forked events: the history is read a page at a time, its
-// payloads not decoded. A task never forked has none; an unknown task
-// is [ErrNotFound].
+// [Client.Reset]), in the order they were made, at most [MaxForksListed]
+// (the first made), read from its history's task_forked events: the
+// history is read a page at a time, its payloads not decoded, up to the
+// last fork listed. A task never forked has none; an unknown task is
+// [ErrNotFound].
 func (c *Client) Forks(ctx context.Context, id uuid.UUID) ([]history.Fork, error) {
 	t, err := c.store.TaskGet(ctx, &store.TaskGetParams{Namespace: c.namespace, ID: id})
 	if err != nil {
 		return nil, err
 	}
 	var forks []history.Fork
-	for after := int64(0); after < t.LastSeq; {
+	for after := int64(0); after < t.LastSeq && len(forks) < maxForksListed; {
 		events, err := c.store.EventListPage(ctx, &store.EventPageParams{Namespace: c.namespace, TaskID: id, After: after, Limit: store.MaxEventPageLimit})
 		if err != nil {
 			return nil, err
@@ -395,7 +403,7 @@ func (c *Client) Forks(ctx context.Context, id uuid.UUID) ([]history.Fork, error
 			break
 		}
 		for _, e := range events {
-			if f, ok := e.Data.(history.TaskForkedData); ok {
+			if f, ok := e.Data.(history.TaskForkedData); ok && len(forks) < maxForksListed {
 				forks = append(forks, history.Fork{TaskID: f.ForkTaskID, Position: f.Position})
 			}
 		}

@@ -629,3 +629,32 @@ func TestResetOfAContinuedRunCancelsItsChain(t *testing.T) {
 		enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client))
 	})
 }
+
+// Forks lists at most MaxForksListed forks, the first made. Not parallel:
+// it lowers the bound for the package while it runs (its subtests, on
+// each store, run before any parallel test is let go).
+func TestForksListsAtMostTheBound(t *testing.T) {
+	t.Cleanup(sdk.SetMaxForksListed(2))
+	onEachStore(t, func(t *testing.T, setup setupFunc) {
+		b := setup(t, sdk.WorkerConfig{})
+		var r runCounter
+		wf := fiveSteps("order.forkbound", &r, nil)
+		sdk.Register(b.worker, wf)
+		startWorker(t, b.worker)
+		ctx := context.Background()
+		res, err := sdk.Start(ctx, b.client, wf, "o-9", nil)
+		require.NoError(t, err)
+		waitTask(t, b.client, res.ID)
+		stopWorker(t, b.worker)
+		var made []string
+		for range 3 {
+			id, err := b.client.Fork(ctx, res.ID, sdk.ForkOpts{At: 0})
+			require.NoError(t, err)
+			made = append(made, id.String())
+		}
+		forks, err := b.client.Forks(ctx, res.ID)
+		require.NoError(t, err)
+		require.Len(t, forks, 2)
+		require.Equal(t, made[:2], []string{forks[0].TaskID, forks[1].TaskID})
+	})
+}

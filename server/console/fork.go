@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 
+	"github.com/cockroachdb/errors"
 	"github.com/google/uuid"
 
 	"github.com/cairnflow/cairn/history"
@@ -28,6 +29,12 @@ type forkDiff struct {
 	Rows []forkDiffRow
 	// Differ counts the rows whose outputs differ.
 	Differ int
+	// Cut says the diff stops short: positions past the first
+	// consoleDiffPositions, or the original's history read only to its
+	// first consoleDiffEvents events.
+	Cut bool
+	// Positions is consoleDiffPositions, for the page to say so.
+	Positions int
 }
 
 // forkDiffRow is one step position: its name in each run (they may
@@ -44,6 +51,15 @@ type forkDiffRow struct {
 
 // consoleDiffCell bounds an output shown in the diff table.
 const consoleDiffCell = 300
+
+// consoleDiffPositions bounds the positions the diff shows (the first),
+// and consoleDiffEvents the events of the original's history read for it
+// (its first): a fork's page reads no more than that of the original
+// however long it ran.
+const (
+	consoleDiffPositions = 200
+	consoleDiffEvents    = 5000
+)
 
 // forksOf returns the forks a task's history names (task_forked).
 func forksOf(events []history.Event) []forkLink {
@@ -82,7 +98,10 @@ func buildForkDiff(events, theirs []history.Event, at int) *forkDiff {
 	for p := range b {
 		last = max(last, p)
 	}
-	d := &forkDiff{}
+	d := &forkDiff{Positions: consoleDiffPositions}
+	if last >= consoleDiffPositions {
+		last, d.Cut = consoleDiffPositions-1, true
+	}
 	for pos := 0; pos <= last; pos++ {
 		h, okH := a[pos]
 		t, okT := b[pos]
@@ -166,8 +185,24 @@ func (s *Console) consoleFork(ctx context.Context, c *call, events []history.Eve
 		return
 	}
 	data.ForkedFrom = &forkLink{ID: id, Position: f.Position}
-	// The original may have been removed (retention): then no diff.
-	if theirs, err := c.client.RawHistory(ctx, id); err == nil {
-		data.ForkDiff = buildForkDiff(events, theirs, f.Position)
+	// The original may have been removed (retention): then no diff. Its
+	// history is read up to consoleDiffEvents events: a prefix of a
+	// history replays.
+	var theirs []history.Event
+	errEnough := errors.New("enough of the original's history")
+	err = c.client.RawHistoryPages(ctx, id, 0, func(page []history.Event) error {
+		theirs = append(theirs, page...)
+		if len(theirs) >= consoleDiffEvents {
+			theirs = theirs[:consoleDiffEvents]
+			return errEnough
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, errEnough) {
+		return
+	}
+	data.ForkDiff = buildForkDiff(events, theirs, f.Position)
+	if data.ForkDiff != nil && errors.Is(err, errEnough) {
+		data.ForkDiff.Cut = true
 	}
 }

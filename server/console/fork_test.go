@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/history/historytest"
 	"github.com/cairnflow/cairn/sdk"
 	"github.com/cairnflow/cairn/server/internal/servertest"
 	"github.com/cairnflow/cairn/workflow"
@@ -73,4 +74,20 @@ func TestForkDiffComparesBlobsByDigest(t *testing.T) {
 	require.True(t, sameOutput(history.Step{Output: out}, ref("k2", digest)))
 	require.False(t, sameOutput(ref("k1", ""), ref("k2", "")), "no digest: not known the same")
 	require.True(t, sameOutput(history.Step{Output: json.RawMessage(`{"n": 1}`)}, history.Step{Output: out}))
+}
+
+// The diff shows the first consoleDiffPositions positions, and says it
+// is cut short when the runs hold more.
+func TestForkDiffIsBounded(t *testing.T) {
+	t.Parallel()
+	steps := []historytest.E{historytest.Scheduled(), historytest.Started(1, 1)}
+	for pos := range consoleDiffPositions + 50 {
+		steps = append(steps, historytest.Step(1, pos, "s"))
+	}
+	events := historytest.Build(steps...)
+	d := buildForkDiff(events, events, 0)
+	require.Len(t, d.Rows, consoleDiffPositions)
+	require.True(t, d.Cut)
+	short := buildForkDiff(events[:10], events[:10], 0)
+	require.False(t, short.Cut)
 }
