@@ -343,7 +343,7 @@ func (r *Replayer) ReplayTasks(ctx context.Context, c *Client, opts *ReplayTasks
 		}
 	}
 	for _, name := range names {
-		ids, err := c.tasksWhere(ctx, name, o.Version, o.Statuses, o.Limit, nil)
+		ids, err := c.tasksWhere(ctx, name, o.Version, o.Statuses, o.Limit, 0, nil)
 		if err != nil {
 			return res, err
 		}
@@ -379,19 +379,21 @@ func (r *Replayer) replayTask(ctx context.Context, c *Client, t *TaskInfo) (*Div
 
 // tasksWhere lists up to limit tasks of type name (at version, when not
 // 0) in the given statuses (all when none) that keep accepts (all when
-// nil), newest first in each status.
-func (c *Client) tasksWhere(ctx context.Context, name string, version int, statuses []history.Status, limit int, keep func(*TaskInfo) bool) ([]*TaskInfo, error) {
+// nil), newest first in each status, reading at most about maxScan tasks
+// of each status (0: no bound; a page past it is read whole).
+func (c *Client) tasksWhere(ctx context.Context, name string, version int, statuses []history.Status, limit, maxScan int, keep func(*TaskInfo) bool) ([]*TaskInfo, error) {
 	if len(statuses) == 0 {
 		statuses = []history.Status{""}
 	}
 	var out []*TaskInfo
 	for _, st := range statuses {
 		var before uuid.UUID
-		for len(out) < limit {
+		for scanned := 0; len(out) < limit && (maxScan == 0 || scanned < maxScan); {
 			page, err := c.ListPage(ctx, &ListOpts{Type: name, Status: st, Before: before, Limit: MaxListLimit})
 			if err != nil {
 				return nil, err
 			}
+			scanned += len(page.Tasks)
 			for _, t := range page.Tasks {
 				if (version == 0 || t.TypeVersion == version) && (keep == nil || keep(t)) && len(out) < limit {
 					out = append(out, t)

@@ -84,8 +84,9 @@ func outlook(ctx context.Context, tx *txn, p *store.TaskClaimParams, exclude str
 		for _, k := range p.Types {
 			var next sql.NullInt64
 			var waiting bool
-			err := tx.queryRow(ctx, "ClaimOutlook", p.Namespace, q, k.Type, k.Version, us(now),
-				p.Namespace, q, k.Type, k.Version, us(now), us(now), exclude).Scan(&next, &waiting)
+			stmt, args := excluding("ClaimOutlook", exclude, []any{p.Namespace, q, k.Type, k.Version, us(now),
+				p.Namespace, q, k.Type, k.Version, us(now), us(now)})
+			err := tx.queryRow(ctx, stmt, args...).Scan(&next, &waiting)
 			if err != nil {
 				return res, interpret(err)
 			}
@@ -263,7 +264,8 @@ type candidate struct {
 // limit.
 func countDue(ctx context.Context, tx *txn, namespace, queue string, k store.TypeKey, exclude string, now time.Time, limit int) (int, error) {
 	var n int
-	err := tx.queryRow(ctx, "ClaimDueCount", namespace, queue, k.Type, k.Version, us(now), exclude, limit).Scan(&n)
+	stmt, args := excluding("ClaimDueCount", exclude, []any{namespace, queue, k.Type, k.Version, us(now)}, limit)
+	err := tx.queryRow(ctx, stmt, args...).Scan(&n)
 	return n, interpret(err)
 }
 
@@ -274,7 +276,8 @@ func walkDue(ctx context.Context, tx *txn, walk, namespace, queue string, k stor
 	if limit <= 0 {
 		return nil, nil
 	}
-	rows, err := tx.query(ctx, walk, namespace, queue, k.Type, k.Version, us(now), us(now), exclude, limit)
+	stmt, args := excluding(walk, exclude, []any{namespace, queue, k.Type, k.Version, us(now), us(now)}, limit)
+	rows, err := tx.query(ctx, stmt, args...)
 	if err != nil {
 		return nil, interpret(err)
 	}
@@ -701,11 +704,29 @@ func (s *Store) LeaseExtendMany(ctx context.Context, p *store.LeaseExtendParams)
 	return out, nil
 }
 
-// excludeJSON is TaskClaimParams.Exclude as the claim's statements take
-// it: a JSON array of ids, "[]" for none.
+// excludeMarker is where a claim statement tests TaskClaimParams.Exclude
+// (excludeTest) in its Excluding variant, and nothing in its own.
+const (
+	excludeMarker   = "/* EXCLUDE */"
+	excludeTest     = "AND id NOT IN (SELECT value FROM json_each(?))"
+	excludingSuffix = "Excluding"
+)
+
+// excluding returns the claim statement to run and its arguments: name
+// with before and after when nothing is excluded, else its Excluding
+// variant with the exclusions between them.
+func excluding(name, exclude string, before []any, after ...any) (string, []any) {
+	if exclude == "" {
+		return name, append(before, after...)
+	}
+	return name + excludingSuffix, append(append(before, exclude), after...)
+}
+
+// excludeJSON is TaskClaimParams.Exclude as the Excluding statements take
+// it: a JSON array of ids, "" for none.
 func excludeJSON(ids []uuid.UUID) string {
 	if len(ids) == 0 {
-		return "[]"
+		return ""
 	}
 	var b strings.Builder
 	b.WriteByte('[')

@@ -27,20 +27,21 @@ WHERE namespace = ? AND task_type IN (SELECT value FROM json_each(?));
 SELECT count(*) FROM (SELECT 1 FROM tasks INDEXED BY tasks_age_idx
     WHERE namespace = ? AND queue = ? AND type = ? AND type_version = ?
       AND status IN ('pending', 'retrying') AND run_at <= ?
-      AND id NOT IN (SELECT value FROM json_each(?))
+      /* EXCLUDE */
     ORDER BY run_at LIMIT ?);
 
 -- name: ClaimWalkByPriority
 -- Up to a limit of the tasks of one queue and type key due now (passed
--- twice), but those excluded (a JSON array of ids, '[]' for none), by priority and virtual start time: an ordered, limited walk of
--- tasks_claim_idx. fair_at follows the task's columns. INDEXED BY: the
+-- twice), by priority and virtual start time: an ordered, limited walk of
+-- tasks_claim_idx. /* EXCLUDE */ marks where the Excluding variant of each
+-- claim statement leaves TaskClaimParams.Exclude (see excludeMarker). fair_at follows the task's columns. INDEXED BY: the
 -- planner otherwise takes the run_at range of tasks_age_idx and sorts every
 -- due task, a claim's cost growing with the backlog.
 SELECT /* TASK_COLUMNS */, fair_at FROM tasks INDEXED BY tasks_claim_idx
 WHERE namespace = ? AND queue = ? AND type = ? AND type_version = ?
   AND status IN ('pending', 'retrying') AND run_at <= ?
   AND (start_deadline IS NULL OR attempt > 0 OR start_deadline > ?)
-  AND id NOT IN (SELECT value FROM json_each(?))
+  /* EXCLUDE */
 ORDER BY priority DESC, fair_at, run_at, id
 LIMIT ?;
 
@@ -51,14 +52,14 @@ SELECT /* TASK_COLUMNS */, fair_at FROM tasks
 WHERE namespace = ? AND queue = ? AND type = ? AND type_version = ?
   AND status IN ('pending', 'retrying') AND run_at <= ?
   AND (start_deadline IS NULL OR attempt > 0 OR start_deadline > ?)
-  AND id NOT IN (SELECT value FROM json_each(?))
+  /* EXCLUDE */
 ORDER BY run_at, id
 LIMIT ?;
 
 -- name: ClaimOutlook
 -- What a claim that took fewer than it could left of one queue and type key
 -- (namespace, queue, type, version and now, passed twice, then now again,
--- then the tasks excluded, a JSON array of ids, as in the walks):
+-- then, in its Excluding variant, the tasks excluded):
 -- the next run time of its work not yet due (NULL: none), and whether due
 -- work is still waiting. Read after the claim's own writes, so what it took
 -- is no longer pending.
@@ -72,7 +73,7 @@ SELECT (SELECT run_at FROM tasks
         WHERE namespace = ? AND queue = ? AND type = ? AND type_version = ?
           AND status IN ('pending', 'retrying') AND run_at <= ?
           AND (start_deadline IS NULL OR attempt > 0 OR start_deadline > ?)
-          AND id NOT IN (SELECT value FROM json_each(?)));
+          /* EXCLUDE */);
 
 -- name: QueueLimited
 -- Whether queue ? of namespace ? has a concurrency limit.
