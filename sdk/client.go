@@ -702,10 +702,10 @@ func unresolved(err error) error {
 // Wait returns the task once it is finished (completed, failed, cancelled
 // or dead-lettered), or ctx's error when ctx is done first. A task that
 // continued as new (workflow.ContinueAsNew) is followed to its chain's
-// current run first (at most [engine.MaxChainHops] runs past id: a longer
-// chain is an error marked engine.ErrChainTooLong, use a later run's id),
-// and Wait waits on that run, again each time the run it waits on
-// continues; it returns the last run (its ID is the last run's,
+// current run (from the run it continued as, at most [engine.MaxChainHops]
+// runs: a longer chain is an error marked engine.ErrChainTooLong, use a
+// later run's id), and Wait waits on that run, again each time the run it
+// waits on continues; it returns the last run (its ID is the last run's,
 // ContinuedFrom the run before). It learns of
 // the finish from a notification, so it returns within milliseconds of the
 // outcome being committed. It reads the task when it starts, on each
@@ -717,15 +717,20 @@ func unresolved(err error) error {
 func (c *Client) Wait(ctx context.Context, id uuid.UUID) (*TaskInfo, error) {
 	var from uuid.UUID // the run before the one waited on, when known
 	jumped := false    // LatestRun skipped runs: from is read at the end
-	for {
-		latest, err := engine.LatestRun(ctx, c.store.Engine(), c.namespace, id)
-		if err != nil {
-			return nil, err
+	for first := true; ; first = false {
+		// The first run is waited on as it is (the wait reads it anyway:
+		// a task that never continued costs no read more); once one has
+		// continued, LatestRun jumps to the chain's current run.
+		if !first {
+			latest, err := engine.LatestRun(ctx, c.store.Engine(), c.namespace, id)
+			if err != nil {
+				return nil, err
+			}
+			if latest.ID != id {
+				from, jumped, id = uuid.Nil, true, latest.ID
+			}
 		}
-		if latest.ID != id {
-			from, jumped = uuid.Nil, true
-		}
-		info, next, err := c.waitRun(ctx, latest.ID)
+		info, next, err := c.waitRun(ctx, id)
 		if err != nil || next == uuid.Nil {
 			if err == nil && jumped && from == uuid.Nil {
 				if from, err = c.continuedFrom(ctx, info.ID); err != nil {
@@ -737,7 +742,7 @@ func (c *Client) Wait(ctx context.Context, id uuid.UUID) (*TaskInfo, error) {
 			}
 			return info, err
 		}
-		from, id = latest.ID, next
+		from, id = id, next
 	}
 }
 

@@ -448,9 +448,9 @@ func TestContinueAsNewFailureKeepsTheLastStep(t *testing.T) {
 }
 
 // TestContinueAsNewWaitIsBounded: Wait follows a live chain as it grows,
-// but on a finished chain jumps to its last run through at most
-// engine.MaxChainHops runs: past that, it is refused and a later run's id
-// waits.
+// but on a finished chain reads the run it is given, then jumps from the
+// run it continued as to the last through at most engine.MaxChainHops
+// runs: past that, it is refused and a later run's id waits.
 func TestContinueAsNewWaitIsBounded(t *testing.T) {
 	t.Parallel()
 	onEachStore(t, func(t *testing.T, setup setupFunc) {
@@ -460,7 +460,7 @@ func TestContinueAsNewWaitIsBounded(t *testing.T) {
 		startWorker(t, b.worker)
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
-		total := engine.MaxChainHops + 2 // runs; all but the last continue
+		total := engine.MaxChainHops + 3 // runs; all but the last continue
 		run, err := sdk.Start(ctx, b.client, wf, loopState{Total: total, Every: 1}, nil)
 		require.NoError(t, err)
 		last, err := b.client.Wait(ctx, run.ID)
@@ -474,7 +474,7 @@ func TestContinueAsNewWaitIsBounded(t *testing.T) {
 		first, err := b.client.Get(ctx, run.ID)
 		require.NoError(t, err)
 		again, err := b.client.Wait(ctx, *first.ContinuedAs)
-		require.NoError(t, err, "%d runs past the second run", engine.MaxChainHops)
+		require.NoError(t, err, "%d runs past the third run", engine.MaxChainHops)
 		require.Equal(t, last.ID, again.ID)
 		require.Equal(t, *last.ContinuedFrom, *again.ContinuedFrom, "the run before the last, read from its history")
 	})
