@@ -53,7 +53,7 @@ func Cancel(ctx context.Context, s store.Store, p *Params) (CancelResult, error)
 		q.ID = latest.ID
 		res, err := cancelRun(ctx, s, &q)
 		if errors.Is(err, errContinued) {
-			if hop < maxRequestTries {
+			if hop < maxChainCancelTries {
 				continue // it continued as new meanwhile: on to its next run
 			}
 			err = errmark.Mark(errors.Wrapf(err, "cancel task %s: its chain's current run kept continuing as new; try again", p.ID), store.ErrConflict)
@@ -135,6 +135,12 @@ func hasCompensable(state history.State) bool {
 	}
 	return false
 }
+
+// maxChainCancelTries bounds the runs a cancel follows while its chain
+// keeps continuing under it: a loop that continues every few steps
+// outran five tries on the embedded store (each try is a read and a
+// write, each run of the chain several writes).
+const maxChainCancelTries = 100
 
 // maxRequestTries bounds the retries of a request that raced a worker's
 // append.
