@@ -625,17 +625,15 @@ func (c *Client) CurrentRun(ctx context.Context, id uuid.UUID) (*TaskInfo, error
 // task_scheduled) and ContinuedAs (from its task_continued, when it ended
 // continued).
 func (c *Client) setChainLinks(ctx context.Context, info *TaskInfo) error {
-	first, err := c.store.EventListPage(ctx, &store.EventPageParams{Namespace: info.Namespace, TaskID: info.ID, Limit: 1, MaxBytes: 1})
+	sc, err := c.scheduledOf(ctx, info.Namespace, info.ID)
 	if err != nil {
 		return err
 	}
-	if len(first) > 0 {
-		if sc, ok := first[0].Data.(history.TaskScheduledData); ok {
-			if from, err := uuid.Parse(sc.ContinuedFrom); err == nil && sc.ContinuedFrom != "" {
-				info.ContinuedFrom = &from
-			}
-			info.ForkedFrom = sc.ForkedFrom
+	if sc != nil {
+		if from, err := uuid.Parse(sc.ContinuedFrom); err == nil && sc.ContinuedFrom != "" {
+			info.ContinuedFrom = &from
 		}
+		info.ForkedFrom = sc.ForkedFrom
 	}
 	if info.Status != history.StatusContinued {
 		return nil
@@ -749,15 +747,26 @@ func (c *Client) Wait(ctx context.Context, id uuid.UUID) (*TaskInfo, error) {
 // continuedFrom reads the run task id continued, from its task_scheduled:
 // uuid.Nil when it continues none.
 func (c *Client) continuedFrom(ctx context.Context, id uuid.UUID) (uuid.UUID, error) {
-	// MaxBytes 1: a page holds one event whatever its size.
-	events, err := c.store.EventListPage(ctx, &store.EventPageParams{Namespace: c.namespace, TaskID: id, Limit: 1, MaxBytes: 1})
-	if err != nil || len(events) == 0 {
+	sc, err := c.scheduledOf(ctx, c.namespace, id)
+	if err != nil || sc == nil || sc.ContinuedFrom == "" {
 		return uuid.Nil, err
 	}
-	if sc, ok := events[0].Data.(history.TaskScheduledData); ok && sc.ContinuedFrom != "" {
-		return uuid.Parse(sc.ContinuedFrom)
+	return uuid.Parse(sc.ContinuedFrom)
+}
+
+// scheduledOf reads task id's first event, its task_scheduled, whose
+// links (continued_from, forked_from) the tasks row does not keep: nil
+// when the history has none.
+func (c *Client) scheduledOf(ctx context.Context, namespace string, id uuid.UUID) (*history.TaskScheduledData, error) {
+	// MaxBytes 1: a page holds one event whatever its size.
+	events, err := c.store.EventListPage(ctx, &store.EventPageParams{Namespace: namespace, TaskID: id, Limit: 1, MaxBytes: 1})
+	if err != nil || len(events) == 0 {
+		return nil, err
 	}
-	return uuid.Nil, nil
+	if sc, ok := events[0].Data.(history.TaskScheduledData); ok {
+		return &sc, nil
+	}
+	return nil, nil
 }
 
 // waitRun is Wait on one run: it returns the run it continued as, when it

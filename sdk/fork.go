@@ -364,15 +364,11 @@ func (c *Client) checkForkOpts(id uuid.UUID, o *ForkOpts) error {
 // forkedFrom reads the origin of task id from its task_scheduled: nil
 // when it is no fork.
 func (c *Client) forkedFrom(ctx context.Context, id uuid.UUID) (*history.ForkOrigin, error) {
-	// MaxBytes 1: a page holds one event whatever its size.
-	events, err := c.store.EventListPage(ctx, &store.EventPageParams{Namespace: c.namespace, TaskID: id, Limit: 1, MaxBytes: 1})
-	if err != nil || len(events) == 0 {
+	sc, err := c.scheduledOf(ctx, c.namespace, id)
+	if err != nil || sc == nil {
 		return nil, err
 	}
-	if sc, ok := events[0].Data.(history.TaskScheduledData); ok {
-		return sc.ForkedFrom, nil
-	}
-	return nil, nil
+	return sc.ForkedFrom, nil
 }
 
 // MaxForksListed bounds what [Client.Forks] returns: the first this many
