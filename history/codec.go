@@ -116,6 +116,8 @@ func Decode(typ Type, data []byte) (Payload, error) {
 		return decodeAs[TaskContinuedData](typ, data)
 	case TaskForked:
 		return decodeAs[TaskForkedData](typ, data)
+	case SelectMatched:
+		return decodeAs[SelectMatchedData](typ, data)
 	default:
 		return nil, invalidf(nil, "decode payload: unknown event type %q", string(typ))
 	}

@@ -45,6 +45,7 @@ const (
 	PatchRecorded         Type = "patch_recorded"
 	TaskContinued         Type = "task_continued"
 	TaskForked            Type = "task_forked"
+	SelectMatched         Type = "select_matched"
 )
 
 // Types lists every event type this version of the package understands, in
@@ -55,6 +56,7 @@ var Types = []Type{
 	CancelRequested, CompensationRequested, CompensationStarted, StepCompensated, CompensationFailed, TaskCancelled,
 	TaskExpired, TimerStarted, TimerFired, SignalReceived, WaitStarted, WaitTimedOut,
 	ChildStarted, ChildWaitStarted, ChildFinished, TaskErased, PatchRecorded, TaskContinued, TaskForked,
+	SelectMatched,
 }
 
 // Event is one entry of a task's append-only log.
@@ -394,10 +396,18 @@ type SignalReceivedData struct {
 // waits for a signal called Name until Deadline. Like timer_started it
 // ends the attempt, so no worker slot is held while the task waits; the
 // task is due again when a signal of that name arrives or at Deadline.
+//
+// Select, when set, makes it the wait of a workflow.Select at receive
+// Position that found none of its cases ready: Name is then empty, and
+// the task is due again when a signal called one of Select.Signals
+// arrives, a child at one of Select.Children finishes, or at Deadline
+// (the select's earliest timer; [Never] when it has none). Histories
+// written before selects have no Select.
 type WaitStartedData struct {
-	Name     string    `json:"name"`
-	Position int       `json:"position"`
-	Deadline time.Time `json:"deadline"`
+	Name     string      `json:"name"`
+	Position int         `json:"position"`
+	Deadline time.Time   `json:"deadline"`
+	Select   *SelectWait `json:"select,omitempty"`
 }
 
 // WaitTimedOutData is the payload of wait_timed_out: the receive at
@@ -633,3 +643,6 @@ func (TaskContinuedData) EventType() Type { return TaskContinued }
 
 // EventType implements [Payload].
 func (TaskForkedData) EventType() Type { return TaskForked }
+
+// EventType implements [Payload].
+func (SelectMatchedData) EventType() Type { return SelectMatched }

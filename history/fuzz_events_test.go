@@ -356,7 +356,7 @@ func plausible(s history.State) []history.Type {
 			history.TimerStarted, history.TimerFired, history.TaskFailed, history.TaskDeadLettered, history.TaskCancelled,
 			history.SignalReceived, history.WaitStarted, history.WaitTimedOut,
 			history.ChildStarted, history.ChildStarted, history.ChildWaitStarted, history.ChildFinished,
-			history.PatchRecorded, history.TaskContinued}
+			history.PatchRecorded, history.TaskContinued, history.SelectMatched, history.WaitStarted}
 	}
 	return history.Types
 }
@@ -616,7 +616,13 @@ func nextEvent(r *fuzzBytes, events []history.Event, s history.State) history.Ev
 		case history.SignalReceived:
 			p = history.SignalReceivedData{Name: signal, Payload: output, Sender: by, DedupID: dedup}
 		case history.WaitStarted:
-			p = history.WaitStartedData{Name: signal, Position: receivePos, Deadline: later}
+			wait := history.WaitStartedData{Name: signal, Position: receivePos, Deadline: later}
+			if r.intn(3) == 0 {
+				// A select's wait.
+				wait.Name = pickOf(r, "", signal)
+				wait.Select = &history.SelectWait{Signals: pickOf(r, []string{signal}, nil, []string{""}), Children: pickOf(r, []int{childPos}, nil, []int{-1})}
+			}
+			p = wait
 		case history.WaitTimedOut:
 			p = history.WaitTimedOutData{Name: signal, Position: receivePos}
 		case history.ChildStarted:
@@ -636,6 +642,24 @@ func nextEvent(r *fuzzBytes, events []history.Event, s history.State) history.Ev
 			p = history.TaskContinuedData{NextTaskID: pickOf(r, "run-2", "")}
 		case history.TaskForked:
 			p = history.TaskForkedData{ForkTaskID: pickOf(r, "fork-1", ""), Position: pickOf(r, 0, position, position-1, -1), By: by}
+		case history.SelectMatched:
+			m := history.SelectMatchedData{Position: receivePos, Case: pickOf(r, 0, 1, -1, history.MaxSelectCases),
+				Kind: pickOf(r, history.SelectSignal, history.SelectChild, history.SelectTimer, history.SelectFuture, "")}
+			switch m.Kind {
+			case history.SelectSignal:
+				m.Name, m.Seq = signal, pickOf(r, s.LastSeq, 1, 0)
+				if n := len(s.Signals); n > 0 && r.intn(4) != 0 {
+					m.Name, m.Seq = s.Signals[n-1].Name, s.Signals[n-1].Seq
+				}
+			case history.SelectChild:
+				m.Child, m.Seq = childPos, pickOf(r, s.LastSeq, 0)
+				if childPos >= 0 && childPos < len(s.Children) && r.intn(4) != 0 {
+					m.Seq = s.Children[childPos].FinishedSeq
+				}
+			case history.SelectFuture:
+				m.Step = pickOf(r, position-1, position, 0)
+			}
+			p = m
 		default:
 			panic("no case for event type " + string(history.Types[k]))
 		}

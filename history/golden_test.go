@@ -170,6 +170,32 @@ func goldenGood() map[string]struct {
 			after(11*sec, step(3, 1, "ship")),
 			after(12*sec, completed(3)),
 		)},
+		// Selects: the first finds its signal there (select_matched, its
+		// case 0); the second waits on a signal and a child
+		// (wait_started with select), a signal of another name leaves it
+		// waiting, the child's end wakes it (its case 1); the third's
+		// timer wins (its case 1), and the signal sent after stays for a
+		// later receive.
+		"selects": {status: history.StatusCompleted, events: build(
+			after(0, scheduled()),
+			after(1*sec, signal("approval", `{"ok":true}`, "d-1")),
+			after(2*sec, started(1, 1)),
+			after(3*sec, step(1, 0, "reserve")),
+			after(3*sec, historytest.E{Attempt: 1, Data: history.ChildStartedData{Position: 0, ChildID: "child-a", TaskType: "ocr_page"}}),
+			after(3*sec, historytest.E{Attempt: 1, Data: history.SelectMatchedData{Position: 0, Case: 0, Kind: history.SelectSignal, Name: "approval", Seq: 2}}),
+			after(4*sec, historytest.E{Attempt: 1, Data: history.WaitStartedData{Position: 1, Deadline: historytest.Base.Add(time.Hour),
+				Select: &history.SelectWait{Signals: []string{"approval"}, Children: []int{0}}}}),
+			after(5*sec, signal("other", `1`, "")),
+			after(6*sec, historytest.E{Data: history.ChildFinishedData{Position: 0, ChildID: "child-a", Status: history.StatusCompleted, Output: json.RawMessage(`"page"`)}}),
+			after(7*sec, by("worker-2", started(2, 2))),
+			after(7*sec, historytest.E{Attempt: 2, Data: history.SelectMatchedData{Position: 1, Case: 1, Kind: history.SelectChild, Child: 0, Seq: 9}}),
+			after(8*sec, historytest.E{Attempt: 2, Data: history.WaitStartedData{Position: 2, Deadline: historytest.Base.Add(18 * sec),
+				Select: &history.SelectWait{Signals: []string{"approval"}}}}),
+			after(18*sec, by("worker-2", started(3, 3))),
+			after(18*sec, historytest.E{Attempt: 3, Data: history.SelectMatchedData{Position: 2, Case: 1, Kind: history.SelectTimer}}),
+			after(19*sec, signal("approval", `"late"`, "")),
+			after(20*sec, completed(3)),
+		)},
 		// Children: two started, the parent awaits the first; it finishes
 		// (the parent is due), the second fails, and the parent, woken
 		// again, completes with both outcomes.
@@ -422,6 +448,55 @@ func goldenBad(t *testing.T) map[string]struct {
 				return append(ev[:7], w)
 			}),
 			error: "event 8 (child_wait_started): child 0 has finished",
+		},
+		"select_signal_not_received": {
+			data: edit("selects", func(ev []history.Event) []history.Event {
+				ev[5].Data = history.SelectMatchedData{Position: 0, Kind: history.SelectSignal, Name: "approval", Seq: 3}
+				return ev[:6]
+			}),
+			error: `event 6 (select_matched): no signal "approval" was received at event 3`,
+		},
+		"select_unknown_kind": {
+			data: edit("selects", func(ev []history.Event) []history.Event {
+				ev[5].Data = history.SelectMatchedData{Position: 0, Kind: "carrier_pigeon"}
+				return ev[:6]
+			}),
+			error: `event 6 (select_matched): unknown kind "carrier_pigeon"`,
+		},
+		"select_position_repeated": {
+			data: edit("selects", func(ev []history.Event) []history.Event {
+				ev[10].Data = history.SelectMatchedData{Position: 0, Case: 1, Kind: history.SelectChild, Child: 0, Seq: 9}
+				return ev[:11]
+			}),
+			error: "event 11 (select_matched): position 0 does not follow select 0",
+		},
+		"select_child_not_finished": {
+			data: edit("selects", func(ev []history.Event) []history.Event {
+				ev[6].Data = history.SelectMatchedData{Position: 1, Case: 1, Kind: history.SelectChild, Child: 0}
+				return ev[:7]
+			}),
+			error: "event 7 (select_matched): child 0 did not finish at event 0",
+		},
+		"select_wait_timed_out": {
+			data: edit("selects", func(ev []history.Event) []history.Event {
+				ev[13].Data = history.WaitTimedOutData{Position: 2}
+				return ev[:14]
+			}),
+			error: `event 14 (wait_timed_out): no receive 2 waits for signal ""`,
+		},
+		"select_wait_with_name": {
+			data: edit("selects", func(ev []history.Event) []history.Event {
+				ev[6].Data = history.WaitStartedData{Name: "approval", Position: 1, Deadline: ev[6].At, Select: &history.SelectWait{Signals: []string{"approval"}}}
+				return ev[:7]
+			}),
+			error: `event 7 (wait_started): a select's wait names no signal of its own (got "approval")`,
+		},
+		"select_wait_finished_child": {
+			data: edit("selects", func(ev []history.Event) []history.Event {
+				ev[11].Data = history.WaitStartedData{Position: 2, Deadline: ev[11].At, Select: &history.SelectWait{Children: []int{0}}}
+				return ev[:12]
+			}),
+			error: "event 12 (wait_started): child 0 has finished",
 		},
 		"patch_recorded_twice": {
 			data: edit("patched", func(ev []history.Event) []history.Event {

@@ -94,11 +94,16 @@ type Signal struct {
 // Wait is a receive that waited for a signal: the workflow's receive at
 // Position (its ordinal among the workflow's receives) waits for a signal
 // called Name until Deadline. TimedOut is set by wait_timed_out.
+//
+// Select is set for the wait of a workflow.Select (see [WaitStartedData]):
+// Name is then empty, and the wait ends at a signal called one of
+// Select.Signals or the end of a child at one of Select.Children.
 type Wait struct {
 	Position int
 	Name     string
 	Deadline time.Time
 	TimedOut bool
+	Select   *SelectWait
 }
 
 // Child is a child workflow the task started (child_started), with its
@@ -246,6 +251,9 @@ type State struct {
 	Signals []Signal
 	Waits   []Wait
 	Wait    *Wait
+	// Selects are the workflow.Select calls decided (select_matched), by
+	// position among receives: which case won each.
+	Selects []SelectMatch
 	// Children are the child workflows started, by position, with their
 	// outcomes once finished; ChildWait the children the task awaits now,
 	// from child_wait_started until one of them finishes.
@@ -422,6 +430,8 @@ func apply(s State, e Event, owned bool) (State, error) {
 		err = s.applyContinued(e, p)
 	case TaskForkedData:
 		err = s.applyForked(e, p)
+	case SelectMatchedData:
+		err = s.applySelectMatched(e, p)
 	case TaskExpiredData:
 		if s.Status != StatusPending || s.Attempt != 0 {
 			err = invalidf(nil, "event %d (%s): task is %s after %d attempts; only a task never started expires", e.Seq, TaskExpired, s.Status, s.Attempt)
@@ -502,6 +512,8 @@ func typeOf(p Payload) (Type, bool) {
 		return TaskContinued, true
 	case TaskForkedData:
 		return TaskForked, true
+	case SelectMatchedData:
+		return SelectMatched, true
 	}
 	return "", false
 }
@@ -1003,8 +1015,8 @@ func (s *State) applySignalReceived(e Event, p SignalReceivedData) error {
 	}
 	// Clip: a State derived from s may share spare capacity.
 	s.Signals = append(slices.Clip(s.Signals), Signal{Seq: e.Seq, Name: p.Name, Payload: p.Payload, Sender: p.Sender, DedupID: p.DedupID})
-	if s.Wait != nil && s.Wait.Name == p.Name {
-		// The receive it waits on takes this signal: due at once. The
+	if s.Wait != nil && s.Wait.Awaits(p.Name) {
+		// The receive (or select) it waits on takes this signal: due at once. The
 		// status stays what it was (pending: the wait ended the attempt).
 		s.Wait = nil
 		if s.Status == StatusPending && e.At.Before(s.RunAt) {
@@ -1019,14 +1031,30 @@ func (s *State) applyWaitStarted(e Event, p WaitStartedData) error {
 		return err
 	}
 	switch {
+	case p.Select != nil:
+		if err := checkSelectWait(e, p); err != nil {
+			return err
+		}
+		if err := s.checkSelectChildren(e, p.Select.Children); err != nil {
+			return err
+		}
 	case p.Name == "":
 		return invalidf(nil, "event %d (%s): no signal name", e.Seq, WaitStarted)
+	}
+	switch {
 	case s.Timer != nil:
 		return invalidf(nil, "event %d (%s): a timer runs at position %d", e.Seq, WaitStarted, s.Timer.Position)
 	case s.Compensation.IsStarted():
 		return invalidf(nil, "event %d (%s): task is compensating", e.Seq, WaitStarted)
 	}
 	rearm := s.Wait != nil && s.Wait.Position == p.Position && s.Wait.Name == p.Name
+	if p.Select != nil && s.Wait == nil {
+		// A select woken by a child it did not select (one of the running
+		// children its wait lists while the cap holds starts back) waits
+		// again at the same position.
+		n := len(s.Waits)
+		rearm = n > 0 && s.Waits[n-1].Position == p.Position && s.Waits[n-1].Select != nil
+	}
 	if s.Wait != nil && !rearm {
 		return invalidf(nil, "event %d (%s): receive %d already waits for signal %q", e.Seq, WaitStarted, s.Wait.Position, s.Wait.Name)
 	}
@@ -1036,7 +1064,7 @@ func (s *State) applyWaitStarted(e Event, p WaitStartedData) error {
 	if p.Position < 0 {
 		return invalidf(nil, "event %d (%s): position %d", e.Seq, WaitStarted, p.Position)
 	}
-	w := Wait{Position: p.Position, Name: p.Name, Deadline: p.Deadline}
+	w := Wait{Position: p.Position, Name: p.Name, Deadline: p.Deadline, Select: p.Select}
 	if rearm {
 		// Woken before its deadline with no signal: it waits again, to
 		// a new deadline.
@@ -1052,6 +1080,11 @@ func (s *State) applyWaitStarted(e Event, p WaitStartedData) error {
 	s.Wait = &w
 	s.Status = StatusPending
 	s.RunAt = p.Deadline
+	if dl := s.Scheduled.Deadline; p.Select != nil && dl != nil && dl.Before(s.RunAt) {
+		// A select without a timer waits until Never: the task's own
+		// deadline still wakes it, as it does a parent awaiting children.
+		s.RunAt = *dl
+	}
 	s.Lease.Owner, s.Lease.ExpiresAt = "", time.Time{}
 	return nil
 }
@@ -1060,7 +1093,7 @@ func (s *State) applyWaitTimedOut(e Event, p WaitTimedOutData) error {
 	if err := s.requireLeasedAttempt(e); err != nil {
 		return err
 	}
-	if s.Wait == nil || s.Wait.Position != p.Position || s.Wait.Name != p.Name {
+	if s.Wait == nil || s.Wait.Select != nil || s.Wait.Position != p.Position || s.Wait.Name != p.Name {
 		return invalidf(nil, "event %d (%s): no receive %d waits for signal %q", e.Seq, WaitTimedOut, p.Position, p.Name)
 	}
 	w := *s.Wait
@@ -1163,6 +1196,14 @@ func (s *State) applyChildFinished(e Event, p ChildFinishedData, owned bool) err
 		children := slices.Clone(s.Children)
 		children[p.Position] = c
 		s.Children = children
+	}
+	if w := s.Wait; w != nil && w.Select != nil && slices.Contains(w.Select.Children, p.Position) {
+		// A select waits on it: due at once, as a signal of its names
+		// makes it.
+		s.Wait = nil
+		if s.Status == StatusPending && e.At.Before(s.RunAt) {
+			s.RunAt = e.At
+		}
 	}
 	if w := s.ChildWait; w != nil && slices.Contains(w.Positions, p.Position) {
 		wait := *w

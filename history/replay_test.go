@@ -547,6 +547,7 @@ func TestEventType(t *testing.T) {
 		history.SignalReceivedData{}, history.WaitStartedData{}, history.WaitTimedOutData{},
 		history.ChildStartedData{}, history.ChildWaitStartedData{}, history.ChildFinishedData{},
 		history.TaskErasedData{}, history.PatchRecordedData{}, history.TaskContinuedData{}, history.TaskForkedData{},
+		history.SelectMatchedData{},
 	}
 	require.Len(t, payloads, len(history.Types))
 	for i, p := range payloads {

@@ -111,18 +111,21 @@ type gen struct {
 	runAt       time.Time
 	budgetFrom  int // attempts before the last requeue: the budget counts from there
 
-	compensable   []bool     // by position of each completed step
-	cancelled     bool       // cancel_requested was appended
-	compRequested bool       // compensation_requested was appended
-	sleeping      bool       // a timer runs: the next attempt fires it
-	waiting       bool       // a receive waits (wait_started): a signal or the deadline ends it
-	receives      int        // receives the workflow has made: the next one's position
-	unconsumed    int        // signals received that no receive has taken yet
-	children      int        // children started: the next one's position
-	patches       int        // patch markers recorded: the next one's id
-	unfinished    []int      // positions of the children not finished yet
-	awaiting      bool       // the attempt ended awaiting the last child started
-	comp          *compState // compensation in progress
+	compensable   []bool                     // by position of each completed step
+	cancelled     bool                       // cancel_requested was appended
+	compRequested bool                       // compensation_requested was appended
+	sleeping      bool                       // a timer runs: the next attempt fires it
+	waiting       bool                       // a receive waits (wait_started): a signal or the deadline ends it
+	receives      int                        // receives the workflow has made: the next one's position
+	unconsumed    int                        // signals received that no receive has taken yet
+	unconsumedSeq []int64                    // their seqs, oldest first: the one a select takes
+	selecting     bool                       // the wait is a select's (wait_started with select)
+	matched       *history.SelectMatchedData // a select's wait ended by a signal: the next attempt records it
+	children      int                        // children started: the next one's position
+	patches       int                        // patch markers recorded: the next one's id
+	unfinished    []int                      // positions of the children not finished yet
+	awaiting      bool                       // the attempt ended awaiting the last child started
+	comp          *compState                 // compensation in progress
 }
 
 // compState is a compensation under way.
@@ -358,13 +361,20 @@ func (g *gen) signal() {
 	if g.waiting {
 		// The receive that waits takes it at the next attempt.
 		g.waiting = false
-		g.receives++
+		if g.selecting {
+			// A select's: its next attempt records the signal's case.
+			g.selecting = false
+			g.matched = &history.SelectMatchedData{Position: g.receives, Kind: history.SelectSignal, Name: signalName, Seq: int64(len(g.events))}
+		} else {
+			g.receives++
+		}
 		if g.at.Before(g.runAt) {
 			g.runAt = g.at
 		}
 		return
 	}
 	g.unconsumed++
+	g.unconsumedSeq = append(g.unconsumedSeq, int64(len(g.events)))
 }
 
 // finishChild appends child_finished, outside any attempt: for the child
@@ -511,10 +521,26 @@ func (g *gen) attempt(attempt int) bool {
 	if g.compRequested {
 		return g.compensate(attempt, history.CompensateRequested, nil)
 	}
+	if g.matched != nil {
+		// The select woken by a signal records its case.
+		g.at = g.at.Add(g.delay("delay", time.Second))
+		g.emit(attempt, *g.matched, true)
+		g.matched = nil
+		g.receives++
+		if g.full() {
+			return true
+		}
+	}
 	if g.waiting {
 		// No signal came: the deadline woke the task.
 		g.at = g.at.Add(g.delay("delay", time.Second))
-		g.emit(attempt, history.WaitTimedOutData{Name: signalName, Position: g.receives}, true)
+		if g.selecting {
+			// A select's timer won (its second case).
+			g.emit(attempt, history.SelectMatchedData{Position: g.receives, Case: 1, Kind: history.SelectTimer}, true)
+			g.selecting = false
+		} else {
+			g.emit(attempt, history.WaitTimedOutData{Name: signalName, Position: g.receives}, true)
+		}
 		g.receives++
 		g.waiting = false
 		if g.full() {
@@ -569,18 +595,32 @@ func (g *gen) attempt(attempt int) bool {
 			continue
 		}
 		if !g.endless && g.src.intRange("receive", 0, 7) == 0 {
+			selecting := g.src.intRange("select", 0, 2) == 0
 			if g.unconsumed > 0 {
 				// A signal is there already: the receive takes it, and
-				// nothing is written.
+				// nothing is written; a select records its case.
+				seq := g.unconsumedSeq[0]
 				g.unconsumed--
+				g.unconsumedSeq = g.unconsumedSeq[1:]
+				if selecting {
+					g.emit(attempt, history.SelectMatchedData{Position: g.receives, Kind: history.SelectSignal, Name: signalName, Seq: seq}, true)
+				}
 				g.receives++
+				if g.full() {
+					return true
+				}
 				continue
 			}
 			// None yet: the attempt ends waiting for one.
 			deadline := g.at.Add(g.delay("wait_for", time.Hour))
-			g.emit(attempt, history.WaitStartedData{Name: signalName, Position: g.receives, Deadline: deadline}, true)
+			wait := history.WaitStartedData{Name: signalName, Position: g.receives, Deadline: deadline}
+			if selecting {
+				// A select of the signal and a timer.
+				wait.Name, wait.Select = "", &history.SelectWait{Signals: []string{signalName}}
+			}
+			g.emit(attempt, wait, true)
 			g.runAt = deadline
-			g.waiting = true
+			g.waiting, g.selecting = true, selecting
 			return g.full()
 		}
 		if !g.endless && g.src.intRange("patch", 0, 7) == 0 {
