@@ -55,10 +55,11 @@ type Future[Out any] struct {
 	done chan struct{}
 	out  Out
 	err  error
+	pos  int // its step's position; -1 for a call refused before it took one
 }
 
 func resolved[Out any](out Out, err error) *Future[Out] {
-	f := &Future[Out]{done: make(chan struct{}), out: out, err: err}
+	f := &Future[Out]{done: make(chan struct{}), out: out, err: err, pos: -1}
 	close(f.done)
 	return f
 }
@@ -92,14 +93,16 @@ func Go[Out any](ctx Context, name string, fn func(context.Context) (Out, error)
 		return resolved(zero, err)
 	}
 	if rec != nil {
-		return resolved(decodeRecorded[Out](s, pos, name, rec))
+		f := resolved(decodeRecorded[Out](s, pos, name, rec))
+		f.pos = pos
+		return f
 	}
 	info, stepCtx, err := s.prepare(pos, name, opts)
 	if err != nil {
 		return resolved(zero, err)
 	}
 	stepCtx, cancel := context.WithCancelCause(stepCtx)
-	f := &Future[Out]{done: make(chan struct{})}
+	f := &Future[Out]{done: make(chan struct{}), pos: pos}
 	s.mu.Lock()
 	s.futures.inFlight[pos] = cancel
 	s.mu.Unlock()

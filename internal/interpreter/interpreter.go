@@ -269,6 +269,8 @@ func Run(p RunParams, fn Func, input json.RawMessage) (res Result) {
 	case s.p.Strict && s.unreachedWait() != nil:
 		w := s.unreachedWait()
 		res.Err = nondeterministicReceive(w.Position, w.Name, "(workflow returned)")
+	case s.p.Strict && s.selectFrom(s.recv.next) != nil:
+		res.Err = nondeterministicSelect(*s.selectFrom(s.recv.next), "(workflow returned)")
 	case cont != nil:
 		res.Continue = cont
 	default:
@@ -283,6 +285,7 @@ func Run(p RunParams, fn Func, input json.RawMessage) (res Result) {
 type NondeterminismError struct {
 	// Kind is what the history recorded at Position: "step" (a step or a
 	// sleep, positions among steps), "receive" (a receive that waited,
+	// positions among receives), "select" (a select's decision,
 	// positions among receives) or "child" (positions among children).
 	Kind     string
 	Position int
@@ -301,6 +304,8 @@ func (e *NondeterminismError) Error() string {
 		return fmt.Sprintf("receive %d: history recorded a receive of signal %q, workflow called a receive of %q", e.Position, e.Recorded, e.Called)
 	case "child":
 		return fmt.Sprintf("child %d: history recorded a child of type %q, workflow started a child of type %q", e.Position, e.Recorded, e.Called)
+	case "select":
+		return fmt.Sprintf("select %d: history recorded %s, workflow called %s", e.Position, e.Recorded, e.Called)
 	}
 	return fmt.Sprintf("step %d: history recorded %q, workflow called %q", e.Position, e.Recorded, e.Called)
 }

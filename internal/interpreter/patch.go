@@ -16,8 +16,9 @@ import (
 //     run that recorded it decided;
 //   - the history holds progress of the workflow past this point (a step
 //     or sleep at or beyond the run's next step position, a timer asleep
-//     there, a receive that waited at or beyond its next receive
-//     position, a child at or beyond its next child position), and no
+//     there, a receive that waited or a select decided at or beyond its
+//     next receive position, a child at or beyond its next child
+//     position), and no
 //     marker: the history was written by code without the patch, false;
 //   - the run is at the frontier (nothing recorded past this point):
 //     the marker is recorded, and true.
@@ -108,8 +109,8 @@ func (s *runState) decide(id string, took bool) {
 
 // replaying reports whether the history holds progress of the workflow
 // the run has not reached yet: a step or sleep on record at or beyond its
-// next step position, a timer asleep there, a receive that waited at or
-// beyond its next receive position, a child at or beyond its next child
+// next step position, a timer asleep there, a receive that waited or a
+// select decided at or beyond its next receive position, a child at or beyond its next child
 // position. Such progress was made by the code that wrote the history.
 // (A receive that took a signal without waiting, or a step that ran and
 // was not recorded, leaves no record: it is not progress a different
@@ -123,8 +124,14 @@ func (s *runState) replaying() bool {
 	if ahead || (timer != nil && timer.Position >= next) {
 		return true
 	}
-	for _, w := range s.mailbox().Waits {
+	box := s.mailbox()
+	for _, w := range box.Waits {
 		if w.Position >= recv {
+			return true
+		}
+	}
+	for _, m := range box.Selects {
+		if m.Position >= recv {
 			return true
 		}
 	}

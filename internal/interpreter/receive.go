@@ -14,15 +14,18 @@ import (
 // Mailbox is what a run's receives read from the task's state: the signals
 // received, in history order, the receives that waited, and the one the
 // task waits on now (history.State's Signals, Waits and Wait).
+//
+// Selects are the selects decided (history.State.Selects).
 type Mailbox struct {
 	Signals []history.Signal
 	Waits   []history.Wait
 	Wait    *history.Wait
+	Selects []history.SelectMatch
 }
 
 // MailboxOf returns the mailbox of a task in state s.
 func MailboxOf(s history.State) Mailbox {
-	return Mailbox{Signals: s.Signals, Waits: s.Waits, Wait: s.Wait}
+	return Mailbox{Signals: s.Signals, Waits: s.Waits, Wait: s.Wait, Selects: s.Selects}
 }
 
 // receiveState is a run's progress through its receives. Receives have
@@ -37,13 +40,18 @@ type receiveState struct {
 // WaitRequest is the error a run ends with when a receive finds no signal
 // and must wait: the caller records wait_started, which ends the attempt;
 // the task is due again when a signal of the name arrives or at Deadline.
+// A select's wait has no Name and a Select instead (see [Select]).
 type WaitRequest struct {
 	Position int
 	Name     string
 	Deadline time.Time
+	Select   *history.SelectWait
 }
 
 func (r *WaitRequest) Error() string {
+	if r.Select != nil {
+		return fmt.Sprintf("select %d waits for signals %q, children %v until %s", r.Position, r.Select.Signals, r.Select.Children, r.Deadline.Format(time.RFC3339Nano))
+	}
 	return fmt.Sprintf("receive %d waits for signal %q until %s", r.Position, r.Name, r.Deadline.Format(time.RFC3339Nano))
 }
 
@@ -112,6 +120,9 @@ func receiveAny(ctx Context, name string, timeout time.Duration) (history.Signal
 		return zero, pos, false, s.abort(errmark.Mark(err, ErrBadStepOpts), nil)
 	}
 	box := s.mailbox()
+	if err := selectConflict(box, pos, fmt.Sprintf("(receive of %q)", name)); err != nil {
+		return zero, pos, false, s.abort(err, nil)
+	}
 	if w := recordedWait(box, pos); w != nil {
 		if w.Name != name {
 			return zero, pos, false, s.abort(nondeterministicReceive(pos, w.Name, name), nil)

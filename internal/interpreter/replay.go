@@ -114,6 +114,9 @@ func (s *runState) strictNewLocked(called, kind string) error {
 	if w := s.waitFrom(from); w != nil {
 		return nondeterministicReceive(w.Position, w.Name, called)
 	}
+	if m := s.selectFrom(from); m != nil {
+		return nondeterministicSelect(*m, called)
+	}
 	if s.p.Children != nil {
 		if children := s.p.Children(); s.child.next < len(children) {
 			return nondeterministicChild(s.child.next, children[s.child.next].TaskType, called)

@@ -419,7 +419,7 @@ func (h *Handler) outcome(ctx context.Context, a *edge.Attempt, typ Type, res in
 	if errors.As(res.Err, &wait) {
 		// The attempt ends here; the task is due again when a signal of
 		// the name arrives or at the deadline.
-		return []history.Payload{history.WaitStartedData{Name: wait.Name, Position: wait.Position, Deadline: wait.Deadline}}, nil
+		return []history.Payload{history.WaitStartedData{Name: wait.Name, Position: wait.Position, Deadline: wait.Deadline, Select: wait.Select}}, nil
 	}
 	if errors.Is(res.Err, interpreter.ErrStopping) {
 		return nil, engine.ErrReleased
