@@ -1003,7 +1003,8 @@ SELECT EXISTS (SELECT 1 FROM /* TEMPLATE: schema */events
 -- name: WaitOpen
 -- The wait_started of the wait a task is in after its first @last_seq
 -- events (history.State.Wait): its last wait_started or wait_timed_out, if
--- a wait_started and no signal of the wait's name came after it. By the
+-- a wait_started and no signal of the wait's name came after it (nor, for
+-- a select's, what ends a select's wait). By the
 -- partial indexes events_waits and events_signal_name: no payload but the
 -- wait's own is read.
 SELECT w.data FROM (
@@ -1014,7 +1015,17 @@ SELECT w.data FROM (
 WHERE w.type = 'wait_started'
   AND NOT EXISTS (SELECT 1 FROM /* TEMPLATE: schema */events AS s
                   WHERE s.task_id = @task_id AND s.type = 'signal_received' AND s.data ->> 'name' = w.data ->> 'name'
-                    AND s.seq > w.seq AND s.seq <= @last_seq);
+                    AND s.seq > w.seq AND s.seq <= @last_seq)
+  -- A select's wait (history.SelectWait) ends at a signal of one of its
+  -- names, the end of one of its children, or its decision: the events
+  -- after it, by the primary key, read for a select's wait only (it is
+  -- decided in the attempt after it ends, so they are few).
+  AND NOT EXISTS (SELECT 1 FROM /* TEMPLATE: schema */events AS x
+                  WHERE w.data -> 'select' IS NOT NULL
+                    AND x.task_id = @task_id AND x.seq > w.seq AND x.seq <= @last_seq
+                    AND (x.type = 'select_matched'
+                         OR (x.type = 'signal_received' AND coalesce(w.data -> 'select' -> 'signals', '[]') @> jsonb_build_array(x.data ->> 'name'))
+                         OR (x.type = 'child_finished' AND coalesce(w.data -> 'select' -> 'children', '[]') @> jsonb_build_array(x.data -> 'position'))));
 
 -- name: EventListPage
 -- A page of a task's events after a seq, by the primary key; nothing when

@@ -427,7 +427,8 @@ SELECT EXISTS (SELECT 1 FROM events INDEXED BY events_signal_dedup
 -- name: WaitOpen
 -- PostgreSQL's WaitOpen: the wait_started of the wait task ?1 is in after
 -- its first ?2 events, by the partial indexes events_waits and
--- events_signal_name, named as in SignalSeen.
+-- events_signal_name, named as in SignalSeen; a select's wait ends as
+-- PostgreSQL's says.
 SELECT w.data FROM (
     SELECT seq, type, data FROM events INDEXED BY events_waits
     WHERE task_id = ?1 AND seq <= ?2 AND type IN ('wait_started', 'wait_timed_out')
@@ -437,7 +438,15 @@ WHERE w.type = 'wait_started'
   AND NOT EXISTS (SELECT 1 FROM events AS s INDEXED BY events_signal_name
                   WHERE s.task_id = ?1 AND s.type = 'signal_received'
                     AND json_extract(s.data, '$.name') = json_extract(w.data, '$.name')
-                    AND s.seq > w.seq AND s.seq <= ?2);
+                    AND s.seq > w.seq AND s.seq <= ?2)
+  AND NOT EXISTS (SELECT 1 FROM events AS x
+                  WHERE json_type(w.data, '$.select') IS NOT NULL
+                    AND x.task_id = ?1 AND x.seq > w.seq AND x.seq <= ?2
+                    AND (x.type = 'select_matched'
+                         OR (x.type = 'signal_received' AND EXISTS (SELECT 1 FROM json_each(w.data, '$.select.signals') AS n
+                                                                    WHERE n.value = json_extract(x.data, '$.name')))
+                         OR (x.type = 'child_finished' AND EXISTS (SELECT 1 FROM json_each(w.data, '$.select.children') AS c
+                                                                   WHERE c.value = json_extract(x.data, '$.position')))));
 
 -- name: EventListPage
 -- PostgreSQL's EventListPage: events of task ?1 in namespace ?2 after seq

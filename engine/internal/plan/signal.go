@@ -27,7 +27,7 @@ func StateFromRow(t *store.Task, wait *history.WaitStartedData) history.State {
 		s.FinishedAt = *t.FinishedAt
 	}
 	if wait != nil {
-		s.Wait = &history.Wait{Position: wait.Position, Name: wait.Name, Deadline: wait.Deadline}
+		s.Wait = &history.Wait{Position: wait.Position, Name: wait.Name, Deadline: wait.Deadline, Select: wait.Select}
 	}
 	return s
 }

@@ -510,37 +510,57 @@ func eventsAfter(events []history.Event, seq int64) ([]history.Event, bool) {
 }
 
 // releaseSignalledWait returns p's payloads with a final wait_started for
-// one of the signals named in signalled replaced by task_released.
+// one of the signals named in signalled (its name, or a select's names)
+// replaced by task_released.
 func releaseSignalledWait(p *store.EventAppendParams, signalled map[string]bool) []history.Payload {
 	n := len(p.Payloads)
 	if n == 0 {
 		return p.Payloads
 	}
 	wait, ok := p.Payloads[n-1].(history.WaitStartedData)
-	if !ok || !signalled[wait.Name] {
+	if !ok {
+		return p.Payloads
+	}
+	name, found := wait.Name, signalled[wait.Name]
+	if wait.Select != nil {
+		// A select's wait, for any of its names.
+		found = false
+		for _, n := range wait.Select.Signals {
+			if signalled[n] {
+				name, found = n, true
+				break
+			}
+		}
+	}
+	if !found {
 		return p.Payloads
 	}
 	out := append([]history.Payload(nil), p.Payloads[:n-1]...)
 	return append(out, history.TaskReleasedData{
 		WorkerID: p.State.Lease.Owner, LeaseEpoch: p.State.Lease.Epoch,
-		Reason: fmt.Sprintf("signal %q arrived as its receive began to wait", wait.Name),
+		Reason: fmt.Sprintf("signal %q arrived as its receive began to wait", name),
 	})
 }
 
 // releaseFinishedChildWait returns payloads with a final
-// child_wait_started for a child that finished meanwhile (in finished)
-// replaced by task_released: the task is due at once, and its next
+// child_wait_started (or a select's wait_started) for a child that
+// finished meanwhile (in finished) replaced by task_released: the task is due at once, and its next
 // attempt finds the child's outcome.
 func releaseFinishedChildWait(p *store.EventAppendParams, payloads []history.Payload, finished map[int]bool) []history.Payload {
 	n := len(payloads)
 	if n == 0 || len(finished) == 0 {
 		return payloads
 	}
-	wait, ok := payloads[n-1].(history.ChildWaitStartedData)
-	if !ok {
-		return payloads
+	var positions []int
+	switch wait := payloads[n-1].(type) {
+	case history.ChildWaitStartedData:
+		positions = wait.Positions
+	case history.WaitStartedData:
+		if wait.Select != nil {
+			positions = wait.Select.Children // a select's wait, for any of its children
+		}
 	}
-	for _, pos := range wait.Positions {
+	for _, pos := range positions {
 		if finished[pos] {
 			out := append([]history.Payload(nil), payloads[:n-1]...)
 			return append(out, history.TaskReleasedData{

@@ -90,9 +90,9 @@ func forkCopies(id uuid.UUID, events []history.Event, state history.State, at in
 			step = d
 		case history.TimerFiredData:
 			step, sleep = history.StepCompletedData{Position: d.Position, Name: history.SleepStepName}, true
-		case history.ChildStartedData, history.WaitStartedData, history.SignalReceivedData:
+		case history.ChildStartedData, history.WaitStartedData, history.SignalReceivedData, history.SelectMatchedData:
 			if found <= at {
-				return nil, errmark.Mark(errors.Newf("fork task %s at position %d: its history records %s (event %d) before the step there completed; forking past children, receives or signals is not supported",
+				return nil, errmark.Mark(errors.Newf("fork task %s at position %d: its history records %s (event %d) before the step there completed; forking past children, receives, selects or signals is not supported",
 					id, at, e.Type(), e.Seq), store.ErrUnsupported)
 			}
 			continue
