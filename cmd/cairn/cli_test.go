@@ -294,6 +294,12 @@ func TestCLITaskHistoryShowsCostAndFireTime(t *testing.T) {
 		{history.ChildFinishedData{Position: 1, ChildID: "c-1", Status: history.StatusFailed,
 			Error: &history.ErrorInfo{Class: history.Permanent, Message: "unreadable"}}, "child 1 failed: task c-1: permanent: unreadable"},
 		{history.PatchRecordedData{PatchID: "add-classify", Position: 1}, "patch add-classify: new branch from step 1"},
+		{history.WaitStartedData{Position: 2, Deadline: fire, Select: &history.SelectWait{Signals: []string{"approval", "cancel"}, Children: []int{0}}},
+			"select 2 waits for signals approval, cancel, child 0; timer at 2026-12-01 09:30:00.000 UTC"},
+		{history.WaitStartedData{Position: 2, Deadline: history.Never, Select: &history.SelectWait{Children: []int{1}}}, "select 2 waits for child 1; no timer"},
+		{history.SelectMatchedData{Position: 2, Case: 1, Kind: history.SelectSignal, Name: "cancel", Seq: 9}, "select 2: case 1 won, signal cancel (event 9)"},
+		{history.SelectMatchedData{Position: 2, Case: 2, Kind: history.SelectChild, Child: 0, Seq: 10}, "select 2: case 2 won, child 0 (event 10)"},
+		{history.SelectMatchedData{Position: 3, Case: 0, Kind: history.SelectTimer}, "select 3: case 0 won, timer"},
 	} {
 		require.Equal(t, tc.want, eventDetails(tc.p))
 	}

@@ -200,7 +200,12 @@ func eventDetails(p history.Payload) string {
 	case history.SignalReceivedData:
 		return describeSignal(v)
 	case history.WaitStartedData:
+		if v.Select != nil {
+			return describeSelectWait(v)
+		}
 		return fmt.Sprintf("receive %d waits for %s until %s", v.Position, v.Name, formatTime(&v.Deadline))
+	case history.SelectMatchedData:
+		return describeSelectMatched(v)
 	case history.WaitTimedOutData:
 		return fmt.Sprintf("receive %d of %s timed out", v.Position, v.Name)
 	case history.PatchRecordedData:

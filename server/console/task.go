@@ -254,8 +254,14 @@ func buildTimeline(events []history.Event) []*timelineBlock {
 		case history.TimerFiredData:
 			note(e.At, "Woke", "woke from its sleep")
 		case history.WaitStartedData:
-			note(e.At, "Wait", "waiting for signal "+p.Name+" until "+consoleTime(p.Deadline))
+			if p.Select != nil {
+				note(e.At, "Select", "waiting for "+selectWaitText(p))
+			} else {
+				note(e.At, "Wait", "waiting for signal "+p.Name+" until "+consoleTime(p.Deadline))
+			}
 			end(e.At, blockOK)
+		case history.SelectMatchedData:
+			note(e.At, "Selected", selectMatchedText(p))
 		case history.ChildWaitStartedData:
 			note(e.At, "Children", "waiting for "+childWaitText(p))
 			end(e.At, blockOK)

@@ -169,11 +169,15 @@ func buildTimeAxis(events []history.Event, finished bool, now time.Time) *timeAx
 				sleep = nil
 			}
 		case history.WaitStartedData:
+			label := "wait " + p.Name
+			if p.Select != nil {
+				label = fmt.Sprintf("select %d", p.Position)
+			}
 			if wait != nil && waitFor == p.Name && waitPos == p.Position {
 				// Woken with no signal, it waits again: one wait, a new deadline.
 				wait.Marks = wait.Marks[:0]
 			} else {
-				wait = add(&axisRow{Kind: rowWait, Class: rowWaiting, Label: "wait " + p.Name, Start: e.At, Open: true})
+				wait = add(&axisRow{Kind: rowWait, Class: rowWaiting, Label: label, Start: e.At, Open: true})
 				waitFor, waitPos = p.Name, p.Position
 			}
 			wait.deadline, wait.Detail = p.Deadline, "deadline "+consoleTime(p.Deadline)
@@ -202,6 +206,15 @@ func buildTimeAxis(events []history.Event, finished bool, now time.Time) *timeAx
 			r := add(&axisRow{Kind: rowSignal, Class: rowSignal, Label: "signal " + p.Name, Start: e.At, End: e.At, Marks: []axisMark{mark}})
 			if p.Sender != "" {
 				r.Detail = "from " + p.Sender
+			}
+		case history.SelectMatchedData:
+			// A select that waited ends here (a plain receive's wait has a
+			// name, and ends at its signal).
+			if wait != nil && waitFor == "" && waitPos == p.Position {
+				wait.End, wait.Class, wait.Open = e.At, rowSignalled, false
+				wait.Detail = fmt.Sprintf("%s after %s", selectMatchedText(p), roundDuration(e.At.Sub(wait.Start)))
+				wait.Marks = append(wait.Marks, axisMark{Class: "signal", At: e.At, Text: selectMatchedText(p) + " at " + consoleTime(e.At)})
+				wait = nil
 			}
 		case history.PatchRecordedData:
 			text := fmt.Sprintf("patch %s taken at step %d, %s", p.PatchID, p.Position, consoleTime(e.At))

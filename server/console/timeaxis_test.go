@@ -327,3 +327,34 @@ func TestTaskPageShowsAPatchMarker(t *testing.T) {
 	require.Contains(t, page, `class="axis-row row-patch patch"`)
 	require.Contains(t, page, "took the new branch of patch add-classify at step 1")
 }
+
+// A select's wait is drawn as one wait, ended by its decision, and its
+// wait and decision are noted on the timeline.
+func TestTaskPageShowsASelect(t *testing.T) {
+	t.Parallel()
+	events := []history.Event{
+		{Seq: 1, At: at(0), Data: history.TaskScheduledData{TaskType: "doc", Queue: "default", RunAt: at(0)}},
+		{Seq: 2, At: at(10), Attempt: 1, Data: history.AttemptStartedData{WorkerID: "w1", LeaseEpoch: 1}},
+		{Seq: 3, At: at(20), Attempt: 1, Data: history.WaitStartedData{Position: 0, Deadline: at(1000),
+			Select: &history.SelectWait{Signals: []string{"approval"}}}},
+		{Seq: 4, At: at(1000), Attempt: 2, Data: history.AttemptStartedData{WorkerID: "w1", LeaseEpoch: 2}},
+		{Seq: 5, At: at(1010), Attempt: 2, Data: history.SelectMatchedData{Position: 0, Case: 1, Kind: history.SelectTimer}},
+		{Seq: 6, At: at(1020), Attempt: 2, Data: history.TaskCompletedData{}},
+	}
+	ax := buildTimeAxis(events, true, at(1020))
+	var wait *axisRow
+	for _, r := range ax.Rows {
+		if r.Kind == rowWait {
+			wait = r
+		}
+	}
+	require.NotNil(t, wait, "no wait row")
+	require.Equal(t, "select 0", wait.Label)
+	require.False(t, wait.Open)
+	require.Equal(t, at(1010), wait.End)
+	require.Contains(t, wait.Detail, "select 0: the timer won")
+
+	page := renderTask(t, &sdk.TaskInfo{ID: uuid.New(), Status: history.StatusCompleted, Type: "doc", Queue: "default"}, events)
+	require.Contains(t, page, "waiting for signal approval, a timer at")
+	require.Contains(t, page, "select 0: the timer won")
+}

@@ -44,7 +44,9 @@ func currentWait(info *sdk.TaskInfo, events []history.Event) *waitingTask {
 		return nil
 	}
 	state, err := history.Replay(events)
-	if err != nil || state.Wait == nil {
+	if err != nil || state.Wait == nil || state.Wait.Select != nil {
+		// A select's wait names no one signal to send (nor a callback
+		// link for one): its timeline says what it waits for.
 		return nil
 	}
 	w := &waitingTask{Task: info, Name: state.Wait.Name, Position: state.Wait.Position, Deadline: state.Wait.Deadline}

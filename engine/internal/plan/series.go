@@ -106,7 +106,7 @@ func (s seriesState) next(e SeriesEvent) seriesState {
 		}
 	case history.AttemptStarted:
 		out.status, out.failed = seriesRunning, false
-	case history.StepCompleted, history.CompensationStarted, history.StepCompensated, history.CompensationFailed, history.TimerFired:
+	case history.StepCompleted, history.CompensationStarted, history.StepCompensated, history.CompensationFailed, history.TimerFired, history.SelectMatched:
 		out.status = seriesRunning
 	case history.AttemptFailed:
 		if e.When != nil {
