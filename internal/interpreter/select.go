@@ -102,8 +102,11 @@ func Select(ctx Context, cases []SelectCase) (Selected, error) {
 	if s.p.CollectOnly {
 		return Selected{}, s.abort(s.collect(fmt.Sprintf("select %d", pos), "receive"), nil)
 	}
-	waiting := func() *history.Wait {
-		if w := box.Wait; w != nil && w.Position == pos && w.Select != nil {
+	// The select's wait, if it waited already: its deadline is the
+	// timer's, counted from the first wait (a select woken by a child it
+	// does not select waits again to the same deadline).
+	waited := func() *history.Wait {
+		if w := recordedWait(box, pos); w != nil && w.Select != nil {
 			return w
 		}
 		return nil
@@ -111,7 +114,7 @@ func Select(ctx Context, cases []SelectCase) (Selected, error) {
 	for {
 		// A timer due at once is ready, unless the select waited already
 		// (its timer is then the recorded deadline).
-		if i, ok := s.readyCase(cases, box, waiting() == nil); ok {
+		if i, ok := s.readyCase(cases, box, waited() == nil); ok {
 			return s.match(pos, cases, i, box)
 		}
 		if !s.awaitFuture(cases) {
@@ -131,7 +134,7 @@ func Select(ctx Context, cases []SelectCase) (Selected, error) {
 		return s.match(pos, cases, i, box)
 	}
 	timer, d := earliestTimer(cases)
-	w := waiting()
+	w := waited()
 	if w == nil {
 		deadline := history.Never
 		if timer >= 0 {

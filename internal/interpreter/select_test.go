@@ -354,3 +354,51 @@ func TestSelectRefusesBadCases(t *testing.T) {
 		require.ErrorIs(t, res.Err, interpreter.ErrBadStepOpts, name)
 	}
 }
+
+// A select on a child the cap holds back waits on the running ones too:
+// one's end starts it, and the select waits again, to the same deadline.
+func TestSelectOnAHeldBackChild(t *testing.T) {
+	t.Parallel()
+	wf := interpreter.Typed(func(ctx interpreter.Context, _ struct{}) (string, error) {
+		if _, err := interpreter.StartChild(ctx, interpreter.ChildRequest{TaskType: "first"}); err != nil {
+			return "", err
+		}
+		held, err := interpreter.StartChild(ctx, interpreter.ChildRequest{TaskType: "second"})
+		if err != nil {
+			return "", err
+		}
+		sel, err := interpreter.Select(ctx, []interpreter.SelectCase{
+			{Kind: history.SelectChild, Child: held},
+			{Kind: history.SelectTimer, Timer: time.Hour},
+		})
+		return fmt.Sprint(sel.Index), err
+	})
+	m := newSelTask(t)
+	run := func() interpreter.Result {
+		attempt := m.state.Attempt + 1
+		m.apply(attempt, history.AttemptStartedData{WorkerID: "w", LeaseEpoch: m.state.Lease.Epoch + 1, LeaseExpiresAt: m.now.Add(time.Minute)})
+		p := m.params(attempt)
+		p.MaxRunningChildren = 1
+		res := interpreter.Run(p, wf, nil)
+		var wait *interpreter.WaitRequest
+		switch {
+		case errors.As(res.Err, &wait):
+			m.apply(attempt, history.WaitStartedData{Position: wait.Position, Deadline: wait.Deadline, Select: wait.Select})
+		case res.Err == nil:
+			m.apply(attempt, history.TaskCompletedData{Output: res.Output})
+		}
+		return res
+	}
+	wait := requireSelectWait(t, run())
+	require.Equal(t, []int{0}, wait.Select.Children, "the running child, whose end makes room")
+	deadline := wait.Deadline
+	m.now = m.now.Add(time.Minute)
+	m.finishChild(0, `"first"`)
+	wait = requireSelectWait(t, run())
+	require.Equal(t, []int{1}, wait.Select.Children, "started now, and awaited")
+	require.Equal(t, deadline, wait.Deadline, "the timer counts from the first wait")
+	m.finishChild(1, `"second"`)
+	res := run()
+	require.NoError(t, res.Err)
+	require.JSONEq(t, `"0"`, string(res.Output))
+}
