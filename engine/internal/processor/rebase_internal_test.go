@@ -173,3 +173,24 @@ func TestRebaseOverAForkKeepsTheAppend(t *testing.T) {
 	require.Equal(t, p.Payloads, rebased.Payloads)
 	require.Equal(t, []history.Fork{{TaskID: "fork-1", Position: 0}}, rebased.State.Forks)
 }
+
+// A select's wait raced by a signal of one of its names is handed back,
+// as a receive's is; by a signal of another name, it is kept.
+func TestRebaseTurnsASelectWaitForASignalThatCameIntoAHandBack(t *testing.T) {
+	t.Parallel()
+	state, events := rebaseCase(t, historytest.Signal("cancel", `1`, ""))
+	wait := history.WaitStartedData{Position: 0, Deadline: historytest.Base.Add(time.Hour),
+		Select: &history.SelectWait{Signals: []string{"approval", "cancel"}}}
+	p := &store.EventAppendParams{State: state, Epoch: 1, Attempt: 1, Payloads: []history.Payload{wait}}
+	rebased, ok := rebaseOntoRequests(p, events)
+	require.True(t, ok)
+	released, isRelease := rebased.Payloads[0].(history.TaskReleasedData)
+	require.True(t, isRelease, "got %T", rebased.Payloads[0])
+	require.Contains(t, released.Reason, `signal "cancel"`)
+
+	wait.Select = &history.SelectWait{Signals: []string{"approval"}}
+	p.Payloads[0] = wait
+	rebased, ok = rebaseOntoRequests(p, events)
+	require.True(t, ok)
+	require.IsType(t, history.WaitStartedData{}, rebased.Payloads[0])
+}
