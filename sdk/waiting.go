@@ -14,16 +14,21 @@ const (
 	WaitingSignal   = "signal"   // a receive (workflow.Receive, an approval) waits for a signal of Name
 	WaitingChildren = "children" // the workflow waits for Children of its child workflows to finish
 	WaitingTimer    = "timer"    // the workflow sleeps (workflow.Sleep) until Deadline
+	WaitingSelect   = "select"   // a workflow.Select waits for a signal of one of Signals, one of Of children, or Deadline
 )
 
 // Waiting is what a pending task waits for: its workflow ended its
 // attempt in a wait, and the task runs again when that ends. The status
 // stays pending (the history's status); Waiting says why it is not due.
 type Waiting struct {
-	// Kind is [WaitingSignal], [WaitingChildren] or [WaitingTimer].
+	// Kind is [WaitingSignal], [WaitingChildren], [WaitingTimer] or
+	// [WaitingSelect].
 	Kind string `json:"kind"`
 	// Name is the signal awaited (WaitingSignal).
 	Name string `json:"name,omitempty"`
+	// Signals are the signals a select awaits, any of which ends its
+	// wait (WaitingSelect; Of is then how many children it awaits).
+	Signals []string `json:"signals,omitempty"`
 	// Children is how many of the awaited children must finish, Of how
 	// many are awaited and Finished how many of them have
 	// (WaitingChildren).
@@ -116,12 +121,15 @@ func (t *waitTail) apply(e history.Event) {
 	case history.SignalReceivedData:
 		// A signal of the awaited name ends the wait (the task is due),
 		// as the replay's State.Wait says, whatever the clocks.
-		if t.signal != nil && d.Name == t.signal.Name {
+		if w := t.signal; w != nil && (d.Name == w.Name && w.Select == nil || w.Select != nil && slices.Contains(w.Select.Signals, d.Name)) {
 			t.signal = nil
 		}
 	case history.ChildFinishedData:
 		if t.children != nil && slices.Contains(t.children.Positions, d.Position) {
 			t.finished++
+		}
+		if w := t.signal; w != nil && w.Select != nil && slices.Contains(w.Select.Children, d.Position) {
+			t.signal = nil // a select's child ends its wait
 		}
 	}
 }
@@ -130,6 +138,9 @@ func (t *waitTail) apply(e history.Event) {
 // task's, the end of a wait for children.
 func (t *waitTail) waiting(runAt time.Time) *Waiting {
 	switch {
+	case t.signal != nil && t.signal.Select != nil:
+		w := t.signal
+		return &Waiting{Kind: WaitingSelect, Signals: w.Select.Signals, Of: len(w.Select.Children), Deadline: waitDeadline(w.Deadline)}
 	case t.signal != nil:
 		return &Waiting{Kind: WaitingSignal, Name: t.signal.Name, Deadline: waitDeadline(t.signal.Deadline)}
 	case t.children != nil:

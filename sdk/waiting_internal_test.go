@@ -42,6 +42,16 @@ func TestWaitingOfEachKindOfWait(t *testing.T) {
 		"signal answered": {with(history.WaitStartedData{Name: "approval", Position: 0, Deadline: deadline},
 			history.SignalReceivedData{Name: "approval"}), nil},
 		"timer": {with(history.TimerStartedData{Position: 0, FireAt: fire}), &Waiting{Kind: WaitingTimer, Deadline: &fire}},
+		"select": {with(history.ChildStartedData{Position: 0, ChildID: "a", TaskType: "c"},
+			history.WaitStartedData{Position: 0, Deadline: deadline, Select: &history.SelectWait{Signals: []string{"approval", "cancel"}, Children: []int{0}}},
+			history.SignalReceivedData{Name: "other"}),
+			&Waiting{Kind: WaitingSelect, Signals: []string{"approval", "cancel"}, Of: 1, Deadline: &deadline}},
+		"select answered by a signal": {with(
+			history.WaitStartedData{Position: 0, Deadline: deadline, Select: &history.SelectWait{Signals: []string{"approval", "cancel"}}},
+			history.SignalReceivedData{Name: "cancel"}), nil},
+		"select answered by a child": {with(history.ChildStartedData{Position: 0, ChildID: "a", TaskType: "c"},
+			history.WaitStartedData{Position: 0, Deadline: history.Never, Select: &history.SelectWait{Signals: []string{"approval"}, Children: []int{0}}},
+			history.ChildFinishedData{Position: 0, ChildID: "a", Status: history.StatusCompleted}), nil},
 		"children": {with(
 			history.ChildStartedData{Position: 0, ChildID: "a", TaskType: "c"},
 			history.ChildStartedData{Position: 1, ChildID: "b", TaskType: "c"},
@@ -68,6 +78,8 @@ func waitingOf(state history.State) *Waiting {
 		return nil
 	}
 	switch {
+	case state.Wait != nil && state.Wait.Select != nil:
+		return &Waiting{Kind: WaitingSelect, Signals: state.Wait.Select.Signals, Of: len(state.Wait.Select.Children), Deadline: waitDeadline(state.Wait.Deadline)}
 	case state.Wait != nil:
 		return &Waiting{Kind: WaitingSignal, Name: state.Wait.Name, Deadline: waitDeadline(state.Wait.Deadline)}
 	case state.ChildWait != nil:

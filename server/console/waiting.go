@@ -72,6 +72,8 @@ func waitingShort(w *sdk.Waiting) string {
 		return fmt.Sprintf("waiting · %d of %d children", w.Children, w.Of)
 	case sdk.WaitingTimer:
 		return "sleeping"
+	case sdk.WaitingSelect:
+		return "waiting · select"
 	}
 	return "waiting · " + w.Kind
 }
@@ -86,6 +88,14 @@ func waitingLong(w *sdk.Waiting) string {
 		text = fmt.Sprintf("waiting for %d of %d children, %d finished", w.Children, w.Of, w.Finished)
 	case sdk.WaitingTimer:
 		text = "sleeping"
+	case sdk.WaitingSelect:
+		text = "waiting in a select"
+		if len(w.Signals) > 0 {
+			text += " for signal " + strings.Join(w.Signals, " or ")
+		}
+		if w.Of > 0 {
+			text += fmt.Sprintf(", or %d children", w.Of)
+		}
 	default:
 		text = "waiting for " + w.Kind
 	}
