@@ -16,7 +16,8 @@
 //
 // Steps run one after another unless started with [Go] (joined with
 // [Future.Get]) or [Map]: those run concurrently, take their positions in
-// call order, and are each recorded once. Call the package's functions from
+// call order, and are each recorded once. [Select] goes on with the first
+// of several signals, children, a timer and futures, and records which. Call the package's functions from
 // the workflow body only: from a goroutine of the workflow's own they fail
 // the task as non-deterministic.
 //
