@@ -112,6 +112,8 @@ func Decode(typ Type, data []byte) (Payload, error) {
 		return decodeAs[TaskErasedData](typ, data)
 	case PatchRecorded:
 		return decodeAs[PatchRecordedData](typ, data)
+	case StreamClosed:
+		return decodeAs[StreamClosedData](typ, data)
 	case TaskContinued:
 		return decodeAs[TaskContinuedData](typ, data)
 	case TaskForked:

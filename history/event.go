@@ -46,6 +46,7 @@ const (
 	TaskContinued         Type = "task_continued"
 	TaskForked            Type = "task_forked"
 	SelectMatched         Type = "select_matched"
+	StreamClosed          Type = "stream_closed"
 )
 
 // Types lists every event type this version of the package understands, in
@@ -57,6 +58,7 @@ var Types = []Type{
 	TaskExpired, TimerStarted, TimerFired, SignalReceived, WaitStarted, WaitTimedOut,
 	ChildStarted, ChildWaitStarted, ChildFinished, TaskErased, PatchRecorded, TaskContinued, TaskForked,
 	SelectMatched,
+	StreamClosed,
 }
 
 // Event is one entry of a task's append-only log.
@@ -637,6 +639,9 @@ func (TaskErasedData) EventType() Type    { return TaskErased }
 
 // EventType implements [Payload].
 func (PatchRecordedData) EventType() Type { return PatchRecorded }
+
+// EventType implements [Payload].
+func (StreamClosedData) EventType() Type { return StreamClosed }
 
 // EventType implements [Payload].
 func (TaskContinuedData) EventType() Type { return TaskContinued }

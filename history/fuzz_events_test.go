@@ -44,6 +44,7 @@ func FuzzEventJSON(f *testing.F) {
 		`{"seq":1,"type":"task_completed","at":"2026-01-02T03:04:05Z","data":{"v":1},"extra":true}`,
 		`{"seq":9223372036854775807,"type":"attempt_started","at":"9999-12-31T23:59:59.999999999-23:59","attempt":-3,"data":{"v":1,"lease_expires_at":"0001-01-01T00:00:00Z"}}`,
 		`{"seq":1,"type":"task_scheduled","at":"2026-01-02T03:04:05Z","data":{"v":1,"task_type":"t","labels":{"a":"\ud800"},"input":[]}}`,
+		`{"seq":3,"type":"stream_closed","at":"2026-01-02T03:04:05Z","attempt":1,"data":{"v":1,"name":"tokens","position":-1,"chunks":2,"bytes":9,"outcome":"rewound"}}`,
 	} {
 		f.Add([]byte(s))
 	}

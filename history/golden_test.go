@@ -224,6 +224,24 @@ func goldenGood() map[string]struct {
 			after(4*sec, step(1, 2, "store")),
 			after(5*sec, completed(1)),
 		)},
+		// Streamed: the first attempt's step streamed 500 chunks and
+		// failed (its stream rewound), the second's streamed 900 and
+		// completed; the history holds one stream_closed per attempt, not
+		// the chunks.
+		"streamed": {status: history.StatusCompleted, events: build(
+			after(0, scheduled()),
+			after(1*sec, started(1, 1)),
+			after(2*sec, historytest.E{Attempt: 1, Data: history.StreamClosedData{Name: "tokens", Position: 0, Chunks: 500, Bytes: 2500,
+				Digest: "0e5751c026e543b2e8ab2eb06099daa1d1e5df47778f7787faab45cdf12fe3a8", Outcome: history.StreamRewound}}),
+			after(2*sec, retry(1, "model overloaded")),
+			after(3*sec, started(2, 2)),
+			after(4*sec, historytest.E{Attempt: 2, Data: history.StreamClosedData{Name: "tokens", Position: 0, Chunks: 900, Bytes: 4500,
+				Digest: "7d865e959b2466918c9863afca942d0fb89d7c9ac0c99bafc3749504ded97730", Outcome: history.StreamCompleted}}),
+			after(4*sec, step(2, 0, "answer")),
+			after(5*sec, historytest.E{Attempt: 2, Data: history.StreamClosedData{Name: "progress", Position: -1, Chunks: 2, Bytes: 80,
+				Outcome: history.StreamCompleted}}),
+			after(5*sec, completed(2)),
+		)},
 		// A run that continued as new after a step: it ends continued,
 		// naming the next run; that run's task_scheduled names this one.
 		"continued": {status: history.StatusContinued, events: build(
@@ -518,6 +536,31 @@ func goldenBad(t *testing.T) map[string]struct {
 				return append(ev[:4], history.Event{Seq: 5, At: ev[3].At, Attempt: 1, Data: history.PatchRecordedData{PatchID: "p", Position: 1}})
 			}),
 			error: "event 5 (patch_recorded): attempt 1 already ended",
+		},
+		"stream_closed_outside_attempt": {
+			data: edit("failed_permanently", func(ev []history.Event) []history.Event {
+				return append(ev[:4], history.Event{Seq: 5, At: ev[3].At, Attempt: 1,
+					Data: history.StreamClosedData{Name: "tokens", Chunks: 1, Bytes: 1, Outcome: history.StreamCompleted}})
+			}),
+			error: "event 5 (stream_closed): attempt 1 already ended",
+		},
+		"stream_closed_bad_outcome": {
+			data: edit("streamed", func(ev []history.Event) []history.Event {
+				p := ev[2].Data.(history.StreamClosedData)
+				p.Outcome = "lost"
+				ev[2].Data = p
+				return ev[:3]
+			}),
+			error: `event 3 (stream_closed): outcome "lost" is neither "completed" nor "rewound"`,
+		},
+		"stream_closed_without_name": {
+			data: edit("streamed", func(ev []history.Event) []history.Event {
+				p := ev[2].Data.(history.StreamClosedData)
+				p.Name = ""
+				ev[2].Data = p
+				return ev[:3]
+			}),
+			error: "event 3 (stream_closed): a stream name must not be empty",
 		},
 		"continued_after_cancel": {
 			data: edit("continued", func(ev []history.Event) []history.Event {

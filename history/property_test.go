@@ -273,6 +273,9 @@ func checkProperties(t require.TestingT, events []history.Event) {
 	case s.Status == history.StatusRunning && s.Lease.Owner != "" && s.Timer != nil:
 		// The workflow sleeps at the next position: the timer fires there.
 		next = history.Event{Attempt: s.Attempt, Data: history.TimerFiredData{Position: s.Timer.Position}}
+	case s.Status == history.StatusRunning && s.Lease.Owner != "" && s.Wait != nil && s.Wait.Select != nil:
+		// A select waits: select_matched ends it, which this does not
+		// build (wait_timed_out is a receive's alone).
 	case s.Status == history.StatusRunning && s.Lease.Owner != "" && s.Wait != nil:
 		// A receive waits: its deadline passed, or a signal comes.
 		next = history.Event{Attempt: s.Attempt, Data: history.WaitTimedOutData{Name: s.Wait.Name, Position: s.Wait.Position}}

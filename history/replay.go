@@ -417,6 +417,8 @@ func apply(s State, e Event, owned bool) (State, error) {
 		err = s.applyChildFinished(e, p, owned)
 	case PatchRecordedData:
 		err = s.applyPatchRecorded(e, p)
+	case StreamClosedData:
+		err = s.applyStreamClosed(e, p)
 	case TaskErasedData:
 		switch {
 		case !s.Status.Terminal():
@@ -508,6 +510,8 @@ func typeOf(p Payload) (Type, bool) {
 		return TaskErased, true
 	case PatchRecordedData:
 		return PatchRecorded, true
+	case StreamClosedData:
+		return StreamClosed, true
 	case TaskContinuedData:
 		return TaskContinued, true
 	case TaskForkedData:

@@ -548,6 +548,7 @@ func TestEventType(t *testing.T) {
 		history.ChildStartedData{}, history.ChildWaitStartedData{}, history.ChildFinishedData{},
 		history.TaskErasedData{}, history.PatchRecordedData{}, history.TaskContinuedData{}, history.TaskForkedData{},
 		history.SelectMatchedData{},
+		history.StreamClosedData{},
 	}
 	require.Len(t, payloads, len(history.Types))
 	for i, p := range payloads {

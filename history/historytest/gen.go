@@ -632,6 +632,14 @@ func (g *gen) attempt(attempt int) bool {
 				return true
 			}
 		}
+		if !g.endless && g.src.intRange("stream", 0, 7) == 0 {
+			// The step streamed: its stream closes with its completion.
+			g.emit(attempt, history.StreamClosedData{Name: "tokens", Position: g.steps, Chunks: int64(g.src.intRange("chunks", 0, 1000)),
+				Bytes: int64(g.src.intRange("bytes", 0, 100_000)), Outcome: history.StreamCompleted}, true)
+			if g.full() {
+				return true
+			}
+		}
 		compensable := g.src.intRange("compensable", 0, 1) == 1
 		g.emit(attempt, history.StepCompletedData{
 			Position:    g.steps,
