@@ -31,6 +31,10 @@ type NamespaceConfig struct {
 	// it removes them (file:///dir, s3://bucket/prefix); empty: the
 	// default of the process that runs retention, or none.
 	Archive string
+	// StreamTTL is how long the namespace keeps its tasks' stream entries
+	// (docs/streams.md) after they were written; 0: as long as their
+	// tasks.
+	StreamTTL time.Duration
 }
 
 // Validate checks the settings before a store writes them.
@@ -44,7 +48,10 @@ func (c NamespaceConfig) Validate() error {
 		return errors.Newf("namespace %s: key retention %s is negative (0 takes the default)", c.Name, c.KeyRetention)
 	case len(c.Archive) > 2000 || strings.ContainsFunc(c.Archive, unicode.IsControl):
 		return errors.Newf("namespace %s: the archive location must be at most 2000 characters, without control characters", c.Name)
-	case c.Retention > 0 && c.Retention < time.Millisecond, c.KeyRetention > 0 && c.KeyRetention < time.Millisecond:
+	case c.StreamTTL < 0:
+		return errors.Newf("namespace %s: stream TTL %s is negative (0 keeps stream entries as long as their tasks)", c.Name, c.StreamTTL)
+	case c.Retention > 0 && c.Retention < time.Millisecond, c.KeyRetention > 0 && c.KeyRetention < time.Millisecond,
+		c.StreamTTL > 0 && c.StreamTTL < time.Millisecond:
 		return errors.Newf("namespace %s: retention is kept in milliseconds; use at least 1ms", c.Name)
 	case len(c.TypeRetention) > MaxTypeRetentions:
 		return errors.Newf("namespace %s: %d task types with a retention of their own, at most %d", c.Name, len(c.TypeRetention), MaxTypeRetentions)

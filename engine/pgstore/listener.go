@@ -13,7 +13,7 @@ import (
 
 // listener is the store's [store.Listener]: a connection of its own, outside
 // the pool (a pooled connection would be handed to other work between
-// notifications), that runs LISTEN on the store's three channels.
+// notifications), that runs LISTEN on the store's channels.
 type listener struct {
 	s    *Store
 	conn *pgx.Conn // nil while not connected; used by the notifier's goroutine only
@@ -37,7 +37,7 @@ func (l *listener) Connect(ctx context.Context) error {
 	if err != nil {
 		return errors.Wrap(interpretError(err), "connect the listener")
 	}
-	for _, channel := range []string{l.s.channel, l.s.doneChannel, l.s.cancelChannel, l.probeChannel} {
+	for _, channel := range []string{l.s.channel, l.s.doneChannel, l.s.cancelChannel, l.s.streamChannel, l.probeChannel} {
 		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
 			_ = conn.Close(context.WithoutCancel(ctx))
 			return errors.Wrapf(interpretError(err), "listen on %s", channel)
@@ -61,6 +61,8 @@ func (l *listener) WaitForNotification(ctx context.Context) (store.Notification,
 		return store.Notification{Done: parseIDs(note.Payload)}, nil
 	case l.s.cancelChannel:
 		return store.Notification{Cancel: parseIDs(note.Payload)}, nil
+	case l.s.streamChannel:
+		return store.Notification{Streams: parseIDs(note.Payload)}, nil
 	case l.probeChannel:
 		return store.Notification{Probes: []string{note.Payload}}, nil
 	default:

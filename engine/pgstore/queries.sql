@@ -910,6 +910,8 @@ WITH retired AS (
     DELETE FROM /* TEMPLATE: schema */events WHERE task_id = ANY(@ids::uuid[]) RETURNING 1
 ), blobs AS (
     DELETE FROM /* TEMPLATE: schema */blobs WHERE task_id = ANY(@ids::uuid[]) RETURNING key, task_id, location
+), streams AS (
+    DELETE FROM /* TEMPLATE: schema */stream_entries WHERE task_id = ANY(@ids::uuid[])
 ), gone AS (
     DELETE FROM /* TEMPLATE: schema */tasks WHERE id = ANY(@ids::uuid[]) RETURNING 1
 )
@@ -929,11 +931,11 @@ WHERE (namespace, idempotency_key) IN (
     WHERE expires_at <= @now ORDER BY expires_at LIMIT @max FOR UPDATE SKIP LOCKED);
 
 -- name: NamespaceUpsert
-INSERT INTO /* TEMPLATE: schema */namespaces (name, retention_ms, key_retention_ms, archive, type_retention, updated_at)
-VALUES (@name, @retention_ms, @key_retention_ms, @archive, @type_retention::jsonb, now())
+INSERT INTO /* TEMPLATE: schema */namespaces (name, retention_ms, key_retention_ms, archive, type_retention, stream_ttl_ms, updated_at)
+VALUES (@name, @retention_ms, @key_retention_ms, @archive, @type_retention::jsonb, @stream_ttl_ms, now())
 ON CONFLICT (name) DO UPDATE
 SET retention_ms = excluded.retention_ms, key_retention_ms = excluded.key_retention_ms, archive = excluded.archive,
-    type_retention = excluded.type_retention, updated_at = now();
+    type_retention = excluded.type_retention, stream_ttl_ms = excluded.stream_ttl_ms, updated_at = now();
 
 -- name: NamespaceList
 -- The namespaces with settings, and those with finished tasks, found by a
@@ -946,7 +948,7 @@ WITH RECURSIVE seen AS (
             WHERE t.finished_at IS NOT NULL AND t.namespace > seen.namespace ORDER BY t.namespace LIMIT 1)
     FROM seen WHERE seen.namespace IS NOT NULL
 )
-SELECT coalesce(n.name, s.namespace), n.retention_ms, n.key_retention_ms, n.archive, n.type_retention::text,
+SELECT coalesce(n.name, s.namespace), n.retention_ms, n.key_retention_ms, n.archive, n.type_retention::text, n.stream_ttl_ms,
     -- The oldest finished task kept: the namespace's first entry of
     -- tasks_finished_idx.
     (SELECT min(t.finished_at) FROM /* TEMPLATE: schema */tasks AS t

@@ -156,7 +156,7 @@ func (s *Store) NamespaceSet(ctx context.Context, p *store.NamespaceSetParams) e
 	}
 	_, err = s.db.Exec(ctx, s.sql("NamespaceUpsert"), pgx.NamedArgs{
 		"name": c.Name, "retention_ms": nullMillis(c.Retention), "key_retention_ms": nullMillis(c.KeyRetention),
-		"archive": nullString(c.Archive), "type_retention": nullJSONString(types),
+		"archive": nullString(c.Archive), "type_retention": nullJSONString(types), "stream_ttl_ms": c.StreamTTL.Milliseconds(),
 	})
 	return errors.Wrapf(interpretError(err), "set namespace %s", c.Name)
 }
@@ -169,10 +169,10 @@ func (s *Store) NamespaceList(ctx context.Context, p *store.NamespaceListParams)
 	}
 	var out []store.NamespaceConfig
 	var name string
-	var retention, keyRetention *int64
+	var retention, keyRetention, streamTTL *int64
 	var oldest *time.Time
 	var archive, types *string
-	_, err = pgx.ForEachRow(rows, []any{&name, &retention, &keyRetention, &archive, &types, &oldest}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&name, &retention, &keyRetention, &archive, &types, &streamTTL, &oldest}, func() error {
 		typeRetention, err := plan.DecodeTypeRetention([]byte(deref(types)))
 		if err != nil {
 			return errors.Wrapf(err, "namespace %s", name)
@@ -182,7 +182,7 @@ func (s *Store) NamespaceList(ctx context.Context, p *store.NamespaceListParams)
 		}
 		out = append(out, store.NamespaceConfig{
 			Name: name, Retention: millis(retention), KeyRetention: millis(keyRetention), OldestFinished: deref(utcPtr(oldest)),
-			Archive: deref(archive), TypeRetention: typeRetention,
+			Archive: deref(archive), TypeRetention: typeRetention, StreamTTL: millis(streamTTL),
 		})
 		return nil
 	})

@@ -101,6 +101,9 @@ type Store struct {
 	// cancelChannel: running tasks whose cancel was requested; payload is
 	// their ids, comma-separated.
 	cancelChannel string
+	// streamChannel: tasks whose streams have new entries; payload is the
+	// task's id.
+	streamChannel string
 	q             map[string]string
 	observer      *store.ObserverSlot // Config.Metrics, or one attached later (ObserverAttach)
 	// metrics is what the store counts its writes into: observer, or, in a
@@ -147,7 +150,7 @@ func New(cfg Config) (*Store, error) {
 	}
 	slot := store.NewObserverSlot(cfg.Metrics)
 	return &Store{pool: cfg.Pool, db: cfg.Pool, control: control, listenConf: listenConf, schema: schema,
-		channel: schema + ".ready", doneChannel: schema + ".done", cancelChannel: schema + ".cancel", probeChannel: schema + ".probe", q: q,
+		channel: schema + ".ready", doneChannel: schema + ".done", cancelChannel: schema + ".cancel", streamChannel: schema + ".stream", probeChannel: schema + ".probe", q: q,
 		observer: slot, metrics: slot, clock: cfg.Clock, parents: &plan.ParentStates{}, limits: cfg.HistoryLimits.Resolved()}, nil
 }
 

@@ -46,6 +46,7 @@ func (l *listener) add(n store.Notification) {
 	l.pending.Done = append(l.pending.Done, n.Done...)
 	l.pending.Cancel = append(l.pending.Cancel, n.Cancel...)
 	l.pending.Probes = append(l.pending.Probes, n.Probes...)
+	l.pending.Streams = append(l.pending.Streams, n.Streams...)
 	l.mu.Unlock()
 	select {
 	case l.signal <- struct{}{}:
@@ -63,8 +64,8 @@ func (l *listener) WaitForNotification(ctx context.Context) (store.Notification,
 		if !connected {
 			return store.Notification{}, errors.New("sqlitestore: listener not connected")
 		}
-		if n.Ready || len(n.Done) > 0 || len(n.Cancel) > 0 || len(n.Probes) > 0 {
-			n.Done, n.Cancel, n.Probes = slices.Clip(n.Done), slices.Clip(n.Cancel), slices.Clip(n.Probes)
+		if n.Ready || len(n.Done) > 0 || len(n.Cancel) > 0 || len(n.Probes) > 0 || len(n.Streams) > 0 {
+			n.Done, n.Cancel, n.Probes, n.Streams = slices.Clip(n.Done), slices.Clip(n.Cancel), slices.Clip(n.Probes), slices.Clip(n.Streams)
 			return n, nil
 		}
 		select {

@@ -340,6 +340,10 @@ ON CONFLICT (namespace, idempotency_key) DO UPDATE
 -- name: EventsRemove
 DELETE FROM events WHERE task_id IN (SELECT task_id FROM removing);
 
+-- name: StreamsRemove
+-- The stream entries of the tasks listed in removing.
+DELETE FROM stream_entries WHERE task_id IN (SELECT task_id FROM removing);
+
 -- name: TasksRemove
 DELETE FROM tasks WHERE id IN (SELECT task_id FROM removing);
 
@@ -352,10 +356,10 @@ DELETE FROM retired_keys WHERE rowid IN (
     SELECT rowid FROM retired_keys WHERE expires_at <= ?1 ORDER BY expires_at LIMIT ?2);
 
 -- name: NamespaceUpsert
-INSERT INTO namespaces (name, retention_ms, key_retention_ms, updated_at, archive, type_retention) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+INSERT INTO namespaces (name, retention_ms, key_retention_ms, updated_at, archive, type_retention, stream_ttl_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
 ON CONFLICT (name) DO UPDATE
 SET retention_ms = excluded.retention_ms, key_retention_ms = excluded.key_retention_ms, updated_at = excluded.updated_at,
-    archive = excluded.archive, type_retention = excluded.type_retention;
+    archive = excluded.archive, type_retention = excluded.type_retention, stream_ttl_ms = excluded.stream_ttl_ms;
 
 -- name: NamespaceList
 -- The namespaces with settings, and those with finished tasks, found by a
@@ -367,14 +371,14 @@ WITH RECURSIVE seen(ns) AS (
     SELECT (SELECT min(namespace) FROM tasks WHERE finished_at IS NOT NULL AND namespace > seen.ns)
     FROM seen WHERE seen.ns IS NOT NULL
 )
-SELECT name, max(retention_ms), max(key_retention_ms), max(archive), max(type_retention),
+SELECT name, max(retention_ms), max(key_retention_ms), max(archive), max(type_retention), max(stream_ttl_ms),
     -- The oldest finished task kept: the namespace's first entry of
     -- tasks_finished_idx.
     (SELECT min(t.finished_at) FROM tasks AS t WHERE t.namespace = name AND t.finished_at IS NOT NULL)
 FROM (
-    SELECT name, retention_ms, key_retention_ms, archive, type_retention FROM namespaces
+    SELECT name, retention_ms, key_retention_ms, archive, type_retention, stream_ttl_ms FROM namespaces
     UNION ALL
-    SELECT ns, NULL, NULL, NULL, NULL FROM seen WHERE ns IS NOT NULL
+    SELECT ns, NULL, NULL, NULL, NULL, NULL FROM seen WHERE ns IS NOT NULL
 ) GROUP BY name ORDER BY name;
 
 -- name: BlobInsert

@@ -140,6 +140,9 @@ func (s *Store) TaskRemoveMany(ctx context.Context, p *store.TaskRemoveManyParam
 		if _, err := tx.exec(ctx, "BlobsRemove"); err != nil {
 			return err
 		}
+		if _, err := tx.exec(ctx, "StreamsRemove"); err != nil {
+			return err
+		}
 		tasks, err := tx.exec(ctx, "TasksRemove")
 		if err != nil {
 			return err
@@ -191,7 +194,7 @@ func (s *Store) NamespaceSet(ctx context.Context, p *store.NamespaceSetParams) e
 	if err != nil {
 		return err
 	}
-	_, err = s.q.exec(ctx, "NamespaceUpsert", c.Name, nullMillis(c.Retention), nullMillis(c.KeyRetention), us(s.now()), nullString(c.Archive), nullBytes(types))
+	_, err = s.q.exec(ctx, "NamespaceUpsert", c.Name, nullMillis(c.Retention), nullMillis(c.KeyRetention), us(s.now()), nullString(c.Archive), nullBytes(types), c.StreamTTL.Milliseconds())
 	return errors.Wrapf(interpret(err), "set namespace %s", c.Name)
 }
 
@@ -205,9 +208,9 @@ func (s *Store) NamespaceList(ctx context.Context, p *store.NamespaceListParams)
 	var out []store.NamespaceConfig
 	for rows.Next() {
 		var c store.NamespaceConfig
-		var retention, keyRetention, oldest sql.NullInt64
+		var retention, keyRetention, streamTTL, oldest sql.NullInt64
 		var archive, types sql.NullString
-		if err := rows.Scan(&c.Name, &retention, &keyRetention, &archive, &types, &oldest); err != nil {
+		if err := rows.Scan(&c.Name, &retention, &keyRetention, &archive, &types, &streamTTL, &oldest); err != nil {
 			return nil, errors.Wrap(interpret(err), "list namespaces")
 		}
 		if p.Namespace != "" && c.Name != p.Namespace {
@@ -223,6 +226,7 @@ func (s *Store) NamespaceList(ctx context.Context, p *store.NamespaceListParams)
 		}
 		c.Retention = time.Duration(retention.Int64) * time.Millisecond
 		c.KeyRetention = time.Duration(keyRetention.Int64) * time.Millisecond
+		c.StreamTTL = time.Duration(streamTTL.Int64) * time.Millisecond
 		out = append(out, c)
 	}
 	return out, errors.Wrap(interpret(rows.Err()), "list namespaces")

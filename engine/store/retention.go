@@ -124,12 +124,15 @@ type NamespaceSetParams struct {
 	KeyRetention  time.Duration
 	TypeRetention map[string]time.Duration
 	Archive       string
+	// StreamTTL is how long the namespace keeps its tasks' stream
+	// entries; 0: as long as their tasks.
+	StreamTTL time.Duration
 }
 
 // Config is p as the namespace's settings, to validate.
 func (p *NamespaceSetParams) Config() NamespaceConfig {
 	return NamespaceConfig{Name: p.Namespace, Retention: p.Retention, KeyRetention: p.KeyRetention,
-		TypeRetention: p.TypeRetention, Archive: p.Archive}
+		TypeRetention: p.TypeRetention, Archive: p.Archive, StreamTTL: p.StreamTTL}
 }
 
 // NamespaceListParams select what [Executor.NamespaceList] lists.

@@ -191,6 +191,25 @@ type Executor interface {
 	NamespaceSet(ctx context.Context, p *NamespaceSetParams) error
 	NamespaceList(ctx context.Context, p *NamespaceListParams) ([]NamespaceConfig, error)
 
+	// Streams (the stream_entries beside a task's history).
+	// StreamAppend writes entries to a running task's streams, numbered
+	// after its last, fenced by p.Epoch (the task running under another
+	// epoch, or not running, is [ErrFenced], nothing written), and
+	// announces the task ([Notification.Streams]); it returns the seq of
+	// the last entry written. StreamRead returns a page of a task's
+	// entries after p.After, in order (empty past the last, or for a task
+	// not in p.Namespace). StreamOpenList lists the chunks of attempts
+	// before p.Before that no end or rewind closed. StreamRemove removes
+	// a task's entries (an erasure); TaskRemoveMany removes them with the
+	// task. StreamRemoveExpired removes up to p.Max entries of a
+	// namespace written before p.Before (its stream TTL) and returns how
+	// many.
+	StreamAppend(ctx context.Context, p *StreamAppendParams) (int64, error)
+	StreamRead(ctx context.Context, p *StreamReadParams) ([]StreamEntry, error)
+	StreamOpenList(ctx context.Context, p *StreamOpenListParams) ([]StreamOpen, error)
+	StreamRemove(ctx context.Context, p *StreamRemoveParams) (int, error)
+	StreamRemoveExpired(ctx context.Context, p *StreamRemoveExpiredParams) (int, error)
+
 	// Schedules. ScheduleCreate writes a new schedule (its first tick the
 	// first after now; a name taken in the namespace is [ErrConflict]),
 	// ScheduleList lists a namespace's by name, SchedulePause pauses or
@@ -276,7 +295,8 @@ type Tx interface {
 }
 
 // Listener receives a store's notifications after its commits: work became
-// ready, tasks finished, cancels of running tasks were requested. On
+// ready, tasks finished, cancels of running tasks were requested, tasks'
+// streams have new entries. On
 // PostgreSQL it is a dedicated connection that runs LISTEN; on SQLite, a
 // subscription to the store's in-process announcements.
 //
@@ -305,6 +325,9 @@ type Notification struct {
 	Ready  bool        // work became ready in some queue
 	Done   []uuid.UUID // tasks that finished
 	Cancel []uuid.UUID // running tasks whose cancel was requested
+	// Streams are tasks whose streams have new entries
+	// ([Executor.StreamAppend]).
+	Streams []uuid.UUID
 	Probes []string    // the tokens of this listener's probes (Listener.Probe) that came back
 }
 

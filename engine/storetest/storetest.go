@@ -55,6 +55,7 @@ func tests(encoded bool) []conformanceTest {
 		taskTests, claimTests, appendTests, leaseTests, requestTests, queueTests, leaderTests, scheduleTests, taskTypeTests, readTests,
 		listingTests, seriesTests, flowTests, signalTests, childTests, retentionTests, continueTests, strandedTests,
 		selectTests,
+		streamTests,
 	} {
 		all = append(all, group...)
 	}

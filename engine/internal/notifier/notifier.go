@@ -1,6 +1,7 @@
 // Package notifier relays the store's notifications to the runtime: it
-// wakes workers when work is ready, waiters when a task finishes, and
-// running attempts when their task's cancel is requested. Notifications
+// wakes workers when work is ready, waiters when a task finishes,
+// running attempts when their task's cancel is requested, and stream
+// readers when a task's streams have new entries. Notifications
 // only make things happen sooner; polling keeps everything correct
 // without them.
 //
@@ -48,6 +49,7 @@ type Notifier struct {
 	subs    map[chan struct{}]struct{}               // ready subscribers; written under mu by Subscribe and its cancel; read by the run loop
 	cancels map[*func(uuid.UUID)]struct{}            // cancel-request listeners; same discipline
 	waiters map[uuid.UUID]map[chan struct{}]struct{} // per-task finish waiters; same discipline
+	streams map[uuid.UUID]map[chan struct{}]struct{} // per-task stream readers; same discipline
 }
 
 // Opts configure [New].
@@ -84,7 +86,8 @@ func New(s store.Store, opts Opts) *Notifier {
 		opts.ProbeTimeout = 2 * time.Second
 	}
 	return &Notifier{store: s, logger: opts.Logger, opts: opts, subs: map[chan struct{}]struct{}{},
-		waiters: map[uuid.UUID]map[chan struct{}]struct{}{}, cancels: map[*func(uuid.UUID)]struct{}{}}
+		waiters: map[uuid.UUID]map[chan struct{}]struct{}{}, cancels: map[*func(uuid.UUID)]struct{}{},
+		streams: map[uuid.UUID]map[chan struct{}]struct{}{}}
 }
 
 // Subscribe returns a channel that receives a value after work becomes
@@ -158,14 +161,47 @@ func (n *Notifier) WaitFor(id uuid.UUID) (<-chan struct{}, func()) {
 	}
 }
 
+// WaitStream returns a channel that receives a value when task id's
+// streams may have new entries or the task may have finished (either is
+// announced, or the listener reconnected and may have missed it), and a
+// function to stop waiting: what a stream's reader waits on between
+// reads. The receiver reads the stream to know.
+func (n *Notifier) WaitStream(id uuid.UUID) (<-chan struct{}, func()) {
+	ch := make(chan struct{}, 1)
+	n.mu.Lock()
+	if n.streams[id] == nil {
+		n.streams[id] = map[chan struct{}]struct{}{}
+	}
+	n.streams[id][ch] = struct{}{}
+	n.mu.Unlock()
+	return ch, func() {
+		n.mu.Lock()
+		delete(n.streams[id], ch)
+		if len(n.streams[id]) == 0 {
+			delete(n.streams, id)
+		}
+		n.mu.Unlock()
+	}
+}
+
 func (n *Notifier) finished(ids []uuid.UUID) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if len(n.waiters) == 0 {
-		return
-	}
 	for _, id := range ids {
 		for ch := range n.waiters[id] {
+			wake(ch)
+		}
+		for ch := range n.streams[id] {
+			wake(ch)
+		}
+	}
+}
+
+func (n *Notifier) streamed(ids []uuid.UUID) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, id := range ids {
+		for ch := range n.streams[id] {
 			wake(ch)
 		}
 	}
@@ -185,6 +221,11 @@ func (n *Notifier) broadcast() {
 		wake(ch)
 	}
 	for _, chans := range n.waiters {
+		for ch := range chans {
+			wake(ch)
+		}
+	}
+	for _, chans := range n.streams {
 		for ch := range chans {
 			wake(ch)
 		}
@@ -210,6 +251,9 @@ func (n *Notifier) relay(note store.Notification) {
 	}
 	if len(note.Cancel) > 0 {
 		n.cancelled(note.Cancel)
+	}
+	if len(note.Streams) > 0 {
+		n.streamed(note.Streams)
 	}
 	if note.Ready {
 		n.wakeSubscribers()

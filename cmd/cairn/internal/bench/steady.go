@@ -54,7 +54,7 @@ type steadyReport struct {
 }
 
 // steadyTables are the tables sampled: what a task leaves behind.
-var steadyTables = []string{"tasks", "events", "retired_keys", "blobs"}
+var steadyTables = []string{"tasks", "events", "retired_keys", "blobs", "stream_entries"}
 
 // Steady runs the steady-state measurement (PostgreSQL only: it reads
 // pg_total_relation_size).
