@@ -31,6 +31,10 @@ const (
 	// BlobData is the bytes of a blob a task owns (activities.PutBlob, or a
 	// payload kept by reference): any bytes, not JSON.
 	BlobData
+	// StreamChunk is a chunk of a task's stream (activities.Stream), JSON,
+	// kept beside its history: sealed with the task's data key, never
+	// kept by reference.
+	StreamChunk
 )
 
 // Payload is one payload on its way to a store ([Stage.Encode]) or back

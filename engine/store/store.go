@@ -328,7 +328,7 @@ type Notification struct {
 	// Streams are tasks whose streams have new entries
 	// ([Executor.StreamAppend]).
 	Streams []uuid.UUID
-	Probes []string    // the tokens of this listener's probes (Listener.Probe) that came back
+	Probes  []string // the tokens of this listener's probes (Listener.Probe) that came back
 }
 
 // Observer counts what a store writes, after the write has committed:

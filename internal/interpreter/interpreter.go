@@ -124,6 +124,10 @@ type RunParams struct {
 	// wait, and on true starts more in the same attempt. Optional: a run
 	// without it ends to wait at once.
 	AwaitChildEnds func(positions []int, count int) bool
+	// Stream writes a chunk (JSON) the workflow body streams to the
+	// stream name ([Progress]), at the run's frontier only. Optional:
+	// none is written.
+	Stream func(name string, data json.RawMessage) error
 	// Now is the clock Sleep reads. Default time.Now.
 	Now func() time.Time
 	// CollectOnly runs the workflow over its recorded steps only, to learn

@@ -93,7 +93,7 @@ func (c *Codec) Encode(ctx context.Context, ps []*payload.Payload) error {
 // Decode implements [payload.Codec].
 func (c *Codec) Decode(ctx context.Context, ps []*payload.Payload) error {
 	for _, p := range ps {
-		if p.KeepRefs || p.Kind == payload.BlobData {
+		if p.KeepRefs || p.Kind == payload.BlobData || p.Kind == payload.StreamChunk {
 			continue
 		}
 		if p.Ref != nil {

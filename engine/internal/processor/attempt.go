@@ -128,3 +128,23 @@ func (a *Attempt) appendParams(payloads []history.Payload) *store.EventAppendPar
 		AttemptStartedAt: a.Task.UpdatedAt, // the claim's time, which attempt_started records
 	}
 }
+
+// StreamAppend writes entries to the task's streams for this attempt,
+// fenced by its lease epoch ([store.Executor.StreamAppend]); an error
+// marked [store.ErrFenced] once the lease has passed to another epoch or
+// ended. It may be called from any goroutine (a step's stream flusher):
+// it reads only what the claim fixed.
+func (a *Attempt) StreamAppend(ctx context.Context, entries []store.StreamWrite) (int64, error) {
+	return a.proc.cfg.Store.StreamAppend(ctx, &store.StreamAppendParams{
+		Namespace: a.Task.Namespace, TaskID: a.Task.ID, Epoch: a.Task.LeaseEpoch, Entries: entries,
+	})
+}
+
+// StreamOpenList lists what earlier attempts of the task left open in its
+// streams ([store.Executor.StreamOpenList]): chunks of a lost attempt,
+// which this attempt rewinds. Any goroutine, as StreamAppend.
+func (a *Attempt) StreamOpenList(ctx context.Context) ([]store.StreamOpen, error) {
+	return a.proc.cfg.Store.StreamOpenList(ctx, &store.StreamOpenListParams{
+		Namespace: a.Task.Namespace, TaskID: a.Task.ID, Before: a.Task.Attempt,
+	})
+}

@@ -2,6 +2,7 @@ package executor
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -248,6 +249,8 @@ func (h *Handler) handleAttempt(ctx context.Context, a *edge.Attempt, tr *attemp
 	}
 	var refused *history.StepCompletedData // the step whose output Record refused as too large
 	children := &childrenView{}
+	streams := newStreamWriter(a, state.Attempt, h.logger)
+	defer streams.stop()
 	res := interpreter.Run(interpreter.RunParams{
 		TaskID: taskID, Attempt: state.Attempt, Steps: state.Steps, Ahead: state.Ahead, Patches: state.Patches,
 		Context: runCtx, Stopping: a.Stopping(),
@@ -256,6 +259,7 @@ func (h *Handler) handleAttempt(ctx context.Context, a *edge.Attempt, tr *attemp
 			if s.Irreversible {
 				base = irreversibleCtx // a cancel request does not stop it
 			}
+			base = activity.WithStream(base, streams.step(s.Position))
 			return activity.WithInfo(activity.WithBlobs(tr.stepContext(base, s), stepBlobs{a.Blobs(), s.Name, s.Position}), activities.Info{
 				TaskID: taskID, TaskType: a.Task.Type, Attempt: state.Attempt, WorkerID: a.WorkerID(),
 				Step: s.Name, Position: s.Position,
@@ -263,8 +267,14 @@ func (h *Handler) handleAttempt(ctx context.Context, a *edge.Attempt, tr *attemp
 				TraceID:        a.Task.TraceID,
 			})
 		},
-		StepDone: tr.stepDone,
-		Timer:    state.Timer, Mailbox: func() interpreter.Mailbox {
+		StepDone: func(s interpreter.StepInfo, err error) {
+			if err != nil {
+				streams.rewindStep(s.Position) // readers learn at once
+			}
+			tr.stepDone(s, err)
+		},
+		Stream: func(name string, data json.RawMessage) error { return streams.write(name, -1, data) },
+		Timer:  state.Timer, Mailbox: func() interpreter.Mailbox {
 			state := a.State()
 			state.Signals = a.Signals(a.DurableContext(), state.Signals)
 			return interpreter.MailboxOf(state)
@@ -292,6 +302,9 @@ func (h *Handler) handleAttempt(ctx context.Context, a *edge.Attempt, tr *attemp
 			if err != nil {
 				return err
 			}
+			if ev, err = h.withClosedStreams(ctx, a, streams, step, ev); err != nil {
+				return err
+			}
 			if err := a.Append(a.DurableContext(), ev); err != nil {
 				return err
 			}
@@ -309,7 +322,10 @@ func (h *Handler) handleAttempt(ctx context.Context, a *edge.Attempt, tr *attemp
 	res = h.limitOutputs(res, refused)
 	var pending edge.Events // res.Pending, encoded
 	if res.Pending != nil {
-		if pending, err = h.encodeStep(a, res.Pending); err != nil {
+		if pending, err = h.encodeStep(a, res.Pending); err == nil {
+			pending, err = h.withClosedStreams(ctx, a, streams, res.Pending, pending)
+		}
+		if err != nil {
 			if res.Err == nil {
 				res.Err = err
 			}
@@ -365,6 +381,13 @@ func (h *Handler) handleAttempt(ctx context.Context, a *edge.Attempt, tr *attemp
 		}
 		if events, err = a.Encode(ctx, payloads...); err != nil {
 			return edge.Events{}, err
+		}
+	}
+	if closed := streams.finish(); len(closed) > 0 {
+		// The streams the attempt leaves (rewound, the body's ended),
+		// recorded before the outcome ends its lease.
+		if ev, err := a.Encode(ctx, closed...); err == nil {
+			events = ev.Then(events)
 		}
 	}
 	if res.Pending == nil {
