@@ -82,12 +82,17 @@ type StreamOpts struct {
 	// Heartbeat, when positive, yields a StreamIdle item whenever nothing
 	// else arrived for that long (a server's keep-alive).
 	Heartbeat time.Duration
+	// Poll is how often the reader looks at the task while notifications
+	// arrive: how late a history event (Events) or a lost notification is
+	// seen at most. Default 1s; at least 10ms.
+	Poll time.Duration
 }
 
 // streamPoll is how often a reader looks at the task while notifications
-// arrive: a history event announces nothing (StreamOpts.Events), and a
-// lost notification is caught up this late. While they do not arrive it
-// polls from streamPollMin, doubling to streamPollMax.
+// arrive, by default (StreamOpts.Poll): a history event announces nothing
+// (StreamOpts.Events), and a lost notification is caught up this late.
+// While they do not arrive it polls from streamPollMin, doubling to
+// streamPollMax.
 const (
 	streamPoll    = time.Second
 	streamPollMin = 10 * time.Millisecond
@@ -120,6 +125,13 @@ func (c *Client) Stream(ctx context.Context, id uuid.UUID, from int64, opts *Str
 		}
 		if o.Heartbeat < 0 {
 			yield(StreamItem{}, errmark.Mark(errors.Newf("stream: heartbeat %s is negative", o.Heartbeat), ErrInvalid))
+			return
+		}
+		switch {
+		case o.Poll == 0:
+			o.Poll = streamPoll
+		case o.Poll < streamPollMin:
+			yield(StreamItem{}, errmark.Mark(errors.Newf("stream: poll %s is under %s", o.Poll, streamPollMin), ErrInvalid))
 			return
 		}
 		r := &streamReader{c: c, id: id, after: from, opts: o, yield: yield}
@@ -165,9 +177,9 @@ func (r *streamReader) run(ctx context.Context) {
 			return
 		}
 		if live() {
-			interval = streamPoll
+			interval = r.opts.Poll
 		} else {
-			interval = min(2*interval, streamPollMax)
+			interval = min(2*interval, streamPollMax, r.opts.Poll)
 		}
 		wait := interval
 		if r.opts.Heartbeat > 0 {

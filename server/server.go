@@ -369,6 +369,7 @@ func (s *Server) routes() http.Handler {
 	mux.Handle("GET /v1/tasks/{id}", s.api(RoleRead, s.getTask))
 	mux.Handle("GET /v1/tasks/{id}/history", s.api(RoleRead, s.taskHistory))
 	mux.Handle("GET /v1/tasks/{id}/wait", s.api(RoleRead, s.waitTask))
+	mux.Handle("GET /v1/tasks/{id}/stream", s.api(RoleRead, s.taskStream))
 	mux.Handle("POST /v1/tasks/{id}/cancel", s.api(RoleOperate, s.cancelTask))
 	mux.Handle("POST /v1/tasks/{id}/retry", s.api(RoleOperate, s.retryTask))
 	mux.Handle("POST /v1/tasks/{id}/compensate", s.api(RoleOperate, s.compensateTask))

@@ -210,6 +210,12 @@ func eventDetails(p history.Payload) string {
 		return fmt.Sprintf("receive %d of %s timed out", v.Position, v.Name)
 	case history.PatchRecordedData:
 		return fmt.Sprintf("patch %s: new branch from step %d", v.PatchID, v.Position)
+	case history.StreamClosedData:
+		where := fmt.Sprintf("step %d", v.Position)
+		if v.Position < 0 {
+			where = "the workflow"
+		}
+		return fmt.Sprintf("stream %s of %s %s: %d chunks, %d bytes", v.Name, where, v.Outcome, v.Chunks, v.Bytes)
 	case history.ChildStartedData:
 		s := fmt.Sprintf("child %d %s@%d: task %s", v.Position, v.TaskType, v.TypeVersion, v.ChildID)
 		if v.OnParentClose == history.ParentCloseAbandon {

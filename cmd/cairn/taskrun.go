@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/cockroachdb/errors"
@@ -172,19 +173,23 @@ func newTaskWatchCmd(g *globals) *cobra.Command {
 	var poll time.Duration
 	cmd := &cobra.Command{
 		Use:   "watch ID",
-		Short: "Print a task's events as they are appended, until it finishes",
-		Long: `Prints the task's history, then each event as it is appended, until the
-task finishes (then it exits 0 if the task completed, 1 otherwise) or you
-stop it. It reads the new events every --poll (at most 1m). -o json prints
-one JSON object per line, as "task history -o json" prints its array.`,
+		Short: "Print a task's events and stream chunks as they come, until it finishes",
+		Long: `Prints the task's history and what its steps streamed (activities.Stream,
+Progress), then each event as it is appended and each chunk as it is
+written, until the task finishes (then it exits 0 if the task completed, 1
+otherwise) or you stop it. A "rewind" line says a failed attempt's chunks
+are void: the step runs again. Chunks arrive as they are written (the
+database announces them); new events are read every --poll (at most 1m).
+-o json prints one JSON object per line: events as "task history -o json"
+prints its array, stream entries as {"kind": "chunk"|"rewind"|"end", ...}.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id, err := parseTaskID(args[0])
 			if err != nil {
 				return err
 			}
-			if poll <= 0 || poll > maxWatchPoll {
-				return errmark.Mark(errors.Newf("--poll %s: want more than 0 and at most %s", poll, maxWatchPoll), configError)
+			if poll < 10*time.Millisecond || poll > maxWatchPoll {
+				return errmark.Mark(errors.Newf("--poll %s: want at least 10ms and at most %s", poll, maxWatchPoll), configError)
 			}
 			c, closeDB, err := g.client(cmd.Context())
 			if err != nil {
@@ -194,47 +199,35 @@ one JSON object per line, as "task history -o json" prints its array.`,
 			return watch(cmd, g, c, id, poll)
 		},
 	}
-	cmd.Flags().DurationVar(&poll, "poll", 250*time.Millisecond, "how often to read new events")
+	cmd.Flags().DurationVar(&poll, "poll", 250*time.Millisecond, "how often to read new events (at least 10ms)")
 	return cmd
 }
 
-// watch prints task id's events from the first, then those appended
-// since, until the task has finished and every event is printed.
+// watch prints task id's events from the first and the chunks of its
+// streams, then each as it is appended or written, until the task has
+// finished and everything is printed.
 func watch(cmd *cobra.Command, g *globals, c *sdk.Client, id uuid.UUID, poll time.Duration) error {
 	ctx := cmd.Context()
 	printer := newEventPrinter(cmd, g.output == "json")
-	var after int64
-	for {
-		// Read the status first: events appended before it was read are
-		// printed below, so the last page after a finish holds the end.
-		info, err := c.Get(ctx, id)
+	for it, err := range c.Stream(ctx, id, 0, &sdk.StreamOpts{Events: true, Poll: poll}) {
 		if err != nil {
 			return notFoundAs(err, id, g.namespace)
 		}
-		for {
-			page, err := c.RawHistoryPage(ctx, id, sdk.HistoryPageOpts{After: after})
-			if err != nil {
-				return notFoundAs(err, id, g.namespace)
-			}
-			for _, e := range page.Events {
-				if err := printer.print(e); err != nil {
-					return err
-				}
-				after = e.Seq
-			}
-			if page.Next == 0 {
-				break
-			}
+		switch it.Kind {
+		case sdk.StreamEvent:
+			err = printer.print(*it.Event)
+		case sdk.StreamChunk, sdk.StreamRewind, sdk.StreamEnd:
+			err = printer.printEntry(it)
 		}
-		if info.Status.Terminal() {
-			return endedAs(nil, info)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(poll):
+		if err != nil {
+			return err
 		}
 	}
+	info, err := c.Get(ctx, id)
+	if err != nil {
+		return notFoundAs(err, id, g.namespace)
+	}
+	return endedAs(nil, info)
 }
 
 // eventPrinter prints events one at a time, as lines of `task history`'s
@@ -250,6 +243,58 @@ func newEventPrinter(cmd *cobra.Command, asJSON bool) *eventPrinter {
 	return &eventPrinter{cmd: cmd, asJSON: asJSON}
 }
 
+// streamLine is a stream entry as `task watch -o json` prints it.
+type streamLine struct {
+	Kind     sdk.StreamKind  `json:"kind"`
+	Seq      int64           `json:"seq"`
+	Stream   string          `json:"stream"`
+	Attempt  int             `json:"attempt"`
+	Position int             `json:"position"`
+	Data     json.RawMessage `json:"data,omitempty"`
+	Time     time.Time       `json:"time"`
+}
+
+// printEntry prints a chunk, rewind or end of the task's streams: a line
+// of the table whose EVENT is the kind and the stream, whose DETAILS is
+// the chunk (its text, quoted) or what the entry means.
+func (p *eventPrinter) printEntry(it sdk.StreamItem) error {
+	w := p.cmd.OutOrStdout()
+	if p.asJSON {
+		line, err := json.Marshal(streamLine{Kind: it.Kind, Seq: it.Seq, Stream: it.Stream, Attempt: it.Attempt, Position: it.Position, Data: it.Data, Time: it.Time})
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(w, "%s\n", line)
+		return err
+	}
+	p.printHeader()
+	where := fmt.Sprintf("step %d", it.Position)
+	if it.Position < 0 {
+		where = "the workflow"
+	}
+	var details string
+	switch it.Kind {
+	case sdk.StreamRewind:
+		details = fmt.Sprintf("discard the chunks attempt %d of %s wrote: it failed, the step runs again", it.Attempt, where)
+	case sdk.StreamEnd:
+		details = fmt.Sprintf("%s completed: its chunks stand", where)
+	default:
+		details = string(it.Data)
+		if text := it.Text(); text != "" || string(it.Data) == `""` {
+			details = strconv.Quote(text)
+		}
+	}
+	_, err := fmt.Fprintf(w, "%-4s  %-15s  %-7d  %-20s  %s\n", "", it.Time.Format("15:04:05.000000"), it.Attempt, string(it.Kind)+" "+it.Stream, details)
+	return err
+}
+
+func (p *eventPrinter) printHeader() {
+	if !p.header {
+		fmt.Fprintf(p.cmd.OutOrStdout(), "%-4s  %-15s  %-7s  %-20s  %s\n", "SEQ", "AT", "ATTEMPT", "EVENT", "DETAILS")
+		p.header = true
+	}
+}
+
 func (p *eventPrinter) print(e history.Event) error {
 	w := p.cmd.OutOrStdout()
 	if p.asJSON {
@@ -260,10 +305,7 @@ func (p *eventPrinter) print(e history.Event) error {
 		_, err = fmt.Fprintf(w, "%s\n", line)
 		return err
 	}
-	if !p.header {
-		fmt.Fprintf(w, "%-4s  %-15s  %-7s  %-20s  %s\n", "SEQ", "AT", "ATTEMPT", "EVENT", "DETAILS")
-		p.header = true
-	}
+	p.printHeader()
 	attempt := ""
 	if e.Attempt > 0 {
 		attempt = fmt.Sprint(e.Attempt)

@@ -269,6 +269,12 @@ func buildTimeline(events []history.Event) []*timelineBlock {
 			note(e.At, "Timed out", "no signal "+p.Name+" came before its deadline")
 		case history.PatchRecordedData:
 			note(e.At, "Patch", fmt.Sprintf("took the new branch of patch %s at step %d", p.PatchID, p.Position))
+		case history.StreamClosedData:
+			where := fmt.Sprintf("step %d", p.Position)
+			if p.Position < 0 {
+				where = "the workflow"
+			}
+			note(e.At, "Stream", fmt.Sprintf("stream %s of %s %s (attempt %d): %d chunks, %d bytes", p.Name, where, p.Outcome, e.Attempt, p.Chunks, p.Bytes))
 		case history.SignalReceivedData:
 			text := "signal " + p.Name + " received"
 			if p.Sender != "" {

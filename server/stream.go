@@ -1,0 +1,148 @@
+package server
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/sdk"
+	"github.com/cairnflow/cairn/server/internal/web"
+)
+
+// SSEHeartbeat is how often a stream of Server-Sent Events
+// (GET /v1/tasks/{id}/stream) sends a comment while nothing else comes, so
+// proxies keep the connection open and a client notices a dead one.
+const SSEHeartbeat = 15 * time.Second
+
+// streamEntry is the data of a chunk, rewind or end event.
+type streamEntry struct {
+	Seq      int64           `json:"seq"`
+	Stream   string          `json:"stream"`
+	Attempt  int             `json:"attempt"`
+	Position int             `json:"position"`
+	Data     json.RawMessage `json:"data,omitempty"`
+	Time     time.Time       `json:"time"`
+}
+
+// streamStatus is the data of a status event.
+type streamStatus struct {
+	Status   history.Status `json:"status"`
+	Finished bool           `json:"finished"`
+}
+
+// taskStream answers GET /v1/tasks/{id}/stream: the task's streams as
+// Server-Sent Events, from the entry after Last-Event-ID (or ?from=), as
+// they are written, until the task finishes (sdk.Client.Stream). Each
+// chunk, rewind and end is an event of that name whose id is its seq; a
+// status event (no id) comes first and at each change, the last one
+// finished; with ?events=true each history event appended is an "event"
+// event. A comment every SSEHeartbeat keeps the connection open. The
+// stream counts as a long poll (Config.MaxLongPolls).
+func (s *Server) taskStream(w http.ResponseWriter, r *http.Request, c *call) {
+	id, ok := s.taskID(w, r)
+	if !ok {
+		return
+	}
+	from, ok := s.streamFrom(w, r)
+	if !ok {
+		return
+	}
+	opts := &sdk.StreamOpts{Heartbeat: SSEHeartbeat}
+	switch v := r.URL.Query().Get("events"); v {
+	case "", "false":
+	case "true":
+		opts.Events = true
+	default:
+		s.writeProblem(w, r, web.NewProblem(http.StatusBadRequest, web.CodeInvalidRequest, "events "+strconv.Quote(v)+" is neither true nor false"))
+		return
+	}
+	if _, err := c.client.Get(r.Context(), id); err != nil {
+		s.writeError(w, r, err) // a problem, before the stream begins
+		return
+	}
+	if s.longPolls.Add(1) > int64(s.cfg.MaxLongPolls) {
+		s.longPolls.Add(-1)
+		p := web.NewProblem(http.StatusTooManyRequests, web.CodeTooManyWaits,
+			fmt.Sprintf("the server holds its limit of %d long polls open; try again shortly", s.cfg.MaxLongPolls))
+		web.RetryAfter(p, time.Second)
+		s.writeProblem(w, r, p)
+		return
+	}
+	defer s.longPolls.Add(-1)
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	go func() {
+		select {
+		case <-s.drained: // shutting down: the client reconnects elsewhere
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("X-Accel-Buffering", "no") // nginx: do not buffer the stream
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	buf := bufio.NewWriterSize(w, 32<<10)
+	s.extendWrite(w, SSEHeartbeat)
+	_, _ = buf.WriteString("retry: 1000\n\n")
+	for it, err := range c.client.Stream(ctx, id, from, opts) {
+		if err != nil {
+			return // the connection ends; the client resumes from its last id
+		}
+		writeSSE(buf, it)
+		if err := buf.Flush(); err != nil {
+			return
+		}
+		_ = rc.Flush()
+		s.extendWrite(w, SSEHeartbeat)
+	}
+}
+
+// streamFrom reads where a stream resumes: Last-Event-ID, else ?from=.
+func (s *Server) streamFrom(w http.ResponseWriter, r *http.Request) (int64, bool) {
+	name, v := "Last-Event-ID", r.Header.Get("Last-Event-ID")
+	if v == "" {
+		name, v = "from", r.URL.Query().Get("from")
+	}
+	if v == "" {
+		return 0, true
+	}
+	from, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || from < 0 {
+		s.writeProblem(w, r, web.NewProblem(http.StatusBadRequest, web.CodeInvalidRequest, name+" "+strconv.Quote(v)+" is not a stream entry's seq (an integer, 0 or more)"))
+		return 0, false
+	}
+	return from, true
+}
+
+// writeSSE writes one item as a Server-Sent Event (a comment for idle).
+func writeSSE(buf *bufio.Writer, it sdk.StreamItem) {
+	var data any
+	switch it.Kind {
+	case sdk.StreamIdle:
+		_, _ = buf.WriteString(": keep-alive\n\n")
+		return
+	case sdk.StreamStatus:
+		data = streamStatus{Status: it.Status, Finished: it.Status.Terminal()}
+	case sdk.StreamEvent:
+		data = it.Event
+	default:
+		data = streamEntry{Seq: it.Seq, Stream: it.Stream, Attempt: it.Attempt, Position: it.Position, Data: it.Data, Time: it.Time}
+	}
+	b, err := json.Marshal(data)
+	if err != nil {
+		return
+	}
+	if it.Seq > 0 {
+		_, _ = buf.WriteString("id: " + strconv.FormatInt(it.Seq, 10) + "\n")
+	}
+	_, _ = buf.WriteString("event: " + string(it.Kind) + "\ndata: ")
+	_, _ = buf.Write(b) // JSON holds no newline
+	_, _ = buf.WriteString("\n\n")
+}
