@@ -172,13 +172,16 @@ func (r *streamReader) run(ctx context.Context) {
 	<-timer.C
 	r.idle = time.Now()
 	for {
-		finished, ok := r.read(ctx)
+		finished, fresh, ok := r.read(ctx)
 		if !ok || finished {
 			return
 		}
-		if live() {
+		switch {
+		case fresh:
+			interval = streamPollMin // the status is read when the entries pause
+		case live():
 			interval = r.opts.Poll
-		} else {
+		default:
 			interval = min(2*interval, streamPollMax, r.opts.Poll)
 		}
 		wait := interval
@@ -208,54 +211,64 @@ func (r *streamReader) run(ctx context.Context) {
 	}
 }
 
-// read yields what is new: the status when it changed, events, then
-// every entry; finished once a finished task's entries are all read.
-// ok is false once the reader stopped (the caller's yield, an error).
-func (r *streamReader) read(ctx context.Context) (finished, ok bool) {
-	// The status first: entries the task wrote before it finished are all
-	// read below.
+// read yields what is new: entries, then, when there were none, the
+// status when it changed and events; finished once a finished task's
+// entries are all read. fresh says entries came: the status is not read
+// then (a reader of a busy stream pays one query per wake-up), and the
+// caller looks again soon. ok is false once the reader stopped (the
+// caller's yield, an error).
+func (r *streamReader) read(ctx context.Context) (finished, fresh, ok bool) {
+	if fresh, ok = r.readEntries(ctx); !ok || fresh {
+		return false, fresh, ok
+	}
+	// The status, then the entries again: those the task wrote before it
+	// finished are all read.
 	t, err := r.c.store.TaskGet(ctx, &store.TaskGetParams{Namespace: r.c.namespace, ID: r.id})
 	if err != nil {
 		r.yield(StreamItem{}, errors.Wrapf(err, "stream task %s", r.id))
-		return false, false
+		return false, false, false
 	}
 	status := t.Status
 	if status != r.status && !status.Terminal() {
 		r.status = status
 		if !r.emit(StreamItem{Kind: StreamStatus, Status: status, Time: t.UpdatedAt}) {
-			return false, false
+			return false, false, false
 		}
 	}
-	if r.opts.Events {
-		if !r.readEvents(ctx) {
-			return false, false
-		}
+	if r.opts.Events && !r.readEvents(ctx) {
+		return false, false, false
 	}
+	if !status.Terminal() {
+		return false, false, true
+	}
+	if _, ok := r.readEntries(ctx); !ok {
+		return false, false, false
+	}
+	r.status = status
+	return true, false, r.emit(StreamItem{Kind: StreamStatus, Status: status, Time: t.UpdatedAt})
+}
+
+// readEntries yields the entries written since the last one yielded, and
+// says whether there were any.
+func (r *streamReader) readEntries(ctx context.Context) (fresh, ok bool) {
 	for {
 		entries, err := r.c.store.ReadStream(ctx, r.c.namespace, r.id, r.after, store.MaxStreamPage)
 		if err != nil {
 			r.yield(StreamItem{}, errors.Wrapf(err, "stream task %s", r.id))
-			return false, false
+			return fresh, false
 		}
 		for _, e := range entries {
 			r.after = e.Seq
+			fresh = true
 			if !r.emit(StreamItem{Seq: e.Seq, Kind: StreamKind(e.Kind), Stream: e.Stream, Attempt: e.Attempt, Position: e.Position,
 				Data: json.RawMessage(e.Data), Time: e.CreatedAt}) {
-				return false, false
+				return fresh, false
 			}
 		}
 		if len(entries) < store.MaxStreamPage {
-			break
+			return fresh, true
 		}
 	}
-	if !status.Terminal() {
-		return false, true
-	}
-	if r.opts.Events && !r.readEvents(ctx) {
-		return false, false
-	}
-	r.status = status
-	return true, r.emit(StreamItem{Kind: StreamStatus, Status: status, Time: t.UpdatedAt})
 }
 
 // readEvents yields the events appended since the last one yielded.
