@@ -21,7 +21,8 @@ type TaskEraseParams struct {
 }
 
 // EraseTask destroys a finished task's data key (crypto-shredding) and
-// appends task_erased in the same write: the events stay (types, times,
+// appends task_erased in the same write, removing the task's stream
+// entries with it: the events stay (types, times,
 // attempts, error classes and messages, who did what), while every
 // payload sealed with the key (its input, step outputs, output, signal
 // payloads, blobs) is unreadable for good, in this database and in every
@@ -70,11 +71,24 @@ func eraseOnce(ctx context.Context, s store.Store, p *TaskEraseParams) (history.
 	if keys[p.ID] == nil {
 		return state, errmark.Mark(errors.Newf("erase task %s: it has no data key (its namespace was not encrypted when it ran, or it wrote no payload under encryption), so nothing of it can be shredded", p.ID), store.ErrTaskState)
 	}
-	next, err := s.EventAppend(ctx, &store.EventAppendParams{
+	// The event and the removal of the task's stream entries (sealed with
+	// the key, and of no use once it is gone) in one transaction.
+	tx, err := s.Begin(ctx)
+	if err != nil {
+		return state, errors.Wrapf(err, "erase task %s", p.ID)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	next, err := tx.EventAppend(ctx, &store.EventAppendParams{
 		TaskID: p.ID, State: state, At: Now(),
 		Payloads: []history.Payload{history.TaskErasedData{By: p.By, Reason: p.Reason}},
 	})
 	if err != nil {
+		return state, errors.Wrapf(err, "erase task %s", p.ID)
+	}
+	if _, err := tx.StreamRemove(ctx, &store.StreamRemoveParams{Namespace: p.Namespace, TaskID: p.ID}); err != nil {
+		return state, errors.Wrapf(err, "erase task %s", p.ID)
+	}
+	if err := tx.Commit(ctx); err != nil {
 		return state, errors.Wrapf(err, "erase task %s", p.ID)
 	}
 	return next, nil

@@ -49,6 +49,9 @@ var kycWorkflow = sdk.NewWorkflow("kyc.check", 1, func(ctx workflow.Context, in 
 	}
 	text, err := workflow.Step(ctx, "ocr", func(ctx context.Context) (string, error) {
 		data, err := activities.GetBlob(ctx, scan)
+		if err == nil {
+			err = activities.Stream(ctx, "ocr", "reading "+string(data))
+		}
 		return "read: " + string(data) + strings.Repeat(" padding", 40), err // over the blob threshold
 	}, nil)
 	if err != nil {
@@ -149,6 +152,7 @@ func newEncryptedEnvArchiving(t *testing.T, embedded bool, codec *seal.Keys, arc
 				"SELECT count(*) FROM " + enginetest.TableName(pg, "events") + " WHERE data::text LIKE '%' || $1 || '%'",
 				"SELECT count(*) FROM " + enginetest.TableName(pg, "tasks") + " WHERE coalesce(input::text, '') || coalesce(output::text, '') LIKE '%' || $1 || '%'",
 				"SELECT count(*) FROM " + enginetest.TableName(pg, "blobs") + " WHERE position(convert_to($1, 'UTF8') in data) > 0",
+				"SELECT count(*) FROM " + enginetest.TableName(pg, "stream_entries") + " WHERE position(convert_to($1, 'UTF8') in data) > 0",
 			} {
 				var n int
 				require.NoError(t, pg.Pool().QueryRow(ctx, q, needle).Scan(&n))
@@ -223,6 +227,23 @@ func TestEncryptedNamespaceStoresNoPlaintext(t *testing.T) {
 		require.Len(t, bigInfo.Input, 10_000*(len(secret)+1)+2, "an input kept by reference reads back whole")
 
 		require.Empty(t, env.rawScan(t, secret), "the secret is stored in clear")
+		chunks := func(c *sdk.Client) []sdk.StreamItem {
+			var got []sdk.StreamItem
+			for it, err := range c.Stream(ctx, id, 0, nil) {
+				require.NoError(t, err)
+				if it.Kind == sdk.StreamChunk {
+					got = append(got, it)
+				}
+			}
+			return got
+		}
+		streamed := chunks(env.client)
+		require.Len(t, streamed, 1)
+		require.Equal(t, "reading png bytes of "+secret, streamed[0].Text(), "a stream's chunk opens with the key")
+		blindChunks := chunks(env.blind)
+		require.Len(t, blindChunks, 1)
+		_, sealed := history.ParseSealed(blindChunks[0].Data)
+		require.True(t, sealed, "without keys a chunk reads sealed: %s", blindChunks[0].Data)
 
 		events := taskHistory(t, env.client, id)
 		require.Contains(t, string(events[0].Data.(history.TaskScheduledData).Input), secret)
@@ -238,7 +259,7 @@ func TestEncryptedNamespaceStoresNoPlaintext(t *testing.T) {
 
 		blindEvents, err := env.blind.RawHistory(ctx, id)
 		require.NoError(t, err)
-		_, sealed := history.ParseSealed(blindEvents[0].Data.(history.TaskScheduledData).Input)
+		_, sealed = history.ParseSealed(blindEvents[0].Data.(history.TaskScheduledData).Input)
 		require.True(t, sealed, "without keys the input reads sealed: %s", blindEvents[0].Data.(history.TaskScheduledData).Input)
 		blindInfo, err := env.blind.Get(ctx, id)
 		require.NoError(t, err)
@@ -287,7 +308,18 @@ func TestEraseShredsAFinishedTasksPayloads(t *testing.T) {
 		require.NoError(t, err)
 		before := len(taskHistory(t, env.client, id))
 
+		hasChunks := func() bool {
+			for it, err := range env.client.Stream(ctx, id, 0, nil) {
+				require.NoError(t, err)
+				if it.Kind == sdk.StreamChunk {
+					return true
+				}
+			}
+			return false
+		}
+		require.True(t, hasChunks(), "the ocr step streamed")
 		require.NoError(t, env.client.Erase(ctx, id, "GDPR art. 17 request #42"))
+		require.False(t, hasChunks(), "an erasure removes the task's stream entries")
 
 		raw, err := env.client.RawHistory(ctx, id)
 		require.NoError(t, err)

@@ -99,6 +99,10 @@ type NamespaceSettings struct {
 	// [cairntype.MaxTypeRetentions] types): a type listed keeps its tasks that
 	// long even when the namespace keeps its own forever.
 	TypeRetention map[string]time.Duration
+	// StreamTTL is how long the namespace keeps its tasks' stream entries
+	// (docs/streams.md) after they were written; 0: as long as their
+	// tasks. The leader's retention removes them.
+	StreamTTL time.Duration
 }
 
 // SetNamespace sets the retention settings of namespace (any namespace,
@@ -121,7 +125,8 @@ func (c *Client) SetNamespace(ctx context.Context, namespace string, s Namespace
 			return errmark.Mark(errors.Wrap(err, "type retention"), ErrInvalid)
 		}
 	}
-	p := &store.NamespaceSetParams{Namespace: namespace, Retention: s.Retention, KeyRetention: s.KeyRetention, Archive: s.Archive, TypeRetention: s.TypeRetention}
+	p := &store.NamespaceSetParams{Namespace: namespace, Retention: s.Retention, KeyRetention: s.KeyRetention, Archive: s.Archive, TypeRetention: s.TypeRetention,
+		StreamTTL: s.StreamTTL}
 	if err := p.Config().Validate(); err != nil {
 		return errmark.Mark(err, ErrInvalid)
 	}

@@ -29,6 +29,9 @@ type namespaceView struct {
 	// TypeRetentionSeconds are the task types with a retention of their
 	// own, in place of the namespace's for their tasks.
 	TypeRetentionSeconds map[string]float64 `json:"type_retention_seconds,omitempty"`
+	// StreamTTLSeconds is how long the namespace keeps its tasks' stream
+	// entries; null: as long as their tasks.
+	StreamTTLSeconds *float64 `json:"stream_ttl_seconds"`
 }
 
 // namespaceRequest is the body of PUT /v1/namespace. A setting left out
@@ -43,6 +46,9 @@ type namespaceRequest struct {
 	// TypeRetentionSeconds replaces the task types' own retentions (left
 	// out: they stay as they are; {}: none).
 	TypeRetentionSeconds map[string]*float64 `json:"type_retention_seconds"`
+	// StreamTTLSeconds: left out or null, stream entries go with their
+	// tasks.
+	StreamTTLSeconds *float64 `json:"stream_ttl_seconds"`
 }
 
 // maxRetention bounds a retention setting well inside time.Duration.
@@ -55,7 +61,7 @@ func (s *Server) getNamespace(w http.ResponseWriter, r *http.Request, c *call) {
 		return
 	}
 	view := namespaceView{Namespace: c.namespace,
-		RetentionSeconds: seconds(ns.Retention), KeyRetentionSeconds: seconds(ns.KeyRetention)}
+		RetentionSeconds: seconds(ns.Retention), KeyRetentionSeconds: seconds(ns.KeyRetention), StreamTTLSeconds: seconds(ns.StreamTTL)}
 	if ns.Archive != "" {
 		view.Archive = &ns.Archive
 	}
@@ -88,6 +94,7 @@ func (s *Server) putNamespace(w http.ResponseWriter, r *http.Request, c *call) {
 	}{
 		{"retention_seconds", req.RetentionSeconds, &settings.Retention},
 		{"key_retention_seconds", req.KeyRetentionSeconds, &settings.KeyRetention},
+		{"stream_ttl_seconds", req.StreamTTLSeconds, &settings.StreamTTL},
 	} {
 		d, p := retentionSetting(f.name, f.in)
 		if p != nil {

@@ -24,7 +24,7 @@ func newNamespaceCmd(g *globals) *cobra.Command {
 }
 
 func newNamespaceSetCmd(g *globals) *cobra.Command {
-	var retention, keyRetention retentionFlag
+	var retention, keyRetention, streamTTL retentionFlag
 	var archive string
 	var typeRetention []string
 	cmd := &cobra.Command{
@@ -61,6 +61,9 @@ With --placement it works in NAME's cell.`,
 			if cmd.Flags().Changed("key-retention") {
 				s.KeyRetention = time.Duration(keyRetention)
 			}
+			if cmd.Flags().Changed("stream-ttl") {
+				s.StreamTTL = time.Duration(streamTTL)
+			}
 			if cmd.Flags().Changed("archive") {
 				s.Archive = ""
 				if archive != "" {
@@ -87,6 +90,7 @@ With --placement it works in NAME's cell.`,
 	cmd.Flags().StringArrayVar(&typeRetention, "type-retention", nil, "TYPE=DURATION: a task type's own retention, e.g. report.render=7d (TYPE=default removes it); repeatable")
 	cmd.Flags().Var(&retention, "retention", "how long finished tasks are kept, e.g. 30d (0: the default)")
 	cmd.Flags().Var(&keyRetention, "key-retention", "how long a removed task's idempotency key stays taken, e.g. 24h (0: the default)")
+	cmd.Flags().Var(&streamTTL, "stream-ttl", "how long tasks' stream entries are kept after they were written, e.g. 7d (0: as long as their tasks)")
 	cmd.Flags().StringVar(&archive, "archive", "", `where the histories of removed tasks are written first: a directory or s3://bucket/prefix?endpoint=host:port ("": the leader's default, --default-archive)`)
 	return cmd
 }
@@ -94,7 +98,8 @@ With --placement it works in NAME's cell.`,
 // currentSettings returns namespace's settings (zero when it has none).
 func currentSettings(cmd *cobra.Command, c *sdk.Client, namespace string) (sdk.NamespaceSettings, error) {
 	ns, err := c.NamespaceConfig(cmd.Context(), namespace)
-	return sdk.NamespaceSettings{Retention: ns.Retention, KeyRetention: ns.KeyRetention, Archive: ns.Archive, TypeRetention: ns.TypeRetention}, err
+	return sdk.NamespaceSettings{Retention: ns.Retention, KeyRetention: ns.KeyRetention, Archive: ns.Archive, TypeRetention: ns.TypeRetention,
+		StreamTTL: ns.StreamTTL}, err
 }
 
 // applyTypeRetention returns current with the --type-retention flags

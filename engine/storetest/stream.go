@@ -20,6 +20,32 @@ var streamTests = []conformanceTest{
 	{"StreamOpenChunksAreListedUntilClosed", testStreamOpenList},
 	{"StreamEntriesGoWithTheirTaskAndTheirTTL", testStreamRemoved},
 	{"StreamAppendsAreChecked", testStreamChecked},
+	{"StreamTTLRemovesOldEntriesOfItsNamespace", testStreamTTL},
+}
+
+// laterClock is a clock an hour ahead.
+type laterClock struct{}
+
+func (laterClock) Now() time.Time { return time.Now().Add(time.Hour) }
+
+func testStreamTTL(t *testing.T, s store.Store) {
+	ctx := testContext(t)
+	id := start(t, s, spec{})
+	ct := claimOne(t, s, "w", time.Minute)
+	_, err := streamAppend(t, s, ct, chunk("tokens", 0, `"a"`), chunk("tokens", 0, `"b"`), chunk("tokens", 0, `"c"`))
+	require.NoError(t, err)
+	n, err := maintenance.RemoveExpiredStreams(ctx, s, laterClock{}, 2, 0)
+	require.NoError(t, err)
+	require.Zero(t, n, "a namespace without a stream TTL keeps its entries")
+	require.NoError(t, s.NamespaceSet(ctx, &store.NamespaceSetParams{Namespace: store.DefaultNamespace, StreamTTL: 2 * time.Hour}))
+	n, err = maintenance.RemoveExpiredStreams(ctx, s, laterClock{}, 2, 0)
+	require.NoError(t, err)
+	require.Zero(t, n, "younger than the TTL")
+	require.NoError(t, s.NamespaceSet(ctx, &store.NamespaceSetParams{Namespace: store.DefaultNamespace, StreamTTL: 30 * time.Minute}))
+	n, err = maintenance.RemoveExpiredStreams(ctx, s, laterClock{}, 2, 0)
+	require.NoError(t, err)
+	require.Equal(t, 3, n, "older than the TTL, in batches")
+	require.Empty(t, readStream(t, s, id, 0, 0))
 }
 
 // streamAppend writes entries for ct's attempt.

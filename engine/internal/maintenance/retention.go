@@ -93,10 +93,55 @@ func (r *retention) Start(ctx context.Context) error {
 // Stop stops removing and waits.
 func (r *retention) Stop() { r.svc.Stop() }
 
-// pass removes within the budget.
+// pass removes within the budget: finished tasks, then stream entries
+// past their namespace's stream TTL.
 func (r *retention) pass(ctx context.Context) {
 	res, err := removeFinished(ctx, r.cfg.Store, r.cfg.Clock, r.cfg.Retention, r.cfg.Retention.Budget, &r.next, false)
 	logRemoved(ctx, r.cfg.Logger, res, err)
+	n, err := RemoveExpiredStreams(ctx, r.cfg.Store, r.cfg.Clock, r.cfg.Retention.Batch, r.cfg.Retention.Budget)
+	if n > 0 {
+		r.cfg.Logger.Info("rescuer: removed stream entries past their namespace's stream TTL", "entries", n)
+	}
+	if err != nil && ctx.Err() == nil {
+		r.cfg.Logger.Warn("rescuer: remove expired stream entries", service.ErrAttr(err))
+	}
+}
+
+// RemoveExpiredStreams removes the stream entries older than their
+// namespace's stream TTL (store.NamespaceConfig.StreamTTL; namespaces
+// without one keep them as long as their tasks), batch entries per
+// statement, within budget (0: none), and returns how many it removed.
+func RemoveExpiredStreams(ctx context.Context, s store.Store, clock store.Clock, batch int, budget time.Duration) (int, error) {
+	namespaces, err := s.NamespaceList(ctx, &store.NamespaceListParams{})
+	if err != nil {
+		return 0, err
+	}
+	if batch <= 0 {
+		batch = 500
+	}
+	until := time.Now().Add(budget)
+	total := 0
+	var errs error
+	for _, ns := range namespaces {
+		if ns.StreamTTL <= 0 || ns.Name == store.DefaultsRow {
+			continue
+		}
+		for {
+			n, err := s.StreamRemoveExpired(ctx, &store.StreamRemoveExpiredParams{Namespace: ns.Name, Before: clock.Now().Add(-ns.StreamTTL), Max: batch})
+			total += n
+			if err != nil {
+				errs = errors.CombineErrors(errs, err)
+				break
+			}
+			if n < batch || (budget > 0 && time.Now().After(until)) {
+				break
+			}
+		}
+		if budget > 0 && time.Now().After(until) {
+			break
+		}
+	}
+	return total, errs
 }
 
 // logRemoved logs what a pass of retention or of the archiver removed, and
