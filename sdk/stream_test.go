@@ -168,3 +168,58 @@ func TestStreamRewindsAFailedAttempt(t *testing.T) {
 		require.NotEmpty(t, ids, "Run.Stream reads the run's")
 	})
 }
+
+// A worker that dies mid-stream writes nothing more; the next attempt's
+// first write rewinds the chunks it left, before its own.
+func TestStreamRewindsALostAttempt(t *testing.T) {
+	t.Parallel()
+	onEachStore(t, func(t *testing.T, setup setupFunc) {
+		b := setup(t, sdk.WorkerConfig{RescueInterval: 100 * time.Millisecond})
+		wf := sdk.NewWorkflow("llm.lost", 1, func(ctx workflow.Context, n int) (int, error) {
+			return workflow.Step(ctx, "answer", func(ctx context.Context) (int, error) {
+				info, _ := activities.GetInfo(ctx)
+				for i := range n {
+					if err := activities.Stream(ctx, "tokens", fmt.Sprintf("t%d ", i)); err != nil {
+						return 0, err
+					}
+				}
+				if info.Attempt == 1 {
+					<-ctx.Done() // the worker dies here
+					return 0, ctx.Err()
+				}
+				return n, nil
+			}, nil)
+		}, nil)
+		sdk.Register(b.worker, wf)
+		crasher := b.newWorker(t, sdk.WorkerConfig{LeaseTTL: time.Second, HeartbeatInterval: 100 * time.Millisecond, RescueInterval: -1})
+		sdk.Register(crasher, wf)
+		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+		defer cancel()
+		run, err := sdk.Start(ctx, b.client, wf, 5, nil)
+		require.NoError(t, err)
+		items := make(chan sdk.StreamItem, 100)
+		go func() {
+			defer close(items)
+			for it, err := range b.client.Stream(ctx, run.ID, 0, nil) {
+				if err != nil {
+					return
+				}
+				items <- it
+			}
+		}()
+		startWorker(t, crasher)
+		tr := &transcript{}
+		for len(tr.tokens) < 5 {
+			tr.add(t, <-items)
+		}
+		sdk.AbandonWorker(crasher)
+		stopWorker(t, crasher)
+		startWorker(t, b.worker)
+		for it := range items {
+			tr.add(t, it)
+		}
+		tr.requireAnswer(t, 5, 2)
+		require.Equal(t, 1, tr.rewinds, "the lost attempt's chunks rewound")
+		require.Len(t, tr.seqs, 5+1+5+1)
+	})
+}
