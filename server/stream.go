@@ -3,37 +3,18 @@ package server
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"strconv"
 	"time"
 
-	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/sdk"
 	"github.com/cairnflow/cairn/server/internal/web"
 )
 
 // SSEHeartbeat is how often a stream of Server-Sent Events
-// (GET /v1/tasks/{id}/stream) sends a comment while nothing else comes, so
-// proxies keep the connection open and a client notices a dead one.
-const SSEHeartbeat = 15 * time.Second
-
-// streamEntry is the data of a chunk, rewind or end event.
-type streamEntry struct {
-	Seq      int64           `json:"seq"`
-	Stream   string          `json:"stream"`
-	Attempt  int             `json:"attempt"`
-	Position int             `json:"position"`
-	Data     json.RawMessage `json:"data,omitempty"`
-	Time     time.Time       `json:"time"`
-}
-
-// streamStatus is the data of a status event.
-type streamStatus struct {
-	Status   history.Status `json:"status"`
-	Finished bool           `json:"finished"`
-}
+// (GET /v1/tasks/{id}/stream) sends a comment while nothing else comes.
+const SSEHeartbeat = web.SSEHeartbeat
 
 // taskStream answers GET /v1/tasks/{id}/stream: the task's streams as
 // Server-Sent Events, from the entry after Last-Event-ID (or ?from=), as
@@ -95,7 +76,7 @@ func (s *Server) taskStream(w http.ResponseWriter, r *http.Request, c *call) {
 		if err != nil {
 			return // the connection ends; the client resumes from its last id
 		}
-		writeSSE(buf, it)
+		web.WriteSSE(buf, it)
 		if err := buf.Flush(); err != nil {
 			return
 		}
@@ -106,43 +87,9 @@ func (s *Server) taskStream(w http.ResponseWriter, r *http.Request, c *call) {
 
 // streamFrom reads where a stream resumes: Last-Event-ID, else ?from=.
 func (s *Server) streamFrom(w http.ResponseWriter, r *http.Request) (int64, bool) {
-	name, v := "Last-Event-ID", r.Header.Get("Last-Event-ID")
-	if v == "" {
-		name, v = "from", r.URL.Query().Get("from")
-	}
-	if v == "" {
-		return 0, true
-	}
-	from, err := strconv.ParseInt(v, 10, 64)
-	if err != nil || from < 0 {
+	from, name, v, ok := web.SSEFrom(r.Header.Get("Last-Event-ID"), r.URL.Query().Get("from"))
+	if !ok {
 		s.writeProblem(w, r, web.NewProblem(http.StatusBadRequest, web.CodeInvalidRequest, name+" "+strconv.Quote(v)+" is not a stream entry's seq (an integer, 0 or more)"))
-		return 0, false
 	}
-	return from, true
-}
-
-// writeSSE writes one item as a Server-Sent Event (a comment for idle).
-func writeSSE(buf *bufio.Writer, it sdk.StreamItem) {
-	var data any
-	switch it.Kind {
-	case sdk.StreamIdle:
-		_, _ = buf.WriteString(": keep-alive\n\n")
-		return
-	case sdk.StreamStatus:
-		data = streamStatus{Status: it.Status, Finished: it.Status.Terminal()}
-	case sdk.StreamEvent:
-		data = it.Event
-	default:
-		data = streamEntry{Seq: it.Seq, Stream: it.Stream, Attempt: it.Attempt, Position: it.Position, Data: it.Data, Time: it.Time}
-	}
-	b, err := json.Marshal(data)
-	if err != nil {
-		return
-	}
-	if it.Seq > 0 {
-		_, _ = buf.WriteString("id: " + strconv.FormatInt(it.Seq, 10) + "\n")
-	}
-	_, _ = buf.WriteString("event: " + string(it.Kind) + "\ndata: ")
-	_, _ = buf.Write(b) // JSON holds no newline
-	_, _ = buf.WriteString("\n\n")
+	return from, ok
 }

@@ -145,6 +145,7 @@ func (s *Console) routes() http.Handler {
 	mux.Handle("GET /console/{$}", s.console(web.RoleRead, s.consoleOverview))
 	mux.Handle("GET /console/tasks", s.console(web.RoleRead, s.consoleTasks))
 	mux.Handle("GET /console/tasks/{id}", s.console(web.RoleRead, s.consoleTask))
+	mux.Handle("GET /console/tasks/{id}/stream", s.console(web.RoleRead, s.consoleTaskStream))
 	mux.Handle("GET /console/blobs/{key}", s.console(web.RoleRead, s.consoleBlob))
 	mux.Handle("POST /console/tasks/{id}/{action}", s.console(web.RoleOperate, s.consoleTaskAction))
 	mux.Handle("POST /console/tasks/{id}/signals/{name}", s.console(web.RoleOperate, s.consoleSignal))

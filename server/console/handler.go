@@ -4,6 +4,7 @@ import (
 	"html/template"
 	"log/slog"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/errors"
@@ -67,6 +68,7 @@ type Console struct {
 	sessions *sessions                     // the sign-ins
 	flashes  *flashes                      // the messages of the forms' redirects
 	handler  http.Handler
+	streams  atomic.Int64 // task pages streaming now (consoleTaskStream)
 }
 
 // New checks cfg, fills its defaults and returns a console. It is pure:
