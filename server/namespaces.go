@@ -30,8 +30,8 @@ type namespaceView struct {
 	// own, in place of the namespace's for their tasks.
 	TypeRetentionSeconds map[string]float64 `json:"type_retention_seconds,omitempty"`
 	// StreamTTLSeconds is how long the namespace keeps its tasks' stream
-	// entries; null: as long as their tasks.
-	StreamTTLSeconds *float64 `json:"stream_ttl_seconds"`
+	// entries; absent: as long as their tasks.
+	StreamTTLSeconds *float64 `json:"stream_ttl_seconds,omitempty"`
 }
 
 // namespaceRequest is the body of PUT /v1/namespace. A setting left out

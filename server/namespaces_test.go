@@ -75,6 +75,12 @@ func TestNamespaceSettingsOverHTTP(t *testing.T) {
 				require.Equal(t, http.StatusBadRequest, bad.Status, "%s: %s", body, bad.Body)
 				require.Contains(t, bad.Problem.Detail, says, body)
 			}
+			streams := servertest.Send(t, h, "PUT", "/v1/namespace?namespace=tenant-b", []byte(`{"stream_ttl_seconds":604800}`), as(adminToken)...)
+			require.Equal(t, http.StatusOK, streams.Status, "%s", streams.Body)
+			require.Contains(t, string(streams.Body), `"stream_ttl_seconds":604800`)
+			bad := servertest.Send(t, h, "PUT", "/v1/namespace?namespace=tenant-b", []byte(`{"stream_ttl_seconds":-1}`), as(adminToken)...)
+			require.Equal(t, http.StatusBadRequest, bad.Status, "%s", bad.Body)
+			require.Contains(t, bad.Problem.Detail, "stream_ttl_seconds -1 is not a number of seconds")
 			reset := servertest.Send(t, h, "PUT", "/v1/namespace?namespace=tenant-b", []byte(`{"retention_seconds":null,"type_retention_seconds":{}}`), as(adminToken)...)
 			require.Equal(t, http.StatusOK, reset.Status, "%s", reset.Body)
 			require.JSONEq(t, `{"namespace":"tenant-b","retention_seconds":null,"key_retention_seconds":null,"archive":"s3://bucket/cairn?endpoint=127.0.0.1:9000"}`, string(reset.Body),
