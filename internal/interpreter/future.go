@@ -190,6 +190,9 @@ func (s *runState) enter(api string) error {
 // checkGoroutine aborts the run, and returns the abort, when api is called
 // from a goroutine other than the body's.
 func (s *runState) checkGoroutine(api string) error {
+	if s.readOnly.Load() {
+		return errReadOnly(api)
+	}
 	if onBodyGoroutine() {
 		return nil
 	}

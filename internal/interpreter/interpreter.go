@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/errors"
@@ -130,6 +131,9 @@ type RunParams struct {
 	Stream func(name string, data json.RawMessage) error
 	// Now is the clock Sleep reads. Default time.Now.
 	Now func() time.Time
+	// inspected, when set, is where Run leaves the run's state, for
+	// [Inspect].
+	inspected **runState
 	// CollectOnly runs the workflow over its recorded steps only, to learn
 	// their options (compensators): the first step not on record ends the
 	// run with [ErrCollected] instead of running. Such a run records no
@@ -200,6 +204,11 @@ type runState struct {
 	pending  history.Payload // executed (a step) or fired (a timer), not yet recorded
 	visited  map[int]*StepOptions
 	recv     receiveState
+	// handlers are what the body registered (Register), by kind, then
+	// name; readOnly is set once the run has ended and [Inspect] calls
+	// into them: every call of the workflow API is then refused.
+	handlers map[string]map[string]any
+	readOnly atomic.Bool
 	child    childState
 	patched  map[string]bool // the run's Patched decisions, by patch id
 
@@ -225,6 +234,9 @@ func Run(p RunParams, fn Func, input json.RawMessage) (res Result) {
 	}
 	s := &runState{p: p, visited: map[int]*StepOptions{}}
 	s.futures.init()
+	if p.inspected != nil {
+		*p.inspected = s // Inspect reads the handlers once the run ends
+	}
 	defer func() {
 		if r := recover(); r != nil {
 			s.endFutures(false)
