@@ -37,7 +37,7 @@ func (l *listener) Connect(ctx context.Context) error {
 	if err != nil {
 		return errors.Wrap(interpretError(err), "connect the listener")
 	}
-	for _, channel := range []string{l.s.channel, l.s.doneChannel, l.s.cancelChannel, l.s.streamChannel, l.probeChannel} {
+	for _, channel := range []string{l.s.channel, l.s.doneChannel, l.s.cancelChannel, l.s.streamChannel, l.probeChannel, l.s.inquiryChannel, l.s.answeredChannel} {
 		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
 			_ = conn.Close(context.WithoutCancel(ctx))
 			return errors.Wrapf(interpretError(err), "listen on %s", channel)
@@ -65,6 +65,10 @@ func (l *listener) WaitForNotification(ctx context.Context) (store.Notification,
 		return store.Notification{Streams: parseIDs(note.Payload)}, nil
 	case l.probeChannel:
 		return store.Notification{Probes: []string{note.Payload}}, nil
+	case l.s.inquiryChannel:
+		return store.Notification{Inquiries: true}, nil
+	case l.s.answeredChannel:
+		return store.Notification{Answered: parseIDs(note.Payload)}, nil
 	default:
 		return store.Notification{Ready: true}, nil
 	}

@@ -104,8 +104,12 @@ type Store struct {
 	// streamChannel: tasks whose streams have new entries; payload is the
 	// task's id.
 	streamChannel string
-	q             map[string]string
-	observer      *store.ObserverSlot // Config.Metrics, or one attached later (ObserverAttach)
+	// inquiryChannel: pending inquiries were made; payload is their
+	// namespace. answeredChannel: an inquiry was answered; payload is its
+	// id.
+	inquiryChannel, answeredChannel string
+	q                               map[string]string
+	observer                        *store.ObserverSlot // Config.Metrics, or one attached later (ObserverAttach)
 	// metrics is what the store counts its writes into: observer, or, in a
 	// store bound to a transaction, observer's calls held until the commit.
 	metrics store.Observer
@@ -151,6 +155,7 @@ func New(cfg Config) (*Store, error) {
 	slot := store.NewObserverSlot(cfg.Metrics)
 	return &Store{pool: cfg.Pool, db: cfg.Pool, control: control, listenConf: listenConf, schema: schema,
 		channel: schema + ".ready", doneChannel: schema + ".done", cancelChannel: schema + ".cancel", streamChannel: schema + ".stream", probeChannel: schema + ".probe", q: q,
+		inquiryChannel: schema + ".inquiry", answeredChannel: schema + ".answered",
 		observer: slot, metrics: slot, clock: cfg.Clock, parents: &plan.ParentStates{}, limits: cfg.HistoryLimits.Resolved()}, nil
 }
 

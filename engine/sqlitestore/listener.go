@@ -47,6 +47,8 @@ func (l *listener) add(n store.Notification) {
 	l.pending.Cancel = append(l.pending.Cancel, n.Cancel...)
 	l.pending.Probes = append(l.pending.Probes, n.Probes...)
 	l.pending.Streams = append(l.pending.Streams, n.Streams...)
+	l.pending.Inquiries = l.pending.Inquiries || n.Inquiries
+	l.pending.Answered = append(l.pending.Answered, n.Answered...)
 	l.mu.Unlock()
 	select {
 	case l.signal <- struct{}{}:
@@ -64,8 +66,8 @@ func (l *listener) WaitForNotification(ctx context.Context) (store.Notification,
 		if !connected {
 			return store.Notification{}, errors.New("sqlitestore: listener not connected")
 		}
-		if n.Ready || len(n.Done) > 0 || len(n.Cancel) > 0 || len(n.Probes) > 0 || len(n.Streams) > 0 {
-			n.Done, n.Cancel, n.Probes, n.Streams = slices.Clip(n.Done), slices.Clip(n.Cancel), slices.Clip(n.Probes), slices.Clip(n.Streams)
+		if n.Ready || len(n.Done) > 0 || len(n.Cancel) > 0 || len(n.Probes) > 0 || len(n.Streams) > 0 || n.Inquiries || len(n.Answered) > 0 {
+			n.Done, n.Cancel, n.Probes, n.Streams, n.Answered = slices.Clip(n.Done), slices.Clip(n.Cancel), slices.Clip(n.Probes), slices.Clip(n.Streams), slices.Clip(n.Answered)
 			return n, nil
 		}
 		select {

@@ -251,6 +251,21 @@ type Executor interface {
 	StrandedReplace(ctx context.Context, p *StrandedReplaceParams) error
 	StrandedList(ctx context.Context, p *StrandedListParams) ([]StrandedTask, error)
 
+	// Inquiries (inquiry.go): a client's question for a worker with a
+	// task's code (a query, an update's validator), and its answer.
+	// InquiryCreate writes a pending one and announces it
+	// (Notification.Inquiries); InquiryTake holds up to p.Max pending ones
+	// of p's types for a worker, skipping those another take holds;
+	// InquiryAnswer answers a pending one and announces it
+	// (Notification.Answered); InquiryGet reads one; InquiryRemoveExpired
+	// removes those answered or past their deadline more than p.Keep ago
+	// and returns how many.
+	InquiryCreate(ctx context.Context, p *InquiryCreateParams) error
+	InquiryTake(ctx context.Context, p *InquiryTakeParams) ([]*Inquiry, error)
+	InquiryAnswer(ctx context.Context, p *InquiryAnswerParams) error
+	InquiryGet(ctx context.Context, p *InquiryGetParams) (*Inquiry, error)
+	InquiryRemoveExpired(ctx context.Context, p *InquiryRemoveExpiredParams) (int, error)
+
 	// Operators' reads. QueueMeasure measures a queue over a window; the
 	// causes are judged above the seam (engine.DiagnoseQueue).
 	// QueueGaugeList is the metrics collector's read of every namespace
@@ -329,6 +344,11 @@ type Notification struct {
 	// ([Executor.StreamAppend]).
 	Streams []uuid.UUID
 	Probes  []string // the tokens of this listener's probes (Listener.Probe) that came back
+	// Inquiries: pending inquiries were made (InquiryCreate); workers
+	// that answer them take.
+	Inquiries bool
+	// Answered are inquiries answered (InquiryAnswer), by id.
+	Answered []uuid.UUID
 }
 
 // Observer counts what a store writes, after the write has committed:

@@ -1,7 +1,8 @@
 // Package notifier relays the store's notifications to the runtime: it
 // wakes workers when work is ready, waiters when a task finishes,
-// running attempts when their task's cancel is requested, and stream
-// readers when a task's streams have new entries. Notifications
+// running attempts when their task's cancel is requested, stream
+// readers when a task's streams have new entries, and workers and
+// askers when inquiries are made and answered. Notifications
 // only make things happen sooner; polling keeps everything correct
 // without them.
 //
@@ -48,8 +49,9 @@ type Notifier struct {
 	mu      sync.Mutex
 	subs    map[chan struct{}]struct{}               // ready subscribers; written under mu by Subscribe and its cancel; read by the run loop
 	cancels map[*func(uuid.UUID)]struct{}            // cancel-request listeners; same discipline
-	waiters map[uuid.UUID]map[chan struct{}]struct{} // per-task finish waiters; same discipline
+	waiters map[uuid.UUID]map[chan struct{}]struct{} // per-task finish waiters, and per-inquiry answer waiters; same discipline
 	streams map[uuid.UUID]map[chan struct{}]struct{} // per-task stream readers; same discipline
+	asked   map[chan struct{}]struct{}               // inquiry subscribers (SubscribeInquiries); same discipline
 }
 
 // Opts configure [New].
@@ -86,8 +88,32 @@ func New(s store.Store, opts Opts) *Notifier {
 		opts.ProbeTimeout = 2 * time.Second
 	}
 	return &Notifier{store: s, logger: opts.Logger, opts: opts, subs: map[chan struct{}]struct{}{},
-		waiters: map[uuid.UUID]map[chan struct{}]struct{}{}, cancels: map[*func(uuid.UUID)]struct{}{},
+		waiters: map[uuid.UUID]map[chan struct{}]struct{}{}, cancels: map[*func(uuid.UUID)]struct{}{}, asked: map[chan struct{}]struct{}{},
 		streams: map[uuid.UUID]map[chan struct{}]struct{}{}}
+}
+
+// SubscribeInquiries returns a channel that receives a value after
+// pending inquiries were made (store.Notification.Inquiries), or the
+// listener reconnected and may have missed some, and a function to
+// unsubscribe. Wake-ups coalesce, as [Notifier.Subscribe]'s.
+func (n *Notifier) SubscribeInquiries() (<-chan struct{}, func()) {
+	ch := make(chan struct{}, 1)
+	n.mu.Lock()
+	n.asked[ch] = struct{}{}
+	n.mu.Unlock()
+	return ch, func() {
+		n.mu.Lock()
+		delete(n.asked, ch)
+		n.mu.Unlock()
+	}
+}
+
+func (n *Notifier) inquired() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for ch := range n.asked {
+		wake(ch)
+	}
 }
 
 // Subscribe returns a channel that receives a value after work becomes
@@ -142,7 +168,8 @@ func (n *Notifier) Live() bool { return n.listening.Load() && !n.deaf.Load() }
 // WaitFor returns a channel that receives a value when task id may have
 // finished (it is announced on the done channel, or the listener
 // reconnected and may have missed it), and a function to stop waiting. The
-// receiver re-reads the task to know.
+// receiver re-reads the task to know. An inquiry's id waits for its answer
+// alike (store.Notification.Answered).
 func (n *Notifier) WaitFor(id uuid.UUID) (<-chan struct{}, func()) {
 	ch := make(chan struct{}, 1)
 	n.mu.Lock()
@@ -230,6 +257,9 @@ func (n *Notifier) broadcast() {
 			wake(ch)
 		}
 	}
+	for ch := range n.asked {
+		wake(ch)
+	}
 }
 
 func (n *Notifier) wakeSubscribers() {
@@ -257,6 +287,12 @@ func (n *Notifier) relay(note store.Notification) {
 	}
 	if note.Ready {
 		n.wakeSubscribers()
+	}
+	if len(note.Answered) > 0 {
+		n.finished(note.Answered) // inquiries' ids wait as tasks' do
+	}
+	if note.Inquiries {
+		n.inquired()
 	}
 }
 
