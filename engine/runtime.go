@@ -56,6 +56,24 @@ type ProcessorConfig = processor.Config
 // NewProcessor returns a processor; see processor.New.
 func NewProcessor(cfg ProcessorConfig) (*Processor, error) { return processor.New(cfg) }
 
+// Inquirer is a worker's service that takes the inquiries about tasks of
+// its types (queries, updates' validators) and answers them through an
+// [InquiryHandler]; see processor.Inquirer.
+type Inquirer = processor.Inquirer
+
+// InquirerConfig configures an [Inquirer].
+type InquirerConfig = processor.InquirerConfig
+
+// InquiryHandler answers one inquiry an [Inquirer] took.
+type InquiryHandler = processor.InquiryHandler
+
+// NewInquirer returns an inquirer; see processor.NewInquirer.
+func NewInquirer(cfg InquirerConfig) (*Inquirer, error) { return processor.NewInquirer(cfg) }
+
+// InquiryKeep is how long retention keeps an inquiry once answered, or
+// past its deadline unanswered; see maintenance.InquiryKeep.
+const InquiryKeep = maintenance.InquiryKeep
+
 // Notifier relays the store's notifications to workers and waiters.
 type Notifier = notifier.Notifier
 

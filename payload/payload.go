@@ -35,6 +35,10 @@ const (
 	// kept beside its history: sealed with the task's data key, never
 	// kept by reference.
 	StreamChunk
+	// Inquiry is the arguments, or the answer, of an inquiry about a task
+	// (a query): JSON the task owns for as long as the inquiry lives,
+	// sealed with its key, never kept by reference.
+	Inquiry
 )
 
 // Payload is one payload on its way to a store ([Stage.Encode]) or back

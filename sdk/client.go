@@ -124,6 +124,17 @@ type ClientConfig struct {
 	// database's blobs table then holds a row naming it. Blobs are read
 	// from wherever their rows say. Default: the database.
 	BlobStore string
+	// Worker, when set, is a worker of this process: [Client.Query]
+	// answers a query about a task of a type and version it registers
+	// (for the client's namespace) itself, replaying the task with the
+	// worker's code, rather than asking the workers through the
+	// database. Default nil: every query asks the workers.
+	Worker *Worker
+	// QueryTimeout bounds how long [Client.Query] waits for a worker's
+	// answer (and an in-process replay): a query not answered by then
+	// fails with [ErrNoWorker]. Default [DefaultQueryTimeout] (10s); at
+	// most [MaxQueryTimeout].
+	QueryTimeout time.Duration
 }
 
 // Client starts tasks and asks about them. It is safe for concurrent use.
@@ -143,12 +154,15 @@ type Client struct {
 	metrics        *Metrics // ClientConfig.Metrics: counts the Wait listener's lost probes
 	cells          *Cells   // ClientConfig.Cells; nil without
 	cell           string   // the client's namespace's cell, with cells
+	worker         *Worker  // ClientConfig.Worker: answers queries in process; nil without
+	queryTimeout   time.Duration
 
 	listenOnce sync.Once
 	listener   *engine.Notifier // started by the first Wait; stopped by Close
 	shared     bool             // listener is ClientConfig.Notifier: not ours to stop
 
 	beforeForward func(run uuid.UUID) // tests: called before a signal is passed on to run
+	onInquiry     func(id uuid.UUID)  // tests: called with each inquiry's id once it is written
 }
 
 // Close stops the client's listener, if a Wait started one. The pool is the
@@ -209,9 +223,16 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	if cfg.Archives == nil {
 		cfg.Archives = &Archives{}
 	}
+	switch {
+	case cfg.QueryTimeout < 0 || cfg.QueryTimeout > MaxQueryTimeout:
+		return nil, errors.Newf("client: QueryTimeout %s is outside 0..%s (0: %s)", cfg.QueryTimeout, MaxQueryTimeout, DefaultQueryTimeout)
+	case cfg.QueryTimeout == 0:
+		cfg.QueryTimeout = DefaultQueryTimeout
+	}
 	c := &Client{keys: cfg.Keys, namespace: ns, identity: identity, filterLimits: cfg.FilterLimits.withDefaults(), maxPayload: maxPayload,
 		archives: cfg.Archives, defaultArchive: cfg.DefaultArchive, outputsByRef: cfg.OutputsByReference,
-		blobThreshold: blobThreshold(cfg.BlobThreshold), metrics: cfg.Metrics, cells: cfg.Cells}
+		blobThreshold: blobThreshold(cfg.BlobThreshold), metrics: cfg.Metrics, cells: cfg.Cells, worker: cfg.Worker,
+		queryTimeout: cfg.QueryTimeout}
 	// The client keeps inputs and signals by reference, and reads what it
 	// no longer finds in the store from the archives.
 	if c.store, err = newEdge(st, stageConfig{keys: cfg.Keys, blobStore: cfg.BlobStore, blobThreshold: c.blobThreshold,

@@ -10,6 +10,7 @@ import (
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/payload"
+	"github.com/cairnflow/cairn/sdk/internal/edge"
 )
 
 // What the client reads comes from the store as the payload stage wrote
@@ -42,10 +43,16 @@ func (c *Client) openTasks(ctx context.Context, tasks []*store.Task) error {
 // an error marked [ErrBlobCorrupt]. archived, for events read from an
 // archive, is what the archive kept beside them.
 func (c *Client) decodeEvents(ctx context.Context, id uuid.UUID, events []history.Event, archived *payload.Archived, keepRefs bool) ([]history.Event, error) {
+	return decodeEventsIn(ctx, c.store, c.namespace, id, events, archived, keepRefs)
+}
+
+// decodeEventsIn is [Client.decodeEvents] through st, of a task of
+// namespace ns: what a worker reads a history with.
+func decodeEventsIn(ctx context.Context, st *edge.Store, ns string, id uuid.UUID, events []history.Event, archived *payload.Archived, keepRefs bool) ([]history.Event, error) {
 	var ps []*payload.Payload
 	var at []int
 	for i, e := range events {
-		if p := payload.OfEvent(c.namespace, id, e.Data); p != nil && (len(p.Data) > 0 || p.Ref != nil) {
+		if p := payload.OfEvent(ns, id, e.Data); p != nil && (len(p.Data) > 0 || p.Ref != nil) {
 			p.KeepRefs, p.Archived = keepRefs, archived
 			ps, at = append(ps, p), append(at, i)
 		}
@@ -53,7 +60,7 @@ func (c *Client) decodeEvents(ctx context.Context, id uuid.UUID, events []histor
 	if len(ps) == 0 {
 		return events, nil
 	}
-	if err := c.store.Decode(ctx, ps); err != nil {
+	if err := st.Decode(ctx, ps); err != nil {
 		return nil, err
 	}
 	out := slices.Clone(events)

@@ -17,11 +17,11 @@ import (
 // payloadWrites are the methods of store.Store and store.Tx (pgstore's
 // WithTx(tx) included, and the engine's SignalTask over a store) that write a payload: a
 // start's input and its blobs, a signal's payload, a schedule's input, an
-// append's outputs, a stream's chunks. Children's inputs are starts' (TaskStartMany, in the
+// append's outputs, a stream's chunks, an inquiry's arguments and answer. Children's inputs are starts' (TaskStartMany, in the
 // engine's child start, which the SDK reaches through the edge's attempt
 // only).
 var payloadWrites = []string{"TaskStart", "TaskStartMany", "SignalTask",
-	"EventAppend", "EventAppendMany", "BlobPut", "ScheduleCreate", "StreamAppend"}
+	"EventAppend", "EventAppendMany", "BlobPut", "ScheduleCreate", "StreamAppend", "InquiryCreate", "InquiryAnswer"}
 
 // Every payload the SDK writes passes through its payload stage by
 // construction: the store's payload-writing methods are called by

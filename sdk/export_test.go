@@ -47,3 +47,7 @@ func SetMaxForksListed(n int) (restore func()) {
 	maxForksListed = n
 	return func() { maxForksListed = was }
 }
+
+// SetOnInquiry has c call fn with the id of each inquiry it writes (a
+// query asked of the workers), once written.
+func SetOnInquiry(c *Client, fn func(id uuid.UUID)) { c.onInquiry = fn }

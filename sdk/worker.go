@@ -207,6 +207,7 @@ type workerCell struct {
 	notifier   *engine.Notifier
 	maintainer *engine.Maintainer
 	processors []*engine.Processor
+	inquirers  []*engine.Inquirer // one per namespace: they answer queries about tasks of the worker's types
 }
 
 // registered is a workflow type as Register recorded it.
@@ -476,7 +477,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	for _, c := range w.cells {
 		if err := w.buildCell(c, handler, keys); err != nil {
 			for _, c := range w.cells {
-				c.notifier, c.maintainer, c.processors = nil, nil, nil // a later Start begins afresh
+				c.notifier, c.maintainer, c.processors, c.inquirers = nil, nil, nil, nil // a later Start begins afresh
 			}
 			return err
 		}
@@ -518,6 +519,14 @@ func (w *Worker) buildCell(c *workerCell, handler edge.Handler, keys []store.Typ
 			return err
 		}
 		c.processors = append(c.processors, processor)
+		inquirer, err := engine.NewInquirer(engine.InquirerConfig{
+			Store: st, Notifier: c.notifier, Namespace: ns, Types: keys, Kinds: inquiryKinds, Handler: w.inquiryHandler(c.store),
+			WorkerID: w.cfg.WorkerID, PollInterval: w.cfg.PollInterval, Logger: logger,
+		})
+		if err != nil {
+			return err
+		}
+		c.inquirers = append(c.inquirers, inquirer)
 	}
 	if w.cfg.RescueInterval >= 0 {
 		maintainer, err := engine.NewMaintainer(engine.MaintainerConfig{
@@ -559,6 +568,9 @@ func (w *Worker) startCell(runCtx context.Context, c *workerCell) {
 	_ = c.notifier.Start(runCtx)
 	for _, p := range c.processors {
 		_ = p.Start(runCtx)
+	}
+	for _, q := range c.inquirers {
+		_ = q.Start(runCtx)
 	}
 }
 
@@ -666,6 +678,9 @@ func (c *workerCell) stop(ctx context.Context, cancel bool) error {
 		})
 	}
 	wg.Wait()
+	for _, q := range c.inquirers {
+		q.Stop()
+	}
 	if c.notifier != nil {
 		c.notifier.Stop()
 	}

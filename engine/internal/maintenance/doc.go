@@ -7,7 +7,8 @@
 //   - and, in the one process that holds the leader lease, the
 //     start-deadline expirer (deadlines.go), the cron firer (cron.go),
 //     retention (retention.go), which removes finished tasks past their
-//     retention, and the archiver (archiver.go), which does so where the
+//     retention (and inquiries answered or past their deadline an hour
+//     ago), and the archiver (archiver.go), which does so where the
 //     tasks go to an archive, writing their histories there first. Both
 //     remove through [RemoveFinished] (remove.go): one transaction over
 //     the seam's statements, written once for every driver.

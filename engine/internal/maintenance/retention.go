@@ -94,7 +94,7 @@ func (r *retention) Start(ctx context.Context) error {
 func (r *retention) Stop() { r.svc.Stop() }
 
 // pass removes within the budget: finished tasks, then stream entries
-// past their namespace's stream TTL.
+// past their namespace's stream TTL, then old inquiries.
 func (r *retention) pass(ctx context.Context) {
 	res, err := removeFinished(ctx, r.cfg.Store, r.cfg.Clock, r.cfg.Retention, r.cfg.Retention.Budget, &r.next, false)
 	logRemoved(ctx, r.cfg.Logger, res, err)
@@ -104,6 +104,9 @@ func (r *retention) pass(ctx context.Context) {
 	}
 	if err != nil && ctx.Err() == nil {
 		r.cfg.Logger.Warn("rescuer: remove expired stream entries", service.ErrAttr(err))
+	}
+	if err := removeInquiries(ctx, r.cfg.Store); err != nil && ctx.Err() == nil {
+		r.cfg.Logger.Warn("rescuer: remove inquiries", service.ErrAttr(err))
 	}
 }
 
@@ -142,6 +145,31 @@ func RemoveExpiredStreams(ctx context.Context, s store.Store, clock store.Clock,
 		}
 	}
 	return total, errs
+}
+
+// InquiryKeep is how long an inquiry is kept once answered, or once past
+// its deadline unanswered, before retention removes it: an hour, long
+// enough for an asker that lost its connection to read the answer again.
+const InquiryKeep = time.Hour
+
+// inquiryRemoveBatch and inquiryRemoveRounds bound a pass's removal of
+// inquiries: at most 10 statements of 1,000 rows; the rest waits for the
+// next pass.
+const (
+	inquiryRemoveBatch  = 1000
+	inquiryRemoveRounds = 10
+)
+
+// removeInquiries removes the inquiries answered, or past their
+// deadline, more than InquiryKeep ago, in every namespace.
+func removeInquiries(ctx context.Context, s store.Store) error {
+	for range inquiryRemoveRounds {
+		n, err := s.InquiryRemoveExpired(ctx, &store.InquiryRemoveExpiredParams{Keep: InquiryKeep, Max: inquiryRemoveBatch})
+		if err != nil || n < inquiryRemoveBatch {
+			return err
+		}
+	}
+	return nil
 }
 
 // logRemoved logs what a pass of retention or of the archiver removed, and

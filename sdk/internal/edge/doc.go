@@ -4,7 +4,8 @@
 // payload they read back is decoded here.
 //
 // It is the only holder of the store's payload-writing methods (starts,
-// signals, schedules, blobs, an attempt's appends and child starts), and
+// signals, schedules, blobs, an attempt's appends and child starts,
+// inquiries' arguments and answers), and
 // those take only a payload.Encoded, which only the stage makes: a
 // payload cannot reach the database unencoded. The rest of the SDK reads
 // the store through [Reads], which has none of them, and hands the

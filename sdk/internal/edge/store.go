@@ -70,6 +70,7 @@ type Reads interface {
 	TaskTypeRegister(ctx context.Context, p *store.TaskTypeRegisterParams) error
 	TaskTypeList(ctx context.Context, p *store.TaskTypeListParams) ([]store.TaskType, error)
 	StrandedList(ctx context.Context, p *store.StrandedListParams) ([]store.StrandedTask, error)
+	InquiryGet(ctx context.Context, p *store.InquiryGetParams) (*store.Inquiry, error)
 	QueueStatsList(ctx context.Context, p *store.QueueStatsListParams) ([]store.QueueStats, error)
 	QueueSeries(ctx context.Context, p *store.QueueSeriesParams) ([]store.QueueSeries, error)
 }
