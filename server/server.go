@@ -380,6 +380,8 @@ func (s *Server) routes() http.Handler {
 	mux.Handle("POST /v1/tasks/{id}/reset", s.api(RoleOperate, s.resetTask, RoleSubmit))
 	mux.Handle("GET /v1/tasks/{id}/forks", s.api(RoleRead, s.taskForks))
 	mux.Handle("POST /v1/tasks/{id}/signals/{name}", s.api(RoleOperate, s.signalTask))
+	mux.Handle("GET /v1/tasks/{id}/queries/{name}", s.api(RoleRead, s.queryTask))
+	mux.Handle("POST /v1/tasks/{id}/queries/{name}", s.api(RoleRead, s.queryTask))
 	mux.Handle("POST /v1/tasks/by-key/{key}/signals/{name}", s.api(RoleOperate, s.signalTaskByKey))
 	if len(s.cfg.CallbackSecret) > 0 {
 		mux.HandleFunc("POST /v1/callbacks/{token}", s.callback)

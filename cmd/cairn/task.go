@@ -30,7 +30,7 @@ func newTaskCmd(g *globals) *cobra.Command {
 	cmd.AddCommand(newTaskStartCmd(g), newTaskWaitCmd(g), newTaskWatchCmd(g),
 		newTaskShowCmd(g), newTaskHistoryCmd(g), newTaskListCmd(g), newTaskRetryCmd(g),
 		newTaskCancelCmd(g), newTaskCompensateCmd(g), newTaskEraseCmd(g), newTaskSignalCmd(g),
-		newTaskForkCmd(g), newTaskResetCmd(g))
+		newTaskForkCmd(g), newTaskResetCmd(g), newTaskQueryCmd(g))
 	return cmd
 }
 

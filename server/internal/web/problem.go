@@ -45,6 +45,12 @@ type Problem struct {
 	HistoryEvents    int64 `json:"history_events,omitempty"`
 	HistoryBytes     int64 `json:"history_bytes,omitempty"`
 	MaxHistoryEvents int64 `json:"max_history_events,omitempty"`
+	// Query and Registered are the query asked for and those the
+	// workflow had registered (code query_not_found); Reason says why no
+	// worker answered (code no_worker): "not_registered" or "no_answer".
+	Query      string   `json:"query,omitempty"`
+	Registered []string `json:"registered,omitempty"`
+	Reason     string   `json:"reason,omitempty"`
 	// ForkTaskID is the fork a reset wrote before its request on the
 	// original failed: the fork exists, so a retry without an idempotency
 	// key would fork again.
@@ -89,6 +95,11 @@ const (
 	CodeWaitEnded      = "wait_ended"
 	CodeWaitNotReached = "wait_not_reached"
 	CodeTooManyWaits   = "too_many_long_polls"
+
+	CodeQueryNotFound = "query_not_found"
+	CodeQueryFailed   = "query_failed"
+	CodeNoWorker      = "no_worker"
+	CodeReplayFailed  = "replay_failed"
 )
 
 var titles = map[string]string{
@@ -123,6 +134,10 @@ var titles = map[string]string{
 	CodeWaitEnded:        "The wait this callback link answers has ended",
 	CodeWaitNotReached:   "The task does not wait at this callback link's wait yet",
 	CodeTooManyWaits:     "Too many long polls are open; try again later",
+	CodeQueryNotFound:    "The workflow has no query of this name",
+	CodeQueryFailed:      "The query's handler failed",
+	CodeNoWorker:         "No worker of the task's type answered",
+	CodeReplayFailed:     "The task's history does not replay on its workers' code",
 }
 
 // NewProblem is the problem of status and code, its title code's, with
@@ -140,7 +155,24 @@ func ProblemFor(err error) *Problem {
 	var limit *sdk.FilterLimitError
 	var tooLarge *sdk.PayloadTooLargeError
 	var historyFull *cairntype.HistoryFullError
+	var queryNotFound *sdk.QueryNotFoundError
+	var noWorker *sdk.NoWorkerError
 	switch {
+	case errors.As(err, &queryNotFound):
+		p := NewProblem(http.StatusNotFound, CodeQueryNotFound, queryNotFound.Error())
+		p.Query, p.Registered = queryNotFound.Name, queryNotFound.Registered
+		return p
+	case errors.As(err, &noWorker):
+		p := NewProblem(http.StatusServiceUnavailable, CodeNoWorker, noWorker.Error())
+		p.Reason = noWorker.Reason
+		if noWorker.Reason == sdk.NoWorkerAnswered {
+			RetryAfter(p, time.Second)
+		}
+		return p
+	case errors.Is(err, sdk.ErrQueryFailed):
+		return NewProblem(http.StatusUnprocessableEntity, CodeQueryFailed, err.Error())
+	case errors.Is(err, sdk.ErrReplayFailed):
+		return NewProblem(http.StatusConflict, CodeReplayFailed, err.Error())
 	case errors.As(err, &historyFull):
 		// 409, not 413: the request is not too large; the task can take
 		// no more, whatever is sent.
