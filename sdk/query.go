@@ -156,7 +156,11 @@ func (c *Client) query(ctx context.Context, id uuid.UUID, name string, args any)
 		code, msg, detail := inquiryErrorOf(err)
 		return answer, queryError(name, code, msg, detail)
 	}
-	return c.inquire(ctx, t, store.InquiryQuery, name, raw, timeout)
+	res, err := c.inquire(ctx, t, store.InquiryQuery, name, raw, timeout)
+	if err != nil {
+		return nil, err
+	}
+	return res.Answer, queryError(name, res.Code, res.Error, res.Detail)
 }
 
 // queryArgs encodes a query's arguments, checked as a signal's payload is.
@@ -197,26 +201,38 @@ func queryArgs(name string, args any) (json.RawMessage, error) {
 	return raw, nil
 }
 
+// inquiryResult is a worker's answer to an inquiry, decoded: Answer
+// when Code is "", else the error's code (inquiryNotFound, …), text and
+// detail (JSON).
+type inquiryResult struct {
+	Answer json.RawMessage
+	Code   string
+	Error  string
+	Detail json.RawMessage
+}
+
 // inquire asks the workers of the namespace that register t's type and
 // version kind name of task t, with args (in clear: the edge encodes
 // them), and waits up to timeout for the answer, which it returns
-// decoded, or its error. It is the path of every question a worker
-// answers for a client (a query, an update's validation): the inquiry is
-// written (store.InquiryCreate), a worker takes it and answers
-// (answerInquiry), and the answer's notification wakes the wait; the
-// wait polls as well, backing off, in case it is lost.
-func (c *Client) inquire(ctx context.Context, t *store.Task, kind, name string, args json.RawMessage, timeout time.Duration) (json.RawMessage, error) {
+// decoded; its error is the asking's (a *NoWorkerError marked
+// ErrNoWorker when no worker has the type or none answered in time). It
+// is the path of every question a worker answers for a client (a query,
+// an update's validation): the inquiry is written
+// (store.InquiryCreate), a worker takes it and answers (answerInquiry),
+// and the answer's notification wakes the wait; the wait polls as well,
+// backing off, in case it is lost.
+func (c *Client) inquire(ctx context.Context, t *store.Task, kind, name string, args json.RawMessage, timeout time.Duration) (inquiryResult, error) {
 	noWorker := &NoWorkerError{Namespace: c.namespace, Type: t.Type, Version: t.TypeVersion}
 	registered, err := c.typeRegistered(ctx, t.Type, t.TypeVersion)
 	if err != nil {
-		return nil, err
+		return inquiryResult{}, err
 	}
 	if !registered {
 		noWorker.Reason = NoWorkerRegistered
-		return nil, errmark.Mark(noWorker, ErrNoWorker)
+		return inquiryResult{}, errmark.Mark(noWorker, ErrNoWorker)
 	}
 	if timeout < time.Millisecond {
-		return nil, errors.Wrapf(context.DeadlineExceeded, "%s %q of task %s", kind, name, t.ID)
+		return inquiryResult{}, errors.Wrapf(context.DeadlineExceeded, "%s %q of task %s", kind, name, t.ID)
 	}
 	id := uuid.New()
 	var answered <-chan struct{}
@@ -228,7 +244,7 @@ func (c *Client) inquire(ctx context.Context, t *store.Task, kind, name string, 
 	began := time.Now()
 	if err := c.store.Inquire(ctx, &store.InquiryCreateParams{ID: id, Namespace: c.namespace, TaskID: t.ID, TaskType: t.Type,
 		TaskVersion: t.TypeVersion, Kind: kind, Name: name, Args: args, Timeout: timeout}); err != nil {
-		return nil, errors.Wrapf(err, "%s %q of task %s", kind, name, t.ID)
+		return inquiryResult{}, errors.Wrapf(err, "%s %q of task %s", kind, name, t.ID)
 	}
 	if c.onInquiry != nil {
 		c.onInquiry(id)
@@ -239,28 +255,26 @@ func (c *Client) inquire(ctx context.Context, t *store.Task, kind, name string, 
 	for {
 		in, err := c.store.InquiryGet(ctx, &store.InquiryGetParams{ID: id, Namespace: c.namespace})
 		if err != nil && !errors.Is(err, store.ErrNotFound) {
-			return nil, errors.Wrapf(err, "%s %q of task %s", kind, name, t.ID)
+			return inquiryResult{}, errors.Wrapf(err, "%s %q of task %s", kind, name, t.ID)
 		}
 		if err == nil && in.State == store.InquiryAnswered {
 			if err := c.store.OpenInquiry(ctx, in); err != nil {
-				return nil, err
+				return inquiryResult{}, err
 			}
-			var detail json.RawMessage
-			answer := json.RawMessage(in.Answer)
 			if in.ErrorCode != "" {
-				answer, detail = nil, in.Answer
+				return inquiryResult{Code: in.ErrorCode, Error: in.Error, Detail: in.Answer}, nil
 			}
-			return answer, queryError(name, in.ErrorCode, in.Error, detail)
+			return inquiryResult{Answer: in.Answer}, nil
 		}
 		if expired {
 			noWorker.Reason, noWorker.Waited = NoWorkerAnswered, time.Since(began).Round(time.Millisecond)
-			return nil, errmark.Mark(noWorker, ErrNoWorker)
+			return inquiryResult{}, errmark.Mark(noWorker, ErrNoWorker)
 		}
 		timer := time.NewTimer(poll)
 		select {
 		case <-ctx.Done():
 			timer.Stop()
-			return nil, ctx.Err()
+			return inquiryResult{}, ctx.Err()
 		case <-answered:
 		case <-timer.C:
 			poll = min(2*poll, inquiryMaxPoll)
