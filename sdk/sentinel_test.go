@@ -22,6 +22,7 @@ import (
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/sdk"
+	"github.com/cairnflow/cairn/workflow"
 )
 
 // driverText is what an error of the sdk must not say: the words of a
@@ -67,6 +68,15 @@ func TestEverySentinelMatchesWithBothErrorLibraries(t *testing.T) {
 		waitForEvent(t, c, review.ID, history.WaitStarted)
 		stopWorker(t, recorder)
 		bounded := boundedClient(t, b, store.HistoryLimits{MaxEvents: 1})
+		// Clients whose workers of this process replay the review for its
+		// queries: with a failing query, and with code that parts from its
+		// history.
+		queried := func(wf *sdk.Workflow[int, int]) *sdk.Client {
+			w := b.newWorker(t, sdk.WorkerConfig{})
+			sdk.Register(w, wf)
+			return newClient(t, sdk.ClientConfig{Pool: b.pool, Schema: b.schema, Store: b.store, Worker: w})
+		}
+		askable, diverging := queried(approvalQueried()), queried(approvalV1(true))
 
 		cases := []struct {
 			sentinel error
@@ -156,6 +166,15 @@ func TestEverySentinelMatchesWithBothErrorLibraries(t *testing.T) {
 				sdk.Register(w, approvalV1(true))
 				return w.Start(ctx)
 			}},
+			{sdk.ErrQueryNotFound, "Query", func() error { return askable.Query(ctx, review.ID, "nope", nil, nil) }},
+			{sdk.ErrQueryFailed, "Query", func() error { return askable.Query(ctx, review.ID, "fail", nil, nil) }},
+			{sdk.ErrReplayFailed, "Query", func() error { return diverging.Query(ctx, review.ID, "fail", nil, nil) }},
+			{sdk.ErrNoWorker, "Query", func() error {
+				nobody := sdk.NewWorkflow("nobody.queried", 1, func(workflow.Context, int) (int, error) { return 0, nil }, nil)
+				run, err := sdk.Start(ctx, c, nobody, 1, nil)
+				require.NoError(t, err)
+				return c.Query(ctx, run.ID, "progress", nil, nil)
+			}},
 			{sdk.ErrNotPlaced, "NewClient", func() error {
 				cells, err := sdk.NewCells(map[string]store.Store{"eu": sdk.ClientStore(c)}, map[string]string{"acme": "eu"})
 				require.NoError(t, err)
@@ -209,6 +228,24 @@ var exportedSentinels = map[string]error{
 	"ErrBadCallbackToken": sdk.ErrBadCallbackToken, "ErrCallbackExpired": sdk.ErrCallbackExpired,
 	"ErrWaitEnded": sdk.ErrWaitEnded, "ErrWaitNotReached": sdk.ErrWaitNotReached,
 	"ErrNotPlaced": sdk.ErrNotPlaced, "ErrStranded": sdk.ErrStranded,
+	"ErrQueryNotFound": sdk.ErrQueryNotFound, "ErrQueryFailed": sdk.ErrQueryFailed, "ErrNoWorker": sdk.ErrNoWorker,
+	"ErrReplayFailed": sdk.ErrReplayFailed,
+}
+
+// approvalQueried is approvalV1(false) with a query that fails.
+func approvalQueried() *sdk.Workflow[int, int] {
+	return sdk.NewWorkflow("dc.review", 1, func(ctx workflow.Context, in int) (int, error) {
+		if err := workflow.SetQuery(ctx, "fail", func(struct{}) (int, error) { return 0, errors.New("no answer today") }); err != nil {
+			return 0, err
+		}
+		if _, err := workflow.Step(ctx, "extract", one, nil); err != nil {
+			return 0, err
+		}
+		if _, _, err := workflow.AwaitApproval(ctx, "approve", time.Hour); err != nil {
+			return 0, err
+		}
+		return in, nil
+	}, nil)
 }
 
 // boundedClient is a client of b's database through a store of its own,
