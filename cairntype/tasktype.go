@@ -1,6 +1,9 @@
 package cairntype
 
-import "time"
+import (
+	"encoding/json"
+	"time"
+)
 
 // TaskType is a task type at one version that a worker has registered in a
 // namespace, with the defaults its definition gives: what a producer that
@@ -14,4 +17,10 @@ type TaskType struct {
 	ScheduleToClose time.Duration `json:"schedule_to_close,omitempty"` // 0: none
 	RegisteredBy    string        `json:"registered_by"`
 	RegisteredAt    time.Time     `json:"registered_at"`
+	// Signals are the signals the type declares it receives, each name
+	// with the JSON Schema of its payload (sdk.WorkflowOpts.Signals): a
+	// signal of another name, or whose payload the schema refuses, is
+	// refused when sent. Nil: the type declares none, and takes any
+	// signal; empty but not nil: it takes none.
+	Signals map[string]json.RawMessage `json:"signals"`
 }

@@ -628,15 +628,21 @@ func (s *Store) TaskTypeRegister(ctx context.Context, p *store.TaskTypeRegisterP
 	names, queues := make([]string, n), make([]string, n)
 	versions, attempts := make([]int32, n), make([]int32, n)
 	scheduleToClose := make([]*int64, n)
+	signals := make([]*string, n)
 	for i, t := range types {
 		names[i], queues[i], versions[i], attempts[i] = t.Type, t.Queue, int32(t.Version), int32(t.MaxAttempts)
 		if t.ScheduleToClose > 0 {
 			scheduleToClose[i] = ptr(t.ScheduleToClose.Milliseconds())
 		}
+		declared, err := plan.SignalDeclarations(t.Signals)
+		if err != nil {
+			return err
+		}
+		signals[i] = declared
 	}
 	_, err := s.db.Exec(ctx, s.sql("TaskTypeRegister"), pgx.NamedArgs{
 		"namespace": p.Namespace, "registered_by": p.Worker, "types": names, "versions": versions,
-		"queues": queues, "max_attempts": attempts, "schedule_to_close_ms": scheduleToClose,
+		"queues": queues, "max_attempts": attempts, "schedule_to_close_ms": scheduleToClose, "signals": signals,
 	})
 	return errors.Wrap(interpretError(err), "register task types")
 }
@@ -654,10 +660,16 @@ func (s *Store) TaskTypeList(ctx context.Context, p *store.TaskTypeListParams) (
 	types, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.TaskType, error) {
 		var t store.TaskType
 		var scheduleToCloseMS *int64
-		err := row.Scan(&t.Namespace, &t.Type, &t.Version, &t.Queue, &t.MaxAttempts, &scheduleToCloseMS, &t.RegisteredBy, &t.RegisteredAt)
+		var signals []byte // jsonb as text: pgx would decode it into maps
+		err := row.Scan(&t.Namespace, &t.Type, &t.Version, &t.Queue, &t.MaxAttempts, &scheduleToCloseMS, &t.RegisteredBy,
+			&t.RegisteredAt, &signals)
+		if err != nil {
+			return t, err
+		}
 		t.ScheduleToClose = time.Duration(deref(scheduleToCloseMS)) * time.Millisecond
 		t.RegisteredAt = t.RegisteredAt.UTC()
-		return t, err
+		t.Signals, err = plan.ReadSignalDeclarations(signals)
+		return t, errors.Wrapf(err, "task type %s@%d", t.Type, t.Version)
 	})
 	return types, errors.Wrap(interpretError(err), "list task types")
 }

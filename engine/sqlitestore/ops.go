@@ -182,8 +182,12 @@ func (s *Store) TaskTypeRegister(ctx context.Context, p *store.TaskTypeRegisterP
 			if t.ScheduleToClose > 0 {
 				stc = sql.NullInt64{Int64: t.ScheduleToClose.Milliseconds(), Valid: true}
 			}
+			declared, err := plan.SignalDeclarations(t.Signals)
+			if err != nil {
+				return err
+			}
 			if _, err := tx.exec(ctx, "TaskTypeRegister",
-				p.Namespace, t.Type, t.Version, t.Queue, t.MaxAttempts, stc, p.Worker, now); err != nil {
+				p.Namespace, t.Type, t.Version, t.Queue, t.MaxAttempts, stc, p.Worker, now, declared); err != nil {
 				return interpret(err)
 			}
 		}
@@ -206,11 +210,18 @@ func (s *Store) TaskTypeList(ctx context.Context, p *store.TaskTypeListParams) (
 		var t store.TaskType
 		var stc sql.NullInt64
 		var at int64
-		if err := rows.Scan(&t.Namespace, &t.Type, &t.Version, &t.Queue, &t.MaxAttempts, &stc, &t.RegisteredBy, &at); err != nil {
+		var signals sql.NullString
+		if err := rows.Scan(&t.Namespace, &t.Type, &t.Version, &t.Queue, &t.MaxAttempts, &stc, &t.RegisteredBy, &at, &signals); err != nil {
 			return nil, err
 		}
 		t.ScheduleToClose = time.Duration(stc.Int64) * time.Millisecond
 		t.RegisteredAt = fromUS(at)
+		var err error
+		if signals.Valid {
+			if t.Signals, err = plan.ReadSignalDeclarations([]byte(signals.String)); err != nil {
+				return nil, errors.Wrapf(err, "task type %s@%d", t.Type, t.Version)
+			}
+		}
 		out = append(out, t)
 	}
 	return out, errors.Wrap(interpret(rows.Err()), "list task types")

@@ -246,13 +246,13 @@ DELETE FROM rate_limits WHERE namespace = ? AND task_type = ?;
 
 -- name: TaskTypeRegister
 INSERT INTO task_types (namespace, type, version, queue, max_attempts, schedule_to_close_ms,
-    registered_by, registered_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+    registered_by, registered_at, signals) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (namespace, type, version) DO UPDATE SET queue = excluded.queue, max_attempts = excluded.max_attempts,
     schedule_to_close_ms = excluded.schedule_to_close_ms, registered_by = excluded.registered_by,
-    registered_at = excluded.registered_at;
+    registered_at = excluded.registered_at, signals = excluded.signals;
 
 -- name: TaskTypeList
-SELECT namespace, type, version, queue, max_attempts, schedule_to_close_ms, registered_by, registered_at
+SELECT namespace, type, version, queue, max_attempts, schedule_to_close_ms, registered_by, registered_at, signals
 FROM task_types WHERE namespace = ? ORDER BY type, version;
 
 -- name: MetricsQueueDepths

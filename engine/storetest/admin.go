@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -63,6 +64,7 @@ var scheduleTests = []conformanceTest{
 // taskTypeTests: registered task types.
 var taskTypeTests = []conformanceTest{
 	{"TaskTypeRegisterThenList", testTaskTypes},
+	{"TaskTypeSignalsDeclared", testTaskTypeSignals},
 }
 
 func testBoundedQueue(t *testing.T, s store.Store) {
@@ -390,4 +392,57 @@ func testTaskTypes(t *testing.T, s store.Store) {
 	none, err := s.TaskTypeList(ctx, &store.TaskTypeListParams{Namespace: "nobody"})
 	require.NoError(t, err)
 	require.Empty(t, none)
+	require.Nil(t, types[0].Signals, "no declaration: NULL")
+}
+
+// testTaskTypeSignals: the signals a type declares are kept per version,
+// read back as written (nil, none declared; empty, it takes none), and
+// replaced by the latest registration; what one store could not keep,
+// both refuse.
+func testTaskTypeSignals(t *testing.T, s store.Store) {
+	ctx := testContext(t)
+	approval := json.RawMessage(`{"type":"object","required":["approved"],"properties":{"approved":{"type":"boolean"}}}`)
+	register := func(types ...store.TaskType) error {
+		return s.TaskTypeRegister(ctx, &store.TaskTypeRegisterParams{Namespace: store.DefaultNamespace, Worker: "w", Types: types})
+	}
+	require.NoError(t, register(
+		store.TaskType{Type: "review", Version: 1, Queue: "default"},
+		store.TaskType{Type: "review", Version: 2, Queue: "default", Signals: map[string]json.RawMessage{"approval": approval, "note": json.RawMessage(`true`)}},
+		store.TaskType{Type: "silent", Version: 1, Queue: "default", Signals: map[string]json.RawMessage{}},
+	))
+	list := func() map[string]store.TaskType {
+		types, err := s.TaskTypeList(ctx, &store.TaskTypeListParams{Namespace: store.DefaultNamespace})
+		require.NoError(t, err)
+		out := map[string]store.TaskType{}
+		for _, tt := range types {
+			out[tt.Type+"@"+strconv.Itoa(tt.Version)] = tt
+		}
+		return out
+	}
+	types := list()
+	require.Nil(t, types["review@1"].Signals)
+	v2 := types["review@2"].Signals
+	require.Len(t, v2, 2)
+	require.JSONEq(t, string(approval), string(v2["approval"]))
+	require.JSONEq(t, `true`, string(v2["note"]))
+	require.NotNil(t, types["silent@1"].Signals, "declares none: not nil")
+	require.Empty(t, types["silent@1"].Signals)
+
+	// Registered again without declarations: the latest worker's.
+	require.NoError(t, register(store.TaskType{Type: "review", Version: 2, Queue: "default"}))
+	require.Nil(t, list()["review@2"].Signals)
+
+	for name, bad := range map[string]map[string]json.RawMessage{
+		"no name":     {"": approval},
+		"not JSON":    {"approval": json.RawMessage(`{"type":`)},
+		"a string":    {"approval": json.RawMessage(`"object"`)},
+		"NUL escape":  {"approval": json.RawMessage(`{"description":"a\u0000b"}`)},
+		"bad UTF-8":   {"approval": json.RawMessage("{\"description\":\"\xff\"}")},
+		"empty value": {"approval": json.RawMessage(``)},
+	} {
+		err := register(store.TaskType{Type: "review", Version: 3, Queue: "default", Signals: bad})
+		require.Error(t, err, name)
+	}
+	_, ok := list()["review@3"]
+	require.False(t, ok, "a refused registration writes nothing")
 }
