@@ -163,6 +163,7 @@ type Client struct {
 
 	beforeForward func(run uuid.UUID) // tests: called before a signal is passed on to run
 	onInquiry     func(id uuid.UUID)  // tests: called with each inquiry's id once it is written
+	signalDecls   *signalDecls        // the signals the namespace's types declare, cached
 }
 
 // Close stops the client's listener, if a Wait started one. The pool is the
@@ -232,7 +233,7 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	c := &Client{keys: cfg.Keys, namespace: ns, identity: identity, filterLimits: cfg.FilterLimits.withDefaults(), maxPayload: maxPayload,
 		archives: cfg.Archives, defaultArchive: cfg.DefaultArchive, outputsByRef: cfg.OutputsByReference,
 		blobThreshold: blobThreshold(cfg.BlobThreshold), metrics: cfg.Metrics, cells: cfg.Cells, worker: cfg.Worker,
-		queryTimeout: cfg.QueryTimeout}
+		queryTimeout: cfg.QueryTimeout, signalDecls: &signalDecls{}}
 	// The client keeps inputs and signals by reference, and reads what it
 	// no longer finds in the store from the archives.
 	if c.store, err = newEdge(st, stageConfig{keys: cfg.Keys, blobStore: cfg.BlobStore, blobThreshold: c.blobThreshold,

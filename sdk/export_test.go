@@ -1,6 +1,7 @@
 package sdk
 
 import (
+	"encoding/json"
 	"time"
 
 	"github.com/google/uuid"
@@ -51,3 +52,20 @@ func SetMaxForksListed(n int) (restore func()) {
 // SetOnInquiry has c call fn with the id of each inquiry it writes (a
 // query asked of the workers), once written.
 func SetOnInquiry(c *Client, fn func(id uuid.UUID)) { c.onInquiry = fn }
+
+// CheckSignalPayload checks payload against what d declares, as a client
+// does: the problems, and an error when there are any.
+func CheckSignalPayload(d SignalDecl, payload json.RawMessage) ([]SignalPayloadProblem, error) {
+	if d.err != nil {
+		return nil, d.err
+	}
+	schema, err := compileSignalSchema(d.schema)
+	if err != nil {
+		return nil, err
+	}
+	problems, err := payloadProblems(schema, payload)
+	if err == nil && len(problems) > 0 {
+		err = &SignalPayloadError{Name: d.name, Problems: problems}
+	}
+	return problems, err
+}

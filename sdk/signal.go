@@ -66,7 +66,11 @@ type SignalResult struct {
 // the signal on to its chain's current run, unless opts.ForWait names a
 // receive (of the run given); an unknown task is [ErrNotFound]; invalid arguments (no name, a
 // payload that is not storable JSON or over the payload limit) are
-// [ErrInvalid]. opts nil takes every default.
+// [ErrInvalid]. When the task's type declares the signals it receives
+// ([WorkflowOpts.Signals]), a name it does not declare is a
+// [*SignalNotDeclaredError] and a payload that does not fit its
+// declaration a [*SignalPayloadError], both [ErrInvalid] too, and nothing
+// is written. opts nil takes every default.
 func (c *Client) Signal(ctx context.Context, id uuid.UUID, name string, payload any, opts *SignalOpts) (SignalResult, error) {
 	if id == uuid.Nil {
 		return SignalResult{}, errmark.Mark(errors.New("signal: no task id"), ErrInvalid)
@@ -87,6 +91,9 @@ func (c *Client) SignalByKey(ctx context.Context, idempotencyKey, name string, p
 func (c *Client) signal(ctx context.Context, p *store.TaskSignalParams, name string, payload any, opts *SignalOpts) (SignalResult, error) {
 	if err := c.fillSignal(ctx, p, name, payload, opts); err != nil {
 		return SignalResult{}, errmark.Mark(err, ErrInvalid)
+	}
+	if err := c.checkDeclared(ctx, p); err != nil {
+		return SignalResult{}, err
 	}
 	res, err := c.sendSignal(ctx, p)
 	q := *p

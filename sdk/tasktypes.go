@@ -74,7 +74,7 @@ func (w *Worker) typeRecords() []store.TaskType {
 	types := make([]store.TaskType, 0, len(w.types))
 	for k, reg := range w.types {
 		types = append(types, store.TaskType{Type: k.Type, Version: k.Version, Queue: reg.defaults.queue,
-			MaxAttempts: reg.defaults.retry.MaxAttempts, ScheduleToClose: reg.defaults.scheduleToClose})
+			MaxAttempts: reg.defaults.retry.MaxAttempts, ScheduleToClose: reg.defaults.scheduleToClose, Signals: reg.defaults.signals})
 	}
 	return types
 }

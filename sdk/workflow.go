@@ -1,6 +1,7 @@
 package sdk
 
 import (
+	"encoding/json"
 	"strings"
 	"time"
 
@@ -55,6 +56,15 @@ type WorkflowOpts struct {
 	// (workflow.StartChild) run at once; the rest start as running ones
 	// finish. Default 100.
 	MaxRunningChildren int
+	// Signals, when not nil, declares the signals tasks of this type
+	// receive and what each payload must be ([DeclareSignal],
+	// [DeclareApproval]): workers record them with the type, and a
+	// signal of another name, or whose payload does not fit, is refused
+	// when sent ([Client.Signal], the HTTP API, the CLI, callback links)
+	// and nothing is written. Each version declares its own; a task is
+	// checked against its version's. Nil: any signal is taken; empty but
+	// not nil: none is. At most [MaxDeclaredSignals].
+	Signals []SignalDecl
 }
 
 // Workflow is a registered-able workflow type: a name and version that are
@@ -74,6 +84,7 @@ type workflowDefaults struct {
 	scheduleToClose time.Duration
 	skipDeadLetter  bool
 	maxChildren     int
+	signals         map[string]json.RawMessage // declared signals' schemas; nil: none declared
 }
 
 // NewWorkflow defines a workflow type; opts nil takes every default. It
@@ -131,6 +142,11 @@ func newWorkflow[In, Out any](name string, version int, fn func(workflow.Context
 		return nil, errors.Newf("workflow %s: MaxRunningChildren %d is negative", name, opts.MaxRunningChildren)
 	}
 	wf.defaults.maxChildren = opts.MaxRunningChildren
+	signals, err := declaredSignals(opts.Signals)
+	if err != nil {
+		return nil, errors.Wrapf(err, "workflow %s", name)
+	}
+	wf.defaults.signals = signals
 	return wf, nil
 }
 
