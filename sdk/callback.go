@@ -1,6 +1,7 @@
 package sdk
 
 import (
+	"context"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
@@ -11,6 +12,8 @@ import (
 	"github.com/cockroachdb/errors"
 	"github.com/google/uuid"
 
+	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/internal/errmark"
 )
 
@@ -157,4 +160,71 @@ func callbackString(b []byte) (string, []byte, bool) {
 		return "", nil, false
 	}
 	return string(b[n : n+int(l)]), b[n+int(l):], true
+}
+
+// The states of a callback link's wait ([CallbackWait]), as a POST of the
+// link would find them.
+const (
+	CallbackOpen       = "open"        // the task waits at the link's receive: the link's signal would be taken
+	CallbackUsed       = "used"        // the link's signal is in the history: it was used
+	CallbackEnded      = "ended"       // the task went past the receive (answered otherwise, timed out) or finished
+	CallbackNotReached = "not_reached" // the task has not reached the receive yet
+)
+
+// CallbackWait is where the wait a callback link answers stands: what a
+// page about the link shows before anyone decides.
+type CallbackWait struct {
+	State       string         // CallbackOpen, CallbackUsed, CallbackEnded or CallbackNotReached
+	TaskType    string         // the task's type
+	TypeVersion int            // and version
+	Status      history.Status // the task's status
+	// Deadline is when the receive stops waiting (CallbackOpen); zero
+	// when it waits without one.
+	Deadline time.Time
+}
+
+// CallbackWait reads, writing nothing, where the wait of cb (token is its
+// signed token, as [CallbackToken] made it) stands, deciding as a signal
+// through the link would: used first, then open, ended or not reached. It
+// reads the task's row and two indexed facts of its history; only a task
+// that waits elsewhere has its history read, to tell ended from not
+// reached. A task not found is [ErrNotFound].
+func (c *Client) CallbackWait(ctx context.Context, cb Callback, token string) (*CallbackWait, error) {
+	t, err := c.store.TaskGet(ctx, &store.TaskGetParams{Namespace: c.namespace, ID: cb.TaskID})
+	if err != nil {
+		return nil, errors.Wrapf(err, "callback wait of task %s", cb.TaskID)
+	}
+	out := &CallbackWait{TaskType: t.Type, TypeVersion: t.TypeVersion, Status: t.Status}
+	facts, err := c.store.Engine().SignalLookup(ctx, &store.SignalLookupParams{Namespace: c.namespace, TaskID: t.ID,
+		DedupID: CallbackDedupID(token), OpenWait: !t.Status.Terminal(), LastSeq: t.LastSeq})
+	if err != nil {
+		return nil, errors.Wrapf(err, "callback wait of task %s", cb.TaskID)
+	}
+	w := facts.Wait
+	switch {
+	case facts.Seen:
+		out.State = CallbackUsed
+	case t.Status.Terminal():
+		out.State = CallbackEnded
+	case w != nil && w.Position == cb.Wait && w.Name == cb.Name:
+		out.State = CallbackOpen
+		if w.Deadline.Before(history.Never) {
+			out.Deadline = w.Deadline
+		}
+	case w != nil && w.Position > cb.Wait:
+		out.State = CallbackEnded
+	default:
+		events, err := store.TaskEvents(ctx, c.store.Engine(), c.namespace, t.ID)
+		if err != nil {
+			return nil, errors.Wrapf(err, "callback wait of task %s", cb.TaskID)
+		}
+		out.State = CallbackNotReached
+		for _, e := range events {
+			if d, ok := e.Data.(history.WaitStartedData); ok && d.Position >= cb.Wait {
+				out.State = CallbackEnded
+				break
+			}
+		}
+	}
+	return out, nil
 }

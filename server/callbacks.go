@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -49,74 +50,113 @@ const callbackBodyBytes = sdk.DefaultBlobThreshold
 // canonical one) or expired token is a 403; a used one a 410
 // callback_used; one whose wait has ended (answered another way, timed
 // out, the task finished) a 410 wait_ended; one whose wait the task has
-// not reached a 409 wait_not_reached.
+// not reached a 409 wait_not_reached; a payload the task's type does not
+// take (its declared signals) a 404 or 422, as a signal's. From the link's
+// page (callbackPage: an urlencoded form with ?decision= and an optional
+// comment), or asked for text/html, it answers with a page.
 func (s *Server) callback(w http.ResponseWriter, r *http.Request) {
-	token := r.PathValue("token")
-	cb, err := sdk.ParseCallbackToken(s.cfg.CallbackSecret, token, time.Now())
-	if err != nil {
-		detail := "the callback link is not valid"
-		if errors.Is(err, sdk.ErrCallbackExpired) {
-			detail = "the callback link has expired"
+	form, page := callbackForm(r)
+	refuse := func(p *Problem) {
+		if page {
+			s.writeCallbackProblem(w, p)
+		} else {
+			s.writeProblem(w, r, p)
 		}
-		s.writeProblem(w, r, web.NewProblem(http.StatusForbidden, web.CodeForbidden, detail))
+	}
+	token := r.PathValue("token")
+	cb, p := s.parseCallback(token)
+	if p != nil {
+		refuse(p)
 		return
 	}
 	q := r.URL.Query()
 	for k := range q {
 		if k != "decision" {
-			s.writeProblem(w, r, web.NewProblem(http.StatusBadRequest, web.CodeInvalidRequest, "unknown query parameter "+k+": a callback takes only decision=approve|reject"))
+			refuse(web.NewProblem(http.StatusBadRequest, web.CodeInvalidRequest, "unknown query parameter "+k+": a callback takes only decision=approve|reject"))
 			return
 		}
-	}
-	var body json.RawMessage
-	if p := decodeBody(w, r, callbackBodyBytes, &body, true); p != nil {
-		s.writeProblem(w, r, p)
-		return
 	}
 	var payload json.RawMessage
-	if t := bytes.TrimSpace(body); len(t) > 0 && !bytes.Equal(t, []byte("{}")) {
-		payload = body
-	}
-	if q.Has("decision") {
-		if payload != nil {
-			s.writeProblem(w, r, web.NewProblem(http.StatusBadRequest, web.CodeInvalidRequest, "send a decision either as ?decision= or as the body, not both"))
+	if form {
+		if payload, p = formDecision(w, r); p != nil {
+			refuse(p)
 			return
 		}
-		switch q.Get("decision") {
-		case "approve":
-			payload = json.RawMessage(`{"approved":true}`)
-		case "reject":
-			payload = json.RawMessage(`{"approved":false}`)
-		default:
-			s.writeProblem(w, r, web.NewProblem(http.StatusBadRequest, web.CodeInvalidRequest, "decision must be approve or reject"))
-			return
-		}
+	} else if payload, p = jsonDecision(w, r, q); p != nil {
+		refuse(p)
+		return
 	}
 	c, err := s.client(cb.Namespace)
 	if err != nil {
-		s.writeError(w, r, err)
+		refuse(s.problemOf(r, err))
 		return
 	}
 	res, err := c.Signal(sdk.WithRequester(r.Context(), callbackSender), cb.TaskID, cb.Name, payload,
 		&sdk.SignalOpts{DedupID: sdk.CallbackDedupID(token), Sender: callbackSender, ForWait: &cb.Wait})
 	switch {
 	case errors.Is(err, sdk.ErrWaitEnded):
-		s.writeProblem(w, r, web.NewProblem(http.StatusGone, web.CodeWaitEnded,
+		refuse(web.NewProblem(http.StatusGone, web.CodeWaitEnded,
 			"the wait this link answers has ended: it was answered another way, timed out, or the task finished"))
 		return
 	case errors.Is(err, sdk.ErrWaitNotReached):
 		p := web.NewProblem(http.StatusConflict, web.CodeWaitNotReached, "the task does not wait for this decision yet; try again shortly")
 		web.RetryAfter(p, time.Second)
-		s.writeProblem(w, r, p)
+		refuse(p)
 		return
 	case err != nil:
-		s.writeError(w, r, err)
+		if web.ProblemFor(err) == nil && r.Context().Err() != nil {
+			return // the client went away: nobody to answer
+		}
+		refuse(s.problemOf(r, err))
 		return
 	case res.Duplicate:
 		// The store found the token's dedup id in the history and wrote
 		// nothing: the link was used already.
-		s.writeProblem(w, r, web.NewProblem(http.StatusGone, web.CodeCallbackUsed, "the callback link was used already"))
+		refuse(web.NewProblem(http.StatusGone, web.CodeCallbackUsed, "the callback link was used already"))
+		return
+	}
+	if page {
+		decision := q.Get("decision")
+		if decision == "" && form {
+			decision = r.PostForm.Get("decision")
+		}
+		title := "Sent"
+		switch decision {
+		case "approve":
+			title = "Approved"
+		case "reject":
+			title = "Rejected"
+		}
+		s.writeCallbackPage(w, http.StatusAccepted, callbackView{Title: title,
+			Message: "Your decision was recorded; the task goes on with it. You may close this page.",
+			TaskID:  cb.TaskID.String(), Name: cb.Name, Wait: cb.Wait})
 		return
 	}
 	writeJSON(w, http.StatusAccepted, signalResponse{TaskID: res.TaskID})
+}
+
+// jsonDecision reads a callback's JSON body and ?decision=: the signal's
+// payload, nil for none.
+func jsonDecision(w http.ResponseWriter, r *http.Request, q url.Values) (json.RawMessage, *Problem) {
+	var body json.RawMessage
+	if p := decodeBody(w, r, callbackBodyBytes, &body, true); p != nil {
+		return nil, p
+	}
+	var payload json.RawMessage
+	if t := bytes.TrimSpace(body); len(t) > 0 && !bytes.Equal(t, []byte("{}")) {
+		payload = body
+	}
+	if !q.Has("decision") {
+		return payload, nil
+	}
+	if payload != nil {
+		return nil, web.NewProblem(http.StatusBadRequest, web.CodeInvalidRequest, "send a decision either as ?decision= or as the body, not both")
+	}
+	switch q.Get("decision") {
+	case "approve":
+		return json.RawMessage(`{"approved":true}`), nil
+	case "reject":
+		return json.RawMessage(`{"approved":false}`), nil
+	}
+	return nil, web.NewProblem(http.StatusBadRequest, web.CodeInvalidRequest, "decision must be approve or reject")
 }

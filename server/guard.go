@@ -17,7 +17,8 @@ import (
 //     rebinds its own DNS name to 127.0.0.1 sends its own name as Host;
 //   - a write to /v1 must say Content-Type: application/json, which no
 //     form and no cross-origin fetch without a CORS preflight can send,
-//     and the server answers no preflight;
+//     and the server answers no preflight; but a callback link's page
+//     posts its form to the link (its token is the capability);
 //   - a write to /v1 that a browser marks as cross-origin
 //     (Sec-Fetch-Site, else Origin) is refused;
 //   - a console POST must come from one of the console's own pages:
@@ -47,6 +48,9 @@ func (s *Server) guard(next http.Handler) http.Handler {
 		}
 		if r.Method != http.MethodGet && r.Method != http.MethodHead && strings.HasPrefix(r.URL.Path, "/v1/") {
 			p := checkJSONBody(r)
+			if p != nil && callbackFormPost(r) {
+				p = nil
+			}
 			if p == nil {
 				p = checkNotCrossOrigin(r)
 			}
@@ -76,6 +80,18 @@ func checkJSONBody(r *http.Request) *Problem {
 	}
 	return web.NewProblem(http.StatusUnsupportedMediaType, web.CodeUnsupportedMedia,
 		"send Content-Type: application/json (with a body of {} when there is nothing to say)")
+}
+
+// callbackFormPost reports whether r is a callback link's page posting
+// its form (urlencoded): the link's token, not the body's type, is what
+// keeps other pages from deciding, as they cannot know it; the page's
+// own post is same-origin, and checkNotCrossOrigin still applies.
+func callbackFormPost(r *http.Request) bool {
+	if !strings.HasPrefix(r.URL.Path, "/v1/callbacks/") {
+		return false
+	}
+	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	return err == nil && mt == "application/x-www-form-urlencoded"
 }
 
 // checkNotCrossOrigin refuses a request a browser says comes from another

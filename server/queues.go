@@ -1,6 +1,7 @@
 package server
 
 import (
+	"encoding/json"
 	"net/http"
 	"strconv"
 	"time"
@@ -93,6 +94,9 @@ type taskTypeView struct {
 	ScheduleToCloseSeconds float64   `json:"schedule_to_close_seconds,omitempty"`
 	RegisteredBy           string    `json:"registered_by"`
 	RegisteredAt           time.Time `json:"registered_at"`
+	// Signals is what the type declares; absent when nothing, {} when
+	// it takes none (a nil map would be left out as well as an empty one).
+	Signals *map[string]json.RawMessage `json:"signals,omitempty"`
 }
 
 func (s *Server) listTaskTypes(w http.ResponseWriter, r *http.Request, c *call) {
@@ -105,6 +109,9 @@ func (s *Server) listTaskTypes(w http.ResponseWriter, r *http.Request, c *call) 
 	for i, t := range types {
 		out[i] = taskTypeView{Type: t.Type, Version: t.Version, Queue: t.Queue, MaxAttempts: t.MaxAttempts,
 			ScheduleToCloseSeconds: t.ScheduleToClose.Seconds(), RegisteredBy: t.RegisteredBy, RegisteredAt: t.RegisteredAt}
+		if t.Signals != nil {
+			out[i].Signals = &types[i].Signals
+		}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"task_types": out})
 }

@@ -25,20 +25,25 @@ func (s *Server) writeProblem(w http.ResponseWriter, r *http.Request, p *Problem
 // writeError answers err: as its problem if it has one, else as an internal
 // error, logged with the request.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	if web.ProblemFor(err) == nil && r.Context().Err() != nil {
+		return // the client went away: nobody to answer
+	}
+	s.writeProblem(w, r, s.problemOf(r, err))
+}
+
+// problemOf is err's problem, logging what the answer leaves out: an
+// error it does not recognize is answered as internal, without detail.
+func (s *Server) problemOf(r *http.Request, err error) *Problem {
 	if p := web.ProblemFor(err); p != nil {
 		if p.Code == web.CodeUnavailable {
 			// The answer hides the hosts; the log keeps them for the
 			// operator.
 			s.log.Warn("database unavailable", "method", r.Method, "path", logPath(r), slog.String("error", err.Error()))
 		}
-		s.writeProblem(w, r, p)
-		return
-	}
-	if r.Context().Err() != nil {
-		return // the client went away: nobody to answer
+		return p
 	}
 	s.log.Error("request failed", "method", r.Method, "path", logPath(r), slog.String("error", err.Error()))
-	s.writeProblem(w, r, web.NewProblem(http.StatusInternalServerError, web.CodeInternal, ""))
+	return web.NewProblem(http.StatusInternalServerError, web.CodeInternal, "")
 }
 
 // logPath is r's path as logs may keep it: a callback's token, a bearer

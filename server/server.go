@@ -34,7 +34,7 @@ type Config struct {
 	// namespaces are served. /readyz answers ready while any cell does,
 	// and names each cell's state.
 	Cells *sdk.Cells
-	// Tokens, when any, are required on every /v1 request (but POST
+	// Tokens, when any, are required on every /v1 request (but
 	// /v1/callbacks/{token}, whose token is its capability, and GET
 	// /v1/openapi.yaml, the API's description) and by the console. None:
 	// no authentication, for a server on localhost: it then answers only
@@ -127,7 +127,8 @@ type Config struct {
 	// CallbackSecret signs the one-time callback URLs of waits (see
 	// [Server.CallbackURL] and [sdk.CallbackToken]); POST
 	// /v1/callbacks/{token} delivers a signal, without an API token, to
-	// whoever holds a URL signed with it. At least
+	// whoever holds a URL signed with it, and GET shows a page for a
+	// browser whose buttons post the decision. At least
 	// [sdk.MinCallbackSecretBytes] bytes, kept secret. None: the route
 	// answers 404.
 	CallbackSecret []byte
@@ -385,6 +386,7 @@ func (s *Server) routes() http.Handler {
 	mux.Handle("POST /v1/tasks/by-key/{key}/signals/{name}", s.api(RoleOperate, s.signalTaskByKey))
 	if len(s.cfg.CallbackSecret) > 0 {
 		mux.HandleFunc("POST /v1/callbacks/{token}", s.callback)
+		mux.HandleFunc("GET /v1/callbacks/{token}", s.callbackPage)
 	}
 	mux.Handle("GET /v1/queues", s.api(RoleRead, s.listQueues))
 	mux.Handle("GET /v1/queues/{queue}/diagnosis", s.api(RoleRead, s.diagnoseQueue))

@@ -55,6 +55,12 @@ type Problem struct {
 	// original failed: the fork exists, so a retry without an idempotency
 	// key would fork again.
 	ForkTaskID string `json:"fork_task_id,omitempty"`
+	// Declared are the signals the task's type declares (code
+	// signal_not_declared).
+	Declared []string `json:"declared,omitempty"`
+	// Errors say what is wrong with a signal's payload, each at its JSON
+	// Pointer (code invalid_signal_payload).
+	Errors []sdk.SignalPayloadProblem `json:"errors,omitempty"`
 
 	retryAfter time.Duration
 }
@@ -100,44 +106,50 @@ const (
 	CodeQueryFailed   = "query_failed"
 	CodeNoWorker      = "no_worker"
 	CodeReplayFailed  = "replay_failed"
+
+	// A task type's declared signals' (sdk.WorkflowOpts.Signals).
+	CodeSignalNotDeclared = "signal_not_declared"
+	CodeSignalPayload     = "invalid_signal_payload"
 )
 
 var titles = map[string]string{
-	CodeMalformedJSON:    "The request body is not valid JSON",
-	CodeUnknownField:     "The request body has a field the API does not know",
-	CodeInvalidRequest:   "The request is invalid",
-	CodeUnknownTaskType:  "No worker has registered this task type",
-	CodeBadFilter:        "The CEL expression does not compile",
-	CodeFilterFailed:     "The CEL expression failed on some events",
-	CodeFilterExpensive:  "The CEL expression went over the request's limits",
-	CodeNotFound:         "Not found",
-	CodeTaskState:        "The task's state does not allow this",
-	CodeConflict:         "The task changed concurrently; try again",
-	CodePayloadTooLarge:  "The task input is larger than the server accepts",
-	CodeQueueFull:        "The queue is full",
-	CodeHistoryFull:      "The task's history is at its bound and takes no more signals",
-	CodeUnauthorized:     "Authentication required",
-	CodeForbidden:        "The token does not allow this",
-	CodeNotReady:         "The server is not ready",
-	CodeInternal:         "Internal server error",
-	CodeTooSlow:          "The diagnosis took too long; try a shorter window",
-	CodeUnavailable:      "The database holding the namespace does not answer",
-	CodeUnsupported:      "The server's store does not support this",
-	CodeHostNotAllowed:   "The server does not answer requests for this host name",
-	CodeCrossOrigin:      "Cross-origin request refused",
-	CodeUnsupportedMedia: "The request body must be JSON",
-	CodeUnsupportedForm:  "The console's forms are URL-encoded",
-	CodeKeyReused:        "The idempotency key was used for another start",
-	CodeBlobCorrupt:      "The blob is damaged",
-	CodeSealed:           "The payload is encrypted and cannot be opened",
-	CodeCallbackUsed:     "The callback link was used already",
-	CodeWaitEnded:        "The wait this callback link answers has ended",
-	CodeWaitNotReached:   "The task does not wait at this callback link's wait yet",
-	CodeTooManyWaits:     "Too many long polls are open; try again later",
-	CodeQueryNotFound:    "The workflow has no query of this name",
-	CodeQueryFailed:      "The query's handler failed",
-	CodeNoWorker:         "No worker of the task's type answered",
-	CodeReplayFailed:     "The task's history does not replay on its workers' code",
+	CodeMalformedJSON:     "The request body is not valid JSON",
+	CodeUnknownField:      "The request body has a field the API does not know",
+	CodeInvalidRequest:    "The request is invalid",
+	CodeUnknownTaskType:   "No worker has registered this task type",
+	CodeBadFilter:         "The CEL expression does not compile",
+	CodeFilterFailed:      "The CEL expression failed on some events",
+	CodeFilterExpensive:   "The CEL expression went over the request's limits",
+	CodeNotFound:          "Not found",
+	CodeTaskState:         "The task's state does not allow this",
+	CodeConflict:          "The task changed concurrently; try again",
+	CodePayloadTooLarge:   "The task input is larger than the server accepts",
+	CodeQueueFull:         "The queue is full",
+	CodeHistoryFull:       "The task's history is at its bound and takes no more signals",
+	CodeUnauthorized:      "Authentication required",
+	CodeForbidden:         "The token does not allow this",
+	CodeNotReady:          "The server is not ready",
+	CodeInternal:          "Internal server error",
+	CodeTooSlow:           "The diagnosis took too long; try a shorter window",
+	CodeUnavailable:       "The database holding the namespace does not answer",
+	CodeUnsupported:       "The server's store does not support this",
+	CodeHostNotAllowed:    "The server does not answer requests for this host name",
+	CodeCrossOrigin:       "Cross-origin request refused",
+	CodeUnsupportedMedia:  "The request body must be JSON",
+	CodeUnsupportedForm:   "The console's forms are URL-encoded",
+	CodeKeyReused:         "The idempotency key was used for another start",
+	CodeBlobCorrupt:       "The blob is damaged",
+	CodeSealed:            "The payload is encrypted and cannot be opened",
+	CodeCallbackUsed:      "The callback link was used already",
+	CodeWaitEnded:         "The wait this callback link answers has ended",
+	CodeWaitNotReached:    "The task does not wait at this callback link's wait yet",
+	CodeTooManyWaits:      "Too many long polls are open; try again later",
+	CodeSignalNotDeclared: "The task's type does not declare a signal of this name",
+	CodeSignalPayload:     "The signal's payload does not fit what the task's type declares",
+	CodeQueryNotFound:     "The workflow has no query of this name",
+	CodeQueryFailed:       "The query's handler failed",
+	CodeNoWorker:          "No worker of the task's type answered",
+	CodeReplayFailed:      "The task's history does not replay on its workers' code",
 }
 
 // NewProblem is the problem of status and code, its title code's, with
@@ -157,6 +169,8 @@ func ProblemFor(err error) *Problem {
 	var historyFull *cairntype.HistoryFullError
 	var queryNotFound *sdk.QueryNotFoundError
 	var noWorker *sdk.NoWorkerError
+	var notDeclared *sdk.SignalNotDeclaredError
+	var badPayload *sdk.SignalPayloadError
 	switch {
 	case errors.As(err, &queryNotFound):
 		p := NewProblem(http.StatusNotFound, CodeQueryNotFound, queryNotFound.Error())
@@ -173,6 +187,14 @@ func ProblemFor(err error) *Problem {
 		return NewProblem(http.StatusUnprocessableEntity, CodeQueryFailed, err.Error())
 	case errors.Is(err, sdk.ErrReplayFailed):
 		return NewProblem(http.StatusConflict, CodeReplayFailed, err.Error())
+	case errors.As(err, &notDeclared):
+		p := NewProblem(http.StatusNotFound, CodeSignalNotDeclared, notDeclared.Error())
+		p.Declared = notDeclared.Declared
+		return p
+	case errors.As(err, &badPayload):
+		p := NewProblem(http.StatusUnprocessableEntity, CodeSignalPayload, badPayload.Error())
+		p.Errors = badPayload.Problems
+		return p
 	case errors.As(err, &historyFull):
 		// 409, not 413: the request is not too large; the task can take
 		// no more, whatever is sent.
