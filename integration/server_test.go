@@ -10,8 +10,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -35,6 +37,20 @@ type apiServer struct {
 	metricsURL string    // the --metrics-addr listener's /metrics, when there is one
 	token      string    // sent as the bearer token when set
 	cmd        *exec.Cmd // the server process
+	printed    *printed  // what the process wrote to stderr
+}
+
+// printed is the lines a process wrote, as they come.
+type printed struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+// all returns the lines written so far.
+func (p *printed) all() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.lines)
 }
 
 // startServer runs `cairn server` against schema and returns once it
@@ -72,10 +88,14 @@ func startListening(t *testing.T, cmd *exec.Cmd) *apiServer {
 		}
 	})
 	addr, metrics := make(chan string, 1), make(chan string, 1) // each printed once, metrics first
+	out := &printed{}
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
 			line := sc.Text()
+			out.mu.Lock()
+			out.lines = append(out.lines, line)
+			out.mu.Unlock()
 			if rest, ok := strings.CutPrefix(line, "cairn server metrics on "); ok {
 				metrics <- rest
 			}
@@ -87,7 +107,7 @@ func startListening(t *testing.T, cmd *exec.Cmd) *apiServer {
 	}()
 	select {
 	case url := <-addr:
-		srv := &apiServer{t: t, url: url, cmd: cmd}
+		srv := &apiServer{t: t, url: url, cmd: cmd, printed: out}
 		select {
 		case srv.metricsURL = <-metrics:
 		default:
@@ -141,7 +161,7 @@ func (s *apiServer) call(method, path string, body any, header ...string) (int, 
 
 // as returns a view of the server that sends token.
 func (s *apiServer) as(token string) *apiServer {
-	return &apiServer{t: s.t, url: s.url, token: token, cmd: s.cmd}
+	return &apiServer{t: s.t, url: s.url, token: token, cmd: s.cmd, printed: s.printed}
 }
 
 // expect calls and requires status, decoding the body into out if given.

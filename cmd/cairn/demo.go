@@ -353,11 +353,20 @@ func (l *lockedWriter) Write(b []byte) (int, error) {
 	return l.w.Write(b)
 }
 
+// shellQuote is s as one word of a POSIX shell: itself when it holds
+// nothing a shell reads specially, else single-quoted.
+func shellQuote(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/._-+:,@=") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
 // signalCommand is the command line that signals a task in g's store.
 func signalCommand(g *globals) string {
 	cmd := "cairn"
 	if g.embedded() && g.dbPath != "cairn-dev.db" {
-		cmd += " --db " + g.dbPath
+		cmd += " --db " + shellQuote(g.dbPath)
 	}
 	if !g.embedded() {
 		cmd += " --database-url \"$CAIRN_DATABASE_URL\""

@@ -272,23 +272,18 @@ func TestDemoRunManualLeavesApprovalsWaiting(t *testing.T) {
 				c, err := sdk.NewClient(sdk.ClientConfig{Store: s, Namespace: "clitest"})
 				require.NoError(t, err)
 				defer c.Close()
-				// A signal that is not a decision is waited past: the task
-				// waits again (its second receive) for one that is. The
-				// decision is sent once it does: sent at once, on
-				// PostgreSQL, the claim after the first signal now and then
-				// read a history with a gap ("event 18 (attempt_started):
-				// expected seq 17"), which left the task to its lease's
-				// expiry (30 s). An engine matter, reported, not this
-				// test's.
-				_, err = c.Signal(context.Background(), waiting[0], intake.ApprovalSignal, json.RawMessage(`{"comment":"which?"}`), nil)
+				// The approval is declared: a signal that is not a decision,
+				// or of another name, is refused when sent, and the task
+				// still waits at its first receive.
+				before, err := store.TaskEvents(context.Background(), s, "", waiting[0])
 				require.NoError(t, err)
-				require.Eventually(t, func() bool {
-					events, err := store.TaskEvents(context.Background(), s, "", waiting[0])
-					require.NoError(t, err)
-					state, err := history.Replay(events)
-					require.NoError(t, err)
-					return state.Wait != nil && state.Wait.Position == 1
-				}, time.Minute, 20*time.Millisecond, "the task waits again after a signal that is not a decision")
+				_, err = c.Signal(context.Background(), waiting[0], intake.ApprovalSignal, json.RawMessage(`{"comment":"which?"}`), nil)
+				require.ErrorAs(t, err, new(*sdk.SignalPayloadError))
+				_, err = c.Signal(context.Background(), waiting[0], "aproval", workflow.Decision{Approved: true}, nil)
+				require.ErrorAs(t, err, new(*sdk.SignalNotDeclaredError))
+				after, err := store.TaskEvents(context.Background(), s, "", waiting[0])
+				require.NoError(t, err)
+				require.Len(t, after, len(before), "refused signals write nothing")
 				for _, id := range waiting[:2] {
 					_, err := c.Signal(context.Background(), id, intake.ApprovalSignal, workflow.Decision{Approved: true, Comment: "fine"}, &sdk.SignalOpts{Sender: "alice"})
 					require.NoError(t, err)

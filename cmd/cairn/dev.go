@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"net"
 	"time"
 
 	"github.com/cockroachdb/errors"
@@ -62,8 +63,8 @@ address only when told --insecure-no-auth. See docs/guarantees.md ("Security").`
 			if g.embedded() {
 				where = "the embedded store " + g.dbPath
 			}
-			return runServerWith(cmd, g, sf, func(ctx context.Context, store store.Store, _ *slog.Logger) (func(), error) {
-				return startDevWorker(ctx, cmd, g, df, sf, store, where)
+			return runServerWith(cmd, g, sf, func(ctx context.Context, store store.Store, _ *slog.Logger, addr string) (func(), error) {
+				return startDevWorker(ctx, cmd, g, df, sf, store, where, addr)
 			})
 		},
 	}
@@ -83,13 +84,14 @@ address only when told --insecure-no-auth. See docs/guarantees.md ("Security").`
 }
 
 // startDevWorker starts the demo worker over the server's store and
-// submits the sample documents.
-func startDevWorker(ctx context.Context, cmd *cobra.Command, g *globals, df *demoFlags, sf *serverFlags, store store.Store, where string) (func(), error) {
+// submits the sample documents; addr is where the server listens, which
+// the links it prints name.
+func startDevWorker(ctx context.Context, cmd *cobra.Command, g *globals, df *demoFlags, sf *serverFlags, store store.Store, where, addr string) (func(), error) {
 	c, err := sdk.NewClient(sdk.ClientConfig{Store: store, Namespace: g.namespace, Identity: cliIdentity(), MaxPayloadBytes: g.maxPayload})
 	if err != nil {
 		return nil, err
 	}
-	base := "http://" + sf.listen
+	base := "http://" + linkAddr(addr)
 	reviewers := &intake.PersonNotifier{Out: &lockedWriter{w: cmd.ErrOrStderr()}, Signal: signalCommand(g), Console: base,
 		Namespace: g.namespace, CallbackSecret: callbackSecret(sf), CallbackBase: base,
 		HowTo: fmt.Sprintf("approvals: a document read with low confidence waits up to %s for you (then a supervisor is notified, and it waits %s more);\n"+
@@ -122,4 +124,15 @@ func startDevWorker(ctx context.Context, cmd *cobra.Command, g *globals, df *dem
 	}
 	fmt.Fprintf(out, "cairn dev on %s, with a worker for %s@%d\n", where, intake.DocumentType, intake.DocumentVersion)
 	return stop, nil
+}
+
+// linkAddr is addr, where the server listens, as links name it: an
+// unspecified address (--listen :7233) as the loopback one, which a
+// browser on the same machine reaches.
+func linkAddr(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if ip := net.ParseIP(host); err == nil && ip != nil && ip.IsUnspecified() {
+		return net.JoinHostPort("127.0.0.1", port)
+	}
+	return addr
 }

@@ -137,8 +137,10 @@ func runServer(cmd *cobra.Command, g *globals, f *serverFlags) error {
 }
 
 // alongside is work a process runs beside the server over the same store
-// (cairn dev's demo worker); stop ends it before the server closes.
-type alongside func(ctx context.Context, store store.Store, logger *slog.Logger) (stop func(), err error)
+// (cairn dev's demo worker); stop ends it before the server closes. addr
+// is the address the server listens on (--listen's port 0 resolved), for
+// the links it prints.
+type alongside func(ctx context.Context, store store.Store, logger *slog.Logger, addr string) (stop func(), err error)
 
 func runServerWith(cmd *cobra.Command, g *globals, f *serverFlags, also alongside) error {
 	ctx := cmd.Context()
@@ -217,14 +219,19 @@ func runServerWith(cmd *cobra.Command, g *globals, f *serverFlags, also alongsid
 		return err
 	}
 	defer maintainer.Stop()
+	ln, err := net.Listen("tcp", f.listen)
+	if err != nil {
+		return errmark.Mark(errors.Wrapf(err, "--listen %s", f.listen), configError)
+	}
 	if also != nil {
-		stop, err := also(ctx, dbs.store, logger)
+		stop, err := also(ctx, dbs.store, logger, ln.Addr().String())
 		if err != nil {
+			_ = ln.Close()
 			return err
 		}
 		defer stop()
 	}
-	return serve(ctx, cmd.ErrOrStderr(), srv, f, logger)
+	return serve(ctx, cmd.ErrOrStderr(), srv, f, logger, ln)
 }
 
 // serverDBs is what a server works in: one store, or, with --placement,
@@ -252,14 +259,11 @@ func (d serverDBs) collector() prometheus.Collector {
 	return sdk.NewQueueCollector(d.store)
 }
 
-// serve listens until ctx ends, then drains: /readyz turns not ready, and
-// requests in flight get up to the shutdown timeout, which bounds stopping
-// the server's background work too.
-func serve(ctx context.Context, stderr io.Writer, srv *server.Server, f *serverFlags, logger *slog.Logger) error {
-	ln, err := net.Listen("tcp", f.listen)
-	if err != nil {
-		return errmark.Mark(errors.Wrapf(err, "--listen %s", f.listen), configError)
-	}
+// serve serves on ln until ctx ends, then drains: /readyz turns not
+// ready, and requests in flight get up to the shutdown timeout, which
+// bounds stopping the server's background work too.
+func serve(ctx context.Context, stderr io.Writer, srv *server.Server, f *serverFlags, logger *slog.Logger, ln net.Listener) error {
+	var err error
 	// No server-wide write timeout: the handler sets each request's write
 	// deadline itself (server.Config.WriteTimeout, a minute), a long
 	// poll's past its wait and a streamed answer's at each chunk, so a

@@ -135,9 +135,12 @@ const (
 // DocumentWorkflow is the workflow type document.process, one document's
 // intake, running with cfg. It is a registered type of its own, so
 // anything that starts workflows may start it ([sdk.Start]; cfg does not
-// matter to a start): [Submit], or the batch parent as a child.
+// matter to a start): [Submit], or the batch parent as a child. It
+// declares its one signal, the approval [ApprovalSignal]: a signal of
+// another name, or one that is not a decision, is refused when sent.
 func DocumentWorkflow(cfg Config) *sdk.Workflow[Document, Extraction] {
-	return sdk.NewWorkflow(DocumentType, DocumentVersion, cfg.processDocument, &sdk.WorkflowOpts{Retry: &documentRetry})
+	return sdk.NewWorkflow(DocumentType, DocumentVersion, cfg.processDocument, &sdk.WorkflowOpts{Retry: &documentRetry,
+		Signals: []sdk.SignalDecl{sdk.DeclareApproval(ApprovalSignal)}})
 }
 
 // documentRef names the workflow type, for starting it.

@@ -228,7 +228,9 @@ func (p *PersonNotifier) Notify(_ context.Context, req ReviewRequest) error {
 		fmt.Fprintf(&b, "escalated: no decision on document %s: supervisor notified; task %s waits %s more, then rejects it (no decision)\n",
 			req.DocumentID, req.TaskID, req.Timeout)
 	}
-	fmt.Fprintf(&b, "  %s %s %s --payload '{\"approved\":true}'   (false to reject)\n", p.Signal, req.TaskID, ApprovalSignal)
+	// Each line works as pasted into a shell: what follows it is a
+	// comment.
+	fmt.Fprintf(&b, "  %s %s %s --payload '{\"approved\":true}'   # false to reject\n", p.Signal, req.TaskID, ApprovalSignal)
 	if p.Console != "" {
 		fmt.Fprintf(&b, "  %s/console/tasks/%s\n", p.Console, req.TaskID)
 	}
@@ -238,10 +240,11 @@ func (p *PersonNotifier) Notify(_ context.Context, req ReviewRequest) error {
 		if err != nil {
 			return err
 		}
-		// The API takes only JSON writes (415 otherwise): the line must
-		// work as pasted.
-		fmt.Fprintf(&b, "  curl -X POST -H 'Content-Type: application/json' '%s/v1/callbacks/%s?decision=approve'   (or reject)\n",
-			strings.TrimSuffix(p.CallbackBase, "/"), token)
+		// The link opens a page to decide on in a browser; the API takes
+		// only JSON writes (415 otherwise).
+		link := strings.TrimSuffix(p.CallbackBase, "/") + "/v1/callbacks/" + token
+		fmt.Fprintf(&b, "  %s   (open in a browser to approve or reject)\n", link)
+		fmt.Fprintf(&b, "  curl -X POST -H 'Content-Type: application/json' '%s?decision=approve'   # or ?decision=reject\n", link)
 	}
 	_, err := io.WriteString(p.Out, b.String())
 	return err
