@@ -90,3 +90,43 @@ func waitForWait(b *testing.B, c *sdk.Client, id uuid.UUID) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// BenchmarkSignalSend measures Client.Signal to a pending task whose type
+// declares its signals, against one whose type declares none: the cost of
+// the check (one more read of the task's row, and the payload's
+// validation; the namespace's declarations are cached).
+//
+//	CAIRN_TEST_DATABASE_URL=... go test -run '^$' -bench SignalSend -benchtime 2000x ./sdk
+func BenchmarkSignalSend(b *testing.B) {
+	for _, declared := range []bool{false, true} {
+		name := "Undeclared"
+		var opts *sdk.WorkflowOpts
+		if declared {
+			name, opts = "Declared", &sdk.WorkflowOpts{Signals: []sdk.SignalDecl{sdk.DeclareSignal[note]("note")}}
+		}
+		b.Run(name, func(b *testing.B) {
+			pool := enginetest.Pool(b)
+			schema := enginetest.Schema(b)
+			client, err := sdk.NewClient(sdk.ClientConfig{Pool: pool, Schema: schema})
+			require.NoError(b, err)
+			b.Cleanup(client.Close)
+			wf := sdk.NewWorkflow("bench.send", 1, func(ctx workflow.Context, _ int) (string, error) { return "", nil }, opts)
+			// A worker of another queue: it records the type, and claims
+			// nothing of it.
+			worker, err := sdk.NewWorker(sdk.WorkerConfig{Pool: pool, Schema: schema, Queues: []string{"elsewhere"}})
+			require.NoError(b, err)
+			sdk.Register(worker, wf)
+			require.NoError(b, worker.Start(context.Background()))
+			defer func() { _ = worker.StopAndCancel(context.Background()) }()
+			ctx := context.Background()
+			res, err := sdk.Start(ctx, client, wf, 0, nil)
+			require.NoError(b, err)
+			payload := note{Text: "looks fine", Tags: []string{"a", "b"}}
+			b.ResetTimer()
+			for range b.N {
+				_, err := client.Signal(ctx, res.ID, "note", payload, nil)
+				require.NoError(b, err)
+			}
+		})
+	}
+}

@@ -106,6 +106,7 @@ func TestDeclaredSignalsAreCheckedWhenSent(t *testing.T) {
 		// name is taken (and waits for a receive that never comes).
 		run2, err := sdk.Start(ctx, b.client, v2, struct{}{}, nil)
 		require.NoError(t, err)
+		waitForEvent(t, b.client, run2.ID, history.WaitStarted) // then nothing more is written: no attempt runs
 		_, err = b.client.Signal(ctx, run2.ID, "aproval", json.RawMessage(`{"ok":"yes"}`), nil)
 		require.NoError(t, err)
 		enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client))
