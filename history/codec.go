@@ -120,6 +120,10 @@ func Decode(typ Type, data []byte) (Payload, error) {
 		return decodeAs[TaskForkedData](typ, data)
 	case SelectMatched:
 		return decodeAs[SelectMatchedData](typ, data)
+	case UpdateAccepted:
+		return decodeAs[UpdateAcceptedData](typ, data)
+	case UpdateCompleted:
+		return decodeAs[UpdateCompletedData](typ, data)
 	default:
 		return nil, invalidf(nil, "decode payload: unknown event type %q", string(typ))
 	}

@@ -47,6 +47,8 @@ const (
 	TaskForked            Type = "task_forked"
 	SelectMatched         Type = "select_matched"
 	StreamClosed          Type = "stream_closed"
+	UpdateAccepted        Type = "update_accepted"
+	UpdateCompleted       Type = "update_completed"
 )
 
 // Types lists every event type this version of the package understands, in
@@ -59,6 +61,7 @@ var Types = []Type{
 	ChildStarted, ChildWaitStarted, ChildFinished, TaskErased, PatchRecorded, TaskContinued, TaskForked,
 	SelectMatched,
 	StreamClosed,
+	UpdateAccepted, UpdateCompleted,
 }
 
 // Event is one entry of a task's append-only log.
@@ -650,4 +653,8 @@ func (TaskContinuedData) EventType() Type { return TaskContinued }
 func (TaskForkedData) EventType() Type { return TaskForked }
 
 // EventType implements [Payload].
-func (SelectMatchedData) EventType() Type { return SelectMatched }
+func (SelectMatchedData) EventType() Type  { return SelectMatched }
+func (UpdateAcceptedData) EventType() Type { return UpdateAccepted }
+
+// EventType implements [Payload].
+func (UpdateCompletedData) EventType() Type { return UpdateCompleted }

@@ -45,6 +45,7 @@ func FuzzEventJSON(f *testing.F) {
 		`{"seq":9223372036854775807,"type":"attempt_started","at":"9999-12-31T23:59:59.999999999-23:59","attempt":-3,"data":{"v":1,"lease_expires_at":"0001-01-01T00:00:00Z"}}`,
 		`{"seq":1,"type":"task_scheduled","at":"2026-01-02T03:04:05Z","data":{"v":1,"task_type":"t","labels":{"a":"\ud800"},"input":[]}}`,
 		`{"seq":3,"type":"stream_closed","at":"2026-01-02T03:04:05Z","attempt":1,"data":{"v":1,"name":"tokens","position":-1,"chunks":2,"bytes":9,"outcome":"rewound"}}`,
+		`{"seq":2,"type":"update_completed","at":"2026-01-02T03:04:05Z","attempt":1,"data":{"v":1,"update_id":"u","at":{"call":1,"step":0,"receive":0,"child":0},"error":{"class":"permanent","message":"no"}}}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -345,7 +346,7 @@ func plausible(s history.State) []history.Type {
 	case s.Status == history.StatusPending || s.Status == history.StatusRetrying:
 		return []history.Type{history.StepCompleted, history.PatchRecorded, history.TaskForked, history.AttemptStarted, history.AttemptStarted, history.AttemptStarted, history.CancelRequested,
 			history.TaskFailed, history.TaskDeadLettered, history.TaskExpired, history.TaskCancelled, history.SignalReceived,
-			history.ChildFinished}
+			history.ChildFinished, history.UpdateAccepted}
 	case s.Status == history.StatusRunning && s.Lease.Owner == "":
 		return []history.Type{history.TaskFailed, history.TaskDeadLettered, history.TaskCancelled}
 	case s.Status == history.StatusRunning && s.Compensation.IsStarted():
@@ -357,7 +358,8 @@ func plausible(s history.State) []history.Type {
 			history.TimerStarted, history.TimerFired, history.TaskFailed, history.TaskDeadLettered, history.TaskCancelled,
 			history.SignalReceived, history.WaitStarted, history.WaitTimedOut,
 			history.ChildStarted, history.ChildStarted, history.ChildWaitStarted, history.ChildFinished,
-			history.PatchRecorded, history.TaskContinued, history.SelectMatched, history.WaitStarted}
+			history.PatchRecorded, history.TaskContinued, history.SelectMatched, history.WaitStarted,
+			history.UpdateAccepted, history.UpdateCompleted}
 	}
 	return history.Types
 }
@@ -661,6 +663,15 @@ func nextEvent(r *fuzzBytes, events []history.Event, s history.State) history.Ev
 				m.Step = pickOf(r, position-1, position, 0)
 			}
 			p = m
+		case history.UpdateAccepted:
+			p = history.UpdateAcceptedData{UpdateID: pickOf(r, "upd-1", "upd-2", "", "bad\x00id"), Name: pickOf(r, "reassign", ""), Args: output, RequestedBy: by}
+		case history.UpdateCompleted:
+			done := history.UpdateCompletedData{UpdateID: pickOf(r, "upd-1", "upd-2", "upd-9"), Output: output,
+				At: history.UpdatePoint{Call: pickOf(r, 0, 3, -1), Step: len(s.Steps)}}
+			if r.intn(2) == 1 {
+				done.Error = &info
+			}
+			p = done
 		default:
 			panic("no case for event type " + string(history.Types[k]))
 		}

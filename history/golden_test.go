@@ -39,6 +39,7 @@ type goldenSummary struct {
 	LastError  string         `json:"last_error,omitempty"`
 	Output     string         `json:"output,omitempty"`
 	Patches    []string       `json:"patches,omitempty"` // id@position
+	Updates    []string       `json:"updates,omitempty"` // id:output or id:error, or id:pending
 }
 
 func summarize(s history.State) goldenSummary {
@@ -55,6 +56,16 @@ func summarize(s history.State) goldenSummary {
 	}
 	for _, p := range s.Patches {
 		sum.Patches = append(sum.Patches, fmt.Sprintf("%s@%d", p.ID, p.Position))
+	}
+	for _, u := range s.Updates {
+		switch {
+		case !u.Completed:
+			sum.Updates = append(sum.Updates, u.ID+":pending")
+		case u.Error != nil:
+			sum.Updates = append(sum.Updates, u.ID+":"+u.Error.Message)
+		default:
+			sum.Updates = append(sum.Updates, u.ID+":"+string(u.Output))
+		}
 	}
 	return sum
 }
@@ -195,6 +206,30 @@ func goldenGood() map[string]struct {
 			after(18*sec, historytest.E{Attempt: 3, Data: history.SelectMatchedData{Position: 2, Case: 1, Kind: history.SelectTimer}}),
 			after(19*sec, signal("approval", `"late"`, "")),
 			after(20*sec, completed(3)),
+		)},
+		// Updates: one arrives while the task waits for its approval
+		// (due at once); the next attempt replays to the wait, applies it
+		// and waits again; a second one fails in its handler; the
+		// approval ends the wait.
+		"updated": {status: history.StatusCompleted, events: build(
+			after(0, scheduled()),
+			after(1*sec, started(1, 1)),
+			after(2*sec, step(1, 0, "draft")),
+			after(3*sec, historytest.E{Attempt: 1, Data: history.WaitStartedData{Name: "approval", Position: 0, Deadline: historytest.Base.Add(time.Hour)}}),
+			after(4*sec, historytest.E{Data: history.UpdateAcceptedData{UpdateID: "u-1", Name: "reassign", Args: json.RawMessage(`"bob"`), RequestedBy: "alice"}}),
+			after(5*sec, by("worker-2", started(2, 2))),
+			after(5*sec, historytest.E{Attempt: 2, Data: history.UpdateCompletedData{UpdateID: "u-1", Output: json.RawMessage(`"carol"`),
+				At: history.UpdatePoint{Call: 1, Step: 1}}}),
+			after(5*sec, historytest.E{Attempt: 2, Data: history.WaitStartedData{Name: "approval", Position: 0, Deadline: historytest.Base.Add(time.Hour)}}),
+			after(6*sec, historytest.E{Data: history.UpdateAcceptedData{UpdateID: "u-2", Name: "reassign", Args: json.RawMessage(`""`)}}),
+			after(7*sec, by("worker-2", started(3, 3))),
+			after(7*sec, historytest.E{Attempt: 3, Data: history.UpdateCompletedData{UpdateID: "u-2",
+				Error: &history.ErrorInfo{Class: history.Permanent, Message: "reassign to whom?", ClassifiedBy: "update"}, At: history.UpdatePoint{Call: 1, Step: 1}}}),
+			after(7*sec, historytest.E{Attempt: 3, Data: history.WaitStartedData{Name: "approval", Position: 0, Deadline: historytest.Base.Add(time.Hour)}}),
+			after(8*sec, signal("approval", `{"approved":true}`, "")),
+			after(9*sec, started(4, 4)),
+			after(10*sec, step(4, 1, "send")),
+			after(11*sec, completed(4)),
 		)},
 		// Children: two started, the parent awaits the first; it finishes
 		// (the parent is due), the second fails, and the parent, woken
@@ -515,6 +550,35 @@ func goldenBad(t *testing.T) map[string]struct {
 				return ev[:12]
 			}),
 			error: "event 12 (wait_started): child 0 has finished",
+		},
+		"update_accepted_twice": {
+			data: edit("updated", func(ev []history.Event) []history.Event {
+				dup := ev[4]
+				dup.Seq = 6
+				return append(ev[:5], dup)
+			}),
+			error: `event 6 (update_accepted): update "u-1" already accepted`,
+		},
+		"update_completed_unaccepted": {
+			data: edit("updated", func(ev []history.Event) []history.Event {
+				ev[6].Data = history.UpdateCompletedData{UpdateID: "u-9"}
+				return ev[:7]
+			}),
+			error: `event 7 (update_completed): update "u-9" was not accepted`,
+		},
+		"update_completed_outside_attempt": {
+			data: edit("updated", func(ev []history.Event) []history.Event {
+				done := ev[6]
+				done.Seq = 6
+				return append(ev[:5], done)
+			}),
+			error: "event 6 (update_completed): task is pending, not running",
+		},
+		"update_after_completion": {
+			data: edit("updated", func(ev []history.Event) []history.Event {
+				return append(ev, history.Event{Seq: 17, At: ev[15].At, Data: history.UpdateAcceptedData{UpdateID: "u-3", Name: "reassign"}})
+			}),
+			error: "event 17 (update_accepted): task is already completed",
 		},
 		"patch_recorded_twice": {
 			data: edit("patched", func(ev []history.Event) []history.Event {

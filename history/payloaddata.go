@@ -18,6 +18,10 @@ func UserData(p Payload) (json.RawMessage, bool) {
 		return d.Payload, true
 	case ChildFinishedData:
 		return d.Output, true
+	case UpdateAcceptedData:
+		return d.Args, true
+	case UpdateCompletedData:
+		return d.Output, true
 	}
 	return nil, false
 }
@@ -39,6 +43,12 @@ func WithUserData(p Payload, data json.RawMessage) Payload {
 		d.Payload = data
 		return d
 	case ChildFinishedData:
+		d.Output = data
+		return d
+	case UpdateAcceptedData:
+		d.Args = data
+		return d
+	case UpdateCompletedData:
 		d.Output = data
 		return d
 	}

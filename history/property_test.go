@@ -1,6 +1,7 @@
 package history_test
 
 import (
+	"encoding/json"
 	"flag"
 	"fmt"
 	"testing"
@@ -321,6 +322,10 @@ func candidates(s history.State, at time.Time) []history.Event {
 	add(0, history.SignalReceivedData{Name: "approval"})
 	add(s.Attempt, history.PatchRecordedData{PatchID: "p", Position: len(s.Steps)})
 	add(s.Attempt, history.PatchRecordedData{PatchID: "patch-0", Position: len(s.Steps)})
+	add(0, history.UpdateAcceptedData{UpdateID: "upd-x", Name: "reassign"})
+	for _, u := range s.PendingUpdates() {
+		add(s.Attempt, history.UpdateCompletedData{UpdateID: u.ID, Output: json.RawMessage(`1`)})
+	}
 	return out
 }
 

@@ -271,7 +271,11 @@ type State struct {
 	ContinuedAs string
 	// Forks are the tasks forked from this one (task_forked), in history
 	// order.
-	Forks   []Fork
+	Forks []Fork
+	// Updates are the updates accepted (update_accepted), in history
+	// order, each with its outcome once its handler ran
+	// (update_completed).
+	Updates []Update
 	LastSeq int64
 
 	CreatedAt  time.Time // at of task_scheduled
@@ -434,6 +438,10 @@ func apply(s State, e Event, owned bool) (State, error) {
 		err = s.applyForked(e, p)
 	case SelectMatchedData:
 		err = s.applySelectMatched(e, p)
+	case UpdateAcceptedData:
+		err = s.applyUpdateAccepted(e, p)
+	case UpdateCompletedData:
+		err = s.applyUpdateCompleted(e, p)
 	case TaskExpiredData:
 		if s.Status != StatusPending || s.Attempt != 0 {
 			err = invalidf(nil, "event %d (%s): task is %s after %d attempts; only a task never started expires", e.Seq, TaskExpired, s.Status, s.Attempt)
@@ -518,6 +526,10 @@ func typeOf(p Payload) (Type, bool) {
 		return TaskForked, true
 	case SelectMatchedData:
 		return SelectMatched, true
+	case UpdateAcceptedData:
+		return UpdateAccepted, true
+	case UpdateCompletedData:
+		return UpdateCompleted, true
 	}
 	return "", false
 }
@@ -974,8 +986,12 @@ func (s *State) applyTimerStarted(e Event, p TimerStartedData) error {
 	if err := s.requireLeasedAttempt(e); err != nil {
 		return err
 	}
+	// A run woken before its timer is due (an update arrived) sleeps
+	// again at the timer's position: like a hand-back it uses up nothing
+	// of the retry budget.
+	rearm := s.Timer != nil && s.Timer.Position == p.Position
 	switch {
-	case s.Timer != nil:
+	case s.Timer != nil && !rearm:
 		return invalidf(nil, "event %d (%s): a timer is already running", e.Seq, TimerStarted)
 	case s.Wait != nil:
 		return invalidf(nil, "event %d (%s): receive %d waits for signal %q", e.Seq, TimerStarted, s.Wait.Position, s.Wait.Name)
@@ -990,10 +1006,15 @@ func (s *State) applyTimerStarted(e Event, p TimerStartedData) error {
 	}
 	// The attempt ends: the task waits, holding no lease, until the timer
 	// is due.
+	if rearm {
+		s.Released++
+		s.Budget.Attempts--
+	}
 	s.Timer = &Timer{Position: p.Position, FireAt: p.FireAt}
 	s.Status = StatusPending
 	s.RunAt = p.FireAt
 	s.Lease.Owner, s.Lease.ExpiresAt = "", time.Time{}
+	s.wakeForUpdates(e)
 	return nil
 }
 
@@ -1090,6 +1111,7 @@ func (s *State) applyWaitStarted(e Event, p WaitStartedData) error {
 		s.RunAt = *dl
 	}
 	s.Lease.Owner, s.Lease.ExpiresAt = "", time.Time{}
+	s.wakeForUpdates(e)
 	return nil
 }
 
@@ -1175,6 +1197,7 @@ func (s *State) applyChildWaitStarted(e Event, p ChildWaitStartedData) error {
 		s.RunAt = *dl
 	}
 	s.Lease.Owner, s.Lease.ExpiresAt = "", time.Time{}
+	s.wakeForUpdates(e)
 	return nil
 }
 

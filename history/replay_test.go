@@ -549,6 +549,7 @@ func TestEventType(t *testing.T) {
 		history.TaskErasedData{}, history.PatchRecordedData{}, history.TaskContinuedData{}, history.TaskForkedData{},
 		history.SelectMatchedData{},
 		history.StreamClosedData{},
+		history.UpdateAcceptedData{}, history.UpdateCompletedData{},
 	}
 	require.Len(t, payloads, len(history.Types))
 	for i, p := range payloads {

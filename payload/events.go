@@ -9,8 +9,9 @@ import (
 // OfEvent returns the payload event data d carries, of task in
 // namespace, nil when its type carries none: task_scheduled's input,
 // step_completed's output (or its OutputRef), task_completed's output,
-// signal_received's payload, and child_finished's output, which the
-// child owns. [Payload.Into] puts it back.
+// signal_received's payload, child_finished's output, which the
+// child owns, update_accepted's args (as a signal's payload) and
+// update_completed's output (as a workflow's). [Payload.Into] puts it back.
 func OfEvent(namespace string, task uuid.UUID, d history.Payload) *Payload {
 	p := &Payload{Namespace: namespace, Task: task}
 	switch d := d.(type) {
@@ -28,6 +29,10 @@ func OfEvent(namespace string, task uuid.UUID, d history.Payload) *Payload {
 			child = uuid.Nil
 		}
 		p.Kind, p.Data, p.Task = Output, d.Output, child
+	case history.UpdateAcceptedData:
+		p.Kind, p.Data = Signal, d.Args
+	case history.UpdateCompletedData:
+		p.Kind, p.Data = Output, d.Output
 	default:
 		return nil
 	}

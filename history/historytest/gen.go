@@ -377,6 +377,25 @@ func (g *gen) signal() {
 	g.unconsumedSeq = append(g.unconsumedSeq, int64(len(g.events)))
 }
 
+// update appends update_accepted, outside any attempt, and the running
+// attempt's update_completed of it; it reports whether the history is
+// full.
+func (g *gen) update(attempt int) bool {
+	id := fmt.Sprintf("upd-%d", len(g.events)+1)
+	g.emit(0, history.UpdateAcceptedData{UpdateID: id, Name: "reassign", Args: g.rawOrNil("args", outputs), RequestedBy: "api"}, true)
+	if g.full() {
+		return true
+	}
+	done := history.UpdateCompletedData{UpdateID: id, At: history.UpdatePoint{Call: g.steps + g.receives + g.children, Step: g.steps, Receive: g.receives, Child: g.children}}
+	if len(g.events)%2 == 0 {
+		done.Error = &history.ErrorInfo{Class: history.Permanent, Message: "not now", ClassifiedBy: "update"}
+	} else {
+		done.Output = json.RawMessage(`"ok"`)
+	}
+	g.emit(attempt, done, true)
+	return g.full()
+}
+
 // finishChild appends child_finished, outside any attempt: for the child
 // awaited, or else for the oldest unfinished one.
 func (g *gen) finishChild() {
@@ -658,6 +677,14 @@ func (g *gen) attempt(attempt int) bool {
 			g.signal()
 			if g.full() {
 				return true
+			}
+			if len(g.events)%3 == 0 {
+				// An update arrives too, and the attempt applies it at its
+				// next call. (Drawn from nothing: earlier seeds' draws stay
+				// what they were.)
+				if g.update(attempt) {
+					return true
+				}
 			}
 		}
 		if !g.endless && g.src.intRange("cancel_running", 0, 9) == 0 {

@@ -114,6 +114,9 @@ func StartChild(ctx Context, req ChildRequest) (ChildHandle, error) {
 	if err := s.enter("StartChild"); err != nil {
 		return ChildHandle{}, err
 	}
+	if err := s.yield("child"); err != nil {
+		return ChildHandle{}, err
+	}
 	s.mu.Lock()
 	pos := s.child.next
 	s.child.next++
@@ -164,6 +167,9 @@ func ChildResult(ctx Context, h ChildHandle) (json.RawMessage, error) {
 func AwaitChildren(ctx Context, hs []ChildHandle) error {
 	s := ctx.run()
 	if err := s.enter("AwaitChildren"); err != nil {
+		return err
+	}
+	if err := s.yield("await"); err != nil {
 		return err
 	}
 	if len(unfinishedOf(s.children(), hs)) == 0 {

@@ -88,6 +88,9 @@ func Go[Out any](ctx Context, name string, fn func(context.Context) (Out, error)
 	if err := s.enter("Go"); err != nil {
 		return resolved(zero, err)
 	}
+	if err := s.yield("step"); err != nil {
+		return resolved(zero, err)
+	}
 	pos, rec, err := s.claim(name, opts)
 	if err != nil {
 		return resolved(zero, err)
@@ -179,6 +182,9 @@ func (s *runState) endFutures(succeeded bool) {
 // so replay could not assign them again; the run fails as
 // non-deterministic instead. It returns the run's abort, if any.
 func (s *runState) enter(api string) error {
+	if err := s.inUpdate(api); err != nil {
+		return err
+	}
 	if err := s.checkGoroutine(api); err != nil {
 		return err
 	}

@@ -150,6 +150,18 @@ type RunParams struct {
 	// ends the run as non-deterministic. The runtime does not need it (it
 	// never stops at such a point), a replay of an in-flight task does.
 	Strict bool
+	// Updates returns the task's updates as the attempt knows them
+	// (history.State.Updates) at each yield (see update.go): those
+	// completed run again where they ran, the others run at the run's
+	// frontier and are recorded (update_completed, through Record).
+	// Optional: none.
+	Updates func() []history.Update
+	// AtFrontier, when set, is called once, on the body's goroutine, at
+	// the run's first yield at its history's frontier (the body's return
+	// at the latest), with the run stopped there; the run then ends with
+	// [ErrCollected]. For a run made with CollectOnly: how a validation
+	// reads the workflow's state as of the history's last event.
+	AtFrontier func(Frontier)
 }
 
 // Func is a workflow with its input and output in their JSON encodings:
@@ -215,6 +227,7 @@ type runState struct {
 	failedUsage []history.Usage // the AI usage the failed step reported
 
 	futures futureSet
+	upd     updateState
 
 	collected string // what a collect-only run was called to do at its end, for a replay's report
 }
@@ -258,6 +271,10 @@ func Run(p RunParams, fn Func, input json.RawMessage) (res Result) {
 		out, err = nil, nil
 	}
 	if err == nil {
+		// The body's return is a yield: updates are applied there too.
+		err = s.returnYield()
+	}
+	if err == nil {
 		// Children started and not written yet are the body's too.
 		err = s.finishChildren()
 	}
@@ -266,6 +283,7 @@ func Run(p RunParams, fn Func, input json.RawMessage) (res Result) {
 	s.mu.Unlock()
 	s.endFutures(succeeded)
 	children := s.children() // before s.mu: a record takes recMu, then mu
+	unapplied := s.unappliedUpdate()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	res = Result{Step: s.failed, StepOptions: s.failedOp, StepUsage: s.failedUsage, Executed: s.executed, Pending: s.pending, Visited: s.visited,
@@ -282,6 +300,8 @@ func Run(p RunParams, fn Func, input json.RawMessage) (res Result) {
 		res.Err = nondeterministic(rec.Position, rec.Name, "(workflow returned)")
 	case s.child.next < len(children):
 		res.Err = nondeterministicChild(s.child.next, children[s.child.next].TaskType, "(workflow returned)")
+	case unapplied != nil:
+		res.Err = nondeterministicUpdate(*unapplied, history.UpdatePoint{Call: -1, Step: s.next, Receive: s.recv.next, Child: s.child.next})
 	case s.p.Strict && s.unreachedWait() != nil:
 		w := s.unreachedWait()
 		res.Err = nondeterministicReceive(w.Position, w.Name, "(workflow returned)")
@@ -302,7 +322,8 @@ type NondeterminismError struct {
 	// Kind is what the history recorded at Position: "step" (a step or a
 	// sleep, positions among steps), "receive" (a receive that waited,
 	// positions among receives), "select" (a select's decision,
-	// positions among receives) or "child" (positions among children).
+	// positions among receives), "child" (positions among children) or
+	// "update" (an update's handler, positions among yields).
 	Kind     string
 	Position int
 	// Recorded is what the history recorded there: a step's name (or
@@ -322,6 +343,8 @@ func (e *NondeterminismError) Error() string {
 		return fmt.Sprintf("child %d: history recorded a child of type %q, workflow started a child of type %q", e.Position, e.Recorded, e.Called)
 	case "select":
 		return fmt.Sprintf("select %d: history recorded %s, workflow called %s", e.Position, e.Recorded, e.Called)
+	case "update":
+		return fmt.Sprintf("yield %d: history recorded %s, workflow was at %s", e.Position, e.Recorded, e.Called)
 	}
 	return fmt.Sprintf("step %d: history recorded %q, workflow called %q", e.Position, e.Recorded, e.Called)
 }

@@ -114,6 +114,9 @@ func receiveAny(ctx Context, name string, timeout time.Duration) (history.Signal
 	if err := s.enter("Receive"); err != nil {
 		return zero, 0, false, err
 	}
+	if err := s.yield("receive"); err != nil {
+		return zero, 0, false, err
+	}
 	pos := s.recv.next
 	if name == "" || timeout <= 0 {
 		err := errors.Newf("receive %d: a receive needs a signal name and a timeout above 0 (got %q, %s)", pos, name, timeout)

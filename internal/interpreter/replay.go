@@ -18,11 +18,12 @@ import (
 // needs beyond the record (Context, Record, …).
 func StateParams(taskID string, s history.State) RunParams {
 	box := MailboxOf(s)
-	children := s.Children
+	children, updates := s.Children, s.Updates
 	return RunParams{
 		TaskID: taskID, Attempt: s.Attempt, Steps: s.Steps, Ahead: s.Ahead, Timer: s.Timer, Patches: s.Patches,
 		Mailbox:  func() Mailbox { return box },
 		Children: func() []history.Child { return children },
+		Updates:  func() []history.Update { return updates },
 	}
 }
 

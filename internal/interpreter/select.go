@@ -88,6 +88,9 @@ func Select(ctx Context, cases []SelectCase) (Selected, error) {
 	if err := s.enter("Select"); err != nil {
 		return Selected{}, err
 	}
+	if err := s.yield("receive"); err != nil {
+		return Selected{}, err
+	}
 	pos := s.recv.next
 	if err := s.checkCases(pos, cases); err != nil {
 		return Selected{}, s.abort(errmark.Mark(err, ErrBadStepOpts), nil)

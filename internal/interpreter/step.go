@@ -73,6 +73,9 @@ func Step[Out any](ctx Context, name string, fn func(context.Context) (Out, erro
 	if err := s.enter("Step"); err != nil {
 		return zero, err
 	}
+	if err := s.yield("step"); err != nil {
+		return zero, err
+	}
 	pos, rec, err := s.claim(name, opts)
 	if err != nil {
 		return zero, err
@@ -372,6 +375,9 @@ func Sleep(ctx Context, d time.Duration) error {
 	if err := s.enter("Sleep"); err != nil {
 		return err
 	}
+	if err := s.yield("sleep"); err != nil {
+		return err
+	}
 	pos, recorded, err := s.claimSleep()
 	if err != nil || recorded {
 		return err
@@ -382,9 +388,15 @@ func Sleep(ctx Context, d time.Duration) error {
 		return err
 	}
 	if t := s.p.Timer; t != nil && t.Position == pos {
+		left := t.FireAt.Sub(s.now())
+		if left > maxClockSkewWait {
+			// Woken early (an update was applied): sleep again, to the
+			// same time.
+			return s.abort(&SleepRequest{Position: pos, FireAt: t.FireAt}, nil)
+		}
 		// Woken by the timer. The claim went by the database clock; if
 		// this worker's clock is behind, wait out the difference.
-		if err := s.waitOut(t.FireAt.Sub(s.now())); err != nil {
+		if err := s.waitOut(left); err != nil {
 			return err
 		}
 		s.mu.Lock()
