@@ -128,6 +128,29 @@ func SignalTask(ctx context.Context, s store.Executor, p *store.TaskSignalParams
 	return requests.Signal(ctx, s, p)
 }
 
+// UpdateParams is an accepted update to record; see requests.AcceptUpdate.
+type UpdateParams = requests.UpdateParams
+
+// UpdateResult says what [AcceptUpdate] did.
+type UpdateResult = requests.UpdateResult
+
+// ErrUpdateMoved marks an update whose task moved on since it was
+// validated: validate it again.
+var ErrUpdateMoved = requests.ErrUpdateMoved
+
+// AcceptUpdate appends an accepted update to its task, fenced on the
+// history its validator saw; see requests.AcceptUpdate. The args are
+// written as they are given: the SDK's edge encodes them first.
+func AcceptUpdate(ctx context.Context, s store.Executor, p *UpdateParams) (UpdateResult, error) {
+	return requests.AcceptUpdate(ctx, s, p)
+}
+
+// UpdateState reads a task's state by replaying its history: what an
+// update is validated and decided on.
+func UpdateState(ctx context.Context, s store.Executor, namespace string, id uuid.UUID) (history.State, error) {
+	return requests.UpdateState(ctx, s, namespace, id)
+}
+
 // ForkParams describes a fork; see requests.Fork.
 type ForkParams = requests.ForkParams
 

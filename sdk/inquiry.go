@@ -18,8 +18,8 @@ import (
 	"github.com/cairnflow/cairn/sdk/internal/edge"
 )
 
-// A worker answers the inquiries about tasks of its types (queries now;
-// the hook below is where an update's validation goes): its inquirer
+// A worker answers the inquiries about tasks of its types (queries, and
+// updates' validations: see update.go): its inquirer
 // (engine.Inquirer, one per namespace, beside the claim loop) takes them
 // and calls answerInquiry, which dispatches on the kind. Every kind
 // shares the one step that needs the task's code: inspectTask, which
@@ -29,7 +29,7 @@ import (
 
 // inquiryKinds are the kinds of inquiries a worker takes: those
 // answerInquiry answers.
-var inquiryKinds = []string{store.InquiryQuery}
+var inquiryKinds = []string{store.InquiryQuery, store.InquiryUpdate}
 
 // answerInquiryTimeout bounds the write of an answer, which goes on after
 // the inquiry's deadline (the asker reads it if it still waits).
@@ -57,11 +57,8 @@ func (w *Worker) inquiryHandler(st *edge.Store) engine.InquiryHandler {
 // answerInquiry answers in, an inquiry of a kind in inquiryKinds about a
 // task of one of the worker's types, with its arguments as stored; ctx
 // ends at the inquiry's deadline. It is the one place an inquiry's kind
-// is dispatched on: an update's validation plugs in here, as a case that
-// calls inspectTask (as answerQuery does) with a function that runs the
-// update's validator on the stopped run and, when it accepts, appends
-// update_accepted fenced on the last event the replay saw
-// (interpreter.Inspection.State.LastSeq).
+// is dispatched on: a query is answered (answerQuery), an update validated
+// and, accepted, recorded (answerUpdate).
 func (w *Worker) answerInquiry(ctx context.Context, st *edge.Store, in *store.Inquiry) (json.RawMessage, error) {
 	fn, ok := w.funcOf(in.Namespace, store.TypeKey{Type: in.TaskType, Version: in.TaskVersion})
 	if !ok {
@@ -73,6 +70,8 @@ func (w *Worker) answerInquiry(ctx context.Context, st *edge.Store, in *store.In
 	switch in.Kind {
 	case store.InquiryQuery:
 		return answerQuery(ctx, st, in.Namespace, in.TaskID, fn, in.Name, in.Args)
+	case store.InquiryUpdate:
+		return answerUpdate(ctx, st, in.Namespace, in.TaskID, fn, in.Name, in.Args)
 	}
 	return nil, errors.Newf("this worker does not answer inquiries of kind %q", in.Kind)
 }
@@ -122,6 +121,12 @@ func inquiryErrorOf(err error) (code, msg string, detail json.RawMessage) {
 	}
 	var nf *interpreter.HandlerNotFoundError
 	switch {
+	case errors.Is(err, errRejected):
+		return inquiryUpdateRejected, err.Error(), nil
+	case errors.Is(err, ErrTaskState):
+		return inquiryTaskState, err.Error(), nil
+	case errors.As(err, &nf) && nf.Kind == interpreter.KindUpdate:
+		return inquiryUpdateNotFound, nf.Error(), nil
 	case errors.As(err, &nf):
 		d, _ := json.Marshal(notFoundDetail{Registered: slices.Clip(nf.Registered)})
 		return inquiryNotFound, nf.Error(), d

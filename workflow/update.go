@@ -67,13 +67,18 @@ type UpdateOpts[A any] struct {
 // [ErrUpdateCall]); its panic fails the update. Registering a name again
 // replaces its handler. An invalid name (empty, over
 // [MaxUpdateNameBytes], not printable) fails the task permanently, as
-// invalid step options do. docs/updates.md walks through an example.
-func SetUpdate[A, R any](ctx Context, name string, handler func(ctx Context, args A) (R, error), opts *UpdateOpts[A]) {
+// invalid step options do, and SetUpdate returns that error (as it
+// returns the run's, when it already ended). docs/updates.md walks through
+// an example.
+func SetUpdate[A, R any](ctx Context, name string, handler func(ctx Context, args A) (R, error), opts *UpdateOpts[A]) error {
+	if handler == nil {
+		return interpreter.SetUpdate(ctx, name, interpreter.UpdateHandler{})
+	}
 	var validate func(A) error
 	if opts != nil {
 		validate = opts.Validator
 	}
-	interpreter.SetUpdate(ctx, name, interpreter.UpdateHandler{
+	return interpreter.SetUpdate(ctx, name, interpreter.UpdateHandler{
 		Handler: func(ctx Context, raw json.RawMessage) (json.RawMessage, error) {
 			args, err := decodeArgs[A](name, raw)
 			if err != nil {

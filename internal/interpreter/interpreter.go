@@ -156,12 +156,6 @@ type RunParams struct {
 	// frontier and are recorded (update_completed, through Record).
 	// Optional: none.
 	Updates func() []history.Update
-	// AtFrontier, when set, is called once, on the body's goroutine, at
-	// the run's first yield at its history's frontier (the body's return
-	// at the latest), with the run stopped there; the run then ends with
-	// [ErrCollected]. For a run made with CollectOnly: how a validation
-	// reads the workflow's state as of the history's last event.
-	AtFrontier func(Frontier)
 }
 
 // Func is a workflow with its input and output in their JSON encodings:

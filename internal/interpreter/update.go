@@ -14,7 +14,7 @@ import (
 // Updates change a running workflow's course from outside (what
 // workflow.SetUpdate is made of). A workflow registers a handler, and
 // optionally a validator, by name; a client's update is validated by a
-// run replayed to the history's frontier ([RunParams.AtFrontier]), written
+// run replayed to the history's frontier ([Inspect]), written
 // (update_accepted) only once accepted, and applied by the task's next run:
 //
 //   - Where. A handler runs at a yield: a call of the workflow API that
@@ -37,6 +37,11 @@ import (
 // A handler may not wait or run steps: calls of the workflow API from it
 // (Step, Sleep, Receive, StartChild, …) fail with [ErrUpdateCall], which
 // fails the update, not the task. A handler's panic fails the update.
+// Handlers are registered as [Register]'s of [KindUpdate]; validation is
+// an [Inspect] ([Inspection.ValidateUpdate]).
+
+// KindUpdate is the kind of an update's handler ([SetUpdate]).
+const KindUpdate = "update"
 
 var (
 	// ErrUpdateCall is what a workflow API call made from an update's
@@ -59,32 +64,26 @@ type UpdateHandler struct {
 	Validator func(args json.RawMessage) error
 }
 
-// updateState is a run's updates: the handlers registered, the yields
-// passed and the updates it applied.
+// updateState is a run's updates: the yields passed and the updates it
+// applied.
 type updateState struct {
-	handlers map[string]UpdateHandler
-	calls    int             // yields passed
-	applied  map[string]bool // update ids applied in this run (replayed or run)
-	running  string          // the update whose handler runs now; "" none
-	inquired bool            // AtFrontier was called
+	calls   int             // yields passed
+	applied map[string]bool // update ids applied in this run (replayed or run)
+	running string          // the update whose handler runs now; "" none
 }
 
-// Frontier is a run stopped at its history's frontier ([RunParams.AtFrontier]):
-// what a validation (or another inquiry) reads.
-type Frontier struct{ s *runState }
-
 // ValidateUpdate runs the validator of the update handler registered as
-// name in the stopped run with args: nil when it accepts, its error when
-// it rejects, an error marked [ErrUnknownUpdate] when no handler of that
-// name is registered. A validator's panic rejects.
-func (f Frontier) ValidateUpdate(name string, args json.RawMessage) (err error) {
-	f.s.mu.Lock()
-	h, ok := f.s.upd.handlers[name]
-	f.s.mu.Unlock()
+// name in the inspected run with args: nil when it accepts, its error when
+// it rejects, an error marked [ErrHandlerNotFound] (a
+// [*HandlerNotFoundError]) when no handler of that name is registered. A
+// validator's panic rejects.
+func (in *Inspection) ValidateUpdate(name string, args json.RawMessage) (err error) {
+	h, ok := in.Handler(KindUpdate, name)
 	if !ok {
-		return errmark.Mark(errors.Newf("update %q: the workflow registers no handler of that name", name), ErrUnknownUpdate)
+		return in.notFound(KindUpdate, name)
 	}
-	if h.Validator == nil {
+	v := h.(UpdateHandler).Validator
+	if v == nil {
 		return nil
 	}
 	if history.MaybeSealed(args) {
@@ -95,45 +94,29 @@ func (f Frontier) ValidateUpdate(name string, args json.RawMessage) (err error) 
 			err = errors.Newf("update %q: validator panicked: %v", name, r)
 		}
 	}()
-	return h.Validator(args)
-}
-
-// UpdateNames are the names of the update handlers the stopped run
-// registered, sorted.
-func (f Frontier) UpdateNames() []string {
-	f.s.mu.Lock()
-	defer f.s.mu.Unlock()
-	names := make([]string, 0, len(f.s.upd.handlers))
-	for n := range f.s.upd.handlers {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	return names
+	return v(args)
 }
 
 // SetUpdate registers h as the handler of updates called name in ctx's
-// run, replacing one registered before under that name: what
-// workflow.SetUpdate does. An invalid name ends the run with an error
-// marked [ErrBadStepOpts].
-func SetUpdate(ctx Context, name string, h UpdateHandler) {
-	s := ctx.run()
-	if err := s.enter("SetUpdate"); err != nil {
-		return
-	}
-	if err := history.ValidUpdateText("name", name, history.MaxUpdateNameBytes); err != nil {
-		s.abort(errmark.Mark(errors.Wrap(err, "workflow.SetUpdate"), ErrBadStepOpts), nil)
-		return
-	}
+// run, replacing one registered before under that name: [Register] of
+// [KindUpdate], what workflow.SetUpdate does. An invalid name or a nil
+// handler ends the run with an error marked [ErrBadStepOpts].
+func SetUpdate(ctx Context, name string, h UpdateHandler) error {
 	if h.Handler == nil {
-		s.abort(errmark.Mark(errors.Newf("workflow.SetUpdate %q: no handler", name), ErrBadStepOpts), nil)
-		return
+		return Register(ctx, KindUpdate, name, nil)
 	}
+	return Register(ctx, KindUpdate, name, h)
+}
+
+// updateHandler is the handler of updates called name the run registered.
+func (s *runState) updateHandler(name string) (UpdateHandler, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.upd.handlers == nil {
-		s.upd.handlers = map[string]UpdateHandler{}
+	h, ok := s.handlers[KindUpdate][name]
+	if !ok {
+		return UpdateHandler{}, false
 	}
-	s.upd.handlers[name] = h
+	return h.(UpdateHandler), true
 }
 
 // inUpdate refuses a workflow API call (api) made from an update's
@@ -162,10 +145,9 @@ func (s *runState) updates() []history.Update {
 
 // yield is a call of the workflow API that may wait or run something
 // (kind: step, sleep, receive, child, await, return): the recorded updates
-// whose handlers ran at this yield run again; at the frontier an inquiry
-// is answered (and the run ends with [ErrCollected]), or, in a live run,
-// the updates not completed run and are recorded. It returns the run's
-// abort, if any.
+// whose handlers ran at this yield run again; at the frontier of a live
+// run, the updates not completed run and are recorded. It returns the
+// run's abort, if any.
 func (s *runState) yield(kind string) error {
 	s.mu.Lock()
 	if s.aborted != nil {
@@ -181,20 +163,7 @@ func (s *runState) yield(kind string) error {
 	}
 	// The frontier is looked for only when something is done there: a
 	// step's call must not read the mailbox and children for nothing.
-	if (s.p.AtFrontier == nil && (s.p.CollectOnly || !s.hasPending(all))) || !s.atFrontier(kind) {
-		return nil
-	}
-	if s.p.AtFrontier != nil {
-		s.mu.Lock()
-		first := !s.upd.inquired
-		s.upd.inquired = true
-		s.mu.Unlock()
-		if first {
-			s.p.AtFrontier(Frontier{s})
-			return s.abort(ErrCollected, nil)
-		}
-	}
-	if s.p.CollectOnly {
+	if s.p.CollectOnly || !s.hasPending(all) || !s.atFrontier(kind) {
 		return nil
 	}
 	return s.applyPending(all, at)
@@ -286,8 +255,8 @@ func (s *runState) runHandler(u history.Update) (out json.RawMessage, err error)
 		s.upd.applied = map[string]bool{}
 	}
 	s.upd.applied[u.ID] = true
-	h, ok := s.upd.handlers[u.Name]
 	s.mu.Unlock()
+	h, ok := s.updateHandler(u.Name)
 	if !ok {
 		return nil, errmark.Mark(errors.Newf("update %q: the workflow registers no handler called %q at this point", u.ID, u.Name), ErrUnknownUpdate)
 	}

@@ -53,21 +53,11 @@ func (m *updTask) attempt(fn interpreter.Func) interpreter.Result {
 	return res
 }
 
-// validate runs fn to the frontier and validates the update there.
+// validate inspects fn at the frontier and validates the update there.
 func (m *updTask) validate(fn interpreter.Func, name, args string) error {
-	var err error
-	called := false
-	p := interpreter.StateParams("task-1", m.state)
-	p.Context, p.CollectOnly = context.Background(), true
-	p.Record = func(history.Payload) error { return errors.New("a validation records nothing") }
-	p.AtFrontier = func(f interpreter.Frontier) {
-		called = true
-		err = f.ValidateUpdate(name, json.RawMessage(args))
-	}
-	res := interpreter.Run(p, fn, nil)
-	require.ErrorIs(m.t, res.Err, interpreter.ErrCollected)
-	require.True(m.t, called, "the run reached no frontier")
-	return err
+	return interpreter.Inspect(context.Background(), "task-1", m.state, fn, func(in *interpreter.Inspection) error {
+		return in.ValidateUpdate(name, json.RawMessage(args))
+	})
 }
 
 func (m *updTask) accept(id, name, args string) {
@@ -81,7 +71,7 @@ func (m *updTask) accept(id, name, args string) {
 func counter(steps *[]string) interpreter.Func {
 	return interpreter.Typed(func(ctx interpreter.Context, _ struct{}) (int, error) {
 		total := 0
-		interpreter.SetUpdate(ctx, "add", interpreter.UpdateHandler{
+		_ = interpreter.SetUpdate(ctx, "add", interpreter.UpdateHandler{
 			Handler: func(ctx interpreter.Context, raw json.RawMessage) (json.RawMessage, error) {
 				var n int
 				if err := json.Unmarshal(raw, &n); err != nil {
@@ -133,7 +123,7 @@ func TestUpdateAppliedWhileWaitingAndReplayed(t *testing.T) {
 
 	// Validation: at the frontier (the receive's wait), no step runs.
 	require.ErrorContains(t, m.validate(fn, "add", "-1"), "not a count")
-	require.ErrorIs(t, m.validate(fn, "nope", "1"), interpreter.ErrUnknownUpdate)
+	require.ErrorIs(t, m.validate(fn, "nope", "1"), interpreter.ErrHandlerNotFound)
 	require.ErrorContains(t, m.validate(fn, "add", `"x"`), "not a count")
 	require.NoError(t, m.validate(fn, "add", "12"))
 	require.Equal(t, []string{"first"}, steps)
@@ -179,7 +169,7 @@ func TestUpdateAppliedWhileWaitingAndReplayed(t *testing.T) {
 
 	// Code that makes another call before the handler's point does not.
 	other := interpreter.Typed(func(ctx interpreter.Context, _ struct{}) (int, error) {
-		interpreter.SetUpdate(ctx, "add", interpreter.UpdateHandler{Handler: func(interpreter.Context, json.RawMessage) (json.RawMessage, error) { return nil, nil }})
+		_ = interpreter.SetUpdate(ctx, "add", interpreter.UpdateHandler{Handler: func(interpreter.Context, json.RawMessage) (json.RawMessage, error) { return nil, nil }})
 		if err := interpreter.AwaitChildren(ctx, nil); err != nil {
 			return 0, err
 		}
@@ -203,7 +193,7 @@ func TestUpdateWakesASleepThatSleepsAgain(t *testing.T) {
 	m := newUpdTask(t)
 	var got []int
 	fn := interpreter.Typed(func(ctx interpreter.Context, _ struct{}) ([]int, error) {
-		interpreter.SetUpdate(ctx, "note", interpreter.UpdateHandler{Handler: func(_ interpreter.Context, raw json.RawMessage) (json.RawMessage, error) {
+		_ = interpreter.SetUpdate(ctx, "note", interpreter.UpdateHandler{Handler: func(_ interpreter.Context, raw json.RawMessage) (json.RawMessage, error) {
 			var n int
 			_ = json.Unmarshal(raw, &n)
 			got = append(got, n)

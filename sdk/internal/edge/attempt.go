@@ -217,6 +217,25 @@ func (a *Attempt) Signals(ctx context.Context, signals []history.Signal) []histo
 	return out
 }
 
+// Updates returns updates (the attempt's state's) with their args (and
+// the outputs of those completed) decoded: a copy, when any changed. As
+// [Attempt.Signals].
+func (a *Attempt) Updates(ctx context.Context, updates []history.Update) []history.Update {
+	var out []history.Update
+	a.each(ctx, len(updates), payload.Signal,
+		func(i int) (uuid.UUID, json.RawMessage) { return a.Task.ID, updates[i].Args },
+		func(i int, data json.RawMessage) {
+			if out == nil {
+				out = slices.Clone(updates)
+			}
+			out[i].Args = data
+		})
+	if out == nil {
+		return updates
+	}
+	return out
+}
+
 // Children returns children (the attempt's state's) with their outputs
 // decoded, each owned by its child: a copy, when any changed. As
 // [Attempt.Signals].

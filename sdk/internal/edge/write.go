@@ -97,6 +97,18 @@ func (e *Store) Signal(ctx context.Context, p *store.TaskSignalParams) (store.Si
 	return engine.SignalTask(ctx, e.st, &q)
 }
 
+// AcceptUpdate writes the accepted update p describes, its args encoded
+// as a signal's payload is ([engine.AcceptUpdate]).
+func (e *Store) AcceptUpdate(ctx context.Context, p *engine.UpdateParams) (engine.UpdateResult, error) {
+	enc, err := e.stage.Encode(ctx, []*payload.Payload{{Namespace: p.Namespace, Task: p.TaskID, Kind: payload.Signal, Data: p.Accepted.Args}})
+	if err != nil {
+		return engine.UpdateResult{}, errors.Wrapf(err, "update %q: encode the args", p.Accepted.Name)
+	}
+	q := *p
+	q.Accepted.Args = enc.At(0).Data
+	return engine.AcceptUpdate(ctx, e.st, &q)
+}
+
 // Schedule writes a schedule, its input encoded: it belongs to no
 // task, so it is sealed with the namespace's key and stays in place.
 func (e *Store) Schedule(ctx context.Context, p *store.ScheduleCreateParams) error {

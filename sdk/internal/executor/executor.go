@@ -280,6 +280,7 @@ func (h *Handler) handleAttempt(ctx context.Context, a *edge.Attempt, tr *attemp
 			return interpreter.MailboxOf(state)
 		}, Now: engine.Now,
 		Children:           func() []history.Child { return children.get(a.DurableContext(), a) },
+		Updates:            func() []history.Update { return a.Updates(a.DurableContext(), a.State().Updates) },
 		StartChildren:      func(reqs []interpreter.ChildRequest) error { return startChildren(a, reqs) },
 		MaxRunningChildren: typ.MaxRunningChildren,
 		AwaitChildEnds: func(positions []int, count int) bool {
@@ -293,6 +294,7 @@ func (h *Handler) handleAttempt(ctx context.Context, a *edge.Attempt, tr *attemp
 			// Record even if the attempt context was cancelled by a stop
 			// while the step ran: the step did finish. The lease fence
 			// still refuses a stale attempt.
+			step = h.limitUpdate(step)
 			if err := h.oversizedStep(step); err != nil {
 				done := step.(history.StepCompletedData)
 				refused = &done

@@ -36,6 +36,20 @@ func (h *Handler) oversizedStep(p history.Payload) error {
 	return payloadTooLarge(fmt.Sprintf("the output of step %d (%s)", step.Position, step.Name), len(step.Output), h.maxPayload)
 }
 
+// limitUpdate returns p, or, when p is an update's outcome whose result
+// is over MaxPayloadBytes, the update failed for it: the handler ran, its
+// result is not kept, the task goes on.
+func (h *Handler) limitUpdate(p history.Payload) history.Payload {
+	done, ok := p.(history.UpdateCompletedData)
+	if !ok || !h.overLimit(done.Output) {
+		return p
+	}
+	err := payloadTooLarge(fmt.Sprintf("the result of update %q", done.UpdateID), len(done.Output), h.maxPayload)
+	done.Output, done.Error = nil, interpreter.UpdateErrorInfo(err)
+	done.Error.Kind = kindPayloadTooLarge
+	return done
+}
+
 // overLimit reports whether an output is over MaxPayloadBytes and stays
 // in the history: one over the blob threshold is kept by reference when
 // it is encoded (bounded by payload.MaxBlobBytes then).
