@@ -72,6 +72,8 @@ type UpdateOpts struct {
 type UpdateResult struct {
 	TaskID   uuid.UUID
 	UpdateID string
+	// Name is the update's name.
+	Name string
 	// Output is the handler's result, as JSON.
 	Output json.RawMessage
 	// Duplicate is set when the update id was in the task's history
@@ -119,7 +121,10 @@ func (c *Client) Update(ctx context.Context, id uuid.UUID, name string, args any
 	if out != nil {
 		out.Duplicate = res.Duplicate
 	}
-	return out, err
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 // SubmitUpdate is [Client.Update] without the wait: it validates and
@@ -171,7 +176,7 @@ func (c *Client) SubmitUpdate(ctx context.Context, id uuid.UUID, name string, ar
 	if err := json.Unmarshal(answer, &got); err != nil {
 		return nil, errors.Wrapf(err, "update %q of task %s: decode the answer", name, t.ID)
 	}
-	return &UpdateResult{TaskID: t.ID, UpdateID: req.UpdateID, Duplicate: got.Duplicate}, nil
+	return &UpdateResult{TaskID: t.ID, UpdateID: req.UpdateID, Name: name, Duplicate: got.Duplicate}, nil
 }
 
 // updateInquiry is an update as an inquiry carries it to the worker that
@@ -323,7 +328,8 @@ func (c *Client) updateState(ctx context.Context, id uuid.UUID) (history.State, 
 }
 
 // UpdateOutcome waits for the outcome of the update updateID of task id
-// and returns it: the handler's result, or an [*UpdateError]. It waits
+// and returns it: the handler's result, or an [*UpdateError] (with the
+// result's TaskID, UpdateID and Name). It waits
 // until ctx ends (the error is then marked [ErrUpdatePending]). An update
 // id the task never accepted is [ErrNotFound]; a task that finished
 // before the update ran is an error marked [ErrTaskState].
@@ -356,9 +362,9 @@ func (c *Client) UpdateOutcome(ctx context.Context, id uuid.UUID, updateID strin
 			case !ok:
 				return nil, errmark.Mark(errors.Newf("task %s has no update %q", id, updateID), ErrNotFound)
 			case u.Completed && u.Error != nil:
-				return nil, &UpdateError{UpdateID: updateID, Info: *u.Error}
+				return &UpdateResult{TaskID: id, UpdateID: updateID, Name: u.Name}, &UpdateError{UpdateID: updateID, Info: *u.Error}
 			case u.Completed:
-				return &UpdateResult{TaskID: id, UpdateID: updateID, Output: u.Output}, nil
+				return &UpdateResult{TaskID: id, UpdateID: updateID, Name: u.Name, Output: u.Output}, nil
 			case state.Status.Terminal():
 				return nil, errmark.Mark(errors.Newf("update %s to task %s: the task ended (%s) before the update was applied", updateID, id, state.Status), ErrTaskState)
 			}

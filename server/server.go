@@ -383,6 +383,8 @@ func (s *Server) routes() http.Handler {
 	mux.Handle("POST /v1/tasks/{id}/signals/{name}", s.api(RoleOperate, s.signalTask))
 	mux.Handle("GET /v1/tasks/{id}/queries/{name}", s.api(RoleRead, s.queryTask))
 	mux.Handle("POST /v1/tasks/{id}/queries/{name}", s.api(RoleRead, s.queryTask))
+	mux.Handle("POST /v1/tasks/{id}/updates/{name}", s.api(RoleOperate, s.updateTask))
+	mux.Handle("GET /v1/tasks/{id}/updates/{name}/{update_id}", s.api(RoleOperate, s.updateOutcome))
 	mux.Handle("POST /v1/tasks/by-key/{key}/signals/{name}", s.api(RoleOperate, s.signalTaskByKey))
 	if len(s.cfg.CallbackSecret) > 0 {
 		mux.HandleFunc("POST /v1/callbacks/{token}", s.callback)

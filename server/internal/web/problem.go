@@ -100,6 +100,10 @@ const (
 	CodeCallbackUsed   = "callback_used"
 	CodeWaitEnded      = "wait_ended"
 	CodeWaitNotReached = "wait_not_reached"
+
+	CodeUpdateRejected = "update_rejected"
+	CodeUpdateNotFound = "update_not_found"
+	CodeUpdateFailed   = "update_failed"
 	CodeTooManyWaits   = "too_many_long_polls"
 
 	CodeQueryNotFound = "query_not_found"
@@ -251,6 +255,12 @@ func ProblemFor(err error) *Problem {
 		return NewProblem(http.StatusBadRequest, CodeUnknownTaskType, err.Error())
 	case errors.Is(err, sdk.ErrInvalid):
 		return NewProblem(http.StatusBadRequest, CodeInvalidRequest, err.Error())
+	case errors.Is(err, sdk.ErrUpdateRejected):
+		return NewProblem(http.StatusUnprocessableEntity, CodeUpdateRejected, err.Error())
+	case errors.Is(err, sdk.ErrUpdateNotFound):
+		return NewProblem(http.StatusNotFound, CodeUpdateNotFound, err.Error())
+	case errors.Is(err, sdk.ErrUpdateFailed):
+		return NewProblem(http.StatusUnprocessableEntity, CodeUpdateFailed, err.Error())
 	case errors.Is(err, sdk.ErrNotFound):
 		return NewProblem(http.StatusNotFound, CodeNotFound, "no such task")
 	case errors.Is(err, sdk.ErrTaskState):
