@@ -29,7 +29,7 @@ func newTaskCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "task", Short: "Start tasks, wait for and watch them, ask about their state and history"}
 	cmd.AddCommand(newTaskStartCmd(g), newTaskWaitCmd(g), newTaskWatchCmd(g),
 		newTaskShowCmd(g), newTaskHistoryCmd(g), newTaskListCmd(g), newTaskRetryCmd(g),
-		newTaskCancelCmd(g), newTaskCompensateCmd(g), newTaskEraseCmd(g), newTaskSignalCmd(g),
+		newTaskCancelCmd(g), newTaskCompensateCmd(g), newTaskEraseCmd(g), newTaskSignalCmd(g), newTaskUpdateCmd(g),
 		newTaskForkCmd(g), newTaskResetCmd(g), newTaskQueryCmd(g))
 	return cmd
 }
@@ -216,6 +216,21 @@ func eventDetails(p history.Payload) string {
 			where = "the workflow"
 		}
 		return fmt.Sprintf("stream %s of %s %s: %d chunks, %d bytes", v.Name, where, v.Outcome, v.Chunks, v.Bytes)
+	case history.UpdateAcceptedData:
+		s := fmt.Sprintf("update %s %s", v.UpdateID, v.Name)
+		if v.RequestedBy != "" {
+			s += " from " + v.RequestedBy
+		}
+		if len(v.Args) > 0 {
+			s += ": " + truncate(string(v.Args), 60)
+		}
+		return s
+	case history.UpdateCompletedData:
+		s := fmt.Sprintf("update %s applied at step %d", v.UpdateID, v.At.Step)
+		if v.Error != nil {
+			return s + ", failed: " + describeError(*v.Error)
+		}
+		return s + ": " + truncate(string(v.Output), 60)
 	case history.ChildStartedData:
 		s := fmt.Sprintf("child %d %s@%d: task %s", v.Position, v.TaskType, v.TypeVersion, v.ChildID)
 		if v.OnParentClose == history.ParentCloseAbandon {

@@ -275,6 +275,18 @@ func buildTimeline(events []history.Event) []*timelineBlock {
 				where = "the workflow"
 			}
 			note(e.At, "Stream", fmt.Sprintf("stream %s of %s %s (attempt %d): %d chunks, %d bytes", p.Name, where, p.Outcome, e.Attempt, p.Chunks, p.Bytes))
+		case history.UpdateAcceptedData:
+			text := "update " + p.Name + " (" + p.UpdateID + ") accepted"
+			if p.RequestedBy != "" {
+				text += " from " + p.RequestedBy
+			}
+			note(e.At, "Update", text)
+		case history.UpdateCompletedData:
+			text := fmt.Sprintf("update %s applied at step %d", p.UpdateID, p.At.Step)
+			if p.Error != nil {
+				text += ", failed: " + p.Error.Message
+			}
+			note(e.At, "Updated", text)
 		case history.SignalReceivedData:
 			text := "signal " + p.Name + " received"
 			if p.Sender != "" {
