@@ -14,3 +14,12 @@ func TestVersioningPageShowsTheExample(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestUpdatesPageShowsTheExample holds docs/updates.md to the code of
+// ExampleSetUpdate.
+func TestUpdatesPageShowsTheExample(t *testing.T) {
+	t.Parallel()
+	if err := doccheck.Check("../docs/updates.md", ".."); err != nil {
+		t.Fatal(err)
+	}
+}
