@@ -77,6 +77,20 @@ func TestEverySentinelMatchesWithBothErrorLibraries(t *testing.T) {
 			return newClient(t, sdk.ClientConfig{Pool: b.pool, Schema: b.schema, Store: b.store, Worker: w})
 		}
 		askable, diverging := queried(approvalQueried()), queried(approvalV1(true))
+		// A task of a worker of its own, whose update handler fails.
+		updater := b.newWorker(t, sdk.WorkerConfig{})
+		failing := sdk.NewWorkflow("sentinel.updated", 1, func(ctx workflow.Context, _ int) (int, error) {
+			if err := workflow.SetUpdate(ctx, "boom", func(workflow.Context, int) (int, error) { return 0, errors.New("no update today") }, nil); err != nil {
+				return 0, err
+			}
+			_, _, err := workflow.Receive[int](ctx, "never", time.Hour)
+			return 0, err
+		}, nil)
+		sdk.Register(updater, failing)
+		startWorker(t, updater)
+		updated, err := sdk.Start(ctx, c, failing, 1, nil)
+		require.NoError(t, err)
+		waitForEvent(t, c, updated.ID, history.WaitStarted)
 
 		cases := []struct {
 			sentinel error
@@ -175,6 +189,16 @@ func TestEverySentinelMatchesWithBothErrorLibraries(t *testing.T) {
 				require.NoError(t, err)
 				return c.Query(ctx, run.ID, "progress", nil, nil)
 			}},
+			{sdk.ErrUpdateRejected, "Update", func() error { _, err := askable.Update(ctx, review.ID, "strict", 1, nil); return err }},
+			{sdk.ErrUpdateNotFound, "Update", func() error { _, err := askable.Update(ctx, review.ID, "nope", 1, nil); return err }},
+			{sdk.ErrUpdateFailed, "Update", func() error { _, err := c.Update(ctx, updated.ID, "boom", 1, nil); return err }},
+			{sdk.ErrUpdatePending, "Update", func() error {
+				// Accepted, and no worker runs the review to apply it.
+				short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+				defer cancel()
+				_, err := askable.Update(short, review.ID, "strict", 2, nil)
+				return err
+			}},
 			{sdk.ErrNotPlaced, "NewClient", func() error {
 				cells, err := sdk.NewCells(map[string]store.Store{"eu": sdk.ClientStore(c)}, map[string]string{"acme": "eu"})
 				require.NoError(t, err)
@@ -229,13 +253,24 @@ var exportedSentinels = map[string]error{
 	"ErrWaitEnded": sdk.ErrWaitEnded, "ErrWaitNotReached": sdk.ErrWaitNotReached,
 	"ErrNotPlaced": sdk.ErrNotPlaced, "ErrStranded": sdk.ErrStranded,
 	"ErrQueryNotFound": sdk.ErrQueryNotFound, "ErrQueryFailed": sdk.ErrQueryFailed, "ErrNoWorker": sdk.ErrNoWorker,
-	"ErrReplayFailed": sdk.ErrReplayFailed,
+	"ErrReplayFailed":   sdk.ErrReplayFailed,
+	"ErrUpdateRejected": sdk.ErrUpdateRejected, "ErrUpdateNotFound": sdk.ErrUpdateNotFound,
+	"ErrUpdateFailed": sdk.ErrUpdateFailed, "ErrUpdatePending": sdk.ErrUpdatePending,
 }
 
 // approvalQueried is approvalV1(false) with a query that fails.
 func approvalQueried() *sdk.Workflow[int, int] {
 	return sdk.NewWorkflow("dc.review", 1, func(ctx workflow.Context, in int) (int, error) {
 		if err := workflow.SetQuery(ctx, "fail", func(struct{}) (int, error) { return 0, errors.New("no answer today") }); err != nil {
+			return 0, err
+		}
+		if err := workflow.SetUpdate(ctx, "strict", func(workflow.Context, int) (int, error) { return 0, nil },
+			&workflow.UpdateOpts[int]{Validator: func(n int) error {
+				if n < 2 {
+					return errors.Newf("%d is too small", n)
+				}
+				return nil
+			}}); err != nil {
 			return 0, err
 		}
 		if _, err := workflow.Step(ctx, "extract", one, nil); err != nil {

@@ -52,7 +52,8 @@ type UpdateOpts[A any] struct {
 // not decode into A are rejected too), then recorded (update_accepted),
 // and the handler runs in the task's next run, at the first call of this
 // package's functions that would wait or run something new (a step, a
-// sleep, a receive, a child's start or result) or at the body's return;
+// sleep, a receive, a select, a child's start or result) or at the body's
+// return;
 // a task waiting for a signal, a timer or its children is woken for it
 // and waits again. Its result, or its error, is recorded
 // (update_completed) and returned to the caller; the task goes on either

@@ -18,8 +18,8 @@ import (
 // (update_accepted) only once accepted, and applied by the task's next run:
 //
 //   - Where. A handler runs at a yield: a call of the workflow API that
-//     can wait or run something (Step, Go, Sleep, Receive, StartChild, a
-//     child's result, the body's return). Yields are counted from 0 in
+//     can wait or run something (Step, Go, Sleep, Receive, Select,
+//     StartChild, a child's result, the body's return). Yields are counted from 0 in
 //     every run alike, so the Nth yield of a replay is the Nth of the run
 //     that recorded the history.
 //   - Live. At the first yield at the frontier (the history records

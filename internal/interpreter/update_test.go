@@ -3,6 +3,7 @@ package interpreter_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
@@ -44,7 +45,7 @@ func (m *updTask) attempt(fn interpreter.Func) interpreter.Result {
 	var sleep *interpreter.SleepRequest
 	switch {
 	case errors.As(res.Err, &wait):
-		m.apply(attempt, history.WaitStartedData{Name: wait.Name, Position: wait.Position, Deadline: wait.Deadline})
+		m.apply(attempt, history.WaitStartedData{Name: wait.Name, Position: wait.Position, Deadline: wait.Deadline, Select: wait.Select})
 	case errors.As(res.Err, &sleep):
 		m.apply(attempt, history.TimerStartedData{Position: sleep.Position, FireAt: sleep.FireAt})
 	case res.Err == nil:
@@ -225,4 +226,50 @@ func TestUpdateWakesASleepThatSleepsAgain(t *testing.T) {
 	res = m.attempt(fn)
 	require.NoError(t, res.Err)
 	require.JSONEq(t, "[7]", string(res.Output), "the handler ran again on replay, before the sleep")
+}
+
+// TestUpdateWakesASelectThatWaitsAgain: a select waiting on a signal and
+// a timer is woken by an update, applies it, and waits again to the same
+// deadline; the replay that decides it runs the handler again first.
+func TestUpdateWakesASelectThatWaitsAgain(t *testing.T) {
+	t.Parallel()
+	m := newUpdTask(t)
+	var notes []string
+	fn := interpreter.Typed(func(ctx interpreter.Context, _ struct{}) ([]string, error) {
+		notes = nil
+		if err := interpreter.SetUpdate(ctx, "note", interpreter.UpdateHandler{Handler: func(_ interpreter.Context, raw json.RawMessage) (json.RawMessage, error) {
+			notes = append(notes, string(raw))
+			return raw, nil
+		}}); err != nil {
+			return nil, err
+		}
+		sel, err := interpreter.Select(ctx, []interpreter.SelectCase{{Kind: history.SelectSignal, Signal: "go"}, {Kind: history.SelectTimer, Timer: time.Hour}})
+		if err != nil {
+			return nil, err
+		}
+		return append(notes, fmt.Sprint("case ", sel.Index)), nil
+	})
+	res := m.attempt(fn)
+	var wait *interpreter.WaitRequest
+	require.ErrorAs(t, res.Err, &wait)
+	require.NotNil(t, wait.Select)
+	deadline := wait.Deadline
+
+	m.now = m.now.Add(time.Minute)
+	m.accept("n1", "note", `"first"`)
+	require.Equal(t, m.now, m.state.RunAt, "the select's wait is woken")
+	res = m.attempt(fn)
+	require.ErrorAs(t, res.Err, &wait, "it waits again")
+	require.Equal(t, deadline, wait.Deadline, "to the same deadline")
+	require.Equal(t, []string{`"first"`}, notes)
+	u, _ := m.state.UpdateByID("n1")
+	require.True(t, u.Completed)
+
+	m.signal("go", `1`)
+	res = m.attempt(fn)
+	require.NoError(t, res.Err)
+	require.JSONEq(t, `["\"first\"","case 0"]`, string(res.Output))
+	nd, err := interpreter.Replay(context.Background(), "task-1", m.state, fn)
+	require.NoError(t, err)
+	require.Nil(t, nd)
 }
