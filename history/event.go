@@ -2,6 +2,7 @@ package history
 
 import (
 	"encoding/json"
+	"math"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -213,6 +214,37 @@ type Usage struct {
 	InputTokens  int64   `json:"input_tokens"`
 	OutputTokens int64   `json:"output_tokens"`
 	CostUSD      float64 `json:"cost_usd"`
+}
+
+// Spend is what a step declares it may spend before it runs
+// (workflow.StepOpts.Spend): the engine reserves it against the budgets
+// and model rate limits that apply, and settles the reservation with
+// the step's reported [Usage] once it has run. Model names the model it
+// calls (rate limits key by it); Tokens counts input and output tokens
+// together.
+type Spend struct {
+	Model   string  `json:"model,omitempty"`
+	Tokens  int64   `json:"tokens,omitempty"`
+	CostUSD float64 `json:"cost_usd,omitempty"`
+}
+
+// MaxSpendModelBytes bounds [Spend.Model] (and a usage's model name).
+const MaxSpendModelBytes = 200
+
+// Validate reports what is wrong with s: negative or non-finite amounts,
+// a model name over [MaxSpendModelBytes], or nothing declared at all.
+func (s Spend) Validate() error {
+	switch {
+	case s.Tokens < 0:
+		return errors.Newf("spend: tokens %d is negative", s.Tokens)
+	case math.IsNaN(s.CostUSD) || math.IsInf(s.CostUSD, 0) || s.CostUSD < 0:
+		return errors.Newf("spend: cost_usd %v is not a non-negative number", s.CostUSD)
+	case len(s.Model) > MaxSpendModelBytes:
+		return errors.Newf("spend: model name of %d bytes is over the limit of %d", len(s.Model), MaxSpendModelBytes)
+	case s.Tokens == 0 && s.CostUSD == 0 && s.Model == "":
+		return errors.Newf("spend: declares nothing (set Model, Tokens or CostUSD)")
+	}
+	return nil
 }
 
 // Class says whether a failure is worth retrying.

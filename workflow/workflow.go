@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/cairnflow/cairn/activities"
+	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/internal/interpreter"
 	"github.com/cockroachdb/errors"
 )
@@ -59,7 +60,19 @@ type StepOpts struct {
 	// Retry, else the workflow type's. The compensator runs under the
 	// step's StartToClose and HeartbeatTimeout.
 	CompensationRetry *activities.RetryPolicy
+	// Spend declares what the step may spend on an AI model: the model it
+	// calls and the tokens and dollars it may use (an estimate, or the
+	// cap the step holds its call to). Before the step runs the engine
+	// reserves it against the budgets and model rate limits that apply;
+	// a budget it would exceed stops the step before it starts, and a
+	// rate limit makes it wait its turn. What the step reports with
+	// [activities.RecordUsage] settles the reservation. Steps without it
+	// run ungated; their reported usage still counts against budgets.
+	Spend *Spend
 }
+
+// Spend is what a step declares it may spend ([StepOpts.Spend]).
+type Spend = history.Spend
 
 // stepOptions translates the options a Step was given for the interpreter:
 // nil is nil (every default).
@@ -77,6 +90,7 @@ func (o StepOpts) options() *interpreter.StepOptions {
 		Irreversible:      o.Irreversible,
 		Compensate:        o.Compensate,
 		CompensationRetry: withDefaults(o.CompensationRetry),
+		Spend:             o.Spend,
 	}
 	opts.Timeouts.StartToClose, opts.Timeouts.Heartbeat = o.StartToClose, o.HeartbeatTimeout
 	return opts

@@ -150,6 +150,17 @@ type RunParams struct {
 	// ends the run as non-deterministic. The runtime does not need it (it
 	// never stops at such a point), a replay of an in-flight task does.
 	Strict bool
+	// Gate, when set, is asked before each new step runs (on the step's
+	// goroutine, with its context, after its options are validated),
+	// with the spend the step declares (nil: none). It may wait (a model
+	// rate limit) or refuse (a budget): its error ends the run as the
+	// step's own failure would, before the step ran. When it lets the
+	// step run it may return settle, which is then called once the step
+	// has run, with the usage the step reported and the step's error,
+	// before the step's completion is recorded; settle's error ends the
+	// run as a failed record does (the step runs again). Compensators are
+	// not gated. Optional: every step runs.
+	Gate func(ctx context.Context, step StepInfo, spend *history.Spend) (settle func(usage []history.Usage, stepErr error) error, err error)
 	// Updates returns the task's updates as the attempt knows them
 	// (history.State.Updates) at each yield (see update.go): those
 	// completed run again where they ran, the others run at the run's

@@ -33,6 +33,8 @@ type StepOptions struct {
 	// CompensationRetry is the retry policy of the compensator. Default:
 	// Retry, else the workflow type's.
 	CompensationRetry *activities.RetryPolicy
+	// Spend is what the step declares it may spend, for the run's Gate.
+	Spend *history.Spend
 }
 
 func (o *StepOptions) validate() error {
@@ -47,10 +49,22 @@ func (o *StepOptions) validate() error {
 			return err
 		}
 	}
+	if o.Spend != nil {
+		if err := o.Spend.Validate(); err != nil {
+			return err
+		}
+	}
 	if o.Irreversible && o.Timeouts != (activity.Timeouts{}) {
 		return errors.New("an irreversible step runs to completion: it takes no StartToClose or HeartbeatTimeout")
 	}
 	return o.Timeouts.Validate()
+}
+
+func (o *StepOptions) spend() *history.Spend {
+	if o == nil {
+		return nil
+	}
+	return o.Spend
 }
 
 func (o *StepOptions) timeouts() activity.Timeouts {
@@ -203,6 +217,10 @@ func (s *runState) prepare(pos int, name string, opts *StepOptions) (StepInfo, c
 // end is the body's: see endFutures).
 func execute[Out any](s *runState, stepCtx context.Context, info StepInfo, fn func(context.Context) (Out, error), opts *StepOptions) (Out, history.StepCompletedData, error) {
 	var zero Out
+	settle, err := s.gate(stepCtx, info, opts)
+	if err != nil {
+		return zero, history.StepCompletedData{}, err
+	}
 	usage := activity.NewUsageRecorder()
 	stepCtx = activity.WithUsageRecorder(stepCtx, usage)
 	started := time.Now()
@@ -212,6 +230,14 @@ func execute[Out any](s *runState, stepCtx context.Context, info StepInfo, fn fu
 	ran := time.Since(started)
 	if s.p.StepDone != nil {
 		s.p.StepDone(info, err)
+	}
+	if settle != nil {
+		if serr := settle(usage.Usage(), err); serr != nil && err == nil {
+			// The step ran but what it spent is not settled: the run
+			// stops as when its record fails, and the step runs again.
+			err = errmark.Mark(errors.Wrapf(serr, "%s: settle its spend", info), ErrRecordFailed)
+			opts = nil
+		}
 	}
 	var encoded []byte
 	if err == nil {
@@ -238,6 +264,27 @@ func execute[Out any](s *runState, stepCtx context.Context, info StepInfo, fn fu
 		Position: info.Position, Name: info.Name, Output: encoded, Compensable: opts != nil && opts.Compensate != nil,
 		DurationMillis: ran.Milliseconds(), Usage: usage.Usage(),
 	}, nil
+}
+
+// gate asks the run's Gate about the step about to run (see
+// [RunParams.Gate]); a refusal aborts the run as the step's own failure
+// would, before it ran.
+func (s *runState) gate(ctx context.Context, info StepInfo, opts *StepOptions) (func([]history.Usage, error) error, error) {
+	if s.p.Gate == nil {
+		return nil, nil
+	}
+	settle, err := s.p.Gate(ctx, info, opts.spend())
+	if err != nil {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.executed++
+		if s.aborted == nil && !s.futures.returned {
+			s.failedOp = opts
+			s.abortLocked(err, &info)
+		}
+		return nil, err
+	}
+	return settle, nil
 }
 
 // flush records the step executed last, if it is not on record yet.

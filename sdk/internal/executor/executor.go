@@ -99,6 +99,7 @@ type Handler struct {
 	linger         time.Duration        // HandlerConfig.HeldBackLinger; <= 0: none
 	lingerFrom     int64                // HandlerConfig.HeldBackLingerFrom
 	strand         func(uuid.UUID, store.TypeKey, time.Time, error) bool
+	gates          []gate // what a new step passes before it runs, in order
 }
 
 // NewHandler returns a handler for cfg.
@@ -273,6 +274,7 @@ func (h *Handler) handleAttempt(ctx context.Context, a *edge.Attempt, tr *attemp
 			}
 			tr.stepDone(s, err)
 		},
+		Gate:   stepGate(a, h.gates),
 		Stream: func(name string, data json.RawMessage) error { return streams.write(name, -1, data) },
 		Timer:  state.Timer, Mailbox: func() interpreter.Mailbox {
 			state := a.State()
