@@ -216,6 +216,20 @@ type Usage struct {
 	CostUSD      float64 `json:"cost_usd"`
 }
 
+// UsageOf returns the usage an event's payload records: the Usage of a
+// step_completed or an attempt_failed, nil for any other event. Roll-ups
+// of what tasks spent sum it over histories; a fork's copied steps carry
+// none (the original paid).
+func UsageOf(p Payload) []Usage {
+	switch d := p.(type) {
+	case StepCompletedData:
+		return d.Usage
+	case AttemptFailedData:
+		return d.Usage
+	}
+	return nil
+}
+
 // Spend is what a step declares it may spend before it runs
 // (workflow.StepOpts.Spend): the engine reserves it against the budgets
 // and model rate limits that apply, and settles the reservation with

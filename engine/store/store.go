@@ -277,6 +277,18 @@ type Executor interface {
 	// queue (the console's charts); the fold is shared by the drivers.
 	QueueSeries(ctx context.Context, p *QueueSeriesParams) ([]QueueSeries, error)
 	EventScan(ctx context.Context, p *EventScanParams) ([]AuditEvent, error)
+
+	// Usage roll-ups' reads (usage.go), from the histories alone.
+	// TaskUsageList reads, for each task of p.IDs in p.Namespace, its
+	// usage reports, the children it started and the run it continued
+	// as ([TaskUsageFacts]), in no particular order; the roll-up of a
+	// task with its children is composed above the seam. UsageSeries
+	// sums the usage reports of p.Namespace's events in p's window by
+	// key and bucket (cells with nothing are left out), bounded like a
+	// diagnosis: a read that takes over its time is refused marked
+	// [ErrDiagnosisTooSlow].
+	TaskUsageList(ctx context.Context, p *TaskUsageListParams) ([]TaskUsageFacts, error)
+	UsageSeries(ctx context.Context, p *UsageSeriesParams) ([]UsageCell, error)
 }
 
 // Tx is a transaction on a store, from [Executor.Begin] (or pgstore's
