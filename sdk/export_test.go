@@ -1,11 +1,13 @@
 package sdk
 
 import (
+	"context"
 	"encoding/json"
 	"time"
 
 	"github.com/google/uuid"
 
+	"github.com/cairnflow/cairn/cairntype"
 	"github.com/cairnflow/cairn/engine/store"
 )
 
@@ -68,4 +70,12 @@ func CheckSignalPayload(d SignalDecl, payload json.RawMessage) ([]SignalPayloadP
 		err = &SignalPayloadError{Name: d.name, Problems: problems}
 	}
 	return problems, err
+}
+
+// RollUpUsage is the composition of [Client.TaskUsage] over facts load
+// reads (at most store.MaxTaskUsageListIDs ids a call), reading at most
+// limit task runs: the property tests roll up histories built in memory.
+func RollUpUsage(ctx context.Context, load func(ctx context.Context, ids []uuid.UUID) ([]store.TaskUsageFacts, error),
+	id uuid.UUID, children bool, limit int) (*cairntype.TaskUsage, error) {
+	return rollUpUsage(ctx, load, id, children, limit)
 }

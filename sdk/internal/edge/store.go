@@ -73,6 +73,8 @@ type Reads interface {
 	InquiryGet(ctx context.Context, p *store.InquiryGetParams) (*store.Inquiry, error)
 	QueueStatsList(ctx context.Context, p *store.QueueStatsListParams) ([]store.QueueStats, error)
 	QueueSeries(ctx context.Context, p *store.QueueSeriesParams) ([]store.QueueSeries, error)
+	TaskUsageList(ctx context.Context, p *store.TaskUsageListParams) ([]store.TaskUsageFacts, error)
+	UsageSeries(ctx context.Context, p *store.UsageSeriesParams) ([]store.UsageCell, error)
 }
 
 // New returns the SDK's store over cfg.Store.
