@@ -141,7 +141,7 @@ store: one SQLite file (--db, default ./cairn-dev.db), for one process.`,
 	pf.IntVar(&g.filters.MaxScan, "filter-max-scan", sdk.DefaultFilterScan, "the most rows a command or request with a filter reads to evaluate it")
 	root.AddCommand(newMigrateCmd(g), newTaskCmd(g), newDLQCmd(g), newQueueCmd(g), newNamespaceCmd(g), newScheduleCmd(g), newDemoCmd(g))
 	root.AddCommand(newServerCmd(g), newDevCmd(g), newTokenCmd())
-	root.AddCommand(newAuditCmd(g), newBenchCmd(g), newReplayCmd(g))
+	root.AddCommand(newAuditCmd(g), newBenchCmd(g), newReplayCmd(g), newUsageCmd(g))
 	markUsageErrors(root)
 	return root
 }

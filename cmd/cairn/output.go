@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"text/tabwriter"
 
 	"github.com/cairnflow/cairn/sdk"
@@ -16,9 +17,7 @@ func printJSON(cmd *cobra.Command, v any) error {
 	return enc.Encode(v)
 }
 
-func newTable(cmd *cobra.Command) *tabwriter.Writer {
-	return tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
-}
+func newTable(cmd *cobra.Command) *tabwriter.Writer { return newTableTo(cmd.OutOrStdout()) }
 
 // listCmd is a command that reads a list through a client and prints it:
 // as JSON with -o json, else as a table of header (tab-separated) and one
@@ -49,4 +48,9 @@ func listCmd[T any](g *globals, use, short, header string, read func(*sdk.Client
 			return w.Flush()
 		},
 	}
+}
+
+// newTableTo is newTable writing to out.
+func newTableTo(out io.Writer) *tabwriter.Writer {
+	return tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 }
