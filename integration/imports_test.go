@@ -39,7 +39,7 @@ var allowedImports = map[string][]string{
 	"internal/bucket":             {},
 	"internal/s3test":             {},
 	"engine/enginetest":           {"engine/store", "engine/pgstore", "engine/sqlitestore", "engine/internal/maintenance", "engine/internal/plan", "engine/internal/requests", "history"},
-	"engine/storetest": {"engine/store", "engine/enginetest", "engine/internal/processor", "engine/internal/notifier", "engine/internal/maintenance",
+	"engine/storetest": {"engine/store", "cairntype", "engine/enginetest", "engine/internal/processor", "engine/internal/notifier", "engine/internal/maintenance",
 		"engine/internal/requests", "engine/internal/diagnosis", "engine/internal/plan", "history", "payload", "payload/seal", "payload/offload"},
 	"history/historytest":            {"history"},
 	"payload":                        {"history"},
