@@ -62,6 +62,7 @@ type childRow struct {
 	Finished          bool
 	Started, FinishAt time.Time
 	Error             string // the evidence of a child that did not complete
+	Cost              string // its roll-up's cost with its descendants (consoleBatchCost)
 }
 
 // childSummaryOrder is the order of the summary's counts.

@@ -34,6 +34,7 @@ type panelChild struct {
 	Started      bool
 	Finished     bool
 	Error        string
+	Cost         string
 }
 
 var (
@@ -49,13 +50,13 @@ func panelChildren(t *testing.T, page string) []panelChild {
 	var out []panelChild
 	for _, m := range panelRowRE.FindAllStringSubmatch(page, -1) {
 		cells := panelCellRE.FindAllStringSubmatch(m[1], -1)
-		require.Len(t, cells, 7, "a child row has seven cells: %s", m[1])
+		require.Len(t, cells, 8, "a child row has eight cells: %s", m[1])
 		pos, err := strconv.Atoi(cells[0][1])
 		require.NoError(t, err)
 		link := panelLinkRE.FindStringSubmatch(cells[1][1])
 		require.NotNil(t, link, "a child row links to the child: %s", cells[1][1])
 		c := panelChild{Position: pos, Href: html.UnescapeString(link[1]), ID: link[2], Type: cells[2][1],
-			Started: cells[4][1] != "", Finished: cells[5][1] != "", Error: html.UnescapeString(cells[6][1])}
+			Started: cells[4][1] != "", Finished: cells[5][1] != "", Cost: cells[6][1], Error: html.UnescapeString(cells[7][1])}
 		if st := panelStatRE.FindStringSubmatch(cells[3][1]); st != nil {
 			c.Status = st[1]
 		}

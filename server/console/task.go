@@ -29,6 +29,10 @@ type taskData struct {
 	Events                []history.Event // the first consoleEventRows of them
 	MoreEvents            int             // those past consoleEventRows, not listed
 	Cost                  string
+	// BatchCost is the task's usage with its children's, recursively
+	// (sdk.Client.TaskUsage with Children), when it started any; its
+	// children's rows show their own roll-ups.
+	BatchCost string
 	// Wait is the signal the task's workflow waits for, if it does: the
 	// page offers a form to send it.
 	Wait *waitingTask
@@ -113,6 +117,7 @@ func (s *Console) consoleTask(w http.ResponseWriter, r *http.Request, c *call, p
 		return
 	}
 	s.consoleFork(r.Context(), c, events, data)
+	s.consoleBatchCost(r, c, info.ID, data)
 	if page.CanOperate && data.Wait != nil {
 		data.Callback = s.callbackLinks(r, c.namespace, data.Wait, time.Now())
 	}
@@ -361,6 +366,33 @@ func buildTimeline(events []history.Event) []*timelineBlock {
 		}
 	}
 	return blocks
+}
+
+// consoleBatchCost rolls a parent's usage up with its children's: the
+// batch's total, and each child row's own. A tree over the roll-up's
+// bound (or a failed read) says so instead: the page still shows.
+func (s *Console) consoleBatchCost(r *http.Request, c *call, id uuid.UUID, data *taskData) {
+	if data.Children == nil || data.Children.Total == 0 {
+		return
+	}
+	u, err := c.client.TaskUsage(r.Context(), id, &sdk.TaskUsageOpts{Children: true})
+	if err != nil {
+		data.BatchCost = "not rolled up: " + s.consoleError(r, err)
+		return
+	}
+	data.BatchCost = fmt.Sprintf("%d tokens · $%.4f over %d tasks", u.Total.Tokens(), u.Total.CostUSD, u.Tasks)
+	if u.Missing > 0 {
+		data.BatchCost += fmt.Sprintf(" (%d removed, not counted)", u.Missing)
+	}
+	for _, row := range data.Children.Rows {
+		if row.Position >= 0 && row.Position < len(u.Children) && u.Children[row.Position].TaskID.String() == row.ID {
+			t := u.Children[row.Position].Total
+			row.Cost = fmt.Sprintf("$%.4f", t.CostUSD)
+			if t.Reports == 0 {
+				row.Cost = "—"
+			}
+		}
+	}
 }
 
 // usageSummary totals the AI usage the task's steps reported.
