@@ -10,11 +10,16 @@ import (
 	"github.com/cairnflow/cairn/cairntype"
 )
 
-// The windows a console chart may show (?window=), and the default.
-var chartWindows = []struct {
+// chartWindowOption is a window a page's charts may show (?window=):
+// its name in the URL, its length and, for the usage page, its buckets'.
+type chartWindowOption struct {
 	Name   string
 	Window time.Duration
-}{{"15m", 15 * time.Minute}, {"1h", time.Hour}, {"6h", 6 * time.Hour}, {"24h", 24 * time.Hour}}
+	Step   time.Duration // zero: Window / chartBuckets (the queue charts)
+}
+
+// The windows a queue chart may show, and the default.
+var chartWindows = []chartWindowOption{{"15m", 15 * time.Minute, 0}, {"1h", time.Hour, 0}, {"6h", 6 * time.Hour, 0}, {"24h", 24 * time.Hour, 0}}
 
 const defaultChartWindow = "1h"
 
@@ -25,18 +30,25 @@ const chartBuckets = 60
 // chartWindow reads ?window=; an unknown one is an error naming the
 // choices.
 func chartWindow(r *http.Request) (string, time.Duration, error) {
+	w, err := pickWindow(r, chartWindows, defaultChartWindow)
+	return w.Name, w.Window, err
+}
+
+// pickWindow reads ?window= among windows (def when absent); an unknown
+// one is an error naming the choices.
+func pickWindow(r *http.Request, windows []chartWindowOption, def string) (chartWindowOption, error) {
 	name := r.URL.Query().Get("window")
 	if name == "" {
-		name = defaultChartWindow
+		name = def
 	}
 	var names []string
-	for _, w := range chartWindows {
+	for _, w := range windows {
 		if w.Name == name {
-			return name, w.Window, nil
+			return w, nil
 		}
 		names = append(names, w.Name)
 	}
-	return "", 0, fmt.Errorf("window %q is not one of %s", name, strings.Join(names, ", "))
+	return chartWindowOption{}, fmt.Errorf("window %q is not one of %s", name, strings.Join(names, ", "))
 }
 
 // The size of a chart's drawing, in SVG units: the plot sits right of the
@@ -147,6 +159,15 @@ func bucketSpan(step time.Duration) string {
 // newChart scales the series (one per line) into the plot: y from 0 to
 // their maximum, x over the window, oldest at the left.
 func newChart(id, title, queue, from, latest, short string, format func(float64) string, lines []chartLine, series ...[]float64) chart {
+	top := plotLines(lines, series...)
+	return chart{ID: id, Title: title, Latest: short, YMax: format(top), From: from, To: "now", Lines: lines,
+		Summary: fmt.Sprintf("%s of queue %s over the last %s, now %s", title, queue, strings.TrimPrefix(from, "−"), latest)}
+}
+
+// plotLines sets each line's points from its series (one per line): y
+// from 0 to their maximum, which it returns, x over the window, oldest
+// at the left.
+func plotLines(lines []chartLine, series ...[]float64) float64 {
 	top := 0.0
 	for _, s := range series {
 		for _, v := range s {
@@ -172,8 +193,7 @@ func newChart(id, title, queue, from, latest, short string, format func(float64)
 		}
 		lines[i].Points = b.String()
 	}
-	return chart{ID: id, Title: title, Latest: short, YMax: format(top), From: from, To: "now", Lines: lines,
-		Summary: fmt.Sprintf("%s of queue %s over the last %s, now %s", title, queue, strings.TrimPrefix(from, "−"), latest)}
+	return top
 }
 
 // chartID keeps the letters and digits of a queue's name for element ids.

@@ -36,7 +36,7 @@ var consoleFiles embed.FS
 // copies whose prefix is its Config.Prefix.
 var consolePages = func() map[string]*template.Template {
 	pages := map[string]*template.Template{}
-	for _, page := range []string{"login", "overview", "tasks", "task", "waiting", "schedules", "queues", "queue", "stranded"} {
+	for _, page := range []string{"login", "overview", "tasks", "task", "waiting", "schedules", "queues", "queue", "stranded", "usage"} {
 		pages[page] = template.Must(template.New(page).Funcs(consoleFuncs).Funcs(consolePrefix("")).
 			ParseFS(consoleFiles, "templates/layout.html", "templates/charts.html", "templates/"+page+".html"))
 	}
@@ -75,15 +75,7 @@ var consoleFuncs = template.FuncMap{
 		}
 		return perMinute(float64(q.Completed) / q.Window.Minutes())
 	},
-	"span": func(d time.Duration) string {
-		switch {
-		case d%time.Hour == 0:
-			return fmt.Sprintf("%d h", d/time.Hour)
-		case d%time.Minute == 0:
-			return fmt.Sprintf("%d min", d/time.Minute)
-		}
-		return d.String()
-	},
+	"span": span,
 	// days shows a retention in whole days where it is some.
 	"days": func(d time.Duration) string {
 		const day = 24 * time.Hour
@@ -92,8 +84,14 @@ var consoleFuncs = template.FuncMap{
 		}
 		return roundDuration(d).String()
 	},
-	"percent": func(f float64) string { return fmt.Sprintf("%.0f%%", f*100) },
-	"short":   func(id uuid.UUID) string { return id.String()[:8] + "…" + id.String()[32:] },
+	// cost is a cost in US dollars as the task page and the CLI write
+	// it, to 4 decimals.
+	"cost": func(f float64) string { return fmt.Sprintf("$%.4f", f) },
+	// otherAfter is how many keys a usage series names before it sums
+	// the rest into (other).
+	"otherAfter": func() int { return cairntype.MaxUsageKeys - 1 },
+	"percent":    func(f float64) string { return fmt.Sprintf("%.0f%%", f*100) },
+	"short":      func(id uuid.UUID) string { return id.String()[:8] + "…" + id.String()[32:] },
 	// seg escapes a value put in a URL path as one segment: a name with
 	// '/', '?', '#' or dots stored before names were checked stays one.
 	"seg":  func(v any) string { return url.PathEscape(fmt.Sprint(v)) },
@@ -108,6 +106,18 @@ var consoleFuncs = template.FuncMap{
 		}
 		return s[:n] + "…"
 	},
+}
+
+// span writes a window or a bucket's length in whole hours or minutes
+// where it is some: "24 h", "30 min".
+func span(d time.Duration) string {
+	switch {
+	case d%time.Hour == 0:
+		return fmt.Sprintf("%d h", d/time.Hour)
+	case d%time.Minute == 0:
+		return fmt.Sprintf("%d min", d/time.Minute)
+	}
+	return d.String()
 }
 
 // roundDuration keeps a duration readable: milliseconds below a second,
@@ -157,6 +167,7 @@ func (s *Console) routes() http.Handler {
 	mux.Handle("POST /console/schedules/{name}/{action}", s.console(web.RoleOperate, s.consoleScheduleAction))
 	mux.Handle("GET /console/queues", s.console(web.RoleRead, s.consoleQueues))
 	mux.Handle("GET /console/queues/{queue}", s.console(web.RoleRead, s.consoleQueue))
+	mux.Handle("GET /console/usage", s.console(web.RoleRead, s.consoleUsage))
 	// Any other console URL is an HTML page too, never the API's JSON.
 	mux.Handle("/console/", s.console(web.RoleRead, s.consoleNotFound))
 	return s.guard(mux)
@@ -389,8 +400,13 @@ type windowLinks struct {
 }
 
 func (s *Console) windowLinks(page string, c *call, current string) windowLinks {
-	links := windowLinks{Base: s.path(page + "?" + url.Values{"namespace": {c.namespace}}.Encode() + "&"), Current: current}
-	for _, w := range chartWindows {
+	return s.windowLinksOf(page, url.Values{"namespace": {c.namespace}}, current, chartWindows)
+}
+
+// windowLinksOf are the links to page with query and each of windows.
+func (s *Console) windowLinksOf(page string, query url.Values, current string, windows []chartWindowOption) windowLinks {
+	links := windowLinks{Base: s.path(page + "?" + query.Encode() + "&"), Current: current}
+	for _, w := range windows {
 		links.Windows = append(links.Windows, w.Name)
 	}
 	return links
