@@ -124,6 +124,14 @@ func Decode(typ Type, data []byte) (Payload, error) {
 		return decodeAs[UpdateAcceptedData](typ, data)
 	case UpdateCompleted:
 		return decodeAs[UpdateCompletedData](typ, data)
+	case BudgetReserved:
+		return decodeAs[BudgetReservedData](typ, data)
+	case BudgetSettled:
+		return decodeAs[BudgetSettledData](typ, data)
+	case BudgetRefused:
+		return decodeAs[BudgetRefusedData](typ, data)
+	case BudgetRaised:
+		return decodeAs[BudgetRaisedData](typ, data)
 	default:
 		return nil, invalidf(nil, "decode payload: unknown event type %q", string(typ))
 	}

@@ -50,6 +50,10 @@ const (
 	StreamClosed          Type = "stream_closed"
 	UpdateAccepted        Type = "update_accepted"
 	UpdateCompleted       Type = "update_completed"
+	BudgetReserved        Type = "budget_reserved"
+	BudgetSettled         Type = "budget_settled"
+	BudgetRefused         Type = "budget_refused"
+	BudgetRaised          Type = "budget_raised"
 )
 
 // Types lists every event type this version of the package understands, in
@@ -63,6 +67,7 @@ var Types = []Type{
 	SelectMatched,
 	StreamClosed,
 	UpdateAccepted, UpdateCompleted,
+	BudgetReserved, BudgetSettled, BudgetRefused, BudgetRaised,
 }
 
 // Event is one entry of a task's append-only log.
@@ -142,6 +147,13 @@ type TaskScheduledData struct {
 	// ForkedFrom.Position (StepCompletedData.CopiedFromSeq). nil for a
 	// task started otherwise.
 	ForkedFrom *ForkOrigin `json:"forked_from,omitempty"`
+	// Budget, when set, is the task's own spending budget (its Ref
+	// empty: the reference is "task:<the task's id>"), and Budgets those
+	// it inherits from its ancestors, nearest last: every budget that
+	// covered its parent covers it. Before a step that declares its spend
+	// runs, the spend is reserved against each (see [BudgetReservedData]).
+	Budget  *TaskBudget  `json:"budget,omitempty"`
+	Budgets []TaskBudget `json:"budgets,omitempty"`
 }
 
 // ForkOrigin names the task a fork was made from, TaskID, and the step

@@ -346,7 +346,7 @@ func plausible(s history.State) []history.Type {
 	case s.Status == history.StatusPending || s.Status == history.StatusRetrying:
 		return []history.Type{history.StepCompleted, history.PatchRecorded, history.TaskForked, history.AttemptStarted, history.AttemptStarted, history.AttemptStarted, history.CancelRequested,
 			history.TaskFailed, history.TaskDeadLettered, history.TaskExpired, history.TaskCancelled, history.SignalReceived,
-			history.ChildFinished, history.UpdateAccepted}
+			history.ChildFinished, history.UpdateAccepted, history.BudgetRaised}
 	case s.Status == history.StatusRunning && s.Lease.Owner == "":
 		return []history.Type{history.TaskFailed, history.TaskDeadLettered, history.TaskCancelled}
 	case s.Status == history.StatusRunning && s.Compensation.IsStarted():
@@ -359,7 +359,8 @@ func plausible(s history.State) []history.Type {
 			history.SignalReceived, history.WaitStarted, history.WaitTimedOut,
 			history.ChildStarted, history.ChildStarted, history.ChildWaitStarted, history.ChildFinished,
 			history.PatchRecorded, history.TaskContinued, history.SelectMatched, history.WaitStarted,
-			history.UpdateAccepted, history.UpdateCompleted}
+			history.UpdateAccepted, history.UpdateCompleted,
+			history.BudgetReserved, history.BudgetSettled, history.BudgetRefused, history.BudgetRaised}
 	}
 	return history.Types
 }
@@ -672,6 +673,21 @@ func nextEvent(r *fuzzBytes, events []history.Event, s history.State) history.Ev
 				done.Error = &info
 			}
 			p = done
+		case history.BudgetReserved:
+			p = history.BudgetReservedData{Position: pickOf(r, position, 0, -1), Step: name,
+				Budgets: pickOf(r, []history.BudgetWindowRef{{Ref: "namespace"}}, nil, []history.BudgetWindowRef{{Ref: "bogus"}}),
+				Tokens: pickOf[int64](r, 10, 0, -1), CostUSD: pickOf(r, 0.5, 0)}
+		case history.BudgetSettled:
+			p = history.BudgetSettledData{Position: pickOf(r, position, 0), Step: name,
+				Reason:   pickOf(r, history.SettleStepCompleted, history.SettleLeaseExpired, "", "bored"),
+				Budgets:  pickOf(r, []history.BudgetWindowRef{{Ref: "task:t-1"}}, nil),
+				Reserved: r.intn(2) == 1, Tokens: pickOf[int64](r, 10, 0, -1)}
+		case history.BudgetRefused:
+			p = history.BudgetRefusedData{Position: position, Step: name, Budget: history.BudgetWindowRef{Ref: pickOf(r, "type:ocr", "", "task:")},
+				Action: pickOf(r, history.BudgetFail, history.BudgetWait, "", "shrug"), Deadline: pickOf(r, &later, nil)}
+		case history.BudgetRaised:
+			p = history.BudgetRaisedData{Budget: history.BudgetWindowRef{Ref: pickOf(r, "type:ocr", "namespace", "")}, By: pickOf(r, by, ""),
+				USD: pickOf(r, 1.0, -1.0)}
 		default:
 			panic("no case for event type " + string(history.Types[k]))
 		}

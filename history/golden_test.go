@@ -207,6 +207,39 @@ func goldenGood() map[string]struct {
 			after(19*sec, signal("approval", `"late"`, "")),
 			after(20*sec, completed(3)),
 		)},
+		// Budgets: a batch's task budget and a tenant's inherited one; the
+		// first step reserves and settles; the second is refused by the
+		// tenant's window (wait), a raise wakes the task, and the next
+		// attempt reserves, runs and settles it.
+		"budgeted": {status: history.StatusCompleted, events: build(
+			after(0, historytest.E{Data: func() history.TaskScheduledData {
+				p := scheduled().Data.(history.TaskScheduledData)
+				p.Budget = &history.TaskBudget{USD: 2, Tokens: 100_000}
+				p.Budgets = []history.TaskBudget{{Ref: "task:0190a000-0000-7000-8000-00000000ba7c", USD: 50, OnExhausted: history.BudgetWait, WaitTimeoutMillis: 3_600_000}}
+				return p
+			}()}),
+			after(1*sec, started(1, 1)),
+			after(2*sec, historytest.E{Attempt: 1, Data: history.BudgetReservedData{Position: 0, Step: "draft",
+				Budgets: []history.BudgetWindowRef{{Ref: "task:0190a000-0000-7000-8000-00000000ba7c"}, {Ref: "fairness_key:tenant-1", Window: ptr(historytest.Base.Truncate(time.Hour))}},
+				Tokens: 4000, CostUSD: 0.04}}),
+			after(3*sec, step(1, 0, "draft")),
+			after(3*sec, historytest.E{Attempt: 1, Data: history.BudgetSettledData{Position: 0, Step: "draft", Reason: history.SettleStepCompleted,
+				Budgets:  []history.BudgetWindowRef{{Ref: "task:0190a000-0000-7000-8000-00000000ba7c"}, {Ref: "fairness_key:tenant-1", Window: ptr(historytest.Base.Truncate(time.Hour))}},
+				Reserved: true, ReservedTokens: 4000, ReservedUSD: 0.04, Tokens: 3100, CostUSD: 0.031}}),
+			after(4*sec, historytest.E{Attempt: 1, Data: history.BudgetRefusedData{Position: 1, Step: "review",
+				Budget: history.BudgetWindowRef{Ref: "fairness_key:tenant-1", Window: ptr(historytest.Base.Truncate(time.Hour))}, Action: history.BudgetWait,
+				Tokens: 4000, CostUSD: 0.04, LimitUSD: 1, SpentUSD: 0.99, Deadline: ptr(historytest.Base.Add(time.Hour))}}),
+			after(60*sec, historytest.E{Data: history.BudgetRaisedData{Budget: history.BudgetWindowRef{Ref: "fairness_key:tenant-1", Window: ptr(historytest.Base.Truncate(time.Hour))},
+				By: "alice@example.com", Reason: "quarter end", USD: 1, LimitUSD: 2}}),
+			after(61*sec, by("worker-2", started(2, 2))),
+			after(62*sec, historytest.E{Attempt: 2, Data: history.BudgetReservedData{Position: 1, Step: "review",
+				Budgets: []history.BudgetWindowRef{{Ref: "fairness_key:tenant-1", Window: ptr(historytest.Base.Truncate(time.Hour))}}, Tokens: 4000, CostUSD: 0.04}}),
+			after(63*sec, step(2, 1, "review")),
+			after(63*sec, historytest.E{Attempt: 2, Data: history.BudgetSettledData{Position: 1, Step: "review", Reason: history.SettleStepCompleted,
+				Budgets:  []history.BudgetWindowRef{{Ref: "fairness_key:tenant-1", Window: ptr(historytest.Base.Truncate(time.Hour))}},
+				Reserved: true, ReservedTokens: 4000, ReservedUSD: 0.04, Tokens: 5000, CostUSD: 0.05}}),
+			after(64*sec, completed(2)),
+		)},
 		// Updates: one arrives while the task waits for its approval
 		// (due at once); the next attempt replays to the wait, applies it
 		// and waits again; a second one fails in its handler; the
@@ -551,6 +584,52 @@ func goldenBad(t *testing.T) map[string]struct {
 			}),
 			error: "event 12 (wait_started): child 0 has finished",
 		},
+		"budget_settled_unreserved": {
+			data: edit("budgeted", func(ev []history.Event) []history.Event {
+				return append(ev[:2], history.Event{Seq: 3, At: ev[2].At, Attempt: 1, Data: history.BudgetSettledData{Position: 0, Step: "draft",
+					Reason: history.SettleStepCompleted, Budgets: []history.BudgetWindowRef{{Ref: "namespace"}}, Reserved: true}})
+			}),
+			error: "event 3 (budget_settled): step 0 holds no reservation in attempt 1",
+		},
+		"budget_reserved_twice": {
+			data: edit("budgeted", func(ev []history.Event) []history.Event {
+				dup := ev[2]
+				dup.Seq = 4
+				return append(ev[:3], dup)
+			}),
+			error: "event 4 (budget_reserved): step 0 already holds a reservation in attempt 1",
+		},
+		"budget_wait_with_reservation_open": {
+			data: edit("budgeted", func(ev []history.Event) []history.Event {
+				refused := ev[5]
+				refused.Seq = 4
+				return append(ev[:3], refused)
+			}),
+			error: "event 4 (budget_refused): step 0's reservation is not settled",
+		},
+		"budget_unknown_ref": {
+			data: edit("budgeted", func(ev []history.Event) []history.Event {
+				ev[2].Data = history.BudgetReservedData{Position: 0, Step: "draft", Budgets: []history.BudgetWindowRef{{Ref: "tenant-1"}}}
+				return ev[:3]
+			}),
+			error: "event 3 (budget_reserved): budget \"tenant-1\": not one of namespace",
+		},
+		"budget_raised_without_by": {
+			data: edit("budgeted", func(ev []history.Event) []history.Event {
+				ev[6].Data = history.BudgetRaisedData{Budget: history.BudgetWindowRef{Ref: "namespace"}, USD: 1}
+				return ev[:7]
+			}),
+			error: "event 7 (budget_raised): no requester (by)",
+		},
+		"budget_scheduled_invalid": {
+			data: edit("budgeted", func(ev []history.Event) []history.Event {
+				p := ev[0].Data.(history.TaskScheduledData)
+				p.Budget = &history.TaskBudget{OnExhausted: "pray"}
+				ev[0].Data = p
+				return ev[:1]
+			}),
+			error: "event 1 (task_scheduled): the task's own budget",
+		},
 		"update_accepted_twice": {
 			data: edit("updated", func(ev []history.Event) []history.Event {
 				dup := ev[4]
@@ -808,3 +887,5 @@ func TestGoldenHistories(t *testing.T) {
 		})
 	}
 }
+
+func ptr[T any](v T) *T { return &v }

@@ -276,7 +276,13 @@ type State struct {
 	// order, each with its outcome once its handler ran
 	// (update_completed).
 	Updates []Update
-	LastSeq int64
+	// Reservations are the budget reservations not settled yet
+	// (budget_reserved without its budget_settled), in history order;
+	// BudgetWait the wait of a task over a budget whose action is to
+	// wait (budget_refused), until the step it waited at reserves.
+	Reservations []Reservation
+	BudgetWait   *BudgetWaitState
+	LastSeq      int64
 
 	CreatedAt  time.Time // at of task_scheduled
 	UpdatedAt  time.Time // at of the latest event
@@ -442,6 +448,14 @@ func apply(s State, e Event, owned bool) (State, error) {
 		err = s.applyUpdateAccepted(e, p)
 	case UpdateCompletedData:
 		err = s.applyUpdateCompleted(e, p)
+	case BudgetReservedData:
+		err = s.applyBudgetReserved(e, p)
+	case BudgetSettledData:
+		err = s.applyBudgetSettled(e, p)
+	case BudgetRefusedData:
+		err = s.applyBudgetRefused(e, p)
+	case BudgetRaisedData:
+		err = s.applyBudgetRaised(e, p)
 	case TaskExpiredData:
 		if s.Status != StatusPending || s.Attempt != 0 {
 			err = invalidf(nil, "event %d (%s): task is %s after %d attempts; only a task never started expires", e.Seq, TaskExpired, s.Status, s.Attempt)
@@ -530,6 +544,14 @@ func typeOf(p Payload) (Type, bool) {
 		return UpdateAccepted, true
 	case UpdateCompletedData:
 		return UpdateCompleted, true
+	case BudgetReservedData:
+		return BudgetReserved, true
+	case BudgetSettledData:
+		return BudgetSettled, true
+	case BudgetRefusedData:
+		return BudgetRefused, true
+	case BudgetRaisedData:
+		return BudgetRaised, true
 	}
 	return "", false
 }
@@ -552,6 +574,14 @@ func (s *State) applyScheduled(e Event, p TaskScheduledData) error {
 	}
 	if f := p.ForkedFrom; f != nil && (f.TaskID == "" || f.Position < 0) {
 		return invalidf(nil, "event %d (%s): forked from task %q at position %d", e.Seq, TaskScheduled, f.TaskID, f.Position)
+	}
+	if b := p.Budget; b != nil && (b.Ref != "" || b.Validate() != nil) {
+		return invalidf(b.Validate(), "event %d (%s): the task's own budget (ref %q)", e.Seq, TaskScheduled, b.Ref)
+	}
+	for _, b := range p.Budgets {
+		if err := b.Validate(); err != nil || b.Ref == "" {
+			return invalidf(err, "event %d (%s): inherited budget %q", e.Seq, TaskScheduled, b.Ref)
+		}
 	}
 	s.Scheduled = p
 	s.Status = StatusPending

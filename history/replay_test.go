@@ -550,6 +550,7 @@ func TestEventType(t *testing.T) {
 		history.SelectMatchedData{},
 		history.StreamClosedData{},
 		history.UpdateAcceptedData{}, history.UpdateCompletedData{},
+		history.BudgetReservedData{}, history.BudgetSettledData{}, history.BudgetRefusedData{}, history.BudgetRaisedData{},
 	}
 	require.Len(t, payloads, len(history.Types))
 	for i, p := range payloads {

@@ -126,6 +126,7 @@ type gen struct {
 	unfinished    []int                      // positions of the children not finished yet
 	awaiting      bool                       // the attempt ended awaiting the last child started
 	comp          *compState                 // compensation in progress
+	budgetWaiting bool                       // the attempt ended over budget (budget_refused, wait)
 }
 
 // compState is a compensation under way.
@@ -341,6 +342,20 @@ func (g *gen) run() {
 			g.at = g.at.Add(g.delay("delay", time.Second))
 			if g.requestCancel() {
 				return
+			}
+		}
+		if g.budgetWaiting {
+			// Over budget: a raise comes, or the wait's deadline passes.
+			// (Drawn from nothing: earlier seeds' draws stay what they
+			// were.)
+			g.budgetWaiting = false
+			if len(g.events)%2 == 0 {
+				g.emit(0, history.BudgetRaisedData{Budget: history.BudgetWindowRef{Ref: history.BudgetRefKeyPrefix + "tenant-1"},
+					By: "alice@example.com", Reason: "month end", USD: 5, LimitUSD: 15}, true)
+				g.runAt = g.at
+				if g.full() {
+					return
+				}
 			}
 		}
 		if g.attempt(attempt) {
@@ -659,6 +674,25 @@ func (g *gen) attempt(attempt int) bool {
 				return true
 			}
 		}
+		// The step declared its spend: reserved before it runs, settled
+		// after; or over a budget that waits, the attempt ends. (Drawn
+		// from nothing: earlier seeds' draws stay what they were.)
+		budgets := []history.BudgetWindowRef{{Ref: history.BudgetRefKeyPrefix + "tenant-1"}}
+		budgeted := !g.endless && len(g.events)%5 == 2
+		if !g.endless && len(g.events)%17 == 9 {
+			deadline := g.at.Add(time.Hour)
+			g.emit(attempt, history.BudgetRefusedData{Position: g.steps, Step: stepName(g.steps), Budget: budgets[0], Action: history.BudgetWait,
+				Tokens: 1000, LimitUSD: 10, SpentUSD: 10, Deadline: &deadline}, true)
+			g.runAt = deadline
+			g.budgetWaiting = true
+			return g.full()
+		}
+		if budgeted {
+			g.emit(attempt, history.BudgetReservedData{Position: g.steps, Step: stepName(g.steps), Budgets: budgets, Tokens: 1000, CostUSD: 0.01}, true)
+			if g.full() {
+				return true
+			}
+		}
 		compensable := g.src.intRange("compensable", 0, 1) == 1
 		g.emit(attempt, history.StepCompletedData{
 			Position:    g.steps,
@@ -670,6 +704,13 @@ func (g *gen) attempt(attempt int) bool {
 		g.compensable = append(g.compensable, compensable)
 		if g.full() {
 			return true
+		}
+		if budgeted {
+			g.emit(attempt, history.BudgetSettledData{Position: g.steps - 1, Step: stepName(g.steps - 1), Reason: history.SettleStepCompleted,
+				Budgets: budgets, Reserved: true, ReservedTokens: 1000, ReservedUSD: 0.01, Tokens: 800, CostUSD: 0.008}, true)
+			if g.full() {
+				return true
+			}
 		}
 		if !g.endless && g.src.intRange("signal_running", 0, 9) == 0 {
 			// A signal arrives while the attempt runs: the status stays.
@@ -770,6 +811,12 @@ func (g *gen) attempt(attempt int) bool {
 		info := g.errorInfo(history.Permanent)
 		if len(g.compensablePositions()) > 0 {
 			return g.compensate(attempt, history.CompensateFailed, &info)
+		}
+		if len(g.events)%3 == 0 {
+			// Over a budget that fails: the step never started.
+			info = history.ErrorInfo{Class: history.Permanent, Kind: "budget_exhausted", Message: "over budget", ClassifiedBy: "rule:budget_exhausted"}
+			g.emit(attempt, history.BudgetRefusedData{Position: g.steps, Step: stepName(g.steps),
+				Budget: history.BudgetWindowRef{Ref: history.BudgetRefNamespace}, Action: history.BudgetFail, CostUSD: 0.5, LimitUSD: 1, SpentUSD: 0.75}, false)
 		}
 		g.emit(attempt, history.AttemptFailedData{Error: info}, false)
 		g.emit(attempt, history.TaskFailedData{Error: info}, true)
