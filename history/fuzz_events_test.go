@@ -676,7 +676,7 @@ func nextEvent(r *fuzzBytes, events []history.Event, s history.State) history.Ev
 		case history.BudgetReserved:
 			p = history.BudgetReservedData{Position: pickOf(r, position, 0, -1), Step: name,
 				Budgets: pickOf(r, []history.BudgetWindowRef{{Ref: "namespace"}}, nil, []history.BudgetWindowRef{{Ref: "bogus"}}),
-				Tokens: pickOf[int64](r, 10, 0, -1), CostUSD: pickOf(r, 0.5, 0)}
+				Tokens:  pickOf[int64](r, 10, 0, -1), CostUSD: pickOf(r, 0.5, 0)}
 		case history.BudgetSettled:
 			p = history.BudgetSettledData{Position: pickOf(r, position, 0), Step: name,
 				Reason:   pickOf(r, history.SettleStepCompleted, history.SettleLeaseExpired, "", "bored"),

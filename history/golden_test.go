@@ -221,7 +221,7 @@ func goldenGood() map[string]struct {
 			after(1*sec, started(1, 1)),
 			after(2*sec, historytest.E{Attempt: 1, Data: history.BudgetReservedData{Position: 0, Step: "draft",
 				Budgets: []history.BudgetWindowRef{{Ref: "task:0190a000-0000-7000-8000-00000000ba7c"}, {Ref: "fairness_key:tenant-1", Window: ptr(historytest.Base.Truncate(time.Hour))}},
-				Tokens: 4000, CostUSD: 0.04}}),
+				Tokens:  4000, CostUSD: 0.04}}),
 			after(3*sec, step(1, 0, "draft")),
 			after(3*sec, historytest.E{Attempt: 1, Data: history.BudgetSettledData{Position: 0, Step: "draft", Reason: history.SettleStepCompleted,
 				Budgets:  []history.BudgetWindowRef{{Ref: "task:0190a000-0000-7000-8000-00000000ba7c"}, {Ref: "fairness_key:tenant-1", Window: ptr(historytest.Base.Truncate(time.Hour))}},

@@ -289,6 +289,10 @@ type Executor interface {
 	// [ErrDiagnosisTooSlow].
 	TaskUsageList(ctx context.Context, p *TaskUsageListParams) ([]TaskUsageFacts, error)
 	UsageSeries(ctx context.Context, p *UsageSeriesParams) ([]UsageCell, error)
+
+	// Budgets (budget.go): scope budgets' definitions, the windows that
+	// count what budgets spent and hold, open reservations, waiting tasks.
+	budgetExecutor
 }
 
 // Tx is a transaction on a store, from [Executor.Begin] (or pgstore's
