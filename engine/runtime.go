@@ -40,6 +40,28 @@ var (
 	ErrSignalArrived   = processor.ErrSignalArrived
 )
 
+// Budgets' composites (see requests.Reserve, requests.Settle,
+// requests.RaiseBudget).
+type (
+	Budget        = requests.Budget
+	ReserveParams = requests.ReserveParams
+	ReserveResult = requests.ReserveResult
+	SettleParams  = requests.SettleParams
+	RaiseParams   = requests.RaiseParams
+	RaiseResult   = requests.RaiseResult
+)
+
+// RaiseBudget raises a budget's window and wakes the tasks waiting on it;
+// see requests.RaiseBudget.
+func RaiseBudget(ctx context.Context, ex store.Executor, p *RaiseParams) (RaiseResult, error) {
+	return requests.RaiseBudget(ctx, ex, p)
+}
+
+// UsageTotals adds usage up; see requests.UsageTotals.
+func UsageTotals(usage []history.Usage) (tokens int64, usd float64) {
+	return requests.UsageTotals(usage)
+}
+
 // DefaultLeaseTTL is a lease's length unless configured otherwise.
 const DefaultLeaseTTL = processor.DefaultLeaseTTL
 

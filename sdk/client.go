@@ -293,6 +293,11 @@ type StartOpts struct {
 	// audit queries see them. At most 32; keys are 1 to 64 letters, digits,
 	// '_', '.', '-' or '/'; values at most 256 bytes.
 	Labels map[string]string
+	// Budget caps what the task and its descendants may spend on AI
+	// models over their lives (its Window must be 0); it replaces the
+	// workflow's WorkflowOpts.Budget. Scope budgets (Client.SetBudget)
+	// apply as well. See [Budget].
+	Budget *Budget
 }
 
 // StartResult identifies the task a start refers to.
@@ -482,11 +487,18 @@ func (c *Client) checkedStartParams(wf WorkflowRef, input any, opts *StartOpts) 
 	if err := validateLabels(opts.Labels); err != nil {
 		return nil, errors.Wrapf(err, "start %s", wf.TypeName())
 	}
+	budget := defaults.budget
+	if opts.Budget != nil {
+		var err error
+		if budget, err = taskBudget(opts.Budget); err != nil {
+			return nil, errors.Wrapf(err, "start %s", wf.TypeName())
+		}
+	}
 	return &store.TaskStartParams{Namespace: c.namespace, RefuseKeyReuse: true, Scheduled: history.TaskScheduledData{
 		TaskType: wf.TypeName(), TypeVersion: wf.TypeVersion(), Queue: queue, Priority: opts.Priority,
 		Input: raw, RunAt: runAt, IdempotencyKey: opts.IdempotencyKey, TraceID: opts.TraceID,
 		MaxAttempts: maxAttempts, Deadline: deadline, StartDeadline: startDeadline,
-		FairnessKey: opts.FairnessKey, FairnessWeight: opts.FairnessWeight, Labels: opts.Labels,
+		FairnessKey: opts.FairnessKey, FairnessWeight: opts.FairnessWeight, Labels: opts.Labels, Budget: budget,
 	}}, nil
 }
 

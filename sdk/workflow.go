@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/cairnflow/cairn/activities"
+	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/internal/errmark"
 	"github.com/cairnflow/cairn/workflow"
 	"github.com/cockroachdb/errors"
@@ -65,6 +66,12 @@ type WorkflowOpts struct {
 	// checked against its version's. Nil: any signal is taken; empty but
 	// not nil: none is. At most [MaxDeclaredSignals].
 	Signals []SignalDecl
+	// Budget, when set, is each task's budget unless its start gives
+	// another (StartOpts.Budget): what a task of this type and its
+	// descendants may spend on AI models over their lives. Its Window
+	// must be 0. A task of the type started as a child has it as well as
+	// its parent's. See [Budget].
+	Budget *Budget
 }
 
 // Workflow is a registered-able workflow type: a name and version that are
@@ -85,6 +92,7 @@ type workflowDefaults struct {
 	skipDeadLetter  bool
 	maxChildren     int
 	signals         map[string]json.RawMessage // declared signals' schemas; nil: none declared
+	budget          *history.TaskBudget        // each task's own budget; nil: none
 }
 
 // NewWorkflow defines a workflow type; opts nil takes every default. It
@@ -147,6 +155,9 @@ func newWorkflow[In, Out any](name string, version int, fn func(workflow.Context
 		return nil, errors.Wrapf(err, "workflow %s", name)
 	}
 	wf.defaults.signals = signals
+	if wf.defaults.budget, err = taskBudget(opts.Budget); err != nil {
+		return nil, errors.Wrapf(err, "workflow %s", name)
+	}
 	return wf, nil
 }
 
@@ -163,7 +174,7 @@ func (w *Workflow[In, Out]) typeDefaults() workflowDefaults { return w.defaults 
 // ScheduleToClose, as a task of the type started on its own does.
 func (w *Workflow[In, Out]) ChildDefaults() workflow.ChildDefaults {
 	return workflow.ChildDefaults{Queue: w.defaults.queue, MaxAttempts: w.defaults.retry.MaxAttempts,
-		ScheduleToClose: w.defaults.scheduleToClose}
+		ScheduleToClose: w.defaults.scheduleToClose, Budget: w.defaults.budget}
 }
 
 // Func implements [workflow.Definition]: the workflow function.

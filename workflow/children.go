@@ -32,6 +32,10 @@ type ChildDefaults struct {
 	// policy's (history.DefaultMaxAttempts), never unlimited.
 	MaxAttempts     int
 	ScheduleToClose time.Duration // 0: no deadline
+	// Budget is the type's own spending budget for each of its tasks
+	// (sdk.WorkflowOpts.Budget); nil: none. A child is covered by its
+	// parent's budgets as well.
+	Budget *history.TaskBudget
 }
 
 // ParentClosePolicy says what becomes of a running child when its parent
@@ -129,7 +133,7 @@ func StartChild[In, Out any](ctx Context, wf Definition[In, Out], input In, opts
 		Options: interpreter.ChildOptions{
 			Queue: queue, Priority: o.Priority, MaxAttempts: maxAttempts, Labels: o.Labels,
 			FairnessKey: o.FairnessKey, OnParentClose: string(o.OnParentClose),
-			ScheduleToClose: defaults.ScheduleToClose,
+			ScheduleToClose: defaults.ScheduleToClose, Budget: defaults.Budget,
 		},
 	})
 	return &Child[Out]{h: h, err: err}

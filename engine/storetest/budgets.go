@@ -8,6 +8,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/cairnflow/cairn/engine/internal/maintenance"
+	"github.com/cairnflow/cairn/engine/internal/requests"
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
 )
@@ -200,4 +202,159 @@ func testBudgetWaits(t *testing.T, s store.Store) {
 	got, err = s.BudgetWaitTake(ctx, &store.BudgetWaitParams{Namespace: store.DefaultNamespace, Key: key})
 	require.NoError(t, err)
 	require.Empty(t, got, "taken once")
+}
+
+// budgetComposites: the reservation, settlement, refusal, raise and
+// rescue of budgets (engine/internal/requests and the rescuer) over each
+// store's statements.
+var budgetComposites = []conformanceTest{
+	{"BudgetReserveSettleAndRefuse", testBudgetReserveSettleRefuse},
+	{"BudgetRefusalThatWaitsEndsTheAttemptAndARaiseWakesIt", testBudgetWaitRaise},
+	{"BudgetReservationOfAnExpiredLeaseIsSettledByTheRescuer", testBudgetRescue},
+}
+
+// tenantBudget is a fairness key's budget of $1 in the current hour.
+func tenantBudget(action string) requests.Budget {
+	return requests.Budget{Key: store.BudgetWindowKey{Ref: "fairness_key:t1", Start: store.BudgetWindowStart(time.Hour, time.Now())},
+		LimitUSD: 1, OnExhausted: action}
+}
+
+func reserveFor(t *testing.T, s store.Store, ct *store.ClaimedTask, st history.State, position int, usd float64, budgets ...requests.Budget) (requests.ReserveResult, error) {
+	t.Helper()
+	return requests.Reserve(testContext(t), s, &requests.ReserveParams{
+		Append:   store.EventAppendParams{TaskID: ct.Task.ID, State: st, Epoch: ct.State.Lease.Epoch, Attempt: ct.State.Attempt},
+		Position: position, Step: "call", Spend: history.Spend{Model: "m", CostUSD: usd, Tokens: 100}, Budgets: budgets, Now: time.Now(),
+	})
+}
+
+func windowOf(t *testing.T, s store.Store, key store.BudgetWindowKey) store.BudgetWindow {
+	t.Helper()
+	ws, err := s.BudgetWindowList(testContext(t), &store.BudgetWindowListParams{Namespace: store.DefaultNamespace, Keys: []store.BudgetWindowKey{key}})
+	require.NoError(t, err)
+	require.Len(t, ws, 1)
+	return ws[0]
+}
+
+func testBudgetReserveSettleRefuse(t *testing.T, s store.Store) {
+	id := start(t, s, spec{})
+	ct := claimOne(t, s, "w", time.Minute)
+	own := requests.Budget{Key: store.BudgetWindowKey{Ref: "task:" + id.String()}, LimitTokens: 1000}
+	tenant := tenantBudget(history.BudgetFail)
+
+	res, err := reserveFor(t, s, ct, ct.State, 0, 0.6, tenant, own)
+	require.NoError(t, err)
+	require.Nil(t, res.Refused)
+	require.Len(t, res.State.Reservations, 1)
+	require.Equal(t, 0.6, windowOf(t, s, tenant.Key).ReservedUSD)
+	require.Equal(t, int64(100), windowOf(t, s, own.Key).ReservedTokens)
+
+	// A parallel step: 0.6 + 0.6 is over the $1: refused, nothing held.
+	res2, err := reserveFor(t, s, ct, res.State, 1, 0.6, tenant, own)
+	require.NoError(t, err)
+	require.NotNil(t, res2.Refused)
+	require.Equal(t, history.BudgetFail, res2.Refused.Action)
+	require.Equal(t, "fairness_key:t1", res2.Refused.Budget.Ref)
+	require.Equal(t, 0.6, res2.Refused.ReservedUSD)
+	require.Equal(t, 0.6, windowOf(t, s, tenant.Key).ReservedUSD, "the refusal took nothing")
+
+	st, err := requests.Settle(testContext(t), s, &requests.SettleParams{
+		Append:   store.EventAppendParams{TaskID: id, State: res2.State, Epoch: ct.State.Lease.Epoch, Attempt: ct.State.Attempt},
+		Position: 0, Step: "call", Reason: history.SettleStepCompleted, Reserved: true, Tokens: 80, CostUSD: 0.5,
+	})
+	require.NoError(t, err)
+	require.Empty(t, st.Reservations)
+	w := windowOf(t, s, tenant.Key)
+	require.Zero(t, w.ReservedUSD)
+	require.Equal(t, 0.5, w.SpentUSD)
+	require.Equal(t, int64(80), windowOf(t, s, own.Key).SpentTokens)
+	types := eventTypes(t, s, id)
+	require.Equal(t, []history.Type{history.BudgetReserved, history.BudgetRefused, history.BudgetSettled}, types[len(types)-3:])
+
+	// A stale attempt's reservation is fenced: nothing held.
+	stale := *ct
+	stale.State.Lease.Epoch++
+	_, err = reserveFor(t, s, &stale, st, 2, 0.1, tenant)
+	require.Error(t, err)
+	require.Zero(t, windowOf(t, s, tenant.Key).ReservedUSD, "rolled back with the fenced append")
+}
+
+func testBudgetWaitRaise(t *testing.T, s store.Store) {
+	id := start(t, s, spec{})
+	other := start(t, s, spec{})
+	ct := claimOne(t, s, "w", time.Minute)
+	waits := tenantBudget(history.BudgetWait)
+	res, err := reserveFor(t, s, ct, ct.State, 0, 1.5, waits)
+	require.NoError(t, err)
+	require.NotNil(t, res.Refused)
+	require.Equal(t, history.BudgetWait, res.Refused.Action)
+	require.NotNil(t, res.Refused.Deadline)
+	require.Equal(t, history.StatusPending, res.State.Status, "the attempt ended waiting")
+	require.NotNil(t, res.State.BudgetWait)
+	require.Empty(t, claim(t, s, claimParams("w2", 10, time.Minute))[1:], "only the other task is claimable")
+
+	got, err := requests.RaiseBudget(testContext(t), s, &requests.RaiseParams{Namespace: store.DefaultNamespace, Budget: waits,
+		USD: 1, By: "alice", Reason: "month end", At: time.Now()})
+	require.NoError(t, err)
+	require.Equal(t, []uuid.UUID{id}, got.Woken, "exactly the task that waited")
+	require.Equal(t, 1.0, got.Window.RaisedUSD)
+	task := getTask(t, s, id)
+	require.False(t, task.RunAt.After(time.Now()), "due at once")
+	evs := events(t, s, id)
+	raised := evs[len(evs)-1].Data.(history.BudgetRaisedData)
+	require.Equal(t, "alice", raised.By)
+	require.Equal(t, 2.0, raised.LimitUSD)
+	require.NotContains(t, eventTypes(t, s, other), history.BudgetRaised)
+
+	again := claimWhenDue(t, s, claimParams("w3", 1, time.Minute))
+	require.Equal(t, id, again.Task.ID)
+	res, err = reserveFor(t, s, again, again.State, 0, 1.5, waits)
+	require.NoError(t, err)
+	require.Nil(t, res.Refused, "1.5 fits the raised $2")
+	require.Nil(t, res.State.BudgetWait)
+}
+
+func testBudgetRescue(t *testing.T, s store.Store) {
+	id := start(t, s, spec{MaxAttempts: 3})
+	ct := claimOne(t, s, "crashed", shortTTL)
+	tenant := tenantBudget(history.BudgetFail)
+	res, err := reserveFor(t, s, ct, ct.State, 0, 0.3, tenant)
+	require.NoError(t, err)
+	// The first step ran and is on record, the second reserved and its
+	// worker died before either settled.
+	st, err := s.EventAppend(testContext(t), &store.EventAppendParams{TaskID: id, State: res.State, Epoch: ct.State.Lease.Epoch, Attempt: ct.State.Attempt,
+		Payloads: []history.Payload{history.StepCompletedData{Position: 0, Name: "call", Usage: []history.Usage{{Model: "m", InputTokens: 10, OutputTokens: 20, CostUSD: 0.2}}}}})
+	require.NoError(t, err)
+	res, err = reserveFor(t, s, ct, st, 1, 0.4, tenant)
+	require.NoError(t, err)
+	require.Len(t, res.State.Reservations, 2)
+	require.InDelta(t, 0.7, windowOf(t, s, tenant.Key).ReservedUSD, 1e-9)
+
+	time.Sleep(shortTTL)
+	rescueOne(t, s)
+	w := windowOf(t, s, tenant.Key)
+	require.Zero(t, w.ReservedUSD, "nothing is held past the lease")
+	require.InDelta(t, 0.2+0.4, w.SpentUSD, 1e-9, "the recorded step's usage, and the whole of the other's reservation")
+	evs := events(t, s, id)
+	var settled []history.BudgetSettledData
+	for _, e := range evs {
+		if d, ok := e.Data.(history.BudgetSettledData); ok {
+			settled = append(settled, d)
+		}
+	}
+	require.Len(t, settled, 2)
+	for _, d := range settled {
+		require.Equal(t, history.SettleLeaseExpired, d.Reason)
+	}
+	require.Equal(t, 0.2, settled[0].CostUSD)
+	require.Equal(t, int64(30), settled[0].Tokens)
+	require.Equal(t, 0.4, settled[1].CostUSD)
+	require.Equal(t, history.LeaseExpired, evs[len(evs)-1].Type())
+	task := getTask(t, s, id)
+	require.Equal(t, history.StatusRetrying, task.Status)
+	n, err := maintenance.RescueExpired(testContext(t), s, 100)
+	require.NoError(t, err)
+	require.Zero(t, n, "rescued once")
+	again, err := s.BudgetReservationDelete(testContext(t), &store.BudgetReservationDeleteParams{TaskID: id, Attempt: 1, Position: 1})
+	require.NoError(t, err)
+	require.Empty(t, again, "the reservation rows went with it")
 }

@@ -57,6 +57,9 @@ type ChildOptions struct {
 	OnParentClose string
 	// ScheduleToClose is the child type's deadline, counted from its start.
 	ScheduleToClose time.Duration
+	// Budget is the child type's own budget (its WorkflowOpts.Budget), if
+	// any; the parent's budgets cover the child too.
+	Budget *history.TaskBudget
 }
 
 // ChildWaitRequest is the error a run ends with when it must wait for a

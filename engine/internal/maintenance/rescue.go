@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/cairnflow/cairn/engine/internal/plan"
@@ -43,6 +44,7 @@ func rescueExpired(ctx context.Context, s store.Store, clock store.Clock, p *sto
 // its epoch and re-checked for expiry by the append.
 func rescueTasks(ctx context.Context, s store.Store, now time.Time, ids []uuid.UUID) (int, error) {
 	var unreadable []uuid.UUID
+	rescued := 0
 	defer func() {
 		if len(unreadable) > 0 {
 			slog.Default().Error("rescuer: expired tasks with histories this process cannot read", "task_ids", unreadable)
@@ -54,7 +56,7 @@ func rescueTasks(ctx context.Context, s store.Store, now time.Time, ids []uuid.U
 		// unreadable history must not hold back the rest.
 		events, err := store.TaskEvents(ctx, s, "", id)
 		if err != nil && !errors.Is(err, history.ErrInvalidHistory) {
-			return 0, err
+			return rescued, err
 		}
 		var state history.State
 		if err == nil {
@@ -69,30 +71,38 @@ func rescueTasks(ctx context.Context, s store.Store, now time.Time, ids []uuid.U
 		if state.Status != history.StatusRunning || state.Lease.Owner == "" {
 			continue // finished between the two reads
 		}
-		appends = append(appends, &store.EventAppendParams{
+		ap := &store.EventAppendParams{
 			TaskID: id, State: state, Epoch: state.Lease.Epoch, ExpiredOnly: true,
 			Attempt: state.Attempt, Payloads: rescuePayloads(state, now),
 			AttemptStartedAt: attemptStart(events),
-		})
+		}
+		if hasOpenReservations(state) {
+			if done, err := rescueSettling(ctx, s, ap, events); err != nil {
+				return rescued, err
+			} else if done {
+				rescued++
+			}
+			continue
+		}
+		appends = append(appends, ap)
 	}
 	if len(appends) == 0 {
-		return 0, nil
+		return rescued, nil
 	}
 	// A parent dead-lettered here closes its children first, as its worker
 	// would have (a crash before the append closes them again, harmlessly).
 	for _, p := range appends {
 		if _, ends := p.Payloads[len(p.Payloads)-1].(history.TaskDeadLetteredData); ends && requests.HasChildrenToClose(p.State) {
 			if err := requests.CloseChildren(ctx, s, p.State.Scheduled.Namespace, p.TaskID, p.State, "was dead-lettered"); err != nil {
-				return 0, err
+				return rescued, err
 			}
 		}
 	}
 	// The appends go in one statement; each is fenced on its own.
 	results, err := s.EventAppendMany(ctx, appends)
 	if err != nil {
-		return 0, err
+		return rescued, err
 	}
-	rescued := 0
 	for _, res := range results {
 		switch {
 		case errors.IsAny(res.Err, store.ErrConflict, store.ErrFenced, store.ErrNotFound):
@@ -145,4 +155,78 @@ func attemptStart(events []history.Event) time.Time {
 		}
 	}
 	return time.Time{}
+}
+
+// hasOpenReservations reports whether the expired attempt holds budget
+// reservations its worker did not settle.
+func hasOpenReservations(state history.State) bool {
+	for _, r := range state.Reservations {
+		if r.Attempt == state.Attempt {
+			return true
+		}
+	}
+	return false
+}
+
+// rescueSettling rescues a task whose expired attempt holds budget
+// reservations: in one transaction, each is settled (budget_settled,
+// reason lease_expired) and the rescue's events appended after them. A
+// step whose completion is on record is charged what it reported; one
+// that is not is charged its whole reservation, as its call may have been
+// made and paid for. It reports whether it rescued the task (not when
+// the worker came back, or another rescuer was first).
+func rescueSettling(ctx context.Context, s store.Store, ap *store.EventAppendParams, events []history.Event) (bool, error) {
+	state := ap.State
+	// A dead-lettered parent closes its children first, as in the batch.
+	if _, ends := ap.Payloads[len(ap.Payloads)-1].(history.TaskDeadLetteredData); ends && requests.HasChildrenToClose(state) {
+		if err := requests.CloseChildren(ctx, s, state.Scheduled.Namespace, ap.TaskID, state, "was dead-lettered"); err != nil {
+			return false, err
+		}
+	}
+	tx, err := s.Begin(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	rest := ap.Payloads
+	open := ap.State.Reservations
+	for i, r := range open {
+		if r.Attempt != state.Attempt {
+			continue
+		}
+		tokens, usd := r.Tokens, r.CostUSD
+		if usage, done := stepUsage(events, r.Attempt, r.Position); done {
+			tokens, usd = requests.UsageTotals(usage)
+		}
+		p := &requests.SettleParams{
+			Append:   store.EventAppendParams{TaskID: ap.TaskID, State: state, Epoch: ap.Epoch, ExpiredOnly: true, Attempt: ap.Attempt, At: ap.At},
+			Position: r.Position, Step: r.Step, Reason: history.SettleLeaseExpired, Reserved: true, Tokens: tokens, CostUSD: usd,
+		}
+		if last := !slices.ContainsFunc(open[i+1:], func(o history.Reservation) bool { return o.Attempt == state.Attempt }); last {
+			p.Append.Payloads, p.Append.AttemptStartedAt = rest, ap.AttemptStartedAt
+		}
+		next, err := requests.Settle(ctx, tx, p)
+		if errors.IsAny(err, store.ErrConflict, store.ErrFenced, store.ErrNotFound) {
+			return false, nil // the worker came back, finished, or someone else rescued it
+		}
+		if err != nil {
+			return false, err
+		}
+		state = next
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// stepUsage returns the usage the step at position recorded in attempt,
+// and whether its completion is on record there.
+func stepUsage(events []history.Event, attempt, position int) ([]history.Usage, bool) {
+	for _, e := range events {
+		if d, ok := e.Data.(history.StepCompletedData); ok && e.Attempt == attempt && d.Position == position && d.CopiedFromSeq == 0 {
+			return d.Usage, true
+		}
+	}
+	return nil, false
 }

@@ -2,6 +2,7 @@ package processor
 
 import (
 	"context"
+	"sync"
 
 	"github.com/cockroachdb/errors"
 
@@ -54,7 +55,10 @@ type Attempt struct {
 	// Task is the projection row as claimed.
 	Task *store.Task
 
-	proc     *Processor
+	proc *Processor
+	// mu serializes what writes state from the run's goroutines: Append
+	// (a parallel step's record) and the budget calls.
+	mu       sync.Mutex
 	state    history.State   // replay up to now; written by Append on the handler goroutine
 	ctx      context.Context // the attempt's context, handed to the handler: ends on a cancel request too
 	leaseCtx context.Context // ends only when the lease is lost or the worker stops hard
@@ -106,6 +110,8 @@ func (a *Attempt) DurableContext() context.Context { return a.proc.baseCtx }
 // returns an error marked [store.ErrFenced] once the attempt's lease has passed to
 // another epoch.
 func (a *Attempt) Append(ctx context.Context, payloads ...history.Payload) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
 	next, err := a.proc.appender.append(ctx, a.appendParams(payloads))
 	if err != nil {
 		return err

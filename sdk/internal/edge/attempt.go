@@ -71,6 +71,10 @@ type Attempt struct {
 
 	mu   sync.Mutex
 	memo map[memoKey]json.RawMessage // signals' and children's payloads decoded, by their owner and stored bytes
+
+	budgetsOnce sync.Once
+	budgets     *history.TaskScheduledData // the task's recorded task_scheduled, for its budgets; read once
+	budgetsErr  error
 }
 
 type memoKey struct {
@@ -106,6 +110,52 @@ func (a *Attempt) AwaitChildEnds(ctx context.Context, positions []int, count int
 // CloseChildren is [engine.Attempt.CloseChildren].
 func (a *Attempt) CloseChildren(ctx context.Context, reason string) error {
 	return a.a.CloseChildren(ctx, reason)
+}
+
+// BudgetReserve is [engine.Attempt.BudgetReserve]: any of the run's
+// goroutines may call it.
+func (a *Attempt) BudgetReserve(ctx context.Context, p engine.ReserveParams) (engine.ReserveResult, error) {
+	return a.a.BudgetReserve(ctx, p)
+}
+
+// BudgetSettle is [engine.Attempt.BudgetSettle]: any of the run's
+// goroutines may call it.
+func (a *Attempt) BudgetSettle(ctx context.Context, p engine.SettleParams) error {
+	return a.a.BudgetSettle(ctx, p)
+}
+
+// LockedState is [engine.Attempt.LockedState].
+func (a *Attempt) LockedState() history.State { return a.a.LockedState() }
+
+// Scheduled returns the task's task_scheduled as its history records it,
+// read once per attempt: a claim's state rebuilds it from the task's row,
+// which does not keep the task's budgets.
+func (a *Attempt) Scheduled(ctx context.Context) (history.TaskScheduledData, error) {
+	a.budgetsOnce.Do(func() {
+		evs, err := a.a.Store().EventListPage(ctx, &store.EventPageParams{Namespace: a.Task.Namespace, TaskID: a.Task.ID, Limit: 1})
+		switch {
+		case err != nil:
+			a.budgetsErr = errors.Wrap(err, "read the task's task_scheduled")
+		case len(evs) == 0:
+			a.budgetsErr = errors.Newf("task %s has no history", a.Task.ID)
+		default:
+			sc, ok := evs[0].Data.(history.TaskScheduledData)
+			if !ok {
+				a.budgetsErr = errors.Newf("task %s begins with %s", a.Task.ID, evs[0].Type())
+				return
+			}
+			a.budgets = &sc
+		}
+	})
+	if a.budgetsErr != nil {
+		return history.TaskScheduledData{}, a.budgetsErr
+	}
+	return *a.budgets, nil
+}
+
+// ScopeBudgets reads the scope budgets of the task's namespace.
+func (a *Attempt) ScopeBudgets(ctx context.Context) ([]store.BudgetDef, error) {
+	return a.a.Store().BudgetList(ctx, &store.BudgetListParams{Namespace: a.Task.Namespace})
 }
 
 // Encode returns ps encoded, ready to append or to end the attempt with:

@@ -40,8 +40,9 @@ func (h *Handler) checkContinue(req *interpreter.ContinueAsNewRequest) error {
 // nextRun is the start of the run a continue-as-new of a's task begins:
 // the same workflow, queue, priority, labels, trace, fairness, retry
 // budget, schedule-to-close deadline and parent, with input, due now,
-// naming the run it continues.
-func nextRun(a *edge.Attempt, input []byte) store.TaskStartParams {
+// naming the run it continues; every budget that covered the run covers
+// it (the run's own by the run's id, so the chain spends one budget).
+func nextRun(a *edge.Attempt, input []byte, budgets []history.TaskBudget) store.TaskStartParams {
 	sc := a.State().Scheduled
 	runID := a.Task.ID.String()
 	return store.TaskStartParams{Namespace: a.Task.Namespace, Scheduled: history.TaskScheduledData{
@@ -50,7 +51,7 @@ func nextRun(a *edge.Attempt, input []byte) store.TaskStartParams {
 		MaxAttempts: sc.MaxAttempts, Deadline: sc.Deadline,
 		FairnessKey: sc.FairnessKey, FairnessWeight: sc.FairnessWeight,
 		ParentID: sc.ParentID, ParentPosition: sc.ParentPosition,
-		ContinuedFrom: runID,
+		ContinuedFrom: runID, Budgets: budgets,
 	}}
 }
 
@@ -71,7 +72,11 @@ func (h *Handler) continueAsNew(a *edge.Attempt, typ Type, req *interpreter.Cont
 			return edge.Events{}, false, activities.Transient(errors.Wrap(err, "close the task's children"))
 		}
 	}
-	_, err = a.ContinueAsNew(durable, pending, nextRun(a, req.Input))
+	budgets, err := inheritedBudgets(a)
+	if err != nil {
+		return edge.Events{}, false, activities.Transient(err)
+	}
+	_, err = a.ContinueAsNew(durable, pending, nextRun(a, req.Input, budgets))
 	switch {
 	case err == nil:
 		return edge.Events{}, true, engine.ErrEnded

@@ -113,9 +113,13 @@ func NewHandler(cfg HandlerConfig) *Handler {
 	if cfg.HeldBackLingerFrom == 0 {
 		cfg.HeldBackLingerFrom = DefaultHeldBackLingerFrom
 	}
-	return &Handler{types: cfg.Types, workerID: cfg.WorkerID, logger: cfg.Logger, tracerProvider: cfg.TracerProvider,
+	h := &Handler{types: cfg.Types, workerID: cfg.WorkerID, logger: cfg.Logger, tracerProvider: cfg.TracerProvider,
 		maxPayload: cfg.MaxPayloadBytes, blobThreshold: cfg.BlobThreshold, maxHistory: int64(cfg.MaxHistoryEvents),
 		linger: cfg.HeldBackLinger, lingerFrom: int64(cfg.HeldBackLingerFrom), strand: cfg.Strand}
+	// Budgets first, then model rate limits (issue 38): a step a budget
+	// refuses waits for no rate limit.
+	h.gates = append(h.gates, (&budgets{scopes: map[string]scopeEntry{}}).gate)
+	return h
 }
 
 // HandleAttempt implements [edge.Handler]: it runs the workflow against
@@ -166,11 +170,15 @@ func closeChildren(a *edge.Attempt, payloads []history.Payload) error {
 func startChildren(a *edge.Attempt, reqs []interpreter.ChildRequest) error {
 	children := make([]store.ChildStart, len(reqs))
 	now := engine.Now()
+	inherited, err := inheritedBudgets(a)
+	if err != nil {
+		return err
+	}
 	for i, r := range reqs {
 		sched := history.TaskScheduledData{
 			TaskType: r.TaskType, TypeVersion: r.TypeVersion, Queue: r.Options.Queue, Priority: r.Options.Priority,
 			Input: r.Input, MaxAttempts: history.AttemptBudget(r.Options.MaxAttempts), Labels: r.Options.Labels, FairnessKey: r.Options.FairnessKey,
-			TraceID: a.Task.TraceID,
+			TraceID: a.Task.TraceID, Budget: r.Options.Budget, Budgets: inherited,
 		}
 		if sched.Queue == "" {
 			sched.Queue = "default"
@@ -183,7 +191,7 @@ func startChildren(a *edge.Attempt, reqs []interpreter.ChildRequest) error {
 			Task: store.TaskStartParams{Namespace: a.Task.Namespace, Scheduled: sched}, OnParentClose: r.Options.OnParentClose,
 		}
 	}
-	_, err := a.StartChildren(a.DurableContext(), children)
+	_, err = a.StartChildren(a.DurableContext(), children)
 	if errors.Is(err, store.ErrIdempotencyKeyReused) {
 		// A child's key held by a task that is not this parent's child
 		// (squatted): starting again would find it again.
@@ -450,6 +458,10 @@ func (h *Handler) outcome(ctx context.Context, a *edge.Attempt, typ Type, res in
 	}
 	if errors.Is(res.Err, interpreter.ErrStopping) {
 		return nil, engine.ErrReleased
+	}
+	if errors.Is(res.Err, errBudgetWaiting) {
+		// The refusal ended the attempt: the task waits for a raise.
+		return nil, engine.ErrEnded
 	}
 	if h.strand != nil && errors.Is(res.Err, interpreter.ErrNondeterministic) &&
 		h.strand(a.Task.ID, store.TypeKey{Type: a.Task.Type, Version: a.Task.TypeVersion}, a.State().StartedAt, res.Err) {

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/internal/errmark"
 	"github.com/cairnflow/cairn/internal/interpreter"
 	"github.com/cairnflow/cairn/sdk/internal/edge"
 )
@@ -36,7 +37,7 @@ func stepGate(a *edge.Attempt, gates []gate) func(context.Context, interpreter.S
 		for _, g := range gates {
 			settle, err := g(ctx, a, step, spend)
 			if err != nil {
-				_ = settleAll(nil, err) // what earlier gates took goes back; the refusal is the error
+				_ = settleAll(nil, errmark.Mark(err, errStepNotRun)) // what earlier gates took goes back; the refusal is the error
 				return nil, err
 			}
 			if settle != nil {

@@ -1,0 +1,197 @@
+package executor
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/cockroachdb/errors"
+
+	"github.com/cairnflow/cairn/activities"
+	"github.com/cairnflow/cairn/engine"
+	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/internal/errmark"
+	"github.com/cairnflow/cairn/internal/interpreter"
+	"github.com/cairnflow/cairn/sdk/internal/edge"
+)
+
+// KindBudgetExhausted is the error kind of a task a budget stopped: a
+// step's declared spend would have taken a budget whose action is to
+// fail past its limit, or a task over a budget that waits was not raised
+// before its wait's deadline. It is always permanent.
+const KindBudgetExhausted = "budget_exhausted"
+
+// errBudgetWaiting ends a run whose step a budget that waits refused: the
+// refusal ended the attempt (budget_refused), so nothing more is appended.
+var errBudgetWaiting = errors.New("over budget: the task waits for a raise")
+
+// errStepNotRun marks the error a step's settle is given when the step
+// did not run (a later gate refused it).
+var errStepNotRun = errors.New("the step did not run")
+
+// scopeRefresh bounds how stale a worker's copy of its namespaces' scope
+// budgets may be: a budget set (or deleted) applies on every worker
+// within it.
+const scopeRefresh = time.Second
+
+// budgets is the budget gate's state: a per-worker cache of the scope
+// budgets of the namespaces its tasks run in, so that a step of a task
+// with no budget costs no query.
+type budgets struct {
+	mu     sync.Mutex
+	scopes map[string]scopeEntry // by namespace
+}
+
+type scopeEntry struct {
+	defs []store.BudgetDef
+	at   time.Time
+}
+
+// scopeDefs returns the namespace's scope budgets, read at most
+// scopeRefresh ago.
+func (b *budgets) scopeDefs(ctx context.Context, a *edge.Attempt) ([]store.BudgetDef, error) {
+	b.mu.Lock()
+	e, ok := b.scopes[a.Task.Namespace]
+	b.mu.Unlock()
+	if ok && time.Since(e.at) < scopeRefresh {
+		return e.defs, nil
+	}
+	defs, err := a.ScopeBudgets(ctx)
+	if err != nil {
+		return nil, errors.Wrap(err, "read the namespace's budgets")
+	}
+	b.mu.Lock()
+	b.scopes[a.Task.Namespace] = scopeEntry{defs: defs, at: time.Now()}
+	b.mu.Unlock()
+	return defs, nil
+}
+
+// applicable returns the budgets that apply to a step of the attempt's
+// task at now: its own, those it inherits, its namespace's, its fairness
+// key's and its type's.
+func (b *budgets) applicable(ctx context.Context, a *edge.Attempt, now time.Time) ([]engine.Budget, error) {
+	sc, err := a.Scheduled(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []engine.Budget
+	task := func(ref string, tb history.TaskBudget) {
+		out = append(out, engine.Budget{Key: store.BudgetWindowKey{Ref: ref}, LimitUSD: tb.USD, LimitTokens: tb.Tokens,
+			OnExhausted: tb.OnExhausted, WaitTimeout: time.Duration(tb.WaitTimeoutMillis) * time.Millisecond})
+	}
+	if sc.Budget != nil {
+		task(history.BudgetRefTaskPrefix+a.Task.ID.String(), *sc.Budget)
+	}
+	for _, tb := range sc.Budgets {
+		task(tb.Ref, tb)
+	}
+	defs, err := b.scopeDefs(ctx, a)
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range defs {
+		switch d.Ref {
+		case history.BudgetRefNamespace, history.BudgetRefTypePrefix + a.Task.Type:
+		case history.BudgetRefKeyPrefix + sc.FairnessKey:
+			if sc.FairnessKey == "" {
+				continue
+			}
+		default:
+			continue
+		}
+		out = append(out, engine.Budget{Key: store.BudgetWindowKey{Ref: d.Ref, Start: d.WindowStart(now)}, LimitUSD: d.USD, LimitTokens: d.Tokens,
+			OnExhausted: d.OnExhausted, WaitTimeout: d.WaitTimeout})
+	}
+	if len(out) > store.MaxBudgetsPerStep {
+		out = out[len(out)-store.MaxBudgetsPerStep:] // the nearest ancestors' and the scopes'
+	}
+	return out, nil
+}
+
+// gate is the budget gate (one of Handler.gates): before a step that
+// declares its spend it reserves it against every budget that applies,
+// and settles the reservation with what the step reported once it ran; a
+// step without a declared spend is not held, but what it reported is
+// charged after it. A refusal fails the task (kind budget_exhausted) or
+// ends the attempt waiting for a raise, as the budget says.
+func (b *budgets) gate(ctx context.Context, a *edge.Attempt, step interpreter.StepInfo, spend *history.Spend) (func([]history.Usage, error) error, error) {
+	now := engine.Now()
+	applies, err := b.applicable(ctx, a, now)
+	if err != nil || len(applies) == 0 {
+		return nil, err
+	}
+	if spend == nil || (spend.Tokens == 0 && spend.CostUSD == 0) {
+		// Not held: charged after, with what it reported.
+		return func(usage []history.Usage, _ error) error {
+			tokens, usd := engine.UsageTotals(usage)
+			if tokens == 0 && usd == 0 {
+				return nil
+			}
+			return a.BudgetSettle(a.DurableContext(), engine.SettleParams{Position: step.Position, Step: step.Name,
+				Reason: history.SettleStepCompleted, Budgets: applies, Tokens: tokens, CostUSD: usd})
+		}, nil
+	}
+	res, err := a.BudgetReserve(a.DurableContext(), engine.ReserveParams{Position: step.Position, Step: step.Name, Spend: *spend, Budgets: applies, Now: now})
+	if err != nil {
+		return nil, err
+	}
+	if r := res.Refused; r != nil {
+		return nil, budgetRefusal(r)
+	}
+	return func(usage []history.Usage, stepErr error) error {
+		reason := history.SettleStepCompleted
+		switch {
+		case errors.Is(stepErr, errStepNotRun):
+			reason = history.SettleReleased
+		case stepErr != nil:
+			reason = history.SettleStepFailed
+		}
+		tokens, usd := engine.UsageTotals(usage)
+		return a.BudgetSettle(a.DurableContext(), engine.SettleParams{Position: step.Position, Step: step.Name,
+			Reason: reason, Reserved: true, Tokens: tokens, CostUSD: usd})
+	}, nil
+}
+
+// budgetRefusal is the error a refused step ends its run with.
+func budgetRefusal(r *history.BudgetRefusedData) error {
+	what := fmt.Sprintf("step %d (%s) would spend %d tokens, $%.4f; budget %s has spent %d tokens, $%.4f, holds %d tokens, $%.4f reserved, of a limit of %s",
+		r.Position, r.Step, r.Tokens, r.CostUSD, r.Budget, r.SpentTokens, r.SpentUSD, r.ReservedTokens, r.ReservedUSD, limitText(r.LimitUSD, r.LimitTokens))
+	if r.Action == history.BudgetWait && r.Deadline == nil {
+		return activities.Transient(errors.Newf("%s: parallel steps hold reservations, so the attempt is retried before it waits", what))
+	}
+	if r.Action == history.BudgetWait {
+		return errmark.Mark(errors.Newf("%s: waiting for a raise until %s", what, r.Deadline.Format(time.RFC3339)), errBudgetWaiting)
+	}
+	return activities.WithKind(activities.Permanent(errors.Newf("%s", what)), KindBudgetExhausted)
+}
+
+func limitText(usd float64, tokens int64) string {
+	switch {
+	case usd > 0 && tokens > 0:
+		return fmt.Sprintf("$%.4f and %d tokens", usd, tokens)
+	case usd > 0:
+		return fmt.Sprintf("$%.4f", usd)
+	}
+	return fmt.Sprintf("%d tokens", tokens)
+}
+
+// inheritedBudgets are the budgets a child of the attempt's task
+// inherits: every one that covers the task (its own, named by its id).
+func inheritedBudgets(a *edge.Attempt) ([]history.TaskBudget, error) {
+	sc, err := a.Scheduled(a.DurableContext())
+	if err != nil {
+		return nil, err
+	}
+	out := append([]history.TaskBudget(nil), sc.Budgets...)
+	if b := sc.Budget; b != nil {
+		own := *b
+		own.Ref = history.BudgetRefTaskPrefix + a.Task.ID.String()
+		out = append(out, own)
+	}
+	if len(out) > store.MaxBudgetsPerStep-3 {
+		out = out[len(out)-(store.MaxBudgetsPerStep-3):] // the nearest ancestors'
+	}
+	return out, nil
+}
