@@ -108,8 +108,11 @@ type Store struct {
 	// namespace. answeredChannel: an inquiry was answered; payload is its
 	// id.
 	inquiryChannel, answeredChannel string
-	q                               map[string]string
-	observer                        *store.ObserverSlot // Config.Metrics, or one attached later (ObserverAttach)
+	// modelChannel: a model limit's waiters may go; payload is the
+	// namespace, a newline and the model.
+	modelChannel string
+	q            map[string]string
+	observer     *store.ObserverSlot // Config.Metrics, or one attached later (ObserverAttach)
 	// metrics is what the store counts its writes into: observer, or, in a
 	// store bound to a transaction, observer's calls held until the commit.
 	metrics store.Observer
@@ -155,7 +158,7 @@ func New(cfg Config) (*Store, error) {
 	slot := store.NewObserverSlot(cfg.Metrics)
 	return &Store{pool: cfg.Pool, db: cfg.Pool, control: control, listenConf: listenConf, schema: schema,
 		channel: schema + ".ready", doneChannel: schema + ".done", cancelChannel: schema + ".cancel", streamChannel: schema + ".stream", probeChannel: schema + ".probe", q: q,
-		inquiryChannel: schema + ".inquiry", answeredChannel: schema + ".answered",
+		inquiryChannel: schema + ".inquiry", answeredChannel: schema + ".answered", modelChannel: schema + ".model",
 		observer: slot, metrics: slot, clock: cfg.Clock, parents: &plan.ParentStates{}, limits: cfg.HistoryLimits.Resolved()}, nil
 }
 

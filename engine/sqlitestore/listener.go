@@ -49,6 +49,7 @@ func (l *listener) add(n store.Notification) {
 	l.pending.Streams = append(l.pending.Streams, n.Streams...)
 	l.pending.Inquiries = l.pending.Inquiries || n.Inquiries
 	l.pending.Answered = append(l.pending.Answered, n.Answered...)
+	l.pending.Models = append(l.pending.Models, n.Models...)
 	l.mu.Unlock()
 	select {
 	case l.signal <- struct{}{}:
@@ -66,8 +67,9 @@ func (l *listener) WaitForNotification(ctx context.Context) (store.Notification,
 		if !connected {
 			return store.Notification{}, errors.New("sqlitestore: listener not connected")
 		}
-		if n.Ready || len(n.Done) > 0 || len(n.Cancel) > 0 || len(n.Probes) > 0 || len(n.Streams) > 0 || n.Inquiries || len(n.Answered) > 0 {
+		if n.Ready || len(n.Done) > 0 || len(n.Cancel) > 0 || len(n.Probes) > 0 || len(n.Streams) > 0 || n.Inquiries || len(n.Answered) > 0 || len(n.Models) > 0 {
 			n.Done, n.Cancel, n.Probes, n.Streams, n.Answered = slices.Clip(n.Done), slices.Clip(n.Cancel), slices.Clip(n.Probes), slices.Clip(n.Streams), slices.Clip(n.Answered)
+			n.Models = slices.Clip(n.Models)
 			return n, nil
 		}
 		select {

@@ -266,6 +266,25 @@ type Executor interface {
 	InquiryGet(ctx context.Context, p *InquiryGetParams) (*Inquiry, error)
 	InquiryRemoveExpired(ctx context.Context, p *InquiryRemoveExpiredParams) (int, error)
 
+	// Model rate limits (modellimit.go): a namespace's tokens and
+	// requests per minute per model, shared by every worker.
+	// ModelLimitSet makes or replaces one, ModelLimitList lists a
+	// namespace's by model, ModelLimitDelete removes one with its
+	// waiting tickets; each announces the model (Notification.Models).
+	// ModelAdmit admits a step in its turn when it fits the sliding
+	// window, else makes or renews its waiting ticket (announcing an
+	// admission); ModelSettle replaces an admission's reservation by
+	// what its step spent; ModelTicketDrop drops a waiting ticket;
+	// ModelAdmissionRemoveOld removes admissions out of every window
+	// and tickets long expired, and returns how many admissions.
+	ModelLimitSet(ctx context.Context, p *ModelLimitSetParams) error
+	ModelLimitList(ctx context.Context, p *ModelLimitListParams) ([]ModelLimit, error)
+	ModelLimitDelete(ctx context.Context, p *ModelLimitDeleteParams) error
+	ModelAdmit(ctx context.Context, p *ModelAdmitParams) (ModelAdmission, error)
+	ModelSettle(ctx context.Context, p *ModelSettleParams) error
+	ModelTicketDrop(ctx context.Context, p *ModelTicketDropParams) error
+	ModelAdmissionRemoveOld(ctx context.Context, p *ModelAdmissionRemoveOldParams) (int, error)
+
 	// Operators' reads. QueueMeasure measures a queue over a window; the
 	// causes are judged above the seam (engine.DiagnoseQueue).
 	// QueueGaugeList is the metrics collector's read of every namespace
@@ -365,6 +384,10 @@ type Notification struct {
 	Inquiries bool
 	// Answered are inquiries answered (InquiryAnswer), by id.
 	Answered []uuid.UUID
+	// Models are model limits whose waiters may go now: a limit set or
+	// deleted, a step admitted or settled below its reservation, a
+	// ticket dropped.
+	Models []ModelKey
 }
 
 // Observer counts what a store writes, after the write has committed:

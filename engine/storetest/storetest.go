@@ -54,7 +54,7 @@ func tests(encoded bool) []conformanceTest {
 	for _, group := range [][]conformanceTest{
 		taskTests, claimTests, appendTests, leaseTests, requestTests, queueTests, leaderTests, scheduleTests, taskTypeTests, readTests,
 		listingTests, seriesTests, flowTests, signalTests, childTests, retentionTests, continueTests, strandedTests,
-		selectTests, streamTests, inquiryTests, updateTests, usageTests, budgetTests, budgetComposites,
+		selectTests, streamTests, inquiryTests, updateTests, usageTests, budgetTests, budgetComposites, modelLimitTests,
 	} {
 		all = append(all, group...)
 	}

@@ -108,6 +108,9 @@ func (r *retention) pass(ctx context.Context) {
 	if err := removeInquiries(ctx, r.cfg.Store); err != nil && ctx.Err() == nil {
 		r.cfg.Logger.Warn("rescuer: remove inquiries", service.ErrAttr(err))
 	}
+	if err := removeModelAdmissions(ctx, r.cfg.Store); err != nil && ctx.Err() == nil {
+		r.cfg.Logger.Warn("rescuer: remove model admissions", service.ErrAttr(err))
+	}
 }
 
 // RemoveExpiredStreams removes the stream entries older than their
@@ -165,6 +168,25 @@ const (
 func removeInquiries(ctx context.Context, s store.Store) error {
 	for range inquiryRemoveRounds {
 		n, err := s.InquiryRemoveExpired(ctx, &store.InquiryRemoveExpiredParams{Keep: InquiryKeep, Max: inquiryRemoveBatch})
+		if err != nil || n < inquiryRemoveBatch {
+			return err
+		}
+	}
+	return nil
+}
+
+// ModelAdmissionKeep is how long a model limit's admissions are kept
+// before retention removes them: five windows, so what an operator (or
+// a test) reads of the last minutes is there, and the window (one
+// minute) never misses one.
+const ModelAdmissionKeep = 5 * store.ModelLimitWindow
+
+// removeModelAdmissions removes the model limits' admissions older than
+// ModelAdmissionKeep, and waiting tickets expired as long, in every
+// namespace, in the rounds and batches of inquiries'.
+func removeModelAdmissions(ctx context.Context, s store.Store) error {
+	for range inquiryRemoveRounds {
+		n, err := s.ModelAdmissionRemoveOld(ctx, &store.ModelAdmissionRemoveOldParams{Keep: ModelAdmissionKeep, Max: inquiryRemoveBatch})
 		if err != nil || n < inquiryRemoveBatch {
 			return err
 		}

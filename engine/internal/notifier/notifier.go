@@ -1,8 +1,9 @@
 // Package notifier relays the store's notifications to the runtime: it
 // wakes workers when work is ready, waiters when a task finishes,
 // running attempts when their task's cancel is requested, stream
-// readers when a task's streams have new entries, and workers and
-// askers when inquiries are made and answered. Notifications
+// readers when a task's streams have new entries, workers and
+// askers when inquiries are made and answered, and steps waiting under
+// a model rate limit when it may be their turn. Notifications
 // only make things happen sooner; polling keeps everything correct
 // without them.
 //
@@ -47,11 +48,12 @@ type Notifier struct {
 	probeNext atomic.Uint64 // the last probe token sent: tokens grow across reconnects, so an old one never answers a new probe
 
 	mu      sync.Mutex
-	subs    map[chan struct{}]struct{}               // ready subscribers; written under mu by Subscribe and its cancel; read by the run loop
-	cancels map[*func(uuid.UUID)]struct{}            // cancel-request listeners; same discipline
-	waiters map[uuid.UUID]map[chan struct{}]struct{} // per-task finish waiters, and per-inquiry answer waiters; same discipline
-	streams map[uuid.UUID]map[chan struct{}]struct{} // per-task stream readers; same discipline
-	asked   map[chan struct{}]struct{}               // inquiry subscribers (SubscribeInquiries); same discipline
+	subs    map[chan struct{}]struct{}                    // ready subscribers; written under mu by Subscribe and its cancel; read by the run loop
+	cancels map[*func(uuid.UUID)]struct{}                 // cancel-request listeners; same discipline
+	waiters map[uuid.UUID]map[chan struct{}]struct{}      // per-task finish waiters, and per-inquiry answer waiters; same discipline
+	streams map[uuid.UUID]map[chan struct{}]struct{}      // per-task stream readers; same discipline
+	asked   map[chan struct{}]struct{}                    // inquiry subscribers (SubscribeInquiries); same discipline
+	models  map[store.ModelKey]map[chan struct{}]struct{} // per-model-limit waiters (WaitModel); same discipline
 }
 
 // Opts configure [New].
@@ -89,7 +91,40 @@ func New(s store.Store, opts Opts) *Notifier {
 	}
 	return &Notifier{store: s, logger: opts.Logger, opts: opts, subs: map[chan struct{}]struct{}{},
 		waiters: map[uuid.UUID]map[chan struct{}]struct{}{}, cancels: map[*func(uuid.UUID)]struct{}{}, asked: map[chan struct{}]struct{}{},
-		streams: map[uuid.UUID]map[chan struct{}]struct{}{}}
+		streams: map[uuid.UUID]map[chan struct{}]struct{}{}, models: map[store.ModelKey]map[chan struct{}]struct{}{}}
+}
+
+// WaitModel returns a channel that receives a value when steps waiting
+// under the model limit k may go (store.Notification.Models: a step
+// admitted or settled below its reservation, a ticket dropped, the
+// limit changed), or the listener reconnected and may have missed it,
+// and a function to stop waiting. The receiver asks again to know.
+func (n *Notifier) WaitModel(k store.ModelKey) (<-chan struct{}, func()) {
+	ch := make(chan struct{}, 1)
+	n.mu.Lock()
+	if n.models[k] == nil {
+		n.models[k] = map[chan struct{}]struct{}{}
+	}
+	n.models[k][ch] = struct{}{}
+	n.mu.Unlock()
+	return ch, func() {
+		n.mu.Lock()
+		delete(n.models[k], ch)
+		if len(n.models[k]) == 0 {
+			delete(n.models, k)
+		}
+		n.mu.Unlock()
+	}
+}
+
+func (n *Notifier) modelsFreed(keys []store.ModelKey) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, k := range keys {
+		for ch := range n.models[k] {
+			wake(ch)
+		}
+	}
 }
 
 // SubscribeInquiries returns a channel that receives a value after
@@ -260,6 +295,11 @@ func (n *Notifier) broadcast() {
 	for ch := range n.asked {
 		wake(ch)
 	}
+	for _, chans := range n.models {
+		for ch := range chans {
+			wake(ch)
+		}
+	}
 }
 
 func (n *Notifier) wakeSubscribers() {
@@ -293,6 +333,9 @@ func (n *Notifier) relay(note store.Notification) {
 	}
 	if note.Inquiries {
 		n.inquired()
+	}
+	if len(note.Models) > 0 {
+		n.modelsFreed(note.Models)
 	}
 }
 
