@@ -9,6 +9,7 @@ import (
 	"github.com/cairnflow/cairn/engine/internal/diagnosis"
 	"github.com/cairnflow/cairn/engine/internal/maintenance"
 	"github.com/cairnflow/cairn/engine/internal/metrics"
+	"github.com/cairnflow/cairn/engine/internal/modellimit"
 	"github.com/cairnflow/cairn/engine/internal/notifier"
 	"github.com/cairnflow/cairn/engine/internal/processor"
 	"github.com/cairnflow/cairn/engine/internal/requests"
@@ -263,3 +264,23 @@ const MaxChainHops = requests.MaxChainHops
 // ErrChainTooLong marks a request that met more than MaxChainHops runs
 // continued as new past the id it was given.
 var ErrChainTooLong = requests.ErrChainTooLong
+
+// ModelLimiter admits a worker's steps under the model rate limits of
+// one store; see modellimit.Limiter.
+type ModelLimiter = modellimit.Limiter
+
+// ModelLimiterConfig configures a [ModelLimiter].
+type ModelLimiterConfig = modellimit.Config
+
+// ModelAsk is a step's ask for admission; see modellimit.Ask.
+type ModelAsk = modellimit.Ask
+
+// ModelAdmission is a step admitted under its model's limit.
+type ModelAdmission = modellimit.Admission
+
+// ErrModelWaitStopping is returned by [ModelLimiter.Admit] when the
+// worker began to stop while the step waited.
+var ErrModelWaitStopping = modellimit.ErrStopping
+
+// NewModelLimiter returns a model limiter; see modellimit.New.
+func NewModelLimiter(cfg ModelLimiterConfig) (*ModelLimiter, error) { return modellimit.New(cfg) }

@@ -114,6 +114,8 @@ func Decode(typ Type, data []byte) (Payload, error) {
 		return decodeAs[PatchRecordedData](typ, data)
 	case StreamClosed:
 		return decodeAs[StreamClosedData](typ, data)
+	case ModelLimitWaited:
+		return decodeAs[ModelLimitWaitedData](typ, data)
 	case TaskContinued:
 		return decodeAs[TaskContinuedData](typ, data)
 	case TaskForked:

@@ -54,6 +54,7 @@ const (
 	BudgetSettled         Type = "budget_settled"
 	BudgetRefused         Type = "budget_refused"
 	BudgetRaised          Type = "budget_raised"
+	ModelLimitWaited      Type = "model_limit_waited"
 )
 
 // Types lists every event type this version of the package understands, in
@@ -68,6 +69,7 @@ var Types = []Type{
 	StreamClosed,
 	UpdateAccepted, UpdateCompleted,
 	BudgetReserved, BudgetSettled, BudgetRefused, BudgetRaised,
+	ModelLimitWaited,
 }
 
 // Event is one entry of a task's append-only log.
@@ -703,6 +705,9 @@ func (PatchRecordedData) EventType() Type { return PatchRecorded }
 
 // EventType implements [Payload].
 func (StreamClosedData) EventType() Type { return StreamClosed }
+
+// EventType implements [Payload].
+func (ModelLimitWaitedData) EventType() Type { return ModelLimitWaited }
 
 // EventType implements [Payload].
 func (TaskContinuedData) EventType() Type { return TaskContinued }

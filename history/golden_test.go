@@ -310,6 +310,17 @@ func goldenGood() map[string]struct {
 				Outcome: history.StreamCompleted}}),
 			after(5*sec, completed(2)),
 		)},
+		// Waited under a model rate limit: the step's turn came after
+		// 41.5 s, 3 steps ahead of it; the wait is written before its
+		// completion.
+		"model_waited": {status: history.StatusCompleted, events: build(
+			after(0, scheduled()),
+			after(1*sec, started(1, 1)),
+			after(43*sec, historytest.E{Attempt: 1, Data: history.ModelLimitWaitedData{Position: 0, Step: "summarize", Model: "gpt-4o",
+				WaitedMS: 41_500, Tokens: 1200, Ahead: 3}}),
+			after(43*sec, step(1, 0, "summarize")),
+			after(44*sec, completed(1)),
+		)},
 		// A run that continued as new after a step: it ends continued,
 		// naming the next run; that run's task_scheduled names this one.
 		"continued": {status: history.StatusContinued, events: build(
@@ -686,6 +697,31 @@ func goldenBad(t *testing.T) map[string]struct {
 					Data: history.StreamClosedData{Name: "tokens", Chunks: 1, Bytes: 1, Outcome: history.StreamCompleted}})
 			}),
 			error: "event 5 (stream_closed): attempt 1 already ended",
+		},
+		"model_limit_waited_outside_attempt": {
+			data: edit("failed_permanently", func(ev []history.Event) []history.Event {
+				return append(ev[:4], history.Event{Seq: 5, At: ev[3].At, Attempt: 1,
+					Data: history.ModelLimitWaitedData{Position: 1, Step: "s", Model: "gpt-4o", WaitedMS: 5}})
+			}),
+			error: "event 5 (model_limit_waited): attempt 1 already ended",
+		},
+		"model_limit_waited_negative": {
+			data: edit("model_waited", func(ev []history.Event) []history.Event {
+				p := ev[2].Data.(history.ModelLimitWaitedData)
+				p.WaitedMS = -1
+				ev[2].Data = p
+				return ev[:3]
+			}),
+			error: "event 3 (model_limit_waited): waited -1 ms, 1200 tokens, 3 ahead: none may be negative",
+		},
+		"model_limit_waited_without_model": {
+			data: edit("model_waited", func(ev []history.Event) []history.Event {
+				p := ev[2].Data.(history.ModelLimitWaitedData)
+				p.Model = ""
+				ev[2].Data = p
+				return ev[:3]
+			}),
+			error: "event 3 (model_limit_waited): a model is 1 to 200 bytes",
 		},
 		"stream_closed_bad_outcome": {
 			data: edit("streamed", func(ev []history.Event) []history.Event {

@@ -429,6 +429,8 @@ func apply(s State, e Event, owned bool) (State, error) {
 		err = s.applyPatchRecorded(e, p)
 	case StreamClosedData:
 		err = s.applyStreamClosed(e, p)
+	case ModelLimitWaitedData:
+		err = s.applyModelLimitWaited(e, p)
 	case TaskErasedData:
 		switch {
 		case !s.Status.Terminal():
@@ -534,6 +536,8 @@ func typeOf(p Payload) (Type, bool) {
 		return PatchRecorded, true
 	case StreamClosedData:
 		return StreamClosed, true
+	case ModelLimitWaitedData:
+		return ModelLimitWaited, true
 	case TaskContinuedData:
 		return TaskContinued, true
 	case TaskForkedData:

@@ -551,6 +551,7 @@ func TestEventType(t *testing.T) {
 		history.StreamClosedData{},
 		history.UpdateAcceptedData{}, history.UpdateCompletedData{},
 		history.BudgetReservedData{}, history.BudgetSettledData{}, history.BudgetRefusedData{}, history.BudgetRaisedData{},
+		history.ModelLimitWaitedData{},
 	}
 	require.Len(t, payloads, len(history.Types))
 	for i, p := range payloads {

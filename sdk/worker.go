@@ -187,6 +187,10 @@ type Worker struct {
 	heldBackLinger     time.Duration
 	heldBackLingerFrom int
 
+	// limiters are the cells' model limiters by namespace: written by
+	// Start (buildCell) before any attempt runs, read by attempts.
+	limiters map[string]*engine.ModelLimiter
+
 	stranded  []StrandedTask // what the deploy check found at Start
 	excluded  strandSet      // tasks the claims leave (DeploySkip)
 	checkedAt time.Time      // when the deploy check began: tasks started before were in flight
@@ -207,7 +211,8 @@ type workerCell struct {
 	notifier   *engine.Notifier
 	maintainer *engine.Maintainer
 	processors []*engine.Processor
-	inquirers  []*engine.Inquirer // one per namespace: they answer queries about tasks of the worker's types
+	inquirers  []*engine.Inquirer   // one per namespace: they answer queries about tasks of the worker's types
+	limiter    *engine.ModelLimiter // the cell's model rate limits, for the steps of its namespaces
 }
 
 // registered is a workflow type as Register recorded it.
@@ -444,8 +449,10 @@ func (w *Worker) Start(ctx context.Context) error {
 		Types: types, WorkerID: w.cfg.WorkerID, Logger: w.cfg.Logger, TracerProvider: w.cfg.TracerProvider,
 		MaxPayloadBytes: w.cfg.MaxPayloadBytes, BlobThreshold: w.cfg.BlobThreshold, MaxHistoryEvents: w.cfg.MaxHistoryEvents,
 		HeldBackLinger: w.heldBackLinger, HeldBackLingerFrom: w.heldBackLingerFrom,
-		Strand: w.strand,
+		Strand:       w.strand,
+		ModelLimiter: func(namespace string) *engine.ModelLimiter { return w.limiters[namespace] },
 	})
+	w.limiters = map[string]*engine.ModelLimiter{}
 	// Record the types so producers without this code (the HTTP API) can
 	// start them with the definition's defaults. In one store, Start
 	// waits for it; across cells, each cell's record is made in the
@@ -477,7 +484,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	for _, c := range w.cells {
 		if err := w.buildCell(c, handler, keys); err != nil {
 			for _, c := range w.cells {
-				c.notifier, c.maintainer, c.processors, c.inquirers = nil, nil, nil, nil // a later Start begins afresh
+				c.notifier, c.maintainer, c.processors, c.inquirers, c.limiter = nil, nil, nil, nil, nil // a later Start begins afresh
 			}
 			return err
 		}
@@ -507,6 +514,15 @@ func (w *Worker) buildCell(c *workerCell, handler edge.Handler, keys []store.Typ
 	logger := w.cellLogger(c)
 	st := c.store.Engine()
 	c.notifier = engine.NewNotifier(st, &engine.NotifierOpts{Logger: logger, Metrics: w.cfg.Metrics})
+	limiter, err := engine.NewModelLimiter(engine.ModelLimiterConfig{Store: st, Notifier: c.notifier, Owner: w.cfg.WorkerID,
+		TicketTTL: w.leaseTTL(), Metrics: w.cfg.Metrics, Logger: logger})
+	if err != nil {
+		return err
+	}
+	c.limiter = limiter
+	for _, ns := range c.namespaces {
+		w.limiters[ns] = limiter
+	}
 	for _, ns := range c.namespaces {
 		processor, err := engine.NewProcessor(engine.ProcessorConfig{
 			Store: st, Notifier: c.notifier, Namespace: ns, Queues: w.cfg.Queues,
@@ -540,6 +556,14 @@ func (w *Worker) buildCell(c *workerCell, handler edge.Handler, keys []store.Typ
 		c.maintainer = maintainer
 	}
 	return nil
+}
+
+// leaseTTL is LeaseTTL with its default.
+func (w *Worker) leaseTTL() time.Duration {
+	if w.cfg.LeaseTTL > 0 {
+		return w.cfg.LeaseTTL
+	}
+	return DefaultLeaseTTL
 }
 
 // rescueInterval is RescueInterval with its default: 5s, or LeaseTTL when

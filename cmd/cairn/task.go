@@ -216,6 +216,9 @@ func eventDetails(p history.Payload) string {
 			where = "the workflow"
 		}
 		return fmt.Sprintf("stream %s of %s %s: %d chunks, %d bytes", v.Name, where, v.Outcome, v.Chunks, v.Bytes)
+	case history.ModelLimitWaitedData:
+		return fmt.Sprintf("step %d %s waited %dms under the rate limit of %s (%d tokens, %d ahead)", v.Position, v.Step, v.WaitedMS,
+			v.Model, v.Tokens, v.Ahead)
 	case history.UpdateAcceptedData:
 		s := fmt.Sprintf("update %s %s", v.UpdateID, v.Name)
 		if v.RequestedBy != "" {

@@ -693,6 +693,15 @@ func (g *gen) attempt(attempt int) bool {
 				return true
 			}
 		}
+		if !g.endless && g.src.intRange("model_wait", 0, 7) == 0 {
+			// The step waited its turn under a model rate limit.
+			g.emit(attempt, history.ModelLimitWaitedData{Position: g.steps, Step: stepName(g.steps), Model: "gpt-4o",
+				WaitedMS: int64(g.src.intRange("waited_ms", 0, 60_000)), Tokens: int64(g.src.intRange("tokens", 0, 20_000)),
+				Ahead: g.src.intRange("ahead", 0, 50)}, true)
+			if g.full() {
+				return true
+			}
+		}
 		compensable := g.src.intRange("compensable", 0, 1) == 1
 		g.emit(attempt, history.StepCompletedData{
 			Position:    g.steps,

@@ -280,6 +280,9 @@ func buildTimeline(events []history.Event) []*timelineBlock {
 				where = "the workflow"
 			}
 			note(e.At, "Stream", fmt.Sprintf("stream %s of %s %s (attempt %d): %d chunks, %d bytes", p.Name, where, p.Outcome, e.Attempt, p.Chunks, p.Bytes))
+		case history.ModelLimitWaitedData:
+			note(e.At, "Rate limit", fmt.Sprintf("step %d (%s) waited %s for its turn under the rate limit of %s (%d tokens asked, %d ahead)",
+				p.Position, p.Step, time.Duration(p.WaitedMS)*time.Millisecond, p.Model, p.Tokens, p.Ahead))
 		case history.UpdateAcceptedData:
 			text := "update " + p.Name + " (" + p.UpdateID + ") accepted"
 			if p.RequestedBy != "" {

@@ -54,6 +54,8 @@ type Metrics struct {
 	probesLost       prometheus.Counter
 	notifiersPolling prometheus.Gauge
 	strandedTasks    *prometheus.GaugeVec
+	modelWait        *prometheus.HistogramVec
+	modelAdmitted    *prometheus.CounterVec
 
 	labelKeys []string // task label keys that are metric labels too (Opts.TaskLabels)
 }
@@ -213,6 +215,12 @@ func newMetrics(extra []string) *Metrics {
 			[]string{"namespace", "type", "version"}),
 		notifiersPolling: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "cairn", Name: "notifiers_polling",
 			Help: "Notifiers of this process whose notifications are not arriving (their last probe was lost), so their workers poll in their place."}),
+		modelWait: histogram("model_limit_wait_seconds",
+			"How long steps under a model rate limit waited for their turn before they ran (0 for those admitted at once), by namespace and model.",
+			waitBuckets, "namespace", "model"),
+		modelAdmitted: counter("model_limit_admitted_tokens_total",
+			"Tokens steps under a model rate limit were admitted with (their declared Spend.Tokens), by namespace and model.",
+			"namespace", "model"),
 	}
 }
 
@@ -222,6 +230,18 @@ func (m *Metrics) collectors() []prometheus.Collector {
 		m.attemptDuration, m.stepDuration, m.scheduleToStart, m.aiTokens, m.aiCost, m.scheduleSkipped,
 		m.signals, m.waitsStarted, m.waitsTimedOut, m.childrenStarted, m.childrenFinished,
 		m.removedTasks, m.removedEvents, m.probesLost, m.notifiersPolling, m.strandedTasks,
+		m.modelWait, m.modelAdmitted,
+	}
+}
+
+// ModelAdmitted counts a step admitted under a model rate limit: how
+// long it waited, and the tokens it reserved. Labels are bounded: only
+// models with a limit (at most store.MaxModelLimits a namespace) count.
+// A nil *Metrics counts nothing.
+func (m *Metrics) ModelAdmitted(namespace, model string, waited time.Duration, tokens int64) {
+	if m != nil {
+		m.modelWait.WithLabelValues(namespace, model).Observe(waited.Seconds())
+		m.modelAdmitted.WithLabelValues(namespace, model).Add(float64(tokens))
 	}
 }
 

@@ -67,6 +67,9 @@ type Reads interface {
 	QueueWaitList(ctx context.Context, p *store.QueueWaitListParams) ([]store.QueueWait, error)
 	RateLimitSet(ctx context.Context, p *store.RateLimitSetParams) error
 	RateLimitDelete(ctx context.Context, p *store.RateLimitDeleteParams) error
+	ModelLimitSet(ctx context.Context, p *store.ModelLimitSetParams) error
+	ModelLimitList(ctx context.Context, p *store.ModelLimitListParams) ([]store.ModelLimit, error)
+	ModelLimitDelete(ctx context.Context, p *store.ModelLimitDeleteParams) error
 	TaskTypeRegister(ctx context.Context, p *store.TaskTypeRegisterParams) error
 	TaskTypeList(ctx context.Context, p *store.TaskTypeListParams) ([]store.TaskType, error)
 	StrandedList(ctx context.Context, p *store.StrandedListParams) ([]store.StrandedTask, error)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	"github.com/cockroachdb/errors"
@@ -81,12 +82,17 @@ type HandlerConfig struct {
 	// worker with compatible code (the deploy check's skip policy, which
 	// then no longer claims it).
 	Strand func(taskID uuid.UUID, key store.TypeKey, firstStarted time.Time, err error) bool
+	// ModelLimiter, when set, returns the model rate limiter of a
+	// namespace's store (nil: none): steps whose Spend names a model
+	// with a limit wait their turn before they run (modellimit.go).
+	ModelLimiter func(namespace string) *engine.ModelLimiter
 }
 
 // Handler runs the attempts the engine's processor claims, behind the
 // SDK's edge: a worker hands the engine's processors the [engine.Handler]
 // that sdk/internal/edge makes of it, which decodes what the attempt
-// reads and takes only encoded events back. It holds no mutable state:
+// reads and takes only encoded events back. It holds no mutable state
+// but the notes of its running attempts' waits under model limits:
 // each call works on its own attempt, so calls may run concurrently.
 type Handler struct {
 	types          map[store.TypeKey]Type // read-only after NewHandler
@@ -100,6 +106,8 @@ type Handler struct {
 	lingerFrom     int64                // HandlerConfig.HeldBackLingerFrom
 	strand         func(uuid.UUID, store.TypeKey, time.Time, error) bool
 	gates          []gate // what a new step passes before it runs, in order
+	modelLimiter   func(namespace string) *engine.ModelLimiter
+	waits          sync.Map // *edge.Attempt -> *waitNotes, while the attempt runs with gates
 }
 
 // NewHandler returns a handler for cfg.
@@ -119,6 +127,10 @@ func NewHandler(cfg HandlerConfig) *Handler {
 	// Budgets first, then model rate limits (issue 38): a step a budget
 	// refuses waits for no rate limit.
 	h.gates = append(h.gates, (&budgets{scopes: map[string]scopeEntry{}}).gate)
+	if cfg.ModelLimiter != nil {
+		h.modelLimiter = cfg.ModelLimiter
+		h.gates = append(h.gates, h.modelLimitGate) // after the budgets' gate
+	}
 	return h
 }
 
@@ -260,6 +272,10 @@ func (h *Handler) handleAttempt(ctx context.Context, a *edge.Attempt, tr *attemp
 	children := &childrenView{}
 	streams := newStreamWriter(a, state.Attempt, h.logger)
 	defer streams.stop()
+	if len(h.gates) > 0 {
+		h.waits.Store(a, &waitNotes{})
+		defer h.waits.Delete(a)
+	}
 	res := interpreter.Run(interpreter.RunParams{
 		TaskID: taskID, Attempt: state.Attempt, Steps: state.Steps, Ahead: state.Ahead, Patches: state.Patches,
 		Context: runCtx, Stopping: a.Stopping(),
@@ -317,6 +333,9 @@ func (h *Handler) handleAttempt(ctx context.Context, a *edge.Attempt, tr *attemp
 			if ev, err = h.withClosedStreams(ctx, a, streams, step, ev); err != nil {
 				return err
 			}
+			if ev, err = h.withWaited(ctx, a, step, ev); err != nil {
+				return err
+			}
 			if err := a.Append(a.DurableContext(), ev); err != nil {
 				return err
 			}
@@ -336,6 +355,9 @@ func (h *Handler) handleAttempt(ctx context.Context, a *edge.Attempt, tr *attemp
 	if res.Pending != nil {
 		if pending, err = h.encodeStep(a, res.Pending); err == nil {
 			pending, err = h.withClosedStreams(ctx, a, streams, res.Pending, pending)
+		}
+		if err == nil {
+			pending, err = h.withWaited(ctx, a, res.Pending, pending)
 		}
 		if err != nil {
 			if res.Err == nil {
