@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/internal/errmark"
 )
 
 // ModelLimitSet implements [store.Executor].
@@ -23,7 +24,8 @@ func (s *Store) ModelLimitSet(ctx context.Context, p *store.ModelLimitSetParams)
 		"max": store.MaxModelLimits, "channel": s.modelChannel,
 	}).Scan(&n)
 	if err == nil && n == 0 {
-		return errors.Newf("set model limit %s: namespace %s holds %d model limits already, the most it may", p.Model, p.Namespace, store.MaxModelLimits)
+		return errmark.Mark(errors.Newf("set model limit %s: namespace %s holds %d model limits already, the most it may",
+			p.Model, p.Namespace, store.MaxModelLimits), store.ErrConflict)
 	}
 	return errors.Wrapf(interpretError(err), "set model limit %s", p.Model)
 }

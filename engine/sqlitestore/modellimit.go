@@ -8,6 +8,7 @@ import (
 	"github.com/cockroachdb/errors"
 
 	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/internal/errmark"
 )
 
 // ModelLimitSet implements [store.Executor].
@@ -21,7 +22,8 @@ func (s *Store) ModelLimitSet(ctx context.Context, p *store.ModelLimitSetParams)
 			return interpret(err)
 		}
 		if exists == 0 && n >= store.MaxModelLimits {
-			return errors.Newf("namespace %s holds %d model limits already, the most it may", p.Namespace, store.MaxModelLimits)
+			return errmark.Mark(errors.Newf("namespace %s holds %d model limits already, the most it may", p.Namespace, store.MaxModelLimits),
+				store.ErrConflict)
 		}
 		_, err := tx.exec(ctx, "ModelLimitSet", p.Namespace, p.Model, p.TokensPerMinute, p.RequestsPerMinute, us(s.now()))
 		return interpret(err)

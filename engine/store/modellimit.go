@@ -95,7 +95,7 @@ func validModel(model string) bool {
 // ModelLimitSetParams set (make or replace) a model's limit
 // ([Executor.ModelLimitSet]); waiters of the model hear of it. A
 // namespace holds at most [MaxModelLimits]: a new model past them is
-// refused with an error that says so (unmarked, as a bad parameter).
+// refused with an error marked [ErrConflict] that says so.
 type ModelLimitSetParams struct {
 	Namespace string
 	// Model: 1 to history.MaxSpendModelBytes bytes of UTF-8 without NUL.

@@ -113,6 +113,7 @@ func testModelLimitSetListDelete(t *testing.T, s store.Store) {
 	require.NoError(t, s.ModelLimitSet(ctx, &store.ModelLimitSetParams{Namespace: "full", Model: "last", RequestsPerMinute: 1}))
 	err = s.ModelLimitSet(ctx, &store.ModelLimitSetParams{Namespace: "full", Model: "one-more", RequestsPerMinute: 1})
 	require.ErrorContains(t, err, "model limits already")
+	requireIs(t, err, store.ErrConflict)
 	require.NoError(t, s.ModelLimitSet(ctx, &store.ModelLimitSetParams{Namespace: "full", Model: "last", RequestsPerMinute: 2}))
 }
 
