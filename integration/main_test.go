@@ -57,6 +57,12 @@ func runHelper(name string) int {
 			return 1
 		}
 		return 0
+	case "model-limit-worker":
+		if err := runModelLimitWorker(); err != nil {
+			fmt.Fprintln(os.Stderr, "model-limit-worker:", err)
+			return 1
+		}
+		return 0
 	case "crash-kids-worker":
 		if err := runCrashKidsWorker(); err != nil {
 			fmt.Fprintln(os.Stderr, "crash-kids-worker:", err)

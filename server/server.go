@@ -398,6 +398,9 @@ func (s *Server) routes() http.Handler {
 	mux.Handle("GET /v1/blobs/{key}", s.api(RoleRead, s.getBlob))
 	mux.Handle("GET /v1/namespace", s.api(RoleRead, s.getNamespace))
 	mux.Handle("PUT /v1/namespace", s.api(RoleAdmin, s.putNamespace))
+	mux.Handle("GET /v1/model-limits", s.api(RoleRead, s.listModelLimits))
+	mux.Handle("PUT /v1/model-limits/{model}", s.api(RoleAdmin, s.putModelLimit))
+	mux.Handle("DELETE /v1/model-limits/{model}", s.api(RoleAdmin, s.deleteModelLimit))
 	mux.Handle("GET /v1/events", s.api(RoleRead, s.auditEvents))
 	mux.HandleFunc("GET /v1/openapi.yaml", s.openAPI)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
