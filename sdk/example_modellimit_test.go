@@ -12,9 +12,9 @@ import (
 	"github.com/cairnflow/cairn/workflow"
 )
 
-// summarize calls a model in one step, which declares what it may spend:
+// limitedSummary calls a model in one step, which declares what it may spend:
 // under a limit on "gpt-4o" it waits its turn before it calls.
-var summarize = sdk.NewWorkflow("example.summarize", 1, func(ctx workflow.Context, doc string) (string, error) {
+var limitedSummary = sdk.NewWorkflow("example.limited_summary", 1, func(ctx workflow.Context, doc string) (string, error) {
 	return workflow.Step(ctx, "summarize", func(ctx context.Context) (string, error) {
 		// The model call goes here; report what it spent.
 		activities.RecordUsage(ctx, activities.Usage{Model: "gpt-4o", InputTokens: 900, OutputTokens: 150})
@@ -25,7 +25,7 @@ var summarize = sdk.NewWorkflow("example.summarize", 1, func(ctx workflow.Contex
 // A model limit holds every worker's steps that call the model to its
 // tokens and requests per minute.
 func ExampleClient_SetModelLimit() {
-	client, stop := examplekit.Embedded(func(w *sdk.Worker) { sdk.Register(w, summarize) })
+	client, stop := examplekit.Embedded(func(w *sdk.Worker) { sdk.Register(w, limitedSummary) })
 	defer stop()
 	ctx := context.Background()
 
@@ -33,7 +33,7 @@ func ExampleClient_SetModelLimit() {
 	if err != nil {
 		panic(err)
 	}
-	run, err := sdk.Start(ctx, client, summarize, "report.pdf", nil)
+	run, err := sdk.Start(ctx, client, limitedSummary, "report.pdf", nil)
 	if err != nil {
 		panic(err)
 	}
