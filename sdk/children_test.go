@@ -412,3 +412,42 @@ func tasksOfType(ctx context.Context, c *sdk.Client, typ string) ([]*sdk.TaskInf
 		before = page[len(page)-1].ID
 	}
 }
+
+// TestChildrenInheritTheParentsTenant: a child started without a fairness
+// key is for its parent's tenant (key and weight); one given a key keeps
+// it. A tenant's budget and usage then cover its batches.
+func TestChildrenInheritTheParentsTenant(t *testing.T) {
+	t.Parallel()
+	onEachStore(t, func(t *testing.T, setup setupFunc) {
+		b := setup(t, sdk.WorkerConfig{})
+		var runs = make([]atomic.Int32, 4)
+		child := doubler("tenant.child", &runs)
+		parent := sdk.NewWorkflow("tenant.parent", 1, func(ctx workflow.Context, _ struct{}) (int, error) {
+			a := workflow.StartChild(ctx, child, 1, nil)
+			o := workflow.StartChild(ctx, child, 2, &workflow.ChildOpts{FairnessKey: "other"})
+			x, err := a.Result(ctx)
+			if err != nil {
+				return 0, err
+			}
+			y, err := o.Result(ctx)
+			return x + y, err
+		}, nil)
+		sdk.Register(b.worker, child)
+		sdk.Register(b.worker, parent)
+		startWorker(t, b.worker)
+		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+		defer cancel()
+
+		run, err := sdk.Start(ctx, b.client, parent, struct{}{}, &sdk.StartOpts{FairnessKey: "acme", FairnessWeight: 3})
+		require.NoError(t, err)
+		got, err := run.Result(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 6, got)
+		kids := childrenOf(t, b.client, run.ID, "tenant.child", 2)
+		require.Equal(t, "acme", kids[0].FairnessKey)
+		require.Equal(t, 3, kids[0].FairnessWeight)
+		require.Equal(t, "other", kids[1].FairnessKey)
+		require.Equal(t, 0, kids[1].FairnessWeight)
+		enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client))
+	})
+}

@@ -65,7 +65,9 @@ type ChildOpts struct {
 	// Labels of the child task.
 	Labels map[string]string
 	// FairnessKey shares the child's queue round robin with other keys
-	// (a tenant, a user).
+	// (a tenant, a user). Default: the parent's key and weight, so a
+	// batch's children are served, budgeted (a fairness key's budget) and
+	// counted (usage by tenant) as their parent's tenant.
 	FairnessKey string
 	// OnParentClose is what becomes of the child if the parent ends other
 	// than by completing. Default ParentCloseCancel. A parent that

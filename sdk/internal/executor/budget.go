@@ -117,21 +117,31 @@ func (b *budgets) applicable(ctx context.Context, a *edge.Attempt, now time.Time
 // charged after it. A refusal fails the task (kind budget_exhausted) or
 // ends the attempt waiting for a raise, as the budget says.
 func (b *budgets) gate(ctx context.Context, a *edge.Attempt, step interpreter.StepInfo, spend *history.Spend) (func([]history.Usage, error) error, error) {
-	now := engine.Now()
-	applies, err := b.applicable(ctx, a, now)
-	if err != nil || len(applies) == 0 {
-		return nil, err
-	}
 	if spend == nil || (spend.Tokens == 0 && spend.CostUSD == 0) {
-		// Not held: charged after, with what it reported.
-		return func(usage []history.Usage, _ error) error {
+		// Not held: charged after, with what it reported. Which budgets
+		// apply is looked up only then, so a step that spends nothing
+		// (most steps) costs no read.
+		return func(usage []history.Usage, stepErr error) error {
 			tokens, usd := engine.UsageTotals(usage)
 			if tokens == 0 && usd == 0 {
 				return nil
 			}
+			applies, err := b.applicable(a.DurableContext(), a, engine.Now())
+			if err != nil || len(applies) == 0 {
+				return err
+			}
+			reason := history.SettleStepCompleted
+			if stepErr != nil {
+				reason = history.SettleStepFailed
+			}
 			return a.BudgetSettle(a.DurableContext(), engine.SettleParams{Position: step.Position, Step: step.Name,
-				Reason: history.SettleStepCompleted, Budgets: applies, Tokens: tokens, CostUSD: usd})
+				Reason: reason, Budgets: applies, Tokens: tokens, CostUSD: usd})
 		}, nil
+	}
+	now := engine.Now()
+	applies, err := b.applicable(ctx, a, now)
+	if err != nil || len(applies) == 0 {
+		return nil, err
 	}
 	res, err := a.BudgetReserve(a.DurableContext(), engine.ReserveParams{Position: step.Position, Step: step.Name, Spend: *spend, Budgets: applies, Now: now})
 	if err != nil {

@@ -192,6 +192,11 @@ func startChildren(a *edge.Attempt, reqs []interpreter.ChildRequest) error {
 			Input: r.Input, MaxAttempts: history.AttemptBudget(r.Options.MaxAttempts), Labels: r.Options.Labels, FairnessKey: r.Options.FairnessKey,
 			TraceID: a.Task.TraceID, Budget: r.Options.Budget, Budgets: inherited,
 		}
+		if sched.FairnessKey == "" {
+			// The child's work is for the parent's tenant: it shares the
+			// tenant's turns, counts against its budgets and in its usage.
+			sched.FairnessKey, sched.FairnessWeight = a.Task.FairnessKey, a.Task.FairnessWeight
+		}
 		if sched.Queue == "" {
 			sched.Queue = "default"
 		}
