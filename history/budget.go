@@ -141,6 +141,7 @@ const (
 	SettleStepFailed    = "step_failed"    // the step ran and failed
 	SettleReleased      = "released"       // the step never ran (a later gate refused it)
 	SettleLeaseExpired  = "lease_expired"  // the rescuer found the attempt's lease expired
+	SettleAttemptEnded  = "attempt_ended"  // the attempt ended with it open (its settle failed): charged whole
 )
 
 // BudgetSettledData is the payload of budget_settled: what the step at
@@ -293,7 +294,7 @@ func (s *State) applyBudgetSettled(e Event, p BudgetSettledData) error {
 		return err
 	}
 	switch p.Reason {
-	case SettleStepCompleted, SettleStepFailed, SettleReleased, SettleLeaseExpired:
+	case SettleStepCompleted, SettleStepFailed, SettleReleased, SettleLeaseExpired, SettleAttemptEnded:
 	default:
 		return invalidf(nil, "event %d (%s): unknown reason %q", e.Seq, BudgetSettled, p.Reason)
 	}

@@ -205,3 +205,23 @@ func inheritedBudgets(a *edge.Attempt) ([]history.TaskBudget, error) {
 	}
 	return out, nil
 }
+
+// settleLeftovers settles the reservations the attempt still holds as
+// it ends: a step whose own settle failed (the run stopped there)
+// leaves one, which no later attempt would settle and no rescuer sees
+// (the attempt ends well). What the step spent is unknown, so the whole
+// reservation is charged, as the rescuer does.
+func settleLeftovers(a *edge.Attempt) error {
+	state := a.LockedState()
+	for _, r := range state.Reservations {
+		if r.Attempt != state.Attempt {
+			continue
+		}
+		err := a.BudgetSettle(a.DurableContext(), engine.SettleParams{Position: r.Position, Step: r.Step,
+			Reason: history.SettleAttemptEnded, Reserved: true, Tokens: r.Tokens, CostUSD: r.CostUSD})
+		if err != nil {
+			return errors.Wrapf(err, "settle step %d's open reservation", r.Position)
+		}
+	}
+	return nil
+}

@@ -148,6 +148,9 @@ func (h *Handler) HandleAttempt(ctx context.Context, a *edge.Attempt) (events ed
 	}()
 	events, err = h.handleAttempt(ctx, a, tr)
 	if err == nil {
+		err = settleLeftovers(a)
+	}
+	if err == nil {
 		err = closeChildren(a, events.Payloads())
 	}
 	return events, err
