@@ -194,6 +194,29 @@ func TestBudgetWaitRaiseAndTimeout(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, history.StatusPending, info.Status, "the other tenant's task still waits")
 
+		// The ledger answers the audit questions: who allowed tenant t1
+		// more, and what t1 spent (settled) in the window.
+		audit := func(expr string) []sdk.AuditRecord {
+			t.Helper()
+			filter, err := sdk.CompileEventFilter(expr)
+			require.NoError(t, err)
+			var out []sdk.AuditRecord
+			require.NoError(t, b.client.Audit(ctx, sdk.AuditParams{Filter: filter}, func(r sdk.AuditRecord) error {
+				out = append(out, r)
+				return nil
+			}))
+			return out
+		}
+		raises := audit(`event.type == "budget_raised" && event.data.budget.ref == "fairness_key:t1"`)
+		require.Len(t, raises, 1)
+		require.Equal(t, a.ID, raises[0].Task.ID)
+		require.Equal(t, "alice@example.com", raises[0].Event.Payload.(history.BudgetRaisedData).By)
+		var spent float64
+		for _, r := range audit(`event.type == "budget_settled" && event.data.budgets.exists(b, b.ref == "fairness_key:t1")`) {
+			spent += r.Event.Payload.(history.BudgetSettledData).CostUSD
+		}
+		require.InDelta(t, 2*llmUsage.CostUSD, spent, 1e-9, "t1's two steps")
+
 		// A wait with a timeout that has passed when the task is next
 		// claimed fails it.
 		late, err := sdk.Start(ctx, b.client, wf, 2, &sdk.StartOpts{FairnessKey: "t3"})
