@@ -168,7 +168,8 @@ type BudgetSettledData struct {
 // Action is BudgetFail (the attempt's outcome fails the task, kind
 // budget_exhausted) or BudgetWait: the attempt ends here, and the task
 // waits, holding no worker slot, until a raise of the budget
-// (budget_raised) or Deadline, when it fails.
+// (budget_raised), the end of the budget's window (WindowEnd: it
+// retries the step in the next), or Deadline, when it fails.
 type BudgetRefusedData struct {
 	Position       int             `json:"position"`
 	Step           string          `json:"step"`
@@ -183,6 +184,12 @@ type BudgetRefusedData struct {
 	ReservedUSD    float64         `json:"reserved_usd,omitempty"`
 	ReservedTokens int64           `json:"reserved_tokens,omitempty"`
 	Deadline       *time.Time      `json:"deadline,omitempty"`
+	// WindowEnd, for a wait on a scope budget's window, is when that
+	// window ends: the task is due again then (or at Deadline, if
+	// sooner) and retries the step against the next window, which may
+	// have room. Nil for a task's budget (it has no window) and in
+	// events written before it was recorded.
+	WindowEnd *time.Time `json:"window_end,omitempty"`
 }
 
 // BudgetRaisedData is the payload of budget_raised: By raised Budget by
@@ -353,6 +360,9 @@ func (s *State) applyBudgetRefused(e Event, p BudgetRefusedData) error {
 	s.BudgetWait = &BudgetWaitState{Position: p.Position, Budgets: []BudgetWindowRef{p.Budget}, Deadline: *p.Deadline}
 	s.Status = StatusPending
 	s.RunAt = *p.Deadline
+	if p.WindowEnd != nil && p.WindowEnd.Before(s.RunAt) {
+		s.RunAt = *p.WindowEnd // the next window may have room
+	}
 	s.Lease.Owner, s.Lease.ExpiresAt = "", time.Time{}
 	return nil
 }

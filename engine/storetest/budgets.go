@@ -210,6 +210,7 @@ func testBudgetWaits(t *testing.T, s store.Store) {
 var budgetComposites = []conformanceTest{
 	{"BudgetReserveSettleAndRefuse", testBudgetReserveSettleRefuse},
 	{"BudgetRefusalThatWaitsEndsTheAttemptAndARaiseWakesIt", testBudgetWaitRaise},
+	{"BudgetWaitOnAWindowIsDueWhenTheWindowEnds", testBudgetWaitWindowEnd},
 	{"BudgetReservationOfAnExpiredLeaseIsSettledByTheRescuer", testBudgetRescue},
 }
 
@@ -311,6 +312,33 @@ func testBudgetWaitRaise(t *testing.T, s store.Store) {
 	require.NoError(t, err)
 	require.Nil(t, res.Refused, "1.5 fits the raised $2")
 	require.Nil(t, res.State.BudgetWait)
+}
+
+// A task waiting on a scope budget's window is due again when the
+// window ends (before its deadline): the next window may have room.
+func testBudgetWaitWindowEnd(t *testing.T, s store.Store) {
+	id := start(t, s, spec{})
+	ct := claimOne(t, s, "w", time.Minute)
+	hourly := tenantBudget(history.BudgetWait)
+	hourly.Window = time.Hour
+	res, err := reserveFor(t, s, ct, ct.State, 0, 1.5, hourly)
+	require.NoError(t, err)
+	require.NotNil(t, res.Refused)
+	end := hourly.Key.Start.Add(time.Hour)
+	require.NotNil(t, res.Refused.WindowEnd)
+	require.True(t, end.Equal(*res.Refused.WindowEnd), "window end %s, want %s", res.Refused.WindowEnd, end)
+	require.True(t, res.Refused.Deadline.After(end), "the default timeout outlasts the window")
+	require.True(t, end.Equal(getTask(t, s, id).RunAt), "due when the window ends")
+
+	// A task's own budget has no window: due at the deadline.
+	other := start(t, s, spec{})
+	ct = claimOne(t, s, "w", time.Minute)
+	require.Equal(t, other, ct.Task.ID)
+	own := requests.Budget{Key: store.BudgetWindowKey{Ref: "task:" + other.String()}, LimitUSD: 1, OnExhausted: history.BudgetWait}
+	res, err = reserveFor(t, s, ct, ct.State, 0, 1.5, own)
+	require.NoError(t, err)
+	require.Nil(t, res.Refused.WindowEnd)
+	require.WithinDuration(t, *res.Refused.Deadline, getTask(t, s, other).RunAt, time.Millisecond, "due at the deadline")
 }
 
 func testBudgetRescue(t *testing.T, s store.Store) {

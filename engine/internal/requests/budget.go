@@ -21,6 +21,9 @@ type Budget struct {
 	LimitTokens int64
 	OnExhausted string        // history.BudgetFail ("" too) or history.BudgetWait
 	WaitTimeout time.Duration // 0: store.DefaultBudgetWaitTimeout
+	// Window is a scope budget's window (0 for a task's): a task that
+	// waits on it is due again when Key's window ends.
+	Window time.Duration
 }
 
 // ReserveParams reserves a step's declared spend against the budgets
@@ -122,6 +125,10 @@ func reserve(ctx context.Context, tx store.Tx, p *ReserveParams) (ReserveResult,
 				refused.Action = history.BudgetFail // waited long enough
 			} else {
 				refused.Deadline = &deadline
+				if w := byKey[refusedKey].Window; w > 0 && !refusedKey.Start.IsZero() {
+					end := refusedKey.Start.Add(w)
+					refused.WindowEnd = &end
+				}
 				if err := tx.BudgetWaitInsert(ctx, &store.BudgetWaitParams{Namespace: ns, Key: refusedKey, TaskID: p.Append.TaskID}); err != nil {
 					return ReserveResult{}, err
 				}

@@ -102,7 +102,7 @@ func (b *budgets) applicable(ctx context.Context, a *edge.Attempt, now time.Time
 			continue
 		}
 		out = append(out, engine.Budget{Key: store.BudgetWindowKey{Ref: d.Ref, Start: d.WindowStart(now)}, LimitUSD: d.USD, LimitTokens: d.Tokens,
-			OnExhausted: d.OnExhausted, WaitTimeout: d.WaitTimeout})
+			OnExhausted: d.OnExhausted, WaitTimeout: d.WaitTimeout, Window: d.Window})
 	}
 	if len(out) > store.MaxBudgetsPerStep {
 		out = out[len(out)-store.MaxBudgetsPerStep:] // the nearest ancestors' and the scopes'
