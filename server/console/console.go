@@ -36,9 +36,9 @@ var consoleFiles embed.FS
 // copies whose prefix is its Config.Prefix.
 var consolePages = func() map[string]*template.Template {
 	pages := map[string]*template.Template{}
-	for _, page := range []string{"login", "overview", "tasks", "task", "waiting", "schedules", "queues", "queue", "stranded", "usage"} {
+	for _, page := range []string{"login", "overview", "tasks", "task", "waiting", "schedules", "queues", "queue", "stranded", "usage", "budgets"} {
 		pages[page] = template.Must(template.New(page).Funcs(consoleFuncs).Funcs(consolePrefix("")).
-			ParseFS(consoleFiles, "templates/layout.html", "templates/charts.html", "templates/"+page+".html"))
+			ParseFS(consoleFiles, "templates/layout.html", "templates/charts.html", "templates/raise.html", "templates/"+page+".html"))
 	}
 	return pages
 }()
@@ -99,7 +99,17 @@ var consoleFuncs = template.FuncMap{
 	// waitingShort and waitingLong say what a pending task waits for: in
 	// its status cell, and in that cell's title with the deadline.
 	"waitingShort": waitingShort,
-	"waitingLong":  waitingLong,
+	// raise is the Raise form of the budget ref (on the page of task,
+	// when not empty: the form lands back there).
+	"raise": func(namespace, ref, task string) raiseForm {
+		return raiseForm{Namespace: namespace, Ref: ref, Task: task}
+	},
+	"spend": spendText,
+	"waitRow": func(namespace string, w sdk.BudgetWaiter, earlier bool) budgetWaitRow {
+		return budgetWaitRow{Namespace: namespace, Wait: w, Earlier: earlier}
+	},
+	"hasPrefix":   strings.HasPrefix,
+	"waitingLong": waitingLong,
 	"truncate": func(s string, n int) string {
 		if len(s) <= n {
 			return s
@@ -138,8 +148,11 @@ type consolePage struct {
 	Namespace     string
 	Who           string // the token's name; empty without tokens
 	Notice, Error string
-	CanOperate    bool
-	Data          any
+	// Tasks are the tasks Notice is about, linked under it: those a
+	// budget's raise woke.
+	Tasks      []uuid.UUID
+	CanOperate bool
+	Data       any
 }
 
 // routes is the console's handler: its pages behind its defences.
@@ -168,6 +181,8 @@ func (s *Console) routes() http.Handler {
 	mux.Handle("GET /console/queues", s.console(web.RoleRead, s.consoleQueues))
 	mux.Handle("GET /console/queues/{queue}", s.console(web.RoleRead, s.consoleQueue))
 	mux.Handle("GET /console/usage", s.console(web.RoleRead, s.consoleUsage))
+	mux.Handle("GET /console/budgets", s.console(web.RoleRead, s.consoleBudgets))
+	mux.Handle("POST /console/budgets/raise", s.console(web.RoleOperate, s.consoleRaiseBudget))
 	// Any other console URL is an HTML page too, never the API's JSON.
 	mux.Handle("/console/", s.console(web.RoleRead, s.consoleNotFound))
 	return s.guard(mux)
@@ -249,7 +264,7 @@ func (s *Console) console(role web.Role, h func(http.ResponseWriter, *http.Reque
 			ns = who.DefaultNamespace()
 		}
 		page := &consolePage{Namespace: ns, Who: who.Name(), CanOperate: who.Can(web.RoleOperate)}
-		page.Notice, page.Error = s.flashes.take(r.URL.Query().Get("flash"), who.Name())
+		page.Notice, page.Error, page.Tasks = s.flashes.take(r.URL.Query().Get("flash"), who.Name())
 		if err := sdk.ValidateName("namespace", ns); err != nil {
 			s.consoleFail(w, r, page, http.StatusBadRequest, err.Error())
 			return

@@ -5,6 +5,8 @@ import (
 	"encoding/base64"
 	"sync"
 	"time"
+
+	"github.com/google/uuid"
 )
 
 // flashes are the messages a console form's redirect shows on the page it
@@ -23,18 +25,32 @@ type flashes struct {
 
 type flash struct {
 	who, notice, err string
+	tasks            []uuid.UUID // the tasks the notice is about (a raise's woken), linked under it
 	expires          time.Time
 }
 
 const (
 	flashTTL   = 5 * time.Minute
 	maxFlashes = 10_000
+	// maxFlashTasks bounds the tasks a notice links: a raise may wake
+	// many more, which its count says.
+	maxFlashTasks = 100
 )
 
 func newFlashes() *flashes { return &flashes{byID: map[string]flash{}} }
 
 // put keeps a flash for who and returns its id.
 func (f *flashes) put(who, notice, errMsg string) string {
+	return f.keep(flash{who: who, notice: notice, err: errMsg})
+}
+
+// putTasks keeps a notice for who with the tasks it is about (at most
+// maxFlashTasks are linked) and returns its id.
+func (f *flashes) putTasks(who, notice string, tasks []uuid.UUID) string {
+	return f.keep(flash{who: who, notice: notice, tasks: tasks[:min(len(tasks), maxFlashTasks)]})
+}
+
+func (f *flashes) keep(fl flash) string {
 	raw := make([]byte, 16)
 	_, _ = rand.Read(raw)
 	id := base64.RawURLEncoding.EncodeToString(raw)
@@ -44,23 +60,24 @@ func (f *flashes) put(who, notice, errMsg string) string {
 		delete(f.byID, f.order[0])
 		f.order = f.order[1:]
 	}
-	f.byID[id] = flash{who: who, notice: notice, err: errMsg, expires: time.Now().Add(flashTTL)}
+	fl.expires = time.Now().Add(flashTTL)
+	f.byID[id] = fl
 	f.order = append(f.order, id)
 	return id
 }
 
 // take returns and forgets the flash id of who; nothing for an unknown,
 // expired or someone else's id.
-func (f *flashes) take(id, who string) (notice, errMsg string) {
+func (f *flashes) take(id, who string) (notice, errMsg string, tasks []uuid.UUID) {
 	if id == "" {
-		return "", ""
+		return "", "", nil
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	fl, ok := f.byID[id]
 	if !ok || fl.who != who || time.Now().After(fl.expires) {
-		return "", ""
+		return "", "", nil
 	}
 	delete(f.byID, id) // its id stays in order until pushed out: harmless
-	return fl.notice, fl.err
+	return fl.notice, fl.err, fl.tasks
 }

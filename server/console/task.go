@@ -36,6 +36,9 @@ type taskData struct {
 	// Wait is the signal the task's workflow waits for, if it does: the
 	// page offers a form to send it.
 	Wait *waitingTask
+	// BudgetWait is the budget the task waits on, if a step of it was
+	// refused by a budget that waits: the page offers the Raise form.
+	BudgetWait *sdk.BudgetWaiter
 	// Callback holds the signed one-time URLs that answer Wait, for an
 	// operator to pass on (a chat message, a ticket): only for a user
 	// with role operate, on a console with a Config.CallbackURL.
@@ -109,6 +112,10 @@ func (s *Console) consoleTask(w http.ResponseWriter, r *http.Request, c *call, p
 		CanCancel: !finished, CanRetry: info.Status == history.StatusDeadLettered, CanCompensate: info.Status == history.StatusCompleted,
 		Input: prettyJSON(info.Input, consoleJSONLimit), Output: prettyJSON(info.Output, consoleJSONLimit),
 		Timeline: buildTimeline(events), Axis: buildTimeAxis(events, finished, time.Now()), Cost: usageSummary(events), Wait: currentWait(info, events),
+	}
+	if bw, ok := sdk.BudgetWaitOf(events); ok && !finished {
+		bw.Task = info
+		data.BudgetWait = &bw
 	}
 	data.InputBlob, data.OutputBlob = s.blobLinkOf(c, info.Input), s.blobLinkOf(c, info.Output)
 	data.Events, data.MoreEvents = listedEvents(events)
@@ -280,6 +287,15 @@ func buildTimeline(events []history.Event) []*timelineBlock {
 				where = "the workflow"
 			}
 			note(e.At, "Stream", fmt.Sprintf("stream %s of %s %s (attempt %d): %d chunks, %d bytes", p.Name, where, p.Outcome, e.Attempt, p.Chunks, p.Bytes))
+		case history.BudgetReservedData, history.BudgetSettledData, history.BudgetRaisedData:
+			title, text := budgetNote(p)
+			note(e.At, title, text)
+		case history.BudgetRefusedData:
+			title, text := budgetNote(p)
+			note(e.At, title, text)
+			if p.Action == history.BudgetWait {
+				end(e.At, blockOK) // the attempt ends: the task waits for a raise, on no worker
+			}
 		case history.ModelLimitWaitedData:
 			note(e.At, "Rate limit", fmt.Sprintf("step %d (%s) waited %s for its turn under the rate limit of %s (%d tokens asked, %d ahead)",
 				p.Position, p.Step, time.Duration(p.WaitedMS)*time.Millisecond, p.Model, p.Tokens, p.Ahead))
