@@ -128,7 +128,9 @@ func scopeOf(ref string) BudgetScope {
 // worker), steps of the scope's tasks that declare their spend reserve
 // it against the budget's current window. What the window has spent
 // stays. b.Window is required (1 minute to 366 days, whole seconds).
-// Invalid arguments are refused with [ErrInvalid], saying which.
+// Invalid arguments are refused with [ErrInvalid], saying which. A
+// namespace holds at most 1,000 scope budgets (store.MaxBudgets): a new
+// one past them is an error marked store.ErrConflict (HTTP 409).
 func (c *Client) SetBudget(ctx context.Context, scope BudgetScope, b Budget) error {
 	def, err := scopeDef(scope, b)
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/internal/errmark"
 )
 
 // BudgetSet implements [store.Executor].
@@ -23,10 +24,15 @@ func (s *Store) BudgetSet(ctx context.Context, p *store.BudgetSetParams) error {
 	if action == "" {
 		action = history.BudgetFail
 	}
-	_, err := s.db.Exec(ctx, s.sql("BudgetSet"), pgx.NamedArgs{
+	var n int
+	err := s.db.QueryRow(ctx, s.sql("BudgetSet"), pgx.NamedArgs{
 		"namespace": p.Namespace, "ref": b.Ref, "usd": b.USD, "tokens": b.Tokens, "window_seconds": int64(b.Window.Seconds()),
-		"on_exhausted": action, "wait_timeout_ms": b.WaitTimeout.Milliseconds(), "now": s.now(),
-	})
+		"on_exhausted": action, "wait_timeout_ms": b.WaitTimeout.Milliseconds(), "now": s.now(), "max": store.MaxBudgets,
+	}).Scan(&n)
+	if err == nil && n == 0 {
+		return errmark.Mark(errors.Newf("set budget %s: namespace %s holds %d budgets already, the most it may",
+			b.Ref, p.Namespace, store.MaxBudgets), store.ErrConflict)
+	}
 	return errors.Wrapf(interpretError(err), "set budget %s", b.Ref)
 }
 

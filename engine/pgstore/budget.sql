@@ -4,10 +4,18 @@
 -- Unix seconds (0: a task budget's one window).
 
 -- name: BudgetSet
-INSERT INTO /* TEMPLATE: schema */budgets (namespace, ref, usd, tokens, window_seconds, on_exhausted, wait_timeout_ms, updated_at)
-VALUES (@namespace, @ref, @usd, @tokens, @window_seconds, @on_exhausted, @wait_timeout_ms, @now)
-ON CONFLICT (namespace, ref) DO UPDATE SET usd = excluded.usd, tokens = excluded.tokens, window_seconds = excluded.window_seconds,
-    on_exhausted = excluded.on_exhausted, wait_timeout_ms = excluded.wait_timeout_ms, updated_at = excluded.updated_at;
+-- Makes or replaces a budget, unless the namespace holds @max others
+-- already. Counts the budgets written (0: too many).
+WITH up AS (
+    INSERT INTO /* TEMPLATE: schema */budgets (namespace, ref, usd, tokens, window_seconds, on_exhausted, wait_timeout_ms, updated_at)
+    SELECT @namespace, @ref, @usd, @tokens, @window_seconds, @on_exhausted, @wait_timeout_ms, @now
+    WHERE EXISTS (SELECT 1 FROM /* TEMPLATE: schema */budgets WHERE namespace = @namespace AND ref = @ref)
+       OR (SELECT count(*) FROM /* TEMPLATE: schema */budgets WHERE namespace = @namespace) < @max
+    ON CONFLICT (namespace, ref) DO UPDATE SET usd = excluded.usd, tokens = excluded.tokens, window_seconds = excluded.window_seconds,
+        on_exhausted = excluded.on_exhausted, wait_timeout_ms = excluded.wait_timeout_ms, updated_at = excluded.updated_at
+    RETURNING ref
+)
+SELECT count(*) FROM up;
 
 -- name: BudgetList
 SELECT ref, usd, tokens, window_seconds, on_exhausted, wait_timeout_ms, updated_at

@@ -11,6 +11,7 @@ import (
 
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/internal/errmark"
 )
 
 // BudgetSet implements [store.Executor].
@@ -24,6 +25,14 @@ func (s *Store) BudgetSet(ctx context.Context, p *store.BudgetSetParams) error {
 		action = history.BudgetFail
 	}
 	err := s.tx(ctx, func(tx *txn) error {
+		var n, exists int
+		if err := tx.queryRow(ctx, "BudgetCount", p.Namespace, b.Ref).Scan(&n, &exists); err != nil {
+			return interpret(err)
+		}
+		if exists == 0 && n >= store.MaxBudgets {
+			return errmark.Mark(errors.Newf("namespace %s holds %d budgets already, the most it may", p.Namespace, store.MaxBudgets),
+				store.ErrConflict)
+		}
 		_, err := tx.exec(ctx, "BudgetSet", p.Namespace, b.Ref, b.USD, b.Tokens, int64(b.Window.Seconds()), action,
 			b.WaitTimeout.Milliseconds(), us(s.now()))
 		return interpret(err)

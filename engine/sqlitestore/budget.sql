@@ -2,6 +2,9 @@
 -- PostgreSQL's budget.sql; one window or entry a statement, run in one
 -- transaction. Window starts in Unix seconds, other times in µs.
 
+-- name: BudgetCount
+SELECT count(*), coalesce(sum(ref = ?2), 0) FROM budgets WHERE namespace = ?1;
+
 -- name: BudgetSet
 INSERT INTO budgets (namespace, ref, usd, tokens, window_seconds, on_exhausted, wait_timeout_ms, updated_at)
 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)

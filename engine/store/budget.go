@@ -34,6 +34,9 @@ const (
 	// task's own, its ancestors', and three scopes): a tree deeper than
 	// this inherits only its nearest ancestors' budgets.
 	MaxBudgetsPerStep = 32
+	// MaxBudgets bounds the scope budgets of one namespace: 1,000 (every
+	// worker reads them all each second; a gauge reports each).
+	MaxBudgets = 1000
 )
 
 // BudgetDef defines a scope budget: Ref ("namespace", "fairness_key:<key>"
@@ -90,7 +93,9 @@ func BudgetWindowStart(w time.Duration, at time.Time) time.Time {
 }
 
 // BudgetSetParams sets (creates or replaces) a scope budget of a
-// namespace ([Executor.BudgetSet]). What its windows have spent stays.
+// namespace ([Executor.BudgetSet]). What its windows have spent stays. A
+// namespace holds at most [MaxBudgets]: a new budget past them is refused
+// with an error marked [ErrConflict] that says so.
 type BudgetSetParams struct {
 	Namespace string
 	Budget    BudgetDef

@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -57,6 +58,22 @@ func testBudgetScopes(t *testing.T, s store.Store) {
 	got, err = s.BudgetList(ctx, &store.BudgetListParams{Namespace: ns})
 	require.NoError(t, err)
 	require.Len(t, got, 1)
+
+	// A namespace holds MaxBudgets; a replace still goes at the bound.
+	for i := 1; i < store.MaxBudgets; i++ {
+		require.NoError(t, s.BudgetSet(ctx, &store.BudgetSetParams{Namespace: "full",
+			Budget: store.BudgetDef{Ref: fmt.Sprintf("fairness_key:t%04d", i), USD: 1, Window: time.Hour}}))
+	}
+	last := store.BudgetDef{Ref: "namespace", USD: 1, Window: time.Hour}
+	require.NoError(t, s.BudgetSet(ctx, &store.BudgetSetParams{Namespace: "full", Budget: last}))
+	err = s.BudgetSet(ctx, &store.BudgetSetParams{Namespace: "full", Budget: store.BudgetDef{Ref: "type:one-more", USD: 1, Window: time.Hour}})
+	require.ErrorContains(t, err, "budgets already")
+	require.True(t, errors.Is(err, store.ErrConflict), "%v", err)
+	last.USD = 2
+	require.NoError(t, s.BudgetSet(ctx, &store.BudgetSetParams{Namespace: "full", Budget: last}))
+	got, err = s.BudgetList(ctx, &store.BudgetListParams{Namespace: "full"})
+	require.NoError(t, err)
+	require.Len(t, got, store.MaxBudgets)
 }
 
 func testBudgetScopesInvalid(t *testing.T, s store.Store) {
