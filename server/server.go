@@ -401,6 +401,12 @@ func (s *Server) routes() http.Handler {
 	mux.Handle("GET /v1/model-limits", s.api(RoleRead, s.listModelLimits))
 	mux.Handle("PUT /v1/model-limits/{model}", s.api(RoleAdmin, s.putModelLimit))
 	mux.Handle("DELETE /v1/model-limits/{model}", s.api(RoleAdmin, s.deleteModelLimit))
+	mux.Handle("GET /v1/budgets", s.api(RoleRead, s.listBudgets))
+	mux.Handle("PUT /v1/budgets/{ref}", s.api(RoleAdmin, s.putBudget))
+	mux.Handle("DELETE /v1/budgets/{ref}", s.api(RoleAdmin, s.deleteBudget))
+	// A raise lets tasks spend more: an operator's decision, as a signal
+	// or an approval is.
+	mux.Handle("POST /v1/budgets/{ref}/raise", s.api(RoleOperate, s.raiseBudget))
 	mux.Handle("GET /v1/events", s.api(RoleRead, s.auditEvents))
 	mux.HandleFunc("GET /v1/openapi.yaml", s.openAPI)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {

@@ -37,6 +37,9 @@ type startRequest struct {
 	MaxAttempts    int               `json:"max_attempts,omitempty"`
 	Deadline       *time.Time        `json:"deadline,omitempty"`
 	StartDeadline  *time.Time        `json:"start_deadline,omitempty"`
+	// Budget is the task's own budget, over its life and its
+	// descendants'.
+	Budget *taskBudgetRequest `json:"budget,omitempty"`
 }
 
 // startResponse answers a start: 202 for a new task, 200 for the task an
@@ -162,6 +165,13 @@ func (req *startRequest) startOpts(traceparent string) (sdk.StartOpts, *Problem)
 	}
 	if req.StartDeadline != nil {
 		opts.StartDeadline = *req.StartDeadline
+	}
+	if req.Budget != nil {
+		b, p := req.Budget.budget()
+		if p != nil {
+			return sdk.StartOpts{}, p
+		}
+		opts.Budget = b
 	}
 	if traceparent != "" && opts.TraceID == "" {
 		if !traceparentRE.MatchString(traceparent) {
