@@ -140,7 +140,7 @@ store: one SQLite file (--db, default ./cairn-dev.db), for one process.`,
 		"where the blobs this process writes (payloads kept by reference, activities.PutBlob) keep their bytes: a directory or s3://bucket/prefix?endpoint=host:port (credentials from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY); blobs are read from wherever they were written (env CAIRN_BLOB_STORE; default: the database)")
 	pf.IntVar(&g.filters.MaxScan, "filter-max-scan", sdk.DefaultFilterScan, "the most rows a command or request with a filter reads to evaluate it")
 	root.AddCommand(newMigrateCmd(g), newTaskCmd(g), newDLQCmd(g), newQueueCmd(g), newNamespaceCmd(g), newScheduleCmd(g), newDemoCmd(g),
-		newModelLimitCmd(g))
+		newModelLimitCmd(g), newBudgetCmd(g))
 	root.AddCommand(newServerCmd(g), newDevCmd(g), newTokenCmd())
 	root.AddCommand(newAuditCmd(g), newBenchCmd(g), newReplayCmd(g), newUsageCmd(g))
 	markUsageErrors(root)

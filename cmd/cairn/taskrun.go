@@ -29,6 +29,8 @@ func newTaskStartCmd(g *globals) *cobra.Command {
 		version           int
 		wait              bool
 		timeout           time.Duration
+		budgetUSD         float64
+		budgetTokens      int64
 	)
 	cmd := &cobra.Command{
 		Use:   "start TYPE",
@@ -36,7 +38,9 @@ func newTaskStartCmd(g *globals) *cobra.Command {
 		Long: `Starts a task of the workflow type TYPE, as POST /v1/tasks does: --input
 is its input as JSON, --version the type's version (0: the highest a worker
 registered), --key an idempotency key (a second start with it returns the
-first task and creates nothing), --queue a queue other than the type's.
+first task and creates nothing), --queue a queue other than the type's,
+--budget-usd and --budget-tokens the task's own budget (over its life and
+its descendants'; it fails at the limit, see docs/budgets.md).
 It prints the task's id; with --wait it waits for the task to finish (at
 most --timeout) and prints it as "task show" does, exiting 1 when it did
 not complete.
@@ -63,7 +67,11 @@ document.process, for instance.`,
 			if err != nil {
 				return err
 			}
-			started, err := c.StartDynamic(cmd.Context(), ref, json.RawMessage(input), &sdk.StartOpts{IdempotencyKey: key, Queue: queue})
+			opts := &sdk.StartOpts{IdempotencyKey: key, Queue: queue}
+			if cmd.Flags().Changed("budget-usd") || cmd.Flags().Changed("budget-tokens") {
+				opts.Budget = &sdk.Budget{USD: budgetUSD, Tokens: budgetTokens}
+			}
+			started, err := c.StartDynamic(cmd.Context(), ref, json.RawMessage(input), opts)
 			if err != nil {
 				return err
 			}
@@ -84,6 +92,8 @@ document.process, for instance.`,
 	cmd.Flags().IntVar(&version, "version", 0, "the workflow type's version (0: the highest registered)")
 	cmd.Flags().StringVar(&key, "key", "", "an idempotency key: a second start with it returns the first task")
 	cmd.Flags().StringVar(&queue, "queue", "", "a queue other than the type's")
+	cmd.Flags().Float64Var(&budgetUSD, "budget-usd", 0, "the task's budget in US dollars (with --budget-tokens: both limit)")
+	cmd.Flags().Int64Var(&budgetTokens, "budget-tokens", 0, "the task's budget in tokens")
 	cmd.Flags().BoolVar(&wait, "wait", false, "wait for the task to finish and print it; exit 1 unless it completed")
 	cmd.Flags().DurationVar(&timeout, "timeout", 10*time.Minute, "with --wait, how long to wait")
 	return cmd
