@@ -56,6 +56,9 @@ type Metrics struct {
 	strandedTasks    *prometheus.GaugeVec
 	modelWait        *prometheus.HistogramVec
 	modelAdmitted    *prometheus.CounterVec
+	budgetRefusals   *prometheus.CounterVec
+	budgetRaises     *prometheus.CounterVec
+	budgetSettled    *prometheus.CounterVec
 
 	labelKeys []string // task label keys that are metric labels too (Opts.TaskLabels)
 }
@@ -221,6 +224,15 @@ func newMetrics(extra []string) *Metrics {
 		modelAdmitted: counter("model_limit_admitted_tokens_total",
 			"Tokens steps under a model rate limit were admitted with (their declared Spend.Tokens), by namespace and model.",
 			"namespace", "model"),
+		budgetRefusals: counter("budget_refusals_total",
+			"Steps a budget refused (budget_refused), by namespace, the budget's scope kind (task, namespace, fairness_key, type) and action (fail, wait).",
+			"namespace", "scope", "action"),
+		budgetRaises: counter("budget_raises_total",
+			"Waiting tasks a budget's raise woke (budget_raised), by namespace and the budget's scope kind.",
+			"namespace", "scope"),
+		budgetSettled: counter("budget_settlements_total",
+			"Step spends settled against budgets (budget_settled), by namespace and reason (step_completed, step_failed, released, lease_expired).",
+			"namespace", "reason"),
 	}
 }
 
@@ -230,7 +242,7 @@ func (m *Metrics) collectors() []prometheus.Collector {
 		m.attemptDuration, m.stepDuration, m.scheduleToStart, m.aiTokens, m.aiCost, m.scheduleSkipped,
 		m.signals, m.waitsStarted, m.waitsTimedOut, m.childrenStarted, m.childrenFinished,
 		m.removedTasks, m.removedEvents, m.probesLost, m.notifiersPolling, m.strandedTasks,
-		m.modelWait, m.modelAdmitted,
+		m.modelWait, m.modelAdmitted, m.budgetRefusals, m.budgetRaises, m.budgetSettled,
 	}
 }
 
@@ -374,8 +386,8 @@ func (m *Metrics) observeEvent(taskType string, labels []string, payload history
 	}
 }
 
-// observeSignalEvent counts the signal and wait events of an append, by
-// the task's namespace.
+// observeSignalEvent counts the signal, wait, child and budget events of
+// an append, by the task's namespace.
 func (m *Metrics) observeSignalEvent(namespace string, payload history.Payload) {
 	switch p := payload.(type) {
 	case history.SignalReceivedData:
@@ -388,7 +400,24 @@ func (m *Metrics) observeSignalEvent(namespace string, payload history.Payload) 
 		m.childrenStarted.WithLabelValues(namespace, p.TaskType).Inc()
 	case history.ChildFinishedData:
 		m.childrenFinished.WithLabelValues(namespace, string(p.Status)).Inc()
+	case history.BudgetRefusedData:
+		m.budgetRefusals.WithLabelValues(namespace, budgetScope(p.Budget.Ref), p.Action).Inc()
+	case history.BudgetRaisedData:
+		m.budgetRaises.WithLabelValues(namespace, budgetScope(p.Budget.Ref)).Inc()
+	case history.BudgetSettledData:
+		m.budgetSettled.WithLabelValues(namespace, p.Reason).Inc()
 	}
+}
+
+// budgetScope is the kind of budget ref names (task, namespace,
+// fairness_key, type), never its key: a label of bounded values.
+func budgetScope(ref string) string {
+	for _, prefix := range []string{history.BudgetRefTaskPrefix, history.BudgetRefKeyPrefix, history.BudgetRefTypePrefix} {
+		if strings.HasPrefix(ref, prefix) {
+			return strings.TrimSuffix(prefix, ":")
+		}
+	}
+	return history.BudgetRefNamespace
 }
 
 func (m *Metrics) finished(taskType, outcome string, labels []string) {

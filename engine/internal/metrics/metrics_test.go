@@ -299,6 +299,64 @@ func TestMetricsCountSignalsAndWaits(t *testing.T) {
 	}
 }
 
+// Budgets' ledger is counted by namespace and the scope's kind (never
+// its key): a settlement, a refusal that waits and the raise that wakes
+// it, through the composites workers and clients use, on both stores.
+func TestMetricsCountBudgetLedger(t *testing.T) {
+	t.Parallel()
+	stores := map[string]func(t *testing.T, m *metrics.Metrics) store.Store{
+		"postgres": func(t *testing.T, m *metrics.Metrics) store.Store {
+			s, err := pgstore.New(pgstore.Config{Pool: enginetest.Pool(t), Schema: enginetest.Schema(t), Metrics: m})
+			require.NoError(t, err)
+			return s
+		},
+		"sqlite": func(t *testing.T, m *metrics.Metrics) store.Store {
+			s, err := sqlitestore.New(context.Background(), sqlitestore.Config{Path: filepath.Join(t.TempDir(), "m.db"), Metrics: m})
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = s.Close() })
+			return s
+		},
+	}
+	for name, open := range stores {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			reg := prometheus.NewRegistry()
+			m, err := metrics.New(reg, metrics.Opts{})
+			require.NoError(t, err)
+			s := open(t, m)
+			ctx := context.Background()
+			now := time.Now()
+			tenant := requests.Budget{Key: store.BudgetWindowKey{Ref: "fairness_key:t1", Start: store.BudgetWindowStart(time.Hour, now)},
+				LimitUSD: 1, OnExhausted: history.BudgetWait}
+			id := enginetest.StartTask(t, s, nil)
+			ct := enginetest.ClaimOne(t, s, "w1", time.Minute)
+			ap := store.EventAppendParams{TaskID: id, State: ct.State, Epoch: ct.State.Lease.Epoch, Attempt: ct.State.Attempt}
+			res, err := requests.Reserve(ctx, s, &requests.ReserveParams{Append: ap, Position: 0, Step: "llm",
+				Spend: history.Spend{CostUSD: 0.6}, Budgets: []requests.Budget{tenant}, Now: now})
+			require.NoError(t, err)
+			require.Nil(t, res.Refused)
+			ap.State = res.State
+			ap.State, err = requests.Settle(ctx, s, &requests.SettleParams{Append: ap, Position: 0, Step: "llm",
+				Reason: history.SettleStepCompleted, Reserved: true, CostUSD: 0.7})
+			require.NoError(t, err)
+			res, err = requests.Reserve(ctx, s, &requests.ReserveParams{Append: ap, Position: 1, Step: "llm",
+				Spend: history.Spend{CostUSD: 0.5}, Budgets: []requests.Budget{tenant}, Now: now})
+			require.NoError(t, err)
+			require.NotNil(t, res.Refused)
+			raised, err := requests.RaiseBudget(ctx, s, &requests.RaiseParams{Namespace: store.DefaultNamespace, Budget: tenant,
+				USD: 1, By: "ops", At: now})
+			require.NoError(t, err)
+			require.Equal(t, []uuid.UUID{id}, raised.Woken)
+
+			g := enginetest.Gather(t, reg)
+			require.Equal(t, 1.0, g.Value("cairn_budget_settlements_total", "namespace", "default", "reason", "step_completed"))
+			require.Equal(t, 1.0, g.Value("cairn_budget_refusals_total", "namespace", "default", "scope", "fairness_key", "action", "wait"))
+			require.Equal(t, 1.0, g.Value("cairn_budget_raises_total", "namespace", "default", "scope", "fairness_key"))
+			enginetest.RequireLintClean(t, mustGather(t, reg))
+		})
+	}
+}
+
 func mustGather(t *testing.T, reg *prometheus.Registry) []*dto.MetricFamily {
 	t.Helper()
 	families, err := reg.Gather()
