@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -31,8 +32,13 @@ func budgetWaiter(t *testing.T, s store.Store, key store.BudgetWindowKey, schedu
 	if key.Ref == "" {
 		key.Ref = history.BudgetRefTaskPrefix + res.ID.String()
 	}
-	ct := servertest.ClaimDoc(t, s)
-	require.Equal(t, res.ID, ct.Task.ID)
+	// Claim it among the due ones (tasks a raise woke before are due too).
+	claimed, err := s.TaskClaim(ctx, &store.TaskClaimParams{Namespace: "default", Queues: []string{"default"},
+		Types: []store.TypeKey{{Type: "doc", Version: 1}}, Owner: "w", Max: 100, LeaseTTL: time.Minute})
+	require.NoError(t, err)
+	i := slices.IndexFunc(claimed.Tasks, func(ct *store.ClaimedTask) bool { return ct.Task.ID == res.ID })
+	require.GreaterOrEqual(t, i, 0, "the task was claimed")
+	ct := claimed.Tasks[i]
 	deadline := time.Now().Add(time.Hour).UTC()
 	servertest.AppendFor(t, s, ct, history.BudgetRefusedData{Position: 2, Step: "llm", Budget: key.History(), Action: history.BudgetWait,
 		Tokens: 500, CostUSD: 0.25, LimitUSD: 1, SpentUSD: 0.9, Deadline: &deadline})

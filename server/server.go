@@ -390,6 +390,8 @@ func (s *Server) routes() http.Handler {
 	if len(s.cfg.CallbackSecret) > 0 {
 		mux.HandleFunc("POST /v1/callbacks/{token}", s.callback)
 		mux.HandleFunc("GET /v1/callbacks/{token}", s.callbackPage)
+		mux.HandleFunc("POST /v1/callbacks/budget/{token}", s.budgetCallback)
+		mux.HandleFunc("GET /v1/callbacks/budget/{token}", s.budgetCallbackPage)
 	}
 	mux.Handle("GET /v1/queues", s.api(RoleRead, s.listQueues))
 	mux.Handle("GET /v1/queues/{queue}/diagnosis", s.api(RoleRead, s.diagnoseQueue))
