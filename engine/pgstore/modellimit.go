@@ -75,7 +75,10 @@ func (s *Store) ModelAdmit(ctx context.Context, p *store.ModelAdmitParams) (stor
 		now = s.now()
 	}
 	now = now.UTC().Truncate(time.Microsecond)
-	key := pgx.NamedArgs{"namespace": p.Namespace, "model": p.Model, "now": now, "since": now.Add(-store.ModelLimitWindow)}
+	key := pgx.NamedArgs{"namespace": p.Namespace, "model": p.Model, "now": now, "since": now.Add(-store.ModelLimitWindow),
+		// Admissions stamped ahead of this worker's clock (another's runs
+		// ahead) count: a skewed worker must not admit past the limit.
+		"until": now.Add(store.ModelLimitWindow)}
 	args := func(more pgx.NamedArgs) pgx.NamedArgs {
 		out := pgx.NamedArgs{}
 		for k, v := range key {

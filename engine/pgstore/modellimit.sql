@@ -42,10 +42,12 @@ FROM /* TEMPLATE: schema */model_limits WHERE namespace = @namespace AND model =
 DELETE FROM /* TEMPLATE: schema */model_tickets WHERE namespace = @namespace AND model = @model AND expires_at <= @now;
 
 -- name: ModelWindowUse
--- The tokens and requests admitted in the window (@since, @now].
+-- The tokens and requests admitted in the window (@since, @until]:
+-- @until is a window past now, so what a worker whose clock runs ahead
+-- stamped (up to a window ahead) counts too.
 SELECT coalesce(sum(tokens), 0)::bigint, coalesce(sum(requests), 0)::bigint
 FROM /* TEMPLATE: schema */model_admissions
-WHERE namespace = @namespace AND model = @model AND admitted_at > @since AND admitted_at <= @now;
+WHERE namespace = @namespace AND model = @model AND admitted_at > @since AND admitted_at <= @until;
 
 -- name: ModelTicketTurn
 -- The caller's ticket's round (if any), the id of the ticket first in
@@ -94,7 +96,7 @@ WHERE me.id = @ticket AND t.namespace = @namespace AND t.model = @model
 SELECT admitted_at FROM (
     SELECT admitted_at, sum(tokens) OVER w AS freed, sum(requests) OVER w AS freed_requests
     FROM /* TEMPLATE: schema */model_admissions
-    WHERE namespace = @namespace AND model = @model AND admitted_at > @since AND admitted_at <= @now
+    WHERE namespace = @namespace AND model = @model AND admitted_at > @since AND admitted_at <= @until
     WINDOW w AS (ORDER BY admitted_at, id ROWS UNBOUNDED PRECEDING)
 ) AS x
 WHERE (@tpm::bigint = 0 OR @used::bigint - freed + @ask::bigint <= @tpm::bigint OR @used::bigint - freed = 0)

@@ -93,6 +93,9 @@ func (s *Store) ModelAdmit(ctx context.Context, p *store.ModelAdmitParams) (stor
 	}
 	now = now.UTC().Truncate(time.Microsecond)
 	since := now.Add(-store.ModelLimitWindow)
+	// Admissions stamped ahead of this process's clock (another's runs
+	// ahead) count: a skewed worker must not admit past the limit.
+	until := now.Add(store.ModelLimitWindow)
 	ticket := p.Ticket.String()
 	var out store.ModelAdmission
 	err := s.tx(ctx, func(tx *txn) error {
@@ -111,7 +114,7 @@ func (s *Store) ModelAdmit(ctx context.Context, p *store.ModelAdmitParams) (stor
 		if _, err := tx.exec(ctx, "ModelTicketsExpire", p.Namespace, p.Model, us(now)); err != nil {
 			return interpret(err)
 		}
-		if err := tx.queryRow(ctx, "ModelWindowUse", p.Namespace, p.Model, us(since), us(now)).Scan(&out.UsedTokens, &out.UsedRequests); err != nil {
+		if err := tx.queryRow(ctx, "ModelWindowUse", p.Namespace, p.Model, us(since), us(until)).Scan(&out.UsedTokens, &out.UsedRequests); err != nil {
 			return interpret(err)
 		}
 		var mine, keyLast sql.NullInt64
@@ -151,7 +154,7 @@ func (s *Store) ModelAdmit(ctx context.Context, p *store.ModelAdmitParams) (stor
 			return nil
 		}
 		var at int64
-		err = tx.queryRow(ctx, "ModelRetryAt", p.Namespace, p.Model, us(since), us(now), l.TokensPerMinute, l.RequestsPerMinute,
+		err = tx.queryRow(ctx, "ModelRetryAt", p.Namespace, p.Model, us(since), us(until), l.TokensPerMinute, l.RequestsPerMinute,
 			out.UsedTokens, out.UsedRequests, p.Tokens).Scan(&at)
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil

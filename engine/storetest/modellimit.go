@@ -20,6 +20,7 @@ import (
 var modelLimitTests = []conformanceTest{
 	{"ModelLimitSetListDelete", testModelLimitSetListDelete},
 	{"ModelAdmitExactWindow", testModelAdmitExactWindow},
+	{"ModelAdmitCountsAdmissionsStampedAhead", testModelAdmitSkew},
 	{"ModelAdmitRequestsAndLargeAsk", testModelAdmitRequestsAndLargeAsk},
 	{"ModelSettleFreesTokens", testModelSettleFreesTokens},
 	{"ModelTurnsRoundRobin", testModelTurnsRoundRobin},
@@ -144,6 +145,17 @@ func testModelAdmitExactWindow(t *testing.T, s store.Store) {
 	got = m.ask(d, 700, store.ModelLimitWindow+time.Second)
 	require.False(t, got.Admitted)
 	require.Equal(t, m.t0.Add(10*time.Second+store.ModelLimitWindow), got.RetryAt, "b's exit leaves 300: 300+700 fits")
+}
+
+// A worker whose clock runs behind another's still counts what the other
+// admitted (stamped ahead of its own now): clock skew does not let it
+// admit past the limit.
+func testModelAdmitSkew(t *testing.T, s store.Store) {
+	m := newModelAsker(t, s, 100, 0)
+	require.True(t, m.ask(newTicket("a"), 100, 2*time.Second).Admitted, "a worker 2 s ahead")
+	got := m.ask(newTicket("b"), 100, 0)
+	require.False(t, got.Admitted, "the worker behind sees it")
+	require.Equal(t, int64(100), got.UsedTokens)
 }
 
 func testModelAdmitRequestsAndLargeAsk(t *testing.T, s store.Store) {
