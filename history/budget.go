@@ -363,6 +363,12 @@ func (s *State) applyBudgetRefused(e Event, p BudgetRefusedData) error {
 	if p.WindowEnd != nil && p.WindowEnd.Before(s.RunAt) {
 		s.RunAt = *p.WindowEnd // the next window may have room
 	}
+	if d := s.Scheduled.Deadline; d != nil && d.Before(s.RunAt) {
+		s.RunAt = *d // the task's own deadline ends the wait first
+	}
+	if s.CancelRequested {
+		s.RunAt = e.At // a cancel came first: due at once, to compensate
+	}
 	s.Lease.Owner, s.Lease.ExpiresAt = "", time.Time{}
 	return nil
 }

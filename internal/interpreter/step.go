@@ -273,7 +273,14 @@ func (s *runState) gate(ctx context.Context, info StepInfo, opts *StepOptions) (
 	if s.p.Gate == nil {
 		return nil, nil
 	}
-	settle, err := s.p.Gate(ctx, info, opts.spend())
+	var settle func([]history.Usage, error) error
+	err := context.Cause(ctx)
+	if err == nil {
+		// A step whose context has ended (a future the body left
+		// running, cancelled at its return) does not run: it must not
+		// reserve, nor be refused in a way that ends the attempt.
+		settle, err = s.p.Gate(ctx, info, opts.spend())
+	}
 	if err != nil {
 		s.mu.Lock()
 		defer s.mu.Unlock()

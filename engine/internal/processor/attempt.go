@@ -77,6 +77,8 @@ func (a *Attempt) LeaseContext() context.Context { return a.leaseCtx }
 // a running attempt takes in when it next looks) may have been appended
 // meanwhile; anything else is an error marked ErrConflict.
 func (a *Attempt) SyncCancel(ctx context.Context) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
 	if a.state.CancelRequested {
 		return nil
 	}
@@ -84,8 +86,13 @@ func (a *Attempt) SyncCancel(ctx context.Context) error {
 }
 
 // State returns the task's state as replayed from its history, including
-// what this attempt has appended so far.
-func (a *Attempt) State() history.State { return a.state }
+// what this attempt has appended so far. Any of the run's goroutines may
+// call it: a parallel step's budget calls write the state too.
+func (a *Attempt) State() history.State {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.state
+}
 
 // Store returns the store the attempt's processor works in, for what its
 // handler keeps beside the task's history (the task's blobs).

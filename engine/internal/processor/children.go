@@ -24,6 +24,8 @@ const maxChildStartTries = 5
 // task meanwhile is taken into the attempt's state and the start tried
 // again, as the attempt's appends are rebased onto them.
 func (a *Attempt) StartChildren(ctx context.Context, children []store.ChildStart) ([]uuid.UUID, error) {
+	a.mu.Lock() // parallel steps' budget calls append too
+	defer a.mu.Unlock()
 	for try := 0; ; try++ {
 		res, err := requests.StartChildren(ctx, a.proc.cfg.Store, &store.ChildStartParams{
 			Parent: *a.appendParams(nil), Children: children,
@@ -43,7 +45,8 @@ func (a *Attempt) StartChildren(ctx context.Context, children []store.ChildStart
 }
 
 // syncRequests brings the attempt's state up to date with what others
-// appended to the task since (see [rebaseOntoRequests]); anything else is
+// appended to the task since; its caller holds a.mu. (See
+// [rebaseOntoRequests].) Anything else is
 // an error marked ErrConflict. It reads only the events after the state:
 // a parent's children end into its log all the while it starts more.
 func (a *Attempt) syncRequests(ctx context.Context) error {
@@ -86,10 +89,11 @@ func (a *Attempt) AwaitChildEnds(ctx context.Context, positions []int, count int
 	deadline := time.Now().Add(within)
 	poll := childPollFirst
 	for {
-		if finishedAmong(a.state.Children, positions) >= count {
+		state := a.State()
+		if finishedAmong(state.Children, positions) >= count {
 			return true
 		}
-		if a.state.CancelRequested || !time.Now().Add(poll).Before(deadline) {
+		if state.CancelRequested || !time.Now().Add(poll).Before(deadline) {
 			return false
 		}
 		select {
@@ -100,7 +104,10 @@ func (a *Attempt) AwaitChildEnds(ctx context.Context, positions []int, count int
 		case <-time.After(poll):
 		}
 		poll = min(2*poll, childPollLast)
-		if err := a.syncRequests(ctx); err != nil {
+		a.mu.Lock()
+		err := a.syncRequests(ctx)
+		a.mu.Unlock()
+		if err != nil {
 			return false // the recorded wait meets what this read met
 		}
 	}
@@ -125,7 +132,7 @@ func finishedAmong(children []history.Child, positions []int) int {
 // before its terminal append does it again harmlessly. A child that has
 // finished meanwhile is skipped.
 func (a *Attempt) CloseChildren(ctx context.Context, reason string) error {
-	return requests.CloseChildren(ctx, a.proc.cfg.Store, a.Task.Namespace, a.Task.ID, a.state, reason)
+	return requests.CloseChildren(ctx, a.proc.cfg.Store, a.Task.Namespace, a.Task.ID, a.State(), reason)
 }
 
 // ContinueAsNew ends the attempt's task continued as new, fenced by its
@@ -142,6 +149,8 @@ func (a *Attempt) CloseChildren(ctx context.Context, reason string) error {
 // replays with the signal in the history. The handler then ends the
 // attempt as a cancelled one, or returns [ErrEnded] once this succeeded.
 func (a *Attempt) ContinueAsNew(ctx context.Context, payloads []history.Payload, next store.TaskStartParams) (uuid.UUID, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
 	for try := 0; ; try++ {
 		if a.state.CancelRequested {
 			return uuid.Nil, errmark.Mark(errors.Newf("continue task %s as new: its cancel was requested", a.Task.ID), ErrCancelRequested)

@@ -72,9 +72,8 @@ type Attempt struct {
 	mu   sync.Mutex
 	memo map[memoKey]json.RawMessage // signals' and children's payloads decoded, by their owner and stored bytes
 
-	budgetsOnce sync.Once
-	budgets     *history.TaskScheduledData // the task's recorded task_scheduled, for its budgets; read once
-	budgetsErr  error
+	budgetsMu sync.Mutex
+	budgets   *history.TaskScheduledData // the task's recorded task_scheduled, for its budgets; read once
 }
 
 type memoKey struct {
@@ -131,26 +130,26 @@ func (a *Attempt) LockedState() history.State { return a.a.LockedState() }
 // read once per attempt: a claim's state rebuilds it from the task's row,
 // which does not keep the task's budgets.
 func (a *Attempt) Scheduled(ctx context.Context) (history.TaskScheduledData, error) {
-	a.budgetsOnce.Do(func() {
-		evs, err := a.a.Store().EventListPage(ctx, &store.EventPageParams{Namespace: a.Task.Namespace, TaskID: a.Task.ID, Limit: 1})
-		switch {
-		case err != nil:
-			a.budgetsErr = errors.Wrap(err, "read the task's task_scheduled")
-		case len(evs) == 0:
-			a.budgetsErr = errors.Newf("task %s has no history", a.Task.ID)
-		default:
-			sc, ok := evs[0].Data.(history.TaskScheduledData)
-			if !ok {
-				a.budgetsErr = errors.Newf("task %s begins with %s", a.Task.ID, evs[0].Type())
-				return
-			}
-			a.budgets = &sc
-		}
-	})
-	if a.budgetsErr != nil {
-		return history.TaskScheduledData{}, a.budgetsErr
+	// Read once, under a lock: a failed read (a cancelled context, a
+	// database error) is not kept, so the next call reads again.
+	a.budgetsMu.Lock()
+	defer a.budgetsMu.Unlock()
+	if a.budgets != nil {
+		return *a.budgets, nil
 	}
-	return *a.budgets, nil
+	evs, err := a.a.Store().EventListPage(ctx, &store.EventPageParams{Namespace: a.Task.Namespace, TaskID: a.Task.ID, Limit: 1})
+	switch {
+	case err != nil:
+		return history.TaskScheduledData{}, errors.Wrap(err, "read the task's task_scheduled")
+	case len(evs) == 0:
+		return history.TaskScheduledData{}, errors.Newf("task %s has no history", a.Task.ID)
+	}
+	sc, ok := evs[0].Data.(history.TaskScheduledData)
+	if !ok {
+		return history.TaskScheduledData{}, errors.Newf("task %s begins with %s", a.Task.ID, evs[0].Type())
+	}
+	a.budgets = &sc
+	return sc, nil
 }
 
 // ScopeBudgets reads the scope budgets of the task's namespace.

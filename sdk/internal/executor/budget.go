@@ -81,11 +81,11 @@ func (b *budgets) applicable(ctx context.Context, a *edge.Attempt, now time.Time
 		out = append(out, engine.Budget{Key: store.BudgetWindowKey{Ref: ref}, LimitUSD: tb.USD, LimitTokens: tb.Tokens,
 			OnExhausted: tb.OnExhausted, WaitTimeout: time.Duration(tb.WaitTimeoutMillis) * time.Millisecond})
 	}
+	for _, tb := range sc.Budgets { // the furthest ancestors' first
+		task(tb.Ref, tb)
+	}
 	if sc.Budget != nil {
 		task(history.BudgetRefTaskPrefix+a.Task.ID.String(), *sc.Budget)
-	}
-	for _, tb := range sc.Budgets {
-		task(tb.Ref, tb)
 	}
 	defs, err := b.scopeDefs(ctx, a)
 	if err != nil {
@@ -105,7 +105,7 @@ func (b *budgets) applicable(ctx context.Context, a *edge.Attempt, now time.Time
 			OnExhausted: d.OnExhausted, WaitTimeout: d.WaitTimeout, Window: d.Window})
 	}
 	if len(out) > store.MaxBudgetsPerStep {
-		out = out[len(out)-store.MaxBudgetsPerStep:] // the nearest ancestors' and the scopes'
+		out = out[len(out)-store.MaxBudgetsPerStep:] // its own, the nearest ancestors' and the scopes'
 	}
 	return out, nil
 }
@@ -144,6 +144,13 @@ func (b *budgets) gate(ctx context.Context, a *edge.Attempt, step interpreter.St
 		return nil, err
 	}
 	res, err := a.BudgetReserve(a.DurableContext(), engine.ReserveParams{Position: step.Position, Step: step.Name, Spend: *spend, Budgets: applies, Now: now})
+	for err == nil && isWaitHeldBack(res.Refused) && awaitSiblings(ctx, a) {
+		// Refused by a budget that waits while parallel steps hold
+		// reservations: once they have settled, ask again (their
+		// settlement may leave room), and if still refused, wait.
+		now = engine.Now()
+		res, err = a.BudgetReserve(a.DurableContext(), engine.ReserveParams{Position: step.Position, Step: step.Name, Spend: *spend, Budgets: applies, Now: now})
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -224,4 +231,34 @@ func settleLeftovers(a *edge.Attempt) error {
 		}
 	}
 	return nil
+}
+
+// isWaitHeldBack says whether r is a refusal by a budget that waits
+// that could not end the attempt: parallel steps held reservations.
+func isWaitHeldBack(r *history.BudgetRefusedData) bool {
+	return r != nil && r.Action == history.BudgetWait && r.Deadline == nil
+}
+
+// siblingsWait bounds how long a refused parallel step waits for its
+// siblings' reservations to settle before the attempt fails to retry.
+const siblingsWait = time.Minute
+
+// awaitSiblings waits until the attempt holds no reservation (its
+// parallel steps have settled theirs), polling its state, and reports
+// whether it does; false when ctx ends or siblingsWait passes first.
+func awaitSiblings(ctx context.Context, a *edge.Attempt) bool {
+	deadline := time.Now().Add(siblingsWait)
+	for poll := 5 * time.Millisecond; ; poll = min(2*poll, 200*time.Millisecond) {
+		if len(a.LockedState().Reservations) == 0 {
+			return true
+		}
+		if !time.Now().Add(poll).Before(deadline) {
+			return false
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(poll):
+		}
+	}
 }
