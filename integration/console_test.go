@@ -141,7 +141,7 @@ func TestConsoleInABrowser(t *testing.T) {
 
 	// Cancel a running task from its page.
 	waitText(t, ctx, srv.url+"/console/tasks/"+slow.String(), "#task-status", "running")
-	require.NoError(t, chromedp.Do(ctx, chromedp.Click(css("#cancel-task")), visible(`p[role="status"]`)))
+	require.NoError(t, chromedp.Do(ctx, chromedp.Click(css("#cancel-task")), visible(`.notice[role="status"]`)))
 	waitText(t, ctx, srv.url+"/console/tasks/"+slow.String(), "#task-status", "cancelled")
 	require.NoError(t, chromedp.Do(ctx, screenshot(t, "task-cancelled.png")))
 	events, err := client.History(bg, slow)
@@ -158,7 +158,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	wfs.fixed.Store(true)
 	requeue := `button[aria-label="Requeue task ` + fragile.String() + `"]`
 	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(srv.url+"/console/dead-letters"), visible(requeue),
-		screenshot(t, "dead-letters.png"), chromedp.Click(css(requeue)), visible(`p[role="status"]`)))
+		screenshot(t, "dead-letters.png"), chromedp.Click(css(requeue)), visible(`.notice[role="status"]`)))
 	waitText(t, ctx, srv.url+"/console/tasks/"+fragile.String(), "#task-status", "completed")
 	require.NoError(t, chromedp.Do(ctx, screenshot(t, "task-requeued.png")))
 
@@ -178,8 +178,8 @@ func TestConsoleInABrowser(t *testing.T) {
 	require.NoError(t, chromedp.Do(ctx, screenshot(t, "waiting.png"), chromedp.Click(css(waitingLink)), visible("#approve-task")))
 	require.Contains(t, text(t, ctx, "#task-wait"), "Waiting for signal approval")
 	require.NoError(t, chromedp.Do(ctx, chromedp.SendKeys(css("#signal-comment"), "within budget"),
-		screenshot(t, "task-waiting.png"), chromedp.Click(css("#approve-task")), visible(`p[role="status"]`)))
-	require.Contains(t, text(t, ctx, `p[role="status"]`), "Approved")
+		screenshot(t, "task-waiting.png"), chromedp.Click(css("#approve-task")), visible(`.notice[role="status"]`)))
+	require.Contains(t, text(t, ctx, `.notice[role="status"]`), "Approved")
 	waitText(t, ctx, srv.url+"/console/tasks/"+approval.String(), "#task-status", "completed")
 	require.Contains(t, text(t, ctx, `pre[aria-label="Output"]`), "approved: within budget")
 	require.Contains(t, text(t, ctx, "ol.timeline"), "signal approval received from console:anonymous")
@@ -360,7 +360,7 @@ func TestConsoleRefusesFormsFromAnotherOrigin(t *testing.T) {
 	// From its own page the same cancel works.
 	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(guarded.url+"/console/tasks/"+later.String()),
 		chromedp.WaitVisible(chromedp.CSS("#cancel-task")), chromedp.Click(chromedp.CSS("#cancel-task")),
-		chromedp.WaitVisible(chromedp.CSS(`p[role="status"]`))))
+		chromedp.WaitVisible(chromedp.CSS(`.notice[role="status"]`))))
 	require.Equal(t, 1, countEvents(t, client, later, history.CancelRequested))
 	enginetest.RequireProjectionsMatch(t, newStore(t, enginetest.Pool(t), schema))
 }
