@@ -91,6 +91,21 @@ func TestEverySentinelMatchesWithBothErrorLibraries(t *testing.T) {
 		updated, err := sdk.Start(ctx, c, failing, 1, nil)
 		require.NoError(t, err)
 		waitForEvent(t, c, updated.ID, history.WaitStarted)
+		// A task waiting over its budget, raised once by its link: its
+		// worker stops first, so the task stays raised, not run.
+		spender := b.newWorker(t, sdk.WorkerConfig{})
+		over := llmSteps("sentinel.budget", nil)
+		sdk.Register(spender, over)
+		startWorker(t, spender)
+		overBudget, err := sdk.Start(ctx, c, over, 2, &sdk.StartOpts{
+			Budget: &sdk.Budget{USD: 0.05, OnExhausted: sdk.BudgetWait, WaitTimeout: time.Hour}})
+		require.NoError(t, err)
+		waitForEvent(t, c, overBudget.ID, history.BudgetRefused)
+		stopWorker(t, spender)
+		link, err := c.BudgetCallback(ctx, overBudget.ID, time.Now().Add(time.Hour), "ops")
+		require.NoError(t, err)
+		_, err = c.RaiseBudgetByCallback(ctx, link, "")
+		require.NoError(t, err)
 
 		cases := []struct {
 			sentinel error
@@ -205,6 +220,14 @@ func TestEverySentinelMatchesWithBothErrorLibraries(t *testing.T) {
 				_, err = sdk.NewClient(sdk.ClientConfig{Cells: cells, Namespace: "initech"})
 				return err
 			}},
+			{sdk.ErrCallbackUsed, "RaiseBudgetByCallback", func() error {
+				_, err := c.RaiseBudgetByCallback(ctx, link, "")
+				return err
+			}},
+			{sdk.ErrNotWaitingOnBudget, "BudgetCallback", func() error {
+				_, err := c.BudgetCallback(ctx, pending.ID, time.Now().Add(time.Hour), "ops")
+				return err
+			}},
 			{sdk.ErrBadCallbackToken, "ParseCallbackToken", func() error {
 				_, err := sdk.ParseCallbackToken([]byte("a callback secret of 16+ bytes"), "forged", time.Now())
 				return err
@@ -256,6 +279,7 @@ var exportedSentinels = map[string]error{
 	"ErrReplayFailed":   sdk.ErrReplayFailed,
 	"ErrUpdateRejected": sdk.ErrUpdateRejected, "ErrUpdateNotFound": sdk.ErrUpdateNotFound,
 	"ErrUpdateFailed": sdk.ErrUpdateFailed, "ErrUpdatePending": sdk.ErrUpdatePending,
+	"ErrCallbackUsed": sdk.ErrCallbackUsed, "ErrNotWaitingOnBudget": sdk.ErrNotWaitingOnBudget,
 }
 
 // approvalQueried is approvalV1(false) with a query that fails.
