@@ -912,6 +912,15 @@ WITH retired AS (
     DELETE FROM /* TEMPLATE: schema */blobs WHERE task_id = ANY(@ids::uuid[]) RETURNING key, task_id, location
 ), streams AS (
     DELETE FROM /* TEMPLATE: schema */stream_entries WHERE task_id = ANY(@ids::uuid[])
+), reservations AS (
+    DELETE FROM /* TEMPLATE: schema */budget_reservations WHERE task_id = ANY(@ids::uuid[])
+), waits AS (
+    DELETE FROM /* TEMPLATE: schema */budget_waits WHERE task_id = ANY(@ids::uuid[])
+), own_budgets AS (
+    -- The window of each task's own budget (it covered the task and its
+    -- descendants, which retention removes first).
+    DELETE FROM /* TEMPLATE: schema */budget_windows
+    WHERE namespace = @namespace AND ref = ANY(SELECT 'task:' || id::text FROM unnest(@ids::uuid[]) AS id)
 ), gone AS (
     DELETE FROM /* TEMPLATE: schema */tasks WHERE id = ANY(@ids::uuid[]) RETURNING 1
 )

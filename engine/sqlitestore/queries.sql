@@ -344,6 +344,17 @@ DELETE FROM events WHERE task_id IN (SELECT task_id FROM removing);
 -- The stream entries of the tasks listed in removing.
 DELETE FROM stream_entries WHERE task_id IN (SELECT task_id FROM removing);
 
+-- name: BudgetReservationsRemove
+-- The open budget reservations of the tasks listed in removing.
+DELETE FROM budget_reservations WHERE task_id IN (SELECT task_id FROM removing);
+
+-- name: BudgetWaitsRemove
+DELETE FROM budget_waits WHERE task_id IN (SELECT task_id FROM removing);
+
+-- name: BudgetWindowsRemove
+-- The window of each removed task's own budget (ref task:<id>).
+DELETE FROM budget_windows WHERE namespace = ?1 AND ref IN (SELECT 'task:' || task_id FROM removing);
+
 -- name: TasksRemove
 DELETE FROM tasks WHERE id IN (SELECT task_id FROM removing);
 

@@ -143,6 +143,16 @@ func (s *Store) TaskRemoveMany(ctx context.Context, p *store.TaskRemoveManyParam
 		if _, err := tx.exec(ctx, "StreamsRemove"); err != nil {
 			return err
 		}
+		// What the tasks kept for budgets: open reservations, waits and
+		// their own budgets' windows.
+		for _, name := range []string{"BudgetReservationsRemove", "BudgetWaitsRemove"} {
+			if _, err := tx.exec(ctx, name); err != nil {
+				return err
+			}
+		}
+		if _, err := tx.exec(ctx, "BudgetWindowsRemove", p.Namespace); err != nil {
+			return err
+		}
 		tasks, err := tx.exec(ctx, "TasksRemove")
 		if err != nil {
 			return err

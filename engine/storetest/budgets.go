@@ -228,6 +228,7 @@ var budgetComposites = []conformanceTest{
 	{"BudgetReserveSettleAndRefuse", testBudgetReserveSettleRefuse},
 	{"BudgetRefusalThatWaitsEndsTheAttemptAndARaiseWakesIt", testBudgetWaitRaise},
 	{"BudgetWaitOnAWindowIsDueWhenTheWindowEnds", testBudgetWaitWindowEnd},
+	{"BudgetRowsGoWithTheirTaskWhenRetentionRemovesIt", testBudgetRowsRemovedWithTask},
 	{"BudgetReservationOfAnExpiredLeaseIsSettledByTheRescuer", testBudgetRescue},
 }
 
@@ -356,6 +357,44 @@ func testBudgetWaitWindowEnd(t *testing.T, s store.Store) {
 	require.NoError(t, err)
 	require.Nil(t, res.Refused.WindowEnd)
 	require.WithinDuration(t, *res.Refused.Deadline, getTask(t, s, other).RunAt, time.Millisecond, "due at the deadline")
+}
+
+// Retention removes what a removed task kept for budgets (its open
+// reservations, its waits, its own budget's window) and leaves a kept
+// task's and the scope budgets' alone.
+func testBudgetRowsRemovedWithTask(t *testing.T, s store.Store) {
+	ctx := testContext(t)
+	done := start(t, s, spec{})
+	complete(t, s, claimOne(t, s, "w", time.Minute))
+	kept := start(t, s, spec{})
+	tenant := store.BudgetWindowKey{Ref: "fairness_key:t1", Start: store.BudgetWindowStart(time.Hour, time.Now())}
+	for _, id := range []uuid.UUID{done, kept} {
+		own := store.BudgetWindowKey{Ref: "task:" + id.String()}
+		_, err := s.BudgetWindowLock(ctx, &store.BudgetWindowLockParams{Namespace: store.DefaultNamespace,
+			Windows: []store.BudgetWindowLimit{{Key: own, LimitUSD: 1}, {Key: tenant, LimitUSD: 5}}})
+		require.NoError(t, err)
+		require.NoError(t, s.BudgetReservationInsert(ctx, &store.BudgetReservationInsertParams{Namespace: store.DefaultNamespace,
+			TaskID: id, Attempt: 1, Position: 0, Entries: []store.BudgetReservationEntry{{Key: own, USD: 0.1}, {Key: tenant, USD: 0.1}}}))
+		require.NoError(t, s.BudgetWaitInsert(ctx, &store.BudgetWaitParams{Namespace: store.DefaultNamespace, Key: tenant, TaskID: id}))
+	}
+	require.Equal(t, 1, removeFinished(t, s, time.Now().Add(time.Hour), 10).Tasks)
+
+	windows, err := s.BudgetWindowList(ctx, &store.BudgetWindowListParams{Namespace: store.DefaultNamespace, Keys: []store.BudgetWindowKey{
+		{Ref: "task:" + done.String()}, {Ref: "task:" + kept.String()}, tenant}})
+	require.NoError(t, err)
+	var refs []string
+	for _, w := range windows {
+		refs = append(refs, w.Key.Ref)
+	}
+	require.ElementsMatch(t, []string{"task:" + kept.String(), tenant.Ref}, refs, "the removed task's own window went with it")
+	for id, want := range map[uuid.UUID]int{done: 0, kept: 2} {
+		entries, err := s.BudgetReservationDelete(ctx, &store.BudgetReservationDeleteParams{TaskID: id, Attempt: 1, Position: 0})
+		require.NoError(t, err)
+		require.Len(t, entries, want, "reservation rows of %s", id)
+	}
+	waiting, err := s.BudgetWaitTake(ctx, &store.BudgetWaitParams{Namespace: store.DefaultNamespace, Key: tenant})
+	require.NoError(t, err)
+	require.Equal(t, []uuid.UUID{kept}, waiting)
 }
 
 func testBudgetRescue(t *testing.T, s store.Store) {
