@@ -26,11 +26,13 @@ DELETE FROM /* TEMPLATE: schema */budgets WHERE namespace = @namespace AND ref =
 
 -- name: BudgetWindowLock
 -- Inserts the windows not written yet, sets the limits of all, and locks
--- them (the conflict's update takes each row's lock), in key order.
+-- them (the conflict's update takes each row's lock), in key order:
+-- bytewise (COLLATE "C"), the order Go sorts keys in for the settles'
+-- one-window-at-a-time updates, whatever the database's collation.
 INSERT INTO /* TEMPLATE: schema */budget_windows AS w (namespace, ref, window_start, limit_usd, limit_tokens, updated_at)
 SELECT @namespace, k.ref, k.start, k.usd, k.tokens, @now
 FROM unnest(@refs::text[], @starts::bigint[], @usds::double precision[], @tokens::bigint[]) AS k(ref, start, usd, tokens)
-ORDER BY k.ref, k.start
+ORDER BY k.ref COLLATE "C", k.start
 ON CONFLICT (namespace, ref, window_start) DO UPDATE SET limit_usd = excluded.limit_usd, limit_tokens = excluded.limit_tokens
 RETURNING w.ref, w.window_start, w.limit_usd, w.limit_tokens, w.raised_usd, w.raised_tokens, w.spent_usd, w.spent_tokens,
     w.reserved_usd, w.reserved_tokens, w.updated_at;
