@@ -257,7 +257,8 @@ func (c *Client) budgetOf(ctx context.Context, ref string) (engine.Budget, error
 		if err != nil {
 			return engine.Budget{}, errmark.Mark(errors.Newf("raise budget %s: %q is not a task id", ref, id), ErrInvalid)
 		}
-		events, err := store.TaskEvents(ctx, c.store.Engine(), c.namespace, taskID)
+		// Only its task_scheduled is needed: the first event.
+		events, err := c.store.Engine().EventListPage(ctx, &store.EventPageParams{Namespace: c.namespace, TaskID: taskID, Limit: 1})
 		if err != nil {
 			return engine.Budget{}, err
 		}

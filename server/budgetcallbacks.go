@@ -1,7 +1,6 @@
 package server
 
 import (
-	"html/template"
 	"net/http"
 	"strconv"
 	"strings"
@@ -223,30 +222,8 @@ type budgetCallbackView struct {
 	Comment int
 }
 
-var budgetCallbackTemplate = template.Must(template.New("budget").Parse(`<!doctype html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<meta name="robots" content="noindex, nofollow">
-<meta name="referrer" content="no-referrer">
-<title>{{.Title}} · cairn</title>
-<style>
-body { font: 16px/1.5 system-ui, sans-serif; margin: 0; background: #f6f6f4; color: #222; }
-main { max-width: 36rem; margin: 3rem auto; padding: 1.5rem 2rem; background: #fff; border: 1px solid #ddd; border-radius: 8px; }
-h1 { font-size: 1.4rem; margin-top: 0; }
-dl { display: grid; grid-template-columns: max-content 1fr; gap: .25rem 1rem; }
-dt { color: #666; } dd { margin: 0; word-break: break-all; }
-textarea { width: 100%; box-sizing: border-box; min-height: 4rem; font: inherit; }
-button { font: inherit; padding: .5rem 1.5rem; border-radius: 6px; border: 1px solid #1f7a3a; background: #1f7a3a; color: #fff; cursor: pointer; margin-top: 1rem; }
-.note { color: #666; font-size: .9rem; }
-</style>
-</head>
-<body>
-<main>
-<h1>{{.Title}}</h1>
-{{if .Message}}<p>{{.Message}}</p>{{end}}
-{{if .TaskID}}<dl>
+var budgetCallbackTemplate = callbackPageTemplate(`button { font: inherit; padding: .5rem 1.5rem; border-radius: 6px; border: 1px solid #1f7a3a; background: #1f7a3a; color: #fff; cursor: pointer; margin-top: 1rem; }`,
+	`{{if .TaskID}}<dl>
 <dt>Budget</dt><dd><strong>{{.Ref}}</strong>{{if .Window}} (window from {{.Window}}){{end}}</dd>
 <dt>Raise by</dt><dd>{{.Amount}}</dd>
 <dt>Task</dt><dd><code>{{.TaskID}}</code></dd>
@@ -260,19 +237,9 @@ button { font: inherit; padding: .5rem 1.5rem; border-radius: 6px; border: 1px s
 <textarea id="comment" name="comment" maxlength="{{.Comment}}"></textarea>
 <button type="submit">Raise by {{.Amount}}</button>
 </form>
-<p class="note">The link works once. A raise wakes every task waiting on this budget.</p>{{end}}
-</main>
-</body>
-</html>
-`))
+<p class="note">The link works once. A raise wakes every task waiting on this budget.</p>{{end}}`)
 
 // writeBudgetCallbackPage answers with the budget link's page of v.
 func (s *Server) writeBudgetCallbackPage(w http.ResponseWriter, status int, v budgetCallbackView) {
-	h := w.Header()
-	h.Set("Content-Security-Policy", callbackPageCSP)
-	h.Set("Content-Type", "text/html; charset=utf-8")
-	h.Set("Cache-Control", "no-store")
-	h.Set("X-Robots-Tag", "noindex, nofollow")
-	w.WriteHeader(status)
-	_ = budgetCallbackTemplate.Execute(w, v)
+	writeLinkPage(w, status, budgetCallbackTemplate, v)
 }

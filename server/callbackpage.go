@@ -49,7 +49,10 @@ type callbackView struct {
 	Comment int    // maxCallbackComment
 }
 
-var callbackTemplate = template.Must(template.New("callback").Parse(`<!doctype html>
+// callbackFrame is what every callback link's page shares (a decision's,
+// a budget raise's): the head, the style, the title and message; a page
+// adds its own "style" rules and "body" to a clone of it.
+var callbackFrame = template.Must(template.New("frame").Parse(`<!doctype html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
@@ -64,18 +67,32 @@ h1 { font-size: 1.4rem; margin-top: 0; }
 dl { display: grid; grid-template-columns: max-content 1fr; gap: .25rem 1rem; }
 dt { color: #666; } dd { margin: 0; word-break: break-all; }
 textarea { width: 100%; box-sizing: border-box; min-height: 4rem; font: inherit; }
-.buttons { display: flex; gap: 1rem; margin-top: 1rem; }
-button { font: inherit; padding: .5rem 1.5rem; border-radius: 6px; border: 1px solid #888; cursor: pointer; }
-button.approve { background: #1f7a3a; color: #fff; border-color: #1f7a3a; }
-button.reject { background: #a32020; color: #fff; border-color: #a32020; }
 .note { color: #666; font-size: .9rem; }
+{{template "style" .}}
 </style>
 </head>
 <body>
 <main>
 <h1>{{.Title}}</h1>
 {{if .Message}}<p>{{.Message}}</p>{{end}}
-{{if .TaskID}}<dl>
+{{template "body" .}}
+</main>
+</body>
+</html>
+`))
+
+// callbackPageTemplate is callbackFrame with a page's style and body.
+func callbackPageTemplate(style, body string) *template.Template {
+	t := template.Must(callbackFrame.Clone())
+	template.Must(t.New("style").Parse(style))
+	template.Must(t.New("body").Parse(body))
+	return t.Lookup("frame")
+}
+
+var callbackTemplate = callbackPageTemplate(`.buttons { display: flex; gap: 1rem; margin-top: 1rem; }
+button { font: inherit; padding: .5rem 1.5rem; border-radius: 6px; border: 1px solid #888; cursor: pointer; }
+button.approve { background: #1f7a3a; color: #fff; border-color: #1f7a3a; }
+button.reject { background: #a32020; color: #fff; border-color: #a32020; }`, `{{if .TaskID}}<dl>
 <dt>Decision</dt><dd><strong>{{.Name}}</strong> (receive {{.Wait}})</dd>
 <dt>Task</dt><dd><code>{{.TaskID}}</code></dd>
 {{if .Type}}<dt>Type</dt><dd>{{.Type}}@{{.Version}}</dd>{{end}}
@@ -90,22 +107,25 @@ button.reject { background: #a32020; color: #fff; border-color: #a32020; }
 <button type="submit" class="reject" formaction="?decision=reject">Reject</button>
 </div>
 </form>
-<p class="note">The link works once: the first decision sent through it counts.</p>{{end}}
-</main>
-</body>
-</html>
-`))
+<p class="note">The link works once: the first decision sent through it counts.</p>{{end}}`)
 
 // writeCallbackPage answers with the page of v, with status.
 func (s *Server) writeCallbackPage(w http.ResponseWriter, status int, v callbackView) {
+	v.Comment = maxCallbackComment
+	writeLinkPage(w, status, callbackTemplate, v)
+}
+
+// writeLinkPage answers with a callback link's page: t executed with v,
+// under the headers every such page has (nothing loaded from elsewhere,
+// not cached, not indexed).
+func writeLinkPage(w http.ResponseWriter, status int, t *template.Template, v any) {
 	h := w.Header()
 	h.Set("Content-Security-Policy", callbackPageCSP)
 	h.Set("Content-Type", "text/html; charset=utf-8")
 	h.Set("Cache-Control", "no-store")
 	h.Set("X-Robots-Tag", "noindex, nofollow")
-	v.Comment = maxCallbackComment
 	w.WriteHeader(status)
-	_ = callbackTemplate.Execute(w, v)
+	_ = t.Execute(w, v)
 }
 
 // writeCallbackProblem answers a refused callback with a page saying why,

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/internal/errmark"
 	"github.com/cairnflow/cairn/sdk"
 )
@@ -112,7 +113,7 @@ func onExhausted(b sdk.Budget) string {
 	}
 	timeout := b.WaitTimeout
 	if timeout == 0 {
-		timeout = 24 * time.Hour
+		timeout = store.DefaultBudgetWaitTimeout
 	}
 	return "wait up to " + timeout.String()
 }
