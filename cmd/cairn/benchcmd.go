@@ -96,6 +96,7 @@ func addBenchDrainFlags(cmd *cobra.Command, p *bench.Params) {
 
 func addBenchProfileFlags(cmd *cobra.Command, p *bench.Params) {
 	cmd.Flags().StringVar(&p.CPUProfile, "cpuprofile", "", "write a Go CPU profile of the drain (workers and bench) to this file")
+	cmd.Flags().StringVar(&p.InsertCPU, "insert-cpuprofile", "", "write a Go CPU profile of the insert (Client.StartMany) to this file")
 	cmd.Flags().StringVar(&p.MemProfile, "memprofile", "", "write a Go allocation profile of the run (insert and drain) to this file")
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"runtime"
+	"slices"
 	"sync"
 
 	"github.com/cockroachdb/errors"
@@ -233,7 +234,16 @@ var bodyReturnPC = func() uintptr {
 // goroutine: whether runBody's frame is on its stack. It reads return
 // addresses only (runtime.Callers), a page at a time; the goroutine id a
 // stack trace would give costs a formatted traceback per workflow call.
+//
+// A call from the body itself finds runBody a few frames up, so the first
+// look reads those few alone: unwinding the frames below runBody (the
+// worker's) was half of the check's cost, paid at every call of the
+// workflow API. Only a miss reads the whole stack.
 func onBodyGoroutine() bool {
+	var near [8]uintptr
+	if n := runtime.Callers(2, near[:]); slices.Contains(near[:n], bodyReturnPC) {
+		return true
+	}
 	var pcs [64]uintptr
 	for skip := 2; ; skip += len(pcs) {
 		n := runtime.Callers(skip, pcs[:])

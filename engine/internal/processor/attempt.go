@@ -94,6 +94,24 @@ func (a *Attempt) State() history.State {
 	return a.state
 }
 
+// StateUpdates returns the updates of the task's state, as [Attempt.State]
+// would, without copying the whole state: the interpreter asks at every
+// call of the workflow API, on the attempt's goroutine, whose stack a copy
+// of the state (some 900 bytes, twice over) made outgrow its first size.
+func (a *Attempt) StateUpdates() []history.Update {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.state.Updates
+}
+
+// LastSeq returns the seq of the last event of the task's state, as
+// [Attempt.State] would, without copying the whole state.
+func (a *Attempt) LastSeq() int64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.state.LastSeq
+}
+
 // Store returns the store the attempt's processor works in, for what its
 // handler keeps beside the task's history (the task's blobs).
 func (a *Attempt) Store() store.Store { return a.proc.cfg.Store }

@@ -86,6 +86,12 @@ type memoKey struct {
 // them with [Attempt.Steps], [Attempt.Signals] and [Attempt.Children].
 func (a *Attempt) State() history.State { return a.a.State() }
 
+// StateUpdates is [engine.Attempt.StateUpdates].
+func (a *Attempt) StateUpdates() []history.Update { return a.a.StateUpdates() }
+
+// LastSeq is [engine.Attempt.LastSeq].
+func (a *Attempt) LastSeq() int64 { return a.a.LastSeq() }
+
 // LeaseContext is [engine.Attempt.LeaseContext].
 func (a *Attempt) LeaseContext() context.Context { return a.a.LeaseContext() }
 

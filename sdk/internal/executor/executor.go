@@ -314,13 +314,13 @@ func (h *Handler) handleAttempt(ctx context.Context, a *edge.Attempt, tr *attemp
 			return interpreter.MailboxOf(state)
 		}, Now: engine.Now,
 		Children:           func() []history.Child { return children.get(a.DurableContext(), a) },
-		Updates:            func() []history.Update { return a.Updates(a.DurableContext(), a.State().Updates) },
+		Updates:            func() []history.Update { return a.Updates(a.DurableContext(), a.StateUpdates()) },
 		StartChildren:      func(reqs []interpreter.ChildRequest) error { return startChildren(a, reqs) },
 		MaxRunningChildren: typ.MaxRunningChildren,
 		AwaitChildEnds: func(positions []int, count int) bool {
 			// At the history's bound the wait is recorded, and the next
 			// attempt ends the task as any at the bound.
-			n := a.State().LastSeq
+			n := a.LastSeq()
 			atBound := h.maxHistory > 0 && n >= h.maxHistory
 			return h.linger > 0 && n >= h.lingerFrom && !atBound && a.AwaitChildEnds(runCtx, positions, count, h.linger)
 		},
@@ -349,7 +349,7 @@ func (h *Handler) handleAttempt(ctx context.Context, a *edge.Attempt, tr *attemp
 			}
 			// The step ran and is recorded (so compensated if it must be);
 			// past the bound the run ends here.
-			if n := a.State().LastSeq; h.maxHistory > 0 && n >= h.maxHistory {
+			if n := a.LastSeq(); h.maxHistory > 0 && n >= h.maxHistory {
 				return activities.WithKind(activities.Permanent(h.historyTooLarge(n)), KindHistoryTooLarge)
 			}
 			return nil

@@ -172,6 +172,7 @@ type Params struct {
 	DrainPoll   time.Duration // --poll-interval: how often a drain polls ([DefaultDrainPoll])
 	MemProfile  string        // --memprofile: a Go allocation profile of the run goes here
 	CPUProfile  string        // --cpuprofile: a Go CPU profile of the drain goes here
+	InsertCPU   string        // --insert-cpuprofile: a Go CPU profile of the insert goes here
 	Finished    int           // --finished: finished ballast tasks put in first (PostgreSQL)
 	Retention   time.Duration // --retention: the workers' default retention (0: none)
 	InputBytes  int           // --input-bytes: each task's input is padded to about this many bytes

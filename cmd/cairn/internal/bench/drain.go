@@ -246,8 +246,16 @@ func runInProcessDrain(ctx context.Context, cfg Config, f *Params, mode string, 
 		}
 		env.logf("prefilled %d finished tasks (%d events) in %s", f.Finished, 4*f.Finished, time.Since(started).Round(time.Millisecond))
 	}
+	stopInsertProfile, err := startCPUProfile(f.InsertCPU)
+	if err != nil {
+		return err
+	}
 	insert, err := env.insertBacklog(ctx, f.Tasks, steps, f.Batch, f.InputBytes)
 	if err != nil {
+		_ = stopInsertProfile()
+		return err
+	}
+	if err := stopInsertProfile(); err != nil {
 		return err
 	}
 	env.logf("inserted %d tasks of %d step(s) in %s (%.0f/s)", f.Tasks, steps, insert.Round(time.Millisecond), perSecond(int64(f.Tasks), insert))
