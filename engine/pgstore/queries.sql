@@ -249,14 +249,23 @@ WITH caps AS (
 ), due AS (
     -- The reserved oldest first, then the best by priority, @max in all,
     -- and no more of a limited queue than it has free slots (its walks per
-    -- type share them).
+    -- type share them). Only candidates of a limited queue or type are
+    -- ranked: every candidate of such a queue (type) has its free (rfree)
+    -- set, so each rank that counts is taken over all it must count, and
+    -- a claim of unlimited work sorts its candidates once, not three times.
     SELECT id FROM (
-        SELECT id, priority, fair_at, run_at, free, rfree, reserved,
-            row_number() OVER (PARTITION BY queue ORDER BY reserved DESC, priority DESC, fair_at, run_at, id) AS rank,
-            row_number() OVER (PARTITION BY type ORDER BY reserved DESC, priority DESC, fair_at, run_at, id) AS type_rank
-        FROM candidates
-    ) AS r
-    WHERE (free IS NULL OR rank <= free) AND (rfree IS NULL OR type_rank <= rfree)
+        SELECT id, priority, fair_at, run_at, reserved FROM candidates
+        WHERE free IS NULL AND rfree IS NULL
+        UNION ALL
+        SELECT id, priority, fair_at, run_at, reserved FROM (
+            SELECT id, priority, fair_at, run_at, free, rfree, reserved,
+                row_number() OVER (PARTITION BY queue ORDER BY reserved DESC, priority DESC, fair_at, run_at, id) AS rank,
+                row_number() OVER (PARTITION BY type ORDER BY reserved DESC, priority DESC, fair_at, run_at, id) AS type_rank
+            FROM candidates
+            WHERE free IS NOT NULL OR rfree IS NOT NULL
+        ) AS r
+        WHERE (free IS NULL OR rank <= free) AND (rfree IS NULL OR type_rank <= rfree)
+    ) AS u
     ORDER BY reserved DESC, priority DESC, fair_at, run_at, id
     LIMIT @max
 ), claimed AS (
