@@ -153,44 +153,58 @@ func scanTask(row pgx.CollectableRow) (*store.Task, error) { return scanTaskWith
 // scanTaskWith scans the task columns, in the order the queries list them,
 // followed by extra columns into extra.
 func scanTaskWith(row pgx.CollectableRow, extra ...any) (*store.Task, error) {
-	var (
-		t                            store.Task
-		leaseOwner, idemKey, traceID *string
-		fairnessKey                  *string
-		fairnessWeight               *int
-		parentID                     *[16]byte
-		parentPosition               *int
-		input, output, lastError     []byte
-		labels                       []byte
-		status                       string
-	)
-	dest := []any{(*[16]byte)(&t.ID), &t.Namespace, &t.Queue, &t.Type, &t.TypeVersion, &status, &t.Priority,
-		&t.RunAt, &t.Attempt, &t.MaxAttempts, &leaseOwner, &t.LeaseEpoch, &t.LeaseExpiresAt,
-		&idemKey, &traceID, &input, &output, &lastError, &t.CancelRequest, &t.LastSeq,
-		&t.CreatedAt, &t.UpdatedAt, &t.StartedAt, &t.FinishedAt, &labels, &t.Deadline, &t.StartDeadline,
-		&fairnessKey, &fairnessWeight, &parentID, &parentPosition}
+	// The row and the columns that need converting share one allocation:
+	// each local the scan points into would be one of its own (a claim
+	// scans a thousand rows at a time).
+	sc := new(taskScan)
+	t := &sc.task
+	dest := append(sc.dest[:0], (*[16]byte)(&t.ID), &t.Namespace, &t.Queue, &t.Type, &t.TypeVersion, &sc.status, &t.Priority,
+		&t.RunAt, &t.Attempt, &t.MaxAttempts, &sc.leaseOwner, &t.LeaseEpoch, &t.LeaseExpiresAt,
+		&sc.idemKey, &sc.traceID, &sc.input, &sc.output, &sc.lastError, &t.CancelRequest, &t.LastSeq,
+		&t.CreatedAt, &t.UpdatedAt, &t.StartedAt, &t.FinishedAt, &sc.labels, &t.Deadline, &t.StartDeadline,
+		&sc.fairnessKey, &sc.fairnessWeight, &sc.parentID, &sc.parentPosition)
 	err := row.Scan(append(dest, extra...)...)
 	if err != nil {
 		return nil, err
 	}
-	t.Status = history.Status(status)
-	t.LeaseOwner, t.IdempotencyKey, t.TraceID = deref(leaseOwner), deref(idemKey), deref(traceID)
-	t.FairnessKey, t.FairnessWeight = deref(fairnessKey), deref(fairnessWeight)
-	t.ParentID, t.ParentPosition = deref(parentID), deref(parentPosition)
-	t.Input, t.Output = input, output
-	if lastError != nil {
+	t.Status = history.Status(sc.status)
+	t.LeaseOwner, t.IdempotencyKey, t.TraceID = deref(sc.leaseOwner), deref(sc.idemKey), deref(sc.traceID)
+	t.FairnessKey, t.FairnessWeight = deref(sc.fairnessKey), deref(sc.fairnessWeight)
+	t.ParentID, t.ParentPosition = deref(sc.parentID), deref(sc.parentPosition)
+	t.Input, t.Output = sc.input, sc.output
+	if sc.lastError != nil {
 		t.LastError = new(history.ErrorInfo)
-		if err := json.Unmarshal(lastError, t.LastError); err != nil {
+		if err := json.Unmarshal(sc.lastError, t.LastError); err != nil {
 			return nil, errors.Wrapf(interpretError(err), "decode last_error of task %s", t.ID)
 		}
 	}
-	if labels != nil {
-		if err := json.Unmarshal(labels, &t.Labels); err != nil {
+	if sc.labels != nil {
+		if err := json.Unmarshal(sc.labels, &t.Labels); err != nil {
 			return nil, errors.Wrapf(interpretError(err), "decode labels of task %s", t.ID)
 		}
 	}
-	normalizeTask(&t)
-	return &t, nil
+	normalizeTask(t)
+	sc.dest = [taskColumns + maxExtraColumns]any{} // the returned task keeps sc alive: drop the pointers into it
+	return t, nil
+}
+
+// taskColumns is how many columns scanTaskWith reads; maxExtraColumns,
+// how many more a caller's extra may add without the scan allocating.
+const (
+	taskColumns     = 31
+	maxExtraColumns = 7
+)
+
+// taskScan is one row's scan: the task, the column values that need
+// converting, and the scan's destinations.
+type taskScan struct {
+	task                                      store.Task
+	leaseOwner, idemKey, traceID, fairnessKey *string
+	fairnessWeight, parentPosition            *int
+	parentID                                  *[16]byte
+	input, output, lastError, labels          []byte
+	status                                    string
+	dest                                      [taskColumns + maxExtraColumns]any
 }
 
 func nullString(s string) *string {
