@@ -323,7 +323,8 @@ cat <<EOF
 Rates: higher is better; latencies: lower is better (a ratio under 1 favours cairn).
 Method notes:
 - drain: River $RIVER_N jobs, cairn $CAIRN_N tasks, both inserted first; River counts its
-  completed events, cairn polls the database every 10 ms for the last completion.
+  completed events, cairn counts the tasks its done notifications name (the
+  embedded store, which has none, polls every 10 ms), then checks the database once.
 - DBOS queue: $WORKFLOW_N workflows enqueued by 8 goroutines while its workers run; its
   time runs from the first enqueue, so compare it with cairn's insert+drain row.
 - latency: River runs $LATENCY_RUNS jobs one at a time; cairn starts $LATENCY_RATE tasks/s

@@ -248,7 +248,7 @@ func Children(ctx context.Context, cfg Config, p ChildrenParams) error {
 		}
 		parentID = run.ID
 		return nil
-	}, p.DrainPoll, p.Timeout)
+	}, p.DrainPoll, p.Timeout, 0)
 	if err != nil {
 		return err
 	}

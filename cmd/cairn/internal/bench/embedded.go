@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"time"
 
 	"github.com/cockroachdb/errors"
@@ -118,6 +119,16 @@ type drainPoll interface {
 	unfinished(ctx context.Context) (int, error)
 }
 
+// doneCounter is a drain poll that can also count finished tasks by the
+// store's done notifications (PostgreSQL's).
+type doneCounter interface {
+	// listenDone starts listening, before the workers start.
+	listenDone(ctx context.Context) error
+	// waitDone waits up to d for done notifications and returns how many
+	// task ids those that came named (0 when none came).
+	waitDone(ctx context.Context, d time.Duration) (int, error)
+}
+
 // openPoll opens the drain's poll: its own connection on PostgreSQL.
 func (e *benchEnv) openPoll(ctx context.Context) (drainPoll, func(), error) {
 	if e.lite != nil {
@@ -139,6 +150,26 @@ func (p pgPoll) anyUnfinished(ctx context.Context) (bool, error) {
 	return p.obs.anyUnfinished(ctx, p.conn)
 }
 func (p pgPoll) unfinished(ctx context.Context) (int, error) { return p.obs.unfinished(ctx, p.conn) }
+
+func (p pgPoll) listenDone(ctx context.Context) error {
+	_, err := p.conn.Exec(ctx, "LISTEN "+pgx.Identifier{p.obs.schema + ".done"}.Sanitize())
+	return errors.Wrap(err, "listen for finished tasks")
+}
+
+func (p pgPoll) waitDone(ctx context.Context, d time.Duration) (int, error) {
+	waitCtx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	n, err := p.conn.WaitForNotification(waitCtx)
+	switch {
+	case err == nil:
+		// The payload is the ids, comma-separated.
+		return strings.Count(n.Payload, ",") + 1, nil
+	case ctx.Err() == nil && waitCtx.Err() != nil:
+		return 0, nil
+	default:
+		return 0, errors.Wrap(err, "wait for finished tasks")
+	}
+}
 
 type litePoll struct {
 	db      *sql.DB

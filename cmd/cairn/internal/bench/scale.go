@@ -112,7 +112,7 @@ func runScaleOnce(ctx context.Context, env *benchEnv, f *Params, procs int) (sca
 	if err != nil {
 		return scaleRun{}, err
 	}
-	timing, err := env.awaitDrain(ctx, children.start, f.DrainPoll, f.Timeout)
+	timing, err := env.awaitDrain(ctx, children.start, f.DrainPoll, f.Timeout, 0)
 	if err != nil {
 		return scaleRun{}, err
 	}
