@@ -15,18 +15,20 @@ import (
 	"github.com/cairnflow/cairn/internal/errmark"
 )
 
-// appendBatch gathers the columns of an EventAppendMany statement.
+// appendBatch gathers the columns of an EventAppendMany statement, in
+// arrays pgx encodes without an allocation per element (arrays.go).
 type appendBatch struct {
-	ids, evTaskIDs                                      [][16]byte // uuid.UUID would go through its driver.Valuer, as text
-	expectedSeqs, epochs, leaseEpochs, lastSeqs, evSeqs []int64
+	ids, evTaskIDs                                      uuidArray
+	expectedSeqs, epochs, leaseEpochs, lastSeqs, evSeqs int8Array
 	expiredOnly, cancelRequesteds                       []bool
-	statuses, evTypes, evDatas                          []string
-	runAts, fairAts, updatedAts, evAts                  []time.Time
-	startedAts, finishedAts                             []*time.Time
+	statuses, evTypes                                   textArray
+	evDatas                                             []string
+	runAts, fairAts, updatedAts, evAts                  timeArray
+	startedAts, finishedAts                             nullTimeArr
 	erased                                              []bool // the append erases the task (task_erased)
-	attempts, evAttempts                                []int32
+	attempts, evAttempts                                int4Array
 	leaseOwners, outputs, lastErrors                    []*string
-	addedBytes, maxBytes                                []int64
+	addedBytes, maxBytes                                int8Array
 	// planned keeps each append's plan and byte bound, for explainRefusal.
 	planned map[[16]byte]plannedAppend
 }
@@ -39,13 +41,13 @@ type plannedAppend struct {
 
 func newAppendBatch(n int) *appendBatch {
 	return &appendBatch{
-		ids: make([][16]byte, 0, n), expectedSeqs: make([]int64, 0, n), epochs: make([]int64, 0, n),
-		expiredOnly: make([]bool, 0, n), statuses: make([]string, 0, n), runAts: make([]time.Time, 0, n), fairAts: make([]time.Time, 0, n),
-		attempts: make([]int32, 0, n), leaseOwners: make([]*string, 0, n), leaseEpochs: make([]int64, 0, n),
+		ids: make(uuidArray, 0, n), expectedSeqs: make(int8Array, 0, n), epochs: make(int8Array, 0, n),
+		expiredOnly: make([]bool, 0, n), statuses: make(textArray, 0, n), runAts: make(timeArray, 0, n), fairAts: make(timeArray, 0, n),
+		attempts: make(int4Array, 0, n), leaseOwners: make([]*string, 0, n), leaseEpochs: make(int8Array, 0, n),
 		outputs: make([]*string, 0, n), lastErrors: make([]*string, 0, n), cancelRequesteds: make([]bool, 0, n),
-		lastSeqs: make([]int64, 0, n), updatedAts: make([]time.Time, 0, n), startedAts: make([]*time.Time, 0, n),
-		finishedAts: make([]*time.Time, 0, n), erased: make([]bool, 0, n),
-		addedBytes: make([]int64, 0, n), maxBytes: make([]int64, 0, n), planned: make(map[[16]byte]plannedAppend, n),
+		lastSeqs: make(int8Array, 0, n), updatedAts: make(timeArray, 0, n), startedAts: make(nullTimeArr, 0, n),
+		finishedAts: make(nullTimeArr, 0, n), erased: make([]bool, 0, n),
+		addedBytes: make(int8Array, 0, n), maxBytes: make(int8Array, 0, n), planned: make(map[[16]byte]plannedAppend, n),
 	}
 }
 
@@ -60,15 +62,15 @@ func (b *appendBatch) add(p *store.EventAppendParams, now time.Time, limits stor
 	if err != nil {
 		return p.State, err
 	}
-	b.addedBytes = append(b.addedBytes, ap.Bytes)
-	b.maxBytes = append(b.maxBytes, maxBytes)
+	b.addedBytes = append(b.addedBytes, int8Elem(ap.Bytes))
+	b.maxBytes = append(b.maxBytes, int8Elem(maxBytes))
 	b.planned[p.TaskID] = plannedAppend{plan: ap, maxBytes: maxBytes}
 	for _, ev := range ap.Events {
-		b.evTaskIDs = append(b.evTaskIDs, p.TaskID)
-		b.evSeqs = append(b.evSeqs, ev.Seq)
-		b.evTypes = append(b.evTypes, string(ev.Type))
-		b.evAts = append(b.evAts, ev.At)
-		b.evAttempts = append(b.evAttempts, int32(ev.Attempt))
+		b.evTaskIDs = append(b.evTaskIDs, uuidElem(p.TaskID))
+		b.evSeqs = append(b.evSeqs, int8Elem(ev.Seq))
+		b.evTypes = append(b.evTypes, textElem(ev.Type))
+		b.evAts = append(b.evAts, timeElem(ev.At))
+		b.evAttempts = append(b.evAttempts, int4Elem(ev.Attempt))
 		b.evDatas = append(b.evDatas, string(ev.Data))
 	}
 	next := ap.Next
@@ -76,23 +78,23 @@ func (b *appendBatch) add(p *store.EventAppendParams, now time.Time, limits stor
 	if ap.LastError != nil {
 		lastError = ptr(string(ap.LastError))
 	}
-	b.ids = append(b.ids, p.TaskID)
-	b.expectedSeqs = append(b.expectedSeqs, p.State.LastSeq)
-	b.epochs = append(b.epochs, p.Epoch)
+	b.ids = append(b.ids, uuidElem(p.TaskID))
+	b.expectedSeqs = append(b.expectedSeqs, int8Elem(p.State.LastSeq))
+	b.epochs = append(b.epochs, int8Elem(p.Epoch))
 	b.expiredOnly = append(b.expiredOnly, p.ExpiredOnly)
-	b.statuses = append(b.statuses, string(next.Status))
-	b.runAts = append(b.runAts, next.RunAt)
-	b.fairAts = append(b.fairAts, ap.FairAt)
-	b.attempts = append(b.attempts, int32(next.Attempt))
+	b.statuses = append(b.statuses, textElem(next.Status))
+	b.runAts = append(b.runAts, timeElem(next.RunAt))
+	b.fairAts = append(b.fairAts, timeElem(ap.FairAt))
+	b.attempts = append(b.attempts, int4Elem(next.Attempt))
 	b.leaseOwners = append(b.leaseOwners, nullString(next.Lease.Owner))
-	b.leaseEpochs = append(b.leaseEpochs, next.Lease.Epoch)
+	b.leaseEpochs = append(b.leaseEpochs, int8Elem(next.Lease.Epoch))
 	b.outputs = append(b.outputs, nullJSONString(next.Output))
 	b.lastErrors = append(b.lastErrors, lastError)
 	b.cancelRequesteds = append(b.cancelRequesteds, next.CancelRequested)
-	b.lastSeqs = append(b.lastSeqs, next.LastSeq)
-	b.updatedAts = append(b.updatedAts, next.UpdatedAt)
-	b.startedAts = append(b.startedAts, nullTime(next.StartedAt))
-	b.finishedAts = append(b.finishedAts, nullTime(next.FinishedAt))
+	b.lastSeqs = append(b.lastSeqs, int8Elem(next.LastSeq))
+	b.updatedAts = append(b.updatedAts, timeElem(next.UpdatedAt))
+	b.startedAts = append(b.startedAts, nullTimeElem(next.StartedAt))
+	b.finishedAts = append(b.finishedAts, nullTimeElem(next.FinishedAt))
 	b.erased = append(b.erased, next.Erased && !p.State.Erased)
 	return next, nil
 }
@@ -117,13 +119,6 @@ func nullJSONString(b []byte) *string {
 		return nil
 	}
 	return ptr(string(b))
-}
-
-func nullTime(t time.Time) *time.Time {
-	if t.IsZero() {
-		return nil
-	}
-	return &t
 }
 
 // EventAppend appends events to a task's log and updates its projection row

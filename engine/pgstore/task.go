@@ -249,10 +249,12 @@ func (s *Store) taskStartMany(ctx context.Context, q querier, ps []*store.TaskSt
 	now := s.now()
 	n := len(ps)
 	var (
-		ids                            = make([][16]byte, n)
-		namespaces, queues, types      = make([]string, n), make([]string, n), make([]string, n)
-		versions, priorities, attempts = make([]int32, n), make([]int32, n), make([]int32, n)
-		runAts                         = make([]time.Time, n)
+		// (The arrays of scalars every task sets are encoded without an
+		// allocation per element: arrays.go.)
+		ids                            = make(uuidArray, n)
+		namespaces, queues, types      = make(textArray, n), make(textArray, n), make(textArray, n)
+		versions, priorities, attempts = make(int4Array, n), make(int4Array, n), make(int4Array, n)
+		runAts                         = make(timeArray, n)
 		idemKeys, traceIDs, inputs     = make([]*string, n), make([]*string, n), make([]*string, n)
 		labels                         = make([]*string, n)
 		deadlines, startDeadlines      = make([]*time.Time, n), make([]*time.Time, n)
@@ -273,11 +275,11 @@ func (s *Store) taskStartMany(ctx context.Context, q querier, ps []*store.TaskSt
 		plans[i] = planned
 		refuseReuse = refuseReuse || (p.RefuseKeyReuse && p.Scheduled.IdempotencyKey != "")
 		sched := planned.Scheduled
-		ids[i] = planned.ID
+		ids[i] = uuidElem(planned.ID)
 		deadlines[i], startDeadlines[i] = sched.Deadline, sched.StartDeadline
-		namespaces[i], queues[i], types[i] = sched.Namespace, sched.Queue, sched.TaskType
-		versions[i], priorities[i], attempts[i] = int32(sched.TypeVersion), int32(sched.Priority), int32(sched.MaxAttempts)
-		runAts[i] = sched.RunAt
+		namespaces[i], queues[i], types[i] = textElem(sched.Namespace), textElem(sched.Queue), textElem(sched.TaskType)
+		versions[i], priorities[i], attempts[i] = int4Elem(sched.TypeVersion), int4Elem(sched.Priority), int4Elem(sched.MaxAttempts)
+		runAts[i] = timeElem(sched.RunAt)
 		idemKeys[i], traceIDs[i], inputs[i] = nullString(sched.IdempotencyKey), nullString(sched.TraceID), nullJSONString(sched.Input)
 		if datas[i], err = scheduledData(sched, planned.Data); err != nil {
 			return nil, errors.Wrapf(err, "start task %d", i)
@@ -307,8 +309,9 @@ func (s *Store) taskStartMany(ctx context.Context, q querier, ps []*store.TaskSt
 	}
 	if n == 1 {
 		query, args = "TaskInsertOne", pgx.NamedArgs{
-			"id": ids[0], "namespace": namespaces[0], "queue": queues[0], "type": types[0], "type_version": versions[0],
-			"priority": priorities[0], "run_at": runAts[0], "max_attempts": attempts[0], "idempotency_key": idemKeys[0],
+			"id": [16]byte(ids[0]), "namespace": string(namespaces[0]), "queue": string(queues[0]), "type": string(types[0]),
+			"type_version": int32(versions[0]), "priority": int32(priorities[0]), "run_at": time.Time(runAts[0]),
+			"max_attempts": int32(attempts[0]), "idempotency_key": idemKeys[0],
 			"trace_id": traceIDs[0], "input": inputs[0], "labels": labels[0], "deadline": deadlines[0], "start_deadline": startDeadlines[0],
 			"fairness_key": fairnessKeys[0], "fairness_weight": fairnessWeights[0], "data": datas[0],
 			"parent_id": parentIDs[0], "parent_position": parentPositions[0], "data_key": dataKeys[0],
