@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
+	"encoding/json"
 	"math"
 	"slices"
 	"strings"
@@ -338,7 +339,7 @@ func claimOne(ctx context.Context, tx *txn, t *store.Task, owner string, ttl tim
 	if err := insertEvents(ctx, tx, t.ID, ap.Events); err != nil {
 		return nil, err
 	}
-	row, err := writeClaimedRow(ctx, tx, t.ID, ap, us(expires))
+	row, err := writeClaimedRow(ctx, tx, t, ap, us(expires))
 	if err != nil {
 		return nil, err
 	}
@@ -411,11 +412,42 @@ func rowArgs(id uuid.UUID, plan plan.AppendPlan, expires any) []any {
 		nullTimeUS(next.StartedAt), nullTimeUS(next.FinishedAt), id.String()}
 }
 
-// writeClaimedRow writes a claimed task's row under its new lease, which
-// expires at leaseExpires, and returns it.
-func writeClaimedRow(ctx context.Context, tx *txn, id uuid.UUID, plan plan.AppendPlan, leaseExpires int64) (*store.Task, error) {
-	t, err := scanTask(tx.queryRow(ctx, "TaskWriteClaimed", rowArgs(id, plan, leaseExpires)...))
-	return t, interpret(err)
+// writeClaimedRow writes the row of claimed task t (its row as read in
+// this transaction) under its new lease, which expires at leaseExpires,
+// and returns it. The row is t with what the UPDATE wrote, made here
+// rather than read back: returning and scanning every column of the row
+// was a fifth of the embedded store's drain (cairn bench throughput).
+func writeClaimedRow(ctx context.Context, tx *txn, t *store.Task, plan plan.AppendPlan, leaseExpires int64) (*store.Task, error) {
+	res, err := tx.exec(ctx, "TaskWriteClaimed", rowArgs(t.ID, plan, leaseExpires)...)
+	if err != nil {
+		return nil, interpret(err)
+	}
+	if n, err := res.RowsAffected(); err != nil || n != 1 {
+		return nil, errors.Wrapf(interpret(err), "claim task %s: %d rows written", t.ID, n)
+	}
+	return claimedRow(t, plan, leaseExpires)
+}
+
+// claimedRow is t's row once TaskWriteClaimed has written plan's next
+// state into it, as scanTask would read it back: times in microseconds,
+// UTC.
+func claimedRow(t *store.Task, plan plan.AppendPlan, leaseExpires int64) (*store.Task, error) {
+	next, row := plan.Next, *t
+	row.Status, row.RunAt, row.Attempt = next.Status, fromUS(us(next.RunAt)), next.Attempt
+	row.LeaseOwner, row.LeaseEpoch, row.LeaseExpiresAt = next.Lease.Owner, next.Lease.Epoch, timePtr(sql.NullInt64{Int64: leaseExpires, Valid: true})
+	row.Output, row.LastError = nil, nil
+	if len(next.Output) > 0 {
+		row.Output = json.RawMessage(next.Output)
+	}
+	if len(plan.LastError) > 0 {
+		row.LastError = new(history.ErrorInfo)
+		if err := json.Unmarshal(plan.LastError, row.LastError); err != nil {
+			return nil, errors.Wrapf(err, "decode last_error of task %s", t.ID)
+		}
+	}
+	row.CancelRequest, row.LastSeq, row.UpdatedAt = next.CancelRequested, next.LastSeq, fromUS(us(next.UpdatedAt))
+	row.StartedAt, row.FinishedAt = timePtr(nullTimeUS(next.StartedAt)), timePtr(nullTimeUS(next.FinishedAt))
+	return &row, nil
 }
 
 // writeFencedRow writes the row of p's task if the fence lets p write,

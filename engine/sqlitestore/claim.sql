@@ -89,8 +89,7 @@ UPDATE tasks SET status = ?, run_at = ?,
     attempt = ?, lease_owner = ?, lease_epoch = ?, lease_expires_at = ?,
     output = ?, last_error = ?, cancel_requested = ?, last_seq = ?, updated_at = ?,
     started_at = ?, finished_at = ?
-WHERE id = ?
-RETURNING /* TASK_COLUMNS */;
+WHERE id = ?;
 
 -- name: TaskWriteFenced
 -- A task's row, written from the fold's next state if the fence lets the

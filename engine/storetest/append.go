@@ -202,6 +202,8 @@ func testAppendRetryReschedules(t *testing.T, s store.Store) {
 	require.Equal(t, id2, again.Task.ID)
 	require.Equal(t, 2, again.Task.Attempt)
 	require.Greater(t, again.Task.LeaseEpoch, ct2.Task.LeaseEpoch)
+	require.NotNil(t, again.Task.LastError, "the retry's claim keeps the failure")
+	require.Equal(t, *getTask(t, s, id2), *again.Task, "the claim returns the row as written")
 	complete(t, s, again)
 }
 

@@ -123,6 +123,7 @@ func testClaimStartsAttempt(t *testing.T, s store.Store) {
 	row := getTask(t, s, id)
 	require.Equal(t, history.StatusRunning, row.Status)
 	require.Equal(t, task.LeaseEpoch, row.LeaseEpoch)
+	require.Equal(t, *row, *task, "the claim returns the row as written")
 	require.Equal(t, 1, requireReplayMatches(t, s))
 }
 
