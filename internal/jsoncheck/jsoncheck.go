@@ -77,6 +77,15 @@ func CheckMarshaled(text []byte, root string) error {
 }
 
 func check(text []byte, root string, marshaled bool) error {
+	if quickValid(text) {
+		return nil
+	}
+	return walk(text, root, marshaled)
+}
+
+// walk checks text token by token with encoding/json's decoder, which
+// says what is wrong and where.
+func walk(text []byte, root string, marshaled bool) error {
 	w := walker{dec: json.NewDecoder(bytes.NewReader(text)), text: text, marshaled: marshaled}
 	w.dec.UseNumber()
 	if err := w.value(root, nil); err != nil {
