@@ -22,6 +22,15 @@ const (
 	BudgetWait = "wait" // the task waits, holding no worker slot, for a raise or its timeout
 )
 
+// BudgetAction is what a budget whose OnExhausted is action does at its
+// limit: action, or BudgetFail when it is unset.
+func BudgetAction(action string) string {
+	if action == "" {
+		return BudgetFail
+	}
+	return action
+}
+
 // The budget references a ledger event names: a task's budget, the
 // namespace's, a fairness key's (a tenant), a type's.
 const (

@@ -40,10 +40,7 @@ type budgetView struct {
 }
 
 func viewBudget(b sdk.BudgetInfo) budgetView {
-	action := string(b.Budget.OnExhausted)
-	if action == "" {
-		action = history.BudgetFail
-	}
+	action := history.BudgetAction(string(b.Budget.OnExhausted))
 	return budgetView{Ref: b.Ref, FairnessKey: b.Scope.FairnessKey, Type: b.Scope.Type, USD: b.Budget.USD, Tokens: b.Budget.Tokens,
 		WindowSeconds: int64(b.Budget.Window / time.Second), OnExhausted: action, WaitTimeoutSeconds: b.Budget.WaitTimeout.Seconds(),
 		WindowStart: b.WindowStart.UTC(), SpentUSD: b.SpentUSD, SpentTokens: b.SpentTokens, ReservedUSD: b.ReservedUSD,

@@ -24,7 +24,7 @@ type appendBatch struct {
 	statuses, evTypes                                   textArray
 	evDatas                                             []string
 	runAts, fairAts, updatedAts, evAts                  timeArray
-	startedAts, finishedAts                             nullTimeArr
+	startedAts, finishedAts                             nullTimeArray
 	erased                                              []bool // the append erases the task (task_erased)
 	attempts, evAttempts                                int4Array
 	leaseOwners, outputs, lastErrors                    []*string
@@ -45,8 +45,8 @@ func newAppendBatch(n int) *appendBatch {
 		expiredOnly: make([]bool, 0, n), statuses: make(textArray, 0, n), runAts: make(timeArray, 0, n), fairAts: make(timeArray, 0, n),
 		attempts: make(int4Array, 0, n), leaseOwners: make([]*string, 0, n), leaseEpochs: make(int8Array, 0, n),
 		outputs: make([]*string, 0, n), lastErrors: make([]*string, 0, n), cancelRequesteds: make([]bool, 0, n),
-		lastSeqs: make(int8Array, 0, n), updatedAts: make(timeArray, 0, n), startedAts: make(nullTimeArr, 0, n),
-		finishedAts: make(nullTimeArr, 0, n), erased: make([]bool, 0, n),
+		lastSeqs: make(int8Array, 0, n), updatedAts: make(timeArray, 0, n), startedAts: make(nullTimeArray, 0, n),
+		finishedAts: make(nullTimeArray, 0, n), erased: make([]bool, 0, n),
 		addedBytes: make(int8Array, 0, n), maxBytes: make(int8Array, 0, n), planned: make(map[[16]byte]plannedAppend, n),
 	}
 }

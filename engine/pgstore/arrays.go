@@ -31,12 +31,12 @@ func (a valuerArray[E, P]) Index(i int) any { return P(&a[i]) }
 func (a valuerArray[E, P]) IndexType() any { return P(nil) }
 
 type (
-	uuidArray   = valuerArray[uuidElem, *uuidElem]
-	int8Array   = valuerArray[int8Elem, *int8Elem]
-	int4Array   = valuerArray[int4Elem, *int4Elem]
-	textArray   = valuerArray[textElem, *textElem]
-	timeArray   = valuerArray[timeElem, *timeElem]
-	nullTimeArr = valuerArray[nullTimeElem, *nullTimeElem]
+	uuidArray     = valuerArray[uuidElem, *uuidElem]
+	int8Array     = valuerArray[int8Elem, *int8Elem]
+	int4Array     = valuerArray[int4Elem, *int4Elem]
+	textArray     = valuerArray[textElem, *textElem]
+	timeArray     = valuerArray[timeElem, *timeElem]
+	nullTimeArray = valuerArray[nullTimeElem, *nullTimeElem]
 )
 
 // uuidElem is a uuid element.

@@ -20,10 +20,7 @@ func (s *Store) BudgetSet(ctx context.Context, p *store.BudgetSetParams) error {
 		return err
 	}
 	b := p.Budget
-	action := b.OnExhausted
-	if action == "" {
-		action = history.BudgetFail
-	}
+	action := history.BudgetAction(b.OnExhausted)
 	var n int
 	err := s.db.QueryRow(ctx, s.sql("BudgetSet"), pgx.NamedArgs{
 		"namespace": p.Namespace, "ref": b.Ref, "usd": b.USD, "tokens": b.Tokens, "window_seconds": int64(b.Window.Seconds()),

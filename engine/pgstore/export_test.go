@@ -9,7 +9,7 @@ func (s *Store) SQL(name string) string { return s.sql(name) }
 // uuid[], bigint[], integer[], text[], timestamptz[], and timestamptz[]
 // with the zero times NULL.
 func ValuerArrays(ids [][16]byte, ints []int32, texts []string, times []time.Time) []any {
-	u, i8, i4, tx, ts, nts := uuidArray{}, int8Array{}, int4Array{}, textArray{}, timeArray{}, nullTimeArr{}
+	u, i8, i4, tx, ts, nts := uuidArray{}, int8Array{}, int4Array{}, textArray{}, timeArray{}, nullTimeArray{}
 	for _, id := range ids {
 		u = append(u, uuidElem(id))
 	}

@@ -20,10 +20,7 @@ func (s *Store) BudgetSet(ctx context.Context, p *store.BudgetSetParams) error {
 		return err
 	}
 	b := p.Budget
-	action := b.OnExhausted
-	if action == "" {
-		action = history.BudgetFail
-	}
+	action := history.BudgetAction(b.OnExhausted)
 	err := s.tx(ctx, func(tx *txn) error {
 		var n, exists int
 		if err := tx.queryRow(ctx, "BudgetCount", p.Namespace, b.Ref).Scan(&n, &exists); err != nil {

@@ -153,17 +153,25 @@ func (q *quickScan) array(depth int) bool {
 		if !q.value(depth + 1) {
 			return false
 		}
-		q.space()
-		switch {
-		case q.at(','):
-			q.i++
-		case q.at(']'):
-			q.i++
-			return true
-		default:
-			return false
+		if more, ok := q.more(']'); !ok || !more {
+			return ok
 		}
 	}
+}
+
+// more reads what follows a member or element: a comma (more to come, true)
+// or closing (the end, false); ok is false for anything else.
+func (q *quickScan) more(closing byte) (more, ok bool) {
+	q.space()
+	switch {
+	case q.at(','):
+		q.i++
+		return true, true
+	case q.at(closing):
+		q.i++
+		return false, true
+	}
+	return false, false
 }
 
 func (q *quickScan) object(depth int) bool {
@@ -200,15 +208,8 @@ func (q *quickScan) object(depth int) bool {
 		if !q.value(depth + 1) {
 			return false
 		}
-		q.space()
-		switch {
-		case q.at(','):
-			q.i++
-		case q.at('}'):
-			q.i++
-			return true
-		default:
-			return false
+		if more, ok := q.more('}'); !ok || !more {
+			return ok
 		}
 	}
 }

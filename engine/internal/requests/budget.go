@@ -97,10 +97,7 @@ func reserve(ctx context.Context, tx store.Tx, p *ReserveParams) (ReserveResult,
 			continue
 		}
 		b := byKey[w.Key]
-		action := b.OnExhausted
-		if action == "" {
-			action = history.BudgetFail
-		}
+		action := history.BudgetAction(b.OnExhausted)
 		if refused != nil && (refused.Action == history.BudgetFail || action == history.BudgetWait) {
 			continue // the first fail, else the first wait
 		}
