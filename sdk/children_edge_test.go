@@ -94,6 +94,9 @@ func TestStartChildWhileFuturesRecord(t *testing.T) {
 		run, err := sdk.Start(ctx, b.client, parent, 32, nil)
 		require.NoError(t, err)
 		sum, err := run.Result(ctx)
+		if err != nil {
+			logStuckWorkflow(t, b.client, run.ID)
+		}
 		require.NoError(t, err)
 		require.Equal(t, 32*31, sum)
 		enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client))

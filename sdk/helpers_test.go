@@ -197,3 +197,35 @@ func putPlainBlob(t *testing.T, st store.Store, namespace string, id uuid.UUID, 
 		ContentType: b.ContentType, SHA256: b.SHA256, Data: b.Data}))
 	return ref
 }
+
+// logStuckWorkflow logs, for a workflow that did not finish in time, its
+// status and history and the status of each child it started: what a
+// hang left behind, so a failure says where the run stopped.
+func logStuckWorkflow(t *testing.T, c *sdk.Client, id uuid.UUID) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	info, err := c.Get(ctx, id)
+	if err != nil {
+		t.Logf("stuck workflow %s: read: %v", id, err)
+		return
+	}
+	t.Logf("stuck workflow %s: status %s, attempt %d, run at %s", id, info.Status, info.Attempt, info.RunAt.Format(time.RFC3339Nano))
+	events, err := c.History(ctx, id)
+	if err != nil {
+		t.Logf("stuck workflow %s: history: %v", id, err)
+		return
+	}
+	for _, e := range events {
+		t.Logf("  seq %d attempt %d %s at %s", e.Seq, e.Attempt, e.Type(), e.At.Format(time.RFC3339Nano))
+		if cs, ok := e.Data.(history.ChildStartedData); ok {
+			childID, err := uuid.Parse(cs.ChildID)
+			if err != nil {
+				continue
+			}
+			if child, err := c.Get(ctx, childID); err == nil {
+				t.Logf("    child %d %s: status %s, attempt %d, run at %s", cs.Position, childID, child.Status, child.Attempt, child.RunAt.Format(time.RFC3339Nano))
+			}
+		}
+	}
+}
