@@ -72,18 +72,26 @@ FROM /* TEMPLATE: schema */tasks;
 -- Inserts $1 tasks that finished a day ago, each with the four events a
 -- one-step task leaves, so a drain can be measured with history piled up
 -- in both tables. They are written directly, not through the engine: this
--- is ballast, not a workload.
+-- is ballast, not a workload. Their ids are UUIDv7 of a day ago, as the
+-- engine would have made them (version 7 over gen_random_uuid's random
+-- bits, the first 48 bits the milliseconds): random (v4) ids would sort
+-- after every real task, and a newest-first listing (the worker's deploy
+-- check) would walk the ballast before the tasks it looks for, which no
+-- real history does.
 WITH t AS (
     INSERT INTO /* TEMPLATE: schema */tasks (id, namespace, queue, type, type_version, status, priority, run_at,
         fair_at, attempt, max_attempts, lease_epoch, output, last_seq, created_at, updated_at, started_at, finished_at)
-    SELECT gen_random_uuid(), 'default', 'default', 'bench.prefill', 1, 'completed', 0, now() - interval '1 day',
+    SELECT encode(set_bit(set_bit(overlay(uuid_send(gen_random_uuid())
+            PLACING substring(int8send((extract(epoch FROM now() - interval '1 day') * 1000)::bigint + i) FROM 3)
+            FROM 1 FOR 6), 52, 1), 53, 1), 'hex')::uuid,
+        'default', 'default', 'bench.prefill', 1, 'completed', 0, now() - interval '1 day',
         now() - interval '1 day', 1, 1, 1, '1', 4, now() - interval '1 day', now() - interval '1 day',
         now() - interval '1 day', now() - interval '1 day'
-    FROM generate_series(1, $1)
+    FROM generate_series(1, $1) AS i
     RETURNING id
 )
 INSERT INTO /* TEMPLATE: schema */events (task_id, seq, type, at, attempt, data)
-SELECT t.id, e.seq, e.type, now(), e.attempt, e.data::jsonb FROM t CROSS JOIN (VALUES
+SELECT t.id, e.seq, e.type, now() - interval '1 day', e.attempt, e.data::jsonb FROM t CROSS JOIN (VALUES
     (1, 'task_scheduled', 0, '{"v":1,"namespace":"default","task_type":"bench.prefill","type_version":1,"queue":"default","priority":0,"run_at":"2026-01-01T00:00:00Z","max_attempts":1}'),
     (2, 'attempt_started', 1, '{"v":1,"worker_id":"prefill","lease_epoch":1,"lease_expires_at":"2026-01-01T00:00:00Z"}'),
     (3, 'step_completed', 1, '{"v":1,"position":0,"name":"noop","output":1}'),

@@ -1,10 +1,15 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"regexp"
 	"slices"
 	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/cairnflow/cairn/engine/enginetest"
 	"github.com/cairnflow/cairn/engine/pgstore"
@@ -72,6 +77,23 @@ func TestPrefillFinished(t *testing.T) {
 	sum, err := b.drainSummary(context.Background())
 	require.NoError(t, err)
 	require.Zero(t, sum.completed, "ballast is not counted as the drain's")
+
+	// The ballast's ids are UUIDv7 of a day ago, as the engine makes ids:
+	// older than any task started now, so a newest-first listing meets
+	// the run's tasks before the ballast.
+	rows, err := s.Pool().Query(context.Background(), "SELECT id FROM "+pgx.Identifier{s.Schema(), "tasks"}.Sanitize())
+	require.NoError(t, err)
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	require.NoError(t, err)
+	now, err := uuid.NewV7()
+	require.NoError(t, err)
+	for _, id := range ids {
+		require.Equal(t, uuid.Version(7), id.Version(), "ballast id %s", id)
+		sec, nsec := id.Time().UnixTime()
+		age := time.Since(time.Unix(sec, nsec))
+		require.InDelta(t, 24*time.Hour, age, float64(time.Hour), "ballast id %s is %s old", id, age)
+		require.Negative(t, bytes.Compare(id[:], now[:]), "ballast id %s sorts before a new task's", id)
+	}
 }
 
 // TestResetTakesAMigratedSchemaForItsOwn resets a schema migrated to the
