@@ -83,4 +83,11 @@ func TestLeastPrivilegeRoles(t *testing.T) {
 	defer appPool.Close()
 	_, err = appPool.Exec(ctx, "CREATE TABLE "+schema+".intruder (id int)")
 	require.ErrorContains(t, err, "permission denied")
+
+	// It summarizes the events' BRIN ranges, as the leader does, through
+	// the function that runs as the index's owner.
+	appStore, err := pgstore.New(pgstore.Config{Pool: appPool, Schema: schema})
+	require.NoError(t, err)
+	_, err = appStore.IndexSummarize(ctx)
+	require.NoError(t, err)
 }

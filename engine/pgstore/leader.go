@@ -4,10 +4,13 @@ import (
 	"context"
 	"time"
 
-	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cockroachdb/errors"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/internal/errmark"
 )
 
 // TaskListLeaseExpired returns up to p.Max running tasks whose lease
@@ -98,4 +101,34 @@ func (s *Store) LeaderAttempt(ctx context.Context, p *store.LeaderAttemptParams)
 func (s *Store) LeaderResign(ctx context.Context, p *store.LeaderResignParams) error {
 	_, err := s.control.Exec(ctx, s.sql("LeaderResign"), pgx.NamedArgs{"name": p.Name, "owner": p.Owner})
 	return errors.Wrapf(interpretError(err), "resign leadership of %s", p.Name)
+}
+
+// indexSummarizeLockTimeout bounds the wait for the lock a summary takes
+// (SHARE UPDATE EXCLUSIVE on events and the index): a VACUUM of events
+// holds it, and summarizes the same ranges itself.
+const indexSummarizeLockTimeout = "1s"
+
+// IndexSummarize summarizes the page ranges of events_at_brin_idx filled
+// since its last summary (brin_summarize_new_values), in a transaction
+// that waits at most indexSummarizeLockTimeout for the index's lock.
+func (s *Store) IndexSummarize(ctx context.Context) (int, error) {
+	var n int64
+	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT set_config('lock_timeout', '"+indexSummarizeLockTimeout+"', true)"); err != nil {
+			return err
+		}
+		return tx.QueryRow(ctx, s.sql("IndexSummarize")).Scan(&n)
+	})
+	var pgErr *pgconn.PgError
+	switch {
+	case err == nil:
+		return int(n), nil
+	case errors.As(err, &pgErr) && pgErr.Code == "55P03": // lock_not_available: a VACUUM summarizes them
+		return 0, nil
+	case errors.As(err, &pgErr) && pgErr.Code == "42501": // insufficient_privilege
+		return 0, errmark.Mark(errors.Wrap(err, "summarize events_at_brin_idx: the database role may not execute "+
+			"summarize_event_ranges() (grant it EXECUTE, see docs/deployment.md); until a VACUUM of events summarizes them, "+
+			"audits read the newest ranges in full"), store.ErrUnsupported)
+	}
+	return 0, errors.Wrap(interpretError(err), "summarize events_at_brin_idx")
 }

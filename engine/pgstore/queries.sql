@@ -797,6 +797,12 @@ WHERE status = 'pending' AND attempt = 0 AND start_deadline IS NOT NULL AND star
 ORDER BY start_deadline
 LIMIT @max;
 
+-- name: IndexSummarize
+-- Summarizes the page ranges of events_at_brin_idx filled since its last
+-- summary (IndexSummarize in leader.go), as the index's owner (migration
+-- 0026's function).
+SELECT /* TEMPLATE: schema */summarize_event_ranges();
+
 -- name: ScheduleInsert
 INSERT INTO /* TEMPLATE: schema */schedules
     (namespace, name, cron, timezone, task_type, type_version, queue, input, max_attempts, next_run_at, created_at, updated_at)

@@ -147,6 +147,19 @@ type Executor interface {
 	// it up, if p.Owner holds it.
 	LeaderAttempt(ctx context.Context, p *LeaderAttemptParams) (bool, error)
 	LeaderResign(ctx context.Context, p *LeaderResignParams) error
+	// IndexSummarize brings the store's range indexes up to date and
+	// returns how many ranges it summarized: on PostgreSQL the BRIN
+	// index of the events' times (events_at_brin_idx, which the audit's
+	// time ranges walk), whose page ranges filled since the last call
+	// get their summaries; the embedded store has no such index (0). The
+	// leader calls it at its passes (migration 0026 turned the index's
+	// autosummarize off: its requests overflowed autovacuum's queue under
+	// a steady rate of appends, each logged with its statement). A
+	// summary already being written elsewhere (VACUUM) is not waited for:
+	// 0. A role that may not summarize (PostgreSQL: without EXECUTE on
+	// the schema's summarize_event_ranges) is refused with an error
+	// marked [ErrUnsupported].
+	IndexSummarize(ctx context.Context) (int, error)
 
 	// Retention's statements; the removal is written once above the
 	// seam (engine/internal/maintenance.RemoveFinished), in a [Tx]:

@@ -51,6 +51,7 @@ func testRateLimitAndConcurrency(t *testing.T, s store.Store) {
 // leaderTests: the leader lease.
 var leaderTests = []conformanceTest{
 	{"LeaderLeaseHasOneOwner", testLeader},
+	{"IndexSummarizeIsRepeatable", testIndexSummarize},
 }
 
 // scheduleTests: cron schedules.
@@ -187,6 +188,29 @@ func testLeader(t *testing.T, s store.Store) {
 	require.True(t, ok)
 	waitFor(t, "b to take over the expired lease", func() bool { return attempt("retention", "b") })
 	require.False(t, attempt("retention", "a"))
+}
+
+// testIndexSummarize: the leader's summary of range indexes may be run at
+// any time, on the store or in a transaction; a second run right after
+// the first finds nothing left to summarize. (What it summarizes is
+// PostgreSQL's: engine/pgstore's TestIndexSummarize.)
+func testIndexSummarize(t *testing.T, s store.Store) {
+	ctx := testContext(t)
+	for range 50 {
+		start(t, s, spec{})
+	}
+	first, err := s.IndexSummarize(ctx)
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, first, 0)
+	again, err := s.IndexSummarize(ctx)
+	require.NoError(t, err)
+	require.Zero(t, again, "nothing written since the last summary")
+	tx, err := s.Begin(ctx)
+	require.NoError(t, err)
+	n, err := tx.IndexSummarize(ctx)
+	require.NoError(t, err)
+	require.Zero(t, n)
+	require.NoError(t, tx.Commit(ctx))
 }
 
 // schedule is a valid schedule of namespace ns.

@@ -46,9 +46,9 @@ const leaderName = "rescuer"
 // Maintainer runs the maintenance services of one store, one per job, as
 // River's queue maintainer does: the lease rescuer in every process, and,
 // while this process holds the leader lease, the start-deadline expirer,
-// the cron firer, retention and the archiver, each in a loop of its own,
-// started when this process becomes the leader and stopped when it stops
-// being one. An elector (engine/internal/leadership) takes and renews the
+// the cron firer, retention, the archiver and the index summarizer, each
+// in a loop of its own, started when this process becomes the leader and
+// stopped when it stops being one. An elector (engine/internal/leadership) takes and renews the
 // lease at every pass.
 //
 // Every process may run one, and every one rescues: a rescue is a fenced
@@ -114,6 +114,7 @@ func New(cfg Config) (*Maintainer, error) {
 			&cron{cfg: cfg},
 			&retention{cfg: cfg},
 			&archiver{cfg: cfg},
+			&summarizer{cfg: cfg},
 		},
 	}, nil
 }
