@@ -191,12 +191,18 @@ func newBenchSteadyCmd(g *globals) *cobra.Command {
 steady starts --workers in-process workers whose leader removes finished
 tasks --retention after they finish (their idempotency keys stay retired
 for 1s), and a producer that starts keyed one-step tasks at --rate for
---duration. Twelve times in the run it reads the live rows and the total
-size (indexes and TOAST included) of tasks, events, retired_keys and blobs,
-after a VACUUM of each unless --vacuum=false (a stand-in for autovacuum,
-which reuses removed rows' space the same way). With retention keeping up
-the sizes plateau: the report ends with the largest total size over the
-smallest in the run's second half. PostgreSQL only.`,
+--duration. Twenty-four times in the run, beside the producer, it reads
+the live and dead rows (the statistics' counts) and the total size
+(indexes and TOAST included) of tasks, events, retired_keys and blobs,
+after a VACUUM of each unless
+--vacuum=false (a stand-in for autovacuum, which reuses removed rows' space
+the same way), and how many tasks are unfinished, which gives the rate at
+which they finish. With retention keeping up the sizes plateau: the report
+ends with the largest total size over the smallest in the run's second
+half. --hold-xmin D holds a REPEATABLE READ transaction's snapshot open for
+D in the middle of the run, as a long report or a forgotten session would:
+nothing that dies meanwhile can be vacuumed, and the report gives the
+finish rate before, during and after the hold. PostgreSQL only.`,
 		Args: cobra.NoArgs,
 		RunE: benchRunE(g, func(cmd *cobra.Command, cfg bench.Config) error {
 			return bench.Steady(cmd.Context(), cfg, *p, vacuum)
@@ -204,8 +210,9 @@ smallest in the run's second half. PostgreSQL only.`,
 	}
 	cmd.Flags().IntVar(&p.Rate, "rate", 500, "tasks started per second")
 	cmd.Flags().DurationVar(&p.Duration, "duration", 2*time.Minute, "how long the producer runs")
-	cmd.Flags().DurationVar(&p.Retention, "retention", 3*time.Second, "the workers' default retention")
+	cmd.Flags().DurationVar(&p.Retention, "retention", 3*time.Second, "the workers' default retention (0: none, and the tables grow)")
 	cmd.Flags().BoolVar(&vacuum, "vacuum", true, "VACUUM the tables at each sample, as autovacuum would")
+	cmd.Flags().DurationVar(&p.HoldXmin, "hold-xmin", 0, "hold a transaction's snapshot open this long in the middle of the run (the oldest xmin: no vacuum removes what dies meanwhile), and report the finish rate before, during and after (0: none)")
 	addBenchWorkerFlags(cmd, p, true)
 	return cmd
 }

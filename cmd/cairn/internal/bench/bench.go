@@ -179,6 +179,7 @@ type Params struct {
 	Metrics     bool          // --metrics: workers count Prometheus metrics
 	Waiting     []int         // --waiting: sizes of the waiting set, one window each (Waiting)
 	Window      time.Duration // --window: how long Waiting reads the database's statistics
+	HoldXmin    time.Duration // --hold-xmin: Steady holds a snapshot open this long, in the run's middle
 }
 
 func (f *Params) validate() error {
