@@ -297,6 +297,9 @@ func (p *Processor) execute(a *Attempt) {
 	p.appender.appendAsync(p.baseCtx, a.appendParams(payloads), func(res store.AppendResult) {
 		if res.Err != nil && p.baseCtx.Err() == nil {
 			p.cfg.Logger.Warn("processor: record attempt outcome", "task_id", a.Task.ID, "attempt", a.state.Attempt, service.ErrAttr(res.Err))
+			if errors.Is(res.Err, store.ErrConflict) {
+				p.handBack(a, res.Err)
+			}
 		}
 		if res.Err == nil && waiting(res.State.Status) {
 			// A retry, a durable timer or a hand-back: this worker knows
@@ -305,6 +308,55 @@ func (p *Processor) execute(a *Attempt) {
 		}
 		p.release(ref)
 	})
+}
+
+// handBackTries bounds the hand-back's tries: each is a read of the log
+// and a fenced append onto it, and each loses only to another writer's
+// append in between.
+const handBackTries = 3
+
+// handBackTimeout bounds the hand-back, which runs on an appender's
+// flusher, holding the attempt's slot.
+const handBackTimeout = 5 * time.Second
+
+// handBack hands the task back (task_released, due at once, no retry
+// spent) when its attempt's outcome could not be written because its log
+// moved on: other writers kept appending to it through every rebase (a
+// parent's children ending one after another), or appended what the
+// attempt's events cannot follow. Left alone, the task would stay running
+// until its lease expired (DefaultLeaseTTL, 30 s); handed back, its next
+// attempt replays what the log holds and goes on. The hand-back is
+// appended onto the log as it is now, fenced by the attempt's lease, so
+// it is refused once the lease has passed to a rescue; then, or when it
+// loses every try, the rescuer sees to the task as before.
+func (p *Processor) handBack(a *Attempt, cause error) {
+	ctx, cancel := context.WithTimeout(p.baseCtx, handBackTimeout)
+	defer cancel()
+	state := a.state
+	release := []history.Payload{history.TaskReleasedData{WorkerID: p.cfg.WorkerID, LeaseEpoch: state.Lease.Epoch,
+		Reason: "its outcome could not be recorded: " + cause.Error()}}
+	var err error
+	for range handBackTries {
+		events, lerr := p.cfg.Store.EventList(ctx, &store.EventListParams{After: map[uuid.UUID]int64{a.Task.ID: state.LastSeq}})
+		if lerr != nil {
+			err = lerr
+			break
+		}
+		if state, err = history.ApplyAll(state, events[a.Task.ID]); err != nil || state.Status != history.StatusRunning {
+			break
+		}
+		_, err = p.cfg.Store.EventAppend(ctx, &store.EventAppendParams{TaskID: a.Task.ID, State: state,
+			Epoch: a.state.Lease.Epoch, Attempt: a.state.Attempt, Payloads: release})
+		if !errors.Is(err, store.ErrConflict) {
+			break
+		}
+	}
+	if err != nil || state.Status != history.StatusRunning {
+		p.cfg.Logger.Warn("processor: could not hand the task back; it is rescued when its lease expires",
+			"task_id", a.Task.ID, "attempt", a.state.Attempt, "status", state.Status, service.ErrAttr(err))
+		return
+	}
+	p.cfg.Logger.Info("processor: handed the task back after its outcome conflicted", "task_id", a.Task.ID, "attempt", a.state.Attempt)
 }
 
 // waiting says whether a task of status st waits to be claimed.

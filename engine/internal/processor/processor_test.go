@@ -636,3 +636,79 @@ func TestContinueAsNewAfterASignalHandsTheAttemptBack(t *testing.T) {
 		history.AttemptStarted, history.TaskContinued}, enginetest.EventTypes(t, s, id))
 	require.NotNil(t, nextID.Load())
 }
+
+// conflictingStore refuses, as a log that moved on would, every append of
+// a completion by the first attempt of task id: the outcome's conflict
+// stands through the appender's rebases.
+type conflictingStore struct {
+	store.Store
+	id      uuid.UUID
+	refused atomic.Int32
+}
+
+func (s *conflictingStore) EventAppendMany(ctx context.Context, params []*store.EventAppendParams) ([]store.AppendResult, error) {
+	refuse := func(p *store.EventAppendParams) bool {
+		if p.TaskID != s.id || p.Attempt != 1 {
+			return false
+		}
+		for _, pl := range p.Payloads {
+			if _, ok := pl.(history.TaskCompletedData); ok {
+				return true
+			}
+		}
+		return false
+	}
+	var pass []*store.EventAppendParams
+	for _, p := range params {
+		if !refuse(p) {
+			pass = append(pass, p)
+		}
+	}
+	var passed []store.AppendResult
+	if len(pass) > 0 {
+		var err error
+		if passed, err = s.Store.EventAppendMany(ctx, pass); err != nil {
+			return nil, err
+		}
+	}
+	results := make([]store.AppendResult, len(params))
+	for i, p := range params {
+		if refuse(p) {
+			s.refused.Add(1)
+			results[i] = store.AppendResult{State: p.State, Err: errors.Mark(errors.Newf("append to task %s: the log moved on", p.TaskID), store.ErrConflict)}
+			continue
+		}
+		results[i], passed = passed[0], passed[1:]
+	}
+	return results, nil
+}
+
+// An attempt whose outcome cannot be recorded (its log kept moving through
+// every rebase) hands the task back at once instead of leaving it running
+// until its lease expires (an hour here): the next attempt completes it,
+// and the hand-back says why.
+func TestProcessorHandsBackAnOutcomeThatConflicts(t *testing.T) {
+	t.Parallel()
+	pg := enginetest.Store(t)
+	id := enginetest.StartTask(t, pg, nil)
+	s := &conflictingStore{Store: pg, id: id}
+	p, err := processor.New(processor.Config{Store: s, Handler: completeHandler(), Types: []store.TypeKey{enginetest.TestKey},
+		PollInterval: 20 * time.Millisecond, LeaseTTL: time.Hour, Logger: enginetest.Logger(t)})
+	require.NoError(t, err)
+	require.NoError(t, p.Start(context.Background()))
+	t.Cleanup(func() { stopProcessor(t, p) })
+
+	task := enginetest.WaitStatus(t, pg, id, history.StatusCompleted)
+	require.Equal(t, 2, task.Attempt)
+	require.Greater(t, s.refused.Load(), int32(1), "the outcome was rebased before its conflict stood")
+	events := enginetest.Events(t, pg, id)
+	var released []history.TaskReleasedData
+	for _, e := range events {
+		if r, ok := e.Data.(history.TaskReleasedData); ok {
+			released = append(released, r)
+		}
+	}
+	require.Len(t, released, 1, "%v", enginetest.EventTypes(t, pg, id))
+	require.Contains(t, released[0].Reason, "its outcome could not be recorded")
+	require.Equal(t, 1, enginetest.RequireProjectionsMatch(t, pg))
+}
