@@ -105,20 +105,30 @@ func (s *Store) LeaderResign(ctx context.Context, p *store.LeaderResignParams) e
 
 // indexSummarizeLockTimeout bounds the wait for the lock a summary takes
 // (SHARE UPDATE EXCLUSIVE on events and the index): a VACUUM of events
-// holds it, and summarizes the same ranges itself.
-const indexSummarizeLockTimeout = "1s"
+// holds it, and summarizes the same ranges itself. Well under
+// deadlock_timeout (1 s by default), after which a waiter would cancel an
+// autovacuum of events.
+const indexSummarizeLockTimeout = "100ms"
 
 // IndexSummarize summarizes the page ranges of events_at_brin_idx filled
-// since its last summary (brin_summarize_new_values), in a transaction
-// that waits at most indexSummarizeLockTimeout for the index's lock.
+// since its last summary (brin_summarize_new_values): on the store, in a
+// transaction of its own that waits at most indexSummarizeLockTimeout for
+// the index's lock; in a caller's transaction, under that transaction's
+// settings (a setting made here would outlive the savepoint and hold for
+// the rest of the caller's transaction).
 func (s *Store) IndexSummarize(ctx context.Context) (int, error) {
 	var n int64
-	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SELECT set_config('lock_timeout', '"+indexSummarizeLockTimeout+"', true)"); err != nil {
-			return err
-		}
-		return tx.QueryRow(ctx, s.sql("IndexSummarize")).Scan(&n)
-	})
+	var err error
+	if s.txn != nil {
+		err = s.db.QueryRow(ctx, s.sql("IndexSummarize")).Scan(&n)
+	} else {
+		err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, "SELECT set_config('lock_timeout', '"+indexSummarizeLockTimeout+"', true)"); err != nil {
+				return err
+			}
+			return tx.QueryRow(ctx, s.sql("IndexSummarize")).Scan(&n)
+		})
+	}
 	var pgErr *pgconn.PgError
 	switch {
 	case err == nil:

@@ -76,6 +76,7 @@ type Processor struct {
 	heartbeatDone       chan struct{}
 	stopHeartbeat       context.CancelFunc
 	executors           sync.WaitGroup // one per running attempt, added by the claim loop
+	handBacks           sync.WaitGroup // one per hand-back after a conflicted outcome (handBack)
 	slotFreed           chan struct{}  // size 1: wake-ups coalesce
 	localDue            *localDue      // run times this worker's appends set, for the claim loop
 	appender            *appender      // group commit of every append an attempt makes
@@ -249,6 +250,7 @@ func (p *Processor) stop(ctx context.Context, cancelNow bool) error {
 			p.stopCancels()
 		}
 		p.appender.stop()
+		p.handBacks.Wait() // bounded by handBackTimeout
 		p.stopHeartbeat()
 		<-p.heartbeatDone
 	})
@@ -294,11 +296,18 @@ func (p *Processor) execute(a *Attempt) {
 	}
 	// Record the outcome even when the attempt context was cancelled by a
 	// stop: only abandoning the whole worker (baseCtx) drops it.
-	p.appender.appendAsync(p.baseCtx, a.appendParams(payloads), func(res store.AppendResult) {
+	params := a.appendParams(payloads)
+	p.appender.appendAsync(p.baseCtx, params, func(res store.AppendResult) {
 		if res.Err != nil && p.baseCtx.Err() == nil {
 			p.cfg.Logger.Warn("processor: record attempt outcome", "task_id", a.Task.ID, "attempt", a.state.Attempt, service.ErrAttr(res.Err))
-			if errors.Is(res.Err, store.ErrConflict) {
-				p.handBack(a, res.Err)
+			if errors.Is(res.Err, store.ErrConflict) && !failed(payloads) {
+				// Off the appender's flusher, which must not block; the
+				// slot and the lease are kept until it is done.
+				p.handBacks.Go(func() {
+					p.handBack(params, res.Err)
+					p.release(ref)
+				})
+				return
 			}
 		}
 		if res.Err == nil && waiting(res.State.Status) {
@@ -319,44 +328,67 @@ const handBackTries = 3
 // flusher, holding the attempt's slot.
 const handBackTimeout = 5 * time.Second
 
+// failed says whether an attempt's outcome is a failure (a retry with its
+// backoff, or the task's end): such an outcome is not handed back, which
+// would retry at once without spending an attempt; its conflict is left to
+// the rescuer, which counts the attempt.
+func failed(payloads []history.Payload) bool {
+	for _, pl := range payloads {
+		switch pl.(type) {
+		case history.AttemptFailedData, history.TaskFailedData, history.TaskDeadLetteredData:
+			return true
+		}
+	}
+	return false
+}
+
 // handBack hands the task back (task_released, due at once, no retry
-// spent) when its attempt's outcome could not be written because its log
-// moved on: other writers kept appending to it through every rebase (a
-// parent's children ending one after another), or appended what the
+// spent) when its attempt's outcome p could not be written because its
+// log moved on: other writers kept appending to it through every rebase
+// (a parent's children ending one after another), or appended what the
 // attempt's events cannot follow. Left alone, the task would stay running
 // until its lease expired (DefaultLeaseTTL, 30 s); handed back, its next
-// attempt replays what the log holds and goes on. The hand-back is
+// attempt replays what the log holds and goes on. Only a log that moved
+// is handed back: a conflict with no events after the outcome's state is
+// some other refusal, left to the rescuer as before. The hand-back is
 // appended onto the log as it is now, fenced by the attempt's lease, so
 // it is refused once the lease has passed to a rescue; then, or when it
-// loses every try, the rescuer sees to the task as before.
-func (p *Processor) handBack(a *Attempt, cause error) {
+// loses every try, the rescuer sees to the task.
+func (p *Processor) handBack(params *store.EventAppendParams, cause error) {
 	ctx, cancel := context.WithTimeout(p.baseCtx, handBackTimeout)
 	defer cancel()
-	state := a.state
-	release := []history.Payload{history.TaskReleasedData{WorkerID: p.cfg.WorkerID, LeaseEpoch: state.Lease.Epoch,
+	id, state := params.TaskID, params.State
+	release := []history.Payload{history.TaskReleasedData{WorkerID: p.cfg.WorkerID, LeaseEpoch: params.Epoch,
 		Reason: "its outcome could not be recorded: " + cause.Error()}}
 	var err error
-	for range handBackTries {
-		events, lerr := p.cfg.Store.EventList(ctx, &store.EventListParams{After: map[uuid.UUID]int64{a.Task.ID: state.LastSeq}})
+	for try := range handBackTries {
+		events, lerr := p.cfg.Store.EventList(ctx, &store.EventListParams{After: map[uuid.UUID]int64{id: state.LastSeq}})
 		if lerr != nil {
 			err = lerr
 			break
 		}
-		if state, err = history.ApplyAll(state, events[a.Task.ID]); err != nil || state.Status != history.StatusRunning {
+		if try == 0 && len(events[id]) == 0 {
+			return // the log did not move: not a conflict a hand-back answers
+		}
+		if state, err = history.ApplyAll(state, events[id]); err != nil || state.Status != history.StatusRunning {
 			break
 		}
-		_, err = p.cfg.Store.EventAppend(ctx, &store.EventAppendParams{TaskID: a.Task.ID, State: state,
-			Epoch: a.state.Lease.Epoch, Attempt: a.state.Attempt, Payloads: release})
+		_, err = p.cfg.Store.EventAppend(ctx, &store.EventAppendParams{TaskID: id, State: state,
+			Epoch: params.Epoch, Attempt: params.Attempt, Payloads: release})
 		if !errors.Is(err, store.ErrConflict) {
 			break
 		}
 	}
-	if err != nil || state.Status != history.StatusRunning {
+	switch {
+	case err != nil:
 		p.cfg.Logger.Warn("processor: could not hand the task back; it is rescued when its lease expires",
-			"task_id", a.Task.ID, "attempt", a.state.Attempt, "status", state.Status, service.ErrAttr(err))
-		return
+			"task_id", id, "attempt", params.Attempt, service.ErrAttr(err))
+	case state.Status != history.StatusRunning:
+		p.cfg.Logger.Info("processor: no hand-back: the task is no longer running under this attempt",
+			"task_id", id, "attempt", params.Attempt, "status", state.Status)
+	default:
+		p.cfg.Logger.Info("processor: handed the task back after its outcome conflicted", "task_id", id, "attempt", params.Attempt)
 	}
-	p.cfg.Logger.Info("processor: handed the task back after its outcome conflicted", "task_id", a.Task.ID, "attempt", a.state.Attempt)
 }
 
 // waiting says whether a task of status st waits to be claimed.

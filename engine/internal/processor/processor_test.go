@@ -637,12 +637,15 @@ func TestContinueAsNewAfterASignalHandsTheAttemptBack(t *testing.T) {
 	require.NotNil(t, nextID.Load())
 }
 
-// conflictingStore refuses, as a log that moved on would, every append of
-// a completion by the first attempt of task id: the outcome's conflict
-// stands through the appender's rebases.
+// conflictingStore refuses every append of a completion by the first
+// attempt of task id, after a signal to the task moved its log on, as a
+// stream of children's ends or signals would: the outcome's conflict
+// stands through the appender's rebases. With quiet set it refuses without
+// moving the log (a refusal of another kind).
 type conflictingStore struct {
 	store.Store
 	id      uuid.UUID
+	quiet   bool
 	refused atomic.Int32
 }
 
@@ -674,6 +677,12 @@ func (s *conflictingStore) EventAppendMany(ctx context.Context, params []*store.
 	results := make([]store.AppendResult, len(params))
 	for i, p := range params {
 		if refuse(p) {
+			if !s.quiet {
+				if _, err := requests.Signal(ctx, s.Store, &store.TaskSignalParams{Namespace: store.DefaultNamespace, TaskID: s.id,
+					Name: "poke", Sender: "test"}); err != nil {
+					return nil, err
+				}
+			}
 			s.refused.Add(1)
 			results[i] = store.AppendResult{State: p.State, Err: errors.Mark(errors.Newf("append to task %s: the log moved on", p.TaskID), store.ErrConflict)}
 			continue
@@ -711,4 +720,23 @@ func TestProcessorHandsBackAnOutcomeThatConflicts(t *testing.T) {
 	require.Len(t, released, 1, "%v", enginetest.EventTypes(t, pg, id))
 	require.Contains(t, released[0].Reason, "its outcome could not be recorded")
 	require.Equal(t, 1, enginetest.RequireProjectionsMatch(t, pg))
+}
+
+// A conflict with no events after the outcome's state (another kind of
+// refusal) is not handed back: a hand-back would rerun the task at once
+// without spending an attempt, again and again if the refusal recurs. It
+// stays with the rescuer, as before.
+func TestProcessorLeavesAConflictWithoutMovesToTheRescuer(t *testing.T) {
+	t.Parallel()
+	pg := enginetest.Store(t)
+	id := enginetest.StartTask(t, pg, nil)
+	s := &conflictingStore{Store: pg, id: id, quiet: true}
+	p, err := processor.New(processor.Config{Store: s, Handler: completeHandler(), Types: []store.TypeKey{enginetest.TestKey},
+		PollInterval: 20 * time.Millisecond, LeaseTTL: time.Hour, Logger: enginetest.Logger(t)})
+	require.NoError(t, err)
+	require.NoError(t, p.Start(context.Background()))
+	enginetest.WaitFor(t, "the outcome's conflict to stand", func() bool { return s.refused.Load() > 1 })
+	stopProcessor(t, p) // waits for the outcome's callback and any hand-back
+	require.Equal(t, []history.Type{history.TaskScheduled, history.AttemptStarted}, enginetest.EventTypes(t, pg, id),
+		"nothing written after the refused outcome")
 }

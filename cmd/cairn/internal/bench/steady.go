@@ -103,9 +103,9 @@ func Steady(ctx context.Context, cfg Config, p Params, vacuum bool) error {
 	if err := positive(intFlag{"rate", f.Rate}, intFlag{"workers", f.Workers}, intFlag{"concurrency", f.Concurrency}, intFlag{"max-conns", f.MaxConns}); err != nil {
 		return err
 	}
-	if f.HoldXmin < 0 || f.HoldXmin > 0 && f.Duration-f.HoldXmin < 4*f.Duration/steadySamples {
-		return errmark.Mark(errors.Newf("--hold-xmin %s: use 0 (none) or a hold that leaves at least two samples (%s) of the %s run before and after it",
-			f.HoldXmin, 2*f.Duration/steadySamples, f.Duration), ErrConfig)
+	if f.HoldXmin < 0 || f.HoldXmin > 0 && f.Duration-f.HoldXmin < 6*f.Duration/steadySamples {
+		return errmark.Mark(errors.Newf("--hold-xmin %s: use 0 (none) or a hold that leaves at least three samples (%s) of the %s run before and after it",
+			f.HoldXmin, 3*f.Duration/steadySamples, f.Duration), ErrConfig)
 	}
 	env, closeEnv, err := openBench(ctx, cfg, "steady")
 	if err != nil {
@@ -206,7 +206,8 @@ func steadyRun(ctx context.Context, env *benchEnv, client *sdk.Client, rate int,
 		g.Go(func() error { return holdSnapshot(gctx, env, begin.Add((d-hold)/2), hold, &holding) })
 	}
 	g.Go(func() error { return produceSteadily(gctx, client, begin, d, rate, &started) })
-	return samples, g.Wait()
+	err := g.Wait()
+	return samples, err
 }
 
 // produceSteadily starts rate keyed one-step tasks a second, a tenth of
@@ -248,13 +249,15 @@ func sampleSteadily(ctx context.Context, env *benchEnv, begin time.Time, d time.
 			return nil, ctx.Err()
 		case <-time.After(time.Until(next)):
 		}
-		held := holding.Load()
+		held, startedBefore := holding.Load(), int(started.Load())
 		s, err := sampleTables(ctx, env, vacuum)
 		if err != nil {
 			return nil, err
 		}
 		at := time.Since(begin).Seconds()
-		s.AtSeconds, s.Started, s.Holding = math.Round(at), int(started.Load()), held || holding.Load()
+		// Started is read before the unfinished tasks are counted, so a
+		// task started in between is not taken for finished.
+		s.AtSeconds, s.Started, s.Holding = math.Round(at), startedBefore, held || holding.Load()
 		finished := int64(s.Started) - s.Unfinished
 		s.FinishedPerSecond = float64(finished-prevFinished) / (at - prevAt)
 		prevAt, prevFinished = at, finished

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"slices"
 	"testing"
 	"time"
 
@@ -24,7 +25,13 @@ func TestSteadyStateSamplesWhileRetentionRemoves(t *testing.T) {
 	require.NoError(t, json.Unmarshal(out.Bytes(), &report), out.String())
 	require.Len(t, report.Samples, steadySamples)
 	last := report.Samples[len(report.Samples)-1]
-	require.Positive(t, last.FinishedPerSecond, "tasks finish: %+v", last)
+	// The sampler may lag past the producer's end (a loaded machine), so
+	// the last interval may have had nothing left to finish.
+	rates := make([]float64, len(report.Samples))
+	for i, s := range report.Samples {
+		rates[i] = s.FinishedPerSecond
+	}
+	require.Positive(t, slices.Max(rates), "tasks finish: %v", rates)
 	require.Less(t, last.Unfinished, int64(last.Started), "%+v", last)
 	require.Contains(t, last.DeadRows, "tasks")
 	require.Less(t, last.Rows["tasks"], int64(last.Started/2), "retention removed the tasks that finished: %+v", last)
@@ -44,8 +51,8 @@ func TestSteadyHoldsASnapshot(t *testing.T) {
 	t.Parallel()
 	var out bytes.Buffer
 	cfg := pgConfig(t, "bench_steady_hold", &out)
-	err := Steady(context.Background(), cfg, Params{Rate: 200, Duration: 12 * time.Second, Retention: 2 * time.Second,
-		Workers: 1, Concurrency: 50, MaxConns: 8, HoldXmin: 6 * time.Second}, true)
+	err := Steady(context.Background(), cfg, Params{Rate: 200, Duration: 20 * time.Second, Retention: 2 * time.Second,
+		Workers: 1, Concurrency: 50, MaxConns: 8, HoldXmin: 8 * time.Second}, true)
 	require.NoError(t, err)
 	var report steadyReport
 	require.NoError(t, json.Unmarshal(out.Bytes(), &report), out.String())
@@ -61,7 +68,7 @@ func TestSteadyHoldsASnapshot(t *testing.T) {
 	require.False(t, last.Holding)
 	require.Less(t, last.DeadRows["tasks"], held.MaxDeadTasks, "vacuumed once let go: %+v", report.Samples)
 
-	err = Steady(context.Background(), cfg, Params{Rate: 200, Duration: 12 * time.Second, Retention: 2 * time.Second,
-		Workers: 1, Concurrency: 50, MaxConns: 8, HoldXmin: 11 * time.Second}, true)
+	err = Steady(context.Background(), cfg, Params{Rate: 200, Duration: 20 * time.Second, Retention: 2 * time.Second,
+		Workers: 1, Concurrency: 50, MaxConns: 8, HoldXmin: 16 * time.Second}, true)
 	require.ErrorIs(t, err, ErrConfig, "no room before and after the hold")
 }
