@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -166,4 +167,19 @@ type testWriter struct{ tb testing.TB }
 func (w testWriter) Write(p []byte) (int, error) {
 	w.tb.Logf("%s", p)
 	return len(p), nil
+}
+
+// FillEventRanges starts tasks with inputs of some 1.5 KB until the
+// events of s fill at least one of events_at_brin_idx's ranges (32 pages;
+// the last, partial range is summarized only once full), and returns how
+// many full ranges there are.
+func FillEventRanges(tb testing.TB, s *pgstore.Store) int {
+	tb.Helper()
+	input := json.RawMessage(`{"pad":"` + strings.Repeat("0123456789abcdef", 90) + `"}`)
+	StartTasks(tb, s, 300, &TaskOpts{Input: input})
+	var pages int
+	require.NoError(tb, s.Pool().QueryRow(context.Background(), "SELECT pg_relation_size($1::regclass) / 8192",
+		TableName(s, "events")).Scan(&pages))
+	require.GreaterOrEqual(tb, pages, 32, "events fill a range")
+	return pages / 32
 }

@@ -2,8 +2,6 @@ package pgstore_test
 
 import (
 	"context"
-	"encoding/json"
-	"strings"
 	"testing"
 
 	"github.com/cockroachdb/errors"
@@ -32,7 +30,7 @@ func TestIndexSummarize(t *testing.T) {
 	n, err := s.IndexSummarize(ctx)
 	require.NoError(t, err)
 	require.Zero(t, n, "an empty table has no ranges")
-	ranges := fillEventRanges(t, s)
+	ranges := enginetest.FillEventRanges(t, s)
 	n, err = s.IndexSummarize(ctx)
 	require.NoError(t, err)
 	require.Equal(t, ranges, n, "the full ranges the events went to")
@@ -48,7 +46,7 @@ func TestIndexSummarizeDoesNotWaitForAVacuum(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := enginetest.Store(t)
-	ranges := fillEventRanges(t, s)
+	ranges := enginetest.FillEventRanges(t, s)
 	tx, err := s.Pool().Begin(ctx)
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(ctx) }()
@@ -74,7 +72,7 @@ func TestIndexSummarizeAsTheApplicationsRole(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	owner := enginetest.Store(t)
-	ranges := fillEventRanges(t, owner)
+	ranges := enginetest.FillEventRanges(t, owner)
 	role := "cairn_runtime_" + uuid.NewString()[:8]
 	quoted := pgx.Identifier{role}.Sanitize()
 	schema := pgx.Identifier{owner.Schema()}.Sanitize()
@@ -116,19 +114,4 @@ func TestIndexSummarizeAsTheApplicationsRole(t *testing.T) {
 	require.Error(t, err)
 	require.True(t, errors.Is(err, store.ErrUnsupported), "%v", err)
 	require.Contains(t, err.Error(), "grant it EXECUTE")
-}
-
-// fillEventRanges starts tasks with inputs of some 1.5 KB until events
-// fill at least one of the BRIN index's ranges (32 pages; the last,
-// partial range is summarized only once full, as autosummarize did), and
-// returns how many full ranges there are.
-func fillEventRanges(t *testing.T, s *pgstore.Store) int {
-	t.Helper()
-	input := json.RawMessage(`{"pad":"` + strings.Repeat("0123456789abcdef", 90) + `"}`)
-	enginetest.StartTasks(t, s, 300, &enginetest.TaskOpts{Input: input})
-	var pages int
-	require.NoError(t, s.Pool().QueryRow(context.Background(), "SELECT pg_relation_size($1::regclass) / 8192",
-		enginetest.TableName(s, "events")).Scan(&pages))
-	require.GreaterOrEqual(t, pages, 32, "events fill a range")
-	return pages / 32
 }

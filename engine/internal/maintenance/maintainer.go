@@ -48,8 +48,8 @@ const leaderName = "rescuer"
 // while this process holds the leader lease, the start-deadline expirer,
 // the cron firer, retention, the archiver and the index summarizer, each
 // in a loop of its own, started when this process becomes the leader and
-// stopped when it stops being one. An elector (engine/internal/leadership) takes and renews the
-// lease at every pass.
+// stopped when it stops being one. An elector
+// (engine/internal/leadership) takes and renews the lease at every pass.
 //
 // Every process may run one, and every one rescues: a rescue is a fenced
 // append (see [RescueExpired]), safe whoever makes it, so a dead worker's

@@ -19,9 +19,10 @@ const summarizeEvery = 12
 // summarizer is the leader's service that keeps the store's range indexes
 // summarized ([store.Store.IndexSummarize]): a range filled since the
 // last pass gets its summary, so the audit's time ranges skip it rather
-// than read it whole. A role the store refuses it to (not the index's
-// owner) is told once in the log, and the service stops: a VACUUM of the
-// table summarizes the ranges too.
+// than read it whole. A role the store refuses it to (PostgreSQL: without
+// EXECUTE on summarize_event_ranges) is told once in the log, and the
+// service stops until the next term: a VACUUM of the table summarizes the
+// ranges too.
 type summarizer struct {
 	cfg Config
 	svc service.Base

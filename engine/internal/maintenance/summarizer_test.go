@@ -2,8 +2,6 @@ package maintenance_test
 
 import (
 	"context"
-	"encoding/json"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -41,21 +39,16 @@ func (s *summaryCounter) IndexSummarize(ctx context.Context) (int, error) {
 func TestLeaderSummarizesEventRanges(t *testing.T) {
 	t.Parallel()
 	s := enginetest.Store(t)
-	input := json.RawMessage(`{"pad":"` + strings.Repeat("0123456789abcdef", 90) + `"}`)
-	enginetest.StartTasks(t, s, 300, &enginetest.TaskOpts{Input: input})
-	var pages int
-	require.NoError(t, s.Pool().QueryRow(context.Background(), "SELECT pg_relation_size($1::regclass) / 8192",
-		enginetest.TableName(s, "events")).Scan(&pages))
-	require.GreaterOrEqual(t, pages, 32)
+	ranges := enginetest.FillEventRanges(t, s)
 
 	counted := &summaryCounter{Store: s}
 	m, err := maintenance.New(maintenance.Config{Store: counted, Owner: "leader", Interval: 10 * time.Millisecond, Logger: enginetest.Logger(t)})
 	require.NoError(t, err)
 	require.NoError(t, m.Start(context.Background()))
 	t.Cleanup(m.Stop)
-	enginetest.WaitFor(t, "the leader to summarize the filled ranges", func() bool { return int(counted.ranges.Load()) == pages/32 })
+	enginetest.WaitFor(t, "the leader to summarize the filled ranges", func() bool { return int(counted.ranges.Load()) == ranges })
 	enginetest.WaitFor(t, "a later pass", func() bool { return counted.calls.Load() >= 2 })
-	require.Equal(t, pages/32, int(counted.ranges.Load()), "each range once")
+	require.Equal(t, ranges, int(counted.ranges.Load()), "each range once")
 }
 
 // TestLeaderLeavesSummariesToVacuumWhenRefused: a role the store refuses

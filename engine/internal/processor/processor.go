@@ -324,8 +324,8 @@ func (p *Processor) execute(a *Attempt) {
 // append in between.
 const handBackTries = 3
 
-// handBackTimeout bounds the hand-back, which runs on an appender's
-// flusher, holding the attempt's slot.
+// handBackTimeout bounds the hand-back, which holds the attempt's slot
+// and its lease while it runs, and which Stop waits for.
 const handBackTimeout = 5 * time.Second
 
 // failed says whether an attempt's outcome is a failure (a retry with its
