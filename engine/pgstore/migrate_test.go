@@ -150,6 +150,29 @@ func TestMigrate(t *testing.T) {
 		require.Nil(t, status[len(status)-1].AppliedAt)
 	})
 
+	t.Run("MigrateToStopsAtTheVersion", func(t *testing.T) {
+		t.Parallel()
+		ctx := context.Background()
+		pool := enginetest.Pool(t)
+		schema := enginetest.UnmigratedSchema(t)
+		all := allMigrations(t)
+
+		_, err := pgstore.MigrateTo(ctx, pool, schema, all[len(all)-1].Version+1)
+		require.ErrorContains(t, err, "no migration has version")
+		applied, err := pgstore.MigrateTo(ctx, pool, schema, all[2].Version)
+		require.NoError(t, err)
+		require.Len(t, applied, 3)
+		status, err := pgstore.MigrationStatus(ctx, pool, schema)
+		require.NoError(t, err)
+		for i, st := range status {
+			require.Equal(t, i <= 2, st.AppliedAt != nil, "migration %04d", st.Version)
+		}
+		applied, err = pgstore.Migrate(ctx, pool, schema)
+		require.NoError(t, err)
+		require.Len(t, applied, len(all)-3, "the rest")
+		requireMigrated(t, pool, schema)
+	})
+
 	t.Run("RejectsBadSchemaNames", func(t *testing.T) {
 		t.Parallel()
 		ctx := context.Background()
