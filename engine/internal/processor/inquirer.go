@@ -35,7 +35,8 @@ type InquirerConfig struct {
 	// [DefaultInquiryConcurrency].
 	Concurrency int
 	// PollInterval between takes when no notification arrives. Default
-	// 1s; the notifier's fallback pace while notifications are lost.
+	// 1s; the notifier's fallback pace while notifications are lost, and
+	// at least 1s while they arrive (see liveInquiryPoll).
 	PollInterval time.Duration
 	// Lease is how long a take holds an inquiry for this worker before
 	// another may take it. Default [DefaultInquiryLease].
@@ -46,6 +47,14 @@ type InquirerConfig struct {
 // DefaultInquiryConcurrency is [InquirerConfig.Concurrency]'s default: a
 // worker answers up to 4 inquiries at once, beside its tasks' slots.
 const DefaultInquiryConcurrency = 4
+
+// liveInquiryPoll is the longest an inquirer waits between takes while
+// its notifier is live, however short PollInterval is: every inquiry is
+// announced, so the poll only catches one whose notification was lost.
+// A worker's short PollInterval is for its claims (work a clock makes
+// due, which nothing announces); at 20 ms an idle worker's inquiry takes
+// were as many statements as its claims (issue 39's scale-out runs).
+const liveInquiryPoll = time.Second
 
 // DefaultInquiryLease is [InquirerConfig.Lease]'s default: 30s.
 const DefaultInquiryLease = 30 * time.Second
@@ -148,8 +157,12 @@ func (q *Inquirer) run(ctx context.Context) {
 			}
 		}
 		wait := q.cfg.PollInterval
-		if q.cfg.Notifier != nil && !q.cfg.Notifier.Live() {
-			wait = min(wait, notifier.FallbackPollInterval)
+		if q.cfg.Notifier != nil {
+			if q.cfg.Notifier.Live() {
+				wait = max(wait, liveInquiryPoll)
+			} else {
+				wait = min(wait, notifier.FallbackPollInterval)
+			}
 		}
 		if backoff > 0 {
 			wait = backoff

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -76,5 +77,55 @@ func TestInquirerStartStopStress(t *testing.T) {
 	defer mu.Unlock()
 	for _, id := range ids {
 		require.Equal(t, 1, answered[id], "inquiry %s answered once", id)
+	}
+}
+
+// countingTakes counts a store's InquiryTake calls.
+type countingTakes struct {
+	store.Store
+	takes atomic.Int64
+}
+
+func (c *countingTakes) InquiryTake(ctx context.Context, p *store.InquiryTakeParams) ([]*store.Inquiry, error) {
+	c.takes.Add(1)
+	return c.Store.InquiryTake(ctx, p)
+}
+
+// While its notifier is live, an inquirer takes when an inquiry is
+// announced and otherwise polls no more than once a second, however short
+// the worker's PollInterval (which is for its claims): an idle worker's
+// takes were as many statements as its claims. It still answers at once.
+func TestInquirerPollsSlowlyWhileNotified(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := enginetest.Store(t)
+	counted := &countingTakes{Store: s}
+	task := enginetest.StartTasks(t, s, 1, nil)[0]
+	doc := store.TypeKey{Type: "test", Version: 1}
+	answered := make(chan uuid.UUID, 1)
+	n := notifier.New(s, notifier.Opts{})
+	require.NoError(t, n.Start(ctx))
+	defer n.Stop()
+	enginetest.WaitFor(t, "the notifier to listen", n.Live)
+	q, err := processor.NewInquirer(processor.InquirerConfig{Store: counted, Notifier: n, Namespace: store.DefaultNamespace,
+		Types: []store.TypeKey{doc}, WorkerID: "w", PollInterval: 5 * time.Millisecond,
+		Handler: func(ctx context.Context, in *store.Inquiry) error {
+			answered <- in.ID
+			return s.InquiryAnswer(ctx, &store.InquiryAnswerParams{ID: in.ID, Namespace: in.Namespace, Owner: "w", Answer: []byte(`1`)})
+		}})
+	require.NoError(t, err)
+	require.NoError(t, q.Start(ctx))
+	defer q.Stop()
+
+	time.Sleep(500 * time.Millisecond) // a hundred polls at PollInterval
+	require.LessOrEqual(t, counted.takes.Load(), int64(3), "takes while idle with the notifier live")
+	id := uuid.New()
+	require.NoError(t, s.InquiryCreate(ctx, &store.InquiryCreateParams{ID: id, Namespace: store.DefaultNamespace, TaskID: task,
+		TaskType: doc.Type, TaskVersion: doc.Version, Kind: store.InquiryQuery, Name: "q", Timeout: time.Minute}))
+	select {
+	case got := <-answered:
+		require.Equal(t, id, got)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the announced inquiry was not taken")
 	}
 }
