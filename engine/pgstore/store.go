@@ -112,6 +112,7 @@ type Store struct {
 	// namespace, a newline and the model.
 	modelChannel string
 	q            map[string]string
+	pos          positionals         // q in positional form, for db and control
 	observer     *store.ObserverSlot // Config.Metrics, or one attached later (ObserverAttach)
 	// metrics is what the store counts its writes into: observer, or, in a
 	// store bound to a transaction, observer's calls held until the commit.
@@ -156,7 +157,8 @@ func New(cfg Config) (*Store, error) {
 		control = cfg.Pool
 	}
 	slot := store.NewObserverSlot(cfg.Metrics)
-	return &Store{pool: cfg.Pool, db: cfg.Pool, control: control, listenConf: listenConf, schema: schema,
+	pos := newPositionals(q)
+	return &Store{pool: cfg.Pool, db: positionalDB{cfg.Pool, pos}, control: positionalQuerier{control, pos}, pos: pos, listenConf: listenConf, schema: schema,
 		channel: schema + ".ready", doneChannel: schema + ".done", cancelChannel: schema + ".cancel", streamChannel: schema + ".stream", probeChannel: schema + ".probe", q: q,
 		inquiryChannel: schema + ".inquiry", answeredChannel: schema + ".answered", modelChannel: schema + ".model",
 		observer: slot, metrics: slot, clock: cfg.Clock, parents: &plan.ParentStates{}, limits: cfg.HistoryLimits.Resolved()}, nil

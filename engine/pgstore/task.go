@@ -14,7 +14,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // eventScanArgs checks p and turns it into the statement's arguments and
@@ -403,6 +402,12 @@ var errBoundedQueue = errors.New("the start writes to a bounded queue")
 // deleted (refuse_retired_keys, SQLSTATE CRN01): the start was rolled back.
 var errKeyRetiredMidStart = errors.New("an idempotency key of the start was retired while it ran")
 
+// batchSender is a pool (the store's own db), which runs a batch as one
+// implicit transaction.
+type batchSender interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
 // insertTasks runs query (TaskInsertMany, or TaskInsertOne for one start)
 // with args (the starts of plans) and looks
 // up the tasks holding the idempotency keys that were taken, refusing a
@@ -416,7 +421,8 @@ func (s *Store) insertTasks(ctx context.Context, q querier, query string, args p
 		return err
 	}
 	var err error
-	if pool, ok := q.(*pgxpool.Pool); ok {
+	_, inTx := q.(pgx.Tx)
+	if pool, ok := q.(batchSender); ok && !inTx {
 		// Outside a caller's transaction the insert runs its generic plan
 		// (a custom plan took 0.7-0.8 ms to make for one task, more than
 		// the insert itself), in a pipeline that is one implicit

@@ -59,6 +59,9 @@ func (s *Store) WithTx(tx pgx.Tx) store.Tx { return s.bind(tx, nil) }
 func (s *Store) bind(tx pgx.Tx, outer *txState) txStore {
 	st := &txState{tx: tx, outer: outer}
 	bound := *s
+	if _, ok := tx.(positionalTx); !ok {
+		tx = positionalTx{Tx: tx, pos: s.pos} // a caller's (WithTx)
+	}
 	bound.db, bound.control, bound.txn = tx, tx, st
 	bound.metrics = st.after.Observer(s.observer)
 	return txStore{&bound}
