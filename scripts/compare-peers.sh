@@ -174,13 +174,32 @@ pg_ticks() {
   echo "$total"
 }
 
+# Work per task in the database: transactions committed or rolled back and
+# buffers touched (hit or read) in the run's database (pg_stat_database),
+# and WAL written by the whole server (pg_stat_wal; the machine is quiet).
+# pg_io DB prints "transactions buffers wal_bytes wal_records".
+pg_io() {
+  psql "$BASE_URL" -tAF' ' -c "SELECT d.xact_commit + d.xact_rollback, d.blks_hit + d.blks_read, w.wal_bytes, w.wal_records
+    FROM pg_stat_database AS d, pg_stat_wal AS w WHERE d.datname = '$1'" 2>/dev/null || echo "- - - -"
+}
+# db_of NAME is the database run NAME works in.
+db_of() {
+  case $1 in
+    river-*) echo "$RIVER_DB" ;;
+    dbos-*) echo "$DBOS_DB" ;;
+    *) echo "$CAIRN_DB" ;;
+  esac
+}
+
 # run NAME CMD... runs a benchmark, its output to $LOG_DIR/NAME.log, and
 # records in $LOG_DIR/NAME.cpu the CPU seconds PostgreSQL and the process
-# spent on it ("pg proc", or "-" where not measured).
+# spent on it ("pg proc", or "-" where not measured), and in
+# $LOG_DIR/NAME.io what pg_io counted during it.
 run() {
-  local name=$1 before after
+  local name=$1 before after io_before
   shift
   log "$name: $*"
+  io_before=$(pg_io "$(db_of "$name")")
   before=$(pg_ticks)
   if [ -x /usr/bin/time ]; then
     /usr/bin/time -f '%U %S' -o "$LOG_DIR/$name.time" "$@" >"$LOG_DIR/$name.log" 2>"$LOG_DIR/$name.err" || {
@@ -201,6 +220,16 @@ run() {
   awk -v b="$before" -v a="$after" -v t="$CLK_TCK" '
     NR == 1 { proc = ($1 == "-" ? "-" : $1 + $2) }
     END { printf "%s %s\n", (b == "-" || a == "-") ? "-" : (a - b) / t, proc }' "$LOG_DIR/$name.time" >"$LOG_DIR/$name.cpu"
+  awk -v b="$io_before" -v a="$(pg_io "$(db_of "$name")")" 'BEGIN {
+    nb = split(b, x, " "); na = split(a, y, " ")
+    for (i = 1; i <= 4; i++) printf "%s%s", (nb < 4 || na < 4 || x[i] == "-" || y[i] == "-") ? "-" : y[i] - x[i], (i < 4 ? " " : "\n")
+  }' >"$LOG_DIR/$name.io"
+}
+
+# io_per NAME TASKS FIELD prints field FIELD (1 transactions, 2 buffers,
+# 3 WAL bytes, 4 WAL records) of run NAME's .io per task.
+io_per() {
+  awk -v n="$2" -v f="$3" '{ if ($f == "-" || n + 0 == 0) print "-"; else printf "%.2f\n", $f / n }' "$LOG_DIR/$1.io"
 }
 
 # cpu_us NAME TASKS prints the CPU microseconds per task of run NAME:
@@ -281,6 +310,15 @@ river_cpu_pg=$(cpu_pg_us river-burndown "$RIVER_N")
 cairn_cpu=$(cpu_us cairn-throughput "$CAIRN_N")
 cairn_cpu_pg=$(cpu_pg_us cairn-throughput "$CAIRN_N")
 
+river_xacts=$(io_per river-burndown "$RIVER_N" 1)
+cairn_xacts=$(io_per cairn-throughput "$CAIRN_N" 1)
+river_bufs=$(io_per river-burndown "$RIVER_N" 2)
+cairn_bufs=$(io_per cairn-throughput "$CAIRN_N" 2)
+river_wal=$(io_per river-burndown "$RIVER_N" 3)
+cairn_wal=$(io_per cairn-throughput "$CAIRN_N" 3)
+river_walrec=$(io_per river-burndown "$RIVER_N" 4)
+cairn_walrec=$(io_per cairn-throughput "$CAIRN_N" 4)
+
 num() { awk -v x="$1" -v f="$2" 'BEGIN { if (x == "" || x == "-") print "-"; else printf f "\n", x }'; }
 row() { printf '%-44s %12s %12s %12s   %s\n' "$@"; }
 
@@ -295,6 +333,12 @@ row "CPU per task, insert+drain (µs)" "$(num "$river_cpu" %.1f)" - "$(num "$cai
   "cairn/River $(ratio "$cairn_cpu" "$river_cpu")"
 row "  of which PostgreSQL (µs)" "$(num "$river_cpu_pg" %.1f)" - "$(num "$cairn_cpu_pg" %.1f)" \
   "cairn/River $(ratio "$cairn_cpu_pg" "$river_cpu_pg")"
+row "  transactions per task, insert+drain" "$(num "$river_xacts" %.3f)" - "$(num "$cairn_xacts" %.3f)" \
+  "cairn/River $(ratio "$cairn_xacts" "$river_xacts")"
+row "  buffers touched per task" "$(num "$river_bufs" %.1f)" - "$(num "$cairn_bufs" %.1f)" \
+  "cairn/River $(ratio "$cairn_bufs" "$river_bufs")"
+row "  WAL per task (bytes / records)" "$(num "$river_wal" %.0f)/$(num "$river_walrec" %.1f)" - "$(num "$cairn_wal" %.0f)/$(num "$cairn_walrec" %.1f)" \
+  "cairn/River $(ratio "$cairn_wal" "$river_wal")"
 row "workflows/s, 3 steps (cairn: drain)" - "$(num "$dbos_wf3" %.0f)" "$(num "$cairn_wf3" %.0f)" \
   "cairn/DBOS $(ratio "$cairn_wf3" "$dbos_wf3")"
 row "workflows/s, 3 steps (cairn: insert+drain)" - "$(num "$dbos_wf3" %.0f)" "$(num "$cairn_wf3_e2e" %.0f)" \

@@ -252,7 +252,10 @@ scale runs one drain per entry of --processes: it resets the schema, inserts
 --tasks tasks, spawns that many worker processes (this binary, as the hidden
 "cairn bench worker"), each with --concurrency slots and a pool of
 --max-conns, waits until they are connected, starts them all at once, and
-measures the drain as throughput does.`,
+measures the drain as throughput does. Then, the processes idle, it starts
+one-step tasks at --rate for --duration and reports the start latency: from
+each Start call to the task's first claim (after a VACUUM of the drained
+tables, unless --vacuum=false).`,
 		Args: cobra.NoArgs,
 		RunE: benchRunE(g, func(cmd *cobra.Command, cfg bench.Config) error {
 			return bench.Scale(cmd.Context(), cfg, *p)
@@ -261,6 +264,9 @@ measures the drain as throughput does.`,
 	addBenchTasksFlag(cmd, p, 50_000)
 	cmd.Flags().IntVar(&p.Steps, "steps", 1, "no-op steps per task")
 	cmd.Flags().IntSliceVar(&p.Processes, "processes", []int{1, 2, 4}, "worker process counts, one drain each")
+	cmd.Flags().IntVar(&p.Rate, "rate", 100, "tasks started per second to time start latency after each drain, the processes idle")
+	cmd.Flags().DurationVar(&p.Duration, "duration", 10*time.Second, "how long each start-latency run produces (0: no start latency)")
+	cmd.Flags().BoolVar(&p.Vacuum, "vacuum", true, "VACUUM (ANALYZE) the tables after each drain, before its start-latency run, as autovacuum would")
 	addBenchWorkerFlags(cmd, p, false)
 	addBenchDrainFlags(cmd, p)
 	return cmd
@@ -317,6 +323,7 @@ gracefully when stdin closes or on SIGINT/SIGTERM.`,
 		}),
 	}
 	addBenchWorkerFlags(cmd, p, false)
+	cmd.Flags().StringVar(&p.CPUProfile, "cpuprofile", "", "write a Go CPU profile of the process from its start line to its stop to this file")
 	return cmd
 }
 

@@ -180,6 +180,7 @@ type Params struct {
 	Waiting     []int         // --waiting: sizes of the waiting set, one window each (Waiting)
 	Window      time.Duration // --window: how long Waiting reads the database's statistics
 	HoldXmin    time.Duration // --hold-xmin: Steady holds a snapshot open this long, in the run's middle
+	Vacuum      bool          // --vacuum: Scale vacuums the tables between a drain and its start-latency run
 }
 
 func (f *Params) validate() error {

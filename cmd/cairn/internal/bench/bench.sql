@@ -56,6 +56,17 @@ SELECT
   (SELECT count(*) FROM /* TEMPLATE: schema */tasks WHERE status IN ('pending', 'retrying'))
 + (SELECT count(*) FROM /* TEMPLATE: schema */tasks WHERE status = 'running');
 
+-- name: TaskClaimLatency
+-- How many of @ids are not claimed yet, and, over those that are, the
+-- claim time (started_at, the database's clock) less the start time
+-- (created_at, the Start call's) in milliseconds: percentiles 50, 90 and
+-- 99, and the most.
+SELECT count(*) FILTER (WHERE started_at IS NULL),
+  coalesce(percentile_disc(ARRAY[0.5, 0.9, 0.99]) WITHIN GROUP (ORDER BY extract(epoch FROM started_at - created_at) * 1000)
+    FILTER (WHERE started_at IS NOT NULL), ARRAY[0, 0, 0]::double precision[]),
+  coalesce(max(extract(epoch FROM started_at - created_at) * 1000), 0)::double precision
+FROM /* TEMPLATE: schema */tasks WHERE id = ANY(@ids::uuid[]);
+
 -- name: DrainSummary
 -- Read once after a drain. Prefilled tasks (see TaskPrefillFinished) are
 -- not the drain's, nor are the four events of each still there (retention

@@ -3,6 +3,7 @@ package bench
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -12,6 +13,9 @@ import (
 	"time"
 
 	"github.com/cockroachdb/errors"
+	"github.com/google/uuid"
+
+	"github.com/cairnflow/cairn/sdk"
 )
 
 // scale: drains with several worker processes. The parent spawns this
@@ -32,6 +36,10 @@ type scaleRun struct {
 	drainResult
 	// Speedup is this run's drain rate over the first run's.
 	Speedup float64 `json:"speedup"`
+	// StartLatency is from each Start call to its task's first claim,
+	// with the processes idle after the drain and tasks started at
+	// --rate for --duration (absent with --duration 0).
+	StartLatency *latencyPercentiles `json:"start_latency,omitempty"`
 }
 
 type scaleReport struct {
@@ -60,6 +68,11 @@ func Scale(ctx context.Context, cfg Config, p Params) error {
 	); err != nil {
 		return err
 	}
+	if f.Duration > 0 {
+		if err := positive(intFlag{"rate", f.Rate}); err != nil {
+			return err
+		}
+	}
 	env, closeEnv, err := openBench(ctx, cfg, "scale")
 	if err != nil {
 		return err
@@ -85,11 +98,18 @@ func Scale(ctx context.Context, cfg Config, p Params) error {
 	fmt.Fprintf(w, "mode:\tscale: %d tasks of %d no-op step(s) per run; each process %d slots, pool of %d\n",
 		f.Tasks, f.Steps, f.Concurrency, f.MaxConns)
 	fmt.Fprintf(w, "drain:\tworker start → poll saw all completed (poll every %.0f ms)\n", params.DrainPollMs)
+	if f.Duration > 0 {
+		fmt.Fprintf(w, "start latency:\tStart call → first claim (the task's started_at), %d tasks/s for %s against the idle processes\n", f.Rate, f.Duration)
+	}
 	printBenchEnv(w, env.header)
-	fmt.Fprintf(w, "\nPROCESSES\tINSERT/S\tDRAIN S\tDRAIN TASKS/S\tSTEPS/S\tLAST COMPLETION S\tSPEEDUP\n")
+	fmt.Fprintf(w, "\nPROCESSES\tINSERT/S\tDRAIN S\tDRAIN TASKS/S\tSTEPS/S\tLAST COMPLETION S\tSPEEDUP\tSTART P50/P99/MAX MS\n")
 	for _, r := range runs {
-		fmt.Fprintf(w, "%d\t%.0f\t%.3f\t%.0f\t%.0f\t%.3f\t%.2f×\n", r.Processes, r.InsertPerSecond, r.DrainSeconds,
-			r.DrainPerSecond, r.StepsPerSecond, r.LastCompletionSeconds, r.Speedup)
+		lat := "-"
+		if l := r.StartLatency; l != nil {
+			lat = fmt.Sprintf("%.2f / %.2f / %.2f", l.P50, l.P99, l.Max)
+		}
+		fmt.Fprintf(w, "%d\t%.0f\t%.3f\t%.0f\t%.0f\t%.3f\t%.2f×\t%s\n", r.Processes, r.InsertPerSecond, r.DrainSeconds,
+			r.DrainPerSecond, r.StepsPerSecond, r.LastCompletionSeconds, r.Speedup, lat)
 	}
 	return w.Flush()
 }
@@ -116,15 +136,83 @@ func runScaleOnce(ctx context.Context, env *benchEnv, f *Params, procs int) (sca
 	if err != nil {
 		return scaleRun{}, err
 	}
-	if err := children.stop(); err != nil {
-		return scaleRun{}, err
-	}
+	// The drain's figures are read before the latency run adds tasks.
 	res, err := env.result(ctx, f.Tasks, f.Steps, insert, timing)
 	if err != nil {
 		return scaleRun{}, err
 	}
 	env.logf("%d process(es): drained in %.3f s (%.0f tasks/s)", procs, res.DrainSeconds, res.DrainPerSecond)
-	return scaleRun{Processes: procs, drainResult: res}, nil
+	run := scaleRun{Processes: procs, drainResult: res}
+	if f.Duration > 0 {
+		if f.Vacuum {
+			// What autovacuum does once the drain's dead rows pass its
+			// threshold; without it, every claim of the idle processes
+			// steps over the index entries of the tasks just drained
+			// (measured: an empty claim 1.5 ms instead of 0.15).
+			if _, err := env.obs.pool.Exec(ctx, env.obs.q("TablesVacuum")); err != nil {
+				return scaleRun{}, errors.Wrap(err, "vacuum the bench tables")
+			}
+		}
+		lat, err := env.startLatency(ctx, f.Rate, f.Duration, f.Timeout)
+		if err != nil {
+			return scaleRun{}, err
+		}
+		run.StartLatency = &lat
+		env.logf("%d process(es): start latency p50 %.2f ms, p99 %.2f ms", procs, lat.P50, lat.P99)
+	}
+	if err := children.stop(); err != nil {
+		return scaleRun{}, err
+	}
+	return run, nil
+}
+
+// startLatency starts one-step tasks at rate a second for d, open loop
+// (each Start on a goroutine of its own, so a slow one delays no other),
+// against workers already running elsewhere, waits until every one has
+// been claimed, and returns the percentiles of claim time (started_at, the
+// database's clock at the claim) less start time (created_at, the Start
+// call's clock). Both clocks are this machine's.
+func (e *benchEnv) startLatency(ctx context.Context, rate int, d, timeout time.Duration) (latencyPercentiles, error) {
+	c, err := sdk.NewClient(e.clientConfig())
+	if err != nil {
+		return latencyPercentiles{}, err
+	}
+	defer c.Close()
+	input, err := json.Marshal(paddedInput(1, 0))
+	if err != nil {
+		return latencyPercentiles{}, errors.Wrap(err, "encode bench input")
+	}
+	wf := sdk.TypeRef{Name: benchNoopType, Version: 1}
+	var (
+		mu     sync.Mutex
+		ids    []uuid.UUID
+		errs   error
+		starts sync.WaitGroup
+	)
+	tick := time.NewTicker(time.Second / time.Duration(rate))
+	defer tick.Stop()
+	for n := int(d.Seconds() * float64(rate)); n > 0; n-- {
+		select {
+		case <-ctx.Done():
+			return latencyPercentiles{}, ctx.Err()
+		case <-tick.C:
+		}
+		starts.Go(func() {
+			res, err := c.StartDynamic(ctx, wf, json.RawMessage(input), nil)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = errors.CombineErrors(errs, err)
+				return
+			}
+			ids = append(ids, res.ID)
+		})
+	}
+	starts.Wait()
+	if errs != nil {
+		return latencyPercentiles{}, errors.Wrap(errs, "start latency tasks")
+	}
+	return e.obs.claimLatency(ctx, ids, timeout)
 }
 
 // benchChildren are the worker processes of one scale run.
@@ -279,6 +367,11 @@ func Worker(ctx context.Context, cfg Config, p Params) error {
 			return nil
 		}
 	}
+	stopProfile, err := startCPUProfile(f.CPUProfile)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = stopProfile() }()
 	if err := w.Start(context.WithoutCancel(ctx)); err != nil {
 		return err
 	}

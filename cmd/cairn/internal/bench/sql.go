@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/errors"
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -134,6 +135,34 @@ func (b *benchSQL) reset(ctx context.Context, migrate func(context.Context) erro
 		}
 	}
 	return migrate(ctx)
+}
+
+// claimLatency waits, polling, until every task of ids has been claimed
+// (timeout bounds the wait), then returns the percentiles of claim time
+// less start time over them.
+func (b *benchSQL) claimLatency(ctx context.Context, ids []uuid.UUID, timeout time.Duration) (latencyPercentiles, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		var (
+			unclaimed int
+			pcts      []float64
+			most      float64
+		)
+		if err := b.pool.QueryRow(ctx, b.q("TaskClaimLatency"), pgx.NamedArgs{"ids": ids}).Scan(&unclaimed, &pcts, &most); err != nil {
+			return latencyPercentiles{}, errors.Wrap(err, "read claim latency")
+		}
+		if unclaimed == 0 && len(pcts) == 3 {
+			return latencyPercentiles{Count: len(ids), P50: pcts[0], P90: pcts[1], P99: pcts[2], Max: most}, nil
+		}
+		if time.Now().After(deadline) {
+			return latencyPercentiles{}, errors.Newf("%d of %d tasks not claimed after %s", unclaimed, len(ids), timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return latencyPercentiles{}, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 func (b *benchSQL) analyze(ctx context.Context) error {

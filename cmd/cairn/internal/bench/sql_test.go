@@ -28,7 +28,7 @@ func TestQueryFiles(t *testing.T) {
 		"ServerVersion", "SchemaContents", "SchemaDrop", "TaskForeignExists", "TablesAnalyze",
 		"TaskUnfinishedExists", "TaskUnfinishedCount", "DrainSummary", "TaskPrefillFinished",
 		"AuditFill", "AuditSummarizeBRIN", "EventCount",
-		"TaskWaitingCount", "TablesVacuum", "StatReads", "StatDatabase",
+		"TaskWaitingCount", "TablesVacuum", "StatReads", "StatDatabase", "TaskClaimLatency",
 	}, keys(pg))
 	lite, err := liteQueries()
 	require.NoError(t, err)
