@@ -231,6 +231,10 @@ run() {
 io_per() {
   awk -v n="$2" -v f="$3" '{ if ($f == "-" || n + 0 == 0) print "-"; else printf "%.2f\n", $f / n }' "$LOG_DIR/$1.io"
 }
+# per_xact NAME TASKS prints run NAME's tasks per transaction.
+per_xact() {
+  awk -v n="$2" '{ if ($1 == "-" || $1 + 0 == 0) print "-"; else printf "%.1f\n", n / $1 }' "$LOG_DIR/$1.io"
+}
 
 # cpu_us NAME TASKS prints the CPU microseconds per task of run NAME:
 # PostgreSQL's and the process's together, "-" when either is unknown.
@@ -310,8 +314,8 @@ river_cpu_pg=$(cpu_pg_us river-burndown "$RIVER_N")
 cairn_cpu=$(cpu_us cairn-throughput "$CAIRN_N")
 cairn_cpu_pg=$(cpu_pg_us cairn-throughput "$CAIRN_N")
 
-river_xacts=$(io_per river-burndown "$RIVER_N" 1)
-cairn_xacts=$(io_per cairn-throughput "$CAIRN_N" 1)
+river_xacts=$(per_xact river-burndown "$RIVER_N")
+cairn_xacts=$(per_xact cairn-throughput "$CAIRN_N")
 river_bufs=$(io_per river-burndown "$RIVER_N" 2)
 cairn_bufs=$(io_per cairn-throughput "$CAIRN_N" 2)
 river_wal=$(io_per river-burndown "$RIVER_N" 3)
@@ -333,7 +337,7 @@ row "CPU per task, insert+drain (µs)" "$(num "$river_cpu" %.1f)" - "$(num "$cai
   "cairn/River $(ratio "$cairn_cpu" "$river_cpu")"
 row "  of which PostgreSQL (µs)" "$(num "$river_cpu_pg" %.1f)" - "$(num "$cairn_cpu_pg" %.1f)" \
   "cairn/River $(ratio "$cairn_cpu_pg" "$river_cpu_pg")"
-row "  transactions per task, insert+drain" "$(num "$river_xacts" %.3f)" - "$(num "$cairn_xacts" %.3f)" \
+row "  tasks per transaction, insert+drain" "$(num "$river_xacts" %.0f)" - "$(num "$cairn_xacts" %.0f)" \
   "cairn/River $(ratio "$cairn_xacts" "$river_xacts")"
 row "  buffers touched per task" "$(num "$river_bufs" %.1f)" - "$(num "$cairn_bufs" %.1f)" \
   "cairn/River $(ratio "$cairn_bufs" "$river_bufs")"
