@@ -65,6 +65,13 @@ func (p positionals) args(sql string, args []any) []any {
 	return []any{positionalArgs{named: named, pos: pos}}
 }
 
+// batch makes the arguments of b's statements positional.
+func (p positionals) batch(b *pgx.Batch) {
+	for _, q := range b.QueuedQueries {
+		q.Arguments = p.args(q.SQL, q.Arguments)
+	}
+}
+
 // positionalArgs are named arguments bound to their statement's
 // positional form: a pgx.QueryRewriter that rewrites nothing.
 type positionalArgs struct {
@@ -110,28 +117,8 @@ func (d positionalDB) Begin(ctx context.Context) (pgx.Tx, error) {
 }
 
 func (d positionalDB) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
-	for _, q := range b.QueuedQueries {
-		q.Arguments = d.pos.args(q.SQL, q.Arguments)
-	}
+	d.pos.batch(b)
 	return d.db.SendBatch(ctx, b)
-}
-
-// positionalQuerier is positionalDB for a querier.
-type positionalQuerier struct {
-	db  querier
-	pos positionals
-}
-
-func (d positionalQuerier) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	return d.db.Exec(ctx, sql, d.pos.args(sql, args)...)
-}
-
-func (d positionalQuerier) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	return d.db.Query(ctx, sql, d.pos.args(sql, args)...)
-}
-
-func (d positionalQuerier) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	return d.db.QueryRow(ctx, sql, d.pos.args(sql, args)...)
 }
 
 // positionalTx is a transaction whose statements' arguments are made
@@ -154,9 +141,7 @@ func (t positionalTx) QueryRow(ctx context.Context, sql string, args ...any) pgx
 }
 
 func (t positionalTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
-	for _, q := range b.QueuedQueries {
-		q.Arguments = t.pos.args(q.SQL, q.Arguments)
-	}
+	t.pos.batch(b)
 	return t.Tx.SendBatch(ctx, b)
 }
 

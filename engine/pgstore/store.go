@@ -158,7 +158,7 @@ func New(cfg Config) (*Store, error) {
 	}
 	slot := store.NewObserverSlot(cfg.Metrics)
 	pos := newPositionals(q)
-	return &Store{pool: cfg.Pool, db: positionalDB{cfg.Pool, pos}, control: positionalQuerier{control, pos}, pos: pos, listenConf: listenConf, schema: schema,
+	return &Store{pool: cfg.Pool, db: positionalDB{cfg.Pool, pos}, control: positionalDB{control, pos}, pos: pos, listenConf: listenConf, schema: schema,
 		channel: schema + ".ready", doneChannel: schema + ".done", cancelChannel: schema + ".cancel", streamChannel: schema + ".stream", probeChannel: schema + ".probe", q: q,
 		inquiryChannel: schema + ".inquiry", answeredChannel: schema + ".answered", modelChannel: schema + ".model",
 		observer: slot, metrics: slot, clock: cfg.Clock, parents: &plan.ParentStates{}, limits: cfg.HistoryLimits.Resolved()}, nil
