@@ -134,6 +134,14 @@ func Decode(typ Type, data []byte) (Payload, error) {
 		return decodeAs[BudgetRefusedData](typ, data)
 	case BudgetRaised:
 		return decodeAs[BudgetRaisedData](typ, data)
+	case RemoteStepDispatched:
+		return decodeAs[RemoteStepDispatchedData](typ, data)
+	case RemoteStepCompleted:
+		return decodeAs[RemoteStepCompletedData](typ, data)
+	case RemoteStepFailed:
+		return decodeAs[RemoteStepFailedData](typ, data)
+	case RemoteWaitStarted:
+		return decodeAs[RemoteWaitStartedData](typ, data)
 	default:
 		return nil, invalidf(nil, "decode payload: unknown event type %q", string(typ))
 	}

@@ -55,6 +55,10 @@ const (
 	BudgetRefused         Type = "budget_refused"
 	BudgetRaised          Type = "budget_raised"
 	ModelLimitWaited      Type = "model_limit_waited"
+	RemoteStepDispatched  Type = "remote_step_dispatched"
+	RemoteStepCompleted   Type = "remote_step_completed"
+	RemoteStepFailed      Type = "remote_step_failed"
+	RemoteWaitStarted     Type = "remote_wait_started"
 )
 
 // Types lists every event type this version of the package understands, in
@@ -70,6 +74,7 @@ var Types = []Type{
 	UpdateAccepted, UpdateCompleted,
 	BudgetReserved, BudgetSettled, BudgetRefused, BudgetRaised,
 	ModelLimitWaited,
+	RemoteStepDispatched, RemoteStepCompleted, RemoteStepFailed, RemoteWaitStarted,
 }
 
 // Event is one entry of a task's append-only log.

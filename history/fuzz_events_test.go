@@ -346,7 +346,8 @@ func plausible(s history.State) []history.Type {
 	case s.Status == history.StatusPending || s.Status == history.StatusRetrying:
 		return []history.Type{history.StepCompleted, history.PatchRecorded, history.TaskForked, history.AttemptStarted, history.AttemptStarted, history.AttemptStarted, history.CancelRequested,
 			history.TaskFailed, history.TaskDeadLettered, history.TaskExpired, history.TaskCancelled, history.SignalReceived,
-			history.ChildFinished, history.UpdateAccepted, history.BudgetRaised}
+			history.ChildFinished, history.UpdateAccepted, history.BudgetRaised,
+			history.RemoteStepCompleted, history.RemoteStepFailed}
 	case s.Status == history.StatusRunning && s.Lease.Owner == "":
 		return []history.Type{history.TaskFailed, history.TaskDeadLettered, history.TaskCancelled}
 	case s.Status == history.StatusRunning && s.Compensation.IsStarted():
@@ -360,7 +361,8 @@ func plausible(s history.State) []history.Type {
 			history.ChildStarted, history.ChildStarted, history.ChildWaitStarted, history.ChildFinished,
 			history.PatchRecorded, history.TaskContinued, history.SelectMatched, history.WaitStarted,
 			history.UpdateAccepted, history.UpdateCompleted,
-			history.BudgetReserved, history.BudgetSettled, history.BudgetRefused, history.BudgetRaised}
+			history.BudgetReserved, history.BudgetSettled, history.BudgetRefused, history.BudgetRaised,
+			history.RemoteStepDispatched, history.RemoteWaitStarted, history.RemoteStepCompleted}
 	}
 	return history.Types
 }
@@ -688,6 +690,38 @@ func nextEvent(r *fuzzBytes, events []history.Event, s history.State) history.Ev
 		case history.BudgetRaised:
 			p = history.BudgetRaisedData{Budget: history.BudgetWindowRef{Ref: pickOf(r, "type:ocr", "namespace", "")}, By: pickOf(r, by, ""),
 				USD: pickOf(r, 1.0, -1.0)}
+		case history.StreamClosed:
+			p = history.StreamClosedData{Name: pickOf(r, "tokens", ""), Position: pickOf(r, position, -2), Chunks: pickOf[int64](r, 3, -1),
+				Outcome: pickOf(r, history.StreamCompleted, "", "bored")}
+		case history.ModelLimitWaited:
+			p = history.ModelLimitWaitedData{Position: pickOf(r, position, -1), Step: name, Model: pickOf(r, "gpt-4o", ""),
+				WaitedMS: pickOf[int64](r, 10, -1)}
+		case history.RemoteStepDispatched:
+			attempt := 1
+			if rs, ok := s.RemoteAt(position); ok {
+				attempt = rs.Attempt + 1
+			}
+			p = history.RemoteStepDispatchedData{Position: position, Name: name, Queue: pickOf(r, "ocr", ""),
+				Attempt: pickOf(r, attempt, attempt+1, 0), HeartbeatTimeoutMillis: pickOf[int64](r, 30_000, 0, -1)}
+		case history.RemoteStepCompleted, history.RemoteStepFailed:
+			rs := history.RemoteStep{Position: position, Name: name, Attempt: 1}
+			if len(s.Remote) > 0 {
+				rs = s.Remote[r.intn(len(s.Remote))]
+			}
+			pos, attempt := pickOf(r, rs.Position, position), pickOf(r, rs.Attempt, rs.Attempt+1)
+			if history.Types[k] == history.RemoteStepCompleted {
+				p = history.RemoteStepCompletedData{Position: pos, Name: pickOf(r, rs.Name, name), Attempt: attempt,
+					Worker: pickOf(r, "py-1", ""), Claim: pickOf(r, "c-1", ""), Output: pickOf(r, json.RawMessage(`{"text":"t"}`), nil)}
+			} else {
+				p = history.RemoteStepFailedData{Position: pos, Name: pickOf(r, rs.Name, name), Attempt: attempt, Worker: "py-1",
+					Error: pickOf(r, info, history.ErrorInfo{})}
+			}
+		case history.RemoteWaitStarted:
+			positions := []int{position}
+			if len(s.Remote) > 0 {
+				positions = []int{s.Remote[r.intn(len(s.Remote))].Position}
+			}
+			p = history.RemoteWaitStartedData{Positions: pickOf(r, positions, nil), Count: pickOf(r, 0, 1, 2)}
 		default:
 			panic("no case for event type " + string(history.Types[k]))
 		}

@@ -22,6 +22,10 @@ func UserData(p Payload) (json.RawMessage, bool) {
 		return d.Args, true
 	case UpdateCompletedData:
 		return d.Output, true
+	case RemoteStepDispatchedData:
+		return d.Input, true
+	case RemoteStepCompletedData:
+		return d.Output, true
 	}
 	return nil, false
 }
@@ -49,6 +53,12 @@ func WithUserData(p Payload, data json.RawMessage) Payload {
 		d.Args = data
 		return d
 	case UpdateCompletedData:
+		d.Output = data
+		return d
+	case RemoteStepDispatchedData:
+		d.Input = data
+		return d
+	case RemoteStepCompletedData:
 		d.Output = data
 		return d
 	}

@@ -281,12 +281,26 @@ func checkProperties(t require.TestingT, events []history.Event) {
 		// A receive waits: its deadline passed, or a signal comes.
 		next = history.Event{Attempt: s.Attempt, Data: history.WaitTimedOutData{Name: s.Wait.Name, Position: s.Wait.Position}}
 	case s.Status == history.StatusRunning && s.Lease.Owner != "":
-		next = history.Event{Attempt: s.Attempt, Data: history.StepCompletedData{Position: len(s.Steps), Name: "next"}}
+		next = history.Event{Attempt: s.Attempt, Data: history.StepCompletedData{Position: freePosition(s), Name: "next"}}
 	}
 	if next.Data != nil {
 		next.Seq, next.At = last.Seq+1, last.At
 		_, err := history.Apply(s, next)
 		require.NoError(t, err, "%s cannot follow", next.Type())
+	}
+}
+
+// freePosition is the first position neither on record nor a remote
+// step's.
+func freePosition(s history.State) int {
+	pos := len(s.Steps)
+	for {
+		_, done := s.StepAt(pos)
+		_, remote := s.RemoteAt(pos)
+		if !done && !remote {
+			return pos
+		}
+		pos++
 	}
 }
 

@@ -259,6 +259,12 @@ type State struct {
 	// from child_wait_started until one of them finishes.
 	Children  []Child
 	ChildWait *ChildWait
+	// Remote are the remote steps dispatched and not completed
+	// (workflow.Remote), by position: in flight, or failed; RemoteWait
+	// the remote steps the task awaits now, from remote_wait_started until
+	// enough of them complete or one fails.
+	Remote     []RemoteStep
+	RemoteWait *RemoteWait
 	// Patches are the patch markers recorded (patch_recorded), in
 	// history order: the workflow.Patched calls that took the patched
 	// branch.
@@ -458,6 +464,14 @@ func apply(s State, e Event, owned bool) (State, error) {
 		err = s.applyBudgetRefused(e, p)
 	case BudgetRaisedData:
 		err = s.applyBudgetRaised(e, p)
+	case RemoteStepDispatchedData:
+		err = s.applyRemoteDispatched(e, p)
+	case RemoteStepCompletedData:
+		err = s.applyRemoteCompleted(e, p, owned)
+	case RemoteStepFailedData:
+		err = s.applyRemoteFailed(e, p)
+	case RemoteWaitStartedData:
+		err = s.applyRemoteWaitStarted(e, p)
 	case TaskExpiredData:
 		if s.Status != StatusPending || s.Attempt != 0 {
 			err = invalidf(nil, "event %d (%s): task is %s after %d attempts; only a task never started expires", e.Seq, TaskExpired, s.Status, s.Attempt)
@@ -556,6 +570,14 @@ func typeOf(p Payload) (Type, bool) {
 		return BudgetRefused, true
 	case BudgetRaisedData:
 		return BudgetRaised, true
+	case RemoteStepDispatchedData:
+		return RemoteStepDispatched, true
+	case RemoteStepCompletedData:
+		return RemoteStepCompleted, true
+	case RemoteStepFailedData:
+		return RemoteStepFailed, true
+	case RemoteWaitStartedData:
+		return RemoteWaitStarted, true
 	}
 	return "", false
 }
@@ -616,8 +638,8 @@ func (s *State) applyAttemptStarted(e Event, p AttemptStartedData) error {
 	s.Attempt = e.Attempt
 	s.Lease = Lease{Owner: p.WorkerID, Epoch: p.LeaseEpoch, ExpiresAt: p.LeaseExpiresAt}
 	// Woken (a child finished, a cancel, its deadline): the attempt looks
-	// at its children afresh.
-	s.ChildWait = nil
+	// at its children and remote steps afresh.
+	s.ChildWait, s.RemoteWait = nil, nil
 	if s.StartedAt.IsZero() {
 		s.StartedAt = e.At
 	}
@@ -665,15 +687,29 @@ func (s *State) applyStepCompleted(e Event, p StepCompletedData, owned bool) err
 	if p.OutputRef != nil && len(p.Output) > 0 {
 		return invalidf(nil, "event %d (%s): an output and an output reference", e.Seq, StepCompleted)
 	}
-	step := Step{Position: p.Position, Name: p.Name, Output: p.Output, OutputRef: p.OutputRef, Compensable: p.Compensable}
-	if p.Position > len(s.Steps) {
+	if _, remote := s.RemoteAt(p.Position); remote {
+		return invalidf(nil, "event %d (%s): position %d is a remote step's", e.Seq, StepCompleted, p.Position)
+	}
+	s.recordStep(e, Step{Position: p.Position, Name: p.Name, Output: p.Output, OutputRef: p.OutputRef, Compensable: p.Compensable}, owned)
+	return nil
+}
+
+// recordStep puts a completed step among Steps, or Ahead when a position
+// before it is not on record.
+func (s *State) recordStep(e Event, step Step, owned bool) {
+	if step.Position > len(s.Steps) {
 		// A parallel step ahead of one not on record: that one's budget
 		// runs on.
 		s.addAhead(step)
-		return nil
+		return
 	}
-	// The next step's budget starts now, with this attempt as its first.
-	s.Budget = Budget{Attempts: 1, Since: e.At}
+	// The next step's budget starts now, with this attempt as its first
+	// (a remote step may complete between attempts: then the next one).
+	first := 0
+	if s.Status == StatusRunning && s.Lease.Owner != "" {
+		first = 1
+	}
+	s.Budget = Budget{Attempts: first, Since: e.At}
 	s.addStep(step, owned)
 	// The steps completed ahead of it that now follow on join Steps.
 	for len(s.Ahead) > 0 && s.Ahead[0].Position == len(s.Steps) {
@@ -683,7 +719,6 @@ func (s *State) applyStepCompleted(e Event, p StepCompletedData, owned bool) err
 	if len(s.Ahead) == 0 {
 		s.Ahead = nil
 	}
-	return nil
 }
 
 // applyStepCopied applies a fork's copy of a step of the task it was
@@ -792,6 +827,9 @@ func (s *State) applyAttemptFailed(e Event, p AttemptFailedData) error {
 	s.LastError = &info
 	s.Lease.Owner, s.Lease.ExpiresAt = "", time.Time{}
 	if p.NextRunAt != nil {
+		// A remote step whose failure this attempt classified is
+		// dispatched again by the next one.
+		s.retryRemote(func(r RemoteStep) bool { return r.Failed != nil && info.Step != "" && r.Position == info.Position })
 		s.Status = StatusRetrying
 		s.RunAt = *p.NextRunAt
 		if s.CancelRequested {
@@ -860,6 +898,8 @@ func (s *State) applyRequeued(e Event, p TaskRequeuedData) error {
 	s.RunAt = e.At
 	s.FinishedAt = time.Time{}
 	s.Budget = Budget{}
+	// Its remote steps' rows went with its end: each is dispatched again.
+	s.retryRemote(func(RemoteStep) bool { return true })
 	return nil
 }
 
@@ -867,7 +907,7 @@ func (s *State) applyRequeued(e Event, p TaskRequeuedData) error {
 // non-terminal state: a pending task can fail (it expired, or its input was
 // refused), a running one can be dead-lettered by the rescuer.
 func (s *State) finish(e Event, status Status) {
-	s.ChildWait = nil
+	s.ChildWait, s.RemoteWait = nil, nil
 	s.Status = status
 	s.FinishedAt = e.At
 	s.Lease.Owner, s.Lease.ExpiresAt = "", time.Time{}

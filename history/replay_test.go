@@ -552,6 +552,7 @@ func TestEventType(t *testing.T) {
 		history.UpdateAcceptedData{}, history.UpdateCompletedData{},
 		history.BudgetReservedData{}, history.BudgetSettledData{}, history.BudgetRefusedData{}, history.BudgetRaisedData{},
 		history.ModelLimitWaitedData{},
+		history.RemoteStepDispatchedData{}, history.RemoteStepCompletedData{}, history.RemoteStepFailedData{}, history.RemoteWaitStartedData{},
 	}
 	require.Len(t, payloads, len(history.Types))
 	for i, p := range payloads {

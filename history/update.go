@@ -162,7 +162,7 @@ func (s *State) applyUpdateCompleted(e Event, p UpdateCompletedData) error {
 // has not started, or retries after a backoff, is left as it is: its
 // next run applies them.
 func (s *State) wakeForUpdates(e Event) {
-	if s.Status != StatusPending || (s.Wait == nil && s.Timer == nil && s.ChildWait == nil) || !e.At.Before(s.RunAt) {
+	if s.Status != StatusPending || (s.Wait == nil && s.Timer == nil && s.ChildWait == nil && s.RemoteWait == nil) || !e.At.Before(s.RunAt) {
 		return
 	}
 	if !slices.ContainsFunc(s.Updates, func(u Update) bool { return !u.Completed }) {

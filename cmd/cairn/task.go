@@ -251,6 +251,17 @@ func eventDetails(p history.Payload) string {
 			s += ": " + describeError(*v.Error)
 		}
 		return s
+	case history.RemoteStepDispatchedData:
+		return fmt.Sprintf("step %d %s to queue %s, attempt %d: %s", v.Position, v.Name, v.Queue, v.Attempt, truncate(string(v.Input), 60))
+	case history.RemoteStepCompletedData:
+		return fmt.Sprintf("step %d %s done by %s, attempt %d: %s", v.Position, v.Name, v.Worker, v.Attempt, truncate(string(v.Output), 60))
+	case history.RemoteStepFailedData:
+		return fmt.Sprintf("step %d %s failed at %s, attempt %d: %s", v.Position, v.Name, v.Worker, v.Attempt, describeError(v.Error))
+	case history.RemoteWaitStartedData:
+		if len(v.Positions) == 1 {
+			return fmt.Sprintf("awaits remote step %d", v.Positions[0])
+		}
+		return fmt.Sprintf("awaits %d of %d remote steps (%d to %d)", max(v.Count, 1), len(v.Positions), v.Positions[0], v.Positions[len(v.Positions)-1])
 	case history.LeaseExpiredData:
 		return fmt.Sprintf("worker %s, lease epoch %d", v.WorkerID, v.LeaseEpoch)
 	case history.TaskReleasedData:

@@ -9,7 +9,7 @@
 -- little ahead of the database's still counts, in "now".
 --
 -- Events that end an attempt (the first of them after attempt_started):
--- attempt_failed, lease_expired, task_released, timer_started, wait_started, child_wait_started,
+-- attempt_failed, lease_expired, task_released, timer_started, wait_started, child_wait_started, remote_wait_started,
 -- task_completed, task_failed, task_dead_lettered, task_cancelled.
 
 -- name: DiagnoseBegin
@@ -43,7 +43,7 @@ WITH win AS (
             SELECT p.type IN ('attempt_failed', 'lease_expired') FROM /* TEMPLATE: schema */events AS p
             WHERE p.task_id = w.task_id AND p.seq = w.seq - 1), false)
         ELSE false END AS retry,
-        CASE WHEN w.type IN ('attempt_failed', 'lease_expired', 'task_released', 'timer_started', 'wait_started', 'child_wait_started',
+        CASE WHEN w.type IN ('attempt_failed', 'lease_expired', 'task_released', 'timer_started', 'wait_started', 'child_wait_started', 'remote_wait_started',
                              'task_completed', 'task_failed', 'task_dead_lettered', 'task_cancelled', 'task_continued') THEN (
             SELECT extract(epoch FROM w.at - s.at) * 1000
             FROM (
@@ -55,7 +55,7 @@ WITH win AS (
             WHERE NOT EXISTS (
                 SELECT 1 FROM /* TEMPLATE: schema */events AS x
                 WHERE x.task_id = w.task_id AND x.seq > s.seq AND x.seq < w.seq
-                  AND x.type IN ('attempt_failed', 'lease_expired', 'task_released', 'timer_started', 'wait_started', 'child_wait_started',
+                  AND x.type IN ('attempt_failed', 'lease_expired', 'task_released', 'timer_started', 'wait_started', 'child_wait_started', 'remote_wait_started',
                                  'task_completed', 'task_failed', 'task_dead_lettered', 'task_cancelled', 'task_continued')))
         END AS attempt_ms
     FROM win AS w

@@ -37,7 +37,7 @@ func (l *listener) Connect(ctx context.Context) error {
 	if err != nil {
 		return errors.Wrap(interpretError(err), "connect the listener")
 	}
-	for _, channel := range []string{l.s.channel, l.s.doneChannel, l.s.cancelChannel, l.s.streamChannel, l.probeChannel, l.s.inquiryChannel, l.s.answeredChannel, l.s.modelChannel} {
+	for _, channel := range []string{l.s.channel, l.s.doneChannel, l.s.cancelChannel, l.s.streamChannel, l.probeChannel, l.s.inquiryChannel, l.s.answeredChannel, l.s.modelChannel, l.s.remoteChannel} {
 		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
 			_ = conn.Close(context.WithoutCancel(ctx))
 			return errors.Wrapf(interpretError(err), "listen on %s", channel)
@@ -71,6 +71,8 @@ func (l *listener) WaitForNotification(ctx context.Context) (store.Notification,
 		return store.Notification{Answered: parseIDs(note.Payload)}, nil
 	case l.s.modelChannel:
 		return store.Notification{Models: parseModelKey(note.Payload)}, nil
+	case l.s.remoteChannel:
+		return store.Notification{Remote: []string{note.Payload}}, nil
 	default:
 		return store.Notification{Ready: true}, nil
 	}

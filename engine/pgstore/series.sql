@@ -29,7 +29,7 @@ SELECT f.task_id::text, f.queue, p.seq, p.type, p.at,
 FROM firsts AS f
 CROSS JOIN LATERAL (
     SELECT seq, type, at, data FROM /* TEMPLATE: schema */events AS p
-    WHERE p.task_id = f.task_id AND p.seq < f.seq AND p.type NOT IN ('cancel_requested', 'signal_received', 'child_finished', 'task_forked', 'patch_recorded')
+    WHERE p.task_id = f.task_id AND p.seq < f.seq AND p.type NOT IN ('cancel_requested', 'signal_received', 'child_finished', 'task_forked', 'patch_recorded', 'remote_step_completed', 'remote_step_failed')
         AND NOT (p.type = 'step_completed' AND p.attempt = 0)
     ORDER BY p.seq DESC LIMIT 1
 ) AS p

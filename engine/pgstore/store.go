@@ -108,6 +108,9 @@ type Store struct {
 	// namespace. answeredChannel: an inquiry was answered; payload is its
 	// id.
 	inquiryChannel, answeredChannel string
+	// remoteChannel: remote steps were dispatched; payload is their
+	// namespace/queue.
+	remoteChannel string
 	// modelChannel: a model limit's waiters may go; payload is the
 	// namespace, a newline and the model.
 	modelChannel string
@@ -160,7 +163,7 @@ func New(cfg Config) (*Store, error) {
 	pos := newPositionals(q)
 	return &Store{pool: cfg.Pool, db: positionalDB{cfg.Pool, pos}, control: positionalDB{control, pos}, pos: pos, listenConf: listenConf, schema: schema,
 		channel: schema + ".ready", doneChannel: schema + ".done", cancelChannel: schema + ".cancel", streamChannel: schema + ".stream", probeChannel: schema + ".probe", q: q,
-		inquiryChannel: schema + ".inquiry", answeredChannel: schema + ".answered", modelChannel: schema + ".model",
+		inquiryChannel: schema + ".inquiry", answeredChannel: schema + ".answered", modelChannel: schema + ".model", remoteChannel: schema + ".remote",
 		observer: slot, metrics: slot, clock: cfg.Clock, parents: &plan.ParentStates{}, limits: cfg.HistoryLimits.Resolved()}, nil
 }
 

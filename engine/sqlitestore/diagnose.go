@@ -111,7 +111,7 @@ func windowHistories(ctx context.Context, tx *txn, namespace, queue string, from
 // attemptEnds are the events that end an attempt (the first of them after
 // attempt_started).
 var attemptEnds = map[history.Type]bool{
-	history.AttemptFailed: true, history.LeaseExpired: true, history.TaskReleased: true, history.TimerStarted: true, history.WaitStarted: true, history.ChildWaitStarted: true,
+	history.AttemptFailed: true, history.LeaseExpired: true, history.TaskReleased: true, history.TimerStarted: true, history.WaitStarted: true, history.ChildWaitStarted: true, history.RemoteWaitStarted: true,
 	history.TaskCompleted: true, history.TaskFailed: true, history.TaskDeadLettered: true, history.TaskCancelled: true,
 	history.TaskContinued: true,
 }

@@ -50,6 +50,11 @@ func (l *listener) add(n store.Notification) {
 	l.pending.Inquiries = l.pending.Inquiries || n.Inquiries
 	l.pending.Answered = append(l.pending.Answered, n.Answered...)
 	l.pending.Models = append(l.pending.Models, n.Models...)
+	for _, q := range n.Remote {
+		if !slices.Contains(l.pending.Remote, q) {
+			l.pending.Remote = append(l.pending.Remote, q)
+		}
+	}
 	l.mu.Unlock()
 	select {
 	case l.signal <- struct{}{}:
@@ -67,9 +72,9 @@ func (l *listener) WaitForNotification(ctx context.Context) (store.Notification,
 		if !connected {
 			return store.Notification{}, errors.New("sqlitestore: listener not connected")
 		}
-		if n.Ready || len(n.Done) > 0 || len(n.Cancel) > 0 || len(n.Probes) > 0 || len(n.Streams) > 0 || n.Inquiries || len(n.Answered) > 0 || len(n.Models) > 0 {
+		if n.Ready || len(n.Done) > 0 || len(n.Cancel) > 0 || len(n.Probes) > 0 || len(n.Streams) > 0 || n.Inquiries || len(n.Answered) > 0 || len(n.Models) > 0 || len(n.Remote) > 0 {
 			n.Done, n.Cancel, n.Probes, n.Streams, n.Answered = slices.Clip(n.Done), slices.Clip(n.Cancel), slices.Clip(n.Probes), slices.Clip(n.Streams), slices.Clip(n.Answered)
-			n.Models = slices.Clip(n.Models)
+			n.Models, n.Remote = slices.Clip(n.Models), slices.Clip(n.Remote)
 			return n, nil
 		}
 		select {

@@ -22,7 +22,7 @@ SELECT f.task_id, f.queue, p.seq, p.type, p.at,
 FROM firsts AS f
 JOIN events AS p ON p.task_id = f.task_id AND p.seq = (
     SELECT max(b.seq) FROM events AS b
-    WHERE b.task_id = f.task_id AND b.seq < f.seq AND b.type NOT IN ('cancel_requested', 'signal_received', 'child_finished', 'task_forked', 'patch_recorded')
+    WHERE b.task_id = f.task_id AND b.seq < f.seq AND b.type NOT IN ('cancel_requested', 'signal_received', 'child_finished', 'task_forked', 'patch_recorded', 'remote_step_completed', 'remote_step_failed')
         AND NOT (b.type = 'step_completed' AND b.attempt = 0))
 ORDER BY 1, 3;
 

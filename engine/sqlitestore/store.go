@@ -420,7 +420,7 @@ func (s *Store) subscribe(fn func(store.Notification)) (stop func()) {
 // store itself, which announces after its own commits; in a transaction,
 // after the outermost commit (never, if it rolls back).
 func (s *Store) announce(a store.Notification) {
-	if !a.Ready && len(a.Done) == 0 && len(a.Cancel) == 0 && len(a.Streams) == 0 && !a.Inquiries && len(a.Answered) == 0 && len(a.Models) == 0 {
+	if !a.Ready && len(a.Done) == 0 && len(a.Cancel) == 0 && len(a.Streams) == 0 && !a.Inquiries && len(a.Answered) == 0 && len(a.Models) == 0 && len(a.Remote) == 0 {
 		return
 	}
 	if s.cur != nil {

@@ -279,6 +279,25 @@ type Executor interface {
 	InquiryGet(ctx context.Context, p *InquiryGetParams) (*Inquiry, error)
 	InquiryRemoveExpired(ctx context.Context, p *InquiryRemoveExpiredParams) (int, error)
 
+	// Remote steps (remote.go): the rows workers outside the process
+	// claim. RemoteStepInsert writes those a dispatch made and announces
+	// their queues (Notification.Remote); RemoteStepClaim claims up to
+	// p.Max of a queue for a worker, each under a new nonce and lease;
+	// RemoteStepHeartbeat extends a claim's lease; RemoteStepTake
+	// removes and returns the step a claim holds (with its outcome's
+	// append, in one transaction); RemoteStepRelease hands it back
+	// unclaimed, announced; RemoteStepListExpired lists claims whose
+	// lease ended; RemoteStepRemoveFinished removes the rows of tasks
+	// finished or gone. A claim that no longer holds its step is refused
+	// with ErrNotFound.
+	RemoteStepInsert(ctx context.Context, p *RemoteStepInsertParams) error
+	RemoteStepClaim(ctx context.Context, p *RemoteStepClaimParams) ([]*RemoteStep, error)
+	RemoteStepHeartbeat(ctx context.Context, p *RemoteStepRef) (RemoteRenewal, error)
+	RemoteStepTake(ctx context.Context, p *RemoteStepRef) (*RemoteStep, error)
+	RemoteStepRelease(ctx context.Context, p *RemoteStepRef) error
+	RemoteStepListExpired(ctx context.Context, p *RemoteStepExpiredParams) ([]*RemoteStep, error)
+	RemoteStepRemoveFinished(ctx context.Context, p *RemoteStepExpiredParams) (int, error)
+
 	// Model rate limits (modellimit.go): a namespace's tokens and
 	// requests per minute per model, shared by every worker.
 	// ModelLimitSet makes or replaces one, ModelLimitList lists a
@@ -401,6 +420,9 @@ type Notification struct {
 	// deleted, a step admitted or settled below its reservation, a
 	// ticket dropped.
 	Models []ModelKey
+	// Remote are queues where remote steps were dispatched or handed
+	// back, each as namespace/queue ([RemoteQueueKey]).
+	Remote []string
 }
 
 // Observer counts what a store writes, after the write has committed:

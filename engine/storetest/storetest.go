@@ -55,6 +55,7 @@ func tests(encoded bool) []conformanceTest {
 		taskTests, claimTests, appendTests, leaseTests, requestTests, queueTests, leaderTests, scheduleTests, taskTypeTests, readTests,
 		listingTests, seriesTests, flowTests, signalTests, childTests, retentionTests, continueTests, strandedTests,
 		selectTests, streamTests, inquiryTests, updateTests, usageTests, budgetTests, budgetComposites, modelLimitTests,
+		remoteTests,
 	} {
 		all = append(all, group...)
 	}

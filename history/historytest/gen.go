@@ -127,6 +127,14 @@ type gen struct {
 	awaiting      bool                       // the attempt ended awaiting the last child started
 	comp          *compState                 // compensation in progress
 	budgetWaiting bool                       // the attempt ended over budget (budget_refused, wait)
+	remote        *remoteState               // the remote step dispatched and not completed
+}
+
+// remoteState is a remote step dispatched at position pos and not
+// completed, its attempt in flight, failed, or to be dispatched again.
+type remoteState struct {
+	pos, attempt  int
+	failed, retry bool
 }
 
 // compState is a compensation under way.
@@ -319,6 +327,15 @@ func (g *gen) run() {
 		return
 	}
 	for attempt := 1; !g.full(); attempt++ {
+		if g.remote != nil && g.remote.attempt > 0 && !g.remote.failed && !g.remote.retry {
+			// The remote step's worker answers between attempts. (Drawn
+			// from nothing: earlier seeds' draws stay what they were.)
+			g.at = g.at.Add(time.Second)
+			g.finishRemote()
+			if g.full() {
+				return
+			}
+		}
 		if g.awaiting || (len(g.unfinished) > 0 && g.src.intRange("child_finish", 0, 3) == 0) {
 			// A child finishes between attempts; a task awaiting it is
 			// due at once.
@@ -430,6 +447,63 @@ func (g *gen) finishChild() {
 		g.awaiting = false
 		g.runAt = g.at
 	}
+}
+
+// dispatchRemote appends the next attempt's remote_step_dispatched of
+// the remote step and the wait for it.
+func (g *gen) dispatchRemote(attempt int) {
+	r := g.remote
+	r.attempt++
+	r.failed, r.retry = false, false
+	g.emit(attempt, history.RemoteStepDispatchedData{Position: r.pos, Name: stepName(r.pos), Queue: "ocr", Attempt: r.attempt,
+		Input: json.RawMessage(`{"page":3}`), HeartbeatTimeoutMillis: 30_000, Compensable: r.pos%2 == 1}, true)
+	if g.full() {
+		return
+	}
+	g.emit(attempt, history.RemoteWaitStartedData{Positions: []int{r.pos}}, true)
+	g.runAt = history.Never
+}
+
+// finishRemote appends the remote step's outcome, outside any attempt:
+// it fails its first attempts about one time in three.
+func (g *gen) finishRemote() {
+	r := g.remote
+	claim := fmt.Sprintf("claim-%d", len(g.events))
+	if r.attempt < 3 && len(g.events)%3 == 0 {
+		g.emit(0, history.RemoteStepFailedData{Position: r.pos, Name: stepName(r.pos), Attempt: r.attempt, Worker: "py-1", Claim: claim,
+			Error: history.ErrorInfo{Message: "ocr backend unavailable", Kind: "Unavailable", Status: 503, Attrs: map[string]string{"page": "3"}}}, true)
+		r.failed = true
+	} else {
+		g.emit(0, history.RemoteStepCompletedData{Position: r.pos, Name: stepName(r.pos), Attempt: r.attempt, Worker: "ts-1", Claim: claim,
+			Output: json.RawMessage(`{"text":"page 3"}`), DurationMillis: 1200}, true)
+		g.steps++
+		g.compensable = append(g.compensable, r.pos%2 == 1)
+		g.remote = nil
+	}
+	g.runAt = g.at
+}
+
+// remoteAttempt is an attempt woken while a remote step is dispatched:
+// it classifies the step's failure (tried again), dispatches it again,
+// or, woken otherwise, waits again.
+func (g *gen) remoteAttempt(attempt int) bool {
+	r := g.remote
+	g.at = g.at.Add(time.Second)
+	switch {
+	case r.failed:
+		info := history.ErrorInfo{Class: history.Transient, Message: "ocr backend unavailable", Kind: "Unavailable", Status: 503,
+			Step: stepName(r.pos), Position: r.pos, ClassifiedBy: "default:step"}
+		next := g.at.Add(time.Second)
+		g.emit(attempt, history.AttemptFailedData{Error: info, NextRunAt: &next}, true)
+		g.runAt = next
+		r.failed, r.retry = false, true
+	case r.retry:
+		g.dispatchRemote(attempt)
+	default:
+		g.emit(attempt, history.RemoteWaitStartedData{Positions: []int{r.pos}}, true)
+		g.runAt = history.Never
+	}
+	return g.full()
 }
 
 // requestCancel appends cancel_requested and, when no completed step needs
@@ -592,12 +666,24 @@ func (g *gen) attempt(attempt int) bool {
 		}
 	}
 
+	if g.remote != nil {
+		return g.remoteAttempt(attempt)
+	}
+
 	most := g.totalSteps - g.steps
 	if g.perAttempt > 0 {
 		most = min(most, g.perAttempt)
 	}
 	for n := g.src.intRange("steps_now", 0, most); n > 0; n-- {
 		g.at = g.at.Add(g.delay("delay", 5*time.Second))
+		if !g.endless && len(g.events)%11 == 4 {
+			// The workflow hands the step to a remote worker and waits.
+			// (Drawn from nothing: earlier seeds' draws stay what they
+			// were.)
+			g.remote = &remoteState{pos: g.steps}
+			g.dispatchRemote(attempt)
+			return g.full()
+		}
 		if !g.endless && g.src.intRange("sleep", 0, 7) == 0 {
 			// The workflow sleeps: the attempt ends, and the next one fires
 			// the timer before going on.

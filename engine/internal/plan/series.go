@@ -96,11 +96,11 @@ func (s seriesState) next(e SeriesEvent) seriesState {
 	switch e.Type {
 	case history.TaskScheduled, history.LeaseExpired, history.TimerStarted, history.WaitStarted:
 		out.status, out.runAt = seriesWaiting, when
-	case history.ChildWaitStarted:
-		out.status, out.runAt = seriesWaiting, history.Never // due when a child finishes
+	case history.ChildWaitStarted, history.RemoteWaitStarted:
+		out.status, out.runAt = seriesWaiting, history.Never // due when a child finishes, or a remote step
 	case history.TaskReleased, history.TaskRequeued, history.CompensationRequested:
 		out.status, out.runAt = seriesWaiting, e.At // due now
-	case history.ChildFinished:
+	case history.ChildFinished, history.RemoteStepCompleted, history.RemoteStepFailed:
 		if s.status == seriesWaiting && s.runAt.Equal(history.Never) {
 			out.runAt = e.At // the child it awaited, most likely: due now
 		}

@@ -88,6 +88,8 @@ func forkCopies(id uuid.UUID, events []history.Event, state history.State, at in
 		switch d := e.Data.(type) {
 		case history.StepCompletedData:
 			step = d
+		case history.RemoteStepCompletedData:
+			step = history.StepCompletedData{Position: d.Position, Name: d.Name, Output: d.Output}
 		case history.TimerFiredData:
 			step, sleep = history.StepCompletedData{Position: d.Position, Name: history.SleepStepName}, true
 		case history.ChildStartedData, history.WaitStartedData, history.SignalReceivedData, history.SelectMatchedData:

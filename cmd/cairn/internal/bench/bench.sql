@@ -20,7 +20,7 @@ SELECT
   count(*) FILTER (WHERE c.relname NOT IN ('tasks', 'events', 'leaders', 'queues', 'schedules', 'rate_limits', 'task_types',
                                            'namespaces', 'retired_keys', 'blobs', 'stranded_tasks', 'stream_entries', 'inquiries',
                                            'model_limits', 'model_admissions', 'model_tickets', 'budgets', 'budget_windows',
-                                           'budget_reservations', 'budget_waits', 'schema_migrations'))
+                                           'budget_reservations', 'budget_waits', 'remote_steps', 'schema_migrations'))
 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
 WHERE n.nspname = @schema AND c.relkind IN ('r', 'p', 'v', 'm', 'S', 'f');
 

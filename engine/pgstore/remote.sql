@@ -1,0 +1,93 @@
+-- The statements of remote steps (store.RemoteStepInsert and the rest):
+-- the rows workers in any language claim by queue. Times are the store's
+-- clock (@now), as leases' are.
+
+-- name: RemoteStepInsert
+-- The rows of steps just dispatched, their queues announced on the remote
+-- channel (payload: namespace/queue) when the transaction commits.
+WITH ins AS (
+    INSERT INTO /* TEMPLATE: schema */remote_steps
+        (task_id, position, namespace, name, queue, attempt, input, heartbeat_ms, start_to_close_ms, dispatched_at)
+    SELECT * FROM unnest(@task_ids::uuid[], @positions::integer[], @namespaces::text[], @names::text[], @queues::text[],
+        @attempts::integer[], @inputs::bytea[], @heartbeats::bigint[], @start_to_closes::bigint[])
+        AS r(task_id, position, namespace, name, queue, attempt, input, heartbeat_ms, start_to_close_ms)
+    CROSS JOIN (SELECT @now::timestamptz) AS n
+    RETURNING namespace, queue
+)
+SELECT pg_notify(@channel, q) FROM (SELECT DISTINCT namespace || '/' || queue AS q FROM ins) AS d;
+
+-- name: RemoteStepClaim
+-- Claims up to @max unclaimed steps of the namespace's queue (of @names
+-- when not empty) for @worker, oldest dispatch first, each under a new
+-- nonce and a lease of its heartbeat timeout; steps of tasks finished or
+-- cancelled are left for the sweep. Rows another claim locks are skipped.
+WITH picked AS (
+    SELECT r.task_id, r.position, t.cancel_requested
+    FROM /* TEMPLATE: schema */remote_steps AS r
+    JOIN /* TEMPLATE: schema */tasks AS t ON t.id = r.task_id
+    WHERE r.namespace = @namespace AND r.queue = @queue AND r.nonce = ''
+      AND (cardinality(@names::text[]) = 0 OR r.name = ANY(@names::text[]))
+      AND t.status IN ('pending', 'retrying', 'running') AND NOT t.cancel_requested
+    ORDER BY r.dispatched_at, r.task_id, r.position
+    LIMIT @max
+    FOR UPDATE OF r SKIP LOCKED
+)
+UPDATE /* TEMPLATE: schema */remote_steps AS r
+SET nonce = replace(gen_random_uuid()::text, '-', ''), worker = @worker, claimed_at = @now,
+    lease_expires_at = @now::timestamptz + r.heartbeat_ms * interval '1 millisecond'
+FROM picked WHERE r.task_id = picked.task_id AND r.position = picked.position
+RETURNING r.namespace, r.task_id, r.position, r.name, r.queue, r.attempt, r.input, r.heartbeat_ms, r.start_to_close_ms,
+    r.dispatched_at, r.nonce, r.worker, r.claimed_at, r.lease_expires_at, picked.cancel_requested;
+
+-- name: RemoteStepHeartbeat
+-- Extends the lease of the step the claim holds, if it still does, by its
+-- heartbeat timeout from @now; returns the new end and the task's cancel.
+UPDATE /* TEMPLATE: schema */remote_steps AS r
+SET lease_expires_at = @now::timestamptz + r.heartbeat_ms * interval '1 millisecond'
+FROM /* TEMPLATE: schema */tasks AS t
+WHERE r.task_id = @task_id AND r.position = @position AND r.namespace = @namespace AND r.nonce = @nonce
+  AND (cardinality(@queues::text[]) = 0 OR r.queue = ANY(@queues::text[]))
+  AND t.id = r.task_id
+RETURNING r.lease_expires_at, t.cancel_requested;
+
+-- name: RemoteStepTake
+-- Removes the step the claim holds and returns it: what its outcome's
+-- append does in the same transaction. With @expired, only if its lease
+-- has ended (the rescuer's).
+DELETE FROM /* TEMPLATE: schema */remote_steps AS r
+WHERE r.task_id = @task_id AND r.position = @position AND r.namespace = @namespace AND r.nonce = @nonce
+  AND (cardinality(@queues::text[]) = 0 OR r.queue = ANY(@queues::text[]))
+  AND (NOT @expired::boolean OR r.lease_expires_at <= @now)
+RETURNING r.namespace, r.task_id, r.position, r.name, r.queue, r.attempt, r.input, r.heartbeat_ms, r.start_to_close_ms,
+    r.dispatched_at, r.nonce, r.worker, r.claimed_at, r.lease_expires_at, false;
+
+-- name: RemoteStepRelease
+-- Hands the step the claim holds back to its queue, unclaimed, announced
+-- as a dispatch is; counts the steps released (0 or 1).
+WITH up AS (
+    UPDATE /* TEMPLATE: schema */remote_steps
+    SET nonce = '', worker = '', claimed_at = NULL, lease_expires_at = NULL
+    WHERE task_id = @task_id AND position = @position AND namespace = @namespace AND nonce = @nonce
+      AND (cardinality(@queues::text[]) = 0 OR queue = ANY(@queues::text[]))
+    RETURNING namespace, queue
+)
+SELECT count(*) FROM (SELECT pg_notify(@channel, namespace || '/' || queue) FROM up) AS n;
+
+-- name: RemoteStepListExpired
+-- Up to @max claimed steps whose lease ended by @now, the earliest first.
+SELECT r.namespace, r.task_id, r.position, r.name, r.queue, r.attempt, NULL::bytea, r.heartbeat_ms, r.start_to_close_ms,
+    r.dispatched_at, r.nonce, r.worker, r.claimed_at, r.lease_expires_at, false
+FROM /* TEMPLATE: schema */remote_steps AS r
+WHERE r.nonce <> '' AND r.lease_expires_at <= @now
+ORDER BY r.lease_expires_at
+LIMIT @max;
+
+-- name: RemoteStepRemoveFinished
+-- Removes up to @max rows of tasks finished or gone: nothing will collect
+-- their outcomes.
+DELETE FROM /* TEMPLATE: schema */remote_steps AS r
+WHERE (r.task_id, r.position) IN (
+    SELECT x.task_id, x.position FROM /* TEMPLATE: schema */remote_steps AS x
+    LEFT JOIN /* TEMPLATE: schema */tasks AS t ON t.id = x.task_id
+    WHERE t.id IS NULL OR t.status NOT IN ('pending', 'retrying', 'running')
+    LIMIT @max);

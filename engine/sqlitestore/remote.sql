@@ -1,0 +1,57 @@
+-- The statements of remote steps (store.RemoteStepInsert and the rest).
+-- Times in µs, by the store's clock.
+
+-- name: RemoteStepInsert
+INSERT INTO remote_steps (task_id, position, namespace, name, queue, attempt, input, heartbeat_ms, start_to_close_ms, dispatched_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
+
+-- name: RemoteStepClaim
+-- Claims up to ?4 unclaimed steps of namespace ?1's queue ?2 (of the
+-- names in ?3, a JSON array, when it is not empty) for ?5 at ?6, oldest
+-- dispatch first, each under a new nonce and a lease of its heartbeat
+-- timeout; steps of tasks finished or cancelled are left for the sweep.
+UPDATE remote_steps AS r
+SET nonce = lower(hex(randomblob(16))), worker = ?5, claimed_at = ?6, lease_expires_at = ?6 + r.heartbeat_ms * 1000
+WHERE (r.task_id, r.position) IN (
+    SELECT x.task_id, x.position FROM remote_steps AS x
+    JOIN tasks AS t ON t.id = x.task_id
+    WHERE x.namespace = ?1 AND x.queue = ?2 AND x.nonce = ''
+      AND (json_array_length(?3) = 0 OR x.name IN (SELECT value FROM json_each(?3)))
+      AND t.status IN ('pending', 'retrying', 'running') AND NOT t.cancel_requested
+    ORDER BY x.dispatched_at, x.task_id, x.position
+    LIMIT ?4)
+RETURNING namespace, task_id, position, name, queue, attempt, input, heartbeat_ms, start_to_close_ms,
+    dispatched_at, nonce, worker, claimed_at, lease_expires_at, 0;
+
+-- name: RemoteStepHeartbeat
+UPDATE remote_steps SET lease_expires_at = ?5 + heartbeat_ms * 1000
+WHERE task_id = ?1 AND position = ?2 AND namespace = ?3 AND nonce = ?4
+  AND (json_array_length(?6) = 0 OR queue IN (SELECT value FROM json_each(?6)))
+RETURNING lease_expires_at, (SELECT t.cancel_requested FROM tasks AS t WHERE t.id = remote_steps.task_id);
+
+-- name: RemoteStepTake
+-- With ?6, only if its lease has ended by ?5 (the rescuer's).
+DELETE FROM remote_steps
+WHERE task_id = ?1 AND position = ?2 AND namespace = ?3 AND nonce = ?4 AND (NOT ?6 OR lease_expires_at <= ?5)
+  AND (json_array_length(?7) = 0 OR queue IN (SELECT value FROM json_each(?7)))
+RETURNING namespace, task_id, position, name, queue, attempt, input, heartbeat_ms, start_to_close_ms,
+    dispatched_at, nonce, worker, claimed_at, lease_expires_at, 0;
+
+-- name: RemoteStepRelease
+UPDATE remote_steps SET nonce = '', worker = '', claimed_at = NULL, lease_expires_at = NULL
+WHERE task_id = ?1 AND position = ?2 AND namespace = ?3 AND nonce = ?4
+  AND (json_array_length(?5) = 0 OR queue IN (SELECT value FROM json_each(?5)))
+RETURNING queue;
+
+-- name: RemoteStepListExpired
+SELECT namespace, task_id, position, name, queue, attempt, NULL, heartbeat_ms, start_to_close_ms,
+    dispatched_at, nonce, worker, claimed_at, lease_expires_at, 0
+FROM remote_steps WHERE nonce <> '' AND lease_expires_at <= ?1
+ORDER BY lease_expires_at LIMIT ?2;
+
+-- name: RemoteStepRemoveFinished
+DELETE FROM remote_steps WHERE (task_id, position) IN (
+    SELECT x.task_id, x.position FROM remote_steps AS x
+    LEFT JOIN tasks AS t ON t.id = x.task_id
+    WHERE t.id IS NULL OR t.status NOT IN ('pending', 'retrying', 'running')
+    LIMIT ?1);
