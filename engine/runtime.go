@@ -284,3 +284,21 @@ var ErrModelWaitStopping = modellimit.ErrStopping
 
 // NewModelLimiter returns a model limiter; see modellimit.New.
 func NewModelLimiter(cfg ModelLimiterConfig) (*ModelLimiter, error) { return modellimit.New(cfg) }
+
+// RemoteOutcome is what a claim of a remote step reports: see
+// [requests.RemoteOutcome].
+type RemoteOutcome = requests.RemoteOutcome
+
+// ErrClaimLost marks an outcome under a claim that no longer holds its
+// remote step.
+var ErrClaimLost = requests.ErrClaimLost
+
+// KindRemoteLeaseExpired is the error kind of a remote step's attempt
+// whose claim's lease ended.
+const KindRemoteLeaseExpired = requests.KindRemoteLeaseExpired
+
+// SettleRemote records a remote step's outcome under its claim: see
+// [requests.SettleRemote].
+func SettleRemote(ctx context.Context, s store.Store, o RemoteOutcome) (history.State, error) {
+	return requests.SettleRemote(ctx, s, o)
+}

@@ -33,6 +33,12 @@ func OfEvent(namespace string, task uuid.UUID, d history.Payload) *Payload {
 		p.Kind, p.Data = Signal, d.Args
 	case history.UpdateCompletedData:
 		p.Kind, p.Data = Output, d.Output
+	case history.RemoteStepDispatchedData:
+		// Kept in place or by an envelope, as a signal's: the event has
+		// no reference of its own.
+		p.Kind, p.Data = Signal, d.Input
+	case history.RemoteStepCompletedData:
+		p.Kind, p.Data = Output, d.Output
 	default:
 		return nil
 	}

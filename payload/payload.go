@@ -20,10 +20,12 @@ const (
 	// StepOutput is a step's output (step_completed). Kept by reference,
 	// it is the event's OutputRef: [Payload.Ref].
 	StepOutput
-	// Output is a workflow's output (task_completed, and the row's); a
-	// parent's child_finished holds a copy, owned by the child.
+	// Output is a workflow's output (task_completed, and the row's), or a
+	// remote step's (remote_step_completed); a parent's child_finished
+	// holds a copy, owned by the child.
 	Output
-	// Signal is a signal's payload (signal_received).
+	// Signal is a signal's payload (signal_received), or a remote step's
+	// input (remote_step_dispatched).
 	Signal
 	// ScheduleInput is a schedule's input, which every task the schedule
 	// starts takes as its own: no one task owns it.

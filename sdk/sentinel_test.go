@@ -224,6 +224,10 @@ func TestEverySentinelMatchesWithBothErrorLibraries(t *testing.T) {
 				_, err := c.RaiseBudgetByCallback(ctx, link, "")
 				return err
 			}},
+			{sdk.ErrClaimLost, "HeartbeatRemote", func() error {
+				_, err := c.HeartbeatRemote(ctx, missing.String()+".0.feedface", nil)
+				return err
+			}},
 			{sdk.ErrNotWaitingOnBudget, "BudgetCallback", func() error {
 				_, err := c.BudgetCallback(ctx, pending.ID, time.Now().Add(time.Hour), "ops")
 				return err
@@ -280,6 +284,7 @@ var exportedSentinels = map[string]error{
 	"ErrUpdateRejected": sdk.ErrUpdateRejected, "ErrUpdateNotFound": sdk.ErrUpdateNotFound,
 	"ErrUpdateFailed": sdk.ErrUpdateFailed, "ErrUpdatePending": sdk.ErrUpdatePending,
 	"ErrCallbackUsed": sdk.ErrCallbackUsed, "ErrNotWaitingOnBudget": sdk.ErrNotWaitingOnBudget,
+	"ErrClaimLost": sdk.ErrClaimLost,
 }
 
 // approvalQueried is approvalV1(false) with a query that fails.

@@ -244,6 +244,9 @@ func (s *runState) settle() error {
 	if err := s.checkpoint(); err != nil {
 		return err
 	}
+	if err := s.dispatchQueued(); err != nil {
+		return err
+	}
 	return s.startQueued()
 }
 

@@ -161,6 +161,16 @@ type RunParams struct {
 	// run as a failed record does (the step runs again). Compensators are
 	// not gated. Optional: every step runs.
 	Gate func(ctx context.Context, step StepInfo, spend *history.Spend) (settle func(usage []history.Usage, stepErr error) error, err error)
+	// Remote are the task's remote steps dispatched and not completed
+	// (history.State.Remote), by position: in flight (a call there
+	// awaits it), failed (a call there ends the run with the failure, for
+	// the step's retry policy), or to retry (a call there dispatches the
+	// next attempt).
+	Remote []history.RemoteStep
+	// DispatchRemote writes remote steps' dispatches (the task's
+	// remote_step_dispatched and their rows), in position order. Required
+	// for a workflow that calls remote steps.
+	DispatchRemote func([]history.RemoteStepDispatchedData) error
 	// Updates returns the task's updates as the attempt knows them
 	// (history.State.Updates) at each yield (see update.go): those
 	// completed run again where they ran, the others run at the run's
@@ -233,6 +243,7 @@ type runState struct {
 
 	futures futureSet
 	upd     updateState
+	remote  remoteState
 
 	collected string // what a collect-only run was called to do at its end, for a replay's report
 }

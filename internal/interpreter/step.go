@@ -196,8 +196,11 @@ func (s *runState) prepare(pos int, name string, opts *StepOptions) (StepInfo, c
 	if err := s.checkpoint(); err != nil {
 		return info, nil, err
 	}
-	// Children started before the step go out before it runs: a long step
-	// must not hold them back.
+	// Remote steps and children called before the step go out before it
+	// runs: a long step must not hold them back.
+	if err := s.dispatchQueued(); err != nil {
+		return info, nil, err
+	}
 	if err := s.startQueued(); err != nil {
 		return info, nil, err
 	}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/cairnflow/cairn/engine/internal/leadership"
+	"github.com/cairnflow/cairn/engine/internal/requests"
 	"github.com/cairnflow/cairn/engine/internal/service"
 	"github.com/cairnflow/cairn/engine/store"
 )
@@ -71,6 +72,14 @@ func (r *rescuer) run(ctx context.Context) {
 	lease := time.NewTimer(time.Hour)
 	lease.Stop()
 	defer lease.Stop()
+	// Remote steps' claims on a loop of their own: waking this one would
+	// reset the wait for a lease's expiry.
+	remoteDone := make(chan struct{})
+	go func() {
+		defer close(remoteDone)
+		r.remoteLoop(ctx)
+	}()
+	defer func() { <-remoteDone }()
 	// leader is what the latest attempt found; elected, whether one has
 	// come yet (before it, nothing is known to wait for).
 	var leader, elected bool
@@ -94,6 +103,42 @@ func (r *rescuer) run(ctx context.Context) {
 			r.rescue(ctx, leader)
 		}
 		lease.Stop()
+	}
+}
+
+// remoteRescueEvery is how often a rescuer looks for remote steps whose
+// claim's lease ended: a claim's lease is at least a second
+// (store.MinRemoteHeartbeat), so its step runs again within about a
+// second of the lease's end, plus the workflow's backoff.
+const remoteRescueEvery = time.Second
+
+// remoteLoop rescues remote steps' claims every remoteRescueEvery until
+// ctx ends.
+func (r *rescuer) remoteLoop(ctx context.Context) {
+	tick := time.NewTicker(remoteRescueEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			r.rescueRemote(ctx)
+		}
+	}
+}
+
+// rescueRemote fails the attempts of remote steps whose claim's lease
+// ended, and removes the rows of finished tasks (requests.ExpireRemote).
+func (r *rescuer) rescueRemote(ctx context.Context) {
+	n, err := requests.ExpireRemote(ctx, r.cfg.Store, rescueBatch)
+	if err != nil {
+		if ctx.Err() == nil && !service.Unavailable(err) {
+			r.cfg.Logger.Warn("rescuer: expire remote steps' claims", service.ErrAttr(err))
+		}
+		return
+	}
+	if n > 0 {
+		r.cfg.Logger.Info("rescuer: failed remote steps whose claim's lease ended", "count", n)
 	}
 }
 

@@ -54,6 +54,7 @@ type Notifier struct {
 	streams map[uuid.UUID]map[chan struct{}]struct{}      // per-task stream readers; same discipline
 	asked   map[chan struct{}]struct{}                    // inquiry subscribers (SubscribeInquiries); same discipline
 	models  map[store.ModelKey]map[chan struct{}]struct{} // per-model-limit waiters (WaitModel); same discipline
+	remote  map[string]map[chan struct{}]struct{}         // per-queue remote step claimers (WaitRemote); same discipline
 }
 
 // Opts configure [New].
@@ -91,7 +92,8 @@ func New(s store.Store, opts Opts) *Notifier {
 	}
 	return &Notifier{store: s, logger: opts.Logger, opts: opts, subs: map[chan struct{}]struct{}{},
 		waiters: map[uuid.UUID]map[chan struct{}]struct{}{}, cancels: map[*func(uuid.UUID)]struct{}{}, asked: map[chan struct{}]struct{}{},
-		streams: map[uuid.UUID]map[chan struct{}]struct{}{}, models: map[store.ModelKey]map[chan struct{}]struct{}{}}
+		streams: map[uuid.UUID]map[chan struct{}]struct{}{}, models: map[store.ModelKey]map[chan struct{}]struct{}{},
+		remote: map[string]map[chan struct{}]struct{}{}}
 }
 
 // WaitModel returns a channel that receives a value when steps waiting
@@ -122,6 +124,38 @@ func (n *Notifier) modelsFreed(keys []store.ModelKey) {
 	defer n.mu.Unlock()
 	for _, k := range keys {
 		for ch := range n.models[k] {
+			wake(ch)
+		}
+	}
+}
+
+// WaitRemote returns a channel that receives a value when remote steps
+// become claimable in the queue named by key (store.RemoteQueueKey: a
+// dispatch, a release), or the listener reconnected and may have missed
+// it, and a function to stop waiting. The receiver claims again to know.
+func (n *Notifier) WaitRemote(key string) (<-chan struct{}, func()) {
+	ch := make(chan struct{}, 1)
+	n.mu.Lock()
+	if n.remote[key] == nil {
+		n.remote[key] = map[chan struct{}]struct{}{}
+	}
+	n.remote[key][ch] = struct{}{}
+	n.mu.Unlock()
+	return ch, func() {
+		n.mu.Lock()
+		delete(n.remote[key], ch)
+		if len(n.remote[key]) == 0 {
+			delete(n.remote, key)
+		}
+		n.mu.Unlock()
+	}
+}
+
+func (n *Notifier) remoteReady(keys []string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, k := range keys {
+		for ch := range n.remote[k] {
 			wake(ch)
 		}
 	}
@@ -300,6 +334,11 @@ func (n *Notifier) broadcast() {
 			wake(ch)
 		}
 	}
+	for _, chans := range n.remote {
+		for ch := range chans {
+			wake(ch)
+		}
+	}
 }
 
 func (n *Notifier) wakeSubscribers() {
@@ -336,6 +375,9 @@ func (n *Notifier) relay(note store.Notification) {
 	}
 	if len(note.Models) > 0 {
 		n.modelsFreed(note.Models)
+	}
+	if len(note.Remote) > 0 {
+		n.remoteReady(note.Remote)
 	}
 }
 

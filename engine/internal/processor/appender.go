@@ -433,6 +433,7 @@ func rebaseOntoRequests(p *store.EventAppendParams, events []history.Event) (*st
 	}
 	signalled := map[string]bool{}
 	finished := map[int]bool{}
+	remote := map[int]bool{} // remote steps whose outcome came
 	cancelled := false
 	for _, e := range since {
 		switch d := e.Data.(type) {
@@ -442,6 +443,10 @@ func rebaseOntoRequests(p *store.EventAppendParams, events []history.Event) (*st
 			signalled[d.Name] = true
 		case history.ChildFinishedData:
 			finished[d.Position] = true
+		case history.RemoteStepCompletedData:
+			remote[d.Position] = true
+		case history.RemoteStepFailedData:
+			remote[d.Position] = true
 		case history.TaskForkedData:
 			// A fork made of the task meanwhile: nothing to take in.
 		default:
@@ -458,6 +463,7 @@ func rebaseOntoRequests(p *store.EventAppendParams, events []history.Event) (*st
 	rebased.State = state
 	rebased.Payloads = releaseSignalledWait(p, signalled)
 	rebased.Payloads = releaseFinishedChildWait(p, rebased.Payloads, finished)
+	rebased.Payloads = releaseFinishedRemoteWait(p, rebased.Payloads, remote)
 	if cancelled {
 		rebased.Payloads = releaseCancelledCompletion(p, rebased.Payloads)
 	}
@@ -482,7 +488,7 @@ func releaseCancelledCompletion(p *store.EventAppendParams, payloads []history.P
 	switch payloads[n-1].(type) {
 	case history.TaskCompletedData:
 		reason = "cancel requested as the task completed: it compensates instead"
-	case history.WaitStartedData, history.TimerStartedData, history.ChildWaitStartedData:
+	case history.WaitStartedData, history.TimerStartedData, history.ChildWaitStartedData, history.RemoteWaitStartedData:
 		// Parked at the wait's end (or never), the task would not see
 		// its cancel until then: it is due at once instead.
 		reason = "cancel requested as the task began to wait: it compensates instead"
@@ -566,6 +572,31 @@ func releaseFinishedChildWait(p *store.EventAppendParams, payloads []history.Pay
 			return append(out, history.TaskReleasedData{
 				WorkerID: p.State.Lease.Owner, LeaseEpoch: p.State.Lease.Epoch,
 				Reason: fmt.Sprintf("child %d finished as the workflow began to await it", pos),
+			})
+		}
+	}
+	return payloads
+}
+
+// releaseFinishedRemoteWait returns payloads with a final
+// remote_wait_started replaced by task_released when the outcome of one
+// of the remote steps it awaits came meanwhile: the task is due at once,
+// and its next attempt takes the outcome in.
+func releaseFinishedRemoteWait(p *store.EventAppendParams, payloads []history.Payload, done map[int]bool) []history.Payload {
+	n := len(payloads)
+	if n == 0 || len(done) == 0 {
+		return payloads
+	}
+	wait, ok := payloads[n-1].(history.RemoteWaitStartedData)
+	if !ok {
+		return payloads
+	}
+	for _, pos := range wait.Positions {
+		if done[pos] {
+			out := append([]history.Payload(nil), payloads[:n-1]...)
+			return append(out, history.TaskReleasedData{
+				WorkerID: p.State.Lease.Owner, LeaseEpoch: p.State.Lease.Epoch,
+				Reason: fmt.Sprintf("remote step %d ended as the workflow began to await it", pos),
 			})
 		}
 	}

@@ -175,3 +175,28 @@ func (a *Attempt) ContinueAsNew(ctx context.Context, payloads []history.Payload,
 		return res.NextID, nil
 	}
 }
+
+// DispatchRemote writes remote steps the attempt's workflow dispatched
+// (remote_step_dispatched payloads, their inputs encoded), fenced by its
+// lease, with their rows, in one transaction (see
+// [requests.DispatchRemote]). A signal, cancel request, child's end or
+// remote step's outcome appended to the task meanwhile is taken into the
+// attempt's state and the dispatch tried again.
+func (a *Attempt) DispatchRemote(ctx context.Context, payloads []history.Payload) error {
+	a.mu.Lock() // parallel steps' budget calls append too
+	defer a.mu.Unlock()
+	for try := 0; ; try++ {
+		next, err := requests.DispatchRemote(ctx, a.proc.cfg.Store, a.Task.Namespace, a.appendParams(payloads))
+		if errors.Is(err, store.ErrConflict) && try+1 < maxChildStartTries {
+			if err := a.syncRequests(ctx); err != nil {
+				return err
+			}
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		a.state = next
+		return nil
+	}
+}

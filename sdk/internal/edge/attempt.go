@@ -217,6 +217,21 @@ func (a *Attempt) StartChildren(ctx context.Context, children []store.ChildStart
 	return ids, err
 }
 
+// DispatchRemote writes remote steps' dispatches (remote_step_dispatched,
+// their inputs encoded here) with their rows, fenced by the attempt's
+// lease ([engine.Attempt.DispatchRemote]).
+func (a *Attempt) DispatchRemote(ctx context.Context, ds []history.RemoteStepDispatchedData) error {
+	ps := make([]history.Payload, len(ds))
+	for i, d := range ds {
+		ps[i] = d
+	}
+	ev, err := a.Encode(ctx, ps...)
+	if err != nil {
+		return err
+	}
+	return a.a.DispatchRemote(ctx, ev.ps)
+}
+
 // Input returns the task's input, decoded: read back (checked) when the
 // client kept it as a blob. An input that does not open here (no key) is
 // returned as it is stored, for the workflow's decode to refuse.

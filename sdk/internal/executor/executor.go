@@ -313,9 +313,13 @@ func (h *Handler) handleAttempt(ctx context.Context, a *edge.Attempt, tr *attemp
 			state.Signals = a.Signals(a.DurableContext(), state.Signals)
 			return interpreter.MailboxOf(state)
 		}, Now: engine.Now,
-		Children:           func() []history.Child { return children.get(a.DurableContext(), a) },
-		Updates:            func() []history.Update { return a.Updates(a.DurableContext(), a.StateUpdates()) },
-		StartChildren:      func(reqs []interpreter.ChildRequest) error { return startChildren(a, reqs) },
+		Children:      func() []history.Child { return children.get(a.DurableContext(), a) },
+		Updates:       func() []history.Update { return a.Updates(a.DurableContext(), a.StateUpdates()) },
+		StartChildren: func(reqs []interpreter.ChildRequest) error { return startChildren(a, reqs) },
+		Remote:        state.Remote,
+		DispatchRemote: func(ds []history.RemoteStepDispatchedData) error {
+			return a.DispatchRemote(a.DurableContext(), ds)
+		},
 		MaxRunningChildren: typ.MaxRunningChildren,
 		AwaitChildEnds: func(positions []int, count int) bool {
 			// At the history's bound the wait is recorded, and the next
@@ -479,6 +483,12 @@ func (h *Handler) outcome(ctx context.Context, a *edge.Attempt, typ Type, res in
 		// The attempt ends here; the task is due again when one of the
 		// children finishes.
 		return []history.Payload{history.ChildWaitStartedData{Positions: childWait.Positions, Count: childWait.Count}}, nil
+	}
+	var remoteWait *interpreter.RemoteWaitRequest
+	if errors.As(res.Err, &remoteWait) {
+		// The attempt ends here; the task is due again when the remote
+		// steps complete, or one fails.
+		return []history.Payload{history.RemoteWaitStartedData{Positions: remoteWait.Positions, Count: remoteWait.Count}}, nil
 	}
 	var wait *interpreter.WaitRequest
 	if errors.As(res.Err, &wait) {

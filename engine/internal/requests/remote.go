@@ -1,0 +1,205 @@
+package requests
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/cockroachdb/errors"
+
+	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/history"
+	"github.com/cairnflow/cairn/internal/errmark"
+)
+
+// DispatchRemote writes remote steps a running task dispatched, over ex
+// (a store or a transaction of one), in one transaction: the task's
+// remote_step_dispatched events (EventAppend, fenced by its attempt's
+// lease: p's payloads, their inputs encoded) and the steps' rows
+// (RemoteStepInsert), which workers of the steps' queues then claim. A
+// refused append (ErrFenced, ErrConflict, ...) writes nothing.
+func DispatchRemote(ctx context.Context, ex store.Executor, namespace string, p *store.EventAppendParams) (history.State, error) {
+	rows := make([]store.RemoteStep, 0, len(p.Payloads))
+	for _, pl := range p.Payloads {
+		d, ok := pl.(history.RemoteStepDispatchedData)
+		if !ok {
+			return p.State, errors.AssertionFailedf("dispatch remote steps of task %s: a %s among the dispatches", p.TaskID, pl.EventType())
+		}
+		rows = append(rows, store.RemoteStep{
+			Namespace: namespace, TaskID: p.TaskID, Position: d.Position, Name: d.Name, Queue: d.Queue, Attempt: d.Attempt,
+			Input: d.Input, HeartbeatTimeout: time.Duration(d.HeartbeatTimeoutMillis) * time.Millisecond,
+			StartToClose: time.Duration(d.StartToCloseMillis) * time.Millisecond,
+		})
+	}
+	tx, err := ex.Begin(ctx)
+	if err != nil {
+		return p.State, err
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	next, err := tx.EventAppend(ctx, p)
+	if err != nil {
+		return p.State, errors.Wrapf(err, "dispatch remote steps of task %s", p.TaskID)
+	}
+	if err := tx.RemoteStepInsert(ctx, &store.RemoteStepInsertParams{Steps: rows}); err != nil {
+		return p.State, errors.Wrapf(err, "dispatch remote steps of task %s", p.TaskID)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return p.State, err
+	}
+	return next, nil
+}
+
+// ErrClaimLost marks the outcome of a remote step under a claim that no
+// longer holds it: its lease ended and the step went back to its queue
+// (or failed), the task ended or was cancelled, or another claim's
+// outcome was recorded. The outcome is not recorded.
+var ErrClaimLost = errmark.Mark(errors.New("the claim no longer holds the remote step"), store.ErrFenced)
+
+// RemoteOutcome is what a claim of a remote step reports: its output
+// (encoded by the caller's payload stage) when Failure is nil.
+type RemoteOutcome struct {
+	Ref      store.RemoteStepRef
+	Output   json.RawMessage
+	Failure  *history.ErrorInfo
+	Duration time.Duration
+}
+
+// SettleRemote records the outcome of a remote step reported under a
+// claim, in one transaction: the claim's row is taken (RemoteStepTake)
+// and the task's remote_step_completed or remote_step_failed appended,
+// which wakes a task awaiting it. Reported again under the same claim,
+// once recorded, it is not an error and records nothing (a worker that
+// lost the answer asks again); reported under a claim that no longer
+// holds the step it is an error marked [ErrClaimLost] (and
+// store.ErrFenced). An outcome for a task that has finished is refused
+// the same way, and its row removed.
+func SettleRemote(ctx context.Context, s store.Store, o RemoteOutcome) (history.State, error) {
+	for try := 0; ; try++ {
+		state, retry, err := settleRemote(ctx, s, o)
+		if retry && try+1 < maxRequestTries {
+			continue
+		}
+		if err != nil {
+			return state, errors.Wrapf(err, "remote step %d of task %s", o.Ref.Position, o.Ref.TaskID)
+		}
+		return state, nil
+	}
+}
+
+// settleRemote is one try of SettleRemote; retry says the task's history
+// moved on meanwhile (an append of its own attempt).
+func settleRemote(ctx context.Context, s store.Store, o RemoteOutcome) (history.State, bool, error) {
+	tx, err := s.Begin(ctx)
+	if err != nil {
+		return history.State{}, false, err
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	row, err := tx.RemoteStepTake(ctx, &o.Ref)
+	if errors.Is(err, store.ErrNotFound) {
+		_ = tx.Rollback(ctx)
+		return alreadySettled(ctx, s, o)
+	}
+	if err != nil {
+		return history.State{}, false, err
+	}
+	events, err := store.TaskEvents(ctx, tx, o.Ref.Namespace, o.Ref.TaskID)
+	if err != nil {
+		return history.State{}, false, err
+	}
+	state, err := history.Replay(events)
+	if err != nil {
+		return history.State{}, false, err
+	}
+	if r, ok := state.RemoteAt(row.Position); state.Status.Terminal() || !ok || !r.InFlight() || r.Attempt != row.Attempt {
+		// Nothing awaits the outcome: the row goes, the outcome is refused.
+		if err := tx.Commit(ctx); err != nil {
+			return state, false, err
+		}
+		return state, false, errors.Wrapf(ErrClaimLost, "the task is %s", state.Status)
+	}
+	next, err := tx.EventAppend(ctx, &store.EventAppendParams{TaskID: o.Ref.TaskID, State: state, Payloads: []history.Payload{outcomeEvent(o, row)}})
+	if errors.Is(err, store.ErrConflict) {
+		return state, true, err
+	}
+	if err != nil {
+		return state, false, err
+	}
+	return next, false, tx.Commit(ctx)
+}
+
+// outcomeEvent is the event that records o for the step of row.
+func outcomeEvent(o RemoteOutcome, row *store.RemoteStep) history.Payload {
+	if o.Failure != nil {
+		return history.RemoteStepFailedData{Position: row.Position, Name: row.Name, Attempt: row.Attempt, Worker: row.Worker,
+			Claim: row.Nonce, Error: *o.Failure, DurationMillis: o.Duration.Milliseconds()}
+	}
+	return history.RemoteStepCompletedData{Position: row.Position, Name: row.Name, Attempt: row.Attempt, Worker: row.Worker,
+		Claim: row.Nonce, Output: o.Output, DurationMillis: o.Duration.Milliseconds()}
+}
+
+// alreadySettled answers an outcome whose claim holds no row: the same
+// outcome already recorded under the claim is not an error; anything else
+// is a lost claim.
+func alreadySettled(ctx context.Context, s store.Store, o RemoteOutcome) (history.State, bool, error) {
+	events, err := store.TaskEvents(ctx, s, o.Ref.Namespace, o.Ref.TaskID)
+	if err != nil {
+		return history.State{}, false, err
+	}
+	state, err := history.Replay(events)
+	if err != nil {
+		return history.State{}, false, err
+	}
+	for _, e := range events {
+		switch d := e.Data.(type) {
+		case history.RemoteStepCompletedData:
+			if d.Position == o.Ref.Position && d.Claim == o.Ref.Nonce && o.Failure == nil {
+				return state, false, nil
+			}
+		case history.RemoteStepFailedData:
+			if d.Position == o.Ref.Position && d.Claim == o.Ref.Nonce && o.Failure != nil && d.Error.Kind != KindRemoteLeaseExpired {
+				return state, false, nil
+			}
+		}
+	}
+	return state, false, ErrClaimLost
+}
+
+// KindRemoteLeaseExpired is the error kind of a remote step's attempt
+// whose claim's lease ended before it reported: its worker died, hung or
+// lost the network. The workflow's retry policy decides what follows,
+// as for any failure (by default: tried again).
+const KindRemoteLeaseExpired = "heartbeat_timeout"
+
+// ExpireRemote fails the attempts of remote steps whose claim's lease
+// ended (up to max of them), as the rescuer does for tasks: each
+// remote_step_failed of kind [KindRemoteLeaseExpired] wakes its task,
+// whose retry policy decides. A claim that heartbeat meanwhile keeps its
+// step. It also removes the rows of tasks that finished. It returns how
+// many attempts it failed.
+func ExpireRemote(ctx context.Context, s store.Store, max int) (int, error) {
+	if _, err := s.RemoteStepRemoveFinished(ctx, &store.RemoteStepExpiredParams{Max: max}); err != nil {
+		return 0, err
+	}
+	expired, err := s.RemoteStepListExpired(ctx, &store.RemoteStepExpiredParams{Max: max})
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, r := range expired {
+		ref := store.RemoteStepRef{Namespace: r.Namespace, TaskID: r.TaskID, Position: r.Position, Nonce: r.Nonce, Expired: true}
+		info := history.ErrorInfo{
+			Message: fmt.Sprintf("worker %s held remote step %d (%s) past its lease of %s without a heartbeat", r.Worker, r.Position, r.Name, r.HeartbeatTimeout),
+			Kind:    KindRemoteLeaseExpired,
+		}
+		_, err := SettleRemote(ctx, s, RemoteOutcome{Ref: ref, Failure: &info, Duration: r.LeaseExpiresAt.Sub(r.ClaimedAt)})
+		if errors.Is(err, store.ErrFenced) {
+			continue // it heartbeat, or reported, first
+		}
+		if err != nil {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
+}
