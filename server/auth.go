@@ -14,6 +14,7 @@ const (
 	RoleRead    = web.RoleRead    // read tasks, histories, queues, audit events
 	RoleOperate = web.RoleOperate // cancel, retry, compensate
 	RoleAdmin   = web.RoleAdmin   // everything
+	RoleWork    = web.RoleWork    // do the remote steps of the token's queues, nothing else
 )
 
 // AllNamespaces in a token's namespaces lets it act in every namespace.
@@ -22,8 +23,8 @@ const AllNamespaces = web.AllNamespaces
 // Token is an API token as configured: its SHA-256 (hex), never the token
 // itself, so a leaked configuration leaks no credential. Its fields are
 // Name (recorded as "api:<name>" in the histories of what it asks),
-// SHA256, Namespaces and Roles, in JSON name, sha256, namespaces and
-// roles.
+// SHA256, Namespaces, Roles and, for the role work, Queues, in JSON name,
+// sha256, namespaces, roles and queues.
 type Token = web.Token
 
 // TokenFile is the JSON a tokens file holds: {"tokens": [Token, …]}.

@@ -410,6 +410,11 @@ func (s *Server) routes() http.Handler {
 	// or an approval is.
 	mux.Handle("POST /v1/budgets/{ref}/raise", s.api(RoleOperate, s.raiseBudget))
 	mux.Handle("GET /v1/events", s.api(RoleRead, s.auditEvents))
+	mux.Handle("POST /v1/remote-steps/claim", s.api(RoleWork, s.claimRemote))
+	mux.Handle("POST /v1/remote-steps/{claim}/heartbeat", s.api(RoleWork, s.heartbeatRemote))
+	mux.Handle("POST /v1/remote-steps/{claim}/complete", s.api(RoleWork, s.completeRemote))
+	mux.Handle("POST /v1/remote-steps/{claim}/fail", s.api(RoleWork, s.failRemote))
+	mux.Handle("POST /v1/remote-steps/{claim}/release", s.api(RoleWork, s.releaseRemote))
 	mux.HandleFunc("GET /v1/openapi.yaml", s.openAPI)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})

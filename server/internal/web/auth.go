@@ -22,7 +22,13 @@ const (
 	RoleRead    Role = "read"    // read tasks, histories, queues, audit events
 	RoleOperate Role = "operate" // cancel, retry, compensate
 	RoleAdmin   Role = "admin"   // everything
+	// RoleWork does the remote steps of the token's queues (the remote
+	// step protocol) and nothing else.
+	RoleWork Role = "work"
 )
+
+// knownRoles are the roles a tokens file may give.
+var knownRoles = []Role{RoleSubmit, RoleRead, RoleOperate, RoleAdmin, RoleWork}
 
 // AllNamespaces in a token's namespaces lets it act in every namespace.
 const AllNamespaces = "*"
@@ -34,6 +40,9 @@ type Token struct {
 	SHA256     string   `json:"sha256"`
 	Namespaces []string `json:"namespaces"`
 	Roles      []Role   `json:"roles"`
+	// Queues are the queues a token with the role work may claim remote
+	// steps of ("*": all); required with it, refused without it.
+	Queues []string `json:"queues,omitempty"`
 }
 
 // TokenFile is the JSON a tokens file holds.
@@ -83,11 +92,23 @@ func ValidateTokens(tokens []Token) error {
 			return errors.Newf("%s: no namespaces (use %q for all)", what, AllNamespaces)
 		}
 		if len(t.Roles) == 0 {
-			return errors.Newf("%s: no roles (submit, read, operate, admin)", what)
+			return errors.Newf("%s: no roles (submit, read, operate, admin, work)", what)
 		}
 		for _, r := range t.Roles {
-			if !slices.Contains([]Role{RoleSubmit, RoleRead, RoleOperate, RoleAdmin}, r) {
-				return errors.Newf("%s: unknown role %q (submit, read, operate, admin)", what, r)
+			if !slices.Contains(knownRoles, r) {
+				return errors.Newf("%s: unknown role %q (submit, read, operate, admin, work)", what, r)
+			}
+		}
+		works := slices.Contains(t.Roles, RoleWork)
+		switch {
+		case works && len(t.Queues) == 0:
+			return errors.Newf("%s: the role work needs the queues it may work (use %q for all)", what, AllNamespaces)
+		case !works && len(t.Queues) > 0:
+			return errors.Newf("%s: queues are for the role work, which the token does not have", what)
+		}
+		for _, q := range t.Queues {
+			if q == "" || len(q) > 200 {
+				return errors.Newf("%s: a queue name is 1 to 200 characters", what)
 			}
 		}
 	}
@@ -106,11 +127,12 @@ type Principal struct {
 	name       string // "" when tokens are off
 	namespaces []string
 	roles      []Role
+	queues     []string // the queues of the role work
 }
 
 // NewPrincipal is who a request with token acts for.
 func NewPrincipal(t Token) *Principal {
-	return &Principal{name: t.Name, namespaces: t.Namespaces, roles: t.Roles}
+	return &Principal{name: t.Name, namespaces: t.Namespaces, roles: t.Roles, queues: t.Queues}
 }
 
 // Anonymous acts for every request when no tokens are configured: a local
@@ -126,6 +148,24 @@ func (p *Principal) Can(role Role) bool {
 		return true
 	}
 	return role == RoleRead && slices.Contains(p.roles, RoleOperate)
+}
+
+// CanWork reports whether p may claim remote steps of queue: an admin,
+// or a token with the role work and the queue (or "*").
+func (p *Principal) CanWork(queue string) bool {
+	if slices.Contains(p.roles, RoleAdmin) {
+		return true
+	}
+	return slices.Contains(p.roles, RoleWork) && (slices.Contains(p.queues, AllNamespaces) || slices.Contains(p.queues, queue))
+}
+
+// WorkQueues are the queues p's calls under a claim are held to: nil
+// (any) for an admin or a token of every queue.
+func (p *Principal) WorkQueues() []string {
+	if slices.Contains(p.roles, RoleAdmin) || slices.Contains(p.queues, AllNamespaces) {
+		return nil
+	}
+	return p.queues
 }
 
 // InNamespace reports whether p may act in namespace ns.

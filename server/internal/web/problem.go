@@ -105,6 +105,7 @@ const (
 	CodeUpdateNotFound = "update_not_found"
 	CodeUpdateFailed   = "update_failed"
 	CodeTooManyWaits   = "too_many_long_polls"
+	CodeClaimLost      = "claim_lost"
 
 	CodeQueryNotFound = "query_not_found"
 	CodeQueryFailed   = "query_failed"
@@ -154,6 +155,7 @@ var titles = map[string]string{
 	CodeQueryFailed:       "The query's handler failed",
 	CodeNoWorker:          "No worker of the task's type answered",
 	CodeReplayFailed:      "The task's history does not replay on its workers' code",
+	CodeClaimLost:         "The claim no longer holds the remote step",
 }
 
 // NewProblem is the problem of status and code, its title code's, with
@@ -176,6 +178,10 @@ func ProblemFor(err error) *Problem {
 	var notDeclared *sdk.SignalNotDeclaredError
 	var badPayload *sdk.SignalPayloadError
 	switch {
+	case errors.Is(err, sdk.ErrClaimLost):
+		// Before the store's own marks: a lost claim is fenced, and a
+		// worker must drop the step, not retry.
+		return NewProblem(http.StatusConflict, CodeClaimLost, err.Error())
 	case errors.As(err, &queryNotFound):
 		p := NewProblem(http.StatusNotFound, CodeQueryNotFound, queryNotFound.Error())
 		p.Query, p.Registered = queryNotFound.Name, queryNotFound.Registered
