@@ -1,0 +1,456 @@
+"""A worker for cairn's remote steps, in one file of standard-library Python.
+
+It speaks the protocol of docs/remote-steps-protocol.md: it long-polls
+``claim`` for the step names it has handlers for, runs each step in a thread,
+heartbeats it, and reports ``complete`` or ``fail`` under the step's claim.
+On stop it drains, then ``release``-s what has not finished.
+
+    worker = Worker("http://localhost:8080", "ocr", concurrency=4)
+
+    @worker.step("ocr.page")
+    def ocr_page(input, ctx):
+        return {"text": read(input["page"])}
+
+    worker.run()
+"""
+
+import http.client
+import json
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+
+__all__ = ["Worker", "StepContext", "Transient", "Permanent", "WorkerError"]
+
+_PREFIX = "/v1/remote-steps"
+_LOOPBACK = {"localhost", "127.0.0.1", "::1"}
+_OUTCOME_DELAYS = (0.25, 0.5, 1.0, 2.0)  # retries of complete/fail/release
+_CLAIM_BACKOFF_CAP = 30.0
+_CALL_TIMEOUT = 10.0
+
+
+class WorkerError(Exception):
+    """The server refused the worker itself (401, 403, 400...): retrying will not help."""
+
+    def __init__(self, status, code, detail):
+        super().__init__(f"{status} {code}: {detail}")
+        self.status, self.code, self.detail = status, code, detail
+
+
+class Transient(Exception):
+    """A failure worth retrying: sent with class "transient"."""
+
+    error_class = "transient"
+
+    def __init__(self, message, kind=None, status=None, attributes=None, retry_after=None):
+        super().__init__(message)
+        self.kind, self.status, self.attributes = kind, status, attributes
+        self.retry_after = retry_after  # seconds
+
+
+class Permanent(Exception):
+    """A failure no retry will fix: sent with class "permanent"."""
+
+    error_class = "permanent"
+
+    def __init__(self, message, kind=None, status=None, attributes=None):
+        super().__init__(message)
+        self.kind, self.status, self.attributes = kind, status, attributes
+        self.retry_after = None
+
+
+def error_body(exc):
+    """The protocol's ``error`` object for an exception a handler raised."""
+    name = type(exc).__name__
+    err = {"message": str(exc) or name, "type": name,
+           "class": getattr(exc, "error_class", ""),
+           "kind": getattr(exc, "kind", None) or name}
+    if getattr(exc, "status", None) is not None:
+        err["status"] = int(exc.status)
+    if getattr(exc, "attributes", None):
+        err["attributes"] = {str(k): str(v) for k, v in exc.attributes.items()}
+    if getattr(exc, "retry_after", None) is not None:
+        err["retry_after_ms"] = int(round(exc.retry_after * 1000))
+    return err
+
+
+class StepContext:
+    """What a handler knows of its step, and its way to heartbeat and see cancellation.
+
+    ``cancelled`` is set when the server asks to cancel, the claim is lost, or
+    the worker stops hard. ``deadline`` is a ``time.monotonic()`` instant (from
+    ``start_to_close_ms``) or None.
+    """
+
+    def __init__(self, step, worker_id, beat):
+        self.claim = step["claim"]
+        self.task_id = step.get("task_id")
+        self.namespace = step.get("namespace")
+        self.position = step.get("position")
+        self.name = step["name"]
+        self.attempt = step.get("attempt", 1)
+        self.worker_id = worker_id
+        self.cancelled = threading.Event()
+        self.cancel_requested = False  # the workflow itself was cancelled
+        ms = step.get("start_to_close_ms") or 0
+        self.deadline = time.monotonic() + ms / 1000 if ms > 0 else None
+        self._beat = beat
+
+    def heartbeat(self):
+        """Heartbeat now; never raises on network errors (they are logged)."""
+        self._beat()
+
+    def time_left(self):
+        """Seconds until the deadline, or None without one."""
+        return None if self.deadline is None else self.deadline - time.monotonic()
+
+
+class _Response:
+    def __init__(self, status, body, headers):
+        self.status, self.body, self.headers = status, body, headers
+
+    @property
+    def code(self):
+        return self.body.get("code", "") if isinstance(self.body, dict) else ""
+
+    @property
+    def detail(self):
+        return self.body.get("detail", "") if isinstance(self.body, dict) else ""
+
+    def retry_after(self):
+        try:
+            return max(0.0, float(self.headers.get("Retry-After")))
+        except (TypeError, ValueError):
+            return None
+
+
+class _TransportError(Exception):
+    pass
+
+
+class _Http:
+    """POSTs JSON and returns a _Response for any HTTP status; raises _TransportError otherwise."""
+
+    def __init__(self, url, token, namespace):
+        self.base = url.rstrip("/")
+        self.headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if token:
+            self.headers["Authorization"] = f"Bearer {token}"
+        if namespace:
+            self.headers["Cairn-Namespace"] = namespace
+        # Like Go's net/http, do not send loopback traffic through an env proxy.
+        host = urllib.parse.urlsplit(self.base).hostname
+        handlers = [urllib.request.ProxyHandler({})] if host in _LOOPBACK else []
+        self.opener = urllib.request.build_opener(*handlers)
+
+    def post(self, path, body, timeout=_CALL_TIMEOUT):
+        req = urllib.request.Request(self.base + path, data=json.dumps(body, allow_nan=False).encode(),
+                                     headers=self.headers, method="POST")
+        try:
+            with self.opener.open(req, timeout=timeout) as r:
+                return _Response(r.status, _parse(r.read()), r.headers)
+        except urllib.error.HTTPError as e:
+            with e:
+                return _Response(e.code, _parse(e.read()), e.headers)
+        except (OSError, http.client.HTTPException) as e:  # URLError, timeouts, resets, bad replies
+            raise _TransportError(str(e)) from e
+
+
+def _parse(raw):
+    try:
+        return json.loads(raw) if raw else {}
+    except ValueError:
+        return {"detail": raw[:200].decode(errors="replace")}
+
+
+class _Active:
+    """A step this worker holds: its context, thread and where it stands."""
+
+    def __init__(self, step, ctx, interval):
+        self.step, self.ctx, self.interval = step, ctx, interval
+        self.next_beat = time.monotonic() + interval
+        self.settled = False     # an outcome, release or loss is decided: nothing more is sent
+        self.reporting = False   # the handler returned; its outcome is being sent
+        self.thread = None
+
+
+class Worker:
+    """Claims steps from one queue and runs them with registered handlers."""
+
+    def __init__(self, url, queue, token=None, namespace=None, worker_id=None, concurrency=1,
+                 names=None, poll_wait=20, drain_timeout=30.0, logger=None, on_event=None):
+        if concurrency < 1 or concurrency > 100:
+            raise ValueError("concurrency must be 1-100 (the protocol's max)")
+        self.queue, self.concurrency = queue, concurrency
+        self.worker_id = (worker_id or f"{socket.gethostname()}:{os.getpid()}")[:200]
+        self.names, self.poll_wait, self.drain_timeout = names, poll_wait, drain_timeout
+        self.log = logger or logging.getLogger("cairn_worker")
+        self.on_event = on_event  # on_event(event, fields): claimed/completed/failed/released/lost/ready
+        self._http = _Http(url, token, namespace)
+        self._handlers = {}
+        self._active = {}                  # claim -> _Active
+        self._cond = threading.Condition()  # guards _active and the flags below
+        self._stopping = threading.Event()
+        self._hard = threading.Event()
+        self._closed = threading.Event()    # the heartbeat thread's end
+        self._wake = threading.Event()      # new steps or the end: the heartbeat thread replans
+        self._fatal = None
+
+    # -- registration ------------------------------------------------------
+
+    def register(self, name, fn):
+        """Run ``fn(input, ctx)`` for steps named ``name``; its return value is the output."""
+        self._handlers[name] = fn
+        return fn
+
+    def step(self, name):
+        """Decorator form of register()."""
+        return lambda fn: self.register(name, fn)
+
+    # -- lifecycle ---------------------------------------------------------
+
+    def run(self):
+        """Work until stop() or SIGTERM/SIGINT, then drain; raises WorkerError if the server refuses us."""
+        names = sorted(self.names if self.names is not None else self._handlers)
+        missing = [n for n in names if n not in self._handlers]
+        if not names or missing:
+            raise ValueError(f"no handler for step names {missing or '(none registered)'}")
+        restore = self._install_signals()
+        try:
+            beats = threading.Thread(target=self._heartbeat_loop, name="cairn-heartbeat", daemon=True)
+            claims = threading.Thread(target=self._claim_loop, args=(names,), name="cairn-claim", daemon=True)
+            beats.start()
+            claims.start()
+            self._emit("ready")
+            while not self._stopping.wait(0.5):  # a timeout keeps signal handlers responsive
+                pass
+            self._drain()
+            self._closed.set()
+            self._wake.set()
+            beats.join(5)
+            claims.join(self.poll_wait + _CALL_TIMEOUT)  # its claimed-too-late steps get released
+        finally:
+            restore()
+        if self._fatal:
+            raise self._fatal
+
+    def stop(self, hard=False):
+        """Stop claiming and drain; ``hard`` skips the drain. Safe from any thread."""
+        with self._cond:
+            self._stopping.set()
+            if hard:
+                self._hard.set()
+            self._cond.notify_all()
+
+    def _install_signals(self):
+        if threading.current_thread() is not threading.main_thread():
+            return lambda: None
+        # The first signal drains; a second one gives up waiting.
+        handler = lambda *_: self.stop(hard=self._stopping.is_set())
+        old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
+        return lambda: [signal.signal(s, h) for s, h in old.items()]
+
+    def _drain(self):
+        """Let running steps finish for drain_timeout, then release the rest."""
+        end = time.monotonic() + self.drain_timeout
+        with self._cond:
+            # Lost steps (settled) are not waited for: nothing of theirs will be sent.
+            while (any(not a.settled for a in self._active.values())
+                   and not self._hard.is_set() and time.monotonic() < end):
+                self._cond.wait(min(0.5, max(0.0, end - time.monotonic())))
+            unfinished = [a for a in self._active.values() if not a.settled and not a.reporting]
+            for a in unfinished:
+                a.settled = True
+                a.ctx.cancelled.set()
+            reporting = [a for a in self._active.values() if a.reporting]
+        for a in unfinished:
+            self._release(a.step)
+        for a in reporting:  # an outcome being sent is worth the few seconds its retries take
+            a.thread.join(sum(_OUTCOME_DELAYS) + _CALL_TIMEOUT)
+
+    # -- claiming ----------------------------------------------------------
+
+    def _claim_loop(self, names):
+        delay = 0.0
+        try:
+            while not self._stopping.is_set():
+                free = self._wait_free_slots()
+                if not free:
+                    return
+                body = {"queue": self.queue, "worker": self.worker_id, "names": names,
+                        "max": free, "wait_seconds": self.poll_wait}
+                try:
+                    r = self._http.post(f"{_PREFIX}/claim", body, timeout=self.poll_wait + _CALL_TIMEOUT)
+                except _TransportError as e:
+                    delay = min(_CLAIM_BACKOFF_CAP, max(0.5, delay * 2))
+                    self.log.warning("claim: %s; retrying in %.1fs", e, delay)
+                    self._stopping.wait(delay)
+                    continue
+                if r.status == 200:
+                    delay = 0.0
+                    self._start(r.body.get("steps") or [])
+                elif r.status >= 500 or r.status in (408, 429):
+                    delay = min(_CLAIM_BACKOFF_CAP, max(0.5, delay * 2))
+                    wait = min(_CLAIM_BACKOFF_CAP, r.retry_after() or delay)
+                    self.log.warning("claim: %s %s; retrying in %.1fs", r.status, r.code, wait)
+                    self._stopping.wait(wait)
+                else:  # 400/401/403/404...: the worker is misconfigured, not the network
+                    raise WorkerError(r.status, r.code, r.detail)
+        except Exception as e:  # whatever ends the loop ends run(), reported there
+            self._fatal = e if isinstance(e, WorkerError) else WorkerError(0, "client_error", repr(e))
+            self.log.error("claim loop stopped: %s", e)
+            self.stop()
+
+    def _wait_free_slots(self):
+        with self._cond:
+            while not self._stopping.is_set() and len(self._active) >= self.concurrency:
+                self._cond.wait()
+            return 0 if self._stopping.is_set() else self.concurrency - len(self._active)
+
+    def _start(self, steps):
+        """Run the claimed steps, or release them if stop came while the claim was in flight."""
+        with self._cond:
+            late = self._stopping.is_set()
+            started = []
+            for step in [] if late else steps:
+                interval = (step.get("heartbeat_timeout_ms") or 30000) / 3000
+                a = _Active(step, None, interval)
+                a.ctx = StepContext(step, self.worker_id, lambda a=a: self._heartbeat(a))
+                a.thread = threading.Thread(target=self._run_step, args=(a,), daemon=True,
+                                            name=f"cairn-step-{step['name']}")
+                self._active[step["claim"]] = a
+                started.append(a)
+            for step in steps:  # under the lock, so "claimed" precedes any "released"
+                self._emit("claimed", claim=step["claim"], name=step["name"], position=step.get("position"),
+                           attempt=step.get("attempt"), task_id=step.get("task_id"))
+        for step in steps if late else []:
+            self._release(step)
+        for a in started:
+            a.thread.start()
+        if started:
+            self._wake.set()  # a short lease may need its first beat before the loop's next turn
+
+    # -- running a step ----------------------------------------------------
+
+    def _run_step(self, a):
+        ctx = a.ctx
+        try:
+            try:
+                handler = self._handlers.get(ctx.name)
+                if handler is None:
+                    raise LookupError(f"no handler for step {ctx.name!r} on this worker")
+                body = {"output": handler(a.step.get("input"), ctx)}
+                json.dumps(body, allow_nan=False)  # an unserialisable output fails the step
+                if ctx.cancel_requested:  # the protocol asks a cancelled step to fail, not complete
+                    body = {"error": {"message": "step cancelled: the workflow was cancelled",
+                                      "type": "Cancelled", "class": "permanent", "kind": "Cancelled"}}
+            except Exception as exc:
+                self.log.info("step %s (%s) failed: %r", ctx.name, ctx.claim, exc)
+                body = {"error": error_body(exc)}
+            with self._cond:
+                if a.settled:  # released or lost meanwhile: the server would refuse it
+                    return
+                a.reporting = True
+            action = "complete" if "output" in body else "fail"
+            self._emit(self._send_outcome(a.step["claim"], action, body), claim=ctx.claim)
+        finally:
+            with self._cond:
+                a.settled = True
+                self._active.pop(ctx.claim, None)
+                self._cond.notify_all()
+
+    def _send_outcome(self, claim, action, body):
+        """POST complete/fail/release, retrying what a retry can fix; returns the event to emit.
+
+        The calls are idempotent per claim, so a retry after a lost answer is safe.
+        """
+        for delay in _OUTCOME_DELAYS + (None,):
+            try:
+                r = self._http.post(f"{_PREFIX}/{_esc(claim)}/{action}", body)
+                why = f"{r.status} {r.code}"
+            except _TransportError as e:
+                r, why = None, str(e)
+            if r is not None and r.status == 200:
+                return {"complete": "completed", "fail": "failed", "release": "released"}[action]
+            if r is not None and r.status == 413 and action != "release":
+                action, body = "fail", _smaller(body)  # the protocol: fail with a smaller error
+                continue
+            if r is not None and r.status < 500:  # claim_lost, or a refusal no retry will change
+                self.log.warning("%s %s: %s %s; dropping the step", action, claim, why, r.detail)
+                return "lost"
+            if delay is None:
+                break
+            if r is not None and r.retry_after() is not None:
+                delay = min(r.retry_after(), 5.0)
+            self.log.warning("%s %s: %s; retrying in %.2fs", action, claim, why, delay)
+            time.sleep(delay)
+        self.log.error("%s %s: giving up; the lease will expire and the step go back to its queue",
+                       action, claim)
+        return "lost"
+
+    def _release(self, step):
+        self._emit(self._send_outcome(step["claim"], "release", {}), claim=step["claim"])
+
+    # -- heartbeats --------------------------------------------------------
+
+    def _heartbeat_loop(self):
+        """One thread beats for every running step, each every heartbeat_timeout/3."""
+        while not self._closed.is_set():
+            now = time.monotonic()
+            with self._cond:
+                live = [a for a in self._active.values() if not a.settled]
+            for a in live:
+                if a.next_beat <= now:
+                    self._heartbeat(a)
+            nxt = min((a.next_beat for a in live), default=now + 1.0)
+            self._wake.wait(min(1.0, max(0.01, nxt - time.monotonic())))
+            self._wake.clear()
+
+    def _heartbeat(self, a):
+        a.next_beat = time.monotonic() + a.interval
+        claim = a.step["claim"]
+        try:
+            r = self._http.post(f"{_PREFIX}/{_esc(claim)}/heartbeat", {},
+                                timeout=min(_CALL_TIMEOUT, max(1.0, a.interval)))
+        except _TransportError as e:
+            self.log.warning("heartbeat %s: %s", claim, e)
+            return
+        if r.status == 200 and r.body.get("cancel_requested"):
+            a.ctx.cancel_requested = True
+            a.ctx.cancelled.set()
+        elif r.code == "claim_lost":
+            with self._cond:
+                if a.reporting:  # the outcome call under way will say how it ended
+                    return
+                first, a.settled = not a.settled, True
+            a.ctx.cancelled.set()
+            if first:
+                self.log.warning("heartbeat %s: claim lost; the step's outcome will be dropped", claim)
+                self._emit("lost", claim=claim)
+        elif r.status != 200:
+            self.log.warning("heartbeat %s: %s %s", claim, r.status, r.body)
+
+    def _emit(self, event, **fields):
+        if self.on_event:
+            try:
+                self.on_event(event, fields)
+            except Exception:
+                self.log.exception("on_event(%s) raised", event)
+
+
+def _smaller(body):
+    """What to send after a 413: an error in place of an output, or a trimmed error."""
+    if "output" in body:
+        return {"error": {"message": "step output is over the server's limit", "type": "PayloadTooLarge",
+                          "class": "permanent", "kind": "PayloadTooLarge"}}
+    return {"error": {**body["error"], "message": body["error"]["message"][:1000], "attributes": {}}}
+
+
+def _esc(claim):
+    return urllib.parse.quote(claim, safe="")
