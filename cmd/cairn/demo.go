@@ -44,6 +44,11 @@ type demoFlags struct {
 	reviewerDelay   time.Duration
 	callbackSecret  envFlag // read with get(): a secret, so --help never shows it
 	callbackBase    string
+	// remoteOCR hands the OCR to remote workers (demo run only): the run
+	// serves the worker protocol on remoteListen and starts ocrWorker.
+	remoteOCR    bool
+	remoteListen string
+	ocrWorker    string
 }
 
 // The first wait for a decision, unless --approval-timeout says: short when
@@ -136,7 +141,12 @@ to answer it (the console's Waiting page, cairn task signal ID approval
 	pf.DurationVar(&f.rescueInterval, "rescue-interval", 5*time.Second, "how often the rescuer looks for expired leases")
 	pf.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a stopping worker lets running steps finish")
 	addApprovalFlags(cmd, f)
-	cmd.AddCommand(newDemoRunCmd(g, f), newDemoSubmitCmd(g, f), newDemoWorkerCmd(g, f))
+	run := newDemoRunCmd(g, f)
+	run.Flags().BoolVar(&f.remoteOCR, "remote-ocr", false, "hand each page's OCR to a remote worker (Python) over the HTTP worker protocol")
+	run.Flags().StringVar(&f.remoteListen, "remote-listen", "127.0.0.1:0", "with --remote-ocr: where the worker protocol is served")
+	run.Flags().StringVar(&f.ocrWorker, "ocr-worker", "clients/python/examples/ocr_worker.py",
+		"with --remote-ocr: the Python OCR worker started (\"\": none, start your own)")
+	cmd.AddCommand(run, newDemoSubmitCmd(g, f), newDemoWorkerCmd(g, f))
 	return cmd
 }
 
@@ -311,9 +321,19 @@ func newDemoRunCmd(g *globals, f *demoFlags) *cobra.Command {
 				defer cancel()
 				_ = w.Stop(stopCtx)
 			}()
+			if f.remoteOCR {
+				stopRemote, err := serveRemoteOCR(st, g, f, out)
+				if err != nil {
+					return err
+				}
+				defer stopRemote()
+			}
 			started := time.Now()
 			batchID := intake.NewBatchID()
 			docs := intake.GenerateDocuments(f.documents, f.seed, batchID, f.lowConfidence)
+			for i := range docs {
+				docs[i].RemoteOCR = f.remoteOCR
+			}
 			parents, err := intake.SubmitBatches(ctx, c, batchID, docs)
 			if err != nil {
 				return err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -324,6 +325,36 @@ func TestDemoRunManualLeavesApprovalsWaiting(t *testing.T) {
 			}
 			require.Equal(t, 2, by["alice"], "%v", by)
 			require.Equal(t, 1, by[cliIdentity()], "cairn task signal sends as the CLI's identity: %v", by)
+		})
+	}
+}
+
+// TestDemoRunRemoteOCR: with --remote-ocr the demo's pages are read by
+// the Python OCR worker it starts, over the HTTP worker protocol, and
+// recorded as remote steps.
+func TestDemoRunRemoteOCR(t *testing.T) {
+	worker, err := filepath.Abs("../../clients/python/examples/ocr_worker.py")
+	require.NoError(t, err)
+	for name, target := range cliTargets {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			tg := target(t)
+			s, stderr := demoRun(t, tg, "--documents", "4", "--low-confidence", "0", "--failure-rate", "0", "--seed", "7",
+				"--remote-ocr", "--ocr-worker", worker)
+			require.Contains(t, stderr, "started the Python worker")
+			requireAccountedFor(t, s, 4)
+			_, histories := demoTasks(t, tg)
+			pages := 0
+			for _, events := range histories {
+				for _, e := range events {
+					if d, ok := e.Data.(history.RemoteStepCompletedData); ok {
+						require.Equal(t, "demo-py", d.Worker)
+						require.Equal(t, intake.OCRStep, d.Name)
+						pages++
+					}
+				}
+			}
+			require.Equal(t, s.Pages, pages, "every page was read by the remote worker")
 		})
 	}
 }

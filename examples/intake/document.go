@@ -35,7 +35,19 @@ type Document struct {
 	Quality float64 `json:"quality"`
 	// Corrupt documents fail validation permanently: no retry fixes them.
 	Corrupt bool `json:"corrupt,omitempty"`
+	// RemoteOCR hands the pages' OCR to remote workers of the queue
+	// [OCRQueue] (workflow.MapRemote; cairn demo run --remote-ocr starts
+	// a Python one). In the input, so every run of the task takes the same
+	// branch.
+	RemoteOCR bool `json:"remote_ocr,omitempty"`
 }
+
+// OCRQueue is the queue of the remote OCR workers, and OCRStep the step
+// they serve: {"page": n, "delay_ms": ms} → {"page": n, "text": "..."}.
+const (
+	OCRQueue = "ocr"
+	OCRStep  = "ocr.page"
+)
 
 // PageText is one page's OCR.
 type PageText struct {
@@ -152,15 +164,7 @@ func (cfg Config) processDocument(ctx workflow.Context, doc Document) (Extractio
 	for i := range pages {
 		pages[i] = i + 1
 	}
-	// One step per page, ocrConcurrency at a time; a page that fails ends
-	// the attempt, and the retry OCRs only the pages not on record.
-	texts, err := workflow.Map(ctx, "ocr", pages, func(ctx context.Context, page int) (PageText, error) {
-		if err := cfg.simulate(ctx, 1, &serviceError{kind: "unavailable", status: 503}); err != nil {
-			return PageText{}, errors.Wrapf(err, "ocr service, page %d", page)
-		}
-		return PageText{Page: page, Text: fmt.Sprintf("%s %s, page %d of %d", doc.Kind, doc.ID, page, doc.Pages),
-			Confidence: pageConfidence(doc, page)}, nil
-	}, &workflow.MapOpts{Concurrency: ocrConcurrency})
+	texts, err := cfg.ocr(ctx, doc, pages)
 	if err != nil {
 		return Extraction{}, err
 	}
@@ -250,6 +254,39 @@ func validate(texts []PageText, ext extracted) validation {
 		v.Reason = fmt.Sprintf("confidence %.2f below %.2f (page %d read with %.2f)", v.Confidence, ConfidenceThreshold, worst.Page, worst.Confidence)
 	}
 	return v
+}
+
+// ocr reads the document's pages: one step per page, ocrConcurrency at a
+// time, or all at once on remote workers (doc.RemoteOCR). A page that
+// fails ends the attempt, and the retry OCRs only the pages not on
+// record.
+func (cfg Config) ocr(ctx workflow.Context, doc Document, pages []int) ([]PageText, error) {
+	if doc.RemoteOCR {
+		in := make([]remotePage, len(pages))
+		for i, p := range pages {
+			in[i] = remotePage{Page: p, DelayMS: cfg.Latency.Milliseconds()}
+		}
+		read, err := workflow.MapRemote[remotePage, PageText](ctx, OCRStep, in, &workflow.RemoteOpts{Queue: OCRQueue, Retry: &documentRetry})
+		for i := range read {
+			// The worker reads the text; the scan's quality sets the
+			// confidence, as for the pages read in Go.
+			read[i].Confidence = pageConfidence(doc, read[i].Page)
+		}
+		return read, err
+	}
+	return workflow.Map(ctx, "ocr", pages, func(ctx context.Context, page int) (PageText, error) {
+		if err := cfg.simulate(ctx, 1, &serviceError{kind: "unavailable", status: 503}); err != nil {
+			return PageText{}, errors.Wrapf(err, "ocr service, page %d", page)
+		}
+		return PageText{Page: page, Text: fmt.Sprintf("%s %s, page %d of %d", doc.Kind, doc.ID, page, doc.Pages),
+			Confidence: pageConfidence(doc, page)}, nil
+	}, &workflow.MapOpts{Concurrency: ocrConcurrency})
+}
+
+// remotePage is a remote OCR step's input.
+type remotePage struct {
+	Page    int   `json:"page"`
+	DelayMS int64 `json:"delay_ms,omitempty"`
 }
 
 // pageConfidence is the OCR's confidence in a page: the scan's quality,
