@@ -68,7 +68,10 @@ type RemoteClaim struct {
 	Name      string
 	Attempt   int
 	// Input is the step's input, decoded.
-	Input            json.RawMessage
+	Input json.RawMessage
+	// DispatchedAt is when the workflow dispatched the step (or a worker
+	// handed it back), by the store's clock.
+	DispatchedAt     time.Time
 	LeaseExpiresAt   time.Time
 	HeartbeatTimeout time.Duration
 	StartToClose     time.Duration // 0: no bound
@@ -138,7 +141,7 @@ func remoteClaims(steps []*store.RemoteStep) []RemoteClaim {
 	for i, r := range steps {
 		out[i] = RemoteClaim{
 			Claim: claimToken(r.TaskID, r.Position, r.Nonce), TaskID: r.TaskID, Namespace: r.Namespace, Position: r.Position,
-			Name: r.Name, Attempt: r.Attempt, Input: r.Input, LeaseExpiresAt: r.LeaseExpiresAt,
+			Name: r.Name, Attempt: r.Attempt, Input: r.Input, DispatchedAt: r.DispatchedAt, LeaseExpiresAt: r.LeaseExpiresAt,
 			HeartbeatTimeout: r.HeartbeatTimeout, StartToClose: r.StartToClose,
 		}
 	}

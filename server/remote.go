@@ -44,6 +44,7 @@ type remoteStep struct {
 	Name               string          `json:"name"`
 	Attempt            int             `json:"attempt"`
 	Input              json.RawMessage `json:"input"`
+	DispatchedAt       time.Time       `json:"dispatched_at"`
 	LeaseExpiresAt     time.Time       `json:"lease_expires_at"`
 	HeartbeatTimeoutMS int64           `json:"heartbeat_timeout_ms"`
 	StartToCloseMS     int64           `json:"start_to_close_ms"`
@@ -105,7 +106,7 @@ func (s *Server) claimRemote(w http.ResponseWriter, r *http.Request, c *call) {
 	for i, cl := range claims {
 		resp.Steps[i] = remoteStep{
 			Claim: cl.Claim, TaskID: cl.TaskID.String(), Namespace: cl.Namespace, Position: cl.Position, Name: cl.Name,
-			Attempt: cl.Attempt, Input: cl.Input, LeaseExpiresAt: cl.LeaseExpiresAt,
+			Attempt: cl.Attempt, Input: cl.Input, DispatchedAt: cl.DispatchedAt, LeaseExpiresAt: cl.LeaseExpiresAt,
 			HeartbeatTimeoutMS: cl.HeartbeatTimeout.Milliseconds(), StartToCloseMS: cl.StartToClose.Milliseconds(),
 		}
 		if len(resp.Steps[i].Input) == 0 {

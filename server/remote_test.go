@@ -118,7 +118,7 @@ func TestRemoteStepsOverHTTP(t *testing.T) {
 			wait := servertest.Send(t, h, "GET", "/v1/tasks/"+started.ID.String()+"/wait?timeout=20s", nil, as(adminToken)...)
 			require.Equal(t, http.StatusOK, wait.Status, "%s", wait.Body)
 			var info struct {
-				Status history.Status   `json:"status"`
+				Status history.Status  `json:"status"`
 				Output json.RawMessage `json:"output"`
 			}
 			require.NoError(t, json.Unmarshal(wait.Body, &info))

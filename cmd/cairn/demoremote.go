@@ -28,6 +28,10 @@ func serveRemoteOCR(st store.Store, g *globals, f *demoFlags, out io.Writer) (fu
 	if err != nil {
 		return nil, err
 	}
+	// Its notifier wakes the workers' long polls as steps are dispatched.
+	if err := srv.Start(context.Background()); err != nil {
+		return nil, err
+	}
 	ln, err := net.Listen("tcp", f.remoteListen)
 	if err != nil {
 		return nil, errors.Wrapf(err, "--remote-listen %s", f.remoteListen)
@@ -40,6 +44,7 @@ func serveRemoteOCR(st store.Store, g *globals, f *demoFlags, out io.Writer) (fu
 		defer cancel()
 		srv.Drain()
 		_ = hs.Shutdown(ctx)
+		_ = srv.Stop(ctx)
 	}
 	args := []string{f.ocrWorker, "--url", url, "--queue", intake.OCRQueue, "--concurrency", "4", "--worker-id", "demo-py",
 		"--namespace", g.namespace}
