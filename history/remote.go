@@ -164,6 +164,8 @@ func (s *State) applyRemoteDispatched(e Event, p RemoteStepDispatchedData) error
 func (s *State) requireInFlight(e Event, pos int, name string, attempt int) (RemoteStep, error) {
 	r, ok := s.RemoteAt(pos)
 	switch {
+	case s.Compensation.IsStarted():
+		return r, invalidf(nil, "event %d (%s): task is compensating", e.Seq, e.Data.EventType())
 	case !ok:
 		return r, invalidf(nil, "event %d (%s): no remote step in flight at position %d", e.Seq, e.Data.EventType(), pos)
 	case !r.InFlight():

@@ -164,3 +164,87 @@ func TestRemoteStepPermanentFailure(t *testing.T) {
 		require.Equal(t, "ocr.page", info.LastError.Step)
 	})
 }
+
+// TestRemoteOutcomeWhileTheWorkflowRuns: a remote step that completes
+// while its workflow's attempt runs a Go step is taken in when the
+// workflow awaits it: the attempt hands the task back rather than wait
+// for an outcome already there (it once recorded nothing and stalled
+// until its lease ended).
+func TestRemoteOutcomeWhileTheWorkflowRuns(t *testing.T) {
+	t.Parallel()
+	onEachStore(t, func(t *testing.T, setup setupFunc) {
+		b := setup(t, sdk.WorkerConfig{Concurrency: 2})
+		answered := make(chan struct{})
+		wf := sdk.NewWorkflow("remote.overlap", 1, func(ctx workflow.Context, _ int) (string, error) {
+			f := workflow.GoRemote[string](ctx, "tag", "x", &workflow.RemoteOpts{Queue: "tags"})
+			if _, err := workflow.Step(ctx, "slow", func(ctx context.Context) (int, error) {
+				select {
+				case <-answered:
+				case <-ctx.Done():
+				}
+				return 1, nil
+			}, nil); err != nil {
+				return "", err
+			}
+			return f.Get(ctx)
+		}, nil)
+		sdk.Register(b.worker, wf)
+		startWorker(t, b.worker)
+		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+		defer cancel()
+		run, err := sdk.Start(ctx, b.client, wf, 0, nil)
+		require.NoError(t, err)
+		var claims []sdk.RemoteClaim
+		for len(claims) == 0 {
+			claims, err = b.client.ClaimRemote(ctx, sdk.RemoteClaimOpts{Queue: "tags", Worker: "w", Wait: 5 * time.Second})
+			require.NoError(t, err)
+		}
+		require.NoError(t, b.client.CompleteRemote(ctx, claims[0].Claim, json.RawMessage(`"tagged"`), nil))
+		close(answered)
+		out, err := run.Result(ctx)
+		require.NoError(t, err)
+		require.Equal(t, "tagged", out)
+		events, err := b.client.History(ctx, run.ID)
+		require.NoError(t, err)
+		for _, e := range events {
+			require.NotEqual(t, history.LeaseExpired, e.Type(), "no attempt waited out its lease")
+		}
+		enginetest.RequireProjectionsMatch(t, sdk.ClientStore(b.client))
+	})
+}
+
+// TestRemoteOutcomeAfterCancelIsRefused: a remote step that answers
+// after its workflow's cancel is refused; the workflow ends cancelled
+// and does not take it in.
+func TestRemoteOutcomeAfterCancelIsRefused(t *testing.T) {
+	t.Parallel()
+	onEachStore(t, func(t *testing.T, setup setupFunc) {
+		b := setup(t, sdk.WorkerConfig{Concurrency: 2})
+		sdk.Register(b.worker, remoteOCR)
+		startWorker(t, b.worker)
+		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+		defer cancel()
+		run, err := sdk.Start(ctx, b.client, remoteOCR, []int{1}, nil)
+		require.NoError(t, err)
+		var claims []sdk.RemoteClaim
+		for len(claims) == 0 {
+			claims, err = b.client.ClaimRemote(ctx, sdk.RemoteClaimOpts{Queue: "ocr", Worker: "w", Wait: 5 * time.Second})
+			require.NoError(t, err)
+		}
+		require.NoError(t, b.client.Cancel(ctx, run.ID, "not needed"))
+		renewal, err := b.client.HeartbeatRemote(ctx, claims[0].Claim, nil)
+		if err == nil {
+			require.True(t, renewal.CancelRequested, "the worker hears of the cancel")
+		}
+		err = b.client.CompleteRemote(ctx, claims[0].Claim, json.RawMessage(`{"text":"late"}`), nil)
+		require.ErrorIs(t, err, sdk.ErrClaimLost)
+		info, err := b.client.Wait(ctx, run.ID)
+		require.NoError(t, err)
+		require.Equal(t, history.StatusCancelled, info.Status)
+		events, err := b.client.History(ctx, run.ID)
+		require.NoError(t, err)
+		for _, e := range events {
+			require.NotEqual(t, history.RemoteStepCompleted, e.Type())
+		}
+	})
+}

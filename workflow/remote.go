@@ -71,8 +71,11 @@ type RemoteFuture[Out any] struct {
 // classified and retried by opts.Retry (else the workflow type's
 // policy) exactly as a Go step's error is, and a retry dispatches the
 // step again. Like [Step], a step the history recorded is not
-// dispatched again. Call it from the workflow body. opts nil takes every
-// default.
+// dispatched again. The dispatch is written at the workflow's next step,
+// wait or await: a remote step the workflow never awaits and that is
+// still unwritten when it completes is not dispatched, as a [Go] step
+// still running then is cancelled. Call it from the workflow body. opts
+// nil takes every default.
 func GoRemote[Out any](ctx Context, name string, input any, opts *RemoteOpts) *RemoteFuture[Out] {
 	o := opts.options()
 	if err := validRemote(name, o); err != nil {

@@ -12,6 +12,12 @@ WITH ins AS (
         @attempts::integer[], @inputs::bytea[], @heartbeats::bigint[], @start_to_closes::bigint[])
         AS r(task_id, position, namespace, name, queue, attempt, input, heartbeat_ms, start_to_close_ms)
     CROSS JOIN (SELECT @now::timestamptz) AS n
+    -- A row left by an earlier attempt (a task requeued before the sweep
+    -- removed its rows) is the new attempt's, unclaimed.
+    ON CONFLICT (task_id, position) DO UPDATE SET namespace = EXCLUDED.namespace, name = EXCLUDED.name, queue = EXCLUDED.queue,
+        attempt = EXCLUDED.attempt, input = EXCLUDED.input, heartbeat_ms = EXCLUDED.heartbeat_ms,
+        start_to_close_ms = EXCLUDED.start_to_close_ms, dispatched_at = EXCLUDED.dispatched_at,
+        nonce = '', worker = '', claimed_at = NULL, lease_expires_at = NULL
     RETURNING namespace, queue
 )
 SELECT pg_notify(@channel, q) FROM (SELECT DISTINCT namespace || '/' || queue AS q FROM ins) AS d;

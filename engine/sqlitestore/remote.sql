@@ -2,8 +2,14 @@
 -- Times in µs, by the store's clock.
 
 -- name: RemoteStepInsert
+-- A row left by an earlier attempt (a task requeued before the sweep) is
+-- the new attempt's, unclaimed.
 INSERT INTO remote_steps (task_id, position, namespace, name, queue, attempt, input, heartbeat_ms, start_to_close_ms, dispatched_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (task_id, position) DO UPDATE SET namespace = excluded.namespace, name = excluded.name, queue = excluded.queue,
+    attempt = excluded.attempt, input = excluded.input, heartbeat_ms = excluded.heartbeat_ms,
+    start_to_close_ms = excluded.start_to_close_ms, dispatched_at = excluded.dispatched_at,
+    nonce = '', worker = '', claimed_at = NULL, lease_expires_at = NULL;
 
 -- name: RemoteStepClaim
 -- Claims up to ?4 unclaimed steps of namespace ?1's queue ?2 (of the
@@ -24,9 +30,12 @@ RETURNING namespace, task_id, position, name, queue, attempt, input, heartbeat_m
     dispatched_at, nonce, worker, claimed_at, lease_expires_at, 0;
 
 -- name: RemoteStepHeartbeat
+-- Only for a task that exists, as PostgreSQL's join: a step of a task
+-- gone is not held.
 UPDATE remote_steps SET lease_expires_at = ?5 + heartbeat_ms * 1000
 WHERE task_id = ?1 AND position = ?2 AND namespace = ?3 AND nonce = ?4
   AND (json_array_length(?6) = 0 OR queue IN (SELECT value FROM json_each(?6)))
+  AND EXISTS (SELECT 1 FROM tasks AS t WHERE t.id = remote_steps.task_id)
 RETURNING lease_expires_at, (SELECT t.cancel_requested FROM tasks AS t WHERE t.id = remote_steps.task_id);
 
 -- name: RemoteStepTake

@@ -94,9 +94,10 @@ func (p *RemoteStepInsertParams) Validate() error {
 }
 
 // RemoteStepClaimParams claim up to Max remote steps of a namespace's
-// queue for Worker ([Executor.RemoteStepClaim]): those not claimed, or
-// whose claim's lease expired uncollected, of tasks not finished and not
-// cancelled, oldest dispatch first, skipping rows another claim locks.
+// queue for Worker ([Executor.RemoteStepClaim]): those not claimed (a
+// claim whose lease ended is the rescuer's), of tasks not finished and
+// not cancelled, oldest dispatch first, skipping rows another claim
+// locks.
 // Each claimed step gets a new nonce and a lease of its heartbeat
 // timeout, by the store's clock.
 type RemoteStepClaimParams struct {

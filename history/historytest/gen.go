@@ -327,7 +327,7 @@ func (g *gen) run() {
 		return
 	}
 	for attempt := 1; !g.full(); attempt++ {
-		if g.remote != nil && g.remote.attempt > 0 && !g.remote.failed && !g.remote.retry {
+		if g.remote != nil && g.remote.attempt > 0 && !g.remote.failed && !g.remote.retry && !g.cancelled && g.comp == nil {
 			// The remote step's worker answers between attempts. (Drawn
 			// from nothing: earlier seeds' draws stay what they were.)
 			g.at = g.at.Add(time.Second)

@@ -117,20 +117,25 @@ const remoteRescueEvery = time.Second
 func (r *rescuer) remoteLoop(ctx context.Context) {
 	tick := time.NewTicker(remoteRescueEvery)
 	defer tick.Stop()
-	for {
+	for n := 0; ; n++ {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
-			r.rescueRemote(ctx)
+			r.rescueRemote(ctx, n%remoteSweepEvery == 0)
 		}
 	}
 }
 
+// remoteSweepEvery is how many remote rescues pass between sweeps of the
+// rows of finished tasks: a sweep reads the whole table, the rescue an
+// index of claims.
+const remoteSweepEvery = 60
+
 // rescueRemote fails the attempts of remote steps whose claim's lease
 // ended, and removes the rows of finished tasks (requests.ExpireRemote).
-func (r *rescuer) rescueRemote(ctx context.Context) {
-	n, err := requests.ExpireRemote(ctx, r.cfg.Store, rescueBatch)
+func (r *rescuer) rescueRemote(ctx context.Context, sweep bool) {
+	n, err := requests.ExpireRemote(ctx, r.cfg.Store, rescueBatch, sweep)
 	if err != nil {
 		if ctx.Err() == nil && !service.Unavailable(err) {
 			r.cfg.Logger.Warn("rescuer: expire remote steps' claims", service.ErrAttr(err))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"github.com/cockroachdb/errors"
@@ -77,13 +78,38 @@ type RemoteOutcome struct {
 func SettleRemote(ctx context.Context, s store.Store, o RemoteOutcome) (history.State, error) {
 	for try := 0; ; try++ {
 		state, retry, err := settleRemote(ctx, s, o)
-		if retry && try+1 < maxRequestTries {
+		if retry && try+1 < maxSettleTries {
+			// The task's history moved on: its attempt appended, or the
+			// outcomes of its other remote steps (a fan-out answers at
+			// once). Apart, and read again.
+			if err := sleepCtx(ctx, time.Duration(rand.Int64N(int64(settleJitter)))); err != nil {
+				return state, err
+			}
 			continue
 		}
 		if err != nil {
 			return state, errors.Wrapf(err, "remote step %d of task %s", o.Ref.Position, o.Ref.TaskID)
 		}
 		return state, nil
+	}
+}
+
+// maxSettleTries bounds the tries of an outcome that races other appends
+// to its task, each apart by up to settleJitter: a fan-out of a hundred
+// remote steps may answer within the same milliseconds.
+const (
+	maxSettleTries = 50
+	settleJitter   = 10 * time.Millisecond
+)
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
 	}
 }
 
@@ -111,12 +137,15 @@ func settleRemote(ctx context.Context, s store.Store, o RemoteOutcome) (history.
 	if err != nil {
 		return history.State{}, false, err
 	}
-	if r, ok := state.RemoteAt(row.Position); state.Status.Terminal() || !ok || !r.InFlight() || r.Attempt != row.Attempt {
-		// Nothing awaits the outcome: the row goes, the outcome is refused.
+	if r, ok := state.RemoteAt(row.Position); !ok || !r.InFlight() || r.Attempt != row.Attempt || outcomeRefused(state) {
+		// Nothing awaits the outcome: the row goes, the outcome is
+		// refused. A cancelled task compensates what is on record, so a
+		// step that ends after the cancel is not taken in (its worker
+		// heard of the cancel at its heartbeat).
 		if err := tx.Commit(ctx); err != nil {
 			return state, false, err
 		}
-		return state, false, errors.Wrapf(ErrClaimLost, "the task is %s", state.Status)
+		return state, false, errors.Wrapf(ErrClaimLost, "the task is %s%s", state.Status, cancelNote(state))
 	}
 	next, err := tx.EventAppend(ctx, &store.EventAppendParams{TaskID: o.Ref.TaskID, State: state, Payloads: []history.Payload{outcomeEvent(o, row)}})
 	if errors.Is(err, store.ErrConflict) {
@@ -126,6 +155,19 @@ func settleRemote(ctx context.Context, s store.Store, o RemoteOutcome) (history.
 		return state, false, err
 	}
 	return next, false, tx.Commit(ctx)
+}
+
+// outcomeRefused reports whether the task in state takes no remote
+// step's outcome: finished, cancelled, or compensating.
+func outcomeRefused(state history.State) bool {
+	return state.Status.Terminal() || state.CancelRequested || state.Compensation != nil
+}
+
+func cancelNote(state history.State) string {
+	if !state.Status.Terminal() && (state.CancelRequested || state.Compensation != nil) {
+		return ", its cancel or compensation under way"
+	}
+	return ""
 }
 
 // outcomeEvent is the event that records o for the step of row.
@@ -145,6 +187,9 @@ func alreadySettled(ctx context.Context, s store.Store, o RemoteOutcome) (histor
 	events, err := store.TaskEvents(ctx, s, o.Ref.Namespace, o.Ref.TaskID)
 	if err != nil {
 		return history.State{}, false, err
+	}
+	if len(events) == 0 {
+		return history.State{}, false, errors.Wrap(ErrClaimLost, "no such task")
 	}
 	state, err := history.Replay(events)
 	if err != nil {
@@ -175,11 +220,13 @@ const KindRemoteLeaseExpired = "heartbeat_timeout"
 // ended (up to max of them), as the rescuer does for tasks: each
 // remote_step_failed of kind [KindRemoteLeaseExpired] wakes its task,
 // whose retry policy decides. A claim that heartbeat meanwhile keeps its
-// step. It also removes the rows of tasks that finished. It returns how
-// many attempts it failed.
-func ExpireRemote(ctx context.Context, s store.Store, max int) (int, error) {
-	if _, err := s.RemoteStepRemoveFinished(ctx, &store.RemoteStepExpiredParams{Max: max}); err != nil {
-		return 0, err
+// step. With sweep, it first removes the rows of tasks that finished. It
+// returns how many attempts it failed.
+func ExpireRemote(ctx context.Context, s store.Store, max int, sweep bool) (int, error) {
+	if sweep {
+		if _, err := s.RemoteStepRemoveFinished(ctx, &store.RemoteStepExpiredParams{Max: max}); err != nil {
+			return 0, err
+		}
 	}
 	expired, err := s.RemoteStepListExpired(ctx, &store.RemoteStepExpiredParams{Max: max})
 	if err != nil {

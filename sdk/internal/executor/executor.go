@@ -486,6 +486,12 @@ func (h *Handler) outcome(ctx context.Context, a *edge.Attempt, typ Type, res in
 	}
 	var remoteWait *interpreter.RemoteWaitRequest
 	if errors.As(res.Err, &remoteWait) {
+		if remoteEnded(a.State(), remoteWait.Positions) {
+			// An outcome came while the attempt ran (an append rebased
+			// onto it): the task is handed back, due at once, and its next
+			// attempt takes the outcome in.
+			return nil, engine.ErrReleased
+		}
 		// The attempt ends here; the task is due again when the remote
 		// steps complete, or one fails.
 		return []history.Payload{history.RemoteWaitStartedData{Positions: remoteWait.Positions, Count: remoteWait.Count}}, nil
@@ -552,6 +558,18 @@ func (h *Handler) outcome(ctx context.Context, a *edge.Attempt, typ Type, res in
 	}
 	next := now.Add(decision.Delay)
 	return []history.Payload{history.AttemptFailedData{Error: info, NextRunAt: &next}}, nil
+}
+
+// remoteEnded reports whether a remote step at one of positions is no
+// longer in flight in state: its outcome was appended while the attempt
+// ran, and a wait for it could not be recorded.
+func remoteEnded(state history.State, positions []int) bool {
+	for _, pos := range positions {
+		if r, ok := state.RemoteAt(pos); !ok || !r.InFlight() {
+			return true
+		}
+	}
+	return false
 }
 
 // giveUp ends the task after a failed attempt: dead-lettered for an
