@@ -127,7 +127,7 @@ func (s State) RemoteAt(pos int) (RemoteStep, bool) {
 	return s.Remote[i], true
 }
 
-func (s *State) applyRemoteDispatched(e Event, p RemoteStepDispatchedData) error {
+func (s *State) applyRemoteDispatched(e Event, p RemoteStepDispatchedData, owned bool) error {
 	if err := s.requireLeasedAttempt(e); err != nil {
 		return err
 	}
@@ -155,7 +155,7 @@ func (s *State) applyRemoteDispatched(e Event, p RemoteStepDispatchedData) error
 	case !again && p.Attempt != 1:
 		return invalidf(nil, "event %d (%s): first dispatch as attempt %d", e.Seq, RemoteStepDispatched, p.Attempt)
 	}
-	s.setRemote(RemoteStep{Position: p.Position, Name: p.Name, Queue: p.Queue, Attempt: p.Attempt, Compensable: p.Compensable})
+	s.setRemote(RemoteStep{Position: p.Position, Name: p.Name, Queue: p.Queue, Attempt: p.Attempt, Compensable: p.Compensable}, owned)
 	return nil
 }
 
@@ -184,7 +184,7 @@ func (s *State) applyRemoteCompleted(e Event, p RemoteStepCompletedData, owned b
 	if p.Worker == "" || p.Claim == "" {
 		return invalidf(nil, "event %d (%s): no worker or claim", e.Seq, RemoteStepCompleted)
 	}
-	s.dropRemote(p.Position)
+	s.dropRemote(p.Position, owned)
 	s.recordStep(e, Step{Position: p.Position, Name: p.Name, Output: p.Output, Compensable: r.Compensable}, owned)
 	if w := s.RemoteWait; w != nil && slices.Contains(w.Positions, p.Position) {
 		wait := *w
@@ -197,7 +197,7 @@ func (s *State) applyRemoteCompleted(e Event, p RemoteStepCompletedData, owned b
 	return nil
 }
 
-func (s *State) applyRemoteFailed(e Event, p RemoteStepFailedData) error {
+func (s *State) applyRemoteFailed(e Event, p RemoteStepFailedData, owned bool) error {
 	r, err := s.requireInFlight(e, p.Position, p.Name, p.Attempt)
 	if err != nil {
 		return err
@@ -207,7 +207,7 @@ func (s *State) applyRemoteFailed(e Event, p RemoteStepFailedData) error {
 	}
 	info := p.Error
 	r.Failed = &info
-	s.setRemote(r)
+	s.setRemote(r, owned)
 	if w := s.RemoteWait; w != nil && slices.Contains(w.Positions, p.Position) {
 		// The workflow decides at once whether it is tried again.
 		s.wakeFromRemote(e)
@@ -260,10 +260,14 @@ func (s *State) wakeFromRemote(e Event) {
 	}
 }
 
-// setRemote records r at its position (copy on write: a State derived
-// from s may share the slice).
-func (s *State) setRemote(r RemoteStep) {
-	remote := slices.Clone(s.Remote)
+// setRemote records r at its position: in place when owned (replay's own
+// state, so a fan-out of n remote steps replays in O(n log n)), else copy
+// on write (a State derived from s may share the slice).
+func (s *State) setRemote(r RemoteStep, owned bool) {
+	remote := s.Remote
+	if !owned {
+		remote = slices.Clone(remote)
+	}
 	i, found := slices.BinarySearchFunc(remote, r.Position, func(x RemoteStep, pos int) int { return x.Position - pos })
 	if found {
 		remote[i] = r
@@ -273,8 +277,16 @@ func (s *State) setRemote(r RemoteStep) {
 	s.Remote = remote
 }
 
-func (s *State) dropRemote(pos int) {
-	s.Remote = slices.DeleteFunc(slices.Clone(s.Remote), func(r RemoteStep) bool { return r.Position == pos })
+func (s *State) dropRemote(pos int, owned bool) {
+	remote := s.Remote
+	if !owned {
+		remote = slices.Clone(remote)
+	}
+	i, found := slices.BinarySearchFunc(remote, pos, func(x RemoteStep, pos int) int { return x.Position - pos })
+	if found {
+		remote = slices.Delete(remote, i, i+1)
+	}
+	s.Remote = remote
 	if len(s.Remote) == 0 {
 		s.Remote = nil
 	}

@@ -332,8 +332,9 @@ func ApplyAll(s State, events []Event) (State, error) {
 	copy(steps, s.Steps)
 	next := s
 	next.Steps = steps
-	// Children are written in place too (a child's end): copied as well.
+	// Children and remote steps are written in place too: copied as well.
 	next.Children = slices.Clone(s.Children)
+	next.Remote = slices.Clone(s.Remote)
 	for _, e := range events {
 		var err error
 		// next is ours alone (its steps and children were just copied),
@@ -465,11 +466,11 @@ func apply(s State, e Event, owned bool) (State, error) {
 	case BudgetRaisedData:
 		err = s.applyBudgetRaised(e, p)
 	case RemoteStepDispatchedData:
-		err = s.applyRemoteDispatched(e, p)
+		err = s.applyRemoteDispatched(e, p, owned)
 	case RemoteStepCompletedData:
 		err = s.applyRemoteCompleted(e, p, owned)
 	case RemoteStepFailedData:
-		err = s.applyRemoteFailed(e, p)
+		err = s.applyRemoteFailed(e, p, owned)
 	case RemoteWaitStartedData:
 		err = s.applyRemoteWaitStarted(e, p)
 	case TaskExpiredData:

@@ -23,7 +23,13 @@ func (e *Store) ClaimRemote(ctx context.Context, p *store.RemoteStepClaimParams)
 		ps[i] = &payload.Payload{Namespace: r.Namespace, Task: r.TaskID, Kind: payload.Signal, Data: r.Input}
 	}
 	if err := e.Decode(ctx, ps); err != nil {
-		return steps, errors.Wrap(err, "claim remote steps: decode their inputs")
+		// Not handed out: back to the queue at once, rather than held
+		// until their leases end and failed.
+		for _, r := range steps {
+			_ = e.st.RemoteStepRelease(context.WithoutCancel(ctx), &store.RemoteStepRef{Namespace: r.Namespace, TaskID: r.TaskID,
+				Position: r.Position, Nonce: r.Nonce})
+		}
+		return nil, errors.Wrap(err, "claim remote steps: decode their inputs")
 	}
 	for i, p := range ps {
 		if p.Err == nil {
