@@ -61,15 +61,7 @@ var ocrWorkflow = sdk.NewWorkflow("ocr.document", 1, func(ctx workflow.Context, 
 type remoteWorker struct {
 	id  string
 	cmd *exec.Cmd
-	mu  sync.Mutex
-	ev  []map[string]any
 	got chan map[string]any // every event, as printed
-}
-
-func (w *remoteWorker) events() []map[string]any {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return append([]map[string]any(nil), w.ev...)
 }
 
 // startRemoteWorker runs an example worker with args and the token,
@@ -93,9 +85,6 @@ func startRemoteWorker(t *testing.T, id, token string, name string, args ...stri
 				t.Log(id + " says: " + sc.Text())
 				continue
 			}
-			w.mu.Lock()
-			w.ev = append(w.ev, e)
-			w.mu.Unlock()
 			select {
 			case w.got <- e:
 			default:
