@@ -73,6 +73,19 @@ func text(t *testing.T, ctx context.Context, sel string) string {
 	return got
 }
 
+// textContaining reads an element's text until it holds want (for up to
+// 10s), and returns what it read last.
+func textContaining(t *testing.T, ctx context.Context, sel, want string) string {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	got := text(t, ctx, sel)
+	for !strings.Contains(got, want) && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+		got = text(t, ctx, sel)
+	}
+	return got
+}
+
 // waitText reloads the page until the element's text is want.
 func waitText(t *testing.T, ctx context.Context, url, sel, want string) {
 	t.Helper()
@@ -134,7 +147,9 @@ func TestConsoleInABrowser(t *testing.T) {
 	link := `a[aria-label="Task ` + done.String() + `"]`
 	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(srv.url+"/console/tasks?type=e2e.echo"), visible(link),
 		screenshot(t, "tasks.png"), chromedp.Click(css(link)), visible("#task-status"), screenshot(t, "task.png")))
-	timeline := text(t, ctx, "ol.timeline")
+	// Read once the page has laid it out: under load (the whole suite on
+	// two cores) its text once read empty right after the status showed.
+	timeline := textContaining(t, ctx, "ol.timeline", "Attempt 1")
 	require.Contains(t, timeline, "Attempt 1")
 	require.Contains(t, timeline, "echo", "the step is on the timeline")
 	require.Contains(t, timeline, "completed")
