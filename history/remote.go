@@ -3,7 +3,6 @@ package history
 import (
 	"encoding/json"
 	"slices"
-	"time"
 )
 
 // Remote steps are steps a workflow hands to workers outside its own
@@ -216,38 +215,17 @@ func (s *State) applyRemoteFailed(e Event, p RemoteStepFailedData, owned bool) e
 }
 
 func (s *State) applyRemoteWaitStarted(e Event, p RemoteWaitStartedData) error {
-	if err := s.requireLeasedAttempt(e); err != nil {
+	if err := s.checkWaitStart(e, "remote step", "remote steps", p.Positions, p.Count); err != nil {
 		return err
-	}
-	switch {
-	case s.Timer != nil:
-		return invalidf(nil, "event %d (%s): a timer runs at position %d", e.Seq, RemoteWaitStarted, s.Timer.Position)
-	case s.Wait != nil:
-		return invalidf(nil, "event %d (%s): receive %d waits for signal %q", e.Seq, RemoteWaitStarted, s.Wait.Position, s.Wait.Name)
-	case s.Compensation.IsStarted():
-		return invalidf(nil, "event %d (%s): task is compensating", e.Seq, RemoteWaitStarted)
-	case len(p.Positions) == 0:
-		return invalidf(nil, "event %d (%s): awaits no remote step", e.Seq, RemoteWaitStarted)
-	case p.Count < 0 || p.Count > len(p.Positions):
-		return invalidf(nil, "event %d (%s): awaits %d of %d remote steps", e.Seq, RemoteWaitStarted, p.Count, len(p.Positions))
 	}
 	for _, pos := range p.Positions {
 		if r, ok := s.RemoteAt(pos); !ok || !r.InFlight() {
 			return invalidf(nil, "event %d (%s): no remote step in flight at position %d", e.Seq, RemoteWaitStarted, pos)
 		}
 	}
-	// As child_wait_started: the attempt ends without failing, and uses
-	// up nothing of the retry budget.
-	s.Released++
-	s.Budget.Attempts--
+	// As child_wait_started: the attempt ends without failing.
 	s.RemoteWait = &RemoteWait{Positions: slices.Clone(p.Positions), Count: max(p.Count, 1)}
-	s.Status = StatusPending
-	s.RunAt = Never
-	if dl := s.Scheduled.Deadline; dl != nil {
-		s.RunAt = *dl
-	}
-	s.Lease.Owner, s.Lease.ExpiresAt = "", time.Time{}
-	s.wakeForUpdates(e)
+	s.parkForWait(e)
 	return nil
 }
 

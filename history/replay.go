@@ -1235,20 +1235,8 @@ func (s *State) applyChildStarted(e Event, p ChildStartedData, owned bool) error
 }
 
 func (s *State) applyChildWaitStarted(e Event, p ChildWaitStartedData) error {
-	if err := s.requireLeasedAttempt(e); err != nil {
+	if err := s.checkWaitStart(e, "child", "children", p.Positions, p.Count); err != nil {
 		return err
-	}
-	switch {
-	case s.Timer != nil:
-		return invalidf(nil, "event %d (%s): a timer runs at position %d", e.Seq, ChildWaitStarted, s.Timer.Position)
-	case s.Wait != nil:
-		return invalidf(nil, "event %d (%s): receive %d waits for signal %q", e.Seq, ChildWaitStarted, s.Wait.Position, s.Wait.Name)
-	case s.Compensation.IsStarted():
-		return invalidf(nil, "event %d (%s): task is compensating", e.Seq, ChildWaitStarted)
-	case len(p.Positions) == 0:
-		return invalidf(nil, "event %d (%s): awaits no child", e.Seq, ChildWaitStarted)
-	case p.Count < 0 || p.Count > len(p.Positions):
-		return invalidf(nil, "event %d (%s): awaits %d of %d children", e.Seq, ChildWaitStarted, p.Count, len(p.Positions))
 	}
 	for _, pos := range p.Positions {
 		if pos < 0 || pos >= len(s.Children) {
@@ -1263,9 +1251,42 @@ func (s *State) applyChildWaitStarted(e Event, p ChildWaitStartedData) error {
 	// fail: like a hand-back it uses up nothing of the retry budget, or a
 	// parent that woke often would give up at its next step's first
 	// failure.
+	s.ChildWait = &ChildWait{Positions: slices.Clone(p.Positions), Count: max(p.Count, 1)}
+	s.parkForWait(e)
+	return nil
+}
+
+// checkWaitStart checks what a wait of the attempt for some of its
+// children or remote steps (one, many) at positions, count of them,
+// requires: the attempt holds its lease, no timer or receive waits, no
+// compensation runs, and the count fits.
+func (s *State) checkWaitStart(e Event, one, many string, positions []int, count int) error {
+	if err := s.requireLeasedAttempt(e); err != nil {
+		return err
+	}
+	typ := e.Data.EventType()
+	switch {
+	case s.Timer != nil:
+		return invalidf(nil, "event %d (%s): a timer runs at position %d", e.Seq, typ, s.Timer.Position)
+	case s.Wait != nil:
+		return invalidf(nil, "event %d (%s): receive %d waits for signal %q", e.Seq, typ, s.Wait.Position, s.Wait.Name)
+	case s.Compensation.IsStarted():
+		return invalidf(nil, "event %d (%s): task is compensating", e.Seq, typ)
+	case len(positions) == 0:
+		return invalidf(nil, "event %d (%s): awaits no %s", e.Seq, typ, one)
+	case count < 0 || count > len(positions):
+		return invalidf(nil, "event %d (%s): awaits %d of %d %s", e.Seq, typ, count, len(positions), many)
+	}
+	return nil
+}
+
+// parkForWait ends the attempt to wait (its wait already set): the task
+// is pending, holding no lease, due at its deadline if it has one and
+// else when what it awaits ends; the attempt uses up nothing of the retry
+// budget.
+func (s *State) parkForWait(e Event) {
 	s.Released++
 	s.Budget.Attempts--
-	s.ChildWait = &ChildWait{Positions: slices.Clone(p.Positions), Count: max(p.Count, 1)}
 	s.Status = StatusPending
 	s.RunAt = Never
 	if dl := s.Scheduled.Deadline; dl != nil {
@@ -1273,7 +1294,6 @@ func (s *State) applyChildWaitStarted(e Event, p ChildWaitStartedData) error {
 	}
 	s.Lease.Owner, s.Lease.ExpiresAt = "", time.Time{}
 	s.wakeForUpdates(e)
-	return nil
 }
 
 func (s *State) applyChildFinished(e Event, p ChildFinishedData, owned bool) error {

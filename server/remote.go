@@ -77,12 +77,8 @@ func (s *Server) claimRemote(w http.ResponseWriter, r *http.Request, c *call) {
 		return
 	}
 	if wait > 0 {
-		if s.longPolls.Add(1) > int64(s.cfg.MaxLongPolls) {
-			s.longPolls.Add(-1)
-			p := web.NewProblem(http.StatusTooManyRequests, web.CodeTooManyWaits,
-				fmt.Sprintf("the server holds its limit of %d long polls open; try again shortly", s.cfg.MaxLongPolls))
-			web.RetryAfter(p, time.Second)
-			s.writeProblem(w, r, p)
+		if !s.holdLongPoll() {
+			s.writeProblem(w, r, s.longPollsFull("try again shortly"))
 			return
 		}
 		defer s.longPolls.Add(-1)

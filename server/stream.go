@@ -3,10 +3,8 @@ package server
 import (
 	"bufio"
 	"context"
-	"fmt"
 	"net/http"
 	"strconv"
-	"time"
 
 	"github.com/cairnflow/cairn/sdk"
 	"github.com/cairnflow/cairn/server/internal/web"
@@ -46,12 +44,8 @@ func (s *Server) taskStream(w http.ResponseWriter, r *http.Request, c *call) {
 		s.writeError(w, r, err) // a problem, before the stream begins
 		return
 	}
-	if s.longPolls.Add(1) > int64(s.cfg.MaxLongPolls) {
-		s.longPolls.Add(-1)
-		p := web.NewProblem(http.StatusTooManyRequests, web.CodeTooManyWaits,
-			fmt.Sprintf("the server holds its limit of %d long polls open; try again shortly", s.cfg.MaxLongPolls))
-		web.RetryAfter(p, time.Second)
-		s.writeProblem(w, r, p)
+	if !s.holdLongPoll() {
+		s.writeProblem(w, r, s.longPollsFull("try again shortly"))
 		return
 	}
 	defer s.longPolls.Add(-1)

@@ -372,12 +372,8 @@ func (s *Server) waitTask(w http.ResponseWriter, r *http.Request, c *call) {
 		}
 		timeout = d
 	}
-	if s.longPolls.Add(1) > int64(s.cfg.MaxLongPolls) {
-		s.longPolls.Add(-1)
-		p := web.NewProblem(http.StatusTooManyRequests, web.CodeTooManyWaits,
-			fmt.Sprintf("the server holds its limit of %d long polls open; try again shortly", s.cfg.MaxLongPolls))
-		web.RetryAfter(p, time.Second)
-		s.writeProblem(w, r, p)
+	if !s.holdLongPoll() {
+		s.writeProblem(w, r, s.longPollsFull("try again shortly"))
 		return
 	}
 	defer s.longPolls.Add(-1)
@@ -405,6 +401,26 @@ func (s *Server) waitTask(w http.ResponseWriter, r *http.Request, c *call) {
 		return
 	}
 	writeJSON(w, http.StatusOK, info)
+}
+
+// holdLongPoll takes one of the server's long polls (Config.MaxLongPolls),
+// and reports false when all are held; the caller releases it with
+// s.longPolls.Add(-1).
+func (s *Server) holdLongPoll() bool {
+	if s.longPolls.Add(1) > int64(s.cfg.MaxLongPolls) {
+		s.longPolls.Add(-1)
+		return false
+	}
+	return true
+}
+
+// longPollsFull is the 429 of a request refused for want of a long poll,
+// saying what to do.
+func (s *Server) longPollsFull(advice string) *Problem {
+	p := web.NewProblem(http.StatusTooManyRequests, web.CodeTooManyWaits,
+		fmt.Sprintf("the server holds its limit of %d long polls open; %s", s.cfg.MaxLongPolls, advice))
+	web.RetryAfter(p, time.Second)
+	return p
 }
 
 // actionRequest is the optional body of cancel, retry, compensate and

@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -102,13 +101,9 @@ func (s *Server) updateTimeout(w http.ResponseWriter, r *http.Request) (time.Dur
 // awaitUpdate waits up to timeout for the outcome of update updateID of
 // task id and answers it. It holds one of the server's long polls.
 func (s *Server) awaitUpdate(w http.ResponseWriter, r *http.Request, c *call, id uuid.UUID, name, updateID string, duplicate bool, timeout time.Duration) {
-	if s.longPolls.Add(1) > int64(s.cfg.MaxLongPolls) {
-		s.longPolls.Add(-1)
-		p := web.NewProblem(http.StatusTooManyRequests, web.CodeTooManyWaits,
-			fmt.Sprintf("the server holds its limit of %d long polls open; poll the update's outcome shortly", s.cfg.MaxLongPolls))
-		web.RetryAfter(p, time.Second)
+	if !s.holdLongPoll() {
 		w.Header().Set("Location", updateLocation(id, name, updateID))
-		s.writeProblem(w, r, p)
+		s.writeProblem(w, r, s.longPollsFull("poll the update's outcome shortly"))
 		return
 	}
 	defer s.longPolls.Add(-1)
