@@ -297,8 +297,15 @@ var ErrClaimLost = requests.ErrClaimLost
 // whose claim's lease ended.
 const KindRemoteLeaseExpired = requests.KindRemoteLeaseExpired
 
+// ReleaseRemote hands a claimed remote step back to its queue and rewinds
+// what the claim wrote to its task's streams: see
+// [requests.ReleaseRemote].
+func ReleaseRemote(ctx context.Context, s store.Store, ref store.RemoteStepRef) error {
+	return requests.ReleaseRemote(ctx, s, ref)
+}
+
 // SettleRemote records a remote step's outcome under its claim: see
 // [requests.SettleRemote].
-func SettleRemote(ctx context.Context, s store.Store, o RemoteOutcome) (history.State, error) {
+func SettleRemote(ctx context.Context, s store.Store, o RemoteOutcome) (recorded bool, err error) {
 	return requests.SettleRemote(ctx, s, o)
 }

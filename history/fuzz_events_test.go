@@ -711,7 +711,8 @@ func nextEvent(r *fuzzBytes, events []history.Event, s history.State) history.Ev
 			pos, attempt := pickOf(r, rs.Position, position), pickOf(r, rs.Attempt, rs.Attempt+1)
 			if history.Types[k] == history.RemoteStepCompleted {
 				p = history.RemoteStepCompletedData{Position: pos, Name: pickOf(r, rs.Name, name), Attempt: attempt,
-					Worker: pickOf(r, "py-1", ""), Claim: pickOf(r, "c-1", ""), Output: pickOf(r, json.RawMessage(`{"text":"t"}`), nil)}
+					Worker: pickOf(r, "py-1", ""), Claim: pickOf(r, "c-1", ""), Output: pickOf(r, json.RawMessage(`{"text":"t"}`), nil),
+					Streams: pickOf(r, nil, []history.StreamClosedData{{Name: "t", Position: pickOf(r, pos, pos+1), Outcome: pickOf(r, history.StreamCompleted, history.StreamRewound)}})}
 			} else {
 				p = history.RemoteStepFailedData{Position: pos, Name: pickOf(r, rs.Name, name), Attempt: attempt, Worker: "py-1",
 					Error: pickOf(r, info, history.ErrorInfo{})}

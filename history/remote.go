@@ -50,6 +50,9 @@ type RemoteStepCompletedData struct {
 	Claim          string          `json:"claim"`
 	Output         json.RawMessage `json:"output,omitempty"`
 	DurationMillis int64           `json:"duration_ms,omitempty"`
+	// Streams record the streams the worker wrote under the claim, ended
+	// with the step (outcome completed), as a Go step's stream_closed.
+	Streams []StreamClosedData `json:"streams,omitempty"`
 }
 
 // RemoteStepFailedData is the payload of remote_step_failed: the remote
@@ -68,6 +71,10 @@ type RemoteStepFailedData struct {
 	Claim          string    `json:"claim,omitempty"`
 	Error          ErrorInfo `json:"error"`
 	DurationMillis int64     `json:"duration_ms,omitempty"`
+	// Streams record the streams the worker wrote under the claim,
+	// rewound with the failure (outcome rewound). A claim whose lease
+	// ended has its streams rewound without a record, as a lost attempt's.
+	Streams []StreamClosedData `json:"streams,omitempty"`
 }
 
 // RemoteWaitStartedData is the payload of remote_wait_started: the
@@ -183,6 +190,9 @@ func (s *State) applyRemoteCompleted(e Event, p RemoteStepCompletedData, owned b
 	if p.Worker == "" || p.Claim == "" {
 		return invalidf(nil, "event %d (%s): no worker or claim", e.Seq, RemoteStepCompleted)
 	}
+	if err := checkRemoteStreams(e, p.Position, p.Streams, StreamCompleted); err != nil {
+		return err
+	}
 	s.dropRemote(p.Position, owned)
 	s.recordStep(e, Step{Position: p.Position, Name: p.Name, Output: p.Output, Compensable: r.Compensable}, owned)
 	if w := s.RemoteWait; w != nil && slices.Contains(w.Positions, p.Position) {
@@ -203,6 +213,9 @@ func (s *State) applyRemoteFailed(e Event, p RemoteStepFailedData, owned bool) e
 	}
 	if p.Error.Message == "" {
 		return invalidf(nil, "event %d (%s): no error message", e.Seq, RemoteStepFailed)
+	}
+	if err := checkRemoteStreams(e, p.Position, p.Streams, StreamRewound); err != nil {
+		return err
 	}
 	info := p.Error
 	r.Failed = &info
@@ -282,4 +295,28 @@ func (s *State) retryRemote(match func(RemoteStep) bool) {
 		}
 	}
 	s.Remote = remote
+}
+
+// checkRemoteStreams checks the stream records of a remote step's outcome
+// event: each names a stream once, at the step's position, closed the
+// way the outcome closes them.
+func checkRemoteStreams(e Event, position int, streams []StreamClosedData, outcome string) error {
+	seen := make(map[string]bool, len(streams))
+	for _, st := range streams {
+		if err := ValidStreamName(st.Name); err != nil {
+			return invalidf(err, "event %d (%s)", e.Seq, e.Data.EventType())
+		}
+		switch {
+		case seen[st.Name]:
+			return invalidf(nil, "event %d (%s): stream %q recorded twice", e.Seq, e.Data.EventType(), st.Name)
+		case st.Position != position:
+			return invalidf(nil, "event %d (%s): stream %q at position %d, not the step's %d", e.Seq, e.Data.EventType(), st.Name, st.Position, position)
+		case st.Chunks < 0 || st.Bytes < 0:
+			return invalidf(nil, "event %d (%s): stream %q of %d chunks of %d bytes", e.Seq, e.Data.EventType(), st.Name, st.Chunks, st.Bytes)
+		case st.Outcome != outcome:
+			return invalidf(nil, "event %d (%s): stream %q %s, not %s", e.Seq, e.Data.EventType(), st.Name, st.Outcome, outcome)
+		}
+		seen[st.Name] = true
+	}
+	return nil
 }

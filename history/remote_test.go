@@ -61,6 +61,30 @@ func TestRemoteStepsFold(t *testing.T) {
 	require.False(t, r.InFlight())
 	require.False(t, r.Retry, "not classified yet")
 
+	// Its streams are recorded as the outcome closed them, once each, at
+	// its position.
+	streams := func(ss ...history.StreamClosedData) history.RemoteStepCompletedData {
+		d := done
+		d.Streams = ss
+		return d
+	}
+	ok1 := history.StreamClosedData{Name: "tokens", Position: 0, Chunks: 2, Bytes: 9, Outcome: history.StreamCompleted}
+	_, err = applyAll(t, remoteBase(), streams(ok1))
+	require.NoError(t, err)
+	rewound, elsewhere, badName := ok1, ok1, ok1
+	rewound.Outcome, elsewhere.Position, badName.Name = history.StreamRewound, 1, "two words"
+	for _, bad := range [][]history.StreamClosedData{{rewound}, {elsewhere}, {badName}, {ok1, ok1}} {
+		_, err = applyAll(t, remoteBase(), streams(bad...))
+		require.ErrorIs(t, err, history.ErrInvalidHistory)
+	}
+	failedStreams := failed
+	failedStreams.Streams = []history.StreamClosedData{{Name: "tokens", Position: 1, Outcome: history.StreamRewound}}
+	_, err = applyAll(t, remoteBase(), failedStreams)
+	require.NoError(t, err)
+	failedStreams.Streams[0].Outcome = history.StreamCompleted
+	_, err = applyAll(t, remoteBase(), failedStreams)
+	require.ErrorIs(t, err, history.ErrInvalidHistory, "a failure rewinds its streams")
+
 	// A second answer for the same attempt is not a history.
 	_, err = applyAll(t, remoteBase(), done, done)
 	require.ErrorIs(t, err, history.ErrInvalidHistory)

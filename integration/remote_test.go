@@ -219,6 +219,12 @@ func TestRemoteOCRInThreeLanguages(t *testing.T) {
 		switch d := e.Data.(type) {
 		case history.RemoteStepCompletedData:
 			completed[d.Position]++
+			// Each worker wrote the page's progress chunk, which the
+			// completion ended and recorded.
+			require.Len(t, d.Streams, 1, "step %d by %s", d.Position, d.Worker)
+			require.Equal(t, "progress", d.Streams[0].Name)
+			require.EqualValues(t, 1, d.Streams[0].Chunks)
+			require.Equal(t, history.StreamCompleted, d.Streams[0].Outcome)
 		case history.RemoteStepFailedData:
 			lost = append(lost, d)
 		}

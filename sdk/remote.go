@@ -10,6 +10,7 @@ import (
 	"github.com/cockroachdb/errors"
 	"github.com/google/uuid"
 
+	"github.com/cairnflow/cairn/activities"
 	"github.com/cairnflow/cairn/engine"
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
@@ -238,8 +239,7 @@ func (c *Client) CompleteRemote(ctx context.Context, claim string, output json.R
 	if err := checkPayloadSize("the remote step's output", output, c.maxPayload); err != nil {
 		return err
 	}
-	_, err = c.store.SettleRemote(ctx, engine.RemoteOutcome{Ref: ref, Output: output, Duration: ran})
-	return err
+	return c.store.SettleRemote(ctx, engine.RemoteOutcome{Ref: ref, Output: output, Duration: ran})
 }
 
 // FailRemote records the failure of the remote step claim holds
@@ -257,8 +257,7 @@ func (c *Client) FailRemote(ctx context.Context, claim string, f RemoteFailure, 
 	if err != nil {
 		return errmark.Mark(err, ErrInvalid)
 	}
-	_, err = c.store.SettleRemote(ctx, engine.RemoteOutcome{Ref: ref, Failure: &info, Duration: ran})
-	return err
+	return c.store.SettleRemote(ctx, engine.RemoteOutcome{Ref: ref, Failure: &info, Duration: ran})
 }
 
 // ReleaseRemote hands the remote step claim holds back to its queue
@@ -269,11 +268,76 @@ func (c *Client) ReleaseRemote(ctx context.Context, claim string, opts *RemoteCa
 	if err != nil {
 		return err
 	}
-	err = c.store.Engine().RemoteStepRelease(ctx, &ref)
+	err = engine.ReleaseRemote(ctx, c.store.Engine(), ref)
 	if errors.Is(err, store.ErrNotFound) {
 		return errors.Wrap(ErrClaimLost, "release")
 	}
 	return err
+}
+
+// RemoteChunk is a chunk a remote step's worker writes to one of its
+// task's streams ([Client.StreamRemote]): Data is JSON, at most
+// activities.MaxStreamChunkBytes.
+type RemoteChunk struct {
+	Stream string
+	Data   json.RawMessage
+}
+
+// StreamRemote writes chunks, in order, to the task's streams under the
+// claim of its remote step, as a Go step writes through
+// activities.Stream: readers see them at the step's position and attempt
+// as they come, and the step's outcome closes its streams (ended when it
+// completes, with their record in its history; rewound when it fails,
+// its lease ends or it is released). It returns the seq of the last
+// chunk. A claim that no longer holds the step is refused with
+// [ErrClaimLost]; chunks that would take the claim past
+// store.MaxRemoteStreamBytes (32 MiB over its streams) with
+// [ErrPayloadTooLarge], nothing of them written.
+func (c *Client) StreamRemote(ctx context.Context, claim string, chunks []RemoteChunk, opts *RemoteCallOpts) (int64, error) {
+	ref, _, err := c.ref(claim, opts)
+	if err != nil {
+		return 0, err
+	}
+	stored, bytes, err := checkRemoteChunks(chunks)
+	if err != nil {
+		return 0, err
+	}
+	seq, err := c.store.StreamRemote(ctx, ref, stored, bytes)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return 0, errors.Wrap(ErrClaimLost, "stream")
+	case errors.Is(err, store.ErrStreamFull):
+		return 0, errmark.Mark(err, ErrPayloadTooLarge)
+	}
+	return seq, err
+}
+
+// checkRemoteChunks returns chunks as the store takes them, and their
+// JSON's size, or why they cannot be written.
+func checkRemoteChunks(chunks []RemoteChunk) ([]store.RemoteChunk, int64, error) {
+	if len(chunks) == 0 || len(chunks) > store.MaxStreamAppend {
+		return nil, 0, errmark.Mark(errors.Newf("stream: %d chunks, expected 1 to %d", len(chunks), store.MaxStreamAppend), ErrInvalid)
+	}
+	out := make([]store.RemoteChunk, len(chunks))
+	var bytes int64
+	for i, ch := range chunks {
+		if err := history.ValidStreamName(ch.Stream); err != nil {
+			return nil, 0, errmark.Mark(errors.Wrapf(err, "stream: chunk %d", i), ErrInvalid)
+		}
+		if len(ch.Data) > activities.MaxStreamChunkBytes {
+			return nil, 0, errmark.Mark(errors.Newf("stream %q: chunk %d of %d bytes is over the limit of %d",
+				ch.Stream, i, len(ch.Data), activities.MaxStreamChunkBytes), ErrPayloadTooLarge)
+		}
+		if len(ch.Data) == 0 || !json.Valid(ch.Data) {
+			return nil, 0, errmark.Mark(errors.Newf("stream %q: chunk %d is not valid JSON", ch.Stream, i), ErrInvalid)
+		}
+		if err := jsoncheck.Check(ch.Data, "a stream chunk"); err != nil {
+			return nil, 0, errmark.Mark(err, ErrInvalid)
+		}
+		out[i] = store.RemoteChunk{Stream: ch.Stream, Data: ch.Data}
+		bytes += int64(len(ch.Data))
+	}
+	return out, bytes, nil
 }
 
 // errorInfo is f as the history records it, checked.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/sdk"
 	"github.com/cairnflow/cairn/server/internal/servertest"
 )
@@ -327,4 +329,26 @@ func bodyOf(body string) []byte {
 func timeIn(t *testing.T) time.Time {
 	t.Helper()
 	return time.Now().Add(time.Hour)
+}
+
+// The description's EventType lists every event type the history has, so
+// that a history answer with a new event is described.
+func TestOpenAPIEventTypesAreTheHistorys(t *testing.T) {
+	doc, err := os.ReadFile("openapi.yaml")
+	require.NoError(t, err)
+	_, rest, ok := strings.Cut(string(doc), "\n    EventType:\n      type: string\n      enum:\n")
+	require.True(t, ok, "openapi.yaml has no EventType enum")
+	var described []string
+	for _, line := range strings.Split(rest, "\n") {
+		item, isItem := strings.CutPrefix(line, "        - ")
+		if !isItem {
+			break
+		}
+		described = append(described, item)
+	}
+	var types []string
+	for _, typ := range history.Types {
+		types = append(types, string(typ))
+	}
+	require.ElementsMatch(t, types, described)
 }

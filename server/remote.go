@@ -24,6 +24,9 @@ const (
 	// claim; a failure's is remoteFailureBytes.
 	remoteControlBytes = 64 << 10
 	remoteFailureBytes = 64 << 10
+	// remoteStreamBytes bounds the body of a stream call: 4 MiB, some
+	// sixty chunks of the largest.
+	remoteStreamBytes = 4 << 20
 )
 
 // remoteClaimRequest is the body of POST /v1/remote-steps/claim.
@@ -174,6 +177,40 @@ func (s *Server) completeRemote(w http.ResponseWriter, r *http.Request, c *call)
 		return
 	}
 	writeJSON(w, http.StatusOK, remoteOutcomeResponse{Status: "completed"})
+}
+
+// remoteStreamRequest is the body of a stream call.
+type remoteStreamRequest struct {
+	Chunks []remoteChunk `json:"chunks"`
+}
+
+type remoteChunk struct {
+	Stream string          `json:"stream"`
+	Data   json.RawMessage `json:"data"`
+}
+
+type remoteStreamResponse struct {
+	Seq int64 `json:"seq"`
+}
+
+// streamRemote is POST /v1/remote-steps/{claim}/stream: chunks written to
+// the task's streams under the claim.
+func (s *Server) streamRemote(w http.ResponseWriter, r *http.Request, c *call) {
+	var req remoteStreamRequest
+	if p := decodeBody(w, r, remoteStreamBytes, &req, false); p != nil {
+		s.writeProblem(w, r, p)
+		return
+	}
+	chunks := make([]sdk.RemoteChunk, len(req.Chunks))
+	for i, ch := range req.Chunks {
+		chunks[i] = sdk.RemoteChunk{Stream: ch.Stream, Data: ch.Data}
+	}
+	seq, err := c.client.StreamRemote(r.Context(), r.PathValue("claim"), chunks, &sdk.RemoteCallOpts{Queues: c.who.WorkQueues()})
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, remoteStreamResponse{Seq: seq})
 }
 
 // remoteFailRequest is the body of a failure.

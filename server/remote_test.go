@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -88,9 +90,14 @@ func TestRemoteStepsOverHTTP(t *testing.T) {
 			claim := func(s remoteStep, verb string) string {
 				return "/v1/remote-steps/" + url.PathEscape(s.Claim) + "/" + verb
 			}
-			// Another queue's token cannot answer, beat or hand back these.
-			for _, verb := range []string{"heartbeat", "complete", "release"} {
-				res := servertest.Send(t, h, "POST", claim(steps[0], verb), []byte(`{}`), as(gpuToken)...)
+			// Another queue's token cannot answer, beat, stream or hand
+			// back these.
+			for _, verb := range []string{"heartbeat", "complete", "release", "stream"} {
+				body := []byte(`{}`)
+				if verb == "stream" {
+					body = []byte(`{"chunks":[{"stream":"tokens","data":"x"}]}`)
+				}
+				res := servertest.Send(t, h, "POST", claim(steps[0], verb), body, as(gpuToken)...)
 				require.Equal(t, http.StatusConflict, res.Status, "%s: %s", verb, res.Body)
 				require.Equal(t, "claim_lost", res.Problem.Code)
 			}
@@ -99,6 +106,24 @@ func TestRemoteStepsOverHTTP(t *testing.T) {
 			var renewal remoteHeartbeatResponse
 			require.NoError(t, json.Unmarshal(beat.Body, &renewal))
 			require.False(t, renewal.CancelRequested)
+
+			// Stream chunks under the claim: written in order, each call's
+			// bad chunk refused whole.
+			streamed := servertest.Send(t, h, "POST", claim(steps[0], "stream"),
+				[]byte(`{"chunks":[{"stream":"tokens","data":"te"},{"stream":"tokens","data":"xt"},{"stream":"progress","data":{"done":1}}]}`), as(ocrToken)...)
+			require.Equal(t, http.StatusOK, streamed.Status, "%s", streamed.Body)
+			require.JSONEq(t, `{"seq":3}`, string(streamed.Body))
+			big := `"` + strings.Repeat("x", 64<<10) + `"`
+			for body, status := range map[string]int{
+				`{"chunks":[]}`: http.StatusBadRequest,
+				`{"chunks":[{"stream":"two words","data":1}]}`:                                http.StatusBadRequest,
+				`{"chunks":[{"stream":"tokens"}]}`:                                            http.StatusBadRequest,
+				`{"chunks":[{"stream":"tokens","data":1}],"extra":true}`:                      http.StatusBadRequest,
+				`{"chunks":[{"stream":"tokens","data":1},{"stream":"t","data":` + big + `}]}`: http.StatusRequestEntityTooLarge,
+			} {
+				res := servertest.Send(t, h, "POST", claim(steps[0], "stream"), []byte(body), as(ocrToken)...)
+				require.Equal(t, status, res.Status, "%.80s: %s", body, res.Body)
+			}
 
 			for _, s := range steps {
 				var page int
@@ -124,6 +149,11 @@ func TestRemoteStepsOverHTTP(t *testing.T) {
 			require.NoError(t, json.Unmarshal(wait.Body, &info))
 			require.Equal(t, history.StatusCompleted, info.Status)
 			require.JSONEq(t, `["text of page 4","text of page 5"]`, string(info.Output))
+			// The completion closed the claim's streams, recorded with it.
+			hist := servertest.Send(t, h, "GET", "/v1/tasks/"+started.ID.String()+"/history", nil, as(adminToken)...)
+			require.Equal(t, http.StatusOK, hist.Status)
+			require.Contains(t, string(hist.Body), `"streams":[{"name":"tokens","position":`+strconv.Itoa(steps[0].Position)+`,"chunks":2,"bytes":8,`)
+			require.Contains(t, string(hist.Body), `{"name":"progress","position":`+strconv.Itoa(steps[0].Position)+`,"chunks":1,"bytes":10,`)
 		})
 	}
 }

@@ -413,6 +413,7 @@ func (s *Server) routes() http.Handler {
 	mux.Handle("POST /v1/remote-steps/claim", s.api(RoleWork, s.claimRemote))
 	mux.Handle("POST /v1/remote-steps/{claim}/heartbeat", s.api(RoleWork, s.heartbeatRemote))
 	mux.Handle("POST /v1/remote-steps/{claim}/complete", s.api(RoleWork, s.completeRemote))
+	mux.Handle("POST /v1/remote-steps/{claim}/stream", s.api(RoleWork, s.streamRemote))
 	mux.Handle("POST /v1/remote-steps/{claim}/fail", s.api(RoleWork, s.failRemote))
 	mux.Handle("POST /v1/remote-steps/{claim}/release", s.api(RoleWork, s.releaseRemote))
 	mux.HandleFunc("GET /v1/openapi.yaml", s.openAPI)

@@ -2,15 +2,12 @@
 
 It speaks the protocol of docs/remote-steps-protocol.md: it long-polls
 ``claim`` for the step names it has handlers for, runs each step in a thread,
-heartbeats it, and reports ``complete`` or ``fail`` under the step's claim.
-On stop it drains, then ``release``-s what has not finished.
+heartbeats it, sends the chunks a handler ``ctx.stream``-s, and reports
+``complete`` or ``fail`` under the step's claim. On stop it drains, then
+``release``-s what has not finished.
 
     worker = Worker("http://localhost:8080", "ocr", concurrency=4)
-
-    @worker.step("ocr.page")
-    def ocr_page(input, ctx):
-        return {"text": read(input["page"])}
-
+    worker.register("ocr.page", lambda input, ctx: {"text": read(input["page"])})
     worker.run()
 """
 
@@ -26,43 +23,47 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
-__all__ = ["Worker", "StepContext", "Transient", "Permanent", "WorkerError"]
+__all__ = ["Worker", "StepContext", "Transient", "Permanent", "WorkerError", "ClaimLost"]
 
 _PREFIX = "/v1/remote-steps"
 _LOOPBACK = {"localhost", "127.0.0.1", "::1"}
-_OUTCOME_DELAYS = (0.25, 0.5, 1.0, 2.0)  # retries of complete/fail/release
+_RETRY_DELAYS = (0.25, 0.5, 1.0, 2.0)  # retries of the calls under a claim but heartbeat
 _CLAIM_BACKOFF_CAP = 30.0
 _CALL_TIMEOUT = 10.0
+_NETWORK_ERRORS = (OSError, http.client.HTTPException)  # refused, timeouts, resets, bad replies
+_MAX_CHUNKS, _MAX_CHUNK_BYTES, _MAX_NAME_BYTES = 1000, 64 << 10, 100  # the stream call's limits
 
 
 class WorkerError(Exception):
-    """The server refused the worker itself (401, 403, 400...): retrying will not help."""
+    """A refusal retrying will not help: of the worker itself (401, 403, 400...), raised by run()."""
 
     def __init__(self, status, code, detail):
         super().__init__(f"{status} {code}: {detail}")
         self.status, self.code, self.detail = status, code, detail
 
 
+class ClaimLost(WorkerError):
+    """Raised by ctx.stream on 409 claim_lost: the step is no longer this worker's; its outcome is dropped."""
+
+
 class Transient(Exception):
-    """A failure worth retrying: sent with class "transient"."""
+    """A failure worth retrying: sent with class "transient"; ``retry_after`` is in seconds."""
 
     error_class = "transient"
 
     def __init__(self, message, kind=None, status=None, attributes=None, retry_after=None):
         super().__init__(message)
-        self.kind, self.status, self.attributes = kind, status, attributes
-        self.retry_after = retry_after  # seconds
+        self.kind, self.status, self.attributes, self.retry_after = kind, status, attributes, retry_after
 
 
 class Permanent(Exception):
     """A failure no retry will fix: sent with class "permanent"."""
 
-    error_class = "permanent"
+    error_class, retry_after = "permanent", None
 
     def __init__(self, message, kind=None, status=None, attributes=None):
         super().__init__(message)
         self.kind, self.status, self.attributes = kind, status, attributes
-        self.retry_after = None
 
 
 def error_body(exc):
@@ -81,26 +82,21 @@ def error_body(exc):
 
 
 class StepContext:
-    """What a handler knows of its step, and its way to heartbeat and see cancellation.
+    """What a handler knows of its step, and its way to heartbeat, stream and see cancellation.
 
-    ``cancelled`` is set when the server asks to cancel, the claim is lost, or
-    the worker stops hard. ``deadline`` is a ``time.monotonic()`` instant (from
-    ``start_to_close_ms``) or None.
+    ``cancelled`` is set when the server asks to cancel, the claim is lost, or the worker stops
+    hard. ``deadline`` is a ``time.monotonic()`` instant (from ``start_to_close_ms``) or None.
     """
 
-    def __init__(self, step, worker_id, beat):
-        self.claim = step["claim"]
-        self.task_id = step.get("task_id")
-        self.namespace = step.get("namespace")
-        self.position = step.get("position")
-        self.name = step["name"]
+    def __init__(self, step, worker_id, beat, send):
+        self.claim, self.name, self.worker_id = step["claim"], step["name"], worker_id
+        self.task_id, self.namespace, self.position = map(step.get, ("task_id", "namespace", "position"))
         self.attempt = step.get("attempt", 1)
-        self.worker_id = worker_id
         self.cancelled = threading.Event()
         self.cancel_requested = False  # the workflow itself was cancelled
         ms = step.get("start_to_close_ms") or 0
         self.deadline = time.monotonic() + ms / 1000 if ms > 0 else None
-        self._beat = beat
+        self._beat, self._send = beat, send
 
     def heartbeat(self):
         """Heartbeat now; never raises on network errors (they are logged)."""
@@ -110,32 +106,42 @@ class StepContext:
         """Seconds until the deadline, or None without one."""
         return None if self.deadline is None else self.deadline - time.monotonic()
 
+    def stream(self, name, data):
+        """Write ``data`` (JSON of at most 64 KiB) to the task's stream ``name`` now; returns its seq.
+
+        Network errors and 5xx are retried (a chunk whose answer was lost may be written twice).
+        Raises ValueError for a bad name or chunk (TypeError: not JSON; nothing sent), ClaimLost when
+        the claim lost the step, Permanent when the server refuses it (413: the claim's 32 MiB are
+        spent), Transient when it stays out of reach.
+        """
+        return self.stream_many(name, [data])
+
+    def stream_many(self, name, items):
+        """stream() for 1-1000 chunks of one stream in one call, in order; returns the last one's seq."""
+        items = list(items)
+        if not 1 <= len(items) <= _MAX_CHUNKS:
+            raise ValueError(f"stream {name!r}: {len(items)} chunks in one call; send 1 to {_MAX_CHUNKS}")
+        if not (isinstance(name, str) and name.isprintable() and " " not in name  # as Go's IsPrint, !IsSpace
+                and 1 <= len(name.encode()) <= _MAX_NAME_BYTES):
+            raise ValueError(f"stream name {name!r}: 1-{_MAX_NAME_BYTES} bytes of printable UTF-8, no spaces")
+        for size in (len(_json(data)) for data in items):  # ASCII JSON: its characters are bytes
+            if size > _MAX_CHUNK_BYTES:
+                raise ValueError(f"stream {name!r}: a {size}-byte chunk is over {_MAX_CHUNK_BYTES} bytes")
+        return self._send([{"stream": name, "data": data} for data in items])
+
 
 class _Response:
     def __init__(self, status, body, headers):
-        self.status, self.body, self.headers = status, body, headers
-
-    @property
-    def code(self):
-        return self.body.get("code", "") if isinstance(self.body, dict) else ""
-
-    @property
-    def detail(self):
-        return self.body.get("detail", "") if isinstance(self.body, dict) else ""
-
-    def retry_after(self):
+        self.status, self.body = status, body
+        self.code, self.detail = body.get("code", ""), body.get("detail", "")
         try:
-            return max(0.0, float(self.headers.get("Retry-After")))
+            self.retry_after = max(0.0, float(headers.get("Retry-After")))  # seconds, or None
         except (TypeError, ValueError):
-            return None
-
-
-class _TransportError(Exception):
-    pass
+            self.retry_after = None
 
 
 class _Http:
-    """POSTs JSON and returns a _Response for any HTTP status; raises _TransportError otherwise."""
+    """POSTs JSON and returns a _Response for any HTTP status; raises one of _NETWORK_ERRORS otherwise."""
 
     def __init__(self, url, token, namespace):
         self.base = url.rstrip("/")
@@ -150,7 +156,7 @@ class _Http:
         self.opener = urllib.request.build_opener(*handlers)
 
     def post(self, path, body, timeout=_CALL_TIMEOUT):
-        req = urllib.request.Request(self.base + path, data=json.dumps(body, allow_nan=False).encode(),
+        req = urllib.request.Request(self.base + path, data=_json(body).encode(),
                                      headers=self.headers, method="POST")
         try:
             with self.opener.open(req, timeout=timeout) as r:
@@ -158,15 +164,19 @@ class _Http:
         except urllib.error.HTTPError as e:
             with e:
                 return _Response(e.code, _parse(e.read()), e.headers)
-        except (OSError, http.client.HTTPException) as e:  # URLError, timeouts, resets, bad replies
-            raise _TransportError(str(e)) from e
 
 
-def _parse(raw):
+def _parse(raw):  # the answer's JSON object; anything else becomes its detail
     try:
-        return json.loads(raw) if raw else {}
+        body = json.loads(raw) if raw else {}
     except ValueError:
-        return {"detail": raw[:200].decode(errors="replace")}
+        body = None
+    return body if isinstance(body, dict) else {"detail": raw[:200].decode(errors="replace")}
+
+
+def _json(value):
+    """Compact JSON, as sent: what the server measures a chunk by."""
+    return json.dumps(value, allow_nan=False, separators=(",", ":"))
 
 
 class _Active:
@@ -196,13 +206,10 @@ class Worker:
         self._handlers = {}
         self._active = {}                  # claim -> _Active
         self._cond = threading.Condition()  # guards _active and the flags below
-        self._stopping = threading.Event()
-        self._hard = threading.Event()
+        self._stopping, self._hard = threading.Event(), threading.Event()
         self._closed = threading.Event()    # the heartbeat thread's end
         self._wake = threading.Event()      # new steps or the end: the heartbeat thread replans
         self._fatal = None
-
-    # -- registration ------------------------------------------------------
 
     def register(self, name, fn):
         """Run ``fn(input, ctx)`` for steps named ``name``; its return value is the output."""
@@ -212,8 +219,6 @@ class Worker:
     def step(self, name):
         """Decorator form of register()."""
         return lambda fn: self.register(name, fn)
-
-    # -- lifecycle ---------------------------------------------------------
 
     def run(self):
         """Work until stop() or SIGTERM/SIGINT, then drain; raises WorkerError if the server refuses us."""
@@ -225,8 +230,8 @@ class Worker:
         try:
             beats = threading.Thread(target=self._heartbeat_loop, name="cairn-heartbeat", daemon=True)
             claims = threading.Thread(target=self._claim_loop, args=(names,), name="cairn-claim", daemon=True)
-            beats.start()
-            claims.start()
+            for t in (beats, claims):
+                t.start()
             self._emit("ready")
             while not self._stopping.wait(0.5):  # a timeout keeps signal handlers responsive
                 pass
@@ -272,36 +277,29 @@ class Worker:
         for a in unfinished:
             self._release(a.step)
         for a in reporting:  # an outcome being sent is worth the few seconds its retries take
-            a.thread.join(sum(_OUTCOME_DELAYS) + _CALL_TIMEOUT)
-
-    # -- claiming ----------------------------------------------------------
+            a.thread.join(sum(_RETRY_DELAYS) + _CALL_TIMEOUT)
 
     def _claim_loop(self, names):
         delay = 0.0
         try:
-            while not self._stopping.is_set():
-                free = self._wait_free_slots()
-                if not free:
-                    return
+            while free := self._wait_free_slots():  # 0 once stopping
                 body = {"queue": self.queue, "worker": self.worker_id, "names": names,
                         "max": free, "wait_seconds": self.poll_wait}
                 try:
                     r = self._http.post(f"{_PREFIX}/claim", body, timeout=self.poll_wait + _CALL_TIMEOUT)
-                except _TransportError as e:
-                    delay = min(_CLAIM_BACKOFF_CAP, max(0.5, delay * 2))
-                    self.log.warning("claim: %s; retrying in %.1fs", e, delay)
-                    self._stopping.wait(delay)
-                    continue
-                if r.status == 200:
+                    why = f"{r.status} {r.code}"
+                except _NETWORK_ERRORS as e:
+                    r, why = None, str(e)
+                if r is not None and r.status == 200:
                     delay = 0.0
                     self._start(r.body.get("steps") or [])
-                elif r.status >= 500 or r.status in (408, 429):
-                    delay = min(_CLAIM_BACKOFF_CAP, max(0.5, delay * 2))
-                    wait = min(_CLAIM_BACKOFF_CAP, r.retry_after() or delay)
-                    self.log.warning("claim: %s %s; retrying in %.1fs", r.status, r.code, wait)
-                    self._stopping.wait(wait)
-                else:  # 400/401/403/404...: the worker is misconfigured, not the network
-                    raise WorkerError(r.status, r.code, r.detail)
+                    continue
+                if r is not None and r.status < 500 and r.status not in (408, 429):
+                    raise WorkerError(r.status, r.code, r.detail)  # misconfigured, not the network
+                delay = min(_CLAIM_BACKOFF_CAP, max(0.5, delay * 2))
+                wait = min(_CLAIM_BACKOFF_CAP, (r and r.retry_after) or delay)
+                self.log.warning("claim: %s; retrying in %.1fs", why, wait)
+                self._stopping.wait(wait)
         except Exception as e:  # whatever ends the loop ends run(), reported there
             self._fatal = e if isinstance(e, WorkerError) else WorkerError(0, "client_error", repr(e))
             self.log.error("claim loop stopped: %s", e)
@@ -321,7 +319,8 @@ class Worker:
             for step in [] if late else steps:
                 interval = (step.get("heartbeat_timeout_ms") or 30000) / 3000
                 a = _Active(step, None, interval)
-                a.ctx = StepContext(step, self.worker_id, lambda a=a: self._heartbeat(a))
+                a.ctx = StepContext(step, self.worker_id, lambda a=a: self._heartbeat(a),
+                                    lambda chunks, a=a: self._stream(a, chunks))
                 a.thread = threading.Thread(target=self._run_step, args=(a,), daemon=True,
                                             name=f"cairn-step-{step['name']}")
                 self._active[step["claim"]] = a
@@ -336,8 +335,6 @@ class Worker:
         if started:
             self._wake.set()  # a short lease may need its first beat before the loop's next turn
 
-    # -- running a step ----------------------------------------------------
-
     def _run_step(self, a):
         ctx = a.ctx
         try:
@@ -346,7 +343,7 @@ class Worker:
                 if handler is None:
                     raise LookupError(f"no handler for step {ctx.name!r} on this worker")
                 body = {"output": handler(a.step.get("input"), ctx)}
-                json.dumps(body, allow_nan=False)  # an unserialisable output fails the step
+                _json(body)  # an unserialisable output fails the step
                 if ctx.cancel_requested:  # the protocol asks a cancelled step to fail, not complete
                     body = {"error": {"message": "step cancelled: the workflow was cancelled",
                                       "type": "Cancelled", "class": "permanent", "kind": "Cancelled"}}
@@ -365,39 +362,52 @@ class Worker:
                 self._active.pop(ctx.claim, None)
                 self._cond.notify_all()
 
-    def _send_outcome(self, claim, action, body):
-        """POST complete/fail/release, retrying what a retry can fix; returns the event to emit.
-
-        The calls are idempotent per claim, so a retry after a lost answer is safe.
-        """
-        for delay in _OUTCOME_DELAYS + (None,):
+    def _call(self, claim, action, body):
+        """POST under a claim, retrying network errors and 5xx; returns (response or None, why)."""
+        for delay in _RETRY_DELAYS + (None,):
             try:
                 r = self._http.post(f"{_PREFIX}/{_esc(claim)}/{action}", body)
                 why = f"{r.status} {r.code}"
-            except _TransportError as e:
+            except _NETWORK_ERRORS as e:
                 r, why = None, str(e)
-            if r is not None and r.status == 200:
-                return {"complete": "completed", "fail": "failed", "release": "released"}[action]
-            if r is not None and r.status == 413 and action != "release":
-                action, body = "fail", _smaller(body)  # the protocol: fail with a smaller error
-                continue
-            if r is not None and r.status < 500:  # claim_lost, or a refusal no retry will change
-                self.log.warning("%s %s: %s %s; dropping the step", action, claim, why, r.detail)
-                return "lost"
-            if delay is None:
-                break
-            if r is not None and r.retry_after() is not None:
-                delay = min(r.retry_after(), 5.0)
+            if (r is not None and r.status < 500) or delay is None:
+                return r, why
+            if r is not None and r.retry_after is not None:
+                delay = min(r.retry_after, 5.0)
             self.log.warning("%s %s: %s; retrying in %.2fs", action, claim, why, delay)
             time.sleep(delay)
-        self.log.error("%s %s: giving up; the lease will expire and the step go back to its queue",
-                       action, claim)
+
+    def _send_outcome(self, claim, action, body):
+        """POST complete/fail/release (idempotent per claim, so retries are safe); returns the event."""
+        r, why = self._call(claim, action, body)
+        if r is not None and r.status == 413 and action != "release":
+            action, body = "fail", _smaller(body)  # the protocol: fail with a smaller error
+            r, why = self._call(claim, action, body)
+        if r is not None and r.status == 200:
+            return {"complete": "completed", "fail": "failed", "release": "released"}[action]
+        if r is not None and r.status < 500:  # claim_lost, or a refusal no retry will change
+            self.log.warning("%s %s: %s %s; dropping the step", action, claim, why, r.detail)
+        else:
+            self.log.error("%s %s: %s; giving up: the step requeues when its lease ends", action, claim, why)
         return "lost"
+
+    def _stream(self, a, chunks):
+        """ctx.stream's POST: returns the seq, or raises as StepContext.stream says."""
+        if a.settled:  # lost or released: the server would refuse it
+            raise ClaimLost(409, "claim_lost", "the step's claim was lost or released")
+        r, why = self._call(a.step["claim"], "stream", {"chunks": chunks})
+        if r is None or r.status >= 500:
+            raise Transient(f"stream: {why}; the server is out of reach", kind="Unavailable")
+        if r.status == 200:
+            return r.body.get("seq")
+        if r.code == "claim_lost":
+            self._lose(a, "stream")
+            raise ClaimLost(r.status, r.code, r.detail)
+        raise Permanent(f"stream refused: {r.status} {r.code}: {r.detail}", status=r.status,
+                        kind="PayloadTooLarge" if r.status == 413 else r.code or "StreamRefused")
 
     def _release(self, step):
         self._emit(self._send_outcome(step["claim"], "release", {}), claim=step["claim"])
-
-    # -- heartbeats --------------------------------------------------------
 
     def _heartbeat_loop(self):
         """One thread beats for every running step, each every heartbeat_timeout/3."""
@@ -418,23 +428,27 @@ class Worker:
         try:
             r = self._http.post(f"{_PREFIX}/{_esc(claim)}/heartbeat", {},
                                 timeout=min(_CALL_TIMEOUT, max(1.0, a.interval)))
-        except _TransportError as e:
+        except _NETWORK_ERRORS as e:
             self.log.warning("heartbeat %s: %s", claim, e)
             return
         if r.status == 200 and r.body.get("cancel_requested"):
             a.ctx.cancel_requested = True
             a.ctx.cancelled.set()
         elif r.code == "claim_lost":
-            with self._cond:
-                if a.reporting:  # the outcome call under way will say how it ended
-                    return
-                first, a.settled = not a.settled, True
-            a.ctx.cancelled.set()
-            if first:
-                self.log.warning("heartbeat %s: claim lost; the step's outcome will be dropped", claim)
-                self._emit("lost", claim=claim)
+            self._lose(a, "heartbeat")
         elif r.status != 200:
             self.log.warning("heartbeat %s: %s %s", claim, r.status, r.body)
+
+    def _lose(self, a, call):
+        """The server says the claim lost the step: cancel the handler and drop its outcome."""
+        with self._cond:
+            if a.reporting:  # the outcome call under way will say how it ended
+                return
+            first, a.settled = not a.settled, True
+        a.ctx.cancelled.set()
+        if first:
+            self.log.warning("%s %s: claim lost; the step's outcome will be dropped", call, a.step["claim"])
+            self._emit("lost", claim=a.step["claim"])
 
     def _emit(self, event, **fields):
         if self.on_event:

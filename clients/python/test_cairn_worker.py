@@ -15,7 +15,7 @@ import unittest
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from cairn_worker import Permanent, Transient, Worker, WorkerError
+from cairn_worker import ClaimLost, Permanent, Transient, Worker, WorkerError
 
 PREFIX = "/v1/remote-steps/"
 QUIET = logging.getLogger("cairn_worker.test")
@@ -41,7 +41,7 @@ class FakeServer:
         self.pending, self.calls, self.claims = [], [], []
         self.outstanding, self.max_outstanding = set(), 0
         self.claim_replies, self.replies = [], {}
-        self.seq = 0
+        self.seq, self.stream_seq, self.paths = 0, 0, []
         self.max_poll = 0.25  # answer an empty long poll early, so a stop waits little
         fake = self
 
@@ -91,12 +91,16 @@ class FakeServer:
         claim = urllib.parse.unquote(quoted)
         with self.cond:
             self.calls.append((action, claim, body))
+            self.paths.append(path)
             self.cond.notify_all()
             script = self.replies.get((claim, action))
             if script:
                 return script.pop(0)
             if action == "heartbeat":
                 return 200, {"lease_expires_at": "x", "cancel_requested": False}, {}
+            if action == "stream":
+                self.stream_seq += len(body["chunks"])
+                return 200, {"seq": self.stream_seq}, {}
             self.outstanding.discard(claim)
             return 200, {"status": {"complete": "completed", "fail": "failed",
                                     "release": "released"}[action]}, {}
@@ -319,6 +323,107 @@ class WorkerTest(unittest.TestCase):
         self.stop(w, t)
         self.assertEqual((error["type"], error["class"]), ("PayloadTooLarge", "permanent"))
 
+    def test_streamed_chunks_are_sent_before_complete(self):
+        w = self.worker()
+        seqs = []
+
+        @w.step("s")
+        def s(input, ctx):
+            seqs.append(ctx.stream("tokens", "Hel"))
+            seqs.append(ctx.stream("tokens", "lo"))
+            seqs.append(ctx.stream_many("progress", [{"page": 3}, {"page": 4}]))
+            return "done"
+
+        claim = self.server.add_step("s")
+        t = self.start(w)
+        self.outcome("complete", claim)
+        self.stop(w, t)
+        chunk = lambda stream, data: {"stream": stream, "data": data}
+        self.assertEqual([c[::2] for c in self.server.calls if c[1] == claim and c[0] != "heartbeat"], [
+            ("stream", {"chunks": [chunk("tokens", "Hel")]}),
+            ("stream", {"chunks": [chunk("tokens", "lo")]}),
+            ("stream", {"chunks": [chunk("progress", {"page": 3}), chunk("progress", {"page": 4})]}),
+            ("complete", {"output": "done"})])
+        self.assertEqual(seqs, [1, 2, 4])
+        self.assertEqual(self.server.paths.count(PREFIX + "c1%2Fx%20y/stream"), 3)  # the claim escaped
+
+    def test_503_on_stream_is_retried(self):
+        w = self.worker()
+        w.register("s", lambda input, ctx: ctx.stream("tokens", "a"))
+        claim = self.server.add_step("s")
+        self.server.replies[(claim, "stream")] = [
+            (503, {"code": "database_unavailable", "status": 503}, {"Retry-After": "0"})]
+        t = self.start(w)
+        self.assertEqual(self.outcome("complete", claim), {"output": 1})  # the seq the handler returned
+        self.stop(w, t)
+        self.assertEqual([c[2] for c in self.server.calls_of("stream", claim)],
+                         [{"chunks": [{"stream": "tokens", "data": "a"}]}] * 2)
+
+    def test_claim_lost_on_stream_stops_the_step_and_drops_its_outcome(self):
+        w = self.worker()
+        done, saw = threading.Event(), {}
+
+        @w.step("s")
+        def s(input, ctx):
+            try:
+                ctx.stream("tokens", "a")
+            except ClaimLost as e:
+                saw["lost"] = (e.status, e.code, ctx.cancelled.is_set())
+            try:
+                ctx.stream("tokens", "b")  # the claim is known lost: nothing is sent
+            finally:
+                done.set()
+
+        claim = self.server.add_step("s")
+        self.server.replies[(claim, "stream")] = [problem(409, "claim_lost")]
+        t = self.start(w)
+        self.assertTrue(done.wait(5))
+        self.server.wait_for(lambda: ("lost", claim) in self.events)
+        self.stop(w, t)
+        self.assertEqual(saw["lost"], (409, "claim_lost", True))
+        self.assertEqual(len(self.server.calls_of("stream", claim)), 1)
+        self.assertEqual(self.server.calls_of("complete") + self.server.calls_of("fail"), [])
+
+    def test_413_on_stream_fails_the_step_permanently(self):
+        w = self.worker()
+        w.register("s", lambda input, ctx: ctx.stream("tokens", "a"))
+        claim = self.server.add_step("s")
+        self.server.replies[(claim, "stream")] = [problem(413, "payload_too_large", "over 32 MiB")]
+        t = self.start(w)
+        error = self.outcome("fail", claim)["error"]
+        self.stop(w, t)
+        self.assertEqual((error["type"], error["class"], error["kind"], error["status"]),
+                         ("Permanent", "permanent", "PayloadTooLarge", 413))
+        self.assertEqual(len(self.server.calls_of("stream", claim)), 1)
+        self.assertEqual(self.server.calls_of("complete"), [])
+
+    def test_bad_stream_names_and_chunks_raise_without_a_request(self):
+        w = self.worker()
+        limit = 64 << 10
+        bad = [("", 1), ("a b", 1), ("a\tb", 1), ("a\u00a0b", 1), ("a\nb", 1), ("x" * 101, 1),
+               ("é" * 51, 1), (None, 1), ("ok", "x" * (limit - 1)), ("ok", float("nan")), ("ok", object())]
+        raised = []
+
+        @w.step("s")
+        def s(input, ctx):
+            calls = [lambda n=n, d=d: ctx.stream(n, d) for n, d in bad]
+            calls += [lambda: ctx.stream_many("ok", []), lambda: ctx.stream_many("ok", [1] * 1001)]
+            for call in calls:
+                try:
+                    call()
+                    raised.append(None)
+                except (ValueError, TypeError) as e:
+                    raised.append(type(e).__name__)
+            return ctx.stream("é" * 50, "x" * (limit - 2))  # at both limits: sent
+
+        claim = self.server.add_step("s")
+        t = self.start(w)
+        self.outcome("complete", claim)
+        self.stop(w, t)
+        self.assertEqual(raised, ["ValueError"] * 10 + ["TypeError"] + ["ValueError"] * 2)
+        self.assertEqual([c[2] for c in self.server.calls_of("stream")],
+                         [{"chunks": [{"stream": "é" * 50, "data": "x" * (limit - 2)}]}])
+
     def test_hard_stop_releases_at_once(self):
         w = self.worker(drain_timeout=30)
         began = threading.Event()
@@ -456,6 +561,10 @@ class ExampleTest(unittest.TestCase):
         self.assertIn({"event": "failed", "claim": bad}, events)
         self.assertEqual(server.calls_of("complete", ok)[0][2],
                          {"output": {"page": 4, "text": "text of page 4", "worker": "py-1"}})
+        self.assertEqual([c[::2] for c in server.calls if c[1] == ok and c[0] != "heartbeat"], [
+            ("stream", {"chunks": [{"stream": "progress", "data": {"done": 1, "total": 1, "message": "read page 4"}}]}),
+            ("complete", {"output": {"page": 4, "text": "text of page 4", "worker": "py-1"}})])
+        self.assertEqual(server.calls_of("stream", bad), [])  # it failed before reading the page
         self.assertEqual(server.calls_of("fail", bad)[0][2]["error"]["attributes"], {"page": "5"})
         self.assertEqual(server.claims[0][1]["Authorization"], "Bearer tok")
 

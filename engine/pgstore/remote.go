@@ -148,3 +148,44 @@ func scanRemoteStep(row pgx.CollectableRow) (*store.RemoteStep, error) {
 	}
 	return &r, err
 }
+
+// RemoteStreamAppend implements [store.Executor].
+func (s *Store) RemoteStreamAppend(ctx context.Context, p *store.RemoteStreamAppendParams) (int64, error) {
+	if err := p.Validate(); err != nil {
+		return 0, err
+	}
+	args := remoteRefArgs(&p.Ref, s.now())
+	streams, datas := make([]string, len(p.Chunks)), make([][]byte, len(p.Chunks))
+	for i, c := range p.Chunks {
+		streams[i], datas[i] = c.Stream, c.Data
+	}
+	args["streams"], args["datas"], args["bytes"], args["max_bytes"] = streams, datas, p.Bytes, int64(store.MaxRemoteStreamBytes)
+	args["channel"] = s.streamChannel
+	var full bool
+	var last *int64
+	err := retryTakenSeq(ctx, func() error {
+		return s.db.QueryRow(ctx, s.sql("RemoteStreamAppend"), args).Scan(&full, &last)
+	})
+	switch {
+	case err != nil:
+		return 0, errors.Wrapf(interpretError(err), "append to the streams of remote step %d of task %s", p.Ref.Position, p.Ref.TaskID)
+	case full:
+		return 0, errors.Wrapf(store.ErrStreamFull, "remote step %d of task %s: %d bytes more would pass the claim's limit of %d",
+			p.Ref.Position, p.Ref.TaskID, p.Bytes, store.MaxRemoteStreamBytes)
+	case last == nil:
+		return 0, errors.Wrapf(store.ErrNotFound, "append to the streams of remote step %d of task %s: the claim does not hold the step",
+			p.Ref.Position, p.Ref.TaskID)
+	}
+	return *last, nil
+}
+
+// RemoteStreamClose implements [store.Executor].
+func (s *Store) RemoteStreamClose(ctx context.Context, p *store.RemoteStreamCloseParams) (int, error) {
+	if err := p.Validate(); err != nil {
+		return 0, err
+	}
+	var n int
+	err := s.db.QueryRow(ctx, s.sql("RemoteStreamClose"), pgx.NamedArgs{"task_id": p.TaskID, "namespace": p.Namespace,
+		"position": p.Position, "kind": string(p.Kind), "now": s.now(), "channel": s.streamChannel}).Scan(&n)
+	return n, errors.Wrapf(interpretError(err), "close the streams of remote step %d of task %s", p.Position, p.TaskID)
+}

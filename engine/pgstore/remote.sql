@@ -39,7 +39,7 @@ WITH picked AS (
     FOR UPDATE OF r SKIP LOCKED
 )
 UPDATE /* TEMPLATE: schema */remote_steps AS r
-SET nonce = replace(gen_random_uuid()::text, '-', ''), worker = @worker, claimed_at = @now,
+SET nonce = replace(gen_random_uuid()::text, '-', ''), worker = @worker, claimed_at = @now, stream_bytes = 0,
     lease_expires_at = @now::timestamptz + r.heartbeat_ms * interval '1 millisecond'
 FROM picked WHERE r.task_id = picked.task_id AND r.position = picked.position
 RETURNING r.namespace, r.task_id, r.position, r.name, r.queue, r.attempt, r.input, r.heartbeat_ms, r.start_to_close_ms,
@@ -72,7 +72,7 @@ RETURNING r.namespace, r.task_id, r.position, r.name, r.queue, r.attempt, r.inpu
 -- as a dispatch is; counts the steps released (0 or 1).
 WITH up AS (
     UPDATE /* TEMPLATE: schema */remote_steps
-    SET nonce = '', worker = '', claimed_at = NULL, lease_expires_at = NULL
+    SET nonce = '', worker = '', claimed_at = NULL, lease_expires_at = NULL, stream_bytes = 0
     WHERE task_id = @task_id AND position = @position AND namespace = @namespace AND nonce = @nonce
       AND (cardinality(@queues::text[]) = 0 OR queue = ANY(@queues::text[]))
     RETURNING namespace, queue
@@ -97,3 +97,63 @@ WHERE (r.task_id, r.position) IN (
     LEFT JOIN /* TEMPLATE: schema */tasks AS t ON t.id = x.task_id
     WHERE t.id IS NULL OR t.status NOT IN ('pending', 'retrying', 'running')
     LIMIT @max);
+
+-- name: RemoteStreamAppend
+-- Writes chunks to the task's streams under the claim, at its step's
+-- position and attempt, after the task's last seq, and adds @bytes to
+-- what the claim has written, up to @max_bytes. The row's update fences
+-- the chunks: an outcome that took the row first leaves nothing to update
+-- (and one that comes after waits for this statement). Writers of other
+-- steps, and the workflow's own attempt, may take the same seq: the loser
+-- fails on the primary key and tries again. Returns whether the claim
+-- holds the step but is full, and the last seq written (NULL: nothing).
+WITH step AS (
+    UPDATE /* TEMPLATE: schema */remote_steps
+    SET stream_bytes = stream_bytes + @bytes
+    WHERE task_id = @task_id AND position = @position AND namespace = @namespace AND nonce = @nonce
+      AND (cardinality(@queues::text[]) = 0 OR queue = ANY(@queues::text[]))
+      AND stream_bytes + @bytes <= @max_bytes
+    RETURNING attempt, position
+), base AS (
+    SELECT coalesce((SELECT max(seq) FROM /* TEMPLATE: schema */stream_entries WHERE task_id = @task_id), 0) AS seq
+    FROM step
+), ins AS (
+    INSERT INTO /* TEMPLATE: schema */stream_entries (task_id, seq, namespace, stream, attempt, position, kind, data, created_at)
+    SELECT @task_id, base.seq + e.ord, @namespace, e.stream, step.attempt, step.position, 'chunk', e.data, @now
+    FROM step, base, unnest(@streams::text[], @datas::bytea[]) WITH ORDINALITY AS e(stream, data, ord)
+    RETURNING seq
+), note AS (
+    SELECT pg_notify(@channel, @task_id::text) FROM step
+)
+SELECT EXISTS (
+        SELECT 1 FROM /* TEMPLATE: schema */remote_steps
+        WHERE task_id = @task_id AND position = @position AND namespace = @namespace AND nonce = @nonce
+          AND stream_bytes + @bytes > @max_bytes),
+    (SELECT max(seq) FROM ins)
+WHERE (SELECT count(*) FROM note) >= 0;
+
+-- name: RemoteStreamClose
+-- Ends or rewinds (@kind) the streams the step at @position left open
+-- (their attempt's last entry a chunk), after the task's last seq, in the
+-- order they were first written; announces the task when any. Called in
+-- the transaction that took or released the step's claim.
+WITH last AS (
+    SELECT DISTINCT ON (stream, attempt) stream, attempt, kind
+    FROM /* TEMPLATE: schema */stream_entries
+    WHERE task_id = @task_id AND namespace = @namespace AND position = @position
+    ORDER BY stream, attempt, seq DESC
+), open AS (
+    SELECT l.stream, l.attempt, (SELECT min(f.seq) FROM /* TEMPLATE: schema */stream_entries AS f
+        WHERE f.task_id = @task_id AND f.stream = l.stream AND f.position = @position AND f.attempt = l.attempt) AS first
+    FROM last AS l WHERE l.kind = 'chunk'
+), base AS (
+    SELECT coalesce((SELECT max(seq) FROM /* TEMPLATE: schema */stream_entries WHERE task_id = @task_id), 0) AS seq
+), ins AS (
+    INSERT INTO /* TEMPLATE: schema */stream_entries (task_id, seq, namespace, stream, attempt, position, kind, data, created_at)
+    SELECT @task_id, base.seq + row_number() OVER (ORDER BY open.first), @namespace, open.stream, open.attempt, @position, @kind, NULL, @now
+    FROM open, base
+    RETURNING seq
+), note AS (
+    SELECT pg_notify(@channel, @task_id::text) WHERE EXISTS (SELECT 1 FROM ins)
+)
+SELECT count(*) FROM ins WHERE (SELECT count(*) FROM note) >= 0;

@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"context"
+	"math/rand/v2"
 	"time"
 
 	"github.com/cockroachdb/errors"
@@ -24,10 +25,11 @@ func (s *Store) StreamAppend(ctx context.Context, p *store.StreamAppendParams) (
 		streams[i], attempts[i], positions[i], kinds[i], datas[i] = e.Stream, int32(e.Attempt), int32(e.Position), string(e.Kind), e.Data
 	}
 	var last *int64
-	err := s.db.QueryRow(ctx, s.sql("StreamAppend"), pgx.NamedArgs{
+	args := pgx.NamedArgs{
 		"task_id": p.TaskID, "namespace": p.Namespace, "epoch": p.Epoch, "now": s.now(), "channel": s.streamChannel,
 		"streams": streams, "attempts": attempts, "positions": positions, "kinds": kinds, "datas": datas,
-	}).Scan(&last)
+	}
+	err := retryTakenSeq(ctx, func() error { return s.db.QueryRow(ctx, s.sql("StreamAppend"), args).Scan(&last) })
 	if err != nil {
 		return 0, errors.Wrapf(interpretError(err), "append to the streams of task %s", p.TaskID)
 	}
@@ -43,7 +45,12 @@ func (s *Store) StreamRead(ctx context.Context, p *store.StreamReadParams) ([]st
 	if err != nil {
 		return nil, err
 	}
-	rows, err := s.db.Query(ctx, s.sql("StreamRead"), pgx.NamedArgs{"task_id": p.TaskID, "namespace": p.Namespace, "after": p.After, "max": limit})
+	args := pgx.NamedArgs{"task_id": p.TaskID, "namespace": p.Namespace, "after": p.After, "max": limit, "by_step": p.Step != nil,
+		"position": 0, "attempt": 0}
+	if p.Step != nil {
+		args["position"], args["attempt"] = p.Step.Position, p.Step.Attempt
+	}
+	rows, err := s.db.Query(ctx, s.sql("StreamRead"), args)
 	if err != nil {
 		return nil, errors.Wrapf(interpretError(err), "read the streams of task %s", p.TaskID)
 	}
@@ -106,4 +113,31 @@ func (s *Store) StreamRemoveExpired(ctx context.Context, p *store.StreamRemoveEx
 		return 0, errors.Wrapf(interpretError(err), "remove expired stream entries of namespace %s", p.Namespace)
 	}
 	return int(tag.RowsAffected()), nil
+}
+
+// maxSeqTries bounds the tries of a stream append that lost its seqs to
+// another writer of the same task; each waits up to a millisecond per
+// try lost before the next, so that writers in a tight race spread out.
+const maxSeqTries = 50
+
+// retryTakenSeq runs an append of stream entries until it does not lose
+// its seqs to another writer: a task's streams are written by its
+// attempt and by the claims of its remote steps at once, each numbering
+// its entries after the last it sees. The loser fails on the primary key
+// (its statement wrote nothing) and numbers again. Outside a transaction
+// only: in one, the failure ends it.
+func retryTakenSeq(ctx context.Context, write func() error) error {
+	for try := 1; ; try++ {
+		err := write()
+		if try == maxSeqTries || !errors.Is(interpretError(err), store.ErrConflict) {
+			return err
+		}
+		t := time.NewTimer(time.Duration(rand.Int64N(int64(min(try, 10)) * int64(time.Millisecond))))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
 }

@@ -33,6 +33,7 @@ SELECT (SELECT max(seq) FROM ins) WHERE (SELECT count(*) FROM note) >= 0;
 SELECT seq, stream, attempt, position, kind, data, created_at
 FROM /* TEMPLATE: schema */stream_entries
 WHERE task_id = @task_id AND namespace = @namespace AND seq > @after
+  AND (NOT @by_step::boolean OR (position = @position AND attempt = @attempt))
 ORDER BY seq
 LIMIT @max;
 

@@ -208,3 +208,95 @@ func scanRemoteSteps(rows *sql.Rows) ([]*store.RemoteStep, error) {
 	}
 	return out, interpret(rows.Err())
 }
+
+// RemoteStreamAppend implements [store.Executor].
+func (s *Store) RemoteStreamAppend(ctx context.Context, p *store.RemoteStreamAppendParams) (int64, error) {
+	if err := p.Validate(); err != nil {
+		return 0, err
+	}
+	r := &p.Ref
+	var last int64
+	err := s.tx(ctx, func(tx *txn) error {
+		var attempt, position int
+		err := tx.queryRow(ctx, "RemoteStreamHold", r.TaskID.String(), r.Position, r.Namespace, r.Nonce, queuesJSON(r.Queues),
+			p.Bytes, store.MaxRemoteStreamBytes).Scan(&attempt, &position)
+		if errors.Is(err, sql.ErrNoRows) {
+			var full int
+			if err := tx.queryRow(ctx, "RemoteStreamFull", r.TaskID.String(), r.Position, r.Namespace, r.Nonce, p.Bytes,
+				store.MaxRemoteStreamBytes).Scan(&full); err != nil {
+				return interpret(err)
+			}
+			if full > 0 {
+				return errors.Wrapf(store.ErrStreamFull, "%d bytes more would pass the claim's limit of %d", p.Bytes, store.MaxRemoteStreamBytes)
+			}
+			return errors.Wrap(store.ErrNotFound, "the claim does not hold the step")
+		}
+		if err != nil {
+			return interpret(err)
+		}
+		if err := tx.queryRow(ctx, "RemoteStreamLastSeq", r.TaskID.String()).Scan(&last); err != nil {
+			return interpret(err)
+		}
+		now := us(s.now())
+		for _, c := range p.Chunks {
+			last++
+			if _, err := tx.exec(ctx, "StreamInsert", r.TaskID.String(), last, r.Namespace, c.Stream, attempt, position, string(store.StreamChunk), c.Data, now); err != nil {
+				return interpret(err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, errors.Wrapf(err, "append to the streams of remote step %d of task %s", r.Position, r.TaskID)
+	}
+	s.announce(store.Notification{Streams: []uuid.UUID{r.TaskID}})
+	return last, nil
+}
+
+// RemoteStreamClose implements [store.Executor].
+func (s *Store) RemoteStreamClose(ctx context.Context, p *store.RemoteStreamCloseParams) (int, error) {
+	if err := p.Validate(); err != nil {
+		return 0, err
+	}
+	type open struct {
+		stream  string
+		attempt int
+	}
+	var opens []open
+	err := s.tx(ctx, func(tx *txn) error {
+		rows, err := tx.query(ctx, "RemoteStreamOpen", p.TaskID.String(), p.Namespace, p.Position)
+		if err != nil {
+			return interpret(err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var o open
+			if err := rows.Scan(&o.stream, &o.attempt); err != nil {
+				return interpret(err)
+			}
+			opens = append(opens, o)
+		}
+		if err := rows.Err(); err != nil || len(opens) == 0 {
+			return interpret(err)
+		}
+		var last int64
+		if err := tx.queryRow(ctx, "RemoteStreamLastSeq", p.TaskID.String()).Scan(&last); err != nil {
+			return interpret(err)
+		}
+		now := us(s.now())
+		for _, o := range opens {
+			last++
+			if _, err := tx.exec(ctx, "StreamInsert", p.TaskID.String(), last, p.Namespace, o.stream, o.attempt, p.Position, string(p.Kind), nil, now); err != nil {
+				return interpret(err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, errors.Wrapf(err, "close the streams of remote step %d of task %s", p.Position, p.TaskID)
+	}
+	if len(opens) > 0 {
+		s.announce(store.Notification{Streams: []uuid.UUID{p.TaskID}})
+	}
+	return len(opens), nil
+}

@@ -17,7 +17,7 @@ ON CONFLICT (task_id, position) DO UPDATE SET namespace = excluded.namespace, na
 -- dispatch first, each under a new nonce and a lease of its heartbeat
 -- timeout; steps of tasks finished or cancelled are left for the sweep.
 UPDATE remote_steps AS r
-SET nonce = lower(hex(randomblob(16))), worker = ?5, claimed_at = ?6, lease_expires_at = ?6 + r.heartbeat_ms * 1000
+SET nonce = lower(hex(randomblob(16))), worker = ?5, claimed_at = ?6, lease_expires_at = ?6 + r.heartbeat_ms * 1000, stream_bytes = 0
 WHERE (r.task_id, r.position) IN (
     SELECT x.task_id, x.position FROM remote_steps AS x
     JOIN tasks AS t ON t.id = x.task_id
@@ -47,7 +47,7 @@ RETURNING namespace, task_id, position, name, queue, attempt, input, heartbeat_m
     dispatched_at, nonce, worker, claimed_at, lease_expires_at, 0;
 
 -- name: RemoteStepRelease
-UPDATE remote_steps SET nonce = '', worker = '', claimed_at = NULL, lease_expires_at = NULL
+UPDATE remote_steps SET nonce = '', worker = '', claimed_at = NULL, lease_expires_at = NULL, stream_bytes = 0
 WHERE task_id = ?1 AND position = ?2 AND namespace = ?3 AND nonce = ?4
   AND (json_array_length(?5) = 0 OR queue IN (SELECT value FROM json_each(?5)))
 RETURNING queue;
@@ -64,3 +64,31 @@ DELETE FROM remote_steps WHERE (task_id, position) IN (
     LEFT JOIN tasks AS t ON t.id = x.task_id
     WHERE t.id IS NULL OR t.status NOT IN ('pending', 'retrying', 'running')
     LIMIT ?1);
+
+-- name: RemoteStreamHold
+-- Adds ?6 bytes to what the claim has written, up to ?7; returns the
+-- step's attempt and position. No row: the claim does not hold the step,
+-- or it is full (RemoteStreamFull says which).
+UPDATE remote_steps SET stream_bytes = stream_bytes + ?6
+WHERE task_id = ?1 AND position = ?2 AND namespace = ?3 AND nonce = ?4
+  AND (json_array_length(?5) = 0 OR queue IN (SELECT value FROM json_each(?5)))
+  AND stream_bytes + ?6 <= ?7
+RETURNING attempt, position;
+
+-- name: RemoteStreamFull
+SELECT count(*) FROM remote_steps
+WHERE task_id = ?1 AND position = ?2 AND namespace = ?3 AND nonce = ?4 AND stream_bytes + ?5 > ?6;
+
+-- name: RemoteStreamLastSeq
+SELECT coalesce(max(seq), 0) FROM stream_entries WHERE task_id = ?1;
+
+-- name: RemoteStreamOpen
+-- The streams the step at ?3 left open (their attempt's last entry a
+-- chunk), with their attempt, in the order they were first written.
+SELECT f.stream, f.attempt FROM stream_entries AS f
+WHERE f.task_id = ?1 AND f.namespace = ?2 AND f.position = ?3
+GROUP BY f.stream, f.attempt
+HAVING (SELECT l.kind FROM stream_entries AS l
+        WHERE l.task_id = ?1 AND l.stream = f.stream AND l.position = ?3 AND l.attempt = f.attempt
+        ORDER BY l.seq DESC LIMIT 1) = 'chunk'
+ORDER BY min(f.seq);

@@ -48,7 +48,11 @@ func (s *Store) StreamRead(ctx context.Context, p *store.StreamReadParams) ([]st
 	if err != nil {
 		return nil, err
 	}
-	rows, err := s.q.query(ctx, "StreamRead", p.TaskID.String(), p.Namespace, p.After, limit)
+	var position, attempt int
+	if p.Step != nil {
+		position, attempt = p.Step.Position, p.Step.Attempt
+	}
+	rows, err := s.q.query(ctx, "StreamRead", p.TaskID.String(), p.Namespace, p.After, limit, p.Step != nil, position, attempt)
 	if err != nil {
 		return nil, errors.Wrapf(interpret(err), "read the streams of task %s", p.TaskID)
 	}

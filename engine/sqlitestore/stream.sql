@@ -15,7 +15,8 @@ VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9);
 
 -- name: StreamRead
 SELECT seq, stream, attempt, position, kind, data, created_at FROM stream_entries
-WHERE task_id = ?1 AND namespace = ?2 AND seq > ?3 ORDER BY seq LIMIT ?4;
+WHERE task_id = ?1 AND namespace = ?2 AND seq > ?3 AND (NOT ?5 OR (position = ?6 AND attempt = ?7))
+ORDER BY seq LIMIT ?4;
 
 -- name: StreamOpenList
 -- The chunks of attempts before ?3 that no end or rewind closed.

@@ -193,3 +193,79 @@ func SortRemoteSteps(rs []*RemoteStep) {
 }
 
 func validRemoteName(s string) bool { return s != "" && len(s) <= MaxRemoteNameBytes && validText(s) }
+
+// A remote step's worker may write stream chunks under its claim
+// ([Executor.RemoteStreamAppend]), at the step's position and under its
+// attempt, as a Go step writes through activities.Stream: readers see
+// them as they come. Its outcome closes them in the transaction that
+// takes the claim ([Executor.RemoteStreamClose]: ended when it completed,
+// rewound otherwise), as does a release (rewound: the next claim writes
+// anew).
+
+// MaxRemoteStreamBytes bounds the chunks one claim of a remote step
+// writes, over all its streams, as their writer measured them (their
+// JSON): 32 MiB, a Go step's bound for one stream.
+const MaxRemoteStreamBytes = 32 << 20
+
+// ErrStreamFull marks a remote step's chunks refused because they would
+// take its claim past [MaxRemoteStreamBytes]: nothing of them is written.
+var ErrStreamFull = errors.New("the claim's stream chunks are over their limit")
+
+// RemoteStreamAppendParams are chunks [Executor.RemoteStreamAppend]
+// writes to a task's streams under the claim Ref, in order.
+type RemoteStreamAppendParams struct {
+	Ref    RemoteStepRef
+	Chunks []RemoteChunk
+	// Bytes is what the chunks add to the claim's total, bounded by
+	// [MaxRemoteStreamBytes]: their JSON's size before the payload stage
+	// encoded them.
+	Bytes int64
+}
+
+// RemoteChunk is one chunk of a remote step's stream: Data as the
+// payload stage encoded it.
+type RemoteChunk struct {
+	Stream string
+	Data   []byte
+}
+
+// Validate checks the parameters: what every store does first.
+func (p *RemoteStreamAppendParams) Validate() error {
+	if err := p.Ref.Validate(); err != nil {
+		return err
+	}
+	switch {
+	case p.Ref.Expired:
+		return errors.New("append to a remote step's streams: an expired take is not a claim")
+	case len(p.Chunks) == 0 || len(p.Chunks) > MaxStreamAppend:
+		return errors.Newf("append to a remote step's streams: %d chunks, expected 1 to %d", len(p.Chunks), MaxStreamAppend)
+	case p.Bytes < 0:
+		return errors.Newf("append to a remote step's streams: %d bytes", p.Bytes)
+	}
+	return nil
+}
+
+// RemoteStreamCloseParams name the streams [Executor.RemoteStreamClose]
+// closes: those the remote step at Position left open (its current
+// attempt's: an outcome closes its attempt's streams as it is recorded).
+type RemoteStreamCloseParams struct {
+	Namespace string
+	TaskID    uuid.UUID
+	Position  int
+	// Kind is StreamEnd (the step completed: its chunks stand) or
+	// StreamRewind (it failed, its lease ended or its claim let it go).
+	Kind StreamKind
+}
+
+// Validate checks the parameters: what every store does first.
+func (p *RemoteStreamCloseParams) Validate() error {
+	switch {
+	case p == nil || p.Namespace == "" || p.TaskID == uuid.Nil:
+		return errors.New("close a remote step's streams: namespace and task are required")
+	case p.Position < 0:
+		return errors.Newf("close a remote step's streams: position %d", p.Position)
+	case p.Kind != StreamEnd && p.Kind != StreamRewind:
+		return errors.Newf("close a remote step's streams: kind %q is neither %q nor %q", p.Kind, StreamEnd, StreamRewind)
+	}
+	return nil
+}

@@ -288,8 +288,12 @@ type Executor interface {
 	// append, in one transaction); RemoteStepRelease hands it back
 	// unclaimed, announced; RemoteStepListExpired lists claims whose
 	// lease ended; RemoteStepRemoveFinished removes the rows of tasks
-	// finished or gone. A claim that no longer holds its step is refused
-	// with ErrNotFound.
+	// finished or gone. RemoteStreamAppend writes chunks under a claim
+	// (announced as StreamAppend's; over MaxRemoteStreamBytes, refused
+	// with ErrStreamFull); RemoteStreamClose ends or rewinds what a step's
+	// attempt left open, in the transaction that took or released its
+	// claim, and returns how many streams it closed. A claim that no
+	// longer holds its step is refused with ErrNotFound.
 	RemoteStepInsert(ctx context.Context, p *RemoteStepInsertParams) error
 	RemoteStepClaim(ctx context.Context, p *RemoteStepClaimParams) ([]*RemoteStep, error)
 	RemoteStepHeartbeat(ctx context.Context, p *RemoteStepRef) (RemoteRenewal, error)
@@ -297,6 +301,8 @@ type Executor interface {
 	RemoteStepRelease(ctx context.Context, p *RemoteStepRef) error
 	RemoteStepListExpired(ctx context.Context, p *RemoteStepExpiredParams) ([]*RemoteStep, error)
 	RemoteStepRemoveFinished(ctx context.Context, p *RemoteStepExpiredParams) (int, error)
+	RemoteStreamAppend(ctx context.Context, p *RemoteStreamAppendParams) (int64, error)
+	RemoteStreamClose(ctx context.Context, p *RemoteStreamCloseParams) (int, error)
 
 	// Model rate limits (modellimit.go): a namespace's tokens and
 	// requests per minute per model, shared by every worker.

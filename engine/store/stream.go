@@ -82,6 +82,16 @@ type StreamReadParams struct {
 	// Limit bounds the page's entries: 1 to [MaxStreamPage]; 0 takes
 	// [MaxStreamPage].
 	Limit int
+	// Step, when set, reads only the entries one attempt of one step
+	// wrote (a remote step's, to close its streams with their record).
+	Step *StreamStep
+}
+
+// StreamStep names one attempt of one step among a task's stream
+// entries.
+type StreamStep struct {
+	Position int
+	Attempt  int
 }
 
 // MaxStreamPage bounds the entries of one [Executor.StreamRead].

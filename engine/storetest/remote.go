@@ -22,6 +22,8 @@ var remoteTests = []conformanceTest{
 	{"RemoteStepFinishedTasks", testRemoteStepFinishedTasks},
 	{"RemoteStepNotifies", testRemoteStepNotifies},
 	{"RemoteStepRefusesBadInput", testRemoteStepRefusesBadInput},
+	{"RemoteStreamAppendAndClose", testRemoteStreamAppendAndClose},
+	{"RemoteStreamWritersRace", testRemoteStreamWritersRace},
 }
 
 func remoteRow(task uuid.UUID, pos int, name string) store.RemoteStep {
@@ -262,4 +264,165 @@ func testRemoteStepRefusesBadInput(t *testing.T, s store.Store) {
 	_, err := s.RemoteStepHeartbeat(ctx, &store.RemoteStepRef{Namespace: "default", TaskID: task})
 	require.Error(t, err, "a reference without a nonce")
 	require.NotErrorIs(t, err, store.ErrNotFound, "refused as invalid, not as not held")
+}
+
+func chunks(stream string, datas ...string) []store.RemoteChunk {
+	out := make([]store.RemoteChunk, len(datas))
+	for i, d := range datas {
+		out[i] = store.RemoteChunk{Stream: stream, Data: []byte(d)}
+	}
+	return out
+}
+
+func appendRemote(s store.Executor, ref *store.RemoteStepRef, bytes int64, cs ...store.RemoteChunk) (int64, error) {
+	return s.RemoteStreamAppend(context.Background(), &store.RemoteStreamAppendParams{Ref: *ref, Chunks: cs, Bytes: bytes})
+}
+
+func testRemoteStreamAppendAndClose(t *testing.T, s store.Store) {
+	ctx := testContext(t)
+	task := start(t, s, spec{})
+	second := remoteRow(task, 2, "ocr.page")
+	second.Attempt = 3
+	insertRemote(t, s, remoteRow(task, 1, "ocr.page"), second)
+	got := claimRemote(t, s, "py-1", 2)
+	require.Len(t, got, 2)
+	one, two := refOf(got[0]), refOf(got[1])
+
+	last, err := appendRemote(s, one, 10, chunks("tokens", `"He"`, `"llo"`)...)
+	require.NoError(t, err)
+	require.EqualValues(t, 2, last)
+	last, err = appendRemote(s, two, 5, append(chunks("progress", `{"p":1}`), chunks("tokens", `"x"`)...)...)
+	require.NoError(t, err)
+	require.EqualValues(t, 4, last, "one numbering over the task's streams")
+	_, err = appendRemote(s, one, 1, chunks("progress", `1`)...)
+	require.NoError(t, err)
+
+	all := readStream(t, s, task, 0, 0)
+	require.Len(t, all, 5)
+	require.Equal(t, store.StreamEntry{Seq: 3, Stream: "progress", Attempt: 3, Position: 2, Kind: store.StreamChunk, Data: []byte(`{"p":1}`),
+		CreatedAt: all[2].CreatedAt}, all[2], "at the step's position, under its attempt")
+	byStep, err := s.StreamRead(ctx, &store.StreamReadParams{Namespace: store.DefaultNamespace, TaskID: task,
+		Step: &store.StreamStep{Position: 1, Attempt: 1}})
+	require.NoError(t, err)
+	require.Equal(t, []int64{1, 2, 5}, seqsOf(byStep), "a step's entries alone")
+
+	// Fenced by the claim and its queues; bounded over the claim's chunks.
+	stale := *one
+	stale.Nonce = "not-the-claim"
+	_, err = appendRemote(s, &stale, 1, chunks("tokens", `"z"`)...)
+	require.ErrorIs(t, err, store.ErrNotFound)
+	otherQueue := *one
+	otherQueue.Queues = []string{"gpu"}
+	_, err = appendRemote(s, &otherQueue, 1, chunks("tokens", `"z"`)...)
+	require.ErrorIs(t, err, store.ErrNotFound)
+	_, err = appendRemote(s, one, store.MaxRemoteStreamBytes-11, chunks("tokens", `"to the brim"`)...)
+	require.NoError(t, err)
+	_, err = appendRemote(s, one, 1, chunks("tokens", `"over"`)...)
+	require.ErrorIs(t, err, store.ErrStreamFull)
+	require.Len(t, readStream(t, s, task, 0, 0), 6, "a refused append writes nothing")
+
+	// The outcome's transaction closes what the step's attempt left open.
+	tx, err := s.Begin(ctx)
+	require.NoError(t, err)
+	row, err := tx.RemoteStepTake(ctx, one)
+	require.NoError(t, err)
+	n, err := tx.RemoteStreamClose(ctx, &store.RemoteStreamCloseParams{Namespace: store.DefaultNamespace, TaskID: task,
+		Position: row.Position, Kind: store.StreamEnd})
+	require.NoError(t, err)
+	require.Equal(t, 2, n)
+	require.NoError(t, tx.Commit(ctx))
+	all = readStream(t, s, task, 0, 0)
+	require.Len(t, all, 8)
+	require.Equal(t, []string{"tokens", "progress"}, []string{all[6].Stream, all[7].Stream}, "in the order first written")
+	for _, e := range all[6:] {
+		require.Equal(t, store.StreamEnd, e.Kind)
+		require.Equal(t, [2]int{1, 1}, [2]int{e.Position, e.Attempt})
+		require.Nil(t, e.Data)
+	}
+	n, err = s.RemoteStreamClose(ctx, &store.RemoteStreamCloseParams{Namespace: store.DefaultNamespace, TaskID: task,
+		Position: 1, Kind: store.StreamEnd})
+	require.NoError(t, err)
+	require.Zero(t, n, "closed streams are not closed again")
+	_, err = appendRemote(s, one, 1, chunks("tokens", `"late"`)...)
+	require.ErrorIs(t, err, store.ErrNotFound, "the outcome took the claim")
+
+	// A release rewinds, and the next claim starts its count again.
+	require.NoError(t, s.RemoteStepRelease(ctx, two))
+	n, err = s.RemoteStreamClose(ctx, &store.RemoteStreamCloseParams{Namespace: store.DefaultNamespace, TaskID: task,
+		Position: 2, Kind: store.StreamRewind})
+	require.NoError(t, err)
+	require.Equal(t, 2, n)
+	again := claimRemote(t, s, "py-2", 1)
+	require.Len(t, again, 1)
+	_, err = appendRemote(s, refOf(again[0]), store.MaxRemoteStreamBytes, chunks("tokens", `"anew"`)...)
+	require.NoError(t, err)
+	n, err = s.RemoteStreamClose(ctx, &store.RemoteStreamCloseParams{Namespace: store.DefaultNamespace, TaskID: task,
+		Position: 2, Kind: store.StreamEnd})
+	require.NoError(t, err)
+	require.Equal(t, 1, n, "only the stream written again after its rewind is open")
+	all = readStream(t, s, task, 0, 0)
+	require.Equal(t, store.StreamEntry{Seq: all[len(all)-1].Seq, Stream: "tokens", Attempt: 3, Position: 2, Kind: store.StreamEnd,
+		CreatedAt: all[len(all)-1].CreatedAt}, all[len(all)-1], "closed under the attempt that wrote it")
+
+	for _, bad := range []*store.RemoteStreamAppendParams{
+		{Ref: *refOf(again[0])},
+		{Ref: *refOf(again[0]), Chunks: chunks("t", "1"), Bytes: -1},
+		{Ref: store.RemoteStepRef{Namespace: store.DefaultNamespace, TaskID: task, Position: 2}, Chunks: chunks("t", "1")},
+	} {
+		_, err := s.RemoteStreamAppend(ctx, bad)
+		require.Error(t, err)
+	}
+	for _, bad := range []*store.RemoteStreamCloseParams{
+		{Namespace: store.DefaultNamespace, TaskID: task, Position: 2, Kind: store.StreamChunk},
+		{Namespace: store.DefaultNamespace, TaskID: task, Position: -1, Kind: store.StreamEnd},
+		{TaskID: task, Position: 2, Kind: store.StreamEnd},
+	} {
+		_, err := s.RemoteStreamClose(ctx, bad)
+		require.Error(t, err)
+	}
+}
+
+func seqsOf(es []store.StreamEntry) []int64 {
+	out := make([]int64, len(es))
+	for i, e := range es {
+		out[i] = e.Seq
+	}
+	return out
+}
+
+// testRemoteStreamWritersRace: the claims of a fan-out write one task's
+// streams at once; every chunk is written once, numbered without a gap.
+func testRemoteStreamWritersRace(t *testing.T, s store.Store) {
+	task := start(t, s, spec{})
+	const steps, each = 4, 25
+	for p := range steps {
+		insertRemote(t, s, remoteRow(task, p, "ocr.page"))
+	}
+	got := claimRemote(t, s, "py-1", steps)
+	require.Len(t, got, steps)
+	errs := make(chan error, steps)
+	for _, r := range got {
+		go func() {
+			for i := range each {
+				if _, err := appendRemote(s, refOf(r), 1, chunks("tokens", `"`+string(rune('a'+i%26))+`"`)...); err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range steps {
+		require.NoError(t, <-errs)
+	}
+	all := readStream(t, s, task, 0, 0)
+	require.Len(t, all, steps*each)
+	perStep := map[int]int{}
+	for i, e := range all {
+		require.EqualValues(t, i+1, e.Seq)
+		perStep[e.Position]++
+	}
+	for p := range steps {
+		require.Equal(t, each, perStep[p])
+	}
 }

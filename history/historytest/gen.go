@@ -471,11 +471,12 @@ func (g *gen) finishRemote() {
 	claim := fmt.Sprintf("claim-%d", len(g.events))
 	if r.attempt < 3 && len(g.events)%3 == 0 {
 		g.emit(0, history.RemoteStepFailedData{Position: r.pos, Name: stepName(r.pos), Attempt: r.attempt, Worker: "py-1", Claim: claim,
-			Error: history.ErrorInfo{Message: "ocr backend unavailable", Kind: "Unavailable", Status: 503, Attrs: map[string]string{"page": "3"}}}, true)
+			Error:   history.ErrorInfo{Message: "ocr backend unavailable", Kind: "Unavailable", Status: 503, Attrs: map[string]string{"page": "3"}},
+			Streams: []history.StreamClosedData{{Name: "tokens", Position: r.pos, Chunks: 2, Bytes: 9, Outcome: history.StreamRewound}}}, true)
 		r.failed = true
 	} else {
 		g.emit(0, history.RemoteStepCompletedData{Position: r.pos, Name: stepName(r.pos), Attempt: r.attempt, Worker: "ts-1", Claim: claim,
-			Output: json.RawMessage(`{"text":"page 3"}`), DurationMillis: 1200}, true)
+			Output: json.RawMessage(`{"text":"page 3"}`), DurationMillis: 1200, Streams: remoteStreams(r.pos, len(g.events))}, true)
 		g.steps++
 		g.compensable = append(g.compensable, r.pos%2 == 1)
 		g.remote = nil
@@ -934,4 +935,14 @@ func (g *gen) requeue(attempt int) bool {
 	g.runAt = g.at
 	g.budgetFrom = attempt
 	return true
+}
+
+// remoteStreams is what a remote step that completed wrote: nothing, or
+// one stream, about half the time.
+func remoteStreams(pos, n int) []history.StreamClosedData {
+	if n%2 == 0 {
+		return nil
+	}
+	return []history.StreamClosedData{{Name: "progress", Position: pos, Chunks: 3, Bytes: 42,
+		Digest: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08", Outcome: history.StreamCompleted}}
 }

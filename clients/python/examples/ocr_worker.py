@@ -4,7 +4,9 @@
         --url http://localhost:8080 --queue ocr --concurrency 2 --worker-id py-1
 
 It prints one JSON line per event on stdout (ready, claimed, completed,
-failed, released, lost); logs go to stderr.
+failed, released, lost); logs go to stderr. Each page read writes a
+progress chunk ({done, total, message}, as activities.Progress) to the
+task's stream "progress".
 """
 
 import argparse
@@ -44,6 +46,7 @@ def ocr_page(worker_id):
             raise Permanent("page is not an image", kind="BadInput")
         if error == "unmarked":
             raise ValueError("unreadable page")
+        ctx.stream("progress", {"done": 1, "total": 1, "message": f"read page {page}"})  # as activities.Progress
         return {"page": page, "text": f"text of page {page}", "worker": worker_id}
     return handler
 

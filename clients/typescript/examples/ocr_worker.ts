@@ -6,7 +6,9 @@
  *
  * The token comes from CAIRN_TOKEN. stdout carries one JSON line per event
  * (ready, claimed, completed, failed, released, lost) for a test to read;
- * logs go to stderr. SIGTERM or SIGINT stops it gracefully.
+ * logs go to stderr. SIGTERM or SIGINT stops it gracefully. Each page read
+ * writes a progress chunk ({done, total, message}, as activities.Progress)
+ * to the task's stream "progress".
  */
 import { parseArgs } from "node:util";
 import { PermanentError, TransientError, Worker, type StepContext } from "../src/index.js";
@@ -61,6 +63,7 @@ async function main(): Promise<void> {
       case "unmarked":
         throw new TypeError("unreadable page");
     }
+    await ctx.stream("progress", { done: 1, total: 1, message: `read page ${page}` }); // as activities.Progress
     return { page, text: `text of page ${page}`, worker: worker.workerId };
   });
   worker.step("noop", (input: unknown) => input);

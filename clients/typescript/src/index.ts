@@ -4,7 +4,8 @@
  * reports their outcome. The protocol is docs/remote-steps-protocol.md.
  */
 import { hostname } from "node:os";
-import { isClaimLost, isRetryable, problemError, shrinkError, StepAbortedError, toWireError, WorkerError } from "./errors.js";
+import { isClaimLost, isRetryable, PermanentError, problemError, shrinkError, StepAbortedError, toWireError, WorkerError } from "./errors.js";
+import { chunkBody } from "./stream.js";
 import { linkedController, retryDelay, sleep } from "./timing.js";
 
 export { PermanentError, StepAbortedError, TransientError, WorkerError } from "./errors.js";
@@ -29,6 +30,15 @@ export interface StepContext {
   readonly signal: AbortSignal;
   /** Heartbeats now. Never throws: what it learns shows in `signal`. */
   heartbeat(): Promise<void>;
+  /**
+   * Writes data (any JSON; undefined as null) as one chunk of the task's stream `name`, after
+   * the step's earlier chunks and before its outcome. Rejects with a PermanentError, sending
+   * nothing, for a name not 1–100 bytes of printable UTF-8 without spaces or a chunk over 64 KiB
+   * of JSON, and on 413 (the claim's chunks over 32 MiB); with a StepAbortedError when the claim
+   * lost the step ("claim_lost": `signal` aborts, the outcome is dropped) or was released.
+   * Network errors, 429 and 5xx are retried, so a chunk whose answer was lost may be written twice.
+   */
+  stream(name: string, data: unknown): Promise<void>;
 }
 
 export type StepHandler = (input: any, ctx: StepContext) => unknown;
@@ -89,6 +99,7 @@ interface Running {
   lost: boolean;
   released: boolean;
   heartbeat?: Promise<void>;
+  streaming?: Promise<void>; // the last chunk's delivery, settled or not
   settled?: Promise<void>;
 }
 
@@ -249,6 +260,7 @@ export class Worker {
       route = "fail";
       body = JSON.stringify({ error: toWireError(err) });
     } finally {
+      await r.streaming; // chunks the handler did not await still go before the outcome
       clearInterval(timer);
     }
     r.phase = "reporting";
@@ -270,6 +282,7 @@ export class Worker {
       deadline: step.start_to_close_ms > 0 ? new Date(Date.now() + step.start_to_close_ms) : undefined,
       signal: r.abort.signal,
       heartbeat: () => this.heartbeat(r),
+      stream: (name, data) => this.stream(r, name, data),
     };
     return handler(step.input, ctx);
   }
@@ -288,6 +301,29 @@ export class Worker {
     } catch (err) {
       if (isClaimLost(err)) this.markLost(r);
       else this.log.warn("heartbeat failed", { claim: r.step.claim, error: String(err) });
+    }
+  }
+
+  /** Queues one chunk behind the step's earlier ones. */
+  private async stream(r: Running, name: string, data: unknown): Promise<void> {
+    const body = chunkBody(name, data); // checked and encoded at the call, as data is then
+    const sent = (r.streaming ?? Promise.resolve()).then(() => this.sendChunk(r, name, body));
+    r.streaming = sent.catch(() => {}); // the handler gets the rejection
+    return sent;
+  }
+
+  private async sendChunk(r: Running, name: string, body: string): Promise<void> {
+    if (r.lost || r.released) throw new StepAbortedError(r.lost ? "claim_lost" : "stopping");
+    if (r.phase !== "running") throw new Error(`cairn: stream ${name}: the step has returned; its streams are closed`);
+    try {
+      await this.deliver(r, "stream", body);
+    } catch (err) {
+      if (isClaimLost(err)) {
+        this.markLost(r);
+        throw new StepAbortedError("claim_lost");
+      }
+      if (!(err instanceof WorkerError && err.status === 413)) throw err;
+      throw new PermanentError(`cairn: stream ${name}: ${err.detail || "over the claim's limit"}`, { kind: "PayloadTooLarge", status: 413 });
     }
   }
 

@@ -28,7 +28,7 @@ interface Step {
 }
 
 interface Call {
-  route: "claim" | "heartbeat" | "complete" | "fail" | "release";
+  route: "claim" | "heartbeat" | "stream" | "complete" | "fail" | "release";
   claim?: string;
   body: any;
   headers: Record<string, string | string[] | undefined>;
@@ -53,6 +53,7 @@ class FakeServer {
   respond?: (call: Call) => Reply | undefined;
   private readonly ready: Step[] = [];
   private readonly outstanding = new Set<string>();
+  private chunks = 0;
   private waiters: { max: number; res: ServerResponse }[] = [];
   private readonly server = createServer((req, res) => void this.handle(req, res));
   url = "";
@@ -86,7 +87,7 @@ class FakeServer {
 
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const text = await readBody(req);
-    const m = /^\/v1\/remote-steps\/(?:(claim)|([^/]+)\/(heartbeat|complete|fail|release))$/.exec(req.url ?? "");
+    const m = /^\/v1\/remote-steps\/(?:(claim)|([^/]+)\/(heartbeat|stream|complete|fail|release))$/.exec(req.url ?? "");
     if (req.method !== "POST" || !m) return send(res, problem(404, "not_found", String(req.url)));
     const call: Call = {
       route: (m[1] ?? m[3]) as Call["route"],
@@ -99,6 +100,7 @@ class FakeServer {
     if (scripted) return send(res, scripted);
     if (call.route === "claim") return this.claim(call, res);
     if (call.route === "heartbeat") return send(res, { status: 200, body: { lease_expires_at: new Date().toISOString(), cancel_requested: false } });
+    if (call.route === "stream") return send(res, { status: 200, body: { seq: (this.chunks += call.body.chunks.length) } });
     this.outstanding.delete(call.claim!);
     send(res, { status: 200, body: { status: { complete: "completed", fail: "failed", release: "released" }[call.route] } });
   }
@@ -502,4 +504,176 @@ it("claim retries a 503 and a dropped connection, then works", async () => {
   assert.ok(h.server.routes("claim").length >= 3);
   assert.deepEqual(h.server.routes("complete", s.claim)[0].body, { output: "ok" });
   assert.ok(h.logs.some((l) => l.startsWith("claim failed")));
+});
+
+/** The chunks of a claim's stream calls, one per call as the worker sends them. */
+const chunksOf = (server: FakeServer, claim?: string) =>
+  server.routes("stream", claim).map((c) => {
+    assert.equal(c.body.chunks.length, 1);
+    return c.body.chunks[0];
+  });
+
+it("streams chunks to the step's claim, in order, before its outcome", async () => {
+  const results: unknown[] = [];
+  const h = await harness({}, (w) =>
+    w.step("talk", async (_input, ctx) => {
+      results.push(await ctx.stream("progress", { page: 3, stage: "read" }));
+      await ctx.stream("tokens", "Hé");
+      void ctx.stream("tokens", "llo"); // not awaited: still sent, after "Hé", before the outcome
+      void ctx.stream("tokens", undefined);
+      return "said";
+    }),
+  );
+  const s = step("talk", {}, { claim: "c/2 ü?" });
+  // "llo" is refused once: the null behind it waits for its retry.
+  h.server.respond = (call) =>
+    call.route === "stream" && call.body.chunks[0].data === "llo" && h.server.routes("stream").length === 3
+      ? problem(503, "database_unavailable", "db down", { "retry-after": "0" })
+      : undefined;
+  h.server.add(s);
+  await until("the completed event", () => claimsOf(h.events, "completed").length === 1);
+
+  assert.deepEqual(results, [undefined]);
+  assert.deepEqual(chunksOf(h.server, "c/2 ü?"), [
+    { stream: "progress", data: { page: 3, stage: "read" } },
+    { stream: "tokens", data: "Hé" },
+    { stream: "tokens", data: "llo" },
+    { stream: "tokens", data: "llo" },
+    { stream: "tokens", data: null },
+  ]);
+  assert.deepEqual(
+    h.server.calls.filter((c) => c.claim === s.claim && c.route !== "heartbeat").map((c) => c.route),
+    ["stream", "stream", "stream", "stream", "stream", "complete"],
+  );
+  assert.deepEqual(h.server.routes("complete", s.claim)[0].body, { output: "said" });
+});
+
+it("stream retries a 503 and a dropped connection", async () => {
+  const h = await harness({}, (w) =>
+    w.step("talk", async (_input, ctx) => {
+      await ctx.stream("progress", 1);
+      return "ok";
+    }),
+  );
+  h.server.respond = (call) => {
+    if (call.route !== "stream") return undefined;
+    const n = h.server.routes("stream").length;
+    return n === 1 ? problem(503, "database_unavailable", "db down", { "retry-after": "0" }) : n === 2 ? "drop" : undefined;
+  };
+  const s = step("talk", {});
+  h.server.add(s);
+  await until("the completed event", () => claimsOf(h.events, "completed").length === 1);
+  assert.deepEqual(chunksOf(h.server, s.claim), Array(3).fill({ stream: "progress", data: 1 }));
+  assert.deepEqual(h.server.routes("complete", s.claim)[0].body, { output: "ok" });
+});
+
+it("claim_lost on stream rejects with StepAbortedError, aborts the step and sends no outcome", async () => {
+  const seen: Record<string, { first: unknown; again: unknown; reason: unknown }> = {};
+  const h = await harness({ concurrency: 2 }, (w) =>
+    w.step("talk", async (input: { rethrow: boolean }, ctx) => {
+      const first = await ctx.stream("progress", 1).catch((err) => err);
+      const again = await ctx.stream("progress", 2).catch((err) => err); // no request: the claim is gone
+      seen[ctx.claim] = { first, again, reason: ctx.signal.reason };
+      if (input.rethrow) throw first;
+      return "too late";
+    }),
+  );
+  h.server.respond = (call) => (call.route === "stream" ? problem(409, "claim_lost", "task cancelled") : undefined);
+  const caught = step("talk", { rethrow: false });
+  const thrown = step("talk", { rethrow: true });
+  h.server.add(caught, thrown);
+  await until("two lost events", () => claimsOf(h.events, "lost").length === 2);
+  await h.worker.stop();
+
+  for (const s of [caught, thrown]) {
+    const { first, again, reason } = seen[s.claim];
+    for (const err of [first, again, reason]) {
+      assert.ok(err instanceof StepAbortedError, String(err));
+      assert.equal(err.code, "claim_lost");
+    }
+    assert.equal(h.server.routes("stream", s.claim).length, 1);
+  }
+  assert.deepEqual(claimsOf(h.events, "lost").sort(), [caught.claim, thrown.claim].sort());
+  for (const route of ["complete", "fail", "release"] as const) assert.equal(h.server.routes(route).length, 0, route);
+});
+
+it("a 413 on stream rejects with a PermanentError that fails the step", async () => {
+  let rejected: unknown;
+  const h = await harness({}, (w) =>
+    w.step("talk", async (_input, ctx) => {
+      await ctx.stream("tokens", "more").catch((err) => {
+        rejected = err;
+        throw err;
+      });
+      return "unreachable";
+    }),
+  );
+  h.server.respond = (call) => (call.route === "stream" ? problem(413, "payload_too_large", "the claim's chunks are over 32 MiB") : undefined);
+  const s = step("talk", {});
+  h.server.add(s);
+  await until("the failure", () => h.server.routes("fail").length === 1);
+
+  assert.ok(rejected instanceof PermanentError);
+  assert.equal(h.server.routes("stream", s.claim).length, 1); // not retried
+  assert.deepEqual(h.server.routes("fail", s.claim)[0].body.error, {
+    message: "cairn: stream tokens: the claim's chunks are over 32 MiB",
+    type: "PermanentError",
+    class: "permanent",
+    kind: "PayloadTooLarge",
+    status: 413,
+  });
+  assert.equal(h.server.routes("complete").length, 0);
+});
+
+it("a bad stream name or an oversize chunk rejects without a request", async () => {
+  const bad: [string, unknown][] = [
+    ["", 1],
+    ["has space", 1],
+    ["tab\t", 1],
+    ["nul\u0000", 1],
+    ["x".repeat(101), 1],
+    ["é".repeat(51), 1], // 51 characters, 102 bytes
+    ["lone\ud800", 1],
+    [42 as unknown as string, 1],
+    ["big", "x".repeat(65535)], // 65537 bytes of JSON
+    ["big", "é".repeat(32768)], // 32770 characters, 65538 bytes of UTF-8
+  ];
+  const good: [string, unknown][] = [
+    ["ü".repeat(50), 1], // 100 bytes
+    ["a/b:c-ü.€", { ok: true }],
+    ["big", "x".repeat(65534)], // 65536 bytes
+  ];
+  let ctx: StepContext | undefined;
+  const outcomes: unknown[] = [];
+  const h = await harness({}, (w) =>
+    w.step("talk", async (_input, c) => {
+      ctx = c;
+      for (const [name, data] of [...bad, ...good]) outcomes.push(await c.stream(name, data).catch((err) => err));
+      const cycle: Record<string, unknown> = {};
+      cycle.self = cycle;
+      outcomes.push(await c.stream("cycle", cycle).catch((err) => err));
+      return "done";
+    }),
+  );
+  const s = step("talk", {});
+  h.server.add(s);
+  await until("the completed event", () => claimsOf(h.events, "completed").length === 1);
+
+  bad.forEach(([name], i) => {
+    const err = outcomes[i];
+    assert.ok(err instanceof PermanentError, `${JSON.stringify(name)}: ${err}`);
+    assert.equal(err.kind, i < 8 ? "InvalidStreamName" : "PayloadTooLarge");
+    assert.match(err.message, i < 8 ? /printable UTF-8, no spaces/ : /over the limit of 65536/);
+  });
+  assert.deepEqual(outcomes.slice(bad.length, -1), [undefined, undefined, undefined]);
+  assert.ok(outcomes.at(-1) instanceof TypeError); // JSON.stringify's own error
+  assert.deepEqual(
+    chunksOf(h.server, s.claim).map((c) => c.stream),
+    good.map(([name]) => name),
+  );
+
+  // After the outcome the step's streams are closed: a late chunk is refused here too.
+  assert.ok(ctx);
+  await assert.rejects(ctx.stream("progress", 1), /the step has returned/);
+  assert.equal(h.server.routes("stream").length, good.length);
 });

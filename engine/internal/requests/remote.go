@@ -64,6 +64,11 @@ type RemoteOutcome struct {
 	Output   json.RawMessage
 	Failure  *history.ErrorInfo
 	Duration time.Duration
+	// Decode decodes stream chunks as stored (the caller's payload stage,
+	// in place), so that the outcome records the streams the claim wrote
+	// as a Go step's stream_closed does: chunks, bytes and the digest of
+	// their JSON. Without it (the rescuer's) they are closed unrecorded.
+	Decode func(ctx context.Context, datas [][]byte) error
 }
 
 // SettleRemote records the outcome of a remote step reported under a
@@ -74,23 +79,24 @@ type RemoteOutcome struct {
 // lost the answer asks again); reported under a claim that no longer
 // holds the step it is an error marked [ErrClaimLost] (and
 // store.ErrFenced). An outcome for a task that has finished is refused
-// the same way, and its row removed.
-func SettleRemote(ctx context.Context, s store.Store, o RemoteOutcome) (history.State, error) {
+// the same way, and its row removed. recorded says whether this call
+// recorded the outcome (false: it was on record already).
+func SettleRemote(ctx context.Context, s store.Store, o RemoteOutcome) (recorded bool, err error) {
 	for try := 0; ; try++ {
-		state, retry, err := settleRemote(ctx, s, o)
+		recorded, retry, err := settleRemote(ctx, s, o)
 		if retry && try+1 < maxSettleTries {
 			// The task's history moved on: its attempt appended, or the
 			// outcomes of its other remote steps (a fan-out answers at
 			// once). Apart, and read again.
 			if err := sleepCtx(ctx, time.Duration(rand.Int64N(int64(settleJitter)))); err != nil {
-				return state, err
+				return false, err
 			}
 			continue
 		}
 		if err != nil {
-			return state, errors.Wrapf(err, "remote step %d of task %s", o.Ref.Position, o.Ref.TaskID)
+			return false, errors.Wrapf(err, "remote step %d of task %s", o.Ref.Position, o.Ref.TaskID)
 		}
-		return state, nil
+		return recorded, nil
 	}
 }
 
@@ -114,11 +120,12 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 }
 
 // settleRemote is one try of SettleRemote; retry says the task's history
-// moved on meanwhile (an append of its own attempt).
-func settleRemote(ctx context.Context, s store.Store, o RemoteOutcome) (history.State, bool, error) {
+// moved on meanwhile (an append of its own attempt), or its streams (a
+// writer took the seqs of the closing entries).
+func settleRemote(ctx context.Context, s store.Store, o RemoteOutcome) (recorded, retry bool, err error) {
 	tx, err := s.Begin(ctx)
 	if err != nil {
-		return history.State{}, false, err
+		return false, false, err
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	row, err := tx.RemoteStepTake(ctx, &o.Ref)
@@ -127,34 +134,104 @@ func settleRemote(ctx context.Context, s store.Store, o RemoteOutcome) (history.
 		return alreadySettled(ctx, s, o)
 	}
 	if err != nil {
-		return history.State{}, false, err
+		return false, false, err
 	}
-	events, err := store.TaskEvents(ctx, tx, o.Ref.Namespace, o.Ref.TaskID)
+	state, err := settleStates.load(ctx, tx, o.Ref.Namespace, o.Ref.TaskID)
 	if err != nil {
-		return history.State{}, false, err
+		return false, false, err
 	}
-	state, err := history.Replay(events)
-	if err != nil {
-		return history.State{}, false, err
+	closing := closeStreams{Namespace: o.Ref.Namespace, TaskID: o.Ref.TaskID, Position: row.Position, Kind: store.StreamEnd}
+	if o.Failure != nil {
+		closing.Kind = store.StreamRewind
 	}
 	if r, ok := state.RemoteAt(row.Position); !ok || !r.InFlight() || r.Attempt != row.Attempt || outcomeRefused(state) {
-		// Nothing awaits the outcome: the row goes, the outcome is
-		// refused. A cancelled task compensates what is on record, so a
-		// step that ends after the cancel is not taken in (its worker
-		// heard of the cancel at its heartbeat).
-		if err := tx.Commit(ctx); err != nil {
-			return state, false, err
+		// Nothing awaits the outcome: the row goes, its streams are
+		// rewound, the outcome is refused. A cancelled task compensates
+		// what is on record, so a step that ends after the cancel is not
+		// taken in (its worker heard of the cancel at its heartbeat).
+		closing.Kind = store.StreamRewind
+		if _, err := tx.RemoteStreamClose(ctx, &closing); err != nil {
+			return false, errors.Is(err, store.ErrConflict), err
 		}
-		return state, false, errors.Wrapf(ErrClaimLost, "the task is %s%s", state.Status, cancelNote(state))
+		if err := tx.Commit(ctx); err != nil {
+			return false, false, err
+		}
+		return false, false, errors.Wrapf(ErrClaimLost, "the task is %s%s", state.Status, cancelNote(state))
 	}
-	next, err := tx.EventAppend(ctx, &store.EventAppendParams{TaskID: o.Ref.TaskID, State: state, Payloads: []history.Payload{outcomeEvent(o, row)}})
+	streams, open, err := recordStreams(ctx, tx, o, row, closing.Kind)
+	if err != nil {
+		return false, false, err
+	}
+	outcome := outcomeEvent(o, row, streams)
+	next, err := tx.EventAppend(ctx, &store.EventAppendParams{TaskID: o.Ref.TaskID, State: state, Payloads: []history.Payload{outcome}})
+	if err == nil && open {
+		// After the append, which holds the task's row: a writer of the
+		// task's own streams waits for it rather than the other way round.
+		_, err = tx.RemoteStreamClose(ctx, &closing)
+	}
 	if errors.Is(err, store.ErrConflict) {
-		return state, true, err
+		settleStates.forget(o.Ref.Namespace, o.Ref.TaskID)
+		return false, true, err
 	}
 	if err != nil {
-		return state, false, err
+		return false, false, err
 	}
-	return next, false, tx.Commit(ctx)
+	if err := tx.Commit(ctx); err != nil {
+		return false, false, err
+	}
+	settleStates.keep(o.Ref.Namespace, o.Ref.TaskID, next)
+	return true, false, nil
+}
+
+type closeStreams = store.RemoteStreamCloseParams
+
+// recordStreams reads what the claim of row wrote to the task's streams
+// (its attempt's entries, after any rewind a release wrote) and returns
+// the record of those still open, closed as kind, as the outcome carries
+// it (none without o.Decode), and whether any is open. It runs after the
+// claim's row was taken: no chunk of the claim can follow.
+func recordStreams(ctx context.Context, tx store.Tx, o RemoteOutcome, row *store.RemoteStep, kind store.StreamKind) ([]history.StreamClosedData, bool, error) {
+	outcome := history.StreamCompleted
+	if kind == store.StreamRewind {
+		outcome = history.StreamRewound
+	}
+	acc := newStreamTally(row.Position, outcome)
+	for after := int64(0); ; {
+		page, err := tx.StreamRead(ctx, &store.StreamReadParams{Namespace: o.Ref.Namespace, TaskID: o.Ref.TaskID, After: after,
+			Step: &store.StreamStep{Position: row.Position, Attempt: row.Attempt}})
+		if err != nil || len(page) == 0 {
+			return acc.records(o.Decode != nil), acc.anyOpen(), err
+		}
+		if o.Decode != nil {
+			if err := decodeChunks(ctx, o.Decode, page); err != nil {
+				return nil, false, err
+			}
+		}
+		for _, e := range page {
+			acc.add(e)
+		}
+		after = page[len(page)-1].Seq
+	}
+}
+
+func decodeChunks(ctx context.Context, decode func(context.Context, [][]byte) error, page []store.StreamEntry) error {
+	var datas [][]byte
+	var at []int
+	for i, e := range page {
+		if e.Kind == store.StreamChunk {
+			datas, at = append(datas, e.Data), append(at, i)
+		}
+	}
+	if len(datas) == 0 {
+		return nil
+	}
+	if err := decode(ctx, datas); err != nil {
+		return errors.Wrap(err, "decode the claim's stream chunks")
+	}
+	for j, i := range at {
+		page[i].Data = datas[j]
+	}
+	return nil
 }
 
 // outcomeRefused reports whether the task in state takes no remote
@@ -170,44 +247,41 @@ func cancelNote(state history.State) string {
 	return ""
 }
 
-// outcomeEvent is the event that records o for the step of row.
-func outcomeEvent(o RemoteOutcome, row *store.RemoteStep) history.Payload {
+// outcomeEvent is the event that records o for the step of row, with the
+// record of the streams it closes.
+func outcomeEvent(o RemoteOutcome, row *store.RemoteStep, streams []history.StreamClosedData) history.Payload {
 	if o.Failure != nil {
 		return history.RemoteStepFailedData{Position: row.Position, Name: row.Name, Attempt: row.Attempt, Worker: row.Worker,
-			Claim: row.Nonce, Error: *o.Failure, DurationMillis: o.Duration.Milliseconds()}
+			Claim: row.Nonce, Error: *o.Failure, DurationMillis: o.Duration.Milliseconds(), Streams: streams}
 	}
 	return history.RemoteStepCompletedData{Position: row.Position, Name: row.Name, Attempt: row.Attempt, Worker: row.Worker,
-		Claim: row.Nonce, Output: o.Output, DurationMillis: o.Duration.Milliseconds()}
+		Claim: row.Nonce, Output: o.Output, DurationMillis: o.Duration.Milliseconds(), Streams: streams}
 }
 
 // alreadySettled answers an outcome whose claim holds no row: the same
 // outcome already recorded under the claim is not an error; anything else
 // is a lost claim.
-func alreadySettled(ctx context.Context, s store.Store, o RemoteOutcome) (history.State, bool, error) {
+func alreadySettled(ctx context.Context, s store.Store, o RemoteOutcome) (recorded, retry bool, err error) {
 	events, err := store.TaskEvents(ctx, s, o.Ref.Namespace, o.Ref.TaskID)
 	if err != nil {
-		return history.State{}, false, err
+		return false, false, err
 	}
 	if len(events) == 0 {
-		return history.State{}, false, errors.Wrap(ErrClaimLost, "no such task")
-	}
-	state, err := history.Replay(events)
-	if err != nil {
-		return history.State{}, false, err
+		return false, false, errors.Wrap(ErrClaimLost, "no such task")
 	}
 	for _, e := range events {
 		switch d := e.Data.(type) {
 		case history.RemoteStepCompletedData:
 			if d.Position == o.Ref.Position && d.Claim == o.Ref.Nonce && o.Failure == nil {
-				return state, false, nil
+				return false, false, nil
 			}
 		case history.RemoteStepFailedData:
 			if d.Position == o.Ref.Position && d.Claim == o.Ref.Nonce && o.Failure != nil && d.Error.Kind != KindRemoteLeaseExpired {
-				return state, false, nil
+				return false, false, nil
 			}
 		}
 	}
-	return state, false, ErrClaimLost
+	return false, false, ErrClaimLost
 }
 
 // KindRemoteLeaseExpired is the error kind of a remote step's attempt

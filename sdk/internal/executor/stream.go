@@ -204,7 +204,9 @@ func (w *streamWriter) run() {
 // rewindLost rewinds what earlier attempts left open in the task's
 // streams, the chunks of a step an attempt lost (crashed, its lease
 // expired) was writing, before this attempt's first entries. The
-// workflow body's are left: its progress is not written again.
+// workflow body's are left: its progress is not written again; so are
+// remote steps', numbered by their own attempts, which their workers
+// write and their outcomes close.
 func (w *streamWriter) rewindLost() error {
 	if w.attempt <= 1 {
 		return nil
@@ -213,9 +215,10 @@ func (w *streamWriter) rewindLost() error {
 	if err != nil {
 		return err
 	}
+	state := w.a.State()
 	var rewinds []store.StreamWrite
 	for _, o := range open {
-		if o.Position >= 0 {
+		if _, remote := state.RemoteAt(o.Position); o.Position >= 0 && !remote {
 			rewinds = append(rewinds, store.StreamWrite{Stream: o.Stream, Attempt: o.Attempt, Position: o.Position, Kind: store.StreamRewind})
 		}
 	}

@@ -220,6 +220,10 @@ func ProblemFor(err error) *Problem {
 		p := NewProblem(http.StatusRequestEntityTooLarge, CodePayloadTooLarge, tooLarge.Error())
 		p.SizeBytes, p.LimitBytes = int64(tooLarge.Size), int64(tooLarge.Limit)
 		return p
+	case errors.Is(err, sdk.ErrPayloadTooLarge):
+		// A bound of its own (a remote step's stream chunks): the error
+		// says which.
+		return NewProblem(http.StatusRequestEntityTooLarge, CodePayloadTooLarge, err.Error())
 	case errors.As(err, &limit):
 		detail := limit.Error()
 		if hint := errors.FlattenHints(err); hint != "" {
