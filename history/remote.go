@@ -125,12 +125,16 @@ type RemoteWait struct {
 }
 
 // RemoteAt returns the remote step dispatched at pos and not completed.
-func (s State) RemoteAt(pos int) (RemoteStep, bool) {
-	i, ok := slices.BinarySearchFunc(s.Remote, pos, func(r RemoteStep, pos int) int { return r.Position - pos })
+func (s State) RemoteAt(pos int) (RemoteStep, bool) { return RemoteStepAt(s.Remote, pos) }
+
+// RemoteStepAt returns the remote step at pos among rs, ordered by
+// position as [State.Remote] is.
+func RemoteStepAt(rs []RemoteStep, pos int) (RemoteStep, bool) {
+	i, ok := slices.BinarySearchFunc(rs, pos, func(r RemoteStep, pos int) int { return r.Position - pos })
 	if !ok {
 		return RemoteStep{}, false
 	}
-	return s.Remote[i], true
+	return rs[i], true
 }
 
 func (s *State) applyRemoteDispatched(e Event, p RemoteStepDispatchedData, owned bool) error {

@@ -92,7 +92,7 @@ func Go[Out any](ctx Context, name string, fn func(context.Context) (Out, error)
 	if err := s.yield("step"); err != nil {
 		return resolved(zero, err)
 	}
-	pos, rec, err := s.claim(name, opts)
+	pos, rec, err := s.claim(name, opts, false)
 	if err != nil {
 		return resolved(zero, err)
 	}

@@ -84,7 +84,7 @@ func Remote(ctx Context, name string, input json.RawMessage, opts RemoteOptions)
 	if err := s.yield("step"); err != nil {
 		return fail(err)
 	}
-	pos, rec, err := s.claim(name, opts.Step)
+	pos, rec, err := s.claim(name, opts.Step, true)
 	if err != nil {
 		return fail(err)
 	}
@@ -190,11 +190,7 @@ func AwaitRemote(ctx Context, fs []*RemoteFuture) error {
 // remoteAt returns what the history records of the remote step at pos,
 // dispatched and not completed (RunParams.Remote).
 func (s *runState) remoteAt(pos int) (history.RemoteStep, bool) {
-	i, ok := slices.BinarySearchFunc(s.p.Remote, pos, func(r history.RemoteStep, pos int) int { return r.Position - pos })
-	if !ok {
-		return history.RemoteStep{}, false
-	}
-	return s.p.Remote[i], true
+	return history.RemoteStepAt(s.p.Remote, pos)
 }
 
 // dispatchQueued writes the queued dispatches, in position order, in one

@@ -3,6 +3,7 @@ package interpreter
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/cockroachdb/errors"
 
@@ -11,8 +12,8 @@ import (
 
 // StateParams are the parameters of a run over a task's recorded state:
 // its steps (and those ahead), its timer, its mailbox (signals and the
-// receives that waited), its children and its patch markers, as the state
-// has them. It is
+// receives that waited), its children, its remote steps and its patch
+// markers, as the state has them. It is
 // the one place a [history.State] becomes [RunParams] for a replay, so
 // what a state gains is passed on here. The caller adds what its run
 // needs beyond the record (Context, Record, …).
@@ -20,7 +21,7 @@ func StateParams(taskID string, s history.State) RunParams {
 	box := MailboxOf(s)
 	children, updates := s.Children, s.Updates
 	return RunParams{
-		TaskID: taskID, Attempt: s.Attempt, Steps: s.Steps, Ahead: s.Ahead, Timer: s.Timer, Patches: s.Patches,
+		TaskID: taskID, Attempt: s.Attempt, Steps: s.Steps, Ahead: s.Ahead, Timer: s.Timer, Patches: s.Patches, Remote: s.Remote,
 		Mailbox:  func() Mailbox { return box },
 		Children: func() []history.Child { return children },
 		Updates:  func() []history.Update { return updates },
@@ -125,6 +126,12 @@ func (s *runState) strictNewLocked(called, kind string) error {
 	}
 	if t := s.p.Timer; t != nil && (t.Position > s.next || t.Position == s.next && kind != "sleep") {
 		return nondeterministic(t.Position, history.SleepStepName, called)
+	}
+	// A remote step dispatched at the new call's position or beyond (a
+	// remote step's own call has taken its position already).
+	if i, _ := slices.BinarySearchFunc(s.p.Remote, s.next, func(r history.RemoteStep, pos int) int { return r.Position - pos }); i < len(s.p.Remote) {
+		r := s.p.Remote[i]
+		return nondeterministic(r.Position, r.Name, called)
 	}
 	return nil
 }

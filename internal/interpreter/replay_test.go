@@ -19,7 +19,8 @@ func oneStep(ctx interpreter.Context, name string) error {
 }
 
 // body is a workflow of calls: "step:NAME", "sleep", "receive:NAME",
-// "child:TYPE" (started and awaited).
+// "child:TYPE" (started and awaited), "remote:NAME" (dispatched and
+// awaited).
 func body(calls ...string) interpreter.Func {
 	return func(ctx interpreter.Context, _ json.RawMessage) (json.RawMessage, error) {
 		for _, c := range calls {
@@ -31,6 +32,8 @@ func body(calls ...string) interpreter.Func {
 				err = oneStep(ctx, c[5:])
 			case len(c) > 8 && c[:8] == "receive:":
 				_, _, err = interpreter.Receive[json.RawMessage](ctx, c[8:], time.Hour)
+			case len(c) > 7 && c[:7] == "remote:":
+				_, err = interpreter.RemoteResult(ctx, interpreter.Remote(ctx, c[7:], json.RawMessage(`1`), interpreter.RemoteOptions{Queue: "q"}))
 			case len(c) > 6 && c[:6] == "child:":
 				var h interpreter.ChildHandle
 				if h, err = interpreter.StartChild(ctx, interpreter.ChildRequest{TaskType: c[6:], TypeVersion: 1}); err == nil {
@@ -61,6 +64,8 @@ func TestReplayFindsWhatTheRuntimeWouldNot(t *testing.T) {
 	sleeping := history.State{Status: history.StatusPending, Steps: steps("a"), Timer: &history.Timer{Position: 1}}
 	parent := history.State{Status: history.StatusPending, Children: []history.Child{{Position: 0, TaskType: "kid"}}}
 	done := history.State{Status: history.StatusCompleted, Steps: steps("a", "b"), Output: json.RawMessage(`1`)}
+	remote := history.State{Status: history.StatusPending, Steps: steps("a"),
+		Remote: []history.RemoteStep{{Position: 1, Name: "ocr", Queue: "q", Attempt: 1}}}
 	for _, tc := range []struct {
 		name  string
 		state history.State
@@ -89,6 +94,15 @@ func TestReplayFindsWhatTheRuntimeWouldNot(t *testing.T) {
 			&interpreter.NondeterminismError{Kind: "end", Position: 2, Recorded: "(workflow returned)", Called: `(step 2 "c")`}},
 		{"completed, a step renamed", done, body("step:a", "step:x"),
 			&interpreter.NondeterminismError{Kind: "step", Position: 1, Recorded: "b", Called: "x"}},
+		{"awaiting a remote step, same code", remote, body("step:a", "remote:ocr"), nil},
+		{"awaiting a remote step, renamed", remote, body("step:a", "remote:embed"),
+			&interpreter.NondeterminismError{Kind: "step", Position: 1, Recorded: "ocr", Called: "embed"}},
+		{"awaiting a remote step, a Go step in its place", remote, body("step:a", "step:ocr"),
+			&interpreter.NondeterminismError{Kind: "step", Position: 1, Recorded: "ocr", Called: "ocr"}},
+		{"awaiting a remote step, a sleep in its place", remote, body("step:a", "sleep"),
+			&interpreter.NondeterminismError{Kind: "step", Position: 1, Recorded: "ocr", Called: "sleep"}},
+		{"awaiting a remote step, a receive before it", remote, body("step:a", "receive:x", "remote:ocr"),
+			&interpreter.NondeterminismError{Kind: "step", Position: 1, Recorded: "ocr", Called: `(receive 0 of "x")`}},
 		{"retrying at a new step, same code", history.State{Status: history.StatusRetrying, Steps: steps("a")}, body("step:a", "step:b"), nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -90,7 +90,7 @@ func Step[Out any](ctx Context, name string, fn func(context.Context) (Out, erro
 	if err := s.yield("step"); err != nil {
 		return zero, err
 	}
-	pos, rec, err := s.claim(name, opts)
+	pos, rec, err := s.claim(name, opts, false)
 	if err != nil {
 		return zero, err
 	}
@@ -113,10 +113,11 @@ func Step[Out any](ctx Context, name string, fn func(context.Context) (Out, erro
 	return out, nil
 }
 
-// claim takes the next position for the step (or future) called name. It
-// returns the step the history recorded there, if any (nil: the step is
-// new and must run), or the error that refuses the call.
-func (s *runState) claim(name string, opts *StepOptions) (int, *history.Step, error) {
+// claim takes the next position for the step (or future, or remote step:
+// remote) called name. It returns the step the history recorded there, if
+// any (nil: the step is new and must run), or the error that refuses the
+// call.
+func (s *runState) claim(name string, opts *StepOptions, remote bool) (int, *history.Step, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.aborted != nil {
@@ -135,6 +136,15 @@ func (s *runState) claim(name string, opts *StepOptions) (int, *history.Step, er
 		// The history has the workflow asleep here: a step in its place
 		// is a different sequence, not a step to run.
 		return pos, nil, s.abortLocked(nondeterministic(pos, "sleep", name), nil)
+	}
+	if r, ok := s.remoteAt(pos); ok {
+		if !remote {
+			// A remote step dispatched here: a Go step in its place is a
+			// different sequence too.
+			return pos, nil, s.abortLocked(nondeterministic(pos, r.Name, name), nil)
+		}
+		s.next++
+		return pos, nil, nil // the remote call reads what the history has of it
 	}
 	if s.p.CollectOnly {
 		if pos < s.recordedEnd() {
@@ -479,6 +489,9 @@ func (s *runState) claimSleep() (pos int, recorded bool, err error) {
 		}
 		s.next++
 		return pos, true, nil
+	}
+	if r, ok := s.remoteAt(pos); ok {
+		return pos, false, s.abortLocked(nondeterministic(pos, r.Name, history.SleepStepName), nil)
 	}
 	if s.p.CollectOnly {
 		return pos, false, s.abortLocked(s.collectLocked(fmt.Sprintf("sleep at step %d", pos), "sleep"), nil)
