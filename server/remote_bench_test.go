@@ -24,6 +24,17 @@ var remoteNoop = sdk.NewWorkflow("bench.remote", 1, func(ctx workflow.Context, n
 	return workflow.Remote[int](ctx, "noop", n, &workflow.RemoteOpts{Queue: "bench"})
 }, nil)
 
+// remoteFan hands n no-op steps to the queue bench at once and waits for
+// all of them.
+var remoteFan = sdk.NewWorkflow("bench.remote_fan", 1, func(ctx workflow.Context, n int) (int, error) {
+	in := make([]int, n)
+	for i := range in {
+		in[i] = i
+	}
+	outs, err := workflow.MapRemote[int, int](ctx, "noop", in, &workflow.RemoteOpts{Queue: "bench"})
+	return len(outs), err
+}, nil)
+
 // remoteBench is a server over real HTTP on loopback, on PostgreSQL, with
 // a Go worker of bench.remote, and a client to start and wait with.
 func remoteBench(b *testing.B) (url string, c *sdk.Client) {
@@ -38,6 +49,7 @@ func remoteBench(b *testing.B) (url string, c *sdk.Client) {
 	w, err := sdk.NewWorker(sdk.WorkerConfig{Store: st, Concurrency: 32})
 	require.NoError(b, err)
 	sdk.Register(w, remoteNoop)
+	sdk.Register(w, remoteFan)
 	require.NoError(b, w.Start(context.Background()))
 	b.Cleanup(func() { _ = w.StopAndCancel(context.Background()) })
 	c, err = sdk.NewClient(sdk.ClientConfig{Store: st})
@@ -159,4 +171,29 @@ func BenchmarkRemoteThroughput(b *testing.B) {
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "steps/s")
+}
+
+// BenchmarkRemoteFanOut: per op, one workflow hands fanOutSteps no-op
+// steps to two protocol workers at once (MapRemote) and waits for them:
+// each answer is recorded against a history that grows with the others',
+// the case where reading the whole history per answer was quadratic.
+func BenchmarkRemoteFanOut(b *testing.B) {
+	const fanOutSteps = 500
+	base, c := remoteBench(b)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Add(1)
+		go func() { defer wg.Done(); httpWorker(ctx, base, 16, func(time.Duration) {}) }()
+	}
+	b.Cleanup(func() { cancel(); wg.Wait() })
+	start := time.Now()
+	for b.Loop() {
+		res, err := sdk.Start(ctx, c, remoteFan, fanOutSteps, nil)
+		require.NoError(b, err)
+		n, err := res.Result(ctx)
+		require.NoError(b, err)
+		require.Equal(b, fanOutSteps, n)
+	}
+	b.ReportMetric(float64(b.N*fanOutSteps)/time.Since(start).Seconds(), "steps/s")
 }

@@ -59,9 +59,17 @@ RETURNING r.lease_expires_at, t.cancel_requested;
 -- name: RemoteStepTake
 -- Removes the step the claim holds and returns it: what its outcome's
 -- append does in the same transaction. With @expired, only if its lease
--- has ended (the rescuer's).
+-- has ended (the rescuer's). The task's row is locked first, so that the
+-- outcomes of a fan-out's steps take their turns at the task's history
+-- rather than race for it (each would read the history, append, and
+-- conflict with the others' appends); the transaction's next statements
+-- read the history as the last turn left it.
+WITH task AS (
+    SELECT id FROM /* TEMPLATE: schema */tasks WHERE id = @task_id FOR UPDATE
+)
 DELETE FROM /* TEMPLATE: schema */remote_steps AS r
-WHERE r.task_id = @task_id AND r.position = @position AND r.namespace = @namespace AND r.nonce = @nonce
+USING task
+WHERE r.task_id = task.id AND r.position = @position AND r.namespace = @namespace AND r.nonce = @nonce
   AND (cardinality(@queues::text[]) = 0 OR r.queue = ANY(@queues::text[]))
   AND (NOT @expired::boolean OR r.lease_expires_at <= @now)
 RETURNING r.namespace, r.task_id, r.position, r.name, r.queue, r.attempt, r.input, r.heartbeat_ms, r.start_to_close_ms,
