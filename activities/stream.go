@@ -3,6 +3,7 @@ package activities
 import (
 	"context"
 	"encoding/json"
+	"github.com/cairnflow/cairn/history"
 
 	"github.com/cockroachdb/errors"
 
@@ -20,7 +21,7 @@ const (
 	MaxStreamBytes = 32 << 20
 	// MaxStreams bounds the streams one attempt writes to, over its steps
 	// and workflow body: each adds one stream_closed to the history.
-	MaxStreams = 64
+	MaxStreams = history.MaxStreams
 )
 
 // ProgressStream is the stream [Progress] (and workflow.Progress) writes to.

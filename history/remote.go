@@ -305,6 +305,9 @@ func (s *State) retryRemote(match func(RemoteStep) bool) {
 // event: each names a stream once, at the step's position, closed the
 // way the outcome closes them.
 func checkRemoteStreams(e Event, position int, streams []StreamClosedData, outcome string) error {
+	if len(streams) > MaxStreams {
+		return invalidf(nil, "event %d (%s): %d streams, over the limit of %d", e.Seq, e.Data.EventType(), len(streams), MaxStreams)
+	}
 	seen := make(map[string]bool, len(streams))
 	for _, st := range streams {
 		if err := ValidStreamName(st.Name); err != nil {

@@ -35,6 +35,11 @@ const (
 // MaxStreamNameBytes bounds a stream's name in bytes.
 const MaxStreamNameBytes = 100
 
+// MaxStreams bounds the streams one attempt of a task writes to (over its
+// steps and workflow body), and those one claim of a remote step writes
+// to: each is recorded in the history when it closes.
+const MaxStreams = 64
+
 // ValidStreamName returns why name cannot name a stream, or nil: a name
 // is 1..[MaxStreamNameBytes] bytes of printable UTF-8 (no spaces).
 func ValidStreamName(name string) error {

@@ -290,9 +290,9 @@ type RemoteChunk struct {
 // completes, with their record in its history; rewound when it fails,
 // its lease ends or it is released). It returns the seq of the last
 // chunk. A claim that no longer holds the step is refused with
-// [ErrClaimLost]; chunks that would take the claim past
-// store.MaxRemoteStreamBytes (32 MiB over its streams) with
-// [ErrPayloadTooLarge], nothing of them written.
+// [ErrClaimLost] (so are chunks of a task that has finished); chunks that
+// would take the claim past store.MaxRemoteStreamBytes (32 MiB) or 64
+// streams with [ErrPayloadTooLarge], nothing of them written.
 func (c *Client) StreamRemote(ctx context.Context, claim string, chunks []RemoteChunk, opts *RemoteCallOpts) (int64, error) {
 	ref, _, err := c.ref(claim, opts)
 	if err != nil {

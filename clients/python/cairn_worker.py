@@ -31,7 +31,8 @@ _RETRY_DELAYS = (0.25, 0.5, 1.0, 2.0)  # retries of the calls under a claim but 
 _CLAIM_BACKOFF_CAP = 30.0
 _CALL_TIMEOUT = 10.0
 _NETWORK_ERRORS = (OSError, http.client.HTTPException)  # refused, timeouts, resets, bad replies
-_MAX_CHUNKS, _MAX_CHUNK_BYTES, _MAX_NAME_BYTES = 1000, 64 << 10, 100  # the stream call's limits
+_MAX_CHUNKS, _MAX_BODY_BYTES = 1000, 4 << 20  # the stream call's limits
+_MAX_CHUNK_BYTES, _MAX_NAME_BYTES = 64 << 10, 100
 
 
 class WorkerError(Exception):
@@ -109,25 +110,34 @@ class StepContext:
     def stream(self, name, data):
         """Write ``data`` (JSON of at most 64 KiB) to the task's stream ``name`` now; returns its seq.
 
-        Network errors and 5xx are retried (a chunk whose answer was lost may be written twice).
-        Raises ValueError for a bad name or chunk (TypeError: not JSON; nothing sent), ClaimLost when
-        the claim lost the step, Permanent when the server refuses it (413: the claim's 32 MiB are
-        spent), Transient when it stays out of reach.
+        Raises, with nothing sent, Permanent for a bad name (kind InvalidStreamName) or a chunk over
+        64 KiB (PayloadTooLarge), TypeError/ValueError for data JSON cannot hold. Network errors and
+        5xx are retried (a chunk whose answer was lost may be written twice). ClaimLost: the claim
+        lost the step; Permanent: refused (413: the claim's 32 MiB are spent); Transient: unreachable.
         """
         return self.stream_many(name, [data])
 
     def stream_many(self, name, items):
-        """stream() for 1-1000 chunks of one stream in one call, in order; returns the last one's seq."""
+        """stream() for 1-1000 chunks of one stream, in order, in several calls if over 4 MiB in all
+        (a call that raises leaves those before it written); returns the last one's seq."""
         items = list(items)
         if not 1 <= len(items) <= _MAX_CHUNKS:
             raise ValueError(f"stream {name!r}: {len(items)} chunks in one call; send 1 to {_MAX_CHUNKS}")
         if not (isinstance(name, str) and name.isprintable() and " " not in name  # as Go's IsPrint, !IsSpace
                 and 1 <= len(name.encode()) <= _MAX_NAME_BYTES):
-            raise ValueError(f"stream name {name!r}: 1-{_MAX_NAME_BYTES} bytes of printable UTF-8, no spaces")
-        for size in (len(_json(data)) for data in items):  # ASCII JSON: its characters are bytes
-            if size > _MAX_CHUNK_BYTES:
-                raise ValueError(f"stream {name!r}: a {size}-byte chunk is over {_MAX_CHUNK_BYTES} bytes")
-        return self._send([{"stream": name, "data": data} for data in items])
+            raise Permanent(f"stream name {name!r}: use 1-{_MAX_NAME_BYTES} bytes of printable UTF-8, "
+                            "no spaces", kind="InvalidStreamName")
+        batches, size, frame = [], _MAX_BODY_BYTES, len(_json({"stream": name, "data": 0}))  # 0 for a comma
+        for data in items:
+            n = len(_json(data))  # ASCII JSON: its characters are bytes
+            if n > _MAX_CHUNK_BYTES:
+                raise Permanent(f"stream {name!r}: a chunk of {n} bytes is over the limit of "
+                                f"{_MAX_CHUNK_BYTES}", kind="PayloadTooLarge")
+            if size + frame + n > _MAX_BODY_BYTES:  # a new body: '{"chunks":[' ']}', no comma first
+                batches, size = batches + [[]], 12
+            batches[-1].append({"stream": name, "data": data})
+            size += frame + n
+        return [self._send(batch) for batch in batches][-1]
 
 
 class _Response:

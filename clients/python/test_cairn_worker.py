@@ -407,22 +407,56 @@ class WorkerTest(unittest.TestCase):
         @w.step("s")
         def s(input, ctx):
             calls = [lambda n=n, d=d: ctx.stream(n, d) for n, d in bad]
-            calls += [lambda: ctx.stream_many("ok", []), lambda: ctx.stream_many("ok", [1] * 1001)]
+            calls += [lambda: ctx.stream_many("ok", []), lambda: ctx.stream_many("ok", [1] * 1001),
+                      lambda: ctx.stream_many("ok", ["a", "x" * limit])]  # checked before any is sent
             for call in calls:
                 try:
                     call()
                     raised.append(None)
-                except (ValueError, TypeError) as e:
-                    raised.append(type(e).__name__)
+                except (Permanent, ValueError, TypeError) as e:
+                    raised.append(f"{type(e).__name__}:{getattr(e, 'kind', '')}")
             return ctx.stream("é" * 50, "x" * (limit - 2))  # at both limits: sent
 
         claim = self.server.add_step("s")
         t = self.start(w)
         self.outcome("complete", claim)
         self.stop(w, t)
-        self.assertEqual(raised, ["ValueError"] * 10 + ["TypeError"] + ["ValueError"] * 2)
+        name, big = "Permanent:InvalidStreamName", "Permanent:PayloadTooLarge"
+        self.assertEqual(raised, [name] * 8 + [big, "ValueError:", "TypeError:"]  # JSON cannot hold nan, object()
+                         + ["ValueError:"] * 2 + [big])  # 0 or 1001 chunks: a wrong call
         self.assertEqual([c[2] for c in self.server.calls_of("stream")],
                          [{"chunks": [{"stream": "é" * 50, "data": "x" * (limit - 2)}]}])
+
+    def test_bad_stream_name_or_chunk_fails_the_step_permanently(self):
+        w = self.worker()
+        w.register("s", lambda input, ctx: ctx.stream("a b", 1))
+        w.register("t", lambda input, ctx: ctx.stream("tokens", "x" * (64 << 10)))
+        bad_name, too_big = self.server.add_step("s"), self.server.add_step("t")
+        t = self.start(w)
+        errors = [self.outcome("fail", c)["error"] for c in (bad_name, too_big)]
+        self.stop(w, t)
+        self.assertEqual([(e["type"], e["class"], e["kind"]) for e in errors],
+                         [("Permanent", "permanent", "InvalidStreamName"),
+                          ("Permanent", "permanent", "PayloadTooLarge")])
+        self.assertEqual(self.server.calls_of("stream"), [])
+
+    def test_stream_many_splits_bodies_over_4_mib(self):
+        w = self.worker()
+        items = [f"{i:04d}" + "x" * ((64 << 10) - 6) for i in range(130)]  # each 64 KiB of JSON
+        seqs = []
+        w.register("s", lambda input, ctx: seqs.append(ctx.stream_many("tokens", items)))
+        claim = self.server.add_step("s")
+        t = self.start(w)
+        self.outcome("complete", claim)
+        self.stop(w, t)
+        bodies = [c[2] for c in self.server.calls_of("stream", claim)]
+        sizes = [len(json.dumps(b, separators=(",", ":"))) for b in bodies]
+        self.assertEqual([len(b["chunks"]) for b in bodies], [63, 63, 4])  # 64 would pass 4 MiB
+        self.assertTrue(all(size <= 4 << 20 for size in sizes), sizes)
+        self.assertGreater(sizes[0] + 1 + len(json.dumps(bodies[1]["chunks"][0], separators=(",", ":"))),
+                           4 << 20)
+        self.assertEqual([c["data"] for b in bodies for c in b["chunks"]], items)
+        self.assertEqual(seqs, [130])
 
     def test_hard_stop_releases_at_once(self):
         w = self.worker(drain_timeout=30)

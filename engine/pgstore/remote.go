@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/history"
 )
 
 // RemoteStepInsert implements [store.Executor].
@@ -112,15 +113,16 @@ func (s *Store) RemoteStepListExpired(ctx context.Context, p *store.RemoteStepEx
 }
 
 // RemoteStepRemoveFinished implements [store.Executor].
-func (s *Store) RemoteStepRemoveFinished(ctx context.Context, p *store.RemoteStepExpiredParams) (int, error) {
+func (s *Store) RemoteStepRemoveFinished(ctx context.Context, p *store.RemoteStepExpiredParams) ([]*store.RemoteStep, error) {
 	if err := p.Validate(); err != nil {
-		return 0, err
+		return nil, err
 	}
-	tag, err := s.db.Exec(ctx, s.sql("RemoteStepRemoveFinished"), pgx.NamedArgs{"max": p.Max})
+	rows, err := s.db.Query(ctx, s.sql("RemoteStepRemoveFinished"), pgx.NamedArgs{"max": p.Max})
 	if err != nil {
-		return 0, errors.Wrap(interpretError(err), "remove finished remote steps")
+		return nil, errors.Wrap(interpretError(err), "remove finished remote steps")
 	}
-	return int(tag.RowsAffected()), nil
+	out, err := pgx.CollectRows(rows, scanRemoteStep)
+	return out, errors.Wrap(interpretError(err), "remove finished remote steps")
 }
 
 func remoteRefArgs(p *store.RemoteStepRef, now time.Time) pgx.NamedArgs {
@@ -159,24 +161,26 @@ func (s *Store) RemoteStreamAppend(ctx context.Context, p *store.RemoteStreamApp
 	for i, c := range p.Chunks {
 		streams[i], datas[i] = c.Stream, c.Data
 	}
-	args["streams"], args["datas"], args["bytes"], args["max_bytes"] = streams, datas, p.Bytes, int64(store.MaxRemoteStreamBytes)
+	args["streams"], args["datas"], args["bytes"] = streams, datas, p.Bytes
+	args["max_bytes"], args["max_streams"] = int64(store.MaxRemoteStreamBytes), history.MaxStreams
 	args["channel"] = s.streamChannel
-	var full bool
-	var last *int64
-	err := retryTakenSeq(ctx, func() error {
-		return s.db.QueryRow(ctx, s.sql("RemoteStreamAppend"), args).Scan(&full, &last)
-	})
-	switch {
-	case err != nil:
-		return 0, errors.Wrapf(interpretError(err), "append to the streams of remote step %d of task %s", p.Ref.Position, p.Ref.TaskID)
-	case full:
-		return 0, errors.Wrapf(store.ErrStreamFull, "remote step %d of task %s: %d bytes more would pass the claim's limit of %d",
-			p.Ref.Position, p.Ref.TaskID, p.Bytes, store.MaxRemoteStreamBytes)
-	case last == nil:
-		return 0, errors.Wrapf(store.ErrNotFound, "append to the streams of remote step %d of task %s: the claim does not hold the step",
-			p.Ref.Position, p.Ref.TaskID)
+	var last int64
+	err := s.retryTakenSeq(ctx, func() error { return s.db.QueryRow(ctx, s.sql("RemoteStreamAppend"), args).Scan(&last) })
+	if errors.Is(err, pgx.ErrNoRows) {
+		// Nothing written: the claim is full, or it does not hold the
+		// step (asked apart: the append's snapshot may predate the row's
+		// last update).
+		var full bool
+		err = s.db.QueryRow(ctx, s.sql("RemoteStreamFull"), args).Scan(&full)
+		if err == nil && full {
+			return 0, errors.Wrapf(store.ErrStreamFull, "remote step %d of task %s: %d bytes more, or their streams, would pass the claim's limits of %d bytes and %d streams",
+				p.Ref.Position, p.Ref.TaskID, p.Bytes, store.MaxRemoteStreamBytes, history.MaxStreams)
+		}
+		if err == nil || errors.Is(err, pgx.ErrNoRows) {
+			err = errors.Wrap(store.ErrNotFound, "the claim does not hold the step, or its task has finished")
+		}
 	}
-	return *last, nil
+	return last, errors.Wrapf(interpretError(err), "append to the streams of remote step %d of task %s", p.Ref.Position, p.Ref.TaskID)
 }
 
 // RemoteStreamClose implements [store.Executor].

@@ -39,7 +39,7 @@ WITH picked AS (
     FOR UPDATE OF r SKIP LOCKED
 )
 UPDATE /* TEMPLATE: schema */remote_steps AS r
-SET nonce = replace(gen_random_uuid()::text, '-', ''), worker = @worker, claimed_at = @now, stream_bytes = 0,
+SET nonce = replace(gen_random_uuid()::text, '-', ''), worker = @worker, claimed_at = @now, stream_bytes = 0, stream_names = '{}',
     lease_expires_at = @now::timestamptz + r.heartbeat_ms * interval '1 millisecond'
 FROM picked WHERE r.task_id = picked.task_id AND r.position = picked.position
 RETURNING r.namespace, r.task_id, r.position, r.name, r.queue, r.attempt, r.input, r.heartbeat_ms, r.start_to_close_ms,
@@ -80,7 +80,7 @@ RETURNING r.namespace, r.task_id, r.position, r.name, r.queue, r.attempt, r.inpu
 -- as a dispatch is; counts the steps released (0 or 1).
 WITH up AS (
     UPDATE /* TEMPLATE: schema */remote_steps
-    SET nonce = '', worker = '', claimed_at = NULL, lease_expires_at = NULL, stream_bytes = 0
+    SET nonce = '', worker = '', claimed_at = NULL, lease_expires_at = NULL, stream_bytes = 0, stream_names = '{}'
     WHERE task_id = @task_id AND position = @position AND namespace = @namespace AND nonce = @nonce
       AND (cardinality(@queues::text[]) = 0 OR queue = ANY(@queues::text[]))
     RETURNING namespace, queue
@@ -97,31 +97,38 @@ ORDER BY r.lease_expires_at
 LIMIT @max;
 
 -- name: RemoteStepRemoveFinished
--- Removes up to @max rows of tasks finished or gone: nothing will collect
--- their outcomes.
+-- Removes up to @max rows of tasks finished or gone, and returns them:
+-- nothing will collect their outcomes.
 DELETE FROM /* TEMPLATE: schema */remote_steps AS r
 WHERE (r.task_id, r.position) IN (
     SELECT x.task_id, x.position FROM /* TEMPLATE: schema */remote_steps AS x
     LEFT JOIN /* TEMPLATE: schema */tasks AS t ON t.id = x.task_id
     WHERE t.id IS NULL OR t.status NOT IN ('pending', 'retrying', 'running')
-    LIMIT @max);
+    LIMIT @max)
+RETURNING r.namespace, r.task_id, r.position, r.name, r.queue, r.attempt, NULL::bytea, r.heartbeat_ms, r.start_to_close_ms,
+    r.dispatched_at, r.nonce, r.worker, r.claimed_at, r.lease_expires_at, false;
 
 -- name: RemoteStreamAppend
 -- Writes chunks to the task's streams under the claim, at its step's
--- position and attempt, after the task's last seq, and adds @bytes to
--- what the claim has written, up to @max_bytes. The row's update fences
--- the chunks: an outcome that took the row first leaves nothing to update
--- (and one that comes after waits for this statement). Writers of other
--- steps, and the workflow's own attempt, may take the same seq: the loser
--- fails on the primary key and tries again. Returns whether the claim
--- holds the step but is full, and the last seq written (NULL: nothing).
+-- position and attempt, after the task's last seq, and adds @bytes and
+-- the chunks' stream names to what the claim has written, up to
+-- @max_bytes and @max_streams, while the task is not finished. The row's
+-- update fences the chunks: an outcome that took the row first leaves
+-- nothing to update (and one that comes after waits for this statement).
+-- Writers of other steps, and the workflow's own attempt, may take the
+-- same seqs: the loser fails on the primary key and numbers again.
+-- Returns the last seq written; no row when nothing was (see
+-- RemoteStreamFull).
 WITH step AS (
-    UPDATE /* TEMPLATE: schema */remote_steps
-    SET stream_bytes = stream_bytes + @bytes
-    WHERE task_id = @task_id AND position = @position AND namespace = @namespace AND nonce = @nonce
-      AND (cardinality(@queues::text[]) = 0 OR queue = ANY(@queues::text[]))
-      AND stream_bytes + @bytes <= @max_bytes
-    RETURNING attempt, position
+    UPDATE /* TEMPLATE: schema */remote_steps AS r
+    SET stream_bytes = r.stream_bytes + @bytes,
+        stream_names = ARRAY(SELECT DISTINCT n FROM unnest(r.stream_names || @streams::text[]) AS u(n))
+    WHERE r.task_id = @task_id AND r.position = @position AND r.namespace = @namespace AND r.nonce = @nonce
+      AND (cardinality(@queues::text[]) = 0 OR r.queue = ANY(@queues::text[]))
+      AND r.stream_bytes + @bytes <= @max_bytes
+      AND cardinality(ARRAY(SELECT DISTINCT n FROM unnest(r.stream_names || @streams::text[]) AS u(n))) <= @max_streams
+      AND EXISTS (SELECT 1 FROM /* TEMPLATE: schema */tasks AS t WHERE t.id = r.task_id AND t.status IN ('pending', 'retrying', 'running'))
+    RETURNING r.attempt, r.position
 ), base AS (
     SELECT coalesce((SELECT max(seq) FROM /* TEMPLATE: schema */stream_entries WHERE task_id = @task_id), 0) AS seq
     FROM step
@@ -133,12 +140,18 @@ WITH step AS (
 ), note AS (
     SELECT pg_notify(@channel, @task_id::text) FROM step
 )
-SELECT EXISTS (
-        SELECT 1 FROM /* TEMPLATE: schema */remote_steps
-        WHERE task_id = @task_id AND position = @position AND namespace = @namespace AND nonce = @nonce
-          AND stream_bytes + @bytes > @max_bytes),
-    (SELECT max(seq) FROM ins)
-WHERE (SELECT count(*) FROM note) >= 0;
+SELECT max(seq) FROM ins WHERE (SELECT count(*) FROM note) >= 0 HAVING count(*) > 0;
+
+-- name: RemoteStreamFull
+-- Whether chunks of @bytes more in @streams would take the claim past its
+-- bounds; no row when the claim does not hold the step (or its task has
+-- finished).
+SELECT r.stream_bytes + @bytes > @max_bytes
+    OR cardinality(ARRAY(SELECT DISTINCT n FROM unnest(r.stream_names || @streams::text[]) AS u(n))) > @max_streams
+FROM /* TEMPLATE: schema */remote_steps AS r
+WHERE r.task_id = @task_id AND r.position = @position AND r.namespace = @namespace AND r.nonce = @nonce
+  AND (cardinality(@queues::text[]) = 0 OR r.queue = ANY(@queues::text[]))
+  AND EXISTS (SELECT 1 FROM /* TEMPLATE: schema */tasks AS t WHERE t.id = r.task_id AND t.status IN ('pending', 'retrying', 'running'));
 
 -- name: RemoteStreamClose
 -- Ends or rewinds (@kind) the streams the step at @position left open

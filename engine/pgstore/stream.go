@@ -29,7 +29,7 @@ func (s *Store) StreamAppend(ctx context.Context, p *store.StreamAppendParams) (
 		"task_id": p.TaskID, "namespace": p.Namespace, "epoch": p.Epoch, "now": s.now(), "channel": s.streamChannel,
 		"streams": streams, "attempts": attempts, "positions": positions, "kinds": kinds, "datas": datas,
 	}
-	err := retryTakenSeq(ctx, func() error { return s.db.QueryRow(ctx, s.sql("StreamAppend"), args).Scan(&last) })
+	err := s.retryTakenSeq(ctx, func() error { return s.db.QueryRow(ctx, s.sql("StreamAppend"), args).Scan(&last) })
 	if err != nil {
 		return 0, errors.Wrapf(interpretError(err), "append to the streams of task %s", p.TaskID)
 	}
@@ -124,12 +124,13 @@ const maxSeqTries = 50
 // its seqs to another writer: a task's streams are written by its
 // attempt and by the claims of its remote steps at once, each numbering
 // its entries after the last it sees. The loser fails on the primary key
-// (its statement wrote nothing) and numbers again. Outside a transaction
-// only: in one, the failure ends it.
-func retryTakenSeq(ctx context.Context, write func() error) error {
+// (its statement wrote nothing) and numbers again. Not in a store bound
+// to a transaction: there the failure ends the transaction, and the
+// conflict is its caller's to retry.
+func (s *Store) retryTakenSeq(ctx context.Context, write func() error) error {
 	for try := 1; ; try++ {
 		err := write()
-		if try == maxSeqTries || !errors.Is(interpretError(err), store.ErrConflict) {
+		if try == maxSeqTries || s.txn != nil || !errors.Is(interpretError(err), store.ErrConflict) {
 			return err
 		}
 		t := time.NewTimer(time.Duration(rand.Int64N(int64(min(try, 10)) * int64(time.Millisecond))))

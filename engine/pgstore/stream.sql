@@ -5,11 +5,12 @@
 -- Writes entries to a running task's streams after its last seq, fenced
 -- by the writer's lease epoch: the task row is read FOR SHARE, so an
 -- append racing a claim (a new epoch) waits for it and then finds the
--- epoch changed, writing nothing. One writer writes a task's entries at a
--- time (its attempt's flusher), so max(seq) + 1 does not race; a second
--- writer under the same epoch would fail on the primary key. The task is
--- announced on the stream channel. Returns the last seq written, NULL
--- when fenced.
+-- epoch changed, writing nothing. The attempt writes its entries one
+-- batch at a time (its flusher), but the claims of the task's remote
+-- steps write beside it (RemoteStreamAppend): an append that loses
+-- max(seq) + 1 to another fails on the primary key, and the store numbers
+-- it again (retryTakenSeq). The task is announced on the stream channel.
+-- Returns the last seq written, NULL when fenced.
 WITH fence AS (
     SELECT id FROM /* TEMPLATE: schema */tasks
     WHERE id = @task_id AND namespace = @namespace AND status = 'running' AND lease_epoch = @epoch

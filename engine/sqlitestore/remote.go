@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/cairnflow/cairn/engine/store"
+	"github.com/cairnflow/cairn/history"
 )
 
 // RemoteStepInsert implements [store.Executor].
@@ -151,20 +152,20 @@ func (s *Store) RemoteStepListExpired(ctx context.Context, p *store.RemoteStepEx
 }
 
 // RemoteStepRemoveFinished implements [store.Executor].
-func (s *Store) RemoteStepRemoveFinished(ctx context.Context, p *store.RemoteStepExpiredParams) (int, error) {
+func (s *Store) RemoteStepRemoveFinished(ctx context.Context, p *store.RemoteStepExpiredParams) ([]*store.RemoteStep, error) {
 	if err := p.Validate(); err != nil {
-		return 0, err
+		return nil, err
 	}
-	var n int64
+	var out []*store.RemoteStep
 	err := s.tx(ctx, func(tx *txn) error {
-		res, err := tx.exec(ctx, "RemoteStepRemoveFinished", p.Max)
+		rows, err := tx.query(ctx, "RemoteStepRemoveFinished", p.Max)
 		if err != nil {
 			return interpret(err)
 		}
-		n, err = res.RowsAffected()
+		out, err = scanRemoteSteps(rows)
 		return err
 	})
-	return int(n), errors.Wrap(err, "remove finished remote steps")
+	return out, errors.Wrap(err, "remove finished remote steps")
 }
 
 // queuesJSON is a reference's queues as a JSON array ([] for any).
@@ -215,21 +216,30 @@ func (s *Store) RemoteStreamAppend(ctx context.Context, p *store.RemoteStreamApp
 		return 0, err
 	}
 	r := &p.Ref
+	names := make([]string, len(p.Chunks))
+	for i, c := range p.Chunks {
+		names[i] = c.Stream
+	}
+	namesJSON, err := json.Marshal(names)
+	if err != nil {
+		return 0, errors.Wrap(err, "append to a remote step's streams")
+	}
 	var last int64
-	err := s.tx(ctx, func(tx *txn) error {
+	err = s.tx(ctx, func(tx *txn) error {
 		var attempt, position int
 		err := tx.queryRow(ctx, "RemoteStreamHold", r.TaskID.String(), r.Position, r.Namespace, r.Nonce, queuesJSON(r.Queues),
-			p.Bytes, store.MaxRemoteStreamBytes).Scan(&attempt, &position)
+			p.Bytes, store.MaxRemoteStreamBytes, string(namesJSON), history.MaxStreams).Scan(&attempt, &position)
 		if errors.Is(err, sql.ErrNoRows) {
 			var full int
 			if err := tx.queryRow(ctx, "RemoteStreamFull", r.TaskID.String(), r.Position, r.Namespace, r.Nonce, p.Bytes,
-				store.MaxRemoteStreamBytes).Scan(&full); err != nil {
+				store.MaxRemoteStreamBytes, string(namesJSON), history.MaxStreams).Scan(&full); err != nil {
 				return interpret(err)
 			}
 			if full > 0 {
-				return errors.Wrapf(store.ErrStreamFull, "%d bytes more would pass the claim's limit of %d", p.Bytes, store.MaxRemoteStreamBytes)
+				return errors.Wrapf(store.ErrStreamFull, "%d bytes more, or their streams, would pass the claim's limits of %d bytes and %d streams",
+					p.Bytes, store.MaxRemoteStreamBytes, history.MaxStreams)
 			}
-			return errors.Wrap(store.ErrNotFound, "the claim does not hold the step")
+			return errors.Wrap(store.ErrNotFound, "the claim does not hold the step, or its task has finished")
 		}
 		if err != nil {
 			return interpret(err)

@@ -17,7 +17,7 @@ ON CONFLICT (task_id, position) DO UPDATE SET namespace = excluded.namespace, na
 -- dispatch first, each under a new nonce and a lease of its heartbeat
 -- timeout; steps of tasks finished or cancelled are left for the sweep.
 UPDATE remote_steps AS r
-SET nonce = lower(hex(randomblob(16))), worker = ?5, claimed_at = ?6, lease_expires_at = ?6 + r.heartbeat_ms * 1000, stream_bytes = 0
+SET nonce = lower(hex(randomblob(16))), worker = ?5, claimed_at = ?6, lease_expires_at = ?6 + r.heartbeat_ms * 1000, stream_bytes = 0, stream_names = '[]'
 WHERE (r.task_id, r.position) IN (
     SELECT x.task_id, x.position FROM remote_steps AS x
     JOIN tasks AS t ON t.id = x.task_id
@@ -47,7 +47,7 @@ RETURNING namespace, task_id, position, name, queue, attempt, input, heartbeat_m
     dispatched_at, nonce, worker, claimed_at, lease_expires_at, 0;
 
 -- name: RemoteStepRelease
-UPDATE remote_steps SET nonce = '', worker = '', claimed_at = NULL, lease_expires_at = NULL, stream_bytes = 0
+UPDATE remote_steps SET nonce = '', worker = '', claimed_at = NULL, lease_expires_at = NULL, stream_bytes = 0, stream_names = '[]'
 WHERE task_id = ?1 AND position = ?2 AND namespace = ?3 AND nonce = ?4
   AND (json_array_length(?5) = 0 OR queue IN (SELECT value FROM json_each(?5)))
 RETURNING queue;
@@ -63,21 +63,33 @@ DELETE FROM remote_steps WHERE (task_id, position) IN (
     SELECT x.task_id, x.position FROM remote_steps AS x
     LEFT JOIN tasks AS t ON t.id = x.task_id
     WHERE t.id IS NULL OR t.status NOT IN ('pending', 'retrying', 'running')
-    LIMIT ?1);
+    LIMIT ?1)
+RETURNING namespace, task_id, position, name, queue, attempt, NULL, heartbeat_ms, start_to_close_ms,
+    dispatched_at, nonce, worker, claimed_at, lease_expires_at, 0;
 
 -- name: RemoteStreamHold
--- Adds ?6 bytes to what the claim has written, up to ?7; returns the
--- step's attempt and position. No row: the claim does not hold the step,
--- or it is full (RemoteStreamFull says which).
-UPDATE remote_steps SET stream_bytes = stream_bytes + ?6
+-- Adds ?6 bytes and the stream names in ?8 (a JSON array) to what the
+-- claim has written, up to ?7 bytes and ?9 streams, while its task is not
+-- finished; returns the step's attempt and position. No row: the claim
+-- does not hold the step, or it is full (RemoteStreamFull says which).
+UPDATE remote_steps
+SET stream_bytes = stream_bytes + ?6,
+    stream_names = (SELECT json_group_array(value) FROM (
+        SELECT value FROM json_each(remote_steps.stream_names) UNION SELECT value FROM json_each(?8)))
 WHERE task_id = ?1 AND position = ?2 AND namespace = ?3 AND nonce = ?4
   AND (json_array_length(?5) = 0 OR queue IN (SELECT value FROM json_each(?5)))
   AND stream_bytes + ?6 <= ?7
+  AND (SELECT count(*) FROM (
+        SELECT value FROM json_each(remote_steps.stream_names) UNION SELECT value FROM json_each(?8))) <= ?9
+  AND EXISTS (SELECT 1 FROM tasks AS t WHERE t.id = remote_steps.task_id AND t.status IN ('pending', 'retrying', 'running'))
 RETURNING attempt, position;
 
 -- name: RemoteStreamFull
-SELECT count(*) FROM remote_steps
-WHERE task_id = ?1 AND position = ?2 AND namespace = ?3 AND nonce = ?4 AND stream_bytes + ?5 > ?6;
+SELECT count(*) FROM remote_steps AS r
+WHERE r.task_id = ?1 AND r.position = ?2 AND r.namespace = ?3 AND r.nonce = ?4
+  AND (r.stream_bytes + ?5 > ?6 OR (SELECT count(*) FROM (
+        SELECT value FROM json_each(r.stream_names) UNION SELECT value FROM json_each(?7))) > ?8)
+  AND EXISTS (SELECT 1 FROM tasks AS t WHERE t.id = r.task_id AND t.status IN ('pending', 'retrying', 'running'));
 
 -- name: RemoteStreamLastSeq
 SELECT coalesce(max(seq), 0) FROM stream_entries WHERE task_id = ?1;

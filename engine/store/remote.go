@@ -203,12 +203,14 @@ func validRemoteName(s string) bool { return s != "" && len(s) <= MaxRemoteNameB
 // anew).
 
 // MaxRemoteStreamBytes bounds the chunks one claim of a remote step
-// writes, over all its streams, as their writer measured them (their
-// JSON): 32 MiB, a Go step's bound for one stream.
+// writes, over all its streams (at most history.MaxStreams of them), as
+// their writer measured them (their JSON): 32 MiB, a Go step's bound for
+// one stream.
 const MaxRemoteStreamBytes = 32 << 20
 
 // ErrStreamFull marks a remote step's chunks refused because they would
-// take its claim past [MaxRemoteStreamBytes]: nothing of them is written.
+// take its claim past [MaxRemoteStreamBytes] or history.MaxStreams
+// streams: nothing of them is written.
 var ErrStreamFull = errors.New("the claim's stream chunks are over their limit")
 
 // RemoteStreamAppendParams are chunks [Executor.RemoteStreamAppend]

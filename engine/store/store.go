@@ -287,8 +287,8 @@ type Executor interface {
 	// removes and returns the step a claim holds (with its outcome's
 	// append, in one transaction); RemoteStepRelease hands it back
 	// unclaimed, announced; RemoteStepListExpired lists claims whose
-	// lease ended; RemoteStepRemoveFinished removes the rows of tasks
-	// finished or gone. RemoteStreamAppend writes chunks under a claim
+	// lease ended; RemoteStepRemoveFinished removes (and returns) the rows
+	// of tasks finished or gone. RemoteStreamAppend writes chunks under a claim
 	// (announced as StreamAppend's; over MaxRemoteStreamBytes, refused
 	// with ErrStreamFull); RemoteStreamClose ends or rewinds what a step's
 	// attempt left open, in the transaction that took or released its
@@ -300,7 +300,7 @@ type Executor interface {
 	RemoteStepTake(ctx context.Context, p *RemoteStepRef) (*RemoteStep, error)
 	RemoteStepRelease(ctx context.Context, p *RemoteStepRef) error
 	RemoteStepListExpired(ctx context.Context, p *RemoteStepExpiredParams) ([]*RemoteStep, error)
-	RemoteStepRemoveFinished(ctx context.Context, p *RemoteStepExpiredParams) (int, error)
+	RemoteStepRemoveFinished(ctx context.Context, p *RemoteStepExpiredParams) ([]*RemoteStep, error)
 	RemoteStreamAppend(ctx context.Context, p *RemoteStreamAppendParams) (int64, error)
 	RemoteStreamClose(ctx context.Context, p *RemoteStreamCloseParams) (int, error)
 

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -191,9 +192,11 @@ func testRemoteStepFinishedTasks(t *testing.T, s store.Store) {
 	got := claimRemote(t, s, "py-1", 10)
 	require.Len(t, got, 1, "only a step of a task not finished is claimed")
 	require.Equal(t, live, got[0].TaskID)
-	n, err := s.RemoteStepRemoveFinished(ctx, &store.RemoteStepExpiredParams{Max: 10})
+	gone, err := s.RemoteStepRemoveFinished(ctx, &store.RemoteStepExpiredParams{Max: 10})
 	require.NoError(t, err)
-	require.Equal(t, 2, n, "the rows of the finished task and of a task gone")
+	require.Len(t, gone, 2, "the rows of the finished task and of a task gone")
+	require.ElementsMatch(t, []bool{true, false}, []bool{gone[0].TaskID == done, gone[1].TaskID == done})
+	require.Equal(t, store.DefaultNamespace, gone[0].Namespace)
 	_, err = s.RemoteStepHeartbeat(ctx, refOf(got[0]))
 	require.NoError(t, err, "a live task's step stays")
 }
@@ -363,6 +366,24 @@ func testRemoteStreamAppendAndClose(t *testing.T, s store.Store) {
 	all = readStream(t, s, task, 0, 0)
 	require.Equal(t, store.StreamEntry{Seq: all[len(all)-1].Seq, Stream: "tokens", Attempt: 3, Position: 2, Kind: store.StreamEnd,
 		CreatedAt: all[len(all)-1].CreatedAt}, all[len(all)-1], "closed under the attempt that wrote it")
+
+	// At most history.MaxStreams streams a claim (this one has written
+	// its bytes' bound already: these count none); chunks of those it has
+	// still go.
+	var names []store.RemoteChunk
+	for i := range history.MaxStreams - 1 {
+		names = append(names, store.RemoteChunk{Stream: fmt.Sprintf("s%d", i), Data: []byte("1")})
+	}
+	_, err = appendRemote(s, refOf(again[0]), 0, names...)
+	require.NoError(t, err)
+	_, err = appendRemote(s, refOf(again[0]), 0, chunks("one-too-many", "1")...)
+	require.ErrorIs(t, err, store.ErrStreamFull)
+	_, err = appendRemote(s, refOf(again[0]), 0, chunks("s7", "2")...)
+	require.NoError(t, err)
+	// A finished task's claims write nothing more.
+	complete(t, s, claimOne(t, s, "w", time.Minute))
+	_, err = appendRemote(s, refOf(again[0]), 0, chunks("tokens", `"after"`)...)
+	require.ErrorIs(t, err, store.ErrNotFound)
 
 	for _, bad := range []*store.RemoteStreamAppendParams{
 		{Ref: *refOf(again[0])},

@@ -103,6 +103,12 @@ func Remote(ctx Context, name string, input json.RawMessage, opts RemoteOptions)
 		return f
 	case known && prev.InFlight():
 		return f // dispatched by an earlier attempt
+	case known && !prev.Retry && s.p.CollectOnly:
+		// Failed, and not classified yet: the next attempt classifies it.
+		// A collect-only run (a replay, a compensation) stops here as at
+		// any call the history has not decided.
+		f.done, f.err = true, s.abort(s.collect(fmt.Sprintf("remote step %d %q failed, to be classified", pos, name), "await"), nil)
+		return f
 	case known && !prev.Retry:
 		// Its worker failed it: the run ends with the step's error, which
 		// the step's retry policy classifies.

@@ -66,6 +66,8 @@ func TestReplayFindsWhatTheRuntimeWouldNot(t *testing.T) {
 	done := history.State{Status: history.StatusCompleted, Steps: steps("a", "b"), Output: json.RawMessage(`1`)}
 	remote := history.State{Status: history.StatusPending, Steps: steps("a"),
 		Remote: []history.RemoteStep{{Position: 1, Name: "ocr", Queue: "q", Attempt: 1}}}
+	remoteFailed := history.State{Status: history.StatusPending, Steps: steps("a"),
+		Remote: []history.RemoteStep{{Position: 1, Name: "ocr", Queue: "q", Attempt: 1, Failed: &history.ErrorInfo{Message: "boom"}}}}
 	for _, tc := range []struct {
 		name  string
 		state history.State
@@ -95,6 +97,9 @@ func TestReplayFindsWhatTheRuntimeWouldNot(t *testing.T) {
 		{"completed, a step renamed", done, body("step:a", "step:x"),
 			&interpreter.NondeterminismError{Kind: "step", Position: 1, Recorded: "b", Called: "x"}},
 		{"awaiting a remote step, same code", remote, body("step:a", "remote:ocr"), nil},
+		{"a remote step failed, to be classified, same code", remoteFailed, body("step:a", "remote:ocr"), nil},
+		{"a remote step failed, renamed", remoteFailed, body("step:a", "remote:embed"),
+			&interpreter.NondeterminismError{Kind: "step", Position: 1, Recorded: "ocr", Called: "embed"}},
 		{"awaiting a remote step, renamed", remote, body("step:a", "remote:embed"),
 			&interpreter.NondeterminismError{Kind: "step", Position: 1, Recorded: "ocr", Called: "embed"}},
 		{"awaiting a remote step, a Go step in its place", remote, body("step:a", "step:ocr"),

@@ -67,7 +67,8 @@ type RemoteOutcome struct {
 	// Decode decodes stream chunks as stored (the caller's payload stage,
 	// in place), so that the outcome records the streams the claim wrote
 	// as a Go step's stream_closed does: chunks, bytes and the digest of
-	// their JSON. Without it (the rescuer's) they are closed unrecorded.
+	// their JSON. Without it (the rescuer's), or when a chunk does not
+	// decode, they are closed unrecorded.
 	Decode func(ctx context.Context, datas [][]byte) error
 }
 
@@ -84,7 +85,7 @@ type RemoteOutcome struct {
 func SettleRemote(ctx context.Context, s store.Store, o RemoteOutcome) (recorded bool, err error) {
 	for try := 0; ; try++ {
 		recorded, retry, err := settleRemote(ctx, s, o)
-		if retry && try+1 < maxSettleTries {
+		if (retry || errors.Is(err, store.ErrRetryable)) && try+1 < maxSettleTries {
 			// The task's history moved on: its attempt appended, or the
 			// outcomes of its other remote steps (a fan-out answers at
 			// once). Apart, and read again.
@@ -150,8 +151,8 @@ func settleRemote(ctx context.Context, s store.Store, o RemoteOutcome) (recorded
 		// what is on record, so a step that ends after the cancel is not
 		// taken in (its worker heard of the cancel at its heartbeat).
 		closing.Kind = store.StreamRewind
-		if _, err := tx.RemoteStreamClose(ctx, &closing); err != nil {
-			return false, errors.Is(err, store.ErrConflict), err
+		if err := closeStreamsIn(ctx, tx, &closing); err != nil {
+			return false, false, err
 		}
 		if err := tx.Commit(ctx); err != nil {
 			return false, false, err
@@ -165,9 +166,7 @@ func settleRemote(ctx context.Context, s store.Store, o RemoteOutcome) (recorded
 	outcome := outcomeEvent(o, row, streams)
 	next, err := tx.EventAppend(ctx, &store.EventAppendParams{TaskID: o.Ref.TaskID, State: state, Payloads: []history.Payload{outcome}})
 	if err == nil && open {
-		// After the append, which holds the task's row: a writer of the
-		// task's own streams waits for it rather than the other way round.
-		_, err = tx.RemoteStreamClose(ctx, &closing)
+		err = closeStreamsIn(ctx, tx, &closing)
 	}
 	if errors.Is(err, store.ErrConflict) {
 		settleStates.forget(o.Ref.Namespace, o.Ref.TaskID)
@@ -196,16 +195,17 @@ func recordStreams(ctx context.Context, tx store.Tx, o RemoteOutcome, row *store
 		outcome = history.StreamRewound
 	}
 	acc := newStreamTally(row.Position, outcome)
+	recorded := o.Decode != nil
 	for after := int64(0); ; {
 		page, err := tx.StreamRead(ctx, &store.StreamReadParams{Namespace: o.Ref.Namespace, TaskID: o.Ref.TaskID, After: after,
 			Step: &store.StreamStep{Position: row.Position, Attempt: row.Attempt}})
 		if err != nil || len(page) == 0 {
-			return acc.records(o.Decode != nil), acc.anyOpen(), err
+			return acc.records(recorded), acc.anyOpen(), err
 		}
-		if o.Decode != nil {
-			if err := decodeChunks(ctx, o.Decode, page); err != nil {
-				return nil, false, err
-			}
+		if recorded && decodeChunks(ctx, o.Decode, page) != nil {
+			// A chunk that does not open here (its key is gone): the
+			// streams close unrecorded rather than record ciphertext.
+			recorded = false
 		}
 		for _, e := range page {
 			acc.add(e)
@@ -294,11 +294,12 @@ const KindRemoteLeaseExpired = "heartbeat_timeout"
 // ended (up to max of them), as the rescuer does for tasks: each
 // remote_step_failed of kind [KindRemoteLeaseExpired] wakes its task,
 // whose retry policy decides. A claim that heartbeat meanwhile keeps its
-// step. With sweep, it first removes the rows of tasks that finished. It
+// step. With sweep, it first removes the rows of tasks that finished,
+// and rewinds what their claims left open in the tasks' streams. It
 // returns how many attempts it failed.
 func ExpireRemote(ctx context.Context, s store.Store, max int, sweep bool) (int, error) {
 	if sweep {
-		if _, err := s.RemoteStepRemoveFinished(ctx, &store.RemoteStepExpiredParams{Max: max}); err != nil {
+		if err := sweepFinished(ctx, s, max); err != nil {
 			return 0, err
 		}
 	}
@@ -323,4 +324,44 @@ func ExpireRemote(ctx context.Context, s store.Store, max int, sweep bool) (int,
 		n++
 	}
 	return n, nil
+}
+
+// sweepFinished removes up to max rows of remote steps whose tasks have
+// finished (nothing will take their outcomes) and rewinds their streams,
+// so a reader does not wait on chunks no outcome will close.
+func sweepFinished(ctx context.Context, s store.Store, max int) error {
+	gone, err := s.RemoteStepRemoveFinished(ctx, &store.RemoteStepExpiredParams{Max: max})
+	if err != nil {
+		return err
+	}
+	for _, r := range gone {
+		if err := closeStreamsIn(ctx, s, &store.RemoteStreamCloseParams{Namespace: r.Namespace, TaskID: r.TaskID,
+			Position: r.Position, Kind: store.StreamRewind}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// closeStreamsIn closes a remote step's streams (RemoteStreamClose) in a
+// transaction of its own within ex (a savepoint, when ex is one), tried
+// again when their closing entries lose their seqs to another writer of
+// the task's streams: the failed statement is undone alone.
+func closeStreamsIn(ctx context.Context, ex store.Executor, p *store.RemoteStreamCloseParams) error {
+	for try := 1; ; try++ {
+		sp, err := ex.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		if _, err = sp.RemoteStreamClose(ctx, p); err == nil {
+			return sp.Commit(ctx)
+		}
+		_ = sp.Rollback(ctx)
+		if !errors.Is(err, store.ErrConflict) || try == maxSettleTries {
+			return err
+		}
+		if err := sleepCtx(ctx, time.Duration(rand.Int64N(int64(time.Millisecond)))); err != nil {
+			return err
+		}
+	}
 }

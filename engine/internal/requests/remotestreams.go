@@ -5,11 +5,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"hash"
-	"math/rand/v2"
 	"sync"
-	"time"
 
-	"github.com/cockroachdb/errors"
 	"github.com/google/uuid"
 
 	"github.com/cairnflow/cairn/engine/store"
@@ -21,21 +18,6 @@ import (
 // streams, in one transaction: the next claim writes anew. A claim that
 // no longer holds the step is refused with store.ErrNotFound.
 func ReleaseRemote(ctx context.Context, s store.Store, ref store.RemoteStepRef) error {
-	for try := 0; ; try++ {
-		err := releaseRemote(ctx, s, ref)
-		if errors.Is(err, store.ErrConflict) && try+1 < maxSettleTries {
-			// The rewind lost its seqs to another writer of the task's
-			// streams.
-			if err := sleepCtx(ctx, time.Duration(rand.Int64N(int64(settleJitter)))); err != nil {
-				return err
-			}
-			continue
-		}
-		return err
-	}
-}
-
-func releaseRemote(ctx context.Context, s store.Store, ref store.RemoteStepRef) error {
 	tx, err := s.Begin(ctx)
 	if err != nil {
 		return err
@@ -44,7 +26,7 @@ func releaseRemote(ctx context.Context, s store.Store, ref store.RemoteStepRef) 
 	if err := tx.RemoteStepRelease(ctx, &ref); err != nil {
 		return err
 	}
-	if _, err := tx.RemoteStreamClose(ctx, &store.RemoteStreamCloseParams{Namespace: ref.Namespace, TaskID: ref.TaskID,
+	if err := closeStreamsIn(ctx, tx, &store.RemoteStreamCloseParams{Namespace: ref.Namespace, TaskID: ref.TaskID,
 		Position: ref.Position, Kind: store.StreamRewind}); err != nil {
 		return err
 	}
@@ -123,7 +105,7 @@ func (t *streamTally) anyOpen() bool {
 // rather than the task's whole history each: n answers read O(n) events,
 // not O(n²). An entry the log has moved past is brought up to date; one
 // that no longer fits it (a conflict) is dropped and the log read whole.
-var settleStates = &stateCache{max: 1024, m: map[taskKey]history.State{}}
+var settleStates = &stateCache{max: 256, m: map[taskKey]history.State{}}
 
 type taskKey struct {
 	namespace string
@@ -158,9 +140,13 @@ func (c *stateCache) load(ctx context.Context, ex store.Executor, namespace stri
 	return history.Replay(events)
 }
 
-// keep remembers state, the task's as committed; a full cache lets an
-// arbitrary entry go.
+// keep remembers state, the task's as committed, unless the task has
+// finished (no answer will come); a full cache lets an arbitrary entry go.
 func (c *stateCache) keep(namespace string, id uuid.UUID, state history.State) {
+	if state.Status.Terminal() {
+		c.forget(namespace, id)
+		return
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.m) >= c.max {

@@ -60,7 +60,7 @@ func (e *Store) SettleRemote(ctx context.Context, o engine.RemoteOutcome) error 
 }
 
 // decodeChunks decodes a remote step's stream chunks as stored, in
-// place: one that does not open here (no key) stays as stored.
+// place; a chunk that does not open here (no key) is an error.
 func (e *Store) decodeChunks(ctx context.Context, ref store.RemoteStepRef, datas [][]byte) error {
 	ps := make([]*payload.Payload, len(datas))
 	for i, d := range datas {
@@ -70,9 +70,10 @@ func (e *Store) decodeChunks(ctx context.Context, ref store.RemoteStepRef, datas
 		return err
 	}
 	for i, p := range ps {
-		if p.Err == nil {
-			datas[i] = p.Data
+		if p.Err != nil {
+			return p.Err
 		}
+		datas[i] = p.Data
 	}
 	return nil
 }
