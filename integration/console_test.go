@@ -74,16 +74,20 @@ func text(t *testing.T, ctx context.Context, sel string) string {
 }
 
 // textContaining reads an element's text until it holds want (for up to
-// 10s), and returns what it read last.
+// 10s), and returns what it read last. A read that fails is read again
+// too: the element may be replaced under the read (the page still laying
+// out after a click: "No node with given id found").
 func textContaining(t *testing.T, ctx context.Context, sel, want string) string {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
-	got := text(t, ctx, sel)
-	for !strings.Contains(got, want) && time.Now().Before(deadline) {
+	for {
+		got, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
+		if err == nil && strings.Contains(got, want) || time.Now().After(deadline) {
+			require.NoError(t, err, sel)
+			return got
+		}
 		time.Sleep(100 * time.Millisecond)
-		got = text(t, ctx, sel)
 	}
-	return got
 }
 
 // waitText reloads the page until the element's text is want.
