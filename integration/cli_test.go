@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -319,4 +322,42 @@ func TestReadmeFirstCommandNeedsNoDatabase(t *testing.T) {
 
 	c := &cli{t: t, dbPath: filepath.Join(dir, "cairn-dev.db")}
 	require.Equal(t, 201, enginetest.RequireProjectionsMatch(t, c.store(t)), "200 documents and their batch")
+}
+
+// A demo worker started with --health-listen serves its liveness,
+// readiness and metrics: ready once it runs, gone once SIGTERM stops it.
+func TestCLIDemoWorkerServesItsHealth(t *testing.T) {
+	t.Parallel()
+	for _, store := range cliStores {
+		t.Run(store.name, func(t *testing.T) {
+			t.Parallel()
+			c := store.new(t)
+			addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+			w := c.command("demo", "worker", "--concurrency", "2", "--health-listen", addr)
+			w.Stderr = os.Stderr
+			require.NoError(t, w.Start())
+			t.Cleanup(func() { _ = w.Process.Kill(); _ = w.Wait() })
+			get := func(path string) (int, string) {
+				res, err := http.Get("http://" + addr + path)
+				if err != nil {
+					return 0, err.Error()
+				}
+				defer res.Body.Close()
+				body, _ := io.ReadAll(res.Body)
+				return res.StatusCode, string(body)
+			}
+			waitFor(t, 30*time.Second, "the worker ready", func() bool { status, _ := get("/readyz"); return status == http.StatusOK })
+			status, body := get("/healthz")
+			require.Equal(t, http.StatusOK, status, body)
+			require.Contains(t, body, `"status":"live"`)
+			status, body = get("/metrics")
+			require.Equal(t, http.StatusOK, status)
+			require.Contains(t, body, "cairn_notifiers_polling")
+			require.Contains(t, body, "go_goroutines")
+			require.NoError(t, w.Process.Signal(syscall.SIGTERM))
+			require.NoError(t, w.Wait(), "a clean stop on SIGTERM")
+			status, _ = get("/readyz")
+			require.Zero(t, status, "nothing is served once the worker has exited")
+		})
+	}
 }

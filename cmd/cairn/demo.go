@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"slices"
 	"strings"
@@ -13,6 +15,8 @@ import (
 
 	"github.com/cockroachdb/errors"
 	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
 
 	"github.com/cairnflow/cairn/engine/pgstore"
@@ -49,6 +53,9 @@ type demoFlags struct {
 	remoteOCR    bool
 	remoteListen string
 	ocrWorker    string
+	// healthListen, when set, is where demo worker serves its /healthz,
+	// /readyz and /metrics (sdk.Worker.HealthHandler).
+	healthListen string
 }
 
 // The first wait for a decision, unless --approval-timeout says: short when
@@ -146,7 +153,10 @@ to answer it (the console's Waiting page, cairn task signal ID approval
 	run.Flags().StringVar(&f.remoteListen, "remote-listen", "127.0.0.1:0", "with --remote-ocr: where the worker protocol is served")
 	run.Flags().StringVar(&f.ocrWorker, "ocr-worker", "clients/python/examples/ocr_worker.py",
 		"with --remote-ocr: the Python OCR worker started (\"\": none, start your own)")
-	cmd.AddCommand(run, newDemoSubmitCmd(g, f), newDemoWorkerCmd(g, f))
+	worker := newDemoWorkerCmd(g, f)
+	worker.Flags().StringVar(&f.healthListen, "health-listen", "",
+		"serve the worker's /healthz, /readyz and /metrics on this address (e.g. 127.0.0.1:9091; default: none)")
+	cmd.AddCommand(run, newDemoSubmitCmd(g, f), worker)
 	return cmd
 }
 
@@ -200,7 +210,7 @@ supervisor is notified and it waits %s more, then it is rejected ("no decision")
 
 // newDemoWorker is a worker over st, the store of the demo's client, that
 // runs the demo's workflows, as f configures them.
-func newDemoWorker(st store.Store, g *globals, f *demoFlags, reviewers intake.Notifier) (*sdk.Worker, error) {
+func newDemoWorker(st store.Store, g *globals, f *demoFlags, reviewers intake.Notifier, metrics *sdk.Metrics) (*sdk.Worker, error) {
 	archive, err := g.defaultArchive()
 	if err != nil {
 		return nil, err
@@ -213,8 +223,8 @@ func newDemoWorker(st store.Store, g *globals, f *demoFlags, reviewers intake.No
 		Store: st, Namespace: g.namespace, Concurrency: f.concurrency, DefaultArchive: archive,
 		Keys: stage.keys, BlobStore: stage.blobStore,
 		LeaseTTL: f.leaseTTL, RescueInterval: f.rescueInterval, PollInterval: 500 * time.Millisecond,
-		MaxPayloadBytes: g.maxPayload,
-		Logger:          newRedactingLogger(os.Stderr, slog.LevelWarn),
+		MaxPayloadBytes: g.maxPayload, Metrics: metrics,
+		Logger: newRedactingLogger(os.Stderr, slog.LevelWarn),
 	})
 	if err != nil {
 		return nil, err
@@ -270,10 +280,19 @@ func newDemoWorkerCmd(g *globals, f *demoFlags) *cobra.Command {
 			out := &lockedWriter{w: cmd.ErrOrStderr()}
 			reviewers, stopReviewers := demoReviewers(c, g, f, out)
 			defer stopReviewers()
-			w, err := newDemoWorker(st, g, f, reviewers)
+			reg, metrics, err := workerMetrics(f)
 			if err != nil {
 				return err
 			}
+			w, err := newDemoWorker(st, g, f, reviewers, metrics)
+			if err != nil {
+				return err
+			}
+			stopHealth, err := serveWorkerHealth(w, reg, f.healthListen, out)
+			if err != nil {
+				return err
+			}
+			defer stopHealth()
 			// The worker outlives the signal context: the signal starts a
 			// graceful stop, not a crash.
 			if err := w.Start(context.WithoutCancel(ctx)); err != nil {
@@ -309,7 +328,7 @@ func newDemoRunCmd(g *globals, f *demoFlags) *cobra.Command {
 			out := &lockedWriter{w: cmd.ErrOrStderr()}
 			reviewers, stopReviewers := demoReviewers(c, g, f, out)
 			defer stopReviewers()
-			w, err := newDemoWorker(st, g, f, reviewers)
+			w, err := newDemoWorker(st, g, f, reviewers, nil)
 			if err != nil {
 				return err
 			}
@@ -398,4 +417,37 @@ func signalCommand(g *globals) string {
 		cmd += " --namespace " + g.namespace
 	}
 	return cmd + " task signal"
+}
+
+// workerMetrics is the registry and metrics of a demo worker that serves
+// its health (--health-listen): the process's and the worker's, as
+// cairn server's /metrics has them. Without --health-listen, none.
+func workerMetrics(f *demoFlags) (*prometheus.Registry, *sdk.Metrics, error) {
+	if f.healthListen == "" {
+		return nil, nil, nil
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics, err := sdk.NewMetrics(reg, nil)
+	return reg, metrics, err
+}
+
+// serveWorkerHealth serves w's /healthz, /readyz and /metrics on addr
+// (nothing when addr is empty) until the returned stop.
+func serveWorkerHealth(w *sdk.Worker, reg *prometheus.Registry, addr string, out io.Writer) (stop func(), err error) {
+	if addr == "" {
+		return func() {}, nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, errors.Wrapf(err, "--health-listen %s", addr)
+	}
+	srv := &http.Server{Handler: w.HealthHandler(&sdk.HealthOpts{Gatherer: reg}), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	fmt.Fprintf(out, "worker health on http://%s (/healthz, /readyz, /metrics)\n", ln.Addr())
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+	}, nil
 }

@@ -97,7 +97,7 @@ func startDevWorker(ctx context.Context, cmd *cobra.Command, g *globals, df *dem
 		HowTo: fmt.Sprintf("approvals: a document read with low confidence waits up to %s for you (then a supervisor is notified, and it waits %s more);\n"+
 			"answer on the console (%s/console/waiting: Approve or Reject), or as printed below\n",
 			df.timeout(), df.timeout()*intake.EscalationFactor, base)}
-	w, err := newDemoWorker(store, g, df, reviewers)
+	w, err := newDemoWorker(store, g, df, reviewers, nil)
 	if err != nil {
 		c.Close()
 		return nil, err
