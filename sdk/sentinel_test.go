@@ -228,6 +228,11 @@ func TestEverySentinelMatchesWithBothErrorLibraries(t *testing.T) {
 				_, err := c.HeartbeatRemote(ctx, missing.String()+".0.feedface", nil)
 				return err
 			}},
+			{sdk.ErrNotReady, "WorkerReady", func() error {
+				w, err := sdk.NewWorker(sdk.WorkerConfig{Store: sdk.ClientStore(c)})
+				require.NoError(t, err)
+				return w.Ready(ctx) // not started
+			}},
 			{sdk.ErrNotWaitingOnBudget, "BudgetCallback", func() error {
 				_, err := c.BudgetCallback(ctx, pending.ID, time.Now().Add(time.Hour), "ops")
 				return err
@@ -284,7 +289,7 @@ var exportedSentinels = map[string]error{
 	"ErrUpdateRejected": sdk.ErrUpdateRejected, "ErrUpdateNotFound": sdk.ErrUpdateNotFound,
 	"ErrUpdateFailed": sdk.ErrUpdateFailed, "ErrUpdatePending": sdk.ErrUpdatePending,
 	"ErrCallbackUsed": sdk.ErrCallbackUsed, "ErrNotWaitingOnBudget": sdk.ErrNotWaitingOnBudget,
-	"ErrClaimLost": sdk.ErrClaimLost,
+	"ErrClaimLost": sdk.ErrClaimLost, "ErrNotReady": sdk.ErrNotReady,
 }
 
 // approvalQueried is approvalV1(false) with a query that fails.
