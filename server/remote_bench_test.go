@@ -150,13 +150,7 @@ func BenchmarkRemoteDispatchToClaim(b *testing.B) {
 // time: remote steps per second, the workflows' own attempts included.
 func BenchmarkRemoteThroughput(b *testing.B) {
 	base, c := remoteBench(b)
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	for range 2 {
-		wg.Add(1)
-		go func() { defer wg.Done(); httpWorker(ctx, base, 16, func(time.Duration) {}) }()
-	}
-	b.Cleanup(func() { cancel(); wg.Wait() })
+	ctx := startHTTPWorkers(b, base, 2, 16)
 	b.ResetTimer()
 	start := time.Now()
 	var runs []*sdk.Run[int]
@@ -180,13 +174,7 @@ func BenchmarkRemoteThroughput(b *testing.B) {
 func BenchmarkRemoteFanOut(b *testing.B) {
 	const fanOutSteps = 500
 	base, c := remoteBench(b)
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	for range 2 {
-		wg.Add(1)
-		go func() { defer wg.Done(); httpWorker(ctx, base, 16, func(time.Duration) {}) }()
-	}
-	b.Cleanup(func() { cancel(); wg.Wait() })
+	ctx := startHTTPWorkers(b, base, 2, 16)
 	start := time.Now()
 	for b.Loop() {
 		res, err := sdk.Start(ctx, c, remoteFan, fanOutSteps, nil)
@@ -196,4 +184,16 @@ func BenchmarkRemoteFanOut(b *testing.B) {
 		require.Equal(b, fanOutSteps, n)
 	}
 	b.ReportMetric(float64(b.N*fanOutSteps)/time.Since(start).Seconds(), "steps/s")
+}
+
+// startHTTPWorkers runs n protocol workers (httpWorker) claiming up to
+// max steps each until the benchmark ends; it returns their context.
+func startHTTPWorkers(b *testing.B, base string, n, max int) context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() { httpWorker(ctx, base, max, func(time.Duration) {}) })
+	}
+	b.Cleanup(func() { cancel(); wg.Wait() })
+	return ctx
 }

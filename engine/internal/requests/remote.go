@@ -141,7 +141,7 @@ func settleRemote(ctx context.Context, s store.Store, o RemoteOutcome) (recorded
 	if err != nil {
 		return false, false, err
 	}
-	closing := closeStreams{Namespace: o.Ref.Namespace, TaskID: o.Ref.TaskID, Position: row.Position, Kind: store.StreamEnd}
+	closing := store.RemoteStreamCloseParams{Namespace: o.Ref.Namespace, TaskID: o.Ref.TaskID, Position: row.Position, Kind: store.StreamEnd}
 	if o.Failure != nil {
 		closing.Kind = store.StreamRewind
 	}
@@ -181,8 +181,6 @@ func settleRemote(ctx context.Context, s store.Store, o RemoteOutcome) (recorded
 	settleStates.keep(o.Ref.Namespace, o.Ref.TaskID, next)
 	return true, false, nil
 }
-
-type closeStreams = store.RemoteStreamCloseParams
 
 // recordStreams reads what the claim of row wrote to the task's streams
 // (its attempt's entries, after any rewind a release wrote) and returns
