@@ -11,7 +11,9 @@ import (
 
 	"github.com/cairnflow/cairn/engine/enginetest"
 	"github.com/cairnflow/cairn/engine/pgstore"
+	"github.com/cairnflow/cairn/engine/store"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 )
 
@@ -113,4 +115,42 @@ func TestSilentHostFailsInSeconds(t *testing.T) {
 	case <-time.After(3 * pgstore.DefaultConnectTimeout):
 		t.Fatal("a silent host held the connect past three connect timeouts")
 	}
+}
+
+// An error from a pool whose hosts all refuse it is one line (pgconn
+// writes a line per host, each twice with sslmode=prefer), names each host
+// once, and is still ErrUnavailable.
+func TestConnectionErrorsAreOneLine(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	a, b := unusedPort(t), unusedPort(t)
+	pool, err := pgxpool.New(ctx, fmt.Sprintf("postgres://postgres@127.0.0.1:%d,127.0.0.1:%d/postgres?target_session_attrs=read-write&connect_timeout=2", a, b))
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	s, err := pgstore.New(pgstore.Config{Pool: pool})
+	require.NoError(t, err)
+	for name, call := range map[string]func() error{
+		"ping":       func() error { return s.Ping(ctx) },
+		"namespaces": func() error { _, err := s.NamespaceList(ctx, &store.NamespaceListParams{}); return err },
+	} {
+		err := call()
+		require.Error(t, err, name)
+		msg := err.Error()
+		require.NotContains(t, msg, "\n", "%s: %q", name, msg)
+		for _, port := range []int{a, b} {
+			require.Equal(t, 1, strings.Count(msg, fmt.Sprintf("127.0.0.1:%d (", port)), "%s names each host once: %q", name, msg)
+		}
+		require.ErrorIs(t, err, store.ErrUnavailable, name)
+		require.True(t, strings.HasPrefix(fmt.Sprintf("%v", err), msg), "%%v is Error()")
+	}
+}
+
+// unusedPort returns a loopback port nothing listens on.
+func unusedPort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	port := ln.Addr().(*net.TCPAddr).Port
+	require.NoError(t, ln.Close())
+	return port
 }

@@ -242,7 +242,7 @@ func interpretError(err error) error {
 		return errors.WithStack(store.ErrNotFound)
 	}
 	if isConnectionError(err) {
-		return errmark.Mark(err, store.ErrUnavailable)
+		return errmark.Mark(oneLine(err), store.ErrUnavailable)
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
@@ -263,6 +263,40 @@ func interpretError(err error) error {
 	}
 	return err
 }
+
+// oneLine gives err a message of one line, if its own spans several:
+// pgconn lists each host it tried on a line of its own (twice each with
+// sslmode=prefer), which breaks line-based logs. The lines are joined
+// with "; ", repeated ones once; the error itself is kept beneath.
+func oneLine(err error) error {
+	msg := err.Error()
+	if !strings.Contains(msg, "\n") {
+		return err
+	}
+	var parts []string
+	seen := map[string]bool{}
+	for _, line := range strings.Split(msg, "\n") {
+		line = strings.TrimSpace(line)
+		if line != "" && !seen[line] {
+			seen[line] = true
+			parts = append(parts, line)
+		}
+	}
+	head, rest := parts[0], parts[1:]
+	if strings.HasSuffix(head, ":") && len(rest) > 0 {
+		return &oneLineError{cause: err, msg: head + " " + strings.Join(rest, "; ")}
+	}
+	return &oneLineError{cause: err, msg: strings.Join(parts, "; ")}
+}
+
+// oneLineError is an error shown on one line (see oneLine).
+type oneLineError struct {
+	cause error
+	msg   string
+}
+
+func (e *oneLineError) Error() string { return e.msg }
+func (e *oneLineError) Unwrap() error { return e.cause }
 
 // errPooledStatements explains the errors pgx's prepared
 // statements meet through a pooler in transaction mode: a statement
