@@ -65,6 +65,13 @@ type WorkerConfig struct {
 	LeaseTTL time.Duration
 	// HeartbeatInterval between lease renewals. Default LeaseTTL/3.
 	HeartbeatInterval time.Duration
+	// ExpectedFailover is the longest database failover this worker
+	// should ride out with its running attempts intact: Start logs a
+	// warning when the leases do not ([WorkerConfig.RideOut] is shorter).
+	// Default [DefaultExpectedFailover] (30s) when the connection string
+	// of Pool (or of a PostgreSQL Store's pool) names several hosts, else
+	// no check; negative is refused.
+	ExpectedFailover time.Duration
 	// PollInterval between claims when no notification arrives. Default 1s.
 	PollInterval time.Duration
 	// StrictPriority makes this worker's claims take due tasks in priority
@@ -315,6 +322,9 @@ func validateWorkerConfig(cfg *WorkerConfig) error {
 	if cfg.LeaseTTL < 0 || cfg.HeartbeatInterval < 0 || cfg.PollInterval < 0 {
 		return errors.New("worker: LeaseTTL, HeartbeatInterval and PollInterval must not be negative")
 	}
+	if cfg.ExpectedFailover < 0 {
+		return errors.Newf("worker: ExpectedFailover %s is negative", cfg.ExpectedFailover)
+	}
 	if cfg.StopTimeout < 0 {
 		return errors.Newf("worker: StopTimeout %s is negative", cfg.StopTimeout)
 	}
@@ -463,6 +473,7 @@ func (w *Worker) Start(ctx context.Context) error {
 			return err
 		}
 	}
+	w.warnIfLeasesEndInAFailover()
 	// The deploy check, before anything is claimed: a refusal leaves
 	// nothing running.
 	stranded, err := w.deployCheck(ctx)

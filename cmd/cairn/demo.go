@@ -35,6 +35,8 @@ type demoFlags struct {
 	latency         time.Duration
 	seed            uint64
 	leaseTTL        time.Duration
+	heartbeat       time.Duration
+	failover        time.Duration
 	rescueInterval  time.Duration
 	shutdownTimeout time.Duration
 	// lowConfidence is the share of documents that are poor scans, read
@@ -96,6 +98,10 @@ func (f *demoFlags) validate() error {
 		return errmark.Mark(errors.New("--latency must not be negative"), configError)
 	case f.leaseTTL < 300*time.Millisecond:
 		return errmark.Mark(errors.Newf("--lease-ttl %s: use at least 300ms", f.leaseTTL), configError)
+	case f.heartbeat < 0 || f.heartbeat >= f.leaseTTL:
+		return errmark.Mark(errors.Newf("--heartbeat-interval %s: use 0 (a third of --lease-ttl) or less than --lease-ttl %s", f.heartbeat, f.leaseTTL), configError)
+	case f.failover < 0:
+		return errmark.Mark(errors.Newf("--expected-failover %s must not be negative", f.failover), configError)
 	case f.lowConfidence < 0 || f.lowConfidence > 1:
 		return errmark.Mark(errors.Newf("--low-confidence %g: use 0 to 1", f.lowConfidence), configError)
 	case !slices.Contains(intake.ApproveModes(), f.approve):
@@ -145,6 +151,9 @@ to answer it (the console's Waiting page, cairn task signal ID approval
 	pf.DurationVar(&f.latency, "latency", 20*time.Millisecond, "typical simulated step latency")
 	pf.Uint64Var(&f.seed, "seed", uint64(time.Now().UnixNano()), "seed for generated documents")
 	pf.DurationVar(&f.leaseTTL, "lease-ttl", sdk.DefaultLeaseTTL, "worker lease TTL: a crashed worker's tasks resume after it")
+	pf.DurationVar(&f.heartbeat, "heartbeat-interval", 0, "between lease renewals (default: a third of --lease-ttl)")
+	pf.DurationVar(&f.failover, "expected-failover", 0,
+		"the longest database failover the worker's leases should ride out: it warns at start when they do not (default: 30s with a URL of several hosts)")
 	pf.DurationVar(&f.rescueInterval, "rescue-interval", 5*time.Second, "how often the rescuer looks for expired leases")
 	pf.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a stopping worker lets running steps finish")
 	addApprovalFlags(cmd, f)
@@ -222,7 +231,8 @@ func newDemoWorker(st store.Store, g *globals, f *demoFlags, reviewers intake.No
 	w, err := sdk.NewWorker(sdk.WorkerConfig{
 		Store: st, Namespace: g.namespace, Concurrency: f.concurrency, DefaultArchive: archive,
 		Keys: stage.keys, BlobStore: stage.blobStore,
-		LeaseTTL: f.leaseTTL, RescueInterval: f.rescueInterval, PollInterval: 500 * time.Millisecond,
+		LeaseTTL: f.leaseTTL, HeartbeatInterval: f.heartbeat, ExpectedFailover: f.failover,
+		RescueInterval: f.rescueInterval, PollInterval: 500 * time.Millisecond,
 		MaxPayloadBytes: g.maxPayload, Metrics: metrics,
 		Logger: newRedactingLogger(os.Stderr, slog.LevelWarn),
 	})
