@@ -186,18 +186,26 @@ func (r *failoverRun) failOver() []uuid.UUID {
 // returns their histories, by id.
 func (r *failoverRun) finishedTasks(pool *pgxpool.Pool) map[uuid.UUID][]history.Event {
 	r.t.Helper()
-	s, err := pgstore.New(pgstore.Config{Pool: pool, Schema: failoverSchema})
-	require.NoError(r.t, err)
+	return finishedTasks(r.t, pool, failoverSchema)
+}
+
+// finishedTasks waits until every task in schema is finished and returns
+// their histories, by id, each task's projection checked against its
+// history's replay.
+func finishedTasks(t *testing.T, pool *pgxpool.Pool, schema string) map[uuid.UUID][]history.Event {
+	t.Helper()
+	s, err := pgstore.New(pgstore.Config{Pool: pool, Schema: schema})
+	require.NoError(t, err)
 	ctx := context.Background()
-	waitFor(r.t, 2*time.Minute, "every task to finish", func() bool {
+	waitFor(t, 2*time.Minute, "every task to finish", func() bool {
 		var open int
-		err := pool.QueryRow(ctx, "SELECT count(*) FROM "+failoverSchema+".tasks WHERE finished_at IS NULL").Scan(&open)
+		err := pool.QueryRow(ctx, "SELECT count(*) FROM "+schema+".tasks WHERE finished_at IS NULL").Scan(&open)
 		return err == nil && open == 0
 	})
-	ids := enginetest.TaskIDs(r.t, s)
+	ids := enginetest.TaskIDs(t, s)
 	events, err := s.EventList(ctx, store.EventListAll("", ids...))
-	require.NoError(r.t, err)
-	require.Equal(r.t, len(ids), enginetest.RequireProjectionsMatch(r.t, s))
+	require.NoError(t, err)
+	require.Equal(t, len(ids), enginetest.RequireProjectionsMatch(t, s))
 	return events
 }
 
