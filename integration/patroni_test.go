@@ -24,6 +24,7 @@ import (
 
 	"github.com/cairnflow/cairn/engine/enginetest"
 	"github.com/cairnflow/cairn/engine/pgstore"
+	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/sdk"
 	"github.com/cairnflow/cairn/workflow"
 )
@@ -444,6 +445,26 @@ func removeStalePatroni() {
 	}
 }
 
+// patroniStep is how long each of a task's three steps takes: with a
+// task started every patroniStartEvery, about twenty attempts are running
+// at any moment, so each failover cuts some short, whose leases must ride
+// it out.
+const patroniStep = 300 * time.Millisecond
+
+// patroniWorkflow is three steps of patroniStep each, named as
+// failoverWorkflow's (requireOnceEach checks them).
+var patroniWorkflow = sdk.NewWorkflow("patroni.pipeline", 1, func(ctx workflow.Context, n int) (int, error) {
+	for _, name := range []string{"fetch", "extract", "store"} {
+		if _, err := workflow.Step(ctx, name, func(context.Context) (int, error) {
+			time.Sleep(patroniStep)
+			return n, nil
+		}, nil); err != nil {
+			return 0, err
+		}
+	}
+	return n, nil
+}, nil)
+
 // patroniLoad is the trial's workload: a submitter starting a task every
 // patroniStartEvery, each with an idempotency key and retried with it
 // until acknowledged, and workers running them; it records when starts
@@ -468,15 +489,15 @@ func startPatroniLoad(t *testing.T, url string) *patroniLoad {
 	_, err := pgstore.Migrate(ctx, l.pool(2), patroniSchema)
 	require.NoError(t, err)
 	for i := range patroniWorkers {
-		w, err := sdk.NewWorker(sdk.WorkerConfig{Pool: l.pool(6), Schema: patroniSchema, Concurrency: 10,
+		w, err := sdk.NewWorker(sdk.WorkerConfig{Pool: l.pool(6), Schema: patroniSchema, Concurrency: 20,
 			LeaseTTL: patroniLeaseTTL, HeartbeatInterval: patroniHeartbeat, PollInterval: 200 * time.Millisecond,
 			RescueInterval: time.Second, Logger: enginetest.Logger(t)})
 		require.NoError(t, err)
-		wf := sdk.NewWorkflow(failoverWorkflow.TypeName(), failoverWorkflow.TypeVersion(), func(ctx workflow.Context, n int) (int, error) {
+		wf := sdk.NewWorkflow(patroniWorkflow.TypeName(), patroniWorkflow.TypeVersion(), func(ctx workflow.Context, n int) (int, error) {
 			l.mu.Lock()
 			l.attempts[i] = append(l.attempts[i], time.Now())
 			l.mu.Unlock()
-			return failoverWorkflow.Func()(ctx, n)
+			return patroniWorkflow.Func()(ctx, n)
 		}, nil)
 		sdk.Register(w, wf)
 		require.NoError(t, w.Start(ctx))
@@ -510,7 +531,7 @@ func (l *patroniLoad) submit() {
 		key := fmt.Sprintf("patroni-%d", n)
 		for {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			res, err := l.client.StartDynamic(ctx, failoverWorkflow, n, &sdk.StartOpts{IdempotencyKey: key})
+			res, err := l.client.StartDynamic(ctx, patroniWorkflow, n, &sdk.StartOpts{IdempotencyKey: key})
 			cancel()
 			if err == nil {
 				l.mu.Lock()
@@ -600,9 +621,11 @@ func TestPatroniFailover(t *testing.T) {
 			require.NoError(t, leader.killPostmaster())
 		}},
 	}
+	var causedAt []time.Time
 	for _, f := range failovers {
 		leader := c.waitHealthy(2 * time.Minute)
 		at := time.Now()
+		causedAt = append(causedAt, at)
 		f.cause(leader)
 		var newLeader *patroniNode
 		waitFor(t, 2*time.Minute, "a new leader after the "+f.name, func() bool {
@@ -639,6 +662,28 @@ func TestPatroniFailover(t *testing.T) {
 	}
 	for id, evs := range events {
 		requireOnceEach(t, id, evs)
+	}
+	// The failovers cut attempts short: each ran across one, in its
+	// attempt (requireOnceEach). Without any, the leases were not tested.
+	across := make([]int, len(causedAt))
+	for _, evs := range events {
+		var began time.Time
+		for _, e := range evs {
+			if e.Type() == history.AttemptStarted {
+				began = e.At
+				break
+			}
+		}
+		ended := evs[len(evs)-1].At
+		for i, at := range causedAt {
+			if began.Before(at) && ended.After(at) {
+				across[i]++
+			}
+		}
+	}
+	t.Logf("tasks running across each failover, each finished in its one attempt: %v", across)
+	for i, n := range across {
+		require.Positive(t, n, "no task ran across the %s", failovers[i].name)
 	}
 
 	// The three nodes hold the same tasks and events once the standbys
