@@ -35,6 +35,10 @@ type NamespaceConfig struct {
 	// (docs/streams.md) after they were written; 0: as long as their
 	// tasks.
 	StreamTTL time.Duration
+	// Cell is the cell whose database holds this namespace's row, in a
+	// listing over cells (sdk.Client.Namespaces with a placement map);
+	// empty without cells. Writing the settings ignores it.
+	Cell string
 }
 
 // Validate checks the settings before a store writes them.

@@ -2,18 +2,22 @@ package sdk_test
 
 import (
 	"context"
+	"net"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/cairnflow/cairn/cairntype"
 	"github.com/cairnflow/cairn/engine/enginetest"
+	"github.com/cairnflow/cairn/engine/pgstore"
 	"github.com/cairnflow/cairn/engine/sqlitestore"
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/sdk"
 	"github.com/cairnflow/cairn/workflow"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 )
 
@@ -184,4 +188,53 @@ func TestStuckCellDoesNotHoldUpTheOthersStop(t *testing.T) {
 	}
 	release()
 	require.NoError(t, <-stopped)
+}
+
+// A client over cells lists every cell's namespaces, each with its cell:
+// the namespaces with settings, those the map places that have none yet,
+// and a leftover row in a cell the map does not place it in; a cell that
+// does not answer is named in the error, the others' returned with it.
+func TestNamespacesListsEveryCell(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	eu, err := sqlitestore.Open(ctx, filepath.Join(t.TempDir(), "eu.db"))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = eu.Close() })
+	us, err := pgstore.New(pgstore.Config{Pool: enginetest.Pool(t), Schema: enginetest.Schema(t)})
+	require.NoError(t, err)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	require.NoError(t, ln.Close())
+	pool, err := pgxpool.New(ctx, "postgres://postgres@"+ln.Addr().String()+"/postgres?sslmode=disable&connect_timeout=2")
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	down, err := pgstore.New(pgstore.Config{Pool: pool})
+	require.NoError(t, err)
+	cells, err := sdk.NewCells(map[string]store.Store{"eu": eu, "us": us, "ap": down},
+		map[string]string{"acme": "eu", "hooli": "eu", "globex": "us", "initech": "ap"})
+	require.NoError(t, err)
+	client := func(ns string) *sdk.Client {
+		c, err := sdk.NewClient(sdk.ClientConfig{Cells: cells, Namespace: ns})
+		require.NoError(t, err)
+		t.Cleanup(c.Close)
+		return c
+	}
+	require.NoError(t, client("acme").SetNamespace(ctx, "acme", sdk.NamespaceSettings{Retention: time.Hour}))
+	require.NoError(t, client("globex").SetNamespace(ctx, "globex", sdk.NamespaceSettings{Retention: 2 * time.Hour}))
+	// A row of globex left in eu (a move's leftover).
+	require.NoError(t, eu.NamespaceSet(ctx, &store.NamespaceSetParams{Namespace: "globex", Retention: 3 * time.Hour}))
+
+	got, err := client("acme").Namespaces(ctx)
+	require.ErrorIs(t, err, cairntype.ErrUnavailable)
+	require.ErrorContains(t, err, `cell "ap"`)
+	require.NotContains(t, err.Error(), "\n")
+	require.Equal(t, []cairntype.NamespaceConfig{
+		{Name: "acme", Cell: "eu", Retention: time.Hour},
+		{Name: "globex", Cell: "eu", Retention: 3 * time.Hour},
+		{Name: "globex", Cell: "us", Retention: 2 * time.Hour},
+		{Name: "hooli", Cell: "eu"},
+	}, got)
+	one, err := client("globex").NamespaceConfig(ctx, "globex")
+	require.NoError(t, err)
+	require.Equal(t, cairntype.NamespaceConfig{Name: "globex", Cell: "us", Retention: 2 * time.Hour}, one, "its own cell's settings")
 }

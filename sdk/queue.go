@@ -1,9 +1,11 @@
 package sdk
 
 import (
+	"cmp"
 	"context"
 	"github.com/cockroachdb/errors"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/cairnflow/cairn/cairntype"
@@ -139,7 +141,7 @@ func (c *Client) NamespaceConfig(ctx context.Context, namespace string) (cairnty
 	if err := c.inCell(namespace); err != nil {
 		return cairntype.NamespaceConfig{}, err
 	}
-	all, err := c.Namespaces(ctx)
+	all, err := c.namespacesIn(ctx, c.store, c.cell)
 	if err != nil {
 		return cairntype.NamespaceConfig{}, err
 	}
@@ -148,15 +150,68 @@ func (c *Client) NamespaceConfig(ctx context.Context, namespace string) (cairnty
 			return ns, nil
 		}
 	}
-	return cairntype.NamespaceConfig{Name: namespace}, nil
+	return cairntype.NamespaceConfig{Name: namespace, Cell: c.cell}, nil
 }
 
 // Namespaces returns every namespace with settings or finished tasks, by
-// name, with its settings (zero: the default); with [ClientConfig.Cells],
-// those of the client's cell.
+// name, with its settings (zero: the default). With [ClientConfig.Cells]
+// it lists every cell's, each with its Cell, sorted by name and cell, and
+// adds the namespaces the placement map places in a cell that has
+// neither yet; a namespace listed in a cell the map does not place it in
+// is a leftover there. A cell that does not answer is named in the error
+// ([cairntype.ErrUnavailable]), returned with the other cells' namespaces.
 func (c *Client) Namespaces(ctx context.Context) ([]cairntype.NamespaceConfig, error) {
-	all, err := c.store.NamespaceList(ctx, &store.NamespaceListParams{})
-	return slices.DeleteFunc(all, func(ns cairntype.NamespaceConfig) bool { return ns.Name == store.DefaultsRow }), err
+	if c.cells == nil {
+		return c.namespacesIn(ctx, c.store, "")
+	}
+	var all []cairntype.NamespaceConfig
+	var errs []error
+	for _, cell := range c.cells.Names() {
+		in, err := c.namespacesIn(ctx, c.cells.Store(cell), cell)
+		if err != nil {
+			errs = append(errs, errors.Wrapf(err, "cell %q", cell))
+			continue
+		}
+		for _, ns := range c.cells.Namespaces(cell) {
+			if !slices.ContainsFunc(in, func(got cairntype.NamespaceConfig) bool { return got.Name == ns }) {
+				in = append(in, cairntype.NamespaceConfig{Name: ns, Cell: cell})
+			}
+		}
+		all = append(all, in...)
+	}
+	slices.SortFunc(all, func(a, b cairntype.NamespaceConfig) int {
+		return cmp.Or(cmp.Compare(a.Name, b.Name), cmp.Compare(a.Cell, b.Cell))
+	})
+	return all, joinCellErrors(errs)
+}
+
+// joinCellErrors is one error, on one line, for the cells that failed.
+func joinCellErrors(errs []error) error {
+	if len(errs) <= 1 {
+		return errors.Join(errs...)
+	}
+	msgs := make([]string, len(errs))
+	for i, err := range errs {
+		msgs[i] = err.Error()
+	}
+	err := errors.Newf("%d cells did not answer: %s", len(errs), strings.Join(msgs, "; "))
+	return errmark.Mark(err, store.ErrUnavailable)
+}
+
+// namespaceLister is what namespacesIn needs of a store: the client's own
+// (its edge) or another cell's.
+type namespaceLister interface {
+	NamespaceList(context.Context, *store.NamespaceListParams) ([]cairntype.NamespaceConfig, error)
+}
+
+// namespacesIn lists the namespaces of one store, each with cell.
+func (c *Client) namespacesIn(ctx context.Context, st namespaceLister, cell string) ([]cairntype.NamespaceConfig, error) {
+	all, err := st.NamespaceList(ctx, &store.NamespaceListParams{})
+	all = slices.DeleteFunc(all, func(ns cairntype.NamespaceConfig) bool { return ns.Name == store.DefaultsRow })
+	for i := range all {
+		all[i].Cell = cell
+	}
+	return all, err
 }
 
 // inCell refuses a namespace of another cell than the client's: its

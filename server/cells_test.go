@@ -1,17 +1,25 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"log/slog"
+	"net"
 	"net/http"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/cairnflow/cairn/engine/enginetest"
+	"github.com/cairnflow/cairn/engine/pgstore"
 	"github.com/cairnflow/cairn/engine/sqlitestore"
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/sdk"
 	"github.com/cairnflow/cairn/server/internal/servertest"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 )
 
@@ -70,4 +78,78 @@ func TestServerOverCells(t *testing.T) {
 	status, states = ready()
 	require.Equal(t, http.StatusOK, status, "one cell answering is enough")
 	require.Equal(t, map[string]string{"eu": "ready", "us": "unreachable"}, states)
+}
+
+// A cell that is down (a PostgreSQL cell nothing answers for) fails its
+// namespace's requests, each a 503, and its warning is logged once, naming
+// the cell and the namespace, not once a request; the other cell serves.
+func TestDownCellIsLoggedOnceNamingIt(t *testing.T) {
+	t.Parallel()
+	eu, err := sqlitestore.Open(context.Background(), filepath.Join(t.TempDir(), "eu.db"))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = eu.Close() })
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	down := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	pool, err := pgxpool.New(context.Background(), "postgres://postgres@"+down+"/postgres?sslmode=disable&connect_timeout=2")
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	us, err := pgstore.New(pgstore.Config{Pool: pool})
+	require.NoError(t, err)
+	cells, err := sdk.NewCells(map[string]store.Store{"eu": eu, "us": us}, map[string]string{"acme": "eu", "globex": "us"})
+	require.NoError(t, err)
+	logs := &syncBuffer{}
+	srv, err := New(Config{Cells: cells, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	require.NoError(t, err)
+	h := srv.Handler()
+	for range 5 {
+		a := servertest.Send(t, h, "GET", "/v1/tasks?namespace=globex", nil)
+		require.Equal(t, http.StatusServiceUnavailable, a.Status, "%s", a.Body)
+	}
+	require.Equal(t, http.StatusOK, servertest.Send(t, h, "GET", "/v1/tasks?namespace=acme", nil).Status)
+	require.Equal(t, 1, strings.Count(logs.String(), `msg="database unavailable"`), "%s", logs)
+	require.Contains(t, logs.String(), "cell=us namespace=globex")
+	require.Contains(t, logs.String(), down, "the log keeps the host the answer hides")
+}
+
+// The warnings of a cell that is down: the first at once, then one an
+// interval, saying how many were left out; each cell on its own.
+func TestUnavailableWarningsAreThrottledByCell(t *testing.T) {
+	t.Parallel()
+	l := unavailableLog{every: 10 * time.Second}
+	now := time.Now()
+	type answer struct {
+		ok      bool
+		omitted int
+	}
+	ask := func(cell string, at time.Duration) answer {
+		ok, omitted := l.allow(cell, now.Add(at))
+		return answer{ok, omitted}
+	}
+	require.Equal(t, answer{true, 0}, ask("us", 0))
+	require.Equal(t, answer{false, 0}, ask("us", time.Second))
+	require.Equal(t, answer{false, 0}, ask("us", 9*time.Second))
+	require.Equal(t, answer{true, 0}, ask("eu", 9*time.Second), "another cell's first")
+	require.Equal(t, answer{true, 2}, ask("us", 10*time.Second))
+	require.Equal(t, answer{false, 0}, ask("us", 11*time.Second))
+	require.Equal(t, answer{true, 1}, ask("us", time.Minute))
+}
+
+// syncBuffer is a bytes.Buffer a logger and the test share.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }

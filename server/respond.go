@@ -36,9 +36,7 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 func (s *Server) problemOf(r *http.Request, err error) *Problem {
 	if p := web.ProblemFor(err); p != nil {
 		if p.Code == web.CodeUnavailable {
-			// The answer hides the hosts; the log keeps them for the
-			// operator.
-			s.log.Warn("database unavailable", "method", r.Method, "path", logPath(r), slog.String("error", err.Error()))
+			s.logUnavailable(r, err)
 		}
 		return p
 	}

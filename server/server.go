@@ -169,6 +169,8 @@ type Server struct {
 
 	longPolls atomic.Int64 // open long polls, at most cfg.MaxLongPolls
 
+	unavailable unavailableLog // throttles the warnings of a cell that is down
+
 	routeList []route // what routes registered, in order
 }
 
@@ -224,7 +226,8 @@ func New(cfg Config) (*Server, error) {
 			cfg.FilterLimits.Timeout, cfg.FilterLimits.MaxScan)
 	}
 	s := &Server{cfg: cfg, tokens: cfg.Tokens, log: cfg.Logger, clients: map[string]*sdk.Client{},
-		cells: cfg.Cells, notifiers: map[string]*sdk.Notifier{}, drained: make(chan struct{})}
+		cells: cfg.Cells, notifiers: map[string]*sdk.Notifier{}, drained: make(chan struct{}),
+		unavailable: unavailableLog{every: unavailableLogEvery}}
 	for name, st := range stores {
 		logger := cfg.Logger
 		if name != "" {
@@ -497,6 +500,7 @@ func (s *Server) api(role Role, h func(http.ResponseWriter, *http.Request, *call
 			s.writeProblem(w, r, web.NewProblem(http.StatusForbidden, web.CodeForbidden, "the token may not act in namespace "+ns))
 			return
 		}
+		r = r.WithContext(withNamespace(r.Context(), ns))
 		c, err := s.client(ns)
 		if err != nil {
 			s.writeError(w, r, err)

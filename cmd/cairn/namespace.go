@@ -152,18 +152,20 @@ type namespaceView struct {
 	// TypeRetentionSeconds are the task types with a retention of their
 	// own.
 	TypeRetentionSeconds map[string]float64 `json:"type_retention_seconds,omitempty"`
-	settings             cairntype.NamespaceConfig
+	// Cell is the cell holding the namespace's row, with --placement.
+	Cell     string `json:"cell,omitempty"`
+	settings cairntype.NamespaceConfig
 }
 
 func newNamespaceListCmd(g *globals) *cobra.Command {
-	return listCmd(g, "list", "List the namespaces with settings or finished tasks, and their retention",
-		"NAMESPACE\tRETENTION\tKEY RETENTION\tOLDEST FINISHED\tARCHIVE\tTYPES",
+	return listCmd(g, "list", "List the namespaces with settings or finished tasks, and their retention; with --placement, every cell's",
+		"NAMESPACE\tRETENTION\tKEY RETENTION\tOLDEST FINISHED\tARCHIVE\tTYPES\tCELL",
 		func(c *sdk.Client, ctx context.Context) ([]namespaceView, error) {
 			namespaces, err := c.Namespaces(ctx)
 			views := make([]namespaceView, len(namespaces))
 			for i, ns := range namespaces {
 				views[i] = namespaceView{Name: ns.Name, RetentionSeconds: ns.Retention.Seconds(),
-					KeyRetentionSeconds: ns.KeyRetention.Seconds(), Archive: ns.Archive, settings: ns}
+					KeyRetentionSeconds: ns.KeyRetention.Seconds(), Archive: ns.Archive, Cell: ns.Cell, settings: ns}
 				if !ns.OldestFinished.IsZero() {
 					at := ns.OldestFinished.UTC()
 					views[i].OldestFinishedAt = &at
@@ -186,8 +188,12 @@ func newNamespaceListCmd(g *globals) *cobra.Command {
 			if len(v.settings.TypeRetention) > 0 {
 				types = typeRetentionText(v.settings.TypeRetention)
 			}
-			return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s", v.Name, retentionText(v.settings.Retention), retentionText(v.settings.KeyRetention), oldest,
-				archiveText(v.Archive), types)
+			cell := "-"
+			if v.Cell != "" {
+				cell = v.Cell
+			}
+			return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%s", v.Name, retentionText(v.settings.Retention), retentionText(v.settings.KeyRetention), oldest,
+				archiveText(v.Archive), types, cell)
 		})
 }
 
