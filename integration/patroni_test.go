@@ -42,11 +42,12 @@ const (
 
 // The workload's leases are sized by the rule of docs/patroni.md: a
 // worker rides out a database outage of up to LeaseTTL − 2 ×
-// HeartbeatInterval (13 s here) with its attempts intact, more than the
+// HeartbeatInterval (18 s here) with its attempts intact, more than the
 // slowest failover here (the leader's key expiring: patroniTTL plus a
-// loop).
+// loop, 10.6 s at most in ten runs alone; the margin is for a loaded
+// machine). With 5 s the test fails.
 const (
-	patroniLeaseTTL  = 15 * time.Second
+	patroniLeaseTTL  = 20 * time.Second
 	patroniHeartbeat = time.Second
 	patroniSchema    = "patroni"
 	patroniWorkers   = 2
@@ -98,6 +99,9 @@ func startPatroni(t *testing.T) *patroniCluster {
 	removeStalePatroni()
 	dir, err := os.MkdirTemp("", "cairn-patroni-")
 	require.NoError(t, err)
+	// The test binary's pid, for removeStalePatroni: Patroni dies with
+	// the binary, its PostgreSQL servers do not.
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "owner.pid"), []byte(strconv.Itoa(os.Getpid())), 0o644))
 	c := &patroniCluster{t: t, dir: dir, etcdPort: freePort(t), pgBin: filepath.Dir(bins[len(bins)-1])}
 	t.Cleanup(c.stop)
 	if os.Geteuid() == 0 {
@@ -426,13 +430,12 @@ func (c *patroniCluster) stop() {
 }
 
 // removeStalePatroni stops the servers of clusters left by a test binary
-// killed before its cleanup ran (a timeout): older than an hour, no test
-// still uses them.
+// that died before its cleanup ran (a timeout, a panic): their owner's
+// pid is gone (or, without a pid file, they are over an hour old).
 func removeStalePatroni() {
 	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), "cairn-patroni-*"))
 	for _, dir := range dirs {
-		info, err := os.Stat(dir)
-		if err != nil || time.Since(info.ModTime()) < time.Hour {
+		if !patroniDirStale(dir) {
 			continue
 		}
 		datas, _ := filepath.Glob(filepath.Join(dir, "data*"))
@@ -443,6 +446,22 @@ func removeStalePatroni() {
 		}
 		_ = os.RemoveAll(dir)
 	}
+}
+
+// patroniDirStale says whether the test binary that made dir is gone.
+func patroniDirStale(dir string) bool {
+	b, err := os.ReadFile(filepath.Join(dir, "owner.pid"))
+	if err != nil {
+		info, err := os.Stat(dir)
+		return err == nil && time.Since(info.ModTime()) > time.Hour
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return true
+	}
+	// Signal 0 checks that the process exists. A pid reused since keeps
+	// the directory: a leak at worst, never a live cluster stopped.
+	return syscall.Kill(pid, 0) == syscall.ESRCH
 }
 
 // patroniStep is how long each of a task's three steps takes: with a
@@ -491,7 +510,8 @@ func startPatroniLoad(t *testing.T, url string) *patroniLoad {
 	for i := range patroniWorkers {
 		w, err := sdk.NewWorker(sdk.WorkerConfig{Pool: l.pool(6), Schema: patroniSchema, Concurrency: 20,
 			LeaseTTL: patroniLeaseTTL, HeartbeatInterval: patroniHeartbeat, PollInterval: 200 * time.Millisecond,
-			RescueInterval: time.Second, Logger: enginetest.Logger(t)})
+			ExpectedFailover: (patroniTTL + patroniLoopWait) * time.Second,
+			RescueInterval:   time.Second, Logger: enginetest.Logger(t)})
 		require.NoError(t, err)
 		wf := sdk.NewWorkflow(patroniWorkflow.TypeName(), patroniWorkflow.TypeVersion(), func(ctx workflow.Context, n int) (int, error) {
 			l.mu.Lock()

@@ -5,21 +5,25 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/cairnflow/cairn/engine/store"
 )
 
 // DefaultExpectedFailover is [WorkerConfig.ExpectedFailover]'s default for
-// a worker whose pool names several hosts: Patroni's default ttl, about
-// how long its failover takes when the leader's node is lost.
+// a worker whose pool names several hosts: Patroni's default ttl, the
+// least its failover takes when the leader's node is lost (up to a
+// loop_wait more).
 const DefaultExpectedFailover = 30 * time.Second
 
 // RideOut is the longest database outage (a failover, say) a worker with
-// these lease settings rides out with its running attempts intact:
+// these lease settings surely rides out with its running attempts intact:
 // LeaseTTL − 2 × HeartbeatInterval, with their defaults. The last renewal
-// before the outage may be a heartbeat old, and a worker stops an attempt
-// whose lease it could not renew a heartbeat before the lease would run
-// out (so that a rescuer cannot hand it to another worker while it still
-// runs). A longer outage abandons the attempts, which run again once
-// their leases expire.
+// before the outage may be a heartbeat old, and at the first heartbeat
+// after LeaseTTL − HeartbeatInterval without a renewal the worker stops
+// the attempt (so that a rescuer cannot hand it to another worker while
+// it still runs). It holds if the first renewal after the outage,
+// reconnect included, fits in a heartbeat. A longer outage abandons the
+// attempts, which run again once their leases expire.
 func (cfg WorkerConfig) RideOut() time.Duration {
 	ttl := cfg.LeaseTTL
 	if ttl <= 0 {
@@ -38,14 +42,36 @@ func (w *Worker) expectedFailover() time.Duration {
 	if w.cfg.ExpectedFailover > 0 {
 		return w.cfg.ExpectedFailover
 	}
-	pool := w.cfg.Pool
-	if st, ok := w.cfg.Store.(interface{ Pool() *pgxpool.Pool }); ok && pool == nil {
-		pool = st.Pool() // a PostgreSQL store the caller made
-	}
-	if pool != nil && poolHosts(pool) > 1 {
-		return DefaultExpectedFailover
+	for _, pool := range w.pools() {
+		if poolHosts(pool) > 1 {
+			return DefaultExpectedFailover
+		}
 	}
 	return 0
+}
+
+// pools returns the PostgreSQL pools the worker's stores use: Pool, a
+// PostgreSQL Store the caller made, or each cell's.
+func (w *Worker) pools() []*pgxpool.Pool {
+	type pooled interface{ Pool() *pgxpool.Pool }
+	if w.cfg.Pool != nil {
+		return []*pgxpool.Pool{w.cfg.Pool}
+	}
+	var stores []store.Store
+	if w.cfg.Cells != nil {
+		for _, name := range w.cfg.Cells.Names() {
+			stores = append(stores, w.cfg.Cells.Store(name))
+		}
+	} else {
+		stores = append(stores, w.cfg.Store)
+	}
+	var pools []*pgxpool.Pool
+	for _, st := range stores {
+		if p, ok := st.(pooled); ok {
+			pools = append(pools, p.Pool())
+		}
+	}
+	return pools
 }
 
 // warnIfLeasesEndInAFailover warns, once at Start, when the leases would

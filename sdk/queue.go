@@ -3,6 +3,7 @@ package sdk
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"github.com/cockroachdb/errors"
 	"slices"
 	"strings"
@@ -185,18 +186,31 @@ func (c *Client) Namespaces(ctx context.Context) ([]cairntype.NamespaceConfig, e
 	return all, joinCellErrors(errs)
 }
 
-// joinCellErrors is one error, on one line, for the cells that failed.
+// joinCellErrors is one error for the cells that failed, on one line
+// (errors.Join puts each on a line of its own), each cell's error beneath
+// it for errors.Is and errors.As.
 func joinCellErrors(errs []error) error {
-	if len(errs) <= 1 {
-		return errors.Join(errs...)
+	switch len(errs) {
+	case 0:
+		return nil
+	case 1:
+		return errs[0]
 	}
-	msgs := make([]string, len(errs))
-	for i, err := range errs {
+	return cellErrors(errs)
+}
+
+// cellErrors is several cells' errors as one.
+type cellErrors []error
+
+func (e cellErrors) Error() string {
+	msgs := make([]string, len(e))
+	for i, err := range e {
 		msgs[i] = err.Error()
 	}
-	err := errors.Newf("%d cells did not answer: %s", len(errs), strings.Join(msgs, "; "))
-	return errmark.Mark(err, store.ErrUnavailable)
+	return fmt.Sprintf("%d cells failed: %s", len(e), strings.Join(msgs, "; "))
 }
+
+func (e cellErrors) Unwrap() []error { return e }
 
 // namespaceLister is what namespacesIn needs of a store: the client's own
 // (its edge) or another cell's.

@@ -69,8 +69,9 @@ type WorkerConfig struct {
 	// should ride out with its running attempts intact: Start logs a
 	// warning when the leases do not ([WorkerConfig.RideOut] is shorter).
 	// Default [DefaultExpectedFailover] (30s) when the connection string
-	// of Pool (or of a PostgreSQL Store's pool) names several hosts, else
-	// no check; negative is refused.
+	// of Pool (or of a PostgreSQL Store's or cell's pool) names several
+	// hosts, else no check; negative is refused. To silence the warning,
+	// set it to your cluster's failover time, at most RideOut.
 	ExpectedFailover time.Duration
 	// PollInterval between claims when no notification arrives. Default 1s.
 	PollInterval time.Duration
