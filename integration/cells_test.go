@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -91,6 +92,11 @@ func TestCellDownStopsOnlyItsNamespaces(t *testing.T) {
 	require.Equal(t, 20, namespaceTasks(t, us, "globex"))
 	require.Equal(t, 0, namespaceTasks(t, us, "acme"))
 
+	// cairn namespace list --placement lists every cell's namespaces.
+	out, err = exec.Command(cairnBinary(t), "-o", "json", "namespace", "list", "--placement", path, "--schema", cellsSchema).Output()
+	require.NoError(t, err, "%s", out)
+	require.JSONEq(t, `[{"name":"acme","cell":"eu"},{"name":"globex","cell":"us"}]`, namespaceCells(t, out))
+
 	status, _, body := srv.call("GET", "/v1/tasks?namespace=initech", nil)
 	require.Equal(t, http.StatusBadRequest, status, "%s", body)
 	require.Contains(t, string(body), `namespace \"initech\" is in no cell`)
@@ -132,6 +138,16 @@ func TestCellDownStopsOnlyItsNamespaces(t *testing.T) {
 		require.NoError(t, json.Unmarshal(body, &ready))
 		require.Equal(t, map[string]string{"eu": "ready", "us": "unreachable"}, ready.Cells)
 	}
+	// The listing shows the cell that answers and names the one that
+	// does not, failing.
+	cmd := exec.Command(cairnBinary(t), "-o", "json", "namespace", "list", "--placement", path, "--schema", cellsSchema)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err = cmd.Output()
+	require.Error(t, err, "a cell did not answer")
+	require.JSONEq(t, `[{"name":"acme","cell":"eu"}]`, namespaceCells(t, out))
+	require.Contains(t, stderr.String(), `cell "us"`)
+
 	status, _, body = srv.call("GET", "/metrics", nil)
 	require.Equal(t, http.StatusOK, status, "one cell down does not fail the scrape: %s", body)
 	require.Contains(t, string(body), `cairn_cell_up{cell="us"} 0`)
@@ -216,4 +232,18 @@ func namespaceTasks(t *testing.T, cluster *pgCluster, namespace string) int {
 	require.NoError(t, conn.QueryRow(context.Background(),
 		"SELECT count(*) FROM "+cellsSchema+".tasks WHERE namespace = $1", namespace).Scan(&n))
 	return n
+}
+
+// namespaceCells is cairn namespace list's JSON reduced to each
+// namespace's name and cell.
+func namespaceCells(t *testing.T, out []byte) string {
+	t.Helper()
+	var rows []struct {
+		Name string `json:"name"`
+		Cell string `json:"cell"`
+	}
+	require.NoError(t, json.Unmarshal(out, &rows), "%s", out)
+	b, err := json.Marshal(rows)
+	require.NoError(t, err)
+	return string(b)
 }

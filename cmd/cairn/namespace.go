@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
 	"strconv"
@@ -13,13 +14,14 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cairnflow/cairn/cairntype"
+	"github.com/cairnflow/cairn/engine/pgstore"
 	"github.com/cairnflow/cairn/internal/errmark"
 	"github.com/cairnflow/cairn/sdk"
 )
 
 func newNamespaceCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "namespace", Short: "Namespaces: retention of finished tasks and of their idempotency keys"}
-	cmd.AddCommand(newNamespaceSetCmd(g), newNamespaceListCmd(g))
+	cmd.AddCommand(newNamespaceSetCmd(g), newNamespaceListCmd(g), newNamespaceMoveCmd(g))
 	return cmd
 }
 
@@ -157,44 +159,167 @@ type namespaceView struct {
 	settings cairntype.NamespaceConfig
 }
 
+// moveView is what cairn namespace move reports (-o json).
+type moveView struct {
+	Namespace      string           `json:"namespace"`
+	From           string           `json:"from"`
+	To             string           `json:"to"`
+	Rows           map[string]int64 `json:"rows"`
+	DrainedSeconds float64          `json:"drained_seconds"`
+	PausedSeconds  float64          `json:"paused_seconds"`
+	Resumed        bool             `json:"resumed"`
+}
+
+func newNamespaceMoveCmd(g *globals) *cobra.Command {
+	var to string
+	var drain time.Duration
+	cmd := &cobra.Command{
+		Use:   "move NAMESPACE --to CELL",
+		Short: "Move a namespace's tasks, histories, schedules and settings to another cell of --placement",
+		Long: "Move a namespace between two cells of --placement: its new tasks and claims are refused in its cell, its running " +
+			"attempts end, then every row of it is copied to --to in one transaction and removed from its cell. " +
+			"Then place it in --to in the placement map and roll the map out: until then, processes on the old map answer " +
+			"its requests with 503 (it has moved). See docs/deployment.md, \"Moving a namespace\".",
+		Args:        cobra.ExactArgs(1),
+		Annotations: map[string]string{everyCellAnnotation: "yes"},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return moveNamespace(cmd, g, args[0], to, drain)
+		},
+	}
+	cmd.Flags().StringVar(&to, "to", "", "the cell of --placement to move the namespace to")
+	cmd.Flags().DurationVar(&drain, "drain-timeout", pgstore.DefaultMoveDrainTimeout, "how long to wait for its running attempts; past it the move is undone")
+	return cmd
+}
+
+// moveNamespace runs cairn namespace move.
+func moveNamespace(cmd *cobra.Command, g *globals, ns, to string, drain time.Duration) error {
+	if !g.everyCell() {
+		return errmark.Mark(errors.New("--placement is required: a namespace moves between two cells of the placement map"), configError)
+	}
+	if err := sdk.ValidateName("namespace", ns); err != nil {
+		return errmark.Mark(err, configError)
+	}
+	from, ok := g.cells.Namespaces[ns]
+	switch {
+	case !ok:
+		return errmark.Mark(errors.Newf("namespace %q is in no cell of the placement map", ns), configError)
+	case to == "":
+		return errmark.Mark(errors.New("--to is required: the cell to move the namespace to"), configError)
+	case g.cells.Cells[to].URL == "":
+		return errmark.Mark(errors.Newf("--to %q: the placement map has no such cell (it has %s)", to,
+			strings.Join(slices.Sorted(maps.Keys(g.cells.Cells)), ", ")), configError)
+	case from == to:
+		return errmark.Mark(errors.Newf("namespace %q is in cell %q already", ns, to), configError)
+	case drain <= 0:
+		return errmark.Mark(errors.Newf("--drain-timeout %s: use a positive duration", drain), configError)
+	}
+	pooler, err := pgstore.ParsePooler(g.pooler)
+	if err != nil {
+		return errmark.Mark(errors.Wrap(err, "--pooler"), configError)
+	}
+	opened, err := pgstore.OpenCells(cmd.Context(), g.cells, pgstore.CellOptions{Schema: g.schema, Pool: pgstore.PoolOptions{MaxConns: 4, Pooler: pooler}})
+	if err != nil {
+		return errmark.Mark(errors.Wrap(err, "--placement"), configError)
+	}
+	defer opened.Close()
+	src, _ := opened.Stores[from].(*pgstore.Store)
+	dst, _ := opened.Stores[to].(*pgstore.Store)
+	logf := func(format string, args ...any) { fmt.Fprintf(cmd.ErrOrStderr(), format+"\n", args...) }
+	report, err := pgstore.MoveNamespace(cmd.Context(), src, dst, pgstore.MoveParams{Namespace: ns, ToCell: to, DrainTimeout: drain, Logf: logf})
+	if err != nil {
+		return err
+	}
+	view := moveView{Namespace: ns, From: from, To: to, Rows: report.Rows, DrainedSeconds: report.Drained.Seconds(),
+		PausedSeconds: report.Paused.Seconds(), Resumed: report.Resumed}
+	if g.output == "json" {
+		return printJSON(cmd, view)
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "moved namespace %s from cell %s to cell %s: %d tasks, %d events; its starts and claims paused %s (running attempts drained in %s)\n",
+		ns, from, to, report.Rows["tasks"], report.Rows["events"], report.Paused.Round(time.Millisecond), report.Drained.Round(time.Millisecond))
+	fmt.Fprintf(cmd.OutOrStdout(), "now place it in cell %s in the placement map (\"namespaces\": {\"%s\": \"%s\"}) and roll the map out\n", to, ns, to)
+	return nil
+}
+
+// namespaceListHeader heads cairn namespace list's table.
+const namespaceListHeader = "NAMESPACE\tRETENTION\tKEY RETENTION\tOLDEST FINISHED\tARCHIVE\tTYPES\tCELL"
+
 func newNamespaceListCmd(g *globals) *cobra.Command {
-	return listCmd(g, "list", "List the namespaces with settings or finished tasks, and their retention; with --placement, every cell's",
-		"NAMESPACE\tRETENTION\tKEY RETENTION\tOLDEST FINISHED\tARCHIVE\tTYPES\tCELL",
+	cmd := listCmd(g, "list", "List the namespaces with settings or finished tasks, and their retention; with --placement, every cell's",
+		namespaceListHeader,
 		func(c *sdk.Client, ctx context.Context) ([]namespaceView, error) {
 			namespaces, err := c.Namespaces(ctx)
-			views := make([]namespaceView, len(namespaces))
-			for i, ns := range namespaces {
-				views[i] = namespaceView{Name: ns.Name, RetentionSeconds: ns.Retention.Seconds(),
-					KeyRetentionSeconds: ns.KeyRetention.Seconds(), Archive: ns.Archive, Cell: ns.Cell, settings: ns}
-				if !ns.OldestFinished.IsZero() {
-					at := ns.OldestFinished.UTC()
-					views[i].OldestFinishedAt = &at
-				}
-				for typ, d := range ns.TypeRetention {
-					if views[i].TypeRetentionSeconds == nil {
-						views[i].TypeRetentionSeconds = map[string]float64{}
-					}
-					views[i].TypeRetentionSeconds[typ] = d.Seconds()
-				}
-			}
-			return views, err
+			return namespaceViews(namespaces), err
 		},
-		func(v namespaceView) string {
-			oldest := "-"
-			if v.OldestFinishedAt != nil {
-				oldest = v.OldestFinishedAt.Format(time.RFC3339)
+		namespaceRow)
+	// With --placement it lists every cell's namespaces, through a client
+	// over all the cells; a cell that does not answer is named in the
+	// error, after the others' rows.
+	cmd.Annotations = map[string]string{everyCellAnnotation: "yes"}
+	inOneStore := cmd.RunE
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		if !g.everyCell() {
+			return inOneStore(cmd, args)
+		}
+		// A cell that does not answer is opened all the same (the listing
+		// names it in its error, so no warning of it here).
+		cells, closeCells, err := g.openCells(cmd.Context(), storeOpts{existing: true, maxConns: 2, cellsDown: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			return err
+		}
+		defer closeCells()
+		// A client over cells works in one namespace's; listing reads
+		// them all, so any placed namespace does.
+		placed := slices.Sorted(maps.Keys(g.cells.Namespaces))
+		if len(placed) == 0 {
+			return errmark.Mark(errors.New("--placement: the placement map places no namespace"), configError)
+		}
+		c, err := sdk.NewClient(sdk.ClientConfig{Cells: cells, Namespace: placed[0]})
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		namespaces, readErr := c.Namespaces(cmd.Context())
+		return printList(cmd, g, namespaceListHeader, namespaceViews(namespaces), readErr, namespaceRow)
+	}
+	return cmd
+}
+
+// namespaceViews shows namespaces as cairn namespace list does.
+func namespaceViews(namespaces []cairntype.NamespaceConfig) []namespaceView {
+	views := make([]namespaceView, len(namespaces))
+	for i, ns := range namespaces {
+		views[i] = namespaceView{Name: ns.Name, RetentionSeconds: ns.Retention.Seconds(),
+			KeyRetentionSeconds: ns.KeyRetention.Seconds(), Archive: ns.Archive, Cell: ns.Cell, settings: ns}
+		if !ns.OldestFinished.IsZero() {
+			at := ns.OldestFinished.UTC()
+			views[i].OldestFinishedAt = &at
+		}
+		for typ, d := range ns.TypeRetention {
+			if views[i].TypeRetentionSeconds == nil {
+				views[i].TypeRetentionSeconds = map[string]float64{}
 			}
-			types := "-"
-			if len(v.settings.TypeRetention) > 0 {
-				types = typeRetentionText(v.settings.TypeRetention)
-			}
-			cell := "-"
-			if v.Cell != "" {
-				cell = v.Cell
-			}
-			return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%s", v.Name, retentionText(v.settings.Retention), retentionText(v.settings.KeyRetention), oldest,
-				archiveText(v.Archive), types, cell)
-		})
+			views[i].TypeRetentionSeconds[typ] = d.Seconds()
+		}
+	}
+	return views
+}
+
+// namespaceRow is a namespace's row of cairn namespace list's table.
+func namespaceRow(v namespaceView) string {
+	oldest := "-"
+	if v.OldestFinishedAt != nil {
+		oldest = v.OldestFinishedAt.Format(time.RFC3339)
+	}
+	types := "-"
+	if len(v.settings.TypeRetention) > 0 {
+		types = typeRetentionText(v.settings.TypeRetention)
+	}
+	cell := "-"
+	if v.Cell != "" {
+		cell = v.Cell
+	}
+	return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%s", v.Name, retentionText(v.settings.Retention), retentionText(v.settings.KeyRetention), oldest,
+		archiveText(v.Archive), types, cell)
 }
 
 // archiveText shows an archive setting.

@@ -34,20 +34,33 @@ func listCmd[T any](g *globals, use, short, header string, read func(*sdk.Client
 			}
 			defer closeDB()
 			items, err := read(c, cmd.Context())
-			if err != nil {
-				return err
-			}
-			if g.output == "json" {
-				return printJSON(cmd, items)
-			}
-			w := newTable(cmd)
-			fmt.Fprintln(w, header)
-			for _, item := range items {
-				fmt.Fprintln(w, row(item))
-			}
-			return w.Flush()
+			return printList(cmd, g, header, items, err, row)
 		},
 	}
+}
+
+// printList prints items as a table (or JSON with -o json). A read that
+// failed part-way (a cell that did not answer) still prints what it read,
+// then fails with readErr; one that read nothing fails at once.
+func printList[T any](cmd *cobra.Command, g *globals, header string, items []T, readErr error, row func(T) string) error {
+	if readErr != nil && len(items) == 0 {
+		return readErr
+	}
+	if g.output == "json" {
+		if err := printJSON(cmd, items); err != nil {
+			return err
+		}
+		return readErr
+	}
+	w := newTable(cmd)
+	fmt.Fprintln(w, header)
+	for _, item := range items {
+		fmt.Fprintln(w, row(item))
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	return readErr
 }
 
 // newTableTo is newTable writing to out.

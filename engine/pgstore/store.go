@@ -255,6 +255,8 @@ func interpretError(err error) error {
 			}
 		case "42P01": // undefined_table: a schema never migrated (a cell opened while down)
 			return errmark.Mark(errors.Wrap(err, "cairn's tables are missing from this schema: run cairn migrate up"), store.ErrUnavailable)
+		case "CRN02": // refuse_moved_namespace: a process on the old placement map
+			return errmark.Mark(errors.WithHint(err, "update the placement map and restart, or send the request to a process that has"), store.ErrUnavailable)
 		case "23505": // unique_violation
 			return errmark.Mark(err, store.ErrConflict)
 		case "40P01", "40001": // deadlock_detected, serialization_failure
@@ -281,6 +283,9 @@ func oneLine(err error) error {
 			seen[line] = true
 			parts = append(parts, line)
 		}
+	}
+	if len(parts) == 0 {
+		return err
 	}
 	head, rest := parts[0], parts[1:]
 	if strings.HasSuffix(head, ":") && len(rest) > 0 {
