@@ -2,10 +2,12 @@ package integration_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -90,6 +92,7 @@ func moveWorker(t *testing.T, cells *sdk.Cells, namespaces ...string) {
 func TestNamespaceMovesBetweenCellsWhileWorkFlows(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
+	moveStepsA.Store(0) // the test's own count (with -count, each run's)
 	eu, us := startCluster(t), startCluster(t)
 	mapFile := func(acme string) (string, *pgstore.Placement) {
 		path := filepath.Join(t.TempDir(), "placement-"+acme+".json")
@@ -166,7 +169,34 @@ func TestNamespaceMovesBetweenCellsWhileWorkFlows(t *testing.T) {
 
 	// Half of them wait for their signal, others run their first step,
 	// the rest wait for a slot: then the move.
-	waitFor(t, 2*time.Minute, "half the tasks to wait for their signal", func() bool { return moveStepsA.Load() >= moveTasks/2 })
+	waitFor(t, 2*time.Minute, "half the tasks to wait for their signal", func() bool {
+		return moveStepsA.Load() >= int64(moveTasks/2+len(globexIDs))
+	})
+
+	// A sender on the old map signals "note" to the waiting tasks while
+	// the move runs: a signal acknowledged must be in the task's history
+	// in us; one refused (the task gone from eu, or its namespace moved)
+	// is the sender's to retry.
+	preIDs := make([]uuid.UUID, 0, moveTasks)
+	for _, r := range res {
+		preIDs = append(preIDs, r.ID)
+	}
+	notes := map[uuid.UUID][]string{}
+	var notesMu sync.Mutex
+	notesDone := make(chan struct{})
+	var stopNotes atomic.Bool
+	go func() {
+		defer close(notesDone)
+		for i := 0; !stopNotes.Load(); i++ {
+			id := preIDs[i%len(preIDs)]
+			note := fmt.Sprintf("note-%d", i)
+			if _, err := oldAcme.Signal(ctx, id, "note", note, nil); err == nil {
+				notesMu.Lock()
+				notes[id] = append(notes[id], note)
+				notesMu.Unlock()
+			}
+		}
+	}()
 
 	// The move, in Go: eu's histories are read when the copy begins
 	// (fenced and drained, nothing of acme changes in eu any more).
@@ -182,17 +212,19 @@ func TestNamespaceMovesBetweenCellsWhileWorkFlows(t *testing.T) {
 		}})
 	require.NoError(t, err)
 	moved.Store(true)
+	stopNotes.Store(true)
+	<-notesDone
 	t.Logf("moved %d tasks, %d events; paused %s, drained in %s; rows %v", report.Rows["tasks"], report.Rows["events"],
 		report.Paused.Round(time.Millisecond), report.Drained.Round(time.Millisecond), report.Rows)
 	require.GreaterOrEqual(t, len(atCopy), moveTasks)
 	waiting := 0
 	for _, events := range atCopy {
-		if events[len(events)-1].Type() == history.WaitStarted {
+		if slices.ContainsFunc(events, func(e history.Event) bool { return e.Type() == history.WaitStarted }) {
 			waiting++
 		}
 	}
 	t.Logf("at the copy: %d tasks, %d waiting for their signal", len(atCopy), waiting)
-	require.GreaterOrEqual(t, waiting, moveTasks/2)
+	require.GreaterOrEqual(t, waiting, moveTasks/4, "a good share of the tasks waited for their signal at the move")
 	require.EqualValues(t, len(atCopy), report.Rows["tasks"])
 	// The worker in us may have claimed some already: each history there
 	// begins with eu's at the copy.
@@ -245,6 +277,21 @@ func TestNamespaceMovesBetweenCellsWhileWorkFlows(t *testing.T) {
 		require.Equal(t, map[string]int{"a": 1, "b": 1}, steps, "task %s: each step recorded once", id)
 	}
 	require.Len(t, final, enginetest.RequireProjectionsMatch(t, dst))
+	acknowledged := 0
+	for id, sent := range notes {
+		var got []string
+		for _, e := range final[id] {
+			if d, ok := e.Data.(history.SignalReceivedData); ok && d.Name == "note" {
+				var note string
+				require.NoError(t, json.Unmarshal(d.Payload, &note))
+				got = append(got, note)
+			}
+		}
+		require.Equal(t, sent, got, "task %s: the notes acknowledged on the old map, in order, and no other", id)
+		acknowledged += len(sent)
+	}
+	t.Logf("%d notes acknowledged on the old map during the move, each in its history in us", acknowledged)
+	require.Positive(t, acknowledged)
 	requireNoRowsOf(t, eu, "acme")
 	if err, ok := refused.Load().(error); ok {
 		t.Logf("the submitter met the fence: %v", err)

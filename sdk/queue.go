@@ -142,7 +142,7 @@ func (c *Client) NamespaceConfig(ctx context.Context, namespace string) (cairnty
 	if err := c.inCell(namespace); err != nil {
 		return cairntype.NamespaceConfig{}, err
 	}
-	all, err := c.namespacesIn(ctx, c.store, c.cell)
+	all, err := namespacesIn(ctx, c.store, c.cell)
 	if err != nil {
 		return cairntype.NamespaceConfig{}, err
 	}
@@ -163,17 +163,25 @@ func (c *Client) NamespaceConfig(ctx context.Context, namespace string) (cairnty
 // ([cairntype.ErrUnavailable]), returned with the other cells' namespaces.
 func (c *Client) Namespaces(ctx context.Context) ([]cairntype.NamespaceConfig, error) {
 	if c.cells == nil {
-		return c.namespacesIn(ctx, c.store, "")
+		return namespacesIn(ctx, c.store, "")
 	}
+	return c.cells.ListNamespaces(ctx)
+}
+
+// ListNamespaces lists every cell's namespaces, as [Client.Namespaces]
+// does over cells: each with its Cell, sorted by name and cell, the
+// placed namespaces that have no row yet included, a cell that does not
+// answer named in the error (on one line) with the others' returned.
+func (c *Cells) ListNamespaces(ctx context.Context) ([]cairntype.NamespaceConfig, error) {
 	var all []cairntype.NamespaceConfig
 	var errs []error
-	for _, cell := range c.cells.Names() {
-		in, err := c.namespacesIn(ctx, c.cells.Store(cell), cell)
+	for _, cell := range c.Names() {
+		in, err := namespacesIn(ctx, c.Store(cell), cell)
 		if err != nil {
 			errs = append(errs, errors.Wrapf(err, "cell %q", cell))
 			continue
 		}
-		for _, ns := range c.cells.Namespaces(cell) {
+		for _, ns := range c.Namespaces(cell) {
 			if !slices.ContainsFunc(in, func(got cairntype.NamespaceConfig) bool { return got.Name == ns }) {
 				in = append(in, cairntype.NamespaceConfig{Name: ns, Cell: cell})
 			}
@@ -184,6 +192,22 @@ func (c *Client) Namespaces(ctx context.Context) ([]cairntype.NamespaceConfig, e
 		return cmp.Or(cmp.Compare(a.Name, b.Name), cmp.Compare(a.Cell, b.Cell))
 	})
 	return all, joinCellErrors(errs)
+}
+
+// namespaceLister is what namespacesIn needs of a store: the client's own
+// (its edge) or another cell's.
+type namespaceLister interface {
+	NamespaceList(context.Context, *store.NamespaceListParams) ([]cairntype.NamespaceConfig, error)
+}
+
+// namespacesIn lists the namespaces of one store, each with cell.
+func namespacesIn(ctx context.Context, st namespaceLister, cell string) ([]cairntype.NamespaceConfig, error) {
+	all, err := st.NamespaceList(ctx, &store.NamespaceListParams{})
+	all = slices.DeleteFunc(all, func(ns cairntype.NamespaceConfig) bool { return ns.Name == store.DefaultsRow })
+	for i := range all {
+		all[i].Cell = cell
+	}
+	return all, err
 }
 
 // joinCellErrors is one error for the cells that failed, on one line
@@ -211,22 +235,6 @@ func (e cellErrors) Error() string {
 }
 
 func (e cellErrors) Unwrap() []error { return e }
-
-// namespaceLister is what namespacesIn needs of a store: the client's own
-// (its edge) or another cell's.
-type namespaceLister interface {
-	NamespaceList(context.Context, *store.NamespaceListParams) ([]cairntype.NamespaceConfig, error)
-}
-
-// namespacesIn lists the namespaces of one store, each with cell.
-func (c *Client) namespacesIn(ctx context.Context, st namespaceLister, cell string) ([]cairntype.NamespaceConfig, error) {
-	all, err := st.NamespaceList(ctx, &store.NamespaceListParams{})
-	all = slices.DeleteFunc(all, func(ns cairntype.NamespaceConfig) bool { return ns.Name == store.DefaultsRow })
-	for i := range all {
-		all[i].Cell = cell
-	}
-	return all, err
-}
 
 // inCell refuses a namespace of another cell than the client's: its
 // settings live in that cell's database, which this client does not reach.

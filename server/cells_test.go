@@ -65,6 +65,25 @@ func TestServerOverCells(t *testing.T) {
 	require.Equal(t, http.StatusBadRequest, a.Status, "the console says so too, not a 500")
 	require.Contains(t, string(a.Body), "is in no cell of the placement map")
 
+	// The console lists both cells' namespaces, each with its cell.
+	a = servertest.Send(t, h, "GET", "/console/namespaces?namespace=acme", nil)
+	require.Equal(t, http.StatusOK, a.Status, "%s", a.Body)
+	page := string(a.Body)
+	for _, want := range []string{`?namespace=acme">acme</a></td>
+<td>eu</td>`, `?namespace=globex">globex</a></td>
+<td>us</td>`} {
+		require.Contains(t, page, want)
+	}
+
+	// A token of acme alone sees acme's row, not even globex's name.
+	tokened, err := New(Config{Cells: cells, Tokens: []Token{{Name: "acme-reader", SHA256: HashToken("acme-token"),
+		Namespaces: []string{"acme"}, Roles: []Role{RoleRead}}}})
+	require.NoError(t, err)
+	a = servertest.Send(t, tokened.Handler(), "GET", "/console/namespaces?namespace=acme", nil, "Authorization", "Bearer acme-token")
+	require.Equal(t, http.StatusOK, a.Status, "%s", a.Body)
+	require.Contains(t, string(a.Body), `?namespace=acme">acme</a>`)
+	require.NotContains(t, string(a.Body), "globex")
+
 	ready := func() (int, map[string]string) {
 		a := servertest.Send(t, h, "GET", "/readyz", nil)
 		var body struct{ Cells map[string]string }

@@ -241,6 +241,9 @@ func New(cfg Config) (*Server, error) {
 	if len(cfg.CallbackSecret) > 0 {
 		consoleCfg.CallbackURL = s.CallbackURL
 	}
+	if cfg.Cells != nil {
+		consoleCfg.Namespaces = cfg.Cells.ListNamespaces
+	}
 	if s.console, err = console.New(consoleCfg); err != nil {
 		return nil, err
 	}

@@ -14,7 +14,6 @@ import (
 
 	"github.com/cockroachdb/errors"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/cairnflow/cairn/engine/store"
 )
@@ -137,6 +136,12 @@ func MoveNamespace(ctx context.Context, src, dst *Store, p MoveParams) (*MoveRep
 	}
 	switch {
 	case copied && fenced:
+		// An earlier move's copy committed (or so it seems): the source's
+		// rows go only if the destination holds every task of them, each
+		// at least as far along.
+		if err := m.requireCopied(ctx); err != nil {
+			return nil, err
+		}
 		p.Logf("the rows of %s are already in the destination: removing the source's", p.Namespace)
 		m.report.Resumed = true
 		return m.report, m.removeResumed(ctx)
@@ -164,6 +169,12 @@ func MoveNamespace(ctx context.Context, src, dst *Store, p MoveParams) (*MoveRep
 	p.Logf("copying %s", p.Namespace)
 	if err := m.copyAndRemove(ctx, paused, fencedAt); err != nil {
 		if m.report.Paused == 0 {
+			// A commit whose answer was lost may have committed: the
+			// fence stays while the destination holds the namespace.
+			if copied, checkErr := m.dstHolds(context.WithoutCancel(ctx)); checkErr != nil || copied {
+				return nil, errors.CombineErrors(errors.Wrapf(err,
+					"move namespace %s: the destination may hold its rows (the fence stays): run the move again", p.Namespace), checkErr)
+			}
 			// Nothing committed in dst: the namespace goes on in src.
 			return nil, errors.CombineErrors(err, m.unfence(context.WithoutCancel(ctx), paused))
 		}
@@ -181,7 +192,7 @@ func validateMove(src, dst *Store, p MoveParams) error {
 		return errors.Newf("move namespace %s: the source and the destination are the same store", p.Namespace)
 	case p.Namespace == "" || len(p.Namespace) > 128 || strings.ContainsFunc(p.Namespace, func(r rune) bool { return unicode.IsControl(r) || r == '\\' }):
 		return errors.Newf("move namespace: %q is not a namespace name", p.Namespace)
-	case p.ToCell == "" || strings.ContainsFunc(p.ToCell, unicode.IsControl):
+	case p.ToCell == "" || len(p.ToCell) > 128 || strings.ContainsFunc(p.ToCell, func(r rune) bool { return unicode.IsControl(r) || r == '\\' }):
 		return errors.Newf("move namespace %s: the destination cell's name is required", p.Namespace)
 	case p.DrainTimeout < 0:
 		return errors.Newf("move namespace %s: drain timeout %s is negative", p.Namespace, p.DrainTimeout)
@@ -308,6 +319,9 @@ func (m *mover) fence(ctx context.Context) ([]string, error) {
 	var paused []string
 	err := pgx.BeginFunc(ctx, m.src.pool, func(tx pgx.Tx) error {
 		for _, stmt := range []string{
+			// CREATE TRIGGER waits for the writers of tasks, and the
+			// writers queue behind it: bounded, as the copy's lock is.
+			fmt.Sprintf("SET LOCAL lock_timeout = %d", moveLockTimeout.Milliseconds()),
 			fmt.Sprintf("CREATE TRIGGER %s BEFORE INSERT ON %s FOR EACH ROW WHEN (NEW.namespace = %s) EXECUTE FUNCTION %s(%s)",
 				pgx.Identifier{starts}.Sanitize(), tasks, m.literal(), fn, cell),
 			fmt.Sprintf("CREATE TRIGGER %s BEFORE UPDATE ON %s FOR EACH ROW WHEN (NEW.namespace = %s AND NEW.status = 'running' AND OLD.status <> 'running') EXECUTE FUNCTION %s(%s)",
@@ -338,6 +352,17 @@ func (m *mover) unfence(ctx context.Context, paused []string) error {
 		return err
 	})
 	return errors.Wrapf(interpretError(err), "move namespace %s: undo the fence (the namespace's new tasks are refused in the source until it is dropped)", m.p.Namespace)
+}
+
+// dropDstFence drops the namespace's fence from dst, if dst has one.
+func (m *mover) dropDstFence(ctx context.Context) error {
+	starts, claims := m.triggerNames()
+	var n int
+	if err := m.dst.pool.QueryRow(ctx, "SELECT count(*) FROM pg_trigger WHERE tgrelid = $1::regclass AND tgname IN ($2, $3)",
+		m.table(m.dst, "tasks"), starts, claims).Scan(&n); err != nil || n == 0 {
+		return err
+	}
+	return pgx.BeginFunc(ctx, m.dst.pool, func(tx pgx.Tx) error { return dropFence(ctx, tx, m, m.dst) })
 }
 
 // dropFence drops the namespace's fence triggers from s, if it has them.
@@ -379,51 +404,45 @@ func (m *mover) drain(ctx context.Context) error {
 	}
 }
 
-// copyAttempts bounds the copy's retries: a row of the namespace that
-// changed after its snapshot (a setting written by a process on the old
-// map) makes it start again.
-const copyAttempts = 5
+// moveLockTimeout bounds the wait for the source's table locks: behind a
+// long transaction the copy gives up (the move is undone) rather than
+// holding every writer of the cell in the queue behind it.
+const moveLockTimeout = 10 * time.Second
 
 // copyAndRemove copies the namespace's rows into dst and removes them from
-// src, retrying a copy whose snapshot went stale.
+// src. A transaction of src takes every moved table in SHARE mode first:
+// no write of any namespace runs in the source cell until it commits
+// (the copy's pause, a fraction of a second for a thousand tasks), so
+// what it copies is what it removes, and nothing can change between.
+// Writes that waited then find the namespace's rows gone (an append's
+// task row) or are refused by the fence (a start, a claim).
 func (m *mover) copyAndRemove(ctx context.Context, paused []string, fencedAt time.Time) error {
-	var err error
-	for range copyAttempts {
-		if err = m.copyOnce(ctx, paused, fencedAt); !isSerializationFailure(err) || m.report.Paused != 0 {
-			return err
-		}
-	}
-	return err
-}
-
-func isSerializationFailure(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && (pgErr.Code == "40001" || pgErr.Code == "40P01")
-}
-
-// copyOnce is one try of copyAndRemove: a REPEATABLE READ transaction of
-// src locks the namespace's tasks (an append to one waits, then finds it
-// gone), copies every moved table's rows into one transaction of dst,
-// commits dst, removes the rows from src and commits src.
-func (m *mover) copyOnce(ctx context.Context, paused []string, fencedAt time.Time) error {
-	srcTx, err := m.src.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	srcTx, err := m.src.pool.Begin(ctx)
 	if err != nil {
 		return errors.Wrap(interpretError(err), "move namespace: begin in the source")
 	}
 	defer func() { _ = srcTx.Rollback(context.WithoutCancel(ctx)) }()
-	if _, err := srcTx.Exec(ctx, "SELECT 1 FROM "+m.table(m.src, "tasks")+" WHERE namespace = $1 FOR UPDATE", m.p.Namespace); err != nil {
-		return errors.Wrap(interpretError(err), "move namespace: lock its tasks in the source")
+	if _, err := srcTx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", moveLockTimeout.Milliseconds())); err != nil {
+		return errors.Wrap(interpretError(err), "move namespace: set the lock timeout")
+	}
+	tables := make([]string, len(movedTables))
+	for i, t := range movedTables {
+		tables[i] = m.table(m.src, t.name)
+	}
+	if _, err := srcTx.Exec(ctx, "LOCK TABLE "+strings.Join(tables, ", ")+" IN SHARE MODE"); err != nil {
+		return errors.Wrap(interpretError(err), "move namespace: lock the source's tables")
+	}
+	// The destination may have fenced the namespace when it moved out
+	// earlier: the fence goes (in a short transaction of its own, as a
+	// DROP TRIGGER locks the table) before the rows come in.
+	if err := m.dropDstFence(ctx); err != nil {
+		return errors.Wrap(interpretError(err), "move namespace: drop an earlier fence in the destination")
 	}
 	dstTx, err := m.dst.pool.Begin(ctx)
 	if err != nil {
 		return errors.Wrap(interpretError(err), "move namespace: begin in the destination")
 	}
 	defer func() { _ = dstTx.Rollback(context.WithoutCancel(ctx)) }()
-	// The destination may have fenced the namespace when it moved out
-	// earlier: the fence goes before the rows come in.
-	if err := dropFence(ctx, dstTx, m, m.dst); err != nil {
-		return errors.Wrap(interpretError(err), "move namespace: drop an earlier fence in the destination")
-	}
 	for _, t := range movedTables {
 		n, err := m.copyTable(ctx, srcTx, dstTx, t)
 		if err != nil {
@@ -499,6 +518,58 @@ func (m *mover) remove(ctx context.Context, tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, fmt.Sprintf("DELETE FROM %s WHERE %s", m.table(m.src, t.name), m.where(m.src, t))); err != nil {
 			return errors.Wrapf(interpretError(err), "move namespace %s: remove %s from the source", m.p.Namespace, t.name)
 		}
+	}
+	return nil
+}
+
+// requireCopied refuses to finish a move unless dst holds every task of
+// the namespace that src does, each at least as far along (last_seq):
+// rows of the namespace in dst that are not the copy's (a setting written
+// on the new map) prove nothing.
+func (m *mover) requireCopied(ctx context.Context) error {
+	rows, err := m.src.pool.Query(ctx, "SELECT id, last_seq FROM "+m.table(m.src, "tasks")+" WHERE namespace = $1", m.p.Namespace)
+	if err != nil {
+		return errors.Wrap(interpretError(err), "move namespace: read the source's tasks")
+	}
+	type task struct {
+		id  [16]byte
+		seq int64
+	}
+	srcTasks, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (task, error) {
+		var t task
+		return t, r.Scan(&t.id, &t.seq)
+	})
+	if err != nil {
+		return errors.Wrap(interpretError(err), "move namespace: read the source's tasks")
+	}
+	ids := make([][16]byte, len(srcTasks))
+	for i, t := range srcTasks {
+		ids[i] = t.id
+	}
+	rows, err = m.dst.pool.Query(ctx, "SELECT id, last_seq FROM "+m.table(m.dst, "tasks")+" WHERE namespace = $1 AND id = ANY($2)", m.p.Namespace, ids)
+	if err != nil {
+		return errors.Wrap(interpretError(err), "move namespace: read the destination's tasks")
+	}
+	dstTasks, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (task, error) {
+		var t task
+		return t, r.Scan(&t.id, &t.seq)
+	})
+	if err != nil {
+		return errors.Wrap(interpretError(err), "move namespace: read the destination's tasks")
+	}
+	seqs := make(map[[16]byte]int64, len(dstTasks))
+	for _, t := range dstTasks {
+		seqs[t.id] = t.seq
+	}
+	behind := 0
+	for _, t := range srcTasks {
+		if seq, ok := seqs[t.id]; !ok || seq < t.seq {
+			behind++
+		}
+	}
+	if behind > 0 {
+		return errors.Newf("move namespace %s: the source is fenced and the destination holds rows of it, but %d of the source's %d tasks are missing there or behind: not a copy to finish; compare the cells before removing anything",
+			m.p.Namespace, behind, len(srcTasks))
 	}
 	return nil
 }

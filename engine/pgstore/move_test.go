@@ -2,6 +2,7 @@ package pgstore_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -74,18 +75,49 @@ func TestMoveNamespace(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, report.Resumed)
 
-	// An interrupted move: the copy committed, a row left in the source
-	// (put there past the fence). Running the move again removes it.
-	_, err = src.Pool().Exec(ctx, "ALTER TABLE "+enginetest.TableName(src, "tasks")+" DISABLE TRIGGER USER")
+	// A task put in the source past the fence, never copied: finishing
+	// the move would lose it, so it is refused.
+	tasks := enginetest.TableName(src, "tasks")
+	_, err = src.Pool().Exec(ctx, "ALTER TABLE "+tasks+" DISABLE TRIGGER USER")
 	require.NoError(t, err)
-	left := enginetest.StartTask(t, src, acme)
-	_, err = src.Pool().Exec(ctx, "ALTER TABLE "+enginetest.TableName(src, "tasks")+" ENABLE TRIGGER USER")
+	stray := enginetest.StartTask(t, src, acme)
+	_, err = pgstore.MoveNamespace(ctx, src, dst, pgstore.MoveParams{Namespace: "acme", ToCell: "us"})
+	require.ErrorContains(t, err, "1 of the source's 1 tasks are missing there or behind")
+	_, err = src.TaskGet(ctx, &store.TaskGetParams{Namespace: "acme", ID: stray})
+	require.NoError(t, err, "nothing removed")
+	// Removed again by hand, the events through retention's door.
+	conn, err := src.Pool().Acquire(ctx)
+	require.NoError(t, err)
+	for _, stmt := range []string{"SELECT set_config('cairn.retention', 'on', false)",
+		"DELETE FROM " + enginetest.TableName(src, "events") + " WHERE task_id = $1", "DELETE FROM " + tasks + " WHERE id = $1"} {
+		if strings.Contains(stmt, "$1") {
+			_, err = conn.Exec(ctx, stmt, stray)
+		} else {
+			_, err = conn.Exec(ctx, stmt)
+		}
+		require.NoError(t, err)
+	}
+	_, err = conn.Exec(ctx, "RESET cairn.retention")
+	require.NoError(t, err)
+	conn.Release()
+
+	// An interrupted move: the copy committed, the source's rows left
+	// (put back here from the destination). Running it again removes
+	// them.
+	_, err = src.Pool().Exec(ctx, "INSERT INTO "+tasks+" SELECT * FROM "+enginetest.TableName(dst, "tasks")+" WHERE namespace = 'acme'")
+	require.NoError(t, err)
+	_, err = src.Pool().Exec(ctx, "INSERT INTO "+enginetest.TableName(src, "events")+" SELECT e.* FROM "+enginetest.TableName(dst, "events")+
+		" AS e JOIN "+enginetest.TableName(dst, "tasks")+" AS t ON t.id = e.task_id WHERE t.namespace = 'acme'")
+	require.NoError(t, err)
+	_, err = src.Pool().Exec(ctx, "ALTER TABLE "+tasks+" ENABLE TRIGGER USER")
 	require.NoError(t, err)
 	report, err = pgstore.MoveNamespace(ctx, src, dst, pgstore.MoveParams{Namespace: "acme", ToCell: "us"})
 	require.NoError(t, err)
 	require.True(t, report.Resumed)
-	_, err = src.TaskGet(ctx, &store.TaskGetParams{Namespace: "acme", ID: left})
-	require.ErrorIs(t, err, store.ErrNotFound, "the interrupted move's leftover is removed")
+	for _, id := range ids {
+		_, err := src.TaskGet(ctx, &store.TaskGetParams{Namespace: "acme", ID: id})
+		require.ErrorIs(t, err, store.ErrNotFound, "the interrupted move's rows are removed from the source")
+	}
 
 	// Back to the source: its fence is dropped, acme starts there again,
 	// and the destination refuses it in turn.

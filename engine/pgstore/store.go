@@ -256,7 +256,8 @@ func interpretError(err error) error {
 		case "42P01": // undefined_table: a schema never migrated (a cell opened while down)
 			return errmark.Mark(errors.Wrap(err, "cairn's tables are missing from this schema: run cairn migrate up"), store.ErrUnavailable)
 		case "CRN02": // refuse_moved_namespace: a process on the old placement map
-			return errmark.Mark(errors.WithHint(err, "update the placement map and restart, or send the request to a process that has"), store.ErrUnavailable)
+			err = errors.WithHint(err, "update the placement map and restart, or send the request to a process that has")
+			return errmark.Mark(errmark.Mark(err, store.ErrNamespaceMoved), store.ErrUnavailable)
 		case "23505": // unique_violation
 			return errmark.Mark(err, store.ErrConflict)
 		case "40P01", "40001": // deadlock_detected, serialization_failure

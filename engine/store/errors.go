@@ -9,6 +9,12 @@ import (
 // it acts for is over and its writes are refused.
 var ErrFenced = errors.New("fenced: lease epoch is stale")
 
+// ErrNamespaceMoved marks a write refused because its namespace has moved
+// to another cell (pgstore.MoveNamespace's fence). Such an error is
+// [ErrUnavailable] too: the request succeeds once the process has a
+// placement map that places the namespace where it went.
+var ErrNamespaceMoved = errors.New("namespace moved to another cell")
+
 // The sentinel errors drivers mark their errors with, where a request may
 // end with them, are the ones users see, from package cairntype: the
 // same values, so errors.Is matches either name. See cairntype for what

@@ -36,7 +36,7 @@ var consoleFiles embed.FS
 // copies whose prefix is its Config.Prefix.
 var consolePages = func() map[string]*template.Template {
 	pages := map[string]*template.Template{}
-	for _, page := range []string{"login", "overview", "tasks", "task", "waiting", "schedules", "queues", "queue", "stranded", "usage", "budgets"} {
+	for _, page := range []string{"login", "overview", "tasks", "task", "waiting", "schedules", "queues", "queue", "stranded", "usage", "budgets", "namespaces"} {
 		pages[page] = template.Must(template.New(page).Funcs(consoleFuncs).Funcs(consolePrefix("")).
 			ParseFS(consoleFiles, "templates/layout.html", "templates/charts.html", "templates/raise.html", "templates/"+page+".html"))
 	}
@@ -182,6 +182,7 @@ func (s *Console) routes() http.Handler {
 	mux.Handle("GET /console/queues/{queue}", s.console(web.RoleRead, s.consoleQueue))
 	mux.Handle("GET /console/usage", s.console(web.RoleRead, s.consoleUsage))
 	mux.Handle("GET /console/budgets", s.console(web.RoleRead, s.consoleBudgets))
+	mux.Handle("GET /console/namespaces", s.console(web.RoleRead, s.consoleNamespaces))
 	mux.Handle("POST /console/budgets/raise", s.console(web.RoleOperate, s.consoleRaiseBudget))
 	// Any other console URL is an HTML page too, never the API's JSON.
 	mux.Handle("/console/", s.console(web.RoleRead, s.consoleNotFound))

@@ -1,6 +1,7 @@
 package console
 
 import (
+	"context"
 	"html/template"
 	"log/slog"
 	"net/http"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/cockroachdb/errors"
 
+	"github.com/cairnflow/cairn/cairntype"
 	"github.com/cairnflow/cairn/sdk"
 	"github.com/cairnflow/cairn/server/internal/web"
 )
@@ -48,7 +50,11 @@ type Config struct {
 	// the task page offers an operator (server.Server.CallbackURL: base
 	// is the origin the console was reached at). Nil: no links.
 	CallbackURL func(base string, cb sdk.Callback) (string, error)
-	Logger      *slog.Logger // default slog.Default()
+	// Namespaces, when set, lists every namespace the server holds, each
+	// with its cell (sdk.Cells.ListNamespaces: a server over a placement
+	// map). Nil: the namespaces of the current namespace's client.
+	Namespaces func(ctx context.Context) ([]cairntype.NamespaceConfig, error)
+	Logger     *slog.Logger // default slog.Default()
 	// Prefix is the path the console is mounted under, as clients see
 	// it, as server.Config.Prefix: the handler routes /console/… (and
 	// redirects / there) with the prefix already stripped, and puts the

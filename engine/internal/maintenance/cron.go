@@ -175,6 +175,11 @@ func FireSchedules(ctx context.Context, st store.Executor, clock store.Clock, ma
 // reason of its own, not because the store is out of reach or the caller
 // gave up (which the cron service retries at its next pass).
 func failedFor(ctx context.Context, err error) bool {
+	if errors.Is(err, store.ErrNamespaceMoved) {
+		// The schedule's namespace moved to another cell: its own, or
+		// the whole firing would roll back, every namespace's.
+		return ctx.Err() == nil
+	}
 	return ctx.Err() == nil && !errors.Is(err, store.ErrUnavailable) && !errors.Is(err, store.ErrRetryable)
 }
 

@@ -207,3 +207,29 @@ func TestFiringSkipsSchedulesAnotherFirerHolds(t *testing.T) {
 	require.Len(t, firings, 1)
 	require.True(t, firings[0].Started)
 }
+
+// A schedule of a namespace that has moved to another cell, left active in
+// the old one (created there by a process on the old map), fails alone:
+// its start is refused by the move's fence, and the other schedules of
+// the cell go on firing.
+func TestMovedNamespaceScheduleDoesNotStopOthers(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := metricsStore(t)
+	_, err := pgstore.MoveNamespace(ctx, s, enginetest.Store(t), pgstore.MoveParams{Namespace: "acme", ToCell: "us"})
+	require.NoError(t, err)
+	for _, sc := range []*store.ScheduleCreateParams{
+		{Namespace: "acme", Name: "moved", Cron: "@every 1s", TaskType: "test", TypeVersion: 1, Queue: "reports", Input: json.RawMessage(`{}`)},
+		{Namespace: store.DefaultNamespace, Name: "healthy", Cron: "@every 1s", TaskType: "test", TypeVersion: 1, Queue: "reports", Input: json.RawMessage(`{}`)},
+	} {
+		require.NoError(t, s.ScheduleCreate(ctx, sc))
+	}
+	r, err := maintenance.New(maintenance.Config{Store: s, Owner: "leader", Interval: time.Hour, Logger: enginetest.Logger(t)})
+	require.NoError(t, err)
+	require.NoError(t, r.Start(ctx))
+	t.Cleanup(r.Stop)
+	enginetest.WaitFor(t, "the healthy schedule to fire twice beside the moved one", func() bool {
+		tasks, err := s.TaskList(ctx, &store.TaskListParams{Namespace: store.DefaultNamespace, Queue: "reports"})
+		return err == nil && len(tasks) >= 2
+	})
+}
