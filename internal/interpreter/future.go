@@ -105,6 +105,7 @@ func Go[Out any](ctx Context, name string, fn func(context.Context) (Out, error)
 	if err != nil {
 		return resolved(zero, err)
 	}
+	info.Future = true
 	stepCtx, cancel := context.WithCancelCause(stepCtx)
 	f := &Future[Out]{done: make(chan struct{}), pos: pos}
 	s.mu.Lock()

@@ -63,6 +63,9 @@ type StepInfo struct {
 	// Irreversible is set for a step that must run to completion once
 	// started: its context should not end when the task's cancel arrives.
 	Irreversible bool
+	// Future is set for a step run by workflow.Go: it runs beside the
+	// body, which may return (and so end the run) before it is gated.
+	Future bool
 }
 
 // String describes a step for logs.
@@ -158,8 +161,10 @@ type RunParams struct {
 	// step run it may return settle, which is then called once the step
 	// has run, with the usage the step reported and the step's error,
 	// before the step's completion is recorded; settle's error ends the
-	// run as a failed record does (the step runs again). Compensators are
-	// not gated. Optional: every step runs.
+	// run as a failed record does (the step runs again). An error marked
+	// [ErrFutureOnly] for a step of a future fails that future alone (its
+	// Get returns it): the run ends with it only if the body returns it.
+	// Compensators are not gated. Optional: every step runs.
 	Gate func(ctx context.Context, step StepInfo, spend *history.Spend) (settle func(usage []history.Usage, stepErr error) error, err error)
 	// Remote are the task's remote steps dispatched and not completed
 	// (history.State.Remote), by position: in flight (a call there
@@ -285,6 +290,14 @@ func Run(p RunParams, fn Func, input json.RawMessage) (res Result) {
 	if cont != nil {
 		// Returned as a workflow returns its output: the run ends well.
 		out, err = nil, nil
+	}
+	if err == nil {
+		// From the body's return the run's end is the body's: a future
+		// refused or failing while the return is written (its yield, its
+		// children) no longer aborts it.
+		s.mu.Lock()
+		s.futures.returned = true
+		s.mu.Unlock()
 	}
 	if err == nil {
 		// The body's return is a yield: updates are applied there too.

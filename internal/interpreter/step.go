@@ -298,7 +298,7 @@ func (s *runState) gate(ctx context.Context, info StepInfo, opts *StepOptions) (
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		s.executed++
-		if s.aborted == nil && !s.futures.returned {
+		if s.aborted == nil && !s.futures.returned && !(info.Future && errors.Is(err, ErrFutureOnly)) {
 			s.failedOp = opts
 			s.abortLocked(err, &info)
 		}
@@ -306,6 +306,11 @@ func (s *runState) gate(ctx context.Context, info StepInfo, opts *StepOptions) (
 	}
 	return settle, nil
 }
+
+// ErrFutureOnly marks a Gate's refusal that fails a future's step alone,
+// not the run: the body decides, by returning the future's error or not
+// (see [RunParams.Gate]).
+var ErrFutureOnly = errors.New("the refusal fails the future's step only")
 
 // flush records the step executed last, if it is not on record yet.
 func (s *runState) flush() error {

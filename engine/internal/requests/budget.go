@@ -39,6 +39,12 @@ type ReserveParams struct {
 	// Now is when the reservation is made: a wait's deadline counts from
 	// it, and a wait past its deadline fails.
 	Now time.Time
+	// DeferWait: a refusal by a budget that waits writes nothing (it is
+	// returned without a Deadline, as when parallel steps hold
+	// reservations). For a step of a future, whose refusal must not end
+	// the attempt before the body's outcome is known: the attempt, ending,
+	// reserves again without it.
+	DeferWait bool
 }
 
 // ReserveResult says what a reservation did: State is the task's after
@@ -109,7 +115,7 @@ func reserve(ctx context.Context, tx store.Tx, p *ReserveParams) (ReserveResult,
 		refusedKey = w.Key
 	}
 	ap := p.Append
-	if refused != nil && refused.Action == history.BudgetWait && len(p.Append.State.Reservations) > 0 {
+	if refused != nil && refused.Action == history.BudgetWait && (len(p.Append.State.Reservations) > 0 || p.DeferWait) {
 		// Parallel steps of the attempt hold reservations: it cannot end
 		// waiting before they settle. Nothing is written; the caller
 		// fails the attempt to retry it (a refusal without a deadline).

@@ -143,18 +143,27 @@ func (b *budgets) gate(ctx context.Context, a *edge.Attempt, step interpreter.St
 	if err != nil || len(applies) == 0 {
 		return nil, err
 	}
-	res, err := a.BudgetReserve(a.DurableContext(), engine.ReserveParams{Position: step.Position, Step: step.Name, Spend: *spend, Budgets: applies, Now: now})
-	for err == nil && isWaitHeldBack(res.Refused) && awaitSiblings(ctx, a) {
+	params := engine.ReserveParams{Position: step.Position, Step: step.Name, Spend: *spend, Budgets: applies, Now: now,
+		DeferWait: step.Future}
+	res, err := a.BudgetReserve(a.DurableContext(), params)
+	for err == nil && isWaitHeldBack(res.Refused) && len(a.LockedState().Reservations) > 0 && awaitSiblings(ctx, a) {
 		// Refused by a budget that waits while parallel steps hold
 		// reservations: once they have settled, ask again (their
 		// settlement may leave room), and if still refused, wait.
-		now = engine.Now()
-		res, err = a.BudgetReserve(a.DurableContext(), engine.ReserveParams{Position: step.Position, Step: step.Name, Spend: *spend, Budgets: applies, Now: now})
+		params.Now = engine.Now()
+		res, err = a.BudgetReserve(a.DurableContext(), params)
 	}
 	if err != nil {
 		return nil, err
 	}
 	if r := res.Refused; r != nil {
+		if step.Future && isWaitHeldBack(r) && len(a.LockedState().Reservations) == 0 {
+			// A future's step refused by a budget that waits: the refusal
+			// ends the attempt only if the run does not complete first
+			// (see outcome), so nothing is written yet.
+			params.DeferWait = false
+			return nil, errmark.Mark(&deferredBudgetWait{params: params, err: budgetRefusal(r)}, interpreter.ErrFutureOnly)
+		}
 		return nil, budgetRefusal(r)
 	}
 	return func(usage []history.Usage, stepErr error) error {
@@ -169,6 +178,42 @@ func (b *budgets) gate(ctx context.Context, a *edge.Attempt, step interpreter.St
 		return a.BudgetSettle(a.DurableContext(), engine.SettleParams{Position: step.Position, Step: step.Name,
 			Reason: reason, Reserved: true, Tokens: tokens, CostUSD: usd})
 	}, nil
+}
+
+// deferredBudgetWait is the error of a future's step a budget that waits
+// refused: the future fails with it, and a run the body ends with it
+// (returning the future's error) ends its attempt by reserving again
+// (params), which writes the refusal and waits. A body that completes
+// the run without it leaves nothing of the refusal.
+type deferredBudgetWait struct {
+	params engine.ReserveParams
+	err    error
+}
+
+func (d *deferredBudgetWait) Error() string { return d.err.Error() }
+func (d *deferredBudgetWait) Unwrap() error { return d.err }
+
+// endDeferredWait ends the attempt of a run a deferred refusal stopped:
+// reserved again, the refusal is written and the task waits (ended); a
+// refusal that fails now is the run's error (runErr); a reservation that
+// fits now is released, and the attempt retried (a transient runErr).
+// err is a store's failure.
+func endDeferredWait(a *edge.Attempt, d *deferredBudgetWait) (ended bool, runErr, err error) {
+	d.params.Now = engine.Now()
+	res, err := a.BudgetReserve(a.DurableContext(), d.params)
+	switch {
+	case err != nil:
+		return false, nil, err
+	case res.Refused == nil:
+		if err := a.BudgetSettle(a.DurableContext(), engine.SettleParams{Position: d.params.Position, Step: d.params.Step,
+			Reason: history.SettleReleased, Reserved: true}); err != nil {
+			return false, nil, err
+		}
+		return false, activities.Transient(errors.Newf("step %d (%s): its budget has room again", d.params.Position, d.params.Step)), nil
+	case res.Refused.Action == history.BudgetWait && res.Refused.Deadline != nil:
+		return true, nil, nil
+	}
+	return false, budgetRefusal(res.Refused), nil
 }
 
 // budgetRefusal is the error a refused step ends its run with.

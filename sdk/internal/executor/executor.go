@@ -509,6 +509,19 @@ func (h *Handler) outcome(ctx context.Context, a *edge.Attempt, typ Type, res in
 		// The refusal ended the attempt: the task waits for a raise.
 		return nil, engine.ErrEnded
 	}
+	var deferred *deferredBudgetWait
+	if errors.As(res.Err, &deferred) {
+		// A future's refusal stopped the run: written now, it ends the
+		// attempt waiting; else the attempt fails as the refusal says.
+		ended, runErr, err := endDeferredWait(a, deferred)
+		switch {
+		case err != nil:
+			return nil, err
+		case ended:
+			return nil, engine.ErrEnded
+		}
+		res.Err = runErr
+	}
 	if h.strand != nil && errors.Is(res.Err, interpreter.ErrNondeterministic) &&
 		h.strand(a.Task.ID, store.TypeKey{Type: a.Task.Type, Version: a.Task.TypeVersion}, a.State().StartedAt, res.Err) {
 		// Stranded: left to a worker whose code replays it.
