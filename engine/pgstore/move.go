@@ -14,6 +14,7 @@ import (
 
 	"github.com/cockroachdb/errors"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/cairnflow/cairn/engine/store"
 )
@@ -417,6 +418,33 @@ const moveLockTimeout = 10 * time.Second
 // Writes that waited then find the namespace's rows gone (an append's
 // task row) or are refused by the fence (a start, a claim).
 func (m *mover) copyAndRemove(ctx context.Context, paused []string, fencedAt time.Time) error {
+	var err error
+	for try := 1; ; try++ {
+		err = m.copyOnce(ctx, paused, fencedAt)
+		if err == nil || m.report.Paused != 0 || try == copyTries || !isLockFailure(err) {
+			return err
+		}
+		m.p.Logf("the copy's locks met a writer (%v): trying again", err)
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(time.Duration(try) * 100 * time.Millisecond):
+		}
+	}
+}
+
+// copyTries bounds the copies a deadlock or a lock timeout starts again
+// (nothing is written before the locks are held).
+const copyTries = 5
+
+// isLockFailure says whether err is a deadlock or a lock_timeout.
+func isLockFailure(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == "40P01" || pgErr.Code == "55P03")
+}
+
+// copyOnce is one try of copyAndRemove.
+func (m *mover) copyOnce(ctx context.Context, paused []string, fencedAt time.Time) error {
 	srcTx, err := m.src.pool.Begin(ctx)
 	if err != nil {
 		return errors.Wrap(interpretError(err), "move namespace: begin in the source")
@@ -425,9 +453,14 @@ func (m *mover) copyAndRemove(ctx context.Context, paused []string, fencedAt tim
 	if _, err := srcTx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", moveLockTimeout.Milliseconds())); err != nil {
 		return errors.Wrap(interpretError(err), "move namespace: set the lock timeout")
 	}
-	tables := make([]string, len(movedTables))
-	for i, t := range movedTables {
-		tables[i] = m.table(m.src, t.name)
+	// tasks, then events, as the appends take them (an append updates a
+	// task's row, then inserts its events), then the rest: a writer of
+	// another order may still deadlock with it, which copyAndRemove retries.
+	tables := []string{m.table(m.src, "tasks"), m.table(m.src, "events")}
+	for _, t := range movedTables {
+		if t.name != "tasks" && t.name != "events" {
+			tables = append(tables, m.table(m.src, t.name))
+		}
 	}
 	if _, err := srcTx.Exec(ctx, "LOCK TABLE "+strings.Join(tables, ", ")+" IN SHARE MODE"); err != nil {
 		return errors.Wrap(interpretError(err), "move namespace: lock the source's tables")
