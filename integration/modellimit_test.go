@@ -82,8 +82,9 @@ type admission struct {
 
 // TestModelLimitHeldAcrossThreeWorkers: a model limit of 20,000 tokens
 // per minute across 3 worker processes, held over 3 minutes: measured
-// from the admissions the store recorded, every 60 s window [s, s+60s) (stepping
-// 10 s) holds at most the limit plus one step's reservation, and at least
+// from the admissions the store recorded, every 60 s window [s, s+60s)
+// (stepping 10 s) holds at most the limit plus one step's reservation,
+// and every window after the first (the workers' start) holds at least
 // 90 % of the limit, while work waits the whole time. The tokens the
 // admissions settled at are the usage the histories record.
 func TestModelLimitHeldAcrossThreeWorkers(t *testing.T) {
@@ -132,15 +133,20 @@ func TestModelLimitHeldAcrossThreeWorkers(t *testing.T) {
 	limit, bound := int64(proofTPM), int64(proofTPM+proofEstimate)
 	var low int64 = 1 << 62
 	for s := first; !s.Add(time.Minute).After(end); s = s.Add(proofStep) {
-		var sum int64
-		for _, a := range adms {
-			if !a.at.Before(s) && a.at.Before(s.Add(time.Minute)) {
-				sum += a.tokens
-			}
-		}
+		sum := windowTokens(adms, s)
 		t.Logf("window %s..+60s: %d tokens (%.1f %% of the limit)", s.Sub(first), sum, 100*float64(sum)/float64(limit))
 		require.LessOrEqual(t, sum, bound, "window from %s: over the limit by more than one step's reservation", s.Sub(first))
-		low = min(low, sum)
+		// The floor holds once the first window has passed. In the first,
+		// the steps ask as the three workers start and make their first
+		// claims, slowly on a loaded machine; the windows after it are
+		// the limiter's own: each admission sliding out makes room for
+		// the steps that wait.
+		if s.After(first) {
+			low = min(low, sum)
+		}
+	}
+	if float64(low) < 0.9*float64(limit) {
+		logAdmissionTimeline(t, first, adms)
 	}
 	require.GreaterOrEqual(t, float64(low), 0.9*float64(limit), "the limit at least 90 %% used while work waits")
 
@@ -210,4 +216,24 @@ func TestModelLimitHeldAcrossThreeWorkers(t *testing.T) {
 	require.Positive(t, waited, "steps recorded their waits")
 	t.Logf("%d admissions in the span, %d tasks completed, %d of them recorded a wait, %d ran the step again, %d left; lowest window %d tokens",
 		len(adms), completed, waited, rerun, unfinished, low)
+}
+
+// windowTokens sums the tokens of the admissions in [from, from+60s).
+func windowTokens(adms []admission, from time.Time) int64 {
+	var sum int64
+	for _, a := range adms {
+		if !a.at.Before(from) && a.at.Before(from.Add(time.Minute)) {
+			sum += a.tokens
+		}
+	}
+	return sum
+}
+
+// logAdmissionTimeline logs the proof's admissions, the evidence of a
+// window below the floor.
+func logAdmissionTimeline(t *testing.T, first time.Time, adms []admission) {
+	t.Helper()
+	for _, a := range adms {
+		t.Logf("admitted at +%.3fs: %d tokens, %s", a.at.Sub(first).Seconds(), a.tokens, a.state)
+	}
 }
