@@ -16,7 +16,8 @@ import (
 
 // Migrate applies every pending migration to schema (created if missing) and
 // returns the ones it applied. Each migration runs in its own transaction
-// together with its record in schema_migrations, under a transaction-scoped
+// together with its record in schema_migrations (all of them in one when
+// the schema has none yet: a new install), under a transaction-scoped
 // advisory lock for the schema taken first (pg_advisory_xact_lock), so
 // processes migrating at once take turns and each migration is applied
 // exactly once. A transaction-scoped lock ends with its transaction whatever
@@ -81,6 +82,9 @@ func MigrateTo(ctx context.Context, pool *pgxpool.Pool, schema string, version i
 
 // applyMigrations applies the migrations of all that schema lacks.
 func applyMigrations(ctx context.Context, pool *pgxpool.Pool, schema string, all []migrations.Migration) ([]store.MigrationState, error) {
+	if applied, fresh, err := applyToFreshSchema(ctx, pool, schema, all); err != nil || fresh {
+		return applied, err
+	}
 	var done map[int]time.Time
 	err := withMigrationLock(ctx, pool, schema, func(tx pgx.Tx) error {
 		var err error
@@ -122,6 +126,46 @@ func applyMigrations(ctx context.Context, pool *pgxpool.Pool, schema string, all
 		}
 	}
 	return applied, nil
+}
+
+// applyToFreshSchema applies every migration of all to a schema that has
+// none yet, in one transaction: a new install (and each test's schema)
+// pays one lock and one commit, not one for each migration, and a
+// migration that fails leaves nothing behind. fresh is false, and
+// nothing is done, when the schema has some already (an upgrade, or
+// another process was first): the caller applies the rest one by one.
+func applyToFreshSchema(ctx context.Context, pool *pgxpool.Pool, schema string, all []migrations.Migration) (applied []store.MigrationState, fresh bool, err error) {
+	prefix := pgx.Identifier{schema}.Sanitize() + "."
+	err = withMigrationLock(ctx, pool, schema, func(tx pgx.Tx) error {
+		var some bool
+		if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+prefix+"schema_migrations)").Scan(&some); err != nil {
+			return errors.Wrap(err, "read schema_migrations")
+		}
+		if some {
+			return nil
+		}
+		versions, names := make([]int, len(all)), make([]string, len(all))
+		for i, m := range all {
+			if _, err := tx.Exec(ctx, strings.ReplaceAll(m.SQL, migrations.SchemaMarker, prefix)); err != nil {
+				return errors.Wrapf(err, "apply migration %04d_%s", m.Version, m.Name)
+			}
+			versions[i], names[i] = m.Version, m.Name
+		}
+		_, err := tx.Exec(ctx, "INSERT INTO "+prefix+"schema_migrations (version, name) SELECT * FROM unnest($1::integer[], $2::text[])", versions, names)
+		fresh = err == nil
+		return err
+	})
+	if err != nil {
+		return nil, false, errors.Wrapf(interpretError(err), "migrate schema %s", schema)
+	}
+	if !fresh {
+		return nil, false, nil
+	}
+	now := time.Now()
+	for _, m := range all {
+		applied = append(applied, store.MigrationState{Version: m.Version, Name: m.Name, AppliedAt: &now})
+	}
+	return applied, true, nil
 }
 
 // MigrationStatus lists every known migration with the time it was applied

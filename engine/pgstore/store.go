@@ -15,6 +15,7 @@ import (
 	"io"
 	"net"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -199,17 +200,24 @@ func ValidateSchemaName(name string) error {
 // loadQueries parses every embedded query file and fills in the schema
 // marker.
 func loadQueries(schema string) (map[string]string, error) {
-	qs, err := namedsql.Load(queryFiles, "*.sql")
+	templates, err := queryTemplates()
 	if err != nil {
 		return nil, err
 	}
 	prefix := pgx.Identifier{schema}.Sanitize() + "."
-	for name, q := range qs {
+	qs := make(map[string]string, len(templates)+1)
+	for name, q := range templates {
 		qs[name] = strings.ReplaceAll(q, migrations.SchemaMarker, prefix)
 	}
 	qs[claimExcluding] = strings.ReplaceAll(qs["TaskClaimMany"], excludeMarker, "AND t.id <> ALL(@exclude::uuid[])")
 	return qs, nil
 }
+
+// queryTemplates are the statements of queryFiles, parsed once: every
+// store (and every migration) substitutes its own schema in them.
+var queryTemplates = sync.OnceValues(func() (map[string]string, error) {
+	return namedsql.Load(queryFiles, "*.sql")
+})
 
 // claimExcluding is TaskClaimMany leaving the tasks of
 // TaskClaimParams.Exclude: its text with each excludeMarker made a test

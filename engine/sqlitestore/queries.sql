@@ -16,6 +16,9 @@
 CREATE TABLE IF NOT EXISTS schema_migrations (
     version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL);
 
+-- name: MigrationCount
+SELECT count(*) FROM schema_migrations;
+
 -- name: MigrationApplied
 SELECT count(*) FROM schema_migrations WHERE version = ?;
 

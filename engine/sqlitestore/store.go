@@ -175,8 +175,10 @@ func (s *Store) Ping(ctx context.Context) error {
 	return errors.Wrap(s.db.PingContext(ctx), "ping SQLite store")
 }
 
-// migrate applies the pending migrations of migrations.SQLite, each in a
-// transaction with its record.
+// migrate applies the pending migrations of migrations.SQLite, all in one
+// transaction with their records: a file opened by an earlier release is
+// upgraded wholly or not at all, and a new file pays one commit (one
+// fsync), not one for each migration. A current file costs one read.
 func (s *Store) migrate(ctx context.Context) error {
 	all, err := migrations.SQLite()
 	if err != nil {
@@ -185,23 +187,32 @@ func (s *Store) migrate(ctx context.Context) error {
 	if _, err := s.q.exec(ctx, "MigrationTableCreate"); err != nil {
 		return errors.Wrap(err, "create schema_migrations")
 	}
-	for _, m := range all {
-		err := s.tx(ctx, func(tx *txn) error {
+	var applied int
+	if err := s.q.queryRow(ctx, "MigrationCount").Scan(&applied); err != nil {
+		return errors.Wrap(interpret(err), "read schema_migrations")
+	}
+	if applied >= len(all) {
+		return nil
+	}
+	return s.tx(ctx, func(tx *txn) error {
+		for _, m := range all {
+			// Another process may have applied it since the count was read.
 			var n int
-			if err := tx.queryRow(ctx, "MigrationApplied", m.Version).Scan(&n); err != nil || n > 0 {
-				return err
+			if err := tx.queryRow(ctx, "MigrationApplied", m.Version).Scan(&n); err != nil {
+				return errors.Wrap(err, "read schema_migrations")
+			}
+			if n > 0 {
+				continue
 			}
 			if _, err := tx.tx.ExecContext(ctx, m.SQL); err != nil { // a script, not a named query: not for the cache
-				return err
+				return errors.Wrapf(err, "apply SQLite migration %04d_%s", m.Version, m.Name)
 			}
-			_, err := tx.exec(ctx, "MigrationRecord", m.Version, m.Name, us(s.now()))
-			return err
-		})
-		if err != nil {
-			return errors.Wrapf(err, "apply SQLite migration %04d_%s", m.Version, m.Name)
+			if _, err := tx.exec(ctx, "MigrationRecord", m.Version, m.Name, us(s.now())); err != nil {
+				return errors.Wrapf(err, "apply SQLite migration %04d_%s", m.Version, m.Name)
+			}
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
 // tx runs fn in a write transaction (BEGIN IMMEDIATE: the write lock is
@@ -241,13 +252,14 @@ func (s *Store) prepareMissed(ctx context.Context, t *txn) {
 
 // loadQueries parses every embedded query file and fills in the column
 // markers.
-func loadQueries() (map[string]string, error) {
+// Parsed once: every store reads the same map, which nothing writes.
+var loadQueries = sync.OnceValues(func() (map[string]string, error) {
 	qs, err := namedsql.Load(queryFiles, "*.sql")
 	if err != nil {
 		return nil, err
 	}
 	return fillMarkers(qs)
-}
+})
 
 // columnMarkers are the column lists written into the statements when
 // they are parsed.
