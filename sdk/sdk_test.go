@@ -2,7 +2,6 @@ package sdk_test
 
 import (
 	"context"
-	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -47,7 +46,7 @@ func onEachStore(t *testing.T, test func(t *testing.T, setup setupFunc)) {
 // setupEmbedded is setup on a fresh embedded store of the test's own.
 func setupEmbedded(t *testing.T, cfg sdk.WorkerConfig) *testBundle {
 	t.Helper()
-	store, err := sqlitestore.Open(context.Background(), filepath.Join(t.TempDir(), "cairn.db"))
+	store, err := sqlitestore.Open(context.Background(), enginetest.SQLitePath(t))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = store.Close() })
 	client, err := sdk.NewClient(sdk.ClientConfig{Store: store})

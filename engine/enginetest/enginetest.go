@@ -1,7 +1,8 @@
 // Package enginetest provides PostgreSQL for tests: a database URL, a
 // shared pool per test binary, a fresh migrated schema per test, and the
 // check every integration test ends with, that each task's projection row
-// equals the replay of its events.
+// equals the replay of its events. It also makes fresh embedded stores'
+// files, copied from one migrated once per test binary.
 //
 // The database comes from CAIRN_TEST_DATABASE_URL. Without it, a PostgreSQL
 // container is started through testcontainers-go when Docker is reachable;

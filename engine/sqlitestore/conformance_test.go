@@ -2,9 +2,9 @@ package sqlitestore_test
 
 import (
 	"context"
-	"path/filepath"
 	"testing"
 
+	"github.com/cairnflow/cairn/engine/enginetest"
 	"github.com/cairnflow/cairn/engine/sqlitestore"
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/engine/storetest"
@@ -19,7 +19,7 @@ func newStore(t testing.TB) *sqlitestore.Store {
 // newStoreWith is newStore with cfg (its Path set here).
 func newStoreWith(t testing.TB, cfg sqlitestore.Config) *sqlitestore.Store {
 	t.Helper()
-	cfg.Path = filepath.Join(t.TempDir(), "cairn.db")
+	cfg.Path = enginetest.SQLitePath(t)
 	s, err := sqlitestore.New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -13,7 +13,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -45,7 +44,7 @@ func BothStores(tb testing.TB) []NamedStore {
 // LiteStore is a fresh embedded store, closed when the test ends.
 func LiteStore(tb testing.TB) store.Store {
 	tb.Helper()
-	lite, err := sqlitestore.Open(context.Background(), filepath.Join(tb.TempDir(), "cairn.db"))
+	lite, err := sqlitestore.Open(context.Background(), enginetest.SQLitePath(tb))
 	require.NoError(tb, err)
 	tb.Cleanup(func() { _ = lite.Close() })
 	return lite
