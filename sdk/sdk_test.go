@@ -8,7 +8,6 @@ import (
 
 	"github.com/cairnflow/cairn/activities"
 	"github.com/cairnflow/cairn/engine/enginetest"
-	"github.com/cairnflow/cairn/engine/sqlitestore"
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/sdk"
@@ -46,9 +45,7 @@ func onEachStore(t *testing.T, test func(t *testing.T, setup setupFunc)) {
 // setupEmbedded is setup on a fresh embedded store of the test's own.
 func setupEmbedded(t *testing.T, cfg sdk.WorkerConfig) *testBundle {
 	t.Helper()
-	store, err := sqlitestore.Open(context.Background(), enginetest.SQLitePath(t))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = store.Close() })
+	store := enginetest.SQLiteStore(t)
 	client, err := sdk.NewClient(sdk.ClientConfig{Store: store})
 	require.NoError(t, err)
 	t.Cleanup(client.Close)

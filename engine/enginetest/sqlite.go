@@ -2,6 +2,9 @@ package enginetest
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sync"
@@ -29,6 +32,9 @@ var migratedSQLite = sync.OnceValues(func() ([]byte, error) {
 	// the file and removes the log, so the file alone is the store.
 	if err := s.Close(); err != nil {
 		return nil, err
+	}
+	if _, err := os.Stat(path + "-wal"); !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("the template store's write-ahead log was not checkpointed into its file (stat: %v)", err)
 	}
 	return os.ReadFile(path)
 })

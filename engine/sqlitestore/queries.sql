@@ -17,7 +17,7 @@ CREATE TABLE IF NOT EXISTS schema_migrations (
     version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL);
 
 -- name: MigrationCount
-SELECT count(*) FROM schema_migrations;
+SELECT count(*) FROM schema_migrations WHERE version <= ?;
 
 -- name: MigrationApplied
 SELECT count(*) FROM schema_migrations WHERE version = ?;

@@ -178,7 +178,8 @@ func (s *Store) Ping(ctx context.Context) error {
 // migrate applies the pending migrations of migrations.SQLite, all in one
 // transaction with their records: a file opened by an earlier release is
 // upgraded wholly or not at all, and a new file pays one commit (one
-// fsync), not one for each migration. A current file costs one read.
+// fsync), not one for each migration. A current file costs a count of
+// its records and no write.
 func (s *Store) migrate(ctx context.Context) error {
 	all, err := migrations.SQLite()
 	if err != nil {
@@ -187,14 +188,17 @@ func (s *Store) migrate(ctx context.Context) error {
 	if _, err := s.q.exec(ctx, "MigrationTableCreate"); err != nil {
 		return errors.Wrap(err, "create schema_migrations")
 	}
+	// Versions run 1..n without gaps (the migrations package checks), so
+	// n records up to version n are all of them; a newer release's
+	// records above n do not count.
 	var applied int
-	if err := s.q.queryRow(ctx, "MigrationCount").Scan(&applied); err != nil {
+	if err := s.q.queryRow(ctx, "MigrationCount", len(all)).Scan(&applied); err != nil {
 		return errors.Wrap(interpret(err), "read schema_migrations")
 	}
 	if applied >= len(all) {
 		return nil
 	}
-	return s.tx(ctx, func(tx *txn) error {
+	err = s.tx(ctx, func(tx *txn) error {
 		for _, m := range all {
 			// Another process may have applied it since the count was read.
 			var n int
@@ -213,6 +217,7 @@ func (s *Store) migrate(ctx context.Context) error {
 		}
 		return nil
 	})
+	return errors.Wrapf(err, "migrate SQLite store %s", s.path)
 }
 
 // tx runs fn in a write transaction (BEGIN IMMEDIATE: the write lock is

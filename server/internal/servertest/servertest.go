@@ -21,7 +21,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cairnflow/cairn/engine/enginetest"
-	"github.com/cairnflow/cairn/engine/sqlitestore"
 	"github.com/cairnflow/cairn/engine/store"
 	"github.com/cairnflow/cairn/history"
 	"github.com/cairnflow/cairn/server/internal/web"
@@ -44,10 +43,7 @@ func BothStores(tb testing.TB) []NamedStore {
 // LiteStore is a fresh embedded store, closed when the test ends.
 func LiteStore(tb testing.TB) store.Store {
 	tb.Helper()
-	lite, err := sqlitestore.Open(context.Background(), enginetest.SQLitePath(tb))
-	require.NoError(tb, err)
-	tb.Cleanup(func() { _ = lite.Close() })
-	return lite
+	return enginetest.SQLiteStore(tb)
 }
 
 // RegisterDoc registers task type "doc" at version 1 in namespace, as a
