@@ -181,12 +181,7 @@ func startCellWorker(t *testing.T, cells *sdk.Cells) *sdk.Worker {
 		RescueInterval: time.Second, Logger: enginetest.Logger(t)})
 	require.NoError(t, err)
 	sdk.Register(w, cellsWorkflow)
-	require.NoError(t, w.Start(context.Background()))
-	t.Cleanup(func() {
-		stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = w.Stop(stopCtx)
-	})
+	startWorker(t, w)
 	return w
 }
 

@@ -74,6 +74,18 @@ func runHelper(name string) int {
 	return 2
 }
 
+// startWorker starts w and stops it, gracefully for up to 10 s, when the
+// test ends.
+func startWorker(t *testing.T, w *sdk.Worker) {
+	t.Helper()
+	require.NoError(t, w.Start(context.Background()))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = w.Stop(ctx)
+	})
+}
+
 // startHelper starts this test binary as the named helper process.
 func startHelper(t testing.TB, name string, env ...string) *exec.Cmd {
 	t.Helper()

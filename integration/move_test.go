@@ -71,12 +71,7 @@ func moveWorker(t *testing.T, cells *sdk.Cells, namespaces ...string) {
 		PollInterval: 100 * time.Millisecond, RescueInterval: time.Second, Logger: enginetest.Logger(t)})
 	require.NoError(t, err)
 	sdk.Register(w, moveWorkflow)
-	require.NoError(t, w.Start(context.Background()))
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = w.Stop(ctx)
-	})
+	startWorker(t, w)
 }
 
 // TestNamespaceMovesBetweenCellsWhileWorkFlows moves namespace acme from

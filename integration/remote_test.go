@@ -2,7 +2,6 @@ package integration_test
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
 	"net/http"
 	"net/url"
@@ -313,12 +312,7 @@ func startOCRWorker(t *testing.T, schema string) {
 	w, err := sdk.NewWorker(sdk.WorkerConfig{Pool: enginetest.Pool(t), Schema: schema, Concurrency: 4, PollInterval: 100 * time.Millisecond})
 	require.NoError(t, err)
 	sdk.Register(w, ocrWorkflow)
-	require.NoError(t, w.Start(context.Background()))
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = w.Stop(ctx)
-	})
+	startWorker(t, w)
 }
 
 // The clients' own tests, run by the project's test command: the Python

@@ -268,12 +268,7 @@ func startE2EWorker(t *testing.T, schema, namespace string) *e2eWorkflows {
 	sdk.Register(w, fragile)
 	sdk.Register(w, booking)
 	sdk.Register(w, approval)
-	require.NoError(t, w.Start(context.Background()))
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = w.Stop(ctx)
-	})
+	startWorker(t, w)
 	return wfs
 }
 
