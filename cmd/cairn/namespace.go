@@ -267,18 +267,7 @@ func newNamespaceListCmd(g *globals) *cobra.Command {
 			return err
 		}
 		defer closeCells()
-		// A client over cells works in one namespace's; listing reads
-		// them all, so any placed namespace does.
-		placed := slices.Sorted(maps.Keys(g.cells.Namespaces))
-		if len(placed) == 0 {
-			return errmark.Mark(errors.New("--placement: the placement map places no namespace"), configError)
-		}
-		c, err := sdk.NewClient(sdk.ClientConfig{Cells: cells, Namespace: placed[0]})
-		if err != nil {
-			return err
-		}
-		defer c.Close()
-		namespaces, readErr := c.Namespaces(cmd.Context())
+		namespaces, readErr := cells.ListNamespaces(cmd.Context())
 		return printList(cmd, g, namespaceListHeader, namespaceViews(namespaces), readErr, namespaceRow)
 	}
 	return cmd

@@ -82,20 +82,11 @@ func MigrateTo(ctx context.Context, pool *pgxpool.Pool, schema string, version i
 
 // applyMigrations applies the migrations of all that schema lacks.
 func applyMigrations(ctx context.Context, pool *pgxpool.Pool, schema string, all []migrations.Migration) ([]store.MigrationState, error) {
-	if applied, fresh, err := applyToFreshSchema(ctx, pool, schema, all); err != nil || fresh {
+	applied, done, err := applyToFreshSchema(ctx, pool, schema, all)
+	if err != nil || len(done) == 0 {
 		return applied, err
 	}
-	var done map[int]time.Time
-	err := withMigrationLock(ctx, pool, schema, func(tx pgx.Tx) error {
-		var err error
-		done, err = appliedVersions(ctx, tx, schema)
-		return err
-	})
-	if err != nil {
-		return nil, interpretError(err)
-	}
 	prefix := pgx.Identifier{schema}.Sanitize() + "."
-	var applied []store.MigrationState
 	for _, m := range all {
 		if _, ok := done[m.Version]; ok {
 			continue
@@ -131,18 +122,16 @@ func applyMigrations(ctx context.Context, pool *pgxpool.Pool, schema string, all
 // applyToFreshSchema applies every migration of all to a schema that has
 // none yet, in one transaction: a new install (and each test's schema)
 // pays one lock and one commit, not one for each migration, and a
-// migration that fails leaves nothing behind. fresh is false, and
-// nothing is done, when the schema has some already (an upgrade, or
-// another process was first): the caller applies the rest one by one.
-func applyToFreshSchema(ctx context.Context, pool *pgxpool.Pool, schema string, all []migrations.Migration) (applied []store.MigrationState, fresh bool, err error) {
+// migration that fails leaves nothing behind. When the schema has some
+// already (an upgrade, or another process was first), nothing is done
+// and done holds the versions applied: the caller applies the rest one
+// by one.
+func applyToFreshSchema(ctx context.Context, pool *pgxpool.Pool, schema string, all []migrations.Migration) (applied []store.MigrationState, done map[int]time.Time, err error) {
 	prefix := pgx.Identifier{schema}.Sanitize() + "."
 	err = withMigrationLock(ctx, pool, schema, func(tx pgx.Tx) error {
-		var some bool
-		if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+prefix+"schema_migrations)").Scan(&some); err != nil {
-			return errors.Wrap(err, "read schema_migrations")
-		}
-		if some {
-			return nil
+		var err error
+		if done, err = appliedVersions(ctx, tx, schema); err != nil || len(done) > 0 {
+			return err
 		}
 		versions, names := make([]int, len(all)), make([]string, len(all))
 		for i, m := range all {
@@ -151,21 +140,20 @@ func applyToFreshSchema(ctx context.Context, pool *pgxpool.Pool, schema string, 
 			}
 			versions[i], names[i] = m.Version, m.Name
 		}
-		_, err := tx.Exec(ctx, "INSERT INTO "+prefix+"schema_migrations (version, name) SELECT * FROM unnest($1::integer[], $2::text[])", versions, names)
-		fresh = err == nil
+		_, err = tx.Exec(ctx, "INSERT INTO "+prefix+"schema_migrations (version, name) SELECT * FROM unnest($1::integer[], $2::text[])", versions, names)
 		return err
 	})
 	if err != nil {
-		return nil, false, errors.Wrapf(interpretError(err), "migrate schema %s", schema)
+		return nil, nil, errors.Wrapf(interpretError(err), "migrate schema %s", schema)
 	}
-	if !fresh {
-		return nil, false, nil
+	if len(done) > 0 {
+		return nil, done, nil
 	}
 	now := time.Now()
 	for _, m := range all {
 		applied = append(applied, store.MigrationState{Version: m.Version, Name: m.Name, AppliedAt: &now})
 	}
-	return applied, true, nil
+	return applied, nil, nil
 }
 
 // MigrationStatus lists every known migration with the time it was applied

@@ -184,6 +184,13 @@ func MoveNamespace(ctx context.Context, src, dst *Store, p MoveParams) (*MoveRep
 	return m.report, nil
 }
 
+// badMoveName says whether name cannot be a namespace or a cell in a
+// move: empty, over 128 bytes, or holding a control character or a
+// backslash (the names go into the fence's SQL as literals).
+func badMoveName(name string) bool {
+	return name == "" || len(name) > 128 || strings.ContainsFunc(name, func(r rune) bool { return unicode.IsControl(r) || r == '\\' })
+}
+
 // validateMove refuses what no move can do.
 func validateMove(src, dst *Store, p MoveParams) error {
 	switch {
@@ -191,9 +198,9 @@ func validateMove(src, dst *Store, p MoveParams) error {
 		return errors.New("move namespace: both stores are required")
 	case src == dst:
 		return errors.Newf("move namespace %s: the source and the destination are the same store", p.Namespace)
-	case p.Namespace == "" || len(p.Namespace) > 128 || strings.ContainsFunc(p.Namespace, func(r rune) bool { return unicode.IsControl(r) || r == '\\' }):
+	case badMoveName(p.Namespace):
 		return errors.Newf("move namespace: %q is not a namespace name", p.Namespace)
-	case p.ToCell == "" || len(p.ToCell) > 128 || strings.ContainsFunc(p.ToCell, func(r rune) bool { return unicode.IsControl(r) || r == '\\' }):
+	case badMoveName(p.ToCell):
 		return errors.Newf("move namespace %s: the destination cell's name is required", p.Namespace)
 	case p.DrainTimeout < 0:
 		return errors.Newf("move namespace %s: drain timeout %s is negative", p.Namespace, p.DrainTimeout)
@@ -285,11 +292,17 @@ func (m *mover) check(ctx context.Context) error {
 
 // fenced says whether src has the namespace's fence (an earlier move's).
 func (m *mover) fenced(ctx context.Context) (bool, error) {
-	starts, _ := m.triggerNames()
-	var n int
-	err := m.src.pool.QueryRow(ctx, "SELECT count(*) FROM pg_trigger WHERE tgrelid = $1::regclass AND tgname = $2",
-		m.table(m.src, "tasks"), starts).Scan(&n)
-	return n > 0, errors.Wrap(interpretError(err), "move namespace: read the source's fence")
+	has, err := m.hasFence(ctx, m.src)
+	return has, errors.Wrap(interpretError(err), "move namespace: read the source's fence")
+}
+
+// hasFence says whether s has a trigger of the namespace's fence.
+func (m *mover) hasFence(ctx context.Context, s *Store) (bool, error) {
+	starts, claims := m.triggerNames()
+	var has bool
+	err := s.pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = $1::regclass AND tgname IN ($2, $3))",
+		m.table(s, "tasks"), starts, claims).Scan(&has)
+	return has, err
 }
 
 // dstHolds says whether dst holds any row of the namespace.
@@ -346,28 +359,37 @@ func (m *mover) fence(ctx context.Context) ([]string, error) {
 // leaves the namespace as it was in src.
 func (m *mover) unfence(ctx context.Context, paused []string) error {
 	err := pgx.BeginFunc(ctx, m.src.pool, func(tx pgx.Tx) error {
-		if err := dropFence(ctx, tx, m, m.src); err != nil {
+		if err := m.dropFence(ctx, tx, m.src); err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, "UPDATE "+m.table(m.src, "schedules")+" SET paused = false WHERE namespace = $1 AND name = ANY($2)", m.p.Namespace, paused)
-		return err
+		return m.resumeSchedules(ctx, tx, m.src, paused)
 	})
 	return errors.Wrapf(interpretError(err), "move namespace %s: undo the fence (the namespace's new tasks are refused in the source until it is dropped)", m.p.Namespace)
 }
 
-// dropDstFence drops the namespace's fence from dst, if dst has one.
+// dropDstFence drops the namespace's fence from dst, if dst has one. Its
+// DROP TRIGGER waits for dst's writers of tasks while the copy holds the
+// source's tables: bounded, as the copy's lock is.
 func (m *mover) dropDstFence(ctx context.Context) error {
-	starts, claims := m.triggerNames()
-	var n int
-	if err := m.dst.pool.QueryRow(ctx, "SELECT count(*) FROM pg_trigger WHERE tgrelid = $1::regclass AND tgname IN ($2, $3)",
-		m.table(m.dst, "tasks"), starts, claims).Scan(&n); err != nil || n == 0 {
+	if has, err := m.hasFence(ctx, m.dst); err != nil || !has {
 		return err
 	}
-	return pgx.BeginFunc(ctx, m.dst.pool, func(tx pgx.Tx) error { return dropFence(ctx, tx, m, m.dst) })
+	return pgx.BeginFunc(ctx, m.dst.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", moveLockTimeout.Milliseconds())); err != nil {
+			return err
+		}
+		return m.dropFence(ctx, tx, m.dst)
+	})
+}
+
+// resumeSchedules unpauses the namespace's schedules named in s.
+func (m *mover) resumeSchedules(ctx context.Context, tx pgx.Tx, s *Store, names []string) error {
+	_, err := tx.Exec(ctx, "UPDATE "+m.table(s, "schedules")+" SET paused = false WHERE namespace = $1 AND name = ANY($2)", m.p.Namespace, names)
+	return err
 }
 
 // dropFence drops the namespace's fence triggers from s, if it has them.
-func dropFence(ctx context.Context, tx pgx.Tx, m *mover, s *Store) error {
+func (m *mover) dropFence(ctx context.Context, tx pgx.Tx, s *Store) error {
 	starts, claims := m.triggerNames()
 	for _, name := range []string{starts, claims} {
 		if _, err := tx.Exec(ctx, fmt.Sprintf("DROP TRIGGER IF EXISTS %s ON %s", pgx.Identifier{name}.Sanitize(), m.table(s, "tasks"))); err != nil {
@@ -484,8 +506,7 @@ func (m *mover) copyOnce(ctx context.Context, paused []string, fencedAt time.Tim
 		m.report.Rows[t.name] = n
 	}
 	// The schedules the fence paused run again.
-	if _, err := dstTx.Exec(ctx, "UPDATE "+m.table(m.dst, "schedules")+" SET paused = false WHERE namespace = $1 AND name = ANY($2)",
-		m.p.Namespace, paused); err != nil {
+	if err := m.resumeSchedules(ctx, dstTx, m.dst, paused); err != nil {
 		return errors.Wrap(interpretError(err), "move namespace: resume its schedules in the destination")
 	}
 	if err := dstTx.Commit(ctx); err != nil {
@@ -568,10 +589,11 @@ func (m *mover) requireCopied(ctx context.Context) error {
 		id  [16]byte
 		seq int64
 	}
-	srcTasks, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (task, error) {
+	scanTask := func(r pgx.CollectableRow) (task, error) {
 		var t task
 		return t, r.Scan(&t.id, &t.seq)
-	})
+	}
+	srcTasks, err := pgx.CollectRows(rows, scanTask)
 	if err != nil {
 		return errors.Wrap(interpretError(err), "move namespace: read the source's tasks")
 	}
@@ -583,10 +605,7 @@ func (m *mover) requireCopied(ctx context.Context) error {
 	if err != nil {
 		return errors.Wrap(interpretError(err), "move namespace: read the destination's tasks")
 	}
-	dstTasks, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (task, error) {
-		var t task
-		return t, r.Scan(&t.id, &t.seq)
-	})
+	dstTasks, err := pgx.CollectRows(rows, scanTask)
 	if err != nil {
 		return errors.Wrap(interpretError(err), "move namespace: read the destination's tasks")
 	}
